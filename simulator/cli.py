@@ -689,7 +689,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         stop()
         executor.close()
     files = write_search(out, result, args.scenario, args.set)
-    print(format_search(result))
+    print(format_search(result, args.scenario))
     print(f"wrote {out}: {', '.join(files)} (candidates: every layout, with why it was pruned)")
     if result.winner is None:  # a script must tell this from a search that found a layout
         return _fail(f"error: no layout of the search fits and simulates; {out}/candidates.csv says why each "

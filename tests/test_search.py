@@ -104,6 +104,34 @@ def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsy
     assert "wrote" in capsys.readouterr().out
 
 
+def test_the_search_prints_the_run_that_reproduces_its_best_layout(tmp_path, capsys):
+    """The winner's label (TP2 CP1 PP1 DP4 mb1 zero1 recompute=none) leaves out the sequence parallelism the
+    search turns on with tp > 1: Llama-3-70B's TP4 DP16 FSDP winner, run with the label's degrees set, needed
+    91.5 GiB (out of memory) against the search's 61.5 GiB, at other tokens/s. The search prints the command
+    that runs its winner, and every layout's `overrides` in candidates.csv and search.json; that command, run,
+    gives the search's figures to the bit."""
+    import shlex
+
+    from simulator.cli import main
+
+    out = tmp_path / "s"
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--quiet", "--tp", "2", "--cp", "1",
+                 "--pp", "1", "--virtual-stages", "1", "--micro-batch", "1", "--sharding", "zero1",
+                 "--recompute", "none", "--top", "1", "--set", "training.global_batch=16"]) == 0
+    command = [line for line in capsys.readouterr().out.splitlines() if line.startswith("run the best: ")]
+    assert len(command) == 1
+    words = shlex.split(command[0].removeprefix("run the best: "))
+    assert words[:3] == ["trainsim", "run", "llama3-8b-dgx-h100-dp8"] and words[-2:] == ["--out", "DIR"]
+    assert "--set" in words and "training.global_batch=16" in words
+    winner = json.loads((out / "search.json").read_text())["winner"]
+    assert winner["label"] == "TP2 CP1 PP1 DP4 mb1 zero1 recompute=none"
+    assert winner["overrides"] == words[4:-2:2]
+    assert main([*words[1:-1], str(tmp_path / "run"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["layout"]["sequence_parallel"]
+    assert (summary["tokens_per_s"], summary["peak_memory_gib"]) == (winner["tokens_per_s"], winner["peak_memory_gib"])
+
+
 def test_force_simulates_a_candidate_beyond_the_scale_limits(monkeypatch):
     """A candidate over the scale limits failed with "...; or pass --force", but `trainsim search` had no
     --force; search_layouts(force=True), which --force calls, simulates it."""
@@ -326,7 +354,7 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     table = pd.DataFrame({"label": labels, "status": "simulated", "tokens_per_s": [2e5, 1e5], "mfu": [0.4, 0.2],
                           "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": "compute-bound",
                           "tree_choice": [True, False], "searched": True, "reason_kind": None})
-    text = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""))
+    text = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""), "s.yaml")
     lines = text.splitlines()[:3]
     assert "(tree)" in lines[1]
     # The tree is named by where a user reads it, not by the design notes it came from ('seed 000, 21.9.1').
@@ -350,7 +378,8 @@ def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_l
                           "reason_kind": ["out_of_memory", "out_of_memory", "layers_do_not_split"],
                           "memory_model_peak_gib": [853.0, 913.0, None], "tokens_per_s": None, "tree_choice": False,
                           "searched": True})
-    lines = format_search(SearchResult(table, None, TreeChoice(None, ("none fits",)), None, "")).splitlines()
+    lines = format_search(SearchResult(table, None, TreeChoice(None, ("none fits",)), None, ""),
+                          "s.yaml").splitlines()
     assert lines[:4] == ["3 layouts: 0 simulated, 3 pruned, 0 failed",
                          "  pruned, out of memory: 2 layouts",
                          "  pruned, layers do not split over pp x virtual stages: 1 layout",
@@ -1303,5 +1332,5 @@ def test_the_winner_is_a_layout_of_the_searched_space_not_the_trees_outside_it()
                                         "decision tree's TP1 CP1 PP1 DP8 mb1 zero1 recompute=none, outside it, runs ")
     from simulator.sweep.report import format_search
 
-    ranking = format_search(result).splitlines()[1]  # the tree's row is shown, marked and not ranked
+    ranking = format_search(result, "s.yaml").splitlines()[1]  # the tree's row is shown, marked and not ranked
     assert ranking.startswith("   -  TP1 CP1 PP1 DP8 mb1 zero1 recompute=none (tree, outside the space)")

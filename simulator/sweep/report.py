@@ -3,7 +3,9 @@ comparison; OUT/candidates.parquet and .csv (every layout with its status and re
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -24,9 +26,10 @@ _TREE_MARKS = {True: " (tree)", False: " (tree, outside the space)"}
 """How the decision tree's layout is marked in the ranking, by whether it is a layout of the searched space."""
 
 
-def format_search(result: SearchResult) -> str:
+def format_search(result: SearchResult, scenario: str) -> str:
     """The best simulated layouts as a table, the status counts with the pruned ones by kind, the tree's steps
-    one a line (they were one line of up to a thousand characters) and the comparison, wrapped."""
+    one a line (they were one line of up to a thousand characters), the comparison, wrapped, and the command
+    that runs the winner of the search of ``scenario`` (its outputs, as any run's)."""
     table = result.table
     simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"], ascending=[False, True])
     rows = simulated.head(SHOWN).to_dict("records")
@@ -50,6 +53,9 @@ def format_search(result: SearchResult) -> str:
     lines.append(f"decision tree (rules of thumb, docs/studies.md): {first}")
     lines.extend(f"  -> {step}" for step in rest)
     lines.extend(textwrap.wrap(result.comparison, WIDTH, break_long_words=False, break_on_hyphens=False))
+    if result.winner is not None and result.winner.get("overrides"):
+        sets = [word for item in json.loads(result.winner["overrides"]) for word in ("--set", item)]
+        lines.append(f"run the best: {shlex.join(['trainsim', 'run', scenario, *sets, '--out', 'DIR'])}")
     return "\n".join(lines)
 
 
@@ -85,11 +91,13 @@ def pruned_by_kind(table) -> dict[Pruned, int]:
 
 
 def _clean(row: dict | None) -> dict | None:
-    """A table row as JSON-ready values (NaN as null, numpy scalars as Python numbers)."""
+    """A table row as JSON-ready values (NaN as null, numpy scalars as Python numbers, `overrides` a list)."""
     if row is None:
         return None
     clean = {}
     for key, value in row.items():
         value = value.item() if hasattr(value, "item") else value
+        if key == "overrides" and isinstance(value, str):  # the table's JSON text, a list in search.json
+            value = json.loads(value)
         clean[key] = None if isinstance(value, float) and math.isnan(value) else value
     return clean

@@ -6,11 +6,13 @@ by simulated tokens/s and say where and why the winner and the tree disagree."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from simulator.catalog.gpus import get_gpu
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
@@ -124,7 +126,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
     runs = _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress)
-    table = _table(checked, runs, tree.candidate, space_layouts)
+    table = _table(checked, runs, tree.candidate, space_layouts, overrides or [])
     # The tree's layout is simulated for the comparison even where the space (--tp, --pp, ...) leaves it out;
     # the winner is the space's: else a space with nothing that fits "agreed with the tree" and exited 0.
     simulated = table[(table["status"] == "simulated") & table["searched"]].sort_values(["tokens_per_s", "label"],
@@ -207,9 +209,25 @@ def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Execut
     return runs
 
 
-def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: set[Candidate]) -> pd.DataFrame:
+def run_overrides(data: dict, given: list[str]) -> list[str]:
+    """The `--set` values with which `trainsim run` of the searched scenario runs a candidate's scenario ``data``
+    as the search ran it: the search's own ``given`` ones, then the whole parallelism section (the search keeps
+    only its placement order and end-stage layers, and a label such as 'TP4 CP1 PP1 DP16 mb1 fsdp' says nothing
+    of the sequence parallelism and schedule it sets), the micro-batch size and the recompute. Setting only the
+    label's degrees ran Llama-3-70B's TP4 DP16 FSDP layout without sequence parallelism: 91.5 GiB, out of
+    memory, where the search had simulated 61.5 GiB."""
+    section = yaml.safe_dump(data["parallelism"], default_flow_style=True, sort_keys=False, width=1 << 20).strip()
+    training = data["training"]
+    return [*given, f"parallelism={section}", f"training.micro_batch={training['micro_batch']}",
+            f"training.recompute={training['recompute']}"]
+
+
+def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: set[Candidate],
+           given: list[str]) -> pd.DataFrame:
     """One row per candidate; `searched` says whether it is a layout of the searched space (the tree's layout,
-    simulated for the comparison, may lie outside it and never wins)."""
+    simulated for the comparison, may lie outside it and never wins); `overrides`, for a layout that got as far
+    as the memory check, the `--set` values that run it (`run_overrides`, a JSON list, as a sweep's table holds
+    its points' overrides)."""
     rows = []
     for c in checked:
         row: dict = {"label": c.candidate.label(), **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}}
@@ -222,6 +240,7 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
                    searched=c.candidate in space)
         metrics = record.metrics if record is not None else {}
         row.update({name: metrics.get(name) for name in REPORTED_METRICS})
+        row["overrides"] = json.dumps(run_overrides(c.data, given)) if c.data else None
         rows.append(row)
     return pd.DataFrame(rows)
 
