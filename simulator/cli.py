@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
-from simulator.console.paths import figure_file, output_folder
+from simulator.console.paths import COMMAND_LINE, command_line, figure_file, output_folder
 from simulator.errors import (
     STOP_SIGNALS,
     ExecutorError,
@@ -208,14 +208,14 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     overrides = dict(item.split("=", 1) for item in args.set if "=" in item)
     bad = [item for item in args.set if "=" not in item]
     if bad:
-        raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
+        raise InputError(f"{bad[0]!r} has no '='", field="--set", allowed="--set name=value")
     try:
         sizes = parse_size_range(args.sizes)
     except InputError as exc:
         raise exc.located(field_prefix="--sizes") from None
     try:
         cluster = read_topology(args.topology, overrides)
-        _refuse_large_cluster(cluster, "collective",
+        _refuse_large_cluster(cluster, "--topology",
                               "time a collective on in seconds (at 65,536 one size takes minutes and 8 GB)",
                               force=args.force)
         rows = collective_sweep(cluster, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
@@ -257,22 +257,26 @@ def _published_workers(args: argparse.Namespace) -> int:
     if args.workers is not None:
         from simulator.console.paths import option_error
 
-        raise option_error("trainsim validate-published: --jobs", "--jobs is the old name of --workers; give one "
+        raise option_error("--jobs", "--jobs is the old name of --workers; give one "
                            "of them", "--workers N alone")
     print("trainsim validate-published: --jobs is deprecated, use --workers", file=sys.stderr)
     return int(args.jobs)
 
 
-def _refuse_large_cluster(spec, command: str, purpose: str, *, force: bool) -> None:
-    """Refuse, before building it, a cluster beyond MAX_QUICK_GPUS (read off the topology's parameters)
-    that ``command`` would spend minutes on, unless ``force``."""
+def _refuse_large_cluster(spec, option: str, purpose: str, *, force: bool) -> None:
+    """Refuse, before building it, a cluster beyond MAX_QUICK_GPUS (read off the topology's parameters, given by
+    the command's ``option``) that the command would spend minutes on, unless ``force``."""
     from simulator.console.paths import option_error
     from simulator.topology.size import MAX_QUICK_GPUS, topology_gpus
 
     gpus = topology_gpus(spec)
     if gpus is not None and gpus > MAX_QUICK_GPUS and not force:
-        raise option_error(command, f"{spec.name} has {gpus:,} GPUs, too many to {purpose}",
+        raise option_error(option, f"{spec.name} has {gpus:,} GPUs, too many to {purpose}",
                            f"at most {MAX_QUICK_GPUS:,} GPUs: a smaller cluster (--set), or pass --force")
+
+
+TOPO_FILE = "TOPOLOGY"
+"""`trainsim topo`'s topology argument, as its usage names it and an error in it is located."""
 
 
 def _cmd_topo(args: argparse.Namespace) -> int:
@@ -283,15 +287,15 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 
     bad = [item for item in args.set if "=" not in item]
     if bad:
-        raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
+        raise InputError(f"{bad[0]!r} has no '='", field="--set", allowed="--set name=value")
     overrides = dict(item.split("=", 1) for item in args.set)
     try:
         spec = read_topology(args.file, overrides)
     except InputError as exc:
         if exc.file:
             raise _at_override(exc, overrides) from None
-        raise option_error(f"topo {args.action}", exc.problem, exc.allowed) from None
-    _refuse_large_cluster(spec, f"topo {args.action}", f"{args.action} in seconds (building it takes minutes)",
+        raise option_error(TOPO_FILE, exc.problem, exc.allowed) from None
+    _refuse_large_cluster(spec, TOPO_FILE, f"{args.action} in seconds (building it takes minutes)",
                           force=args.force)
     try:
         topology = build_source(spec)
@@ -303,7 +307,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
         try:
             draw_topology(topology, figure_file(args.output))
         except TopologyError as exc:
-            raise option_error("topo draw", exc.problem, exc.allowed) from None
+            raise option_error(TOPO_FILE, exc.problem, exc.allowed) from None
         print(f"wrote {args.output}")
     return 0
 
@@ -737,13 +741,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         argument = ARGUMENT_ERROR.fullmatch(_one_line(message))
         if argument is None:  # a missing argument: bare `trainsim` said "required: command" and named none
-            self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {_one_line(message)} (allowed: "
+            self.exit(EXIT_INPUT, f"error: {command_line(self.prog)}: {_one_line(message)} (allowed: "
                                   f"{self._arguments_allowed()})\n")
         field, problem = argument["field"], argument["problem"]
         choice = CHOICES.fullmatch(problem)
         if choice is not None:
             problem = f"invalid choice {choice['value']} (allowed: {choice['choices'].replace(chr(39), '')})"
-        self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {field}: {problem}\n")
+        self.exit(EXIT_INPUT, f"error: {command_line(self.prog)}: {field}: {problem}\n")
 
 
 COLLECTIVE_SIZES = "1MiB:1GiB"
@@ -936,7 +940,7 @@ def _parser() -> argparse.ArgumentParser:
                                       "link classes, its bisection bandwidth per tier) or draw a small one.")
     topo.add_argument("action", choices=["describe", "draw"],
                       help="describe: counts, link classes, bisection bandwidth per tier; draw: a picture")
-    topo.add_argument("file", metavar="TOPOLOGY", help="bundled topology name or YAML file")
+    topo.add_argument("file", metavar=TOPO_FILE, help="bundled topology name or YAML file")
     topo.add_argument("-o", "--output", default="topology.png", help="draw: image file (default topology.png)")
     topo.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                       help="topology parameter, e.g. nodes=16")
@@ -1009,6 +1013,15 @@ def _negative_values_attached(argv: list[str]) -> list[str]:
     return result
 
 
+def _at_command(exc: InputError, command: str) -> InputError:
+    """An error in a flag's value (one no file holds, or one already put on the command line) located as argparse
+    locates its own refusals: `command line: trainsim COMMAND: FLAG: problem`. The command's checks named the
+    flag alone (`command line: --tp: ...`) where argparse's named the command as well."""
+    if exc.file != COMMAND_LINE and (exc.file or not exc.field.startswith("-")):
+        return exc
+    return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=command_line(f"trainsim {command}"))
+
+
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """Entry point of the `trainsim` console script: every failure ends as one line on stderr and an exit
     status (2 input, 1 runtime, 130 interrupted, 143 terminated), never a traceback. ``exiting``: the process
@@ -1028,9 +1041,7 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     try:
         return args.func(args)
     except InputError as exc:
-        if not exc.file and exc.field.startswith("-"):  # a flag's value, checked by the command it was given to
-            exc = exc.located(file="command line")
-        return _fail(f"error: {exc}", EXIT_INPUT)
+        return _fail(f"error: {_at_command(exc, args.command)}", EXIT_INPUT)
     except SimulationError as exc:
         return _fail(f"simulation error: {exc}", EXIT_RUNTIME)
     except ExecutorError as exc:

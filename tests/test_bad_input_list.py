@@ -337,7 +337,7 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "override-not-a-path": (scenario(PRESET), RUN + ["--set", "parallelism[tp]=2"], 2,
                             "--set parallelism[tp]=2: 'parallelism[tp]' is not a field path"),
     "override-without-equals": (scenario(PRESET), RUN + ["--set", "parallelism.tp"], 2,
-                                "command line: --set 'parallelism.tp' has no '='"),
+                                "command line: trainsim run: --set: 'parallelism.tp' has no '='"),
     "strict-out-of-memory": (scenario("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\n"
                                       "training: {seq_len: 4096, global_batch: 8}\nparallelism: {dp: 8}\n"),
                              [*VALIDATE, "--strict"], 2, "s.yaml:4: parallelism: OUT OF MEMORY"),
@@ -361,12 +361,13 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                        "unrecognized arguments: --frobnicate"),
     "unknown-command": ({}, ["simulate"], 2, "invalid choice 'simulate' (allowed: run, validate, scenarios"),
     "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2,
-                             "error: command line: --sizes: size '1024' has no unit"),
+                             "error: command line: trainsim collective: --sizes: size '1024' has no unit"),
     "collective-unknown-op": ({}, ["collective", "--topology", "dgx-h100", "--op", "bogus"], 2,
-                              "error: command line: --op: unknown collective 'bogus'"),
+                              "error: command line: trainsim collective: --op: unknown collective 'bogus'"),
     "collective-algorithm-for-op": ({}, ["collective", "--topology", "dgx-h100", "--op", "all_gather",
                                          "--algorithm", "tree"], 2,
-                                    "error: command line: --algorithm: algorithm 'tree' does not implement all_gather"),
+                                    "error: command line: trainsim collective: --algorithm: algorithm 'tree' does not "
+                                    "implement all_gather"),
     # an item's own algorithm is blamed on the item (it was 's.yaml:1: collectives.algorithm', a section the
     # file does not have); the run default still on its own line
     "workload-item-algorithm-for-op": (scenario(COMM.replace("all_reduce, bytes: 64 MiB",
@@ -394,7 +395,7 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                  "workload:\n  - {op: all_reduce, bytes: 1 MiB, protocol: ll128}\n"), VALIDATE, 2,
                         "s.yaml:3: workload[0].protocol: protocol 'll128' does not run ring all_reduce"),
     "collective-unknown-protocol": ({}, ["collective", "--topology", "dgx-h100", "--protocol", "ll64"], 2,
-                                    "error: command line: --protocol: unknown protocol 'll64'"),
+                                    "error: command line: trainsim collective: --protocol: unknown protocol 'll64'"),
     # Megatron-LM asserts the distributed optimizer; it was accepted and ignored with ZeRO 0 and 3
     "overlap-param-gather-with-plain-ddp": (scenario(PRESET + "parallelism: {ddp: {overlap_param_gather: true}}\n"),
                                             VALIDATE, 2, "s.yaml:4: parallelism.ddp.overlap_param_gather: needs "
@@ -418,59 +419,71 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "bucket-beyond-a-petabyte": (scenario(PRESET + "parallelism: {ddp: {bucket: 2 PiB}}\n"), RUN, 2,
                                  "s.yaml:4: parallelism.ddp.bucket: size '2 PiB' is more than 1 PiB"),
     "collective-size-beyond-a-petabyte": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1e30B"], 2,
-                                          "error: command line: --sizes: size '1e30B' is more than 1 PiB"),
+                                          "error: command line: trainsim collective: --sizes: size '1e30B' is more "
+                                          "than 1 PiB"),
     # 800,000 GPUs ran on for minutes, building the cluster and planning, until memory ran out
     "collective-on-too-many-gpus": ({}, ["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=100000"], 2,
-                                    "error: command line: collective: dgx-h100-cluster has 800,000 GPUs, too many to "
+                                    "error: command line: trainsim collective: --topology: dgx-h100-cluster has "
+                                    "800,000 GPUs, too many to "
                                     "time a collective on in seconds"),
     "collective-unknown-topology": ({}, ["collective", "--topology", "dgx-h900"], 2,
-                                    "error: command line: --topology: unknown topology 'dgx-h900'"),  # <input>:
+                                    "error: command line: trainsim collective: --topology: unknown topology "
+                                    "'dgx-h900'"),  # <input>:
     "topo-unknown-topology": ({}, ["topo", "describe", "dgx-h900"], 2,
-                              "error: command line: topo describe: unknown topology 'dgx-h900'"),  # <input>:
+                              "error: command line: trainsim topo: TOPOLOGY: unknown topology 'dgx-h900'"),  # <input>:
     "collective-chunk-without-unit": ({}, ["collective", "--topology", "dgx-h100", "--chunk", "-1"], 2,
-                                      "error: command line: --chunk: size '-1' has no unit"),
+                                      "error: command line: trainsim collective: --chunk: size '-1' has no unit"),
     "study-without-intervals-or-failures": (scenario("cluster: {topology: dgx-h100, gpus: 8}\nmodel: {preset: "
                                                      "llama3-8b}\ntraining: {seq_len: 2048, global_batch: 8}\n"
                                                      "parallelism: {tp: 8}\nrun: {horizon: 1 d}\n"),
                                             ["study", "checkpoint-interval", "TMP/s.yaml", "--out", "TMP/st"], 2,
-                                            "error: command line: --intervals: the job expects no failure, so it "
+                                            "error: command line: trainsim study: --intervals: the job expects no "
+                                            "failure, so it "
                                             "has no Daly interval to build the default grid around"),
     "study-negative-interval": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                      "--intervals", "-5min,10min"], 2,
-                                "error: command line: --intervals: '-5min,10min' needs positive, finite values "
+                                "error: command line: trainsim study: --intervals: '-5min,10min' needs positive, "
+                                "finite values "
                                 "(allowed: durations with units or whole steps, e.g. 5min,10min,30min,1h or "
                                 "10steps,20steps)"),
     # 'cannot read '5'', where the unit was all it lacked, and 'cannot read '1,x'' for one bad value of a list
     "study-interval-without-unit": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                          "--intervals", "5"], 2,
-                                    "error: command line: --intervals: duration '5' has no unit (allowed: durations "
+                                    "error: command line: trainsim study: --intervals: duration '5' has no unit "
+                                    "(allowed: durations "
                                     "with units or whole steps, e.g. 5min,10min,30min,1h or 10steps,20steps)"),
     # '5min,,10min' ran 5 and 10 min, and '0.5,,1' two multipliers, where search and collective refuse the gap
     "study-empty-interval": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                   "--intervals", "5min,,10min"], 2,
-                             "error: command line: --intervals: '5min,,10min' has an empty item between commas "
+                             "error: command line: trainsim study: --intervals: '5min,,10min' has an empty item "
+                             "between commas "
                              "(allowed: durations with units or whole steps, e.g. 5min,10min,30min,1h or "
                              "10steps,20steps)"),
     "study-empty-multiplier": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st", "--multipliers",
                                     "0.5,1,"], 2,
-                               "error: command line: --multipliers: '0.5,1,' has an empty item between commas "
+                               "error: command line: trainsim study: --multipliers: '0.5,1,' has an empty item between "
+                               "commas "
                                "(allowed: numbers, e.g. 0.5,1,2,4)"),
     # was "cannot read size ''"
     "collective-empty-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1MiB,,2MiB"], 2,
-                              "error: command line: --sizes: '1MiB,,2MiB' has an empty item between commas "
+                              "error: command line: trainsim collective: --sizes: '1MiB,,2MiB' has an empty item "
+                              "between commas "
                               "(allowed: e.g. 1MiB,64MiB)"),
     "study-multiplier-not-a-number": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st",
                                            "--multipliers", "1,x"], 2,
-                                      "error: command line: --multipliers: 'x' is not a number (allowed: numbers, "
+                                      "error: command line: trainsim study: --multipliers: 'x' is not a number "
+                                      "(allowed: numbers, "
                                       "e.g. 0.5,1,2,4)"),
     "study-interval-twice": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                   "--intervals", "10min,600s"], 2,
-                             "error: command line: --intervals: '10min,600s' gives 600 s twice (allowed: distinct "
+                             "error: command line: trainsim study: --intervals: '10min,600s' gives 600 s twice "
+                             "(allowed: distinct "
                              "values, durations with units or whole steps, e.g. 5min,10min,30min,1h or "
                              "10steps,20steps)"),
     "study-multiplier-twice": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st",
                                     "--multipliers", "1,1,2"], 2,
-                               "error: command line: --multipliers: '1,1,2' gives 1 twice (allowed: distinct "
+                               "error: command line: trainsim study: --multipliers: '1,1,2' gives 1 twice (allowed: "
+                               "distinct "
                                "values, numbers, e.g. 0.5,1,2,4)"),
     "collnet-without-sharp": (scenario("cluster: {topology: dgx-h100-cluster}\ncollectives: {algorithm: collnet_direct}"
                                        "\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"), RUN, 2,

@@ -27,7 +27,7 @@ from simulator.cli import main
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
 OUTPUTS = {"summary.json", "timeline.parquet", "trace.json", "manifest.json"}
-ERROR_LINE = re.compile(r"^error: (?P<where>[^:]+(?::\d+)?): (?P<rest>.+)$")
+ERROR_LINE = re.compile(r"^error: (?P<where>command line: trainsim [\w-]+|[^:]+(?::\d+)?): (?P<rest>.+)$")
 
 
 CPU_LIMIT_S = 60
@@ -435,8 +435,9 @@ def test_a_bad_topology_override_is_located_at_its_set(command, override, error,
     assert capsys.readouterr().err.startswith(f"error: {error}")
 
 
-@pytest.mark.parametrize("command, where", [(["topo", "describe"], "topo describe"),
-                                            (["collective", "--sizes", "1MiB", "--topology"], "--topology")])
+@pytest.mark.parametrize("command, where", [(["topo", "describe"], "trainsim topo: TOPOLOGY"),
+                                            (["collective", "--sizes", "1MiB", "--topology"],
+                                             "trainsim collective: --topology")])
 def test_a_missing_topology_file_says_what_is_allowed(command, where, tmp_path, capsys):
     """A path that is no file (missing, or a folder) was 'error: nothere.yaml: cannot read file: No such file or
     directory', with neither the option nor what it takes (a scenario's cluster.topology said both)."""
@@ -514,6 +515,26 @@ def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
     args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
     assert main(args) == 2
     assert capsys.readouterr().err == f"error: command line: {error}\n"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command, refused_by_argparse, refused_by_the_command", [
+    ("search", (["--top", "0"], "--top"), (["--tp", "3"], "--tp/--cp/--pp/--virtual-stages")),
+    ("study", (["--workers", "-1"], "--workers"), (["--intervals", "5min,,"], "--intervals")),
+    ("collective", (["--ranks", "0"], "--ranks"), (["--op", "bogus"], "--op")),
+])
+def test_a_flag_is_located_alike_whether_argparse_or_its_command_refuses_it(command, refused_by_argparse,
+                                                                           refused_by_the_command, tmp_path, capsys):
+    """argparse's refusals said `command line: trainsim search: --top: ...` and the command's own checks of its
+    flags `command line: --tp/...: ...`, without the command: both now name the command line, the command, then
+    the flag."""
+    base = {"search": ["search", "llama3-8b-dgx-h100-dp8", "--out", str(tmp_path / "out")],
+            "study": ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", str(tmp_path / "out")],
+            "collective": ["collective", "--topology", "dgx-h100"]}[command]
+    for flags, flag in (refused_by_argparse, refused_by_the_command):
+        assert main([*base, *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: command line: trainsim {command}: {flag}: ") and err.count("\n") == 1, err
     assert not (tmp_path / "out").exists()
 
 
@@ -599,10 +620,11 @@ def test_topo_describe_refuses_a_million_gpus_unless_forced(capsys):
     """The size is read from the parameters: the refusal comes before the minutes of building the graph."""
     assert main(["topo", "describe", "dgx-h100-cluster", "--set", "nodes=131072"]) == 2
     assert capsys.readouterr().err == (
-        "error: command line: topo describe: dgx-h100-cluster has 1,048,576 GPUs, too many to describe in seconds "
-        "(building it takes minutes) (allowed: at most 32,768 GPUs: a smaller cluster (--set), or pass --force)\n")
+        "error: command line: trainsim topo: TOPOLOGY: dgx-h100-cluster has 1,048,576 GPUs, too many to describe in "
+        "seconds (building it takes minutes) (allowed: at most 32,768 GPUs: a smaller cluster (--set), or pass "
+        "--force)\n")
     assert main(["topo", "draw", "dgx-h100-cluster", "--set", "nodes=4097"]) == 2
-    assert "topo draw: dgx-h100-cluster has 32,776 GPUs, too many to draw" in capsys.readouterr().err
+    assert "trainsim topo: TOPOLOGY: dgx-h100-cluster has 32,776 GPUs, too many to draw" in capsys.readouterr().err
     assert main(["topo", "describe", "dgx-h100-cluster", "--set", "nodes=4", "--force"]) == 0
     assert "32 GPUs (h100-sxm) on 4 hosts" in capsys.readouterr().out
 

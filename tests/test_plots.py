@@ -324,7 +324,7 @@ def test_cli_gantt_refuses_ranks_it_cannot_draw(tmp_path, capsys, ranks, error):
     capsys.readouterr()
     flags = ranks if isinstance(ranks, list) else ["--ranks", ranks]
     assert main(["plot", "gantt", str(out), *flags, "-o", str(tmp_path / "g.png")]) == 2
-    assert capsys.readouterr().err == f"error: command line: {error}\n"
+    assert capsys.readouterr().err == f"error: command line: trainsim plot: {error}\n"
     assert not (tmp_path / "g.png").exists()
 
 
@@ -346,7 +346,7 @@ def test_cli_plot_refuses_options_its_chart_does_not_read(tmp_path, capsys, char
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["plot", chart, str(out), *flags, "-o", str(tmp_path / "m.png")]) == 2
-    assert capsys.readouterr().err == f"error: command line: {error}\n"
+    assert capsys.readouterr().err == f"error: command line: trainsim plot: {error}\n"
     assert not (tmp_path / "m.png").exists()
 
 

@@ -420,7 +420,7 @@ def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, ca
     out = tmp_path / "out"
     assert main(["study", "mtbf", str(scenario), f"--multipliers={multipliers}", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"error: command line: --multipliers: {multipliers!r} needs positive, finite values "
+    assert err == (f"error: command line: trainsim study: --multipliers: {multipliers!r} needs positive, finite values "
                    "(allowed: numbers, e.g. 0.5,1,2,4)"), err
     assert not out.exists()
 
@@ -438,7 +438,8 @@ def test_study_intervals_may_be_whole_steps_as_checkpoint_interval_is(tmp_path, 
     assert [point["interval_steps"] for point in points] == [2, 4]
     capsys.readouterr()
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "1.5steps", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == ("error: command line: --intervals: interval '1.5steps' must be a whole number "
+    assert capsys.readouterr().err == ("error: command line: trainsim study: --intervals: interval '1.5steps' must be "
+                                       "a whole number "
                                        "of steps, at least one (allowed: durations with units or whole steps, e.g. "
                                        "5min,10min,30min,1h or 10steps,20steps)\n")
 
@@ -452,13 +453,15 @@ def test_a_study_value_beyond_the_event_limit_is_blamed_on_its_option(tmp_path, 
     out = tmp_path / "out"
     assert main(["study", "mtbf", str(scenario), "--multipliers", "1,1e12", "--out", str(out)]) == 2
     assert capsys.readouterr().err == (
-        "error: command line: --multipliers: x 1e+12: the job would handle ~768,000,000,096 events over 1 "
+        "error: command line: trainsim study: --multipliers: x 1e+12: the job would handle ~768,000,000,096 events "
+        "over 1 "
         "replication (768,000,000,000 failures, 0 maintenance windows, 96 checkpoints; limit 20,000,000) "
         "(allowed: lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
         "run.replications or a shorter run.horizon; or pass --force)\n")
     assert main(["study", "mtbf", str(scenario), "--multipliers", "1e308", "--set", "faults.rate_multiplier=10",
                  "--out", str(out)]) == 2
-    assert capsys.readouterr().err == ("error: command line: --multipliers: x 1e+308: expected a finite number, got "
+    assert capsys.readouterr().err == ("error: command line: trainsim study: --multipliers: x 1e+308: expected a "
+                                       "finite number, got "
                                        "inf (allowed: a number such as 0.5)\n")
     assert not out.exists()
 

@@ -344,7 +344,7 @@ def test_goodput_chart_refuses_what_it_cannot_draw(content, option, problem, tmp
     output = ["-o", str(tmp_path / option)] if option else []
     assert main(["plot", "goodput", str(folder), *output]) == 2
     err = capsys.readouterr().err.strip()
-    where = "command line: --output" if option else f"{folder}: OUTDIR"
+    where = "command line: trainsim plot: --output" if option else f"{folder}: OUTDIR"
     assert err.startswith(f"error: {where}: {problem} (allowed: "), err
     assert len(err.splitlines()) == 1
     assert not list(tmp_path.glob("**/*.png")) and not list(tmp_path.glob("*.foo"))
@@ -387,7 +387,8 @@ def test_a_study_out_inside_a_file_is_refused_before_the_study_runs(tmp_path, mo
     (tmp_path / "afile").write_text("")
     out = tmp_path / "afile" / "study"
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (f"error: command line: --out: {tmp_path / 'afile'} is not a folder (allowed: "
+    assert capsys.readouterr().err == (f"error: command line: trainsim study: --out: {tmp_path / 'afile'} is not a "
+                                       "folder (allowed: "
                                        "a path inside a writable folder)\n")
 
 
@@ -568,7 +569,8 @@ def test_a_job_that_only_degrades_or_straggles_is_told_so_at_the_default_grid(tm
         "throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 48 h, repair: 6 h}"))
     assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "study")]) == 2
     assert capsys.readouterr().err.startswith(
-        "error: command line: --intervals: the job expects no failure that interrupts the job (its classes only "
+        "error: command line: trainsim study: --intervals: the job expects no failure that interrupts the job (its "
+        "classes only "
         "degrade or straggle: 216 expected over the horizon, slower steps but no restart), so it has no Daly "
         "interval to build the default grid around")
 
@@ -659,7 +661,8 @@ def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys
     assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "short"), "--quiet",
                  "--set", "run.horizon=4 min", "--set", "checkpoint.interval=2 min"]) == 2
     assert capsys.readouterr().err == (
-        f"error: command line: --intervals: Daly's interval ({format_duration(grid.daly_s)}) x 0.25 is longer than "
+        f"error: command line: trainsim study: --intervals: Daly's interval ({format_duration(grid.daly_s)}) x 0.25 "
+        "is longer than "
         "run.horizon (4 min): failures are too rare in the horizon for checkpoints to matter (allowed: durations "
         "under 4 min, e.g. 30 s,1 min,2 min)\n")
     assert not (tmp_path / "short").exists()

@@ -150,7 +150,8 @@ def test_force_simulates_a_candidate_beyond_the_scale_limits(monkeypatch):
 @pytest.mark.parametrize(("args", "message"), [
     (["--top", "0"], "command line: trainsim search: --top: '0' is below 1 (allowed: a whole number, 1 or more)"),
     (["--tp", "3", "--cp", "1", "--pp", "1"],
-     "command line: --tp/--cp/--pp/--virtual-stages: no layout of the search space fits the 512 GPUs (allowed: "
+     "command line: trainsim search: --tp/--cp/--pp/--virtual-stages: no layout of the search space fits the 512 GPUs "
+     "(allowed: "
      "tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1)"),
 ])
 def test_a_search_that_would_simulate_nothing_is_refused(tmp_path, capsys, args, message):
@@ -442,7 +443,8 @@ def test_a_search_of_a_dense_twin_refuses_expert_parallelism_and_seeds_the_tree_
     assert capsys.readouterr().err.endswith("parallelism.ep: ep 8 needs a model with experts (allowed: 1 "
                                             "(model.moe is null: no experts); or --ep 1)\n")
     assert main(["search", "mixtral-8x7b-ep8", "--set", "model.moe=null", "--ep", "8", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == ("error: command line: --ep: ep 8 needs a model with experts (allowed: 1 "
+    assert capsys.readouterr().err == ("error: command line: trainsim search: --ep: ep 8 needs a model with experts "
+                                       "(allowed: 1 "
                                        "(model.moe is null: no experts))\n")
     assert not out.exists()
     space = SearchSpace(tp=(2,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),

@@ -163,7 +163,7 @@ def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, fla
     _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
     capsys.readouterr()
     assert main(["plot", "heatmap", str(tmp_path / "sweep"), *flags, "-o", str(tmp_path / "h.png")]) == 2
-    assert capsys.readouterr().err == f"error: command line: {error}\n"
+    assert capsys.readouterr().err == f"error: command line: trainsim plot: {error}\n"
     assert not (tmp_path / "h.png").exists()
 
 
@@ -195,7 +195,8 @@ def test_a_sweep_chart_of_a_text_column_is_refused_as_a_heatmap_is(tmp_path, cap
     assert main(["plot", "sweep", str(tmp_path / "sweep"), "--x", "workload[0].bytes", "--y",
                  "collectives.algorithm", "-o", str(tmp_path / "s.png")]) == 2
     assert capsys.readouterr().err == (
-        "error: command line: --y: column 'collectives.algorithm' holds values that are not numbers (allowed: a "
+        "error: command line: trainsim plot: --y: column 'collectives.algorithm' holds values that are not numbers "
+        "(allowed: a "
         "numeric column: gpus, makespan_s, collectives[0].ranks, collectives[0].bytes, collectives[0].time_s, "
         "collectives[0].algbw_GBps, collectives[0].busbw_GBps, ops_executed, flows_simulated, seed)\n")
     assert not (tmp_path / "s.png").exists()
@@ -212,7 +213,8 @@ def test_a_sweep_chart_defaults_x_to_the_one_swept_field_and_says_so(tmp_path, c
     _all_reduce_sweep(tmp_path / "two", "1 MiB, 16 MiB")
     capsys.readouterr()
     assert main(["plot", "sweep", str(tmp_path / "two"), "--y", "collectives[0].busbw_GBps"]) == 2
-    assert capsys.readouterr().err == ("error: command line: --x: a sweep chart needs --x and --y: 2 fields are "
+    assert capsys.readouterr().err == ("error: command line: trainsim plot: --x: a sweep chart needs --x and --y: 2 "
+                                       "fields are "
                                        "swept (allowed: one of the swept fields: collectives.algorithm, "
                                        "workload[0].bytes)\n")
 
@@ -233,12 +235,14 @@ def test_a_heatmap_defaults_its_axes_to_the_two_swept_fields_and_says_so(tmp_pat
                  str(tmp_path / "g.png")]) == 0
     assert capsys.readouterr().out.startswith("--y collectives.algorithm: the other field the sweep varies\n")
     assert main(["plot", "heatmap", two, "--x", "collectives.algorithm", "--y", "workload[0].bytes"]) == 2
-    assert capsys.readouterr().err.startswith("error: command line: --value: a heatmap chart needs --value (allowed: "
+    assert capsys.readouterr().err.startswith("error: command line: trainsim plot: --value: a heatmap chart needs "
+                                              "--value (allowed: "
                                               "a numeric column: gpus, makespan_s,")
     _one_field_sweep(tmp_path / "one")
     capsys.readouterr()
     assert main(["plot", "heatmap", str(tmp_path / "one"), "--value", value]) == 2
-    assert capsys.readouterr().err == ("error: command line: --x: a heatmap chart needs --x and --y: 1 field is swept "
+    assert capsys.readouterr().err == ("error: command line: trainsim plot: --x: a heatmap chart needs --x and --y: 1 "
+                                       "field is swept "
                                        "(allowed: two columns of the results table; the swept fields: "
                                        "workload[0].bytes)\n")
 
@@ -283,11 +287,11 @@ def test_study_charts_from_a_sweep_a_collective_table_and_a_search(tmp_path, cap
     capsys.readouterr()
     assert main(["plot", "sweep", str(tmp_path / "sweep"), "--x", "nope", "--y", "step_time_s"]) == 2
     # the refusal names the flag at fault (it named all four) and the columns there are, the axes first
-    assert ("command line: --x: no column 'nope' (allowed: a column of the table: point, status, error, "
+    assert ("command line: trainsim plot: --x: no column 'nope' (allowed: a column of the table: point, status, error, "
             "collectives.algorithm, workload[0].bytes, ") in capsys.readouterr().err
     assert main(["plot", "heatmap", str(tmp_path / "sweep"), "--x", "workload[0].bytes", "--y",
                  "collectives.algorithm", "--value", "time"]) == 2
-    assert "command line: --value: no column 'time' (allowed: " in capsys.readouterr().err
+    assert "command line: trainsim plot: --value: no column 'time' (allowed: " in capsys.readouterr().err
     rows = [{"op": "all_reduce", "algorithm": "ring", "bytes": 2.0**20 * k, "busbw_GBps": 10.0 * k}
             for k in (1, 2, 4)]
     (tmp_path / "rows.json").write_text(json.dumps(rows))

@@ -439,7 +439,8 @@ def test_cli_draw_into_a_new_folder_and_refuse_a_large_one_on_the_command_line(t
         assert main(["topo", "draw", "dgx-h100", "--set", "gpus=1", "-o", str(tmp_path / "one.png")]) == 0
     assert main(["topo", "draw", "dgx-h100-cluster", "--set", "nodes=128", "-o", str(tmp_path / "big.png")]) == 2
     assert capsys.readouterr().err == (
-        "error: command line: topo draw: topology dgx-h100-cluster has 2,224 nodes, too many to draw (allowed: at "
+        "error: command line: trainsim topo: TOPOLOGY: topology dgx-h100-cluster has 2,224 nodes, too many to draw "
+        "(allowed: at "
         "most 512 nodes (GPUs, switches, NICs): fewer servers, or topo describe)\n")
     assert not (tmp_path / "big.png").exists()
 

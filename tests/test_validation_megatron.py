@@ -58,7 +58,8 @@ def test_an_unknown_case_is_refused_naming_the_cases(capsys):
                  "--case", "nccl-sendrecv"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith(f"error: command line: --case: no case 'nccl-sendrecv' in {FOLDER} (allowed: ")
+    assert captured.err.startswith("error: command line: trainsim validate-published: --case: no case "
+                                   f"'nccl-sendrecv' in {FOLDER} (allowed: ")
     assert "nccl-sendrecv-ndr" in captured.err and captured.err.count("\n") == 1
 
 
@@ -103,7 +104,8 @@ def test_a_report_with_no_folder_to_go_to_is_refused_before_the_cases_run(tmp_pa
     monkeypatch.setattr(validation, "run_cases", lambda *args, **kwargs: pytest.fail("ran the cases"))
     missing = tmp_path / "missing" / "validation.md"
     assert main(["validate-published", "--folder", str(FOLDER), "--out", str(missing)]) == 2
-    assert capsys.readouterr().err == (f"error: command line: --out: no folder {missing.parent} to write the report "
+    assert capsys.readouterr().err == ("error: command line: trainsim validate-published: --out: no folder "
+                                       f"{missing.parent} to write the report "
                                        "into (allowed: a file in an existing folder)\n")
 
 

@@ -192,12 +192,12 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
     written: list[Override] = []
     for item in overrides:
         if "=" not in item:
-            raise ScenarioError(f"--set {item!r} has no '='", allowed="--set section.field=value",
+            raise ScenarioError(f"{item!r} has no '='", field="--set", allowed="--set section.field=value",
                                 file="command line")
         key, raw = item.split("=", 1)
         parts = parse_field(key.strip())
         if not parts:
-            raise ScenarioError(f"--set {item!r} names no field", allowed="--set section.field=value",
+            raise ScenarioError(f"{item!r} names no field", field="--set", allowed="--set section.field=value",
                                 file="command line")
         if not is_field_path(key.strip()):
             raise ScenarioError(f"{key.strip()!r} is not a field path", file=f"--set {item.strip()}",

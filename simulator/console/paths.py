@@ -16,6 +16,12 @@ FIGURE_FORMATS = ("png", "svg", "pdf", "eps", "jpg", "jpeg", "tif", "tiff")
 """Image formats the plots are saved in (matplotlib's Agg, SVG, PDF and PS backends, Pillow for the rest)."""
 
 
+def command_line(prog: str) -> str:
+    """Where an error in one of ``prog``'s flags is located ('command line: trainsim search'), the one place both
+    argparse's refusals and a command's own checks of its flags take it from: the file, then the command."""
+    return f"{COMMAND_LINE}: {prog}"
+
+
 def option_error(option: str, problem: str, allowed: str) -> InputError:
     """An InputError about a command-line option."""
     return InputError(problem, field=option, allowed=allowed, file=COMMAND_LINE)
