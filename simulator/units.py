@@ -47,6 +47,13 @@ def _allowed(kind: QuantityKind) -> str:
     return names[kind]
 
 
+def case_hint(unit: str, names: Iterable[str]) -> str:
+    """Where ``unit`` is one of ``names`` in other letters' case ('MIN', 'gib', 'Steps'), that units are
+    case-sensitive and which it may mean: they stay so, since case tells b from B (8 times) and m from M."""
+    meant = [name for name in names if name.casefold() == unit.casefold()]
+    return f": units are case-sensitive ({' or '.join(meant)})" if meant else ""
+
+
 def parse_quantity(value: object, kind: QuantityKind) -> float:
     """Parse ``value`` (a string with a unit) as a quantity of ``kind`` and return it in SI units."""
     table = _KINDS[kind]
@@ -65,7 +72,8 @@ def parse_quantity(value: object, kind: QuantityKind) -> float:
             return 0.0
         raise InputError(f"{kind} {value!r} has no unit", allowed=_allowed(kind))
     if unit not in table:
-        raise InputError(f"unknown {kind} unit {unit!r} in {value!r}", allowed=_allowed(kind))
+        raise InputError(f"unknown {kind} unit {unit!r} in {value!r}{case_hint(unit, table)}",
+                         allowed=_allowed(kind))
     result = number * table[unit]
     if not math.isfinite(result):
         raise InputError(f"{kind} {value!r} is not finite", allowed=_allowed(kind))

@@ -444,6 +444,30 @@ def test_study_intervals_may_be_whole_steps_as_checkpoint_interval_is(tmp_path, 
                                        "5min,10min,30min,1h or 10steps,20steps)\n")
 
 
+def test_a_step_word_in_other_case_is_refused_as_any_unit_in_other_case_is(tmp_path, capsys):
+    """Unit words are case-sensitive (`10 MIN`, `1 gib` are refused: case tells b from B); `--intervals '10 Steps'`
+    was refused too, but as an "unknown duration unit 'Steps'", where `10 steps` and `10steps` are step counts. A
+    step word in other case is now refused as a unit in the wrong case, in `--intervals` and `checkpoint.interval`
+    alike, naming the unit it may mean, as a duration or size unit in the wrong case now is."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE)
+    out = tmp_path / "out"
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10 Steps", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == ("error: command line: trainsim study: --intervals: unknown unit 'Steps' in "
+                                       "'10 Steps': units are case-sensitive (steps) (allowed: durations with units "
+                                       "or whole steps, e.g. 5min,10min,30min,1h or 10steps,20steps)\n")
+    assert main(["validate", str(scenario), "--set", "checkpoint.interval=10 STEPS"]) == 2
+    assert capsys.readouterr().err == ("error: --set checkpoint.interval=10 STEPS: checkpoint.interval: unknown unit "
+                                       "'STEPS' in '10 STEPS': units are case-sensitive (steps) (allowed: '200 "
+                                       "steps', '30 min')\n")
+    assert main(["validate", str(scenario), "--set", "checkpoint.interval=10 MIN"]) == 2
+    assert "unknown duration unit 'MIN' in '10 MIN': units are case-sensitive (min) (allowed: " in (
+        capsys.readouterr().err)
+    assert main(["validate", str(scenario), "--set", "checkpoint.size=1 gib"]) == 2
+    assert "unknown size unit 'gib' in '1 gib': units are case-sensitive (GiB) (allowed: " in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_a_study_value_beyond_the_event_limit_is_blamed_on_its_option(tmp_path, capsys):
     """16 GPUs failing every 1000 h for 2 d expect 16 x 48 h / 1000 h = 0.768 failures; x 1e12, 768 billion. The
     refusal named the scenario's `faults` line, which the user did not change, and a multiplier that overflowed

@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from simulator.config.sections import INT64_LIMIT, Section, user_value
 from simulator.errors import InputError
-from simulator.units import DURATION_UNITS, format_duration, parse_bandwidth, parse_duration, parse_size
+from simulator.units import DURATION_UNITS, case_hint, format_duration, parse_bandwidth, parse_duration, parse_size
 
 UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable"]
 UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
@@ -149,10 +149,20 @@ def parse_rate(value: object) -> float:
     return count / units / period
 
 
+STEP_WORDS = ("step", "steps")
+"""The unit of an interval in whole steps ('1 step', '200 steps')."""
+STEPS = re.compile(r"^\s*([-+]?\d*\.?\d*(?:[eE][-+]?\d+)?)\s*(steps?)\s*$", re.IGNORECASE)
+"""An interval in steps, its word in any case (told apart from a duration so that 'Steps' is refused as such)."""
+
+
 def parse_interval(value: object) -> float | int:
-    """A checkpoint interval: an int number of steps from "N steps", else seconds from a duration."""
+    """A checkpoint interval: an int number of steps from "N steps", else seconds from a duration. The step word
+    is case-sensitive as every unit is ('10 Steps' refused, saying so, where it was called a duration unit)."""
     if isinstance(value, str):
-        match = re.match(r"^\s*([-+]?\d*\.?\d*(?:[eE][-+]?\d+)?)\s*steps?\s*$", value)
+        match = STEPS.match(value)
+        if match and match[2] not in STEP_WORDS:
+            raise ValueError(f"unknown unit {match[2]!r} in {value!r}{case_hint(match[2], STEP_WORDS)} (allowed: "
+                             "'200 steps', '30 min')")
         if match:
             steps = float(match[1]) if re.search(r"\d", match[1]) else math.nan
             if not steps >= 1 or steps != int(steps):

@@ -99,7 +99,7 @@ def parse_intervals(text: str) -> list[float | str]:
 def _interval(part: str) -> float | str:
     """One `--intervals` item: a duration in seconds, or 'N steps' as `checkpoint.interval` takes it (the
     option took durations only, where the scenario's field takes either)."""
-    if not re.search(r"steps?\s*$", part):
+    if not re.search(r"steps?\s*$", part, re.IGNORECASE):
         return parse_duration(part)
     try:
         return f"{parse_interval(part)} steps"
