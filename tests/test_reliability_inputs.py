@@ -444,6 +444,31 @@ def test_study_intervals_may_be_whole_steps_as_checkpoint_interval_is(tmp_path, 
                                        "5min,10min,30min,1h or 10steps,20steps)\n")
 
 
+def test_study_intervals_that_round_to_the_same_steps_are_refused_as_a_value_given_twice_is(tmp_path, capsys):
+    """`--intervals 10min,600s` is refused (the same value twice), but a duration and a step count that round to
+    the same whole steps (or two durations below half a step, both raised to one) ran the same point twice, a
+    duplicate row in the curve and its fit. They are refused before any point runs, naming both and the steps."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE)
+    out = tmp_path / "out"
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "2steps", "--out", str(out),
+                 "--quiet"]) == 0
+    step_s = json.loads((out / "study.json").read_text())["curves"][0]["points"][0]["interval_s"] / 2
+    capsys.readouterr()
+    again = tmp_path / "again"
+    near = 3.2 * step_s
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", f"{near!r}s,1steps,3 steps",
+                 "--out", str(again)]) == 2
+    assert capsys.readouterr().err == (f"error: command line: trainsim study: --intervals: {near:g} s and 3 steps both "
+                                       f"run a checkpoint every 3 steps (steps of {format_duration(step_s)}): the "
+                                       "same point twice (allowed: values distinct in whole steps, durations with "
+                                       "units or whole steps, e.g. 5min,10min,30min,1h or 10steps,20steps)\n")
+    assert main(["study", "mtbf", str(scenario), "--intervals", f"{step_s / 10!r}s,{step_s / 4!r}s",
+                 "--multipliers", "1,2", "--out", str(again)]) == 2
+    assert " both run a checkpoint every 1 step (steps of " in capsys.readouterr().err
+    assert not again.exists()
+
+
 def test_a_step_word_in_other_case_is_refused_as_any_unit_in_other_case_is(tmp_path, capsys):
     """Unit words are case-sensitive (`10 MIN`, `1 gib` are refused: case tells b from B); `--intervals '10 Steps'`
     was refused too, but as an "unknown duration unit 'Steps'", where `10 steps` and `10steps` are step counts. A

@@ -265,6 +265,9 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
              for interval in at] for multiplier in multipliers]
     points = [point for row in grid for point in row]
     jobs = [prepare_job(loaded, force=force) for _, loaded in points]
+    if intervals:
+        for first in range(0, len(jobs), len(at)):  # each multiplier's points
+            refuse_same_steps(intervals, jobs[first:first + len(at)])
     refuse_long_study(base, points, jobs, force)
     if on_healthy_step is not None:
         on_healthy_step(jobs[0].step_summary)
@@ -285,6 +288,28 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
                 progress(finished + 1, len(points))
         curves.append(curve_summary(done))
     return {"scenario": str(scenario), "overrides": list(overrides), "point_warnings": warned, "curves": curves}
+
+
+def refuse_same_steps(intervals: Sequence[float | str], jobs: list[PreparedJob]) -> None:
+    """Refuse two intervals that round to the same whole number of steps (`--intervals 600s,10steps` on a 60 s
+    step, or 10s,20s both raised to one step): a job checkpoints after whole steps, so both would be one point
+    simulated twice, a duplicate in the curve and its fit, as the same value given twice is (`parse_list`
+    refuses that). ``jobs``: one multiplier's points, in the order of ``intervals``."""
+    first: dict[int, float | str] = {}
+    for interval, job in zip(intervals, jobs, strict=True):
+        steps = job.healthy.interval_steps
+        if steps in first:
+            raise InputError(f"{_interval_shown(first[steps])} and {_interval_shown(interval)} both run a checkpoint "
+                             f"every {counted(steps, 'step')} (steps of {format_duration(job.healthy.step_s)}): the "
+                             "same point twice", field="--intervals",
+                             allowed=f"values distinct in whole steps, {INTERVALS_ALLOWED}")
+        first[steps] = interval
+
+
+def _interval_shown(interval: float | str) -> str:
+    """A study interval as an error names it: '10 steps' as given, a duration in seconds ('100 s', as `parse_list`
+    names a value given twice)."""
+    return interval if isinstance(interval, str) else f"{interval:g} s"
 
 
 def _points_shown(progress: Callable[[int, int], None] | None, finished: int, total: int
