@@ -116,9 +116,9 @@ class Terminated(KeyboardInterrupt):
 
 
 class InterruptedWritten(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM: ``terminated``) while a run's files were moved into its folder: held back until the
-    move ended, so the folder holds the complete run (with its manifest) and the command stops after writing
-    it."""
+    """Ctrl-C (or SIGTERM: ``terminated``) while a run's files were moved into its folder, held back until the
+    move ended, or just after it: the folder holds the complete run (with its manifest) and the command stops
+    after writing it."""
 
     def __init__(self, out_dir: Path, terminated: bool = False) -> None:
         super().__init__(str(out_dir))

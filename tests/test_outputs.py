@@ -510,24 +510,36 @@ def test_a_failure_while_writing_leaves_the_previous_run(tmp_path, monkeypatch):
     one_run_only(out)
 
 
-def test_a_stop_while_the_temporary_folder_goes_leaves_no_partial_folder(tmp_path, monkeypatch):
-    """Ctrl-C landing as the temporary folder is removed (after an earlier stop, or after the move) is held back
-    until it is gone: before, the KeyboardInterrupt cut the removal short and left `.out.partial-*` beside
-    the run (1 stop in 12 at the moment the files were written, on a loaded machine)."""
+@pytest.mark.parametrize(("signum", "said", "status"), [(signal.SIGINT, "interrupted", 130),
+                                                      (signal.SIGTERM, "terminated", 143)])
+def test_a_stop_after_the_move_leaves_no_partial_folder_and_says_the_run_was_written(tmp_path, monkeypatch, capsys,
+                                                                                     signum, said, status):
+    """Ctrl-C (or SIGTERM) landing right after the move, as the temporary folder is removed, is held back until
+    it is gone, and the command says the new run was written, as for a stop during the move. Before, the
+    KeyboardInterrupt cut the removal short and left `.out.partial-*` beside the run (1 stop in 12 at the moment
+    the files were written, on a loaded machine); then, with the removal held, it said only 'interrupted'
+    though the folder held the complete new run."""
+    from simulator.cli import _interrupted_once
+
     out = tmp_path / "out"
     assert main(["run", str(PIPELINE), "--out", str(out)]) == 0
     remove = shutil.rmtree
 
     def pressed_first(path, *args, **kwargs):
-        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signum)
         remove(path, *args, **kwargs)
 
     monkeypatch.setattr("simulator.report.run_folder.shutil.rmtree", pressed_first)
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before
+    # Python's SIGINT handler, whatever a test before left; the console script's SIGTERM handler
+    handlers = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupted_once)}
+    capsys.readouterr()
     try:
-        assert main(["run", str(SMALL), "--out", str(out)]) == 130
+        assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == status
     finally:
-        signal.signal(signal.SIGINT, handler)
+        for held, handler in handlers.items():
+            signal.signal(held, handler)
+    assert capsys.readouterr().err == f"{said}: the run's files were written to {out} before it stopped\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
     assert one_run_only(out)["scenario"] == str(SMALL)
 

@@ -145,22 +145,24 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
     manifest.json (``identity`` plus each file's size and SHA-256), then move everything into ``out_dir`` and
     remove the stale files of an earlier run. Returns the file names written, manifest last. On any error or
     Ctrl-C before the move, ``out_dir`` is left as it was and the temporary folder is removed; Ctrl-C during
-    the move is held back to its end and then raised as InterruptedWritten: the folder holds the new run. The
-    temporary folder's removal is held back too: a stop landing in it left a `.NAME.partial-*` folder beside
-    ``out_dir`` (1 stop in 12 at the moment the files were written, on a loaded machine)."""
+    the move is held back to its end and then raised as InterruptedWritten: the folder holds the new run, as it
+    does for a stop landing after the move, while the temporary folder goes (that one said only 'interrupted'
+    before). The temporary folder's removal is held back too: a stop landing in it left a `.NAME.partial-*`
+    folder beside ``out_dir`` (1 stop in 12 at the moment the files were written, on a loaded machine)."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    moved = False
     try:
-        write(stage)
-        names = sorted(path.name for path in stage.iterdir() if path.is_file())
-        files = {name: {"bytes": (stage / name).stat().st_size, "sha256": file_digest(stage / name)}
-                 for name in names}
-        (stage / MANIFEST).write_bytes(orjson.dumps({**identity, "files": files},
-                                                    option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-        out_dir.mkdir(exist_ok=True)
-        stale = (_previous_files(out_dir) | set(RUN_OUTPUTS)) - set(names) - {MANIFEST}
         try:
+            write(stage)
+            names = sorted(path.name for path in stage.iterdir() if path.is_file())
+            files = {name: {"bytes": (stage / name).stat().st_size, "sha256": file_digest(stage / name)}
+                     for name in names}
+            (stage / MANIFEST).write_bytes(orjson.dumps({**identity, "files": files},
+                                                        option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+            out_dir.mkdir(exist_ok=True)
+            stale = (_previous_files(out_dir) | set(RUN_OUTPUTS)) - set(names) - {MANIFEST}
             with interrupts_held():
                 (out_dir / MANIFEST).unlink(missing_ok=True)
                 for name in names:
@@ -168,12 +170,15 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
                 for name in sorted(stale):
                     (out_dir / name).unlink(missing_ok=True)
                 os.replace(stage / MANIFEST, out_dir / MANIFEST)
-        except KeyboardInterrupt as stop:
-            raise InterruptedWritten(out_dir, terminated=isinstance(stop, Terminated)) from None
-        return [*names, MANIFEST]
-    finally:
-        with interrupts_held():
-            shutil.rmtree(stage, ignore_errors=True)
+                moved = True
+            return [*names, MANIFEST]
+        finally:
+            with interrupts_held():
+                shutil.rmtree(stage, ignore_errors=True)
+    except KeyboardInterrupt as stop:
+        if not moved:
+            raise
+        raise InterruptedWritten(out_dir, terminated=isinstance(stop, Terminated)) from None
 
 
 def outdir_error(out_dir: Path, problem: str, allowed: str = OUTDIR_ALLOWED) -> ScenarioError:
