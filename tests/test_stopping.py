@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -264,6 +265,35 @@ def test_a_pool_dropped_without_close_releases_its_workers_descriptors():
     assert run.returncode == 0, run.stderr
     same, before, after = run.stdout.split()
     assert same == "True", f"{before} descriptors open before the pool, {after} after"
+
+
+def test_a_pool_forks_its_workers_from_the_main_thread_only():
+    """Linux kills a worker when the thread that forked it ends (`PR_SET_PDEATHSIG`): a map begun in a thread
+    that ended before it lost its workers, and the main thread reading the rest got WorkerKilled (before). Now
+    a map that would fork off the main thread is an ExecutorError saying so; the same pool then maps from the
+    main thread."""
+    from simulator.errors import ExecutorError
+    from simulator.sweep.executors import MAIN_THREAD_ONLY, PoolExecutor
+
+    executor = PoolExecutor(2)
+    results = executor.map_unordered(abs, range(-4, 0))
+    raised: list[BaseException] = []
+
+    def first_result():
+        try:
+            next(results)
+        except BaseException as exc:
+            raised.append(exc)
+
+    begun = threading.Thread(target=first_result)
+    begun.start()
+    begun.join(60)
+    try:
+        assert not begun.is_alive()
+        assert [type(exc) for exc in raised] == [ExecutorError] and str(raised[0]) == MAIN_THREAD_ONLY
+        assert sorted(executor.map_unordered(abs, range(-4, 0))) == [1, 2, 3, 4]
+    finally:
+        executor.close()
 
 
 KILLED_WHILE_WORKING = """

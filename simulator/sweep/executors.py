@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -51,14 +52,15 @@ class SerialExecutor:
 
 class PoolExecutor:
     """A local pool of worker processes of its own, one per usable core by default (`machine.usable_cores`), each
-    handed one task at a time over its own pipe. Its workers are forked when a map starts, with Ctrl-C and
-    SIGTERM held back until each has left both to this process (`_worker_started`): Ctrl-C at a terminal reaches
-    the whole process group, and this process alone decides to stop. `close` kills the workers (SIGKILL) and
-    reads nothing more, so it returns at once wherever a stop landed. Before, over concurrent.futures'
-    ProcessPoolExecutor, a stop that landed while this thread held a future's lock (a signal handler raising as
-    `add_done_callback` had just taken it, which a Ctrl-C can do once another thread such as the progress bar's
-    may take the signal) left the pool's own thread waiting on that lock, and `close` waited on the thread for
-    good (4 stops in 121 of many cheap points, on 2 cores beside two busy processes)."""
+    handed one task at a time over its own pipe. Its workers are forked when a map starts, from the main thread
+    only (`_start`), with Ctrl-C and SIGTERM held back until each has left both to this process
+    (`_worker_started`): Ctrl-C at a terminal reaches the whole process group, and this process alone decides to
+    stop. `close` kills the workers (SIGKILL) and reads nothing more, so it returns at once wherever a stop
+    landed. Before, over concurrent.futures' ProcessPoolExecutor, a stop that landed while this thread held a
+    future's lock (a signal handler raising as `add_done_callback` had just taken it, which a Ctrl-C can do once
+    another thread such as the progress bar's may take the signal) left the pool's own thread waiting on that
+    lock, and `close` waited on the thread for good (4 stops in 121 of many cheap points, on 2 cores beside two
+    busy processes)."""
 
     def __init__(self, workers: int = 0):
         self.workers = workers or usable_cores()
@@ -93,7 +95,12 @@ class PoolExecutor:
         closes the pipes of the workers before it, so that a pipe's only ends are this process and its worker.
         Forked by name (Python 3.14 makes forkserver Linux's default), and daemonic: a program that leaves
         without `close` (an exception that skips it, a script that never calls it) has them ended at exit, where
-        before the interpreter waited for workers blocked on pipes it still held, for good."""
+        before the interpreter waited for workers blocked on pipes it still held, for good. From the main thread
+        only, an ExecutorError elsewhere: Linux kills each worker when the thread that forked it ends
+        (`_worker_started`), so a map begun in a thread that ended before the map did lost its workers and raised
+        WorkerKilled."""
+        if threading.current_thread() is not threading.main_thread():
+            raise ExecutorError(MAIN_THREAD_ONLY)
         context = get_context("fork")
         with interrupts_held():
             signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -131,6 +138,10 @@ def _end_workers(workers: list[tuple[BaseProcess, Connection]], owner: int) -> N
             process.close()
             pipe.close()
         workers.clear()
+
+
+MAIN_THREAD_ONLY = ("the local executor starts its worker processes from the main thread only (each is killed when "
+                    "the thread that started it ends); map from the main thread, or use the serial executor")
 
 
 def _hand_out(pipe: Connection, waiting: Iterator) -> bool:
