@@ -166,6 +166,7 @@ def parse_size_range(text: str) -> list[float]:
 
 # The units the formatters below choose from, largest first: (name, its size in bytes, seconds or bytes/s).
 SIZE_STEPS = (*((unit, SIZE_UNITS[unit]) for unit in ("TiB", "GiB", "MiB", "KiB")), ("B", 1.0))
+DECIMAL_SIZE_STEPS = (*((unit, SIZE_UNITS[unit]) for unit in ("PB", "TB", "GB", "MB", "KB")), ("B", 1.0))
 DURATION_STEPS = (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
 BANDWIDTH_STEPS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
 
@@ -264,6 +265,12 @@ def format_count(count: float) -> str:
 def format_size(nbytes: float) -> str:
     """A human-readable binary size: 1073741824 -> '1 GiB'."""
     return _scaled(nbytes, SIZE_STEPS)
+
+
+def format_decimal_size(nbytes: float) -> str:
+    """A size in decimal units, as storage and checkpoints are quoted and their fields are given: 6.48e12 ->
+    '6.48 TB' (a `storage.capacity` of 1 TB was echoed as 931.3 GiB, in a base the user never wrote)."""
+    return _scaled(nbytes, DECIMAL_SIZE_STEPS)
 
 
 def format_duration(seconds: float) -> str:
