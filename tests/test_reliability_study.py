@@ -168,6 +168,60 @@ def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
     assert (out / "goodput.png").stat().st_size > 10_000
 
 
+def replayed_goodputs(scenario: str, interval_s: float, replications: int) -> tuple[np.ndarray, float]:
+    """Each replication's kept healthy-equivalent steps per second of the job at ``interval_s``, replayed one by
+    one with its own arrivals (replication r draws from `default_rng([run.seed, r])`), and the tokens a step
+    holds."""
+    import simpy
+
+    from simulator.reliability.events import JobEvents
+    from simulator.reliability.job import JobProcess
+    from simulator.reliability.processes import draw_arrivals
+    from simulator.reliability.simulate import prepare_job
+    from simulator.reliability.study import study_point_scenario
+
+    loaded = study_point_scenario(scenario, [], 1.0, 1.0, interval_s)
+    job = prepare_job(loaded)
+    horizon, seed = loaded.scenario.run.horizon, loaded.scenario.run.seed
+    rates = []
+    for replication in range(replications):
+        arrivals = draw_arrivals(np.random.default_rng([seed, replication]), job.model.classes, job.counts, horizon)
+        process = JobProcess(job.plan, arrivals, JobEvents())
+        env = simpy.Environment()
+        env.process(process.run(env))
+        env.run()
+        rates.append(process.totals(job.healthy).equivalent_steps / horizon)
+    return np.asarray(rates), job.healthy.tokens_per_step
+
+
+def test_study_csv_gives_goodputs_95_percent_interval_and_the_chart_its_band(tmp_path):
+    """study.csv gave ETTR's 95% interval but goodput's mean alone, so `trainsim plot goodput` drew no band under
+    goodput. Its `goodput_tokens_per_s_ci95_low`/`_high` and `goodput_steps_per_s_ci95_low`/`_high` are Student's
+    t interval over the replications, here of the replications replayed one by one (scipy's t quantile), and the
+    goodput panel fills between them."""
+    from scipy import stats
+
+    from simulator.reliability.plots import goodput_figure, load_study
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 5"))
+    out = tmp_path / "study"
+    assert main(["study", "mtbf", str(scenario), "--intervals", "20min,40min", "--out", str(out), "--quiet"]) == 0
+    rows = pd.read_csv(out / "study.csv")
+    for row in rows.itertuples():
+        steps, tokens = replayed_goodputs(str(scenario), row.interval_s, 5)
+        half = stats.t.ppf(0.975, len(steps) - 1) * steps.std(ddof=1) / math.sqrt(len(steps))
+        assert half > 0
+        expected = {"goodput_steps_per_s": steps.mean(), "goodput_steps_per_s_ci95_low": steps.mean() - half,
+                    "goodput_steps_per_s_ci95_high": steps.mean() + half,
+                    "goodput_tokens_per_s_ci95_low": tokens * (steps.mean() - half),
+                    "goodput_tokens_per_s_ci95_high": tokens * (steps.mean() + half)}
+        # six significant digits in the CSV; the t table's three decimals (2.776 for 4 degrees of freedom)
+        assert {key: getattr(row, key) for key in expected} == pytest.approx(expected, rel=2e-5)
+    figure = goodput_figure(load_study(out))
+    assert [len(axis.collections) for axis in figure.axes] == [1, 1]  # ETTR's band, and now goodput's
+
+
 def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, capsys):
     """A scenario with `faults.rate_multiplier: 2` (one failing unit with a 3 h MTBF, so 1.5 h): its study's
     x 1 curve is that scenario, MTBF 1.5 h, and x 2 is 0.75 h. The study set the field to the multiplier

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
@@ -78,14 +79,31 @@ def _hours(seconds: float) -> str:
     return f"{hours:,.1f} h" if round(hours, 1) >= 1 else format_duration(seconds)
 
 
+def _band(axis: Axes, minutes: list[float], points: list[dict], key: str, scale: float, color: str) -> None:
+    """The 95% interval of ``key`` (its `_ci95_low` and `_ci95_high`, times ``scale``) at each point: a band over
+    several points, an error bar on a curve of one (a band of one point has no width); none where a point has
+    no interval (one replication; goodput in a study.json written before study.csv kept its interval)."""
+    low, high = f"{key}_ci95_low", f"{key}_ci95_high"
+    if any(p.get(low) is None or p.get(high) is None for p in points):
+        return
+    if len(points) == 1:
+        (point,) = points
+        value = scale * point[key]
+        axis.errorbar(minutes, [value], yerr=[[value - scale * point[low]], [scale * point[high] - value]],
+                      color=color, capsize=4, linestyle="none")
+    else:
+        axis.fill_between(minutes, [scale * p[low] for p in points], [scale * p[high] for p in points], color=color,
+                          alpha=0.15)
+
+
 def goodput_figure(study: dict) -> Figure:
     """Two panels sharing the interval axis (minutes, log scale): ETTR in percent, as the study's printed lines
-    and the job's table give it (the axis read 0.92 beside '91.99%'), with its 95% band, and goodput (in
-    healthy-equivalent steps per second when some point's model has no tokens)."""
+    and the job's table give it (the axis read 0.92 beside '91.99%'), and goodput (in healthy-equivalent steps
+    per second when some point's model has no tokens), each with its 95% band."""
     figure = Figure(figsize=(8, 6.5), constrained_layout=True)
     ettr_axis, goodput_axis = figure.subplots(2, 1, sharex=True)
     tokens = all(p["goodput_tokens_per_s"] is not None for curve in study["curves"] for p in curve["points"])
-    goodput = ((lambda p: p["goodput_tokens_per_s"] / 1e6) if tokens else (lambda p: p[STEPS_KEY]))
+    goodput, scale = ("goodput_tokens_per_s", 1e-6) if tokens else (STEPS_KEY, 1.0)
     for index, curve in enumerate(study["curves"]):
         color = f"C{index}"
         points = curve["points"]
@@ -93,16 +111,9 @@ def goodput_figure(study: dict) -> Figure:
         mtbf = f"MTBF {_hours(curve['mtbf_s'])}" if curve["mtbf_s"] else "no failures"
         label = f"rate x {curve['rate_multiplier']:g} ({mtbf})"
         ettr_axis.plot(minutes, [100 * p["ettr"] for p in points], "o-", color=color, label=label)
-        if len(points) == 1 and points[0]["ettr_ci95_low"] is not None:  # a band of one point has no width
-            (point,) = points
-            ettr_axis.errorbar(minutes, [100 * point["ettr"]],
-                               yerr=[[100 * (point["ettr"] - point["ettr_ci95_low"])],
-                                     [100 * (point["ettr_ci95_high"] - point["ettr"])]],
-                               color=color, capsize=4, linestyle="none")
-        elif all(p["ettr_ci95_low"] is not None for p in points):
-            ettr_axis.fill_between(minutes, [100 * p["ettr_ci95_low"] for p in points],
-                                   [100 * p["ettr_ci95_high"] for p in points], color=color, alpha=0.15)
-        goodput_axis.plot(minutes, [goodput(p) for p in points], "o-", color=color)
+        _band(ettr_axis, minutes, points, "ettr", 100.0, color)
+        goodput_axis.plot(minutes, [scale * p[goodput] for p in points], "o-", color=color)
+        _band(goodput_axis, minutes, points, goodput, scale, color)
         for axis in (ettr_axis, goodput_axis):
             if curve["young_interval_s"]:
                 axis.axvline(curve["young_interval_s"] / 60, color=color, linestyle="--", linewidth=0.9)

@@ -51,13 +51,19 @@ class StudyPoint:
     waiting: str | None
 
     def row(self) -> dict:
-        """The point as a row of the study's table."""
+        """The point as a row of the study's table: each rate's mean over the replications, ETTR's and goodput's
+        with their 95% intervals (job_summary.json's; goodput had none, so its chart had no band)."""
         s = self.summary
+        tokens = s["goodput_tokens_per_s"] or {}
         return {"rate_multiplier": self.multiplier, "interval_s": self.interval_s,
                 "interval_steps": s["checkpoint"]["interval_steps"], "ettr": s["ettr"]["mean"],
                 "ettr_ci95_low": s["ettr"]["ci95_low"], "ettr_ci95_high": s["ettr"]["ci95_high"],
-                "goodput_tokens_per_s": (s["goodput_tokens_per_s"] or {}).get("mean"),
+                "goodput_tokens_per_s": tokens.get("mean"),
+                "goodput_tokens_per_s_ci95_low": tokens.get("ci95_low"),
+                "goodput_tokens_per_s_ci95_high": tokens.get("ci95_high"),
                 "goodput_steps_per_s": s["goodput_steps_per_s"]["mean"],
+                "goodput_steps_per_s_ci95_low": s["goodput_steps_per_s"]["ci95_low"],
+                "goodput_steps_per_s_ci95_high": s["goodput_steps_per_s"]["ci95_high"],
                 "interruptions": s["interruptions"]["unexpected"]["mean"],
                 "restart_waiting_for_hosts_s": s["restart_waiting_for_hosts_s"]["mean"], "mtbf_s": s["mtbf_s"],
                 "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"]}
