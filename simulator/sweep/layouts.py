@@ -1,7 +1,7 @@
 """Candidate layouts of a training step and how each is checked without running it: the structural rules
 (degrees that divide the cluster, the layers and the batch; TP inside an NVLink domain), the memory model, and
-a quick step-time estimate, from the kernels and the program's collectives each timed alone, that ranks the
-survivors before the simulator decides."""
+a quick step-time estimate, from the kernels and the program's collectives each timed alone (the MoE all-to-alls
+beside their copies in the stage's other EP groups), that ranks the survivors before the simulator decides."""
 
 from __future__ import annotations
 
@@ -18,7 +18,13 @@ from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
 from simulator.errors import InputError
 from simulator.parallel.context import ContextAttention, gathered_kv_op
-from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather, expert_shard_groups
+from simulator.parallel.experts import (
+    ep_group,
+    expert_gradient_reduction,
+    expert_param_gather,
+    expert_shard_groups,
+    group_images,
+)
 from simulator.parallel.layout import degrees_name
 from simulator.parallel.overlap import regathers_input, tp_op
 from simulator.parallel.passes import Pass
@@ -242,17 +248,18 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
 
 def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare | None = None) -> float:
     """A quick step time for ranking, not a prediction. Each collective in it is built as the program builds it and
-    timed alone on the idle network (`CollectiveTimes`); contention between collectives, and with the other groups'
-    copies, is left to the simulator; the SMs that overlapped data-parallel collectives take from the compute are
-    charged by the engine's rule (`SmShare.overlap_delay`; ``share`` None: not at all). Per micro-batch, each
-    pipeline rank's kernels plus its blocking TP and CP collectives (`blocking_collectives_s`) and its MoE blocks'
+    timed alone on the idle network (`CollectiveTimes`), but for the MoE all-to-alls, timed beside their copies in the
+    stage's other EP groups (`CollectiveTimes.with_copies`); contention between collectives, and with the other groups'
+    copies of the rest, is left to the simulator; the SMs that overlapped data-parallel collectives take from the
+    compute are charged by the engine's rule (`SmShare.overlap_delay`; ``share`` None: not at all). Per micro-batch,
+    each pipeline rank's kernels plus its blocking TP and CP collectives (`blocking_collectives_s`) and its MoE blocks'
     all-to-alls (`expert_exchange_s`); under ZeRO-3 its units' parameter gathers and per-micro-batch reduce-scatters
     (`sharded_microbatch_spans`) run beside that work, slowing its kernels by the SMs of every collective running
-    (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`), its compute's waits in the backward for the
-    previous unit's reduce-scatter and the next unit's gather (`backward_waits_s`) and what its forward's blocking
-    collectives outlast their alone times by beside the gather under way (`forward_sharing_s`), and its
-    backward's TP collectives beside the reduce-scatter and gather under way (`backward_sharing_s`), join it, and the
-    longer of the two fills the micro-batch's slot; PyTorch FSDP's collectives run over the rank's shard group
+    (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`), its compute's waits in the backward for the previous
+    unit's reduce-scatter and the next unit's gather (`backward_waits_s`) and what its forward's blocking collectives
+    outlast their alone times by beside the gather under way (`forward_sharing_s`), and its backward's TP collectives
+    beside the reduce-scatter and gather under way (`backward_sharing_s`), join it, and the longer of the two fills the
+    micro-batch's slot; PyTorch FSDP's collectives run over the rank's shard group
     (`shard_group`, a block of the DP x CP group under HSDP) and the routed experts' over theirs. The pipeline
     is the plan's schedule run on the ideal executor with each virtual stage's forward, input-grad and
     weight-grad actions
@@ -1453,7 +1460,8 @@ def expert_exchange_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) 
     them exposed (they hold the compute stream). Each pass that exchanges tokens (`ExpertWork.exchanges`: the
     forward, a full recompute, the backward) runs a dispatch and a combine over the EP group of the stage's
     first rank (`ep_group`), one sending the routing sample's bytes per pair and the other their transpose, as
-    the program's ops do, each timed alone (`CollectiveTimes`)."""
+    the program's ops do, each timed beside its copies in the stage's other EP groups that share a link with
+    it (`CollectiveTimes.with_copies`)."""
     plan = step.plan
     first = plan.layout.rank_of(pp=pp_rank)
     return sum(block_exchanges_s(plan, times, block, first, PASSES)
@@ -1463,15 +1471,17 @@ def expert_exchange_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) 
 def block_exchanges_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int,
                       phases: tuple[Pass, ...]) -> float:
     """Seconds per micro-batch of ``block``'s MoE all-to-alls in ``phases`` on ``rank`` (0 for a dense
-    block): a dispatch and a combine over ``rank``'s EP group per pass that exchanges tokens, timed alone as
-    `expert_exchange_s` says."""
+    block): a dispatch and a combine over ``rank``'s EP group per pass that exchanges tokens, timed beside the
+    copies the stage's other EP groups run at the same moment (`group_images`), as `expert_exchange_s` says."""
     experts = block.experts
     passes = sum(experts.exchanges(phase) for phase in phases) if experts is not None else 0
     if experts is None or not passes:
         return 0.0
     group = ep_group(plan.layout, rank, experts.ep)
-    return passes * sum(times.seconds("all_to_all", group, experts.dispatch_bytes,
-                                      experts.pairs(which, backward=False)) for which in ("dispatch", "combine"))
+    copies = group_images(plan.layout, rank, experts.ep, expert_dp=False)
+    return passes * sum(times.with_copies(("all_to_all", group, experts.dispatch_bytes,
+                                           experts.pairs(which, backward=False)), copies)
+                        for which in ("dispatch", "combine"))
 
 
 def expert_state_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) -> float:
@@ -1501,7 +1511,8 @@ class CollectiveTimes:
         self.settings = settings
         self._plans = plan_cache(topology, settings)
         self._seconds: dict[tuple, float] = {}
-        self._ends: dict[tuple[CollectiveShape, ...], tuple[float, ...]] = {}
+        self._ends: dict[tuple[CollectiveShape | Exchange, ...], tuple[float, ...]] = {}
+        self._with_copies: dict[tuple[Exchange, tuple[tuple[int, ...], ...]], float] = {}
         self._beside: dict[tuple[tuple[CollectiveShape, ...], tuple[tuple[float, CollectiveShape | Exchange], ...]],
                            float] = {}
         self._channels: dict[SmShare, NcclChannels] = {}
@@ -1516,7 +1527,24 @@ class CollectiveTimes:
             self._seconds[key] = alone_seconds(self.topology, self.settings, self._plans.phases(item, group))
         return self._seconds[key]
 
-    def together(self, *shapes: CollectiveShape) -> tuple[float, ...]:
+    def with_copies(self, shape: Exchange, copies: tuple[tuple[int, ...], ...]) -> float:
+        """Seconds of the collective ``shape`` (op, group, bytes per rank, bytes per pair) started together with
+        its copies over the groups ``copies`` (the same op and bytes), as the other groups of its pipeline stage
+        run it at the same moment of the same program: those of them whose plans share a link with its plan
+        (`PlanCache.links`), where the fabric's spine hash lays their flows on the links of its own. Its alone
+        time where none does (groups inside their hosts, or crossing the NICs on rails of their own)."""
+        key = (shape, copies)
+        if key not in self._with_copies:
+            op, group, nbytes, pairs = shape
+            links = self._plans.links
+            own = links(_collective(op, group, nbytes, pairs), group)
+            meeting = tuple((op, copy, nbytes, pairs) for copy in copies
+                            if own & links(_collective(op, copy, nbytes, pairs), copy))
+            self._with_copies[key] = (self.together(shape, *meeting)[0] if meeting
+                                      else self.seconds(op, group, nbytes, pairs))
+        return self._with_copies[key]
+
+    def together(self, *shapes: CollectiveShape | Exchange) -> tuple[float, ...]:
         """When each of the collectives ``shapes`` (op, group, bytes per rank) ends, started together on the idle
         network, sharing its links as the engine shares them between collectives on different streams."""
         if shapes not in self._ends:
