@@ -467,7 +467,9 @@ def test_the_layout_search_tree_under_eager_tries_plain_ddp_fsdp_and_pp_only():
     choice = seed_tree_choice(8, 8, 32, 64, True, check, eager=True)
     assert choice.candidate == Candidate(1, 1, 2, 4, 1, 1, "zero0", "none", 1)
     assert {(c.tp, c.sharding) for c in tried} == {(1, "zero0"), (1, "fsdp")}
-    assert choice.steps[:2] == ("one GPU: out of memory: 90.0 GiB", "FSDP over all 8 GPUs: out of memory: 90.0 GiB")
+    # The first step names the layout it tried, as the second does ('one GPU:' read as a layout of one GPU)
+    assert choice.steps[:2] == ("plain DDP over all 8 GPUs: out of memory: 90.0 GiB",
+                                "FSDP over all 8 GPUs: out of memory: 90.0 GiB")
 
 
 @pytest.mark.parametrize(("fits", "picked"), [

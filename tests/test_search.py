@@ -205,7 +205,8 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
     assert ("0 simulated, 18 pruned, 0 failed\n  pruned, out of memory: 12 layouts\n  pruned, the same layout as "
             "another sharding (dp x cp = 1): 6 layouts\n") in captured.out
     # the tree's ten steps one a line (they were one line of 1,000 characters), none over 120 characters
-    assert ("\ndecision tree (rules of thumb, docs/studies.md): one GPU: out of memory: 664.3 GiB > 79.6 GiB HBM\n"
+    assert ("\ndecision tree (rules of thumb, docs/studies.md): ZeRO-1 over all 8 GPUs: out of memory: 664.3 GiB > "
+            "79.6 GiB HBM\n"
             "  -> tp1 recompute=none: no pp with m >= 4p fits (pp8 out of memory: 328.6 GiB > 79.6 GiB HBM)\n"
             "  -> PP + DP alone does not fit") in captured.out
     assert max(map(len, captured.out.splitlines()[:-1])) <= 120  # the last: where the files went

@@ -49,7 +49,7 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
         steps.append(f"every GPU holds the whole model with {whole} "
                      f"({single.peak_memory_gib:,.1f} GiB): DP over every GPU")
         return TreeChoice(single.candidate, tuple(steps))
-    steps.append(f"one GPU: {single.reason}")
+    steps.append(f"{whole}: {single.reason}")  # the layout tried, as the eager branch names its FSDP one
     if eager:
         found = _eager_first_fit(world, layers, global_batch, check, steps, ep, selective_saves_memory)
         if found is not None:
