@@ -209,6 +209,20 @@ def test_csv_with_v_placement_reproduces(tmp_path: Path, name: str) -> None:
         51, abs=EXACT)
 
 
+def test_a_v_table_timed_in_the_loop_placement_names_the_placement_in_its_deadlock(tmp_path: Path) -> None:
+    """schedules.md's DualPipeV table, read with load_schedule_csv and timed by simulate_schedule as the page's
+    first example times a schedule (no placement given), deadlocked with 'no action can start (rank 0 at B0c1;
+    rank 1 at F1c1)', which did not say that the table's V placement was not the one used."""
+    from simulator.errors import SimulationError
+
+    path = tmp_path / "dualpipev.csv"
+    path.write_text(schedule_to_csv(build_schedule("dualpipev", 2, 4, 2), "v"))
+    with pytest.raises(SimulationError, match=r"deadlocks in the loop placement: no action can start \(rank 0 at "):
+        simulate_schedule(load_schedule_csv(path), 1, 1, 1)
+    timing = simulate_schedule(load_schedule_csv(path), 1, 1, 1, placement=load_table_placement(path))
+    assert timing.bubble_fraction == pytest.approx(1 / 25, abs=EXACT)  # (p - 1) / (6m + p - 1) at p = 2, m = 4
+
+
 def test_csv_slot_and_placement_errors(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("placement,zigzag\nF0,BW0\n")

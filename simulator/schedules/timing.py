@@ -153,7 +153,8 @@ def schedule_order(schedule: Schedule, v: int, placement: Placement = "loop") ->
     stuck = [rank for rank in range(p) if next_index[rank] < len(schedule[rank])]
     if stuck:
         blocked = "; ".join(f"rank {r} at {schedule[r][next_index[r]]}" for r in stuck)
-        raise SimulationError(f"pipeline schedule deadlocks: no action can start ({blocked})")
+        raise SimulationError(f"pipeline schedule deadlocks in the {placement} placement: no action can start "
+                              f"({blocked})")  # a V table run in the default loop placement deadlocks
     return ScheduleOrder(tuple(actions), tuple(ranks), tuple(kinds), tuple(action_stages), tuple(waits), p,
                          tuple(last))
 
