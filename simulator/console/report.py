@@ -484,7 +484,7 @@ def job_table(job: dict) -> Table:
     against Young's and Daly's."""
     table = _label_table()
     horizon, ideal = job["horizon_s"], job["ideal_tokens_per_s"]
-    if ideal is None:  # no tokens (synthetic stage costs, a trace that states none): goodput in healthy steps
+    if ideal is None:  # no tokens (synthetic stage costs): goodput in healthy steps
         rate, goodput, ideal = "tokens/s n/a", job["goodput_steps_per_s"], job["ideal_steps_per_s"]
 
         def text(value: float) -> str:

@@ -28,7 +28,7 @@ links); capped here, such a write slows that time at most 99-fold instead of div
 @dataclass(frozen=True)
 class StepState:
     """A cluster state's step as the engine simulated it: time, tokens (0 for a model without tokens: synthetic
-    stage costs, a trace that states none), micro-batches over all data-parallel replicas (its work), the share
+    stage costs), micro-batches over all data-parallel replicas (its work), the share
     of the step that is exposed network communication, and the hosts and GPUs it ran on."""
 
     step_s: float

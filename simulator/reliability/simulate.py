@@ -17,6 +17,7 @@ from simulator.collector import collector_paused
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.reliability import UNIT_KINDS, Effect
+from simulator.config.schema import TraceWorkload
 from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError, ScenarioError
 from simulator.reliability.ahead import cores, simulate_ahead, states_foreseen
@@ -280,8 +281,10 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, gpus: 
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     scenario = loaded.scenario
     if scenario.model is None:
-        raise ScenarioError("a job simulation needs a training step", field="run.horizon",
-                            allowed="a model section, or no run.horizon")
+        what = "a replayed trace" if isinstance(scenario.workload, TraceWorkload) else "a list of collectives"
+        raise ScenarioError(f"a job simulation needs a modelled training step, which {what} is not",
+                            field="run.horizon",
+                            allowed="a model section (preset, dimensions or synthetic stage costs), or no run.horizon")
     if scenario.restart.spares > hosts:
         raise ScenarioError(f"{scenario.restart.spares:,} spare hosts for a job on {counted(hosts, 'host')}",
                             field="restart.spares", allowed=f"0 to {hosts:,}")

@@ -1,5 +1,5 @@
 """job_summary.json: ETTR, goodput (healthy-equivalent steps per second, and tokens per second where the model
-has tokens: null, n/a, for synthetic stage costs or a trace that states none), interruptions by cause and where
+has tokens: null, n/a, for synthetic stage costs), interruptions by cause and where
 the time went, as means with 95% intervals over replications, beside the inputs that explain them (step,
 checkpoint and restart costs, the failure model's expected counts, Young's and Daly's intervals)."""
 
