@@ -204,6 +204,21 @@ def test_custom_csv_errors(tmp_path: Path) -> None:
         get_schedule("custom")
 
 
+def test_a_table_of_other_sizes_names_the_fields_that_give_its_sizes(tmp_path: Path) -> None:
+    """schedules.md's DualPipeV table (p = 2, m = 4, v = 2) beside a Llama-3-8B step of global batch 16 at dp 1,
+    micro-batch 1 (m = 16) was refused with 'allowed: a table matching the pipeline sizes', naming no field that
+    sets m; the refusal now names each field and the table's value for it."""
+    path = tmp_path / "dualpipev.csv"
+    path.write_text(schedule_to_csv(build_schedule("dualpipev", 2, 4, 2), "v"))
+    with pytest.raises(ScenarioError) as caught:
+        get_schedule("custom", table=path)(2, 16, 2)
+    assert caught.value.problem == ("the schedule table is for p = 2, m = 4, v = 2; the scenario asks for p = 2, "
+                                    "m = 16, v = 2")
+    assert caught.value.allowed == ("parallelism.pp: 2, 4 micro-batches (training.microbatches, or a global_batch of "
+                                    "dp x micro_batch x 4) and parallelism.pipeline.virtual_stages: 2; or a table "
+                                    "for p = 2, m = 16, v = 2")
+
+
 def test_deadlock_names_ranks() -> None:
     table = parse_schedule_csv("F0,BW0,F1,BW1\nF1,F0,BW0,BW1\n")
     with pytest.raises(SimulationError, match=r"rank 0 at BW0; rank 1 at F1"):

@@ -116,7 +116,10 @@ def csv_schedule(path: str | Path) -> ScheduleBuilder:
         if (p, m, v) != (len(schedule), m_table, v_table):
             raise ScenarioError(f"the schedule table is for p = {len(schedule)}, m = {m_table}, v = {v_table}; "
                                 f"the scenario asks for p = {p}, m = {m}, v = {v}", field=TABLE_FIELD,
-                                file=str(path), allowed="a table matching the pipeline sizes")
+                                file=str(path), allowed=f"parallelism.pp: {len(schedule)}, {m_table} micro-batches "
+                                "(training.microbatches, or a global_batch of dp x micro_batch x "
+                                f"{m_table}) and parallelism.pipeline.virtual_stages: {v_table}; or a table for "
+                                f"p = {p}, m = {m}, v = {v}")
         return [list(actions) for actions in schedule]
 
     return build
