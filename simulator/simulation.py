@@ -25,7 +25,7 @@ from simulator.config.locate import located
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.faults import compute_hook
-from simulator.engine.lockstep import Lockstep, copies_apart, lockstep
+from simulator.engine.lockstep import Lockstep, LockstepWatch, OutOfStep, copies_apart, lockstep
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache, traffic_correction
 from simulator.engine.replicas import replica_quotient
@@ -102,8 +102,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             slowdowns: Mapping[int, Slowdown] | None = None, progress: Progress | None = None,
             serial_streams: frozenset[str] = frozenset(), plans: PlanCache | None = None,
             sm_share: SmShare | None = None, layout: Layout | None = None, shapes: CollectiveShapes | None = None,
-            order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None
-            ) -> tuple[EngineResult, Network]:
+            order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None,
+            stops: Callable[[OutOfStep], bool] | None = None) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
     slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` plays link and
     GPU events (collectives are then never replayed while the network changes); ``slowdowns`` slows the compute
@@ -115,7 +115,9 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     faults/step.py `alike_in_stages`); ``shapes`` the index of ``ops``' collectives and ``order`` their
     ordering (with ``async_streams``) when the caller has made them (engine/shapes.py, engine/ordering.py: the
     analyses before the run read them); ``weights``: how many ranks each simulated rank stands for where they
-    stand for unlike numbers (parallel/folding.py `rank_weights`), which the SM time lost counts."""
+    stand for unlike numbers (parallel/folding.py `rank_weights`), which the SM time lost counts. ``stops`` (None:
+    run to the end) is asked at the first collective instance whose mirrors fell out of step whether the run
+    stops there (engine/lockstep.py `LockstepWatch`: where its fold is then given up, flow model only)."""
     env = simpy.Environment()
     log = EventLog()
     plans = plans or plan_cache(topology, settings)
@@ -138,6 +140,9 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         cache = plans
         channels = NcclChannels(sm_share, topology, lambda op: cache.resolved_algorithm(op, op.group))
         contention = Contention(env, sm_share, channels, weights)
+    checked = bool(mirrors) and settings.mode == "flow"
+    lanes = None if not checked or layout is None or layout.cp == 1 else cp_lanes(layout)
+    watch = LockstepWatch(topology, stops, lanes) if checked and stops is not None else None
     engine = Engine(
         env,
         plans=plans,
@@ -152,10 +157,10 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         progress=progress,
         sharing=Sharing(mirrors, private),
         contention=contention,
+        watch=watch,
     )
     result = engine.run(ops)
-    if mirrors and settings.mode == "flow":
-        lanes = None if layout is None or layout.cp == 1 else cp_lanes(layout)
+    if checked and result.stopped_at_s is None:
         result.lockstep = lockstep(log, ops, mirrors, topology, lanes)
     return result, network
 
@@ -334,11 +339,12 @@ def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
              slowdowns: Mapping[int, Slowdown] | None = None, progress: Progress | None = None,
              plans: PlanCache | None = None, shapes: CollectiveShapes | None = None,
-             order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None
-             ) -> tuple[dict, EventLog, Lockstep]:
+             order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None,
+             stops: Callable[[OutOfStep], bool] | None = None) -> tuple[dict | None, EventLog, Lockstep]:
     """Execute a step program and summarise it: the metrics see only the program and the log's columns (the
     log comes back for the timeline and the flows' routes, with whether a folded run's mirrors kept pace with
-    their groups: engine/lockstep.py). The metrics are imported here, not at module
+    their groups: engine/lockstep.py); no summary (None) where ``stops`` stopped the run at its first collective
+    instance out of step (`run_ops`), whose fold is given up. The metrics are imported here, not at module
     level, so that `trainsim collective` never loads them. ``slowdowns``: each slowed rank's compute slowdown
     as the program places it (`FoldedStep.slowdowns`: onto the representatives when folded); ``shapes``: the
     index of the program's collectives, and ``order`` its ordering, when the caller has them; ``weights``: how
@@ -355,7 +361,9 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                               faults=faults, slowdowns=slowdowns, progress=progress,
                               serial_streams=program.serial_streams, plans=plans, sm_share=program.sm_share,
                               layout=program.layout if program.folded else None, shapes=shapes, order=order,
-                              weights=weights)
+                              weights=weights, stops=stops)
+    if result.stopped_at_s is not None:
+        return None, result.log, result.lockstep
     summary = training_summary(StepRows.of(result.log, weights), step_time_s=result.makespan_s, gpus=program.world,
                                simulated=program.ranks, tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
@@ -430,7 +438,11 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     (`fold_policy.hop_refold`) is tried within ``budget`` too (`simulate` gives one under --force as well: the
     multiple, not the limits). Each fold given up on the way, refused before its run or out of step in it, goes
     into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run that stands out of step is
-    not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures, in the same shape)."""
+    not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures, in the same shape). A run
+    whose fold is given up if it falls out of step (a refold's, or the first one's where ``guard`` lets the step
+    unfold) stops at its first collective instance out of step (`run_ops` ``stops``), whose kind (a hand-off or
+    another collective) decides what is tried next; its entry gives that instance's figures, not the whole run's.
+    The DeepSeek-V3-style DualPipeV step at global batch 2048: its class fold's run stops at 2.289 of 8.087 s."""
     from simulator.engine.fold_policy import FoldedStep, fell_out_of_step, hop_refold, unfolded_step
     from simulator.program.unfolding import Unfolding
 
@@ -438,19 +450,30 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         prepared = prepare_training(loaded, topology, faults.plan, guard)
     settings, plans, step, build = prepared.settings, prepared.plans, prepared.step, prepared.build
 
-    def run(step: FoldedStep) -> tuple[dict, EventLog, Lockstep]:
+    def run(step: FoldedStep, stops: Callable[[OutOfStep], bool] | None = None
+            ) -> tuple[dict | None, EventLog, Lockstep]:
         return located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
-                                                plans, step.shapes, step.order, step.weights))
+                                                plans, step.shapes, step.order, step.weights, stops))
+
+    def unfolds(found: OutOfStep) -> bool:
+        """Whether ``guard`` lets the step run unfolded for the first instance out of step of its folded run
+        (``found``): its fold is then given up whatever the rest of the run shows, so the run stops there."""
+        try:
+            if guard is not None:
+                guard(Unfolding("collectives", found.reason()))
+        except ScenarioError:
+            return False
+        return True
 
     hop_refolded = hop_refold(build, step, plans, settings.mode, dict(settings.efficiency), faults.plan, budget)
     if isinstance(hop_refolded, FoldedStep):
         step, hop_refolded = hop_refolded, None
-    summary, log, kept_pace = run(step)
+    summary, log, kept_pace = run(step, unfolds)
     given_up = [*step.given_up, *([] if hop_refolded is None else [hop_refolded])]
     not_exact = step.not_exact
-    if step.kind == "routes" and not_exact is None and prepared.step.not_exact is not None:
+    if summary is not None and step.kind == "routes" and not_exact is None and prepared.step.not_exact is not None:
         summary["fold_routes_reason"] = prepared.step.not_exact.unfolding.reason
-    if not_exact is not None:
+    if summary is not None and not_exact is not None:
         summary["warnings"].append(f"folded step not exact: {not_exact.unfolding.reason}")
     out_of_step = kept_pace.collectives or kept_pace.hand_offs
     if out_of_step:
@@ -479,7 +502,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         else:
             given_up += refolds_given_up
             not_exact = fell_out
+            assert summary is not None, "a run stops only where its fold is given up"
             summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
+    assert summary is not None, "the run that stands ran to its end"
     program, blocker = step.program, step.off_reason
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
@@ -507,7 +532,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
 
 def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultPlan,
-              run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]], kept_pace: Lockstep,
+              run: Callable[[FoldedStep, Callable[[OutOfStep], bool]], tuple[dict | None, EventLog, Lockstep]],
+              kept_pace: Lockstep,
               given_up: list[GivenUp], budget: RefoldBudget | None = None
               ) -> tuple[FoldedStep, dict, EventLog, str] | None:
     """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs (``kept_pace``,
@@ -520,7 +546,8 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     else None. A refold whose mirrors of other collectives than hand-offs fell out of step ends the tries (None:
     the step unfolds), the rule the first folded run follows: refolds are made for hand-offs out of step, not for
     other collectives. Each refold refused before its run (by the fold checks, or by ``budget`` where the step
-    may not unfold) or out of step in it is appended to ``given_up``."""
+    may not unfold) or out of step in it is appended to ``given_up``. A refold's run stops at its first instance
+    out of step (`_given_up`), whose kind (a hand-off or another collective) then decides whether tries go on."""
     from simulator.engine.fold_policy import GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
 
     build, folded = prepared.build, prepared.step
@@ -538,14 +565,21 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
             if step is None or isinstance(step, GivenUp):
                 given_up.extend(() if step is None else (step,))
                 continue
-            summary, log, refolded_pace = run(step)
+            summary, log, refolded_pace = run(step, _given_up)
             if not refolded_pace.apart:
+                assert summary is not None, "a run that kept pace ran to its end"
                 return step, summary, log, reason_key
             given_up.append(fell_out_of_step(step, refolded_pace))
             if refolded_pace.collectives:
                 return None
             tried[reason_key] = step
     return None
+
+
+def _given_up(_found: OutOfStep) -> bool:
+    """A refold's run stops at its first instance out of step (`run_ops` ``stops``): the refold is then given up
+    whatever the rest of its run shows (`_refolded`)."""
+    return True
 
 
 def _each_located(loaded: LoadedScenario, items: Iterator[FoldedStep | GivenUp | None]

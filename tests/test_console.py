@@ -95,6 +95,20 @@ def test_a_fold_out_of_step_on_the_ranks_row_shows_its_two_ends_apart():
                                           "119.601 ms, 3 instances out of step by up to 1 us")
 
 
+def test_a_fold_whose_run_stopped_out_of_step_shows_that_instance_alone_on_the_ranks_row():
+    """A fold whose run stopped at its first instance out of step (`out_of_step` with `stopped_at_s`, no
+    `instances`: engine/lockstep.py `LockstepWatch`) is said as that instance's own gap where its run stopped,
+    not as a count of instances that run never reached (the DeepSeek-V3-style DualPipeV class fold's figures)."""
+    from simulator.console.report import folding_text
+
+    summary = {"simulated_ranks": 112, "gpus": 1024, "folded": True, "fold_given_up": [
+        {"fold": "classes", "simulated_ranks": 32, "why": "a hand-off fell out of step in its run", "reason": "...",
+         "out_of_step": {"op": "send_recv", "name": "recv bwd mb0", "group": [512, 448],
+                         "ended_s": [2.289274, 2.289308], "stopped_at_s": 2.289308, "widest_s": 3.4e-5}}]}
+    assert folding_text(summary).endswith("send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 2289.27 and "
+                                          "2289.31 ms, out of step by 34 us, where its run stopped")
+
+
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     """Plain DDP of Llama 3 8B needs 153.6 GiB per GPU (docs/training-step.md): OOM on an 80 GB H100."""
     scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")

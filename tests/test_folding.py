@@ -14,6 +14,7 @@ import pytest
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.console.report import folding_text
 from simulator.engine import fold_policy, symmetry
+from simulator.engine.engine import Engine, EngineResult
 from simulator.faults.step import StepFaultPlan
 from simulator.network.model import effective_capacity
 from simulator.parallel.experts import ep_group, expert_dp_group, group_images
@@ -317,11 +318,57 @@ def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 
+
+STOPPED_OUT_OF_STEP = {
+    "stage-fold-hand-off": (SMALL_FABRIC, ["collectives.protocol=simple", "cluster.nodes=8", "cluster.leaf_ports=4",
+                                           "cluster.spines=3", "cluster.oversubscription=3", "parallelism.tp=4",
+                                           "parallelism.pp=4", "parallelism.dp=4"], "stage"),
+    "class-fold-all-to-all": ((SCENARIO_DIR / "mixtral-8x7b-ep8.yaml").read_text(),
+                              ["model.layers=4", "cluster.nodes=16", "training.global_batch=256"], "classes"),
+}
+"""A stage fold whose run falls out of step at a hand-off (then refolded by route class: the test above) and a
+class fold whose run falls out of step at an EP all-to-all (then unfolded: CROSS_RAIL_UNFOLDED's Mixtral row)."""
+
+
+@pytest.mark.parametrize("case", STOPPED_OUT_OF_STEP)
+def test_a_fold_given_up_for_its_run_out_of_step_stops_that_run_at_its_first_instance_out_of_step(
+        monkeypatch, run_yaml, case):
+    """A fold whose run falls out of step is given up, so that run stops at the end of its first instance out of
+    step (engine/lockstep.py `LockstepWatch`): it executes part of its program, its `fold_given_up` entry gives
+    that instance's own gap and when the run stopped, before the step's end, not a whole run's count; the run
+    that stands executes every op and its figures are the unfolded run's. Before, the run went to its end (the
+    DeepSeek-V3-style DualPipeV step at global batch 2048: 2.289 of 8.087 s simulated for nothing)."""
+    text, overrides, fold = STOPPED_OUT_OF_STEP[case]
+    runs: list[tuple[int, int]] = []
+    run = Engine.run
+
+    def counted(engine: Engine, ops) -> EngineResult:
+        ops = list(ops)
+        result = run(engine, ops)
+        runs.append((result.ops_executed, len(ops)))
+        return result
+
+    monkeypatch.setattr(Engine, "run", counted)
+    folded = run_yaml(text, *overrides).summary
+    monkeypatch.setattr(Engine, "run", run)
+    unfolded = run_yaml(text, *overrides, "run.fold=false").summary
+    (entry,) = [entry for entry in folded["fold_given_up"] if "out_of_step" in entry]
+    found = entry["out_of_step"]
+    assert entry["fold"] == fold and "instances" not in found
+    assert found["stopped_at_s"] == found["ended_s"][1] < folded["step_time_s"]
+    assert found["widest_s"] == found["ended_s"][1] - found["ended_s"][0] > 0
+    assert [executed < ops for executed, ops in runs] == [True, False]
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    for kind, seconds in unfolded["exposed_comm_s"].items():
+        assert folded["exposed_comm_s"][kind] == pytest.approx(seconds, rel=EXACT, abs=1e-15)
+    assert folded["bubble_fraction"] == pytest.approx(unfolded["bubble_fraction"], rel=EXACT)
+
+
 CROSS_RAIL_UNFOLDED = {
     "mixtral-16-nodes": (
         "mixtral-8x7b-ep8", ["model.layers=4", "cluster.nodes=16", "training.global_batch=256"], 128,
         "all_to_all 'ep dispatch L0.mlp' over GPUs [0, 2, 4, 6, 8, 10, 12, 14] ended on its mirrors between 1.562 "
-        "and 1.637 ms in the folded run (64 instances out of step"),
+        "and 1.637 ms in the folded run (the run stopped there, its first instance out of step, by 0.0749 ms)"),
     "ep16-five-spines": (
         "mixtral-8x7b-ep8", ["model.layers=4", "model.moe.experts=16", "cluster.nodes=8", "cluster.leaf_ports=4",
                              "cluster.spines=5", "parallelism.tp=1", "parallelism.ep=16", "parallelism.dp=64",
@@ -333,8 +380,8 @@ CROSS_RAIL_UNFOLDED = {
                                    "parallelism.tp=1", "parallelism.pp=2", "parallelism.dp=12",
                                    "parallelism.order=[tp,cp,dp,pp]", "training.global_batch=24"], 24,
         "send_recv 'recv bwd mb1' over GPUs [12, 0] ended on its mirrors between 93.2 and 93.91 ms in the folded "
-        "run (1 instance out of step, by up to 0.714 ms): its copies over GPUs [20, 8] and [12, 0] cross as many "
-        "links (6)"),
+        "run (the run stopped there, its first instance out of step, by 0.714 ms): its copies over GPUs [20, 8] and "
+        "[12, 0] cross as many links (6)"),
 }
 """Layouts whose copies meet unlike contention on flows that turn rails between hosts, so they run unfolded: not
 because a check misses a symmetry, but because those flows spread over the spines by the rails' difference

@@ -154,22 +154,56 @@ class PlanRunner:
         for phase in phases:
             yield self.network.run_phase(self.transfers(phase), key=key)
 
-    def run_plans(self, env: simpy.Environment, plans: list[list[Phase]], key: str = ""):
+    def run_plans(self, env: simpy.Environment, plans: list[list[Phase]], key: str = "",
+                  ends: list[float | None] | None = None):
         """Generator of SimPy events, as `run_plan`: run several independent plans at once (a collective and
         its mirrors) and finish when all have. Single-phase plans go to the network as one batch, which is the
         same as running them side by side; longer plans run as separate processes so none waits at another's
-        phase barrier."""
+        phase barrier. ``ends`` (flow model), where given empty, is then filled with when each plan ended, the
+        last of its flows (None for a plan that sent none here: a replica quotient's image)."""
         if all(len(plan) == 1 for plan in plans):
             if len(plans) == 1:
                 yield self.network.run_phase(self.transfers(plans[0][0]), key=key)
+                if ends is not None:
+                    ends.append(env.now if self.transfers(plans[0][0]) else None)
             else:
                 joined = self._parsed(tuple(id(plan[0]) for plan in plans), plans,
                                       lambda: [item for plan in plans for item in self.items(plan[0])])
-                yield self.network.run_phase(joined, key=key)
+                flows = None if ends is None else [0.0] * joined.count
+                yield self.network.run_phase(joined, key=key, ends=flows)
+                if ends is not None and flows is not None:
+                    ends += _plan_ends(flows, [len(self.items(plan[0])) for plan in plans])
             return
-        if self.quotient is not None:
-            plans = [plan for plan in plans if any(self.transfers(phase) for phase in plan)]
-        yield env.all_of([env.process(self.run_plan(env, plan, key)) for plan in plans])
+        if ends is None:
+            if self.quotient is not None:
+                plans = [plan for plan in plans if any(self.transfers(phase) for phase in plan)]
+            yield env.all_of([env.process(self.run_plan(env, plan, key)) for plan in plans])
+            return
+        sends = [any(self.transfers(phase) for phase in plan) for plan in plans]
+        ends += [None] * len(plans)
+        yield env.all_of([env.process(self._timed(env, plan, key, ends if sent else None, index))
+                          for index, (plan, sent) in enumerate(zip(plans, sends))
+                          if sent or self.quotient is None])
+
+    def _timed(self, env: simpy.Environment, plan: list[Phase], key: str, ends: list[float | None] | None,
+               index: int):
+        """`run_plan` of ``plan``, then its end into ``ends[index]`` (None: a plan that sends nothing, whose end
+        no flow tells): its last phase ends with its last flow, the latest of the plan's (each phase starts when
+        the one before it ends)."""
+        yield from self.run_plan(env, plan, key)
+        if ends is not None:
+            ends[index] = env.now
+
+
+def _plan_ends(flows: list[float], sizes: list[int]) -> list[float | None]:
+    """Each plan's end in a batch of plans run as one phase: the last of its ``sizes`` transfers in turn to
+    finish (``flows``, when each did), None for a plan with none."""
+    ends: list[float | None] = []
+    start = 0
+    for size in sizes:
+        ends.append(max(flows[start:start + size]) if size else None)
+        start += size
+    return ends
 
 
 def run_plan(env: simpy.Environment, network: Network, topology: Topology, phases: Iterable[Phase],

@@ -153,7 +153,8 @@ def _layout_line(summary: dict) -> str:
 def _given_up_text(entry: dict, before: dict | None = None) -> str:
     """One fold given up (an entry of summary.json's `fold_given_up`) in words a new user reads: which
     shortcut was dropped, how many ranks it would have simulated for all, why, then the check's reason or,
-    where its run fell out of step, the first collective out of step with its figures; 'for the same reason'
+    where its run fell out of step, the first collective out of step with its figures (where the run stopped at
+    it, its own gap; else how many were out of step and by up to how much); 'for the same reason'
     where the entry ``before`` it was refused before its run as it was (a classed fold and then the stage fold)."""
     ranks = entry.get("simulated_ranks")
     shortcut = "" if ranks is None else (f", which would simulate {counted(ranks, 'rank')} and copy "
@@ -168,9 +169,10 @@ def _given_up_text(entry: dict, before: dict | None = None) -> str:
     from simulator.engine.symmetry import apart_figures
 
     first, last = apart_figures(*(ended * 1e3 for ended in apart["ended_s"]))
+    found = (f"out of step by {format_seconds(apart['widest_s'])}, where its run stopped" if "stopped_at_s" in apart
+             else f"{counted(apart['instances'], 'instance')} out of step by up to {format_seconds(apart['widest_s'])}")
     return (f"{head}: {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between {first} and "
-            f"{last} ms, {counted(apart['instances'], 'instance')} out of step by up to "
-            f"{format_seconds(apart['widest_s'])}")
+            f"{last} ms, {found}")
 
 
 def _fold_head(entry: dict) -> str:

@@ -19,7 +19,7 @@ import simpy
 
 from simulator.engine.contention import Contention
 from simulator.engine.groups import GroupIds
-from simulator.engine.lockstep import Lockstep
+from simulator.engine.lockstep import Lockstep, LockstepWatch, StoppedOutOfStep
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import plan_key
 from simulator.engine.sharing import Sharing
@@ -62,7 +62,10 @@ class EngineResult:
     sm_lost_s: dict[str, float] = field(default_factory=dict)
     lockstep: Lockstep = field(default_factory=Lockstep)
     """Whether a folded run's mirrors kept pace with their groups (engine/lockstep.py), filled in by the caller
-    that knows the mirrors kept."""
+    that knows the mirrors kept, or by the run's `LockstepWatch` where it stopped the run."""
+    stopped_at_s: float | None = None
+    """Where the run's `LockstepWatch` stopped it at its first instance out of step: when (the log then holds
+    what happened before); None where every op ran."""
 
 
 class Engine:
@@ -75,14 +78,18 @@ class Engine:
     straggler hook: how long a kernel of nominal ``duration`` starting now takes on that rank. ``sharing`` says which
     mirrors each collective keeps and which collectives run alone on their links (engine/sharing.py). ``contention``
     (None: off) slows compute-bound kernels while communication kernels hold SMs on their GPU (engine/contention.py).
-    The run ends when the last op finishes, even if fault events are still scheduled later."""
+    ``watch`` (None: off) checks each collective with kept mirrors as it ends and may stop the run at the first
+    whose mirrors fell out of step (engine/lockstep.py `LockstepWatch`). The run ends when the last op finishes,
+    even if fault events are still scheduled later."""
 
     def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
                  log: EventLog, sharing: Sharing, async_streams: frozenset[str] = frozenset(),
                  serial_streams: frozenset[str] = frozenset(), isolated: Callable | None = None,
                  compute_duration: Callable[[int, float, float], float] | None = None,
-                 progress: Callable[[int, int], None] | None = None, contention: Contention | None = None):
+                 progress: Callable[[int, int], None] | None = None, contention: Contention | None = None,
+                 watch: LockstepWatch | None = None):
         self.env = env
+        self.watch = watch
         self.contention = contention
         self.progress = progress
         self.compute_duration = compute_duration
@@ -120,7 +127,8 @@ class Engine:
         return len(self._finished_ops)
 
     def run(self, ops: Iterable[Op]) -> EngineResult:
-        """Run every op to completion and return the log; raise SimulationError on a deadlock."""
+        """Run every op to completion, or until the ``watch`` stops the run, and return the log; raise
+        SimulationError on a deadlock."""
         streams: dict[tuple[int, str], list[Op]] = defaultdict(list)
         ops = list(ops)
         self._present = frozenset(op.rank for op in ops)
@@ -149,6 +157,9 @@ class Engine:
             self._all_done.succeed()
         try:
             run_until(self.env, self._all_done)
+        except StoppedOutOfStep as stop:
+            return EngineResult(self.log, self.env.now, self.executed, self._replayed_flows,
+                                lockstep=stop.lockstep, stopped_at_s=self.env.now)
         # A SimPy process (a plan of a collective with mirrors, a fault) that waits on a failed event gets a
         # copy of its error made from the args alone, without the field; the original is the copy's cause.
         except InputError as exc:
@@ -277,7 +288,12 @@ class Engine:
         plans, sms = self._planned(op, meeting.group_id, mirrors)
         if sms:
             self._hold(meeting.arrived, op.category, sms)
-        if mirrors:
+        watch = self.watch
+        if mirrors and watch is not None and watch.watching:
+            ends: list[float | None] = []
+            yield from self.run_plans(self.env, plans, op.key, ends)
+            watch.ended(meeting.arrived, mirrors, ends, self.env.now)
+        elif mirrors:
             yield from self.run_plans(self.env, plans, op.key)
         else:
             yield from self.run_plan(self.env, plans[0], op.key)

@@ -70,7 +70,8 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
 class GivenUp:
     """A fold given up: which (`FoldKind`) and how many ranks it simulates, why (the check that refused it before
     its run, `Unfolding`), and where its run's mirrors fell out of step (engine/lockstep.py), the figures of the
-    first instance out of step. ``unordered``: the check that refused it ran without the program's ordering
+    first instance out of step, at which its run stopped (`LockstepWatch`), or of the whole run for a fold that
+    stands (`fold_not_exact`). ``unordered``: the check that refused it ran without the program's ordering
     (too large to order, engine/ordering.py), judging each collective on one rank's ops, which sees more of them
     overlap: it may have refused a fold that an ordered check would have passed."""
 

@@ -12,13 +12,16 @@ flows hash onto the spines unevenly. The run can: a mirror that ended later held
 where an unfolded lane would not have waited, and one that ended sooner would have gone on sooner. This reads
 the ends off the event log after the run. It sees only the copies the run simulated: a collective whose copies
 may end apart (`copies_apart`: other hops, or copies that meet one another on a link) is never replayed without
-its mirrors (engine/sharing.py).
+its mirrors (engine/sharing.py). A run whose fold is given up if its mirrors fall out of step is watched as it
+goes instead (`LockstepWatch`, by the same rule on the same ends) and stops at the first instance out of step:
+what the rest would show is thrown away.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -41,7 +44,9 @@ KEYS = 1 << 24
 class OutOfStep:
     """The first collective instance of a kind whose mirrors ended apart in a folded run, with the figures that
     say how far the run may be from exact: when its plans ended (first and last), how many instances of the kind
-    ended apart and the widest gap between the ends of one instance's plans."""
+    ended apart and the widest gap between the ends of one instance's plans; or, where the run stopped at it
+    (`LockstepWatch`: its fold certainly given up), that instance alone (``instances`` 1, ``widest_s`` its own
+    gap) and when the run stopped."""
 
     op: str
     name: str
@@ -54,6 +59,8 @@ class OutOfStep:
     """The copies (the group or a kept mirror) that ended first and last in that instance."""
     links: tuple[int, int] | None = None
     """How many links each of ``copies`` crosses, for a hand-off (`hop_signature`); None for other collectives."""
+    stopped_at_s: float | None = None
+    """The simulated time at which the run stopped, at this instance's end; None where it ran to its end."""
 
     @property
     def hand_off(self) -> bool:
@@ -64,9 +71,12 @@ class OutOfStep:
         """The sentence a summary's fold reasons give (`fold_off_reason` and the refolds' keys): the instance, when
         its copies ended (as many digits as tell the two apart, symmetry.py `apart_figures`), and what differs."""
         earliest, latest = apart_figures(self.earliest_s * 1e3, self.latest_s * 1e3)
+        found = (f"the run stopped there, its first instance out of step, by {self.widest_s * 1e3:.3g} ms"
+                 if self.stopped_at_s is not None else
+                 f"{self.instances} instance{'s' if self.instances > 1 else ''} out of step, by up to "
+                 f"{self.widest_s * 1e3:.3g} ms")
         return (f"{self.op} {self.name!r} over GPUs {list(self.group)} ended on its mirrors between {earliest} and "
-                f"{latest} ms in the folded run ({self.instances} instance{'s' if self.instances > 1 else ''} out "
-                f"of step, by up to {self.widest_s * 1e3:.3g} ms): {self._cause()}")
+                f"{latest} ms in the folded run ({found}): {self._cause()}")
 
     def _cause(self) -> str:
         """What made the copies end apart: for a hand-off, the routes its copies take in other replicas (other
@@ -85,9 +95,12 @@ class OutOfStep:
                 "channel), so one rank cannot stand for both")
 
     def figures(self) -> dict:
-        """Its figures as summary.json holds them (seconds)."""
+        """Its figures as summary.json holds them (seconds): ``stopped_at_s`` in place of ``instances`` where the
+        run stopped at it."""
+        found = ({"instances": self.instances} if self.stopped_at_s is None
+                 else {"stopped_at_s": self.stopped_at_s})
         return {"op": self.op, "name": self.name, "group": list(self.group),
-                "ended_s": [self.earliest_s, self.latest_s], "instances": self.instances, "widest_s": self.widest_s}
+                "ended_s": [self.earliest_s, self.latest_s], **found, "widest_s": self.widest_s}
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,67 @@ class Lockstep:
     apart: tuple[OutOfStep, ...] = ()
     """The first instance out of step of each kind that fell out of step, other collectives before hand-offs:
     the figures behind ``collectives`` and ``hand_offs``."""
+
+
+class StoppedOutOfStep(Exception):
+    """Raised from a watched run (`LockstepWatch`) at the end of its first collective instance out of step,
+    where its fold is then given up whatever the rest would show: the engine ends the run there."""
+
+    def __init__(self, kept_pace: Lockstep):
+        super().__init__(kept_pace.collectives or kept_pace.hand_offs)
+        self.lockstep = kept_pace
+
+
+@dataclass
+class LockstepWatch:
+    """The lockstep check (`lockstep`) during a folded run, instance by instance as each collective with kept
+    mirrors ends, for a run whose fold is given up if they fall out of step (a refold's, or a first fold's that
+    may unfold: simulation.py): at the first instance out of step it asks ``stops`` (``found``: that instance's
+    figures) and, where told to, raises `StoppedOutOfStep` to end the run there, since what the rest would
+    show is thrown away; else it watches no more and the check after the run reports the whole run. Each plan's
+    end is its last flow's, the one the log reads (collectives/execute.py ``ends``), so it finds an instance out
+    of step exactly where the check after the run would. ``lanes``: each GPU's CP lane, as `lockstep` takes."""
+
+    topology: Topology
+    stops: Callable[[OutOfStep], bool]
+    lanes: np.ndarray | None = None
+    watching: bool = True
+
+    def ended(self, members: Mapping[int, CollectiveOp], mirrors: Mirrors, ends: Sequence[float | None],
+              now: float) -> None:
+        """A collective instance ended ``now`` (``members``: its ops by rank), its plans (its group's, then each
+        kept mirror's) at ``ends`` (None: one that sent nothing); stop the run where they ended apart and
+        ``stops`` says so. The instance is named by its lowest rank's op, the first of the program's (its ops go
+        rank by rank), as `lockstep` names it."""
+        sent = [end for end in ends if end is not None]
+        if len(sent) < 2:
+            return
+        latest, earliest = max(sent), min(sent)
+        if not latest - earliest > IN_STEP * latest:
+            return
+        self.watching = False
+        op = members[min(members)]
+        copies = (op.group, *mirrors)
+        timed = [(end, copies[index]) for index, end in enumerate(ends) if end is not None]
+        ended = (min(timed, key=itemgetter(0))[1], max(timed, key=itemgetter(0))[1])
+        hand_off = op.op == "send_recv"
+        links = (len(hop_signature(self.topology, ended[0])), len(hop_signature(self.topology, ended[1]))
+                 ) if hand_off else None
+        found = OutOfStep(op.op, op.name, op.group, earliest, latest, 1, latest - earliest, ended, links, now)
+        if not self.stops(found):
+            return
+        within = hand_off and self.lanes is not None and _apart_in_a_lane(timed, self.lanes)
+        reason = found.reason()
+        raise StoppedOutOfStep(Lockstep("" if hand_off else reason, reason if hand_off else "", within, (found,)))
+
+
+def _apart_in_a_lane(timed: Sequence[tuple[float, tuple[int, ...]]], lanes: np.ndarray) -> bool:
+    """Whether two of one instance's hand-off copies (``timed``: each plan's end and copy) sent from one CP
+    lane (its sender's) ended apart, as `_apart_within` judges them."""
+    by_lane: dict[int, list[float]] = {}
+    for end, copy in timed:
+        by_lane.setdefault(int(lanes[copy[0]]), []).append(end)
+    return any(max(ends) - min(ends) > IN_STEP * max(ends) for ends in by_lane.values())
 
 
 def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], topology: Topology,

@@ -111,17 +111,20 @@ class Transfers:
 
 class _Phase:
     """One ``run_phase`` call: its transfers, the sequence number of the first, when it was posted, how many
-    are still running, and the event that fires when none is."""
+    are still running, the event that fires when none is, and where asked (``ends``, else None) when each
+    transfer finished."""
 
-    __slots__ = ("event", "first_seq", "key", "pending", "posted_s", "transfers")
+    __slots__ = ("ends", "event", "first_seq", "key", "pending", "posted_s", "transfers")
 
-    def __init__(self, event: simpy.Event, transfers: Transfers, key: str, first_seq: int, posted_s: float):
+    def __init__(self, event: simpy.Event, transfers: Transfers, key: str, first_seq: int, posted_s: float,
+                 ends: list[float] | None = None):
         self.event = event
         self.transfers = transfers
         self.pending = transfers.count
         self.key = key
         self.first_seq = first_seq
         self.posted_s = posted_s
+        self.ends = ends
 
 
 class _Flow:
@@ -287,8 +290,10 @@ class Network:
         """One transfer: an event that succeeds when ``nbytes`` have crossed ``path`` after ``latency``."""
         return self.run_phase(((path, nbytes, latency, src, dst),), key=key)
 
-    def run_phase(self, transfers: Sequence[tuple] | Transfers, *, key: str = "") -> simpy.Event:
-        """Start a batch of transfers now; the event succeeds when all of them have finished.
+    def run_phase(self, transfers: Sequence[tuple] | Transfers, *, key: str = "", ends: list[float] | None = None
+                  ) -> simpy.Event:
+        """Start a batch of transfers now; the event succeeds when all of them have finished, and then ``ends``
+        (where given, one item per transfer) holds when each did, the time its flow row logs (flow model only).
 
         Each item is a plain tuple, ``nbytes`` over the directed link ids ``path`` after ``latency`` seconds:
         ``(path, nbytes, latency)``; ``(path, nbytes, latency, src, dst)``, whose global GPU indices label the
@@ -304,7 +309,7 @@ class Network:
             return self._run_analytic(transfers, key)
         if not isinstance(transfers, Transfers):
             transfers = Transfers(transfers)
-        phase = _Phase(self.env.event(), transfers, key, self.flows_simulated, self.env.now)
+        phase = _Phase(self.env.event(), transfers, key, self.flows_simulated, self.env.now, ends)
         self.flows_simulated += transfers.count
         for latency, empty, cohorts in transfers.starts:
             if latency > 0:
@@ -648,6 +653,9 @@ class Network:
                 transfers = phase.transfers
                 log.flow(phase.key, transfers.src[index], transfers.dst[index], phase.posted_s, now,
                          transfers.nbytes[index], route)
+            ends = phase.ends
+            if ends is not None:
+                ends[index] = now
             phase.pending -= 1
             if phase.pending == 0:
                 phase.event.succeed()
