@@ -121,6 +121,7 @@ class PlanRunner:
         self.topology = topology
         self.quotient = quotient
         self._parsed_phases = parsed if parsed is not None and quotient is None else ParsedPhases()
+        self._batch_spans: dict[int, tuple[Transfers, list[tuple[int, int]] | None]] = {}
 
     def items(self, phase: Phase) -> list[tuple]:
         """`phase_items` of ``phase`` under the current routes (the phase is kept referenced, so its id stays
@@ -169,10 +170,14 @@ class PlanRunner:
             else:
                 joined = self._parsed(tuple(id(plan[0]) for plan in plans), plans,
                                       lambda: [item for plan in plans for item in self.items(plan[0])])
-                flows = None if ends is None else [0.0] * joined.count
+                if ends is None:
+                    yield self.network.run_phase(joined, key=key)
+                    return
+                flows = [0.0] * joined.count
                 yield self.network.run_phase(joined, key=key, ends=flows)
-                if ends is not None and flows is not None:
-                    ends += _plan_ends(flows, [len(self.items(plan[0])) for plan in plans])
+                spans = self._spans(plans, joined)
+                ends += flows if spans is None else [max(flows[start:stop]) if stop > start else None
+                                                     for start, stop in spans]
             return
         if ends is None:
             if self.quotient is not None:
@@ -185,6 +190,20 @@ class PlanRunner:
                           for index, (plan, sent) in enumerate(zip(plans, sends))
                           if sent or self.quotient is None])
 
+    def _spans(self, plans: list[list[Phase]], joined: Transfers) -> list[tuple[int, int]] | None:
+        """Where each of ``plans`` (single-phase, run as one batch: ``joined``) lies among the batch's transfers,
+        worked out once per batch; None where each plan is one transfer (each a pipeline hand-off's copy)."""
+        cached = self._batch_spans.get(id(joined))
+        if cached is None or cached[0] is not joined:
+            spans, start = [], 0
+            for plan in plans:
+                stop = start + len(self.items(plan[0]))
+                spans.append((start, stop))
+                start = stop
+            single = all(stop - start == 1 for start, stop in spans)
+            cached = self._batch_spans[id(joined)] = (joined, None if single else spans)
+        return cached[1]
+
     def _timed(self, env: simpy.Environment, plan: list[Phase], key: str, ends: list[float | None] | None,
                index: int):
         """`run_plan` of ``plan``, then its end into ``ends[index]`` (None: a plan that sends nothing, whose end
@@ -193,17 +212,6 @@ class PlanRunner:
         yield from self.run_plan(env, plan, key)
         if ends is not None:
             ends[index] = env.now
-
-
-def _plan_ends(flows: list[float], sizes: list[int]) -> list[float | None]:
-    """Each plan's end in a batch of plans run as one phase: the last of its ``sizes`` transfers in turn to
-    finish (``flows``, when each did), None for a plan with none."""
-    ends: list[float | None] = []
-    start = 0
-    for size in sizes:
-        ends.append(max(flows[start:start + size]) if size else None)
-        start += size
-    return ends
 
 
 def run_plan(env: simpy.Environment, network: Network, topology: Topology, phases: Iterable[Phase],
