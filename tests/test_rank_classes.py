@@ -211,7 +211,8 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     0.357 ms), route classes give one representative per host of each stage (4 of 32 ranks), and that run's
     mirrors fall out of step too (10 instances, by up to 0.357 ms), so the step runs unfolded: every summary
     figure is the unfolded run's, the reason is the stage fold's, and no route reason is reported; both folds are
-    listed as given up, with the wrap's figures, in the summary and in the printed line."""
+    listed as given up, with the wrap's figures, in the summary and in the printed line: each run stops at the
+    wrap's first instance out of step (engine/lockstep.py `LockstepWatch`), so both give that instance."""
     loaded = scenario_from_text(WRAP_OVER_SHARED_NICS, "inline.yaml", [])
     topology = scenario_topology(loaded)
 
@@ -232,24 +233,24 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     folded = simulate(loaded).summary
     unfolded = simulate(scenario_from_text(WRAP_OVER_SHARED_NICS, "inline.yaml", ["run.fold=false"])).summary
     assert not folded["folded"] and folded["simulated_ranks"] == 32 and "fold_routes_reason" not in folded
-    assert folded.pop("fold_off_reason").startswith(WRAP_LATE + " in the folded run (5 instances out of step, by "
-                                                    "up to 0.357 ms)")
+    stopped = " in the folded run (the run stopped there, its first instance out of step, by 0.357 ms)"
+    assert folded.pop("fold_off_reason").startswith(WRAP_LATE + stopped)
     assert folding_text(folded) == (
         "32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 ranks and copy them to the others, "
         "because a hand-off fell out of step in its run: send_recv 'send bwd mb6' over GPUs [0, 16] ended between "
-        "57.84 and 58.19 ms, 5 instances out of step by up to 357 us; gave up the routes fold, which would "
+        "57.84 and 58.19 ms, out of step by 357 us, where its run stopped; gave up the routes fold, which would "
         "simulate 4 ranks and copy them to the others, because a hand-off fell out of step in its run: send_recv "
-        "'send bwd mb6' over GPUs [0, 16] ended between 57.84 and 58.19 ms, 10 instances out of step by up to "
-        "357 us")
+        "'send bwd mb6' over GPUs [0, 16] ended between 57.84 and 58.19 ms, out of step by 357 us, where its run "
+        "stopped")
     stage, routes = folded.pop("fold_given_up")
-    for entry, ranks, instances in ((stage, 2, 5), (routes, 4, 10)):
+    for entry, ranks in ((stage, 2), (routes, 4)):
         assert entry["fold"] == ("stage" if ranks == 2 else "routes") and entry["simulated_ranks"] == ranks
         assert entry["why"] == "a hand-off fell out of step in its run"
-        assert entry["reason"].startswith(f"{WRAP_LATE} in the folded run ({instances} instances out of step")
+        assert entry["reason"].startswith(WRAP_LATE + stopped)
         apart = entry["out_of_step"]
-        assert (apart["op"], apart["name"], apart["group"], apart["instances"]) == ("send_recv", "send bwd mb6",
-                                                                                 [0, 16], instances)
+        assert (apart["op"], apart["name"], apart["group"]) == ("send_recv", "send bwd mb6", [0, 16])
         assert [round(end * 1e3, 4) for end in apart["ended_s"]] == [57.8374, 58.1944]
+        assert apart["stopped_at_s"] == apart["ended_s"][1] and "instances" not in apart
         assert apart["widest_s"] == pytest.approx(0.357e-3, abs=5e-7)
     assert folded == unfolded
 
@@ -303,8 +304,8 @@ def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkey
     unfolded = simulate(scenario_from_text(text + "run: {timeline: full}\n", "inline.yaml", ["run.fold=false"]))
     assert folded.summary["folded"] and folded.summary["simulated_ranks"] == len(simulated)
     assert folded.summary["fold_meet_reason"].startswith(
-        f"send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between {ended} in the folded run (5 "
-        "instances")
+        f"send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between {ended} in the folded run (the "
+        "run stopped there")
     assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
     _assert_same_figures(folded.summary, unfolded.summary, 1e-12, 1e-18, "fold_meet_reason")
     columns = ["rank", "key", "start_s", "end_s"]
@@ -319,7 +320,8 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     which neither hosts nor lanes (GPUs 0-3 and 4-7) part, so route classes, lanes and their meet (8 of 32 ranks)
     each fall out of step and the step runs unfolded: every summary figure is the unfolded run's, the reason is
     the stage fold's, and no refold's reason is reported; the folds given up are listed in the order they ran,
-    each with its wrap instances out of step (5 by stage, 10 by route class and by lane, 14 by their meet)."""
+    each stopped at the wrap's first instance out of step (it fell out of step 5 times by stage, 10 by route class
+    and by lane, 14 by their meet, when each ran to its end)."""
     text = WRAP_OVER_SHARED_NICS.replace("tp: 8,", "tp: 4, cp: 2,")
     tried = _recording(monkeypatch)
     folded = simulate(scenario_from_text(text, "inline.yaml", [])).summary
@@ -330,10 +332,11 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & folded.keys()
     assert folded.pop("fold_off_reason").startswith(
         "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 47.35 and 47.71 ms in the "
-        "folded run (5 instances")
+        "folded run (the run stopped there")
     given_up = folded.pop("fold_given_up")
-    assert [(entry["fold"], entry["simulated_ranks"], entry["out_of_step"]["instances"]) for entry in given_up] == [
-        ("stage", 2, 5), ("routes", 4, 10), ("lanes", 4, 10), ("meet", 8, 14)]
+    assert [(entry["fold"], entry["simulated_ranks"], entry["out_of_step"]["stopped_at_s"]) for entry in given_up] == [
+        (fold, ranks, pytest.approx(47.7067e-3, abs=1e-7))
+        for fold, ranks in (("stage", 2), ("routes", 4), ("lanes", 4), ("meet", 8))]
     assert {entry["why"] for entry in given_up} == {"a hand-off fell out of step in its run"}
     assert folded == unfolded
 
@@ -358,7 +361,7 @@ def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monke
     assert not summary["folded"] and summary["simulated_ranks"] == 32
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & summary.keys()
     assert summary["fold_off_reason"].startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
-                                                 "between 46.42 and 46.59 ms in the folded run (5 instances")
+                                                 "between 46.42 and 46.59 ms in the folded run (the run stopped there")
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("stage", 2),
                                                                                                 ("routes", 4)]
 
