@@ -176,10 +176,10 @@ def fitting_unit(value: float, units: tuple[tuple[str, float], ...]) -> tuple[st
     return next(((unit, scale) for unit, scale in units if abs(value) >= scale), units[-1])
 
 
-def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
-    """``value`` to 4 significant digits in its fitting unit of ``units``."""
+def _scaled(value: float, units: tuple[tuple[str, float], ...], digits: int = 4) -> str:
+    """``value`` to ``digits`` significant digits (4 unless told) in its fitting unit of ``units``."""
     unit, scale = fitting_unit(value, units)
-    return f"{value / scale:.4g} {unit}"
+    return f"{value / scale:.{digits}g} {unit}"
 
 
 def counted(number: object, one: str, many: str = "") -> str:
@@ -267,10 +267,16 @@ def format_size(nbytes: float) -> str:
     return _scaled(nbytes, SIZE_STEPS)
 
 
-def format_decimal_size(nbytes: float) -> str:
-    """A size in decimal units, as storage and checkpoints are quoted and their fields are given: 6.48e12 ->
-    '6.48 TB' (a `storage.capacity` of 1 TB was echoed as 931.3 GiB, in a base the user never wrote)."""
-    return _scaled(nbytes, DECIMAL_SIZE_STEPS)
+def decimal_sizes_apart(first: float, second: float) -> tuple[str, str]:
+    """Two different sizes in decimal units, as storage and checkpoints are quoted and their fields are given
+    (6.48e12 -> '6.48 TB'; a `storage.capacity` of 1 TB was echoed as 931.3 GiB, in a base the user never wrote),
+    to four significant digits or as many more as they need to read differently: 100.02 GB against 100 GB read
+    '100 GB' twice, now '100.02 GB' and '100 GB' (17 digits tell any two different floats apart)."""
+    for digits in range(4, 18):
+        texts = _scaled(first, DECIMAL_SIZE_STEPS, digits), _scaled(second, DECIMAL_SIZE_STEPS, digits)
+        if texts[0] != texts[1]:
+            break
+    return texts
 
 
 def format_duration(seconds: float) -> str:

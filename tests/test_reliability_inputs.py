@@ -120,6 +120,22 @@ def test_a_checkpoint_larger_than_the_storage_reads_in_decimal_units(tmp_path, c
         "(100 GB) (allowed: a checkpoint of at most 100 GB, or a storage.capacity of at least 128.5 GB)\n")
 
 
+@pytest.mark.parametrize(("size", "capacity", "shown"), [
+    ("100.02GB", "100GB", "a 100.02 GB checkpoint is larger than the storage (100 GB) (allowed: a checkpoint of at "
+                          "most 100 GB, or a storage.capacity of at least 100.02 GB)"),
+    ("1.0001TB", "1TB", "a 1.0001 TB checkpoint is larger than the storage (1 TB) (allowed: a checkpoint of at "
+                        "most 1 TB, or a storage.capacity of at least 1.0001 TB)"),
+])
+def test_a_checkpoint_just_larger_than_the_storage_reads_larger(tmp_path, capsys, size, capacity, shown):
+    """A checkpoint of 100.02 GB against 100 GB of storage was refused as 'a 100 GB checkpoint is larger than the
+    storage (100 GB)': four significant digits made the two sizes equal. They take the digits it needs to differ."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE)
+    assert main(["validate", str(scenario), "--set", f"checkpoint.size={size}",
+                 "--set", f"storage.capacity={capacity}"]) == 2
+    assert capsys.readouterr().err == f"error: --set checkpoint.size={size}: checkpoint.size: {shown}\n"
+
+
 def test_a_maintenance_duration_alone_keeps_the_presets_period(capsys):
     """`faults: {preset: llama3, maintenance: {duration: 30 min}}` was refused ('faults.maintenance.every: required
     field is missing'): giving the preset's 47 windows a length meant restating their period, 54 d / 47. `every`

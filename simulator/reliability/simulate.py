@@ -37,7 +37,7 @@ from simulator.reliability.summary import (
     young_daly_warning,
 )
 from simulator.scale import capped_topology
-from simulator.units import counted, format_count, format_decimal_size, format_duration, parse_duration
+from simulator.units import counted, decimal_sizes_apart, format_count, format_duration, parse_duration
 from simulator.workload.training import resolve_model
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def _checkpoint_size(loaded: LoadedScenario) -> float:
     """The checkpoint's bytes, refused when the storage could never hold it, at the field the user set: the
     checkpoint's `size` or `bytes_per_param` (a typo in a size is likelier than in the store's), else
     `storage.capacity` (a huge checkpoint.size was blamed on the default capacity). Both sizes read in decimal
-    units, as the fields are given ('6.48 TB', `format_decimal_size`)."""
+    units, as the fields are given ('6.48 TB'), with the digits it takes to tell them apart (`decimal_sizes_apart`)."""
     scenario = loaded.scenario
     if scenario.checkpoint.size is None and scenario.model is not None and scenario.model.synthetic is not None:
         raise ScenarioError("a synthetic model has no parameter count to size the checkpoint from",
@@ -89,7 +89,7 @@ def _checkpoint_size(loaded: LoadedScenario) -> float:
         return size
     own = ("checkpoint", "size") if scenario.checkpoint.size is not None else ("checkpoint", "bytes_per_param")
     field = own if loaded.gave(own) else ("storage", "capacity")
-    size_text, capacity_text = format_decimal_size(size), format_decimal_size(capacity)
+    size_text, capacity_text = decimal_sizes_apart(size, capacity)
     raise loaded.error(field, f"a {size_text} checkpoint is larger than the storage ({capacity_text})",
                        f"a checkpoint of at most {capacity_text}, or a storage.capacity of at least {size_text}")
 
