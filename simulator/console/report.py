@@ -62,10 +62,12 @@ def _hfu(summary: dict) -> str:
     the rest are not counted), so its HFU is a lower bound and says so; where that share of peak falls below the
     MFU, whose model FLOPs count attention too, HFU (which counts all the executed FLOPs, recompute besides the
     model's) is at least the MFU, and the matrix multiplies' share is named as theirs: 'HFU >= 25.5%' beside
-    'MFU 28.0%' on the H200 trace read as HFU below MFU."""
+    'MFU 28.0%' on the H200 trace read as HFU below MFU. An MFU above 100% (warned as wrong: the scenario's model
+    FLOPs overstate the work, `throughput_warnings`) bounds nothing, and 'HFU >= MFU' beside 'MFU 280.5%' claimed
+    the hardware ran at 280% of peak: there the matrix multiplies' share alone is the bound."""
     if "trace" in summary and not summary.get("hardware_tflops_per_gpu"):
         return "HFU n/a: no op shapes in the trace"
-    if "trace" in summary and summary["hfu"] < summary.get("mfu", 0.0):
+    if "trace" in summary and summary["hfu"] < summary.get("mfu", 0.0) <= 1:
         return f"HFU >= MFU; the matrix multiplies alone {_share(summary['hfu'])} of peak"
     if "trace" in summary:
         return f"HFU >= {_share(summary['hfu'])}: matrix multiplies only"
