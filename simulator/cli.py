@@ -257,8 +257,7 @@ def _published_workers(args: argparse.Namespace) -> int:
     if args.workers is not None:
         from simulator.console.paths import option_error
 
-        raise option_error("--jobs", "--jobs is the old name of --workers; give one "
-                           "of them", "--workers N alone")
+        raise option_error("--jobs", "the old name of --workers; give one of them", "--workers N alone")
     print("trainsim validate-published: --jobs is deprecated, use --workers", file=sys.stderr)
     return int(args.jobs)
 

@@ -488,8 +488,8 @@ def test_chunking_off_reads_as_yaml_writes_it():
     (["validate-published", "--workers", "-3"],
      "trainsim validate-published: --workers: '-3' is below 0 (allowed: a whole number, 0 or more)"),
     (["validate-published", "--workers", "2", "--jobs", "2"],
-     "trainsim validate-published: --jobs: --jobs is the old name of --workers; give one of them (allowed: "
-     "--workers N alone)"),
+     "trainsim validate-published: --jobs: the old name of --workers; give one of them (allowed: --workers N "
+     "alone)"),  # the flag named once: the field is --jobs
     (["search", "S", "--out", "OUT", "--workers", "x"],
      "trainsim search: --workers: 'x' is not a whole number (allowed: a whole number, 0 or more)"),
     (["search", "S", "--out", "OUT", "--top", "x"],  # argparse's own 'invalid int value: 'x'', nothing allowed
