@@ -72,7 +72,7 @@ def parse_quantity(value: object, kind: QuantityKind) -> float:
             return 0.0
         raise InputError(f"{kind} {value!r} has no unit", allowed=_allowed(kind))
     if unit not in table:
-        raise InputError(f"unknown {kind} unit {unit!r} in {value!r}{case_hint(unit, table)}",
+        raise InputError(f"unknown unit {unit!r} in {value!r}{case_hint(unit, table)}",
                          allowed=_allowed(kind))
     result = number * table[unit]
     if not math.isfinite(result):

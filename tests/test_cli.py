@@ -318,7 +318,7 @@ BAD_INPUTS = {
     "bare-number": ({"s.yaml": "cluster: {topology: dgx-h100}\nworkload:\n  - op: all_reduce\n    bytes: 1024\n"},
                     "s.yaml:4", "workload[0].bytes", "has no unit", "GiB"),
     "unknown-unit": ({"s.yaml": "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 1 GiB/s}\n"},
-                     "s.yaml:3", "workload[0].bytes", "unknown size unit", "MiB"),
+                     "s.yaml:3", "workload[0].bytes", "unknown unit", "MiB"),
     "zero-bandwidth": ({"t.yaml": "kind: nvswitch_node\ngpus: 8\nnvlink_bandwidth: 0 GB/s\n",
                         "s.yaml": "cluster: {topology: TMP/t.yaml}\n" + GOOD_WORKLOAD},
                        "t.yaml:3", "nvlink_bandwidth", "must be positive", "a positive value"),

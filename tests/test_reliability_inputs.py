@@ -522,7 +522,8 @@ def test_a_step_word_in_other_case_is_refused_as_any_unit_in_other_case_is(tmp_p
     """Unit words are case-sensitive (`10 MIN`, `1 gib` are refused: case tells b from B); `--intervals '10 Steps'`
     was refused too, but as an "unknown duration unit 'Steps'", where `10 steps` and `10steps` are step counts. A
     step word in other case is now refused as a unit in the wrong case, in `--intervals` and `checkpoint.interval`
-    alike, naming the unit it may mean, as a duration or size unit in the wrong case now is."""
+    alike, naming the unit it may mean, as a duration or size unit in the wrong case now is, in one wording
+    ('10 MIN' read "unknown duration unit 'MIN'" beside "unknown unit 'Steps'"; the allowed units name the kind)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(BASE)
     out = tmp_path / "out"
@@ -535,10 +536,10 @@ def test_a_step_word_in_other_case_is_refused_as_any_unit_in_other_case_is(tmp_p
                                        "'STEPS' in '10 STEPS': units are case-sensitive (steps) (allowed: '200 "
                                        "steps', '30 min')\n")
     assert main(["validate", str(scenario), "--set", "checkpoint.interval=10 MIN"]) == 2
-    assert "unknown duration unit 'MIN' in '10 MIN': units are case-sensitive (min) (allowed: " in (
+    assert "unknown unit 'MIN' in '10 MIN': units are case-sensitive (min) (allowed: " in (
         capsys.readouterr().err)
     assert main(["validate", str(scenario), "--set", "checkpoint.size=1 gib"]) == 2
-    assert "unknown size unit 'gib' in '1 gib': units are case-sensitive (GiB) (allowed: " in capsys.readouterr().err
+    assert "unknown unit 'gib' in '1 gib': units are case-sensitive (GiB) (allowed: " in capsys.readouterr().err
     assert not out.exists()
 
 

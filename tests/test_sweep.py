@@ -200,7 +200,7 @@ def test_shown_value_keeps_six_significant_digits_and_what_needs_no_rounding(val
     ("grid: {training.microbatches.x: [1]}", "training.microbatches has no sub-fields", 8),
     # topology parameters were checked only as each point ran: every point 'invalid', exit status 0
     ("grid: {cluster.nvlink_bandwidth: [450 GB/s, 400 GB]}",
-     "grid.cluster.nvlink_bandwidth: value '400 GB': unknown bandwidth unit 'GB' in '400 GB'", 8),
+     "grid.cluster.nvlink_bandwidth: value '400 GB': unknown unit 'GB' in '400 GB'", 8),
     ("grid: {cluster.gpuz: [8]}", "grid.cluster.gpuz: value 8: unknown override 'gpuz' for topology kind", 8),
     ("zip: {cluster.gpus: [8, 0], training.microbatches: [8, 4]}", "zip.cluster.gpus: value 0: 0 must be positive",
      8),
