@@ -723,6 +723,8 @@ class _VersionAction(argparse.Action):
 
 ARGUMENT_ERROR = re.compile(r"argument (?P<field>[^:]+): (?P<problem>.*)", re.S)
 """argparse's refusal of one argument's value: "argument --ranks: '0' is below 2 (allowed: ...)"."""
+UNRECOGNIZED_IN = "_unrecognized_in"
+"""The namespace attribute naming the innermost parser left with arguments it does not take."""
 CHOICES = re.compile(r"invalid choice: (?P<value>'[^']*') \(choose from (?P<choices>.*)\)", re.S)
 
 
@@ -736,6 +738,26 @@ class _Parser(argparse.ArgumentParser):
                          if isinstance(action, argparse._SubParsersAction)), None)
         listed = f"{', '.join(commands)}; " if commands else ""
         return f"{listed}`{self.prog} --help` says what each takes"
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, noting on the namespace the innermost (sub)command left with arguments it does not
+        take, so that `parse_args` refuses them with that command's options rather than the top level's."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(namespace, UNRECOGNIZED_IN):
+            setattr(namespace, UNRECOGNIZED_IN, self)
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        refusing = vars(namespace).pop(UNRECOGNIZED_IN, self)
+        if extras:
+            refusing.exit(EXIT_INPUT, f"error: {command_line(refusing.prog)}: unrecognized arguments: "
+                                      f"{' '.join(extras)} (allowed: {refusing._options()})\n")
+        return namespace
+
+    def _options(self) -> str:
+        """The options this command takes, each by its long name."""
+        return ", ".join(action.option_strings[-1] for action in self._actions if action.option_strings)
 
     def error(self, message: str):
         argument = ARGUMENT_ERROR.fullmatch(_one_line(message))

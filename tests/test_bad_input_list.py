@@ -358,7 +358,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "collective-too-many-ranks": ({}, ["collective", "--topology", "dgx-h100", "--ranks", "9"], 2,
                                   "9 ranks do not fit"),
     "unknown-option": ({}, ["run", "TMP/s.yaml", "--out", "TMP/out", "--frobnicate"], 2,
-                       "unrecognized arguments: --frobnicate"),
+                       "trainsim run: unrecognized arguments: --frobnicate (allowed: --help, --out, --set"),
+    # refused by the command the user was in, with its options (it listed the top-level commands)
+    "plot-unknown-option": ({}, ["plot", "heatmap", "TMP/out", "--metric", "mfu"], 2,
+                            "error: command line: trainsim plot: unrecognized arguments: --metric mfu (allowed: "
+                            "--help, --output, --by, --window, --ranks, --x, --y, --hue, --value, --log-x)"),
     "unknown-command": ({}, ["simulate"], 2, "invalid choice 'simulate' (allowed: run, validate, scenarios"),
     "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2,
                              "error: command line: trainsim collective: --sizes: size '1024' has no unit"),
