@@ -340,6 +340,26 @@ def test_goodput_chart_gives_ettr_in_percent_as_the_printed_lines_do():
     assert band.min() == pytest.approx(89.77) and band.max() == pytest.approx(92.99)
 
 
+@pytest.mark.parametrize("goodput, unit, shown", [(6.2e4, "k tokens/s", 62.0), (1.5e6, "M tokens/s", 1.5),
+                                                   (450.0, "tokens/s", 450.0)])
+def test_goodput_axis_takes_the_unit_its_largest_value_reaches(goodput, unit, shown):
+    """A small study's goodput axis read 0.06 in 'M tokens/s': the axis is in the unit of tokens/s that its
+    largest goodput reaches, so that its values read 1 to 1,000 (62 k tokens/s), its band scaled alike."""
+    from simulator.reliability.plots import goodput_figure
+
+    points = [{"interval_s": t, "ettr": 0.9, "ettr_ci95_low": 0.89, "ettr_ci95_high": 0.91,
+               "goodput_tokens_per_s": goodput * share, "goodput_tokens_per_s_ci95_low": 0.9 * goodput * share,
+               "goodput_tokens_per_s_ci95_high": 1.1 * goodput * share} for t, share in ((300.0, 0.5), (600.0, 1.0))]
+    study = {"scenario": "job.yaml", "curves": [{"rate_multiplier": 1, "mtbf_s": 11135.0, "points": points,
+                                                 "young_interval_s": 13.6, "daly_interval_s": 13.6,
+                                                 "best_interval_s": 600.0, "best_ettr": 0.9}]}
+    axis = goodput_figure(study).axes[1]
+    assert axis.get_ylabel() == f"goodput ({unit})"
+    curve = next(line for line in axis.get_lines() if line.get_marker() == "o")
+    assert list(curve.get_ydata()) == pytest.approx([shown / 2, shown])
+    assert axis.collections[0].get_paths()[0].vertices[:, 1].max() == pytest.approx(1.1 * shown)
+
+
 def test_a_synthetic_models_study_charts_goodput_in_healthy_steps(tmp_path, capsys):
     """A synthetic model has no tokens: the job crashed dividing by them. Its study's points carry goodput in
     healthy-equivalent steps per second (tokens per second null), the chart draws those, and the job's table
