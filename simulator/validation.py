@@ -125,7 +125,7 @@ def run_case(path: Path) -> CaseResult:
     loaded = load_scenario(str(path), [])
     published = loaded.scenario.published
     if published is None:
-        raise ScenarioError(f"{path.name} has no published section", field="published",
+        raise ScenarioError(f"{path.name} has no published section", field="published", file=str(path),
                             allowed="source, metric, value, tolerance, fitted")
     summary = simulate(loaded).summary
     return CaseResult(case=path.stem, source=published.source, metric=published.metric, published=published.value,

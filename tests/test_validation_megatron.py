@@ -63,6 +63,16 @@ def test_an_unknown_case_is_refused_naming_the_cases(capsys):
     assert "nccl-sendrecv-ndr" in captured.err and captured.err.count("\n") == 1
 
 
+def test_a_case_with_no_published_section_is_refused_at_its_file(tmp_path, capsys):
+    """A case file with no published section was refused as 'error: <input>: published: ...', the placeholder of
+    an unknown file where run_case knows the path."""
+    case = tmp_path / "no_figure.yaml"
+    case.write_text((FOLDER.parent / "llama3-8b-dgx-h100-dp8.yaml").read_text())
+    assert main(["validate-published", "--folder", str(tmp_path), "--case", "no_figure"]) == 2
+    assert capsys.readouterr().err == (f"error: {case}: published: no_figure.yaml has no published section "
+                                       "(allowed: source, metric, value, tolerance, fitted)\n")
+
+
 def _killed(path):
     """A case whose worker the kernel's out-of-memory killer ends."""
     os.kill(os.getpid(), signal.SIGKILL)
