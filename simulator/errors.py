@@ -55,6 +55,20 @@ class InputError(TrainsimError):
     def __str__(self) -> str:
         return self.render()
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled by its fields, so that a copy from a worker process is this error exactly: Exception's own
+        pickling rebuilt it from its rendered line, as InputError('<input>: FILE:LINE: ...'), whose `args` stayed
+        that line after the fields were restored (and a subclass taking other arguments would not rebuild)."""
+        return _rebuilt, (type(self), self.problem, self.field, self.allowed, self.file, self.line), self.__dict__
+
+
+def _rebuilt(cls: type[InputError], problem: str, field: str, allowed: str, file: str,
+             line: int | None) -> InputError:
+    """An InputError (of subclass ``cls``) from its fields, as unpickled (`InputError.__reduce__`)."""
+    error = cls.__new__(cls)
+    InputError.__init__(error, problem, field=field, allowed=allowed, file=file, line=line)
+    return error
+
 
 class ScenarioError(InputError):
     """The scenario file (or a --set override) is not valid."""

@@ -7,6 +7,7 @@ turns into one located line with exit status 2 -- never any other exception (a t
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 import yaml
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.config.loader import scenario_from_text
-from simulator.errors import InputError
+from simulator.errors import InputError, ScenarioError, TopologyError, TraceError
 from simulator.preflight import validate
 from simulator.topology.builders import build_topology
 from simulator.topology.loader import scenario_topology
@@ -199,3 +200,16 @@ def test_unknown_catalog_names_are_refused_when_the_scenario_is_read(text, error
     with pytest.raises(InputError) as refused:
         scenario_from_text(text, "s.yaml")
     assert str(refused.value).startswith(error)
+
+
+@pytest.mark.parametrize("kind", [InputError, ScenarioError, TopologyError, TraceError])
+@pytest.mark.parametrize("line", [3, None])
+def test_an_input_error_comes_back_from_a_worker_exactly(kind, line):
+    """An InputError crosses a pipe pickled (validate-published's workers): Exception's pickling rebuilt it from
+    its rendered line, so its args came back as ('<input>: s.yaml:3: a.b: ...',). Pickled by its fields, the copy
+    is the error: its type, line and every field and its args."""
+    error = kind("must be positive", field="a.b", allowed="x, y", file="s.yaml", line=line)
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is kind
+    assert (str(back), back.args, back.problem, back.field, back.allowed, back.file, back.line) == (
+        str(error), error.args, error.problem, error.field, error.allowed, error.file, error.line)
