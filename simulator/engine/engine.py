@@ -120,6 +120,9 @@ class Engine:
         self._replayed_flows = 0
         self._total = 0
         self._all_done = env.event()
+        self._running: dict[str | tuple[int, str], Steps] = {}
+        """The stepping generators not finished yet, streams by (rank, name) and collectives by key: a run the watch
+        stops closes them (`_drop_pending`)."""
 
     @property
     def executed(self) -> int:
@@ -151,13 +154,15 @@ class Engine:
             else:
                 self._streams.append(((rank, stream), op_list, None))
         self._total = len(ops)
-        start(self.env, [self._stream(rank, stream, op_list, turn)
-                         for (rank, stream), op_list, turn in self._streams])
+        for (rank, stream), op_list, turn in self._streams:
+            self._running[(rank, stream)] = self._stream(rank, stream, op_list, turn)
+        start(self.env, list(self._running.values()))
         if not ops:
             self._all_done.succeed()
         try:
             run_until(self.env, self._all_done)
         except StoppedOutOfStep as stop:
+            self._drop_pending()
             return EngineResult(self.log, self.env.now, self.executed, self._replayed_flows,
                                 lockstep=stop.lockstep, stopped_at_s=self.env.now)
         # A SimPy process (a plan of a collective with mirrors, a fault) that waits on a failed event gets a
@@ -170,6 +175,18 @@ class Engine:
             raise SimulationError(self._deadlock_report())
         lost = dict(sorted(self.contention.lost_s.items())) if self.contention is not None else {}
         return EngineResult(self.log, self.env.now, self.executed, self._replayed_flows, lost)
+
+    def _drop_pending(self) -> None:
+        """Close a stopped run's stepping generators and drop its scheduled and awaited events. Each suspended
+        generator holds the engine and is held by an event's callback that the engine reaches (its queue, a
+        rendezvous, a flow on its network): cycles that the paused cyclic collector (simulator/collector.py)
+        would keep, with the run's network and log, until the command ends."""
+        for steps in self._running.values():
+            steps.close()
+        self._running.clear()
+        self.env._queue.clear()
+        self._rendezvous.clear()
+        self._awaited.clear()
 
     def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None) -> Steps:
         """Run ``ops`` in order; with ``turn`` (one op of a serial stream) the op first waits for the stream to
@@ -214,6 +231,7 @@ class Engine:
                 self._all_done.succeed()
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress(done, total)
+        del self._running[(rank, stream)]
 
     def _completion(self, op_id: int) -> simpy.Event:
         """The event that fires when op ``op_id`` (not finished yet) finishes. Made only for the ops something
@@ -268,7 +286,8 @@ class Engine:
             self._finished.add(op.key)
             if template.id in self._alone:
                 return self._replay(template, group_id, tuple(meeting.arrived.values()), meeting.done)
-            start(self.env, [self._collective(meeting)])
+            steps = self._running[op.key] = self._collective(meeting)
+            start(self.env, [steps])
         return meeting.done
 
     def _refused(self, op: CollectiveOp) -> SimulationError:
@@ -300,6 +319,7 @@ class Engine:
         if sms:
             self._release(meeting.arrived, op.category, sms)
         self._record(meeting.arrived.values(), start)
+        del self._running[op.key]
         meeting.done.succeed()
 
     def _planned(self, op: CollectiveOp, group_id: int, mirrors: tuple[tuple[int, ...], ...]) -> tuple[list, int]:
