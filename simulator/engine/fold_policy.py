@@ -13,7 +13,8 @@ so that a step too large unfolded is refused (scale.py) before it takes minutes 
 only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP lane of each stage,
 classes keyed by CP lane) and `route_steps` (ranks classed also by their hand-offs' routes: the hops, then the
 loads on them, then by host, coarsest first; classes of unequal size weighted, `FoldedStep.weights`) are tried before
-unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`),
+unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`:
+in the first instance out of step where the run stopped there, `LockstepWatch`, else in the whole run),
 then `meet_step` where both ran (their meet: one rank per CP lane of each class by route), or only lanes on a
 step classed by NVLink loads (with those classes): the unfolded run
 where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` before its run,

@@ -113,8 +113,9 @@ class Lockstep:
     collectives: str = ""
     hand_offs: str = ""
     hand_offs_within_lanes: bool = False
-    """Whether some hand-off's copies in one CP lane (of those the caller named) ended apart: one rank per lane
-    would then hold copies that met the fabric unlike to one representative, as the stage fold did."""
+    """Whether some hand-off's copies in one CP lane (of those the caller named) ended apart, in the run or, for
+    a run the watch stopped, in the instance it stopped at: one rank per lane would then hold copies that met the
+    fabric unlike to one representative, as the stage fold did."""
     apart: tuple[OutOfStep, ...] = ()
     """The first instance out of step of each kind that fell out of step, other collectives before hand-offs:
     the figures behind ``collectives`` and ``hand_offs``."""
