@@ -541,6 +541,27 @@ def test_the_estimates_all_to_alls_share_the_spines_with_their_stages_other_ep_g
     assert 0.985 * simulated <= estimated <= 1.02 * simulated
 
 
+
+def test_an_all_to_all_without_copies_is_timed_alone_without_working_out_links(monkeypatch):
+    """An EP group alone in its stage (no copies, as DeepSeek-V3-style TP1 PP16 EP64's) takes its alone time,
+    and `with_copies` returns it without working out its plan's links, which had nothing to meet."""
+    from simulator.engine.plans import PlanCache
+    from simulator.simulation import network_settings
+    from simulator.topology.loader import scenario_topology
+
+    loaded = load_scenario("mixtral-8x7b-ep8")
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    group, pairs = tuple(range(0, 16, 2)), ((1024.0,) * 8,) * 8
+    alone = times.seconds("all_to_all", group, 8192.0, pairs)
+
+    def refused(*_args):
+        raise AssertionError("links worked out for an all-to-all without copies")
+
+    monkeypatch.setattr(PlanCache, "links", refused)
+    assert times.with_copies(("all_to_all", group, 8192.0, pairs), ()) == alone > 0
+
+
 def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     """With the all-to-alls and the experts' gradient reduction and parameter gather over their group timed, the
     estimate orders these layouts as the simulation does (tokens/s 147,385 > 139,784 > 131,180 > 114,740 > 98,554

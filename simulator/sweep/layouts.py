@@ -1533,9 +1533,11 @@ class CollectiveTimes:
         run it at the same moment of the same program: those of them whose plans share a link with its plan
         (`PlanCache.links`), where the fabric's spine hash lays their flows on the links of its own. Its alone
         time where none does (groups inside their hosts, or crossing the NICs on rails of their own)."""
+        op, group, nbytes, pairs = shape
+        if not copies:  # no plan to meet: its links need not be worked out
+            return self.seconds(op, group, nbytes, pairs)
         key = (shape, copies)
         if key not in self._with_copies:
-            op, group, nbytes, pairs = shape
             links = self._plans.links
             own = links(_collective(op, group, nbytes, pairs), group)
             meeting = tuple((op, copy, nbytes, pairs) for copy in copies
