@@ -81,32 +81,31 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why():
                                     "a hand-off fell out of step in its run (see the warning)")
 
 
-def test_a_fold_out_of_step_on_the_ranks_row_shows_its_two_ends_apart():
-    """A fold given up out of step gives when its first instance's copies ended with as many digits as tell them
-    apart (engine/symmetry.py `apart_figures`, as its reason does): SC21 310.1B's hop refold ended between
-    119.6 ms and 119.6 ms on the row, 1 us apart."""
+@pytest.mark.parametrize(("fold", "ranks", "out_of_step", "said"), [
+    # A run read to its end: its first instance's two ends with as many digits as tell them apart
+    # (engine/symmetry.py `apart_figures`, as its reason does; SC21 310.1B's hop refold, 1 us apart) and how many
+    # instances fell out of step.
+    ("routes", 64, {"op": "send_recv", "name": "send fwd mb0", "group": [0, 128],
+                    "ended_s": [0.1195998, 0.1196008], "instances": 3, "widest_s": 1e-6},
+     "send_recv 'send fwd mb0' over GPUs [0, 128] ended between 119.6 and 119.601 ms, 3 instances out of step by "
+     "up to 1 us"),
+    # A run stopped at its first instance out of step (`stopped_at_s`, no `instances`: engine/lockstep.py
+    # `LockstepWatch`): that instance's own gap where the run stopped, not a count of instances it never reached
+    # (the DeepSeek-V3-style DualPipeV class fold's figures).
+    ("classes", 32, {"op": "send_recv", "name": "recv bwd mb0", "group": [512, 448],
+                     "ended_s": [2.289274, 2.289308], "stopped_at_s": 2.289308, "widest_s": 3.4e-5},
+     "send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 2289.27 and 2289.31 ms, out of step by 34 us, "
+     "where its run stopped"),
+])
+def test_a_fold_out_of_step_on_the_ranks_row_shows_its_first_instance(fold, ranks, out_of_step, said):
+    """The ranks row says where a fold given up out of step fell apart, in the shape its run left: read to the
+    end, or stopped at the first instance."""
     from simulator.console.report import folding_text
 
     summary = {"simulated_ranks": 16, "gpus": 1920, "folded": True, "fold_given_up": [
-        {"fold": "routes", "simulated_ranks": 64, "why": "a hand-off fell out of step in its run", "reason": "...",
-         "out_of_step": {"op": "send_recv", "name": "send fwd mb0", "group": [0, 128],
-                         "ended_s": [0.1195998, 0.1196008], "instances": 3, "widest_s": 1e-6}}]}
-    assert folding_text(summary).endswith("send_recv 'send fwd mb0' over GPUs [0, 128] ended between 119.6 and "
-                                          "119.601 ms, 3 instances out of step by up to 1 us")
-
-
-def test_a_fold_whose_run_stopped_out_of_step_shows_that_instance_alone_on_the_ranks_row():
-    """A fold whose run stopped at its first instance out of step (`out_of_step` with `stopped_at_s`, no
-    `instances`: engine/lockstep.py `LockstepWatch`) is said as that instance's own gap where its run stopped,
-    not as a count of instances that run never reached (the DeepSeek-V3-style DualPipeV class fold's figures)."""
-    from simulator.console.report import folding_text
-
-    summary = {"simulated_ranks": 112, "gpus": 1024, "folded": True, "fold_given_up": [
-        {"fold": "classes", "simulated_ranks": 32, "why": "a hand-off fell out of step in its run", "reason": "...",
-         "out_of_step": {"op": "send_recv", "name": "recv bwd mb0", "group": [512, 448],
-                         "ended_s": [2.289274, 2.289308], "stopped_at_s": 2.289308, "widest_s": 3.4e-5}}]}
-    assert folding_text(summary).endswith("send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 2289.27 and "
-                                          "2289.31 ms, out of step by 34 us, where its run stopped")
+        {"fold": fold, "simulated_ranks": ranks, "why": "a hand-off fell out of step in its run", "reason": "...",
+         "out_of_step": out_of_step}]}
+    assert folding_text(summary).endswith(said)
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):

@@ -510,6 +510,20 @@ def test_a_failure_while_writing_leaves_the_previous_run(tmp_path, monkeypatch):
     one_run_only(out)
 
 
+def _run_with_the_console_stop_handlers(out: Path) -> int:
+    """`trainsim run` of the small scenario into ``out`` with the handlers a console run has: Python's SIGINT
+    handler (whatever a test before left) and the console script's SIGTERM handler; both restored after."""
+    from simulator.cli import _interrupted_once
+
+    handlers = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupted_once)}
+    try:
+        return main(["run", str(SMALL), "--out", str(out), "--quiet"])
+    finally:
+        for held, handler in handlers.items():
+            signal.signal(held, handler)
+
+
 @pytest.mark.parametrize(("signum", "said", "status"), [(signal.SIGINT, "interrupted", 130),
                                                       (signal.SIGTERM, "terminated", 143)])
 def test_a_stop_after_the_move_leaves_no_partial_folder_and_says_the_run_was_written(tmp_path, monkeypatch, capsys,
@@ -519,8 +533,6 @@ def test_a_stop_after_the_move_leaves_no_partial_folder_and_says_the_run_was_wri
     KeyboardInterrupt cut the removal short and left `.out.partial-*` beside the run (1 stop in 12 at the moment
     the files were written, on a loaded machine); then, with the removal held, it said only 'interrupted'
     though the folder held the complete new run."""
-    from simulator.cli import _interrupted_once
-
     out = tmp_path / "out"
     assert main(["run", str(PIPELINE), "--out", str(out)]) == 0
     remove = shutil.rmtree
@@ -530,15 +542,8 @@ def test_a_stop_after_the_move_leaves_no_partial_folder_and_says_the_run_was_wri
         remove(path, *args, **kwargs)
 
     monkeypatch.setattr("simulator.report.run_folder.shutil.rmtree", pressed_first)
-    # Python's SIGINT handler, whatever a test before left; the console script's SIGTERM handler
-    handlers = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupted_once)}
     capsys.readouterr()
-    try:
-        assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == status
-    finally:
-        for held, handler in handlers.items():
-            signal.signal(held, handler)
+    assert _run_with_the_console_stop_handlers(out) == status
     assert capsys.readouterr().err == f"{said}: the run's files were written to {out} before it stopped\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
     assert one_run_only(out)["scenario"] == str(SMALL)
@@ -616,8 +621,6 @@ def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeyp
     the folder holds the new complete run, and `trainsim run` exits 130 (143) saying its files were written.
     Before, it said only 'interrupted', as if nothing of the run had been written, and SIGTERM ended it
     halfway through the move."""
-    from simulator.cli import _interrupted_once
-
     out = tmp_path / "out"
     replace, pressed = os.replace, []
 
@@ -627,14 +630,7 @@ def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeyp
         replace(source, target)
 
     monkeypatch.setattr(run_folder.os, "replace", pressing_replace)
-    # Python's SIGINT handler, whatever a test before left; the console script's SIGTERM handler
-    handlers = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupted_once)}
-    try:
-        assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == status
-    finally:
-        for held, handler in handlers.items():
-            signal.signal(held, handler)
+    assert _run_with_the_console_stop_handlers(out) == status
     assert capsys.readouterr().err == f"{said}: the run's files were written to {out} before it stopped\n"
     assert pressed and one_run_only(out)["scenario"] == str(SMALL)
 
