@@ -92,3 +92,63 @@ def test_replicating_the_one_traced_rank_is_refused_in_the_singular():
     with pytest.raises(ScenarioError) as refused:
         simulate(scenario_from_text(SCENARIO.read_text() + "  dp: 8\n", source=str(SCENARIO)))
     assert "(its 1 rank is TP 1 x CP 1 x PP 1)" in str(refused.value)
+
+
+@cache
+def moved_to_h100(traced_gpu: str):
+    """The bundled scenario on one H100 SXM, its trace said to be taken on ``traced_gpu``."""
+    text = SCENARIO.read_text().replace("gpu_model: h200", "gpu_model: h100-sxm") + f"  traced_gpu: {traced_gpu}\n"
+    return simulate(scenario_from_text(text, source=str(SCENARIO)))
+
+
+def traced_durations(part: str) -> list[float]:
+    """The traced durations (s) of the step's GPU kernels and memsets whose names hold ``part``, sorted."""
+    events = json.loads(gzip.decompress(TRACE.read_bytes()))["traceEvents"]
+    return sorted(event["dur"] * 1e-6 for event in events
+                  if event.get("cat") in ("kernel", "gpu_memset") and part in event["name"])
+
+
+def replayed_durations(result, part: str) -> list[float]:
+    frame = result.timeline[result.timeline["name"].str.contains(part, regex=False)]
+    return sorted((frame["end_s"] - frame["start_s"]).tolist())
+
+
+# One kernel family of each class, with the ratio of its bounding rates, H200 over H100 SXM (vendor datasheets:
+# 989 TFLOP/s dense bf16 both, HBM 4.8 and 3.35 TB/s; kernels.yaml: matmul achievable 0.710 and 0.801 at
+# sustained clocks 1.0 and 0.848, attention forward plateaus 588.6 and 539 of 989 TFLOP/s, memory fractions
+# 0.890 and 0.88)
+MOVED = {
+    "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN": ("matmul", 0.710 * 1.0 / (0.801 * 0.848)),
+    "sdpa_sm90_flash_fprop": ("attention", 588.6 * 1.0 / (539 * 0.848)),
+    "cunn_SoftMaxForward": ("memory-bound", 4.8e12 * 0.890 / (3.35e12 * 0.88)),
+    "Memset (Device)": ("memory-bound", 4.8e12 * 0.890 / (3.35e12 * 0.88)),
+}
+
+
+def test_the_h200_trace_moved_to_an_h100_scales_each_kernel_by_its_class_ratio():
+    """Moved by the bf16 peaks alone, every kernel kept its H200 duration on the H100 (the same 989 TFLOP/s),
+    though the memory-bound ones stream at 3.35 against 4.8 TB/s."""
+    result = moved_to_h100("h200")
+    move = result.summary["trace"]["gpu_move"]
+    assert (move["from"], move["to"]) == ("h200", "h100-sxm")
+    counts = {kind: entry["ops"] for kind, entry in move["classes"].items()}
+    assert counts == {"matmul": 51, "attention": 16, "memory-bound": 210 + 49, "unknown": 0}
+    for part, (kind, ratio) in MOVED.items():
+        assert move["classes"][kind]["duration_ratio"] == pytest.approx(ratio, rel=1e-9)
+        traced = traced_durations(part)
+        assert traced and replayed_durations(result, part) == pytest.approx([d * ratio for d in traced], rel=1e-9)
+    assert move["classes"]["memory-bound"]["rate_unit"] == "B/s"
+    assert move["classes"]["memory-bound"]["traced_gpu_rate"] == pytest.approx(4.8e12 * 0.890, rel=1e-9)
+    assert move["classes"]["unknown"]["duration_ratio"] == 1.0
+
+
+def test_a_replay_on_the_traced_gpu_is_unchanged_by_naming_it():
+    """traced_gpu naming the cluster's own GPU moves nothing: every class's ratio is 1 and the timeline is the
+    one without it, value for value."""
+    text = SCENARIO.read_text()
+    plain = simulate(scenario_from_text(text, source=str(SCENARIO)))
+    named = simulate(scenario_from_text(text + "  traced_gpu: h200\n", source=str(SCENARIO)))
+    assert named.timeline.equals(plain.timeline)
+    assert named.summary["step_time_s"] == plain.summary["step_time_s"]
+    assert {entry["duration_ratio"] for entry in named.summary["trace"]["gpu_move"]["classes"].values()} == {1.0}
+    assert "gpu_move" not in plain.summary["trace"]

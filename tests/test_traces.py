@@ -141,12 +141,21 @@ def test_unfolded_replication_agrees_with_folded(tmp_path):
                                                                        rel=EXACT)
 
 
-def test_compute_scale_by_gpu_ratio(tmp_path):
+def test_a_trace_moved_to_another_gpu_scales_each_kernel_by_what_bounds_it(tmp_path):
+    """An H100 trace replayed on the A100 80GB: its GEMMs by the calibrated matmul plateaus (kernels.yaml:
+    achievable x sustained clock), its Adam kernel by HBM bandwidth x memory fraction; before, both by the dense
+    bf16 peaks (3.17x), which overstated the optimizer's slowdown."""
     loaded, result = run(two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm"), tmp_path)
-    ratio = 989.0 / 312.0  # dense bf16 peaks: H100 SXM over A100 (the cluster's GPU), vendor datasheets
-    assert result.summary["trace"]["compute_scale"] == pytest.approx(ratio, rel=1e-3)
-    expected = ((1100e-6 + 200e-6) * result.summary["trace"]["compute_scale"]
-                + allreduce_time(loaded, ALLREDUCE_BYTES, 2))
+    matmul = 989e12 * 0.801 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
+    memory = 3.35e12 * 0.88 / (2.039e12 * 0.88)  # HBM bandwidth x memory fraction, H100 SXM over A100 80GB
+    assert result.summary["trace"]["compute_scale"] == 1.0
+    classes = result.summary["trace"]["gpu_move"]["classes"]
+    assert classes["matmul"]["duration_ratio"] == pytest.approx(matmul, rel=EXACT)
+    assert classes["memory-bound"]["duration_ratio"] == pytest.approx(memory, rel=EXACT)
+    assert {kind: entry["ops"] for kind, entry in classes.items()} == {"matmul": 2, "attention": 0,
+                                                                       "memory-bound": 2, "unknown": 0}
+    # rank 1's GEMM (1100 us) gates the all-reduce, the optimizer kernel (200 us) follows it
+    expected = 1100e-6 * matmul + 200e-6 * memory + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 
@@ -499,6 +508,19 @@ def test_unknown_kernels_are_kept_as_compute_and_warned(tmp_path):
     assert any("rank0.json: traceEvents[2]" in warning and "my_custom_op_kernel" in warning
                for warning in result.summary["warnings"])
     assert result.summary["step_time_s"] > 1300e-6
+
+
+def test_a_moved_kernel_of_unknown_kind_keeps_the_bf16_peak_ratio_and_is_counted(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    edit_event(traces / "rank1.json", 2, name="my_custom_op_kernel")  # rank 1's GEMM, which gates the all-reduce
+    text = two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm").replace(str(KINETO_2RANK), str(traces))
+    loaded, result = run(text, tmp_path)
+    classes = result.summary["trace"]["gpu_move"]["classes"]
+    assert classes["unknown"]["ops"] == 1 and classes["matmul"]["ops"] == 1
+    assert classes["unknown"]["duration_ratio"] == pytest.approx(989.0 / 312.0, rel=EXACT)  # dense bf16 peaks
+    memory = 3.35e12 / 2.039e12  # HBM bandwidths, H100 SXM over A100 80GB, at the same memory fraction
+    expected = 1100e-6 * 989.0 / 312.0 + 200e-6 * memory + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 
 def test_cli_reports_a_bad_trace_in_one_line(tmp_path, capsys):

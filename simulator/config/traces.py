@@ -24,8 +24,9 @@ class TraceWorkload(Section):
     """`trace`: a file or a glob (one file per rank), relative to the scenario's folder; `format`: kineto
     (PyTorch profiler Chrome-trace JSON) or chakra-json (Chakra execution trace as JSON).
 
-    Compute keeps its traced durations times `compute_scale`, or times the ratio of the dense bf16 peaks of
-    `traced_gpu` (the GPU the trace was taken on) and the cluster's GPU. Collectives are re-costed on the
+    Compute keeps its traced durations times `compute_scale` and, with `traced_gpu` (the GPU the trace was
+    taken on), times the ratio of the rates that bound each kernel on that GPU and on the cluster's
+    (workload/traces/gpu_move.py: matmul, attention or memory-bound by its name). Collectives are re-costed on the
     cluster with the scenario's `collectives` settings. `dp` gives the job that many data-parallel replicas of
     the traced model, a multiple of the traced job's own d: its ranks are copied dp / d times, model-parallel
     groups and transfers inside each copy, data-parallel groups across all (workload/traces/program.py

@@ -146,12 +146,13 @@ KERNEL_KINDS = (
     ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|nvjet|[hiw]mma|xmma|addmm|(?<![a-z])(?<!upsample_)linear|"
                           r"bmm|cijk_|triton_tem", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|reduce|softmax|norm|gammabeta|dropout|copy|fill|cat|index|"
-                               r"scatter|gather|embedding|adam|sgd|foreach|unrolled|pointwise|gelu|silu|relu|add|"
+                               r"scatter|gather|embedding|adam|sgd|foreach|multi_tensor|unrolled|pointwise|gelu|silu|relu|add|"
                                r"mul|radix|scan|unique|segment|triton", re.I)),
     ("memory", re.compile(r"memcpy|memset", re.I)),
 )
 """Kernel kinds recognised by name, in this order (cuDNN's attention kernels name their wgmma instructions);
-anything else is an unknown kernel (kept as compute, counted in warnings). cuBLAS names its Hopper GEMMs
+anything else is an unknown kernel (kept as compute, counted in warnings). gpu_move.py
+scales a moved trace's kernels by the rate that bounds their kind. cuBLAS names its Hopper GEMMs
 nvjet_* from CUDA 12.8, rocBLAS and hipBLASLt theirs Cijk_* (Tensile), Inductor its GEMM templates triton_tem_*
 (tried before elementwise's 'triton'); 'linear' is a word of its own, not upsampling's bilinear or linear1d;
 cuDNN's attention backward runs dot_do_o and convert_dq_to_16bits helpers; PyTorch's embedding

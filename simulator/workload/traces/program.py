@@ -43,6 +43,7 @@ from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.exchanges import TracedShares, pair_bytes
+from simulator.workload.traces.gpu_move import PEAK_PRECISION, GpuMove
 from simulator.workload.traces.groups import settled_groups
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import Dimensions, TracedSizes, Transfer, dimensions
@@ -57,8 +58,6 @@ as soon as their dependencies are done."""
 GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
                                          "c10::half": "fp16", "half": "fp16"}
 """PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
-PEAK_PRECISION = "bf16"
-"""Compute is scaled between GPUs by their dense peaks at this precision."""
 TIMESTAMP_ROUNDING_S = 0.5e-9
 """Idle time below half of Kineto's timestamp resolution (1 ns) is the rounding of microsecond floats
 (3720e-6 - (1020e-6 + 2700e-6) is not 0), not host time."""
@@ -131,12 +130,13 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     if blocker and guard is not None:
         guard(Unfolding("copies", blocker))
     fold = fold and not blocker
-    scale = compute_scale(config, topology)
+    gpu = get_gpu(topology.gpu_model)
+    move = GpuMove.between(config.compute_scale, None if config.traced_gpu is None
+                           else get_gpu(config.traced_gpu, where="workload.traced_gpu"), gpu)
     by_rank = {rank.rank: rank for rank in traced}
     simulated = sorted(by_rank) if fold or config.dp is None else list(range(world))
-    gpu = get_gpu(topology.gpu_model)
     sequenced = _sequenced(traced)
-    builder = _Builder(groups, kinds, replicas, fold, sequenced, scale, config.host_gaps,
+    builder = _Builder(groups, kinds, replicas, fold, sequenced, move, config.host_gaps,
                        gpu if config.recost_gemms else None)
     for rank in simulated:
         source = by_rank.get(rank % traced_world)
@@ -156,11 +156,13 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
-                         "compute_scale": scale, "dp": config.dp,
+                         "compute_scale": config.compute_scale, "dp": config.dp,
                          "unknown_kernels": sum(len(rank.unknown) for rank in traced),
                          "recosted_gemms": builder.recosted,
                          "collective_matching": {group: "seq" if group in sequenced else "order"
-                                                 for group in sorted(kinds.groups)}},
+                                                 for group in sorted(kinds.groups)},
+                         **({"gpu_move": move.details(op.name for rank in traced for op in rank.ops
+                                                      if op.op is None)} if config.traced_gpu else {})},
                **({"fold_off_reason": blocker} if blocker else {})}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
     tokens = (config.tokens_per_step or 0) * replicas.copies
@@ -201,15 +203,6 @@ def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str
                "trainsim reads matrix multiplies' operand shapes from Kineto traces alone, so none is re-costed")
         warnings.append(f"{traced[0].file}: recost_gemms: {why}")
     return tuple(warnings)
-
-
-def compute_scale(config: TraceWorkload, topology: Topology) -> float:
-    """Factor on traced compute durations: `compute_scale`, times traced GPU peak over cluster GPU peak."""
-    scale = config.compute_scale
-    if config.traced_gpu is not None:
-        traced = get_gpu(config.traced_gpu, where="workload.traced_gpu")
-        scale *= traced.peak(PEAK_PRECISION) / get_gpu(topology.gpu_model).peak(PEAK_PRECISION)
-    return scale
 
 
 def gemm_duration(shape: tuple[int, int, int, int], precision: Precision, gpu: GPUSpec) -> float:
@@ -630,13 +623,13 @@ class _Builder:
     """Ops of the simulated ranks, with collective keys matched across ranks."""
 
     def __init__(self, members: dict[str, tuple[int, ...]], kinds: Dimensions, replicas: _Replicas, fold: bool,
-                 sequenced: frozenset[str], scale: float, host_gaps: bool, gemm_gpu: GPUSpec | None):
+                 sequenced: frozenset[str], move: GpuMove, host_gaps: bool, gemm_gpu: GPUSpec | None):
         self.members = members
         self.kinds = kinds
         self.replicas = replicas
         self.mirrored = fold and replicas.copies > 1
         self.sequenced = sequenced
-        self.scale = scale
+        self.move = move
         self.host_gaps = host_gaps
         self.gemm_gpu = gemm_gpu
         self.recosted = 0
@@ -675,7 +668,7 @@ class _Builder:
 
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.op is None:
-            duration, flops = op.duration_s * self.scale, 0.0
+            duration, flops = op.duration_s * self.move.factor(op.name), 0.0
             if op.gemm:
                 batch, m, n, k = op.gemm
                 flops = 2.0 * batch * m * n * k
