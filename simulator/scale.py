@@ -47,6 +47,7 @@ from simulator.units import counted
 from simulator.workload.calibrated import tp_overlap
 
 if TYPE_CHECKING:
+    from simulator.config.yaml_source import FieldPath
     from simulator.program.step import StepProgram
     from simulator.program.unfolding import FoldCheck, Unfolding
 
@@ -632,19 +633,31 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
     return estimate
 
 
-def refuse_large_trace(loaded: LoadedScenario, gpus: int, program: StepProgram) -> None:
+def refuse_large_trace(loaded: LoadedScenario, gpus: int, program: StepProgram,
+                       unfolded_by: tuple[FieldPath, str] | None = None) -> None:
     """Raise a located ScenarioError when a replayed trace's step ``program`` on ``gpus`` GPUs holds more ops
     than the limits allow. A trace is not estimated before it is read (`estimate_scale`: its ops are its files'),
     but `workload.dp`'s copies, simulated where their traffic leaves NVLink domains, multiply them: the program
     is checked once built, before the engine runs it, its ops alone (its flows are posted as its collectives
-    run). Located at `workload.dp` where the copies are simulated, else at `workload.trace`."""
+    run). Located at `workload.dp` where the copies are simulated, else at `workload.trace`. ``unfolded_by``
+    (field, what): a job's states that replay ``program`` unfolded, its copies' ops as many as the traced ranks'
+    (each copy replays the same traces), refused at that field naming them."""
     workload = loaded.scenario.workload
     if not isinstance(workload, TraceWorkload):
         return
-    ops = len(program.ops)
-    estimate = _estimate(loaded.scenario, gpus, len(program.ranks), ops, 0.0, 0.0, program.folded)
+    ops, ranks, folded = len(program.ops), len(program.ranks), program.folded
+    if unfolded_by is not None:
+        if not folded:
+            return
+        ops, ranks, folded = math.ceil(ops * program.world / ranks), program.world, False
+    estimate = _estimate(loaded.scenario, gpus, ranks, ops, 0.0, 0.0, folded)
     if not estimate.over_limits():
         return
+    if unfolded_by is not None:
+        field, states = unfolded_by
+        raise loaded.error(field, f"{states} replay the trace unfolded (a trace has no layout to fold them by): "
+                           f"{ops:,} ops on {counted(ranks, 'rank')} (~{estimate.memory_bytes / 2**30:,.1f} GiB "
+                           f"before their flows); {estimate.beyond()}", "a smaller workload.dp, or --force")
     replicated = workload.dp is not None and not program.folded  # copies simulated, not mirrored
     raise loaded.error(("workload", "dp") if replicated else ("workload", "trace"),
                        f"this run is too large to simulate: its traces replay {ops:,} ops on "

@@ -253,25 +253,18 @@ def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path,
                                        "step (0.033 s) (allowed: a longer duration)\n")
 
 
-@pytest.mark.parametrize("workload, what", [
-    ("workload: {trace: %s}\n", "a replayed trace"),
-    ("workload: [{op: all_reduce, bytes: 1 GiB}]\n", "a list of collectives"),
-], ids=["trace", "workload-list"])
-def test_a_job_of_a_trace_or_a_workload_list_is_refused_naming_which(tmp_path, capsys, workload, what):
-    """reliability.md said a job of 'a trace that states no tokens' ran with null token figures, and traces.md
-    that `run` settings work beside a trace as in any scenario; a job of any trace was refused, 'a job
-    simulation needs a training step', which did not say that a replayed trace is not one."""
-    from pathlib import Path
-
-    traces = Path(__file__).parent.parent / "scenarios" / "traces" / "allreduce-2rank" / "rank*.json"
+def test_a_job_of_a_workload_list_is_refused(tmp_path, capsys):
+    """A list of collectives is no training step; a job of one is refused, naming the steps a job runs (a model or
+    a replayed trace: tests/test_trace_job.py)."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text("cluster: {topology: ethernet-100g, nodes: 2}\n" + workload.replace("%s", str(traces))
-                        + "run: {horizon: 2 d}\ncheckpoint: {size: 1 GB}\n")
+    scenario.write_text("cluster: {topology: ethernet-100g, nodes: 2}\nworkload: [{op: all_reduce, bytes: 1 GiB}]\n"
+                        "run: {horizon: 2 d}\ncheckpoint: {size: 1 GB}\n")
     for command in (["validate", str(scenario)], ["run", str(scenario), "--out", str(tmp_path / "out")]):
         assert main(command) == 2
-        assert capsys.readouterr().err == (f"error: {scenario}:3: run.horizon: a job simulation needs a modelled "
-                                           f"training step, which {what} is not (allowed: a model section (preset, "
-                                           "dimensions or synthetic stage costs), or no run.horizon)\n")
+        assert capsys.readouterr().err == (f"error: {scenario}:3: run.horizon: a job simulation needs a training "
+                                           "step, which a list of collectives is not (allowed: a model section "
+                                           "(preset, dimensions or synthetic stage costs), a replayed trace "
+                                           "(workload.trace), or no run.horizon)\n")
 
 
 @pytest.mark.parametrize("change, message", [

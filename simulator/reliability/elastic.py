@@ -30,6 +30,7 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.reliability import ElasticBatch
 from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
+from simulator.config.traces import TraceWorkload
 from simulator.errors import InputError
 from simulator.memory_remedies import memory_remedies, peak_memory, remedies_text
 from simulator.topology.graph import Topology
@@ -119,21 +120,33 @@ def check_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     return _checked_sizes(loaded, topology, weigh_remedies=False)
 
 
+def trace_replicas(dp: int | None) -> int:
+    """The data-parallel replicas a job of a replayed trace counts: `workload.dp` (``dp``), else 1, the traced
+    ranks as they are (their own data parallelism is not read unless dp asks for copies)."""
+    return dp or 1
+
+
 def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: bool = True) -> ElasticSizes:
     """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use, a size it cannot run on and
     an elastic job that fits in GPU memory on none of its smaller sizes while its layout fits (one whose layout
     does not is warned about as a plain job is, by its step's summary), with the remedies of its largest such
-    size where ``weigh_remedies``."""
+    size where ``weigh_remedies``. A replayed trace's job is not elastic (`_refuse_elastic_trace`)."""
     scenario = loaded.scenario
     restart = scenario.restart
-    layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
+    workload = scenario.workload
+    if isinstance(workload, TraceWorkload):
+        _refuse_elastic_trace(loaded)
+        dp = trace_replicas(workload.dp)
+    else:
+        layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
+        dp = layout.dp
     if not restart.elastic:
         for name, what in (("min_replicas", "bounds an elastic job's shrinking"),
                            ("elastic_batch", "sets an elastic job's batch on fewer replicas"),
                            ("regrow", "says when an elastic job grows back")):
             if name in restart.model_fields_set:
                 raise loaded.error(("restart", name), f"{name} {what}", f"restart.elastic: true, or no {name}")
-        return ElasticSizes((layout.dp,))
+        return ElasticSizes((dp,))
     if topology.num_hosts % layout.dp:
         raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
                            "a layout whose replicas each fill whole hosts")
@@ -162,6 +175,18 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
                            f"per GPU, the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas"
                            f"{tried}, or restart.elastic: false")
     return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity if out_of_memory else 0.0)
+
+
+def _refuse_elastic_trace(loaded: LoadedScenario) -> None:
+    """Refuse `restart.elastic: true` beside a replayed trace. A trace shrunk to fewer replicas would be fewer
+    `workload.dp` copies of it, but which counts it runs on turns on the traced job's own data parallelism (dp a
+    multiple of it, read only once the trace is), a shrunk size is skipped where its step does not fit in GPU
+    memory, which a trace does not model, and `keep_global` would have each replica run more micro-batches than
+    the trace replays."""
+    if loaded.scenario.restart.elastic:
+        raise loaded.error(("restart", "elastic"), "a replayed trace's job restarts on the traced ranks (and "
+                           "workload.dp's copies) only: the trace tells neither its memory on fewer replicas nor a "
+                           "step with more micro-batches", "false beside workload.trace")
 
 
 def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) -> None:

@@ -75,14 +75,18 @@ class JobResult:
 
 
 def _checkpoint_size(loaded: LoadedScenario) -> float:
-    """The checkpoint's bytes, refused when the storage could never hold it, at the field the user set: the
-    checkpoint's `size` or `bytes_per_param` (a typo in a size is likelier than in the store's), else
+    """The checkpoint's bytes, refused where nothing gives them (synthetic stage costs or a replayed trace, which
+    have no parameter count, without `checkpoint.size`) and where the storage could never hold it, at the field
+    the user set: the checkpoint's `size` or `bytes_per_param` (a typo in a size is likelier than in the store's), else
     `storage.capacity` (a huge checkpoint.size was blamed on the default capacity). Both sizes read in decimal
     units, as the fields are given ('6.48 TB'), with the digits it takes to tell them apart (`decimal_sizes_apart`)."""
     scenario = loaded.scenario
     if scenario.checkpoint.size is None and scenario.model is not None and scenario.model.synthetic is not None:
         raise ScenarioError("a synthetic model has no parameter count to size the checkpoint from",
                             field="checkpoint", allowed="checkpoint.size: e.g. '6.48 TB'")
+    if scenario.checkpoint.size is None and isinstance(scenario.workload, TraceWorkload):
+        raise loaded.error(("checkpoint", "size"), "a replayed trace has no parameter count to size the checkpoint "
+                           "from (workload.model_flops_per_token is not read as one)", "a size such as '810 GB'")
     params = 0.0 if scenario.checkpoint.size is not None else float(resolve_model(scenario).num_params())
     size, capacity = checkpoint_bytes(scenario.checkpoint, params), scenario.storage.capacity
     if size <= capacity:
@@ -190,6 +194,8 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     scenario = loaded.scenario
     linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
+    if isinstance(scenario.workload, TraceWorkload):
+        return _refuse_large_trace_steps(loaded, linked + straggling, topology)
     if scenario.run.fold and not (linked or straggling):
         return None
     estimate = unfolded_beyond_limits(loaded, topology.num_gpus)
@@ -232,6 +238,26 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     if why:
         refuse(why)
     _refuse_straggler_refold(loaded, klass, topology.num_gpus)
+    return healthy
+
+
+def _refuse_large_trace_steps(loaded: LoadedScenario, unfolding: list[FailureClass], topology: Topology
+                              ) -> PreparedStep:
+    """A replayed trace's job: its healthy step built and refused, as a plain replay's is, where its ops pass the
+    scale limits (`scale.refuse_large_trace`: a trace's size is its files', known once read), and refused too
+    where the states of a class in ``unfolding`` (one that straggles, or degrades links) would: a trace has no
+    layout to fold stragglers by and link faults unfold any step (`fold_policy.fold_with_faults`), so each such
+    state replays every copy that `workload.dp` adds, unfolded. The healthy step, for the job to run."""
+    from simulator.scale import refuse_large_trace
+    from simulator.simulation import prepare_training, step_faults
+
+    healthy = prepare_training(loaded, topology, step_faults(loaded, topology), state_guard(loaded, topology, None))
+    refuse_large_trace(loaded, topology.num_gpus, healthy.step.program)
+    if unfolding:
+        klass = unfolding[0]
+        field = ("faults", "components", klass.name) if klass.name in loaded.scenario.faults.components else ("faults",)
+        refuse_large_trace(loaded, topology.num_gpus, healthy.step.program,
+                           unfolded_by=(field, f"a {klass.name} failure's states"))
     return healthy
 
 
@@ -279,15 +305,25 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, gpus: 
 
 
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
+    """Refuse a job of a list of collectives, which is no training step, and more spares than hosts."""
     scenario = loaded.scenario
-    if scenario.model is None:
-        what = "a replayed trace" if isinstance(scenario.workload, TraceWorkload) else "a list of collectives"
-        raise ScenarioError(f"a job simulation needs a modelled training step, which {what} is not",
-                            field="run.horizon",
-                            allowed="a model section (preset, dimensions or synthetic stage costs), or no run.horizon")
+    if scenario.model is None and not isinstance(scenario.workload, TraceWorkload):
+        raise ScenarioError("a job simulation needs a training step, which a list of collectives is not",
+                            field="run.horizon", allowed="a model section (preset, dimensions or synthetic stage "
+                            "costs), a replayed trace (workload.trace), or no run.horizon")
     if scenario.restart.spares > hosts:
         raise ScenarioError(f"{scenario.restart.spares:,} spare hosts for a job on {counted(hosts, 'host')}",
                             field="restart.spares", allowed=f"0 to {hosts:,}")
+
+
+def _refuse_idle_gpus(loaded: LoadedScenario, ranks: int, topology: Topology) -> None:
+    """Refuse a replayed trace's job whose ``ranks`` (the traced ranks and `workload.dp`'s copies, known once the
+    trace is read) leave GPUs of the cluster idle: the failures of their hosts would interrupt a job that does
+    not run there."""
+    if ranks < topology.num_gpus:
+        raise loaded.error(("cluster",), f"the trace's job runs {counted(ranks, 'rank')}, and the cluster has "
+                           f"{topology.num_gpus:,} GPUs: the idle ones' failures would interrupt it",
+                           f"a cluster of {counted(ranks, 'GPU')}, or a workload.dp that fills it")
 
 
 def _check_units(loaded: LoadedScenario, model: FailureModel, units: ClusterUnits) -> None:
@@ -434,6 +470,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
     prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
     states = StepStates(loaded, topology, force=force, healthy=prepared)
+    if isinstance(scenario.workload, TraceWorkload):
+        _refuse_idle_gpus(loaded, states.healthy_summary["gpus"], topology)
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 

@@ -13,7 +13,8 @@ rails of one leaf group still join its hosts). Links down and stragglers are the
 scenario with those faults. A state whose links leave some GPU without a route has no step (None): the job
 cannot run in it. A straggling GPU is simulated as the first GPU of its pipeline stage (its tensor- and
 context-parallel peers and the data-parallel replicas do the same work and wait for it at their collectives),
-so a state depends on the stages slowed, not on which GPU of the stage. A shrunk job runs on a cluster of just
+so a state depends on the stages slowed, not on which GPU of the stage (a replayed trace's straggler is simulated
+on its own GPU: the traced ranks each run their own kernels). A shrunk job runs on a cluster of just
 the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
 (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's
 step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
@@ -43,7 +44,7 @@ from simulator.parallel.layout import Layout
 from simulator.program.ops import TP_CATEGORY
 from simulator.program.unfolding import UnfoldingGuard
 from simulator.reliability.checkpoint import StepState
-from simulator.reliability.elastic import shrunk_scenario
+from simulator.reliability.elastic import shrunk_scenario, trace_replicas
 from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.scale import refold_refusal, refuse_unfolded
 from simulator.simulation import PreparedStep, prepare_training, simulate_training
@@ -134,13 +135,24 @@ class ClusterState:
         return ", ".join(f"{count} {what}" for count, what in parts if count)
 
 
+def _replicas_and_microbatches(summary: dict) -> tuple[int, int]:
+    """A step's data-parallel replicas and micro-batches per replica, from its summary: a modelled step's layout,
+    or a replayed trace's replicas (`elastic.trace_replicas`), each the traced step's work (one micro-batch: the
+    trace is replayed as a whole)."""
+    layout = summary.get("layout")
+    if layout is None:
+        return trace_replicas(summary["trace"]["dp"]), 1
+    return int(layout["dp"]), int(layout["microbatches"])
+
+
 def _step_state(summary: dict, topology: Topology) -> StepState:
     exposed = summary["exposed_comm_s"]
     network = sum(seconds for category, seconds in exposed.items() if category != TP_CATEGORY)
     host_bandwidth = topology.host_nic_bandwidth if len(set(topology.gpu_domain)) > 1 else 0.0
     step_s = summary["step_time_s"]
+    replicas, microbatches = _replicas_and_microbatches(summary)
     return StepState(step_s=step_s, tokens_per_step=summary["tokens_per_s"] * step_s,
-                     microbatches=int(summary["layout"]["dp"]) * int(summary["layout"]["microbatches"]),
+                     microbatches=replicas * microbatches,
                      exposed_network_share=network / step_s if step_s else 0.0, hosts=topology.num_hosts,
                      gpus=topology.num_gpus, host_network_bandwidth=float(host_bandwidth))
 
@@ -169,11 +181,12 @@ class StepStates:
         if healthy_step is None:
             raise StepAborted(self.healthy_summary["aborted_at_s"], self.healthy_summary["reason"])
         self.healthy_step: StepState = healthy_step
-        layout = self.healthy_summary["layout"]
-        self.healthy = ClusterState(int(layout["dp"]))
-        self.microbatches = int(layout["microbatches"])
-        self.layout = Layout(int(layout["tp"]), int(layout["cp"]), int(layout["pp"]), int(layout["dp"]),
-                             tuple(layout["order"]))
+        replicas, self.microbatches = _replicas_and_microbatches(self.healthy_summary)
+        self.healthy = ClusterState(replicas)
+        layout = self.healthy_summary.get("layout")
+        self.layout = None if layout is None else Layout(int(layout["tp"]), int(layout["cp"]), int(layout["pp"]),
+                                                         int(layout["dp"]), tuple(layout["order"]))
+        """The modelled step's layout; None for a replayed trace, whose ranks need not do alike work."""
 
     def __call__(self, state: ClusterState) -> StepState | None:
         """The state's step; None when its links down leave some GPU without a route."""
@@ -194,7 +207,10 @@ class StepStates:
         self._ahead[state] = entry
 
     def representative(self, gpu: int) -> int:
-        """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage."""
+        """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage; ``gpu`` itself in a
+        replayed trace, whose ranks each run their own traced kernels."""
+        if self.layout is None:
+            return gpu
         return self.layout.rank_of(pp=self.layout.coords(gpu)["pp"])
 
     def _cached(self, state: ClusterState | None, scenario, prepared: PreparedStep | None = None
@@ -224,7 +240,7 @@ class StepStates:
             self._network = prepared.settings, prepared.plans
             if prepared.step.program.folded:
                 self._programs[prepared.step.classes] = prepared.step.program
-        elif topology is self.topology and not faults.links:
+        elif topology is self.topology and not faults.links and self.layout is not None:
             prepared = self._shared_fold(loaded, faults, guard)
         budget = partial(refold_refusal, loaded, topology.num_gpus, force=self.force)
         outcome = step_outcome(lambda: simulate_training(loaded, topology, FaultHooks(topology, faults),
@@ -259,6 +275,7 @@ class StepStates:
                     self._programs[classes] = program
             return program
 
+        assert self.layout is not None, "a replayed trace's states are prepared afresh"
         shape = fold_shape(faults, self.layout)
         step = self._folds.get(shape)
         if step is None:

@@ -1,0 +1,174 @@
+"""A job simulation (failures, checkpoints and restarts over a horizon) whose step is a replayed trace: the
+healthy step and each straggler state are replays of the trace, the checkpoint's size is given, and a trace's
+job is refused where it cannot be told honestly (no checkpoint.size, elastic, idle GPUs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simulator import simulate
+from simulator.cli import main
+from simulator.config.loader import load_scenario, scenario_from_text
+from simulator.errors import ScenarioError
+from simulator.reliability.simulate import simulate_job
+
+SCENARIOS = Path(__file__).parent.parent / "scenarios"
+PAIR = SCENARIOS / "trace-allreduce-2rank.yaml"
+JOB = """run: {horizon: 2 d, replications: 3}
+faults: {preset: llama3, rate_multiplier: 5000}
+checkpoint: {size: 270 MB, interval: 10 min}
+"""
+
+
+def _pair_job(extra: str = JOB):
+    """The bundled two-rank trace's scenario with a job's sections, read as its file would be (its trace glob
+    relative to the scenarios folder)."""
+    return scenario_from_text(PAIR.read_text() + extra, str(PAIR))
+
+
+def test_a_trace_job_runs_the_plain_replays_step_and_its_figures_follow_from_its_events():
+    """The job of the bundled two-rank trace under the llama3 preset (rates x 5,000: ~16 failures in 2 days).
+    Its healthy step is the plain replay's, to the last bit; the work it lost is its failures' rows' (no planned
+    stop cuts a step short), and its interruptions are its failure rows. Before, run.horizon beside a trace was
+    refused ('a job simulation needs a modelled training step')."""
+    job = simulate_job(_pair_job())
+    plain = simulate(load_scenario(PAIR)).summary["step_time_s"]
+    assert job.summary["step_time_s"] == plain
+    assert job.step_summary["step_time_s"] == plain
+    assert job.summary["checkpoint"]["size_bytes"] == 270e6
+    assert job.summary["tokens_per_step"] is None and job.summary["goodput_tokens_per_s"] is None
+    failures = job.events[job.events["kind"] == "failure"]
+    assert len(failures) > 10
+    lost = job.summary["time_s"]["lost_work_s"]["mean"]
+    assert lost == pytest.approx(failures["lost_work_s"].sum() / 3, rel=1e-12)
+    assert job.summary["interruptions"]["unexpected"]["mean"] * 3 == pytest.approx(len(failures), rel=1e-12)
+    total = sum(part["mean"] for part in job.summary["time_s"].values())
+    assert total == pytest.approx(2 * 86400, rel=1e-9)
+
+
+STRAGGLING = """run: {horizon: 2 d, replications: 2, seed: 5}
+faults:
+  components:
+    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 12 h, repair: 6 h}
+checkpoint: {size: 270 MB}
+"""
+
+
+@pytest.mark.parametrize("dp", [None, 8], ids=["traced-ranks", "dp-8-folded"])
+def test_a_trace_jobs_straggler_states_are_plain_replays_with_that_straggler(dp):
+    """Each straggler state's step equals the plain replay with the same `faults.step.stragglers` entry and seed,
+    to the last bit: the state is simulated, on the GPU that straggles (the traced ranks do unlike work: GPU 1
+    slowed gives another step than GPU 0), also where workload.dp's copies fold (a trace has no layout to fold
+    stragglers by, so its states replay the copies unfolded). Before, the job was refused at run.horizon."""
+    copies = [] if dp is None else [f"workload.dp={dp}", f"cluster.nodes={dp}"]
+    loaded = scenario_from_text(PAIR.read_text() + STRAGGLING, str(PAIR), copies)
+    job = simulate_job(loaded)
+    states = job.summary["states"]
+    slowed = [state for state in states if state["slow_gpus"]]
+    assert len(slowed) >= 2
+    for state in slowed:
+        entries = ", ".join(f"{{gpus: [{gpu}], slowdown: {factor}}}" for gpu, factor in state["slow_gpus"].items())
+        replay = simulate(load_scenario(PAIR, [*copies, "run.seed=5", f"faults.step.stragglers=[{entries}]"]))
+        assert state["step_time_s"] == replay.summary["step_time_s"]
+    assert len({state["step_time_s"] for state in slowed}) > 1
+
+
+def test_a_trace_job_without_a_checkpoint_size_is_refused_before_any_step(tmp_path, capsys, monkeypatch):
+    """A trace has no parameter count to size the checkpoint from: one located line at checkpoint.size, exit 2,
+    nothing written, no step simulated (`trainsim validate` refuses it too)."""
+    from simulator.engine.engine import Engine
+
+    scenario = tmp_path / "job.yaml"
+    traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
+    scenario.write_text(f"cluster: {{topology: ethernet-100g, nodes: 2}}\nworkload: {{trace: '{traces}'}}\n"
+                        "run: {horizon: 2 d}\ncheckpoint:\n  interval: 10 min\n")
+
+    def no_step(*_args, **_kwargs):
+        raise AssertionError("a step was simulated")
+
+    monkeypatch.setattr(Engine, "run", no_step)
+    out = tmp_path / "out"
+    for command in (["validate", str(scenario)], ["run", str(scenario), "--out", str(out)]):
+        assert main(command) == 2
+        assert capsys.readouterr().err == (
+            f"error: {scenario}:4: checkpoint.size: a replayed trace has no parameter count to size the checkpoint "
+            "from (workload.model_flops_per_token is not read as one) (allowed: a size such as '810 GB')\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("extra, overrides, message", [
+    ("restart: {elastic: true}\n", [],
+     "job.yaml:7: restart.elastic: a replayed trace's job restarts on the traced ranks (and workload.dp's copies) "
+     "only: the trace tells neither its memory on fewer replicas nor a step with more micro-batches (allowed: false "
+     "beside workload.trace)"),
+    ("", ["cluster.nodes=4"],
+     "job.yaml:1: cluster: the trace's job runs 2 ranks, and the cluster has 4 GPUs: the idle ones' failures would "
+     "interrupt it (with --set cluster.nodes=4) (allowed: a cluster of 2 GPUs, or a workload.dp that fills it)"),
+], ids=["elastic", "idle-gpus"])
+def test_a_trace_job_is_refused_where_it_cannot_be_told(tmp_path, capsys, extra, overrides, message):
+    """An elastic trace job (fewer workload.dp copies would need the trace's memory and micro-batches) and one
+    whose ranks leave GPUs idle (their failures would interrupt it) are refused, one located line."""
+    scenario = tmp_path / "job.yaml"
+    traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
+    scenario.write_text(f"cluster: {{topology: ethernet-100g, nodes: 2}}\nworkload: {{trace: '{traces}'}}\n"
+                        f"checkpoint: {{size: 1 GB}}\nrun: {{horizon: 2 d}}\nfaults: {{preset: llama3}}\n\n{extra}")
+    sets = [argument for override in overrides for argument in ("--set", override)]
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), *sets]) == 2
+    error = capsys.readouterr().err
+    assert error == f"error: {tmp_path}/{message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_trainsim_run_writes_a_trace_jobs_outputs(tmp_path, capsys):
+    """`trainsim run` of the bundled trace job writes what a modelled job writes: job_summary.json, the events,
+    the healthy step's summary.json, its Perfetto trace and the manifest; the summary's healthy step is the
+    replay's."""
+    out = tmp_path / "job"
+    assert main(["run", str(SCENARIOS / "trace-job.yaml"), "--out", str(out), "--quiet"]) == 0
+    assert {path.name for path in out.iterdir()} == {"job_summary.json", "job_events.parquet", "summary.json",
+                                                      "trace.json", "manifest.json"}
+    summary = json.loads((out / "job_summary.json").read_text())
+    step = json.loads((out / "summary.json").read_text())
+    assert summary["step_time_s"] == step["step_time_s"] > 0
+    events = pd.read_parquet(out / "job_events.parquet")
+    assert {"failure", "checkpoint", "restart", "straggling"} <= set(events["kind"])
+    assert summary["replicas"]["sizes"] == [8]
+
+
+def test_a_study_of_a_trace_job_runs_each_interval(tmp_path):
+    """`trainsim study checkpoint-interval` of the bundled trace job runs the job at each interval given (in whole
+    replayed steps)."""
+    out = tmp_path / "study"
+    assert main(["study", "checkpoint-interval", str(SCENARIOS / "trace-job.yaml"), "--intervals", "2min,30min",
+                 "--set", "run.replications=1", "--out", str(out), "--quiet"]) == 0
+    study = json.loads((out / "study.json").read_text())
+    (curve,) = study["curves"]
+    step = simulate(load_scenario(SCENARIOS / "trace-job.yaml", ["run.horizon=null"])).summary["step_time_s"]
+    assert [point["interval_steps"] for point in curve["points"]] == [round(120 / step), round(1800 / step)]
+    assert [point["interval_s"] for point in curve["points"]] == pytest.approx([120.0, 1800.0], abs=step)
+
+
+def test_a_trace_jobs_missing_size_is_a_scenario_error_at_its_field():
+    """The refusal is raised by the job's checks, at checkpoint.size, whatever else the trace holds."""
+    with pytest.raises(ScenarioError, match=r"checkpoint\.size: a replayed trace has no parameter count"):
+        simulate_job(_pair_job("run: {horizon: 2 d}\n"))
+
+
+def test_a_trace_jobs_straggler_states_are_refused_where_their_unfolded_copies_pass_the_limits(monkeypatch):
+    """The bundled trace job folds its 8 replicas onto the 2 traced ranks (6 ops); a straggler state replays the
+    copies unfolded (4 x 6 = 24 ops): with the event limit between the two the job is refused before it runs, at
+    its straggling class. Before, a trace's states were never estimated (`unfolded_beyond_limits` is None for a
+    trace), so a state of any size ran."""
+    import simulator.scale as scale
+
+    monkeypatch.setattr(scale, "MAX_EVENTS", 12)
+    with pytest.raises(ScenarioError) as caught:
+        simulate_job(load_scenario(SCENARIOS / "trace-job.yaml"))
+    assert str(caught.value) == (
+        f"{SCENARIOS / 'trace-job.yaml'}:21: faults.components.throttle: a throttle failure's states replay the trace "
+        "unfolded (a trace has no layout to fold them by): 24 ops on 8 ranks (~0.0 GiB before their flows); ops + "
+        "flows ~24 over the limit of 12 (allowed: a smaller workload.dp, or --force)")
