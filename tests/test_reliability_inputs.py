@@ -164,6 +164,17 @@ def test_an_unknown_effect_names_the_choices(tmp_path, capsys):
                                        "choice (allowed: replace, restart, degrade or straggle)\n")
 
 
+def test_a_misspelt_key_of_a_failure_class_names_the_class_fields(tmp_path, capsys):
+    """A key of `faults.components.gpu` spelt wrong (`repiar`) was refused with no (allowed: ...): the
+    schema walk that lists a section's fields stopped at the class's name, a key of a mapping, not a field."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace("      repair: 4 h", "      repiar: 4 h"))
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:17: faults.components.gpu.repiar: unknown key 'repiar' (allowed: unit, effect, "
+        "slowdown, mtbf, rate, distribution, shape, repair, repair_distribution)\n")
+
+
 def test_units_and_blast_radius_on_the_graph():
     topology = load_topology("dgx-h100-cluster", {"nodes": 64})
     units = cluster_units(topology)

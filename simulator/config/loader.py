@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, TypeVar, get_origin
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -220,15 +220,19 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
 
 
 def _section_at(model: type[BaseModel], loc: tuple) -> object:
-    """The schema model of the section at ``loc`` (None where the schema has none), walking from ``model``."""
+    """The schema model of the section at ``loc`` (None where the schema has none), walking from ``model``; a
+    key of a mapping field (a failure class's name under `faults.components`) leads to the mapping's values."""
     current: object = model
+    keyed = False
     for position, part in enumerate(loc):
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return None
         annotation = fields[part].annotation
+        keyed = get_origin(annotation) is dict
         current = model_in(annotation, in_list=position + 1 < len(loc) and isinstance(loc[position + 1], int))
     return current
 
