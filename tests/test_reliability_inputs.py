@@ -154,6 +154,35 @@ def test_a_maintenance_duration_alone_keeps_the_presets_period(capsys):
         "train, the period of faults.preset llama3 (allowed: a duration shorter than every)\n")
 
 
+def test_a_preset_class_given_a_repair_alone_keeps_the_presets_rate(tmp_path, capsys):
+    """`--set faults.components.gpu.repair=4h` over the llama3 preset (faster GPU swaps) was refused, 'give
+    exactly one of mtbf and rate': a preset class given a new rate kept the preset's repair, but one given a
+    new repair (or a Weibull shape) could not keep the preset's rate. Now it does; a class the preset lacks
+    still needs a rate, and both at once are refused."""
+    from simulator.config.faults import FaultsConfig
+    from simulator.reliability.components import failure_model
+
+    faults = FaultsConfig.model_validate({"preset": "llama3", "components": {"gpu": {"repair": "4 h"},
+                                          "hbm": {"distribution": "weibull", "shape": 0.7}}})
+    classes = {c.name: c for c in failure_model(faults).classes}
+    gpu_per_s = 148 / 16384 / (54 * 86400)
+    assert classes["gpu"].rate_per_unit_s == pytest.approx(gpu_per_s, rel=1e-12)
+    assert (classes["gpu"].repair_s, classes["gpu"].label) == (4 * 3600.0, "faulty GPU")
+    assert classes["hbm"].rate_per_unit_s == pytest.approx(72 / 16384 / (54 * 86400), rel=1e-12)
+    assert (classes["hbm"].distribution, classes["hbm"].shape, classes["hbm"].repair_s) == ("weibull", 0.7, 2 * 86400.0)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace("      mtbf: 1000 h\n", ""))
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:15: faults.components.gpu: give one of mtbf and rate (allowed: mtbf: '50000 h', rate: "
+        "'3 per 54 d'; a class of faults.preset keeps the preset's without them)\n")
+    scenario.write_text(BASE.replace("      mtbf: 1000 h", "      mtbf: 1000 h\n      rate: 1 per 1 h"))
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:15: faults.components.gpu: give one of mtbf and rate, not both (allowed: mtbf: '50000 h', "
+        "rate: '3 per 54 d')\n")
+
+
 def test_an_unknown_effect_names_the_choices(tmp_path, capsys):
     """An enum field's refusal was pydantic's own words, "Input should be 'replace', 'restart', 'degrade' or
     'straggle'", with no (allowed: ...) as every literal field's has."""

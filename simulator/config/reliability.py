@@ -215,10 +215,15 @@ Interval = Annotated[int | float, BeforeValidator(parse_interval)]
 """Steps (an int, from "N steps") or seconds (a float, from a duration); the type tells them apart."""
 
 
+RATE_ALLOWED = "mtbf: '50000 h', rate: '3 per 54 d'"
+"""What a failure class's rate may be, in a refusal."""
+
+
 class ComponentSpec(Section):
-    """One component class: a rate per unit (`mtbf` or `rate`), the time-to-failure distribution and the
-    repair time. `unit` and `effect` default to the known class's (components.py); a user-defined class
-    must name its `unit`. `slowdown` is the compute factor of a `straggle` class's GPUs."""
+    """One component class: a rate per unit (`mtbf` or `rate`; a class of `faults.preset` given neither keeps
+    the preset's, components.py), the time-to-failure distribution and the repair time. `unit` and `effect`
+    default to the known class's (components.py); a user-defined class must name its `unit`. `slowdown` is the
+    compute factor of a `straggle` class's GPUs."""
 
     unit: UnitKind | None = None
     effect: Effect | None = None
@@ -231,9 +236,9 @@ class ComponentSpec(Section):
     repair_distribution: RepairDistribution = "exponential"
 
     @model_validator(mode="after")
-    def _one_rate(self) -> ComponentSpec:
-        if (self.mtbf is None) == (self.rate is None):
-            raise ValueError("give exactly one of mtbf and rate (allowed: mtbf: '50000 h', rate: '3 per 54 d')")
+    def _at_most_one_rate(self) -> ComponentSpec:
+        if self.mtbf is not None and self.rate is not None:
+            raise ValueError(f"give one of mtbf and rate, not both (allowed: {RATE_ALLOWED})")
         if self.shape != 1.0 and self.distribution != "weibull":  # shape 1 is the exponential's own
             raise ValueError(f"shape {self.shape:g} applies to distribution: weibull only (allowed: distribution: "
                              "weibull with a shape, or no shape)")
@@ -243,9 +248,11 @@ class ComponentSpec(Section):
         return self
 
     @property
-    def rate_per_s(self) -> float:
-        """Failures per unit per second."""
-        return 1.0 / self.mtbf if self.mtbf is not None else float(self.rate or 0.0)
+    def rate_per_s(self) -> float | None:
+        """Failures per unit per second; None when the class gives no rate."""
+        if self.mtbf is not None:
+            return 1.0 / self.mtbf
+        return self.rate
 
 
 MAINTENANCE_ALLOWED = "a duration shorter than every"

@@ -18,6 +18,7 @@ from simulator.config.faults import FaultsConfig
 from simulator.config.reliability import (
     EFFECT_UNITS,
     MAINTENANCE_ALLOWED,
+    RATE_ALLOWED,
     Effect,
     FailureDistribution,
     RepairDistribution,
@@ -140,13 +141,18 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
                                 field=f"faults.components.{name}.repair",
                                 allowed="no repair, or effect: replace (its hosts go to repair)")
         previous = classes.get(name)
+        rate = spec.rate_per_s if spec.rate_per_s is not None else previous.rate_per_unit_s if previous else None
+        if rate is None:
+            raise ScenarioError("give one of mtbf and rate", field=f"faults.components.{name}",
+                                allowed=f"{RATE_ALLOWED}; a class of faults.preset keeps "
+                                        "the preset's without them")
         repair = spec.repair if spec.repair is not None else (previous.repair_s if previous else 0.0)
         if not effect.interrupts and repair <= 0:
             raise ScenarioError(f"a {effect} class lasts until its unit's repair, and {name!r} has no repair "
                                 "time, so its failures would change nothing",
                                 field=f"faults.components.{name}" + (".repair" if spec.repair is not None else ""),
                                 allowed="a repair time, e.g. repair: '4 h'")
-        classes[name] = FailureClass(name, unit, effect, spec.rate_per_s, spec.distribution, spec.shape, repair,
+        classes[name] = FailureClass(name, unit, effect, rate, spec.distribution, spec.shape, repair,
                                      spec.repair_distribution, label=previous.label if previous else name,
                                      slowdown=spec.slowdown or 1.0)
     if faults.maintenance is not None:
