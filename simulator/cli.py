@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
-from simulator.console.paths import COMMAND_LINE, command_line, figure_file, output_folder
+from simulator.console.paths import COMMAND_LINE, at_flag, command_line, figure_file, on_command_line, output_folder
 from simulator.errors import (
     STOP_SIGNALS,
     ExecutorError,
@@ -79,7 +79,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = simulate(loaded, force=args.force, progress=progress)
         progress.phase("writing outputs")
         files = write_outputs(out, result, loaded)
-    _warn(result.summary.get("warnings", []), result.summary, loaded, result.topology)
+    _warn("run", result.summary.get("warnings", []), result.summary, loaded, result.topology)
     if not args.quiet:
         from rich.console import Console
 
@@ -90,13 +90,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn(warnings: list[str] | tuple[str, ...], memory: dict, loaded: LoadedScenario,
+def _warn(command: str, warnings: list[str] | tuple[str, ...], memory: dict, loaded: LoadedScenario,
           topology: Topology | None = None) -> None:
-    """Layout warnings on stderr, and an out-of-memory verdict in bold red where stderr is a terminal (rich
+    """Layout warnings on stderr (one the library located at a flag on ``command``'s command line, as its errors
+    are: `_at_command`), and an out-of-memory verdict in bold red where stderr is a terminal (rich
     imported only then), with the remedies computed for ``loaded`` on ``topology`` (built where not given:
     `oom_line`)."""
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {on_command_line(warning, f'trainsim {command}')}", file=sys.stderr)
     if memory.get("oom"):
         from rich.console import Console
 
@@ -124,7 +125,8 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
                              states_progress=progress.counting("states", "simulating straggler states ahead"),
                              foresight_progress=progress.counting("replications", FORESEEING),
                              workers_warning=_warn_line,
-                             on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary, loaded))
+                             on_healthy_step=lambda summary: _warn("run", summary.get("warnings", []), summary,
+                                                                   loaded))
     if job.waiting is not None:
         print(f"warning: {job.waiting}", file=sys.stderr)
     if not quiet:
@@ -161,7 +163,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.strict and verdict.memory.get("oom"):
         line = oom_line(dict(verdict.memory), loaded, topology)
         raise loaded.error(("parallelism",), line, "a layout that fits in GPU memory", every_override=True)
-    _warn(warnings, dict(verdict.memory), loaded, topology)
+    _warn("validate", warnings, dict(verdict.memory), loaded, topology)
     if not args.quiet:
         gpus = counted(topology.num_gpus, f"{topology.gpu_model} GPU")
         if verdict.gpus not in (None, topology.num_gpus):  # a trace of fewer ranks than the cluster has
@@ -325,7 +327,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     loaded = load_scenario(args.scenario, args.set)  # the points change no layout or training
 
     def warn(summary: dict) -> None:
-        _warn(summary.get("warnings", []), summary, loaded)
+        _warn("study", summary.get("warnings", []), summary, loaded)
 
     on_healthy_step: Callable[[dict], None] | None = warn
     if args.study == "checkpoint-interval" and args.intervals is None:
@@ -334,7 +336,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
         intervals, on_healthy_step = grid.intervals_s, None
 
     def warn_points(warned: list[dict]) -> None:
-        _warn([f"{_point_name(w)}: {w['warning']}" for w in warned], {}, loaded)
+        _warn("study", [f"{_point_name(w)}: {on_command_line(w['warning'], 'trainsim study')}" for w in warned], {},
+              loaded)
 
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
@@ -347,7 +350,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
         if curve["warnings"]:
             where = _point_name({"rate_multiplier": curve["rate_multiplier"],
                                  "interval_s": curve["warnings_interval_s"]})
-            _warn([f"{where}: {warning}" for warning in curve["warnings"]], {}, loaded)
+            _warn("study", [f"{where}: {on_command_line(warning, 'trainsim study')}" for warning in curve["warnings"]],
+                  {}, loaded)
         print(_study_line(curve))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
@@ -616,7 +620,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     for status, (index, reason) in report.first_reasons.items():
         others = report.statuses[status] - 1
         print(f"  {status}: point {index}" + (f" (and {counted(others, 'other')})" if others else "") +
-              f": {reason}")
+              f": {on_command_line(reason, 'trainsim sweep')}")
     return 0
 
 
@@ -1035,12 +1039,17 @@ def _negative_values_attached(argv: list[str]) -> list[str]:
 
 
 def _at_command(exc: InputError, command: str) -> InputError:
-    """An error in a flag's value (one no file holds, or one already put on the command line) located as argparse
-    locates its own refusals: `command line: trainsim COMMAND: FLAG: problem`. The command's checks named the
-    flag alone (`command line: --tp: ...`) where argparse's named the command as well."""
+    """An error in a flag's value (one no file holds, one already put on the command line, or one the library
+    located at the flag: `--set a.b=v: problem`, `--intervals: 60 d: problem`) located as argparse locates its own
+    refusals: `command line: trainsim COMMAND: FLAG: problem`. The command's checks named the flag alone
+    (`command line: --tp: ...`) where argparse's named the command as well."""
+    where = command_line(f"trainsim {command}")
+    if at_flag(exc.file):
+        problem = f"{exc.shown_field}: {exc.problem}" if exc.shown_field else exc.problem
+        return type(exc)(problem, field=exc.file, allowed=exc.allowed, file=where)
     if exc.file != COMMAND_LINE and (exc.file or not exc.field.startswith("-")):
         return exc
-    return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=command_line(f"trainsim {command}"))
+    return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=where)
 
 
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:

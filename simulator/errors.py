@@ -42,12 +42,26 @@ class InputError(TrainsimError):
             line=self.line if self.line is not None else line,
         )
 
+    @property
+    def shown_field(self) -> str:
+        """The field the line names: none where the error is located at a flag that names it already, a `--set`
+        of the field or of a key under it (`--set a.b=v: problem`, not `--set a.b=v: a.b: problem`) or a command's
+        option, which sets one field (`--intervals: 60 d: problem`); a field inside the section a `--set` wrote
+        is named (`--set a={b: 1}: a.b: problem`)."""
+        if not self.file.startswith("--"):
+            return self.field
+        setting = self.file.partition(" ")[2]
+        key = setting.split("=", 1)[0].strip()
+        named = not setting or key == self.field or key.startswith((f"{self.field}.", f"{self.field}["))
+        return "" if named else self.field
+
     def render(self) -> str:
         """The one line the user sees: ``FILE:LINE: field: problem (allowed: ...)``."""
         where = self.file or "<input>"
         if self.line is not None:
             where = f"{where}:{self.line}"
-        text = f"{where}: {self.field}: {self.problem}" if self.field else f"{where}: {self.problem}"
+        field = self.shown_field
+        text = f"{where}: {field}: {self.problem}" if field else f"{where}: {self.problem}"
         if self.allowed:
             text += f" (allowed: {self.allowed})"
         return text

@@ -117,7 +117,7 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                             "s.yaml:4: run.seed: 100000000000000000000000 is beyond 64-bit integers (allowed: a "
                             "whole number from -2^63 to 2^63 - 1)"),
     "override-beyond-64-bits": (scenario(COMM), RUN + ["--set", "cluster.gpus=-100000000000000000000000"], 2,
-                                "--set cluster.gpus=-100000000000000000000000: cluster.gpus: "
+                                "command line: trainsim run: --set cluster.gpus=-100000000000000000000000: "
                                 "-100000000000000000000000 is beyond 64-bit integers"),
     "infinite-factor": (scenario("cluster: {topology: dgx-h100}\nworkload: {trace: t.json, compute_scale: .inf}\n"),
                         RUN, 2, "s.yaml:2: workload.compute_scale: expected a finite number, got inf"),
@@ -136,7 +136,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "fold-yes": (scenario(COMM + "run: {fold: yes}\n"), RUN, 2,
                  "s.yaml:4: run.fold: expected true or false, got 'yes' (allowed: true, false)"),
     "fold-off-override": (scenario(COMM), RUN + ["--set", "run.fold=off"], 2,
-                          "--set run.fold=off: run.fold: expected true or false, got 'off' (allowed: true, false)"),
+                          "command line: trainsim run: --set run.fold=off: expected true or false, got 'off' "
+                          "(allowed: true, false)"),
     "channels-true": (scenario(COMM + "collectives: {channels: true}\n"), RUN, 2, "collectives.channels: expected"),
     "repeat-true": (scenario(COMM.replace("64 MiB}", "64 MiB, repeat: true}")), RUN, 2,
                     "workload[0].repeat: expected a whole number"),
@@ -264,46 +265,52 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                 "s.yaml:3: cluster.gpu_model: 'h100-typo' is not supported (allowed: a100-40gb, "),
     "unknown-sharp-override": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster}")),
                                RUN + ["--set", "cluster.sharp=sharpv2"], 2,
-                               "--set cluster.sharp=sharpv2: cluster.sharp: 'sharpv2' is not supported "
+                               "command line: trainsim run: --set cluster.sharp=sharpv2: 'sharpv2' is not supported "
                                "(allowed: none, sharpv3)"),
     "too-many-nodes": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster, nodes: 200000}")), RUN, 2,
                        "cluster.nodes: 200000 is beyond what a cluster holds"),
     "negative-latency-override": (scenario(COMM), RUN + ["--set", "cluster.nvlink_latency=-1us"], 2,
-                                  "--set cluster.nvlink_latency=-1us: cluster.nvlink_latency: '-1us' is negative"),
+                                  "command line: trainsim run: --set cluster.nvlink_latency=-1us: '-1us' is negative"),
     "negative-latency-cluster-key": (scenario("cluster:\n  topology: dgx-h100\n  nvlink_latency: -2 us\n"
                                               + COMM.split("\n", 1)[1]), RUN, 2,
                                      "s.yaml:3: cluster.nvlink_latency: '-2 us' is negative"),
     "tp-true-override": (scenario(PRESET), RUN + ["--set", "parallelism.tp=true"], 2,
-                         "--set parallelism.tp=true: parallelism.tp: expected a whole number"),
+                         "command line: trainsim run: --set parallelism.tp=true: expected a whole number"),
     "override-unknown-key": (scenario(PRESET), RUN + ["--set", "parallelism.tpp=2"], 2,
-                             "--set parallelism.tpp=2: parallelism.tpp: unknown key 'tpp'"),
+                             "command line: trainsim run: --set parallelism.tpp=2: unknown key 'tpp'"),
     "override-unknown-section": (scenario(PRESET), RUN + ["--set", "paralelism.tp=2"], 2,
-                                 "--set paralelism.tp=2: paralelism: unknown key 'paralelism'"),
+                                 "command line: trainsim run: --set paralelism.tp=2: unknown key 'paralelism'"),
     "override-past-a-list": (scenario(COMM), RUN + ["--set", "workload[3].bytes=1MiB"], 2,
-                             "--set workload[3].bytes=1MiB: workload[3]: workload has no item [3] (it has 1) "
+                             "command line: trainsim run: --set workload[3].bytes=1MiB: workload has no item "
+                             "[3] (it has 1) "
                              "(allowed: index 0, or a whole list as workload)"),
     # an index into a list the scenario lacks said "expected a list, got {'0': 'tp'}"; into a section, "unknown
     # key '0'"; into a trace's mapping, the trace's keys; a key of a list, "has no item [trace]"
     "override-index-of-an-absent-list": (scenario(PRESET), RUN + ["--set", "parallelism.order[0]=tp"], 2,
-                                         "--set parallelism.order[0]=tp: parallelism.order[0]: parallelism.order has "
+                                         "command line: trainsim run: --set parallelism.order[0]=tp: "
+                                         "parallelism.order has "
                                          "no item [0] (the scenario gives no parallelism.order) (allowed: a whole "
                                          "list as parallelism.order)"),
     "override-index-of-an-absent-nested-list": (
         scenario(SYNTHETIC), RUN + ["--set", "faults.step.stragglers[0].gpus[0]=1"], 2,
-        "faults.step.stragglers[0]: faults.step.stragglers has no item [0] (the scenario gives no "
+        "--set faults.step.stragglers[0].gpus[0]=1: faults.step.stragglers has no item [0] (the scenario gives no "
         "faults.step.stragglers)"),
     "override-index-of-a-section": (scenario(PRESET), RUN + ["--set", "model[0]=1"], 2,
-                                    "--set model[0]=1: model: model is a section here, not a list (allowed: its "
+                                    "command line: trainsim run: --set model[0]=1: model is a section here, not "
+                                    "a list (allowed: its "
                                     "keys: preset, layers,"),
     "override-index-of-a-value": (scenario(PRESET), RUN + ["--set", "parallelism.tp[0]=1"], 2,
-                                  "parallelism.tp: parallelism.tp is a single value, not a list (allowed: a value "
+                                  "--set parallelism.tp[0]=1: parallelism.tp is a single value, not a list "
+                                  "(allowed: a value "
                                   "for parallelism.tp itself)"),
     "override-key-of-a-list": (scenario(COMM), RUN + ["--set", "workload.trace=x"], 2,
-                               "--set workload.trace=x: workload: workload is a list here, not a section (allowed: "
+                               "command line: trainsim run: --set workload.trace=x: workload is a list here, "
+                               "not a section (allowed: "
                                "its items, workload[0])"),
     "override-index-of-a-trace": (scenario("cluster: {topology: dgx-h100}\nworkload: {trace: t.json}\n"),
                                   RUN + ["--set", "workload[0].bytes=1MiB"], 2,
-                                  "workload: workload is a section here, not a list (allowed: its keys: trace,"),
+                                  "--set workload[0].bytes=1MiB: workload is a section here, not a list "
+                                  "(allowed: its keys: trace,"),
     # a million channels made a million ring flows per hop: over two minutes without an answer
     "channels-beyond-nccl": (scenario(COMM + "collectives: {channels: 1000000}\n"), RUN, 2,
                              "s.yaml:4: collectives.channels: 1000000 channels are more than NCCL runs (MAXCHANNELS) "
@@ -331,9 +338,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         "times faster than its nominal kernels (allowed: a factor from 0.001 to 1000, e.g. 1.5)"),
 
     "override-list-item-value": (scenario(COMM), RUN + ["--set", "workload[0].root=9"], 2,
-                                 "--set workload[0].root=9: workload[0].root: root 9 is not a position in the group"),
+                                 "command line: trainsim run: --set workload[0].root=9: root 9 is not a "
+                                 "position in the group"),
     "override-non-ascii-digit": (scenario(PRESET), RUN + ["--set", "a.\u00b2=1"], 2,
-                                 "--set a.\u00b2=1: a: unknown key 'a'"),
+                                 "command line: trainsim run: --set a.\u00b2=1: unknown key 'a'"),
     "override-not-a-path": (scenario(PRESET), RUN + ["--set", "parallelism[tp]=2"], 2,
                             "--set parallelism[tp]=2: 'parallelism[tp]' is not a field path"),
     "override-without-equals": (scenario(PRESET), RUN + ["--set", "parallelism.tp"], 2,
@@ -342,7 +350,7 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                       "training: {seq_len: 4096, global_batch: 8}\nparallelism: {dp: 8}\n"),
                              [*VALIDATE, "--strict"], 2, "s.yaml:4: parallelism: OUT OF MEMORY"),
     "override-into-value": (scenario(PRESET), RUN + ["--set", "training.seq_len.x=1"], 2,
-                            "training.seq_len.x: training.seq_len has no sub-fields"),
+                            "--set training.seq_len.x=1: training.seq_len has no sub-fields"),
     # output paths and other commands
     "out-empty": (scenario(COMM), ["run", "TMP/s.yaml", "--out", ""], 2, "--out: the output folder is empty"),
     "out-is-file": ({**scenario(COMM), "out": "x"}, RUN, 2, "exists and is not a folder"),

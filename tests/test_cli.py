@@ -407,7 +407,7 @@ def test_bad_input_through_the_console_script(tmp_path):
     # accepted, though the message above says whole bytes, and a scenario's `bytes: 1.5 B` is refused
     (["--sizes", "1MiB,1.5B"], "--sizes", "size '1.5B' is 1.5 B, not whole bytes", "whole bytes, e.g. 1MiB,64MiB"),
     (["--sizes", "1.5B:1KiB"], "--sizes", "size '1.5B' is 1.5 B, not whole bytes", "whole bytes, e.g. 1MiB:8GiB"),
-    (["--set", "gpus=0"], "gpus", "must be positive", "a positive value"),
+    (["--set", "gpus=0"], "--set gpus=0", "'0' must be positive", "a positive value"),
     (["--set", "gpus=1"], "--topology", "dgx-h100 has 1 GPU: a collective needs two or more",
      "a topology of 2 GPUs or more"),  # said 'allowed: 2..1'
 ])
@@ -421,18 +421,18 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
 @pytest.mark.parametrize("command", [["topo", "describe", "dgx-h100-cluster"],
                                      ["collective", "--topology", "dgx-h100-cluster", "--sizes", "1MiB"]])
 @pytest.mark.parametrize("override, error", [
-    ("nodes=0", "--set nodes=0: nodes: '0' must be positive (allowed: a positive value)"),
-    ("nodes=2.5", "--set nodes=2.5: nodes: expected a whole number, got '2.5' (allowed: an integer such as 8)"),
-    ("nics_per_node=9", "--set nics_per_node=9: nics_per_node: 9 NICs per node but 8 GPUs (allowed: 1 to 8)"),
-    ("node.gpus=4", "--set node.gpus=4: node.gpus: unknown override 'node.gpus' for topology kind 'cluster' "
+    ("nodes=0", "--set nodes=0: '0' must be positive (allowed: a positive value)"),
+    ("nodes=2.5", "--set nodes=2.5: expected a whole number, got '2.5' (allowed: an integer such as 8)"),
+    ("nics_per_node=9", "--set nics_per_node=9: 9 NICs per node but 8 GPUs (allowed: 1 to 8)"),
+    ("node.gpus=4", "--set node.gpus=4: unknown override 'node.gpus' for topology kind 'cluster' "
                     "(allowed: nodes, node, nics_per_node,"),
 ])
 def test_a_bad_topology_override_is_located_at_its_set(command, override, error, capsys):
     """`topo` and `collective` located a bad --set value at the bundled topology file ('.../dgx-h100-cluster.yaml
     (override): nodes: ...', or the file with no mark for an unknown name), which the user did not write;
-    `trainsim run` names the override, as these now do."""
+    `trainsim run` names the override, as these now do, on the command line of the command."""
     assert main([*command, "--set", override]) == 2
-    assert capsys.readouterr().err.startswith(f"error: {error}")
+    assert capsys.readouterr().err.startswith(f"error: command line: trainsim {command[0]}: {error}")
 
 
 @pytest.mark.parametrize("command, where", [(["topo", "describe"], "trainsim topo: TOPOLOGY"),
@@ -454,7 +454,7 @@ def test_a_chunk_is_checked_once_for_the_scenario_and_the_collective_command(chu
     against "chunk '0B'"), and only the scenario's ran it, at planning time. A chunk under 1 B or of part of a
     byte was accepted (a tree all-reduce with chunks of 1e-20 B took 3.6e26 us)."""
     assert main(["validate", "allreduce-2x-dgx-h100", "--set", f"collectives.chunk={chunk}"]) == 2
-    scenario = capsys.readouterr().err.split(": collectives.chunk: ", 1)[1]
+    scenario = capsys.readouterr().err.split(f": --set collectives.chunk={chunk}: ", 1)[1]
     assert main(["collective", "--topology", "dgx-h100", "--chunk", chunk]) == 2
     flag = capsys.readouterr().err.split(": --chunk: ", 1)[1]
     assert scenario == flag and flag.endswith("(allowed: whole bytes from 1 B up to 1 PiB such as 4 MiB, or none (off) "
@@ -600,7 +600,7 @@ def test_set_reads_numbers_as_a_scenario_file_does(tmp_path, capsys):
         assert workload.model_flops_per_token == 1e8
     assert main(["validate", str(scenario), "--set", "run.seed=" + "[" * 100]) == 2
     error = capsys.readouterr().err
-    assert error.startswith("error: --set run.seed=[[") and error.count("\n") == 1
+    assert error.startswith("error: command line: trainsim validate: --set run.seed=[[") and error.count("\n") == 1
 
 
 def test_field_paths_reach_mapping_keys_written_as_digits():

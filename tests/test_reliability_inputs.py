@@ -116,8 +116,8 @@ def test_a_checkpoint_larger_than_the_storage_reads_in_decimal_units(tmp_path, c
     scenario.write_text(BASE)
     assert main(["validate", str(scenario), "--set", "storage.capacity=100GB"]) == 2
     assert capsys.readouterr().err == (
-        "error: --set storage.capacity=100GB: storage.capacity: a 128.5 GB checkpoint is larger than the storage "
-        "(100 GB) (allowed: a checkpoint of at most 100 GB, or a storage.capacity of at least 128.5 GB)\n")
+        "error: command line: trainsim validate: --set storage.capacity=100GB: a 128.5 GB checkpoint is larger than "
+        "the storage (100 GB) (allowed: a checkpoint of at most 100 GB, or a storage.capacity of at least 128.5 GB)\n")
 
 
 @pytest.mark.parametrize(("size", "capacity", "shown"), [
@@ -133,7 +133,7 @@ def test_a_checkpoint_just_larger_than_the_storage_reads_larger(tmp_path, capsys
     scenario.write_text(BASE)
     assert main(["validate", str(scenario), "--set", f"checkpoint.size={size}",
                  "--set", f"storage.capacity={capacity}"]) == 2
-    assert capsys.readouterr().err == f"error: --set checkpoint.size={size}: checkpoint.size: {shown}\n"
+    assert capsys.readouterr().err == f"error: command line: trainsim validate: --set checkpoint.size={size}: {shown}\n"
 
 
 def test_a_maintenance_duration_alone_keeps_the_presets_period(capsys):
@@ -150,8 +150,8 @@ def test_a_maintenance_duration_alone_keeps_the_presets_period(capsys):
     assert failure_model(faults).maintenance == Maintenance(86400.0, 1800.0)
     assert main(["validate", "llama3-405b-16k-job", "--set", "faults.maintenance.duration=2 d"]) == 2
     assert capsys.readouterr().err == (
-        "error: --set faults.maintenance.duration=2 d: faults.maintenance: a 2 d stop every 1.149 d leaves no time to "
-        "train, the period of faults.preset llama3 (allowed: a duration shorter than every)\n")
+        "error: command line: trainsim validate: --set faults.maintenance.duration=2 d: a 2 d stop every 1.149 d "
+        "leaves no time to train, the period of faults.preset llama3 (allowed: a duration shorter than every)\n")
 
 
 def test_a_preset_class_given_a_repair_alone_keeps_the_presets_rate(tmp_path, capsys):
@@ -289,8 +289,8 @@ def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path,
                                        "longer duration)\n")
     assert main(["validate", str(scenario), "--set", "run.horizon=30 ms", "--quiet"]) == 0
     assert main(["run", str(scenario), "--set", "run.horizon=30 ms", "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == ("error: --set run.horizon=30 ms: run.horizon: the horizon is shorter than one "
-                                       "step (0.033 s) (allowed: a longer duration)\n")
+    assert capsys.readouterr().err == ("error: command line: trainsim run: --set run.horizon=30 ms: the horizon is "
+                                       "shorter than one step (0.033 s) (allowed: a longer duration)\n")
 
 
 def test_a_job_of_a_workload_list_is_refused(tmp_path, capsys):
@@ -391,13 +391,14 @@ def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, caps
     most = math.ceil((2 * 86400 - write) / step) - 1
     problem = ("a checkpoint every 3 d is longer than run.horizon (2 d): the job writes none, and each failure loses "
                "the work since its start or the last maintenance stop")
-    warning = (f"--set checkpoint.interval=3 d: checkpoint.interval: {problem} (allowed: at most {most:,} steps (about "
+    warning = (f"--set checkpoint.interval=3 d: {problem} (allowed: at most {most:,} steps (about "
                f"{format_duration(most * step)}) for checkpoints to be written)")
-    assert capsys.readouterr().err == f"warning: {warning}\n"
+    assert capsys.readouterr().err == f"warning: command line: trainsim run: {warning}\n"
     assert json.loads((out / "summary.json").read_text())["warnings"] == [warning]
     assert "checkpoint" not in set(pd.read_parquet(out / "job_events.parquet")["kind"].astype(str))
     assert main(["validate", str(scenario), "--quiet", "--set", "checkpoint.interval=3 d"]) == 0
-    assert capsys.readouterr().err == (f"warning: --set checkpoint.interval=3 d: checkpoint.interval: {problem} "
+    assert capsys.readouterr().err == (f"warning: command line: trainsim validate: --set checkpoint.interval=3 "
+                                       f"d: {problem} "
                                        "(allowed: a duration under 2 d for checkpoints to be written)\n")
     short = tmp_path / "short.yaml"
     short.write_text(BASE.replace("  interval: 30 min\n", "  mode: sync\n").replace("horizon: 2 d", "horizon: 20 min"))
@@ -565,8 +566,9 @@ def test_a_step_word_in_other_case_is_refused_as_any_unit_in_other_case_is(tmp_p
                                        "'10 Steps': units are case-sensitive (steps) (allowed: durations with units "
                                        "or whole steps, e.g. 5min,10min,30min,1h or 10steps,20steps)\n")
     assert main(["validate", str(scenario), "--set", "checkpoint.interval=10 STEPS"]) == 2
-    assert capsys.readouterr().err == ("error: --set checkpoint.interval=10 STEPS: checkpoint.interval: unknown unit "
-                                       "'STEPS' in '10 STEPS': units are case-sensitive (steps) (allowed: '200 "
+    assert capsys.readouterr().err == ("error: command line: trainsim validate: --set checkpoint.interval=10 STEPS: "
+                                       "unknown unit 'STEPS' in '10 STEPS': units are case-sensitive (steps) "
+                                       "(allowed: '200 "
                                        "steps', '30 min')\n")
     assert main(["validate", str(scenario), "--set", "checkpoint.interval=10 MIN"]) == 2
     assert "unknown unit 'MIN' in '10 MIN': units are case-sensitive (min) (allowed: " in (
@@ -626,7 +628,7 @@ def test_an_unfolded_job_beyond_the_scale_limits_is_refused(tmp_path, capsys):
     which `trainsim run` refuses for a single step, but the job ran it (and every state) without a word. It is
     refused in one located line at run.fold before the healthy step; `--force` is the way past."""
     err = refused_16k_job(tmp_path, capsys, "run.fold=false")
-    assert "run.fold: the job's step is simulated unfolded: 16,384 GPUs, 16,384 simulated ranks" in err
+    assert "--set run.fold=false: the job's step is simulated unfolded: 16,384 GPUs, 16,384 simulated ranks" in err
     assert "(allowed: true, a smaller cluster, or --force)" in err
 
 
@@ -657,7 +659,7 @@ def test_more_spares_than_hosts_is_refused_in_words(scenario, settings, problem,
     out = tmp_path / "out"
     sets = [arg for setting in settings for arg in ("--set", setting)]
     assert main(["run", scenario, *sets, "--out", str(out)]) == 2
-    assert capsys.readouterr().err == f"error: --set {settings[-1]}: restart.spares: {problem}\n"
+    assert capsys.readouterr().err == f"error: command line: trainsim run: --set {settings[-1]}: {problem}\n"
     assert not out.exists()
 
 
@@ -665,15 +667,13 @@ def test_more_spares_than_hosts_is_refused_in_words(scenario, settings, problem,
                                      "storage.capacity=1 PB", "checkpoint.interval=10 min", "run.replications=5"])
 def test_a_single_step_warns_of_what_only_a_job_reads(setting, tmp_path, capsys):
     """A single step (no run.horizon) runs, but says which of its fields it ignored; it used to say nothing."""
-    field = setting.split("=")[0]
-    warning = (f"--set {setting}: {field}: only a job over weeks reads it (run.horizon); this single step "
-               "ignores it")
+    warning = f"--set {setting}: only a job over weeks reads it (run.horizon); this single step ignores it"
     out = tmp_path / "out"
     assert main(["run", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--set", setting, "--quiet"]) == 0
-    assert capsys.readouterr().err.splitlines() == [f"warning: {warning}"]
+    assert capsys.readouterr().err.splitlines() == [f"warning: command line: trainsim run: {warning}"]
     assert json.loads((out / "summary.json").read_text())["warnings"] == [warning]
     assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", setting, "--quiet"]) == 0
-    assert capsys.readouterr().err.splitlines() == [f"warning: {warning}"]
+    assert capsys.readouterr().err.splitlines() == [f"warning: command line: trainsim validate: {warning}"]
 
 
 def test_a_collective_list_warns_of_a_checkpoint_at_its_line(tmp_path, capsys):

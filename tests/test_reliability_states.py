@@ -810,7 +810,7 @@ def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, 
     scenario.write_text(SHRINKING)
     args = ["mtbf"] if command == "study" else []
     assert main([command, *args, str(scenario), *PODS, "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == f"error: --set cluster.tiers=3: cluster.tiers: {SHRUNK_PODS}\n"
+    assert capsys.readouterr().err == f"error: command line: trainsim {command}: --set cluster.tiers=3: {SHRUNK_PODS}\n"
 
 
 def test_an_error_in_a_shrunk_state_of_a_sweep_point_names_its_axis(tmp_path):
@@ -860,8 +860,7 @@ def test_an_elastic_setting_the_job_cannot_use_is_one_located_line(settings, mes
     scenario.write_text(SHRINKING)
     sets = [arg for setting in settings for arg in ("--set", setting)]
     assert main(["run", str(scenario), *sets, "--out", str(tmp_path / "out")]) == 2
-    field = settings[-1].split("=")[0]
-    assert capsys.readouterr().err == f"error: --set {settings[-1]}: {field}: {message}\n"
+    assert capsys.readouterr().err == f"error: command line: trainsim run: --set {settings[-1]}: {message}\n"
 
 
 def test_a_kept_global_batch_shrinks_only_to_sizes_it_splits_over(tmp_path, capsys):

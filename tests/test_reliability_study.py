@@ -506,14 +506,19 @@ def test_an_astronomical_duration_prints_four_significant_digits():
 def test_a_study_names_a_long_interval_and_its_bound_in_days(tmp_path, capsys):
     """A 60 d interval past a 54 d horizon printed 'interval 5,184,000 s' in its warning's prefix and its study
     line, and its bound as 'a duration up to 4,665,594.1 s', beside the '60 d' and '54 d' of the warning itself:
-    every interval and horizon figure of a study reads as format_duration writes it."""
+    every interval and horizon figure of a study reads as format_duration writes it. The warning is located at
+    --intervals: on the command line of the command on the console (it read `command line: --intervals: ...`, an
+    older form than the command's errors), and without a command in study.json, which the library writes."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1"))
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "60d", "--out",
                  str(tmp_path / "study"), "--quiet"]) == 0
     printed = capsys.readouterr()
-    assert printed.err.startswith("warning: rate x 1, interval 60 d: command line: --intervals: 60 d: a checkpoint "
-                                  "every 60 d is longer than run.horizon (54 d)")
+    assert printed.err.startswith("warning: rate x 1, interval 60 d: command line: trainsim study: --intervals: 60 d: "
+                                  "a checkpoint every 60 d is longer than run.horizon (54 d)")
+    kept = json.loads((tmp_path / "study" / "study.json").read_text())["point_warnings"]
+    assert [w["warning"] for w in kept] == [printed.err.split(": command line: trainsim study: ", 1)[1].strip()]
+    assert kept[0]["warning"].startswith("--intervals: 60 d: a checkpoint every 60 d is longer than run.horizon")
     assert re.search(r"\(allowed: at most [0-9,]+ steps \(about 54 d\) for checkpoints", printed.err)
     assert printed.out.startswith("rate x 1 (MTBF 3.0 h): interval 60 d, ")
 
@@ -708,7 +713,7 @@ def test_each_point_that_writes_no_checkpoint_warns_before_any_point_runs(tmp_pa
     assert err.count("warning: ") == 4
     for w in warned:
         assert (f"warning: rate x {w['rate_multiplier']:g}, interval {format_duration(w['interval_s'])}: "
-                "command line: --intervals: ") in err
+                "command line: trainsim study: --intervals: ") in err
     assert json.loads((tmp_path / "study" / "study.json").read_text())["point_warnings"] == warned
 
 

@@ -110,8 +110,9 @@ def test_a_million_gpus_are_refused_before_the_cluster_is_built(command, nothing
     assert main([command, LLAMA_405B, *MILLION_GPUS, *out]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert ("--set cluster.nodes=131072: cluster.nodes: a cluster of 1,048,576 GPUs is too large to simulate (~139 s "
-            "and ~7.9 GiB before the first op); the limit is 262,144 GPUs (allowed: a cluster of at most 262,144 "
+    assert (f"command line: trainsim {command}: --set cluster.nodes=131072: a cluster of 1,048,576 GPUs is too "
+            "large to simulate (~139 s and ~7.9 GiB before the first op); the limit is 262,144 GPUs (allowed: a "
+            "cluster of at most 262,144 "
             "GPUs (cluster.nodes); or pass --force)\n") in err
     assert not (tmp_path / "out").exists()
 
@@ -128,7 +129,8 @@ def test_a_million_gpus_are_refused_by_their_cluster_though_the_folded_step_is_s
 
 
 @pytest.mark.parametrize("overrides, words", [
-    (["--set", "run.fold=false"], "run.fold: this run is too large to simulate: 8,192 GPUs, 8,192 simulated ranks "
+    (["--set", "run.fold=false"], "run.fold=false: this run is too large to simulate: 8,192 GPUs, 8,192 "
+                                  "simulated ranks "
                                   "(not folded)"),
     (["--set", "model.layers=1000000"], "model: this run is too large to simulate: 8,192 GPUs, 16 simulated ranks "
                                         "(folded)"),
@@ -416,7 +418,7 @@ def test_tp_across_hosts_by_the_order_blames_the_order(monkeypatch, capsys):
     args = [str(TORCHTITAN_70B), *(word for item in overrides for word in ("--set", item))]
     assert main(["validate", *args]) == 2
     err = capsys.readouterr().err
-    assert "--set parallelism.order=[dp,tp,cp,pp]: parallelism.order: this run is too large to simulate" in err
+    assert "--set parallelism.order=[dp,tp,cp,pp]: this run is too large to simulate" in err
     assert "(allowed: TP innermost, inside one NVLink domain (parallelism.order starting with tp);" in err
 
 
@@ -453,8 +455,8 @@ def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_ru
     assert main(["run", *args, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
-    assert ("--set parallelism.tp=16: parallelism.tp: this run is too large to simulate: 256 GPUs, 2 simulated ranks "
-            "(folded), ~268 ops, ~117,768 flows") in err
+    assert ("command line: trainsim run: --set parallelism.tp=16: this run is too large to simulate: 256 GPUs, 2 "
+            "simulated ranks (folded), ~268 ops, ~117,768 flows") in err
     assert "(allowed: TP inside one NVLink domain (parallelism.tp at most 8, the GPUs of a host or NVL72 rack);" in err
 
 
@@ -571,7 +573,8 @@ def test_jobs_studies_and_searches_refuse_a_cluster_past_max_gpus_before_buildin
     assert main([*command, *PAST_MAX_GPUS, "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert ("--set cluster.nodes=32769: cluster.nodes: a cluster of 262,152 GPUs is too large to simulate" in err
+    assert (f"command line: trainsim {command[0]}: --set cluster.nodes=32769: a cluster of 262,152 GPUs is too large "
+            "to simulate" in err
             and "(allowed: a cluster of at most 262,144 GPUs (cluster.nodes); or pass --force)\n" in err)
     assert not out.exists()
 

@@ -322,7 +322,7 @@ def test_an_axis_over_a_trace_knob(tmp_path):
 def test_a_set_on_a_digit_key_is_blamed_at_the_set(tmp_path, capsys):
     """`--set faults.components.1=2` was blamed on line 3 of the scenario (`description:`)."""
     assert main(["run", "schedule-gpipe-p4-m8", "--set", "faults.components.1=2", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == ("error: --set faults.components.1=2: faults.components.1: expected a "
+    assert capsys.readouterr().err == ("error: command line: trainsim run: --set faults.components.1=2: expected a "
                                        "mapping, got 2 (allowed: a YAML mapping such as {key: value})\n")
 
 
@@ -574,9 +574,9 @@ def test_a_set_on_a_field_an_axis_sets_is_refused(tmp_path, capsys, override):
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + "grid:\n  training.microbatches: [4, 8]\n")
     assert main(["sweep", str(path), "--set", override, "--out", str(tmp_path / "out")]) == 2
-    field = override.split("=")[0]
     assert capsys.readouterr().err == (
-        f"error: --set {override}: {field}: the sweep's axis grid.training.microbatches ({path}:9) sets "
+        f"error: command line: trainsim sweep: --set {override}: the sweep's axis grid.training.microbatches "
+        f"({path}:9) sets "
         "training.microbatches at every point (allowed: a field no axis writes: vary it in the sweep file, or "
         "leave out the --set)\n")
     assert not (tmp_path / "out").exists()
@@ -592,23 +592,28 @@ def test_a_set_that_takes_away_an_axis_field_is_refused_at_the_set(tmp_path, cap
     override = "faults.step.stragglers=[]"
     assert main(["sweep", str(path), "--set", override, "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
-        f"error: --set {override}: faults.step.stragglers: the sweep's axis grid.faults.step.stragglers[0].slowdown "
+        f"error: command line: trainsim sweep: --set {override}: the sweep's axis "
+        "grid.faults.step.stragglers[0].slowdown "
         f"({path}:10) sets faults.step.stragglers[0].slowdown at every point (allowed: a field no axis writes: vary "
         "it in the sweep file, or leave out the --set)\n")
 
 
 def test_a_bad_set_value_is_located_at_the_set(tmp_path, capsys):
-    """A value the schema refuses stops the sweep at the `--set`; one the simulator refuses when it builds a
-    point makes the points invalid, their error located at the `--set` too, not at the base's line."""
+    """A value the schema refuses stops the sweep at the `--set`, on the command line of the command; one the
+    simulator refuses when it builds a point makes the points invalid, their error located at the `--set` too, not
+    at the base's line, in results.parquet as the library writes it (no command), and on the command line of the
+    command in the sweep's closing lines. The key is named once: it read `--set a.b=v: a.b: problem`."""
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + "grid:\n  training.microbatches: [4, 8]\n")
     assert main(["sweep", str(path), "--set", "parallelism.dp=two", "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err.startswith("error: --set parallelism.dp=two: parallelism.dp: ")
+    assert capsys.readouterr().err.startswith("error: command line: trainsim sweep: --set parallelism.dp=two: expected")
     run_sweep(load_sweep(path, overrides=["parallelism.pp=3"]), tmp_path / "pp3", SerialExecutor())
     frame = pd.read_parquet(tmp_path / "pp3" / "results.parquet")
     assert list(frame["status"]) == ["invalid", "invalid"]
-    assert frame["error"][0] == ("--set parallelism.pp=3: parallelism.pp: pp 3 differs from the synthetic model's 4 "
-                                 "stages (allowed: 4 (or leave it out))")
+    reason = "--set parallelism.pp=3: pp 3 differs from the synthetic model's 4 stages (allowed: 4 (or leave it out))"
+    assert frame["error"][0] == reason
+    assert main(["sweep", str(path), "--set", "parallelism.pp=3", "--out", str(tmp_path / "pp3"), "--quiet"]) == 0
+    assert f"  invalid: point 0 (and 1 other): command line: trainsim sweep: {reason}\n" in capsys.readouterr().out
 
 
 def test_a_point_recorded_under_earlier_summary_names_runs_again(tmp_path):

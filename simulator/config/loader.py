@@ -38,9 +38,11 @@ from simulator.errors import ScenarioError
 
 @dataclass(frozen=True)
 class Override:
-    """A value written over the scenario file's, and where: a `--set` (``file`` is "--set a.b=value", no line)
-    or a sweep axis (the sweep file's line, the axis entry as the field and its value as a prefix of the
-    problem). An error in the value, or in a key the file lacks under it, points there."""
+    """A value written over the scenario file's, and where: a `--set` (``file`` is "--set a.b=value", no line),
+    a command's option (``file`` is the flag, the value as typed a prefix of the problem) or a sweep axis (the
+    sweep file's line, the axis entry as the field and its value as a prefix of the problem). An error in the
+    value, or in a key the file lacks under it, points there (its line names the field only where the flag does
+    not: `InputError.shown_field`)."""
 
     path: FieldPath
     file: str
@@ -58,7 +60,7 @@ class Override:
         command's option with the value as typed (`--intervals 1min`)."""
         if self.line is not None:
             return f"{self.file}:{self.line}"
-        return f"{self.field} {self.prefix.removesuffix(': ')}" if self.field else self.file
+        return " ".join(part for part in (self.field or self.file, self.prefix.removesuffix(": ")) if part)
 
 
 def sets_typed(overrides: tuple[Override, ...]) -> tuple[str, ...]:
@@ -78,8 +80,10 @@ class OptionSetting:
     shown: str
 
     def override(self) -> Override:
-        """Where an error in the value points: the option and the value as written, on the command line."""
-        return Override(self.path, "command line", field=self.option, prefix=f"{self.shown}: ")
+        """Where an error in the value points: the option and the value as written (`--intervals: 60 d: ...`),
+        which the command puts on its command line (a library text, such as a study's warning in study.json,
+        knows no command)."""
+        return Override(self.path, self.option, prefix=f"{self.shown}: ")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,20 @@ def command_line(prog: str) -> str:
     return f"{COMMAND_LINE}: {prog}"
 
 
+def at_flag(text: str) -> bool:
+    """Whether a library text (an error's file, a warning) begins at a flag of the command, with its value or not
+    (`--set a.b=v`, `--intervals`): the library locates there what the user gave on the command line, not knowing
+    the command."""
+    return text.startswith("--")
+
+
+def on_command_line(warning: str, prog: str) -> str:
+    """A warning the library located at one of ``prog``'s flags (`--intervals: 60 d: ...`, as study.json keeps it)
+    on the command line, as the command's errors are (`command line: trainsim study: --intervals: 60 d: ...`);
+    any other as it is."""
+    return f"{command_line(prog)}: {warning}" if at_flag(warning) else warning
+
+
 def option_error(option: str, problem: str, allowed: str) -> InputError:
     """An InputError about a command-line option."""
     return InputError(problem, field=option, allowed=allowed, file=COMMAND_LINE)
