@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
-from simulator.workload.traces.model import kernel_kind
+from simulator.workload.traces.model import attention_key_length, kernel_kind
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "trace-h200-step.yaml"
@@ -38,7 +40,8 @@ def test_every_kernel_of_a_hopper_training_step_has_its_kind():
     kinds = {name: kernel_kind(name) for name in kernels()}
     assert len(kernels()) == 277 and all(kinds.values())
     assert {kinds[name] for name in kinds if name.startswith("nvjet_sm90")} == {"matmul"}
-    assert {kinds[name] for name in kinds if "sdpa" in name or "cudnn::fusion" in name} == {"attention"}
+    assert {kinds[name] for name in kinds if "sdpa" in name} == {"attention"}
+    assert {kinds[name] for name in kinds if "cudnn::fusion" in name} == {"elementwise"}  # its memory helpers
     assert {kinds[name] for name in kinds if "GammaBeta" in name or "radix_sort" in name} == {"elementwise"}
 
 
@@ -95,9 +98,12 @@ def test_replicating_the_one_traced_rank_is_refused_in_the_singular():
 
 
 @cache
-def moved_to_h100(traced_gpu: str):
-    """The bundled scenario on one H100 SXM, its trace said to be taken on ``traced_gpu``."""
+def moved_to_h100(traced_gpu: str, trace: str = ""):
+    """The bundled scenario on one H100 SXM, its trace said to be taken on ``traced_gpu`` (and read from
+    ``trace`` where given)."""
     text = SCENARIO.read_text().replace("gpu_model: h200", "gpu_model: h100-sxm") + f"  traced_gpu: {traced_gpu}\n"
+    if trace:
+        text = text.replace("traces/h200-step/rank0.json.gz", trace)
     return simulate(scenario_from_text(text, source=str(SCENARIO)))
 
 
@@ -113,42 +119,136 @@ def replayed_durations(result, part: str) -> list[float]:
     return sorted((frame["end_s"] - frame["start_s"]).tolist())
 
 
-# One kernel family of each class, with the ratio of its bounding rates, H200 over H100 SXM (vendor datasheets:
-# 989 TFLOP/s dense bf16 both, HBM 4.8 and 3.35 TB/s; kernels.yaml: matmul achievable 0.710 and 0.801 at
-# sustained clocks 1.0 and 0.848, attention forward plateaus 588.6 and 539 of 989 TFLOP/s, memory fractions
-# 0.890 and 0.88)
+# The ratios of the bounding rates, H200 over H100 SXM (vendor datasheets: 989 TFLOP/s dense bf16 both, HBM 4.8
+# and 3.35 TB/s; kernels.yaml: sustained clocks 1.0 and 0.848, matmul achievable 0.710 and 0.801, memory
+# fractions 0.890 and 0.88, and the causal attention tables in TFLOP/s by key length, the H100's backward its
+# non-causal one times cuDNN's causal / non-causal ratio, that at 4k keys held below 4k)
+MATMUL = 0.710 * 1.0 / (0.801 * 0.848)
+MEMORY = 4.8e12 * 0.890 / (3.35e12 * 0.88)
+H100_CAUSAL = 443.6 / 517.3
+FORWARD_2K = 461.5 / (484 * 0.848)
+BACKWARD_2K = 371.7 / (465 * H100_CAUSAL * 0.848)
+RAMP_S = 2e-6
+"""The H200's ramp (kernels.yaml gemm.ramp_time_s): a memory-bound kernel's time within it does not stream."""
+
+
+def streamed(duration: float) -> float:
+    """A memory-bound kernel's traced duration on the H100: its time beyond the ramp moved by MEMORY."""
+    return duration if duration <= RAMP_S else RAMP_S + (duration - RAMP_S) * MEMORY
+
+
+# One kernel family of each class and pass, with its traced duration's move onto the H100
 MOVED = {
-    "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN": ("matmul", 0.710 * 1.0 / (0.801 * 0.848)),
-    "sdpa_sm90_flash_fprop": ("attention", 588.6 * 1.0 / (539 * 0.848)),
-    "cunn_SoftMaxForward": ("memory-bound", 4.8e12 * 0.890 / (3.35e12 * 0.88)),
-    "Memset (Device)": ("memory-bound", 4.8e12 * 0.890 / (3.35e12 * 0.88)),
+    "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN": lambda d: d * MATMUL,
+    "sdpa_sm90_flash_fprop": lambda d: d * FORWARD_2K,
+    "sdpa_sm90_flash_bprop": lambda d: d * BACKWARD_2K,
+    "cunn_SoftMaxForward": streamed,
+    "compute_dot_do_o": streamed,  # cuDNN's attention backward helpers stream memory
+    "convert_dq_to_16bits": streamed,
+    "Memset (Device)": streamed,  # 0.7 to 1.5 us: within the ramp, unmoved
 }
 
 
-def test_the_h200_trace_moved_to_an_h100_scales_each_kernel_by_its_class_ratio():
+def test_the_h200_trace_moved_to_an_h100_scales_each_kernel_by_what_bounds_it():
     """Moved by the bf16 peaks alone, every kernel kept its H200 duration on the H100 (the same 989 TFLOP/s),
-    though the memory-bound ones stream at 3.35 against 4.8 TB/s."""
+    though the memory-bound ones stream at 3.35 against 4.8 TB/s. Then attention moved by the best forward
+    rates, at 32k keys on the H200 and 16k on the H100 (1.288), where this step runs 2,048 keys (1.124 forward,
+    1.099 backward); cuDNN's dO.O and dQ helpers moved as attention, and kernels shorter than the ramp by the
+    bandwidth ratio."""
     result = moved_to_h100("h200")
     move = result.summary["trace"]["gpu_move"]
     assert (move["from"], move["to"]) == ("h200", "h100-sxm")
-    counts = {kind: entry["ops"] for kind, entry in move["classes"].items()}
-    assert counts == {"matmul": 51, "attention": 16, "memory-bound": 210 + 49, "unknown": 0}
-    for part, (kind, ratio) in MOVED.items():
-        assert move["classes"][kind]["duration_ratio"] == pytest.approx(ratio, rel=1e-9)
+    classes = move["classes"]
+    assert {kind: entry["ops"] for kind, entry in classes.items()} == {"matmul": 51, "attention": 8,
+                                                                      "memory-bound": 210 + 8 + 49, "unknown": 0}
+    assert [(entry["precision"], entry["duration_ratio"]) for entry in classes["matmul"]["rates"]] == \
+        [("bf16", pytest.approx(MATMUL, rel=1e-9))]
+    assert [(entry["pass"], entry["key_length"], entry["key_length_from"], entry["ops"], entry["duration_ratio"])
+            for entry in classes["attention"]["rates"]] == [
+        ("backward", 2048, "trace", 4, pytest.approx(BACKWARD_2K, rel=1e-9)),
+        ("forward", 2048, "trace", 4, pytest.approx(FORWARD_2K, rel=1e-9))]
+    memory = classes["memory-bound"]
+    assert memory["rates"][0]["duration_ratio"] == pytest.approx(MEMORY, rel=1e-9)
+    assert memory["rate_unit"] == "B/s" and memory["rates"][0]["traced_gpu_rate"] == pytest.approx(4.8e12 * 0.890)
+    assert (memory["ramp_time_s"], memory["ops_within_ramp"]) == (RAMP_S, 80)
+    for part, moved in MOVED.items():
         traced = traced_durations(part)
-        assert traced and replayed_durations(result, part) == pytest.approx([d * ratio for d in traced], rel=1e-9)
-    assert move["classes"]["memory-bound"]["rate_unit"] == "B/s"
-    assert move["classes"]["memory-bound"]["traced_gpu_rate"] == pytest.approx(4.8e12 * 0.890, rel=1e-9)
-    assert move["classes"]["unknown"]["duration_ratio"] == 1.0
+        assert traced and replayed_durations(result, part) == pytest.approx([moved(d) for d in traced], rel=1e-9)
+
+
+def trace_with_keys(folder: Path, dims: Callable[[list], list]) -> str:
+    """The bundled trace written into ``folder`` with each attention op's `Input Dims` replaced by ``dims`` of
+    them; its path."""
+    doc = json.loads(gzip.decompress(TRACE.read_bytes()))
+    for event in doc["traceEvents"]:
+        if event.get("cat") == "cpu_op" and "attention" in event["name"]:
+            event["args"]["Input Dims"] = dims(event["args"]["Input Dims"])
+    path = folder / "rank0.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def log_linear(length: float, points: tuple[tuple[float, float], tuple[float, float]]) -> float:
+    """The value at ``length`` between two (key length, value) points, linear in log2 of the length."""
+    (x0, y0), (x1, y1) = points
+    return y0 + (math.log2(length) - math.log2(x0)) / (math.log2(x1) - math.log2(x0)) * (y1 - y0)
+
+
+def test_attention_moves_at_the_key_length_its_launching_op_records(tmp_path):
+    """3,000 keys (the step's shapes, their sequence axis rewritten): both GPUs' rates log-interpolated between
+    the tables' 2k and 4k points, as the roofline reads them."""
+    path = trace_with_keys(tmp_path, lambda dims: [d[:2] + [3000] + d[3:] if len(d) == 4 else d for d in dims])
+    result = moved_to_h100("h200", path)
+    forward = log_linear(3000, ((2048, 461.5), (4096, 516.0))) / (
+        log_linear(3000, ((2048, 484.0), (4096, 518.0))) * 0.848)
+    backward = log_linear(3000, ((2048, 371.7), (4096, 436.4))) / (
+        log_linear(3000, ((2048, 465.0), (4096, 499.0))) * H100_CAUSAL * 0.848)
+    rates = result.summary["trace"]["gpu_move"]["classes"]["attention"]["rates"]
+    assert [(entry["pass"], entry["key_length"], entry["key_length_from"], entry["duration_ratio"])
+            for entry in rates] == [("backward", 3000, "trace", pytest.approx(backward, rel=1e-9)),
+                                    ("forward", 3000, "trace", pytest.approx(forward, rel=1e-9))]
+    for part, ratio in (("sdpa_sm90_flash_fprop", forward), ("sdpa_sm90_flash_bprop", backward)):
+        assert replayed_durations(result, part) == pytest.approx([d * ratio for d in traced_durations(part)],
+                                                                 rel=1e-9)
+
+
+@pytest.mark.parametrize("name, dims, length", [
+    ("aten::_scaled_dot_product_cudnn_attention", [[4, 16, 2048, 64], [4, 16, 3000, 64], [4, 16, 3000, 64]], 3000),
+    ("aten::_cudnn_attention_backward", [[4, 16, 2048, 64]] * 2 + [[4, 16, 3000, 64]] * 2, 3000),
+    ("aten::_flash_attention_forward", [[4, 2048, 16, 64], [4, 3000, 16, 64], [4, 3000, 16, 64]], 3000),
+    ("flash_attn::_flash_attn_backward", [[4, 2048, 16, 64]] * 2 + [[4, 3000, 16, 64]] * 2, 3000),
+    ("aten::_flash_attention_forward", [[8192, 16, 64], [8192, 16, 64], [8192, 16, 64], [5], [5]], 0),
+    ("aten::mm", [[4, 16, 2048, 64], [4, 16, 3000, 64]], 0),
+])
+def test_the_key_length_is_the_key_operands_sequence_axis(name, dims, length):
+    """The SDPA ops take (batch, heads, length, head dim), the flash kernels' own ops (batch, length, heads,
+    head dim), a backward's first operand is the output's gradient; a variable-length batch (3-d, packed) and an
+    op that is not attention tell none."""
+    assert attention_key_length(name, dims) == length
+
+
+def test_attention_of_untold_key_length_moves_at_the_longest_both_tables_measure(tmp_path):
+    """Shapes not recorded: the forward at 16k keys (the H100's longest), the backward at 32k (the H200's; the
+    H100's causal backward runs to 64k, its non-causal 16k figure held beyond), said 'assumed'."""
+    result = moved_to_h100("h200", trace_with_keys(tmp_path, lambda dims: []))
+    rates = result.summary["trace"]["gpu_move"]["classes"]["attention"]["rates"]
+    assert [(entry["pass"], entry["key_length"], entry["key_length_from"], entry["duration_ratio"])
+            for entry in rates] == [
+        ("backward", 32768, "assumed", pytest.approx(530.6 / (516 * 499.7 / 536.2 * 0.848), rel=1e-9)),
+        ("forward", 16384, "assumed", pytest.approx(566.4 / (539 * 0.848), rel=1e-9))]
 
 
 def test_a_replay_on_the_traced_gpu_is_unchanged_by_naming_it():
-    """traced_gpu naming the cluster's own GPU moves nothing: every class's ratio is 1 and the timeline is the
-    one without it, value for value."""
+    """traced_gpu naming the cluster's own GPU moves nothing: every ratio is 1 and the timeline is the one
+    without it, value for value (a memory-bound kernel's ramp split off and added back, unrounded); its
+    attention is read at the key length its launching ops record, 2,048."""
     text = SCENARIO.read_text()
     plain = simulate(scenario_from_text(text, source=str(SCENARIO)))
     named = simulate(scenario_from_text(text + "  traced_gpu: h200\n", source=str(SCENARIO)))
     assert named.timeline.equals(plain.timeline)
     assert named.summary["step_time_s"] == plain.summary["step_time_s"]
-    assert {entry["duration_ratio"] for entry in named.summary["trace"]["gpu_move"]["classes"].values()} == {1.0}
+    classes = named.summary["trace"]["gpu_move"]["classes"]
+    assert {entry["duration_ratio"] for kind in classes.values() for entry in kind["rates"]} == {1.0}
+    assert {(entry["key_length"], entry["key_length_from"]) for entry in classes["attention"]["rates"]} == \
+        {(2048, "trace")}
     assert "gpu_move" not in plain.summary["trace"]

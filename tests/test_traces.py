@@ -141,22 +141,61 @@ def test_unfolded_replication_agrees_with_folded(tmp_path):
                                                                        rel=EXACT)
 
 
+MOVED_MEMORY = 3.35e12 * 0.88 / (2.039e12 * 0.88)
+"""HBM bandwidth x memory fraction, H100 SXM over A100 80GB (vendor datasheets, kernels.yaml memory.fraction)."""
+MOVED_ADAM_S = 2e-6 + (200e-6 - 2e-6) * MOVED_MEMORY
+"""The two-rank trace's Adam kernel (200 us on the H100) on the A100: its time beyond the H100's ramp
+(kernels.yaml gemm.ramp_time_s, 2 us) streams, moved by MOVED_MEMORY; the ramp is launch and tail, unmoved."""
+
+
 def test_a_trace_moved_to_another_gpu_scales_each_kernel_by_what_bounds_it(tmp_path):
     """An H100 trace replayed on the A100 80GB: its GEMMs by the calibrated matmul plateaus (kernels.yaml:
     achievable x sustained clock), its Adam kernel by HBM bandwidth x memory fraction; before, both by the dense
     bf16 peaks (3.17x), which overstated the optimizer's slowdown."""
     loaded, result = run(two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm"), tmp_path)
     matmul = 989e12 * 0.801 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
-    memory = 3.35e12 * 0.88 / (2.039e12 * 0.88)  # HBM bandwidth x memory fraction, H100 SXM over A100 80GB
     assert result.summary["trace"]["compute_scale"] == 1.0
     classes = result.summary["trace"]["gpu_move"]["classes"]
-    assert classes["matmul"]["duration_ratio"] == pytest.approx(matmul, rel=EXACT)
-    assert classes["memory-bound"]["duration_ratio"] == pytest.approx(memory, rel=EXACT)
+    assert [rates["precision"] for rates in classes["matmul"]["rates"]] == ["bf16"]
+    assert classes["matmul"]["rates"][0]["duration_ratio"] == pytest.approx(matmul, rel=EXACT)
+    assert classes["memory-bound"]["rates"][0]["duration_ratio"] == pytest.approx(MOVED_MEMORY, rel=EXACT)
     assert {kind: entry["ops"] for kind, entry in classes.items()} == {"matmul": 2, "attention": 0,
                                                                        "memory-bound": 2, "unknown": 0}
     # rank 1's GEMM (1100 us) gates the all-reduce, the optimizer kernel (200 us) follows it
-    expected = 1100e-6 * matmul + 200e-6 * memory + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
+    expected = 1100e-6 * matmul + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+
+
+FP32_GEMM = {"name": "volta_sgemm_128x64_nn"}
+FP32_OPERANDS = {"args": {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["float", "float"]}}
+
+
+@pytest.mark.parametrize("kernel, launcher", [(FP32_GEMM, {}), ({}, FP32_OPERANDS)],
+                         ids=["named sgemm", "launched by an fp32 aten::mm"])
+def test_a_moved_fp32_gemm_takes_the_fp32_peaks(tmp_path, kernel, launcher):
+    """Every GEMM moved by the bf16 plateaus, 2.71x from the H100 SXM to the A100, though an fp32 one runs on the
+    CUDA cores, 67 against 19.5 TFLOP/s: its precision is its launching op's `Input type`, else its name's."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    edit_event(traces / "rank1.json", 2, **kernel)  # rank 1's GEMM (1100 us), which gates the all-reduce
+    edit_event(traces / "rank1.json", 0, **launcher)  # the aten::mm that launched it
+    text = two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm").replace(str(KINETO_2RANK), str(traces))
+    loaded, result = run(text, tmp_path)
+    fp32 = 67e12 * 0.801 * 0.848 / (19.5e12 * 0.859 * 0.926)  # fp32 peak x the (bf16) achievable x sustained clock
+    rates = result.summary["trace"]["gpu_move"]["classes"]["matmul"]["rates"]
+    assert [(entry["precision"], entry["ops"]) for entry in rates] == [("bf16", 1), ("fp32", 1)]
+    assert rates[1]["duration_ratio"] == pytest.approx(fp32, rel=EXACT)
+    expected = 1100e-6 * fp32 + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+
+
+def test_an_fp8_gemm_moved_to_a_gpu_without_fp8_is_refused(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    edit_event(traces / "rank1.json", 2, name="sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128")
+    text = two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm").replace(str(KINETO_2RANK), str(traces))
+    error = refusal(text, tmp_path)
+    assert error.field == "cluster.gpu_model"
+    assert "GPU 'a100-80gb' has no fp8 peak for the trace's fp8 GEMM kernels" in str(error)
+    assert error.allowed == "a GPU with one: h100-sxm, h200, b200"
 
 
 def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
@@ -517,9 +556,8 @@ def test_a_moved_kernel_of_unknown_kind_keeps_the_bf16_peak_ratio_and_is_counted
     loaded, result = run(text, tmp_path)
     classes = result.summary["trace"]["gpu_move"]["classes"]
     assert classes["unknown"]["ops"] == 1 and classes["matmul"]["ops"] == 1
-    assert classes["unknown"]["duration_ratio"] == pytest.approx(989.0 / 312.0, rel=EXACT)  # dense bf16 peaks
-    memory = 3.35e12 / 2.039e12  # HBM bandwidths, H100 SXM over A100 80GB, at the same memory fraction
-    expected = 1100e-6 * 989.0 / 312.0 + 200e-6 * memory + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
+    assert classes["unknown"]["rates"][0]["duration_ratio"] == pytest.approx(989.0 / 312.0, rel=EXACT)  # bf16 peaks
+    expected = 1100e-6 * 989.0 / 312.0 + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 

@@ -123,16 +123,22 @@ def wave_efficiency(output: tuple[float, ...], tiles: tuple[tuple[int, int], ...
     return best
 
 
+def attention_plateau(efficiency: Efficiency, key_length: float, backward: bool) -> float:
+    """Compute efficiency of the attention core at ``key_length`` (0: not known) before launch/tail losses: the
+    pass's measured table, log-interpolated, where there is one, else attention_peak by the saturation curve."""
+    table = efficiency.attention_backward if backward else efficiency.attention_forward
+    if table and key_length > 0:
+        return log_interpolate(table, key_length)
+    return efficiency.attention_peak * _saturation(key_length, efficiency.attention_half_len)
+
+
 def _plateau(kernel: Kernel, efficiency: Efficiency) -> float:
     """Compute efficiency of ``kernel`` before launch/tail losses: the kind's plateau times its size factors."""
     if kernel.kind == "matmul":
         return (efficiency.matmul_peak * _saturation(kernel.size_dim, efficiency.matmul_half_dim)
                 * wave_efficiency(kernel.output, efficiency.wave_tiles, efficiency.wave_sms))
     if kernel.kind == "attention":
-        table = efficiency.attention_backward if kernel.backward else efficiency.attention_forward
-        if table and kernel.size_dim > 0:
-            return log_interpolate(table, kernel.size_dim)
-        return efficiency.attention_peak * _saturation(kernel.size_dim, efficiency.attention_half_len)
+        return attention_plateau(efficiency, kernel.size_dim, kernel.backward)
     if kernel.kind == "elementwise":
         return efficiency.elementwise_peak
     assert_never(kernel.kind)

@@ -2,24 +2,31 @@
 faster the traced GPU runs what bounds the op than the cluster's GPU does.
 
 An op's class comes from its name, once, through model.py's KERNEL_KINDS (the one table of name patterns):
-matrix multiplies are bound by the tensor cores, attention kernels by their own calibrated rate, elementwise,
-norm, softmax, reduction, optimizer and copy kernels (and memcpy / memset) by HBM bandwidth. A kernel of no
-known kind keeps the ratio of the dense bf16 peaks and is counted. Each class's rate on a GPU is its calibrated
-plateau (catalog/kernels.yaml through workload/calibrated.py), so moving an H100 trace to an H200 (the same
-bf16 peak, 1.43x the HBM bandwidth) speeds up its memory-bound kernels and not its GEMMs.
+matrix multiplies are bound by the tensor cores at their precision, attention kernels by their pass's calibrated
+rate at their key length, elementwise, norm, softmax, reduction, optimizer and copy kernels (and memcpy /
+memset) by HBM bandwidth. A kernel of no known kind keeps the ratio of the dense bf16 peaks and is counted. Each
+rate on a GPU is the roofline's calibrated plateau (catalog/kernels.yaml through workload/calibrated.py), so
+moving an H100 trace to an H200 (the same bf16 peak, 1.43x the HBM bandwidth) speeds up its memory-bound kernels
+and not its GEMMs. A memory-bound kernel's time within the traced GPU's ramp (the roofline's launch and tail
+loss) is not streaming and keeps its traced length.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cache
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from simulator.catalog.gpus import GPUSpec
+from simulator.catalog.gpus import GPUS, GPUSpec
+from simulator.config.training_options import Precision
+from simulator.errors import ScenarioError
 from simulator.workload.calibrated import calibrated_efficiency
-from simulator.workload.traces.model import kernel_kind
+from simulator.workload.roofline import attention_plateau
+from simulator.workload.traces.model import GEMM_PRECISIONS, TracedOp, kernel_kind
 
 KernelClass = Literal["matmul", "attention", "memory-bound", "unknown"]
 KERNEL_CLASSES: Mapping[str, KernelClass] = MappingProxyType({
@@ -27,14 +34,40 @@ KERNEL_CLASSES: Mapping[str, KernelClass] = MappingProxyType({
     "": "unknown"})
 """model.py kernel_kind -> the class whose rate bounds the kernel."""
 BOUNDS: Mapping[KernelClass, tuple[str, str]] = MappingProxyType({
-    "matmul": ("dense bf16 peak x calibrated matmul plateau (achievable x sustained clock)", "FLOP/s"),
-    "attention": ("dense bf16 peak x calibrated attention plateau (the forward table's highest fraction)", "FLOP/s"),
-    "memory-bound": ("HBM bandwidth x calibrated memory fraction", "B/s"),
+    "matmul": ("dense peak x calibrated matmul plateau (achievable x sustained clock), at the GEMM's precision",
+               "FLOP/s"),
+    "attention": ("dense bf16 peak x calibrated attention plateau of the kernel's pass at its key length",
+                  "FLOP/s"),
+    "memory-bound": ("HBM bandwidth x calibrated memory fraction, on the time beyond the traced GPU's ramp", "B/s"),
     "unknown": ("dense bf16 peak", "FLOP/s"),
 })
 """What bounds each class, and the unit of that rate."""
-PEAK_PRECISION = "bf16"
-"""The precision of the dense peaks that bound matrix multiplies, attention and unknown kernels."""
+PEAK_PRECISION: Precision = "bf16"
+"""The precision of the dense peaks that bound attention, unknown kernels and GEMMs of no told precision (the
+roofline runs attention at bf16 under fp8 too)."""
+GEMM_NAME_PRECISIONS: tuple[tuple[Precision, re.Pattern[str]], ...] = (
+    ("fp8", re.compile(r"e4m3|e5m2", re.I)), ("fp32", re.compile(r"sgemm|f32f32_f32f32", re.I)))
+"""A GEMM kernel's precision by its name, where its launching op tells none: fp8 by its element types, fp32 by
+cuBLAS's SIMT sgemm and xmma's f32 inputs with f32 math (f32f32_tf32f32 is tf32 math; bf16 kernels accumulate in
+f32, bf16f32)."""
+BACKWARD = re.compile(r"bprop|bwd|backward|cutlassB", re.I)
+"""An attention kernel of the backward pass, by name (cuDNN's sdpa ..._bprop, FlashAttention's ..._bwd_...,
+PyTorch's memory-efficient fmha_cutlassB; the forward's fmha_cutlassF)."""
+AttentionPass = Literal["", "forward", "backward"]
+KeySource = Literal["", "trace", "assumed"]
+
+
+class Bound(NamedTuple):
+    """What bounds one traced compute op: its class and the ``precision`` of the peak (a matrix multiply's own,
+    else bf16); for an attention kernel its ``attention_pass`` and the ``key_length`` its rates are read at,
+    from the launching op's recorded shapes (``key_source`` 'trace') or, where the trace tells none, the longest
+    that both GPUs' tables of that pass measure ('assumed')."""
+
+    kind: KernelClass
+    precision: Precision = "bf16"
+    attention_pass: AttentionPass = ""
+    key_length: int = 0
+    key_source: KeySource = ""
 
 
 def kernel_class(name: str) -> KernelClass:
@@ -42,55 +75,118 @@ def kernel_class(name: str) -> KernelClass:
     return KERNEL_CLASSES[kernel_kind(name)]
 
 
-def bounding_rates(gpu: GPUSpec) -> dict[KernelClass, float]:
-    """Per class, the rate that bounds its kernels on ``gpu`` (FLOP/s or B/s: BOUNDS), at the calibrated
-    plateaus of ``gpu`` (the roofline's defaults for a GPU kernels.yaml lacks)."""
+def gemm_precision(op: TracedOp) -> Precision:
+    """The precision of a GEMM kernel: its launching op's `Input type`, else its name, else bf16."""
+    told = GEMM_PRECISIONS.get(op.dtype.lower())
+    if told is not None:
+        return told
+    return next((precision for precision, pattern in GEMM_NAME_PRECISIONS if pattern.search(op.name)), PEAK_PRECISION)
+
+
+def common_key_length(traced: GPUSpec, cluster: GPUSpec, backward: bool) -> int:
+    """The longest key length that both GPUs' attention tables of the pass measure (a GPU without a table
+    imposes none; 0 where neither has one)."""
+    ends = [table[-1][0] for gpu in (traced, cluster)
+            if (table := _table(gpu, backward))]
+    return int(min(ends)) if ends else 0
+
+
+def _table(gpu: GPUSpec, backward: bool) -> tuple[tuple[float, float], ...]:
     efficiency = calibrated_efficiency(gpu.name)
-    peak = gpu.peak(PEAK_PRECISION)
-    attention = max((fraction for _, fraction in efficiency.attention_forward), default=efficiency.attention_peak)
-    return {"matmul": peak * efficiency.matmul_peak, "attention": peak * attention,
-            "memory-bound": gpu.hbm_bandwidth * efficiency.memory_peak, "unknown": peak}
+    return efficiency.attention_backward if backward else efficiency.attention_forward
+
+
+@cache
+def bounding_rate(gpu: GPUSpec, bound: Bound, where: str) -> float:
+    """The rate that bounds ``bound``'s kernels on ``gpu`` (FLOP/s or B/s: BOUNDS), at its calibrated plateau
+    (the roofline's defaults for a GPU kernels.yaml lacks); GEMMs of a precision ``gpu`` has no peak for (fp8 on
+    an A100) are refused at ``where``."""
+    if bound.kind == "matmul":
+        if bound.precision not in gpu.peak_flops:
+            raise ScenarioError(f"GPU {gpu.name!r} has no {bound.precision} peak for the trace's {bound.precision} "
+                                "GEMM kernels", field=where, allowed="a GPU with one: " + ", ".join(
+                                    name for name, spec in GPUS.items() if bound.precision in spec.peak_flops))
+        return gpu.peak(bound.precision) * calibrated_efficiency(gpu.name, bound.precision).matmul_peak
+    efficiency = calibrated_efficiency(gpu.name)
+    if bound.kind == "attention":
+        return gpu.peak(PEAK_PRECISION) * attention_plateau(efficiency, bound.key_length,
+                                                            bound.attention_pass == "backward")
+    if bound.kind == "memory-bound":
+        return gpu.hbm_bandwidth * efficiency.memory_peak
+    return gpu.peak(PEAK_PRECISION)
 
 
 @dataclass(frozen=True)
 class GpuMove:
-    """The factor on each traced compute op's duration: `compute_scale`, times, where the trace was taken on the
-    GPU ``traced`` and replays on ``cluster``, its class's rate on the traced GPU (``traced_rates``) over that on
-    the cluster's (``cluster_rates``); no rates where the trace does not move."""
+    """Moves each traced compute op's duration from the GPU ``traced`` to ``cluster`` (None: the trace does not
+    move) and multiplies it by `compute_scale`."""
 
     compute_scale: float
-    traced: str = ""
-    cluster: str = ""
-    traced_rates: Mapping[KernelClass, float] = field(default_factory=lambda: MappingProxyType({}))
-    cluster_rates: Mapping[KernelClass, float] = field(default_factory=lambda: MappingProxyType({}))
+    traced: GPUSpec | None = None
+    cluster: GPUSpec | None = None
 
-    @classmethod
-    def between(cls, compute_scale: float, traced: GPUSpec | None, cluster: GPUSpec) -> GpuMove:
-        """The move from ``traced`` (None: the trace stays where it is) to ``cluster``."""
-        if traced is None:
-            return cls(compute_scale)
-        return cls(compute_scale, traced.name, cluster.name, MappingProxyType(bounding_rates(traced)),
-                   MappingProxyType(bounding_rates(cluster)))
+    @property
+    def ramp_time_s(self) -> float:
+        """The traced GPU's ramp (the roofline's launch and tail loss, kernels.yaml `gemm.ramp_time_s`)."""
+        return calibrated_efficiency(self.traced.name).ramp_time if self.traced else 0.0
 
-    def ratio(self, kind: KernelClass) -> float:
-        """The factor the move puts on the durations of ``kind``'s ops (1 where the trace does not move)."""
-        if not self.traced_rates:
+    def bound(self, op: TracedOp) -> Bound:
+        """What bounds the traced compute op ``op``."""
+        kind = kernel_class(op.name)
+        if kind == "matmul":
+            return Bound(kind, gemm_precision(op))
+        if kind == "attention" and self.traced is not None and self.cluster is not None:
+            backward = bool(BACKWARD.search(op.name))
+            attention_pass: AttentionPass = "backward" if backward else "forward"
+            if op.key_length:
+                return Bound(kind, attention_pass=attention_pass, key_length=op.key_length, key_source="trace")
+            return Bound(kind, attention_pass=attention_pass, key_source="assumed",
+                         key_length=common_key_length(self.traced, self.cluster, backward))
+        return Bound(kind)
+
+    def ratio(self, bound: Bound) -> float:
+        """The factor the move puts on the durations of ``bound``'s ops, traced rate over cluster rate (beyond the
+        ramp for memory-bound ops; 1 where the trace does not move)."""
+        if self.traced is None or self.cluster is None:
             return 1.0
-        return self.traced_rates[kind] / self.cluster_rates[kind]
+        return (bounding_rate(self.traced, bound, "workload.traced_gpu")
+                / bounding_rate(self.cluster, bound, "cluster.gpu_model"))
 
-    def factor(self, name: str) -> float:
-        """The factor on the traced duration of the compute op ``name``."""
-        if not self.traced_rates:
-            return self.compute_scale
-        return self.compute_scale * self.ratio(kernel_class(name))
+    def duration(self, op: TracedOp) -> float:
+        """The replayed duration of the traced compute op ``op``: moved, then times `compute_scale`. A memory-bound
+        op's time beyond the ramp streams and moves by the ratio; the time within it does not."""
+        if self.traced is None:
+            return op.duration_s * self.compute_scale
+        bound = self.bound(op)
+        moving = op.duration_s - self.ramp_time_s if bound.kind == "memory-bound" else op.duration_s
+        return (op.duration_s + max(moving, 0.0) * (self.ratio(bound) - 1.0)) * self.compute_scale
 
-    def details(self, names: Iterable[str]) -> dict:
-        """The summary's account of the move over the traced compute ops ``names``: per class the ops counted,
-        what bounds them, that rate on each GPU (in ``rate_unit``) and their ratio, traced over cluster: the
-        factor on the class's durations before `compute_scale`."""
-        counts = Counter(kernel_class(name) for name in names)
-        return {"from": self.traced, "to": self.cluster,
-                "classes": {kind: {"ops": counts.get(kind, 0), "bound": bound, "rate_unit": unit,
-                                   "traced_gpu_rate": self.traced_rates[kind],
-                                   "cluster_gpu_rate": self.cluster_rates[kind], "duration_ratio": self.ratio(kind)}
-                            for kind, (bound, unit) in BOUNDS.items()}}
+    def details(self, ops: Iterable[TracedOp]) -> dict:
+        """The summary's account of the move over the traced compute ops ``ops``: per class the ops counted,
+        what bounds them and the unit of that rate, and per distinct bound (a GEMM precision; an attention pass
+        and key length) its ops, its rate on each GPU and their ratio, traced over cluster: the factor on the
+        durations before `compute_scale`; for memory-bound ops also the ramp and the ops within it (unmoved)."""
+        assert self.traced is not None and self.cluster is not None
+        ops = list(ops)
+        counts = Counter(self.bound(op) for op in ops)
+        classes: dict[str, dict] = {}
+        for kind, (text, unit) in BOUNDS.items():
+            bounds = sorted(bound for bound in counts if bound.kind == kind)
+            classes[kind] = {"ops": sum(counts[bound] for bound in bounds), "bound": text, "rate_unit": unit,
+                             "rates": [self._rates(bound, counts[bound]) for bound in bounds]}
+        classes["memory-bound"].update(
+            ramp_time_s=self.ramp_time_s,
+            ops_within_ramp=sum(1 for op in ops if kernel_class(op.name) == "memory-bound"
+                                and op.duration_s <= self.ramp_time_s))
+        return {"from": self.traced.name, "to": self.cluster.name, "classes": classes}
+
+    def _rates(self, bound: Bound, ops: int) -> dict:
+        assert self.traced is not None and self.cluster is not None
+        told: dict[str, object] = {}
+        if bound.kind == "matmul":
+            told = {"precision": bound.precision}
+        elif bound.kind == "attention":
+            told = {"pass": bound.attention_pass, "key_length": bound.key_length, "key_length_from": bound.key_source}
+        return {**told, "ops": ops, "traced_gpu_rate": bounding_rate(self.traced, bound, "workload.traced_gpu"),
+                "cluster_gpu_rate": bounding_rate(self.cluster, bound, "cluster.gpu_model"),
+                "duration_ratio": self.ratio(bound)}

@@ -29,7 +29,7 @@ import orjson
 
 from simulator.collectives.names import Primitive
 from simulator.units import MAX_STEP_DURATION_S
-from simulator.workload.traces.launchers import GemmLaunchers, Spans, enclosing, gemm_depth, gemm_fields
+from simulator.workload.traces.launchers import GemmLaunchers, Spans, enclosing, gemm_depth, gemm_fields, key_length
 from simulator.workload.traces.model import (
     OpKind,
     ProcessGroup,
@@ -235,14 +235,16 @@ class _Parsed:
 
     def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives
-        and transfers; a GEMM kernel with the shape of the matrix multiply that launched it (launchers.py)."""
+        and transfers; a GEMM kernel with the shape of the matrix multiply that launched it, an attention kernel
+        with the key length of the attention op that launched it (launchers.py)."""
         comms = {tid: Spans(spans) for tid, spans in self.comms.items()}
         launched: dict[object, list[float]] = {}
         for _, event in self.gpu:
             launch = self.launches.get((event.get("args") or {}).get("correlation"))
             if launch is not None:
                 launched.setdefault(launch[1], []).append(launch[0])
-        launchers = GemmLaunchers({tid: Spans(spans, gemm_depth) for tid, spans in self.cpu_spans.items()}, launched)
+        cpu = {tid: Spans(spans, gemm_depth) for tid, spans in self.cpu_spans.items()}
+        launchers = GemmLaunchers(cpu, launched)
         ordered = sorted(self._in_step(self.gpu), key=lambda item: (item[1]["ts"], item[0]))
         ops: list[TracedOp] = []
         unknown: list[tuple[int, str]] = []
@@ -257,8 +259,9 @@ class _Parsed:
                 kind = kernel_kind(name)
                 if event.get("cat") == "kernel" and not nccl and not kind:
                     unknown.append((index, name))
-                fields = launchers.fields(self.launches.get(args.get("correlation")), name) \
-                    if kind == "matmul" else {}
+                launch = self.launches.get(args.get("correlation"))
+                fields = launchers.fields(launch, name) if kind == "matmul" else \
+                    {"key_length": key_length(cpu, launch)} if kind == "attention" else {}
                 op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US, **fields)
             by_stream.setdefault(stream, []).append(len(ops))
             ops.append(op)

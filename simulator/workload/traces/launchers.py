@@ -1,5 +1,6 @@
-"""The CPU op of a Kineto trace that launched each GPU kernel, and the matrix-multiply shapes those ops hand to
-their kernels (for `recost_gemms` and a trace's FLOPs).
+"""The CPU op of a Kineto trace that launched each GPU kernel, the matrix-multiply shapes those ops hand to
+their kernels (for `recost_gemms` and a trace's FLOPs), and the key length of attention kernels (for a trace
+moved to another GPU: gpu_move.py).
 
 A kernel is launched (a runtime call sharing its correlation id) inside nested CPU ops of one thread; the
 innermost of them launched it. A matrix multiply with recorded shapes gives its shape to the first GEMM kernel
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from itertools import accumulate
 from typing import Generic, TypeVar
 
-from simulator.workload.traces.model import GEMM_OPERANDS, gemm_shape
+from simulator.workload.traces.model import GEMM_OPERANDS, attention_key_length, gemm_shape
 
 Payload = TypeVar("Payload")
 Launch = tuple[float, object]
@@ -74,6 +75,21 @@ def enclosing(spans_by_thread: dict[object, Spans[Payload]], launch: Launch | No
         return None
     spans = spans_by_thread.get(launch[1])
     return spans.around(launch[0]) if spans is not None else None
+
+
+def key_length(spans_by_thread: dict[object, Spans[tuple[int, dict]]], launch: Launch | None) -> int:
+    """The key length of the attention kernel launched at ``launch``: that of the innermost PyTorch attention op
+    with recorded shapes around the launch on its thread (a cuDNN kernel's aten::_cudnn_attention_forward inside
+    aten::scaled_dot_product_attention), 0 where none is."""
+    if launch is None or launch[1] not in spans_by_thread:
+        return 0
+    spans = spans_by_thread[launch[1]]
+    for position in spans.enclosing(spans.innermost(launch[0])):
+        event = spans.spans[position][2][1]
+        length = attention_key_length(str(event.get("name", "")), (event.get("args") or {}).get("Input Dims"))
+        if length:
+            return length
+    return 0
 
 
 PRIMITIVE_GEMMS = frozenset(GEMM_OPERANDS) - {"aten::linear", "aten::matmul"}

@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from simulator.collectives.names import Primitive
+from simulator.config.training_options import Precision
 from simulator.errors import TraceError
 from simulator.units import MAX_MESSAGE_BYTES, MAX_STEP_DURATION_S, MESSAGE_ALLOWED
 
@@ -35,8 +36,10 @@ class TracedOp:
     tells them, the group's ``members`` and ``group_size`` (0 when not stated); a send or receive has its
     ``nbytes``, names its ``peer`` and, where the trace tells them, its ``group`` and the group's
     ``description``. A matrix multiply whose operand shapes the trace records has ``gemm`` =
-    (batch, m, n, k) and its ``dtype``. ``seq`` is a collective's sequence number in its process group where
-    the trace records it (PyTorch's `Seq`: every member numbers the group's collectives alike), -1 where not.
+    (batch, m, n, k) and its ``dtype``; an attention kernel whose launching PyTorch attention op records its
+    operand shapes has that op's ``key_length`` (0 where not known: attention_key_length). ``seq`` is a
+    collective's sequence number in its process group where the trace records it (PyTorch's `Seq`: every member
+    numbers the group's collectives alike), -1 where not.
     ``uneven``: an all-to-all whose ranks send unequal shares (split sizes that differ: a mixture of experts'
     token dispatch; a Ulysses attention's all-to-all splits evenly), as far as the trace tells; ``sends`` and
     ``receives`` the bytes it sends each member of its group and receives from each, in group order, where the
@@ -71,6 +74,7 @@ class TracedOp:
     deps: tuple[int, ...] = ()
     gemm: GemmShape = ()
     dtype: str = ""
+    key_length: int = 0
     input_bytes: bool = False
     size_field: str = ""
 
@@ -142,12 +146,12 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
 
 
 KERNEL_KINDS = (
-    ("attention", re.compile(r"flash|fmha|attention|sdpa|dot_do_o|convert_dq_to", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
     ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|nvjet|[hiw]mma|xmma|addmm|(?<![a-z])(?<!upsample_)linear|"
                           r"bmm|cijk_|triton_tem", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|reduce|softmax|norm|gammabeta|dropout|copy|fill|cat|index|"
-                               r"scatter|gather|embedding|adam|sgd|foreach|multi_tensor|unrolled|pointwise|gelu|silu|relu|add|"
-                               r"mul|radix|scan|unique|segment|triton", re.I)),
+                               r"scatter|gather|embedding|adam|sgd|foreach|unrolled|pointwise|gelu|silu|relu|add|"
+                               r"mul|radix|scan|unique|segment|triton|dot_do_o|convert_dq_to", re.I)),
     ("memory", re.compile(r"memcpy|memset", re.I)),
 )
 """Kernel kinds recognised by name, in this order (cuDNN's attention kernels name their wgmma instructions);
@@ -155,7 +159,8 @@ anything else is an unknown kernel (kept as compute, counted in warnings). gpu_m
 scales a moved trace's kernels by the rate that bounds their kind. cuBLAS names its Hopper GEMMs
 nvjet_* from CUDA 12.8, rocBLAS and hipBLASLt theirs Cijk_* (Tensile), Inductor its GEMM templates triton_tem_*
 (tried before elementwise's 'triton'); 'linear' is a word of its own, not upsampling's bilinear or linear1d;
-cuDNN's attention backward runs dot_do_o and convert_dq_to_16bits helpers; PyTorch's embedding
+cuDNN's attention backward runs dot_do_o and convert_dq_to_16bits helpers, which stream memory (elementwise,
+not attention); PyTorch's multi_tensor_apply kernels are elementwise by 'mul'; PyTorch's embedding
 backward sorts and scans (cub radix_sort, scan, unique_by_key, partial segments)."""
 
 
@@ -189,6 +194,37 @@ def gemm_shape(name: str, dims: object) -> GemmShape:
     if len(b) == 2:
         return (1, rows, b[1], a[-1])
     return (math.prod(b[:-2]), a[-2], b[-1], a[-1])
+
+
+GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
+                                         "c10::half": "fp16", "half": "fp16"}
+"""PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
+ATTENTION_KEYS = {
+    "aten::scaled_dot_product_attention": (1, -2), "aten::_scaled_dot_product_flash_attention": (1, -2),
+    "aten::_scaled_dot_product_efficient_attention": (1, -2), "aten::_scaled_dot_product_cudnn_attention": (1, -2),
+    "aten::_cudnn_attention_forward": (1, -2), "aten::_flash_attention_forward": (1, -3),
+    "aten::_efficient_attention_forward": (1, -3), "flash_attn::_flash_attn_forward": (1, -3),
+    "aten::_scaled_dot_product_flash_attention_backward": (2, -2),
+    "aten::_scaled_dot_product_efficient_attention_backward": (2, -2),
+    "aten::_scaled_dot_product_cudnn_attention_backward": (2, -2), "aten::_cudnn_attention_backward": (2, -2),
+    "aten::_flash_attention_backward": (2, -3), "aten::_efficient_attention_backward": (2, -3),
+    "flash_attn::_flash_attn_backward": (2, -3),
+}
+"""PyTorch attention ops -> (position of the key among their `Input Dims`, the axis of its 4-d shape that is the
+key length): the SDPA ops take (batch, heads, length, head dim), the flash and memory-efficient kernels' own ops
+(batch, length, heads, head dim); a backward op's first operand is the output's gradient."""
+
+
+def attention_key_length(name: str, dims: object) -> int:
+    """The key length of an attention op from its operand shapes, 0 when it is not one, or its key is not a
+    recorded 4-d shape (a variable-length batch packs its sequences into one 3-d tensor)."""
+    operand = ATTENTION_KEYS.get(name)
+    if operand is None or not isinstance(dims, list) or len(dims) <= operand[0]:
+        return 0
+    key = dims[operand[0]]
+    if not (isinstance(key, list) and len(key) == 4 and all(isinstance(d, int) and d > 0 for d in key)):
+        return 0
+    return key[operand[1]]
 
 
 def as_int(value: object) -> int:

@@ -47,7 +47,14 @@ from simulator.workload.traces.gpu_move import PEAK_PRECISION, GpuMove
 from simulator.workload.traces.groups import settled_groups
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import Dimensions, TracedSizes, Transfer, dimensions
-from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error, with_group_peers
+from simulator.workload.traces.model import (
+    GEMM_PRECISIONS,
+    ProcessGroup,
+    TracedOp,
+    TracedRank,
+    trace_error,
+    with_group_peers,
+)
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
 
@@ -55,9 +62,6 @@ READERS: dict[str, Callable[[Path], TracedRank]] = {"kineto": read_kineto, "chak
 ASYNC_STREAMS = frozenset({P2P_STREAM})
 """The replayed program's asynchronous streams (every op its own stream): Chakra's sends and receives, which run
 as soon as their dependencies are done."""
-GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
-                                         "c10::half": "fp16", "half": "fp16"}
-"""PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
 TIMESTAMP_ROUNDING_S = 0.5e-9
 """Idle time below half of Kineto's timestamp resolution (1 ns) is the rounding of microsecond floats
 (3720e-6 - (1020e-6 + 2700e-6) is not 0), not host time."""
@@ -131,8 +135,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
         guard(Unfolding("copies", blocker))
     fold = fold and not blocker
     gpu = get_gpu(topology.gpu_model)
-    move = GpuMove.between(config.compute_scale, None if config.traced_gpu is None
-                           else get_gpu(config.traced_gpu, where="workload.traced_gpu"), gpu)
+    move = GpuMove(config.compute_scale, None if config.traced_gpu is None
+                   else get_gpu(config.traced_gpu, where="workload.traced_gpu"), gpu)
     by_rank = {rank.rank: rank for rank in traced}
     simulated = sorted(by_rank) if fold or config.dp is None else list(range(world))
     sequenced = _sequenced(traced)
@@ -161,7 +165,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                          "recosted_gemms": builder.recosted,
                          "collective_matching": {group: "seq" if group in sequenced else "order"
                                                  for group in sorted(kinds.groups)},
-                         **({"gpu_move": move.details(op.name for rank in traced for op in rank.ops
+                         **({"gpu_move": move.details(op for rank in traced for op in rank.ops
                                                       if op.op is None)} if config.traced_gpu else {})},
                **({"fold_off_reason": blocker} if blocker else {})}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
@@ -668,7 +672,7 @@ class _Builder:
 
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.op is None:
-            duration, flops = op.duration_s * self.move.factor(op.name), 0.0
+            duration, flops = self.move.duration(op), 0.0
             if op.gemm:
                 batch, m, n, k = op.gemm
                 flops = 2.0 * batch * m * n * k
