@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -278,6 +279,39 @@ def _refuse_large_cluster(spec, option: str, purpose: str, *, force: bool) -> No
 
 TOPO_FILE = "TOPOLOGY"
 """`trainsim topo`'s topology argument, as its usage names it and an error in it is located."""
+TOPO_PICTURE = "topology.png"
+"""`trainsim topo draw`'s image without --output."""
+
+
+@dataclass(frozen=True)
+class ReadBy:
+    """The options of a command that only some values of its positional ``argument`` read (`plot`'s chart,
+    `topo`'s action): for each option, by its dest, those values. Options it does not name are read by every
+    value. An option given to a value that does not read it is refused (`refuse_unread`), and an unknown option
+    is refused listing only the options the value given reads (`_Parser`)."""
+
+    argument: str
+    options: dict[str, tuple[str, ...]]
+    noun: str
+    """A value (or several joined by 'or') as the refusal names it: 'a {} chart'."""
+
+    def reads(self, dest: str, value: str | None) -> bool:
+        return value is None or value in self.options.get(dest, (value,))
+
+    def named(self, values: tuple[str, ...]) -> str:
+        return self.noun.format(" or ".join(values))
+
+    def refuse_unread(self, args: argparse.Namespace) -> None:
+        """Refuse an option given (not left at None or False) that the value of ``argument`` does not read."""
+        value = getattr(args, self.argument)
+        for option, values in self.options.items():
+            if getattr(args, option) not in (None, False) and not self.reads(option, value):
+                raise InputError(f"not read by {self.named((value,))}", field="--" + option.replace("_", "-"),
+                                 allowed=self.named(values))
+
+
+TOPO_OPTIONS = ReadBy("action", {"output": ("draw",)}, "topo {}")
+"""The `trainsim topo` options only some of its actions read: --output, the picture that draw saves."""
 
 
 def _cmd_topo(args: argparse.Namespace) -> int:
@@ -286,6 +320,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     from simulator.topology.describe import describe_topology, draw_topology
     from simulator.topology.loader import build_source, read_topology
 
+    TOPO_OPTIONS.refuse_unread(args)
     bad = [item for item in args.set if "=" not in item]
     if bad:
         raise InputError(f"{bad[0]!r} has no '='", field="--set", allowed="--set name=value")
@@ -306,10 +341,11 @@ def _cmd_topo(args: argparse.Namespace) -> int:
         print(describe_topology(topology))
     else:
         try:
-            draw_topology(topology, figure_file(args.output))
+            output = figure_file(args.output or TOPO_PICTURE)
+            draw_topology(topology, output)
         except TopologyError as exc:
             raise option_error(TOPO_FILE, exc.problem, exc.allowed) from None
-        print(f"wrote {args.output}")
+        print(f"wrote {output}")
     return 0
 
 
@@ -476,7 +512,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from simulator.report.outputs import load_run_outputs, save_figure
     from simulator.report.run_folder import record_figure
 
-    _refuse_options_of_other_charts(args)
+    PLOT_OPTIONS.refuse_unread(args)
     if args.chart == "goodput":
         return _plot_goodput(args)
     if args.chart in STUDY_CHARTS:
@@ -528,17 +564,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-PLOT_OPTIONS = {"by": ("gantt",), "window": ("gantt",), "ranks": ("gantt", "memory"), "x": ("sweep", "heatmap"),
-                "y": ("sweep", "heatmap"), "hue": ("sweep",), "value": ("heatmap",), "log_x": ("sweep",)}
+PLOT_OPTIONS = ReadBy("chart", {"by": ("gantt",), "window": ("gantt",), "ranks": ("gantt", "memory"),
+                               "x": ("sweep", "heatmap"), "y": ("sweep", "heatmap"), "hue": ("sweep",),
+                               "value": ("heatmap",), "log_x": ("sweep",)}, "a {} chart")
 """The `trainsim plot` options each chart reads; the others are refused rather than silently ignored."""
-
-
-def _refuse_options_of_other_charts(args: argparse.Namespace) -> None:
-    for option, charts in PLOT_OPTIONS.items():
-        if getattr(args, option) not in (None, False) and args.chart not in charts:
-            flag = "--" + option.replace("_", "-")
-            raise InputError(f"not read by a {args.chart} chart", field=flag,
-                             allowed=f"a {' or '.join(charts)} chart")
 
 
 def _run_ranks(text: str | None, run) -> list[int] | None:
@@ -734,7 +763,12 @@ CHOICES = re.compile(r"invalid choice: (?P<value>'[^']*') \(choose from (?P<choi
 
 class _Parser(argparse.ArgumentParser):
     """argparse with its usage errors in the same one-line form as every other error (status 2): a refused
-    value as `command line: FLAG: problem (allowed: ...)`, argparse's own choices among them."""
+    value as `command line: FLAG: problem (allowed: ...)`, argparse's own choices among them. ``read_by``: the
+    options only some values of a positional argument read (`ReadBy`)."""
+
+    def __init__(self, *args, read_by: ReadBy | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_by = read_by
 
     def _arguments_allowed(self) -> str:
         """What a command missing an argument takes: its subcommands, else what its help lists."""
@@ -756,12 +790,19 @@ class _Parser(argparse.ArgumentParser):
         refusing = vars(namespace).pop(UNRECOGNIZED_IN, self)
         if extras:
             refusing.exit(EXIT_INPUT, f"error: {command_line(refusing.prog)}: unrecognized arguments: "
-                                      f"{' '.join(extras)} (allowed: {refusing._options()})\n")
+                                      f"{' '.join(extras)} (allowed: {refusing._options(namespace)})\n")
         return namespace
 
-    def _options(self) -> str:
-        """The options this command takes, each by its long name."""
-        return ", ".join(action.option_strings[-1] for action in self._actions if action.option_strings)
+    def _options(self, namespace: argparse.Namespace) -> str:
+        """The options this command takes, each by its long name: those the value given of its positional
+        argument reads, where only some values read some (`trainsim plot gantt` lists --by, not --hue), with
+        that value named."""
+        if self.read_by is None:
+            return ", ".join(action.option_strings[-1] for action in self._actions if action.option_strings)
+        value = getattr(namespace, self.read_by.argument, None)
+        options = ", ".join(action.option_strings[-1] for action in self._actions
+                            if action.option_strings and self.read_by.reads(action.dest, value))
+        return options if value is None else f"{options}: the options of {self.read_by.named((value,))}"
 
     def error(self, message: str):
         argument = ARGUMENT_ERROR.fullmatch(_one_line(message))
@@ -854,7 +895,8 @@ def _parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts",
                           description="Draw a chart of a folder that trainsim wrote: gantt and memory of a "
                                       "run, goodput of a study, sweep, heatmap and busbw of a sweep, front of a "
-                                      "layout search (docs/plots.md).")
+                                      "layout search (docs/plots.md).",
+                          read_by=PLOT_OPTIONS)
     plot.add_argument("chart", choices=["gantt", "memory", "goodput", *STUDY_CHARTS], help="the chart to draw")
     plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run` (gantt, memory), `study` "
                       "(goodput), `sweep` or `search` (busbw: also a `trainsim collective --json` file)")
@@ -962,11 +1004,12 @@ def _parser() -> argparse.ArgumentParser:
 
     topo = sub.add_parser("topo", help="describe or draw a topology",
                           description="Describe a topology (its nodes with the names faults.step links use, its "
-                                      "link classes, its bisection bandwidth per tier) or draw a small one.")
+                                      "link classes, its bisection bandwidth per tier) or draw a small one.",
+                          read_by=TOPO_OPTIONS)
     topo.add_argument("action", choices=["describe", "draw"],
                       help="describe: counts, link classes, bisection bandwidth per tier; draw: a picture")
     topo.add_argument("file", metavar=TOPO_FILE, help="bundled topology name or YAML file")
-    topo.add_argument("-o", "--output", default="topology.png", help="draw: image file (default topology.png)")
+    topo.add_argument("-o", "--output", default=None, help=f"draw: image file (default {TOPO_PICTURE})")
     topo.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                       help="topology parameter, e.g. nodes=16")
     topo.add_argument("--force", action="store_true",

@@ -367,10 +367,21 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                   "9 ranks do not fit"),
     "unknown-option": ({}, ["run", "TMP/s.yaml", "--out", "TMP/out", "--frobnicate"], 2,
                        "trainsim run: unrecognized arguments: --frobnicate (allowed: --help, --out, --set"),
-    # refused by the command the user was in, with its options (it listed the top-level commands)
+    # refused by the command the user was in, with its options (it listed the top-level commands), and of a
+    # command whose positional argument picks what it draws, the options that one reads (it listed every chart's)
     "plot-unknown-option": ({}, ["plot", "heatmap", "TMP/out", "--metric", "mfu"], 2,
                             "error: command line: trainsim plot: unrecognized arguments: --metric mfu (allowed: "
-                            "--help, --output, --by, --window, --ranks, --x, --y, --hue, --value, --log-x)"),
+                            "--help, --output, --x, --y, --value: the options of a heatmap chart)\n"),
+    "plot-gantt-unknown-option": ({}, ["plot", "gantt", "TMP/out", "--bogus"], 2,
+                                  "error: command line: trainsim plot: unrecognized arguments: --bogus (allowed: "
+                                  "--help, --output, --by, --window, --ranks: the options of a gantt chart)\n"),
+    "topo-describe-unknown-option": ({}, ["topo", "describe", "dgx-h100", "--bogus"], 2,
+                                     "error: command line: trainsim topo: unrecognized arguments: --bogus (allowed: "
+                                     "--help, --set, --force: the options of topo describe)\n"),
+    # describe ignored it without a word
+    "topo-describe-output": ({}, ["topo", "describe", "dgx-h100", "-o", "TMP/t.png"], 2,
+                             "error: command line: trainsim topo: --output: not read by topo describe (allowed: topo "
+                             "draw)\n"),
     "unknown-command": ({}, ["simulate"], 2, "invalid choice 'simulate' (allowed: run, validate, scenarios"),
     "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2,
                              "error: command line: trainsim collective: --sizes: size '1024' has no unit"),
