@@ -169,7 +169,12 @@ SIZE_STEPS = (*((unit, SIZE_UNITS[unit]) for unit in ("TiB", "GiB", "MiB", "KiB"
 DECIMAL_SIZE_STEPS = (*((unit, SIZE_UNITS[unit]) for unit in ("PB", "TB", "GB", "MB", "KB")), ("B", 1.0))
 DURATION_STEPS = (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
 BANDWIDTH_STEPS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
-TOKEN_RATE_STEPS = (("G tokens/s", 1e9), ("M tokens/s", 1e6), ("k tokens/s", 1e3), ("tokens/s", 1.0))
+
+
+def rate_steps(unit: str) -> tuple[tuple[str, float], ...]:
+    """The units of a count per second, ``unit`` ('tokens/s') with the decimal prefixes k, M and G."""
+    return tuple((f"{prefix} {unit}".strip(), scale) for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3),
+                                                                           ("", 1.0)))
 
 
 def fitting_unit(value: float, units: tuple[tuple[str, float], ...]) -> tuple[str, float]:

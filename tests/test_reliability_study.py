@@ -360,6 +360,36 @@ def test_goodput_axis_takes_the_unit_its_largest_value_reaches(goodput, unit, sh
     assert axis.collections[0].get_paths()[0].vertices[:, 1].max() == pytest.approx(1.1 * shown)
 
 
+def test_every_per_second_column_of_a_study_chart_takes_the_unit_its_largest_value_reaches(tmp_path):
+    """The goodput chart scaled tokens/s (k, M, G) but drew a synthetic model's healthy-equivalent steps/s as they
+    came (1,667 steps/s of 0.6 ms steps), and a sweep's chart every `*_per_s` column (the job's
+    `goodput_steps_per_s.mean`, `tokens_per_s`): each now takes the unit its largest value reaches, read off one
+    tiny study.json and a sweep table of its figures."""
+    from simulator.reliability.plots import goodput_figure, load_study
+    from simulator.report.run_folder import write_run_folder
+    from simulator.report.study_plots import sweep_figure
+
+    points = [{"interval_s": t, "ettr": e, "ettr_ci95_low": e - 0.01, "ettr_ci95_high": e + 0.01,
+               "goodput_tokens_per_s": None, "goodput_steps_per_s": e / 6e-4}
+              for t, e in ((300.0, 0.9), (600.0, 0.95))]
+    study = {"scenario": "job.yaml", "overrides": [], "curves": [
+        {"rate_multiplier": 1, "mtbf_s": 11135.0, "points": points, "young_interval_s": 400.0,
+         "daly_interval_s": 420.0, "best_interval_s": 600.0, "best_ettr": 0.95}]}
+    write_run_folder(tmp_path / "study", {"scenario": "job.yaml"},
+                     lambda stage: (stage / "study.json").write_text(json.dumps(study)))
+    axis = goodput_figure(load_study(tmp_path / "study")).axes[1]
+    assert axis.get_ylabel() == "goodput (k healthy-equivalent steps/s)"
+    curve = next(line for line in axis.get_lines() if line.get_marker() == "o")
+    assert list(curve.get_ydata()) == pytest.approx([1.5, 0.95 / 0.6])
+    frame = pd.DataFrame({"status": "ok", "checkpoint.interval": [300, 600],
+                          "goodput_steps_per_s.mean": [p["goodput_steps_per_s"] for p in points],
+                          "tokens_per_s": [2.5e6, 2.6e6]})
+    for column, label, shown in (("goodput_steps_per_s.mean", "goodput_steps_per_s.mean (k steps/s)", 1.5),
+                                 ("tokens_per_s", "tokens_per_s (M tokens/s)", 2.5)):
+        ax = sweep_figure(frame, "checkpoint.interval", column).axes[0]
+        assert ax.get_ylabel() == label and ax.get_lines()[0].get_ydata()[0] == pytest.approx(shown)
+
+
 def test_a_synthetic_models_study_charts_goodput_in_healthy_steps(tmp_path, capsys):
     """A synthetic model has no tokens: the job crashed dividing by them. Its study's points carry goodput in
     healthy-equivalent steps per second (tokens per second null), the chart draws those, and the job's table

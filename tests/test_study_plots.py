@@ -318,14 +318,19 @@ def test_study_charts_from_a_sweep_a_collective_table_and_a_search(tmp_path, cap
     assert list(pareto_front(candidates[:3], "peak_memory_gib", "tokens_per_s")["label"]) == ["a", "b"]
 
 
-def test_the_front_reads_tokens_per_second_with_thousands_separators():
-    """The front's axis read 480000 where the search's table prints 480,576 tokens/s."""
+def test_the_front_reads_tokens_per_second_in_the_unit_they_reach():
+    """The front's axis read 480000 where the search's table prints 480,576 tokens/s; then 480,000 tokens/s, while
+    the goodput chart and the sweep's took the unit the largest value reaches: the front does too (k tokens/s),
+    its ticks plain numbers with thousands separators."""
+    from simulator.report.column_units import PlainFormatter
     from simulator.report.study_plots import front_figure
 
     candidates = pd.DataFrame({"label": ["a", "b"], "status": ["simulated"] * 2, "peak_memory_gib": [68.9, 72.3],
                                "tokens_per_s": [465_432.0, 480_576.0], "tree_choice": [True, False], "searched": True})
-    axis = front_figure(candidates).axes[0].yaxis
-    assert axis.get_major_formatter()(480_000, 0) == "480,000"
+    axes = front_figure(candidates).axes[0]
+    assert axes.get_ylabel() == "k tokens/s"
+    assert sorted(axes.collections[0].get_offsets()[:, 1]) == pytest.approx([465.432, 480.576])
+    assert isinstance(axes.yaxis.get_major_formatter(), PlainFormatter)
 
 
 def test_the_front_labels_the_best_of_the_searched_space_not_the_trees_layout_outside_it():
@@ -542,7 +547,8 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
     `step_time_s` with ticks 1.4360 to 1.4395 and no unit, `mfu` as 0.5552; the legend went '1 MiB, 100 MiB,
     25 MiB' and the heatmap's cells read '9.1e+04' for 91,043 and 91,060 tokens/s alike. Each axis now names its
     unit (bytes and seconds in the unit that fits, fractions in percent), ticks are plain numbers, the legend
-    goes by size and the cells read whole tokens/s."""
+    goes by size and the cells read whole tokens/s. A per-second column takes the unit its largest value reaches, as
+    the goodput chart's axis does: tokens_per_s read 91,043 in tokens/s, now 91.04 in k tokens/s."""
     from simulator.report.study_plots import heatmap_figure, sweep_figure
 
     frame = pd.DataFrame({"status": "ok", "bucket": ["1 MiB", "100 MiB", "25 MiB"] * 2, "m": [1, 1, 1, 2, 2, 2],
@@ -552,7 +558,7 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
                           "tokens_per_s": [91043.0, 91060.0, 91043.0, 91268.0, 91284.0, 91268.0]})
     expected = {"traffic_bytes_per_gpu.dp": "traffic_bytes_per_gpu.dp (GiB)",
                 "exposed_comm_s.dp": "exposed_comm_s.dp (ms)", "mfu": "mfu (%)",
-                "tokens_per_s": "tokens_per_s (tokens/s)"}
+                "tokens_per_s": "tokens_per_s (k tokens/s)"}
     for column, label in expected.items():
         figure = sweep_figure(frame, "m", column, hue="bucket")
         figure.draw_without_rendering()
@@ -562,11 +568,11 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
         assert all("e" not in tick.get_text() for tick in ax.get_yticklabels())
     assert [text.get_text() for text in ax.get_legend().get_texts()] == [
         "bucket = 1 MiB", "bucket = 25 MiB", "bucket = 100 MiB"]
-    assert "91,250" in [tick.get_text() for tick in ax.get_yticklabels()]
+    assert "91.25" in [tick.get_text() for tick in ax.get_yticklabels()]
     heatmap = heatmap_figure(frame, "m", "bucket", "tokens_per_s")
-    assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91,043", "91,043", "91,060", "91,268",
-                                                                       "91,268", "91,284"]
-    assert heatmap.axes[1].get_ylabel() == "tokens_per_s (tokens/s)"
+    assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91.04", "91.04", "91.06", "91.27",
+                                                                       "91.27", "91.28"]
+    assert heatmap.axes[1].get_ylabel() == "tokens_per_s (k tokens/s)"
 
 
 def test_a_log_x_axis_places_quantities_by_size_and_reads_plain_numbers():

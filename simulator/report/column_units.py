@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from matplotlib.ticker import ScalarFormatter
 
-from simulator.units import DURATION_STEPS, SIZE_STEPS, fitting_unit
+from simulator.units import BANDWIDTH_STEPS, DURATION_STEPS, SIZE_STEPS, fitting_unit, rate_steps
 
 FRACTION_NAMES = frozenset({"mfu", "hfu", "ettr"})
 """Whole key names of fractions of one; any key ending in one of FRACTION_ENDINGS is one too."""
@@ -43,7 +43,8 @@ PLAIN = ColumnScale("", 1.0)
 def column_scale(column: str, values: Iterable[float]) -> ColumnScale:
     """The unit of ``column``, read from the last key of its flattened name that carries one (statistics such as
     `.mean` and keys such as `.dp` carry none), scaled so that its largest finite value in ``values`` reads
-    without an exponent: seconds as us to days, bytes as B to TiB, fractions as percent."""
+    without an exponent: seconds as us to days, bytes as B to TiB, counts per second as X/s to G X/s (the unit a
+    study's goodput chart takes), fractions as percent."""
     finite = [abs(float(value)) for value in values if value is not None and math.isfinite(float(value))]
     largest = max(finite, default=0.0)
     for key in reversed(_INDEX.sub("", column).split(".")):
@@ -56,8 +57,9 @@ def column_scale(column: str, values: Iterable[float]) -> ColumnScale:
 def _key_scale(key: str, largest: float) -> ColumnScale | None:
     """The scale one key of a column's name says, None where it says no unit."""
     words = key.split("_")
-    if key.endswith("_per_s"):  # tokens_per_s, goodput_steps_per_s
-        return ColumnScale(f"{words[-3]}/s", 1.0)
+    if key.endswith("_per_s"):  # tokens_per_s, goodput_steps_per_s: in k, M or G where the values reach them
+        steps = BANDWIDTH_STEPS if words[-3] == "bytes" else rate_steps(f"{words[-3]}/s")
+        return ColumnScale(*fitting_unit(largest, steps))
     if key.endswith("_per_h"):  # rate_per_unit_per_h
         return ColumnScale(" ".join(words[words.index("per"):]), 1.0)
     if key.startswith("tflops") or key.startswith("hardware_tflops"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator, StrMethodFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
 from simulator.errors import ScenarioError
 from simulator.report.column_units import (
@@ -292,21 +292,23 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     simulated = candidates[candidates["status"] == "simulated"]
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
-    ax.scatter(simulated["peak_memory_gib"], simulated["tokens_per_s"], color="#4C72B0", label="simulated layouts")
-    front = pareto_front(simulated, "peak_memory_gib", "tokens_per_s")
-    ax.plot(front["peak_memory_gib"], front["tokens_per_s"], color="#C44E52", label="throughput-memory front")
+    rate = column_scale("tokens_per_s", simulated["tokens_per_s"])
+    simulated = simulated.assign(shown_rate=rate.scaled(simulated["tokens_per_s"]))
+    ax.scatter(simulated["peak_memory_gib"], simulated["shown_rate"], color="#4C72B0", label="simulated layouts")
+    front = pareto_front(simulated, "peak_memory_gib", "shown_rate")
+    ax.plot(front["peak_memory_gib"], front["shown_rate"], color="#C44E52", label="throughput-memory front")
     memories = simulated["peak_memory_gib"]
     searched = simulated[simulated["searched"].astype(bool)]
     if len(searched):
         winner = searched.sort_values("tokens_per_s", ascending=False).iloc[0]
-        _label_inwards(ax, f"best: {winner['label']}", winner["peak_memory_gib"], winner["tokens_per_s"], memories, 5)
+        _label_inwards(ax, f"best: {winner['label']}", winner["peak_memory_gib"], winner["shown_rate"], memories, 5)
     for _, tree in simulated[simulated["tree_choice"].astype(bool)].iterrows():
-        ax.scatter([tree["peak_memory_gib"]], [tree["tokens_per_s"]], color="#DD8452", marker="s", s=60,
+        ax.scatter([tree["peak_memory_gib"]], [tree["shown_rate"]], color="#DD8452", marker="s", s=60,
                    label="decision tree's layout")
-        _label_inwards(ax, f"tree: {tree['label']}", tree["peak_memory_gib"], tree["tokens_per_s"], memories, -12)
+        _label_inwards(ax, f"tree: {tree['label']}", tree["peak_memory_gib"], tree["shown_rate"], memories, -12)
     ax.set_xlabel("peak memory (GiB)")
-    ax.set_ylabel("tokens/s")
-    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))  # 480,000 as the search's table prints it
+    ax.set_ylabel(rate.unit)  # in the unit the largest reaches, as every per-second column of a chart
+    ax.yaxis.set_major_formatter(PlainFormatter())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
     pruned = int((candidates["status"] == "pruned").sum())
