@@ -3,7 +3,8 @@
 Each candidate is a few `--set`s (sharding further, recompute, more cp, tp or pp, a smaller micro-batch). It
 is built the way `--set` builds a scenario (the loaded data with the settings written over it, then the loader's
 validation), its step resolved and its memory plan computed (a few ms each once the run has costed its kernels);
-it is kept only where the loader and the step's checks take it, its step warns of nothing new, its peak is at
+it is kept only where the loader and the step's checks take it, its step warns of nothing new (nor spreads its
+TP group over more NVLink domains than the scenario's does), its peak is at
 least `MIN_SAVING_BYTES` lower and, for a job over weeks (`run.horizon`), the whole job with it passes the
 checks of the sizes an elastic job restarts on (`reliability/elastic.check_sizes`: min_replicas, each smaller
 size's step, a smaller size that fits). Nothing here restates what those checks refuse or what the memory plan
@@ -59,14 +60,16 @@ class Remedy:
 @dataclass(frozen=True)
 class Peak:
     """A scenario's peak memory per GPU and the GPU's capacity (bytes), with its resolved layout (None for a
-    parameter-server run, which has no layout to change), its transformer layers (None without), and the fields
-    its step's warnings name (`parallelism.tp` for a TP group across NVLink domains)."""
+    parameter-server run, which has no layout to change), its transformer layers (None without), the fields its
+    step's warnings name (`parallelism.tp` for a TP group across NVLink domains), and the NVLink domains its TP
+    group spans."""
 
     bytes: float
     capacity: float
     layout: Layout | None
     layers: int | None = None
     warned: frozenset[str] = frozenset()
+    tp_domains: int = 1
 
 
 def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
@@ -82,7 +85,9 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
     step = build_training_step(scenario, topology, Path(loaded.source).parent)
     peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
     warned = frozenset(warning.split(":")[0] for warning in step.warnings)
-    return Peak(peak, step.gpu.hbm_bytes, step.plan.layout, step.model.layers if step.model else None, warned)
+    layout = step.plan.layout
+    domains = len({topology.gpu_domain[rank] for rank in layout.group("tp", 0)})
+    return Peak(peak, step.gpu.hbm_bytes, layout, step.model.layers if step.model else None, warned, domains)
 
 
 def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
@@ -134,13 +139,14 @@ def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settin
            settings: tuple[str, ...]) -> Remedy | None:
     """``settings`` as a remedy, or None where the loader or the step's checks refuse them, where they save less
     than MIN_SAVING_BYTES, where the step warns of a field it did not warn of before (a TP group stretched
-    across NVLink domains fits, and crawls), or where the whole job with them fails its elastic sizes' checks
-    (`_check_job`)."""
+    across NVLink domains fits, and crawls) or spreads its TP group over more NVLink domains than before (a
+    layout whose TP 16 spans two hosts already was offered TP 128 across sixteen first, as the remedy that saved
+    most), or where the whole job with them fails its elastic sizes' checks (`_check_job`)."""
     try:
         changed = _rebuilt(loaded, [*base_settings, *settings])
         after = peak_memory(changed, topology)
         saved = before.bytes - after.bytes
-        if saved < MIN_SAVING_BYTES or not after.warned <= before.warned:
+        if saved < MIN_SAVING_BYTES or not after.warned <= before.warned or after.tp_domains > before.tp_domains:
             return None
         if loaded.scenario.run.horizon is not None:
             _check_job(_rebuilt(loaded, settings) if base_settings else changed, None if base_settings else topology)

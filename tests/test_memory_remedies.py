@@ -183,6 +183,24 @@ def test_no_remedy_is_offered_whose_step_warns_of_a_new_field():
     assert offered and not any(setting.startswith("parallelism.tp") for settings in offered for setting in settings)
 
 
+def test_a_tp_group_across_hosts_is_offered_no_tp_across_more_hosts():
+    """Llama 3 405B (the bundled 8,192-GPU preset) on 16 DGX H100 with TP 16, already across two hosts' NVLink
+    domains (its step warns of it), PP 1, DP 8: the line offered `--set parallelism.tp=128 --set parallelism.dp=1`
+    first, the remedy that saved most (-163.2 GiB, fits), a TP group over all sixteen hosts no one would run.
+    The step's warning names the same field, so the rule against a new warning let it through; a remedy that
+    spreads the TP group over more NVLink domains is left out now, and FSDP's full_shard (-140.0 GiB) leads."""
+    preset = str(SCENARIOS / "llama3-405b-8192-gpus.yaml")
+    overrides = ["cluster.nodes=16", "parallelism.tp=16", "parallelism.pp=1", "parallelism.dp=8",
+                 "training.global_batch=64"]
+    loaded = load_scenario(preset, overrides)
+    assert [warning.split(":")[0] for warning in validate(loaded, sized_topology(loaded, force=False)).warnings] == [
+        "parallelism.tp"]
+    offered = offered_settings(preset, overrides)
+    assert offered[0] == ("parallelism.fsdp=full_shard",)
+    assert not any(setting.startswith("parallelism.tp") for settings in offered for setting in settings)
+    assert ("parallelism.pp=8", "parallelism.dp=1") in offered  # the other layout knobs are still weighed
+
+
 def test_an_elastic_job_is_offered_no_layout_that_leaves_fewer_replicas_than_it_needs():
     """pp 2 and cp 2 with dp 4 each lower the elastic job's peak by 19 GiB or more (the grid checks what is
     offered), but leave 4 replicas where `restart.min_replicas` asks for 5: `trainsim validate` refuses both."""
