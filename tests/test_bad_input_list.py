@@ -359,6 +359,12 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "plot-unknown-extension": ({}, ["plot", "gantt", "TMP/out", "-o", "TMP/g.xyz"], 2, "unknown image format '.xyz'"),
     "plot-unwritable": ({}, ["plot", "gantt", "TMP/out", "-o", "/proc/g.png"], 2, "cannot write into /proc"),
     "plot-missing-folder": ({}, ["plot", "gantt", "TMP/out"], 2, "OUTDIR: no such folder"),
+    # a study's, a sweep's and a search's charts said 'has no study.json' / 'has no results.parquet' of a
+    # folder that does not exist, as if it were there with the wrong files
+    "plot-goodput-missing-folder": ({}, ["plot", "goodput", "TMP/out"], 2, "OUTDIR: no such folder"),
+    "plot-sweep-missing-folder": ({}, ["plot", "sweep", "TMP/out"], 2, "OUTDIR: no such folder"),
+    "plot-front-missing-folder": ({}, ["plot", "front", "TMP/out"], 2, "OUTDIR: no such folder"),
+    "plot-busbw-missing-file": ({}, ["plot", "busbw", "TMP/table.json"], 2, "OUTDIR: no such file or folder"),
     "plot-not-a-run": ({"out/summary.json": "[]", "out/timeline.parquet": "x"}, ["plot", "memory", "TMP/out",
                                                                                    "-o", "TMP/m.png"], 2, "OUTDIR"),
     "topo-unknown": ({}, ["topo", "describe", "dgx-h900"], 2, "unknown topology 'dgx-h900'"),

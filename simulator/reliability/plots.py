@@ -52,8 +52,8 @@ def load_study(folder: Path) -> dict:
     curve or a field the chart reads (a hand-edited or truncated file)."""
     path = folder / STUDY_FILE
     if not path.is_file():
-        problem = "is a file, not a folder" if folder.is_file() else (other_kind(folder, (STUDY_FILE,))
-                                                                       or f"has no {STUDY_FILE}")
+        problem = ("is a file, not a folder" if folder.is_file() else "no such folder" if not folder.exists()
+                   else other_kind(folder, (STUDY_FILE,)) or f"has no {STUDY_FILE}")
         raise InputError(problem, field=OUTDIR_FIELD, allowed=STUDY_ALLOWED, file=str(folder))
     checked_manifest(folder, (STUDY_FILE,), STUDY_ALLOWED)
     try:

@@ -321,6 +321,8 @@ def _read_table(path: Path, name: str, manifest_allowed: str | None = None) -> p
     folder should be), after checking it against its folder's manifest, as a run's charts are (a sweep's folder
     has none: it is appended to point by point)."""
     table = path / name if path.is_dir() else path
+    if not path.exists():
+        raise outdir_error(path, "no such folder", manifest_allowed or TABLE_ALLOWED)
     if not table.is_file():
         raise outdir_error(path, (path.is_dir() and other_kind(path, (name,))) or f"has no {name}",
                            manifest_allowed or TABLE_ALLOWED)
@@ -332,6 +334,8 @@ def _read_table(path: Path, name: str, manifest_allowed: str | None = None) -> p
 def collective_rows(path: Path) -> pd.DataFrame:
     """Rows of (op, bytes, busbw_GBps, label) from `trainsim collective --json` output, or from a sweep whose
     points are one collective each (the label is the sweep's first axis that is not the message size)."""
+    if not path.exists():
+        raise outdir_error(path, "no such file or folder", BUSBW_ALLOWED)
     if path.is_file() and path.suffix == ".json":
         try:
             rows = pd.DataFrame(json.loads(path.read_text()))
