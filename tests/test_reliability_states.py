@@ -171,7 +171,7 @@ def test_straggler_states_share_one_fold_and_each_equals_its_own_run(monkeypatch
     assert len(analyses) == 2
     monkeypatch.setattr(simulation, "step_program", step_program)
     monkeypatch.setattr(simulation, "private_collectives", private_collectives)
-    key = loaded.scenario.model_dump_json(exclude=states.JOB_SECTIONS)
+    key = states.step_key(loaded)
     for state in slowed:
         stragglers = ", ".join(f"{{gpus: [{gpu}], slowdown: {factor}}}" for gpu, factor in state["slow_gpus"].items())
         alone = simulate(scenario_from_text(JOB64, "job64.yaml", [f"faults.step.stragglers=[{stragglers}]"])).summary
@@ -589,7 +589,7 @@ def test_a_straggler_state_reroutes_the_scenarios_own_failed_link_on_its_own_top
     link = ["faults.step.links=[{link: [leaf0.r0, spine0]}]"]
     loaded = scenario_from_text(text, "job.yaml", link)
     job = simulate_job(loaded)
-    key = loaded.scenario.model_dump_json(exclude=states.JOB_SECTIONS)
+    key = states.step_key(loaded)
     slowed = [state for state in job.summary["states"] if state["slow_gpus"]]
     assert slowed
     state = slowed[0]

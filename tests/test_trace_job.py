@@ -109,18 +109,66 @@ def test_a_trace_job_without_a_checkpoint_size_is_refused_before_any_step(tmp_pa
      "job.yaml:1: cluster: the trace's job runs 2 ranks, and the cluster has 4 GPUs: the idle ones' failures would "
      "interrupt it (with --set cluster.nodes=4) (allowed: a cluster of 2 GPUs, or a workload.dp that fills it)"),
 ], ids=["elastic", "idle-gpus"])
-def test_a_trace_job_is_refused_where_it_cannot_be_told(tmp_path, capsys, extra, overrides, message):
+def test_a_trace_job_is_refused_where_it_cannot_be_told(tmp_path, capsys, monkeypatch, extra, overrides, message):
     """An elastic trace job (fewer workload.dp copies would need the trace's memory and micro-batches) and one
-    whose ranks leave GPUs idle (their failures would interrupt it) are refused, one located line."""
+    whose ranks leave GPUs idle (their failures would interrupt it) are refused, one located line, by `validate`
+    as by `run`, and before any step is simulated. Before, validate passed the idle-GPU job, and run refused it
+    only after replaying its healthy step."""
+    from simulator.engine.engine import Engine
+
+    def no_step(*_args, **_kwargs):
+        raise AssertionError("a step was simulated")
+
+    monkeypatch.setattr(Engine, "run", no_step)
     scenario = tmp_path / "job.yaml"
     traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
     scenario.write_text(f"cluster: {{topology: ethernet-100g, nodes: 2}}\nworkload: {{trace: '{traces}'}}\n"
                         f"checkpoint: {{size: 1 GB}}\nrun: {{horizon: 2 d}}\nfaults: {{preset: llama3}}\n\n{extra}")
     sets = [argument for override in overrides for argument in ("--set", override)]
-    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), *sets]) == 2
-    error = capsys.readouterr().err
-    assert error == f"error: {tmp_path}/{message}\n"
+    for command in (["validate", str(scenario)], ["run", str(scenario), "--out", str(tmp_path / "out")]):
+        assert main([*command, *sets]) == 2
+        assert capsys.readouterr().err == f"error: {tmp_path}/{message}\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field, value", [("min_replicas", "1"), ("elastic_batch", "keep_global"),
+                                          ("regrow", "on_repair")])
+def test_an_elastic_setting_beside_a_trace_is_refused_without_offering_elastic(tmp_path, capsys, field, value):
+    """A restart setting of an elastic job beside a trace is refused without suggesting `restart.elastic: true`,
+    which a trace's job refuses in turn: it says the job is not elastic."""
+    scenario = tmp_path / "job.yaml"
+    traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
+    scenario.write_text(f"cluster: {{topology: ethernet-100g, nodes: 2}}\nworkload: {{trace: '{traces}'}}\n"
+                        f"checkpoint: {{size: 1 GB}}\nrun: {{horizon: 2 d}}\nrestart: {{{field}: {value}}}\n")
+    assert main(["validate", str(scenario)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {scenario}:5: restart.{field}: ")
+    assert error.endswith(f"(allowed: no {field} (a replayed trace's job is not elastic))\n")
+
+
+def test_trace_jobs_in_two_folders_with_one_relative_glob_each_get_their_own_steps(tmp_path):
+    """One process, two folders each with the same job.yaml (trace 'tr/rank*.json') and the bundled two-rank
+    trace, B's rank-1 GEMM 3x longer: each job's steps are its own trace's, as in a fresh process. Before, the
+    process-wide step cache was keyed on the scenario's text, which names the trace by its relative glob only,
+    so B's job reported A's steps (4.19 ms healthy, against B's own 6.39 ms)."""
+    source = SCENARIOS / "traces" / "allreduce-2rank"
+    for name, factor in (("A", 1), ("B", 3)):
+        folder = tmp_path / name / "tr"
+        folder.mkdir(parents=True)
+        (folder / "rank0.json").write_text((source / "rank0.json").read_text())
+        rank1 = json.loads((source / "rank1.json").read_text())
+        gemm = next(event for event in rank1["traceEvents"] if "gemm" in event.get("name", "").lower()
+                    and event.get("cat") == "kernel")
+        gemm["dur"] *= factor
+        (folder / "rank1.json").write_text(json.dumps(rank1))
+        (tmp_path / name / "job.yaml").write_text(
+            "cluster: {topology: ethernet-100g, nodes: 2}\nworkload: {trace: 'tr/rank*.json', format: kineto}\n"
+            + STRAGGLING)
+    first, second = (simulate_job(load_scenario(tmp_path / name / "job.yaml")).summary for name in "AB")
+    alone = simulate(load_scenario(tmp_path / "B" / "job.yaml", ["run.horizon=null"])).summary["step_time_s"]
+    assert second["step_time_s"] == alone > first["step_time_s"]
+    assert {state["step_time_s"] for state in second["states"]}.isdisjoint(
+        state["step_time_s"] for state in first["states"])
 
 
 def test_trainsim_run_writes_a_trace_jobs_outputs(tmp_path, capsys):

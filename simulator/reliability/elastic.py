@@ -33,6 +33,7 @@ from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.config.traces import TraceWorkload
 from simulator.errors import InputError
 from simulator.memory_remedies import memory_remedies, peak_memory, remedies_text
+from simulator.reliability.inputs import files_key
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 from simulator.units import counted
@@ -93,7 +94,8 @@ class ElasticSizes:
 
 
 _CHECKED: dict[str, ElasticSizes] = {}
-"""Sizes already checked, by the scenario less the sections they do not depend on: a study reruns the job
+"""Sizes already checked, by the scenario less the sections they do not depend on and the files it reads
+(inputs.py: a topology file or schedule table relative to its folder): a study reruns the job
 for every interval and failure rate, and checking costs a cluster built per size (about 0.1 s at 2,048 hosts)."""
 _CHECKED_SIZE = 64
 UNCHECKED_SECTIONS = {"faults": True, "checkpoint": True, "storage": True, "run": True, "description": True}
@@ -105,7 +107,8 @@ def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     Refusals are located. The key holds which restart fields the scenario gives, as a job that is not elastic
     refuses an elastic policy given explicitly even at its default value."""
     scenario = loaded.scenario
-    key = scenario.model_dump_json(exclude=UNCHECKED_SECTIONS) + repr(sorted(scenario.restart.model_fields_set))
+    key = (scenario.model_dump_json(exclude=UNCHECKED_SECTIONS) + repr(sorted(scenario.restart.model_fields_set))
+           + files_key(loaded))
     if key not in _CHECKED:
         if len(_CHECKED) >= _CHECKED_SIZE:
             del _CHECKED[next(iter(_CHECKED))]
@@ -122,7 +125,12 @@ def check_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
 
 def trace_replicas(dp: int | None) -> int:
     """The data-parallel replicas a job of a replayed trace counts: `workload.dp` (``dp``), else 1, the traced
-    ranks as they are (their own data parallelism is not read unless dp asks for copies)."""
+    ranks as they are. Without dp the traced job's own data parallelism is not counted: it is read (its ranks
+    over the TP, CP and PP the trace's groups show, each data-parallel group's shape checked against it) only
+    where dp asks for copies, whose reading refuses the layouts it cannot tell; without that check a trace that
+    does not record its TP groups reads as TP 1, every rank a replica. The count only names the job's one size
+    (`replicas.sizes` in job_summary.json): a trace's job is not elastic, so its steps and figures do not
+    depend on it."""
     return dp or 1
 
 
@@ -145,7 +153,9 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
                            ("elastic_batch", "sets an elastic job's batch on fewer replicas"),
                            ("regrow", "says when an elastic job grows back")):
             if name in restart.model_fields_set:
-                raise loaded.error(("restart", name), f"{name} {what}", f"restart.elastic: true, or no {name}")
+                fix = (f"no {name} (a replayed trace's job is not elastic)" if isinstance(workload, TraceWorkload)
+                       else f"restart.elastic: true, or no {name}")
+                raise loaded.error(("restart", name), f"{name} {what}", fix)
         return ElasticSizes((dp,))
     if topology.num_hosts % layout.dp:
         raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",

@@ -194,8 +194,6 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     scenario = loaded.scenario
     linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
-    if isinstance(scenario.workload, TraceWorkload):
-        return _refuse_large_trace_steps(loaded, linked + straggling, topology)
     if scenario.run.fold and not (linked or straggling):
         return None
     estimate = unfolded_beyond_limits(loaded, topology.num_gpus)
@@ -241,18 +239,25 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     return healthy
 
 
-def _refuse_large_trace_steps(loaded: LoadedScenario, unfolding: list[FailureClass], topology: Topology
-                              ) -> PreparedStep:
-    """A replayed trace's job: its healthy step built and refused, as a plain replay's is, where its ops pass the
-    scale limits (`scale.refuse_large_trace`: a trace's size is its files', known once read), and refused too
-    where the states of a class in ``unfolding`` (one that straggles, or degrades links) would: a trace has no
-    layout to fold stragglers by and link faults unfold any step (`fold_policy.fold_with_faults`), so each such
-    state replays every copy that `workload.dp` adds, unfolded. The healthy step, for the job to run."""
+def _trace_step(loaded: LoadedScenario, model: FailureModel, topology: Topology, *, force: bool) -> PreparedStep:
+    """A replayed trace's job: its healthy step built (not yet run) and the job refused where its ranks leave GPUs
+    idle (`_refuse_idle_gpus`, known once the traces are read: before, a large trace was replayed whole before
+    that refusal), then, unless ``force``, where its ops pass the scale limits as a plain replay's are
+    (`scale.refuse_large_trace`: a trace's size is its files', known once read), or where the states of a class
+    that straggles or degrades links would: a trace has no layout to fold stragglers by and link faults unfold
+    any step (`fold_policy.fold_with_faults`), so each such state replays every copy that `workload.dp` adds,
+    unfolded. The healthy step, for the job to run."""
     from simulator.scale import refuse_large_trace
     from simulator.simulation import prepare_training, step_faults
 
-    healthy = prepare_training(loaded, topology, step_faults(loaded, topology), state_guard(loaded, topology, None))
+    guard = None if force else state_guard(loaded, topology, None)
+    healthy = prepare_training(loaded, topology, step_faults(loaded, topology), guard)
+    _refuse_idle_gpus(loaded, healthy.step.program.world, topology)
+    if force:
+        return healthy
     refuse_large_trace(loaded, topology.num_gpus, healthy.step.program)
+    unfolding = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE
+                 or (klass.effect is Effect.DEGRADE and klass.unit != "spine_switch")]
     if unfolding:
         klass = unfolding[0]
         field = ("faults", "components", klass.name) if klass.name in loaded.scenario.faults.components else ("faults",)
@@ -421,14 +426,18 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
                             "written"))
 
 
-def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, *, force: bool = False
-                 ) -> ElasticSizes:
+def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, ranks: int | None = None, *,
+                 force: bool = False) -> ElasticSizes:
     """What `trainsim validate` checks of a job without simulating its step, refusing as `trainsim run` does:
     the checks that need no step (check_job); the horizon against ``step_floor_s``, a lower bound of the step
     time (preflight.step_floor: a horizon shorter than it is shorter than the step); and the job-event limit
     on the failures and maintenance windows, whose counts need no step (the checkpoints' need its time; with
-    ``force``, the limit --force keeps). The job's sizes, for validate to name those skipped for memory."""
+    ``force``, the limit --force keeps); and a replayed trace's job whose ``ranks`` (preflight's: the traced ranks
+    and `workload.dp`'s copies) leave GPUs idle, as `run` refuses it. The job's sizes, for validate to name those
+    skipped for memory."""
     checks = check_job(loaded, topology)
+    if ranks is not None and isinstance(loaded.scenario.workload, TraceWorkload):
+        _refuse_idle_gpus(loaded, ranks, topology)
     refuse_short_horizon(loaded, step_floor_s, f"at least {step_floor_s:.6g} s, the kernels of its busiest GPU "
                          "stream alone")
     counts = [checks.units.count(klass.unit) for klass in checks.model.classes]
@@ -468,10 +477,11 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     topology = capped_topology(loaded, force)
     checks = check_job(loaded, topology)
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
-    prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
-    states = StepStates(loaded, topology, force=force, healthy=prepared)
     if isinstance(scenario.workload, TraceWorkload):
-        _refuse_idle_gpus(loaded, states.healthy_summary["gpus"], topology)
+        prepared: PreparedStep | None = _trace_step(loaded, model, topology, force=force)
+    else:
+        prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
+    states = StepStates(loaded, topology, force=force, healthy=prepared)
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 

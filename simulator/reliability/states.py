@@ -18,9 +18,10 @@ on its own GPU: the traced ranks each run their own kernels). A shrunk job runs 
 the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
 (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's
 step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
-restart.elastic_batch), so studies and notebooks that change only failure or checkpoint settings simulate each
-state once, within a memory budget (`StateCache`). A state's step that a fold check unfolds beyond the scale
-limits is refused before it is built unfolded (scale.refuse_unfolded), unless the job is forced.
+restart.elastic_batch) and the files beside it that they read (a trace's, by path, size and mtime: inputs.py),
+so studies and notebooks that change only failure or checkpoint settings simulate each state once, within a
+memory budget (`StateCache`). A state's step that a fold check unfolds beyond the scale limits is refused
+before it is built unfolded (scale.refuse_unfolded), unless the job is forced.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from simulator.program.ops import TP_CATEGORY
 from simulator.program.unfolding import UnfoldingGuard
 from simulator.reliability.checkpoint import StepState
 from simulator.reliability.elastic import shrunk_scenario, trace_replicas
+from simulator.reliability.inputs import files_key
 from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.scale import refold_refusal, refuse_unfolded
 from simulator.simulation import PreparedStep, prepare_training, simulate_training
@@ -157,6 +159,12 @@ def _step_state(summary: dict, topology: Topology) -> StepState:
                      gpus=topology.num_gpus, host_network_bandwidth=float(host_bandwidth))
 
 
+def step_key(loaded: LoadedScenario) -> str:
+    """The cache key of a scenario's steps: its step sections and the files beside it that they read (inputs.py;
+    the sections name a trace by its glob alone)."""
+    return f"{loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)}\n{files_key(loaded)}"
+
+
 class StepStates:
     """The step of each cluster state of one scenario, simulated on first use; the healthy one at once, from
     ``healthy`` when the caller has built it already (`prepare_training`). Unless ``force``, a step that a fold
@@ -168,7 +176,7 @@ class StepStates:
         self.topology = topology
         self.force = force
         self.spines = _spines(topology)
-        self.key = loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)
+        self.key = step_key(loaded)
         self._network: tuple[NetworkSettings, PlanCache] | None = None
         self._programs: dict[RankClasses | None, StepProgram] = {}
         self._folds: dict[FoldShape, FoldedStep] = {}
