@@ -220,3 +220,22 @@ def test_a_trace_jobs_straggler_states_are_refused_where_their_unfolded_copies_p
         f"{SCENARIOS / 'trace-job.yaml'}:21: faults.components.throttle: a throttle failure's states replay the trace "
         "unfolded (a trace has no layout to fold them by): 24 ops on 8 ranks (~0.0 GiB before their flows); ops + "
         "flows ~24 over the limit of 12 (allowed: a smaller workload.dp, or --force)")
+
+
+def test_a_trace_jobs_link_fault_states_are_plain_replays_with_those_links_down():
+    """A trace job on a fat tree of 4 DGX hosts (the two-rank trace copied to 32 ranks) whose leaf switches
+    degrade: each degraded state's step equals the plain replay with that state's links down in
+    `faults.step.links`, to the last bit, and is slower than the healthy step (its routes rerouted): the states
+    are simulated, not scaled."""
+    traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
+    step = (f"cluster: {{topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2}}\n"
+            f"workload: {{trace: '{traces}', format: kineto, dp: 32}}\ncheckpoint: {{size: 1 GB}}\n")
+    job = simulate_job(scenario_from_text(step + "run: {horizon: 2 d, replications: 2, seed: 1}\nfaults:\n"
+                                          "  components:\n    leaf_switch: {mtbf: 20 d, repair: 2 h}\n", "job.yaml"))
+    degraded = [state for state in job.summary["states"] if state["links_down"]]
+    assert degraded
+    for state in degraded:
+        links = ", ".join(f"{{link: [{low}, {high}]}}" for low, high in state["links_down"])
+        replay = simulate(scenario_from_text(step, "step.yaml", [f"faults.step.links=[{links}]"])).summary
+        assert replay["faults"]["rerouted_routes"] > 0
+        assert state["step_time_s"] == replay["step_time_s"] > job.summary["step_time_s"]
