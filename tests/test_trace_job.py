@@ -239,3 +239,14 @@ def test_a_trace_jobs_link_fault_states_are_plain_replays_with_those_links_down(
         replay = simulate(scenario_from_text(step, "step.yaml", [f"faults.step.links=[{links}]"])).summary
         assert replay["faults"]["rerouted_routes"] > 0
         assert state["step_time_s"] == replay["step_time_s"] > job.summary["step_time_s"]
+
+
+def test_a_trace_job_counts_the_traced_jobs_own_replicas_with_dp_left_out_as_with_dp_equal_to_it():
+    """The bundled two-rank trace is a DP-2 job: left out or given as 2, `workload.dp` names the same job and step,
+    which count 2 replicas alike (job_summary.json's `replicas.sizes` and `running_s`). Before, dp left out
+    counted 1 replica, dp: 2 counted 2."""
+    left_out, given = (simulate_job(scenario_from_text(PAIR.read_text() + STRAGGLING, str(PAIR), sets)).summary
+                       for sets in ([], ["workload.dp=2"]))
+    assert left_out["step_time_s"] == given["step_time_s"]
+    assert left_out["replicas"]["sizes"] == given["replicas"]["sizes"] == [2]
+    assert list(left_out["replicas"]["running_s"]) == list(given["replicas"]["running_s"]) == ["2"]

@@ -123,15 +123,12 @@ def check_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     return _checked_sizes(loaded, topology, weigh_remedies=False)
 
 
-def trace_replicas(dp: int | None) -> int:
-    """The data-parallel replicas a job of a replayed trace counts: `workload.dp` (``dp``), else 1, the traced
-    ranks as they are. Without dp the traced job's own data parallelism is not counted: it is read (its ranks
-    over the TP, CP and PP the trace's groups show, each data-parallel group's shape checked against it) only
-    where dp asks for copies, whose reading refuses the layouts it cannot tell; without that check a trace that
-    does not record its TP groups reads as TP 1, every rank a replica. The count only names the job's one size
-    (`replicas.sizes` in job_summary.json): a trace's job is not elastic, so its steps and figures do not
-    depend on it."""
-    return dp or 1
+def trace_replicas(dp: int | None, traced_dp: int | None = None) -> int:
+    """The data-parallel replicas a job of a replayed trace counts: `workload.dp` (``dp``), else the traced job's
+    own data parallelism where its trace tells it (``traced_dp``, the summary's `trace.traced_dp`), else 1: dp
+    absent and dp equal to the traced job's then count the same job alike. Before the trace is read (the sizes
+    checked at load) only ``dp`` is known; the job's plan takes the count of its healthy step (simulate.py)."""
+    return dp or traced_dp or 1
 
 
 def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: bool = True) -> ElasticSizes:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, NoReturn
 
@@ -502,10 +502,13 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
             return Degradation(spine=unit)
         return Degradation(links=units.links(klass.unit, unit))
 
+    sizes = checks.sizes
+    if isinstance(scenario.workload, TraceWorkload):  # not elastic: its one size, as its trace tells it
+        sizes = replace(sizes, sizes=(states.healthy.replicas,))
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
-                   elastic=scenario.restart.elastic, sizes=checks.sizes, regrow=scenario.restart.regrow,
+                   elastic=scenario.restart.elastic, sizes=sizes, regrow=scenario.restart.regrow,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
                    launch_s=scenario.restart.launch, costs=costs, degradation=degradation)
     counts = [units.count(klass.unit) for klass in model.classes]

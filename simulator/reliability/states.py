@@ -143,7 +143,7 @@ def _replicas_and_microbatches(summary: dict) -> tuple[int, int]:
     trace is replayed as a whole)."""
     layout = summary.get("layout")
     if layout is None:
-        return trace_replicas(summary["trace"]["dp"]), 1
+        return trace_replicas(summary["trace"]["dp"], summary["trace"]["traced_dp"]), 1
     return int(layout["dp"]), int(layout["microbatches"])
 
 

@@ -120,8 +120,10 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     kinds = dimensions(used, world, transfers,
                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
                        {name: group for name, group in stated.items() if name not in used}, _all_to_alls(traced))
-    replicas = _replicas(config.dp, members, kinds, world, frozenset(_all_to_alls(traced)),
-                         {group: used[group].description for group in members})
+    exchanging, group_descriptions = frozenset(_all_to_alls(traced)), {group: used[group].description
+                                                                       for group in members}
+    replicas = _replicas(config.dp, members, kinds, world, exchanging, group_descriptions)
+    traced_dp = _traced_dp(members, kinds, world, exchanging, group_descriptions)
     groups = replicas.members(members)
     world = replicas.world
     if world > topology.num_gpus:
@@ -160,7 +162,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
-                         "compute_scale": config.compute_scale, "dp": config.dp,
+                         "compute_scale": config.compute_scale, "dp": config.dp, "traced_dp": traced_dp,
                          "unknown_kernels": sum(len(rank.unknown) for rank in traced),
                          "recosted_gemms": builder.recosted,
                          "collective_matching": {group: "seq" if group in sequenced else "order"
@@ -585,6 +587,22 @@ def _copies_unlike(topology: Topology, replicas: _Replicas, members: dict[str, t
 def _hops(topology: Topology, ranks: tuple[int, ...]) -> list[list[tuple[float, str]]]:
     """The hops from the first of ``ranks`` to each of the others (`Topology.hop_signature`)."""
     return [topology.hop_signature(ranks[0], rank) for rank in ranks[1:]]
+
+
+def _traced_dp(members: dict[str, tuple[int, ...]], kinds: Dimensions, world: int, exchanging: frozenset[str],
+               descriptions: dict[str, str]) -> int | None:
+    """The traced job's own data parallelism d: 1 where its ranks are its TP x CP x PP, else d where the reading
+    of `workload.dp` takes it (_replicas with dp = d: a data-parallel group spans its d places), else None:
+    without that check a trace that records no TP groups would read as TP 1, every rank a replica."""
+    try:
+        degree, left = divmod(world, (kinds.sizes.tp or 1) * (kinds.sizes.pp or 1) * _cp_size(members, kinds))
+        if left:
+            return None
+        if degree > 1:
+            _replicas(degree, members, kinds, world, exchanging, descriptions)
+    except ScenarioError:
+        return None
+    return degree
 
 
 def _cp_size(members: dict[str, tuple[int, ...]], kinds: Dimensions) -> int:
