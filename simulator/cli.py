@@ -125,7 +125,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
         job, files = run_job(loaded, out, force=force, progress=progress, workers=workers,
                              states_progress=progress.counting("states", "simulating straggler states ahead"),
                              foresight_progress=progress.counting("replications", FORESEEING),
-                             workers_warning=_warn_line,
+                             workers_warning=_warn_line, activity=progress.doing,
                              on_healthy_step=lambda summary: _warn("run", summary.get("warnings", []), summary,
                                                                    loaded))
     if job.waiting is not None:

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -307,6 +308,47 @@ def test_run_progress_off_a_terminal_prints_plain_lines_unless_quiet(capsys):
     assert RunProgress(enabled=False).plain is None
 
 
+def test_plain_progress_says_what_the_run_does_between_counts(capsys):
+    """A job's replication simulating a degraded state for minutes gave no count, so no line: `doing` names the
+    state on the next due line, and `beat` (the heartbeat's call) prints one whenever PLAIN_EVERY_S have
+    passed, with or without a count since."""
+    now = [0.0]
+    plain = PlainProgress("replications", "simulating the job", clock=lambda: now[0])
+    plain.doing("simulating the healthy step")
+    now[0] = PLAIN_EVERY_S
+    plain.beat()
+    plain(0, 2)
+    plain.doing("replication 1/2: simulating cluster state 3 (8 link(s) down)")
+    plain.beat()
+    now[0] = 2 * PLAIN_EVERY_S
+    plain.beat()
+    now[0] = 3 * PLAIN_EVERY_S
+    plain.doing("")
+    assert capsys.readouterr().err == (
+        "simulating the job: simulating the healthy step, 0:00:10 elapsed\n"
+        "simulating the job: 0/2 replications (0%), replication 1/2: simulating cluster state 3 (8 link(s) down),"
+        " 0:00:20 elapsed\n"
+        "simulating the job: 0/2 replications (0%), 0:00:30 elapsed\n")
+
+
+def test_plain_progress_heartbeat_prints_while_no_count_comes(capsys, monkeypatch):
+    """Off a terminal a RunProgress starts a heartbeat thread, which prints the due line though the run reports
+    nothing (here the clock past PLAIN_EVERY_S and the thread looking every millisecond), and stops at close."""
+    monkeypatch.setattr(progress_module, "BEAT_S", 0.001)
+    with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+        assert progress.plain is not None
+        plain = progress.plain
+        plain.clock = lambda: plain.started
+        progress.doing("replication 1/2: simulating cluster state 1 (8 link(s) down)")
+        plain.clock = lambda: plain.started + PLAIN_EVERY_S  # due: only the heartbeat prints from here
+        waited = time.monotonic()
+        while "elapsed" not in (err := capsys.readouterr().err) and time.monotonic() - waited < 60:
+            time.sleep(0.01)
+    assert err == ("simulating the job: replication 1/2: simulating cluster state 1 (8 link(s) down), "
+                   "0:00:10 elapsed\n")
+    assert progress.plain._heartbeat is None
+
+
 def test_plain_progress_says_100_percent_only_when_all_are_done(capsys):
     """Rounded, 199 of 200 points read '(100%)' while one still ran; the share is floored now."""
     now = [0.0]
@@ -457,6 +499,22 @@ def test_job_progress_bar_counts_the_states_simulated_ahead_then_the_replication
     drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
     assert b"420/1,685 states" in drawn and b"simulating straggler states ahead" in drawn
     assert b"3/100 replications" in drawn
+
+
+def test_job_progress_bar_names_the_state_a_replication_simulates(monkeypatch):
+    """On a terminal the bar's label says what the job does between counts (`doing`), until told '' again."""
+    def draw(progress):
+        progress.started -= 10
+        progress(0, 2)
+        progress.doing("replication 1/2: simulating cluster state 3 (8 link(s) down)")
+        assert progress.bar is not None
+        progress.bar.refresh()
+        assert progress.bar.tasks[0].description.endswith("cluster state 3 (8 link(s) down)")
+        progress.doing("")
+        assert progress.bar.tasks[0].description == "simulating the job"
+
+    drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
+    assert b"simulating the job: replication 1/2: simulating cluster state 3" in drawn
 
 
 def test_progress_bar_is_full_once_the_simulation_is_over(monkeypatch):

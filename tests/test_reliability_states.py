@@ -630,6 +630,28 @@ faults:
     assert total == pytest.approx(2 * 86400.0, rel=1e-9)
 
 
+def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch):
+    """A leaf switch's state is simulated inline when a replication first meets it (minutes at 2,048 GPUs), and
+    the job printed nothing meanwhile: its ``activity`` now hears the replication, each state as its step starts
+    (numbered as met, what is down) and when it is done, then '' once the replications are."""
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    text = RAILS + """run: {horizon: 2 d, replications: 2, seed: 1}
+faults:
+  components:
+    leaf_switch: {mtbf: 20 d, repair: 2 h, repair_distribution: fixed}
+"""
+    heard: list[str] = []
+    job = simulate_job(scenario_from_text(text), activity=heard.append)
+    degraded = [state for state in job.summary["states"] if state["links_down"]]
+    simulating = [line for line in heard if ": simulating" in line]
+    assert len(simulating) == len(degraded) > 0
+    first = degraded[0]
+    assert simulating[0] == f"replication 1/2: simulating cluster state 1 ({len(first['links_down'])} link(s) down)"
+    assert heard[0] == "replication 1/2" and heard[-1] == "" and "replication 2/2" in heard
+    for line in simulating:
+        assert heard[heard.index(line) + 1] == line.split(":")[0]
+
+
 def test_a_leaf_without_a_detour_takes_the_hosts_below_it():
     """One GPU and one NIC per host: a leaf down leaves its hosts without a route, so its failure interrupts
     the job and sends both hosts below it to repair (as `replace`)."""

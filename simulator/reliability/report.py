@@ -82,16 +82,17 @@ def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False
             progress: Callable[[int, int], None] | None = None, workers: int = 0,
             states_progress: Callable[[int, int], None] | None = None,
             foresight_progress: Callable[[int, int], None] | None = None,
-            workers_warning: Callable[[str], None] | None = None) -> tuple[JobResult, list[str]]:
+            workers_warning: Callable[[str], None] | None = None,
+            activity: Callable[[str], None] | None = None) -> tuple[JobResult, list[str]]:
     """Simulate the job over `run.horizon` and write its run folder into ``out_dir`` (nothing when None), as
     `trainsim run` and a sweep point do; return the result and the names of the files written.
     ``on_healthy_step``, ``progress``, ``workers``, ``states_progress``, ``foresight_progress``,
-    ``workers_warning``: simulate_job's (the healthy step before the job; each replication; the cap on the
-    processes simulating states ahead, each state they do, each replication of the pass that foresees those
-    states, and a worker that ended early or was not forked)."""
+    ``workers_warning``, ``activity``: simulate_job's (the healthy step before the job; each replication; the
+    cap on the processes simulating states ahead, each state they do, each replication of the pass that foresees
+    those states, a worker that ended early or was not forked, and the state a replication simulates)."""
     job = simulate_job(loaded, force=force, on_healthy_step=on_healthy_step, progress=progress, workers=workers,
                        states_progress=states_progress, foresight_progress=foresight_progress,
-                       workers_warning=workers_warning)
+                       workers_warning=workers_warning, activity=activity)
     return job, [] if out_dir is None else write_job_outputs(out_dir, job, loaded)
 
 

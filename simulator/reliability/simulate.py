@@ -526,7 +526,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                  progress: Callable[[int, int], None] | None = None, workers: int = 0,
                  states_progress: Callable[[int, int], None] | None = None,
                  foresight_progress: Callable[[int, int], None] | None = None,
-                 workers_warning: Callable[[str], None] | None = None) -> JobResult:
+                 workers_warning: Callable[[str], None] | None = None,
+                 activity: Callable[[str], None] | None = None) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
     expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
     or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
@@ -540,7 +541,10 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication of the
     pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
     replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked
-    (the outputs are the same; only the time differs)."""
+    (the outputs are the same; only the time differs). ``activity`` hears what the replications do between their
+    counts: `replication 1/2`, and `replication 1/2: simulating cluster state 3 (8 link(s) down)` while a state
+    met for the first time is simulated (a leaf switch's state of the 2,048-GPU job took minutes, and a job
+    printed nothing meanwhile), then '' once they are done."""
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
@@ -559,9 +563,13 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents()
+    if activity is not None:
+        prepared.states.on_simulating = _state_activity(activity, events, scenario.run.replications)
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):
         events.replication = replication
+        if activity is not None:
+            activity(f"replication {replication + 1}/{scenario.run.replications}")
         env = simpy.Environment()
         job = JobProcess(plan, arrivals(replication), events)
         env.process(job.run(env))
@@ -572,12 +580,34 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         totals.append(job.totals(healthy))
         if progress is not None:
             progress(replication + 1, scenario.run.replications)
+    if activity is not None:
+        prepared.states.on_simulating = None
+        activity("")
     met = {state: c for state, c in prepared.cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
                           prepared.gpu_model)
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
     warnings = prepared.warnings + (() if waiting is None else (waiting,))
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting)
+
+
+def _state_activity(activity: Callable[[str], None], events: JobEvents, replications: int
+                    ) -> Callable[[ClusterState | None], None]:
+    """A `StepStates.on_simulating` that tells ``activity`` which state the replication now running (its
+    ``events``' replication) simulates, numbered in the order the job met them, and when it is done."""
+    simulated = 0
+
+    def on_simulating(state: ClusterState | None) -> None:
+        nonlocal simulated
+        replication = f"replication {events.replication + 1}/{replications}"
+        if state is None:
+            activity(replication)
+            return
+        simulated += 1
+        differs = state.describe() or f"{state.replicas} replicas"
+        activity(f"{replication}: simulating cluster state {simulated} ({differs})")
+
+    return on_simulating
 
 
 def _with_warnings(step_summary: dict, warnings: tuple[str, ...]) -> dict:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import gc
 import pickle
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -182,6 +183,10 @@ class StepStates:
         self._folds: dict[FoldShape, FoldedStep] = {}
         self._ahead: dict[ClusterState, tuple[StepState | None, dict]] = {}
         """States simulated ahead of the job (reliability/ahead.py), each handed out once, when met."""
+        self.on_simulating: Callable[[ClusterState | None], None] | None = None
+        """Hears of each state other than the healthy one as its step starts being simulated in this process, and
+        None once it is done: a job's progress says which state a replication is simulating (a degraded state of
+        2,048 GPUs takes minutes)."""
         healthy_step, summary = self._cached(None, lambda: (loaded, topology), healthy)
         self.healthy_summary = {**summary, "scenario": loaded.source}
         """The healthy step's summary, naming this scenario's file (the cached step may be another file's with
@@ -251,10 +256,14 @@ class StepStates:
         elif topology is self.topology and not faults.links and self.layout is not None:
             prepared = self._shared_fold(loaded, faults, guard)
         budget = partial(refold_refusal, loaded, topology.num_gpus, force=self.force)
+        if state is not None and self.on_simulating is not None:
+            self.on_simulating(state)
         outcome = step_outcome(lambda: simulate_training(loaded, topology, FaultHooks(topology, faults),
                                                          guard=guard, prepared=prepared, budget=budget))
         if state is not None:
             gc.collect(0)
+            if self.on_simulating is not None:
+                self.on_simulating(None)
         if outcome.summary is None:
             return self._store(key, (None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason}))
         return self._store(key, (_step_state(outcome.summary, topology), outcome.summary))
