@@ -25,7 +25,7 @@ from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 from simulator.workload.memory_plan import GIB, stage_memory
-from simulator.workload.training import build_training_step
+from simulator.workload.training import build_training_step, tp_domains
 
 MIN_SAVING_BYTES = GIB
 """The least a remedy must save to be offered: 1 GiB. The memory plan leaves out the CUDA context, NCCL's
@@ -61,8 +61,8 @@ class Remedy:
 class Peak:
     """A scenario's peak memory per GPU and the GPU's capacity (bytes), with its resolved layout (None for a
     parameter-server run, which has no layout to change), its transformer layers (None without), the fields its
-    step's warnings name (`parallelism.tp` for a TP group across NVLink domains), and the NVLink domains its TP
-    group spans."""
+    step's warnings name (`parallelism.tp` for a TP group across NVLink domains), and the most NVLink domains
+    one of its TP groups spans."""
 
     bytes: float
     capacity: float
@@ -86,8 +86,8 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
     peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
     warned = frozenset(warning.split(":")[0] for warning in step.warnings)
     layout = step.plan.layout
-    domains = len({topology.gpu_domain[rank] for rank in layout.group("tp", 0)})
-    return Peak(peak, step.gpu.hbm_bytes, layout, step.model.layers if step.model else None, warned, domains)
+    return Peak(peak, step.gpu.hbm_bytes, layout, step.model.layers if step.model else None, warned,
+                tp_domains(layout, topology))
 
 
 def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,

@@ -201,6 +201,24 @@ def test_a_tp_group_across_hosts_is_offered_no_tp_across_more_hosts():
     assert ("parallelism.pp=8", "parallelism.dp=1") in offered  # the other layout knobs are still weighed
 
 
+def test_a_tp_group_other_than_gpu_0s_across_racks_counts(tmp_path):
+    """Two GB200 NVL72 racks (72 GPUs each) with Llama 3 405B at TP 8, DP 18: every TP group sits in one rack.
+    TP 16, DP 9 keeps GPU 0's group in rack 0 but puts group 4 (GPUs 64-79) on both racks; only GPU 0's group
+    was weighed, so its step gave no `parallelism.tp` warning and the line offered `--set parallelism.tp=16
+    --set parallelism.dp=9` (-448.6 GiB). The most domains any TP group spans counts now: the step warns and
+    the remedy is left out."""
+    path = tmp_path / "nvl8.yaml"
+    path.write_text("cluster: {topology: gb200-nvl72, racks: 2}\nmodel: {preset: llama3-405b}\n"
+                    "training: {seq_len: 8192, global_batch: 144, micro_batch: 1}\n"
+                    "parallelism: {tp: 8, pp: 1, dp: 18}\n")
+    spread = load_scenario(str(path), ["parallelism.tp=16", "parallelism.dp=9"])
+    warnings = validate(spread, sized_topology(spread, force=False)).warnings
+    assert [warning.split(":")[0] for warning in warnings] == ["parallelism.tp"]
+    assert "a TP group of 16 GPUs spans 2 NVLink domains" in warnings[0]
+    offered = offered_settings(str(path), [])
+    assert offered and not any(setting.startswith("parallelism.tp") for settings in offered for setting in settings)
+
+
 def test_an_elastic_job_is_offered_no_layout_that_leaves_fewer_replicas_than_it_needs():
     """pp 2 and cp 2 with dp 4 each lower the elastic job's peak by 19 GiB or more (the grid checks what is
     offered), but leave 4 replicas where `restart.min_replicas` asks for 5: `trainsim validate` refuses both."""

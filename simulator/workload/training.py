@@ -428,15 +428,27 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybr
     per-layer collectives over the network (seed 000, Q5); hybrid sharding with one DP rank per domain
     shards nothing."""
     warnings = []
-    domains = {topology.gpu_domain[rank] for rank in layout.group("tp", 0)}
-    if layout.tp > 1 and len(domains) > 1:
-        warnings.append(f"parallelism.tp: TP group of {layout.tp} GPUs spans {len(domains)} NVLink domains; its "
+    domains = tp_domains(layout, topology)
+    if domains > 1:
+        warnings.append(f"parallelism.tp: a TP group of {layout.tp} GPUs spans {domains} NVLink domains; its "
                         "collectives cross the network every layer")
     if hybrid and sharding.degree == 1:
         warnings.append(f"parallelism.fsdp: hybrid_shard shards within an NVLink domain, and {_alone(layout, topology)}"
                         ", so its shard group is one rank: it shards nothing and each GPU holds the model state of "
                         "plain data parallelism (fsdp: full_shard shards across domains)")
     return tuple(warnings)
+
+
+def tp_domains(layout: Layout, topology: Topology) -> int:
+    """The most NVLink domains any one TP group spans (1 where every group stays inside one). Every group is
+    weighed, not GPU 0's alone: where a domain's GPU count is not a multiple of TP (72-GPU GB200 racks, TP 16)
+    a later group straddles two domains while the first does not."""
+    stride = layout.stride("tp")
+    spans: dict[int, set[int]] = {}
+    for rank in range(layout.world):
+        base = rank - (rank // stride) % layout.tp * stride
+        spans.setdefault(base, set()).add(topology.gpu_domain[rank])
+    return max(len(domains) for domains in spans.values())
 
 
 def _alone(layout: Layout, topology: Topology) -> str:
