@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from simulator.errors import InputError
@@ -273,16 +273,27 @@ def format_size(nbytes: float) -> str:
     return _scaled(nbytes, SIZE_STEPS)
 
 
+def texts_apart(values: Sequence[float], write: Callable[[float, int], str], least: int = 4,
+                most: int = 17) -> list[str]:
+    """``values`` written by ``write(value, digits)`` with ``least`` significant digits, or as many more, up to
+    ``most``, as distinct values need to read differently (17 digits tell any two different floats apart):
+    figures read side by side must not print alike where they differ."""
+    distinct = len(set(values))
+    for digits in range(least, most + 1):
+        texts = [write(value, digits) for value in values]
+        if len(set(texts)) == distinct:
+            break
+    return texts
+
+
 def decimal_sizes_apart(first: float, second: float) -> tuple[str, str]:
     """Two different sizes in decimal units, as storage and checkpoints are quoted and their fields are given
     (6.48e12 -> '6.48 TB'; a `storage.capacity` of 1 TB was echoed as 931.3 GiB, in a base the user never wrote),
-    to four significant digits or as many more as they need to read differently: 100.02 GB against 100 GB read
-    '100 GB' twice, now '100.02 GB' and '100 GB' (17 digits tell any two different floats apart)."""
-    for digits in range(4, 18):
-        texts = _scaled(first, DECIMAL_SIZE_STEPS, digits), _scaled(second, DECIMAL_SIZE_STEPS, digits)
-        if texts[0] != texts[1]:
-            break
-    return texts
+    to four significant digits or as many more as they need to read differently (`texts_apart`): 100.02 GB
+    against 100 GB read '100 GB' twice, now '100.02 GB' and '100 GB'."""
+    first_text, second_text = texts_apart([first, second], lambda value, digits: _scaled(
+        value, DECIMAL_SIZE_STEPS, digits))
+    return first_text, second_text
 
 
 def format_duration(seconds: float) -> str:

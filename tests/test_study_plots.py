@@ -575,6 +575,18 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
     assert heatmap.axes[1].get_ylabel() == "tokens_per_s (k tokens/s)"
 
 
+def test_heatmap_cells_that_differ_read_differently():
+    """Scaled into k tokens/s, cells of 91,041 and 91,044 tokens/s both read '91.04' at four significant digits
+    (in whole tokens/s they had read apart): the cells take as many more digits as distinct values need, and
+    no more than the axis's four where those suffice (the 8B sweep's cells above)."""
+    from simulator.report.study_plots import heatmap_figure
+
+    frame = pd.DataFrame({"status": "ok", "bucket": ["1 MiB", "25 MiB"] * 2, "m": [1, 1, 2, 2],
+                          "tokens_per_s": [91041.0, 91044.0, 91262.0, 91268.0]})
+    heatmap = heatmap_figure(frame, "m", "bucket", "tokens_per_s")
+    assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91.041", "91.044", "91.262", "91.268"]
+    assert heatmap.axes[1].get_ylabel() == "tokens_per_s (k tokens/s)"
+
 def test_a_log_x_axis_places_quantities_by_size_and_reads_plain_numbers():
     """`--log-x` over ddp.bucket (1 MiB, 25 MiB, 100 MiB) drew the texts at category places 0, 1, 2 on a log
     axis: ticks '2^0' and '2^1', the first point at log(0), off the chart, and no size named; over micro_batch

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from matplotlib.ticker import ScalarFormatter
 
-from simulator.units import BANDWIDTH_STEPS, DURATION_STEPS, SIZE_STEPS, fitting_unit, rate_steps
+from simulator.units import BANDWIDTH_STEPS, DURATION_STEPS, SIZE_STEPS, fitting_unit, rate_steps, texts_apart
 
 FRACTION_NAMES = frozenset({"mfu", "hfu", "ettr"})
 """Whole key names of fractions of one; any key ending in one of FRACTION_ENDINGS is one too."""
@@ -99,7 +99,16 @@ def power_tick(value: float, position: int | None = None) -> str:
     return f"{value:,.0f}" if value >= 1 and value == round(value) else f"{value:.4g}"
 
 
-def cell_text(value: float) -> str:
-    """A heat-map cell's figure: whole with thousands separators from 1,000 on, four significant digits below
-    ('{:.3g}' printed 91,043 tokens/s as '9.1e+04', the same as 91,268)."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+def cell_texts(values: Sequence[float]) -> list[str]:
+    """A heat map's cell figures: whole with thousands separators from 1,000 on, four significant digits below
+    ('{:.3g}' printed 91,043 tokens/s as '9.1e+04', the same as 91,268), or as many more as distinct cells need
+    to read differently (`texts_apart`), up to six: scaled into k tokens/s, 91,041 and 91,044 both read
+    '91.04'. Cells apart by rounding noise alone (means of equal runs) still read alike at six digits."""
+    return texts_apart(values, _cell_text, most=6)
+
+
+def _cell_text(value: float, digits: int) -> str:
+    """One cell's figure to ``digits`` significant digits, never fewer than its whole part."""
+    if abs(value) < 1000:
+        return f"{value:.{digits}g}"
+    return f"{value:,.{max(0, digits - len(str(int(abs(value)))))}f}"

@@ -17,7 +17,7 @@ from simulator.report.column_units import (
     PLAIN,
     ColumnScale,
     PlainFormatter,
-    cell_text,
+    cell_texts,
     column_scale,
     power_tick,
 )
@@ -199,10 +199,11 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     ax.set_xticks(range(len(table.columns)), [shown_value(c) for c in table.columns])
     ax.set_yticks(range(len(table.index)), [shown_value(i) for i in table.index])
     shares = np.asarray(image.norm(table.to_numpy(dtype=float)), dtype=float)
-    for (row, column), cell in np.ndenumerate(table.to_numpy(dtype=float)):
-        if np.isfinite(cell):
-            ax.text(column, row, cell_text(cell), ha="center", va="center", fontsize=8,
-                    color="black" if shares[row, column] > LIGHT_CELLS else "white")
+    cells = [(row, column, cell) for (row, column), cell in np.ndenumerate(table.to_numpy(dtype=float))
+             if np.isfinite(cell)]
+    for (row, column, _), text in zip(cells, cell_texts([cell for _, _, cell in cells]), strict=True):
+        ax.text(column, row, text, ha="center", va="center", fontsize=8,
+                color="black" if shares[row, column] > LIGHT_CELLS else "white")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     colorbar = figure.colorbar(image, ax=ax, label=scale.label(value))
