@@ -183,6 +183,27 @@ def test_a_preset_class_given_a_repair_alone_keeps_the_presets_rate(tmp_path, ca
         "rate: '3 per 54 d')\n")
 
 
+def test_a_preset_class_moved_to_another_unit_needs_its_own_rate(tmp_path, capsys):
+    """`--set faults.components.gpu.unit=host` over the llama3 preset kept the preset's per-GPU rate and counted
+    it per host: 2,048 hosts gave 18.5 GPU failures in 54 d instead of 148, with no warning. The preset's rate
+    has no exact rescaling to another unit, so the move is refused at the unit's line unless a rate is given."""
+    assert main(["validate", "llama3-405b-16k-job", "--set", "faults.components.gpu.unit=host"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "faults.components.gpu.unit=host" in err
+    assert "the preset's gpu rate is per gpu, and a class moved to unit 'host' needs its own mtbf or rate" in err
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace("  components:", "  preset: llama3\n  components:")
+                        .replace("      mtbf: 1000 h\n", "      unit: host\n"))
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:17: faults.components.gpu.unit: the preset's gpu rate is per gpu, and a class moved to "
+        "unit 'host' needs its own mtbf or rate (allowed: unit 'gpu' to keep the preset's rate, or mtbf: "
+        "'50000 h', rate: '3 per 54 d')\n")
+    scenario.write_text(BASE.replace("  components:", "  preset: llama3\n  components:")
+                        .replace("      mtbf: 1000 h\n", "      unit: host\n      mtbf: 1000 h\n"))
+    assert main(["validate", str(scenario)]) == 0
+
+
 def test_an_unknown_effect_names_the_choices(tmp_path, capsys):
     """An enum field's refusal was pydantic's own words, "Input should be 'replace', 'restart', 'degrade' or
     'straggle'", with no (allowed: ...) as every literal field's has."""

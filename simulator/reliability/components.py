@@ -141,6 +141,10 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
                                 field=f"faults.components.{name}.repair",
                                 allowed="no repair, or effect: replace (its hosts go to repair)")
         previous = classes.get(name)
+        if previous and unit != previous.unit and spec.rate_per_s is None:
+            raise ScenarioError(f"the preset's {name} rate is per {previous.unit}, and a class moved to unit "
+                                f"{unit!r} needs its own mtbf or rate", field=f"faults.components.{name}.unit",
+                                allowed=f"unit {previous.unit!r} to keep the preset's rate, or {RATE_ALLOWED}")
         rate = spec.rate_per_s if spec.rate_per_s is not None else previous.rate_per_unit_s if previous else None
         if rate is None:
             raise ScenarioError("give one of mtbf and rate", field=f"faults.components.{name}",
