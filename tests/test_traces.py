@@ -188,6 +188,30 @@ def test_a_moved_fp32_gemm_takes_the_fp32_peaks(tmp_path, kernel, launcher):
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 
+TF32_KERNELS = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "cutlass_80_tensorop_s1688gemm_tf32_"
+                "128x128_32x3_nn_align4", "sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16")
+
+
+@pytest.mark.parametrize("name", TF32_KERNELS)
+@pytest.mark.parametrize("dtype", ["float", ""], ids=["fp32 aten::mm", "no Input type"])
+def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
+    """An fp32 matmul under allow_tf32 runs a tensor-core TF32 kernel, but its `Input type` float won and the
+    move took the fp32 CUDA-core peaks: 0.959 from the H100 SXM to the B200 (67 against 75 TFLOP/s) where the
+    tf32 peaks give 0.440 (494.5 against 1,125). A kernel whose name says tf32 is bounded at tf32."""
+    from simulator.catalog.gpus import GPUS
+    from simulator.workload.calibrated import calibrated_efficiency
+    from simulator.workload.traces.gpu_move import GpuMove
+    from simulator.workload.traces.model import TracedOp
+
+    h100, b200 = GPUS["h100-sxm"], GPUS["b200"]
+    move = GpuMove(1.0, h100, b200)
+    op = TracedOp(0, name, "7", "compute", 0.0, 1e-3, dtype=dtype)
+    tf32 = (494.5e12 * calibrated_efficiency("h100-sxm", "bf16").matmul_peak  # tf32 has no MAMF of its own
+            / (1125e12 * calibrated_efficiency("b200", "bf16").matmul_peak))
+    assert move.bound(op).precision == "tf32"
+    assert move.duration(op) == pytest.approx(1e-3 * tf32, rel=EXACT)
+
+
 def test_an_fp8_gemm_moved_to_a_gpu_without_fp8_is_refused(tmp_path):
     traces = copy_traces(KINETO_2RANK, tmp_path)
     edit_event(traces / "rank1.json", 2, name="sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128")

@@ -22,11 +22,10 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 from simulator.catalog.gpus import GPUS, GPUSpec
-from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import attention_plateau
-from simulator.workload.traces.model import GEMM_PRECISIONS, TracedOp, kernel_kind
+from simulator.workload.traces.model import GEMM_PRECISIONS, GemmPrecision, TracedOp, kernel_kind
 
 KernelClass = Literal["matmul", "attention", "memory-bound", "unknown"]
 KERNEL_CLASSES: Mapping[str, KernelClass] = MappingProxyType({
@@ -42,14 +41,17 @@ BOUNDS: Mapping[KernelClass, tuple[str, str]] = MappingProxyType({
     "unknown": ("dense bf16 peak", "FLOP/s"),
 })
 """What bounds each class, and the unit of that rate."""
-PEAK_PRECISION: Precision = "bf16"
+PEAK_PRECISION: GemmPrecision = "bf16"
 """The precision of the dense peaks that bound attention, unknown kernels and GEMMs of no told precision (the
 roofline runs attention at bf16 under fp8 too)."""
-GEMM_NAME_PRECISIONS: tuple[tuple[Precision, re.Pattern[str]], ...] = (
-    ("fp8", re.compile(r"e4m3|e5m2", re.I)), ("fp32", re.compile(r"sgemm|f32f32_f32f32", re.I)))
-"""A GEMM kernel's precision by its name, where its launching op tells none: fp8 by its element types, fp32 by
-cuBLAS's SIMT sgemm and xmma's f32 inputs with f32 math (f32f32_tf32f32 is tf32 math; bf16 kernels accumulate in
-f32, bf16f32)."""
+TF32_NAME = re.compile(r"tf32", re.I)
+"""A GEMM kernel doing tensor-core TF32 math on fp32 inputs, by its name (xmma's f32f32_tf32f32, cutlass's
+s1688gemm_tf32, cuBLAS's sm80_xmma_gemm_tf32...): an fp32 matmul under allow_tf32 launches one."""
+GEMM_NAME_PRECISIONS: tuple[tuple[GemmPrecision, re.Pattern[str]], ...] = (
+    ("fp8", re.compile(r"e4m3|e5m2", re.I)), ("tf32", TF32_NAME), ("fp32", re.compile(r"sgemm|f32f32_f32f32", re.I)))
+"""A GEMM kernel's precision by its name, where its launching op tells none: fp8 by its element types, tf32 by
+its math, fp32 by cuBLAS's SIMT sgemm and xmma's f32 inputs with f32 math (bf16 kernels accumulate in f32,
+bf16f32)."""
 BACKWARD = re.compile(r"bprop|bwd|backward|cutlassB", re.I)
 """An attention kernel of the backward pass, by name (cuDNN's sdpa ..._bprop, FlashAttention's ..._bwd_...,
 PyTorch's memory-efficient fmha_cutlassB; the forward's fmha_cutlassF)."""
@@ -64,7 +66,7 @@ class Bound(NamedTuple):
     that both GPUs' tables of that pass measure ('assumed')."""
 
     kind: KernelClass
-    precision: Precision = "bf16"
+    precision: GemmPrecision = "bf16"
     attention_pass: AttentionPass = ""
     key_length: int = 0
     key_source: KeySource = ""
@@ -75,9 +77,12 @@ def kernel_class(name: str) -> KernelClass:
     return KERNEL_CLASSES[kernel_kind(name)]
 
 
-def gemm_precision(op: TracedOp) -> Precision:
-    """The precision of a GEMM kernel: its launching op's `Input type`, else its name, else bf16."""
+def gemm_precision(op: TracedOp) -> GemmPrecision:
+    """The precision of a GEMM kernel: its launching op's `Input type` (fp32 inputs run tf32 math where the
+    kernel's name says tf32), else its name, else bf16."""
     told = GEMM_PRECISIONS.get(op.dtype.lower())
+    if told == "fp32" and TF32_NAME.search(op.name):
+        return "tf32"
     if told is not None:
         return told
     return next((precision for precision, pattern in GEMM_NAME_PRECISIONS if pattern.search(op.name)), PEAK_PRECISION)
