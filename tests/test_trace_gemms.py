@@ -177,6 +177,22 @@ def test_only_cudnns_dq_conversion_is_its_memory_streaming_helper():
     assert kernel_kind("convert_dqkv_layout_kernel") == ""
 
 
+@pytest.mark.parametrize("name", [
+    "void flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, "
+    "cutlass::bfloat16_t>>(Flash_bwd_params)",
+    "void flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2>>(Flash_bwd_params, int)",
+    "void flash_bwd_convert_dkv_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2>>(Flash_bwd_params)",
+    "void flash_bwd_clear_dkvaccum<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2>>(Flash_bwd_params)",
+    "void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4>, 4, 1, true>(Flash_fwd_params)"])
+def test_flashattention2s_memory_streaming_helpers_are_not_attention(name):
+    """FlashAttention-2's backward helpers (dO.O, the dQ / dKV conversions, the dKV accumulator's clearing) and
+    its split-KV combine stream memory like cuDNN's dot_do_o and convert_dq_to, but 'flash' made them attention,
+    so a moved trace scaled them by the attention ratio."""
+    assert kernel_kind(name) == "elementwise"
+    assert kernel_kind("void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>(Flash_bwd_params)") \
+        == "attention"
+
+
 @pytest.mark.parametrize("name, dims, shape", [
     ("aten::_addmm_activation", [[N], [M, K], [K, N], [], [], []], (1, M, N, K)),
     ("aten::addmm_", [[M, N], [M, K], [K, N], [], []], (1, M, N, K)),

@@ -146,12 +146,14 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
 
 
 KERNEL_KINDS = (
+    ("elementwise", re.compile(r"dot_do_o|convert_dq_to|convert_d(?:q|kv)_kernel|clear_dkvaccum|splitkv_combine",
+                               re.I)),
     ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
     ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|nvjet|[hiw]mma|xmma|addmm|(?<![a-z])(?<!upsample_)linear|"
                           r"bmm|cijk_|triton_tem", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|reduce|softmax|norm|gammabeta|dropout|copy|fill|cat|index|"
                                r"scatter|gather|embedding|adam|sgd|foreach|unrolled|pointwise|gelu|silu|relu|add|"
-                               r"mul|radix|scan|unique|segment|triton|dot_do_o|convert_dq_to", re.I)),
+                               r"mul|radix|scan|unique|segment|triton", re.I)),
     ("memory", re.compile(r"memcpy|memset", re.I)),
 )
 """Kernel kinds recognised by name, in this order (cuDNN's attention kernels name their wgmma instructions);
@@ -159,8 +161,10 @@ anything else is an unknown kernel (kept as compute, counted in warnings). gpu_m
 scales a moved trace's kernels by the rate that bounds their kind. cuBLAS names its Hopper GEMMs
 nvjet_* from CUDA 12.8, rocBLAS and hipBLASLt theirs Cijk_* (Tensile), Inductor its GEMM templates triton_tem_*
 (tried before elementwise's 'triton'); 'linear' is a word of its own, not upsampling's bilinear or linear1d;
-cuDNN's attention backward runs dot_do_o and convert_dq_to_16bits helpers, which stream memory (elementwise,
-not attention); PyTorch's multi_tensor_apply kernels are elementwise by 'mul'; PyTorch's embedding
+the attention backward's helpers stream memory, and are tried first (elementwise, not attention, though
+FlashAttention-2 names them flash_bwd_*): cuDNN's dot_do_o and convert_dq_to_16bits, FlashAttention-2's
+flash_bwd_dot_do_o, flash_bwd_convert_dq / _dkv and flash_bwd_clear_dkvaccum kernels, and its forward's
+flash_fwd_splitkv_combine; PyTorch's multi_tensor_apply kernels are elementwise by 'mul'; PyTorch's embedding
 backward sorts and scans (cub radix_sort, scan, unique_by_key, partial segments)."""
 
 
