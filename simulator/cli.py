@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
-from simulator.console.paths import COMMAND_LINE, at_flag, command_line, figure_file, on_command_line, output_folder
+from simulator.console.paths import COMMAND_LINE, command_line, figure_file, on_command_line, output_folder
 from simulator.errors import (
     STOP_SIGNALS,
     ExecutorError,
@@ -195,7 +195,8 @@ def _at_override(exc: InputError, overrides: dict[str, str]) -> InputError:
     name = exc.field if exc.field in overrides else exc.field.split(".")[0].split("[")[0]
     if name not in overrides:
         return exc
-    return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=f"--set {name}={overrides[name]}")
+    return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=f"--set {name}={overrides[name]}",
+                     at_flag=True)
 
 
 COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.protocol": "--protocol",
@@ -1087,7 +1088,7 @@ def _at_command(exc: InputError, command: str) -> InputError:
     refusals: `command line: trainsim COMMAND: FLAG: problem`. The command's checks named the flag alone
     (`command line: --tp: ...`) where argparse's named the command as well."""
     where = command_line(f"trainsim {command}")
-    if at_flag(exc.file):
+    if exc.at_flag:
         problem = f"{exc.shown_field}: {exc.problem}" if exc.shown_field else exc.problem
         return type(exc)(problem, field=exc.file, allowed=exc.allowed, file=where)
     if exc.file != COMMAND_LINE and (exc.file or not exc.field.startswith("-")):

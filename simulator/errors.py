@@ -19,14 +19,17 @@ class TrainsimError(Exception):
 
 
 class InputError(TrainsimError):
-    """A mistake in a user's input, located by file, line and field path."""
+    """A mistake in a user's input, located by file, line and field path; ``at_flag``: ``file`` is a flag of the
+    command (`--set a.b=v`, `--intervals`), not a file, whatever its name."""
 
-    def __init__(self, problem: str, *, field: str = "", allowed: str = "", file: str = "", line: int | None = None):
+    def __init__(self, problem: str, *, field: str = "", allowed: str = "", file: str = "", line: int | None = None,
+                 at_flag: bool = False):
         self.problem = problem
         self.field = field
         self.allowed = allowed
         self.file = file
         self.line = line
+        self.at_flag = at_flag
         super().__init__(self.render())
 
     def located(self, file: str | None = None, line: int | None = None, field_prefix: str = "") -> InputError:
@@ -40,6 +43,7 @@ class InputError(TrainsimError):
             allowed=self.allowed,
             file=self.file or (file or ""),
             line=self.line if self.line is not None else line,
+            at_flag=self.at_flag,
         )
 
     @property
@@ -48,7 +52,7 @@ class InputError(TrainsimError):
         of the field or of a key under it (`--set a.b=v: problem`, not `--set a.b=v: a.b: problem`) or a command's
         option, which sets one field (`--intervals: 60 d: problem`); a field inside the section a `--set` wrote
         is named (`--set a={b: 1}: a.b: problem`)."""
-        if not self.file.startswith("--"):
+        if not self.at_flag:
             return self.field
         setting = self.file.partition(" ")[2]
         key = setting.split("=", 1)[0].strip()
@@ -73,14 +77,15 @@ class InputError(TrainsimError):
         """Pickled by its fields, so that a copy from a worker process is this error exactly: Exception's own
         pickling rebuilt it from its rendered line, as InputError('<input>: FILE:LINE: ...'), whose `args` stayed
         that line after the fields were restored (and a subclass taking other arguments would not rebuild)."""
-        return _rebuilt, (type(self), self.problem, self.field, self.allowed, self.file, self.line), self.__dict__
+        return (_rebuilt, (type(self), self.problem, self.field, self.allowed, self.file, self.line, self.at_flag),
+                self.__dict__)
 
 
 def _rebuilt(cls: type[InputError], problem: str, field: str, allowed: str, file: str,
-             line: int | None) -> InputError:
+             line: int | None, at_flag: bool) -> InputError:
     """An InputError (of subclass ``cls``) from its fields, as unpickled (`InputError.__reduce__`)."""
     error = cls.__new__(cls)
-    InputError.__init__(error, problem, field=field, allowed=allowed, file=file, line=line)
+    InputError.__init__(error, problem, field=field, allowed=allowed, file=file, line=line, at_flag=at_flag)
     return error
 
 

@@ -302,6 +302,20 @@ def test_a_custom_schedule_that_would_deadlock_is_refused_before_running(tmp_pat
 
 # --------------------------------------------------------------------------------------------------- bad input
 
+
+def test_a_scenario_file_named_like_a_flag_keeps_its_line_and_field(tmp_path, monkeypatch, capsys):
+    """Whether an error sat at a flag was decided by its file's name starting with '--', so `trainsim validate
+    -- --x.yaml` blamed the file's unknown key on the command line, without its line and field. A flag is now
+    marked on the error itself; a --set still names its key once."""
+    monkeypatch.chdir(tmp_path)
+    Path("--x.yaml").write_text("cluster:\n  topology: dgx-h100\nparallelism:\n  tpp: 2\n")
+    assert main(["validate", "--", "--x.yaml"]) == 2
+    assert capsys.readouterr().err.startswith("error: --x.yaml:4: parallelism.tpp: unknown key 'tpp' (allowed: ")
+    Path("--x.yaml").write_text("cluster:\n  topology: dgx-h100\n")
+    assert main(["validate", "--set", "parallelism.tpp=2", "--", "--x.yaml"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: command line: trainsim validate: --set parallelism.tpp=2: unknown key 'tpp' (allowed: ")
+
 GOOD_WORKLOAD = "workload:\n  - {op: all_reduce, bytes: 1 GiB}\n"
 BAD_INPUTS = {
     # name: (files to write, expected location, field, words in the problem, words in "allowed" or None)

@@ -50,6 +50,8 @@ class Override:
     field: str = ""
     """The field an error in the value names; '' for the scenario field at fault."""
     prefix: str = ""
+    at_flag: bool = False
+    """``file`` is a flag of the command (a `--set`, a command's option), not a file."""
     typed: str = ""
     """The `--set` as the user typed it (``a.b=value``), which a run's records keep so that it can be
     reproduced; '' for a sweep axis or a command's option, which the sweep file or the command records."""
@@ -83,7 +85,7 @@ class OptionSetting:
         """Where an error in the value points: the option and the value as written (`--intervals: 60 d: ...`),
         which the command puts on its command line (a library text, such as a study's warning in study.json,
         knows no command)."""
-        return Override(self.path, self.option, prefix=f"{self.shown}: ")
+        return Override(self.path, self.option, prefix=f"{self.shown}: ", at_flag=True)
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def located_error(path: FieldPath, problem: str, allowed: str, source: str, line
             problem += f" (with {', '.join(under)})"
         return error(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))
     return error(found.prefix + problem, field=found.field or dotted(path), allowed=allowed, file=found.file,
-                 line=found.line)
+                 line=found.line, at_flag=found.at_flag)
 
 
 def _blamed_override(path: FieldPath, lines: dict, overrides: tuple[Override, ...]) -> Override | None:
@@ -205,7 +207,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
                                 file="command line")
         if not is_field_path(key.strip()):
             raise ScenarioError(f"{key.strip()!r} is not a field path", file=f"--set {item.strip()}",
-                                allowed=FIELD_PATH_EXAMPLE)
+                                allowed=FIELD_PATH_EXAMPLE, at_flag=True)
         try:
             value = parse_value(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -213,13 +215,13 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
         problem = path_problem(parts, result)
         if problem is not None:
             raise ScenarioError(problem.problem, field=dotted(problem.at), file=f"--set {item.strip()}",
-                                allowed=problem.allowed)
+                                allowed=problem.allowed, at_flag=True)
         try:
             set_field(result, parts, value)
         except ValueError as exc:
             raise ScenarioError(str(exc), field=dotted(parts), file=f"--set {item.strip()}",
-                                allowed=FIELD_PATH_EXAMPLE) from None
-        written.append(Override(parts, f"--set {item.strip()}", typed=item.strip()))
+                                allowed=FIELD_PATH_EXAMPLE, at_flag=True) from None
+        written.append(Override(parts, f"--set {item.strip()}", at_flag=True, typed=item.strip()))
     return result, tuple(written)
 
 

@@ -28,4 +28,4 @@ def located(loaded: LoadedScenario, build: Callable[[], T]) -> T:
             raise
         error = loaded.error(parse_field(exc.field), exc.problem, exc.allowed)
         raise type(exc)(error.problem, field=error.field, allowed=error.allowed, file=error.file,
-                        line=error.line) from None
+                        line=error.line, at_flag=error.at_flag) from None

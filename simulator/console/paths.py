@@ -23,9 +23,9 @@ def command_line(prog: str) -> str:
 
 
 def at_flag(text: str) -> bool:
-    """Whether a library text (an error's file, a warning) begins at a flag of the command, with its value or not
-    (`--set a.b=v`, `--intervals`): the library locates there what the user gave on the command line, not knowing
-    the command."""
+    """Whether a library warning's text begins at a flag of the command, with its value or not (`--set a.b=v`,
+    `--intervals`): the library locates there what the user gave on the command line, not knowing the command.
+    A warning is text by then (study.json keeps it); an error says so itself (`InputError.at_flag`)."""
     return text.startswith("--")
 
 

@@ -272,6 +272,7 @@ def _refuse_sets_on_axes(set_by_hand: tuple[Override, ...], axes: dict[str, Fiel
             if written[:common] == axis[:common]:
                 raise ScenarioError(f"the sweep's axis {dotted(entry)} ({source}:{line_of(lines, entry)}) sets "
                                     f"{name} at every point", field=dotted(override.path), file=override.file,
+                                    at_flag=override.at_flag,
                                     allowed="a field no axis writes: vary it in the sweep file, or leave out the "
                                             "--set")
 

@@ -152,4 +152,4 @@ def scenario_topology(loaded: LoadedScenario) -> Topology:
             raise
         located = loaded.error(path, exc.problem, exc.allowed)
         raise TopologyError(located.problem, field=located.field, allowed=located.allowed, file=located.file,
-                            line=located.line) from None
+                            line=located.line, at_flag=located.at_flag) from None
