@@ -204,6 +204,24 @@ def test_a_preset_class_moved_to_another_unit_needs_its_own_rate(tmp_path, capsy
     assert main(["validate", str(scenario)]) == 0
 
 
+def test_a_key_under_an_optional_mapping_field_lists_the_allowed_keys():
+    """An unknown key's (allowed: ...) walked into a mapping field only where the annotation was exactly a dict:
+    under a `dict[...] | None` field the walk stopped, and the list was left out silently."""
+    from pydantic import BaseModel, ConfigDict
+
+    from simulator.config.loader import _allowed_keys
+
+    class Inner(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        repair: str = ""
+        unit: str = ""
+
+    class Outer(BaseModel):
+        components: dict[str, Inner] | None = None
+
+    assert _allowed_keys(Outer, ("components", "gpu")) == "repair, unit"
+
+
 def test_an_unknown_effect_names_the_choices(tmp_path, capsys):
     """An enum field's refusal was pydantic's own words, "Input should be 'replace', 'restart', 'degrade' or
     'straggle'", with no (allowed: ...) as every literal field's has."""

@@ -35,7 +35,7 @@ def path_problem(parts: FieldPath, data: object = _ABSENT) -> PathProblem | None
     node = data
     for depth, part in enumerate(parts):
         here = dotted(parts[:depth])
-        if (depth == 1 and parts[0] in OPEN_SECTIONS) or _origin_in(annotation, dict):
+        if (depth == 1 and parts[0] in OPEN_SECTIONS) or origin_in(annotation, dict):
             return None
         if isinstance(part, int):
             item = _list_item(annotation)
@@ -85,11 +85,11 @@ def model_in(annotation: object, in_list: bool = False) -> object:
     return found[0] if found else None
 
 
-def _origin_in(annotation: object, origin: type) -> bool:
+def origin_in(annotation: object, origin: type) -> bool:
     """Whether ``annotation`` is, or is a union containing, a generic of ``origin`` (list, dict)."""
     if getattr(annotation, "__origin__", None) is origin:
         return True
-    return any(_origin_in(arg, origin) for arg in getattr(annotation, "__args__", ()) or ())
+    return any(origin_in(arg, origin) for arg in getattr(annotation, "__args__", ()) or ())
 
 
 def _list_item(annotation: object) -> object:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, TypeVar, get_origin
+from typing import Annotated, TypeVar
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -18,7 +18,7 @@ from pydantic_core import ErrorDetails
 
 from simulator.config.bundled import resolve_scenario
 from simulator.config.faults import JOB_FAULT_FIELDS
-from simulator.config.field_paths import model_in, path_problem
+from simulator.config.field_paths import model_in, origin_in, path_problem
 from simulator.config.schema import Scenario
 from simulator.config.sections import INT64_LIMIT, FieldProblem
 from simulator.config.yaml_source import (
@@ -238,7 +238,7 @@ def _section_at(model: type[BaseModel], loc: tuple) -> object:
         if not fields or part not in fields:
             return None
         annotation = fields[part].annotation
-        keyed = get_origin(annotation) is dict
+        keyed = origin_in(annotation, dict)
         current = model_in(annotation, in_list=position + 1 < len(loc) and isinstance(loc[position + 1], int))
     return current
 
