@@ -37,12 +37,21 @@ class InputError(TrainsimError):
         field = self.field
         if field_prefix:
             field = f"{field_prefix}.{field}" if field else field_prefix
-        return type(self)(
-            self.problem,
-            field=field,
-            allowed=self.allowed,
-            file=self.file or (file or ""),
-            line=self.line if self.line is not None else line,
+        return self.rebuilt(field=field, file=self.file or (file or ""),
+                            line=self.line if self.line is not None else line)
+
+    def rebuilt(self, kind: type[InputError] | None = None, *, problem: str | None = None, field: str | None = None,
+                allowed: str | None = None, file: str | None = None, line: int | None = None) -> InputError:
+        """This error as ``kind`` (its own class unless given) with the parts given replaced and the others kept,
+        its mark of a flag (``at_flag``) always: every copy of an error goes through here, so that no copy drops a
+        part of its location (a copy that left out ``at_flag`` turned `--set a.b=v: problem` back into
+        `--set a.b=v: a.b: problem`, off the command line)."""
+        return (kind or type(self))(
+            self.problem if problem is None else problem,
+            field=self.field if field is None else field,
+            allowed=self.allowed if allowed is None else allowed,
+            file=self.file if file is None else file,
+            line=self.line if line is None else line,
             at_flag=self.at_flag,
         )
 

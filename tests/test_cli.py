@@ -449,6 +449,22 @@ def test_a_bad_topology_override_is_located_at_its_set(command, override, error,
     assert capsys.readouterr().err.startswith(f"error: command line: trainsim {command[0]}: {error}")
 
 
+@pytest.mark.parametrize("command", [["validate"], ["run", "--out", "{tmp}"]])
+@pytest.mark.parametrize("override, error", [
+    ("cluster.nvlink_bandwidth=-1", "--set cluster.nvlink_bandwidth=-1: bandwidth -1 has no unit (allowed: "),
+    ("cluster.nodes=0", "--set cluster.nodes=0: unknown override 'nodes' for topology kind 'nvswitch_node' "
+                        "(allowed: "),
+])
+def test_a_scenario_cluster_set_the_topology_refuses_is_located_at_its_set(command, override, error, tmp_path,
+                                                                            capsys):
+    """A scenario's `--set cluster.X` that the topology refused was rebuilt as a TopologyError without its mark
+    of a flag, so `validate` and `run` printed 'error: --set cluster.X=v: cluster.X: ...' off the command line;
+    every copy of an error now keeps its location whole (`InputError.rebuilt`)."""
+    args = [part.format(tmp=tmp_path / "out") for part in command]
+    assert main([args[0], "llama3-8b-dgx-h100-dp8", *args[1:], "--set", override]) == 2
+    assert capsys.readouterr().err.startswith(f"error: command line: trainsim {command[0]}: {error}")
+
+
 @pytest.mark.parametrize("command, where", [(["topo", "describe"], "trainsim topo: TOPOLOGY"),
                                             (["collective", "--sizes", "1MiB", "--topology"],
                                              "trainsim collective: --topology")])

@@ -64,6 +64,14 @@ class Override:
             return f"{self.file}:{self.line}"
         return " ".join(part for part in (self.field or self.file, self.prefix.removesuffix(": ")) if part)
 
+    def error(self, problem: str, field: str, allowed: str = "",
+              kind: type[ScenarioError] = ScenarioError) -> ScenarioError:
+        """The error ``problem`` in the value this override wrote, located at it: the value as typed before the
+        problem, its own field in place of ``field`` where it names one, its file and line, and its mark of a flag
+        (`InputError.rebuilt` keeps them on a copy)."""
+        return kind(self.prefix + problem, field=self.field or field, allowed=allowed, file=self.file, line=self.line,
+                    at_flag=self.at_flag)
+
 
 def sets_typed(overrides: tuple[Override, ...]) -> tuple[str, ...]:
     """The `--set`s among ``overrides``, as typed, in order (sweep axes and command options left out)."""
@@ -168,8 +176,7 @@ def located_error(path: FieldPath, problem: str, allowed: str, source: str, line
         if under:
             problem += f" (with {', '.join(under)})"
         return error(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))
-    return error(found.prefix + problem, field=found.field or dotted(path), allowed=allowed, file=found.file,
-                 line=found.line, at_flag=found.at_flag)
+    return found.error(problem, dotted(path), allowed, error)
 
 
 def _blamed_override(path: FieldPath, lines: dict, overrides: tuple[Override, ...]) -> Override | None:

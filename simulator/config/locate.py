@@ -27,5 +27,4 @@ def located(loaded: LoadedScenario, build: Callable[[], T]) -> T:
         if exc.file:
             raise
         error = loaded.error(parse_field(exc.field), exc.problem, exc.allowed)
-        raise type(exc)(error.problem, field=error.field, allowed=error.allowed, file=error.file,
-                        line=error.line, at_flag=error.at_flag) from None
+        raise error.rebuilt(type(exc)) from None

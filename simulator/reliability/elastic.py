@@ -218,9 +218,9 @@ def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, 
         return _peak_memory(shrunk, scenario_topology(shrunk))
     except InputError as error:
         allowed = f"{error.allowed}; or " if error.allowed else ""
-        raise type(error)(f"the elastic job shrunk to {counted(size, 'replica')} ({size * (hosts // dp)} hosts): "
-                          f"{error.problem}", field=error.field, file=error.file, line=error.line,
-                          at_flag=error.at_flag, allowed=f"{allowed}restart.min_replicas above {size}") from None
+        raise error.rebuilt(problem=f"the elastic job shrunk to {counted(size, 'replica')} "
+                                    f"({size * (hosts // dp)} hosts): {error.problem}",
+                            allowed=f"{allowed}restart.min_replicas above {size}") from None
 
 
 def _peak_memory(loaded: LoadedScenario, topology: Topology) -> tuple[float, float]:

@@ -270,11 +270,9 @@ def _refuse_sets_on_axes(set_by_hand: tuple[Override, ...], axes: dict[str, Fiel
             axis = tuple(str(part) for part in parse_field(name))
             common = min(len(written), len(axis))
             if written[:common] == axis[:common]:
-                raise ScenarioError(f"the sweep's axis {dotted(entry)} ({source}:{line_of(lines, entry)}) sets "
-                                    f"{name} at every point", field=dotted(override.path), file=override.file,
-                                    at_flag=override.at_flag,
-                                    allowed="a field no axis writes: vary it in the sweep file, or leave out the "
-                                            "--set")
+                raise override.error(f"the sweep's axis {dotted(entry)} ({source}:{line_of(lines, entry)}) sets "
+                                     f"{name} at every point", dotted(override.path),
+                                     "a field no axis writes: vary it in the sweep file, or leave out the --set")
 
 
 def _check_axes_in_base(axes: dict[str, FieldPath], base_data: dict, locate) -> None:

@@ -151,5 +151,4 @@ def scenario_topology(loaded: LoadedScenario) -> Topology:
         if path is None:
             raise
         located = loaded.error(path, exc.problem, exc.allowed)
-        raise TopologyError(located.problem, field=located.field, allowed=located.allowed, file=located.file,
-                            line=located.line, at_flag=located.at_flag) from None
+        raise located.rebuilt(TopologyError) from None
