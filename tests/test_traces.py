@@ -188,8 +188,11 @@ def test_a_moved_fp32_gemm_takes_the_fp32_peaks(tmp_path, kernel, launcher):
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 
-TF32_KERNELS = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "cutlass_80_tensorop_s1688gemm_tf32_"
-                "128x128_32x3_nn_align4", "sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16")
+TF32_KERNELS = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32",
+                "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x256_16x3_nn_align4>"
+                "(cutlass_80_tensorop_s1688gemm_128x256_16x3_nn_align4::Params)",
+                "sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16")
+"""TF32 GEMM kernels as real profiles name them; CUTLASS's fp32-input s1688gemm says tf32 nowhere."""
 
 
 @pytest.mark.parametrize("name", TF32_KERNELS)
@@ -197,7 +200,8 @@ TF32_KERNELS = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "cu
 def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
     """An fp32 matmul under allow_tf32 runs a tensor-core TF32 kernel, but its `Input type` float won and the
     move took the fp32 CUDA-core peaks: 0.959 from the H100 SXM to the B200 (67 against 75 TFLOP/s) where the
-    tf32 peaks give 0.440 (494.5 against 1,125). A kernel whose name says tf32 is bounded at tf32."""
+    tf32 peaks, at the calibrated bf16 plateau (tf32 has no `gemm.achievable` of its own), give 0.472. A kernel
+    whose name says tf32, or CUTLASS's tensorop s1688gemm on fp32 inputs, is bounded at tf32."""
     from simulator.catalog.gpus import GPUS
     from simulator.workload.calibrated import calibrated_efficiency
     from simulator.workload.traces.gpu_move import GpuMove
@@ -210,6 +214,16 @@ def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
             / (1125e12 * calibrated_efficiency("b200", "bf16").matmul_peak))
     assert move.bound(op).precision == "tf32"
     assert move.duration(op) == pytest.approx(1e-3 * tf32, rel=EXACT)
+
+
+@pytest.mark.parametrize("name", ["cutlass_tensorop_s1688gemm_f16_256x128_32x2_nn_align8",
+                                  "cutlass_75_tensorop_s1688gemm_bf16_64x64_tn_align1"])
+def test_a_half_precision_s1688gemm_is_not_taken_for_tf32(name):
+    """CUTLASS names the input type of a half-precision s1688gemm (_f16, _bf16): its math is not TF32."""
+    from simulator.workload.traces.gpu_move import gemm_precision
+    from simulator.workload.traces.model import TracedOp
+
+    assert gemm_precision(TracedOp(0, name, "7", "compute", 0.0, 1e-3)) == "bf16"
 
 
 def test_an_fp8_gemm_moved_to_a_gpu_without_fp8_is_refused(tmp_path):

@@ -44,9 +44,11 @@ BOUNDS: Mapping[KernelClass, tuple[str, str]] = MappingProxyType({
 PEAK_PRECISION: GemmPrecision = "bf16"
 """The precision of the dense peaks that bound attention, unknown kernels and GEMMs of no told precision (the
 roofline runs attention at bf16 under fp8 too)."""
-TF32_NAME = re.compile(r"tf32", re.I)
-"""A GEMM kernel doing tensor-core TF32 math on fp32 inputs, by its name (xmma's f32f32_tf32f32, cutlass's
-s1688gemm_tf32, cuBLAS's sm80_xmma_gemm_tf32...): an fp32 matmul under allow_tf32 launches one."""
+TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm(?!_b?f16)", re.I)
+"""A GEMM kernel doing tensor-core TF32 math on fp32 inputs, by its name (xmma's f32f32_tf32f32, cuBLAS's
+sm80_xmma_gemm_tf32..., or CUTLASS's tensorop_s1688gemm with no _f16/_bf16 input suffix: the m16n8k8 tensor-core
+MMA on fp32 inputs, which cuBLAS often picks on A100 under allow_tf32): an fp32 matmul under allow_tf32 launches
+one."""
 GEMM_NAME_PRECISIONS: tuple[tuple[GemmPrecision, re.Pattern[str]], ...] = (
     ("fp8", re.compile(r"e4m3|e5m2", re.I)), ("tf32", TF32_NAME), ("fp32", re.compile(r"sgemm|f32f32_f32f32", re.I)))
 """A GEMM kernel's precision by its name, where its launching op tells none: fp8 by its element types, tf32 by
