@@ -193,6 +193,19 @@ def test_flashattention2s_memory_streaming_helpers_are_not_attention(name):
         == "attention"
 
 
+@pytest.mark.parametrize("name", [
+    "void cutlass::device_kernel<flash::FlashAttnBwdPreprocess<...>>",
+    "void cutlass::device_kernel<flash::FlashAttnBwdPostprocessConvertdQ<...>>",
+    "void cutlass::device_kernel<flash::FlashAttnFwdCombine<cute::tuple<cute::C<8>, cute::C<128> >, 5, 256, 1, false, "
+    "true, cutlass::bfloat16_t, float, cutlass::arch::Sm90> >"])
+def test_flashattention3s_memory_streaming_helpers_are_not_attention(name):
+    """FlashAttention-3 (Hopper) splits the same jobs off its attention kernels: dO.O with dQaccum's clearing, the
+    dQ accumulator's conversion to 16 bits and the split-KV combine stream memory, but 'flash' made them attention
+    (FlashAttention-2's names only were tried first). Its attention kernel stays attention."""
+    assert kernel_kind(name) == "elementwise"
+    assert kernel_kind("void cutlass::device_kernel<flash::enable_sm90<flash::FlashAttnFwdSm90<...>>>") == "attention"
+
+
 @pytest.mark.parametrize("name, dims, shape", [
     ("aten::_addmm_activation", [[N], [M, K], [K, N], [], [], []], (1, M, N, K)),
     ("aten::addmm_", [[M, N], [M, K], [K, N], [], []], (1, M, N, K)),

@@ -146,8 +146,8 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
 
 
 KERNEL_KINDS = (
-    ("elementwise", re.compile(r"dot_do_o|convert_dq_to|convert_d(?:q|kv)_kernel|clear_dkvaccum|splitkv_combine",
-                               re.I)),
+    ("elementwise", re.compile(r"dot_do_o|convert_dq_to|convert_d(?:q|kv)_kernel|clear_dkvaccum|splitkv_combine|"
+                               r"FlashAttnBwd(?:Pre|Post)process|FlashAttnFwdCombine", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
     ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|nvjet|[hiw]mma|xmma|addmm|(?<![a-z])(?<!upsample_)linear|"
                           r"bmm|cijk_|triton_tem", re.I)),
@@ -164,8 +164,10 @@ nvjet_* from CUDA 12.8, rocBLAS and hipBLASLt theirs Cijk_* (Tensile), Inductor 
 the attention backward's helpers stream memory, and are tried first (elementwise, not attention, though
 FlashAttention-2 names them flash_bwd_*): cuDNN's dot_do_o and convert_dq_to_16bits, FlashAttention-2's
 flash_bwd_dot_do_o, flash_bwd_convert_dq / _dkv and flash_bwd_clear_dkvaccum kernels, and its forward's
-flash_fwd_splitkv_combine; PyTorch's multi_tensor_apply kernels are elementwise by 'mul'; PyTorch's embedding
-backward sorts and scans (cub radix_sort, scan, unique_by_key, partial segments)."""
+flash_fwd_splitkv_combine, and FlashAttention-3's kernels of the same jobs, flash::FlashAttnBwdPreprocess (dO.O,
+clearing dQaccum), FlashAttnBwdPostprocessConvertdQ and FlashAttnFwdCombine (split-KV); PyTorch's
+multi_tensor_apply kernels are elementwise by 'mul'; PyTorch's embedding backward sorts and scans (cub
+radix_sort, scan, unique_by_key, partial segments)."""
 
 
 @lru_cache(maxsize=65536)
