@@ -239,13 +239,29 @@ class StepStates:
             return _CACHE.used(key)
         if state in self._ahead:
             return self._store(key, self._ahead.pop(state))
+        if state is not None and self.on_simulating is not None:
+            self.on_simulating(state)
+        entry = self._simulated(state, scenario, prepared)
+        if state is not None:
+            gc.collect(0)
+            if self.on_simulating is not None:
+                self.on_simulating(None)
+        return self._store(key, entry)
+
+    def _simulated(self, state: ClusterState | None, scenario, prepared: PreparedStep | None
+                   ) -> tuple[StepState | None, dict]:
+        """The step of ``state`` and its summary, simulated. A function of its own so that the state's scenario,
+        topology and faults are garbage when `_cached` collects: collected while they were still its locals, a
+        link state's topology (in a cycle with its rerouter) and what it holds survived into an older
+        generation, which the paused collector never collects again, so each degraded state's stayed for the
+        rest of the job (19 topologies alive after a 19-state job, 0.07 GB more resident a state at 64 GPUs)."""
         from simulator.engine.faults import FaultHooks
         from simulator.simulation import step_faults
 
         loaded, topology = scenario()
         cut = self._cut_by_spines(topology, state)
         if cut:
-            return self._store(key, (None, {"aborted_at_s": 0.0, "reason": f"every spine switch down: {cut}"}))
+            return None, {"aborted_at_s": 0.0, "reason": f"every spine switch down: {cut}"}
         guard = None if self.force else state_guard(loaded, topology, state)
         faults = step_faults(loaded, topology)
         if state is None:
@@ -256,17 +272,11 @@ class StepStates:
         elif topology is self.topology and not faults.links and self.layout is not None:
             prepared = self._shared_fold(loaded, faults, guard)
         budget = partial(refold_refusal, loaded, topology.num_gpus, force=self.force)
-        if state is not None and self.on_simulating is not None:
-            self.on_simulating(state)
         outcome = step_outcome(lambda: simulate_training(loaded, topology, FaultHooks(topology, faults),
                                                          guard=guard, prepared=prepared, budget=budget))
-        if state is not None:
-            gc.collect(0)
-            if self.on_simulating is not None:
-                self.on_simulating(None)
         if outcome.summary is None:
-            return self._store(key, (None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason}))
-        return self._store(key, (_step_state(outcome.summary, topology), outcome.summary))
+            return None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason}
+        return _step_state(outcome.summary, topology), outcome.summary
 
     def _shared_fold(self, loaded: LoadedScenario, faults: StepFaultPlan, guard: UnfoldingGuard | None
                      ) -> PreparedStep:
