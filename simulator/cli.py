@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
-from simulator.console.paths import COMMAND_LINE, command_line, figure_file, on_command_line, output_folder
+from simulator.console.paths import COMMAND_LINE, chosen_figure_file, command_line, on_command_line, output_folder
 from simulator.errors import (
     STOP_SIGNALS,
     ExecutorError,
@@ -342,7 +342,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
         print(describe_topology(topology))
     else:
         try:
-            output = figure_file(args.output or TOPO_PICTURE)
+            output = chosen_figure_file(args.output, TOPO_PICTURE)
             draw_topology(topology, output)
         except TopologyError as exc:
             raise option_error(TOPO_FILE, exc.problem, exc.allowed) from None
@@ -500,7 +500,7 @@ def _plot_goodput(args: argparse.Namespace) -> int:
     from simulator.report.run_folder import record_figure
 
     study = load_study(Path(args.outdir))
-    output = figure_file(args.output or str(Path(args.outdir) / "goodput.png"))
+    output = chosen_figure_file(args.output, str(Path(args.outdir) / "goodput.png"))
     save_figure(goodput_figure(study), output)
     record_figure(Path(args.outdir), output)
     print(f"wrote {output}")
@@ -530,12 +530,12 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         figure = study_figure(args.chart, Path(args.outdir), x=x, y=y, hue=args.hue, value=args.value,
                               log_x=args.log_x)
         folder = Path(args.outdir) if Path(args.outdir).is_dir() else Path(args.outdir).parent
-        output = figure_file(args.output or str(folder / f"{args.chart}.png"))
+        output = chosen_figure_file(args.output, str(folder / f"{args.chart}.png"))
         save_figure(figure, output)
         record_figure(folder, output)
         print(f"wrote {output}")
         return 0
-    output = figure_file(args.output or str(Path(args.outdir) / f"{args.chart}.png"))
+    output = chosen_figure_file(args.output, str(Path(args.outdir) / f"{args.chart}.png"))
     run = load_run_outputs(Path(args.outdir))
     if args.chart == "gantt":
         ranks = _run_ranks(args.ranks, run)

@@ -388,6 +388,13 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "topo-describe-output": ({}, ["topo", "describe", "dgx-h100", "-o", "TMP/t.png"], 2,
                              "error: command line: trainsim topo: --output: not read by topo describe (allowed: topo "
                              "draw)\n"),
+    # an empty --output was taken for none given and saved the default image
+    "topo-draw-empty-output": ({}, ["topo", "draw", "dgx-h100", "-o", ""], 2,
+                               "error: command line: trainsim topo: --output: cannot tell the image format of '' "
+                               "(allowed: .png"),
+    "plot-empty-output": ({}, ["plot", "gantt", "TMP/out", "-o", ""], 2,
+                          "error: command line: trainsim plot: --output: cannot tell the image format of '' "
+                          "(allowed: .png"),
     "unknown-command": ({}, ["simulate"], 2, "invalid choice 'simulate' (allowed: run, validate, scenarios"),
     "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2,
                              "error: command line: trainsim collective: --sizes: size '1024' has no unit"),

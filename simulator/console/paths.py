@@ -70,6 +70,13 @@ def output_folder(text: str, option: str = "--out") -> Path:
     return path
 
 
+def chosen_figure_file(given: str | None, default: str, option: str = "--output") -> Path:
+    """`figure_file` of the option's value, or of ``default`` where the option was left out (None): an empty
+    value was given, and is refused as any other name without an image format (`or default` saved it as the
+    default)."""
+    return figure_file(default if given is None else given, option)
+
+
 def figure_file(text: str, option: str = "--output") -> Path:
     """An image file to save a figure to: a format in FIGURE_FORMATS, inside a writable folder."""
     path = Path(text)
