@@ -362,8 +362,12 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     # a study's, a sweep's and a search's charts said 'has no study.json' / 'has no results.parquet' of a
     # folder that does not exist, as if it were there with the wrong files
     "plot-goodput-missing-folder": ({}, ["plot", "goodput", "TMP/out"], 2, "OUTDIR: no such folder"),
-    "plot-sweep-missing-folder": ({}, ["plot", "sweep", "TMP/out"], 2, "OUTDIR: no such folder"),
-    "plot-front-missing-folder": ({}, ["plot", "front", "TMP/out"], 2, "OUTDIR: no such folder"),
+    # sweep, heatmap and front read a table file as well as its folder: 'no such folder' of a missing
+    # results.parquet read as if the file could not be given
+    "plot-sweep-missing-folder": ({}, ["plot", "sweep", "TMP/out"], 2, "OUTDIR: no such file or folder"),
+    "plot-sweep-missing-file": ({}, ["plot", "sweep", "TMP/out/results.parquet"], 2,
+                                "OUTDIR: no such file or folder"),
+    "plot-front-missing-folder": ({}, ["plot", "front", "TMP/out"], 2, "OUTDIR: no such file or folder"),
     "plot-busbw-missing-file": ({}, ["plot", "busbw", "TMP/table.json"], 2, "OUTDIR: no such file or folder"),
     "plot-not-a-run": ({"out/summary.json": "[]", "out/timeline.parquet": "x"}, ["plot", "memory", "TMP/out",
                                                                                    "-o", "TMP/m.png"], 2, "OUTDIR"),

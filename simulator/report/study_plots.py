@@ -320,10 +320,11 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
 def _read_table(path: Path, name: str, manifest_allowed: str | None = None) -> pd.DataFrame:
     """The table ``name`` of the folder ``path`` (or the file ``path``); with ``manifest_allowed`` (what the
     folder should be), after checking it against its folder's manifest, as a run's charts are (a sweep's folder
-    has none: it is appended to point by point)."""
+    has none: it is appended to point by point). A path that is not there is 'no such file or folder', as
+    busbw's: either would be read."""
     table = path / name if path.is_dir() else path
     if not path.exists():
-        raise outdir_error(path, "no such folder", manifest_allowed or TABLE_ALLOWED)
+        raise outdir_error(path, "no such file or folder", manifest_allowed or TABLE_ALLOWED)
     if not table.is_file():
         raise outdir_error(path, (path.is_dir() and other_kind(path, (name,))) or f"has no {name}",
                            manifest_allowed or TABLE_ALLOWED)
