@@ -157,7 +157,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if loaded.scenario.run.horizon is not None:
         from simulator.reliability.simulate import interval_past_horizon, validate_job
 
-        sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.gpus, force=args.force)
+        sizes = validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
         warnings += [w for w in (interval_past_horizon(loaded, None),) if w is not None]

@@ -131,6 +131,22 @@ def test_a_trace_job_is_refused_where_it_cannot_be_told(tmp_path, capsys, monkey
     assert not (tmp_path / "out").exists()
 
 
+def test_a_trace_job_both_too_large_and_leaving_gpus_idle_meets_one_first_error(tmp_path, capsys, monkeypatch):
+    """With the event limit below the two-rank trace's ops, its job on 4 GPUs is both too large and leaves two
+    GPUs idle: `validate` refused its size first and `run` its idle GPUs. Both now refuse the idle GPUs first
+    (`refuse_trace_step`, one order for the two)."""
+    import simulator.scale as scale
+
+    monkeypatch.setattr(scale, "MAX_EVENTS", 1)
+    scenario = tmp_path / "job.yaml"
+    traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
+    scenario.write_text(f"cluster: {{topology: ethernet-100g, nodes: 4}}\nworkload: {{trace: '{traces}'}}\n"
+                        "checkpoint: {size: 1 GB}\nrun: {horizon: 2 d}\nfaults: {preset: llama3}\n")
+    for command in (["validate", str(scenario)], ["run", str(scenario), "--out", str(tmp_path / "out")]):
+        assert main(command) == 2
+        assert capsys.readouterr().err.startswith(
+            f"error: {scenario}:1: cluster: the trace's job runs 2 ranks, and the cluster has 4 GPUs")
+
 @pytest.mark.parametrize("field, value", [("min_replicas", "1"), ("elastic_batch", "keep_global"),
                                           ("regrow", "on_repair")])
 def test_an_elastic_setting_beside_a_trace_is_refused_without_offering_elastic(tmp_path, capsys, field, value):

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from simulator.parallel.layout import Layout
+    from simulator.program.step import StepProgram
     from simulator.simulation import PreparedStep
     from simulator.topology.graph import Topology
 
@@ -240,22 +241,19 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
 
 
 def _trace_step(loaded: LoadedScenario, model: FailureModel, topology: Topology, *, force: bool) -> PreparedStep:
-    """A replayed trace's job: its healthy step built (not yet run) and the job refused where its ranks leave GPUs
-    idle (`_refuse_idle_gpus`, known once the traces are read: before, a large trace was replayed whole before
-    that refusal), then, unless ``force``, where its ops pass the scale limits as a plain replay's are
-    (`scale.refuse_large_trace`: a trace's size is its files', known once read), or where the states of a class
-    that straggles or degrades links would: a trace has no layout to fold stragglers by and link faults unfold
-    any step (`fold_policy.fold_with_faults`), so each such state replays every copy that `workload.dp` adds,
-    unfolded. The healthy step, for the job to run."""
+    """A replayed trace's job: its healthy step built (not yet run) and refused as `refuse_trace_step` says (idle
+    GPUs, then its size: before, a large trace was replayed whole before the idle-GPU refusal), or, unless
+    ``force``, where the states of a class that straggles or degrades links would pass the scale limits: a trace
+    has no layout to fold stragglers by and link faults unfold any step (`fold_policy.fold_with_faults`), so each
+    such state replays every copy that `workload.dp` adds, unfolded. The healthy step, for the job to run."""
     from simulator.scale import refuse_large_trace
     from simulator.simulation import prepare_training, step_faults
 
     guard = None if force else state_guard(loaded, topology, None)
     healthy = prepare_training(loaded, topology, step_faults(loaded, topology), guard)
-    _refuse_idle_gpus(loaded, healthy.step.program.world, topology)
+    refuse_trace_step(loaded, topology, healthy.step.program, force=force)
     if force:
         return healthy
-    refuse_large_trace(loaded, topology.num_gpus, healthy.step.program)
     unfolding = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE
                  or (klass.effect is Effect.DEGRADE and klass.unit != "spine_switch")]
     if unfolding:
@@ -319,6 +317,20 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     if scenario.restart.spares > hosts:
         raise ScenarioError(f"{scenario.restart.spares:,} spare hosts for a job on {counted(hosts, 'host')}",
                             field="restart.spares", allowed=f"0 to {hosts:,}")
+
+
+def refuse_trace_step(loaded: LoadedScenario, topology: Topology, program: StepProgram, *, force: bool) -> None:
+    """A replayed trace's step once built (its size is its files', known once read), refused as `trainsim
+    validate` and `run` both refuse it, in one order: a job's where its ranks leave GPUs idle
+    (`_refuse_idle_gpus`), then, unless ``force``, any whose ops pass the scale limits
+    (`scale.refuse_large_trace`). Validate checked the size first, run the idle GPUs: a job both too large and
+    leaving GPUs idle met a different first error in each."""
+    from simulator.scale import refuse_large_trace
+
+    if loaded.scenario.run.horizon is not None and isinstance(loaded.scenario.workload, TraceWorkload):
+        _refuse_idle_gpus(loaded, program.world, topology)
+    if not force:
+        refuse_large_trace(loaded, topology.num_gpus, program)
 
 
 def _refuse_idle_gpus(loaded: LoadedScenario, ranks: int, topology: Topology) -> None:
@@ -426,18 +438,15 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
                             "written"))
 
 
-def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, ranks: int | None = None, *,
+def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, *,
                  force: bool = False) -> ElasticSizes:
     """What `trainsim validate` checks of a job without simulating its step, refusing as `trainsim run` does:
     the checks that need no step (check_job); the horizon against ``step_floor_s``, a lower bound of the step
     time (preflight.step_floor: a horizon shorter than it is shorter than the step); and the job-event limit
     on the failures and maintenance windows, whose counts need no step (the checkpoints' need its time; with
-    ``force``, the limit --force keeps); and a replayed trace's job whose ``ranks`` (preflight's: the traced ranks
-    and `workload.dp`'s copies) leave GPUs idle, as `run` refuses it. The job's sizes, for validate to name those
-    skipped for memory."""
+    ``force``, the limit --force keeps). A replayed trace's job that leaves GPUs idle was refused before, with its
+    step (`refuse_trace_step`). The job's sizes, for validate to name those skipped for memory."""
     checks = check_job(loaded, topology)
-    if ranks is not None and isinstance(loaded.scenario.workload, TraceWorkload):
-        _refuse_idle_gpus(loaded, ranks, topology)
     refuse_short_horizon(loaded, step_floor_s, f"at least {step_floor_s:.6g} s, the kernels of its busiest GPU "
                          "stream alone")
     counts = [checks.units.count(klass.unit) for klass in checks.model.classes]
