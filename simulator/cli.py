@@ -98,7 +98,7 @@ def _warn(command: str, warnings: list[str] | tuple[str, ...], memory: dict, loa
     imported only then), with the remedies computed for ``loaded`` on ``topology`` (built where not given:
     `oom_line`)."""
     for warning in warnings:
-        print(f"warning: {on_command_line(warning, f'trainsim {command}')}", file=sys.stderr)
+        _stderr_line(f"warning: {on_command_line(warning, f'trainsim {command}')}")
     if memory.get("oom"):
         from rich.console import Console
 
@@ -110,7 +110,13 @@ def _warn(command: str, warnings: list[str] | tuple[str, ...], memory: dict, loa
 
 def _warn_line(warning: str) -> None:
     """One warning on stderr as it happens (a worker simulating straggler states ahead lost mid-job)."""
-    print(f"warning: {warning}", file=sys.stderr)
+    _stderr_line(f"warning: {warning}")
+
+
+def _stderr_line(line: str) -> None:
+    """``line`` on stderr in one write: `print` writes the text and its newline apart, and a job's progress
+    heartbeat (console/progress.py) could put its own line between the two."""
+    sys.stderr.write(f"{line}\n")
 
 
 def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> int:
@@ -129,7 +135,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
                              on_healthy_step=lambda summary: _warn("run", summary.get("warnings", []), summary,
                                                                    loaded))
     if job.waiting is not None:
-        print(f"warning: {job.waiting}", file=sys.stderr)
+        _stderr_line(f"warning: {job.waiting}")
     if not quiet:
         from rich.console import Console
 

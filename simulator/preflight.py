@@ -50,7 +50,7 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     paused meanwhile, as in a run (simulator/collector.py): the program's million ops are a heap that each
     full collection walks again (on the SC21 1T row, 64 stages x 512 micro-batches, 5.76 -> 4.45 s of CPU,
     means of two runs each)."""
-    from simulator.reliability.simulate import refuse_trace_step
+    from simulator.config.traces import TraceWorkload
     from simulator.scale import refuse_unfolded
     from simulator.workload.comm_program import build_comm_program
 
@@ -66,7 +66,10 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
-    refuse_trace_step(loaded, topology, program, force=force)
+    if isinstance(workload, TraceWorkload):  # the job modules imported for a trace only: a plain step's
+        from simulator.reliability.simulate import refuse_trace_step  # validate loads none of them
+
+        refuse_trace_step(loaded, topology, program, force=force)
     located(loaded, lambda: plan_every_collective(prepared.step.shapes.firsts, prepared.plans))
     layout = {"layout": program.details["layout"]} if "layout" in program.details and program.memory else {}
     return Verdict({**program.memory, **layout}, (*loaded.ignored_without_a_horizon(), *program.warnings),

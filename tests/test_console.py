@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator import cli as cli_module
 from simulator.cli import main
 from simulator.config import bundled
 from simulator.console import progress as progress_module
@@ -347,6 +349,50 @@ def test_plain_progress_heartbeat_prints_while_no_count_comes(capsys, monkeypatc
     assert err == ("simulating the job: replication 1/2: simulating cluster state 1 (8 link(s) down), "
                    "0:00:10 elapsed\n")
     assert progress.plain._heartbeat is None
+
+
+def test_the_heartbeat_thread_blocks_the_stop_signals():
+    """Ctrl-C and SIGTERM must reach the process through the main thread: ahead.py blocks them there across a
+    worker's fork, and the heartbeat, not blocking them, took one whose handler then ran inside that window."""
+    masks = []
+    plain = PlainProgress()
+    plain.beat = lambda: masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # type: ignore[method-assign]
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(progress_module, "BEAT_S", 0.001)
+    try:
+        plain.start_heartbeat()
+        waited = time.monotonic()
+        while not masks and time.monotonic() - waited < 60:
+            time.sleep(0.01)
+        plain.stop_heartbeat()
+    finally:
+        monkeypatch.undo()
+    assert {signal.SIGINT, signal.SIGTERM} <= masks[0]
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_a_warning_reaches_stderr_in_one_write(monkeypatch):
+    """`print` wrote a warning's text and its newline apart, and the heartbeat's line could land between them."""
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    cli_module._warn_line("a worker ended early")
+    assert writes == ["warning: a worker ended early\n"]
+
+
+def test_validate_of_a_plain_step_imports_no_job_module():
+    """preflight imported the job simulation's modules for every scenario (334 modules, about 0.1 s of each
+    validate) to refuse a trace job's idle GPUs; they load for a replayed trace only."""
+    scenario = bundled.resolve_scenario("llama3-8b-dgx-h100-dp8")
+    code = ("import sys\nfrom simulator.cli import main\n"
+            f"code = main(['validate', {str(scenario)!r}])\n"
+            "print(code, [m for m in sys.modules if m.startswith('simulator.reliability')])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "0 []"
 
 
 def test_plain_progress_says_100_percent_only_when_all_are_done(capsys):

@@ -8,11 +8,14 @@ simulating its degraded leaf states with nothing printed."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from simulator.errors import STOP_SIGNALS
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -81,6 +84,9 @@ class PlainProgress:
         """A daemon thread calling `beat` every BEAT_S seconds until `stop_heartbeat`: a line at least every
         PLAIN_EVERY_S (+ BEAT_S) seconds however long the run goes between counts."""
         def beating() -> None:
+            # Ctrl-C and SIGTERM reach the process through the main thread only: ahead.py blocks them there
+            # across a worker's fork, and one delivered here would run its handler inside that window.
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             while not self._stopped.wait(BEAT_S):
                 self.beat()
 
