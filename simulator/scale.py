@@ -45,6 +45,7 @@ from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import SIZE_PARAMETERS, HostShape, host_shape, topology_gpus
 from simulator.units import counted
 from simulator.workload.calibrated import tp_overlap
+from simulator.workload.training import tp_domains
 
 if TYPE_CHECKING:
     from simulator.config.yaml_source import FieldPath
@@ -468,7 +469,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())
         mirrors = 0.0
     estimate = _estimate(scenario, gpus, ranks, ops, flows, mirrors, fold)
-    if hosts is not None and len({rank // hosts.domain for rank in layout.group("tp", 0)}) > 1:
+    if hosts is not None and tp_domains(layout, lambda rank: rank // hosts.domain) > 1:
         return replace(estimate, tp_host_gpus=hosts.domain, tp_order=tp <= hosts.domain)
     return estimate
 

@@ -399,6 +399,15 @@ def test_the_estimate_reads_the_channels_and_nvl72_trays(overrides, before, afte
     assert estimate.tp_host_gpus == 0  # TP inside an NVLink domain, even across NVL72 trays
 
 
+def test_a_later_tp_group_across_nvl72_racks_is_named_in_the_advice():
+    """Two 72-GPU racks, TP 16, DP 9: GPU 0's TP group stays in rack 0 but GPUs 64-79 straddle both racks, so
+    the estimate names TP among its causes; it weighed GPU 0's group alone and said no TP group crossed."""
+    loaded = load_scenario(DP8_TWO_LAYERS, ["cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=16",
+                                            "parallelism.dp=9", "training.global_batch=36"])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    assert (estimate.tp_host_gpus, estimate.tp_order) == (72, True)
+
+
 def test_tp_16_across_hosts_with_32_channels_counts_them():
     """TP 16 over two hosts with `collectives.channels: 32`: 32 rings of 16 transfers a collective, where the
     estimate counted one per rail (8): estimate / simulated flows 0.17, then 0.666, now 0.932 with a full

@@ -4,7 +4,7 @@ the pipeline schedule, per-stage work from the cost model, and the data-parallel
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -428,7 +428,7 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybr
     per-layer collectives over the network (seed 000, Q5); hybrid sharding with one DP rank per domain
     shards nothing."""
     warnings = []
-    domains = tp_domains(layout, topology)
+    domains = tp_domains(layout, topology.gpu_domain.__getitem__)
     if domains > 1:
         warnings.append(f"parallelism.tp: a TP group of {layout.tp} GPUs spans {domains} NVLink domains; its "
                         "collectives cross the network every layer")
@@ -439,15 +439,16 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybr
     return tuple(warnings)
 
 
-def tp_domains(layout: Layout, topology: Topology) -> int:
-    """The most NVLink domains any one TP group spans (1 where every group stays inside one). Every group is
-    weighed, not GPU 0's alone: where a domain's GPU count is not a multiple of TP (72-GPU GB200 racks, TP 16)
-    a later group straddles two domains while the first does not."""
+def tp_domains(layout: Layout, domain_of: Callable[[int], int]) -> int:
+    """The most NVLink domains any one TP group spans (1 where every group stays inside one), with
+    `domain_of` giving a rank's domain: a built topology's, or the size estimate's rank // domain GPUs. Every
+    group is weighed, not GPU 0's alone: where a domain's GPU count is not a multiple of TP (72-GPU GB200 racks,
+    TP 16) a later group straddles two domains while the first does not."""
     stride = layout.stride("tp")
     spans: dict[int, set[int]] = {}
     for rank in range(layout.world):
         base = rank - (rank // stride) % layout.tp * stride
-        spans.setdefault(base, set()).add(topology.gpu_domain[rank])
+        spans.setdefault(base, set()).add(domain_of(rank))
     return max(len(domains) for domains in spans.values())
 
 
