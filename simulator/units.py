@@ -277,8 +277,9 @@ def texts_apart(values: Sequence[float], write: Callable[[float, int], str], lea
                 most: int = 17) -> list[str]:
     """``values`` written by ``write(value, digits)`` with ``least`` significant digits, or as many more, up to
     ``most``, as distinct values need to read differently (17 digits tell any two different floats apart):
-    figures read side by side must not print alike where they differ."""
-    distinct = len(set(values))
+    figures read side by side must not print alike where they differ. Values still alike at ``most`` digits
+    (apart by float noise) count as one, so they do not widen every other text to ``most`` digits."""
+    distinct = len({write(value, most) for value in values})
     for digits in range(least, most + 1):
         texts = [write(value, digits) for value in values]
         if len(set(texts)) == distinct:

@@ -587,6 +587,16 @@ def test_heatmap_cells_that_differ_read_differently():
     assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91.041", "91.044", "91.262", "91.268"]
     assert heatmap.axes[1].get_ylabel() == "tokens_per_s (k tokens/s)"
 
+
+def test_heatmap_cells_apart_by_float_noise_alone_widen_no_cell():
+    """Two cells apart only in the 16th digit (means of replications) read alike at the six-digit cap; they
+    counted as distinct, so every cell grew to six digits ('1,500.00') trying to tell them apart."""
+    from simulator.report.column_units import cell_texts
+
+    assert cell_texts([1500.0, 2500.0, 3500.0, 3500.0000000001]) == ["1,500", "2,500", "3,500", "3,500"]
+    assert cell_texts([91041.0, 91044.0, 91044.00000000001]) == ["91,041", "91,044", "91,044"]
+
+
 def test_a_log_x_axis_places_quantities_by_size_and_reads_plain_numbers():
     """`--log-x` over ddp.bucket (1 MiB, 25 MiB, 100 MiB) drew the texts at category places 0, 1, 2 on a log
     axis: ticks '2^0' and '2^1', the first point at log(0), off the chart, and no size named; over micro_batch

@@ -103,7 +103,7 @@ def cell_texts(values: Sequence[float]) -> list[str]:
     """A heat map's cell figures: whole with thousands separators from 1,000 on, four significant digits below
     ('{:.3g}' printed 91,043 tokens/s as '9.1e+04', the same as 91,268), or as many more as distinct cells need
     to read differently (`texts_apart`), up to six: scaled into k tokens/s, 91,041 and 91,044 both read
-    '91.04'. Cells apart by rounding noise alone (means of equal runs) still read alike at six digits."""
+    '91.04'. Cells apart by rounding noise alone (means of equal runs) read alike and widen no other cell."""
     return texts_apart(values, _cell_text, most=6)
 
 
