@@ -600,17 +600,21 @@ def test_a_straggler_state_reroutes_the_scenarios_own_failed_link_on_its_own_top
     assert alone["faults"]["rerouted_routes"] > 0
     assert summary["faults"] == alone["faults"]
 
+
+LEAF_SWITCH_JOB = RAILS + """run: {horizon: 2 d, replications: 2, seed: 1}
+faults:
+  components:
+    leaf_switch: {mtbf: 20 d, repair: 2 h, repair_distribution: fixed}
+"""
+"""Two two-day replications on the eight-rail DGX cluster, its leaf switches down for a fixed two hours."""
+
+
 def test_a_degraded_leaf_runs_at_the_step_time_of_its_links_down():
     """DGX hosts, eight rails: a leaf down leaves its rail's GPUs routing over NVLink through their peers'
     NICs (PXN). The job keeps training at that state's step time, which is `simulate()` of the scenario with
     the leaf's links down; its extra time is slow-step time of `leaf_switch`, and the time parts still add up
     to the horizon."""
-    text = RAILS + """run: {horizon: 2 d, replications: 2, seed: 1}
-faults:
-  components:
-    leaf_switch: {mtbf: 20 d, repair: 2 h, repair_distribution: fixed}
-"""
-    job = simulate_job(scenario_from_text(text))
+    job = simulate_job(scenario_from_text(LEAF_SWITCH_JOB))
     summary = job.summary
     degraded = [state for state in summary["states"] if state["links_down"]]
     assert degraded and summary["interruptions"]["unexpected"]["mean"] == 0
@@ -635,13 +639,8 @@ def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch)
     the job printed nothing meanwhile: its ``activity`` now hears the replication, each state as its step starts
     (numbered as met, what is down) and when it is done, then '' once the replications are."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
-    text = RAILS + """run: {horizon: 2 d, replications: 2, seed: 1}
-faults:
-  components:
-    leaf_switch: {mtbf: 20 d, repair: 2 h, repair_distribution: fixed}
-"""
     heard: list[str] = []
-    job = simulate_job(scenario_from_text(text), activity=heard.append)
+    job = simulate_job(scenario_from_text(LEAF_SWITCH_JOB), activity=heard.append)
     degraded = [state for state in job.summary["states"] if state["links_down"]]
     simulating = [line for line in heard if ": simulating" in line]
     assert len(simulating) == len(degraded) > 0
@@ -662,11 +661,6 @@ def test_a_degraded_state_leaves_nothing_of_its_topology_behind(monkeypatch):
     from simulator.topology.graph import Topology
 
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
-    text = RAILS + """run: {horizon: 2 d, replications: 2, seed: 1}
-faults:
-  components:
-    leaf_switch: {mtbf: 20 d, repair: 2 h, repair_distribution: fixed}
-"""
     alive: list[int] = []
 
     def heard(line: str) -> None:
@@ -674,7 +668,7 @@ faults:
             alive.append(sum(isinstance(thing, Topology) for thing in gc.get_objects()))
 
     gc.collect()
-    job = simulate_job(scenario_from_text(text), activity=heard)
+    job = simulate_job(scenario_from_text(LEAF_SWITCH_JOB), activity=heard)
     assert sum(1 for state in job.summary["states"] if state["links_down"]) >= 2
     assert len(alive) > 2 and len(set(alive)) == 1
 
