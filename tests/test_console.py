@@ -320,7 +320,7 @@ def test_plain_progress_says_what_the_run_does_between_counts(capsys):
     now[0] = PLAIN_EVERY_S
     plain.beat()
     plain(0, 2)
-    plain.doing("replication 1/2: simulating cluster state 3 (8 link(s) down)")
+    plain.doing("replication 1/2: simulating a new cluster state (8 link(s) down)")
     plain.beat()
     now[0] = 2 * PLAIN_EVERY_S
     plain.beat()
@@ -328,7 +328,7 @@ def test_plain_progress_says_what_the_run_does_between_counts(capsys):
     plain.doing("")
     assert capsys.readouterr().err == (
         "simulating the job: simulating the healthy step, 0:00:10 elapsed\n"
-        "simulating the job: 0/2 replications (0%), replication 1/2: simulating cluster state 3 (8 link(s) down),"
+        "simulating the job: 0/2 replications (0%), replication 1/2: simulating a new cluster state (8 link(s) down),"
         " 0:00:20 elapsed\n"
         "simulating the job: 0/2 replications (0%), 0:00:30 elapsed\n")
 
@@ -341,12 +341,12 @@ def test_plain_progress_heartbeat_prints_while_no_count_comes(capsys, monkeypatc
         assert progress.plain is not None
         plain = progress.plain
         plain.clock = lambda: plain.started
-        progress.doing("replication 1/2: simulating cluster state 1 (8 link(s) down)")
+        progress.doing("replication 1/2: simulating a new cluster state (8 link(s) down)")
         plain.clock = lambda: plain.started + PLAIN_EVERY_S  # due: only the heartbeat prints from here
         waited = time.monotonic()
         while "elapsed" not in (err := capsys.readouterr().err) and time.monotonic() - waited < 60:
             time.sleep(0.01)
-    assert err == ("simulating the job: replication 1/2: simulating cluster state 1 (8 link(s) down), "
+    assert err == ("simulating the job: replication 1/2: simulating a new cluster state (8 link(s) down), "
                    "0:00:10 elapsed\n")
     assert progress.plain._heartbeat is None
 
@@ -420,6 +420,19 @@ def test_a_long_command_piped_says_how_far_it_got(command, line, tmp_path, monke
     assert f"{line} (100%)" in capsys.readouterr().err
     assert main([*command, "--out", str(tmp_path / "out"), "--quiet"]) == 0
     assert "elapsed" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "line"), [
+    (["run", str(DATA / "small-job.yaml")], "simulating the job: 1/1 replications (100%), writing outputs, "),
+    (["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml")], "simulating: writing outputs, "),
+])
+def test_a_piped_run_says_when_it_writes_its_outputs(command, line, tmp_path, monkeypatch, capsys):
+    """The plain line ignored the 'writing outputs' phase: while a large job wrote its events, the heartbeat
+    went on saying only that the replications were done. A run's phase and a job's last activity now say it."""
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
+    assert main([*command, "--out", str(tmp_path / "out")]) == 0
+    lines = [text for text in capsys.readouterr().err.splitlines() if text.endswith(" elapsed")]
+    assert lines[-1].startswith(line)
 
 
 def test_version(capsys):
@@ -552,15 +565,15 @@ def test_job_progress_bar_names_the_state_a_replication_simulates(monkeypatch):
     def draw(progress):
         progress.started -= 10
         progress(0, 2)
-        progress.doing("replication 1/2: simulating cluster state 3 (8 link(s) down)")
+        progress.doing("replication 1/2: simulating a new cluster state (8 link(s) down)")
         assert progress.bar is not None
         progress.bar.refresh()
-        assert progress.bar.tasks[0].description.endswith("cluster state 3 (8 link(s) down)")
+        assert progress.bar.tasks[0].description.endswith("a new cluster state (8 link(s) down)")
         progress.doing("")
         assert progress.bar.tasks[0].description == "simulating the job"
 
     drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
-    assert b"simulating the job: replication 1/2: simulating cluster state 3" in drawn
+    assert b"simulating the job: replication 1/2: simulating a new cluster state" in drawn
 
 
 def test_progress_bar_is_full_once_the_simulation_is_over(monkeypatch):

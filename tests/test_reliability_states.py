@@ -637,7 +637,8 @@ def test_a_degraded_leaf_runs_at_the_step_time_of_its_links_down():
 def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch):
     """A leaf switch's state is simulated inline when a replication first meets it (minutes at 2,048 GPUs), and
     the job printed nothing meanwhile: its ``activity`` now hears the replication, each state as its step starts
-    (numbered as met, what is down) and when it is done, then '' once the replications are."""
+    (what is down, unnumbered: no count of states heard here indexes the summary's sorted states) and when it is
+    done, then '' once the replications are."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     heard: list[str] = []
     job = simulate_job(scenario_from_text(LEAF_SWITCH_JOB), activity=heard.append)
@@ -645,7 +646,7 @@ def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch)
     simulating = [line for line in heard if ": simulating" in line]
     assert len(simulating) == len(degraded) > 0
     first = degraded[0]
-    assert simulating[0] == f"replication 1/2: simulating cluster state 1 ({len(first['links_down'])} link(s) down)"
+    assert simulating[0] == f"replication 1/2: simulating a new cluster state ({len(first['links_down'])} link(s) down)"
     assert heard[0] == "replication 1/2" and heard[-1] == "" and "replication 2/2" in heard
     for line in simulating:
         assert heard[heard.index(line) + 1] == line.split(":")[0]

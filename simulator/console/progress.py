@@ -160,8 +160,11 @@ class RunProgress:
 
     def phase(self, description: str) -> None:
         """Show ``description`` (e.g. "writing outputs") in place of the op count's label. The simulation is over
-        by then, and the engine reports only every PROGRESS_EVERY ops, so the bar is drawn full."""
+        by then, and the engine reports only every PROGRESS_EVERY ops, so the bar is drawn full; the plain line
+        says it after the counts."""
         self.description = description
+        if self.plain is not None:
+            self.plain.doing(description)
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, description=description, completed=self.bar.tasks[0].total)
 

@@ -89,11 +89,17 @@ def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False
     ``on_healthy_step``, ``progress``, ``workers``, ``states_progress``, ``foresight_progress``,
     ``workers_warning``, ``activity``: simulate_job's (the healthy step before the job; each replication; the
     cap on the processes simulating states ahead, each state they do, each replication of the pass that foresees
-    those states, a worker that ended early or was not forked, and the state a replication simulates)."""
+    those states, a worker that ended early or was not forked, and the state a replication simulates);
+    ``activity`` then hears 'writing outputs' while the run folder is written (a large job's events take a while,
+    and its progress line kept saying only that the replications were done)."""
     job = simulate_job(loaded, force=force, on_healthy_step=on_healthy_step, progress=progress, workers=workers,
                        states_progress=states_progress, foresight_progress=foresight_progress,
                        workers_warning=workers_warning, activity=activity)
-    return job, [] if out_dir is None else write_job_outputs(out_dir, job, loaded)
+    if out_dir is None:
+        return job, []
+    if activity is not None:
+        activity("writing outputs")
+    return job, write_job_outputs(out_dir, job, loaded)
 
 
 def write_job_outputs(out_dir: Path, job: JobResult, loaded: LoadedScenario) -> list[str]:

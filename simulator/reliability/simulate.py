@@ -551,7 +551,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
     replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked
     (the outputs are the same; only the time differs). ``activity`` hears what the replications do between their
-    counts: `replication 1/2`, and `replication 1/2: simulating cluster state 3 (8 link(s) down)` while a state
+    counts: `replication 1/2`, and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state
     met for the first time is simulated (a leaf switch's state of the 2,048-GPU job took minutes, and a job
     printed nothing meanwhile), then '' once they are done."""
     scenario = loaded.scenario
@@ -603,18 +603,16 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
 def _state_activity(activity: Callable[[str], None], events: JobEvents, replications: int
                     ) -> Callable[[ClusterState | None], None]:
     """A `StepStates.on_simulating` that tells ``activity`` which state the replication now running (its
-    ``events``' replication) simulates, numbered in the order the job met them, and when it is done."""
-    simulated = 0
+    ``events``' replication) simulates, by what differs in it, and when it is done. Unnumbered: states simulated
+    ahead or cached are not heard, and job_summary.json sorts its states, so no count here indexes them."""
 
     def on_simulating(state: ClusterState | None) -> None:
-        nonlocal simulated
         replication = f"replication {events.replication + 1}/{replications}"
         if state is None:
             activity(replication)
             return
-        simulated += 1
         differs = state.describe() or f"{state.replicas} replicas"
-        activity(f"{replication}: simulating cluster state {simulated} ({differs})")
+        activity(f"{replication}: simulating a new cluster state ({differs})")
 
     return on_simulating
 
