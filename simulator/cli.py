@@ -135,7 +135,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
                              on_healthy_step=lambda summary: _warn("run", summary.get("warnings", []), summary,
                                                                    loaded))
     if job.waiting is not None:
-        _stderr_line(f"warning: {job.waiting}")
+        _warn_line(job.waiting)
     if not quiet:
         from rich.console import Console
 

@@ -165,6 +165,8 @@ def test_a_preset_class_given_a_repair_alone_keeps_the_presets_rate(tmp_path, ca
     faults = FaultsConfig.model_validate({"preset": "llama3", "components": {"gpu": {"repair": "4 h"},
                                           "hbm": {"distribution": "weibull", "shape": 0.7}}})
     classes = {c.name: c for c in failure_model(faults).classes}
+    # Dubey et al. 2024 (Llama 3), Table 5: 148 faulty-GPU and 72 HBM3 interruptions in 54 days on 16,384 GPUs
+    # (catalog/failures.py)
     gpu_per_s = 148 / 16384 / (54 * 86400)
     assert classes["gpu"].rate_per_unit_s == pytest.approx(gpu_per_s, rel=1e-12)
     assert (classes["gpu"].repair_s, classes["gpu"].label) == (4 * 3600.0, "faulty GPU")

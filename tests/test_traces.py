@@ -203,15 +203,16 @@ def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
     tf32 peaks, at the calibrated bf16 plateau (tf32 has no `gemm.achievable` of its own), give 0.472. A kernel
     whose name says tf32, or CUTLASS's tensorop s1688gemm on fp32 inputs, is bounded at tf32."""
     from simulator.catalog.gpus import GPUS
-    from simulator.workload.calibrated import calibrated_efficiency
     from simulator.workload.traces.gpu_move import GpuMove
     from simulator.workload.traces.model import TracedOp
 
     h100, b200 = GPUS["h100-sxm"], GPUS["b200"]
     move = GpuMove(1.0, h100, b200)
     op = TracedOp(0, name, "7", "compute", 0.0, 1e-3, dtype=dtype)
-    tf32 = (494.5e12 * calibrated_efficiency("h100-sxm", "bf16").matmul_peak  # tf32 has no MAMF of its own
-            / (1125e12 * calibrated_efficiency("b200", "bf16").matmul_peak))
+    # tf32 dense peaks x the bf16 plateau (tf32 has no MAMF of its own): kernels.yaml's achievable x sustained
+    # clock, H100 SXM 0.801 x 0.848 (mamf, hpl-clock), B200 0.776 x 0.815 (mamf, msmf)
+    tf32 = 494.5e12 * 0.801 * 0.848 / (1125e12 * 0.776 * 0.815)
+    assert tf32 == pytest.approx(0.472, abs=5e-4)
     assert move.bound(op).precision == "tf32"
     assert move.duration(op) == pytest.approx(1e-3 * tf32, rel=EXACT)
 

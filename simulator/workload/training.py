@@ -444,6 +444,8 @@ def tp_domains(layout: Layout, domain_of: Callable[[int], int]) -> int:
     `domain_of` giving a rank's domain: a built topology's, or the size estimate's rank // domain GPUs. Every
     group is weighed, not GPU 0's alone: where a domain's GPU count is not a multiple of TP (72-GPU GB200 racks,
     TP 16) a later group straddles two domains while the first does not."""
+    if layout.tp == 1:
+        return 1
     stride = layout.stride("tp")
     spans: dict[int, set[int]] = {}
     for rank in range(layout.world):

@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
@@ -132,7 +132,7 @@ class GpuMove:
     traced: GPUSpec | None = None
     cluster: GPUSpec | None = None
 
-    @property
+    @cached_property
     def ramp_time_s(self) -> float:
         """The traced GPU's ramp (the roofline's launch and tail loss, kernels.yaml `gemm.ramp_time_s`)."""
         return calibrated_efficiency(self.traced.name).ramp_time if self.traced else 0.0
@@ -175,7 +175,8 @@ class GpuMove:
         durations before `compute_scale`; for memory-bound ops also the ramp and the ops within it (unmoved)."""
         assert self.traced is not None and self.cluster is not None
         ops = list(ops)
-        counts = Counter(self.bound(op) for op in ops)
+        bounds_of_ops = [self.bound(op) for op in ops]
+        counts = Counter(bounds_of_ops)
         classes: dict[str, dict] = {}
         for kind, (text, unit) in BOUNDS.items():
             bounds = sorted(bound for bound in counts if bound.kind == kind)
@@ -183,8 +184,8 @@ class GpuMove:
                              "rates": [self._rates(bound, counts[bound]) for bound in bounds]}
         classes["memory-bound"].update(
             ramp_time_s=self.ramp_time_s,
-            ops_within_ramp=sum(1 for op in ops if kernel_class(op.name) == "memory-bound"
-                                and op.duration_s <= self.ramp_time_s))
+            ops_within_ramp=sum(1 for op, bound in zip(ops, bounds_of_ops, strict=True)
+                                if bound.kind == "memory-bound" and op.duration_s <= self.ramp_time_s))
         return {"from": self.traced.name, "to": self.cluster.name, "classes": classes}
 
     def _rates(self, bound: Bound, ops: int) -> dict:
