@@ -1,6 +1,7 @@
 """A job simulation (failures, checkpoints and restarts over a horizon) whose step is a replayed trace: the
-healthy step and each straggler state are replays of the trace, the checkpoint's size is given, and a trace's
-job is refused where it cannot be told honestly (no checkpoint.size, elastic, idle GPUs)."""
+healthy step, each straggler state and each size an elastic job shrinks to are replays of the trace, the
+checkpoint's size is given, and a trace's job is refused where it cannot be told honestly (no checkpoint.size,
+keep_global, idle GPUs)."""
 
 from __future__ import annotations
 
@@ -101,16 +102,16 @@ def test_a_trace_job_without_a_checkpoint_size_is_refused_before_any_step(tmp_pa
 
 
 @pytest.mark.parametrize("extra, overrides, message", [
-    ("restart: {elastic: true}\n", [],
-     "job.yaml:7: restart.elastic: a replayed trace's job restarts on the traced ranks (and workload.dp's copies) "
-     "only: the trace tells neither its memory on fewer replicas nor a step with more micro-batches (allowed: false "
-     "beside workload.trace)"),
+    ("restart: {elastic: true, elastic_batch: keep_global}\n", [],
+     "job.yaml:7: restart.elastic_batch: a replayed trace's replicas each replay the traced step as recorded, and it "
+     "holds no more micro-batches to keep the global batch on fewer replicas (allowed: keep_per_replica beside "
+     "workload.trace)"),
     ("", ["cluster.nodes=4"],
      "job.yaml:1: cluster: the trace's job runs 2 ranks, and the cluster has 4 GPUs: the idle ones' failures would "
      "interrupt it (with --set cluster.nodes=4) (allowed: a cluster of 2 GPUs, or a workload.dp that fills it)"),
-], ids=["elastic", "idle-gpus"])
+], ids=["keep-global", "idle-gpus"])
 def test_a_trace_job_is_refused_where_it_cannot_be_told(tmp_path, capsys, monkeypatch, extra, overrides, message):
-    """An elastic trace job (fewer workload.dp copies would need the trace's memory and micro-batches) and one
+    """An elastic trace job keeping its global batch (the trace holds no more micro-batches) and one
     whose ranks leave GPUs idle (their failures would interrupt it) are refused, one located line, by `validate`
     as by `run`, and before any step is simulated. Before, validate passed the idle-GPU job, and run refused it
     only after replaying its healthy step."""
@@ -147,11 +148,11 @@ def test_a_trace_job_both_too_large_and_leaving_gpus_idle_meets_one_first_error(
         assert capsys.readouterr().err.startswith(
             f"error: {scenario}:1: cluster: the trace's job runs 2 ranks, and the cluster has 4 GPUs")
 
-@pytest.mark.parametrize("field, value", [("min_replicas", "1"), ("elastic_batch", "keep_global"),
-                                          ("regrow", "on_repair")])
-def test_an_elastic_setting_beside_a_trace_is_refused_without_offering_elastic(tmp_path, capsys, field, value):
-    """A restart setting of an elastic job beside a trace is refused without suggesting `restart.elastic: true`,
-    which a trace's job refuses in turn: it says the job is not elastic."""
+@pytest.mark.parametrize("field, value", [("min_replicas", "1"), ("regrow", "on_repair")])
+def test_an_elastic_setting_beside_a_trace_that_is_not_elastic_offers_elastic(tmp_path, capsys, field, value):
+    """A restart setting of an elastic job beside a trace that is not elastic is refused as a modelled job's is,
+    offering `restart.elastic: true`, which a trace's job now takes (before, it said the job could not be
+    elastic)."""
     scenario = tmp_path / "job.yaml"
     traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
     scenario.write_text(f"cluster: {{topology: ethernet-100g, nodes: 2}}\nworkload: {{trace: '{traces}'}}\n"
@@ -159,7 +160,70 @@ def test_an_elastic_setting_beside_a_trace_is_refused_without_offering_elastic(t
     assert main(["validate", str(scenario)]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"error: {scenario}:5: restart.{field}: ")
-    assert error.endswith(f"(allowed: no {field} (a replayed trace's job is not elastic))\n")
+    assert error.endswith(f"(allowed: restart.elastic: true, or no {field})\n")
+
+
+H = 3600.0
+ELASTIC = f"""cluster: {{topology: ethernet-100g, nodes: 8}}
+workload: {{trace: '{SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"}', format: kineto, dp: 8,
+            tokens_per_step: 8192}}
+checkpoint: {{size: 270 MB, interval: 10 min}}
+run: {{horizon: 20 h, replications: 1}}
+faults:
+  components:
+    host: {{unit: host, effect: replace, mtbf: 1000 d, repair: 10 h}}
+    software: {{unit: host, effect: restart, mtbf: 1000 d}}
+restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true}}
+"""
+
+
+def test_an_elastic_trace_job_shrinks_by_whole_copies_each_size_a_plain_replay(monkeypatch):
+    """The two-rank DP-2 trace copied to 8 replicas on 8 one-GPU hosts, elastic, no spares. Hosts fail at 1 h,
+    2 h and 3 h (back at 11 h, 12 h, 13 h): 7 hosts run 6 replicas (3 copies; 7 is no whole copy), 6 hosts 6,
+    5 hosts 4; a software failure at 14 h finds every host back and the job grows to 8. Its sizes are the whole
+    copies, 2 to 8; each size's step is the plain replay at that `workload.dp` on its hosts, to the last bit (the
+    data-parallel all-reduce re-simulated over fewer ranks); two shrinks, one regrow, and the time on each size
+    is what its restart rows leave it. Before, `restart.elastic` beside a trace was refused."""
+    import numpy as np
+
+    import simulator.reliability.simulate as job_simulation
+    from simulator.reliability.processes import Arrivals
+
+    rows = [(1 * H, 0, 0, 10 * H), (2 * H, 0, 1, 10 * H), (3 * H, 0, 2, 10 * H), (14 * H, 1, 0, 0.0)]
+    time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
+    arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
+    monkeypatch.setattr(job_simulation, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
+    job = simulate_job(scenario_from_text(ELASTIC, "job.yaml"))
+    replicas = job.summary["replicas"]
+    assert replicas["sizes"] == [2, 4, 6, 8]
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (2, 1)
+    steps = {state["replicas"]: state["step_time_s"] for state in job.summary["states"]}
+    assert sorted(steps) == [4, 6, 8]
+    for size, step in steps.items():
+        plain = simulate(scenario_from_text(ELASTIC, "job.yaml", [f"workload.dp={size}", f"cluster.nodes={size}",
+                                                                   "run.horizon=null"])).summary
+        assert step == plain["step_time_s"]
+    assert steps[4] < steps[6] < steps[8]
+    restarts = job.events[job.events["kind"] == "restart"][["start_s", "end_s"]].to_numpy()
+    assert restarts[:, 0].tolist() == [1 * H, 2 * H, 3 * H, 14 * H]
+    running = {int(size): value["mean"] for size, value in replicas["running_s"].items()}
+    assert running[6] == pytest.approx(2 * H - restarts[0, 1] + 3 * H - restarts[1, 1], abs=1e-6)
+    assert running[4] == pytest.approx(14 * H - restarts[2, 1], abs=1e-6)
+    assert running[8] == pytest.approx(1 * H + 20 * H - restarts[3, 1], abs=1e-6)
+    assert sum(running.values()) + job.summary["time_s"]["restart_s"]["mean"] == pytest.approx(20 * H, abs=1e-6)
+
+
+def test_an_elastic_trace_jobs_min_replicas_is_checked_against_its_replicas(tmp_path, capsys):
+    """`restart.min_replicas` above the trace job's replicas is refused at its line: against `workload.dp` at
+    load, and against the traced job's own replicas (dp left out: 2 for the two-rank trace) once it is read."""
+    scenario = tmp_path / "job.yaml"
+    for dp, whose in ((", dp: 8", "workload.dp's 8 replicas"), ("", "the trace's job's 2 replicas")):
+        nodes = 8 if dp else 2
+        text = ELASTIC.replace(", dp: 8", dp).replace("nodes: 8", f"nodes: {nodes}")
+        scenario.write_text(text.replace("elastic: true", "elastic: true, min_replicas: 9"))
+        assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+        assert capsys.readouterr().err == (f"error: {scenario}:10: restart.min_replicas: min_replicas 9 is above "
+                                           f"{whose} (allowed: 1 to {8 if dp else 2})\n")
 
 
 def test_trace_jobs_in_two_folders_with_one_relative_glob_each_get_their_own_steps(tmp_path):

@@ -19,6 +19,12 @@ GPU (the step summary's), so a constraint that breaks as DP shrinks is one locat
 an error when the job first shrinks, deep into a run, and so is an elastic job none of whose smaller sizes fits
 while its layout does. A layout that does not fit itself gets a plain job's verdict, a warning (its step's
 out-of-memory line), not a refusal: the job runs on it and the smaller sizes that fit, if any.
+
+A replayed trace's job (`workload.trace`) shrinks by whole copies of its traced ranks: its sizes are the
+multiples of the traced job's own data parallelism d up to `workload.dp` whose copies fill whole hosts
+(`trace_sizes`, once the trace is read), each replica replaying its traced work (`keep_per_replica` only: the
+trace's micro-batches are replayed as recorded, so `keep_global` is refused) and its ranks using the memory they
+used, so no size is skipped for memory.
 """
 
 from __future__ import annotations
@@ -53,9 +59,14 @@ def shrunk_microbatches(batch: ElasticBatch, dp: int, microbatches: int, replica
 def shrunk_scenario(scenario: Scenario, hosts: int, dp: int, microbatches: int, replicas: int) -> Scenario:
     """``scenario`` (a layout of ``dp`` replicas on ``hosts`` hosts, ``microbatches`` per replica) on
     ``replicas`` of its replicas: the hosts they fill, DP set, each replica's micro-batches as
-    `restart.elastic_batch` says (shrunk_microbatches)."""
+    `restart.elastic_batch` says (shrunk_microbatches); a replayed trace's `workload.dp` set to ``replicas``, its
+    copies each replaying the trace as recorded."""
     cluster = scenario.cluster
-    nodes = replicas * (hosts // dp)
+    nodes = hosts * replicas // dp
+    if isinstance(scenario.workload, TraceWorkload):
+        return scenario.model_copy(update={
+            "cluster": ClusterConfig(topology=cluster.topology, **{**cluster.overrides(), "nodes": nodes}),
+            "workload": scenario.workload.model_copy(update={"dp": replicas})})
     count = shrunk_microbatches(scenario.restart.elastic_batch, dp, microbatches, replicas)
     return scenario.model_copy(update={
         "cluster": ClusterConfig(topology=cluster.topology, **{**cluster.overrides(), "nodes": nodes}),
@@ -135,12 +146,13 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
     """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use, a size it cannot run on and
     an elastic job that fits in GPU memory on none of its smaller sizes while its layout fits (one whose layout
     does not is warned about as a plain job is, by its step's summary), with the remedies of its largest such
-    size where ``weigh_remedies``. A replayed trace's job is not elastic (`_refuse_elastic_trace`)."""
+    size where ``weigh_remedies``. A replayed trace's sizes turn on its traced job's data parallelism, known once
+    its trace is read (`trace_sizes`): here only its batch policy and `min_replicas` against `workload.dp`."""
     scenario = loaded.scenario
     restart = scenario.restart
     workload = scenario.workload
     if isinstance(workload, TraceWorkload):
-        _refuse_elastic_trace(loaded)
+        _refuse_global_batch_of_trace(loaded)
         dp = trace_replicas(workload.dp)
     else:
         layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
@@ -150,17 +162,16 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
                            ("elastic_batch", "sets an elastic job's batch on fewer replicas"),
                            ("regrow", "says when an elastic job grows back")):
             if name in restart.model_fields_set:
-                fix = (f"no {name} (a replayed trace's job is not elastic)" if isinstance(workload, TraceWorkload)
-                       else f"restart.elastic: true, or no {name}")
-                raise loaded.error(("restart", name), f"{name} {what}", fix)
+                raise loaded.error(("restart", name), f"{name} {what}", f"restart.elastic: true, or no {name}")
+        return ElasticSizes((dp,))
+    if isinstance(workload, TraceWorkload):
+        if workload.dp is not None:
+            _check_min_replicas(loaded, workload.dp, "workload.dp's")
         return ElasticSizes((dp,))
     if topology.num_hosts % layout.dp:
         raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
                            "a layout whose replicas each fill whole hosts")
-    smallest = restart.min_replicas or 1
-    if smallest > layout.dp:
-        raise loaded.error(("restart", "min_replicas"), f"min_replicas {smallest} is above the layout's "
-                           f"{layout.dp} replicas", f"1 to {layout.dp}")
+    smallest = _check_min_replicas(loaded, layout.dp, "the layout's")
     microbatches = located(loaded, lambda: microbatch_count(scenario, layout.dp))
     kept = layout.dp * microbatches if restart.elastic_batch is ElasticBatch.KEEP_GLOBAL else None
     sizes = allowed_sizes(layout.dp, layout.cp, scenario.parallelism.ep, smallest, kept)
@@ -184,16 +195,37 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
     return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity if out_of_memory else 0.0)
 
 
-def _refuse_elastic_trace(loaded: LoadedScenario) -> None:
-    """Refuse `restart.elastic: true` beside a replayed trace. A trace shrunk to fewer replicas would be fewer
-    `workload.dp` copies of it, but which counts it runs on turns on the traced job's own data parallelism (dp a
-    multiple of it, read only once the trace is), a shrunk size is skipped where its step does not fit in GPU
-    memory, which a trace does not model, and `keep_global` would have each replica run more micro-batches than
-    the trace replays."""
-    if loaded.scenario.restart.elastic:
-        raise loaded.error(("restart", "elastic"), "a replayed trace's job restarts on the traced ranks (and "
-                           "workload.dp's copies) only: the trace tells neither its memory on fewer replicas nor a "
-                           "step with more micro-batches", "false beside workload.trace")
+def _check_min_replicas(loaded: LoadedScenario, dp: int, whose: str) -> int:
+    """The smallest size an elastic job of ``dp`` replicas (``whose``: what sets them, as the refusal says it)
+    may shrink to, `restart.min_replicas` or 1, refused above ``dp``."""
+    smallest = loaded.scenario.restart.min_replicas or 1
+    if smallest > dp:
+        raise loaded.error(("restart", "min_replicas"), f"min_replicas {smallest} is above {whose} "
+                           f"{counted(dp, 'replica')}", f"1 to {dp}")
+    return smallest
+
+
+def _refuse_global_batch_of_trace(loaded: LoadedScenario) -> None:
+    """Refuse `restart.elastic_batch: keep_global` beside a replayed trace: each replica replays the traced step,
+    whose micro-batches are the trace's own kernels, so a replica cannot take more of them on fewer replicas."""
+    if loaded.scenario.restart.elastic_batch is ElasticBatch.KEEP_GLOBAL:
+        raise loaded.error(("restart", "elastic_batch"), "a replayed trace's replicas each replay the traced step "
+                           "as recorded, and it holds no more micro-batches to keep the global batch on fewer "
+                           "replicas", "keep_per_replica beside workload.trace")
+
+
+def trace_sizes(loaded: LoadedScenario, hosts: int, replicas: int, traced_dp: int | None) -> ElasticSizes:
+    """The replica counts a replayed trace's job of ``replicas`` replicas on ``hosts`` hosts runs on, once its
+    trace is read: ``replicas`` alone unless elastic; else, from `restart.min_replicas` up, the multiples of the
+    traced job's own data parallelism ``traced_dp`` (the summary's `trace.traced_dp`: `workload.dp` copies the
+    traced ranks, so a size is a whole number of copies) whose copies fill whole hosts. None of them is skipped
+    for memory: each rank replays its traced work, in the memory it used."""
+    if not loaded.scenario.restart.elastic:
+        return ElasticSizes((replicas,))
+    smallest = _check_min_replicas(loaded, replicas, "the trace's job's")
+    copy = traced_dp or replicas
+    return ElasticSizes(tuple(size for size in range(copy, replicas + 1, copy)
+                              if size >= smallest and hosts * size % replicas == 0))
 
 
 def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) -> None:

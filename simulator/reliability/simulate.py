@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, NoReturn
 
@@ -24,7 +24,7 @@ from simulator.reliability.ahead import cores, simulate_ahead, states_foreseen
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
-from simulator.reliability.elastic import ElasticSizes, elastic_sizes
+from simulator.reliability.elastic import ElasticSizes, elastic_sizes, trace_sizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import Arrivals, draw_arrivals
@@ -512,8 +512,9 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
         return Degradation(links=units.links(klass.unit, unit))
 
     sizes = checks.sizes
-    if isinstance(scenario.workload, TraceWorkload):  # not elastic: its one size, as its trace tells it
-        sizes = replace(sizes, sizes=(states.healthy.replicas,))
+    if isinstance(scenario.workload, TraceWorkload):  # its sizes, as its trace tells its replicas
+        sizes = trace_sizes(loaded, topology.num_hosts, states.healthy.replicas,
+                            states.healthy_summary["trace"]["traced_dp"])
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
