@@ -290,3 +290,21 @@ def test_recost_gemms_on_a_trace_without_shapes_says_why_nothing_is_recosted(tmp
         f"{tmp_path / 'rank0.json'}: recost_gemms: no matrix multiply in the trace records its operand shapes, so "
         "none is re-costed; profile with torch.profiler.profile(record_shapes=True)"]
     assert not trace.replay(tmp_path, recost=False).summary["warnings"]
+
+
+@pytest.mark.parametrize("kernel, precision", [("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "tf32"),
+                                               ("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32", "fp32")],
+                         ids=["tf32-kernel", "fp32-kernel"])
+def test_a_recosted_fp32_gemm_runs_tf32_where_its_kernel_says_so(tmp_path, kernel, precision):
+    """An fp32 aten::mm of 4096^3 under allow_tf32 launches a TF32 tensor-core kernel: `recost_gemms` costs it at
+    the H200's tf32 peak (494.5 TFLOP/s dense: 399.6 us), as the GPU move bounds it, where it took the CUDA
+    cores' fp32 peak (67 TFLOP/s: 2,936.3 us, 7.3x slower). An fp32 kernel by name stays fp32."""
+    trace = Trace()
+    trace.op("aten::mm", 100, 50, BF16_DIMS, ["float", "float"])
+    trace.kernel(kernel, 120, 400)
+    result = trace.replay(tmp_path)
+    expected = gemm_duration((1, M, N, K), precision, get_gpu("h200"))
+    assert durations(kernel_rows(result, kernel)) == pytest.approx([expected], rel=EXACT)
+    assert result.summary["trace"]["recosted_gemms"] == 1
+    tf32, fp32 = (gemm_duration((1, M, N, K), p, get_gpu("h200")) for p in ("tf32", "fp32"))
+    assert (tf32, fp32) == (pytest.approx(399.6e-6, abs=0.1e-6), pytest.approx(2936.3e-6, abs=0.1e-6))

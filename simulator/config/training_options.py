@@ -9,6 +9,9 @@ from typing import Literal, get_args
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 """Training precision: the GEMMs' peak and the bytes of activations, weights and gradients (fp8 keeps 16-bit
 weights and gradients)."""
+MathPrecision = Literal[Precision, "tf32"]
+"""The precision whose peak bounds a kernel: a training precision, or tf32 (tensor-core math on fp32 inputs, which
+no training precision names: a replayed trace's fp32 GEMM under allow_tf32)."""
 Optimizer = Literal["adam", "adamw", "sgd", "sgd_momentum"]
 """The optimizer: its state per parameter (memory) and the bytes its step streams through HBM."""
 Recompute = Literal["none", "selective", "full"]

@@ -15,7 +15,7 @@ from operator import attrgetter
 from typing import assert_never
 
 from simulator.catalog.gpus import GPUSpec
-from simulator.config.training_options import Precision
+from simulator.config.training_options import MathPrecision, Precision
 from simulator.errors import ScenarioError
 from simulator.workload.transformer import MEASURED_KERNELS, Kernel, MemoryKind
 
@@ -99,7 +99,7 @@ def log_interpolate(points: tuple[tuple[float, float], ...], length: float) -> f
     return points[-1][1]
 
 
-def compute_precision(kernel: Kernel, precision: Precision) -> Precision:
+def compute_precision(kernel: Kernel, precision: MathPrecision) -> MathPrecision:
     """Precision whose peak bounds ``kernel``: elementwise math runs on fp32 CUDA cores, attention in bf16 under fp8."""
     if kernel.kind == "elementwise":
         return "fp32"
@@ -159,7 +159,7 @@ def memory_efficiency(hbm_bytes: float, bandwidth: float, efficiency: Efficiency
 
 
 def roofline_times(
-    kernel: Kernel, gpu: GPUSpec, precision: Precision, efficiency: Efficiency = Efficiency()
+    kernel: Kernel, gpu: GPUSpec, precision: MathPrecision, efficiency: Efficiency = Efficiency()
 ) -> tuple[float, float]:
     """(compute seconds, HBM seconds) of ``kernel`` at achieved rates; its duration is the larger."""
     compute_time = 0.0
@@ -175,7 +175,8 @@ def roofline_times(
     return compute_time, memory_time
 
 
-def kernel_duration(kernel: Kernel, gpu: GPUSpec, precision: Precision, efficiency: Efficiency = Efficiency()) -> float:
+def kernel_duration(kernel: Kernel, gpu: GPUSpec, precision: MathPrecision, efficiency: Efficiency = Efficiency()
+                    ) -> float:
     """Seconds ``kernel`` takes on ``gpu`` at ``precision``: the slower of its compute and its HBM traffic."""
     return max(roofline_times(kernel, gpu, precision, efficiency))
 

@@ -79,12 +79,20 @@ def kernel_class(name: str) -> KernelClass:
     return KERNEL_CLASSES[kernel_kind(name)]
 
 
-def gemm_precision(op: TracedOp) -> GemmPrecision:
-    """The precision of a GEMM kernel: its launching op's `Input type` (fp32 inputs run tf32 math where the
-    kernel's name says tf32), else its name, else bf16."""
+def told_precision(op: TracedOp) -> GemmPrecision | None:
+    """The precision a GEMM kernel's launching op tells by its `Input type`, fp32 inputs running tf32 math where
+    the kernel's name says tf32; None where it tells none. The one reading of both the GPU move and
+    `recost_gemms`."""
     told = GEMM_PRECISIONS.get(op.dtype.lower())
     if told == "fp32" and TF32_NAME.search(op.name):
         return "tf32"
+    return told
+
+
+def gemm_precision(op: TracedOp) -> GemmPrecision:
+    """The precision of a GEMM kernel: as its launching op tells it (`told_precision`), else its name, else
+    bf16."""
+    told = told_precision(op)
     if told is not None:
         return told
     return next((precision for precision, pattern in GEMM_NAME_PRECISIONS if pattern.search(op.name)), PEAK_PRECISION)

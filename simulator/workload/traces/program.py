@@ -31,7 +31,6 @@ from typing import NamedTuple
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.collectives.names import Primitive
 from simulator.config.traces import TraceWorkload
-from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 from simulator.program.send_order import SendOrder
@@ -43,12 +42,12 @@ from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.exchanges import TracedShares, pair_bytes
-from simulator.workload.traces.gpu_move import PEAK_PRECISION, GpuMove
+from simulator.workload.traces.gpu_move import PEAK_PRECISION, GpuMove, told_precision
 from simulator.workload.traces.groups import settled_groups
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import Dimensions, TracedSizes, Transfer, dimensions
 from simulator.workload.traces.model import (
-    GEMM_PRECISIONS,
+    GemmPrecision,
     ProcessGroup,
     TracedOp,
     TracedRank,
@@ -211,12 +210,14 @@ def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str
     return tuple(warnings)
 
 
-def gemm_duration(shape: tuple[int, int, int, int], precision: Precision, gpu: GPUSpec) -> float:
-    """The kernel model's time for a (batch, m, n, k) matrix multiply on ``gpu``: 2bmnk FLOPs, the two
-    operands read and the product written once."""
+def gemm_duration(shape: tuple[int, int, int, int], precision: GemmPrecision, gpu: GPUSpec) -> float:
+    """The kernel model's time for a (batch, m, n, k) matrix multiply on ``gpu``: 2bmnk FLOPs at the peak of
+    ``precision`` (tf32: the tensor cores' on fp32 operands), the two operands read and the product written
+    once."""
     batch, m, n, k = shape
+    element = PRECISION_BYTES["fp32" if precision == "tf32" else precision]
     kernel = Kernel("gemm", flops=2.0 * batch * m * n * k,
-                    hbm_bytes=batch * (m * k + k * n + m * n) * PRECISION_BYTES[precision], kind="matmul",
+                    hbm_bytes=batch * (m * k + k * n + m * n) * element, kind="matmul",
                     size_dim=min(m, n, k))
     return kernel_duration(kernel, gpu, precision, calibrated_efficiency(gpu.name))
 
@@ -694,7 +695,7 @@ class _Builder:
             if op.gemm:
                 batch, m, n, k = op.gemm
                 flops = 2.0 * batch * m * n * k
-                precision = GEMM_PRECISIONS.get(op.dtype.lower())
+                precision = told_precision(op)
                 if self.gemm_gpu is not None and precision is not None:
                     duration = gemm_duration(op.gemm, precision, self.gemm_gpu)
                     self.recosted += 1
