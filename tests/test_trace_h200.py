@@ -238,6 +238,60 @@ def test_attention_of_untold_key_length_moves_at_the_longest_both_tables_measure
         ("forward", 16384, "assumed", pytest.approx(566.4 / (539 * 0.848), rel=1e-9))]
 
 
+def chakra_attention(folder: Path) -> Path:
+    """A Chakra trace (a JSON array of nodes) of one rank's attention as Chakra's converter writes it: each kernel
+    with its launching op as a control dependency, each op with the Python text of its operands' shapes. The
+    forward op (flash, (batch, heads, length, head dim)) and the backward op (its first operand the output's
+    gradient) record 3,000 keys, 2,048 queries; a third kernel has no launching op."""
+    def op(node: int, name: str, shapes: list, caller: int | None = None) -> dict:
+        return {"id": node, "name": name, "type": "COMP_NODE", "durationMicros": 5,
+                "ctrlDeps": [] if caller is None else [caller],
+                "inputs": {"values": "[]", "shapes": str(shapes), "types": "[]"},
+                "attr": [{"name": "is_cpu_op", "boolVal": True}]}
+
+    def kernel(node: int, name: str, launcher: int | None) -> dict:
+        return {"id": node, "name": name, "type": "COMP_NODE", "durationMicros": 500,
+                "ctrlDeps": [] if launcher is None else [launcher], "attr": [{"name": "is_cpu_op", "boolVal": False}]}
+
+    query, key = [4, 16, 2048, 64], [4, 16, 3000, 64]
+    nodes = [op(1, "aten::scaled_dot_product_attention", []),
+             op(2, "aten::_scaled_dot_product_flash_attention", [query, key, key, [], [], []], caller=1),
+             kernel(3, "flash_fwd_kernel", 2),
+             op(4, "aten::_scaled_dot_product_flash_attention_backward", [query, query, key, key, [], []]),
+             kernel(5, "flash_bwd_dq_dk_dv_loop_kernel", 4),
+             kernel(6, "flash_fwd_kernel", None)]
+    path = folder / "rank0.json"
+    path.write_text(json.dumps(nodes))
+    return path
+
+
+def test_a_chakra_attention_kernel_moves_at_the_key_length_its_launching_op_records(tmp_path):
+    """A Chakra trace moved from an H200 to an H100 SXM: the flash kernels launched by SDPA ops that record their
+    shapes move at the 3,000 keys those record (the forward's op inside aten::scaled_dot_product_attention, which
+    records none), as a Kineto trace's do; the kernel without a launching op at the forward's longest common
+    length, 16k, 'assumed'. The SDPA ops themselves are CPU ops: host time, neither moved nor counted among the
+    moved ops. Before, every Chakra attention kernel was 'assumed', and the CPU ops named for attention were moved
+    as attention kernels (3 more forward ops at 16k, a backward at 32k)."""
+    path = chakra_attention(tmp_path)
+    text = (f"cluster: {{topology: dgx-h100, gpus: 1, gpu_model: h100-sxm}}\n"
+            f"workload: {{trace: '{path}', format: chakra-json, traced_gpu: h200}}\n")
+    result = simulate(scenario_from_text(text, source=str(tmp_path / "scenario.yaml")))
+    forward = log_linear(3000, ((2048, 461.5), (4096, 516.0))) / (
+        log_linear(3000, ((2048, 484.0), (4096, 518.0))) * 0.848)
+    backward = log_linear(3000, ((2048, 371.7), (4096, 436.4))) / (
+        log_linear(3000, ((2048, 465.0), (4096, 499.0))) * H100_CAUSAL * 0.848)
+    rates = result.summary["trace"]["gpu_move"]["classes"]["attention"]["rates"]
+    assert [(entry["pass"], entry["key_length"], entry["key_length_from"], entry["ops"], entry["duration_ratio"])
+            for entry in rates] == [("backward", 3000, "trace", 1, pytest.approx(backward, rel=1e-9)),
+                                    ("forward", 3000, "trace", 1, pytest.approx(forward, rel=1e-9)),
+                                    ("forward", 16384, "assumed", 1, pytest.approx(566.4 / (539 * 0.848), rel=1e-9))]
+    timeline = result.timeline
+    moved = timeline[timeline["name"] == "flash_bwd_dq_dk_dv_loop_kernel"]
+    assert list(moved["end_s"] - moved["start_s"]) == pytest.approx([500e-6 * backward], rel=1e-9)
+    host = timeline[timeline["name"].str.startswith("aten::")]
+    assert len(host) == 3 and list(host["end_s"] - host["start_s"]) == pytest.approx([5e-6] * 3, rel=1e-9)
+
+
 def test_a_replay_on_the_traced_gpu_is_unchanged_by_naming_it():
     """traced_gpu naming the cluster's own GPU moves nothing: every ratio is 1 and the timeline is the one
     without it, value for value (a memory-bound kernel's ramp split off and added back, unrounded); its

@@ -15,16 +15,21 @@ from __future__ import annotations
 import ast
 import heapq
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from simulator.collectives.names import Primitive
 from simulator.workload.traces.model import (
+    ATTENTION_KEYS,
+    CPU_STREAM,
     ProcessGroup,
     TracedOp,
     TracedRank,
     as_int,
+    attention_key_length,
     checked_duration,
     checked_message,
+    kernel_kind,
     trace_error,
 )
 
@@ -74,6 +79,8 @@ def read_chakra(path: Path) -> TracedRank:
         if op is None:
             op_of[position] = deps
             continue
+        if op.kind == "compute" and op.stream != CPU_STREAM and kernel_kind(op.name) == "attention":
+            op = replace(op, key_length=_key_length(nodes, by_id, node))
         op_of[position] = (len(ops),)
         ops.append(op)
     if not ops:
@@ -275,6 +282,52 @@ def _launcher(nodes: list[dict], by_id: dict[int, int], node: dict) -> dict | No
     return None
 
 
+def _key_length(nodes: list[dict], by_id: dict[int, int], node: dict) -> int:
+    """The key length of an attention kernel's node: that of the innermost PyTorch attention op (model.py
+    `ATTENTION_KEYS`) among the CPU ops that launched it, read off the op's recorded operand shapes; 0 where none
+    records it. Chakra's converter gives each node the op that called it as a control dependency (a kernel its
+    launching op, that op its caller) and keeps the op's `inputs.shapes`, the Python text of its operands' shapes
+    (`record_shapes`)."""
+    seen: set[int] = set()
+    while True:
+        parents = [by_id[identity] for dep in _listed(_get(node, "ctrl_deps"))
+                   if (identity := _known_id(dep)) in by_id and by_id[identity] not in seen]
+        if not parents:
+            return 0
+        seen.add(parents[0])
+        node = nodes[parents[0]]
+        name = str(node.get("name", ""))
+        if name in ATTENTION_KEYS:
+            inputs = node.get("inputs")
+            length = attention_key_length(name, _shapes(inputs.get("shapes") if isinstance(inputs, dict) else None))
+            if length:
+                return length
+
+
+def _listed(value: object) -> list:
+    """A list field's items; none where it is not a list."""
+    return value if isinstance(value, list) else []
+
+
+def _known_id(value: object) -> int | None:
+    """A node id from a dependency's JSON number or text, None where it is not one."""
+    try:
+        return as_int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _shapes(value: object) -> object:
+    """An op's recorded operand shapes: the Python text of a list (Chakra's converter writes `str()` of the
+    execution trace's list), or the list itself; None where unreadable."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
 def _node_type(file: str, where: str, value: object) -> str:
     """A node's type by name or number; an unknown or missing one is refused, not skipped, since a mistyped
     COMP_NODE would silently drop its time from the step."""
@@ -298,7 +351,7 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...], groups: dic
     duration = checked_duration(_int(file, position, node, "duration_micros", 0) * US, file, where, name)
     attrs = _attrs(node)
     if kind == "COMP_NODE":
-        stream = "cpu" if attrs.get("is_cpu_op") in (True, "true", 1) else "compute"
+        stream = CPU_STREAM if attrs.get("is_cpu_op") in (True, "true", 1) else "compute"
         return TracedOp(position, name, stream, "compute", start, duration, deps=deps)
     if kind not in ("COMM_COLL_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE"):
         return None

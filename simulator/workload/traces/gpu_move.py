@@ -25,7 +25,7 @@ from simulator.catalog.gpus import GPUS, GPUSpec
 from simulator.errors import ScenarioError
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import attention_plateau
-from simulator.workload.traces.model import GEMM_PRECISIONS, GemmPrecision, TracedOp, kernel_kind
+from simulator.workload.traces.model import CPU_STREAM, GEMM_PRECISIONS, GemmPrecision, TracedOp, kernel_kind
 
 KernelClass = Literal["matmul", "attention", "memory-bound", "unknown"]
 KERNEL_CLASSES: Mapping[str, KernelClass] = MappingProxyType({
@@ -169,20 +169,22 @@ class GpuMove:
 
     def duration(self, op: TracedOp) -> float:
         """The replayed duration of the traced compute op ``op``: moved, then times `compute_scale`. A memory-bound
-        op's time beyond the ramp streams and moves by the ratio; the time within it does not."""
-        if self.traced is None:
+        op's time beyond the ramp streams and moves by the ratio; the time within it does not. A Chakra trace's
+        CPU op is host time and does not move."""
+        if self.traced is None or op.stream == CPU_STREAM:
             return op.duration_s * self.compute_scale
         bound = self.bound(op)
         moving = op.duration_s - self.ramp_time_s if bound.kind == "memory-bound" else op.duration_s
         return (op.duration_s + max(moving, 0.0) * (self.ratio(bound) - 1.0)) * self.compute_scale
 
     def details(self, ops: Iterable[TracedOp]) -> dict:
-        """The summary's account of the move over the traced compute ops ``ops``: per class the ops counted,
+        """The summary's account of the move over the traced compute ops ``ops`` (a Chakra trace's CPU ops, which do
+        not move, left out): per class the ops counted,
         what bounds them and the unit of that rate, and per distinct bound (a GEMM precision; an attention pass
         and key length) its ops, its rate on each GPU and their ratio, traced over cluster: the factor on the
         durations before `compute_scale`; for memory-bound ops also the ramp and the ops within it (unmoved)."""
         assert self.traced is not None and self.cluster is not None
-        ops = list(ops)
+        ops = [op for op in ops if op.stream != CPU_STREAM]
         bounds_of_ops = [self.bound(op) for op in ops]
         counts = Counter(bounds_of_ops)
         classes: dict[str, dict] = {}

@@ -145,6 +145,9 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
     return replace(traced, ops=tuple(ops))
 
 
+CPU_STREAM = "cpu"
+"""The stream of a Chakra trace's CPU ops (`is_cpu_op`): host time, which moving the trace to another GPU leaves
+as traced."""
 KERNEL_KINDS = (
     ("elementwise", re.compile(r"dot_do_o|convert_dq_to|convert_d(?:q|kv)_kernel|clear_dkvaccum|splitkv_combine|"
                                r"FlashAttnBwd(?:Pre|Post)process|FlashAttnFwdCombine", re.I)),
