@@ -129,19 +129,24 @@ H100_CAUSAL = 443.6 / 517.3
 FORWARD_2K = 461.5 / (484 * 0.848)
 BACKWARD_2K = 371.7 / (465 * H100_CAUSAL * 0.848)
 RAMP_S = 2e-6
-"""The H200's ramp (kernels.yaml gemm.ramp_time_s): a memory-bound kernel's time within it does not stream."""
+"""The H200's and the H100's ramp (kernels.yaml gemm.ramp_time_s): a kernel's time within it is launch and tail,
+which no rate shortens."""
 
 
-def streamed(duration: float) -> float:
-    """A memory-bound kernel's traced duration on the H100: its time beyond the ramp moved by MEMORY."""
-    return duration if duration <= RAMP_S else RAMP_S + (duration - RAMP_S) * MEMORY
+def ramped(ratio: float) -> Callable[[float], float]:
+    """A kernel's traced duration on the H100: its time beyond the ramp moved by ``ratio``."""
+    return lambda duration: duration if duration <= RAMP_S else RAMP_S + (duration - RAMP_S) * ratio
+
+
+streamed = ramped(MEMORY)
+"""A memory-bound kernel's move."""
 
 
 # One kernel family of each class and pass, with its traced duration's move onto the H100
 MOVED = {
-    "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN": lambda d: d * MATMUL,
-    "sdpa_sm90_flash_fprop": lambda d: d * FORWARD_2K,
-    "sdpa_sm90_flash_bprop": lambda d: d * BACKWARD_2K,
+    "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN": ramped(MATMUL),
+    "sdpa_sm90_flash_fprop": ramped(FORWARD_2K),
+    "sdpa_sm90_flash_bprop": ramped(BACKWARD_2K),
     "cunn_SoftMaxForward": streamed,
     "compute_dot_do_o": streamed,  # cuDNN's attention backward helpers stream memory
     "convert_dq_to_16bits": streamed,
@@ -170,7 +175,8 @@ def test_the_h200_trace_moved_to_an_h100_scales_each_kernel_by_what_bounds_it():
     memory = classes["memory-bound"]
     assert memory["rates"][0]["duration_ratio"] == pytest.approx(MEMORY, rel=1e-9)
     assert memory["rate_unit"] == "B/s" and memory["rates"][0]["traced_gpu_rate"] == pytest.approx(4.8e12 * 0.890)
-    assert (memory["ramp_time_s"], memory["ops_within_ramp"]) == (RAMP_S, 80)
+    assert move["ramp_time_s"] == {"from": RAMP_S, "to": RAMP_S} and memory["ops_within_ramp"] == 80
+    assert (classes["matmul"]["ops_within_ramp"], classes["attention"]["ops_within_ramp"]) == (0, 0)
     for part, moved in MOVED.items():
         traced = traced_durations(part)
         assert traced and replayed_durations(result, part) == pytest.approx([moved(d) for d in traced], rel=1e-9)
@@ -208,7 +214,7 @@ def test_attention_moves_at_the_key_length_its_launching_op_records(tmp_path):
             for entry in rates] == [("backward", 3000, "trace", pytest.approx(backward, rel=1e-9)),
                                     ("forward", 3000, "trace", pytest.approx(forward, rel=1e-9))]
     for part, ratio in (("sdpa_sm90_flash_fprop", forward), ("sdpa_sm90_flash_bprop", backward)):
-        assert replayed_durations(result, part) == pytest.approx([d * ratio for d in traced_durations(part)],
+        assert replayed_durations(result, part) == pytest.approx([ramped(ratio)(d) for d in traced_durations(part)],
                                                                  rel=1e-9)
 
 
@@ -287,7 +293,7 @@ def test_a_chakra_attention_kernel_moves_at_the_key_length_its_launching_op_reco
                                     ("forward", 16384, "assumed", 1, pytest.approx(566.4 / (539 * 0.848), rel=1e-9))]
     timeline = result.timeline
     moved = timeline[timeline["name"] == "flash_bwd_dq_dk_dv_loop_kernel"]
-    assert list(moved["end_s"] - moved["start_s"]) == pytest.approx([500e-6 * backward], rel=1e-9)
+    assert list(moved["end_s"] - moved["start_s"]) == pytest.approx([ramped(backward)(500e-6)], rel=1e-9)
     host = timeline[timeline["name"].str.startswith("aten::")]
     assert len(host) == 3 and list(host["end_s"] - host["start_s"]) == pytest.approx([5e-6] * 3, rel=1e-9)
 

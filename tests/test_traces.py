@@ -143,9 +143,16 @@ def test_unfolded_replication_agrees_with_folded(tmp_path):
 
 MOVED_MEMORY = 3.35e12 * 0.88 / (2.039e12 * 0.88)
 """HBM bandwidth x memory fraction, H100 SXM over A100 80GB (vendor datasheets, kernels.yaml memory.fraction)."""
-MOVED_ADAM_S = 2e-6 + (200e-6 - 2e-6) * MOVED_MEMORY
+RAMP_S = 2e-6
+"""The H100's and the A100's ramp (kernels.yaml gemm.ramp_time_s): launch and tail, which no rate shortens."""
+MOVED_ADAM_S = RAMP_S + (200e-6 - RAMP_S) * MOVED_MEMORY
 """The two-rank trace's Adam kernel (200 us on the H100) on the A100: its time beyond the H100's ramp
 (kernels.yaml gemm.ramp_time_s, 2 us) streams, moved by MOVED_MEMORY; the ramp is launch and tail, unmoved."""
+
+
+def moved_gemm_s(ratio: float) -> float:
+    """Rank 1's GEMM (1100 us on the H100) on the A100: its time beyond the ramp moved by ``ratio``."""
+    return RAMP_S + (1100e-6 - RAMP_S) * ratio
 
 
 def test_a_trace_moved_to_another_gpu_scales_each_kernel_by_what_bounds_it(tmp_path):
@@ -162,7 +169,7 @@ def test_a_trace_moved_to_another_gpu_scales_each_kernel_by_what_bounds_it(tmp_p
     assert {kind: entry["ops"] for kind, entry in classes.items()} == {"matmul": 2, "attention": 0,
                                                                        "memory-bound": 2, "unknown": 0}
     # rank 1's GEMM (1100 us) gates the all-reduce, the optimizer kernel (200 us) follows it
-    expected = 1100e-6 * matmul + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
+    expected = moved_gemm_s(matmul) + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 
@@ -184,7 +191,7 @@ def test_a_moved_fp32_gemm_takes_the_fp32_peaks(tmp_path, kernel, launcher):
     rates = result.summary["trace"]["gpu_move"]["classes"]["matmul"]["rates"]
     assert [(entry["precision"], entry["ops"]) for entry in rates] == [("bf16", 1), ("fp32", 1)]
     assert rates[1]["duration_ratio"] == pytest.approx(fp32, rel=EXACT)
-    expected = 1100e-6 * fp32 + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
+    expected = moved_gemm_s(fp32) + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 
@@ -214,7 +221,29 @@ def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
     tf32 = 494.5e12 * 0.801 * 0.848 / (1125e12 * 0.776 * 0.815)
     assert tf32 == pytest.approx(0.472, abs=5e-4)
     assert move.bound(op).precision == "tf32"
-    assert move.duration(op) == pytest.approx(1e-3 * tf32, rel=EXACT)
+    # the B200's ramp (8 us, fitted on its GEMMs) replaces the H100's (2 us) on the time beyond it
+    assert move.duration(op) == pytest.approx(8e-6 + (1e-3 - 2e-6) * tf32, rel=EXACT)
+
+
+@pytest.mark.parametrize("cluster, short, long", [("a100-80gb", 1e-6, 2e-6 + 98e-6 * 2.707),
+                                                   ("b200", 4e-6, 8e-6 + 98e-6 * 0.472)])
+def test_a_moved_gemm_keeps_its_ramp_and_moves_the_time_beyond_it(cluster, short, long):
+    """The roofline runs every kernel for its time at its rate plus its GPU's ramp (2 us; the B200's 8 us, fitted on
+    its GEMMs). A bf16 GEMM of 100 us moved from the H100 SXM keeps the ramp, now the cluster GPU's, and moves the
+    98 us beyond it by the matmul ratio; one of 1 us, all launch and tail, scales by the two ramps (1 us to the
+    A100, 4 us to the B200). Before, only memory-bound kernels kept a ramp: the GEMMs moved whole, a 1 us GEMM
+    to 2.7 us on the A100 and 0.44 us on the B200."""
+    from simulator.catalog.gpus import GPUS
+    from simulator.workload.traces.gpu_move import GpuMove
+    from simulator.workload.traces.model import TracedOp
+
+    gemm = "nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTN"
+    move = GpuMove(1.0, GPUS["h100-sxm"], GPUS[cluster])
+    ratio = move.ratio(move.bound(TracedOp(0, gemm, "7", "compute", 0.0, 1e-6)))
+    durations = [move.duration(TracedOp(0, gemm, "7", "compute", 0.0, d)) for d in (1e-6, 100e-6)]
+    ramp = 8e-6 if cluster == "b200" else 2e-6
+    assert durations == pytest.approx([short, ramp + 98e-6 * ratio], rel=EXACT)
+    assert durations[1] == pytest.approx(long, rel=1e-3)
 
 
 @pytest.mark.parametrize("name", ["cutlass_tensorop_s1688gemm_f16_256x128_32x2_nn_align8",
@@ -596,7 +625,7 @@ def test_a_moved_kernel_of_unknown_kind_keeps_the_bf16_peak_ratio_and_is_counted
     classes = result.summary["trace"]["gpu_move"]["classes"]
     assert classes["unknown"]["ops"] == 1 and classes["matmul"]["ops"] == 1
     assert classes["unknown"]["rates"][0]["duration_ratio"] == pytest.approx(989.0 / 312.0, rel=EXACT)  # bf16 peaks
-    expected = 1100e-6 * 989.0 / 312.0 + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
+    expected = moved_gemm_s(989.0 / 312.0) + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 

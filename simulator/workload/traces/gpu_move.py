@@ -7,8 +7,12 @@ rate at their key length, elementwise, norm, softmax, reduction, optimizer and c
 memset) by HBM bandwidth. A kernel of no known kind keeps the ratio of the dense bf16 peaks and is counted. Each
 rate on a GPU is the roofline's calibrated plateau (catalog/kernels.yaml through workload/calibrated.py), so
 moving an H100 trace to an H200 (the same bf16 peak, 1.43x the HBM bandwidth) speeds up its memory-bound kernels
-and not its GEMMs. A memory-bound kernel's time within the traced GPU's ramp (the roofline's launch and tail
-loss) is not streaming and keeps its traced length.
+and not its GEMMs. The roofline runs every kernel, whatever bounds it, for its time at the bounding rate plus
+its GPU's ramp (launch and tail loss, kernels.yaml `gemm.ramp_time_s`): a kernel's time within the traced GPU's
+ramp does not move by the rate, and becomes the cluster GPU's ramp. The tile factor, the other small-size term,
+is one function of a GEMM's smallest side with the same half size on every catalogued GPU, so it cancels in the
+ratio; wave quantization (A100 only) needs the GEMM's output shape, which only kernels of recorded shapes carry,
+and is left out (docs/traces.md).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ BOUNDS: Mapping[KernelClass, tuple[str, str]] = MappingProxyType({
                "FLOP/s"),
     "attention": ("dense bf16 peak x calibrated attention plateau of the kernel's pass at its key length",
                   "FLOP/s"),
-    "memory-bound": ("HBM bandwidth x calibrated memory fraction, on the time beyond the traced GPU's ramp", "B/s"),
+    "memory-bound": ("HBM bandwidth x calibrated memory fraction", "B/s"),
     "unknown": ("dense bf16 peak", "FLOP/s"),
 })
 """What bounds each class, and the unit of that rate."""
@@ -145,6 +149,11 @@ class GpuMove:
         """The traced GPU's ramp (the roofline's launch and tail loss, kernels.yaml `gemm.ramp_time_s`)."""
         return calibrated_efficiency(self.traced.name).ramp_time if self.traced else 0.0
 
+    @cached_property
+    def cluster_ramp_time_s(self) -> float:
+        """The cluster GPU's ramp, as `ramp_time_s`."""
+        return calibrated_efficiency(self.cluster.name).ramp_time if self.cluster else 0.0
+
     def bound(self, op: TracedOp) -> Bound:
         """What bounds the traced compute op ``op``."""
         kind = kernel_class(op.name)
@@ -160,29 +169,31 @@ class GpuMove:
         return Bound(kind)
 
     def ratio(self, bound: Bound) -> float:
-        """The factor the move puts on the durations of ``bound``'s ops, traced rate over cluster rate (beyond the
-        ramp for memory-bound ops; 1 where the trace does not move)."""
+        """The factor the move puts on the durations of ``bound``'s ops beyond the ramp, traced rate over cluster
+        rate (1 where the trace does not move)."""
         if self.traced is None or self.cluster is None:
             return 1.0
         return (bounding_rate(self.traced, bound, "workload.traced_gpu")
                 / bounding_rate(self.cluster, bound, "cluster.gpu_model"))
 
     def duration(self, op: TracedOp) -> float:
-        """The replayed duration of the traced compute op ``op``: moved, then times `compute_scale`. A memory-bound
-        op's time beyond the ramp streams and moves by the ratio; the time within it does not. A Chakra trace's
-        CPU op is host time and does not move."""
+        """The replayed duration of the traced compute op ``op``: moved, then times `compute_scale`. The roofline
+        runs every kernel for its time at its bounding rate plus its GPU's ramp, so a kernel's time beyond the
+        traced GPU's ramp moves by the ratio and the ramp becomes the cluster GPU's; a kernel within the ramp is
+        all launch and tail, scaled by the two ramps. A Chakra trace's CPU op is host time and does not move."""
         if self.traced is None or op.stream == CPU_STREAM:
             return op.duration_s * self.compute_scale
-        bound = self.bound(op)
-        moving = op.duration_s - self.ramp_time_s if bound.kind == "memory-bound" else op.duration_s
-        return (op.duration_s + max(moving, 0.0) * (self.ratio(bound) - 1.0)) * self.compute_scale
+        ramp, cluster_ramp = self.ramp_time_s, self.cluster_ramp_time_s
+        if ramp and op.duration_s <= ramp:
+            return op.duration_s * cluster_ramp / ramp * self.compute_scale
+        return (cluster_ramp + (op.duration_s - ramp) * self.ratio(self.bound(op))) * self.compute_scale
 
     def details(self, ops: Iterable[TracedOp]) -> dict:
         """The summary's account of the move over the traced compute ops ``ops`` (a Chakra trace's CPU ops, which do
-        not move, left out): per class the ops counted,
+        not move, left out): the two GPUs' ramps; per class the ops counted, those within the traced GPU's ramp,
         what bounds them and the unit of that rate, and per distinct bound (a GEMM precision; an attention pass
         and key length) its ops, its rate on each GPU and their ratio, traced over cluster: the factor on the
-        durations before `compute_scale`; for memory-bound ops also the ramp and the ops within it (unmoved)."""
+        durations beyond the ramp, before `compute_scale`."""
         assert self.traced is not None and self.cluster is not None
         ops = [op for op in ops if op.stream != CPU_STREAM]
         bounds_of_ops = [self.bound(op) for op in ops]
@@ -191,12 +202,11 @@ class GpuMove:
         for kind, (text, unit) in BOUNDS.items():
             bounds = sorted(bound for bound in counts if bound.kind == kind)
             classes[kind] = {"ops": sum(counts[bound] for bound in bounds), "bound": text, "rate_unit": unit,
+                             "ops_within_ramp": sum(1 for op, bound in zip(ops, bounds_of_ops, strict=True)
+                                                    if bound.kind == kind and op.duration_s <= self.ramp_time_s),
                              "rates": [self._rates(bound, counts[bound]) for bound in bounds]}
-        classes["memory-bound"].update(
-            ramp_time_s=self.ramp_time_s,
-            ops_within_ramp=sum(1 for op, bound in zip(ops, bounds_of_ops, strict=True)
-                                if bound.kind == "memory-bound" and op.duration_s <= self.ramp_time_s))
-        return {"from": self.traced.name, "to": self.cluster.name, "classes": classes}
+        return {"from": self.traced.name, "to": self.cluster.name,
+                "ramp_time_s": {"from": self.ramp_time_s, "to": self.cluster_ramp_time_s}, "classes": classes}
 
     def _rates(self, bound: Bound, ops: int) -> dict:
         assert self.traced is not None and self.cluster is not None
