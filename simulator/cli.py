@@ -78,7 +78,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     with RunProgress(enabled=not args.quiet) as progress:
         result = simulate(loaded, force=args.force, progress=progress)
-        progress.phase("writing outputs")
+        progress.doing("writing outputs")
         files = write_outputs(out, result, loaded)
     _warn("run", result.summary.get("warnings", []), result.summary, loaded, result.topology)
     if not args.quiet:

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -22,7 +23,7 @@ from simulator import cli as cli_module
 from simulator.cli import main
 from simulator.config import bundled
 from simulator.console import progress as progress_module
-from simulator.console.progress import PLAIN_EVERY_S, PlainProgress, RunProgress
+from simulator.console.progress import PLAIN_EVERY_S, Heartbeat, PlainProgress, RunProgress
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
@@ -304,7 +305,7 @@ def test_run_progress_off_a_terminal_prints_plain_lines_unless_quiet(capsys):
         assert progress.bar is None and progress.plain is not None
         progress.plain.last -= PLAIN_EVERY_S
         progress(1024, 4096)
-        progress.phase("writing outputs")
+        progress.doing("writing outputs")
         assert progress.bar is None
     assert capsys.readouterr() == ("", "simulating: 1,024/4,096 ops (25%), 0:00:00 elapsed\n")
     assert RunProgress(enabled=False).plain is None
@@ -348,27 +349,101 @@ def test_plain_progress_heartbeat_prints_while_no_count_comes(capsys, monkeypatc
             time.sleep(0.01)
     assert err == ("simulating the job: replication 1/2: simulating a new cluster state (8 link(s) down), "
                    "0:00:10 elapsed\n")
-    assert progress.plain._heartbeat is None
+    assert progress.heartbeat is None
 
 
 def test_the_heartbeat_thread_blocks_the_stop_signals():
     """Ctrl-C and SIGTERM must reach the process through the main thread: ahead.py blocks them there across a
     worker's fork, and the heartbeat, not blocking them, took one whose handler then ran inside that window."""
     masks = []
-    plain = PlainProgress()
-    plain.beat = lambda: masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # type: ignore[method-assign]
-    monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setattr(progress_module, "BEAT_S", 0.001)
-    try:
-        plain.start_heartbeat()
-        waited = time.monotonic()
-        while not masks and time.monotonic() - waited < 60:
-            time.sleep(0.01)
-        plain.stop_heartbeat()
-    finally:
-        monkeypatch.undo()
+    heard = threading.Event()
+
+    def beat():
+        masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        heard.set()
+
+    heartbeat = Heartbeat(beat, lambda: 0.001)
+    heartbeat.start()
+    assert heard.wait(60)
+    heartbeat.stop()
+    assert not heartbeat.alive
     assert {signal.SIGINT, signal.SIGTERM} <= masks[0]
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+class _HeldStderr:
+    """A stderr whose writes take a lock of their own, as Python's buffered stderr does: the first write from a
+    thread other than the main one waits inside it, the lock held, until ``release`` is set. In a forked child a
+    write that finds the lock held raises instead of blocking for ever (the thread holding it is not there)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.parent = os.getpid()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.lines: list[str] = []
+        self.written = threading.Condition()
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> None:
+        if not self.lock.acquire(blocking=os.getpid() == self.parent):
+            raise RuntimeError("stderr's lock was held when this process was forked")
+        try:
+            if threading.current_thread() is not threading.main_thread() and not self.entered.is_set():
+                self.entered.set()
+                self.release.wait()
+            with self.written:
+                self.lines.append(text)
+                self.written.notify_all()
+        finally:
+            self.lock.release()
+
+    def flush(self) -> None:
+        pass
+
+
+_RELEASED_AT_FORK: list[threading.Event] = []
+"""Set as this process starts to fork (registered after console/progress.py's hooks, so called before them)."""
+os.register_at_fork(before=lambda: [event.set() for event in _RELEASED_AT_FORK])
+
+
+def _writes_a_line() -> None:
+    sys.stderr.write("a worker's line\n")
+
+
+def test_a_worker_forked_while_a_progress_line_is_written_does_not_block(monkeypatch):
+    """The job's heartbeat thread was alive while ahead.py forked its workers: one forked while the thread wrote
+    its line held stderr's lock in a copy with no thread to release it, and blocked for ever on its first write
+    to stderr (or its flush on the way out). Here the heartbeat's due line is held mid-write until the fork
+    begins: the fork now waits for that beat to end and the thread with it, the worker writes its line, and the
+    parent's heartbeat, started again at the run's next report, goes on printing its lines."""
+    from multiprocessing import get_context
+
+    stderr = _HeldStderr()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.setattr(progress_module, "BEAT_S", 0.001)
+    _RELEASED_AT_FORK.append(stderr.release)
+    try:
+        with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+            assert progress.plain is not None
+            plain = progress.plain
+            plain.clock = lambda: plain.started + PLAIN_EVERY_S
+            assert stderr.entered.wait(60)  # the heartbeat is writing its line, stderr's lock held
+            worker = get_context("fork").Process(target=_writes_a_line)
+            worker.start()
+            worker.join(60)
+            assert progress.heartbeat is not None and not progress.heartbeat.alive  # no thread beside the fork
+            progress.doing("replication 1/2")  # the run's next report starts it again (no line due)
+            plain.clock = lambda: plain.started + 2 * PLAIN_EVERY_S  # due: only the heartbeat prints from here
+            with stderr.written:
+                assert stderr.written.wait_for(lambda: len(stderr.lines) == 2, 60)
+    finally:
+        _RELEASED_AT_FORK.remove(stderr.release)
+    assert worker.exitcode == 0
+    assert stderr.lines == ["simulating the job: 0:00:10 elapsed\n",
+                            "simulating the job: replication 1/2, 0:00:20 elapsed\n"]
 
 
 def test_a_warning_reaches_stderr_in_one_write(monkeypatch):
@@ -424,11 +499,12 @@ def test_a_long_command_piped_says_how_far_it_got(command, line, tmp_path, monke
 
 @pytest.mark.parametrize(("command", "line"), [
     (["run", str(DATA / "small-job.yaml")], "simulating the job: 1/1 replications (100%), writing outputs, "),
-    (["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml")], "simulating: writing outputs, "),
+    (["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml")], "simulating: 116/116 ops (100%), writing outputs, "),
 ])
 def test_a_piped_run_says_when_it_writes_its_outputs(command, line, tmp_path, monkeypatch, capsys):
     """The plain line ignored the 'writing outputs' phase: while a large job wrote its events, the heartbeat
-    went on saying only that the replications were done. A run's phase and a job's last activity now say it."""
+    went on saying only that the replications were done. A run and a job now say it the same way, after their
+    last count (a run of fewer than 1,024 ops had none: the engine did not report its last)."""
     monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
     assert main([*command, "--out", str(tmp_path / "out")]) == 0
     lines = [text for text in capsys.readouterr().err.splitlines() if text.endswith(" elapsed")]
@@ -576,8 +652,21 @@ def test_job_progress_bar_names_the_state_a_replication_simulates(monkeypatch):
     assert b"simulating the job: replication 1/2: simulating a new cluster state" in drawn
 
 
-def test_progress_bar_is_full_once_the_simulation_is_over(monkeypatch):
-    """The engine reports every 1,024 ops: a run of 38,381 ops went on to 'writing outputs' at 37,888."""
+def test_the_engine_reports_its_last_count():
+    """The engine reported every 1,024 ops only: a run of 38,381 ops went on to 'writing outputs' at 37,888, so
+    the bar was filled by hand there and the plain line said '37,888/38,381 ops (98%), writing outputs'. It
+    reports its last count too."""
+    from simulator import load_scenario, simulate
+
+    heard = []
+    loaded = load_scenario(str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), ["training.microbatches=100"])
+    simulate(loaded, progress=lambda done, total: heard.append((done, total)))
+    assert heard == [(1024, 1404), (1404, 1404)]
+
+
+def test_a_run_writing_its_outputs_says_so_on_a_full_bar(monkeypatch):
+    """On a terminal, 'writing outputs' follows the count's description on the bar, as a job's does, the bar
+    full from the engine's last count."""
     import pty
 
     master, slave = pty.openpty()
@@ -587,8 +676,11 @@ def test_progress_bar_is_full_once_the_simulation_is_over(monkeypatch):
         with RunProgress(enabled=True) as progress:
             progress.started -= 10
             progress(37888, 38381)
-            progress.phase("writing outputs")
-            assert progress.bar is not None and progress.bar.tasks[0].completed == 38381
+            progress(38381, 38381)
+            progress.doing("writing outputs")
+            assert progress.bar is not None
+            assert (progress.bar.tasks[0].completed, progress.bar.tasks[0].description) == (
+                38381, "simulating: writing outputs")
     os.close(master)
 
 

@@ -1,13 +1,16 @@
 """Progress of a long run on stderr, unless the user asked for --quiet: on a terminal a rich bar for runs longer
 than a second; off one (a pipe, a log file, a batch job's output) a plain line every PLAIN_EVERY_S seconds, so
 that a job of minutes shows it is alive without filling a log with a bar's redraws (nor importing rich's
-progress module). Before, off a terminal a job printed nothing until its end. Both say what the run is doing
-between counts (the cluster state a job's replication is simulating), and off a terminal a heartbeat thread
-keeps the plain line coming while no count arrives: a 2,048-GPU job's first replication spent minutes
-simulating its degraded leaf states with nothing printed."""
+progress module). Before, off a terminal a job printed nothing until its end. Both are read from one `Status`
+(the last count, and what the run does between counts: the cluster state a job's replication is simulating,
+writing its outputs), and a `Heartbeat` thread keeps them coming while no count arrives: it redraws the bar,
+or prints the plain line when due (a 2,048-GPU job's first replication spent minutes simulating its degraded
+leaf states with nothing printed). The heartbeat is ended before the process forks and started again at the
+run's next report, so that a worker forked from a job (reliability/ahead.py) never inherits a lock it held."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -26,40 +29,67 @@ PLAIN_EVERY_S = 10.0
 """Off a terminal, a progress line at most this often, the first this long after the start (a run shorter than
 this prints none)."""
 BEAT_S = 1.0
-"""How often the heartbeat thread looks whether a plain line is due: lines come at most this much later than
+"""How often the heartbeat looks whether a plain line is due: lines come at most this much later than
 PLAIN_EVERY_S apart while a run is busy between counts."""
+REDRAW_S = 0.1
+"""How often the heartbeat redraws the bar on a terminal (rich's own rate)."""
+
+
+class Status:
+    """What a run has reported: its last count and what it does between counts. The plain line and the bar's
+    label are both worked out here, so that they say the same."""
+
+    def __init__(self, unit: str, description: str) -> None:
+        self.unit = unit
+        self.description = description
+        """What the run counts, and the words before its counts, until a phase counts something else."""
+        self.counts: tuple[int, int, str, str] | None = None
+        """The last count: done, total, unit, description."""
+        self.activity = ""
+        """What the run does now, between counts ('' for nothing more than the counts)."""
+
+    def label(self) -> str:
+        """The bar's label: the count's description, and the activity after it."""
+        description = self.description if self.counts is None else self.counts[3]
+        return f"{description}: {self.activity}" if self.activity else description
+
+    def line(self, elapsed_s: float) -> str:
+        """The plain line: `DESCRIPTION: DONE/TOTAL UNIT (P%), ACTIVITY, H:MM:SS elapsed`, each part there is."""
+        parts = [self.activity] if self.activity else []
+        description = self.description
+        if self.counts is not None:
+            done, total, unit, description = self.counts
+            share = f" ({done * 100 // total}%)" if total else ""  # floored: '100%' only once all are done
+            parts.insert(0, f"{done:,}/{total:,} {unit}{share}")
+        elapsed = int(elapsed_s)
+        parts.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} elapsed")
+        return f"{description}: {', '.join(parts)}"
 
 
 class PlainProgress:
-    """Progress off a terminal: `DESCRIPTION: DONE/TOTAL UNIT (P%), DOING, H:MM:SS elapsed` on stderr, at most
-    every PLAIN_EVERY_S seconds of ``clock``; callable as ``progress(done, total)`` for one ``unit`` and
-    ``description``, or `show` for others (a job's phases); `doing` names what the run does between counts and
-    `beat` prints the last line anew once it is due (the heartbeat, `start_heartbeat`)."""
+    """Progress off a terminal: its `Status`'s line on stderr at most every PLAIN_EVERY_S seconds of ``clock``;
+    callable as ``progress(done, total)`` for one ``unit`` and ``description`` (a sweep's points), or `show`
+    for others (a job's phases); `doing` names what the run does between counts, and `beat` prints the line
+    anew once it is due (a `Heartbeat` calls it)."""
 
     def __init__(self, unit: str = "ops", description: str = "simulating",
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.unit = unit
-        self.description = description
+        self.status = Status(unit, description)
         self.clock = clock
         self.started = self.last = clock()
-        self.counts: tuple[int, int, str, str] | None = None
-        """The last count shown: done, total, unit, description."""
-        self.activity = ""
         self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._heartbeat: threading.Thread | None = None
 
     def __call__(self, done: int, total: int) -> None:
-        self.show(done, total, self.unit, self.description)
+        self.show(done, total, self.status.unit, self.status.description)
 
     def show(self, done: int, total: int, unit: str, description: str) -> None:
-        self.counts = done, total, unit, description
+        self.status.counts = done, total, unit, description
         self.beat()
 
     def doing(self, activity: str) -> None:
         """What the run does now, said on each line until the next ``activity`` ('' for nothing more than the
         counts)."""
-        self.activity = activity
+        self.status.activity = activity
         self.beat()
 
     def beat(self) -> None:
@@ -69,79 +99,141 @@ class PlainProgress:
             if now - self.last < PLAIN_EVERY_S:
                 return
             self.last = now
-            parts = [self.activity] if self.activity else []
-            description = self.description
-            if self.counts is not None:
-                done, total, unit, description = self.counts
-                share = f" ({done * 100 // total}%)" if total else ""  # floored: '100%' only once all are done
-                parts.insert(0, f"{done:,}/{total:,} {unit}{share}")
-            elapsed = int(now - self.started)
-            parts.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} elapsed")
-            sys.stderr.write(f"{description}: {', '.join(parts)}\n")
+            sys.stderr.write(f"{self.status.line(now - self.started)}\n")
             sys.stderr.flush()
 
-    def start_heartbeat(self) -> None:
-        """A daemon thread calling `beat` every BEAT_S seconds until `stop_heartbeat`: a line at least every
-        PLAIN_EVERY_S (+ BEAT_S) seconds however long the run goes between counts."""
+
+class Heartbeat:
+    """``beat()`` every ``every()`` seconds on a daemon thread, from `start` to `stop`. Ctrl-C and SIGTERM are
+    blocked in the thread: they reach the process through the main thread only, which ahead.py blocks them in
+    across a worker's fork.
+
+    No heartbeat thread is alive while the process forks: the thread is ended before each fork
+    (`os.register_at_fork`, below; a beat under way finishes first) and started again by `resume` at the run's
+    next report. So a child forked meanwhile (ahead.py's workers) inherits no lock a beat held (stderr's
+    buffer, rich's console: a worker that then wrote to stderr, or flushed it on its way out, blocked for
+    ever), and the process forks alone, as Python 3.12+ asks (it warns of a fork beside threads; 3.12 may
+    still, rarely, count the ending thread: its join returns a moment before the system's thread is gone).
+    Chosen over a lock the forker takes (every fork site would have to know of it, and the warning would stay)
+    and over a SIGALRM timer on the main thread (its handler's line could come inside the main thread's own
+    write to stderr, a reentrant write). Not started again right after the fork: Python 3.13 counts the
+    threads after the fork's hooks have run. The forker reports soon after (ahead.py: each state its workers
+    simulate), so the lines go on."""
+
+    def __init__(self, beat: Callable[[], None], every: Callable[[], float]) -> None:
+        self.beat = beat
+        self.every = every
+        self.started = False
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.started = True
+        _BEATING.append(self)
+        self._launch()
+
+    def stop(self) -> None:
+        if self.started:
+            self.started = False
+            _BEATING.remove(self)
+            self._halt()
+
+    def resume(self) -> None:
+        """Start the thread again where a fork ended it."""
+        if self.started and self._thread is None:
+            self._launch()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None
+
+    def _launch(self) -> None:
+        stop = self._stop = threading.Event()
+
         def beating() -> None:
-            # Ctrl-C and SIGTERM reach the process through the main thread only: ahead.py blocks them there
-            # across a worker's fork, and one delivered here would run its handler inside that window.
             signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-            while not self._stopped.wait(BEAT_S):
+            while not stop.wait(self.every()):
                 self.beat()
 
-        self._heartbeat = threading.Thread(target=beating, name="plain-progress", daemon=True)
-        self._heartbeat.start()
+        self._thread = threading.Thread(target=beating, name="progress-heartbeat", daemon=True)
+        self._thread.start()
 
-    def stop_heartbeat(self) -> None:
-        self._stopped.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join()
-            self._heartbeat = None
+    def _halt(self) -> None:
+        """End the thread once its beat, if one is under way, is over."""
+        if self._stop is not None and self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        self._stop = self._thread = None
+
+
+_BEATING: list[Heartbeat] = []
+"""The heartbeats started and not stopped: their threads are ended before each fork of this process."""
+
+
+def _halted_for_fork() -> None:
+    for heartbeat in _BEATING:
+        heartbeat._halt()
+
+
+def _none_in_child() -> None:
+    """A forked child starts no heartbeat: its parent prints the progress."""
+    for heartbeat in _BEATING:
+        heartbeat.started = False
+    _BEATING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_halted_for_fork, after_in_child=_none_in_child)
 
 
 class RunProgress:
     """Callable as ``progress(done, total)`` from the engine (ops), a job (replications) or a study (points):
-    ``unit`` names what is counted; ``phase`` names what the run does next, `doing` what it does between
-    counts (after the count's label). Off a terminal its plain lines (`PlainProgress`), kept coming by its
-    heartbeat until `close`."""
+    ``unit`` names what is counted; `counting` gives a phase's own count, `doing` what the run does between
+    counts ('writing outputs' at the end). Each goes into one `Status` and out through `_shown`: the bar on a
+    terminal, else the plain lines (`PlainProgress`); a `Heartbeat` keeps either coming until `close`."""
 
     def __init__(self, enabled: bool, unit: str = "ops", description: str = "simulating"):
         self.enabled = enabled and sys.stderr.isatty()
         self.plain = PlainProgress(unit, description) if enabled and not self.enabled else None
-        if self.plain is not None:
-            self.plain.start_heartbeat()
+        self.status = self.plain.status if self.plain is not None else Status(unit, description)
         self.started = time.monotonic()
-        self.counts: tuple[int, int, str, str] | None = None
-        self.activity = ""
         self.bar: Progress | None = None
         self.task: TaskID | None = None
-        self.unit = unit
-        self.description = description
+        self.heartbeat: Heartbeat | None = None
+        if self.plain is not None:
+            self.heartbeat = Heartbeat(self.plain.beat, lambda: BEAT_S)
+            self.heartbeat.start()
 
     def __call__(self, done: int, total: int) -> None:
-        self._show(done, total, self.unit, self.description)
+        self.status.counts = done, total, self.status.unit, self.status.description
+        self._shown()
 
     def counting(self, unit: str, description: str) -> Callable[[int, int], None]:
         """A ``progress(done, total)`` for a phase counting ``unit`` under ``description`` in the same bar (a
         job's states simulated ahead, before its replications)."""
-        return lambda done, total: self._show(done, total, unit, description)
+        def counted(done: int, total: int) -> None:
+            self.status.counts = done, total, unit, description
+            self._shown()
+
+        return counted
 
     def doing(self, activity: str) -> None:
         """What the run does now until the next ``activity`` ('' for nothing more than the counts): a job's
-        replication and the cluster state it is simulating."""
-        self.activity = activity
-        if self.plain is not None:
-            self.plain.doing(activity)
-        if self.counts is not None:
-            self._show(*self.counts)
+        replication and the cluster state it is simulating; 'writing outputs' once the simulation is over."""
+        self.status.activity = activity
+        self._shown()
 
-    def _show(self, done: int, total: int, unit: str, description: str) -> None:
-        self.counts = done, total, unit, description
+    def _shown(self) -> None:
+        """The status as it now is: the plain line if due, or the bar (started once the run has gone on for
+        SHOW_AFTER_S and has a count), which the heartbeat redraws; the heartbeat started again if a fork ended
+        it."""
+        if self.heartbeat is not None:
+            self.heartbeat.resume()
         if self.plain is not None:
-            self.plain.show(done, total, unit, description)
-        if not self.enabled:
+            self.plain.beat()
+        if not self.enabled or self.status.counts is None:
             return
+        done, total, unit, _ = self.status.counts
         if self.bar is None:
             if time.monotonic() - self.started < SHOW_AFTER_S:
                 return
@@ -151,26 +243,18 @@ class RunProgress:
             # the counts with separators, as the run's last line gives its events ('83877/83877' did not)
             counts = TextColumn("{task.completed:,.0f}/{task.total:,.0f} {task.fields[unit]}")
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), counts, TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
+                                console=Console(stderr=True), transient=True, auto_refresh=False)
+            self.task = self.bar.add_task(self.status.label(), total=total, unit=unit)
             self.bar.start()
-            self.task = self.bar.add_task(description, total=total, unit=unit)
+            self.heartbeat = Heartbeat(self.bar.refresh, lambda: REDRAW_S)
+            self.heartbeat.start()
         if self.task is not None:
-            label = f"{description}: {self.activity}" if self.activity else description
-            self.bar.update(self.task, completed=done, total=total, description=label, unit=unit)
-
-    def phase(self, description: str) -> None:
-        """Show ``description`` (e.g. "writing outputs") in place of the op count's label. The simulation is over
-        by then, and the engine reports only every PROGRESS_EVERY ops, so the bar is drawn full; the plain line
-        says it after the counts."""
-        self.description = description
-        if self.plain is not None:
-            self.plain.doing(description)
-        if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, description=description, completed=self.bar.tasks[0].total)
+            self.bar.update(self.task, completed=done, total=total, description=self.status.label(), unit=unit)
 
     def close(self) -> None:
-        if self.plain is not None:
-            self.plain.stop_heartbeat()
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
         if self.bar is not None:
             self.bar.stop()
             self.bar = None

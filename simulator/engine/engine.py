@@ -29,7 +29,8 @@ from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND, EventLog, Fl
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 
 PROGRESS_EVERY = 1024
-"""Ops between two calls of the progress callback (a call costs about as much as an op)."""
+"""Ops between two calls of the progress callback (a call costs about as much as an op), which hears the last op's
+count too."""
 
 
 def _terms(op: CollectiveOp) -> str:
@@ -229,7 +230,9 @@ class Engine:
             done = len(finished)
             if done == total:
                 self._all_done.succeed()
-            if progress is not None and done % PROGRESS_EVERY == 0:
+                if progress is not None:  # the last count too: the bar drawn full, the plain line at 100%
+                    progress(done, total)
+            elif progress is not None and done % PROGRESS_EVERY == 0:
                 progress(done, total)
         del self._running[(rank, stream)]
 
