@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import overload
 
 import numpy as np
 
@@ -38,6 +39,16 @@ ordered max-min solve)."""
 
 KEYS = 1 << 24
 """Plan indices per key when (key, plan) pairs are packed into one integer: a collective has far fewer mirrors."""
+
+
+@overload
+def ended_apart(latest: float, earliest: float) -> bool: ...
+@overload
+def ended_apart(latest: np.ndarray, earliest: np.ndarray) -> np.ndarray: ...
+def ended_apart(latest: float | np.ndarray, earliest: float | np.ndarray) -> bool | np.ndarray:
+    """Whether plans (or instances, element by element) that ended at ``earliest`` and ``latest`` ended apart:
+    further apart than `IN_STEP` of the later end. The one rule of the check after the run and the watch."""
+    return latest - earliest > IN_STEP * latest
 
 
 @dataclass(frozen=True)
@@ -155,7 +166,7 @@ class LockstepWatch:
         if len(sent) < 2:
             return
         latest, earliest = max(sent), min(sent)
-        if not latest - earliest > IN_STEP * latest:
+        if not ended_apart(latest, earliest):
             return
         self.watching = False
         op = members[min(members)]
@@ -175,11 +186,10 @@ class LockstepWatch:
 
 def _apart_in_a_lane(timed: Sequence[tuple[float, tuple[int, ...]]], lanes: np.ndarray) -> bool:
     """Whether two of one instance's hand-off copies (``timed``: each plan's end and copy) sent from one CP
-    lane (its sender's) ended apart, as `_apart_within` judges them."""
-    by_lane: dict[int, list[float]] = {}
-    for end, copy in timed:
-        by_lane.setdefault(int(lanes[copy[0]]), []).append(end)
-    return any(max(ends) - min(ends) > IN_STEP * max(ends) for ends in by_lane.values())
+    lane (its sender's) ended apart: `_apart_within` over that one instance."""
+    ends = np.array([end for end, _ in timed])
+    lane = np.array([lanes[copy[0]] for _, copy in timed])
+    return _apart_within(ends, np.zeros(len(timed), dtype=np.int64), lane)
 
 
 def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], topology: Topology,
@@ -227,7 +237,7 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
     key_of = codes[order][starts]
     bounds = np.flatnonzero(np.diff(key_of, prepend=-1))
     latest, earliest = np.maximum.reduceat(ends, bounds), np.minimum.reduceat(ends, bounds)
-    apart = np.flatnonzero(latest - earliest > IN_STEP * latest)
+    apart = np.flatnonzero(ended_apart(latest, earliest))
     first: dict[bool, int] = {}
     count: dict[bool, int] = {False: 0, True: 0}
     widest: dict[bool, float] = {False: 0.0, True: 0.0}
@@ -263,7 +273,7 @@ def _apart_within(ends: np.ndarray, key_of: np.ndarray, lane: np.ndarray) -> boo
     latest, earliest = np.full(len(pairs), -np.inf), np.full(len(pairs), np.inf)
     np.maximum.at(latest, which.ravel(), ends)
     np.minimum.at(earliest, which.ravel(), ends)
-    return bool((latest - earliest > IN_STEP * latest).any())
+    return bool(ended_apart(latest, earliest).any())
 
 
 def _plan_lookup(op: CollectiveOp, kept: Mirrors, topology: Topology) -> np.ndarray:
