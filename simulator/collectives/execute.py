@@ -98,6 +98,11 @@ def step_latencies(phase: Phase, latencies: list[float], chunk_seconds: Callable
     return latencies
 
 
+Spans = list[tuple[int, int]] | None
+"""Where each plan of a batch lies among the batch's transfers (start, stop); None where each is one transfer
+(each a pipeline hand-off's copy), so a plan's end is its transfer's."""
+
+
 @dataclass
 class ParsedPhases:
     """Phases' items and their `Transfers` (those of plans run together, joined), by phase (kept referenced, so
@@ -107,7 +112,9 @@ class ParsedPhases:
     of a state's ~2 s)."""
 
     items: dict[int, tuple[Phase, int, list[tuple]]] = field(default_factory=dict)
-    transfers: dict[Hashable, tuple[object, int, Transfers]] = field(default_factory=dict)
+    transfers: dict[Hashable, tuple[object, int, Transfers, Spans]] = field(default_factory=dict)
+    """Per phase, or per batch of single-phase plans run together: the parsed transfers, with where each plan's
+    lie among them (`Spans`), so the two live and die together."""
 
 
 class PlanRunner:
@@ -121,7 +128,6 @@ class PlanRunner:
         self.topology = topology
         self.quotient = quotient
         self._parsed_phases = parsed if parsed is not None and quotient is None else ParsedPhases()
-        self._batch_spans: dict[int, tuple[Transfers, list[tuple[int, int]] | None]] = {}
 
     def items(self, phase: Phase) -> list[tuple]:
         """`phase_items` of ``phase`` under the current routes (the phase is kept referenced, so its id stays
@@ -137,17 +143,26 @@ class PlanRunner:
 
     def transfers(self, phase: Phase) -> Transfers:
         """`items` of ``phase`` parsed, under the current routes."""
-        return self._parsed(id(phase), phase, lambda: self.items(phase))
+        return self._parsed(id(phase), phase, lambda: [self.items(phase)])[0]
 
-    def _parsed(self, key: Hashable, source: object, items: Callable[[], list[tuple]]) -> Transfers:
-        """``items()`` parsed once per ``key`` (the id of a phase, or the ids of the first phases of plans run
-        together; ``source``, kept referenced with it so those ids stay unique) while the routes stay the same."""
+    def _parsed(self, key: Hashable, source: object, items: Callable[[], list[list[tuple]]]
+                ) -> tuple[Transfers, Spans]:
+        """``items()`` (each plan's) joined and parsed, with where each plan's lie among them, once per ``key``
+        (the id of a phase, or the ids of the first phases of plans run together; ``source``, kept referenced
+        with it so those ids stay unique) while the routes stay the same."""
         version = self.topology.routes_version
         cache = self._parsed_phases.transfers
         cached = cache.get(key)
         if cached is None or cached[1] != version:
-            cached = cache[key] = (source, version, Transfers(items()))
-        return cached[2]
+            plans = items()
+            spans, start = [], 0
+            for plan in plans:
+                spans.append((start, start + len(plan)))
+                start += len(plan)
+            single = all(stop - start == 1 for start, stop in spans)
+            cached = cache[key] = (source, version, Transfers([item for plan in plans for item in plan]),
+                                   None if single else spans)
+        return cached[2], cached[3]
 
     def run_plan(self, env: simpy.Environment, phases: Iterable[Phase], key: str = ""):
         """Generator of SimPy events (a process of its own, or `yield from` inside the engine's stepping
@@ -163,21 +178,18 @@ class PlanRunner:
         phase barrier. ``ends`` (flow model), where given empty, is then filled with when each plan ended, the
         last of its flows (None for a plan that sent none here: a replica quotient's image)."""
         if all(len(plan) == 1 for plan in plans):
-            if len(plans) == 1:
+            if len(plans) == 1 and ends is None:
                 yield self.network.run_phase(self.transfers(plans[0][0]), key=key)
-                if ends is not None:
-                    ends.append(env.now if self.transfers(plans[0][0]) else None)
-            else:
-                joined = self._parsed(tuple(id(plan[0]) for plan in plans), plans,
-                                      lambda: [item for plan in plans for item in self.items(plan[0])])
-                if ends is None:
-                    yield self.network.run_phase(joined, key=key)
-                    return
-                flows = [0.0] * joined.count
-                yield self.network.run_phase(joined, key=key, ends=flows)
-                spans = self._spans(plans, joined)
-                ends += flows if spans is None else [max(flows[start:stop]) if stop > start else None
-                                                     for start, stop in spans]
+                return
+            joined, spans = self._parsed(tuple(id(plan[0]) for plan in plans), plans,
+                                         lambda: [self.items(plan[0]) for plan in plans])
+            if ends is None:
+                yield self.network.run_phase(joined, key=key)
+                return
+            flows = [0.0] * joined.count
+            yield self.network.run_phase(joined, key=key, ends=flows)
+            ends += flows if spans is None else [max(flows[start:stop]) if stop > start else None
+                                                 for start, stop in spans]
             return
         if ends is None:
             if self.quotient is not None:
@@ -189,20 +201,6 @@ class PlanRunner:
         yield env.all_of([env.process(self._timed(env, plan, key, ends if sent else None, index))
                           for index, (plan, sent) in enumerate(zip(plans, sends))
                           if sent or self.quotient is None])
-
-    def _spans(self, plans: list[list[Phase]], joined: Transfers) -> list[tuple[int, int]] | None:
-        """Where each of ``plans`` (single-phase, run as one batch: ``joined``) lies among the batch's transfers,
-        worked out once per batch; None where each plan is one transfer (each a pipeline hand-off's copy)."""
-        cached = self._batch_spans.get(id(joined))
-        if cached is None or cached[0] is not joined:
-            spans, start = [], 0
-            for plan in plans:
-                stop = start + len(self.items(plan[0]))
-                spans.append((start, stop))
-                start = stop
-            single = all(stop - start == 1 for start, stop in spans)
-            cached = self._batch_spans[id(joined)] = (joined, None if single else spans)
-        return cached[1]
 
     def _timed(self, env: simpy.Environment, plan: list[Phase], key: str, ends: list[float | None] | None,
                index: int):
