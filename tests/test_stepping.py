@@ -150,6 +150,38 @@ def test_an_error_no_generator_catches_leaves_the_run_as_itself():
     assert caught.value is error and env.now == 1.0
 
 
+class _Refusal(Exception):
+    """An error whose ``__init__`` takes other arguments than its args (a rank and a keyword)."""
+
+    def __init__(self, rank: int, *, why: str):
+        super().__init__(f"rank {rank}: {why}")
+        self.rank = rank
+
+
+@pytest.mark.parametrize("error", [
+    InputError("bad", field="run.seed", allowed="an integer", file="--set run.seed=x", line=None, at_flag=True),
+    InputError("bad", field="collectives.algorithm", allowed="ring, tree", file="s.yaml", line=7),
+    _Refusal(3, why="not in the group"),
+])
+def test_run_until_raises_a_whole_copy_of_an_error_nothing_caught(error):
+    """A SimPy process fails and nothing defuses it: `run_until` raises a copy whose cause is the original, with
+    all its parts. SimPy's copy, ``type(error)(*error.args)``, made an InputError of the rendered line (field,
+    allowed, file, line and flag lost: `str` read `<input>: s.yaml:7: ...`) and failed with a TypeError
+    for `_Refusal`."""
+    env = simpy.Environment()
+
+    def failing():
+        yield env.timeout(1.0)
+        raise error
+
+    env.process(failing())
+    with pytest.raises(type(error)) as caught:
+        run_until(env, env.event())
+    copy = caught.value
+    assert copy is not error and copy.__cause__ is error and str(copy) == str(error)
+    assert copy.args == error.args and vars(copy) == vars(error)
+
+
 def _failing_plan(env: simpy.Environment, _phases, _key: str):
     """A collective's plan that waits on a nested SimPy process (as a plan with mirrors does) which fails."""
 

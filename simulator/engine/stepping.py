@@ -18,6 +18,8 @@ from heapq import heappop
 import simpy
 from simpy.events import PENDING, URGENT
 
+from simulator.errors import InputError
+
 Steps = Generator[simpy.Event, None, None]
 """A generator that yields the events it waits for (the values they carry are not sent in)."""
 
@@ -92,7 +94,7 @@ def run_until(env: simpy.Environment, until: simpy.Event) -> None:
     and that nothing else waits on (no callbacks): for such an event this is `simpy.Environment.run(until)` with
     SimPy's `step` inlined, one method call and one exception frame less per event, of which a training step has
     about a quarter of a million. A failed event that nothing defused raises, as in SimPy, a copy of its exception
-    whose cause is the original. It reads SimPy's private queue and event fields, as 4.1 lays them out (the
+    (`copied`) whose cause is the original. It reads SimPy's private queue and event fields, as 4.1 lays them out (the
     version pyproject.toml pins; tests/test_stepping.py runs it against `env.run`)."""
     assert until.callbacks == [], "run_until needs an event not processed yet that nobody waits on"
     queue = env._queue
@@ -104,8 +106,20 @@ def run_until(env: simpy.Environment, until: simpy.Event) -> None:
             callback(event)
         if not event._ok and not hasattr(event, "_defused"):
             error = event._value
-            copy = type(error)(*error.args)
+            copy = copied(error)
             copy.__cause__ = error
             raise copy
         if event is until:
             return
+
+
+def copied(error: BaseException) -> BaseException:
+    """A copy of ``error`` with all its parts: an `InputError` rebuilt (`InputError.rebuilt`, its location
+    whole), any other made without calling its ``__init__``, with its args and attributes. SimPy's own copy,
+    ``type(error)(*error.args)``, gave an InputError its rendered line as its problem and dropped its field
+    and flag, and failed for an error whose ``__init__`` takes other arguments than its args."""
+    if isinstance(error, InputError):
+        return error.rebuilt()
+    copy = type(error).__new__(type(error), *error.args)
+    copy.__dict__.update(error.__dict__)
+    return copy
