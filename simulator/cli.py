@@ -201,8 +201,7 @@ def _at_override(exc: InputError, overrides: dict[str, str]) -> InputError:
     name = exc.field if exc.field in overrides else exc.field.split(".")[0].split("[")[0]
     if name not in overrides:
         return exc
-    return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=f"--set {name}={overrides[name]}",
-                     at_flag=True)
+    return exc.rebuilt(file=f"--set {name}={overrides[name]}", line=None, at_flag=True)
 
 
 COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.protocol": "--protocol",
@@ -234,7 +233,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     except InputError as exc:
         if exc.file or exc.field not in COLLECTIVE_FLAGS:
             raise _at_override(exc, overrides) from None
-        raise type(exc)(exc.problem, field=COLLECTIVE_FLAGS[exc.field], allowed=exc.allowed) from None
+        raise exc.rebuilt(field=COLLECTIVE_FLAGS[exc.field]) from None
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
 
@@ -1096,10 +1095,10 @@ def _at_command(exc: InputError, command: str) -> InputError:
     where = command_line(f"trainsim {command}")
     if exc.at_flag:
         problem = f"{exc.shown_field}: {exc.problem}" if exc.shown_field else exc.problem
-        return type(exc)(problem, field=exc.file, allowed=exc.allowed, file=where)
+        return exc.rebuilt(problem=problem, field=exc.file, file=where, line=None, at_flag=False)
     if exc.file != COMMAND_LINE and (exc.file or not exc.field.startswith("-")):
         return exc
-    return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=where)
+    return exc.rebuilt(file=where, line=None)
 
 
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:

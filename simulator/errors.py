@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Mapping
+from enum import Enum
 from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+class Kept(Enum):
+    """`InputError.rebuilt`'s mark of a part left as it was, where None is a value the part can take."""
+
+    KEPT = "kept"
+
+
+KEPT = Kept.KEPT
 
 
 class TrainsimError(Exception):
@@ -41,18 +51,20 @@ class InputError(TrainsimError):
                             line=self.line if self.line is not None else line)
 
     def rebuilt(self, kind: type[InputError] | None = None, *, problem: str | None = None, field: str | None = None,
-                allowed: str | None = None, file: str | None = None, line: int | None = None) -> InputError:
-        """This error as ``kind`` (its own class unless given) with the parts given replaced and the others kept,
-        its mark of a flag (``at_flag``) always: every copy of an error goes through here, so that no copy drops a
-        part of its location (a copy that left out ``at_flag`` turned `--set a.b=v: problem` back into
-        `--set a.b=v: a.b: problem`, off the command line)."""
+                allowed: str | None = None, file: str | None = None, line: int | Kept | None = KEPT,
+                at_flag: bool | None = None) -> InputError:
+        """This error as ``kind`` (its own class unless given) with the parts given replaced (``line`` None: no
+        line, where the error moves off the file) and the others kept, its mark of a flag (``at_flag``) too:
+        every copy of an error goes through here, so that no copy drops a part of its location (a copy that left
+        out ``at_flag`` turned `--set a.b=v: problem` back into `--set a.b=v: a.b: problem`, off the command
+        line; one that left out ``line`` named a flag's error without the line its topology file gave)."""
         return (kind or type(self))(
             self.problem if problem is None else problem,
             field=self.field if field is None else field,
             allowed=self.allowed if allowed is None else allowed,
             file=self.file if file is None else file,
-            line=self.line if line is None else line,
-            at_flag=self.at_flag,
+            line=self.line if line is KEPT else line,
+            at_flag=self.at_flag if at_flag is None else at_flag,
         )
 
     @property

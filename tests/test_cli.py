@@ -491,6 +491,24 @@ def test_a_chunk_is_checked_once_for_the_scenario_and_the_collective_command(chu
                                               "to turn chunking off)\n")
 
 
+def test_the_collective_command_moves_an_error_onto_its_flag_with_every_other_part_kept(monkeypatch):
+    """An error in a field the collective command fills from a flag is moved onto that flag; the copy was made by
+    hand with the problem and allowed values alone, and dropped the rest (the line), where every copy now goes
+    through `InputError.rebuilt`. No error that reaches it carries a line today: one is made to, here."""
+    from simulator import cli, collective_sweep
+    from simulator.errors import ScenarioError
+
+    def refusing(*_args, **_kwargs):
+        raise ScenarioError("refused", field="collectives.protocol", allowed="simple, ll", line=4)
+
+    monkeypatch.setattr(collective_sweep, "collective_sweep", refusing)
+    args = cli._parser().parse_args(["collective", "--topology", "dgx-h100"])
+    with pytest.raises(ScenarioError) as caught:
+        args.func(args)
+    moved = caught.value
+    assert (moved.problem, moved.field, moved.allowed, moved.line) == ("refused", "--protocol", "simple, ll", 4)
+
+
 def test_chunking_off_reads_as_yaml_writes_it():
     """`chunk: off` is YAML's false, which was refused as 'expected a size with a unit, got False'."""
     from simulator.config.loader import scenario_from_text
