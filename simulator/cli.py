@@ -98,7 +98,7 @@ def _warn(command: str, warnings: list[str] | tuple[str, ...], memory: dict, loa
     imported only then), with the remedies computed for ``loaded`` on ``topology`` (built where not given:
     `oom_line`)."""
     for warning in warnings:
-        _stderr_line(f"warning: {on_command_line(warning, f'trainsim {command}')}")
+        _stderr_line(f"warning: {on_command_line(warning, f'trainsim {command}', _flags(loaded))}")
     if memory.get("oom"):
         from rich.console import Console
 
@@ -106,6 +106,17 @@ def _warn(command: str, warnings: list[str] | tuple[str, ...], memory: dict, loa
 
         line = oom_line(memory, loaded, topology)
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {line}", style="bold red")
+
+
+STUDY_OPTIONS = ("--intervals", "--multipliers")
+"""The options of `trainsim study` that write into its points' scenarios (reliability/study.py
+`study_point_scenario`), where their warnings may be located."""
+
+
+def _flags(loaded: LoadedScenario, options: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The flags a warning about ``loaded`` may be located at: its `--set`s, and the command's ``options`` that
+    write into its scenario."""
+    return (*(override.file for override in loaded.overrides if override.at_flag), *options)
 
 
 def _warn_line(warning: str) -> None:
@@ -377,9 +388,11 @@ def _cmd_study(args: argparse.Namespace) -> int:
         print(_grid_line(grid))
         intervals, on_healthy_step = grid.intervals_s, None
 
+    flags = _flags(loaded, STUDY_OPTIONS)
+
     def warn_points(warned: list[dict]) -> None:
-        _warn("study", [f"{_point_name(w)}: {on_command_line(w['warning'], 'trainsim study')}" for w in warned], {},
-              loaded)
+        _warn("study", [f"{_point_name(w)}: {on_command_line(w['warning'], 'trainsim study', flags)}"
+                        for w in warned], {}, loaded)
 
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
@@ -392,8 +405,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
         if curve["warnings"]:
             where = _point_name({"rate_multiplier": curve["rate_multiplier"],
                                  "interval_s": curve["warnings_interval_s"]})
-            _warn("study", [f"{where}: {on_command_line(warning, 'trainsim study')}" for warning in curve["warnings"]],
-                  {}, loaded)
+            _warn("study", [f"{where}: {on_command_line(warning, 'trainsim study', flags)}"
+                            for warning in curve["warnings"]], {}, loaded)
         print(_study_line(curve))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
@@ -627,6 +640,7 @@ def _ranks(text: str | None) -> list[int] | None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from simulator.config.loader import set_flag
     from simulator.sweep.executors import make_executor
     from simulator.sweep.runner import progress_printer, run_sweep
     from simulator.sweep.spec import load_sweep
@@ -655,7 +669,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     for status, (index, reason) in report.first_reasons.items():
         others = report.statuses[status] - 1
         print(f"  {status}: point {index}" + (f" (and {counted(others, 'other')})" if others else "") +
-              f": {on_command_line(reason, 'trainsim sweep')}")
+              f": {on_command_line(reason, 'trainsim sweep', map(set_flag, args.set))}")
     return 0
 
 

@@ -553,6 +553,28 @@ def test_a_study_names_a_long_interval_and_its_bound_in_days(tmp_path, capsys):
     assert printed.out.startswith("rate x 1 (MTBF 3.0 h): interval 60 d, ")
 
 
+def test_a_warning_from_a_file_named_like_a_flag_stays_at_the_file(tmp_path, capsys, monkeypatch):
+    """A warning is text by the time the command sees it, and one that began with '--' was taken for one located
+    at a flag: a scenario file named `--job.yaml` gave 'warning: command line: trainsim study: --job.yaml:4:
+    ...'. Only the flags the command was given count (its `--set`s and the study's options), so the warning
+    names the file alone; one located at a `--set` is still on the command line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "--job.yaml").write_text(job_text("exponential", 1.0, "10 s").replace(
+        "replications: 20", "replications: 1").replace("global_batch: 8}", "global_batch: 8, recompute: selective}"))
+    selective = "training.recompute: selective recompute saves no memory under flash attention"
+    assert main(["study", "checkpoint-interval", "--intervals", "10min", "--out", "study", "--quiet", "--",
+                 "--job.yaml"]) == 0
+    assert capsys.readouterr().err.startswith(f"warning: --job.yaml:4: {selective}")
+    assert main(["validate", "--", "--job.yaml"]) == 0
+    assert capsys.readouterr().err.startswith(f"warning: --job.yaml:4: {selective}")
+    assert main(["validate", "--set", "run.seed=2", "--", "--job.yaml"]) == 0
+    assert capsys.readouterr().err.startswith(f"warning: --job.yaml:4: {selective}")
+    (tmp_path / "--job.yaml").write_text(job_text("exponential", 1.0, "10 s"))
+    assert main(["validate", "--set", "training.recompute=selective", "--", "--job.yaml"]) == 0
+    assert capsys.readouterr().err.startswith("warning: command line: trainsim validate: --set "
+                                              "training.recompute=selective: selective recompute saves no memory")
+
+
 def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path, capsys, monkeypatch):
     """The out-of-memory job with a hybrid_shard warning (tests/test_reliability_job.py): its study printed no
     warning at all, where a run of it prints both. Now both come once, before the first point's job draws a

@@ -73,6 +73,11 @@ class Override:
                     at_flag=self.at_flag)
 
 
+def set_flag(item: str) -> str:
+    """Where a `--set ITEM` is located, in place of a file: the flag as typed (`--set a.b=value`)."""
+    return f"--set {item.strip()}"
+
+
 def sets_typed(overrides: tuple[Override, ...]) -> tuple[str, ...]:
     """The `--set`s among ``overrides``, as typed, in order (sweep axes and command options left out)."""
     return tuple(override.typed for override in overrides if override.typed)
@@ -213,7 +218,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
             raise ScenarioError(f"{item!r} names no field", field="--set", allowed="--set section.field=value",
                                 file="command line")
         if not is_field_path(key.strip()):
-            raise ScenarioError(f"{key.strip()!r} is not a field path", file=f"--set {item.strip()}",
+            raise ScenarioError(f"{key.strip()!r} is not a field path", file=set_flag(item),
                                 allowed=FIELD_PATH_EXAMPLE, at_flag=True)
         try:
             value = parse_value(raw) if raw.strip() else ""
@@ -221,14 +226,14 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
             value = raw
         problem = path_problem(parts, result)
         if problem is not None:
-            raise ScenarioError(problem.problem, field=dotted(problem.at), file=f"--set {item.strip()}",
+            raise ScenarioError(problem.problem, field=dotted(problem.at), file=set_flag(item),
                                 allowed=problem.allowed, at_flag=True)
         try:
             set_field(result, parts, value)
         except ValueError as exc:
-            raise ScenarioError(str(exc), field=dotted(parts), file=f"--set {item.strip()}",
+            raise ScenarioError(str(exc), field=dotted(parts), file=set_flag(item),
                                 allowed=FIELD_PATH_EXAMPLE, at_flag=True) from None
-        written.append(Override(parts, f"--set {item.strip()}", at_flag=True, typed=item.strip()))
+        written.append(Override(parts, set_flag(item), at_flag=True, typed=item.strip()))
     return result, tuple(written)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from simulator.errors import InputError
@@ -22,18 +23,19 @@ def command_line(prog: str) -> str:
     return f"{COMMAND_LINE}: {prog}"
 
 
-def at_flag(text: str) -> bool:
-    """Whether a library warning's text begins at a flag of the command, with its value or not (`--set a.b=v`,
-    `--intervals`): the library locates there what the user gave on the command line, not knowing the command.
-    A warning is text by then (study.json keeps it); an error says so itself (`InputError.at_flag`)."""
-    return text.startswith("--")
+def at_flag(text: str, flags: Iterable[str]) -> bool:
+    """Whether a library warning's text begins at one of ``flags``, the command's flags as the library locates
+    what the user gave there (`--set a.b=v`, `--intervals`), not knowing the command. A warning is text by then
+    (study.json keeps it), and a file's name may begin as a flag does (`--x.yaml:7: ...`), so only the flags
+    given count; an error says so itself (`InputError.at_flag`)."""
+    return any(text.startswith(f"{flag}: ") for flag in flags)
 
 
-def on_command_line(warning: str, prog: str) -> str:
-    """A warning the library located at one of ``prog``'s flags (`--intervals: 60 d: ...`, as study.json keeps it)
-    on the command line, as the command's errors are (`command line: trainsim study: --intervals: 60 d: ...`);
+def on_command_line(warning: str, prog: str, flags: Iterable[str]) -> str:
+    """A warning the library located at one of ``prog``'s ``flags`` (`--intervals: 60 d: ...`, as study.json keeps
+    it) on the command line, as the command's errors are (`command line: trainsim study: --intervals: 60 d: ...`);
     any other as it is."""
-    return f"{command_line(prog)}: {warning}" if at_flag(warning) else warning
+    return f"{command_line(prog)}: {warning}" if at_flag(warning, flags) else warning
 
 
 def option_error(option: str, problem: str, allowed: str) -> InputError:
