@@ -11,9 +11,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simulator.errors import InputError
+from simulator.report.column_units import rate_scale
 from simulator.report.outputs import run_name
 from simulator.report.run_folder import OUTDIR_FIELD, checked_manifest, other_kind
-from simulator.units import fitting_unit, format_duration, rate_steps
+from simulator.units import format_duration
 
 STUDY_FILE = "study.json"
 STUDY_ALLOWED = "a folder written by `trainsim study ... --out DIR`"
@@ -96,14 +97,6 @@ def _band(axis: Axes, minutes: list[float], points: list[dict], key: str, scale:
                           alpha=0.15)
 
 
-def _rate_unit(study: dict, key: str, unit: str) -> tuple[str, float]:
-    """The unit of the goodput axis (``unit`` with k, M or G, as every per-second column of a chart:
-    column_units.column_scale), the one the largest goodput reaches, and the factor into it, so that its ticks
-    read 1 to 1,000 (a small study's axis read 0.06 in M tokens/s, a synthetic model's 1,667 steps/s)."""
-    unit, divisor = fitting_unit(max(p[key] for curve in study["curves"] for p in curve["points"]), rate_steps(unit))
-    return unit, 1 / divisor
-
-
 def goodput_figure(study: dict) -> Figure:
     """Two panels sharing the interval axis (minutes, log scale): ETTR in percent, as the study's printed lines
     and the job's table give it (the axis read 0.92 beside '91.99%'), and goodput (in the tokens/s unit its
@@ -113,7 +106,8 @@ def goodput_figure(study: dict) -> Figure:
     ettr_axis, goodput_axis = figure.subplots(2, 1, sharex=True)
     tokens = all(p["goodput_tokens_per_s"] is not None for curve in study["curves"] for p in curve["points"])
     goodput, unit = ("goodput_tokens_per_s", "tokens/s") if tokens else (STEPS_KEY, "healthy-equivalent steps/s")
-    unit, scale = _rate_unit(study, goodput, unit)
+    rate = rate_scale(unit, max(p[goodput] for curve in study["curves"] for p in curve["points"]))
+    unit, scale = rate.unit, 1 / rate.divisor  # ticks read 1 to 1,000 (not 0.06 M tokens/s, nor 1,667 steps/s)
     for index, curve in enumerate(study["curves"]):
         color = f"C{index}"
         points = curve["points"]

@@ -54,12 +54,19 @@ def column_scale(column: str, values: Iterable[float]) -> ColumnScale:
     return PLAIN
 
 
+def rate_scale(unit: str, largest: float) -> ColumnScale:
+    """A count per second (``unit``: 'tokens/s') with the prefix k, M or G that ``largest`` reaches: every
+    per-second column of a chart, and a study's goodput axis (reliability/plots.py)."""
+    return ColumnScale(*fitting_unit(largest, rate_steps(unit)))
+
+
 def _key_scale(key: str, largest: float) -> ColumnScale | None:
     """The scale one key of a column's name says, None where it says no unit."""
     words = key.split("_")
     if key.endswith("_per_s"):  # tokens_per_s, goodput_steps_per_s: in k, M or G where the values reach them
-        steps = BANDWIDTH_STEPS if words[-3] == "bytes" else rate_steps(f"{words[-3]}/s")
-        return ColumnScale(*fitting_unit(largest, steps))
+        if words[-3] == "bytes":
+            return ColumnScale(*fitting_unit(largest, BANDWIDTH_STEPS))
+        return rate_scale(f"{words[-3]}/s", largest)
     if key.endswith("_per_h"):  # rate_per_unit_per_h
         return ColumnScale(" ".join(words[words.index("per"):]), 1.0)
     if key.startswith("tflops") or key.startswith("hardware_tflops"):
