@@ -340,3 +340,21 @@ def test_a_trace_job_counts_the_traced_jobs_own_replicas_with_dp_left_out_as_wit
     assert left_out["step_time_s"] == given["step_time_s"]
     assert left_out["replicas"]["sizes"] == given["replicas"]["sizes"] == [2]
     assert list(left_out["replicas"]["running_s"]) == list(given["replicas"]["running_s"]) == ["2"]
+
+
+def test_an_elastic_trace_job_on_a_cluster_that_cannot_shrink_is_refused_naming_the_size(tmp_path, capsys):
+    """The two-rank trace copied to 72 replicas on a GB200 NVL72 rack (18 trays of 4 GPUs): its sizes are the
+    multiples of 4 replicas (whole trays), and the rack takes no `nodes`, so the job shrunk to 4 replicas has no
+    cluster. Refused once the trace is read, naming the size and the min_replicas that avoids it, before any
+    replication; before, the error came when the job first shrank."""
+    scenario = tmp_path / "job.yaml"
+    traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
+    scenario.write_text(f"cluster: {{topology: gb200-nvl72}}\nworkload: {{trace: '{traces}', format: kineto, dp: 72}}\n"
+                        "checkpoint: {size: 1 GB}\nrun: {horizon: 2 d, replications: 1}\nfaults: {preset: llama3}\n"
+                        "restart: {elastic: true}\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {scenario}:1: cluster.nodes: the elastic job shrunk to 4 replicas (1 host): "
+                            "unknown override 'nodes' for topology kind 'nvl72'")
+    assert error.endswith("; or restart.min_replicas above 4)\n")
+    assert not (tmp_path / "out").exists()

@@ -29,8 +29,10 @@ used, so no size is skipped for memory.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import TypeVar
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
@@ -103,6 +105,9 @@ class ElasticSizes:
         """The sizes skipped for memory (as text, the summary's keys) -> the peak memory per GPU each needs, GiB."""
         return {str(size): peak / GIB for size, peak in self.out_of_memory}
 
+
+T = TypeVar("T")
+"""What a check of a shrunk job returns."""
 
 _CHECKED: dict[str, ElasticSizes] = {}
 """Sizes already checked, by the scenario less the sections they do not depend on and the files it reads
@@ -224,8 +229,12 @@ def trace_sizes(loaded: LoadedScenario, hosts: int, replicas: int, traced_dp: in
         return ElasticSizes((replicas,))
     smallest = _check_min_replicas(loaded, replicas, "the trace's job's")
     copy = traced_dp or replicas
-    return ElasticSizes(tuple(size for size in range(copy, replicas + 1, copy)
-                              if size >= smallest and hosts * size % replicas == 0))
+    sizes = tuple(size for size in range(copy, replicas + 1, copy)
+                  if size >= smallest and hosts * size % replicas == 0)
+    for size in sizes[:-1]:
+        shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, hosts, replicas, 1, size))
+        _shrunk_check(hosts, replicas, size, partial(scenario_topology, shrunk))
+    return ElasticSizes(sizes)
 
 
 def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) -> None:
@@ -246,12 +255,18 @@ def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, 
     """Build the cluster of the job shrunk to ``size`` replicas and resolve its step: its peak memory per GPU
     and the GPU's (`_peak_memory`); an error names the size and the `min_replicas` that avoids it."""
     shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, hosts, dp, microbatches, size))
+    return _shrunk_check(hosts, dp, size, lambda: _peak_memory(shrunk, scenario_topology(shrunk)))
+
+
+def _shrunk_check(hosts: int, dp: int, size: int, check: Callable[[], T]) -> T:
+    """``check`` of the job of ``dp`` replicas on ``hosts`` hosts shrunk to ``size``; its error names the size and
+    the `min_replicas` that avoids it."""
     try:
-        return _peak_memory(shrunk, scenario_topology(shrunk))
+        return check()
     except InputError as error:
         allowed = f"{error.allowed}; or " if error.allowed else ""
         raise error.rebuilt(problem=f"the elastic job shrunk to {counted(size, 'replica')} "
-                                    f"({size * (hosts // dp)} hosts): {error.problem}",
+                                    f"({counted(hosts * size // dp, 'host')}): {error.problem}",
                             allowed=f"{allowed}restart.min_replicas above {size}") from None
 
 
