@@ -58,8 +58,9 @@ EXIT_TERMINATED = 143
 """SIGTERM (`kill PID`, a scheduler's stop), as a shell reports a process ended by it (128 + 15)."""
 EXIT_BROKEN_PIPE = 141
 """The reader of stdout went away (`trainsim topo describe ... | head`), as a shell reports SIGPIPE (128 + 13)."""
-FORESEEING = "foreseeing straggler states"
-"""The bar's phase while a job's first pass over its replications finds the straggler states to simulate ahead."""
+FORESEEING = "foreseeing cluster states"
+"""The bar's phase while a job's first pass over its replications finds the straggler and degraded states to
+simulate ahead."""
 
 
 @collector_paused()
@@ -120,7 +121,7 @@ def _flags(loaded: LoadedScenario, options: tuple[str, ...] = ()) -> tuple[str, 
 
 
 def _warn_line(warning: str) -> None:
-    """One warning on stderr as it happens (a worker simulating straggler states ahead lost mid-job)."""
+    """One warning on stderr as it happens (a worker simulating cluster states ahead lost mid-job)."""
     _stderr_line(f"warning: {warning}")
 
 
@@ -140,7 +141,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
 
     with RunProgress(enabled=not quiet, unit="replications", description="simulating the job") as progress:
         job, files = run_job(loaded, out, force=force, progress=progress, workers=workers,
-                             states_progress=progress.counting("states", "simulating straggler states ahead"),
+                             states_progress=progress.counting("states", "simulating cluster states ahead"),
                              foresight_progress=progress.counting("replications", FORESEEING),
                              workers_warning=_warn_line, activity=progress.doing,
                              on_healthy_step=lambda summary: _warn("run", summary.get("warnings", []), summary,
@@ -397,7 +398,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
                           on_healthy_step=on_healthy_step, on_point_warnings=warn_points, workers=args.workers,
-                          states_progress=progress.counting("states", "simulating straggler states ahead"),
+                          states_progress=progress.counting("states", "simulating cluster states ahead"),
                           foresight_progress=progress.counting("replications", FORESEEING),
                           workers_warning=_warn_line)
     files = write_study(out, study)
@@ -841,7 +842,7 @@ COLLECTIVE_SIZES = "1MiB:1GiB"
 SCENARIO_HELP = "a scenario file, or the name of a bundled one (trainsim scenarios)"
 EXECUTOR_HELP = "local process pool (default), serial (this process) or dask"
 WORKERS_HELP = "pool or LocalCluster workers (default, or 0: all cores)"
-AHEAD_WORKERS_HELP = ("a job's processes simulating its straggler states ahead (default, or 0: all cores, as many as "
+AHEAD_WORKERS_HELP = ("a job's processes simulating its cluster states ahead (default, or 0: all cores, as many as "
                       "the free memory holds)")
 SCHEDULER_HELP = "Dask scheduler address (default: start a LocalCluster)"
 PUBLISHED_WORKERS = 1

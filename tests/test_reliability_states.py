@@ -205,10 +205,11 @@ def test_a_straggler_state_run_again_shares_its_plans_parsed_and_timed_with_the_
     assert again[1] == first[1]
 
 
-def _one_core_job_then_two_cores(monkeypatch):
-    """The 64-GPU job run on one core (its states simulated as met), then the machine set to two cores and the
-    ahead path opened from 2 states, each run with a fresh state cache: the loaded job and the one-core result."""
-    loaded = scenario_from_text(JOB64, "job64.yaml")
+def _one_core_job_then_two_cores(monkeypatch, text: str = JOB64):
+    """The 64-GPU job (or ``text``'s) run on one core (its states simulated as met), then the machine set to two
+    cores and the ahead path opened from 2 states, each run with a fresh state cache: the loaded job and the
+    one-core result."""
+    loaded = scenario_from_text(text, "job64.yaml")
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     one_core = simulate_job(loaded)
@@ -216,7 +217,7 @@ def _one_core_job_then_two_cores(monkeypatch):
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
-    monkeypatch.setattr(ahead, "memory_room", lambda workers: workers)  # not the loaded host's free memory
+    monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: workers)  # not the host's free memory
     return loaded, one_core
 
 
@@ -269,7 +270,7 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
     warned: list[str] = []
     broken = simulate_job(loaded, workers_warning=warned.append)
     assert forked == [0]
-    assert warned == ["a worker simulating straggler states ahead ended (exit status 9); the job simulates the 8 "
+    assert warned == ["a worker simulating cluster states ahead ended (exit status 9); the job simulates the 8 "
                       "states left as it meets them, on one core"]
     assert broken.summary == one_core.summary
     assert broken.table.equals(one_core.table)
@@ -296,7 +297,7 @@ def test_a_worker_killed_with_a_state_unread_in_its_pipe_leaves_the_rest_to_the_
     warned: list[str] = []
     broken = simulate_job(loaded, workers_warning=warned.append)
     assert forked in ([1], [2])  # the other worker's first state handed back before the reset is read, or not
-    assert warned == [f"a worker simulating straggler states ahead ended (exit status 9); the job simulates the "
+    assert warned == [f"a worker simulating cluster states ahead ended (exit status 9); the job simulates the "
                       f"{8 - forked[0]} states left as it meets them, on one core"]
     assert broken.summary == one_core.summary
     assert broken.table.equals(one_core.table)
@@ -322,7 +323,7 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
     warned: list[str] = []
     one_worker = simulate_job(loaded, workers_warning=warned.append)
     assert forked == [8] and len(forks) == 2
-    assert warned == ["the host refused to fork a worker to simulate straggler states ahead (Cannot allocate "
+    assert warned == ["the host refused to fork a worker to simulate cluster states ahead (Cannot allocate "
                       "memory): 1 of 2 forked"]
     assert one_worker.summary == one_core.summary
     assert one_worker.table.equals(one_core.table)
@@ -331,7 +332,7 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
     allowed[0] = 0
     no_worker = simulate_job(loaded, workers_warning=warned.append)
     assert forked == [8, 0]
-    assert warned[1:] == ["the host refused to fork a worker to simulate straggler states ahead (Cannot allocate "
+    assert warned[1:] == ["the host refused to fork a worker to simulate cluster states ahead (Cannot allocate "
                           "memory): 0 of 2 forked; the job simulates them as it meets them"]
     assert no_worker.summary == one_core.summary
     assert no_worker.table.equals(one_core.table)
@@ -635,11 +636,12 @@ def test_a_degraded_leaf_runs_at_the_step_time_of_its_links_down():
 
 
 def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch):
-    """A leaf switch's state is simulated inline when a replication first meets it (minutes at 2,048 GPUs), and
-    the job printed nothing meanwhile: its ``activity`` now hears the replication, each state as its step starts
-    (what is down, unnumbered: no count of states heard here indexes the summary's sorted states) and when it is
-    done, then '' once the replications are."""
+    """A leaf switch's state is simulated inline when a replication first meets it (minutes at 2,048 GPUs, on one
+    core: on more they go ahead), and the job printed nothing meanwhile: its ``activity`` now hears the
+    replication, each state as its step starts (what is down, unnumbered: no count of states heard here indexes
+    the summary's sorted states) and when it is done, then '' once the replications are."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     heard: list[str] = []
     job = simulate_job(scenario_from_text(LEAF_SWITCH_JOB), activity=heard.append)
     degraded = [state for state in job.summary["states"] if state["links_down"]]
@@ -656,12 +658,13 @@ def test_a_degraded_state_leaves_nothing_of_its_topology_behind(monkeypatch):
     """The job's collector is paused and collects its youngest generation after each state; it ran while the
     state's topology (a cycle with its rerouter) was still a local, so each link state's topology outlived it to
     the job's end (usertest16: 4.5 GB resident after 590 s). Between states as many are alive as before the
-    first (the healthy one, and what earlier tests left in caches)."""
+    first (the healthy one, and what earlier tests left in caches); on one core, where no state goes ahead."""
     import gc
 
     from simulator.topology.graph import Topology
 
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     alive: list[int] = []
 
     def heard(line: str) -> None:
@@ -672,6 +675,40 @@ def test_a_degraded_state_leaves_nothing_of_its_topology_behind(monkeypatch):
     job = simulate_job(scenario_from_text(LEAF_SWITCH_JOB), activity=heard)
     assert sum(1 for state in job.summary["states"] if state["links_down"]) >= 2
     assert len(alive) > 2 and len(set(alive)) == 1
+
+
+def test_degraded_states_simulated_ahead_in_forked_workers_give_the_one_core_job(monkeypatch):
+    """A leaf switch's state is an unfolded step of its own (its rerouted detours make the replicas unlike), which
+    the job simulated as met, on one core, however many it had: usertest16's 2,048-GPU job met 41 of them in 2
+    replications. Its 4 degraded states now go ahead as straggler states do (however few: each takes far longer
+    than forking), the first in the job's process and the other 3 in two forked workers, to the one-core job's
+    summary and event table."""
+    loaded, one_core = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
+    forked = _counting_states_ahead(monkeypatch)
+    heard: list[tuple[int, int]] = []
+    two_cores = simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)))
+    degraded = [state for state in one_core.summary["states"] if state["links_down"]]
+    assert len(degraded) == 4 and forked == [3]
+    assert heard[:2] == [(0, 4), (1, 4)] and heard[-1] == (4, 4)
+    assert two_cores.summary == one_core.summary
+    assert two_cores.table.equals(one_core.table)
+
+
+def test_degraded_states_go_ahead_only_as_far_as_their_peak_memory_fits(monkeypatch):
+    """Each worker simulating degraded states comes to hold a whole unfolded step (5.2 GB a state of the
+    2,048-GPU job), not the job's resident size alone: the pool is sized by the job process's peak once the first
+    state ran there. With room for one such worker (the free memory twice the resident size, the peak above half
+    of it), none is forked and the job simulates the rest as it meets them, to the same outputs."""
+    memory_room = ahead.memory_room
+    loaded, one_core = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
+    monkeypatch.setattr(ahead, "memory_room", memory_room)
+    monkeypatch.setattr(ahead, "_resident_bytes", lambda: 1 << 30)
+    monkeypatch.setattr(ahead, "_peak_bytes", lambda: 3 << 29)
+    monkeypatch.setattr(ahead, "available_memory", lambda: 2 << 30)
+    forked = _counting_states_ahead(monkeypatch)
+    alone = simulate_job(loaded)
+    assert forked == [0]
+    assert alone.summary == one_core.summary
 
 
 def test_a_leaf_without_a_detour_takes_the_hosts_below_it():

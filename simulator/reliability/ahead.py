@@ -8,7 +8,11 @@ state has no route (no step) or an elastic job picks its size. So a first pass r
 healthy step standing in for each state not simulated yet, noting the states it asks for (`states_foreseen`);
 those are simulated in worker processes forked from the job's, which inherit the fold, programs and plan cache
 its states share (the first is simulated before the fork, building them), and the replications then run as
-before, each state's step taken from there (`StepStates.simulated_ahead`). A state the first pass did not
+before, each state's step taken from there (`StepStates.simulated_ahead`). A job with degraded units (a leaf
+switch, a cable, a NIC, a spine) meets states with links down, each an unfolded step of its own (the rerouted
+detours, hashed by their ends, make the replicas unlike): 41 of them on the 2,048-GPU job with a leaf-switch
+class over 2 replications, ~223 s of CPU and 5.2 GB each; those are simulated ahead too, the first in the job's
+process, whose peak memory then sizes the pool. A state the first pass did not
 foresee is simulated when met, as before, and so is one a worker failed on, so that its error is raised where
 the job meets it. A state's step is the same function of the state in whichever process it is simulated, so the
 job's outputs are byte-identical to a run on one core.
@@ -17,6 +21,7 @@ job's outputs are byte-identical to a run on one core.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -36,8 +41,9 @@ from simulator.reliability.states import ClusterState, StepStates
 from simulator.report.run_folder import interrupts_held
 
 AHEAD_MIN_STATES = 16
-"""Fewer states than this foreseen are simulated as the job meets them: forking the job's process costs about
-as much as a state's step."""
+"""Fewer straggler states than this foreseen are simulated as the job meets them: forking the job's process costs
+about as much as a straggler state's step (a degraded state's takes far longer: any number of them goes ahead
+where two workers can share them)."""
 
 _FORKED: StepStates | None = None
 """The job's states, as the workers inherit them (set only while they run)."""
@@ -53,16 +59,21 @@ def cores(cap: int = 0) -> int:
     return min(count, cap) if cap else count
 
 
-def memory_room(workers: int) -> int:
+def memory_room(workers: int, each: int = 0) -> int:
     """How many of ``workers`` the memory this process may still take holds (the host's, or its container's
-    where that limits it less, `machine.available_memory`), each counted at this process's resident size (a
-    forked worker shares the job's pages until it writes them, and Python's reference counts write most of
-    those it reads; a state's own step then adds a few hundred MB on the 16,384-GPU job): at least 1, all of
-    them where neither says (no /proc/meminfo, no limit)."""
-    available, resident = available_memory(), _resident_bytes()
-    if available is None or not resident:
+    where that limits it less, `machine.available_memory`), each counted at ``each`` bytes, by default this
+    process's resident size (a forked worker shares the job's pages until it writes them, and Python's reference
+    counts write most of those it reads; a straggler state's own step then adds a few hundred MB on the
+    16,384-GPU job): at least 1, all of them where neither says (no /proc/meminfo, no limit)."""
+    available, size = available_memory(), each or _resident_bytes()
+    if available is None or not size:
         return workers
-    return max(1, min(workers, available // resident))
+    return max(1, min(workers, available // size))
+
+
+def _peak_bytes() -> int:
+    """The most this process has held resident so far, in bytes (Linux reports ``ru_maxrss`` in KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _resident_bytes() -> int:
@@ -112,47 +123,64 @@ def straggling(state: ClusterState, healthy: ClusterState) -> bool:
     return replace(state, slow_gpus=()) == healthy
 
 
+def degraded(state: ClusterState, healthy: ClusterState) -> bool:
+    """Whether ``state`` runs the job's own replicas with links or spine switches down (stragglers beside them
+    or not): a step of its own, which shares no fold with another state's (its topology is rerouted), and which
+    takes as long as the unfolded step where its links down unfold it (each worker then holds that step's
+    memory, 5.2 GB a state of the 2,048-GPU job with a leaf switch down)."""
+    return state.replicas == healthy.replicas and bool(state.links_down or state.spines_down)
+
+
 def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: int = 0,
                    progress: Callable[[int, int], None] | None = None,
                    warning: Callable[[str], None] | None = None) -> int:
-    """Simulate the straggling states of ``wanted`` that ``states`` has not, the first here (building the fold
-    they share) and the rest in worker processes (one per core, at most ``workers`` where not 0, and no more
-    than the host's free memory holds), for ``states`` to hand out when the job meets them; nothing where there
-    are fewer than AHEAD_MIN_STATES, one core, or the first raised. ``progress(done, total)`` hears of each
-    state simulated. A worker that dies (the kernel's out-of-memory killer) ends them all: the job simulates
-    the states left as it meets them; a fork the host refuses leaves the workers forked before it. ``warning``
-    hears one line of either (the job went on on fewer cores than it was given, which nothing else showed).
-    Ctrl-C or SIGTERM ends the workers without a word and raises KeyboardInterrupt (Terminated) here. How many
-    the workers simulated."""
+    """Simulate the straggling states of ``wanted`` that ``states`` has not (where there are AHEAD_MIN_STATES of
+    them) and its degraded ones (`degraded`), the first of each kind here (a straggler state's builds the fold
+    they share; a degraded state's peak memory is what each worker may come to hold) and the rest in worker
+    processes (one per core, at most ``workers`` where not 0, and no more than the host's free memory holds,
+    each counted at this process's resident size, or its peak once a degraded state ran here), for ``states``
+    to hand out when the job meets them; nothing where fewer than two workers would share them, or a first
+    raised. ``progress(done, total)`` hears of each state simulated. A worker that dies (the kernel's
+    out-of-memory killer) ends them all: the job simulates the states left as it meets them; a fork the host
+    refuses leaves the workers forked before it. ``warning`` hears one line of either (the job went on on fewer
+    cores than it was given, which nothing else showed). Ctrl-C or SIGTERM ends the workers without a word and
+    raises KeyboardInterrupt (Terminated) here. How many the workers simulated."""
     global _FORKED
-    todo = [state for state in wanted if straggling(state, states.healthy) and not states.known(state)]
-    if len(todo) < AHEAD_MIN_STATES or min(cores(workers), len(todo) - 1) < 2:
+    unknown = [state for state in wanted if not states.known(state)]
+    slow = [state for state in unknown if straggling(state, states.healthy)]
+    down = [state for state in unknown if degraded(state, states.healthy)]
+    kinds = [kind for kind in (slow if len(slow) >= AHEAD_MIN_STATES else [], down) if kind]
+    todo = [state for kind in kinds for state in kind]
+    if min(cores(workers), len(todo) - len(kinds)) < 2:
         return 0
     if progress is not None:
         progress(0, len(todo))
-    if _simulated_here(states, todo[0]) is None:
-        return 0
-    if progress is not None:
-        progress(1, len(todo))
-    pool_size = memory_room(min(cores(workers), len(todo) - 1))
+    for here, kind in enumerate(kinds, 1):
+        if _simulated_here(states, kind[0]) is None:
+            return 0
+        if progress is not None:
+            progress(here, len(todo))
+    rest = [state for kind in kinds for state in kind[1:]]
+    wanted_workers = min(cores(workers), len(rest))
+    pool_size = memory_room(wanted_workers, _peak_bytes()) if down else memory_room(wanted_workers)
     if pool_size < 2:
         return 0
     _FORKED = states
     try:
-        return _simulated_in_workers(states, todo, pool_size, progress, warning)
+        return _simulated_in_workers(states, rest, len(todo), pool_size, progress, warning)
     finally:
         _FORKED = None
 
 
-def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool_size: int,
+def _simulated_in_workers(states: StepStates, rest: Sequence[ClusterState], total: int, pool_size: int,
                           progress: Callable[[int, int], None] | None,
                           warning: Callable[[str], None] | None) -> int:
     """`simulate_ahead`'s workers: ``pool_size`` processes forked from this one, each handed the next state of
-    ``todo[1:]`` on its own pipe as it hands one back, all ended before this returns or raises. A worker's end
-    of its pipe is in no other process, so one that dies is seen at once: its pipe ends (EOFError), or is reset
-    where it died with a state unread in it (ConnectionResetError, an OSError). ``warning``: `simulate_ahead`'s.
-    How many states they simulated."""
-    waiting = list(reversed(todo[1:]))
+    ``rest`` (the last of the ``total`` states ahead) on its own pipe as it hands one back, all ended before
+    this returns or raises. A worker's end of its pipe is in no other process, so one that dies is seen at once:
+    its pipe ends (EOFError), or is reset where it died with a state unread in it (ConnectionResetError, an
+    OSError). ``warning``: `simulate_ahead`'s. How many states they simulated."""
+    waiting = list(reversed(rest))
     pool: list[_Worker] = []
     busy: dict[Connection, tuple[_Worker, ClusterState]] = {}
     done = 0
@@ -162,7 +190,7 @@ def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool
         refused = _forked_into(pool, pool_size)
         if refused is not None and warning is not None:
             unforked = "" if pool else "; the job simulates them as it meets them"
-            warning(f"the host refused to fork a worker to simulate straggler states ahead ({refused}): "
+            warning(f"the host refused to fork a worker to simulate cluster states ahead ({refused}): "
                     f"{len(pool)} of {pool_size} forked{unforked}")
         for worker in pool[:len(waiting)]:
             busy[worker.pipe] = worker, worker.hand(waiting.pop())
@@ -175,7 +203,7 @@ def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool
                     states.simulated_ahead(state, entry)
                     done += 1
                 if progress is not None:
-                    progress(len(todo) - len(waiting) - len(busy), len(todo))
+                    progress(total - len(waiting) - len(busy), total)
                 if waiting:
                     busy[pipe] = worker, worker.hand(waiting.pop())
     except (EOFError, OSError):  # a worker died (out of memory): the job simulates the rest as it meets them
@@ -183,8 +211,8 @@ def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool
     finally:
         _ended(pool)
     if lost is not None and warning is not None:
-        warning(f"a worker simulating straggler states ahead ended ({_how_it_ended(lost.process.exitcode)}); the "
-                f"job simulates the {len(todo) - 1 - done:,} states left as it meets them, on one core")
+        warning(f"a worker simulating cluster states ahead ended ({_how_it_ended(lost.process.exitcode)}); the "
+                f"job simulates the {len(rest) - done:,} states left as it meets them, on one core")
     return done
 
 

@@ -547,9 +547,9 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     ``progress(done, total)`` hears of each replication simulated, and of none done once the healthy step is
     (and any states ahead): the bar (and its clock) then shows from the start of the first replication, which
     meets most of a job's states (the throttling example's first took 10 minutes, with nothing on the screen).
-    Where the job's straggler states are simulated ahead on the other cores (reliability/ahead.py, at most
-    ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication of the
-    pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
+    Where the job's straggler or degraded states are simulated ahead on the other cores (reliability/ahead.py,
+    at most ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication
+    of the pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
     replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked
     (the outputs are the same; only the time differs). ``activity`` hears what the replications do between their
     counts: `replication 1/2`, and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state
@@ -566,7 +566,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     def arrivals(replication: int) -> Arrivals:
         return draw_arrivals(np.random.default_rng([scenario.run.seed, replication]), model.classes, counts, horizon)
 
-    if cores(workers) > 1 and any(klass.effect is Effect.STRAGGLE for klass in model.classes):
+    if cores(workers) > 1 and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes):
         foreseen = states_foreseen(plan, arrivals, scenario.run.replications, prepared.cost_cache, healthy,
                                    foresight_progress)
         simulate_ahead(prepared.states, foreseen, workers, states_progress, workers_warning)

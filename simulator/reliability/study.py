@@ -257,7 +257,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
     ``on_point_warnings`` the warnings each point gives before it runs (`point_warnings`: an interval that
     writes no checkpoint), which `trainsim study` prints, and study.json keeps as `point_warnings`.
     ``progress(done, total)`` hears of each point simulated. The points run one after another in this process,
-    so each simulates its straggler states ahead on the other cores as `trainsim run` does (at most ``workers``
+    so each simulates its cluster states ahead on the other cores as `trainsim run` does (at most ``workers``
     processes where not 0; ``foresight_progress`` hears of each replication of the pass that foresees them,
     ``states_progress`` of each state, ``workers_warning`` of a worker that ended early or was not forked),
     unless this process is itself a worker; a
