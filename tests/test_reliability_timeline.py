@@ -183,6 +183,25 @@ def test_a_failure_during_a_maintenance_stop_does_not_shorten_it(job_with, after
     assert ((struck.events["kind"] == "checkpoint_lost").sum() == 1) == (after_s < 60)
 
 
+def test_the_restart_rows_count_every_planned_stop_and_span_the_restart_and_maintenance_time(job_with):
+    """Maintenance at 3 h and 9 h (STOP_JOB) over a 9 h 5 min horizon: a software failure 5 min into the stop
+    at 3 h makes its row a `failure` restart, and the horizon cuts the stop at 9 h. Both rows began with
+    maintenance: counting `began == maintenance` gives `interruptions.planned`, 2, and the restart rows' spans
+    add up to restart_s + maintenance_s. Before, the table had no `began` column, the stop the horizon cut had no
+    row, and the spans came 5 min short of the summary's time."""
+    job = job_with((3 * H + 300, 0, 0, 0.0), text=STOP_JOB.replace("horizon: 12 h", "horizon: 545 min"))
+    summary, events = job.summary, job.events
+    restarts = events[events["kind"] == "restart"]
+    assert restarts[["cause", "began"]].to_numpy().tolist() == [["failure", "maintenance"],
+                                                               ["maintenance", "maintenance"]]
+    assert (restarts["began"] == "maintenance").sum() == summary["interruptions"]["planned"]["mean"] == 2
+    assert restarts["end_s"].iloc[-1] == 545 * 60
+    parts = summary["time_s"]
+    spans = float((restarts["end_s"] - restarts["start_s"]).sum())
+    assert spans == pytest.approx(parts["restart_s"]["mean"] + parts["maintenance_s"]["mean"], rel=1e-12)
+    assert set(events["began"][events["kind"] != "restart"]) == {""}
+
+
 def test_a_maintenance_stop_right_after_a_restart_writes_no_checkpoint(job_with):
     """A software failure at 2 h 55 min: its restart (1 min detection, 2 min rescheduling, 3 min launch, the
     read L) ends at E = 3 h 1 min + L, so the window due at 3 h is taken right after it. Nothing is trained

@@ -13,9 +13,10 @@ import pyarrow as pa
 
 EventKind = Literal["failure", "checkpoint", "checkpoint_lost", "restart", "degraded", "straggling"]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-"""A planned maintenance stop is a `restart` whose cause is `maintenance`."""
+"""A planned maintenance stop is a `restart` that `began` with `maintenance` (its `cause` is `failure` when a failure
+struck it)."""
 KIND_CODE: dict[EventKind, int] = {kind: code for code, kind in enumerate(EVENT_KINDS)}
-COLUMNS = ("replication", "kind", "cause", "start_s", "end_s", "step", "lost_work_s", "hosts")
+COLUMNS = ("replication", "kind", "cause", "began", "start_s", "end_s", "step", "lost_work_s", "hosts")
 
 
 class JobEvents:
@@ -26,9 +27,10 @@ class JobEvents:
         self.rows: list[tuple] = []
         self.blocks: list[tuple] = []
 
-    def add(self, kind: EventKind, start: float, end: float, *, cause: str = "", step: float = 0.0,
-            lost_work_s: float = 0.0, hosts: int = 0) -> None:
-        self.rows.append((self.replication, kind, cause, start, end, step, lost_work_s, hosts))
+    def add(self, kind: EventKind, start: float, end: float, *, cause: str = "", began: str = "",
+            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0) -> None:
+        """One row; ``began``, a restart's alone, is what began it (its ``cause`` is what it restarted from)."""
+        self.rows.append((self.replication, kind, cause, began, start, end, step, lost_work_s, hosts))
 
     def add_checkpoints(self, start: float, end: float, step: float, period: float, steps: float,
                         count: int) -> None:
@@ -38,26 +40,27 @@ class JobEvents:
             self.blocks.append((self.replication, start, end, step, period, steps, count))
 
     def table(self) -> pa.Table:
-        """All rows, sorted by replication and start time (stable: logging order breaks ties); `kind` and
-        `cause` dictionary columns (over EVENT_KINDS and the causes met, sorted), written to Parquet as they are.
+        """All rows, sorted by replication and start time (stable: logging order breaks ties); `kind`, `cause`
+        and `began` dictionary columns (over EVENT_KINDS and the causes met, sorted), written to Parquet as they are.
         The columns are allocated once at full length, single rows first, and the checkpoint blocks expanded
         into them in place: a long job has millions of checkpoints, and concatenating temporaries of that
         length costs more than the expansion itself."""
         columns = list(zip(*self.rows)) if self.rows else [()] * len(COLUMNS)
-        names = sorted({"", *columns[2]})
+        names = sorted({"", *columns[2], *columns[3]})
         code_of = {name: code for code, name in enumerate(names)}
         blocks = [np.asarray(c) for c in zip(*self.blocks)] if self.blocks else []
         counts = blocks[-1].astype(np.int64) if blocks else np.zeros(0, dtype=np.int64)
         single, total = len(self.rows), int(counts.sum())
         replication = np.empty(single + total, dtype=np.int32)
         kind = np.full(single + total, KIND_CODE["checkpoint"], dtype=np.int8)
-        cause = np.full(single + total, code_of[""], dtype=np.int32)
+        cause, began = (np.full(single + total, code_of[""], dtype=np.int32) for _ in range(2))
         start, end, step, lost = (np.zeros(single + total) for _ in range(4))
         hosts = np.zeros(single + total, dtype=np.int64)
         replication[:single] = columns[0]
         kind[:single] = [KIND_CODE[k] for k in columns[1]]
         cause[:single] = [code_of[c] for c in columns[2]]
-        for column, values in zip((start, end, step, lost, hosts), columns[3:]):
+        began[:single] = [code_of[c] for c in columns[3]]
+        for column, values in zip((start, end, step, lost, hosts), columns[4:]):
             column[:single] = values
         if blocks:
             rep, a, b, s, p, k, _ = blocks
@@ -74,7 +77,7 @@ class JobEvents:
         arrays = [
             pa.array(replication[order]),
             pa.DictionaryArray.from_arrays(kind[order], pa.array(EVENT_KINDS)),
-            pa.DictionaryArray.from_arrays(cause[order], pa.array(names)),
+            *(pa.DictionaryArray.from_arrays(codes[order], pa.array(names)) for codes in (cause, began)),
             *(pa.array(column[order]) for column in (start, end, step, lost, hosts)),
         ]
         return pa.Table.from_arrays(arrays, names=list(COLUMNS))

@@ -380,7 +380,7 @@ class JobProcess:
         a failure during a maintenance stop restarts with its detection overlapping the rest of it, one during
         a regrow's write with its detection (the write is lost, nothing else holds the job)."""
         horizon = self.plan.horizon_s
-        begin = env.now
+        begin, began = env.now, cause
         detects = cause is BuiltInCause.FAILURE
         stopped_until = begin if detects else begin + self._stop_s(self.running, cause)
         maintained_until = stopped_until if cause is BuiltInCause.MAINTENANCE else begin
@@ -413,6 +413,7 @@ class JobProcess:
                 self.regrow_restart_s += stop - now
             self.clock.settle_stop(stop)
             if stop >= horizon:
+                self.events.add("restart", begin, stop, cause=cause, began=began, step=self.clock.steps)
                 return
             if stop == rejoin:
                 detects = False
@@ -427,7 +428,7 @@ class JobProcess:
             if cause is BuiltInCause.REGROW:
                 self.regrow_restarts += 1
             self._relaunch(replicas)
-            self.events.add("restart", begin, end, cause=cause, step=self.clock.steps)
+            self.events.add("restart", begin, end, cause=cause, began=began, step=self.clock.steps)
             return
 
     def _skip_arrivals(self, until: float) -> int | None:
