@@ -173,12 +173,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     skipped = ""
     warnings = list(verdict.warnings)
     if loaded.scenario.run.horizon is not None:
-        from simulator.reliability.simulate import interval_past_horizon, validate_job
+        from simulator.reliability.simulate import fixed_size_warning, interval_past_horizon, validate_job
 
         sizes = validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
-        warnings += [w for w in (interval_past_horizon(loaded, None),) if w is not None]
+        known = (fixed_size_warning(loaded, sizes), interval_past_horizon(loaded, None))
+        warnings += [warning for warning in known if warning is not None]
     if args.strict and verdict.memory.get("oom"):
         line = oom_line(dict(verdict.memory), loaded, topology)
         raise loaded.error(("parallelism",), line, "a layout that fits in GPU memory", every_override=True)

@@ -1102,6 +1102,38 @@ def test_an_elastic_moe_job_runs_on_the_sizes_ep_splits():
     assert sizes("parallelism: {dp: 4, ep: 4}", SHRINKING.replace("restart: {elastic: true}", "")) == ([4], {4})
 
 
+@pytest.mark.parametrize(("restart", "parallelism", "warning"), [
+    ("restart: {elastic: true, min_replicas: 3, elastic_batch: keep_global}", "parallelism: {dp: 4}",
+     "restart.min_replicas: min_replicas 3: keep_global's 4 micro-batches split whole over none of 3 replicas; the "
+     "elastic job never shrinks below its 4 replicas: it runs as a job of fixed size (allowed: at most 2, the "
+     "nearest size it would shrink to; or elastic_batch: keep_per_replica, with which it shrinks to 3 replicas)"),
+    ("restart: {elastic: true}", "parallelism: {dp: 4, ep: 4}",
+     "parallelism.ep: EP 4 divides the DP x CP ranks of none of 1 to 3 replicas; the elastic job never shrinks "
+     "below its 4 replicas: it runs as a job of fixed size (allowed: an EP that divides a smaller size's DP x CP "
+     "ranks, or restart.elastic: false)"),
+], ids=["min-replicas-and-keep-global", "ep-4-on-dp-4"])
+def test_an_elastic_job_left_no_smaller_size_is_warned_at_the_field_that_leaves_it_so(
+        tmp_path, capsys, restart, parallelism, warning):
+    """keep_global's 4 micro-batches on DP 4 split whole over 4, 2 and 1 replicas, and min_replicas 3 leaves
+    only 4; EP 4 on DP 4 splits no smaller size's ranks. Either job runs on 4 replicas only, as a job of fixed
+    size; `validate` and `run` now both warn at the field that leaves it so, naming the nearest size that would
+    shrink. Before, `validate` said only 'valid' and the run said nothing. min_replicas 2 shrinks: no warning."""
+    text = SHRINKING.replace("restart: {elastic: true}", restart).replace("parallelism: {dp: 4}", parallelism)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    line = next(number for number, row in enumerate(text.splitlines(), 1)
+                if row.startswith(warning.split(".")[0] + ":"))
+    for command in (["validate", str(scenario)], ["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(command) == 0
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"warning: {scenario}:{line}: {warning}" in err, command[0]
+        assert err.count("never shrinks") == 1
+    assert orjson.loads((tmp_path / "out" / "job_summary.json").read_bytes())["replicas"]["sizes"] == [4]
+    scenario.write_text(text.replace("min_replicas: 3", "min_replicas: 2").replace("ep: 4", "ep: 2"))
+    assert main(["validate", str(scenario)]) == 0
+    assert "never shrinks" not in capsys.readouterr().err
+
+
 def test_a_shrunk_job_drops_the_scenarios_step_faults_on_hosts_it_gave_up():
     """The scenario's own straggler on GPU 3 and link of host 3 are on the host a job shrunk to 3 replicas gave
     up: its shrunk state's step is `simulate()` of the 3-host cluster without them (to the bit), where the job

@@ -16,7 +16,7 @@ import simpy
 from simulator.collector import collector_paused
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
-from simulator.config.reliability import UNIT_KINDS, Effect
+from simulator.config.reliability import UNIT_KINDS, Effect, ElasticBatch
 from simulator.config.schema import TraceWorkload
 from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError, ScenarioError
@@ -24,7 +24,7 @@ from simulator.reliability.ahead import cores, simulate_ahead, states_foreseen
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
-from simulator.reliability.elastic import ElasticSizes, elastic_sizes, trace_sizes
+from simulator.reliability.elastic import ElasticSizes, allowed_sizes, elastic_sizes, trace_sizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import Arrivals, draw_arrivals
@@ -38,7 +38,7 @@ from simulator.reliability.summary import (
 )
 from simulator.scale import capped_topology
 from simulator.units import counted, decimal_sizes_apart, format_count, format_duration, parse_duration
-from simulator.workload.training import resolve_model
+from simulator.workload.training import microbatch_count, resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -438,6 +438,59 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
                             "written"))
 
 
+def fixed_size_warning(loaded: LoadedScenario, sizes: ElasticSizes) -> str | None:
+    """A warning for an elastic job left with no size but its layout's DP by its layout and batch (not by
+    memory: a job none of whose smaller sizes fits is refused, `_checked_sizes`): it would run as a job of fixed
+    size without a word. Located at the field that leaves it so and naming the nearest size that would shrink:
+    `restart.min_replicas` where a lower bound would leave one (keep_global's 512 micro-batches on 64 replicas
+    split whole over none of 48 to 63, and over 32), else `restart.elastic_batch` where keep_per_replica would,
+    else `parallelism.ep` (EP 4 on DP 4 splits no smaller size's ranks). The job still runs. A replayed trace's
+    sizes turn on its traced ranks (`elastic.trace_sizes`), not on these fields: none is warned here."""
+    scenario = loaded.scenario
+    restart, parallelism = scenario.restart, scenario.parallelism
+    dp = sizes.sizes[-1]
+    if (not restart.elastic or isinstance(scenario.workload, TraceWorkload) or len(sizes.sizes) > 1
+            or sizes.out_of_memory or dp == 1):
+        return None
+    smallest = restart.min_replicas or 1
+    kept = dp * located(loaded, lambda: microbatch_count(scenario, dp))
+    keeps_global = restart.elastic_batch is ElasticBatch.KEEP_GLOBAL
+    unbounded = allowed_sizes(dp, parallelism.cp, parallelism.ep, 1, kept if keeps_global else None)[:-1]
+    per_replica = allowed_sizes(dp, parallelism.cp, parallelism.ep, smallest)[:-1] if keeps_global else ()
+    low = smallest if smallest < dp else 1
+    span = f"{low} to {dp - 1}" if low < dp - 1 else f"{low}"
+    never = f"the elastic job never shrinks below its {counted(dp, 'replica')}: it runs as a job of fixed size"
+    keep_per_replica = ""
+    if per_replica:
+        nearest = counted(per_replica[-1], "replica")
+        keep_per_replica = f"elastic_batch: keep_per_replica, with which it shrinks to {nearest}"
+    if loaded.gave(("restart", "min_replicas")) and unbounded:
+        why = (_unsplit(dp, parallelism.cp, parallelism.ep, smallest, kept if keeps_global else None, span)
+               if smallest < dp else "the layout's own data parallelism")
+        allowed = f"at most {unbounded[-1]}, the nearest size it would shrink to"
+        return str(loaded.error(("restart", "min_replicas"), f"min_replicas {smallest}: {why}; {never}",
+                                f"{allowed}; or {keep_per_replica}" if keep_per_replica else allowed))
+    if keep_per_replica:
+        return str(loaded.error(("restart", "elastic_batch"), f"keep_global: its {kept} micro-batches split whole "
+                                f"over none of {span} replicas; {never}", keep_per_replica))
+    return str(loaded.error(("parallelism", "ep"), f"EP {parallelism.ep} divides the DP x CP ranks of none of "
+                            f"{span} replicas; {never}", "an EP that divides a smaller size's DP x CP ranks, or "
+                            "restart.elastic: false"))
+
+
+def _unsplit(dp: int, cp: int, ep: int, smallest: int, kept: int | None, span: str) -> str:
+    """Why no size from ``smallest`` to ``dp`` - 1 (``span``) is allowed: the kept global batch of ``kept``
+    micro-batches splits whole over none, EP divides the DP x CP ranks of none, or each fails one or the other."""
+    batch = f"keep_global's {kept} micro-batches split whole over none of {span} replicas"
+    experts = f"EP {ep} divides the DP x CP ranks of none of {span} replicas"
+    if kept is None or not allowed_sizes(dp, cp, ep, smallest)[:-1]:
+        return experts
+    if not allowed_sizes(dp, cp, 1, smallest, kept)[:-1]:
+        return batch
+    return f"of {span} replicas, those over which keep_global's {kept} micro-batches split whole have DP x CP ranks " \
+           f"EP {ep} does not divide"
+
+
 def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, *,
                  force: bool = False) -> ElasticSizes:
     """What `trainsim validate` checks of a job without simulating its step, refusing as `trainsim run` does:
@@ -459,8 +512,8 @@ class PreparedJob:
     """A job checked and its healthy step simulated, before any replication: its plan, failure model and unit
     counts per class, the healthy state's costs, the checkpoint's bytes, the costs of the states met so far
     (None for one without a route; the replications add theirs), the healthy step's summary, the job's
-    warnings known before it runs (`interval_past_horizon`, `summary.write_wait_warning`,
-    `summary.young_daly_warning`) and the cluster's GPU model as the catalog names it."""
+    warnings known before it runs (`fixed_size_warning`, `interval_past_horizon`,
+    `summary.write_wait_warning`, `summary.young_daly_warning`) and the cluster's GPU model as the catalog names it."""
 
     plan: JobPlan
     model: FailureModel
@@ -525,7 +578,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     healthy = costs(states.healthy)
     assert healthy is not None
     mtbf, _, _ = optimum_intervals(plan, counts, healthy)
-    warnings = (interval_past_horizon(loaded, healthy), write_wait_warning(healthy), young_daly_warning(healthy, mtbf))
+    warnings = (fixed_size_warning(loaded, checks.sizes), interval_past_horizon(loaded, healthy),
+                write_wait_warning(healthy), young_daly_warning(healthy, mtbf))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        tuple(warning for warning in warnings if warning is not None), topology.gpu_model, states)
 
