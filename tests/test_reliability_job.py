@@ -286,7 +286,8 @@ faults: {components: {gpu: {mtbf: 2000 h, repair: 1 d}}}
 
 def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys):
     """`trainsim run` of a job prints ETTR, goodput, interruptions, time lost and the work redone per failure
-    with the restart's parts as job_summary.json has them (not just a path), and nothing with --quiet."""
+    with the restart's parts as job_summary.json has them (not just a path), and nothing with --quiet. A job
+    without spares restarts with its hosts at hand (it said 'with spares at hand'), one with spares with them."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SEED003.replace("replications: 10", "replications: 3"))
     assert main(["run", str(scenario), "--out", str(tmp_path / "loud")]) == 0
@@ -298,8 +299,11 @@ def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys)
     assert "time lost        restarts" in printed and "job_failure" in printed
     lost = job["lost_work_per_failure_s"]  # a failure every 3 h, a checkpoint every 30 min: about 15 min
     assert (f"per failure {format_seconds(lost['mean'])} (95%: {format_seconds(lost['ci95_low'])} to "
-            f"{format_seconds(lost['ci95_high'])}) of work redone, then a restart of 1.0 min with spares at hand "
-            "(detection 1.0 min, load 1 ms)") in " ".join(printed.split())
+            f"{format_seconds(lost['ci95_high'])}) of work redone, then a restart of 1.0 min with its hosts at hand "
+            "(no spares; detection 1.0 min, load 1 ms)") in " ".join(printed.split())
+    assert main(["run", str(scenario), "--out", str(tmp_path / "spares"), "--set", "restart.spares=1"]) == 0
+    assert "then a restart of 1.0 min with spares at hand (detection 1.0 min, load 1 ms)" in " ".join(
+        capsys.readouterr().out.split())
     assert main(["run", str(scenario), "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
     assert capsys.readouterr().out == ""
 

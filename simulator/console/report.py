@@ -523,8 +523,10 @@ def job_table(job: dict) -> Table:
         unexpected = job["interruptions"]["unexpected"]["mean"]
         wait = (f", and {long_duration(waiting / unexpected)} waiting for hosts on average" if waiting and unexpected
                 else "")
+        at_hand = "spares" if job.get("spare_hosts") else "its hosts"
+        parts = "; ".join(part for part in ("" if job.get("spare_hosts") else "no spares", parts) if part)
         table.add_row("per failure", _mean_ci(per_failure, format_seconds) + " of work redone, then a restart of "
-                      f"{long_duration(restart['total_s'])} with spares at hand" + (f" ({parts})" if parts else "")
+                      f"{long_duration(restart['total_s'])} with {at_hand} at hand" + (f" ({parts})" if parts else "")
                       + wait)
     replicas = job.get("replicas")
     if job.get("elastic") and replicas:
