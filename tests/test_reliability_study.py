@@ -296,9 +296,10 @@ def test_goodput_chart_of_a_study_without_failures(tmp_path):
 
 
 def test_goodput_chart_legend_gives_the_mtbf_as_the_printed_lines_do_and_no_best_of_one_point():
-    """An `mtbf` study of a 32-GPU job at x 1, 10 and 100 (one interval each) labelled its curves 'MTBF 2.17e+03 h'
-    where its printed lines say 'MTBF 2,168.5 h', and starred each lone point as the 'simulated best', which the
-    printed lines rightly do not call it, and drew its 95% interval as a band of no width."""
+    """A study of a 32-GPU job at x 1, 100 and 10000 labelled its curves 'MTBF 2.17e+03 h' where its printed
+    lines say 'MTBF 2,168.5 h'; a study of one point starred it as the 'simulated best', which the printed lines
+    rightly do not call it, and drew its 95% interval as a band of no width. (Several rates of one interval
+    each are drawn against the MTBF: test_an_mtbf_studys_chart_is_drawn_against_the_mtbf.)"""
     from simulator.reliability.plots import goodput_figure
 
     def curve(multiplier: float, intervals: list[float]) -> dict:
@@ -311,13 +312,45 @@ def test_goodput_chart_legend_gives_the_mtbf_as_the_printed_lines_do_and_no_best
     def legend(study: dict) -> list[str]:
         return [text.get_text() for text in goodput_figure(study).axes[0].get_legend().get_texts()]
 
-    lone = {"scenario": "job.yaml", "curves": [curve(1, [1800.0]), curve(100, [1800.0]), curve(1e4, [1800.0])]}
-    assert legend(lone) == ["rate x 1 (MTBF 2,168.5 h)", "rate x 100 (MTBF 21.7 h)", "rate x 10000 (MTBF 13.01 min)",
-                            "Young", "Daly"]
+    grid = {"scenario": "job.yaml", "curves": [curve(m, [900.0, 1800.0]) for m in (1, 100, 1e4)]}
+    assert legend(grid) == ["rate x 1 (MTBF 2,168.5 h)", "rate x 100 (MTBF 21.7 h)", "rate x 10000 (MTBF 13.01 min)",
+                            "Young", "Daly", "simulated best"]
+    lone = {"scenario": "job.yaml", "curves": [curve(1, [1800.0])]}
+    assert legend(lone) == ["rate x 1 (MTBF 2,168.5 h)", "Young", "Daly"]
     assert not any(line.get_marker() == "*" for line in goodput_figure(lone).axes[0].get_lines())
-    assert len(goodput_figure(lone).axes[0].containers) == 3  # each lone point's 95% interval as an error bar
-    grid = {"scenario": "job.yaml", "curves": [curve(1, [900.0, 1800.0])]}
-    assert legend(grid)[-1] == "simulated best"
+    assert len(goodput_figure(lone).axes[0].containers) == 1  # the lone point's 95% interval as an error bar
+
+
+def test_an_mtbf_studys_chart_is_drawn_against_the_mtbf(tmp_path):
+    """`trainsim study mtbf --multipliers 0.5,1,2` runs the scenario's one interval (30 min) at three failure
+    rates: its chart drew all three points at x = 30 min, one above the other, with the x axis spanning Young's
+    lines where there is no data. Now ETTR and goodput are drawn against the system MTBF in hours (6 h, 3 h,
+    1.5 h for this job's 3 h), each point marked with its multiplier, with their 95% bands; a checkpoint-interval
+    study of the same job keeps the interval axis."""
+    from simulator.reliability.plots import goodput_figure, load_study
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 3"))
+    out = tmp_path / "mtbf"
+    assert main(["study", "mtbf", str(scenario), "--multipliers", "0.5,1,2", "--out", str(out), "--quiet"]) == 0
+    curves = load_study(out)["curves"]
+    figure = goodput_figure(load_study(out))
+    ettr_axis, goodput_axis = figure.axes
+    assert goodput_axis.get_xlabel() == "system MTBF (h)"
+    (ettr,) = [line for line in ettr_axis.get_lines() if line.get_marker() == "o"]
+    (goodput,) = [line for line in goodput_axis.get_lines() if line.get_marker() == "o"]
+    by_mtbf = sorted(curves, key=lambda curve: curve["mtbf_s"])
+    assert list(ettr.get_xdata()) == pytest.approx([M / 2 / 3600, M / 3600, 2 * M / 3600], rel=1e-12)
+    assert list(ettr.get_ydata()) == pytest.approx([100 * c["points"][0]["ettr"] for c in by_mtbf], rel=1e-12)
+    assert list(goodput.get_xdata()) == list(ettr.get_xdata())
+    assert ettr.get_label() == "checkpoint every 30 min"
+    assert [text.get_text() for text in ettr_axis.texts] == ["rate x 2", "rate x 1", "rate x 0.5"]
+    assert [len(axis.collections) for axis in figure.axes] == [1, 1]  # the 95% bands over the three MTBFs
+    assert main(["plot", "goodput", str(out)]) == 0
+    interval = tmp_path / "interval"
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min", "--multipliers", "1,2",
+                 "--out", str(interval), "--quiet"]) == 0
+    assert goodput_figure(load_study(interval)).axes[1].get_xlabel() == "checkpoint interval (min)"
 
 
 def test_goodput_chart_gives_ettr_in_percent_as_the_printed_lines_do():

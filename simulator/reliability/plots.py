@@ -1,5 +1,6 @@
 """The goodput chart of a job study: ETTR and goodput against the checkpoint interval, one line per
-failure-rate multiplier, with Young's and Daly's intervals and the simulated optimum marked."""
+failure-rate multiplier, with Young's and Daly's intervals and the simulated optimum marked; a study of one
+interval at several failure rates (an `mtbf` study's default) against the system MTBF instead."""
 
 from __future__ import annotations
 
@@ -97,17 +98,44 @@ def _band(axis: Axes, minutes: list[float], points: list[dict], key: str, scale:
                           alpha=0.15)
 
 
+def across_mtbf(study: dict) -> bool:
+    """Whether the study varies the failure rate alone: several multipliers, one interval each (an `mtbf`
+    study's default, the scenario's own interval). Its chart is drawn against the MTBF: against the interval
+    every point sat on one x, one above the other, and the study's variable was only in the legend."""
+    return len(study["curves"]) > 1 and all(len(curve["points"]) == 1 for curve in study["curves"])
+
+
 def goodput_figure(study: dict) -> Figure:
-    """Two panels sharing the interval axis (minutes, log scale): ETTR in percent, as the study's printed lines
-    and the job's table give it (the axis read 0.92 beside '91.99%'), and goodput (in the tokens/s unit its
-    largest value reaches; in healthy-equivalent steps per second, in the unit they reach, when some point's model has
-    no tokens), each with its 95% band."""
+    """Two panels sharing the x axis (log scale): ETTR in percent, as the study's printed lines and the job's
+    table give it (the axis read 0.92 beside '91.99%'), and goodput (in the tokens/s unit its largest value
+    reaches; in healthy-equivalent steps per second, in the unit they reach, when some point's model has no
+    tokens), each with its 95% band; against the checkpoint interval (`_against_interval`), or, for a study of
+    one interval at several failure rates, against the system MTBF (`_against_mtbf`)."""
     figure = Figure(figsize=(8, 6.5), constrained_layout=True)
     ettr_axis, goodput_axis = figure.subplots(2, 1, sharex=True)
     tokens = all(p["goodput_tokens_per_s"] is not None for curve in study["curves"] for p in curve["points"])
     goodput, unit = ("goodput_tokens_per_s", "tokens/s") if tokens else (STEPS_KEY, "healthy-equivalent steps/s")
     rate = rate_scale(unit, max(p[goodput] for curve in study["curves"] for p in curve["points"]))
     unit, scale = rate.unit, 1 / rate.divisor  # ticks read 1 to 1,000 (not 0.06 M tokens/s, nor 1,667 steps/s)
+    draw = _against_mtbf if across_mtbf(study) else _against_interval
+    x_label = draw(study, ettr_axis, goodput_axis, goodput, scale)
+    ettr_axis.set_xscale("log")
+    ettr_axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ettr_axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ettr_axis.minorticks_off()
+    ettr_axis.set_ylabel("ETTR, effective training time ratio (%)")
+    ettr_axis.legend(fontsize=8)
+    ettr_axis.grid(True, alpha=0.3)
+    goodput_axis.set_ylabel(f"goodput ({unit})")
+    goodput_axis.set_xlabel(x_label)
+    goodput_axis.grid(True, alpha=0.3)
+    figure.suptitle(run_name(study))
+    return figure
+
+
+def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str, scale: float) -> str:
+    """ETTR and goodput against the interval in minutes, one line per multiplier, Young's and Daly's intervals
+    and the simulated best marked; the x axis's label."""
     for index, curve in enumerate(study["curves"]):
         color = f"C{index}"
         points = curve["points"]
@@ -130,15 +158,27 @@ def goodput_figure(study: dict) -> Figure:
     ettr_axis.plot([], [], "k:", linewidth=1.2, label="Daly")
     if any(len(curve["points"]) > 1 for curve in study["curves"]):
         ettr_axis.plot([], [], "k*", markersize=10, linestyle="none", label="simulated best")
-    ettr_axis.set_xscale("log")
-    ettr_axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    ettr_axis.xaxis.set_major_formatter(FuncFormatter(lambda minutes, _: f"{minutes:g}"))
-    ettr_axis.minorticks_off()
-    ettr_axis.set_ylabel("ETTR, effective training time ratio (%)")
-    ettr_axis.legend(fontsize=8)
-    ettr_axis.grid(True, alpha=0.3)
-    goodput_axis.set_ylabel(f"goodput ({unit})")
-    goodput_axis.set_xlabel("checkpoint interval (min)")
-    goodput_axis.grid(True, alpha=0.3)
-    figure.suptitle(run_name(study))
-    return figure
+    return "checkpoint interval (min)"
+
+
+def _against_mtbf(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str, scale: float) -> str:
+    """ETTR and goodput of a study of one interval at several failure rates against the system MTBF in hours,
+    each point marked with its rate multiplier; against the multiplier where some rate has no MTBF (no failure
+    that interrupts the job). The line is labelled with its interval(s); the x axis's label is returned."""
+    curves = study["curves"]
+    by_mtbf = all(curve["mtbf_s"] for curve in curves)
+    curves = sorted(curves, key=lambda curve: curve["mtbf_s"] if by_mtbf else curve["rate_multiplier"])
+    x = [curve["mtbf_s"] / 3600 if by_mtbf else curve["rate_multiplier"] for curve in curves]
+    points = [curve["points"][0] for curve in curves]
+    intervals = ", ".join(format_duration(t) for t in sorted({p["interval_s"] for p in points}))
+    ettr_axis.plot(x, [100 * p["ettr"] for p in points], "o-", color="C0", label=f"checkpoint every {intervals}")
+    _band(ettr_axis, x, points, "ettr", 100.0, "C0")
+    goodput_axis.plot(x, [scale * p[goodput] for p in points], "o-", color="C0")
+    _band(goodput_axis, x, points, goodput, scale, "C0")
+    ettr_axis.margins(x=0.08)  # room for the outer points' labels
+    if not by_mtbf:
+        return "failure-rate multiplier (x the scenario's own rates)"
+    for value, point, curve in zip(x, points, curves):
+        ettr_axis.annotate(f"rate x {curve['rate_multiplier']:g}", (value, 100 * point["ettr"]), fontsize=7,
+                           textcoords="offset points", xytext=(0, -14), ha="center")
+    return "system MTBF (h)"
