@@ -789,9 +789,19 @@ def capped_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
 
 
 def refuse_wrong_layout(scenario: Scenario, gpus: int) -> None:
-    """A training step's parallel degrees checked against the cluster's ``gpus``, and its global batch against
-    the data-parallel degree they leave (parameter servers place their own workers and servers)."""
+    """A training step's parallel degrees checked against the cluster's ``gpus``, its global batch against
+    the data-parallel degree they leave, and the layout against the model (heads, layers, sequence, experts;
+    parameter servers place their own workers and servers)."""
     if scenario.model is not None and not scenario.uses_parameter_servers:
-        from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
+        from simulator.workload.training import (
+            check_model_layout,
+            microbatch_count,
+            pipeline_depth,
+            resolve_layout,
+            resolve_model,
+        )
 
-        microbatch_count(scenario, resolve_layout(scenario, gpus, pipeline_depth(scenario)).dp)
+        layout = resolve_layout(scenario, gpus, pipeline_depth(scenario))
+        microbatch_count(scenario, layout.dp)
+        if scenario.model.synthetic is None:
+            check_model_layout(scenario, resolve_model(scenario), layout)

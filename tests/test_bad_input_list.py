@@ -32,6 +32,12 @@ HSDP_3_HOSTS = ("cluster: {topology: dgx-h100-cluster, nodes: 3}\nmodel: {preset
 """Three DGX H100 with pp 3: GPU 0's host holds 3 of 8 DP ranks (dp 8: a traceback before the check), or DP
 ranks 0 and 6 of [0, 6, 12, 18] (tp 2, dp 4) while 12 and 18 sit on two other hosts (this one simulated before the
 check, with a shard group across hosts; hybrid_shard means sharding inside a domain, so it is refused on purpose)."""
+LARGE_MOE = ("cluster: {topology: dgx-h100-cluster, nodes: 128}\nmodel: {preset: deepseek-v3-style, layers: 62}\n"
+             "training: {seq_len: 4096, global_batch: 1024, recompute: full}\nparallelism:\n  pp: 16\n"
+             "  order: [tp, cp, dp, pp]\n  pipeline: {first_last_fewer_layers: true}\n")
+"""The DeepSeek-V3-style step on 1,024 GPUs (scenarios/deepseek-v3-style-1024-gpus.yaml) less its EP: with an EP
+across hosts its run is estimated beyond the scale limits, which were checked before the layout's fit to the
+model."""
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
 PS = ("cluster: {topology: ethernet-100g, nodes: 3}\nmodel: {layers: 2, hidden: 256, heads: 4}\n"
@@ -179,6 +185,15 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "synthetic-with-ep": (scenario(SYNTHETIC + "parallelism: {pp: 2, ep: 2}\n"), RUN, 2,
                           "s.yaml:4: parallelism.ep: ep 2 needs a model with experts; a synthetic model has none"),
     # nor layers, heads or a sequence: tp and cp took GPUs and changed nothing (the same step time as tp 1)
+    # a layout the model cannot take was refused as too large to simulate, with advice to shrink the batch, where
+    # the estimate ran first: EP 512 over 256 experts, EP 128 over DP 64, a layer split, heads, a sequence shard
+    "ep-beyond-experts-on-a-large-cluster": (scenario(LARGE_MOE + "  ep: 512\n"), RUN, 2,
+                                             "s.yaml:8: parallelism.ep: ep 512 does not divide the 256 experts"),
+    "ep-beyond-dp-on-a-large-cluster": (scenario(LARGE_MOE + "  ep: 128\n"), VALIDATE, 2,
+                                        "s.yaml:8: parallelism.ep: ep 128 does not divide dp x cp = 64 x 1 = 64"),
+    "layers-beyond-stages-on-a-large-cluster": (
+        scenario(LARGE_MOE.replace("layers: 62", "layers: 61") + "  ep: 64\n"), RUN, 2,
+        "s.yaml:5: parallelism.pp: 61 layers do not split evenly over pp x virtual_stages = 16 stages"),
     "synthetic-with-tp": (scenario(SYNTHETIC + "parallelism: {pp: 2, tp: 2, dp: 2}\n"), RUN, 2,
                           "s.yaml:4: parallelism.tp: tp 2 has no effect on a synthetic model: its stage times are "
                           "given whole, with no layers' matrices to split (allowed: 1, or a model with dimensions or "

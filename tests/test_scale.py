@@ -132,7 +132,7 @@ def test_a_million_gpus_are_refused_by_their_cluster_though_the_folded_step_is_s
     (["--set", "run.fold=false"], "run.fold=false: this run is too large to simulate: 8,192 GPUs, 8,192 "
                                   "simulated ranks "
                                   "(not folded)"),
-    (["--set", "model.layers=1000000"], "model: this run is too large to simulate: 8,192 GPUs, 16 simulated ranks "
+    (["--set", "model.layers=999998"], "model: this run is too large to simulate: 8,192 GPUs, 16 simulated ranks "
                                         "(folded)"),
 ])
 def test_the_405b_run_unfolded_or_with_a_million_layers_is_refused_with_the_estimate(overrides, words, nothing_built,

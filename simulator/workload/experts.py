@@ -68,10 +68,8 @@ class ExpertPlan:
     ep: int
 
 
-def plan_experts(scenario: Scenario, model: ModelSpec, layout: Layout, shard: ShardShape,
-                 cost: CostContext) -> ExpertPlan | None:
-    """Check the EP degree against the experts and the DP x CP group, draw the routing sample from the run's
-    seed, and cost the MoE block (None for a dense model)."""
+def check_expert_parallelism(scenario: Scenario, model: ModelSpec, layout: Layout) -> None:
+    """Refuse an EP degree that the model's experts or the layout's DP x CP group do not split into."""
     ep = scenario.parallelism.ep
     moe = model.moe
     if moe is None:
@@ -79,7 +77,7 @@ def plan_experts(scenario: Scenario, model: ModelSpec, layout: Layout, shard: Sh
             dropped = scenario.model is not None and scenario.model.experts_dropped
             raise ScenarioError(f"ep {ep} needs a model with experts", field="parallelism.ep",
                                 allowed="1 (model.moe is null: no experts)" if dropped else "1, or add model.moe")
-        return None
+        return
     if moe.experts % ep:
         raise ScenarioError(f"ep {ep} does not divide the {moe.experts} experts", field="parallelism.ep",
                             allowed=f"divisors of {moe.experts}")
@@ -87,6 +85,16 @@ def plan_experts(scenario: Scenario, model: ModelSpec, layout: Layout, shard: Sh
     if ranks % ep:
         raise ScenarioError(f"ep {ep} does not divide dp x cp = {layout.dp} x {layout.cp} = {ranks} ranks",
                             field="parallelism.ep", allowed=f"divisors of {ranks}")
+
+
+def plan_experts(scenario: Scenario, model: ModelSpec, layout: Layout, shard: ShardShape,
+                 cost: CostContext) -> ExpertPlan | None:
+    """Draw the routing sample from the run's seed and cost the MoE block (None for a dense model), for an EP
+    degree `check_expert_parallelism` passed."""
+    moe = model.moe
+    if moe is None:
+        return None
+    ep = scenario.parallelism.ep
     config = scenario.model.moe if scenario.model is not None else None
     routing = config.routing if config is not None else RoutingConfig()
     tokens = max(1, round(shard.tokens / shard.tp))

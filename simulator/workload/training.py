@@ -36,7 +36,7 @@ from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
-from simulator.workload.experts import moe_report, plan_experts
+from simulator.workload.experts import check_expert_parallelism, moe_report, plan_experts
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
@@ -311,6 +311,25 @@ def _check_hybrid_blocks(layout: Layout, topology: Topology, degree: int) -> Non
             raise _invalid("parallelism.fsdp", f"{problem} (DP x CP group {list(group)}: {spread})", allowed)
 
 
+def check_model_layout(scenario: Scenario, model: ModelSpec, layout: Layout) -> list[int]:
+    """Refuse a layout that ``model`` cannot take (heads, layers over the stages, sequence shards, experts) and
+    return the layers of each virtual stage. Cheap, so made before the run's size is estimated: a layout
+    estimated beyond the scale limits was refused as too large, with advice to shrink the batch, before it was
+    found impossible."""
+    par, seq_len = scenario.parallelism, scenario.training.seq_len
+    _check_heads(model, layout)
+    v = par.pipeline.virtual_stages
+    counts = layers_per_stage(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
+    if not counts:
+        raise _invalid("parallelism.pp", f"{model.layers} layers do not split evenly over pp x "
+                       f"virtual_stages = {layout.pp * v} stages",
+                       "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
+    _check_context(seq_len, layout.cp, par.cp_load_balance)
+    _check_sequence_shards(seq_len, layout, par.sequence_parallel, model.moe is not None)
+    check_expert_parallelism(scenario, model, layout)
+    return counts
+
+
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
     """Resolve the scenario's training step into a plan the program builder can turn into ops; ``base_dir`` is
     the scenario file's folder, where a custom schedule table is looked up."""
@@ -346,12 +365,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                         placement=placement)
         return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch, warnings)
     model = source
-    _check_heads(model, layout)
-    counts = layers_per_stage(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
-    if not counts:
-        raise _invalid("parallelism.pp", f"{model.layers} layers do not split evenly over pp x "
-                       f"virtual_stages = {layout.pp * v} stages",
-                       "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
+    counts = check_model_layout(scenario, model, layout)
     eager = training.kernels == "eager"
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
                        dtype_bytes=precision_bytes, grad_accum_bytes=int(sharding.grad_bytes),
@@ -364,8 +378,6 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        accumulating_share=(m - 1) / m if eager and par.fsdp is None else 0.0)
     cost = CostContext(gpu, training.precision, calibrated_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
-    _check_context(training.seq_len, layout.cp, par.cp_load_balance)
-    _check_sequence_shards(training.seq_len, layout, par.sequence_parallel, model.moe is not None)
     if par.fsdp is not None:
         sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak,
                            shard_bytes=_fsdp_shard_bytes(scenario, layout, sharding),
