@@ -1391,3 +1391,39 @@ def test_the_winner_is_a_layout_of_the_searched_space_not_the_trees_outside_it()
 
     ranking = format_search(result, "s.yaml").splitlines()[1]  # the tree's row is shown, marked and not ranked
     assert ranking.startswith("   -  TP1 CP1 PP1 DP8 mb1 zero1 recompute=none (tree, outside the space)")
+
+
+def test_the_trees_layer_holds_only_its_ranks_share_of_the_routed_experts(tmp_path, capsys):
+    """The tree said 'one layer does not fit: TP is a must' for a MoE layer whose 64 experts, 180 GB of model
+    state whole, are split over EP 8 (23.6 GB a rank), then found nothing, while TP 1 PP 2 DP 8 fits: it weighed
+    every expert of the layer on each GPU though it keeps the scenario's EP."""
+    from simulator.cli import main
+
+    scenario = tmp_path / "moe.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {layers: 8, hidden: 4096, heads: "
+                        "32, moe: {experts: 64, top_k: 2, expert_ffn_hidden: 14336}}\ntraining: {seq_len: 1024, "
+                        "global_batch: 64}\nparallelism: {ep: 8}\n")
+    assert main(["search", str(scenario), "--out", str(tmp_path / "out"), "--tp", "1", "--cp", "1", "--virtual-stages",
+                 "1", "--micro-batch", "1", "--sharding", "zero1", "--recompute", "none", "--top", "1",
+                 "--executor", "serial", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "one layer does not fit" not in out
+    assert ("  -> tp1 recompute=none: pp2 fits" in out
+            and "  -> the parameters did not fit but a layer does: PP across layers, DP for the rest\n" in out), out
+    assert "the search agrees with the decision tree: TP1 CP1 PP2 DP8 EP8" in out
+
+
+def test_the_tree_splits_the_layers_as_the_scenario_does_with_fewer_on_the_ends():
+    """With `first_last_fewer_layers` the stages split layers + 2 (DeepSeek-V3-style's 62 over pp 16), but the
+    tree tried only the pp that divide the layers (62: pp 1 and 2), and on 1,024 GPUs found nothing that fits
+    where the scenario's own PP 16 does."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Checked
+
+    def fits_from_pp4(candidate: Candidate) -> Checked:
+        fits = candidate.pp >= 4
+        return Checked(candidate, {}, None if fits else Pruning(Pruned.OUT_OF_MEMORY, "out of memory"), 60.0)
+
+    choice = seed_tree_choice(16, 8, 6, 64, True, fits_from_pp4, fewer_on_ends=True)
+    assert choice.candidate == Candidate(1, 1, 4, 4, 1, 1, "zero1", "none", 1)
+    assert seed_tree_choice(16, 8, 6, 64, True, fits_from_pp4).candidate is None

@@ -126,6 +126,13 @@ class ModelSpec:
         """Parameters of one transformer layer (attention, MLP and its two norms)."""
         return self.attention_params() + self.mlp_params() + 2 * self.norm_params()
 
+    def layer_params_per_ep_rank(self, ep: int) -> float:
+        """Parameters of one layer that a rank of an EP group of ``ep`` holds: its share of the routed experts
+        (the layer itself without experts)."""
+        if self.moe is None:
+            return self.layer_params()
+        return self.layer_params() - self.moe.experts * self.expert_params() * (1 - 1 / ep)
+
     def embedding_params(self) -> int:
         """Token embedding table plus the learned position table, if any."""
         positions = self.max_positions * self.hidden if self.learned_positions else 0

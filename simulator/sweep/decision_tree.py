@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from simulator.sweep.layouts import Candidate, Checked, powers_of_two
 from simulator.sweep.options import Recompute, Sharding
+from simulator.workload.stage_work import layers_per_stage
 
 MICROBATCHES_PER_STAGE = 4
 """Rule 2: m >= 4p keeps the 1F1B bubble (p-1)/(m+p-1) under about 20%."""
@@ -34,13 +35,14 @@ class TreeChoice:
 
 def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int, layer_fits: bool,
                      check: Callable[[Candidate], Checked], ep: int = 1, eager: bool = False,
-                     selective_saves_memory: bool = True) -> TreeChoice:
+                     selective_saves_memory: bool = True, fewer_on_ends: bool = False) -> TreeChoice:
     """Walk the tree; ``check`` is the memory check the search uses, ``layer_fits`` whether one layer's model
-    state fits on a GPU, ``ep`` the scenario's expert parallelism, ``selective_saves_memory`` whether selective
-    recompute keeps less than no recompute (not under flash attention). Under ``eager`` (training.kernels: eager,
-    which runs plain DDP or FSDP's full_shard, pipelined or not, and no ZeRO or TP) the tree's DP shards with
-    FSDP where plain DDP does not fit, as it shards with ZeRO-1 otherwise: for each recompute, lightest first,
-    DDP over every GPU, then FSDP over every GPU, then PP + DDP, then PP + FSDP."""
+    state fits on a GPU (its routed experts split over ``ep``), ``ep`` the scenario's expert parallelism,
+    ``selective_saves_memory`` whether selective recompute keeps less than no recompute (not under flash
+    attention), ``fewer_on_ends`` the scenario's `first_last_fewer_layers` (pp then splits layers + 2). Under
+    ``eager`` (training.kernels: eager, which runs plain DDP or FSDP's full_shard, pipelined or not, and no ZeRO
+    or TP) the tree's DP shards with FSDP where plain DDP does not fit, as it shards with ZeRO-1 otherwise: for
+    each recompute, lightest first, DDP over every GPU, then FSDP over every GPU, then PP + DDP, then PP + FSDP."""
     steps = []
     sharding: Sharding = "zero0" if eager else "zero1"
     single = check(Candidate(1, 1, 1, world, 1, 1, sharding, "none", ep))
@@ -51,14 +53,15 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"{whole}: {single.reason}")  # the layout tried, as the eager branch names its FSDP one
     if eager:
-        found = _eager_first_fit(world, layers, global_batch, check, steps, ep, selective_saves_memory)
+        found = _eager_first_fit(world, layers, global_batch, check, steps, ep, selective_saves_memory,
+                                 fewer_on_ends)
         if found is not None:
             return TreeChoice(found, tuple(steps))
         steps.append("nothing the tree tries fits in memory: eager kernels run plain DDP, FSDP and PP only (no "
                      "ZeRO or TP)")
         return TreeChoice(None, tuple(steps))
     if layer_fits:
-        found = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep)
+        found = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep, fewer_on_ends)
         if found is not None:
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
             return TreeChoice(found, tuple(steps))
@@ -68,7 +71,7 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
         steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
         recomputes = _recomputes(["none", "selective", "full"], selective_saves_memory, steps)
     tps = [tp for tp in powers_of_two(host_gpus) if tp > 1]
-    found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep)
+    found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep, fewer_on_ends)
     if found is not None:
         return TreeChoice(found, tuple(steps))
     steps.append("nothing the tree tries fits in memory")
@@ -86,7 +89,8 @@ def _recomputes(tree_order: list[Recompute], selective_saves_memory: bool, steps
 
 
 def _eager_first_fit(world: int, layers: int, global_batch: int, check: Callable[[Candidate], Checked],
-                     steps: list[str], ep: int, selective_saves_memory: bool) -> Candidate | None:
+                     steps: list[str], ep: int, selective_saves_memory: bool,
+                     fewer_on_ends: bool) -> Candidate | None:
     """Eager's first layout that fits, lighter recompute first (recompute costs more than sharding or a
     pipeline bubble): for each, plain DDP over every GPU, FSDP over every GPU, then PP + plain DDP, then
     PP + FSDP. Plain DDP without recompute is the tree's first check, not repeated here."""
@@ -105,23 +109,23 @@ def _eager_first_fit(world: int, layers: int, global_batch: int, check: Callable
                          + f": {whole.reason}")
         for sharding, name in eager_shardings.items():
             steps.append(f"PP + DP with {name}")
-            found = _first_fit([1], [recompute], world, layers, global_batch, check, steps, ep, sharding,
-                               smallest_pp=2)
+            found = _first_fit([1], [recompute], world, layers, global_batch, check, steps, ep, fewer_on_ends,
+                               sharding, smallest_pp=2)
             if found is not None:
                 return found
     return None
 
 
 def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: int, global_batch: int,
-               check: Callable[[Candidate], Checked], steps: list[str], ep: int,
+               check: Callable[[Candidate], Checked], steps: list[str], ep: int, fewer_on_ends: bool,
                sharding: Sharding = "zero1", smallest_pp: int = 1) -> Candidate | None:
     """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP from
-    ``smallest_pp`` (with m >= 4p)."""
+    ``smallest_pp`` (with m >= 4p), each pp splitting the layers as the scenario's stages do."""
     for recompute in recomputes:
         for tp in tps:
             tried: list[str] = []
-            for pp in range(smallest_pp, layers + 1):
-                if layers % pp or world % (tp * pp):
+            for pp in range(smallest_pp, layers + 3):
+                if not layers_per_stage(layers, pp, fewer_on_ends) or world % (tp * pp):
                     continue
                 dp = world // (tp * pp)
                 if global_batch % dp or global_batch // dp < MICROBATCHES_PER_STAGE * pp:

@@ -111,11 +111,12 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     eager = scenario.training.kernels == "eager"
     state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer,
                                   scenario.training.gradient_buffer_dtype(), eager)
-    layer_state = model.layer_params() * (state.param + state.grad + state.optimizer)
+    layer_state = model.layer_params_per_ep_rank(tree_ep) * (state.param + state.grad + state.optimizer)
     layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
     tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,
                             layer_fits, check, tree_ep, eager,
-                            selective_saves_memory=rematerialized_activations(scenario.training) == "none")
+                            selective_saves_memory=rematerialized_activations(scenario.training) == "none",
+                            fewer_on_ends=scenario.parallelism.pipeline.first_last_fewer_layers)
     survivors = sorted((c for c in checked if not c.reason), key=lambda c: (-c.estimate_tokens_per_s, c.candidate))
     chosen = survivors[:top]
     rank_cut = chosen[-1].estimate_tokens_per_s if chosen else 0.0
