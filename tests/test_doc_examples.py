@@ -412,6 +412,9 @@ HSDP_ONE_GPU_SHARDS = ("cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "
                        "parallelism.tp=8", "parallelism.dp=2", "parallelism.zero=0",
                        "parallelism.sequence_parallel=true", "parallelism.fsdp=hybrid_shard")
 """docs/training-step.md's HSDP over one-GPU shard groups: Llama 3 8B, TP 8, DP 2 on two DGX H100."""
+TRACE_REPLICATED = ("trace-allreduce-2rank", ("cluster.nodes=64", "workload.traced_gpu=h100-sxm", "workload.dp=64",
+                                              "workload.tokens_per_step=8192", "workload.model_flops_per_token=1.0e8"))
+"""docs/traces.md's opening example: the two-rank trace, traced on an H100, 64 replicas on 64 hosts of 100 GbE."""
 SCENARIO_QUOTES = [
     ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "(`mixtral-8x7b-ep8`: {mb_all_to_all:.1f} MB of the"),
@@ -461,6 +464,12 @@ SCENARIO_QUOTES = [
      "and its model state is {gib_model_state:.2f} GiB (36.97 GiB before"),
     ("docs/training-step.md", ("llama3-70b-torchtitan-pp-fsdp", ()),
      "optimizer step {ms_optimizer:.2f} ms (28.42 ms with the master copy's passes)"),
+    ("docs/traces.md", TRACE_REPLICATED,
+     "replicated to 64 single-GPU hosts: a step of {ms_step:.2f} ms, of which the 64-rank ring all-reduce of 32 MiB "
+     "over 100 GbE leaves {ms_exposed_dp:.2f} ms exposed"),
+    ("docs/traces.md", TRACE_REPLICATED,
+     "{m_tokens_per_s:.1f} M tokens/s and {s[tflops_per_gpu]:.1f} TFLOP/s per GPU (MFU {s[mfu]:.1%} of the A100's "
+     "312)"),
     ("docs/faults.md", STRAIGHT_FAULTS, "reports {s[bubble_fraction]:.1%} compute idle folded and"),
     ("docs/faults.md", (STRAIGHT_FAULTS[0], (*STRAIGHT_FAULTS[1], "run.fold=false")),
      "compute idle folded and {s[bubble_fraction]:.1%} with `--set run.fold=false`"),
@@ -476,8 +485,8 @@ def quoted_figures(result: Result) -> dict:
                      "gb_dp": summary["traffic_bytes_per_gpu"]["dp"] / 1e9, **rank_0_ms(result.timeline),
                      "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
                      "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3,
-                     "ms_step": summary["step_time_s"] * 1e3,
-                     "gib_model_state": sum(summary["memory_breakdown_gib"][part]
+                     "ms_step": summary["step_time_s"] * 1e3, "m_tokens_per_s": summary["tokens_per_s"] / 1e6,
+                     "gib_model_state": sum(summary.get("memory_breakdown_gib", {}).get(part, 0.0)
                                             for part in ("params", "grads", "optimizer"))}
     if summary.get("tokens_per_s"):
         flop_per_token = summary["gpus"] * 1e12 / summary["tokens_per_s"] / 1e9
