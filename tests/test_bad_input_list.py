@@ -38,12 +38,15 @@ LARGE_MOE = ("cluster: {topology: dgx-h100-cluster, nodes: 128}\nmodel: {preset:
 """The DeepSeek-V3-style step on 1,024 GPUs (scenarios/deepseek-v3-style-1024-gpus.yaml) less its EP: with an EP
 across hosts its run is estimated beyond the scale limits, which were checked before the layout's fit to the
 model."""
+SMALL_MOE = ("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {layers: 8, hidden: 4096, heads: 32, moe: "
+             "{experts: 64, top_k: 2, expert_ffn_hidden: 14336}}\ntraining: {seq_len: 1024, global_batch: 64}\n")
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
 PS = ("cluster: {topology: ethernet-100g, nodes: 3}\nmodel: {layers: 2, hidden: 256, heads: 4}\n"
       "training: {seq_len: 128, microbatches: 1}\nparallelism: {strategy: parameter_server}\n")
 RUN = ["run", "TMP/s.yaml", "--out", "TMP/out"]
 VALIDATE = ["validate", "TMP/s.yaml"]
+SEARCH = ["search", "TMP/s.yaml", "--out", "TMP/out", "--executor", "serial"]
 
 
 def scenario(text: str) -> dict[str, str]:
@@ -194,6 +197,14 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "layers-beyond-stages-on-a-large-cluster": (
         scenario(LARGE_MOE.replace("layers: 62", "layers: 61") + "  ep: 64\n"), RUN, 2,
         "s.yaml:5: parallelism.pp: 61 layers do not split evenly over pp x virtual_stages = 16 stages"),
+    # an ep that does not divide the experts: the search pruned each candidate as 'ep does not divide dp x cp'
+    # and exited 1 with its files written
+    "search-ep-beyond-experts": (scenario(SMALL_MOE), ["search", "TMP/s.yaml", "--out", "TMP/out", "--ep", "4,7"], 2,
+                                 "error: command line: trainsim search: --ep: ep 7 does not divide the 64 experts "
+                                 "(allowed: divisors of 64)"),
+    "search-scenario-ep-beyond-experts": (scenario(SMALL_MOE + "parallelism: {ep: 5}\n"), SEARCH, 2,
+                                          "s.yaml:4: parallelism.ep: ep 5 does not divide the 64 experts (allowed: "
+                                          "divisors of 64; or --ep with them)"),
     "synthetic-with-tp": (scenario(SYNTHETIC + "parallelism: {pp: 2, tp: 2, dp: 2}\n"), RUN, 2,
                           "s.yaml:4: parallelism.tp: tp 2 has no effect on a synthetic model: its stage times are "
                           "given whole, with no layers' matrices to split (allowed: 1, or a model with dimensions or "

@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from simulator.catalog.gpus import get_gpu
+from simulator.catalog.models import ModelSpec
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
 from simulator.config.yaml_source import read_yaml
 from simulator.errors import ScenarioError
@@ -83,11 +84,12 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                            "as jobs, then failed on their missing step figures)",
                            "a scenario without run.horizon, or --set run.horizon=null")
     _refuse_expert_parallelism_without_experts(loaded, space.ep)
+    model = resolve_model(scenario)
+    _refuse_expert_parallelism_the_experts_do_not_split(loaded, space.ep, model)
     space = replace(space, ep=space.ep or (scenario.parallelism.ep,))
     tree_ep = scenario.parallelism.ep if scenario.parallelism.ep in space.ep else min(space.ep)
     topology = capped_topology(loaded, force)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    model = resolve_model(scenario)
     host_gpus = len(topology.host_gpus(0))
     base = search_base(loaded.source, overrides, scenario)
     schedule = scenario.parallelism.pipeline.schedule
@@ -150,6 +152,22 @@ def _refuse_expert_parallelism_without_experts(loaded: LoadedScenario, given_ep:
     if given_ep:
         raise ScenarioError(problem, field="--ep", allowed=allowed)
     raise loaded.error(("parallelism", "ep"), problem, f"{allowed}; or --ep 1")
+
+
+def _refuse_expert_parallelism_the_experts_do_not_split(loaded: LoadedScenario, given_ep: tuple[int, ...],
+                                                        model: ModelSpec) -> None:
+    """Refuse an ep (the space's, given, or else the scenario's) that does not divide the model's experts: no
+    layout takes it, and every candidate was pruned as 'ep does not divide dp x cp' instead."""
+    if model.moe is None:
+        return
+    experts = model.moe.experts
+    split = next((ep for ep in given_ep or (loaded.scenario.parallelism.ep,) if experts % ep), None)
+    if split is None:
+        return
+    problem = f"ep {split} does not divide the {experts} experts"
+    if given_ep:
+        raise ScenarioError(problem, field="--ep", allowed=f"divisors of {experts}")
+    raise loaded.error(("parallelism", "ep"), problem, f"divisors of {experts}; or --ep with them")
 
 
 def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict:
