@@ -193,6 +193,19 @@ def test_override_nodes_128_gives_1024_gpus():
     assert route(topo, 0, 1023)[-2:] == ["h127/nic7", "h127/gpu7"]
 
 
+def test_a_node_override_changes_its_keys_and_keeps_the_files_others():
+    """`cluster: {topology: dgx-h100-cluster, node: {gpu_model: h200}}` replaced the file's node with the builder's
+    defaults but for the GPU: the NVSwitches lost NVLink SHARP (`nvls: nvswitch3`) unsaid, and a traced step's
+    DP all-reduce on 16 hosts came out 1.87 ms where the same node and GPU unchanged gave 1.66 ms. A node that
+    names its kind still replaces the file's whole."""
+    h200 = load_topology("dgx-h100-cluster", {"node": {"gpu_model": "h200"}})
+    assert (h200.gpu_model, h200.nvls) == ("h200", True)
+    assert load_topology("dgx-h100-cluster", {"node": {"nvls": "none"}}).nvls is False
+    pcie = load_topology("dgx-h100-cluster", {"node": {"kind": "pcie_node"}})
+    assert (pcie.gpu_model, pcie.nvls) == ("a100-80gb", False)
+    assert load_topology("dgx-h100-cluster", {"node": {"kind": "nvswitch_node"}}).nvls is False
+
+
 def test_oversubscription_halves_spine_bandwidth():
     full = build_topology("cluster", {"nodes": 64, "leaf_ports": 32, "spines": 8})
     half = build_topology("cluster", {"nodes": 64, "leaf_ports": 32, "spines": 8, "oversubscription": "2:1"})

@@ -103,15 +103,24 @@ def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path
 
 def with_overrides(spec: TopologySource, overrides: dict | None) -> TopologySource:
     """``spec`` read from its file with ``overrides`` replacing top-level parameters (one file read serves
-    many overrides: a sweep's points)."""
+    many overrides: a sweep's points). A mapping without a `kind` (a cluster's `node: {gpu_model: h200}`) is
+    merged into the file's: it replaced dgx-h100-cluster's whole node, whose NVSwitches lost `nvls` unsaid."""
     parameters = BUILDERS[spec.kind].parameters
     params = dict(spec.params)
     for key, value in (overrides or {}).items():
         if key not in parameters:
             raise TopologyError(f"unknown override {key!r} for topology kind {spec.kind!r}", field=str(key),
                                 allowed=", ".join(parameters), file=spec.source)
-        params[key] = value
+        params[key] = _merged(params.get(key), value)
     return replace(spec, params=params, overridden=spec.overridden | frozenset(overrides or {}))
+
+
+def _merged(written: object, override: object) -> object:
+    """``override`` over the file's ``written`` value: a mapping that names no `kind` merged into the file's
+    mapping key by key; anything else, a whole node with its `kind` included, in its place."""
+    if isinstance(written, dict) and isinstance(override, dict) and "kind" not in override:
+        return {**written, **override}
+    return override
 
 
 def checked_parameters(spec: TopologySource) -> dict:
