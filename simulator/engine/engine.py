@@ -122,8 +122,8 @@ class Engine:
         self._total = 0
         self._all_done = env.event()
         self._running: dict[str | tuple[int, str], Steps] = {}
-        """The stepping generators not finished yet, streams by (rank, name) and collectives by key: a run the watch
-        stops closes them (`_drop_pending`)."""
+        """The stepping generators not finished yet, streams by (rank, name) and collectives by key, kept only in a
+        watched run (``watch``): a run the watch stops closes them (`_drop_pending`)."""
 
     @property
     def executed(self) -> int:
@@ -155,9 +155,11 @@ class Engine:
             else:
                 self._streams.append(((rank, stream), op_list, None))
         self._total = len(ops)
-        for (rank, stream), op_list, turn in self._streams:
-            self._running[(rank, stream)] = self._stream(rank, stream, op_list, turn)
-        start(self.env, list(self._running.values()))
+        steps: dict[str | tuple[int, str], Steps] = {
+            name: self._stream(*name, op_list, turn) for name, op_list, turn in self._streams}
+        if self.watch is not None:
+            self._running.update(steps)
+        start(self.env, list(steps.values()))
         if not ops:
             self._all_done.succeed()
         try:
@@ -234,7 +236,7 @@ class Engine:
                     progress(done, total)
             elif progress is not None and done % PROGRESS_EVERY == 0:
                 progress(done, total)
-        del self._running[(rank, stream)]
+        self._running.pop((rank, stream), None)
 
     def _completion(self, op_id: int) -> simpy.Event:
         """The event that fires when op ``op_id`` (not finished yet) finishes. Made only for the ops something
@@ -289,7 +291,9 @@ class Engine:
             self._finished.add(op.key)
             if template.id in self._alone:
                 return self._replay(template, group_id, tuple(meeting.arrived.values()), meeting.done)
-            steps = self._running[op.key] = self._collective(meeting)
+            steps = self._collective(meeting)
+            if self.watch is not None:
+                self._running[op.key] = steps
             start(self.env, [steps])
         return meeting.done
 
@@ -322,7 +326,7 @@ class Engine:
         if sms:
             self._release(meeting.arrived, op.category, sms)
         self._record(meeting.arrived.values(), start)
-        del self._running[op.key]
+        self._running.pop(op.key, None)
         meeting.done.succeed()
 
     def _planned(self, op: CollectiveOp, group_id: int, mirrors: tuple[tuple[int, ...], ...]) -> tuple[list, int]:
