@@ -168,8 +168,8 @@ class Engine:
             self._drop_pending()
             return EngineResult(self.log, self.env.now, self.executed, self._replayed_flows,
                                 lockstep=stop.lockstep, stopped_at_s=self.env.now)
-        # A SimPy process (a plan of a collective with mirrors, a fault) that waits on a failed event gets a
-        # copy of its error made from the args alone, without the field; the original is the copy's cause.
+        # An error that failed a SimPy process (a plan of a collective with mirrors, a fault) leaves run_until as
+        # a whole copy whose cause is the original (`copied`): the original is raised, with its own traceback.
         except InputError as exc:
             if isinstance(exc.__cause__, InputError):
                 raise exc.__cause__ from None

@@ -13,7 +13,9 @@ propagates, as itself, from the step that resumed it. `run_until` is SimPy's eve
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
+from contextlib import suppress
 from heapq import heappop
+from types import MemberDescriptorType
 
 import simpy
 from simpy.events import PENDING, URGENT
@@ -115,11 +117,34 @@ def run_until(env: simpy.Environment, until: simpy.Event) -> None:
 
 def copied(error: BaseException) -> BaseException:
     """A copy of ``error`` with all its parts: an `InputError` rebuilt (`InputError.rebuilt`, its location
-    whole), any other made without calling its ``__init__``, with its args and attributes. SimPy's own copy,
-    ``type(error)(*error.args)``, gave an InputError its rendered line as its problem and dropped its field
-    and flag, and failed for an error whose ``__init__`` takes other arguments than its args."""
+    whole); any other made as SimPy makes it, ``type(error)(*error.args)``, or, where its ``__init__`` takes
+    other arguments than its args (a TypeError), without calling it; then given the original's attributes and
+    the fields a built-in base keeps outside its args (`_builtin_fields`). SimPy's copy alone gave an
+    InputError its rendered line as its problem and dropped its field and flag, and failed for an error whose
+    ``__init__`` takes other arguments; made without ``__init__`` alone, a UnicodeDecodeError or an OSError
+    subclass with its own ``__init__`` came out empty (``str`` '', no errno nor filename)."""
     if isinstance(error, InputError):
         return error.rebuilt()
-    copy = type(error).__new__(type(error), *error.args)
-    copy.__dict__.update(error.__dict__)
+    kind = type(error)
+    try:
+        copy = kind(*error.args)
+    except TypeError:
+        copy = kind.__new__(kind, *error.args)
+        copy.args = error.args  # an OSError subclass with its own __init__ leaves them to it
+    for name in _builtin_fields(kind):
+        value = getattr(error, name, None)
+        if value is not None:  # an OSError given None for its filename2 would print '-> None'
+            with suppress(AttributeError):  # read-only: an ExceptionGroup's, which its __new__ sets
+                setattr(copy, name, value)
+    copy.__dict__.update(vars(error))
     return copy
+
+
+def _builtin_fields(kind: type[BaseException]) -> list[str]:
+    """The public fields the built-in exception classes of ``kind``'s bases keep in C, set by their
+    ``__init__`` (an OSError's errno, strerror and filename; a UnicodeDecodeError's encoding, object and
+    reason; SystemExit's code): not in the instance's ``__dict__``, and an OSError's filename not in its args
+    either."""
+    return [name for base in kind.__mro__ if base.__module__ == "builtins"
+            for name, field in vars(base).items()
+            if isinstance(field, MemberDescriptorType) and not name.startswith("_")]
