@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 
 class Kept(Enum):
-    """`InputError.rebuilt`'s mark of a part left as it was, where None is a value the part can take."""
+    """`InputError.rebuilt`'s mark of a part left as it was (None is a value ``line`` can take)."""
 
     KEPT = "kept"
 
@@ -50,21 +50,23 @@ class InputError(TrainsimError):
         return self.rebuilt(field=field, file=self.file or (file or ""),
                             line=self.line if self.line is not None else line)
 
-    def rebuilt(self, kind: type[InputError] | None = None, *, problem: str | None = None, field: str | None = None,
-                allowed: str | None = None, file: str | None = None, line: int | Kept | None = KEPT,
-                at_flag: bool | None = None) -> InputError:
-        """This error as ``kind`` (its own class unless given) with the parts given replaced (``line`` None: no
-        line, where the error moves off the file) and the others kept, its mark of a flag (``at_flag``) too:
-        every copy of an error goes through here, so that no copy drops a part of its location (a copy that left
-        out ``at_flag`` turned `--set a.b=v: problem` back into `--set a.b=v: a.b: problem`, off the command
-        line; one that left out ``line`` named a flag's error without the line its topology file gave)."""
+    def rebuilt(self, kind: type[InputError] | None = None, *, problem: str | Kept = KEPT,
+                field: str | Kept = KEPT, allowed: str | Kept = KEPT, file: str | Kept = KEPT,
+                line: int | Kept | None = KEPT, at_flag: bool | Kept = KEPT) -> InputError:
+        """This error as ``kind`` (its own class unless given) with the parts given replaced and the others
+        (KEPT, the default) kept, its mark of a flag (``at_flag``) too; a part given empty, or ``line`` None,
+        has none (no line, where the error moves off the file). Every copy of an error goes through here, so
+        that no copy drops a part of its location (a copy that left out ``at_flag`` turned `--set a.b=v:
+        problem` back into `--set a.b=v: a.b: problem`, off the command line; one that left out ``line`` named
+        a flag's error without the line its topology file gave). One mark of a kept part: before, the others
+        took None, so a caller clearing ``file`` with None kept it."""
         return (kind or type(self))(
-            self.problem if problem is None else problem,
-            field=self.field if field is None else field,
-            allowed=self.allowed if allowed is None else allowed,
-            file=self.file if file is None else file,
+            self.problem if problem is KEPT else problem,
+            field=self.field if field is KEPT else field,
+            allowed=self.allowed if allowed is KEPT else allowed,
+            file=self.file if file is KEPT else file,
             line=self.line if line is KEPT else line,
-            at_flag=self.at_flag if at_flag is None else at_flag,
+            at_flag=self.at_flag if at_flag is KEPT else at_flag,
         )
 
     @property

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.config.loader import scenario_from_text
-from simulator.errors import InputError, ScenarioError, TopologyError, TraceError
+from simulator.errors import KEPT, InputError, ScenarioError, TopologyError, TraceError
 from simulator.preflight import validate
 from simulator.topology.builders import build_topology
 from simulator.topology.loader import scenario_topology
@@ -213,3 +213,23 @@ def test_an_input_error_comes_back_from_a_worker_exactly(kind, line):
     assert type(back) is kind
     assert (str(back), back.args, back.problem, back.field, back.allowed, back.file, back.line) == (
         str(error), error.args, error.problem, error.field, error.allowed, error.file, error.line)
+
+
+PARTS = {"problem": "too big", "field": "a.c", "allowed": "1 to 4", "file": "--set a.c=9", "line": None,
+         "at_flag": False}
+"""A value for each part of an InputError other than `_FLAG_ERROR`'s."""
+
+_FLAG_ERROR = InputError("must be positive", field="a.b", allowed="x, y", file="t.yaml", line=3, at_flag=True)
+
+
+@pytest.mark.parametrize("part", sorted(PARTS))
+def test_rebuilt_replaces_the_part_given_and_keeps_one_given_as_kept(part):
+    """`InputError.rebuilt` has one mark of a part kept, KEPT, for every part: the others took None, so that
+    ``file=None`` kept the file and ``problem=KEPT`` became the problem 'Kept.KEPT'."""
+    parts = ("problem", "field", "allowed", "file", "line", "at_flag")
+    whole = [getattr(_FLAG_ERROR, name) for name in parts]
+    replaced = _FLAG_ERROR.rebuilt(**{part: PARTS[part]})
+    assert [getattr(replaced, name) for name in parts] == [PARTS[name] if name == part else value
+                                                           for name, value in zip(parts, whole)]
+    kept = _FLAG_ERROR.rebuilt(**{part: KEPT})
+    assert ([getattr(kept, name) for name in parts], str(kept)) == (whole, str(_FLAG_ERROR))
