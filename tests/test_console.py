@@ -446,6 +446,91 @@ def test_a_worker_forked_while_a_progress_line_is_written_does_not_block(monkeyp
                             "simulating the job: replication 1/2, 0:00:20 elapsed\n"]
 
 
+def test_a_heartbeat_whose_fork_hook_was_interrupted_starts_again():
+    """A Ctrl-C inside the fork hook's join (CPython reports it and drops it; ahead.py and the sweep's pool
+    block it across their forks, another forker may not) left the heartbeat marked alive with its thread
+    ended, so `resume` never started another: no line for the rest of the run. It is forgotten now, and the
+    next report starts it again."""
+    beats = threading.Semaphore(0)
+    heartbeat = Heartbeat(beats.release, lambda: 0.001)
+    heartbeat.start()
+    try:
+        thread = heartbeat._thread
+        assert thread is not None
+
+        def interrupted(timeout: float | None = None) -> None:
+            raise KeyboardInterrupt
+
+        thread.join = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            progress_module._halted_for_fork()
+        del thread.join
+        thread.join(60)
+        assert not heartbeat.alive
+        heartbeat.resume()
+        while beats.acquire(blocking=False):
+            pass
+        assert heartbeat.alive and beats.acquire(timeout=60)
+    finally:
+        heartbeat.stop()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="the system's threads are read from Linux's /proc")
+def test_a_heartbeat_ended_for_a_fork_has_left_the_systems_threads():
+    """Python's join returns a moment before the system's thread has exited, and Python 3.12 counts the
+    system's threads at a fork: the thread was still listed after 3 halts in 4, and 3.12 warned of a fork
+    beside a thread at about half the fork rounds after a heartbeat had run. The fork hook waits it out."""
+    for _ in range(20):
+        heartbeat = Heartbeat(lambda: None, lambda: 0.001)
+        heartbeat.start()
+        thread = heartbeat._thread
+        assert thread is not None
+        try:
+            progress_module._halted_for_fork()
+            assert not os.path.exists(f"/proc/self/task/{thread.native_id}")
+        finally:
+            heartbeat.stop()
+
+
+def test_a_sweep_bar_keeps_no_thread_of_rich_and_redraws_while_the_pool_runs_its_first_points(monkeypatch):
+    """On a terminal the sweep's bar kept rich's refresh thread alive while the pool forked its workers (the
+    hazard a run's `Heartbeat` removed: a worker forked mid-write holds stderr's lock for ever); it is redrawn
+    by a Heartbeat now, which the pool starts again once its workers are forked: at the pool's first wait on
+    them the one thread beside the main one is the heartbeat's."""
+    import pty
+
+    from simulator.sweep import executors
+    from simulator.sweep.executors import PoolExecutor
+    from simulator.sweep.runner import progress_printer
+
+    threads_before = set(threading.enumerate())
+    beside: list[list[str]] = []
+    wait = executors.wait
+
+    def waited(pipes):
+        beside.append(sorted(thread.name for thread in set(threading.enumerate()) - threads_before))
+        return wait(pipes)
+
+    monkeypatch.setattr(executors, "wait", waited)
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        monkeypatch.setenv("TERM", "xterm-256color")
+        update, stop = progress_printer(False)
+        pool = PoolExecutor(2)
+        results: list[int] = []
+        try:
+            for result in pool.map_unordered(abs, [-1, -2]):
+                results.append(result)
+                update(len(results), 2)
+        finally:
+            pool.close()
+            stop()
+    os.close(master)
+    assert sorted(results) == [1, 2] and beside[0] == ["progress-heartbeat"]
+    assert set(threading.enumerate()) <= threads_before
+
+
 def test_a_warning_reaches_stderr_in_one_write(monkeypatch):
     """`print` wrote a warning's text and its newline apart, and the heartbeat's line could land between them."""
     writes = []

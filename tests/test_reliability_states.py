@@ -243,6 +243,26 @@ def test_straggler_states_simulated_ahead_in_forked_workers_give_the_one_core_jo
     assert two_cores.table.equals(one_core.table)
 
 
+def test_the_heartbeat_goes_on_while_the_job_waits_on_its_workers_ahead(monkeypatch):
+    """The fork hook ends the progress heartbeat before each worker's fork, and it started again only at the
+    run's next report, which came when a worker handed back its first state: while the job waited on them no
+    plain line came (a state's step is ~1.75 s on the 16,384-GPU job, but nothing bounds it). ahead.py starts
+    it again once its workers are forked: alive at each wait on them."""
+    from simulator.console.progress import Heartbeat
+
+    loaded, _ = _one_core_job_then_two_cores(monkeypatch)
+    heartbeat = Heartbeat(lambda: None, lambda: 60.0)
+    alive: list[bool] = []
+    wait = ahead.wait
+    monkeypatch.setattr(ahead, "wait", lambda pipes: alive.append(heartbeat.alive) or wait(pipes))
+    heartbeat.start()
+    try:
+        simulate_job(loaded)
+    finally:
+        heartbeat.stop()
+    assert alive and all(alive)
+
+
 def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkeypatch):
     """The 64-GPU job's 9 states ahead: ``states_progress`` hears 0, 1 (the one simulated in the job's process)
     and each worker's state up to 9/9; a worker that dies on one state (os._exit, as the kernel's OOM killer

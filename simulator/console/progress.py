@@ -5,8 +5,9 @@ progress module). Before, off a terminal a job printed nothing until its end. Bo
 (the last count, and what the run does between counts: the cluster state a job's replication is simulating,
 writing its outputs), and a `Heartbeat` thread keeps them coming while no count arrives: it redraws the bar,
 or prints the plain line when due (a 2,048-GPU job's first replication spent minutes simulating its degraded
-leaf states with nothing printed). The heartbeat is ended before the process forks and started again at the
-run's next report, so that a worker forked from a job (reliability/ahead.py) never inherits a lock it held."""
+leaf states with nothing printed). The heartbeat is ended before the process forks and started again once the
+forker is done forking (`resume_heartbeats`), or at the run's next report, so that a worker forked from a job
+(reliability/ahead.py) or a sweep's pool never inherits a lock it held."""
 
 from __future__ import annotations
 
@@ -110,15 +111,15 @@ class Heartbeat:
 
     No heartbeat thread is alive while the process forks: the thread is ended before each fork
     (`os.register_at_fork`, below; a beat under way finishes first) and started again by `resume` at the run's
-    next report. So a child forked meanwhile (ahead.py's workers) inherits no lock a beat held (stderr's
-    buffer, rich's console: a worker that then wrote to stderr, or flushed it on its way out, blocked for
-    ever), and the process forks alone, as Python 3.12+ asks (it warns of a fork beside threads; 3.12 may
-    still, rarely, count the ending thread: its join returns a moment before the system's thread is gone).
-    Chosen over a lock the forker takes (every fork site would have to know of it, and the warning would stay)
-    and over a SIGALRM timer on the main thread (its handler's line could come inside the main thread's own
-    write to stderr, a reentrant write). Not started again right after the fork: Python 3.13 counts the
-    threads after the fork's hooks have run. The forker reports soon after (ahead.py: each state its workers
-    simulate), so the lines go on."""
+    next report, or by `resume_heartbeats`, which a forker that then waits without reporting must call once its
+    forks are done (ahead.py and the sweep's pool, on their workers). So a child forked meanwhile inherits no
+    lock a beat held (stderr's buffer, rich's console: a worker that then wrote to stderr, or flushed it on its
+    way out, blocked for ever), and the process forks alone, as Python 3.12+ asks (it warns of a fork beside
+    threads; 3.12 counts the system's threads, so the hook waits until the ended one has left them, `_gone`).
+    Chosen over a lock every fork site would take around its fork (the warning would stay) and over a SIGALRM
+    timer on the main thread (its handler's line could come inside the main thread's own write to stderr, a
+    reentrant write). Not started again by a hook right after each fork: Python 3.13 counts the threads after
+    the fork's hooks have run (and ahead.py forks its workers one after the other)."""
 
     def __init__(self, beat: Callable[[], None], every: Callable[[], float]) -> None:
         self.beat = beat
@@ -159,15 +160,43 @@ class Heartbeat:
         self._thread.start()
 
     def _halt(self) -> None:
-        """End the thread once its beat, if one is under way, is over."""
-        if self._stop is not None and self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-        self._stop = self._thread = None
+        """End the thread once its beat, if one is under way, is over. Forgotten even when the join is
+        interrupted (a Ctrl-C inside the fork hook, which CPython reports and drops): the thread ends anyway, its
+        stop set, and `resume` starts another (before, the heartbeat stayed silent for the rest of the run)."""
+        try:
+            if self._stop is not None and self._thread is not None:
+                self._stop.set()
+                self._thread.join()
+                _gone(self._thread.native_id)
+        finally:
+            self._stop = self._thread = None
+
+
+def _gone(native_id: int | None) -> None:
+    """Wait, at most GONE_WAIT_S, until the system's thread ``native_id`` of this process has exited (Linux: its
+    /proc entry is gone). Python's join returns a moment before it has, and Python 3.12 counts the system's
+    threads at a fork: it warned at about half the fork rounds of a job whose heartbeat ran before them."""
+    task = f"/proc/self/task/{native_id}"
+    waited = time.monotonic()
+    while native_id is not None and os.path.exists(task) and time.monotonic() - waited < GONE_WAIT_S:
+        time.sleep(GONE_WAIT_S / 1000)
+
+
+GONE_WAIT_S = 0.1
+"""The longest `_gone` waits for a heartbeat's ended thread to leave the system's count."""
 
 
 _BEATING: list[Heartbeat] = []
 """The heartbeats started and not stopped: their threads are ended before each fork of this process."""
+
+
+def resume_heartbeats() -> None:
+    """Start again the heartbeats this process's forks ended. A forker that then waits on its children without
+    reporting calls it once its forks are done (ahead.py, the sweep's pool): before, the lines and the bar's
+    redraws stopped until a worker handed back its first result (a state's step, a sweep's point), however
+    long it took."""
+    for heartbeat in _BEATING:
+        heartbeat.resume()
 
 
 def _halted_for_fork() -> None:

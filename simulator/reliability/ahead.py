@@ -31,6 +31,7 @@ from multiprocessing.process import BaseProcess
 
 import simpy
 
+from simulator.console.progress import resume_heartbeats
 from simulator.errors import STOP_SIGNALS
 from simulator.machine import available_memory, usable_cores
 from simulator.reliability.checkpoint import SegmentCosts
@@ -188,6 +189,7 @@ def _simulated_in_workers(states: StepStates, rest: Sequence[ClusterState], tota
     lost: _Worker | None = None
     try:
         refused = _forked_into(pool, pool_size)
+        resume_heartbeats()  # the progress goes on while the workers simulate their first states
         if refused is not None and warning is not None:
             unforked = "" if pool else "; the job simulates them as it meets them"
             warning(f"the host refused to fork a worker to simulate cluster states ahead ({refused}): "

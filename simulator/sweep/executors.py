@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
+from simulator.console.progress import resume_heartbeats
 from simulator.errors import STOP_SIGNALS, ExecutorError, WorkerKilled
 from simulator.machine import usable_cores
 from simulator.report.run_folder import interrupts_held
@@ -115,6 +116,7 @@ class PoolExecutor:
                     self._workers.append((process, mine))
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        resume_heartbeats()  # the progress bar goes on while the workers run their first points
 
     def close(self) -> None:
         """Kill the workers, busy or idle (a point leaves nothing to clean up), and reap them. A pool dropped

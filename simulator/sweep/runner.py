@@ -173,7 +173,9 @@ def _has_outputs(folder: Path, point: Point) -> bool:
 
 def progress_printer(quiet: bool, label: str = "sweep") -> tuple[Callable[[int, int], None], Callable[[], None]]:
     """A rich progress bar named ``label`` with ETA on a terminal, plain lines off one (`PlainProgress`, as a
-    run's and a job's), nothing when quiet: (update, stop)."""
+    run's and a job's), nothing when quiet: (update, stop). The bar is redrawn by a `Heartbeat`, which no fork
+    of the pool's workers runs beside: rich's own refresh thread stayed alive across them, and a worker forked
+    while it wrote held stderr's lock for ever."""
     if quiet:
         return (lambda done, total: None), (lambda: None)
     if not sys.stderr.isatty():
@@ -183,12 +185,21 @@ def progress_printer(quiet: bool, label: str = "sweep") -> tuple[Callable[[int, 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
+    from simulator.console.progress import REDRAW_S, Heartbeat
+
     progress = Progress(label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), "ETA",
-                        TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+                        TimeRemainingColumn(), console=Console(stderr=True), transient=True, auto_refresh=False)
     task = progress.add_task("points", total=None)
     progress.start()
+    heartbeat = Heartbeat(progress.refresh, lambda: REDRAW_S)
+    heartbeat.start()
 
     def update(done: int, total: int) -> None:
+        heartbeat.resume()
         progress.update(task, completed=done, total=total)
 
-    return update, progress.stop
+    def stop() -> None:
+        heartbeat.stop()
+        progress.stop()
+
+    return update, stop
