@@ -55,7 +55,8 @@ class InputError(TrainsimError):
                 line: int | Kept | None = KEPT, at_flag: bool | Kept = KEPT) -> InputError:
         """This error as ``kind`` (its own class unless given) with the parts given replaced and the others
         (KEPT, the default) kept, its mark of a flag (``at_flag``) too; a part given empty, or ``line`` None,
-        has none (no line, where the error moves off the file). Every copy of an error goes through here, so
+        has none (no line, where the error moves off the file). Copies of an error are made here (but for two
+        re-locations of errors that carry no location yet: simulation.py's and topology/parameters.py's), so
         that no copy drops a part of its location (a copy that left out ``at_flag`` turned `--set a.b=v:
         problem` back into `--set a.b=v: a.b: problem`, off the command line; one that left out ``line`` named
         a flag's error without the line its topology file gave). One mark of a kept part: before, the others
