@@ -417,8 +417,8 @@ def test_every_per_second_column_of_a_study_chart_takes_the_unit_its_largest_val
     frame = pd.DataFrame({"status": "ok", "checkpoint.interval": [300, 600],
                           "goodput_steps_per_s.mean": [p["goodput_steps_per_s"] for p in points],
                           "tokens_per_s": [2.5e6, 2.6e6]})
-    for column, label, shown in (("goodput_steps_per_s.mean", "goodput_steps_per_s.mean (k steps/s)", 1.5),
-                                 ("tokens_per_s", "tokens_per_s (M tokens/s)", 2.5)):
+    for column, label, shown in (("goodput_steps_per_s.mean", "goodput, mean (k steps/s)", 1.5),
+                                 ("tokens_per_s", "throughput (M tokens/s)", 2.5)):
         ax = sweep_figure(frame, "checkpoint.interval", column).axes[0]
         assert ax.get_ylabel() == label and ax.get_lines()[0].get_ydata()[0] == pytest.approx(shown)
 

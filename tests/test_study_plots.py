@@ -548,7 +548,8 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
     25 MiB' and the heatmap's cells read '9.1e+04' for 91,043 and 91,060 tokens/s alike. Each axis now names its
     unit (bytes and seconds in the unit that fits, fractions in percent), ticks are plain numbers, the legend
     goes by size and the cells read whole tokens/s. A per-second column takes the unit its largest value reaches, as
-    the goodput chart's axis does: tokens_per_s read 91,043 in tokens/s, now 91.04 in k tokens/s."""
+    the goodput chart's axis does: tokens_per_s read 91,043 in tokens/s, now 91.04 in k tokens/s. The label says
+    the column in words: 'step_time_s (ms)' said seconds and milliseconds at once (the title keeps the name)."""
     from simulator.report.study_plots import heatmap_figure, sweep_figure
 
     frame = pd.DataFrame({"status": "ok", "bucket": ["1 MiB", "100 MiB", "25 MiB"] * 2, "m": [1, 1, 1, 2, 2, 2],
@@ -556,14 +557,15 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
                           "exposed_comm_s.dp": [0.04342, 0.04339, 0.04342, 0.04336, 0.04333, 0.04336],
                           "mfu": [0.5552, 0.5553, 0.5552, 0.5566, 0.5567, 0.5566],
                           "tokens_per_s": [91043.0, 91060.0, 91043.0, 91268.0, 91284.0, 91268.0]})
-    expected = {"traffic_bytes_per_gpu.dp": "traffic_bytes_per_gpu.dp (GiB)",
-                "exposed_comm_s.dp": "exposed_comm_s.dp (ms)", "mfu": "mfu (%)",
-                "tokens_per_s": "tokens_per_s (k tokens/s)"}
+    expected = {"traffic_bytes_per_gpu.dp": "traffic per GPU, DP (GiB)",
+                "exposed_comm_s.dp": "exposed communication, DP (ms)", "mfu": "MFU (%)",
+                "tokens_per_s": "throughput (k tokens/s)"}
     for column, label in expected.items():
         figure = sweep_figure(frame, "m", column, hue="bucket")
         figure.draw_without_rendering()
         ax = figure.axes[0]
         assert ax.get_ylabel() == label
+        assert ax.get_title() == f"{column} vs m by bucket"  # the name --y takes, where the label is in words
         assert ax.yaxis.get_offset_text().get_text() == ""
         assert all("e" not in tick.get_text() for tick in ax.get_yticklabels())
     assert [text.get_text() for text in ax.get_legend().get_texts()] == [
@@ -572,7 +574,7 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
     heatmap = heatmap_figure(frame, "m", "bucket", "tokens_per_s")
     assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91.04", "91.04", "91.06", "91.27",
                                                                        "91.27", "91.28"]
-    assert heatmap.axes[1].get_ylabel() == "tokens_per_s (k tokens/s)"
+    assert heatmap.axes[1].get_ylabel() == "throughput (k tokens/s)"
 
 
 def test_heatmap_cells_that_differ_read_differently():
@@ -585,7 +587,7 @@ def test_heatmap_cells_that_differ_read_differently():
                           "tokens_per_s": [91041.0, 91044.0, 91262.0, 91268.0]})
     heatmap = heatmap_figure(frame, "m", "bucket", "tokens_per_s")
     assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91.041", "91.044", "91.262", "91.268"]
-    assert heatmap.axes[1].get_ylabel() == "tokens_per_s (k tokens/s)"
+    assert heatmap.axes[1].get_ylabel() == "throughput (k tokens/s)"
 
 
 def test_heatmap_cells_apart_by_float_noise_alone_widen_no_cell():
@@ -644,11 +646,11 @@ def test_a_chart_given_another_commands_folder_names_its_charts(tmp_path, capsys
 
 
 @pytest.mark.parametrize(("column", "values", "label"), [
-    ("bottleneck.largest_loss.share_of_step", [0.127, 0.2], "bottleneck.largest_loss.share_of_step (%)"),
-    ("ettr_ci95_low", [0.906], "ettr_ci95_low (%)"), ("ettr_ci95_high", [0.909], "ettr_ci95_high (%)"),
-    ("exposed_comm_s.dp", [0.0, 0.0], "exposed_comm_s.dp (s)"),
-    ("traffic_bytes_per_gpu.dp", [0.0], "traffic_bytes_per_gpu.dp (B)"),
-    ("failures.gpu.rate_per_unit_per_h", [1e-5], "failures.gpu.rate_per_unit_per_h (per unit per h)"),
+    ("bottleneck.largest_loss.share_of_step", [0.127, 0.2], "bottleneck, largest loss, share of step (%)"),
+    ("ettr_ci95_low", [0.906], "ETTR 95% CI low (%)"), ("ettr_ci95_high", [0.909], "ETTR 95% CI high (%)"),
+    ("exposed_comm_s.dp", [0.0, 0.0], "exposed communication, DP (s)"),
+    ("traffic_bytes_per_gpu.dp", [0.0], "traffic per GPU, DP (B)"),
+    ("failures.gpu.rate_per_unit_per_h", [1e-5], "failures, GPU, rate (per unit per h)"),
 ])
 def test_every_column_reads_in_its_unit_as_its_siblings_do(column, values, label):
     """Before: share_of_step plotted 0.127 while the bottleneck's other shares read %, the ETTR bounds 0.906

@@ -29,8 +29,10 @@ class ColumnScale:
     divisor: float
 
     def label(self, column: str) -> str:
-        """The axis label: the column's name, which --x, --y and --value take, with the unit shown."""
-        return f"{column} ({self.unit})" if self.unit else column
+        """The axis label: a column with a unit in words with the unit shown (`step_time_s` read 'step_time_s
+        (ms)', seconds in the name and milliseconds beside it: now 'step time (ms)'); one without, as its name,
+        which --x, --y and --value take. The chart's title keeps the column names."""
+        return f"{spoken_column(column)} ({self.unit})" if self.unit else column
 
     def scaled(self, values):
         """``values`` (a number, Series or array) in the shown unit."""
@@ -52,6 +54,34 @@ def column_scale(column: str, values: Iterable[float]) -> ColumnScale:
         if scale is not None:
             return scale
     return PLAIN
+
+
+WORDS = {"busbw": "bus bandwidth", "comm": "communication", "gpu": "GPU", "mfu": "MFU", "hfu": "HFU",
+         "ettr": "ETTR", "ci95": "95% CI", "dp": "DP", "tp": "TP", "pp": "PP", "cp": "CP", "ep": "EP"}
+"""Words of a column's name said otherwise on an axis: acronyms in capitals, abbreviations spelled out."""
+
+
+def spoken_column(column: str) -> str:
+    """``column`` in words, without the unit its name carries (shown beside it): 'step_time_s' -> 'step time',
+    'traffic_bytes_per_gpu.dp' -> 'traffic per GPU, DP', 'tokens_per_s' -> 'throughput', 'mfu' -> 'MFU'."""
+    keys = column.split(".")
+    unit_key = next((i for i in reversed(range(len(keys))) if _key_scale(_INDEX.sub("", keys[i]), 0.0)), None)
+    return ", ".join(_spoken_key(key, unit=i == unit_key) for i, key in enumerate(keys))
+
+
+def _spoken_key(key: str, *, unit: bool) -> str:
+    """One key of a column's name in words, its unit words dropped where ``unit``."""
+    words = key.split("_")
+    if unit:
+        if key.endswith(("_per_s", "_per_h")):  # the count or 'per unit per h' is the unit shown
+            words = words[:-3] if key.endswith("_per_s") else words[:words.index("per")]
+            words = words or ["throughput"]
+        elif "tflops" in words:
+            words = [*words[:words.index("tflops")], "FLOP", "rate"]
+        else:
+            words = [word for word in words if word != "bytes"]
+            words = words[:-1] if len(words) > 1 and words[-1] in {"s", "gib", "GBps"} else words
+    return " ".join(WORDS.get(word, word) for word in words)
 
 
 def rate_scale(unit: str, largest: float) -> ColumnScale:
