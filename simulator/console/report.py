@@ -74,6 +74,15 @@ def _hfu(summary: dict) -> str:
     return f"HFU {_share(summary['hfu'])}"
 
 
+def _bubble_text(summary: dict) -> str:
+    """The pipeline bubble on both its bases: of the pipeline window (up to the last forward or backward; the
+    closed forms' measure) and of the step (the bottleneck row's). 'pipeline bubble 50.0% of the pipeline
+    window' above 'largest loss: pipeline bubble, 45.9% of the step' read as two answers to one question."""
+    text = f"{_share(summary['bubble_fraction'])} of the pipeline window (forward/backward span)"
+    step_share = ((summary.get("bottleneck") or {}).get("loss_shares") or {}).get("pipeline_bubble")
+    return text + (f", {_share(step_share)} of the whole step" if step_share is not None else "")
+
+
 def _bottleneck(value: object) -> str:
     """The bottleneck's own sentence (`verdict`) when the summary has one, else the binding constraint and the
     largest loss with its share of the step."""
@@ -254,11 +263,8 @@ def training_table(summary: dict) -> Table:
                                       "kernels are not; the timeline shows each rank's waits)")
     elif "bubble_fraction" in summary and not ps:
         pipelined = (summary.get("layout") or {}).get("pp", 1) > 1
-        # Of the pipeline window, not of the step: the bottleneck row's "pipeline bubble, x% of the step" is the
-        # same idle time over the whole step, and the two read as a contradiction without their bases.
         table.add_row("pipeline bubble" if pipelined else "compute idle",
-                      f"{_share(summary['bubble_fraction'])} of the pipeline window" if pipelined
-                      else _share(summary["bubble_fraction"]))
+                      _bubble_text(summary) if pipelined else _share(summary["bubble_fraction"]))
     exposed = summary.get("exposed_comm_s") or {}
     if exposed and step:
         shown = [text for kind in COMM_CATEGORIES
