@@ -182,6 +182,20 @@ def test_the_h200_trace_moved_to_an_h100_scales_each_kernel_by_what_bounds_it():
         assert traced and replayed_durations(result, part) == pytest.approx([moved(d) for d in traced], rel=1e-9)
 
 
+def test_the_printed_table_of_a_moved_trace_says_from_which_gpu_and_by_how_much(tmp_path, capsys):
+    """The table of the H200 step on an H100 read only 'trace on dgx-h100 (1 h100-sxm GPU)': the move and its
+    factors were in summary.json alone. A row now names both GPUs and each class's kernels with its factor."""
+    from simulator.cli import main
+
+    assert main(["run", str(SCENARIO), "--set", "cluster.gpu_model=h100-sxm", "--set", "workload.traced_gpu=h200",
+                 "--out", str(tmp_path / "out")]) == 0
+    words = " ".join(capsys.readouterr().out.split())  # the row as a terminal of any width wraps it
+    assert ("step time 20.22 ms moved from h200 to h100-sxm: 51 GEMMs x1.045, 8 attention x1.099-1.124, "
+            "267 memory-bound x1.449 throughput") in words
+    assert main(["run", str(SCENARIO), "--out", str(tmp_path / "plain")]) == 0
+    assert " moved " not in capsys.readouterr().out
+
+
 def trace_with_keys(folder: Path, dims: Callable[[list], list]) -> str:
     """The bundled trace written into ``folder`` with each attention op's `Input Dims` replaced by ``dims`` of
     them; its path."""

@@ -74,6 +74,23 @@ def _hfu(summary: dict) -> str:
     return f"HFU {_share(summary['hfu'])}"
 
 
+MOVED_CLASSES = {"matmul": "GEMMs", "attention": "attention", "memory-bound": "memory-bound", "unknown": "unknown"}
+"""How the moved row names each kernel class of workload/traces/gpu_move.py."""
+
+
+def gpu_move_text(move: dict) -> str:
+    """A trace moved to another GPU (summary.json's `trace.gpu_move`) in one line: from which GPU to which and
+    each class's kernels with the factor on their durations, 'from h200 to h100-sxm: 51 GEMMs x1.045, 8 attention
+    x1.099-1.124, 267 memory-bound x1.449'; the table read only 'trace on dgx-h100 (1 h100-sxm GPU)'."""
+    parts = []
+    for kind, entry in move["classes"].items():
+        ratios = sorted(rate["duration_ratio"] for rate in entry["rates"])
+        if entry["ops"] and ratios:
+            factor = f"x{ratios[0]:.4g}" + (f"-{ratios[-1]:.4g}" if f"{ratios[-1]:.4g}" != f"{ratios[0]:.4g}" else "")
+            parts.append(f"{entry['ops']:,} {MOVED_CLASSES.get(kind, kind)} {factor}")
+    return f"from {move['from']} to {move['to']}: " + ", ".join(parts)
+
+
 def _bubble_text(summary: dict) -> str:
     """The pipeline bubble on both its bases: of the pipeline window (up to the last forward or backward; the
     closed forms' measure) and of the step (the bottleneck row's). 'pipeline bubble 50.0% of the pipeline
@@ -240,6 +257,9 @@ def training_table(summary: dict) -> Table:
     ps = summary.get("parameter_server")
     if step is not None:
         table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", format_seconds(step))
+    move = (summary.get("trace") or {}).get("gpu_move")
+    if move:
+        table.add_row("moved", gpu_move_text(move))
     untold = "trace" in summary and not summary.get("tokens_per_s")
     synthetic = (summary.get("layout") or {}).get("model") == "synthetic"
     if untold:
