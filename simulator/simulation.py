@@ -370,6 +370,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                nominal_model_flops_per_step=program.nominal_model_flops_per_step,
                                training_ranks=program.training_ranks,
                                span="run" if program.parameter_server is not None else "step",
+                               traced="trace" in program.details,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
                                pipeline_stages=program.layout.pp if program.layout is not None else 1,

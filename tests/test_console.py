@@ -796,13 +796,15 @@ def test_a_trace_prints_compute_idle_as_unknown_not_zero(tmp_path, capsys):
 
 def test_a_trace_without_op_shapes_prints_hfu_as_unknown_not_zero(tmp_path, capsys):
     """With tokens and model FLOPs given, a trace whose ops have no shapes printed 'MFU 31.4%, HFU 0.0%': its
-    executed FLOPs are unknown, not zero, so HFU is n/a; summary.json keeps hfu 0 as documented."""
+    executed FLOPs are unknown, not zero, so HFU is n/a; summary.json held hfu and hardware_tflops_per_gpu 0.0,
+    which a script reads as measured: now null."""
     out_dir = tmp_path / "out"
     assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(out_dir),
                  "--set", "workload.tokens_per_step=8192", "--set", "workload.model_flops_per_token=100000000"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "TFLOP/s per GPU" in line)
     assert "(MFU " in row and row.rstrip().endswith("HFU n/a: no op shapes in the trace)")
-    assert json.loads((out_dir / "summary.json").read_text())["hfu"] == 0.0
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["hfu"] is None and summary["hardware_tflops_per_gpu"] is None and summary["mfu"] > 0
 
 
 def test_a_trace_with_op_shapes_prints_hfu_as_a_lower_bound(tmp_path, capsys):

@@ -491,8 +491,9 @@ def quoted_figures(result: Result) -> dict:
     if summary.get("tokens_per_s"):
         flop_per_token = summary["gpus"] * 1e12 / summary["tokens_per_s"] / 1e9
         figures["gflop_model_per_token"] = summary["tflops_per_gpu"] * flop_per_token
-        figures["gflop_hardware_extra_per_token"] = (
-            (summary["hardware_tflops_per_gpu"] - summary["tflops_per_gpu"]) * flop_per_token)
+        if summary["hardware_tflops_per_gpu"] is not None:  # null for a trace without op shapes
+            figures["gflop_hardware_extra_per_token"] = (
+                (summary["hardware_tflops_per_gpu"] - summary["tflops_per_gpu"]) * flop_per_token)
     if "memory_per_stage" in summary:
         stage = summary["memory_per_stage"][0]
         figures["gib_static_stage_0"] = stage["total_gib"] - stage["activations_gib"]

@@ -21,6 +21,7 @@ import pytest
 from simulator import simulate
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
+from simulator.errors import ScenarioError
 from simulator.report.gantt import gantt_figure, pipeline_passes
 from simulator.report.outputs import compute_stream_work, pipeline_actions
 from simulator.report.run_folder import write_run_folder
@@ -575,6 +576,23 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
     assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91.04", "91.04", "91.06", "91.27",
                                                                        "91.27", "91.28"]
     assert heatmap.axes[1].get_ylabel() == "throughput (k tokens/s)"
+
+
+def test_a_metric_no_simulated_point_knows_is_refused_not_drawn(tmp_path, capsys):
+    """A sweep of traces without op shapes held hfu 0.0 on every row, which `plot sweep --y hfu` drew as a line of
+    zeros: the HFU is unknown there. Unknown in every simulated point (a point that failed may lack it too),
+    the chart is refused, nothing to plot; a sweep table has no column for a metric no point knows, and the
+    refusal of a missing column says that."""
+    from simulator.report.study_plots import sweep_figure
+
+    frame = pd.DataFrame({"point": [0, 1, 2], "status": ["ok", "ok", "error"], "m": [1, 2, 4],
+                          "step_time_s": [0.01, 0.02, None], "hfu": [None, None, None]})
+    with pytest.raises(ScenarioError, match="column 'hfu' has no value in any simulated point: nothing to plot"):
+        sweep_figure(frame, "m", "hfu")
+    frame.drop(columns="hfu").to_parquet(tmp_path / "results.parquet")
+    assert main(["plot", "sweep", str(tmp_path), "--x", "m", "--y", "hfu"]) == 2
+    assert ("--y: no column 'hfu' (allowed: a column of the table: point, status, m, step_time_s; a metric no point "
+            "has a value for, such as the hfu of traces without op shapes, has none)") in capsys.readouterr().err
 
 
 def test_heatmap_cells_that_differ_read_differently():

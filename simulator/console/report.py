@@ -57,8 +57,8 @@ def _share(value: float) -> str:
 
 
 def _hfu(summary: dict) -> str:
-    """HFU, or n/a for a trace whose ops carry no shapes: its executed FLOPs are unknown, not zero (summary.json
-    keeps `hfu` 0 there, as documented). A trace's counted FLOPs are its matrix multiplies' alone (attention and
+    """HFU, or n/a for a trace whose ops carry no shapes: its executed FLOPs are unknown, not zero (summary.json's
+    `hfu` is null there). A trace's counted FLOPs are its matrix multiplies' alone (attention and
     the rest are not counted), so its HFU is a lower bound and says so; where that share of peak falls below the
     MFU, whose model FLOPs count attention too, HFU (which counts all the executed FLOPs, recompute besides the
     model's) is at least the MFU, and the matrix multiplies' share is named as theirs: 'HFU >= 25.5%' beside

@@ -87,7 +87,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      memory_bound_share: float, pipelined: bool = True, pipeline_stages: int = 1,
                      traffic_correction: Mapping[str, float] | None = None,
                      nominal_model_flops_per_step: float | None = None,
-                     training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step") -> dict:
+                     training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step",
+                     traced: bool = False) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
@@ -98,19 +99,23 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     figures and the losses average: the workers of a parameter-server run, whose waits are the run's losses
     (a server has no compute to hide a transfer behind, and its updates are what the workers wait for); the
     FLOP rates and the traffic stay per GPU of the whole run, servers included, which the run occupies.
-    ``span`` is what ``step_time_s`` spans, which the bottleneck's verdict names (`SimulatedSpan`)."""
+    ``span`` is what ``step_time_s`` spans, which the bottleneck's verdict names (`SimulatedSpan`). A replayed
+    trace (``traced``) whose ops carry no shapes counts no executed FLOPs: its hardware rate and HFU are unknown,
+    None (null in summary.json, empty in a sweep's table), not the 0 a script or a chart reads as measured."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     comm = communication_metrics(timed, step_time_s)
     bubble = bubble_fraction(timed) if pipelined else 0.0
     flops_per_gpu = executed_flops(rows) / max(ranks_stood_for(simulated, rows.weights), 1)
+    flops_known = not traced or flops_per_gpu > 0
     model_flops_per_gpu = model_flops_per_step / gpus
     summary = {
         "step_time_s": step_time_s,
         "tokens_per_s": tokens_per_step / step_time_s if step_time_s else 0.0,
         "tflops_per_gpu": model_flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0,
-        "hardware_tflops_per_gpu": flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0,
+        "hardware_tflops_per_gpu": (flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0) if flops_known
+        else None,
         "mfu": model_flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0,
-        "hfu": flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0,
+        "hfu": (flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0) if flops_known else None,
         **(_nominal_rates(nominal_model_flops_per_step / gpus, step_time_s, peak_flops)
            if nominal_model_flops_per_step is not None else {}),
         "bubble_fraction": bubble,

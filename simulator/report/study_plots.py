@@ -42,13 +42,15 @@ metrics, which results.csv's header lists."""
 
 def _check_columns(frame: pd.DataFrame, named: dict[str, str | None]) -> None:
     """Refuse a column the table lacks at what ``named`` it (a flag such as --x, or OUTDIR for the columns a
-    chart needs of its file), naming the columns it has (the first SHOWN_COLUMNS)."""
+    chart needs of its file), naming the columns it has (the first SHOWN_COLUMNS) and why a metric may have none
+    (`results_table` writes no column of nothing)."""
     for field, name in named.items():
         if name is not None and name not in frame.columns:
             columns = [str(column) for column in frame.columns]
             more = len(columns) - SHOWN_COLUMNS
             shown = ", ".join(columns[:SHOWN_COLUMNS]) + (f", ... ({more} more)" if more > 0 else "")
-            raise ScenarioError(f"no column {name!r}", field=field, allowed=f"a column of the table: {shown}")
+            raise ScenarioError(f"no column {name!r}", field=field, allowed=f"a column of the table: {shown}; a metric "
+                                "no point has a value for, such as the hfu of traces without op shapes, has none")
 
 
 def swept_fields(frame: pd.DataFrame) -> tuple[str, ...]:
@@ -93,6 +95,9 @@ def _numbers(rows: pd.DataFrame, column: str, field: str) -> pd.Series:
     if (numbers.isna() & rows[column].notna()).any():
         raise ScenarioError(f"column {column!r} holds values that are not numbers", field=field,
                             allowed=_numeric_columns(rows))
+    if len(rows) and numbers.isna().all():  # an unknown metric, such as the HFU of traces without op shapes
+        raise ScenarioError(f"column {column!r} has no value in any simulated point: nothing to plot", field=field,
+                            allowed=_numeric_columns(rows.dropna(axis=1, how="all")))
     return numbers
 
 
