@@ -207,7 +207,8 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
     # the tree's ten steps one a line (they were one line of 1,000 characters), none over 120 characters
     assert ("\ndecision tree (rules of thumb, docs/studies.md): ZeRO-1 over all 8 GPUs: out of memory: 664.3 GiB > "
             "79.6 GiB HBM\n"
-            "  -> tp1 recompute=none: no pp with m >= 4p fits (pp8 out of memory: 328.6 GiB > 79.6 GiB HBM)\n"
+            "  -> tp1 recompute=none: no pp with m >= 4p fits: pp 1, 2, 4, 8 out of memory (pp8: 328.6 GiB > 79.6 GiB "
+            "HBM)\n"
             "  -> PP + DP alone does not fit") in captured.out
     assert max(map(len, captured.out.splitlines()[:-1])) <= 120  # the last: where the files went
     table = pd.read_csv(out / "candidates.csv")
@@ -1411,6 +1412,31 @@ def test_the_trees_layer_holds_only_its_ranks_share_of_the_routed_experts(tmp_pa
     assert ("  -> tp1 recompute=none: pp2 fits" in out
             and "  -> the parameters did not fit but a layer does: PP across layers, DP for the rest\n" in out), out
     assert "the search agrees with the decision tree: TP1 CP1 PP2 DP8 EP8" in out
+
+
+def test_the_trees_steps_say_the_bubble_rule_ruled_tp1_out_not_memory():
+    """At tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp, so no pp meets m >= 4p and none was
+    checked; the tree said 'no pp with m >= 4p fits' then 'PP + DP alone does not fit: activations are what
+    overflows', which is not what happened (usertest17 finding 12). Where pp were checked, it named only the last
+    (finding 9): now every pp checked, by kind, the deepest's reason in full. The choice is unchanged."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Checked
+
+    def fits_at_tp4_pp16(candidate: Candidate) -> Checked:
+        gib = 5000.0 / (candidate.tp * candidate.pp)
+        fits = gib <= 79.6
+        return Checked(candidate, {}, None if fits else Pruning(Pruned.OUT_OF_MEMORY, f"out of memory: {gib:.1f} "
+                                                                "GiB > 79.6 GiB HBM"), gib)
+
+    choice = seed_tree_choice(1024, 8, 62, 1024, True, fits_at_tp4_pp16, ep=8, fewer_on_ends=True)
+    assert choice.candidate == Candidate(4, 1, 16, 16, 1, 1, "zero1", "selective", 8)
+    assert choice.steps[1:] == (
+        "tp1 recompute=none: no pp gives m >= 4p (m = p at pp 1, 2, 4, 8, 16, 32, 64)",
+        "PP + DP alone gives no m >= 4p (the bubble rule, not memory), so TP + SP + recompute",
+        "tp2 recompute=selective: no pp gives m >= 4p (pp1 m=2, pp2 m=4, pp4 m=8, pp8 m=16, pp16 m=32, pp32 m=64, "
+        "pp64 m=128)",
+        "tp4 recompute=selective: pp16 fits (78.1 GiB) after pp 1, 2, 4, 8 out of memory (pp8: 156.2 GiB > 79.6 "
+        "GiB HBM)")
 
 
 def test_the_tree_splits_the_layers_as_the_scenario_does_with_fewer_on_the_ends():

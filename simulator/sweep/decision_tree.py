@@ -26,6 +26,15 @@ MICROBATCHES_PER_STAGE = 4
 
 
 @dataclass(frozen=True)
+class Fit:
+    """The first layout of a branch that fits (None: none), and whether the branch checked any layout's memory
+    (False: the bubble rule or the splits ruled every one out first)."""
+
+    candidate: Candidate | None
+    checked_any: bool
+
+
+@dataclass(frozen=True)
 class TreeChoice:
     """The tree's layout (None when nothing it tries fits) and the steps it took, in words."""
 
@@ -61,17 +70,19 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
                      "ZeRO or TP)")
         return TreeChoice(None, tuple(steps))
     if layer_fits:
-        found = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep, fewer_on_ends)
-        if found is not None:
+        fit = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep, fewer_on_ends)
+        if fit.candidate is not None:
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
-            return TreeChoice(found, tuple(steps))
-        steps.append("PP + DP alone does not fit: activations are what overflows, so TP + SP + recompute")
+            return TreeChoice(fit.candidate, tuple(steps))
+        steps.append("PP + DP alone does not fit: activations are what overflows, so TP + SP + recompute"
+                     if fit.checked_any else
+                     "PP + DP alone gives no m >= 4p (the bubble rule, not memory), so TP + SP + recompute")
         recomputes = _recomputes(["selective", "full"], selective_saves_memory, steps)
     else:
         steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
         recomputes = _recomputes(["none", "selective", "full"], selective_saves_memory, steps)
     tps = [tp for tp in powers_of_two(host_gpus) if tp > 1]
-    found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep, fewer_on_ends)
+    found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep, fewer_on_ends).candidate
     if found is not None:
         return TreeChoice(found, tuple(steps))
     steps.append("nothing the tree tries fits in memory")
@@ -110,7 +121,7 @@ def _eager_first_fit(world: int, layers: int, global_batch: int, check: Callable
         for sharding, name in eager_shardings.items():
             steps.append(f"PP + DP with {name}")
             found = _first_fit([1], [recompute], world, layers, global_batch, check, steps, ep, fewer_on_ends,
-                               sharding, smallest_pp=2)
+                               sharding, smallest_pp=2).candidate
             if found is not None:
                 return found
     return None
@@ -118,24 +129,61 @@ def _eager_first_fit(world: int, layers: int, global_batch: int, check: Callable
 
 def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: int, global_batch: int,
                check: Callable[[Candidate], Checked], steps: list[str], ep: int, fewer_on_ends: bool,
-               sharding: Sharding = "zero1", smallest_pp: int = 1) -> Candidate | None:
+               sharding: Sharding = "zero1", smallest_pp: int = 1) -> Fit:
     """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP from
-    ``smallest_pp`` (with m >= 4p), each pp splitting the layers as the scenario's stages do."""
+    ``smallest_pp`` (with m >= 4p), each pp splitting the layers as the scenario's stages do; and whether any
+    layout was checked at all (at tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp: the bubble rule
+    rules each out before memory is weighed)."""
+    checked_any = False
     for recompute in recomputes:
         for tp in tps:
-            tried: list[str] = []
+            tried: list[Checked] = []
+            bubbled: list[tuple[int, int]] = []  # (pp, m) of the pp that split but give m < 4p
             for pp in range(smallest_pp, layers + 3):
                 if not layers_per_stage(layers, pp, fewer_on_ends) or world % (tp * pp):
                     continue
                 dp = world // (tp * pp)
-                if global_batch % dp or global_batch // dp < MICROBATCHES_PER_STAGE * pp:
+                if global_batch % dp:
+                    continue
+                if global_batch // dp < MICROBATCHES_PER_STAGE * pp:
+                    bubbled.append((pp, global_batch // dp))
                     continue
                 checked = check(Candidate(tp, 1, pp, dp, 1, 1, sharding, recompute, ep))
+                checked_any = True
                 if not checked.reason:
                     steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:,.1f} GiB)"
-                                 + (f" after {', '.join(tried)}" if tried else ""))
-                    return checked.candidate
-                tried.append(f"pp{pp} {checked.reason}")
-            steps.append(f"tp{tp} recompute={recompute}: no pp with m >= 4p fits"
-                         + (f" ({tried[-1]})" if tried else ""))
-    return None
+                                 + (f" after {_tried_text(tried)}" if tried else ""))
+                    return Fit(checked.candidate, True)
+                tried.append(checked)
+            steps.append(f"tp{tp} recompute={recompute}: " + _none_fits_text(tried, bubbled))
+    return Fit(None, checked_any)
+
+
+def _tried_text(tried: list[Checked]) -> str:
+    """The pp checked and ruled out, each by its kind, the deepest (the nearest to fitting) with its reason in
+    full: 'pp 1, 2, 4, 8 out of memory (pp8: 328.6 GiB > 79.6 GiB HBM)'; the tree named the last alone."""
+    kinds: dict[str, list[int]] = {}
+    for checked in tried:
+        kinds.setdefault(_kind(checked), []).append(checked.candidate.pp)
+    deepest = tried[-1]
+    detail = deepest.reason.removeprefix(f"{_kind(deepest)}: ")
+    return "; ".join(f"pp {', '.join(map(str, pps))} {kind}" for kind, pps in kinds.items()) + (
+        f" (pp{deepest.candidate.pp}: {detail})")
+
+
+def _kind(checked: Checked) -> str:
+    """What ruled a checked layout out, in the words of its kind ('out of memory')."""
+    return checked.pruning.kind.label if checked.pruning is not None else ""
+
+
+def _none_fits_text(tried: list[Checked], bubbled: list[tuple[int, int]]) -> str:
+    """Why no pp of a tp and recompute was taken: those checked, by what ruled them out (`_tried_text`), and
+    those the bubble rule ruled out first, with their m: where none was checked it is the rule, not memory."""
+    if all(m == pp for pp, m in bubbled):
+        rule = f"m = p at pp {', '.join(str(pp) for pp, _ in bubbled)}"
+    else:
+        rule = ", ".join(f"pp{pp} m={m}" for pp, m in bubbled)
+    if not tried:
+        return "no pp gives m >= 4p" + (f" ({rule})" if bubbled else " (no pp splits the layers, GPUs and batch)")
+    return "no pp with m >= 4p fits: " + _tried_text(tried) + (f"; m < 4p at {rule.removeprefix('m = p at ')}"
+                                                              if bubbled else "")

@@ -51,7 +51,8 @@ def format_search(result: SearchResult, scenario: str) -> str:
                      "per GPU by the memory model")
     first, *rest = result.tree.steps
     lines.append(f"decision tree (rules of thumb, docs/studies.md): {first}")
-    lines.extend(f"  -> {step}" for step in rest)
+    lines.extend(line for step in rest for line in textwrap.wrap(step, WIDTH, initial_indent="  -> ",
+                                                                 subsequent_indent="     ", break_long_words=False))
     lines.extend(textwrap.wrap(result.comparison, WIDTH, break_long_words=False, break_on_hyphens=False))
     if result.winner is not None and result.winner.get("overrides"):
         sets = [word for item in json.loads(result.winner["overrides"]) for word in ("--set", item)]
