@@ -698,11 +698,11 @@ def test_a_degraded_state_leaves_nothing_of_its_topology_behind(monkeypatch):
 
 
 def test_degraded_states_simulated_ahead_in_forked_workers_give_the_one_core_job(monkeypatch):
-    """A leaf switch's state is an unfolded step of its own (its rerouted detours make the replicas unlike), which
+    """A leaf switch's state is an unfolded step of its own (the engine folds no step with link faults), which
     the job simulated as met, on one core, however many it had: usertest16's 2,048-GPU job met 41 of them in 2
-    replications. Its 4 degraded states now go ahead as straggler states do (however few: each takes far longer
-    than forking), the first in the job's process and the other 3 in two forked workers, to the one-core job's
-    summary and event table."""
+    replications. Its 4 degraded states now go ahead as straggler states do (any that two workers can share:
+    each takes far longer than forking), the first in the job's process and the other 3 in two forked workers,
+    to the one-core job's summary and event table."""
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
     forked = _counting_states_ahead(monkeypatch)
     heard: list[tuple[int, int]] = []
@@ -712,6 +712,19 @@ def test_degraded_states_simulated_ahead_in_forked_workers_give_the_one_core_job
     assert heard[:2] == [(0, 4), (1, 4)] and heard[-1] == (4, 4)
     assert two_cores.summary == one_core.summary
     assert two_cores.table.equals(one_core.table)
+
+
+def test_a_job_says_which_state_it_simulates_before_its_workers_start(monkeypatch):
+    """The first degraded state ahead is simulated in the job's process before the workers are forked (~223 s
+    at 2,048 GPUs), and the bar said only '0/41 states' meanwhile: ``activity`` now hears that state (what is
+    down) before any replication, and '' once it is done."""
+    loaded, _ = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
+    heard: list[str] = []
+    job = simulate_job(loaded, activity=heard.append)
+    first = heard.index("replication 1/2")
+    links = {len(state["links_down"]) for state in job.summary["states"] if state["links_down"]}
+    assert len(links) == 1
+    assert heard[:first] == [f"first state, before the workers start ({links.pop()} link(s) down)", ""]
 
 
 def test_degraded_states_go_ahead_only_as_far_as_their_peak_memory_fits(monkeypatch):
@@ -729,6 +742,32 @@ def test_degraded_states_go_ahead_only_as_far_as_their_peak_memory_fits(monkeypa
     alone = simulate_job(loaded)
     assert forked == [0]
     assert alone.summary == one_core.summary
+
+
+def test_degraded_states_ahead_are_sized_by_a_state_with_links_down_not_a_spine_state_met_first(monkeypatch):
+    """The pool was sized by the peak of whichever degraded state the first pass met first; a spine down (the
+    same tree with slower uplinks) folds and is small (136 MB against a leaf state's 488 MB on reviewer18's
+    128-GPU job), so workers handed leaf states were undercounted. Foreseen a spine state, then leaf states, the
+    job's process simulates a leaf state first, and the pool is counted at the peak after it."""
+    from simulator.reliability.blast import cluster_units
+    from simulator.reliability.simulate import prepare_job
+
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    job_states = prepare_job(scenario_from_text(LEAF_SWITCH_JOB)).states
+    units = cluster_units(job_states.topology)
+    replicas = job_states.healthy.replicas
+    spine = states.ClusterState(replicas, spines_down=1)
+    leaves = [states.ClusterState(replicas, links_down=tuple(sorted(units.links("leaf_switch", index))))
+              for index in range(3)]
+    here: list[states.ClusterState] = []
+    simulated_here, sized = ahead._simulated_here, []
+    monkeypatch.setattr(ahead, "_simulated_here", lambda step_states, state: here.append(state)
+                        or simulated_here(step_states, state))
+    monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
+    monkeypatch.setattr(ahead, "_peak_bytes", lambda: len(here) << 30, raising=False)
+    monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: sized.append(each) or 1)
+    assert ahead.simulate_ahead(job_states, [spine, *leaves]) == 0
+    assert here == [leaves[0]] and sized == [1 << 30]
 
 
 def test_a_leaf_without_a_detour_takes_the_hosts_below_it():

@@ -9,12 +9,12 @@ healthy step standing in for each state not simulated yet, noting the states it 
 those are simulated in worker processes forked from the job's, which inherit the fold, programs and plan cache
 its states share (the first is simulated before the fork, building them), and the replications then run as
 before, each state's step taken from there (`StepStates.simulated_ahead`). A job with degraded units (a leaf
-switch, a cable, a NIC, a spine) meets states with links down, each an unfolded step of its own (the rerouted
-detours, hashed by their ends, make the replicas unlike): 41 of them on the 2,048-GPU job with a leaf-switch
-class over 2 replications, ~223 s of CPU and 5.2 GB each; those are simulated ahead too, the first in the job's
-process, whose peak memory then sizes the pool. A state the first pass did not
-foresee is simulated when met, as before, and so is one a worker failed on, so that its error is raised where
-the job meets it. A state's step is the same function of the state in whichever process it is simulated, so the
+switch, a cable, a NIC, a spine) meets states with links down, each an unfolded step of its own (the engine
+folds no step with link faults, and a leaf down slows only its rail's collectives): 41 of them on the 2,048-GPU
+job with a leaf-switch class over 2 replications, ~223 s of CPU and 5.2 GB each; those are simulated ahead too,
+the first with links down in the job's process, whose peak memory then sizes the pool. A state the first pass
+did not foresee is simulated when met, as before, and so is one a worker failed on, so that its error is raised
+where the job meets it. A state's step is the same function of the state in whichever process it is simulated, so the
 job's outputs are byte-identical to a run on one core.
 """
 
@@ -126,41 +126,75 @@ def straggling(state: ClusterState, healthy: ClusterState) -> bool:
 
 def degraded(state: ClusterState, healthy: ClusterState) -> bool:
     """Whether ``state`` runs the job's own replicas with links or spine switches down (stragglers beside them
-    or not): a step of its own, which shares no fold with another state's (its topology is rerouted), and which
-    takes as long as the unfolded step where its links down unfold it (each worker then holds that step's
-    memory, 5.2 GB a state of the 2,048-GPU job with a leaf switch down)."""
+    or not): a step of its own, which shares no fold with another state's. One with links down is unfolded (the
+    engine folds no step with link faults), as long to simulate as the unfolded step and as large (a worker
+    then holds 5.2 GB a state of the 2,048-GPU job with a leaf switch down); one with some spines down is the
+    same tree with slower uplinks, which folds where the symmetry check passes, and is small then."""
     return state.replicas == healthy.replicas and bool(state.links_down or state.spines_down)
+
+
+def folds_likelier(state: ClusterState, spines: int) -> int:
+    """How likely a degraded state's step is to fold, and so to be small, as a sort key (0 first): links down
+    (an unfolded step: the engine folds no step with link faults), then every one of the ``spines`` down (every
+    leaf-spine link down, or no route and no step at all), then some spines down (the same tree with slower
+    uplinks, folded where the symmetry check passes: on the 128-GPU Llama 3 70B job its peak was 136 MB where a
+    leaf state's was 488 MB)."""
+    if state.links_down:
+        return 0
+    return 1 if state.spines_down >= spines else 2
+
+
+def _first_states_activity(activity: Callable[[str], None]) -> Callable[[ClusterState | None], None]:
+    """A `StepStates.on_simulating` that tells ``activity`` which state the job's process simulates before the
+    workers are forked (a leaf switch's state of the 2,048-GPU job takes ~223 s, and the bar said only
+    '0/41 states' meanwhile), and '' once it is done."""
+
+    def on_simulating(state: ClusterState | None) -> None:
+        activity("" if state is None else f"first state, before the workers start ({state.describe()})")
+
+    return on_simulating
 
 
 def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: int = 0,
                    progress: Callable[[int, int], None] | None = None,
-                   warning: Callable[[str], None] | None = None) -> int:
+                   warning: Callable[[str], None] | None = None,
+                   activity: Callable[[str], None] | None = None) -> int:
     """Simulate the straggling states of ``wanted`` that ``states`` has not (where there are AHEAD_MIN_STATES of
     them) and its degraded ones (`degraded`), the first of each kind here (a straggler state's builds the fold
-    they share; a degraded state's peak memory is what each worker may come to hold) and the rest in worker
+    they share; the degraded state likeliest unfolded, `folds_likelier`, since its peak memory is what each
+    worker may come to hold: sized by a folded spine state met first, the workers were counted at 136 MB and
+    reached 488 MB on the 128-GPU Llama 3 70B job) and the rest in worker
     processes (one per core, at most ``workers`` where not 0, and no more than the host's free memory holds,
     each counted at this process's resident size, or its peak once a degraded state ran here), for ``states``
     to hand out when the job meets them; nothing where fewer than two workers would share them, or a first
     raised. ``progress(done, total)`` hears of each state simulated. A worker that dies (the kernel's
     out-of-memory killer) ends them all: the job simulates the states left as it meets them; a fork the host
     refuses leaves the workers forked before it. ``warning`` hears one line of either (the job went on on fewer
-    cores than it was given, which nothing else showed). Ctrl-C or SIGTERM ends the workers without a word and
-    raises KeyboardInterrupt (Terminated) here. How many the workers simulated."""
+    cores than it was given, which nothing else showed). ``activity`` hears which state is simulated here while it
+    is, and '' after. Ctrl-C or SIGTERM ends the workers without a word and raises KeyboardInterrupt
+    (Terminated) here. How many the workers simulated."""
     global _FORKED
     unknown = [state for state in wanted if not states.known(state)]
     slow = [state for state in unknown if straggling(state, states.healthy)]
-    down = [state for state in unknown if degraded(state, states.healthy)]
+    down = sorted((state for state in unknown if degraded(state, states.healthy)),
+                  key=lambda state: folds_likelier(state, states.spines))
     kinds = [kind for kind in (slow if len(slow) >= AHEAD_MIN_STATES else [], down) if kind]
     todo = [state for kind in kinds for state in kind]
     if min(cores(workers), len(todo) - len(kinds)) < 2:
         return 0
     if progress is not None:
         progress(0, len(todo))
-    for here, kind in enumerate(kinds, 1):
-        if _simulated_here(states, kind[0]) is None:
-            return 0
-        if progress is not None:
-            progress(here, len(todo))
+    heard = states.on_simulating
+    if activity is not None:
+        states.on_simulating = _first_states_activity(activity)
+    try:
+        for here, kind in enumerate(kinds, 1):
+            if _simulated_here(states, kind[0]) is None:
+                return 0
+            if progress is not None:
+                progress(here, len(todo))
+    finally:
+        states.on_simulating = heard
     rest = [state for kind in kinds for state in kind[1:]]
     wanted_workers = min(cores(workers), len(rest))
     pool_size = memory_room(wanted_workers, _peak_bytes()) if down else memory_room(wanted_workers)

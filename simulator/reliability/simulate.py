@@ -605,8 +605,9 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     at most ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication
     of the pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
     replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked
-    (the outputs are the same; only the time differs). ``activity`` hears what the replications do between their
-    counts: `replication 1/2`, and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state
+    (the outputs are the same; only the time differs). ``activity`` hears which state the job's process
+    simulates before those workers start, then what the replications do between their counts: `replication 1/2`,
+    and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state
     met for the first time is simulated (a leaf switch's state of the 2,048-GPU job took minutes, and a job
     printed nothing meanwhile), then '' once they are done."""
     scenario = loaded.scenario
@@ -623,7 +624,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     if cores(workers) > 1 and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes):
         foreseen = states_foreseen(plan, arrivals, scenario.run.replications, prepared.cost_cache, healthy,
                                    foresight_progress)
-        simulate_ahead(prepared.states, foreseen, workers, states_progress, workers_warning)
+        simulate_ahead(prepared.states, foreseen, workers, states_progress, workers_warning, activity)
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents()

@@ -322,7 +322,7 @@ def _points_shown(progress: Callable[[int, int], None] | None, finished: int, to
                   ) -> Callable[[int, int], None] | None:
     """A point's replication progress that shows the study's points instead (``finished`` of ``total``), so
     that the bar goes back to counting points once the point's states ahead are done; it stayed on the last
-    phase ('foreseeing straggler states 4/4 replications') while the point's replications ran."""
+    phase ('foreseeing cluster states: 4/4 replications') while the point's replications ran."""
     if progress is None:
         return None
     return lambda _done, _replications: progress(finished, total)
