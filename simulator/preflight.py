@@ -66,13 +66,15 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
+    shrinking: tuple[str, ...] = ()
     if isinstance(workload, TraceWorkload):  # the job modules imported for a trace only: a plain step's
-        from simulator.reliability.simulate import refuse_trace_step  # validate loads none of them
+        from simulator.reliability.simulate import one_size_warning_of, refuse_trace_step  # validate loads none
 
         refuse_trace_step(loaded, topology, program, force=force)
+        shrinking = one_size_warning_of(loaded, topology, program)
     located(loaded, lambda: plan_every_collective(prepared.step.shapes.firsts, prepared.plans))
     layout = {"layout": program.details["layout"]} if "layout" in program.details and program.memory else {}
-    return Verdict({**program.memory, **layout}, (*loaded.ignored_without_a_horizon(), *program.warnings),
+    return Verdict({**program.memory, **layout}, (*loaded.ignored_without_a_horizon(), *program.warnings, *shrinking),
                    step_floor(program.ops, set(prepared.step.slowdowns)), program.world)
 
 

@@ -117,12 +117,16 @@ def test_a_trace_job_without_a_checkpoint_size_is_refused_before_any_step(tmp_pa
     ("", ["cluster.nodes=4"],
      "job.yaml:1: cluster: the trace's job runs 2 ranks, and the cluster has 4 GPUs: the idle ones' failures would "
      "interrupt it (with --set cluster.nodes=4) (allowed: a cluster of 2 GPUs, or a workload.dp that fills it)"),
-], ids=["keep-global", "idle-gpus"])
+    ("restart: {elastic: true, elastic_batch: keep_global}\n", ["cluster.nodes=4"],
+     "job.yaml:1: cluster: the trace's job runs 2 ranks, and the cluster has 4 GPUs: the idle ones' failures would "
+     "interrupt it (with --set cluster.nodes=4) (allowed: a cluster of 2 GPUs, or a workload.dp that fills it)"),
+], ids=["keep-global", "idle-gpus", "both"])
 def test_a_trace_job_is_refused_where_it_cannot_be_told(tmp_path, capsys, monkeypatch, extra, overrides, message):
     """An elastic trace job keeping its global batch (the trace holds no more micro-batches) and one
     whose ranks leave GPUs idle (their failures would interrupt it) are refused, one located line, by `validate`
     as by `run`, and before any step is simulated. Before, validate passed the idle-GPU job, and run refused it
-    only after replaying its healthy step."""
+    only after replaying its healthy step. A job both refusals apply to meets the idle GPUs first in both: run
+    checked the job's sections (keep_global among them) before its trace's step, validate after."""
     from simulator.engine.engine import Engine
 
     def no_step(*_args, **_kwargs):
@@ -156,11 +160,13 @@ def test_a_trace_job_both_too_large_and_leaving_gpus_idle_meets_one_first_error(
         assert capsys.readouterr().err.startswith(
             f"error: {scenario}:1: cluster: the trace's job runs 2 ranks, and the cluster has 4 GPUs")
 
-@pytest.mark.parametrize("field, value", [("min_replicas", "1"), ("regrow", "on_repair")])
+@pytest.mark.parametrize("field, value", [("min_replicas", "1"), ("elastic_batch", "keep_global"),
+                                          ("regrow", "on_repair")])
 def test_an_elastic_setting_beside_a_trace_that_is_not_elastic_offers_elastic(tmp_path, capsys, field, value):
     """A restart setting of an elastic job beside a trace that is not elastic is refused as a modelled job's is,
     offering `restart.elastic: true`, which a trace's job now takes (before, it said the job could not be
-    elastic)."""
+    elastic). `keep_global` too: it was refused first as a trace's, offering `keep_per_replica`, which was then
+    refused for want of `restart.elastic`; a trace's elastic job is refused it apart."""
     scenario = tmp_path / "job.yaml"
     traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
     scenario.write_text(f"cluster: {{topology: ethernet-100g, nodes: 2}}\nworkload: {{trace: '{traces}'}}\n"
@@ -223,15 +229,17 @@ def test_an_elastic_trace_job_shrinks_by_whole_copies_each_size_a_plain_replay(m
 
 def test_an_elastic_trace_jobs_min_replicas_is_checked_against_its_replicas(tmp_path, capsys):
     """`restart.min_replicas` above the trace job's replicas is refused at its line: against `workload.dp` at
-    load, and against the traced job's own replicas (dp left out: 2 for the two-rank trace) once it is read."""
+    load, and against the traced job's own replicas (dp left out: 2 for the two-rank trace) once it is read, by
+    `validate` as by `run` (before, validate passed the second)."""
     scenario = tmp_path / "job.yaml"
     for dp, whose in ((", dp: 8", "workload.dp's 8 replicas"), ("", "the trace's job's 2 replicas")):
         nodes = 8 if dp else 2
         text = ELASTIC.replace(", dp: 8", dp).replace("nodes: 8", f"nodes: {nodes}")
         scenario.write_text(text.replace("elastic: true", "elastic: true, min_replicas: 9"))
-        assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
-        assert capsys.readouterr().err == (f"error: {scenario}:10: restart.min_replicas: min_replicas 9 is above "
-                                           f"{whose} (allowed: 1 to {8 if dp else 2})\n")
+        for command in (["validate", str(scenario)], ["run", str(scenario), "--out", str(tmp_path / "out")]):
+            assert main(command) == 2
+            assert capsys.readouterr().err == (f"error: {scenario}:10: restart.min_replicas: min_replicas 9 is "
+                                               f"above {whose} (allowed: 1 to {8 if dp else 2})\n")
 
 
 def test_trace_jobs_in_two_folders_with_one_relative_glob_each_get_their_own_steps(tmp_path):
@@ -346,15 +354,42 @@ def test_an_elastic_trace_job_on_a_cluster_that_cannot_shrink_is_refused_naming_
     """The two-rank trace copied to 72 replicas on a GB200 NVL72 rack (18 trays of 4 GPUs): its sizes are the
     multiples of 4 replicas (whole trays), and the rack takes no `nodes`, so the job shrunk to 4 replicas has no
     cluster. Refused once the trace is read, naming the size and the min_replicas that avoids it, before any
-    replication; before, the error came when the job first shrank."""
+    replication, by `validate` as by `run`; before, the error came when the job first shrank, and validate passed
+    the job."""
     scenario = tmp_path / "job.yaml"
     traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
     scenario.write_text(f"cluster: {{topology: gb200-nvl72}}\nworkload: {{trace: '{traces}', format: kineto, dp: 72}}\n"
                         "checkpoint: {size: 1 GB}\nrun: {horizon: 2 d, replications: 1}\nfaults: {preset: llama3}\n"
                         "restart: {elastic: true}\n")
-    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
-    error = capsys.readouterr().err
-    assert error.startswith(f"error: {scenario}:1: cluster.nodes: the elastic job shrunk to 4 replicas (1 host): "
-                            "unknown override 'nodes' for topology kind 'nvl72'")
-    assert error.endswith("; or restart.min_replicas above 4)\n")
+    for command in (["validate", str(scenario)], ["run", str(scenario), "--out", str(tmp_path / "out")]):
+        assert main(command) == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"error: {scenario}:1: cluster.nodes: the elastic job shrunk to 4 replicas (1 host): "
+                                "unknown override 'nodes' for topology kind 'nvl72'")
+        assert error.endswith("; or restart.min_replicas above 4)\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("cluster, dp, allowed", [
+    ("ethernet-100g, nodes: 2", "", "a workload.dp of several copies of the traced job's 2 replicas"),
+    ("ethernet-100g, nodes: 2", ", dp: 2", "a workload.dp of several copies of the traced job's 2 replicas"),
+    ("dgx-h100-cluster, nodes: 1", ", dp: 8", "more hosts and a workload.dp that fills them"),
+], ids=["dp-left-out", "dp-traced", "copies-split-a-host"])
+def test_an_elastic_trace_job_that_cannot_shrink_is_warned_about_at_restart_elastic(tmp_path, capsys, cluster, dp,
+                                                                                    allowed):
+    """The two-rank DP-2 trace, elastic, with `dp` left out or equal to the traced job's 2 (no smaller whole copy),
+    or copied to 8 replicas on one 8-GPU host (a smaller number of copies leaves part of the host) has one size:
+    elastic changes nothing. `validate` and `run` both say so, one warning located at `restart.elastic`, and the
+    job runs on its replicas alone. Before, such a job took `restart.elastic` without a word."""
+    scenario = tmp_path / "job.yaml"
+    text = ELASTIC.replace("ethernet-100g, nodes: 8", cluster).replace(", dp: 8", dp)
+    scenario.write_text(text)
+    replicas = 8 if "dgx" in cluster else 2
+    warning = (f"warning: {scenario}:10: restart.elastic: the trace's job runs on its {replicas} replicas only: it "
+               "shrinks by whole copies of the traced ranks that fill whole hosts, and has no smaller one, so elastic "
+               f"changes nothing (allowed: {allowed}, or restart.elastic: false)\n")
+    out = tmp_path / "out"
+    for command in (["validate", str(scenario), "--quiet"], ["run", str(scenario), "--out", str(out), "--quiet"]):
+        assert main(command) == 0
+        assert capsys.readouterr().err == warning
+    assert json.loads((out / "job_summary.json").read_text())["replicas"]["sizes"] == [replicas]

@@ -152,12 +152,12 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
     an elastic job that fits in GPU memory on none of its smaller sizes while its layout fits (one whose layout
     does not is warned about as a plain job is, by its step's summary), with the remedies of its largest such
     size where ``weigh_remedies``. A replayed trace's sizes turn on its traced job's data parallelism, known once
-    its trace is read (`trace_sizes`): here only its batch policy and `min_replicas` against `workload.dp`."""
+    its trace is read (`trace_sizes`): here only its batch policy and `min_replicas` against `workload.dp`, once
+    it is elastic (an elastic setting beside a job that is not is refused first, offering `restart.elastic`)."""
     scenario = loaded.scenario
     restart = scenario.restart
     workload = scenario.workload
     if isinstance(workload, TraceWorkload):
-        _refuse_global_batch_of_trace(loaded)
         dp = trace_replicas(workload.dp)
     else:
         layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
@@ -170,6 +170,7 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
                 raise loaded.error(("restart", name), f"{name} {what}", f"restart.elastic: true, or no {name}")
         return ElasticSizes((dp,))
     if isinstance(workload, TraceWorkload):
+        _refuse_global_batch_of_trace(loaded)
         if workload.dp is not None:
             _check_min_replicas(loaded, workload.dp, "workload.dp's")
         return ElasticSizes((dp,))
@@ -227,14 +228,37 @@ def trace_sizes(loaded: LoadedScenario, hosts: int, replicas: int, traced_dp: in
     for memory: each rank replays its traced work, in the memory it used."""
     if not loaded.scenario.restart.elastic:
         return ElasticSizes((replicas,))
-    smallest = _check_min_replicas(loaded, replicas, "the trace's job's")
-    copy = traced_dp or replicas
-    sizes = tuple(size for size in range(copy, replicas + 1, copy)
-                  if size >= smallest and hosts * size % replicas == 0)
+    given = isinstance(loaded.scenario.workload, TraceWorkload) and loaded.scenario.workload.dp is not None
+    smallest = _check_min_replicas(loaded, replicas, "workload.dp's" if given else "the trace's job's")
+    sizes = tuple(size for size in _whole_copies(hosts, replicas, traced_dp) if size >= smallest)
     for size in sizes[:-1]:
         shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, hosts, replicas, 1, size))
         _shrunk_check(hosts, replicas, size, partial(scenario_topology, shrunk))
     return ElasticSizes(sizes)
+
+
+def one_size_warning(loaded: LoadedScenario, hosts: int, replicas: int, traced_dp: int | None) -> str | None:
+    """A warning, located at `restart.elastic`, where an elastic trace job of ``replicas`` replicas on ``hosts``
+    hosts has no smaller whole copy of the traced job's ``traced_dp`` replicas that fills whole hosts (`dp` left
+    out or equal to it, or copies that split a host), whatever its `min_replicas`: elastic changes nothing and the
+    job restarts as one that is not elastic. Before, such a job took `restart.elastic` without a word."""
+    if not loaded.scenario.restart.elastic or _whole_copies(hosts, replicas, traced_dp) != (replicas,):
+        return None
+    allowed = "restart.elastic: false"
+    if traced_dp == replicas:
+        allowed = f"a workload.dp of several copies of the traced job's {counted(replicas, 'replica')}, or {allowed}"
+    elif traced_dp:
+        allowed = f"more hosts and a workload.dp that fills them, or {allowed}"
+    return str(loaded.error(("restart", "elastic"), f"the trace's job runs on its {counted(replicas, 'replica')} "
+                            "only: it shrinks by whole copies of the traced ranks that fill whole hosts, and has no "
+                            "smaller one, so elastic changes nothing", allowed))
+
+
+def _whole_copies(hosts: int, replicas: int, traced_dp: int | None) -> tuple[int, ...]:
+    """The sizes of a replayed trace's job of ``replicas`` replicas on ``hosts`` hosts, ascending: the multiples of
+    the traced job's ``traced_dp`` replicas (all of them, without it) whose copies fill whole hosts."""
+    copy = traced_dp or replicas
+    return tuple(size for size in range(copy, replicas + 1, copy) if hosts * size % replicas == 0)
 
 
 def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) -> None:

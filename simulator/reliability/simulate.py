@@ -24,7 +24,14 @@ from simulator.reliability.ahead import cores, simulate_ahead, states_foreseen
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
-from simulator.reliability.elastic import ElasticSizes, allowed_sizes, elastic_sizes, trace_sizes
+from simulator.reliability.elastic import (
+    ElasticSizes,
+    allowed_sizes,
+    elastic_sizes,
+    one_size_warning,
+    trace_replicas,
+    trace_sizes,
+)
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import Arrivals, draw_arrivals
@@ -240,28 +247,34 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     return healthy
 
 
-def _trace_step(loaded: LoadedScenario, model: FailureModel, topology: Topology, *, force: bool) -> PreparedStep:
+def _trace_step(loaded: LoadedScenario, topology: Topology, *, force: bool) -> tuple[PreparedStep, ElasticSizes]:
     """A replayed trace's job: its healthy step built (not yet run) and refused as `refuse_trace_step` says (idle
-    GPUs, then its size: before, a large trace was replayed whole before the idle-GPU refusal), or, unless
-    ``force``, where the states of a class that straggles or degrades links would pass the scale limits: a trace
-    has no layout to fold stragglers by and link faults unfold any step (`fold_policy.fold_with_faults`), so each
-    such state replays every copy that `workload.dp` adds, unfolded. The healthy step, for the job to run."""
-    from simulator.scale import refuse_large_trace
+    GPUs, its sizes, then its size: before, a large trace was replayed whole before the idle-GPU refusal), before
+    the job's checks that need no step (`check_job`), as `trainsim validate` makes them: run made them first, and a
+    job both of whose refusals applied met a different first error in each. The healthy step, for the job to run,
+    and the job's sizes."""
     from simulator.simulation import prepare_training, step_faults
 
     guard = None if force else state_guard(loaded, topology, None)
     healthy = prepare_training(loaded, topology, step_faults(loaded, topology), guard)
-    refuse_trace_step(loaded, topology, healthy.step.program, force=force)
-    if force:
-        return healthy
+    sizes = refuse_trace_step(loaded, topology, healthy.step.program, force=force)
+    assert sizes is not None  # a job has a horizon
+    return healthy, sizes
+
+
+def _refuse_unfolded_trace_states(loaded: LoadedScenario, model: FailureModel, topology: Topology,
+                                  program: StepProgram) -> None:
+    """Refuse a replayed trace's job where the states of a class that straggles or degrades links would pass the
+    scale limits: a trace has no layout to fold stragglers by and link faults unfold any step
+    (`fold_policy.fold_with_faults`), so each such state replays every copy that `workload.dp` adds, unfolded."""
+    from simulator.scale import refuse_large_trace
+
     unfolding = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE
                  or (klass.effect is Effect.DEGRADE and klass.unit != "spine_switch")]
     if unfolding:
         klass = unfolding[0]
         field = ("faults", "components", klass.name) if klass.name in loaded.scenario.faults.components else ("faults",)
-        refuse_large_trace(loaded, topology.num_gpus, healthy.step.program,
-                           unfolded_by=(field, f"a {klass.name} failure's states"))
-    return healthy
+        refuse_large_trace(loaded, topology.num_gpus, program, unfolded_by=(field, f"a {klass.name} failure's states"))
 
 
 def _slow_replica_classes(loaded: LoadedScenario, gpus: int) -> tuple[Layout, int]:
@@ -319,18 +332,51 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
                             field="restart.spares", allowed=f"0 to {hosts:,}")
 
 
-def refuse_trace_step(loaded: LoadedScenario, topology: Topology, program: StepProgram, *, force: bool) -> None:
+def refuse_trace_step(loaded: LoadedScenario, topology: Topology, program: StepProgram, *,
+                      force: bool) -> ElasticSizes | None:
     """A replayed trace's step once built (its size is its files', known once read), refused as `trainsim
     validate` and `run` both refuse it, in one order: a job's where its ranks leave GPUs idle
-    (`_refuse_idle_gpus`), then, unless ``force``, any whose ops pass the scale limits
-    (`scale.refuse_large_trace`). Validate checked the size first, run the idle GPUs: a job both too large and
-    leaving GPUs idle met a different first error in each."""
+    (`_refuse_idle_gpus`), then one whose `min_replicas` or smaller sizes it cannot run (`_trace_job_sizes`),
+    then, unless ``force``, any whose ops pass the scale limits (`scale.refuse_large_trace`). Validate checked
+    the size first, run the idle GPUs: a job both too large and leaving GPUs idle met a different first error in
+    each. The job's sizes (None for a step without a horizon)."""
     from simulator.scale import refuse_large_trace
 
+    sizes = None
     if loaded.scenario.run.horizon is not None and isinstance(loaded.scenario.workload, TraceWorkload):
         _refuse_idle_gpus(loaded, program.world, topology)
+        sizes = _trace_job_sizes(loaded, topology, program)
     if not force:
         refuse_large_trace(loaded, topology.num_gpus, program)
+    return sizes
+
+
+def _trace_job_sizes(loaded: LoadedScenario, topology: Topology, program: StepProgram) -> ElasticSizes:
+    """A replayed trace's job's sizes as its trace tells its replicas (`elastic.trace_sizes`, each smaller one's
+    cluster built). Only `run` checked them, once the job was prepared: `validate` passed a `min_replicas` above
+    the traced job's replicas (dp left out) and an elastic job on a GB200 NVL72 rack, which takes no fewer hosts,
+    that `run` refused."""
+    trace = _trace_details(program)
+    return trace_sizes(loaded, topology.num_hosts, trace_replicas(trace["dp"], trace["traced_dp"]),
+                       trace["traced_dp"])
+
+
+def _trace_details(program: StepProgram) -> dict:
+    """A replayed trace's step's summary entry `trace` (its `dp` and the traced job's `traced_dp` among them)."""
+    trace = program.details["trace"]
+    assert isinstance(trace, dict)
+    return trace
+
+
+def one_size_warning_of(loaded: LoadedScenario, topology: Topology, program: StepProgram) -> tuple[str, ...]:
+    """`elastic.one_size_warning` of a replayed trace's job (none for a step without a horizon), which `trainsim
+    validate` and `run` both give."""
+    if loaded.scenario.run.horizon is None:
+        return ()
+    trace = _trace_details(program)
+    warning = one_size_warning(loaded, topology.num_hosts, trace_replicas(trace["dp"], trace["traced_dp"]),
+                               trace["traced_dp"])
+    return () if warning is None else (warning,)
 
 
 def _refuse_idle_gpus(loaded: LoadedScenario, ranks: int, topology: Topology) -> None:
@@ -445,7 +491,8 @@ def fixed_size_warning(loaded: LoadedScenario, sizes: ElasticSizes) -> str | Non
     `restart.min_replicas` where a lower bound would leave one (keep_global's 512 micro-batches on 64 replicas
     split whole over none of 48 to 63, and over 32), else `restart.elastic_batch` where keep_per_replica would,
     else `parallelism.ep` (EP 4 on DP 4 splits no smaller size's ranks). The job still runs. A replayed trace's
-    sizes turn on its traced ranks (`elastic.trace_sizes`), not on these fields: none is warned here."""
+    sizes turn on its traced ranks (`elastic.trace_sizes`), not on these fields: `elastic.one_size_warning` warns
+    of one that has no smaller size."""
     scenario = loaded.scenario
     restart, parallelism = scenario.restart, scenario.parallelism
     dp = sizes.sizes[-1]
@@ -512,8 +559,9 @@ class PreparedJob:
     """A job checked and its healthy step simulated, before any replication: its plan, failure model and unit
     counts per class, the healthy state's costs, the checkpoint's bytes, the costs of the states met so far
     (None for one without a route; the replications add theirs), the healthy step's summary, the job's
-    warnings known before it runs (`fixed_size_warning`, `interval_past_horizon`,
-    `summary.write_wait_warning`, `summary.young_daly_warning`) and the cluster's GPU model as the catalog names it."""
+    warnings known before it runs (`elastic.one_size_warning`, `fixed_size_warning`, `interval_past_horizon`,
+    `summary.write_wait_warning`, `summary.young_daly_warning`) and the cluster's GPU model as the catalog names
+    it."""
 
     plan: JobPlan
     model: FailureModel
@@ -537,10 +585,17 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
     topology = capped_topology(loaded, force)
+    traced = _trace_step(loaded, topology, force=force) if isinstance(scenario.workload, TraceWorkload) else None
     checks = check_job(loaded, topology)
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
-    if isinstance(scenario.workload, TraceWorkload):
-        prepared: PreparedStep | None = _trace_step(loaded, model, topology, force=force)
+    sizes = checks.sizes
+    shrinking: tuple[str, ...] = ()
+    if traced is not None:
+        step, sizes = traced
+        prepared: PreparedStep | None = step
+        shrinking = one_size_warning_of(loaded, topology, step.step.program)
+        if not force:
+            _refuse_unfolded_trace_states(loaded, model, topology, step.step.program)
     else:
         prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
     states = StepStates(loaded, topology, force=force, healthy=prepared)
@@ -564,10 +619,6 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
             return Degradation(spine=unit)
         return Degradation(links=units.links(klass.unit, unit))
 
-    sizes = checks.sizes
-    if isinstance(scenario.workload, TraceWorkload):  # its sizes, as its trace tells its replicas
-        sizes = trace_sizes(loaded, topology.num_hosts, states.healthy.replicas,
-                            states.healthy_summary["trace"]["traced_dp"])
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
@@ -581,7 +632,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     warnings = (fixed_size_warning(loaded, checks.sizes), interval_past_horizon(loaded, healthy),
                 write_wait_warning(healthy), young_daly_warning(healthy, mtbf))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
-                       tuple(warning for warning in warnings if warning is not None), topology.gpu_model, states)
+                       (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
+                       states)
 
 
 @collector_paused()
