@@ -298,13 +298,14 @@ def test_recost_gemms_on_a_trace_without_shapes_says_why_nothing_is_recosted(tmp
 def test_a_recosted_fp32_gemm_runs_tf32_where_its_kernel_says_so(tmp_path, kernel, precision):
     """An fp32 aten::mm of 4096^3 under allow_tf32 launches a TF32 tensor-core kernel: `recost_gemms` costs it at
     the H200's tf32 peak (494.5 TFLOP/s dense: 399.6 us), as the GPU move bounds it, where it took the CUDA
-    cores' fp32 peak (67 TFLOP/s: 2,936.3 us, 7.3x slower). An fp32 kernel by name stays fp32."""
+    cores' fp32 peak (67 TFLOP/s: 2,936.3 us, 7.3x slower). An fp32 kernel by name stays fp32. The replayed
+    duration is held to those figures first, so that the code before fails on the duration it replays, not on
+    `gemm_duration` taking no tf32."""
     trace = Trace()
     trace.op("aten::mm", 100, 50, BF16_DIMS, ["float", "float"])
     trace.kernel(kernel, 120, 400)
     result = trace.replay(tmp_path)
-    expected = gemm_duration((1, M, N, K), precision, get_gpu("h200"))
-    assert durations(kernel_rows(result, kernel)) == pytest.approx([expected], rel=EXACT)
+    replayed = durations(kernel_rows(result, kernel))
+    assert replayed == pytest.approx([{"tf32": 399.6e-6, "fp32": 2936.3e-6}[precision]], abs=0.1e-6)
+    assert replayed == pytest.approx([gemm_duration((1, M, N, K), precision, get_gpu("h200"))], rel=EXACT)
     assert result.summary["trace"]["recosted_gemms"] == 1
-    tf32, fp32 = (gemm_duration((1, M, N, K), p, get_gpu("h200")) for p in ("tf32", "fp32"))
-    assert (tf32, fp32) == (pytest.approx(399.6e-6, abs=0.1e-6), pytest.approx(2936.3e-6, abs=0.1e-6))
