@@ -26,10 +26,11 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple
 
 from simulator.catalog.gpus import GPUS, GPUSpec
+from simulator.config.training_options import MathPrecision
 from simulator.errors import ScenarioError
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import attention_plateau
-from simulator.workload.traces.model import CPU_STREAM, GEMM_PRECISIONS, GemmPrecision, TracedOp, kernel_kind
+from simulator.workload.traces.model import CPU_STREAM, GEMM_PRECISIONS, TracedOp, kernel_kind
 
 KernelClass = Literal["matmul", "attention", "memory-bound", "unknown"]
 KERNEL_CLASSES: Mapping[str, KernelClass] = MappingProxyType({
@@ -45,7 +46,7 @@ BOUNDS: Mapping[KernelClass, tuple[str, str]] = MappingProxyType({
     "unknown": ("dense bf16 peak", "FLOP/s"),
 })
 """What bounds each class, and the unit of that rate."""
-PEAK_PRECISION: GemmPrecision = "bf16"
+PEAK_PRECISION: MathPrecision = "bf16"
 """The precision of the dense peaks that bound attention, unknown kernels and GEMMs of no told precision (the
 roofline runs attention at bf16 under fp8 too)."""
 TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm(?!_b?f16)", re.I)
@@ -53,7 +54,7 @@ TF32_NAME = re.compile(r"tf32|tensorop_s1688gemm(?!_b?f16)", re.I)
 sm80_xmma_gemm_tf32..., or CUTLASS's tensorop_s1688gemm with no _f16/_bf16 input suffix: the m16n8k8 tensor-core
 MMA on fp32 inputs, which cuBLAS often picks on A100 under allow_tf32): an fp32 matmul under allow_tf32 launches
 one."""
-GEMM_NAME_PRECISIONS: tuple[tuple[GemmPrecision, re.Pattern[str]], ...] = (
+GEMM_NAME_PRECISIONS: tuple[tuple[MathPrecision, re.Pattern[str]], ...] = (
     ("fp8", re.compile(r"e4m3|e5m2", re.I)), ("tf32", TF32_NAME), ("fp32", re.compile(r"sgemm|f32f32_f32f32", re.I)))
 """A GEMM kernel's precision by its name, where its launching op tells none: fp8 by its element types, tf32 by
 its math, fp32 by cuBLAS's SIMT sgemm and xmma's f32 inputs with f32 math (bf16 kernels accumulate in f32,
@@ -72,7 +73,7 @@ class Bound(NamedTuple):
     that both GPUs' tables of that pass measure ('assumed')."""
 
     kind: KernelClass
-    precision: GemmPrecision = "bf16"
+    precision: MathPrecision = "bf16"
     attention_pass: AttentionPass = ""
     key_length: int = 0
     key_source: KeySource = ""
@@ -83,7 +84,7 @@ def kernel_class(name: str) -> KernelClass:
     return KERNEL_CLASSES[kernel_kind(name)]
 
 
-def told_precision(op: TracedOp) -> GemmPrecision | None:
+def told_precision(op: TracedOp) -> MathPrecision | None:
     """The precision a GEMM kernel's launching op tells by its `Input type`, fp32 inputs running tf32 math where
     the kernel's name says tf32; None where it tells none. The one reading of both the GPU move and
     `recost_gemms`."""
@@ -93,7 +94,7 @@ def told_precision(op: TracedOp) -> GemmPrecision | None:
     return told
 
 
-def gemm_precision(op: TracedOp) -> GemmPrecision:
+def gemm_precision(op: TracedOp) -> MathPrecision:
     """The precision of a GEMM kernel: as its launching op tells it (`told_precision`), else its name, else
     bf16."""
     told = told_precision(op)

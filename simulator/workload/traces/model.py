@@ -7,10 +7,10 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Literal, NamedTuple, TypeAlias
+from typing import Literal, NamedTuple
 
 from simulator.collectives.names import Primitive
-from simulator.config.training_options import MathPrecision, Precision
+from simulator.config.training_options import Precision
 from simulator.errors import TraceError
 from simulator.units import MAX_MESSAGE_BYTES, MAX_STEP_DURATION_S, MESSAGE_ALLOWED
 
@@ -205,8 +205,6 @@ def gemm_shape(name: str, dims: object) -> GemmShape:
     return (math.prod(b[:-2]), a[-2], b[-1], a[-1])
 
 
-GemmPrecision: TypeAlias = MathPrecision
-"""A GEMM's precision: a training precision, or tf32 (tensor-core math on fp32 inputs, by its kernel's name)."""
 GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
                                          "c10::half": "fp16", "half": "fp16"}
 """PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""

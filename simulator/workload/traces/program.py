@@ -31,6 +31,7 @@ from typing import NamedTuple
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.collectives.names import Primitive
 from simulator.config.traces import TraceWorkload
+from simulator.config.training_options import MathPrecision
 from simulator.errors import ScenarioError
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 from simulator.program.send_order import SendOrder
@@ -47,7 +48,6 @@ from simulator.workload.traces.groups import settled_groups
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import Dimensions, TracedSizes, Transfer, dimensions
 from simulator.workload.traces.model import (
-    GemmPrecision,
     ProcessGroup,
     TracedOp,
     TracedRank,
@@ -210,7 +210,7 @@ def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str
     return tuple(warnings)
 
 
-def gemm_duration(shape: tuple[int, int, int, int], precision: GemmPrecision, gpu: GPUSpec) -> float:
+def gemm_duration(shape: tuple[int, int, int, int], precision: MathPrecision, gpu: GPUSpec) -> float:
     """The kernel model's time for a (batch, m, n, k) matrix multiply on ``gpu``: 2bmnk FLOPs at the peak of
     ``precision`` (tf32: the tensor cores' on fp32 operands), the two operands read and the product written
     once."""
