@@ -175,7 +175,8 @@ def test_the_h200_trace_moved_to_an_h100_scales_each_kernel_by_what_bounds_it():
     memory = classes["memory-bound"]
     assert memory["rates"][0]["duration_ratio"] == pytest.approx(MEMORY, rel=1e-9)
     assert memory["rate_unit"] == "B/s" and memory["rates"][0]["traced_gpu_rate"] == pytest.approx(4.8e12 * 0.890)
-    assert move["ramp_time_s"] == {"from": RAMP_S, "to": RAMP_S} and memory["ops_within_ramp"] == 80
+    assert all(entry["ramp_time_s"] == {"from": RAMP_S, "to": RAMP_S} for entry in classes.values())
+    assert memory["ops_within_ramp"] == 80
     assert (classes["matmul"]["ops_within_ramp"], classes["attention"]["ops_within_ramp"]) == (0, 0)
     for part, moved in MOVED.items():
         traced = traced_durations(part)

@@ -246,6 +246,28 @@ def test_a_moved_gemm_keeps_its_ramp_and_moves_the_time_beyond_it(cluster, short
     assert durations[1] == pytest.approx(long, rel=1e-3)
 
 
+@pytest.mark.parametrize("name, ratio", [("Memset (Device)", (3.35e12 * 0.88) / (8e12 * 0.88)),
+                                         ("sdpa_sm90_flash_fprop", None), ("some_unnamed_kernel", 989 / 2250)],
+                         ids=["memory-bound", "attention", "unknown"])
+def test_only_a_moved_gemm_takes_the_b200s_ramp_fitted_on_gemms(name, ratio):
+    """kernels.yaml's B200 ramp, 8 us, was fitted on cuBLAS GEMM timings alone (gemm-shapes); no source times a
+    B200 memory-bound, attention or other kernel's launch and tail, so a kernel of those classes moved from the
+    H100 SXM to a B200 keeps the 2 us ramp every GPU takes unfitted: one of 1 us stays 1 us, one of 100 us takes
+    2 us plus its 98 us beyond the ramp moved by its class's ratio (HBM bandwidth x memory fraction, 3.35 against
+    8 TB/s; the bf16 peaks, 989 against 2,250 TFLOP/s). Before, the GEMM fit went to every kernel: 4 us, and
+    8 us plus the 98 us moved."""
+    from simulator.catalog.gpus import GPUS
+    from simulator.workload.traces.gpu_move import GpuMove
+    from simulator.workload.traces.model import TracedOp
+
+    move = GpuMove(1.0, GPUS["h100-sxm"], GPUS["b200"])
+    op = TracedOp(0, name, "7", "compute", 0.0, 100e-6)
+    ratio = ratio or move.ratio(move.bound(op))
+    durations = [move.duration(TracedOp(0, name, "7", "compute", 0.0, d)) for d in (1e-6, 100e-6)]
+    assert durations == pytest.approx([1e-6, 2e-6 + 98e-6 * ratio], rel=EXACT)
+    assert move.ramps(move.bound(op).kind) == (2e-6, 2e-6) and move.ramps("matmul") == (2e-6, 8e-6)
+
+
 @pytest.mark.parametrize("name", ["cutlass_tensorop_s1688gemm_f16_256x128_32x2_nn_align8",
                                   "cutlass_75_tensorop_s1688gemm_bf16_64x64_tn_align1"])
 def test_a_half_precision_s1688gemm_is_not_taken_for_tf32(name):

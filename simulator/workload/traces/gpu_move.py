@@ -8,8 +8,9 @@ memset) by HBM bandwidth. A kernel of no known kind keeps the ratio of the dense
 rate on a GPU is the roofline's calibrated plateau (catalog/kernels.yaml through workload/calibrated.py), so
 moving an H100 trace to an H200 (the same bf16 peak, 1.43x the HBM bandwidth) speeds up its memory-bound kernels
 and not its GEMMs. The roofline runs every kernel, whatever bounds it, for its time at the bounding rate plus
-its GPU's ramp (launch and tail loss, kernels.yaml `gemm.ramp_time_s`): a kernel's time within the traced GPU's
-ramp does not move by the rate, and becomes the cluster GPU's ramp. The tile factor, the other small-size term,
+its GPU's ramp (launch and tail loss, kernels.yaml `gemm.ramp_time_s`, fitted on GEMMs: other kernels take the
+unfitted 2 us, `GpuMove.ramps`): a kernel's time within the traced GPU's ramp does not move by the rate, and
+becomes the cluster GPU's ramp. The tile factor, the other small-size term,
 is one function of a GEMM's smallest side with the same half size on every catalogued GPU, so it cancels in the
 ratio; wave quantization (A100 only) needs the GEMM's output shape, which only kernels of recorded shapes carry,
 and is left out (docs/traces.md).
@@ -29,7 +30,7 @@ from simulator.catalog.gpus import GPUS, GPUSpec
 from simulator.config.training_options import MathPrecision
 from simulator.errors import ScenarioError
 from simulator.workload.calibrated import calibrated_efficiency
-from simulator.workload.roofline import attention_plateau
+from simulator.workload.roofline import Efficiency, attention_plateau
 from simulator.workload.traces.model import CPU_STREAM, GEMM_PRECISIONS, TracedOp, kernel_kind
 
 KernelClass = Literal["matmul", "attention", "memory-bound", "unknown"]
@@ -146,14 +147,22 @@ class GpuMove:
     cluster: GPUSpec | None = None
 
     @cached_property
-    def ramp_time_s(self) -> float:
-        """The traced GPU's ramp (the roofline's launch and tail loss, kernels.yaml `gemm.ramp_time_s`)."""
-        return calibrated_efficiency(self.traced.name).ramp_time if self.traced else 0.0
+    def _gemm_ramps(self) -> tuple[float, float]:
+        """The traced and the cluster GPU's GEMM ramps (kernels.yaml `gemm.ramp_time_s`)."""
+        assert self.traced is not None and self.cluster is not None
+        return calibrated_efficiency(self.traced.name).ramp_time, calibrated_efficiency(self.cluster.name).ramp_time
 
-    @cached_property
-    def cluster_ramp_time_s(self) -> float:
-        """The cluster GPU's ramp, as `ramp_time_s`."""
-        return calibrated_efficiency(self.cluster.name).ramp_time if self.cluster else 0.0
+    def ramps(self, kind: KernelClass) -> tuple[float, float]:
+        """The launch and tail time (the roofline's ramp) of a kernel of class ``kind`` on the traced GPU and on
+        the cluster's, as far as its source covers it: kernels.yaml's `gemm.ramp_time_s` was fitted on GEMMs alone
+        (the B200's 8 us on cuBLAS timings of 2048^3 to 8192^3; the other GPUs' 2 us not fitted), so matmuls take
+        it; every other class takes the roofline's unfitted 2 us (`Efficiency.ramp_time`, the ramp the memory
+        fractions were fitted net of) on both GPUs, no source timing a B200's memory-bound or attention kernels'
+        launch and tail. Before, the B200's GEMM fit went to every kernel: the bundled H200 step moved to a B200
+        took 11.69 ms, 10.25 ms now. (0, 0) where the trace does not move."""
+        if self.traced is None or self.cluster is None:
+            return 0.0, 0.0
+        return self._gemm_ramps if kind == "matmul" else (Efficiency.ramp_time, Efficiency.ramp_time)
 
     def bound(self, op: TracedOp) -> Bound:
         """What bounds the traced compute op ``op``."""
@@ -184,10 +193,11 @@ class GpuMove:
         all launch and tail, scaled by the two ramps. A Chakra trace's CPU op is host time and does not move."""
         if self.traced is None or op.stream == CPU_STREAM:
             return op.duration_s * self.compute_scale
-        ramp, cluster_ramp = self.ramp_time_s, self.cluster_ramp_time_s
+        bound = self.bound(op)
+        ramp, cluster_ramp = self.ramps(bound.kind)
         if ramp and op.duration_s <= ramp:
             return op.duration_s * cluster_ramp / ramp * self.compute_scale
-        return (cluster_ramp + (op.duration_s - ramp) * self.ratio(self.bound(op))) * self.compute_scale
+        return (cluster_ramp + (op.duration_s - ramp) * self.ratio(bound)) * self.compute_scale
 
     def details(self, ops: Iterable[TracedOp]) -> dict:
         """The summary's account of the move over the traced compute ops ``ops`` (a Chakra trace's CPU ops, which do
@@ -202,12 +212,13 @@ class GpuMove:
         classes: dict[str, dict] = {}
         for kind, (text, unit) in BOUNDS.items():
             bounds = sorted(bound for bound in counts if bound.kind == kind)
+            ramp, cluster_ramp = self.ramps(kind)
             classes[kind] = {"ops": sum(counts[bound] for bound in bounds), "bound": text, "rate_unit": unit,
+                             "ramp_time_s": {"from": ramp, "to": cluster_ramp},
                              "ops_within_ramp": sum(1 for op, bound in zip(ops, bounds_of_ops, strict=True)
-                                                    if bound.kind == kind and op.duration_s <= self.ramp_time_s),
+                                                    if bound.kind == kind and op.duration_s <= ramp),
                              "rates": [self._rates(bound, counts[bound]) for bound in bounds]}
-        return {"from": self.traced.name, "to": self.cluster.name,
-                "ramp_time_s": {"from": self.ramp_time_s, "to": self.cluster_ramp_time_s}, "classes": classes}
+        return {"from": self.traced.name, "to": self.cluster.name, "classes": classes}
 
     def _rates(self, bound: Bound, ops: int) -> dict:
         assert self.traced is not None and self.cluster is not None
