@@ -167,6 +167,29 @@ class _Gone(OSError):
         super().__init__(errno.ENOENT, "gone", path)
 
 
+class _Formatted(Exception):
+    """An error whose ``__init__`` formats its argument into its message: called again on its args, it would
+    format its own message a second time (``bad value bad value 5``)."""
+
+    def __init__(self, value: int):
+        super().__init__(f"bad value {value}")
+        self.value = value
+
+
+class _Named:
+    """An object with a name, which `_OnNamed` reads."""
+
+    name = "reduce"
+
+
+class _OnNamed(Exception):
+    """An error whose ``__init__`` reads its argument's name: called again on its rendered args (a string), it
+    would raise an AttributeError in place of the original."""
+
+    def __init__(self, op: _Named):
+        super().__init__(f"op {op.name} failed")
+
+
 def _undecodable() -> UnicodeDecodeError:
     try:
         b"\xff".decode()
@@ -182,13 +205,16 @@ def _undecodable() -> UnicodeDecodeError:
     _undecodable(),
     _Gone("t.json"),
     FileNotFoundError(errno.ENOENT, "No such file or directory", "t.json"),
+    _Formatted(5),
+    _OnNamed(_Named()),
 ])
 def test_run_until_raises_a_whole_copy_of_an_error_nothing_caught(error):
     """A SimPy process fails and nothing defuses it: `run_until` raises a copy whose cause is the original, with
     all its parts. SimPy's copy, ``type(error)(*error.args)``, made an InputError of the rendered line (field,
     allowed, file, line and flag lost: `str` read `<input>: s.yaml:7: ...`) and failed with a TypeError
     for `_Refusal`; one made without ``__init__`` read '' for the UnicodeDecodeError and `_Gone` (no errno nor
-    filename, which the CLI prints); SimPy's dropped a FileNotFoundError's filename (not in its args)."""
+    filename, which the CLI prints); SimPy's dropped a FileNotFoundError's filename (not in its args), doubled
+    `_Formatted`'s message and raised an AttributeError from `_OnNamed`'s ``__init__``, the original lost."""
     env = simpy.Environment()
 
     def failing():

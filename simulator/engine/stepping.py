@@ -117,20 +117,19 @@ def run_until(env: simpy.Environment, until: simpy.Event) -> None:
 
 def copied(error: BaseException) -> BaseException:
     """A copy of ``error`` with all its parts: an `InputError` rebuilt (`InputError.rebuilt`, its location
-    whole); any other made as SimPy makes it, ``type(error)(*error.args)``, or, where its ``__init__`` takes
-    other arguments than its args (a TypeError), without calling it; then given the original's attributes and
-    the fields a built-in base keeps outside its args (`_builtin_fields`). SimPy's copy alone gave an
-    InputError its rendered line as its problem and dropped its field and flag, and failed for an error whose
-    ``__init__`` takes other arguments; made without ``__init__`` alone, a UnicodeDecodeError or an OSError
-    subclass with its own ``__init__`` came out empty (``str`` '', no errno nor filename)."""
+    whole); any other made without calling its ``__init__`` again, then given the original's args, the fields
+    a built-in base keeps outside them (`_builtin_fields`) and its attributes. SimPy's copy,
+    ``type(error)(*error.args)``, gave an InputError its rendered line as its problem and dropped its field
+    and flag; it fails for an error whose ``__init__`` takes other arguments, doubles a message that
+    ``__init__`` formats (``bad value bad value 5``), and an ``__init__`` that reads its argument's parts fails on
+    the rendered string, its error replacing the original. Made without ``__init__`` and without the built-in
+    fields, a UnicodeDecodeError or an OSError subclass with its own ``__init__`` came out empty (``str`` '',
+    no errno nor filename)."""
     if isinstance(error, InputError):
         return error.rebuilt()
     kind = type(error)
-    try:
-        copy = kind(*error.args)
-    except TypeError:
-        copy = kind.__new__(kind, *error.args)
-        copy.args = error.args  # an OSError subclass with its own __init__ leaves them to it
+    copy = kind.__new__(kind, *error.args)
+    copy.args = error.args  # an OSError subclass with its own __init__ leaves them to it
     for name in _builtin_fields(kind):
         value = getattr(error, name, None)
         if value is not None:  # an OSError given None for its filename2 would print '-> None'
