@@ -1418,7 +1418,8 @@ def test_the_trees_steps_say_the_bubble_rule_ruled_tp1_out_not_memory():
     """At tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp, so no pp meets m >= 4p and none was
     checked; the tree said 'no pp with m >= 4p fits' then 'PP + DP alone does not fit: activations are what
     overflows', which is not what happened (usertest17 finding 12). Where pp were checked, it named only the last
-    (finding 9): now every pp checked, by kind, the deepest's reason in full. The choice is unchanged."""
+    (finding 9): now every pp checked, by kind, the deepest's reason in full. The choice is unchanged. Where no pp
+    splits the layers, GPUs and batch, neither the bubble rule nor memory is to blame (reviewer20 finding 2)."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 
@@ -1437,6 +1438,15 @@ def test_the_trees_steps_say_the_bubble_rule_ruled_tp1_out_not_memory():
         "pp64 m=128)",
         "tp4 recompute=selective: pp16 fits (78.1 GiB) after pp 1, 2, 4, 8 out of memory (pp8: 156.2 GiB > 79.6 "
         "GiB HBM)")
+    # Global batch 1,000 on 1,024 GPUs: no dp divides it, so no pp splits at all and neither the bubble rule nor
+    # memory ruled anything out; the tree blamed the bubble rule, then said nothing fits in memory.
+    unsplit = seed_tree_choice(1024, 8, 61, 1000, True, fits_at_tp4_pp16)
+    assert unsplit.candidate is None
+    assert unsplit.steps[1:3] == (
+        "tp1 recompute=none: no pp splits the layers, GPUs and batch",
+        "PP + DP alone has no pp that splits the layers, GPUs and batch (not memory), so TP + SP + recompute")
+    assert unsplit.steps[-1] == ("nothing the tree tries fits: TP + SP has no pp that splits the layers, GPUs and "
+                                 "batch (not memory)")
 
 
 def test_the_tree_splits_the_layers_as_the_scenario_does_with_fewer_on_the_ends():

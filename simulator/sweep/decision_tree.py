@@ -27,11 +27,19 @@ MICROBATCHES_PER_STAGE = 4
 
 @dataclass(frozen=True)
 class Fit:
-    """The first layout of a branch that fits (None: none), and whether the branch checked any layout's memory
-    (False: the bubble rule or the splits ruled every one out first)."""
+    """The first layout of a branch that fits (None: none), whether the branch checked any layout's memory
+    (False: the bubble rule or the splits ruled every one out first), and whether the bubble rule ruled any out
+    (False with nothing checked: no pp split the layers, GPUs and batch at all)."""
 
     candidate: Candidate | None
     checked_any: bool
+    bubbled_any: bool
+
+    def ruled_out(self) -> str:
+        """What ruled out every layout of a branch that checked none in memory: the bubble rule where it ruled
+        a pp out, else that no pp splits the layers, GPUs and batch at all."""
+        return ("gives no m >= 4p (the bubble rule, not memory)" if self.bubbled_any
+                else "has no pp that splits the layers, GPUs and batch (not memory)")
 
 
 @dataclass(frozen=True)
@@ -75,17 +83,17 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
             return TreeChoice(fit.candidate, tuple(steps))
         steps.append("PP + DP alone does not fit: activations are what overflows, so TP + SP + recompute"
-                     if fit.checked_any else
-                     "PP + DP alone gives no m >= 4p (the bubble rule, not memory), so TP + SP + recompute")
+                     if fit.checked_any else f"PP + DP alone {fit.ruled_out()}, so TP + SP + recompute")
         recomputes = _recomputes(["selective", "full"], selective_saves_memory, steps)
     else:
         steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
         recomputes = _recomputes(["none", "selective", "full"], selective_saves_memory, steps)
     tps = [tp for tp in powers_of_two(host_gpus) if tp > 1]
-    found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep, fewer_on_ends).candidate
-    if found is not None:
-        return TreeChoice(found, tuple(steps))
-    steps.append("nothing the tree tries fits in memory")
+    fit = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep, fewer_on_ends)
+    if fit.candidate is not None:
+        return TreeChoice(fit.candidate, tuple(steps))
+    steps.append("nothing the tree tries fits in memory" if fit.checked_any
+                 else f"nothing the tree tries fits: TP + SP {fit.ruled_out()}")
     return TreeChoice(None, tuple(steps))
 
 
@@ -134,7 +142,7 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
     ``smallest_pp`` (with m >= 4p), each pp splitting the layers as the scenario's stages do; and whether any
     layout was checked at all (at tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp: the bubble rule
     rules each out before memory is weighed)."""
-    checked_any = False
+    checked_any = bubbled_any = False
     for recompute in recomputes:
         for tp in tps:
             tried: list[Checked] = []
@@ -153,10 +161,11 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
                 if not checked.reason:
                     steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:,.1f} GiB)"
                                  + (f" after {_tried_text(tried)}" if tried else ""))
-                    return Fit(checked.candidate, True)
+                    return Fit(checked.candidate, True, bubbled_any or bool(bubbled))
                 tried.append(checked)
+            bubbled_any = bubbled_any or bool(bubbled)
             steps.append(f"tp{tp} recompute={recompute}: " + _none_fits_text(tried, bubbled))
-    return Fit(None, checked_any)
+    return Fit(None, checked_any, bubbled_any)
 
 
 def _tried_text(tried: list[Checked]) -> str:
@@ -178,12 +187,15 @@ def _kind(checked: Checked) -> str:
 
 def _none_fits_text(tried: list[Checked], bubbled: list[tuple[int, int]]) -> str:
     """Why no pp of a tp and recompute was taken: those checked, by what ruled them out (`_tried_text`), and
-    those the bubble rule ruled out first, with their m: where none was checked it is the rule, not memory."""
+    those the bubble rule ruled out first, with their m: where none was checked it is the rule, not memory, and
+    where the rule ruled none out either, no pp split the layers, GPUs and batch."""
+    if not tried and not bubbled:
+        return "no pp splits the layers, GPUs and batch"
     if all(m == pp for pp, m in bubbled):
         rule = f"m = p at pp {', '.join(str(pp) for pp, _ in bubbled)}"
     else:
         rule = ", ".join(f"pp{pp} m={m}" for pp, m in bubbled)
     if not tried:
-        return "no pp gives m >= 4p" + (f" ({rule})" if bubbled else " (no pp splits the layers, GPUs and batch)")
+        return f"no pp gives m >= 4p ({rule})"
     return "no pp with m >= 4p fits: " + _tried_text(tried) + (f"; m < 4p at {rule.removeprefix('m = p at ')}"
                                                               if bubbled else "")
