@@ -879,6 +879,25 @@ def test_a_run_records_its_fsdp_strategy_for_the_first_line():
     assert (layout["zero_stage"], layout["fsdp"]) == (3, "full_shard")
 
 
+def test_the_moved_row_prints_only_where_kernels_moved_to_another_gpu():
+    """A trace traced on the cluster's own GPU printed 'moved  from h200 to h200: 51 GEMMs x1, ...', and one with
+    no class holding both ops and rates a row ending 'from h200 to h100-sxm: ': neither moved anything."""
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    def printed(move: dict) -> str:
+        console = Console(width=200, record=True)
+        console.print(training_table({"step_time_s": 1.0, "trace": {"gpu_move": move}}))
+        return console.export_text()
+
+    gemms = {"ops": 51, "rates": [{"duration_ratio": 1.045}]}
+    assert "moved" in printed({"from": "h200", "to": "h100-sxm", "classes": {"matmul": gemms}})
+    assert "moved" not in printed({"from": "h200", "to": "h200", "classes": {"matmul": gemms}})
+    assert "moved" not in printed({"from": "h200", "to": "h100-sxm",
+                                   "classes": {"matmul": {"ops": 0, "rates": []}}})
+
+
 def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():
     """Pipeline hand-offs exposing 828.2 us of a 1.707 s step (Llama 3 8B, pp 2 interleaved on one DGX H100)
     printed 'pp 828.2 us (0.0%)', which reads as nothing exposed: 0.0485% is '<0.1%'; a share of exactly 0 and

@@ -78,17 +78,21 @@ MOVED_CLASSES = {"matmul": "GEMMs", "attention": "attention", "memory-bound": "m
 """How the moved row names each kernel class of workload/traces/gpu_move.py."""
 
 
-def gpu_move_text(move: dict) -> str:
+def gpu_move_text(move: dict) -> str | None:
     """A trace moved to another GPU (summary.json's `trace.gpu_move`) in one line: from which GPU to which and
     each class's kernels with the factor on their durations, 'from h200 to h100-sxm: 51 GEMMs x1.045, 8 attention
-    x1.099-1.124, 267 memory-bound x1.449'; the table read only 'trace on dgx-h100 (1 h100-sxm GPU)'."""
+    x1.099-1.124, 267 memory-bound x1.449'; the table read only 'trace on dgx-h100 (1 h100-sxm GPU)'. None where
+    nothing moved: traced on the cluster's GPU ('from h200 to h200'), or no class with both ops and rates (the
+    row ended 'from h200 to h100-sxm: ')."""
+    if move["from"] == move["to"]:
+        return None
     parts = []
     for kind, entry in move["classes"].items():
         ratios = sorted(rate["duration_ratio"] for rate in entry["rates"])
         if entry["ops"] and ratios:
             factor = f"x{ratios[0]:.4g}" + (f"-{ratios[-1]:.4g}" if f"{ratios[-1]:.4g}" != f"{ratios[0]:.4g}" else "")
             parts.append(f"{entry['ops']:,} {MOVED_CLASSES.get(kind, kind)} {factor}")
-    return f"from {move['from']} to {move['to']}: " + ", ".join(parts)
+    return f"from {move['from']} to {move['to']}: " + ", ".join(parts) if parts else None
 
 
 def _bubble_text(summary: dict) -> str:
@@ -258,8 +262,9 @@ def training_table(summary: dict) -> Table:
     if step is not None:
         table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", format_seconds(step))
     move = (summary.get("trace") or {}).get("gpu_move")
-    if move:
-        table.add_row("moved", gpu_move_text(move))
+    moved = gpu_move_text(move) if move else None
+    if moved:
+        table.add_row("moved", moved)
     untold = "trace" in summary and not summary.get("tokens_per_s")
     synthetic = (summary.get("layout") or {}).get("model") == "synthetic"
     if untold:
