@@ -595,6 +595,22 @@ def test_a_metric_no_simulated_point_knows_is_refused_not_drawn(tmp_path, capsys
             "has a value for, such as the hfu of traces without op shapes, has none)") in capsys.readouterr().err
 
 
+def test_a_heatmap_cell_whose_metric_is_unknown_reads_n_a_and_the_title_counts_it():
+    """A zip sweep of a trace without op shapes and one with them: the heatmap of hfu drew the known cell alone,
+    the other trace's row and column gone without a word. Its cell now reads 'n/a' and the title counts the
+    point; a cell no point falls in stays blank."""
+    from simulator.report.study_plots import heatmap_figure
+
+    frame = pd.DataFrame({"status": "ok", "nodes": [1, 2], "trace": ["plain", "shaped"], "hfu": [None, 0.25]})
+    heatmap = heatmap_figure(frame, "nodes", "trace", "hfu")
+    ax = heatmap.axes[0]
+    assert [label.get_text() for label in ax.get_xticklabels()] == ["1", "2"]
+    assert [label.get_text() for label in ax.get_yticklabels()] == ["plain", "shaped"]
+    assert sorted((text.get_position(), text.get_text()) for text in ax.texts) == [((0, 0), "n/a"),
+                                                                                   ((1, 1), "25")]
+    assert ax.get_title().endswith("\n1 point has no hfu (n/a)")
+
+
 def test_heatmap_cells_that_differ_read_differently():
     """Scaled into k tokens/s, cells of 91,041 and 91,044 tokens/s both read '91.04' at four significant digits
     (in whole tokens/s they had read apart): the cells take as many more digits as distinct values need, and

@@ -5,6 +5,7 @@ of another axis), a heat map over two axes, collective bus bandwidth against mes
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -184,8 +185,10 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
 
 def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell,
-    which the title says); refused when the three columns are not distinct or ``value`` holds something other
-    than numbers (each was a pandas traceback)."""
+    which the title says); a cell whose points all lack ``value`` (the HFU of a trace without op shapes) reads
+    'n/a' and the title counts those points (the cell, and its row or column, had been dropped without a word);
+    refused when the three columns are not distinct or ``value`` holds something other than numbers (each was a
+    pandas traceback)."""
     _check_columns(frame, {"--x": x, "--y": y, "--value": value})
     if len({x, y, value}) < 3:
         raise ScenarioError(f"--x {x}, --y {y} and --value {value} name one column twice", field="--x/--y/--value",
@@ -194,6 +197,9 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     numbers = _numbers(rows, value, "--value")
     scale = column_scale(value, numbers.dropna())
     table = rows.assign(**{value: scale.scaled(numbers)}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
+    unknown = rows[numbers.isna()]
+    table = table.reindex(index=table.index.union(pd.Index(unknown[y].unique()), sort=False),
+                          columns=table.columns.union(pd.Index(unknown[x].unique()), sort=False))
     table = table.sort_index(key=_by_magnitude).sort_index(axis=1, key=_by_magnitude)
     valued = rows[numbers.notna()]
     shared = int(valued.groupby([y, x], dropna=False).size().max()) if len(valued) else 1
@@ -209,12 +215,22 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     for (row, column, _), text in zip(cells, cell_texts([cell for _, _, cell in cells]), strict=True):
         ax.text(column, row, text, ha="center", va="center", fontsize=8,
                 color="black" if shares[row, column] > LIGHT_CELLS else "white")
+    unshown = 0  # the points in cells that read n/a (one without a value beside valued ones is left out of the mean)
+    grid = table.to_numpy(dtype=float)
+    rows_at = {label: place for place, label in enumerate(table.index)}
+    columns_at = {label: place for place, label in enumerate(table.columns)}
+    for (y_value, x_value), points in Counter(zip(unknown[y], unknown[x], strict=True)).items():
+        row, column = rows_at.get(y_value), columns_at.get(x_value)
+        if row is not None and column is not None and not np.isfinite(grid[row, column]):
+            ax.text(column, row, "n/a", ha="center", va="center", fontsize=8, color="grey")
+            unshown += points
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     colorbar = figure.colorbar(image, ax=ax, label=scale.label(value))
     colorbar.ax.yaxis.set_major_formatter(PlainFormatter())
     ax.set_title(f"{value} over {x} x {y}" + (
-        f"\nmean of up to {shared} points per cell: more axes vary than --x and --y show" if shared > 1 else ""))
+        f"\nmean of up to {shared} points per cell: more axes vary than --x and --y show" if shared > 1 else "") + (
+        f"\n{unshown} point{'s have' if unshown > 1 else ' has'} no {value} (n/a)" if unshown else ""))
     _fit_label_height(figure, ax)
     return figure
 
