@@ -192,6 +192,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         memory = memory_line(dict(verdict.memory))
         if memory:
             print(f"  {memory}")
+        for line in verdict.size:
+            print(f"  {line}")
         if skipped:
             print(f"  {skipped}")
     return 0

@@ -31,14 +31,18 @@ class Verdict:
     """What `validate` found in a scenario that passed its checks: the memory entries of the summary
     (``oom`` among them, empty for a communication-only workload) with its ``layout``, which names the stages
     each rank holds (`held_stages`), the layout warnings, a lower bound of the
-    step time that needs no run (`step_floor`; 0 for a communication-only workload) and the GPUs the step spans
+    step time that needs no run (`step_floor`; 0 for a communication-only workload), the GPUs the step spans
     (the summary's `gpus`: a replayed trace's ranks, which may be fewer than the cluster's; None for a
-    communication-only workload, which spans the cluster)."""
+    communication-only workload, which spans the cluster) and, run unfolded for minutes, what it simulates
+    (``size``)."""
 
     memory: Mapping[str, object]
     warnings: tuple[str, ...]
     step_floor_s: float = 0.0
     gpus: int | None = None
+    size: tuple[str, ...] = ()
+    """A step that runs unfolded for a minute or more: what it simulates, about how long, and why
+    (`scale.unfolded_size_lines`)."""
 
 
 @collector_paused()
@@ -51,7 +55,7 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     full collection walks again (on the SC21 1T row, 64 stages x 512 micro-batches, 5.76 -> 4.45 s of CPU,
     means of two runs each)."""
     from simulator.config.traces import TraceWorkload
-    from simulator.scale import refuse_unfolded
+    from simulator.scale import refuse_unfolded, unfolded_size_lines
     from simulator.workload.comm_program import build_comm_program
 
     settings = network_settings(loaded, topology)
@@ -75,7 +79,8 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     located(loaded, lambda: plan_every_collective(prepared.step.shapes.firsts, prepared.plans))
     layout = {"layout": program.details["layout"]} if "layout" in program.details and program.memory else {}
     return Verdict({**program.memory, **layout}, (*loaded.ignored_without_a_horizon(), *program.warnings, *shrinking),
-                   step_floor(program.ops, set(prepared.step.slowdowns)), program.world)
+                   step_floor(program.ops, set(prepared.step.slowdowns)), program.world,
+                   unfolded_size_lines(loaded, topology.num_gpus, prepared.step))
 
 
 def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:

@@ -49,6 +49,7 @@ from simulator.workload.training import tp_domains
 
 if TYPE_CHECKING:
     from simulator.config.yaml_source import FieldPath
+    from simulator.engine.fold_policy import FoldedStep
     from simulator.program.step import StepProgram
     from simulator.program.unfolding import FoldCheck, Unfolding
 
@@ -57,6 +58,10 @@ MAX_MEMORY_BYTES = 16 * 2**30
 MAX_EVENTS = 20_000_000
 """Refuse runs estimated to simulate more ops plus flows than this (about ten minutes of simulation; the
 8,192-GPU Llama 3 405B run has ~0.4 M)."""
+EVENTS_PER_MINUTE = MAX_EVENTS // 10
+"""Ops plus flows a run simulates in about a minute, as MAX_EVENTS assumes: from this many on, `validate` says how
+long a step that runs unfolded will take (the DeepSeek-V3-style step at ep 16, ~1.0 M ops and ~12 M flows
+unfolded, ran about 4 minutes on the shared 2-core machine)."""
 
 
 CLUSTER_SECONDS_PER_GPU = 133e-6
@@ -689,11 +694,34 @@ def unfolded_beyond_limits(loaded: LoadedScenario, gpus: int) -> ScaleEstimate |
     else None (None too for a trace, whose size is its file's): the one rule by which a step that a fold
     check unfolds, or a job's step or states that run unfolded, are refused. A job (`run.horizon`) writes no
     step timeline, so its steps are estimated without one."""
+    estimate = _unfolded_estimate(loaded, gpus)
+    return estimate if estimate is not None and estimate.over_limits() else None
+
+
+def _unfolded_estimate(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
+    """The estimate of the step of ``loaded`` simulated unfolded on ``gpus`` GPUs (None for a trace). A job
+    (`run.horizon`) writes no step timeline, so its steps are estimated without one."""
     scenario = loaded.scenario
     unfolded = {"fold": False, **({"timeline": "summary"} if scenario.run.horizon is not None else {})}
-    estimate = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus,
-                              scenario_hosts(loaded))
-    return estimate if estimate is not None and estimate.over_limits() else None
+    return estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus,
+                          scenario_hosts(loaded))
+
+
+def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep) -> tuple[str, ...]:
+    """Where the run of ``step`` (the program `validate` built, folded where the run folds it) simulates every
+    rank and its estimate reaches EVENTS_PER_MINUTE: what it simulates (ranks, ops, the estimate's flows), about
+    how long, and why it is not folded. `validate` said only `valid` for the DeepSeek-V3-style step at ep 16,
+    whose run then took minutes unfolded. Nothing for a folded step or a trace (its size is its files')."""
+    program = step.program
+    if program.folded or isinstance(loaded.scenario.workload, TraceWorkload):
+        return ()
+    estimate = _unfolded_estimate(loaded, gpus)
+    events = len(program.ops) + (estimate.flows if estimate is not None else 0)
+    if estimate is None or events < EVENTS_PER_MINUTE:
+        return ()
+    return (f"runs unfolded: {len(program.ranks):,} of {counted(gpus, 'rank')}, {len(program.ops):,} ops and "
+            f"~{estimate.flows:,} flows (estimated), about {events / EVENTS_PER_MINUTE:,.0f} minutes",
+            *([f"not folded: {step.off_reason}"] if step.off_reason else []))
 
 
 def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run") -> None:

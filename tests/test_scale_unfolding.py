@@ -252,3 +252,27 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
     assert refused.value.field == "faults.components.throttle" and not drawn
     assert refused.value.problem.startswith(f"a throttle failure slows a pipeline stage, and each such state is "
                                             f"simulated as an unfolded step ({why}): ")
+
+
+def test_validate_says_a_step_runs_unfolded_for_minutes_with_its_size_and_why(capsys):
+    """DeepSeek-V3-style at ep 16: `validate` printed `valid` and the memory line; `run` then simulated all 1,024
+    ranks, 1,042,880 ops, for about 4 minutes (usertest17 finding 8). validate builds that program unfolded
+    already: it now says so, with the run's size estimate and why the fold is off, without simulating."""
+    assert main(["validate", "scenarios/deepseek-v3-style-1024-gpus.yaml", "--set", "parallelism.ep=16"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("  runs unfolded: 1,024 of 1,024 ranks, 1,042,880 ops and ~")
+    assert lines[2].endswith(" flows (estimated), about 4 minutes")
+    assert lines[3].startswith("  not folded: all_to_all 'ep dispatch L0.mlp' over GPUs [0, 1, 2, 3,")
+    assert main(["validate", "scenarios/deepseek-v3-style-1024-gpus.yaml"]) == 0  # folded: nothing more to say
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_validate_says_so_of_a_step_run_unfolded_by_request(capsys, monkeypatch):
+    """run.fold: false is unfolded without a reason to give; the line's minutes are its events over
+    EVENTS_PER_MINUTE (lowered here so that eight ranks reach it)."""
+    monkeypatch.setattr(scale, "EVENTS_PER_MINUTE", 100)
+    assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", "run.fold=false"]) == 0
+    size = capsys.readouterr().out.splitlines()[2:]
+    assert len(size) == 1 and size[0].startswith("  runs unfolded: 8 of 8 ranks, ")
+    ops, flows = (int(word.strip("~").replace(",", "")) for word in size[0].split()[6:10:3])
+    assert size[0].endswith(f"about {(ops + flows) / 100:,.0f} minutes")
