@@ -38,6 +38,8 @@ LARGE_MOE = ("cluster: {topology: dgx-h100-cluster, nodes: 128}\nmodel: {preset:
 """The DeepSeek-V3-style step on 1,024 GPUs (scenarios/deepseek-v3-style-1024-gpus.yaml) less its EP: with an EP
 across hosts its run is estimated beyond the scale limits, which were checked before the layout's fit to the
 model."""
+UNFOLDING_JOB = "run: {horizon: 1 d}\nfaults: {components: {leaf_switch: {mtbf: 100 d, repair: 4 h}}}\n"
+"""A day's job whose leaf-switch faults each unfold its step."""
 SMALL_MOE = ("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {layers: 8, hidden: 4096, heads: 32, moe: "
              "{experts: 64, top_k: 2, expert_ffn_hidden: 14336}}\ntraining: {seq_len: 1024, global_batch: 64}\n")
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -192,6 +194,15 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     # the estimate ran first: EP 512 over 256 experts, EP 128 over DP 64, a layer split, heads, a sequence shard
     "ep-beyond-experts-on-a-large-cluster": (scenario(LARGE_MOE + "  ep: 512\n"), RUN, 2,
                                              "s.yaml:8: parallelism.ep: ep 512 does not divide the 256 experts"),
+    # a job whose states unfold, and a study of it, estimated their unfolded steps before the layout's check
+    "ep-beyond-experts-in-an-unfolding-job": (scenario(LARGE_MOE + "  ep: 512\n" + UNFOLDING_JOB), RUN, 2,
+                                              "s.yaml:8: parallelism.ep: ep 512 does not divide the 256 experts"),
+    "ep-beyond-experts-in-an-unfolded-job": (
+        scenario(LARGE_MOE + "  ep: 512\nrun: {horizon: 1 d, fold: false}\n"), RUN, 2,
+        "s.yaml:8: parallelism.ep: ep 512 does not divide the 256 experts"),
+    "ep-beyond-experts-in-an-unfolding-study": (
+        scenario(LARGE_MOE + "  ep: 512\n" + UNFOLDING_JOB), ["study", "mtbf", "TMP/s.yaml", "--out", "TMP/st"], 2,
+        "s.yaml:8: parallelism.ep: ep 512 does not divide the 256 experts"),
     "ep-beyond-dp-on-a-large-cluster": (scenario(LARGE_MOE + "  ep: 128\n"), VALIDATE, 2,
                                         "s.yaml:8: parallelism.ep: ep 128 does not divide dp x cp = 64 x 1 = 64"),
     "layers-beyond-stages-on-a-large-cluster": (

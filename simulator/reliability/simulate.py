@@ -43,7 +43,7 @@ from simulator.reliability.summary import (
     write_wait_warning,
     young_daly_warning,
 )
-from simulator.scale import capped_topology
+from simulator.scale import capped_topology, refuse_wrong_layout
 from simulator.units import counted, decimal_sizes_apart, format_count, format_duration, parse_duration
 from simulator.workload.training import microbatch_count, resolve_model
 
@@ -579,12 +579,14 @@ class PreparedJob:
 def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     """A job's checks, its healthy step (cached for the process: a study's points share it) and plan, the garbage
     collector paused; refused as `simulate_job` says, except for the job-event limit, which needs the interval
-    the job runs."""
+    the job runs. A layout the model or cluster cannot take is refused first, as `scale.sized_topology` does for a
+    run: the estimate of an unfolded step named the job's size for a layout that could never be built."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
     topology = capped_topology(loaded, force)
+    located(loaded, lambda: refuse_wrong_layout(scenario, topology.num_gpus))
     traced = _trace_step(loaded, topology, force=force) if isinstance(scenario.workload, TraceWorkload) else None
     checks = check_job(loaded, topology)
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
