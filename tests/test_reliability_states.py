@@ -23,6 +23,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import InputError, ScenarioError
 from simulator.reliability import ahead, states
 from simulator.reliability import simulate as reliability_simulate
+from simulator.reliability.elastic import allowed_sizes
 from simulator.reliability.simulate import simulate_job
 from simulator.reliability.summary import TIME_PARTS
 from simulator.sweep.executors import SerialExecutor
@@ -1191,6 +1192,22 @@ def test_an_elastic_job_left_no_smaller_size_is_warned_at_the_field_that_leaves_
     scenario.write_text(text.replace("min_replicas: 3", "min_replicas: 2").replace("ep: 4", "ep: 2"))
     assert main(["validate", str(scenario)]) == 0
     assert "never shrinks" not in capsys.readouterr().err
+
+
+def test_keep_global_leaves_a_smaller_size_wherever_keep_per_replica_does():
+    """Why `fixed_size_warning` names `restart.min_replicas` or `parallelism.ep`, never `restart.elastic_batch`: any
+    size below DP that EP allows from ``smallest`` up is a multiple of e = EP / gcd(EP, CP), so DP / e >= 2 and
+    DP / p (p a prime of DP / e) is a smaller size EP allows and the kept DP x m micro-batches split over. Checked
+    over DP 2 to 32, CP 1 to 4, every EP dividing DP x CP and m of 1, 2, 3, 5 or 8 micro-batches."""
+    for dp in range(2, 33):
+        for cp in range(1, 5):
+            for ep in (ep for ep in range(1, dp * cp + 1) if dp * cp % ep == 0):
+                for microbatches in (1, 2, 3, 5, 8):
+                    kept = dp * microbatches
+                    unbounded = allowed_sizes(dp, cp, ep, 1, kept)[:-1]
+                    for smallest in range(1, dp):
+                        if allowed_sizes(dp, cp, ep, smallest)[:-1]:
+                            assert unbounded, (dp, cp, ep, microbatches, smallest)
 
 
 def test_a_shrunk_job_drops_the_scenarios_step_faults_on_hosts_it_gave_up():

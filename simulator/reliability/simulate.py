@@ -489,10 +489,11 @@ def fixed_size_warning(loaded: LoadedScenario, sizes: ElasticSizes) -> str | Non
     memory: a job none of whose smaller sizes fits is refused, `_checked_sizes`): it would run as a job of fixed
     size without a word. Located at the field that leaves it so and naming the nearest size that would shrink:
     `restart.min_replicas` where a lower bound would leave one (keep_global's 512 micro-batches on 64 replicas
-    split whole over none of 48 to 63, and over 32), else `restart.elastic_batch` where keep_per_replica would,
-    else `parallelism.ep` (EP 4 on DP 4 splits no smaller size's ranks). The job still runs. A replayed trace's
-    sizes turn on its traced ranks (`elastic.trace_sizes`), not on these fields: `elastic.one_size_warning` warns
-    of one that has no smaller size."""
+    split whole over none of 48 to 63, and over 32; with keep_global's batch or EP counted), else `parallelism.ep`
+    (EP 4 on DP 4 splits no smaller size's ranks). keep_global's batch alone never leaves a job without a smaller
+    size: it splits whole over one replica. The job still runs. A replayed trace's sizes turn on its traced ranks
+    (`elastic.trace_sizes`), not on these fields: `elastic.one_size_warning` warns of one that has no smaller
+    size."""
     scenario = loaded.scenario
     restart, parallelism = scenario.restart, scenario.parallelism
     dp = sizes.sizes[-1]
@@ -517,9 +518,6 @@ def fixed_size_warning(loaded: LoadedScenario, sizes: ElasticSizes) -> str | Non
         allowed = f"at most {unbounded[-1]}, the nearest size it would shrink to"
         return str(loaded.error(("restart", "min_replicas"), f"min_replicas {smallest}: {why}; {never}",
                                 f"{allowed}; or {keep_per_replica}" if keep_per_replica else allowed))
-    if keep_per_replica:
-        return str(loaded.error(("restart", "elastic_batch"), f"keep_global: its {kept} micro-batches split whole "
-                                f"over none of {span} replicas; {never}", keep_per_replica))
     return str(loaded.error(("parallelism", "ep"), f"EP {parallelism.ep} divides the DP x CP ranks of none of "
                             f"{span} replicas; {never}", "an EP that divides a smaller size's DP x CP ranks, or "
                             "restart.elastic: false"))
