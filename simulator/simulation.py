@@ -306,6 +306,16 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
     ``classes``: the ranks of a stage the transformer's folded step simulates apart (engine/rank_classes.py,
     which classes only the layout's representatives, never a trace's ranks; or its CP lanes,
     parallel/folding.py `lane_classes`)."""
+    from simulator.topology.loader import kept_nvls_warning
+
+    program = _workload_program(loaded, topology, fold=fold, guard=guard, classes=classes)
+    warning = kept_nvls_warning(loaded, topology)
+    return program if warning is None else replace(program, warnings=(*program.warnings, warning))
+
+
+def _workload_program(loaded: LoadedScenario, topology: Topology, *, fold: bool, guard: UnfoldingGuard | None,
+                      classes: RankClasses | None) -> StepProgram:
+    """`step_program` without the cluster's warnings: the workload's own program and warnings."""
     from simulator.config.traces import TraceWorkload
 
     base_dir = Path(loaded.source).parent

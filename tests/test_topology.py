@@ -206,6 +206,23 @@ def test_a_node_override_changes_its_keys_and_keeps_the_files_others():
     assert load_topology("dgx-h100-cluster", {"node": {"kind": "nvswitch_node"}}).nvls is False
 
 
+@pytest.mark.parametrize(("node", "warned"), [
+    ("{gpu_model: a100-80gb}", True), ("{gpu_model: h200}", False), ("{gpu_model: a100-80gb, nvls: none}", False),
+    ("{kind: nvswitch_node, gpu_model: a100-80gb}", False)], ids=["a100", "h200", "a100-nvls-none", "whole-node"])
+def test_a_node_override_that_keeps_nvls_for_a_gpu_without_it_is_warned_at_the_gpu(tmp_path, capsys, node, warned):
+    """`node: {gpu_model: a100-80gb}` on dgx-h100-cluster keeps the file's `nvls: nvswitch3`, which an A100 cannot
+    drive: `validate` said only 'valid' while the topology said NVLS. It now warns at the override's line; an H200
+    (NVLink SHARP), an A100 that sets `nvls: none` and a whole node that names its kind are not warned."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"cluster: {{topology: dgx-h100-cluster, nodes: 1, node: {node}}}\n"
+                        "model: {preset: llama3-8b, layers: 4}\ntraining: {seq_len: 1024, global_batch: 8}\n")
+    assert main(["validate", str(scenario)]) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: {scenario}:1: cluster.node.gpu_model: gpu_model a100-80gb: the node keeps the topology file's "
+            "nvls (NVLink SHARP), which a100-80gb has none of" in err) is warned
+    assert err.count("warning") == warned
+
+
 def test_oversubscription_halves_spine_bandwidth():
     full = build_topology("cluster", {"nodes": 64, "leaf_ports": 32, "spines": 8})
     half = build_topology("cluster", {"nodes": 64, "leaf_ports": 32, "spines": 8, "oversubscription": "2:1"})

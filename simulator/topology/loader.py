@@ -161,3 +161,20 @@ def scenario_topology(loaded: LoadedScenario) -> Topology:
             raise
         located = loaded.error(path, exc.problem, exc.allowed)
         raise located.rebuilt(TopologyError) from None
+
+
+def kept_nvls_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
+    """A warning where the scenario's `node:` changes the GPU without its `kind` (merged into the file's node,
+    `with_overrides`) and keeps the file's NVLink SHARP (`nvls`) on a GPU that has none: `node: {gpu_model:
+    a100-80gb}` on dgx-h100-cluster said `nvls` of the cluster while its collectives never use it. Located at
+    the override's `gpu_model`."""
+    from simulator.catalog.calibration import nvls_efficiency
+
+    node = loaded.scenario.cluster.overrides().get("node")
+    if (not isinstance(node, dict) or "kind" in node or "gpu_model" not in node or "nvls" in node
+            or not topology.nvls or nvls_efficiency(topology.gpu_model) is not None):
+        return None
+    return str(loaded.error(("cluster", "node", "gpu_model"), f"gpu_model {topology.gpu_model}: the node keeps "
+                            f"the topology file's nvls (NVLink SHARP), which {topology.gpu_model} has none of; its "
+                            "other settings for the file's GPU (nvlink_bandwidth) are kept too",
+                            "nvls: none and the GPU's nvlink_bandwidth alongside it, or a node that names its kind"))
