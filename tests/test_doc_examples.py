@@ -535,6 +535,33 @@ def test_a_figure_a_page_quotes_from_a_bundled_run_is_the_runs(page, scenario, q
     assert now in flowing((ROOT / page).read_text()), f"{page} should now read: {now}"
 
 
+ELASTIC_2K = ("--set", "restart.elastic=true", "--set", "restart.spares=0", "--set", "restart.regrow=on_repair")
+
+
+def test_the_elastic_and_mtbf_figures_reliability_md_quotes_are_llama3_70b_2k_jobs(tmp_path):
+    """docs/reliability.md's keep_global figures and its MTBF chart's ETTRs were measured on a job the repository
+    did not ship: `scenarios/llama3-70b-2k-job.yaml` is it, and its runs give the page's figures."""
+    runs = {}
+    for batch in ("keep_global", "keep_per_replica"):
+        out = tmp_path / batch
+        assert main(["run", "llama3-70b-2k-job", "--out", str(out), "--quiet", *ELASTIC_2K,
+                     "--set", f"restart.elastic_batch={batch}"]) == 0
+        runs[batch] = json.loads((out / "job_summary.json").read_text())
+    horizon, kept, split = runs["keep_global"]["horizon_s"], runs["keep_global"], runs["keep_per_replica"]
+    elastic = (f"it ran {kept['replicas']['running_s']['32']['mean'] / horizon:.1%} of the 30 days on 32 replicas, "
+               f"ETTR {kept['ettr']['mean']:.1%}, against {split['ettr']['mean']:.1%} with `keep_per_replica` (63 "
+               f"replicas {split['replicas']['running_s']['63']['mean'] / horizon:.1%} of the time)")
+    assert main(["study", "mtbf", "llama3-70b-2k-job", "--multipliers", "0.5,1,2,4,8", "--out",
+                 str(tmp_path / "study"), "--quiet"]) == 0
+    points = [curve["points"][0] for curve in json.loads((tmp_path / "study" / "study.json").read_text())["curves"]]
+    ettrs = [f"{point['ettr']:.2%} at {point['mtbf_s'] / 3600:.1f} h" for point in points]
+    study = (f"at its {points[0]['interval_s'] / 60:.2f} min: ETTR {ettrs[0].replace(' at ', ' at an MTBF of ')}, "
+             f"{ettrs[1]}, {ettrs[2]}, then {ettrs[3]} and {ettrs[4]}, where its restarts wait for hosts")
+    page = flowing((ROOT / "docs" / "reliability.md").read_text())
+    assert elastic in page, f"docs/reliability.md should now read: {elastic}"
+    assert study in page, f"docs/reliability.md should now read: {study}"
+
+
 def test_the_memory_training_step_md_quotes_for_deepseek_without_recompute_is_what_validate_gives():
     loaded = load_scenario("deepseek-v3-style-1024-gpus", ["training.recompute=none"])
     stage = validate(loaded, sized_topology(loaded, force=False)).memory["memory_per_stage"][1]
