@@ -373,6 +373,26 @@ def test_goodput_chart_gives_ettr_in_percent_as_the_printed_lines_do():
     assert band.min() == pytest.approx(89.77) and band.max() == pytest.approx(92.99)
 
 
+@pytest.mark.parametrize("mtbf", [True, False], ids=["against-the-mtbf", "against-the-multiplier"])
+def test_an_mtbf_charts_points_of_different_intervals_each_say_their_interval(mtbf):
+    """An mtbf study whose points ran different intervals (one per rate) labelled its one line 'checkpoint every
+    2 min, 4 min' and marked each point only with its multiplier: each point now says its own interval (where
+    the x axis is the multiplier, where points were not marked, too) and the line says so."""
+    from simulator.reliability.plots import goodput_figure
+
+    def curve(rate: float, interval: float) -> dict:
+        point = {"interval_s": interval, "ettr": 0.9, "ettr_ci95_low": 0.89, "ettr_ci95_high": 0.91,
+                 "goodput_tokens_per_s": 1e6}
+        return {"rate_multiplier": rate, "mtbf_s": 7200.0 / rate if mtbf else None, "points": [point],
+                "young_interval_s": None, "daly_interval_s": None, "best_interval_s": interval, "best_ettr": 0.9}
+
+    axis = goodput_figure({"scenario": "job.yaml", "curves": [curve(1, 240.0), curve(2, 120.0)]}).axes[0]
+    (line,) = [line for line in axis.get_lines() if line.get_marker() == "o"]
+    assert line.get_label() == "checkpoint interval per point"
+    marks = ["rate x 2, every 2 min", "rate x 1, every 4 min"] if mtbf else ["every 4 min", "every 2 min"]
+    assert [text.get_text() for text in axis.texts] == marks
+
+
 @pytest.mark.parametrize("goodput, unit, shown", [(6.2e4, "k tokens/s", 62.0), (1.5e6, "M tokens/s", 1.5),
                                                    (450.0, "tokens/s", 450.0)])
 def test_goodput_axis_takes_the_unit_its_largest_value_reaches(goodput, unit, shown):

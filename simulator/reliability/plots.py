@@ -164,21 +164,26 @@ def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput:
 def _against_mtbf(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str, scale: float) -> str:
     """ETTR and goodput of a study of one interval at several failure rates against the system MTBF in hours,
     each point marked with its rate multiplier; against the multiplier where some rate has no MTBF (no failure
-    that interrupts the job). The line is labelled with its interval(s); the x axis's label is returned."""
+    that interrupts the job). The line is labelled with its interval where the points share one; else each point
+    is marked with its own (the label listed them all without saying which point had which). The x axis's label
+    is returned."""
     curves = study["curves"]
     by_mtbf = all(curve["mtbf_s"] for curve in curves)
     curves = sorted(curves, key=lambda curve: curve["mtbf_s"] if by_mtbf else curve["rate_multiplier"])
     x = [curve["mtbf_s"] / 3600 if by_mtbf else curve["rate_multiplier"] for curve in curves]
     points = [curve["points"][0] for curve in curves]
-    intervals = ", ".join(format_duration(t) for t in sorted({p["interval_s"] for p in points}))
-    ettr_axis.plot(x, [100 * p["ettr"] for p in points], "o-", color="C0", label=f"checkpoint every {intervals}")
+    intervals = {p["interval_s"] for p in points}
+    label = ("checkpoint interval per point" if len(intervals) > 1
+             else f"checkpoint every {format_duration(*intervals)}")
+    ettr_axis.plot(x, [100 * p["ettr"] for p in points], "o-", color="C0", label=label)
     _band(ettr_axis, x, points, "ettr", 100.0, "C0")
     goodput_axis.plot(x, [scale * p[goodput] for p in points], "o-", color="C0")
     _band(goodput_axis, x, points, goodput, scale, "C0")
     ettr_axis.margins(x=0.08)  # room for the outer points' labels
-    if not by_mtbf:
-        return "failure-rate multiplier (x the scenario's own rates)"
     for value, point, curve in zip(x, points, curves):
-        ettr_axis.annotate(f"rate x {curve['rate_multiplier']:g}", (value, 100 * point["ettr"]), fontsize=7,
-                           textcoords="offset points", xytext=(0, -14), ha="center")
-    return "system MTBF (h)"
+        marks = [f"rate x {curve['rate_multiplier']:g}"] if by_mtbf else []
+        marks += [f"every {format_duration(point['interval_s'])}"] if len(intervals) > 1 else []
+        if marks:
+            ettr_axis.annotate(", ".join(marks), (value, 100 * point["ettr"]), fontsize=7,
+                               textcoords="offset points", xytext=(0, -14), ha="center")
+    return "system MTBF (h)" if by_mtbf else "failure-rate multiplier (x the scenario's own rates)"
