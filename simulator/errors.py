@@ -55,12 +55,12 @@ class InputError(TrainsimError):
                 line: int | Kept | None = KEPT, at_flag: bool | Kept = KEPT) -> InputError:
         """This error as ``kind`` (its own class unless given) with the parts given replaced and the others
         (KEPT, the default) kept, its mark of a flag (``at_flag``) too; a part given empty, or ``line`` None,
-        has none (no line, where the error moves off the file). Copies of an error are made here (but for two
-        re-locations of errors that carry no location yet: simulation.py's and topology/parameters.py's), so
-        that no copy drops a part of its location (a copy that left out ``at_flag`` turned `--set a.b=v:
-        problem` back into `--set a.b=v: a.b: problem`, off the command line; one that left out ``line`` named
-        a flag's error without the line its topology file gave). One mark of a kept part: before, the others
-        took None, so a caller clearing ``file`` with None kept it."""
+        has none (no line, where the error moves off the file). A copy made here drops no part of its location
+        (one that left out ``at_flag`` turned `--set a.b=v: problem` back into `--set a.b=v: a.b: problem`, off
+        the command line; one that left out ``line`` named a flag's error without the line its topology file
+        gave). Some places still build a new error from ``problem`` with a field of their own, keeping no file,
+        line or flag mark (simulation.py, topology/parameters.py, cli.py, sweep/spec.py, among others). One
+        mark of a kept part: before, the others took None, so a caller clearing ``file`` with None kept it."""
         return (kind or type(self))(
             self.problem if problem is KEPT else problem,
             field=self.field if field is KEPT else field,
