@@ -271,15 +271,23 @@ def _group_entries(values: object) -> list[dict] | None:
 def _launcher(nodes: list[dict], by_id: dict[int, int], node: dict) -> dict | None:
     """The `record_param_comms` node that launched ``node``, where the trace keeps it: Chakra's converter gives a
     GPU node its launching CPU op as a control dependency, and keeps that op as a node of its own."""
+    for position in _control_parents(by_id, node):
+        if nodes[position].get("name") == LAUNCHER:
+            return nodes[position]
+    return None
+
+
+def _control_parents(by_id: dict[int, int], node: dict) -> list[int]:
+    """The positions of ``node``'s control dependencies, in their order, skipping any that is not a known node's
+    id (a JSON number or its text); none where `ctrl_deps` is not a list."""
     deps = _get(node, "ctrl_deps")
+    positions = []
     for dep in deps if isinstance(deps, list) else []:
         try:
-            parent = nodes[by_id[as_int(dep)]]
+            positions.append(by_id[as_int(dep)])
         except (KeyError, TypeError, ValueError):
             continue
-        if parent.get("name") == LAUNCHER:
-            return parent
-    return None
+    return positions
 
 
 def _key_length(nodes: list[dict], by_id: dict[int, int], node: dict) -> int:
@@ -290,8 +298,7 @@ def _key_length(nodes: list[dict], by_id: dict[int, int], node: dict) -> int:
     (`record_shapes`)."""
     seen: set[int] = set()
     while True:
-        parents = [by_id[identity] for dep in _listed(_get(node, "ctrl_deps"))
-                   if (identity := _known_id(dep)) in by_id and by_id[identity] not in seen]
+        parents = [position for position in _control_parents(by_id, node) if position not in seen]
         if not parents:
             return 0
         seen.add(parents[0])
@@ -302,19 +309,6 @@ def _key_length(nodes: list[dict], by_id: dict[int, int], node: dict) -> int:
             length = attention_key_length(name, _shapes(inputs.get("shapes") if isinstance(inputs, dict) else None))
             if length:
                 return length
-
-
-def _listed(value: object) -> list:
-    """A list field's items; none where it is not a list."""
-    return value if isinstance(value, list) else []
-
-
-def _known_id(value: object) -> int | None:
-    """A node id from a dependency's JSON number or text, None where it is not one."""
-    try:
-        return as_int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _shapes(value: object) -> object:
