@@ -38,6 +38,7 @@ from simulator.sweep.layouts import (
 from simulator.sweep.options import Sharding
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
+from simulator.workload.experts import experts_split_problem
 from simulator.workload.memory import state_bytes_per_param
 from simulator.workload.memory_plan import rematerialized_activations
 from simulator.workload.training import resolve_model
@@ -160,14 +161,15 @@ def _refuse_expert_parallelism_the_experts_do_not_split(loaded: LoadedScenario, 
     layout takes it, and every candidate was pruned as 'ep does not divide dp x cp' instead."""
     if model.moe is None:
         return
-    experts = model.moe.experts
-    split = next((ep for ep in given_ep or (loaded.scenario.parallelism.ep,) if experts % ep), None)
+    moe = model.moe
+    problems = (experts_split_problem(moe, ep) for ep in given_ep or (loaded.scenario.parallelism.ep,))
+    split = next(filter(None, problems), None)
     if split is None:
         return
-    problem = f"ep {split} does not divide the {experts} experts"
+    problem, allowed = split
     if given_ep:
-        raise ScenarioError(problem, field="--ep", allowed=f"divisors of {experts}")
-    raise loaded.error(("parallelism", "ep"), problem, f"divisors of {experts}; or --ep with them")
+        raise ScenarioError(problem, field="--ep", allowed=allowed)
+    raise loaded.error(("parallelism", "ep"), problem, f"{allowed}; or --ep with them")
 
 
 def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict:

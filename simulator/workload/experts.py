@@ -68,6 +68,14 @@ class ExpertPlan:
     ep: int
 
 
+def experts_split_problem(moe: MoESpec, ep: int) -> tuple[str, str] | None:
+    """The problem and the allowed values where an EP degree of ``ep`` does not divide the model's experts (no
+    rank can hold an equal share); None where it does."""
+    if moe.experts % ep:
+        return f"ep {ep} does not divide the {moe.experts} experts", f"divisors of {moe.experts}"
+    return None
+
+
 def check_expert_parallelism(scenario: Scenario, model: ModelSpec, layout: Layout) -> None:
     """Refuse an EP degree that the model's experts or the layout's DP x CP group do not split into."""
     ep = scenario.parallelism.ep
@@ -78,9 +86,9 @@ def check_expert_parallelism(scenario: Scenario, model: ModelSpec, layout: Layou
             raise ScenarioError(f"ep {ep} needs a model with experts", field="parallelism.ep",
                                 allowed="1 (model.moe is null: no experts)" if dropped else "1, or add model.moe")
         return
-    if moe.experts % ep:
-        raise ScenarioError(f"ep {ep} does not divide the {moe.experts} experts", field="parallelism.ep",
-                            allowed=f"divisors of {moe.experts}")
+    split = experts_split_problem(moe, ep)
+    if split is not None:
+        raise ScenarioError(split[0], field="parallelism.ep", allowed=split[1])
     ranks = layout.dp * layout.cp
     if ranks % ep:
         raise ScenarioError(f"ep {ep} does not divide dp x cp = {layout.dp} x {layout.cp} = {ranks} ranks",
