@@ -110,6 +110,12 @@ class ModelSpec:
             return 0
         return (3 if self.gated_mlp else 2) * self.hidden * self.moe.expert_ffn_hidden
 
+    def routed_expert_params(self) -> int:
+        """Weights of one layer's routed experts, all of them (0 without experts): what EP splits."""
+        if self.moe is None:
+            return 0
+        return self.moe.experts * self.expert_params()
+
     def router_params(self) -> int:
         """The router's hidden x experts matrix (0 without experts)."""
         return self.hidden * self.moe.experts if self.moe is not None else 0
@@ -131,7 +137,7 @@ class ModelSpec:
         (the layer itself without experts)."""
         if self.moe is None:
             return self.layer_params()
-        return self.layer_params() - self.moe.experts * self.expert_params() * (1 - 1 / ep)
+        return self.layer_params() - self.routed_expert_params() * (1 - 1 / ep)
 
     def embedding_params(self) -> int:
         """Token embedding table plus the learned position table, if any."""

@@ -125,9 +125,7 @@ def model_state_memory(
 
 def routed_params(model: ModelSpec, layers: int, ep: int) -> float:
     """Routed-expert parameters one rank of a stage holding ``layers`` MoE layers keeps (E/ep experts each)."""
-    if model.moe is None:
-        return 0.0
-    return layers * model.moe.experts * model.expert_params() / ep
+    return layers * model.routed_expert_params() / ep
 
 
 def moe_activation_bytes(model: ModelSpec, shard: ShardShape, routed_tokens: float | None = None) -> float:
@@ -167,8 +165,7 @@ def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_
     mlp = model.mlp_params()
     mlp_share = mlp / tp
     if model.moe is not None:
-        routed = model.moe.experts * model.expert_params()
-        mlp_share = mlp - routed + routed / ep
+        mlp_share = mlp - model.routed_expert_params() + routed_params(model, 1, ep)
     per_layer = (model.layer_params() - norms - mlp) / tp + mlp_share + norms
     total = layers * per_layer
     if first_stage:
