@@ -69,9 +69,10 @@ class Status:
 
 class PlainProgress:
     """Progress off a terminal: its `Status`'s line on stderr at most every PLAIN_EVERY_S seconds of ``clock``;
-    callable as ``progress(done, total)`` for one ``unit`` and ``description`` (a sweep's points), or `show`
-    for others (a job's phases); `doing` names what the run does between counts, and `beat` prints the line
-    anew once it is due (a `Heartbeat` calls it)."""
+    callable as ``progress(done, total)`` for one ``unit`` and ``description`` (a sweep's and a search's
+    points), and `beat` prints the line anew once it is due (a `Heartbeat` calls it). A run's `RunProgress`
+    sets this status's counts and activity itself (a job's phases) and calls `beat`, so no run calls `doing`
+    (the tests do), and `show` (counts in any unit) serves ``progress(done, total)`` and the tests."""
 
     def __init__(self, unit: str = "ops", description: str = "simulating",
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -146,6 +147,7 @@ class Heartbeat:
 
     @property
     def alive(self) -> bool:
+        """Whether its thread is running (read by the tests)."""
         return self._thread is not None
 
     def _launch(self) -> None:
