@@ -29,7 +29,8 @@ MICROBATCHES_PER_STAGE = 4
 class Fit:
     """The first layout of a branch that fits (None: none), whether the branch checked any layout's memory
     (False: the bubble rule or the splits ruled every one out first), and whether the bubble rule ruled any out
-    (False with nothing checked: no pp split the layers, GPUs and batch at all)."""
+    (False with nothing checked: no pp split the layers, GPUs and batch at all). The two flags are read only
+    where no layout fits (`ruled_out`)."""
 
     candidate: Candidate | None
     checked_any: bool
