@@ -13,7 +13,7 @@ from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec, get_model
 from simulator.metrics.intervals import uncovered
 from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
-from simulator.workload.roofline import kernel_duration, kernels_duration, wave_efficiency
+from simulator.workload.roofline import DEFAULT_RAMP_S, kernel_duration, kernels_duration, wave_efficiency
 from simulator.workload.training import optimizer_bytes_per_param
 from simulator.workload.transformer import (
     MEASURED_KERNELS,
@@ -33,6 +33,34 @@ def test_every_gpu_constant_names_a_kernel_source():
         for part in PARTS + tuple(part for part in MEASURED_KERNELS if part in entry):
             assert entry[part]["source"] in data["sources"], (name, part)
     assert data["tp_comm_overlap"]["source"] in data["sources"]
+
+
+def test_every_kernel_kind_has_a_ramp_that_names_its_source():
+    """Each kind's launch and tail time (gemm, attention, memory: the roofline's matmul, attention and elementwise
+    kernels) names where it comes from: a fit on that kind's kernel timings, or default-ramp, the unmeasured
+    2 us."""
+    data = kernel_data()
+    for name, entry in data["gpus"].items():
+        efficiency = calibrated_efficiency(name)
+        for part, kind in (("gemm", "matmul"), ("attention", "attention"), ("memory", "elementwise")):
+            assert entry[part]["ramp_source"] in data["sources"], (name, part)
+            assert efficiency.ramp(kind) == entry[part]["ramp_time_s"]
+            if entry[part]["ramp_source"] == "default-ramp":
+                assert entry[part]["ramp_time_s"] == DEFAULT_RAMP_S
+
+
+def test_a_modelled_b200_memory_bound_kernel_takes_its_own_ramp_not_the_gemm_fit():
+    """The B200's 8 us ramp was fitted on cuBLAS GEMM timings alone (gemm-shapes): a modelled memory-bound
+    kernel streams its bytes at the HBM fraction and adds the memory kind's ramp, the unmeasured 2 us
+    (default-ramp), as a trace moved to a B200 gives it. Before, the modelled step gave every kernel the GEMMs'
+    8 us: a 1 MB copy took 8.14 us, 2.14 us now."""
+    gpu, efficiency = get_gpu("b200"), calibrated_efficiency("b200")
+    copy = Kernel("copy", 0.0, 1e6, "elementwise")
+    streaming = 1e6 / (gpu.hbm_bandwidth * kernel_data()["gpus"]["b200"]["memory"]["fraction"])
+    assert kernel_duration(copy, gpu, "bf16", efficiency) == pytest.approx(streaming + 2e-6, rel=1e-12)
+    gemm = Kernel("gemm", 2.0 * 4096**3, 3 * 2.0 * 4096**2, "matmul", 4096)
+    plateau = gpu.peak("bf16") * efficiency.matmul_peak * 4096 / (4096 + 64)
+    assert kernel_duration(gemm, gpu, "bf16", efficiency) == pytest.approx(gemm.flops / plateau + 8e-6, rel=1e-12)
 
 
 @pytest.mark.parametrize(("n", "measured", "tolerance"), [(2048, 1006, 0.03), (4096, 1532, 0.045),

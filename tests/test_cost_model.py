@@ -155,7 +155,8 @@ def test_roofline_is_bounded_and_monotone():
     assert max(rates) <= Efficiency().matmul_peak * gpu.peak("bf16")
     copy = Kernel("copy", 0.0, 1e9, "elementwise")
     streaming = 1e9 / (Efficiency().memory_peak * gpu.hbm_bandwidth)
-    assert kernel_duration(copy, gpu, "bf16") == pytest.approx(streaming + Efficiency().ramp_time, rel=1e-9)
+    assert kernel_duration(copy, gpu, "bf16") == pytest.approx(streaming + Efficiency().ramp("elementwise"),
+                                                                rel=1e-9)
 
 
 def test_layer_time_is_mostly_compute_bound_and_scales_with_gpu():

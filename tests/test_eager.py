@@ -299,7 +299,7 @@ def test_eager_adds_each_micro_batchs_gradients_into_grad_after_the_first():
     model = resolve_model(load_scenario(str(TWIN)).scenario)
     efficiency = calibrated_efficiency("h200")
     rate = get_gpu("h200").hbm_bandwidth * efficiency.memory_peak
-    adds = 12.0 * model.num_params() / rate + 2 * 52 * efficiency.ramp_time
+    adds = 12.0 * model.num_params() / rate + 2 * 52 * efficiency.ramp("elementwise")
     assert two - 2 * one == pytest.approx(adds - 28.0 * model.num_params() / rate, rel=1e-9)
 
 

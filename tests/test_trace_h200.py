@@ -129,8 +129,8 @@ H100_CAUSAL = 443.6 / 517.3
 FORWARD_2K = 461.5 / (484 * 0.848)
 BACKWARD_2K = 371.7 / (465 * H100_CAUSAL * 0.848)
 RAMP_S = 2e-6
-"""The H200's and the H100's ramp (kernels.yaml gemm.ramp_time_s): a kernel's time within it is launch and tail,
-which no rate shortens."""
+"""The H200's and the H100's ramp of every kernel kind (kernels.yaml <gemm|attention|memory>.ramp_time_s): a
+kernel's time within it is launch and tail, which no rate shortens."""
 
 
 def ramped(ratio: float) -> Callable[[float], float]:

@@ -144,10 +144,11 @@ def test_unfolded_replication_agrees_with_folded(tmp_path):
 MOVED_MEMORY = 3.35e12 * 0.88 / (2.039e12 * 0.88)
 """HBM bandwidth x memory fraction, H100 SXM over A100 80GB (vendor datasheets, kernels.yaml memory.fraction)."""
 RAMP_S = 2e-6
-"""The H100's and the A100's ramp (kernels.yaml gemm.ramp_time_s): launch and tail, which no rate shortens."""
+"""The H100's and the A100's ramp of every kernel kind (kernels.yaml <gemm|attention|memory>.ramp_time_s): launch and
+tail, which no rate shortens."""
 MOVED_ADAM_S = RAMP_S + (200e-6 - RAMP_S) * MOVED_MEMORY
 """The two-rank trace's Adam kernel (200 us on the H100) on the A100: its time beyond the H100's ramp
-(kernels.yaml gemm.ramp_time_s, 2 us) streams, moved by MOVED_MEMORY; the ramp is launch and tail, unmoved."""
+(kernels.yaml memory.ramp_time_s, 2 us) streams, moved by MOVED_MEMORY; the ramp is launch and tail, unmoved."""
 
 
 def moved_gemm_s(ratio: float) -> float:

@@ -2,8 +2,9 @@
 
 The roofline's `Efficiency` per precision: GEMM and attention plateaus are the measured fractions of peak times the
 sustained-to-boost clock ratio (the attention ones for the causal mask training runs), the memory plateau is the
-measured fraction of HBM bandwidth; GPUs missing from the file keep the defaults. `TPOverlap`: the chunks and SMs
-of Megatron/TE's TP overlap. `SmShare`: the SMs and NCCL channels of SM contention (engine/contention.py).
+measured fraction of HBM bandwidth, and each kernel kind's launch and tail time (ramp) is its section's; GPUs
+missing from the file keep the defaults. `TPOverlap`: the chunks and SMs of Megatron/TE's TP overlap. `SmShare`:
+the SMs and NCCL channels of SM contention (engine/contention.py).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def calibrated_efficiency(gpu_name: str, precision: Precision = "bf16") -> Effic
         matmul_peak=matmul * ratio,
         matmul_half_dim=float(gemm["half_dim"]),
         memory_peak=float(entry["memory"]["fraction"]),
-        ramp_time=float(gemm["ramp_time_s"]),
+        matmul_ramp=float(gemm["ramp_time_s"]),
+        attention_ramp=float(attention["ramp_time_s"]),
+        elementwise_ramp=float(entry["memory"]["ramp_time_s"]),
         attention_forward=_fractions(_points(attention["seq_len"], attention["forward_tflops"]), peak, ratio),
         attention_backward=_fractions(causal_backward_tflops(attention), peak, ratio),
         wave_sms=int(entry["sms"]) if waves else 0,

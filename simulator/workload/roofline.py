@@ -17,7 +17,11 @@ from typing import assert_never
 from simulator.catalog.gpus import GPUSpec
 from simulator.config.training_options import MathPrecision, Precision
 from simulator.errors import ScenarioError
-from simulator.workload.transformer import MEASURED_KERNELS, Kernel, MemoryKind
+from simulator.workload.transformer import MEASURED_KERNELS, Kernel, KernelKind, MemoryKind
+
+DEFAULT_RAMP_S = 2e-6
+"""A kernel's launch and tail seconds where no kernel timing of its kind on its GPU was fitted (kernels.yaml
+`default-ramp`): not measured."""
 
 
 @dataclass(frozen=True)
@@ -27,8 +31,9 @@ class Efficiency:
     matmul_peak: fraction of tensor peak a very large GEMM reaches; matmul_half_dim: smallest GEMM dimension at
     which the tile factor is 1/2. attention_peak / attention_half_len: the same for the attention core in the key
     length. elementwise_peak: fraction of the CUDA-core fp32 peak for elementwise FLOPs. memory_peak: fraction of
-    HBM bandwidth a streaming kernel reaches. ramp_time: launch and tail-wave loss in seconds; the rate is the
-    plateau rate times t / (t + ramp_time), t the time at the plateau rate, so every kernel takes t + ramp_time.
+    HBM bandwidth a streaming kernel reaches. matmul_ramp / attention_ramp / elementwise_ramp: launch and
+    tail-wave loss in seconds of a kernel of that kind (`ramp`), whatever bounds it; the rate is the plateau rate
+    times t / (t + ramp), t the time at the plateau rate, so every kernel takes t + ramp.
     attention_forward / attention_backward: measured (key length, fraction of peak) points of the causal flash-
     attention kernel (masked blocks skipped), ascending; when given they replace attention_peak and
     attention_half_len for that pass (log-linear in the key length between points, the end values beyond them).
@@ -44,7 +49,9 @@ class Efficiency:
     attention_half_len: float = 256.0
     elementwise_peak: float = 0.5
     memory_peak: float = 0.85
-    ramp_time: float = 2e-6
+    matmul_ramp: float = DEFAULT_RAMP_S
+    attention_ramp: float = DEFAULT_RAMP_S
+    elementwise_ramp: float = DEFAULT_RAMP_S
     attention_forward: tuple[tuple[float, float], ...] = ()
     attention_backward: tuple[tuple[float, float], ...] = ()
     wave_sms: int = 0
@@ -61,7 +68,7 @@ class Efficiency:
                 raise ScenarioError(f"measured_memory {kind!r} {fractions} is not a known kind with fractions in "
                                     "(0, 1]", field=f"efficiency.measured_memory.{kind}",
                                     allowed=f"{', '.join(MEASURED_KERNELS)}; fractions in (0, 1]")
-        for name in ("matmul_half_dim", "attention_half_len", "ramp_time"):
+        for name in ("matmul_half_dim", "attention_half_len", "matmul_ramp", "attention_ramp", "elementwise_ramp"):
             if getattr(self, name) < 0.0:
                 raise ScenarioError(f"{name} must be >= 0", field=f"efficiency.{name}", allowed=">= 0")
         for name in ("attention_forward", "attention_backward"):
@@ -70,6 +77,17 @@ class Efficiency:
                     [length for length, _ in points] != sorted({length for length, _ in points}):
                 raise ScenarioError(f"{name} needs ascending key lengths with fractions in (0, 1]",
                                     field=f"efficiency.{name}", allowed="(length > 0, fraction in (0, 1]) pairs")
+
+    def ramp(self, kind: KernelKind) -> float:
+        """Launch and tail seconds a kernel of ``kind`` takes beyond its time at its plateau rate, compute- or
+        memory-bound: the one reading of both the modelled step and a trace moved to another GPU."""
+        if kind == "matmul":
+            return self.matmul_ramp
+        if kind == "attention":
+            return self.attention_ramp
+        if kind == "elementwise":
+            return self.elementwise_ramp
+        assert_never(kind)
 
     def memory_fraction(self, kernel: Kernel) -> float:
         """Plateau fraction of HBM bandwidth ``kernel``'s traffic reaches: the measured figure of its kernel
@@ -145,17 +163,17 @@ def _plateau(kernel: Kernel, efficiency: Efficiency) -> float:
 
 
 def compute_efficiency(kernel: Kernel, peak: float, efficiency: Efficiency) -> float:
-    """Fraction of ``peak`` FLOP/s ``kernel`` reaches: plateau x t / (t + ramp_time), t its time at the plateau."""
+    """Fraction of ``peak`` FLOP/s ``kernel`` reaches: plateau x t / (t + ramp), t its time at the plateau and
+    ramp its kind's."""
     plateau = _plateau(kernel, efficiency)
-    return plateau * _saturation(kernel.flops / (peak * plateau), efficiency.ramp_time)
+    return plateau * _saturation(kernel.flops / (peak * plateau), efficiency.ramp(kernel.kind))
 
 
-def memory_efficiency(hbm_bytes: float, bandwidth: float, efficiency: Efficiency, plateau: float = 0.0) -> float:
-    """Fraction of HBM ``bandwidth`` a kernel moving ``hbm_bytes`` reaches at ``plateau`` (memory_peak when 0),
-    by the same ramp as compute."""
-    plateau = plateau or efficiency.memory_peak
+def memory_efficiency(hbm_bytes: float, bandwidth: float, plateau: float, ramp: float) -> float:
+    """Fraction of HBM ``bandwidth`` a kernel moving ``hbm_bytes`` reaches at ``plateau`` with launch and tail
+    time ``ramp`` (its kind's, as on the compute side)."""
     streaming_time = hbm_bytes / (bandwidth * plateau)
-    return plateau * _saturation(streaming_time, efficiency.ramp_time)
+    return plateau * _saturation(streaming_time, ramp)
 
 
 def roofline_times(
@@ -170,8 +188,8 @@ def roofline_times(
     if kernel.hbm_bytes > 0:
         bandwidth = gpu.hbm_bandwidth
         fraction = efficiency.memory_fraction(kernel)
-        memory_time = kernel.hbm_bytes / (bandwidth * memory_efficiency(kernel.hbm_bytes, bandwidth, efficiency,
-                                                                        fraction))
+        memory_time = kernel.hbm_bytes / (bandwidth * memory_efficiency(kernel.hbm_bytes, bandwidth, fraction,
+                                                                        efficiency.ramp(kernel.kind)))
     return compute_time, memory_time
 
 

@@ -8,9 +8,9 @@ memset) by HBM bandwidth. A kernel of no known kind keeps the ratio of the dense
 rate on a GPU is the roofline's calibrated plateau (catalog/kernels.yaml through workload/calibrated.py), so
 moving an H100 trace to an H200 (the same bf16 peak, 1.43x the HBM bandwidth) speeds up its memory-bound kernels
 and not its GEMMs. The roofline runs every kernel, whatever bounds it, for its time at the bounding rate plus
-its GPU's ramp (launch and tail loss, kernels.yaml `gemm.ramp_time_s`, fitted on GEMMs: other kernels take the
-unfitted 2 us, `GpuMove.ramps`): a kernel's time within the traced GPU's ramp does not move by the rate, and
-becomes the cluster GPU's ramp. The tile factor, the other small-size term,
+its GPU's ramp for the kernel's kind (launch and tail loss, `Efficiency.ramp`, read from kernels.yaml as the
+modelled step reads it: `GpuMove.ramps`): a kernel's time within the traced GPU's ramp does not move by the
+rate, and becomes the cluster GPU's ramp. The tile factor, the other small-size term,
 is one function of a GEMM's smallest side with the same half size on every catalogued GPU, so it cancels in the
 ratio; wave quantization (A100 only) needs the GEMM's output shape, which only kernels of recorded shapes carry,
 and is left out (docs/traces.md).
@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cache
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
@@ -30,8 +30,9 @@ from simulator.catalog.gpus import GPUS, GPUSpec
 from simulator.config.training_options import MathPrecision
 from simulator.errors import ScenarioError
 from simulator.workload.calibrated import calibrated_efficiency
-from simulator.workload.roofline import Efficiency, attention_plateau
+from simulator.workload.roofline import DEFAULT_RAMP_S, attention_plateau
 from simulator.workload.traces.model import CPU_STREAM, GEMM_PRECISIONS, TracedOp, kernel_kind
+from simulator.workload.transformer import KernelKind
 
 KernelClass = Literal["matmul", "attention", "memory-bound", "unknown"]
 KERNEL_CLASSES: Mapping[str, KernelClass] = MappingProxyType({
@@ -47,6 +48,10 @@ BOUNDS: Mapping[KernelClass, tuple[str, str]] = MappingProxyType({
     "unknown": ("dense bf16 peak", "FLOP/s"),
 })
 """What bounds each class, and the unit of that rate."""
+RAMP_KINDS: Mapping[KernelClass, KernelKind | None] = MappingProxyType({
+    "matmul": "matmul", "attention": "attention", "memory-bound": "elementwise", "unknown": None})
+"""The roofline's kernel kind whose ramp each class takes (None: a kernel of no known kind, the unmeasured
+default)."""
 PEAK_PRECISION: MathPrecision = "bf16"
 """The precision of the dense peaks that bound attention, unknown kernels and GEMMs of no told precision (the
 roofline runs attention at bf16 under fp8 too)."""
@@ -146,23 +151,18 @@ class GpuMove:
     traced: GPUSpec | None = None
     cluster: GPUSpec | None = None
 
-    @cached_property
-    def _gemm_ramps(self) -> tuple[float, float]:
-        """The traced and the cluster GPU's GEMM ramps (kernels.yaml `gemm.ramp_time_s`)."""
-        assert self.traced is not None and self.cluster is not None
-        return calibrated_efficiency(self.traced.name).ramp_time, calibrated_efficiency(self.cluster.name).ramp_time
-
     def ramps(self, kind: KernelClass) -> tuple[float, float]:
-        """The launch and tail time (the roofline's ramp) of a kernel of class ``kind`` on the traced GPU and on
-        the cluster's, as far as its source covers it: kernels.yaml's `gemm.ramp_time_s` was fitted on GEMMs alone
-        (the B200's 8 us on cuBLAS timings of 2048^3 to 8192^3; the other GPUs' 2 us not fitted), so matmuls take
-        it; every other class takes the roofline's unfitted 2 us (`Efficiency.ramp_time`, the ramp the memory
-        fractions were fitted net of) on both GPUs, no source timing a B200's memory-bound or attention kernels'
-        launch and tail. Before, the B200's GEMM fit went to every kernel: the bundled H200 step moved to a B200
-        took 11.69 ms, 10.25 ms now. (0, 0) where the trace does not move."""
+        """The launch and tail time of a kernel of class ``kind`` on the traced GPU and on the cluster's: each GPU's
+        calibrated ramp of the class's kernel kind (`Efficiency.ramp`, the one the modelled step runs that kind
+        with; kernels.yaml `<gemm|attention|memory>.ramp_time_s`), the unmeasured default for a kernel of unknown
+        kind. (0, 0) where the trace does not move."""
         if self.traced is None or self.cluster is None:
             return 0.0, 0.0
-        return self._gemm_ramps if kind == "matmul" else (Efficiency.ramp_time, Efficiency.ramp_time)
+        ramp_kind = RAMP_KINDS[kind]
+        if ramp_kind is None:
+            return DEFAULT_RAMP_S, DEFAULT_RAMP_S
+        return (calibrated_efficiency(self.traced.name).ramp(ramp_kind),
+                calibrated_efficiency(self.cluster.name).ramp(ramp_kind))
 
     def bound(self, op: TracedOp) -> Bound:
         """What bounds the traced compute op ``op``."""
