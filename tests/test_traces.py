@@ -189,6 +189,8 @@ def test_a_moved_fp32_gemm_takes_the_fp32_peaks(tmp_path, kernel, launcher):
     text = two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm").replace(str(KINETO_2RANK), str(traces))
     loaded, result = run(text, tmp_path)
     fp32 = 67e12 * 0.801 * 0.848 / (19.5e12 * 0.859 * 0.926)  # fp32 peak x the (bf16) achievable x sustained clock
+    if launcher:  # its recorded 4096^3 shape: 512 tiles of 256x128 in 5 waves of the A100's 108 SMs
+        fp32 *= 540 / 512
     rates = result.summary["trace"]["gpu_move"]["classes"]["matmul"]["rates"]
     assert [(entry["precision"], entry["ops"]) for entry in rates] == [("bf16", 1), ("fp32", 1)]
     assert rates[1]["duration_ratio"] == pytest.approx(fp32, rel=EXACT)
@@ -245,6 +247,47 @@ def test_a_moved_gemm_keeps_its_ramp_and_moves_the_time_beyond_it(cluster, short
     ramp = 8e-6 if cluster == "b200" else 2e-6
     assert durations == pytest.approx([short, ramp + 98e-6 * ratio], rel=EXACT)
     assert durations[1] == pytest.approx(long, rel=1e-3)
+
+
+@pytest.mark.parametrize("traced, cluster", [("h100-sxm", "a100-80gb"), ("a100-80gb", "h100-sxm")])
+def test_a_gemm_moved_to_or_from_an_a100_takes_its_shapes_waves(traced, cluster):
+    """The A100's GEMM kernels run one 256x128 (or 128x256) tile per SM in waves of 108 (kernels.yaml gemm.waves,
+    the guide's wave quantization): a bf16 GEMM of 2,560 x 1,408 output cuts into 110 tiles, two waves of which
+    the second holds 2 tiles, so it fills 2,560 x 1,408 / (216 x 256 x 128) = 0.509 of the slots. Moved with its
+    recorded shape, its time beyond the ramp takes the ratio of the two GPUs' modelled plateaus for that shape,
+    waves included, the modelled step's own GEMM time less its ramp; one of 2,304 x 1,536 output (108 tiles, one
+    full wave) takes the plateaus' ratio. Before, every GEMM moved by the plateaus' ratio, 2.707 to the A100
+    whatever its shape."""
+    from simulator.catalog.gpus import GPUS
+    from simulator.workload.calibrated import calibrated_efficiency
+    from simulator.workload.roofline import kernel_duration
+    from simulator.workload.traces.gpu_move import GpuMove
+    from simulator.workload.traces.model import TracedOp
+    from simulator.workload.transformer import Kernel
+
+    move = GpuMove(1.0, GPUS[traced], GPUS[cluster])
+    plateaus = 989e12 * 0.801 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
+    waves = 2560 * 1408 / (2 * 108 * 256 * 128)
+    assert waves == pytest.approx(0.509, abs=5e-4)
+    expected = plateaus / waves if cluster.startswith("a100") else waves / plateaus
+    name = "nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTN"
+
+    def moved(shape: tuple[int, int, int, int]) -> float:
+        op = TracedOp(0, name, "7", "compute", 0.0, 1e-3, gemm=shape, dtype="c10::BFloat16")
+        return move.duration(op)
+
+    assert moved((1, 2560, 1408, 4096)) == pytest.approx(2e-6 + 998e-6 * expected, rel=EXACT)
+    assert moved((1, 2304, 1536, 4096)) == pytest.approx(2e-6 + 998e-6 * plateaus ** (1 if traced == "h100-sxm"
+                                                                                        else -1), rel=EXACT)
+    modelled = [kernel_duration(Kernel("gemm", 2.0 * 2560 * 1408 * 4096, 2 * (2560 * 4096 + 4096 * 1408
+                                                                            + 2560 * 1408), "matmul", 1408,
+                                       output=(1, 2560, 1408)), GPUS[gpu], "bf16", calibrated_efficiency(gpu)) - 2e-6
+                for gpu in (traced, cluster)]
+    assert modelled[1] / modelled[0] == pytest.approx(expected, rel=EXACT)
+    rates = move.details([TracedOp(0, name, "7", "compute", 0.0, 1e-3, gemm=(1, 2560, 1408, 4096),
+                                   dtype="c10::BFloat16")])["classes"]["matmul"]["rates"]
+    assert [rate["shape"] for rate in rates] == [[1, 2560, 1408, 4096]]
+    assert rates[0]["duration_ratio"] == pytest.approx(expected, rel=EXACT)
 
 
 @pytest.mark.parametrize("name, ratio", [("Memset (Device)", (3.35e12 * 0.88) / (8e12 * 0.88)),

@@ -150,11 +150,18 @@ def attention_plateau(efficiency: Efficiency, key_length: float, backward: bool)
     return efficiency.attention_peak * _saturation(key_length, efficiency.attention_half_len)
 
 
+def matmul_plateau(efficiency: Efficiency, size_dim: float, output: tuple[float, ...]) -> float:
+    """Compute efficiency of a GEMM before launch/tail losses: matmul_peak times the tile factor of its smallest
+    side ``size_dim`` and the wave efficiency of its (batch, rows, columns) ``output`` (each 1 where not known);
+    the modelled step's and a moved trace's GEMMs alike."""
+    return (efficiency.matmul_peak * _saturation(size_dim, efficiency.matmul_half_dim)
+            * wave_efficiency(output, efficiency.wave_tiles, efficiency.wave_sms))
+
+
 def _plateau(kernel: Kernel, efficiency: Efficiency) -> float:
     """Compute efficiency of ``kernel`` before launch/tail losses: the kind's plateau times its size factors."""
     if kernel.kind == "matmul":
-        return (efficiency.matmul_peak * _saturation(kernel.size_dim, efficiency.matmul_half_dim)
-                * wave_efficiency(kernel.output, efficiency.wave_tiles, efficiency.wave_sms))
+        return matmul_plateau(efficiency, kernel.size_dim, kernel.output)
     if kernel.kind == "attention":
         return attention_plateau(efficiency, kernel.size_dim, kernel.backward)
     if kernel.kind == "elementwise":

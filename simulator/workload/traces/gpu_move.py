@@ -10,10 +10,11 @@ moving an H100 trace to an H200 (the same bf16 peak, 1.43x the HBM bandwidth) sp
 and not its GEMMs. The roofline runs every kernel, whatever bounds it, for its time at the bounding rate plus
 its GPU's ramp for the kernel's kind (launch and tail loss, `Efficiency.ramp`, read from kernels.yaml as the
 modelled step reads it: `GpuMove.ramps`): a kernel's time within the traced GPU's ramp does not move by the
-rate, and becomes the cluster GPU's ramp. The tile factor, the other small-size term,
-is one function of a GEMM's smallest side with the same half size on every catalogued GPU, so it cancels in the
-ratio; wave quantization (A100 only) needs the GEMM's output shape, which only kernels of recorded shapes carry,
-and is left out (docs/traces.md).
+rate, and becomes the cluster GPU's ramp. The tile factor, the other small-size term, is one function of a
+GEMM's smallest side with the same half size on every catalogued GPU, so it cancels in the ratio. Wave
+quantization (kernels.yaml `gemm.waves`: the A100's) does not: a GEMM moved to or from such a GPU whose launching
+matrix multiply records its shape takes the ratio of the two GPUs' plateaus for that shape, waves included
+(roofline.matmul_plateau, the modelled step's); one of no recorded shape, the plateaus' (docs/traces.md).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
@@ -30,8 +31,8 @@ from simulator.catalog.gpus import GPUS, GPUSpec
 from simulator.config.training_options import MathPrecision
 from simulator.errors import ScenarioError
 from simulator.workload.calibrated import calibrated_efficiency
-from simulator.workload.roofline import DEFAULT_RAMP_S, attention_plateau
-from simulator.workload.traces.model import CPU_STREAM, GEMM_PRECISIONS, TracedOp, kernel_kind
+from simulator.workload.roofline import DEFAULT_RAMP_S, attention_plateau, matmul_plateau
+from simulator.workload.traces.model import CPU_STREAM, GEMM_PRECISIONS, GemmShape, TracedOp, kernel_kind
 from simulator.workload.transformer import KernelKind
 
 KernelClass = Literal["matmul", "attention", "memory-bound", "unknown"]
@@ -76,13 +77,15 @@ class Bound(NamedTuple):
     """What bounds one traced compute op: its class and the ``precision`` of the peak (a matrix multiply's own,
     else bf16); for an attention kernel its ``attention_pass`` and the ``key_length`` its rates are read at,
     from the launching op's recorded shapes (``key_source`` 'trace') or, where the trace tells none, the longest
-    that both GPUs' tables of that pass measure ('assumed')."""
+    that both GPUs' tables of that pass measure ('assumed'); for a GEMM moved to or from a GPU whose GEMMs run
+    in waves, its recorded (batch, m, n, k) ``gemm`` (() where not recorded, or neither GPU has waves)."""
 
     kind: KernelClass
     precision: MathPrecision = "bf16"
     attention_pass: AttentionPass = ""
     key_length: int = 0
     key_source: KeySource = ""
+    gemm: GemmShape = ()
 
 
 def kernel_class(name: str) -> KernelClass:
@@ -122,17 +125,33 @@ def _table(gpu: GPUSpec, backward: bool) -> tuple[tuple[float, float], ...]:
     return efficiency.attention_backward if backward else efficiency.attention_forward
 
 
+def quantizes_waves(gpu: GPUSpec) -> bool:
+    """Whether ``gpu``'s GEMM kernels run one thread block per tile in waves (kernels.yaml `gemm.waves`)."""
+    return calibrated_efficiency(gpu.name).wave_sms > 0
+
+
+def gemm_plateau(gpu: GPUSpec, precision: MathPrecision, shape: GemmShape) -> float:
+    """The roofline's compute plateau on ``gpu`` of a GEMM of (batch, m, n, k) ``shape`` at ``precision``: its tile
+    factor and waves over ``gpu``'s SMs, as the modelled step runs a GEMM of that output (roofline.matmul_plateau);
+    the plateau of a very large GEMM where the shape is not known (())."""
+    efficiency = calibrated_efficiency(gpu.name, precision)
+    if not shape:
+        return efficiency.matmul_peak
+    batch, m, n, k = shape
+    return matmul_plateau(efficiency, min(m, n, k), (batch, m, n))
+
+
 @cache
 def bounding_rate(gpu: GPUSpec, bound: Bound, where: str) -> float:
     """The rate that bounds ``bound``'s kernels on ``gpu`` (FLOP/s or B/s: BOUNDS), at its calibrated plateau
-    (the roofline's defaults for a GPU kernels.yaml lacks); GEMMs of a precision ``gpu`` has no peak for (fp8 on
-    an A100) are refused at ``where``."""
+    (the roofline's defaults for a GPU kernels.yaml lacks), a GEMM's for its shape where the bound has one; GEMMs
+    of a precision ``gpu`` has no peak for (fp8 on an A100) are refused at ``where``."""
     if bound.kind == "matmul":
         if bound.precision not in gpu.peak_flops:
             raise ScenarioError(f"GPU {gpu.name!r} has no {bound.precision} peak for the trace's {bound.precision} "
                                 "GEMM kernels", field=where, allowed="a GPU with one: " + ", ".join(
                                     name for name, spec in GPUS.items() if bound.precision in spec.peak_flops))
-        return gpu.peak(bound.precision) * calibrated_efficiency(gpu.name, bound.precision).matmul_peak
+        return gpu.peak(bound.precision) * gemm_plateau(gpu, bound.precision, bound.gemm)
     efficiency = calibrated_efficiency(gpu.name)
     if bound.kind == "attention":
         return gpu.peak(PEAK_PRECISION) * attention_plateau(efficiency, bound.key_length,
@@ -151,6 +170,13 @@ class GpuMove:
     traced: GPUSpec | None = None
     cluster: GPUSpec | None = None
 
+    @cached_property
+    def _waves(self) -> bool:
+        """Whether either GPU of the move runs its GEMMs in waves, so a GEMM's ratio depends on its shape."""
+        if self.traced is None or self.cluster is None:
+            return False
+        return quantizes_waves(self.traced) or quantizes_waves(self.cluster)
+
     def ramps(self, kind: KernelClass) -> tuple[float, float]:
         """The launch and tail time of a kernel of class ``kind`` on the traced GPU and on the cluster's: each GPU's
         calibrated ramp of the class's kernel kind (`Efficiency.ramp`, the one the modelled step runs that kind
@@ -168,7 +194,7 @@ class GpuMove:
         """What bounds the traced compute op ``op``."""
         kind = kernel_class(op.name)
         if kind == "matmul":
-            return Bound(kind, gemm_precision(op))
+            return Bound(kind, gemm_precision(op), gemm=op.gemm if self._waves else ())
         if kind == "attention" and self.traced is not None and self.cluster is not None:
             backward = bool(BACKWARD.search(op.name))
             attention_pass: AttentionPass = "backward" if backward else "forward"
@@ -224,7 +250,7 @@ class GpuMove:
         assert self.traced is not None and self.cluster is not None
         told: dict[str, object] = {}
         if bound.kind == "matmul":
-            told = {"precision": bound.precision}
+            told = {"precision": bound.precision, **({"shape": list(bound.gemm)} if bound.gemm else {})}
         elif bound.kind == "attention":
             told = {"pass": bound.attention_pass, "key_length": bound.key_length, "key_length_from": bound.key_source}
         return {**told, "ops": ops, "traced_gpu_rate": bounding_rate(self.traced, bound, "workload.traced_gpu"),
