@@ -213,12 +213,12 @@ def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str
 def gemm_duration(shape: tuple[int, int, int, int], precision: MathPrecision, gpu: GPUSpec) -> float:
     """The kernel model's time for a (batch, m, n, k) matrix multiply on ``gpu``: 2bmnk FLOPs at the peak of
     ``precision`` (tf32: the tensor cores' on fp32 operands), the two operands read and the product written
-    once."""
+    once, its batch x m x n output in waves over ``gpu``'s SMs where its GEMMs run so (the A100's)."""
     batch, m, n, k = shape
     element = PRECISION_BYTES["fp32" if precision == "tf32" else precision]
     kernel = Kernel("gemm", flops=2.0 * batch * m * n * k,
                     hbm_bytes=batch * (m * k + k * n + m * n) * element, kind="matmul",
-                    size_dim=min(m, n, k))
+                    size_dim=min(m, n, k), output=(batch, m, n))
     return kernel_duration(kernel, gpu, precision, calibrated_efficiency(gpu.name))
 
 
