@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from simulator.errors import (
 )
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
+from simulator.stops import kept_for_later
 from simulator.sweep.options import (
     DEFAULT_MAX_POINTS,
     EXECUTORS,
@@ -1056,7 +1058,9 @@ def _interrupted_once(signum: int, _frame: object) -> None:
     every later one of either ignored, so that a second press while the first is handled (workers ended,
     temporary outputs removed, the interpreter's exit) neither prints a traceback nor kills the process halfway
     (Python's handler raised it there, and at exit the default one ended the process by SIGINT, status -2).
-    Without it, SIGTERM ended the process at once and left its pool's workers blocked on their pipes."""
+    Without it, SIGTERM ended the process at once and left its pool's workers blocked on their pipes. One that
+    Python drops where it lands (code run at deallocation) is raised again at the run's next safe point
+    (stops.py, whose hook `main` installs for the command)."""
     for held in STOP_SIGNALS:
         signal.signal(held, signal.SIG_IGN)
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
@@ -1130,9 +1134,11 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
         args = _parser().parse_args(_negative_values_attached(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help, --version and usage errors end here, having printed their text
         return exc.code if isinstance(exc.code, int) else EXIT_INPUT
+    unraisable_hook = sys.unraisablehook
     if exiting:
         for held in STOP_SIGNALS:
             signal.signal(held, _interrupted_once)
+        sys.unraisablehook = partial(kept_for_later, unraisable_hook)
     if exiting and getattr(args, "one_run", False):
         gc.disable()
     try:
@@ -1159,6 +1165,8 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         return _fail(f"error: {where}{exc.strerror or exc}", EXIT_RUNTIME)
+    finally:
+        sys.unraisablehook = unraisable_hook
 
 
 def console() -> int:

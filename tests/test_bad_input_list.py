@@ -706,6 +706,48 @@ def first_line(stream) -> str:
     return line.decode()
 
 
+SWALLOWED_CTRL_C = """
+import signal, sys
+from simulator.engine.engine import Engine
+from simulator.cli import console
+
+run = Engine.run
+
+def cleaned_up():
+    try:
+        yield
+    finally:
+        signal.raise_signal(signal.SIGINT)
+
+def run_after_a_cleanup(self, ops):
+    steps = cleaned_up()
+    next(steps)
+    del steps
+    return run(self, ops)
+
+Engine.run = run_after_a_cleanup
+sys.argv[0] = "trainsim"
+sys.exit(console())
+"""
+"""`trainsim` with Ctrl-C pressed while a dropped generator's cleanup runs, as the engine starts: Python runs the
+handler there, and reports the KeyboardInterrupt it raises as 'Exception ignored' and drops it, as it does one
+raised in a weakref callback (a run's own: the step's program order leaving simulation.py's `_SHARING` as
+`simulate()` returns), a `__del__` or a fork hook."""
+
+
+def test_ctrl_c_that_lands_in_a_cleanup_still_ends_the_run(tmp_path):
+    """A Ctrl-C that Python drops where it lands (code run at deallocation) still ends the run: `interrupted`,
+    status 130, nothing written. Before, the run went on to write its outputs and exit 0, the traceback of the
+    dropped KeyboardInterrupt on stderr."""
+    out = tmp_path / "out"
+    process = subprocess.run([sys.executable, "-c", SWALLOWED_CTRL_C, "run", "scenarios/schedule-1f1b-p4-m8.yaml",
+                              "--out", str(out), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    said = f"status {process.returncode}; stderr:\n{process.stderr}\nstdout:\n{process.stdout}"
+    assert (process.returncode, process.stderr, process.stdout) == (130, "interrupted\n", ""), said
+    assert list(tmp_path.iterdir()) == [], said
+
+
 def integer_fields(model: type, path: tuple = ()) -> list[tuple]:
     """Every field of the schema that takes an integer, as a path (list items as index 0), found by walking the
     models, so that fields added later are checked too. Fields with their own parser (a checkpoint interval: "N

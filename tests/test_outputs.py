@@ -635,6 +635,27 @@ def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeyp
     assert pressed and one_run_only(out)["scenario"] == str(SMALL)
 
 
+def test_a_stop_python_dropped_while_the_files_were_written_is_raised_before_they_move_in(tmp_path):
+    """A Ctrl-C whose KeyboardInterrupt Python dropped while a run's files were written (raised in a ``__del__``
+    or a weakref callback, kept by the console script's hook: simulator/stops.py) is raised before the files
+    move in: nothing written, no temporary folder left. Before, the files moved in as if no stop had come."""
+    from contextlib import suppress
+
+    from simulator.stops import kept_for_later, raise_dropped
+
+    def write(stage: Path) -> None:
+        (stage / "summary.json").write_text("{}")
+        kept_for_later(print, SimpleNamespace(exc_value=KeyboardInterrupt()))
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_folder.write_run_folder(tmp_path / "out", {}, write)
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        with suppress(KeyboardInterrupt):
+            raise_dropped()
+
+
 MARKED_RUN = """
 import sys
 from pathlib import Path

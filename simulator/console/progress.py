@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simulator.errors import STOP_SIGNALS
+from simulator.stops import raise_dropped
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -257,7 +258,9 @@ class RunProgress:
     def _shown(self) -> None:
         """The status as it now is: the plain line if due, or the bar (started once the run has gone on for
         SHOW_AFTER_S and has a count), which the heartbeat redraws; the heartbeat started again if a fork ended
-        it."""
+        it. First a stop that Python dropped is raised (stops.py): each report is a safe point of the
+        run."""
+        raise_dropped()
         if self.heartbeat is not None:
             self.heartbeat.resume()
         if self.plain is not None:

@@ -26,6 +26,7 @@ import orjson
 
 from simulator.errors import STOP_SIGNALS, InterruptedWritten, ScenarioError, Terminated
 from simulator.report.atomic import write_bytes
+from simulator.stops import raise_dropped
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,7 +149,8 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
     the move is held back to its end and then raised as InterruptedWritten: the folder holds the new run, as it
     does for a stop landing after the move, while the temporary folder goes (that one said only 'interrupted'
     before). The temporary folder's removal is held back too: a stop landing in it left a `.NAME.partial-*`
-    folder beside ``out_dir`` (1 stop in 12 at the moment the files were written, on a loaded machine)."""
+    folder beside ``out_dir`` (1 stop in 12 at the moment the files were written, on a loaded machine). A stop
+    that Python dropped while the files were written (simulator/stops.py) is raised before the move."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
@@ -161,6 +163,7 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
                      for name in names}
             (stage / MANIFEST).write_bytes(orjson.dumps({**identity, "files": files},
                                                         option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+            raise_dropped()
             out_dir.mkdir(exist_ok=True)
             stale = (_previous_files(out_dir) | set(RUN_OUTPUTS)) - set(names) - {MANIFEST}
             with interrupts_held():
