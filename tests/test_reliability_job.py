@@ -519,3 +519,30 @@ def test_a_planned_stop_checkpoints_whole_steps_and_loses_the_step_in_flight():
     assert cut > step  # six stops, each mid-step
     assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(cut, rel=1e-9)
     assert sum(part["mean"] for part in summary["time_s"].values()) == pytest.approx(summary["horizon_s"], rel=1e-12)
+
+
+def test_the_progress_line_names_the_replication_running_not_one_counted_done():
+    """usertest18: off a terminal the line printed at a replication's end read '134/1,000 replications (13%),
+    replication 134/1000': the count already held replication 134 while the activity still named it as the one
+    running (and without the count's separators). Each of the two calls may print the line, so after each the
+    count and the activity must agree: the activity names the replication after those counted, or none."""
+    from simulator.reliability.simulate import simulate_job as simulate
+
+    seen: list[tuple[int, str]] = []
+    done, doing = 0, ""
+
+    def counted(value: int, total: int) -> None:
+        nonlocal done
+        done = value
+        seen.append((done, doing))
+
+    def heard(text: str) -> None:
+        nonlocal doing
+        doing = text
+        seen.append((done, doing))
+
+    loaded = load_scenario(Path(__file__).parent / "data" / "small-job.yaml", ["run.replications=1001"])
+    simulate(loaded, progress=counted, activity=heard)
+    for value, text in seen:
+        assert text in ("", f"replication {value + 1:,}/1,001"), (value, text)
+    assert (999, "replication 1,000/1,001") in seen and seen[-1] == (1001, "")

@@ -680,13 +680,14 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents()
+    replications = scenario.run.replications
     if activity is not None:
-        prepared.states.on_simulating = _state_activity(activity, events, scenario.run.replications)
+        prepared.states.on_simulating = _state_activity(activity, events, replications)
     totals: list[ReplicationTotals] = []
-    for replication in range(scenario.run.replications):
+    for replication in range(replications):
         events.replication = replication
         if activity is not None:
-            activity(f"replication {replication + 1}/{scenario.run.replications}")
+            activity(replication_text(replication, replications))
         env = simpy.Environment()
         job = JobProcess(plan, arrivals(replication), events)
         env.process(job.run(env))
@@ -695,17 +696,24 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         except InputError as copy:  # SimPy raises a copy made of the message; the located original is its cause
             raise copy.__cause__ if isinstance(copy.__cause__, InputError) else copy from None
         totals.append(job.totals(healthy))
+        if activity is not None:  # named no more before it is counted done: each call may print the line
+            activity("")
         if progress is not None:
-            progress(replication + 1, scenario.run.replications)
+            progress(replication + 1, replications)
     if activity is not None:
         prepared.states.on_simulating = None
-        activity("")
     met = {state: c for state, c in prepared.cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
                           prepared.gpu_model)
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
     warnings = prepared.warnings + (() if waiting is None else (waiting,))
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting)
+
+
+def replication_text(replication: int, replications: int) -> str:
+    """The replication a job simulates now, as its progress line names it beside the count of those done:
+    'replication 135/1,000' (0-based ``replication``), with separators as that count has them."""
+    return f"replication {replication + 1:,}/{replications:,}"
 
 
 def _state_activity(activity: Callable[[str], None], events: JobEvents, replications: int
@@ -715,7 +723,7 @@ def _state_activity(activity: Callable[[str], None], events: JobEvents, replicat
     ahead or cached are not heard, and job_summary.json sorts its states, so no count here indexes them."""
 
     def on_simulating(state: ClusterState | None) -> None:
-        replication = f"replication {events.replication + 1}/{replications}"
+        replication = replication_text(events.replication, replications)
         if state is None:
             activity(replication)
             return
