@@ -693,3 +693,23 @@ def test_every_column_reads_in_its_unit_as_its_siblings_do(column, values, label
     from simulator.report.column_units import column_scale
 
     assert column_scale(column, values).label(column) == label
+
+
+def test_a_narrow_heatmaps_title_fits_its_figure_clear_of_the_colour_bar():
+    """usertest18: `plot heatmap` of a job sweep (restart.spares x checkpoint.interval, two values each, the
+    mode varying too) was 3.4 in wide, and its two-line title ran 121 px past the left edge and 130 px past the
+    right, where the colour bar's label ran up into it. The figure now widens (and grows) to hold both."""
+    from simulator.report.study_plots import heatmap_figure
+
+    frame = pd.DataFrame({"point": range(8), "status": ["ok"] * 8, "restart.spares": [0, 0, 0, 0, 8, 8, 8, 8],
+                          "checkpoint.interval": ["5 min", "20 min"] * 4,
+                          "checkpoint.mode": ["sync", "sync", "async", "async"] * 2,
+                          "goodput_tokens_per_s.mean": [3.85e5, 3.84e5, 3.86e5, 3.84e5, 1.269e6, 1.265e6, 1.271e6,
+                                                        1.265e6]})
+    figure = heatmap_figure(frame, "restart.spares", "checkpoint.interval", "goodput_tokens_per_s.mean")
+    figure.draw_without_rendering()
+    ax, colorbar = figure.axes
+    title, label = ax.title.get_window_extent(), colorbar.yaxis.label.get_window_extent()
+    assert "mean of up to 2 points per cell" in ax.get_title()
+    assert 0 <= title.x0 and title.x1 <= figure.bbox.width
+    assert not title.overlaps(label)

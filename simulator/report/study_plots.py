@@ -231,8 +231,25 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     ax.set_title(f"{value} over {x} x {y}" + (
         f"\nmean of up to {shared} points per cell: more axes vary than --x and --y show" if shared > 1 else "") + (
         f"\n{unshown} point{'s have' if unshown > 1 else ' has'} no {value} (n/a)" if unshown else ""))
+    _fit_title_width(figure, ax)
     _fit_label_height(figure, ax)
+    _fit_label_height(figure, colorbar.ax)
     return figure
+
+
+def _fit_title_width(figure: Figure, ax) -> None:
+    """Make the figure wide enough for the title over ``ax``: a heatmap of two columns is 3.4 in wide, and the
+    title of a job sweep's (`goodput_tokens_per_s.mean over restart.spares x checkpoint.interval`, then the line
+    saying cells hold means) ran 121 px past its left edge and 130 px past its right, under the colour bar. The
+    axes, and the title centred over them, widen by the width added less the fixed margins: half of it moves
+    each end of the title, hence twice the larger overrun (and a margin)."""
+    for _ in range(3):
+        figure.draw_without_rendering()
+        title = ax.title.get_window_extent()
+        overrun = max(-title.x0, title.x1 - figure.bbox.width)
+        if overrun <= 0:
+            return
+        figure.set_figwidth(figure.get_figwidth() + (2 * overrun) / figure.dpi + 0.2)
 
 
 def _fit_label_height(figure: Figure, ax) -> None:
