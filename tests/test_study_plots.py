@@ -685,11 +685,13 @@ def test_a_chart_given_another_commands_folder_names_its_charts(tmp_path, capsys
     ("exposed_comm_s.dp", [0.0, 0.0], "exposed communication, DP (s)"),
     ("traffic_bytes_per_gpu.dp", [0.0], "traffic per GPU, DP (B)"),
     ("failures.gpu.rate_per_unit_per_h", [1e-5], "failures, GPU, rate (per unit per h)"),
+    ("time_s.restart_s.mean", [1.8e6], "time, restart, mean (d)"),
+    ("slow_steps_by_cause_s.throttle.mean", [1.4e4], "slow steps by cause, throttle, mean (h)"),
 ])
 def test_every_column_reads_in_its_unit_as_its_siblings_do(column, values, label):
     """Before: share_of_step plotted 0.127 while the bottleneck's other shares read %, the ETTR bounds 0.906
     beside ettr's 90.7 %, a seconds column of zeros '(ns)' and a byte one '(B)' by luck, rate_per_unit_per_h no
-    unit at all."""
+    unit at all; a job sweep's time_s.restart_s.mean 'time s, restart, mean (d)' (usertest18)."""
     from simulator.report.column_units import column_scale
 
     assert column_scale(column, values).label(column) == label

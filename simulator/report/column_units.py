@@ -63,10 +63,14 @@ WORDS = {"busbw": "bus bandwidth", "comm": "communication", "gpu": "GPU", "mfu":
 
 def spoken_column(column: str) -> str:
     """``column`` in words, without the unit its name carries (shown beside it): 'step_time_s' -> 'step time',
-    'traffic_bytes_per_gpu.dp' -> 'traffic per GPU, DP', 'tokens_per_s' -> 'throughput', 'mfu' -> 'MFU'."""
+    'traffic_bytes_per_gpu.dp' -> 'traffic per GPU, DP', 'tokens_per_s' -> 'throughput', 'mfu' -> 'MFU'. A key
+    holding keys in its unit says it too and drops it alike: a job's 'time_s.restart_s.mean' read 'time s,
+    restart, mean (d)', now 'time, restart, mean (d)'."""
     keys = column.split(".")
-    unit_key = next((i for i in reversed(range(len(keys))) if _key_scale(_INDEX.sub("", keys[i]), 0.0)), None)
-    return ", ".join(_spoken_key(key, unit=i == unit_key) for i, key in enumerate(keys))
+    scales = [_key_scale(_INDEX.sub("", key), 0.0) for key in keys]
+    shown = next((scale for scale in reversed(scales) if scale), None)
+    return ", ".join(_spoken_key(key, unit=shown is not None and scale == shown) for key, scale in zip(
+        keys, scales, strict=True))
 
 
 def _spoken_key(key: str, *, unit: bool) -> str:
