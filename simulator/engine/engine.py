@@ -24,7 +24,7 @@ from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import plan_key
 from simulator.engine.sharing import Sharing
 from simulator.engine.stepping import Steps, run_until, start, succeed_next
-from simulator.errors import InputError, SimulationError
+from simulator.errors import SimulationError
 from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND, EventLog, FlowBlock
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 
@@ -168,12 +168,6 @@ class Engine:
             self._drop_pending()
             return EngineResult(self.log, self.env.now, self.executed, self._replayed_flows,
                                 lockstep=stop.lockstep, stopped_at_s=self.env.now)
-        # An error that failed a SimPy process (a plan of a collective with mirrors, a fault) leaves run_until as
-        # a whole copy whose cause is the original (`copied`): the original is raised, with its own traceback.
-        except InputError as exc:
-            if isinstance(exc.__cause__, InputError):
-                raise exc.__cause__ from None
-            raise
         if not self._all_done.triggered:  # no events left before every op finished
             raise SimulationError(self._deadlock_report())
         lost = dict(sorted(self.contention.lost_s.items())) if self.contention is not None else {}

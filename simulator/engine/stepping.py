@@ -13,14 +13,10 @@ propagates, as itself, from the step that resumed it. `run_until` is SimPy's eve
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
-from contextlib import suppress
 from heapq import heappop
-from types import MemberDescriptorType
 
 import simpy
 from simpy.events import PENDING, URGENT
-
-from simulator.errors import InputError
 
 Steps = Generator[simpy.Event, None, None]
 """A generator that yields the events it waits for (the values they carry are not sent in)."""
@@ -95,8 +91,9 @@ def run_until(env: simpy.Environment, until: simpy.Event) -> None:
     ``until`` has not been: the caller says why). ``until`` must be an event not processed yet that never fails
     and that nothing else waits on (no callbacks): for such an event this is `simpy.Environment.run(until)` with
     SimPy's `step` inlined, one method call and one exception frame less per event, of which a training step has
-    about a quarter of a million. A failed event that nothing defused raises, as in SimPy, a copy of its exception
-    (`copied`) whose cause is the original. It reads SimPy's private queue and event fields, as 4.1 lays them out (the
+    about a quarter of a million. A failed event that nothing defused raises its exception itself, where SimPy raises
+    ``type(error)(*error.args)``, a copy that loses what ``__init__`` does not rebuild from its args (an
+    InputError's field and location). It reads SimPy's private queue and event fields, as 4.1 lays them out (the
     version pyproject.toml pins; tests/test_stepping.py runs it against `env.run`)."""
     assert until.callbacks == [], "run_until needs an event not processed yet that nobody waits on"
     queue = env._queue
@@ -107,43 +104,7 @@ def run_until(env: simpy.Environment, until: simpy.Event) -> None:
         for callback in callbacks:
             callback(event)
         if not event._ok and not hasattr(event, "_defused"):
-            error = event._value
-            copy = copied(error)
-            copy.__cause__ = error
-            raise copy
+            raise event._value
         if event is until:
             return
 
-
-def copied(error: BaseException) -> BaseException:
-    """A copy of ``error`` with all its parts: an `InputError` rebuilt (`InputError.rebuilt`, its location
-    whole); any other made without calling its ``__init__`` again, then given the original's args, the fields
-    a built-in base keeps outside them (`_builtin_fields`) and its attributes. SimPy's copy,
-    ``type(error)(*error.args)``, gave an InputError its rendered line as its problem and dropped its field
-    and flag; it fails for an error whose ``__init__`` takes other arguments, doubles a message that
-    ``__init__`` formats (``bad value bad value 5``), and an ``__init__`` that reads its argument's parts fails on
-    the rendered string, its error replacing the original. Made without ``__init__`` and without the built-in
-    fields, a UnicodeDecodeError or an OSError subclass with its own ``__init__`` came out empty (``str`` '',
-    no errno nor filename)."""
-    if isinstance(error, InputError):
-        return error.rebuilt()
-    kind = type(error)
-    copy = kind.__new__(kind, *error.args)
-    copy.args = error.args  # an OSError subclass with its own __init__ leaves them to it
-    for name in _builtin_fields(kind):
-        value = getattr(error, name, None)
-        if value is not None:  # an OSError given None for its filename2 would print '-> None'
-            with suppress(AttributeError):  # read-only: an ExceptionGroup's, which its __new__ sets
-                setattr(copy, name, value)
-    copy.__dict__.update(vars(error))
-    return copy
-
-
-def _builtin_fields(kind: type[BaseException]) -> list[str]:
-    """The public fields the built-in exception classes of ``kind``'s bases keep in C, set by their
-    ``__init__`` (an OSError's errno, strerror and filename; a UnicodeDecodeError's encoding, object and
-    reason; SystemExit's code): not in the instance's ``__dict__``, and an OSError's filename not in its args
-    either."""
-    return [name for base in kind.__mro__ if base.__module__ == "builtins"
-            for name, field in vars(base).items()
-            if isinstance(field, MemberDescriptorType) and not name.startswith("_")]
