@@ -311,22 +311,28 @@ def test_run_progress_off_a_terminal_prints_plain_lines_unless_quiet(capsys):
     assert RunProgress(enabled=False).plain is None
 
 
-def test_plain_progress_says_what_the_run_does_between_counts(capsys):
-    """A job's replication simulating a degraded state for minutes gave no count, so no line: `doing` names the
-    state on the next due line, and `beat` (the heartbeat's call) prints one whenever PLAIN_EVERY_S have
-    passed, with or without a count since."""
+def test_plain_progress_says_what_the_run_does_between_counts(capsys, monkeypatch):
+    """A job's replication simulating a degraded state for minutes gave no count, so no line: the activity a
+    `RunProgress` sets (`RunProgress.doing`) names the state on the next due line, and `beat` (the heartbeat's
+    call, here made by the test: the thread waits a day) prints one whenever PLAIN_EVERY_S have passed, with or
+    without a count since."""
+    monkeypatch.setattr(progress_module, "BEAT_S", 86_400.0)
     now = [0.0]
-    plain = PlainProgress("replications", "simulating the job", clock=lambda: now[0])
-    plain.doing("simulating the healthy step")
-    now[0] = PLAIN_EVERY_S
-    plain.beat()
-    plain(0, 2)
-    plain.doing("replication 1/2: simulating a new cluster state (8 link(s) down)")
-    plain.beat()
-    now[0] = 2 * PLAIN_EVERY_S
-    plain.beat()
-    now[0] = 3 * PLAIN_EVERY_S
-    plain.doing("")
+    with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+        assert progress.plain is not None
+        plain = progress.plain
+        plain.clock = lambda: now[0]
+        plain.started = plain.last = 0.0
+        progress.doing("simulating the healthy step")
+        now[0] = PLAIN_EVERY_S
+        plain.beat()
+        progress(0, 2)
+        progress.doing("replication 1/2: simulating a new cluster state (8 link(s) down)")
+        plain.beat()
+        now[0] = 2 * PLAIN_EVERY_S
+        plain.beat()
+        now[0] = 3 * PLAIN_EVERY_S
+        progress.doing("")
     assert capsys.readouterr().err == (
         "simulating the job: simulating the healthy step, 0:00:10 elapsed\n"
         "simulating the job: 0/2 replications (0%), replication 1/2: simulating a new cluster state (8 link(s) down),"

@@ -72,8 +72,8 @@ class PlainProgress:
     """Progress off a terminal: its `Status`'s line on stderr at most every PLAIN_EVERY_S seconds of ``clock``;
     callable as ``progress(done, total)`` for one ``unit`` and ``description`` (a sweep's and a search's
     points), and `beat` prints the line anew once it is due (a `Heartbeat` calls it). A run's `RunProgress`
-    sets this status's counts and activity itself (a job's phases) and calls `beat`, so no run calls `doing`
-    (the tests do), and `show` (counts in any unit) serves ``progress(done, total)`` and the tests."""
+    sets this status's counts and activity itself (a job's phases) and calls `beat`; `show` (counts in any unit)
+    serves ``progress(done, total)`` and the tests."""
 
     def __init__(self, unit: str = "ops", description: str = "simulating",
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -87,12 +87,6 @@ class PlainProgress:
 
     def show(self, done: int, total: int, unit: str, description: str) -> None:
         self.status.counts = done, total, unit, description
-        self.beat()
-
-    def doing(self, activity: str) -> None:
-        """What the run does now, said on each line until the next ``activity`` ('' for nothing more than the
-        counts)."""
-        self.status.activity = activity
         self.beat()
 
     def beat(self) -> None:
