@@ -177,7 +177,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if loaded.scenario.run.horizon is not None:
         from simulator.reliability.simulate import fixed_size_warning, interval_past_horizon, validate_job
 
-        sizes = validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
+        sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes, force=args.force)
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
         known = (fixed_size_warning(loaded, sizes), interval_past_horizon(loaded, None))

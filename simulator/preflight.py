@@ -24,6 +24,7 @@ from simulator.topology.graph import Topology
 
 if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
+    from simulator.reliability.elastic import ElasticSizes
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,8 @@ class Verdict:
     each rank holds (`held_stages`), the layout warnings, a lower bound of the
     step time that needs no run (`step_floor`; 0 for a communication-only workload), the GPUs the step spans
     (the summary's `gpus`: a replayed trace's ranks, which may be fewer than the cluster's; None for a
-    communication-only workload, which spans the cluster) and, run unfolded for minutes, what it simulates
-    (``size``)."""
+    communication-only workload, which spans the cluster), run unfolded for minutes, what it simulates
+    (``size``) and a replayed trace's job's sizes (``trace_sizes``)."""
 
     memory: Mapping[str, object]
     warnings: tuple[str, ...]
@@ -43,6 +44,10 @@ class Verdict:
     size: tuple[str, ...] = ()
     """A step that runs unfolded for a minute or more: what it simulates, about how long, and why
     (`scale.unfolded_size_lines`)."""
+    trace_sizes: ElasticSizes | None = None
+    """A replayed trace's job's sizes as its trace tells them (`refuse_trace_step`), which `validate_job` gives in
+    place of the placeholder `check_job` finds before the trace is read; None for a step without a horizon or of
+    no trace."""
 
 
 @collector_paused()
@@ -71,16 +76,17 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
     shrinking: tuple[str, ...] = ()
+    trace_sizes = None
     if isinstance(workload, TraceWorkload):  # the job modules imported for a trace only: a plain step's
         from simulator.reliability.simulate import one_size_warning_of, refuse_trace_step  # validate loads none
 
-        refuse_trace_step(loaded, topology, program, force=force)
+        trace_sizes = refuse_trace_step(loaded, topology, program, force=force)
         shrinking = one_size_warning_of(loaded, topology, program)
     located(loaded, lambda: plan_every_collective(prepared.step.shapes.firsts, prepared.plans))
     layout = {"layout": program.details["layout"]} if "layout" in program.details and program.memory else {}
     return Verdict({**program.memory, **layout}, (*loaded.ignored_without_a_horizon(), *program.warnings, *shrinking),
                    step_floor(program.ops, set(prepared.step.slowdowns)), program.world,
-                   unfolded_size_lines(loaded, topology.num_gpus, prepared.step))
+                   unfolded_size_lines(loaded, topology.num_gpus, prepared.step), trace_sizes)
 
 
 def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:

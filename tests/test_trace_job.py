@@ -227,6 +227,21 @@ def test_an_elastic_trace_job_shrinks_by_whole_copies_each_size_a_plain_replay(m
     assert sum(running.values()) + job.summary["time_s"]["restart_s"]["mean"] == pytest.approx(20 * H, abs=1e-6)
 
 
+def test_validate_gives_an_elastic_trace_jobs_sizes_as_its_run_does():
+    """`trainsim validate`'s job sizes for the 8-replica elastic trace job are the whole copies its run shrinks
+    to (`refuse_trace_step`'s); validate dropped those and took `check_job`'s, the 8 replicas alone, which the
+    trace's job never uses to plan."""
+    from simulator.preflight import validate
+    from simulator.reliability.simulate import prepare_job, validate_job
+    from simulator.scale import sized_topology
+
+    loaded = scenario_from_text(ELASTIC, "job.yaml")
+    topology = sized_topology(loaded, force=False)
+    verdict = validate(loaded, topology)
+    sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes)
+    assert sizes.sizes == prepare_job(loaded).plan.sizes.sizes == (2, 4, 6, 8)
+
+
 def test_an_elastic_trace_jobs_min_replicas_is_checked_against_its_replicas(tmp_path, capsys):
     """`restart.min_replicas` above the trace job's replicas is refused at its line: against `workload.dp` at
     load, and against the traced job's own replicas (dp left out: 2 for the two-rank trace) once it is read, by
