@@ -19,7 +19,14 @@ from simulator.collector import collector_paused
 from simulator.config.locate import located
 from simulator.engine.plans import PlanCache
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
-from simulator.simulation import network_settings, plan_cache, plan_workload, prepare_training, step_faults
+from simulator.simulation import (
+    network_settings,
+    plan_cache,
+    plan_workload,
+    prepare_training,
+    scenario_warnings,
+    step_faults,
+)
 from simulator.topology.graph import Topology
 
 if TYPE_CHECKING:
@@ -71,7 +78,7 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
         plans = plan_cache(topology, settings)
         ops = located(loaded, lambda: build_comm_program(items, topology.num_gpus))
         located(loaded, lambda: plan_workload(items, ops, plans))
-        return Verdict({}, loaded.ignored_without_a_horizon())
+        return Verdict({}, scenario_warnings(loaded, topology))
     guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
@@ -84,7 +91,8 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
         shrinking = one_size_warning_of(loaded, topology, program)
     located(loaded, lambda: plan_every_collective(prepared.step.shapes.firsts, prepared.plans))
     layout = {"layout": program.details["layout"]} if "layout" in program.details and program.memory else {}
-    return Verdict({**program.memory, **layout}, (*loaded.ignored_without_a_horizon(), *program.warnings, *shrinking),
+    return Verdict({**program.memory, **layout}, (*scenario_warnings(loaded, topology), *program.warnings,
+                                                        *shrinking),
                    step_floor(program.ops, set(prepared.step.slowdowns)), program.world,
                    unfolded_size_lines(loaded, topology.num_gpus, prepared.step), trace_sizes)
 

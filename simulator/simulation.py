@@ -305,17 +305,7 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
     before it is built unfolded;
     ``classes``: the ranks of a stage the transformer's folded step simulates apart (engine/rank_classes.py,
     which classes only the layout's representatives, never a trace's ranks; or its CP lanes,
-    parallel/folding.py `lane_classes`)."""
-    from simulator.topology.loader import kept_nvls_warning
-
-    program = _workload_program(loaded, topology, fold=fold, guard=guard, classes=classes)
-    warning = kept_nvls_warning(loaded, topology)
-    return program if warning is None else replace(program, warnings=(*program.warnings, warning))
-
-
-def _workload_program(loaded: LoadedScenario, topology: Topology, *, fold: bool, guard: UnfoldingGuard | None,
-                      classes: RankClasses | None) -> StepProgram:
-    """`step_program` without the cluster's warnings: the workload's own program and warnings."""
+    parallel/folding.py `lane_classes`). The scenario's own warnings are not the step's (`scenario_warnings`)."""
     from simulator.config.traces import TraceWorkload
 
     base_dir = Path(loaded.source).parent
@@ -336,6 +326,17 @@ def _workload_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
                                                           guard=guard, classes=classes))
     warning = selective_recompute_warning(loaded, program)
     return program if warning is None else replace(program, warnings=(*program.warnings, warning))
+
+
+def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, ...]:
+    """The warnings of the scenario's sections rather than of its step: the fields a run without a horizon
+    ignores, and a node override that keeps NVLink SHARP for a GPU without it (`kept_nvls_warning`). Each command
+    gives them once: every step program carried the latter, a job's each cluster state's too, and a job's healthy
+    step cached from another file with the same step sections named that file's line."""
+    from simulator.topology.loader import kept_nvls_warning
+
+    kept = kept_nvls_warning(loaded, topology)
+    return (*loaded.ignored_without_a_horizon(), *(() if kept is None else (kept,)))
 
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
@@ -627,9 +628,9 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
         run = simulate_training(loaded, topology, faults, progress, guard, prepared, budget)
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)
-    ignored = loaded.ignored_without_a_horizon()
-    if ignored:
-        run.summary["warnings"] = [*ignored, *run.summary.get("warnings", ())]
+    warnings = scenario_warnings(loaded, topology)
+    if warnings:
+        run.summary["warnings"] = [*warnings, *run.summary.get("warnings", ())]
     return run
 
 

@@ -223,6 +223,40 @@ def test_a_node_override_that_keeps_nvls_for_a_gpu_without_it_is_warned_at_the_g
     assert err.count("warning") == warned
 
 
+KEPT_NVLS = "cluster.node.gpu_model: gpu_model a100-80gb: the node keeps the topology file's nvls"
+A100_NODE = "cluster: {topology: dgx-h100-cluster, nodes: 1, node: {gpu_model: a100-80gb}}\n"
+
+
+def test_a_communication_only_workload_on_a_node_that_keeps_nvls_is_warned(tmp_path, capsys):
+    """The kept-NVLS warning came with a training step's program, so a `workload:` list of collectives on the same
+    node was validated and run without it; it is the scenario's warning (`scenario_warnings`), given once."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(A100_NODE + "workload:\n- {op: all_reduce, bytes: 1 MiB}\n")
+    assert main(["validate", str(scenario)]) == 0
+    assert capsys.readouterr().err.count(f"warning: {scenario}:1: {KEPT_NVLS}") == 1
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert capsys.readouterr().err.count(f"warning: {scenario}:1: {KEPT_NVLS}") == 1
+
+
+def test_a_jobs_kept_nvls_warning_names_its_own_file_once(tmp_path):
+    """Two jobs of the same sections in two files, the second with the node a line lower: its healthy step came
+    from the first's cache, whose program carried the first file's warning (and every degraded state's program
+    carried one too); each job's healthy step now warns once, at its own file's line."""
+    from simulator.config.loader import load_scenario
+    from simulator.reliability.simulate import simulate_job
+
+    body = ("model: {preset: llama3-8b, layers: 4}\ntraining: {seq_len: 1024, global_batch: 8}\n"
+            "run: {horizon: 1 d, replications: 1}\ncheckpoint: {size: 1 GB, interval: 1 h}\n"
+            "faults: {preset: llama3}\n")
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(A100_NODE + body)
+    second.write_text("# the same job\n" + A100_NODE + body)
+    for scenario, line in ((first, 1), (second, 2)):
+        warnings = simulate_job(load_scenario(scenario)).step_summary["warnings"]
+        kept = [warning for warning in warnings if KEPT_NVLS in warning]
+        assert len(kept) == 1 and kept[0].startswith(f"{scenario}:{line}: ")
+
+
 def test_oversubscription_halves_spine_bandwidth():
     full = build_topology("cluster", {"nodes": 64, "leaf_ports": 32, "spines": 8})
     half = build_topology("cluster", {"nodes": 64, "leaf_ports": 32, "spines": 8, "oversubscription": "2:1"})

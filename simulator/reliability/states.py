@@ -50,7 +50,7 @@ from simulator.reliability.elastic import shrunk_scenario, trace_replicas
 from simulator.reliability.inputs import files_key
 from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.scale import refold_refusal, refuse_unfolded
-from simulator.simulation import PreparedStep, prepare_training, simulate_training
+from simulator.simulation import PreparedStep, prepare_training, scenario_warnings, simulate_training
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 
@@ -188,9 +188,11 @@ class StepStates:
         None once it is done: a job's progress says which state a replication is simulating (a degraded state of
         2,048 GPUs takes minutes)."""
         healthy_step, summary = self._cached(None, lambda: (loaded, topology), healthy)
-        self.healthy_summary = {**summary, "scenario": loaded.source}
+        warnings = scenario_warnings(loaded, topology)
+        self.healthy_summary = {**summary, "scenario": loaded.source,
+                                **({"warnings": [*warnings, *summary.get("warnings", ())]} if warnings else {})}
         """The healthy step's summary, naming this scenario's file (the cached step may be another file's with
-        the same step sections)."""
+        the same step sections), the scenario's own warnings first (`scenario_warnings`)."""
         if healthy_step is None:
             raise StepAborted(self.healthy_summary["aborted_at_s"], self.healthy_summary["reason"])
         self.healthy_step: StepState = healthy_step
