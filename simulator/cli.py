@@ -621,7 +621,7 @@ def _window(text: str | None) -> tuple[float, float] | None:
     try:
         low, high = (parse_duration(part.strip() or "0") for part in parts)
     except InputError as exc:
-        raise InputError(exc.problem, field="--window", allowed=allowed) from None
+        raise exc.rebuilt(field="--window", allowed=allowed) from None
     problem = window_problem(low, high)
     if problem:
         raise InputError(f"{text!r}: {problem}", field="--window", allowed=allowed)

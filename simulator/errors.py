@@ -58,9 +58,10 @@ class InputError(TrainsimError):
         has none (no line, where the error moves off the file). A copy made here drops no part of its location
         (one that left out ``at_flag`` turned `--set a.b=v: problem` back into `--set a.b=v: a.b: problem`, off
         the command line; one that left out ``line`` named a flag's error without the line its topology file
-        gave). Some places still build a new error from ``problem`` with a field of their own, keeping no file,
-        line or flag mark (simulation.py, topology/parameters.py, cli.py, sweep/spec.py, among others). One
-        mark of a kept part: before, the others took None, so a caller clearing ``file`` with None kept it."""
+        gave). A new error built from ``problem`` names a place of its own instead of the original's: a workload
+        item's field (simulation.py), the command line (cli.py's topology argument) or the sweep file's line
+        (sweep/spec.py). One mark of a kept part: before, the others took None, so a caller clearing ``file``
+        with None kept it."""
         return (kind or type(self))(
             self.problem if problem is KEPT else problem,
             field=self.field if field is KEPT else field,

@@ -19,7 +19,7 @@ def chunk_bytes(value: object) -> float | None:
     try:
         nbytes = parse_message_size(value)
     except InputError as exc:
-        raise ScenarioError(exc.problem, field=CHUNK_FIELD, allowed=CHUNK_ALLOWED) from None
+        raise exc.rebuilt(ScenarioError, field=CHUNK_FIELD, allowed=CHUNK_ALLOWED) from None
     check_chunk(nbytes, value)
     return nbytes
 
@@ -35,4 +35,4 @@ def check_chunk(nbytes: float | None, written: object = None) -> None:
     try:
         whole_bytes(nbytes, shown, CHUNK_ALLOWED)
     except InputError as exc:
-        raise ScenarioError(exc.problem, field=CHUNK_FIELD, allowed=CHUNK_ALLOWED) from None
+        raise exc.rebuilt(ScenarioError, field=CHUNK_FIELD, allowed=CHUNK_ALLOWED) from None

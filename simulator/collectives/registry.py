@@ -76,7 +76,7 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
     except ScenarioError as refused:
         if refused.field != "collectives.algorithm":
             raise
-        raise ScenarioError(refused.problem, field=refused.field, allowed=_offered(request, topology)) from None
+        raise refused.rebuilt(allowed=_offered(request, topology)) from None
     return protocols.apply(phases, name, resolved)
 
 

@@ -80,7 +80,7 @@ def parse_list(text: str, parse, option: str, example: str) -> list:
         try:
             values.append(parse(part))
         except InputError as exc:  # says why: '5' read 'cannot read', where the unit was all it lacked
-            raise InputError(exc.problem, field=option, allowed=example) from None
+            raise exc.rebuilt(field=option, allowed=example) from None
         except ValueError:
             raise InputError(f"{part!r} is not a number", field=option, allowed=example) from None
     if not values or any(not 0 < value < math.inf for value in values if not isinstance(value, str)):

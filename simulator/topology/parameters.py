@@ -99,7 +99,7 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
         try:
             result: Any = _READERS[param.kind](value)
         except InputError as exc:
-            raise TopologyError(exc.problem, field=f"{prefix}{name}", allowed=exc.allowed) from None
+            raise exc.rebuilt(TopologyError, field=f"{prefix}{name}") from None
         if param.kind in ("count", "ratio", "bandwidth") and not result > 0:
             raise TopologyError(f"{value!r} must be positive", field=f"{prefix}{name}", allowed="a positive value")
         if param.kind == "count" and result > MAX_COUNT:

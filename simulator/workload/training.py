@@ -145,7 +145,9 @@ def resolve_model(scenario: Scenario) -> ModelSpec:
             dims["moe"] = _experts(config.moe, None, dims["ffn_hidden"])
         return ModelSpec(name="custom", **dims)
     except ScenarioError as exc:
-        raise ScenarioError(exc.problem, field=exc.field or "model", allowed=exc.allowed) from None
+        if exc.field:
+            raise
+        raise exc.rebuilt(field="model") from None
 
 
 def _experts(section: MoEConfig, preset: MoESpec | None, ffn_hidden: int) -> MoESpec:
