@@ -223,6 +223,28 @@ def test_a_node_override_that_keeps_nvls_for_a_gpu_without_it_is_warned_at_the_g
     assert err.count("warning") == warned
 
 
+@pytest.mark.parametrize(("node", "sets", "error"), [
+    ("{gpu_model: h200}", [], "{topology}:7: node.nvlink_bandwidth: bandwidth 450 has no unit"),
+    ("{gpus: 8}", ["cluster.node.gpu_model=h200"], "{topology}:7: node.nvlink_bandwidth: bandwidth 450 has no unit"),
+    ("{gpu_model: h200, nvlink_bandwidth: 5}", [],
+     "{scenario}:1: cluster.node.nvlink_bandwidth: bandwidth 5 has no unit"),
+    ("{gpu_model: h200}", ["cluster.node.nvlink_bandwidth=5"],
+     "command line: trainsim validate: --set cluster.node.nvlink_bandwidth=5: bandwidth 5 has no unit"),
+], ids=["merged", "merged-by-set", "set-by-the-node", "set-by-a-set"])
+def test_an_error_in_a_node_key_the_override_keeps_is_the_topology_files(tmp_path, capsys, node, sets, error):
+    """A scenario's `node:` without a kind is merged into the file's node and sets only its own keys; the file's
+    `nvlink_bandwidth: 450` (no unit) was blamed on the scenario's `cluster.node.nvlink_bandwidth` (line 1, a
+    field it never wrote, or its `node:` line where a `--set` merged the GPU), the file's line lost. A key the
+    override does set is still its own."""
+    topology, scenario = tmp_path / "my.yaml", tmp_path / "s.yaml"
+    topology.write_text("name: my\nkind: cluster\nnodes: 2\nnode:\n  kind: nvswitch_node\n  gpus: 8\n"
+                        "  nvlink_bandwidth: 450\nnics_per_node: 8\nnic_bandwidth: 400 Gb/s\n")
+    scenario.write_text(f"cluster: {{topology: my.yaml, node: {node}}}\n"
+                        "model: {preset: llama3-8b, layers: 4}\ntraining: {seq_len: 1024, global_batch: 16}\n")
+    assert main(["validate", str(scenario), *(part for item in sets for part in ("--set", item))]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {error.format(topology=topology, scenario=scenario)} (allowed: ")
+
+
 KEPT_NVLS = "cluster.node.gpu_model: gpu_model a100-80gb: the node keeps the topology file's nvls"
 A100_NODE = "cluster: {topology: dgx-h100-cluster, nodes: 1, node: {gpu_model: a100-80gb}}\n"
 

@@ -353,7 +353,7 @@ def _check_cluster(scenario: Scenario, base_source: str, base_lines: dict, writt
             files[cluster.topology] = read_topology(cluster.topology, None, Path(base_source).parent)
         checked_parameters(with_overrides(files[cluster.topology], cluster.overrides()))
     except TopologyError as exc:
-        field = scenario_field_of(exc, set(cluster.overrides()))
+        field = scenario_field_of(exc, cluster.overrides())
         if field is None:
             raise
         raise located_error(field, exc.problem, exc.allowed, base_source, base_lines, written) from None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import simulator
 from simulator.config.yaml_source import FieldPath, line_of, parse_field, read_yaml
@@ -25,14 +26,25 @@ BUNDLED_DIR = SOURCE_TREE_DIR if SOURCE_TREE_DIR.is_dir() else INSTALLED_DIR
 FILE_KEYS = ("kind", "name", "description")
 
 
-def scenario_field_of(exc: TopologyError, overridden: set[str]) -> FieldPath | None:
-    """Where a topology error belongs in a scenario whose `cluster` section overrides the parameters
-    ``overridden``: the overriding field (``cluster.<parameter>...``), or ``cluster.topology`` for a file that
-    cannot serve; None when it is the topology file's own mistake, already located in that file."""
+def scenario_field_of(exc: TopologyError, overrides: Mapping[str, object]) -> FieldPath | None:
+    """Where a topology error belongs in a scenario whose `cluster` section gives ``overrides``: the overriding
+    field (``cluster.<parameter>...``) where they set the parameter (`set_by`), or ``cluster.topology`` for a file
+    that cannot serve; None when it is the topology file's own mistake, already located in that file."""
     path = parse_field(exc.field)
-    if bool(path) and path[0] in overridden:
+    if set_by(overrides, path):
         return ("cluster", *path)
     return None if exc.file else ("cluster", "topology")
+
+
+def set_by(overrides: Mapping[str, object], path: FieldPath) -> bool:
+    """Whether ``overrides`` set the parameter at ``path``, or the whole one it is part of: a mapping without a
+    `kind`, merged into the file's (`with_overrides`), sets only its own keys. The file's other keys of a merged
+    node were blamed on the override (`node: {gpu_model: h200}` took the file's `nvlink_bandwidth: 450`'s missing
+    unit as its own, at a field it never wrote)."""
+    if not path or path[0] not in overrides:
+        return False
+    value = overrides[path[0]]
+    return len(path) == 1 or not _merging(value) or path[1] in value
 
 
 def list_bundled_topologies() -> list[str]:
@@ -67,7 +79,8 @@ class TopologySource:
     name: str
     source: str
     lines: dict
-    overridden: frozenset[str]
+    overrides: Mapping[str, object]
+    """The overrides applied (`set_by` says which parameters they set)."""
     description: str
 
 
@@ -96,7 +109,7 @@ def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path
                                 allowed=", ".join(FILE_KEYS + tuple(parameters)), file=source,
                                 line=line_of(lines, (key,)))
     params = {key: value for key, value in data.items() if key not in FILE_KEYS}
-    spec = TopologySource(kind, params, data.get("name") or path.stem, source, lines, frozenset(),
+    spec = TopologySource(kind, params, data.get("name") or path.stem, source, lines, {},
                           data.get("description", ""))
     return with_overrides(spec, overrides)
 
@@ -107,20 +120,27 @@ def with_overrides(spec: TopologySource, overrides: dict | None) -> TopologySour
     merged into the file's: it replaced dgx-h100-cluster's whole node, whose NVSwitches lost `nvls` unsaid."""
     parameters = BUILDERS[spec.kind].parameters
     params = dict(spec.params)
+    given = dict(spec.overrides)
     for key, value in (overrides or {}).items():
         if key not in parameters:
             raise TopologyError(f"unknown override {key!r} for topology kind {spec.kind!r}", field=str(key),
                                 allowed=", ".join(parameters), file=spec.source)
         params[key] = _merged(params.get(key), value)
-    return replace(spec, params=params, overridden=spec.overridden | frozenset(overrides or {}))
+        given[key] = _merged(given.get(key), value)
+    return replace(spec, params=params, overrides=given)
 
 
 def _merged(written: object, override: object) -> object:
     """``override`` over the file's ``written`` value: a mapping that names no `kind` merged into the file's
     mapping key by key; anything else, a whole node with its `kind` included, in its place."""
-    if isinstance(written, dict) and isinstance(override, dict) and "kind" not in override:
+    if isinstance(written, dict) and _merging(override):
         return {**written, **override}
     return override
+
+
+def _merging(override: object) -> TypeGuard[dict]:
+    """Whether ``override`` is merged into the file's mapping (`_merged`): a mapping that names no `kind`."""
+    return isinstance(override, dict) and "kind" not in override
 
 
 def checked_parameters(spec: TopologySource) -> dict:
@@ -142,7 +162,7 @@ def build_source(spec: TopologySource) -> Topology:
         topology = build_topology(spec.kind, spec.params, spec.name)
     except TopologyError as exc:
         field_path = parse_field(exc.field)
-        if field_path and field_path[0] in spec.overridden:
+        if set_by(spec.overrides, field_path):
             raise exc.located(file=f"{spec.source} (override)") from None
         raise exc.located(file=spec.source, line=line_of(spec.lines, field_path)) from None
     topology.params["description"] = spec.description
@@ -156,7 +176,7 @@ def scenario_topology(loaded: LoadedScenario) -> Topology:
     try:
         return load_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
     except TopologyError as exc:
-        path = scenario_field_of(exc, set(cluster.overrides()))
+        path = scenario_field_of(exc, cluster.overrides())
         if path is None:
             raise
         located = loaded.error(path, exc.problem, exc.allowed)
