@@ -684,7 +684,8 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
     "copies": "a dp whose copies each fill NVLink domains alike, or a smaller dp",
     "cluster": "a generated topology whose hosts have equal GPU counts",
     "collectives": "network.model: analytic (each transfer alone: replicas whose routes take equal times fold)",
-    "faults": "step faults that keep the replicas alike (no link faults; stragglers slowing whole stages)",
+    "faults": ("step faults that keep the replicas alike (links down from the step's start only; stragglers "
+               "slowing whole stages)"),
 }
 """What to change so that the check passes."""
 

@@ -25,7 +25,7 @@ SHARED_NICS = (RAILS.replace("spines: 2}", "spines: 2, nics_per_node: 4, oversub
                + "collectives: {channels: 2}\n")
 """Four NICs per host under 2:1 spines: the replicas' all-reduces meet the fabric's links unevenly, and the
 symmetry check unfolds the step (tests/test_reliability_states.py)."""
-LINK_DOWN = "faults: {step: {links: [{link: [leaf0.r0, spine0]}]}}\n"
+LINK_DOWN = "faults: {step: {links: [{link: [leaf0.r0, spine0], at: 1 ms}]}}\n"
 GRAPH = """kind: graph
 nodes:
   - {name: sw, kind: switch}
@@ -98,7 +98,8 @@ CASES = {
                     "network.model: analytic (each transfer alone: replicas whose routes take equal times fold)",
                     [True]),
     "faults": (RAILS + LINK_DOWN, 6, "faults.step", "link faults (replicas no longer see the same links)",
-               "step faults that keep the replicas alike (no link faults; stragglers slowing whole stages)",
+               "step faults that keep the replicas alike (links down from the step's start only; stragglers "
+               "slowing whole stages)",
                [True]),
 }
 

@@ -45,6 +45,7 @@ from simulator.engine.symmetry import link_kind_codes, overlapping, padded, rout
 from simulator.parallel.folding import RankClasses, representatives
 from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
+from simulator.topology.graph import Topology
 
 
 def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder
@@ -94,6 +95,39 @@ def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShap
     by_host = None if hops_only else RankClasses.keyed(columns)
     if by_host is not None and by_host not in proposed:
         yield by_host
+
+
+def link_fault_classes(program: StepProgram, topology: Topology, down: Sequence[tuple[str, str]],
+                       nvlink: RankClasses | None) -> RankClasses | None:
+    """The classes to fold ``program`` (folded, one representative per stage) by under the links ``down`` from
+    the step's start: ranks keyed in every stage by their index in their host (their rail) and, where their host
+    is near a link down (`hosts_near`), by the host itself; beside the NVLink classes ``nvlink``
+    (`rank_classes`). Far from the links down a rail's ranks take their routes unchanged; near them a detour is
+    picked by a hash of its ends, so near hosts differ (keyed by rail alone there, the fold onto 64 of 512 ranks
+    under a leaf down fell out of step at a hand-off: hosts 0 and 8 of the failed leaf's group met other flows).
+    A proposal, held to the checks of any classed fold (`fold_policy.link_fault_step`). Under a leaf down on
+    2,048 GPUs in leaf groups of 32 hosts it simulates 288 ranks: the leaf group's 256 and one per rail."""
+    host = np.asarray(topology.gpu_host, dtype=np.int64)
+    local = np.asarray(topology.gpu_local, dtype=np.int64)
+    layout = program.layout
+    if layout is None or _stage_hosts(program, host) is None:
+        return None
+    near = hosts_near(topology, down)
+    stages = np.array([layout.stage_ranks(stage) for stage in range(layout.pp)], dtype=np.int64).T
+    base = [()] * len(stages) if nvlink is None else [(number,) for number in nvlink.of_position]
+    keys = [(*key, tuple((int(local[rank]), int(host[rank]) if host[rank] in near else None)
+                         for rank in ranks.tolist())) for key, ranks in zip(base, stages)]
+    return RankClasses.keyed(keys, unequal=True)
+
+
+def hosts_near(topology: Topology, down: Sequence[tuple[str, str]]) -> set[int]:
+    """The hosts near the links ``down`` (node pairs): a host with a node at either end of one (a NIC's cable),
+    or wired to a switch at either end (a leaf's hosts, for a leaf's links or a cable to its spine)."""
+    graph = topology.graph
+    ends = {node for edge in down for node in edge}
+    around = ends | {neighbour for node in ends if graph.nodes[node].get("host") is None
+                     for neighbour in graph.successors(node)}
+    return {graph.nodes[node]["host"] for node in around if graph.nodes[node].get("host") is not None}
 
 
 def _stage_hosts(program: StepProgram, host: np.ndarray) -> list[tuple[int, ...]] | None:

@@ -1,0 +1,101 @@
+"""A step with links down from its start folds by classes of ranks (engine/fold_policy.py `link_fault_step`: the
+hosts near the links down apart, the other ranks by rail), and the folded step equals the unfolded one: the
+step time to the bit, every other figure to the rounding of a weighted mean. Each case says whether it folds,
+so a change that unfolded every case (as link faults all did) or folded one wrongly fails here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_rank_classes import _assert_same_figures
+
+from simulator.config.loader import scenario_from_text
+from simulator.engine.fold_policy import EVERY_RANK_NEAR, LINKS_DURING_STEP, STAGE_FOLD_UNDER_LINKS
+from simulator.simulation import simulate
+from simulator.topology.loader import scenario_topology
+
+STEP = """
+collectives: {channels: 2}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+run: {timeline: summary}
+"""
+RAILS = "cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2, oversubscription: 2}\n" + STEP
+"""Rail-optimized DGX H100 hosts (a NIC and a leaf per rail), two hosts a leaf group."""
+RAILS_8 = RAILS.replace("nodes: 4", "nodes: 8")
+PLAIN = ("cluster: {topology: dgx-h100-cluster, nodes: 8, node: {kind: nvswitch_node, gpus: 4}, nics_per_node: 1, "
+         "leaf_ports: 2, spines: 2, oversubscription: 2}\n" + STEP)
+"""A plain fat tree: one NIC a host, every GPU of a host behind it."""
+TWO_NICS = PLAIN.replace("nics_per_node: 1", "nics_per_node: 2")
+
+
+def _links(text: str, down: str) -> list[list[str]]:
+    """The links ``down`` names on ``text``'s cluster: a leaf's (all of leaf0.r0's), a spine's (spine0's), a
+    NIC's cable (h0/nic0 to its leaf) or a leaf's cable to a spine."""
+    graph = scenario_topology(scenario_from_text(text, "inline.yaml", [])).graph
+    if down in ("leaf", "spine"):
+        switch = "leaf0.r0" if down == "leaf" else "spine0"
+        return [[switch, node] for node in sorted(graph.successors(switch))]
+    return [["leaf0.r0", "h0/nic0" if down == "nic" else "spine0"]]
+
+
+def _folded_and_unfolded(text: str, down: str, overrides: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    faulted = text + f"faults: {{step: {{links: {json.dumps([{'link': pair} for pair in _links(text, down)])}}}}}\n"
+    folded = simulate(scenario_from_text(faulted, "inline.yaml", list(overrides))).summary
+    unfolded = simulate(scenario_from_text(faulted, "inline.yaml", [*overrides, "run.fold=false"])).summary
+    return folded, unfolded
+
+
+@pytest.mark.parametrize(("text", "parallelism", "down", "ranks"), [
+    (RAILS, "{tp: 8, dp: 4}", "leaf", 24),
+    (RAILS, "{tp: 8, dp: 4}", "nic", 24),
+    (RAILS, "{tp: 8, dp: 4}", "uplink", 24),
+    (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "nic", 32),
+    (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "uplink", 32),
+    (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "uplink", 16),
+    (TWO_NICS, "{tp: 2, dp: 16}", "uplink", 12),
+    (PLAIN, "{tp: 4, dp: 8}", "uplink", 12),
+    (PLAIN, "{tp: 1, dp: 32}", "uplink", 12),
+], ids=["rails-leaf", "rails-nic", "rails-uplink", "rails-pp-nic", "rails-pp-uplink", "two-nics-pp-uplink",
+        "two-nics-tp2-uplink", "plain-tp4-uplink", "plain-dp-uplink"])
+def test_links_down_fold_by_the_hosts_near_them_exactly(text, parallelism, down, ranks):
+    """Folded onto the hosts near the links down (each of their ranks apart) and one rank per rail elsewhere,
+    the step time is the unfolded one's to the bit; the per-GPU means, weighed by the classes' sizes, agree to
+    a few units in the last place (the weighted sum adds in another order). The stage fold is given up first."""
+    folded, unfolded = _folded_and_unfolded(text + f"parallelism: {parallelism}\n", down)
+    assert folded["folded"] and folded["simulated_ranks"] == ranks and not folded["warnings"]
+    assert [(entry["fold"], entry["reason"]) for entry in folded["fold_given_up"]] == [("stage",
+                                                                                          STAGE_FOLD_UNDER_LINKS)]
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    assert folded["faults"] == unfolded["faults"]
+    _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+
+
+@pytest.mark.parametrize(("text", "parallelism", "down", "reason"), [
+    (RAILS, "{tp: 8, dp: 4}", "spine", EVERY_RANK_NEAR),
+    (RAILS, "{tp: 8, pp: 2, dp: 2}", "leaf", EVERY_RANK_NEAR),
+    (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "leaf", "send_recv 'recv bwd mb3' over GPUs [28, 20] ended on its mirrors"),
+    (RAILS, "{tp: 4, pp: 2, dp: 4}", "nic", "members send unlike amounts"),
+    (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "leaf", "send_recv 'recv bwd mb3' over GPUs [14, 10] ended on its mirrors"),
+], ids=["spine", "one-leaf-group", "pp-leaf-out-of-step", "tree-loads", "two-nics-pp-leaf-out-of-step"])
+def test_links_down_that_no_fold_stands_for_unfold(text, parallelism, down, reason):
+    """Where every host is near the links down (a spine, one leaf group), where the classed fold is refused
+    before its run (a tree's unlike loads) or falls out of step in it (a hand-off of a near host meeting other
+    flows than its class-mate's), the step runs unfolded, saying why."""
+    folded, unfolded = _folded_and_unfolded(text + f"parallelism: {parallelism}\n", down)
+    assert not folded["folded"] and reason in folded["fold_off_reason"]
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+
+
+@pytest.mark.parametrize(("fault", "overrides", "reason"), [
+    ("{link: [leaf0.r0, spine0], at: 1 ms}", (), LINKS_DURING_STEP),
+    ("{link: [leaf0.r0, spine0], capacity: 0.5}", (), LINKS_DURING_STEP),
+    ("{link: [leaf0.r0, spine0]}", ("network.model=analytic",), "on the analytic model"),
+], ids=["mid-step", "degraded", "analytic"])
+def test_link_faults_the_checks_cannot_read_unfold(fault, overrides, reason):
+    """A link failing mid-step or degraded but up changes what the fold checks read at the step's start, and the
+    analytic model has no lockstep check after the run: each unfolds the step, saying why."""
+    text = RAILS + f"parallelism: {{tp: 8, dp: 4}}\nfaults: {{step: {{links: [{fault}]}}}}\n"
+    summary = simulate(scenario_from_text(text, "inline.yaml", list(overrides))).summary
+    assert not summary["folded"] and reason in summary["fold_off_reason"]
