@@ -6,15 +6,22 @@ so a change that unfolded every case (as link faults all did) or folded one wron
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_rank_classes import _assert_same_figures
 
 from simulator.config.loader import scenario_from_text
-from simulator.engine.fold_policy import EVERY_RANK_NEAR, LINKS_DURING_STEP, STAGE_FOLD_UNDER_LINKS
+from simulator.engine.fold_policy import (
+    EVERY_RANK_NEAR,
+    LINKS_DURING_STEP,
+    LINKS_WITHOUT_LAYOUT,
+    STAGE_FOLD_UNDER_LINKS,
+)
 from simulator.simulation import simulate
 from simulator.topology.loader import scenario_topology
 
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 STEP = """
 collectives: {channels: 2}
 model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
@@ -99,3 +106,14 @@ def test_link_faults_the_checks_cannot_read_unfold(fault, overrides, reason):
     text = RAILS + f"parallelism: {{tp: 8, dp: 4}}\nfaults: {{step: {{links: [{fault}]}}}}\n"
     summary = simulate(scenario_from_text(text, "inline.yaml", list(overrides))).summary
     assert not summary["folded"] and reason in summary["fold_off_reason"]
+
+
+def test_a_traces_copies_under_links_down_unfold():
+    """A replayed trace has no layout to class its copies by the hosts near the links down, so its copies run
+    unfolded, saying why (they would otherwise fold as a stage fold does, which `link_fault_step` gives up)."""
+    traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
+    text = (f"cluster: {{topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2}}\n"
+            f"workload: {{trace: '{traces}', format: kineto, dp: 32}}\n"
+            "faults: {step: {links: [{link: [leaf0.r0, spine0]}]}}\n")
+    summary = simulate(scenario_from_text(text, "inline.yaml", [])).summary
+    assert not summary["folded"] and summary["fold_off_reason"] == LINKS_WITHOUT_LAYOUT

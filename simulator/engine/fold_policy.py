@@ -174,7 +174,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     other replicas then only wait for it at the collectives they share. ``shapes``: the index of the program's
     collectives, when the caller has it."""
     if plan.links:
-        return {}, link_fault_blocker(plan, mode)
+        return {}, link_fault_blocker(plan, mode) or (LINKS_WITHOUT_LAYOUT if program.layout is None else "")
     if not plan.slowdowns:
         return {}, ""
     if program.layout is None:
@@ -191,6 +191,10 @@ LINKS_DURING_STEP = "link faults (replicas no longer see the same links)"
 """Why link faults unfold a step unless every one takes its links down from the start (`link_fault_blocker`):
 a link failing mid-step or degraded but up changes routes or capacities that the fold checks, which read the
 routes and capacities at the step's start, do not see."""
+
+
+LINKS_WITHOUT_LAYOUT = "link faults in a step without a parallel layout (a trace: no hosts' classes to fold by)"
+"""Why links down unfold a step without a layout: its copies are not classed by the hosts near the links."""
 
 
 def link_fault_blocker(plan: StepFaultPlan, mode: NetworkMode) -> str:
@@ -338,7 +342,8 @@ def link_fault_step(build: StepBuilder, program: StepProgram, plans: PlanCache, 
     links down (engine/rank_classes.py `link_fault_classes`; the stage fold itself is given up,
     `STAGE_FOLD_UNDER_LINKS`) where the class-mates keep pace with their representatives
     (`unlike_class_mates`) and `fold_verdict` passes the classed program, as any classed fold; else unfolded,
-    with the last refusal's reason. Detours break the translations the checks otherwise lean on, so every
+    with the classed fold's refusal, or where its classes hold every rank (one leaf group, a spine) saying so
+    (`EVERY_RANK_NEAR`). Detours break the translations the checks otherwise lean on, so every
     mirror is compared, and the lockstep check after the run certifies the fold (one out of step unfolds).
     A leaf down on 512 H100s (TP 8, PP 4, DP 16, two leaf groups) folds onto 288 ranks, its step time the
     unfolded one's to the bit, in 21 s of CPU and 0.84 GB against 35 s and 1.38 GB."""
