@@ -29,6 +29,9 @@ size of ranks (parallel/folding.py `rank_weights`), which the summary's per-GPU 
 are hosts: where two ranks of one host hand on between the same two hosts over other rails, their flows climb
 other leaves' uplinks and meet other collectives' cross-rail flows unlike, no refold holds and the step runs
 unfolded (tests/test_folding.py `test_cross_rail_contention_unlike_between_lanes_or_groups_runs_unfolded`).
+
+Under links down from the step's start, ranks are classed by their rail and, on the hosts near the links down,
+by host (`link_fault_classes`): only flows to or from those hosts take detours.
 """
 
 from __future__ import annotations
@@ -102,11 +105,12 @@ def link_fault_classes(program: StepProgram, topology: Topology, down: Sequence[
     """The classes to fold ``program`` (folded, one representative per stage) by under the links ``down`` from
     the step's start: ranks keyed in every stage by their index in their host (their rail) and, where their host
     is near a link down (`hosts_near`), by the host itself; beside the NVLink classes ``nvlink``
-    (`rank_classes`). Far from the links down a rail's ranks take their routes unchanged; near them a detour is
-    picked by a hash of its ends, so near hosts differ (keyed by rail alone there, the fold onto 64 of 512 ranks
-    under a leaf down fell out of step at a hand-off: hosts 0 and 8 of the failed leaf's group met other flows).
-    A proposal, held to the checks of any classed fold (`fold_policy.link_fault_step`). Under a leaf down on
-    2,048 GPUs in leaf groups of 32 hosts it simulates 288 ranks: the leaf group's 256 and one per rail."""
+    (`rank_classes`). Far from the links down a rail's ranks detour only to or from the near hosts, where the
+    checks compare them; near them a detour is picked by a hash of its ends, so near hosts differ (keyed by
+    rail alone there, the fold onto 64 of 512 ranks under a leaf down fell out of step at a hand-off: hosts 0
+    and 8 of the failed leaf's group met other flows). A proposal, held to the checks of any classed fold
+    (`fold_policy.link_fault_step`). Under a leaf down on 2,048 GPUs in leaf groups of 32 hosts it simulates
+    288 ranks: the leaf group's 256 and one per rail and stage."""
     host = np.asarray(topology.gpu_host, dtype=np.int64)
     local = np.asarray(topology.gpu_local, dtype=np.int64)
     layout = program.layout

@@ -185,11 +185,12 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
                            ) -> PreparedStep | None:
     """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has
     (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
-    or each of its degraded or straggling states: link faults unfold the step (leaf switches, cables, NICs
-    that `degrade`), and so do stragglers where the engine's folding rule says so (each distinct set of stages
-    slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and ~37 GiB per step (the docs'
-    leaf-switch example met ~75 leaves per replication of the 405B job, its throttling example thousands of
-    straggler states, and both ran for hours without a word).
+    or each of its degraded or straggling states: link faults may unfold the step (leaf switches, cables, NICs
+    that `degrade`: `fold_policy.link_fault_step` folds it by the hosts near them where its checks pass, which
+    is known only once the state is built), and so do stragglers where the engine's folding rule says so
+    (each distinct set of stages slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and
+    ~37 GiB per step (the docs' leaf-switch example met ~75 leaves per replication of the 405B job, its
+    throttling example thousands of straggler states, and both ran for hours without a word).
 
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
@@ -225,7 +226,8 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
                            f"unfolded step ({why}): {limits}", f"{restart}{analytic}a smaller cluster, or --force")
 
     if linked:
-        refuse("link faults unfold it")
+        refuse("link faults may unfold it: where every host is near the links down, or its fold by the hosts near "
+               "them is refused or falls out of step")
     refuse_healthy = state_guard(loaded, topology, None)
 
     def guard(unfolding: Unfolding) -> None:
@@ -265,8 +267,8 @@ def _trace_step(loaded: LoadedScenario, topology: Topology, *, force: bool) -> t
 def _refuse_unfolded_trace_states(loaded: LoadedScenario, model: FailureModel, topology: Topology,
                                   program: StepProgram) -> None:
     """Refuse a replayed trace's job where the states of a class that straggles or degrades links would pass the
-    scale limits: a trace has no layout to fold stragglers by and link faults unfold any step
-    (`fold_policy.fold_with_faults`), so each such state replays every copy that `workload.dp` adds, unfolded."""
+    scale limits: a trace has no layout to fold stragglers or link faults by (`fold_policy.fold_with_faults`),
+    so each such state replays every copy that `workload.dp` adds, unfolded."""
     from simulator.scale import refuse_large_trace
 
     unfolding = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE

@@ -324,7 +324,7 @@ class StepStates:
     def _cut_by_spines(self, topology: Topology, state: ClusterState | None) -> str:
         """With every spine down, which GPUs of the state's cluster no longer reach each other ('' for none:
         the rails of one leaf group still join its hosts), read off the wiring: a job spanning leaf groups is
-        not built as an unfolded step (link faults unfold it) only to abort at its start."""
+        not built (an unfolded step where every host is near the links down) only to abort at its start."""
         if state is None or not 0 < self.spines <= state.spines_down:
             return ""
         down = {edge for leaf, spine in spine_links(topology) for edge in ((leaf, spine), (spine, leaf))}
