@@ -24,7 +24,8 @@ from simulator.faults.rerouting import Rerouter
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.describe import describe_topology, draw_topology, tier_bisection
 from simulator.topology.graph import Wiring, add_link, add_links
-from simulator.topology.loader import list_bundled_topologies, load_topology
+from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology
+from simulator.topology.size import host_shape, topology_gpus
 
 REL = 1e-12
 
@@ -184,6 +185,27 @@ def test_nvl72_keeps_the_rack_on_nvlink():
     assert [topo.link_class[i] for i in topo.path(4, 71)] == ["nvlink", "nvlink"]
     assert route_kinds(topo, 0, 72) == ["gpu", "nic", "switch", "nic", "gpu"]
     assert topo.graph.nodes["rack1/gpu0"]["nvlink_domain"] == 1
+
+
+def test_a_last_rack_partly_in_use_keeps_every_tray_in_its_rack():
+    """`last_rack_trays`: 2 racks of 18 trays and a third of 5 (an elastic job shrunk by trays keeps such a
+    cluster): 41 hosts, the last rack's 20 GPUs in NVLink domain 2, every other GPU where 3 full racks put it;
+    counted (`topology_gpus`) and shaped (`host_shape`) before building as built. More trays than a rack holds
+    is refused at the field."""
+    partial = {"racks": 3, "leaf_ports": 8, "last_rack_trays": 5}
+    full = load_topology("gb200-nvl72", {"racks": 3, "leaf_ports": 8})
+    topo = load_topology("gb200-nvl72", partial)
+    assert (topo.num_gpus, topo.num_hosts, topo.rails) == (164, 41, 4)
+    assert topo.gpu_domain == full.gpu_domain[:164] and topo.gpu_host == full.gpu_host[:164]
+    assert [topo.link_class[i] for i in topo.path(144, 163)] == ["nvlink", "nvlink"]
+    source = read_topology("gb200-nvl72", partial)
+    assert topology_gpus(source) == 164
+    shape = host_shape(source)
+    assert shape is not None and (shape.gpus, shape.domain) == (4, 72)
+    assert shape.period == topo.router.shift_gpus
+    with pytest.raises(TopologyError, match="19 trays in the last rack, more than a rack's 18") as error:
+        build_topology("nvl72", {"racks": 2, "last_rack_trays": 19})
+    assert error.value.field == "last_rack_trays"
 
 
 def test_override_nodes_128_gives_1024_gpus():
@@ -461,6 +483,7 @@ def test_draw_small_and_refuse_large(tmp_path):
     ("cluster", {"nodes": 96, "leaf_ports": 4, "tiers": 3, "pods": 3, "spines": 4}),
     ("cluster", {"nodes": 12, "node": {"kind": "pcie_node"}, "nics_per_node": 2, "leaf_ports": 4}),
     ("nvl72", {"racks": 3, "leaf_ports": 8}),
+    ("nvl72", {"racks": 3, "leaf_ports": 8, "last_rack_trays": 5}),
 ])
 def test_link_id_routes_follow_the_node_routes(kind, params):
     """`Topology.path` asks the fabric for link ids put together from cached pieces; they must be the links of
@@ -477,6 +500,7 @@ def test_link_id_routes_follow_the_node_routes(kind, params):
     ("cluster", {"nodes": 12, "node": {"kind": "pcie_node"}, "nics_per_node": 2, "leaf_ports": 4}),
     ("cluster", {"nodes": 8, "node": {"kind": "nvswitch_node", "gpus": 1}, "nics_per_node": 1}),
     ("nvl72", {"racks": 3, "leaf_ports": 8}),
+    ("nvl72", {"racks": 3, "leaf_ports": 8, "last_rack_trays": 5}),
     ("nvswitch_node", {}),
 ])
 def test_routes_at_once_are_the_routes_one_by_one(kind, params):

@@ -573,22 +573,35 @@ NVL72_PARAMETERS = {
     "nvls": Param("text", "nvswitch3", "in-switch reduction in the rack's NVSwitches (NVLink SHARP) or none",
                   choices=NvlinkReduction),
     "nics_per_tray": Param("count", 4, "NICs per compute tray (used when racks > 1)"),
+    "last_rack_trays": Param("count", None, "compute trays in the last rack, for a rack partly in use (an elastic "
+                             "job shrunk by trays); default = trays", optional=True),
     **FABRIC_PARAMETERS,
 }
 
 
+def rack_trays(p: dict) -> list[int]:
+    """The compute trays of each rack of parsed NVL72 parameters ``p``: `trays`, the last rack's
+    `last_rack_trays` where given (at most `trays`, so that tray t of rack r is host r x trays + t in any case)."""
+    last = p["last_rack_trays"]
+    if last is not None and last > p["trays"]:
+        raise TopologyError(f"{last} trays in the last rack, more than a rack's {p['trays']}",
+                            field="last_rack_trays", allowed=f"1 to {p['trays']} (trays)")
+    return [p["trays"]] * (p["racks"] - 1) + [p["trays"] if last is None else last]
+
+
 def _build_nvl72(p: dict, name: str) -> Topology:
     wiring, fabric = Wiring(), Fabric()
-    rack_gpus = p["trays"] * p["gpus_per_tray"]
-    domain = {"gpus": rack_gpus, **{k: p[k] for k in ("nvlink_bandwidth", "nvlink_latency")}}
-    for rack in range(p["racks"]):
+    links = {k: p[k] for k in ("nvlink_bandwidth", "nvlink_latency")}
+    per_rack = rack_trays(p)
+    for rack, trays in enumerate(per_rack):
+        domain = {"gpus": trays * p["gpus_per_tray"], **links}
         _add_nvswitch_domain(wiring, fabric, f"rack{rack}/", rack * p["trays"], rack, domain, p["gpus_per_tray"])
     rails, derived = 1, {}
     if p["racks"] > 1:
         if p["nics_per_tray"] > p["gpus_per_tray"]:
             raise TopologyError(f"{p['nics_per_tray']} NICs per tray but {p['gpus_per_tray']} GPUs",
                                 field="nics_per_tray", allowed=f"1 to {p['gpus_per_tray']}")
-        trays = p["racks"] * p["trays"]
+        trays = sum(per_rack)
         host_gpus = [list(range(t * p["gpus_per_tray"], (t + 1) * p["gpus_per_tray"])) for t in range(trays)]
         derived = _add_network(wiring, fabric, host_gpus, p["nics_per_tray"], p)
         rails = p["nics_per_tray"]

@@ -7,7 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.errors import TopologyError
-from simulator.topology.builders import BUILDERS, GRAPH_PARAMETERS, NODE_TYPES, read_graph_nodes, shift_period_hosts
+from simulator.topology.builders import (
+    BUILDERS,
+    GRAPH_PARAMETERS,
+    NODE_TYPES,
+    rack_trays,
+    read_graph_nodes,
+    shift_period_hosts,
+)
 from simulator.topology.loader import TopologySource
 from simulator.topology.parameters import read_parameters
 
@@ -36,7 +43,7 @@ _COUNTERS: dict[str, Callable[[dict], int]] = {
     "pcie_node": lambda p: read_parameters(BUILDERS["pcie_node"].parameters, p)["gpus"],
     "cluster": lambda p: read_parameters(BUILDERS["cluster"].parameters, p)["nodes"] * _node_gpus(
         p.get("node", {"kind": "nvswitch_node"})),
-    "nvl72": lambda p: (lambda q: q["racks"] * q["trays"] * q["gpus_per_tray"])(
+    "nvl72": lambda p: (lambda q: sum(rack_trays(q)) * q["gpus_per_tray"])(
         read_parameters(BUILDERS["nvl72"].parameters, p)),
     "graph": _graph_gpus,
 }
@@ -66,7 +73,8 @@ class HostShape:
     """The GPUs of each host of a cluster, the rails (NICs) each host leaves on, and the GPUs of each NVLink
     domain, read from its parameters: what tells a collective's flows apart from its members' count before the
     cluster is built (scale.py). A GB200 NVL72 tray is a host (collectives/ring.py runs a ring per channel through
-    trays) inside a rack's NVLink domain; a DGX host is its own domain."""
+    trays) inside a rack's NVLink domain (a last rack partly in use, `last_rack_trays`, holds fewer: domain
+    ``rank // domain`` all the same); a DGX host is its own domain."""
 
     gpus: int
     rails: int
@@ -95,7 +103,7 @@ def host_shape(spec: TopologySource) -> HostShape | None:
             params = read_parameters(BUILDERS["nvl72"].parameters, dict(spec.params))
             tray = params["gpus_per_tray"]
             rails = min(params["nics_per_tray"], tray) if params["racks"] > 1 else 1
-            trays = params["racks"] * params["trays"]
+            trays = sum(rack_trays(params))
             period = _period(trays, tray, params) if params["racks"] > 1 else 0
             return HostShape(tray, rails, tray * params["trays"], period)
     except TopologyError:
