@@ -263,6 +263,8 @@ def test_no_pipeline_stage_is_offered_without_a_layer():
 def test_the_shrink_settings_write_the_shrunk_scenario():
     """`shrunk_settings` over the job's data load as the scenario `shrunk_scenario` builds."""
     loaded = load_scenario(FUSED, [*ELASTIC, "parallelism.zero=1", *BATCH])
-    settings = shrunk_settings(loaded.scenario, 8, 8, 2, 5)
+    topology = scenario_topology(loaded)
+    assert topology.num_hosts == 8
+    settings = shrunk_settings(loaded.scenario, topology, 8, 2, 5)
     assert load_scenario(FUSED, [*ELASTIC, "parallelism.zero=1", *BATCH, *settings]).scenario == shrunk_scenario(
-        loaded.scenario, 8, 8, 2, 5)
+        loaded.scenario, topology, 8, 2, 5)

@@ -16,6 +16,8 @@ from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.reliability.simulate import simulate_job
+from simulator.reliability.states import ClusterState, StepStates
+from simulator.topology.loader import scenario_topology
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 PAIR = SCENARIOS / "trace-allreduce-2rank.yaml"
@@ -365,24 +367,27 @@ def test_a_trace_job_counts_the_traced_jobs_own_replicas_with_dp_left_out_as_wit
     assert list(left_out["replicas"]["running_s"]) == list(given["replicas"]["running_s"]) == ["2"]
 
 
-def test_an_elastic_trace_job_on_a_cluster_that_cannot_shrink_is_refused_naming_the_size(tmp_path, capsys):
+def test_an_elastic_trace_job_on_a_gb200_rack_shrinks_by_whole_trays(tmp_path, capsys):
     """The two-rank trace copied to 72 replicas on a GB200 NVL72 rack (18 trays of 4 GPUs): its sizes are the
-    multiples of 4 replicas (whole trays), and the rack takes no `nodes`, so the job shrunk to 4 replicas has no
-    cluster. Refused once the trace is read, naming the size and the min_replicas that avoids it, before any
-    replication, by `validate` as by `run`; before, the error came when the job first shrank, and validate passed
-    the job."""
-    scenario = tmp_path / "job.yaml"
+    multiples of 4 replicas (whole trays), and the job shrunk to 68 keeps 17 trays of the rack (`last_rack_trays`):
+    its step is `simulate()` of that cluster. Before, the rack took no `nodes`, so every smaller size had no
+    cluster and the job was refused."""
     traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
-    scenario.write_text(f"cluster: {{topology: gb200-nvl72}}\nworkload: {{trace: '{traces}', format: kineto, dp: 72}}\n"
-                        "checkpoint: {size: 1 GB}\nrun: {horizon: 2 d, replications: 1}\nfaults: {preset: llama3}\n"
-                        "restart: {elastic: true}\n")
-    for command in (["validate", str(scenario)], ["run", str(scenario), "--out", str(tmp_path / "out")]):
-        assert main(command) == 2
-        error = capsys.readouterr().err
-        assert error.startswith(f"error: {scenario}:1: cluster.nodes: the elastic job shrunk to 4 replicas (1 host): "
-                                "unknown override 'nodes' for topology kind 'nvl72'")
-        assert error.endswith("; or restart.min_replicas above 4)\n")
-    assert not (tmp_path / "out").exists()
+    text = (f"cluster: {{topology: gb200-nvl72}}\nworkload: {{trace: '{traces}', format: kineto, dp: 72}}\n"
+            "checkpoint: {size: 1 GB}\nrun: {horizon: 2 d, replications: 1}\nfaults: {preset: llama3}\n"
+            "restart: {elastic: true}\n")
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    assert main(["validate", str(scenario)]) == 0
+    assert capsys.readouterr().err == ""
+    loaded = scenario_from_text(text, str(scenario))
+    topology = scenario_topology(loaded)
+    states = StepStates(loaded, topology)
+    assert simulate_job(loaded).summary["replicas"]["sizes"] == list(range(4, 73, 4))
+    kept = text.replace("gb200-nvl72}", "gb200-nvl72, last_rack_trays: 17}").replace("dp: 72", "dp: 68")
+    step = states(ClusterState(68))
+    assert step is not None and step.step_s == simulate(scenario_from_text(kept, str(scenario))).summary[
+        "step_time_s"] != states.healthy_step.step_s
 
 
 @pytest.mark.parametrize("cluster, dp, allowed", [

@@ -20,6 +20,13 @@ an error when the job first shrinks, deep into a run, and so is an elastic job n
 while its layout does. A layout that does not fit itself gets a plain job's verdict, a warning (its step's
 out-of-memory line), not a refusal: the job runs on it and the smaller sizes that fit, if any.
 
+A shrunk job runs on the hosts of the replicas it keeps (`shrunk_cluster`): a fat tree of fewer `nodes`; on GB200
+NVL72 racks, whose hosts are compute trays in a rack's NVLink domain, whole racks then a last rack of the trays
+left (`last_rack_trays`), each tray in the domain it had (a replica inside a rack gives up trays, replicas
+spanning racks whole racks). A size whose TP or EP groups span NVLink domains where each of the full job's stayed
+inside one (a `parallelism.order` that puts DP inside them: their ranks move as DP shrinks) is refused at load,
+naming the field, as its collectives would leave NVLink for the network every layer.
+
 A replayed trace's job (`workload.trace`) shrinks by whole copies of its traced ranks: its sizes are the
 multiples of the traced job's own data parallelism d up to `workload.dp` whose copies fill whole hosts
 (`trace_sizes`, once the trace is read), each replica replaying its traced work (`keep_per_replica` only: the
@@ -34,13 +41,16 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 
+import numpy as np
+
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.reliability import ElasticBatch
 from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.config.traces import TraceWorkload
-from simulator.errors import InputError
+from simulator.errors import InputError, ScenarioError
 from simulator.memory_remedies import memory_remedies, peak_memory, remedies_text
+from simulator.parallel.layout import Layout
 from simulator.reliability.inputs import files_key
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
@@ -58,29 +68,46 @@ def shrunk_microbatches(batch: ElasticBatch, dp: int, microbatches: int, replica
     return microbatches
 
 
-def shrunk_scenario(scenario: Scenario, hosts: int, dp: int, microbatches: int, replicas: int) -> Scenario:
-    """``scenario`` (a layout of ``dp`` replicas on ``hosts`` hosts, ``microbatches`` per replica) on
-    ``replicas`` of its replicas: the hosts they fill, DP set, each replica's micro-batches as
+def shrunk_cluster(cluster: ClusterConfig, topology: Topology, hosts: int) -> ClusterConfig:
+    """``cluster`` (built as ``topology``) cut to its first ``hosts`` hosts, those of the replicas a shrunk job
+    keeps (replica r on hosts r x hosts-per-replica on, DP being the layout's outermost dimension unless
+    `parallelism.order` says otherwise): a fat tree's `nodes`; GB200 NVL72 racks' whole racks, then a last rack
+    of the trays left (`racks`, `last_rack_trays`), so each kept tray stays in its rack's NVLink domain: a job
+    whose replicas fit in a rack gives up trays of its last rack, one whose replicas span racks whole racks (a
+    replica of 1.5 racks: a rack and a half)."""
+    overrides = cluster.overrides()
+    if topology.params.get("kind") == "nvl72":
+        trays = topology.params["trays"]
+        racks = -(-hosts // trays)
+        overrides.update(racks=racks, last_rack_trays=hosts - (racks - 1) * trays)
+    else:
+        overrides["nodes"] = hosts
+    return ClusterConfig(topology=cluster.topology, **overrides)
+
+
+def shrunk_scenario(scenario: Scenario, topology: Topology, dp: int, microbatches: int, replicas: int) -> Scenario:
+    """``scenario`` (a layout of ``dp`` replicas on the cluster ``topology``, ``microbatches`` per replica) on
+    ``replicas`` of its replicas: the hosts they fill (shrunk_cluster), DP set, each replica's micro-batches as
     `restart.elastic_batch` says (shrunk_microbatches); a replayed trace's `workload.dp` set to ``replicas``, its
     copies each replaying the trace as recorded."""
-    cluster = scenario.cluster
-    nodes = hosts * replicas // dp
+    cluster = shrunk_cluster(scenario.cluster, topology, topology.num_hosts * replicas // dp)
     if isinstance(scenario.workload, TraceWorkload):
         return scenario.model_copy(update={
-            "cluster": ClusterConfig(topology=cluster.topology, **{**cluster.overrides(), "nodes": nodes}),
-            "workload": scenario.workload.model_copy(update={"dp": replicas})})
+            "cluster": cluster, "workload": scenario.workload.model_copy(update={"dp": replicas})})
     count = shrunk_microbatches(scenario.restart.elastic_batch, dp, microbatches, replicas)
     return scenario.model_copy(update={
-        "cluster": ClusterConfig(topology=cluster.topology, **{**cluster.overrides(), "nodes": nodes}),
-        "parallelism": scenario.parallelism.model_copy(update={"dp": replicas}),
+        "cluster": cluster, "parallelism": scenario.parallelism.model_copy(update={"dp": replicas}),
         "training": scenario.training.model_copy(update={"microbatches": count, "global_batch": None})})
 
 
-def shrunk_settings(scenario: Scenario, hosts: int, dp: int, microbatches: int, replicas: int) -> tuple[str, ...]:
+def shrunk_settings(scenario: Scenario, topology: Topology, dp: int, microbatches: int,
+                    replicas: int) -> tuple[str, ...]:
     """The fields `shrunk_scenario` changes, as `--set`s of its values: what the shrunk job's memory remedies are
     weighed on (`memory_remedies` ``base_settings``; none of them touches these fields)."""
-    shrunk = shrunk_scenario(scenario, hosts, dp, microbatches, replicas)
-    return (f"cluster.nodes={shrunk.cluster.overrides()['nodes']}", f"parallelism.dp={shrunk.parallelism.dp}",
+    shrunk = shrunk_scenario(scenario, topology, dp, microbatches, replicas)
+    cluster = tuple(f"cluster.{name}={value}" for name, value in shrunk.cluster.overrides().items()
+                    if scenario.cluster.overrides().get(name) != value)
+    return (*cluster, f"parallelism.dp={shrunk.parallelism.dp}",
             f"training.microbatches={shrunk.training.microbatches}", "training.global_batch=null")
 
 
@@ -148,7 +175,8 @@ def trace_replicas(dp: int | None, traced_dp: int | None = None) -> int:
 
 
 def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: bool = True) -> ElasticSizes:
-    """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use, a size it cannot run on and
+    """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use, a size it cannot run on (its
+    TP or EP groups leaving NVLink domains the full job's stayed in among them) and
     an elastic job that fits in GPU memory on none of its smaller sizes while its layout fits (one whose layout
     does not is warned about as a plain job is, by its step's summary), with the remedies of its largest such
     size where ``weigh_remedies``. A replayed trace's sizes turn on its traced job's data parallelism, known once
@@ -182,17 +210,18 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
     kept = layout.dp * microbatches if restart.elastic_batch is ElasticBatch.KEEP_GLOBAL else None
     sizes = allowed_sizes(layout.dp, layout.cp, scenario.parallelism.ep, smallest, kept)
     fitting, out_of_memory, capacity = [layout.dp], [], 0.0
+    spans = group_domains(layout, scenario.parallelism.ep, topology.gpu_domain_array)
     for size in reversed(sizes[:-1]):
         _check_batch(loaded, layout.dp, microbatches, size)
-        peak, capacity = located(loaded, partial(_check_size, loaded, topology.num_hosts, layout.dp, microbatches,
-                                                 size))
+        peak, capacity = located(loaded, partial(_check_size, loaded, topology, layout.dp, microbatches, size,
+                                                 spans))
         if peak > capacity:
             out_of_memory.append((size, peak))
         else:
             fitting.append(size)
     if len(fitting) == 1 and out_of_memory and _peak_memory(loaded, topology)[0] <= capacity:
         largest, peak = out_of_memory[0]
-        shrink = shrunk_settings(loaded.scenario, topology.num_hosts, layout.dp, microbatches, largest)
+        shrink = shrunk_settings(loaded.scenario, topology, layout.dp, microbatches, largest)
         tried = f" ({remedies_text(memory_remedies(loaded, base_settings=shrink))})" if weigh_remedies else ""
         raise loaded.error(("restart", "elastic"), f"the elastic job fits in GPU memory on none of its "
                            f"smaller sizes: shrunk to {counted(largest, 'replica')} it needs {peak / GIB:.1f} GiB "
@@ -220,8 +249,8 @@ def _refuse_global_batch_of_trace(loaded: LoadedScenario) -> None:
                            "replicas", "keep_per_replica beside workload.trace")
 
 
-def trace_sizes(loaded: LoadedScenario, hosts: int, replicas: int, traced_dp: int | None) -> ElasticSizes:
-    """The replica counts a replayed trace's job of ``replicas`` replicas on ``hosts`` hosts runs on, once its
+def trace_sizes(loaded: LoadedScenario, topology: Topology, replicas: int, traced_dp: int | None) -> ElasticSizes:
+    """The replica counts a replayed trace's job of ``replicas`` replicas on ``topology`` runs on, once its
     trace is read: ``replicas`` alone unless elastic; else, from `restart.min_replicas` up, the multiples of the
     traced job's own data parallelism ``traced_dp`` (the summary's `trace.traced_dp`: `workload.dp` copies the
     traced ranks, so a size is a whole number of copies) whose copies fill whole hosts. None of them is skipped
@@ -230,9 +259,10 @@ def trace_sizes(loaded: LoadedScenario, hosts: int, replicas: int, traced_dp: in
         return ElasticSizes((replicas,))
     given = isinstance(loaded.scenario.workload, TraceWorkload) and loaded.scenario.workload.dp is not None
     smallest = _check_min_replicas(loaded, replicas, "workload.dp's" if given else "the trace's job's")
+    hosts = topology.num_hosts
     sizes = tuple(size for size in _whole_copies(hosts, replicas, traced_dp) if size >= smallest)
     for size in sizes[:-1]:
-        shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, hosts, replicas, 1, size))
+        shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, replicas, 1, size))
         _shrunk_check(hosts, replicas, size, partial(scenario_topology, shrunk))
     return ElasticSizes(sizes)
 
@@ -275,11 +305,56 @@ def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) 
                            f"keep_per_replica, or restart.min_replicas above {size}")
 
 
-def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int) -> tuple[float, float]:
+def _check_size(loaded: LoadedScenario, topology: Topology, dp: int, microbatches: int, size: int,
+                spans: dict[str, int]) -> tuple[float, float]:
     """Build the cluster of the job shrunk to ``size`` replicas and resolve its step: its peak memory per GPU
-    and the GPU's (`_peak_memory`); an error names the size and the `min_replicas` that avoids it."""
-    shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, hosts, dp, microbatches, size))
-    return _shrunk_check(hosts, dp, size, lambda: _peak_memory(shrunk, scenario_topology(shrunk)))
+    and the GPU's, as the step summary gives them, refusing TP or EP groups that leave the NVLink domain each of
+    the full job's (``spans``: group_domains) stayed in; an error names the size and the `min_replicas` that
+    avoids it."""
+    shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, dp, microbatches, size))
+
+    def check() -> tuple[float, float]:
+        cluster = scenario_topology(shrunk)
+        peak = located(shrunk, lambda: peak_memory(shrunk, cluster))
+        assert peak.layout is not None, "an elastic job has a layout (no parameter servers)"
+        _refuse_split_groups(spans, group_domains(peak.layout, shrunk.scenario.parallelism.ep,
+                                                  cluster.gpu_domain_array))
+        return peak.bytes, peak.capacity
+
+    return _shrunk_check(topology.num_hosts, dp, size, check)
+
+
+def group_domains(layout: Layout, ep: int, domains: np.ndarray) -> dict[str, int]:
+    """The most NVLink domains one TP group and one EP group of ``layout`` span (1: each stays inside one), by
+    the field that sets them, rank r on GPU r of NVLink domain ``domains[r]``. An EP group is a block of ``ep``
+    ranks of a DP x CP group in rank order (parallel/experts.ep_group); ``ep`` divides its ranks."""
+    ranks = np.arange(layout.world, dtype=np.int64)
+    domain = domains[:layout.world]
+    tp_stride = layout.stride("tp")
+    tp_base = ranks - (ranks // tp_stride) % layout.tp * tp_stride
+    dp, cp = ((ranks // layout.stride(dim)) % layout.degree(dim) for dim in ("dp", "cp"))
+    outer = dp * layout.cp + cp if layout.stride("dp") > layout.stride("cp") else cp * layout.dp + dp
+    rest = ranks - dp * layout.stride("dp") - cp * layout.stride("cp")
+    ep_group = rest * (layout.dp * layout.cp // ep) + outer // ep
+    return {"tp": _most_domains(tp_base, domain), "ep": _most_domains(ep_group, domain)}
+
+
+def _most_domains(group: np.ndarray, domain: np.ndarray) -> int:
+    """The most distinct ``domain`` values any one ``group`` value spans."""
+    pairs = np.unique(group * (int(domain.max()) + 1) + domain)
+    return int(np.unique(pairs // (int(domain.max()) + 1), return_counts=True)[1].max())
+
+
+def _refuse_split_groups(full: dict[str, int], shrunk: dict[str, int]) -> None:
+    """Refuse TP or EP groups of a shrunk job that span NVLink domains where each of the full job's stayed in
+    one: its per-layer collectives would leave NVLink for the network (on GB200 NVL72 racks, a TP group across
+    two racks where the full job kept each in one)."""
+    for name, spans in shrunk.items():
+        if full[name] == 1 and spans > 1:
+            raise ScenarioError(f"a {name.upper()} group spans {spans} NVLink domains, where each of the full job's "
+                                "stays inside one", field=f"parallelism.{name}",
+                                allowed=f"a parallelism.order that keeps each {name.upper()} group inside one NVLink "
+                                        "domain on fewer replicas")
 
 
 def _shrunk_check(hosts: int, dp: int, size: int, check: Callable[[], T]) -> T:

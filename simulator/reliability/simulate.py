@@ -356,10 +356,9 @@ def refuse_trace_step(loaded: LoadedScenario, topology: Topology, program: StepP
 def _trace_job_sizes(loaded: LoadedScenario, topology: Topology, program: StepProgram) -> ElasticSizes:
     """A replayed trace's job's sizes as its trace tells its replicas (`elastic.trace_sizes`, each smaller one's
     cluster built). Only `run` checked them, once the job was prepared: `validate` passed a `min_replicas` above
-    the traced job's replicas (dp left out) and an elastic job on a GB200 NVL72 rack, which takes no fewer hosts,
-    that `run` refused."""
+    the traced job's replicas (dp left out) that `run` refused."""
     trace = _trace_details(program)
-    return trace_sizes(loaded, topology.num_hosts, trace_replicas(trace["dp"], trace["traced_dp"]),
+    return trace_sizes(loaded, topology, trace_replicas(trace["dp"], trace["traced_dp"]),
                        trace["traced_dp"])
 
 

@@ -339,7 +339,7 @@ class StepStates:
         scenario = self.loaded.scenario
         shrunk = state.replicas != self.healthy.replicas
         if shrunk:
-            scenario = shrunk_scenario(scenario, self.topology.num_hosts, self.healthy.replicas,
+            scenario = shrunk_scenario(scenario, self.topology, self.healthy.replicas,
                                        self.microbatches, state.replicas)
         spines = self.spines
         if 0 < state.spines_down < spines:
