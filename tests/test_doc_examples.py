@@ -562,6 +562,30 @@ def test_the_elastic_and_mtbf_figures_reliability_md_quotes_are_llama3_70b_2k_jo
     assert study in page, f"docs/reliability.md should now read: {study}"
 
 
+def test_the_gb200_elastic_figures_reliability_md_quotes_are_llama3_70b_gb200_jobs(tmp_path):
+    """docs/reliability.md's ETTRs of an elastic job on GB200 NVL72 racks, without elastic and with two spare trays
+    instead are `scenarios/llama3-70b-gb200-job.yaml`'s runs."""
+    runs = {}
+    for name, sets in (("elastic", ()), ("fixed", ("restart.elastic=false",)),
+                       ("spares", ("restart.elastic=false", "restart.spares=2"))):
+        out = tmp_path / name
+        overrides = [part for setting in sets for part in ("--set", setting)]
+        assert main(["run", "llama3-70b-gb200-job", "--out", str(out), "--quiet", *overrides]) == 0
+        runs[name] = json.loads((out / "job_summary.json").read_text())
+    elastic, fixed = runs["elastic"], runs["fixed"]
+    running = {size: value["mean"] / elastic["horizon_s"] for size, value in elastic["replicas"]["running_s"].items()}
+    quote = (f"elastic, ETTR {elastic['ettr']['mean']:.1%} ({elastic['goodput_tokens_per_s']['mean']:,.0f} tokens/s; "
+             f"{elastic['replicas']['shrinks']['mean']:.1f} shrinks and {elastic['replicas']['regrows']['mean']:.1f} "
+             f"regrows a run, on 36 replicas {running['36']:.1%} of the time, 35 {running['35']:.1%}, 34 "
+             f"{running['34']:.1%}); with `--set restart.elastic=false` its restarts wait "
+             f"{fixed['restart_waiting_for_hosts_s']['mean'] / 86400:.2f} days a run for repaired trays and ETTR is "
+             f"{fixed['ettr']['mean']:.1%} ({fixed['goodput_tokens_per_s']['mean']:,.0f} tokens/s); two spare trays "
+             "instead (`--set restart.elastic=false --set restart.spares=2`, 2.8% more GPUs) "
+             f"{runs['spares']['ettr']['mean']:.1%}.")
+    page = flowing((ROOT / "docs" / "reliability.md").read_text())
+    assert quote in page, f"docs/reliability.md should now read: {quote}"
+
+
 def test_the_memory_training_step_md_quotes_for_deepseek_without_recompute_is_what_validate_gives():
     loaded = load_scenario("deepseek-v3-style-1024-gpus", ["training.recompute=none"])
     stage = validate(loaded, sized_topology(loaded, force=False)).memory["memory_per_stage"][1]
