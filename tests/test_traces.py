@@ -198,6 +198,24 @@ def test_a_moved_fp32_gemm_takes_the_fp32_peaks(tmp_path, kernel, launcher):
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
 
 
+@pytest.mark.parametrize("dims", [[[0, 4096], [4096, 1408]], [[2560, 4096], [4096, -1]], [[2560, 0], [0, 1408]]],
+                         ids=["no rows", "negative columns", "empty reduction"])
+def test_a_gemm_whose_recorded_shape_has_an_empty_side_moves_by_the_plateaus(tmp_path, dims):
+    """A recorded matrix multiply with a side of 0 (or less) has no output to cut into waves: moved to an A100 it
+    crashed with a ZeroDivisionError traceback (no tiles, so no waves), and an empty reduction (k = 0) took the
+    waves of an output it never computed (rank 1's 1,100 us GEMM moved to 5.84 ms, not 2.97 ms). Such a shape is
+    no shape, as an attention op's key with a side <= 0 is: the GEMM moves by the plateaus' ratio."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    edit_event(traces / "rank1.json", 0, args={"Input Dims": dims, "Input type": ["c10::BFloat16"] * 2})
+    text = two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm").replace(str(KINETO_2RANK), str(traces))
+    loaded, result = run(text, tmp_path)
+    matmul = 989e12 * 0.801 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
+    rates = result.summary["trace"]["gpu_move"]["classes"]["matmul"]["rates"]
+    assert [("shape" in entry, entry["ops"]) for entry in rates] == [(False, 2)]
+    expected = moved_gemm_s(matmul) + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+
+
 TF32_KERNELS = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32",
                 "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x256_16x3_nn_align4>"
                 "(cutlass_80_tensorop_s1688gemm_128x256_16x3_nn_align4::Params)",

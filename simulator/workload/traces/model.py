@@ -189,13 +189,14 @@ GEMM_OPERANDS = {"aten::mm": 0, "aten::addmm": 1, "aten::addmm_": 1, "aten::_add
 
 def gemm_shape(name: str, dims: object) -> GemmShape:
     """(batch, m, n, k) of a matrix-multiply op from its operand shapes, () when it is not one or the
-    shapes are not recorded. linear multiplies by the transposed weight [n, k]."""
+    shapes are not recorded, or a side is not positive (an empty multiply has no output to cut into tiles).
+    linear multiplies by the transposed weight [n, k]."""
     first = GEMM_OPERANDS.get(name)
     if first is None or not isinstance(dims, list) or len(dims) < first + 2:
         return ()
     a, b = dims[first], dims[first + 1]
     if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 2
-            and all(isinstance(d, int) for d in a + b)):
+            and all(isinstance(d, int) and d > 0 for d in a + b)):
         return ()
     rows = math.prod(a[:-1])
     if name == "aten::linear":
