@@ -350,6 +350,74 @@ def test_only_a_moved_gemm_takes_the_b200s_ramp_fitted_on_gemms(name, ratio):
     assert move.ramps(move.bound(op).kind) == (2e-6, 2e-6) and move.ramps("matmul") == (2e-6, 8e-6)
 
 
+DISTINCT_RAMPS_S = {"h100-sxm": {"gemm": 1e-6, "attention": 3e-6, "memory": 5e-6},
+                    "h200": {"gemm": 2e-6, "attention": 7e-6, "memory": 11e-6}}
+"""kernels.yaml ramps of each section, none equal to another, for a catalog built in a test: every attention and
+memory ramp the real one holds is 2 us, so a mix-up of kinds changes no figure."""
+
+
+@pytest.fixture
+def distinct_ramps(monkeypatch):
+    """The catalog with DISTINCT_RAMPS_S in place of the H100 SXM's and the H200's ramps, read through
+    calibrated_efficiency as kernels.yaml is (its cache emptied before and after, so no other test sees them)."""
+    import copy
+
+    from simulator.workload import calibrated
+
+    data = dict(calibrated.kernel_data())
+    data["gpus"] = dict(data["gpus"])
+    for gpu, ramps in DISTINCT_RAMPS_S.items():
+        entry = data["gpus"][gpu] = copy.deepcopy(data["gpus"][gpu])
+        for section, ramp in ramps.items():
+            entry[section]["ramp_time_s"] = ramp
+    monkeypatch.setattr(calibrated, "kernel_data", lambda: data)
+    calibrated.calibrated_efficiency.cache_clear()
+    yield
+    calibrated.calibrated_efficiency.cache_clear()
+
+
+def test_each_kernel_kind_takes_its_own_sections_ramp_modelled_and_moved(distinct_ramps):
+    """kernels.yaml's gemm, attention and memory ramps are the roofline's matmul, attention and elementwise ramps,
+    in the modelled step and in a moved trace (matmul, attention and memory-bound classes; a kernel of unknown
+    kind the unmeasured 2 us). Every attention and memory ramp the catalog holds is 2 us, so swapping two kinds
+    anywhere on the way passed every test; with a ramp of its own for each kind, a modelled H200 kernel takes its
+    time at its plateau plus its kind's ramp, and a kernel moved from the H100 SXM to the H200 takes the H200's
+    ramp of its kind plus its time beyond the H100's ramp of that kind moved by its ratio."""
+    from simulator.catalog.gpus import GPUS
+    from simulator.workload.calibrated import calibrated_efficiency
+    from simulator.workload.roofline import attention_plateau
+    from simulator.workload.stage_work import CostContext
+    from simulator.workload.traces.gpu_move import GpuMove
+    from simulator.workload.traces.model import TracedOp
+    from simulator.workload.transformer import Kernel
+
+    h100, h200 = GPUS["h100-sxm"], GPUS["h200"]
+    efficiency = calibrated_efficiency("h200")
+    gemm = Kernel("gemm", 2.0 * 4096**3, 3 * 2.0 * 4096**2, "matmul", 4096)
+    attention = Kernel("attention", 1e12, 1e6, "attention", 2048)
+    copy = Kernel("copy", 0.0, 1e8, "elementwise")
+    at_plateau = {gemm: gemm.flops / (h200.peak("bf16") * efficiency.matmul_peak * 4096 / (4096 + 64)),
+                  attention: attention.flops / (h200.peak("bf16") * attention_plateau(efficiency, 2048, False)),
+                  copy: copy.hbm_bytes / (h200.hbm_bandwidth * efficiency.memory_peak)}
+    modelled = {kernel: CostContext(h200, "bf16", efficiency).seconds((kernel,)) for kernel in at_plateau}
+    assert modelled == pytest.approx({gemm: at_plateau[gemm] + 2e-6, attention: at_plateau[attention] + 7e-6,
+                                      copy: at_plateau[copy] + 11e-6}, rel=EXACT)
+    move = GpuMove(1.0, h100, h200)
+    names = {"matmul": "nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTN", "attention": "sdpa_sm90_flash_fprop",
+             "memory-bound": "Memset (Device)", "unknown": "some_unnamed_kernel"}
+    ramps = {"matmul": (1e-6, 2e-6), "attention": (3e-6, 7e-6), "memory-bound": (5e-6, 11e-6),
+             "unknown": (2e-6, 2e-6)}
+    for kind, name in names.items():
+        op = TracedOp(0, name, "7", "compute", 0.0, 100e-6)
+        ramp, cluster_ramp = ramps[kind]
+        assert move.bound(op).kind == kind and move.ramps(kind) == ramps[kind]
+        assert move.duration(op) == pytest.approx(cluster_ramp + (100e-6 - ramp) * move.ratio(move.bound(op)),
+                                                  rel=EXACT)
+        within = TracedOp(0, name, "7", "compute", 0.0, ramp / 2)
+        assert move.duration(within) == pytest.approx(cluster_ramp / 2, rel=EXACT)
+        assert move.details([op])["classes"][kind]["ramp_time_s"] == {"from": ramp, "to": cluster_ramp}
+
+
 @pytest.mark.parametrize("name", ["cutlass_tensorop_s1688gemm_f16_256x128_32x2_nn_align8",
                                   "cutlass_75_tensorop_s1688gemm_bf16_64x64_tn_align1"])
 def test_a_half_precision_s1688gemm_is_not_taken_for_tf32(name):
