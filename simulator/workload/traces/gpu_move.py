@@ -228,9 +228,9 @@ class GpuMove:
     def details(self, ops: Iterable[TracedOp]) -> dict:
         """The summary's account of the move over the traced compute ops ``ops`` (a Chakra trace's CPU ops, which do
         not move, left out): the two GPUs' ramps; per class the ops counted, those within the traced GPU's ramp,
-        what bounds them and the unit of that rate, and per distinct bound (a GEMM precision; an attention pass
-        and key length) its ops, its rate on each GPU and their ratio, traced over cluster: the factor on the
-        durations beyond the ramp, before `compute_scale`."""
+        what bounds them and the unit of that rate, and per distinct bound (a GEMM precision and, to or from an
+        A100, its recorded shape; an attention pass and key length) its ops, its rate on each GPU and their
+        ratio, traced over cluster: the factor on the durations beyond the ramp, before `compute_scale`."""
         assert self.traced is not None and self.cluster is not None
         ops = [op for op in ops if op.stream != CPU_STREAM]
         bounds_of_ops = [self.bound(op) for op in ops]
