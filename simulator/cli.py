@@ -28,7 +28,7 @@ from simulator.errors import (
 )
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
-from simulator.stops import kept_for_later
+from simulator.stops import forget_dropped, kept_for_later, raise_dropped
 from simulator.sweep.options import (
     DEFAULT_MAX_POINTS,
     EXECUTORS,
@@ -1125,11 +1125,13 @@ def _at_command(exc: InputError, command: str) -> InputError:
 
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """Entry point of the `trainsim` console script: every failure ends as one line on stderr and an exit
-    status (2 input, 1 runtime, 130 interrupted, 143 terminated), never a traceback. ``exiting``: the process
-    ends right after (the console script); a command that makes one run (`run`, `collective`) then leaves the
-    cyclic collector off to the end: switching it back on started a full collection that walked the 173k
-    objects of cyclic garbage the 405B 8,192-GPU run leaves (0.12-0.14 s CPU) only to free memory the exit frees
-    anyway."""
+    status (2 input, 1 runtime, 130 interrupted, 143 terminated), never a traceback. A stop that Python dropped
+    and no safe point of the command raised (stops.py) is raised as the command returns, its outputs then in
+    place, whole. ``exiting``: the process ends right after (the console script), which then stops on Ctrl-C
+    and SIGTERM once (`_interrupted_once`) and keeps a dropped stop (`kept_for_later`) for the command; a
+    command that makes one run (`run`, `collective`) then leaves the cyclic collector off to the end: switching
+    it back on started a full collection that walked the 173k objects of cyclic garbage the 405B 8,192-GPU run
+    leaves (0.12-0.14 s CPU) only to free memory the exit frees anyway."""
     try:
         args = _parser().parse_args(_negative_values_attached(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help, --version and usage errors end here, having printed their text
@@ -1142,7 +1144,9 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     if exiting and getattr(args, "one_run", False):
         gc.disable()
     try:
-        return args.func(args)
+        code = args.func(args)
+        raise_dropped()
+        return code
     except InputError as exc:
         return _fail(f"error: {_at_command(exc, args.command)}", EXIT_INPUT)
     except SimulationError as exc:
@@ -1167,6 +1171,7 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
         return _fail(f"error: {where}{exc.strerror or exc}", EXIT_RUNTIME)
     finally:
         sys.unraisablehook = unraisable_hook
+        forget_dropped()
 
 
 def console() -> int:

@@ -8,9 +8,11 @@ a fork hook, Python cannot raise it: it printed it as 'Exception ignored', with 
 and the run went on to write its outputs and exit 0. `kept_for_later`, the console script's
 `sys.unraisablehook`, keeps such a stop instead and prints nothing; `raise_dropped` raises it at the run's
 safe points: each progress report (`RunProgress`: the engine's every `PROGRESS_EVERY` ops and its last, a
-job's or a study's phases, 'writing outputs') and the moment before a run's files move into their folder
-(report/run_folder.py), so a dropped stop still ends the run with nothing written. One dropped after the
-last of them is not raised: the run is done by then. The hook cannot raise the stop anew itself: Python
+job's or a study's phases, 'writing outputs'), the moment before a run's files move into their folder
+(report/run_folder.py) and each point a sweep or a search finishes (sweep/runner.py, sweep/search.py), so a
+dropped stop still ends the run with nothing half-written. One that no safe point met (a command with none,
+as `collective` and `validate-published`, or one dropped after the last) is raised by `cli.main` as the
+command returns: its outputs are then in place, whole. The hook cannot raise the stop anew itself: Python
 looks for signals at the hook's own calls, so a signal raised from it landed in the hook, where Python drops
 an exception as well."""
 
@@ -39,3 +41,8 @@ def raise_dropped() -> None:
     """Raise the stop Python dropped, if one is kept (once)."""
     if _DROPPED:
         raise _DROPPED.pop().with_traceback(None)
+
+
+def forget_dropped() -> None:
+    """Drop the kept stop, if any: `cli.main` as it ends, so that none outlives the command that received it."""
+    _DROPPED.clear()

@@ -706,12 +706,21 @@ def first_line(stream) -> str:
     return line.decode()
 
 
-SWALLOWED_CTRL_C = """
-import signal, sys
-from simulator.engine.engine import Engine
+def dropped_ctrl_c(module: str, name: str) -> str:
+    """A `trainsim` child with Ctrl-C pressed while a dropped generator's cleanup runs, just before ``name`` of
+    ``module`` (a function or a class's method) is called: Python runs the handler there, and reports the
+    KeyboardInterrupt it raises as 'Exception ignored' and drops it, as it does one raised in a weakref callback
+    (a run's own: the step's program order leaving simulation.py's `_SHARING` as `simulate()` returns), a
+    `__del__` or a fork hook."""
+    return f"""
+import importlib, signal, sys
 from simulator.cli import console
 
-run = Engine.run
+*owners, name = "{name}".split(".")
+where = importlib.import_module("{module}")
+for owner in owners:
+    where = getattr(where, owner)
+called = getattr(where, name)
 
 def cleaned_up():
     try:
@@ -719,33 +728,66 @@ def cleaned_up():
     finally:
         signal.raise_signal(signal.SIGINT)
 
-def run_after_a_cleanup(self, ops):
+def called_after_a_cleanup(*args, **kwargs):
     steps = cleaned_up()
     next(steps)
     del steps
-    return run(self, ops)
+    return called(*args, **kwargs)
 
-Engine.run = run_after_a_cleanup
+setattr(where, name, called_after_a_cleanup)
 sys.argv[0] = "trainsim"
 sys.exit(console())
 """
-"""`trainsim` with Ctrl-C pressed while a dropped generator's cleanup runs, as the engine starts: Python runs the
-handler there, and reports the KeyboardInterrupt it raises as 'Exception ignored' and drops it, as it does one
-raised in a weakref callback (a run's own: the step's program order leaving simulation.py's `_SHARING` as
-`simulate()` returns), a `__del__` or a fork hook."""
+
+
+def trainsim_with_a_dropped_ctrl_c(module: str, name: str, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+    """`trainsim ARGS` with a Ctrl-C dropped before ``module.name`` runs (`dropped_ctrl_c`), and all it said."""
+    process = subprocess.run([sys.executable, "-c", dropped_ctrl_c(module, name), *args], cwd=REPO,
+                             capture_output=True, text=True, timeout=300,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return process, f"status {process.returncode}; stderr:\n{process.stderr}\nstdout:\n{process.stdout}"
 
 
 def test_ctrl_c_that_lands_in_a_cleanup_still_ends_the_run(tmp_path):
-    """A Ctrl-C that Python drops where it lands (code run at deallocation) still ends the run: `interrupted`,
-    status 130, nothing written. Before, the run went on to write its outputs and exit 0, the traceback of the
-    dropped KeyboardInterrupt on stderr."""
+    """A Ctrl-C that Python drops where it lands (code run at deallocation), here as the engine starts, still
+    ends the run: `interrupted`, status 130, nothing written. Before, the run went on to write its outputs and
+    exit 0, the traceback of the dropped KeyboardInterrupt on stderr."""
     out = tmp_path / "out"
-    process = subprocess.run([sys.executable, "-c", SWALLOWED_CTRL_C, "run", "scenarios/schedule-1f1b-p4-m8.yaml",
-                              "--out", str(out), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    said = f"status {process.returncode}; stderr:\n{process.stderr}\nstdout:\n{process.stdout}"
+    process, said = trainsim_with_a_dropped_ctrl_c("simulator.engine.engine", "Engine.run", "run",
+                                                   "scenarios/schedule-1f1b-p4-m8.yaml", "--out", str(out), "--quiet")
     assert (process.returncode, process.stderr, process.stdout) == (130, "interrupted\n", ""), said
     assert list(tmp_path.iterdir()) == [], said
+
+
+def test_ctrl_c_dropped_after_a_runs_last_safe_point_is_not_silent(tmp_path):
+    """A Ctrl-C dropped once the run's files are in place (here as its warnings are checked) ends the command as
+    it would have there: `interrupted`, status 130, the folder written whole. Before, it exited 0 with nothing
+    on stderr, and every later press was ignored."""
+    out = tmp_path / "out"
+    process, said = trainsim_with_a_dropped_ctrl_c("simulator.cli", "_warn", "run",
+                                                   "scenarios/schedule-1f1b-p4-m8.yaml", "--out", str(out), "--quiet")
+    assert (process.returncode, process.stderr, process.stdout) == (130, "interrupted\n", ""), said
+    assert sorted(path.name for path in out.iterdir()) == ["manifest.json", "summary.json", "timeline.parquet",
+                                                            "trace.json"], said
+
+
+def test_ctrl_c_dropped_in_a_serial_sweep_stops_it_after_that_point(tmp_path):
+    """A Ctrl-C dropped as a serial sweep's first point simulates (no run folders, so no `RunProgress` and no
+    folder move to raise it) stops the sweep once that point is journalled: its own `interrupted` line, status
+    130, only the points finished by then in its results. Before, it ran all 200 points and exited 0 without a
+    word."""
+    import pandas as pd
+
+    out = tmp_path / "out"
+    process, said = trainsim_with_a_dropped_ctrl_c("simulator.engine.engine", "Engine.run", "sweep",
+                                                   "tests/data/sweep_200.yaml", "--executor", "serial", "--out",
+                                                   str(out), "--quiet")
+    assert process.returncode == 130, said
+    assert process.stderr == (f"interrupted: the finished points are in {out}/results.parquet; run again to "
+                              "resume\n"), said
+    results = pd.read_parquet(out / "results.parquet")
+    assert (results["status"] == "ok").sum() == 1, said
+    assert len(results) < 200, said
 
 
 def integer_fields(model: type, path: tuple = ()) -> list[tuple]:

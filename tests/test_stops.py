@@ -1,5 +1,6 @@
 """A Ctrl-C or SIGTERM that Python dropped where it landed (simulator/stops.py): kept by the console script's
-unraisable hook, raised once at the next safe point; every other unraisable exception goes to the hook before."""
+unraisable hook, raised once at the next safe point (at the latest as the command returns); every other unraisable
+exception goes to the hook before."""
 
 from __future__ import annotations
 
@@ -47,3 +48,19 @@ def test_a_runs_progress_report_raises_a_dropped_stop():
     finally:
         with suppress(KeyboardInterrupt):  # left kept where the report did not raise it
             raise_dropped()
+
+
+def test_a_stop_no_safe_point_met_is_raised_as_the_command_returns_and_none_outlives_main(tmp_path, capsys):
+    """`main` raises a stop kept to the end of its command (`collective`, `validate-published`, or one dropped
+    after a run's last safe point): `interrupted`, 130, where the command had returned 0 without a word. One
+    kept when the command fails otherwise is dropped with it, not left for the next in-process call."""
+    from simulator.cli import main
+
+    kept_for_later(print, SimpleNamespace(exc_value=KeyboardInterrupt()))
+    assert main(["scenarios"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {name: no-such-model}\n")
+    kept_for_later(print, SimpleNamespace(exc_value=KeyboardInterrupt()))
+    assert main(["run", str(bad), "--out", str(tmp_path / "out")]) == 2
+    raise_dropped()  # nothing kept any more

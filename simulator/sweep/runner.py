@@ -12,6 +12,7 @@ from pathlib import Path
 
 from simulator.config.loader import LoadedScenario, Override, sets_typed
 from simulator.errors import InputError, SimulationError
+from simulator.stops import raise_dropped
 from simulator.sweep.executors import Executor
 from simulator.sweep.results import (
     SUMMARY_SCHEMA,
@@ -101,7 +102,8 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     under the current `SUMMARY_SCHEMA`) and
     write the results table. ``force`` runs points beyond the scale limits, and runs again those an earlier run
     found invalid (a point refused for its size is one). ``on_progress(done, total)`` is called after each
-    point."""
+    point. Each finished point, once journalled, is a safe point (simulator/stops.py): a stop Python dropped
+    while it ran ends the sweep there."""
     out_dir.mkdir(parents=True, exist_ok=True)
     earlier = read_records(out_dir)
     records: dict[int, PointRecord] = {}
@@ -130,6 +132,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
         for record in executor.map_unordered(run_point, tasks):
             records[record.index] = record
             append_record(out_dir, record)
+            raise_dropped()
             if on_progress:
                 on_progress(len(records), len(sweep.points))
     finally:

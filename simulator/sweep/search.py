@@ -22,6 +22,7 @@ from simulator.errors import ScenarioError
 from simulator.metrics.summary import IDLE_WITHOUT_PIPELINE
 from simulator.scale import capped_topology
 from simulator.simulation import network_settings
+from simulator.stops import raise_dropped
 from simulator.sweep.decision_tree import TreeChoice, seed_tree_choice
 from simulator.sweep.executors import Executor
 from simulator.sweep.layouts import (
@@ -225,6 +226,7 @@ def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Execut
     runs: dict[Candidate, object] = {}
     for record in executor.map_unordered(run_point, tasks):
         runs[survivors[record.index].candidate] = record
+        raise_dropped()
         if on_progress is not None:
             on_progress(len(runs), len(tasks))
     return runs
