@@ -14,10 +14,12 @@ dropped stop still ends the run with nothing half-written. One that no safe poin
 as `collective` and `validate-published`, or one dropped after the last) is raised by `cli.main` as the
 command returns: its outputs are then in place, whole. The hook cannot raise the stop anew itself: Python
 looks for signals at the hook's own calls, so a signal raised from it landed in the hook, where Python drops
-an exception as well."""
+an exception as well. A forked child starts with none kept: a stop is raised only in the process it came
+to."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -44,5 +46,9 @@ def raise_dropped() -> None:
 
 
 def forget_dropped() -> None:
-    """Drop the kept stop, if any: `cli.main` as it ends, so that none outlives the command that received it."""
+    """Drop the kept stop, if any: `cli.main` as it ends and a forked child as it starts, so that none outlives
+    the command, or leaves the process, that received it."""
     _DROPPED.clear()
+
+
+os.register_at_fork(after_in_child=forget_dropped)

@@ -1,9 +1,10 @@
 """A Ctrl-C or SIGTERM that Python dropped where it landed (simulator/stops.py): kept by the console script's
 unraisable hook, raised once at the next safe point (at the latest as the command returns); every other unraisable
-exception goes to the hook before."""
+exception goes to the hook before; a forked child starts with none."""
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import suppress
 from types import SimpleNamespace
@@ -64,3 +65,21 @@ def test_a_stop_no_safe_point_met_is_raised_as_the_command_returns_and_none_outl
     kept_for_later(print, SimpleNamespace(exc_value=KeyboardInterrupt()))
     assert main(["run", str(bad), "--out", str(tmp_path / "out")]) == 2
     raise_dropped()  # nothing kept any more
+
+
+def test_a_forked_child_starts_with_no_stop_kept():
+    """A stop is raised only in the process it came to: a worker forked while one is kept (a sweep's pool with
+    point outputs reaches a run folder's safe point) does not raise it too."""
+    kept_for_later(print, SimpleNamespace(exc_value=KeyboardInterrupt()))
+    try:
+        child = os.fork()
+        if child == 0:
+            try:
+                raise_dropped()
+            except KeyboardInterrupt:
+                os._exit(1)
+            os._exit(0)
+        assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    finally:
+        with suppress(KeyboardInterrupt):  # the parent's own, left kept
+            raise_dropped()
