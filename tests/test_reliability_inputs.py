@@ -185,6 +185,31 @@ def test_a_preset_class_given_a_repair_alone_keeps_the_presets_rate(tmp_path, ca
         "rate: '3 per 54 d')\n")
 
 
+def test_the_repair_multiplier_scales_every_classs_repair_and_is_checked_at_load(capsys):
+    """Trying faster repairs over the llama3 preset meant setting `repair` on each GPU and host class one by one;
+    `faults.repair_multiplier` scales every class's repair time (the preset's and those `components` give) and
+    nothing else, a positive number whose products stay finite."""
+    from simulator.config.faults import FaultsConfig
+    from simulator.reliability.components import failure_model
+
+    given = {"preset": "llama3", "components": {"gpu": {"repair": "4 h"}}}
+    plain = {c.name: c for c in failure_model(FaultsConfig.model_validate(given)).classes}
+    faster = FaultsConfig.model_validate({**given, "repair_multiplier": 0.25})
+    quarter = {c.name: c for c in failure_model(faster).classes}
+    assert plain.keys() == quarter.keys() and len(plain) > 5
+    for name, before in plain.items():
+        assert quarter[name].repair_s == before.repair_s * 0.25
+        assert quarter[name].rate_per_unit_s == before.rate_per_unit_s
+    assert quarter["gpu"].repair_s == 3600.0
+    assert main(["validate", "llama3-405b-16k-job", "--set", "faults.repair_multiplier=0"]) == 2
+    assert capsys.readouterr().err == ("error: command line: trainsim validate: --set faults.repair_multiplier=0: 0 is "
+                                       "not above 0.0 (allowed: a value > 0.0)\n")
+    assert main(["validate", "trace-job", "--set", "faults.repair_multiplier=1e308"]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: trainsim validate: --set faults.repair_multiplier=1e308: a 12 h repair times 1e+308 is "
+        "not finite (allowed: a multiplier that keeps every repair finite)\n")
+
+
 def test_a_preset_class_moved_to_another_unit_needs_its_own_rate(tmp_path, capsys):
     """`--set faults.components.gpu.unit=host` over the llama3 preset kept the preset's per-GPU rate and counted
     it per host: 2,048 hosts gave 18.5 GPU failures in 54 d instead of 148, with no warning. The preset's rate

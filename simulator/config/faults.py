@@ -2,7 +2,8 @@
 
 `faults.step` perturbs the engine's run of a step (stragglers, degraded or failed links, failed GPUs);
 the other fields describe failure processes of the cluster's components over weeks, for the job simulation
-(`preset`, `rate_multiplier`, `components`, `maintenance`; config/reliability.py, docs/reliability.md).
+(`preset`, `rate_multiplier`, `repair_multiplier`, `components`, `maintenance`; config/reliability.py,
+docs/reliability.md).
 Every model here is frozen and hashable, so a job simulation can cache step times by its `StepFaults`.
 """
 
@@ -141,11 +142,12 @@ def _failure_preset(name: str) -> str:
 class FaultsConfig(Section):
     """Faults of a scenario: inside a step (`step`) and over the job's horizon (a `preset` table of
     component failure rates, scaled by `rate_multiplier`, with `components` added or overriding it by
-    class name, and planned `maintenance`)."""
+    class name, every class's repair time scaled by `repair_multiplier`, and planned `maintenance`)."""
 
     step: StepFaults = StepFaults()
     preset: Annotated[str, AfterValidator(_failure_preset)] | None = None
     rate_multiplier: float = Field(default=1.0, gt=0)
+    repair_multiplier: float = Field(default=1.0, gt=0)
     components: dict[ComponentName, ComponentSpec] = {}
     maintenance: MaintenanceConfig | None = None
 

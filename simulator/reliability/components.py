@@ -10,6 +10,7 @@ straggling classes are the user's (`effect: straggle` with a `slowdown`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -26,6 +27,7 @@ from simulator.config.reliability import (
     no_time_to_train,
 )
 from simulator.errors import ScenarioError
+from simulator.units import format_duration
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ class FailureModel:
 
 
 def failure_model(faults: FaultsConfig) -> FailureModel:
-    """The preset's classes, overridden or extended by `components`, every rate times `rate_multiplier`."""
+    """The preset's classes, overridden or extended by `components`, every rate times `rate_multiplier` and every
+    repair time times `repair_multiplier` (one knob for "repairs take half as long", a sweep axis)."""
     classes: dict[str, FailureClass] = {}
     maintenance = None
     if faults.preset is not None:
@@ -169,7 +172,12 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
             raise ScenarioError(f"{problem}, the period of faults.preset {faults.preset}", field="faults.maintenance",
                                 allowed=MAINTENANCE_ALLOWED)
         maintenance = Maintenance(every, faults.maintenance.duration)
+    longest = max((c.repair_s for c in classes.values()), default=0.0)
+    if not math.isfinite(longest * faults.repair_multiplier):
+        raise ScenarioError(f"a {format_duration(longest)} repair times {faults.repair_multiplier:g} is not finite",
+                            field="faults.repair_multiplier", allowed="a multiplier that keeps every repair finite")
     scaled = tuple(FailureClass(c.name, c.unit, c.effect, c.rate_per_unit_s * faults.rate_multiplier, c.distribution,
-                                c.shape, c.repair_s, c.repair_distribution, c.label, c.slowdown)
+                                c.shape, c.repair_s * faults.repair_multiplier, c.repair_distribution, c.label,
+                                c.slowdown)
                    for c in classes.values())
     return FailureModel(scaled, maintenance)

@@ -64,7 +64,8 @@ if TYPE_CHECKING:
 JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "description": True,
                       "restart": {name: True for name in RestartConfig.model_fields if name != "elastic_batch"},
                       "run": {name: True for name in RunConfig.model_fields if name != "seed"},
-                      "faults": {"preset": True, "rate_multiplier": True, "components": True, "maintenance": True}}
+                      "faults": {"preset": True, "rate_multiplier": True, "repair_multiplier": True, "components": True,
+                                 "maintenance": True}}
 """Scenario fields that do not change a step (`faults.step` does; run.fold/timeline do not change its time; run.seed
 does: it draws random stragglers and a MoE model's routing sample; restart.elastic_batch sets a shrunk state's
 micro-batches)."""
