@@ -114,3 +114,32 @@ def test_a_write_floor_past_the_mtbf_warns_and_the_optimum_lies_below_it(tmp_pat
         quiet = simulate_job(scenario_from_text(job("1 steps", mtbf)))
         assert not any("do not apply" in w for w in quiet.step_summary["warnings"])
 
+
+
+def test_a_sync_checkpoint_costly_against_the_mtbf_warns_that_youngs_interval_does_not_apply():
+    """A sync checkpoint's cost C near the MTBF M printed Young's interval without comment, as if it held
+    (usertest18: the 405B job at 1 GB/s, C = 0.58 M, Young 1.49 x Daly's). By the renewal ETTR T e^(-R/M) /
+    (M (e^((T+C)/M) - 1)), Young keeps less than Daly's; from 1% the job warns. Here the same 100 s write, sync:
+    at M = 9 min (C = 0.19 M) Young keeps 1.15% less and it warns; at M = 11 min (0.86%) and 3 h it does not."""
+    from simulator.reliability.stats import daly_interval, young_interval
+    from simulator.reliability.summary import young_shortfall
+
+    def kept(interval: float, cost: float, mtbf: float) -> float:
+        return interval / (math.exp((interval + cost) / mtbf) - 1.0)
+
+    young, daly = young_interval(6494.0, 11135.0), daly_interval(6494.0, 11135.0)
+    assert young_shortfall(6494.0, 11135.0) == pytest.approx(1 - kept(young, 6494.0, 11135.0)
+                                                             / kept(daly, 6494.0, 11135.0), rel=1e-12)
+    assert 0.0595 < young_shortfall(6494.0, 11135.0) < 0.0597
+    assert young_shortfall(1e6, 1.0) == pytest.approx(1.0)
+    text = job("30 min", "9 min").replace("mode: async", "mode: sync")
+    result = simulate_job(scenario_from_text(text))
+    cost, mtbf = result.summary["young_daly_cost_s"], result.summary["mtbf_s"]
+    shortfall = 1 - kept(result.summary["young_interval_s"], cost, mtbf) / kept(result.summary["daly_interval_s"],
+                                                                               cost, mtbf)
+    assert 0.0114 < shortfall < 0.0116
+    warned = [w for w in result.step_summary["warnings"] if "Young's interval" in w]
+    assert len(warned) == 1 and f"keeps {shortfall:.1%} less ETTR" in warned[0] and "Daly's applies" in warned[0]
+    for mtbf in ("11 min", "3 h"):
+        quiet = simulate_job(scenario_from_text(job("30 min", mtbf).replace("mode: async", "mode: sync")))
+        assert not any("Young's interval" in w for w in quiet.step_summary["warnings"])
