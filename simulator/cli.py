@@ -470,6 +470,13 @@ def _study_line(curve: dict) -> str:
         spread = (f", 95%: {100 * point['ettr_ci95_low']:.2f}% to {100 * point['ettr_ci95_high']:.2f}%"
                   if point["ettr_ci95_low"] is not None else "")
         result = f"interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%{spread})"
+    elif curve["flat"]:
+        ettr = [100 * point["ettr"] for point in curve["points"]]
+        best = next(point for point in curve["points"] if point["interval_s"] == curve["best_interval_s"])
+        result = (f"flat within the 95% intervals: ETTR {min(ettr):.2f}% to {max(ettr):.2f}% over the "
+                  f"{len(ettr)} intervals tried, all inside the best's 95% interval "
+                  f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at "
+                  f"{interval}, {steps}")
     else:
         result = f"best interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}"
     return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}; {_optimum_text(curve, in_unit)}"

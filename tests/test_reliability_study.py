@@ -141,6 +141,29 @@ def test_the_study_line_gives_the_best_intervals_steps_and_whether_it_is_at_the_
     assert _steps_and_edge({"points": points[:1], "best_interval_s": 61.2}) == ("6 steps", "")
 
 
+def test_a_curve_flat_within_its_intervals_says_so_instead_of_naming_a_best(tmp_path, capsys):
+    """trace-job's study (4 replications, restarts waiting for hosts) printed 'best interval 49.3 s ... (ETTR
+    97.94%)' with every point within 0.01% of it and 95% intervals of +-2%: no interval was told apart from the
+    best. A curve whose every point lies inside the best point's 95% interval now says it is flat, with the spread
+    of the points and that interval; study.json's `flat` says it too."""
+    from simulator.reliability.study import curve_is_flat
+
+    assert curve_is_flat([0.97, 0.975, 0.98], 0.96) and not curve_is_flat([0.95, 0.975, 0.98], 0.96)
+    assert not curve_is_flat([0.98], 0.96) and not curve_is_flat([0.97, 0.98], None)
+    out = tmp_path / "study"
+    assert main(["study", "checkpoint-interval", "trace-job", "--out", str(out)]) == 0
+    curve = json.loads((out / "study.json").read_text())["curves"][0]
+    ettr = [point["ettr"] for point in curve["points"]]
+    best = next(point for point in curve["points"] if point["interval_s"] == curve["best_interval_s"])
+    assert curve["flat"] and min(ettr) >= best["ettr_ci95_low"] and max(ettr) - min(ettr) < 1e-4
+    printed = capsys.readouterr().out
+    assert "best interval" not in printed
+    assert (f"rate x 1 (MTBF 250.0 h): flat within the 95% intervals: ETTR {100 * min(ettr):.2f}% to "
+            f"{100 * max(ettr):.2f}% over the 9 intervals tried, all inside the best's 95% interval "
+            f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at 49.3 s, "
+            "7,582 steps; Young 49.3 s, Daly 49.29 s\n") in printed
+
+
 def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
     """Besides the curves: what the command prints and study.csv hold to four and six significant digits (the
     Young interval printed 1138 s, `:.0f`, which shows a 0.4 s interval as 0 s; the CSV held float noise,
