@@ -188,6 +188,14 @@ def _scaled(value: float, units: tuple[tuple[str, float], ...], digits: int = 4)
     return f"{value / scale:.{digits}g} {unit}"
 
 
+def four_digits(value: float, zeros: bool = False) -> str:
+    """``value`` to four significant digits: whole with thousands separators from 1,000 on (1,040; 31,942), below
+    that with its trailing zeros where ``zeros`` (49.30, for figures read side by side) or without (49.3)."""
+    if float(f"{value:.4g}") >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:#.4g}" if zeros and value else f"{value:.4g}"
+
+
 def counted(number: object, one: str, many: str = "") -> str:
     """A count with its noun, singular for one, whole numbers with thousands separators: '1 host', '16,384 GPUs',
     '2 micro-batches' (``many`` where the plural is not ``one`` + 's')."""
@@ -313,7 +321,7 @@ def durations_alike(seconds: Iterable[float]) -> Callable[[float], str]:
     unit, scale = fitting_unit(min(positive), DURATION_STEPS)
     if float(f"{max(positive) / scale:.4g}") >= 1e4:
         return format_duration
-    return lambda value: f"{value / scale:.4g} {unit}"
+    return lambda value: f"{four_digits(value / scale, zeros=True)} {unit}"
 
 
 def format_bandwidth(bytes_per_s: float) -> str:

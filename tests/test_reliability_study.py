@@ -160,8 +160,8 @@ def test_a_curve_flat_within_its_intervals_says_so_instead_of_naming_a_best(tmp_
     assert "best interval" not in printed
     assert (f"rate x 1 (MTBF 250.0 h): flat within the 95% intervals: ETTR {100 * min(ettr):.2f}% to "
             f"{100 * max(ettr):.2f}% over the 9 intervals tried, all inside the best's 95% interval "
-            f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at 49.3 s, "
-            "7,582 steps; Young 49.3 s, Daly 49.29 s\n") in printed
+            f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at 49.30 s, "
+            "7,582 steps; Young 49.30 s, Daly 49.29 s\n") in printed
 
 
 def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
@@ -264,9 +264,9 @@ def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, cap
     assert curves[0]["young_interval_s"] == pytest.approx(math.sqrt(2 * C * M / 2), rel=1e-12)
     lines = capsys.readouterr().out.splitlines()
     ettr = [100 * curve["points"][0]["ettr"] for curve in curves]
-    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h): interval 20 min, 3,888 steps (ETTR {ettr[0]:.2f}%); "
+    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h): interval 20.00 min, 3,888 steps (ETTR {ettr[0]:.2f}%); "
                          "Young 13.42 min, Daly 12.76 min",  # sqrt(2 C M) and Daly's for C = 60 s, M = 1.5 h
-                         f"rate x 2 (MTBF 45.0 min): interval 20 min, 3,888 steps (ETTR {ettr[1]:.2f}%); "
+                         f"rate x 2 (MTBF 45.0 min): interval 20.00 min, 3,888 steps (ETTR {ettr[1]:.2f}%); "
                          "Young 9.487 min, Daly 8.832 min"]
 
 
@@ -573,9 +573,23 @@ def test_a_study_out_inside_a_file_is_refused_before_the_study_runs(tmp_path, mo
 
 
 def test_durations_print_with_four_significant_digits_and_no_exponent():
-    """`format_seconds` (the job and study printouts): 10,800 s printed as 1.08e+04 s."""
+    """`format_seconds` (the job and study printouts): 10,800 s printed as 1.08e+04 s; thousands separators from
+    1,000 s on ('per failure 1040 s' read beside '31,942 s', usertest18)."""
     assert [format_seconds(value) for value in (29.39387691338477, 0.4, 10800.0, 1138.4199576606166)] == [
-        "29.39 s", "400 ms", "10,800 s", "1138 s"]
+        "29.39 s", "400 ms", "10,800 s", "1,138 s"]
+
+
+def test_figures_read_side_by_side_keep_their_trailing_zeros():
+    """The job table read 'per failure 46.9 s (95%: 46 s to 47.81 s)' and 'Young 49.3 s, Daly 49.29 s': a trailing
+    zero dropped reads as a figure known to fewer digits. A mean and its 95% interval, Young's and Daly's
+    intervals, and a study line's intervals keep four significant digits, zeros and all (usertest18)."""
+    from simulator.console.report import seconds_alike, young_daly_text
+
+    assert [seconds_alike(value) for value in (46.9, 46.0, 47.81, 0.0015, 1040.2, 0.0)] == [
+        "46.90 s", "46.00 s", "47.81 s", "1.500 ms", "1,040 s", "0 us"]
+    figures = {"young_interval_s": 49.3, "daly_interval_s": 49.29}
+    assert young_daly_text(figures) == "Young 49.30 s, Daly 49.29 s"
+    assert [durations_alike([49.3, 49.29])(value) for value in (49.3, 49.29)] == ["49.30 s", "49.29 s"]
 
 
 def test_a_duration_takes_the_unit_of_its_rounded_value():
@@ -591,12 +605,12 @@ def test_durations_read_side_by_side_share_the_unit_the_shortest_reaches():
     figures too far apart for four digits in that unit (9,999.6 s rounds to 1e+04 s beside 19.22 s) each in
     their own unit."""
     minutes = durations_alike([1200.0, 805.0, 765.5])
-    assert [minutes(value) for value in (1200.0, 805.0, 765.5)] == ["20 min", "13.42 min", "12.76 min"]
+    assert [minutes(value) for value in (1200.0, 805.0, 765.5)] == ["20.00 min", "13.42 min", "12.76 min"]
     seconds = durations_alike([295.6, 19.22, 9999.4])
-    assert [seconds(value) for value in (295.6, 19.22, 9999.4)] == ["295.6 s", "19.22 s", "9999 s"]
+    assert [seconds(value) for value in (295.6, 19.22, 9999.4)] == ["295.6 s", "19.22 s", "9,999 s"]
     apart = durations_alike([295.6, 19.22, 9999.6])
     assert [apart(value) for value in (295.6, 19.22, 9999.6)] == ["4.927 min", "19.22 s", "2.778 h"]
-    assert durations_alike([86400.0 * 60, 2 * 86400.0])(86400.0 * 2) == "2 d"
+    assert durations_alike([86400.0 * 60, 2 * 86400.0])(86400.0 * 2) == "2.000 d"
     assert durations_alike([])(1.5) == "1.5 s"
 
 

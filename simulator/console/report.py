@@ -15,7 +15,7 @@ from rich.table import Table
 
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import parallel_degrees, sharding_name
-from simulator.units import counted, format_size, number_ranges
+from simulator.units import counted, format_size, four_digits, number_ranges
 
 if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
@@ -24,19 +24,29 @@ if TYPE_CHECKING:
 
 def format_seconds(value: float) -> str:
     """A duration with a unit that keeps three or four significant digits (whole seconds with thousands
-    separators from 10,000 s on, where four digits would print an exponent: 1.08e+04 s; four significant digits
-    from 10^15 s on, as format_count: Young's interval at a failure rate x 1e-300 had 307 digits). The unit and
-    the form are chosen by the value as rounded: a checkpoint's 0.99999999999998 ms cost printed as '1000 us',
-    9999.99 s as '1e+04 s', 999,999,999,999,999 s with 15 digits."""
+    separators from 1,000 s on, as `four_digits` writes them: 'per failure 1040 s' read beside '31,942 s'; four
+    significant digits from 10^15 s on, as format_count: Young's interval at a failure rate x 1e-300 had 307
+    digits). The unit and the form are chosen by the value as rounded: a checkpoint's 0.99999999999998 ms cost
+    printed as '1000 us', 9999.99 s as '1e+04 s', 999,999,999,999,999 s with 15 digits."""
+    return _seconds(value, zeros=False)
+
+
+def seconds_alike(value: float) -> str:
+    """`format_seconds` with its trailing zeros kept (49.30 s, 46.00 s), for figures read side by side, a mean and
+    its 95% interval, Young's and Daly's intervals: 'Young 49.3 s, Daly 49.29 s' and '46.9 s (95%: 46 s to
+    47.81 s)' read as if one figure were known to fewer digits than the other."""
+    return _seconds(value, zeros=True)
+
+
+def _seconds(value: float, zeros: bool) -> str:
+    """`format_seconds` and, with ``zeros``, `seconds_alike`."""
     if _rounds_to(value, 1e15):
         return f"{value:.4g} s"
-    if _rounds_to(value, 1e4):
-        return f"{value:,.0f} s"
     if _rounds_to(value, 1):
-        return f"{value:.4g} s"
+        return f"{four_digits(value, zeros)} s"
     if _rounds_to(value, 1e-3):
-        return f"{value * 1e3:.4g} ms"
-    return f"{value * 1e6:.4g} us"
+        return f"{four_digits(value * 1e3, zeros)} ms"
+    return f"{four_digits(value * 1e6, zeros)} us"
 
 
 def _rounds_to(value: float, bound: float) -> bool:
@@ -556,7 +566,7 @@ def job_table(job: dict) -> Table:
                 else "")
         at_hand = "spares" if job.get("spare_hosts") else "its hosts"
         parts = "; ".join(part for part in ("" if job.get("spare_hosts") else "no spares", parts) if part)
-        table.add_row("per failure", _mean_ci(per_failure, format_seconds) + " of work redone, then a restart of "
+        table.add_row("per failure", _mean_ci(per_failure, seconds_alike) + " of work redone, then a restart of "
                       f"{long_duration(restart['total_s'])} with {at_hand} at hand" + (f" ({parts})" if parts else "")
                       + wait)
     replicas = job.get("replicas")
@@ -578,7 +588,7 @@ def job_table(job: dict) -> Table:
     return table
 
 
-def young_daly_text(figures: dict, interval: Callable[[float], str] = format_seconds) -> str:
+def young_daly_text(figures: dict, interval: Callable[[float], str] = seconds_alike) -> str:
     """Young's and Daly's intervals of a job_summary.json or study curve, and, where an async write takes more
     than a step, the cost C they take and the write floor they stop at (`summary.young_daly_cost_s`,
     `summary.write_floor_steps`): the scenario's cost per checkpoint beside them is that of its own interval,
@@ -587,7 +597,7 @@ def young_daly_text(figures: dict, interval: Callable[[float], str] = format_sec
     text = f"Young {interval(figures['young_interval_s'])}, Daly {interval(figures['daly_interval_s'])}"
     steps = figures.get("write_floor_steps") or 0
     if steps > 1:
-        text += (f" (for C {format_seconds(figures['young_daly_cost_s'])} a checkpoint once the interval holds the "
+        text += (f" (for C {seconds_alike(figures['young_daly_cost_s'])} a checkpoint once the interval holds the "
                  f"write: {counted(steps, 'step')}, {interval(figures['write_floor_s'])}, or more)")
     return text
 
