@@ -16,7 +16,7 @@ from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.job import JobPlan, ReplicationTotals
 from simulator.reliability.states import ClusterState
 from simulator.reliability.stats import daly_interval, mean_interval, young_interval
-from simulator.units import counted, expected_count, format_duration
+from simulator.units import counted, durations_alike, expected_count, format_duration
 from simulator.workload.memory_plan import GIB
 
 TIME_PARTS = ("productive_s", "slow_steps_s", "lost_work_s", "checkpoint_stall_s", "checkpoint_slowdown_s",
@@ -162,9 +162,10 @@ def _sync_young_warning(cost_s: float, mtbf_s: float) -> str | None:
     if shortfall < YOUNG_ETTR_SHORTFALL:
         return None
     young, daly = young_interval(cost_s, mtbf_s), daly_interval(cost_s, mtbf_s)
+    alike = durations_alike([young, daly])
     return (f"the sync checkpoint costs {format_duration(cost_s)} of training, {cost_s / mtbf_s:.2g} x the system "
-            f"MTBF ({format_duration(mtbf_s)}): Young's interval ({format_duration(young)}, first-order in that "
-            f"ratio) does not apply: it is {young / daly:.3g} x Daly's ({format_duration(daly)}) and keeps "
+            f"MTBF ({format_duration(mtbf_s)}): Young's interval ({alike(young)}, first-order in that "
+            f"ratio) does not apply: it is {young / daly:.3g} x Daly's ({alike(daly)}) and keeps "
             f"{shortfall:.1%} less ETTR by the renewal formula (from {YOUNG_ETTR_SHORTFALL:.0%} warns); Daly's "
             "applies (checkpoint.interval)")
 
