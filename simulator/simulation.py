@@ -31,6 +31,7 @@ from simulator.engine.plans import PlanCache, traffic_correction
 from simulator.engine.replicas import replica_quotient
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Mirrors, Sharing, kept_mirrors, private_collectives
+from simulator.engine.stepping import run_all, run_until
 from simulator.errors import ScenarioError
 from simulator.metrics.collectives import collective_table
 from simulator.metrics.events import EventLog, FlowBlock, FlowRoutes
@@ -210,7 +211,7 @@ def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[fl
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
     env.process(run_plan(env, network, topology, phases, ""))
-    env.run()
+    run_all(env)
     c = log.flow_columns()
     return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.route_table())
 
@@ -224,7 +225,7 @@ def alone_seconds(topology: Topology, settings: NetworkSettings, phases: list[Ph
     env = simpy.Environment()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode)
     env.process(run_plans(env, network, topology, [phases], ""))
-    env.run()
+    run_all(env)
     return env.now
 
 
@@ -242,7 +243,7 @@ def together_ends(topology: Topology, settings: NetworkSettings, plans: list[lis
 
     for index, phases in enumerate(plans):
         env.process(run(index, phases))
-    env.run()
+    run_all(env)
     return tuple(ends)
 
 
@@ -265,7 +266,7 @@ def chain_ends(topology: Topology, settings: NetworkSettings, running: list[list
 
     for phases in running:
         env.process(run_plan(env, network, topology, phases, ""))
-    env.run(until=env.process(stream()))  # what runs beside the chain after it ended changes none of its ends
+    run_until(env, env.process(stream()))  # what runs beside the chain after it ended changes none of its ends
     return tuple(ends)
 
 

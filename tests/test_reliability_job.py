@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import math
@@ -546,3 +547,19 @@ def test_the_progress_line_names_the_replication_running_not_one_counted_done():
     for value, text in seen:
         assert text in ("", f"replication {value + 1:,}/1,001"), (value, text)
     assert (999, "replication 1,000/1,001") in seen and seen[-1] == (1001, "")
+
+
+def test_an_os_error_in_a_replication_keeps_its_filename(tmp_path, capsys, monkeypatch):
+    """A replication's loop lets an error out as raised: an OSError names its file. That loop ran on `env.run()`,
+    whose copy, made of the error's args, lost the filename (`error: No such file or directory`)."""
+    from simulator.reliability.job import JobProcess
+
+    def failing_run(self, env):
+        yield env.timeout(1.0)
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "t.json")
+
+    monkeypatch.setattr(JobProcess, "run", failing_run)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 1").replace("54 d", "1 d"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 1
+    assert capsys.readouterr().err == "error: t.json: No such file or directory\n"

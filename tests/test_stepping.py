@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator import simulation as simulation_module
+from simulator.cli import main
 from simulator.collectives.execute import PlanRunner
 from simulator.config.loader import load_scenario
 from simulator.engine import engine as engine_module
@@ -16,7 +18,7 @@ from simulator.engine.engine import Engine
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing
 from simulator.engine.stepping import follow, run_until, start, succeed_next
-from simulator.errors import InputError
+from simulator.errors import InputError, ScenarioError
 from simulator.metrics.events import EventLog
 from simulator.network.model import Network
 from simulator.program.ops import CollectiveOp, ComputeOp
@@ -213,6 +215,21 @@ def test_a_failed_plan_stops_its_collective_and_reaches_the_engine_run_with_its_
     assert caught.value.field == "cluster.links" and caught.value.problem == "no route"
     assert len(log) == 0 and engine.executed == 0
 
+
+
+def test_an_error_in_a_plan_timed_alone_reaches_the_command_line_as_itself(tmp_path, capsys, monkeypatch):
+    """A private collective is timed alone in a nested loop (`run_alone`); an input error there is printed as
+    raised. That loop ran on `env.run()`, whose copy of the error, made of its rendered line, lost its location and was
+    located again at the scenario: `error: <scenario>:3: s.yaml:3: ...`."""
+
+    def failing_plan(env, *_args, **_kwargs):
+        yield env.timeout(1e-6)
+        raise ScenarioError("injected", field="collectives.algorithm", allowed="ring", file="s.yaml", line=3)
+
+    monkeypatch.setattr(simulation_module, "run_plan", failing_plan)
+    scenario = Path(__file__).parents[1] / "scenarios" / "allreduce-2x-dgx-h100.yaml"
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert capsys.readouterr().err == "error: s.yaml:3: collectives.algorithm: injected (allowed: ring)\n"
 
 
 def _releases(seed: int, release) -> list[tuple[float, str]]:

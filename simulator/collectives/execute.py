@@ -18,6 +18,7 @@ import simpy
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.collectives.phases import SIMPLE, CollectiveRequest, Phase, hop_kinds, window_stall
 from simulator.collectives.registry import plan_collective
+from simulator.engine.stepping import run_all
 from simulator.network.model import Network, Transfers
 from simulator.network.modes import NetworkMode
 from simulator.topology.graph import Topology
@@ -237,5 +238,5 @@ def time_collective(topology: Topology, op: Primitive, algorithm: AlgorithmChoic
     env = simpy.Environment()
     network = Network(env, topology, efficiency=efficiency, mode=mode)
     env.process(run_plan(env, network, topology, phases, key=op))
-    env.run()
+    run_all(env)
     return float(env.now)

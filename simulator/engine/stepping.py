@@ -7,7 +7,8 @@ yields, and started by an urgent event, as a process is: every other event is sc
 the run processes the events it shares with a process-based run in the same order, and its results are the
 same to the last bit. An event that failed is thrown into the generator waiting on it, as SimPy does for a
 process (the event is defused: the generator handles the error); an error the generator does not catch
-propagates, as itself, from the step that resumed it. `run_until` is SimPy's event loop without a method call per event.
+propagates, as itself, from the step that resumed it. `run_until` is SimPy's event loop without a method call per event;
+`run_all` runs a nested loop (a plan timed alone, a job's replication) on it, so its errors come out as themselves too.
 """
 
 from __future__ import annotations
@@ -108,3 +109,9 @@ def run_until(env: simpy.Environment, until: simpy.Event) -> None:
         if event is until:
             return
 
+
+
+def run_all(env: simpy.Environment) -> None:
+    """Process all of ``env``'s events, as `simpy.Environment.run()` does, but an error that fails the run comes out
+    as itself (with its field, location or filename) rather than as SimPy's copy made of its args."""
+    run_until(env, env.event())

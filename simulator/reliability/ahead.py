@@ -32,6 +32,7 @@ from multiprocessing.process import BaseProcess
 import simpy
 
 from simulator.console.progress import resume_heartbeats
+from simulator.engine.stepping import run_all
 from simulator.errors import STOP_SIGNALS
 from simulator.machine import available_memory, usable_cores
 from simulator.reliability.checkpoint import SegmentCosts
@@ -109,7 +110,7 @@ def states_foreseen(plan: JobPlan, arrivals: Callable[[int], Arrivals], replicat
         for replication in range(replications):
             env = simpy.Environment()
             env.process(JobProcess(forecast, arrivals(replication), JobEvents()).run(env))
-            env.run()
+            run_all(env)
             if progress is not None:
                 progress(replication + 1, replications)
     except Exception:  # a forecast only: the job's own run meets the error where it does

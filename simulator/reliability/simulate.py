@@ -19,7 +19,8 @@ from simulator.config.locate import located
 from simulator.config.reliability import UNIT_KINDS, Effect, ElasticBatch
 from simulator.config.schema import TraceWorkload
 from simulator.config.yaml_source import FieldPath
-from simulator.errors import InputError, ScenarioError
+from simulator.engine.stepping import run_all
+from simulator.errors import ScenarioError
 from simulator.reliability.ahead import cores, simulate_ahead, states_foreseen
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
@@ -694,10 +695,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         env = simpy.Environment()
         job = JobProcess(plan, arrivals(replication), events)
         env.process(job.run(env))
-        try:
-            env.run()
-        except InputError as copy:  # SimPy raises a copy made of the message; the located original is its cause
-            raise copy.__cause__ if isinstance(copy.__cause__, InputError) else copy from None
+        run_all(env)
         totals.append(job.totals(healthy))
         if activity is not None:  # named no more before it is counted done: each call may print the line
             activity("")
