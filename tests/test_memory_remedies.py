@@ -46,7 +46,7 @@ def validated_peak(path: str, overrides: list[str]) -> dict:
     topology = sized_topology(loaded, force=False)
     verdict = validate(loaded, topology)
     if loaded.scenario.run.horizon is not None:
-        validate_job(loaded, topology, verdict.step_floor_s)
+        validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes)
     return dict(verdict.memory)
 
 

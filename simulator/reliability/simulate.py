@@ -539,15 +539,16 @@ def _unsplit(dp: int, cp: int, ep: int, smallest: int, kept: int | None, span: s
 
 
 def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float,
-                 trace_sizes: ElasticSizes | None = None, *, force: bool = False) -> ElasticSizes:
+                 trace_sizes: ElasticSizes | None, *, force: bool = False) -> ElasticSizes:
     """What `trainsim validate` checks of a job without simulating its step, refusing as `trainsim run` does:
     the checks that need no step (check_job); the horizon against ``step_floor_s``, a lower bound of the step
     time (preflight.step_floor: a horizon shorter than it is shorter than the step); and the job-event limit
     on the failures and maintenance windows, whose counts need no step (the checkpoints' need its time; with
     ``force``, the limit --force keeps). A replayed trace's job that leaves GPUs idle was refused before, with its
-    step (`refuse_trace_step`, whose sizes it gives as ``trace_sizes``). The job's sizes, for validate to name those
-    skipped for memory: a trace's its ``trace_sizes``, as `prepare_job` takes them (validate took `check_job`'s,
-    the replicas alone, its trace not read yet)."""
+    step (`refuse_trace_step`, whose sizes it gives as ``trace_sizes``: the validator's `Verdict.trace_sizes`, None
+    for a job without a trace; required, so that no caller falls back to `check_job`'s by leaving it out). The
+    job's sizes, for validate to name those skipped for memory: a trace's its ``trace_sizes``, as `prepare_job`
+    takes them (validate took `check_job`'s, the replicas alone, its trace not read yet)."""
     checks = check_job(loaded, topology)
     refuse_short_horizon(loaded, step_floor_s, f"at least {step_floor_s:.6g} s, the kernels of its busiest GPU "
                          "stream alone")
