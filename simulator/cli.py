@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from simulator.config.loader import LoadedScenario
+    from simulator.config.yaml_source import FieldPath
     from simulator.reliability.study import IntervalGrid
     from simulator.topology.graph import Topology
 
@@ -212,13 +213,51 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-def _at_override(exc: InputError, overrides: dict[str, str]) -> InputError:
-    """A topology error about a parameter `--set NAME=VALUE` gave, located at that override (as `trainsim run`
-    locates a scenario's), not at the topology file the user did not write."""
-    name = exc.field if exc.field in overrides else exc.field.split(".")[0].split("[")[0]
-    if name not in overrides:
-        return exc
-    return exc.rebuilt(file=f"--set {name}={overrides[name]}", line=None, at_flag=True)
+@dataclass(frozen=True)
+class TopologySets:
+    """`trainsim topo` and `collective`'s `--set NAME=VALUE`s: their values read as `trainsim run --set`'s (YAML, a
+    dotted name setting a key inside a parameter: `node.gpu_model=h200`), for `read_topology`, and each as typed,
+    to locate an error in what it set."""
+
+    values: dict
+    typed: tuple[tuple[FieldPath, str], ...]
+
+    @classmethod
+    def read(cls, items: list[str]) -> TopologySets:
+        """The `--set`s ``items``; one without '=' or whose name is no field path is refused at the flag."""
+        from simulator.config.loader import set_flag
+        from simulator.config.yaml_source import is_field_path, override_value, parse_field, set_field
+
+        values: dict = {}
+        typed = []
+        for item in items:
+            if "=" not in item:
+                raise InputError(f"{item!r} has no '='", field="--set", allowed="--set name=value")
+            name, raw = (part.strip() for part in item.split("=", 1))
+            if not is_field_path(name):
+                raise InputError(f"{name!r} is not a field path", file=set_flag(item),
+                                 allowed="a parameter, or a key in one: nodes, node.gpu_model", at_flag=True)
+            path = parse_field(name)
+            try:
+                set_field(values, path, override_value(raw))
+            except ValueError as exc:
+                raise InputError(str(exc), file=set_flag(item), allowed="a key inside a parameter that is a mapping "
+                                 "(node.gpu_model)", at_flag=True) from None
+            typed.append((path, set_flag(item)))
+        return cls(values, tuple(typed))
+
+    def located(self, exc: InputError) -> InputError:
+        """A topology error about a value a `--set` gave, located at the last `--set` that set it (as `trainsim
+        run` locates a scenario's), not at the topology file the user did not write; a key a merged node keeps
+        from the file stays at the file's line."""
+        from simulator.config.yaml_source import parse_field
+        from simulator.topology.loader import set_by
+
+        path = parse_field(exc.field)
+        if not set_by(self.values, path):
+            return exc
+        flags = [flag for parts, flag in self.typed if parts[:len(path)] == path[:len(parts)]]
+        return exc.rebuilt(file=flags[-1], line=None, at_flag=True) if flags else exc
 
 
 COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.protocol": "--protocol",
@@ -231,16 +270,13 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     from simulator.topology.loader import read_topology
     from simulator.units import parse_size_range
 
-    overrides = dict(item.split("=", 1) for item in args.set if "=" in item)
-    bad = [item for item in args.set if "=" not in item]
-    if bad:
-        raise InputError(f"{bad[0]!r} has no '='", field="--set", allowed="--set name=value")
+    sets = TopologySets.read(args.set)
     try:
         sizes = parse_size_range(args.sizes)
     except InputError as exc:
         raise exc.located(field_prefix="--sizes") from None
     try:
-        cluster = read_topology(args.topology, overrides)
+        cluster = read_topology(args.topology, sets.values)
         _refuse_large_cluster(cluster, "--topology",
                               "time a collective on in seconds (at 65,536 one size takes minutes and 8 GB)",
                               force=args.force)
@@ -249,7 +285,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
                                 sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
     except InputError as exc:
         if exc.file or exc.field not in COLLECTIVE_FLAGS:
-            raise _at_override(exc, overrides) from None
+            raise sets.located(exc) from None
         raise exc.rebuilt(field=COLLECTIVE_FLAGS[exc.field]) from None
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
@@ -344,22 +380,19 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     from simulator.topology.loader import build_source, read_topology
 
     TOPO_OPTIONS.refuse_unread(args)
-    bad = [item for item in args.set if "=" not in item]
-    if bad:
-        raise InputError(f"{bad[0]!r} has no '='", field="--set", allowed="--set name=value")
-    overrides = dict(item.split("=", 1) for item in args.set)
+    sets = TopologySets.read(args.set)
     try:
-        spec = read_topology(args.file, overrides)
+        spec = read_topology(args.file, sets.values)
     except InputError as exc:
         if exc.file:
-            raise _at_override(exc, overrides) from None
+            raise sets.located(exc) from None
         raise option_error(TOPO_FILE, exc.problem, exc.allowed) from None
     _refuse_large_cluster(spec, TOPO_FILE, f"{args.action} in seconds (building it takes minutes)",
                           force=args.force)
     try:
         topology = build_source(spec)
     except InputError as exc:
-        raise _at_override(exc, overrides) from None
+        raise sets.located(exc) from None
     if args.action == "describe":
         print(describe_topology(topology))
     else:

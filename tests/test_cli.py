@@ -220,6 +220,28 @@ def test_topo_describe_with_override(capsys):
     assert "32 GPUs (h100-sxm) on 4 hosts" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("sets", [["node={gpus: 4}", "nics_per_node=4"], ["node.gpus=4", "nics_per_node=4"]])
+def test_topo_set_reads_its_values_as_run_set_does(capsys, sets):
+    """`topo --set` values are YAML, and a dotted name sets one key of a parameter, as `run --set cluster.node...`:
+    a mapping merged into the file's node, which keeps its GPU model. Before, the value was the text
+    '{gpus: 4}' ("expected a mapping of parameters") and `node.gpus` an unknown override."""
+    assert main(["topo", "describe", "dgx-h100-cluster", *[f"--set={item}" for item in sets]]) == 0
+    assert "8 GPUs (h100-sxm) on 2 hosts, 4 GPUs per host, 4 rails" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("command", "sets", "message"), [
+    (["topo", "describe", "dgx-h100-cluster"], ["nodes=2", "node.gpu_model=h999"],
+     "trainsim topo: --set node.gpu_model=h999: 'h999' is not supported"),
+    (["collective", "--topology", "dgx-h100-cluster", "--sizes", "1MB"], ["node={gpu_model: h999}"],
+     "trainsim collective: --set node={gpu_model: h999}: node.gpu_model: 'h999' is not supported"),
+    (["topo", "describe", "dgx-h100-cluster"], ["nodes=2", "nodes.x=1"],
+     "trainsim topo: --set nodes.x=1: nodes is not a section"),
+])
+def test_a_bad_topology_set_is_refused_at_that_set(capsys, command, sets, message):
+    assert main([*command, *[f"--set={item}" for item in sets]]) == 2
+    assert f"error: command line: {message} (allowed: " in capsys.readouterr().err
+
+
 def test_collective_json_keys(capsys):
     assert main(["collective", "--topology", "dgx-h100", "--sizes", "4MiB,16MiB", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -421,7 +443,7 @@ def test_bad_input_through_the_console_script(tmp_path):
     # accepted, though the message above says whole bytes, and a scenario's `bytes: 1.5 B` is refused
     (["--sizes", "1MiB,1.5B"], "--sizes", "size '1.5B' is 1.5 B, not whole bytes", "whole bytes, e.g. 1MiB,64MiB"),
     (["--sizes", "1.5B:1KiB"], "--sizes", "size '1.5B' is 1.5 B, not whole bytes", "whole bytes, e.g. 1MiB:8GiB"),
-    (["--set", "gpus=0"], "--set gpus=0", "'0' must be positive", "a positive value"),
+    (["--set", "gpus=0"], "--set gpus=0", "0 must be positive", "a positive value"),
     (["--set", "gpus=1"], "--topology", "dgx-h100 has 1 GPU: a collective needs two or more",
      "a topology of 2 GPUs or more"),  # said 'allowed: 2..1'
 ])
@@ -435,11 +457,11 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
 @pytest.mark.parametrize("command", [["topo", "describe", "dgx-h100-cluster"],
                                      ["collective", "--topology", "dgx-h100-cluster", "--sizes", "1MiB"]])
 @pytest.mark.parametrize("override, error", [
-    ("nodes=0", "--set nodes=0: '0' must be positive (allowed: a positive value)"),
-    ("nodes=2.5", "--set nodes=2.5: expected a whole number, got '2.5' (allowed: an integer such as 8)"),
+    ("nodes=0", "--set nodes=0: 0 must be positive (allowed: a positive value)"),
+    ("nodes=2.5", "--set nodes=2.5: expected a whole number, got 2.5 (allowed: an integer such as 8)"),
     ("nics_per_node=9", "--set nics_per_node=9: 9 NICs per node but 8 GPUs (allowed: 1 to 8)"),
-    ("node.gpus=4", "--set node.gpus=4: unknown override 'node.gpus' for topology kind 'cluster' "
-                    "(allowed: nodes, node, nics_per_node,"),
+    ("node.bogus=4", "--set node.bogus=4: unknown parameter 'bogus' (allowed: gpus, nvlink_bandwidth,"),
+    ("bogus=4", "--set bogus=4: unknown override 'bogus' for topology kind 'cluster' (allowed: nodes, node,"),
 ])
 def test_a_bad_topology_override_is_located_at_its_set(command, override, error, capsys):
     """`topo` and `collective` located a bad --set value at the bundled topology file ('.../dgx-h100-cluster.yaml

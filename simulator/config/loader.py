@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, TypeVar
 
-import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -27,8 +26,8 @@ from simulator.config.yaml_source import (
     dotted,
     is_field_path,
     line_of,
+    override_value,
     parse_field,
-    parse_value,
     parse_yaml_text,
     read_yaml,
     set_field,
@@ -220,10 +219,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
         if not is_field_path(key.strip()):
             raise ScenarioError(f"{key.strip()!r} is not a field path", file=set_flag(item),
                                 allowed=FIELD_PATH_EXAMPLE, at_flag=True)
-        try:
-            value = parse_value(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+        value = override_value(raw)
         problem = path_problem(parts, result)
         if problem is not None:
             raise ScenarioError(problem.problem, field=dotted(problem.at), file=set_flag(item),

@@ -74,6 +74,17 @@ def parse_value(text: str) -> object:
         raise yaml.YAMLError(exc.problem) from None
 
 
+def override_value(text: str) -> object:
+    """A `--set NAME=VALUE`'s value, read exactly like a file's (`parse_value`): nothing is the empty text, and
+    text that is no YAML value is kept as typed, for the field's own check to refuse it."""
+    if not text.strip():
+        return ""
+    try:
+        return parse_value(text)
+    except yaml.YAMLError:
+        return text
+
+
 def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]) -> None:
     """Record the line of every mapping key and sequence item by field path, aliases expanded (and bounded)."""
     lines.setdefault(path, node.start_mark.line + 1)

@@ -86,8 +86,8 @@ class TopologySource:
 
 def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path | None = None) -> TopologySource:
     """Read the bundled or given YAML file (a path relative to ``folder`` when given) and apply ``overrides``
-    (a scenario's ``cluster:`` block or ``--set nodes=128``) to its top-level parameters; strings such as
-    "128" are read later like file values."""
+    (a scenario's ``cluster:`` block, or `trainsim topo`'s ``--set nodes=128`` read as YAML) to its top-level
+    parameters; strings such as "128" are read later like file values."""
     path = resolve_topology_path(name_or_path, folder)
     data, lines = read_yaml(path, TopologyError)
     source = str(path)
