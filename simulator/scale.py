@@ -708,6 +708,24 @@ def _unfolded_estimate(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | Non
                           scenario_hosts(loaded))
 
 
+def classed_estimate(loaded: LoadedScenario, gpus: int, ranks: int) -> ScaleEstimate | None:
+    """The estimate of the step of ``loaded`` on ``gpus`` GPUs folded by classes onto ``ranks`` ranks (a job's
+    state with links down, `rank_classes.LinkFaultRanks`): the unfolded step's ops and flows in the share
+    ``ranks`` of the GPUs simulates, beside the whole cluster and the mirrors of the folded step (such a fold
+    compares every mirror). None for a trace."""
+    unfolded = _unfolded_estimate(loaded, gpus)
+    scenario = loaded.scenario
+    folded = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(
+        update={"fold": True, "timeline": "summary"})}), gpus, scenario_hosts(loaded))
+    if unfolded is None or folded is None:
+        return None
+    share = ranks / gpus
+    cluster = gpus * TOPOLOGY_BYTES_PER_GPU
+    mirrors = folded.memory_bytes - cluster - folded.ops * OP_BYTES - folded.flows * FLOW_BYTES
+    return ScaleEstimate(gpus, ranks, math.ceil(unfolded.ops * share), math.ceil(unfolded.flows * share),
+                         cluster + (unfolded.memory_bytes - cluster) * share + max(mirrors, 0.0), True)
+
+
 def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep) -> tuple[str, ...]:
     """Where the run of ``step`` (the program `validate` built, folded where the run folds it) simulates every
     rank and its estimate reaches EVENTS_PER_MINUTE: what it simulates (ranks, ops, the estimate's flows), about

@@ -18,8 +18,10 @@ from simulator.engine.fold_policy import (
     LINKS_WITHOUT_LAYOUT,
     STAGE_FOLD_UNDER_LINKS,
 )
+from simulator.engine.rank_classes import LinkFaultRanks
 from simulator.simulation import simulate
 from simulator.topology.loader import scenario_topology
+from simulator.workload.training import pipeline_depth, resolve_layout
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 STEP = """
@@ -117,3 +119,23 @@ def test_a_traces_copies_under_links_down_unfold():
             "faults: {step: {links: [{link: [leaf0.r0, spine0]}]}}\n")
     summary = simulate(scenario_from_text(text, "inline.yaml", [])).summary
     assert not summary["folded"] and summary["fold_off_reason"] == LINKS_WITHOUT_LAYOUT
+
+
+@pytest.mark.parametrize(("text", "parallelism", "down", "ranks"), [
+    (RAILS, "{tp: 8, dp: 4}", "leaf", 24),
+    (RAILS, "{tp: 8, dp: 4}", "uplink", 24),
+    (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "nic", 32),
+    (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "uplink", 16),
+    (PLAIN, "{tp: 1, dp: 32}", "uplink", 12),
+    (RAILS, "{tp: 8, dp: 4}", "spine", 32),
+    (RAILS, "{tp: 8, pp: 2, dp: 2}", "leaf", 32),
+], ids=["rails-leaf", "rails-uplink", "rails-pp-nic", "two-nics-pp-uplink", "plain-dp-uplink", "spine",
+        "one-leaf-group"])
+def test_the_ranks_of_a_fold_by_links_down_are_counted_without_a_step(text, parallelism, down, ranks):
+    """`LinkFaultRanks`, which a job's refusal of its states with links down sizes them by before it simulates
+    any, counts from the layout and the cluster the ranks the step folded by the hosts near them simulates (the
+    cases above; every rank where every host is near)."""
+    loaded = scenario_from_text(text + f"parallelism: {parallelism}\n", "inline.yaml", [])
+    topology = scenario_topology(loaded)
+    layout = resolve_layout(loaded.scenario, topology.num_gpus, pipeline_depth(loaded.scenario))
+    assert LinkFaultRanks(layout, topology)([(a, b) for a, b in _links(text, down)]) == ranks

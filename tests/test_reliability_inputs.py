@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
+from simulator.config.loader import load_scenario
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.components import FailureClass
 from simulator.reliability.processes import draw_arrivals
+from simulator.reliability.simulate import _refuse_unfolded_steps, check_job
+from simulator.scale import capped_topology
 from simulator.topology.loader import load_topology
 from simulator.units import format_duration
 
@@ -666,26 +669,38 @@ def test_a_study_value_beyond_the_event_limit_is_blamed_on_its_option(tmp_path, 
     assert not out.exists()
 
 
-def refused_16k_job(tmp_path, capsys, setting: str) -> str:
-    """The error of the 16,384-GPU job run for one replication with ``setting``: refused (exit 2) in one line,
+def refused_16k_job(tmp_path, capsys, *settings: str) -> str:
+    """The error of the 16,384-GPU job run for one replication with ``settings``: refused (exit 2) in one line,
     with nothing written."""
     out = tmp_path / "out"
     assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--set", "run.replications=1",
-                 "--set", setting]) == 2
+                 *(word for setting in settings for word in ("--set", setting))]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert not out.exists()
     return err
 
 
-def test_degraded_states_beyond_the_scale_limits_are_refused(tmp_path, capsys):
-    """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck is a cluster
-    state simulated as an unfolded step, ~66 million ops + flows and ~55 GiB, past the limits a plain run has.
-    The job is refused in one located line before its healthy step (it ran on for hours without a word, one
-    unfolded step per leaf); `--force` is the way past, as for a plain run."""
-    err = refused_16k_job(tmp_path, capsys, "faults.components={leaf_switch: {mtbf: 365 d, repair: 4 h}}")
+def test_degraded_states_that_fold_pass_the_jobs_scale_limits():
+    """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck takes 48 links
+    down, and its state folds by the hosts near them (its leaf group's 32 hosts apart, one rank per rail
+    elsewhere) onto 384 of 16,384 ranks, ~1.5 million ops + flows and ~1.7 GiB. The job's up-front refusal,
+    which sized each state as the unfolded step (~66 million and ~55 GiB), refused it although it folds; it now
+    passes, with no step built."""
+    loaded = load_scenario("llama3-405b-16k-job", ["faults.components.leaf_switch={mtbf: 100 d, repair: 4 h}"])
+    topology = capped_topology(loaded, False)
+    assert _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology) is None
+
+
+def test_degraded_states_whose_fold_is_refused_up_front_are_refused(tmp_path, capsys):
+    """The same leaf switch on the analytic model, which folds no step with links down (it has no lockstep check
+    after the run): each leaf struck is an unfolded step, ~66 million ops + flows and ~55 GiB, past the limits a
+    plain run has. The job is refused in one located line before its healthy step; `--force` is the way past."""
+    err = refused_16k_job(tmp_path, capsys, "faults.components={leaf_switch: {mtbf: 365 d, repair: 4 h}}",
+                          "network.model=analytic")
     assert "faults.components.leaf_switch: a leaf_switch failure degrades the cluster" in err
-    assert "16,384 simulated ranks (not folded), ~43,079,424 ops, ~23,014,912 flows, ~55.2 GiB of memory" in err
+    assert "link faults on the analytic model (no lockstep check after the run" in err
+    assert "16,384 simulated ranks (not folded), ~43,079,424 ops, ~23,014,912 flows" in err
     assert "or --force)" in err
 
 

@@ -46,6 +46,7 @@ from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.symmetry import link_kind_codes, overlapping, padded, routed
 from simulator.parallel.folding import RankClasses, representatives
+from simulator.parallel.layout import Layout
 from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
@@ -122,6 +123,31 @@ def link_fault_classes(program: StepProgram, topology: Topology, down: Sequence[
     keys = [(*key, tuple((int(local[rank]), int(host[rank]) if host[rank] in near else None)
                          for rank in ranks.tolist())) for key, ranks in zip(base, stages)]
     return RankClasses.keyed(keys, unequal=True)
+
+
+class LinkFaultRanks:
+    """How many ranks a step folded by `link_fault_classes` simulates under some links down, counted from the
+    layout and the cluster alone (no step built, no route read), NVLink classes aside: one per pipeline stage
+    for each position in a stage that has a rank on a host near them (each its own class), and one per stage
+    for each pattern of rails the other positions hold across the stages. What a job's refusal of its degraded
+    states sizes them by before it simulates any (reliability/simulate.py)."""
+
+    def __init__(self, layout: Layout, topology: Topology) -> None:
+        self.topology = topology
+        self.pp = layout.pp
+        stages = np.array([layout.stage_ranks(stage) for stage in range(layout.pp)], dtype=np.int64).T
+        self.stage_hosts = np.asarray(topology.gpu_host, dtype=np.int64)[stages]
+        local = np.asarray(topology.gpu_local, dtype=np.int64)[stages]
+        self.patterns = np.unique(local, axis=0, return_inverse=True)[1].reshape(-1)
+        self.hosts = max(topology.gpu_host) + 1
+
+    def __call__(self, down: Sequence[tuple[str, str]]) -> int:
+        """The ranks simulated under the links ``down`` (node pairs)."""
+        mask = np.zeros(self.hosts, dtype=bool)
+        mask[sorted(hosts_near(self.topology, down))] = True
+        near = mask[self.stage_hosts].any(axis=1)
+        far = np.unique(self.patterns[~near]).size
+        return self.pp * (int(near.sum()) + far)
 
 
 def hosts_near(topology: Topology, down: Sequence[tuple[str, str]]) -> set[int]:

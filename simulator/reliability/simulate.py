@@ -5,7 +5,7 @@ seeded failures (replication r draws from `numpy.random.default_rng([run.seed, r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, NoReturn
@@ -186,9 +186,9 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
                            ) -> PreparedStep | None:
     """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has
     (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
-    or each of its degraded or straggling states: link faults may unfold the step (leaf switches, cables, NICs
-    that `degrade`: `fold_policy.link_fault_step` folds it by the hosts near them where its checks pass, which
-    is known only once the state is built), and so do stragglers where the engine's folding rule says so
+    or each of its degraded or straggling states: states with links down (leaf switches, cables, NICs that
+    `degrade`) are sized by the classes `fold_policy.link_fault_step` folds them by
+    (`_refuse_unfolded_link_states`), and straggler states unfold where the engine's folding rule says so
     (each distinct set of stages slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and
     ~37 GiB per step (the docs' leaf-switch example met ~75 leaves per replication of the 405B job, its
     throttling example thousands of straggler states, and both ran for hours without a word).
@@ -227,8 +227,8 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
                            f"unfolded step ({why}): {limits}", f"{restart}{analytic}a smaller cluster, or --force")
 
     if linked:
-        refuse("link faults may unfold it: where every host is near the links down, or its fold by the hosts near "
-               "them is refused or falls out of step")
+        _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse)
+        return None
     refuse_healthy = state_guard(loaded, topology, None)
 
     def guard(unfolding: Unfolding) -> None:
@@ -248,6 +248,44 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
         refuse(why)
     _refuse_straggler_refold(loaded, klass, topology.num_gpus)
     return healthy
+
+
+def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, linked: Sequence[FailureClass],
+                                 straggling: bool, refuse: Callable[[str], NoReturn]) -> None:
+    """Refuse, with ``refuse`` (why), a job whose states with links down (classes ``linked``, `degrade`) would
+    pass the scale limits, sized by the classes `fold_policy.link_fault_step` folds them by
+    (`rank_classes.LinkFaultRanks`, from the layout and the cluster: no step is built) for the unit of each
+    class whose links down leave the most ranks: refused where a fold is known up front to be refused
+    (`fold_policy.link_fault_blocker` of the scenario's own `faults.step`: the analytic model, its stragglers
+    or links failing mid-step; a straggle class beside, ``straggling``), where those classes are every rank (every
+    host near the links down: a job under one leaf group), or where the fold itself would pass the limits.
+    A state whose fold a check refuses or that falls out of step at run time still runs unfolded, as long and
+    as large as the unfolded step (at 16,384 GPUs ~66 million ops + flows and ~55 GiB): the estimate is no
+    promise. A leaf_switch class on the 16,384-GPU job was refused up front although its states fold."""
+    from simulator.engine.fold_policy import EVERY_RANK_NEAR, link_fault_blocker
+    from simulator.engine.rank_classes import LinkFaultRanks
+    from simulator.scale import classed_estimate
+    from simulator.simulation import step_faults
+    from simulator.workload.training import pipeline_depth, resolve_layout
+
+    scenario = loaded.scenario
+    blocker = link_fault_blocker(step_faults(loaded, topology), scenario.network.model)
+    if blocker or straggling:
+        refuse(blocker or "link faults beside a straggle class, whose states with both are not folded")
+    layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
+    units = cluster_units(topology)
+    count = LinkFaultRanks(layout, topology)
+    ranks = max(count(tuple(pair for pair in units.links(klass.unit, unit) if topology.wiring.has_edge(*pair)))
+                for klass in linked for unit in range(units.count(klass.unit)))
+    if ranks >= layout.world:
+        refuse(EVERY_RANK_NEAR)
+    estimate = classed_estimate(loaded, topology.num_gpus, ranks)
+    if estimate is not None and estimate.over_limits():
+        klass = linked[0]
+        field = ("faults", "components", klass.name) if klass.name in scenario.faults.components else ("faults",)
+        raise loaded.error(field, f"a {klass.name} failure degrades the cluster, and each such state is simulated "
+                           f"folded by the hosts near its links down: {estimate.describe()}; {estimate.beyond()}",
+                           "effect: replace (the job restarts without the unit), a smaller cluster, or --force")
 
 
 def _trace_step(loaded: LoadedScenario, topology: Topology, *, force: bool) -> tuple[PreparedStep, ElasticSizes]:
