@@ -771,6 +771,35 @@ def test_degraded_states_ahead_are_sized_by_a_state_with_links_down_not_a_spine_
     assert here == [leaves[0]] and sized == [1 << 30]
 
 
+def test_degraded_states_ahead_are_sized_by_the_state_with_links_down_near_the_most_hosts(monkeypatch):
+    """Links down fold by the hosts near them (`fold_policy.link_fault_step`), so the state with links down that
+    simulates the most ranks is the largest: two leaves down in the two leaf groups leave every host near (all
+    32 ranks, unfolded) where one leaf leaves 24. Foreseen one leaf first, the job's process simulated it
+    first (every state with links down ranked alike), and the pool was counted at its smaller peak; it now
+    simulates the two leaves' state first."""
+    from simulator.reliability.blast import cluster_units
+    from simulator.reliability.simulate import prepare_job
+
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    job_states = prepare_job(scenario_from_text(LEAF_SWITCH_JOB)).states
+    units = cluster_units(job_states.topology)
+    replicas = job_states.healthy.replicas
+    groups = [units.blast["leaf_switch"][index][0] // 2 for index in range(units.count("leaf_switch"))]
+    other = groups.index(1 - groups[0])
+    one = states.ClusterState(replicas, links_down=tuple(sorted(units.links("leaf_switch", 0))))
+    two = states.ClusterState(replicas, links_down=tuple(sorted({*units.links("leaf_switch", 0),
+                                                                 *units.links("leaf_switch", other)})))
+    here: list[states.ClusterState] = []
+    simulated_here = ahead._simulated_here
+    monkeypatch.setattr(ahead, "_simulated_here", lambda step_states, state: here.append(state)
+                        or simulated_here(step_states, state))
+    monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
+    monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: 1)
+    another = states.ClusterState(replicas, links_down=tuple(sorted(units.links("leaf_switch", other))))
+    assert ahead.simulate_ahead(job_states, [one, another, two]) == 0
+    assert here == [two]
+
+
 def test_a_leaf_without_a_detour_takes_the_hosts_below_it():
     """One GPU and one NIC per host: a leaf down leaves its hosts without a route, so its failure interrupts
     the job and sends both hosts below it to repair (as `replace`)."""

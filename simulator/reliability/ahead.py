@@ -127,22 +127,34 @@ def straggling(state: ClusterState, healthy: ClusterState) -> bool:
 
 def degraded(state: ClusterState, healthy: ClusterState) -> bool:
     """Whether ``state`` runs the job's own replicas with links or spine switches down (stragglers beside them
-    or not): a step of its own, which shares no fold with another state's. One with links down is unfolded (the
-    engine folds no step with link faults), as long to simulate as the unfolded step and as large (a worker
-    then holds 5.2 GB a state of the 2,048-GPU job with a leaf switch down); one with some spines down is the
-    same tree with slower uplinks, which folds where the symmetry check passes, and is small then."""
+    or not): a step of its own, which shares no fold with another state's. One with links down folds by the
+    hosts near them where its checks pass (`fold_policy.link_fault_step`: a leaf down on 2,048 GPUs onto 288
+    ranks, 0.92 GB against 5.27 GB unfolded), and unfolds where every host is near them; one with some spines
+    down is the same tree with slower uplinks, which folds where the symmetry check passes, and is small then."""
     return state.replicas == healthy.replicas and bool(state.links_down or state.spines_down)
 
 
-def folds_likelier(state: ClusterState, spines: int) -> int:
-    """How likely a degraded state's step is to fold, and so to be small, as a sort key (0 first): links down
-    (an unfolded step: the engine folds no step with link faults), then every one of the ``spines`` down (every
-    leaf-spine link down, or no route and no step at all), then some spines down (the same tree with slower
-    uplinks, folded where the symmetry check passes: on the 128-GPU Llama 3 70B job its peak was 136 MB where a
-    leaf state's was 488 MB)."""
+def larger_first(state: ClusterState, spines: int, ranks: Callable[[Sequence[tuple[str, str]]], int]
+                   ) -> tuple[int, int]:
+    """How large a degraded state's step is likely to be, as a sort key (largest first): links down first, by
+    how many ranks the fold by the hosts near them simulates (``ranks``, `rank_classes.LinkFaultRanks`: every
+    rank where every host is near them, as two leaves in different leaf groups of a two-group job, which then
+    run unfolded), then every one of the ``spines`` down (every leaf-spine link down, or no route and no step at
+    all), then some spines down (the same tree with slower uplinks, folded where the symmetry check passes: on
+    the 128-GPU Llama 3 70B job its peak was 136 MB where a leaf state's, then unfolded, was 488 MB)."""
     if state.links_down:
-        return 0
-    return 1 if state.spines_down >= spines else 2
+        return 0, -ranks(state.links_down)
+    return (1 if state.spines_down >= spines else 2), 0
+
+
+def link_fault_ranks(states: StepStates) -> Callable[[Sequence[tuple[str, str]]], int]:
+    """How many ranks a state of ``states`` with some links down simulates, counted without its step
+    (`rank_classes.LinkFaultRanks`); every GPU for a replayed trace, whose copies under links down unfold."""
+    from simulator.engine.rank_classes import LinkFaultRanks
+
+    if states.layout is None:
+        return lambda down: states.topology.num_gpus
+    return LinkFaultRanks(states.layout, states.topology)
 
 
 def _first_states_activity(activity: Callable[[str], None]) -> Callable[[ClusterState | None], None]:
@@ -162,7 +174,7 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
                    activity: Callable[[str], None] | None = None) -> int:
     """Simulate the straggling states of ``wanted`` that ``states`` has not (where there are AHEAD_MIN_STATES of
     them) and its degraded ones (`degraded`), the first of each kind here (a straggler state's builds the fold
-    they share; the degraded state likeliest unfolded, `folds_likelier`, since its peak memory is what each
+    they share; the degraded state likely largest, `larger_first`, since its peak memory is what each
     worker may come to hold: sized by a folded spine state met first, the workers were counted at 136 MB and
     reached 488 MB on the 128-GPU Llama 3 70B job) and the rest in worker
     processes (one per core, at most ``workers`` where not 0, and no more than the host's free memory holds,
@@ -177,8 +189,9 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
     global _FORKED
     unknown = [state for state in wanted if not states.known(state)]
     slow = [state for state in unknown if straggling(state, states.healthy)]
+    ranks = link_fault_ranks(states)
     down = sorted((state for state in unknown if degraded(state, states.healthy)),
-                  key=lambda state: folds_likelier(state, states.spines))
+                  key=lambda state: larger_first(state, states.spines, ranks))
     kinds = [kind for kind in (slow if len(slow) >= AHEAD_MIN_STATES else [], down) if kind]
     todo = [state for kind in kinds for state in kind]
     if min(cores(workers), len(todo) - len(kinds)) < 2:
