@@ -43,26 +43,30 @@ def physical_links(topo: Topology) -> list[tuple[str, str, dict]]:
     return [(u, v, data) for (u, v), data in topo.wiring.edges.items() if u < v]
 
 
-def tier_bisection(topo: Topology) -> list[tuple[str, float, int]]:
+def tier_bisection(topo: Topology) -> list[tuple[str, tuple[tuple[float, int], ...]]]:
     """Per link tier (e.g. 'GPU-NVSwitch', 'leaf-spine'): half its per-direction capacity, per domain where local.
 
     In a folded Clos with links spread evenly, half the links of a tier cross a cut that splits the GPUs in two,
-    so this is the tier's bisection bandwidth. Tiers inside a host or NVLink domain are reported per domain
-    (third item: the number of domains, 0 for network tiers).
+    so this is the tier's bisection bandwidth. Tiers inside a host or NVLink domain are reported per domain:
+    each distinct value with the number of domains that have it, largest first (a partly filled last rack has
+    less than the full ones); a network tier is one value for the whole fabric, with a count of 0.
     """
-    totals: dict[tuple[str, str], float] = {}
-    domains: dict[tuple[str, str], set] = {}
+    totals: dict[tuple[str, str], dict[object, float]] = {}
     nodes = topo.wiring.nodes
     for u, v, data in physical_links(topo):
         first, second = sorted((_role(nodes[u]), _role(nodes[v])), key=_ROLE_ORDER.index)
-        roles = (first, second)
-        totals[roles] = totals.get(roles, 0.0) + data["bandwidth"]
-        domains.setdefault(roles, set()).add(_shared_domain(nodes[u], nodes[v]))
+        per_domain = totals.setdefault((first, second), {})
+        domain = _shared_domain(nodes[u], nodes[v])
+        per_domain[domain] = per_domain.get(domain, 0.0) + data["bandwidth"]
     result = []
     for roles in sorted(totals, key=lambda r: (_ROLE_ORDER.index(r[1]), _ROLE_ORDER.index(r[0]))):
-        local = None not in domains[roles]
-        count = len(domains[roles]) if local else 0
-        result.append(("-".join(roles), totals[roles] / 2 / (count or 1), count))
+        per_domain = totals[roles]
+        if None in per_domain:
+            values: tuple[tuple[float, int], ...] = ((sum(per_domain.values()) / 2, 0),)
+        else:
+            counts = Counter(total / 2 for total in per_domain.values())
+            values = tuple(sorted(counts.items(), reverse=True))
+        result.append(("-".join(roles), values))
     return result
 
 
@@ -90,11 +94,18 @@ def describe_topology(topo: Topology) -> str:
     for (link_class, bandwidth, latency), count in sorted(groups.items()):
         lines.append(f"  {link_class:<11} {count:>7} x {format_bandwidth(bandwidth):>10}  {format_duration(latency)}")
     lines.append("bisection bandwidth per tier (per direction):")
-    for tier, bandwidth, domains in tier_bisection(topo):
-        scope = (f"each of {counted(domains, 'host/NVLink domain', 'hosts/NVLink domains')}" if domains
-                 else "whole fabric")
-        lines.append(f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})")
+    for tier, values in tier_bisection(topo):
+        (bandwidth, domains), *others = values
+        text = f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({_scope(domains)})"
+        lines.append(", ".join([text, *(f"{format_bandwidth(each)} ({_scope(count)})" for each, count in others)]))
     return "\n".join(lines)
+
+
+def _scope(domains: int) -> str:
+    """What one bisection figure covers: each of ``domains`` hosts/NVLink domains, or the whole fabric (0)."""
+    if not domains:
+        return "whole fabric"
+    return f"each of {counted(domains, 'host/NVLink domain', 'hosts/NVLink domains')}"
 
 
 def draw_topology(topo: Topology, path: str | Path) -> Path:
