@@ -122,6 +122,31 @@ def test_a_size_whose_tp_groups_leave_their_rack_is_refused_at_parallelism_tp(co
     assert not (tmp_path / "out").exists()
 
 
+EXPERTS = """cluster: {topology: gb200-nvl72, racks: 2, trays: 2, leaf_ports: 2, spines: 2}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000, moe: {experts: 8, top_k: 2}}
+training: {seq_len: 2048, microbatches: 4}
+parallelism: {tp: 1, cp: 2, pp: 2, dp: 4, ep: 2, order: [tp, dp, pp, cp]}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+run: {horizon: 1 d}
+faults: {components: {gpu: {mtbf: 30 d, repair: 2 h}}}
+restart: {elastic: true}
+"""
+
+
+def test_a_size_whose_ep_groups_leave_their_rack_is_refused_as_an_ep_group(tmp_path, capsys):
+    """CP outermost, DP inside it (order [tp, dp, pp, cp]) on 2 racks of 8 GPUs: shrunk to 3 replicas, rank 0's
+    DP x CP group is GPUs {0, 1, 2, 6, 7, 8} and its EP block {7, 8} straddles the racks, where each of the full
+    job's stays in one. The refusal reads 'an EP group' (it said 'a EP group')."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(EXPERTS)
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:4: parallelism.ep: the elastic job shrunk to 3 replicas (3 hosts): an EP group spans 2 "
+        "NVLink domains, where each of the full job's stays inside one (allowed: a parallelism.order that keeps each "
+        "EP group inside one NVLink domain on fewer replicas; or restart.min_replicas above 3)\n")
+
+
 @pytest.mark.parametrize("degrees", [(2, 1, 2, 4, 2), (1, 2, 1, 8, 4), (2, 2, 2, 2, 4), (4, 1, 1, 6, 3)])
 def test_group_domains_are_the_most_domains_a_tp_and_an_ep_group_span(degrees):
     """`group_domains` against the groups the step builds (`tp_domains`, `ep_group`), rank by rank, for every

@@ -49,7 +49,7 @@ from simulator.config.reliability import ElasticBatch
 from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.config.traces import TraceWorkload
 from simulator.errors import InputError, ScenarioError
-from simulator.memory_remedies import memory_remedies, peak_memory, remedies_text
+from simulator.memory_remedies import Peak, memory_remedies, peak_memory, remedies_text
 from simulator.parallel.layout import Layout
 from simulator.reliability.inputs import files_key
 from simulator.topology.graph import Topology
@@ -219,7 +219,7 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
             out_of_memory.append((size, peak))
         else:
             fitting.append(size)
-    if len(fitting) == 1 and out_of_memory and _peak_memory(loaded, topology)[0] <= capacity:
+    if len(fitting) == 1 and out_of_memory and _peak_memory(loaded, topology).bytes <= capacity:
         largest, peak = out_of_memory[0]
         shrink = shrunk_settings(loaded.scenario, topology, layout.dp, microbatches, largest)
         tried = f" ({remedies_text(memory_remedies(loaded, base_settings=shrink))})" if weigh_remedies else ""
@@ -315,7 +315,7 @@ def _check_size(loaded: LoadedScenario, topology: Topology, dp: int, microbatche
 
     def check() -> tuple[float, float]:
         cluster = scenario_topology(shrunk)
-        peak = located(shrunk, lambda: peak_memory(shrunk, cluster))
+        peak = _peak_memory(shrunk, cluster)
         assert peak.layout is not None, "an elastic job has a layout (no parameter servers)"
         _refuse_split_groups(spans, group_domains(peak.layout, shrunk.scenario.parallelism.ep,
                                                   cluster.gpu_domain_array))
@@ -351,8 +351,9 @@ def _refuse_split_groups(full: dict[str, int], shrunk: dict[str, int]) -> None:
     two racks where the full job kept each in one)."""
     for name, spans in shrunk.items():
         if full[name] == 1 and spans > 1:
-            raise ScenarioError(f"a {name.upper()} group spans {spans} NVLink domains, where each of the full job's "
-                                "stays inside one", field=f"parallelism.{name}",
+            article = "an" if name == "ep" else "a"
+            raise ScenarioError(f"{article} {name.upper()} group spans {spans} NVLink domains, where each of the "
+                                "full job's stays inside one", field=f"parallelism.{name}",
                                 allowed=f"a parallelism.order that keeps each {name.upper()} group inside one NVLink "
                                         "domain on fewer replicas")
 
@@ -369,9 +370,8 @@ def _shrunk_check(hosts: int, dp: int, size: int, check: Callable[[], T]) -> T:
                             allowed=f"{allowed}restart.min_replicas above {size}") from None
 
 
-def _peak_memory(loaded: LoadedScenario, topology: Topology) -> tuple[float, float]:
+def _peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
     """The scenario's step resolved on ``topology`` (no op built): its peak memory per GPU, as the step summary
-    gives it, and the GPU's, in bytes. A parameter-server scenario never gets here: it has no job simulation
-    (the schema refuses `run.horizon` with parameter servers)."""
-    peak = located(loaded, lambda: peak_memory(loaded, topology))
-    return peak.bytes, peak.capacity
+    gives it, and the GPU's, in bytes, with its layout. A parameter-server scenario never gets here: it has no job
+    simulation (the schema refuses `run.horizon` with parameter servers)."""
+    return located(loaded, lambda: peak_memory(loaded, topology))
