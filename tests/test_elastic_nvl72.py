@@ -1,7 +1,7 @@
 """Elastic jobs on GB200 NVL72 racks: a shrunk job keeps the trays of the replicas it runs on, whole racks then a
 last rack of the trays left (`last_rack_trays`), each tray in its rack's NVLink domain; its step is a plain
 `simulate()` of that smaller cluster, and a size whose TP or EP groups leave the NVLink domains the full job's
-stayed in is refused at load."""
+stayed in is refused at load (on every cluster kind: a DGX host is its own NVLink domain)."""
 
 from __future__ import annotations
 
@@ -145,6 +145,38 @@ def test_a_size_whose_ep_groups_leave_their_rack_is_refused_as_an_ep_group(tmp_p
         f"error: {scenario}:4: parallelism.ep: the elastic job shrunk to 3 replicas (3 hosts): an EP group spans 2 "
         "NVLink domains, where each of the full job's stays inside one (allowed: a parallelism.order that keeps each "
         "EP group inside one NVLink domain on fewer replicas; or restart.min_replicas above 3)\n")
+
+
+FAT_TREE = """cluster: {topology: dgx-h100-cluster, nodes: 4}
+model: {layers: 8, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {tp: 2, pp: 4, dp: 4, order: [dp, tp, cp, pp]}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+run: {horizon: 1 d}
+faults: {components: {gpu: {mtbf: 30 d, repair: 2 h}}}
+restart: {elastic: true}
+"""
+
+
+def test_the_split_group_refusal_holds_on_a_fat_tree_whose_hosts_are_its_nvlink_domains(tmp_path, capsys):
+    """Not only racks: a DGX host is its own NVLink domain. DP innermost on 4 DGX H100 (a host per pipeline stage,
+    TP groups (r, r + 4) in it); shrunk to 3 replicas a stage is 6 ranks and a TP group crosses hosts, onto
+    InfiniBand every layer. Refused with its `min_replicas` advice; that advice (4, the layout's DP) validates,
+    with a warning that the job then never shrinks, and the default order, whose TP groups stay in their hosts,
+    runs on every size."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(FAT_TREE)
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:4: parallelism.tp: the elastic job shrunk to 3 replicas (3 hosts): a TP group spans 2 "
+        "NVLink domains, where each of the full job's stays inside one (allowed: a parallelism.order that keeps each "
+        "TP group inside one NVLink domain on fewer replicas; or restart.min_replicas above 3)\n")
+    assert main(["validate", str(scenario), "--set", "restart.min_replicas=4"]) == 0
+    default = tmp_path / "default.yaml"
+    default.write_text(FAT_TREE.replace(", order: [dp, tp, cp, pp]", ""))
+    loaded = scenario_from_text(default.read_text(), str(default))
+    assert elastic_sizes(loaded, scenario_topology(loaded)).sizes == (1, 2, 3, 4)
 
 
 @pytest.mark.parametrize("degrees", [(2, 1, 2, 4, 2), (1, 2, 1, 8, 4), (2, 2, 2, 2, 4), (4, 1, 1, 6, 3)])

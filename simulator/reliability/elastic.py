@@ -348,7 +348,7 @@ def _most_domains(group: np.ndarray, domain: np.ndarray) -> int:
 def _refuse_split_groups(full: dict[str, int], shrunk: dict[str, int]) -> None:
     """Refuse TP or EP groups of a shrunk job that span NVLink domains where each of the full job's stayed in
     one: its per-layer collectives would leave NVLink for the network (on GB200 NVL72 racks, a TP group across
-    two racks where the full job kept each in one)."""
+    two racks where the full job kept each in one; on every cluster kind, a DGX host being its own domain)."""
     for name, spans in shrunk.items():
         if full[name] == 1 and spans > 1:
             article = "an" if name == "ep" else "a"
