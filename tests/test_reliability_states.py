@@ -967,15 +967,17 @@ faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
 """
 PODS = ["--set", "cluster.tiers=3", "--set", "cluster.pods=2"]
 SHRUNK_PODS = ("the elastic job shrunk to 2 replicas (2 hosts): 3 splits leaf groups into pods, but 2 hosts make one "
-               "leaf group (up to 2 hosts) (allowed: tiers: 2, or more than 2 hosts (nodes), or fewer leaf_ports; or "
-               "restart.min_replicas above 2)")
+               "leaf group (up to 2 hosts); a shrunk three-tier cluster is rebuilt with its leaf groups spread over "
+               "the pods again, not cut from the full one (allowed: tiers: 2, or more than 2 hosts (nodes), or fewer "
+               "leaf_ports; or restart.min_replicas above 2)")
 
 
 @pytest.mark.parametrize("command", ["run", "study"])
 def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, tmp_path, capsys):
     """Two pods of one leaf group each fit the healthy 4 hosts and not the 2 hosts of the job shrunk to 2
     replicas; the values came from `--set`, and the error names the `--set cluster.tiers=3` (a shrunk state's
-    scenario rebuilt without the overrides named the file's `cluster` line). It is refused at load (below)."""
+    scenario rebuilt without the overrides named the file's `cluster` line). It is refused at load (below),
+    saying that the shrunk fabric is rebuilt, not cut from the full one (whose first pod would hold the group)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SHRINKING)
     args = ["mtbf"] if command == "study" else []

@@ -48,7 +48,7 @@ from simulator.config.locate import located
 from simulator.config.reliability import ElasticBatch
 from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.config.traces import TraceWorkload
-from simulator.errors import InputError, ScenarioError
+from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.memory_remedies import Peak, memory_remedies, peak_memory, remedies_text
 from simulator.parallel.layout import Layout
 from simulator.reliability.inputs import files_key
@@ -263,7 +263,7 @@ def trace_sizes(loaded: LoadedScenario, topology: Topology, replicas: int, trace
     sizes = tuple(size for size in _whole_copies(hosts, replicas, traced_dp) if size >= smallest)
     for size in sizes[:-1]:
         shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, replicas, 1, size))
-        _shrunk_check(hosts, replicas, size, partial(scenario_topology, shrunk))
+        _shrunk_check(hosts, replicas, size, partial(_shrunk_topology, shrunk, topology))
     return ElasticSizes(sizes)
 
 
@@ -314,7 +314,7 @@ def _check_size(loaded: LoadedScenario, topology: Topology, dp: int, microbatche
     shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, dp, microbatches, size))
 
     def check() -> tuple[float, float]:
-        cluster = scenario_topology(shrunk)
+        cluster = _shrunk_topology(shrunk, topology)
         peak = _peak_memory(shrunk, cluster)
         assert peak.layout is not None, "an elastic job has a layout (no parameter servers)"
         _refuse_split_groups(spans, group_domains(peak.layout, shrunk.scenario.parallelism.ep,
@@ -322,6 +322,19 @@ def _check_size(loaded: LoadedScenario, topology: Topology, dp: int, microbatche
         return peak.bytes, peak.capacity
 
     return _shrunk_check(topology.num_hosts, dp, size, check)
+
+
+def _shrunk_topology(shrunk: LoadedScenario, full: Topology) -> Topology:
+    """The cluster of ``shrunk``, a job on ``full`` shrunk (shrunk_cluster). A three-tier fabric is rebuilt with
+    fewer hosts, its leaf groups spread over the pods again rather than the full fabric cut to those hosts, so
+    a size can be refused though the real cluster of its hosts exists: the refusal says so."""
+    try:
+        return scenario_topology(shrunk)
+    except TopologyError as error:
+        if full.params.get("tiers") != 3:
+            raise
+        raise error.rebuilt(problem=f"{error.problem}; a shrunk three-tier cluster is rebuilt with its leaf groups "
+                                    "spread over the pods again, not cut from the full one") from None
 
 
 def group_domains(layout: Layout, ep: int, domains: np.ndarray) -> dict[str, int]:
