@@ -51,4 +51,5 @@ def forget_dropped() -> None:
     _DROPPED.clear()
 
 
-os.register_at_fork(after_in_child=forget_dropped)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=forget_dropped)
