@@ -676,7 +676,7 @@ def refuse_large_trace(loaded: LoadedScenario, gpus: int, program: StepProgram,
 UNFOLDING_FIELDS: dict[FoldCheck, tuple[str, ...]] = {
     "plan": ("parallelism", "cp_load_balance"), "copies": ("workload", "dp"), "cluster": ("cluster",),
     "collectives": ("cluster",),
-    "faults": ("faults", "step")}
+    "faults": ("faults", "step"), "links": ("faults", "step")}
 """The field blamed when a fold check unfolds a step too large unfolded (the collectives' replicas meet the
 cluster's links unevenly)."""
 UNFOLDING_ADVICE: dict[FoldCheck, str] = {
@@ -686,6 +686,7 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
     "collectives": "network.model: analytic (each transfer alone: replicas whose routes take equal times fold)",
     "faults": ("step faults that keep the replicas alike (links down from the step's start only; stragglers "
                "slowing whole stages)"),
+    "links": "links down near fewer hosts (each rank of a host near them is simulated apart)",
 }
 """What to change so that the check passes."""
 

@@ -81,6 +81,21 @@ def test_links_down_fold_by_the_hosts_near_them_exactly(text, parallelism, down,
     _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
+@pytest.mark.parametrize(("text", "parallelism", "down", "near", "stages"), [
+    (RAILS, "{tp: 8, dp: 4}", "spine", "4 of 4", 1),
+    (RAILS_8, "{tp: 8, pp: 4, dp: 2}", "nic", "2 of 8", 4),
+], ids=["spine", "nic-dp2"])
+def test_links_fold_of_one_rank_a_class_says_so_and_how_many_hosts_are_near(text, parallelism, down, near, stages):
+    """Where every class of the links fold holds one rank, the reason says so and how many hosts are near, and the
+    links fold is listed as given up beside the stage fold: with DP 2 under a NIC down near 2 of 8 hosts, every
+    far rank shares a DP group with a near one; the reason said "links down near every host"."""
+    folded, _ = _folded_and_unfolded(text + f"parallelism: {parallelism}\n", down)
+    assert not folded["folded"] and folded["fold_off_reason"] == f"{EVERY_RANK_NEAR} ({near} hosts near)"
+    assert [(entry["fold"], entry["simulated_ranks"], entry["reason"]) for entry in folded["fold_given_up"]] == [
+        ("stage", stages, STAGE_FOLD_UNDER_LINKS),
+        ("links", folded["simulated_ranks"], folded["fold_off_reason"])]
+
+
 RAILS_16 = RAILS.replace("nodes: 4, leaf_ports: 2", "nodes: 16, leaf_ports: 4")
 """Sixteen rail-optimized hosts in four leaf groups."""
 
@@ -96,7 +111,7 @@ def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(parallelism):
     folded, unfolded = _folded_and_unfolded(RAILS_16 + f"parallelism: {parallelism}\n", "leaf3.r1")
     assert folded["step_time_s"] == unfolded["step_time_s"]
     _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
-    assert folded["folded"] and folded["simulated_ranks"] == 48 and not folded["warnings"]
+    assert folded["folded"] and folded["simulated_ranks"] == 48 and folded["warnings"] == unfolded["warnings"]
 
 
 @pytest.mark.parametrize(("text", "parallelism", "down", "reason"), [

@@ -26,6 +26,10 @@ SHARED_NICS = (RAILS.replace("spines: 2}", "spines: 2, nics_per_node: 4, oversub
 """Four NICs per host under 2:1 spines: the replicas' all-reduces meet the fabric's links unevenly, and the
 symmetry check unfolds the step (tests/test_reliability_states.py)."""
 LINK_DOWN = "faults: {step: {links: [{link: [leaf0.r0, spine0], at: 1 ms}]}}\n"
+NIC_DOWN_PP = (RAILS.replace("{tp: 8, dp: 4}", "{tp: 8, pp: 2, dp: 2}")
+               + "faults: {step: {links: [{link: [leaf0.r0, h0/nic0]}]}}\n")
+"""A NIC cable down from the step's start near hosts 0 and 1, one pipeline replica: the other replica's ranks
+each share a DP group with a near rank, so every class of the links fold holds one rank."""
 GRAPH = """kind: graph
 nodes:
   - {name: sw, kind: switch}
@@ -101,11 +105,14 @@ CASES = {
                "step faults that keep the replicas alike (links down from the step's start only; stragglers "
                "slowing whole stages)",
                [True]),
+    "links": (NIC_DOWN_PP, 6, "faults.step", "links down: every class holds one rank (the ranks of the hosts near "
+              "them apart, the others by rail and by the near ranks their groups hold) (2 of 4 hosts near)",
+              "links down near fewer hosts (each rank of a host near them is simulated apart)", [True]),
 }
 
 
 SIZE_ADVICE = {"plan": " (cluster.gpus)", "cluster": "", "collectives": " (cluster.nodes)",
-               "faults": " (cluster.nodes)"}
+               "faults": " (cluster.nodes)", "links": " (cluster.nodes)"}
 """Each case's cluster's own size parameter (one DGX H100: its GPUs; a graph: none), which the advice names (it
 said cluster.nodes whatever the topology)."""
 

@@ -34,7 +34,7 @@ from typing import Literal
 from simulator.engine.lockstep import Lockstep, OutOfStep, hop_signature
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
-from simulator.engine.rank_classes import link_fault_classes, rank_classes, route_classes
+from simulator.engine.rank_classes import hosts_near, link_fault_classes, rank_classes, route_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
 from simulator.engine.symmetry import asymmetric_replicas, unequally_met, unlike_alone, unlike_routes
@@ -61,6 +61,7 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "cluster": "the cluster is not symmetric",
                                  "collectives": "mirrored collectives would load the links differently",
                                  "faults": "the step's faults differ across replicas",
+                                 "links": "every class by the hosts near the links down holds one rank",
                                  "hops": "the replicas' hand-offs cross other hops",
                                  "size": "the refold is too large to simulate",
                                  "untried": "finer refolds are not tried where the step may not unfold"}
@@ -342,9 +343,10 @@ def link_fault_step(build: StepBuilder, program: StepProgram, plans: PlanCache, 
     links down (engine/rank_classes.py `link_fault_classes`; the stage fold itself is given up,
     `STAGE_FOLD_UNDER_LINKS`) where the class-mates keep pace with their representatives
     (`unlike_class_mates`) and `fold_verdict` passes the classed program, as any classed fold; else unfolded,
-    with the classed fold's refusal, or where its classes hold every rank (one leaf group, a spine) saying so
-    (`EVERY_RANK_NEAR`). Detours break the translations the checks otherwise lean on, so every
-    mirror is compared, and the lockstep check after the run certifies the fold (one out of step unfolds).
+    with the classed fold's refusal, or where its classes hold one rank each (one leaf group, a spine, or classes
+    of one rank wherever a near rank joins them) saying so (`EVERY_RANK_NEAR`, with how many hosts are near).
+    Detours break the translations the checks otherwise lean on, so every mirror is compared, and the lockstep
+    check after the run certifies the fold (one out of step unfolds).
     A leaf down on 512 H100s (TP 8, PP 4, DP 16, two leaf groups) folds onto 288 ranks, its step time the
     unfolded one's to the bit, in 21 s of CPU and 0.84 GB against 35 s and 1.38 GB."""
     layout = program.layout
@@ -355,7 +357,11 @@ def link_fault_step(build: StepBuilder, program: StepProgram, plans: PlanCache, 
     down = [edge for event in faults.links for edge in event.edges]
     classes = link_fault_classes(program, plans.topology, down, nvlink)
     ranks = len(representatives(layout, True, classes)) if classes is not None else layout.world
-    unfolding = Unfolding("faults", EVERY_RANK_NEAR)
+    hosts = int(max(plans.topology.gpu_host)) + 1
+    unfolding = Unfolding("links", f"{EVERY_RANK_NEAR} ({len(hosts_near(plans.topology, down))} of {hosts} hosts "
+                                   "near)")
+    if classes is not None and ranks == layout.world:
+        refused.append(GivenUp("links", ranks, unfolding))
     if classes is not None and ranks < layout.world:
         unlike = unlike_class_mates(program, classes, shapes, order, plans, efficiency)
         refold = (GivenUp("links", ranks, Unfolding("collectives", unlike)) if unlike
@@ -374,8 +380,10 @@ STAGE_FOLD_UNDER_LINKS = ("links down: the ranks near them are simulated apart, 
 """Why `link_fault_step` gives up the stage fold of a step with links down from its start."""
 
 
-EVERY_RANK_NEAR = "links down near every host: one rank per class of the hosts near them is every rank"
-"""Why `link_fault_step` runs a step unfolded whose classes by the hosts near its links down hold one rank each."""
+EVERY_RANK_NEAR = ("links down: every class holds one rank (the ranks of the hosts near them apart, the others "
+                   "by rail and by the near ranks their groups hold)")
+"""Why `link_fault_step` runs a step unfolded whose classes by the hosts near its links down hold one rank each:
+every host near them, or every class of far ranks holding one rank beside a near one (DP 2)."""
 
 
 def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode: NetworkMode,
