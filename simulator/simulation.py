@@ -143,7 +143,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         contention = Contention(env, sm_share, channels, weights)
     checked = bool(mirrors) and settings.mode == "flow"
     lanes = None if not checked or layout is None or layout.cp == 1 else cp_lanes(layout)
-    watch = LockstepWatch(topology, stops, lanes) if checked and stops is not None else None
+    detours = faults is not None and faults.rerouter is not None
+    watch = LockstepWatch(topology, stops, lanes, detours) if checked and stops is not None else None
     engine = Engine(
         env,
         plans=plans,
@@ -162,7 +163,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     )
     result = engine.run(ops)
     if checked and result.stopped_at_s is None:
-        result.lockstep = lockstep(log, ops, mirrors, topology, lanes)
+        result.lockstep = lockstep(log, ops, mirrors, topology, lanes, detours)
     return result, network
 
 

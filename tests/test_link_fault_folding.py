@@ -33,6 +33,8 @@ run: {timeline: summary}
 RAILS = "cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2, oversubscription: 2}\n" + STEP
 """Rail-optimized DGX H100 hosts (a NIC and a leaf per rail), two hosts a leaf group."""
 RAILS_8 = RAILS.replace("nodes: 4", "nodes: 8")
+RAILS_16 = RAILS.replace("nodes: 4, leaf_ports: 2", "nodes: 16, leaf_ports: 4")
+"""Sixteen rail-optimized hosts in four leaf groups."""
 PLAIN = ("cluster: {topology: dgx-h100-cluster, nodes: 8, node: {kind: nvswitch_node, gpus: 4}, nics_per_node: 1, "
          "leaf_ports: 2, spines: 2, oversubscription: 2}\n" + STEP)
 """A plain fat tree: one NIC a host, every GPU of a host behind it."""
@@ -41,8 +43,11 @@ TWO_NICS = PLAIN.replace("nics_per_node: 1", "nics_per_node: 2")
 
 def _links(text: str, down: str) -> list[list[str]]:
     """The links ``down`` names on ``text``'s cluster: a leaf's (all of leaf0.r0's, or of the leaf named), a
-    spine's (spine0's), a NIC's cable (h0/nic0 to its leaf) or a leaf's cable to a spine."""
+    spine's (spine0's), a NIC's cable (h0/nic0 to its leaf) or a leaf's cable to a spine (leaf0.r0's to spine0,
+    or the one named as 'leaf-spine')."""
     graph = scenario_topology(scenario_from_text(text, "inline.yaml", [])).graph
+    if "-" in down:
+        return [down.split("-")]
     if down not in ("nic", "uplink"):
         switch = {"leaf": "leaf0.r0", "spine": "spine0"}.get(down, down)
         return [[switch, node] for node in sorted(graph.successors(switch))]
@@ -96,10 +101,6 @@ def test_links_fold_of_one_rank_a_class_says_so_and_how_many_hosts_are_near(text
         ("links", folded["simulated_ranks"], folded["fold_off_reason"])]
 
 
-RAILS_16 = RAILS.replace("nodes: 4, leaf_ports: 2", "nodes: 16, leaf_ports: 4")
-"""Sixteen rail-optimized hosts in four leaf groups."""
-
-
 @pytest.mark.parametrize("parallelism", ["{tp: 16, dp: 8}", "{tp: 8, dp: 16, order: [dp, tp, cp, pp]}"],
                          ids=["tp-over-two-hosts", "tp-over-eight-hosts"])
 def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(parallelism):
@@ -120,7 +121,10 @@ def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(parallelism):
     (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "leaf", "send_recv 'recv bwd mb3' over GPUs [28, 20] ended on its mirrors"),
     (RAILS, "{tp: 4, pp: 2, dp: 4}", "nic", "members send unlike amounts"),
     (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "leaf", "send_recv 'recv bwd mb3' over GPUs [14, 10] ended on its mirrors"),
-], ids=["spine", "one-leaf-group", "pp-leaf-out-of-step", "tree-loads", "two-nics-pp-leaf-out-of-step"])
+    (RAILS_16, "{tp: 4, dp: 32, order: [dp, tp, cp, pp]}", "leaf2.r2-spine1",
+     "its copies met the detours around the links down unlike"),
+], ids=["spine", "one-leaf-group", "pp-leaf-out-of-step", "tree-loads", "two-nics-pp-leaf-out-of-step",
+        "dp-first-uplink-out-of-step"])
 def test_links_down_that_no_fold_stands_for_unfold(text, parallelism, down, reason):
     """Where every host is near the links down (a spine, one leaf group), where the classed fold is refused
     before its run (a tree's unlike loads) or falls out of step in it (a hand-off of a near host meeting other

@@ -72,6 +72,9 @@ class OutOfStep:
     """How many links each of ``copies`` crosses, for a hand-off (`hop_signature`); None for other collectives."""
     stopped_at_s: float | None = None
     """The simulated time at which the run stopped, at this instance's end; None where it ran to its end."""
+    detours: bool = False
+    """Whether the run had links down, its flows to or from the hosts near them detoured (the links fold,
+    fold_policy.link_fault_step): its copies then end apart by the detours, not by the lanes of a stage."""
 
     @property
     def hand_off(self) -> bool:
@@ -91,8 +94,12 @@ class OutOfStep:
 
     def _cause(self) -> str:
         """What made the copies end apart: for a hand-off, the routes its copies take in other replicas (other
-        hops, or the same hops under other flows); for another collective, the loads the lanes of a stage met."""
+        hops, or the same hops under other flows); for another collective, the detours around links down, or
+        else the loads the lanes of a stage met."""
         first, last = (list(copy) for copy in self.copies)
+        if self.links is None and self.detours:
+            return ("its copies met the detours around the links down unlike (each detour is one of the shortest "
+                    "paths, picked by a hash of its ends), so one rank cannot stand for its class")
         if self.links is None:
             return ("the lanes of a stage met the fabric's traffic unlike (as flows hashed onto the spines unevenly, "
                     "or a ring that runs the other way round through every other host), so one rank cannot stand "
@@ -154,6 +161,8 @@ class LockstepWatch:
     topology: Topology
     stops: Callable[[OutOfStep], bool]
     lanes: np.ndarray | None = None
+    detours: bool = False
+    """Whether the run has links down (`OutOfStep.detours`)."""
     watching: bool = True
 
     def ended(self, members: Mapping[int, CollectiveOp], mirrors: Mirrors, ends: Sequence[float | None],
@@ -176,7 +185,8 @@ class LockstepWatch:
         hand_off = op.op == "send_recv"
         links = (len(hop_signature(self.topology, ended[0])), len(hop_signature(self.topology, ended[1]))
                  ) if hand_off else None
-        found = OutOfStep(op.op, op.name, op.group, earliest, latest, 1, latest - earliest, ended, links, now)
+        found = OutOfStep(op.op, op.name, op.group, earliest, latest, 1, latest - earliest, ended, links, now,
+                          self.detours)
         if not self.stops(found):
             return
         within = hand_off and self.lanes is not None and _apart_in_a_lane(timed, self.lanes)
@@ -193,7 +203,7 @@ def _apart_in_a_lane(timed: Sequence[tuple[float, tuple[int, ...]]], lanes: np.n
 
 
 def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], topology: Topology,
-             lanes: np.ndarray | None = None) -> Lockstep:
+             lanes: np.ndarray | None = None, detours: bool = False) -> Lockstep:
     """Whether every kept mirror (``mirrors`` by op id) of the folded run logged in ``log`` ended each
     collective's plan when its group did, by the flows the log holds (a replica quotient logs the first
     replicas' flows only; the others are exact images); per kind, the first collective (in the log's order of
@@ -204,7 +214,7 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
     engine/symmetry.py): they end apart, and the step folds again with each replica's hosts classed by their
     hand-offs' hops (engine/rank_classes.py), or unfolds, or stands with a warning (simulation.py).
     ``lanes``: each GPU's CP lane, where the run's layout has several, to say whether copies of one lane ended
-    apart."""
+    apart; ``detours``: whether the run had links down (`OutOfStep.detours`)."""
     numbers: dict[tuple[int, tuple[int, ...], bool], int] = {}
     sets: list[tuple[CollectiveOp, Mirrors]] = []
     of_key: dict[str, int] = {}
@@ -261,7 +271,7 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
                  copies[plan_of[instance][np.argmax(ends[instance])]])
         links = (len(hop_signature(topology, ended[0])), len(hop_signature(topology, ended[1]))) if hand_off else None
         apart_of[hand_off] = OutOfStep(op.op, op.name, op.group, float(earliest[index]), float(latest[index]),
-                                       count[hand_off], widest[hand_off], ended, links)
+                                       count[hand_off], widest[hand_off], ended, links, detours=detours)
     reasons = {hand_off: found.reason() for hand_off, found in apart_of.items()}
     return Lockstep(reasons.get(False, ""), reasons.get(True, ""), within, tuple(apart_of.values()))
 
