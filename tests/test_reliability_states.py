@@ -1293,3 +1293,36 @@ restart: {elastic: true, min_replicas: 2}
     assert summary["replicas"]["shrinks"]["mean"] > 0 and summary["replicas"]["regrows"]["mean"] > 0
     assert (summary["replicas"]["regrow_restarts"]["mean"] > 0) == bool(policies)
     assert summary["interruptions"]["by_cause"]["spine_switch"]["mean"] > 0
+
+
+def test_a_job_whose_states_with_links_down_take_long_says_so_with_their_time(monkeypatch):
+    """The 16,384-GPU Llama 3 405B job with a leaf switch class foresaw 19,663 states, the first 90 s of CPU,
+    and said only '0/19,663 states' for minutes. Once the first state with links down has run in the job's
+    process, the time the rest will take on the workers is warned of where it reaches LONG_AHEAD_S: here every
+    such state of the small leaf switch job, with the bound brought down to nothing; none at the real bound,
+    which this job stays far below."""
+    loaded, _ = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
+    warned: list[str] = []
+    simulate_job(loaded, workers_warning=warned.append)
+    assert warned == []
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    monkeypatch.setattr(ahead, "LONG_AHEAD_S", 0.0)
+    simulate_job(loaded, workers_warning=warned.append)
+    assert len(warned) == 1
+    assert warned[0].startswith("the 4 cluster states with links down foreseen ahead take about ")
+    assert "more on 2 cores (the first, " in warned[0] and "fewer run.replications" in warned[0]
+
+
+def test_the_time_ahead_is_the_first_states_time_for_each_ranks_share():
+    """`long_ahead_warning`'s arithmetic: the first state (400 ranks) took 300 s; ten more of 200 ranks each
+    make 5 x 300 s over 2 workers, 750 s, warned (12.5 min); at 100 s for the first, 250 s, not; a first state
+    with no links down (a spine state) says nothing of theirs."""
+    first = states.ClusterState(4, links_down=(("a", "b"), ("c", "d")))
+    rest = [states.ClusterState(4, links_down=((f"h{index}", "leaf"),)) for index in range(10)]
+    ranks = lambda down: 200 * len(down)  # noqa: E731
+    line = ahead.long_ahead_warning([first, *rest], ranks, 300.0, 2)
+    assert line is not None and line.startswith("the 11 cluster states with links down foreseen ahead take about "
+                                                 "12.5 min more on 2 cores (the first, 2 link(s) down, 400 ranks, "
+                                                 "took 5 min here)")
+    assert ahead.long_ahead_warning([first, *rest], ranks, 100.0, 2) is None
+    assert ahead.long_ahead_warning([states.ClusterState(4, spines_down=1), *rest], ranks, 1e6, 2) is None

@@ -699,7 +699,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     Where the job's straggler or degraded states are simulated ahead on the other cores (reliability/ahead.py,
     at most ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication
     of the pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
-    replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked
+    replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked, or where the
+    states with links down ahead will take long (`ahead.long_ahead_warning`)
     (the outputs are the same; only the time differs). ``activity`` hears which state the job's process
     simulates before those workers start, then what the replications do between their counts: `replication 1/2`,
     and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state
