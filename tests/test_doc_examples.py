@@ -257,6 +257,7 @@ NONE_DEFAULT_CELLS = {
     "algorithm": "`collectives.algorithm`",
     "protocol": "`collectives.protocol`",
     "checkpoint.size": "parameters x `bytes_per_param`",
+    "checkpoint.memory": "none",
     "restart.min_replicas": "1",
 }
 """The default cell of each field whose schema default is None: what the code does without it, in words."""

@@ -283,6 +283,16 @@ class MaintenanceConfig(Section):
         return self
 
 
+class MemoryCheckpointConfig(Section):
+    """The in-memory tier (Gemini, CheckFreq): every `interval` each GPU's shard is copied to host RAM and sent to
+    `replicas` peer hosts at `bandwidth` per GPU, training stalled meanwhile. A failure restores from the newest such
+    snapshot where every lost host has a peer left; else from the storage tier (docs/reliability.md)."""
+
+    interval: Interval
+    replicas: int = Field(default=1, ge=1)
+    bandwidth: Bandwidth = 25e9
+
+
 class CheckpointConfig(Section):
     """What a checkpoint holds and how it is written. `size` defaults to the model's parameters times
     `bytes_per_param` (16: bf16 weights and gradients plus fp32 master, m and v for Adam, the whole training
@@ -295,6 +305,7 @@ class CheckpointConfig(Section):
     size: Size | None = None
     bytes_per_param: float = Field(default=16.0, gt=0)
     snapshot_bandwidth: Bandwidth = 50e9
+    memory: MemoryCheckpointConfig | None = None
 
 
 class StorageConfig(Section):

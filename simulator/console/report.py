@@ -585,6 +585,14 @@ def job_table(job: dict) -> Table:
     table.add_row("checkpoints", f"{checkpoint['mode']} every {counted(checkpoint['interval_steps'], 'step')} "
                   f"({format_seconds(checkpoint['interval_s'])}), {format_seconds(checkpoint['cost_s'])} of training "
                   "each" + optimum)
+    memory = job.get("memory_checkpoint")
+    if memory is not None:
+        restores = memory["restores"]
+        table.add_row("in memory", f"every {counted(memory['interval_steps'], 'step')} "
+                      f"({format_seconds(memory['interval_s'])}) to {counted(memory['replicas'], 'peer host')}, "
+                      f"{format_seconds(memory['stall_s'])} of training each, load {format_seconds(memory['load_s'])}"
+                      f"; {means}{count(restores['memory']['mean'])} restores from memory, "
+                      f"{count(restores['storage']['mean'])} from storage (Young and Daly: the storage tier alone)")
     return table
 
 

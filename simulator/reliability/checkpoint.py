@@ -9,6 +9,10 @@ then the write runs in the background and shares the host's network links with t
 share f = per-host write rate / host network bandwidth of every link, so the step's exposed network communication
 (every category but tensor-parallel, which stays on NVLink) stretches by 1 / (1 - f) while a write runs; the step
 slows by sigma = exposed network share x f / (1 - f).
+
+In-memory tier (`checkpoint.memory`): every `interval` each GPU's shard (size / GPUs) goes to host RAM and to
+`replicas` peer hosts at the tier's `bandwidth`, a stall of size / GPUs x replicas / bandwidth; a restore from peer
+memory reads one shard per GPU back at that bandwidth, size / GPUs / bandwidth.
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ class SegmentCosts:
     slowdown: float
     load_s: float
     warmup_s: float
+    memory_interval_steps: int = 0
+    """Steps between in-memory snapshots; 0 without an in-memory tier."""
+    memory_stall_s: float = 0.0
+    memory_load_s: float = 0.0
 
     @cached_property
     def cycle(self) -> Cycle:
@@ -93,10 +101,7 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
     write_rate = min(step.hosts * storage.host_write, storage.write)
     write_s = size / write_rate
     load_s = size / min(step.hosts * storage.host_read, storage.read)
-    if isinstance(config.interval, int):
-        interval = config.interval
-    else:
-        interval = max(1, round(config.interval / step.step_s))
+    interval = interval_steps(config.interval, step.step_s)
     share = 0.0
     if step.host_network_bandwidth > 0:
         share = min(write_rate / step.hosts / step.host_network_bandwidth, MAX_WRITE_NETWORK_SHARE)
@@ -105,9 +110,24 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
     else:
         stall = size / step.gpus / config.snapshot_bandwidth
         slowdown = step.exposed_network_share * share / (1.0 - share)
+    memory_interval, memory_stall, memory_load = 0, 0.0, 0.0
+    if config.memory is not None:
+        shard = size / step.gpus
+        memory_interval = interval_steps(config.memory.interval, step.step_s)
+        memory_stall = shard * config.memory.replicas / config.memory.bandwidth
+        memory_load = shard / config.memory.bandwidth
     # A step's work is its replicas' micro-batches (a shrunk job keeps each replica's, or the global batch), so
     # its tokens scale with them; counted by micro-batches, a model without tokens has a healthy-equivalent step.
     equivalent = healthy.step_s * (step.microbatches / healthy.microbatches)  # exactly step_s when healthy
     return SegmentCosts(step_s=step.step_s, equivalent_step_s=equivalent, tokens_per_step=step.tokens_per_step,
                         interval_steps=interval, mode=config.mode, stall_s=stall, write_s=write_s,
-                        slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s)
+                        slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s,
+                        memory_interval_steps=memory_interval, memory_stall_s=memory_stall,
+                        memory_load_s=memory_load)
+
+
+def interval_steps(interval: float | int, step_s: float) -> int:
+    """An interval in whole steps: as given in steps, else the duration's nearest count (at least one)."""
+    if isinstance(interval, int):
+        return interval
+    return max(1, round(interval / step_s))

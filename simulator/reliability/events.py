@@ -2,7 +2,9 @@
 maintenance), degradation and straggler (from its start to its repair). Single rows are kept as tuples; the
 checkpoints of many identical cycles as one arithmetic block (start = a + j p, end = b + j p, step = s + j k),
 expanded with numpy when the table is built. The table is built as Arrow columns (the strings as codes into
-their few distinct values), so that writing job_events.parquet never goes through a million Python strings."""
+their few distinct values), so that writing job_events.parquet never goes through a million Python strings.
+A job with an in-memory checkpoint tier has one more column, `tier`: a checkpoint's (written or lost), and the tier
+a failure rolled back to and a restart loaded from (`memory` or `storage`)."""
 
 from __future__ import annotations
 
@@ -17,20 +19,23 @@ EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 struck it)."""
 KIND_CODE: dict[EventKind, int] = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 COLUMNS = ("replication", "kind", "cause", "began", "start_s", "end_s", "step", "lost_work_s", "hosts")
+TIER_COLUMN = "tier"
 
 
 class JobEvents:
     """Rows of job_events.parquet, filled by the job process of each replication."""
 
-    def __init__(self) -> None:
+    def __init__(self, tiered: bool = False) -> None:
+        self.tiered = tiered
         self.replication = 0
         self.rows: list[tuple] = []
         self.blocks: list[tuple] = []
 
     def add(self, kind: EventKind, start: float, end: float, *, cause: str = "", began: str = "",
-            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0) -> None:
-        """One row; ``began``, a restart's alone, is what began it (its ``cause`` is what it restarted from)."""
-        self.rows.append((self.replication, kind, cause, began, start, end, step, lost_work_s, hosts))
+            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0, tier: str = "") -> None:
+        """One row; ``began``, a restart's alone, is what began it (its ``cause`` is what it restarted from);
+        ``tier`` the checkpoint tier it wrote, lost or restored from."""
+        self.rows.append((self.replication, kind, cause, began, start, end, step, lost_work_s, hosts, tier))
 
     def add_checkpoints(self, start: float, end: float, step: float, period: float, steps: float,
                         count: int) -> None:
@@ -45,7 +50,7 @@ class JobEvents:
         The columns are allocated once at full length, single rows first, and the checkpoint blocks expanded
         into them in place: a long job has millions of checkpoints, and concatenating temporaries of that
         length costs more than the expansion itself."""
-        columns = list(zip(*self.rows)) if self.rows else [()] * len(COLUMNS)
+        columns = list(zip(*self.rows)) if self.rows else [()] * (len(COLUMNS) + 1)
         names = sorted({"", *columns[2], *columns[3]})
         code_of = {name: code for code, name in enumerate(names)}
         blocks = [np.asarray(c) for c in zip(*self.blocks)] if self.blocks else []
@@ -80,7 +85,13 @@ class JobEvents:
             *(pa.DictionaryArray.from_arrays(codes[order], pa.array(names)) for codes in (cause, began)),
             *(pa.array(column[order]) for column in (start, end, step, lost, hosts)),
         ]
-        return pa.Table.from_arrays(arrays, names=list(COLUMNS))
+        names_out = list(COLUMNS)
+        if self.tiered:
+            tier = np.full(single + total, "storage", dtype=object)
+            tier[:single] = columns[9]
+            arrays.append(pa.array(tier[order], type=pa.string()).dictionary_encode())
+            names_out.append(TIER_COLUMN)
+        return pa.Table.from_arrays(arrays, names=names_out)
 
 
 def _by_replication_and_start(replication: np.ndarray, start: np.ndarray) -> np.ndarray:

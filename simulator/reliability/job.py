@@ -38,7 +38,7 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -79,6 +79,8 @@ class JobPlan:
     costs: Callable[[ClusterState], SegmentCosts | None]
     degradation: Callable[[int, int], Degradation]
     """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
+    memory_replicas: int = 0
+    """Peer hosts holding each host's in-memory snapshot (`checkpoint.memory.replicas`); 0 without that tier."""
 
     def hosts_for(self, replicas: int) -> int:
         """The hosts a job of ``replicas`` data-parallel replicas runs on: every host at full size, also when
@@ -119,6 +121,8 @@ class ReplicationTotals:
     """Restarts taken to grow back that a failure cut short (they went on as the failure's restart)."""
     regrow_restart_s: float
     """The time of both, up to their end or the failure (a part of `restart_s`)."""
+    restores: Counter = field(default_factory=Counter)
+    """Restarts after a failure, completed, by the checkpoint tier they loaded (`memory`, `storage`)."""
 
 
 class JobProcess:
@@ -154,6 +158,7 @@ class JobProcess:
         self.regrow_restarts_cut_short = 0
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
+        self.restores: Counter = Counter()
 
     @property
     def hosts_in_hand(self) -> int:
@@ -199,6 +204,7 @@ class JobProcess:
         restart) or written. An async one still being written is not durable, and does not spare the write."""
         if not self.clock.saved:
             self.clock.stop_cleanly(t, t + self.running.write_s, self.running)
+        self.clock.restored_from = "storage"
 
     def _regrow_due(self, now: float) -> float:
         """When a shrunk job with `regrow: on_repair` restarts to grow: now if the hosts in use, spare and back
@@ -309,18 +315,33 @@ class JobProcess:
         a planned stop's checkpoint being written), hosts to repair, one row."""
         self.next_arrival += 1
         klass = self.plan.classes[self.klass[index]]
-        lost = self.clock.fail(t) if rolls_back else 0.0
+        lost_hosts: list[int] = []
+        if klass.effect is not Effect.RESTART:
+            lost_hosts = [host for host in dict.fromkeys(self.plan.blast[self.klass[index]][self.unit[index]])
+                          if host < self.in_use and host not in self.missing]
+        survives = self._memory_survives(lost_hosts)
+        # A restart loading an in-memory snapshot falls back to storage when this failure takes out its copies.
+        rolls_back = rolls_back or (self.clock.restored_from == "memory" and not survives)
+        lost = self.clock.fail(t, survives) if rolls_back else 0.0
         if rolls_back:
             self.lost_per_failure.append(lost)
-        hosts = 0
-        if klass.effect is not Effect.RESTART:
-            for host in self.plan.blast[self.klass[index]][self.unit[index]]:
-                if host < self.in_use and host not in self.missing:
-                    self.missing.add(host)
-                    heapq.heappush(self.repairs, t + self.repair[index])
-                    hosts += 1
+        for host in lost_hosts:
+            self.missing.add(host)
+            heapq.heappush(self.repairs, t + self.repair[index])
         self.interruptions[klass.name] += 1
-        self.events.add("failure", t, t, cause=klass.name, step=self.clock.steps, lost_work_s=lost, hosts=hosts)
+        self.events.add("failure", t, t, cause=klass.name, step=self.clock.steps, lost_work_s=lost,
+                        hosts=len(lost_hosts), tier=self.clock.restored_from if rolls_back else "")
+
+    def _memory_survives(self, lost: list[int]) -> bool:
+        """Whether every lost host's in-memory snapshot has a copy on a host left: host h's copies are on the
+        next `memory_replicas` hosts in use, in host order around a ring (h + 1, ..., h + r modulo the hosts in
+        use). False without an in-memory tier."""
+        replicas = self.plan.memory_replicas
+        if not replicas:
+            return False
+        gone = set(lost)
+        return all(any((host + j) % self.in_use not in gone for j in range(1, min(replicas, self.in_use - 1) + 1))
+                   for host in gone)
 
     def _collect_repairs(self, now: float) -> None:
         while self.repairs and self.repairs[0] <= now + EPS:
@@ -390,7 +411,8 @@ class JobProcess:
             self._end_degradations(now)
             gate = max(stopped_until, now + self.plan.detection_s if detects else now)
             formed, rendezvous, replicas, costs = self._relaunch_plan(gate)
-            end = rendezvous + self.plan.launch_s + costs.load_s + costs.warmup_s
+            load_s = costs.memory_load_s if self.clock.restored_from == "memory" else costs.load_s
+            end = rendezvous + self.plan.launch_s + load_s + costs.warmup_s
             arrival = self._skip_arrivals(rendezvous)
             rejoin = INF
             if arrival is None or self.times[arrival] >= rendezvous:
@@ -412,8 +434,9 @@ class JobProcess:
             if cause is BuiltInCause.REGROW:
                 self.regrow_restart_s += stop - now
             self.clock.settle_stop(stop)
+            tier = self.clock.restored_from
             if stop >= horizon:
-                self.events.add("restart", begin, stop, cause=cause, began=began, step=self.clock.steps)
+                self.events.add("restart", begin, stop, cause=cause, began=began, step=self.clock.steps, tier=tier)
                 return
             if stop == rejoin:
                 detects = False
@@ -428,7 +451,9 @@ class JobProcess:
             if cause is BuiltInCause.REGROW:
                 self.regrow_restarts += 1
             self._relaunch(replicas)
-            self.events.add("restart", begin, end, cause=cause, began=began, step=self.clock.steps)
+            if cause is BuiltInCause.FAILURE:
+                self.restores[tier] += 1
+            self.events.add("restart", begin, end, cause=cause, began=began, step=self.clock.steps, tier=tier)
             return
 
     def _skip_arrivals(self, until: float) -> int | None:
@@ -508,4 +533,5 @@ class JobProcess:
             planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
             slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,
             running_by_replicas_s=dict(self.running_s), regrow_restarts=self.regrow_restarts,
-            regrow_restarts_cut_short=self.regrow_restarts_cut_short, regrow_restart_s=self.regrow_restart_s)
+            regrow_restarts_cut_short=self.regrow_restarts_cut_short, regrow_restart_s=self.regrow_restart_s,
+            restores=self.restores)

@@ -123,42 +123,50 @@ def job_event_limit(force: bool) -> int:
     return MAX_FORCED_JOB_EVENTS if force else MAX_JOB_EVENTS
 
 
-def job_event_parts(loaded: LoadedScenario, model: FailureModel, counts: list[int], checkpoint_period_s: float | None
-                    ) -> tuple[dict[FieldPath, float], list[float]]:
+def job_event_parts(loaded: LoadedScenario, model: FailureModel, counts: list[int], checkpoint_period_s: float | None,
+                    memory_period_s: float | None = None) -> tuple[dict[FieldPath, float], list[float]]:
     """The events one replication is expected to handle, by the field that carries each part (failures drawn,
-    maintenance windows, and checkpoints written where ``checkpoint_period_s`` is given), and the failures per
-    class."""
+    maintenance windows, checkpoints written where ``checkpoint_period_s`` is given and in-memory snapshots where
+    ``memory_period_s`` is), and the failures per class."""
     horizon = loaded.scenario.run.horizon or 0.0
     per_class = [units * klass.rate_per_unit_s * horizon for klass, units in zip(model.classes, counts)]
     parts = {("faults",): sum(per_class),
              ("faults", "maintenance", "every"): horizon / model.maintenance.every_s if model.maintenance else 0.0}
     if checkpoint_period_s is not None:
         parts[("checkpoint", "interval")] = horizon / checkpoint_period_s
+    if memory_period_s is not None:
+        parts[("checkpoint", "memory", "interval")] = horizon / memory_period_s
     return parts, per_class
 
 
+def memory_period_s(costs: SegmentCosts) -> float | None:
+    """The training time between in-memory snapshots in a state; None without that tier."""
+    return costs.memory_interval_steps * costs.step_s if costs.memory_interval_steps else None
+
+
 def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[int], checkpoint_period_s: float | None,
-                    *, force: bool) -> None:
+                    *, force: bool, memory_period: float | None = None) -> None:
     """Refuse a job whose expected events (failures drawn, maintenance windows, checkpoints written) over
     every replication pass MAX_JOB_EVENTS (MAX_FORCED_JOB_EVENTS when ``force``), before any is drawn, naming
     the part that dominates and the field the user set that carries it (`_blamed_for_events`; a per-GPU MTBF of
     one second on 32 GPUs draws 28 million failures per 10-day replication). ``checkpoint_period_s`` is the
     healthy cycle's time between checkpoints; None where the step is not simulated (`trainsim validate`), which
-    counts the failures and maintenance windows alone."""
+    counts the failures and maintenance windows alone; ``memory_period`` that of the in-memory snapshots."""
     replications = loaded.scenario.run.replications
-    parts, per_class = job_event_parts(loaded, model, counts, checkpoint_period_s)
+    parts, per_class = job_event_parts(loaded, model, counts, checkpoint_period_s, memory_period)
     total = sum(parts.values()) * replications
     limit = job_event_limit(force)
     if total <= limit:
         return
     names = {("faults",): "failures", ("faults", "maintenance", "every"): "maintenance windows",
-             ("checkpoint", "interval"): "checkpoints"}
+             ("checkpoint", "interval"): "checkpoints", ("checkpoint", "memory", "interval"): "in-memory snapshots"}
     dominant = max(parts, key=lambda path: parts[path])
     if dominant == ("faults",):
         dominant = ("faults", "components", model.classes[per_class.index(max(per_class))].name)
     field = _blamed_for_events(loaded, dominant, total / replications <= limit)
     listed = ", ".join(f"{format_count(parts[path] * replications)} {names[path]}" for path in parts)
-    changes = ("lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
+    intervals = "checkpoint.interval" + (", checkpoint.memory.interval" if memory_period is not None else "")
+    changes = (f"lower failure rates, a longer {intervals} or faults.maintenance.every, fewer "
                "run.replications or a shorter run.horizon")
     beyond = "even --force runs at most" if force else "limit"
     raise loaded.error(field, f"the job would handle ~{format_count(total)} events over "
@@ -667,7 +675,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
                    elastic=scenario.restart.elastic, sizes=sizes, regrow=scenario.restart.regrow,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
-                   launch_s=scenario.restart.launch, costs=costs, degradation=degradation)
+                   launch_s=scenario.restart.launch, costs=costs, degradation=degradation,
+                   memory_replicas=memory.replicas if (memory := scenario.checkpoint.memory) is not None else 0)
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
@@ -709,7 +718,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
-    refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force)
+    refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force,
+                    memory_period=memory_period_s(healthy))
     if on_healthy_step is not None:
         on_healthy_step(_with_warnings(prepared.step_summary, prepared.warnings))
     horizon = plan.horizon_s
@@ -723,7 +733,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         simulate_ahead(prepared.states, foreseen, workers, states_progress, workers_warning, activity)
     if progress is not None:
         progress(0, scenario.run.replications)
-    events = JobEvents()
+    events = JobEvents(tiered=scenario.checkpoint.memory is not None)
     replications = scenario.run.replications
     if activity is not None:
         prepared.states.on_simulating = _state_activity(activity, events, replications)

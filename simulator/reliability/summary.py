@@ -276,12 +276,28 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
                                   for name in sorted({name for t in totals for name in t.slow_by_cause_s})},
         "lost_work_per_failure_s": mean_interval(lost),
         "replicas": replica_figures(loaded, plan.sizes, totals),
+        **memory_tier_figures(loaded, healthy, totals),
         "states": [{"replicas": state.replicas, "spines_down": state.spines_down,
                     "links_down": [list(pair) for pair in state.links_down],
                     "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus}, "step_time_s": c.step_s,
                     "tokens_per_step": c.tokens_per_step if tokens else None}
                    for state, c in sorted(states.items())],
     }
+
+
+def memory_tier_figures(loaded: LoadedScenario, healthy: SegmentCosts, totals: list[ReplicationTotals]) -> dict:
+    """The in-memory checkpoint tier's figures, under `memory_checkpoint`: its interval, peer copies, snapshot
+    stall and restore load in the healthy state, and the restarts after a failure that loaded each tier; nothing
+    without that tier, so that a job without it writes the summary it always did."""
+    memory = loaded.scenario.checkpoint.memory
+    if memory is None:
+        return {}
+    return {"memory_checkpoint": {
+        "interval_steps": healthy.memory_interval_steps,
+        "interval_s": healthy.memory_interval_steps * healthy.step_s, "replicas": memory.replicas,
+        "stall_s": healthy.memory_stall_s, "load_s": healthy.memory_load_s,
+        "restores": {tier: mean_interval([t.restores.get(tier, 0) for t in totals]) for tier in ("memory", "storage")},
+    }}
 
 
 def waiting_warning(summary: dict, min_replicas: int | None = None) -> str | None:

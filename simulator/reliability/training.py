@@ -8,6 +8,13 @@ still running, stalls for the snapshot, then the write runs for `write_s` in the
 trigger of the last *completed* checkpoint, and any checkpoint still being written. Whole identical cycles
 are jumped arithmetically (their checkpoints logged as arrays), so a segment costs O(1) Python work.
 
+In-memory tier: a snapshot is taken when `memory_interval_steps` steps have passed since the last trigger of
+either tier (a storage trigger takes its place where both fall due); training stalls for it, and it is complete at
+the stall's end. A failure rolls back to the newest in-memory snapshot when the job says the lost hosts' copies
+survive on peers and it is newer than the last completed storage checkpoint; else to that checkpoint (an in-memory
+restore keeps the storage checkpoint: the work kept between the two is lost too if a later failure falls back to
+it). Cycles are not jumped with an in-memory tier: each snapshot costs O(1) Python work.
+
 Slow-step time: training time (`wall`, which only grows) is one axis on which failures cut out the lost
 spans. A segment in a slower state than healthy records its span, the share of it that is extra time
 (1 - healthy-equivalent step / step) and its causes; at the end each cause gets its share of the extra time
@@ -62,6 +69,13 @@ class CheckpointClock:
         self.stop_written = 0.0
         self.slow_spans: list[tuple[float, float, float, tuple[str, ...]]] = []
         self.lost_spans: list[tuple[float, float]] = []
+        self.since_memory = 0.0
+        self.memory_mark: Mark | None = None
+        self.lost_since_mark: list[tuple[float, float, float]] = []
+        """Spans of the training time (start, end, healthy-equivalent time) lost since the storage checkpoint
+        by in-memory restores: a fall-back to it loses only the rest."""
+        self.restored_from = "storage"
+        """The tier the last roll-back restored from: `storage` or `memory`."""
 
     def advance(self, t: float, t_end: float, c: SegmentCosts, causes: tuple[str, ...] = ()) -> None:
         """Train from ``t`` to ``t_end`` in one cluster state, slower than healthy for ``causes``."""
@@ -80,7 +94,7 @@ class CheckpointClock:
                 if t >= self.stall_end - EPS:
                     self._stall_done(t, c)
                 continue
-            if self.since <= STEP_EPS and (
+            if self.since <= STEP_EPS and not c.memory_interval_steps and (
                     (c.mode == "sync" and self.write_end is None)
                     or (c.mode == "async" and self.write_end is not None and self.write_start == t)):
                 t = self._jump_cycles(t, t_end, c)
@@ -97,6 +111,8 @@ class CheckpointClock:
         writing = write_end is not None and write_end > t
         step_wall = c.step_s * (1.0 + c.slowdown) if writing else c.step_s
         remaining = max(c.interval_steps - self.since, 0.0)
+        if c.memory_interval_steps:
+            remaining = min(remaining, max(c.memory_interval_steps - self.since_memory, 0.0))
         trigger = t + remaining * step_wall
         stop = min(t_end, write_end) if writing and write_end is not None else t_end
         if trigger <= stop:
@@ -105,6 +121,7 @@ class CheckpointClock:
             steps = min((stop - t) / step_wall, remaining)
         self.steps += steps
         self.since += steps
+        self.since_memory += steps
         self.wall += steps * c.step_s
         self.equiv += steps * c.equivalent_step_s
         if writing:
@@ -113,10 +130,14 @@ class CheckpointClock:
             self._write_done()
         if self.since >= c.interval_steps - STEP_EPS:
             self._trigger(stop, c)
+        elif c.memory_interval_steps and self.since_memory >= c.memory_interval_steps - STEP_EPS:
+            self.since_memory = 0.0
+            self._stall(stop + c.memory_stall_s, "memory", self._progress(stop))
         return stop
 
     def _trigger(self, t: float, c: SegmentCosts) -> None:
         self.since = 0.0
+        self.since_memory = 0.0
         mark = self._progress(t)
         if c.mode == "sync":
             self._stall(t + c.stall_s, "write", mark)
@@ -144,6 +165,9 @@ class CheckpointClock:
         self.stall_end, self.stall_mark = None, None
         if kind == "write":
             self._complete(mark, t)
+        elif kind == "memory":
+            self.memory_mark = mark
+            self.events.add("checkpoint", mark.time, t, step=mark.steps, tier="memory")
         elif kind == "wait":
             self._write_done()
             self._stall(t + c.stall_s, "snapshot", mark)
@@ -157,7 +181,8 @@ class CheckpointClock:
 
     def _complete(self, mark: Mark, t: float) -> None:
         self.mark = mark
-        self.events.add("checkpoint", mark.time, t, step=mark.steps)
+        self.lost_since_mark = []
+        self.events.add("checkpoint", mark.time, t, step=mark.steps, tier="storage")
 
     def _jump_cycles(self, t: float, t_end: float, c: SegmentCosts) -> float:
         """Jump the whole cycles that fit before ``t_end``; return the time after them."""
@@ -187,23 +212,55 @@ class CheckpointClock:
 
     def _roll_back(self, to: Mark) -> float:
         """Count the training since ``to`` as lost, resume from its steps and make it the last completed
-        checkpoint at the training time reached (later losses count from here); return the work lost (s)."""
-        lost = self.wall - to.wall
+        checkpoint at the training time reached (later losses count from here); return the work lost (s).
+        Spans that in-memory restores already lost since it are not lost again."""
+        lost, lost_equiv = self.wall - to.wall, self.equiv - to.equiv
+        start = to.wall
+        for span_start, span_end, span_equiv in self.lost_since_mark:
+            lost -= span_end - span_start
+            lost_equiv -= span_equiv
+            if self.slow_spans:
+                self.lost_spans.append((start, span_start))
+            start = span_end
         self.lost_wall += lost
         if self.slow_spans:
-            self.lost_spans.append((to.wall, self.wall))
-        self.lost_equiv += self.equiv - to.equiv
+            self.lost_spans.append((start, self.wall))
+        self.lost_equiv += lost_equiv
         self.steps = to.steps
         self.mark = to._replace(wall=self.wall, equiv=self.equiv)
+        self.lost_since_mark, self.memory_mark, self.restored_from = [], None, "storage"
         return lost
 
-    def fail(self, t: float) -> float:
-        """A failure at ``t``: roll back to the last completed checkpoint; return the work lost (s)."""
-        for mark in (self.stall_mark, self.write_mark, self.stop_mark):
+    def _restore_memory(self, to: Mark) -> float:
+        """Count the training since the in-memory snapshot ``to`` as lost and resume from its steps, the storage
+        checkpoint kept (`lost_since_mark` records the span); return the work lost (s)."""
+        lost, lost_equiv = self.wall - to.wall, self.equiv - to.equiv
+        self.lost_wall += lost
+        self.lost_equiv += lost_equiv
+        if self.slow_spans:
+            self.lost_spans.append((to.wall, self.wall))
+        self.lost_since_mark.append((to.wall, self.wall, lost_equiv))
+        self.steps = to.steps
+        self.memory_mark = to._replace(wall=self.wall, equiv=self.equiv)
+        self.restored_from = "memory"
+        return lost
+
+    def fail(self, t: float, memory_survives: bool = False) -> float:
+        """A failure at ``t``: roll back to the newest in-memory snapshot where ``memory_survives`` (every lost
+        host has a peer left) and it is newer than the last completed checkpoint, else to that checkpoint;
+        return the work lost (s)."""
+        marks = ((self.stall_mark, "memory" if self.stall_kind == "memory" else "storage"),
+                 (self.write_mark, "storage"), (self.stop_mark, "storage"))
+        for mark, tier in marks:
             if mark is not None:
-                self.events.add("checkpoint_lost", mark.time, t, step=mark.steps)
-        lost = self._roll_back(self.mark)
+                self.events.add("checkpoint_lost", mark.time, t, step=mark.steps, tier=tier)
+        memory = self.memory_mark
+        if memory_survives and memory is not None and memory.steps > self.mark.steps:
+            lost = self._restore_memory(memory)
+        else:
+            lost = self._roll_back(self.mark)
         self.since = 0.0
+        self.since_memory = 0.0
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
         self.stop_mark = None
@@ -219,6 +276,7 @@ class CheckpointClock:
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
         self.since = 0.0
+        self.since_memory = 0.0
         whole = float(math.floor(self.steps + STEP_EPS))
         cut = max(self.steps - whole, 0.0)
         kept = Mark(whole, self.wall - cut * c.step_s, self.equiv - cut * c.equivalent_step_s, t)
@@ -250,7 +308,7 @@ class CheckpointClock:
         healthy job (an elastic shrink of a layout whose data parallelism costs more than it brings) adds
         none: its time is productive, not negative slow time."""
         totals: dict[str, float] = {}
-        lost, first = self.lost_spans, 0
+        lost, first = sorted(self.lost_spans), 0
         for start, end, share, causes in self.slow_spans:
             while first < len(lost) and lost[first][1] <= start:
                 first += 1

@@ -1,0 +1,173 @@
+"""The in-memory checkpoint tier (`checkpoint.memory`) against closed forms and its refusals.
+
+- Host failures only, one peer copy: every failure restores from peer memory or from a newer storage
+  checkpoint, both every 2,000 steps of training, so the work lost per failure is X mod tau for exponential X:
+  E = M - tau e^(-tau/M) / (1 - e^(-tau/M)), inside the 95% interval of the mean over the failures, and near
+  tau / 2 (the snapshot's stall is 0.5 ms).
+- A leaf switch over every host takes out each host and its peer: every restore falls back to storage, and the
+  work lost per failure is the same closed form at the storage interval.
+- A fall-back to storage after an in-memory restore loses the work kept since the storage checkpoint, counting
+  what the in-memory restore lost once; too many snapshots are refused as too many checkpoints are.
+- A failure restores from memory at the peer-memory load time, from storage at the storage's.
+- Without the tier the events have no `tier` column and the summary no `memory_checkpoint` (the bundled jobs'
+  outputs are byte-identical to those before the tier existed); bad values are refused in one line.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulator.cli import main
+from simulator.config.loader import scenario_from_text
+
+JOB = """
+cluster: {topology: dgx-h100-cluster, nodes: 4}
+model: {preset: llama3-8b}
+training: {seq_len: 2048, global_batch: 16}
+parallelism: {tp: 8, dp: 4}
+run: {horizon: 30 d, replications: 10, seed: 5}
+faults:
+  components:
+    CLASS
+checkpoint:
+  interval: 12000 steps
+  size: 16 GB
+  memory: {interval: 2000 steps, replicas: 1, bandwidth: 1 TB/s}
+storage: {host_write: 1 TB/s, host_read: 1 TB/s, write: 1 TB/s, read: 1 TB/s}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, spares: 4}
+"""
+HOST_CRASH = "host_crash: {unit: host, effect: replace, mtbf: 6 h, repair: 1 h}"
+LEAF_DOWN = "leaf_down: {unit: leaf_switch, effect: replace, mtbf: 100 h, repair: 10 min}"
+
+
+def simulate_job(text: str):
+    """The job simulation of ``text`` (imported when a test runs, as test_reliability_job's)."""
+    from simulator.reliability.simulate import simulate_job as simulate
+
+    return simulate(scenario_from_text(text, "memory.yaml"))
+
+
+def exact_lost(mtbf_s: float, tau_s: float) -> float:
+    """E[X mod tau] for X exponential with mean ``mtbf_s``."""
+    return mtbf_s - tau_s * math.exp(-tau_s / mtbf_s) / (1.0 - math.exp(-tau_s / mtbf_s))
+
+
+def failure_rows(job):
+    frame = job.events
+    return frame[frame["kind"] == "failure"]
+
+
+def test_host_failures_restore_from_peer_memory_and_lose_half_its_interval():
+    job = simulate_job(JOB.replace("CLASS", HOST_CRASH))
+    summary = job.summary
+    tau = 2000 * summary["step_time_s"]
+    lost = summary["lost_work_per_failure_s"]
+    exact = exact_lost(6 * 3600 / 4, tau)
+    assert lost["ci95_low"] <= exact <= lost["ci95_high"]
+    assert lost["mean"] == pytest.approx(tau / 2, rel=0.03)
+    rows = failure_rows(job)
+    rolled = rows[rows["tier"] != ""]
+    assert set(rolled["tier"]) == {"memory", "storage"}
+    assert (rolled["tier"] == "memory").mean() > 0.8  # storage where its checkpoint is the newer: 1 in 6 or so
+    restores = summary["memory_checkpoint"]["restores"]
+    assert restores["memory"]["mean"] * 10 == (rolled["tier"] == "memory").sum()
+
+
+def test_a_class_taking_out_every_peer_falls_back_to_storage():
+    job = simulate_job(JOB.replace("CLASS", LEAF_DOWN))
+    summary = job.summary
+    rows = failure_rows(job)
+    assert (rows["hosts"] == 4).all()
+    assert set(rows["tier"]) <= {"storage", ""} and (rows["tier"] == "storage").any()
+    assert summary["memory_checkpoint"]["restores"]["memory"]["mean"] == 0
+    lost = summary["lost_work_per_failure_s"]
+    exact = exact_lost(100 * 3600 / summary["failure_model"]["leaf_down"]["units"], 12000 * summary["step_time_s"])
+    assert lost["ci95_low"] <= exact <= lost["ci95_high"]
+
+
+def test_a_restart_loads_from_the_tier_it_restores():
+    """Detection 1 min, nothing else but the load: the restart rows' lengths are 60 s plus the tier's load."""
+    job = simulate_job(JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1"))
+    frame = job.events
+    restarts = frame[(frame["kind"] == "restart") & (frame["began"] == "failure")]
+    memory = job.summary["memory_checkpoint"]["load_s"]
+    storage = job.summary["checkpoint"]["load_s"]
+    assert memory == pytest.approx(16e9 / 32 / 1e12) and storage == pytest.approx(16e9 / 1e12)
+    for tier, load in (("memory", memory), ("storage", storage)):
+        rows = restarts[(restarts["tier"] == tier) & (restarts["end_s"] < job.summary["horizon_s"])]
+        spans = (rows["end_s"] - rows["start_s"]).to_numpy()
+        assert len(spans) and spans.min() == pytest.approx(60 + load, abs=1e-6)
+
+
+def test_no_memory_tier_no_tier_column_nor_summary_figures():
+    text = JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1")
+    job = simulate_job(text.replace("  memory: {interval: 2000 steps, replicas: 1, bandwidth: 1 TB/s}\n", ""))
+    assert "tier" not in job.table.column_names
+    assert "memory_checkpoint" not in job.summary
+
+
+@pytest.mark.parametrize(("memory", "message"), [
+    ("{interval: 2000 steps, replicas: 0}", "checkpoint.memory.replicas: 0 is below 1"),
+    ("{interval: 0 steps}", "checkpoint.memory.interval:"),
+    ("{interval: 10 min, bandwidth: 0 GB/s}", "checkpoint.memory.bandwidth:"),
+    ("{replicas: 2}", "checkpoint.memory.interval:"),
+    ("{interval: 10 min, copies: 2}", "checkpoint.memory.copies:"),
+])
+def test_bad_memory_tier_values_are_refused_in_one_line(tmp_path, capsys, memory, message):
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB.replace("CLASS", HOST_CRASH).replace(
+        "{interval: 2000 steps, replicas: 1, bandwidth: 1 TB/s}", memory))
+    assert main(["validate", str(scenario)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {scenario}:13: {message}")
+
+
+def test_a_fall_back_to_storage_after_a_memory_restore_loses_the_work_once():
+    """1 s steps; storage every 10 steps (0.5 s stall), memory every 3 (0.1 s stall). Snapshots at steps 3 and 6
+    (complete at 3.1 s and 6.2 s); a failure at 7.2 s that the peers survive rolls back to step 6, 1 s lost. The
+    restart ends at 8 s; one step later a failure takes out the copies: back to step 0, the 7 s kept since it
+    lost now, the 1 s already lost not again: all 8 s of training lost."""
+    from simulator.reliability.checkpoint import SegmentCosts
+    from simulator.reliability.events import JobEvents
+    from simulator.reliability.training import CheckpointClock
+
+    costs = SegmentCosts(step_s=1.0, equivalent_step_s=1.0, tokens_per_step=1.0, interval_steps=10, mode="sync",
+                         stall_s=0.5, write_s=0.5, slowdown=0.0, load_s=0.0, warmup_s=0.0, memory_interval_steps=3,
+                         memory_stall_s=0.1, memory_load_s=0.0)
+    events = JobEvents(tiered=True)
+    clock = CheckpointClock(events)
+    clock.advance(0.0, 7.2, costs)
+    assert clock.steps == pytest.approx(7.0)
+    assert clock.fail(7.2, memory_survives=True) == pytest.approx(1.0)
+    assert (clock.steps, clock.restored_from, clock.saved) == (6.0, "memory", False)
+    clock.advance(8.0, 9.0, costs)
+    assert clock.fail(9.0, memory_survives=False) == pytest.approx(7.0)
+    assert (clock.steps, clock.restored_from, clock.saved) == (0.0, "storage", True)
+    assert clock.lost_wall == pytest.approx(clock.wall) == pytest.approx(8.0)
+    table = events.table().to_pandas()
+    assert list(zip(table["kind"], table["tier"], table["step"])) == [("checkpoint", "memory", 3.0),
+                                                                      ("checkpoint", "memory", 6.0)]
+
+
+def test_the_job_report_names_the_tier_and_its_restores(tmp_path, capsys):
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1")
+                        .replace("30 d", "2 d"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("in memory")]
+    assert row and "every 2,000 steps" in row[0] and "to 1 peer host" in row[0]
+
+
+def test_a_job_of_too_many_in_memory_snapshots_is_refused_at_their_interval(tmp_path, capsys):
+    """A snapshot every step (276 ms) for 90 days is ~28 million events in one replication: refused before any
+    runs, at checkpoint.memory.interval's line, with the snapshots counted."""
+    scenario = tmp_path / "job.yaml"
+    text = JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1").replace("30 d", "90 d")
+    scenario.write_text(text.replace("interval: 2000 steps, replicas", "interval: 1 step, replicas"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {scenario}:13: checkpoint.memory.interval: the job would handle ~")
+    assert "in-memory snapshots" in err and len(err.splitlines()) == 1
