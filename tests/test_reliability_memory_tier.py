@@ -9,6 +9,8 @@
 - A fall-back to storage after an in-memory restore loses the work kept since the storage checkpoint, counting
   what the in-memory restore lost once; too many snapshots are refused as too many checkpoints are.
 - A failure restores from memory at the peer-memory load time, from storage at the storage's.
+- A failure during a restart from memory that, with the hosts already out, leaves some snapshot without a copy
+  falls back to storage.
 - Without the tier the events have no `tier` column and the summary no `memory_checkpoint` (the bundled jobs'
   outputs are byte-identical to those before the tier existed); bad values are refused in one line.
 """
@@ -72,7 +74,10 @@ def test_host_failures_restore_from_peer_memory_and_lose_half_its_interval():
     assert set(rolled["tier"]) == {"memory", "storage"}
     assert (rolled["tier"] == "memory").mean() > 0.8  # storage where its checkpoint is the newer: 1 in 6 or so
     restores = summary["memory_checkpoint"]["restores"]
-    assert restores["memory"]["mean"] * 10 == (rolled["tier"] == "memory").sum()
+    frame = job.events
+    completed = frame[(frame["kind"] == "restart") & (frame["began"] == "failure")
+                      & (frame["end_s"] < summary["horizon_s"])]
+    assert restores["memory"]["mean"] * 10 == (completed["tier"] == "memory").sum()
 
 
 def test_a_class_taking_out_every_peer_falls_back_to_storage():
@@ -171,3 +176,22 @@ def test_a_job_of_too_many_in_memory_snapshots_is_refused_at_their_interval(tmp_
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {scenario}:13: checkpoint.memory.interval: the job would handle ~")
     assert "in-memory snapshots" in err and len(err.splitlines()) == 1
+
+
+def test_a_failure_during_a_restart_from_memory_counts_the_hosts_already_out():
+    """Two hosts, one peer copy each, 30 min detection: a second host failing during a restart from memory
+    takes out the only copy of the first one's snapshot, so that restart falls back to storage."""
+    text = (JOB.replace("CLASS", HOST_CRASH.replace("6 h", "2 h")).replace("nodes: 4", "nodes: 2")
+            .replace("dp: 4", "dp: 2").replace("detection: 1 min", "detection: 30 min")
+            .replace("replications: 10", "replications: 2").replace("30 d", "10 d").replace("spares: 4", "spares: 2"))
+    frame = simulate_job(text).events
+    seconds = []
+    for _, rows in frame.groupby("replication"):
+        failures = rows[rows["kind"] == "failure"]
+        restarts = rows[rows["kind"] == "restart"]
+        for start in failures[failures["tier"] == "memory"]["start_s"]:
+            end = restarts[restarts["start_s"] == start]["end_s"].max()
+            during = failures[(failures["start_s"] > start) & (failures["start_s"] < end)]
+            seconds.extend(zip(during["hosts"], during["tier"]))
+    assert seconds and all(tier == "storage" for hosts, tier in seconds if hosts == 1)
+

@@ -145,6 +145,7 @@ class JobProcess:
         self.spares = plan.spares
         self.repairs: list[float] = []
         self.missing: set[int] = set()
+        self.lost_since_restore: set[int] = set()
         self.next_maintenance = plan.maintenance.every_s / 2 if plan.maintenance else INF
         self.restart_s = 0.0
         self.waiting_for_hosts_s = 0.0
@@ -319,8 +320,11 @@ class JobProcess:
         if klass.effect is not Effect.RESTART:
             lost_hosts = [host for host in dict.fromkeys(self.plan.blast[self.klass[index]][self.unit[index]])
                           if host < self.in_use and host not in self.missing]
-        survives = self._memory_survives(lost_hosts)
-        # A restart loading an in-memory snapshot falls back to storage when this failure takes out its copies.
+        # A restart loading an in-memory snapshot falls back to storage when the hosts lost since the last
+        # completed restore (this failure's and those of earlier failures during the restart) took out all
+        # copies of some host's snapshot.
+        self.lost_since_restore.update(lost_hosts)
+        survives = self._memory_survives(sorted(host for host in self.lost_since_restore if host < self.in_use))
         rolls_back = rolls_back or (self.clock.restored_from == "memory" and not survives)
         lost = self.clock.fail(t, survives) if rolls_back else 0.0
         if rolls_back:
@@ -451,6 +455,7 @@ class JobProcess:
             if cause is BuiltInCause.REGROW:
                 self.regrow_restarts += 1
             self._relaunch(replicas)
+            self.lost_since_restore.clear()
             if cause is BuiltInCause.FAILURE:
                 self.restores[tier] += 1
             self.events.add("restart", begin, end, cause=cause, began=began, step=self.clock.steps, tier=tier)
