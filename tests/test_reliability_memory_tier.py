@@ -10,7 +10,8 @@
   what the in-memory restore lost once; too many snapshots are refused as too many checkpoints are.
 - A failure restores from memory at the peer-memory load time, from storage at the storage's.
 - A failure during a restart from memory that, with the hosts already out, leaves some snapshot without a copy
-  falls back to storage.
+  falls back to storage; a memory restore keeps the storage tier's clock; an async write that ends during an
+  in-memory stall is complete.
 - Without the tier the events have no `tier` column and the summary no `memory_checkpoint` (the bundled jobs'
   outputs are byte-identical to those before the tier existed); bad values are refused in one line.
 """
@@ -195,3 +196,41 @@ def test_a_failure_during_a_restart_from_memory_counts_the_hosts_already_out():
             seconds.extend(zip(during["hosts"], during["tier"]))
     assert seconds and all(tier == "storage" for hosts, tier in seconds if hosts == 1)
 
+
+def unit_clock(mode: str = "sync", write_s: float = 0.5, memory_stall_s: float = 0.1):
+    """1 s steps; storage every 10 steps, memory every 3."""
+    from simulator.reliability.checkpoint import SegmentCosts
+    from simulator.reliability.events import JobEvents
+    from simulator.reliability.training import CheckpointClock
+
+    costs = SegmentCosts(step_s=1.0, equivalent_step_s=1.0, tokens_per_step=1.0, interval_steps=10, mode=mode,
+                         stall_s=0.5 if mode == "sync" else 0.1, write_s=write_s, slowdown=0.0, load_s=0.0,
+                         warmup_s=0.0, memory_interval_steps=3, memory_stall_s=memory_stall_s, memory_load_s=0.0)
+    events = JobEvents(tiered=True)
+    return CheckpointClock(events), events, costs
+
+
+def test_a_memory_restore_keeps_the_storage_tier_clock():
+    """Snapshots at steps 3, 6, 9; a failure during the step-9 snapshot goes back to step 6. The storage
+    checkpoint still comes at step 10, one interval after the last one (step 0), not 10 steps after the restore."""
+    clock, events, costs = unit_clock()
+    clock.advance(0.0, 9.25, costs)
+    clock.fail(9.25, memory_survives=True)
+    assert (clock.steps, clock.restored_from) == (6.0, "memory")
+    clock.advance(10.0, 30.0, costs)
+    table = events.table().to_pandas()
+    storage = table[(table["kind"] == "checkpoint") & (table["tier"] == "storage")]
+    assert list(storage["step"])[:2] == [10.0, 20.0]
+
+
+def test_an_async_write_ending_during_an_in_memory_stall_is_complete():
+    """Async: the step-10 write (3.05 s from 13.1 s) ends at 16.15 s, inside the 1 s step-13 snapshot stall
+    (16.1 s to 17.1 s). A failure at 16.5 s keeps that checkpoint: the job goes back to step 10, not to the
+    older step-9 snapshot."""
+    clock, events, costs = unit_clock("async", write_s=3.05, memory_stall_s=1.0)
+    clock.advance(0.0, 16.5, costs)
+    assert clock.write_end == pytest.approx(16.15)
+    clock.fail(16.5, memory_survives=True)
+    assert clock.mark.steps == 10.0 and clock.steps == 10.0
+    table = events.table().to_pandas()
+    assert not ((table["kind"] == "checkpoint_lost") & (table["step"] == 10.0)).any()

@@ -249,6 +249,8 @@ class CheckpointClock:
         """A failure at ``t``: roll back to the newest in-memory snapshot where ``memory_survives`` (every lost
         host has a peer left) and it is newer than the last completed checkpoint, else to that checkpoint;
         return the work lost (s)."""
+        if self.write_end is not None and self.write_end <= t + EPS:
+            self._write_done()  # a background write that ended during an in-memory stall is complete
         marks = ((self.stall_mark, "memory" if self.stall_kind == "memory" else "storage"),
                  (self.write_mark, "storage"), (self.stop_mark, "storage"))
         for mark, tier in marks:
@@ -259,7 +261,8 @@ class CheckpointClock:
             lost = self._restore_memory(memory)
         else:
             lost = self._roll_back(self.mark)
-        self.since = 0.0
+        # The storage tier keeps its clock across a memory restore: its checkpoint and the steps since it hold.
+        self.since = self.steps - self.mark.steps
         self.since_memory = 0.0
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
