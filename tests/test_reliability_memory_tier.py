@@ -12,6 +12,8 @@
 - A failure during a restart from memory that, with the hosts already out, leaves some snapshot without a copy
   falls back to storage; a memory restore keeps the storage tier's clock; an async write that ends during an
   in-memory stall is complete.
+- An in-memory interval not shorter than the storage one (no snapshot would be taken) is refused; a stall that
+  takes a large share of the training between snapshots is warned of.
 - Without the tier the events have no `tier` column and the summary no `memory_checkpoint` (the bundled jobs'
   outputs are byte-identical to those before the tier existed); bad values are refused in one line.
 """
@@ -120,6 +122,8 @@ def test_no_memory_tier_no_tier_column_nor_summary_figures():
     ("{interval: 10 min, bandwidth: 0 GB/s}", "checkpoint.memory.bandwidth:"),
     ("{replicas: 2}", "checkpoint.memory.interval:"),
     ("{interval: 10 min, copies: 2}", "checkpoint.memory.copies:"),
+    ("{interval: 2000 steps, replicas: 4}",
+     "checkpoint.memory.replicas: 4 copies on other hosts for a job on 4 hosts (allowed: 1 to 3)"),
 ])
 def test_bad_memory_tier_values_are_refused_in_one_line(tmp_path, capsys, memory, message):
     scenario = tmp_path / "job.yaml"
@@ -234,3 +238,27 @@ def test_an_async_write_ending_during_an_in_memory_stall_is_complete():
     assert clock.mark.steps == 10.0 and clock.steps == 10.0
     table = events.table().to_pandas()
     assert not ((table["kind"] == "checkpoint_lost") & (table["step"] == 10.0)).any()
+
+
+def test_an_in_memory_interval_not_shorter_than_the_storage_one_is_refused(tmp_path, capsys):
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB.replace("CLASS", HOST_CRASH).replace("interval: 2000 steps, replicas", "interval: 12000 "
+                                                                 "steps, replicas"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {scenario}:13: checkpoint.memory.interval: 12,000 steps is not shorter than "
+                          "checkpoint.interval (12,000 steps)")
+    assert err.endswith("(allowed: fewer than 12,000 steps)")
+
+
+def test_a_snapshot_stall_large_against_its_interval_is_warned_of(tmp_path, capsys):
+    """16 GB over 32 GPUs to 1 peer at 1 GB/s: 0.5 s each 2,000 steps (552 s) is under the share; at 1 MB/s,
+    500 s is 91% of it."""
+    scenario = tmp_path / "job.yaml"
+    text = JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1").replace("30 d", "1 d")
+    for bandwidth, warned in (("1 GB/s", False), ("1 MB/s", True)):
+        scenario.write_text(text.replace("bandwidth: 1 TB/s}", f"bandwidth: {bandwidth}}}"))
+        assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
+        captured = capsys.readouterr()
+        assert ("each in-memory snapshot stalls training" in captured.out + captured.err) is warned

@@ -39,6 +39,7 @@ from simulator.reliability.processes import Arrivals, draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import (
     job_summary,
+    memory_stall_warning,
     optimum_intervals,
     waiting_warning,
     write_wait_warning,
@@ -370,7 +371,8 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, gpus: 
 
 
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
-    """Refuse a job of a list of collectives, which is no training step, and more spares than hosts."""
+    """Refuse a job of a list of collectives, which is no training step, more spares than hosts, and more
+    in-memory copies than the job has peer hosts (each host's copies go to other hosts in use)."""
     scenario = loaded.scenario
     if scenario.model is None and not isinstance(scenario.workload, TraceWorkload):
         raise ScenarioError("a job simulation needs a training step, which a list of collectives is not",
@@ -379,6 +381,11 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     if scenario.restart.spares > hosts:
         raise ScenarioError(f"{scenario.restart.spares:,} spare hosts for a job on {counted(hosts, 'host')}",
                             field="restart.spares", allowed=f"0 to {hosts:,}")
+    memory = scenario.checkpoint.memory
+    if memory is not None and memory.replicas >= hosts:
+        raise ScenarioError(f"{memory.replicas:,} copies on other hosts for a job on {counted(hosts, 'host')}",
+                            field="checkpoint.memory.replicas",
+                            allowed=f"1 to {hosts - 1:,}" if hosts > 1 else "no in-memory tier on a one-host job")
 
 
 def refuse_trace_step(loaded: LoadedScenario, topology: Topology, program: StepProgram, *,
@@ -680,12 +687,24 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
+    _refuse_unused_memory_tier(loaded, healthy)
     mtbf, _, _ = optimum_intervals(plan, counts, healthy)
     warnings = (fixed_size_warning(loaded, checks.sizes), interval_past_horizon(loaded, healthy),
-                write_wait_warning(healthy), young_daly_warning(healthy, mtbf))
+                write_wait_warning(healthy), young_daly_warning(healthy, mtbf), memory_stall_warning(healthy))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
                        states)
+
+
+def _refuse_unused_memory_tier(loaded: LoadedScenario, healthy: SegmentCosts) -> None:
+    """Refuse an in-memory interval not shorter than the storage one in the healthy state: each storage
+    checkpoint restarts the snapshots' count, so the tier would never take a snapshot."""
+    if healthy.memory_interval_steps and healthy.memory_interval_steps >= healthy.interval_steps:
+        raise loaded.error(("checkpoint", "memory", "interval"),
+                           f"{counted(healthy.memory_interval_steps, 'step')} is not shorter than "
+                           f"checkpoint.interval ({counted(healthy.interval_steps, 'step')}): each storage checkpoint "
+                           "restarts the snapshots' count, so none would be taken",
+                           f"fewer than {healthy.interval_steps:,} steps")
 
 
 @collector_paused()

@@ -187,6 +187,24 @@ def write_wait_warning(costs: SegmentCosts) -> str | None:
             f"{format_duration(holding)} from {counted(steps, 'step')} (checkpoint.interval)")
 
 
+MEMORY_STALL_SHARE = 0.1
+"""The share of the training between in-memory snapshots that their stall may take before the job warns."""
+
+
+def memory_stall_warning(costs: SegmentCosts) -> str | None:
+    """A warning when each in-memory snapshot's stall is at least MEMORY_STALL_SHARE of the training between
+    snapshots (a slow `checkpoint.memory.bandwidth` or many replicas: 500 s every 552 s ran at ETTR 32% without a
+    word); None without the tier or below that share."""
+    if not costs.memory_interval_steps:
+        return None
+    between = costs.memory_interval_steps * costs.step_s
+    if costs.memory_stall_s < MEMORY_STALL_SHARE * between:
+        return None
+    return (f"each in-memory snapshot stalls training {format_duration(costs.memory_stall_s)}, "
+            f"{costs.memory_stall_s / between:.0%} of the {format_duration(between)} trained between snapshots "
+            f"(checkpoint.memory.interval, replicas and bandwidth)")
+
+
 def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
                       ) -> tuple[float | None, float | None, float | None]:
     """The job's system MTBF M (horizon / unexpected interruptions expected) and Young's and Daly's intervals for
