@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -169,6 +170,9 @@ def test_the_job_report_names_the_tier_and_its_restores(tmp_path, capsys):
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
     row = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("in memory")]
     assert row and "every 2,000 steps" in row[0] and "to 1 peer host" in row[0]
+    trace = json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
+    tiers = {event["args"].get("tier") for event in trace if event.get("cat") == "checkpoint"}
+    assert tiers == {"memory", "storage"}
 
 
 def test_a_job_of_too_many_in_memory_snapshots_is_refused_at_their_interval(tmp_path, capsys):

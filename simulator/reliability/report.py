@@ -50,7 +50,8 @@ def job_trace(events: pa.Table, labels: dict[str, str], replication: int = 0) ->
     `event_name` (``labels``: each failure class's label). ``events`` is
     sorted by replication. Times are in microseconds on a nanosecond grid, as in a step's trace (report/trace.py),
     and the file holds `traceEvents` alone: older Perfetto trace processors read a `displayTimeUnit` as the
-    unit of `ts`. An event's args (`step`, whole steps as integers; `lost_work_s`; `hosts`) leave out what is
+    unit of `ts`. An event's args (`step`, whole steps as integers; `lost_work_s`; `hosts`; `tier` with an
+    in-memory tier) leave out what is
     zero, as a step's trace leaves out zero bytes and FLOPs: a checkpoint or a restart loses no work and takes no
     hosts, and repeating it on every one of the 14,479 checkpoints of the 405B job's trace was a fifth of it."""
     bounds = np.searchsorted(events.column("replication").to_numpy(), [replication, replication + 1])
@@ -61,11 +62,13 @@ def job_trace(events: pa.Table, labels: dict[str, str], replication: int = 0) ->
               for tid, name in TRACK_NAMES.items()]
     columns = [rows.column(c).to_pylist() for c in ("kind", "cause", "start_s", "end_s", "step", "lost_work_s",
                                                     "hosts")]
-    for kind, cause, start, end, step, lost, hosts in zip(*columns):
+    # With an in-memory tier, args name each checkpoint's, failure's and restart's tier (memory or storage).
+    tiers = rows.column("tier").to_pylist() if "tier" in rows.column_names else [""] * rows.num_rows
+    for kind, cause, start, end, step, lost, hosts, tier in zip(*columns, tiers):
         start_ns, end_ns = round(start * 1e9), round(end * 1e9)
         event = {"name": event_name(kind, cause, labels), "cat": kind, "pid": 0, "tid": TRACKS[kind],
                  "ts": start_ns / 1e3}
-        args = {"step": int(step) if step == int(step) else step, "lost_work_s": lost, "hosts": hosts}
+        args = {"step": int(step) if step == int(step) else step, "lost_work_s": lost, "hosts": hosts, "tier": tier}
         shown = {name: value for name, value in args.items() if value}
         if shown:
             event["args"] = shown
