@@ -249,7 +249,7 @@ class CheckpointClock:
         """A failure at ``t``: roll back to the newest in-memory snapshot where ``memory_survives`` (every lost
         host has a peer left) and it is newer than the last completed checkpoint, else to that checkpoint;
         return the work lost (s)."""
-        if self.write_end is not None and self.write_end <= t + EPS:
+        if self.stall_kind == "memory" and self.write_end is not None and self.write_end <= t:
             self._write_done()  # a background write that ended during an in-memory stall is complete
         marks = ((self.stall_mark, "memory" if self.stall_kind == "memory" else "storage"),
                  (self.write_mark, "storage"), (self.stop_mark, "storage"))
