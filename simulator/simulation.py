@@ -268,6 +268,8 @@ def chain_ends(topology: Topology, settings: NetworkSettings, running: list[list
     for phases in running:
         env.process(run_plan(env, network, topology, phases, ""))
     run_until(env, env.process(stream()))  # what runs beside the chain after it ended changes none of its ends
+    if len(ends) != len(chain):
+        raise RuntimeError(f"a chain of {len(chain)} plans stalled after {len(ends)}: nothing left to run")
     return tuple(ends)
 
 

@@ -462,6 +462,8 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     ("nics_per_node=9", "--set nics_per_node=9: 9 NICs per node but 8 GPUs (allowed: 1 to 8)"),
     ("node.bogus=4", "--set node.bogus=4: unknown parameter 'bogus' (allowed: gpus, nvlink_bandwidth,"),
     ("bogus=4", "--set bogus=4: unknown override 'bogus' for topology kind 'cluster' (allowed: nodes, node,"),
+    ("9=1", "--set 9=1: unknown override '9' for topology kind 'cluster' (allowed: nodes, node,"),
+    ("node[0]=1", "--set node[0]=1: "),
 ])
 def test_a_bad_topology_override_is_located_at_its_set(command, override, error, capsys):
     """`topo` and `collective` located a bad --set value at the bundled topology file ('.../dgx-h100-cluster.yaml

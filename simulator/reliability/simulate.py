@@ -268,9 +268,10 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     (`fold_policy.link_fault_blocker` of the scenario's own `faults.step`: the analytic model, its stragglers
     or links failing mid-step; a straggle class beside, ``straggling``), where those classes are every rank (every
     host near the links down: a job under one leaf group), or where the fold itself would pass the limits.
-    A state whose fold a check refuses or that falls out of step at run time still runs unfolded, as long and
-    as large as the unfolded step (at 16,384 GPUs ~66 million ops + flows and ~55 GiB): the estimate is no
-    promise. A leaf_switch class on the 16,384-GPU job was refused up front although its states fold."""
+    A state whose fold a check refuses or that falls out of step at run time is unfolded, and refused when the
+    job meets it where the unfolded step passes the limits (at 16,384 GPUs ~66 million ops + flows and ~55
+    GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job was refused up
+    front although its states fold."""
     from simulator.engine.fold_policy import EVERY_RANK_NEAR, link_fault_blocker
     from simulator.engine.rank_classes import LinkFaultRanks
     from simulator.scale import classed_estimate

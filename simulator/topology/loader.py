@@ -40,11 +40,12 @@ def set_by(overrides: Mapping[str, object], path: FieldPath) -> bool:
     """Whether ``overrides`` set the parameter at ``path``, or the whole one it is part of: a mapping without a
     `kind`, merged into the file's (`with_overrides`), sets only its own keys. The file's other keys of a merged
     node were blamed on the override (`node: {gpu_model: h200}` took the file's `nvlink_bandwidth: 450`'s missing
-    unit as its own, at a field it never wrote)."""
-    if not path or path[0] not in overrides:
+    unit as its own, at a field it never wrote). A path's parts are matched as text: an override's keys are, where
+    a path reads `9` or `node[0]` as a number (`--set 9=1` was blamed on the bundled file)."""
+    if not path or str(path[0]) not in overrides:
         return False
-    value = overrides[path[0]]
-    return len(path) == 1 or not _merging(value) or path[1] in value
+    value = overrides[str(path[0])]
+    return len(path) == 1 or not _merging(value) or str(path[1]) in value
 
 
 def list_bundled_topologies() -> list[str]:
