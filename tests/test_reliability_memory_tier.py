@@ -244,6 +244,18 @@ def test_an_async_write_ending_during_an_in_memory_stall_is_complete():
     assert not ((table["kind"] == "checkpoint_lost") & (table["step"] == 10.0)).any()
 
 
+def test_a_planned_stop_during_an_in_memory_stall_keeps_an_async_write_ended_in_it():
+    """The same write, ended at 16.15 s inside the snapshot stall; a maintenance stop at 16.5 s keeps it: a failure
+    at 30 s, while the stop's own checkpoint is written, goes back to step 10 and loses 3 s."""
+    clock, events, costs = unit_clock("async", write_s=3.05, memory_stall_s=1.0)
+    clock.advance(0.0, 16.5, costs)
+    clock.stop_cleanly(16.5, 40.0, costs)
+    assert clock.mark.steps == 10.0
+    assert clock.fail(30.0) == pytest.approx(3.0) and clock.steps == 10.0
+    table = events.table().to_pandas()
+    assert ((table["kind"] == "checkpoint") & (table["step"] == 10.0) & (table["tier"] == "storage")).sum() == 1
+
+
 def test_an_in_memory_interval_not_shorter_than_the_storage_one_is_refused(tmp_path, capsys):
     scenario = tmp_path / "job.yaml"
     scenario.write_text(JOB.replace("CLASS", HOST_CRASH).replace("interval: 2000 steps, replicas", "interval: 12000 "

@@ -245,12 +245,17 @@ class CheckpointClock:
         self.restored_from = "memory"
         return lost
 
+    def _finish_write_ended_in_snapshot(self, t: float) -> None:
+        """Complete a background write that ended by ``t`` during an in-memory snapshot's stall, which holds
+        its completion back: a failure (`fail`) or a planned stop (`stop_cleanly`) inside it keeps that checkpoint."""
+        if self.stall_kind == "memory" and self.write_end is not None and self.write_end <= t:
+            self._write_done()
+
     def fail(self, t: float, memory_survives: bool = False) -> float:
         """A failure at ``t``: roll back to the newest in-memory snapshot where ``memory_survives`` (every lost
         host has a peer left) and it is newer than the last completed checkpoint, else to that checkpoint;
         return the work lost (s)."""
-        if self.stall_kind == "memory" and self.write_end is not None and self.write_end <= t:
-            self._write_done()  # a background write that ended during an in-memory stall is complete
+        self._finish_write_ended_in_snapshot(t)
         marks = ((self.stall_mark, "memory" if self.stall_kind == "memory" else "storage"),
                  (self.write_mark, "storage"), (self.stop_mark, "storage"))
         for mark, tier in marks:
@@ -276,6 +281,7 @@ class CheckpointClock:
         does any checkpoint being written. The step in flight is cut: a checkpoint holds whole steps (the
         optimizer updates at a step's end), so its part trained is lost work once the checkpoint is complete
         (it was saved as a fraction of a step)."""
+        self._finish_write_ended_in_snapshot(t)
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
         self.since = 0.0
