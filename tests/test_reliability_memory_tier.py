@@ -268,6 +268,22 @@ def test_an_in_memory_interval_not_shorter_than_the_storage_one_is_refused(tmp_p
     assert err.endswith("(allowed: fewer than 12,000 steps)")
 
 
+@pytest.mark.parametrize(("storage", "memory", "message"), [
+    ("12000 steps", "20000 steps", "20,000 steps is not shorter than checkpoint.interval (12,000 steps)"),
+    ("30 min", "45 min", "45 min is not shorter than checkpoint.interval (30 min)"),
+])
+def test_validate_refuses_an_in_memory_interval_not_shorter_in_the_same_unit(tmp_path, capsys, storage, memory,
+                                                                             message):
+    """Two intervals in one unit compare without the step time: `trainsim validate` refuses them as `run` does."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB.replace("CLASS", HOST_CRASH).replace("interval: 12000 steps", f"interval: {storage}")
+                        .replace("interval: 2000 steps", f"interval: {memory}"))
+    assert main(["validate", str(scenario)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {scenario}:13: checkpoint.memory.interval: {message}")
+
+
 def test_a_snapshot_stall_large_against_its_interval_is_warned_of(tmp_path, capsys):
     """16 GB over 32 GPUs to 1 peer at 1 GB/s: 0.5 s each 2,000 steps (552 s) is under the share; at 1 MB/s,
     500 s is 91% of it."""

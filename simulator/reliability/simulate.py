@@ -383,6 +383,13 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
         raise ScenarioError(f"{scenario.restart.spares:,} spare hosts for a job on {counted(hosts, 'host')}",
                             field="restart.spares", allowed=f"0 to {hosts:,}")
     memory = scenario.checkpoint.memory
+    storage = scenario.checkpoint.interval
+    if memory is not None and isinstance(memory.interval, int) == isinstance(storage, int) \
+            and memory.interval >= storage:  # in one unit, no step time is needed to compare them
+        in_steps = isinstance(storage, int)
+        shown = (lambda i: counted(i, "step")) if in_steps else _shown_duration
+        problem, allowed = _unused_memory_tier(shown(memory.interval), shown(storage), in_steps=in_steps)
+        raise ScenarioError(problem, field="checkpoint.memory.interval", allowed=allowed)
     if memory is not None and memory.replicas >= hosts:
         raise ScenarioError(f"{memory.replicas:,} copies on other hosts for a job on {counted(hosts, 'host')}",
                             field="checkpoint.memory.replicas",
@@ -697,15 +704,22 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
                        states)
 
 
+def _unused_memory_tier(memory: str, storage: str, *, in_steps: bool) -> tuple[str, str]:
+    """The problem and the allowed values of an in-memory interval ``memory`` not shorter than the storage one,
+    ``storage`` (each as written or in steps): each storage checkpoint restarts the snapshots' count, so the tier
+    would never take a snapshot."""
+    return (f"{memory} is not shorter than checkpoint.interval ({storage}): each storage checkpoint restarts the "
+            "snapshots' count, so none would be taken", f"{'fewer' if in_steps else 'shorter'} than {storage}")
+
+
 def _refuse_unused_memory_tier(loaded: LoadedScenario, healthy: SegmentCosts) -> None:
-    """Refuse an in-memory interval not shorter than the storage one in the healthy state: each storage
-    checkpoint restarts the snapshots' count, so the tier would never take a snapshot."""
+    """Refuse an in-memory interval not shorter than the storage one in the healthy state's steps, where one is
+    given in steps and the other as a duration, or two durations round to the same steps (`_check_inputs`
+    refuses two in one unit, in `trainsim validate` too)."""
     if healthy.memory_interval_steps and healthy.memory_interval_steps >= healthy.interval_steps:
         raise loaded.error(("checkpoint", "memory", "interval"),
-                           f"{counted(healthy.memory_interval_steps, 'step')} is not shorter than "
-                           f"checkpoint.interval ({counted(healthy.interval_steps, 'step')}): each storage checkpoint "
-                           "restarts the snapshots' count, so none would be taken",
-                           f"fewer than {healthy.interval_steps:,} steps")
+                           *_unused_memory_tier(counted(healthy.memory_interval_steps, "step"),
+                                                counted(healthy.interval_steps, "step"), in_steps=True))
 
 
 @collector_paused()
