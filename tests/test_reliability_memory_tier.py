@@ -11,8 +11,9 @@
 - A failure restores from memory at the peer-memory load time, from storage at the storage's.
 - A failure during a restart from memory that, with the hosts already out, leaves some snapshot without a copy
   falls back to storage; a memory restore keeps the storage tier's clock; an async write that ends during an
-  in-memory stall is complete.
-- An in-memory interval not shorter than the storage one (no snapshot would be taken) is refused; a stall that
+  in-memory stall is complete, at a failure or a planned stop; restores count restarts by their cause.
+- An in-memory interval not shorter than the storage one (no snapshot would be taken) is refused, by `validate`
+  too where both are in one unit; a stall that
   takes a large share of the training between snapshots is warned of.
 - Without the tier the events have no `tier` column and the summary no `memory_checkpoint` (the bundled jobs'
   outputs are byte-identical to those before the tier existed); bad values are refused in one line.
