@@ -19,9 +19,9 @@ from simulator.config.sections import INT64_LIMIT, Section, user_value
 from simulator.errors import InputError
 from simulator.units import DURATION_UNITS, case_hint, format_duration, parse_bandwidth, parse_duration, parse_size
 
-UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable"]
+UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable", "rack", "nvswitch_tray"]
 UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
-"""What a component class is counted in on the job's topology graph."""
+"""What a component class is counted in on the job's topology graph (a rack and its NVSwitch trays: GB200 NVL72)."""
 FailureDistribution = Literal["exponential", "weibull"]
 """A component's time to failure: exponential (a Poisson process per unit) or Weibull with a `shape`."""
 RepairDistribution = Literal["fixed", "exponential"]
@@ -69,8 +69,9 @@ class Effect(StrEnum):
     RESTART = "restart"
     """Interrupts the job and replaces nothing (software)."""
     DEGRADE = "degrade"
-    """The job keeps running on less bandwidth until the repair (spine and leaf switches, cables, NICs); a leaf,
-    cable or NIC whose loss leaves some GPUs without a route interrupts and takes its hosts, as `replace`."""
+    """The job keeps running on less bandwidth until the repair (spine and leaf switches, cables, NICs, a rack's
+    NVSwitch trays); a leaf, cable or NIC whose loss leaves some GPUs without a route interrupts and takes its
+    hosts, as `replace`."""
     STRAGGLE = "straggle"
     """The job keeps running with the unit's GPUs `slowdown` times slower until the repair (thermal
     throttling, a degraded GPU or host)."""
@@ -114,7 +115,7 @@ ComponentName = Annotated[str, AfterValidator(_component_name)]
 EFFECT_UNITS: dict[Effect, tuple[str, ...]] = {
     Effect.REPLACE: UNIT_KINDS,
     Effect.RESTART: UNIT_KINDS,
-    Effect.DEGRADE: ("spine_switch", "leaf_switch", "cable", "nic"),
+    Effect.DEGRADE: ("spine_switch", "leaf_switch", "cable", "nic", "nvswitch_tray"),
     Effect.STRAGGLE: ("gpu", "host"),
 }
 """The units each effect applies to."""

@@ -131,12 +131,14 @@ def straggling(state: ClusterState, healthy: ClusterState) -> bool:
 
 
 def degraded(state: ClusterState, healthy: ClusterState) -> bool:
-    """Whether ``state`` runs the job's own replicas with links or spine switches down (stragglers beside them
-    or not): a step of its own, which shares no fold with another state's. One with links down folds by the
-    hosts near them where its checks pass (`fold_policy.link_fault_step`: a leaf down on 2,048 GPUs onto 288
-    ranks, 0.92 GB against 5.27 GB unfolded), and unfolds where every host is near them; one with some spines
-    down is the same tree with slower uplinks, which folds where the symmetry check passes, and is small then."""
-    return state.replicas == healthy.replicas and bool(state.links_down or state.spines_down)
+    """Whether ``state`` runs the job's own replicas with links, spine switches or NVSwitch trays down
+    (stragglers beside them or not): a step of its own, which shares no fold with another state's. One with links
+    down folds by the hosts near them where its checks pass (`fold_policy.link_fault_step`: a leaf down on 2,048
+    GPUs onto 288 ranks, 0.92 GB against 5.27 GB unfolded), and unfolds where every host is near them; one with
+    some spines down is the same tree with slower uplinks, which folds where the symmetry check passes, and is
+    small then; one with NVSwitch trays down (NVLink links degraded, not down) runs unfolded."""
+    return state.replicas == healthy.replicas and bool(state.links_down or state.spines_down
+                                                       or state.nvswitch_trays_down)
 
 
 def larger_first(state: ClusterState, spines: int, ranks: Callable[[Sequence[tuple[str, str]]], int]
@@ -146,7 +148,10 @@ def larger_first(state: ClusterState, spines: int, ranks: Callable[[Sequence[tup
     rank where every host is near them, as two leaves in different leaf groups of a two-group job, which then
     run unfolded), then every one of the ``spines`` down (every leaf-spine link down, or no route and no step at
     all), then some spines down (the same tree with slower uplinks, folded where the symmetry check passes: on
-    the 128-GPU Llama 3 70B job its peak was 136 MB where a leaf state's, then unfolded, was 488 MB)."""
+    the 128-GPU Llama 3 70B job its peak was 136 MB where a leaf state's, then unfolded, was 488 MB). A state
+    with NVSwitch trays down comes before all: its step runs unfolded."""
+    if state.nvswitch_trays_down:
+        return -1, 0
     if state.links_down:
         return 0, -ranks(state.links_down)
     return (1 if state.spines_down >= spines else 2), 0

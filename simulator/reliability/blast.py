@@ -3,8 +3,10 @@
 GPUs, hosts, NICs, leaf and spine switches and network cables are read off the wiring. The blast
 radius of a unit is the set of hosts that leave the job with it: a GPU or NIC takes its host; a leaf switch
 every host with a NIC below it; a NIC-to-leaf cable its host; a leaf-to-spine cable and a spine switch take
-no host (the job's traffic is routed around them). For the states of a job that keeps running, each network
-unit also lists the links (node-name pairs) its failure takes down, and each GPU or host unit its GPUs.
+no host (the job's traffic is routed around them). On GB200 NVL72 racks (topology kind `nvl72`) a rack takes
+its compute trays (hosts), and an NVSwitch tray none: it lowers the NVLink bandwidth of its rack's GPUs. For the
+states of a job that keeps running, each network unit also lists the links (node-name pairs) its failure takes
+down, each NVSwitch tray its rack's NVSwitch node, and each GPU, host or rack unit its GPUs.
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ class ClusterUnits:
 
     hosts: int
     blast: dict[UnitKind, tuple[tuple[int, ...], ...]]
+    """Per unit kind, the hosts each unit's failure takes out of the job."""
     spines: int
     nodes: dict[UnitKind, tuple[str, ...]]
     cable_ends: tuple[tuple[str, str], ...]
     gpus: dict[UnitKind, tuple[tuple[int, ...], ...]]
     outgoing: dict[str, tuple[str, ...]]
+    nvswitch_trays: int = 0
+    """NVSwitch trays per rack (0: not NVL72 racks); NVSwitch tray unit u is tray u mod this of the rack whose
+    NVSwitch node is ``nodes["nvswitch_tray"][u]`` (a rack of one GPU has no switch, and no trays)."""
 
     def count(self, unit: UnitKind) -> int:
         return len(self.blast[unit])
@@ -89,5 +95,28 @@ def cluster_units(topology: Topology) -> ClusterUnits:
         "nic": tuple(nic for nic, _ in nics), "leaf_switch": tuple(leaves), "spine_switch": tuple(spines)}
     gpus: dict[UnitKind, tuple[tuple[int, ...], ...]] = {
         "gpu": tuple((gpu,) for gpu in range(topology.num_gpus)), "host": tuple(map(tuple, host_gpus))}
+    trays = _add_racks(topology, blast, nodes, gpus)
     return ClusterUnits(topology.num_hosts, blast, len(spines), nodes, tuple(cable_ends), gpus,
-                        {node: tuple(sorted(others)) for node, others in outgoing.items()})
+                        {node: tuple(sorted(others)) for node, others in outgoing.items()}, trays)
+
+
+def _add_racks(topology: Topology, blast: dict, nodes: dict, gpus: dict) -> int:
+    """Record the racks and NVSwitch trays of GB200 NVL72 racks (none on another cluster kind): a rack's blast
+    radius is its compute trays, an NVSwitch tray's none; each tray unit names its rack's NVSwitch node. The
+    NVSwitch trays per rack (0 where there are no racks). The racks are the NVLink domains, in wiring order."""
+    if topology.params.get("kind") != "nvl72":
+        blast.update(rack=(), nvswitch_tray=())
+        gpus["rack"] = ()
+        nodes["nvswitch_tray"] = ()
+        return 0
+    rack_gpus: dict[int, list[int]] = {}
+    for gpu, domain in enumerate(topology.gpu_domain):
+        rack_gpus.setdefault(domain, []).append(gpu)
+    racks = sorted(rack_gpus)
+    trays = topology.params["nvswitch_trays"]
+    blast["rack"] = tuple(tuple(sorted({topology.gpu_host[gpu] for gpu in rack_gpus[rack]})) for rack in racks)
+    gpus["rack"] = tuple(tuple(rack_gpus[rack]) for rack in racks)
+    switches = [name for name, data in topology.wiring.nodes.items() if data.get("kind") == "nvswitch"]
+    nodes["nvswitch_tray"] = tuple(switch for switch in switches for _ in range(trays))
+    blast["nvswitch_tray"] = tuple(NO_HOSTS for _ in nodes["nvswitch_tray"])
+    return trays

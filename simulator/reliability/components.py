@@ -5,7 +5,9 @@ A known class has a default unit (what it is counted in on the topology graph) a
 does to the job, `Effect`); a user-defined class names its unit, and its effect defaults to `replace`. The
 classes of the `llama3` preset keep interrupting whatever their unit: the paper's table counts interruptions.
 A generic `cable` and a `leaf_switch` degrade (routing around them where it can), a `spine_switch` degrades;
-straggling classes are the user's (`effect: straggle` with a `slowdown`).
+straggling classes are the user's (`effect: straggle` with a `slowdown`). On GB200 NVL72 racks a `rack` (power
+shelves, liquid cooling, rack management) takes its compute trays, an `nvswitch_tray` degrades its rack's NVLink
+bandwidth; no failure rate of either is published, so a scenario naming them gives its own.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class ComponentClass:
     unit: UnitKind
     effect: Effect
     description: str
+    unpublished: str = ""
+    """Why the class has no rate of its own to offer where no public figure exists ('' where a preset has one)."""
 
 
 def _gpu(description: str) -> ComponentClass:
@@ -64,6 +68,14 @@ COMPONENT_CLASSES: MappingProxyType = MappingProxyType({
     "leaf_switch": ComponentClass("leaf_switch", Effect.DEGRADE, "a leaf switch; its rail's GPUs route through "
                                   "their peers' NICs, or every host below it leaves the job"),
     "spine_switch": ComponentClass("spine_switch", Effect.DEGRADE, "a spine switch; leaf uplink bandwidth drops"),
+    "rack": ComponentClass("rack", Effect.REPLACE, "a whole GB200 NVL72 rack (power shelves, liquid cooling and "
+                           "its CDU, rack management): its compute trays leave the job",
+                           "no public failure rate of a GB200 NVL72 rack exists: the Llama 3 table counts H100 "
+                           "hosts, NVIDIA publishes none"),
+    "nvswitch_tray": ComponentClass("nvswitch_tray", Effect.DEGRADE, "an NVSwitch tray of a GB200 NVL72 rack: its "
+                                    "GPUs lose 1/9 of their NVLink bandwidth (2 of 18 links)",
+                                    "no public failure rate of an NVLink switch tray exists: NVIDIA publishes "
+                                    "none"),
     "host": _host("the server as a whole"),
     "host_maintenance": _host("unplanned maintenance of a host"),
     "ssd": _host("a host's local SSD"),
@@ -150,7 +162,8 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
                                 allowed=f"unit {previous.unit!r} to keep the preset's rate, or {RATE_ALLOWED}")
         rate = spec.rate_per_s if spec.rate_per_s is not None else previous.rate_per_unit_s if previous else None
         if rate is None:
-            raise ScenarioError("give one of mtbf and rate", field=f"faults.components.{name}",
+            why = f" ({known.unpublished})" if known and known.unpublished else ""
+            raise ScenarioError(f"give one of mtbf and rate{why}", field=f"faults.components.{name}",
                                 allowed=f"{RATE_ALLOWED}; a class of faults.preset keeps "
                                         "the preset's without them")
         repair = spec.repair if spec.repair is not None else (previous.repair_s if previous else 0.0)

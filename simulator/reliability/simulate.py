@@ -197,21 +197,23 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
     or each of its degraded or straggling states: states with links down (leaf switches, cables, NICs that
     `degrade`) are sized by the classes `fold_policy.link_fault_step` folds them by
-    (`_refuse_unfolded_link_states`), and straggler states unfold where the engine's folding rule says so
-    (each distinct set of stages slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and
-    ~37 GiB per step (the docs' leaf-switch example met ~75 leaves per replication of the 405B job, its
-    throttling example thousands of straggler states, and both ran for hours without a word).
+    (`_refuse_unfolded_link_states`), states with NVSwitch trays down (NVLink links degraded but up, which
+    `fold_policy.link_fault_blocker` keeps unfolded) are unfolded steps, and straggler states unfold where the
+    engine's folding rule says so (each distinct set of stages slowed is a state). 16,384 GPUs unfolded are ~45
+    million ops + flows and ~37 GiB per step (the docs' leaf-switch example met ~75 leaves per replication of the
+    405B job, its throttling example thousands of straggler states, and both ran for hours without a word).
 
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
     job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers."""
-    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, SHARED_LINKS, straggler_blocker
+    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, LINKS_DURING_STEP, SHARED_LINKS, straggler_blocker
     from simulator.program.unfolding import Unfolding
     from simulator.scale import unfolded_beyond_limits
     from simulator.simulation import prepare_training, step_faults
 
     scenario = loaded.scenario
     linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
+    nvlink = [klass for klass in linked if klass.unit == "nvswitch_tray"]
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
     if scenario.run.fold and not (linked or straggling):
         return None
@@ -224,7 +226,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     if not scenario.run.fold:
         raise loaded.error(("run", "fold"), f"the job's step is simulated unfolded: {limits}",
                            "true, a smaller cluster, or --force")
-    klass = linked[0] if linked else straggling[0]
+    klass = (nvlink or linked or straggling)[0]
     field = ("faults", "components", klass.name) if klass.name in scenario.faults.components else ("faults",)
 
     def refuse(why: str) -> NoReturn:
@@ -235,6 +237,8 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
         raise loaded.error(field, f"a {klass.name} failure {problem}, and each such state is simulated as an "
                            f"unfolded step ({why}): {limits}", f"{restart}{analytic}a smaller cluster, or --force")
 
+    if nvlink:
+        refuse(LINKS_DURING_STEP)
     if linked:
         _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse)
         return None
@@ -683,6 +687,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
             return Degradation(gpus=tuple(gpus), slowdown=klass.slowdown)
         if klass.unit == "spine_switch":
             return Degradation(spine=unit)
+        if klass.unit == "nvswitch_tray":
+            return Degradation(nvswitch_tray=(units.nodes["nvswitch_tray"][unit], unit % units.nvswitch_trays))
         return Degradation(links=units.links(klass.unit, unit))
 
     plan = JobPlan(horizon_s=horizon, classes=model.classes,

@@ -10,12 +10,13 @@ others; the step folds where the flow model's symmetry check passes on the scale
 Every spine down is every leaf's uplinks down, a state without a route where the job spans leaf groups (the
 rails of one leaf group still join its hosts). Links down and stragglers are the step-fault engine's
 (`faults.step` links and stragglers, added to the scenario's own): the step is exactly `simulate()` of the
-scenario with those faults. A state whose links leave some GPU without a route has no step (None): the job
-cannot run in it. A straggling GPU is simulated as the first GPU of its pipeline stage (its tensor- and
-context-parallel peers and the data-parallel replicas do the same work and wait for it at their collectives),
-so a state depends on the stages slowed, not on which GPU of the stage (a replayed trace's straggler is simulated
-on its own GPU: the traced ranks each run their own kernels). A shrunk job runs on a cluster of just
-the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
+scenario with those faults. NVSwitch trays down on GB200 NVL72 racks are their rack's GPU-to-NVSwitch links degraded
+to the share of trays left (`nvswitch_tray_faults`), step faults as links down are. A state whose links leave some
+GPU without a route has no step (None): the job cannot run in it. A straggling GPU is simulated as the first GPU of
+its pipeline stage (its tensor- and context-parallel peers and the data-parallel replicas do the same work and wait
+for it at their collectives), so a state depends on the stages slowed, not on which GPU of the stage (a replayed
+trace's straggler is simulated on its own GPU: the traced ranks each run their own kernels). A shrunk job runs on a
+cluster of just the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
 (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's
 step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
 restart.elastic_batch) and the files beside it that they read (a trace's, by path, size and mtime: inputs.py),
@@ -125,17 +126,20 @@ _CACHE = StateCache()
 @dataclass(frozen=True, order=True)
 class ClusterState:
     """What the job runs on: data-parallel replicas in use, spine switches down, other links down (node
-    pairs, sorted) and straggling GPUs (representative GPU, slowdown; sorted)."""
+    pairs, sorted), straggling GPUs (representative GPU, slowdown; sorted) and NVSwitch trays down (a GB200
+    NVL72 rack's NVSwitch node, how many of its trays are down; sorted)."""
 
     replicas: int
     spines_down: int = 0
     links_down: tuple[tuple[str, str], ...] = ()
     slow_gpus: tuple[tuple[int, float], ...] = ()
+    nvswitch_trays_down: tuple[tuple[str, int], ...] = ()
 
     def describe(self) -> str:
         """What differs from a healthy cluster, in words ('' for none but the replicas)."""
         parts = [(self.spines_down, "spine switch(es) down"), (len(self.links_down), "link(s) down"),
-                 (len(self.slow_gpus), "straggling GPU(s)")]
+                 (len(self.slow_gpus), "straggling GPU(s)"),
+                 (sum(down for _, down in self.nvswitch_trays_down), "NVSwitch tray(s) down")]
         return ", ".join(f"{count} {what}" for count, what in parts if count)
 
 
@@ -350,9 +354,10 @@ class StepStates:
                                                                             **overrides)})
         loaded = replace(self.loaded, scenario=scenario)
         on_own = (scenario.cluster == self.loaded.scenario.cluster and not state.links_down
-                  and not scenario.faults.step.links)
+                  and not state.nvswitch_trays_down and not scenario.faults.step.links)
         topology = self.topology if on_own else scenario_topology(loaded)
         links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
+        links += nvswitch_tray_faults(topology, state.nvswitch_trays_down)
         if 0 < spines <= state.spines_down:
             links += tuple(LinkFault(link=pair) for pair in spine_links(topology))
         stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
@@ -377,6 +382,17 @@ def spine_links(topology: Topology) -> list[tuple[str, str]]:
     nodes = topology.wiring.nodes
     return [(low, high) for low, high in topology.wiring.edges
             if nodes[low].get("tier") == 1 and nodes[high].get("tier") == 2]
+
+
+def nvswitch_tray_faults(topology: Topology, trays_down: tuple[tuple[str, int], ...]) -> tuple[LinkFault, ...]:
+    """The link faults of NVSwitch trays down on GB200 NVL72 racks (``trays_down``: a rack's NVSwitch node, how
+    many of its trays are down): the node stands for the rack's `nvswitch_trays` trays, each GPU's link to it for
+    its NVLinks, spread evenly over them, so k trays down leave each link of the rack (T - k) / T of its
+    bandwidth, every tray down takes it down. Racks a shrunk job no longer uses are skipped."""
+    trays = topology.params.get("nvswitch_trays", 0)
+    capacity = {switch: (trays - down) / trays for switch, down in trays_down}
+    return tuple(LinkFault(link=(switch, gpu), capacity=capacity[switch]) for switch, gpu in topology.wiring.edges
+                 if switch in capacity)
 
 
 def state_guard(loaded: LoadedScenario, topology: Topology, state: ClusterState | None) -> UnfoldingGuard:
@@ -409,13 +425,14 @@ def faults_within(faults: StepFaults, topology: Topology) -> StepFaults:
 
 @dataclass(frozen=True)
 class Degradation:
-    """What one degraded or straggling unit does to the cluster: a spine down (its index), links down, or
-    GPUs (representatives) slowed by ``slowdown``."""
+    """What one degraded or straggling unit does to the cluster: a spine down (its index), links down, GPUs
+    (representatives) slowed by ``slowdown``, or an NVSwitch tray down (its rack's NVSwitch node, its index)."""
 
     spine: int | None = None
     links: tuple[tuple[str, str], ...] = ()
     gpus: tuple[int, ...] = ()
     slowdown: float = 1.0
+    nvswitch_tray: tuple[str, int] | None = None
 
 
 def state_of(replicas: int, degradations) -> ClusterState:
@@ -424,10 +441,15 @@ def state_of(replicas: int, degradations) -> ClusterState:
     spines: set[int] = set()
     links: set[tuple[str, str]] = set()
     slow: dict[int, float] = {}
+    trays: dict[str, set[int]] = {}
     for degradation in degradations:
         if degradation.spine is not None:
             spines.add(degradation.spine)
+        if degradation.nvswitch_tray is not None:
+            switch, tray = degradation.nvswitch_tray
+            trays.setdefault(switch, set()).add(tray)
         links.update(degradation.links)
         for gpu in degradation.gpus:
             slow[gpu] = max(slow.get(gpu, 1.0), degradation.slowdown)
-    return ClusterState(replicas, len(spines), tuple(sorted(links)), tuple(sorted(slow.items())))
+    return ClusterState(replicas, len(spines), tuple(sorted(links)), tuple(sorted(slow.items())),
+                        tuple(sorted((switch, len(down)) for switch, down in trays.items())))

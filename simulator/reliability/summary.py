@@ -297,7 +297,8 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         **memory_tier_figures(loaded, healthy, totals),
         "states": [{"replicas": state.replicas, "spines_down": state.spines_down,
                     "links_down": [list(pair) for pair in state.links_down],
-                    "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus}, "step_time_s": c.step_s,
+                    "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus},
+                    "nvswitch_trays_down": dict(state.nvswitch_trays_down), "step_time_s": c.step_s,
                     "tokens_per_step": c.tokens_per_step if tokens else None}
                    for state, c in sorted(states.items())],
     }

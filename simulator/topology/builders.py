@@ -572,6 +572,8 @@ NVL72_PARAMETERS = {
     "gpu_model": Param("text", "b200", "GPU model name in the catalog", choices=gpu_names()),
     "nvls": Param("text", "nvswitch3", "in-switch reduction in the rack's NVSwitches (NVLink SHARP) or none",
                   choices=NvlinkReduction),
+    "nvswitch_trays": Param("count", 9, "NVSwitch trays per rack; each GPU's NVLinks are spread evenly over them "
+                            "(18 per B200, 2 to each of 9 trays), so a tray down takes 1/9 of its bandwidth"),
     "nics_per_tray": Param("count", 4, "NICs per compute tray (used when racks > 1)"),
     "last_rack_trays": Param("count", None, "compute trays in the last rack, for a rack partly in use (an elastic "
                              "job shrunk by trays); default = trays", optional=True),

@@ -1,0 +1,165 @@
+"""Rack and NVSwitch tray failures on GB200 NVL72: a `rack` takes its compute trays (a job restarts, an elastic
+one shrinks by the rack), an `nvswitch_tray` leaves the rack's GPUs (T - k) / T of their NVLink bandwidth with k
+of its T trays down (their links to the rack's NVSwitch node degraded, as the step-fault engine degrades a link),
+and neither has a published failure rate, so a scenario naming one gives its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator import simulate
+from simulator.cli import main
+from simulator.config.faults import StepFaults
+from simulator.config.loader import scenario_from_text
+from simulator.reliability.blast import cluster_units
+from simulator.reliability.perturbed import with_step_faults
+from simulator.reliability.processes import Arrivals
+from simulator.reliability.states import nvswitch_tray_faults
+from simulator.topology.loader import scenario_topology
+
+H = 3600.0
+
+
+def job(components: str, elastic: bool = True) -> str:
+    """TP 4 x DP 8 on 2 GB200 racks of 4 trays (16 GPUs each), a replica per tray, no spares."""
+    return f"""cluster: {{topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}}
+model: {{layers: 4, hidden: 2048, heads: 16, vocab: 32000}}
+training: {{seq_len: 1024, microbatches: 2}}
+parallelism: {{tp: 4, dp: 8}}
+checkpoint: {{interval: 30 min}}
+storage: {{capacity: 1 PB}}
+run: {{horizon: 12 h}}
+faults: {{components: {{{components}}}}}
+restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: {str(elastic).lower()}}}
+"""
+
+
+CLASSES = "rack: {mtbf: 1000 d, repair: 4 h}, nvswitch_tray: {mtbf: 1000 d, repair: 2 h}"
+
+
+@pytest.fixture
+def job_with(monkeypatch):
+    """The job of ``text`` with exactly these failures: (time s, class index, unit, repair s) rows."""
+    import simulator.reliability.simulate as job_simulation
+
+    def run(text, *rows):
+        time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
+        arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
+        monkeypatch.setattr(job_simulation, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
+        return job_simulation.simulate_job(scenario_from_text(text, "job.yaml"))
+    return run
+
+
+def test_a_rack_takes_its_trays_and_an_nvswitch_tray_no_host():
+    """2 racks of 4 trays: 2 rack units, each taking its 4 hosts (16 GPUs); 9 NVSwitch trays per rack, 18 units
+    taking no host, each naming its rack's NVSwitch node. A DGX fat tree has neither."""
+    units = cluster_units(scenario_topology(scenario_from_text(job(CLASSES), "job.yaml")))
+    assert units.count("rack") == 2 and units.blast["rack"] == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert units.gpus["rack"] == (tuple(range(16)), tuple(range(16, 32)))
+    assert units.count("nvswitch_tray") == 18 and set(units.blast["nvswitch_tray"]) == {()}
+    assert units.nodes["nvswitch_tray"] == ("rack0/nvswitch",) * 9 + ("rack1/nvswitch",) * 9
+    dgx = cluster_units(scenario_topology(scenario_from_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\n"
+                                                             "model: {preset: llama3-8b}\n", "dgx.yaml")))
+    assert dgx.count("rack") == dgx.count("nvswitch_tray") == 0
+
+
+def all_reduce(nbytes: str, algorithm: str, trays_down: int) -> float:
+    """The makespan of an all-reduce of ``nbytes`` over one rack of 4 trays (16 GPUs) with ``trays_down`` of its
+    9 NVSwitch trays down."""
+    nvls = "nvswitch3" if algorithm == "nvls" else "none"
+    loaded = scenario_from_text(f"""cluster: {{topology: gb200-nvl72, trays: 4, nvls: {nvls}}}
+network: {{model: flow}}
+collectives: {{algorithm: {algorithm}}}
+workload:
+  - {{name: ar, op: all_reduce, bytes: {nbytes}, group: all}}
+""", "ar.yaml")
+    faults = nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", trays_down),) if trays_down else ())
+    return simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["makespan_s"]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "nvls"])
+@pytest.mark.parametrize("trays_down", [1, 3])
+def test_nvswitch_trays_down_slow_an_all_reduce_in_the_rack_by_the_bandwidth_they_take(algorithm, trays_down):
+    """Bandwidth-bound, a ring all-reduce takes 2(p-1) a + 2(p-1)/p n / B and NVLS L + (p+1)/p n / (B e): with
+    k of 9 NVSwitch trays down each GPU's NVLink bandwidth B is (9 - k)/9 of it, so busbw drops by that factor
+    and the time a byte takes grows by 9 / (9 - k). The difference of two sizes cancels the latency terms: it
+    comes out 9/8 (one tray) and 3/2 (three) to 1e-12. Before, no fault slowed NVLink inside a rack."""
+    extra = {size: all_reduce(size, algorithm, trays_down) - all_reduce(size, algorithm, 0)
+             for size in ("256 MiB", "1 GiB")}
+    healthy = all_reduce("1 GiB", algorithm, 0) - all_reduce("256 MiB", algorithm, 0)
+    degraded = healthy + extra["1 GiB"] - extra["256 MiB"]
+    assert degraded / healthy == pytest.approx(9 / (9 - trays_down), rel=1e-12)
+
+
+def test_an_nvswitch_tray_down_slows_the_job_until_its_repair_without_a_restart(job_with):
+    """NVSwitch tray 4 of rack 1 fails at 1 h, repaired at 3 h: no interruption, no host lost; the job trains
+    meanwhile at the step of its cluster with rack 1's GPU links to its NVSwitch at 8/9 of their bandwidth, which
+    is `simulate()` of the scenario with those links degraded, slower than the healthy step; the slow time is the
+    class's."""
+    result = job_with(job(CLASSES), (1 * H, 1, 13, 2 * H))
+    summary = result.summary
+    assert summary["interruptions"]["unexpected"]["mean"] == 0
+    healthy, degraded = summary["states"]
+    assert degraded["nvswitch_trays_down"] == {"rack1/nvswitch": 1} and degraded["replicas"] == 8
+    loaded = scenario_from_text(job(CLASSES), "job.yaml")
+    faults = nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", 1),))
+    assert len(faults) == 16 and {fault.capacity for fault in faults} == {8 / 9}
+    alone = simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["step_time_s"]
+    assert degraded["step_time_s"] == alone > healthy["step_time_s"]
+    rows = result.events[result.events["kind"] == "degraded"]
+    assert list(rows["cause"]) == ["nvswitch_tray"] and list(rows["end_s"] - rows["start_s"]) == [2 * H]
+    assert summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] > 0
+
+
+def test_nvswitch_trays_down_one_after_another_slow_the_job_more_until_nvlink_is_gone(job_with):
+    """The 9 trays of rack 0 fail 0.1 h apart, each back 2 h later: each tray more down is a slower state (the
+    rack's GPU links at 8/9, 7/9, ... of their bandwidth). With all 9 down rack 0's GPUs have no NVLink left and
+    reach each other through their trays' NICs over the network: the job runs on, at about twice the healthy
+    step. On a lone rack, which has no network, that state has no route: the job stops in a restart until the
+    first tray is back."""
+    rows = [((1 + 0.1 * tray) * H, 1, tray, 2 * H) for tray in range(9)]
+    summary = job_with(job(CLASSES), *rows).summary
+    assert summary["interruptions"]["unexpected"]["mean"] == 0
+    steps = [state["step_time_s"] for state in summary["states"]]
+    assert [state["nvswitch_trays_down"].get("rack0/nvswitch", 0) for state in summary["states"]] == list(range(10))
+    assert steps == sorted(steps) and len(set(steps)) == 10 and 1.8 < steps[-1] / steps[0] < 2.2
+    lone = job(CLASSES).replace("racks: 2, trays: 4, leaf_ports: 4, spines: 2", "trays: 4").replace("dp: 8", "dp: 4")
+    summary = job_with(lone, *rows).summary
+    assert summary["interruptions"]["by_cause"]["nvswitch_tray"]["mean"] == 1
+    assert {state["nvswitch_trays_down"].get("rack0/nvswitch", 0) for state in summary["states"]} == set(range(9))
+
+
+def test_an_elastic_job_losing_a_rack_shrinks_by_the_rack(job_with):
+    """Rack 0 fails at 1 h (4 h repair): its 4 trays, 4 of the 8 one-tray replicas, leave; with no spares the
+    elastic job restarts on 4 replicas, a whole rack fewer, and runs on them to the horizon (it grows back at its
+    next restart, which never comes). A job that is not elastic waits the repair out in its restart."""
+    summary = job_with(job(CLASSES), (1 * H, 0, 0, 4 * H)).summary
+    assert summary["replicas"]["shrinks"]["mean"] == 1
+    assert set(summary["replicas"]["running_s"]) == {"4", "8"}
+    assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 1
+    fixed = job_with(job(CLASSES, elastic=False), (1 * H, 0, 0, 4 * H)).summary
+    assert set(fixed["replicas"]["running_s"]) == {"8"}
+    assert fixed["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(4 * H - 60, rel=1e-9)
+
+
+@pytest.mark.parametrize("name, unit", [("rack", "a GB200 NVL72 rack"), ("nvswitch_tray", "an NVLink switch tray")])
+def test_a_class_without_a_published_rate_must_be_given_one(tmp_path, capsys, name, unit):
+    """No public failure rate exists for a rack or an NVSwitch tray: a class without mtbf or rate is refused in
+    one located line saying so, nothing invented."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job(f"{name}: {{repair: 4 h}}"))
+    assert main(["validate", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {scenario}:8: faults.components.{name}: give one of mtbf and rate (no public "
+                          f"failure rate of {unit} exists: ") and err.count("\n") == 1
+
+
+def test_a_rack_class_on_a_cluster_without_racks_is_refused(tmp_path, capsys):
+    """A DGX fat tree has no NVL72 rack: naming the class there is refused, as a NIC on a single host is."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job(CLASSES).replace("gb200-nvl72, racks: 2, trays: 4", "dgx-h100-cluster, nodes: 2")
+                        .replace("tp: 4, dp: 8", "tp: 8, dp: 2"))
+    assert main(["validate", str(scenario)]) == 2
+    assert "faults.components.rack: class 'rack' fails per rack, and this cluster has no rack" in \
+        capsys.readouterr().err
