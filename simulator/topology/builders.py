@@ -38,9 +38,20 @@ class Builder:
     build: Callable[[dict, str], Topology]
     parameters: dict[str, Param]
     summary: str
+    check: Callable[[dict], None] | None = None
+    """Refuses, from parsed parameters alone, every one `build` refuses; None where only building tells."""
 
     def __call__(self, raw: dict, name: str = "") -> Topology:
         return self.build(read_parameters(self.parameters, raw), name)
+
+    def checked(self, raw: dict) -> bool:
+        """Refuse ``raw`` as building it would, without building: True where the builder's `check` told
+        everything, False where it has none (nothing but the parameters read checked)."""
+        parsed = read_parameters(self.parameters, raw)
+        if self.check is None:
+            return False
+        self.check(parsed)
+        return True
 
 
 # ---------------------------------------------------------------------------------------------- servers (domains)
@@ -447,26 +458,35 @@ def _pod_counts_filled(groups: int) -> list[int]:
     return [pods for pods in range(2, groups + 1) if -(-groups // -(-groups // pods)) == pods]
 
 
-def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nics: int, p: dict) -> dict:
-    """NICs on each host, per-rail leaves over groups of ``leaf_ports`` hosts, aggregated spine (and core) links."""
-    per_gpu_latency = p["nic_latency"] / 2
-    link_class, bandwidth = p["link_class"], p["nic_bandwidth"]
-    groups = -(-len(host_gpus) // p["leaf_ports"])
+def _check_network(hosts: int, p: dict) -> None:
+    """Refuse fabric parameters ``p`` that cannot wire ``hosts`` hosts: pods or cores without a third tier, a
+    third tier over one leaf group or over pods some of which its leaf groups leave empty, SHARP off
+    InfiniBand."""
+    groups = -(-hosts // p["leaf_ports"])
     pods = p["pods"]
     if p["tiers"] == 2 and (pods > 1 or p["cores"]):
         raise TopologyError("pods and cores need tiers: 3", field="pods" if pods > 1 else "cores",
                             allowed="tiers: 3, or leave pods and cores out")
     if p["tiers"] == 3 and groups < 2:
-        raise TopologyError(f"3 splits leaf groups into pods, but {len(host_gpus)} hosts make one leaf group "
+        raise TopologyError(f"3 splits leaf groups into pods, but {hosts} hosts make one leaf group "
                             f"(up to {p['leaf_ports']} hosts)", field="tiers",
                             allowed=f"tiers: 2, or more than {p['leaf_ports']} hosts (nodes), or fewer leaf_ports")
     if p["tiers"] == 3 and pods not in (filled := _pod_counts_filled(groups)):
         empty = ", which leaves a pod without leaf groups" if 2 <= pods <= groups else ""
         raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups{empty}", field="pods",
                             allowed=f"{', '.join(map(str, filled))} (one leaf group = {p['leaf_ports']} hosts)")
-    if p["sharp"] is not NetworkReduction.NONE and link_class != "infiniband":
-        raise TopologyError(f"{p['sharp']} runs in InfiniBand switches, not on link_class {link_class}",
+    if p["sharp"] is not NetworkReduction.NONE and p["link_class"] != "infiniband":
+        raise TopologyError(f"{p['sharp']} runs in InfiniBand switches, not on link_class {p['link_class']}",
                             field="sharp", allowed="none, or link_class: infiniband")
+
+
+def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nics: int, p: dict) -> dict:
+    """NICs on each host, per-rail leaves over groups of ``leaf_ports`` hosts, aggregated spine (and core) links."""
+    _check_network(len(host_gpus), p)
+    per_gpu_latency = p["nic_latency"] / 2
+    link_class, bandwidth = p["link_class"], p["nic_bandwidth"]
+    groups = -(-len(host_gpus) // p["leaf_ports"])
+    pods = p["pods"]
     fabric.host_nic_bandwidth = nics * bandwidth
     fabric.nic = [""] * len(fabric.gpus)
     fabric.flow_key = [0] * len(fabric.gpus)
@@ -545,12 +565,24 @@ def _read_node(raw: object) -> tuple[str, dict]:
     return node_kind, read_parameters(spec, {k: v for k, v in raw.items() if k != "kind"}, prefix="node.")
 
 
-def _build_cluster(p: dict, name: str) -> Topology:
+def _cluster_node(p: dict) -> tuple[str, dict, int]:
+    """A cluster's node kind, node parameters and NICs per node, refusing more NICs than GPUs."""
     node_kind, node = _read_node(p["node"])
     nics = p["nics_per_node"] or node["gpus"]
     if nics > node["gpus"]:
         raise TopologyError(f"{nics} NICs per node but {node['gpus']} GPUs", field="nics_per_node",
                             allowed=f"1 to {node['gpus']}")
+    return node_kind, node, nics
+
+
+def _check_cluster(p: dict) -> None:
+    """Refuse what `_build_cluster` refuses: its node, its NICs, its fabric over its hosts."""
+    _cluster_node(p)
+    _check_network(p["nodes"], p)
+
+
+def _build_cluster(p: dict, name: str) -> Topology:
+    node_kind, node, nics = _cluster_node(p)
     wiring, fabric = Wiring(), Fabric()
     for host in range(p["nodes"]):
         NODE_TYPES[node_kind][1](wiring, fabric, f"h{host}/", host, host, node)
@@ -591,6 +623,22 @@ def rack_trays(p: dict) -> list[int]:
     return [p["trays"]] * (p["racks"] - 1) + [p["trays"] if last is None else last]
 
 
+def _check_tray_nics(p: dict) -> None:
+    """Refuse more NICs per tray than GPUs (NICs count only with several racks, on the network)."""
+    if p["nics_per_tray"] > p["gpus_per_tray"]:
+        raise TopologyError(f"{p['nics_per_tray']} NICs per tray but {p['gpus_per_tray']} GPUs",
+                            field="nics_per_tray", allowed=f"1 to {p['gpus_per_tray']}")
+
+
+def _check_nvl72(p: dict) -> None:
+    """Refuse what `_build_nvl72` refuses: its last rack's trays and, with several racks, its NICs and its fabric
+    over its trays."""
+    per_rack = rack_trays(p)
+    if p["racks"] > 1:
+        _check_tray_nics(p)
+        _check_network(sum(per_rack), p)
+
+
 def _build_nvl72(p: dict, name: str) -> Topology:
     wiring, fabric = Wiring(), Fabric()
     links = {k: p[k] for k in ("nvlink_bandwidth", "nvlink_latency")}
@@ -600,9 +648,7 @@ def _build_nvl72(p: dict, name: str) -> Topology:
         _add_nvswitch_domain(wiring, fabric, f"rack{rack}/", rack * p["trays"], rack, domain, p["gpus_per_tray"])
     rails, derived = 1, {}
     if p["racks"] > 1:
-        if p["nics_per_tray"] > p["gpus_per_tray"]:
-            raise TopologyError(f"{p['nics_per_tray']} NICs per tray but {p['gpus_per_tray']} GPUs",
-                                field="nics_per_tray", allowed=f"1 to {p['gpus_per_tray']}")
+        _check_tray_nics(p)
         trays = sum(per_rack)
         host_gpus = [list(range(t * p["gpus_per_tray"], (t + 1) * p["gpus_per_tray"])) for t in range(trays)]
         derived = _add_network(wiring, fabric, host_gpus, p["nics_per_tray"], p)
@@ -697,8 +743,9 @@ BUILDERS: dict[str, Builder] = {
                              "one server, GPUs on a non-blocking NVSwitch"),
     "pcie_node": Builder(_single_node("pcie_node"), PCIE_NODE_PARAMETERS,
                          "one server, GPUs behind PCIe switches joined by a host bridge"),
-    "cluster": Builder(_build_cluster, CLUSTER_PARAMETERS, "servers on a leaf/spine(/core) fat tree, rail-optimized"),
-    "nvl72": Builder(_build_nvl72, NVL72_PARAMETERS, "GB200 NVL72 racks: 72 GPUs per NVLink domain"),
+    "cluster": Builder(_build_cluster, CLUSTER_PARAMETERS, "servers on a leaf/spine(/core) fat tree, rail-optimized",
+                       _check_cluster),
+    "nvl72": Builder(_build_nvl72, NVL72_PARAMETERS, "GB200 NVL72 racks: 72 GPUs per NVLink domain", _check_nvl72),
     "graph": Builder(_build_graph, GRAPH_PARAMETERS, "explicit nodes and links, shortest-path routing"),
 }
 

@@ -9,6 +9,7 @@ importing networkx, cost more than the rest of a run's setup).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -226,6 +227,18 @@ class Topology:
     def gpu_nvlink_array(self) -> np.ndarray:
         """``gpu_nvlink`` as an array (for reading many GPUs' at once)."""
         return np.array(self.gpu_nvlink, dtype=bool)
+
+    def first_hosts(self, hosts: int) -> Topology:
+        """The GPUs of this cluster's first ``hosts`` hosts, with their hosts and NVLink domains, and no link: what
+        a layout's memory and its groups' NVLink domains are resolved on, where the cluster of those hosts is
+        this one cut (an elastic job's smaller sizes: a fat tree's first nodes, NVL72's first trays), without
+        building its network. GPUs are numbered host by host, as the cluster and NVL72 builders number them; the
+        GPUs' attribute dicts are this cluster's own, to read."""
+        count = bisect_left(self.gpu_host, hosts)
+        wiring = Wiring()
+        wiring.nodes = {gpu: self.wiring.nodes[gpu] for gpu in self.gpus[:count]}
+        return Topology(name=self.name, wiring=wiring, gpus=self.gpus[:count], gpu_host=self.gpu_host[:count],
+                        gpu_local=self.gpu_local[:count], gpu_model=self.gpu_model, nvls=self.nvls)
 
     def host_gpus(self, host: int) -> list[int]:
         """Global indices of the GPUs in ``host``, in local order."""

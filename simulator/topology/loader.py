@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 import simulator
 from simulator.config.yaml_source import FieldPath, line_of, parse_field, read_yaml
@@ -24,6 +24,8 @@ BUNDLED_DIR = SOURCE_TREE_DIR if SOURCE_TREE_DIR.is_dir() else INSTALLED_DIR
 """The repository's topologies/ in a source checkout or editable install; a wheel installs them under
 <prefix>/share/trainsim/topologies (pyproject's data-files)."""
 FILE_KEYS = ("kind", "name", "description")
+T = TypeVar("T")
+"""What an action on a topology file returns (a built topology, or whether its checks told everything)."""
 
 
 def scenario_field_of(exc: TopologyError, overrides: Mapping[str, object]) -> FieldPath | None:
@@ -159,23 +161,54 @@ def load_topology(name_or_path: str, overrides: dict | None = None, folder: Path
 
 def build_source(spec: TopologySource) -> Topology:
     """Build a topology file already read (``read_topology``), with its errors located as `load_topology`'s."""
+    topology = _located_in_file(spec, lambda: build_topology(spec.kind, spec.params, spec.name))
+    topology.params["description"] = spec.description
+    return topology
+
+
+def check_source(spec: TopologySource) -> bool:
+    """Refuse a topology file already read as `build_source` would, errors located alike, without building:
+    True where its builder's checks tell everything (`Builder.checked`), False where only building would."""
+    return _located_in_file(spec, lambda: BUILDERS[spec.kind].checked(spec.params))
+
+
+def _located_in_file(spec: TopologySource, action: Callable[[], T]) -> T:
+    """``action`` on ``spec``, its topology error located at the file's line, or at the override that set it."""
     try:
-        topology = build_topology(spec.kind, spec.params, spec.name)
+        return action()
     except TopologyError as exc:
         field_path = parse_field(exc.field)
         if set_by(spec.overrides, field_path):
             raise exc.located(file=f"{spec.source} (override)") from None
         raise exc.located(file=spec.source, line=line_of(spec.lines, field_path)) from None
-    topology.params["description"] = spec.description
-    return topology
 
 
 def scenario_topology(loaded: LoadedScenario) -> Topology:
     """The scenario's cluster (its file relative to the scenario's folder); errors in a value the scenario's
     `cluster` section overrides point at that field of the scenario."""
+    return _scenario_source(loaded, build_source)
+
+
+def scenario_topology_checked(loaded: LoadedScenario, file: TopologySource | None = None) -> bool:
+    """`check_source` of the scenario's cluster: refused as `scenario_topology` would refuse it, without building
+    it; False where only building it would tell. ``file``: its topology file already read, without overrides
+    (an elastic job checks a cluster per size it may shrink to, all of one file)."""
+    return _scenario_source(loaded, check_source, file)
+
+
+def scenario_topology_file(loaded: LoadedScenario) -> TopologySource:
+    """The scenario's topology file read, without its `cluster` overrides (relative to the scenario's folder)."""
+    return read_topology(loaded.scenario.cluster.topology, folder=Path(loaded.source).parent)
+
+
+def _scenario_source(loaded: LoadedScenario, use: Callable[[TopologySource], T],
+                     file: TopologySource | None = None) -> T:
+    """``use`` of the scenario's topology file (``file`` where already read) with its `cluster` overrides,
+    errors in a value they override located at that field of the scenario."""
     cluster = loaded.scenario.cluster
     try:
-        return load_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
+        read = scenario_topology_file(loaded) if file is None else file
+        return use(with_overrides(read, cluster.overrides()))
     except TopologyError as exc:
         path = scenario_field_of(exc, cluster.overrides())
         if path is None:
