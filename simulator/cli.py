@@ -64,6 +64,9 @@ EXIT_BROKEN_PIPE = 141
 FORESEEING = "foreseeing cluster states"
 """The bar's phase while a job's first pass over its replications finds the straggler and degraded states to
 simulate ahead."""
+CHECKING_SIZES = "checking elastic sizes"
+"""The bar's phase while an elastic job's smaller sizes are checked at load (`elastic.elastic_sizes`: 127 of a
+16,384-GPU job, seconds with nothing else on the screen)."""
 
 
 @collector_paused()
@@ -146,6 +149,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
         job, files = run_job(loaded, out, force=force, progress=progress, workers=workers,
                              states_progress=progress.counting("states", "simulating cluster states ahead"),
                              foresight_progress=progress.counting("replications", FORESEEING),
+                             sizes_progress=progress.counting("sizes", CHECKING_SIZES, passing=True),
                              workers_warning=_warn_line, activity=progress.doing,
                              on_healthy_step=lambda summary: _warn("run", summary.get("warnings", []), summary,
                                                                    loaded))
@@ -176,9 +180,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     skipped = ""
     warnings = list(verdict.warnings)
     if loaded.scenario.run.horizon is not None:
+        from simulator.console.progress import RunProgress
         from simulator.reliability.simulate import fixed_size_warning, interval_past_horizon, validate_job
 
-        sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes, force=args.force)
+        with RunProgress(enabled=not args.quiet, unit="sizes", description=CHECKING_SIZES) as progress:
+            sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes, force=args.force,
+                                 sizes_progress=progress)
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
         known = (fixed_size_warning(loaded, sizes), interval_past_horizon(loaded, None))

@@ -87,7 +87,7 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
     warned = frozenset(warning.split(":")[0] for warning in step.warnings)
     layout = step.plan.layout
     return Peak(peak, step.gpu.hbm_bytes, layout, step.model.layers if step.model else None, warned,
-                tp_domains(layout, topology.gpu_domain.__getitem__))
+                tp_domains(layout, topology.gpu_domain_array))
 
 
 def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,

@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from simulator.collectives.ring import cross_host_channels, usable_rails
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
@@ -474,7 +476,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())
         mirrors = 0.0
     estimate = _estimate(scenario, gpus, ranks, ops, flows, mirrors, fold)
-    if hosts is not None and tp_domains(layout, lambda rank: rank // hosts.domain) > 1:
+    if hosts is not None and tp_domains(layout, np.arange(layout.world) // hosts.domain) > 1:
         return replace(estimate, tp_host_gpus=hosts.domain, tp_order=tp <= hosts.domain)
     return estimate
 

@@ -19,7 +19,6 @@ from simulator.reliability.elastic import elastic_sizes, group_domains, shrunk_s
 from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, StepStates
 from simulator.topology.loader import scenario_topology
-from simulator.workload.training import tp_domains
 
 H = 3600.0
 
@@ -181,16 +180,18 @@ def test_the_split_group_refusal_holds_on_a_fat_tree_whose_hosts_are_its_nvlink_
 
 @pytest.mark.parametrize("degrees", [(2, 1, 2, 4, 2), (1, 2, 1, 8, 4), (2, 2, 2, 2, 4), (4, 1, 1, 6, 3)])
 def test_group_domains_are_the_most_domains_a_tp_and_an_ep_group_span(degrees):
-    """`group_domains` against the groups the step builds (`tp_domains`, `ep_group`), rank by rank, for every
+    """`group_domains` against the groups the step builds (`Layout.group`, `ep_group`), rank by rank, for every
     dimension order and domains of 3 and 5 GPUs (groups straddling them)."""
     tp, cp, pp, dp, ep = degrees
     for order, domain in itertools.product(itertools.permutations(("tp", "cp", "pp", "dp")), (3, 5)):
         layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=order)
         domains = np.arange(layout.world) // domain
         domain_of = domains.tolist().__getitem__
-        expected_ep = max(len({domain_of(member) for member in ep_group(layout, rank, ep)})
-                          for rank in range(layout.world))
-        assert group_domains(layout, ep, domains) == {"tp": tp_domains(layout, domain_of), "ep": expected_ep}
+        groups = {"tp": [layout.group("tp", rank) for rank in range(layout.world)],
+                  "ep": [ep_group(layout, rank, ep) for rank in range(layout.world)]}
+        expected = {name: max(len({domain_of(member) for member in group}) for group in members)
+                    for name, members in groups.items()}
+        assert group_domains(layout, ep, domains) == expected
 
 
 def test_the_shrink_settings_of_nvl72_racks_write_the_shrunk_scenario():

@@ -234,11 +234,13 @@ class RunProgress:
         self.status.counts = done, total, self.status.unit, self.status.description
         self._shown()
 
-    def counting(self, unit: str, description: str) -> Callable[[int, int], None]:
+    def counting(self, unit: str, description: str, *, passing: bool = False) -> Callable[[int, int], None]:
         """A ``progress(done, total)`` for a phase counting ``unit`` under ``description`` in the same bar (a
-        job's states simulated ahead, before its replications)."""
+        job's states simulated ahead, before its replications). ``passing``: the count leaves the status once
+        all are done, and the bar with it until the next count (an elastic job's sizes, checked before its
+        healthy step is simulated, which would otherwise read as 'checking elastic sizes' all through it)."""
         def counted(done: int, total: int) -> None:
-            self.status.counts = done, total, unit, description
+            self.status.counts = None if passing and done >= total else (done, total, unit, description)
             self._shown()
 
         return counted
@@ -259,7 +261,10 @@ class RunProgress:
             self.heartbeat.resume()
         if self.plain is not None:
             self.plain.beat()
-        if not self.enabled or self.status.counts is None:
+        if not self.enabled:
+            return
+        if self.status.counts is None:
+            self._hide_bar()
             return
         done, total, unit, _ = self.status.counts
         if self.bar is None:
@@ -283,9 +288,16 @@ class RunProgress:
         if self.heartbeat is not None:
             self.heartbeat.stop()
             self.heartbeat = None
+        self._hide_bar()
+
+    def _hide_bar(self) -> None:
+        """Take the bar off the terminal (it is transient) and end its redraws; the next count shows a new one."""
         if self.bar is not None:
+            if self.heartbeat is not None:
+                self.heartbeat.stop()
+                self.heartbeat = None
             self.bar.stop()
-            self.bar = None
+            self.bar = self.task = None
 
     def __enter__(self) -> RunProgress:
         return self

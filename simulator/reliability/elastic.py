@@ -13,12 +13,13 @@ elasticity of its GPU counts: a batch of 4 micro-batches on DP 4 runs on 4, 2 or
 only those whose step fits in GPU memory (ZeRO shards its states over fewer replicas, keep_global can hold
 more micro-batches: a shrunk size that does not fit is skipped, as a trainer that ran out of memory there
 would fail its restart). With too few hosts for the smallest it waits for repaired ones. Every size is checked
-at load, before any step is simulated: its micro-batch count (keep_global), its cluster built and its step
-resolved (layout, schedule, sharding, experts: `build_training_step`, no op built) with its peak memory per
-GPU (the step summary's), so a constraint that breaks as DP shrinks is one located line naming the size, not
-an error when the job first shrinks, deep into a run, and so is an elastic job none of whose smaller sizes fits
-while its layout does. A layout that does not fit itself gets a plain job's verdict, a warning (its step's
-out-of-memory line), not a refusal: the job runs on it and the smaller sizes that fit, if any.
+at load, before any step is simulated: its micro-batch count (keep_global), its cluster checked (its builder's
+refusals, its GPUs the full cluster's first hosts: `_shrunk_gpus`) and its step resolved (layout, schedule,
+sharding, experts: `build_training_step`, no op built) with its peak memory per GPU (the step summary's), so
+a constraint that breaks as DP shrinks is one located line naming the size, not an error when the job first
+shrinks, deep into a run, and so is an elastic job none of whose smaller sizes fits while its layout does. A
+layout that does not fit itself gets a plain job's verdict, a warning (its step's out-of-memory line), not a
+refusal: the job runs on it and the smaller sizes that fit, if any.
 
 A shrunk job runs on the hosts of the replicas it keeps (`shrunk_cluster`): a fat tree of fewer `nodes`; on GB200
 NVL72 racks, whose hosts are compute trays in a rack's NVLink domain, whole racks then a last rack of the trays
@@ -53,10 +54,15 @@ from simulator.memory_remedies import Peak, memory_remedies, peak_memory, remedi
 from simulator.parallel.layout import Layout
 from simulator.reliability.inputs import files_key
 from simulator.topology.graph import Topology
-from simulator.topology.loader import scenario_topology
+from simulator.topology.loader import (
+    TopologySource,
+    scenario_topology,
+    scenario_topology_checked,
+    scenario_topology_file,
+)
 from simulator.units import counted
 from simulator.workload.memory_plan import GIB
-from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
+from simulator.workload.training import microbatch_count, most_domains, pipeline_depth, resolve_layout, tp_domains
 
 
 def shrunk_microbatches(batch: ElasticBatch, dp: int, microbatches: int, replicas: int) -> int:
@@ -139,15 +145,17 @@ T = TypeVar("T")
 _CHECKED: dict[str, ElasticSizes] = {}
 """Sizes already checked, by the scenario less the sections they do not depend on and the files it reads
 (inputs.py: a topology file or schedule table relative to its folder): a study reruns the job
-for every interval and failure rate, and checking costs a cluster built per size (about 0.1 s at 2,048 hosts)."""
+for every interval and failure rate, and checking costs a step resolved per size (about 20 ms at 16,384 GPUs)."""
 _CHECKED_SIZE = 64
 UNCHECKED_SECTIONS = {"faults": True, "checkpoint": True, "storage": True, "run": True, "description": True}
 
 
-def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
+def elastic_sizes(loaded: LoadedScenario, topology: Topology,
+                  progress: Callable[[int, int], None] | None = None) -> ElasticSizes:
     """The replica counts the job runs on, ascending, the layout's DP last (only it for a job that is not
-    elastic), and those skipped for memory; each smaller one checked (`_check_size`) once per process.
-    Refusals are located. The key holds which restart fields the scenario gives, as a job that is not elastic
+    elastic), and those skipped for memory; each smaller one checked (`_check_size`) once per process,
+    ``progress(done, total)`` hearing of each (a 16,384-GPU job checks 127, for seconds). Refusals are
+    located. The key holds which restart fields the scenario gives, as a job that is not elastic
     refuses an elastic policy given explicitly even at its default value."""
     scenario = loaded.scenario
     key = (scenario.model_dump_json(exclude=UNCHECKED_SECTIONS) + repr(sorted(scenario.restart.model_fields_set))
@@ -155,7 +163,7 @@ def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     if key not in _CHECKED:
         if len(_CHECKED) >= _CHECKED_SIZE:
             del _CHECKED[next(iter(_CHECKED))]
-        _CHECKED[key] = _checked_sizes(loaded, topology)
+        _CHECKED[key] = _checked_sizes(loaded, topology, progress=progress)
     return _CHECKED[key]
 
 
@@ -174,14 +182,16 @@ def trace_replicas(dp: int | None, traced_dp: int | None = None) -> int:
     return dp or traced_dp or 1
 
 
-def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: bool = True) -> ElasticSizes:
+def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: bool = True,
+                   progress: Callable[[int, int], None] | None = None) -> ElasticSizes:
     """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use, a size it cannot run on (its
     TP or EP groups leaving NVLink domains the full job's stayed in among them) and
     an elastic job that fits in GPU memory on none of its smaller sizes while its layout fits (one whose layout
     does not is warned about as a plain job is, by its step's summary), with the remedies of its largest such
     size where ``weigh_remedies``. A replayed trace's sizes turn on its traced job's data parallelism, known once
     its trace is read (`trace_sizes`): here only its batch policy and `min_replicas` against `workload.dp`, once
-    it is elastic (an elastic setting beside a job that is not is refused first, offering `restart.elastic`)."""
+    it is elastic (an elastic setting beside a job that is not is refused first, offering `restart.elastic`).
+    ``progress(done, total)`` hears of each smaller size checked."""
     scenario = loaded.scenario
     restart = scenario.restart
     workload = scenario.workload
@@ -211,14 +221,18 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
     sizes = allowed_sizes(layout.dp, layout.cp, scenario.parallelism.ep, smallest, kept)
     fitting, out_of_memory, capacity = [layout.dp], [], 0.0
     spans = group_domains(layout, scenario.parallelism.ep, topology.gpu_domain_array)
-    for size in reversed(sizes[:-1]):
+    file = scenario_topology_file(loaded)
+    smaller = sizes[-2::-1]
+    for done, size in enumerate(smaller, 1):
         _check_batch(loaded, layout.dp, microbatches, size)
-        peak, capacity = located(loaded, partial(_check_size, loaded, topology, layout.dp, microbatches, size,
-                                                 spans))
+        peak, capacity = located(loaded, partial(_check_size, loaded, topology, file, layout.dp, microbatches,
+                                                 size, spans))
         if peak > capacity:
             out_of_memory.append((size, peak))
         else:
             fitting.append(size)
+        if progress is not None:
+            progress(done, len(smaller))
     if len(fitting) == 1 and out_of_memory and _peak_memory(loaded, topology).bytes <= capacity:
         largest, peak = out_of_memory[0]
         shrink = shrunk_settings(loaded.scenario, topology, layout.dp, microbatches, largest)
@@ -261,9 +275,11 @@ def trace_sizes(loaded: LoadedScenario, topology: Topology, replicas: int, trace
     smallest = _check_min_replicas(loaded, replicas, "workload.dp's" if given else "the trace's job's")
     hosts = topology.num_hosts
     sizes = tuple(size for size in _whole_copies(hosts, replicas, traced_dp) if size >= smallest)
+    file = scenario_topology_file(loaded)
     for size in sizes[:-1]:
         shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, replicas, 1, size))
-        _shrunk_check(hosts, replicas, size, partial(_shrunk_topology, shrunk, topology))
+        _shrunk_check(hosts, replicas, size, partial(_shrunk_gpus, shrunk, topology, file,
+                                                     hosts * size // replicas))
     return ElasticSizes(sizes)
 
 
@@ -305,16 +321,16 @@ def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) 
                            f"keep_per_replica, or restart.min_replicas above {size}")
 
 
-def _check_size(loaded: LoadedScenario, topology: Topology, dp: int, microbatches: int, size: int,
-                spans: dict[str, int]) -> tuple[float, float]:
-    """Build the cluster of the job shrunk to ``size`` replicas and resolve its step: its peak memory per GPU
-    and the GPU's, as the step summary gives them, refusing TP or EP groups that leave the NVLink domain each of
-    the full job's (``spans``: group_domains) stayed in; an error names the size and the `min_replicas` that
-    avoids it."""
+def _check_size(loaded: LoadedScenario, topology: Topology, file: TopologySource, dp: int, microbatches: int,
+                size: int, spans: dict[str, int]) -> tuple[float, float]:
+    """Check the cluster of the job shrunk to ``size`` replicas (`_shrunk_gpus`; ``file``: its topology file,
+    read) and resolve its step: its peak memory per GPU and the GPU's, as the step summary gives them, refusing
+    TP or EP groups that leave the NVLink domain each of the full job's (``spans``: group_domains) stayed in; an
+    error names the size and the `min_replicas` that avoids it."""
     shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, dp, microbatches, size))
 
     def check() -> tuple[float, float]:
-        cluster = _shrunk_topology(shrunk, topology)
+        cluster = _shrunk_gpus(shrunk, topology, file, topology.num_hosts * size // dp)
         peak = _peak_memory(shrunk, cluster)
         assert peak.layout is not None, "an elastic job has a layout (no parameter servers)"
         _refuse_split_groups(spans, group_domains(peak.layout, shrunk.scenario.parallelism.ep,
@@ -324,12 +340,16 @@ def _check_size(loaded: LoadedScenario, topology: Topology, dp: int, microbatche
     return _shrunk_check(topology.num_hosts, dp, size, check)
 
 
-def _shrunk_topology(shrunk: LoadedScenario, full: Topology) -> Topology:
-    """The cluster of ``shrunk``, a job on ``full`` shrunk (shrunk_cluster). A three-tier fabric is rebuilt with
-    fewer hosts, its leaf groups spread over the pods again rather than the full fabric cut to those hosts, so
-    a size can be refused though the real cluster of its hosts exists: the refusal says so."""
+def _shrunk_gpus(shrunk: LoadedScenario, full: Topology, file: TopologySource, hosts: int) -> Topology:
+    """The GPUs of ``shrunk``, a job on ``full`` (built from ``file``) shrunk to its first ``hosts`` hosts
+    (shrunk_cluster), with their NVLink domains: its cluster refused as building it would, then ``full``'s first
+    hosts (`Topology.first_hosts`: the GPUs and domains of the cluster built, without its network; building the
+    127 smaller sizes of a 16,384-GPU job took 20 s), or built where only building tells
+    (`scenario_topology_checked`). A three-tier fabric is checked with fewer hosts, its leaf groups spread over
+    the pods again rather than the full fabric cut to those hosts, so a size can be refused though the real
+    cluster of its hosts exists: the refusal says so."""
     try:
-        return scenario_topology(shrunk)
+        return full.first_hosts(hosts) if scenario_topology_checked(shrunk, file) else scenario_topology(shrunk)
     except TopologyError as error:
         if full.params.get("tiers") != 3:
             raise
@@ -343,19 +363,11 @@ def group_domains(layout: Layout, ep: int, domains: np.ndarray) -> dict[str, int
     ranks of a DP x CP group in rank order (parallel/experts.ep_group); ``ep`` divides its ranks."""
     ranks = np.arange(layout.world, dtype=np.int64)
     domain = domains[:layout.world]
-    tp_stride = layout.stride("tp")
-    tp_base = ranks - (ranks // tp_stride) % layout.tp * tp_stride
     dp, cp = ((ranks // layout.stride(dim)) % layout.degree(dim) for dim in ("dp", "cp"))
     outer = dp * layout.cp + cp if layout.stride("dp") > layout.stride("cp") else cp * layout.dp + dp
     rest = ranks - dp * layout.stride("dp") - cp * layout.stride("cp")
     ep_group = rest * (layout.dp * layout.cp // ep) + outer // ep
-    return {"tp": _most_domains(tp_base, domain), "ep": _most_domains(ep_group, domain)}
-
-
-def _most_domains(group: np.ndarray, domain: np.ndarray) -> int:
-    """The most distinct ``domain`` values any one ``group`` value spans."""
-    pairs = np.unique(group * (int(domain.max()) + 1) + domain)
-    return int(np.unique(pairs // (int(domain.max()) + 1), return_counts=True)[1].max())
+    return {"tp": tp_domains(layout, domains), "ep": most_domains(ep_group, domain)}
 
 
 def _refuse_split_groups(full: dict[str, int], shrunk: dict[str, int]) -> None:

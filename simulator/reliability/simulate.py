@@ -479,12 +479,13 @@ class JobChecks:
     sizes: ElasticSizes
 
 
-def check_job(loaded: LoadedScenario, topology: Topology) -> JobChecks:
+def check_job(loaded: LoadedScenario, topology: Topology,
+              sizes_progress: Callable[[int, int], None] | None = None) -> JobChecks:
     """The checks of a job's sections that need no step (spares against the hosts, an elastic job's sizes,
-    the failure classes and their units on the cluster, the checkpoint against the storage), located.
-    `trainsim validate` runs them too."""
+    ``sizes_progress(done, total)`` hearing of each smaller one checked, the failure classes and their units on
+    the cluster, the checkpoint against the storage), located. `trainsim validate` runs them too."""
     located(loaded, lambda: _check_inputs(loaded, topology.num_hosts))
-    sizes = elastic_sizes(loaded, topology)
+    sizes = elastic_sizes(loaded, topology, sizes_progress)
     model = located(loaded, lambda: failure_model(loaded.scenario.faults))
     units = cluster_units(topology)
     located(loaded, lambda: _check_units(loaded, model, units))
@@ -604,7 +605,8 @@ def _unsplit(dp: int, cp: int, ep: int, smallest: int, kept: int | None, span: s
 
 
 def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float,
-                 trace_sizes: ElasticSizes | None, *, force: bool = False) -> ElasticSizes:
+                 trace_sizes: ElasticSizes | None, *, force: bool = False,
+                 sizes_progress: Callable[[int, int], None] | None = None) -> ElasticSizes:
     """What `trainsim validate` checks of a job without simulating its step, refusing as `trainsim run` does:
     the checks that need no step (check_job); the horizon against ``step_floor_s``, a lower bound of the step
     time (preflight.step_floor: a horizon shorter than it is shorter than the step); and the job-event limit
@@ -613,8 +615,9 @@ def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float
     step (`refuse_trace_step`, whose sizes it gives as ``trace_sizes``: the validator's `Verdict.trace_sizes`, None
     for a job without a trace; required, so that no caller falls back to `check_job`'s by leaving it out). The
     job's sizes, for validate to name those skipped for memory: a trace's its ``trace_sizes``, as `prepare_job`
-    takes them (validate took `check_job`'s, the replicas alone, its trace not read yet)."""
-    checks = check_job(loaded, topology)
+    takes them (validate took `check_job`'s, the replicas alone, its trace not read yet). ``sizes_progress``:
+    check_job's."""
+    checks = check_job(loaded, topology, sizes_progress)
     refuse_short_horizon(loaded, step_floor_s, f"at least {step_floor_s:.6g} s, the kernels of its busiest GPU "
                          "stream alone")
     counts = [checks.units.count(klass.unit) for klass in checks.model.classes]
@@ -644,11 +647,13 @@ class PreparedJob:
 
 
 @collector_paused()
-def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
+def prepare_job(loaded: LoadedScenario, *, force: bool = False,
+                sizes_progress: Callable[[int, int], None] | None = None) -> PreparedJob:
     """A job's checks, its healthy step (cached for the process: a study's points share it) and plan, the garbage
     collector paused; refused as `simulate_job` says, except for the job-event limit, which needs the interval
     the job runs. A layout the model or cluster cannot take is refused first, as `scale.sized_topology` does for a
-    run: the estimate of an unfolded step named the job's size for a layout that could never be built."""
+    run: the estimate of an unfolded step named the job's size for a layout that could never be built.
+    ``sizes_progress``: check_job's."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
@@ -656,7 +661,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     topology = capped_topology(loaded, force)
     located(loaded, lambda: refuse_wrong_layout(scenario, topology.num_gpus))
     traced = _trace_step(loaded, topology, force=force) if isinstance(scenario.workload, TraceWorkload) else None
-    checks = check_job(loaded, topology)
+    checks = check_job(loaded, topology, sizes_progress)
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
     sizes = checks.sizes
     shrinking: tuple[str, ...] = ()
@@ -735,7 +740,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                  states_progress: Callable[[int, int], None] | None = None,
                  foresight_progress: Callable[[int, int], None] | None = None,
                  workers_warning: Callable[[str], None] | None = None,
-                 activity: Callable[[str], None] | None = None) -> JobResult:
+                 activity: Callable[[str], None] | None = None,
+                 sizes_progress: Callable[[int, int], None] | None = None) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
     expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
     or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
@@ -754,9 +760,10 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     simulates before those workers start, then what the replications do between their counts: `replication 1/2`,
     and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state
     met for the first time is simulated (a leaf switch's state of the 2,048-GPU job took minutes, and a job
-    printed nothing meanwhile), then '' once they are done."""
+    printed nothing meanwhile), then '' once they are done. ``sizes_progress(done, total)``, first of all, hears
+    of each smaller size an elastic job may shrink to checked (check_job)."""
     scenario = loaded.scenario
-    prepared = prepare_job(loaded, force=force)
+    prepared = prepare_job(loaded, force=force, sizes_progress=sizes_progress)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
     refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force,
                     memory_period=memory_period_s(healthy))

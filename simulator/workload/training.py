@@ -4,9 +4,11 @@ the pipeline schedule, per-stage work from the cost model, and the data-parallel
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
@@ -442,7 +444,7 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybr
     per-layer collectives over the network (seed 000, Q5); hybrid sharding with one DP rank per domain
     shards nothing."""
     warnings = []
-    domains = tp_domains(layout, topology.gpu_domain.__getitem__)
+    domains = tp_domains(layout, topology.gpu_domain_array)
     if domains > 1:
         warnings.append(f"parallelism.tp: a TP group of {layout.tp} GPUs spans {domains} NVLink domains; its "
                         "collectives cross the network every layer")
@@ -453,19 +455,23 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybr
     return tuple(warnings)
 
 
-def tp_domains(layout: Layout, domain_of: Callable[[int], int]) -> int:
-    """The most NVLink domains any one TP group spans (1 where every group stays inside one), with
-    `domain_of` giving a rank's domain: a built topology's, or the size estimate's rank // domain GPUs. Every
-    group is weighed, not GPU 0's alone: where a domain's GPU count is not a multiple of TP (72-GPU GB200 racks,
-    TP 16) a later group straddles two domains while the first does not."""
+def tp_domains(layout: Layout, domains: np.ndarray) -> int:
+    """The most NVLink domains any one TP group spans (1 where every group stays inside one), rank r in domain
+    ``domains[r]``: a built topology's (`gpu_domain_array`), or the size estimate's rank // domain GPUs, in
+    numpy (a 16,384-rank layout's ranks one by one took 20 ms, and an elastic job weighs one per size it may
+    shrink to). Every group is weighed, not GPU 0's alone: where a domain's GPU count is not a
+    multiple of TP (72-GPU GB200 racks, TP 16) a later group straddles two domains while the first does not."""
     if layout.tp == 1:
         return 1
+    ranks = np.arange(layout.world, dtype=np.int64)
     stride = layout.stride("tp")
-    spans: dict[int, set[int]] = {}
-    for rank in range(layout.world):
-        base = rank - (rank // stride) % layout.tp * stride
-        spans.setdefault(base, set()).add(domain_of(rank))
-    return max(len(domains) for domains in spans.values())
+    return most_domains(ranks - (ranks // stride) % layout.tp * stride, domains[:layout.world])
+
+
+def most_domains(group: np.ndarray, domain: np.ndarray) -> int:
+    """The most distinct ``domain`` values any one ``group`` value spans (arrays of one entry per rank)."""
+    pairs = np.unique(group * (int(domain.max()) + 1) + domain)
+    return int(np.unique(pairs // (int(domain.max()) + 1), return_counts=True)[1].max())
 
 
 def _alone(layout: Layout, topology: Topology) -> str:

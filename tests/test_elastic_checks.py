@@ -1,0 +1,158 @@
+"""An elastic job's smaller sizes, checked at load without building a cluster per size: each size's cluster is
+refused by its builder's checks alone and its step resolved on the full cluster's first hosts
+(`Topology.first_hosts`), to the same decisions as the clusters built (a 16,384-GPU job built 127 of them, for
+20 s, saying nothing); and `trainsim validate` and `run` show the checks' progress."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import simulator.reliability.elastic as elastic
+import simulator.topology.loader as topology_loader
+from simulator.cli import main
+from simulator.config.loader import scenario_from_text
+from simulator.console.progress import RunProgress
+from simulator.errors import InputError
+from simulator.reliability.elastic import check_sizes, elastic_sizes, group_domains, shrunk_scenario
+from simulator.topology.loader import scenario_topology
+from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
+
+JOB = """model: {layers: 6, hidden: 12288, heads: 96, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+checkpoint: {interval: 1000 d}
+storage: {capacity: 1 PB}
+run: {horizon: 2 d, replications: 1, seed: 5}
+restart: {elastic: true}
+faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
+"""
+ONE_GPU_HOSTS = "{topology: dgx-h100-cluster, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1, leaf_ports: 2"
+CASES = {
+    # ZeRO-3 over 12 one-GPU hosts: the smaller sizes' states outgrow the H100 (skipped for memory)
+    "zero3-memory": f"cluster: {ONE_GPU_HOSTS}, nodes: 12}}\nparallelism: {{dp: 12, zero: 3}}\n",
+    # three tiers of 3 pods over 2-host leaf groups: the sizes whose leaf groups leave a pod empty are refused
+    "three-tier-pods": f"cluster: {ONE_GPU_HOSTS}, nodes: 12, tiers: 3, pods: 3}}\n"
+                       "parallelism: {dp: 12, zero: 3}\n",
+    # DP inside the hosts: a TP group of the shrunk job spans two hosts where the full job's stayed in one
+    "split-tp-groups": "cluster: {topology: dgx-h100-cluster, nodes: 4}\n"
+                       "parallelism: {tp: 2, pp: 4, dp: 4, order: [dp, tp, cp, pp]}\n",
+    # GB200 racks of 4 trays: a shrunk job keeps whole racks, then a last rack of the trays left
+    "nvl72-trays": "cluster: {topology: gb200-nvl72, racks: 3, trays: 4, leaf_ports: 4, spines: 2}\n"
+                   "parallelism: {tp: 4, dp: 12}\n",
+}
+
+
+def _job(case: str):
+    text = JOB + CASES[case]
+    if case in ("split-tp-groups", "nvl72-trays"):
+        text = text.replace("layers: 6, hidden: 12288, heads: 96", "layers: 8, hidden: 2048, heads: 16")
+    loaded = scenario_from_text(text, "job.yaml")
+    return loaded, scenario_topology(loaded)
+
+
+def _decisions(loaded, topology) -> dict[int, object]:
+    """Each smaller size's check: (peak memory per GPU, the GPU's) in bytes, or its refusal's text."""
+    scenario = loaded.scenario
+    layout = resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario))
+    microbatches = microbatch_count(scenario, layout.dp)
+    spans = group_domains(layout, scenario.parallelism.ep, topology.gpu_domain_array)
+    file = topology_loader.scenario_topology_file(loaded)
+    decisions: dict[int, object] = {}
+    for size in range(1, layout.dp):
+        try:
+            decisions[size] = elastic._check_size(loaded, topology, file, layout.dp, microbatches, size, spans)
+        except InputError as error:
+            decisions[size] = str(error)
+    return decisions
+
+
+def _built(monkeypatch):
+    """Check every size on its cluster built, as before: no builder's checks tell anything without building."""
+    monkeypatch.setattr(elastic, "scenario_topology_checked", lambda shrunk, file=None: False)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_size_is_decided_as_on_its_cluster_built(case, monkeypatch):
+    """Every smaller size of each job gets the same peak memory, GPU capacity and refusal text as when its
+    cluster is built, and the job the same sizes; the cases reach each decision: sizes that fit, sizes skipped
+    for memory, sizes whose three-tier fabric cannot be built, sizes whose TP groups leave NVLink domains."""
+    loaded, topology = _job(case)
+    fast = _decisions(loaded, topology)
+    fast_sizes = _sizes_or_refusal(loaded, topology)
+    _built(monkeypatch)
+    assert fast == _decisions(loaded, topology)
+    assert fast_sizes == _sizes_or_refusal(loaded, topology)
+    kinds = {"refused" if isinstance(decision, str) else "out of memory" if decision[0] > decision[1] else "fits"
+             for decision in fast.values()}
+    assert kinds == {"zero3-memory": {"fits", "out of memory"}, "three-tier-pods": {"fits", "refused"},
+                     "split-tp-groups": {"fits", "refused"}, "nvl72-trays": {"fits"}}[case]
+
+
+def _sizes_or_refusal(loaded, topology):
+    try:
+        return check_sizes(loaded, topology)
+    except InputError as error:
+        return str(error)
+
+
+@pytest.mark.parametrize("case", ["zero3-memory", "nvl72-trays"])
+def test_the_sizes_are_checked_without_building_a_cluster_per_size(case, monkeypatch):
+    """The fat tree's and the NVL72 racks' builders check their parameters without building, so no cluster is
+    built for the 11 smaller sizes (each was, before: a 16,384-GPU job's 127 took 20 s); their GPUs are the
+    full cluster's first hosts, with the NVLink domains of the cluster built."""
+    loaded, topology = _job(case)
+    built = []
+    monkeypatch.setattr(topology_loader, "build_topology", lambda *args: built.append(args))
+    sizes = check_sizes(loaded, topology)
+    assert built == [] and len(sizes.sizes) + len(sizes.out_of_memory) == 12
+    monkeypatch.undo()
+    for size in (1, 5, 7):
+        shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, 12, 1, size))
+        cluster = scenario_topology(shrunk)
+        first = topology.first_hosts(cluster.num_hosts)
+        assert (first.gpus, first.gpu_host, first.gpu_local, first.gpu_domain, first.gpu_model) == (
+            cluster.gpus, cluster.gpu_host, cluster.gpu_local, cluster.gpu_domain, cluster.gpu_model)
+
+
+def test_the_size_checks_report_their_progress():
+    """`elastic_sizes` tells its ``progress`` each smaller size checked, largest first, out of all of them."""
+    loaded, topology = _job("zero3-memory")
+    heard = []
+    elastic._CHECKED.clear()
+    elastic_sizes(loaded, topology, lambda done, total: heard.append((done, total)))
+    assert heard == [(done, 11) for done in range(1, 12)]
+
+
+def test_a_passing_count_leaves_the_progress_once_done(capsys):
+    """The sizes' count leaves the plain line once every size is checked (it read 'checking elastic sizes'
+    through the healthy step simulated next); a count that is not passing stays."""
+    with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+        assert progress.plain is not None
+        sizes = progress.counting("sizes", "checking elastic sizes", passing=True)
+        sizes(5, 11)
+        assert progress.status.line(0) == "checking elastic sizes: 5/11 sizes (45%), 0:00:00 elapsed"
+        sizes(11, 11)
+        assert progress.status.line(0) == "simulating the job: 0:00:00 elapsed"
+        progress.counting("states", "simulating cluster states ahead")(3, 3)
+        assert progress.status.counts == (3, 3, "states", "simulating cluster states ahead")
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_validate_shows_the_size_checks_off_a_terminal_unless_quiet(quiet, tmp_path, capsys, monkeypatch):
+    """`trainsim validate` of an elastic job prints the plain progress line of its size checks on stderr when
+    one is due (here every check: PLAIN_EVERY_S set to 0), none with --quiet; its output is the same."""
+    import simulator.console.progress as progress_module
+
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
+    monkeypatch.setattr(progress_module, "BEAT_S", 86_400.0)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB + CASES["zero3-memory"])
+    elastic._CHECKED.clear()
+    assert main(["validate", str(scenario), *(["--quiet"] if quiet else [])]) == 0
+    captured = capsys.readouterr()
+    lines = [line.rsplit(",", 1)[0] for line in captured.err.splitlines() if line.startswith("checking")]
+    assert lines == ([] if quiet else [f"checking elastic sizes: {done}/11 sizes ({done * 100 // 11}%)"
+                                       for done in range(1, 12)])
+    assert ("elastic sizes: " in captured.out) is not quiet
