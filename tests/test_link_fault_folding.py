@@ -1,11 +1,13 @@
 """A step with links down from its start folds by classes of ranks (engine/fold_policy.py `link_fault_step`: the
-hosts near the links down apart, the other ranks by rail), and the folded step equals the unfolded one: the
-step time to the bit, every other figure to the rounding of a weighted mean. Each case says whether it folds,
-so a change that unfolded every case (as link faults all did) or folded one wrongly fails here."""
+hosts near the links down apart, the other ranks by rail and by the near ranks their groups hold), and the folded
+step equals the unfolded one: the step time to the bit, every other figure to the rounding of a weighted mean.
+Each case says whether it folds, so a change that unfolded every case (as link faults all did) or folded one
+wrongly fails here. The cases are shared (`CASES`): `LinkFaultRanks` counts each one's fold without a step."""
 
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,30 @@ PLAIN = ("cluster: {topology: dgx-h100-cluster, nodes: 8, node: {kind: nvswitch_
 """A plain fat tree: one NIC a host, every GPU of a host behind it."""
 TWO_NICS = PLAIN.replace("nics_per_node: 1", "nics_per_node: 2")
 
+DP_FIRST = "order: [dp, tp, cp, pp]"
+CASES = {
+    "rails-leaf": (RAILS, "{tp: 8, dp: 4}", "leaf"),
+    "rails-nic": (RAILS, "{tp: 8, dp: 4}", "nic"),
+    "rails-uplink": (RAILS, "{tp: 8, dp: 4}", "uplink"),
+    "rails-pp-nic": (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "nic"),
+    "rails-pp-uplink": (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "uplink"),
+    "two-nics-pp-uplink": (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "uplink"),
+    "two-nics-tp2-uplink": (TWO_NICS, "{tp: 2, dp: 16}", "uplink"),
+    "plain-tp4-uplink": (PLAIN, "{tp: 4, dp: 8}", "uplink"),
+    "plain-dp-uplink": (PLAIN, "{tp: 1, dp: 32}", "uplink"),
+    "spine": (RAILS, "{tp: 8, dp: 4}", "spine"),
+    "nic-dp2": (RAILS_8, "{tp: 8, pp: 4, dp: 2}", "nic"),
+    "tp-over-two-hosts": (RAILS_16, "{tp: 16, dp: 8}", "leaf3.r1"),
+    "tp-over-eight-hosts": (RAILS_16, f"{{tp: 8, dp: 16, {DP_FIRST}}}", "leaf3.r1"),
+    "one-leaf-group": (RAILS, "{tp: 8, pp: 2, dp: 2}", "leaf"),
+    "pp-leaf-out-of-step": (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "leaf"),
+    "tree-loads": (RAILS, "{tp: 4, pp: 2, dp: 4}", "nic"),
+    "two-nics-pp-leaf-out-of-step": (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "leaf"),
+    "dp-first-uplink-out-of-step": (RAILS_16, f"{{tp: 4, dp: 32, {DP_FIRST}}}", "leaf2.r2-spine1"),
+}
+"""Every step with links down from its start that this module simulates, by name: its cluster, its parallelism
+and the links down (`_links`). The tests below say what each does; `LinkFaultRanks` is checked on all."""
+
 
 def _links(text: str, down: str) -> list[list[str]]:
     """The links ``down`` names on ``text``'s cluster: a leaf's (all of leaf0.r0's, or of the leaf named), a
@@ -54,30 +80,29 @@ def _links(text: str, down: str) -> list[list[str]]:
     return [["leaf0.r0", "h0/nic0" if down == "nic" else "spine0"]]
 
 
-def _folded_and_unfolded(text: str, down: str, overrides: tuple[str, ...] = ()) -> tuple[dict, dict]:
-    faulted = text + f"faults: {{step: {{links: {json.dumps([{'link': pair} for pair in _links(text, down)])}}}}}\n"
-    folded = simulate(scenario_from_text(faulted, "inline.yaml", list(overrides))).summary
-    unfolded = simulate(scenario_from_text(faulted, "inline.yaml", [*overrides, "run.fold=false"])).summary
-    return folded, unfolded
+@cache
+def _summary(case: str, fold: bool = True) -> dict:
+    """The summary of ``case``'s step (`CASES`), folded where its fold policy allows or unfolded; each read once
+    for the module (the count of its ranks reads the folded one again)."""
+    text, parallelism, down = CASES[case]
+    links = json.dumps([{"link": pair} for pair in _links(text, down)])
+    faulted = text + f"parallelism: {parallelism}\nfaults: {{step: {{links: {links}}}}}\n"
+    return simulate(scenario_from_text(faulted, "inline.yaml", [] if fold else ["run.fold=false"])).summary
 
 
-@pytest.mark.parametrize(("text", "parallelism", "down", "ranks"), [
-    (RAILS, "{tp: 8, dp: 4}", "leaf", 24),
-    (RAILS, "{tp: 8, dp: 4}", "nic", 24),
-    (RAILS, "{tp: 8, dp: 4}", "uplink", 24),
-    (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "nic", 32),
-    (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "uplink", 32),
-    (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "uplink", 16),
-    (TWO_NICS, "{tp: 2, dp: 16}", "uplink", 12),
-    (PLAIN, "{tp: 4, dp: 8}", "uplink", 12),
-    (PLAIN, "{tp: 1, dp: 32}", "uplink", 12),
-], ids=["rails-leaf", "rails-nic", "rails-uplink", "rails-pp-nic", "rails-pp-uplink", "two-nics-pp-uplink",
-        "two-nics-tp2-uplink", "plain-tp4-uplink", "plain-dp-uplink"])
-def test_links_down_fold_by_the_hosts_near_them_exactly(text, parallelism, down, ranks):
+def _folded_and_unfolded(case: str) -> tuple[dict, dict]:
+    return _summary(case), _summary(case, fold=False)
+
+
+@pytest.mark.parametrize(("case", "ranks"), [
+    ("rails-leaf", 24), ("rails-nic", 24), ("rails-uplink", 24), ("rails-pp-nic", 32), ("rails-pp-uplink", 32),
+    ("two-nics-pp-uplink", 16), ("two-nics-tp2-uplink", 12), ("plain-tp4-uplink", 12), ("plain-dp-uplink", 12),
+])
+def test_links_down_fold_by_the_hosts_near_them_exactly(case, ranks):
     """Folded onto the hosts near the links down (each of their ranks apart) and one rank per rail elsewhere,
     the step time is the unfolded one's to the bit; the per-GPU means, weighed by the classes' sizes, agree to
     a few units in the last place (the weighted sum adds in another order). The stage fold is given up first."""
-    folded, unfolded = _folded_and_unfolded(text + f"parallelism: {parallelism}\n", down)
+    folded, unfolded = _folded_and_unfolded(case)
     assert folded["folded"] and folded["simulated_ranks"] == ranks and not folded["warnings"]
     assert [(entry["fold"], entry["reason"]) for entry in folded["fold_given_up"]] == [("stage",
                                                                                           STAGE_FOLD_UNDER_LINKS)]
@@ -86,50 +111,44 @@ def test_links_down_fold_by_the_hosts_near_them_exactly(text, parallelism, down,
     _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
-@pytest.mark.parametrize(("text", "parallelism", "down", "near", "stages"), [
-    (RAILS, "{tp: 8, dp: 4}", "spine", "4 of 4", 1),
-    (RAILS_8, "{tp: 8, pp: 4, dp: 2}", "nic", "2 of 8", 4),
-], ids=["spine", "nic-dp2"])
-def test_links_fold_of_one_rank_a_class_says_so_and_how_many_hosts_are_near(text, parallelism, down, near, stages):
+@pytest.mark.parametrize(("case", "near", "stages"), [("spine", "4 of 4", 1), ("nic-dp2", "2 of 8", 4)])
+def test_links_fold_of_one_rank_a_class_says_so_and_how_many_hosts_are_near(case, near, stages):
     """Where every class of the links fold holds one rank, the reason says so and how many hosts are near, and the
     links fold is listed as given up beside the stage fold: with DP 2 under a NIC down near 2 of 8 hosts, every
     far rank shares a DP group with a near one; the reason said "links down near every host"."""
-    folded, _ = _folded_and_unfolded(text + f"parallelism: {parallelism}\n", down)
+    folded = _summary(case)
     assert not folded["folded"] and folded["fold_off_reason"] == f"{EVERY_RANK_NEAR} ({near} hosts near)"
     assert [(entry["fold"], entry["simulated_ranks"], entry["reason"]) for entry in folded["fold_given_up"]] == [
         ("stage", stages, STAGE_FOLD_UNDER_LINKS),
         ("links", folded["simulated_ranks"], folded["fold_off_reason"])]
 
 
-@pytest.mark.parametrize("parallelism", ["{tp: 16, dp: 8}", "{tp: 8, dp: 16, order: [dp, tp, cp, pp]}"],
-                         ids=["tp-over-two-hosts", "tp-over-eight-hosts"])
-def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(parallelism):
+@pytest.mark.parametrize("case", ["tp-over-two-hosts", "tp-over-eight-hosts"])
+def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(case):
     """With TP across hosts, the far ranks of one rail sit in groups that hold other ranks of the hosts near a
     leaf down, and meet its detours unlike (TP 16, DP 8: the DP communication of a rail's far ranks took 8.4 ms on
     even hosts, 6.8 ms on odd ones). Classed by rail alone, the fold's step time was right but its DP
     communication 2.1% high (TP over eight hosts: the bubble 5% low); classed also by the near ranks their groups
     hold, every figure is the unfolded one's."""
-    folded, unfolded = _folded_and_unfolded(RAILS_16 + f"parallelism: {parallelism}\n", "leaf3.r1")
+    folded, unfolded = _folded_and_unfolded(case)
     assert folded["step_time_s"] == unfolded["step_time_s"]
     _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
     assert folded["folded"] and folded["simulated_ranks"] == 48 and folded["warnings"] == unfolded["warnings"]
 
 
-@pytest.mark.parametrize(("text", "parallelism", "down", "reason"), [
-    (RAILS, "{tp: 8, dp: 4}", "spine", EVERY_RANK_NEAR),
-    (RAILS, "{tp: 8, pp: 2, dp: 2}", "leaf", EVERY_RANK_NEAR),
-    (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "leaf", "send_recv 'recv bwd mb3' over GPUs [28, 20] ended on its mirrors"),
-    (RAILS, "{tp: 4, pp: 2, dp: 4}", "nic", "members send unlike amounts"),
-    (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "leaf", "send_recv 'recv bwd mb3' over GPUs [14, 10] ended on its mirrors"),
-    (RAILS_16, "{tp: 4, dp: 32, order: [dp, tp, cp, pp]}", "leaf2.r2-spine1",
-     "its copies met the detours around the links down unlike"),
-], ids=["spine", "one-leaf-group", "pp-leaf-out-of-step", "tree-loads", "two-nics-pp-leaf-out-of-step",
-        "dp-first-uplink-out-of-step"])
-def test_links_down_that_no_fold_stands_for_unfold(text, parallelism, down, reason):
+@pytest.mark.parametrize(("case", "reason"), [
+    ("spine", EVERY_RANK_NEAR),
+    ("one-leaf-group", EVERY_RANK_NEAR),
+    ("pp-leaf-out-of-step", "send_recv 'recv bwd mb3' over GPUs [28, 20] ended on its mirrors"),
+    ("tree-loads", "members send unlike amounts"),
+    ("two-nics-pp-leaf-out-of-step", "send_recv 'recv bwd mb3' over GPUs [14, 10] ended on its mirrors"),
+    ("dp-first-uplink-out-of-step", "its copies met the detours around the links down unlike"),
+])
+def test_links_down_that_no_fold_stands_for_unfold(case, reason):
     """Where every host is near the links down (a spine, one leaf group), where the classed fold is refused
     before its run (a tree's unlike loads) or falls out of step in it (a hand-off of a near host meeting other
     flows than its class-mate's), the step runs unfolded, saying why."""
-    folded, unfolded = _folded_and_unfolded(text + f"parallelism: {parallelism}\n", down)
+    folded, unfolded = _folded_and_unfolded(case)
     assert not folded["folded"] and reason in folded["fold_off_reason"]
     assert folded["step_time_s"] == unfolded["step_time_s"]
 
@@ -158,21 +177,18 @@ def test_a_traces_copies_under_links_down_unfold():
     assert not summary["folded"] and summary["fold_off_reason"] == LINKS_WITHOUT_LAYOUT
 
 
-@pytest.mark.parametrize(("text", "parallelism", "down", "ranks"), [
-    (RAILS, "{tp: 8, dp: 4}", "leaf", 24),
-    (RAILS, "{tp: 8, dp: 4}", "uplink", 24),
-    (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "nic", 32),
-    (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "uplink", 16),
-    (PLAIN, "{tp: 1, dp: 32}", "uplink", 12),
-    (RAILS, "{tp: 8, dp: 4}", "spine", 32),
-    (RAILS, "{tp: 8, pp: 2, dp: 2}", "leaf", 32),
-], ids=["rails-leaf", "rails-uplink", "rails-pp-nic", "two-nics-pp-uplink", "plain-dp-uplink", "spine",
-        "one-leaf-group"])
-def test_the_ranks_of_a_fold_by_links_down_are_counted_without_a_step(text, parallelism, down, ranks):
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_ranks_of_a_fold_by_links_down_are_counted_without_a_step(case):
     """`LinkFaultRanks`, which a job's refusal of its states with links down sizes them by before it simulates
-    any, counts from the layout and the cluster the ranks the step folded by the hosts near them simulates (the
-    cases above; every rank where every host is near)."""
+    any, counts from the layout and the cluster the ranks the step folded by the hosts near them simulates, in
+    every case above: the folded step's, or the fold's given up for its classes of one rank or a failed check
+    (every rank where every host is near). Far ranks of one rail whose groups hold other near ranks are
+    counted apart, as the fold simulates them (TP across hosts: 48 ranks, where by rail alone it counted 40)."""
+    text, parallelism, down = CASES[case]
     loaded = scenario_from_text(text + f"parallelism: {parallelism}\n", "inline.yaml", [])
     topology = scenario_topology(loaded)
     layout = resolve_layout(loaded.scenario, topology.num_gpus, pipeline_depth(loaded.scenario))
+    folded = _summary(case)
+    ranks = folded["simulated_ranks"] if folded["folded"] else next(
+        entry["simulated_ranks"] for entry in folded["fold_given_up"] if entry["fold"] == "links")
     assert LinkFaultRanks(layout, topology)([(a, b) for a, b in _links(text, down)]) == ranks
