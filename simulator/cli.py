@@ -257,14 +257,19 @@ class TopologySets:
         """A topology error about a value a `--set` gave, located at the last `--set` that set it (as `trainsim
         run` locates a scenario's), not at the topology file the user did not write; a key a merged node keeps
         from the file stays at the file's line."""
+        from simulator.config.loader import as_typed
         from simulator.config.yaml_source import parse_field
         from simulator.topology.loader import set_by
 
         path = parse_field(exc.field)
         if not set_by(self.values, path):
             return exc
-        flags = [flag for parts, flag in self.typed if parts[:len(path)] == path[:len(parts)]]
-        return exc.rebuilt(file=flags[-1], line=None, at_flag=True) if flags else exc
+        flags = [(parts, flag) for parts, flag in self.typed if parts[:len(path)] == path[:len(parts)]]
+        if not flags:
+            return exc
+        parts, flag = flags[-1]
+        problem = as_typed(exc.problem, flag.removeprefix("--set ")) if parts == path else exc.problem
+        return exc.rebuilt(problem=problem, file=flag, line=None, at_flag=True)
 
 
 COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.protocol": "--protocol",

@@ -473,6 +473,34 @@ def test_a_bad_topology_override_is_located_at_its_set(command, override, error,
     assert capsys.readouterr().err.startswith(f"error: command line: trainsim {command[0]}: {error}")
 
 
+@pytest.mark.parametrize("command", [["topo", "describe", "dgx-h100-cluster"],
+                                     ["collective", "--topology", "dgx-h100-cluster", "--sizes", "1MiB"]])
+@pytest.mark.parametrize("override, error", [
+    ("nodes.x=3", "nodes is not a section (allowed: an integer such as 8)"),
+    ("nodes=1e3", "expected a whole number, got 1e3 (allowed: an integer such as 8)"),
+    ("nodes=null", "expected a whole number, got null (allowed: an integer such as 8)"),
+])
+def test_a_topology_set_is_refused_in_run_set_words(command, override, error, capsys):
+    """`topo` and `collective` said of `--set nodes.x=3` "expected a whole number, got {'x': 3}" where `trainsim
+    run --set cluster.nodes.x=3` says "cluster.nodes is not a section"; of `nodes=1e3` "got 1000.0", which the
+    user did not write; and of `nodes=null` "missing required parameter", which it was not: it was set."""
+    assert main([*command, "--set", override]) == 2
+    assert capsys.readouterr().err == f"error: command line: trainsim {command[0]}: --set {override}: {error}\n"
+
+
+@pytest.mark.parametrize("override, error", [
+    ("cluster.nodes=1e3", "expected a whole number, got 1e3 (allowed: an integer such as 8)"),
+    ("cluster.nodes=null", "expected a whole number, got null (allowed: an integer such as 8)"),
+    ("parallelism.tp=1e3", "expected a whole number, got 1e3 (allowed: an integer such as 8)"),
+    ("parallelism.tp=null", "expected a whole number, got null (allowed: an integer such as 8)"),
+])
+def test_a_scenario_set_is_named_as_typed(override, error, capsys):
+    """`run --set` named the value YAML read, not the one typed: `cluster.nodes=1e3` "got 1000.0", a field set
+    to null "got None", and a topology's parameter set to null "missing required parameter"."""
+    assert main(["validate", str(SCENARIO), "--set", override]) == 2
+    assert capsys.readouterr().err == f"error: command line: trainsim validate: --set {override}: {error}\n"
+
+
 @pytest.mark.parametrize("command", [["validate"], ["run", "--out", "{tmp}"]])
 @pytest.mark.parametrize("override, error", [
     ("cluster.nvlink_bandwidth=-1", "--set cluster.nvlink_bandwidth=-1: bandwidth -1 has no unit (allowed: "),

@@ -68,13 +68,23 @@ class Override:
         """The error ``problem`` in the value this override wrote, located at it: the value as typed before the
         problem, its own field in place of ``field`` where it names one, its file and line, and its mark of a flag
         (`InputError.rebuilt` keeps them on a copy)."""
-        return kind(self.prefix + problem, field=self.field or field, allowed=allowed, file=self.file, line=self.line,
-                    at_flag=self.at_flag)
+        return kind(self.prefix + (as_typed(problem, self.typed) if self.typed else problem), field=self.field or field,
+                    allowed=allowed, file=self.file, line=self.line, at_flag=self.at_flag)
 
 
 def set_flag(item: str) -> str:
     """Where a `--set ITEM` is located, in place of a file: the flag as typed (`--set a.b=value`)."""
     return f"--set {item.strip()}"
+
+
+def as_typed(problem: str, typed: str) -> str:
+    """``problem`` about the value that the `--set` ``typed`` (`name=value`) wrote, the value named as typed where
+    the problem quotes it as YAML read it: `nodes=1e3` said "got 1000.0", `nodes=null` "got None"."""
+    text = typed.split("=", 1)[1].strip()
+    value = override_value(text)
+    if not (value is None or isinstance(value, (bool, int, float))) or repr(value) == text:
+        return problem
+    return problem.replace(f"got {value!r}", f"got {text}")
 
 
 def sets_typed(overrides: tuple[Override, ...]) -> tuple[str, ...]:

@@ -81,7 +81,9 @@ typo cannot make the builder run out of memory."""
 
 
 def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> dict:
-    """Check ``raw`` against ``spec`` and return the parameters in SI units, defaults filled in."""
+    """Check ``raw`` against ``spec`` and return the parameters in SI units, defaults filled in. A required
+    parameter set to null is refused by its reader (`got None`, as a scenario's fields), not called missing; a
+    mapping under a plain parameter is "not a section", as `trainsim run --set` says of a key under a value."""
     where = prefix.rstrip(".")
     if not isinstance(raw, dict):
         raise TopologyError(f"expected a mapping of parameters, got {raw!r}", field=where)
@@ -91,7 +93,7 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
     parsed: dict[str, Any] = {}
     for name, param in spec.items():
         value = raw.get(name, param.default)
-        if value is None:
+        if value is None and (param.optional or name not in raw):
             if not param.optional:
                 raise TopologyError("missing required parameter", field=f"{prefix}{name}")
             parsed[name] = None
@@ -99,7 +101,8 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
         try:
             result: Any = _READERS[param.kind](value)
         except InputError as exc:
-            raise exc.rebuilt(TopologyError, field=f"{prefix}{name}") from None
+            problem = f"{prefix}{name} is not a section" if isinstance(value, dict) else exc.problem
+            raise exc.rebuilt(TopologyError, problem=problem, field=f"{prefix}{name}") from None
         if param.kind in ("count", "ratio", "bandwidth") and not result > 0:
             raise TopologyError(f"{value!r} must be positive", field=f"{prefix}{name}", allowed="a positive value")
         if param.kind == "count" and result > MAX_COUNT:
