@@ -15,6 +15,7 @@
 - An in-memory interval not shorter than the storage one (no snapshot would be taken) is refused, by `validate`
   too where both are in one unit; a stall that
   takes a large share of the training between snapshots is warned of.
+- A job shrunk (elastic) to fewer hosts stalls for the copies those hosts hold.
 - Without the tier the events have no `tier` column and the summary no `memory_checkpoint` (the bundled jobs'
   outputs are byte-identical to those before the tier existed); bad values are refused in one line.
 """
@@ -310,3 +311,29 @@ def test_a_snapshot_stall_large_against_its_interval_is_warned_of(tmp_path, caps
         assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
         captured = capsys.readouterr()
         assert ("each in-memory snapshot stalls training" in captured.out + captured.err) is warned
+
+
+SHRINKING = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {dp: 4}
+checkpoint: {interval: 4000 steps, size: 12 GB, memory: {interval: 1000 steps, replicas: 3, bandwidth: 10 GB/s}}
+storage: {capacity: 1 PB}
+run: {horizon: 2 d, replications: 1, seed: 5}
+restart: {elastic: true}
+faults: {components: {host_crash: {unit: host, effect: replace, mtbf: 4 d, repair: 20 h}}}
+"""
+
+
+def test_a_shrunk_job_stalls_for_the_copies_its_own_hosts_hold():
+    """One GPU a host, no spares: each host failure shrinks the job (4, 3, 2, then 1 host). Each snapshot's stall
+    is 12 GB / g x min(3 replicas, g - 1 peers) / 10 GB/s on the g hosts it runs on: 0.9, 0.8, 0.6 s and none
+    on one host (the copies of the full size, 3, were charged on every size: 1.2, 1.8 and 3.6 s)."""
+    job = simulate_job(SHRINKING)
+    assert {state["replicas"] for state in job.summary["states"]} == {1, 2, 3, 4}
+    frame = job.events
+    snapshots = frame[(frame["kind"] == "checkpoint") & (frame["tier"] == "memory")]
+    stalls = sorted({round(stall, 9) for stall in snapshots["end_s"] - snapshots["start_s"]})
+    assert stalls == [round(12e9 / g * min(3, g - 1) / 10e9, 9) for g in (1, 2, 3, 4)]

@@ -11,8 +11,9 @@ share f = per-host write rate / host network bandwidth of every link, so the ste
 slows by sigma = exposed network share x f / (1 - f).
 
 In-memory tier (`checkpoint.memory`): every `interval` each GPU's shard (size / GPUs) goes to host RAM and to
-`replicas` peer hosts at the tier's `bandwidth`, a stall of size / GPUs x replicas / bandwidth; a restore from peer
-memory reads one shard per GPU back at that bandwidth, size / GPUs / bandwidth.
+`replicas` peer hosts at the tier's `bandwidth`, a stall of size / GPUs x copies / bandwidth, copies the peers the
+state's hosts hold (`peer_copies`: a job shrunk to fewer hosts has fewer); a restore from peer memory reads one
+shard per GPU back at that bandwidth, size / GPUs / bandwidth.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
     if config.memory is not None:
         shard = size / step.gpus
         memory_interval = interval_steps(config.memory.interval, step.step_s)
-        memory_stall = shard * config.memory.replicas / config.memory.bandwidth
+        memory_stall = shard * peer_copies(config.memory.replicas, step.hosts) / config.memory.bandwidth
         memory_load = shard / config.memory.bandwidth
     # A step's work is its replicas' micro-batches (a shrunk job keeps each replica's, or the global batch), so
     # its tokens scale with them; counted by micro-batches, a model without tokens has a healthy-equivalent step.
@@ -124,6 +125,12 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
                         slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s,
                         memory_interval_steps=memory_interval, memory_stall_s=memory_stall,
                         memory_load_s=memory_load)
+
+
+def peer_copies(replicas: int, hosts: int) -> int:
+    """The peer hosts that hold each host's in-memory snapshot on ``hosts`` hosts: `replicas`, at most every
+    other host (an elastic job shrunk to 2 hosts keeps 1 copy of 3, on 1 host none)."""
+    return min(replicas, hosts - 1)
 
 
 def interval_steps(interval: float | int, step_s: float) -> int:

@@ -44,7 +44,7 @@ import simpy
 
 from simulator.config.reliability import BuiltInCause, Effect, Regrow
 from simulator.errors import SimulationError
-from simulator.reliability.checkpoint import SegmentCosts
+from simulator.reliability.checkpoint import SegmentCosts, peer_copies
 from simulator.reliability.components import FailureClass, Maintenance
 from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.events import JobEvents
@@ -344,7 +344,7 @@ class JobProcess:
         if not replicas:
             return False
         gone = set(lost)
-        return all(any((host + j) % self.in_use not in gone for j in range(1, min(replicas, self.in_use - 1) + 1))
+        return all(any((host + j) % self.in_use not in gone for j in range(1, peer_copies(replicas, self.in_use) + 1))
                    for host in gone)
 
     def _collect_repairs(self, now: float) -> None:
