@@ -592,8 +592,26 @@ def job_table(job: dict) -> Table:
                       f"({format_seconds(memory['interval_s'])}) to {counted(memory['replicas'], 'peer host')}, "
                       f"{format_seconds(memory['stall_s'])} of training each, load {format_seconds(memory['load_s'])}"
                       f"; {means}{count(restores['memory']['mean'])} restores from memory, "
-                      f"{count(restores['storage']['mean'])} from storage (Young and Daly: the storage tier alone)")
+                      f"{count(restores['storage']['mean'])} from storage (Young and Daly: the storage tier alone)"
+                      + (f"; {two_level_text(memory['two_level'])}" if memory.get("two_level") else ""))
     return table
+
+
+def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_alike) -> str:
+    """The first-order two-level optimum of a job_summary.json's `memory_checkpoint.two_level` (two_level.py): the
+    two intervals, or storage alone where the tier buys nothing, and each tier's MTBF; the intervals read as
+    ``interval`` writes them."""
+    memory, storage = optimum["memory_interval_s"], optimum["storage_interval_s"]
+    if memory is None:
+        text = f"storage alone every {interval(storage)} (the tier buys nothing to first order)"
+    elif storage is None:
+        text = f"memory every {interval(memory)}, storage as rarely as you like (no failure needs it)"
+    else:
+        text = f"memory every {interval(memory)}, storage every {interval(storage)}"
+    mtbfs = ", ".join(f"{long_duration(mtbf)} {label}" for mtbf, label in (
+        (optimum["memory_mtbf_s"], "recovered from memory"), (optimum["storage_mtbf_s"], "needing storage"))
+        if mtbf is not None)
+    return f"two-level optimum {text} (MTBF {mtbfs})"
 
 
 def young_daly_text(figures: dict, interval: Callable[[float], str] = seconds_alike) -> str:

@@ -18,6 +18,7 @@ shard per GPU back at that bandwidth, size / GPUs / bandwidth.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -131,6 +132,17 @@ def peer_copies(replicas: int, hosts: int) -> int:
     """The peer hosts that hold each host's in-memory snapshot on ``hosts`` hosts: `replicas`, at most every
     other host (an elastic job shrunk to 2 hosts keeps 1 copy of 3, on 1 host none)."""
     return min(replicas, hosts - 1)
+
+
+def snapshot_survives(lost: Iterable[int], hosts: int, replicas: int) -> bool:
+    """Whether every host in ``lost`` (of ``hosts`` in use) has its in-memory snapshot on a host left: host h's
+    copies are on the next `peer_copies` hosts around a ring in host order (h + 1, ..., h + r modulo ``hosts``).
+    False without the tier (``replicas`` 0); true when no host is lost (a process restart)."""
+    if not replicas:
+        return False
+    gone = set(lost)
+    return all(any((host + j) % hosts not in gone for j in range(1, peer_copies(replicas, hosts) + 1))
+               for host in gone)
 
 
 def interval_steps(interval: float | int, step_s: float) -> int:

@@ -44,7 +44,7 @@ import simpy
 
 from simulator.config.reliability import BuiltInCause, Effect, Regrow
 from simulator.errors import SimulationError
-from simulator.reliability.checkpoint import SegmentCosts, peer_copies
+from simulator.reliability.checkpoint import SegmentCosts, snapshot_survives
 from simulator.reliability.components import FailureClass, Maintenance
 from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.events import JobEvents
@@ -324,7 +324,8 @@ class JobProcess:
         # completed restore (this failure's and those of earlier failures during the restart) took out all
         # copies of some host's snapshot.
         self.lost_since_restore.update(lost_hosts)
-        survives = self._memory_survives(sorted(host for host in self.lost_since_restore if host < self.in_use))
+        survives = snapshot_survives((host for host in self.lost_since_restore if host < self.in_use), self.in_use,
+                                     self.plan.memory_replicas)
         rolls_back = rolls_back or (self.clock.restored_from == "memory" and not survives)
         lost = self.clock.fail(t, survives) if rolls_back else 0.0
         if rolls_back:
@@ -335,17 +336,6 @@ class JobProcess:
         self.interruptions[klass.name] += 1
         self.events.add("failure", t, t, cause=klass.name, step=self.clock.steps, lost_work_s=lost,
                         hosts=len(lost_hosts), tier=self.clock.restored_from if rolls_back else "")
-
-    def _memory_survives(self, lost: list[int]) -> bool:
-        """Whether every lost host's in-memory snapshot has a copy on a host left: host h's copies are on the
-        next `memory_replicas` hosts in use, in host order around a ring (h + 1, ..., h + r modulo the hosts in
-        use). False without an in-memory tier."""
-        replicas = self.plan.memory_replicas
-        if not replicas:
-            return False
-        gone = set(lost)
-        return all(any((host + j) % self.in_use not in gone for j in range(1, peer_copies(replicas, self.in_use) + 1))
-                   for host in gone)
 
     def _collect_repairs(self, now: float) -> None:
         while self.repairs and self.repairs[0] <= now + EPS:

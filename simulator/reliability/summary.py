@@ -16,6 +16,7 @@ from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.job import JobPlan, ReplicationTotals
 from simulator.reliability.states import ClusterState
 from simulator.reliability.stats import daly_interval, mean_interval, young_interval
+from simulator.reliability.two_level import two_level_optimum
 from simulator.units import counted, durations_alike, expected_count, format_duration
 from simulator.workload.memory_plan import GIB
 
@@ -294,7 +295,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
                                   for name in sorted({name for t in totals for name in t.slow_by_cause_s})},
         "lost_work_per_failure_s": mean_interval(lost),
         "replicas": replica_figures(loaded, plan.sizes, totals),
-        **memory_tier_figures(loaded, healthy, totals),
+        **memory_tier_figures(loaded, plan, healthy, totals),
         "states": [{"replicas": state.replicas, "spines_down": state.spines_down,
                     "links_down": [list(pair) for pair in state.links_down],
                     "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus},
@@ -304,10 +305,12 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
     }
 
 
-def memory_tier_figures(loaded: LoadedScenario, healthy: SegmentCosts, totals: list[ReplicationTotals]) -> dict:
+def memory_tier_figures(loaded: LoadedScenario, plan: JobPlan, healthy: SegmentCosts,
+                        totals: list[ReplicationTotals]) -> dict:
     """The in-memory checkpoint tier's figures, under `memory_checkpoint`: its interval, peer copies, snapshot
-    stall and restore load in the healthy state, and the restarts after a failure that loaded each tier; nothing
-    without that tier, so that a job without it writes the summary it always did."""
+    stall and restore load in the healthy state, the restarts after a failure that loaded each tier, and the
+    first-order two-level optimum (`two_level_figures`); nothing without that tier, so that a job without it
+    writes the summary it always did."""
     memory = loaded.scenario.checkpoint.memory
     if memory is None:
         return {}
@@ -316,7 +319,20 @@ def memory_tier_figures(loaded: LoadedScenario, healthy: SegmentCosts, totals: l
         "interval_s": healthy.memory_interval_steps * healthy.step_s, "replicas": memory.replicas,
         "stall_s": healthy.memory_stall_s, "load_s": healthy.memory_load_s,
         "restores": {tier: mean_interval([t.restores.get(tier, 0) for t in totals]) for tier in ("memory", "storage")},
+        "two_level": two_level_figures(plan, healthy),
     }}
+
+
+def two_level_figures(plan: JobPlan, healthy: SegmentCosts) -> dict | None:
+    """The two-level optimum (two_level.py) of the healthy state's snapshot stall, storage cost C and write floor:
+    each tier's MTBF and interval (null: no failure that tier recovers; a null memory interval: the tier buys
+    nothing, storage alone; a null storage one: no failure needs storage); None without interrupting failures."""
+    optimum = two_level_optimum(plan, healthy.memory_stall_s, young_daly_cost_s(healthy),
+                                write_floor_steps(healthy) * healthy.step_s)
+    if optimum is None:
+        return None
+    return {"memory_mtbf_s": optimum.memory_mtbf_s, "storage_mtbf_s": optimum.storage_mtbf_s,
+            "memory_interval_s": optimum.memory_interval_s, "storage_interval_s": optimum.storage_interval_s}
 
 
 def waiting_warning(summary: dict, min_replicas: int | None = None) -> str | None:

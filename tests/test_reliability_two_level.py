@@ -1,0 +1,110 @@
+"""The first-order two-level optimum of an in-memory tier beside the storage one (reliability/two_level.py).
+
+- Host crashes (MTBF 6 h on each of 4 hosts) are recovered from peer memory, leaf-switch failures (100 h on each
+  of 8 leaves, each over a host and its peer) need storage: M1 = 1.5 h, M2 = 12.5 h; a 16 GB checkpoint over 32
+  GPUs to 1 peer at 15 MB/s stalls C1 = 33.33 s, its sync write at 100 MB/s costs C2 = 160 s, so the optimum is
+  T1 = sqrt(2 C1 M1) = 600 s and T2 = sqrt(2 (C2 - C1) M2) = 3,376 s, as job_summary.json gives and the job
+  table prints.
+- The job simulation's own optimum agrees: ETTR against the in-memory interval (the storage one at T2) peaks at
+  the point nearest T1, and the study's fit (`study.fitted_optimum`) lands within 5% of it; against the storage
+  interval (the in-memory one at T1), at the point nearest T2, the fit within 10%.
+- Where the storage checkpoint costs no more than a snapshot, or no failure is recovered from memory, the optimum
+  is storage alone at Young's interval; where no failure needs storage, there is no storage interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from simulator.cli import main
+from simulator.config.loader import scenario_from_text
+
+JOB = """
+cluster: {topology: dgx-h100-cluster, nodes: 4}
+model: {preset: llama3-8b}
+training: {seq_len: 2048, global_batch: 16}
+parallelism: {tp: 8, dp: 4}
+run: {horizon: 30 d, replications: 8, seed: 5}
+faults:
+  components:
+    host_crash: {unit: host, effect: replace, mtbf: 6 h, repair: 1 h}
+    leaf_down: {unit: leaf_switch, effect: replace, mtbf: 100 h, repair: 10 min}
+checkpoint:
+  interval: 12200 steps
+  size: 16 GB
+  mode: sync
+  memory: {interval: 2170 steps, replicas: 1, bandwidth: 15 MB/s}
+storage: {host_write: 100 MB/s, host_read: 1 TB/s, write: 100 MB/s, read: 1 TB/s}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, spares: 4}
+"""
+M1, M2 = 6 * 3600 / 4, 100 * 3600 / 8
+C1, C2 = 16e9 / 32 / 15e6, 16e9 / 100e6
+T1, T2 = math.sqrt(2 * C1 * M1), math.sqrt(2 * (C2 - C1) * M2)
+
+
+def simulate_job(text: str, settings: list[str] | None = None):
+    from simulator.reliability.simulate import simulate_job as simulate
+
+    return simulate(scenario_from_text(text, "two-level.yaml", settings or []))
+
+
+def test_the_two_level_optimum_is_the_hand_computation(tmp_path, capsys):
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB.replace("replications: 8", "replications: 1").replace("30 d", "2 d"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    optimum = json.loads((tmp_path / "out" / "job_summary.json").read_text())["memory_checkpoint"]["two_level"]
+    assert optimum == pytest.approx({"memory_mtbf_s": M1, "storage_mtbf_s": M2, "memory_interval_s": T1,
+                                     "storage_interval_s": T2}, rel=1e-12)
+    assert round(T1, 6) == 600.0 and round(T2) == 3376
+    assert ("two-level optimum memory every 600.0 s, storage every 3,376 s (MTBF 1.5 h recovered from memory, 12.5 h "
+            "needing storage)") in " ".join(out.split())
+
+
+def ettr_curve(setting: str, values: list[int]) -> tuple[list[float], list[float], dict]:
+    """The simulated intervals (s) and mean ETTR of the job at each of ``values`` steps of ``setting``, and the
+    two-level optimum its summary gives (the same at every point)."""
+    field = "memory_checkpoint" if "memory" in setting else "checkpoint"
+    summaries = [simulate_job(JOB, [f"{setting}={steps} steps"]).summary for steps in values]
+    return ([s[field]["interval_s"] for s in summaries], [s["ettr"]["mean"] for s in summaries],
+            summaries[0]["memory_checkpoint"]["two_level"])
+
+
+@pytest.mark.parametrize("setting, steps, key, within", [
+    ("checkpoint.memory.interval", [700, 1200, 2170, 3800, 6500], "memory_interval_s", 0.05),
+    ("checkpoint.interval", [5000, 8000, 12200, 19000, 30000], "storage_interval_s", 0.10),
+])
+def test_the_simulated_optimum_is_near_the_two_level_one(setting, steps, key, within):
+    from simulator.reliability.study import fitted_optimum
+
+    intervals, ettr, two_level = ettr_curve(setting, steps)
+    optimum = two_level[key]
+    assert optimum == pytest.approx(T1 if key == "memory_interval_s" else T2, rel=1e-12)
+    best = intervals[ettr.index(max(ettr))]
+    assert best == min(intervals, key=lambda interval: abs(math.log(interval / optimum)))
+    assert fitted_optimum(intervals, ettr) == pytest.approx(optimum, rel=within)
+
+
+@pytest.mark.parametrize("classes, storage_bandwidth, memory, storage", [
+    # No failure needs storage: the in-memory interval alone.
+    ("host_crash: {unit: host, effect: replace, mtbf: 6 h, repair: 1 h}", "100 MB/s", T1, None),
+    # A storage checkpoint (sync, 16 ms at 1 TB/s) cheaper than the 33 s snapshot it replaces: storage alone at
+    # Young's interval for every failure (M = 1 / (1 / M1 + 1 / M2)).
+    (None, "1 TB/s", None, math.sqrt(2 * 0.016 / (1 / M1 + 1 / M2))),
+    # No failure the tier recovers (every leaf down): storage alone, sqrt(2 C2 M2).
+    ("leaf_down: {unit: leaf_switch, effect: replace, mtbf: 100 h, repair: 10 min}", "100 MB/s", None,
+     math.sqrt(2 * C2 * M2)),
+])
+def test_the_optimum_is_storage_alone_or_memory_alone_where_one_tier_buys_nothing(classes, storage_bandwidth, memory,
+                                                                                   storage):
+    text = JOB.replace("replications: 8", "replications: 1").replace("30 d", "1 d").replace(
+        "100 MB/s", storage_bandwidth)
+    if classes is not None:
+        head, tail = text.split("  components:\n")
+        text = head + "  components:\n    " + classes + "\n" + tail.split("\n", 2)[2]
+    optimum = simulate_job(text).summary["memory_checkpoint"]["two_level"]
+    assert optimum["memory_interval_s"] == (None if memory is None else pytest.approx(memory, rel=1e-9))
+    assert optimum["storage_interval_s"] == (None if storage is None else pytest.approx(storage, rel=1e-9))
