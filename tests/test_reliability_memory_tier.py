@@ -16,6 +16,7 @@
   too where both are in one unit; a stall that
   takes a large share of the training between snapshots is warned of.
 - A job shrunk (elastic) to fewer hosts stalls for the copies those hosts hold.
+- An in-memory interval within a tenth of the storage one (one snapshot between storage checkpoints) is warned of.
 - Without the tier the events have no `tier` column and the summary no `memory_checkpoint` (the bundled jobs'
   outputs are byte-identical to those before the tier existed); bad values are refused in one line.
 """
@@ -337,3 +338,16 @@ def test_a_shrunk_job_stalls_for_the_copies_its_own_hosts_hold():
     snapshots = frame[(frame["kind"] == "checkpoint") & (frame["tier"] == "memory")]
     stalls = sorted({round(stall, 9) for stall in snapshots["end_s"] - snapshots["start_s"]})
     assert stalls == [round(12e9 / g * min(3, g - 1) / 10e9, 9) for g in (1, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("memory, warned", [("11000 steps", True), ("10700 steps", False), ("2000 steps", False)])
+def test_an_in_memory_interval_near_the_storage_one_is_warned_of(tmp_path, capsys, memory, warned):
+    """Storage every 12,000 steps: snapshots every 11,000 (92%) warn that one falls between two storage
+    checkpoints; 10,700 (89%) and 2,000 do not."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1")
+                        .replace("30 d", "1 d").replace("interval: 2000 steps", f"interval: {memory}"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert ("are 92% of the storage interval (12,000 steps; from 90% warns)" in " ".join(captured.err.split())) \
+        is warned

@@ -39,6 +39,7 @@ from simulator.reliability.processes import Arrivals, draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import (
     job_summary,
+    memory_near_storage_warning,
     memory_stall_warning,
     optimum_intervals,
     waiting_warning,
@@ -709,7 +710,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     _refuse_unused_memory_tier(loaded, healthy)
     mtbf, _, _ = optimum_intervals(plan, counts, healthy)
     warnings = (fixed_size_warning(loaded, checks.sizes), interval_past_horizon(loaded, healthy),
-                write_wait_warning(healthy), young_daly_warning(healthy, mtbf), memory_stall_warning(healthy))
+                write_wait_warning(healthy), young_daly_warning(healthy, mtbf), memory_stall_warning(healthy),
+                memory_near_storage_warning(healthy))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
                        states)

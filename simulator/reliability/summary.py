@@ -206,6 +206,25 @@ def memory_stall_warning(costs: SegmentCosts) -> str | None:
             f"(checkpoint.memory.interval, replicas and bandwidth)")
 
 
+MEMORY_NEAR_STORAGE_SHARE = 0.9
+"""Warn when the in-memory interval is at least this share of the storage one: each storage checkpoint restarts
+the snapshots' count, so one snapshot falls between two storage checkpoints, less than a tenth of the storage
+interval before the next, and the tier saves little of the work a failure loses."""
+
+
+def memory_near_storage_warning(costs: SegmentCosts) -> str | None:
+    """A warning when the in-memory interval, in the state's steps, is at least MEMORY_NEAR_STORAGE_SHARE of the
+    storage one (not shorter at all is refused); None without the tier or below that share."""
+    memory, storage = costs.memory_interval_steps, costs.interval_steps
+    if not memory or memory < MEMORY_NEAR_STORAGE_SHARE * storage:
+        return None
+    return (f"in-memory snapshots every {counted(memory, 'step')} ({format_duration(memory * costs.step_s)}) are "
+            f"{memory / storage:.0%} of the storage interval ({counted(storage, 'step')}; from "
+            f"{MEMORY_NEAR_STORAGE_SHARE:.0%} warns): each storage checkpoint restarts their count, so one snapshot "
+            "falls between two storage checkpoints and the tier buys little; a shorter checkpoint.memory.interval "
+            "(the two-level optimum, job_summary.json's memory_checkpoint.two_level)")
+
+
 def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
                       ) -> tuple[float | None, float | None, float | None]:
     """The job's system MTBF M (horizon / unexpected interruptions expected) and Young's and Daly's intervals for
