@@ -418,9 +418,17 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
-    """A study's points, and its lines; a checkpoint-interval study without --intervals runs `default_grid`'s,
-    printed first (the healthy step's warnings then come with the grid, before the points)."""
-    from simulator.reliability.study import default_grid, parse_intervals, parse_multipliers, run_study, write_study
+    """A study's points, and its lines; a checkpoint-interval study without --intervals runs `default_grid`'s (a
+    memory-interval one `memory_grid`'s), printed first (the healthy step's warnings then come with the grid,
+    before the points)."""
+    from simulator.reliability.study import (
+        default_grid,
+        memory_grid,
+        parse_intervals,
+        parse_multipliers,
+        run_study,
+        write_study,
+    )
 
     out = output_folder(args.out)
     intervals: Sequence[float | str] = parse_intervals(args.intervals) if args.intervals is not None else []
@@ -434,8 +442,9 @@ def _cmd_study(args: argparse.Namespace) -> int:
         _warn("study", summary.get("warnings", []), summary, loaded)
 
     on_healthy_step: Callable[[dict], None] | None = warn
-    if args.study == "checkpoint-interval" and args.intervals is None:
-        grid = default_grid(loaded, args.force, warn, multipliers)
+    grids = {"checkpoint-interval": default_grid, "memory-interval": memory_grid}
+    if args.study in grids and args.intervals is None:
+        grid = grids[args.study](loaded, args.force, warn, multipliers)
         print(_grid_line(grid))
         intervals, on_healthy_step = grid.intervals_s, None
 
@@ -450,7 +459,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
                           on_healthy_step=on_healthy_step, on_point_warnings=warn_points, workers=args.workers,
                           states_progress=progress.counting("states", "simulating cluster states ahead"),
                           foresight_progress=progress.counting("replications", FORESEEING),
-                          workers_warning=_warn_line)
+                          workers_warning=_warn_line, study=args.study)
     files = write_study(out, study)
     for curve in study["curves"]:
         if curve["warnings"]:
@@ -480,11 +489,14 @@ def _grid_line(grid: IntervalGrid) -> str:
     from simulator.units import counted
 
     points = ", ".join(f"{steps:,} ({format_seconds(steps * grid.step_s)})" for steps in grid.steps)
-    low, high = (steps * grid.step_s / grid.daly_s for steps in (grid.steps[0], grid.steps[-1]))
-    merged = len(DEFAULT_GRID_FACTORS) - len(grid.steps) + (grid.cliff_steps is not None) - grid.past_horizon
+    low, high = (steps * grid.step_s / grid.centre_s for steps in (grid.steps[0], grid.steps[-1]))
+    merged = (len(DEFAULT_GRID_FACTORS) - len(grid.steps) + (grid.cliff_steps is not None) - grid.past_horizon
+              - grid.past_storage)
     rounded = [f"{counted(merged, 'point')} merged in rounding"] if merged else []
     if grid.past_horizon:
         rounded.append(f"{grid.past_horizon} past run.horizon left out")
+    if grid.past_storage:
+        rounded.append(f"{grid.past_storage} not below the storage interval left out")
     if grid.clamped and grid.floor_steps > 1:
         rounded.append(f"{grid.clamped} below the {counted(grid.floor_steps, 'step')} that hold the async write "
                        f"raised to them")
@@ -494,7 +506,8 @@ def _grid_line(grid: IntervalGrid) -> str:
         rounded.append(f"{counted(grid.cliff_steps, 'step')} kept below them: checkpoints that wait for the write")
     how = f" ({', '.join(rounded)})" if rounded else ""
     rate = f" at rate x {grid.rate_multiplier:.3g}" if grid.rate_multiplier != 1 else ""
-    return (f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(grid.daly_s)}{rate}, "
+    return (f"intervals (no --intervals): {low:.3g} to {high:.3g} times {grid.centre} "
+            f"{format_seconds(grid.centre_s)}{rate}, "
             f"{len(DEFAULT_GRID_FACTORS)} points from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole steps "
             f"of {format_seconds(grid.step_s)}{how}: {points} steps")
 
@@ -529,21 +542,26 @@ def _study_line(curve: dict) -> str:
 
 def _printed_intervals(curve: dict) -> list[float]:
     """The intervals a study curve's line prints: the best tried, Young's and Daly's where failures interrupt the
-    job, and the async write floor where it is more than a step (`young_daly_text`)."""
+    job, the async write floor where it is more than a step (`young_daly_text`), and the two-level optimum's
+    intervals with an in-memory tier (`two_level_text`)."""
     young_daly = [curve["young_interval_s"], curve["daly_interval_s"]] if curve["young_interval_s"] is not None else []
     floor = [curve["write_floor_s"]] if young_daly and (curve["write_floor_steps"] or 0) > 1 else []
-    return [curve["best_interval_s"], *young_daly, *floor]
+    two_level = curve.get("two_level") or {}
+    tiers = [two_level[key] for key in ("memory_interval_s", "storage_interval_s") if two_level.get(key) is not None]
+    return [curve["best_interval_s"], *young_daly, *floor, *tiers]
 
 
 def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:
-    """Young's and Daly's intervals, or why there are none: no failure interrupts the job. Its degradations and
+    """Young's and Daly's intervals (and with an in-memory tier the two-level optimum), or why there are none: no
+    failure interrupts the job. Its degradations and
     stragglers, where it expects some, are named with their count: they cost time though they take no restart
     (the line said "no failures expected" of a job losing time to them)."""
-    from simulator.console.report import horizon_span, young_daly_text
+    from simulator.console.report import horizon_span, two_level_text, young_daly_text
     from simulator.units import expected_count
 
     if curve["young_interval_s"] is not None:
-        return young_daly_text(curve, interval)
+        two_level = curve.get("two_level")
+        return young_daly_text(curve, interval) + (f"; {two_level_text(two_level, interval)}" if two_level else "")
     if not curve["expected_slowdowns"]:
         return "no failures expected, so no Young or Daly interval"
     expected = expected_count(curve["expected_slowdowns"], "degradation or straggler", "degradations or stragglers")
@@ -1063,14 +1081,16 @@ def _parser() -> argparse.ArgumentParser:
                                        "interval, Young's and Daly's (docs/reliability.md); draw it with "
                                        "trainsim plot goodput.")
     study.add_argument("study", choices=STUDIES, metavar="kind",
-                       help="checkpoint-interval: against --intervals; mtbf: for each of --multipliers")
+                       help="checkpoint-interval: against --intervals; memory-interval: against --intervals as "
+                            "checkpoint.memory.interval (the in-memory tier's); mtbf: for each of --multipliers")
     study.add_argument("scenario", help=SCENARIO_HELP + " with run.horizon")
     study.add_argument("--out", required=True, help="output folder: study.json, study.csv")
     study.add_argument("--intervals", default=None, metavar="5min,10min,...",
                        help="checkpoint intervals, durations or whole steps (10steps) (checkpoint-interval: "
                             "default 1/4 to 4 times the job's Daly "
                             "interval at the geometric mean of --multipliers, in ratios of sqrt 2, whole steps, "
-                            "printed; mtbf: default the scenario's own)")
+                            "printed; memory-interval: the same around the two-level in-memory optimum, below "
+                            "the storage interval; mtbf: default the scenario's own)")
     study.add_argument("--multipliers", default=None, metavar="0.5,1,2",
                        help="failure-rate multipliers of the scenario's own rates (checkpoint-interval: "
                             "default 1)")

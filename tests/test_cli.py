@@ -604,8 +604,8 @@ def test_chunking_off_reads_as_yaml_writes_it():
      "comma-separated, e.g. 1,2,4)"),
     (["search", "S", "--out", "OUT", "--sharding", "zero1,zero9"],
      "trainsim search: --sharding: 'zero9' is not a choice (allowed: a comma list of zero0, zero1, zero2, fsdp)"),
-    (["study", "mtbf2", "S", "--out", "OUT"],
-     "trainsim study: kind: invalid choice 'mtbf2' (allowed: checkpoint-interval, mtbf)"),  # was 'study: study:'
+    (["study", "mtbf2", "S", "--out", "OUT"],  # was 'study: study:'
+     "trainsim study: kind: invalid choice 'mtbf2' (allowed: checkpoint-interval, memory-interval, mtbf)"),
 ])
 def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
     """--ranks 0 ran every GPU as if the flag were absent; --workers -3 made the Dask LocalCluster wait for

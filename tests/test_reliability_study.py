@@ -753,7 +753,7 @@ def test_a_default_grid_over_the_job_event_limit_is_refused_before_any_point_run
     scenario = tmp_path / "job.yaml"
     scenario.write_text(TINY_CHECKPOINT_JOB)
     grid = default_grid(scenario_from_text(TINY_CHECKPOINT_JOB))
-    nearest = [round(grid.daly_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
+    nearest = [round(grid.centre_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
     assert nearest == [0, 0, 1, 1, 1, 2, 3, 4, 5] and grid.steps == (1, 2, 3, 4, 5) and grid.clamped == 2
 
     def ran(*args, **kwargs):
@@ -763,9 +763,9 @@ def test_a_default_grid_over_the_job_event_limit_is_refused_before_any_point_run
     assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "study"), "--quiet"]) == 2
     printed = capsys.readouterr()
     shown = ", ".join(f"{n} ({format_seconds(n * grid.step_s)})" for n in range(1, 6))
-    low, high = grid.step_s / grid.daly_s, 5 * grid.step_s / grid.daly_s
+    low, high = grid.step_s / grid.centre_s, 5 * grid.step_s / grid.centre_s
     assert printed.out.splitlines() == [
-        f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(grid.daly_s)}, 9 points "
+        f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(grid.centre_s)}, 9 points "
         f"from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole steps of {format_seconds(grid.step_s)} (4 "
         f"points merged in rounding, 2 below half a step raised to one step): {shown} steps"]
     events = [40 + 5 * 86400 / (n * grid.step_s) for n in range(1, 6)]
@@ -869,7 +869,7 @@ def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys
     text = job_text("exponential", 1.0, "10 s").replace("horizon: 54 d, replications: 20",
                                                         "horizon: 1 h, replications: 2")
     grid = default_grid(scenario_from_text(text))
-    nearest = [round(grid.daly_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
+    nearest = [round(grid.centre_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
     assert [n * grid.step_s > 3600 for n in nearest] == [False] * 8 + [True]
     assert grid.steps == tuple(nearest[:8]) and grid.past_horizon == 1
     scenario = tmp_path / "job.yaml"
@@ -882,7 +882,7 @@ def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys
     assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "short"), "--quiet",
                  "--set", "run.horizon=4 min", "--set", "checkpoint.interval=2 min"]) == 2
     assert capsys.readouterr().err == (
-        f"error: command line: trainsim study: --intervals: Daly's interval ({format_duration(grid.daly_s)}) x 0.25 "
+        f"error: command line: trainsim study: --intervals: Daly's interval ({format_duration(grid.centre_s)}) x 0.25 "
         "is longer than "
         "run.horizon (4 min): failures are too rare in the horizon for checkpoints to matter (allowed: durations "
         "under 4 min, e.g. 30 s,1 min,2 min)\n")
@@ -902,7 +902,7 @@ def test_the_default_grid_is_built_around_daly_at_the_study_s_multipliers(tmp_pa
     assert daly == pytest.approx(529.9, abs=0.05)
     for multipliers in ([4.0], [2.0, 8.0]):
         grid = default_grid(scenario_from_text(text), multipliers=multipliers)
-        assert grid.daly_s == pytest.approx(daly, rel=1e-12) and grid.rate_multiplier == pytest.approx(4.0)
+        assert grid.centre_s == pytest.approx(daly, rel=1e-12) and grid.rate_multiplier == pytest.approx(4.0)
         assert grid.steps == tuple(sorted({max(1, round(daly * f / grid.step_s)) for f in DEFAULT_GRID_FACTORS}))
     scenario = tmp_path / "job.yaml"
     scenario.write_text(text)

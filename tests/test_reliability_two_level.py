@@ -5,9 +5,11 @@
   GPUs to 1 peer at 15 MB/s stalls C1 = 33.33 s, its sync write at 100 MB/s costs C2 = 160 s, so the optimum is
   T1 = sqrt(2 C1 M1) = 600 s and T2 = sqrt(2 (C2 - C1) M2) = 3,376 s, as job_summary.json gives and the job
   table prints.
-- The job simulation's own optimum agrees: ETTR against the in-memory interval (the storage one at T2) peaks at
-  the point nearest T1, and the study's fit (`study.fitted_optimum`) lands within 5% of it; against the storage
-  interval (the in-memory one at T1), at the point nearest T2, the fit within 10%.
+- The job simulation's own optimum agrees: a `memory-interval` study (the storage interval near T2) peaks at
+  the point nearest T1, and its fit (`study.fitted_optimum`) lands within 5% of it; against the storage
+  interval (the in-memory one near T1), at the point nearest T2, the fit within 10%.
+- A `memory-interval` study names the field it varies, is refused at `checkpoint` without the tier, and without
+  `--intervals` runs a grid around T1.
 - Where the storage checkpoint costs no more than a snapshot, or no failure is recovered from memory, the optimum
   is storage alone at Young's interval; where no failure needs storage, there is no storage interval.
 """
@@ -64,28 +66,42 @@ def test_the_two_level_optimum_is_the_hand_computation(tmp_path, capsys):
             "needing storage)") in " ".join(out.split())
 
 
-def ettr_curve(setting: str, values: list[int]) -> tuple[list[float], list[float], dict]:
-    """The simulated intervals (s) and mean ETTR of the job at each of ``values`` steps of ``setting``, and the
-    two-level optimum its summary gives (the same at every point)."""
-    field = "memory_checkpoint" if "memory" in setting else "checkpoint"
-    summaries = [simulate_job(JOB, [f"{setting}={steps} steps"]).summary for steps in values]
-    return ([s[field]["interval_s"] for s in summaries], [s["ettr"]["mean"] for s in summaries],
-            summaries[0]["memory_checkpoint"]["two_level"])
+def test_a_memory_interval_study_peaks_at_the_two_level_optimum(tmp_path):
+    """`trainsim study memory-interval` varies checkpoint.memory.interval (the storage interval stays at 12,200
+    steps): its best point is the one nearest T1 and its fit lands within 5% of the summary's optimum."""
+    from simulator.reliability.study import fitted_optimum, run_study
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB)
+    study = run_study(scenario, [], ["700 steps", "1200 steps", "2170 steps", "3800 steps", "6500 steps"], [1.0],
+                      study="memory-interval")
+    assert study["varies"] == "checkpoint.memory.interval"
+    curve = study["curves"][0]
+    assert [point["interval_steps"] for point in curve["points"]] == [700, 1200, 2170, 3800, 6500]
+    step = curve["points"][0]["interval_s"] / 700
+    assert [point["interval_s"] for point in curve["points"]] == pytest.approx(
+        [steps * step for steps in (700, 1200, 2170, 3800, 6500)], rel=1e-12)
+    optimum = curve["two_level"]["memory_interval_s"]
+    assert optimum == pytest.approx(T1, rel=1e-12)
+    intervals, ettr = [p["interval_s"] for p in curve["points"]], [p["ettr"] for p in curve["points"]]
+    assert curve["best_interval_s"] == min(intervals, key=lambda interval: abs(math.log(interval / optimum)))
+    assert fitted_optimum(intervals, ettr) == pytest.approx(optimum, rel=0.05)
+    assert curve["young_interval_s"] == pytest.approx(math.sqrt(2 * C2 * 1 / (1 / M1 + 1 / M2)), rel=1e-9)
 
 
-@pytest.mark.parametrize("setting, steps, key, within", [
-    ("checkpoint.memory.interval", [700, 1200, 2170, 3800, 6500], "memory_interval_s", 0.05),
-    ("checkpoint.interval", [5000, 8000, 12200, 19000, 30000], "storage_interval_s", 0.10),
-])
-def test_the_simulated_optimum_is_near_the_two_level_one(setting, steps, key, within):
+def test_the_simulated_storage_optimum_is_near_the_two_level_one():
+    """Against the storage interval (snapshots every 2,170 steps, 599 s, near T1) ETTR peaks at the point nearest
+    T2, and the study's fit lands within 10% of the summary's optimum."""
     from simulator.reliability.study import fitted_optimum
 
-    intervals, ettr, two_level = ettr_curve(setting, steps)
-    optimum = two_level[key]
-    assert optimum == pytest.approx(T1 if key == "memory_interval_s" else T2, rel=1e-12)
-    best = intervals[ettr.index(max(ettr))]
-    assert best == min(intervals, key=lambda interval: abs(math.log(interval / optimum)))
-    assert fitted_optimum(intervals, ettr) == pytest.approx(optimum, rel=within)
+    summaries = [simulate_job(JOB, [f"checkpoint.interval={steps} steps"]).summary
+                 for steps in (5000, 8000, 12200, 19000, 30000)]
+    intervals = [s["checkpoint"]["interval_s"] for s in summaries]
+    ettr = [s["ettr"]["mean"] for s in summaries]
+    optimum = summaries[0]["memory_checkpoint"]["two_level"]["storage_interval_s"]
+    assert optimum == pytest.approx(T2, rel=1e-12)
+    assert intervals[ettr.index(max(ettr))] == min(intervals, key=lambda interval: abs(math.log(interval / optimum)))
+    assert fitted_optimum(intervals, ettr) == pytest.approx(optimum, rel=0.10)
 
 
 @pytest.mark.parametrize("classes, storage_bandwidth, memory, storage", [
@@ -108,3 +124,39 @@ def test_the_optimum_is_storage_alone_or_memory_alone_where_one_tier_buys_nothin
     optimum = simulate_job(text).summary["memory_checkpoint"]["two_level"]
     assert optimum["memory_interval_s"] == (None if memory is None else pytest.approx(memory, rel=1e-9))
     assert optimum["storage_interval_s"] == (None if storage is None else pytest.approx(storage, rel=1e-9))
+
+
+def test_every_study_names_the_interval_it_varies():
+    from simulator.reliability.study import STUDY_FIELDS
+    from simulator.sweep.options import STUDIES
+
+    assert set(STUDY_FIELDS) == set(STUDIES)
+    assert STUDY_FIELDS["memory-interval"] == ("checkpoint", "memory", "interval")
+
+
+def test_a_memory_interval_study_without_the_tier_is_refused_at_checkpoint(tmp_path, capsys):
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB.replace("  memory: {interval: 2170 steps, replicas: 1, bandwidth: 15 MB/s}\n", ""))
+    out = tmp_path / "out"
+    assert main(["study", "memory-interval", str(scenario), "--out", str(out), "--intervals", "5min,10min"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:11: checkpoint: a memory-interval study varies checkpoint.memory.interval, and the "
+        "scenario has no in-memory tier (allowed: checkpoint.memory: {interval: ..., replicas: ..., bandwidth: ...})\n")
+    assert not out.exists()
+
+
+def test_a_memory_interval_study_without_intervals_runs_a_grid_around_the_two_level_optimum(tmp_path, capsys):
+    """Without --intervals: T1 = 600 s x 1/4 to 4 in ratios of sqrt 2, in whole steps, all below the storage
+    interval (12,200 steps); the line of the curve prints the two-level optimum beside Young and Daly."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB.replace("replications: 8", "replications: 1").replace("30 d", "2 d"))
+    assert main(["study", "memory-interval", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "intervals (no --intervals): 0.25 to 4 times the two-level in-memory optimum 600 s, 9 points" in out
+    assert "two-level optimum memory every 10.00 min, storage every 56.27 min (MTBF 1.5 h recovered from memory, " \
+           "12.5 h needing storage)" in out
+    study = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert study["varies"] == "checkpoint.memory.interval"
+    step = study["curves"][0]["points"][0]["interval_s"] / study["curves"][0]["points"][0]["interval_steps"]
+    assert [p["interval_steps"] for p in study["curves"][0]["points"]] == sorted(
+        {round(T1 * 2 ** (k / 2) / step) for k in range(-4, 5)})

@@ -1,5 +1,6 @@
-"""The goodput chart of a job study: ETTR and goodput against the checkpoint interval, one line per
-failure-rate multiplier, with Young's and Daly's intervals and the simulated optimum marked; a study of one
+"""The goodput chart of a job study: ETTR and goodput against the checkpoint interval (or the in-memory one),
+one line per failure-rate multiplier, with Young's and Daly's intervals (the two-level optimum's) and the
+simulated optimum marked; a study of one
 interval at several failure rates (an `mtbf` study's default) against the system MTBF instead."""
 
 from __future__ import annotations
@@ -135,7 +136,9 @@ def goodput_figure(study: dict) -> Figure:
 
 def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str, scale: float) -> str:
     """ETTR and goodput against the interval in minutes, one line per multiplier, Young's and Daly's intervals
-    and the simulated best marked; the x axis's label."""
+    (a memory-interval study's: the two-level optimum's in-memory interval, two_level.py) and the simulated best
+    marked; the x axis's label."""
+    in_memory = study.get("varies") == "checkpoint.memory.interval"
     for index, curve in enumerate(study["curves"]):
         color = f"C{index}"
         points = curve["points"]
@@ -147,6 +150,11 @@ def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput:
         goodput_axis.plot(minutes, [scale * p[goodput] for p in points], "o-", color=color)
         _band(goodput_axis, minutes, points, goodput, scale, color)
         for axis in (ettr_axis, goodput_axis):
+            if in_memory:
+                optimum = (curve.get("two_level") or {}).get("memory_interval_s")
+                if optimum:
+                    axis.axvline(optimum / 60, color=color, linestyle="--", linewidth=0.9)
+                continue
             if curve["young_interval_s"]:
                 axis.axvline(curve["young_interval_s"] / 60, color=color, linestyle="--", linewidth=0.9)
             if curve["daly_interval_s"]:
@@ -154,11 +162,12 @@ def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput:
         if len(points) > 1:
             ettr_axis.plot([curve["best_interval_s"] / 60], [100 * curve["best_ettr"]], "*", color=color,
                            markersize=14)
-    ettr_axis.plot([], [], "k--", linewidth=0.9, label="Young")
-    ettr_axis.plot([], [], "k:", linewidth=1.2, label="Daly")
+    ettr_axis.plot([], [], "k--", linewidth=0.9, label="two-level optimum" if in_memory else "Young")
+    if not in_memory:
+        ettr_axis.plot([], [], "k:", linewidth=1.2, label="Daly")
     if any(len(curve["points"]) > 1 for curve in study["curves"]):
         ettr_axis.plot([], [], "k*", markersize=10, linestyle="none", label="simulated best")
-    return "checkpoint interval (min)"
+    return "in-memory interval (min)" if in_memory else "checkpoint interval (min)"
 
 
 def _against_mtbf(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str, scale: float) -> str:

@@ -1,5 +1,6 @@
-"""Purpose-built job studies: ETTR and goodput against the checkpoint interval (optionally for several
-failure-rate multipliers), with Young's and Daly's intervals beside the simulated optimum.
+"""Purpose-built job studies: ETTR and goodput against the checkpoint interval, or the in-memory tier's
+(`memory-interval`), optionally for several failure-rate multipliers, with Young's and Daly's intervals (and the
+two-level optimum, with an in-memory tier) beside the simulated optimum.
 
 Every point reruns the job simulation of the scenario with one override; the step times are simulated once
 (states.py caches them) and every point uses the same seeds, so all points see the same failure arrivals
@@ -21,6 +22,7 @@ import numpy as np
 
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.config.reliability import parse_interval
+from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError
 from simulator.reliability.simulate import (
     PreparedJob,
@@ -35,10 +37,38 @@ from simulator.reliability.summary import (
     expected_slowdowns,
     no_failure_text,
     optimum_intervals,
+    two_level_figures,
     write_floor_steps,
     young_daly_intervals,
 )
+from simulator.sweep.options import StudyName
 from simulator.units import counted, format_count, format_duration, parse_duration
+
+STORAGE_INTERVAL: FieldPath = ("checkpoint", "interval")
+MEMORY_INTERVAL: FieldPath = ("checkpoint", "memory", "interval")
+STUDY_FIELDS: dict[StudyName, FieldPath] = {"checkpoint-interval": STORAGE_INTERVAL,
+                                            "memory-interval": MEMORY_INTERVAL, "mtbf": STORAGE_INTERVAL}
+"""The interval each study's `--intervals` sets (its points' x), one per study of `sweep.options.STUDIES`."""
+
+
+def varied_interval(summary: dict, varies: FieldPath) -> tuple[float, int]:
+    """A point's interval in seconds and whole steps as its job ran it: the storage tier's (job_summary.json's
+    `checkpoint`) or the in-memory tier's (`memory_checkpoint`)."""
+    figures = summary["memory_checkpoint" if varies == MEMORY_INTERVAL else "checkpoint"]
+    return figures["interval_s"], figures["interval_steps"]
+
+
+def interval_steps_of(job: PreparedJob, varies: FieldPath) -> int:
+    """The whole steps of the interval ``varies`` in a prepared job's healthy state."""
+    return job.healthy.memory_interval_steps if varies == MEMORY_INTERVAL else job.healthy.interval_steps
+
+
+def refuse_no_memory_tier(loaded: LoadedScenario, study: StudyName) -> None:
+    """Refuse a study that varies the in-memory interval of a scenario without that tier, at `checkpoint`: setting
+    the interval alone would make one, with default copies and bandwidth the user never chose."""
+    if STUDY_FIELDS[study] == MEMORY_INTERVAL and loaded.scenario.checkpoint.memory is None:
+        raise loaded.error(("checkpoint",), f"a {study} study varies checkpoint.memory.interval, and the scenario has "
+                           "no in-memory tier", "checkpoint.memory: {interval: ..., replicas: ..., bandwidth: ...}")
 
 
 @dataclass(frozen=True)
@@ -50,6 +80,7 @@ class StudyPoint:
     multiplier: float
     summary: dict
     waiting: str | None
+    varies: FieldPath = STORAGE_INTERVAL
 
     def row(self) -> dict:
         """The point as a row of the study's table: each rate's mean over the replications, ETTR's and goodput's
@@ -57,7 +88,7 @@ class StudyPoint:
         s = self.summary
         tokens = s["goodput_tokens_per_s"] or {}
         return {"rate_multiplier": self.multiplier, "interval_s": self.interval_s,
-                "interval_steps": s["checkpoint"]["interval_steps"], "ettr": s["ettr"]["mean"],
+                "interval_steps": varied_interval(s, self.varies)[1], "ettr": s["ettr"]["mean"],
                 "ettr_ci95_low": s["ettr"]["ci95_low"], "ettr_ci95_high": s["ettr"]["ci95_high"],
                 "goodput_tokens_per_s": tokens.get("mean"),
                 "goodput_tokens_per_s_ci95_low": tokens.get("ci95_low"),
@@ -139,9 +170,12 @@ class IntervalGrid:
     checkpoint; one step), ascending, with their durations; how many factors came out below the floor (raised to
     it) and how many past the horizon (left out: a job would write no checkpoint); and, where some came out
     below an async write floor, the one point below it that shows the cliff there (``cliff_steps``, the longest
-    of those: its checkpoints wait for the write; the others below it only waited longer)."""
+    of those: its checkpoints wait for the write; the others below it only waited longer). A memory-interval
+    study's (`memory_grid`) is built the same way around ``centre``, the two-level optimum's in-memory interval,
+    leaving out, and counting in ``past_storage``, the points not below the storage interval (refused: no
+    snapshot would be taken)."""
 
-    daly_s: float
+    centre_s: float
     step_s: float
     steps: tuple[int, ...]
     clamped: int
@@ -149,6 +183,8 @@ class IntervalGrid:
     rate_multiplier: float = 1.0
     floor_steps: int = 1
     cliff_steps: int | None = None
+    centre: str = "Daly's"
+    past_storage: int = 0
 
     @property
     def intervals_s(self) -> list[float]:
@@ -191,6 +227,43 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
                                  + ",".join(format_duration(horizon * share) for share in (0.125, 0.25, 0.5)))
     return IntervalGrid(daly, step, tuple(steps), below, past, centre, floor,
                         cliff if cliff in steps else None)
+
+
+def memory_grid(loaded: LoadedScenario, force: bool = False,
+                on_healthy_step: Callable[[dict], None] | None = None,
+                multipliers: Sequence[float] = (1.0,)) -> IntervalGrid:
+    """The in-memory intervals a memory-interval study runs without `--intervals`: whole steps nearest the
+    two-level optimum's (two_level.py, which goes as 1 / sqrt(multiplier), taken at the geometric mean of
+    ``multipliers``) times DEFAULT_GRID_FACTORS, at least a step, below the storage interval and ending within the
+    horizon; refused, at `checkpoint` without the tier, and at `--intervals` where the optimum has no in-memory
+    interval (no failure interrupts the job, or the tier buys nothing to first order) or every point is left
+    out."""
+    require_horizon(loaded)
+    refuse_no_memory_tier(loaded, "memory-interval")
+    job = prepare_job(loaded, force=force)
+    if on_healthy_step is not None:
+        on_healthy_step(job.step_summary)
+    optimum = two_level_figures(job.plan, job.healthy)
+    if optimum is None or optimum["memory_interval_s"] is None:
+        why = (f"expects {no_failure_text(job.plan, job.counts)}" if optimum is None else
+               "is best with storage alone to first order (the in-memory tier buys nothing: "
+               "job_summary.json's memory_checkpoint.two_level)")
+        raise InputError(f"the job {why}, so it has no two-level in-memory interval to build the default grid around",
+                         field="--intervals", allowed=INTERVALS_ALLOWED)
+    centre = math.exp(sum(math.log(multiplier) for multiplier in multipliers) / len(multipliers))
+    memory = optimum["memory_interval_s"] / math.sqrt(centre)
+    step, horizon, storage = job.healthy.step_s, job.plan.horizon_s, job.healthy.interval_steps
+    nearest = [max(1, round(memory * factor / step)) for factor in DEFAULT_GRID_FACTORS]
+    past_storage = sum(n >= storage for n in nearest)
+    past = sum(n < storage and n * step >= horizon for n in nearest)
+    steps = sorted({n for n in nearest if n < storage and n * step < horizon})
+    if not steps:
+        raise InputError(f"the two-level in-memory interval ({format_duration(memory)}) x "
+                         f"{min(DEFAULT_GRID_FACTORS):g} is not below the storage interval "
+                         f"({counted(storage, 'step')}) or the horizon", field="--intervals",
+                         allowed=f"intervals below {counted(storage, 'step')}, {INTERVALS_ALLOWED}")
+    return IntervalGrid(memory, step, tuple(steps), sum(round(memory * f / step) < 1 for f in DEFAULT_GRID_FACTORS),
+                        past, centre, centre="the two-level in-memory optimum", past_storage=past_storage)
 
 
 def fitted_optimum(intervals: list[float], ettr: list[float], floor_s: float = 0.0) -> float | None:
@@ -236,6 +309,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "young_interval_s": first["young_interval_s"],
         "daly_interval_s": first["daly_interval_s"],
         "young_daly_cost_s": first["young_daly_cost_s"],
+        "two_level": (first.get("memory_checkpoint") or {}).get("two_level"),
         "write_floor_steps": first["write_floor_steps"],
         "write_floor_s": first["write_floor_s"],
         "best_interval_s": best.interval_s,
@@ -256,38 +330,41 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
               progress: Callable[[int, int], None] | None = None, workers: int = 0,
               states_progress: Callable[[int, int], None] | None = None,
               foresight_progress: Callable[[int, int], None] | None = None,
-              workers_warning: Callable[[str], None] | None = None) -> dict:
-    """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
-    scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
-    Without intervals, each multiplier has one point at the scenario's own interval (a checkpoint-interval
-    study passes `default_grid`'s). Every point is checked, and checked against the job-event limit, before any
-    runs (`refuse_long_study`); ``force`` runs points beyond it and beyond the scale limits (degraded or
-    straggling states that would be unfolded steps past them). Then, before the first point's job is simulated,
-    ``on_healthy_step`` gets the healthy step's summary once (the points change no step) and
-    ``on_point_warnings`` the warnings each point gives before it runs (`point_warnings`: an interval that
-    writes no checkpoint), which `trainsim study` prints, and study.json keeps as `point_warnings`.
-    ``progress(done, total)`` hears of each point simulated. The points run one after another in this process,
-    so each simulates its cluster states ahead on the other cores as `trainsim run` does (at most ``workers``
-    processes where not 0; ``foresight_progress`` hears of each replication of the pass that foresees them,
-    ``states_progress`` of each state, ``workers_warning`` of a worker that ended early or was not forked),
-    unless this process is itself a worker; a
-    later point finds the states an earlier one simulated (the points change no step; the state cache holds
-    `states.CACHE_BYTES`, ~4,000 states of a 64-GPU job)."""
+              workers_warning: Callable[[str], None] | None = None,
+              study: StudyName = "checkpoint-interval") -> dict:
+    """Simulate every (multiplier, interval) point; one curve summary per multiplier. The intervals set the field
+    ``study`` varies (`STUDY_FIELDS`: a `memory-interval` study's, refused without the tier, the in-memory one). A
+    multiplier scales the scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario
+    as written). Without intervals, each multiplier has one point at the scenario's own interval (a
+    checkpoint-interval study passes `default_grid`'s, a memory-interval one `default_grid`'s of that tier). Every
+    point is checked, and checked against the job-event limit, before any runs (`refuse_long_study`); ``force`` runs
+    points beyond it and beyond the scale limits (degraded or straggling states that would be unfolded steps past
+    them). Then, before the first point's job is simulated, ``on_healthy_step`` gets the healthy step's summary once
+    (the points change no step) and ``on_point_warnings`` the warnings each point gives before it runs
+    (`point_warnings`: an interval that writes no checkpoint), which `trainsim study` prints, and study.json keeps
+    as `point_warnings`. ``progress(done, total)`` hears of each point simulated. The points run one after another
+    in this process, so each simulates its cluster states ahead on the other cores as `trainsim run` does (at most
+    ``workers`` processes where not 0; ``foresight_progress`` hears of each replication of the pass that foresees
+    them, ``states_progress`` of each state, ``workers_warning`` of a worker that ended early or was not forked),
+    unless this process is itself a worker; a later point finds the states an earlier one simulated (the points
+    change no step; the state cache holds `states.CACHE_BYTES`, ~4,000 states of a 64-GPU job)."""
     base = load_scenario(scenario, overrides)
     require_horizon(base)
+    refuse_no_memory_tier(base, study)
+    varies = STUDY_FIELDS[study]
     own = base.scenario.faults.rate_multiplier
     at: list[float | str | None] = [*intervals] if intervals else [None]
-    grid = [[(multiplier, study_point_scenario(scenario, overrides, own * multiplier, multiplier, interval))
+    grid = [[(multiplier, study_point_scenario(scenario, overrides, own * multiplier, multiplier, interval, varies))
              for interval in at] for multiplier in multipliers]
     points = [point for row in grid for point in row]
     jobs = [prepare_job(loaded, force=force) for _, loaded in points]
     if intervals:
         for first in range(0, len(jobs), len(at)):  # each multiplier's points
-            refuse_same_steps(intervals, jobs[first:first + len(at)])
+            refuse_same_steps(intervals, jobs[first:first + len(at)], varies)
     refuse_long_study(base, points, jobs, force)
     if on_healthy_step is not None:
         on_healthy_step(jobs[0].step_summary)
-    warned = point_warnings(points, jobs)
+    warned = point_warnings(points, jobs, varies)
     if on_point_warnings is not None:
         on_point_warnings(warned)
     curves: list[dict] = []
@@ -298,22 +375,25 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
             result = simulate_job(loaded, force=force, workers=workers, states_progress=states_progress,
                                   foresight_progress=foresight_progress, workers_warning=workers_warning,
                                   progress=_points_shown(progress, finished, len(points)))
-            done.append(StudyPoint(result.summary["checkpoint"]["interval_s"], multiplier, result.summary,
-                                   result.waiting))
+            done.append(StudyPoint(varied_interval(result.summary, varies)[0], multiplier, result.summary,
+                                   result.waiting, varies))
             if progress is not None:
                 progress(finished + 1, len(points))
         curves.append(curve_summary(done))
-    return {"scenario": str(scenario), "overrides": list(overrides), "point_warnings": warned, "curves": curves}
+    return {"scenario": str(scenario), "overrides": list(overrides), "varies": ".".join(varies),
+            "point_warnings": warned, "curves": curves}
 
 
-def refuse_same_steps(intervals: Sequence[float | str], jobs: list[PreparedJob]) -> None:
+def refuse_same_steps(intervals: Sequence[float | str], jobs: list[PreparedJob],
+                      varies: FieldPath = STORAGE_INTERVAL) -> None:
     """Refuse two intervals that round to the same whole number of steps (`--intervals 600s,10steps` on a 60 s
     step, or 10s,20s both raised to one step): a job checkpoints after whole steps, so both would be one point
     simulated twice, a duplicate in the curve and its fit, as the same value given twice is (`parse_list`
-    refuses that). ``jobs``: one multiplier's points, in the order of ``intervals``."""
+    refuses that). ``jobs``: one multiplier's points, in the order of ``intervals``; ``varies``, the interval they
+    set."""
     first: dict[int, float | str] = {}
     for interval, job in zip(intervals, jobs, strict=True):
-        steps = job.healthy.interval_steps
+        steps = interval_steps_of(job, varies)
         if steps in first:
             raise InputError(f"{_interval_shown(first[steps])} and {_interval_shown(interval)} both run a checkpoint "
                              f"every {counted(steps, 'step')} (steps of {format_duration(job.healthy.step_s)}): the "
@@ -338,10 +418,11 @@ def _points_shown(progress: Callable[[int, int], None] | None, finished: int, to
     return lambda _done, _replications: progress(finished, total)
 
 
-def point_warnings(points: list[tuple[float, LoadedScenario]], jobs: list[PreparedJob]) -> list[dict]:
+def point_warnings(points: list[tuple[float, LoadedScenario]], jobs: list[PreparedJob],
+                   varies: FieldPath = STORAGE_INTERVAL) -> list[dict]:
     """The warnings each study point gives before it runs (`PreparedJob.warnings`), with its rate multiplier and
-    the interval it runs (in whole steps), in the study's order; a warning its multiplier's earlier point gave
-    word for word (`summary.young_daly_warning`, the same at every interval) only there."""
+    the interval ``varies`` it runs (in whole steps), in the study's order; a warning its multiplier's earlier
+    point gave word for word (`summary.young_daly_warning`, the same at every interval) only there."""
     told: set[tuple[float, str]] = set()
     warned = []
     for (multiplier, _), job in zip(points, jobs, strict=True):
@@ -349,21 +430,20 @@ def point_warnings(points: list[tuple[float, LoadedScenario]], jobs: list[Prepar
             if (multiplier, warning) not in told:
                 told.add((multiplier, warning))
                 warned.append({"rate_multiplier": multiplier,
-                               "interval_s": job.healthy.interval_steps * job.healthy.step_s, "warning": warning})
+                               "interval_s": interval_steps_of(job, varies) * job.healthy.step_s, "warning": warning})
     return warned
 
 
 def study_point_scenario(scenario: str | Path, overrides: list[str], rate_multiplier: float, multiplier: float,
-                         interval: float | str | None) -> LoadedScenario:
+                         interval: float | str | None, varies: FieldPath = STORAGE_INTERVAL) -> LoadedScenario:
     """The scenario of one study point: ``rate_multiplier`` (the scenario's own times ``multiplier``, which
-    `--multipliers` names) and, where given, the checkpoint interval (`--intervals`: seconds, or a number of
+    `--multipliers` names) and, where given, the interval ``varies`` (`--intervals`: seconds, or a number of
     steps as text)."""
     settings = [OptionSetting("--multipliers", ("faults", "rate_multiplier"), rate_multiplier, f"x {multiplier:g}")]
     if isinstance(interval, str):
-        settings.append(OptionSetting("--intervals", ("checkpoint", "interval"), interval, interval))
+        settings.append(OptionSetting("--intervals", varies, interval, interval))
     elif interval is not None:
-        settings.append(OptionSetting("--intervals", ("checkpoint", "interval"), f"{interval!r} s",
-                                      format_duration(interval)))
+        settings.append(OptionSetting("--intervals", varies, f"{interval!r} s", format_duration(interval)))
     return load_scenario(scenario, overrides, tuple(settings))
 
 

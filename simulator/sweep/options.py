@@ -30,7 +30,8 @@ pipeline stage, or every simulated rank."""
 ExecutorName = Literal["local", "serial", "dask"]
 EXECUTORS: tuple[ExecutorName, ...] = get_args(ExecutorName)
 """Where a sweep's or a search's points run (sweep/executors.py), the default first."""
-StudyName = Literal["checkpoint-interval", "mtbf"]
+StudyName = Literal["checkpoint-interval", "memory-interval", "mtbf"]
 STUDIES: tuple[StudyName, ...] = get_args(StudyName)
-"""The job studies of `trainsim study` (reliability/study.py): ETTR against the checkpoint interval, or
-against failure-rate multipliers at the scenario's own interval."""
+"""The job studies of `trainsim study` (reliability/study.py): ETTR against the checkpoint interval, against the
+in-memory tier's interval (`checkpoint.memory.interval`), or against failure-rate multipliers at the scenario's
+own interval; `study.STUDY_FIELDS` names the field each one's `--intervals` sets."""
