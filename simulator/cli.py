@@ -141,7 +141,8 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
     """A job over weeks (`run.horizon`): its healthy step's warnings (out of memory among them) as a plain run
     gives them and the job's known before it runs (an interval that writes no checkpoint), printed as soon as
     that step is simulated, before the job (which can take minutes); then its outputs, the warning that its
-    restarts mostly waited for hosts, where they did, and (unless ``quiet``) its table of figures."""
+    restarts mostly waited for hosts, where they did, and that some state took no in-memory snapshot, and (unless
+    ``quiet``) its table of figures."""
     from simulator.console.progress import RunProgress
     from simulator.reliability.report import run_job
 
@@ -153,8 +154,9 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
                              workers_warning=_warn_line, activity=progress.doing,
                              on_healthy_step=lambda summary: _warn("run", summary.get("warnings", []), summary,
                                                                    loaded))
-    if job.waiting is not None:
-        _warn_line(job.waiting)
+    for late in (job.waiting, job.idle_memory):
+        if late is not None:
+            _warn_line(late)
     if not quiet:
         from rich.console import Console
 

@@ -16,7 +16,8 @@
   too where both are in one unit; a stall that
   takes a large share of the training between snapshots is warned of.
 - A job shrunk (elastic) to fewer hosts stalls for the copies those hosts hold.
-- An in-memory interval within a tenth of the storage one (one snapshot between storage checkpoints) is warned of.
+- An in-memory interval within a tenth of the storage one (one snapshot between storage checkpoints) is warned of,
+  and after the run a state met whose own steps put it at or past the storage one (no snapshot there).
 - Without the tier the events have no `tier` column and the summary no `memory_checkpoint` (the bundled jobs'
   outputs are byte-identical to those before the tier existed); bad values are refused in one line.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from simulator.cli import main
@@ -351,3 +353,24 @@ def test_an_in_memory_interval_near_the_storage_one_is_warned_of(tmp_path, capsy
     captured = capsys.readouterr()
     assert ("are 92% of the storage interval (12,000 steps; from 90% warns)" in " ".join(captured.err.split())) \
         is warned
+
+
+def test_a_state_whose_in_memory_interval_reaches_the_storage_one_is_warned_of(tmp_path, capsys):
+    """Snapshots every 50 s (864 healthy steps of 57.9 ms) beside storage every 4,000 steps: shrunk to one
+    one-GPU host the step is 5.08 ms, 50 s is 9,834 steps, and no snapshot is taken there (each storage checkpoint
+    restarts their count); the job says so after the run, at checkpoint.memory's line. On 2 hosts (24.2 ms)
+    50 s is 2,064 steps, under 4,000."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SHRINKING.replace("memory: {interval: 1000 steps", "memory: {interval: 50 s"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err == (f"warning: {scenario}:7: checkpoint.memory.interval: in 1 cluster state the job met, the "
+                   "in-memory interval is not shorter than the storage one in that state's steps (1 replica: "
+                   "9,834 steps against 4,000): each storage checkpoint restarts the snapshots' count, so the tier "
+                   "took no snapshot there (allowed: both intervals in one unit (durations, or steps), shorter by "
+                   "more than a step)\n")
+    summary = json.loads((tmp_path / "out" / "job_summary.json").read_text())
+    assert [state["replicas"] for state in summary["states"]] == [1, 2, 3, 4]
+    events = pd.read_parquet(tmp_path / "out" / "job_events.parquet")
+    snapshots = events[(events["kind"] == "checkpoint") & (events["tier"] == "memory")]
+    assert not (snapshots["end_s"] == snapshots["start_s"]).any()  # on one host a snapshot would stall nothing

@@ -38,6 +38,7 @@ from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import Arrivals, draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import (
+    idle_memory_tier_warning,
     job_summary,
     memory_near_storage_warning,
     memory_stall_warning,
@@ -65,7 +66,8 @@ class JobResult:
     """A finished job simulation: job_summary.json's dict, the event log, the healthy step's summary (summary.json:
     its warnings and then the job's) and the job's warnings: those known before it runs (an interval that lets
     no checkpoint finish, `interval_past_horizon`), then ``waiting`` where its restarts mostly waited for hosts
-    (`summary.waiting_warning`), which `trainsim run` prints once the job is simulated. The event table is built
+    (`summary.waiting_warning`) and ``idle_memory`` where some state met took no in-memory snapshot, which
+    `trainsim run` prints once the job is simulated. The event table is built
     on first use (a study that reads only the summary never builds it)."""
 
     summary: dict
@@ -73,6 +75,8 @@ class JobResult:
     step_summary: dict
     warnings: tuple[str, ...]
     waiting: str | None
+    idle_memory: str | None = None
+    """The cluster states met where the in-memory tier took no snapshot (`summary.idle_memory_tier_warning`)."""
 
     @cached_property
     def table(self) -> pa.Table:
@@ -806,8 +810,9 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
                           prepared.gpu_model)
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
-    warnings = prepared.warnings + (() if waiting is None else (waiting,))
-    return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting)
+    idle = idle_memory_tier_warning(loaded, met)
+    warnings = prepared.warnings + tuple(warning for warning in (waiting, idle) if warning is not None)
+    return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle)
 
 
 def replication_text(replication: int, replications: int) -> str:

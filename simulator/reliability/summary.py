@@ -225,6 +225,28 @@ def memory_near_storage_warning(costs: SegmentCosts) -> str | None:
             "(the two-level optimum, job_summary.json's memory_checkpoint.two_level)")
 
 
+def idle_memory_tier_warning(loaded: LoadedScenario, states: dict[ClusterState, SegmentCosts]) -> str | None:
+    """A warning, located at `checkpoint.memory.interval`, naming the cluster states the job met (up to three)
+    whose in-memory interval in their own steps is not shorter than the storage one: each storage checkpoint
+    restarts the snapshots' count, so the tier took none there and a failure in them rolled back to storage.
+    The healthy state's is refused at load (`simulate._refuse_unused_memory_tier`); the others' steps are known
+    only once the job meets them (a slower or shrunk state turns an interval given as a duration into other
+    steps, and one in steps into another duration), so they are told after the run. None where there is none."""
+    idle = sorted(state for state, costs in states.items()
+                  if costs.memory_interval_steps and costs.memory_interval_steps >= costs.interval_steps)
+    if not idle:
+        return None
+    shown = "; ".join(f"{counted(state.replicas, 'replica')}{', ' + state.describe() if state.describe() else ''}: "
+                      f"{counted(states[state].memory_interval_steps, 'step')} against "
+                      f"{states[state].interval_steps:,}" for state in idle[:3])
+    more = f"; {len(idle) - 3:,} more" if len(idle) > 3 else ""
+    return str(loaded.error(("checkpoint", "memory", "interval"),
+                            f"in {counted(len(idle), 'cluster state')} the job met, the in-memory interval is not "
+                            f"shorter than the storage one in that state's steps ({shown}{more}): each storage "
+                            "checkpoint restarts the snapshots' count, so the tier took no snapshot there",
+                            "both intervals in one unit (durations, or steps), shorter by more than a step"))
+
+
 def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
                       ) -> tuple[float | None, float | None, float | None]:
     """The job's system MTBF M (horizon / unexpected interruptions expected) and Young's and Daly's intervals for
