@@ -28,6 +28,7 @@ reports.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from simulator.catalog.calibration import nvls_efficiency
 from simulator.catalog.gpus import gpu_names
@@ -62,9 +63,27 @@ def available(topology: Topology) -> bool:
     return topology.nvls and nvls_efficiency(topology.gpu_model) is not None
 
 
+def switches_up(ranks: Sequence[int], topology: Topology) -> bool:
+    """Whether every GPU of ``ranks`` keeps a link up to an NVSwitch. With all of a GPU's NVSwitch links down
+    (every NVSwitch tray of a GB200 NVL72 rack down, or `faults.step.links` at capacity 0 from the start: the
+    rerouter's links down) no switch is left to reduce in, and NCCL runs another algorithm. Links degraded but up
+    (some trays down) keep NVLS, slowed as every transfer over them is by the capacity left."""
+    from simulator.faults.rerouting import Rerouter  # networkx; only a topology with links down has one
+
+    router = topology.router
+    if not isinstance(router, Rerouter):
+        return True
+    nodes, graph = topology.wiring.nodes, topology.graph
+    return all(any(nodes[peer].get("kind") == "nvswitch" and (gpu, peer) not in router.down
+                   for peer in graph.successors(gpu))
+               for gpu in (topology.gpus[rank] for rank in ranks))
+
+
 def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
-    """NVLS inside one domain: the whole group in one NVLink domain of a topology that can run it."""
-    return available(topology) and len({topology.gpu_domain[rank] for rank in ranks}) == 1
+    """NVLS inside one domain: the whole group in one NVLink domain of a topology that can run it, each GPU's
+    links to the NVSwitches up."""
+    return (available(topology) and len({topology.gpu_domain[rank] for rank in ranks}) == 1
+            and switches_up(ranks, topology))
 
 
 MIN_HEADS = 2
@@ -105,9 +124,10 @@ def check(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
     with the same count of members on every host."""
     if supports(request.ranks, topology):
         return [list(request.ranks)]
-    if not topology.nvls or request.op != "all_reduce":
-        raise ScenarioError(f"nvls {request.op} needs NVLink SHARP and a group inside one NVLink domain (all_reduce "
-                            f"may span hosts whose switches reduce); {topology.name} does not fit",
+    if not topology.nvls or request.op != "all_reduce" or not switches_up(request.ranks, topology):
+        raise ScenarioError(f"nvls {request.op} needs NVLink SHARP, the group's links to the NVSwitches up and a "
+                            f"group inside one NVLink domain (all_reduce may span hosts whose switches reduce); "
+                            f"{topology.name} does not fit",
                             field="collectives.algorithm")
     hosts = host_grid(request, topology, "nvls")
     if len(hosts[0]) > 1:

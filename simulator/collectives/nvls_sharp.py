@@ -28,8 +28,9 @@ LATENCY = nvls.LATENCY + NVLS_SHARP_NET_LATENCY
 
 def fits(topology: Topology, hosts: list[list[int]]) -> bool:
     """NVLS needs every host's members on NVLink-SHARP switches (more than one GPU per host), on GPUs that drive
-    NVLink SHARP."""
-    return nvls.available(topology) and len(hosts[0]) > 1
+    NVLink SHARP, their links to the NVSwitches up."""
+    return (nvls.available(topology) and len(hosts[0]) > 1
+            and nvls.switches_up([rank for members in hosts for rank in members], topology))
 
 
 def host_members(request: CollectiveRequest, topology: Topology) -> list[list[int]]:

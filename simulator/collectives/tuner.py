@@ -63,7 +63,8 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
         return found
     found.append("tree")
     even = len({len(members) for members in hosts}) == 1
-    if nvls.available(topology) and even and nics_used(topology, hosts) >= nvls.MIN_HEADS:
+    if (nvls.available(topology) and even and nics_used(topology, hosts) >= nvls.MIN_HEADS
+            and nvls.switches_up(request.ranks, topology)):
         found.append("nvls")
     if collnet_direct.supports(request.ranks, topology):
         found.append("collnet_direct")
