@@ -12,6 +12,7 @@ from simulator import simulate
 from simulator.cli import main
 from simulator.config.faults import StepFaults
 from simulator.config.loader import scenario_from_text
+from simulator.errors import ScenarioError
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.perturbed import with_step_faults
 from simulator.reliability.processes import Arrivals
@@ -163,3 +164,67 @@ def test_a_rack_class_on_a_cluster_without_racks_is_refused(tmp_path, capsys):
     assert main(["validate", str(scenario)]) == 2
     assert "faults.components.rack: class 'rack' fails per rack, and this cluster has no rack" in \
         capsys.readouterr().err
+
+
+def one_rack_step(text: str, racks: int, trays_down: tuple[tuple[str, int], ...]) -> float:
+    """The step of the job of ``text`` built by hand on ``racks`` racks (DP 4 a rack) with ``trays_down``."""
+    cluster = "trays: 4" if racks == 1 else f"racks: {racks}, trays: 4, leaf_ports: 4, spines: 2"
+    loaded = scenario_from_text(text.replace("racks: 2, trays: 4, leaf_ports: 4, spines: 2", cluster)
+                                .replace("dp: 8", f"dp: {4 * racks}"), "hand.yaml")
+    faults = nvswitch_tray_faults(scenario_topology(loaded), trays_down)
+    return simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["step_time_s"]
+
+
+def shrunk_states(summary: dict, replicas: int) -> list[tuple[dict, float]]:
+    """The trays down and step time of each of the job's states on ``replicas`` replicas."""
+    return [(state["nvswitch_trays_down"], state["step_time_s"]) for state in summary["states"]
+            if state["replicas"] == replicas]
+
+
+def test_nvswitch_trays_down_follow_their_rack_when_a_rack_failure_shrinks_the_job(job_with):
+    """A tray of rack 1 is down (0.5 h, 3 h repair) when rack 0 fails (1 h): the elastic job shrinks onto rack 1,
+    the first rack of its group, and trains at the step of one rack with a tray down, as built by hand. A tray of
+    rack 0 down when it fails leaves with the rack: the shrunk job trains at one healthy rack's step. A tray down
+    later on rack 1, which the shrunk job no longer uses, is ignored as that rack is. Before, trays were matched to
+    the shrunk cluster's racks by name: rack 1's was dropped and rack 0's slowed the job."""
+    degraded = one_rack_step(job(CLASSES), 1, (("rack0/nvswitch", 1),))
+    healthy = one_rack_step(job(CLASSES), 1, ())
+    assert degraded > healthy
+    summary = job_with(job(CLASSES), (0.5 * H, 1, 9, 3 * H), (1 * H, 0, 0, 4 * H)).summary
+    assert shrunk_states(summary, 4) == [({}, healthy), ({"rack0/nvswitch": 1}, degraded)]
+    summary = job_with(job(CLASSES), (0.5 * H, 1, 0, 3 * H), (1 * H, 0, 0, 4 * H)).summary
+    assert shrunk_states(summary, 4) == [({}, healthy)]
+    result = job_with(job(CLASSES), (1 * H, 0, 0, 4 * H), (2 * H, 1, 9, 1 * H))
+    assert shrunk_states(result.summary, 4) == [({}, healthy)]
+    assert "degraded" not in set(result.events["kind"])
+
+
+def test_on_three_racks_the_racks_left_close_ranks(job_with):
+    """3 racks (DP 12): rack 0 fails with a tray of rack 2 down; the job shrinks to 8 replicas on racks 1 and 2,
+    its group's racks 0 and 1, so the tray is on its second rack: the step of 2 racks with rack 1's tray down, as
+    built by hand (before, `rack2/nvswitch` matched no rack of the shrunk job and the tray was dropped)."""
+    three = job(CLASSES).replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12")
+    summary = job_with(three, (0.5 * H, 1, 18, 3 * H), (1 * H, 0, 0, 4 * H)).summary
+    degraded = one_rack_step(job(CLASSES), 2, (("rack1/nvswitch", 1),))
+    assert shrunk_states(summary, 8) == [({}, one_rack_step(job(CLASSES), 2, ())), ({"rack1/nvswitch": 1}, degraded)]
+
+
+def test_with_every_tray_of_a_rack_down_nvls_is_not_run_there():
+    """All 9 trays of rack 0 down leave its GPUs no NVSwitch to reduce in: `auto` picks another algorithm for an
+    all-reduce over the rack's 16 GPUs, and `nvls` asked for is refused in one line; with 8 down the links are
+    degraded but up and NVLS runs, slowed. Before, NVLS was still picked and routed over the network."""
+    def all_reduce(algorithm: str, down: int) -> dict:
+        loaded = scenario_from_text(f"""cluster: {{topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}}
+network: {{model: flow}}
+collectives: {{algorithm: {algorithm}}}
+workload:
+  - {{name: ar, op: all_reduce, bytes: 64 MiB, group: [{", ".join(map(str, range(16)))}]}}
+""", "ar.yaml")
+        faults = nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", down),))
+        return simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["collectives"][0]
+
+    assert all_reduce("auto", 8)["algorithm"] == "nvls"
+    picked = all_reduce("auto", 9)
+    assert picked["algorithm"] != "nvls" and picked["time_s"] == all_reduce(picked["algorithm"], 9)["time_s"]
+    with pytest.raises(ScenarioError, match="the group's links to the NVSwitches up"):
+        all_reduce("nvls", 9)

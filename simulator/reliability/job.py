@@ -37,8 +37,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 
 import simpy
 
@@ -81,6 +81,9 @@ class JobPlan:
     """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
     memory_replicas: int = 0
     """Peer hosts holding each host's in-memory snapshot (`checkpoint.memory.replicas`); 0 without that tier."""
+    racks: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """GB200 NVL72 racks in host order: each one's NVSwitch node and its hosts (none on another cluster). The
+    NVSwitch trays down follow their rack when a restart regroups the hosts (`JobProcess._regrouped`)."""
 
     def hosts_for(self, replicas: int) -> int:
         """The hosts a job of ``replicas`` data-parallel replicas runs on: every host at full size, also when
@@ -140,11 +143,11 @@ class JobProcess:
         self.replicas = plan.replicas
         self.degraded: dict[tuple[int, Degradation], int] = {}
         self.degraded_repairs: list[tuple[float, int, tuple[int, Degradation]]] = []
+        self.missing: set[int] = set()
         self._refresh()
         self.in_use = plan.hosts
         self.spares = plan.spares
         self.repairs: list[float] = []
-        self.missing: set[int] = set()
         self.lost_since_restore: set[int] = set()
         self.next_maintenance = plan.maintenance.every_s / 2 if plan.maintenance else INF
         self.restart_s = 0.0
@@ -241,11 +244,20 @@ class JobProcess:
     def _skip(self, index: int, t: float) -> bool:
         """Consume an arrival that does not interrupt: a unit not in use (a slot beyond a shrunk job, a host
         already out) or a degradation or straggler, which is applied. False for an interrupting one."""
-        hosts = self.plan.blast[self.klass[index]][self.unit[index]]
+        hosts = self.plan.blast[self.klass[index]][self.unit[index]] or self._rack_of_tray(index)
         if hosts and not self._touches_job(hosts):
             self.next_arrival += 1
             return True
         return self._degrade(index, t)
+
+    def _rack_of_tray(self, index: int) -> tuple[int, ...]:
+        """The hosts of the rack of arrival ``index``'s NVSwitch tray (none for another unit): a tray takes no
+        host, but one on a rack the job does not use (a shrunk job's) is not in use, as that rack is not."""
+        if self.plan.classes[self.klass[index]].unit != "nvswitch_tray":
+            return ()
+        tray = self.plan.degradation(self.klass[index], self.unit[index]).nvswitch_tray
+        assert tray is not None
+        return dict(self.plan.racks)[tray[0]]
 
     def _touches_job(self, hosts: tuple[int, ...]) -> bool:
         """Whether any of ``hosts`` is in use by the job."""
@@ -267,7 +279,7 @@ class JobProcess:
         self._end_degradations(t)
         key = (self.klass[index], self.plan.degradation(self.klass[index], self.unit[index]))
         if key not in self.degraded and self.costs is not None and self.plan.blast[self.klass[index]][self.unit[index]]:
-            candidate = state_of(self.replicas, [d for _, d in self.degraded] + [key[1]])
+            candidate = state_of(self.replicas, self._regrouped([d for _, d in self.degraded] + [key[1]]))
             if self.plan.costs(candidate) is None:
                 return False
         end = t + self.repair[index]
@@ -292,7 +304,43 @@ class JobProcess:
             self._refresh()
 
     def _state(self, replicas: int) -> ClusterState:
-        return state_of(replicas, [d for _, d in self.degraded])
+        return state_of(replicas, self._regrouped(d for _, d in self.degraded))
+
+    def _rack_moves(self) -> dict[str, str]:
+        """Where each rack's NVSwitch node goes in the group a restart forms now: a rack whose hosts are all out
+        (a rack failure) leaves, its trays down with it (repaired with the rack); the others close ranks in host
+        order onto the first racks, as the hosts do (a group's hosts are the slots from 0 up, spares standing in
+        after the hosts kept). Without it, a job shrunk onto rack 1 when rack 0 failed lost rack 1's trays down
+        and took on rack 0's."""
+        kept = [switch for switch, hosts in self.plan.racks if not all(host in self.missing for host in hosts)]
+        return {switch: rack for switch, (rack, _) in zip(kept, self.plan.racks)}
+
+    def _regrouped(self, degradations: Iterable[Degradation]) -> list[Degradation]:
+        """``degradations`` on the group the job forms with the hosts out now (`_rack_moves`; the same while
+        none is out, as during training)."""
+        if not self.missing or not self.plan.racks:
+            return list(degradations)
+        moves = self._rack_moves()
+        return [degradation if degradation.nvswitch_tray is None
+                else replace(degradation, nvswitch_tray=(moves[degradation.nvswitch_tray[0]],
+                                                         degradation.nvswitch_tray[1]))
+                for degradation in degradations
+                if degradation.nvswitch_tray is None or degradation.nvswitch_tray[0] in moves]
+
+    def _regroup_degradations(self) -> bool:
+        """Move the degradations in force onto the group formed now, before its hosts out are forgotten
+        (`_regrouped`); each keeps its repair. Whether any moved or left."""
+        if not self.missing or not self.plan.racks:
+            return False
+        moved: dict[tuple[int, Degradation], tuple[int, Degradation] | None] = {}
+        for key in self.degraded:
+            regrouped = self._regrouped([key[1]])
+            moved[key] = (key[0], regrouped[0]) if regrouped else None
+        self.degraded = {new: count for key, count in self.degraded.items() if (new := moved[key]) is not None}
+        self.degraded_repairs = [(end, order, new) for end, order, key in self.degraded_repairs
+                                 if (new := moved[key]) is not None]
+        heapq.heapify(self.degraded_repairs)
+        return any(new != key for key, new in moved.items())
 
     def _refresh(self) -> None:
         """The cluster state, its costs (None while it leaves some GPU without a route: the job waits in a
@@ -370,14 +418,14 @@ class JobProcess:
         """When the job on ``replicas`` replicas has a route for every GPU (at once, unless an outage is in
         force: then at the repair that ends it), and the costs of that state."""
         counts = dict(self.degraded)
-        costs = self.plan.costs(state_of(replicas, [d for _, d in counts]))
+        costs = self.plan.costs(state_of(replicas, self._regrouped(d for _, d in counts)))
         if costs is not None:
             return 0.0, costs
         for end, _, key in sorted(self.degraded_repairs):
             counts[key] -= 1
             if not counts[key]:
                 del counts[key]
-                costs = self.plan.costs(state_of(replicas, [d for _, d in counts]))
+                costs = self.plan.costs(state_of(replicas, self._regrouped(d for _, d in counts)))
                 if costs is not None:
                     return end, costs
         raise SimulationError(f"no route for some GPU on {replicas} replicas with every degradation repaired")
@@ -482,7 +530,7 @@ class JobProcess:
             if repaired <= back + EPS:
                 in_force[key] -= 1
         degradations = [degradation for (_, degradation), count in in_force.items() if count > 0]
-        return back if self.plan.costs(state_of(larger, degradations)) is not None else INF
+        return back if self.plan.costs(state_of(larger, self._regrouped(degradations))) is not None else INF
 
     def _stop_s(self, costs: SegmentCosts, cause: BuiltInCause) -> float:
         """How long a planned stop holds the job before its restart: the checkpoint write it began (none for a
@@ -499,7 +547,10 @@ class JobProcess:
         available = self.hosts_in_hand
         self.in_use = self.plan.hosts_for(replicas)
         self.spares = available - self.in_use
+        regrouped = self._regroup_degradations()
         self.missing.clear()
+        if regrouped and replicas == self.replicas:
+            self._refresh()
 
     def _relaunch(self, replicas: int) -> None:
         """A restart completed on ``replicas``: the job trains on that size (its group formed at the

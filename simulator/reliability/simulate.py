@@ -707,7 +707,9 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                    elastic=scenario.restart.elastic, sizes=sizes, regrow=scenario.restart.regrow,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
                    launch_s=scenario.restart.launch, costs=costs, degradation=degradation,
-                   memory_replicas=memory.replicas if (memory := scenario.checkpoint.memory) is not None else 0)
+                   memory_replicas=memory.replicas if (memory := scenario.checkpoint.memory) is not None else 0,
+                   racks=tuple(zip(units.nodes["nvswitch_tray"][::units.nvswitch_trays], units.blast["rack"]))
+                   if units.nvswitch_trays else ())
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
