@@ -96,11 +96,12 @@ def _link_step(topology: Topology, node_ids: dict[str, int], nodes: np.ndarray) 
     return np.where(alike, found, NO_IMAGE), bool(alike[(moved >= 0).all(axis=1)].all())
 
 
-def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int) -> np.ndarray | None:
+def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int, wrap: bool = False) -> np.ndarray | None:
     """Each node's image under a shift by one period (NO_IMAGE where it has none), or None when a node would
     have two images or two nodes one: each GPU's name, NIC, leaf and way up map onto those of the GPU one
     period on (a lone GPU's domain root, which is no node, onto another's), each pod's spines onto those of
-    the shifted pod, in order; cores stay."""
+    the shifted pod, in order; cores stay. With ``wrap`` the last period's GPUs map onto the first's (a
+    rotation, `Rotation`)."""
     if len({len(up) for up in fabric.uplinks}) != 1:
         return None
     ids, known = node_ids.get, node_ids.__getitem__
@@ -109,13 +110,18 @@ def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int) -> np.ndarr
     per_gpu = np.column_stack([np.fromiter(map(ids, names, [NO_IMAGE] * gpus), dtype=np.int64, count=gpus)
                                for names in (fabric.gpus, fabric.nic, *zip(*fabric.uplinks))] + [leaf_ids[leaf]])
     shift = fabric.shift_gpus
-    tails, heads = per_gpu[:-shift].reshape(-1), per_gpu[shift:].reshape(-1)
+
+    def shifted(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (table, np.roll(table, -shift, axis=0)) if wrap else (table[:-shift], table[shift:])
+
+    tails, heads = (side.reshape(-1) for side in shifted(per_gpu))
     if ((tails < 0) != (heads < 0)).any():
         return None
     switches: list[tuple[str, str]] = [(core, core) for core in fabric.core_names]
     leaf_pod = np.array(fabric.leaf_pod, dtype=np.int64)[leaf]
     pods = len(fabric.spine_names)
-    for code in np.unique(leaf_pod[:-shift] * pods + leaf_pod[shift:]).tolist():
+    pod_tails, pod_heads = shifted(leaf_pod)
+    for code in np.unique(pod_tails * pods + pod_heads).tolist():
         pod, moved = divmod(code, pods)
         switches += zip(fabric.spine_names[pod], fabric.spine_names[moved])
     tails = np.concatenate((tails[tails >= 0], np.array([known(a) for a, _ in switches], dtype=np.int64)))
@@ -127,3 +133,83 @@ def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int) -> np.ndarr
     step = np.full(len(node_ids), NO_IMAGE, dtype=np.int64)
     step[tails] = heads
     return step
+
+
+class Rotation:
+    """The translation of a whole fabric by one period of its spine hash, the last period's GPUs onto the first's:
+    a permutation of its nodes that maps the wiring onto itself (`of` checks it: every link onto a link of the
+    same bandwidth, latency and class, every node onto one of the same kind, tier and rail, hosts, NVLink domains
+    and pods onto hosts, domains and pods). Its powers are the fabric's rotations by whole periods, which map
+    every shortest path onto a shortest path: the rerouter picks its detours in the frame of the source's period
+    (faults/rerouting.py), so that the detours under links down rotate with them; a job's states with links
+    down that are rotations of each other are then one step (reliability/symmetry.py)."""
+
+    def __init__(self, period: int, gpus: int, names: list[str], step: np.ndarray):
+        self.period = period
+        """GPUs per period: a rotation by one period moves GPU i to i + period (modulo the GPUs)."""
+        self.turns = gpus // period
+        """Periods in the fabric: the rotation by this many is the identity."""
+        self.gpus = gpus
+        self._names = names
+        self._step = step
+        self._maps: dict[int, dict[str, str]] = {}
+
+    @staticmethod
+    def of(topology: Topology, router: object = None) -> Rotation | None:
+        """The rotation of ``topology``'s fabric (routed by ``router``, by default its own: a rerouter passes the
+        router it stands in front of), or None where the router has no period, the period does not divide the
+        GPUs (a partial last leaf group), or the shift is no automorphism of the wiring."""
+        fabric = topology.router if router is None else router
+        gpus = topology.num_gpus
+        if not isinstance(fabric, Fabric) or not 0 < fabric.shift_gpus < gpus or gpus % fabric.shift_gpus:
+            return None
+        node_ids = {name: index for index, name in enumerate(topology.wiring.nodes)}
+        step = _one_period(fabric, node_ids, gpus, wrap=True)
+        if step is None or (step < 0).any():
+            return None
+        links, _ = _link_step(topology, node_ids, step)
+        if (links < 0).any() or len(np.unique(links)) != len(links):
+            return None
+        names = list(node_ids)
+        attributes = [topology.wiring.nodes[name] for name in names]
+        if not _attributes_move(attributes, step):
+            return None
+        return Rotation(fabric.shift_gpus, gpus, names, step)
+
+    def nodes(self, turns: int) -> dict[str, str]:
+        """Each node's image (by name) under the rotation by ``turns`` periods (any integer: taken modulo the
+        periods), built once per power."""
+        turns %= self.turns
+        if turns not in self._maps:
+            image = np.arange(len(self._names), dtype=np.int64)
+            for _ in range(turns):
+                image = self._step[image]
+            names = self._names
+            self._maps[turns] = {name: names[moved] for name, moved in zip(names, image.tolist())}
+        return self._maps[turns]
+
+    def gpu(self, gpu: int, turns: int) -> int:
+        """GPU ``gpu``'s image under the rotation by ``turns`` periods."""
+        return (gpu + turns * self.period) % self.gpus
+
+
+MOVED_ATTRIBUTES = ("host", "nvlink_domain", "pod")
+"""Node attributes that a rotation renumbers (each value onto one value, one to one); all others it keeps."""
+
+
+def _attributes_move(attributes: list[dict], step: np.ndarray) -> bool:
+    """Whether the node map ``step`` keeps every node's attributes but MOVED_ATTRIBUTES, and renumbers each of
+    those one to one."""
+    renamed: dict[tuple[str, object], object] = {}
+    for node, image in enumerate(step.tolist()):
+        ours, theirs = attributes[node], attributes[image]
+        if ours.keys() != theirs.keys():
+            return False
+        for key, value in ours.items():
+            if key not in MOVED_ATTRIBUTES:
+                if theirs[key] != value:
+                    return False
+            elif renamed.setdefault((key, value), theirs[key]) != theirs[key]:
+                return False
+    images = [(key, value) for (key, _), value in renamed.items()]
+    return len(set(images)) == len(images)
