@@ -15,7 +15,9 @@ job with a leaf-switch class over 2 replications, ~223 s of CPU and 5.2 GB each;
 the first with links down in the job's process, whose peak memory then sizes the pool. A state the first pass
 did not foresee is simulated when met, as before, and so is one a worker failed on, so that its error is raised
 where the job meets it. A state's step is the same function of the state in whichever process it is simulated, so the
-job's outputs are byte-identical to a run on one core.
+job's outputs are byte-identical to a run on one core. States with links down that are rotations of each
+other by whole data-parallel replicas are one step where the job's step is proven to rotate
+(reliability/symmetry.py): only one of each class is simulated (`representatives`).
 """
 
 from __future__ import annotations
@@ -123,6 +125,15 @@ def states_foreseen(plan: JobPlan, arrivals: Callable[[int], Arrivals], replicat
     return list(wanted)
 
 
+def representatives(states: StepStates, wanted: Sequence[ClusterState]) -> list[ClusterState]:
+    """The states of ``wanted`` whose steps the job simulates: each state's `StepStates.merged` one, once, in
+    order of first asking (states with links down that are rotations of each other are one step,
+    reliability/symmetry.py: on the 2,048-GPU job with a leaf-switch class, 41 states over 2 replications are
+    the steps of 5), those whose step is at hand left out. What `simulate_ahead` simulates."""
+    merged = dict.fromkeys(states.merged(state) for state in wanted)
+    return [state for state in merged if not states.known(state)]
+
+
 def straggling(state: ClusterState, healthy: ClusterState) -> bool:
     """Whether ``state`` differs from ``healthy`` only in straggling GPUs: a step on the job's own cluster that
     shares the fold the first such state builds (`StepStates._shared_fold`), so a worker forked after it
@@ -182,7 +193,7 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
                    progress: Callable[[int, int], None] | None = None,
                    warning: Callable[[str], None] | None = None,
                    activity: Callable[[str], None] | None = None) -> int:
-    """Simulate the straggling states of ``wanted`` that ``states`` has not (where there are AHEAD_MIN_STATES of
+    """Simulate the `representatives` of ``wanted``: its straggling states (where there are AHEAD_MIN_STATES of
     them) and its degraded ones (`degraded`), the first of each kind here (a straggler state's builds the fold
     they share; the degraded state likely largest, `larger_first`, since its peak memory is what each
     worker may come to hold: sized by a folded spine state met first, the workers were counted at 136 MB and
@@ -198,7 +209,7 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
     is, and '' after. Ctrl-C or SIGTERM ends the workers without a word and raises KeyboardInterrupt
     (Terminated) here. How many the workers simulated."""
     global _FORKED
-    unknown = [state for state in wanted if not states.known(state)]
+    unknown = representatives(states, wanted)
     slow = [state for state in unknown if straggling(state, states.healthy)]
     ranks = _remembered(link_fault_ranks(states))
     down = sorted((state for state in unknown if degraded(state, states.healthy)),

@@ -811,6 +811,9 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     met = {state: c for state, c in prepared.cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
                           prepared.gpu_model)
+    link_states = prepared.states.symmetry_figures(met)
+    if link_states is not None:
+        summary["link_states"] = link_states
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
     idle = idle_memory_tier_warning(loaded, met)
     warnings = prepared.warnings + tuple(warning for warning in (waiting, idle) if warning is not None)

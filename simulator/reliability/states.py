@@ -30,7 +30,7 @@ from __future__ import annotations
 import gc
 import pickle
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -50,6 +50,7 @@ from simulator.reliability.checkpoint import StepState
 from simulator.reliability.elastic import shrunk_scenario, trace_replicas
 from simulator.reliability.inputs import files_key
 from simulator.reliability.perturbed import step_outcome, with_step_faults
+from simulator.reliability.symmetry import StateSymmetry, state_symmetry
 from simulator.scale import refold_refusal, refuse_unfolded
 from simulator.simulation import PreparedStep, prepare_training, scenario_warnings, simulate_training
 from simulator.topology.graph import Topology
@@ -70,6 +71,10 @@ JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "description": True,
 """Scenario fields that do not change a step (`faults.step` does; run.fold/timeline do not change its time; run.seed
 does: it draws random stragglers and a MoE model's routing sample; restart.elastic_batch sets a shrunk state's
 micro-batches)."""
+
+MERGE_ROTATIONS = True
+"""Whether a job simulates one of each class of its states with links down that are rotations of each other
+(reliability/symmetry.py); off, each is simulated (the outputs are the same: tests compare them)."""
 
 CACHE_BYTES = 16 << 20
 """What the states cached in a process may hold, their entries counted pickled: ~4 KB a straggler state of the
@@ -207,6 +212,55 @@ class StepStates:
         self.layout = None if layout is None else Layout(int(layout["tp"]), int(layout["cp"]), int(layout["pp"]),
                                                          int(layout["dp"]), tuple(layout["order"]))
         """The modelled step's layout; None for a replayed trace, whose ranks need not do alike work."""
+        self.merges = MERGE_ROTATIONS
+        """Whether states with links down that are rotations of each other take one step (`merged`)."""
+        self._symmetry: StateSymmetry | str | None = None
+
+    def symmetry(self) -> StateSymmetry | str:
+        """The rotations proven to map the job's step onto itself (reliability/symmetry.py), or why none is: found
+        when first asked (a job with no state with links down never asks)."""
+        if self._symmetry is None:
+            self._symmetry = self._found_symmetry()
+        return self._symmetry
+
+    def _found_symmetry(self) -> StateSymmetry | str:
+        from simulator.simulation import network_settings, plan_cache, step_program
+
+        def healthy() -> tuple[StepProgram, PlanCache]:
+            loaded, topology = self.loaded, self.topology
+            if self._network is None:
+                settings = network_settings(loaded, topology)
+                self._network = settings, plan_cache(topology, settings)
+            program = next(iter(self._programs.values()), None) or step_program(loaded, topology, fold=True)
+            return program, self._network[1]
+
+        return state_symmetry(self.topology, self.layout, not self.loaded.scenario.faults.step.empty, healthy)
+
+    def merged(self, state: ClusterState) -> ClusterState:
+        """The state whose step ``state``'s is: its links down rotated to the least of their images where the job's
+        step is proven to rotate (`symmetry`) and the state has links down alone; else ``state`` itself."""
+        return self._rotated(state) if self.merges else state
+
+    def _rotated(self, state: ClusterState) -> ClusterState:
+        if (not state.links_down or state.spines_down or state.slow_gpus
+                or state.replicas != self.healthy.replicas):
+            return state
+        symmetry = self.symmetry()
+        if isinstance(symmetry, str):
+            return state
+        return replace(state, links_down=symmetry.representative(state.links_down))
+
+    def symmetry_figures(self, met: Iterable[ClusterState]) -> dict | None:
+        """job_summary.json's `link_states` for the states ``met``: how many have links down and how many steps
+        they are (one per class of rotations), the rotations proven (`symmetry`) or why none is; None where no
+        state has links down."""
+        linked = [state for state in met if state.links_down]
+        if not linked:
+            return None
+        symmetry = self.symmetry()
+        return {"states": len(linked), "steps": len({self._rotated(state) for state in linked}),
+                "rotations": None if isinstance(symmetry, str) else symmetry.describe(),
+                "not_merged_because": symmetry if isinstance(symmetry, str) else None}
 
     def __call__(self, state: ClusterState) -> StepState | None:
         """The state's step; None when its links down leave some GPU without a route."""
@@ -215,12 +269,15 @@ class StepStates:
         return self.entry(state)[0]
 
     def entry(self, state: ClusterState) -> tuple[StepState | None, dict]:
-        """The step of a state other than the healthy one, and its summary (or the reason it has no step)."""
-        return self._cached(state, lambda: self._scenario_of(state))
+        """The step of a state other than the healthy one, and its summary (or the reason it has no step): that of
+        the state it is `merged` into."""
+        merged = self.merged(state)
+        return self._cached(merged, lambda: self._scenario_of(merged))
 
     def known(self, state: ClusterState) -> bool:
-        """Whether the state's step is at hand: the healthy one, cached, or simulated ahead."""
-        return state == self.healthy or (self.key, state) in _CACHE or state in self._ahead
+        """Whether the state's step is at hand: the healthy one, cached, or simulated ahead (its `merged` state's)."""
+        merged = self.merged(state)
+        return merged == self.healthy or (self.key, merged) in _CACHE or merged in self._ahead
 
     def simulated_ahead(self, state: ClusterState, entry: tuple[StepState | None, dict]) -> None:
         """The state's `entry`, simulated in another process, to hand out when the job meets it."""
