@@ -795,7 +795,9 @@ def test_degraded_states_ahead_are_sized_by_the_state_with_links_down_near_the_m
                         or simulated_here(step_states, state))
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: 1)
-    another = states.ClusterState(replicas, links_down=tuple(sorted(units.links("leaf_switch", other))))
+    # another rail's leaf in the other group: the same rail's would be a rotation of `one`, the same step
+    another = states.ClusterState(replicas, links_down=tuple(sorted(units.links("leaf_switch", other + 1))))
+    assert groups[other + 1] == groups[other] and job_states.merged(another) != job_states.merged(one)
     assert ahead.simulate_ahead(job_states, [one, another, two]) == 0
     assert here == [two]
 

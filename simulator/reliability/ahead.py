@@ -128,8 +128,9 @@ def states_foreseen(plan: JobPlan, arrivals: Callable[[int], Arrivals], replicat
 def representatives(states: StepStates, wanted: Sequence[ClusterState]) -> list[ClusterState]:
     """The states of ``wanted`` whose steps the job simulates: each state's `StepStates.merged` one, once, in
     order of first asking (states with links down that are rotations of each other are one step,
-    reliability/symmetry.py: on the 2,048-GPU job with a leaf-switch class, 41 states over 2 replications are
-    the steps of 5), those whose step is at hand left out. What `simulate_ahead` simulates."""
+    reliability/symmetry.py: the 41 states with leaves down that the 2,048-GPU job with a leaf-switch class
+    foresees over 2 replications are 18 steps), those whose step is at hand left out. What `simulate_ahead`
+    simulates."""
     merged = dict.fromkeys(states.merged(state) for state in wanted)
     return [state for state in merged if not states.known(state)]
 

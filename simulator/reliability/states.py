@@ -215,6 +215,8 @@ class StepStates:
         self.merges = MERGE_ROTATIONS
         """Whether states with links down that are rotations of each other take one step (`merged`)."""
         self._symmetry: StateSymmetry | str | None = None
+        self._rotations: dict[ClusterState, ClusterState] = {}
+        """Each state `_rotated` so far, and the least of its rotations (64 images a state on the 16,384-GPU job)."""
 
     def symmetry(self) -> StateSymmetry | str:
         """The rotations proven to map the job's step onto itself (reliability/symmetry.py), or why none is: found
@@ -248,7 +250,9 @@ class StepStates:
         symmetry = self.symmetry()
         if isinstance(symmetry, str):
             return state
-        return replace(state, links_down=symmetry.representative(state.links_down))
+        if state not in self._rotations:
+            self._rotations[state] = replace(state, links_down=symmetry.representative(state.links_down))
+        return self._rotations[state]
 
     def symmetry_figures(self, met: Iterable[ClusterState]) -> dict | None:
         """job_summary.json's `link_states` for the states ``met``: how many have links down and how many steps
