@@ -274,7 +274,10 @@ class StepStates:
 
     def entry(self, state: ClusterState) -> tuple[StepState | None, dict]:
         """The step of a state other than the healthy one, and its summary (or the reason it has no step): that of
-        the state it is `merged` into."""
+        the state it is `merged` into. The summary, which may name the representative's GPUs and links (a reason
+        without a route), carries the step between processes (reliability/ahead.py) and reaches no output: the
+        job reads the `StepState` alone (times, tokens, micro-batches, counts of hosts and GPUs), and a rotation
+        of a state without a route has none either."""
         merged = self.merged(state)
         return self._cached(merged, lambda: self._scenario_of(merged))
 
