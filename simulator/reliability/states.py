@@ -240,11 +240,12 @@ class StepStates:
 
     def merged(self, state: ClusterState) -> ClusterState:
         """The state whose step ``state``'s is: its links down rotated to the least of their images where the job's
-        step is proven to rotate (`symmetry`) and the state has links down alone; else ``state`` itself."""
+        step is proven to rotate (`symmetry`) and the state has links down alone (no straggler, spine or NVSwitch
+        tray down, every replica in use); else ``state`` itself."""
         return self._rotated(state) if self.merges else state
 
     def _rotated(self, state: ClusterState) -> ClusterState:
-        if (not state.links_down or state.spines_down or state.slow_gpus
+        if (not state.links_down or state.spines_down or state.slow_gpus or state.nvswitch_trays_down
                 or state.replicas != self.healthy.replicas):
             return state
         symmetry = self.symmetry()

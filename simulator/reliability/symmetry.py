@@ -20,8 +20,9 @@ job's healthy step, or says why not (the job then simulates every state, as befo
   tree or a hierarchical plan exactly), and each transfer's route onto the moved route, link by link;
 - the scenario injects no step faults of its own (`faults.step`), which sit on fixed GPUs and links.
 
-States merged are those with links down alone (no straggler, no spine down, every replica in use): a
-straggler's state folds and shares the job's fold (reliability/states.py), so it is cheap already.
+States merged are those with links down alone (no straggler, no spine or NVSwitch tray down, every replica
+in use): a straggler's state folds and shares the job's fold (reliability/states.py), so it is cheap already,
+and a GB200 rack's trays are named by rack, which the rotation is not proven to move.
 """
 
 from __future__ import annotations
