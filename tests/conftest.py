@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,16 @@ import yaml
 
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
+from simulator.console import progress
+
+
+@pytest.fixture(autouse=True)
+def no_heartbeat_lines(request, monkeypatch):
+    """No progress heartbeat line (console/progress.py prints one every PLAIN_EVERY_S seconds of wall time off a
+    terminal): on a loaded machine a test's command ran past 10 s and its captured stderr held one, which no test
+    expects. Tests marked `heartbeat` (tests/test_console.py, which tests the lines) keep the real period."""
+    if request.node.get_closest_marker("heartbeat") is None:
+        monkeypatch.setattr(progress, "PLAIN_EVERY_S", math.inf)
 
 
 @pytest.fixture(scope="session")

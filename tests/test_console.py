@@ -25,6 +25,9 @@ from simulator.config import bundled
 from simulator.console import progress as progress_module
 from simulator.console.progress import PLAIN_EVERY_S, Heartbeat, PlainProgress, RunProgress
 
+pytestmark = pytest.mark.heartbeat
+"""These tests check the progress lines themselves, at their real period (tests/conftest.py)."""
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 SCENARIOS = REPO / "scenarios"

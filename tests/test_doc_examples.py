@@ -28,7 +28,6 @@ import contextlib
 import functools
 import itertools
 import json
-import math
 import re
 import shlex
 from enum import Enum
@@ -43,7 +42,6 @@ from simulator import load_scenario, simulate
 from simulator.cli import _parser, main
 from simulator.config import schema
 from simulator.config.loader import scenario_from_text
-from simulator.console import progress
 from simulator.errors import InputError
 from simulator.preflight import validate
 from simulator.program.ops import COMPUTE_STREAM, PIPELINE_CATEGORIES
@@ -150,14 +148,13 @@ def test_the_docs_show_outputs():
 def test_a_command_the_docs_show_prints_what_they_show(page, command, printed, tmp_path, monkeypatch, capsys):
     """Figures a page shows drift from the code when a cost changes; the failure prints the new text to paste. A
     refusal the page shows (its last line `error: ...`) is its output and then its one-line error, exit 2. The
-    progress heartbeat (a stderr line every 10 s of wall time, console/progress.py) is off: no page shows one,
-    and a loaded machine printed one in a refusal's stderr (the 405B study's refusal took 45 s under load ~11)."""
+    progress heartbeat is off (tests/conftest.py): no page shows one, and a loaded machine printed one in a
+    refusal's stderr (the 405B study's refusal took 45 s under load ~11)."""
     argv = shlex.split(command)[1:]
     shown_out = argv[argv.index("--out") + 1] if "--out" in argv else None
     if shown_out is not None:
         argv[argv.index("--out") + 1] = str(tmp_path / "out")
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(progress, "PLAIN_EVERY_S", math.inf)
     refused = printed.splitlines()[-1].startswith("error: ")
     status = main(argv)
     captured = capsys.readouterr()
