@@ -859,3 +859,27 @@ def test_a_spare_standing_in_that_fails_during_the_warm_up_starts_the_restart_ov
         assert failures == [[1 * H, 1]]
     assert job.summary["interruptions"]["unexpected"]["mean"] == len(failures)
     assert job.summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H, rel=1e-12)
+
+
+def test_a_spine_down_that_slows_no_step_is_charged_no_slow_step_time(job_with):
+    """TP 4 x DP 4 on two DGX H100 under one leaf group: the collectives stay on the rails, so a spine down
+    slows no step, alone or beside a throttled GPU (x1.5). GPU 0 throttled from 1 h to 5 h, spine 0 down from
+    2 h to 4 h, no checkpoint or failure to cut the training: all 4 h of slow training is throttling's,
+    4 h x (1 - healthy step / throttled step), and the spine's is 0. Before, the two causes split the extra
+    time of 2 h to 4 h evenly: the spine was charged half of it."""
+    text = RAILS.replace("nodes: 4", "nodes: 2").replace("tp: 8, dp: 4", "tp: 4, dp: 4").replace(
+        "interval: 30 min", "interval: 1000 d") + """\
+run: {horizon: 6 h}
+faults:
+  components:
+    spine_switch: {mtbf: 1000 d, repair: 1 h}
+    throttling: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 d, repair: 1 h}
+restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
+"""
+    summary = job_with((1 * H, 1, 0, 4 * H), (2 * H, 0, 0, 2 * H), text=text).summary
+    steps = {(state["spines_down"], bool(state["slow_gpus"])): state["step_time_s"] for state in summary["states"]}
+    assert steps[1, True] == steps[0, True] > steps[0, False]
+    by_cause = {cause: value["mean"] for cause, value in summary["slow_steps_by_cause_s"].items()}
+    assert by_cause["spine_switch"] == 0.0
+    assert by_cause["throttling"] == pytest.approx(4 * H * (1 - steps[0, False] / steps[0, True]), rel=1e-9)
+    assert by_cause["throttling"] == summary["time_s"]["slow_steps_s"]["mean"]

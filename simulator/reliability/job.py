@@ -21,9 +21,10 @@ by its rendezvous fill (one regrow for the hosts back during its write and resch
 time is restart time, and a failure during its write loses that checkpoint and restarts with detection.
 `degrade` and `straggle` failures change the cluster state until their repair (a unit hit again while degraded
 stays so until its last repair): the job trains at that state's step time, and the extra time of its kept steps
-is slow-step time of the causes in force. A `degrade` failure whose state has no route for
-some GPU interrupts instead: it takes its blast radius, as `replace`, or, when that holds no host (the last
-spine up), stays down and the restart waits for the repair that gives every GPU a route again. Planned
+is slow-step time of the causes in force, split by their marginal effects (attribution.py). A `degrade` failure
+whose state has no route for some GPU interrupts instead: it takes its blast radius, as `replace`, or, when that
+holds no host (the last spine up), stays down and the restart waits for the repair that gives every GPU a route
+again. Planned
 maintenance windows come every `every_s`, the first after half a period; at each the job checkpoints (unless no
 step was trained since the last completed one, as for a regrow), stops for its duration and restarts without
 detection (a window that falls inside a restart is taken right after it, with no checkpoint: the one loaded
@@ -44,6 +45,7 @@ import simpy
 
 from simulator.config.reliability import BuiltInCause, Effect, Regrow
 from simulator.errors import SimulationError
+from simulator.reliability.attribution import cause_shares
 from simulator.reliability.checkpoint import SegmentCosts, snapshot_survives
 from simulator.reliability.components import FailureClass, Maintenance
 from simulator.reliability.elastic import ElasticSizes
@@ -163,6 +165,8 @@ class JobProcess:
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
         self.restores: Counter = Counter()
+        self.shares: dict[tuple[int, frozenset], tuple[tuple[str, float], ...]] = {}
+        """Each state's `_cause_shares`, by its replicas and degradations in force."""
 
     @property
     def hosts_in_hand(self) -> int:
@@ -183,7 +187,7 @@ class JobProcess:
             maintenance = max(self.next_maintenance, now)
             regrow = self._regrow_due(now)
             t = min(arrival, back, maintenance, regrow, horizon)
-            clock.advance(now, t, self.running, self.causes)
+            clock.advance(now, t, self.running, self._cause_shares())
             self.running_s[self.replicas] = self.running_s.get(self.replicas, 0.0) + t - now
             yield env.timeout(t - now)
             if t >= horizon:
@@ -351,6 +355,24 @@ class JobProcess:
         if self.replicas < self.plan.replicas:
             causes.add(BuiltInCause.ELASTIC_SHRINK)
         self.causes = tuple(sorted(causes))
+
+    def _cause_shares(self) -> tuple[tuple[str, float], ...]:
+        """Each cause in force's part of the training time in the state that is extra time (attribution.py),
+        from the sub-states' steps: the state with the degradations of a subset of the causes, on the shrunk
+        replicas where `elastic_shrink` is among them, else on the job's."""
+        if not self.causes:
+            return ()
+        key = (self.replicas, frozenset(self.degraded))
+        if key not in self.shares:
+            def extra(subset: frozenset[str]) -> float | None:
+                replicas = self.replicas if BuiltInCause.ELASTIC_SHRINK in subset else self.plan.replicas
+                costs = self.plan.costs(state_of(replicas, [degradation for (index, degradation) in self.degraded
+                                                            if self.plan.classes[index].name in subset]))
+                return None if costs is None else costs.step_s / costs.equivalent_step_s - 1.0
+
+            c = self.running
+            self.shares[key] = cause_shares(1.0 - c.equivalent_step_s / c.step_s, self.causes, extra)
+        return self.shares[key]
 
     @property
     def running(self) -> SegmentCosts:

@@ -16,10 +16,9 @@ restore keeps the storage checkpoint: the work kept between the two is lost too 
 it). Cycles are not jumped with an in-memory tier: each snapshot costs O(1) Python work.
 
 Slow-step time: training time (`wall`, which only grows) is one axis on which failures cut out the lost
-spans. A segment in a slower state than healthy records its span, the share of it that is extra time
-(1 - healthy-equivalent step / step) and its causes; at the end each cause gets its share of the extra time
-of the kept part (split evenly between causes in force together). A state faster per token than healthy
-(a negative share) adds none: its kept time is productive.
+spans. A segment in a slower state than healthy records its span and each cause's share of it that is extra
+time (together 1 - healthy-equivalent step / step, split by attribution.py); at the end each cause gets its
+shares of the kept part. A state faster per token than healthy has no shares: its kept time is productive.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ class CheckpointClock:
         self.write_mark: Mark | None = None
         self.stop_mark: Mark | None = None
         self.stop_written = 0.0
-        self.slow_spans: list[tuple[float, float, float, tuple[str, ...]]] = []
+        self.slow_spans: list[tuple[float, float, tuple[tuple[str, float], ...]]] = []
         self.lost_spans: list[tuple[float, float]] = []
         self.since_memory = 0.0
         self.memory_mark: Mark | None = None
@@ -77,12 +76,13 @@ class CheckpointClock:
         self.restored_from = "storage"
         """The tier the last roll-back restored from: `storage` or `memory`."""
 
-    def advance(self, t: float, t_end: float, c: SegmentCosts, causes: tuple[str, ...] = ()) -> None:
-        """Train from ``t`` to ``t_end`` in one cluster state, slower than healthy for ``causes``."""
+    def advance(self, t: float, t_end: float, c: SegmentCosts, shares: tuple[tuple[str, float], ...] = ()) -> None:
+        """Train from ``t`` to ``t_end`` in one cluster state, slower than healthy by ``shares``: each cause's
+        part of its training time that is extra time."""
         start = self.wall
         self._advance(t, t_end, c)
-        if causes and self.wall > start:
-            self.slow_spans.append((start, self.wall, 1.0 - c.equivalent_step_s / c.step_s, causes))
+        if shares and self.wall > start:
+            self.slow_spans.append((start, self.wall, shares))
 
     def _advance(self, t: float, t_end: float, c: SegmentCosts) -> None:
         limit = t_end - EPS
@@ -313,12 +313,10 @@ class CheckpointClock:
             self.stop_mark = None
 
     def slow_by_cause(self) -> dict[str, float]:
-        """Extra time of the kept steps in slower states, per cause (s). A state faster per token than the
-        healthy job (an elastic shrink of a layout whose data parallelism costs more than it brings) adds
-        none: its time is productive, not negative slow time."""
+        """Extra time of the kept steps in slower states, per cause (s)."""
         totals: dict[str, float] = {}
         lost, first = sorted(self.lost_spans), 0
-        for start, end, share, causes in self.slow_spans:
+        for start, end, shares in self.slow_spans:
             while first < len(lost) and lost[first][1] <= start:
                 first += 1
             kept = end - start
@@ -326,8 +324,6 @@ class CheckpointClock:
                 if lost_start >= end:
                     break
                 kept -= min(end, lost_end) - max(start, lost_start)
-            if share < 0:
-                continue
-            for cause in causes:
-                totals[cause] = totals.get(cause, 0.0) + kept * share / len(causes)
+            for cause, share in shares:
+                totals[cause] = totals.get(cause, 0.0) + kept * share
         return totals

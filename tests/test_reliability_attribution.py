@@ -1,0 +1,50 @@
+"""Slow-step time split by cause (attribution.py): Shapley values over the sub-states, by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.reliability.attribution import cause_shares, shapley
+
+
+def table(values: dict[str, float | None]):
+    """A value function from a table keyed by the causes' initials ('' for none)."""
+    return lambda subset: values["".join(sorted(subset))]
+
+
+def test_interacting_causes_split_by_their_shapley_values():
+    """x(A) = 0.2, x(B) = 0.1, x(AB) = 0.5 (together worse than the sum): A gets (0.2 + (0.5 - 0.1)) / 2 = 0.3
+    and B (0.1 + (0.5 - 0.2)) / 2 = 0.2 of the state's x. The state's share 1 - 1/1.5 = 1/3 splits 0.3 : 0.2,
+    A 0.2 and B 2/15 of its training time (it was 1/6 each, evenly)."""
+    values = {"A": 0.2, "B": 0.1, "AB": 0.5}
+    assert shapley(["A", "B"], table(values)) == pytest.approx({"A": 0.3, "B": 0.2}, abs=1e-15)
+    parts = dict(cause_shares(1 / 3, ["A", "B"], table(values)))
+    assert parts == pytest.approx({"A": 0.2, "B": 2 / 15}, rel=1e-12)
+
+
+def test_a_cause_that_slows_nothing_gets_nothing():
+    """Three causes; B slows no sub-state it joins (x(B) = x(BC) = 0, x(AB) = x(A), x(ABC) = x(AC)): 0 for B.
+    A's marginals 0.3, 0.3 (after B), 0.6 (after C), 0.6 (after B and C) weighted 1/3, 1/6, 1/6, 1/3: 0.45;
+    C's 0, 0.3, 0, 0.3 likewise: 0.15 (they add up to x(ABC) = 0.6)."""
+    values = {"A": 0.3, "B": 0.0, "C": 0.0, "AB": 0.3, "AC": 0.6, "BC": 0.0, "ABC": 0.6}
+    assert shapley(["A", "B", "C"], table(values)) == pytest.approx({"A": 0.45, "B": 0.0, "C": 0.15}, abs=1e-15)
+    share = 1 - 1 / 1.6
+    parts = dict(cause_shares(share, ["A", "B", "C"], table(values)))
+    assert parts["B"] == 0.0
+    assert parts == pytest.approx({"A": share * 0.75, "B": 0.0, "C": share * 0.25}, rel=1e-12)
+
+
+def test_a_sub_state_without_a_route_counts_as_slow_as_the_state_and_a_faster_one_as_healthy():
+    """x(A) has no route (None): it takes x(AB) = 0.4, so B, which adds nothing to it, gets (0.1 + 0) / 2 and A
+    (0.4 + 0.3) / 2. A sub-state faster than healthy (x(A) = -0.2) counts 0: A gets (0 + 0.3) / 2, B
+    (0.1 + 0.4) / 2, not a negative marginal against A's speed-up."""
+    assert dict(cause_shares(0.25, ["A", "B"], table({"A": None, "B": 0.1, "AB": 0.4}))) == pytest.approx(
+        {"A": 0.25 * 0.35 / 0.4, "B": 0.25 * 0.05 / 0.4}, rel=1e-12)
+    assert dict(cause_shares(0.25, ["A", "B"], table({"A": -0.2, "B": 0.1, "AB": 0.4}))) == pytest.approx(
+        {"A": 0.25 * 0.15 / 0.4, "B": 0.25 * 0.25 / 0.4}, rel=1e-12)
+
+
+def test_one_cause_takes_the_whole_share_and_a_faster_state_none():
+    """A single cause gets exactly the state's share (to the bit); a state faster than healthy has no parts."""
+    assert cause_shares(0.123456789, ["A"], table({"A": 1 / (1 - 0.123456789) - 1})) == (("A", 0.123456789),)
+    assert cause_shares(-0.1, ["A", "B"], table({})) == ()
