@@ -30,11 +30,14 @@ class TrainsimError(Exception):
 
 class InputError(TrainsimError):
     """A mistake in a user's input, located by file, line and field path; ``at_flag``: ``file`` is a flag of the
-    command (`--set a.b=v`, `--intervals`), not a file, whatever its name."""
+    command (`--set a.b=v`, `--intervals`), not a file, whatever its name; ``reads``: the other fields (dotted
+    paths, a section standing for every field under it) that a check across fields read, so that the error names
+    the overrides that wrote any of them (`config/loader.located_error`)."""
 
     def __init__(self, problem: str, *, field: str = "", allowed: str = "", file: str = "", line: int | None = None,
-                 at_flag: bool = False):
+                 at_flag: bool = False, reads: tuple[str, ...] = ()):
         self.problem = problem
+        self.reads = reads
         self.field = field
         self.allowed = allowed
         self.file = file
@@ -69,6 +72,7 @@ class InputError(TrainsimError):
             file=self.file if file is KEPT else file,
             line=self.line if line is KEPT else line,
             at_flag=self.at_flag if at_flag is KEPT else at_flag,
+            reads=self.reads,
         )
 
     @property

@@ -7,6 +7,7 @@ import pytest
 
 from simulator import load_scenario, simulate
 from simulator.catalog.models import get_model
+from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.schedules.registry import build_schedule
 
@@ -380,3 +381,26 @@ def test_a_pipeline_send_is_logged_on_the_sender_as_the_send():
     first = sends[sends["key"] == sends["key"].iloc[0]].set_index("rank")
     assert first.loc[0, "name"] == "send fwd mb0" and first.loc[0, "chunk"] == 0
     assert first.loc[1, "name"] == "recv fwd mb0" and first.loc[1, "chunk"] == 1
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("cluster.nodes=2", "inline.yaml:5: parallelism: tp x cp x pp x dp = 1 x 1 x 2 x 4 = 8 does not equal the "
+     "cluster's 16 GPUs (with --set cluster.nodes=2) (allowed: degrees whose product is 16)"),
+    ("parallelism.pipeline.schedule=zbv", "inline.yaml:6: parallelism.pipeline.virtual_stages: schedule 'zbv' "
+     "keeps two chunks per rank (a V), got virtual_stages = 1 (with --set parallelism.pipeline.schedule=zbv) "
+     "(allowed: 2)"),
+])
+def test_a_cross_field_check_names_the_override_of_a_field_it_read(override, expected):
+    """A check that fails because of a `--set` of another field than the one it is located at names it: the
+    cluster's GPU count read by the layout's product at `parallelism`, the schedule read by the V's check at
+    `virtual_stages` (each was named only under the failing path: neither was)."""
+    text = """
+cluster: {topology: dgx-h100-cluster, nodes: 1}
+model: {preset: llama3-8b}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 1, pp: 2, dp: 4,
+              pipeline: {schedule: 1f1b}}
+"""
+    with pytest.raises(ScenarioError) as error:
+        simulate(scenario_from_text(text, "inline.yaml", [override]))
+    assert error.value.render() == expected

@@ -136,13 +136,14 @@ class LoadedScenario:
         """The `--set`s written over the file, as typed, in order."""
         return sets_typed(self.overrides)
 
-    def error(self, path: FieldPath, problem: str, allowed: str = "", every_override: bool = False) -> ScenarioError:
+    def error(self, path: FieldPath, problem: str, allowed: str = "", every_override: bool = False,
+              reads: tuple[FieldPath, ...] = ()) -> ScenarioError:
         """A ScenarioError located at ``path`` in this scenario's file (or the override that set it); with
         ``every_override``, naming every override, not only those under ``path`` (a check of the whole scenario
         located at one section, such as out of memory at `parallelism`: a micro-batch or a model set elsewhere
-        counts as much)."""
+        counts as much), else those under ``path`` or under any of the fields the check ``reads``."""
         return located_error(path, problem, allowed, self.source, self.lines, self.overrides,
-                             named=self.overrides if every_override else None)
+                             named=self.overrides if every_override else None, reads=reads)
 
     def gave(self, path: FieldPath) -> bool:
         """Whether the scenario (its file or an override) gives the field at ``path``, rather than leaving it to
@@ -178,15 +179,19 @@ class LoadedScenario:
 
 def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
                   overrides: tuple[Override, ...], error: type[ScenarioError] = ScenarioError,
-                  named: tuple[Override, ...] | None = None) -> ScenarioError:
+                  named: tuple[Override, ...] | None = None, reads: tuple[FieldPath, ...] = ()) -> ScenarioError:
     """The error in the value at ``path``: at the override that wrote it, else at the file's line, naming the
-    overrides that wrote under ``path`` (a check across a section's fields, `parallelism`'s product, may fail
-    because of one of them, and the file's line alone shows other values than the ones checked), or ``named``
-    where given."""
+    overrides that wrote under ``path`` or under a field the check ``reads`` (a check across fields,
+    `parallelism`'s product against the cluster's GPUs, may fail because of one of them, and the file's line
+    alone shows other values than the ones checked), or ``named`` where given. An override above a field read
+    (`--set parallelism.pipeline={...}` for a check reading its schedule) wrote it too."""
     found = _blamed_override(path, lines, overrides)
     if found is None:
+        fields = (_text(path), *(_text(field) for field in reads))
         under = [override.where for override in (overrides if named is None else named)
-                 if named is not None or _text(override.path[:len(path)]) == _text(path)]
+                 if named is not None or any(_text(override.path[:len(field)]) == field
+                                             or field[:len(override.path)] == _text(override.path)
+                                             for field in fields)]
         if under:
             problem += f" (with {', '.join(under)})"
         return error(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))

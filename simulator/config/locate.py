@@ -26,5 +26,6 @@ def located(loaded: LoadedScenario, build: Callable[[], T]) -> T:
     except InputError as exc:
         if exc.file:
             raise
-        error = loaded.error(parse_field(exc.field), exc.problem, exc.allowed)
+        error = loaded.error(parse_field(exc.field), exc.problem, exc.allowed,
+                             reads=tuple(parse_field(field) for field in exc.reads))
         raise error.rebuilt(type(exc)) from None

@@ -117,7 +117,8 @@ def require_single_chunk(name: str, v: int) -> None:
     """Schedules that keep one model chunk per rank refuse v > 1, pointing at the interleaved one."""
     if v != 1:
         raise ScenarioError(f"schedule '{name}' keeps one chunk per rank, got virtual_stages = {v}",
-                            field=VIRTUAL_STAGES_FIELD, allowed="1 (use 'interleaved' for more chunks per rank)")
+                            field=VIRTUAL_STAGES_FIELD, allowed="1 (use 'interleaved' for more chunks per rank)",
+                            reads=(SCHEDULE_FIELD,))
 
 
 def validate_schedule(schedule: Schedule, p: int, m: int, v: int = 1, *, field: str = SCHEDULE_FIELD,

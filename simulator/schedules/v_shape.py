@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from simulator.config.parallelism_options import SCHEDULE_FIELD
 from simulator.errors import ScenarioError
 from simulator.schedules.base import (
     MICROBATCHES_FIELD,
@@ -31,7 +32,7 @@ def require_two_chunks(name: str, v: int) -> None:
     """V schedules keep exactly two chunks per rank."""
     if v != 2:
         raise ScenarioError(f"schedule '{name}' keeps two chunks per rank (a V), got virtual_stages = {v}",
-                            field=VIRTUAL_STAGES_FIELD, allowed="2")
+                            field=VIRTUAL_STAGES_FIELD, allowed="2", reads=(SCHEDULE_FIELD,))
 
 
 class _RankOrder:

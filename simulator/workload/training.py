@@ -194,12 +194,12 @@ def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
     fixed = par.tp * par.cp * pp
     if par.dp is None and world % fixed:
         raise _invalid("parallelism", f"tp x cp x pp = {par.tp} x {par.cp} x {pp} = {fixed:,} does not divide "
-                       f"the cluster's {world:,} GPUs", f"degrees whose product divides {world:,}")
+                       f"the cluster's {world:,} GPUs", f"degrees whose product divides {world:,}", reads=("cluster",))
     dp = par.dp if par.dp is not None else world // fixed
     if fixed * dp != world:
         raise _invalid("parallelism", f"tp x cp x pp x dp = {par.tp} x {par.cp} x {pp} x {dp} = "
                        f"{fixed * dp:,} does not equal the cluster's {world:,} GPUs",
-                       f"degrees whose product is {world:,}")
+                       f"degrees whose product is {world:,}", reads=("cluster",))
     return Layout(tp=par.tp, cp=par.cp, pp=pp, dp=dp, order=tuple(par.order))
 
 
@@ -497,9 +497,10 @@ def _model_section(scenario: Scenario) -> ModelConfig:
     return scenario.model
 
 
-def _invalid(field: str, problem: str, allowed: str = "") -> ScenarioError:
-    """A ScenarioError at ``field`` of the scenario; `config/locate.located` adds the file and line."""
-    return ScenarioError(problem, field=field, allowed=allowed)
+def _invalid(field: str, problem: str, allowed: str = "", reads: tuple[str, ...] = ()) -> ScenarioError:
+    """A ScenarioError at ``field`` of the scenario, from a check that also ``reads`` other fields;
+    `config/locate.located` adds the file and line."""
+    return ScenarioError(problem, field=field, allowed=allowed, reads=reads)
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
