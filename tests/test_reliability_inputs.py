@@ -18,7 +18,7 @@ from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.simulate import _refuse_unfolded_steps, check_job
 from simulator.scale import capped_topology
 from simulator.topology.loader import load_topology
-from simulator.units import format_duration
+from simulator.units import format_bandwidth, format_duration, format_size
 
 BASE = """cluster:
   topology: dgx-h100-cluster
@@ -499,8 +499,10 @@ def test_an_interval_whose_first_write_ends_at_the_horizon_warns_and_the_bound_i
         return
     steps = round(2 * 86400 / step) if interval == "2 d" else most + 1
     assert written == 0
-    assert (f"finishes no write before run.horizon (172,800.0 s): its first, after {steps:,} steps and a "
-            f"{format_duration(write)} write, would end at {steps * step + write:,.2f} s: the job writes none") in err
+    end = steps * step + write
+    assert (f"finishes no write before run.horizon (2 d): its first, after {steps:,} steps and a "
+            f"{format_duration(write)} write, would end at 2 d ({format_duration(end - 2 * 86400)} past it): the job "
+            "writes none") in err
     assert f"(allowed: at most {most:,} steps (about {format_duration(most * step)}) for" in err
 
 
@@ -765,3 +767,25 @@ def test_a_collective_list_warns_of_a_checkpoint_at_its_line(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines() == [
         f"warning: {scenario}:5: checkpoint.interval: only a job over weeks reads it (run.horizon); this single "
         "step ignores it"]
+
+
+@pytest.mark.parametrize("field", ["write", "host_write"])
+def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, capsys, field):
+    """A store so slow that one checkpoint write outlasts the horizon: no interval lets a checkpoint finish, so the
+    one warning is at the bandwidth that sets the write (the store's, or the hosts' where their sum is lower), with
+    the horizon as '2 d' and the rate or size that would do; before, it advised a shorter checkpoint.interval,
+    printed the horizon as '172,800.0 s', and the sync Young/Daly warning added "Daly's applies"."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace("  interval: 30 min\n", "  interval: 30 min\n  mode: sync\n"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", f"storage.{field}=1 B/s"]) == 0
+    job = json.loads((out / "job_summary.json").read_text())
+    size, write = job["checkpoint"]["size_bytes"], job["checkpoint"]["write_s"]
+    rate = 1.0 if field == "write" else 2.0
+    assert write == pytest.approx(size / rate, rel=1e-12)
+    warning = (f"--set storage.{field}=1 B/s: one checkpoint write takes {format_duration(write)} "
+               f"({format_size(size)} at {format_bandwidth(rate)}), longer than run.horizon (2 d): no "
+               "checkpoint.interval lets a checkpoint finish, so the job writes none, and each failure loses the "
+               "work since its start or the last maintenance stop (allowed: a write rate above "
+               f"{format_bandwidth(size / 172800)}, or a checkpoint.size under {format_size(rate * 172800)})")
+    assert capsys.readouterr().err == f"warning: command line: trainsim run: {warning}\n"

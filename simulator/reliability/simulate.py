@@ -48,7 +48,15 @@ from simulator.reliability.summary import (
     young_daly_warning,
 )
 from simulator.scale import capped_topology, refuse_wrong_layout
-from simulator.units import counted, decimal_sizes_apart, format_count, format_duration, parse_duration
+from simulator.units import (
+    counted,
+    decimal_sizes_apart,
+    format_bandwidth,
+    format_count,
+    format_duration,
+    format_size,
+    parse_duration,
+)
 from simulator.workload.training import microbatch_count, resolve_model
 
 if TYPE_CHECKING:
@@ -513,6 +521,15 @@ def _shown_duration(seconds: float) -> str:
     return shown if parse_duration(shown) == seconds else f"{seconds:,.7g} s"
 
 
+def _end_past(end: float, horizon: float) -> str:
+    """A time at or past the horizon, as `format_duration` writes it, with how far past where that reads as the
+    horizon does ('2 d (1.25 s past it)')."""
+    shown = format_duration(end)
+    if shown != format_duration(horizon):
+        return shown
+    return f"{shown} ({format_duration(end - horizon)} past it)" if end > horizon else f"{shown} (at it)"
+
+
 def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) -> str | None:
     """A warning, located at `checkpoint.interval` (or the `--set` or `study --intervals` that set it), when the
     interval the user set lets no checkpoint finish within the horizon: the job writes none, and every failure
@@ -525,6 +542,8 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
     horizon, interval = loaded.scenario.run.horizon, loaded.scenario.checkpoint.interval
     if horizon is None or not loaded.gave(("checkpoint", "interval")):
         return None
+    if healthy is not None and healthy.write_s >= horizon:
+        return None  # no interval lets a write finish: `write_past_horizon` names the storage
     if healthy is None:
         if isinstance(interval, int) or interval < horizon:
             return None
@@ -545,9 +564,9 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
     elif healthy is None:
         why = f"finishes no write before run.horizon ({format_duration(horizon)})"
     else:
-        why = (f"finishes no write before run.horizon ({horizon:,.1f} s): its first, after "
+        why = (f"finishes no write before run.horizon ({format_duration(horizon)}): its first, after "
                f"{counted(healthy.interval_steps, 'step')} and a {format_duration(write_s)} write, would end at "
-               f"{first_s:,.2f} s")
+               f"{_end_past(first_s, horizon)}")
     most = ""
     if healthy is not None and (steps := math.ceil((horizon - write_s) / healthy.step_s) - 1) >= 1:
         most = f"at most {steps:,} steps (about {format_duration(steps * healthy.step_s)})"
@@ -555,6 +574,26 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
                             "and each failure loses the work since its start or the last maintenance stop",
                             f"{most or f'a duration under {format_duration(horizon)}'} for checkpoints to be "
                             "written"))
+
+
+def write_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts, size: float) -> str | None:
+    """A warning when one checkpoint write (of ``size`` bytes) in the ``healthy`` state outlasts the horizon: no
+    interval lets a checkpoint finish, so the job writes none whatever `checkpoint.interval` says. It is located at
+    the bandwidth that sets the write, `storage.write` (the store's), or `storage.host_write` where the hosts' sum
+    is lower, and names the rate or size that would let one finish (before, the warning blamed the interval)."""
+    horizon = loaded.scenario.run.horizon
+    if horizon is None or healthy.write_s < horizon:
+        return None
+    storage = loaded.scenario.storage
+    rate = size / healthy.write_s
+    field = "write" if math.isclose(rate, storage.write, rel_tol=1e-9) else "host_write"
+    return str(loaded.error(("storage", field), f"one checkpoint write takes {format_duration(healthy.write_s)} "
+                            f"({format_size(size)} at {format_bandwidth(rate)}), longer than run.horizon "
+                            f"({format_duration(horizon)}): no checkpoint.interval lets a checkpoint finish, so the "
+                            "job writes none, and each failure loses the work since its start or the last "
+                            "maintenance stop",
+                            f"a write rate above {format_bandwidth(size / horizon)}, or a checkpoint.size under "
+                            f"{format_size(rate * horizon)}"))
 
 
 def fixed_size_warning(loaded: LoadedScenario, sizes: ElasticSizes) -> str | None:
@@ -636,8 +675,8 @@ class PreparedJob:
     counts per class, the healthy state's costs, the checkpoint's bytes, the costs of the states met so far
     (None for one without a route; the replications add theirs), the healthy step's summary, the job's
     warnings known before it runs (`elastic.one_size_warning`, `fixed_size_warning`, `interval_past_horizon`,
-    `summary.write_wait_warning`, `summary.young_daly_warning`) and the cluster's GPU model as the catalog names
-    it."""
+    `write_past_horizon`, `summary.write_wait_warning`, `summary.young_daly_warning`) and the cluster's GPU model
+    as the catalog names it."""
 
     plan: JobPlan
     model: FailureModel
@@ -716,7 +755,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     _refuse_unused_memory_tier(loaded, healthy)
     mtbf, _, _ = optimum_intervals(plan, counts, healthy)
     warnings = (fixed_size_warning(loaded, checks.sizes), interval_past_horizon(loaded, healthy),
-                write_wait_warning(healthy), young_daly_warning(healthy, mtbf), memory_stall_warning(healthy),
+                write_past_horizon(loaded, healthy, size), write_wait_warning(healthy),
+                young_daly_warning(healthy, mtbf, horizon), memory_stall_warning(healthy),
                 memory_near_storage_warning(healthy))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,

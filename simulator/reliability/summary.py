@@ -135,12 +135,13 @@ def young_shortfall(cost_s: float, mtbf_s: float) -> float:
     return -math.expm1(kept)
 
 
-def young_daly_warning(costs: SegmentCosts, mtbf_s: float | None) -> str | None:
+def young_daly_warning(costs: SegmentCosts, mtbf_s: float | None, horizon_s: float | None = None) -> str | None:
     """A warning when Young's or Daly's interval is no optimum for the system MTBF ``mtbf_s``: async, when the write
     floor (`write_floor_steps`) reaches WRITE_NEAR_MTBF_SHARE of it (both intervals stop at the floor); sync, when
     the checkpoint costs so much of it that Young's first-order interval keeps YOUNG_ETTR_SHORTFALL less than
-    Daly's; None otherwise."""
-    if mtbf_s is None:
+    Daly's; None otherwise, and where the write outlasts the horizon ``horizon_s``: then no interval applies
+    (`simulate.write_past_horizon` says so; this one said 'Daly's applies')."""
+    if mtbf_s is None or (horizon_s is not None and costs.write_s >= horizon_s):
         return None
     if costs.mode == "sync":
         return _sync_young_warning(young_daly_cost_s(costs), mtbf_s)
