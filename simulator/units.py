@@ -1,8 +1,10 @@
 """Quantities with units: "400 Gb/s", "450 GB/s", "25 MiB", "1.5 us", "54 d" into SI floats.
 
-Internal units are bytes, bytes per second and seconds. Bandwidth prefixes are decimal (as vendors quote
-link rates); sizes accept both decimal (KB, MB, GB, TB, PB) and binary (KiB, MiB, GiB, TiB, PiB) prefixes.
-A bare number where a unit is needed is an error that lists the units that work.
+Internal units are bytes, bytes per second and seconds. Sizes accept both decimal (KB, MB, GB, TB, PB) and
+binary (KiB, MiB, GiB, TiB, PiB) prefixes, and so do bandwidths in bytes (GB/s as vendors quote link rates,
+GiB/s as nccl-tests and some data sheets do; bits take decimal prefixes only). A number may carry thousands
+separators ('1,800 s', as trainsim prints it). A bare number where a unit is needed is an error that lists the
+units that work, and a unit often meant for another ('30m', '2 days') names the one to write.
 """
 
 from __future__ import annotations
@@ -28,8 +30,16 @@ BANDWIDTH_UNITS: dict[str, float] = {
     **{f"{p}b/s": f / 8.0 for p, f in _DECIMAL.items() if p != "K"},
     **{f"{p}B/s": f for p, f in _DECIMAL.items() if p != "K"},
     "Kb/s": 1e3 / 8.0, "KB/s": 1e3,
+    **{f"{unit}/s": SIZE_UNITS[unit] for unit in ("KiB", "MiB", "GiB", "TiB", "PiB")},
 }
-_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d].*?)?\s*$")
+DURATION_MEANT: dict[str, str] = {"m": "min", "mins": "min", "minute": "min", "minutes": "min", "sec": "s",
+                                  "secs": "s", "second": "s", "seconds": "s", "hr": "h", "hrs": "h", "hour": "h",
+                                  "hours": "h", "day": "d", "days": "d"}
+"""Duration units written another way, and the unit meant: 'm' is minutes in many tools (but meters or milli
+elsewhere, so it is not taken)."""
+NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+"""A number as a quantity or a rate's count is written, thousands separators allowed ('16,384', '1,800 s')."""
+_NUMBER = re.compile(rf"^\s*({NUMBER})\s*([^\s\d].*?)?\s*$")
 
 QuantityKind = Literal["size", "duration", "bandwidth"]
 """The kinds of quantity a unit can give (bytes, seconds, bytes per second)."""
@@ -43,7 +53,8 @@ _KINDS: dict[QuantityKind, dict[str, float]] = {
 def _allowed(kind: QuantityKind) -> str:
     names = {"size": ", ".join(SIZE_UNITS),
              "duration": "ns, us, ms, s, min, h, d",
-             "bandwidth": "b/s or B/s with k, M, G, T, P prefixes, e.g. '400 Gb/s', '450 GB/s'"}
+             "bandwidth": "b/s or B/s with k, M, G, T, P prefixes, or B/s with Ki, Mi, Gi, Ti, Pi, e.g. '400 Gb/s', "
+                          "'450 GB/s', '50 GiB/s'"}
     return names[kind]
 
 
@@ -66,14 +77,17 @@ def parse_quantity(value: object, kind: QuantityKind) -> float:
     match = _NUMBER.match(value)
     if not match:
         raise InputError(f"cannot read {kind} {value!r}", allowed=_allowed(kind))
-    number, unit = float(match.group(1)), (match.group(2) or "").strip()
+    number, unit = float(match.group(1).replace(",", "")), (match.group(2) or "").strip()
     if not unit:
         if number == 0 and kind in ("size", "duration"):
             return 0.0
         raise InputError(f"{kind} {value!r} has no unit", allowed=_allowed(kind))
     if unit not in table:
-        raise InputError(f"unknown unit {unit!r} in {value!r}{case_hint(unit, table)}",
-                         allowed=_allowed(kind))
+        meant = DURATION_MEANT.get(unit) if kind == "duration" else None
+        hint = f": durations write {meant!r} for {unit!r}" if meant else case_hint(unit, table)
+        if unit.startswith(","):
+            hint = ": thousands separators group three digits ('1,800'), and a decimal point is '.'"
+        raise InputError(f"unknown unit {unit!r} in {value!r}{hint}", allowed=_allowed(kind))
     result = number * table[unit]
     if not math.isfinite(result):
         raise InputError(f"{kind} {value!r} is not finite", allowed=_allowed(kind))

@@ -17,7 +17,15 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from simulator.config.sections import INT64_LIMIT, Section, user_value
 from simulator.errors import InputError
-from simulator.units import DURATION_UNITS, case_hint, format_duration, parse_bandwidth, parse_duration, parse_size
+from simulator.units import (
+    DURATION_UNITS,
+    NUMBER,
+    case_hint,
+    format_duration,
+    parse_bandwidth,
+    parse_duration,
+    parse_size,
+)
 
 UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable", "rack", "nvswitch_tray"]
 UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
@@ -121,9 +129,7 @@ EFFECT_UNITS: dict[Effect, tuple[str, ...]] = {
 """The units each effect applies to."""
 
 
-_NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-"""A number as a rate's count or units are written, thousands separators allowed ('16,384')."""
-_RATE = re.compile(rf"^\s*(?P<count>{_NUMBER})\s+per\s+(?:(?P<units>{_NUMBER})\s+units?\s+per\s+)?(?P<time>.+?)\s*$")
+_RATE = re.compile(rf"^\s*(?P<count>{NUMBER})\s+per\s+(?:(?P<units>{NUMBER})\s+units?\s+per\s+)?(?P<time>.+?)\s*$")
 
 
 def parse_rate(value: object) -> float:
@@ -133,7 +139,7 @@ def parse_rate(value: object) -> float:
     match = _RATE.match(value) if isinstance(value, str) else None
     if not match:
         raise ValueError(f"cannot read rate {value!r} (allowed: {allowed})")
-    counted_as = re.match(rf"^(?P<units>{_NUMBER})\s+(?P<word>\S+)\s+per\s", match["time"])
+    counted_as = re.match(rf"^(?P<units>{NUMBER})\s+(?P<word>\S+)\s+per\s", match["time"])
     if counted_as and counted_as["word"] not in DURATION_UNITS:
         raise ValueError(f"rate {value!r} counts {counted_as['word']!r}: the count of units is written "
                          f"'{counted_as['units']} units' (the class's unit says what a unit is) (allowed: {allowed})")
