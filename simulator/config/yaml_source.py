@@ -44,16 +44,34 @@ class _LineLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
-_LineLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
-"""Numbers such as 4.8e10 and 1e9 are floats, as in YAML 1.2 and JSON (YAML 1.1 read them as strings)."""
-
-BOOL_TAG = "tag:yaml.org,2002:bool"
-_LineLoader.yaml_implicit_resolvers = {first: [(tag, regexp) for tag, regexp in resolvers if tag != BOOL_TAG]
+INT_TAG, FLOAT_TAG, BOOL_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"
+_LineLoader.yaml_implicit_resolvers = {first: [(tag, regexp) for tag, regexp in resolvers
+                                               if tag not in (INT_TAG, FLOAT_TAG, BOOL_TAG)]
                                        for first, resolvers in _LineLoader.yaml_implicit_resolvers.items()}
+_YAML_1_2_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_LineLoader.add_implicit_resolver(INT_TAG, _YAML_1_2_INT, list("-+0123456789"))
+"""Whole numbers are YAML 1.2's: decimal (`010` is ten, `007` seven), `0o` octal and `0x` hexadecimal. YAML 1.1
+read `010` as octal 8, `1:30` as base-60 90, `0b101` as 5 and `1_0` as 10, silently (`spares: 010` ran with 8
+spare hosts); those are now words, which a whole-number field refuses at their line."""
+_LineLoader.add_implicit_resolver(FLOAT_TAG, re.compile(
+    r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|"
+    r"^\.(?:nan|NaN|NAN)$"), list("-+0123456789."))
+"""Numbers with a point or an exponent, such as 0.5, 4.8e10 and 1e9, are floats, as in YAML 1.2 and JSON (YAML 1.1
+read 1e9 as a string and `1:30.0` as base-60 5,430.0)."""
 _LineLoader.add_implicit_resolver(BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 """Booleans are true and false alone, as in YAML 1.2 and JSON: YAML 1.1's yes, no, on and off are words, which a
 boolean field refuses at their line (`restart.elastic: yes` ran as true though the types are strict)."""
+
+
+def _construct_int(loader: _LineLoader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 whole number (PyYAML's own constructor reads a leading zero as octal)."""
+    text = loader.construct_scalar(node)
+    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text.lstrip("+"))
+    base = {"0o": 8, "0x": 16}.get(digits[:2], 10)
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+_LineLoader.add_constructor(INT_TAG, _construct_int)
 
 
 INDENTATION = "the keys of one section indented alike, deeper than the key above them (spaces, not tabs)"

@@ -1,0 +1,43 @@
+"""Numbers in scenario files and `--set` values are read by YAML 1.2's rules, as booleans are: a zero-padded
+count is decimal (YAML 1.1 read `spares: 010` as octal 8, silently), and base-60, binary and underscored numbers
+are words, which a number field refuses at their line (usertest30 finding F11)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.cli import main
+from simulator.config.loader import scenario_from_text
+from simulator.config.yaml_source import parse_value
+from tests.test_reliability_inputs import BASE
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("010", 10), ("0100", 100), ("007", 7), ("-012", -12), ("0o10", 8), ("0x1F", 31), ("0", 0),
+    ("1:30", "1:30"), ("0b101", "0b101"), ("1_0", "1_0"), ("1:30.0", "1:30.0"), ("1_000.5", "1_000.5"),
+    ("4.8e10", 4.8e10), ("1e9", 1e9), (".5", 0.5), ("2.", 2.0),
+])
+def test_numbers_follow_yaml_1_2(text, value):
+    read = parse_value(text)
+    assert read == value and type(read) is type(value)
+
+
+def test_a_zero_padded_count_is_decimal_in_a_file_and_in_a_set():
+    loaded = scenario_from_text(BASE.replace("nodes: 2", "nodes: 12").replace("spares: 1", "spares: 010"),
+                                overrides=["run.replications=0100", "run.seed=007"])
+    assert (loaded.scenario.restart.spares, loaded.scenario.run.replications, loaded.scenario.run.seed) == (10, 100, 7)
+
+
+@pytest.mark.parametrize("value", ["1:30", "0b101", "1_0"])
+def test_a_base_60_binary_or_underscored_count_is_refused_as_typed(value, capsys):
+    assert main(["validate", "llama3-405b-16k-job", "--set", f"run.replications={value}"]) == 2
+    assert capsys.readouterr().err == (f"error: command line: trainsim validate: --set run.replications={value}: "
+                                       f"expected a whole number, got '{value}' (allowed: an integer such as 8)\n")
+
+
+def test_a_base_60_count_in_a_file_is_refused_at_its_line(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(BASE.replace("spares: 1", "spares: 1:00"))
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (f"error: {scenario}:23: restart.spares: expected a whole number, got '1:00' "
+                                       "(allowed: an integer such as 8)\n")
