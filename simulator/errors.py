@@ -6,6 +6,7 @@ before exiting with status 2.
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterable, Mapping
 from enum import Enum
@@ -13,6 +14,14 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def as_typed(value: object) -> str:
+    """A value a user gave, as a message echoes it: in YAML's words (`true`, `false`, `null`, not Python's `True`
+    and `None`), a text quoted, a mapping or list as JSON (which YAML reads too)."""
+    if value is None or isinstance(value, (bool, dict, list, tuple)):
+        return json.dumps(value, default=str)
+    return repr(value)
 
 
 class Kept(Enum):

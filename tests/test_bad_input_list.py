@@ -114,7 +114,7 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                         "modelled one (allowed: leave model out"),
     # strict types
     "tp-true": (scenario(PRESET + "parallelism: {tp: true}\n"), RUN, 2,
-                "s.yaml:4: parallelism.tp: expected a whole number, got True"),
+                "s.yaml:4: parallelism.tp: expected a whole number, got true"),
     "tp-string": (scenario(PRESET + "parallelism: {tp: '2'}\n"), RUN, 2, "parallelism.tp: expected a whole number"),
     "tp-float": (scenario(PRESET + "parallelism: {tp: 2.0}\n"), RUN, 2, "parallelism.tp: expected a whole number"),
     "layers-true": (scenario(PRESET.replace("layers: 4", "layers: true")), RUN, 2, "model.layers: expected a whole"),
@@ -151,6 +151,19 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "fold-off-override": (scenario(COMM), RUN + ["--set", "run.fold=off"], 2,
                           "command line: trainsim run: --set run.fold=off: expected true or false, got 'off' "
                           "(allowed: true, false)"),
+    # messages echoed Python's True and None where the user typed YAML's true and null
+    "tp-null-override": (scenario(COMM), RUN + ["--set", "parallelism.tp=null"], 2,
+                         "error: command line: trainsim run: --set parallelism.tp=null: expected a whole number, got "
+                         "null (allowed: an integer such as 8)\n"),
+    "cluster-null-override": (scenario(COMM), RUN + ["--set", "cluster=null"], 2,
+                              "error: command line: trainsim run: --set cluster=null: expected a mapping, got null "
+                              "(allowed: a YAML mapping such as {key: value})\n"),
+    "repeat-false-override": (scenario(COMM), RUN + ["--set", "workload[0].repeat=false"], 2,
+                              "error: command line: trainsim run: --set workload[0].repeat=false: expected a whole "
+                              "number, got false (allowed: an integer such as 8)\n"),
+    "bytes-null": (scenario(COMM.replace("64 MiB", "null")), RUN, 2,
+                   "s.yaml:3: workload[0].bytes: expected a size with a unit, got null (allowed: B, KB, MB, GB, TB, "
+                   "PB, KiB, MiB, GiB, TiB, PiB)\n"),
     "channels-true": (scenario(COMM + "collectives: {channels: true}\n"), RUN, 2, "collectives.channels: expected"),
     "repeat-true": (scenario(COMM.replace("64 MiB}", "64 MiB, repeat: true}")), RUN, 2,
                     "workload[0].repeat: expected a whole number"),
@@ -355,7 +368,7 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                              "s.yaml:4: collectives.channels: 1000000 channels are more than NCCL runs (MAXCHANNELS) "
                              "(allowed: 0, one per rail, or 1 to 32)"),
     "stragglers-not-a-list": (scenario(SYNTHETIC + "faults: {step: {stragglers: {gpus: [0]}}}\n"), RUN, 2,
-                              "s.yaml:4: faults.step.stragglers: expected a list, got {'gpus': [0]} (allowed: a YAML "
+                              "s.yaml:4: faults.step.stragglers: expected a list, got {\"gpus\": [0]} (allowed: a YAML "
                               "list"),  # said 'Input should be a valid array'
     # accepted, and the run printed a step of 5.085e+297 s; a GPU 1000 times slower than its peers has failed
     "straggler-slowdown-1e300": (scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [0], slowdown: 1e300}]}}\n"),

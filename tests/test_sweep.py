@@ -202,6 +202,11 @@ def test_shown_value_keeps_six_significant_digits_and_what_needs_no_rounding(val
     ("grid: {cluster.nvlink_bandwidth: [450 GB/s, 400 GB]}",
      "grid.cluster.nvlink_bandwidth: value '400 GB': unknown unit 'GB' in '400 GB'", 8),
     ("grid: {cluster.gpuz: [8]}", "grid.cluster.gpuz: value 8: unknown override 'gpuz' for topology kind", 8),
+    # a null or boolean axis value was echoed as Python's None / True
+    ("grid: {parallelism.ddp.bucket: [1 MiB, null]}",
+     "grid.parallelism.ddp.bucket: value null: expected a size with a unit, got null", 8),
+    ("grid: {training.microbatches: [1, true]}",
+     "grid.training.microbatches: value true: expected a whole number, got true", 8),
     ("zip: {cluster.gpus: [8, 0], training.microbatches: [8, 4]}", "zip.cluster.gpus: value 0: 0 must be positive",
      8),
 ])

@@ -32,7 +32,7 @@ from simulator.config.yaml_source import (
     read_yaml,
     set_field,
 )
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, as_typed
 
 
 @dataclass(frozen=True)
@@ -365,6 +365,7 @@ def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[s
     kind = first["type"]
     message = first["msg"]
     allowed = ""
+    given = as_typed(first.get("input"))
     blamed = first.get("ctx", {}).get("error")
     if isinstance(blamed, FieldProblem):
         message, allowed = blamed.problem, blamed.allowed
@@ -376,7 +377,7 @@ def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[s
         allowed = _what_it_takes(model, loc)
     elif kind in ("literal_error", "enum"):
         expected = first.get("ctx", {}).get("expected", "")
-        message = f"{first.get('input')!r} is not a valid choice"
+        message = f"{given} is not a valid choice"
         allowed = expected.replace("'", "")
     elif message.startswith("Value error, "):
         message = message[len("Value error, "):]
@@ -385,14 +386,14 @@ def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[s
     elif kind in _BOUND_PROBLEMS:
         key, miss, sign = _BOUND_PROBLEMS[kind]
         bound = first.get("ctx", {}).get(key)
-        message, allowed = f"{first.get('input')!r} is {miss} {bound}", f"a value {sign} {bound}"
+        message, allowed = f"{given} is {miss} {bound}", f"a value {sign} {bound}"
     elif kind in _LENGTH_PROBLEMS:
         key, words = _LENGTH_PROBLEMS[kind]
         bound, length = first.get("ctx", {}).get(key), first.get("ctx", {}).get("actual_length")
-        message = f"{first.get('input')!r} is empty" if length == 0 else f"{first.get('input')!r} has {length} items"
+        message = f"{given} is empty" if length == 0 else f"{given} has {length} items"
         allowed = f"{words} {bound} item" + ("" if bound == 1 else "s")
     elif kind in _TYPE_PROBLEMS:
-        message, allowed = f"expected {_TYPE_PROBLEMS[kind][0]}, got {first.get('input')!r}", _TYPE_PROBLEMS[kind][1]
+        message, allowed = f"expected {_TYPE_PROBLEMS[kind][0]}, got {given}", _TYPE_PROBLEMS[kind][1]
     return message, allowed
 
 
