@@ -19,6 +19,7 @@ from simulator.errors import ExecutorError, ScenarioError
 from simulator.sweep.constraints import EVALUABLE
 from simulator.sweep.executors import DaskExecutor, PoolExecutor, SerialExecutor
 from simulator.sweep.fields import value_at
+from simulator.sweep.results import PointRecord, results_table, write_results
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep, sweep_from_text
 from simulator.units import shown_value
@@ -635,3 +636,15 @@ def test_a_point_recorded_under_earlier_summary_names_runs_again(tmp_path):
     report = run_sweep(sweep, tmp_path, executor)
     assert executor.ran == [0]
     assert (report.ran, report.reused) == (1, 1)
+
+
+def test_a_mapping_or_null_axis_value_is_written_as_json(tmp_path):
+    """`checkpoint.memory: [null, {interval: 5 min}]` was written to results.csv as Python's `None` and
+    `{'interval': '5 min'}`; JSON, as the overrides column is, reads back in any tool."""
+    axis = "checkpoint.memory"
+    values = {0: ((axis, None),), 1: ((axis, {"interval": "5 min"}),), 2: ((axis, "off"),)}
+    records = {index: PointRecord(index, str(index), "ok", "", {"ettr.mean": 0.9}) for index in values}
+    write_results(tmp_path, results_table((axis,), values, records))
+    assert list(pd.read_csv(tmp_path / "results.csv", keep_default_na=False)[axis]) == [
+        "null", '{"interval":"5 min"}', "off"]
+    assert list(pd.read_parquet(tmp_path / "results.parquet")[axis]) == ["null", '{"interval":"5 min"}', "off"]

@@ -109,7 +109,7 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
     point had any), the axes, then the metrics (in the order they first appear) that some point has a value
     for: a metric null in every point (the token figures of a synthetic model's job, the confidence bounds of
     a single replication) would be a column of nothing. An axis whose values are not all numbers (or all
-    booleans) is written as text. The axes' names are kept in the table's attrs (`AXES_ATTR`)."""
+    booleans) is written as text, `_axis_text`. The axes' names are kept in the table's attrs (`AXES_ATTR`)."""
     rows = []
     leading = [*LEADING_COLUMNS, OVERRIDES_COLUMN] if any(r.overrides for r in records.values()) else LEADING_COLUMNS
     for index in sorted(records):
@@ -126,12 +126,18 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column)
         logical = all(isinstance(v, bool) for v in column)
         if not (numeric or logical):
-            frame[axis] = column.map(str)
+            frame[axis] = column.map(_axis_text)
     for name in frame.columns[len(leading) + len(axes):]:
         if frame[name].dtype == object:
             frame[name] = frame[name].map(_cell_text)
     frame.attrs[AXES_ATTR] = list(axes)
     return frame
+
+
+def _axis_text(value: object) -> str:
+    """An axis value in a column of mixed types: a text as it is, anything else (a number, null, a mapping such as
+    `{interval: 5 min}`) as JSON, as the overrides column is, not as Python's repr (`None`, `{'interval': ...}`)."""
+    return value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
 def _cell_text(value: object) -> str | None:
