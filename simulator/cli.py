@@ -485,7 +485,8 @@ def _point_name(point: dict) -> str:
 def _grid_line(grid: IntervalGrid) -> str:
     """The default intervals of a checkpoint-interval study: the range they span over the Daly interval they are
     built around, and each in whole steps with its duration; where rounding to whole steps merged points or
-    raised them to one step or the async write floor, how many, and the point added below that floor."""
+    raised them to one step or the async write floor, how many, and the point added below that floor; how many
+    were left out past the horizon or not longer than the in-memory interval."""
     from simulator.console.report import format_seconds
     from simulator.reliability.study import DEFAULT_GRID_FACTORS
     from simulator.units import counted
@@ -493,12 +494,15 @@ def _grid_line(grid: IntervalGrid) -> str:
     points = ", ".join(f"{steps:,} ({format_seconds(steps * grid.step_s)})" for steps in grid.steps)
     low, high = (steps * grid.step_s / grid.centre_s for steps in (grid.steps[0], grid.steps[-1]))
     merged = (len(DEFAULT_GRID_FACTORS) - len(grid.steps) + (grid.cliff_steps is not None) - grid.past_horizon
-              - grid.past_storage)
+              - grid.past_storage - grid.under_memory)
     rounded = [f"{counted(merged, 'point')} merged in rounding"] if merged else []
     if grid.past_horizon:
         rounded.append(f"{grid.past_horizon} past run.horizon left out")
     if grid.past_storage:
         rounded.append(f"{grid.past_storage} not below the storage interval left out")
+    if grid.under_memory:
+        rounded.append(f"{grid.under_memory} not longer than the in-memory interval "
+                       f"({counted(grid.memory_steps, 'step')}) left out")
     if grid.clamped and grid.floor_steps > 1:
         rounded.append(f"{grid.clamped} below the {counted(grid.floor_steps, 'step')} that hold the async write "
                        f"raised to them")

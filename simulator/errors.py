@@ -16,7 +16,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def as_typed(value: object) -> str:
+def yaml_spelling(value: object) -> str:
     """A value a user gave, as a message echoes it: in YAML's words (`true`, `false`, `null`, not Python's `True`
     and `None`), a text quoted, a mapping or list as JSON (which YAML reads too)."""
     if value is None or isinstance(value, (bool, dict, list, tuple)):

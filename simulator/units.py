@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
-from simulator.errors import InputError, as_typed
+from simulator.errors import InputError, yaml_spelling
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 
@@ -69,7 +69,7 @@ def parse_quantity(value: object, kind: QuantityKind) -> float:
     """Parse ``value`` (a string with a unit) as a quantity of ``kind`` and return it in SI units."""
     table = _KINDS[kind]
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise InputError(f"expected a {kind} with a unit, got {as_typed(value)}", allowed=_allowed(kind))
+        raise InputError(f"expected a {kind} with a unit, got {yaml_spelling(value)}", allowed=_allowed(kind))
     if isinstance(value, (int, float)):
         if value == 0 and kind in ("size", "duration"):
             return 0.0
@@ -263,11 +263,11 @@ def shown_value(value: object) -> str:
     SHOWN_SIGNIFICANT_DIGITS significant digits (random draws printed as 0.30000000000000004 or
     11.501145599256004 read 0.3 and 11.5011; '0.00143764319991 s' reads '0.00143764 s', '25 MiB' stays); from
     10^6 to 10^15 to the nearest whole number with thousands separators, as format_count (1234567.8 read
-    1.23457e+06, now 1,234,568; 1048576.0 reads 1,048,576); null, true or a mapping as `as_typed` echoes it."""
+    1.23457e+06, now 1,234,568; 1048576.0 reads 1,048,576); null, true or a mapping as `yaml_spelling` echoes it."""
     if isinstance(value, float):
         return _significant(value)
     if value is None or isinstance(value, (bool, dict, list, tuple)):
-        return as_typed(value)
+        return yaml_spelling(value)
     match = _NUMBER.match(value) if isinstance(value, str) else None
     if match is None or not match.group(2):
         return str(value)

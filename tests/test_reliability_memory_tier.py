@@ -374,3 +374,50 @@ def test_a_state_whose_in_memory_interval_reaches_the_storage_one_is_warned_of(t
     events = pd.read_parquet(tmp_path / "out" / "job_events.parquet")
     snapshots = events[(events["kind"] == "checkpoint") & (events["tier"] == "memory")]
     assert not (snapshots["end_s"] == snapshots["start_s"]).any()  # on one host a snapshot would stall nothing
+
+
+STUDY_JOB = (JOB.replace("CLASS", HOST_CRASH)
+             .replace("horizon: 30 d, replications: 10", "horizon: 1 d, replications: 2")
+             .replace("interval: 2000 steps, replicas", "interval: 30 steps, replicas"))
+"""Daly's interval 13.13 s (C = 16 ms, M = 1.5 h) in steps of 276.1 ms: the default grid's 12, 17 and 24 steps are
+not longer than the in-memory tier's 30."""
+
+
+def test_a_study_s_default_grid_leaves_out_intervals_not_longer_than_the_memory_tier(tmp_path, capsys):
+    """The default grid of a job with an in-memory tier held intervals below it, and the study then refused its
+    own point, blaming the tier ('5 min is not shorter than checkpoint.interval (113.1617 s)'): those are left
+    out, and the grid's line says how many."""
+    from simulator.reliability.study import DEFAULT_GRID_FACTORS, default_grid
+
+    grid = default_grid(scenario_from_text(STUDY_JOB))
+    nearest = [round(grid.daly_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
+    assert nearest[:3] == [12, 17, 24] and min(nearest[3:]) > 30
+    assert (grid.steps, grid.memory_steps, grid.under_memory) == (tuple(nearest[3:]), 30, 3)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(STUDY_JOB)
+    assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "study"), "--quiet"]) == 0
+    assert "(3 not longer than the in-memory interval (30 steps) left out)" in capsys.readouterr().out
+    points = json.loads((tmp_path / "study" / "study.json").read_text())["curves"][0]["points"]
+    assert [point["interval_steps"] for point in points] == nearest[3:]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--intervals", "5s,10s,30s"], "5 s = 18 steps of 276.1 ms is not longer than checkpoint.memory.interval "
+     "(30 steps): each storage checkpoint restarts the snapshots' count, so none would be taken (allowed: intervals "
+     "longer than 30 steps)"),
+    (["--set", "checkpoint.memory.interval=10 s", "--intervals", "20 s,10 steps"],
+     "10 steps is not longer than checkpoint.memory.interval (10 s = 36 steps of 276.1 ms): each storage checkpoint "
+     "restarts the snapshots' count, so none would be taken (allowed: intervals longer than 10 s)"),
+    (["--set", "checkpoint.memory.interval=1 min"], "Daly's interval (13.13 s) x 4 is not longer than "
+     "checkpoint.memory.interval (1 min), so every default point would be refused (allowed: intervals longer than "
+     "1 min)"),
+])
+def test_a_study_point_not_longer_than_the_memory_tier_is_refused_at_intervals(tmp_path, capsys, arguments, message):
+    """An --intervals point at or below the in-memory interval is refused at --intervals, naming the point (in
+    steps where the two are in different units), as a point given twice is; it was blamed on the tier's --set."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(STUDY_JOB)
+    out = tmp_path / "study"
+    assert main(["study", "checkpoint-interval", str(scenario), "--out", str(out), "--quiet", *arguments]) == 2
+    assert capsys.readouterr().err == f"error: command line: trainsim study: --intervals: {message}\n"
+    assert not out.exists()

@@ -22,7 +22,7 @@ from simulator.config.reliability import (
     SlowdownFactor,
 )
 from simulator.config.sections import Section, user_value
-from simulator.errors import as_typed
+from simulator.errors import yaml_spelling
 from simulator.units import parse_duration, parse_step_duration
 
 StepDuration = Annotated[float, BeforeValidator(user_value(parse_step_duration)), Field(ge=0)]
@@ -38,7 +38,7 @@ def _gpu_selection(value: object) -> object:
         return value
     if isinstance(value, list | tuple) and all(isinstance(gpu, int) and not isinstance(gpu, bool) for gpu in value):
         return tuple(value)
-    raise ValueError(f"expected a list of GPU indices or all, got {as_typed(value)} (allowed: [0, 5], all)")
+    raise ValueError(f"expected a list of GPU indices or all, got {yaml_spelling(value)} (allowed: [0, 5], all)")
 
 
 GpuSelection = Annotated[tuple[int, ...] | Literal["all"], BeforeValidator(_gpu_selection)]

@@ -32,7 +32,7 @@ from simulator.config.yaml_source import (
     read_yaml,
     set_field,
 )
-from simulator.errors import ScenarioError, as_typed
+from simulator.errors import ScenarioError, yaml_spelling
 
 
 @dataclass(frozen=True)
@@ -365,7 +365,7 @@ def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[s
     kind = first["type"]
     message = first["msg"]
     allowed = ""
-    given = as_typed(first.get("input"))
+    given = yaml_spelling(first.get("input"))
     blamed = first.get("ctx", {}).get("error")
     if isinstance(blamed, FieldProblem):
         message, allowed = blamed.problem, blamed.allowed

@@ -16,7 +16,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from simulator.config.sections import INT64_LIMIT, Section, user_value
-from simulator.errors import InputError, as_typed
+from simulator.errors import InputError, yaml_spelling
 from simulator.units import (
     DURATION_UNITS,
     NUMBER,
@@ -110,7 +110,7 @@ def _component_name(name: str) -> str:
     *others, last = BuiltInCause
     allowed = f"a non-blank name other than {', '.join(others)} and {last}, e.g. rack_pdu"
     if not name.strip():
-        raise ValueError(f"a component class needs a name, got {as_typed(name)} (allowed: {allowed})")
+        raise ValueError(f"a component class needs a name, got {yaml_spelling(name)} (allowed: {allowed})")
     if name in set(BuiltInCause):
         raise ValueError(f"{name!r} is a cause the job's outputs name already (allowed: {allowed})")
     return name

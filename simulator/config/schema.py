@@ -36,7 +36,7 @@ from simulator.config.training_options import (
     Precision,
     Recompute,
 )
-from simulator.errors import as_typed, lookup
+from simulator.errors import lookup, yaml_spelling
 from simulator.network.modes import NetworkMode
 from simulator.units import parse_buffer_size
 
@@ -74,7 +74,7 @@ def _group(value: object) -> object:
     if isinstance(value, list) or value == "all":
         return value
     if not isinstance(value, str):
-        raise ValueError(f"expected a group of GPUs, got {as_typed(value)} (allowed: {GROUP_ALLOWED})")
+        raise ValueError(f"expected a group of GPUs, got {yaml_spelling(value)} (allowed: {GROUP_ALLOWED})")
     bounds = value.split("-")
     if len(bounds) != 2 or not all(b.strip().isascii() and b.strip().isdigit() for b in bounds):
         raise ValueError(f"cannot read group {value!r} (allowed: {GROUP_ALLOWED})")

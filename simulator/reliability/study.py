@@ -24,6 +24,7 @@ from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.config.reliability import parse_interval
 from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError
+from simulator.reliability.checkpoint import interval_steps
 from simulator.reliability.simulate import (
     PreparedJob,
     job_event_limit,
@@ -173,7 +174,8 @@ class IntervalGrid:
     of those: its checkpoints wait for the write; the others below it only waited longer). A memory-interval
     study's (`memory_grid`) is built the same way around ``centre``, the two-level optimum's in-memory interval,
     leaving out, and counting in ``past_storage``, the points not below the storage interval (refused: no
-    snapshot would be taken)."""
+    snapshot would be taken). A checkpoint-interval study's of a job with an in-memory tier leaves out, and counts
+    in ``under_memory``, the points not longer than the tier's interval, ``memory_steps`` (refused likewise)."""
 
     centre_s: float
     step_s: float
@@ -185,6 +187,8 @@ class IntervalGrid:
     cliff_steps: int | None = None
     centre: str = "Daly's"
     past_storage: int = 0
+    memory_steps: int = 0
+    under_memory: int = 0
 
     @property
     def intervals_s(self) -> list[float]:
@@ -218,7 +222,14 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
     candidates = [max(floor, n) for n in nearest] + ([] if cliff is None else [cliff])
     writes = [n * step + write < horizon for n in candidates]  # the first write ends within the horizon
     past = writes[:len(nearest)].count(False)
-    steps = sorted({n for n, written in zip(candidates, writes, strict=True) if written})
+    memory = job.healthy.memory_interval_steps or 0
+    under_memory = sum(n <= memory for n, written in zip(nearest, writes[:len(nearest)], strict=True) if written)
+    steps = sorted({n for n, written in zip(candidates, writes, strict=True) if written and n > memory})
+    if not steps and under_memory:
+        shown = _memory_interval_shown(loaded)
+        raise InputError(f"Daly's interval ({format_duration(daly)}) x {max(DEFAULT_GRID_FACTORS):g} is not longer "
+                         f"than checkpoint.memory.interval ({shown}), so every default point would be refused",
+                         field="--intervals", allowed=f"intervals longer than {shown}")
     if not steps:
         raise InputError(f"Daly's interval ({format_duration(daly)}) x {min(DEFAULT_GRID_FACTORS):g} is longer "
                          f"than run.horizon ({format_duration(horizon)}): failures are too rare in the horizon for "
@@ -226,7 +237,39 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
                          allowed=f"durations under {format_duration(horizon)}, e.g. "
                                  + ",".join(format_duration(horizon * share) for share in (0.125, 0.25, 0.5)))
     return IntervalGrid(daly, step, tuple(steps), below, past, centre, floor,
-                        cliff if cliff in steps else None)
+                        cliff if cliff in steps else None, memory_steps=memory, under_memory=under_memory)
+
+
+def _memory_interval_shown(loaded: LoadedScenario) -> str:
+    """`checkpoint.memory.interval` as a message names it: whole steps, or a duration in the project's format."""
+    memory = loaded.scenario.checkpoint.memory
+    assert memory is not None
+    return counted(memory.interval, "step") if isinstance(memory.interval, int) else format_duration(memory.interval)
+
+
+def refuse_under_memory_tier(base: LoadedScenario, intervals: Sequence[float | str], job: PreparedJob) -> None:
+    """Refuse, at `--intervals`, a point not longer than the scenario's in-memory interval in whole steps of
+    ``job``'s (the base scenario's) healthy step: each storage checkpoint restarts the snapshots' count, so the
+    tier would take none and the point's scenario is refused (it was, blamed on the `--set` of the tier and
+    naming the point as '113.1617 s'). Refused rather than left out, as two points of the same steps are."""
+    memory, tier = job.healthy.memory_interval_steps or 0, base.scenario.checkpoint.memory
+    if not memory or tier is None:
+        return
+    step = format_duration(job.healthy.step_s)
+    for interval in intervals:
+        steps = interval_steps(parse_interval(interval) if isinstance(interval, str) else interval, job.healthy.step_s)
+        if steps > memory:
+            continue
+        point = counted(steps, "step") if isinstance(interval, str) else format_duration(interval)
+        limit = _memory_interval_shown(base)
+        allowed = f"intervals longer than {limit}"
+        if isinstance(interval, str) and not isinstance(tier.interval, int):  # compared in steps: say how many
+            limit += f" = {counted(memory, 'step')} of {step}"
+        elif not isinstance(interval, str) and isinstance(tier.interval, int):
+            point += f" = {counted(steps, 'step')} of {step}"
+        raise InputError(f"{point} is not longer than checkpoint.memory.interval ({limit}): each storage checkpoint "
+                         "restarts the snapshots' count, so none would be taken", field="--intervals",
+                         allowed=allowed)
 
 
 def memory_grid(loaded: LoadedScenario, force: bool = False,
@@ -352,6 +395,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
     require_horizon(base)
     refuse_no_memory_tier(base, study)
     varies = STUDY_FIELDS[study]
+    if intervals and study == "checkpoint-interval" and base.scenario.checkpoint.memory is not None:
+        refuse_under_memory_tier(base, intervals, prepare_job(base, force=force))
     own = base.scenario.faults.rate_multiplier
     at: list[float | str | None] = [*intervals] if intervals else [None]
     grid = [[(multiplier, study_point_scenario(scenario, overrides, own * multiplier, multiplier, interval, varies))

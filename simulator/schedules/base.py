@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from simulator.config.parallelism_options import SCHEDULE_FIELD
-from simulator.errors import ScenarioError, as_typed
+from simulator.errors import ScenarioError, yaml_spelling
 
 ActionKind = Literal["F", "B", "W", "BW"]
 ACTION_KINDS: dict[str, ActionKind] = {kind: kind for kind in get_args(ActionKind)}
@@ -109,7 +109,7 @@ def check_shape(p: int, m: int, v: int = 1) -> None:
     for value, field, name in ((p, STAGES_FIELD, "pipeline stages"), (m, MICROBATCHES_FIELD, "micro-batches"),
                                (v, VIRTUAL_STAGES_FIELD, "chunks per rank")):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScenarioError(f"{name} must be a whole number >= 1, got {as_typed(value)}", field=field,
+            raise ScenarioError(f"{name} must be a whole number >= 1, got {yaml_spelling(value)}", field=field,
                                 allowed="integers >= 1")
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 import simulator
 from simulator.config.yaml_source import FieldPath, line_of, parse_field, read_yaml
-from simulator.errors import TopologyError, as_typed
+from simulator.errors import TopologyError, yaml_spelling
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.graph import Topology
 from simulator.topology.parameters import read_parameters
@@ -103,7 +103,7 @@ def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path
                             line=line_of(lines, ("kind",)))
     for key in ("name", "description"):
         if key in data and not isinstance(data[key], str):
-            raise TopologyError(f"expected a string, got {as_typed(data[key])}", field=key, file=source,
+            raise TopologyError(f"expected a string, got {yaml_spelling(data[key])}", field=key, file=source,
                                 line=line_of(lines, (key,)))
     parameters = BUILDERS[kind].parameters
     for key in data:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from simulator.errors import InputError, TopologyError, as_typed
+from simulator.errors import InputError, TopologyError, yaml_spelling
 from simulator.units import parse_bandwidth, parse_duration
 
 ParamKind = Literal["count", "index", "ratio", "bandwidth", "duration", "text", "mapping", "list"]
@@ -36,14 +36,15 @@ def _read_integer(value: object) -> int:
     """An int, or text of ASCII digits after at most one minus sign ('²' and '--5' passed str.isdigit)."""
     digits = str(value).strip().removeprefix("-")
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not (digits.isascii() and digits.isdigit()):
-        raise InputError(f"expected a whole number, got {as_typed(value)}", allowed="an integer such as 8")
+        raise InputError(f"expected a whole number, got {yaml_spelling(value)}", allowed="an integer such as 8")
     return int(value)
 
 
 def _read_ratio(value: object) -> float:
     text = str(value).strip()
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"expected a ratio, got {as_typed(value)}", allowed="a positive number such as 2 or '2:1'")
+        raise InputError(f"expected a ratio, got {yaml_spelling(value)}",
+                         allowed="a positive number such as 2 or '2:1'")
     try:
         if ":" in text:
             high, low = text.split(":", 1)
@@ -59,7 +60,7 @@ def _read_ratio(value: object) -> float:
 
 def _read_typed(value: object, type_: type, what: str) -> object:
     if not isinstance(value, type_):
-        raise InputError(f"expected {what}, got {as_typed(value)}", allowed=what)
+        raise InputError(f"expected {what}, got {yaml_spelling(value)}", allowed=what)
     return value
 
 
@@ -86,7 +87,7 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
     mapping under a plain parameter is "not a section", as `trainsim run --set` says of a key under a value."""
     where = prefix.rstrip(".")
     if not isinstance(raw, dict):
-        raise TopologyError(f"expected a mapping of parameters, got {as_typed(raw)}", field=where)
+        raise TopologyError(f"expected a mapping of parameters, got {yaml_spelling(raw)}", field=where)
     for key in raw:
         if key not in spec:
             raise TopologyError(f"unknown parameter {key!r}", field=f"{prefix}{key}", allowed=", ".join(spec))
