@@ -197,6 +197,23 @@ def test_the_printed_table_of_a_moved_trace_says_from_which_gpu_and_by_how_much(
     assert " moved " not in capsys.readouterr().out
 
 
+def test_a_moved_trace_with_recost_gemms_counts_its_gemms_as_re_costed_not_scaled(tmp_path, capsys):
+    """With `recost_gemms` the 51 GEMMs take the H100's kernel model, not their H200 time x1.045, yet the moved
+    row and summary.json's `trace.gpu_move` counted them as scaled: the move counts only what it scales, and the
+    row says how many were re-costed."""
+    from simulator.cli import main
+
+    assert main(["run", str(SCENARIO), "--set", "cluster.gpu_model=h100-sxm", "--set", "workload.traced_gpu=h200",
+                 "--set", "workload.recost_gemms=true", "--out", str(tmp_path / "out")]) == 0
+    words = " ".join(capsys.readouterr().out.split())
+    assert ("moved from h200 to h100-sxm: 51 GEMMs re-costed, 8 attention x1.099-1.124, 267 memory-bound x1.449 "
+            "throughput") in words
+    trace = json.loads((tmp_path / "out" / "summary.json").read_text())["trace"]
+    assert trace["recosted_gemms"] == 51
+    assert {kind: entry["ops"] for kind, entry in trace["gpu_move"]["classes"].items()} == {
+        "matmul": 0, "attention": 8, "memory-bound": 267, "unknown": 0}
+
+
 def trace_with_keys(folder: Path, dims: Callable[[list], list]) -> str:
     """The bundled trace written into ``folder`` with each attention op's `Input Dims` replaced by ``dims`` of
     them; its path."""

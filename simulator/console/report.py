@@ -88,15 +88,16 @@ MOVED_CLASSES = {"matmul": "GEMMs", "attention": "attention", "memory-bound": "m
 """How the moved row names each kernel class of workload/traces/gpu_move.py."""
 
 
-def gpu_move_text(move: dict) -> str | None:
+def gpu_move_text(move: dict, recosted: int = 0) -> str | None:
     """A trace moved to another GPU (summary.json's `trace.gpu_move`) in one line: from which GPU to which and
     each class's kernels with the factor on their durations, 'from h200 to h100-sxm: 51 GEMMs x1.045, 8 attention
     x1.099-1.124, 267 memory-bound x1.449'; the table read only 'trace on dgx-h100 (1 h100-sxm GPU)'. None where
     nothing moved: traced on the cluster's GPU ('from h200 to h200'), or no class with both ops and rates (the
-    row ended 'from h200 to h100-sxm: ')."""
+    row ended 'from h200 to h100-sxm: '). GEMMs re-costed from their shapes (`recosted`, `recost_gemms`) are not
+    scaled, so `move` counts none of them: the line says how many there are instead ('51 GEMMs re-costed')."""
     if move["from"] == move["to"]:
         return None
-    parts = []
+    parts = [f"{recosted:,} GEMM{'s' if recosted != 1 else ''} re-costed"] if recosted else []
     for kind, entry in move["classes"].items():
         ratios = sorted(rate["duration_ratio"] for rate in entry["rates"])
         if entry["ops"] and ratios:
@@ -272,7 +273,7 @@ def training_table(summary: dict) -> Table:
     if step is not None:
         table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", format_seconds(step))
     move = (summary.get("trace") or {}).get("gpu_move")
-    moved = gpu_move_text(move) if move else None
+    moved = gpu_move_text(move, summary["trace"].get("recosted_gemms") or 0) if move else None
     if moved:
         table.add_row("moved", moved)
     untold = "trace" in summary and not summary.get("tokens_per_s")

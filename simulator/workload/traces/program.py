@@ -167,7 +167,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                          "collective_matching": {group: "seq" if group in sequenced else "order"
                                                  for group in sorted(kinds.groups)},
                          **({"gpu_move": move.details(op for rank in traced for op in rank.ops
-                                                      if op.op is None)} if config.traced_gpu else {})},
+                                                      if op.op is None and not builder.recosts(op))}
+                            if config.traced_gpu else {})},
                **({"fold_off_reason": blocker} if blocker else {})}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
     tokens = (config.tokens_per_step or 0) * replicas.copies
@@ -689,6 +690,11 @@ class _Builder:
                 self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=last, name="host gap",
                                           category="host", duration=source.window[1] - stream_end[last]))
 
+    def recosts(self, op: TracedOp) -> bool:
+        """Whether ``op`` takes its time from the kernel model (`recost_gemms`: a GEMM kernel with its shape and
+        precision), not from its traced duration moved to the cluster's GPU."""
+        return self.gemm_gpu is not None and bool(op.gemm) and told_precision(op) is not None
+
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.op is None:
             duration, flops = self.move.duration(op), 0.0
@@ -696,7 +702,8 @@ class _Builder:
                 batch, m, n, k = op.gemm
                 flops = 2.0 * batch * m * n * k
                 precision = told_precision(op)
-                if self.gemm_gpu is not None and precision is not None:
+                if self.recosts(op):
+                    assert self.gemm_gpu is not None and precision is not None
                     duration = gemm_duration(op.gemm, precision, self.gemm_gpu)
                     self.recosted += 1
             return ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
