@@ -223,7 +223,8 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
     writes = [n * step + write < horizon for n in candidates]  # the first write ends within the horizon
     past = writes[:len(nearest)].count(False)
     memory = job.healthy.memory_interval_steps or 0
-    under_memory = sum(n <= memory for n, written in zip(nearest, writes[:len(nearest)], strict=True) if written)
+    under_memory = sum(n <= memory for n, written in zip(candidates[:len(nearest)], writes[:len(nearest)], strict=True)
+                       if written)
     steps = sorted({n for n, written in zip(candidates, writes, strict=True) if written and n > memory})
     if not steps and under_memory:
         shown = _memory_interval_shown(loaded)
