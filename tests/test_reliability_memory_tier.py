@@ -390,7 +390,7 @@ def test_a_study_s_default_grid_leaves_out_intervals_not_longer_than_the_memory_
     from simulator.reliability.study import DEFAULT_GRID_FACTORS, default_grid
 
     grid = default_grid(scenario_from_text(STUDY_JOB))
-    nearest = [round(grid.daly_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
+    nearest = [round(grid.centre_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
     assert nearest[:3] == [12, 17, 24] and min(nearest[3:]) > 30
     assert (grid.steps, grid.memory_steps, grid.under_memory) == (tuple(nearest[3:]), 30, 3)
     scenario = tmp_path / "job.yaml"
