@@ -1,21 +1,23 @@
 """The first-order optimum of two checkpoint levels: in-memory snapshots every T1 beside storage checkpoints every T2.
 
 Benoit, Cavelan, Le Fevre, Robert and Sun, "Towards Optimal Multi-Level Checkpointing" (IEEE Transactions on
-Computers 66(7), 2017), after Di, Robert, Vivien and Cappello, "Optimization of Multi-level Checkpoint Model for
-Large Scale HPC Applications" (IPDPS 2014): with nested levels the waste per unit of work is, to first order, the
-sum over the levels of each level's checkpoint cost over its period and its failures' rate times half its period,
-minimised by each level's Young interval (an overhead of sum sqrt(2 lambda_l C_l)). Here level 1 is the snapshot,
-cost C1 (its stall), and level 2 the storage checkpoint, cost C2 (`summary.young_daly_cost_s`), which the job takes
-in place of the snapshot due with it, so it adds C2 - C1. A failure the memory tier recovers (MTBF M1: every host it
-takes out has a copy on a host left, or it takes none) loses T1 / 2 on average, one that needs storage (MTBF M2:
-some host and all its peers out) T2 / 2:
+Computers 66(7), 2017; compare Di, Bouguerra, Bautista-Gomez and Cappello, "Optimization of Multi-level Checkpoint
+Model for Large Scale HPC Applications", IPDPS 2014): the pattern is nested, a storage checkpoint every W and n - 1
+snapshots between (T1 = W / n, T2 = W, n a whole number: each storage checkpoint starts the snapshots' count
+over). Level 1 is the snapshot, cost C1 (its stall), level 2 the storage checkpoint, cost C2
+(`summary.young_daly_cost_s`), taken in place of the snapshot due with it. A failure the memory tier recovers
+(MTBF M1: every host it takes out has a copy on a host left, or it takes none) loses T1 / 2 on average, one that
+needs storage (MTBF M2: some host and all its peers out) T2 / 2, so the first-order waste of a pattern is
 
-    H(T1, T2) = C1 / T1 + (C2 - C1) / T2 + T1 / (2 M1) + T2 / (2 M2),  T1 = sqrt(2 C1 M1),  T2 = sqrt(2 (C2 - C1) M2)
+    H_n(W) = (C2 + (n - 1) C1) / W + W / (2 n M1) + W / (2 M2),  W_n = sqrt(2 (C2 + (n - 1) C1) / (1 / (n M1) + 1 / M2))
 
-T2 is at least the async write floor (`summary.write_floor_steps`). H is convex in each, so where T1 comes out at
-least T2 (or C2 <= C1: a storage checkpoint costs no more than the snapshot it replaces) the best nested pattern has
-T1 = T2: storage alone at Young's sqrt(2 C2 M), M the MTBF of every interrupting failure, and the tier buys nothing
-to first order. The rates are the healthy state's (every host in use), as M's are.
+W at least the async write floor (`summary.write_floor_steps`). The job takes the n of least H_n(W_n); n = 1 is
+storage alone at Young's sqrt(2 C2 M), M the MTBF of every interrupting failure: the tier buys nothing to first
+order (always so where C2 <= C1). Over real n, H_n(W_n) is least at n* = sqrt((C2 - C1) M2 / (C1 M1)), each
+level's own Young interval (T1 = sqrt(2 C1 M1), T2 = sqrt(2 (C2 - C1) M2)); it and H_n at the floor are convex in
+n, so the whole numbers up to the larger of their minimisers hold the best. Without failures that need storage the
+optimum is snapshots alone at sqrt(2 C1 M1) where C1 < C2 (n without bound). The rates are the healthy state's
+(every host in use), as M's are.
 """
 
 from __future__ import annotations
@@ -70,14 +72,25 @@ def two_level_optimum(plan: JobPlan, memory_stall_s: float, storage_cost_s: floa
         return None
     m1 = 1.0 / memory_rate if memory_rate else None
     m2 = 1.0 / storage_rate if storage_rate else None
-    t1 = math.inf if m1 is None else young_interval(memory_stall_s, m1)
-    if m2 is None:
-        t2 = math.inf
-    elif storage_cost_s > memory_stall_s:
-        t2 = max(floor_s, young_interval(storage_cost_s - memory_stall_s, m2))
-    else:  # a storage checkpoint costs no more than the snapshot it takes the place of
-        t2 = 0.0
-    if t1 >= t2:
-        storage_alone = max(floor_s, young_interval(storage_cost_s, 1.0 / (memory_rate + storage_rate)))
-        return TwoLevelOptimum(m1, m2, None, storage_alone)
-    return TwoLevelOptimum(m1, m2, t1, None if math.isinf(t2) else t2)
+    if m1 is not None and m2 is None and memory_stall_s < storage_cost_s:
+        return TwoLevelOptimum(m1, None, young_interval(memory_stall_s, m1), None)
+    snapshots, storage_interval = best_nesting(memory_stall_s, storage_cost_s, memory_rate, storage_rate, floor_s)
+    if snapshots == 1:
+        return TwoLevelOptimum(m1, m2, None, storage_interval)
+    return TwoLevelOptimum(m1, m2, storage_interval / snapshots, storage_interval)
+
+
+def best_nesting(c1: float, c2: float, rate1: float, rate2: float, floor_s: float) -> tuple[int, float]:
+    """The whole number n of in-memory intervals per storage interval and the storage interval W (at least
+    floor_s) of least first-order waste H_n(W) (module docstring), for the snapshot's stall c1, the storage
+    checkpoint's cost c2 and the failure rates each tier recovers (rate2 > 0 where c2 > c1)."""
+    def waste(n: int) -> tuple[float, float]:
+        cost, rate = c2 + (n - 1) * c1, rate1 / n + rate2
+        interval = max(floor_s, math.sqrt(2.0 * cost / rate))
+        return cost / interval + interval * rate / 2.0, interval
+
+    relaxed = math.sqrt((c2 - c1) * rate1 / (c1 * rate2)) if c2 > c1 and c1 > 0 else 1.0
+    at_floor = floor_s * math.sqrt(rate1 / (2.0 * c1)) if c1 > 0 else 1.0
+    candidates = range(1, math.ceil(max(relaxed, at_floor, 1.0)) + 1)
+    snapshots = min(candidates, key=lambda n: waste(n)[0])
+    return snapshots, waste(snapshots)[1]
