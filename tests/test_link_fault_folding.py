@@ -42,6 +42,9 @@ PLAIN = ("cluster: {topology: dgx-h100-cluster, nodes: 8, node: {kind: nvswitch_
 """A plain fat tree: one NIC a host, every GPU of a host behind it."""
 TWO_NICS = PLAIN.replace("nics_per_node: 1", "nics_per_node: 2")
 
+MOE_16 = RAILS_16.replace("vocab: 32000}", "vocab: 32000, moe: {experts: 16, top_k: 2}}")
+"""RAILS_16 with a MoE model: its EP all-to-alls and expert-DP reductions are groups of their own."""
+
 DP_FIRST = "order: [dp, tp, cp, pp]"
 CASES = {
     "rails-leaf": (RAILS, "{tp: 8, dp: 4}", "leaf"),
@@ -62,6 +65,7 @@ CASES = {
     "tree-loads": (RAILS, "{tp: 4, pp: 2, dp: 4}", "nic"),
     "two-nics-pp-leaf-out-of-step": (TWO_NICS, "{tp: 4, pp: 2, dp: 4}", "leaf"),
     "dp-first-uplink-out-of-step": (RAILS_16, f"{{tp: 4, dp: 32, {DP_FIRST}}}", "leaf2.r2-spine1"),
+    "moe-ep8-leaf": (MOE_16, "{tp: 8, dp: 16, ep: 8}", "leaf3.r1"),
 }
 """Every step with links down from its start that this module simulates, by name: its cluster, its parallelism
 and the links down (`_links`). The tests below say what each does; `LinkFaultRanks` is checked on all."""
@@ -194,7 +198,8 @@ def test_the_ranks_of_a_fold_by_links_down_are_counted_without_a_step(case):
     any, counts from the layout and the cluster the ranks the step folded by the hosts near them simulates, in
     every case above: the folded step's, or the fold's given up for its classes of one rank or a failed check
     (every rank where every host is near). Far ranks of one rail whose groups hold other near ranks are
-    counted apart, as the fold simulates them (TP across hosts: 48 ranks, where by rail alone it counted 40)."""
+    counted apart, as the fold simulates them (TP across hosts: 48 ranks, where by rail alone it counted 40), and
+    so are those whose EP or expert-DP groups hold near ranks (EP 8: 72 ranks, where without them it counted 40)."""
     text, parallelism, down = CASES[case]
     loaded = scenario_from_text(text + f"parallelism: {parallelism}\n", "inline.yaml", [])
     topology = scenario_topology(loaded)
@@ -202,4 +207,5 @@ def test_the_ranks_of_a_fold_by_links_down_are_counted_without_a_step(case):
     folded = _summary(case)
     ranks = folded["simulated_ranks"] if folded["folded"] else next(
         entry["simulated_ranks"] for entry in folded["fold_given_up"] if entry["fold"] == "links")
-    assert LinkFaultRanks(layout, topology)([(a, b) for a, b in _links(text, down)]) == ranks
+    count = LinkFaultRanks(layout, topology, loaded.scenario.parallelism.ep)
+    assert count([(a, b) for a, b in _links(text, down)]) == ranks

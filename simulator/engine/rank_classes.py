@@ -47,6 +47,7 @@ from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.symmetry import link_kind_codes, overlapping, padded, routed
+from simulator.parallel.experts import expert_group_numbers
 from simulator.parallel.folding import RankClasses, representatives
 from simulator.parallel.layout import Layout
 from simulator.program.ops import CollectiveOp
@@ -155,14 +156,15 @@ class LinkFaultRanks:
     for each position in a stage that has a rank on a host near them (each its own class), and one per stage
     for each class of the other positions keyed as the fold keys them: by their rails across the stages and the
     near ranks that each of their ranks' groups holds (`_near_members`), the groups being the layout's TP, CP
-    and DP x CP (gradient) groups (a far position's pipeline group is its own ranks, all far). With TP 16 over
-    two hosts and DP 8 under a leaf down, 48 ranks, as the fold; by rail alone it counted 40. Groups a scenario
-    adds beside the layout's (EP's all-to-alls, expert-DP, HSDP's shard and replica groups) are not read: there
-    the fold may simulate more. What a job's refusal of its degraded states sizes them by before it simulates
+    and DP x CP (gradient) groups and, with ``ep`` > 1, the EP and expert-DP groups (`experts.ep_group`,
+    `experts.expert_dp_group`; a far position's pipeline group is its own ranks, all far). With TP 16 over two
+    hosts and DP 8 under a leaf down, 48 ranks, as the fold; by rail alone it counted 40; with TP 8, DP 16 and
+    EP 8, 72, where without the EP groups it counted 40. HSDP's shard and replica groups are not read: there the
+    fold may simulate more. What a job's refusal of its degraded states sizes them by before it simulates
     any (reliability/simulate.py), once per state it foresees: ~2 ms of CPU per set of hosts near at 16,384 GPUs
     (0.45 s for the 512 leaves, which leave 64 such sets; by rail alone 0.35 s)."""
 
-    def __init__(self, layout: Layout, topology: Topology) -> None:
+    def __init__(self, layout: Layout, topology: Topology, ep: int = 1) -> None:
         self.topology = topology
         self.pp = layout.pp
         self.stages = np.array([layout.stage_ranks(stage) for stage in range(layout.pp)], dtype=np.int64).T
@@ -171,6 +173,8 @@ class LinkFaultRanks:
         self.patterns = np.unique(rails, axis=0, return_inverse=True)[1].reshape(-1)
         self.groups = [_layout_groups(layout, dims) for dims in (("tp",), ("cp",), ("dp", "cp"))
                        if math.prod(layout.degree(dim) for dim in dims) > 1]
+        if ep > 1:
+            self.groups += [_numbered_groups(numbers) for numbers in expert_group_numbers(layout, ep)]
         self.hosts = int(self.gpu_host.max()) + 1
         self.counted: dict[frozenset[int], int] = {}
 
@@ -409,6 +413,13 @@ def _distinct_rows(rows: np.ndarray) -> int:
     """How many distinct rows the integer matrix ``rows`` holds."""
     ordered = rows[np.lexsort(rows.T)]
     return min(len(rows), 1) + int((ordered[1:] != ordered[:-1]).any(axis=1).sum())
+
+
+def _numbered_groups(numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The groups of ranks that share a number (``numbers``: per rank, every group as large), as
+    `_layout_groups` gives them: one row each with its ranks ascending, and each rank's row."""
+    row = np.unique(numbers, return_inverse=True)[1].reshape(-1)
+    return np.argsort(row, kind="stable").reshape(row.max() + 1, -1), row
 
 
 def _layout_groups(layout: Layout, dims: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, assert_never
 
+import numpy as np
+
 from simulator.collectives.names import Primitive
 from simulator.parallel.folding import mirror_images
 from simulator.parallel.layout import Layout
@@ -103,6 +105,18 @@ def ep_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
     group = layout.combined_group(("dp", "cp"), rank)
     start = group.index(rank) // ep * ep
     return group[start:start + ep]
+
+
+def expert_group_numbers(layout: Layout, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank of ``layout``, a number for its EP group (`ep_group`) and one for its expert-data-parallel group
+    (`expert_dp_group`), for every rank at once: a rank's place in its DP x CP group (in rank order) over ``ep``
+    and modulo ``ep``. ``ep`` divides the DP x CP ranks."""
+    ranks = np.arange(layout.world, dtype=np.int64)
+    dp, cp = ((ranks // layout.stride(dim)) % layout.degree(dim) for dim in ("dp", "cp"))
+    place = dp * layout.cp + cp if layout.stride("dp") > layout.stride("cp") else cp * layout.dp + dp
+    rest = ranks - dp * layout.stride("dp") - cp * layout.stride("cp")
+    stage = (ranks // layout.stride("pp")) % layout.pp
+    return rest * (layout.dp * layout.cp // ep) + place // ep, stage * ep + place % ep
 
 
 @lru_cache(maxsize=4096)

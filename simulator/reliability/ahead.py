@@ -176,7 +176,7 @@ def link_fault_ranks(states: StepStates) -> Callable[[Sequence[tuple[str, str]]]
 
     if states.layout is None:
         return lambda down: states.topology.num_gpus
-    return LinkFaultRanks(states.layout, states.topology)
+    return LinkFaultRanks(states.layout, states.topology, states.loaded.scenario.parallelism.ep)
 
 
 def _first_states_activity(activity: Callable[[str], None]) -> Callable[[ClusterState | None], None]:

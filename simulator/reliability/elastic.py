@@ -51,6 +51,7 @@ from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.config.traces import TraceWorkload
 from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.memory_remedies import Peak, memory_remedies, peak_memory, remedies_text
+from simulator.parallel.experts import expert_group_numbers
 from simulator.parallel.layout import Layout
 from simulator.reliability.inputs import files_key
 from simulator.topology.graph import Topology
@@ -361,13 +362,8 @@ def group_domains(layout: Layout, ep: int, domains: np.ndarray) -> dict[str, int
     """The most NVLink domains one TP group and one EP group of ``layout`` span (1: each stays inside one), by
     the field that sets them, rank r on GPU r of NVLink domain ``domains[r]``. An EP group is a block of ``ep``
     ranks of a DP x CP group in rank order (parallel/experts.ep_group); ``ep`` divides its ranks."""
-    ranks = np.arange(layout.world, dtype=np.int64)
-    domain = domains[:layout.world]
-    dp, cp = ((ranks // layout.stride(dim)) % layout.degree(dim) for dim in ("dp", "cp"))
-    outer = dp * layout.cp + cp if layout.stride("dp") > layout.stride("cp") else cp * layout.dp + dp
-    rest = ranks - dp * layout.stride("dp") - cp * layout.stride("cp")
-    ep_group = rest * (layout.dp * layout.cp // ep) + outer // ep
-    return {"tp": tp_domains(layout, domains), "ep": most_domains(ep_group, domain)}
+    ep_group = expert_group_numbers(layout, ep)[0]
+    return {"tp": tp_domains(layout, domains), "ep": most_domains(ep_group, domains[:layout.world])}
 
 
 def _refuse_split_groups(full: dict[str, int], shrunk: dict[str, int]) -> None:

@@ -301,7 +301,7 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
         refuse(blocker or "link faults beside a straggle class, whose states with both are not folded")
     layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
     units = cluster_units(topology)
-    count = LinkFaultRanks(layout, topology)
+    count = LinkFaultRanks(layout, topology, scenario.parallelism.ep)
     ranks = max(count(tuple(pair for pair in units.links(klass.unit, unit) if topology.wiring.has_edge(*pair)))
                 for klass in linked for unit in range(units.count(klass.unit)))
     if ranks >= layout.world:
