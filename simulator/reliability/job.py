@@ -315,7 +315,9 @@ class JobProcess:
         (a rack failure) leaves, its trays down with it (repaired with the rack); the others close ranks in host
         order onto the first racks, as the hosts do (a group's hosts are the slots from 0 up, spares standing in
         after the hosts kept). Without it, a job shrunk onto rack 1 when rack 0 failed lost rack 1's trays down
-        and took on rack 0's."""
+        and took on rack 0's. Exact only where whole racks are lost: with some of a rack's hosts out the slots
+        shift across rack boundaries but no rack moves, so its trays down stay on their rack index (the slot
+        model of a shrunk rack job, an approximation)."""
         kept = [switch for switch, hosts in self.plan.racks if not all(host in self.missing for host in hosts)]
         return {switch: rack for switch, (rack, _) in zip(kept, self.plan.racks)}
 
