@@ -48,3 +48,13 @@ def test_one_cause_takes_the_whole_share_and_a_faster_state_none():
     """A single cause gets exactly the state's share (to the bit); a state faster than healthy has no parts."""
     assert cause_shares(0.123456789, ["A"], table({"A": 1 / (1 - 0.123456789) - 1})) == (("A", 0.123456789),)
     assert cause_shares(-0.1, ["A", "B"], table({})) == ()
+
+
+def test_a_cause_that_offsets_another_gets_nothing_not_a_negative_part():
+    """reviewer33's job: a shrink alone faster than healthy (x(B) = -0.05, counted 0) and the shrunk job with the
+    straggler faster than the straggler alone (x(AB) = 0.129 < x(A) = 0.146). B's Shapley value is
+    (0 + (0.129 - 0.146)) / 2 = -0.0085: it was charged -2,534 s of slow steps in a job. B now gets 0 and A the
+    state's whole share."""
+    values = {"A": 0.146, "B": -0.05, "AB": 0.129}
+    assert shapley(["A", "B"], table({**values, "B": 0.0}))["B"] == pytest.approx(-0.0085, abs=1e-15)
+    assert dict(cause_shares(0.1, ["A", "B"], table(values))) == {"A": 0.1, "B": 0.0}

@@ -8,7 +8,10 @@ the subset's value, 0 for none. A cause's Shapley value is its marginal effect (
 value without it) averaged over every order in which the causes could have come: a cause that slows no
 sub-state it joins gets 0, and the values add up to the state's x. A sub-state with no route for some GPU
 (possible only without the shrink: the job on all its hosts, some cut off by links down) takes the state's own
-value: it could not train at all, so the causes it lacks cost it nothing more than the state does.
+value: it could not train at all, so the causes it lacks cost it nothing more than the state does. A cause whose
+Shapley value is negative (it lessens the others' slowdown more than it adds: an elastic shrink beside a
+straggler, where the shrunk job with the straggler is faster than the straggler alone) gets 0, and the others'
+positive values split the state's share: no cause is charged negative slow-step time.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def cause_shares(share: float, causes: Sequence[str], extra: Callable[[frozenset
         x = extra(subset)
         return max(whole if x is None else x, 0.0)
 
-    values = shapley(causes, value)
+    values = {cause: max(part, 0.0) for cause, part in shapley(causes, value).items()}
     total = sum(values.values())
     if total <= 0:
         return tuple((cause, 0.0) for cause in causes)
