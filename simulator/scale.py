@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -716,17 +716,29 @@ def classed_estimate(loaded: LoadedScenario, gpus: int, ranks: int) -> ScaleEsti
     state with links down, `rank_classes.LinkFaultRanks`): the unfolded step's ops and flows in the share
     ``ranks`` of the GPUs simulates, beside the whole cluster and the mirrors of the folded step (such a fold
     compares every mirror). None for a trace."""
+    estimator = classed_estimator(loaded, gpus)
+    return None if estimator is None else estimator(ranks)
+
+
+def classed_estimator(loaded: LoadedScenario, gpus: int) -> Callable[[int], ScaleEstimate] | None:
+    """`classed_estimate` as a function of the ranks, the unfolded and folded estimates it scales worked out once
+    (~0.3 s at 16,384 GPUs: a job's forecast sizes every state it foresees). None for a trace."""
     unfolded = _unfolded_estimate(loaded, gpus)
     scenario = loaded.scenario
     folded = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(
         update={"fold": True, "timeline": "summary"})}), gpus, scenario_hosts(loaded))
     if unfolded is None or folded is None:
         return None
-    share = ranks / gpus
+    whole = unfolded
     cluster = gpus * TOPOLOGY_BYTES_PER_GPU
-    mirrors = folded.memory_bytes - cluster - folded.ops * OP_BYTES - folded.flows * FLOW_BYTES
-    return ScaleEstimate(gpus, ranks, math.ceil(unfolded.ops * share), math.ceil(unfolded.flows * share),
-                         cluster + (unfolded.memory_bytes - cluster) * share + max(mirrors, 0.0), True)
+    mirrors = max(folded.memory_bytes - cluster - folded.ops * OP_BYTES - folded.flows * FLOW_BYTES, 0.0)
+
+    def estimate(ranks: int) -> ScaleEstimate:
+        share = ranks / gpus
+        return ScaleEstimate(gpus, ranks, math.ceil(whole.ops * share), math.ceil(whole.flows * share),
+                             cluster + (whole.memory_bytes - cluster) * share + mirrors, True)
+
+    return estimate
 
 
 def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep) -> tuple[str, ...]:
