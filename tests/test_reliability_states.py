@@ -767,7 +767,8 @@ def test_degraded_states_ahead_are_sized_by_a_state_with_links_down_not_a_spine_
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "_peak_bytes", lambda: len(here) << 30, raising=False)
     monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: sized.append(each) or 1)
-    assert ahead.simulate_ahead(job_states, [spine, *leaves]) == 0
+    ranks = ahead.link_fault_ranks(job_states)
+    assert ahead.simulate_ahead(job_states, ahead.states_ahead(job_states, [spine, *leaves], ranks)) == 0
     assert here == [leaves[0]] and sized == [1 << 30]
 
 
@@ -798,7 +799,8 @@ def test_degraded_states_ahead_are_sized_by_the_state_with_links_down_near_the_m
     # another rail's leaf in the other group: the same rail's would be a rotation of `one`, the same step
     another = states.ClusterState(replicas, links_down=tuple(sorted(units.links("leaf_switch", other + 1))))
     assert groups[other + 1] == groups[other] and job_states.merged(another) != job_states.merged(one)
-    assert ahead.simulate_ahead(job_states, [one, another, two]) == 0
+    ranks = ahead.link_fault_ranks(job_states)
+    assert ahead.simulate_ahead(job_states, ahead.states_ahead(job_states, [one, another, two], ranks)) == 0
     assert here == [two]
 
 
@@ -1297,34 +1299,90 @@ restart: {elastic: true, min_replicas: 2}
     assert summary["interruptions"]["by_cause"]["spine_switch"]["mean"] > 0
 
 
-def test_a_job_whose_states_with_links_down_take_long_says_so_with_their_time(monkeypatch):
-    """The 16,384-GPU Llama 3 405B job with a leaf switch class foresaw 19,663 states, the first 90 s of CPU,
-    and said only '0/19,663 states' for minutes. Once the first state with links down has run in the job's
-    process, the time the rest will take on the workers is warned of where it reaches LONG_AHEAD_S: here every
-    such state of the small leaf switch job, with the bound brought down to nothing; none at the real bound,
-    which this job stays far below."""
+def test_a_job_tells_the_time_of_its_states_with_links_down_before_simulating_any(monkeypatch):
+    """The 16,384-GPU Llama 3 405B job with a leaf switch class foresaw 19,663 states and said nothing for the
+    7-8 minutes of the first, then warned of the rest. The job now tells their time once foreseen, before any
+    state is simulated: each state its fold's ops + flows (`scale.classed_estimate` on its `LinkFaultRanks`) at
+    LINK_STATE_S_PER_EVENT and its cluster's GPUs at LINK_STATE_S_PER_GPU, summed over the states
+    `states_ahead` lists (here the 4 one-leaf states of the small leaf switch job, 24 of its 32 ranks each), the
+    first in the job's process and the other 3 over 2 workers. Told from LONG_AHEAD_S on, which this job stays
+    far below."""
+    from simulator.engine.rank_classes import LinkFaultRanks
+    from simulator.scale import classed_estimate
+    from simulator.units import format_duration
+
     loaded, _ = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
-    warned: list[str] = []
-    simulate_job(loaded, workers_warning=warned.append)
-    assert warned == []
+    heard: list[str] = []
+    told_before: list[int] = []
+    simulated_here = ahead._simulated_here
+    monkeypatch.setattr(ahead, "_simulated_here", lambda step_states, state: told_before.append(len(heard))
+                        or simulated_here(step_states, state))
+    simulate_job(loaded, workers_warning=heard.append)
+    assert heard == []
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
-    monkeypatch.setattr(ahead, "LONG_AHEAD_S", 0.0)
-    simulate_job(loaded, workers_warning=warned.append)
-    assert len(warned) == 1
-    assert warned[0].startswith("the 4 cluster states with links down foreseen ahead take about ")
-    assert "more on 2 cores (the first, " in warned[0] and "fewer run.replications" in warned[0]
+    monkeypatch.setattr(reliability_simulate, "LONG_AHEAD_S", 0.0)
+    job = simulate_job(loaded, workers_warning=heard.append)
+    count = LinkFaultRanks(job_layout(loaded), scale.capped_topology(loaded))
+    down = [state for state in job.summary["states"] if state["links_down"]]
+    each = [classed_estimate(loaded, 32, count([tuple(pair) for pair in state["links_down"]])).events
+            * ahead.LINK_STATE_S_PER_EVENT + 32 * ahead.LINK_STATE_S_PER_GPU for state in down]
+    assert len(each) == 4 and len(set(each)) == 1
+    assert len(heard) == 1 and told_before[-1] == 1
+    assert heard[0] == (f"the 4 cluster states with links down foreseen take an estimated "
+                        f"{format_duration(sum(each))} of CPU, {format_duration(each[0] + sum(each[1:]) / 2)} on 2 "
+                        "cores, each folded by the hosts near its links down onto at most 24 ranks: fewer "
+                        "run.replications, a shorter run.horizon, a rarer leaf_switch failure or effect: replace (the "
+                        "job restarts without the unit), more cores (--workers) cut it")
 
 
-def test_the_time_ahead_is_the_first_states_time_for_each_ranks_share():
-    """`long_ahead_warning`'s arithmetic: the first state (400 ranks) took 300 s; ten more of 200 ranks each
-    make 5 x 300 s over 2 workers, 750 s, warned (12.5 min); at 100 s for the first, 250 s, not; a first state
-    with no links down (a spine state) says nothing of theirs."""
-    first = states.ClusterState(4, links_down=(("a", "b"), ("c", "d")))
-    rest = [states.ClusterState(4, links_down=((f"h{index}", "leaf"),)) for index in range(10)]
-    ranks = lambda down: 200 * len(down)  # noqa: E731
-    line = ahead.long_ahead_warning([first, *rest], ranks, 300.0, 2)
-    assert line is not None and line.startswith("the 11 cluster states with links down foreseen ahead take about "
-                                                 "12.5 min more on 2 cores (the first, 2 link(s) down, 400 ranks, "
-                                                 "took 5 min here)")
-    assert ahead.long_ahead_warning([first, *rest], ranks, 100.0, 2) is None
-    assert ahead.long_ahead_warning([states.ClusterState(4, spines_down=1), *rest], ranks, 1e6, 2) is None
+def job_layout(loaded):
+    """The layout of ``loaded``'s job on its cluster."""
+    from simulator.workload.training import pipeline_depth, resolve_layout
+
+    scenario = loaded.scenario
+    return resolve_layout(scenario, scale.capped_topology(loaded).num_gpus, pipeline_depth(scenario))
+
+
+def test_a_job_whose_states_with_links_down_take_past_the_limit_is_refused_unless_forced(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """Past MAX_AHEAD_S (brought down to 0.1 s: the small leaf switch job's 4 states take ~0.16 s each by the
+    estimate, more than it whatever the cores) the job is refused in one located line before any state is
+    simulated, at the class (a replication's share alone is past it), with nothing written; --force runs it,
+    telling the time."""
+    monkeypatch.setattr(reliability_simulate, "MAX_AHEAD_S", 0.1)
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())  # none of its states known to the process yet
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(LEAF_SWITCH_JOB)
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert f"{scenario}:" in err and "faults.components.leaf_switch: the 4 cluster states with links down " in err
+    assert ", over the limit of 100 ms" in err and "more cores (--workers); or pass --force" in err
+    assert main(["run", str(scenario), "--quiet", "--force", "--out", str(out)]) == 0
+    assert "warning: the 4 cluster states with links down foreseen take an estimated " in capsys.readouterr().err
+
+
+LINK_CLASSES_JOB = LEAF_SWITCH_JOB.replace(
+    "leaf_switch: {mtbf: 20 d, repair: 2 h, repair_distribution: fixed}",
+    "nic: {effect: degrade, mtbf: 200 d, repair: 2 h}\n    leaf_switch: {mtbf: 4 d, repair: 12 h}")
+"""The small leaf switch job with a NIC class first (a NIC down leaves its leaf's hosts near, as the leaf does:
+24 of 32 ranks), and leaves down often enough for two to overlap (every host near, 32 ranks)."""
+
+
+def test_a_job_is_sized_by_its_largest_foreseen_state_with_links_down(tmp_path, capsys, monkeypatch):
+    """The up-front refusal sized one unit down, while most of the 16,384-GPU job's states have 2 to 7 leaves
+    down. With the limit at one leaf's ~2,352 ops + flows the small job passes it, but it foresees states with
+    two leaves down, every host near (its 32 ranks unfolded, ~3,136): refused once foreseen, before any state is
+    simulated, naming the class with the most links in that state, not the NIC class listed first."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 2_352)
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(LINK_CLASSES_JOB)
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert re.search(r"faults\.components\.leaf_switch: a leaf_switch failure degrades the cluster, and its "
+                     r"largest state foreseen \(\d+ link\(s\) down\) is simulated unfolded \(links down: every "
+                     r"class holds one rank .*\): 32 GPUs, 32 simulated ranks \(not folded\)", err), err

@@ -17,7 +17,7 @@ did not foresee is simulated when met, as before, and so is one a worker failed 
 where the job meets it. A state's step is the same function of the state in whichever process it is simulated, so the
 job's outputs are byte-identical to a run on one core. States with links down that are rotations of each
 other by whole data-parallel replicas are one step where the job's step is proven to rotate
-(reliability/symmetry.py): only one of each class is simulated (`representatives`).
+(reliability/symmetry.py): only one of each class is simulated (`states_ahead`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing import get_all_start_methods, get_context, parent_process
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -44,15 +43,33 @@ from simulator.reliability.job import JobPlan, JobProcess
 from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, StepStates
 from simulator.report.run_folder import interrupts_held
-from simulator.units import format_duration
+from simulator.scale import ScaleEstimate
+from simulator.units import counted, format_duration
 
 AHEAD_MIN_STATES = 16
 """Fewer straggler states than this foreseen are simulated as the job meets them: forking the job's process costs
 about as much as a straggler state's step (a degraded state's takes far longer: any number of them goes ahead
 where two workers can share them)."""
 LONG_AHEAD_S = 600.0
-"""From this many seconds on, the states with links down still to simulate ahead are warned of, with their time
-(`long_ahead_warning`): a job that takes as long says so as it begins, not after hours of '0/N states'."""
+"""From this many seconds of wall time on, the states with links down a job foresees are warned of as it begins,
+with their estimated time (`TimeAhead.line`), before any is simulated: the 16,384-GPU Llama 3 405B job with a
+leaf switch class said nothing for the 7-8 minutes of its first state, then '0/19,663 states'."""
+MAX_AHEAD_S = 2 * 3600.0
+"""Refuse, unless forced, a job whose states with links down are estimated to take longer than this on its
+cores (`TimeAhead.wall_s`): two hours, twelve times the ten minutes a plain run's step may take (scale.MAX_EVENTS)
+and sixty times the two minutes of a job's own events (simulate.MAX_JOB_EVENTS); the 2,048-GPU Llama 3 70B job
+with a leaf switch class (41 states, ~20 min on one core) passes, the 16,384-GPU 405B job with one (19,663
+states, hundreds of CPU hours) does not."""
+LINK_STATE_S_PER_EVENT = 12e-6
+"""CPU seconds a state with links down takes per op + flow its fold is estimated to simulate
+(`scale.classed_estimate`), beside LINK_STATE_S_PER_GPU: fitted to one leaf down on two jobs, each simulated
+alone as a plain run (2026-12-06, 2 shared cores): the 2,048-GPU Llama 3 70B job's, 288 ranks, ~1.49 M ops +
+flows estimated, 27 s of CPU; the 16,384-GPU Llama 3 405B job's, 384 ranks, ~1.55 M, 90 s. CALIBRATION"""
+LINK_STATE_S_PER_GPU = 4.2e-3
+"""CPU seconds a state with links down takes per GPU of the cluster whatever its fold simulates (the same fit:
+the two states simulate about as many ops + flows and take 3.3 times as long on 8 times the GPUs; a fold by the
+hosts near the links down compares every mirror of its collectives, and its routes and detours span the
+cluster)."""
 
 _FORKED: StepStates | None = None
 """The job's states, as the workers inherit them (set only while they run)."""
@@ -125,16 +142,6 @@ def states_foreseen(plan: JobPlan, arrivals: Callable[[int], Arrivals], replicat
     return list(wanted)
 
 
-def representatives(states: StepStates, wanted: Sequence[ClusterState]) -> list[ClusterState]:
-    """The states of ``wanted`` whose steps the job simulates: each state's `StepStates.merged` one, once, in
-    order of first asking (states with links down that are rotations of each other are one step,
-    reliability/symmetry.py: the 41 states with leaves down that the 2,048-GPU job with a leaf-switch class
-    foresees over 2 replications are 18 steps), those whose step is at hand left out. What `simulate_ahead`
-    simulates."""
-    merged = dict.fromkeys(states.merged(state) for state in wanted)
-    return [state for state in merged if not states.known(state)]
-
-
 def straggling(state: ClusterState, healthy: ClusterState) -> bool:
     """Whether ``state`` differs from ``healthy`` only in straggling GPUs: a step on the job's own cluster that
     shares the fold the first such state builds (`StepStates._shared_fold`), so a worker forked after it
@@ -190,32 +197,41 @@ def _first_states_activity(activity: Callable[[str], None]) -> Callable[[Cluster
     return on_simulating
 
 
-def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: int = 0,
+def states_ahead(states: StepStates, wanted: Sequence[ClusterState],
+                 ranks: Callable[[Sequence[tuple[str, str]]], int]) -> list[list[ClusterState]]:
+    """The states of ``wanted`` whose steps the job simulates and ``states`` has not, by kind: each state's
+    `StepStates.merged` one, once (states with links down that are rotations of each other are one step,
+    reliability/symmetry.py: the 41 states with leaves down that the 2,048-GPU job with a leaf-switch class
+    foresees over 2 replications are 18 steps), the straggling ones where there are AHEAD_MIN_STATES of them,
+    then the degraded ones (`degraded`), largest first (`larger_first`, by ``ranks``, `link_fault_ranks`). The
+    one list both the job's estimate of their time (`time_ahead`) and the workers go by, so the estimate falls
+    with the merge; each kind is simulated as met where they do not run."""
+    merged = dict.fromkeys(states.merged(state) for state in wanted)
+    unknown = [state for state in merged if not states.known(state)]
+    slow = [state for state in unknown if straggling(state, states.healthy)]
+    down = sorted((state for state in unknown if degraded(state, states.healthy)),
+                  key=lambda state: larger_first(state, states.spines, ranks))
+    return [kind for kind in (slow if len(slow) >= AHEAD_MIN_STATES else [], down) if kind]
+
+
+def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], workers: int = 0,
                    progress: Callable[[int, int], None] | None = None,
                    warning: Callable[[str], None] | None = None,
                    activity: Callable[[str], None] | None = None) -> int:
-    """Simulate the `representatives` of ``wanted``: its straggling states (where there are AHEAD_MIN_STATES of
-    them) and its degraded ones (`degraded`), the first of each kind here (a straggler state's builds the fold
-    they share; the degraded state likely largest, `larger_first`, since its peak memory is what each
-    worker may come to hold: sized by a folded spine state met first, the workers were counted at 136 MB and
-    reached 488 MB on the 128-GPU Llama 3 70B job) and the rest in worker
+    """Simulate the states of ``kinds`` (`states_ahead`: straggling ones, degraded ones), the first of each kind
+    here (a straggler state's builds the fold they share; the degraded state likely largest, `larger_first`,
+    since its peak memory is what each worker may come to hold: sized by a folded spine state met first, the
+    workers were counted at 136 MB and reached 488 MB on the 128-GPU Llama 3 70B job) and the rest in worker
     processes (one per core, at most ``workers`` where not 0, and no more than the host's free memory holds,
     each counted at this process's resident size, or its peak once a degraded state ran here), for ``states``
     to hand out when the job meets them; nothing where fewer than two workers would share them, or a first
     raised. ``progress(done, total)`` hears of each state simulated. A worker that dies (the kernel's
     out-of-memory killer) ends them all: the job simulates the states left as it meets them; a fork the host
     refuses leaves the workers forked before it. ``warning`` hears one line of either (the job went on on fewer
-    cores than it was given, which nothing else showed), and one where the states with links down left will take
-    the workers long (`long_ahead_warning`). ``activity`` hears which state is simulated here while it
-    is, and '' after. Ctrl-C or SIGTERM ends the workers without a word and raises KeyboardInterrupt
+    cores than it was given, which nothing else showed). ``activity`` hears which state is simulated here while
+    it is, and '' after. Ctrl-C or SIGTERM ends the workers without a word and raises KeyboardInterrupt
     (Terminated) here. How many the workers simulated."""
     global _FORKED
-    unknown = representatives(states, wanted)
-    slow = [state for state in unknown if straggling(state, states.healthy)]
-    ranks = _remembered(link_fault_ranks(states))
-    down = sorted((state for state in unknown if degraded(state, states.healthy)),
-                  key=lambda state: larger_first(state, states.spines, ranks))
-    kinds = [kind for kind in (slow if len(slow) >= AHEAD_MIN_STATES else [], down) if kind]
     todo = [state for kind in kinds for state in kind]
     if min(cores(workers), len(todo) - len(kinds)) < 2:
         return 0
@@ -224,26 +240,20 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
     heard = states.on_simulating
     if activity is not None:
         states.on_simulating = _first_states_activity(activity)
-    first_down_s = 0.0
     try:
         for here, kind in enumerate(kinds, 1):
-            began = time.perf_counter()
             if _simulated_here(states, kind[0]) is None:
                 return 0
-            if kind is down:
-                first_down_s = time.perf_counter() - began
             if progress is not None:
                 progress(here, len(todo))
     finally:
         states.on_simulating = heard
     rest = [state for kind in kinds for state in kind[1:]]
     wanted_workers = min(cores(workers), len(rest))
-    pool_size = memory_room(wanted_workers, _peak_bytes()) if down else memory_room(wanted_workers)
+    degrading = any(degraded(kind[0], states.healthy) for kind in kinds)
+    pool_size = memory_room(wanted_workers, _peak_bytes()) if degrading else memory_room(wanted_workers)
     if pool_size < 2:
         return 0
-    line = long_ahead_warning(down, ranks, first_down_s, pool_size)
-    if line is not None and warning is not None:
-        warning(line)
     _FORKED = states
     try:
         return _simulated_in_workers(states, rest, len(todo), pool_size, progress, warning)
@@ -251,9 +261,9 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
         _FORKED = None
 
 
-def _remembered(ranks: Callable[[Sequence[tuple[str, str]]], int]) -> Callable[[Sequence[tuple[str, str]]], int]:
-    """``ranks`` counted once per set of links down (1.3 ms each at 16,384 GPUs; sorting and the time ahead's
-    estimate both ask)."""
+def remembered(ranks: Callable[[Sequence[tuple[str, str]]], int]) -> Callable[[Sequence[tuple[str, str]]], int]:
+    """``ranks`` counted once per set of links down (sorting the states ahead and estimating their time both
+    ask)."""
     known: dict[tuple[tuple[str, str], ...], int] = {}
 
     def remembered(down: Sequence[tuple[str, str]]) -> int:
@@ -265,24 +275,47 @@ def _remembered(ranks: Callable[[Sequence[tuple[str, str]]], int]) -> Callable[[
     return remembered
 
 
-def long_ahead_warning(down: Sequence[ClusterState], ranks: Callable[[Sequence[tuple[str, str]]], int],
-                       first_s: float, workers: int) -> str | None:
-    """A warning where the states with links down of ``down`` (largest first, `larger_first`) will take the
-    ``workers`` LONG_AHEAD_S or more: the time the first took here (``first_s``) for each of the rest in the
-    share of its ranks each simulates (a fold's ops and flows grow with its ranks). A 16,384-GPU Llama 3 405B job
-    with a leaf switch class foresaw 19,663 states, its first taking 90 s of CPU, and said only '0/19,663 states'
-    for minutes. None where the first state has no links down (its time says nothing of theirs)."""
-    if not down or not down[0].links_down:
+@dataclass(frozen=True)
+class TimeAhead:
+    """The estimated time of a job's states with links down, before any is simulated: ``states`` of them,
+    ``cpu_s`` CPU seconds in all, ``wall_s`` on ``cores`` cores (the first in the job's process, the rest
+    shared by the workers, as `simulate_ahead` runs them; all on one core where fewer than two would share
+    them), the largest ``largest_ranks`` ranks."""
+
+    states: int
+    cpu_s: float
+    wall_s: float
+    cores: int
+    largest_ranks: int
+
+    def line(self) -> str:
+        """The estimate in words, with what cuts it."""
+        on = f"on {counted(self.cores, 'core')}" + ("" if self.cores > 1 else " (the job's process)")
+        return (f"the {self.states:,} cluster states with links down foreseen take an estimated "
+                f"{format_duration(self.cpu_s)} of CPU, {format_duration(self.wall_s)} {on}, each folded by the "
+                f"hosts near its links down onto at most {self.largest_ranks:,} ranks")
+
+
+def link_state_s(estimate: ScaleEstimate) -> float:
+    """The CPU seconds of a state with links down whose fold is estimated as ``estimate``
+    (`scale.classed_estimate`): LINK_STATE_S_PER_EVENT for each op and flow, LINK_STATE_S_PER_GPU for each GPU."""
+    return estimate.events * LINK_STATE_S_PER_EVENT + estimate.gpus * LINK_STATE_S_PER_GPU
+
+
+def time_ahead(kinds: Sequence[Sequence[ClusterState]], healthy: ClusterState,
+               ranks: Callable[[Sequence[tuple[str, str]]], int], state_s: Callable[[int], float],
+               workers: int = 0) -> TimeAhead | None:
+    """The time of the states with links down of ``kinds`` (`states_ahead`): each ``state_s`` of its ranks
+    (``ranks``), the first in this process and the rest over min(`cores`, their count) workers where two or
+    more share them (`simulate_ahead`), else all here. None where there are none."""
+    down = [state for kind in kinds for state in kind if degraded(state, healthy) and state.links_down]
+    if not down:
         return None
-    first = ranks(down[0].links_down)
-    rest = [state for state in down[1:] if state.links_down]
-    expected = first_s * sum(ranks(state.links_down) for state in rest) / first / workers
-    if expected < LONG_AHEAD_S:
-        return None
-    return (f"the {len(rest) + 1:,} cluster states with links down foreseen ahead take about "
-            f"{format_duration(expected)} more on {workers} cores (the first, {down[0].describe()}, "
-            f"{first:,} ranks, took {format_duration(first_s)} here): fewer run.replications, a shorter run.horizon "
-            "or a rarer link failure class cut it")
+    times = [state_s(ranks(state.links_down)) for state in down]
+    pool = min(cores(workers), len(down) - 1)
+    wall = times[0] + sum(times[1:]) / pool if pool >= 2 else sum(times)
+    return TimeAhead(len(down), sum(times), wall, pool if pool >= 2 else 1,
+                     max(ranks(state.links_down) for state in down))
 
 
 def _simulated_in_workers(states: StepStates, rest: Sequence[ClusterState], total: int, pool_size: int,

@@ -21,7 +21,19 @@ from simulator.config.schema import TraceWorkload
 from simulator.config.yaml_source import FieldPath
 from simulator.engine.stepping import run_all
 from simulator.errors import ScenarioError
-from simulator.reliability.ahead import cores, simulate_ahead, states_foreseen
+from simulator.reliability.ahead import (
+    LONG_AHEAD_S,
+    MAX_AHEAD_S,
+    cores,
+    degraded,
+    link_fault_ranks,
+    link_state_s,
+    remembered,
+    simulate_ahead,
+    states_ahead,
+    states_foreseen,
+    time_ahead,
+)
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
@@ -240,15 +252,16 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
         raise loaded.error(("run", "fold"), f"the job's step is simulated unfolded: {limits}",
                            "true, a smaller cluster, or --force")
     klass = (nvlink or linked or straggling)[0]
-    field = ("faults", "components", klass.name) if klass.name in scenario.faults.components else ("faults",)
 
-    def refuse(why: str) -> NoReturn:
+    def refuse(why: str, culprit: FailureClass = klass) -> NoReturn:
+        """Refuse the states of class ``culprit`` (by default the first that degrades links, else straggles)."""
         problem = "degrades the cluster" if linked else "slows a pipeline stage"
         restart = "effect: replace (the job restarts without the unit), " if linked else ""
         analytic = ("network.model: analytic (each transfer alone, so the slow replica meets no other's "
                     "traffic and its states fold), " if why == SHARED_LINKS else "")
-        raise loaded.error(field, f"a {klass.name} failure {problem}, and each such state is simulated as an "
-                           f"unfolded step ({why}): {limits}", f"{restart}{analytic}a smaller cluster, or --force")
+        raise loaded.error(_class_field(loaded, culprit), f"a {culprit.name} failure {problem}, and each such state "
+                           f"is simulated as an unfolded step ({why}): {limits}",
+                           f"{restart}{analytic}a smaller cluster, or --force")
 
     if nvlink:
         refuse(LINKS_DURING_STEP)
@@ -277,21 +290,22 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
 
 
 def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, linked: Sequence[FailureClass],
-                                 straggling: bool, refuse: Callable[[str], NoReturn]) -> None:
+                                 straggling: bool, refuse: Callable[..., NoReturn]) -> None:
     """Refuse, with ``refuse`` (why), a job whose states with links down (classes ``linked``, `degrade`) would
     pass the scale limits, sized by the classes `fold_policy.link_fault_step` folds them by
     (`rank_classes.LinkFaultRanks`, from the layout and the cluster: no step is built) for the unit of each
-    class whose links down leave the most ranks: refused where a fold is known up front to be refused
-    (`fold_policy.link_fault_blocker` of the scenario's own `faults.step`: the analytic model, its stragglers
-    or links failing mid-step; a straggle class beside, ``straggling``), where those classes are every rank (every
-    host near the links down: a job under one leaf group), or where the fold itself would pass the limits.
+    class whose links down leave the most ranks, each refusal of their size naming the class of that unit (it
+    named the first class that degrades links, whichever gave the size): refused where a fold is known up front
+    to be refused (`fold_policy.link_fault_blocker` of the scenario's own `faults.step`: the analytic model, its
+    stragglers or links failing mid-step; a straggle class beside, ``straggling``), where those classes are every
+    rank (every host near the links down: a job under one leaf group), or where the fold itself would pass the
+    limits; the states a job foresees are sized again, by the largest (`_told_time_ahead`).
     A state whose fold a check refuses or that falls out of step at run time is unfolded, and refused when the
     job meets it where the unfolded step passes the limits (at 16,384 GPUs ~66 million ops + flows and ~55
     GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job was refused up
     front although its states fold."""
     from simulator.engine.fold_policy import EVERY_RANK_NEAR, link_fault_blocker
     from simulator.engine.rank_classes import LinkFaultRanks
-    from simulator.scale import classed_estimate
     from simulator.simulation import step_faults
     from simulator.workload.training import pipeline_depth, resolve_layout
 
@@ -302,17 +316,37 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
     units = cluster_units(topology)
     count = LinkFaultRanks(layout, topology, scenario.parallelism.ep)
-    ranks = max(count(tuple(pair for pair in units.links(klass.unit, unit) if topology.wiring.has_edge(*pair)))
-                for klass in linked for unit in range(units.count(klass.unit)))
+    ranks, largest = max(((count(tuple(pair for pair in units.links(klass.unit, unit)
+                                        if topology.wiring.has_edge(*pair))), index)
+                          for index, klass in enumerate(linked) for unit in range(units.count(klass.unit))),
+                         key=lambda counted_class: counted_class[0])
     if ranks >= layout.world:
-        refuse(EVERY_RANK_NEAR)
-    estimate = classed_estimate(loaded, topology.num_gpus, ranks)
+        refuse(EVERY_RANK_NEAR, linked[largest])
+    _refuse_folded_link_state(loaded, topology.num_gpus, linked[largest], ranks, layout.world, "each such state")
+
+
+def _refuse_folded_link_state(loaded: LoadedScenario, gpus: int, klass: FailureClass, ranks: int, world: int,
+                              which: str) -> None:
+    """Refuse a job whose state with links down of class ``klass`` (``which``: 'each such state', or the largest
+    foreseen), folded by the hosts near them onto ``ranks`` ranks (`rank_classes.LinkFaultRanks`), passes the
+    scale limits (`scale.classed_estimate`; the unfolded step's estimate where those are every rank of the
+    ``world``), at the class's field."""
+    from simulator.engine.fold_policy import EVERY_RANK_NEAR
+    from simulator.scale import classed_estimate, unfolded_beyond_limits
+
+    if ranks >= world:
+        estimate, how = unfolded_beyond_limits(loaded, gpus), f"unfolded ({EVERY_RANK_NEAR})"
+    else:
+        estimate, how = classed_estimate(loaded, gpus, ranks), "folded by the hosts near its links down"
     if estimate is not None and estimate.over_limits():
-        klass = linked[0]
-        field = ("faults", "components", klass.name) if klass.name in scenario.faults.components else ("faults",)
-        raise loaded.error(field, f"a {klass.name} failure degrades the cluster, and each such state is simulated "
-                           f"folded by the hosts near its links down: {estimate.describe()}; {estimate.beyond()}",
+        raise loaded.error(_class_field(loaded, klass), f"a {klass.name} failure degrades the cluster, and {which} "
+                           f"is simulated {how}: {estimate.describe()}; {estimate.beyond()}",
                            "effect: replace (the job restarts without the unit), a smaller cluster, or --force")
+
+
+def _class_field(loaded: LoadedScenario, klass: FailureClass) -> FieldPath:
+    """The field of failure class ``klass``: its `faults.components` entry, or `faults` for a preset's."""
+    return ("faults", "components", klass.name) if klass.name in loaded.scenario.faults.components else ("faults",)
 
 
 def _trace_step(loaded: LoadedScenario, topology: Topology, *, force: bool) -> tuple[PreparedStep, ElasticSizes]:
@@ -822,10 +856,16 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     def arrivals(replication: int) -> Arrivals:
         return draw_arrivals(np.random.default_rng([scenario.run.seed, replication]), model.classes, counts, horizon)
 
-    if cores(workers) > 1 and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes):
+    linked = _link_classes(model)
+    if linked or (cores(workers) > 1 and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE)
+                                              for klass in model.classes)):
         foreseen = states_foreseen(plan, arrivals, scenario.run.replications, prepared.cost_cache, healthy,
                                    foresight_progress)
-        simulate_ahead(prepared.states, foreseen, workers, states_progress, workers_warning, activity)
+        ranks = remembered(link_fault_ranks(prepared.states))
+        kinds = states_ahead(prepared.states, foreseen, ranks)
+        if linked:
+            _told_time_ahead(loaded, prepared.states, linked, kinds, ranks, workers, force, workers_warning)
+        simulate_ahead(prepared.states, kinds, workers, states_progress, workers_warning, activity)
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents(tiered=scenario.checkpoint.memory is not None)
@@ -858,6 +898,57 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     idle = idle_memory_tier_warning(loaded, met)
     warnings = prepared.warnings + tuple(warning for warning in (waiting, idle) if warning is not None)
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle)
+
+
+def _link_classes(model: FailureModel) -> list[FailureClass]:
+    """The classes of ``model`` whose units take links down while degraded (a spine switch's state is the tree
+    with slower uplinks, sized otherwise)."""
+    return [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
+
+
+def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequence[FailureClass],
+                     kinds: Sequence[Sequence[ClusterState]], ranks: Callable[[Sequence[tuple[str, str]]], int],
+                     workers: int, force: bool, warning: Callable[[str], None] | None) -> None:
+    """Size the states with links down of ``kinds`` (`ahead.states_ahead`, of classes ``linked``) before any is
+    simulated: refused, unless ``force``, where the largest one's fold passes the scale limits (the job's up-front
+    refusal sized one unit down, while 96.5% of the 16,384-GPU job's states have 2-7 leaves down), naming the
+    class with the most links in it; then their estimated time (`ahead.time_ahead`, each state
+    `ahead.link_state_s` of `scale.classed_estimate` on its ranks), refused past `ahead.MAX_AHEAD_S`
+    unless ``force``, and told to ``warning`` from `ahead.LONG_AHEAD_S` on (or past the limit, forced). A trace
+    (no estimate) is told nothing."""
+    from simulator.scale import classed_estimator
+
+    down = [state for kind in kinds for state in kind if state.links_down and degraded(state, states.healthy)]
+    estimator = classed_estimator(loaded, states.topology.num_gpus) if down else None
+    if estimator is None:
+        return
+    largest = max(down, key=lambda state: ranks(state.links_down))
+    culprit = _class_of(largest, linked, cluster_units(states.topology))
+    if not force:
+        gpus = states.topology.num_gpus
+        _refuse_folded_link_state(loaded, gpus, culprit, ranks(largest.links_down),
+                                  gpus if states.layout is None else states.layout.world,
+                                  f"its largest state foreseen ({largest.describe()})")
+    told = time_ahead(kinds, states.healthy, ranks, lambda count: link_state_s(estimator(count)), workers)
+    assert told is not None
+    replications = loaded.scenario.run.replications
+    cuts = (f"fewer run.replications, a shorter run.horizon, a rarer {culprit.name} failure or effect: replace "
+            f"(the job restarts without the unit), more cores (--workers)")
+    if told.wall_s > MAX_AHEAD_S and not force:
+        field = ("run", "replications") if told.wall_s / replications <= MAX_AHEAD_S else _class_field(loaded, culprit)
+        raise loaded.error(field, f"{told.line()}, over the limit of {format_duration(MAX_AHEAD_S)}",
+                           f"{cuts}; or pass --force")
+    if (told.wall_s >= LONG_AHEAD_S or told.wall_s > MAX_AHEAD_S) and warning is not None:
+        warning(f"{told.line()}: {cuts} cut it")
+
+
+def _class_of(state: ClusterState, linked: Sequence[FailureClass], units: ClusterUnits) -> FailureClass:
+    """The class of ``linked`` whose units hold the most of the links ``state`` has down (the first of those
+    tied)."""
+    down = set(state.links_down)
+    held = [len(down.intersection(pair for unit in range(units.count(klass.unit))
+                                  for pair in units.links(klass.unit, unit))) for klass in linked]
+    return linked[held.index(max(held))]
 
 
 def replication_text(replication: int, replications: int) -> str:
