@@ -343,6 +343,32 @@ def test_plain_progress_says_what_the_run_does_between_counts(capsys, monkeypatc
         "simulating the job: 0/2 replications (0%), 0:00:30 elapsed\n")
 
 
+def test_the_states_ahead_count_tells_the_time_left_once_one_state_has_run(capsys, monkeypatch):
+    """The 16,384-GPU job's bar said '0/19,663 states' for hours with no word of how many more. A phase counted
+    with ``eta`` (the job's states ahead) gives, once one is done, the time the rest take at its rate since its
+    count of none: one state in 150 s, 40 left, 6,000 s; none before, and none for the replications after."""
+    monkeypatch.setattr(progress_module, "BEAT_S", 86_400.0)
+    now = [0.0]
+    with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+        assert progress.plain is not None
+        plain = progress.plain
+        plain.clock = lambda: now[0]
+        plain.started = plain.last = 0.0
+        counted = progress.counting("states", "simulating cluster states ahead", eta=True)
+        now[0] = 5.0
+        counted(0, 41)
+        now[0] = PLAIN_EVERY_S
+        plain.beat()
+        now[0] = 155.0
+        counted(1, 41)
+        now[0] = 165.0
+        progress(0, 2)
+    assert capsys.readouterr().err == (
+        "simulating cluster states ahead: 0/41 states (0%), 0:00:10 elapsed\n"
+        "simulating cluster states ahead: 1/41 states (2%), 0:02:35 elapsed, about 1:40:00 left\n"
+        "simulating the job: 0/2 replications (0%), 0:02:45 elapsed\n")
+
+
 def test_plain_progress_heartbeat_prints_while_no_count_comes(capsys, monkeypatch):
     """Off a terminal a RunProgress starts a heartbeat thread, which prints the due line though the run reports
     nothing (here the clock past PLAIN_EVERY_S and the thread looking every millisecond), and stops at close."""
@@ -728,6 +754,22 @@ def test_job_progress_bar_counts_the_states_simulated_ahead_then_the_replication
     drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
     assert b"420/1,685 states" in drawn and b"simulating straggler states ahead" in drawn
     assert b"3/100 replications" in drawn
+
+
+def test_the_states_ahead_bar_tells_the_time_left_once_one_state_has_run(monkeypatch):
+    """On a terminal too: 420 states in the 420 s since the count of none, 1,265 left."""
+    def draw(progress):
+        progress.started -= 10
+        counted = progress.counting("states", "simulating cluster states ahead", eta=True)
+        began = progress.started + 10
+        monkeypatch.setattr(progress_module.time, "monotonic", lambda: began)
+        counted(0, 1_685)
+        monkeypatch.setattr(progress_module.time, "monotonic", lambda: began + 420)
+        counted(420, 1_685)
+        progress.bar.refresh()
+
+    drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
+    assert b"420/1,685 states" in drawn and b"about 0:21:05 left" in drawn
 
 
 def test_job_progress_bar_names_the_state_a_replication_simulates(monkeypatch):

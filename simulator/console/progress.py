@@ -49,6 +49,9 @@ class Status:
         """The last count: done, total, unit, description."""
         self.activity = ""
         """What the run does now, between counts ('' for nothing more than the counts)."""
+        self.left_s: float | None = None
+        """The seconds the count is expected to take yet, where its phase estimates them (`RunProgress.counting`
+        with ``eta``), else None."""
 
     def label(self) -> str:
         """The bar's label: the count's description, and the activity after it."""
@@ -56,16 +59,24 @@ class Status:
         return f"{description}: {self.activity}" if self.activity else description
 
     def line(self, elapsed_s: float) -> str:
-        """The plain line: `DESCRIPTION: DONE/TOTAL UNIT (P%), ACTIVITY, H:MM:SS elapsed`, each part there is."""
+        """The plain line: `DESCRIPTION: DONE/TOTAL UNIT (P%), ACTIVITY, H:MM:SS elapsed, about H:MM:SS left`,
+        each part there is."""
         parts = [self.activity] if self.activity else []
         description = self.description
         if self.counts is not None:
             done, total, unit, description = self.counts
             share = f" ({done * 100 // total}%)" if total else ""  # floored: '100%' only once all are done
             parts.insert(0, f"{done:,}/{total:,} {unit}{share}")
-        elapsed = int(elapsed_s)
-        parts.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} elapsed")
+        parts.append(f"{clock(elapsed_s)} elapsed")
+        if self.left_s is not None:
+            parts.append(f"about {clock(self.left_s)} left")
         return f"{description}: {', '.join(parts)}"
+
+
+def clock(seconds: float) -> str:
+    """Whole seconds as H:MM:SS (hours past 99 as they are)."""
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
 
 
 class PlainProgress:
@@ -232,18 +243,34 @@ class RunProgress:
 
     def __call__(self, done: int, total: int) -> None:
         self.status.counts = done, total, self.status.unit, self.status.description
+        self.status.left_s = None
         self._shown()
 
-    def counting(self, unit: str, description: str, *, passing: bool = False) -> Callable[[int, int], None]:
+    def counting(self, unit: str, description: str, *, passing: bool = False,
+                 eta: bool = False) -> Callable[[int, int], None]:
         """A ``progress(done, total)`` for a phase counting ``unit`` under ``description`` in the same bar (a
         job's states simulated ahead, before its replications). ``passing``: the count leaves the status once
         all are done, and the bar with it until the next count (an elastic job's sizes, checked before its
-        healthy step is simulated, which would otherwise read as 'checking elastic sizes' all through it)."""
+        healthy step is simulated, which would otherwise read as 'checking elastic sizes' all through it).
+        ``eta``: once one is done, the time the rest will take at the phase's rate so far (its time since its
+        count of none, over those done): a job's states ahead take hours where each takes minutes, and the bar
+        said only '0/19,663 states'."""
+        began = self._now()
+
         def counted(done: int, total: int) -> None:
+            nonlocal began
+            now = self._now()
+            if done == 0:
+                began = now
             self.status.counts = None if passing and done >= total else (done, total, unit, description)
+            self.status.left_s = (now - began) / done * (total - done) if eta and done else None
             self._shown()
 
         return counted
+
+    def _now(self) -> float:
+        """The time the counts are timed by: the plain lines' clock off a terminal (the tests set it)."""
+        return self.plain.clock() if self.plain is not None else time.monotonic()
 
     def doing(self, activity: str) -> None:
         """What the run does now until the next ``activity`` ('' for nothing more than the counts): a job's
@@ -276,13 +303,19 @@ class RunProgress:
             # the counts with separators, as the run's last line gives its events ('83877/83877' did not)
             counts = TextColumn("{task.completed:,.0f}/{task.total:,.0f} {task.fields[unit]}")
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), counts, TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True, auto_refresh=False)
-            self.task = self.bar.add_task(self.status.label(), total=total, unit=unit)
+                                TextColumn("{task.fields[left]}"), console=Console(stderr=True), transient=True,
+                                auto_refresh=False)
+            self.task = self.bar.add_task(self.status.label(), total=total, unit=unit, left=self._left())
             self.bar.start()
             self.heartbeat = Heartbeat(self.bar.refresh, lambda: REDRAW_S)
             self.heartbeat.start()
         if self.task is not None:
-            self.bar.update(self.task, completed=done, total=total, description=self.status.label(), unit=unit)
+            self.bar.update(self.task, completed=done, total=total, description=self.status.label(), unit=unit,
+                            left=self._left())
+
+    def _left(self) -> str:
+        """The bar's estimate of the time left, '' where the count has none."""
+        return "" if self.status.left_s is None else f"about {clock(self.status.left_s)} left"
 
     def close(self) -> None:
         if self.heartbeat is not None:
