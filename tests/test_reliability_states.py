@@ -1303,7 +1303,7 @@ def test_a_job_tells_the_time_of_its_states_with_links_down_before_simulating_an
     """The 16,384-GPU Llama 3 405B job with a leaf switch class foresaw 19,663 states and said nothing for the
     7-8 minutes of the first, then warned of the rest. The job now tells their time once foreseen, before any
     state is simulated: each state its fold's ops + flows (`scale.classed_estimate` on its `LinkFaultRanks`) at
-    LINK_STATE_S_PER_EVENT and its cluster's GPUs at LINK_STATE_S_PER_GPU, summed over the states
+    LINK_STATE_S_PER_EVENT plus LINK_STATE_S_PER_EVENT_GPU for each GPU of its cluster, summed over the states
     `states_ahead` lists (here the 4 one-leaf states of the small leaf switch job, 24 of its 32 ranks each), the
     first in the job's process and the other 3 over 2 workers. Told from LONG_AHEAD_S on, which this job stays
     far below."""
@@ -1325,7 +1325,7 @@ def test_a_job_tells_the_time_of_its_states_with_links_down_before_simulating_an
     count = LinkFaultRanks(job_layout(loaded), scale.capped_topology(loaded))
     down = [state for state in job.summary["states"] if state["links_down"]]
     each = [classed_estimate(loaded, 32, count([tuple(pair) for pair in state["links_down"]])).events
-            * ahead.LINK_STATE_S_PER_EVENT + 32 * ahead.LINK_STATE_S_PER_GPU for state in down]
+            * (ahead.LINK_STATE_S_PER_EVENT + 32 * ahead.LINK_STATE_S_PER_EVENT_GPU) for state in down]
     assert len(each) == 4 and len(set(each)) == 1
     assert len(heard) == 1 and told_before[-1] == 1
     assert heard[0] == (f"the 4 cluster states with links down foreseen take an estimated "
@@ -1345,11 +1345,11 @@ def job_layout(loaded):
 
 def test_a_job_whose_states_with_links_down_take_past_the_limit_is_refused_unless_forced(tmp_path, capsys,
                                                                                          monkeypatch):
-    """Past MAX_AHEAD_S (brought down to 0.1 s: the small leaf switch job's 4 states take ~0.16 s each by the
+    """Past MAX_AHEAD_S (brought down to 0.01 s: the small leaf switch job's 4 states take ~0.03 s each by the
     estimate, more than it whatever the cores) the job is refused in one located line before any state is
     simulated, at the class (a replication's share alone is past it), with nothing written; --force runs it,
     telling the time."""
-    monkeypatch.setattr(reliability_simulate, "MAX_AHEAD_S", 0.1)
+    monkeypatch.setattr(reliability_simulate, "MAX_AHEAD_S", 0.01)
     monkeypatch.setattr(states, "_CACHE", states.StateCache())  # none of its states known to the process yet
     scenario = tmp_path / "job.yaml"
     scenario.write_text(LEAF_SWITCH_JOB)
@@ -1358,7 +1358,7 @@ def test_a_job_whose_states_with_links_down_take_past_the_limit_is_refused_unles
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and not out.exists()
     assert f"{scenario}:" in err and "faults.components.leaf_switch: the 4 cluster states with links down " in err
-    assert ", over the limit of 100 ms" in err and "more cores (--workers); or pass --force" in err
+    assert ", over the limit of 10 ms" in err and "more cores (--workers); or pass --force" in err
     assert main(["run", str(scenario), "--quiet", "--force", "--out", str(out)]) == 0
     assert "warning: the 4 cluster states with links down foreseen take an estimated " in capsys.readouterr().err
 

@@ -44,7 +44,7 @@ from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, StepStates
 from simulator.report.run_folder import interrupts_held
 from simulator.scale import ScaleEstimate
-from simulator.units import counted, format_duration
+from simulator.units import format_duration
 
 AHEAD_MIN_STATES = 16
 """Fewer straggler states than this foreseen are simulated as the job meets them: forking the job's process costs
@@ -60,16 +60,19 @@ cores (`TimeAhead.wall_s`): two hours, twelve times the ten minutes a plain run'
 and sixty times the two minutes of a job's own events (simulate.MAX_JOB_EVENTS); the 2,048-GPU Llama 3 70B job
 with a leaf switch class (41 states, ~20 min on one core) passes, the 16,384-GPU 405B job with one (19,663
 states, hundreds of CPU hours) does not."""
-LINK_STATE_S_PER_EVENT = 12e-6
+LINK_STATE_S_PER_EVENT = 12.4e-6
 """CPU seconds a state with links down takes per op + flow its fold is estimated to simulate
-(`scale.classed_estimate`), beside LINK_STATE_S_PER_GPU: fitted to one leaf down on two jobs, each simulated
-alone as a plain run (2026-12-06, 2 shared cores): the 2,048-GPU Llama 3 70B job's, 288 ranks, ~1.49 M ops +
-flows estimated, 27 s of CPU; the 16,384-GPU Llama 3 405B job's, 384 ranks, ~1.55 M, 90 s. CALIBRATION"""
-LINK_STATE_S_PER_GPU = 4.2e-3
-"""CPU seconds a state with links down takes per GPU of the cluster whatever its fold simulates (the same fit:
-the two states simulate about as many ops + flows and take 3.3 times as long on 8 times the GPUs; a fold by the
-hosts near the links down compares every mirror of its collectives, and its routes and detours span the
-cluster)."""
+(`scale.classed_estimate`), beside LINK_STATE_S_PER_EVENT_GPU for each GPU of the cluster: fitted to one leaf
+down on two jobs, each simulated alone as a plain run (2026-12-06, 2 shared cores): the 2,048-GPU Llama 3 70B
+job's, 288 ranks, ~1.49 M ops + flows estimated, 27 s of CPU (18.1 us each); the 16,384-GPU Llama 3 405B job's,
+384 ranks, ~1.55 M, 90 s (58.2 us each). Checked on that job's state with three leaves down (896 ranks,
+~3.61 M), simulated in its job's states beside one leaf's under a load of ~10 on the 2 cores: 407.6 s of CPU
+against 163.2 s, 2.50 times for 2.33 times the ops + flows (an additive cost per GPU of the cluster, which the
+two jobs alone allowed, gave 1.34 times); at one leaf's 1.81 times the quiet run, ~225 s quiet, the estimate
+210 s."""
+LINK_STATE_S_PER_EVENT_GPU = 2.8e-9
+"""CPU seconds each op + flow of a state with links down takes per GPU of the cluster, beside
+LINK_STATE_S_PER_EVENT (the same fit: its routes, detours and mirrors span the whole cluster)."""
 
 _FORKED: StepStates | None = None
 """The job's states, as the workers inherit them (set only while they run)."""
@@ -290,16 +293,17 @@ class TimeAhead:
 
     def line(self) -> str:
         """The estimate in words, with what cuts it."""
-        on = f"on {counted(self.cores, 'core')}" + ("" if self.cores > 1 else " (the job's process)")
+        on = f", {format_duration(self.wall_s)} on {self.cores} cores" if self.cores > 1 else " on one core"
         return (f"the {self.states:,} cluster states with links down foreseen take an estimated "
-                f"{format_duration(self.cpu_s)} of CPU, {format_duration(self.wall_s)} {on}, each folded by the "
-                f"hosts near its links down onto at most {self.largest_ranks:,} ranks")
+                f"{format_duration(self.cpu_s)} of CPU{on}, each folded by the hosts near its links down onto at "
+                f"most {self.largest_ranks:,} ranks")
 
 
 def link_state_s(estimate: ScaleEstimate) -> float:
     """The CPU seconds of a state with links down whose fold is estimated as ``estimate``
-    (`scale.classed_estimate`): LINK_STATE_S_PER_EVENT for each op and flow, LINK_STATE_S_PER_GPU for each GPU."""
-    return estimate.events * LINK_STATE_S_PER_EVENT + estimate.gpus * LINK_STATE_S_PER_GPU
+    (`scale.classed_estimate`): each op and flow LINK_STATE_S_PER_EVENT, and LINK_STATE_S_PER_EVENT_GPU for
+    each GPU of the cluster."""
+    return estimate.events * (LINK_STATE_S_PER_EVENT + estimate.gpus * LINK_STATE_S_PER_EVENT_GPU)
 
 
 def time_ahead(kinds: Sequence[Sequence[ClusterState]], healthy: ClusterState,
