@@ -836,14 +836,15 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     Where the job's straggler or degraded states are simulated ahead on the other cores (reliability/ahead.py,
     at most ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication
     of the pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
-    replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked, or where the
-    states with links down ahead will take long (`ahead.long_ahead_warning`)
-    (the outputs are the same; only the time differs). ``activity`` hears which state the job's process
-    simulates before those workers start, then what the replications do between their counts: `replication 1/2`,
-    and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state
-    met for the first time is simulated (a leaf switch's state of the 2,048-GPU job took minutes, and a job
-    printed nothing meanwhile), then '' once they are done. ``sizes_progress(done, total)``, first of all, hears
-    of each smaller size an elastic job may shrink to checked (check_job)."""
+    replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked, or
+    where the states with links down foreseen (on one core too) will take long (`_told_time_ahead`, which
+    refuses those past `ahead.MAX_AHEAD_S` unless ``force``) (the outputs are the same; only the time differs).
+    ``activity`` hears which state the job's process simulates before those workers start, then what the
+    replications do between their counts: `replication 1/2`, and `replication 1/2: simulating a new cluster
+    state (8 link(s) down)` while a state met for the first time is simulated (a leaf switch's state of the
+    2,048-GPU job took minutes, and a job printed nothing meanwhile), then '' once they are done.
+    ``sizes_progress(done, total)``, first of all, hears of each smaller size an elastic job may shrink to
+    checked (check_job)."""
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force, sizes_progress=sizes_progress)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
