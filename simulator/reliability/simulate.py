@@ -857,16 +857,16 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     def arrivals(replication: int) -> Arrivals:
         return draw_arrivals(np.random.default_rng([scenario.run.seed, replication]), model.classes, counts, horizon)
 
-    linked = _link_classes(model)
-    if linked or (cores(workers) > 1 and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE)
-                                              for klass in model.classes)):
+    linked, parallel = _link_classes(model), cores(workers) > 1
+    if linked or (parallel and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes)):
         foreseen = states_foreseen(plan, arrivals, scenario.run.replications, prepared.cost_cache, healthy,
                                    foresight_progress)
         ranks = remembered(link_fault_ranks(prepared.states))
         kinds = states_ahead(prepared.states, foreseen, ranks)
         if linked:
             _told_time_ahead(loaded, prepared.states, linked, kinds, ranks, workers, force, workers_warning)
-        simulate_ahead(prepared.states, kinds, workers, states_progress, workers_warning, activity)
+        if parallel:
+            simulate_ahead(prepared.states, kinds, workers, states_progress, workers_warning, activity)
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents(tiered=scenario.checkpoint.memory is not None)
