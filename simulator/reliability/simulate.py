@@ -903,8 +903,10 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
 
 def _link_classes(model: FailureModel) -> list[FailureClass]:
     """The classes of ``model`` whose units take links down while degraded (a spine switch's state is the tree
-    with slower uplinks, sized otherwise)."""
-    return [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
+    with slower uplinks, sized otherwise; an NVSwitch tray's keeps its NVLink links up, degraded, and runs
+    unfolded, refused before the healthy step where that passes the limits)."""
+    return [klass for klass in model.classes if klass.effect is Effect.DEGRADE
+            and klass.unit not in ("spine_switch", "nvswitch_tray")]
 
 
 def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequence[FailureClass],
