@@ -25,6 +25,9 @@ from typing import NamedTuple
 
 from simulator.config.reliability import CheckpointConfig, CheckpointMode, RestartConfig, StorageConfig
 
+NO_SNAPSHOT_TAKEN = "each storage checkpoint restarts the snapshots' count, so none would be taken"
+"""Why an in-memory interval that `takes_no_snapshot` is refused, as each refusal of one says it."""
+
 MAX_WRITE_NETWORK_SHARE = 0.99
 """The most of a host's network bandwidth a background checkpoint write is taken to hold. The exposed network
 time of a step grows by f / (1 - f) at share f, without bound as f nears 1 (a write rate at or above the host's
@@ -75,6 +78,11 @@ class SegmentCosts:
     memory_stall_s: float = 0.0
     memory_load_s: float = 0.0
 
+    @property
+    def memory_tier_idle(self) -> bool:
+        """Whether the state has an in-memory tier that takes no snapshot in its own steps (`takes_no_snapshot`)."""
+        return bool(self.memory_interval_steps) and takes_no_snapshot(self.memory_interval_steps, self.interval_steps)
+
     @cached_property
     def cycle(self) -> Cycle:
         """Sync: k steps, then the write as a stall. Async: k steps, slowed while the previous write runs,
@@ -90,6 +98,14 @@ class SegmentCosts:
             train = k * step * (1.0 + self.slowdown)
             stall = self.write_s - k * step * (1.0 + self.slowdown) + self.stall_s
         return Cycle(train, stall, slow, train + stall)
+
+
+def takes_no_snapshot(memory: float, storage: float) -> bool:
+    """Whether in-memory snapshots every ``memory`` are never taken between storage checkpoints every ``storage``
+    (both in one unit: steps, or seconds): each storage checkpoint restarts the snapshots' count, so an interval
+    not shorter than the storage one never comes round. The one rule behind the refusals of such a tier (at load,
+    in the healthy state's steps, at a study's `--intervals`) and the warning of the states the job met."""
+    return memory >= storage
 
 
 def checkpoint_bytes(config: CheckpointConfig, params: float) -> float:

@@ -35,7 +35,13 @@ from simulator.reliability.ahead import (
     time_ahead,
 )
 from simulator.reliability.blast import ClusterUnits, cluster_units
-from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
+from simulator.reliability.checkpoint import (
+    NO_SNAPSHOT_TAKEN,
+    SegmentCosts,
+    checkpoint_bytes,
+    segment_costs,
+    takes_no_snapshot,
+)
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
 from simulator.reliability.elastic import (
     ElasticSizes,
@@ -436,7 +442,7 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     memory = scenario.checkpoint.memory
     storage = scenario.checkpoint.interval
     if memory is not None and isinstance(memory.interval, int) == isinstance(storage, int) \
-            and memory.interval >= storage:  # in one unit, no step time is needed to compare them
+            and takes_no_snapshot(memory.interval, storage):  # in one unit, no step time is needed to compare them
         in_steps = isinstance(storage, int)
         shown = (lambda i: counted(i, "step")) if in_steps else _shown_duration
         problem, allowed = _unused_memory_tier(shown(memory.interval), shown(storage), in_steps=in_steps)
@@ -801,15 +807,15 @@ def _unused_memory_tier(memory: str, storage: str, *, in_steps: bool) -> tuple[s
     """The problem and the allowed values of an in-memory interval ``memory`` not shorter than the storage one,
     ``storage`` (each as written or in steps): each storage checkpoint restarts the snapshots' count, so the tier
     would never take a snapshot."""
-    return (f"{memory} is not shorter than checkpoint.interval ({storage}): each storage checkpoint restarts the "
-            "snapshots' count, so none would be taken", f"{'fewer' if in_steps else 'shorter'} than {storage}")
+    return (f"{memory} is not shorter than checkpoint.interval ({storage}): {NO_SNAPSHOT_TAKEN}",
+            f"{'fewer' if in_steps else 'shorter'} than {storage}")
 
 
 def _refuse_unused_memory_tier(loaded: LoadedScenario, healthy: SegmentCosts) -> None:
     """Refuse an in-memory interval not shorter than the storage one in the healthy state's steps, where one is
     given in steps and the other as a duration, or two durations round to the same steps (`_check_inputs`
     refuses two in one unit, in `trainsim validate` too)."""
-    if healthy.memory_interval_steps and healthy.memory_interval_steps >= healthy.interval_steps:
+    if healthy.memory_tier_idle:
         raise loaded.error(("checkpoint", "memory", "interval"),
                            *_unused_memory_tier(counted(healthy.memory_interval_steps, "step"),
                                                 counted(healthy.interval_steps, "step"), in_steps=True))

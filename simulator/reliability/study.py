@@ -24,7 +24,7 @@ from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.config.reliability import parse_interval
 from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError
-from simulator.reliability.checkpoint import interval_steps
+from simulator.reliability.checkpoint import NO_SNAPSHOT_TAKEN, interval_steps, takes_no_snapshot
 from simulator.reliability.simulate import (
     PreparedJob,
     job_event_limit,
@@ -223,9 +223,10 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
     writes = [n * step + write < horizon for n in candidates]  # the first write ends within the horizon
     past = writes[:len(nearest)].count(False)
     memory = job.healthy.memory_interval_steps or 0
-    under_memory = sum(n <= memory for n, written in zip(candidates[:len(nearest)], writes[:len(nearest)], strict=True)
-                       if written)
-    steps = sorted({n for n, written in zip(candidates, writes, strict=True) if written and n > memory})
+    under_memory = sum(takes_no_snapshot(memory, n) for n, written
+                       in zip(candidates[:len(nearest)], writes[:len(nearest)], strict=True) if written)
+    steps = sorted({n for n, written in zip(candidates, writes, strict=True)
+                    if written and not takes_no_snapshot(memory, n)})
     if not steps and under_memory:
         shown = _memory_interval_shown(loaded)
         raise InputError(f"Daly's interval ({format_duration(daly)}) x {max(DEFAULT_GRID_FACTORS):g} is not longer "
@@ -259,7 +260,7 @@ def refuse_under_memory_tier(base: LoadedScenario, intervals: Sequence[float | s
     step = format_duration(job.healthy.step_s)
     for interval in intervals:
         steps = interval_steps(parse_interval(interval) if isinstance(interval, str) else interval, job.healthy.step_s)
-        if steps > memory:
+        if not takes_no_snapshot(memory, steps):
             continue
         point = counted(steps, "step") if isinstance(interval, str) else format_duration(interval)
         limit = _memory_interval_shown(base)
@@ -268,9 +269,8 @@ def refuse_under_memory_tier(base: LoadedScenario, intervals: Sequence[float | s
             limit += f" = {counted(memory, 'step')} of {step}"
         elif not isinstance(interval, str) and isinstance(tier.interval, int):
             point += f" = {counted(steps, 'step')} of {step}"
-        raise InputError(f"{point} is not longer than checkpoint.memory.interval ({limit}): each storage checkpoint "
-                         "restarts the snapshots' count, so none would be taken", field="--intervals",
-                         allowed=allowed)
+        raise InputError(f"{point} is not longer than checkpoint.memory.interval ({limit}): {NO_SNAPSHOT_TAKEN}",
+                         field="--intervals", allowed=allowed)
 
 
 def memory_grid(loaded: LoadedScenario, force: bool = False,

@@ -233,8 +233,7 @@ def idle_memory_tier_warning(loaded: LoadedScenario, states: dict[ClusterState, 
     The healthy state's is refused at load (`simulate._refuse_unused_memory_tier`); the others' steps are known
     only once the job meets them (a slower or shrunk state turns an interval given as a duration into other
     steps, and one in steps into another duration), so they are told after the run. None where there is none."""
-    idle = sorted(state for state, costs in states.items()
-                  if costs.memory_interval_steps and costs.memory_interval_steps >= costs.interval_steps)
+    idle = sorted(state for state, costs in states.items() if costs.memory_tier_idle)
     if not idle:
         return None
     shown = "; ".join(f"{counted(state.replicas, 'replica')}{', ' + state.describe() if state.describe() else ''}: "
