@@ -1,10 +1,11 @@
-"""Shared helpers: run a scenario given as YAML text."""
+"""Shared helpers: run a scenario given as YAML text, as a step or as a job."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -34,6 +35,36 @@ def run_yaml():
 
     def run(text: str, *overrides: str):
         return simulate(scenario_from_text(text, "inline.yaml", list(overrides)))
+
+    return run
+
+
+@pytest.fixture
+def text_job():
+    """Simulate the job of a scenario written inline (``settings`` as `--set` gives them); returns the JobResult.
+    The job simulation is imported when a test runs: importing it at collection changes which collective plans
+    other modules' fuzz tests meet first (registries fill on import)."""
+
+    def run(text: str, *settings: str):
+        from simulator.reliability.simulate import simulate_job
+
+        return simulate_job(scenario_from_text(text, "job.yaml", list(settings)))
+
+    return run
+
+
+@pytest.fixture
+def job_with(monkeypatch):
+    """Simulate the job of a scenario written inline with exactly these failures, the seeded draw replaced:
+    (time s, class index, unit, repair s) rows."""
+    import simulator.reliability.simulate as job_simulation
+    from simulator.reliability.processes import Arrivals
+
+    def run(text: str, *rows):
+        time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
+        arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
+        monkeypatch.setattr(job_simulation, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
+        return job_simulation.simulate_job(scenario_from_text(text, "job.yaml"))
 
     return run
 

@@ -16,7 +16,6 @@ from simulator.config.loader import scenario_from_text
 from simulator.parallel.experts import ep_group
 from simulator.parallel.layout import Layout
 from simulator.reliability.elastic import elastic_sizes, group_domains, shrunk_scenario, shrunk_settings
-from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, StepStates
 from simulator.topology.loader import scenario_topology
 
@@ -62,19 +61,6 @@ def test_each_size_steps_as_a_plain_simulation_of_the_racks_it_keeps(racks, tray
         assert step is not None and step.step_s == simulate(smaller).summary["step_time_s"]
         steps.add(step.step_s)
     assert len(steps) == len(kept)
-
-
-@pytest.fixture
-def job_with(monkeypatch):
-    """The job of ``text`` with exactly these failures: (time s, class index, unit, repair s) rows."""
-    import simulator.reliability.simulate as job_simulation
-
-    def run(text, *rows):
-        time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
-        arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
-        monkeypatch.setattr(job_simulation, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
-        return job_simulation.simulate_job(scenario_from_text(text, "job.yaml"))
-    return run
 
 
 def test_a_failed_tray_shrinks_the_job_by_its_replica_and_a_restart_grows_it_back(job_with):

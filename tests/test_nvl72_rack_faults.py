@@ -5,7 +5,6 @@ and neither has a published failure rate, so a scenario naming one gives its own
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from simulator import simulate
@@ -15,7 +14,6 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.perturbed import with_step_faults
-from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import nvswitch_tray_faults
 from simulator.topology.loader import scenario_topology
 
@@ -37,19 +35,6 @@ restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elas
 
 
 CLASSES = "rack: {mtbf: 1000 d, repair: 4 h}, nvswitch_tray: {mtbf: 1000 d, repair: 2 h}"
-
-
-@pytest.fixture
-def job_with(monkeypatch):
-    """The job of ``text`` with exactly these failures: (time s, class index, unit, repair s) rows."""
-    import simulator.reliability.simulate as job_simulation
-
-    def run(text, *rows):
-        time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
-        arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
-        monkeypatch.setattr(job_simulation, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
-        return job_simulation.simulate_job(scenario_from_text(text, "job.yaml"))
-    return run
 
 
 def test_a_rack_takes_its_trays_and_an_nvswitch_tray_no_host():

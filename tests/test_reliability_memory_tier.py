@@ -33,12 +33,15 @@ import pytest
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 
-JOB = """
+LLAMA3_8B_ON_4_HOSTS = """
 cluster: {topology: dgx-h100-cluster, nodes: 4}
 model: {preset: llama3-8b}
 training: {seq_len: 2048, global_batch: 16}
 parallelism: {tp: 8, dp: 4}
-run: {horizon: 30 d, replications: 10, seed: 5}
+"""
+"""The step of the jobs with an in-memory tier here and in test_reliability_two_level.py: 32 GPUs, a replica a
+host."""
+JOB = LLAMA3_8B_ON_4_HOSTS + """run: {horizon: 30 d, replications: 10, seed: 5}
 faults:
   components:
     CLASS
@@ -53,13 +56,6 @@ HOST_CRASH = "host_crash: {unit: host, effect: replace, mtbf: 6 h, repair: 1 h}"
 LEAF_DOWN = "leaf_down: {unit: leaf_switch, effect: replace, mtbf: 100 h, repair: 10 min}"
 
 
-def simulate_job(text: str):
-    """The job simulation of ``text`` (imported when a test runs, as test_reliability_job's)."""
-    from simulator.reliability.simulate import simulate_job as simulate
-
-    return simulate(scenario_from_text(text, "memory.yaml"))
-
-
 def exact_lost(mtbf_s: float, tau_s: float) -> float:
     """E[X mod tau] for X exponential with mean ``mtbf_s``."""
     return mtbf_s - tau_s * math.exp(-tau_s / mtbf_s) / (1.0 - math.exp(-tau_s / mtbf_s))
@@ -70,8 +66,8 @@ def failure_rows(job):
     return frame[frame["kind"] == "failure"]
 
 
-def test_host_failures_restore_from_peer_memory_and_lose_half_its_interval():
-    job = simulate_job(JOB.replace("CLASS", HOST_CRASH))
+def test_host_failures_restore_from_peer_memory_and_lose_half_its_interval(text_job):
+    job = text_job(JOB.replace("CLASS", HOST_CRASH))
     summary = job.summary
     tau = 2000 * summary["step_time_s"]
     lost = summary["lost_work_per_failure_s"]
@@ -93,10 +89,10 @@ def completed_memory_restores(job) -> int:
     return int((completed["tier"] == "memory").sum())
 
 
-def test_memory_restores_count_a_planned_stop_a_failure_strikes():
+def test_memory_restores_count_a_planned_stop_a_failure_strikes(text_job):
     """A failure during a maintenance stop's slow write (16 GB at 120 MB/s) makes its restart one after a failure
     (`cause`), though it began as maintenance (`began`): the summary counts its restore from memory."""
-    job = simulate_job(JOB.replace("CLASS", HOST_CRASH + "\n  maintenance: {every: 2 h, duration: 10 min}")
+    job = text_job(JOB.replace("CLASS", HOST_CRASH + "\n  maintenance: {every: 2 h, duration: 10 min}")
                        .replace("host_write: 1 TB/s", "host_write: 120 MB/s")
                        .replace(" write: 1 TB/s", " write: 120 MB/s"))
     frame = job.events
@@ -104,8 +100,8 @@ def test_memory_restores_count_a_planned_stop_a_failure_strikes():
     assert job.summary["memory_checkpoint"]["restores"]["memory"]["mean"] * 10 == completed_memory_restores(job)
 
 
-def test_a_class_taking_out_every_peer_falls_back_to_storage():
-    job = simulate_job(JOB.replace("CLASS", LEAF_DOWN))
+def test_a_class_taking_out_every_peer_falls_back_to_storage(text_job):
+    job = text_job(JOB.replace("CLASS", LEAF_DOWN))
     summary = job.summary
     rows = failure_rows(job)
     assert (rows["hosts"] == 4).all()
@@ -116,9 +112,9 @@ def test_a_class_taking_out_every_peer_falls_back_to_storage():
     assert lost["ci95_low"] <= exact <= lost["ci95_high"]
 
 
-def test_a_restart_loads_from_the_tier_it_restores():
+def test_a_restart_loads_from_the_tier_it_restores(text_job):
     """Detection 1 min, nothing else but the load: the restart rows' lengths are 60 s plus the tier's load."""
-    job = simulate_job(JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1"))
+    job = text_job(JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1"))
     frame = job.events
     restarts = frame[(frame["kind"] == "restart") & (frame["began"] == "failure")]
     memory = job.summary["memory_checkpoint"]["load_s"]
@@ -130,9 +126,9 @@ def test_a_restart_loads_from_the_tier_it_restores():
         assert len(spans) and spans.min() == pytest.approx(60 + load, abs=1e-6)
 
 
-def test_no_memory_tier_no_tier_column_nor_summary_figures():
+def test_no_memory_tier_no_tier_column_nor_summary_figures(text_job):
     text = JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1")
-    job = simulate_job(text.replace("  memory: {interval: 2000 steps, replicas: 1, bandwidth: 1 TB/s}\n", ""))
+    job = text_job(text.replace("  memory: {interval: 2000 steps, replicas: 1, bandwidth: 1 TB/s}\n", ""))
     assert "tier" not in job.table.column_names
     assert "memory_checkpoint" not in job.summary
 
@@ -207,13 +203,13 @@ def test_a_job_of_too_many_in_memory_snapshots_is_refused_at_their_interval(tmp_
     assert "in-memory snapshots" in err and len(err.splitlines()) == 1
 
 
-def test_a_failure_during_a_restart_from_memory_counts_the_hosts_already_out():
+def test_a_failure_during_a_restart_from_memory_counts_the_hosts_already_out(text_job):
     """Two hosts, one peer copy each, 30 min detection: a second host failing during a restart from memory
     takes out the only copy of the first one's snapshot, so that restart falls back to storage."""
     text = (JOB.replace("CLASS", HOST_CRASH.replace("6 h", "2 h")).replace("nodes: 4", "nodes: 2")
             .replace("dp: 4", "dp: 2").replace("detection: 1 min", "detection: 30 min")
             .replace("replications: 10", "replications: 2").replace("30 d", "10 d").replace("spares: 4", "spares: 2"))
-    frame = simulate_job(text).events
+    frame = text_job(text).events
     seconds = []
     for _, rows in frame.groupby("replication"):
         failures = rows[rows["kind"] == "failure"]
@@ -330,11 +326,11 @@ faults: {components: {host_crash: {unit: host, effect: replace, mtbf: 4 d, repai
 """
 
 
-def test_a_shrunk_job_stalls_for_the_copies_its_own_hosts_hold():
+def test_a_shrunk_job_stalls_for_the_copies_its_own_hosts_hold(text_job):
     """One GPU a host, no spares: each host failure shrinks the job (4, 3, 2, then 1 host). Each snapshot's stall
     is 12 GB / g x min(3 replicas, g - 1 peers) / 10 GB/s on the g hosts it runs on: 0.9, 0.8, 0.6 s and none
     on one host (the copies of the full size, 3, were charged on every size: 1.2, 1.8 and 3.6 s)."""
-    job = simulate_job(SHRINKING)
+    job = text_job(SHRINKING)
     assert {state["replicas"] for state in job.summary["states"]} == {1, 2, 3, 4}
     frame = job.events
     snapshots = frame[(frame["kind"] == "checkpoint") & (frame["tier"] == "memory")]

@@ -49,6 +49,8 @@ parallelism: {tp: 8, dp: 4}
 checkpoint: {interval: 30 min}
 storage: {capacity: 1 PB}
 """
+"""Four DGX hosts in two leaf groups of two (eight rails, two spines), a replica per host: a rotation by two
+replicas moves leaf group 0 onto leaf group 1."""
 
 
 def test_straggling_time_matches_the_closed_form():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 
 from simulator import simulate
@@ -18,7 +17,6 @@ from simulator.config.loader import scenario_from_text
 from simulator.console.report import long_duration
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.events import JobEvents
-from simulator.reliability.processes import Arrivals
 from simulator.reliability.training import CheckpointClock
 from tests.test_reliability_states import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
 
@@ -36,16 +34,9 @@ GPU, SPINE = 0, 1
 
 
 @pytest.fixture
-def job_with(monkeypatch):
-    """The job of JOB with exactly these failures: (time s, class index, unit, repair s) rows."""
-    import simulator.reliability.simulate as job_simulation
-
-    def run(*rows, text=JOB):
-        time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
-        arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
-        monkeypatch.setattr(job_simulation, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
-        return job_simulation.simulate_job(scenario_from_text(text))
-    return run
+def job_with(job_with):
+    """conftest's `job_with`, on JOB unless ``text`` is given."""
+    return lambda *rows, text=JOB: job_with(text, *rows)
 
 
 @pytest.mark.parametrize(("nodes", "layout"), [(2, "tp: 4, dp: 4"), (3, "tp: 4, pp: 3, dp: 2")],

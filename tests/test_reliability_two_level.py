@@ -25,14 +25,9 @@ import math
 import pytest
 
 from simulator.cli import main
-from simulator.config.loader import scenario_from_text
+from tests.test_reliability_memory_tier import LLAMA3_8B_ON_4_HOSTS
 
-JOB = """
-cluster: {topology: dgx-h100-cluster, nodes: 4}
-model: {preset: llama3-8b}
-training: {seq_len: 2048, global_batch: 16}
-parallelism: {tp: 8, dp: 4}
-run: {horizon: 30 d, replications: 8, seed: 5}
+JOB = LLAMA3_8B_ON_4_HOSTS + """run: {horizon: 30 d, replications: 8, seed: 5}
 faults:
   components:
     host_crash: {unit: host, effect: replace, mtbf: 6 h, repair: 1 h}
@@ -56,12 +51,6 @@ def nested_storage_interval(n: int, c1: float, c2: float, m1: float, m2: float) 
 
 T2 = nested_storage_interval(6, C1, C2, M1, M2)
 T1 = T2 / 6
-
-
-def simulate_job(text: str, settings: list[str] | None = None):
-    from simulator.reliability.simulate import simulate_job as simulate
-
-    return simulate(scenario_from_text(text, "two-level.yaml", settings or []))
 
 
 def test_the_two_level_optimum_is_the_hand_computation(tmp_path, capsys):
@@ -100,13 +89,13 @@ def test_a_memory_interval_study_peaks_at_the_two_level_optimum(tmp_path):
     assert curve["young_interval_s"] == pytest.approx(math.sqrt(2 * C2 * 1 / (1 / M1 + 1 / M2)), rel=1e-9)
 
 
-def test_the_simulated_storage_optimum_is_near_the_two_level_one():
+def test_the_simulated_storage_optimum_is_near_the_two_level_one(text_job):
     """Against the storage interval (snapshots every 2,170 steps, 599 s, near T1) ETTR peaks at the point nearest
     T2, and the study's fit lands within 12% of the summary's optimum (3,123 s against 3,508 s: the snapshots stay
     at 599 s, so most storage intervals tried hold no whole number of them)."""
     from simulator.reliability.study import fitted_optimum
 
-    summaries = [simulate_job(JOB, [f"checkpoint.interval={steps} steps"]).summary
+    summaries = [text_job(JOB, f"checkpoint.interval={steps} steps").summary
                  for steps in (5000, 8000, 12200, 19000, 30000)]
     intervals = [s["checkpoint"]["interval_s"] for s in summaries]
     ettr = [s["ettr"]["mean"] for s in summaries]
@@ -125,11 +114,11 @@ def test_the_simulated_storage_optimum_is_near_the_two_level_one():
     ("5 MB/s", 293800, 2),
 ])
 def test_the_optimum_is_a_whole_number_of_in_memory_intervals_per_storage_one(memory_bandwidth, leaf_mtbf,
-                                                                               snapshots):
+                                                                               snapshots, text_job):
     text = JOB.replace("replications: 8", "replications: 1").replace("30 d", "1 d").replace(
         "bandwidth: 15 MB/s", f"bandwidth: {memory_bandwidth}").replace("mtbf: 100 h", f"mtbf: {leaf_mtbf} s")
     c1, m2 = 16e9 / 32 / 5e6, leaf_mtbf / 8
-    optimum = simulate_job(text).summary["memory_checkpoint"]["two_level"]
+    optimum = text_job(text).summary["memory_checkpoint"]["two_level"]
     if snapshots == 1:
         storage_alone = math.sqrt(2 * C2 / (1 / M1 + 1 / m2))
         assert optimum["memory_interval_s"] is None
@@ -151,13 +140,13 @@ def test_the_optimum_is_a_whole_number_of_in_memory_intervals_per_storage_one(me
      math.sqrt(2 * C2 * M2)),
 ])
 def test_the_optimum_is_storage_alone_or_memory_alone_where_one_tier_buys_nothing(classes, storage_bandwidth, memory,
-                                                                                   storage):
+                                                                                   storage, text_job):
     text = JOB.replace("replications: 8", "replications: 1").replace("30 d", "1 d").replace(
         "100 MB/s", storage_bandwidth)
     if classes is not None:
         head, tail = text.split("  components:\n")
         text = head + "  components:\n    " + classes + "\n" + tail.split("\n", 2)[2]
-    optimum = simulate_job(text).summary["memory_checkpoint"]["two_level"]
+    optimum = text_job(text).summary["memory_checkpoint"]["two_level"]
     assert optimum["memory_interval_s"] == (None if memory is None else pytest.approx(memory, rel=1e-9))
     assert optimum["storage_interval_s"] == (None if storage is None else pytest.approx(storage, rel=1e-9))
 

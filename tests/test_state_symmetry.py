@@ -15,17 +15,7 @@ from simulator.reliability import states
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.simulate import prepare_job, simulate_job
 from simulator.topology.loader import scenario_topology
-
-RAILS = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2}
-model: {layers: 4, hidden: 4096, heads: 32, vocab: 32000}
-training: {seq_len: 1024, microbatches: 1}
-parallelism: {tp: 8, dp: 4}
-checkpoint: {interval: 30 min}
-storage: {capacity: 1 PB}
-"""
-"""Four DGX hosts in two leaf groups of two (eight rails, two spines), a replica per host: a rotation by two
-replicas moves leaf group 0 onto leaf group 1."""
+from tests.test_reliability_states import RAILS
 
 LEAF_CLASS = """run: {horizon: 2 d, replications: 3, seed: 4}
 faults:
