@@ -12,11 +12,12 @@ import pytest
 
 from simulator.cli import main
 from simulator.config.loader import load_scenario
+from simulator.reliability import simulate as job_simulation
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.components import FailureClass
 from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.simulate import _refuse_unfolded_steps, check_job
-from simulator.scale import capped_topology
+from simulator.scale import capped_topology, classed_estimate, unfolded_beyond_limits
 from simulator.topology.loader import load_topology
 from simulator.units import format_bandwidth, format_duration, format_size
 
@@ -683,15 +684,23 @@ def refused_16k_job(tmp_path, capsys, *settings: str) -> str:
     return err
 
 
-def test_degraded_states_that_fold_pass_the_jobs_scale_limits():
+def test_degraded_states_that_fold_pass_the_jobs_scale_limits(monkeypatch):
     """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck takes 48 links
     down, and its state folds by the hosts near them (its leaf group's 32 hosts apart, one rank per rail
     elsewhere) onto 384 of 16,384 ranks, ~1.5 million ops + flows and ~1.7 GiB. The job's up-front refusal,
     which sized each state as the unfolded step (~66 million and ~55 GiB), refused it although it folds; it now
-    passes, with no step built."""
+    sizes each leaf's state by its fold and passes, with no step built."""
     loaded = load_scenario("llama3-405b-16k-job", ["faults.components.leaf_switch={mtbf: 100 d, repair: 4 h}"])
     topology = capped_topology(loaded, False)
-    assert _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology) is None
+    sized: list[tuple[int, int]] = []
+    refuse_folded = job_simulation._refuse_folded_link_state
+    monkeypatch.setattr(job_simulation, "_refuse_folded_link_state", lambda loaded, gpus, klass, ranks, world, which:
+                        sized.append((ranks, world)) or refuse_folded(loaded, gpus, klass, ranks, world, which))
+    _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology)
+    assert sized == [(384, 16_384)]
+    folded, unfolded = classed_estimate(loaded, 16_384, 384), unfolded_beyond_limits(loaded, 16_384)
+    assert folded is not None and not folded.over_limits()
+    assert unfolded is not None and unfolded.over_limits()
 
 
 def test_degraded_states_whose_fold_is_refused_up_front_are_refused(tmp_path, capsys):
