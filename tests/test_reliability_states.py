@@ -1376,8 +1376,11 @@ def test_a_job_is_sized_by_its_largest_foreseen_state_with_links_down(tmp_path, 
     """The up-front refusal sized one unit down, while most of the 16,384-GPU job's states have 2 to 7 leaves
     down. With the limit at one leaf's ~2,352 ops + flows the small job passes it, but it foresees states with
     two leaves down, every host near (its 32 ranks unfolded, ~3,136): refused once foreseen, before any state is
-    simulated, naming the class with the most links in that state, not the NIC class listed first."""
-    monkeypatch.setattr(scale, "MAX_EVENTS", 2_352)
+    simulated, naming the class with the most links in that state, not the NIC class listed first. The limit is
+    the one-leaf state's estimate (its leaf's hosts near: 24 of the 32 ranks), which that state does not pass."""
+    one_leaf = scale.classed_estimate(scenario_from_text(LINK_CLASSES_JOB), 32, 24)
+    assert one_leaf is not None
+    monkeypatch.setattr(scale, "MAX_EVENTS", one_leaf.events)
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     scenario = tmp_path / "job.yaml"
     scenario.write_text(LINK_CLASSES_JOB)
@@ -1388,3 +1391,4 @@ def test_a_job_is_sized_by_its_largest_foreseen_state_with_links_down(tmp_path, 
     assert re.search(r"faults\.components\.leaf_switch: a leaf_switch failure degrades the cluster, and its "
                      r"largest state foreseen \(\d+ link\(s\) down\) is simulated unfolded \(links down: every "
                      r"class holds one rank .*\): 32 GPUs, 32 simulated ranks \(not folded\)", err), err
+    assert f"over the limit of {one_leaf.events:,}" in err
