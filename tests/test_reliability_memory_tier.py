@@ -32,6 +32,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
+from simulator.units import format_duration
 
 LLAMA3_8B_ON_4_HOSTS = """
 cluster: {topology: dgx-h100-cluster, nodes: 4}
@@ -367,6 +368,8 @@ def test_a_state_whose_in_memory_interval_reaches_the_storage_one_is_warned_of(t
                    "more than a step)\n")
     summary = json.loads((tmp_path / "out" / "job_summary.json").read_text())
     assert [state["replicas"] for state in summary["states"]] == [1, 2, 3, 4]
+    one_host, two_hosts = (state["step_time_s"] for state in summary["states"][:2])
+    assert round(50 / one_host) == 9_834 and round(50 / two_hosts) == 2_064
     events = pd.read_parquet(tmp_path / "out" / "job_events.parquet")
     snapshots = events[(events["kind"] == "checkpoint") & (events["tier"] == "memory")]
     assert not (snapshots["end_s"] == snapshots["start_s"]).any()  # on one host a snapshot would stall nothing
@@ -377,6 +380,14 @@ STUDY_JOB = (JOB.replace("CLASS", HOST_CRASH)
              .replace("interval: 2000 steps, replicas", "interval: 30 steps, replicas"))
 """Daly's interval 13.13 s (C = 16 ms, M = 1.5 h) in steps of 276.1 ms: the default grid's 12, 17 and 24 steps are
 not longer than the in-memory tier's 30."""
+
+
+@pytest.fixture(scope="module")
+def healthy_study_step_s() -> float:
+    """STUDY_JOB's healthy step time (s), as its job simulates it."""
+    from simulator.reliability.simulate import prepare_job
+
+    return prepare_job(scenario_from_text(STUDY_JOB)).healthy.step_s
 
 
 def test_a_study_s_default_grid_leaves_out_intervals_not_longer_than_the_memory_tier(tmp_path, capsys):
@@ -397,20 +408,25 @@ def test_a_study_s_default_grid_leaves_out_intervals_not_longer_than_the_memory_
     assert [point["interval_steps"] for point in points] == nearest[3:]
 
 
-@pytest.mark.parametrize("arguments, message", [
+@pytest.mark.parametrize("arguments, message, in_steps", [
     (["--intervals", "5s,10s,30s"], "5 s = 18 steps of 276.1 ms is not longer than checkpoint.memory.interval "
      "(30 steps): each storage checkpoint restarts the snapshots' count, so none would be taken (allowed: intervals "
-     "longer than 30 steps)"),
+     "longer than 30 steps)", {5.0: 18}),
     (["--set", "checkpoint.memory.interval=10 s", "--intervals", "20 s,10 steps"],
      "10 steps is not longer than checkpoint.memory.interval (10 s = 36 steps of 276.1 ms): each storage checkpoint "
-     "restarts the snapshots' count, so none would be taken (allowed: intervals longer than 10 s)"),
+     "restarts the snapshots' count, so none would be taken (allowed: intervals longer than 10 s)", {10.0: 36}),
     (["--set", "checkpoint.memory.interval=1 min"], "Daly's interval (13.13 s) x 4 is not longer than "
      "checkpoint.memory.interval (1 min), so every default point would be refused (allowed: intervals longer than "
-     "1 min)"),
+     "1 min)", {}),
 ])
-def test_a_study_point_not_longer_than_the_memory_tier_is_refused_at_intervals(tmp_path, capsys, arguments, message):
+def test_a_study_point_not_longer_than_the_memory_tier_is_refused_at_intervals(tmp_path, capsys, arguments, message,
+                                                                               in_steps, healthy_study_step_s):
     """An --intervals point at or below the in-memory interval is refused at --intervals, naming the point (in
-    steps where the two are in different units), as a point given twice is; it was blamed on the tier's --set."""
+    steps where the two are in different units: a duration's nearest whole steps of the healthy step), as a point
+    given twice is; it was blamed on the tier's --set."""
+    assert f"of {format_duration(healthy_study_step_s)}" in message or not in_steps
+    for seconds, steps in in_steps.items():
+        assert round(seconds / healthy_study_step_s) == steps
     scenario = tmp_path / "job.yaml"
     scenario.write_text(STUDY_JOB)
     out = tmp_path / "study"
