@@ -56,6 +56,8 @@ CASES = {
     "two-nics-tp2-uplink": (TWO_NICS, "{tp: 2, dp: 16}", "uplink"),
     "plain-tp4-uplink": (PLAIN, "{tp: 4, dp: 8}", "uplink"),
     "plain-dp-uplink": (PLAIN, "{tp: 1, dp: 32}", "uplink"),
+    "plain-hsdp-uplink": (PLAIN, "{tp: 1, dp: 32, fsdp: hybrid_shard}", "uplink"),
+    "rails-hsdp-leaf": (RAILS, "{tp: 4, dp: 8, fsdp: hybrid_shard}", "leaf"),
     "spine": (RAILS, "{tp: 8, dp: 4}", "spine"),
     "nic-dp2": (RAILS_8, "{tp: 8, pp: 4, dp: 2}", "nic"),
     "tp-over-two-hosts": (RAILS_16, "{tp: 16, dp: 8}", "leaf3.r1"),
@@ -199,7 +201,8 @@ def test_the_ranks_of_a_fold_by_links_down_are_counted_without_a_step(case):
     every case above: the folded step's, or the fold's given up for its classes of one rank or a failed check
     (every rank where every host is near). Far ranks of one rail whose groups hold other near ranks are
     counted apart, as the fold simulates them (TP across hosts: 48 ranks, where by rail alone it counted 40), and
-    so are those whose EP or expert-DP groups hold near ranks (EP 8: 72 ranks, where without them it counted 40)."""
+    so are those whose EP or expert-DP groups hold near ranks (EP 8: 72 ranks, where without them it counted 40).
+    Under HSDP the DP x CP group and the rails stand for its shard and replica groups (12 and 24 ranks)."""
     text, parallelism, down = CASES[case]
     loaded = scenario_from_text(text + f"parallelism: {parallelism}\n", "inline.yaml", [])
     topology = scenario_topology(loaded)

@@ -102,8 +102,8 @@ def test_nvswitch_trays_down_one_after_another_slow_the_job_more_until_nvlink_is
     """The 9 trays of rack 0 fail 0.1 h apart, each back 2 h later: each tray more down is a slower state (the
     rack's GPU links at 8/9, 7/9, ... of their bandwidth). With all 9 down rack 0's GPUs have no NVLink left and
     reach each other through their trays' NICs over the network: the job runs on, at the step of its cluster with
-    every tray of rack 0 down (2.03 times the healthy one, measured). On a lone rack, which has no network, that state has no route: the job stops in a restart until the
-    first tray is back."""
+    every tray of rack 0 down (2.03 times the healthy one, measured). On a lone rack, which has no network, that
+    state has no route: the job stops in a restart until the first tray is back."""
     rows = [((1 + 0.1 * tray) * H, 1, tray, 2 * H) for tray in range(9)]
     summary = job_with(job(CLASSES), *rows).summary
     assert summary["interruptions"]["unexpected"]["mean"] == 0

@@ -159,8 +159,11 @@ class LinkFaultRanks:
     and DP x CP (gradient) groups and, with ``ep`` > 1, the EP and expert-DP groups (`experts.ep_group`,
     `experts.expert_dp_group`; a far position's pipeline group is its own ranks, all far). With TP 16 over two
     hosts and DP 8 under a leaf down, 48 ranks, as the fold; by rail alone it counted 40; with TP 8, DP 16 and
-    EP 8, 72, where without the EP groups it counted 40. HSDP's shard and replica groups are not read: there the
-    fold may simulate more. What a job's refusal of its degraded states sizes them by before it simulates
+    EP 8, 72, where without the EP groups it counted 40. HSDP's shard and replica groups need no reading of their
+    own: a far rank's shard group lies on its host (one across hosts is refused), all far, and its replica group
+    holds the near ranks of its DP x CP group at its place in their shard groups, which its rail fixes, so the
+    DP x CP group and the rails part the ranks as those groups do (tests/test_link_fault_folding.py's HSDP
+    cases). What a job's refusal of its degraded states sizes them by before it simulates
     any (reliability/simulate.py), once per state it foresees: ~2 ms of CPU per set of hosts near at 16,384 GPUs
     (0.45 s for the 512 leaves, which leave 64 such sets; by rail alone 0.35 s)."""
 
