@@ -20,6 +20,9 @@ struck it)."""
 KIND_CODE: dict[EventKind, int] = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 COLUMNS = ("replication", "kind", "cause", "began", "start_s", "end_s", "step", "lost_work_s", "hosts")
 TIER_COLUMN = "tier"
+Tier = Literal["memory", "storage"]
+"""A checkpoint tier: the in-memory one (`checkpoint.memory`) or storage."""
+TIERS: tuple[Tier, ...] = get_args(Tier)
 
 
 class JobEvents:
@@ -32,9 +35,9 @@ class JobEvents:
         self.blocks: list[tuple] = []
 
     def add(self, kind: EventKind, start: float, end: float, *, cause: str = "", began: str = "",
-            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0, tier: str = "") -> None:
+            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0, tier: Tier | Literal[""] = "") -> None:
         """One row; ``began``, a restart's alone, is what began it (its ``cause`` is what it restarted from);
-        ``tier`` the checkpoint tier it wrote, lost or restored from."""
+        ``tier`` the checkpoint tier it wrote, lost or restored from ('' for none)."""
         self.rows.append((self.replication, kind, cause, began, start, end, step, lost_work_s, hosts, tier))
 
     def add_checkpoints(self, start: float, end: float, step: float, period: float, steps: float,

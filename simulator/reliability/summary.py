@@ -13,6 +13,7 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.reliability import Effect
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.elastic import ElasticSizes
+from simulator.reliability.events import TIERS
 from simulator.reliability.job import JobPlan, ReplicationTotals
 from simulator.reliability.states import ClusterState
 from simulator.reliability.stats import daly_interval, mean_interval, young_interval
@@ -359,7 +360,7 @@ def memory_tier_figures(loaded: LoadedScenario, plan: JobPlan, healthy: SegmentC
         "interval_steps": healthy.memory_interval_steps,
         "interval_s": healthy.memory_interval_steps * healthy.step_s, "replicas": memory.replicas,
         "stall_s": healthy.memory_stall_s, "load_s": healthy.memory_load_s,
-        "restores": {tier: mean_interval([t.restores.get(tier, 0) for t in totals]) for tier in ("memory", "storage")},
+        "restores": {tier: mean_interval([t.restores.get(tier, 0) for t in totals]) for tier in TIERS},
         "two_level": two_level_figures(plan, healthy),
     }}
 

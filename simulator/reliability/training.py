@@ -24,10 +24,14 @@ shares of the kept part. A state faster per token than healthy has no shares: it
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from simulator.reliability.checkpoint import SegmentCosts
-from simulator.reliability.events import JobEvents
+from simulator.reliability.events import JobEvents, Tier
+
+StallKind = Literal["write", "wait", "snapshot", "memory"]
+"""What a checkpoint stall is: a sync write, the wait for an async write still running, an async write's
+snapshot to host memory, or an in-memory tier's snapshot."""
 
 EPS = 1e-6
 """Time tolerance (s): events closer than this coincide."""
@@ -59,7 +63,7 @@ class CheckpointClock:
         self.since = 0.0
         self.mark = Mark(0.0, 0.0, 0.0, 0.0)
         self.stall_end: float | None = None
-        self.stall_kind = ""
+        self.stall_kind: StallKind | None = None
         self.stall_mark: Mark | None = None
         self.write_end: float | None = None
         self.write_start = 0.0
@@ -73,7 +77,7 @@ class CheckpointClock:
         self.lost_since_mark: list[tuple[float, float, float]] = []
         """Spans of the training time (start, end, healthy-equivalent time) lost since the storage checkpoint
         by in-memory restores: a fall-back to it loses only the rest."""
-        self.restored_from = "storage"
+        self.restored_from: Tier = "storage"
         """The tier the last roll-back restored from: `storage` or `memory`."""
 
     def advance(self, t: float, t_end: float, c: SegmentCosts, shares: tuple[tuple[str, float], ...] = ()) -> None:
@@ -156,7 +160,7 @@ class CheckpointClock:
         return Mark(self.steps + cycles * k, self.wall + cycles * k * c.step_s,
                     self.equiv + cycles * k * c.equivalent_step_s, t + (cycles - 1) * cycle.period_s + cycle.train_s)
 
-    def _stall(self, end: float, kind: str, mark: Mark) -> None:
+    def _stall(self, end: float, kind: StallKind, mark: Mark) -> None:
         self.stall_end, self.stall_kind, self.stall_mark = end, kind, mark
 
     def _stall_done(self, t: float, c: SegmentCosts) -> None:
@@ -256,8 +260,9 @@ class CheckpointClock:
         host has a peer left) and it is newer than the last completed checkpoint, else to that checkpoint;
         return the work lost (s)."""
         self._finish_write_ended_in_snapshot(t)
-        marks = ((self.stall_mark, "memory" if self.stall_kind == "memory" else "storage"),
-                 (self.write_mark, "storage"), (self.stop_mark, "storage"))
+        marks: tuple[tuple[Mark | None, Tier], ...] = (
+            (self.stall_mark, "memory" if self.stall_kind == "memory" else "storage"), (self.write_mark, "storage"),
+            (self.stop_mark, "storage"))
         for mark, tier in marks:
             if mark is not None:
                 self.events.add("checkpoint_lost", mark.time, t, step=mark.steps, tier=tier)
@@ -269,7 +274,7 @@ class CheckpointClock:
         # The storage tier keeps its clock across a memory restore: its checkpoint and the steps since it hold.
         self.since = self.steps - self.mark.steps
         self.since_memory = 0.0
-        self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
+        self.stall_end, self.stall_mark, self.stall_kind = None, None, None
         self.write_end, self.write_mark = None, None
         self.stop_mark = None
         return lost
@@ -282,7 +287,7 @@ class CheckpointClock:
         optimizer updates at a step's end), so its part trained is lost work once the checkpoint is complete
         (it was saved as a fraction of a step)."""
         self._finish_write_ended_in_snapshot(t)
-        self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
+        self.stall_end, self.stall_mark, self.stall_kind = None, None, None
         self.write_end, self.write_mark = None, None
         self.since = 0.0
         self.since_memory = 0.0
