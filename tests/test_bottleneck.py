@@ -10,6 +10,7 @@ import pytest
 
 from simulator import load_scenario, simulate
 from simulator.catalog.models import get_model
+from simulator.metrics.summary import WAIT_BOUND_SHARE
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
@@ -68,3 +69,24 @@ def test_idle_without_a_pipeline_is_named_compute_idle(tmp_path):
     share = verdict["largest_loss"]["share_of_step"]
     assert share > 0.1
     assert verdict["verdict"] == f"compute-bound; largest loss: compute idle, {100 * share:.1f}% of the step"
+
+
+def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():
+    """The torchtitan PP x FSDP step waits 11.4% in its bubble and 24.0% on exposed communication: 35% of the
+    step without compute, more than WAIT_BOUND_SHARE, and its verdict said compute-bound (a user test). Now the
+    larger wait, communication, binds."""
+    summary = simulate(load_scenario(SCENARIOS / "llama3-70b-torchtitan-pp-fsdp.yaml")).summary
+    verdict = summary["bottleneck"]
+    waits = verdict["evidence"]["exposed_comm_share"] + verdict["loss_shares"]["pipeline_bubble"]
+    assert verdict["evidence"]["exposed_comm_share"] < WAIT_BOUND_SHARE < waits
+    assert verdict["constraint"] == "communication"
+    assert verdict["verdict"].startswith("communication-bound; largest loss: exposed TP communication")
+
+
+def test_a_step_idle_in_its_bubble_beyond_the_share_is_bubble_bound():
+    """GPipe at p = 4, m = 4 idles (p - 1)/(m + p - 1) = 3/7 = 42.9% of its step in the bubble."""
+    summary = simulate(load_scenario(SCENARIOS / "schedule-gpipe-p4-m8.yaml",
+                                     ["training.microbatches=4"])).summary
+    verdict = summary["bottleneck"]
+    assert verdict["constraint"] == "bubble"
+    assert verdict["verdict"] == "bubble-bound; largest loss: pipeline bubble, 42.9% of the step"

@@ -22,9 +22,11 @@ from simulator.program.ops import COMM_CATEGORIES
 SimulatedSpan = Literal["step", "run"]
 """What a training summary's simulated time spans: one training step, or a parameter-server run of several
 iterations (the console's 'run time (6 iterations)')."""
-COMMUNICATION_BOUND_RATIO = 0.30
-"""Exposed communication above this share of the step makes communication the binding constraint (the seed
-chapter's rule of thumb: under ~10% scales well, over ~30% stop adding GPUs)."""
+WAIT_BOUND_SHARE = 0.30
+"""Waits above this share of the step, pipeline bubble and exposed communication together, make the larger of the
+two the binding constraint rather than compute (the seed chapter's rule of thumb for communication: under ~10%
+scales well, over ~30% stop adding GPUs; a step idle that long in its bubble gains as much from more
+micro-batches or an interleaved schedule as from faster GPUs)."""
 MEMORY_BANDWIDTH_BOUND_SHARE = 0.5
 """Above this share of a micro-batch's compute time in blocks whose HBM time exceeds their math time, memory
 bandwidth binds rather than compute: most of the compute then waits on HBM, not on the tensor cores."""
@@ -53,8 +55,10 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
                losses: dict[str, float] | None = None, *, pipeline_stages: int, span: SimulatedSpan = "step") -> dict:
     """Which constraint binds, with the evidence that decided it, and the step's largest loss with its share
     of the step, so that a compute-bound step that idles 27% in its pipeline bubble says so (with one
-    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE); the verdict names the time simulated by
-    ``span``, as the console's first row does ('65.1% of the run' beside a parameter server's run time)."""
+    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE). A step that waits more than WAIT_BOUND_SHARE
+    of it, in its bubble and on exposed communication together, is bound by the larger wait: `communication`,
+    else `bubble` (`idle` with one stage). The verdict names the time simulated by ``span``, as the console's
+    first row does ('65.1% of the run' beside a parameter server's run time)."""
     exposed = sum(comm["exposed_comm_s"].values())
     evidence = {
         "exposed_comm_share": exposed / step_time_s if step_time_s else 0.0,
@@ -62,10 +66,12 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         "memory_use_share": memory["peak_memory_gib"] / memory["memory_capacity_gib"] if memory else 0.0,
         "bubble_fraction": bubble,
     }
+    bubble_share = (losses or {}).get("pipeline_bubble", 0.0)
     if memory.get("oom"):
         binding = "memory_capacity"
-    elif evidence["exposed_comm_share"] > COMMUNICATION_BOUND_RATIO:
-        binding = "communication"
+    elif evidence["exposed_comm_share"] + bubble_share > WAIT_BOUND_SHARE:
+        binding = ("communication" if evidence["exposed_comm_share"] >= bubble_share else
+                   "bubble" if pipeline_stages > 1 else "idle")
     elif memory_bound_share > MEMORY_BANDWIDTH_BOUND_SHARE:
         binding = "memory_bandwidth"
     else:
