@@ -20,6 +20,7 @@ import errno
 import gzip
 import json
 import math
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -30,7 +31,7 @@ import simulator
 from simulator.catalog.failures import LLAMA3
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
-from simulator.console.report import format_seconds
+from simulator.console.report import OOM_FIGURES, format_seconds
 from simulator.report.run_folder import checked_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -318,9 +319,9 @@ def test_a_job_without_failures_prints_and_studies_without_an_mtbf(tmp_path, cap
     assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
     printed = capsys.readouterr().out
     job = json.loads((tmp_path / "job" / "job_summary.json").read_text())
-    assert job["mtbf_s"] is None
+    assert job["mtbf_s"] is None and job["oom"] is False
     assert job["lost_work_per_failure_s"]["mean"] is None  # no failure to average over (it said 0 s)
-    assert "ETTR" in printed and "MTBF" not in printed
+    assert "ETTR" in printed and "MTBF" not in printed and OOM_FIGURES not in printed
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min",
                  "--out", str(tmp_path / "study")]) == 0
     assert "no failures expected, so no Young or Daly interval" in capsys.readouterr().out
@@ -481,6 +482,18 @@ def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, c
     assert "85.6 GiB needed" in lines[1]
     warnings = json.loads((tmp_path / "job" / "summary.json").read_text())["warnings"]
     assert warnings == [line.removeprefix("warning: ") for line in (lines[0], after[0])]
+
+
+def test_a_job_whose_step_is_out_of_memory_marks_its_ettr_invalid(tmp_path, capsys):
+    """The job above needs 85.6 GiB per GPU of an H100's 79.6: its ETTR and goodput were printed as any job's
+    (a user test). As `trainsim run` does with such a step, the job runs, warns and marks its figures: the table
+    says they are invalid, job_summary.json has `oom` true as summary.json has."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(OOM_JOB)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert re.search(f"ETTR [^;]*; {OOM_FIGURES} goodput [^;]*of healthy; {OOM_FIGURES} interruptions", printed)
+    assert json.loads((tmp_path / "job" / "job_summary.json").read_text())["oom"] is True
 
 
 def test_the_job_table_says_one_day_and_one_step_in_the_singular(tmp_path, capsys):

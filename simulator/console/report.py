@@ -521,6 +521,11 @@ def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float 
             f"holds {capacity_gib:.1f} GiB")
 
 
+OOM_FIGURES = "invalid: the step does not fit in GPU memory"
+"""What follows a job's ETTR and goodput where its healthy step is out of memory (`oom` in job_summary.json): the
+job runs and warns, as `trainsim run` does with such a step, and its figures say they are no real job's."""
+
+
 def job_table(job: dict) -> Table:
     """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
     frequent causes), the time lost by kind with its share of the horizon (the restarts' with the part of it
@@ -540,9 +545,10 @@ def job_table(job: dict) -> Table:
 
         def text(value: float) -> str:
             return f"{value:,.0f} tokens/s"
+    invalid = f"; {OOM_FIGURES}" if job.get("oom") else ""
     table.add_row("healthy step", f"{format_seconds(job['step_time_s'])}, {rate}")
-    table.add_row("ETTR", _mean_ci(job["ettr"], _share))
-    table.add_row("goodput", _mean_ci(goodput, text) + f", {_share(goodput['mean'] / ideal)} of healthy")
+    table.add_row("ETTR", _mean_ci(job["ettr"], _share) + invalid)
+    table.add_row("goodput", _mean_ci(goodput, text) + f", {_share(goodput['mean'] / ideal)} of healthy" + invalid)
     interruptions, labels = job["interruptions"], job.get("failure_model", {})
     count, means = count_text(job["replications"]), means_prefix(job["replications"])
     causes = sorted(((name, value) for name, value in interruptions["by_cause"].items() if value["mean"] > 0),

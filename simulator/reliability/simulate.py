@@ -898,6 +898,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     met = {state: c for state, c in prepared.cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
                           prepared.gpu_model)
+    summary["oom"] = bool(prepared.step_summary.get("oom"))
     link_states = prepared.states.symmetry_figures(met)
     if link_states is not None:
         summary["link_states"] = link_states
