@@ -288,6 +288,10 @@ def test_an_in_memory_interval_not_shorter_than_the_storage_one_is_refused(tmp_p
 @pytest.mark.parametrize(("storage", "memory", "message"), [
     ("12000 steps", "20000 steps", "20,000 steps is not shorter than checkpoint.interval (12,000 steps)"),
     ("30 min", "45 min", "45 min is not shorter than checkpoint.interval (30 min)"),
+    # A study's grid point: the refusal read '(113.1617 s)', now rounded as every other duration.
+    ("113.1617 s", "5 min", "5 min is not shorter than checkpoint.interval (1.886 min)"),
+    ("30 min", "1800.6 s", "30.01 min is not shorter than checkpoint.interval (30 min)"),
+    ("1800.06 s", "1800.07 s", "30.0012 min is not shorter than checkpoint.interval (30.001 min)"),
 ])
 def test_validate_refuses_an_in_memory_interval_not_shorter_in_the_same_unit(tmp_path, capsys, storage, memory,
                                                                              message):

@@ -73,7 +73,7 @@ from simulator.units import (
     format_count,
     format_duration,
     format_size,
-    parse_duration,
+    texts_apart,
 )
 from simulator.workload.training import microbatch_count, resolve_model
 
@@ -444,8 +444,9 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     if memory is not None and isinstance(memory.interval, int) == isinstance(storage, int) \
             and takes_no_snapshot(memory.interval, storage):  # in one unit, no step time is needed to compare them
         in_steps = isinstance(storage, int)
-        shown = (lambda i: counted(i, "step")) if in_steps else _shown_duration
-        problem, allowed = _unused_memory_tier(shown(memory.interval), shown(storage), in_steps=in_steps)
+        memory_text, storage_text = ((counted(memory.interval, "step"), counted(storage, "step")) if in_steps
+                                     else texts_apart([memory.interval, storage], format_duration))
+        problem, allowed = _unused_memory_tier(memory_text, storage_text, in_steps=in_steps)
         raise ScenarioError(problem, field="checkpoint.memory.interval", allowed=allowed)
     if memory is not None and memory.replicas >= hosts:
         raise ScenarioError(f"{memory.replicas:,} copies on other hosts for a job on {counted(hosts, 'host')}",
@@ -554,13 +555,6 @@ def refuse_short_horizon(loaded: LoadedScenario, step_s: float, step: str) -> No
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step ({step})", "a longer duration")
 
 
-def _shown_duration(seconds: float) -> str:
-    """``seconds`` as format_duration shows it where that is exact, else in seconds to 7 digits ('2 d', but
-    '172,799 s', which format_duration rounds to '2 d')."""
-    shown = format_duration(seconds)
-    return shown if parse_duration(shown) == seconds else f"{seconds:,.7g} s"
-
-
 def _end_past(end: float, horizon: float) -> str:
     """A time at or past the horizon, as `format_duration` writes it, with how far past where that reads as the
     horizon does ('2 d (1.25 s past it)')."""
@@ -597,14 +591,15 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
     if isinstance(interval, int):
         assert healthy is not None  # validate, without the step, left an interval in steps alone above
         every, longer = f"{counted(interval, 'step')} ({format_duration(healthy.step_s)} each)", interval_s > horizon
+        until = format_duration(horizon)
     else:
-        every, longer = _shown_duration(interval), interval > horizon
+        (every, until), longer = texts_apart([interval, horizon], format_duration), interval > horizon
     if longer:
-        why = f"is longer than run.horizon ({format_duration(horizon)})"
+        why = f"is longer than run.horizon ({until})"
     elif healthy is None:
-        why = f"finishes no write before run.horizon ({format_duration(horizon)})"
+        why = f"finishes no write before run.horizon ({until})"
     else:
-        why = (f"finishes no write before run.horizon ({format_duration(horizon)}): its first, after "
+        why = (f"finishes no write before run.horizon ({until}): its first, after "
                f"{counted(healthy.interval_steps, 'step')} and a {format_duration(write_s)} write, would end at "
                f"{_end_past(first_s, horizon)}")
     most = ""
