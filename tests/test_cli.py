@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 
 from simulator.cli import main
+from simulator.config.loader import as_typed
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
@@ -817,3 +818,19 @@ def test_validate_published_replaces_its_report_whole_or_not_at_all(tmp_path, mo
         main(["validate-published", "--out", str(out)])
     assert out.read_text() == "the earlier report\n"
     assert [path.name for path in tmp_path.iterdir()] == ["validation.md"]
+
+
+@pytest.mark.parametrize("problem, typed, named", [
+    ("2p = 8, got 1", "training.microbatches=+1", "2p = 8, got +1"),
+    ("got 1.", "training.microbatches=+1", "got +1."),
+    ("got 10 of got 1", "training.microbatches=+1", "got 10 of got +1"),
+    ("got 1.5 of got 1, got 1_000", "training.microbatches=0x1", "got 1.5 of got 0x1, got 1_000"),
+    ("got 1000.0", "cluster.nodes=1e3", "got 1e3"),
+    ("got 1000.05 or got 1000.0", "cluster.nodes=1e3", "got 1000.05 or got 1e3"),
+    ("forgot None, got None", "cluster.nodes=null", "forgot None, got null"),
+    ("got Nonesuch", "cluster.nodes=null", "got Nonesuch"),
+])
+def test_a_set_value_is_named_as_typed_only_where_the_problem_quotes_it_whole(problem, typed, named):
+    """`as_typed` replaced the value as YAML read it anywhere it began another token: `+1` turned "got 10" into
+    "got +10", `1e3` "got 1000.05" into "got 1e35"."""
+    assert as_typed(problem, typed) == named

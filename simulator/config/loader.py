@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,12 +80,14 @@ def set_flag(item: str) -> str:
 
 def as_typed(problem: str, typed: str) -> str:
     """``problem`` about the value that the `--set` ``typed`` (`name=value`) wrote, the value named as typed where
-    the problem quotes it as YAML read it: `nodes=1e3` said "got 1000.0", `nodes=null` "got None"."""
+    the problem quotes it as YAML read it: `nodes=1e3` said "got 1000.0", `nodes=null` "got None". Only that whole
+    value is replaced, not the start of another: with `microbatches=+1`, "got 10" and "got 1.5" stay as they are
+    (they read "got +10" and "got +1.5")."""
     text = typed.split("=", 1)[1].strip()
     value = override_value(text)
     if not (value is None or isinstance(value, (bool, int, float))) or repr(value) == text:
         return problem
-    return problem.replace(f"got {value!r}", f"got {text}")
+    return re.sub(rf"\bgot {re.escape(repr(value))}(?!\w|\.\d)", lambda _: f"got {text}", problem)
 
 
 def sets_typed(overrides: tuple[Override, ...]) -> tuple[str, ...]:
