@@ -156,3 +156,38 @@ def test_validate_shows_the_size_checks_off_a_terminal_unless_quiet(quiet, tmp_p
     assert lines == ([] if quiet else [f"checking elastic sizes: {done}/11 sizes ({done * 100 // 11}%)"
                                        for done in range(1, 12)])
     assert ("elastic sizes: " in captured.out) is not quiet
+
+
+GRAPH_HOSTS = """kind: graph
+nodes:
+  - {name: g0, kind: gpu, host: 0}
+  - {name: g1, kind: gpu, host: 1}
+  - {name: g2, kind: gpu, host: 2}
+  - {name: g3, kind: gpu, host: 3}
+  - {name: sw, kind: switch}
+links:
+""" + "".join(f"  - {{a: g{gpu}, b: sw, bandwidth: 400 Gb/s, latency: 5 us, class: infiniband}}\n"
+              for gpu in range(4)) + "rails: 1\ngpu_model: h100-sxm\n"
+
+
+@pytest.mark.parametrize("min_replicas", ["", "restart: {elastic: true, min_replicas: 4}\n"])
+def test_an_elastic_job_on_an_explicit_graph_is_refused_at_restart_elastic(min_replicas, tmp_path, capsys):
+    """An elastic job on a `kind: graph` topology was refused at `cluster.nodes`: 'the elastic job shrunk to 3
+    replicas (3 hosts): expected a list, got 3', a field the user never wrote. A shrunk job's cluster is its
+    topology rebuilt on fewer hosts, which a graph cannot be: refused at the line that asked for elastic. With
+    `min_replicas` at the layout's size it never shrinks, and runs on the graph."""
+    (tmp_path / "graph4.yaml").write_text(GRAPH_HOSTS)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text("cluster: {topology: graph4.yaml}\nparallelism: {dp: 4}\n" + JOB.replace(
+        "restart: {elastic: true}\n", min_replicas or "restart: {elastic: true}\n").replace(
+        "hidden: 12288, heads: 96", "hidden: 1024, heads: 8"))
+    if min_replicas:
+        assert main(["validate", str(scenario), "--quiet"]) == 0
+        return
+    assert main(["validate", str(scenario)]) == 2
+    line = next(number for number, text in enumerate(scenario.read_text().splitlines(), 1) if "elastic" in text)
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:{line}: restart.elastic: the elastic job of 4 replicas shrinks to as few as 1 by "
+        "rebuilding its topology on fewer hosts, and graph4 is an explicit graph (kind: graph), which has no host "
+        "count to rebuild it with (allowed: restart.elastic: false, or a topology built from parameters (kind: "
+        "cluster or nvl72))\n")

@@ -220,6 +220,7 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
     microbatches = located(loaded, lambda: microbatch_count(scenario, layout.dp))
     kept = layout.dp * microbatches if restart.elastic_batch is ElasticBatch.KEEP_GLOBAL else None
     sizes = allowed_sizes(layout.dp, layout.cp, scenario.parallelism.ep, smallest, kept)
+    _refuse_graph_shrinking(loaded, topology, sizes)
     fitting, out_of_memory, capacity = [layout.dp], [], 0.0
     spans = group_domains(layout, scenario.parallelism.ep, topology.gpu_domain_array)
     file = scenario_topology_file(loaded)
@@ -243,6 +244,17 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: b
                            f"per GPU, the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas"
                            f"{tried}, or restart.elastic: false")
     return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity if out_of_memory else 0.0)
+
+
+def _refuse_graph_shrinking(loaded: LoadedScenario, topology: Topology, sizes: tuple[int, ...]) -> None:
+    """Refuse, at `restart.elastic`, an elastic job on an explicit graph (`kind: graph`) that may shrink (``sizes``,
+    ascending, holds a smaller one): a shrunk job's cluster is its topology rebuilt from fewer `nodes` or `racks`
+    (`shrunk_cluster`), and a graph has neither. It was refused at `cluster.nodes`, 'expected a list, got 3'."""
+    if len(sizes) > 1 and topology.params.get("kind") == "graph":
+        raise loaded.error(("restart", "elastic"), f"the elastic job of {counted(sizes[-1], 'replica')} shrinks "
+                           f"to as few as {sizes[0]:,} by rebuilding its topology on fewer hosts, and {topology.name} "
+                           "is an explicit graph (kind: graph), which has no host count to rebuild it with",
+                           "restart.elastic: false, or a topology built from parameters (kind: cluster or nvl72)")
 
 
 def _check_min_replicas(loaded: LoadedScenario, dp: int, whose: str) -> int:
@@ -276,6 +288,7 @@ def trace_sizes(loaded: LoadedScenario, topology: Topology, replicas: int, trace
     smallest = _check_min_replicas(loaded, replicas, "workload.dp's" if given else "the trace's job's")
     hosts = topology.num_hosts
     sizes = tuple(size for size in _whole_copies(hosts, replicas, traced_dp) if size >= smallest)
+    _refuse_graph_shrinking(loaded, topology, sizes)
     file = scenario_topology_file(loaded)
     for size in sizes[:-1]:
         shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, replicas, 1, size))
