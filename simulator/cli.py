@@ -521,8 +521,9 @@ def _grid_line(grid: IntervalGrid) -> str:
 def _study_line(curve: dict) -> str:
     """One multiplier's line: its system MTBF, the best interval tried (or, with one interval, that interval and
     its ETTR's 95% interval: an `mtbf` study's point is no optimum), Young's and Daly's intervals, all of these
-    intervals in one unit (`durations_alike`: 'interval 20 min; Young 805 s' had them compared across units)."""
-    from simulator.console.report import long_duration
+    intervals in one unit (`durations_alike`: 'interval 20 min; Young 805 s' had them compared across units);
+    the ETTR marked invalid where the healthy step is out of memory, as a job's table marks it."""
+    from simulator.console.report import OOM_FIGURES, long_duration
     from simulator.units import durations_alike
 
     mtbf = f" (MTBF {long_duration(curve['mtbf_s'])})" if curve["mtbf_s"] is not None else ""
@@ -543,7 +544,8 @@ def _study_line(curve: dict) -> str:
                   f"{interval}, {steps}")
     else:
         result = f"best interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}"
-    return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}; {_optimum_text(curve, in_unit)}"
+    invalid = f"; {OOM_FIGURES}" if curve.get("oom") else ""
+    return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}{invalid}; {_optimum_text(curve, in_unit)}"
 
 
 def _printed_intervals(curve: dict) -> list[float]:

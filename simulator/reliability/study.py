@@ -335,7 +335,8 @@ def curve_is_flat(ettr: list[float], best_ci95_low: float | None) -> bool:
 
 def curve_summary(points: list[StudyPoint]) -> dict:
     """Best grid point, whether the curve is flat (`curve_is_flat`), fitted optimum, Young and Daly of one
-    multiplier's interval curve, and the warning of its point whose restarts waited longest for hosts among those
+    multiplier's interval curve, whether its healthy step is out of memory (`oom`: its figures are invalid), and
+    the warning of its point whose restarts waited longest for hosts among those
     that warned of it (None where none did: the wait is much alike from point to point, so one is told, not
     each)."""
     points = sorted(points, key=lambda p: p.interval_s)
@@ -345,6 +346,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
     waited = max(warned, key=lambda p: p.summary["restart_waiting_for_hosts_s"]["mean"], default=None)
     return {
         "rate_multiplier": points[0].multiplier,
+        "oom": first["oom"],
         "mtbf_s": first["mtbf_s"],
         "horizon_s": first["horizon_s"],
         "expected_slowdowns": expected_slowdowns(first["failure_model"]),
