@@ -216,7 +216,8 @@ class StepStates:
         """Whether states with links down that are rotations of each other take one step (`merged`)."""
         self._symmetry: StateSymmetry | str | None = None
         self._rotations: dict[ClusterState, ClusterState] = {}
-        """Each state `_rotated` so far, and the least of its rotations (64 images a state on the 16,384-GPU job)."""
+        """Each state `_rotated` so far, and the least of its rotations (64 images a state on the 16,384-GPU job),
+        which is its own."""
 
     def symmetry(self) -> StateSymmetry | str:
         """The rotations proven to map the job's step onto itself (reliability/symmetry.py), or why none is: found
@@ -252,7 +253,8 @@ class StepStates:
         if isinstance(symmetry, str):
             return state
         if state not in self._rotations:
-            self._rotations[state] = replace(state, links_down=symmetry.representative(state.links_down))
+            least = replace(state, links_down=symmetry.representative(state.links_down))
+            self._rotations[state] = self._rotations.setdefault(least, least)
         return self._rotations[state]
 
     def symmetry_figures(self, met: Iterable[ClusterState]) -> dict | None:

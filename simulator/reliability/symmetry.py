@@ -27,9 +27,11 @@ and a GB200 rack's trays are named by rack, which the rotation is not proven to 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from dataclasses import replace as with_fields
+
+import numpy as np
 
 from simulator.collectives.phases import Phase
 from simulator.engine.plans import PlanCache
@@ -51,15 +53,32 @@ class StateSymmetry:
     order: int
     replicas: int
     """The data-parallel replicas each rotation moves a rank by."""
+    link_ends: Sequence[tuple[str, str]] = field(compare=False, repr=False)
+    """The topology's links, sorted (`Topology.link_ends`): a link's index orders links as their node pairs do."""
+    link_index: Mapping[tuple[str, str], int] = field(compare=False, repr=False)
+    """Each link's index into ``link_ends``."""
+    link_images: np.ndarray = field(compare=False, repr=False)
+    """Row p: each link's image (its index) under the rotation by p * ``turns`` periods."""
+
+    @staticmethod
+    def of(topology: Topology, rotation: Rotation, turns: int, order: int, replicas: int) -> StateSymmetry:
+        """The rotations by ``turns`` periods of ``rotation`` on ``topology``, with each link's images."""
+        step = rotation.links(topology, turns).astype(np.int32)
+        images = np.empty((order, len(step)), dtype=np.int32)
+        images[0] = np.arange(len(step), dtype=np.int32)
+        for power in range(1, order):
+            images[power] = step[images[power - 1]]
+        return StateSymmetry(rotation, turns, order, replicas, topology.link_ends, topology.link_index, images)
 
     def representative(self, links: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-        """The links ``links`` (node pairs, sorted) rotated to the least of their images: the same for every
-        rotation of them."""
-        images = []
-        for power in range(self.order):
-            moved = self.rotation.nodes(power * self.turns)
-            images.append(tuple(sorted((moved[a], moved[b]) for a, b in links)))
-        return min(images)
+        """The links ``links`` (node pairs of the topology's links, sorted) rotated to the least of their images:
+        the same for every rotation of them. Worked out on link indices, which order links as their node pairs
+        do: each image's indices sorted, the least row taken (a 16,384-GPU job's 19,663 states of up to 7
+        leaves down each have 64 images)."""
+        ids = np.fromiter(map(self.link_index.__getitem__, links), dtype=np.int64, count=len(links))
+        images = np.sort(self.link_images[:, ids], axis=1)
+        least = images[np.lexsort(images.T[::-1])[0]]
+        return tuple(map(self.link_ends.__getitem__, least.tolist()))
 
     def describe(self) -> str:
         """The symmetry, in words."""
@@ -85,7 +104,7 @@ def state_symmetry(topology: Topology, layout: Layout | None, own_faults: bool,
         return ("no rotation by whole data-parallel replicas spans whole leaf groups (data parallelism not "
                 "outermost over every GPU, or one period holds every replica)")
     turns = step * layout.stride("dp") // rotation.period
-    symmetry = StateSymmetry(rotation, turns, layout.dp // step, step)
+    symmetry = StateSymmetry.of(topology, rotation, turns, layout.dp // step, step)
     why = _collectives_rotate(*healthy(), symmetry)
     return symmetry if why is None else why
 
@@ -95,9 +114,7 @@ def _collectives_rotate(program: StepProgram, plans: PlanCache, symmetry: StateS
     rotation by ``symmetry.turns`` periods (its powers follow); else the first that does not, in words."""
     rotation, turns = symmetry.rotation, symmetry.turns
     topology = plans.topology
-    nodes = rotation.nodes(turns)
-    ends, index = topology.link_ends, topology.link_index
-    moved_link = [index[(nodes[u], nodes[v])] for u, v in ends]
+    moved_link = symmetry.link_images[1].tolist()
     routes: set[tuple[int, int, int]] = set()
     shapes = CollectiveShapes.of(program.ops)
     for op in shapes.firsts:

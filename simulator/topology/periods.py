@@ -181,12 +181,22 @@ class Rotation:
         periods), built once per power."""
         turns %= self.turns
         if turns not in self._maps:
-            image = np.arange(len(self._names), dtype=np.int64)
-            for _ in range(turns):
-                image = self._step[image]
             names = self._names
-            self._maps[turns] = {name: names[moved] for name, moved in zip(names, image.tolist())}
+            self._maps[turns] = {name: names[moved] for name, moved in zip(names, self._node_images(turns).tolist())}
         return self._maps[turns]
+
+    def links(self, topology: Topology, turns: int) -> np.ndarray:
+        """Each link's image under the rotation by ``turns`` periods, by index into ``topology.link_ends`` (the
+        topology this rotation is `of`: every link has one)."""
+        node_ids = {name: index for index, name in enumerate(self._names)}
+        return _link_step(topology, node_ids, self._node_images(turns % self.turns))[0]
+
+    def _node_images(self, turns: int) -> np.ndarray:
+        """Each node's image (by index) under the rotation by ``turns`` periods (0 to `turns` - 1)."""
+        image = np.arange(len(self._names), dtype=np.int64)
+        for _ in range(turns):
+            image = self._step[image]
+        return image
 
     def gpu(self, gpu: int, turns: int) -> int:
         """GPU ``gpu``'s image under the rotation by ``turns`` periods."""
