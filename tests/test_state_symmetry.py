@@ -66,7 +66,6 @@ def _job(monkeypatch, merge: bool) -> tuple[bytes, bytes, list[states.ClusterSta
     """The job's summary and events as bytes, and the states simulated, with rotations merged or not; on one
     core (no state ahead) and a fresh cache."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
-    monkeypatch.setattr(states, "MERGE_ROTATIONS", merge)
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     simulated: list[states.ClusterState] = []
 
@@ -76,7 +75,7 @@ def _job(monkeypatch, merge: bool) -> tuple[bytes, bytes, list[states.ClusterSta
         return SIMULATED(self, state, scenario, prepared)
 
     monkeypatch.setattr(states.StepStates, "_simulated", counted)
-    job = simulate_job(scenario_from_text(LEAF_JOB))
+    job = simulate_job(scenario_from_text(LEAF_JOB), merge_rotations=merge)
     return orjson.dumps(job.summary), job.events.to_csv(index=False).encode(), simulated
 
 

@@ -727,12 +727,12 @@ class PreparedJob:
 
 @collector_paused()
 def prepare_job(loaded: LoadedScenario, *, force: bool = False,
-                sizes_progress: Callable[[int, int], None] | None = None) -> PreparedJob:
+                sizes_progress: Callable[[int, int], None] | None = None, merge_rotations: bool = True) -> PreparedJob:
     """A job's checks, its healthy step (cached for the process: a study's points share it) and plan, the garbage
     collector paused; refused as `simulate_job` says, except for the job-event limit, which needs the interval
     the job runs. A layout the model or cluster cannot take is refused first, as `scale.sized_topology` does for a
     run: the estimate of an unfolded step named the job's size for a layout that could never be built.
-    ``sizes_progress``: check_job's."""
+    ``sizes_progress``: check_job's; ``merge_rotations``: `StepStates`'."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
@@ -752,7 +752,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
             _refuse_unfolded_trace_states(loaded, model, topology, step.step.program)
     else:
         prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
-    states = StepStates(loaded, topology, force=force, healthy=prepared)
+    states = StepStates(loaded, topology, force=force, healthy=prepared, merge_rotations=merge_rotations)
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 
@@ -824,7 +824,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                  foresight_progress: Callable[[int, int], None] | None = None,
                  workers_warning: Callable[[str], None] | None = None,
                  activity: Callable[[str], None] | None = None,
-                 sizes_progress: Callable[[int, int], None] | None = None) -> JobResult:
+                 sizes_progress: Callable[[int, int], None] | None = None,
+                 merge_rotations: bool = True) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
     expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
     or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
@@ -845,9 +846,10 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     state (8 link(s) down)` while a state met for the first time is simulated (a leaf switch's state of the
     2,048-GPU job took minutes, and a job printed nothing meanwhile), then '' once they are done.
     ``sizes_progress(done, total)``, first of all, hears of each smaller size an elastic job may shrink to
-    checked (check_job)."""
+    checked (check_job). ``merge_rotations``: states with links down that are rotations of each other take one
+    step (`StepStates`; off, each is simulated, with the same outputs)."""
     scenario = loaded.scenario
-    prepared = prepare_job(loaded, force=force, sizes_progress=sizes_progress)
+    prepared = prepare_job(loaded, force=force, sizes_progress=sizes_progress, merge_rotations=merge_rotations)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
     refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force,
                     memory_period=memory_period_s(healthy))

@@ -72,10 +72,6 @@ JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "description": True,
 does: it draws random stragglers and a MoE model's routing sample; restart.elastic_batch sets a shrunk state's
 micro-batches)."""
 
-MERGE_ROTATIONS = True
-"""Whether a job simulates one of each class of its states with links down that are rotations of each other
-(reliability/symmetry.py); off, each is simulated (the outputs are the same: tests compare them)."""
-
 CACHE_BYTES = 16 << 20
 """What the states cached in a process may hold, their entries counted pickled: ~4 KB a straggler state of the
 64-GPU job (its summary; ~6x that in memory, ~25 KB), so ~4,000 states in ~100 MB. A count of 64 states kept a
@@ -179,10 +175,12 @@ def step_key(loaded: LoadedScenario) -> str:
 class StepStates:
     """The step of each cluster state of one scenario, simulated on first use; the healthy one at once, from
     ``healthy`` when the caller has built it already (`prepare_training`). Unless ``force``, a step that a fold
-    check unfolds beyond the scale limits is refused before it is built."""
+    check unfolds beyond the scale limits is refused before it is built. ``merge_rotations``: states with links
+    down that are rotations of each other take one step (`merged`); off, each is simulated (the outputs are the
+    same: tests compare them)."""
 
     def __init__(self, loaded: LoadedScenario, topology: Topology, *, force: bool = False,
-                 healthy: PreparedStep | None = None) -> None:
+                 healthy: PreparedStep | None = None, merge_rotations: bool = True) -> None:
         self.loaded = loaded
         self.topology = topology
         self.force = force
@@ -212,7 +210,7 @@ class StepStates:
         self.layout = None if layout is None else Layout(int(layout["tp"]), int(layout["cp"]), int(layout["pp"]),
                                                          int(layout["dp"]), tuple(layout["order"]))
         """The modelled step's layout; None for a replayed trace, whose ranks need not do alike work."""
-        self.merges = MERGE_ROTATIONS
+        self.merges = merge_rotations
         """Whether states with links down that are rotations of each other take one step (`merged`)."""
         self._symmetry: StateSymmetry | str | None = None
         self._rotations: dict[ClusterState, ClusterState] = {}
