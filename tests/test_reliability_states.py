@@ -672,7 +672,8 @@ def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch)
     assert len(simulating) == job.summary["link_states"]["steps"] > 0  # one per class of rotations
     first = degraded[0]
     assert simulating[0] == f"replication 1/2: simulating a new cluster state ({len(first['links_down'])} link(s) down)"
-    assert heard[0] == "replication 1/2" and heard[-1] == "" and "replication 2/2" in heard
+    assert heard[0].startswith("merging the ") and heard[1:3] == ["", "replication 1/2"]  # the states foreseen
+    assert heard[-1] == "" and "replication 2/2" in heard
     for line in simulating:
         assert heard[heard.index(line) + 1] == line.split(":")[0]
 
@@ -720,14 +721,15 @@ def test_degraded_states_simulated_ahead_in_forked_workers_give_the_one_core_job
 def test_a_job_says_which_state_it_simulates_before_its_workers_start(monkeypatch):
     """The first degraded state ahead is simulated in the job's process before the workers are forked (~223 s
     at 2,048 GPUs), and the bar said only '0/41 states' meanwhile: ``activity`` now hears that state (what is
-    down) before any replication, and '' once it is done."""
+    down) before any replication (after the states foreseen are merged and sized), and '' once it is done."""
     loaded, _ = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
     heard: list[str] = []
     job = simulate_job(loaded, activity=heard.append)
     first = heard.index("replication 1/2")
     links = {len(state["links_down"]) for state in job.summary["states"] if state["links_down"]}
     assert len(links) == 1
-    assert heard[:first] == [f"first state, before the workers start ({links.pop()} link(s) down)", ""]
+    assert heard[:first] == [reliability_simulate.sizing_text(4), "",
+                             f"first state, before the workers start ({links.pop()} link(s) down)", ""]
 
 
 def test_degraded_states_go_ahead_only_as_far_as_their_peak_memory_fits(monkeypatch):
