@@ -77,8 +77,13 @@ class StateSymmetry:
         leaves down each have 64 images)."""
         ids = np.fromiter(map(self.link_index.__getitem__, links), dtype=np.int64, count=len(links))
         images = np.sort(self.link_images[:, ids], axis=1)
-        least = images[np.lexsort(images.T[::-1])[0]]
-        return tuple(map(self.link_ends.__getitem__, least.tolist()))
+        rows = np.arange(self.order)
+        for column in images.T:  # the rows least in each column in turn: one or two columns settle it
+            values = column[rows]
+            rows = rows[values == values.min()]
+            if len(rows) == 1:
+                break
+        return tuple(map(self.link_ends.__getitem__, images[rows[0]].tolist()))
 
     def describe(self) -> str:
         """The symmetry, in words."""
