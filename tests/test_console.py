@@ -369,6 +369,29 @@ def test_the_states_ahead_count_tells_the_time_left_once_one_state_has_run(capsy
         "simulating the job: 0/2 replications (0%), 0:02:45 elapsed\n")
 
 
+def test_the_first_time_left_shares_the_rest_between_the_workers(capsys, monkeypatch):
+    """The first state ahead is simulated in the job's process alone, and the rest over the workers: its time
+    times the 40 left said 1:40:00 whatever --workers. A count that says 8 workers share the rest gives an
+    eighth of it, 0:12:30; the counts after it go by the rate so far, as before."""
+    monkeypatch.setattr(progress_module, "BEAT_S", 86_400.0)
+    now = [0.0]
+    with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+        assert progress.plain is not None
+        plain = progress.plain
+        plain.clock = lambda: now[0]
+        plain.started = plain.last = 0.0
+        counted = progress.counting("states", "simulating cluster states ahead", eta=True)
+        now[0] = 5.0
+        counted(0, 41)
+        now[0] = 155.0
+        counted(1, 41, 8)
+        now[0] = 175.0
+        counted(9, 41)
+    assert capsys.readouterr().err == (
+        "simulating cluster states ahead: 1/41 states (2%), 0:02:35 elapsed, about 0:12:30 left\n"
+        "simulating cluster states ahead: 9/41 states (21%), 0:02:55 elapsed, about 0:10:04 left\n")
+
+
 def test_plain_progress_heartbeat_prints_while_no_count_comes(capsys, monkeypatch):
     """Off a terminal a RunProgress starts a heartbeat thread, which prints the due line though the run reports
     nothing (here the clock past PLAIN_EVERY_S and the thread looking every millisecond), and stops at close."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.errors import ScenarioError
 from simulator.reliability.attribution import cause_shares, shapley
 
 
@@ -58,3 +59,36 @@ def test_a_cause_that_offsets_another_gets_nothing_not_a_negative_part():
     values = {"A": 0.146, "B": -0.05, "AB": 0.129}
     assert shapley(["A", "B"], table({**values, "B": 0.0}))["B"] == pytest.approx(-0.0085, abs=1e-15)
     assert dict(cause_shares(0.1, ["A", "B"], table(values))) == {"A": 0.1, "B": 0.0}
+
+
+def test_above_the_exact_cap_each_cause_gets_its_leave_one_out_effect_from_as_many_sub_states():
+    """Exact Shapley values over 4 causes ask all 15 sub-states; above EXACT_CAUSES (3) each cause's share is
+    its leave-one-out effect, x(ABCD) less x without it, over 4 sub-states (and the state's own): here A
+    0.8 - 0.5 = 0.3, B 0.8 - 0.7 = 0.1, C 0.8 - 0.8 = 0, D 0.8 - 0.6 = 0.2, which split the share 3 : 1 : 0 : 2."""
+    values = {"ABCD": 0.8, "BCD": 0.5, "ACD": 0.7, "ABD": 0.8, "ABC": 0.6}
+    asked: list[str] = []
+
+    def extra(subset):
+        asked.append("".join(sorted(subset)))
+        return values[asked[-1]]
+
+    parts = dict(cause_shares(0.6, ["A", "B", "C", "D"], extra))
+    assert parts == pytest.approx({"A": 0.3, "B": 0.1, "C": 0.0, "D": 0.2}, rel=1e-12)
+    assert sorted(set(asked)) == ["ABC", "ABCD", "ABD", "ACD", "BCD"]
+
+
+def test_a_sub_state_refused_splits_the_state_evenly_and_says_why():
+    """A sub-state that cannot be simulated (its step refused past the scale limits, say) ended the whole job.
+    The state's share now splits evenly between its causes, and the refusal is heard; without a listener it is
+    raised, as before."""
+    def extra(subset):
+        if subset == frozenset("A"):
+            raise ScenarioError("too large", field="faults.components")
+        return {"B": 0.1, "AB": 0.4}["".join(sorted(subset))]
+
+    heard: list[str] = []
+    assert dict(cause_shares(0.3, ["A", "B"], extra, heard.append)) == pytest.approx({"A": 0.15, "B": 0.15},
+                                                                                     rel=1e-12)
+    assert len(heard) == 1 and "too large" in heard[0]
+    with pytest.raises(ScenarioError):
+        cause_shares(0.3, ["A", "B"], extra)

@@ -275,7 +275,7 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
 
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch)
     heard: list[tuple[int, int]] = []
-    two_cores = simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)))
+    two_cores = simulate_job(loaded, states_progress=lambda done, total, sharing=1: heard.append((done, total)))
     assert heard[:2] == [(0, 9), (1, 9)] and heard[-1] == (9, 9) and len(heard) == 10
     assert two_cores.summary == one_core.summary
 
@@ -370,7 +370,7 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
     heard: list[tuple[str, int, int]] = []
 
     def hearing(phase: str):
-        return lambda done, total: heard.append((phase, done, total))
+        return lambda done, total, sharing=1: heard.append((phase, done, total))
 
     simulate_job(loaded, progress=hearing("job"), states_progress=hearing("states"),
                  foresight_progress=hearing("foresight"))
@@ -378,6 +378,16 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
     assert phases == ["foresight", "states", "job"]
     assert [entry for entry in heard if entry[0] == "foresight"] == [("foresight", done, 2) for done in range(3)]
     assert heard[-1] == ("job", 2, 2)
+
+
+def test_the_first_count_of_states_ahead_says_how_many_workers_share_the_rest(monkeypatch):
+    """The 64-GPU job's 9 states ahead on two cores: the count of the one simulated in the job's process says
+    that the 2 workers share the other 8, so that the bar's first time left is theirs (it took the 8 one after
+    the other); the workers' counts say nothing of it (their rate so far is already shared)."""
+    loaded, _ = _one_core_job_then_two_cores(monkeypatch)
+    heard: list[tuple[int, int, int]] = []
+    simulate_job(loaded, states_progress=lambda done, total, sharing=1: heard.append((done, total, sharing)))
+    assert heard[:2] == [(0, 9, 1), (1, 9, 2)] and heard[-1] == (9, 9, 1)
 
 
 def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(monkeypatch, tmp_path):
@@ -395,7 +405,7 @@ def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(mo
     forked = _counting_states_ahead(monkeypatch)
     heard: list[tuple[int, int]] = []
     ahead_study = run_study(scenario, [], [1800.0, 3600.0], [1.0],
-                            states_progress=lambda done, total: heard.append((done, total)))
+                            states_progress=lambda done, total, sharing=1: heard.append((done, total)))
     assert forked == [8, 0] and heard[-1] == (9, 9) and len(heard) == 10
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     assert run_study(scenario, [], [1800.0, 3600.0], [1.0], workers=1) == ahead_study
@@ -451,7 +461,7 @@ def test_a_study_shows_its_points_again_once_a_points_states_ahead_are_done(monk
     heard: list[tuple[str, int, int]] = []
 
     def hearing(phase: str):
-        return lambda done, total: heard.append((phase, done, total))
+        return lambda done, total, sharing=1: heard.append((phase, done, total))
 
     run_study(scenario, [], [1800.0, 3600.0], [1.0], progress=hearing("points"),
               foresight_progress=hearing("foresight"), states_progress=hearing("states"))
@@ -710,7 +720,7 @@ def test_degraded_states_simulated_ahead_in_forked_workers_give_the_one_core_job
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
     forked = _counting_states_ahead(monkeypatch)
     heard: list[tuple[int, int]] = []
-    two_cores = simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)))
+    two_cores = simulate_job(loaded, states_progress=lambda done, total, sharing=1: heard.append((done, total)))
     degraded = [state for state in one_core.summary["states"] if state["links_down"]]
     assert len(degraded) == 4 and forked == [3]
     assert heard[:2] == [(0, 4), (1, 4)] and heard[-1] == (4, 4)
@@ -771,7 +781,7 @@ def test_degraded_states_ahead_are_sized_by_a_state_with_links_down_not_a_spine_
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "_peak_bytes", lambda: len(here) << 30, raising=False)
     monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: sized.append(each) or 1)
-    ranks = ahead.link_fault_ranks(job_states)
+    ranks = ahead.LinkStateSizes(job_states).ranks
     assert ahead.simulate_ahead(job_states, ahead.states_ahead(job_states, [spine, *leaves], ranks)) == 0
     assert here == [leaves[0]] and sized == [1 << 30]
 
@@ -803,7 +813,7 @@ def test_degraded_states_ahead_are_sized_by_the_state_with_links_down_near_the_m
     # another rail's leaf in the other group: the same rail's would be a rotation of `one`, the same step
     another = states.ClusterState(replicas, links_down=tuple(sorted(units.links("leaf_switch", other + 1))))
     assert groups[other + 1] == groups[other] and job_states.merged(another) != job_states.merged(one)
-    ranks = ahead.link_fault_ranks(job_states)
+    ranks = ahead.LinkStateSizes(job_states).ranks
     assert ahead.simulate_ahead(job_states, ahead.states_ahead(job_states, [one, another, two], ranks)) == 0
     assert here == [two]
 
@@ -1306,8 +1316,9 @@ restart: {elastic: true, min_replicas: 2}
 def test_a_job_tells_the_time_of_its_states_with_links_down_before_simulating_any(monkeypatch):
     """The 16,384-GPU Llama 3 405B job with a leaf switch class foresaw 19,663 states and said nothing for the
     7-8 minutes of the first, then warned of the rest. The job now tells their time once foreseen, before any
-    state is simulated: each state its fold's ops + flows (`scale.classed_estimate` on its `LinkFaultRanks`) at
-    LINK_STATE_S_PER_EVENT plus LINK_STATE_S_PER_EVENT_GPU for each GPU of its cluster, summed over the states
+    state is simulated: each state LINK_STATE_S_FIXED and its fold's ops + flows (`scale.classed_estimate` on its
+    `LinkFaultRanks`) at LINK_STATE_S_PER_EVENT plus LINK_STATE_S_PER_EVENT_GPU for each GPU of its cluster, summed
+    over the states
     `states_ahead` lists (here the 4 one-leaf states of the small leaf switch job, 24 of its 32 ranks each), the
     first in the job's process and the other 3 over 2 workers. Told from LONG_AHEAD_S on, which this job stays
     far below."""
@@ -1328,7 +1339,8 @@ def test_a_job_tells_the_time_of_its_states_with_links_down_before_simulating_an
     job = simulate_job(loaded, workers_warning=heard.append)
     count = LinkFaultRanks(job_layout(loaded), scale.capped_topology(loaded))
     down = [state for state in job.summary["states"] if state["links_down"]]
-    each = [classed_estimate(loaded, 32, count([tuple(pair) for pair in state["links_down"]])).events
+    each = [ahead.LINK_STATE_S_FIXED + classed_estimate(loaded, 32, count([tuple(pair) for pair in state["links_down"]])
+                                                         ).events
             * (ahead.LINK_STATE_S_PER_EVENT + 32 * ahead.LINK_STATE_S_PER_EVENT_GPU) for state in down]
     assert len(each) == 4 and len(set(each)) == 1
     assert len(heard) == 1 and told_before[-1] == 1
@@ -1394,3 +1406,94 @@ def test_a_job_is_sized_by_its_largest_foreseen_state_with_links_down(tmp_path, 
                      r"largest state foreseen \(\d+ link\(s\) down\) is simulated unfolded \(links down: every "
                      r"class holds one rank .*\): 32 GPUs, 32 simulated ranks \(not folded\)", err), err
     assert f"over the limit of {one_leaf.events:,}" in err
+
+
+ELASTIC_LEAF_JOB = RAILS + """run: {horizon: 4 d, replications: 2, seed: 1}
+restart: {elastic: true}
+faults:
+  components:
+    leaf_switch: {mtbf: 20 d, repair: 12 h}
+    gpu: {mtbf: 40 d, repair: 24 h}
+"""
+"""The small leaf switch job, elastic, its GPUs failing often enough that it trains shrunk to 3 replicas most of
+the time: 14 states with links down simulated over its 2 replications, 7 of them shrunk (trained in) and 7 on
+all 4 replicas (the sub-states that split the shrunk ones' slow-step time between `leaf_switch` and
+`elastic_shrink`, never trained in)."""
+ELASTIC_LEAF_STATE_S = 0.739 / 14
+"""The mean CPU seconds of those 14 states, timed in the job on one core (`StepStates._simulated`, 2026-12-06,
+the shared 2-core machine at a load of ~4)."""
+
+
+def _elastic_leaf_job(monkeypatch, text: str = ELASTIC_LEAF_JOB):
+    """The elastic leaf job run on one core with its time up front told (LONG_AHEAD_S at 0): the job, the
+    `TimeAhead` its up-front estimate gave, the states with links down it simulated, in order, and the states
+    its replications trained in (each heard as it trained, by the job's slow-step split)."""
+    from simulator.reliability.job import JobProcess
+
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
+    monkeypatch.setattr(reliability_simulate, "LONG_AHEAD_S", 0.0)
+    told: list = []
+    time_ahead = reliability_simulate.time_ahead
+    monkeypatch.setattr(reliability_simulate, "time_ahead", lambda *args: told.append(time_ahead(*args)) or told[-1])
+    simulated: list = []
+    simulated_step = states.StepStates._simulated
+    monkeypatch.setattr(states.StepStates, "_simulated", lambda self, state, *args: (
+        simulated.append(state) if state is not None and state.links_down else None) or simulated_step(
+        self, state, *args))
+    trained: set = set()
+    cause_shares = JobProcess._cause_shares
+    monkeypatch.setattr(JobProcess, "_cause_shares", lambda self: trained.add(self.state) or cause_shares(self))
+    job = simulate_job(scenario_from_text(text, "elastic.yaml"), workers_warning=lambda line: None)
+    return job, told, simulated, trained
+
+
+def test_the_time_up_front_counts_the_states_of_a_shrunk_elastic_job(monkeypatch):
+    """The estimate and the sizing of the states with links down wanted them on the job's full replica count:
+    this elastic job's estimate counted 7 states (its sub-states on 4 replicas) while it simulated 14, the 7
+    shrunk ones left out. It counts the states the job simulates, shrunk ones each on its own cluster."""
+    _, told, simulated, _ = _elastic_leaf_job(monkeypatch)
+    assert len(told) == 1 and len(simulated) == len(set(simulated)) == 14
+    assert told[0].states == len(simulated)
+    assert sum(1 for state in simulated if state.replicas < 4) == 7
+
+
+def test_the_time_up_front_of_a_small_job_is_near_its_states_measured_time(monkeypatch):
+    """Without a fixed cost per state the estimate of small states was 1.8-2.7 times low (and here, with the
+    shrunk states left out too, 0.225 s of CPU for 14 states that took 0.739 s). The estimate lies within a
+    factor of 1.6 of the count simulated times their measured mean (ELASTIC_LEAF_STATE_S; 1.101 s against
+    0.739 s today)."""
+    _, told, simulated, _ = _elastic_leaf_job(monkeypatch)
+    measured = len(simulated) * ELASTIC_LEAF_STATE_S
+    assert measured / 1.6 < told[0].cpu_s < measured * 1.6
+
+
+def test_link_states_count_only_the_states_the_job_trained_in(monkeypatch):
+    """The sub-states of the slow-step split (the 7 on all 4 replicas, with links down, which the shrunk job never
+    trained in) were counted in job_summary.json's `link_states` as states met: 14. Only the 7 it trained in
+    are; `states` still lists every state simulated."""
+    job, _, simulated, trained = _elastic_leaf_job(monkeypatch)
+    met = {state for state in trained if state.links_down}
+    assert len(met) == 7 and met < set(simulated)
+    assert job.summary["link_states"]["states"] == len(met)
+    assert sum(1 for state in job.summary["states"] if state["links_down"]) == 14
+
+
+def test_a_refused_sub_state_splits_its_state_evenly_with_a_warning(monkeypatch):
+    """A sub-state the job cannot simulate (here each on all 4 replicas with links down, refused as a state past
+    the scale limits would be) ended the whole job, though the job never trains in it. The states asking for it
+    split their slow-step time evenly between their causes, and the job warns of it."""
+    entry = states.StepStates.entry
+
+    def refused(self, state):
+        if state.links_down and state.replicas == 4:
+            raise ScenarioError("too large to simulate", field="faults.components.leaf_switch")
+        return entry(self, state)
+
+    monkeypatch.setattr(states.StepStates, "entry", refused)
+    job, _, _, _ = _elastic_leaf_job(monkeypatch)
+    warning = [line for line in job.warnings if "split evenly" in line]
+    assert len(warning) == 1 and warning[0].startswith("the slow-step time of 7 cluster states is split evenly ")
+    assert "too large to simulate" in warning[0]
+    by_cause = job.summary["slow_steps_by_cause_s"]
+    assert set(by_cause) == {"elastic_shrink", "leaf_switch"}

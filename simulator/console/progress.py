@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from simulator.errors import STOP_SIGNALS
 from simulator.stops import raise_dropped
@@ -223,6 +223,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_halted_for_fork, after_in_child=_none_in_child)
 
 
+class Counted(Protocol):
+    """A phase's count (`RunProgress.counting`): ``done`` of ``total``, and ``sharing``, the processes that will
+    share the rest where those done so far ran one at a time (a job's first states ahead, simulated in its
+    process before its workers share the others: the first time left the bar gave counted them one after the
+    other, whatever --workers)."""
+
+    def __call__(self, done: int, total: int, sharing: int = 1) -> None: ...
+
+
 class RunProgress:
     """Callable as ``progress(done, total)`` from the engine (ops), a job (replications) or a study (points):
     ``unit`` names what is counted; `counting` gives a phase's own count, `doing` what the run does between
@@ -246,24 +255,24 @@ class RunProgress:
         self.status.left_s = None
         self._shown()
 
-    def counting(self, unit: str, description: str, *, passing: bool = False,
-                 eta: bool = False) -> Callable[[int, int], None]:
+    def counting(self, unit: str, description: str, *, passing: bool = False, eta: bool = False) -> Counted:
         """A ``progress(done, total)`` for a phase counting ``unit`` under ``description`` in the same bar (a
         job's states simulated ahead, before its replications). ``passing``: the count leaves the status once
         all are done, and the bar with it until the next count (an elastic job's sizes, checked before its
         healthy step is simulated, which would otherwise read as 'checking elastic sizes' all through it).
         ``eta``: once one is done, the time the rest will take at the phase's rate so far (its time since its
-        count of none, over those done): a job's states ahead take hours where each takes minutes, and the bar
-        said only '0/19,663 states'."""
+        count of none, over those done, the rest shared by the ``sharing`` processes a count says will share
+        them: `Counted`): a job's states ahead take hours where each takes minutes, and the bar said only
+        '0/19,663 states'."""
         began = self._now()
 
-        def counted(done: int, total: int) -> None:
+        def counted(done: int, total: int, sharing: int = 1) -> None:
             nonlocal began
             now = self._now()
             if done == 0:
                 began = now
             self.status.counts = None if passing and done >= total else (done, total, unit, description)
-            self.status.left_s = (now - began) / done * (total - done) if eta and done else None
+            self.status.left_s = (now - began) / done * (total - done) / sharing if eta and done else None
             self._shown()
 
         return counted

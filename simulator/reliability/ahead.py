@@ -33,17 +33,20 @@ from multiprocessing.process import BaseProcess
 
 import simpy
 
-from simulator.console.progress import resume_heartbeats
+from simulator.config.loader import LoadedScenario
+from simulator.console.progress import Counted, resume_heartbeats
 from simulator.engine.stepping import run_all
 from simulator.errors import STOP_SIGNALS
 from simulator.machine import available_memory, usable_cores
 from simulator.reliability.checkpoint import SegmentCosts
+from simulator.reliability.elastic import shrunk_scenario
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess
 from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, StepStates
 from simulator.report.run_folder import interrupts_held
 from simulator.scale import ScaleEstimate
+from simulator.topology.graph import Topology
 from simulator.units import format_duration
 
 AHEAD_MIN_STATES = 16
@@ -70,6 +73,17 @@ job's, 288 ranks, ~1.49 M ops + flows estimated, 27 s of CPU (18.1 us each); the
 against 163.2 s, 2.50 times for 2.33 times the ops + flows (an additive cost per GPU of the cluster, which the
 two jobs alone allowed, gave 1.34 times); at one leaf's 1.81 times the quiet run, ~225 s quiet, the estimate
 210 s."""
+LINK_STATE_S_FIXED = 0.05
+"""CPU seconds a state with links down is estimated to take whatever its size, beside LINK_STATE_S_PER_EVENT
+(a CPU-time forecast, not a simulated figure): without it the estimate of small states was 1.8-2.7 times low
+(the reviewer saw 7-10). Fitted to states timed one by one with `StepStates.entry` (CPU time of the job's
+process, merging off; 2026-12-06, the 2 shared cores at a load of ~4), each against its per-event estimate:
+a leaf down on the 4-GPU job of one-GPU hosts, 1.5-3.0 ms against 1.5 ms; on the 32-GPU eight-rail job (TP 8 x
+DP 4) 49-79 ms, median 52 ms, against 29 ms (2,352 ops + flows); on the 64-GPU TP 2 x PP 4 x DP 8 job 183-240 ms,
+median ~210 ms, against 76 ms (6,080) with the flow model, 139-193 ms, median ~160 ms, analytic. The 54 ms that
+makes the 32-GPU states' estimate as much too high as the 64-GPU flow states' is too low (1.6 times either way)
+is rounded to 50 ms: within a factor of 1.6 of those, 25 times high on the 4-GPU states (50 ms too many each),
+and under 0.2% of the large states' time the per-event terms were fitted to (27 s and more)."""
 LINK_STATE_S_PER_EVENT_GPU = 2.8e-9
 """CPU seconds each op + flow of a state with links down takes per GPU of the cluster, beside
 LINK_STATE_S_PER_EVENT (the same fit: its routes, detours and mirrors span the whole cluster)."""
@@ -152,21 +166,21 @@ def straggling(state: ClusterState, healthy: ClusterState) -> bool:
     return replace(state, slow_gpus=()) == healthy
 
 
-def degraded(state: ClusterState, healthy: ClusterState) -> bool:
-    """Whether ``state`` runs the job's own replicas with links, spine switches or NVSwitch trays down
-    (stragglers beside them or not): a step of its own, which shares no fold with another state's. One with links
+def degraded(state: ClusterState) -> bool:
+    """Whether ``state`` runs with links, spine switches or NVSwitch trays down (stragglers beside them or not),
+    on the job's own replicas or a shrunk elastic job's fewer (those were left out of the estimate and the
+    sizing: on a small elastic job 7 states estimated, 14 simulated): a step of its own, which shares no fold
+    with another state's. One with links
     down folds by the hosts near them where its checks pass (`fold_policy.link_fault_step`: a leaf down on 2,048
     GPUs onto 288 ranks, 0.92 GB against 5.27 GB unfolded), and unfolds where every host is near them; one with
     some spines down is the same tree with slower uplinks, which folds where the symmetry check passes, and is
     small then; one with NVSwitch trays down (NVLink links degraded, not down) runs unfolded."""
-    return state.replicas == healthy.replicas and bool(state.links_down or state.spines_down
-                                                       or state.nvswitch_trays_down)
+    return bool(state.links_down or state.spines_down or state.nvswitch_trays_down)
 
 
-def larger_first(state: ClusterState, spines: int, ranks: Callable[[Sequence[tuple[str, str]]], int]
-                   ) -> tuple[int, int]:
+def larger_first(state: ClusterState, spines: int, ranks: Callable[[ClusterState], int]) -> tuple[int, int]:
     """How large a degraded state's step is likely to be, as a sort key (largest first): links down first, by
-    how many ranks the fold by the hosts near them simulates (``ranks``, `rank_classes.LinkFaultRanks`: every
+    how many ranks the fold by the hosts near them simulates (``ranks``, `LinkStateSizes.ranks`: every
     rank where every host is near them, as two leaves in different leaf groups of a two-group job, which then
     run unfolded), then every one of the ``spines`` down (every leaf-spine link down, or no route and no step at
     all), then some spines down (the same tree with slower uplinks, folded where the symmetry check passes: on
@@ -175,18 +189,69 @@ def larger_first(state: ClusterState, spines: int, ranks: Callable[[Sequence[tup
     if state.nvswitch_trays_down:
         return -1, 0
     if state.links_down:
-        return 0, -ranks(state.links_down)
+        return 0, -ranks(state)
     return (1 if state.spines_down >= spines else 2), 0
 
 
-def link_fault_ranks(states: StepStates) -> Callable[[Sequence[tuple[str, str]]], int]:
-    """How many ranks a state of ``states`` with some links down simulates, counted without its step
-    (`rank_classes.LinkFaultRanks`); every GPU for a replayed trace, whose copies under links down unfold."""
-    from simulator.engine.rank_classes import LinkFaultRanks
+class LinkStateSizes:
+    """How large each state with links down of a job's ``states`` is, without its step: the ranks its fold by the
+    hosts near its links down simulates (`rank_classes.LinkFaultRanks` of the cluster and layout it runs on: a
+    shrunk elastic job's own, its links beyond that cluster dropped as its step drops them; every GPU for a
+    replayed trace, whose copies under links down unfold), counted once per state, and its estimated CPU time
+    (`link_state_s` of `scale.classed_estimate`). Each size's cluster, layout and estimator are built once."""
 
-    if states.layout is None:
-        return lambda down: states.topology.num_gpus
-    return LinkFaultRanks(states.layout, states.topology, states.loaded.scenario.parallelism.ep)
+    def __init__(self, states: StepStates) -> None:
+        self.states = states
+        self._sizes: dict[int, tuple[LoadedScenario, Topology, Callable[[Sequence[tuple[str, str]]], int]]] = {}
+        self._estimators: dict[int, Callable[[int], ScaleEstimate] | None] = {}
+        self._ranks: dict[ClusterState, int] = {}
+
+    def ranks(self, state: ClusterState) -> int:
+        """How many ranks the step of ``state`` (with some links down) simulates."""
+        if state not in self._ranks:
+            _, topology, count = self.size(state.replicas)
+            self._ranks[state] = count(tuple(pair for pair in state.links_down if topology.wiring.has_edge(*pair)))
+        return self._ranks[state]
+
+    def world(self, state: ClusterState) -> int:
+        """The ranks of the job on ``state``'s replicas, unfolded."""
+        return self.size(state.replicas)[1].num_gpus
+
+    def estimate(self, state: ClusterState) -> ScaleEstimate | None:
+        """The step of ``state`` folded onto its `ranks` (`scale.classed_estimate` on its cluster); None for a
+        trace."""
+        from simulator.scale import classed_estimator
+
+        if state.replicas not in self._estimators:
+            loaded, topology, _ = self.size(state.replicas)
+            self._estimators[state.replicas] = classed_estimator(loaded, topology.num_gpus)
+        estimator = self._estimators[state.replicas]
+        return None if estimator is None else estimator(self.ranks(state))
+
+    def size(self, replicas: int) -> tuple[LoadedScenario, Topology, Callable[[Sequence[tuple[str, str]]], int]]:
+        """The scenario, cluster and rank count (of the links down) of the job on ``replicas`` replicas."""
+        if replicas not in self._sizes:
+            self._sizes[replicas] = self._sized(replicas)
+        return self._sizes[replicas]
+
+    def _sized(self, replicas: int) -> tuple[LoadedScenario, Topology, Callable[[Sequence[tuple[str, str]]], int]]:
+        from simulator.engine.rank_classes import LinkFaultRanks
+        from simulator.topology.loader import scenario_topology
+        from simulator.workload.training import pipeline_depth, resolve_layout
+
+        states = self.states
+        loaded, topology, layout = states.loaded, states.topology, states.layout
+        if replicas != states.healthy.replicas:
+            scenario = shrunk_scenario(loaded.scenario, topology, states.healthy.replicas, states.microbatches,
+                                       replicas)
+            loaded = replace(loaded, scenario=scenario)
+            topology = scenario_topology(loaded)
+            if layout is not None:
+                layout = resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario))
+        if layout is None:
+            gpus = topology.num_gpus
+            return loaded, topology, lambda down: gpus
+        return loaded, topology, LinkFaultRanks(layout, topology, loaded.scenario.parallelism.ep)
 
 
 def _first_states_activity(activity: Callable[[str], None]) -> Callable[[ClusterState | None], None]:
@@ -201,24 +266,24 @@ def _first_states_activity(activity: Callable[[str], None]) -> Callable[[Cluster
 
 
 def states_ahead(states: StepStates, wanted: Sequence[ClusterState],
-                 ranks: Callable[[Sequence[tuple[str, str]]], int]) -> list[list[ClusterState]]:
+                 ranks: Callable[[ClusterState], int]) -> list[list[ClusterState]]:
     """The states of ``wanted`` whose steps the job simulates and ``states`` has not, by kind: each state's
     `StepStates.merged` one, once (states with links down that are rotations of each other are one step,
     reliability/symmetry.py: the 41 states with leaves down that the 2,048-GPU job with a leaf-switch class
     foresees over 2 replications are 18 steps), the straggling ones where there are AHEAD_MIN_STATES of them,
-    then the degraded ones (`degraded`), largest first (`larger_first`, by ``ranks``, `link_fault_ranks`). The
+    then the degraded ones (`degraded`), largest first (`larger_first`, by ``ranks``, `LinkStateSizes.ranks`). The
     one list both the job's estimate of their time (`time_ahead`) and the workers go by, so the estimate falls
     with the merge; each kind is simulated as met where they do not run."""
     merged = dict.fromkeys(states.merged(state) for state in wanted)
     unknown = [state for state in merged if not states.known(state)]
     slow = [state for state in unknown if straggling(state, states.healthy)]
-    down = sorted((state for state in unknown if degraded(state, states.healthy)),
+    down = sorted((state for state in unknown if degraded(state)),
                   key=lambda state: larger_first(state, states.spines, ranks))
     return [kind for kind in (slow if len(slow) >= AHEAD_MIN_STATES else [], down) if kind]
 
 
 def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], workers: int = 0,
-                   progress: Callable[[int, int], None] | None = None,
+                   progress: Counted | None = None,
                    warning: Callable[[str], None] | None = None,
                    activity: Callable[[str], None] | None = None) -> int:
     """Simulate the states of ``kinds`` (`states_ahead`: straggling ones, degraded ones), the first of each kind
@@ -228,15 +293,18 @@ def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], 
     processes (one per core, at most ``workers`` where not 0, and no more than the host's free memory holds,
     each counted at this process's resident size, or its peak once a degraded state ran here), for ``states``
     to hand out when the job meets them; nothing where fewer than two workers would share them, or a first
-    raised. ``progress(done, total)`` hears of each state simulated. A worker that dies (the kernel's
-    out-of-memory killer) ends them all: the job simulates the states left as it meets them; a fork the host
-    refuses leaves the workers forked before it. ``warning`` hears one line of either (the job went on on fewer
-    cores than it was given, which nothing else showed). ``activity`` hears which state is simulated here while
-    it is, and '' after. Ctrl-C or SIGTERM ends the workers without a word and raises KeyboardInterrupt
-    (Terminated) here. How many the workers simulated."""
+    raised. ``progress(done, total)`` hears of each state simulated, those simulated here with how many workers
+    will share the rest (``sharing``: the bar's first time left took them one after the other). A worker that
+    dies (the kernel's out-of-memory killer) ends them all: the job simulates the states left as it meets them;
+    a fork the host refuses leaves the workers forked before it. ``warning`` hears one line of either (the job
+    went on on fewer cores than it was given, which nothing else showed). ``activity`` hears which state is
+    simulated here while it is, and '' after. Ctrl-C or SIGTERM ends the workers without a word and raises
+    KeyboardInterrupt (Terminated) here. How many the workers simulated."""
     global _FORKED
     todo = [state for kind in kinds for state in kind]
-    if min(cores(workers), len(todo) - len(kinds)) < 2:
+    rest = [state for kind in kinds for state in kind[1:]]
+    wanted_workers = min(cores(workers), len(rest))
+    if wanted_workers < 2:
         return 0
     if progress is not None:
         progress(0, len(todo))
@@ -247,35 +315,21 @@ def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], 
         for here, kind in enumerate(kinds, 1):
             if _simulated_here(states, kind[0]) is None:
                 return 0
-            if progress is not None:
-                progress(here, len(todo))
+            if progress is not None and here < len(kinds):
+                progress(here, len(todo), wanted_workers)
     finally:
         states.on_simulating = heard
-    rest = [state for kind in kinds for state in kind[1:]]
-    wanted_workers = min(cores(workers), len(rest))
-    degrading = any(degraded(kind[0], states.healthy) for kind in kinds)
+    degrading = any(degraded(kind[0]) for kind in kinds)
     pool_size = memory_room(wanted_workers, _peak_bytes()) if degrading else memory_room(wanted_workers)
     if pool_size < 2:
         return 0
+    if progress is not None:
+        progress(len(kinds), len(todo), pool_size)
     _FORKED = states
     try:
         return _simulated_in_workers(states, rest, len(todo), pool_size, progress, warning)
     finally:
         _FORKED = None
-
-
-def remembered(ranks: Callable[[Sequence[tuple[str, str]]], int]) -> Callable[[Sequence[tuple[str, str]]], int]:
-    """``ranks`` counted once per set of links down (sorting the states ahead and estimating their time both
-    ask)."""
-    known: dict[tuple[tuple[str, str], ...], int] = {}
-
-    def remembered(down: Sequence[tuple[str, str]]) -> int:
-        key = tuple(down)
-        if key not in known:
-            known[key] = ranks(down)
-        return known[key]
-
-    return remembered
 
 
 @dataclass(frozen=True)
@@ -301,29 +355,32 @@ class TimeAhead:
 
 def link_state_s(estimate: ScaleEstimate) -> float:
     """The CPU seconds of a state with links down whose fold is estimated as ``estimate``
-    (`scale.classed_estimate`): each op and flow LINK_STATE_S_PER_EVENT, and LINK_STATE_S_PER_EVENT_GPU for
-    each GPU of the cluster."""
-    return estimate.events * (LINK_STATE_S_PER_EVENT + estimate.gpus * LINK_STATE_S_PER_EVENT_GPU)
+    (`scale.classed_estimate`): LINK_STATE_S_FIXED, and each op and flow LINK_STATE_S_PER_EVENT and
+    LINK_STATE_S_PER_EVENT_GPU for each GPU of the cluster."""
+    return LINK_STATE_S_FIXED + estimate.events * (LINK_STATE_S_PER_EVENT + estimate.gpus * LINK_STATE_S_PER_EVENT_GPU)
 
 
-def time_ahead(kinds: Sequence[Sequence[ClusterState]], healthy: ClusterState,
-               ranks: Callable[[Sequence[tuple[str, str]]], int], state_s: Callable[[int], float],
-               workers: int = 0) -> TimeAhead | None:
-    """The time of the states with links down of ``kinds`` (`states_ahead`): each ``state_s`` of its ranks
-    (``ranks``), the first in this process and the rest over min(`cores`, their count) workers where two or
-    more share them (`simulate_ahead`), else all here. None where there are none."""
-    down = [state for kind in kinds for state in kind if degraded(state, healthy) and state.links_down]
+def with_links_down(kinds: Sequence[Sequence[ClusterState]]) -> list[ClusterState]:
+    """The states with links down of ``kinds`` (`states_ahead`), in its order: those the job sizes and times up
+    front."""
+    return [state for kind in kinds for state in kind if state.links_down]
+
+
+def time_ahead(down: Sequence[ClusterState], ranks: Callable[[ClusterState], int],
+               state_s: Callable[[ClusterState], float], workers: int = 0) -> TimeAhead | None:
+    """The time of the states with links down ``down`` (`with_links_down`): each ``state_s``, the first in this
+    process and the rest over min(`cores`, their count) workers where two or more share them (`simulate_ahead`),
+    else all here; the largest by ``ranks``. None where there are none."""
     if not down:
         return None
-    times = [state_s(ranks(state.links_down)) for state in down]
+    times = [state_s(state) for state in down]
     pool = min(cores(workers), len(down) - 1)
     wall = times[0] + sum(times[1:]) / pool if pool >= 2 else sum(times)
-    return TimeAhead(len(down), sum(times), wall, pool if pool >= 2 else 1,
-                     max(ranks(state.links_down) for state in down))
+    return TimeAhead(len(down), sum(times), wall, pool if pool >= 2 else 1, max(map(ranks, down)))
 
 
 def _simulated_in_workers(states: StepStates, rest: Sequence[ClusterState], total: int, pool_size: int,
-                          progress: Callable[[int, int], None] | None,
+                          progress: Counted | None,
                           warning: Callable[[str], None] | None) -> int:
     """`simulate_ahead`'s workers: ``pool_size`` processes forked from this one, each handed the next state of
     ``rest`` (the last of the ``total`` states ahead) on its own pipe as it hands one back, all ended before

@@ -167,6 +167,11 @@ class JobProcess:
         self.restores: Counter = Counter()
         self.shares: dict[tuple[int, frozenset], tuple[tuple[str, float], ...]] = {}
         """Each state's `_cause_shares`, by its replicas and degradations in force."""
+        self.met: set[ClusterState] = set()
+        """The states the job trained in: not the sub-states its slow-step split asks of (attribution.py), nor
+        those a restart only looked at for a route."""
+        self.split_evenly: dict[ClusterState, str] = {}
+        """The states whose extra time split evenly between their causes, a sub-state refused, and why."""
 
     @property
     def hosts_in_hand(self) -> int:
@@ -188,6 +193,8 @@ class JobProcess:
             regrow = self._regrow_due(now)
             t = min(arrival, back, maintenance, regrow, horizon)
             clock.advance(now, t, self.running, self._cause_shares())
+            if t > now:
+                self.met.add(self.state)
             self.running_s[self.replicas] = self.running_s.get(self.replicas, 0.0) + t - now
             yield env.timeout(t - now)
             if t >= horizon:
@@ -372,8 +379,11 @@ class JobProcess:
                                                             if self.plan.classes[index].name in subset]))
                 return None if costs is None else costs.step_s / costs.equivalent_step_s - 1.0
 
-            c = self.running
-            self.shares[key] = cause_shares(1.0 - c.equivalent_step_s / c.step_s, self.causes, extra)
+            def refused(why: str) -> None:
+                self.split_evenly.setdefault(state, why)
+
+            c, state = self.running, self.state
+            self.shares[key] = cause_shares(1.0 - c.equivalent_step_s / c.step_s, self.causes, extra, refused)
         return self.shares[key]
 
     @property

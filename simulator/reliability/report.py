@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simulator.config.reliability import BuiltInCause
+from simulator.console.progress import Counted
 from simulator.reliability.simulate import JobResult, simulate_job
 from simulator.report.run_folder import write_run_folder
 from simulator.report.trace import trace_name
@@ -83,7 +84,7 @@ def job_trace(events: pa.Table, labels: dict[str, str], replication: int = 0) ->
 def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False,
             on_healthy_step: Callable[[dict], None] | None = None,
             progress: Callable[[int, int], None] | None = None, workers: int = 0,
-            states_progress: Callable[[int, int], None] | None = None,
+            states_progress: Counted | None = None,
             foresight_progress: Callable[[int, int], None] | None = None,
             workers_warning: Callable[[str], None] | None = None,
             activity: Callable[[str], None] | None = None,

@@ -5,7 +5,7 @@ seeded failures (replication r draws from `numpy.random.default_rng([run.seed, r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, NoReturn
@@ -19,20 +19,20 @@ from simulator.config.locate import located
 from simulator.config.reliability import UNIT_KINDS, Effect, ElasticBatch
 from simulator.config.schema import TraceWorkload
 from simulator.config.yaml_source import FieldPath
+from simulator.console.progress import Counted
 from simulator.engine.stepping import run_all
 from simulator.errors import ScenarioError
 from simulator.reliability.ahead import (
     LONG_AHEAD_S,
     MAX_AHEAD_S,
+    LinkStateSizes,
     cores,
-    degraded,
-    link_fault_ranks,
     link_state_s,
-    remembered,
     simulate_ahead,
     states_ahead,
     states_foreseen,
     time_ahead,
+    with_links_down,
 )
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import (
@@ -65,7 +65,7 @@ from simulator.reliability.summary import (
     write_wait_warning,
     young_daly_warning,
 )
-from simulator.scale import capped_topology, refuse_wrong_layout
+from simulator.scale import ScaleEstimate, capped_topology, refuse_wrong_layout
 from simulator.units import (
     counted,
     decimal_sizes_apart,
@@ -312,6 +312,7 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     front although its states fold."""
     from simulator.engine.fold_policy import EVERY_RANK_NEAR, link_fault_blocker
     from simulator.engine.rank_classes import LinkFaultRanks
+    from simulator.scale import classed_estimate
     from simulator.simulation import step_faults
     from simulator.workload.training import pipeline_depth, resolve_layout
 
@@ -328,22 +329,24 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
                          key=lambda counted_class: counted_class[0])
     if ranks >= layout.world:
         refuse(EVERY_RANK_NEAR, linked[largest])
-    _refuse_folded_link_state(loaded, topology.num_gpus, linked[largest], ranks, layout.world, "each such state")
+    _refuse_folded_link_state(loaded, loaded, layout.world, linked[largest], ranks,
+                              classed_estimate(loaded, topology.num_gpus, ranks), "each such state")
 
 
-def _refuse_folded_link_state(loaded: LoadedScenario, gpus: int, klass: FailureClass, ranks: int, world: int,
-                              which: str) -> None:
-    """Refuse a job whose state with links down of class ``klass`` (``which``: 'each such state', or the largest
-    foreseen), folded by the hosts near them onto ``ranks`` ranks (`rank_classes.LinkFaultRanks`), passes the
-    scale limits (`scale.classed_estimate`; the unfolded step's estimate where those are every rank of the
-    ``world``), at the class's field."""
+def _refuse_folded_link_state(loaded: LoadedScenario, sized: LoadedScenario, world: int, klass: FailureClass,
+                              ranks: int, folded: ScaleEstimate | None, which: str) -> None:
+    """Refuse ``loaded``'s job whose state with links down of class ``klass`` (``which``: 'each such state', or
+    the largest foreseen), folded by the hosts near them onto ``ranks`` ranks (`rank_classes.LinkFaultRanks`) as
+    ``folded`` estimates it (`scale.classed_estimate`), passes the scale limits; where those are every rank of
+    the ``world`` (the job's GPUs on the state's cluster, ``sized``: a shrunk one's), the unfolded step's
+    estimate. At the class's field."""
     from simulator.engine.fold_policy import EVERY_RANK_NEAR
-    from simulator.scale import classed_estimate, unfolded_beyond_limits
+    from simulator.scale import unfolded_beyond_limits
 
     if ranks >= world:
-        estimate, how = unfolded_beyond_limits(loaded, gpus), f"unfolded ({EVERY_RANK_NEAR})"
+        estimate, how = unfolded_beyond_limits(sized, world), f"unfolded ({EVERY_RANK_NEAR})"
     else:
-        estimate, how = classed_estimate(loaded, gpus, ranks), "folded by the hosts near its links down"
+        estimate, how = folded, "folded by the hosts near its links down"
     if estimate is not None and estimate.over_limits():
         raise loaded.error(_class_field(loaded, klass), f"a {klass.name} failure degrades the cluster, and {which} "
                            f"is simulated {how}: {estimate.describe()}; {estimate.beyond()}",
@@ -820,7 +823,7 @@ def _refuse_unused_memory_tier(loaded: LoadedScenario, healthy: SegmentCosts) ->
 def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                  on_healthy_step: Callable[[dict], None] | None = None,
                  progress: Callable[[int, int], None] | None = None, workers: int = 0,
-                 states_progress: Callable[[int, int], None] | None = None,
+                 states_progress: Counted | None = None,
                  foresight_progress: Callable[[int, int], None] | None = None,
                  workers_warning: Callable[[str], None] | None = None,
                  activity: Callable[[str], None] | None = None,
@@ -867,10 +870,11 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                                    foresight_progress)
         if activity is not None:
             activity(sizing_text(len(foreseen)))
-        ranks = remembered(link_fault_ranks(prepared.states))
-        kinds = states_ahead(prepared.states, foreseen, ranks)
+        sizes = LinkStateSizes(prepared.states)
+        kinds = states_ahead(prepared.states, foreseen, sizes.ranks)
         if linked:
-            _told_time_ahead(loaded, prepared.states, linked, kinds, ranks, workers, force, workers_warning)
+            _told_time_ahead(loaded, prepared.states, linked, with_links_down(kinds), sizes, workers, force,
+                             workers_warning)
         if activity is not None:
             activity("")
         if parallel:
@@ -882,6 +886,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     if activity is not None:
         prepared.states.on_simulating = _state_activity(activity, events, replications)
     totals: list[ReplicationTotals] = []
+    trained_in: set[ClusterState] = set()
+    split_evenly: dict[ClusterState, str] = {}
     for replication in range(replications):
         events.replication = replication
         if activity is not None:
@@ -891,6 +897,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         env.process(job.run(env))
         run_all(env)
         totals.append(job.totals(healthy))
+        trained_in.update(job.met)
+        split_evenly = {**job.split_evenly, **split_evenly}
         if activity is not None:  # named no more before it is counted done: each call may print the line
             activity("")
         if progress is not None:
@@ -901,13 +909,25 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
                           prepared.gpu_model)
     summary["oom"] = bool(prepared.step_summary.get("oom"))
-    link_states = prepared.states.symmetry_figures(met)
+    link_states = prepared.states.symmetry_figures(state for state in met if state in trained_in)
     if link_states is not None:
         summary["link_states"] = link_states
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
-    idle = idle_memory_tier_warning(loaded, met)
-    warnings = prepared.warnings + tuple(warning for warning in (waiting, idle) if warning is not None)
+    idle = idle_memory_tier_warning(loaded, {state: costs for state, costs in met.items() if state in trained_in})
+    warnings = prepared.warnings + tuple(warning for warning in (waiting, idle, split_evenly_warning(split_evenly))
+                                         if warning is not None)
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle)
+
+
+def split_evenly_warning(split_evenly: Mapping[ClusterState, str]) -> str | None:
+    """A warning naming the states whose slow-step time split evenly between their causes (`split_evenly`: the
+    state, and why one of its sub-states was refused; attribution.cause_shares), the first in state order."""
+    if not split_evenly:
+        return None
+    first = min(split_evenly)
+    return (f"the slow-step time of {counted(len(split_evenly), 'cluster state')} is split evenly between its "
+            f"causes, not by their effects: a state with fewer of its causes could not be simulated (first: "
+            f"{first.describe() or f'{first.replicas} replicas'}: {split_evenly[first]})")
 
 
 def _link_classes(model: FailureModel) -> list[FailureClass]:
@@ -919,29 +939,31 @@ def _link_classes(model: FailureModel) -> list[FailureClass]:
 
 
 def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequence[FailureClass],
-                     kinds: Sequence[Sequence[ClusterState]], ranks: Callable[[Sequence[tuple[str, str]]], int],
-                     workers: int, force: bool, warning: Callable[[str], None] | None) -> None:
-    """Size the states with links down of ``kinds`` (`ahead.states_ahead`, of classes ``linked``) before any is
+                     down: Sequence[ClusterState], sizes: LinkStateSizes, workers: int, force: bool,
+                     warning: Callable[[str], None] | None) -> None:
+    """Size the states with links down ``down`` (`ahead.with_links_down` of `ahead.states_ahead`, of classes
+    ``linked``; a shrunk elastic job's among them, each on its own cluster, `ahead.LinkStateSizes`) before any is
     simulated: refused, unless ``force``, where the largest one's fold passes the scale limits (the job's up-front
     refusal sized one unit down, while 96.5% of the 16,384-GPU job's states have 2-7 leaves down), naming the
     class with the most links in it; then their estimated time (`ahead.time_ahead`, each state
-    `ahead.link_state_s` of `scale.classed_estimate` on its ranks), refused past `ahead.MAX_AHEAD_S`
+    `ahead.link_state_s` of its `LinkStateSizes.estimate`), refused past `ahead.MAX_AHEAD_S`
     unless ``force``, and told to ``warning`` from `ahead.LONG_AHEAD_S` on (or past the limit, forced). A trace
     (no estimate) is told nothing."""
-    from simulator.scale import classed_estimator
-
-    down = [state for kind in kinds for state in kind if state.links_down and degraded(state, states.healthy)]
-    estimator = classed_estimator(loaded, states.topology.num_gpus) if down else None
-    if estimator is None:
+    if not down or sizes.estimate(down[0]) is None:
         return
-    largest = max(down, key=lambda state: ranks(state.links_down))
+    largest = max(down, key=sizes.ranks)
     culprit = _class_of(largest, linked, cluster_units(states.topology))
     if not force:
-        gpus = states.topology.num_gpus
-        _refuse_folded_link_state(loaded, gpus, culprit, ranks(largest.links_down),
-                                  gpus if states.layout is None else states.layout.world,
+        _refuse_folded_link_state(loaded, sizes.size(largest.replicas)[0], sizes.world(largest), culprit,
+                                  sizes.ranks(largest), sizes.estimate(largest),
                                   f"its largest state foreseen ({largest.describe()})")
-    told = time_ahead(kinds, states.healthy, ranks, lambda count: link_state_s(estimator(count)), workers)
+
+    def state_s(state: ClusterState) -> float:
+        estimate = sizes.estimate(state)
+        assert estimate is not None  # a modelled step's, as the first
+        return link_state_s(estimate)
+
+    told = time_ahead(down, sizes.ranks, state_s, workers)
     assert told is not None
     replications = loaded.scenario.run.replications
     cuts = (f"fewer run.replications, a shorter run.horizon, a rarer {culprit.name} failure or effect: replace "

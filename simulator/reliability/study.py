@@ -23,6 +23,7 @@ import numpy as np
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.config.reliability import parse_interval
 from simulator.config.yaml_source import FieldPath
+from simulator.console.progress import Counted
 from simulator.errors import InputError
 from simulator.reliability.checkpoint import NO_SNAPSHOT_TAKEN, interval_steps, takes_no_snapshot
 from simulator.reliability.simulate import (
@@ -374,7 +375,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
               on_healthy_step: Callable[[dict], None] | None = None,
               on_point_warnings: Callable[[list[dict]], None] | None = None,
               progress: Callable[[int, int], None] | None = None, workers: int = 0,
-              states_progress: Callable[[int, int], None] | None = None,
+              states_progress: Counted | None = None,
               foresight_progress: Callable[[int, int], None] | None = None,
               workers_warning: Callable[[str], None] | None = None,
               study: StudyName = "checkpoint-interval") -> dict:
