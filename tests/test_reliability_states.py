@@ -781,7 +781,7 @@ def test_degraded_states_ahead_are_sized_by_a_state_with_links_down_not_a_spine_
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "_peak_bytes", lambda: len(here) << 30, raising=False)
     monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: sized.append(each) or 1)
-    ranks = ahead.LinkStateSizes(job_states).ranks
+    ranks = ahead.LinkStateSizes(job_states.loaded, job_states.topology).ranks
     assert ahead.simulate_ahead(job_states, ahead.states_ahead(job_states, [spine, *leaves], ranks)) == 0
     assert here == [leaves[0]] and sized == [1 << 30]
 
@@ -813,7 +813,7 @@ def test_degraded_states_ahead_are_sized_by_the_state_with_links_down_near_the_m
     # another rail's leaf in the other group: the same rail's would be a rotation of `one`, the same step
     another = states.ClusterState(replicas, links_down=tuple(sorted(units.links("leaf_switch", other + 1))))
     assert groups[other + 1] == groups[other] and job_states.merged(another) != job_states.merged(one)
-    ranks = ahead.LinkStateSizes(job_states).ranks
+    ranks = ahead.LinkStateSizes(job_states.loaded, job_states.topology).ranks
     assert ahead.simulate_ahead(job_states, ahead.states_ahead(job_states, [one, another, two], ranks)) == 0
     assert here == [two]
 

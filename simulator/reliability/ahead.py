@@ -34,10 +34,12 @@ from multiprocessing.process import BaseProcess
 import simpy
 
 from simulator.config.loader import LoadedScenario
+from simulator.config.locate import located
 from simulator.console.progress import Counted, resume_heartbeats
 from simulator.engine.stepping import run_all
 from simulator.errors import STOP_SIGNALS
 from simulator.machine import available_memory, usable_cores
+from simulator.parallel.layout import Layout
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.elastic import shrunk_scenario
 from simulator.reliability.events import JobEvents
@@ -194,64 +196,101 @@ def larger_first(state: ClusterState, spines: int, ranks: Callable[[ClusterState
 
 
 class LinkStateSizes:
-    """How large each state with links down of a job's ``states`` is, without its step: the ranks its fold by the
-    hosts near its links down simulates (`rank_classes.LinkFaultRanks` of the cluster and layout it runs on: a
-    shrunk elastic job's own, its links beyond that cluster dropped as its step drops them; every GPU for a
-    replayed trace, whose copies under links down unfold), counted once per state, and its estimated CPU time
-    (`link_state_s` of `scale.classed_estimate`). Each size's cluster, layout and estimator are built once."""
+    """How large each state with links down of a job (``loaded`` on ``topology``) is, without its step: the ranks
+    its fold by the hosts near its links down simulates (`rank_classes.LinkFaultRanks` of the cluster and layout
+    it runs on: a shrunk elastic job's own, its links beyond that cluster dropped as its step drops them; every
+    GPU for a replayed trace, whose copies under links down unfold), counted once per state, and its estimated
+    CPU time (`link_state_s` of `scale.classed_estimate`). Each size's cluster, layout, rank count and estimator
+    are built once, when first asked, for the job's checks before its healthy step and its forecast after."""
 
-    def __init__(self, states: StepStates) -> None:
-        self.states = states
-        self._sizes: dict[int, tuple[LoadedScenario, Topology, Callable[[Sequence[tuple[str, str]]], int]]] = {}
-        self._estimators: dict[int, Callable[[int], ScaleEstimate] | None] = {}
+    def __init__(self, loaded: LoadedScenario, topology: Topology) -> None:
+        self.loaded = loaded
+        self.topology = topology
+        self._sizes: dict[int | None, _Size] = {}
+        self._estimators: dict[int | None, Callable[[int], ScaleEstimate] | None] = {}
         self._ranks: dict[ClusterState, int] = {}
 
     def ranks(self, state: ClusterState) -> int:
         """How many ranks the step of ``state`` (with some links down) simulates."""
         if state not in self._ranks:
-            _, topology, count = self.size(state.replicas)
-            self._ranks[state] = count(tuple(pair for pair in state.links_down if topology.wiring.has_edge(*pair)))
+            self._ranks[state] = self.count(state.replicas, state.links_down)
         return self._ranks[state]
+
+    def count(self, replicas: int | None, down: Sequence[tuple[str, str]]) -> int:
+        """How many ranks the job on ``replicas`` replicas (None: all) simulates with the links ``down``."""
+        size = self.size(replicas)
+        return size.ranks(tuple(pair for pair in down if size.topology.wiring.has_edge(*pair)))
 
     def world(self, state: ClusterState) -> int:
         """The ranks of the job on ``state``'s replicas, unfolded."""
-        return self.size(state.replicas)[1].num_gpus
+        return self.size(state.replicas).topology.num_gpus
 
     def estimate(self, state: ClusterState) -> ScaleEstimate | None:
         """The step of ``state`` folded onto its `ranks` (`scale.classed_estimate` on its cluster); None for a
         trace."""
-        from simulator.scale import classed_estimator
-
-        if state.replicas not in self._estimators:
-            loaded, topology, _ = self.size(state.replicas)
-            self._estimators[state.replicas] = classed_estimator(loaded, topology.num_gpus)
-        estimator = self._estimators[state.replicas]
+        estimator = self.estimator(state.replicas)
         return None if estimator is None else estimator(self.ranks(state))
 
-    def size(self, replicas: int) -> tuple[LoadedScenario, Topology, Callable[[Sequence[tuple[str, str]]], int]]:
-        """The scenario, cluster and rank count (of the links down) of the job on ``replicas`` replicas."""
+    def estimator(self, replicas: int | None) -> Callable[[int], ScaleEstimate] | None:
+        """`scale.classed_estimator` of the job on ``replicas`` replicas (None: all)."""
+        from simulator.scale import classed_estimator
+
+        size = self.size(replicas)
+        if size.replicas not in self._estimators:
+            self._estimators[size.replicas] = classed_estimator(size.loaded, size.topology.num_gpus)
+        return self._estimators[size.replicas]
+
+    def size(self, replicas: int | None) -> _Size:
+        """The job on ``replicas`` replicas (None: all of them, as a replayed trace's every size)."""
+        if None not in self._sizes:
+            self._sizes[None] = self._whole()
+        whole = self._sizes[None]
+        if replicas is None or whole.layout is None or replicas == whole.replicas:
+            return whole
         if replicas not in self._sizes:
-            self._sizes[replicas] = self._sized(replicas)
+            self._sizes[replicas] = self._shrunk(whole, replicas)
         return self._sizes[replicas]
 
-    def _sized(self, replicas: int) -> tuple[LoadedScenario, Topology, Callable[[Sequence[tuple[str, str]]], int]]:
-        from simulator.engine.rank_classes import LinkFaultRanks
-        from simulator.topology.loader import scenario_topology
+    def _whole(self) -> _Size:
+        from simulator.config.traces import TraceWorkload
         from simulator.workload.training import pipeline_depth, resolve_layout
 
-        states = self.states
-        loaded, topology, layout = states.loaded, states.topology, states.layout
-        if replicas != states.healthy.replicas:
-            scenario = shrunk_scenario(loaded.scenario, topology, states.healthy.replicas, states.microbatches,
-                                       replicas)
-            loaded = replace(loaded, scenario=scenario)
-            topology = scenario_topology(loaded)
-            if layout is not None:
-                layout = resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario))
-        if layout is None:
-            gpus = topology.num_gpus
-            return loaded, topology, lambda down: gpus
-        return loaded, topology, LinkFaultRanks(layout, topology, loaded.scenario.parallelism.ep)
+        loaded, topology = self.loaded, self.topology
+        scenario = loaded.scenario
+        if isinstance(scenario.workload, TraceWorkload):
+            return _Size(loaded, topology, None, None)
+        layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
+        return _Size(loaded, topology, layout, layout.dp)
+
+    @staticmethod
+    def _shrunk(whole: _Size, replicas: int) -> _Size:
+        from simulator.topology.loader import scenario_topology
+        from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
+
+        assert whole.replicas is not None
+        scenario = whole.loaded.scenario
+        shrunk = shrunk_scenario(scenario, whole.topology, whole.replicas, microbatch_count(scenario, whole.replicas),
+                                 replicas)
+        loaded = replace(whole.loaded, scenario=shrunk)
+        topology = scenario_topology(loaded)
+        return _Size(loaded, topology, resolve_layout(shrunk, topology.num_gpus, pipeline_depth(shrunk)), replicas)
+
+
+class _Size:
+    """The job on some replica count (`LinkStateSizes.size`): its scenario, cluster and layout (None for a
+    trace), and the ranks its fold simulates under some links down."""
+
+    def __init__(self, loaded: LoadedScenario, topology: Topology, layout: Layout | None,
+                 replicas: int | None) -> None:
+        from simulator.engine.rank_classes import LinkFaultRanks
+
+        self.loaded = loaded
+        self.topology = topology
+        self.layout = layout
+        self.replicas = replicas
+        gpus = topology.num_gpus
+        self.ranks: Callable[[Sequence[tuple[str, str]]], int] = (
+            (lambda down: gpus) if layout is None else LinkFaultRanks(layout, topology, loaded.scenario.parallelism.ep))
 
 
 def _first_states_activity(activity: Callable[[str], None]) -> Callable[[ClusterState | None], None]:

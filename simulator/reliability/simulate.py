@@ -222,14 +222,15 @@ def _blamed_for_events(loaded: LoadedScenario, dominant: FieldPath, one_replicat
     return ("run", "horizon")
 
 
-def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology
-                           ) -> PreparedStep | None:
+def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology,
+                           sizes: LinkStateSizes | None = None) -> PreparedStep | None:
     """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has
     (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
     or each of its degraded or straggling states: states with links down (leaf switches, cables, NICs that
     `degrade`) are sized by the classes `fold_policy.link_fault_step` folds them by
-    (`_refuse_unfolded_link_states`), states with NVSwitch trays down (NVLink links degraded but up, which
-    `fold_policy.link_fault_blocker` keeps unfolded) are unfolded steps, and straggler states unfold where the
+    (`_refuse_unfolded_link_states`, by ``sizes``, the job's `ahead.LinkStateSizes`, built here where not
+    given), states with NVSwitch trays down (NVLink links degraded but up, which `fold_policy.link_fault_blocker`
+    keeps unfolded) are unfolded steps, and straggler states unfold where the
     engine's folding rule says so (each distinct set of stages slowed is a state). 16,384 GPUs unfolded are ~45
     million ops + flows and ~37 GiB per step (the docs' leaf-switch example met ~75 leaves per replication of the
     405B job, its throttling example thousands of straggler states, and both ran for hours without a word).
@@ -272,7 +273,8 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     if nvlink:
         refuse(LINKS_DURING_STEP)
     if linked:
-        _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse)
+        _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse,
+                                     sizes or LinkStateSizes(loaded, topology))
         return None
     refuse_healthy = state_guard(loaded, topology, None)
 
@@ -296,10 +298,10 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
 
 
 def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, linked: Sequence[FailureClass],
-                                 straggling: bool, refuse: Callable[..., NoReturn]) -> None:
+                                 straggling: bool, refuse: Callable[..., NoReturn], sizes: LinkStateSizes) -> None:
     """Refuse, with ``refuse`` (why), a job whose states with links down (classes ``linked``, `degrade`) would
     pass the scale limits, sized by the classes `fold_policy.link_fault_step` folds them by
-    (`rank_classes.LinkFaultRanks`, from the layout and the cluster: no step is built) for the unit of each
+    (``sizes``, `ahead.LinkStateSizes`: from the layout and the cluster, no step built) for the unit of each
     class whose links down leave the most ranks, each refusal of their size naming the class of that unit (it
     named the first class that degrades links, whichever gave the size): refused where a fold is known up front
     to be refused (`fold_policy.link_fault_blocker` of the scenario's own `faults.step`: the analytic model, its
@@ -311,26 +313,21 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job was refused up
     front although its states fold."""
     from simulator.engine.fold_policy import EVERY_RANK_NEAR, link_fault_blocker
-    from simulator.engine.rank_classes import LinkFaultRanks
-    from simulator.scale import classed_estimate
     from simulator.simulation import step_faults
-    from simulator.workload.training import pipeline_depth, resolve_layout
 
-    scenario = loaded.scenario
-    blocker = link_fault_blocker(step_faults(loaded, topology), scenario.network.model)
+    blocker = link_fault_blocker(step_faults(loaded, topology), loaded.scenario.network.model)
     if blocker or straggling:
         refuse(blocker or "link faults beside a straggle class, whose states with both are not folded")
-    layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
+    world = sizes.size(None).topology.num_gpus
     units = cluster_units(topology)
-    count = LinkFaultRanks(layout, topology, scenario.parallelism.ep)
-    ranks, largest = max(((count(tuple(pair for pair in units.links(klass.unit, unit)
-                                        if topology.wiring.has_edge(*pair))), index)
+    ranks, largest = max(((sizes.count(None, units.links(klass.unit, unit)), index)
                           for index, klass in enumerate(linked) for unit in range(units.count(klass.unit))),
                          key=lambda counted_class: counted_class[0])
-    if ranks >= layout.world:
+    if ranks >= world:
         refuse(EVERY_RANK_NEAR, linked[largest])
-    _refuse_folded_link_state(loaded, loaded, layout.world, linked[largest], ranks,
-                              classed_estimate(loaded, topology.num_gpus, ranks), "each such state")
+    estimator = sizes.estimator(None)
+    _refuse_folded_link_state(loaded, loaded, world, linked[largest], ranks,
+                              None if estimator is None else estimator(ranks), "each such state")
 
 
 def _refuse_folded_link_state(loaded: LoadedScenario, sized: LoadedScenario, world: int, klass: FailureClass,
@@ -726,6 +723,8 @@ class PreparedJob:
     warnings: tuple[str, ...]
     gpu_model: str
     states: StepStates
+    link_sizes: LinkStateSizes
+    """The sizes of its states with links down, those its checks built kept for its forecast."""
 
 
 @collector_paused()
@@ -745,6 +744,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     traced = _trace_step(loaded, topology, force=force) if isinstance(scenario.workload, TraceWorkload) else None
     checks = check_job(loaded, topology, sizes_progress)
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
+    link_sizes = LinkStateSizes(loaded, topology)
     sizes = checks.sizes
     shrinking: tuple[str, ...] = ()
     if traced is not None:
@@ -754,7 +754,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
         if not force:
             _refuse_unfolded_trace_states(loaded, model, topology, step.step.program)
     else:
-        prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
+        prepared = None if force else _refuse_unfolded_steps(loaded, model, topology, link_sizes)
     states = StepStates(loaded, topology, force=force, healthy=prepared, merge_rotations=merge_rotations)
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
@@ -798,7 +798,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                 memory_near_storage_warning(healthy))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
-                       states)
+                       states, link_sizes)
 
 
 def _unused_memory_tier(memory: str, storage: str, *, in_steps: bool) -> tuple[str, str]:
@@ -870,7 +870,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                                    foresight_progress)
         if activity is not None:
             activity(sizing_text(len(foreseen)))
-        sizes = LinkStateSizes(prepared.states)
+        sizes = prepared.link_sizes
         kinds = states_ahead(prepared.states, foreseen, sizes.ranks)
         if linked:
             _told_time_ahead(loaded, prepared.states, linked, with_links_down(kinds), sizes, workers, force,
@@ -954,7 +954,7 @@ def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequenc
     largest = max(down, key=sizes.ranks)
     culprit = _class_of(largest, linked, cluster_units(states.topology))
     if not force:
-        _refuse_folded_link_state(loaded, sizes.size(largest.replicas)[0], sizes.world(largest), culprit,
+        _refuse_folded_link_state(loaded, sizes.size(largest.replicas).loaded, sizes.world(largest), culprit,
                                   sizes.ranks(largest), sizes.estimate(largest),
                                   f"its largest state foreseen ({largest.describe()})")
 
