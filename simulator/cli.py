@@ -154,7 +154,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
                              workers_warning=_warn_line, activity=progress.doing,
                              on_healthy_step=lambda summary: _warn("run", summary.get("warnings", []), summary,
                                                                    loaded))
-    for late in (job.waiting, job.idle_memory):
+    for late in (job.waiting, job.idle_memory, job.split_evenly):
         if late is not None:
             _warn_line(late)
     if not quiet:

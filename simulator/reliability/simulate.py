@@ -92,8 +92,9 @@ class JobResult:
     """A finished job simulation: job_summary.json's dict, the event log, the healthy step's summary (summary.json:
     its warnings and then the job's) and the job's warnings: those known before it runs (an interval that lets
     no checkpoint finish, `interval_past_horizon`), then ``waiting`` where its restarts mostly waited for hosts
-    (`summary.waiting_warning`) and ``idle_memory`` where some state met took no in-memory snapshot, which
-    `trainsim run` prints once the job is simulated. The event table is built
+    (`summary.waiting_warning`), ``idle_memory`` where some state met took no in-memory snapshot and
+    ``split_evenly`` where a sub-state of the slow-step split was refused, which `trainsim run` prints once the
+    job is simulated. The event table is built
     on first use (a study that reads only the summary never builds it)."""
 
     summary: dict
@@ -103,6 +104,9 @@ class JobResult:
     waiting: str | None
     idle_memory: str | None = None
     """The cluster states met where the in-memory tier took no snapshot (`summary.idle_memory_tier_warning`)."""
+    split_evenly: str | None = None
+    """The cluster states whose slow-step time split evenly between their causes, a sub-state refused
+    (`split_evenly_warning`)."""
 
     @cached_property
     def table(self) -> pa.Table:
@@ -914,9 +918,10 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         summary["link_states"] = link_states
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
     idle = idle_memory_tier_warning(loaded, {state: costs for state, costs in met.items() if state in trained_in})
-    warnings = prepared.warnings + tuple(warning for warning in (waiting, idle, split_evenly_warning(split_evenly))
-                                         if warning is not None)
-    return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle)
+    evenly = split_evenly_warning(split_evenly)
+    warnings = prepared.warnings + tuple(warning for warning in (waiting, idle, evenly) if warning is not None)
+    return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle,
+                     evenly)
 
 
 def split_evenly_warning(split_evenly: Mapping[ClusterState, str]) -> str | None:
