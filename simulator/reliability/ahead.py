@@ -78,7 +78,7 @@ two jobs alone allowed, gave 1.34 times); at one leaf's 1.81 times the quiet run
 LINK_STATE_S_FIXED = 0.05
 """CPU seconds a state with links down is estimated to take whatever its size, beside LINK_STATE_S_PER_EVENT
 (a CPU-time forecast, not a simulated figure): without it the estimate of small states was 1.8-2.7 times low
-(the reviewer saw 7-10). Fitted to states timed one by one with `StepStates.entry` (CPU time of the job's
+here (7-10 times reported elsewhere). Fitted to states timed one by one with `StepStates.entry` (CPU time of the job's
 process, merging off; 2026-12-06, the 2 shared cores at a load of ~4), each against its per-event estimate:
 a leaf down on the 4-GPU job of one-GPU hosts, 1.5-3.0 ms against 1.5 ms; on the 32-GPU eight-rail job (TP 8 x
 DP 4) 49-79 ms, median 52 ms, against 29 ms (2,352 ops + flows); on the 64-GPU TP 2 x PP 4 x DP 8 job 183-240 ms,
@@ -172,11 +172,11 @@ def degraded(state: ClusterState) -> bool:
     """Whether ``state`` runs with links, spine switches or NVSwitch trays down (stragglers beside them or not),
     on the job's own replicas or a shrunk elastic job's fewer (those were left out of the estimate and the
     sizing: on a small elastic job 7 states estimated, 14 simulated): a step of its own, which shares no fold
-    with another state's. One with links
-    down folds by the hosts near them where its checks pass (`fold_policy.link_fault_step`: a leaf down on 2,048
-    GPUs onto 288 ranks, 0.92 GB against 5.27 GB unfolded), and unfolds where every host is near them; one with
-    some spines down is the same tree with slower uplinks, which folds where the symmetry check passes, and is
-    small then; one with NVSwitch trays down (NVLink links degraded, not down) runs unfolded."""
+    with another state's. One with links down folds by the hosts near them where its checks pass
+    (`fold_policy.link_fault_step`: a leaf down on 2,048 GPUs onto 288 ranks, 0.92 GB against 5.27 GB
+    unfolded), and unfolds where every host is near them; one with some spines down is the same tree with slower
+    uplinks, which folds where the symmetry check passes, and is small then; one with NVSwitch trays down (NVLink
+    links degraded, not down) runs unfolded."""
     return bool(state.links_down or state.spines_down or state.nvswitch_trays_down)
 
 
