@@ -696,8 +696,10 @@ def test_degraded_states_that_fold_pass_the_jobs_scale_limits(monkeypatch):
     topology = capped_topology(loaded, False)
     sized: list[tuple[int, int]] = []
     refuse_folded = job_simulation._refuse_folded_link_state
-    monkeypatch.setattr(job_simulation, "_refuse_folded_link_state", lambda loaded, gpus, klass, ranks, world, which:
-                        sized.append((ranks, world)) or refuse_folded(loaded, gpus, klass, ranks, world, which))
+    monkeypatch.setattr(job_simulation, "_refuse_folded_link_state",
+                        lambda loaded, sized_as, world, klass, ranks, folded, which:
+                        sized.append((ranks, world)) or refuse_folded(loaded, sized_as, world, klass, ranks, folded,
+                                                                      which))
     _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology)
     assert sized == [(384, 16_384)]
     folded, unfolded = classed_estimate(loaded, 16_384, 384), unfolded_beyond_limits(loaded, 16_384)
