@@ -171,17 +171,22 @@ def _weighted_sum(rows: StepRows, chosen: np.ndarray, values: np.ndarray) -> flo
 
 
 def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
-    """comm_ratio (mean over ranks of time with any communication in flight / step time) and exposed
-    communication per kind (mean over ranks of communication time not overlapped by compute), seconds."""
+    """comm_ratio (mean over ranks of time with any communication in flight / step time), exposed
+    communication per kind (mean over ranks of communication time not overlapped by compute) and ``wait_s``,
+    the mean over ranks of the step's time with no compute op at all (the exposed communication of every kind,
+    counted once, and the time with neither compute nor communication: a bubble, a wait for a slower rank),
+    seconds."""
     arrays = _rank_arrays(rows.ops)
     weights = rows.weights_of(np.fromiter(arrays, dtype=np.int64, count=len(arrays)))
     ratios: list[float] = []
+    waits: list[float] = []
     exposed: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     totals: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     for per_category in arrays.values():
         cs, ce = _cat(per_category, COMPUTE_CATEGORIES)
         all_s, all_e = _cat(per_category, COMM_CATEGORIES)
         ratios.append(covered(all_s, all_e) / step_time_s if step_time_s > 0 else 0.0)
+        waits.append(max(step_time_s - covered(cs, ce), 0.0))
         for kind in COMM_CATEGORIES:
             ks, ke = _cat(per_category, (kind,))
             totals[kind].append(covered(ks, ke))
@@ -190,6 +195,7 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
         "comm_ratio": _mean(ratios, weights),
         "exposed_comm_s": {kind: _mean(exposed[kind], weights) for kind in COMM_CATEGORIES},
         "comm_s": {kind: _mean(totals[kind], weights) for kind in COMM_CATEGORIES},
+        "wait_s": _mean(waits, weights),
     }
 
 

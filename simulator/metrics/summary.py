@@ -1,11 +1,12 @@
 """summary.json of a training step: step time, throughput, MFU/HFU, bubbles, communication, memory, the
-bottleneck among seed 000's four constraints (compute, memory bandwidth, memory capacity, communication) and the
-largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step)."""
+bottleneck among seed 000's constraints (compute, memory bandwidth, memory capacity, communication, and the
+pipeline bubble or, without a pipeline, compute idle: `Constraint`) and the largest loss of the step (pipeline
+bubble, exposed communication of one kind, optimizer step)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from simulator.metrics.step import (
     StepRows,
@@ -23,13 +24,19 @@ SimulatedSpan = Literal["step", "run"]
 """What a training summary's simulated time spans: one training step, or a parameter-server run of several
 iterations (the console's 'run time (6 iterations)')."""
 WAIT_BOUND_SHARE = 0.30
-"""Waits above this share of the step, pipeline bubble and exposed communication together, make the larger of the
-two the binding constraint rather than compute (the seed chapter's rule of thumb for communication: under ~10%
-scales well, over ~30% stop adding GPUs; a step idle that long in its bubble gains as much from more
-micro-batches or an interleaved schedule as from faster GPUs)."""
+"""Waits above this share of the step, the time with no compute op (exposed communication, pipeline bubble, idle),
+make the larger of its two parts the binding constraint rather than compute (the seed chapter's rule of thumb for
+communication: under ~10% scales well, over ~30% stop adding GPUs; a step idle that long in its bubble gains as
+much from more micro-batches or an interleaved schedule as from faster GPUs)."""
 MEMORY_BANDWIDTH_BOUND_SHARE = 0.5
 """Above this share of a micro-batch's compute time in blocks whose HBM time exceeds their math time, memory
 bandwidth binds rather than compute: most of the compute then waits on HBM, not on the tensor cores."""
+
+
+Constraint = Literal["compute", "memory_bandwidth", "memory_capacity", "communication", "bubble", "idle"]
+"""What binds a step (`bottleneck`): `bubble` is a pipeline's idle time, `idle` the same without a pipeline."""
+VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" for name in get_args(Constraint)}
+"""How the verdict names each constraint: 'memory bandwidth-bound', 'idle-bound'..."""
 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step",
@@ -55,22 +62,30 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
                losses: dict[str, float] | None = None, *, pipeline_stages: int, span: SimulatedSpan = "step") -> dict:
     """Which constraint binds, with the evidence that decided it, and the step's largest loss with its share
     of the step, so that a compute-bound step that idles 27% in its pipeline bubble says so (with one
-    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE). A step that waits more than WAIT_BOUND_SHARE
-    of it, in its bubble and on exposed communication together, is bound by the larger wait: `communication`,
-    else `bubble` (`idle` with one stage). The verdict names the time simulated by ``span``, as the console's
-    first row does ('65.1% of the run' beside a parameter server's run time)."""
+    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE). Exposed communication over WAIT_BOUND_SHARE of
+    the step binds; so does a step with no compute op for more than WAIT_BOUND_SHARE of it (``comm``'s
+    `wait_s`), bound by the larger of its parts: exposed communication, else the time with neither compute nor
+    communication, `bubble` (`idle` with one stage). The pipeline bubble's loss is no part of it: at pp = 1 it
+    is mostly the compute stream waiting for ZeRO-3 gathers, exposed communication already. The verdict names
+    the time simulated by ``span``, as the console's first row does ('65.1% of the run' beside a parameter
+    server's run time)."""
     exposed = sum(comm["exposed_comm_s"].values())
     evidence = {
         "exposed_comm_share": exposed / step_time_s if step_time_s else 0.0,
         "memory_bound_compute_share": memory_bound_share,
         "memory_use_share": memory["peak_memory_gib"] / memory["memory_capacity_gib"] if memory else 0.0,
         "bubble_fraction": bubble,
+        "bubble_share": (losses or {}).get("pipeline_bubble", 0.0),
+        "wait_share": comm["wait_s"] / step_time_s if step_time_s else 0.0,
     }
-    bubble_share = (losses or {}).get("pipeline_bubble", 0.0)
+    binding: Constraint
     if memory.get("oom"):
         binding = "memory_capacity"
-    elif evidence["exposed_comm_share"] + bubble_share > WAIT_BOUND_SHARE:
-        binding = ("communication" if evidence["exposed_comm_share"] >= bubble_share else
+    elif evidence["exposed_comm_share"] > WAIT_BOUND_SHARE:
+        binding = "communication"
+    elif evidence["wait_share"] > WAIT_BOUND_SHARE:
+        idle_share = evidence["wait_share"] - evidence["exposed_comm_share"]
+        binding = ("communication" if evidence["exposed_comm_share"] >= idle_share else
                    "bubble" if pipeline_stages > 1 else "idle")
     elif memory_bound_share > MEMORY_BANDWIDTH_BOUND_SHARE:
         binding = "memory_bandwidth"
@@ -82,9 +97,9 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
         result["loss_shares"] = losses
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
-        result["verdict"] = (f"{binding.replace('_', ' ')}-bound; largest loss: {label}, "
+        result["verdict"] = (f"{VERDICT_NAMES[binding]}; largest loss: {label}, "
                              f"{100 * losses[name]:.1f}% of the {span}" if losses[name] > 0 else
-                             f"{binding.replace('_', ' ')}-bound; no measurable loss")
+                             f"{VERDICT_NAMES[binding]}; no measurable loss")
     return result
 
 
