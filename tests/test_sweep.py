@@ -639,6 +639,21 @@ def test_a_point_recorded_under_earlier_summary_names_runs_again(tmp_path):
     assert (report.ran, report.reused) == (1, 1)
 
 
+def test_a_point_recorded_under_the_summed_wait_rule_runs_again(tmp_path):
+    """Schema 2's verdicts added compute idle to exposed communication (an idle-bound ZeRO-3 step); a resumed
+    sweep mixed them with verdicts of the wait rule in one `bottleneck.constraint` column. Now it runs again."""
+    sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8]\n", "s.yaml")
+    run_sweep(sweep, tmp_path, SerialExecutor())
+    journal = tmp_path / "points.jsonl"
+    lines = journal.read_bytes().splitlines()
+    old = {**orjson.loads(lines[1]), "summary_schema": 2}
+    journal.write_bytes(b"\n".join([lines[0], orjson.dumps(old), *lines[2:]]) + b"\n")
+    executor = CountingExecutor()
+    report = run_sweep(sweep, tmp_path, executor)
+    assert executor.ran == [1]
+    assert (report.ran, report.reused) == (1, 1)
+
+
 def test_a_mapping_or_null_axis_value_is_written_as_json(tmp_path):
     """`checkpoint.memory: [null, {interval: 5 min}]` was written to results.csv as Python's `None` and
     `{'interval': '5 min'}`; JSON, as the overrides column is, reads back in any tool."""
