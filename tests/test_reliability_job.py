@@ -487,7 +487,8 @@ def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, c
 def test_a_job_whose_step_is_out_of_memory_marks_its_ettr_invalid(tmp_path, capsys):
     """The job above needs 85.6 GiB per GPU of an H100's 79.6: its ETTR and goodput were printed as any job's
     (a user test). As `trainsim run` does with such a step, the job runs, warns and marks its figures: the table
-    says they are invalid, job_summary.json has `oom` true as summary.json has; so do a study's line and curve."""
+    says they are invalid, job_summary.json has `oom` true as summary.json has; so do a study's line and curve,
+    study.csv's rows (which had no `oom` column) and the goodput chart's title (which did not say so)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(OOM_JOB)
     assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
@@ -498,6 +499,11 @@ def test_a_job_whose_step_is_out_of_memory_marks_its_ettr_invalid(tmp_path, caps
                  "--out", str(tmp_path / "study")]) == 0
     assert f"1,266 steps; {OOM_FIGURES}; Young" in " ".join(capsys.readouterr().out.split())
     assert json.loads((tmp_path / "study" / "study.json").read_text())["curves"][0]["oom"] is True
+    assert list(pd.read_csv(tmp_path / "study" / "study.csv")["oom"]) == [True, True]
+    from simulator.reliability.plots import goodput_figure, load_study
+
+    title = goodput_figure(load_study(tmp_path / "study")).get_suptitle()
+    assert title == f"job.yaml\n{OOM_FIGURES}"
 
 
 def test_the_job_table_says_one_day_and_one_step_in_the_singular(tmp_path, capsys):

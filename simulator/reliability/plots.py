@@ -111,7 +111,10 @@ def goodput_figure(study: dict) -> Figure:
     table give it (the axis read 0.92 beside '91.99%'), and goodput (in the tokens/s unit its largest value
     reaches; in healthy-equivalent steps per second, in the unit they reach, when some point's model has no
     tokens), each with its 95% band; against the checkpoint interval (`_against_interval`), or, for a study of
-    one interval at several failure rates, against the system MTBF (`_against_mtbf`)."""
+    one interval at several failure rates, against the system MTBF (`_against_mtbf`). A study whose healthy step
+    is out of memory (a curve's `oom`) says under its title that its figures are invalid, as its printed lines do."""
+    from simulator.console.report import OOM_FIGURES
+
     figure = Figure(figsize=(8, 6.5), constrained_layout=True)
     ettr_axis, goodput_axis = figure.subplots(2, 1, sharex=True)
     tokens = all(p["goodput_tokens_per_s"] is not None for curve in study["curves"] for p in curve["points"])
@@ -130,7 +133,8 @@ def goodput_figure(study: dict) -> Figure:
     goodput_axis.set_ylabel(f"goodput ({unit})")
     goodput_axis.set_xlabel(x_label)
     goodput_axis.grid(True, alpha=0.3)
-    figure.suptitle(run_name(study))
+    oom = any(curve.get("oom") for curve in study["curves"])
+    figure.suptitle(f"{run_name(study)}\n{OOM_FIGURES}" if oom else run_name(study))
     return figure
 
 

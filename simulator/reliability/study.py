@@ -86,7 +86,8 @@ class StudyPoint:
 
     def row(self) -> dict:
         """The point as a row of the study's table: each rate's mean over the replications, ETTR's and goodput's
-        with their 95% intervals (job_summary.json's; goodput had none, so its chart had no band)."""
+        with their 95% intervals (job_summary.json's; goodput had none, so its chart had no band), and whether
+        the healthy step is out of memory (`oom`: the row's figures are invalid)."""
         s = self.summary
         tokens = s["goodput_tokens_per_s"] or {}
         return {"rate_multiplier": self.multiplier, "interval_s": self.interval_s,
@@ -100,7 +101,7 @@ class StudyPoint:
                 "goodput_steps_per_s_ci95_high": s["goodput_steps_per_s"]["ci95_high"],
                 "interruptions": s["interruptions"]["unexpected"]["mean"],
                 "restart_waiting_for_hosts_s": s["restart_waiting_for_hosts_s"]["mean"], "mtbf_s": s["mtbf_s"],
-                "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"]}
+                "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"], "oom": s["oom"]}
 
 
 def parse_list(text: str, parse, option: str, example: str) -> list:
