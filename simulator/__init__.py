@@ -2,7 +2,8 @@
 
 Public API: `load_scenario(path, overrides)` reads and validates a scenario file; `simulate(loaded)` runs it
 and returns a `Result` with the summary, the topology and the event log (its `timeline` DataFrame built on
-first use). Imported lazily so that
+first use); a job scenario (`run.horizon`) runs with `simulator.reliability.simulate.simulate_job(loaded)`, and
+`simulate()` of one runs its step alone and warns so. Imported lazily so that
 `import simulator.units` stays light.
 """
 

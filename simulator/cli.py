@@ -22,6 +22,7 @@ from simulator.errors import (
     ExecutorError,
     InputError,
     InterruptedWritten,
+    SearchStopped,
     SimulationError,
     Terminated,
     WorkerKilled,
@@ -819,9 +820,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
                                                      "recompute") if getattr(args, name) is not None}
     executor = make_executor(args.executor, args.workers, args.scheduler)
     update, stop = progress_printer(args.quiet, "search")
+    stopped: SearchStopped | None = None
     try:
         result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,
                                 overrides=args.set, force=args.force, on_progress=update)
+    except SearchStopped as exc:
+        stopped, result = exc, exc.result
     except WorkerKilled as exc:
         raise WorkerKilled(f"{exc}; the search wrote nothing; run it again, with fewer --workers if memory is "
                            "short") from None
@@ -829,6 +833,13 @@ def _cmd_search(args: argparse.Namespace) -> int:
         stop()
         executor.close()
     files = write_search(out, result, args.scenario, args.set)
+    if stopped is not None:
+        statuses = result.table["status"]
+        done = int(statuses.isin(("simulated", "failed")).sum())
+        word, code = _stopped_by(stopped)
+        return _fail(f"{word}: the search stopped after {done} of {done + int((statuses == 'stopped').sum())} "
+                     f"layout simulations; wrote {out}: {', '.join(files)} (the rest 'stopped' in candidates.csv); "
+                     "run again to search anew", code)
     print(format_search(result, args.scenario))
     print(f"wrote {out}: {', '.join(files)} (candidates: every layout, with why it was pruned)")
     if result.winner is None:  # a script must tell this from a search that found a layout
@@ -1157,7 +1168,7 @@ def _ignore_interrupts(exiting: bool) -> None:
 def _stopped_by(exc: KeyboardInterrupt) -> tuple[str, int]:
     """What stopped a command, in a word, and its exit status: SIGTERM (`Terminated`, or one held back while a
     run's files moved into place) or Ctrl-C."""
-    if isinstance(exc, Terminated) or (isinstance(exc, InterruptedWritten) and exc.terminated):
+    if isinstance(exc, Terminated) or (isinstance(exc, (InterruptedWritten, SearchStopped)) and exc.terminated):
         return "terminated", EXIT_TERMINATED
     return "interrupted", EXIT_INTERRUPTED
 

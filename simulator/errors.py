@@ -195,3 +195,14 @@ class InterruptedWritten(KeyboardInterrupt):
         super().__init__(str(out_dir))
         self.out_dir = out_dir
         self.terminated = terminated
+
+
+class SearchStopped(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM: ``terminated``) while a layout search simulated its candidates: ``result`` (its
+    `SearchResult`) holds the layouts simulated so far, the rest marked `stopped`, for the command to write
+    (before, a search stopped after 8 of its 9 simulations wrote nothing)."""
+
+    def __init__(self, result: object, terminated: bool) -> None:
+        super().__init__("the layout search was stopped")
+        self.result = result
+        self.terminated = terminated

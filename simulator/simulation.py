@@ -7,6 +7,7 @@ pandas) are imported where a run needs them, so that `trainsim collective` start
 
 from __future__ import annotations
 
+import warnings as python_warnings
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -632,10 +633,27 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
         run = simulate_training(loaded, topology, faults, progress, guard, prepared, budget)
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)
+    job = one_step_of_a_job(loaded)
+    if job is not None:  # Python's warning only: the step's summary stays that of the job's healthy step
+        python_warnings.warn(job, UserWarning, stacklevel=3)  # the caller's line, past collector_paused
     warnings = scenario_warnings(loaded, topology)
     if warnings:
         run.summary["warnings"] = [*warnings, *run.summary.get("warnings", ())]
     return run
+
+
+def one_step_of_a_job(loaded: LoadedScenario) -> str | None:
+    """The warning of `simulate()` given a job scenario (`run.horizon`): it runs one step and ignores the
+    job's horizon, failures, checkpoint and restart, where `trainsim run` runs the job; before, it said nothing."""
+    if loaded.scenario.run.horizon is None:
+        return None
+    return str(loaded.error(("run", "horizon"), "simulate() runs one training step and ignores the job's "
+                            f"horizon, failures, checkpoint and restart; {JOB_ENTRY_POINT}(loaded) runs the job, as "
+                            "`trainsim run` does"))
+
+
+JOB_ENTRY_POINT = "simulator.reliability.simulate.simulate_job"
+"""The Python entry point of a job over `run.horizon`, as `simulate()`'s warning names it."""
 
 
 def simulate_workload(loaded: LoadedScenario, workload: list[CollectiveItem], topology: Topology,

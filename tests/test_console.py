@@ -410,6 +410,29 @@ def test_plain_progress_heartbeat_prints_while_no_count_comes(capsys, monkeypatc
     assert progress.heartbeat is None
 
 
+@pytest.mark.parametrize("label", ["sweep", "search"])
+def test_a_piped_sweep_or_search_prints_while_a_point_runs(label, capsys, monkeypatch):
+    """Off a terminal a sweep's and a search's lines came only as a point finished (a search said nothing for
+    its first minute, a one-point sweep nothing for 21 s), not every PLAIN_EVERY_S as documented: their plain
+    progress has a heartbeat now, which prints the due line though no point finishes (here every line due, the
+    thread looking every millisecond), and stops with the printer."""
+    from simulator.sweep.runner import progress_printer
+
+    monkeypatch.setattr(progress_module, "BEAT_S", 0.001)
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
+    update, stop = progress_printer(False, label)
+    try:
+        update(0, 9)
+        assert capsys.readouterr().err == f"{label}: 0/9 points (0%), 0:00:00 elapsed\n"
+        waited = time.monotonic()
+        while not (err := capsys.readouterr().err) and time.monotonic() - waited < 30:
+            time.sleep(0.01)
+    finally:
+        stop()
+    assert err.startswith(f"{label}: 0/9 points (0%), 0:00:00 elapsed\n")
+    assert not any(thread.name == "progress-heartbeat" for thread in threading.enumerate())
+
+
 def test_the_heartbeat_thread_blocks_the_stop_signals():
     """Ctrl-C and SIGTERM must reach the process through the main thread: ahead.py blocks them there across a
     worker's fork, and the heartbeat, not blocking them, took one whose handler then ran inside that window."""

@@ -586,3 +586,31 @@ def test_an_os_error_in_a_replication_keeps_its_filename(tmp_path, capsys, monke
     scenario.write_text(SEED003.replace("replications: 10", "replications: 1").replace("54 d", "1 d"))
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 1
     assert capsys.readouterr().err == "error: t.json: No such file or directory\n"
+
+
+def test_the_step_api_given_a_job_scenario_warns_that_it_runs_one_step():
+    """`simulator.simulate()` of a job scenario (run.horizon, failures, checkpoint) returned the healthy step's
+    Result without a word, where `trainsim run` runs the job: it warns now, at the horizon's line, naming the job's
+    entry point, and its Result is still that step's; a step scenario gets no such warning."""
+    import warnings
+
+    from simulator.reliability.simulate import simulate_job
+
+    path = DATA / "small-job.yaml"
+    with pytest.warns(UserWarning) as heard:
+        step = simulator.simulate(load_scenario(path))
+    assert [str(warning.message) for warning in heard] == [
+        f"{path}:{_line_of(path, 'horizon')}: run.horizon: simulate() runs one training step and ignores the job's "
+        "horizon, failures, checkpoint and restart; simulator.reliability.simulate.simulate_job(loaded) runs the "
+        "job, as `trainsim run` does"]
+    assert heard[0].filename == __file__
+    assert "ettr" not in step.summary and simulate_job.__module__ == "simulator.reliability.simulate"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert simulator.simulate(load_scenario(path, ["run.horizon=null"])).summary["step_time_s"] == step.summary[
+            "step_time_s"]
+
+
+def _line_of(path: Path, key: str) -> int:
+    """The line of ``path`` where ``key`` is set."""
+    return next(number for number, text in enumerate(path.read_text().splitlines(), 1) if f"{key}:" in text)

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from simulator import load_scenario, simulate
+from simulator.errors import Terminated
 from simulator.simulation import NetworkSettings
 from simulator.sweep import report as search_report
 from simulator.sweep.decision_tree import TreeChoice
@@ -22,7 +23,7 @@ from simulator.sweep.executors import PoolExecutor, SerialExecutor
 from simulator.sweep.layouts import Candidate, CollectiveTimes, Pruned, Pruning, SearchSpace, structural_reason
 from simulator.sweep.options import Recompute
 from simulator.sweep.report import write_search
-from simulator.sweep.search import SearchResult, search_base, search_layouts
+from simulator.sweep.search import STOPPED_REASON, SearchResult, search_base, search_layouts
 
 SCENARIO = Path(__file__).parent / "data" / "llama3_70b_64_dgx_h100.yaml"
 
@@ -86,9 +87,10 @@ def test_search_takes_a_bundled_scenario_by_name():
 
 
 def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsys):
-    """A search simulated its candidates (minutes for a 70B space) without a word: `on_progress` hears of each
-    candidate simulated, as a sweep's of each point (the CLI draws it as a progress bar on a terminal), and
-    `--quiet` takes it away, as it does for sweep and study; the results are printed all the same."""
+    """A search simulated its candidates (minutes for a 70B space) without a word: `on_progress` hears of none
+    done as they start (off a terminal the heartbeat's line counts them from there: before, it said nothing
+    until the first finished) and of each candidate simulated, as a sweep's of each point (the CLI draws it as a
+    progress bar on a terminal), and `--quiet` takes it away, as it does for sweep and study; the results are printed all the same."""
     from simulator.cli import main
 
     space = SearchSpace(tp=(1, 2), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
@@ -97,11 +99,45 @@ def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsy
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=2,
                             on_progress=lambda done, total: heard.append((done, total)))
     simulated = int((result.table["status"] == "simulated").sum())  # the top 2 and the decision tree's layout
-    assert simulated == 3 and heard == [(done, simulated) for done in range(1, simulated + 1)]
+    assert simulated == 3 and heard == [(done, simulated) for done in range(simulated + 1)]
     assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(tmp_path / "s"), "--quiet", "--tp", "1",
                  "--cp", "1", "--pp", "1", "--virtual-stages", "1", "--micro-batch", "1", "--sharding", "zero1",
                  "--recompute", "selective", "--top", "1"]) == 0
     assert "wrote" in capsys.readouterr().out
+
+
+class StoppedAfterOne(SerialExecutor):
+    """Simulates the first task, then SIGTERM lands (as the console script's handler raises it) before the next."""
+
+    def map_unordered(self, fn, tasks):
+        tasks = iter(tasks)
+        yield fn(next(tasks))
+        raise Terminated
+
+
+def test_a_stopped_search_writes_the_layouts_it_simulated(tmp_path, monkeypatch, capsys):
+    """SIGTERM at 8 of a search's 9 simulations left no output folder: 8 simulated layouts lost, where a sweep
+    keeps its finished points. The search writes its table with the layouts simulated so far, the rest `stopped`,
+    says so in one line and exits 143, as a stopped sweep does."""
+    from simulator.cli import main
+    from simulator.sweep import executors
+
+    monkeypatch.setattr(executors, "make_executor", lambda *args: StoppedAfterOne())
+    out = tmp_path / "s"
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--quiet", "--tp", "1,2", "--cp", "1",
+                 "--pp", "1", "--virtual-stages", "1", "--micro-batch", "1", "--sharding", "zero1",
+                 "--recompute", "selective", "--top", "2"]) == 143
+    err = capsys.readouterr().err
+    assert err == (f"terminated: the search stopped after 1 of 3 layout simulations; wrote {out}: candidates.csv, "
+                   "candidates.parquet, search.json, manifest.json (the rest 'stopped' in candidates.csv); run again "
+                   "to search anew\n")
+    table = pd.read_csv(out / "candidates.csv")
+    assert table["status"].value_counts().to_dict() == {"simulated": 1, "stopped": 2}
+    assert set(table[table["status"] == "stopped"]["reason"]) == {STOPPED_REASON}
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["winner"]["status"] == "simulated"
+    assert summary["comparison"].startswith("the decision tree's ") and "was not simulated (stopped: " in summary[
+        "comparison"]
 
 
 def test_the_search_prints_the_run_that_reproduces_its_best_layout(tmp_path, capsys):

@@ -175,16 +175,18 @@ def _has_outputs(folder: Path, point: Point) -> bool:
 
 
 def progress_printer(quiet: bool, label: str = "sweep") -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A rich progress bar named ``label`` with ETA on a terminal, plain lines off one (`PlainProgress`, as a
-    run's and a job's), nothing when quiet: (update, stop). The bar is redrawn by a `Heartbeat`, which no fork
-    of the pool's workers runs beside: rich's own refresh thread stayed alive across them, and a worker forked
-    while it wrote held stderr's lock for ever."""
+    """A rich progress bar named ``label`` with ETA on a terminal, plain lines off one (a run's `RunProgress`:
+    every PLAIN_EVERY_S while a point runs too, where before a line came only as a point finished, and a search
+    printed nothing for its first minute), nothing when quiet: (update, stop). The bar is redrawn by a
+    `Heartbeat`, which no fork of the pool's workers runs beside: rich's own refresh thread stayed alive across
+    them, and a worker forked while it wrote held stderr's lock for ever."""
     if quiet:
         return (lambda done, total: None), (lambda: None)
     if not sys.stderr.isatty():
-        from simulator.console.progress import PlainProgress
+        from simulator.console.progress import RunProgress
 
-        return PlainProgress("points", label), (lambda: None)
+        plain = RunProgress(True, "points", label)
+        return plain, plain.close
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 

@@ -18,7 +18,7 @@ from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
 from simulator.config.yaml_source import read_yaml
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, SearchStopped, Terminated
 from simulator.metrics.summary import IDLE_WITHOUT_PIPELINE
 from simulator.scale import capped_topology
 from simulator.simulation import network_settings
@@ -46,6 +46,8 @@ from simulator.workload.training import resolve_model
 
 DEFAULT_TOP = 8
 CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "virtual_stages", "micro_batch", "sharding", "recompute")
+STOPPED_REASON = "not simulated: the search was stopped (Ctrl-C or SIGTERM) first"
+"""The reason of a layout the search would have simulated, in the table a stopped search writes."""
 REPORTED_METRICS = ("tokens_per_s", "mfu", "step_time_s", "peak_memory_gib", "bubble_fraction",
                     "bottleneck.verdict")
 
@@ -130,8 +132,20 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                if not c.reason and c not in chosen and c.candidate != tree.candidate else c for c in checked]
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
-    runs = _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress)
-    table = _table(checked, runs, tree.candidate, space_layouts, overrides or [])
+    runs: dict[Candidate, object] = {}
+    try:
+        _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress, runs)
+    except KeyboardInterrupt as stop:
+        raise SearchStopped(_result(checked, runs, tree, space_layouts, overrides or []),
+                            terminated=isinstance(stop, Terminated)) from None
+    return _result(checked, runs, tree, space_layouts, overrides or [])
+
+
+def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts: set[Candidate],
+            given: list[str]) -> SearchResult:
+    """The search's result from its checked candidates and those of them simulated (all, or those simulated
+    before a stop)."""
+    table = _table(checked, runs, tree.candidate, space_layouts, given)
     # The tree's layout is simulated for the comparison even where the space (--tp, --pp, ...) leaves it out;
     # the winner is the space's: else a space with nothing that fits "agreed with the tree" and exited 0.
     simulated = table[(table["status"] == "simulated") & table["searched"]].sort_values(["tokens_per_s", "label"],
@@ -220,16 +234,18 @@ def _prune(candidates: list[Candidate], check, space: SearchSpace) -> list[Check
 
 
 def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Executor, force: bool,
-              on_progress: Callable[[int, int], None] | None) -> dict[Candidate, object]:
+              on_progress: Callable[[int, int], None] | None, runs: dict[Candidate, object]) -> None:
+    """Simulate ``survivors`` into ``runs`` as each finishes, so that a stop leaves those finished there; the
+    progress hears of none done first (a count from the start, not only once the first layout finishes)."""
     tasks = [PointTask(index, point_key(c.data), c.data, loaded.source, loaded.lines, None, force=force)
              for index, c in enumerate(survivors)]
-    runs: dict[Candidate, object] = {}
+    if on_progress is not None:
+        on_progress(0, len(tasks))
     for record in executor.map_unordered(run_point, tasks):
         runs[survivors[record.index].candidate] = record
         raise_dropped()
         if on_progress is not None:
             on_progress(len(runs), len(tasks))
-    return runs
 
 
 def run_overrides(data: dict, given: list[str]) -> list[str]:
@@ -255,8 +271,9 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
     for c in checked:
         row: dict = {"label": c.candidate.label(), **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}}
         record = runs.get(c.candidate)
-        status = "pruned" if c.reason else ("simulated" if record is not None and record.status == "ok" else "failed")
-        row.update(status=status, reason=c.reason or (record.error if record is not None else ""),
+        status = "pruned" if c.reason else ("stopped" if record is None else
+                                            "simulated" if record.status == "ok" else "failed")
+        row.update(status=status, reason=c.reason or (record.error if record is not None else STOPPED_REASON),
                    reason_kind=c.pruning.kind.value if c.pruning is not None else None,
                    memory_model_peak_gib=c.peak_memory_gib or None,
                    estimate_tokens_per_s=c.estimate_tokens_per_s or None, tree_choice=c.candidate == tree,
@@ -284,6 +301,9 @@ def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str
         return "no layout survived the checks and simulated"
     if tree_row is None or tree.candidate is None:
         return f"the decision tree finds no layout that fits ({tree.steps[-1]}); the search's best is {winner['label']}"
+    if tree_row["status"] != "simulated":  # failed, or not simulated before a stop: no figures to weigh
+        return (f"the decision tree's {tree_row['label']} was not simulated ({tree_row['status']}: "
+                f"{tree_row['reason']}); the search's best is {winner['label']}")
     unsharded = (all(row["dp"] * row["cp"] == 1 for row in (winner, tree_row))
                  and (winner["sharding"] == "fsdp") == (tree_row["sharding"] == "fsdp"))
     differ = [f"{name} {tree_row[name]} -> {winner[name]}" for name in CANDIDATE_COLUMNS
