@@ -175,13 +175,25 @@ def test_hybrid_shard_with_tp_filling_the_domain_warns(tmp_path, capsys):
     scenario.write_text(HYBRID_TP8)
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert err == ("warning: parallelism.fsdp: hybrid_shard shards within an NVLink domain, and TP 8 fills GPU 0's "
-                   "8-GPU domain, so its shard group is one rank: it shards nothing and each GPU holds the model "
+    assert err == (f"warning: {scenario}:4: parallelism.fsdp: hybrid_shard shards within an NVLink domain, and TP 8 "
+                   "fills GPU 0's 8-GPU domain, so its shard group is one rank: it shards nothing and each GPU holds the model "
                    "state of plain data parallelism (fsdp: full_shard shards across domains)\n")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["warnings"] == [err.removeprefix("warning: ").strip()]
     assert main(["validate", str(scenario), "--set", "parallelism.tp=4", "--set", "parallelism.dp=4"]) == 0
     assert "hybrid_shard" not in capsys.readouterr().err
+
+
+def test_a_tp_group_spread_by_the_placement_order_is_warned_at_tp_naming_the_order(tmp_path, capsys):
+    """`--set parallelism.order=[dp, pp, cp, tp]` spreads each TP group of 8 over both hosts: the warning read
+    `parallelism.tp: a TP group of 8 GPUs spans 2 NVLink domains; ...`, with no location (every other warning
+    has one) and no word of the order that caused it. It is located at tp's line, naming the override."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(HYBRID_TP8.replace(", fsdp: hybrid_shard", ""))
+    assert main(["validate", str(scenario), "--set", "parallelism.order=[dp, pp, cp, tp]"]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: {scenario}:4: parallelism.tp: a TP group of 8 GPUs spans 2 NVLink domains; its collectives cross "
+        "the network every layer (with --set parallelism.order=[dp, pp, cp, tp])\n")
 
 
 SPLIT_HOST_GRAPH = """kind: graph
