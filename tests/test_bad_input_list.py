@@ -261,7 +261,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                      RUN, 2, "two different GPUs"),
     "after-unknown": (scenario(COMM.replace("64 MiB}", "64 MiB, after: [nope]}")), RUN, 2, "not an earlier item"),
     "efficiency-above-one": (scenario(COMM + "network: {efficiency: {nvlink: 2}}\n"), RUN, 2,
-                             "network.efficiency.nvlink: 2 is above 1.0 (allowed: a value <= 1.0)"),
+                             "network.efficiency.nvlink: 2 is above 1 (allowed: a value <= 1)"),  # was '1.0'
+    "size-override-in-e-notation": (scenario(COMM), RUN + ["--set", "workload[0].bytes=1e12"], 2,
+                                    "--set workload[0].bytes=1e12: size 1e12 has no unit"),  # was '1000000000000.0'
+    "rate-multiplier-zero": (scenario(COMM), RUN + ["--set", "faults.rate_multiplier=0"], 2,
+                             "--set faults.rate_multiplier=0: 0 is not above 0 (allowed: a value > 0)\n"),  # was '0.0'
     "unknown-preset": (scenario(PRESET.replace("llama3-8b", "llama9")), RUN, 2, "llama9"),
     "tp-not-dividing-heads": (scenario(PRESET.replace("layers: 4", "layers: 4, hidden: 1536, heads: 12, kv_heads: 12")
                                        + "parallelism: {tp: 8, dp: 1}\n"), RUN, 2, "does not divide 12 attention"),

@@ -841,6 +841,8 @@ def test_validate_published_replaces_its_report_whole_or_not_at_all(tmp_path, mo
     ("got 1000.05 or got 1000.0", "cluster.nodes=1e3", "got 1000.05 or got 1e3"),
     ("forgot None, got None", "cluster.nodes=null", "forgot None, got null"),
     ("got Nonesuch", "cluster.nodes=null", "got Nonesuch"),
+    ("size 1000000000000.0 has no unit", "checkpoint.size=1e12", "size 1e12 has no unit"),  # a float, without 'got'
+    ("+1 is below 1", "training.microbatches=+1", "+1 is below 1"),  # a whole number only after 'got'
 ])
 def test_a_set_value_is_named_as_typed_only_where_the_problem_quotes_it_whole(problem, typed, named):
     """`as_typed` replaced the value as YAML read it anywhere it began another token: `+1` turned "got 10" into

@@ -207,10 +207,10 @@ def test_the_repair_multiplier_scales_every_classs_repair_and_is_checked_at_load
     assert quarter["gpu"].repair_s == 3600.0
     assert main(["validate", "llama3-405b-16k-job", "--set", "faults.repair_multiplier=0"]) == 2
     assert capsys.readouterr().err == ("error: command line: trainsim validate: --set faults.repair_multiplier=0: 0 is "
-                                       "not above 0.0 (allowed: a value > 0.0)\n")
+                                       "not above 0 (allowed: a value > 0)\n")
     assert main(["validate", "trace-job", "--set", "faults.repair_multiplier=1e308"]) == 2
     assert capsys.readouterr().err == (
-        "error: command line: trainsim validate: --set faults.repair_multiplier=1e308: a 12 h repair times 1e+308 is "
+        "error: command line: trainsim validate: --set faults.repair_multiplier=1e308: a 12 h repair times 1e308 is "
         "not finite (allowed: a multiplier that keeps every repair finite)\n")
 
 

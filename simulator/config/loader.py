@@ -82,12 +82,17 @@ def as_typed(problem: str, typed: str) -> str:
     """``problem`` about the value that the `--set` ``typed`` (`name=value`) wrote, the value named as typed where
     the problem quotes it as YAML read it: `nodes=1e3` said "got 1000.0", `nodes=null` "got None". Only that whole
     value is replaced, not the start of another: with `microbatches=+1`, "got 10" and "got 1.5" stay as they are
-    (they read "got +10" and "got +1.5")."""
+    (they read "got +10" and "got +1.5"). A float the problem quotes without "got" is named as typed at its first
+    whole mention: `checkpoint.size=1e12` said "size 1000000000000.0 has no unit"."""
     text = typed.split("=", 1)[1].strip()
     value = override_value(text)
     if not (value is None or isinstance(value, (bool, int, float))) or repr(value) == text:
         return problem
-    return re.sub(rf"\bgot {re.escape(repr(value))}(?!\w|\.\d)", lambda _: f"got {text}", problem)
+    quoted = re.escape(repr(value))
+    named, count = re.subn(rf"\bgot {quoted}(?!\w|\.\d)", lambda _: f"got {text}", problem)
+    if count or not isinstance(value, float):
+        return named
+    return re.sub(rf"(?<![\w.]){quoted}(?!\w|\.\d)", lambda _: text, problem, count=1)
 
 
 def sets_typed(overrides: tuple[Override, ...]) -> tuple[str, ...]:
@@ -389,6 +394,8 @@ def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[s
     elif kind in _BOUND_PROBLEMS:
         key, miss, sign = _BOUND_PROBLEMS[kind]
         bound = first.get("ctx", {}).get(key)
+        if isinstance(bound, float) and bound.is_integer() and abs(bound) < 2**53:
+            bound = int(bound)  # '> 0' as the other bounds say, not '> 0.0'
         message, allowed = f"{given} is {miss} {bound}", f"a value {sign} {bound}"
     elif kind in _LENGTH_PROBLEMS:
         key, words = _LENGTH_PROBLEMS[kind]
