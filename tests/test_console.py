@@ -677,6 +677,23 @@ def test_a_piped_run_says_when_it_writes_its_outputs(command, line, tmp_path, mo
     assert lines[-1].startswith(line)
 
 
+def test_a_long_step_reads_in_days_too_and_a_negligible_largest_loss_is_none():
+    """A 1,546,021 s step printed only in seconds, where the job's figures switch to days; with its optimizer step
+    0.002% of it the verdict said 'largest loss: optimizer step, 0.0% of the step'."""
+    from simulator.console.report import step_seconds
+    from simulator.metrics.summary import bottleneck
+
+    assert [step_seconds(value) for value in (1.5, 59.0, 1_546_021.0)] == ["1.5 s", "59 s", "1,546,021 s (17.89 d)"]
+    comm = {"exposed_comm_s": {"dp": 0.0}}
+
+    def verdict(share: float) -> str:
+        return bottleneck(100.0, comm, {}, 0.0, 0.0, {"optimizer": share}, pipeline_stages=1)["verdict"]
+
+    assert [verdict(share) for share in (0.00002, 0.0005, 0.0)] == [
+        "compute-bound; no loss as large as 0.1% of the step",
+        "compute-bound; largest loss: optimizer step, 0.1% of the step", "compute-bound; no measurable loss"]
+
+
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("trainsim ")

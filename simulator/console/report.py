@@ -15,7 +15,7 @@ from rich.table import Table
 
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import parallel_degrees, sharding_name
-from simulator.units import counted, format_size, four_digits, number_ranges
+from simulator.units import counted, format_duration, format_size, four_digits, number_ranges
 
 if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
@@ -29,6 +29,16 @@ def format_seconds(value: float) -> str:
     digits). The unit and the form are chosen by the value as rounded: a checkpoint's 0.99999999999998 ms cost
     printed as '1000 us', 9999.99 s as '1e+04 s', 999,999,999,999,999 s with 15 digits."""
     return _seconds(value, zeros=False)
+
+
+def step_seconds(value: float) -> str:
+    """A step's time in seconds (`format_seconds`), and from a minute on in the unit that reads it at a glance
+    (`format_duration`, as the job's figures are): a 1,546,021 s step read only in seconds, now '(17.89 d)'."""
+    return format_seconds(value) + (f" ({format_duration(value)})" if value >= MINUTE_S else "")
+
+
+MINUTE_S = 60.0
+"""From this long on, a step's time is given in minutes, hours or days too."""
 
 
 def seconds_alike(value: float) -> str:
@@ -271,7 +281,7 @@ def training_table(summary: dict) -> Table:
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
     if step is not None:
-        table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", format_seconds(step))
+        table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", step_seconds(step))
     move = (summary.get("trace") or {}).get("gpu_move")
     moved = gpu_move_text(move, summary["trace"].get("recosted_gemms") or 0) if move else None
     if moved:
