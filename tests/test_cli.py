@@ -742,6 +742,18 @@ def test_topo_describe_refuses_a_million_gpus_unless_forced(capsys):
     assert "32 GPUs (h100-sxm) on 4 hosts" in capsys.readouterr().out
 
 
+def test_the_collective_refusal_states_its_measured_cost(capsys):
+    """The refusal above 32,768 GPUs said 'at 65,536 one size takes minutes and 8 GB', where one 1 GiB size took
+    9-20 s and 0.7-0.8 GB: it gives the measured figures (topology/size.py), the default sizes' minutes among them."""
+    assert main(["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=4097", "--op", "all_reduce",
+                 "--sizes", "1GiB"]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: trainsim collective: --topology: dgx-h100-cluster has 32,776 GPUs, too many to time a "
+        "collective on in seconds (at 65,536 GPUs an all-reduce of the default 11 sizes took 3 min and 3.1 GB, one "
+        "1 GiB size 11 s with ring, 20 s with auto, and 0.7-0.8 GB) (allowed: at most 32,768 GPUs: a smaller cluster "
+        "(--set), or pass --force)\n")
+
+
 def test_plot_help_names_every_command_that_writes_an_outdir(capsys):
     """goodput is drawn from a `trainsim study` folder, so OUTDIR's help names study among the writers."""
     assert main(["plot", "--help"]) == 0

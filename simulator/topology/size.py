@@ -21,7 +21,11 @@ from simulator.topology.parameters import read_parameters
 MAX_QUICK_GPUS = 2**15
 """`topo describe/draw` and `collective` refuse larger clusters unless forced: building the cluster is linear in the
 GPUs (`topo describe` of 32,768 took 1.8 s and 170 MB, of 131,072 6.8 s and 460 MB, on a shared 2-core machine on
-2026-12-03), a million would take minutes; one 1 GiB ring all-reduce on 65,536 GPUs took 2.9 s and 0.6 GB."""
+2026-12-03), a million would take minutes. `trainsim collective` on 65,536 GPUs (dgx-h100-cluster, nodes=8192)
+timed an all-reduce of its default 11 sizes (1MiB:1GiB) in 3:05 and 3.1 GB, one 1 GiB size in 11 s and 0.67 GB
+with ring, 20 s and 0.80 GB with auto (NVLS), each one run on the 2-core machine at a load of 7 to 10, on
+2026-12-06 (2.9 s on 2026-12-03 was a quieter machine's); a cluster twice the limit already takes minutes with
+the command's default sizes."""
 
 
 def _node_gpus(raw: object) -> int:
