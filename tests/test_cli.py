@@ -176,8 +176,8 @@ def test_hybrid_shard_with_tp_filling_the_domain_warns(tmp_path, capsys):
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     err = capsys.readouterr().err
     assert err == (f"warning: {scenario}:4: parallelism.fsdp: hybrid_shard shards within an NVLink domain, and TP 8 "
-                   "fills GPU 0's 8-GPU domain, so its shard group is one rank: it shards nothing and each GPU holds the model "
-                   "state of plain data parallelism (fsdp: full_shard shards across domains)\n")
+                   "fills GPU 0's 8-GPU domain, so its shard group is one rank: it shards nothing and each GPU holds "
+                   "the model state of plain data parallelism (fsdp: full_shard shards across domains)\n")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["warnings"] == [err.removeprefix("warning: ").strip()]
     assert main(["validate", str(scenario), "--set", "parallelism.tp=4", "--set", "parallelism.dp=4"]) == 0

@@ -90,7 +90,8 @@ def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsy
     """A search simulated its candidates (minutes for a 70B space) without a word: `on_progress` hears of none
     done as they start (off a terminal the heartbeat's line counts them from there: before, it said nothing
     until the first finished) and of each candidate simulated, as a sweep's of each point (the CLI draws it as a
-    progress bar on a terminal), and `--quiet` takes it away, as it does for sweep and study; the results are printed all the same."""
+    progress bar on a terminal), and `--quiet` takes it away, as it does for sweep and study; the results are
+    printed all the same."""
     from simulator.cli import main
 
     space = SearchSpace(tp=(1, 2), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
