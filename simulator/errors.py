@@ -11,7 +11,10 @@ import signal
 from collections.abc import Iterable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from simulator.sweep.search import SearchResult
 
 T = TypeVar("T")
 
@@ -202,7 +205,7 @@ class SearchStopped(KeyboardInterrupt):
     `SearchResult`) holds the layouts simulated so far, the rest marked `stopped`, for the command to write
     (before, a search stopped after 8 of its 9 simulations wrote nothing)."""
 
-    def __init__(self, result: object, terminated: bool) -> None:
+    def __init__(self, result: SearchResult, terminated: bool) -> None:
         super().__init__("the layout search was stopped")
         self.result = result
         self.terminated = terminated

@@ -176,7 +176,7 @@ def test_no_remedy_is_offered_whose_step_warns_of_a_new_field():
     loaded = load_scenario(FUSED, [*overrides, "parallelism.tp=16", "parallelism.dp=1"])
     verdict = validate(loaded, sized_topology(loaded, force=False))
     assert verdict.memory["peak_memory_gib"] < validated_peak(FUSED, overrides)["peak_memory_gib"] - 30
-    assert [warning.split(":")[0] for warning in verdict.warnings] == ["parallelism.tp"]
+    assert [warning.split(":")[0] for warning in verdict.warnings] == ["--set parallelism.tp=16"]  # located there
     base = load_scenario(FUSED, overrides)
     assert validate(base, sized_topology(base, force=False)).warnings == ()
     offered = offered_settings(FUSED, overrides)
@@ -194,7 +194,7 @@ def test_a_tp_group_across_hosts_is_offered_no_tp_across_more_hosts():
                  "training.global_batch=64"]
     loaded = load_scenario(preset, overrides)
     assert [warning.split(":")[0] for warning in validate(loaded, sized_topology(loaded, force=False)).warnings] == [
-        "parallelism.tp"]
+        "--set parallelism.tp=16"]
     offered = offered_settings(preset, overrides)
     assert offered[0] == ("parallelism.fsdp=full_shard",)
     assert not any(setting.startswith("parallelism.tp") for settings in offered for setting in settings)
@@ -214,7 +214,7 @@ def test_a_tp_group_other_than_gpu_0s_across_racks_counts(tmp_path):
     spread = load_scenario(str(path), ["parallelism.tp=16", "parallelism.dp=9"])
     warnings = validate(spread, sized_topology(spread, force=False)).warnings
     assert len(warnings) == 1
-    assert "parallelism.tp: a TP group of 16 GPUs spans 2 NVLink domains" in warnings[0]
+    assert warnings[0].startswith("--set parallelism.tp=16: a TP group of 16 GPUs spans 2 NVLink domains")
     offered = offered_settings(str(path), [])
     assert offered and not any(setting.startswith("parallelism.tp") for settings in offered for setting in settings)
 

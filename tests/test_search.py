@@ -1400,8 +1400,8 @@ def test_the_comparison_calls_a_layout_without_a_pipeline_idle_not_bubbled():
     def row(pp: int, dp: int, sharding: str, tokens: float, bubble: float) -> dict:
         candidate = Candidate(4, 1, pp, dp, 1, 1, sharding, "none")
         return {**{name: getattr(candidate, name) for name in CANDIDATE_COLUMNS},
-                "label": candidate.label(), "tokens_per_s": tokens, "mfu": 0.48, "bubble_fraction": bubble,
-                "bottleneck.verdict": "compute-bound"}
+                "label": candidate.label(), "status": "simulated", "tokens_per_s": tokens, "mfu": 0.48,
+                "bubble_fraction": bubble, "bottleneck.verdict": "compute-bound"}
 
     tree = TreeChoice(Candidate(4, 1, 4, 64, 1, 1, "zero1", "none"), ("fits",))
     text = compare(row(1, 256, "fsdp", 1_089_810.0, 0.018), row(4, 64, "zero1", 1_049_849.0, 0.115), tree)
