@@ -431,8 +431,9 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, dense_units,
-                              _buckets(tensors, layers_per_rank, grad_buffer_bytes(training.precision,
-                                                                                   training.gradient_buffer_dtype()),
+                              _buckets(tensors, layers_per_rank,
+                                       grad_buffer_bytes(training.precision,
+                                                         training.gradient_buffer_dtype(par.deepspeed_zero3)),
                                        par.ddp.bucket)) if dp > 1 else 0.0,
     }
     if expert_units and dp > 1:  # FSDP2's expert units: over their own shard group, or copies in its place

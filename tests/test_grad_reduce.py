@@ -1,6 +1,7 @@
 """The gradient buffer's format (`training.grad_reduce_dtype`) is one thing: the bytes the data-parallel
 reduction sends per gradient and the bytes memory holds per gradient both come from it, and its default is
-Megatron-LM's (fp32 for bf16 and fp8, the parameters' fp16 for fp16)."""
+the framework's: Megatron-LM's (fp32 for bf16 and fp8, the parameters' fp16 for fp16), DeepSpeed's under
+`zero: 3` (the parameters' 16 bits), torchtitan's fp32 under PyTorch FSDP."""
 
 from __future__ import annotations
 
@@ -54,7 +55,20 @@ def test_zero1_reduce_scatters_the_buffer_and_gathers_parameters_in_the_training
     assert (sent, held, gathered) == pytest.approx((4.0, 4.0, 2.0), rel=1e-12)
 
 
+@pytest.mark.parametrize(("overrides", "grad_bytes"), [
+    (("parallelism.zero=3",), 2.0),  # DeepSpeed's communication_data_type and ZeRO grad_accum_dtype: bf16
+    (("parallelism.zero=3", "training.precision=fp8"), 2.0),  # fp8 through Transformer Engine keeps bf16 on
+    (("parallelism.zero=3", "training.precision=fp16"), 2.0),
+    (("parallelism.zero=3", "training.grad_reduce_dtype=fp32"), 4.0),  # communication_data_type: fp32
+    (("parallelism.fsdp=full_shard",), 4.0),  # torchtitan's mixed_precision_reduce: float32
+])
+def test_zero3_reduces_and_holds_gradients_in_its_frameworks_format(overrides, grad_bytes):
+    sent, held, _ = _per_gradient_bytes(*overrides)
+    assert sent == pytest.approx(grad_bytes, rel=1e-12)
+    assert held == pytest.approx(grad_bytes / 8, rel=1e-12)
+
+
 def test_a_buffer_format_the_precision_cannot_reduce_in_is_refused_at_load(validation_error):
     error = validation_error(LLAMA_8B_DP8, "training.grad_reduce_dtype=fp16")
     assert error.field == "training.grad_reduce_dtype"
-    assert error.allowed == "fp32, bf16 (default fp32)"
+    assert error.allowed == "fp32, bf16 (default fp32, under zero: 3 bf16)"

@@ -25,6 +25,7 @@ from simulator.config.sections import FieldProblem, Section, user_value
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import (
     AUTOCAST_PRECISIONS,
+    DEEPSPEED_GRAD_REDUCE,
     DEFAULT_GRAD_REDUCE,
     LOSS_SCALED,
     REDUCE_DTYPES_OF,
@@ -283,7 +284,8 @@ class TrainingConfig(Section):
     (plain PyTorch under torch.autocast, unfused: workload/eager.py); `optimizer_step`: torch.optim's `fused`
     update or its default `foreach` one (eager only). `grad_reduce_dtype`: the
     gradient buffer's format, which the micro-batches accumulate into, the data-parallel reduction sends and
-    memory holds (default Megatron-LM's: fp32 for bf16 and fp8, fp16 for fp16; bf16 is --grad-reduce-in-bf16)."""
+    memory holds (default Megatron-LM's: fp32 for bf16 and fp8, fp16 for fp16; bf16 is --grad-reduce-in-bf16;
+    under DeepSpeed's `zero: 3` DeepSpeed's, the parameters' 16 bits: gradient_buffer_dtype)."""
 
     seq_len: int = Field(default=2048, ge=1)
     global_batch: int | None = Field(default=None, ge=1)
@@ -302,14 +304,16 @@ class TrainingConfig(Section):
     grad_reduce_dtype: GradReduceDtype | None = None
     loss_scaling: LossScalingConfig | None = None
 
-    def gradient_buffer_dtype(self) -> GradReduceDtype:
-        """The format the gradients accumulate, reduce and sit in: under eager fp32 unless grad_reduce_dtype says
-        otherwise (autocast's fp32 ``.grad``, which DDP reduces as it is and the schema keeps fp32; PyTorch FSDP's
-        reduce_dtype, torchtitan's default fp32); else grad_reduce_dtype, or Megatron-LM's default for the
-        precision (DEFAULT_GRAD_REDUCE)."""
+    def gradient_buffer_dtype(self, deepspeed_zero3: bool) -> GradReduceDtype:
+        """The format the gradients accumulate, reduce and sit in: grad_reduce_dtype if given; else under eager
+        fp32 (autocast's fp32 ``.grad``, which DDP reduces as it is and the schema keeps fp32; PyTorch FSDP's
+        reduce_dtype, torchtitan's default fp32); under DeepSpeed's ZeRO-3 (``deepspeed_zero3``) the parameters'
+        format (DEEPSPEED_GRAD_REDUCE); else Megatron-LM's default for the precision (DEFAULT_GRAD_REDUCE)."""
+        if self.grad_reduce_dtype is not None:
+            return self.grad_reduce_dtype
         if self.kernels == "eager":
-            return self.grad_reduce_dtype or "fp32"
-        return self.grad_reduce_dtype or DEFAULT_GRAD_REDUCE[self.precision]
+            return "fp32"
+        return (DEEPSPEED_GRAD_REDUCE if deepspeed_zero3 else DEFAULT_GRAD_REDUCE)[self.precision]
 
     def fused_grad_accumulation(self, fsdp: bool) -> bool:
         """Whether the weight-gradient GEMMs accumulate into the gradient buffer (grad_accumulation_fusion),
@@ -360,7 +364,8 @@ class TrainingConfig(Section):
         if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in allowed:
             raise FieldProblem(("grad_reduce_dtype",), f"{self.precision} training cannot reduce gradients in "
                                f"{self.grad_reduce_dtype}", f"{', '.join(allowed)} (default "
-                               f"{DEFAULT_GRAD_REDUCE[self.precision]})")
+                               f"{DEFAULT_GRAD_REDUCE[self.precision]}, under zero: 3 "
+                               f"{DEEPSPEED_GRAD_REDUCE[self.precision]})")
         return self
 
 
@@ -441,6 +446,11 @@ class ParallelismConfig(Section):
     def hybrid_shard(self) -> bool:
         """Whether PyTorch FSDP shards inside each NVLink domain and replicates across them (HSDP)."""
         return self.fsdp == "hybrid_shard"
+
+    @property
+    def deepspeed_zero3(self) -> bool:
+        """Whether ZeRO-3 runs as DeepSpeed (`zero: 3`), rather than as PyTorch FSDP (`fsdp: ...`)."""
+        return self.zero == 3
 
     @property
     def gathers_per_unit(self) -> bool:

@@ -50,6 +50,11 @@ fp16 (--accumulate-allreduce-grads-in-fp32 is off by default). Llama 3 (section 
 micro-batches and reduce-scatters across data-parallel workers in fp32."""
 PARAM_DTYPE: dict[Precision, GradReduceDtype] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "fp32": "fp32"}
 """The parameters' format per precision (fp8 training keeps bf16 parameters)."""
+DEEPSPEED_GRAD_REDUCE: dict[Precision, GradReduceDtype] = PARAM_DTYPE
+"""DeepSpeed's gradient format under ZeRO: the engine's `communication_data_type` is fp16 with fp16 on, bf16 with
+bf16 on (fp8 through Transformer Engine keeps bf16 on), else fp32, and with ZeRO `get_data_types` accumulates in
+the same model dtype (deepspeed/runtime/engine.py: communication_data_type, get_data_types; stage3.py reduces
+in it and keeps `grad_partitions_flat_buffer` in it)."""
 REDUCE_DTYPES_OF: dict[Precision, tuple[GradReduceDtype, ...]] = {
     precision: tuple(dict.fromkeys(("fp32", PARAM_DTYPE[precision]))) for precision in PARAM_DTYPE}
 """The buffer formats a precision can reduce in: fp32, or its parameters' format."""

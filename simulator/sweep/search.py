@@ -115,8 +115,8 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     space_layouts = set(candidates)
     checked = _prune(candidates, check, space)
     eager = scenario.training.kernels == "eager"
-    state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer,
-                                  scenario.training.gradient_buffer_dtype(), eager)
+    grad_format = scenario.training.gradient_buffer_dtype(scenario.parallelism.deepspeed_zero3)
+    state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer, grad_format, eager)
     layer_state = model.layer_params_per_ep_rank(tree_ep) * (state.param + state.grad + state.optimizer)
     layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
     tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,

@@ -83,7 +83,8 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
         breakdown = memory.rank_memory(
             model, shard, layers=layers, in_flight=in_flight, recompute=stored_activations(training),
             sharding=sharding,
-            precision=training.precision, optimizer=training.optimizer, grad_reduce=training.gradient_buffer_dtype(),
+            precision=training.precision, optimizer=training.optimizer,
+            grad_reduce=training.gradient_buffer_dtype(scenario.parallelism.deepspeed_zero3),
             first_stage=0 in vstages,
             last_stage=layout.pp * plan.virtual_stages - 1 in vstages, buffer_bytes=buffers,
             ep=scenario.parallelism.ep, routed_tokens=step.routed_tokens)

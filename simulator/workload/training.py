@@ -236,7 +236,8 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
         _check_hybrid_blocks(layout, topology, degree)
         _check_hybrid_experts(par.ep, degree)
     return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
-                    grad_bytes=grad_buffer_bytes(training.precision, training.gradient_buffer_dtype()),
+                    grad_bytes=grad_buffer_bytes(training.precision,
+                                                 training.gradient_buffer_dtype(par.deepspeed_zero3)),
                     param_bytes=PRECISION_BYTES[training.precision],
                     overlap_param_gather=par.ddp.overlap_param_gather,
                     reduce_every_microbatch=par.reduce_every_microbatch(layout.pp),
