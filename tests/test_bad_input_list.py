@@ -390,8 +390,15 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         "s.yaml:8: faults.step.stragglers[0].draw.sigma: 50 is above 2.3 (allowed: a value <= 2.3)"),
     "straggler-slowdown-1e-300": (
         scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [0], slowdown: 1e-300}]}}\n"), RUN, 2,
-        "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 1e-300 is less than 0.001: no GPU runs a thousand "
-        "times faster than its nominal kernels (allowed: a factor from 0.001 to 1000, e.g. 1.5)"),
+        "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 1e-300 is below 1: a straggler's kernels last "
+        "slowdown times their nominal time, so 1e-300 would make the GPU 1e+300 times faster (allowed: a factor "
+        "from 1 to 1000, e.g. 2 for half speed)"),
+    # accepted and printed "GPU 1 compute x0.5 slower" for a GPU twice as fast as nominal (usertest34 #11)
+    "straggler-slowdown-half": (
+        scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [1], slowdown: 0.5}]}}\n"), RUN, 2,
+        "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 0.5 is below 1: a straggler's kernels last "
+        "slowdown times their nominal time, so 0.5 would make the GPU 2 times faster (allowed: a factor from 1 "
+        "to 1000, e.g. 2 for half speed)"),
 
     "override-list-item-value": (scenario(COMM), RUN + ["--set", "workload[0].root=9"], 2,
                                  "command line: trainsim run: --set workload[0].root=9: root 9 is not a "

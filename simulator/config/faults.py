@@ -20,6 +20,7 @@ from simulator.config.reliability import (
     Duration,
     MaintenanceConfig,
     SlowdownFactor,
+    StragglerSlowdown,
 )
 from simulator.config.sections import Section, user_value
 from simulator.errors import yaml_spelling
@@ -76,13 +77,14 @@ class Swing(Section):
 
 
 class Straggler(Section):
-    """GPUs whose compute runs `slowdown` times longer (or by a factor `draw`n per GPU): by index (`gpus`, or
-    `all`), or a seeded random `fraction` of the GPUs. Overlapping entries multiply, the product held within the
-    factor's bounds (MIN_SLOWDOWN to MAX_SLOWDOWN), as a drawn factor is."""
+    """GPUs whose compute runs `slowdown` times longer (a given factor from 1 to MAX_SLOWDOWN; below 1 is refused,
+    it would make the GPU faster) or by a factor `draw`n per GPU: by index (`gpus`, or `all`), or a seeded random
+    `fraction` of the GPUs. Overlapping entries multiply, the product held within the factor's bounds
+    (MIN_SLOWDOWN to MAX_SLOWDOWN), as a drawn factor is."""
 
     gpus: GpuSelection | None = None
     fraction: float | None = Field(default=None, gt=0, le=1)
-    slowdown: SlowdownFactor | None = None
+    slowdown: StragglerSlowdown | None = None
     draw: SlowdownDraw | None = None
     swing: Swing | None = None
 

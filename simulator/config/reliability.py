@@ -69,6 +69,22 @@ SlowdownFactor = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidat
 MAX_SLOWDOWN."""
 
 
+def _not_faster_than_nominal(factor: float) -> float:
+    """``factor`` if it slows the GPU (at least 1): a given straggler factor below 1 made the GPU faster, which a
+    user who means "runs at half speed" by `slowdown: 0.5` gets the opposite of."""
+    if factor < 1:
+        raise ValueError(f"slowdown {factor:g} is below 1: a straggler's kernels last slowdown times their nominal "
+                         f"time, so {factor:g} would make the GPU {1 / factor:.3g} times faster (allowed: a factor "
+                         f"from 1 to {MAX_SLOWDOWN:g}, e.g. 2 for half speed)")
+    return factor
+
+
+StragglerSlowdown = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_not_faster_than_nominal),
+                              AfterValidator(_within_slowdown_bounds)]
+"""A straggler's given slowdown factor: from 1 (nominal) to MAX_SLOWDOWN; only a drawn factor (a jitter around 1)
+may fall below 1."""
+
+
 class Effect(StrEnum):
     """What a failure of a component class does to the job: the one definition of the option set."""
 
