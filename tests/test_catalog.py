@@ -33,6 +33,9 @@ def test_gpu_figures_match_datasheets():
         "h100-sxm": (989e12, 1979e12, 81559 * mib, 3.35e12),
         "h200": (989e12, 1979e12, 143771 * mib, 4.8e12),
         "b200": (2250e12, 4500e12, 183359 * mib, 8.0e12),
+        # GB200 NVL72's rack totals over its 72 GPUs, sparse figures halved: 360 PFLOP/s sparse BF16 -> 2.5 P,
+        # 720 sparse FP8 -> 5 P, 576 TB/s -> 8 TB/s; nvidia-smi's 189,471 MiB (the 186 GB part)
+        "gb200": (2500e12, 5000e12, 189471 * mib, 8.0e12),
     }
     assert set(gpu_names()) == set(expected)
     for name, (bf16, fp8, hbm, bandwidth) in expected.items():
@@ -48,6 +51,16 @@ def test_gpu_figures_match_datasheets():
             assert "bf16" in info.value.allowed
         else:
             assert gpu.peak("fp8") == pytest.approx(fp8)
+
+
+def test_gb200_racks_run_the_gb200_not_the_hgx_b200():
+    """The GB200 NVL72 rack (the topology file and the nvl72 builder's default) holds GB200 GPUs, whose 1,200 W
+    part peaks a tenth above the HGX B200's 1,000 W one; before, the rack held the HGX B200."""
+    from simulator.topology.builders import NVL72_PARAMETERS
+    from simulator.topology.loader import load_topology
+
+    assert load_topology("gb200-nvl72").gpu_model == NVL72_PARAMETERS["gpu_model"].default == "gb200"
+    assert get_gpu("gb200").peak("bf16") / get_gpu("b200").peak("bf16") == pytest.approx(2500 / 2250)
 
 
 def test_unknown_gpu_lists_the_catalog():

@@ -54,7 +54,7 @@ def test_nvls_on_gpus_without_nvlink_sharp_names_the_gpu(tmp_path):
         simulate(load_scenario(str(scenario)))
     assert info.value.field == "cluster.gpu_model"
     assert info.value.problem == "nvls needs GPUs with NVLink SHARP; a100-80gb has none"
-    assert info.value.allowed == "h100-sxm, h200, b200"
+    assert info.value.allowed == "h100-sxm, h200, b200, gb200"
 
 
 def test_auto_on_gpus_without_nvlink_sharp_takes_the_ring():

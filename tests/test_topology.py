@@ -90,7 +90,7 @@ def test_ethernet_and_nvl72_files():
     assert route_kinds(eth, 0, 7) == ["gpu", "nic", "switch", "nic", "gpu"]
     assert eth.path_latency(0, 7) == pytest.approx(14e-6, rel=REL)
     nvl = load_topology("gb200-nvl72")
-    assert (nvl.num_gpus, nvl.num_hosts, nvl.gpu_model) == (72, 18, "b200")
+    assert (nvl.num_gpus, nvl.num_hosts, nvl.gpu_model) == (72, 18, "gb200")
     assert kinds(nvl) == {"gpu": 72, "nvswitch": 1}
     assert {d["bandwidth"] for _, _, d in nvl.graph.edges(data=True)} == {9.0e11}
     assert nvl.gpu_host[:8] == [0, 0, 0, 0, 1, 1, 1, 1] and nvl.gpu_local[4:8] == [0, 1, 2, 3]

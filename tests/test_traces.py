@@ -435,7 +435,7 @@ def test_an_fp8_gemm_moved_to_a_gpu_without_fp8_is_refused(tmp_path):
     error = refusal(text, tmp_path)
     assert error.field == "cluster.gpu_model"
     assert "GPU 'a100-80gb' has no fp8 peak for the trace's fp8 GEMM kernels" in str(error)
-    assert error.allowed == "a GPU with one: h100-sxm, h200, b200"
+    assert error.allowed == "a GPU with one: h100-sxm, h200, b200, gb200"
 
 
 def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):

@@ -7,8 +7,15 @@ Figures are dense (no 2:4 sparsity) vendor peaks for the SXM/HGX parts:
 - H200 SXM: NVIDIA H200 datasheet (same compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s).
 - B200 (HGX): NVIDIA DGX/HGX B200 figures divided per GPU (2,250 BF16/FP16, 4,500 FP8, 1,125 TF32, ~75 FP32;
   192 GB HBM3e at 8 TB/s).
+- GB200 (the Blackwell GPU of a GB200 NVL72 rack, run at 1,200 W against the HGX B200's 1,000 W): NVIDIA's GB200
+  NVL72 rack figures (https://www.nvidia.com/en-us/data-center/gb200-nvl72/: FP16/BF16 Tensor Core 360 PFLOPS,
+  FP8 720, TF32 180, all with sparsity, FP32 5,760 TFLOPS, up to 13.4 TB HBM3e at 576 TB/s) divided by its 72
+  GPUs and the sparse figures by 2: 2,500 BF16/FP16, 5,000 FP8, 1,250 TF32, 80 FP32; 186 GB at 8 TB/s. G.
+  Lockwood's per-variant table (glennklockwood.com/garden/processors/B200) gives the same 2,500 for the GB200
+  variant at 1,200 W and 2,250 for the HGX one at 1,000 W.
 HBM capacity is what the driver reports as the GPU's total memory (nvidia-smi ``memory.total``): A100-SXM4-40GB
-40,960 MiB, A100-SXM4-80GB 81,920 MiB, H100 80GB HBM3 81,559 MiB, H200 143,771 MiB, B200 183,359 MiB. The parts
+40,960 MiB, A100-SXM4-80GB 81,920 MiB, H100 80GB HBM3 81,559 MiB, H200 143,771 MiB, B200 183,359 MiB, GB200
+189,471 MiB (the 186 GB part; as nvidia-smi reports it on GB200 NVL72 and NVL4 nodes). The parts
 hold binary gigabytes (an "80 GB" H100 is five 16 GiB HBM3 stacks, S. Bekman, ml-engineering,
 compute/accelerator/README.md, "Accelerator memory size and speed"), so reading the marketed size as decimal
 bytes (80e9 = 74.5 GiB) would understate what a training job can allocate by 5 GiB.
@@ -64,6 +71,7 @@ GPUS: MappingProxyType = MappingProxyType({
         _spec("h100-sxm", 81559 * MIB, 3.35e12, **_H100_TFLOPS),
         _spec("h200", 143771 * MIB, 4.8e12, **_H100_TFLOPS),
         _spec("b200", 183359 * MIB, 8.0e12, fp8=4500.0, bf16=2250.0, fp16=2250.0, tf32=1125.0, fp32=75.0),
+        _spec("gb200", 189471 * MIB, 8.0e12, fp8=5000.0, bf16=2500.0, fp16=2500.0, tf32=1250.0, fp32=80.0),
     )
 })
 

@@ -601,7 +601,7 @@ NVL72_PARAMETERS = {
     "gpus_per_tray": Param("count", 4, "GPUs per compute tray"),
     "nvlink_bandwidth": Param("bandwidth", "900 GB/s", "NVLink bandwidth per GPU, per direction (1.8 TB/s total)"),
     "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency in the rack (half on each link)"),
-    "gpu_model": Param("text", "b200", "GPU model name in the catalog", choices=gpu_names()),
+    "gpu_model": Param("text", "gb200", "GPU model name in the catalog", choices=gpu_names()),
     "nvls": Param("text", "nvswitch3", "in-switch reduction in the rack's NVSwitches (NVLink SHARP) or none",
                   choices=NvlinkReduction),
     "nvswitch_trays": Param("count", 9, "NVSwitch trays per rack; each GPU's NVLinks are spread evenly over them "
