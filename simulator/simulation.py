@@ -353,13 +353,37 @@ def located_layout_warning(loaded: LoadedScenario, warning: str) -> str:
 
 def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, ...]:
     """The warnings of the scenario's sections rather than of its step: the fields a run without a horizon
-    ignores, and a node override that keeps NVLink SHARP for a GPU without it (`kept_nvls_warning`). Each command
-    gives them once: every step program carried the latter, a job's each cluster state's too, and a job's healthy
-    step cached from another file with the same step sections named that file's line."""
+    ignores, a node override that keeps NVLink SHARP for a GPU without it (`kept_nvls_warning`) and a `zero: 2`
+    that runs as ZeRO-1 (`zero2_as_zero1_warning`). Each command gives them once: every step program carried the
+    second, a job's each cluster state's too, and a job's healthy step cached from another file with the same step
+    sections named that file's line."""
     from simulator.topology.loader import kept_nvls_warning
 
-    kept = kept_nvls_warning(loaded, topology)
-    return (*loaded.ignored_without_a_horizon(), *(() if kept is None else (kept,)))
+    found = (kept_nvls_warning(loaded, topology), zero2_as_zero1_warning(loaded, topology.num_gpus))
+    return (*loaded.ignored_without_a_horizon(), *(warning for warning in found if warning is not None))
+
+
+def zero2_as_zero1_warning(loaded: LoadedScenario, gpus: int) -> str | None:
+    """The located warning for `zero: 2` with `ddp.reduce_every_microbatch` left out on a step of several
+    micro-batches (on ``gpus`` GPUs; called once the step is built, so its layout resolves): the default
+    accumulates the whole gradient and reduce-scatters it once after the last micro-batch (Megatron-LM's
+    distributed optimizer, which has no stage 2 of its own), so the step holds, sends and takes exactly what
+    `zero: 1` does, which a user asking for ZeRO-2 does not expect; None otherwise."""
+    from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
+
+    scenario = loaded.scenario
+    parallelism = scenario.parallelism
+    if (parallelism.zero != 2 or parallelism.ddp.reduce_every_microbatch is not None or scenario.model is None
+            or not isinstance(scenario.workload, list)):
+        return None
+    if microbatch_count(scenario, resolve_layout(scenario, gpus, pipeline_depth(scenario)).dp) == 1:
+        return None
+    return str(loaded.error(
+        ("parallelism", "zero"),
+        "zero: 2 with ddp.reduce_every_microbatch left out accumulates whole gradients and reduce-scatters them "
+        "once per step (Megatron-LM's distributed optimizer), so it holds ZeRO-1's memory and sends its traffic",
+        "parallelism.ddp.reduce_every_microbatch: true for DeepSpeed's ZeRO-2 (each micro-batch's gradients "
+        "reduce-scattered, only the shard kept), or zero: 1 for the same step"))
 
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:

@@ -58,3 +58,29 @@ def test_reduce_every_microbatch_needs_sharded_gradients(validation_error, zero)
                              "parallelism.ddp.reduce_every_microbatch=true")
     assert error.field == "parallelism.ddp.reduce_every_microbatch"
     assert f"not ZeRO stage {zero}" in error.problem
+
+
+@pytest.mark.parametrize(("overrides", "warned"), [
+    ((), True),  # m = 4, accumulated whole: ZeRO-1's step exactly
+    (("parallelism.ddp.reduce_every_microbatch=true",), False),  # DeepSpeed's ZeRO-2
+    (("parallelism.ddp.reduce_every_microbatch=false",), False),  # asked for
+    (("training.global_batch=8",), False),  # one micro-batch: its gradients are sharded after the backward
+    (("parallelism.fsdp=shard_grad_op", "parallelism.zero=0"), False),  # FSDP1's own shard_grad_op
+])
+def test_zero2_that_runs_as_zero1_says_so_naming_the_option(overrides, warned):
+    """`zero: 2` left to accumulate whole gradients over several micro-batches holds, sends and takes exactly what
+    `zero: 1` does (usertest34 #12): the run warns once, at the field, naming the option that makes it ZeRO-2.
+    Before, nothing said that the stage asked for changed nothing."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.preflight import validate
+    from simulator.topology.loader import scenario_topology
+
+    loaded = scenario_from_text(LLAMA_8B_ZERO2, "inline.yaml", list(overrides))
+    warnings = [warning for warning in validate(loaded, scenario_topology(loaded)).warnings
+                if "ZeRO-1's memory" in warning]
+    assert warnings == ([
+        "inline.yaml:5: parallelism.zero: zero: 2 with ddp.reduce_every_microbatch left out accumulates whole "
+        "gradients and reduce-scatters them once per step (Megatron-LM's distributed optimizer), so it holds "
+        "ZeRO-1's memory and sends its traffic (allowed: parallelism.ddp.reduce_every_microbatch: true for "
+        "DeepSpeed's ZeRO-2 (each micro-batch's gradients reduce-scattered, only the shard kept), or zero: 1 for "
+        "the same step)"] if warned else [])
