@@ -311,7 +311,15 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 def _cmd_validate_published(args: argparse.Namespace) -> int:
     from simulator.report.atomic import write_bytes
-    from simulator.validation import DEFAULT_FOLDER, DEFAULT_REPORT, UNITS, published_cases, render, run_cases
+    from simulator.validation import (
+        DEFAULT_FOLDER,
+        DEFAULT_REPORT,
+        outside_summary,
+        published_cases,
+        render,
+        result_line,
+        run_cases,
+    )
 
     folder = Path(args.folder) if args.folder else DEFAULT_FOLDER
     out = Path(args.out) if args.out else DEFAULT_REPORT
@@ -321,8 +329,8 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
                          allowed="a file in an existing folder")
     results = run_cases(paths, workers=_published_workers(args))
     for result in results:
-        print(f"{result.case}: {UNITS[result.metric]}: published {result.published:g}, simulated "
-              f"{result.simulated:.1f} ({result.error:+.1%}, tolerance {result.tolerance:.0%})")
+        print(result_line(result))
+    print(outside_summary(results))
     if not args.case:  # the report moved in whole: a write stopped halfway left the earlier one cut short
         write_bytes(out, render(results).encode())
         print(f"wrote {out}")

@@ -49,6 +49,24 @@ class CaseResult:
         return abs(self.error) <= self.tolerance
 
 
+def result_line(result: CaseResult) -> str:
+    """One case against its published figure, as validate-published prints it: a case past its tolerance says so
+    (its line read like a passing one, the exit status alone telling them apart)."""
+    line = (f"{result.case}: {UNITS[result.metric]}: published {result.published:g}, simulated "
+            f"{result.simulated:.1f} ({result.error:+.1%}, tolerance {result.tolerance:.0%})")
+    return line if result.within else f"{line}: OUTSIDE tolerance"
+
+
+def outside_summary(results: Sequence[CaseResult]) -> str:
+    """How many of the cases are outside their tolerance, and which (validate-published's last line and the
+    report's)."""
+    outside = [result.case for result in results if not result.within]
+    cases = f"{len(results)} case{'s' if len(results) != 1 else ''}"
+    if not outside:
+        return f"all {cases} within their tolerance"
+    return f"{len(outside)} of {cases} outside their tolerance: {', '.join(outside)}"
+
+
 def published_cases(folder: Path = DEFAULT_FOLDER, names: Sequence[str] = ()) -> list[Path]:
     """The case files of ``folder``, sorted, or only those ``names`` (file names without .yaml); an empty or
     missing folder, or a name no case has, is an error (a mistyped --case ran nothing and passed)."""
@@ -214,6 +232,7 @@ def render(results: list[CaseResult]) -> str:
         worst = max(rows, key=lambda r: abs(r.error))
         lines.append(f"- {UNITS[metric]}: {len(rows)} cases, mean absolute error {mean:.1%}, worst {worst.case} "
                      f"({worst.error:+.1%}).")
+    lines.append(f"- {outside_summary(results)}.")
     steps = [r for r in results if r.facts[0][0] == "step"]
     if steps:
         lines += ["", "## Where the time goes", "", "| case | " + " | ".join(k for k, _ in steps[0].facts) + " |",

@@ -52,6 +52,26 @@ def test_validate_published_command_runs_named_cases(capsys):
     assert "nccl-sendrecv-ndr: busbw GB/s: published 47, simulated 47.0" in capsys.readouterr().out
 
 
+def _case(name: str, simulated: float) -> validation.CaseResult:
+    return validation.CaseResult(case=name, source="a paper", metric="megatron_tflops_per_gpu", published=100.0,
+                                 simulated=simulated, tolerance=0.05, fitted="no", facts=(("busbw", "1"),))
+
+
+def test_a_case_outside_its_tolerance_says_so_on_its_line_and_in_a_last_line(monkeypatch, capsys):
+    """usertest34 #13: validate-published exited 1 while a failing line ('+6.2%, tolerance 5%') read like a
+    passing one; now it ends 'OUTSIDE tolerance', a last line counts them, and the report says the same."""
+    results = [_case("within", 104.0), _case("outside", 106.2)]
+    monkeypatch.setattr(validation, "run_cases", lambda paths, workers: results)
+    assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr"]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "within: TFLOP/s per GPU (Megatron formula): published 100, simulated 104.0 (+4.0%, tolerance 5%)",
+        "outside: TFLOP/s per GPU (Megatron formula): published 100, simulated 106.2 (+6.2%, tolerance 5%): "
+        "OUTSIDE tolerance",
+        "1 of 2 cases outside their tolerance: outside"]
+    assert "- 1 of 2 cases outside their tolerance: outside." in render(results)
+    assert validation.outside_summary(results[:1]) == "all 1 case within their tolerance"
+
+
 def test_an_unknown_case_is_refused_naming_the_cases(capsys):
     """--case with a name no case file has ran nothing, printed nothing and exited 0, as if it had passed."""
     assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr",
