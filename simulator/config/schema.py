@@ -271,6 +271,13 @@ class ModelConfig(Section):
         return self.preset is not None and not self.experts_dropped and _preset_has_experts(self.preset)
 
 
+def _default_grad_reduce(precision: Precision) -> str:
+    """The gradient buffer's default format for ``precision`` as a refusal names it: Megatron-LM's, and DeepSpeed's
+    under `zero: 3` where it differs."""
+    megatron, deepspeed = DEFAULT_GRAD_REDUCE[precision], DEEPSPEED_GRAD_REDUCE[precision]
+    return megatron if megatron == deepspeed else f"{megatron}, under zero: 3 {deepspeed}"
+
+
 class TrainingConfig(Section):
     """Batch, sequence, precision and recompute; `microbatches` overrides global_batch/(micro_batch x dp);
     `loss_scaling` models fp16 dynamic loss scaling over a multi-step run. `grad_accumulation_fusion`: the
@@ -364,8 +371,7 @@ class TrainingConfig(Section):
         if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in allowed:
             raise FieldProblem(("grad_reduce_dtype",), f"{self.precision} training cannot reduce gradients in "
                                f"{self.grad_reduce_dtype}", f"{', '.join(allowed)} (default "
-                               f"{DEFAULT_GRAD_REDUCE[self.precision]}, under zero: 3 "
-                               f"{DEEPSPEED_GRAD_REDUCE[self.precision]})")
+                               f"{_default_grad_reduce(self.precision)})")
         return self
 
 
