@@ -247,7 +247,7 @@ NONE_DEFAULT_CELLS = {
     "global_batch": "none",
     "microbatches": "none",
     "grad_accumulation_fusion": "the framework's",
-    "grad_reduce_dtype": "per precision",
+    "grad_reduce_dtype": "the framework's",
     "loss_scaling": "none",
     "dp": "GPUs / (tp cp pp)",
     "pipeline.table": "none",

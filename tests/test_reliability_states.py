@@ -1088,7 +1088,10 @@ def run_refused(tmp_path: Path, capsys, text: str) -> tuple[Path, str]:
 
 ZERO3_JOB = SHRINKING.replace("vocab: 32000, moe: {experts: 8, top_k: 2}}", "vocab: 32000}").replace(
     "layers: 2, hidden: 2048, heads: 16", "layers: 6, hidden: 12288, heads: 96").replace(
-    "parallelism: {dp: 4}", "parallelism: {dp: 4, zero: 3}")
+    "parallelism: {dp: 4}", "parallelism: {dp: 4, zero: 3}").replace(
+    "training: {seq_len: 1024, microbatches: 1}", "training: {seq_len: 1024, microbatches: 1, grad_reduce_dtype: fp32}")
+"""Gradients reduced in fp32 (DeepSpeed's `communication_data_type: fp32`; bf16 by default), for the 18 B per
+parameter the figures below count."""
 GIB = 2.0**30
 
 
