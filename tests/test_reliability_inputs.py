@@ -772,6 +772,16 @@ def test_a_single_step_warns_of_what_only_a_job_reads(setting, tmp_path, capsys)
     assert capsys.readouterr().err.splitlines() == [f"warning: command line: trainsim validate: {warning}"]
 
 
+def test_the_warnings_of_what_only_a_job_reads_come_in_file_order(tmp_path):
+    """checkpoint (l.5), faults (l.6), restart (l.7): they came out 5, 7, 6, the sections' order in the code."""
+    scenario = tmp_path / "nohz.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\n"
+                        "training: {seq_len: 4096, global_batch: 32, micro_batch: 1}\nparallelism: {dp: 8}\n"
+                        "checkpoint: {interval: 10 min}\nfaults: {preset: llama3}\nrestart: {spares: 3}\n")
+    warnings = load_scenario(scenario).ignored_without_a_horizon()
+    assert [warning.split(": ")[0] for warning in warnings] == [f"{scenario}:{line}" for line in (5, 6, 7)]
+
+
 def test_a_collective_list_warns_of_a_checkpoint_at_its_line(tmp_path, capsys):
     scenario = tmp_path / "list.yaml"
     scenario.write_text("cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 1 MiB}\n"

@@ -173,7 +173,7 @@ class LoadedScenario:
         """A located warning for each field the scenario sets that only a job over weeks reads (`checkpoint`,
         `storage`, `restart`, `run.replications`, the failure processes of `faults`) when it has no
         `run.horizon`: a single step ignores them, and a user who meant a job should hear so before trusting the
-        figures."""
+        figures. In the file's line order, as a compiler sorts its diagnostics; the `--set`s, without a line, last."""
         scenario = self.scenario
         if scenario.run.horizon is not None:
             return ()
@@ -181,8 +181,10 @@ class LoadedScenario:
                  for field in sorted(getattr(scenario, name).model_fields_set)]
         paths += [("run", "replications")] if "replications" in scenario.run.model_fields_set else []
         paths += [("faults", field) for field in sorted(scenario.faults.model_fields_set & JOB_FAULT_FIELDS)]
-        return tuple(str(self.error(path, "only a job over weeks reads it (run.horizon); this single step ignores "
-                                          "it")) for path in paths)
+        errors = [self.error(path, "only a job over weeks reads it (run.horizon); this single step ignores it")
+                  for path in paths]
+        errors.sort(key=lambda error: (error.line is None, error.line or 0))  # in file order, overrides last
+        return tuple(str(error) for error in errors)
 
 
 def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
