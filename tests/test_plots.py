@@ -20,7 +20,7 @@ import simulator
 from simulator.cli import main
 from simulator.errors import InputError
 from simulator.program.ops import Category
-from simulator.report.gantt import BAR_CLASSES, OP_BARS, PASS_BARS, Bar, _bar_class, gantt_figure
+from simulator.report.gantt import BAR_CLASSES, OP_BARS, PASS_BARS, Bar, _bar_class, _legend, gantt_figure
 from simulator.report.layout_names import parallel_degrees
 from simulator.report.memory_timeline import GIB, memory_figure, memory_timeline
 from simulator.report.outputs import simulated_ranks
@@ -390,6 +390,18 @@ def test_cli_gantt_of_a_run_that_takes_no_time_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == (f"error: {out}: OUTDIR: every op of this run ends at 0 s: a Gantt chart has no "
                                        "time to draw (allowed: the folder of a run whose ops take time)\n")
     assert not (tmp_path / "g.png").exists()
+
+
+@pytest.mark.parametrize("virtual_stages", [5, 8, 45])
+def test_every_chunk_of_an_interleaved_gantt_has_a_look_of_its_own(virtual_stages):
+    """docs/plots.md: one shade per chunk, one legend entry per chunk. With 4 shades, chunk 4 was drawn (and
+    listed) in chunk 0's colour; past the shades a hatch sets chunks apart, however many a rank holds."""
+    kinds = (Bar.FORWARD, Bar.BACKWARD, Bar.BACKWARD_INPUT, Bar.WEIGHT_GRAD)
+    used = {(kind, chunk) for kind in kinds for chunk in range(virtual_stages)}
+    handles = _legend(used, virtual_stages, pipelined=True)
+    assert len(handles) == len(kinds) * virtual_stages
+    looks = {(handle.get_facecolor(), handle.get_hatch() or "") for handle in handles}
+    assert len(looks) == len(handles)
 
 
 def test_every_op_category_of_a_training_step_has_its_gantt_bar():

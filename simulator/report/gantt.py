@@ -5,6 +5,7 @@ all-to-alls, the asynchronous PP/DP/ZeRO traffic in a thin lane under the row, a
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -91,7 +92,12 @@ CHUNK_SHADES = {Bar.FORWARD: ("#4C72B0", "#8FB3E0", "#27466E", "#B9CFEA"),
                 Bar.BACKWARD_INPUT: ("#F2C14E", "#F8DC96", "#B8901F", "#FBEBC4"),
                 Bar.WEIGHT_GRAD: ("#55A868", "#9BD0A8", "#2F6E3E", "#C7E6CE")}
 """Colours of the forward, backward, input-grad and weight-grad passes of chunk 0, 1, 2, 3 of an interleaved
-or V schedule (chunk c uses shade c mod 4); one chunk keeps the BAR_CLASSES colours."""
+or V schedule (chunk c uses shade c mod 4, and from chunk 4 on a hatch: CHUNK_HATCHES); one chunk keeps the
+BAR_CLASSES colours."""
+CHUNK_HATCHES = ("//", "..", "\\\\", "xx", "oo", "--", "||", "++", "**")
+"""Hatches over the shades from chunk 4 on: chunk c >= 4 draws hatch c // 4 - 1 (mod their count; each round
+past the last repeats its pattern once more, which matplotlib draws denser), so that every chunk of a rank looks
+apart (v = 5 drew chunk 4 as chunk 0)."""
 BACKWARD_PASS = (BACKWARD_CATEGORY, RECOMPUTE_CATEGORY)
 """Categories merged into one backward pass of a micro-batch: recompute runs block by block just before the
 block's backward, so drawn apart they would be hairlines; the pass draws its recompute time as one bar first."""
@@ -155,10 +161,24 @@ def pipeline_passes(actions: pd.DataFrame, virtual_stages: int, stages: list[int
     return passes.drop(columns="stage")
 
 
-def _chunk_colour(kind: Bar, chunk: int, virtual_stages: int) -> str | None:
-    """The shade of an interleaved or V chunk's pass (None: the kind's own colour)."""
+class ChunkLook(NamedTuple):
+    """How an interleaved or V chunk's pass is drawn: its shade and its hatch ('' for none)."""
+
+    colour: str
+    hatch: str
+
+
+def _chunk_look(kind: Bar, chunk: int, virtual_stages: int) -> ChunkLook | None:
+    """The shade and hatch of an interleaved or V chunk's pass, one of its own for every chunk (None: the
+    kind's own colour)."""
     shades = CHUNK_SHADES.get(kind)
-    return shades[chunk % len(shades)] if shades and virtual_stages > 1 else None
+    if not shades or virtual_stages <= 1:
+        return None
+    shade, rest = chunk % len(shades), chunk // len(shades)
+    if not rest:
+        return ChunkLook(shades[shade], "")
+    hatch, repeats = CHUNK_HATCHES[(rest - 1) % len(CHUNK_HATCHES)], 1 + (rest - 1) // len(CHUNK_HATCHES)
+    return ChunkLook(shades[shade], hatch * repeats)
 
 
 def _row_ranks(timeline: pd.DataFrame, summary: dict, by: GanttRows, ranks) -> tuple[list[int], list[str]]:
@@ -195,18 +215,19 @@ def _idle(busy_starts: np.ndarray, busy_ends: np.ndarray, window: float) -> tupl
 
 
 def _draw(ax, row: int, kind: Bar, starts: np.ndarray, ends: np.ndarray, lane: tuple[float, float],
-          scale: float, zorder: float, shown: tuple[float, float], colour: str | None = None) -> bool:
-    """One broken_barh call: the bars of one kind in one row that reach into the ``shown`` (start, end) window;
-    the collection's gid is 'kind:row'. Returns whether it drew any (the legend lists only what is visible)."""
+          scale: float, zorder: float, shown: tuple[float, float], look: ChunkLook | None = None) -> bool:
+    """One broken_barh call: the bars of one kind in one row that reach into the ``shown`` (start, end) window,
+    in the kind's colour or a chunk's ``look``; the collection's gid is 'kind:row'. Returns whether it drew any
+    (the legend lists only what is visible)."""
     widths = (ends - starts) * scale
     keep = (widths > 0) & (ends > shown[0]) & (starts < shown[1])
     if not keep.any():
         return False
     spans = np.column_stack([starts[keep] * scale, widths[keep]])
-    colour = colour or BAR_CLASSES[kind][1]
+    colour = look.colour if look else BAR_CLASSES[kind][1]
     edge = colour if kind in COMMUNICATION_CLASSES else "white" if kind != Bar.IDLE else "none"
     ax.broken_barh(spans, (row + lane[0], lane[1]), facecolors=colour, edgecolor=edge, linewidth=0.4,
-                   zorder=zorder, gid=f"{kind}:{row}")
+                   zorder=zorder, gid=f"{kind}:{row}", hatch=look.hatch if look and look.hatch else None)
     return True
 
 
@@ -237,9 +258,9 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
 
     def draw(kind: Bar, starts: np.ndarray, ends: np.ndarray, lane: tuple[float, float], zorder: float,
              chunk: int = -1) -> None:
-        colour = _chunk_colour(kind, chunk, virtual_stages) if chunk >= 0 else None
-        if _draw(ax, row, kind, starts, ends, lane, scale, zorder, shown, colour=colour):
-            drawn.add((kind, chunk if colour else -1))
+        look = _chunk_look(kind, chunk, virtual_stages) if chunk >= 0 else None
+        if _draw(ax, row, kind, starts, ends, lane, scale, zorder, shown, look=look):
+            drawn.add((kind, chunk if look else -1))
 
     draw(Bar.IDLE, *_idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window), MAIN_LANE, 1)
     for kind in ACTION_BARS:
@@ -341,8 +362,9 @@ def _legend(used: set[tuple[Bar, int]], virtual_stages: int, pipelined: bool) ->
         if not chunks:
             continue
         if chunks != [-1]:
-            handles += [Patch(facecolor=_chunk_colour(kind, chunk, virtual_stages), label=f"{label} chunk {chunk}")
-                        for chunk in chunks]
+            looks = [(chunk, _chunk_look(kind, chunk, virtual_stages)) for chunk in chunks]
+            handles += [Patch(facecolor=look.colour, hatch=look.hatch, edgecolor="white", linewidth=0.4,
+                              label=f"{label} chunk {chunk}") for chunk, look in looks if look]
         else:
             handles.append(Patch(facecolor=colour, label=label if pipelined or kind != Bar.IDLE else "idle"))
     return handles
