@@ -744,6 +744,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     out = output_folder(args.out)
     sweep = load_sweep(args.sweep, max_points=args.max_points, overrides=args.set)
+    for warning in sweep.warnings:
+        _warn_line(warning)
     executor = make_executor(args.executor, args.workers, args.scheduler)
     update, stop = progress_printer(args.quiet)
     try:

@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails
 from simulator.config.bundled import resolve_scenario
 from simulator.config.faults import JOB_FAULT_FIELDS
 from simulator.config.field_paths import model_in, origin_in, path_problem
+from simulator.config.model_options import SYNTHETIC_NO_OPS
 from simulator.config.schema import Scenario
 from simulator.config.sections import INT64_LIMIT, FieldProblem
 from simulator.config.yaml_source import (
@@ -184,6 +185,26 @@ class LoadedScenario:
         errors = [self.error(path, "only a job over weeks reads it (run.horizon); this single step ignores it")
                   for path in paths]
         errors.sort(key=lambda error: (error.line is None, error.line or 0))  # in file order, overrides last
+        return tuple(str(error) for error in errors)
+
+    def ignored_by_a_synthetic_model(self) -> tuple[str, ...]:
+        """A located warning for each field the scenario sets that a synthetic model cannot be changed by
+        (SYNTHETIC_NO_OPS: `parallelism.ddp.*`, `zero`, `fsdp`, the training's precision, optimizer and gradient
+        reduce format), each section's fields named one by one; in the file's line order, the `--set`s last."""
+        scenario = self.scenario
+        if scenario.model is None or scenario.model.synthetic is None:
+            return ()
+        errors = []
+        for (section, name), why in SYNTHETIC_NO_OPS.items():
+            owner = getattr(scenario, section)
+            if name not in owner.model_fields_set:
+                continue
+            value = getattr(owner, name)
+            fields = sorted(value.model_fields_set) if isinstance(value, BaseModel) else [None]
+            errors += [self.error((section, name) if field is None else (section, name, field),
+                                  f"{why}: it changes nothing")
+                       for field in fields]
+        errors.sort(key=lambda error: (error.line is None, error.line or 0))
         return tuple(str(error) for error in errors)
 
 

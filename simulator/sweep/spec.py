@@ -37,6 +37,7 @@ from pydantic import Field, ValidationError
 
 from simulator.config.bundled import bundled_file
 from simulator.config.field_paths import path_problem
+from simulator.config.model_options import SYNTHETIC_NO_OPS
 from simulator.config.loader import (
     LoadedScenario,
     Override,
@@ -139,6 +140,8 @@ class Sweep:
     axes: tuple[str, ...]
     points: tuple[Point, ...]
     outputs: bool
+    warnings: tuple[str, ...] = ()
+    """One per axis that no point can be changed by (`synthetic_axis_warnings`), located at the axis."""
 
 
 def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS, overrides: list[str] | None = None) -> Sweep:
@@ -189,6 +192,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         except InputError as exc:
             raise locate(("constraints", index), exc.problem, exc.allowed) from None
     points = []
+    synthetic = True
     clusters: set[bytes] = set()
     topology_files: dict[str, TopologySource] = {}
     for index, values in enumerate(_combinations(spec, locate)):
@@ -201,6 +205,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
                                                dotted(axes[name]), f"value {_shown(value)}: ")
                                       for name, value in values)
         scenario = validated_scenario(point_data, base_source, base_lines, written)
+        synthetic = synthetic and scenario.model is not None and scenario.model.synthetic is not None
         skipped = _violated(constraints, scenario, index, locate)
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
         if not skipped and cluster not in clusters:
@@ -208,7 +213,21 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             _check_cluster(scenario, base_source, base_lines, written, topology_files)
         digest = scenario_digest(LoadedScenario(scenario, "", {}))
         points.append(Point(index, values, point_data, point_key(point_data), digest, skipped, written))
-    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs)
+    warnings = synthetic_axis_warnings(axes, locate) if synthetic else ()
+    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, warnings)
+
+
+def synthetic_axis_warnings(axes: dict[str, FieldPath], locate) -> tuple[str, ...]:
+    """A warning for each axis over a field a synthetic model cannot be changed by (SYNTHETIC_NO_OPS), where
+    every point's model is synthetic: its values only multiply the points, each the same run."""
+    warnings = []
+    for name, where in axes.items():
+        path = parse_field(name)
+        why = next((why for prefix, why in SYNTHETIC_NO_OPS.items() if tuple(path[:len(prefix)]) == prefix), None)
+        if why is not None:
+            warnings.append(str(locate(where, f"{why}: every point's model is synthetic, so no point changes "
+                                              "with this axis")))
+    return tuple(warnings)
 
 
 def _shown(value: object) -> str:
