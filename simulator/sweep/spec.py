@@ -37,7 +37,6 @@ from pydantic import Field, ValidationError
 
 from simulator.config.bundled import bundled_file
 from simulator.config.field_paths import path_problem
-from simulator.config.model_options import SYNTHETIC_NO_OPS
 from simulator.config.loader import (
     LoadedScenario,
     Override,
@@ -47,6 +46,7 @@ from simulator.config.loader import (
     validated_scenario,
     validation_error,
 )
+from simulator.config.model_options import SYNTHETIC_NO_OPS
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
 from simulator.config.yaml_source import (
