@@ -259,6 +259,7 @@ NONE_DEFAULT_CELLS = {
     "algorithm": "`collectives.algorithm`",
     "protocol": "`collectives.protocol`",
     "checkpoint.size": "parameters x `bytes_per_param`",
+    "checkpoint.bytes_per_param": "the layout's",
     "checkpoint.memory": "none",
     "restart.min_replicas": "1",
 }

@@ -115,13 +115,13 @@ def test_bad_job_input_is_one_located_line(case, tmp_path, capsys):
 def test_a_checkpoint_larger_than_the_storage_reads_in_decimal_units(tmp_path, capsys):
     """`--set storage.capacity=1TB` was answered in binary units, 'larger than the storage (931.3 GiB)': a size
     given in decimal units came back in another base. The checkpoint and the storage read in decimal units, as
-    their fields are given: llama3-8b's 8,030,261,248 parameters x 16 B = 128.5 GB against 100 GB."""
+    their fields are given: llama3-8b's 8,030,261,248 parameters x 14 B = 112.4 GB against 100 GB."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(BASE)
     assert main(["validate", str(scenario), "--set", "storage.capacity=100GB"]) == 2
     assert capsys.readouterr().err == (
-        "error: command line: trainsim validate: --set storage.capacity=100GB: a 128.5 GB checkpoint is larger than "
-        "the storage (100 GB) (allowed: a checkpoint of at most 100 GB, or a storage.capacity of at least 128.5 GB)\n")
+        "error: command line: trainsim validate: --set storage.capacity=100GB: a 112.4 GB checkpoint is larger than "
+        "the storage (100 GB) (allowed: a checkpoint of at most 100 GB, or a storage.capacity of at least 112.4 GB)\n")
 
 
 @pytest.mark.parametrize(("size", "capacity", "shown"), [

@@ -318,15 +318,16 @@ class MemoryCheckpointConfig(Section):
 
 class CheckpointConfig(Section):
     """What a checkpoint holds and how it is written. `size` defaults to the model's parameters times
-    `bytes_per_param` (16: bf16 weights and gradients plus fp32 master, m and v for Adam, the whole training
-    state; frameworks save no gradients, 14); every host of the job writes its shard. `async`: the training
+    `bytes_per_param`, by default what the framework of the scenario's layout saves for its precision and
+    optimizer, no gradients (checkpoint.layout_bytes_per_param: 14 for bf16 with Adam under Megatron-LM or
+    DeepSpeed, 12 under PyTorch FSDP2); every host of the job writes its shard. `async`: the training
     stalls only for the HBM -> host snapshot, the write then runs in the background and slows steps
     (docs/reliability.md)."""
 
     interval: Interval = 1800.0
     mode: CheckpointMode = "sync"
     size: Size | None = None
-    bytes_per_param: float = Field(default=16.0, gt=0)
+    bytes_per_param: float | None = Field(default=None, gt=0)
     snapshot_bandwidth: Bandwidth = 50e9
     memory: MemoryCheckpointConfig | None = None
 

@@ -1,14 +1,14 @@
 """Checkpoint and restart costs of one cluster state, from the checkpoint, storage and restart sections.
 
-Size: the model's parameters times `bytes_per_param` (16 B: bf16 weights and gradients plus fp32 master weights,
-Adam m and v; seed 003: 405B -> 6.48 TB; a framework's checkpoint, without gradients, is 14 B) unless
-`checkpoint.size` is given. Every host of the job writes its shard: write time = size / min(hosts x per-host write
-bandwidth, aggregate write cap); a restart reads it back the same way. `sync`: training stalls for the write.
-`async`: it stalls for the snapshot of each GPU's shard from HBM to host memory (size / GPUs / snapshot bandwidth),
-then the write runs in the background and shares the host's network links with training traffic: the write takes a
-share f = per-host write rate / host network bandwidth of every link, so the step's exposed network communication
-(every category but tensor-parallel, which stays on NVLink) stretches by 1 / (1 - f) while a write runs; the step
-slows by sigma = exposed network share x f / (1 - f).
+Size: the model's parameters times `bytes_per_param`, by default what the scenario's framework saves for its layout
+and precision (`layout_bytes_per_param`: 14 B for bf16 with Adam under Megatron-LM or DeepSpeed, 12 B under PyTorch
+FSDP2), unless `checkpoint.size` is given. Every host of the job writes its shard: write time = size / min(hosts x
+per-host write bandwidth, aggregate write cap); a restart reads it back the same way. `sync`: training stalls for
+the write. `async`: it stalls for the snapshot of each GPU's shard from HBM to host memory (size / GPUs / snapshot
+bandwidth), then the write runs in the background and shares the host's network links with training traffic: the
+write takes a share f = per-host write rate / host network bandwidth of every link, so the step's exposed network
+communication (every category but tensor-parallel, which stays on NVLink) stretches by 1 / (1 - f) while a write
+runs; the step slows by sigma = exposed network share x f / (1 - f).
 
 In-memory tier (`checkpoint.memory`): every `interval` each GPU's shard (size / GPUs) goes to host RAM and to
 `replicas` peer hosts at the tier's `bandwidth`, a stall of size / GPUs x copies / bandwidth, copies the peers the
@@ -24,6 +24,8 @@ from functools import cached_property
 from typing import NamedTuple
 
 from simulator.config.reliability import CheckpointConfig, CheckpointMode, RestartConfig, StorageConfig
+from simulator.config.schema import Scenario
+from simulator.workload.memory import state_bytes_per_param
 
 NO_SNAPSHOT_TAKEN = "each storage checkpoint restarts the snapshots' count, so none would be taken"
 """Why an in-memory interval that `takes_no_snapshot` is refused, as each refusal of one says it."""
@@ -108,9 +110,29 @@ def takes_no_snapshot(memory: float, storage: float) -> bool:
     return memory >= storage
 
 
-def checkpoint_bytes(config: CheckpointConfig, params: float) -> float:
-    """The checkpoint's size: `size`, else ``params`` times `bytes_per_param`."""
-    return config.size if config.size is not None else params * config.bytes_per_param
+def layout_bytes_per_param(scenario: Scenario) -> float:
+    """Bytes per parameter of the checkpoint a framework saves for the scenario's layout and precision: the
+    weights and the optimizer state (fp32 master copy, the optimizer's moments), no gradients, which a restart
+    does not need (state_bytes_per_param without the gradient buffer). Megatron-LM's distributed optimizer
+    (`dist_checkpointing` saves the bf16 model and the fp32 main parameters with Adam's exp_avg and exp_avg_sq),
+    DeepSpeed ZeRO (its bf16 module states and fp32 optimizer partitions) and FSDP1's `shard_grad_op` and
+    `no_shard` (the training precision's weights with an fp32 master copy): 2 + 4 + 8 = 14 B for bf16 or fp16
+    with Adam. PyTorch FSDP2 (`fsdp: full_shard | hybrid_shard`, torchtitan's DCP state dict) and eager kernels
+    keep fp32 weights and no master copy (Sharding.fp32_shards): 4 + 8 = 12 B, as fp32 training does."""
+    training = scenario.training
+    fp32_weights = training.kernels == "eager" or scenario.parallelism.gathers_per_unit
+    state = state_bytes_per_param(training.precision, training.optimizer, fp32_weights=fp32_weights)
+    return state.param + state.optimizer
+
+
+def checkpoint_bytes(scenario: Scenario, params: float) -> float:
+    """The checkpoint's size: `checkpoint.size`, else ``params`` times `bytes_per_param` (by default
+    `layout_bytes_per_param`)."""
+    config = scenario.checkpoint
+    if config.size is not None:
+        return config.size
+    per_param = config.bytes_per_param if config.bytes_per_param is not None else layout_bytes_per_param(scenario)
+    return params * per_param
 
 
 def segment_costs(step: StepState, healthy: StepState, size: float, config: CheckpointConfig,

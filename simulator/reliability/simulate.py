@@ -133,7 +133,7 @@ def _checkpoint_size(loaded: LoadedScenario) -> float:
         raise loaded.error(("checkpoint", "size"), "a replayed trace has no parameter count to size the checkpoint "
                            "from (workload.model_flops_per_token is not read as one)", "a size such as '810 GB'")
     params = 0.0 if scenario.checkpoint.size is not None else float(resolve_model(scenario).num_params())
-    size, capacity = checkpoint_bytes(scenario.checkpoint, params), scenario.storage.capacity
+    size, capacity = checkpoint_bytes(scenario, params), scenario.storage.capacity
     if size <= capacity:
         return size
     own = ("checkpoint", "size") if scenario.checkpoint.size is not None else ("checkpoint", "bytes_per_param")
