@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import random
+from itertools import combinations
+
 import pytest
 
+from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
+from simulator.reliability import attribution
 from simulator.reliability.attribution import cause_shares, shapley
+from simulator.reliability.simulate import simulate_job
 
 
 def table(values: dict[str, float | None]):
@@ -92,3 +98,68 @@ def test_a_sub_state_refused_splits_the_state_evenly_and_says_why():
     assert len(heard) == 1 and "too large" in heard[0]
     with pytest.raises(ScenarioError):
         cause_shares(0.3, ["A", "B"], extra)
+
+
+def test_causes_each_enough_alone_above_the_exact_cap_split_the_share_evenly_not_drop_it():
+    """reviewer35: four stragglers each enough alone to slow the state as much as all four. Removing any one
+    leaves the slowdown unchanged, so every leave-one-out effect was 0 and the state's slow time was counted
+    productive (all four parts 0.0; three causes, exact, got 1/9 each). The share now splits evenly."""
+    parts = dict(cause_shares(1 / 3, list("ABCD"), lambda subset: 0.5 if subset else 0.0))
+    assert parts == pytest.approx(dict.fromkeys("ABCD", 1 / 12), rel=1e-12)
+
+
+def _random_game(rng: random.Random, causes: str, monotone: bool):
+    """A value for every subset of ``causes``: sums of random gains per cause (monotone), or random values,
+    some below 0 and some None (no route), and the whole state above 0; with it the state's share."""
+    gains = {cause: rng.choice([0.0, rng.uniform(0, 0.5)]) for cause in causes}
+    values: dict[str, float | None] = {}
+    for size in range(1, len(causes) + 1):
+        for subset in combinations(causes, size):
+            key = "".join(subset)
+            if monotone:
+                values[key] = sum(gains[cause] for cause in subset) * rng.choice([1.0, 1 / size])
+            else:
+                values[key] = rng.choice([None, rng.uniform(-0.3, 1.0)])
+    values[causes] = rng.uniform(0.01, 1.0)
+    return table(values), 1 - 1 / (1 + values[causes])
+
+
+@pytest.mark.parametrize("monotone", [True, False], ids=["monotone", "non-monotone"])
+def test_the_parts_always_add_up_to_the_states_share(monotone):
+    """Random games of 1 to 6 causes (a fixed seed), exact below and at EXACT_CAUSES, leave-one-out above:
+    each part at least 0, and the parts add up to the state's share."""
+    rng = random.Random(38)
+    for _ in range(300):
+        causes = "ABCDEF"[:rng.randint(1, 6)]
+        value, share = _random_game(rng, causes, monotone)
+        parts = dict(cause_shares(share, list(causes), value))
+        assert min(parts.values()) >= 0
+        assert sum(parts.values()) == pytest.approx(share, rel=1e-12)
+
+
+FIVE_STRAGGLERS = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {dp: 4}
+checkpoint: {interval: 1000 d}
+storage: {capacity: 1 PB}
+run: {horizon: 10 d, replications: 2, seed: 1}
+faults:
+  components:
+""" + "".join(f"    throttle_{name}: {{unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 100 h, repair: 48 h}}\n"
+              for name in "abcde")
+
+
+def test_a_job_with_more_stragglers_than_the_exact_cap_keeps_all_its_slow_step_time(monkeypatch):
+    """reviewer35's job: five straggle classes on four one-GPU hosts, often four or more throttled at once, each
+    as slow alone as all together. Its slow steps were 6,978 s (ETTR 0.992) against 27,579 s with exact Shapley
+    values (0.968); the split above the cap now loses none of them."""
+    capped = simulate_job(scenario_from_text(FIVE_STRAGGLERS)).summary
+    monkeypatch.setattr(attribution, "EXACT_CAUSES", 5)
+    exact = simulate_job(scenario_from_text(FIVE_STRAGGLERS)).summary
+    slow = capped["time_s"]["slow_steps_s"]["mean"]
+    assert slow == pytest.approx(exact["time_s"]["slow_steps_s"]["mean"], rel=1e-12)
+    assert sum(cause["mean"] for cause in capped["slow_steps_by_cause_s"].values()) == pytest.approx(slow, rel=1e-12)
+    assert capped["ettr"]["mean"] == pytest.approx(exact["ettr"]["mean"], rel=1e-12)

@@ -17,6 +17,9 @@ Exact Shapley values ask for every sub-state, 2^k - 1 of them for k causes (on a
 spine and a straggler class, they added 24% more steps with links down, each a full step): up to
 EXACT_CAUSES causes they are exact; above, each cause's value is its leave-one-out effect instead (the state's
 x less the x of the sub-state without it), k sub-states, and the positive ones split the share as above.
+Where no cause's effect is positive (several stragglers each enough alone to slow the state as much as all
+of them: removing any one leaves the state as slow), the share splits evenly between the causes: the parts
+always add up to the state's share, and the slow time is never counted productive.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def leave_one_out(causes: Sequence[str], value: Callable[[frozenset[str]], float
 
 
 def even_shares(share: float, causes: Sequence[str]) -> tuple[tuple[str, float], ...]:
-    """``share`` split evenly between ``causes`` (a state some sub-state of which could not be simulated)."""
+    """``share`` split evenly between ``causes`` (a state some sub-state of which could not be simulated, or
+    one where no cause's effect is positive)."""
     return tuple((cause, share / len(causes)) for cause in causes)
 
 
@@ -105,5 +109,5 @@ def _split(share: float, causes: Sequence[str], extra: Callable[[frozenset[str]]
     values = {cause: max(part, 0.0) for cause, part in split(causes, value).items()}
     total = sum(values.values())
     if total <= 0:
-        return tuple((cause, 0.0) for cause in causes)
+        return even_shares(share, causes)
     return tuple((cause, share * (values[cause] / total)) for cause in causes)
