@@ -11,7 +11,8 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.reliability import attribution
 from simulator.reliability.attribution import cause_shares, shapley
-from simulator.reliability.simulate import simulate_job
+from simulator.reliability.simulate import simulate_job, split_evenly_warning
+from simulator.reliability.states import ClusterState
 
 
 def table(values: dict[str, float | None]):
@@ -98,6 +99,18 @@ def test_a_sub_state_refused_splits_the_state_evenly_and_says_why():
     assert len(heard) == 1 and "too large" in heard[0]
     with pytest.raises(ScenarioError):
         cause_shares(0.3, ["A", "B"], extra)
+
+
+def test_the_even_split_warning_counts_its_states_and_names_the_first_with_its_replicas():
+    """It read '7 cluster states is split evenly between its causes', and its first state as '2 link(s) down'
+    on a job shrunk to 3 replicas, leaving the replicas out; one state is counted in the singular."""
+    shrunk = ClusterState(3, links_down=(("a", "b"), ("c", "d")))
+    whole = ClusterState(4, spines_down=1, slow_gpus=((0, 1.5),))
+    assert split_evenly_warning({whole: "too large", shrunk: "refused"}) == (
+        "the slow-step time of 2 cluster states is split evenly between the causes in force, not by their "
+        "effects: a state with fewer of them could not be simulated (first: 3 replicas, 2 link(s) down: refused)")
+    assert "of 1 cluster state is split" in (split_evenly_warning({whole: "too large"}) or "")
+    assert split_evenly_warning({}) is None
 
 
 def test_causes_each_enough_alone_above_the_exact_cap_split_the_share_evenly_not_drop_it():

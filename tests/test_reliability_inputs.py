@@ -13,6 +13,7 @@ import pytest
 from simulator.cli import main
 from simulator.config.loader import load_scenario
 from simulator.reliability import simulate as job_simulation
+from simulator.reliability.ahead import LinkStateSizes
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.components import FailureClass
 from simulator.reliability.processes import draw_arrivals
@@ -700,7 +701,7 @@ def test_degraded_states_that_fold_pass_the_jobs_scale_limits(monkeypatch):
                         lambda loaded, sized_as, world, klass, ranks, folded, which:
                         sized.append((ranks, world)) or refuse_folded(loaded, sized_as, world, klass, ranks, folded,
                                                                       which))
-    _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology)
+    _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology, LinkStateSizes(loaded, topology))
     assert sized == [(384, 16_384)]
     folded, unfolded = classed_estimate(loaded, 16_384, 384), unfolded_beyond_limits(loaded, 16_384)
     assert folded is not None and not folded.over_limits()

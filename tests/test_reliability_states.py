@@ -1501,3 +1501,17 @@ def test_a_refused_sub_state_splits_its_state_evenly_with_a_warning(monkeypatch)
     assert "too large to simulate" in warning[0]
     by_cause = job.summary["slow_steps_by_cause_s"]
     assert set(by_cause) == {"elastic_shrink", "leaf_switch"}
+
+
+def test_a_states_size_up_front_is_built_on_the_scenario_its_step_runs():
+    """`LinkStateSizes` built a shrunk job's scenario beside `StepStates`' own, without the oversubscription of
+    its spines down or the scenario's step faults outside the shrunk cluster dropped; both now build it with
+    `states.state_scenario`: a shrunk state with a spine down is sized on its step's cluster and faults."""
+    loaded = scenario_from_text(STATES, "job.yaml", ["faults.step.stragglers=[{gpus: [3], slowdown: 1.2}]"])
+    prepared = reliability_simulate.prepare_job(loaded)
+    state = states.ClusterState(3, spines_down=1, links_down=(("h0/nic0", "leaf0.r0"),))
+    sized = prepared.link_sizes.size(state)
+    stepped, topology = prepared.states._scenario_of(states.ClusterState(3, spines_down=1))
+    assert sized.loaded.scenario == stepped.scenario
+    assert sized.topology.params["oversubscription"] == topology.params["oversubscription"] == 4
+    assert sized.loaded.scenario.faults.step.stragglers[0].gpus == () and sized.topology.num_gpus == 3

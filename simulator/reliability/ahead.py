@@ -41,11 +41,10 @@ from simulator.errors import STOP_SIGNALS
 from simulator.machine import available_memory, usable_cores
 from simulator.parallel.layout import Layout
 from simulator.reliability.checkpoint import SegmentCosts
-from simulator.reliability.elastic import shrunk_scenario
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess
 from simulator.reliability.processes import Arrivals
-from simulator.reliability.states import ClusterState, StepStates
+from simulator.reliability.states import ClusterState, StepStates, state_scenario
 from simulator.report.run_folder import interrupts_held
 from simulator.scale import ScaleEstimate
 from simulator.topology.graph import Topology
@@ -198,7 +197,8 @@ def larger_first(state: ClusterState, spines: int, ranks: Callable[[ClusterState
 class LinkStateSizes:
     """How large each state with links down of a job (``loaded`` on ``topology``) is, without its step: the ranks
     its fold by the hosts near its links down simulates (`rank_classes.LinkFaultRanks` of the cluster and layout
-    it runs on: a shrunk elastic job's own, its links beyond that cluster dropped as its step drops them; every
+    it runs on, built as its step's is, `states.state_scenario`: a shrunk elastic job's own, with the
+    oversubscription of its spines down, its links beyond that cluster dropped as its step drops them; every
     GPU for a replayed trace, whose copies under links down unfold), counted once per state, and its estimated
     CPU time (`link_state_s` of `scale.classed_estimate`). Each size's cluster, layout, rank count and estimator
     are built once, when first asked, for the job's checks before its healthy step and its forecast after."""
@@ -206,50 +206,63 @@ class LinkStateSizes:
     def __init__(self, loaded: LoadedScenario, topology: Topology) -> None:
         self.loaded = loaded
         self.topology = topology
-        self._sizes: dict[int | None, _Size] = {}
-        self._estimators: dict[int | None, Callable[[int], ScaleEstimate] | None] = {}
+        self._sizes: dict[ClusterState | None, _Size] = {}
+        self._estimators: dict[ClusterState | None, Callable[[int], ScaleEstimate] | None] = {}
         self._ranks: dict[ClusterState, int] = {}
 
     def ranks(self, state: ClusterState) -> int:
         """How many ranks the step of ``state`` (with some links down) simulates."""
         if state not in self._ranks:
-            self._ranks[state] = self.count(state.replicas, state.links_down)
+            self._ranks[state] = self.count(state, state.links_down)
         return self._ranks[state]
 
-    def count(self, replicas: int | None, down: Sequence[tuple[str, str]]) -> int:
-        """How many ranks the job on ``replicas`` replicas (None: all) simulates with the links ``down``."""
-        size = self.size(replicas)
+    def count(self, state: ClusterState | None, down: Sequence[tuple[str, str]]) -> int:
+        """How many ranks the job in ``state`` (its replicas and spines down; None: the healthy job) simulates with
+        the links ``down``."""
+        size = self.size(state)
         return size.ranks(tuple(pair for pair in down if size.topology.wiring.has_edge(*pair)))
 
     def world(self, state: ClusterState) -> int:
         """The ranks of the job on ``state``'s replicas, unfolded."""
-        return self.size(state.replicas).topology.num_gpus
+        return self.size(state).topology.num_gpus
 
     def estimate(self, state: ClusterState) -> ScaleEstimate | None:
         """The step of ``state`` folded onto its `ranks` (`scale.classed_estimate` on its cluster); None for a
         trace."""
-        estimator = self.estimator(state.replicas)
+        estimator = self.estimator(state)
         return None if estimator is None else estimator(self.ranks(state))
 
-    def estimator(self, replicas: int | None) -> Callable[[int], ScaleEstimate] | None:
-        """`scale.classed_estimator` of the job on ``replicas`` replicas (None: all)."""
+    def estimator(self, state: ClusterState | None) -> Callable[[int], ScaleEstimate] | None:
+        """`scale.classed_estimator` of the job in ``state`` (None: the healthy job)."""
         from simulator.scale import classed_estimator
 
-        size = self.size(replicas)
-        if size.replicas not in self._estimators:
-            self._estimators[size.replicas] = classed_estimator(size.loaded, size.topology.num_gpus)
-        return self._estimators[size.replicas]
+        key = self._key(state)
+        if key not in self._estimators:
+            size = self.size(state)
+            self._estimators[key] = classed_estimator(size.loaded, size.topology.num_gpus)
+        return self._estimators[key]
 
-    def size(self, replicas: int | None) -> _Size:
-        """The job on ``replicas`` replicas (None: all of them, as a replayed trace's every size)."""
+    def size(self, state: ClusterState | None) -> _Size:
+        """The job in ``state``, on its replicas with its spines down (None: the healthy job, as a replayed
+        trace's every state)."""
         if None not in self._sizes:
             self._sizes[None] = self._whole()
-        whole = self._sizes[None]
-        if replicas is None or whole.layout is None or replicas == whole.replicas:
-            return whole
-        if replicas not in self._sizes:
-            self._sizes[replicas] = self._shrunk(whole, replicas)
-        return self._sizes[replicas]
+        key = self._key(state)
+        if key is None:
+            return self._sizes[None]
+        if key not in self._sizes:
+            self._sizes[key] = self._of(key)
+        return self._sizes[key]
+
+    def _key(self, state: ClusterState | None) -> ClusterState | None:
+        """What of ``state`` its size depends on: its replicas and spines down (None where neither differs from
+        the healthy job's, or for a trace)."""
+        if state is None:
+            return None
+        whole = self.size(None)
+        if whole.layout is None or (state.replicas == whole.replicas and not state.spines_down):
+            return None
+        return ClusterState(state.replicas, spines_down=state.spines_down)
 
     def _whole(self) -> _Size:
         from simulator.config.traces import TraceWorkload
@@ -262,18 +275,17 @@ class LinkStateSizes:
         layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
         return _Size(loaded, topology, layout, layout.dp)
 
-    @staticmethod
-    def _shrunk(whole: _Size, replicas: int) -> _Size:
-        from simulator.topology.loader import scenario_topology
+    def _of(self, shape: ClusterState) -> _Size:
+        """The job on ``shape``'s replicas with its spines down, built as its steps are (`states.state_scenario`)."""
         from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
 
+        whole = self._sizes[None]
         assert whole.replicas is not None
         scenario = whole.loaded.scenario
-        shrunk = shrunk_scenario(scenario, whole.topology, whole.replicas, microbatch_count(scenario, whole.replicas),
-                                 replicas)
-        loaded = replace(whole.loaded, scenario=shrunk)
-        topology = scenario_topology(loaded)
-        return _Size(loaded, topology, resolve_layout(shrunk, topology.num_gpus, pipeline_depth(shrunk)), replicas)
+        loaded, topology = state_scenario(whole.loaded, whole.topology, shape, whole.replicas,
+                                          microbatch_count(scenario, whole.replicas))
+        layout = resolve_layout(loaded.scenario, topology.num_gpus, pipeline_depth(loaded.scenario))
+        return _Size(loaded, topology, layout, shape.replicas)
 
 
 class _Size:

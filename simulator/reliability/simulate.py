@@ -227,17 +227,17 @@ def _blamed_for_events(loaded: LoadedScenario, dominant: FieldPath, one_replicat
 
 
 def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology,
-                           sizes: LinkStateSizes | None = None) -> PreparedStep | None:
+                           sizes: LinkStateSizes) -> PreparedStep | None:
     """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has
     (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
     or each of its degraded or straggling states: states with links down (leaf switches, cables, NICs that
     `degrade`) are sized by the classes `fold_policy.link_fault_step` folds them by
-    (`_refuse_unfolded_link_states`, by ``sizes``, the job's `ahead.LinkStateSizes`, built here where not
-    given), states with NVSwitch trays down (NVLink links degraded but up, which `fold_policy.link_fault_blocker`
-    keeps unfolded) are unfolded steps, and straggler states unfold where the
-    engine's folding rule says so (each distinct set of stages slowed is a state). 16,384 GPUs unfolded are ~45
-    million ops + flows and ~37 GiB per step (the docs' leaf-switch example met ~75 leaves per replication of the
-    405B job, its throttling example thousands of straggler states, and both ran for hours without a word).
+    (`_refuse_unfolded_link_states`, by ``sizes``, the job's `ahead.LinkStateSizes`), states with NVSwitch trays
+    down (NVLink links degraded but up, which `fold_policy.link_fault_blocker` keeps unfolded) are unfolded
+    steps, and straggler states unfold where the engine's folding rule says so (each distinct set of stages
+    slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and ~37 GiB per step (the docs'
+    leaf-switch example met ~75 leaves per replication of the
+405B job, its throttling example thousands of straggler states, and both ran for hours without a word).
 
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
@@ -277,8 +277,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     if nvlink:
         refuse(LINKS_DURING_STEP)
     if linked:
-        _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse,
-                                     sizes or LinkStateSizes(loaded, topology))
+        _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse, sizes)
         return None
     refuse_healthy = state_guard(loaded, topology, None)
 
@@ -930,9 +929,10 @@ def split_evenly_warning(split_evenly: Mapping[ClusterState, str]) -> str | None
     if not split_evenly:
         return None
     first = min(split_evenly)
-    return (f"the slow-step time of {counted(len(split_evenly), 'cluster state')} is split evenly between its "
-            f"causes, not by their effects: a state with fewer of its causes could not be simulated (first: "
-            f"{first.describe() or f'{first.replicas} replicas'}: {split_evenly[first]})")
+    named = ", ".join(filter(None, (counted(first.replicas, "replica"), first.describe())))
+    return (f"the slow-step time of {counted(len(split_evenly), 'cluster state')} is split evenly between the "
+            f"causes in force, not by their effects: a state with fewer of them could not be simulated (first: "
+            f"{named}: {split_evenly[first]})")
 
 
 def _link_classes(model: FailureModel) -> list[FailureClass]:
@@ -959,7 +959,7 @@ def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequenc
     largest = max(down, key=sizes.ranks)
     culprit = _class_of(largest, linked, cluster_units(states.topology))
     if not force:
-        _refuse_folded_link_state(loaded, sizes.size(largest.replicas).loaded, sizes.world(largest), culprit,
+        _refuse_folded_link_state(loaded, sizes.size(largest).loaded, sizes.world(largest), culprit,
                                   sizes.ranks(largest), sizes.estimate(largest),
                                   f"its largest state foreseen ({largest.describe()})")
 

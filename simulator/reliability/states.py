@@ -402,39 +402,46 @@ class StepStates:
         return split(topology, down)
 
     def _scenario_of(self, state: ClusterState) -> tuple[LoadedScenario, Topology]:
-        """The scenario of a degraded, straggling or shrunk state: the healthy one with cluster and layout
-        overrides and the state's links down and stragglers added to its `faults.step` (on a shrunk job's
-        cluster, the state's and the scenario's own outside it dropped: faults_within). It keeps the healthy
-        one's `--set` overrides (or sweep axes), so an error in a value one of them wrote names it, as the
-        healthy step's would."""
-        scenario = self.loaded.scenario
-        shrunk = state.replicas != self.healthy.replicas
-        if shrunk:
-            scenario = shrunk_scenario(scenario, self.topology, self.healthy.replicas,
-                                       self.microbatches, state.replicas)
-        spines = self.spines
-        if 0 < state.spines_down < spines:
-            overrides = {**scenario.cluster.overrides(), "oversubscription": (
-                self.topology.params["oversubscription"] * spines / (spines - state.spines_down))}
-            scenario = scenario.model_copy(update={"cluster": ClusterConfig(topology=scenario.cluster.topology,
-                                                                            **overrides)})
-        loaded = replace(self.loaded, scenario=scenario)
-        on_own = (scenario.cluster == self.loaded.scenario.cluster and not state.links_down
-                  and not state.nvswitch_trays_down and not scenario.faults.step.links)
-        topology = self.topology if on_own else scenario_topology(loaded)
-        links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
-        links += nvswitch_tray_faults(topology, state.nvswitch_trays_down)
-        if 0 < spines <= state.spines_down:
-            links += tuple(LinkFault(link=pair) for pair in spine_links(topology))
-        stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
-                           if gpu < topology.num_gpus)
-        own = scenario.faults.step
-        if shrunk:
-            own = faults_within(own, topology)
-        if links or stragglers or own != scenario.faults.step:
-            faults = own.model_copy(update={"links": own.links + links, "stragglers": own.stragglers + stragglers})
-            loaded = with_step_faults(loaded, faults)
-        return loaded, topology
+        """The scenario and cluster of a degraded, straggling or shrunk state (`state_scenario`)."""
+        return state_scenario(self.loaded, self.topology, state, self.healthy.replicas, self.microbatches)
+
+
+def state_scenario(loaded: LoadedScenario, topology: Topology, state: ClusterState, replicas: int,
+                   microbatches: int) -> tuple[LoadedScenario, Topology]:
+    """The scenario and cluster of a degraded, straggling or shrunk state of the job ``loaded`` on ``topology``
+    (``replicas`` replicas of ``microbatches`` micro-batches when healthy): the healthy one with cluster and
+    layout overrides (a shrunk job's, some spines down's oversubscription) and the state's links down and
+    stragglers added to its `faults.step` (on a shrunk job's cluster, the state's and the scenario's own outside
+    it dropped: faults_within). It keeps the healthy one's `--set` overrides (or sweep axes), so an error in a
+    value one of them wrote names it, as the healthy step's would. The one both a state's step
+    (`StepStates`) and its size up front (`ahead.LinkStateSizes`) are built on."""
+    scenario = loaded.scenario
+    shrunk = state.replicas != replicas
+    if shrunk:
+        scenario = shrunk_scenario(scenario, topology, replicas, microbatches, state.replicas)
+    spines = _spines(topology)
+    if 0 < state.spines_down < spines:
+        overrides = {**scenario.cluster.overrides(), "oversubscription": (
+            topology.params["oversubscription"] * spines / (spines - state.spines_down))}
+        scenario = scenario.model_copy(update={"cluster": ClusterConfig(topology=scenario.cluster.topology,
+                                                                        **overrides)})
+    own_loaded = replace(loaded, scenario=scenario)
+    on_own = (scenario.cluster == loaded.scenario.cluster and not state.links_down
+              and not state.nvswitch_trays_down and not scenario.faults.step.links)
+    state_topology = topology if on_own else scenario_topology(own_loaded)
+    links = tuple(LinkFault(link=pair) for pair in state.links_down if state_topology.wiring.has_edge(*pair))
+    links += nvswitch_tray_faults(state_topology, state.nvswitch_trays_down)
+    if 0 < spines <= state.spines_down:
+        links += tuple(LinkFault(link=pair) for pair in spine_links(state_topology))
+    stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
+                       if gpu < state_topology.num_gpus)
+    own = scenario.faults.step
+    if shrunk:
+        own = faults_within(own, state_topology)
+    if links or stragglers or own != scenario.faults.step:
+        faults = own.model_copy(update={"links": own.links + links, "stragglers": own.stragglers + stragglers})
+        own_loaded = with_step_faults(own_loaded, faults)
+    return own_loaded, state_topology
 
 
 def _spines(topology: Topology) -> int:
