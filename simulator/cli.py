@@ -148,8 +148,9 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
     from simulator.reliability.report import run_job
 
     with RunProgress(enabled=not quiet, unit="replications", description="simulating the job") as progress:
+        ahead = progress.counting("states", "simulating cluster states ahead", eta=True)
         job, files = run_job(loaded, out, force=force, progress=progress, workers=workers,
-                             states_progress=progress.counting("states", "simulating cluster states ahead", eta=True),
+                             states_progress=ahead, states_sharing=ahead.sharing,
                              foresight_progress=progress.counting("replications", FORESEEING),
                              sizes_progress=progress.counting("sizes", CHECKING_SIZES, passing=True),
                              workers_warning=_warn_line, activity=progress.doing,
@@ -469,9 +470,10 @@ def _cmd_study(args: argparse.Namespace) -> int:
                         for w in warned], {}, loaded)
 
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
+        ahead = progress.counting("states", "simulating cluster states ahead", eta=True)
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
                           on_healthy_step=on_healthy_step, on_point_warnings=warn_points, workers=args.workers,
-                          states_progress=progress.counting("states", "simulating cluster states ahead", eta=True),
+                          states_progress=ahead, states_sharing=ahead.sharing,
                           foresight_progress=progress.counting("replications", FORESEEING),
                           workers_warning=_warn_line, study=args.study)
     files = write_study(out, study)

@@ -384,7 +384,8 @@ def test_the_first_time_left_shares_the_rest_between_the_workers(capsys, monkeyp
         now[0] = 5.0
         counted(0, 41)
         now[0] = 155.0
-        counted(1, 41, 8)
+        counted.sharing(8)
+        counted(1, 41)
         now[0] = 175.0
         counted(9, 41)
     assert capsys.readouterr().err == (

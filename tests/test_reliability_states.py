@@ -275,7 +275,7 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
 
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch)
     heard: list[tuple[int, int]] = []
-    two_cores = simulate_job(loaded, states_progress=lambda done, total, sharing=1: heard.append((done, total)))
+    two_cores = simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)))
     assert heard[:2] == [(0, 9), (1, 9)] and heard[-1] == (9, 9) and len(heard) == 10
     assert two_cores.summary == one_core.summary
 
@@ -370,7 +370,7 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
     heard: list[tuple[str, int, int]] = []
 
     def hearing(phase: str):
-        return lambda done, total, sharing=1: heard.append((phase, done, total))
+        return lambda done, total: heard.append((phase, done, total))
 
     simulate_job(loaded, progress=hearing("job"), states_progress=hearing("states"),
                  foresight_progress=hearing("foresight"))
@@ -385,9 +385,22 @@ def test_the_first_count_of_states_ahead_says_how_many_workers_share_the_rest(mo
     that the 2 workers share the other 8, so that the bar's first time left is theirs (it took the 8 one after
     the other); the workers' counts say nothing of it (their rate so far is already shared)."""
     loaded, _ = _one_core_job_then_two_cores(monkeypatch)
-    heard: list[tuple[int, int, int]] = []
-    simulate_job(loaded, states_progress=lambda done, total, sharing=1: heard.append((done, total, sharing)))
-    assert heard[:2] == [(0, 9, 1), (1, 9, 2)] and heard[-1] == (9, 9, 1)
+    heard: list[tuple[int, int] | int] = []
+    simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)),
+                 states_sharing=heard.append)
+    assert heard[:3] == [(0, 9), 2, (1, 9)] and heard[-1] == (9, 9) and heard.count(2) == 1
+
+
+def test_the_count_of_states_ahead_takes_in_the_first_where_no_workers_follow(monkeypatch):
+    """Where the free memory holds fewer than two workers, the job's process simulates the first state and the
+    job the rest as it meets them: the count stopped at 0/9, short of the state done; it now says 1/9, shared by
+    no worker. A ``progress(done, total)`` of two arguments is heard (a third, the workers, raised TypeError)."""
+    loaded, _ = _one_core_job_then_two_cores(monkeypatch)
+    monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: 1)
+    heard: list[tuple[int, int] | int] = []
+    simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)),
+                 states_sharing=heard.append)
+    assert heard == [(0, 9), 1, (1, 9)]
 
 
 def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(monkeypatch, tmp_path):
@@ -405,7 +418,7 @@ def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(mo
     forked = _counting_states_ahead(monkeypatch)
     heard: list[tuple[int, int]] = []
     ahead_study = run_study(scenario, [], [1800.0, 3600.0], [1.0],
-                            states_progress=lambda done, total, sharing=1: heard.append((done, total)))
+                            states_progress=lambda done, total: heard.append((done, total)))
     assert forked == [8, 0] and heard[-1] == (9, 9) and len(heard) == 10
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     assert run_study(scenario, [], [1800.0, 3600.0], [1.0], workers=1) == ahead_study
@@ -461,7 +474,7 @@ def test_a_study_shows_its_points_again_once_a_points_states_ahead_are_done(monk
     heard: list[tuple[str, int, int]] = []
 
     def hearing(phase: str):
-        return lambda done, total, sharing=1: heard.append((phase, done, total))
+        return lambda done, total: heard.append((phase, done, total))
 
     run_study(scenario, [], [1800.0, 3600.0], [1.0], progress=hearing("points"),
               foresight_progress=hearing("foresight"), states_progress=hearing("states"))
@@ -720,7 +733,7 @@ def test_degraded_states_simulated_ahead_in_forked_workers_give_the_one_core_job
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
     forked = _counting_states_ahead(monkeypatch)
     heard: list[tuple[int, int]] = []
-    two_cores = simulate_job(loaded, states_progress=lambda done, total, sharing=1: heard.append((done, total)))
+    two_cores = simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)))
     degraded = [state for state in one_core.summary["states"] if state["links_down"]]
     assert len(degraded) == 4 and forked == [3]
     assert heard[:2] == [(0, 4), (1, 4)] and heard[-1] == (4, 4)

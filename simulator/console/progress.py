@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from simulator.errors import STOP_SIGNALS
 from simulator.stops import raise_dropped
@@ -223,13 +223,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_halted_for_fork, after_in_child=_none_in_child)
 
 
-class Counted(Protocol):
-    """A phase's count (`RunProgress.counting`): ``done`` of ``total``, and ``sharing``, the processes that will
-    share the rest where those done so far ran one at a time (a job's first states ahead, simulated in its
-    process before its workers share the others: the first time left the bar gave counted them one after the
-    other, whatever --workers)."""
+class PhaseCount:
+    """A phase's count (`RunProgress.counting`), called as ``count(done, total)``; `sharing` tells it how many
+    processes will share the rest where those done so far ran one at a time (a job's first states ahead,
+    simulated in its process before its workers share the others: the first time left the bar gave counted
+    them one after the other, whatever --workers)."""
 
-    def __call__(self, done: int, total: int, sharing: int = 1) -> None: ...
+    def __init__(self, shown: Callable[[int, int, int], None]) -> None:
+        self._shown = shown
+        self._sharing = 1
+
+    def __call__(self, done: int, total: int) -> None:
+        sharing, self._sharing = self._sharing, 1
+        self._shown(done, total, sharing)
+
+    def sharing(self, processes: int) -> None:
+        """The next count's time left shares the rest between ``processes`` (that count's only: the rate of
+        those after it is already shared)."""
+        self._sharing = processes
 
 
 class RunProgress:
@@ -255,18 +266,18 @@ class RunProgress:
         self.status.left_s = None
         self._shown()
 
-    def counting(self, unit: str, description: str, *, passing: bool = False, eta: bool = False) -> Counted:
+    def counting(self, unit: str, description: str, *, passing: bool = False, eta: bool = False) -> PhaseCount:
         """A ``progress(done, total)`` for a phase counting ``unit`` under ``description`` in the same bar (a
         job's states simulated ahead, before its replications). ``passing``: the count leaves the status once
         all are done, and the bar with it until the next count (an elastic job's sizes, checked before its
         healthy step is simulated, which would otherwise read as 'checking elastic sizes' all through it).
         ``eta``: once one is done, the time the rest will take at the phase's rate so far (its time since its
-        count of none, over those done, the rest shared by the ``sharing`` processes a count says will share
-        them: `Counted`): a job's states ahead take hours where each takes minutes, and the bar said only
+        count of none, over those done, the rest shared by the processes `PhaseCount.sharing` says will share
+        them): a job's states ahead take hours where each takes minutes, and the bar said only
         '0/19,663 states'."""
         began = self._now()
 
-        def counted(done: int, total: int, sharing: int = 1) -> None:
+        def counted(done: int, total: int, sharing: int) -> None:
             nonlocal began
             now = self._now()
             if done == 0:
@@ -275,7 +286,7 @@ class RunProgress:
             self.status.left_s = (now - began) / done * (total - done) / sharing if eta and done else None
             self._shown()
 
-        return counted
+        return PhaseCount(counted)
 
     def _now(self) -> float:
         """The time the counts are timed by: the plain lines' clock off a terminal (the tests set it)."""

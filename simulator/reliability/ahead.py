@@ -35,7 +35,7 @@ import simpy
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
-from simulator.console.progress import Counted, resume_heartbeats
+from simulator.console.progress import resume_heartbeats
 from simulator.engine.stepping import run_all
 from simulator.errors import STOP_SIGNALS
 from simulator.machine import available_memory, usable_cores
@@ -334,9 +334,10 @@ def states_ahead(states: StepStates, wanted: Sequence[ClusterState],
 
 
 def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], workers: int = 0,
-                   progress: Counted | None = None,
+                   progress: Callable[[int, int], None] | None = None,
                    warning: Callable[[str], None] | None = None,
-                   activity: Callable[[str], None] | None = None) -> int:
+                   activity: Callable[[str], None] | None = None,
+                   sharing: Callable[[int], None] | None = None) -> int:
     """Simulate the states of ``kinds`` (`states_ahead`: straggling ones, degraded ones), the first of each kind
     here (a straggler state's builds the fold they share; the degraded state likely largest, `larger_first`,
     since its peak memory is what each worker may come to hold: sized by a folded spine state met first, the
@@ -344,8 +345,10 @@ def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], 
     processes (one per core, at most ``workers`` where not 0, and no more than the host's free memory holds,
     each counted at this process's resident size, or its peak once a degraded state ran here), for ``states``
     to hand out when the job meets them; nothing where fewer than two workers would share them, or a first
-    raised. ``progress(done, total)`` hears of each state simulated, those simulated here with how many workers
-    will share the rest (``sharing``: the bar's first time left took them one after the other). A worker that
+    raised. ``progress(done, total)`` hears of each state simulated (those simulated here too where no worker
+    will share the rest: the count stopped one short of them), ``sharing(workers)`` before the count of each
+    simulated here how many workers will share the rest (the bar's first time left took them one after the
+    other). A worker that
     dies (the kernel's out-of-memory killer) ends them all: the job simulates the states left as it meets them;
     a fork the host refuses leaves the workers forked before it. ``warning`` hears one line of either (the job
     went on on fewer cores than it was given, which nothing else showed). ``activity`` hears which state is
@@ -366,21 +369,30 @@ def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], 
         for here, kind in enumerate(kinds, 1):
             if _simulated_here(states, kind[0]) is None:
                 return 0
-            if progress is not None and here < len(kinds):
-                progress(here, len(todo), wanted_workers)
+            if here < len(kinds):
+                _counted(progress, sharing, here, len(todo), wanted_workers)
     finally:
         states.on_simulating = heard
     degrading = any(degraded(kind[0]) for kind in kinds)
     pool_size = memory_room(wanted_workers, _peak_bytes()) if degrading else memory_room(wanted_workers)
+    _counted(progress, sharing, len(kinds), len(todo), pool_size if pool_size >= 2 else 1)
     if pool_size < 2:
         return 0
-    if progress is not None:
-        progress(len(kinds), len(todo), pool_size)
     _FORKED = states
     try:
         return _simulated_in_workers(states, rest, len(todo), pool_size, progress, warning)
     finally:
         _FORKED = None
+
+
+def _counted(progress: Callable[[int, int], None] | None, sharing: Callable[[int], None] | None, done: int,
+             total: int, workers: int) -> None:
+    """``done`` of ``total`` states ahead counted to ``progress``, the rest shared by ``workers`` told first to
+    ``sharing`` (`simulate_ahead`'s)."""
+    if sharing is not None:
+        sharing(workers)
+    if progress is not None:
+        progress(done, total)
 
 
 @dataclass(frozen=True)
@@ -431,7 +443,7 @@ def time_ahead(down: Sequence[ClusterState], ranks: Callable[[ClusterState], int
 
 
 def _simulated_in_workers(states: StepStates, rest: Sequence[ClusterState], total: int, pool_size: int,
-                          progress: Counted | None,
+                          progress: Callable[[int, int], None] | None,
                           warning: Callable[[str], None] | None) -> int:
     """`simulate_ahead`'s workers: ``pool_size`` processes forked from this one, each handed the next state of
     ``rest`` (the last of the ``total`` states ahead) on its own pipe as it hands one back, all ended before

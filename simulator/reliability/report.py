@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simulator.config.reliability import BuiltInCause
-from simulator.console.progress import Counted
 from simulator.reliability.simulate import JobResult, simulate_job
 from simulator.report.run_folder import write_run_folder
 from simulator.report.trace import trace_name
@@ -84,22 +83,25 @@ def job_trace(events: pa.Table, labels: dict[str, str], replication: int = 0) ->
 def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False,
             on_healthy_step: Callable[[dict], None] | None = None,
             progress: Callable[[int, int], None] | None = None, workers: int = 0,
-            states_progress: Counted | None = None,
+            states_progress: Callable[[int, int], None] | None = None,
+            states_sharing: Callable[[int], None] | None = None,
             foresight_progress: Callable[[int, int], None] | None = None,
             workers_warning: Callable[[str], None] | None = None,
             activity: Callable[[str], None] | None = None,
             sizes_progress: Callable[[int, int], None] | None = None) -> tuple[JobResult, list[str]]:
     """Simulate the job over `run.horizon` and write its run folder into ``out_dir`` (nothing when None), as
     `trainsim run` and a sweep point do; return the result and the names of the files written.
-    ``on_healthy_step``, ``progress``, ``workers``, ``states_progress``, ``foresight_progress``,
-    ``workers_warning``, ``activity``, ``sizes_progress``: simulate_job's (the healthy step before the job; each
-    replication; the cap on the processes simulating states ahead, each state they do, each replication of the
+    ``on_healthy_step``, ``progress``, ``workers``, ``states_progress``, ``states_sharing``,
+    ``foresight_progress``, ``workers_warning``, ``activity``, ``sizes_progress``: simulate_job's (the healthy
+    step before the job; each replication; the cap on the processes simulating states ahead, each state they
+    do, how many share those left, each replication of the
     pass that foresees those states, a worker that ended early or was not forked, the state a replication
     simulates, and each elastic size checked);
     ``activity`` then hears 'writing outputs' while the run folder is written (a large job's events take a while,
     and its progress line kept saying only that the replications were done)."""
     job = simulate_job(loaded, force=force, on_healthy_step=on_healthy_step, progress=progress, workers=workers,
-                       states_progress=states_progress, foresight_progress=foresight_progress,
+                       states_progress=states_progress, states_sharing=states_sharing,
+                       foresight_progress=foresight_progress,
                        workers_warning=workers_warning, activity=activity, sizes_progress=sizes_progress)
     if out_dir is None:
         return job, []

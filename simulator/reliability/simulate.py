@@ -19,7 +19,6 @@ from simulator.config.locate import located
 from simulator.config.reliability import UNIT_KINDS, Effect, ElasticBatch
 from simulator.config.schema import TraceWorkload
 from simulator.config.yaml_source import FieldPath
-from simulator.console.progress import Counted
 from simulator.engine.stepping import run_all
 from simulator.errors import ScenarioError
 from simulator.reliability.ahead import (
@@ -826,7 +825,8 @@ def _refuse_unused_memory_tier(loaded: LoadedScenario, healthy: SegmentCosts) ->
 def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                  on_healthy_step: Callable[[dict], None] | None = None,
                  progress: Callable[[int, int], None] | None = None, workers: int = 0,
-                 states_progress: Counted | None = None,
+                 states_progress: Callable[[int, int], None] | None = None,
+                 states_sharing: Callable[[int], None] | None = None,
                  foresight_progress: Callable[[int, int], None] | None = None,
                  workers_warning: Callable[[str], None] | None = None,
                  activity: Callable[[str], None] | None = None,
@@ -844,9 +844,11 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     Where the job's straggler or degraded states are simulated ahead on the other cores (reliability/ahead.py,
     at most ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication
     of the pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
-    replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked, or
-    where the states with links down foreseen (on one core too) will take long (`_told_time_ahead`, which
-    refuses those past `ahead.MAX_AHEAD_S` unless ``force``) (the outputs are the same; only the time differs).
+    replications run (``states_sharing(workers)`` before the count of each simulated in the job's process: how
+    many workers share those left, `ahead.simulate_ahead`); ``workers_warning`` hears one line where a worker
+    ended early or could not be forked, or where the states with links down foreseen (on one core too) will
+    take long (`_told_time_ahead`, which refuses those past `ahead.MAX_AHEAD_S` unless ``force``) (the outputs
+    are the same; only the time differs).
     ``activity`` hears that the states foreseen are merged and sized (`sizing_text`) until they are, which state
     the job's process simulates before those workers start, then what the replications do between their counts:
     `replication 1/2`, and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state met
@@ -881,7 +883,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         if activity is not None:
             activity("")
         if parallel:
-            simulate_ahead(prepared.states, kinds, workers, states_progress, workers_warning, activity)
+            simulate_ahead(prepared.states, kinds, workers, states_progress, workers_warning, activity,
+                           states_sharing)
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents(tiered=scenario.checkpoint.memory is not None)

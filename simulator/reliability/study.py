@@ -23,7 +23,6 @@ import numpy as np
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.config.reliability import parse_interval
 from simulator.config.yaml_source import FieldPath
-from simulator.console.progress import Counted
 from simulator.errors import InputError
 from simulator.reliability.checkpoint import NO_SNAPSHOT_TAKEN, interval_steps, takes_no_snapshot
 from simulator.reliability.simulate import (
@@ -376,7 +375,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
               on_healthy_step: Callable[[dict], None] | None = None,
               on_point_warnings: Callable[[list[dict]], None] | None = None,
               progress: Callable[[int, int], None] | None = None, workers: int = 0,
-              states_progress: Counted | None = None,
+              states_progress: Callable[[int, int], None] | None = None,
+              states_sharing: Callable[[int], None] | None = None,
               foresight_progress: Callable[[int, int], None] | None = None,
               workers_warning: Callable[[str], None] | None = None,
               study: StudyName = "checkpoint-interval") -> dict:
@@ -393,7 +393,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
     as `point_warnings`. ``progress(done, total)`` hears of each point simulated. The points run one after another
     in this process, so each simulates its cluster states ahead on the other cores as `trainsim run` does (at most
     ``workers`` processes where not 0; ``foresight_progress`` hears of each replication of the pass that foresees
-    them, ``states_progress`` of each state, ``workers_warning`` of a worker that ended early or was not forked),
+    them, ``states_progress`` of each state, ``states_sharing`` how many workers share those left,
+    ``workers_warning`` of a worker that ended early or was not forked),
     unless this process is itself a worker; a later point finds the states an earlier one simulated (the points
     change no step; the state cache holds `states.CACHE_BYTES`, ~4,000 states of a 64-GPU job)."""
     base = load_scenario(scenario, overrides)
@@ -423,6 +424,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
         for multiplier, loaded in row:
             finished = len(curves) * len(at) + len(done)
             result = simulate_job(loaded, force=force, workers=workers, states_progress=states_progress,
+                                  states_sharing=states_sharing,
                                   foresight_progress=foresight_progress, workers_warning=workers_warning,
                                   progress=_points_shown(progress, finished, len(points)))
             done.append(StudyPoint(varied_interval(result.summary, varies)[0], multiplier, result.summary,
