@@ -1495,6 +1495,25 @@ def test_link_states_count_only_the_states_the_job_trained_in(monkeypatch):
     assert sum(1 for state in job.summary["states"] if state["links_down"]) == 14
 
 
+RESTARTING_LEAF_JOB = RAILS + """run: {horizon: 2 d, replications: 2, seed: 1}
+faults:
+  components:
+    leaf_switch: {effect: degrade, mtbf: 3 d, repair: 24 h}
+    host: {mtbf: 5 d, repair: 12 h}
+restart: {spares: 0}
+"""
+"""A job without spares whose leaves go down while it waits for a host back from repair."""
+
+
+def test_link_states_count_the_states_a_job_only_restarted_in():
+    """States met are those the job trained in or was in while it restarted (a leaf down while it waited for a
+    host): `link_states` left the restart-only ones out, 17 of the 20 states with links down that `states` lists
+    (its one cause, the leaf class, asks no sub-state); all 20 now."""
+    summary = simulate_job(scenario_from_text(RESTARTING_LEAF_JOB, "job.yaml")).summary
+    linked = sum(1 for state in summary["states"] if state["links_down"])
+    assert summary["link_states"]["states"] == linked == 20
+
+
 def test_a_refused_sub_state_splits_its_state_evenly_with_a_warning(monkeypatch):
     """A sub-state the job cannot simulate (here each on all 4 replicas with links down, refused as a state past
     the scale limits would be) ended the whole job, though the job never trains in it. The states asking for it

@@ -146,6 +146,9 @@ class JobProcess:
         self.degraded: dict[tuple[int, Degradation], int] = {}
         self.degraded_repairs: list[tuple[float, int, tuple[int, Degradation]]] = []
         self.missing: set[int] = set()
+        self.met: set[ClusterState] = set()
+        """The states the job was in, training or restarting (those of `trained_in`, and those it only waited or
+        restarted in): not the sub-states of its slow-step split, nor those a restart only looked at."""
         self._refresh()
         self.in_use = plan.hosts
         self.spares = plan.spares
@@ -167,7 +170,7 @@ class JobProcess:
         self.restores: Counter = Counter()
         self.shares: dict[tuple[int, frozenset], tuple[tuple[str, float], ...]] = {}
         """Each state's `_cause_shares`, by its replicas and degradations in force."""
-        self.met: set[ClusterState] = set()
+        self.trained_in: set[ClusterState] = set()
         """The states the job trained in: not the sub-states its slow-step split asks of (attribution.py), nor
         those a restart only looked at for a route."""
         self.split_evenly: dict[ClusterState, str] = {}
@@ -194,7 +197,7 @@ class JobProcess:
             t = min(arrival, back, maintenance, regrow, horizon)
             clock.advance(now, t, self.running, self._cause_shares())
             if t > now:
-                self.met.add(self.state)
+                self.trained_in.add(self.state)
             self.running_s[self.replicas] = self.running_s.get(self.replicas, 0.0) + t - now
             yield env.timeout(t - now)
             if t >= horizon:
@@ -360,6 +363,7 @@ class JobProcess:
         restart) and the slow-step causes in force, after a change."""
         self.state = self._state(self.replicas)
         self.costs = self.plan.costs(self.state)
+        self.met.add(self.state)
         causes = {self.plan.classes[index].name for index, _ in self.degraded}
         if self.replicas < self.plan.replicas:
             causes.add(BuiltInCause.ELASTIC_SHRINK)

@@ -893,6 +893,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         prepared.states.on_simulating = _state_activity(activity, events, replications)
     totals: list[ReplicationTotals] = []
     trained_in: set[ClusterState] = set()
+    met_by_job: set[ClusterState] = set()
     split_evenly: dict[ClusterState, str] = {}
     for replication in range(replications):
         events.replication = replication
@@ -903,7 +904,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         env.process(job.run(env))
         run_all(env)
         totals.append(job.totals(healthy))
-        trained_in.update(job.met)
+        trained_in.update(job.trained_in)
+        met_by_job.update(job.met)
         split_evenly = {**job.split_evenly, **split_evenly}
         if activity is not None:  # named no more before it is counted done: each call may print the line
             activity("")
@@ -915,7 +917,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
                           prepared.gpu_model)
     summary["oom"] = bool(prepared.step_summary.get("oom"))
-    link_states = prepared.states.symmetry_figures(state for state in met if state in trained_in)
+    link_states = prepared.states.symmetry_figures(state for state in met if state in met_by_job)
     if link_states is not None:
         summary["link_states"] = link_states
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
