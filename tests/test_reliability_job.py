@@ -465,6 +465,20 @@ def stderr_before_each_draw(monkeypatch, capsys) -> list[str]:
     return before
 
 
+def test_a_jobs_layout_warning_names_its_own_file_after_another_files_job(tmp_path, capsys, monkeypatch):
+    """The layout warning is located at its file's line; a second job of the same step sections in another file,
+    in the same process, took the first one's cached healthy step and named the first file."""
+    before = stderr_before_each_draw(monkeypatch, capsys)
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "job.yaml").write_text(OOM_JOB)
+        assert main(["run", str(tmp_path / name / "job.yaml"), "--out", str(tmp_path / name / "out"),
+                     "--quiet"]) == 0
+    located = [line for text in before for line in text.splitlines() if ": parallelism.fsdp: " in line]
+    assert [line.split("job.yaml:")[0] for line in located] == [f"warning: {tmp_path / name}/"
+                                                               for name in ("first", "second")]
+
+
 def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, capsys, monkeypatch):
     """48 layers of Llama 3 70B under TP 8 with hybrid_shard, whose shard group is one GPU (a layout
     warning): 43.2e9 parameters / 8 at 16 B of FSDP2's unsharded fp32 state (fp32 weights and gradients, Adam's

@@ -168,9 +168,10 @@ def _step_state(summary: dict, topology: Topology) -> StepState:
 
 
 def step_key(loaded: LoadedScenario) -> str:
-    """The cache key of a scenario's steps: its step sections and the files beside it that they read (inputs.py;
-    the sections name a trace by its glob alone)."""
-    return f"{loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)}\n{files_key(loaded)}"
+    """The cache key of a scenario's steps: its step sections, the files beside it that they read (inputs.py;
+    the sections name a trace by its glob alone) and the scenario's own file, which the step's layout warnings
+    are located at (a step cached from another file with the same sections named that file's line)."""
+    return f"{loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)}\n{files_key(loaded)}\n{loaded.source}"
 
 
 class StepStates:
