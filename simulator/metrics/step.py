@@ -33,7 +33,12 @@ STAGE_COLLECTIVE_CATEGORIES: tuple[Category, ...] = ("tp", "cp")
 """Collectives that are a stage's own work wherever they run: the compute stream waits for them."""
 COMPUTE_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, OPTIMIZER_CATEGORY, "compute")
 """What counts as compute when communication is exposed: every kernel, a pipeline pass's, the optimizer's or a
-traced one."""
+traced one, where `stream_compute` counts it."""
+TRACED_COMPUTE_CATEGORY: Category = "compute"
+"""A replayed trace's kernels: compute on whichever of the trace's streams they ran."""
+SIDE_STREAM_COMPUTE = "side-stream kernel"
+"""The category `communication_metrics` gives a built program's kernels off the compute stream (FSDP's copy-in
+on `fsdp_copy_in`): the compute stream waits for them, as the bubble counts it."""
 OP_COLUMNS = ("kind", "rank", "stream", "category", "start_s", "end_s", "flops", "key")
 """The op rows' columns the step metrics read."""
 
@@ -170,16 +175,27 @@ def _weighted_sum(rows: StepRows, chosen: np.ndarray, values: np.ndarray) -> flo
     return float(np.sum(values if weights is None else values * weights))
 
 
+def stream_compute(ops: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Which op rows are compute for the exposed communication and the wait: a built program's kernels on the
+    compute stream, as `bubble_fraction` counts them (not FSDP's copy-in kernels on their own stream, which the
+    compute stream waits for), and a replayed trace's kernels on any stream."""
+    built = np.isin(ops["category"], COMPUTE_CATEGORIES) & (ops["stream"] == COMPUTE_STREAM)
+    return built | (ops["category"] == TRACED_COMPUTE_CATEGORY)
+
+
 def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time), exposed
-    communication per kind (mean over ranks of communication time not overlapped by compute) and ``wait_s``,
-    the mean over ranks of the step's time with no compute op at all (the exposed communication of every kind,
-    counted once, and the time with neither compute nor communication: a bubble, a wait for a slower rank),
-    seconds."""
-    arrays = _rank_arrays(rows.ops)
+    communication per kind (mean over ranks of communication time not overlapped by compute, `stream_compute`),
+    ``exposed_union_s``, the mean over ranks of the time some communication is exposed (every kind counted
+    once, at most the sum of the kinds), and ``wait_s``, the mean over ranks of the compute stream's idle time
+    in the step (the exposed communication and the time with neither compute nor communication: a bubble, a
+    wait for a slower rank or for FSDP's copy-in), seconds."""
+    side = np.isin(rows.ops["category"], COMPUTE_CATEGORIES) & ~stream_compute(rows.ops)
+    arrays = _rank_arrays({**rows.ops, "category": np.where(side, SIDE_STREAM_COMPUTE, rows.ops["category"])})
     weights = rows.weights_of(np.fromiter(arrays, dtype=np.int64, count=len(arrays)))
     ratios: list[float] = []
     waits: list[float] = []
+    unions: list[float] = []
     exposed: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     totals: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     for per_category in arrays.values():
@@ -187,6 +203,7 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
         all_s, all_e = _cat(per_category, COMM_CATEGORIES)
         ratios.append(covered(all_s, all_e) / step_time_s if step_time_s > 0 else 0.0)
         waits.append(max(step_time_s - covered(cs, ce), 0.0))
+        unions.append(uncovered(all_s, all_e, cs, ce))
         for kind in COMM_CATEGORIES:
             ks, ke = _cat(per_category, (kind,))
             totals[kind].append(covered(ks, ke))
@@ -195,6 +212,7 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
         "comm_ratio": _mean(ratios, weights),
         "exposed_comm_s": {kind: _mean(exposed[kind], weights) for kind in COMM_CATEGORIES},
         "comm_s": {kind: _mean(totals[kind], weights) for kind in COMM_CATEGORIES},
+        "exposed_union_s": _mean(unions, weights),
         "wait_s": _mean(waits, weights),
     }
 

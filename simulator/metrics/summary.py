@@ -24,7 +24,7 @@ SimulatedSpan = Literal["step", "run"]
 """What a training summary's simulated time spans: one training step, or a parameter-server run of several
 iterations (the console's 'run time (6 iterations)')."""
 WAIT_BOUND_SHARE = 0.30
-"""Waits above this share of the step, the time with no compute op (exposed communication, pipeline bubble, idle),
+"""Waits above this share of the step, the compute stream's idle time (exposed communication, pipeline bubble, idle),
 make the larger of its two parts the binding constraint rather than compute (the seed chapter's rule of thumb for
 communication: under ~10% scales well, over ~30% stop adding GPUs; a step idle that long in its bubble gains as
 much from more micro-batches or an interleaved schedule as from faster GPUs)."""
@@ -67,16 +67,15 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
                losses: dict[str, float] | None = None, *, pipeline_stages: int, span: SimulatedSpan = "step") -> dict:
     """Which constraint binds, with the evidence that decided it, and the step's largest loss with its share
     of the step, so that a compute-bound step that idles 27% in its pipeline bubble says so (with one
-    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE). Exposed communication over WAIT_BOUND_SHARE of
-    the step binds; so does a step with no compute op for more than WAIT_BOUND_SHARE of it (``comm``'s
-    `wait_s`), bound by the larger of its parts: exposed communication, else the time with neither compute nor
-    communication, `bubble` (`idle` with one stage). The pipeline bubble's loss is no part of it: at pp = 1 it
-    is mostly the compute stream waiting for ZeRO-3 gathers, exposed communication already. The verdict names
-    the time simulated by ``span``, as the console's first row does ('65.1% of the run' beside a parameter
-    server's run time)."""
-    exposed = sum(comm["exposed_comm_s"].values())
+    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE). Exposed communication (``comm``'s
+    `exposed_union_s`, every kind counted once) over WAIT_BOUND_SHARE of the step binds; so does a step whose
+    compute stream idles more than WAIT_BOUND_SHARE of it (``comm``'s `wait_s`), bound by the larger of its
+    parts: exposed communication, else the time with neither compute nor communication, `bubble` (`idle` with
+    one stage). The pipeline bubble's loss is no part of it: at pp = 1 it is mostly the compute stream waiting
+    for ZeRO-3 gathers, exposed communication already. The verdict names the time simulated by ``span``, as the
+    console's first row does ('65.1% of the run' beside a parameter server's run time)."""
     evidence = {
-        "exposed_comm_share": exposed / step_time_s if step_time_s else 0.0,
+        "exposed_comm_share": comm["exposed_union_s"] / step_time_s if step_time_s else 0.0,
         "memory_bound_compute_share": memory_bound_share,
         "memory_use_share": memory["peak_memory_gib"] / memory["memory_capacity_gib"] if memory else 0.0,
         "bubble_fraction": bubble,
