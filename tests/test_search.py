@@ -137,8 +137,9 @@ def test_a_stopped_search_writes_the_layouts_it_simulated(tmp_path, monkeypatch,
     assert set(table[table["status"] == "stopped"]["reason"]) == {STOPPED_REASON}
     summary = json.loads((out / "search.json").read_text())
     assert summary["winner"]["status"] == "simulated"
-    assert summary["comparison"].startswith("the decision tree's ") and "was not simulated (stopped: " in summary[
-        "comparison"]
+    assert (summary["stopped"], summary["simulated"], summary["of"]) == (True, 1, 3)
+    assert summary["comparison"].startswith("the decision tree's ") and summary["comparison"].endswith(
+        " was not simulated (the search was stopped first); the search's best is " + summary["winner"]["label"])
 
 
 def test_the_search_prints_the_run_that_reproduces_its_best_layout(tmp_path, capsys):
@@ -160,7 +161,9 @@ def test_the_search_prints_the_run_that_reproduces_its_best_layout(tmp_path, cap
     words = shlex.split(command[0].removeprefix("run the best: "))
     assert words[:3] == ["trainsim", "run", "llama3-8b-dgx-h100-dp8"] and words[-2:] == ["--out", "DIR"]
     assert "--set" in words and "training.global_batch=16" in words
-    winner = json.loads((out / "search.json").read_text())["winner"]
+    search = json.loads((out / "search.json").read_text())
+    winner = search["winner"]
+    assert (search["stopped"], search["simulated"]) == (False, search["of"])
     assert winner["label"] == "TP2 CP1 PP1 DP4 mb1 zero1 recompute=none"
     assert winner["overrides"] == words[4:-2:2]
     assert main([*words[1:-1], str(tmp_path / "run"), "--quiet"]) == 0

@@ -65,7 +65,12 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
     (report/run_folder.py): moved in together once all three exist, so a search refused or interrupted while
     writing leaves the folder as it was, never a table of one search beside the summary of another. Returns
     the names written, manifest last."""
+    statuses = result.table["status"]
+    simulated = int(statuses.isin(("simulated", "failed")).sum())
     summary = {
+        "stopped": bool((statuses == "stopped").any()),
+        "simulated": simulated,
+        "of": simulated + int((statuses == "stopped").sum()),
         "winner": _clean(result.winner),
         "tree_choice": _clean(result.tree_row),
         "tree_steps": list(result.tree.steps),

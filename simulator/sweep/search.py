@@ -301,7 +301,10 @@ def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str
         return "no layout survived the checks and simulated"
     if tree_row is None or tree.candidate is None:
         return f"the decision tree finds no layout that fits ({tree.steps[-1]}); the search's best is {winner['label']}"
-    if tree_row["status"] != "simulated":  # failed, or not simulated before a stop: no figures to weigh
+    if tree_row["status"] == "stopped":  # its reason, STOPPED_REASON, says 'not simulated' again
+        return (f"the decision tree's {tree_row['label']} was not simulated (the search was stopped first); "
+                f"the search's best is {winner['label']}")
+    if tree_row["status"] != "simulated":
         return (f"the decision tree's {tree_row['label']} was not simulated ({tree_row['status']}: "
                 f"{tree_row['reason']}); the search's best is {winner['label']}")
     unsharded = (all(row["dp"] * row["cp"] == 1 for row in (winner, tree_row))
