@@ -399,6 +399,16 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 0.5 is below 1: a straggler's kernels last "
         "slowdown times their nominal time, so 0.5 would make the GPU 2 times faster (allowed: a factor from 1 "
         "to 1000, e.g. 2 for half speed)"),
+    # read "slowdown 0.999 ... would make the GPU 1 times faster", and 0.9999999 "slowdown 1 is below 1"
+    "straggler-slowdown-just-below-one": (
+        scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [1], slowdown: 0.999}]}}\n"), RUN, 2,
+        "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 0.999 is below 1: a straggler's kernels last "
+        "slowdown times their nominal time, so 0.999 would make the GPU 1.001 times faster (allowed: a factor "
+        "from 1 to 1000, e.g. 2 for half speed)"),
+    "straggler-slowdown-a-hair-below-one": (
+        scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [1], slowdown: 0.9999999}]}}\n"), RUN, 2,
+        "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 0.9999999 is below 1: a straggler's kernels last "
+        "slowdown times their nominal time, so 0.9999999 would make the GPU 1.0000001 times faster"),
 
     "override-list-item-value": (scenario(COMM), RUN + ["--set", "workload[0].root=9"], 2,
                                  "command line: trainsim run: --set workload[0].root=9: root 9 is not a "

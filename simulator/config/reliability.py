@@ -69,13 +69,24 @@ SlowdownFactor = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidat
 MAX_SLOWDOWN."""
 
 
+def _apart_from_one(value: float) -> str:
+    """``value`` to three significant digits, or as many more as it takes not to read as 1: slowdown 0.999 made
+    the GPU '1 times faster'."""
+    for digits in range(3, 18):
+        text = f"{value:.{digits}g}"
+        if float(text) != 1:
+            return text
+    return repr(value)
+
+
 def _not_faster_than_nominal(factor: float) -> float:
     """``factor`` if it slows the GPU (at least 1): a given straggler factor below 1 made the GPU faster, which a
     user who means "runs at half speed" by `slowdown: 0.5` gets the opposite of."""
     if factor < 1:
-        raise ValueError(f"slowdown {factor:g} is below 1: a straggler's kernels last slowdown times their nominal "
-                         f"time, so {factor:g} would make the GPU {1 / factor:.3g} times faster (allowed: a factor "
-                         f"from 1 to {MAX_SLOWDOWN:g}, e.g. 2 for half speed)")
+        raise ValueError(f"slowdown {_apart_from_one(factor)} is below 1: a straggler's kernels last slowdown times "
+                         f"their nominal time, so {_apart_from_one(factor)} would make the GPU "
+                         f"{_apart_from_one(1 / factor)} times faster (allowed: a factor from 1 to {MAX_SLOWDOWN:g}, "
+                         "e.g. 2 for half speed)")
     return factor
 
 
