@@ -172,15 +172,27 @@ def test_links_down_that_no_fold_stands_for_unfold(case, reason):
 
 @pytest.mark.parametrize(("fault", "overrides", "reason"), [
     ("{link: [leaf0.r0, spine0], at: 1 ms}", (), LINKS_DURING_STEP),
-    ("{link: [leaf0.r0, spine0], capacity: 0.5}", (), LINKS_DURING_STEP),
+    ("{link: [leaf0.r0, spine0], capacity: 0.5, at: 1 ms}", (), LINKS_DURING_STEP),
     ("{link: [leaf0.r0, spine0]}", ("network.model=analytic",), "on the analytic model"),
-], ids=["mid-step", "degraded", "analytic"])
+], ids=["mid-step", "degraded-mid-step", "analytic"])
 def test_link_faults_the_checks_cannot_read_unfold(fault, overrides, reason):
-    """A link failing mid-step or degraded but up changes what the fold checks read at the step's start, and the
+    """A link failing or degraded mid-step changes what the fold checks read at the step's start, and the
     analytic model has no lockstep check after the run: each unfolds the step, saying why."""
     text = RAILS + f"parallelism: {{tp: 8, dp: 4}}\nfaults: {{step: {{links: [{fault}]}}}}\n"
     summary = simulate(scenario_from_text(text, "inline.yaml", list(overrides))).summary
     assert not summary["folded"] and reason in summary["fold_off_reason"]
+
+
+def test_a_link_degraded_from_the_start_folds_as_a_link_down():
+    """A leaf's cable to a spine at half its bandwidth from the step's start is the cluster's cable at that
+    bandwidth for the fold checks (`Topology.degrade`), so the step folds by the hosts near it, as with the cable
+    down, onto 24 of 32 ranks, every figure the unfolded one's. Before, any link degraded but up unfolded it."""
+    text = RAILS + "parallelism: {tp: 8, dp: 4}\nfaults: {step: {links: [{link: [leaf0.r0, spine0], capacity: 0.5}]}}\n"
+    folded, unfolded = (simulate(scenario_from_text(text, "inline.yaml", overrides)).summary
+                        for overrides in ([], ["run.fold=false"]))
+    assert folded["folded"] and folded["simulated_ranks"] == 24
+    assert folded["step_time_s"] == unfolded["step_time_s"] and folded["faults"] == unfolded["faults"]
+    _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
 def test_a_traces_copies_under_links_down_unfold():

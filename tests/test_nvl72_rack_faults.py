@@ -6,6 +6,7 @@ and neither has a published failure rate, so a scenario naming one gives its own
 from __future__ import annotations
 
 import pytest
+from test_rank_classes import _assert_same_figures
 
 from simulator import simulate
 from simulator.cli import main
@@ -76,6 +77,22 @@ def test_nvswitch_trays_down_slow_an_all_reduce_in_the_rack_by_the_bandwidth_the
     healthy = all_reduce("1 GiB", algorithm, 0) - all_reduce("256 MiB", algorithm, 0)
     degraded = healthy + extra["1 GiB"] - extra["256 MiB"]
     assert degraded / healthy == pytest.approx(9 / (9 - trays_down), rel=1e-12)
+
+
+@pytest.mark.parametrize("trays_down", [1, 3])
+def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_down):
+    """TP 4 x PP 2 x DP 4 on 2 racks of 4 trays, trays of rack 1 down: its GPU links degraded from the step's start
+    fold as links down do (`fold_policy.link_fault_step`), the rack's 16 ranks apart and one per tray position
+    and stage elsewhere, 24 of 32 ranks, the step time the unfolded one's to the bit and every other figure to
+    the rounding of a weighted mean. Before, links degraded but up ran the step unfolded."""
+    text = job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}") + "network: {model: flow}\n"
+    loaded = scenario_from_text(text, "job.yaml")
+    faults = StepFaults(links=nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", trays_down),)))
+    folded, unfolded = (simulate(with_step_faults(scenario_from_text(text, "job.yaml", overrides), faults)).summary
+                        for overrides in ([], ["run.fold=false"]))
+    assert folded["folded"] and folded["simulated_ranks"] == 24 and unfolded["simulated_ranks"] == 32
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
 def test_an_nvswitch_tray_down_slows_the_job_until_its_repair_without_a_restart(job_with):

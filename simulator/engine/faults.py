@@ -2,9 +2,11 @@
 events of `faults.step` played at their times on the network and the routes (`FaultHooks`).
 
 A degraded link keeps a fraction of its capacity from its time on; the flows crossing it are re-solved at
-once. A failed link is removed from routing: transfers posted afterwards take a detour, flows in flight on it
-move to their new route with the bytes they have left. A failure that leaves some GPU unable to reach another
-(through switches and NICs; GPUs forward nothing), or a failed GPU, aborts the step at that time.
+once. One degraded from the start is the topology's link at that bandwidth (`Topology.degrade`), which every
+plan, fold check and `auto` choice reads. A failed link is removed from routing: transfers posted afterwards
+take a detour, flows in flight on it move to their new route with the bytes they have left. A failure that
+leaves some GPU unable to reach another (through switches and NICs; GPUs forward nothing), or a failed GPU,
+aborts the step at that time.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ def compute_hook(slowdowns: Mapping[int, Slowdown]) -> Callable[[int, float, flo
 
 class FaultHooks:
     """The link and GPU events of a step's fault ``plan`` on ``topology``. Create it before any route of
-    ``topology`` is computed: it installs the rerouter and fails the links that are down from the start, which
-    changes ``topology``'s routing for good (give every run its own topology, as `simulate` does). The plan's
-    slowdowns reach the engine through `compute_hook`, once folding has placed them."""
+    ``topology`` is computed: it installs the rerouter and fails the links that are down from the start, and
+    degrades those degraded from it, which changes ``topology``'s routing and bandwidths for good (give every
+    run its own topology, as `simulate` does). The plan's slowdowns reach the engine through `compute_hook`,
+    once folding has placed them."""
 
     def __init__(self, topology: Topology, plan: StepFaultPlan):
         self.topology = topology
@@ -53,10 +56,11 @@ class FaultHooks:
             from simulator.faults.rerouting import Rerouter  # networkx, needed only when links fail
 
             self.rerouter = Rerouter(topology)
-        self._initial = [event for event in plan.links if event.at_s == 0]
-        for event in self._initial:
-            if event.capacity == 0:
+        for event in plan.links:
+            if event.at_s == 0 and event.capacity == 0:
                 self._take_down(event)
+            elif event.at_s == 0:
+                topology.degrade(self._directed(event), event.capacity)
 
     @property
     def changes_network(self) -> bool:
@@ -78,10 +82,7 @@ class FaultHooks:
                 "rerouted_routes": self.rerouter.rerouted if self.rerouter is not None else 0}
 
     def install(self, env: simpy.Environment, network: Network) -> None:
-        """Degrade the links degraded from the start; schedule every later event."""
-        for event in self._initial:
-            if event.capacity > 0:
-                network.scale_capacity(self._directed(event), event.capacity)
+        """Schedule every link event after the start (those at it are the topology's already)."""
         for event in self.plan.links:
             if event.at_s > 0:
                 env.process(self._link_event(env, network, event))

@@ -232,16 +232,15 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     or each of its degraded or straggling states: states with links down (leaf switches, cables, NICs that
     `degrade`) are sized by the classes `fold_policy.link_fault_step` folds them by
     (`_refuse_unfolded_link_states`, by ``sizes``, the job's `ahead.LinkStateSizes`), states with NVSwitch trays
-    down (NVLink links degraded but up, which `fold_policy.link_fault_blocker` keeps unfolded) are unfolded
-    steps, and straggler states unfold where the engine's folding rule says so (each distinct set of stages
-    slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and ~37 GiB per step (the docs'
-    leaf-switch example met ~75 leaves per replication of the
-405B job, its throttling example thousands of straggler states, and both ran for hours without a word).
+    down too (their rack's NVLink links degraded from the start, or down with every tray, which fold by the
+    rack's hosts), and straggler states unfold where the engine's folding rule says so (each distinct set of stages slowed is a state). 16,384 GPUs unfolded are ~45
+    million ops + flows and ~37 GiB per step (the docs' leaf-switch example met ~75 leaves per replication of the
+    405B job, its throttling example thousands of straggler states, and both ran for hours without a word).
 
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
     job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers."""
-    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, LINKS_DURING_STEP, SHARED_LINKS, straggler_blocker
+    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, SHARED_LINKS, straggler_blocker
     from simulator.program.unfolding import Unfolding
     from simulator.scale import unfolded_beyond_limits
     from simulator.simulation import prepare_training, step_faults
@@ -273,8 +272,6 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
                            f"is simulated as an unfolded step ({why}): {limits}",
                            f"{restart}{analytic}a smaller cluster, or --force")
 
-    if nvlink:
-        refuse(LINKS_DURING_STEP)
     if linked:
         _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse, sizes)
         return None
@@ -942,8 +939,8 @@ def split_evenly_warning(split_evenly: Mapping[ClusterState, str]) -> str | None
 
 def _link_classes(model: FailureModel) -> list[FailureClass]:
     """The classes of ``model`` whose units take links down while degraded (a spine switch's state is the tree
-    with slower uplinks, sized otherwise; an NVSwitch tray's keeps its NVLink links up, degraded, and runs
-    unfolded, refused before the healthy step where that passes the limits)."""
+    with slower uplinks, sized otherwise; an NVSwitch tray's degrades its rack's NVLink links, a state of its
+    own that folds by the rack's hosts, sized before the healthy step by `_refuse_unfolded_link_states`)."""
     return [klass for klass in model.classes if klass.effect is Effect.DEGRADE
             and klass.unit not in ("spine_switch", "nvswitch_tray")]
 

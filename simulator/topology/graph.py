@@ -10,7 +10,7 @@ importing networkx, cost more than the rest of a run's setup).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property, reduce
@@ -307,6 +307,15 @@ class Topology:
     def path_latency(self, src: int, dst: int, channel: int = 0) -> float:
         """Sum of link latencies along the route from ``src`` to ``dst``."""
         return self.route(src, dst, channel)[1]
+
+    def degrade(self, links: Sequence[int], fraction: float) -> None:
+        """The directed ``links`` keep ``fraction`` of their bandwidth for good: a link degraded from a step's
+        start (engine/faults.py) is the cluster's link at that bandwidth for every plan, check and tuner choice.
+        The bandwidths are copied first (another topology may share them) and the capacities made from them
+        forgotten."""
+        self.link_bandwidth = self.link_bandwidth.copy()
+        self.link_bandwidth[list(links)] *= fraction
+        self.capacities.clear()
 
     def forget_routes(self) -> None:
         """Drop the cached routes and latencies (after the router's view of the links changed)."""
