@@ -188,7 +188,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     return slowdowns, ""
 
 
-LINKS_DURING_STEP = "link faults during the step (replicas no longer see the same links)"
+LINKS_DURING_STEP = "link faults (replicas no longer see the same links)"
 """Why link faults unfold a step unless every one takes its links down or degrades them from the start
 (`link_fault_blocker`): a link failing or degraded mid-step changes routes or capacities that the fold checks,
 which read the routes and capacities at the step's start, do not see."""
