@@ -214,22 +214,47 @@ def test_on_three_racks_the_racks_left_close_ranks(job_with):
     assert shrunk_states(summary, 8) == [({}, one_rack_step(job(CLASSES), 2, ())), ({"rack1/nvswitch": 1}, degraded)]
 
 
-def test_with_every_tray_of_a_rack_down_nvls_is_not_run_there():
-    """All 9 trays of rack 0 down leave its GPUs no NVSwitch to reduce in: `auto` picks another algorithm for an
-    all-reduce over the rack's 16 GPUs, and `nvls` asked for is refused in one line; with 8 down the links are
-    degraded but up and NVLS runs, slowed. Before, NVLS was still picked and routed over the network."""
-    def all_reduce(algorithm: str, down: int) -> dict:
-        loaded = scenario_from_text(f"""cluster: {{topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}}
+def rack_all_reduce(algorithm: str, down: int) -> dict:
+    """The summary of a 64 MiB all-reduce over rack 0's 16 GPUs (2 racks of 4 trays) under ``algorithm``, with
+    ``down`` of rack 0's 9 NVSwitch trays down."""
+    loaded = scenario_from_text(f"""cluster: {{topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}}
 network: {{model: flow}}
 collectives: {{algorithm: {algorithm}}}
 workload:
   - {{name: ar, op: all_reduce, bytes: 64 MiB, group: [{", ".join(map(str, range(16)))}]}}
 """, "ar.yaml")
-        faults = nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", down),))
-        return simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["collectives"][0]
+    faults = nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", down),))
+    return simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["collectives"][0]
 
-    assert all_reduce("auto", 8)["algorithm"] == "nvls"
-    picked = all_reduce("auto", 9)
-    assert picked["algorithm"] != "nvls" and picked["time_s"] == all_reduce(picked["algorithm"], 9)["time_s"]
+
+def test_with_every_tray_of_a_rack_down_auto_weighs_the_rerouted_tree_and_picks_the_ring():
+    """All 9 trays of rack 0 down reroute its GPUs over their trays' NICs, inside a tray too: the tree's chains
+    inside a tray then share the NICs with its edges across trays, and the ring (3.43 ms) is faster than the
+    tree (4.52 ms). `auto` now counts every edge on the links its route crosses (tuner.py `_rerouted_ports`),
+    estimates the tree at 4.76 ms (5.4% over) and picks the ring; counted apart, the tree came out at 3.00 ms,
+    below the ring's 3.25, and was picked (a 1 GiB all-reduce: the tree 58.2 ms against the ring's 48.6)."""
+    from simulator.collectives.phases import CollectiveRequest
+    from simulator.collectives.tuner import estimates
+    from simulator.engine.faults import FaultHooks
+    from simulator.simulation import step_faults
+
+    ring, tree, picked = (rack_all_reduce(algorithm, 9) for algorithm in ("ring", "tree", "auto"))
+    assert ring["time_s"] < tree["time_s"] and picked["algorithm"] == "ring" and picked["time_s"] == ring["time_s"]
+    loaded = scenario_from_text("cluster: {topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}\n"
+                                "workload: [{name: ar, op: all_reduce, bytes: 64 MiB, group: all}]\n", "ar.yaml")
+    faults = StepFaults(links=nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 9),)))
+    topology = scenario_topology(loaded)
+    FaultHooks(topology, step_faults(with_step_faults(loaded, faults), topology))
+    tree_s = estimates(CollectiveRequest("all_reduce", tuple(range(16)), 64 * 2**20), topology)["tree"]
+    assert tree_s == pytest.approx(tree["time_s"], rel=0.06)
+
+
+def test_with_every_tray_of_a_rack_down_nvls_is_not_run_there():
+    """All 9 trays of rack 0 down leave its GPUs no NVSwitch to reduce in: `auto` picks another algorithm for an
+    all-reduce over the rack's 16 GPUs, and `nvls` asked for is refused in one line; with 8 down the links are
+    degraded but up and NVLS runs, slowed. Before, NVLS was still picked and routed over the network."""
+    assert rack_all_reduce("auto", 8)["algorithm"] == "nvls"
+    picked = rack_all_reduce("auto", 9)
+    assert picked["algorithm"] != "nvls" and picked["time_s"] == rack_all_reduce(picked["algorithm"], 9)["time_s"]
     with pytest.raises(ScenarioError, match="the group's links to the NVSwitches up"):
-        all_reduce("nvls", 9)
+        rack_all_reduce("nvls", 9)
