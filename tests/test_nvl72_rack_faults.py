@@ -10,7 +10,7 @@ from test_rank_classes import _assert_same_figures
 
 from simulator import simulate
 from simulator.cli import main
-from simulator.config.faults import StepFaults
+from simulator.config.faults import LinkFault, StepFaults
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.reliability.blast import cluster_units
@@ -161,6 +161,24 @@ def test_a_class_without_a_published_rate_must_be_given_one(tmp_path, capsys, na
                           f"failure rate of {unit} exists: ") and err.count("\n") == 1
 
 
+def test_nvls_asked_for_beside_nvswitch_tray_failures_is_refused_before_any_step(tmp_path, capsys):
+    """`collectives.algorithm: nvls` with an `nvswitch_tray` class that degrades: all 9 trays of a rack down leave
+    no switch to reduce in, and NCCL_ALGO=NVLS does not fall back, so the job is refused in one line at the field
+    by `validate`, before any step. Before, it validated and its run stopped when a replication met the state
+    (after the hours of work before it). `auto` runs it on, and so does a class that restarts the job."""
+    text = job(CLASSES) + "collectives: {algorithm: nvls}\n"
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    assert main(["validate", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {scenario}:10: collectives.algorithm: nvls needs every GPU's links to its rack's "
+                          "NVSwitches, and the nvswitch_tray failure class can leave a rack with all 9 NVSwitch "
+                          "trays down") and err.count("\n") == 1
+    scenario.write_text(text.replace("nvswitch_tray: {mtbf: 1000 d, repair: 2 h}",
+                                     "nvswitch_tray: {effect: restart, mtbf: 1000 d}"))
+    assert main(["validate", str(scenario)]) == 0
+
+
 def test_a_rack_class_on_a_cluster_without_racks_is_refused(tmp_path, capsys):
     """A DGX fat tree has no NVL72 rack: naming the class there is refused, as a NIC on a single host is."""
     scenario = tmp_path / "job.yaml"
@@ -225,6 +243,25 @@ workload:
 """, "ar.yaml")
     faults = nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", down),))
     return simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["collectives"][0]
+
+
+@pytest.mark.parametrize(("nic", "moved"), [("h8/nic0", "h4/nic0"), ("h4/nic0", "h0/nic0")])
+def test_links_down_follow_their_rack_when_a_rack_failure_shrinks_the_job(job_with, nic, moved):
+    """3 racks (DP 12): a NIC of rack 2 (or 1) degrades at 0.5 h (3 h repair) and rack 0 fails at 1 h: the job
+    shrinks onto racks 1 and 2, its group's racks 0 and 1, and the NIC's links go with its tray, to `moved` in the
+    shrunk cluster's names, whose step is `simulate()` of 2 racks with those links down. Before, links down were
+    matched by node name: `h8/nic0` is on no tray of 2 racks and was dropped (the step healthy's), and `h4/nic0`
+    slowed the tray that took rack 2's place."""
+    classes = "rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}"
+    three = job(classes).replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12")
+    units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
+    summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index(nic), 3 * H), (1 * H, 0, 0, 4 * H)).summary
+    shrunk = [(state["links_down"], state["step_time_s"]) for state in summary["states"] if state["replicas"] == 8]
+    rack = int(moved[1]) // 4
+    links = [[moved, f"leaf{rack}.r0"], [moved, f"rack{rack}/gpu0"]]
+    faults = StepFaults(links=tuple(LinkFault(link=(a, b)) for a, b in links))
+    alone = simulate(with_step_faults(scenario_from_text(job(classes), "hand.yaml"), faults)).summary["step_time_s"]
+    assert shrunk[1] == (links, alone) and alone > shrunk[0][1]
 
 
 def test_with_every_tray_of_a_rack_down_auto_weighs_the_rerouted_tree_and_picks_the_ring():

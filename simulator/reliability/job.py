@@ -86,6 +86,8 @@ class JobPlan:
     racks: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """GB200 NVL72 racks in host order: each one's NVSwitch node and its hosts (none on another cluster). The
     NVSwitch trays down follow their rack when a restart regroups the hosts (`JobProcess._regrouped`)."""
+    follow_links: Callable[[dict[str, str], tuple[tuple[str, str], ...]], tuple[tuple[str, str], ...]] | None = None
+    """Links down moved with their racks' hardware (`states.LinksFollowRacks`), where there are ``racks``."""
 
     def hosts_for(self, replicas: int) -> int:
         """The hosts a job of ``replicas`` data-parallel replicas runs on: every host at full size, also when
@@ -333,15 +335,23 @@ class JobProcess:
 
     def _regrouped(self, degradations: Iterable[Degradation]) -> list[Degradation]:
         """``degradations`` on the group the job forms with the hosts out now (`_rack_moves`; the same while
-        none is out, as during training)."""
+        none is out, as during training): NVSwitch trays down and links down follow their rack's hardware
+        (`JobPlan.follow_links`), or leave with it."""
         if not self.missing or not self.plan.racks:
             return list(degradations)
         moves = self._rack_moves()
-        return [degradation if degradation.nvswitch_tray is None
-                else replace(degradation, nvswitch_tray=(moves[degradation.nvswitch_tray[0]],
-                                                         degradation.nvswitch_tray[1]))
-                for degradation in degradations
-                if degradation.nvswitch_tray is None or degradation.nvswitch_tray[0] in moves]
+        regrouped = []
+        for degradation in degradations:
+            tray, links = degradation.nvswitch_tray, degradation.links
+            if tray is not None and tray[0] in moves:
+                regrouped.append(replace(degradation, nvswitch_tray=(moves[tray[0]], tray[1])))
+            elif links and self.plan.follow_links is not None:
+                followed = self.plan.follow_links(moves, links)
+                if followed:
+                    regrouped.append(replace(degradation, links=followed))
+            elif tray is None:
+                regrouped.append(degradation)
+        return regrouped
 
     def _regroup_degradations(self) -> bool:
         """Move the degradations in force onto the group formed now, before its hosts out are forgotten

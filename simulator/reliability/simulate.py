@@ -53,7 +53,7 @@ from simulator.reliability.elastic import (
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import Arrivals, draw_arrivals
-from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
+from simulator.reliability.states import ClusterState, Degradation, LinksFollowRacks, StepStates, state_guard
 from simulator.reliability.summary import (
     idle_memory_tier_warning,
     job_summary,
@@ -542,8 +542,27 @@ def check_job(loaded: LoadedScenario, topology: Topology,
     model = located(loaded, lambda: failure_model(loaded.scenario.faults))
     units = cluster_units(topology)
     located(loaded, lambda: _check_units(loaded, model, units))
+    _refuse_nvls_without_trays(loaded, model, units)
     size = located(loaded, lambda: _checkpoint_size(loaded))
     return JobChecks(model, size, units, sizes)
+
+
+def _refuse_nvls_without_trays(loaded: LoadedScenario, model: FailureModel, units: ClusterUnits) -> None:
+    """Refuse `collectives.algorithm: nvls` beside a class that degrades NVSwitch trays: with every tray of a
+    rack down its GPUs have no switch to reduce in (`nvls.switches_up`), and NCCL with NCCL_ALGO=NVLS alone does
+    not fall back there (enqueue.cc: "no algorithm/protocol available", ncclInvalidUsage); its tuner does, which
+    `auto` models. Any such class can leave a rack without its trays, so the job is refused before any step,
+    not when a replication first meets that state (after hours of work on a large job)."""
+    trays = next((klass for klass in model.classes if klass.unit == "nvswitch_tray"
+                  and klass.effect is Effect.DEGRADE), None)
+    if trays is None or loaded.scenario.collectives.algorithm != "nvls" or not units.nvswitch_trays:
+        return
+    raise loaded.error(("collectives", "algorithm"),
+                       f"nvls needs every GPU's links to its rack's NVSwitches, and the {trays.name} failure class "
+                       f"can leave a rack with all {units.nvswitch_trays} NVSwitch trays down (NCCL_ALGO=NVLS "
+                       "fails there, NCCL does not fall back)",
+                       f"auto (NCCL's tuner falls back to the ring or tree there), or effect: restart for "
+                       f"faults.components.{trays.name}")
 
 
 def refuse_short_horizon(loaded: LoadedScenario, step_s: float, step: str) -> None:
@@ -777,6 +796,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
             return Degradation(nvswitch_tray=(units.nodes["nvswitch_tray"][unit], unit % units.nvswitch_trays))
         return Degradation(links=units.links(klass.unit, unit))
 
+    racks = (tuple(zip(units.nodes["nvswitch_tray"][::units.nvswitch_trays], units.blast["rack"]))
+             if units.nvswitch_trays else ())
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
@@ -784,8 +805,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
                    launch_s=scenario.restart.launch, costs=costs, degradation=degradation,
                    memory_replicas=memory.replicas if (memory := scenario.checkpoint.memory) is not None else 0,
-                   racks=tuple(zip(units.nodes["nvswitch_tray"][::units.nvswitch_trays], units.blast["rack"]))
-                   if units.nvswitch_trays else ())
+                   racks=racks, follow_links=LinksFollowRacks(topology, racks) if racks else None)
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None

@@ -469,6 +469,47 @@ def nvswitch_tray_faults(topology: Topology, trays_down: tuple[tuple[str, int], 
                  if switch in capacity)
 
 
+class LinksFollowRacks:
+    """Links down (node pairs) moved with their hardware when a restart regroups a GB200 NVL72 job's racks onto
+    the first ones (`JobProcess._rack_moves`: a rack's NVSwitch node -> the one whose place it takes): a shrunk
+    cluster is built anew, so its node names denote positions, and a NIC of rack 2's first tray (`h8/nic0`)
+    is `h4/nic0` once the job runs on racks 1 and 2 as its racks 0 and 1. A node on a host (a NIC, a GPU) moves
+    to the node in its place on the host in its tray's place; a leaf switch to the leaf its NICs' images hang
+    from, where one does (else it cannot follow: its hosts now sit under several leaves); other nodes (spines)
+    stay. A link with an end on a rack that left, or that cannot follow, is dropped, as the rack's trays down
+    are; matched by name, a NIC down on rack 2 was dropped from the job shrunk onto 2 racks (no `h8` there) and
+    one on rack 1 slowed the tray that took rack 2's place."""
+
+    def __init__(self, topology: Topology, racks: tuple[tuple[str, tuple[int, ...]], ...]):
+        nodes = topology.wiring.nodes
+        self.hosts_of = dict(racks)
+        self.on_host: dict[int, list[str]] = {}
+        for name, attributes in nodes.items():
+            if attributes.get("host") is not None:
+                self.on_host.setdefault(attributes["host"], []).append(name)
+        self.place = {name: (host, index) for host, names in self.on_host.items() for index, name in enumerate(names)}
+        graph = topology.graph
+        self.nics_of = {name: tuple(sorted(peer for peer in graph.successors(name) if peer in self.place))
+                        for name, attributes in nodes.items() if attributes.get("tier") == 1}
+        self.leaf_of = {nic: leaf for leaf, nics in self.nics_of.items() for nic in nics}
+
+    def __call__(self, moves: dict[str, str], links: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        """``links`` where the racks moved by ``moves`` put their hardware (those that cannot follow dropped)."""
+        hosts = {old: new for switch, target in moves.items()
+                 for old, new in zip(self.hosts_of[switch], self.hosts_of[target])}
+        moved = [tuple(self._moved(node, hosts) for node in link) for link in links]
+        return tuple(sorted((a, b) for a, b in moved if a is not None and b is not None))
+
+    def _moved(self, node: str, hosts: dict[int, int]) -> str | None:
+        if node in self.place:
+            host, index = self.place[node]
+            return self.on_host[hosts[host]][index] if host in hosts else None
+        if node in self.nics_of:
+            images = {self.leaf_of.get(self._moved(nic, hosts) or "") for nic in self.nics_of[node]}
+            return images.pop() if len(images) == 1 else None
+        return node
+
+
 def state_guard(loaded: LoadedScenario, topology: Topology, state: ClusterState | None) -> UnfoldingGuard:
     """The refusal of the step of ``state`` (None: the healthy one) unfolded beyond the scale limits, as a plain
     run's, naming it."""
