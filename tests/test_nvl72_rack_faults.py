@@ -95,6 +95,25 @@ def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_do
     _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
+def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
+    """The job of the test above with limits that its step unfolded passes and its fold by the rack's hosts (24
+    of 32 ranks) does not: prepared, not refused. Before, tray states ran unfolded and the job was refused up
+    front ('link faults (replicas no longer see the same links)'); it now sizes them by `LinkFaultRanks` over the
+    rack's GPU links, which `ClusterUnits.links` gives an NVSwitch tray (it knew no NVSwitch node)."""
+    import simulator.scale as scale
+    from simulator.reliability.simulate import prepare_job
+
+    loaded = scenario_from_text(job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}"), "job.yaml")
+    estimate = scale.classed_estimate(loaded, 32, 24)
+    assert estimate is not None
+    monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
+    assert scale.unfolded_beyond_limits(loaded, 32) is not None
+    assert prepare_job(loaded).healthy.step_s > 0
+    monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events - 1)
+    with pytest.raises(ScenarioError, match="is simulated folded by the hosts near its links down"):
+        prepare_job(loaded)
+
+
 def test_an_nvswitch_tray_down_slows_the_job_until_its_repair_without_a_restart(job_with):
     """NVSwitch tray 4 of rack 1 fails at 1 h, repaired at 3 h: no interruption, no host lost; the job trains
     meanwhile at the step of its cluster with rack 1's GPU links to its NVSwitch at 8/9 of their bandwidth, which

@@ -41,7 +41,8 @@ class ClusterUnits:
 
     def links(self, unit: UnitKind, index: int) -> tuple[tuple[str, str], ...]:
         """The links (node pairs) the failure of network unit ``index`` of kind ``unit`` takes down: a cable
-        itself, every link of a NIC or switch."""
+        itself, every link of a NIC or switch (an NVSwitch tray: its rack's GPU links, which its state degrades,
+        or takes down with every tray)."""
         if unit == "cable":
             return (self.cable_ends[index],)
         node = self.nodes[unit][index]
@@ -63,7 +64,8 @@ def cluster_units(topology: Topology) -> ClusterUnits:
         elif kind == "switch" and data.get("tier") == 2:
             spines.append(name)
     below: dict[str, set[int]] = {leaf: set() for leaf in leaves}
-    outgoing: dict[str, list[str]] = {node: [] for node in (*nic_host, *leaves, *spines)}
+    nvswitches = [name for name, data in wiring.nodes.items() if data.get("kind") == "nvswitch"]
+    outgoing: dict[str, list[str]] = {node: [] for node in (*nic_host, *leaves, *spines, *nvswitches)}
     for a, b in wiring.edges:
         if b in below and a in nic_host:
             below[b].add(nic_host[a])
