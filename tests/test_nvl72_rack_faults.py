@@ -286,7 +286,7 @@ def test_links_down_follow_their_rack_when_a_rack_failure_shrinks_the_job(job_wi
 def test_with_every_tray_of_a_rack_down_auto_weighs_the_rerouted_tree_and_picks_the_ring():
     """All 9 trays of rack 0 down reroute its GPUs over their trays' NICs, inside a tray too: the tree's chains
     inside a tray then share the NICs with its edges across trays, and the ring (3.43 ms) is faster than the
-    tree (4.52 ms). `auto` now counts every edge on the links its route crosses (tuner.py `_rerouted_ports`),
+    tree (4.52 ms). `auto` now counts every edge on the links its route crosses (tuner.py `TreeTerms.rerouted`),
     estimates the tree at 4.76 ms (5.4% over) and picks the ring; counted apart, the tree came out at 3.00 ms,
     below the ring's 3.25, and was picked (a 1 GiB all-reduce: the tree 58.2 ms against the ring's 48.6)."""
     from simulator.collectives.phases import CollectiveRequest

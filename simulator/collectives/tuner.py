@@ -419,7 +419,10 @@ def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, oute
     of a hop's latency). Counting the active edges, not spreading a host's NVLink bytes evenly over the steps,
     sees the chain steps that hide behind a step across hosts: when L equals the members per host, 2 DGX A100
     hosts, 512 MiB, the even spread took the tree 10% over its simulated time and the ring (6% slower) was
-    picked."""
+    picked. Where links down reroute edges inside hosts off NVLink (`TreeTerms.rerouted`), every active edge,
+    inside a host or across, is counted on the links its route crosses: counted apart, a rack's 16 GPUs with all
+    9 NVSwitch trays down estimated the tree at 3.00 ms against 4.52 ms simulated, below the ring's 3.25 (3.43
+    simulated), and `auto` picked the slower tree."""
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     inner = inner.under("tree", protocol)
     share = request.nbytes / (2 * terms.channels)
@@ -428,21 +431,15 @@ def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, oute
     total = 0.0
     rerouted = terms.rerouted or (None,) * len(terms.passes)
     for tree_pass, links, every in zip(terms.passes, terms.links, rerouted):
+        # where links down reroute edges inside hosts, every edge is counted on the links its route crosses
+        edges, crossed = (tree_pass.across, links) if every is None else (tree_pass.every, every)
         for start, stop, opens in pipeline_stretches(list(tree_pass.steps), chunks):
-            if every is not None:
-                ports = _rerouted_ports(tree_pass, every, outer, protocol, start - chunks, start, chunk)
-                if not ports:
-                    continue
-                streamed = max(seconds + hop.stall(chunk) for hop, seconds in ports)
-                opening = max(hop.latency + seconds for hop, seconds in ports) if opens else streamed
-                total += opening + (stop - start - 1) * streamed
-                continue
             # the active edges, first step in (start - chunks, start]
-            count = tree_pass.inside.busiest(start - chunks, start)
+            count = tree_pass.inside.busiest(start - chunks, start) if every is None else 0
             ports = [(inner, count * chunk / inner.bandwidth)] if count else []
-            across = links.seconds_per_byte(tree_pass.across, start - chunks, start) / fraction
+            across = crossed.seconds_per_byte(edges, start - chunks, start) / fraction
             if across:
-                slowest = outer._replace(latency=links.slowest(tree_pass.across, start - chunks, start))
+                slowest = outer._replace(latency=crossed.slowest(edges, start - chunks, start))
                 ports.append((slowest.under("tree", protocol), across * chunk))
             if not ports:
                 continue
@@ -450,20 +447,6 @@ def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, oute
             opening = max(hop.latency + seconds for hop, seconds in ports) if opens else streamed
             total += opening + (stop - start - 1) * streamed
     return total
-
-
-def _rerouted_ports(tree_pass: TreePass, every: AcrossLinks, outer: Hop, protocol: Protocol, after: int, until: int,
-                    chunk: float) -> list[tuple[Hop, float]]:
-    """`tree_estimate`'s ports over one stretch where links down reroute edges inside hosts off NVLink
-    (`TreeTerms.rerouted`): every active edge, inside a host or across, counted on the links its route crosses,
-    the busiest link's chunk time at the slowest route's latency. Counted apart (inside edges per NVLink port at
-    the rerouted hop's bandwidth), a rack's 16 GPUs with all 9 NVSwitch trays down estimated the tree at 3.00 ms
-    against 4.52 ms simulated, below the ring's 3.25 (3.43 simulated), and `auto` picked the slower tree."""
-    across = every.seconds_per_byte(tree_pass.every, after, until) / protocols.PAYLOAD_FRACTION[protocol]
-    if not across:
-        return []
-    slowest = outer._replace(latency=every.slowest(tree_pass.every, after, until))
-    return [(slowest.under("tree", protocol), across * chunk)]
 
 
 def group_shape(ranks: tuple[int, ...], hosts: list[list[int]], topology: Topology
