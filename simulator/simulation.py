@@ -468,9 +468,13 @@ def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFau
                      guard: UnfoldingGuard | None = None) -> PreparedStep:
     """The training step (modelled or traced) of ``loaded`` under the step's ``faults``, its program folded where
     that is exact (engine/fold_policy.py), else rebuilt unfolded; ``guard`` hears why a step asked to fold is
-    unfolded before it is built unfolded (scale.refuse_unfolded)."""
+    unfolded before it is built unfolded (scale.refuse_unfolded). The links ``faults`` degrades from the step's
+    start are degraded on ``topology`` first (`faults.degrade_from_start`), so that its routes, `auto`'s choices
+    and capacities are those of the cluster it runs on."""
+    from simulator.engine.faults import degrade_from_start
     from simulator.engine.fold_policy import folded_step
 
+    degrade_from_start(topology, faults)
     settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)
 

@@ -314,3 +314,17 @@ def test_with_every_tray_of_a_rack_down_nvls_is_not_run_there():
     assert picked["algorithm"] != "nvls" and picked["time_s"] == rack_all_reduce(picked["algorithm"], 9)["time_s"]
     with pytest.raises(ScenarioError, match="the group's links to the NVSwitches up"):
         rack_all_reduce("nvls", 9)
+
+
+def test_a_jobs_healthy_step_sees_the_links_degraded_from_its_start():
+    """Every GPU link of rack 0 at 0.12 of its bandwidth in `faults.step`: the job's healthy step is `simulate()`'s
+    step of its scenario. Before, the job prepared its healthy step (routes, `auto`'s choices, capacities) before
+    the links were degraded and ran it on the degraded ones: 19.408 ms against simulate()'s 17.618 ms."""
+    from simulator.reliability.simulate import prepare_job
+
+    text = job(CLASSES)
+    loaded = scenario_from_text(text, "job.yaml")
+    faults = StepFaults(links=tuple(fault.model_copy(update={"capacity": 0.12}) for fault in
+                                    nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 1),))))
+    degraded = with_step_faults(loaded, faults)
+    assert prepare_job(degraded).healthy.step_s == simulate(degraded).summary["step_time_s"]

@@ -176,13 +176,14 @@ def profile_of(efficiency: Mapping[str, float] | None) -> tuple[tuple[str, float
 
 
 def kept(topology: Topology, key: tuple, build: Callable[[], T]) -> T:
-    """``build()``, kept per topology (as its routes stand) and ``key`` in `KEPT`: a run weighs several sizes of
-    one group, each under every protocol, and the routes of a group's plan do not depend on them."""
+    """``build()``, kept per topology (as its routes and bandwidths stand) and ``key`` in `KEPT`: a run weighs
+    several sizes of one group, each under every protocol, and the routes of a group's plan do not depend on
+    them."""
     entries = KEPT.get(id(topology))
     if entries is None:
         entries = KEPT[id(topology)] = {}
         weakref.finalize(topology, KEPT.pop, id(topology), None)
-    full_key = (*key, topology.routes_version)
+    full_key = (*key, topology.routes_version, topology.bandwidth_version)
     found = entries.get(full_key)
     if found is not None:
         return found

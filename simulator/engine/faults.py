@@ -41,6 +41,21 @@ def compute_hook(slowdowns: Mapping[int, Slowdown]) -> Callable[[int, float, flo
     return duration
 
 
+def directed_links(topology: Topology, event: LinkEvent) -> list[int]:
+    """The directed links of ``event``'s edges, both ways."""
+    index = topology.link_index
+    return [index[(u, v)] for a, b in event.edges for u, v in ((a, b), (b, a))]
+
+
+def degrade_from_start(topology: Topology, plan: StepFaultPlan) -> None:
+    """Degrade on ``topology`` the links ``plan`` degrades from the step's start (`Topology.degrade`: again
+    changes nothing), before anything reads its bandwidths: `prepare_training` does it before it plans the step,
+    `FaultHooks` before it runs it."""
+    for event in plan.links:
+        if event.at_s == 0 and event.capacity > 0:
+            topology.degrade(directed_links(topology, event), event.capacity)
+
+
 class FaultHooks:
     """The link and GPU events of a step's fault ``plan`` on ``topology``. Create it before any route of
     ``topology`` is computed: it installs the rerouter and fails the links that are down from the start, and
@@ -59,8 +74,7 @@ class FaultHooks:
         for event in plan.links:
             if event.at_s == 0 and event.capacity == 0:
                 self._take_down(event)
-            elif event.at_s == 0:
-                topology.degrade(self._directed(event), event.capacity)
+        degrade_from_start(topology, plan)
 
     @property
     def changes_network(self) -> bool:
@@ -90,8 +104,7 @@ class FaultHooks:
             env.process(self._gpu_failure(env, failure.at_s, failure.gpu))
 
     def _directed(self, event: LinkEvent) -> list[int]:
-        index = self.topology.link_index
-        return [index[(u, v)] for a, b in event.edges for u, v in ((a, b), (b, a))]
+        return directed_links(self.topology, event)
 
     def _take_down(self, event: LinkEvent) -> None:
         assert self.rerouter is not None

@@ -53,6 +53,12 @@ class PlanCache:
         self.chunk_bytes = chunk_bytes
         self.channels = channels
         self.efficiency = efficiency
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start afresh on the topology's bandwidths as they stand: what is kept below was chosen, planned and
+        timed on them."""
+        self._bandwidth_version = self.topology.bandwidth_version
         self._phases: dict[tuple, list[Phase]] = {}
         self._links: dict[tuple, frozenset[int]] = {}
         self._pair_links: dict[tuple[int, ...], frozenset[int]] = {}
@@ -69,12 +75,19 @@ class PlanCache:
         every run's network on them shares (until its capacities or routes change)."""
         self._alone: dict[tuple[int, str], tuple[list[Phase], float, FlowBlock]] = {}
 
+    def _current(self) -> None:
+        """Forget what was kept if the topology was degraded since (`Topology.degrade`): `auto`'s choices, the
+        plans, the periods and the timings were made on the bandwidths of before."""
+        if self._bandwidth_version != self.topology.bandwidth_version:
+            self._forget()
+
     def alone(self, mode: NetworkMode, timed: Callable[[list[Phase]], tuple[float, FlowBlock]], phases: list[Phase]
               ) -> tuple[float, FlowBlock]:
         """``timed(phases)`` (a plan of this cache run on an otherwise idle network of its topology and
         efficiency under the network ``mode``: its duration and flow rows, `simulation.run_alone`) once per plan
         and mode for every run on this cache: a job's straggler states each timed their private collectives
         alone again (~0.05 s a state)."""
+        self._current()
         key = (id(phases), mode)
         known = self._alone.get(key)
         if known is None:
@@ -93,6 +106,7 @@ class PlanCache:
     def resolved(self, op: CollectiveOp, group: tuple[int, ...]) -> Choice:
         """The concrete algorithm and protocol for ``op`` over ``group``: its own, else the run's defaults, what is
         `auto` chosen by size and topology (once per shape)."""
+        self._current()
         key = self.key(op, group)
         resolved = self._choices.get(key)
         if resolved is None:
@@ -108,6 +122,7 @@ class PlanCache:
 
     def phases(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
         """The phases of ``op`` over ``group`` (planned on first use)."""
+        self._current()
         key = self.key(op, group)
         phases = self._phases.get(key)
         if phases is None:
@@ -265,6 +280,7 @@ class PlanCache:
     def translations(self) -> Periods | None:
         """The fabric's translations by whole periods, None without a period or once routes changed (a fault:
         translates no longer route alike)."""
+        self._current()
         if not self._periods_found:
             self._periods, self._periods_found = Periods.of(self.topology), True
         return None if self.topology.routes_version else self._periods

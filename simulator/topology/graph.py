@@ -160,6 +160,8 @@ class Topology:
     link_index: dict[tuple[str, str], int] = field(init=False, repr=False)
     link_ends: list[tuple[str, str]] = field(init=False, repr=False)
     link_bandwidth: np.ndarray = field(init=False, repr=False)
+    line_rate: np.ndarray = field(init=False, repr=False)
+    """Each directed link's nominal bandwidth, which `degrade` leaves as built (utilisation is of it)."""
     link_latency: np.ndarray = field(init=False, repr=False)
     link_class: list[LinkClass] = field(init=False, repr=False)
     gpu_domain: list[int] = field(init=False, repr=False)
@@ -169,6 +171,9 @@ class Topology:
     """``link_latency`` as Python floats, for adding up a route's latency without numpy scalars."""
     routes_version: int = field(init=False, repr=False, default=0)
     """Counts `forget_routes` calls, so caches built from routes know when they are stale."""
+    bandwidth_version: int = field(init=False, repr=False, default=0)
+    """Counts the `degrade` calls that changed a bandwidth, so caches built from bandwidths (the tuner's, a plan
+    cache's choices and periods) know when they are stale."""
     capacities: dict[tuple[tuple[str, float], ...], np.ndarray] = field(init=False, repr=False, default_factory=dict)
     """Usable capacity per directed link, by efficiency profile (filled by `network.effective_capacity`)."""
 
@@ -179,6 +184,7 @@ class Topology:
         self.link_index = {edge: i for i, edge in enumerate(self.link_ends)}
         attributes = [edges[edge] for edge in self.link_ends]
         self.link_bandwidth = np.array([data["bandwidth"] for data in attributes], dtype=float)
+        self.line_rate = self.link_bandwidth
         self.link_latency = np.array([data["latency"] for data in attributes], dtype=float)
         self._latency_of = self.link_latency.tolist()
         self.link_class = [data["link_class"] for data in attributes]
@@ -309,13 +315,19 @@ class Topology:
         return self.route(src, dst, channel)[1]
 
     def degrade(self, links: Sequence[int], fraction: float) -> None:
-        """The directed ``links`` keep ``fraction`` of their bandwidth for good: a link degraded from a step's
+        """The directed ``links`` keep ``fraction`` of their line rate for good: a link degraded from a step's
         start (engine/faults.py) is the cluster's link at that bandwidth for every plan, check and tuner choice.
-        The bandwidths are copied first (another topology may share them) and the capacities made from them
-        forgotten."""
+        Degrading links again to the fraction they have changes nothing (a job's healthy step is prepared on its
+        degraded cluster before its run degrades it again); a change bumps `bandwidth_version`. The bandwidths
+        are copied first (another topology may share them) and the capacities made from them forgotten."""
+        links = list(links)
+        degraded = self.line_rate[links] * fraction
+        if np.array_equal(self.link_bandwidth[links], degraded):
+            return
         self.link_bandwidth = self.link_bandwidth.copy()
-        self.link_bandwidth[list(links)] *= fraction
+        self.link_bandwidth[links] = degraded
         self.capacities.clear()
+        self.bandwidth_version += 1
 
     def forget_routes(self) -> None:
         """Drop the cached routes and latencies (after the router's view of the links changed)."""
