@@ -97,9 +97,9 @@ def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_do
 
 def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
     """The job of the test above with limits that its step unfolded passes and its fold by the rack's hosts (24
-    of 32 ranks) does not: prepared, not refused. Before, tray states ran unfolded and the job was refused up
-    front ('link faults (replicas no longer see the same links)'); it now sizes them by `LinkFaultRanks` over the
-    rack's GPU links, which `ClusterUnits.links` gives an NVSwitch tray (it knew no NVSwitch node)."""
+    of 32 ranks) does not, nor any state that unfolds: refused up front, naming the first count of trays down
+    whose state does not fold (4 of 9, `tray_fold_blockers`). Before, tray states were sized by their fold and
+    the job passed, to be refused mid-job by the state with 4 trays down after simulating those with 1-3."""
     import simulator.scale as scale
     from simulator.reliability.simulate import prepare_job
 
@@ -108,10 +108,27 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
     assert estimate is not None
     monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
     assert scale.unfolded_beyond_limits(loaded, 32) is not None
-    assert prepare_job(loaded).healthy.step_s > 0
-    monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events - 1)
-    with pytest.raises(ScenarioError, match="is simulated folded by the hosts near its links down"):
+    with pytest.raises(ScenarioError, match="4 of a rack's 9 NVSwitch trays down: all_reduce 'tp all_reduce"):
         prepare_job(loaded)
+
+
+@pytest.mark.parametrize("trays_down", [4, 8])
+def test_a_tray_state_whose_fold_is_given_up_is_known_at_load(trays_down):
+    """TP 4 x PP 2 x DP 4 on 2 racks: with 4-8 of rack 0's 9 trays down the degraded NVLink makes `auto` plan a
+    tree whose traffic the TP all-reduce meets, and the state's step runs unfolded (32 of 32 ranks);
+    `tray_fold_blockers` says so for those counts, from the fold alone, and not for 1-3 or 9 (links down), which
+    fold."""
+    from simulator.reliability.simulate import tray_fold_blockers
+
+    text = job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}") + "network: {model: flow}\n"
+    loaded = scenario_from_text(text, "job.yaml")
+    topology = scenario_topology(loaded)
+    blockers = tray_fold_blockers(loaded, cluster_units(topology))
+    assert sorted(blockers) == [4, 5, 6, 7, 8]
+    faults = StepFaults(links=nvswitch_tray_faults(topology, (("rack0/nvswitch", trays_down),)))
+    summary = simulate(with_step_faults(loaded, faults)).summary
+    assert summary["simulated_ranks"] == 32
+    assert "tp all_reduce embedding" in blockers[trays_down]
 
 
 def test_an_nvswitch_tray_down_slows_the_job_until_its_repair_without_a_restart(job_with):

@@ -306,7 +306,10 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     to be refused (`fold_policy.link_fault_blocker` of the scenario's own `faults.step`: the analytic model, its
     stragglers or links failing mid-step; a straggle class beside, ``straggling``), where those classes are every
     rank (every host near the links down: a job under one leaf group), or where the fold itself would pass the
-    limits; the states a job foresees are sized again, by the largest (`_told_time_ahead`).
+    limits; the states a job foresees are sized again, by the largest (`_told_time_ahead`). A state with NVSwitch
+    trays down is sized unfolded, so refused, where its fold is given up (`tray_fold_blockers`, asked for each
+    count of trays down): before, each was sized by its fold, and a job passed that met states of 4 or more
+    trays down unfolded, refused mid-job after simulating those of 1-3.
     A state whose fold a check refuses or that falls out of step at run time is unfolded, and refused when the
     job meets it where the unfolded step passes the limits (at 16,384 GPUs ~66 million ops + flows and ~55
     GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job was refused up
@@ -319,6 +322,11 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
         refuse(blocker or "link faults beside a straggle class, whose states with both are not folded")
     world = sizes.size(None).topology.num_gpus
     units = cluster_units(topology)
+    trays = next((klass for klass in linked if klass.unit == "nvswitch_tray"), None)
+    unfolding = tray_fold_blockers(loaded, units) if trays is not None and units.nvswitch_trays else {}
+    if trays is not None and unfolding:
+        down = min(unfolding)
+        refuse(f"{down} of a rack's {units.nvswitch_trays} NVSwitch trays down: {unfolding[down]}", trays)
     ranks, largest = max(((sizes.count(None, units.links(klass.unit, unit)), index)
                           for index, klass in enumerate(linked) for unit in range(units.count(klass.unit))),
                          key=lambda counted_class: counted_class[0])
@@ -327,6 +335,39 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     estimator = sizes.estimator(None)
     _refuse_folded_link_state(loaded, loaded, world, linked[largest], ranks,
                               None if estimator is None else estimator(ranks), "each such state")
+
+
+def tray_fold_blockers(loaded: LoadedScenario, units: ClusterUnits) -> dict[int, str]:
+    """Why the step with k of a rack's NVSwitch trays down (k = 1 .. all, on the first rack) does not fold, by k,
+    for each k whose step unfolds: its fold is made as the state's step makes it (`prepare_training` of the
+    scenario with the trays' link faults added, on a cluster of its own), stopped where it would be built
+    unfolded. The trays' links degraded to (T - k) / T change `auto`'s choices, so a fold may pass with 1-3 trays
+    down and not with 4 or more (a tree's inner ranks and leaves meeting another collective's traffic)."""
+    from simulator.config.faults import StepFaults
+    from simulator.program.unfolding import Unfolding
+    from simulator.reliability.perturbed import with_step_faults
+    from simulator.reliability.states import nvswitch_tray_faults
+    from simulator.simulation import prepare_training, step_faults
+    from simulator.topology.loader import scenario_topology
+
+    class Unfolds(Exception):
+        """The fold checked is given up (its reason the argument)."""
+
+    def unfolds(unfolding: Unfolding) -> NoReturn:
+        raise Unfolds(unfolding.reason)
+
+    rack = units.nodes["nvswitch_tray"][0]
+    own: StepFaults = loaded.scenario.faults.step
+    blockers = {}
+    for down in range(1, units.nvswitch_trays + 1):
+        topology = scenario_topology(loaded)
+        links = own.links + nvswitch_tray_faults(topology, ((rack, down),))
+        state = with_step_faults(loaded, own.model_copy(update={"links": links}))
+        try:
+            prepare_training(state, topology, step_faults(state, topology), unfolds)
+        except Unfolds as unfolded:
+            blockers[down] = str(unfolded)
+    return blockers
 
 
 def _refuse_folded_link_state(loaded: LoadedScenario, sized: LoadedScenario, world: int, klass: FailureClass,
