@@ -345,3 +345,19 @@ def test_a_jobs_healthy_step_sees_the_links_degraded_from_its_start():
                                     nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 1),))))
     degraded = with_step_faults(loaded, faults)
     assert prepare_job(degraded).healthy.step_s == simulate(degraded).summary["step_time_s"]
+
+
+def test_links_down_follow_their_rack_back_when_the_job_grows_again(job_with):
+    """3 racks (DP 12): NIC h8/nic0 (rack 2) degrades at 0.5 h (10 h repair), rack 0 fails at 1 h and is back at
+    3 h: shrunk to 8 replicas the NIC is h4/nic0 of the 2 racks left, and grown back to 12 it is h8/nic0 again,
+    the job keeping it under its own name and placing it for each group. Before, the shrink renamed it for good
+    and the grown job ran with h4/nic0 (rack 1's) down: 16.526 ms instead of 16.458 ms."""
+    classes = "rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}"
+    three = job(classes).replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12")
+    units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
+    summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index("h8/nic0"), 10 * H), (1 * H, 0, 0, 2 * H)).summary
+    down = {(state["replicas"], tuple(map(tuple, state["links_down"]))) for state in summary["states"]}
+    assert (8, (("h4/nic0", "leaf1.r0"), ("h4/nic0", "rack1/gpu0"))) in down
+    assert (12, (("h8/nic0", "leaf2.r0"), ("h8/nic0", "rack2/gpu0"))) in down
+    assert (12, (("h4/nic0", "leaf1.r0"), ("h4/nic0", "rack1/gpu0"))) not in down
+

@@ -151,6 +151,8 @@ class JobProcess:
         self.met: set[ClusterState] = set()
         """The states the job was in, training or restarting (those of `trained_in`, and those it only waited or
         restarted in): not the sub-states of its slow-step split, nor those a restart only looked at."""
+        self.racks_out: list[str] = []
+        """The racks (NVSwitch nodes) that left the job with all their hosts, in rack order (`_places`)."""
         self._refresh()
         self.in_use = plan.hosts
         self.spares = plan.spares
@@ -170,8 +172,8 @@ class JobProcess:
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
         self.restores: Counter = Counter()
-        self.shares: dict[tuple[int, frozenset], tuple[tuple[str, float], ...]] = {}
-        """Each state's `_cause_shares`, by its replicas and degradations in force."""
+        self.shares: dict[tuple[int, frozenset, tuple[str, ...]], tuple[tuple[str, float], ...]] = {}
+        """Each state's `_cause_shares`, by its replicas, degradations in force and racks out."""
         self.trained_in: set[ClusterState] = set()
         """The states the job trained in: not the sub-states its slow-step split asks of (attribution.py), nor
         those a restart only looked at for a route."""
@@ -293,7 +295,7 @@ class JobProcess:
         if klass.effect.interrupts:
             return False
         self._end_degradations(t)
-        key = (self.klass[index], self.plan.degradation(self.klass[index], self.unit[index]))
+        key = (self.klass[index], self._physical(self.plan.degradation(self.klass[index], self.unit[index])))
         if key not in self.degraded and self.costs is not None and self.plan.blast[self.klass[index]][self.unit[index]]:
             candidate = state_of(self.replicas, self._regrouped([d for _, d in self.degraded] + [key[1]]))
             if self.plan.costs(candidate) is None:
@@ -320,53 +322,72 @@ class JobProcess:
             self._refresh()
 
     def _state(self, replicas: int) -> ClusterState:
-        return state_of(replicas, self._regrouped(d for _, d in self.degraded))
+        return state_of(replicas, self._regrouped((d for _, d in self.degraded), replicas))
 
-    def _rack_moves(self) -> dict[str, str]:
-        """Where each rack's NVSwitch node goes in the group a restart forms now: a rack whose hosts are all out
-        (a rack failure) leaves, its trays down with it (repaired with the rack); the others close ranks in host
-        order onto the first racks, as the hosts do (a group's hosts are the slots from 0 up, spares standing in
-        after the hosts kept). Without it, a job shrunk onto rack 1 when rack 0 failed lost rack 1's trays down
-        and took on rack 0's. Exact only where whole racks are lost: with some of a rack's hosts out the slots
-        shift across rack boundaries but no rack moves, so its trays down stay on their rack index (the slot
-        model of a shrunk rack job, an approximation)."""
-        kept = [switch for switch, hosts in self.plan.racks if not all(host in self.missing for host in hosts)]
-        return {switch: rack for switch, (rack, _) in zip(kept, self.plan.racks)}
+    def _places(self, replicas: int) -> dict[str, str]:
+        """Where each rack (its NVSwitch node, as the full cluster names it) sits in the group of ``replicas`` a
+        restart forms now: the one whose place it takes. A rack whose hosts are all out (a rack failure) leaves,
+        its trays and links down with it (repaired with it); the others close ranks in rack order onto the first
+        places, as the hosts do (a group's hosts are the slots from 0 up, spares standing in after the hosts
+        kept), and a rack that left comes back where a larger group needs more racks than it holds (a regrow),
+        in its own order. Without it, a job shrunk onto rack 1 when rack 0 failed lost rack 1's trays down and took
+        on rack 0's, and one grown back kept them where the shrunk job had put them. Exact only where whole
+        racks are lost: with some of a rack's hosts out the slots shift across rack boundaries but no rack
+        moves, so its trays down stay on their rack index (the slot model of a shrunk rack job, an
+        approximation)."""
+        racks = self.plan.racks
+        present = [switch for switch, _ in racks if switch not in self.racks_out]
+        kept = [switch for switch, (_, hosts) in zip(present, racks)
+                if not all(host in self.missing for host in hosts)]
+        hosts = self.plan.hosts_for(replicas)
+        needed = sum(1 for _, rack_hosts in racks if min(rack_hosts) < hosts)
+        back = self.racks_out[:max(0, needed - len(kept))] if replicas > self.replicas else []
+        order = [switch for switch, _ in racks if switch in kept or switch in back]
+        return {switch: place for switch, (place, _) in zip(order, racks)}
 
-    def _regrouped(self, degradations: Iterable[Degradation]) -> list[Degradation]:
-        """``degradations`` on the group the job forms with the hosts out now (`_rack_moves`; the same while
-        none is out, as during training): NVSwitch trays down and links down follow their rack's hardware
-        (`JobPlan.follow_links`), or leave with it."""
-        if not self.missing or not self.plan.racks:
+    def _physical(self, degradation: Degradation) -> Degradation:
+        """An arriving ``degradation``, drawn on the racks' places in the group the job runs on now, under the
+        racks' own names, as the job keeps it (`_regrouped` places it again for each state)."""
+        if not self.plan.racks or not self.racks_out:
+            return degradation
+        order = [switch for switch, _ in self.plan.racks if switch not in self.racks_out] + self.racks_out
+        named = {place: switch for (place, _), switch in zip(self.plan.racks, order)}
+        return self._placed(degradation, named) or degradation
+
+    def _regrouped(self, degradations: Iterable[Degradation], replicas: int | None = None) -> list[Degradation]:
+        """``degradations`` (kept under their racks' own names) where the group the job forms now on
+        ``replicas`` (None: its own) puts them (`_places`): NVSwitch trays down and links down follow their
+        rack's hardware (`JobPlan.follow_links`), or leave with it."""
+        if not self.plan.racks:
             return list(degradations)
-        moves = self._rack_moves()
-        regrouped = []
-        for degradation in degradations:
-            tray, links = degradation.nvswitch_tray, degradation.links
-            if tray is not None and tray[0] in moves:
-                regrouped.append(replace(degradation, nvswitch_tray=(moves[tray[0]], tray[1])))
-            elif links and self.plan.follow_links is not None:
-                followed = self.plan.follow_links(moves, links)
-                if followed:
-                    regrouped.append(replace(degradation, links=followed))
-            elif tray is None:
-                regrouped.append(degradation)
-        return regrouped
+        places = self._places(self.replicas if replicas is None else replicas)
+        return [placed for degradation in degradations if (placed := self._placed(degradation, places)) is not None]
 
-    def _regroup_degradations(self) -> bool:
-        """Move the degradations in force onto the group formed now, before its hosts out are forgotten
-        (`_regrouped`); each keeps its repair. Whether any moved or left."""
-        if not self.missing or not self.plan.racks:
+    def _placed(self, degradation: Degradation, moves: dict[str, str]) -> Degradation | None:
+        """``degradation`` with its racks moved by ``moves`` (None where it leaves with its rack)."""
+        tray, links = degradation.nvswitch_tray, degradation.links
+        if tray is not None:
+            return replace(degradation, nvswitch_tray=(moves[tray[0]], tray[1])) if tray[0] in moves else None
+        if links and self.plan.follow_links is not None:
+            followed = self.plan.follow_links(moves, links)
+            return replace(degradation, links=followed) if followed else None
+        return degradation
+
+    def _regroup_degradations(self, replicas: int) -> bool:
+        """Take the racks whose hosts are all out off the job, and the degradations on them with them, before
+        the hosts out are forgotten; bring back those a regrow's group needs (`_places`). Whether any
+        degradation left."""
+        if not self.plan.racks or not (self.missing or self.racks_out):
             return False
-        moved: dict[tuple[int, Degradation], tuple[int, Degradation] | None] = {}
-        for key in self.degraded:
-            regrouped = self._regrouped([key[1]])
-            moved[key] = (key[0], regrouped[0]) if regrouped else None
-        self.degraded = {new: count for key, count in self.degraded.items() if (new := moved[key]) is not None}
-        self.degraded_repairs = [(end, order, new) for end, order, key in self.degraded_repairs
-                                 if (new := moved[key]) is not None]
+        places = self._places(replicas)
+        self.racks_out = [switch for switch, _ in self.plan.racks if switch not in places]
+        gone = {key for key in self.degraded if self._placed(key[1], places) is None}
+        if not gone:
+            return False
+        self.degraded = {key: count for key, count in self.degraded.items() if key not in gone}
+        self.degraded_repairs = [entry for entry in self.degraded_repairs if entry[2] not in gone]
         heapq.heapify(self.degraded_repairs)
-        return any(new != key for key, new in moved.items())
+        return True
 
     def _refresh(self) -> None:
         """The cluster state, its costs (None while it leaves some GPU without a route: the job waits in a
@@ -385,12 +406,13 @@ class JobProcess:
         replicas where `elastic_shrink` is among them, else on the job's."""
         if not self.causes:
             return ()
-        key = (self.replicas, frozenset(self.degraded))
+        key = (self.replicas, frozenset(self.degraded), tuple(self.racks_out))
         if key not in self.shares:
             def extra(subset: frozenset[str]) -> float | None:
                 replicas = self.replicas if BuiltInCause.ELASTIC_SHRINK in subset else self.plan.replicas
-                costs = self.plan.costs(state_of(replicas, [degradation for (index, degradation) in self.degraded
-                                                            if self.plan.classes[index].name in subset]))
+                costs = self.plan.costs(state_of(replicas, self._regrouped(
+                    (degradation for (index, degradation) in self.degraded
+                     if self.plan.classes[index].name in subset), replicas)))
                 return None if costs is None else costs.step_s / costs.equivalent_step_s - 1.0
 
             def refused(why: str) -> None:
@@ -466,14 +488,14 @@ class JobProcess:
         """When the job on ``replicas`` replicas has a route for every GPU (at once, unless an outage is in
         force: then at the repair that ends it), and the costs of that state."""
         counts = dict(self.degraded)
-        costs = self.plan.costs(state_of(replicas, self._regrouped(d for _, d in counts)))
+        costs = self.plan.costs(state_of(replicas, self._regrouped((d for _, d in counts), replicas)))
         if costs is not None:
             return 0.0, costs
         for end, _, key in sorted(self.degraded_repairs):
             counts[key] -= 1
             if not counts[key]:
                 del counts[key]
-                costs = self.plan.costs(state_of(replicas, self._regrouped(d for _, d in counts)))
+                costs = self.plan.costs(state_of(replicas, self._regrouped((d for _, d in counts), replicas)))
                 if costs is not None:
                     return end, costs
         raise SimulationError(f"no route for some GPU on {replicas} replicas with every degradation repaired")
@@ -578,7 +600,7 @@ class JobProcess:
             if repaired <= back + EPS:
                 in_force[key] -= 1
         degradations = [degradation for (_, degradation), count in in_force.items() if count > 0]
-        return back if self.plan.costs(state_of(larger, self._regrouped(degradations))) is not None else INF
+        return back if self.plan.costs(state_of(larger, self._regrouped(degradations, larger))) is not None else INF
 
     def _stop_s(self, costs: SegmentCosts, cause: BuiltInCause) -> float:
         """How long a planned stop holds the job before its restart: the checkpoint write it began (none for a
@@ -595,7 +617,7 @@ class JobProcess:
         available = self.hosts_in_hand
         self.in_use = self.plan.hosts_for(replicas)
         self.spares = available - self.in_use
-        regrouped = self._regroup_degradations()
+        regrouped = self._regroup_degradations(replicas)
         self.missing.clear()
         if regrouped and replicas == self.replicas:
             self._refresh()

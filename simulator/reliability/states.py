@@ -471,7 +471,7 @@ def nvswitch_tray_faults(topology: Topology, trays_down: tuple[tuple[str, int], 
 
 class LinksFollowRacks:
     """Links down (node pairs) moved with their hardware when a restart regroups a GB200 NVL72 job's racks onto
-    the first ones (`JobProcess._rack_moves`: a rack's NVSwitch node -> the one whose place it takes): a shrunk
+    the first ones (`JobProcess._places`: a rack's NVSwitch node -> the one whose place it takes): a shrunk
     cluster is built anew, so its node names denote positions, and a NIC of rack 2's first tray (`h8/nic0`)
     is `h4/nic0` once the job runs on racks 1 and 2 as its racks 0 and 1. A node on a host (a NIC, a GPU) moves
     to the node in its place on the host in its tray's place; a leaf switch to the leaf its NICs' images hang
