@@ -178,9 +178,10 @@ def _lag(ops: pd.DataFrame, forwards: pd.Series, workers: list[int], n: int, syn
 
 def _server_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
                   endpoints: list[int], makespan_s: float) -> dict:
-    """Per server GPU the slowest link on every push's route into it and its reverse, with their utilisation
-    (``flows`` are the pushes and pulls, numbered by their position among every flow row in ``flow``). Pushes
-    rerouted around a failed link may share none: then the slowest of the last links they arrive by."""
+    """Per server GPU the slowest link (by line rate) on every push's route into it and its reverse, with their
+    utilisation of line rate, degraded or not (``flows`` are the pushes and pulls, numbered by their position
+    among every flow row in ``flow``). Pushes rerouted around a failed link may share none: then the slowest of
+    the last links they arrive by."""
     per_gpu, shares = {}, []
     for e in endpoints:
         into = flows[flows["dst"] == e]["flow"]
@@ -188,12 +189,12 @@ def _server_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: C
             continue
         arrivals = [routes[index] for index in into]
         common = set.intersection(*(set(route) for route in arrivals)) or {route[-1] for route in arrivals}
-        link = min(common, key=lambda k: (topology.link_bandwidth[k], k))
+        link = min(common, key=lambda k: (topology.line_rate[k], k))
         u, v = topology.link_ends[link]
         back = topology.link_index[(v, u)]
-        capacity = topology.link_bandwidth[link] * makespan_s
+        capacity = topology.line_rate[link] * makespan_s
         ingress, egress = (carried[link] / capacity, carried[back] / capacity) if capacity else (0.0, 0.0)
-        per_gpu[str(e)] = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(topology.link_bandwidth[link]),
+        per_gpu[str(e)] = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(topology.line_rate[link]),
                            "ingress_utilisation": ingress, "egress_utilisation": egress}
         shares += [ingress, egress]
     return {"mean_utilisation": float(np.mean(shares)) if shares else 0.0, "per_server_gpu": per_gpu}

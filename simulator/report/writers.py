@@ -99,7 +99,7 @@ def link_tracks(result: Result) -> LinkLoad:
     flows = result.log.flow_columns(("start_s", "end_s", "bytes", "src"))
     start, end, nbytes, src = (flows[column] for column in ("start_s", "end_s", "bytes", "src"))
     makespan = float(summary.get("step_time_s", summary.get("makespan_s", 0.0)))
-    return link_load(start, end, nbytes, src, result.flow_routes, np.asarray(result.topology.link_bandwidth), shown,
+    return link_load(start, end, nbytes, src, result.flow_routes, np.asarray(result.topology.line_rate), shown,
                      makespan)
 
 
