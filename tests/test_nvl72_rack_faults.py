@@ -197,24 +197,22 @@ def test_a_class_without_a_published_rate_must_be_given_one(tmp_path, capsys, na
                           f"failure rate of {unit} exists: ") and err.count("\n") == 1
 
 
-def test_nvls_asked_for_beside_nvswitch_tray_failures_is_refused_before_any_step(tmp_path, capsys):
+def test_nvls_forced_with_every_tray_of_a_rack_down_waits_for_a_tray(tmp_path, capsys, job_with):
     """`collectives.algorithm: nvls` with an `nvswitch_tray` class that degrades: all 9 trays of a rack down leave
-    no switch to reduce in, and NCCL_ALGO=NVLS does not fall back, so the job is refused in one line at the field
-    by `validate`, before any step. Before, it validated and its run stopped when a replication met the state
-    (after the hours of work before it). `auto` runs it on, and so does a class that restarts the job."""
+    no switch to reduce in, and NCCL_ALGO=NVLS does not fall back, so that state has no step: the job stops in a
+    restart until the first tray is back, on 2 racks as on a lone one, and runs each state of 1-8 trays down
+    with NVLS. Before, such a job was refused at load (`validate`), a lone rack too."""
     text = job(CLASSES) + "collectives: {algorithm: nvls}\n"
     scenario = tmp_path / "job.yaml"
     scenario.write_text(text)
-    assert main(["validate", str(scenario)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: {scenario}:10: collectives.algorithm: nvls needs every GPU's links to its rack's "
-                          "NVSwitches, and the nvswitch_tray failure class can leave a rack with all 9 NVSwitch "
-                          "trays down") and err.count("\n") == 1
-    scenario.write_text(text.replace("nvswitch_tray: {mtbf: 1000 d, repair: 2 h}",
-                                     "nvswitch_tray: {effect: restart, mtbf: 1000 d}"))
     assert main(["validate", str(scenario)]) == 0
-
-
+    rows = [((1 + 0.1 * tray) * H, 1, tray, 2 * H) for tray in range(9)]
+    lone = text.replace("racks: 2, trays: 4, leaf_ports: 4, spines: 2", "trays: 4").replace("dp: 8", "dp: 4")
+    for forced in (text, lone):
+        summary = job_with(forced, *rows).summary
+        assert summary["interruptions"]["by_cause"]["nvswitch_tray"]["mean"] == 1
+        assert {state["nvswitch_trays_down"].get("rack0/nvswitch", 0)
+                for state in summary["states"]} == set(range(9))
 def test_a_rack_class_on_a_cluster_without_racks_is_refused(tmp_path, capsys):
     """A DGX fat tree has no NVL72 rack: naming the class there is refused, as a NIC on a single host is."""
     scenario = tmp_path / "job.yaml"

@@ -342,7 +342,8 @@ def tray_fold_blockers(loaded: LoadedScenario, units: ClusterUnits) -> dict[int,
     for each k whose step unfolds: its fold is made as the state's step makes it (`prepare_training` of the
     scenario with the trays' link faults added, on a cluster of its own), stopped where it would be built
     unfolded. The trays' links degraded to (T - k) / T change `auto`'s choices, so a fold may pass with 1-3 trays
-    down and not with 4 or more (a tree's inner ranks and leaves meeting another collective's traffic)."""
+    down and not with 4 or more (a tree's inner ranks and leaves meeting another collective's traffic). Under
+    forced NVLS a rack with every tray down has no step (`StepStates._bare_rack_under_nvls`), so no fold."""
     from simulator.config.faults import StepFaults
     from simulator.program.unfolding import Unfolding
     from simulator.reliability.perturbed import with_step_faults
@@ -359,7 +360,8 @@ def tray_fold_blockers(loaded: LoadedScenario, units: ClusterUnits) -> dict[int,
     rack = units.nodes["nvswitch_tray"][0]
     own: StepFaults = loaded.scenario.faults.step
     blockers = {}
-    for down in range(1, units.nvswitch_trays + 1):
+    bare = units.nvswitch_trays + (loaded.scenario.collectives.algorithm != "nvls")
+    for down in range(1, bare):
         topology = scenario_topology(loaded)
         links = own.links + nvswitch_tray_faults(topology, ((rack, down),))
         state = with_step_faults(loaded, own.model_copy(update={"links": links}))
@@ -583,27 +585,8 @@ def check_job(loaded: LoadedScenario, topology: Topology,
     model = located(loaded, lambda: failure_model(loaded.scenario.faults))
     units = cluster_units(topology)
     located(loaded, lambda: _check_units(loaded, model, units))
-    _refuse_nvls_without_trays(loaded, model, units)
     size = located(loaded, lambda: _checkpoint_size(loaded))
     return JobChecks(model, size, units, sizes)
-
-
-def _refuse_nvls_without_trays(loaded: LoadedScenario, model: FailureModel, units: ClusterUnits) -> None:
-    """Refuse `collectives.algorithm: nvls` beside a class that degrades NVSwitch trays: with every tray of a
-    rack down its GPUs have no switch to reduce in (`nvls.switches_up`), and NCCL with NCCL_ALGO=NVLS alone does
-    not fall back there (enqueue.cc: "no algorithm/protocol available", ncclInvalidUsage); its tuner does, which
-    `auto` models. Any such class can leave a rack without its trays, so the job is refused before any step,
-    not when a replication first meets that state (after hours of work on a large job)."""
-    trays = next((klass for klass in model.classes if klass.unit == "nvswitch_tray"
-                  and klass.effect is Effect.DEGRADE), None)
-    if trays is None or loaded.scenario.collectives.algorithm != "nvls" or not units.nvswitch_trays:
-        return
-    raise loaded.error(("collectives", "algorithm"),
-                       f"nvls needs every GPU's links to its rack's NVSwitches, and the {trays.name} failure class "
-                       f"can leave a rack with all {units.nvswitch_trays} NVSwitch trays down (NCCL_ALGO=NVLS "
-                       "fails there, NCCL does not fall back)",
-                       f"auto (NCCL's tuner falls back to the ring or tree there), or effect: restart for "
-                       f"faults.components.{trays.name}")
 
 
 def refuse_short_horizon(loaded: LoadedScenario, step_s: float, step: str) -> None:

@@ -336,6 +336,10 @@ class StepStates:
         cut = self._cut_by_spines(topology, state)
         if cut:
             return None, {"aborted_at_s": 0.0, "reason": f"every spine switch down: {cut}"}
+        bare = self._bare_rack_under_nvls(state)
+        if bare:
+            return None, {"aborted_at_s": 0.0, "reason": f"every NVSwitch tray of {bare} down, and "
+                                                          "collectives.algorithm: nvls"}
         guard = None if self.force else state_guard(loaded, topology, state)
         faults = step_faults(loaded, topology)
         if state is None:
@@ -392,6 +396,17 @@ class StepStates:
     def _store(key: tuple[str, ClusterState | None], entry: tuple[StepState | None, dict]
                ) -> tuple[StepState | None, dict]:
         return _CACHE.store(key, entry)
+
+    def _bare_rack_under_nvls(self, state: ClusterState | None) -> str:
+        """The first rack of ``state`` with every NVSwitch tray down where the scenario forces NVLS ('' for
+        none): its GPUs have no switch to reduce in (`nvls.switches_up`), and NCCL with NCCL_ALGO=NVLS alone
+        does not fall back there (enqueue.cc: "no algorithm/protocol available", ncclInvalidUsage; its tuner
+        does, which `auto` models), so the state has no step: the job waits in a restart for a tray's repair,
+        as for a state without a route. Before, a job with such a class was refused at load, a lone rack too."""
+        if state is None or self.loaded.scenario.collectives.algorithm != "nvls":
+            return ""
+        trays = self.topology.params.get("nvswitch_trays", 0)
+        return next((rack for rack, down in state.nvswitch_trays_down if down >= trays), "")
 
     def _cut_by_spines(self, topology: Topology, state: ClusterState | None) -> str:
         """With every spine down, which GPUs of the state's cluster no longer reach each other ('' for none:
