@@ -381,3 +381,46 @@ workload:
         result = simulate(with_step_faults(loaded, StepFaults(links=moved)))
         peaks.append(link_tracks(result).utilisation.max())
     assert peaks[0] == pytest.approx(peaks[1], rel=1e-3) and peaks[0] < 5 / 9
+
+
+def rack_ring_all_reduce(faults: tuple[LinkFault, ...]) -> float:
+    """The makespan of a 256 MiB ring all-reduce over one rack of 4 trays under the link ``faults``."""
+    loaded = scenario_from_text("""cluster: {topology: gb200-nvl72, trays: 4, nvls: none}
+network: {model: flow}
+collectives: {algorithm: ring}
+workload:
+  - {name: ar, op: all_reduce, bytes: 256 MiB, group: all}
+""", "ar.yaml")
+    return simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["makespan_s"]
+
+
+def test_faults_on_the_same_links_from_the_start_stack():
+    """Two faults at half capacity from the step's start on the rack's GPU links leave them a quarter: the
+    all-reduce takes what one fault at 0.25 gives, exactly, and what the two 1 ns into the step give (to the
+    rounding of the re-solved flows). Before, the second fault set the links to half their line rate again: the
+    makespan of one fault alone (half the time)."""
+    topology = scenario_topology(scenario_from_text("cluster: {topology: gb200-nvl72, trays: 4}\n"
+                                                    "model: {preset: llama3-8b}\n", "rack.yaml"))
+    links = nvswitch_tray_faults(topology, (("rack0/nvswitch", 1),))
+
+    def at(capacity: float, at_s: float) -> tuple[LinkFault, ...]:
+        return tuple(fault.model_copy(update={"capacity": capacity, "at": at_s}) for fault in links)
+
+    twice = rack_ring_all_reduce(at(0.5, 0.0) + at(0.5, 0.0))
+    assert twice == rack_ring_all_reduce(at(0.25, 0.0))
+    assert twice == pytest.approx(rack_ring_all_reduce(at(0.5, 1e-9) + at(0.5, 1e-9)), rel=1e-6)
+    assert twice > 1.9 * rack_ring_all_reduce(at(0.5, 0.0))
+
+
+def test_a_tray_down_on_links_degraded_from_the_start_slows_the_job(job_with):
+    """Rack 0's GPU links at 0.12 of their bandwidth in `faults.step` and one NVSwitch tray of rack 0 down at 1 h:
+    the tray state's links keep 0.12 x 8/9, and its step is slower than the healthy one. Before, the tray's 8/9
+    replaced the 0.12: 12.808 ms against a healthy 17.618 ms."""
+    loaded = scenario_from_text(job(CLASSES), "job.yaml")
+    degraded = tuple(fault.model_copy(update={"capacity": 0.12}) for fault in
+                     nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 1),)))
+    text = job(CLASSES).replace("faults: {components:", "faults: {step: {links: [" + ", ".join(
+        f"{{link: [{a}, {b}], capacity: 0.12}}" for fault in degraded for a, b in [fault.link]) + "]}, components:")
+    healthy, tray = job_with(text, (1 * H, 1, 0, 2 * H)).summary["states"]
+    assert tray["nvswitch_trays_down"] == {"rack0/nvswitch": 1}
+    assert tray["step_time_s"] > healthy["step_time_s"]

@@ -48,12 +48,20 @@ def directed_links(topology: Topology, event: LinkEvent) -> list[int]:
 
 
 def degrade_from_start(topology: Topology, plan: StepFaultPlan) -> None:
-    """Degrade on ``topology`` the links ``plan`` degrades from the step's start (`Topology.degrade`: again
-    changes nothing), before anything reads its bandwidths: `prepare_training` does it before it plans the step,
-    `FaultHooks` before it runs it."""
+    """Degrade on ``topology`` the links ``plan`` degrades from the step's start, before anything reads its
+    bandwidths: `prepare_training` does it before it plans the step, `FaultHooks` before it runs it. Faults on
+    the same link stack: each directed link keeps the product of its faults' capacities, set once from its line
+    rate (`Topology.degrade`), so doing it again changes nothing."""
+    kept: dict[int, float] = {}
     for event in plan.links:
         if event.at_s == 0 and event.capacity > 0:
-            topology.degrade(directed_links(topology, event), event.capacity)
+            for link in directed_links(topology, event):
+                kept[link] = kept.get(link, 1.0) * event.capacity
+    by_fraction: dict[float, list[int]] = {}
+    for link, fraction in kept.items():
+        by_fraction.setdefault(fraction, []).append(link)
+    for fraction, links in by_fraction.items():
+        topology.degrade(links, fraction)
 
 
 class FaultHooks:

@@ -318,7 +318,8 @@ class Topology:
         """The directed ``links`` keep ``fraction`` of their line rate for good: a link degraded from a step's
         start (engine/faults.py) is the cluster's link at that bandwidth for every plan, check and tuner choice.
         Degrading links again to the fraction they have changes nothing (a job's healthy step is prepared on its
-        degraded cluster before its run degrades it again); a change bumps `bandwidth_version`. The bandwidths
+        degraded cluster before its run degrades it again), so faults on one link are given as their product
+        (`degrade_from_start`); a change bumps `bandwidth_version`. The bandwidths
         are copied first (another topology may share them) and the capacities made from them forgotten."""
         links = list(links)
         degraded = self.line_rate[links] * fraction
