@@ -424,3 +424,23 @@ def test_a_tray_down_on_links_degraded_from_the_start_slows_the_job(job_with):
     healthy, tray = job_with(text, (1 * H, 1, 0, 2 * H)).summary["states"]
     assert tray["nvswitch_trays_down"] == {"rack0/nvswitch": 1}
     assert tray["step_time_s"] > healthy["step_time_s"]
+
+
+def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkeypatch, job_with):
+    """TP 4 x PP 2 x DP 4 under forced NVLS, whose tray states on one rack fold (24 of 32 ranks), with limits that
+    fold passes and the unfolded step does not: a tray down on each of the 2 racks leaves every host near and the
+    step unfolded, a state the job can meet, so it is refused at load, at the tray class, saying so. Before, tray
+    states were sized by one rack's: the job passed and was refused mid-job when rack 1 lost a tray at 1.5 h with
+    one of rack 0 down since 1 h ('2 NVSwitch tray(s) down ... 8 of 8 hosts near')."""
+    import simulator.scale as scale
+    from simulator.engine.fold_policy import EVERY_RANK_NEAR
+    from simulator.reliability.simulate import prepare_job
+
+    text = job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}") + "collectives: {algorithm: nvls}\n"
+    loaded = scenario_from_text(text, "job.yaml")
+    estimate = scale.classed_estimate(loaded, 32, 24)
+    assert estimate is not None
+    monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
+    with pytest.raises(ScenarioError, match="nvswitch_tray failure") as refused:
+        prepare_job(loaded)
+    assert EVERY_RANK_NEAR in str(refused.value), str(refused.value)

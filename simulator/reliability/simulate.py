@@ -309,7 +309,9 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     limits; the states a job foresees are sized again, by the largest (`_told_time_ahead`). A state with NVSwitch
     trays down is sized unfolded, so refused, where its fold is given up (`tray_fold_blockers`, asked for each
     count of trays down): before, each was sized by its fold, and a job passed that met states of 4 or more
-    trays down unfolded, refused mid-job after simulating those of 1-3.
+    trays down unfolded, refused mid-job after simulating those of 1-3. Tray states are sized by trays down on
+    every rack at once (`_every_racks_tray_links`: every rank near, the step unfolded, on more than one rack):
+    before, by one rack's, and a job passed that was refused mid-job with a tray down on each of two racks.
     A state whose fold a check refuses or that falls out of step at run time is unfolded, and refused when the
     job meets it where the unfolded step passes the limits (at 16,384 GPUs ~66 million ops + flows and ~55
     GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job was refused up
@@ -327,14 +329,24 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     if trays is not None and unfolding:
         down = min(unfolding)
         refuse(f"{down} of a rack's {units.nvswitch_trays} NVSwitch trays down: {unfolding[down]}", trays)
-    ranks, largest = max(((sizes.count(None, units.links(klass.unit, unit)), index)
-                          for index, klass in enumerate(linked) for unit in range(units.count(klass.unit))),
+    downs = [(index, units.links(klass.unit, unit))
+             for index, klass in enumerate(linked) for unit in range(units.count(klass.unit))]
+    if trays is not None:
+        downs.append((linked.index(trays), _every_racks_tray_links(units)))
+    ranks, largest = max(((sizes.count(None, down), index) for index, down in downs),
                          key=lambda counted_class: counted_class[0])
     if ranks >= world:
         refuse(EVERY_RANK_NEAR, linked[largest])
     estimator = sizes.estimator(None)
     _refuse_folded_link_state(loaded, loaded, world, linked[largest], ranks,
                               None if estimator is None else estimator(ranks), "each such state")
+
+
+def _every_racks_tray_links(units: ClusterUnits) -> tuple[tuple[str, str], ...]:
+    """The links a tray down on every rack degrades: the worst tray state a job can meet (trays fail on any
+    rack), whose hosts are every host of the racks."""
+    return tuple(link for unit, node in enumerate(units.nodes["nvswitch_tray"])
+                 if units.nodes["nvswitch_tray"].index(node) == unit for link in units.links("nvswitch_tray", unit))
 
 
 def tray_fold_blockers(loaded: LoadedScenario, units: ClusterUnits) -> dict[int, str]:
