@@ -444,3 +444,19 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkey
     with pytest.raises(ScenarioError, match="nvswitch_tray failure") as refused:
         prepare_job(loaded)
     assert EVERY_RANK_NEAR in str(refused.value), str(refused.value)
+
+
+def test_a_regrow_brings_back_the_rack_repaired_first(job_with):
+    """3 racks (DP 12), regrow on repair: NIC h4/nic0 (rack 1) degraded from 0.5 h; rack 0 fails at 1 h (6 h
+    repair), then the rack at place 1 of the shrunk group (rack 2) at 1.5 h (1.5 h repair). At 3 h rack 2 is back
+    and rack 0 is not: the job grows to racks 1 and 2, rack 1 first, its NIC h0/nic0. Before, a regrow brought
+    back the first rack that left (rack 0, in repair until 7 h): the NIC stayed h4/nic0."""
+    classes = "rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}"
+    three = job(classes).replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12").replace(
+        "elastic: true}", "elastic: true, regrow: on_repair}")
+    units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
+    summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index("h4/nic0"), 10 * H), (1 * H, 0, 0, 6 * H),
+                       (1.5 * H, 0, 1, 1.5 * H)).summary
+    down = {(state["replicas"], tuple(map(tuple, state["links_down"]))) for state in summary["states"]}
+    assert (8, (("h0/nic0", "leaf0.r0"), ("h0/nic0", "rack0/gpu0"))) in down
+    assert (8, (("h4/nic0", "leaf1.r0"), ("h4/nic0", "rack1/gpu0"))) not in down

@@ -151,8 +151,11 @@ class JobProcess:
         self.met: set[ClusterState] = set()
         """The states the job was in, training or restarting (those of `trained_in`, and those it only waited or
         restarted in): not the sub-states of its slow-step split, nor those a restart only looked at."""
-        self.racks_out: list[str] = []
-        """The racks (NVSwitch nodes) that left the job with all their hosts, in rack order (`_places`)."""
+        self.missing_until: dict[int, float] = {}
+        """When each host out (a slot of the group) is back from repair, the latest of its failures'."""
+        self.racks_out: list[tuple[float, str]] = []
+        """The racks (NVSwitch nodes) that left the job with all their hosts, each with the time it is back from
+        repair, in repair order (`_places`)."""
         self._refresh()
         self.in_use = plan.hosts
         self.spares = plan.spares
@@ -172,7 +175,7 @@ class JobProcess:
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
         self.restores: Counter = Counter()
-        self.shares: dict[tuple[int, frozenset, tuple[str, ...]], tuple[tuple[str, float], ...]] = {}
+        self.shares: dict[tuple[int, frozenset, tuple[tuple[float, str], ...]], tuple[tuple[str, float], ...]] = {}
         """Each state's `_cause_shares`, by its replicas, degradations in force and racks out."""
         self.trained_in: set[ClusterState] = set()
         """The states the job trained in: not the sub-states its slow-step split asks of (attribution.py), nor
@@ -330,27 +333,33 @@ class JobProcess:
         its trays and links down with it (repaired with it); the others close ranks in rack order onto the first
         places, as the hosts do (a group's hosts are the slots from 0 up, spares standing in after the hosts
         kept), and a rack that left comes back where a larger group needs more racks than it holds (a regrow),
-        in its own order. Without it, a job shrunk onto rack 1 when rack 0 failed lost rack 1's trays down and took
-        on rack 0's, and one grown back kept them where the shrunk job had put them. Exact only where whole
-        racks are lost: with some of a rack's hosts out the slots shift across rack boundaries but no rack
-        moves, so its trays down stay on their rack index (the slot model of a shrunk rack job, an
-        approximation)."""
+        those repaired first first (before, the first that left, even one still in repair). Without it, a job
+        shrunk onto rack 1 when rack 0 failed lost rack 1's trays down and took on rack 0's, and one grown back
+        kept them where the shrunk job had put them. Exact only where whole racks are lost: with some of a
+        rack's hosts out the slots shift across rack boundaries but no rack moves, so its trays down stay on
+        their rack index (the slot model of a shrunk rack job, an approximation). A rack failure, like a host's,
+        strikes a place, not a rack's hardware: rack unit 1 of a job shrunk onto racks 1 and 2 is rack 2."""
         racks = self.plan.racks
-        present = [switch for switch, _ in racks if switch not in self.racks_out]
-        kept = [switch for switch, (_, hosts) in zip(present, racks)
-                if not all(host in self.missing for host in hosts)]
+        kept = [switch for switch, hosts in self._present_racks() if not all(host in self.missing for host in hosts)]
         hosts = self.plan.hosts_for(replicas)
         needed = sum(1 for _, rack_hosts in racks if min(rack_hosts) < hosts)
-        back = self.racks_out[:max(0, needed - len(kept))] if replicas > self.replicas else []
+        returning = self.racks_out[:max(0, needed - len(kept))] if replicas > self.replicas else []
+        back = [switch for _, switch in returning]
         order = [switch for switch, _ in racks if switch in kept or switch in back]
         return {switch: place for switch, (place, _) in zip(order, racks)}
+
+    def _present_racks(self) -> list[tuple[str, tuple[int, ...]]]:
+        """The racks in the job's group, in rack order, each with the hosts (slots) of the place it holds."""
+        out = {switch for _, switch in self.racks_out}
+        present = [switch for switch, _ in self.plan.racks if switch not in out]
+        return [(switch, hosts) for switch, (_, hosts) in zip(present, self.plan.racks)]
 
     def _physical(self, degradation: Degradation) -> Degradation:
         """An arriving ``degradation``, drawn on the racks' places in the group the job runs on now, under the
         racks' own names, as the job keeps it (`_regrouped` places it again for each state)."""
         if not self.plan.racks or not self.racks_out:
             return degradation
-        order = [switch for switch, _ in self.plan.racks if switch not in self.racks_out] + self.racks_out
+        order = [switch for switch, _ in self._present_racks()] + [switch for _, switch in self.racks_out]
         named = {place: switch for (place, _), switch in zip(self.plan.racks, order)}
         return self._placed(degradation, named) or degradation
 
@@ -380,7 +389,13 @@ class JobProcess:
         if not self.plan.racks or not (self.missing or self.racks_out):
             return False
         places = self._places(replicas)
-        self.racks_out = [switch for switch, _ in self.plan.racks if switch not in places]
+        back_at = {switch: at for at, switch in self.racks_out}
+        for switch, hosts in self._present_racks():
+            if switch not in places:
+                back_at[switch] = max(self.missing_until[host] for host in hosts)
+        rank = {switch: index for index, (switch, _) in enumerate(self.plan.racks)}
+        self.racks_out = sorted(((at, switch) for switch, at in back_at.items() if switch not in places),
+                                key=lambda out: (out[0], rank[out[1]]))
         gone = {key for key in self.degraded if self._placed(key[1], places) is None}
         if not gone:
             return False
@@ -450,6 +465,7 @@ class JobProcess:
             self.lost_per_failure.append(lost)
         for host in lost_hosts:
             self.missing.add(host)
+            self.missing_until[host] = max(self.missing_until.get(host, 0.0), t + self.repair[index])
             heapq.heappush(self.repairs, t + self.repair[index])
         self.interruptions[klass.name] += 1
         self.events.add("failure", t, t, cause=klass.name, step=self.clock.steps, lost_work_s=lost,
@@ -619,6 +635,7 @@ class JobProcess:
         self.spares = available - self.in_use
         regrouped = self._regroup_degradations(replicas)
         self.missing.clear()
+        self.missing_until.clear()
         if regrouped and replicas == self.replicas:
             self._refresh()
 

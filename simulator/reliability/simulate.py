@@ -233,9 +233,10 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     `degrade`) are sized by the classes `fold_policy.link_fault_step` folds them by
     (`_refuse_unfolded_link_states`, by ``sizes``, the job's `ahead.LinkStateSizes`), states with NVSwitch trays
     down too (their rack's NVLink links degraded from the start, or down with every tray, which fold by the
-    rack's hosts), and straggler states unfold where the engine's folding rule says so (each distinct set of stages slowed is a state). 16,384 GPUs unfolded are ~45
-    million ops + flows and ~37 GiB per step (the docs' leaf-switch example met ~75 leaves per replication of the
-    405B job, its throttling example thousands of straggler states, and both ran for hours without a word).
+    rack's hosts), and straggler states unfold where the engine's folding rule says so (each distinct set of
+    stages slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and ~37 GiB per step (the docs'
+    leaf-switch example met ~75 leaves per replication of the 405B job, its throttling example thousands of
+    straggler states, and both ran for hours without a word).
 
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
