@@ -404,3 +404,20 @@ def test_pushes_rerouted_around_a_failed_link_still_name_a_server_link(run_yaml)
     server link is then the slowest of the last links they arrive by, the GPU's PCIe link from its NIC."""
     summary = run_yaml(FAT_TREE, "faults.step.links=[{uplinks_of: leaf0.r0}]").summary
     assert summary["parameter_server"]["server_links"]["per_server_gpu"]["16"]["link"] == "h2/nic0->h2/gpu0"
+
+
+def test_server_links_degraded_from_the_start_are_of_their_line_rate():
+    """The server's NIC cable at half its bandwidth from the step's start or 1 ns into it: the same server link,
+    its bandwidth the line rate and its utilisation of the line rate in both (to the rounding of the flows
+    re-solved 1 ns in), below a half. Before, a link degraded from the start was named at and divided by its
+    degraded bandwidth: twice the utilisation of the same link degraded 1 ns later."""
+    figures = []
+    for at in ("0 s", "1 ns"):
+        fault = f"faults.step.links=[{{link: [leaf0.r0, h4/nic0], capacity: 0.5, at: {at}}}]"
+        text = scenario().replace("faults: {step: {stragglers: [{gpus: [1], slowdown: 4.0}]}}\n", "")
+        summary = simulate(scenario_from_text(text, "ps.yaml", [fault])).summary
+        figures.append(summary["parameter_server"]["server_links"]["per_server_gpu"]["4"])
+    start, later = figures
+    assert start["bandwidth_bytes_per_s"] == later["bandwidth_bytes_per_s"] == NIC
+    assert start["ingress_utilisation"] == pytest.approx(later["ingress_utilisation"], rel=1e-6)
+    assert start["ingress_utilisation"] < 0.5
