@@ -112,19 +112,21 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
         prepare_job(loaded)
 
 
-@pytest.mark.parametrize("trays_down", [4, 8])
+@pytest.mark.parametrize("trays_down", [4, 8, 9])
 def test_a_tray_state_whose_fold_is_given_up_is_known_at_load(trays_down):
     """TP 4 x PP 2 x DP 4 on 2 racks: with 4-8 of rack 0's 9 trays down the degraded NVLink makes `auto` plan a
-    tree whose traffic the TP all-reduce meets, and the state's step runs unfolded (32 of 32 ranks);
-    `tray_fold_blockers` says so for those counts, from the fold alone, and not for 1-3 or 9 (links down), which
-    fold."""
+    tree whose traffic the TP all-reduce meets, and with all 9 down (links down, rerouted over the network) so
+    does the tree over the detours; the state's step runs unfolded (32 of 32 ranks). `tray_fold_blockers` says
+    so for those counts, from the fold alone, with the links down taken down first, and not for 1-3, which
+    fold. Before, it checked the fold of 9 down on the cluster with its links up: no blocker, and the job met
+    that state unfolded."""
     from simulator.reliability.simulate import tray_fold_blockers
 
     text = job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}") + "network: {model: flow}\n"
     loaded = scenario_from_text(text, "job.yaml")
     topology = scenario_topology(loaded)
     blockers = tray_fold_blockers(loaded, cluster_units(topology))
-    assert sorted(blockers) == [4, 5, 6, 7, 8]
+    assert sorted(blockers) == [4, 5, 6, 7, 8, 9]
     faults = StepFaults(links=nvswitch_tray_faults(topology, (("rack0/nvswitch", trays_down),)))
     summary = simulate(with_step_faults(loaded, faults)).summary
     assert summary["simulated_ranks"] == 32

@@ -20,7 +20,7 @@ from simulator.config.reliability import UNIT_KINDS, Effect, ElasticBatch
 from simulator.config.schema import TraceWorkload
 from simulator.config.yaml_source import FieldPath
 from simulator.engine.stepping import run_all
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, StepAborted
 from simulator.reliability.ahead import (
     LONG_AHEAD_S,
     MAX_AHEAD_S,
@@ -353,11 +353,14 @@ def _every_racks_tray_links(units: ClusterUnits) -> tuple[tuple[str, str], ...]:
 def tray_fold_blockers(loaded: LoadedScenario, units: ClusterUnits) -> dict[int, str]:
     """Why the step with k of a rack's NVSwitch trays down (k = 1 .. all, on the first rack) does not fold, by k,
     for each k whose step unfolds: its fold is made as the state's step makes it (`prepare_training` of the
-    scenario with the trays' link faults added, on a cluster of its own), stopped where it would be built
-    unfolded. The trays' links degraded to (T - k) / T change `auto`'s choices, so a fold may pass with 1-3 trays
-    down and not with 4 or more (a tree's inner ranks and leaves meeting another collective's traffic). Under
+    scenario with the trays' link faults added, on a cluster of its own, the links down with every tray taken
+    down first as `FaultHooks` takes them: before, 9 down was checked with its links up and passed), stopped
+    where it would be built unfolded; a lone rack with every tray down has no route, so no fold. The trays'
+    links degraded to (T - k) / T change `auto`'s choices, so a fold may pass with 1-3 trays down and not with 4
+    or more (a tree's inner ranks and leaves meeting another collective's traffic). Under
     forced NVLS a rack with every tray down has no step (`StepStates._bare_rack_under_nvls`), so no fold."""
     from simulator.config.faults import StepFaults
+    from simulator.engine.faults import FaultHooks
     from simulator.program.unfolding import Unfolding
     from simulator.reliability.perturbed import with_step_faults
     from simulator.reliability.states import nvswitch_tray_faults
@@ -379,9 +382,12 @@ def tray_fold_blockers(loaded: LoadedScenario, units: ClusterUnits) -> dict[int,
         links = own.links + nvswitch_tray_faults(topology, ((rack, down),))
         state = with_step_faults(loaded, own.model_copy(update={"links": links}))
         try:
-            prepare_training(state, topology, step_faults(state, topology), unfolds)
+            hooks = FaultHooks(topology, step_faults(state, topology))
+            prepare_training(state, topology, hooks.plan, unfolds)
         except Unfolds as unfolded:
             blockers[down] = str(unfolded)
+        except StepAborted:
+            continue
     return blockers
 
 
