@@ -13,6 +13,7 @@ from simulator.cli import main
 from simulator.config.faults import LinkFault, StepFaults
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
+from simulator.reliability.attribution import cause_shares
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.perturbed import with_step_faults
 from simulator.reliability.states import nvswitch_tray_faults
@@ -277,6 +278,37 @@ def test_on_three_racks_the_racks_left_close_ranks(job_with):
     summary = job_with(three, (0.5 * H, 1, 18, 3 * H), (1 * H, 0, 0, 4 * H)).summary
     degraded = one_rack_step(job(CLASSES), 2, (("rack1/nvswitch", 1),))
     assert shrunk_states(summary, 8) == [({}, one_rack_step(job(CLASSES), 2, ())), ({"rack1/nvswitch": 1}, degraded)]
+
+
+
+@pytest.mark.parametrize("text, rack_repair_s", [
+    (job(CLASSES, elastic=False), 2 * H),
+    (job(CLASSES).replace("elastic: true", "elastic: true, regrow: next_restart"), 30.0)], ids=["fixed", "elastic"])
+def test_a_rack_back_by_the_restart_keeps_its_place(job_with, text, rack_repair_s):
+    """Rack 0 fails at 1 h and its hosts are all back by the restart's rendezvous (a job that is not elastic waits
+    the 2 h repair out; an elastic one's 30 s repair ends within the detection): the job re-forms on both racks, so
+    a tray of rack 1 failing at 4 h slows it, on rack 1. Before, rack 0 stayed out of the job for good and the
+    tray, drawn on its place, was dropped: the job trained healthy."""
+    summary = job_with(text, (1 * H, 0, 0, rack_repair_s), (4 * H, 1, 9, 2 * H)).summary
+    assert [(state["replicas"], state["nvswitch_trays_down"]) for state in summary["states"]] == [
+        (8, {}), (8, {"rack1/nvswitch": 1})]
+    assert summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] > 0
+
+
+
+def test_a_second_shrink_by_the_same_rack_reuses_its_cause_shares(job_with, monkeypatch):
+    """Rack 0 fails at 1 h and again at 3 h (1 h repairs, regrow on repair): the job shrinks onto rack 1 twice,
+    the same state both times, so the slow-step split by cause is worked out no more often than for one shrink.
+    Before, the cache keyed on the rack's repair end as well and worked it out again."""
+    import simulator.reliability.job as job_module
+    calls: list[tuple] = []
+    monkeypatch.setattr(job_module, "cause_shares", lambda *args: calls.append(args) or cause_shares(*args))
+    text = job(CLASSES).replace("elastic: true", "elastic: true, regrow: on_repair")
+    once = job_with(text, (1 * H, 0, 0, 1 * H)).summary
+    assert once["replicas"]["shrinks"]["mean"] == 1 and calls
+    once_calls, calls[:] = len(calls), []
+    twice = job_with(text, (1 * H, 0, 0, 1 * H), (3 * H, 0, 0, 1 * H)).summary
+    assert twice["replicas"]["shrinks"]["mean"] == 2 and len(calls) == once_calls
 
 
 def rack_all_reduce(algorithm: str, down: int) -> dict:

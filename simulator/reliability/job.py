@@ -175,8 +175,9 @@ class JobProcess:
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
         self.restores: Counter = Counter()
-        self.shares: dict[tuple[int, frozenset, tuple[tuple[float, str], ...]], tuple[tuple[str, float], ...]] = {}
-        """Each state's `_cause_shares`, by its replicas, degradations in force and racks out."""
+        self.shares: dict[tuple[int, frozenset, tuple[str, ...]], tuple[tuple[str, float], ...]] = {}
+        """Each state's `_cause_shares`, by its replicas, degradations in force and racks out (not when they are back:
+        the state is the same)."""
         self.trained_in: set[ClusterState] = set()
         """The states the job trained in: not the sub-states its slow-step split asks of (attribution.py), nor
         those a restart only looked at for a route."""
@@ -421,7 +422,7 @@ class JobProcess:
         replicas where `elastic_shrink` is among them, else on the job's."""
         if not self.causes:
             return ()
-        key = (self.replicas, frozenset(self.degraded), tuple(self.racks_out))
+        key = (self.replicas, frozenset(self.degraded), tuple(switch for _, switch in self.racks_out))
         if key not in self.shares:
             def extra(subset: frozenset[str]) -> float | None:
                 replicas = self.replicas if BuiltInCause.ELASTIC_SHRINK in subset else self.plan.replicas
@@ -628,15 +629,18 @@ class JobProcess:
     def _form_group(self, rendezvous: float, replicas: int) -> None:
         """The group a restart forms at its ``rendezvous`` on ``replicas``: its hosts (every slot of that size,
         spares and hosts back from repair by then standing in for those out) are in use from then on, so that a
-        failure of any of them during launch, load or warm-up starts the restart over; the rest are spares."""
+        failure of any of them during launch, load or warm-up starts the restart over; the rest are spares. A
+        rack whose hosts are all back from repair by then stays in the group (`_places`)."""
         self._collect_repairs(rendezvous)
         available = self.hosts_in_hand
         self.in_use = self.plan.hosts_for(replicas)
         self.spares = available - self.in_use
+        back = {host for host in self.missing if self.missing_until[host] <= rendezvous + EPS}
+        self.missing -= back
         regrouped = self._regroup_degradations(replicas)
         self.missing.clear()
         self.missing_until.clear()
-        if regrouped and replicas == self.replicas:
+        if (regrouped or back) and replicas == self.replicas:
             self._refresh()
 
     def _relaunch(self, replicas: int) -> None:
