@@ -1514,6 +1514,43 @@ def test_link_states_count_the_states_a_job_only_restarted_in():
     assert summary["link_states"]["states"] == linked == 20
 
 
+MIXED_ELASTIC_JOB = RAILS + """run: {horizon: 4 d, replications: 2, seed: 1}
+restart: {elastic: true}
+faults:
+  components:
+    leaf_switch: {effect: degrade, mtbf: 10 d, repair: 24 h}
+    cable: {effect: degrade, mtbf: 10 d, repair: 24 h}
+    spine_switch: {effect: degrade, mtbf: 10 d, repair: 24 h}
+    gpu: {mtbf: 20 d, repair: 24 h}
+"""
+"""reviewer35's elastic job with three degrading classes and failing GPUs: states with two causes or more,
+some no slower than healthy."""
+
+
+def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_split_needs(monkeypatch):
+    """The forecast answered every state unknown with the healthy costs, so each asked all its sub-states, and
+    those were estimated and simulated ahead though a state no slower than healthy asks none when met. The
+    states the job trains or restarts in are now foreseen, told and simulated first, then the sub-states their
+    steps ask: each state simulated ahead is one the job uses (in `states`), and the time up front counts
+    those of the first round."""
+    _, one_core = _one_core_job_then_two_cores(monkeypatch, MIXED_ELASTIC_JOB)
+    told: list = []
+    time_ahead = reliability_simulate.time_ahead
+    monkeypatch.setattr(reliability_simulate, "time_ahead", lambda *args: told.append(time_ahead(*args)) or told[-1])
+    ahead_states: list = []
+    simulate_ahead = ahead.simulate_ahead
+    monkeypatch.setattr(reliability_simulate, "simulate_ahead", lambda job_states, kinds, *args: (
+        ahead_states.extend(state for kind in kinds for state in kind)) or simulate_ahead(job_states, kinds, *args))
+    job = simulate_job(scenario_from_text(MIXED_ELASTIC_JOB, "job.yaml"), workers_warning=lambda line: None,
+                       merge_rotations=False)  # each state ahead is then one of `states`, not their representative
+    listed = {(state["replicas"], state["spines_down"], tuple(map(tuple, state["links_down"])))
+              for state in job.summary["states"]}
+    assert len(told) == 2 and len(ahead_states) == len(set(ahead_states))
+    assert {(state.replicas, state.spines_down, state.links_down) for state in ahead_states} <= listed
+    assert told[0].states + told[1].states == sum(1 for state in ahead_states if state.links_down)
+    assert job.summary == one_core.summary
+
+
 def test_a_refused_sub_state_splits_its_state_evenly_with_a_warning(monkeypatch):
     """A sub-state the job cannot simulate (here each on all 4 replicas with links down, refused as a state past
     the scale limits would be) ended the whole job, though the job never trains in it. The states asking for it
@@ -1533,6 +1570,30 @@ def test_a_refused_sub_state_splits_its_state_evenly_with_a_warning(monkeypatch)
     assert "too large to simulate" in warning[0]
     by_cause = job.summary["slow_steps_by_cause_s"]
     assert set(by_cause) == {"elastic_shrink", "leaf_switch"}
+
+
+def test_a_sub_state_past_the_limits_up_front_splits_its_state_evenly_not_refuse_the_job(monkeypatch):
+    """The states foreseen were sized up front with the sub-states among them, so a sub-state past the scale
+    limits refused the whole job (unless --force) and the even split could not be reached. Only the states the
+    job trains or restarts in are sized and refused up front now (here none on all 4 replicas); a sub-state
+    refused when met splits its state evenly."""
+    refuse_folded, entry = reliability_simulate._refuse_folded_link_state, states.StepStates.entry
+    too_large = ScenarioError("too large to simulate", field="faults.components.leaf_switch")
+
+    def sized_up_front(loaded, sized, world, klass, ranks, folded, which):
+        if world == 32 and "foreseen" in which:
+            raise too_large
+        refuse_folded(loaded, sized, world, klass, ranks, folded, which)
+
+    def simulated(self, state):
+        if state.links_down and state.replicas == 4:
+            raise too_large
+        return entry(self, state)
+
+    monkeypatch.setattr(reliability_simulate, "_refuse_folded_link_state", sized_up_front)
+    monkeypatch.setattr(states.StepStates, "entry", simulated)
+    job, _, _, _ = _elastic_leaf_job(monkeypatch)
+    assert job.split_evenly is not None and job.split_evenly.startswith("the slow-step time of 7 cluster states")
 
 
 def test_a_states_size_up_front_is_built_on_the_scenario_its_step_runs():

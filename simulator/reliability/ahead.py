@@ -5,7 +5,8 @@ throttling example on the 16,384-GPU job: 1,685 sets of slowed stages over 100 r
 ~1.75 s of CPU), on one core. Which states a replication meets is set by its failures, drawn before it runs,
 and by what the job does about them; a state's step only sets how fast it trains meanwhile, except where a
 state has no route (no step) or an elastic job picks its size. So a first pass runs every replication with the
-healthy step standing in for each state not simulated yet, noting the states it asks for (`states_foreseen`);
+healthy step standing in for each state not simulated yet, noting the states it asks for (`states_foreseen`;
+the states it trains or restarts in first, then, those simulated, the sub-states their slow-step split asks);
 those are simulated in worker processes forked from the job's, which inherit the fold, programs and plan cache
 its states share (the first is simulated before the fork, building them), and the replications then run as
 before, each state's step taken from there (`StepStates.simulated_ahead`). A job with degraded units (a leaf
@@ -25,7 +26,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing import get_all_start_methods, get_context, parent_process
 from multiprocessing.connection import Connection, wait
@@ -129,21 +130,44 @@ def _resident_bytes() -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class Foreseen:
+    """The states a forecast asked the costs of (`states_foreseen`), in order of first asking, and whether some
+    state it met had two causes or more in force, whose slow-step split asks sub-states (attribution.py)."""
+
+    states: list[ClusterState]
+    splits: bool
+
+
 def states_foreseen(plan: JobPlan, arrivals: Callable[[int], Arrivals], replications: int,
-                    known: Mapping[ClusterState, SegmentCosts | None], healthy: SegmentCosts,
-                    progress: Callable[[int, int], None] | None = None) -> list[ClusterState]:
+                    known: Callable[[ClusterState], bool], healthy: SegmentCosts,
+                    progress: Callable[[int, int], None] | None = None, *, split: bool = True,
+                    before: Collection[ClusterState] = ()) -> Foreseen:
     """The states that ``replications`` replications (each with the failures ``arrivals(replication)``) ask the
-    costs of, in order of first asking, those in ``known`` left out; each unknown one answered with the
-    ``healthy`` costs. ``progress(done, replications)`` hears of each replication run (the 100 of the 16,384-GPU
-    throttling job take ~15 s, which the bar showed as 0 replications simulated). A replication that raises
-    ends the forecast: the job's own run raises it, or not, where it meets it."""
+    costs of, those ``known`` left out (their costs are ``plan``'s); each unknown one answered with the
+    ``healthy`` costs. Without ``split`` the replications split no state's slow-step time, so none of its
+    sub-states is asked: the first round, whose states' own steps set which sub-states the second needs (a
+    state no slower than healthy needs none; answered the healthy costs, each state asked all of them, 313
+    states foreseen where a small elastic job simulated 168). The states ``before`` (the first round's, not
+    simulated yet) are answered the healthy costs and left out. ``progress(done, replications)`` hears of each
+    replication run (the 100 of the 16,384-GPU throttling job take ~15 s, which the bar showed as 0
+    replications simulated). A replication that raises ends the forecast: the job's own run raises it, or not,
+    where it meets it."""
     wanted: dict[ClusterState, None] = {}
+    splits = False
 
     def noted(state: ClusterState) -> SegmentCosts | None:
-        if state in known:
-            return known[state]
-        wanted[state] = None
+        if known(state):
+            return plan.costs(state)
+        if state not in before:
+            wanted[state] = None
         return healthy
+
+    class Forecast(JobProcess):
+        def _cause_shares(self) -> tuple[tuple[str, float], ...]:
+            nonlocal splits
+            splits = splits or len(self.causes) > 1
+            return super()._cause_shares() if split else ()
 
     forecast = replace(plan, costs=noted)
     if progress is not None:
@@ -151,13 +175,13 @@ def states_foreseen(plan: JobPlan, arrivals: Callable[[int], Arrivals], replicat
     try:
         for replication in range(replications):
             env = simpy.Environment()
-            env.process(JobProcess(forecast, arrivals(replication), JobEvents()).run(env))
+            env.process(Forecast(forecast, arrivals(replication), JobEvents()).run(env))
             run_all(env)
             if progress is not None:
                 progress(replication + 1, replications)
     except Exception:  # a forecast only: the job's own run meets the error where it does
         pass
-    return list(wanted)
+    return Foreseen(list(wanted), splits)
 
 
 def straggling(state: ClusterState, healthy: ClusterState) -> bool:

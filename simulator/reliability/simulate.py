@@ -24,6 +24,7 @@ from simulator.errors import ScenarioError, StepAborted
 from simulator.reliability.ahead import (
     LONG_AHEAD_S,
     MAX_AHEAD_S,
+    Foreseen,
     LinkStateSizes,
     cores,
     link_state_s,
@@ -931,20 +932,11 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
 
     linked, parallel = _link_classes(model), cores(workers) > 1
     if linked or (parallel and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes)):
-        foreseen = states_foreseen(plan, arrivals, scenario.run.replications, prepared.cost_cache, healthy,
-                                   foresight_progress)
-        if activity is not None:
-            activity(sizing_text(len(foreseen)))
-        sizes = prepared.link_sizes
-        kinds = states_ahead(prepared.states, foreseen, sizes.ranks)
-        if linked:
-            _told_time_ahead(loaded, prepared.states, linked, with_links_down(kinds), sizes, workers, force,
-                             workers_warning)
-        if activity is not None:
-            activity("")
-        if parallel:
-            simulate_ahead(prepared.states, kinds, workers, states_progress, workers_warning, activity,
-                           states_sharing)
+        first = _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
+                                states_progress, states_sharing, workers_warning, activity)
+        if first.splits:
+            _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
+                            states_progress, states_sharing, workers_warning, activity, first.states)
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents(tiered=scenario.checkpoint.memory is not None)
@@ -986,6 +978,40 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     warnings = prepared.warnings + tuple(warning for warning in (waiting, idle, evenly) if warning is not None)
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle,
                      evenly)
+
+
+def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Callable[[int], Arrivals],
+                    linked: Sequence[FailureClass], parallel: bool, workers: int, force: bool,
+                    foresight_progress: Callable[[int, int], None] | None,
+                    states_progress: Callable[[int, int], None] | None,
+                    states_sharing: Callable[[int], None] | None, workers_warning: Callable[[str], None] | None,
+                    activity: Callable[[str], None] | None, before: Sequence[ClusterState] | None = None
+                    ) -> Foreseen:
+    """One round of a job's states foreseen (`ahead.states_foreseen`), told and simulated ahead as
+    `simulate_job` says: the first (``before`` None) the states the job trains or restarts in, sized and refused
+    up front (`_told_time_ahead`); the second the sub-states their slow-step split asks (attribution.py), where
+    the first met a state with two causes or more: foreseen with the first round's states (``before``) known
+    where simulated ahead (on the workers; on one core none is, and each asks all its sub-states, an upper
+    bound), so a state no slower than healthy asks none; told, never refused (a sub-state refused when met
+    splits its state evenly). The states foreseen."""
+    states, plan = prepared.states, prepared.plan
+    cache = prepared.cost_cache
+    split = before is not None
+    known = (lambda state: state in cache or states.known(state)) if split else cache.__contains__
+    foreseen = states_foreseen(plan, arrivals, loaded.scenario.run.replications, known, prepared.healthy,
+                               foresight_progress, split=split, before=set(before or ()))
+    if activity is not None:
+        activity(sizing_text(len(foreseen.states)))
+    sizes = prepared.link_sizes
+    kinds = states_ahead(states, foreseen.states, sizes.ranks)
+    if linked:
+        _told_time_ahead(loaded, states, linked, with_links_down(kinds), sizes, workers, force or split,
+                         workers_warning)
+    if activity is not None:
+        activity("")
+    if parallel:
+        simulate_ahead(states, kinds, workers, states_progress, workers_warning, activity, states_sharing)
+    return foreseen
 
 
 def split_evenly_warning(split_evenly: Mapping[ClusterState, str]) -> str | None:
