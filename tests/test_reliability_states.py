@@ -1551,6 +1551,28 @@ def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_s
     assert job.summary == one_core.summary
 
 
+def test_a_job_on_one_core_foresees_the_states_it_simulates_no_more(monkeypatch):
+    """The forecast answered every state unknown with the healthy costs, so each state with two causes asked all
+    its sub-states: on one core the mixed elastic job foresaw (and sized up front) 203 states and simulated 179.
+    The second round now knows the first round's steps (`ahead.simulate_known`), so it asks only the
+    sub-states the job's splits ask: the states foreseen are the states simulated, none over (margin 0: a
+    state foreseen on the healthy costs that the job's own costs steer clear of would be one over)."""
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
+    foreseen: list = []
+    states_ahead = reliability_simulate.states_ahead
+    monkeypatch.setattr(reliability_simulate, "states_ahead", lambda job_states, asked, ranks: (
+        foreseen.extend(asked) or states_ahead(job_states, asked, ranks)))
+    simulated: list = []
+    simulated_step = states.StepStates._simulated
+    monkeypatch.setattr(states.StepStates, "_simulated", lambda self, state, *args: (
+        simulated.append(state) or simulated_step(self, state, *args)))
+    job = simulate_job(scenario_from_text(MIXED_ELASTIC_JOB, "job.yaml"), workers_warning=lambda line: None,
+                       merge_rotations=False)  # each state simulated is then one foreseen, not a representative
+    assert len(foreseen) == len(set(foreseen)) == len(simulated) - 1 == len(job.summary["states"]) - 1
+    assert set(foreseen) == set(simulated) - {None}  # None: the healthy step
+
+
 def test_a_refused_sub_state_splits_its_state_evenly_with_a_warning(monkeypatch):
     """A sub-state the job cannot simulate (here each on all 4 replicas with links down, refused as a state past
     the scale limits would be) ended the whole job, though the job never trains in it. The states asking for it

@@ -9,14 +9,19 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from simulator import simulate
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.console.report import long_duration
+from simulator.reliability import ahead
+from simulator.reliability import simulate as reliability_simulate
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.events import JobEvents
+from simulator.reliability.processes import Arrivals
+from simulator.reliability.states import StateCache
 from simulator.reliability.training import CheckpointClock
 from tests.test_reliability_states import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
 
@@ -392,12 +397,18 @@ restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elast
 """
 
 
-def test_a_job_shrunk_under_one_leaf_keeps_running_without_spines_and_relaunches_where_it_can(job_with):
+@pytest.mark.parametrize("cores", [1, 2], ids=["one-core", "two-cores"])
+def test_a_job_shrunk_under_one_leaf_keeps_running_without_spines_and_relaunches_where_it_can(job_with, monkeypatch,
+                                                                                             cores):
     """GPUs 0 and 1 fail at 1 h (back at 3 h): the elastic job runs on 2 replicas, two hosts under one leaf.
     Both spines fail at 1.5 h and 1.6 h (back at 6.5 h, 6.6 h): that job needs none and trains on (no
     interruption). A software failure at 4 h finds 4 hosts, but 4 or 3 replicas span both leaves with no spine
     up: it relaunches on the 2 that can run (it waited for the spines before), and a software failure at 8 h
-    grows it back to 4. One shrink, one regrow."""
+    grows it back to 4. One shrink, one regrow. The states met are the same on one core and on two, where the
+    states ahead are simulated in a worker (the two rounds' forecast once listed a state the job never asked)."""
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: cores)
+    monkeypatch.setattr(ahead, "cores", lambda workers=0: cores)
+    monkeypatch.setattr("simulator.reliability.states._CACHE", StateCache())
     job = job_with((1 * H, 0, 0, 2 * H), (1 * H, 0, 1, 2 * H), (1.5 * H, 1, 0, 5 * H), (1.6 * H, 1, 1, 5 * H),
                    (4 * H, 2, 0, 0.0), (8 * H, 2, 0, 0.0), text=UNDER_ONE_LEAF)
     summary, events = job.summary, job.events
@@ -411,6 +422,30 @@ def test_a_job_shrunk_under_one_leaf_keeps_running_without_spines_and_relaunches
     assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
     running = {int(size): value["mean"] for size, value in replicas["running_s"].items()}
     assert running[2] == pytest.approx(8 * H - restarts[0, 1] - (restarts[1, 1] - restarts[1, 0]), abs=1e-6)
+
+
+def test_a_job_with_sub_states_writes_the_same_bytes_on_one_worker_and_two(tmp_path, monkeypatch):
+    """The job above (states with two causes, whose slow-step split asks sub-states) run with --workers 1 and
+    --workers 2 (two cores however many this machine has): its second forecast round once put the costs of a
+    state it asked (4 replicas, 1 spine down) among the job's own, so job_summary.json listed it on two workers
+    only. Both runs write the same files, byte for byte."""
+    rows = ((1 * H, 0, 0, 2 * H), (1 * H, 0, 1, 2 * H), (1.5 * H, 1, 0, 5 * H), (1.6 * H, 1, 1, 5 * H),
+            (4 * H, 2, 0, 0.0), (8 * H, 2, 0, 0.0))
+    time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
+    arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
+    monkeypatch.setattr(reliability_simulate, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
+    monkeypatch.setattr(ahead, "usable_cores", lambda: 2)
+    monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: workers)  # not the host's free memory
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(UNDER_ONE_LEAF)
+
+    def written(workers: int) -> list[bytes]:
+        monkeypatch.setattr("simulator.reliability.states._CACHE", StateCache())
+        out = tmp_path / f"workers-{workers}"
+        assert main(["run", str(scenario), "--quiet", "--out", str(out), "--workers", str(workers)]) == 0
+        return [(out / file).read_bytes() for file in ("job_events.parquet", "job_summary.json")]
+
+    assert written(2) == written(1)
 
 
 def test_every_spine_down_on_one_leaf_group_is_the_step_without_its_leaf_spine_links(job_with):

@@ -409,6 +409,24 @@ def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], 
         _FORKED = None
 
 
+def simulate_known(states: StepStates, foreseen: Sequence[ClusterState],
+                   activity: Callable[[str], None] | None = None) -> None:
+    """Simulate here each of the states ``foreseen`` whose step is not at hand yet (`StepStates.known`): those of
+    a first round that no worker simulated (on one core, none), so that the second round's forecast knows every
+    one of them, and asks the same sub-states on any number of cores (a state no slower than healthy asks
+    none). A state that raises is left for the job to raise where it meets it. ``activity`` hears which state is
+    simulated while it is, and '' after."""
+    heard = states.on_simulating
+    if activity is not None:
+        states.on_simulating = _first_states_activity(activity)
+    try:
+        for state in foreseen:
+            if not states.known(state):
+                _simulated_here(states, state)
+    finally:
+        states.on_simulating = heard
+
+
 def _counted(progress: Callable[[int, int], None] | None, sharing: Callable[[int], None] | None, done: int,
              total: int, workers: int) -> None:
     """``done`` of ``total`` states ahead counted to ``progress``, the rest shared by ``workers`` told first to

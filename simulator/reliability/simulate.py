@@ -29,6 +29,7 @@ from simulator.reliability.ahead import (
     cores,
     link_state_s,
     simulate_ahead,
+    simulate_known,
     states_ahead,
     states_foreseen,
     time_ahead,
@@ -935,6 +936,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         first = _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
                                 states_progress, states_sharing, workers_warning, activity)
         if first.splits:
+            simulate_known(prepared.states, first.states, activity)
             _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
                             states_progress, states_sharing, workers_warning, activity, first.states)
     if progress is not None:
@@ -991,15 +993,20 @@ def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Cal
     `simulate_job` says: the first (``before`` None) the states the job trains or restarts in, sized and refused
     up front (`_told_time_ahead`); the second the sub-states their slow-step split asks (attribution.py), where
     the first met a state with two causes or more: foreseen with the first round's states (``before``) known
-    where simulated ahead (on the workers; on one core none is, and each asks all its sub-states, an upper
-    bound), so a state no slower than healthy asks none; told, never refused (a sub-state refused when met
-    splits its state evenly). The states foreseen."""
+    (simulated ahead, or here first, `ahead.simulate_known`), so a state no slower than healthy asks none;
+    told, never refused (a sub-state refused when met splits its state evenly). The forecast's costs are kept
+    out of the job's (``prepared.cost_cache``), whose states the outputs list. The states foreseen."""
     states, plan = prepared.states, prepared.plan
     cache = prepared.cost_cache
     split = before is not None
     known = (lambda state: state in cache or states.known(state)) if split else cache.__contains__
-    foreseen = states_foreseen(plan, arrivals, loaded.scenario.run.replications, known, prepared.healthy,
-                               foresight_progress, split=split, before=set(before or ()))
+    asked = dict(cache)
+    try:
+        foreseen = states_foreseen(plan, arrivals, loaded.scenario.run.replications, known, prepared.healthy,
+                                   foresight_progress, split=split, before=set(before or ()))
+    finally:  # the forecast's costs are not the job's: its outputs list the states the job itself asks
+        cache.clear()
+        cache.update(asked)
     if activity is not None:
         activity(sizing_text(len(foreseen.states)))
     sizes = prepared.link_sizes
