@@ -1467,10 +1467,11 @@ def _elastic_leaf_job(monkeypatch, text: str = ELASTIC_LEAF_JOB):
 def test_the_time_up_front_counts_the_states_of_a_shrunk_elastic_job(monkeypatch):
     """The estimate and the sizing of the states with links down wanted them on the job's full replica count:
     this elastic job's estimate counted 7 states (its sub-states on 4 replicas) while it simulated 14, the 7
-    shrunk ones left out. It counts the states the job simulates, shrunk ones each on its own cluster."""
+    shrunk ones left out. It counts the states the job simulates, shrunk ones each on its own cluster: the 7
+    shrunk states it trains in, then the 7 sub-states their splits ask, in a second round."""
     _, told, simulated, _ = _elastic_leaf_job(monkeypatch)
-    assert len(told) == 1 and len(simulated) == len(set(simulated)) == 14
-    assert told[0].states == len(simulated)
+    assert len(simulated) == len(set(simulated)) == 14
+    assert [round_told.states for round_told in told] == [7, 7]
     assert sum(1 for state in simulated if state.replicas < 4) == 7
 
 
@@ -1481,7 +1482,7 @@ def test_the_time_up_front_of_a_small_job_is_near_its_states_measured_time(monke
     0.739 s today)."""
     _, told, simulated, _ = _elastic_leaf_job(monkeypatch)
     measured = len(simulated) * ELASTIC_LEAF_STATE_S
-    assert measured / 1.6 < told[0].cpu_s < measured * 1.6
+    assert measured / 1.6 < sum(round_told.cpu_s for round_told in told) < measured * 1.6
 
 
 def test_link_states_count_only_the_states_the_job_trained_in(monkeypatch):
@@ -1533,7 +1534,7 @@ def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_s
     states the job trains or restarts in are now foreseen, told and simulated first, then the sub-states their
     steps ask: each state simulated ahead is one the job uses (in `states`), and the time up front counts
     those of the first round."""
-    _, one_core = _one_core_job_then_two_cores(monkeypatch, MIXED_ELASTIC_JOB)
+    loaded, one_core = _one_core_job_then_two_cores(monkeypatch, MIXED_ELASTIC_JOB)
     told: list = []
     time_ahead = reliability_simulate.time_ahead
     monkeypatch.setattr(reliability_simulate, "time_ahead", lambda *args: told.append(time_ahead(*args)) or told[-1])
@@ -1541,7 +1542,7 @@ def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_s
     simulate_ahead = ahead.simulate_ahead
     monkeypatch.setattr(reliability_simulate, "simulate_ahead", lambda job_states, kinds, *args: (
         ahead_states.extend(state for kind in kinds for state in kind)) or simulate_ahead(job_states, kinds, *args))
-    job = simulate_job(scenario_from_text(MIXED_ELASTIC_JOB, "job.yaml"), workers_warning=lambda line: None,
+    job = simulate_job(loaded, workers_warning=lambda line: None,
                        merge_rotations=False)  # each state ahead is then one of `states`, not their representative
     listed = {(state["replicas"], state["spines_down"], tuple(map(tuple, state["links_down"])))
               for state in job.summary["states"]}
