@@ -9,8 +9,8 @@ fold wrongly: each case says whether it folds, so a change that unfolded every c
 from __future__ import annotations
 
 import pytest
+from shared import assert_same_figures
 from test_folding import NO_REFOLDS, _refused_unfolded
-from test_rank_classes import _assert_same_figures
 
 from simulator.config.loader import scenario_from_text
 from simulator.engine.lockstep import OutOfStep
@@ -229,7 +229,7 @@ def test_analytic_hand_offs_over_other_hops_refold_by_hops():
     assert (stage["fold"], stage["simulated_ranks"], stage["why"]) == ("stage", 3,
                                                                      "the replicas' hand-offs cross other hops")
     assert "crosses 4 links over GPUs [0, 8] but 6 over the equivalent [24, 32]" in folded["fold_routes_reason"]
-    _assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
 
 
 def test_under_force_the_hop_refold_is_held_to_the_refold_multiple_not_to_the_limits(monkeypatch):
@@ -304,7 +304,7 @@ def test_replicas_that_hand_on_across_the_spines_fold_once_per_kind_of_route(nod
         "routes of other hops (as one inside a leaf group and one across the spines), so one rank cannot stand for "
         "both")
     assert folded["step_time_s"] == unfolded["step_time_s"]
-    _assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
 
 
 @pytest.mark.parametrize("refolds", [True, False, None])
@@ -321,7 +321,7 @@ def test_a_step_that_may_not_unfold_refolds_by_route_within_the_budget(refolds):
         unfolded = simulate(scenario_from_text(SC21_LIKE, "inline.yaml", ["run.fold=false"])).summary
         assert summary["simulated_ranks"] == 16 and not summary["warnings"] and "fold_not_exact" not in summary
         assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("stage", 8)]
-        _assert_same_figures(summary, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+        assert_same_figures(summary, unfolded, 1e-12, 1e-15, "fold_routes_reason")
         return
     assert summary["simulated_ranks"] == 8 and summary["fold_not_exact"]["fold"] == "stage"
     assert summary.get("fold_given_up") == (None if refolds is None else [

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from test_rank_classes import _assert_same_figures
+from shared import assert_same_figures
 
 from simulator.config.loader import scenario_from_text
 from simulator.engine.fold_policy import (
@@ -114,7 +114,7 @@ def test_links_down_fold_by_the_hosts_near_them_exactly(case, ranks):
                                                                                           STAGE_FOLD_UNDER_LINKS)]
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert folded["faults"] == unfolded["faults"]
-    _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
 @pytest.mark.parametrize(("case", "near", "stages"), [("spine", "4 of 4", 1), ("nic-dp2", "2 of 8", 4)])
@@ -138,7 +138,7 @@ def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(case):
     hold, every figure is the unfolded one's."""
     folded, unfolded = _folded_and_unfolded(case)
     assert folded["step_time_s"] == unfolded["step_time_s"]
-    _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15)
     assert folded["folded"] and folded["simulated_ranks"] == 48 and folded["warnings"] == unfolded["warnings"]
 
 
@@ -151,7 +151,7 @@ def test_a_near_hand_off_keeps_pace_where_detours_rotate_with_the_replicas():
     folded, unfolded = _folded_and_unfolded("pp-leaf-near-hand-off")
     assert folded["folded"] and folded["simulated_ranks"] == 32
     assert folded["step_time_s"] == unfolded["step_time_s"]
-    _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
 @pytest.mark.parametrize(("case", "reason"), [
@@ -192,7 +192,7 @@ def test_a_link_degraded_from_the_start_folds_as_a_link_down():
                         for overrides in ([], ["run.fold=false"]))
     assert folded["folded"] and folded["simulated_ranks"] == 24
     assert folded["step_time_s"] == unfolded["step_time_s"] and folded["faults"] == unfolded["faults"]
-    _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
 def test_a_traces_copies_under_links_down_unfold():

@@ -6,7 +6,7 @@ and neither has a published failure rate, so a scenario naming one gives its own
 from __future__ import annotations
 
 import pytest
-from test_rank_classes import _assert_same_figures
+from shared import assert_same_figures
 
 from simulator import simulate
 from simulator.cli import main
@@ -20,6 +20,9 @@ from simulator.reliability.states import nvswitch_tray_faults
 from simulator.topology.loader import scenario_topology
 
 H = 3600.0
+
+# simulate() on a job's scenario warns that it runs one step: these tests mean that step
+pytestmark = pytest.mark.filterwarnings("ignore:.*runs one training step and ignores the job's:UserWarning")
 
 
 def job(components: str, elastic: bool = True) -> str:
@@ -37,6 +40,28 @@ restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elas
 
 
 CLASSES = "rack: {mtbf: 1000 d, repair: 4 h}, nvswitch_tray: {mtbf: 1000 d, repair: 2 h}"
+NIC_CLASSES = "rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}"
+ONE_RACK_RING = """cluster: {{topology: gb200-nvl72, trays: 4, nvls: none}}
+network: {{model: flow}}
+collectives: {{algorithm: ring}}
+workload:
+  - {{name: ar, op: all_reduce, bytes: {size}, group: all}}
+"""
+
+
+def two_stages(text: str) -> str:
+    """A `job` as TP 4 x PP 2 x DP 4."""
+    return text.replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}")
+
+
+def lone_rack(text: str) -> str:
+    """A `job` on one rack (no network): DP 4."""
+    return text.replace("racks: 2, trays: 4, leaf_ports: 4, spines: 2", "trays: 4").replace("dp: 8", "dp: 4")
+
+
+def three_racks(text: str) -> str:
+    """A `job` on 3 racks: DP 12."""
+    return text.replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12")
 
 
 def test_a_rack_takes_its_trays_and_an_nvswitch_tray_no_host():
@@ -86,14 +111,14 @@ def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_do
     fold as links down do (`fold_policy.link_fault_step`), the rack's 16 ranks apart and one per tray position
     and stage elsewhere, 24 of 32 ranks, the step time the unfolded one's to the bit and every other figure to
     the rounding of a weighted mean. Before, links degraded but up ran the step unfolded."""
-    text = job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}") + "network: {model: flow}\n"
+    text = two_stages(job(CLASSES)) + "network: {model: flow}\n"
     loaded = scenario_from_text(text, "job.yaml")
     faults = StepFaults(links=nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", trays_down),)))
     folded, unfolded = (simulate(with_step_faults(scenario_from_text(text, "job.yaml", overrides), faults)).summary
                         for overrides in ([], ["run.fold=false"]))
     assert folded["folded"] and folded["simulated_ranks"] == 24 and unfolded["simulated_ranks"] == 32
     assert folded["step_time_s"] == unfolded["step_time_s"]
-    _assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
 def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
@@ -104,7 +129,7 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
     import simulator.scale as scale
     from simulator.reliability.simulate import prepare_job
 
-    loaded = scenario_from_text(job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}"), "job.yaml")
+    loaded = scenario_from_text(two_stages(job(CLASSES)), "job.yaml")
     estimate = scale.classed_estimate(loaded, 32, 24)
     assert estimate is not None
     monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
@@ -123,7 +148,7 @@ def test_a_tray_state_whose_fold_is_given_up_is_known_at_load(trays_down):
     that state unfolded."""
     from simulator.reliability.simulate import tray_fold_blockers
 
-    text = job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}") + "network: {model: flow}\n"
+    text = two_stages(job(CLASSES)) + "network: {model: flow}\n"
     loaded = scenario_from_text(text, "job.yaml")
     topology = scenario_topology(loaded)
     blockers = tray_fold_blockers(loaded, cluster_units(topology))
@@ -169,7 +194,7 @@ def test_nvswitch_trays_down_one_after_another_slow_the_job_more_until_nvlink_is
     loaded = scenario_from_text(job(CLASSES), "job.yaml")
     all_down = nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 9),))
     assert steps[-1] == simulate(with_step_faults(loaded, StepFaults(links=all_down))).summary["step_time_s"]
-    lone = job(CLASSES).replace("racks: 2, trays: 4, leaf_ports: 4, spines: 2", "trays: 4").replace("dp: 8", "dp: 4")
+    lone = lone_rack(job(CLASSES))
     summary = job_with(lone, *rows).summary
     assert summary["interruptions"]["by_cause"]["nvswitch_tray"]["mean"] == 1
     assert {state["nvswitch_trays_down"].get("rack0/nvswitch", 0) for state in summary["states"]} == set(range(9))
@@ -221,12 +246,14 @@ def test_nvls_forced_with_every_tray_of_a_rack_down_waits_for_a_tray(tmp_path, c
     assert times["slow_steps_s"] > 0 and times["restart_s"] == restart["end_s"] - restart["start_s"]
     idle = times["restart_s"] + lost + times["slow_steps_s"] + times["checkpoint_stall_s"]
     assert result.summary["ettr"]["mean"] == pytest.approx(1 - idle / (12 * H), rel=1e-12)
-    lone = text.replace("racks: 2, trays: 4, leaf_ports: 4, spines: 2", "trays: 4").replace("dp: 8", "dp: 4")
+    lone = lone_rack(text)
     for forced in (text, lone):
         summary = job_with(forced, *rows).summary
         assert summary["interruptions"]["by_cause"]["nvswitch_tray"]["mean"] == 1
         assert {state["nvswitch_trays_down"].get("rack0/nvswitch", 0)
                 for state in summary["states"]} == set(range(9))
+
+
 def test_a_rack_class_on_a_cluster_without_racks_is_refused(tmp_path, capsys):
     """A DGX fat tree has no NVL72 rack: naming the class there is refused, as a NIC on a single host is."""
     scenario = tmp_path / "job.yaml"
@@ -274,11 +301,10 @@ def test_on_three_racks_the_racks_left_close_ranks(job_with):
     """3 racks (DP 12): rack 0 fails with a tray of rack 2 down; the job shrinks to 8 replicas on racks 1 and 2,
     its group's racks 0 and 1, so the tray is on its second rack: the step of 2 racks with rack 1's tray down, as
     built by hand (before, `rack2/nvswitch` matched no rack of the shrunk job and the tray was dropped)."""
-    three = job(CLASSES).replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12")
+    three = three_racks(job(CLASSES))
     summary = job_with(three, (0.5 * H, 1, 18, 3 * H), (1 * H, 0, 0, 4 * H)).summary
     degraded = one_rack_step(job(CLASSES), 2, (("rack1/nvswitch", 1),))
     assert shrunk_states(summary, 8) == [({}, one_rack_step(job(CLASSES), 2, ())), ({"rack1/nvswitch": 1}, degraded)]
-
 
 
 @pytest.mark.parametrize("text, rack_repair_s", [
@@ -293,7 +319,6 @@ def test_a_rack_back_by_the_restart_keeps_its_place(job_with, text, rack_repair_
     assert [(state["replicas"], state["nvswitch_trays_down"]) for state in summary["states"]] == [
         (8, {}), (8, {"rack1/nvswitch": 1})]
     assert summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] > 0
-
 
 
 def test_a_second_shrink_by_the_same_rack_reuses_its_cause_shares(job_with, monkeypatch):
@@ -331,15 +356,14 @@ def test_links_down_follow_their_rack_when_a_rack_failure_shrinks_the_job(job_wi
     shrunk cluster's names, whose step is `simulate()` of 2 racks with those links down. Before, links down were
     matched by node name: `h8/nic0` is on no tray of 2 racks and was dropped (the step healthy's), and `h4/nic0`
     slowed the tray that took rack 2's place."""
-    classes = "rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}"
-    three = job(classes).replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12")
+    three = three_racks(job(NIC_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
     summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index(nic), 3 * H), (1 * H, 0, 0, 4 * H)).summary
     shrunk = [(state["links_down"], state["step_time_s"]) for state in summary["states"] if state["replicas"] == 8]
     rack = int(moved[1]) // 4
     links = [[moved, f"leaf{rack}.r0"], [moved, f"rack{rack}/gpu0"]]
     faults = StepFaults(links=tuple(LinkFault(link=(a, b)) for a, b in links))
-    alone = simulate(with_step_faults(scenario_from_text(job(classes), "hand.yaml"), faults)).summary["step_time_s"]
+    alone = simulate(with_step_faults(scenario_from_text(job(NIC_CLASSES), "hand.yaml"), faults)).summary["step_time_s"]
     assert shrunk[1] == (links, alone) and alone > shrunk[0][1]
 
 
@@ -395,8 +419,7 @@ def test_links_down_follow_their_rack_back_when_the_job_grows_again(job_with):
     3 h: shrunk to 8 replicas the NIC is h4/nic0 of the 2 racks left, and grown back to 12 it is h8/nic0 again,
     the job keeping it under its own name and placing it for each group. Before, the shrink renamed it for good
     and the grown job ran with h4/nic0 (rack 1's) down: 16.526 ms instead of 16.458 ms."""
-    classes = "rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}"
-    three = job(classes).replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12")
+    three = three_racks(job(NIC_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
     summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index("h8/nic0"), 10 * H), (1 * H, 0, 0, 2 * H)).summary
     down = {(state["replicas"], tuple(map(tuple, state["links_down"]))) for state in summary["states"]}
@@ -413,12 +436,7 @@ def test_link_utilisation_is_of_line_rate_under_trays_down():
     degraded bandwidth: 0.756 against 0.420."""
     from simulator.report.writers import link_tracks
 
-    loaded = scenario_from_text("""cluster: {topology: gb200-nvl72, trays: 4, nvls: none}
-network: {model: flow}
-collectives: {algorithm: ring}
-workload:
-  - {name: ar, op: all_reduce, bytes: 1 GiB, group: all}
-""", "ar.yaml")
+    loaded = scenario_from_text(ONE_RACK_RING.format(size="1 GiB"), "ar.yaml")
     faults = nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 4),))
     peaks = []
     for at in (0.0, 1e-9):
@@ -430,12 +448,7 @@ workload:
 
 def rack_ring_all_reduce(faults: tuple[LinkFault, ...]) -> float:
     """The makespan of a 256 MiB ring all-reduce over one rack of 4 trays under the link ``faults``."""
-    loaded = scenario_from_text("""cluster: {topology: gb200-nvl72, trays: 4, nvls: none}
-network: {model: flow}
-collectives: {algorithm: ring}
-workload:
-  - {name: ar, op: all_reduce, bytes: 256 MiB, group: all}
-""", "ar.yaml")
+    loaded = scenario_from_text(ONE_RACK_RING.format(size="256 MiB"), "ar.yaml")
     return simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["makespan_s"]
 
 
@@ -471,7 +484,7 @@ def test_a_tray_down_on_links_degraded_from_the_start_slows_the_job(job_with):
     assert tray["step_time_s"] > healthy["step_time_s"]
 
 
-def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkeypatch, job_with):
+def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkeypatch):
     """TP 4 x PP 2 x DP 4 under forced NVLS, whose tray states on one rack fold (24 of 32 ranks), with limits that
     fold passes and the unfolded step does not: a tray down on each of the 2 racks leaves every host near and the
     step unfolded, a state the job can meet, so it is refused at load, at the tray class, saying so. Before, tray
@@ -481,7 +494,7 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkey
     from simulator.engine.fold_policy import EVERY_RANK_NEAR
     from simulator.reliability.simulate import prepare_job
 
-    text = job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}") + "collectives: {algorithm: nvls}\n"
+    text = two_stages(job(CLASSES)) + "collectives: {algorithm: nvls}\n"
     loaded = scenario_from_text(text, "job.yaml")
     estimate = scale.classed_estimate(loaded, 32, 24)
     assert estimate is not None
@@ -492,16 +505,16 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkey
 
 
 def test_a_regrow_brings_back_the_rack_repaired_first(job_with):
-    """3 racks (DP 12), regrow on repair: NIC h4/nic0 (rack 1) degraded from 0.5 h; rack 0 fails at 1 h (6 h
-    repair), then the rack at place 1 of the shrunk group (rack 2) at 1.5 h (1.5 h repair). At 3 h rack 2 is back
-    and rack 0 is not: the job grows to racks 1 and 2, rack 1 first, its NIC h0/nic0. Before, a regrow brought
-    back the first rack that left (rack 0, in repair until 7 h): the NIC stayed h4/nic0."""
-    classes = "rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}"
-    three = job(classes).replace("racks: 2,", "racks: 3,").replace("dp: 8", "dp: 12").replace(
+    """3 racks (DP 12), regrow on repair: rack 0 fails at 1 h (6 h repair), then the rack at place 1 of the shrunk
+    group (rack 2) at 1.5 h (1.5 h repair); at 2 h the NIC at place 0 of the lone rack left (rack 1's h4/nic0)
+    degrades. At 3 h rack 2 is back and rack 0 is not: the job grows to racks 1 and 2, rack 1 first, its NIC
+    h0/nic0 (a state only this regrow meets). Before, a regrow brought back the first rack that left (rack 0, in
+    repair until 7 h): rack 1 second, the NIC h4/nic0."""
+    three = three_racks(job(NIC_CLASSES)).replace(
         "elastic: true}", "elastic: true, regrow: on_repair}")
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
-    summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index("h4/nic0"), 10 * H), (1 * H, 0, 0, 6 * H),
-                       (1.5 * H, 0, 1, 1.5 * H)).summary
-    down = {(state["replicas"], tuple(map(tuple, state["links_down"]))) for state in summary["states"]}
-    assert (8, (("h0/nic0", "leaf0.r0"), ("h0/nic0", "rack0/gpu0"))) in down
-    assert (8, (("h4/nic0", "leaf1.r0"), ("h4/nic0", "rack1/gpu0"))) not in down
+    summary = job_with(three, (1 * H, 0, 0, 6 * H), (1.5 * H, 0, 1, 1.5 * H),
+                       (2 * H, 1, units.nodes["nic"].index("h0/nic0"), 10 * H)).summary
+    down = [(state["replicas"], tuple(map(tuple, state["links_down"]))) for state in summary["states"]]
+    assert (8, (("h0/nic0", "leaf0.r0"), ("h0/nic0", "rack0/gpu0"))) in down, down
+    assert (8, (("h4/nic0", "leaf1.r0"), ("h4/nic0", "rack1/gpu0"))) not in down, down

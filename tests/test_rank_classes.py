@@ -10,7 +10,6 @@ representative (ranks 0 and 8), and the folded run is the unfolded one, rank for
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import replace
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from typing import cast
 
 import numpy as np
 import pytest
+from shared import assert_same_figures
 from test_folding import CP_FABRIC
 
 from simulator import simulation
@@ -46,29 +46,6 @@ parallelism: {tp: 1, dp: 32, ep: 8, zero: 1}
 """
 BY_HOST_PARITY = RankClasses((0,) * 8 + (1,) * 8 + (0,) * 8 + (1,) * 8)
 """Positions 0-7 (host 0) and 16-23 (host 2) in one class, hosts 1 and 3 in the other."""
-
-
-def _numbers(summary: dict, path: str = "") -> dict[str, object]:
-    """Every leaf of ``summary`` by its path, the fold's own entries (the folds given up, the ranks' weights among them)
-    left out."""
-    if isinstance(summary, dict):
-        return {key: value for name, entry in summary.items()
-                if name not in ("folded", "simulated_ranks", "ops_executed", "flows_simulated", "fold_given_up",
-                                "rank_weights")
-                for key, value in _numbers(entry, f"{path}.{name}").items()}
-    return {path: summary}
-
-
-def _assert_same_figures(folded: dict, unfolded: dict, rel: float, absolute: float, reason: str = "") -> None:
-    """Every figure of the folded summary equals the unfolded one's (floats within ``rel`` / ``absolute``), the
-    folded run's ``reason`` entry (why it refolded) its only extra."""
-    ours, theirs = _numbers(folded), _numbers(unfolded)
-    assert ours.keys() - ({f".{reason}"} if reason else set()) == theirs.keys()
-    for path, value in theirs.items():
-        if isinstance(value, float):
-            assert math.isclose(ours[path], value, rel_tol=rel, abs_tol=absolute), path
-        else:
-            assert ours[path] == value, path
 
 
 def test_ranks_are_classed_by_the_direction_of_the_ring_through_their_host():
@@ -102,7 +79,7 @@ def test_the_all_to_all_beside_the_alternating_ring_folds_exactly_by_class():
     unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"]))
     assert folded.summary["folded"] and folded.summary["simulated_ranks"] == 2
     assert "fold_given_up" not in folded.summary and folding_text(folded.summary) == "2 of 32 ranks simulated (folded)"
-    _assert_same_figures(folded.summary, unfolded.summary, 1e-9, 1e-15)
+    assert_same_figures(folded.summary, unfolded.summary, 1e-9, 1e-15)
     columns = ["rank", "key", "start_s", "end_s"]
     ops = folded.timeline[folded.timeline["kind"] != "flow"]
     assert set(ops["rank"]) == {0, 8}
@@ -190,7 +167,7 @@ def test_the_wrap_on_unlike_spines_folds_exactly_by_route_class():
     assert folded.summary["fold_routes_reason"].startswith(OUT_OF_STEP)
     assert "fold_off_reason" not in folded.summary and unfolded.summary["simulated_ranks"] == 32
     assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
-    _assert_same_figures(folded.summary, unfolded.summary, 1e-9, 1e-15, "fold_routes_reason")
+    assert_same_figures(folded.summary, unfolded.summary, 1e-9, 1e-15, "fold_routes_reason")
     columns = ["rank", "key", "start_s", "end_s"]
     ops = folded.timeline[folded.timeline["kind"] != "flow"]
     assert set(ops["rank"]) == {0, 8, 16, 24}
@@ -307,7 +284,7 @@ def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkey
         f"send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between {ended} in the folded run (the "
         "run stopped there")
     assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
-    _assert_same_figures(folded.summary, unfolded.summary, 1e-12, 1e-18, "fold_meet_reason")
+    assert_same_figures(folded.summary, unfolded.summary, 1e-12, 1e-18, "fold_meet_reason")
     columns = ["rank", "key", "start_s", "end_s"]
     ops = folded.timeline[folded.timeline["kind"] != "flow"]
     assert set(ops["rank"]) == set(simulated)

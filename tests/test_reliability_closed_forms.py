@@ -42,10 +42,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_reliability_states import ONE_GPU_HOSTS
+from test_reliability_study import renewal_ettr
 
 from simulator.config.loader import scenario_from_text
-from tests.test_reliability_states import ONE_GPU_HOSTS
-from tests.test_reliability_study import renewal_ettr
 
 JOB = """
 cluster: {topology: dgx-h100, gpus: 8}

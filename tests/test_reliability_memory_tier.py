@@ -29,19 +29,12 @@ import math
 
 import pandas as pd
 import pytest
+from shared import LLAMA3_8B_ON_4_HOSTS
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.units import format_duration
 
-LLAMA3_8B_ON_4_HOSTS = """
-cluster: {topology: dgx-h100-cluster, nodes: 4}
-model: {preset: llama3-8b}
-training: {seq_len: 2048, global_batch: 16}
-parallelism: {tp: 8, dp: 4}
-"""
-"""The step of the jobs with an in-memory tier here and in test_reliability_two_level.py: 32 GPUs, a replica a
-host."""
 JOB = LLAMA3_8B_ON_4_HOSTS + """run: {horizon: 30 d, replications: 10, seed: 5}
 faults:
   components:

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
+from shared import RAILS
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
@@ -40,18 +41,6 @@ parallelism: {dp: 4}
 checkpoint: {interval: 1000 d}
 storage: {capacity: 1 PB}
 """
-
-RAILS = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2}
-model: {layers: 4, hidden: 4096, heads: 32, vocab: 32000}
-training: {seq_len: 1024, microbatches: 1}
-parallelism: {tp: 8, dp: 4}
-checkpoint: {interval: 30 min}
-storage: {capacity: 1 PB}
-"""
-"""Four DGX hosts in two leaf groups of two (eight rails, two spines), a replica per host: a rotation by two
-replicas moves leaf group 0 onto leaf group 1."""
-
 
 def test_straggling_time_matches_the_closed_form():
     """Four GPUs each throttled (x1.5) at rate 1/48 h for a fixed 6 h. Every GPU's straggler is simulated on

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from shared import RAILS
+from test_reliability_states import ONE_GPU_HOSTS, ZERO3_JOB
 
 from simulator import simulate
 from simulator.cli import main
@@ -23,7 +25,6 @@ from simulator.reliability.events import JobEvents
 from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import StateCache
 from simulator.reliability.training import CheckpointClock
-from tests.test_reliability_states import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
 
 H = 3600.0
 JOB = ONE_GPU_HOSTS + """run: {horizon: 30 h}

@@ -23,9 +23,9 @@ import json
 import math
 
 import pytest
+from shared import LLAMA3_8B_ON_4_HOSTS
 
 from simulator.cli import main
-from tests.test_reliability_memory_tier import LLAMA3_8B_ON_4_HOSTS
 
 JOB = LLAMA3_8B_ON_4_HOSTS + """run: {horizon: 30 d, replications: 8, seed: 5}
 faults:

@@ -8,6 +8,7 @@ from itertools import combinations
 
 import orjson
 import pytest
+from shared import RAILS
 
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
@@ -18,7 +19,6 @@ from simulator.reliability.blast import cluster_units
 from simulator.reliability.simulate import prepare_job, simulate_job, sizing_text
 from simulator.topology.loader import scenario_topology
 from simulator.topology.periods import Rotation
-from tests.test_reliability_states import RAILS
 
 LEAF_CLASS = """run: {horizon: 2 d, replications: 3, seed: 4}
 faults:
@@ -132,7 +132,7 @@ def _no_node_maps(rotation, turns):
     raise AssertionError("a state's images were mapped node by node")
 
 
-@pytest.mark.parametrize("text", [RAILS, TWELVE_LEAF_GROUPS])
+@pytest.mark.parametrize("text", [RAILS, TWELVE_LEAF_GROUPS], ids=["rails", "twelve-leaf-groups"])
 def test_the_least_rotation_by_link_indices_is_the_one_by_link_lists(text, monkeypatch):
     """`StateSymmetry.representative` takes the least image on link indices, mapping no node names; it is the
     least tuple of node pairs over every rotation, for each leaf, NIC and cable down, every two leaves, wrapping

@@ -4,9 +4,10 @@ aborting the step, GPU failures, the Python API for the job simulation, and bad 
 from __future__ import annotations
 
 import pytest
+from shared import assert_same_figures
 from test_fold_equivalence import FABRIC_HAND_OFFS
 from test_folding import CP_FABRIC
-from test_rank_classes import ALTERNATING, WRAP_ON_UNLIKE_SPINES, _assert_same_figures
+from test_rank_classes import ALTERNATING, WRAP_ON_UNLIKE_SPINES
 from test_replicas import DP_FABRIC
 
 from simulator import simulate
@@ -122,7 +123,7 @@ def test_straggler_folding_equals_the_unfolded_run(gpus, ranks):
     healthy = simulate(scenario_from_text(TP_DP, "inline.yaml")).summary
     assert folded["folded"] is True and folded["simulated_ranks"] == ranks
     own = {key: value for key, value in folded.items() if key != "replica_quotient"}  # the fold's, with 1 rank
-    _assert_same_figures(own, unfolded, rel=1e-9, absolute=1e-12)
+    assert_same_figures(own, unfolded, rel=1e-9, absolute=1e-12)
     assert folded["step_time_s"] > healthy["step_time_s"] * 1.05
 
 
@@ -140,7 +141,7 @@ def test_a_slow_replica_is_singled_out_by_as_few_coordinates_as_will_do(straggle
     folded = simulate(scenario_from_text(TP_DP, "inline.yaml", overrides)).summary
     unfolded = simulate(scenario_from_text(TP_DP, "inline.yaml", [*overrides, "run.fold=false"])).summary
     assert folded["folded"] is True and folded["rank_weights"] == weights
-    _assert_same_figures(folded, unfolded, rel=1e-9, absolute=1e-12)
+    assert_same_figures(folded, unfolded, rel=1e-9, absolute=1e-12)
 
 
 @pytest.mark.parametrize("text,ranks,quotient", [(ALTERNATING, 2, None), (DP_FABRIC, 4, {"replicas": 16,
@@ -157,7 +158,7 @@ def test_a_gpu_failure_after_the_step_keeps_the_classes_and_the_replica_quotient
     assert folded["folded"] is True and folded["simulated_ranks"] == ranks
     assert folded.get("replica_quotient") == quotient
     own = {key: value for key, value in folded.items() if key != "replica_quotient"}
-    _assert_same_figures(own, unfolded, rel=1e-9, absolute=1e-12)
+    assert_same_figures(own, unfolded, rel=1e-9, absolute=1e-12)
     during = "faults.step.gpu_failures=[{gpu: 9, at: 10 ms}]"
     aborted = []
     for fold in ("true", "false"):
@@ -190,7 +191,7 @@ def test_stragglers_in_one_replica_fold_on_the_analytic_model():
     healthy = simulate(scenario_from_text(TP_DP, "inline.yaml", setup[:-1])).summary
     assert folded["folded"] is True and folded["simulated_ranks"] == 8 and "fold_off_reason" not in folded
     assert folded["rank_weights"] == {"0": 1, "1": 7, "8": 1, "9": 7, "16": 1, "17": 7, "24": 1, "25": 7}
-    _assert_same_figures(folded, unfolded, rel=1e-9, absolute=1e-12)
+    assert_same_figures(folded, unfolded, rel=1e-9, absolute=1e-12)
     assert folded["step_time_s"] > healthy["step_time_s"] * 1.05
 
 
@@ -203,7 +204,7 @@ def test_a_straggler_refold_is_exact_where_the_stage_folds_hand_offs_cross_other
     folded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", setup)).summary
     unfolded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", [*setup, "run.fold=false"])).summary
     assert folded["folded"] is True and folded["simulated_ranks"] == 12 and "fold_not_exact" not in folded
-    _assert_same_figures(folded, unfolded, rel=1e-9, absolute=1e-12)
+    assert_same_figures(folded, unfolded, rel=1e-9, absolute=1e-12)
 
 
 LANES = ("cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
@@ -236,7 +237,7 @@ def test_stragglers_alike_on_every_rank_of_a_stage_refold_exactly(text, override
     healthy = simulate(scenario_from_text(text, "inline.yaml", list(overrides))).summary
     assert folded["folded"] and folded["simulated_ranks"] == ranks and "fold_off_reason" not in folded
     assert "fold_not_exact" not in folded and (not reason or reason in folded)
-    _assert_same_figures(folded, unfolded, 1e-9, 1e-15, reason)
+    assert_same_figures(folded, unfolded, 1e-9, 1e-15, reason)
     assert folded["step_time_s"] > healthy["step_time_s"]
 
 

@@ -5,11 +5,11 @@ are words, which a number field refuses at their line (usertest30 finding F11)."
 from __future__ import annotations
 
 import pytest
+from test_reliability_inputs import BASE
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.config.yaml_source import parse_value
-from tests.test_reliability_inputs import BASE
 
 
 @pytest.mark.parametrize(("text", "value"), [
