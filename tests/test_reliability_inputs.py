@@ -697,10 +697,13 @@ def test_degraded_states_that_fold_pass_the_jobs_scale_limits(monkeypatch):
     topology = capped_topology(loaded, False)
     sized: list[tuple[int, int]] = []
     refuse_folded = job_simulation._refuse_folded_link_state
-    monkeypatch.setattr(job_simulation, "_refuse_folded_link_state",
-                        lambda loaded, sized_as, world, klass, ranks, folded, which:
-                        sized.append((ranks, world)) or refuse_folded(loaded, sized_as, world, klass, ranks, folded,
-                                                                      which))
+
+    def recording_sizes(*args) -> None:
+        """Note each state's (ranks, world), the 5th and 3rd arguments, and refuse as before."""
+        sized.append((args[4], args[2]))
+        refuse_folded(*args)
+
+    monkeypatch.setattr(job_simulation, "_refuse_folded_link_state", recording_sizes)
     _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology, LinkStateSizes(loaded, topology))
     assert sized == [(384, 16_384)]
     folded, unfolded = classed_estimate(loaded, 16_384, 384), unfolded_beyond_limits(loaded, 16_384)
