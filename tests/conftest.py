@@ -42,8 +42,9 @@ def run_yaml():
 @pytest.fixture
 def text_job():
     """Simulate the job of a scenario written inline (``settings`` as `--set` gives them); returns the JobResult.
-    The job simulation is imported when a test runs: importing it at collection changes which collective plans
-    other modules' fuzz tests meet first (registries fill on import)."""
+    Which modules are imported changes no simulated figure, only the inputs the fuzz tests draw (Hypothesis draws
+    literals of the loaded project modules: measured, tests/test_fuzz_cli.py alone and after importing
+    simulator.reliability.simulate, the same input gave the same outputs)."""
 
     def run(text: str, *settings: str):
         from simulator.reliability.simulate import simulate_job
