@@ -124,7 +124,7 @@ def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_do
 def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
     """The job of the test above with limits that its step unfolded passes and its fold by the rack's hosts (24
     of 32 ranks) does not, nor any state that unfolds: refused up front, naming the first count of trays down
-    whose state does not fold (4 of 9, `tray_fold_blockers`). Before, tray states were sized by their fold and
+    whose state does not fold (4 of 9, `first_tray_fold_blocker`). Before, tray states were sized by their fold and
     the job passed, to be refused mid-job by the state with 4 trays down after simulating those with 1-3."""
     import simulator.scale as scale
     from simulator.reliability.simulate import prepare_job
@@ -138,21 +138,43 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
         prepare_job(loaded)
 
 
+def test_the_tray_fold_checks_stop_at_the_first_blocker_and_show_on_the_bar(monkeypatch):
+    """The job above is refused by the fold of 4 trays down: its checks build the steps of 1-4 trays down and no
+    more, and the bar shows them (`TRAY_FOLDS_ACTIVITY`, then ''). Before, every count 1-9 was built (an 8-rack,
+    18-tray job took 13 s) with nothing on the bar."""
+    import simulator.scale as scale
+    import simulator.simulation as simulation
+    from simulator.reliability.simulate import TRAY_FOLDS_ACTIVITY, prepare_job
+
+    loaded = scenario_from_text(job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}"), "job.yaml")
+    estimate = scale.classed_estimate(loaded, 32, 24)
+    assert estimate is not None
+    monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
+    built = []
+    prepare_training = simulation.prepare_training
+    monkeypatch.setattr(simulation, "prepare_training", lambda *args: built.append(args) or prepare_training(*args))
+    heard: list[str] = []
+    with pytest.raises(ScenarioError, match="4 of a rack's 9"):
+        prepare_job(loaded, activity=heard.append)
+    assert len(built) == 4
+    assert heard == [TRAY_FOLDS_ACTIVITY, ""]
+
+
 @pytest.mark.parametrize("trays_down", [4, 8, 9])
 def test_a_tray_state_whose_fold_is_given_up_is_known_at_load(trays_down):
     """TP 4 x PP 2 x DP 4 on 2 racks: with 4-8 of rack 0's 9 trays down the degraded NVLink makes `auto` plan a
     tree whose traffic the TP all-reduce meets, and with all 9 down (links down, rerouted over the network) so
-    does the tree over the detours; the state's step runs unfolded (32 of 32 ranks). `tray_fold_blockers` says
+    does the tree over the detours; the state's step runs unfolded (32 of 32 ranks). `tray_fold_blocker` says
     so for those counts, from the fold alone, with the links down taken down first, and not for 1-3, which
     fold. Before, it checked the fold of 9 down on the cluster with its links up: no blocker, and the job met
     that state unfolded."""
-    from simulator.reliability.simulate import tray_fold_blockers
+    from simulator.reliability.simulate import tray_fold_blocker
 
     text = two_stages(job(CLASSES)) + "network: {model: flow}\n"
     loaded = scenario_from_text(text, "job.yaml")
     topology = scenario_topology(loaded)
-    blockers = tray_fold_blockers(loaded, cluster_units(topology))
-    assert sorted(blockers) == [4, 5, 6, 7, 8, 9]
+    blockers = {down: tray_fold_blocker(loaded, cluster_units(topology), down) for down in (1, 3, trays_down)}
+    assert blockers[1] is None and blockers[3] is None
     faults = StepFaults(links=nvswitch_tray_faults(topology, (("rack0/nvswitch", trays_down),)))
     summary = simulate(with_step_faults(loaded, faults)).summary
     assert summary["simulated_ranks"] == 32

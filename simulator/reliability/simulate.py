@@ -228,7 +228,7 @@ def _blamed_for_events(loaded: LoadedScenario, dominant: FieldPath, one_replicat
 
 
 def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology,
-                           sizes: LinkStateSizes) -> PreparedStep | None:
+                           sizes: LinkStateSizes, activity: Callable[[str], None] | None) -> PreparedStep | None:
     """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has
     (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
     or each of its degraded or straggling states: states with links down (leaf switches, cables, NICs that
@@ -238,7 +238,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     rack's hosts), and straggler states unfold where the engine's folding rule says so (each distinct set of
     stages slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and ~37 GiB per step (the docs'
     leaf-switch example met ~75 leaves per replication of the 405B job, its throttling example thousands of
-    straggler states, and both ran for hours without a word).
+    straggler states, and both ran for hours without a word). ``activity`` hears the tray states' checks.
 
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
@@ -276,7 +276,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
                            f"{restart}{analytic}a smaller cluster, or --force")
 
     if linked:
-        _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse, sizes)
+        _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse, sizes, activity)
         return None
     refuse_healthy = state_guard(loaded, topology, None)
 
@@ -300,7 +300,8 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
 
 
 def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, linked: Sequence[FailureClass],
-                                 straggling: bool, refuse: Callable[..., NoReturn], sizes: LinkStateSizes) -> None:
+                                 straggling: bool, refuse: Callable[..., NoReturn], sizes: LinkStateSizes,
+                                 activity: Callable[[str], None] | None) -> None:
     """Refuse, with ``refuse`` (why), a job whose states with links down (classes ``linked``, `degrade`) would
     pass the scale limits, sized by the classes `fold_policy.link_fault_step` folds them by
     (``sizes``, `ahead.LinkStateSizes`: from the layout and the cluster, no step built) for the unit of each
@@ -310,15 +311,15 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     stragglers or links failing mid-step; a straggle class beside, ``straggling``), where those classes are every
     rank (every host near the links down: a job under one leaf group), or where the fold itself would pass the
     limits; the states a job foresees are sized again, by the largest (`_told_time_ahead`). A state with NVSwitch
-    trays down is sized unfolded, so refused, where its fold is given up (`tray_fold_blockers`, asked for each
-    count of trays down): before, each was sized by its fold, and a job passed that met states of 4 or more
-    trays down unfolded, refused mid-job after simulating those of 1-3. Tray states are sized by trays down on
-    every rack at once (`_every_racks_tray_links`: every rank near, the step unfolded, on more than one rack):
-    before, by one rack's, and a job passed that was refused mid-job with a tray down on each of two racks.
-    A state whose fold a check refuses or that falls out of step at run time is unfolded, and refused when the
-    job meets it where the unfolded step passes the limits (at 16,384 GPUs ~66 million ops + flows and ~55
-    GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job was refused up
-    front although its states fold."""
+    trays down is sized unfolded, so refused, where its fold is given up (`first_tray_fold_blocker`, asked for
+    each count of trays down up to the first): before, each was sized by its fold, and a job passed that met
+    states of 4 or more trays down unfolded, refused mid-job after simulating those of 1-3. Tray states are
+    sized by trays down on every rack at once (`_every_racks_tray_links`: every rank near, the step unfolded, on
+    more than one rack): before, by one rack's, and a job passed that was refused mid-job with a tray down on
+    each of two racks. A state whose fold a check refuses or that falls out of step at run time is unfolded, and
+    refused when the job meets it where the unfolded step passes the limits (at 16,384 GPUs ~66 million ops +
+    flows and ~55 GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job
+    was refused up front although its states fold. ``activity``: `first_tray_fold_blocker`'s."""
     from simulator.engine.fold_policy import EVERY_RANK_NEAR, link_fault_blocker
     from simulator.simulation import step_faults
 
@@ -328,10 +329,11 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     world = sizes.size(None).topology.num_gpus
     units = cluster_units(topology)
     trays = next((klass for klass in linked if klass.unit == "nvswitch_tray"), None)
-    unfolding = tray_fold_blockers(loaded, units) if trays is not None and units.nvswitch_trays else {}
-    if trays is not None and unfolding:
-        down = min(unfolding)
-        refuse(f"{down} of a rack's {units.nvswitch_trays} NVSwitch trays down: {unfolding[down]}", trays)
+    unfolding = first_tray_fold_blocker(loaded, units, activity) if trays is not None and units.nvswitch_trays \
+        else None
+    if trays is not None and unfolding is not None:
+        down, blocker = unfolding
+        refuse(f"{down} of a rack's {units.nvswitch_trays} NVSwitch trays down: {blocker}", trays)
     downs = [(index, units.links(klass.unit, unit))
              for index, klass in enumerate(linked) for unit in range(units.count(klass.unit))]
     if trays is not None:
@@ -352,15 +354,37 @@ def _every_racks_tray_links(units: ClusterUnits) -> tuple[tuple[str, str], ...]:
                  if units.nodes["nvswitch_tray"].index(node) == unit for link in units.links("nvswitch_tray", unit))
 
 
-def tray_fold_blockers(loaded: LoadedScenario, units: ClusterUnits) -> dict[int, str]:
-    """Why the step with k of a rack's NVSwitch trays down (k = 1 .. all, on the first rack) does not fold, by k,
-    for each k whose step unfolds: its fold is made as the state's step makes it (`prepare_training` of the
+TRAY_FOLDS_ACTIVITY = "checking NVSwitch tray states' folds"
+
+
+def first_tray_fold_blocker(loaded: LoadedScenario, units: ClusterUnits,
+                            activity: Callable[[str], None] | None = None) -> tuple[int, str] | None:
+    """The fewest of a rack's NVSwitch trays down (k = 1 .. all) whose step does not fold, with why
+    (`tray_fold_blocker`), or None where every count folds: stopped at the first, each check builds the cluster
+    and the step (an 8-rack, 18-tray job took 13 s for every count). ``activity`` hears `TRAY_FOLDS_ACTIVITY`
+    meanwhile, then ''. Under forced NVLS a rack with every tray down has no step
+    (`StepStates._bare_rack_under_nvls`), so no fold to check."""
+    if activity is not None:
+        activity(TRAY_FOLDS_ACTIVITY)
+    try:
+        for down in range(1, units.nvswitch_trays + (loaded.scenario.collectives.algorithm != "nvls")):
+            blocker = tray_fold_blocker(loaded, units, down)
+            if blocker is not None:
+                return down, blocker
+        return None
+    finally:
+        if activity is not None:
+            activity("")
+
+
+def tray_fold_blocker(loaded: LoadedScenario, units: ClusterUnits, down: int) -> str | None:
+    """Why the step with ``down`` of a rack's NVSwitch trays down (on the first rack) does not fold, or None
+    where it folds or has no step: its fold is made as the state's step makes it (`prepare_training` of the
     scenario with the trays' link faults added, on a cluster of its own, the links down with every tray taken
     down first as `FaultHooks` takes them: before, 9 down was checked with its links up and passed), stopped
     where it would be built unfolded; a lone rack with every tray down has no route, so no fold. The trays'
     links degraded to (T - k) / T change `auto`'s choices, so a fold may pass with 1-3 trays down and not with 4
-    or more (a tree's inner ranks and leaves meeting another collective's traffic). Under
-    forced NVLS a rack with every tray down has no step (`StepStates._bare_rack_under_nvls`), so no fold."""
+    or more (a tree's inner ranks and leaves meeting another collective's traffic)."""
     from simulator.config.faults import StepFaults
     from simulator.engine.faults import FaultHooks
     from simulator.program.unfolding import Unfolding
@@ -375,22 +399,18 @@ def tray_fold_blockers(loaded: LoadedScenario, units: ClusterUnits) -> dict[int,
     def unfolds(unfolding: Unfolding) -> NoReturn:
         raise Unfolds(unfolding.reason)
 
-    rack = units.nodes["nvswitch_tray"][0]
     own: StepFaults = loaded.scenario.faults.step
-    blockers = {}
-    bare = units.nvswitch_trays + (loaded.scenario.collectives.algorithm != "nvls")
-    for down in range(1, bare):
-        topology = scenario_topology(loaded)
-        links = own.links + nvswitch_tray_faults(topology, ((rack, down),))
-        state = with_step_faults(loaded, own.model_copy(update={"links": links}))
-        try:
-            hooks = FaultHooks(topology, step_faults(state, topology))
-            prepare_training(state, topology, hooks.plan, unfolds)
-        except Unfolds as unfolded:
-            blockers[down] = str(unfolded)
-        except StepAborted:
-            continue
-    return blockers
+    topology = scenario_topology(loaded)
+    links = own.links + nvswitch_tray_faults(topology, ((units.nodes["nvswitch_tray"][0], down),))
+    state = with_step_faults(loaded, own.model_copy(update={"links": links}))
+    try:
+        hooks = FaultHooks(topology, step_faults(state, topology))
+        prepare_training(state, topology, hooks.plan, unfolds)
+    except Unfolds as unfolded:
+        return str(unfolded)
+    except StepAborted:
+        return None
+    return None
 
 
 def _refuse_folded_link_state(loaded: LoadedScenario, sized: LoadedScenario, world: int, klass: FailureClass,
@@ -792,12 +812,14 @@ class PreparedJob:
 
 @collector_paused()
 def prepare_job(loaded: LoadedScenario, *, force: bool = False,
-                sizes_progress: Callable[[int, int], None] | None = None, merge_rotations: bool = True) -> PreparedJob:
+                sizes_progress: Callable[[int, int], None] | None = None, merge_rotations: bool = True,
+                activity: Callable[[str], None] | None = None) -> PreparedJob:
     """A job's checks, its healthy step (cached for the process: a study's points share it) and plan, the garbage
     collector paused; refused as `simulate_job` says, except for the job-event limit, which needs the interval
     the job runs. A layout the model or cluster cannot take is refused first, as `scale.sized_topology` does for a
     run: the estimate of an unfolded step named the job's size for a layout that could never be built.
-    ``sizes_progress``: check_job's; ``merge_rotations``: `StepStates`'."""
+    ``sizes_progress``: check_job's; ``merge_rotations``: `StepStates`'; ``activity`` hears the NVSwitch tray
+    states' fold checks (`first_tray_fold_blocker`)."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
@@ -817,7 +839,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
         if not force:
             _refuse_unfolded_trace_states(loaded, model, topology, step.step.program)
     else:
-        prepared = None if force else _refuse_unfolded_steps(loaded, model, topology, link_sizes)
+        prepared = None if force else _refuse_unfolded_steps(loaded, model, topology, link_sizes, activity)
     states = StepStates(loaded, topology, force=force, healthy=prepared, merge_rotations=merge_rotations)
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
@@ -911,16 +933,17 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     ended early or could not be forked, or where the states with links down foreseen (on one core too) will
     take long (`_told_time_ahead`, which refuses those past `ahead.MAX_AHEAD_S` unless ``force``) (the outputs
     are the same; only the time differs).
-    ``activity`` hears that the states foreseen are merged and sized (`sizing_text`) until they are, which state
-    the job's process simulates before those workers start, then what the replications do between their counts:
-    `replication 1/2`, and `replication 1/2: simulating a new cluster state (8 link(s) down)` while a state met
-    for the first time is simulated (a leaf switch's state of the 2,048-GPU job took minutes, and a job printed
-    nothing meanwhile), then '' once they are done.
-    ``sizes_progress(done, total)``, first of all, hears of each smaller size an elastic job may shrink to
-    checked (check_job). ``merge_rotations``: states with links down that are rotations of each other take one
-    step (`StepStates`; off, each is simulated, with the same outputs)."""
+    ``activity`` hears the NVSwitch tray states' fold checks (`first_tray_fold_blocker`), that the states foreseen
+    are merged and sized (`sizing_text`) until they are, which state the job's process simulates before those
+    workers start, then what the replications do between their counts: `replication 1/2`, and `replication 1/2:
+    simulating a new cluster state (8 link(s) down)` while a state met for the first time is simulated (a leaf
+    switch's state of the 2,048-GPU job took minutes, and a job printed nothing meanwhile), then '' once they are
+    done. ``sizes_progress(done, total)``, first of all, hears of each smaller size an elastic job may shrink to
+    checked (check_job). ``merge_rotations``: states with links down that are rotations of each other take one step
+    (`StepStates`; off, each is simulated, with the same outputs)."""
     scenario = loaded.scenario
-    prepared = prepare_job(loaded, force=force, sizes_progress=sizes_progress, merge_rotations=merge_rotations)
+    prepared = prepare_job(loaded, force=force, sizes_progress=sizes_progress, merge_rotations=merge_rotations,
+                           activity=activity)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
     refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force,
                     memory_period=memory_period_s(healthy))
