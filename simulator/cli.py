@@ -827,6 +827,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from simulator.sweep.executors import make_executor
     from simulator.sweep.layouts import SearchSpace
     from simulator.sweep.report import format_search, write_search
+    from simulator.sweep.results import simulations_done
     from simulator.sweep.runner import progress_printer
     from simulator.sweep.search import search_layouts
 
@@ -849,11 +850,10 @@ def _cmd_search(args: argparse.Namespace) -> int:
         executor.close()
     files = write_search(out, result, args.scenario, args.set)
     if stopped is not None:
-        statuses = result.table["status"]
-        done = int(statuses.isin(("simulated", "failed")).sum())
+        done, of = simulations_done(result.table["status"])
         word, code = _stopped_by(stopped)
-        return _fail(f"{word}: the search stopped after {done} of {done + int((statuses == 'stopped').sum())} "
-                     f"layout simulations; wrote {out}: {', '.join(files)} (the rest 'stopped' in candidates.csv); "
+        return _fail(f"{word}: the search stopped after {done} of {of} layout simulations; "
+                     f"wrote {out}: {', '.join(files)} (the rest 'stopped' in candidates.csv); "
                      "run again to search anew", code)
     print(format_search(result, args.scenario))
     print(f"wrote {out}: {', '.join(files)} (candidates: every layout, with why it was pruned)")

@@ -24,7 +24,7 @@ from simulator.report.column_units import (
 )
 from simulator.report.run_folder import checked_manifest, other_kind, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
-from simulator.sweep.results import AXES_ATTR
+from simulator.sweep.results import AXES_ATTR, CandidateStatus
 from simulator.units import format_size, magnitude, shown_value
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
@@ -328,7 +328,7 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     labelled (a search folder's candidates.parquet)."""
     for column in ("status", "peak_memory_gib", "tokens_per_s", "label", "tree_choice", "searched"):
         _check_columns(candidates, {"OUTDIR": column})
-    simulated = candidates[candidates["status"] == "simulated"]
+    simulated = candidates[candidates["status"] == CandidateStatus.SIMULATED]
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
     rate = column_scale("tokens_per_s", simulated["tokens_per_s"])
@@ -350,7 +350,7 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     ax.yaxis.set_major_formatter(PlainFormatter())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
-    pruned = int((candidates["status"] == "pruned").sum())
+    pruned = int((candidates["status"] == CandidateStatus.PRUNED).sum())
     ax.set_title(f"layout search: {len(simulated)} simulated, {pruned} pruned")
     return figure
 

@@ -14,6 +14,7 @@ import orjson
 from simulator.report.run_folder import trainsim_version, write_run_folder
 from simulator.report.tables import csv_text
 from simulator.sweep.layouts import Pruned
+from simulator.sweep.results import CandidateStatus, simulations_done
 from simulator.sweep.search import SearchResult
 from simulator.units import counted
 
@@ -31,7 +32,8 @@ def format_search(result: SearchResult, scenario: str) -> str:
     one a line (they were one line of up to a thousand characters), the comparison, wrapped, and the command
     that runs the winner of the search of ``scenario`` (its outputs, as any run's)."""
     table = result.table
-    simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"], ascending=[False, True])
+    simulated = table[table["status"] == CandidateStatus.SIMULATED].sort_values(["tokens_per_s", "label"],
+                                                                              ascending=[False, True])
     rows = simulated.head(SHOWN).to_dict("records")
     layouts = [row["label"] + (_TREE_MARKS[bool(row["searched"])] if row["tree_choice"] else "") for row in rows]
     width = max([48, *map(len, layouts)])
@@ -42,8 +44,8 @@ def format_search(result: SearchResult, scenario: str) -> str:
         lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
                      f"{row['peak_memory_gib']:>8.1f}  {row['bottleneck.verdict']}")
     counts = table["status"].value_counts().to_dict()
-    lines.append(f"{len(table)} layouts: {counts.get('simulated', 0)} simulated, {counts.get('pruned', 0)} pruned, "
-                 f"{counts.get('failed', 0)} failed")
+    lines.append(f"{len(table)} layouts: {counts.get(CandidateStatus.SIMULATED, 0)} simulated, "
+                 f"{counts.get(CandidateStatus.PRUNED, 0)} pruned, {counts.get(CandidateStatus.FAILED, 0)} failed")
     lines.extend(f"  pruned, {kind.label}: {counted(count, 'layout')}" for kind, count in pruned_by_kind(table).items())
     if not rows and "memory_model_peak_gib" in table and table["memory_model_peak_gib"].notna().any():
         leanest = table.sort_values(["memory_model_peak_gib", "label"]).iloc[0]  # no figure (NaN) sorts last
@@ -66,11 +68,11 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
     writing leaves the folder as it was, never a table of one search beside the summary of another. Returns
     the names written, manifest last."""
     statuses = result.table["status"]
-    simulated = int(statuses.isin(("simulated", "failed")).sum())
+    simulated, of = simulations_done(statuses)
     summary = {
-        "stopped": bool((statuses == "stopped").any()),
+        "stopped": bool((statuses == CandidateStatus.STOPPED).any()),
         "simulated": simulated,
-        "of": simulated + int((statuses == "stopped").sum()),
+        "of": of,
         "winner": _clean(result.winner),
         "tree_choice": _clean(result.tree_row),
         "tree_steps": list(result.tree.steps),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +21,25 @@ from simulator.report.tables import csv_text
 PointStatus = Literal["ok", "invalid", "failed", "skipped"]
 """ok: simulated; invalid: the scenario was refused when the point was built (a layout that does not divide the
 cluster...); failed: the simulation raised (deadlock, or a bug); skipped: a sweep constraint ruled it out."""
+
+
+class CandidateStatus(StrEnum):
+    """A layout search's candidate (candidates.csv's `status`): simulated (its step ran), failed (the simulation
+    raised), stopped (not simulated: the search was stopped first), pruned (a check ruled it out, with why)."""
+
+    SIMULATED = "simulated"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    PRUNED = "pruned"
+
+
+def simulations_done(statuses: pd.Series) -> tuple[int, int]:
+    """Of a search's candidate ``statuses`` (`CandidateStatus`), the layout simulations done (simulated or
+    failed) and of how many (those and the stopped ones)."""
+    done = int(statuses.isin((CandidateStatus.SIMULATED, CandidateStatus.FAILED)).sum())
+    return done, done + int((statuses == CandidateStatus.STOPPED).sum())
+
+
 JOURNAL = "points.jsonl"
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"

@@ -37,6 +37,7 @@ from simulator.sweep.layouts import (
     structural_reason,
 )
 from simulator.sweep.options import Sharding
+from simulator.sweep.results import CandidateStatus
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
 from simulator.workload.experts import experts_split_problem
@@ -148,8 +149,8 @@ def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts:
     table = _table(checked, runs, tree.candidate, space_layouts, given)
     # The tree's layout is simulated for the comparison even where the space (--tp, --pp, ...) leaves it out;
     # the winner is the space's: else a space with nothing that fits "agreed with the tree" and exited 0.
-    simulated = table[(table["status"] == "simulated") & table["searched"]].sort_values(["tokens_per_s", "label"],
-                                                                                        ascending=[False, True])
+    simulated = table[(table["status"] == CandidateStatus.SIMULATED) & table["searched"]].sort_values(
+        ["tokens_per_s", "label"], ascending=[False, True])
     winner = simulated.iloc[0].to_dict() if len(simulated) else None
     tree_rows = table[table["tree_choice"]]
     tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
@@ -271,9 +272,9 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
     for c in checked:
         row: dict = {"label": c.candidate.label(), **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}}
         record = runs.get(c.candidate)
-        status = "pruned" if c.reason else ("stopped" if record is None else
-                                            "simulated" if record.status == "ok" else "failed")
-        row.update(status=status, reason=c.reason or (record.error if record is not None else STOPPED_REASON),
+        status = (CandidateStatus.PRUNED if c.reason else CandidateStatus.STOPPED if record is None else
+                  CandidateStatus.SIMULATED if record.status == "ok" else CandidateStatus.FAILED)
+        row.update(status=status.value, reason=c.reason or (record.error if record is not None else STOPPED_REASON),
                    reason_kind=c.pruning.kind.value if c.pruning is not None else None,
                    memory_model_peak_gib=c.peak_memory_gib or None,
                    estimate_tokens_per_s=c.estimate_tokens_per_s or None, tree_choice=c.candidate == tree,
@@ -295,16 +296,16 @@ def _idle(row: dict) -> str:
 def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str:
     """Where and why the search's winner and the decision tree's choice disagree, in a few sentences."""
     if winner is None:
-        if tree_row is not None and tree_row["status"] == "simulated":
+        if tree_row is not None and tree_row["status"] == CandidateStatus.SIMULATED:
             return (f"no layout of the searched space survived the checks and simulated; the decision tree's "
                     f"{tree_row['label']}, outside it, runs {tree_row['tokens_per_s']:,.0f} tokens/s")
         return "no layout survived the checks and simulated"
     if tree_row is None or tree.candidate is None:
         return f"the decision tree finds no layout that fits ({tree.steps[-1]}); the search's best is {winner['label']}"
-    if tree_row["status"] == "stopped":  # its reason, STOPPED_REASON, says 'not simulated' again
+    if tree_row["status"] == CandidateStatus.STOPPED:  # its reason, STOPPED_REASON, says 'not simulated' again
         return (f"the decision tree's {tree_row['label']} was not simulated (the search was stopped first); "
                 f"the search's best is {winner['label']}")
-    if tree_row["status"] != "simulated":
+    if tree_row["status"] != CandidateStatus.SIMULATED:
         return (f"the decision tree's {tree_row['label']} was not simulated ({tree_row['status']}: "
                 f"{tree_row['reason']}); the search's best is {winner['label']}")
     unsharded = (all(row["dp"] * row["cp"] == 1 for row in (winner, tree_row))
