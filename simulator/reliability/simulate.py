@@ -55,7 +55,14 @@ from simulator.reliability.elastic import (
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import Arrivals, draw_arrivals
-from simulator.reliability.states import ClusterState, Degradation, LinksFollowRacks, StepStates, state_guard
+from simulator.reliability.states import (
+    ClusterState,
+    Degradation,
+    LinksFollowRacks,
+    StepStates,
+    nvls_forced,
+    state_guard,
+)
 from simulator.reliability.summary import (
     idle_memory_tier_warning,
     job_summary,
@@ -367,7 +374,8 @@ def first_tray_fold_blocker(loaded: LoadedScenario, units: ClusterUnits,
     if activity is not None:
         activity(TRAY_FOLDS_ACTIVITY)
     try:
-        for down in range(1, units.nvswitch_trays + (loaded.scenario.collectives.algorithm != "nvls")):
+        with_a_step = units.nvswitch_trays - 1 if nvls_forced(loaded.scenario) else units.nvswitch_trays
+        for down in range(1, with_a_step + 1):
             blocker = tray_fold_blocker(loaded, units, down)
             if blocker is not None:
                 return down, blocker

@@ -39,7 +39,7 @@ from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.reliability import RestartConfig
-from simulator.config.schema import ClusterConfig, RunConfig
+from simulator.config.schema import ClusterConfig, RunConfig, Scenario
 from simulator.errors import StepAborted
 from simulator.faults.rerouting import split
 from simulator.faults.step import FoldShape, StepFaultPlan, fold_shape
@@ -403,7 +403,7 @@ class StepStates:
         does not fall back there (enqueue.cc: "no algorithm/protocol available", ncclInvalidUsage; its tuner
         does, which `auto` models), so the state has no step: the job waits in a restart for a tray's repair,
         as for a state without a route. Before, a job with such a class was refused at load, a lone rack too."""
-        if state is None or self.loaded.scenario.collectives.algorithm != "nvls":
+        if state is None or not nvls_forced(self.loaded.scenario):
             return ""
         trays = self.topology.params.get("nvswitch_trays", 0)
         return next((rack for rack, down in state.nvswitch_trays_down if down >= trays), "")
@@ -471,6 +471,12 @@ def spine_links(topology: Topology) -> list[tuple[str, str]]:
     nodes = topology.wiring.nodes
     return [(low, high) for low, high in topology.wiring.edges
             if nodes[low].get("tier") == 1 and nodes[high].get("tier") == 2]
+
+
+def nvls_forced(scenario: Scenario) -> bool:
+    """Whether ``scenario`` forces NVLS (`collectives.algorithm: nvls`): a rack with every NVSwitch tray down then
+    has no step (`StepStates._bare_rack_under_nvls`), where `auto` falls back as NCCL's tuner does."""
+    return scenario.collectives.algorithm == "nvls"
 
 
 def nvswitch_tray_faults(topology: Topology, trays_down: tuple[tuple[str, int], ...]) -> tuple[LinkFault, ...]:
