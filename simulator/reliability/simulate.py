@@ -357,8 +357,8 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
 def _every_racks_tray_links(units: ClusterUnits) -> tuple[tuple[str, str], ...]:
     """The links a tray down on every rack degrades: the worst tray state a job can meet (trays fail on any
     rack), whose hosts are every host of the racks."""
-    return tuple(link for unit, node in enumerate(units.nodes["nvswitch_tray"])
-                 if units.nodes["nvswitch_tray"].index(node) == unit for link in units.links("nvswitch_tray", unit))
+    firsts = range(0, units.count("nvswitch_tray"), units.nvswitch_trays)  # a rack's trays are consecutive units
+    return tuple(link for unit in firsts for link in units.links("nvswitch_tray", unit))
 
 
 TRAY_FOLDS_ACTIVITY = "checking NVSwitch tray states' folds"
