@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import cast
 
 from simulator.config.loader import LoadedScenario, scenario_from_data
-from simulator.config.yaml_source import parse_field, parse_value
+from simulator.config.yaml_source import FieldPath, parse_field, parse_value
 from simulator.errors import InputError
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
@@ -68,7 +68,7 @@ class Peak:
     capacity: float
     layout: Layout | None
     layers: int | None = None
-    warned: frozenset[str] = frozenset()
+    warned: frozenset[FieldPath] = frozenset()
     tp_domains: int = 1
 
 
@@ -84,7 +84,7 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
                     None)
     step = build_training_step(scenario, topology, Path(loaded.source).parent)
     peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
-    warned = frozenset(warning.split(":")[0] for warning in step.warnings)
+    warned = frozenset(field for field, _ in step.warnings)
     layout = step.plan.layout
     return Peak(peak, step.gpu.hbm_bytes, layout, step.model.layers if step.model else None, warned,
                 tp_domains(layout, topology.gpu_domain_array))

@@ -331,24 +331,23 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
     program = located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,
                                                           guard=guard, classes=classes))
     warning = selective_recompute_warning(loaded, program)
-    warnings = tuple(located_layout_warning(loaded, text) for text in program.warnings)
+    warnings = (*program.warnings,
+                *(located_layout_warning(loaded, field, problem) for field, problem in program.layout_warnings))
     return replace(program, warnings=warnings if warning is None else (*warnings, warning))
 
 
-LAYOUT_WARNING_READS: dict[str, tuple[FieldPath, ...]] = {
-    "parallelism.tp": (("parallelism", "order"),), "parallelism.fsdp": (("parallelism", "order"),)}
-"""The fields of the layout warnings the step's plan gives as `FIELD: problem` (workload/training.py
-`layout_warnings`), each with the fields whose values make it too: the placement order puts a TP group across
-NVLink domains as much as its degree does."""
+LAYOUT_WARNING_READS: dict[FieldPath, tuple[FieldPath, ...]] = {
+    ("parallelism", "tp"): (("parallelism", "order"),), ("parallelism", "fsdp"): (("parallelism", "order"),)}
+"""The fields of the layout warnings the step's plan gives (workload/training.py `layout_warnings`), each with
+the fields whose values make it too: the placement order puts a TP group across NVLink domains as much as its
+degree does."""
 
 
-def located_layout_warning(loaded: LoadedScenario, warning: str) -> str:
-    """A layout warning located as the scenario's errors are: at its field's line or override, naming the
-    overrides of the fields it reads (`--set parallelism.order=[dp, pp, cp, tp]`, where before it read
-    `parallelism.tp: ...` with no location and no word of the order that spread the group); any other as it is."""
-    field, _, problem = warning.partition(": ")
-    reads = LAYOUT_WARNING_READS.get(field)
-    return warning if reads is None else str(loaded.error(tuple(field.split(".")), problem, reads=reads))
+def located_layout_warning(loaded: LoadedScenario, field: FieldPath, problem: str) -> str:
+    """A layout warning (``field``, ``problem``) located as the scenario's errors are: at its field's line or
+    override, naming the overrides of the fields it reads (`--set parallelism.order=[dp, pp, cp, tp]`, where
+    before it read `parallelism.tp: ...` with no location and no word of the order that spread the group)."""
+    return str(loaded.error(field, problem, reads=LAYOUT_WARNING_READS.get(field, ())))
 
 
 def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, ...]:

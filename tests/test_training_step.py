@@ -282,6 +282,23 @@ parallelism: {tp: 16, dp: 1}
     assert any("spans 2 NVLink domains" in warning for warning in summary["warnings"])
 
 
+def test_a_layout_warning_keeps_its_field_apart_from_its_problem(tmp_path):
+    """The step's plan gives a layout warning as (field, problem), which the run locates at the field's line:
+    before, as one 'parallelism.tp: ...' string that the run split again at its first ': '."""
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.training import build_training_step
+
+    loaded = scenario_from_text("""
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: llama3-8b, layers: 2}
+training: {seq_len: 1024, global_batch: 1, micro_batch: 1}
+parallelism: {tp: 16, dp: 1}
+""", "tp16.yaml")
+    step = build_training_step(loaded.scenario, scenario_topology(loaded), tmp_path)
+    assert step.warnings == ((("parallelism", "tp"), "a TP group of 16 GPUs spans 2 NVLink domains; its collectives "
+                              "cross the network every layer"),)
+
+
 def test_tp_inside_an_nvl72_rack_is_not_warned_about(run_yaml):
     """An NVL72 rack is one NVLink domain over 18 trays (hosts): TP 8 across trays stays on NVLink."""
     summary = run_yaml("""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from simulator.config.yaml_source import FieldPath
 from simulator.parallel.layout import Layout
 from simulator.program.contention import SmShare
 from simulator.program.ops import Op
@@ -52,6 +53,9 @@ class StepProgram:
     memory_bound_share: float = 0.0
     folded: bool = False
     warnings: tuple[str, ...] = ()
+    layout_warnings: tuple[tuple[FieldPath, str], ...] = ()
+    """The layout's warnings as the step's plan gives them (`workload.training.layout_warnings`), the field
+    apart: `simulation.py` locates them into ``warnings``."""
     details: Mapping[str, object] = field(default_factory=dict)
     layout: Layout | None = None
     pipelined: bool = True

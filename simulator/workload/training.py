@@ -28,6 +28,7 @@ from simulator.config.training_options import (
     Precision,
     grad_buffer_bytes,
 )
+from simulator.config.yaml_source import FieldPath
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.experts import expert_sharding
 from simulator.parallel.layout import Layout
@@ -102,6 +103,10 @@ def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
     return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + copy_bytes_per_param(precision, buffer)
 
 
+LayoutWarning = tuple[FieldPath, str]
+"""A layout warning (`layout_warnings`): the field it is about and the problem, located by the caller."""
+
+
 @dataclass(frozen=True)
 class TrainingStep:
     """A resolved training step: what to simulate and the facts the metrics need."""
@@ -113,7 +118,7 @@ class TrainingStep:
     model_flops_per_step: float
     seq_len: int
     micro_batch: int
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[LayoutWarning, ...] = ()
     moe: Mapping[str, object] | None = None
     routed_tokens: float | None = None
     """Tokens the hottest EP rank's experts receive per micro-batch (None without experts)."""
@@ -440,19 +445,21 @@ def check_schedule_runs(schedule, placement: Placement = "loop") -> None:
                        "an action order in which every dependency can be met") from None
 
 
-def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybrid: bool) -> tuple[str, ...]:
+def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding,
+                    hybrid: bool) -> tuple[LayoutWarning, ...]:
     """Legal but costly or pointless placements: a TP group spread over several NVLink domains runs its
     per-layer collectives over the network (seed 000, Q5); hybrid sharding with one DP rank per domain
     shards nothing."""
-    warnings = []
+    warnings: list[LayoutWarning] = []
     domains = tp_domains(layout, topology.gpu_domain_array)
     if domains > 1:
-        warnings.append(f"parallelism.tp: a TP group of {layout.tp} GPUs spans {domains} NVLink domains; its "
-                        "collectives cross the network every layer")
+        warnings.append((("parallelism", "tp"), f"a TP group of {layout.tp} GPUs spans {domains} NVLink domains; "
+                         "its collectives cross the network every layer"))
     if hybrid and sharding.degree == 1:
-        warnings.append(f"parallelism.fsdp: hybrid_shard shards within an NVLink domain, and {_alone(layout, topology)}"
-                        ", so its shard group is one rank: it shards nothing and each GPU holds the model state of "
-                        "plain data parallelism (fsdp: full_shard shards across domains)")
+        warnings.append((("parallelism", "fsdp"), f"hybrid_shard shards within an NVLink domain, and "
+                         f"{_alone(layout, topology)}, so its shard group is one rank: it shards nothing and each "
+                         "GPU holds the model state of plain data parallelism (fsdp: full_shard shards across "
+                         "domains)"))
     return tuple(warnings)
 
 
