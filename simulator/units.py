@@ -322,9 +322,9 @@ def decimal_sizes_apart(first: float, second: float) -> tuple[str, str]:
 
 
 def format_duration(seconds: float, digits: int = 4) -> str:
-    """A human-readable duration to ``digits`` significant digits (4 unless told): 0.0123 -> '12.3 ms'."""
+    """A human-readable duration to ``digits`` significant digits (4 unless told; `texts_apart` asks for
+    more): 0.0123 -> '12.3 ms'."""
     return _scaled(seconds, DURATION_STEPS, digits)
-
 
 
 def durations_alike(seconds: Iterable[float]) -> Callable[[float], str]:

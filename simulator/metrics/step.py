@@ -31,11 +31,11 @@ STAGE_WORK_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, "tp", "cp",
 """What keeps a stage busy inside an action: its kernels and the blocking TP/CP/EP collectives between them."""
 STAGE_COLLECTIVE_CATEGORIES: tuple[Category, ...] = ("tp", "cp")
 """Collectives that are a stage's own work wherever they run: the compute stream waits for them."""
-COMPUTE_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, OPTIMIZER_CATEGORY, "compute")
-"""What counts as compute when communication is exposed: every kernel, a pipeline pass's, the optimizer's or a
-traced one, where `stream_compute` counts it."""
 TRACED_COMPUTE_CATEGORY: Category = "compute"
 """A replayed trace's kernels: compute on whichever of the trace's streams they ran."""
+COMPUTE_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, OPTIMIZER_CATEGORY, TRACED_COMPUTE_CATEGORY)
+"""What counts as compute when communication is exposed: every kernel, a pipeline pass's, the optimizer's or a
+traced one, where `stream_compute` counts it."""
 SIDE_STREAM_COMPUTE = "side-stream kernel"
 """The category `communication_metrics` gives a built program's kernels off the compute stream (FSDP's copy-in
 on `fsdp_copy_in`): the compute stream waits for them, as the bubble counts it."""
