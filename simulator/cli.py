@@ -537,7 +537,8 @@ def _study_line(curve: dict) -> str:
     its ETTR's 95% interval: an `mtbf` study's point is no optimum), Young's and Daly's intervals, all of these
     intervals in one unit (`durations_alike`: 'interval 20 min; Young 805 s' had them compared across units);
     the ETTR marked invalid where the healthy step is out of memory, as a job's table marks it."""
-    from simulator.console.report import OOM_FIGURES, long_duration
+    from simulator.console.report import long_duration
+    from simulator.metrics.summary import OOM_FIGURES
     from simulator.units import durations_alike
 
     mtbf = f" (MTBF {long_duration(curve['mtbf_s'])})" if curve["mtbf_s"] is not None else ""

@@ -31,7 +31,8 @@ import simulator
 from simulator.catalog.failures import LLAMA3
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
-from simulator.console.report import OOM_FIGURES, format_seconds
+from simulator.console.report import format_seconds
+from simulator.metrics.summary import OOM_FIGURES
 from simulator.report.run_folder import checked_manifest
 
 REPO = Path(__file__).resolve().parents[1]

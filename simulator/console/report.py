@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from simulator.metrics.summary import OOM_FIGURES
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import parallel_degrees, sharding_name
 from simulator.units import counted, format_duration, format_size, four_digits, number_ranges
@@ -529,11 +530,6 @@ def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float 
     skipped = number_ranges(sorted(map(int, out_of_memory_gib)))
     return (f"{skipped} skipped, out of memory: {out_of_memory_gib[largest]:,.1f} GiB per GPU on {largest}, the GPU "
             f"holds {capacity_gib:.1f} GiB")
-
-
-OOM_FIGURES = "invalid: the step does not fit in GPU memory"
-"""What follows a job's ETTR and goodput where its healthy step is out of memory (`oom` in job_summary.json): the
-job runs and warns, as `trainsim run` does with such a step, and its figures say they are no real job's."""
 
 
 def job_table(job: dict) -> Table:

@@ -32,6 +32,10 @@ MEMORY_BANDWIDTH_BOUND_SHARE = 0.5
 """Above this share of a micro-batch's compute time in blocks whose HBM time exceeds their math time, memory
 bandwidth binds rather than compute: most of the compute then waits on HBM, not on the tensor cores."""
 
+OOM_FIGURES = "invalid: the step does not fit in GPU memory"
+"""What follows a job's ETTR and goodput where its healthy step is out of memory (`oom` in job_summary.json): the
+job runs and warns, as `trainsim run` does with such a step, and its figures say they are no real job's."""
+
 
 Constraint = Literal["compute", "memory_bandwidth", "memory_capacity", "communication", "bubble", "idle"]
 """What binds a step (`bottleneck`): `bubble` is a pipeline's idle time, `idle` the same without a pipeline."""

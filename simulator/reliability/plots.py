@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simulator.errors import InputError
+from simulator.metrics.summary import OOM_FIGURES
 from simulator.report.column_units import rate_scale
 from simulator.report.outputs import run_name
 from simulator.report.run_folder import OUTDIR_FIELD, checked_manifest, other_kind
@@ -113,8 +114,6 @@ def goodput_figure(study: dict) -> Figure:
     tokens), each with its 95% band; against the checkpoint interval (`_against_interval`), or, for a study of
     one interval at several failure rates, against the system MTBF (`_against_mtbf`). A study whose healthy step
     is out of memory (a curve's `oom`) says under its title that its figures are invalid, as its printed lines do."""
-    from simulator.console.report import OOM_FIGURES
-
     figure = Figure(figsize=(8, 6.5), constrained_layout=True)
     ettr_axis, goodput_axis = figure.subplots(2, 1, sharex=True)
     tokens = all(p["goodput_tokens_per_s"] is not None for curve in study["curves"] for p in curve["points"])
