@@ -629,3 +629,17 @@ def test_the_step_api_given_a_job_scenario_warns_that_it_runs_one_step():
 def _line_of(path: Path, key: str) -> int:
     """The line of ``path`` where ``key`` is set."""
     return next(number for number, text in enumerate(path.read_text().splitlines(), 1) if f"{key}:" in text)
+
+
+def test_the_job_table_reads_a_step_of_a_minute_or_more_in_its_unit_too():
+    """The job table's healthy step is written as the run table's step (`step_seconds`): from a minute on with
+    its unit at a glance, '90 s (1.5 min)'. Before, '90 s' alone, as the job's other figures are not."""
+    from rich.console import Console
+
+    from simulator.console.report import job_table
+
+    text = SEED003.replace("replications: 10", "replications: 2").replace("54 d", "1 d")
+    summary = {**simulate_job(scenario_from_text(text)).summary, "step_time_s": 90.0}
+    console = Console(width=200, record=True)
+    console.print(job_table(summary))
+    assert re.search(r"healthy step +90 s \(1\.5 min\), ", console.export_text())

@@ -552,7 +552,7 @@ def job_table(job: dict) -> Table:
         def text(value: float) -> str:
             return f"{value:,.0f} tokens/s"
     invalid = f"; {OOM_FIGURES}" if job.get("oom") else ""
-    table.add_row("healthy step", f"{format_seconds(job['step_time_s'])}, {rate}")
+    table.add_row("healthy step", f"{step_seconds(job['step_time_s'])}, {rate}")
     table.add_row("ETTR", _mean_ci(job["ettr"], _share) + invalid)
     table.add_row("goodput", _mean_ci(goodput, text) + f", {_share(goodput['mean'] / ideal)} of healthy" + invalid)
     interruptions, labels = job["interruptions"], job.get("failure_model", {})
