@@ -704,7 +704,8 @@ def test_degraded_states_that_fold_pass_the_jobs_scale_limits(monkeypatch):
         refuse_folded(*args)
 
     monkeypatch.setattr(job_simulation, "_refuse_folded_link_state", recording_sizes)
-    _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology, LinkStateSizes(loaded, topology))
+    _refuse_unfolded_steps(loaded, check_job(loaded, topology).model, topology, LinkStateSizes(loaded, topology),
+                           None)
     assert sized == [(384, 16_384)]
     folded, unfolded = classed_estimate(loaded, 16_384, 384), unfolded_beyond_limits(loaded, 16_384)
     assert folded is not None and not folded.over_limits()
