@@ -16,6 +16,17 @@ storage: {capacity: 1 PB}
 """Four DGX hosts in two leaf groups of two (eight rails, two spines), a replica per host: a rotation by two
 replicas moves leaf group 0 onto leaf group 1."""
 
+ONE_GPU_HOSTS = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {dp: 4}
+checkpoint: {interval: 1000 d}
+storage: {capacity: 1 PB}
+"""
+"""Four hosts of one GPU each under two leaves (two spines, oversubscribed 2:1), a replica a host."""
+
 LLAMA3_8B_ON_4_HOSTS = """
 cluster: {topology: dgx-h100-cluster, nodes: 4}
 model: {preset: llama3-8b}

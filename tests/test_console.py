@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -343,22 +344,30 @@ def test_plain_progress_says_what_the_run_does_between_counts(capsys, monkeypatc
         "simulating the job: 0/2 replications (0%), 0:00:30 elapsed\n")
 
 
+@contextmanager
+def _states_ahead_counted_at_5_s(monkeypatch, now: list[float]):
+    """A plain (piped) job progress on the clock ``now`` (no heartbeat thread), started at 0 s, whose states ahead
+    are counted with ``eta`` from 0 of 41 at 5 s: the progress and its count."""
+    monkeypatch.setattr(progress_module, "BEAT_S", 86_400.0)
+    with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+        assert progress.plain is not None
+        progress.plain.clock = lambda: now[0]
+        progress.plain.started = progress.plain.last = 0.0
+        counted = progress.counting("states", "simulating cluster states ahead", eta=True)
+        now[0] = 5.0
+        counted(0, 41)
+        yield progress, counted
+
+
 def test_the_states_ahead_count_tells_the_time_left_once_one_state_has_run(capsys, monkeypatch):
     """The 16,384-GPU job's bar said '0/19,663 states' for hours with no word of how many more. A phase counted
     with ``eta`` (the job's states ahead) gives, once one is done, the time the rest take at its rate since its
     count of none: one state in 150 s, 40 left, 6,000 s; none before, and none for the replications after."""
-    monkeypatch.setattr(progress_module, "BEAT_S", 86_400.0)
     now = [0.0]
-    with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+    with _states_ahead_counted_at_5_s(monkeypatch, now) as (progress, counted):
         assert progress.plain is not None
-        plain = progress.plain
-        plain.clock = lambda: now[0]
-        plain.started = plain.last = 0.0
-        counted = progress.counting("states", "simulating cluster states ahead", eta=True)
-        now[0] = 5.0
-        counted(0, 41)
         now[0] = PLAIN_EVERY_S
-        plain.beat()
+        progress.plain.beat()
         now[0] = 155.0
         counted(1, 41)
         now[0] = 165.0
@@ -373,16 +382,8 @@ def test_the_first_time_left_shares_the_rest_between_the_workers(capsys, monkeyp
     """The first state ahead is simulated in the job's process alone, and the rest over the workers: its time
     times the 40 left said 1:40:00 whatever --workers. A count that says 8 workers share the rest gives an
     eighth of it, 0:12:30; the counts after it go by the rate so far, as before."""
-    monkeypatch.setattr(progress_module, "BEAT_S", 86_400.0)
     now = [0.0]
-    with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
-        assert progress.plain is not None
-        plain = progress.plain
-        plain.clock = lambda: now[0]
-        plain.started = plain.last = 0.0
-        counted = progress.counting("states", "simulating cluster states ahead", eta=True)
-        now[0] = 5.0
-        counted(0, 41)
+    with _states_ahead_counted_at_5_s(monkeypatch, now) as (_, counted):
         now[0] = 155.0
         counted.sharing(8)
         counted(1, 41)

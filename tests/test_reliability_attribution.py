@@ -6,6 +6,7 @@ import random
 from itertools import combinations
 
 import pytest
+from shared import ONE_GPU_HOSTS
 
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
@@ -150,15 +151,7 @@ def test_the_parts_always_add_up_to_the_states_share(monotone):
         assert sum(parts.values()) == pytest.approx(share, rel=1e-12)
 
 
-FIVE_STRAGGLERS = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
-          leaf_ports: 2, spines: 2, oversubscription: 2}
-model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 1}
-parallelism: {dp: 4}
-checkpoint: {interval: 1000 d}
-storage: {capacity: 1 PB}
-run: {horizon: 10 d, replications: 2, seed: 1}
+FIVE_STRAGGLERS = ONE_GPU_HOSTS + """run: {horizon: 10 d, replications: 2, seed: 1}
 faults:
   components:
 """ + "".join(f"    throttle_{name}: {{unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 100 h, repair: 48 h}}\n"

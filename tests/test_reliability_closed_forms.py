@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_reliability_states import ONE_GPU_HOSTS
+from shared import ONE_GPU_HOSTS
 from test_reliability_study import renewal_ettr
 
 from simulator.config.loader import scenario_from_text

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from shared import RAILS
+from shared import ONE_GPU_HOSTS, RAILS
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
@@ -32,15 +32,6 @@ from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep
 from simulator.workload.training import resolve_model
 
-ONE_GPU_HOSTS = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
-          leaf_ports: 2, spines: 2, oversubscription: 2}
-model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 1}
-parallelism: {dp: 4}
-checkpoint: {interval: 1000 d}
-storage: {capacity: 1 PB}
-"""
 
 def test_straggling_time_matches_the_closed_form():
     """Four GPUs each throttled (x1.5) at rate 1/48 h for a fixed 6 h. Every GPU's straggler is simulated on
@@ -1364,6 +1355,18 @@ def job_layout(loaded):
     return resolve_layout(scenario, scale.capped_topology(loaded).num_gpus, pipeline_depth(scenario))
 
 
+def _refused_in_one_line(tmp_path: Path, capsys, text: str) -> tuple[Path, Path, str]:
+    """`trainsim run` of the job ``text`` refused (exit 2) in one line on stderr with nothing written: the
+    scenario's path, the output folder it did not write, and the line."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    return scenario, out, err
+
+
 def test_a_job_whose_states_with_links_down_take_past_the_limit_is_refused_unless_forced(tmp_path, capsys,
                                                                                          monkeypatch):
     """Past MAX_AHEAD_S (brought down to 0.01 s: the small leaf switch job's 4 states take ~0.03 s each by the
@@ -1372,12 +1375,7 @@ def test_a_job_whose_states_with_links_down_take_past_the_limit_is_refused_unles
     telling the time."""
     monkeypatch.setattr(reliability_simulate, "MAX_AHEAD_S", 0.01)
     monkeypatch.setattr(states, "_CACHE", states.StateCache())  # none of its states known to the process yet
-    scenario = tmp_path / "job.yaml"
-    scenario.write_text(LEAF_SWITCH_JOB)
-    out = tmp_path / "out"
-    assert main(["run", str(scenario), "--quiet", "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and not out.exists()
+    scenario, out, err = _refused_in_one_line(tmp_path, capsys, LEAF_SWITCH_JOB)
     assert f"{scenario}:" in err and "faults.components.leaf_switch: the 4 cluster states with links down " in err
     assert ", over the limit of 10 ms" in err and "more cores (--workers); or pass --force" in err
     assert main(["run", str(scenario), "--quiet", "--force", "--out", str(out)]) == 0
@@ -1401,12 +1399,7 @@ def test_a_job_is_sized_by_its_largest_foreseen_state_with_links_down(tmp_path, 
     assert one_leaf is not None
     monkeypatch.setattr(scale, "MAX_EVENTS", one_leaf.events)
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
-    scenario = tmp_path / "job.yaml"
-    scenario.write_text(LINK_CLASSES_JOB)
-    out = tmp_path / "out"
-    assert main(["run", str(scenario), "--quiet", "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and not out.exists()
+    _, _, err = _refused_in_one_line(tmp_path, capsys, LINK_CLASSES_JOB)
     assert re.search(r"faults\.components\.leaf_switch: a leaf_switch failure degrades the cluster, and its "
                      r"largest state foreseen \(\d+ link\(s\) down\) is simulated unfolded \(links down: every "
                      r"class holds one rank .*\): 32 GPUs, 32 simulated ranks \(not folded\)", err), err

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 import pytest
-from shared import RAILS
-from test_reliability_states import ONE_GPU_HOSTS, ZERO3_JOB
+from shared import ONE_GPU_HOSTS, RAILS
+from test_reliability_states import ZERO3_JOB
 
 from simulator import simulate
 from simulator.cli import main
