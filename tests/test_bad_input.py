@@ -13,35 +13,13 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shared import CLUSTER_TOPOLOGY, COMM_SCENARIO, TRAINING_SCENARIO, mutated
 
 from simulator.config.loader import scenario_from_text
 from simulator.errors import KEPT, InputError, ScenarioError, TopologyError, TraceError
 from simulator.preflight import validate
 from simulator.topology.builders import build_topology
 from simulator.topology.loader import scenario_topology
-
-COMM_SCENARIO = {
-    "description": "collectives on two DGX H100 nodes",
-    "cluster": {"topology": "dgx-h100-cluster", "nodes": 2},
-    "network": {"model": "flow", "efficiency": "calibrated"},
-    "collectives": {"algorithm": "auto", "chunk": "4 MiB", "channels": 0},
-    "run": {"seed": 7},
-    "workload": [
-        {"name": "dp", "op": "all_reduce", "bytes": "64 MiB", "group": "all", "algorithm": "ring"},
-        {"name": "tp", "op": "all_reduce", "bytes": "8 MiB", "group": "0-7", "after": ["dp"], "repeat": 2},
-        {"name": "bc", "op": "broadcast", "bytes": "1 MiB", "group": [0, 8, 9], "root": 1},
-        {"name": "p2p", "op": "send_recv", "bytes": "16 MiB", "src": 0, "dst": 8, "stream": "p2p"},
-    ],
-}
-
-TRAINING_SCENARIO = {
-    "cluster": {"topology": "dgx-h100"},
-    "network": {"efficiency": {"nvlink": 0.8}},
-    "model": {"synthetic": {"stages": 2, "forward": "1 ms", "backward": "2 ms", "p2p_bytes": "16 MiB"}},
-    "training": {"seq_len": 2048, "microbatches": 4, "precision": "bf16"},
-    "parallelism": {"tp": 1, "pp": 2, "dp": 4, "order": ["tp", "cp", "pp", "dp"],
-                    "pipeline": {"schedule": "1f1b", "virtual_stages": 1}, "ddp": {"bucket": "25 MiB"}},
-}
 
 PRESET_SCENARIO = {
     "cluster": {"topology": "dgx-h100"},
@@ -50,20 +28,6 @@ PRESET_SCENARIO = {
     "parallelism": {"tp": 2, "pp": 2, "dp": 2, "zero": 1, "sequence_parallel": True},
 }
 
-CLUSTER_TOPOLOGY = {
-    "nodes": 2,
-    "node": {"kind": "nvswitch_node", "gpus": 4, "nvlink_bandwidth": "450 GB/s", "nvlink_latency": "3.4 us"},
-    "nics_per_node": 4,
-    "nic_bandwidth": "400 Gb/s",
-    "nic_pcie_bandwidth": "64 GB/s",
-    "nic_latency": "6.5 us",
-    "switch_latency": "0.5 us",
-    "link_class": "infiniband",
-    "leaf_ports": 32,
-    "spines": 4,
-    "oversubscription": "2:1",
-    "tiers": 2,
-}
 
 GRAPH_TOPOLOGY = {
     "nodes": [
@@ -83,59 +47,10 @@ GRAPH_TOPOLOGY = {
 
 # Values that break a field: wrong types, signs, units, garbage, zero, huge or non-finite quantities.
 # Huge *counts* are left out on purpose: a valid but enormous cluster or repeat count is slow, not wrong.
-BAD_VALUES = [
-    None, True, False, 0, -1, -3, 1, 2, 3, 1.5, -0.5, 0.0, float("nan"), float("inf"), "", " ", "abc", "0",
-    "-1", "1e400", "1e400 GB", "1e300 GiB", "1e300 GB/s", "-5 GB", "-1 us", "0 B", "0 GB/s", "0 s", "5 parsecs",
-    "12 GiB/s", "400 Gb", "3.4 us/s", "nan GB", "inf s", "1,5 GB", "GB", "0x10 B", "all", "0-99", "7-3", "3-",
-    [], [0], [0, 0], [-1, 2], ["a"], {}, {"x": 1}, {"kind": "gpu"}, [{"a": 1}], "h100-sxm", "bogus-kind",
-]
 
-NEW_KEYS = ["nodes", "kind", "bytse", "netwrok", "extra", "topology", "group", "bandwidth", "0", "name"]
 
 MUTATION_SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-def container_paths(node: object, path: tuple = ()) -> list[tuple]:
-    """Paths of every mapping and list inside ``node`` (itself included), in a fixed order."""
-    found = [path]
-    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, child in children:
-        if isinstance(child, (dict, list)):
-            found.extend(container_paths(child, path + (key,)))
-    return found
-
-
-def at(node: object, path: tuple) -> object:
-    for part in path:
-        node = node[part]
-    return node
-
-
-@st.composite
-def mutated(draw, base: dict) -> dict:
-    """A deep copy of ``base`` with one to three random edits: delete, rename, retype or add a key/item."""
-    data = copy.deepcopy(base)
-    for _ in range(draw(st.integers(1, 3))):
-        container = at(data, draw(st.sampled_from(container_paths(data))))
-        keys = list(container) if isinstance(container, dict) else list(range(len(container)))
-        action = draw(st.sampled_from(["delete", "rename", "replace", "replace", "add"]))
-        value = copy.deepcopy(draw(st.one_of(st.sampled_from(BAD_VALUES), st.text(max_size=12),
-                                             st.integers(-10**6, 10**3), st.floats(allow_nan=True))))
-        if action == "add" or not keys:
-            if isinstance(container, dict):
-                container[draw(st.sampled_from(NEW_KEYS))] = value
-            else:
-                container.append(value)
-            continue
-        key = draw(st.sampled_from(keys))
-        if action == "delete":
-            del container[key]
-        elif action == "rename" and isinstance(container, dict):
-            container[draw(st.sampled_from(NEW_KEYS)) + "x"] = container.pop(key)
-        else:
-            container[key] = value
-    return data
 
 
 def check_scenario_text(text: str) -> None:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from functools import partial
 
 import pytest
+from shared import ALPHA, BANDWIDTH, GIB, KIB, MIB, switch_topology, two_level_topology
 
 from simulator.collective_sweep import collective_sweep
 from simulator.collectives.busbw import BUS_FACTORS, bus_bandwidth, bus_bandwidth_factor
@@ -25,37 +26,10 @@ from simulator.network.calibration import calibrated
 from simulator.topology.graph import Topology, Wiring, add_link
 from simulator.topology.loader import load_topology
 
-KIB, MIB, GIB = 2.0**10, 2.0**20, 2.0**30
-ALPHA, BANDWIDTH = 5e-6, 50e9
 TOLERANCE = 0.005
 BASE = 8.4e-6
 """NCCL's base latency of a collective under Simple (tuning.cc baseLatencies, ring and tree alike): every ring,
 tree, hierarchical and halving-doubling collective pays it once, before its first step; direct pays none."""
-
-
-def switch_topology(size: int, bandwidth: float = BANDWIDTH, alpha: float = ALPHA) -> Topology:
-    """A non-blocking switch: each GPU one link (bandwidth B, latency a/2), so GPU-to-GPU costs a + n/B."""
-    graph = Wiring()
-    gpus = [f"gpu{i}" for i in range(size)]
-    for gpu in gpus:
-        add_link(graph, gpu, "switch", bandwidth=bandwidth, latency=alpha / 2, link_class="nvlink")
-    return Topology("switch", graph, gpus, gpu_host=[0] * size, gpu_local=list(range(size)))
-
-
-def two_level_topology(hosts: int, per_host: int, *, b_in: float, a_in: float, b_out: float,
-                       a_out: float) -> Topology:
-    """g GPUs per host on a host switch, plus one NIC per GPU to the rail switch of its local index."""
-    graph = Wiring()
-    gpus, gpu_host, gpu_local = [], [], []
-    for host in range(hosts):
-        for local in range(per_host):
-            gpu = f"h{host}g{local}"
-            gpus.append(gpu)
-            gpu_host.append(host)
-            gpu_local.append(local)
-            add_link(graph, gpu, f"host{host}", bandwidth=b_in, latency=a_in / 2, link_class="nvlink")
-            add_link(graph, gpu, f"rail{local}", bandwidth=b_out, latency=a_out / 2, link_class="infiniband")
-    return Topology("two-level", graph, gpus, gpu_host=gpu_host, gpu_local=gpu_local, rails=per_host)
 
 
 def close(simulated: float, expected: float, tolerance: float = TOLERANCE) -> bool:

@@ -9,8 +9,7 @@ fold wrongly: each case says whether it folds, so a change that unfolded every c
 from __future__ import annotations
 
 import pytest
-from shared import assert_same_figures
-from test_folding import NO_REFOLDS, _refused_unfolded
+from shared import FABRIC_HAND_OFFS, NO_REFOLDS, assert_same_figures, refused_unfolded
 
 from simulator.config.loader import scenario_from_text
 from simulator.engine.lockstep import OutOfStep
@@ -187,15 +186,6 @@ def test_unaligned_stages_unfold_on_the_analytic_model():
     assert folded["step_time_s"] == unfolded["step_time_s"]
 
 
-FABRIC_HAND_OFFS = """
-cluster: {topology: dgx-h100-cluster, nodes: 6, leaf_ports: 2, spines: 2}
-model: {layers: 12, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 2048, microbatches: 4}
-run: {timeline: summary}
-parallelism: {tp: 8, pp: 3, dp: 2}
-"""
-
-
 @pytest.mark.parametrize("model", ["analytic", "flow"])
 def test_hand_offs_across_the_fabric_fold_on_both_models(model):
     """Replica 0 hands stage 1 on to stage 2 inside a leaf group, replica 1 across the spines: one hop's
@@ -315,7 +305,7 @@ def test_a_step_that_may_not_unfold_refolds_by_route_within_the_budget(refolds):
     fold given up; refused by the budget, it is given up before it is built and the stage fold stands, not exact,
     with its warning. Until then the refold was never tried there, and the step stood `fold_not_exact`, as it
     still does without a budget (a job's states)."""
-    summary = _refused_unfolded(SC21_LIKE, refolds=refolds)
+    summary = refused_unfolded(SC21_LIKE, refolds=refolds)
     assert summary["folded"]
     if refolds:
         unfolded = simulate(scenario_from_text(SC21_LIKE, "inline.yaml", ["run.fold=false"])).summary
@@ -347,7 +337,7 @@ def test_a_step_that_may_not_unfold_says_which_refolds_it_did_not_try():
     ranks, so no refold runs and the stage fold stands, not exact. `fold_given_up` was then absent, only the
     warning saying anything (reviewer's gap 4); it now lists the finer route classes as not tried, and why
     (unfolded, main refolds 32 then 40 ranks, exact)."""
-    summary = _refused_unfolded(ALIKE_HOPS, refolds=True)
+    summary = refused_unfolded(ALIKE_HOPS, refolds=True)
     assert summary["simulated_ranks"] == 8 and summary["fold_not_exact"]["fold"] == "stage"
     assert summary["fold_not_exact"]["out_of_step"]["widest_s"] > 0
     (untried,) = summary["fold_given_up"]

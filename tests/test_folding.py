@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import get_args
 
 import pytest
+from shared import CP_FABRIC_TEMPLATE, refused_unfolded
 
 from simulator.collector import collector_paused
 from simulator.config.loader import load_scenario, scenario_from_text
@@ -317,7 +318,6 @@ def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
         assert folded["exposed_comm_s"][kind] == pytest.approx(seconds, rel=EXACT, abs=1e-15)
 
 
-
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 
 
@@ -364,7 +364,6 @@ def test_a_fold_given_up_for_its_run_out_of_step_stops_that_run_at_its_first_ins
     for kind, seconds in unfolded["exposed_comm_s"].items():
         assert folded["exposed_comm_s"][kind] == pytest.approx(seconds, rel=EXACT, abs=1e-15)
     assert folded["bubble_fraction"] == pytest.approx(unfolded["bubble_fraction"], rel=EXACT)
-
 
 
 @pytest.mark.parametrize("case", STOPPED_OUT_OF_STEP)
@@ -559,14 +558,6 @@ def test_hand_offs_sharing_a_nic_that_hash_onto_one_uplink_unfold(run_yaml):
     assert folded["step_time_s"] == unfolded["step_time_s"]
 
 
-CP_FABRIC = """
-cluster: {topology: dgx-h100-cluster, spines: 2, oversubscription: 2}
-model: {layers: 8, hidden: 2048, heads: 16, kv_heads: 4, vocab: 32000}
-training: {seq_len: 16384, microbatches: 4, precision: bf16}
-parallelism: {order: [tp, cp, pp, dp], sequence_parallel: true}
-"""
-
-
 @pytest.mark.parametrize("algorithm", ["ring", "all_gather"])
 @pytest.mark.parametrize("nodes, leaf_ports, tp, cp, pp, dp", [
     (4, 2, 8, 2, 1, 2),  # CP pairs inside leaf groups, DP rings over the 2:1 spines
@@ -582,8 +573,8 @@ def test_cp_ranks_fold_exactly(run_yaml, algorithm, nodes, leaf_ports, tp, cp, p
     overrides = (f"cluster.nodes={nodes}", f"cluster.leaf_ports={leaf_ports}", f"parallelism.tp={tp}",
                  f"parallelism.cp={cp}", f"parallelism.pp={pp}", f"parallelism.dp={dp}",
                  f"parallelism.cp_algorithm={algorithm}")
-    folded = run_yaml(CP_FABRIC, *overrides).summary
-    unfolded = run_yaml(CP_FABRIC, *overrides, "run.fold=false").summary
+    folded = run_yaml(CP_FABRIC_TEMPLATE, *overrides).summary
+    unfolded = run_yaml(CP_FABRIC_TEMPLATE, *overrides, "run.fold=false").summary
     assert folded["folded"] and "fold_off_reason" not in folded
     assert folded["simulated_ranks"] == pp
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
@@ -602,15 +593,15 @@ def test_cp_all_gather_over_two_replicas_on_an_oversubscribed_fabric_folds_by_la
     overrides = ("cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4",
                  "parallelism.pp=2", "parallelism.dp=2", "parallelism.cp_algorithm=all_gather",
                  "collectives.protocol=simple")
-    folded = run_yaml(CP_FABRIC, *overrides).summary
-    unfolded = run_yaml(CP_FABRIC, *overrides, "run.fold=false").summary
+    folded = run_yaml(CP_FABRIC_TEMPLATE, *overrides).summary
+    unfolded = run_yaml(CP_FABRIC_TEMPLATE, *overrides, "run.fold=false").summary
     assert folded["folded"] and folded["simulated_ranks"] == 8 and "fold_off_reason" not in folded
     assert folded["fold_lanes_reason"].startswith("send_recv 'recv bwd mb3' over GPUs [16, 0] ended on its mirrors "
                                                   "between 37.83 and 38 ms")
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert folded["exposed_comm_s"] == pytest.approx(unfolded["exposed_comm_s"], rel=1e-12)
     assert folded["exposed_comm_s"]["pp"] == pytest.approx(0.0018145, rel=1e-4)
-    loaded = scenario_from_text(CP_FABRIC, "inline.yaml", list(overrides))
+    loaded = scenario_from_text(CP_FABRIC_TEMPLATE, "inline.yaml", list(overrides))
     topology = scenario_topology(loaded)
     prepared = prepare_training(loaded, topology, StepFaultPlan())
     assert len(prepared.step.program.ranks) == 4
@@ -728,29 +719,6 @@ def test_hsdp_over_dp_and_cp_folds_exactly(run_yaml):
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
 
 
-NO_REFOLDS = "too large to refold"
-"""What a budget that refuses every refold says (`RefoldBudget`)."""
-
-
-def _refused_unfolded(text: str, refolds: bool | None = False) -> dict:
-    """The summary of ``text`` run with a guard that refuses every unfolding (a step too large unfolded), and a
-    refold budget that refuses every refold, or with ``refolds`` allows each (None: no budget, as a job's states
-    run, which tries no refold)."""
-    from simulator.engine.faults import FaultHooks
-    from simulator.errors import ScenarioError
-    from simulator.simulation import simulate_training, step_faults
-
-    loaded = scenario_from_text(text, "inline.yaml", [])
-    topology = scenario_topology(loaded)
-
-    def refuse(unfolding):
-        raise ScenarioError(f"too large unfolded: {unfolding.reason}")
-
-    return simulate_training(loaded, topology, FaultHooks(topology, step_faults(loaded, topology)),
-                             guard=refuse,
-                             budget=None if refolds is None else lambda ranks: "" if refolds else NO_REFOLDS).summary
-
-
 def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_of_step():
     """Where a collective's mirrors fell out of step the guard's refusal stands (exit 2 at the CLI, as for the
     checks before the run); where only pipeline hand-offs did (ONE_NIC: 'send fwd mb0' and no other), the folded
@@ -762,8 +730,8 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     from simulator.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="too large unfolded: all_reduce 'tp all_reduce"):
-        _refused_unfolded(TWO_PER_NIC)
-    summary = _refused_unfolded(ONE_NIC)
+        refused_unfolded(TWO_PER_NIC)
+    summary = refused_unfolded(ONE_NIC)
     assert summary["folded"] and "fold_off_reason" not in summary
     (warning,) = summary["warnings"]
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
@@ -789,7 +757,7 @@ def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_
     applies there: its copies cross the same hops in every replica (they meet one another), and where the step
     may not unfold route classes are proposed by hops only (`fold_policy.route_steps`), which part none: the finer
     ones are listed as not tried."""
-    summary = _refused_unfolded(LEAF_GROUPS_OF_THREE + "parallelism: {tp: 1, pp: 16, dp: 3}\n", refolds=True)
+    summary = refused_unfolded(LEAF_GROUPS_OF_THREE + "parallelism: {tp: 1, pp: 16, dp: 3}\n", refolds=True)
     assert summary["folded"] and summary["simulated_ranks"] == 16
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("routes", None)]
     (warning,) = summary["warnings"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_bad_input import CLUSTER_TOPOLOGY, COMM_SCENARIO, TRAINING_SCENARIO, mutated
+from shared import CLUSTER_TOPOLOGY, COMM_SCENARIO, TRAINING_SCENARIO, mutated
 
 from simulator.cli import main
 

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_replicas import CP_FABRIC
-from test_replicas import THREE_TIERS as TIERS
+from shared import CP_FABRIC, SHARED_NICS, THREE_TIERS, step_program_and_plans
 
-from simulator import simulation
-from simulator.config.loader import scenario_from_text
 from simulator.engine.sharing import _connected_sets, kept_mirrors, private_collectives
 from simulator.program.ops import CollectiveOp
 from simulator.topology.builders import build_topology
-from simulator.topology.loader import scenario_topology
 from simulator.topology.periods import NO_IMAGE, Periods
 
 FABRICS = {
@@ -73,16 +69,8 @@ model: {preset: llama3-8b, layers: 8}
 training: {seq_len: 2048, global_batch: 64, micro_batch: 1}
 parallelism: {tp: 4, pp: 4, dp: 16, order: [tp, cp, pp, dp], sequence_parallel: true, zero: 1}
 """
-THREE_TIERS = TIERS.replace("pods: 2", "pods: 4")
-"""test_replicas' three tiers with a pod per replica: rings across the cores."""
-
-
-def _folded(text: str):
-    loaded = scenario_from_text(text, "inline.yaml", [])
-    topology = scenario_topology(loaded)
-    program = simulation.step_program(loaded, topology, fold=True)
-    settings = simulation.network_settings(loaded, topology)
-    return program, simulation.plan_cache(topology, settings), lambda: simulation.plan_cache(topology, settings)
+POD_PER_REPLICA = THREE_TIERS.replace("pods: 2", "pods: 4")
+"""THREE_TIERS (tests/shared.py) with a pod per replica: rings across the cores."""
 
 
 def _mirrored(ops) -> list[CollectiveOp]:
@@ -94,11 +82,11 @@ def _mirrored(ops) -> list[CollectiveOp]:
     return list(found.values())
 
 
-@pytest.mark.parametrize("text", [CP_FABRIC, DP_FABRIC, THREE_TIERS], ids=["cp", "dp", "three tiers"])
+@pytest.mark.parametrize("text", [CP_FABRIC, DP_FABRIC, POD_PER_REPLICA], ids=["cp", "dp", "three tiers"])
 def test_mirror_link_tables_equal_planning_every_mirror(text):
     """Each op's table of mirror link sets holds, row by row, the links of the mirror planned and routed on its
     own; rows of one class are translates (some of the rows here)."""
-    program, plans, fresh = _folded(text)
+    program, plans, fresh = step_program_and_plans(text)
     direct = fresh()
     rows = classes = 0
     for op in _mirrored(program.ops):
@@ -111,14 +99,14 @@ def test_mirror_link_tables_equal_planning_every_mirror(text):
     assert classes < rows
 
 
-@pytest.mark.parametrize("text, prunes", [(CP_FABRIC, False), (DP_FABRIC, True), (THREE_TIERS, True)],
+@pytest.mark.parametrize("text, prunes", [(CP_FABRIC, False), (DP_FABRIC, True), (POD_PER_REPLICA, True)],
                          ids=["cp", "dp", "three tiers"])
 def test_kept_mirrors_are_those_joined_to_the_simulated_traffic(text, prunes):
     """The definition, mirror by mirror, with every mirror planned on its own: a mirror is kept when a chain of
     mirrors sharing links joins it to a link of the simulated ranks' own collectives (here every mirror where
     the K/V gathers' rings cross every host's NICs, some of them elsewhere); the private collectives found with
     the kept mirrors' links read off the tables are those found routing each mirror."""
-    program, plans, fresh = _folded(text)
+    program, plans, fresh = step_program_and_plans(text)
     direct = fresh()
     ops = _mirrored(program.ops)
     reached = set().union(*(direct.links(op, op.group) for op in program.ops if isinstance(op, CollectiveOp)))
@@ -139,16 +127,6 @@ def test_kept_mirrors_are_those_joined_to_the_simulated_traffic(text, prunes):
     assert private == private_collectives(program.ops, direct.links, program.async_streams, kept)
 
 
-SHARED_NICS = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2, oversubscription: 2, nics_per_node: 4}
-collectives: {channels: 2}
-model: {layers: 12, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 4}
-parallelism: {tp: 8, pp: 2, dp: 2}
-"""
-"""tests/test_folding.py's lanes sharing a NIC whose DP rings meet the uplinks unevenly: folding is not exact."""
-
-
 PARTIAL_POD = """
 cluster: {topology: dgx-h100-cluster, nodes: 10, leaf_ports: 2, tiers: 3, pods: 2, spines: 2, oversubscription: 2}
 model: {preset: llama3-8b, layers: 4}
@@ -159,7 +137,7 @@ parallelism: {tp: 8, cp: 2, pp: 1, dp: 5, order: [tp, cp, pp, dp], sequence_para
 """Five leaf groups in pods of three and two: translates into the second pod meet narrower core links."""
 
 
-@pytest.mark.parametrize("text, asymmetric", [(CP_FABRIC, False), (THREE_TIERS, False), (SHARED_NICS, True),
+@pytest.mark.parametrize("text, asymmetric", [(CP_FABRIC, False), (POD_PER_REPLICA, False), (SHARED_NICS, True),
                                               (PARTIAL_POD, False)],
                          ids=["cp", "three tiers", "shared NICs", "partial pod"])
 def test_the_fold_symmetry_check_compares_one_mirror_per_class(monkeypatch, text, asymmetric):
@@ -168,7 +146,7 @@ def test_the_fold_symmetry_check_compares_one_mirror_per_class(monkeypatch, text
     from simulator.engine.symmetry import _class_firsts, asymmetric_replicas
     from simulator.network.model import effective_capacity
 
-    program, plans, fresh = _folded(text)
+    program, plans, fresh = step_program_and_plans(text)
     capacity = effective_capacity(plans.topology, {})
     verdict = asymmetric_replicas(program.ops, plans, capacity)
     assert bool(verdict) == asymmetric
@@ -187,7 +165,7 @@ def test_the_fold_symmetry_check_skips_groups_translated_from_one_compared(monke
     from simulator.engine import symmetry
     from simulator.network.model import effective_capacity
 
-    program, plans, fresh = _folded(CP_FABRIC)
+    program, plans, fresh = step_program_and_plans(CP_FABRIC)
     capacity = effective_capacity(plans.topology, {})
     compared: list[tuple[int, ...]] = []
     verdict_of = symmetry._mirror_verdict
@@ -346,7 +324,7 @@ def test_the_fold_symmetry_check_reads_the_tables_kept_mirrors_reads():
     from simulator.engine.symmetry import asymmetric_replicas
     from simulator.network.model import effective_capacity
 
-    program, plans, fresh = _folded(PARTIAL_POD)
+    program, plans, fresh = step_program_and_plans(PARTIAL_POD)
     alone = fresh()
     kept_mirrors(program.ops, alone)
     assert asymmetric_replicas(program.ops, plans, effective_capacity(plans.topology, {})) == ""

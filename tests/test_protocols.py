@@ -8,8 +8,7 @@ import json
 import math
 
 import pytest
-from test_collectives import ALPHA, BANDWIDTH, KIB, MIB, switch_topology, two_level_topology
-from test_traces import chakra_scenario, chakra_step, run
+from shared import ALPHA, BANDWIDTH, KIB, MIB, chakra_scenario, chakra_step, run, switch_topology, two_level_topology
 
 from simulator.cli import main
 from simulator.collectives import protocols

@@ -17,8 +17,7 @@ from typing import cast
 
 import numpy as np
 import pytest
-from shared import assert_same_figures
-from test_folding import CP_FABRIC
+from shared import ALTERNATING, CP_FABRIC_TEMPLATE, WRAP_ON_UNLIKE_SPINES, assert_same_figures
 
 from simulator import simulation
 from simulator.config.loader import scenario_from_text
@@ -37,13 +36,6 @@ from simulator.program.unfolding import Unfolding
 from simulator.simulation import network_settings, plan_cache, prepare_training, run_step, simulate, step_program
 from simulator.topology.loader import scenario_topology
 
-ALTERNATING = """
-cluster: {topology: dgx-h100-cluster, nodes: 4}
-model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000,
-        moe: {experts: 16, top_k: 2, routing: {balance: dirichlet, skew: 0.2}}}
-training: {seq_len: 1024, microbatches: 4, recompute: full}
-parallelism: {tp: 1, dp: 32, ep: 8, zero: 1}
-"""
 BY_HOST_PARITY = RankClasses((0,) * 8 + (1,) * 8 + (0,) * 8 + (1,) * 8)
 """Positions 0-7 (host 0) and 16-23 (host 2) in one class, hosts 1 and 3 in the other."""
 
@@ -112,15 +104,6 @@ def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_the
         "which would simulate 1 rank and copy it to the others, for the same reason")
 
 
-WRAP_ON_UNLIKE_SPINES = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 1, spines: 2, oversubscription: 2}
-model: {layers: 16, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 4096, microbatches: 8, precision: bf16}
-parallelism: {tp: 8, pp: 2, dp: 2, order: [tp, cp, dp, pp], pipeline: {schedule: interleaved, virtual_stages: 2}}
-"""
-"""Four DGX H100, one per leaf group, two spines at 2:1; TP 8 on each host, stage 0 on hosts 0 and 1 (the two DP
-replicas), stage 1 on hosts 2 and 3, interleaved with two chunks per rank, so stage 0 hands its chunk 1's
-gradients back to stage 1 (the wrap) over the spines while the stage's DP ring crosses them too."""
 BY_HOST = RankClasses((0,) * 8 + (1,) * 8)
 """Positions 0-7 (hosts 0 and 2) in one class, 8-15 (hosts 1 and 3) in the other."""
 OUT_OF_STEP = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 56.91 and 57.09 ms"
@@ -324,7 +307,6 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     assert folded == unfolded
 
 
-
 def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monkeypatch):
     """The rule of the first folded run holds for refolds: on the wrap case with TP 4 x CP 2, where route classes,
     lanes and their meet run in turn and the meet keeps pace (above), a route run reported with a collective
@@ -371,7 +353,6 @@ def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
     assert meet_step(never, folded, [ran(hosts), ran(by_host_and_lane)], *unused, StepFaultPlan()) is None
 
 
-
 def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch):
     """`_refined_step`'s rule, with `fold_verdict` refusing every program: on the wrap case with TP 4 x CP 2
     (folded by stage, each refold small enough to order) route classes, lanes and their meet all run when
@@ -391,7 +372,7 @@ def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch)
         met = meet_step(build, folded, ran, *judged, StepFaultPlan()) if len(ran) == 2 else None
         return [step.program.ranks if isinstance(step, FoldedStep) else step for step in (routes, lanes, met)]
 
-    cp_loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
+    cp_loaded = scenario_from_text(CP_FABRIC_TEMPLATE, "inline.yaml", [
         "cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
         "parallelism.dp=2", "parallelism.cp_algorithm=all_gather", "collectives.protocol=simple"])
     classed = prepare_training(cp_loaded, scenario_topology(cp_loaded), StepFaultPlan())
@@ -447,7 +428,7 @@ def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the
     1 and 2 of each stage: 4 of 64 ranks), which route classes may add nothing to (`route_steps` then gives none):
     where only the lanes ran (8 ranks) and fell out of step, the meet is one rank per CP lane of each of those
     classes (16 ranks); without a refold run, or with a stage fold and one refold, none."""
-    loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
+    loaded = scenario_from_text(CP_FABRIC_TEMPLATE, "inline.yaml", [
         "cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
         "parallelism.dp=2", "parallelism.cp_algorithm=all_gather", "collectives.protocol=simple"])
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
@@ -468,7 +449,7 @@ def test_a_classed_steps_route_refolds_class_the_stage_fold_it_was_classed_from(
     refolds (`route_steps`) class that fold's ranks without building it or ordering its collectives again (the
     DeepSeek-V3-style DualPipeV step at global batch 2048 built its 36,377-op stage fold twice); dropped, the
     stage fold is built again, and the refolds drawn are the same."""
-    loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
+    loaded = scenario_from_text(CP_FABRIC_TEMPLATE, "inline.yaml", [
         "cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
         "parallelism.dp=2", "parallelism.cp_algorithm=all_gather", "collectives.protocol=simple"])
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())

@@ -42,8 +42,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from shared import ONE_GPU_HOSTS
-from test_reliability_study import renewal_ettr
+from shared import ONE_GPU_HOSTS, renewal_ettr
 
 from simulator.config.loader import scenario_from_text
 

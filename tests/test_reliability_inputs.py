@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from shared import SPARE_JOB
 
 from simulator.cli import main
 from simulator.config.loader import load_scenario
@@ -21,31 +22,6 @@ from simulator.reliability.simulate import _refuse_unfolded_steps, check_job
 from simulator.scale import capped_topology, classed_estimate, unfolded_beyond_limits
 from simulator.topology.loader import load_topology
 from simulator.units import format_bandwidth, format_duration, format_size
-
-BASE = """cluster:
-  topology: dgx-h100-cluster
-  nodes: 2
-model:
-  preset: llama3-8b
-training:
-  seq_len: 1024
-  global_batch: 16
-parallelism:
-  tp: 8
-run:
-  horizon: 2 d
-faults:
-  components:
-    gpu:
-      mtbf: 1000 h
-      repair: 4 h
-checkpoint:
-  interval: 30 min
-storage:
-  capacity: 1 PB
-restart:
-  spares: 1
-"""
 
 BAD = {
     "negative rate": (("      mtbf: 1000 h", "      rate: -3 per 54 d"), 16, "faults.components.gpu.rate"),
@@ -102,9 +78,9 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_job_input_is_one_located_line(case, tmp_path, capsys):
     (old, new), line, field = BAD[case]
-    assert old in BASE
+    assert old in SPARE_JOB
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace(old, new))
+    scenario.write_text(SPARE_JOB.replace(old, new))
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
@@ -118,7 +94,7 @@ def test_a_checkpoint_larger_than_the_storage_reads_in_decimal_units(tmp_path, c
     given in decimal units came back in another base. The checkpoint and the storage read in decimal units, as
     their fields are given: llama3-8b's 8,030,261,248 parameters x 14 B = 112.4 GB against 100 GB."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE)
+    scenario.write_text(SPARE_JOB)
     assert main(["validate", str(scenario), "--set", "storage.capacity=100GB"]) == 2
     assert capsys.readouterr().err == (
         "error: command line: trainsim validate: --set storage.capacity=100GB: a 112.4 GB checkpoint is larger than "
@@ -135,7 +111,7 @@ def test_a_checkpoint_just_larger_than_the_storage_reads_larger(tmp_path, capsys
     """A checkpoint of 100.02 GB against 100 GB of storage was refused as 'a 100 GB checkpoint is larger than the
     storage (100 GB)': four significant digits made the two sizes equal. They take the digits it needs to differ."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE)
+    scenario.write_text(SPARE_JOB)
     assert main(["validate", str(scenario), "--set", f"checkpoint.size={size}",
                  "--set", f"storage.capacity={capacity}"]) == 2
     assert capsys.readouterr().err == f"error: command line: trainsim validate: --set checkpoint.size={size}: {shown}\n"
@@ -178,12 +154,12 @@ def test_a_preset_class_given_a_repair_alone_keeps_the_presets_rate(tmp_path, ca
     assert classes["hbm"].rate_per_unit_s == pytest.approx(72 / 16384 / (54 * 86400), rel=1e-12)
     assert (classes["hbm"].distribution, classes["hbm"].shape, classes["hbm"].repair_s) == ("weibull", 0.7, 2 * 86400.0)
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace("      mtbf: 1000 h\n", ""))
+    scenario.write_text(SPARE_JOB.replace("      mtbf: 1000 h\n", ""))
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == (
         f"error: {scenario}:15: faults.components.gpu: give one of mtbf and rate (allowed: mtbf: '50000 h', rate: "
         "'3 per 54 d'; a class of faults.preset keeps the preset's without them)\n")
-    scenario.write_text(BASE.replace("      mtbf: 1000 h", "      mtbf: 1000 h\n      rate: 1 per 1 h"))
+    scenario.write_text(SPARE_JOB.replace("      mtbf: 1000 h", "      mtbf: 1000 h\n      rate: 1 per 1 h"))
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == (
         f"error: {scenario}:15: faults.components.gpu: give one of mtbf and rate, not both (allowed: mtbf: '50000 h', "
@@ -224,14 +200,14 @@ def test_a_preset_class_moved_to_another_unit_needs_its_own_rate(tmp_path, capsy
     assert err.count("\n") == 1 and "faults.components.gpu.unit=host" in err
     assert "the preset's gpu rate is per gpu, and a class moved to unit 'host' needs its own mtbf or rate" in err
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace("  components:", "  preset: llama3\n  components:")
+    scenario.write_text(SPARE_JOB.replace("  components:", "  preset: llama3\n  components:")
                         .replace("      mtbf: 1000 h\n", "      unit: host\n"))
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == (
         f"error: {scenario}:17: faults.components.gpu.unit: the preset's gpu rate is per gpu, and a class moved to "
         "unit 'host' needs its own mtbf or rate (allowed: unit 'gpu' to keep the preset's rate, or mtbf: "
         "'50000 h', rate: '3 per 54 d')\n")
-    scenario.write_text(BASE.replace("  components:", "  preset: llama3\n  components:")
+    scenario.write_text(SPARE_JOB.replace("  components:", "  preset: llama3\n  components:")
                         .replace("      mtbf: 1000 h\n", "      unit: host\n      mtbf: 1000 h\n"))
     assert main(["validate", str(scenario)]) == 0
 
@@ -258,7 +234,7 @@ def test_an_unknown_effect_names_the_choices(tmp_path, capsys):
     """An enum field's refusal was pydantic's own words, "Input should be 'replace', 'restart', 'degrade' or
     'straggle'", with no (allowed: ...) as every literal field's has."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace("      repair: 4 h", "      effect: explode"))
+    scenario.write_text(SPARE_JOB.replace("      repair: 4 h", "      effect: explode"))
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == (f"error: {scenario}:17: faults.components.gpu.effect: 'explode' is not a valid "
                                        "choice (allowed: replace, restart, degrade or straggle)\n")
@@ -268,7 +244,7 @@ def test_a_misspelt_key_of_a_failure_class_names_the_class_fields(tmp_path, caps
     """A key of `faults.components.gpu` spelt wrong (`repiar`) was refused with no (allowed: ...): the
     schema walk that lists a section's fields stopped at the class's name, a key of a mapping, not a field."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace("      repair: 4 h", "      repiar: 4 h"))
+    scenario.write_text(SPARE_JOB.replace("      repair: 4 h", "      repiar: 4 h"))
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == (
         f"error: {scenario}:17: faults.components.gpu.repiar: unknown key 'repiar' (allowed: unit, effect, "
@@ -331,7 +307,7 @@ def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
     step), at the same field where it needs the step."""
     (old, new), _, _ = BAD[case]
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace(old, new))
+    scenario.write_text(SPARE_JOB.replace(old, new))
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
     refused = capsys.readouterr().err
     if case == "replications past the event limit":  # its excess is checkpoints, which validate cannot count
@@ -438,7 +414,7 @@ def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     unknown unit 'steps'; a failure rate that would draw 27.6 million failures (16 GPUs failing every 100 ms
     for 2 days) is refused before any is drawn, not simulated for many minutes."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace(*change))
+    scenario.write_text(SPARE_JOB.replace(*change))
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     problem = err.split(": ", 2)[2]
@@ -454,7 +430,7 @@ def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, caps
     import pandas as pd
 
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE)
+    scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", "checkpoint.interval=3 d"]) == 0
     job = json.loads((out / "job_summary.json").read_text())
@@ -474,7 +450,8 @@ def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, caps
     assert main(["validate", str(scenario), "--quiet", "--set", "checkpoint.interval=259208.6 s"]) == 0
     assert "a checkpoint every 3 d is longer than run.horizon (2 d)" in capsys.readouterr().err  # was 259,208.6 s
     short = tmp_path / "short.yaml"
-    short.write_text(BASE.replace("  interval: 30 min\n", "  mode: sync\n").replace("horizon: 2 d", "horizon: 20 min"))
+    short.write_text(SPARE_JOB.replace("  interval: 30 min\n", "  mode: sync\n").replace("horizon: 2 d",
+                                                                                        "horizon: 20 min"))
     assert main(["run", str(short), "--out", str(out), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
 
@@ -487,7 +464,7 @@ def test_an_interval_whose_first_write_ends_at_the_horizon_warns_and_the_bound_i
     import pandas as pd
 
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace("mtbf: 1000 h", "mtbf: 1000000000 h"))
+    scenario.write_text(SPARE_JOB.replace("mtbf: 1000 h", "mtbf: 1000000000 h"))
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()
@@ -515,7 +492,7 @@ def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):
     150 TiB at the limit's rate): 16 GPUs failing 1e300 times a second for 2 d draw 16 x 1e300 x 172,800 =
     2.765e306 failures, whose count numpy could not even draw (its 'lam value too large' was a traceback)."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace("      mtbf: 1000 h", "      rate: 1e300 per 1 s"))
+    scenario.write_text(SPARE_JOB.replace("      mtbf: 1000 h", "      rate: 1e300 per 1 s"))
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out), "--force"]) == 2
     assert capsys.readouterr().err.strip() == (
@@ -543,7 +520,7 @@ def test_a_class_of_a_unit_the_cluster_lacks_is_refused(tmp_path, capsys):
     """A `nic` class on one DGX H100 (8 GPUs on NVSwitch, no NIC, switch or cable) counted no units: the job
     ran without a single NIC failure and said nothing. Now it is one located line, also from `validate`; the
     llama3 preset's network classes still count none there without a word (the preset is for any cluster)."""
-    single = BASE.replace("  topology: dgx-h100-cluster\n  nodes: 2\n", "  topology: dgx-h100\n").replace(
+    single = SPARE_JOB.replace("  topology: dgx-h100-cluster\n  nodes: 2\n", "  topology: dgx-h100\n").replace(
         "global_batch: 16", "global_batch: 8")
     scenario = tmp_path / "job.yaml"
     scenario.write_text(single.replace("    gpu:", "    nic:"))
@@ -563,7 +540,7 @@ def test_a_preset_class_given_a_new_rate_keeps_its_label_and_repair(tmp_path):
     from simulator.config.loader import scenario_from_text
     from simulator.reliability.simulate import simulate_job
 
-    text = BASE.replace("faults:\n", "faults:\n  preset: llama3\n").replace("      repair: 4 h\n", "")
+    text = SPARE_JOB.replace("faults:\n", "faults:\n  preset: llama3\n").replace("      repair: 4 h\n", "")
     model = simulate_job(scenario_from_text(text)).summary["failure_model"]
     assert model["gpu"]["label"] == "faulty GPU" and model["gpu"]["repair_s"] == 2 * 86400.0
     assert model["gpu"]["rate_per_unit_per_h"] == pytest.approx(1 / 1000)
@@ -574,7 +551,7 @@ def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, ca
     """`--multipliers inf` is refused at the flag (it was refused at a `--set faults.rate_multiplier=inf` the
     user never typed)."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE)
+    scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
     assert main(["study", "mtbf", str(scenario), f"--multipliers={multipliers}", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
@@ -588,7 +565,7 @@ def test_study_intervals_may_be_whole_steps_as_checkpoint_interval_is(tmp_path, 
     duration unit 'steps'") though every point runs whole steps: it now runs those steps exactly, and a step count
     that is not whole is refused at the option as the field refuses it."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE)
+    scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "2steps,4 steps", "--out", str(out),
                  "--quiet"]) == 0
@@ -607,7 +584,7 @@ def test_study_intervals_that_round_to_the_same_steps_are_refused_as_a_value_giv
     the same whole steps (or two durations below half a step, both raised to one) ran the same point twice, a
     duplicate row in the curve and its fit. They are refused before any point runs, naming both and the steps."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE)
+    scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "2steps", "--out", str(out),
                  "--quiet"]) == 0
@@ -634,7 +611,7 @@ def test_a_step_word_in_other_case_is_refused_as_any_unit_in_other_case_is(tmp_p
     alike, naming the unit it may mean, as a duration or size unit in the wrong case now is, in one wording
     ('10 MIN' read "unknown duration unit 'MIN'" beside "unknown unit 'Steps'"; the allowed units name the kind)."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE)
+    scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10 Steps", "--out", str(out)]) == 2
     assert capsys.readouterr().err == ("error: command line: trainsim study: --intervals: unknown unit 'Steps' in "
@@ -658,7 +635,7 @@ def test_a_study_value_beyond_the_event_limit_is_blamed_on_its_option(tmp_path, 
     refusal named the scenario's `faults` line, which the user did not change, and a multiplier that overflowed
     the rate a `--set faults.rate_multiplier=inf` the user never typed."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE)
+    scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
     assert main(["study", "mtbf", str(scenario), "--multipliers", "1,1e12", "--out", str(out)]) == 2
     assert capsys.readouterr().err == (
@@ -804,7 +781,7 @@ def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, c
     the horizon as '2 d' and the rate or size that would do; before, it advised a shorter checkpoint.interval,
     printed the horizon as '172,800.0 s', and the sync Young/Daly warning added "Daly's applies"."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(BASE.replace("  interval: 30 min\n", "  interval: 30 min\n  mode: sync\n"))
+    scenario.write_text(SPARE_JOB.replace("  interval: 30 min\n", "  interval: 30 min\n  mode: sync\n"))
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", f"storage.{field}=1 B/s"]) == 0
     job = json.loads((out / "job_summary.json").read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from shared import ONE_GPU_HOSTS, RAILS
+from shared import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
@@ -160,7 +160,6 @@ def test_straggler_states_share_one_fold_and_each_equals_its_own_run(monkeypatch
         alone = simulate(scenario_from_text(JOB64, "job64.yaml", [f"faults.step.stragglers=[{stragglers}]"])).summary
         slow = tuple((int(gpu), factor) for gpu, factor in state["slow_gpus"].items())
         assert states._CACHE[key, states.ClusterState(8, slow_gpus=slow)][1] == alone
-
 
 
 def test_a_straggler_state_run_again_shares_its_plans_parsed_and_timed_with_the_first_run(monkeypatch):
@@ -339,7 +338,6 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
                           "memory): 0 of 2 forked; the job simulates them as it meets them"]
     assert no_worker.summary == one_core.summary
     assert no_worker.table.equals(one_core.table)
-
 
 
     """The 64-GPU job on two cores reports three phases in order: the first pass over its 2 replications
@@ -899,7 +897,6 @@ def test_a_straggler_refold_beyond_the_limits_is_refused_before_the_healthy_step
             "such state is simulated refolded by the slow GPU's classes (4 stages x 4)") in capsys.readouterr().err
 
 
-
 def test_straggler_states_run_unfolded_are_held_to_the_unfolded_estimate(monkeypatch):
     """TP 2, PP 8, DP 2 on 32 GPUs: the slow replica's classes are every rank, so each straggler state runs its
     step unfolded (`fold_policy.EVERY_RANK_A_CLASS`), and the job is held to the unfolded estimate, not to the
@@ -1079,12 +1076,6 @@ def run_refused(tmp_path: Path, capsys, text: str) -> tuple[Path, str]:
     return scenario, capsys.readouterr().err
 
 
-ZERO3_JOB = SHRINKING.replace("vocab: 32000, moe: {experts: 8, top_k: 2}}", "vocab: 32000}").replace(
-    "layers: 2, hidden: 2048, heads: 16", "layers: 6, hidden: 12288, heads: 96").replace(
-    "parallelism: {dp: 4}", "parallelism: {dp: 4, zero: 3}").replace(
-    "training: {seq_len: 1024, microbatches: 1}", "training: {seq_len: 1024, microbatches: 1, grad_reduce_dtype: fp32}")
-"""Gradients reduced in fp32 (DeepSpeed's `communication_data_type: fp32`; bf16 by default), for the 18 B per
-parameter the figures below count."""
 GIB = 2.0**30
 
 

@@ -25,6 +25,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from shared import renewal_ettr
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -51,14 +52,6 @@ restart: {detection: RESTART, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
 
 def job_text(distribution: str, shape: float, restart: str) -> str:
     return JOB.replace("DIST", distribution).replace("SHAPE", repr(shape)).replace("RESTART", restart)
-
-
-def renewal_ettr(interval: float, restart: float, shape: float = 1.0, cost: float = C, mtbf: float = M) -> float:
-    """Exact ETTR of the renewal-reward model above (Weibull of the given shape with mean ``mtbf``); for
-    exponential failures the sum is Daly's closed form T e^(-R/M) / (M (e^((T+C)/M) - 1))."""
-    scale = mtbf / math.gamma(1 + 1 / shape)
-    starts = restart + np.arange(1, 100_000) * (interval + cost)
-    return interval * float(np.exp(-(starts / scale) ** shape).sum()) / mtbf
 
 
 def within_three_sigma(value: float, ettr: dict) -> bool:
@@ -91,13 +84,13 @@ def test_small_restart_cost_optimum_near_daly():
     assert fitted_optimum(intervals, ettr) == pytest.approx(daly, rel=0.02)
     assert intervals[int(np.argmax(ettr))] in (1000.0, 1200.0)
     for interval, summary in zip(intervals, curve):
-        assert within_three_sigma(renewal_ettr(interval, 10.0, 1.0), summary["ettr"])
+        assert within_three_sigma(renewal_ettr(interval, 10.0, 1.0, cost=C, mtbf=M), summary["ettr"])
 
 
 def restarts_never_fail_ettr(interval: float, restart: float) -> float:
     """ETTR under exponential failures if no failure struck during a restart: each failure costs R plus the
     work since the last checkpoint, T sum_j e^(-j (T+C)/M) / (M + R)."""
-    return renewal_ettr(interval, 0.0) * M / (M + restart)
+    return renewal_ettr(interval, 0.0, cost=C, mtbf=M) * M / (M + restart)
 
 
 @pytest.mark.parametrize("distribution, shape, optimum", [("exponential", 1.0, 1100.0), ("weibull", 0.5, 1520.0)])
@@ -109,14 +102,14 @@ def test_large_restart_cost_moves_the_optimum_only_for_weibull(distribution, sha
     curve, exponential failures 24.8 to 26.6 below the Weibull one."""
     intervals = [800.0, 1100.0, 1500.0, 2100.0]
     grid = np.linspace(300.0, 4000.0, 3701)
-    exact = grid[int(np.argmax([renewal_ettr(t, 3600.0, shape) for t in grid]))]
+    exact = grid[int(np.argmax([renewal_ettr(t, 3600.0, shape, cost=C, mtbf=M) for t in grid]))]
     assert exact == pytest.approx(optimum, rel=0.01)
     curve = simulated_curve(job_text(distribution, shape, "1 h"), intervals)
     daly = curve[0]["daly_interval_s"]
     for interval, summary in zip(intervals, curve):
-        assert within_three_sigma(renewal_ettr(interval, 3600.0, shape), summary["ettr"])
+        assert within_three_sigma(renewal_ettr(interval, 3600.0, shape, cost=C, mtbf=M), summary["ettr"])
         alternative = (restarts_never_fail_ettr(interval, 3600.0) if distribution == "exponential"
-                       else renewal_ettr(interval, 3600.0, 1.0))
+                       else renewal_ettr(interval, 3600.0, 1.0, cost=C, mtbf=M))
         assert not within_three_sigma(alternative, summary["ettr"])
     best = intervals[int(np.argmax([s["ettr"]["mean"] for s in curve]))]
     assert best == min(intervals, key=lambda t: abs(t - exact))

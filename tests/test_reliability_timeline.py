@@ -11,8 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from shared import ONE_GPU_HOSTS, RAILS
-from test_reliability_states import ZERO3_JOB
+from shared import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
 
 from simulator import simulate
 from simulator.cli import main

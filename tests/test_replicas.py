@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from shared import CP_FABRIC, DP_FABRIC, THREE_TIERS
 
 import simulator.simulation as simulation
 from simulator.engine.lockstep import Lockstep
@@ -67,30 +68,6 @@ def test_one_leaf_spreads_its_flows_over_the_spines_as_a_random_hash_would():
                                       "oversubscription": 1}).router
     crossing = Counter(wide._hops((16 + p) * 8, (32 + p) * 8, channel)[2] for p in range(16) for channel in (0, 1))
     assert len(crossing) >= 14 and max(crossing.values()) <= 4
-
-
-CP_FABRIC = """
-cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 2, spines: 2, oversubscription: 2}
-model: {layers: 8, hidden: 2048, heads: 16, kv_heads: 4, vocab: 32000}
-training: {seq_len: 16384, microbatches: 4, precision: bf16}
-parallelism: {tp: 4, cp: 4, pp: 2, dp: 2, order: [tp, cp, pp, dp], sequence_parallel: true,
-              cp_algorithm: all_gather}
-collectives: {algorithm: ring}
-"""
-DP_FABRIC = """
-cluster: {topology: dgx-h100-cluster, nodes: 32, leaf_ports: 2}
-model: {preset: llama3-8b, layers: 8}
-training: {seq_len: 2048, global_batch: 64, micro_batch: 1}
-parallelism: {tp: 4, pp: 4, dp: 16, sequence_parallel: true, zero: 1}
-"""
-
-THREE_TIERS = """
-cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 1, tiers: 3, pods: 2, spines: 2, oversubscription: 2}
-model: {preset: llama3-8b, layers: 4}
-training: {seq_len: 2048, global_batch: 32, micro_batch: 1}
-parallelism: {tp: 8, pp: 2, dp: 4, sequence_parallel: true, zero: 1}
-collectives: {algorithm: ring}
-"""
 
 
 @pytest.fixture

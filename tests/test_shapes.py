@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from test_periods import _folded
-from test_replicas import CP_FABRIC
+from shared import CP_FABRIC, step_program_and_plans
 
 from simulator.engine.shapes import CollectiveShapes, plan_key
 from simulator.program.ops import CollectiveOp, ComputeOp
@@ -12,7 +11,7 @@ from simulator.program.ops import CollectiveOp, ComputeOp
 def test_each_op_is_indexed_under_the_first_op_with_its_plan_key():
     """Every collective op, in program order, points at the first op whose plan key (its group by value) is
     its own, and each shape's group id names its group: as many shapes as distinct keys."""
-    program, _, _ = _folded(CP_FABRIC)
+    program, _, _ = step_program_and_plans(CP_FABRIC)
     shapes = CollectiveShapes.of(program.ops)
     collectives = [op for op in program.ops if isinstance(op, CollectiveOp)]
     assert list(shapes.ops) == collectives

@@ -4,11 +4,14 @@ aborting the step, GPU failures, the Python API for the job simulation, and bad 
 from __future__ import annotations
 
 import pytest
-from shared import assert_same_figures
-from test_fold_equivalence import FABRIC_HAND_OFFS
-from test_folding import CP_FABRIC
-from test_rank_classes import ALTERNATING, WRAP_ON_UNLIKE_SPINES
-from test_replicas import DP_FABRIC
+from shared import (
+    ALTERNATING,
+    CP_FABRIC_TEMPLATE,
+    DP_FABRIC,
+    FABRIC_HAND_OFFS,
+    WRAP_ON_UNLIKE_SPINES,
+    assert_same_figures,
+)
 
 from simulator import simulate
 from simulator.cli import main
@@ -223,7 +226,7 @@ def _stragglers(layout: Layout | None, stage: int = 0, factor: float = 1.3) -> s
     (ALTERNATING, (), None, 2, ""),  # classes by NVLink loads (the ring's direction through each host)
     (WRAP_ON_UNLIKE_SPINES, (), Layout(tp=8, pp=2, dp=2, order=("tp", "cp", "dp", "pp")), 4,
      "fold_routes_reason"),  # route classes after the stage fold's run, stage 0 slowed
-    (CP_FABRIC, LANES, Layout(tp=4, cp=4, pp=2, dp=2), 8, "fold_lanes_reason"),  # one rank per CP lane
+    (CP_FABRIC_TEMPLATE, LANES, Layout(tp=4, cp=4, pp=2, dp=2), 8, "fold_lanes_reason"),  # one rank per CP lane
     (FABRIC_HAND_OFFS, HOPS, Layout(tp=8, pp=3, dp=2), 6, "fold_routes_reason"),  # analytic: hops, before any run
 ], ids=["classes", "routes", "lanes", "hops"])
 def test_stragglers_alike_on_every_rank_of_a_stage_refold_exactly(text, overrides, layout, ranks, reason):

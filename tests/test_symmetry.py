@@ -12,8 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from test_periods import SHARED_NICS, _folded
-from test_replicas import CP_FABRIC
+from shared import CP_FABRIC, SHARED_NICS, step_program_and_plans
 
 from simulator.collectives.phases import Phase, Transfer
 from simulator.engine import symmetry
@@ -124,7 +123,7 @@ def test_a_zero_byte_collective_first_hides_no_group(monkeypatch, translations):
     plan at 0 bytes is empty too, so every translate was skipped and the check found nothing)."""
     if not translations:
         monkeypatch.setattr(Periods, "of", staticmethod(lambda topology: None))
-    program, _, fresh = _folded(SHARED_NICS_8)
+    program, _, fresh = step_program_and_plans(SHARED_NICS_8)
     capacity = effective_capacity(fresh().topology, {})
     ops = list(program.ops)
     first = next(op for op in ops if isinstance(op, CollectiveOp) and op.category == "dp" and op.mirrors
@@ -138,7 +137,7 @@ def test_a_zero_byte_collective_first_hides_no_group(monkeypatch, translations):
 def _translated_pair():
     """CP_FABRIC's first gradient all-reduce of the first pipeline stage and the second stage's first
     (its group and mirrors one period, 16 GPUs, on), an empty `_Translates`, the algorithm and the plan cache."""
-    program, plans, _ = _folded(CP_FABRIC)
+    program, plans, _ = step_program_and_plans(CP_FABRIC)
     shift = plans.topology.router.shift_gpus
     dp = [op for op in program.ops if isinstance(op, CollectiveOp) and op.category == "dp" and op.mirrors]
     known = next(op for op in dp if min(op.group) < shift)

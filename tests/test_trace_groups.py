@@ -4,7 +4,7 @@ record_param_comms node or its rank's process-group metadata names, and what the
 at the node.
 
 Expected figures: a 1 MiB transfer between the two single-GPU hosts of ethernet-100g with 25 Gb/s NICs takes
-the closed form `test_traces.transfer_s`; a two-rank ring all-reduce of n bytes sends n per GPU (2(p-1)/p x n).
+the closed form `shared.transfer_s`; a two-rank ring all-reduce of n bytes sends n per GPU (2(p-1)/p x n).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_traces import (
+from shared import (
     ALLREDUCE_BYTES,
     EXACT,
     KINETO_2RANK,

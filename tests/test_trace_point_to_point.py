@@ -4,7 +4,7 @@ trace's sends keep their recorded streams, and a Chakra send or receive without 
 takes its group from where the trace determines it.
 
 Expected figures: a transfer between two single-GPU hosts of ethernet-100g waits the path's latency (7 us per
-NIC, `test_traces.transfer_s`) and then streams its bytes at the Ethernet link's rate times the calibrated 0.94;
+NIC, `shared.transfer_s`) and then streams its bytes at the Ethernet link's rate times the calibrated 0.94;
 flows crossing one link share it max-min fairly, so two of them on a NIC's uplink get half its rate each.
 """
 
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_traces import EXACT, launched, p2p_job, run, transfer_s
+from shared import EXACT, launched, p2p_job, run, transfer_s
 
 from simulator.errors import TraceError
 

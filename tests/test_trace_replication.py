@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from test_traces import EVEN, EXACT, SEQ_2RANK, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
+from shared import EVEN, EXACT, SEQ_2RANK, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
 
 from simulator.config.loader import scenario_from_text
 from simulator.config.traces import TraceWorkload

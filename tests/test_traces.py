@@ -11,11 +11,35 @@ the difference of two such times.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared import (
+    ALLREDUCE_BYTES,
+    EVEN,
+    EXACT,
+    KINETO_2RANK,
+    MESH,
+    REPO,
+    SEQ_2RANK,
+    UNEVEN,
+    all_to_all_2rank,
+    allreduce_time,
+    chakra_job,
+    chakra_scenario,
+    chakra_step,
+    comms_args,
+    copy_traces,
+    launched,
+    p2p_job,
+    p2p_node,
+    run,
+    seq_args,
+    transfer_s,
+    two_host_chakra_job,
+    two_rank_scenario,
+)
 
 from simulator import simulate
 from simulator.cli import main
@@ -28,20 +52,7 @@ from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import TracedSizes, Transfer, dimensions
 from simulator.workload.traces.model import ProcessGroup
 
-REPO = Path(__file__).resolve().parents[1]
-KINETO_2RANK = REPO / "scenarios" / "traces" / "allreduce-2rank"
 CHAKRA_2RANK = REPO / "scenarios" / "traces" / "chakra-2rank"
-ALLREDUCE_BYTES = 16777216 * 2  # 16 Mi bf16 elements, as the trace's record_param_comms says
-EXACT = 1e-9
-"""Relative tolerance for figures that must agree exactly (float rounding only)."""
-
-
-def run(text: str, folder: Path):
-    """Simulate a scenario written into ``folder`` (trace paths are relative to it)."""
-    path = folder / "scenario.yaml"
-    path.write_text(text)
-    loaded = scenario_from_text(text, source=str(path))
-    return loaded, simulate(loaded)
 
 
 def refusal(text: str, folder: Path) -> ScenarioError:
@@ -49,29 +60,6 @@ def refusal(text: str, folder: Path) -> ScenarioError:
     with pytest.raises(ScenarioError) as caught:
         run(text, folder)
     return caught.value
-
-
-def two_rank_scenario(nic: str, *, dp: str = "", nodes: int = 2, extra: str = "") -> str:
-    return (f"cluster: {{topology: ethernet-100g, nodes: {nodes}, nic_bandwidth: {nic}}}\n"
-            f"collectives: {{algorithm: ring}}\n{extra}"
-            f"workload: {{trace: '{KINETO_2RANK}/rank*.json', format: kineto{dp}}}\n")
-
-
-def allreduce_time(loaded, nbytes: float, ranks: int, op: str = "all_reduce") -> float:
-    """``op``'s time over the first ``ranks`` GPUs of the scenario's cluster on an idle network."""
-    topology = scenario_topology(loaded)
-    settings = network_settings(loaded, topology)
-    return time_collective(topology, op, settings.algorithm, ranks, nbytes,
-                           efficiency=dict(settings.efficiency), chunk_bytes=settings.chunk_bytes,
-                           channels=settings.channels)
-
-
-def transfer_s(nic_bit_rate: float, nbytes: float = ALLREDUCE_BYTES) -> float:
-    """The closed form of a transfer of ``nbytes`` (by default the traces' 32 MiB) between the two single-GPU
-    hosts of ethernet-100g (topologies/ethernet-100g.yaml) with NICs of ``nic_bit_rate`` (bits/s): the path's
-    latency, 7 us per NIC through the one switch, plus the bytes over the Ethernet link's rate at the calibrated
-    Ethernet efficiency, 0.94 (the GPU's 32 GB/s PCIe to its NIC, at 0.8 of it, is faster)."""
-    return 2 * 7e-6 + nbytes / (nic_bit_rate / 8 * 0.94)
 
 
 def test_two_rank_allreduce_is_recosted_and_a_slower_network_adds_exactly_its_extra_time(tmp_path):
@@ -622,30 +610,6 @@ def test_a_transfer_whose_peer_the_trace_does_not_tell_keeps_its_traced_time_and
         "not tell the peer (first: 'ncclDevKernel_SendRecv')"] * 2
 
 
-def chakra_step(folder: Path, rank: int, groups: list[dict] | None, pg_name: str = "1", gemm_us: int = 1000) -> None:
-    """A Chakra trace of one rank (a JSON array of nodes): PyTorch's process-group metadata node as Chakra's
-    converter keeps it (the JSON of pg_config_info inside the Python text of `inputs.values`), a GEMM, a 64 MiB
-    all-reduce of group ``pg_name``, 100 us after it."""
-    inputs = {"values": str([json.dumps(groups)]), "shapes": "[[]]", "types": "['String']"}
-    nodes = [{"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE", "inputs": inputs}] if groups else []
-    nodes += [{"id": 2, "name": "gemm", "type": "COMP_NODE", "durationMicros": gemm_us},
-              {"id": 3, "name": "all_reduce", "type": "COMM_COLL_NODE", "dataDeps": [2],
-               "attr": [{"name": "comm_type", "int64Val": 0}, {"name": "comm_size", "int64Val": 64 * 2**20},
-                        {"name": "pg_name", "stringVal": pg_name}]},
-              {"id": 4, "name": "after", "type": "COMP_NODE", "dataDeps": [3], "durationMicros": 100}]
-    (folder / f"rank{rank}.json").write_text(json.dumps(nodes))
-
-
-MESH = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "ranks": [], "group_size": 2},
-        {"pg_name": "1", "pg_desc": "mesh_tp", "backend_config": "cuda:nccl", "ranks": [0, 1], "group_size": 2}]
-
-
-def chakra_scenario(folder: Path, cluster: str = "{topology: dgx-h100}", algorithm: str = "ring",
-                    protocol: str = "auto") -> str:
-    return (f"cluster: {cluster}\ncollectives: {{algorithm: {algorithm}, protocol: {protocol}}}\n"
-            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
-
-
 @pytest.mark.parametrize(("groups", "pg_name", "kind"), [(MESH, "1", "tp"), (MESH, "0", "dp"), (None, "tp", "tp"),
                                                         (None, "1", "dp")])
 def test_a_chakra_collective_counts_as_the_dimension_its_process_group_names(tmp_path, groups, pg_name, kind):
@@ -725,12 +689,6 @@ def test_unreadable_chakra_process_group_metadata_is_refused_at_its_node(tmp_pat
     with pytest.raises(TraceError) as caught:
         run(chakra_scenario(tmp_path), tmp_path)
     assert caught.value.field == "nodes[0].inputs.values" and caught.value.problem == problem
-
-
-def copy_traces(source: Path, folder: Path) -> Path:
-    target = folder / "traces"
-    shutil.copytree(source, target)
-    return target
 
 
 def edit_event(path: Path, index: int, **changes) -> None:
@@ -1016,48 +974,10 @@ def test_one_chakra_stage_traced_alone_sends_to_the_untraced_stage_over_the_netw
         "the network as soon as this rank reaches them, the peer taken as ready"]
 
 
-PIPELINE_GROUPS = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 4},
-                   {"pg_name": "2", "pg_desc": "undefined", "ranks": [1, 2, 3], "group_size": 3},
-                   {"pg_name": "3", "pg_desc": "undefined", "ranks": [0, 1], "group_size": 2}]
-"""A 4-rank job's process groups as PyTorch's execution-trace observer records them: the default group, a
-pipeline group of ranks 1-3 and a two-rank pipeline group of ranks 0 and 1."""
-
-
-def launched(kind: str, group: str, place: int | None, first_id: int, deps: list[int]) -> list[dict]:
-    """A send or receive of 32 MiB in process group ``group`` as Chakra's converter writes it from a PyTorch
-    execution trace: no comm_dst / comm_src, and (``place`` not None) the record_param_comms CPU op that launched
-    it, kept as a node of its own and the GPU node's control dependency, its inputs the text of PyTorch's
-    RECORD_PARAM_COMMS_DATA list (input tensors, (seq, is-p2p), (group name, description), the peer's rank in the
-    group, the name, split sizes, global rank start and stride, the group's size)."""
-    node = {"id": first_id + 1, "name": "ncclDevKernel_SendRecv", "type": f"COMM_{kind.upper()}_NODE",
-            "dataDeps": deps, "attr": [{"name": "comm_size", "int64Val": ALLREDUCE_BYTES},
-                                       {"name": "pg_name", "stringVal": group},
-                                       {"name": "is_cpu_op", "boolVal": False}]}
-    if place is None:
-        return [node]
-    values = [[[7, 8, 0, ALLREDUCE_BYTES // 2, 2, "cuda:0"]], [12, True], [group, "undefined"], place, kind, [], [],
-              0, 1, 3]
-    launcher = {"id": first_id, "name": "record_param_comms", "type": "COMP_NODE", "dataDeps": deps,
-                "inputs": {"values": str(values), "shapes": "[]", "types": "[]"},
-                "attr": [{"name": "is_cpu_op", "boolVal": True}]}
-    return [launcher, {**node, "ctrlDeps": [first_id], "dataDeps": [first_id]}]
-
-
 def garbled(nodes: list[dict]) -> list[dict]:
     """``launched``'s nodes with the launcher's inputs replaced by text that names no rank."""
     launcher, node = nodes
     return [{**launcher, "inputs": {**launcher["inputs"], "values": "['send']"}}, node]
-
-
-def p2p_job(folder: Path, ranks: dict[int, list[dict]]) -> str:
-    """Chakra traces of ranks 0-3 of the job of PIPELINE_GROUPS (``ranks``: each rank's nodes after the
-    process-group metadata, node 1), on four single-GPU hosts of 25 Gb/s Ethernet; returns the scenario."""
-    meta = {"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE",
-            "inputs": {"values": str([json.dumps(PIPELINE_GROUPS)])}}
-    for rank, nodes in ranks.items():
-        (folder / f"rank{rank}.json").write_text(json.dumps([meta, *nodes]))
-    return (f"cluster: {{topology: ethernet-100g, nodes: 4, nic_bandwidth: 25 Gb/s}}\n"
-            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
 
 
 IDLE = {"id": 2, "name": "idle", "type": "COMP_NODE", "durationMicros": 10}
@@ -1145,26 +1065,6 @@ def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
     assert error.problem == (f"send 'send activations' is rank 0's 1st send to rank 1, but rank 1's trace "
                              f"({traces / 'rank1.json'}) has 0 matching receives")
     assert error.allowed == "a receive on the peer for each send, matched by process group and order"
-
-
-def p2p_node(node_id: int, kind: str, peer: int, nbytes: int, *, tag: int | None = None, group: str | None = None,
-             deps: tuple[int, ...] = ()) -> dict:
-    """A Chakra send (receive) of ``nbytes`` to (from) ``peer``, with its ``comm_tag`` and ``pg_name`` where
-    given, after the nodes ``deps`` (control dependencies)."""
-    attrs = [{"name": "comm_size", "int64Val": nbytes},
-             {"name": "comm_dst" if kind == "send" else "comm_src", "int32Val": peer}]
-    attrs += [{"name": "comm_tag", "int64Val": tag}] if tag is not None else []
-    attrs += [{"name": "pg_name", "stringVal": group}] if group is not None else []
-    return {"id": node_id, "name": f"{kind} {node_id}", "type": f"COMM_{kind.upper()}_NODE", "attr": attrs,
-            "ctrlDeps": list(deps)}
-
-
-def two_host_chakra_job(folder: Path, ranks: dict[int, list[dict]]) -> str:
-    """Chakra traces of ``ranks`` (each rank's nodes) on the two single-GPU hosts of 25 Gb/s Ethernet."""
-    for rank, nodes in ranks.items():
-        (folder / f"rank{rank}.json").write_text(json.dumps(nodes))
-    return (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
-            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
 
 
 def test_transfers_match_in_order_whatever_their_tags(tmp_path):
@@ -1292,19 +1192,6 @@ def test_the_wrong_format_is_named(tmp_path):
         run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/nodes.json'}}\n", tmp_path)
     assert caught.value.problem == ("no traceEvents list, and it looks like a Chakra execution trace (set "
                                     "workload.format: chakra-json)")
-
-
-def comms_args(folder: Path, rank: int, world: int | None = None, **args) -> None:
-    """Set the record_param_comms args of the bundled trace's all-reduce (event 4) of ``rank``; None removes one.
-    ``world``: the job's size that distributedInfo states instead of 2, for a group of more ranks."""
-    path = folder / f"rank{rank}.json"
-    doc = json.loads(path.read_text())
-    if world is not None:
-        doc["distributedInfo"]["world_size"] = world
-    doc["traceEvents"][4]["args"].update(args)
-    doc["traceEvents"][4]["args"] = {key: value for key, value in doc["traceEvents"][4]["args"].items()
-                                     if value is not None}
-    path.write_text(json.dumps(doc))
 
 
 @pytest.mark.parametrize("shown", ["[" + ", ".join(map(str, range(30))) + ", ...]",
@@ -1569,19 +1456,7 @@ def test_an_nccl_kernel_naming_no_collective_lists_the_kernel_words(tmp_path):
                              "record_param_comms annotation")
 
 
-SEQ_2RANK = REPO / "tests" / "data" / "traces" / "seq-2rank"
 MIB = 2**20
-
-
-def seq_args(folder: Path, rank: int, index: int, **changes) -> None:
-    """Change (None: remove) the collective args of kernel ``index`` of ``rank``'s trace in ``folder``."""
-    path = folder / f"rank{rank}.json"
-    doc = json.loads(path.read_text())
-    args = doc["traceEvents"][index]["args"]
-    args.update(changes)
-    for name in [name for name, value in changes.items() if value is None]:
-        del args[name]
-    path.write_text(json.dumps(doc))
 
 
 def test_collectives_with_sequence_numbers_match_by_them_and_replay_recosted(tmp_path):
@@ -1698,38 +1573,6 @@ def test_a_chakra_group_size_unlike_its_listed_ranks_is_refused(tmp_path):
     assert caught.value.problem == ("'all_gather' records a process group of 4 ranks (the size its "
                                     "record_param_comms node (id 2) records), but the process-group metadata lists 2 "
                                     "ranks [0, 1] for 'g'")
-
-
-CHAKRA_COMM_TYPES = {"all_reduce": 0, "all_gather": 2, "all_to_all": 6, "reduce_scatter": 7}
-"""Chakra's CollectiveCommType codes of the collectives chakra_job writes."""
-
-
-def chakra_job(folder: Path, groups: dict[str, list[int]], work: dict[int, list[tuple]],
-               named: dict[str, tuple[str, list[int]]] | None = None) -> None:
-    """Chakra traces of ``work``'s ranks: PyTorch's process-group metadata (``groups``, each described "undefined",
-    as torch.distributed describes a group created without a description, and the ``named`` ones: name ->
-    (description, ranks)), then each rank's ops in a chain: ("all_reduce", group, bytes) (or another of
-    CHAKRA_COMM_TYPES), ("send", peer, bytes)
-    or ("recv", peer, bytes), a send or receive with its group's name as a fourth item where it has one."""
-    described = {name: ("undefined", ranks) for name, ranks in groups.items()} | (named or {})
-    meta = [{"pg_name": name, "pg_desc": desc, "ranks": ranks, "group_size": len(ranks)}
-            for name, (desc, ranks) in described.items()]
-    for rank, ops in work.items():
-        nodes = [{"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE",
-                  "inputs": {"values": str([json.dumps(meta)])}}]
-        for number, (kind, target, nbytes, *pg_name) in enumerate(ops, start=2):
-            attrs = [{"name": "comm_size", "int64Val": nbytes}, *({"name": "pg_name", "stringVal": name}
-                                                                  for name in pg_name)]
-            if kind in CHAKRA_COMM_TYPES:
-                code = CHAKRA_COMM_TYPES[kind]
-                node_type, attrs = "COMM_COLL_NODE", [*attrs, {"name": "comm_type", "int64Val": code},
-                                                      {"name": "pg_name", "stringVal": target}]
-            else:
-                peer = "comm_dst" if kind == "send" else "comm_src"
-                node_type, attrs = f"COMM_{kind.upper()}_NODE", [*attrs, {"name": peer, "int32Val": target}]
-            nodes.append({"id": number, "name": kind, "type": node_type, "ctrlDeps": [number - 1] if number > 2 else [],
-                          "attr": attrs})
-        (folder / f"rank{rank}.json").write_text(json.dumps(nodes))
 
 
 def idle_tp_job(folder: Path) -> None:
@@ -1995,7 +1838,6 @@ def test_the_sizes_that_named_groups_tell_place_the_numbered_ones(tmp_path):
         "has 1 rank, but the scenario declares TP of 2 (allowed: 1, as the trace's groups say, or traced_tp left out)")
 
 
-
 def pairs_job(folder: Path, named: dict[str, tuple[str, list[int]]] | None = None) -> None:
     """Four ranks, their groups named only by number: each rank all-reduces 1 MiB over [0, 1] or [2, 3] and 2 MiB
     over [0, 2] or [1, 3]. TP 2 x CP 2 (no DP), or CP 2 x DP 2 (no TP), alike. ``named``: more groups the
@@ -2049,26 +1891,6 @@ def test_a_numbered_reduction_over_the_cp_ranks_of_a_job_without_dp_is_refused_u
     traffic = result.summary["traffic_bytes_per_gpu"]
     assert (traffic["tp"], traffic["dp"], traffic["cp"]) == (
         pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
-
-
-def all_to_all_2rank(folder: Path, splits: dict[int, tuple[str, str]]) -> str:
-    """The scenario of seq-2rank with its first collective an all-to-all of group '5' (ranks [0, 1], described
-    'undefined', as PyTorch describes a group made without one) of 4 Mi bf16 elements (8 MiB) in per rank, rank r
-    splitting them as ``splits[r]`` says (PyTorch's `In split size`, `Out split size`: elements to and from each
-    member); the second stays the default group's 16 MiB all-reduce. NCCL's algorithm choice (`auto`): a ring
-    does not run all-to-alls."""
-    traces = copy_traces(SEQ_2RANK, folder)
-    for rank in (0, 1):
-        seq_args(traces, rank, 1, **{"Collective name": "all_to_allv", "Process Group Name": "5",
-                                     "Process Group Description": "undefined", "Process Group Ranks": "[0, 1]",
-                                     "In split size": splits[rank][0], "Out split size": splits[rank][1], "Seq": 1})
-    return two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)).replace("{algorithm: ring}",
-                                                                                         "{algorithm: auto}")
-
-
-EVEN = {0: ("[]", "[]"), 1: ("[]", "[]")}
-UNEVEN = {0: ("[1048576, 3145728]", "[1048576, 1048576]"), 1: ("[1048576, 3145728]", "[3145728, 3145728]")}
-"""Rank 0 sends 3 Mi elements (6 MiB) to rank 1, rank 1 1 Mi (2 MiB) to rank 0; each keeps the rest."""
 
 
 @pytest.mark.parametrize(("splits", "declared", "kind", "pair"), [

@@ -5,7 +5,7 @@ are words, which a number field refuses at their line (usertest30 finding F11)."
 from __future__ import annotations
 
 import pytest
-from test_reliability_inputs import BASE
+from shared import SPARE_JOB
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -23,7 +23,7 @@ def test_numbers_follow_yaml_1_2(text, value):
 
 
 def test_a_zero_padded_count_is_decimal_in_a_file_and_in_a_set():
-    loaded = scenario_from_text(BASE.replace("nodes: 2", "nodes: 12").replace("spares: 1", "spares: 010"),
+    loaded = scenario_from_text(SPARE_JOB.replace("nodes: 2", "nodes: 12").replace("spares: 1", "spares: 010"),
                                 overrides=["run.replications=0100", "run.seed=007"])
     assert (loaded.scenario.restart.spares, loaded.scenario.run.replications, loaded.scenario.run.seed) == (10, 100, 7)
 
@@ -37,7 +37,7 @@ def test_a_base_60_binary_or_underscored_count_is_refused_as_typed(value, capsys
 
 def test_a_base_60_count_in_a_file_is_refused_at_its_line(tmp_path, capsys):
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(BASE.replace("spares: 1", "spares: 1:00"))
+    scenario.write_text(SPARE_JOB.replace("spares: 1", "spares: 1:00"))
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == (f"error: {scenario}:23: restart.spares: expected a whole number, got '1:00' "
                                        "(allowed: an integer such as 8)\n")
