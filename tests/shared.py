@@ -569,3 +569,8 @@ EVEN = {0: ("[]", "[]"), 1: ("[]", "[]")}
 """Both ranks of all_to_all_2rank split their elements evenly (no split sizes)."""
 UNEVEN = {0: ("[1048576, 3145728]", "[1048576, 1048576]"), 1: ("[1048576, 3145728]", "[3145728, 3145728]")}
 """Rank 0 sends 3 Mi elements (6 MiB) to rank 1, rank 1 1 Mi (2 MiB) to rank 0; each keeps the rest."""
+
+
+STEP_ONLY = "run.horizon=null"
+"""The `--set` that leaves a job scenario's step: `simulate()` of a job scenario runs its step too, but warns that it
+ignores the job (simulator/simulation.py `one_step_of_a_job`); a test that wants the step says so."""

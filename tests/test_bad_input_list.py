@@ -681,11 +681,11 @@ def test_every_required_field_says_what_it_takes():
 
 def test_a_closed_pipe_ends_quietly():
     """`trainsim topo describe ... | head -0`: the reader is gone before the first line; no traceback."""
-    process = subprocess.Popen([sys.executable, "-m", "simulator.cli", "topo", "describe", "dgx-h100-cluster"],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    process.stdout.close()
-    stderr = process.stderr.read().decode()
-    assert process.wait(timeout=60) == 141
+    with subprocess.Popen([sys.executable, "-m", "simulator.cli", "topo", "describe", "dgx-h100-cluster"],
+                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:  # closes stderr
+        process.stdout.close()
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=60) == 141
     assert stderr == ""
 
 

@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
+from shared import STEP_ONLY
 
 from simulator import simulate
 from simulator.cli import main
@@ -54,7 +55,7 @@ def test_each_size_steps_as_a_plain_simulation_of_the_racks_it_keeps(racks, tray
     states = StepStates(loaded, topology)
     steps = set()
     for size, (kept_racks, last) in kept.items():
-        smaller = scenario_from_text(job(kept_racks, trays, layout.format(size), last), "job.yaml")
+        smaller = scenario_from_text(job(kept_racks, trays, layout.format(size), last), "job.yaml", [STEP_ONLY])
         cluster = scenario_topology(smaller)
         assert cluster.gpu_domain == topology.gpu_domain[:cluster.num_gpus]
         step = states(ClusterState(size))
@@ -72,7 +73,7 @@ def test_a_failed_tray_shrinks_the_job_by_its_replica_and_a_restart_grows_it_bac
     assert (summary["replicas"]["shrinks"]["mean"], summary["replicas"]["regrows"]["mean"]) == (1, 1)
     assert set(summary["replicas"]["running_s"]) == {"7", "8"}
     shrunk = next(state for state in summary["states"] if state["replicas"] == 7)
-    alone = simulate(scenario_from_text(job(2, 4, "tp: 4, dp: 7", 3), "job.yaml")).summary["step_time_s"]
+    alone = simulate(scenario_from_text(job(2, 4, "tp: 4, dp: 7", 3), "job.yaml", [STEP_ONLY])).summary["step_time_s"]
     assert shrunk["step_time_s"] == alone
 
 

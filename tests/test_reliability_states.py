@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from shared import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
+from shared import ONE_GPU_HOSTS, RAILS, STEP_ONLY, ZERO3_JOB
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
@@ -157,7 +157,9 @@ def test_straggler_states_share_one_fold_and_each_equals_its_own_run(monkeypatch
     key = states.step_key(loaded)
     for state in slowed:
         stragglers = ", ".join(f"{{gpus: [{gpu}], slowdown: {factor}}}" for gpu, factor in state["slow_gpus"].items())
-        alone = simulate(scenario_from_text(JOB64, "job64.yaml", [f"faults.step.stragglers=[{stragglers}]"])).summary
+        step = scenario_from_text(JOB64, "job64.yaml", [f"faults.step.stragglers=[{stragglers}]"])
+        with pytest.warns(UserWarning, match=r"simulate\(\) runs one training step and ignores the job"):
+            alone = simulate(step).summary  # as a state keeps it: no warning that the job sections go unread
         slow = tuple((int(gpu), factor) for gpu, factor in state["slow_gpus"].items())
         assert states._CACHE[key, states.ClusterState(8, slow_gpus=slow)][1] == alone
 
@@ -579,16 +581,17 @@ def test_workers_end_with_the_jobs_process_when_it_is_killed(tmp_path):
     states: each worker finds its pipe ended and exits within seconds, none is left behind. Before, the pool's
     workers waited on its call queue, which the others held open, forever."""
     job, _, _ = _interrupted_ahead(tmp_path, "killed")
-    assert job.wait(timeout=300) == -signal.SIGKILL  # not communicate: its pipes end only with the workers
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            os.killpg(job.pid, 0)
-            time.sleep(0.05)
-    except ProcessLookupError:
-        return
-    os.killpg(job.pid, signal.SIGKILL)
-    pytest.fail("workers left running after the job's process was killed")
+    with job:  # closes the pipes, which the test does not read, once done
+        assert job.wait(timeout=300) == -signal.SIGKILL  # not communicate: its pipes end only with the workers
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                os.killpg(job.pid, 0)
+                time.sleep(0.05)
+        except ProcessLookupError:
+            return
+        os.killpg(job.pid, signal.SIGKILL)
+        pytest.fail("workers left running after the job's process was killed")
 
 
 def test_workers_ahead_are_capped_by_the_option_and_by_the_free_memory(monkeypatch):
@@ -619,7 +622,8 @@ def test_a_straggler_state_reroutes_the_scenarios_own_failed_link_on_its_own_top
     assert slowed
     state = slowed[0]
     stragglers = ", ".join(f"{{gpus: [{gpu}], slowdown: {factor}}}" for gpu, factor in state["slow_gpus"].items())
-    alone = simulate(scenario_from_text(text, "job.yaml", [*link, f"faults.step.stragglers=[{stragglers}]"])).summary
+    step = scenario_from_text(text, "job.yaml", [STEP_ONLY, *link, f"faults.step.stragglers=[{stragglers}]"])
+    alone = simulate(step).summary
     slow = tuple((int(gpu), factor) for gpu, factor in state["slow_gpus"].items())
     summary = states._CACHE[key, states.ClusterState(8, slow_gpus=slow)][1]
     assert alone["faults"]["rerouted_routes"] > 0
@@ -932,10 +936,10 @@ def test_a_straggler_on_a_single_host_runs_the_scenario_the_user_set():
     assert [state["slow_gpus"] for state in summary["states"]] == [{}, {"0": 1.5}]
     healthy, throttled = (state["step_time_s"] for state in summary["states"])
     slowed = ["faults.step.stragglers=[{gpus: [0], slowdown: 1.5}]"]
-    assert healthy == simulate(scenario_from_text(SMALL_JOB, "job.yaml", as_set)).summary["step_time_s"]
-    assert throttled == simulate(scenario_from_text(SMALL_JOB, "job.yaml", [*as_set, *slowed])).summary[
+    assert healthy == simulate(scenario_from_text(SMALL_JOB, "job.yaml", [STEP_ONLY, *as_set])).summary["step_time_s"]
+    assert throttled == simulate(scenario_from_text(SMALL_JOB, "job.yaml", [STEP_ONLY, *as_set, *slowed])).summary[
         "step_time_s"]
-    from_file = simulate(scenario_from_text(SMALL_JOB, "job.yaml", slowed)).summary["step_time_s"]
+    from_file = simulate(scenario_from_text(SMALL_JOB, "job.yaml", [STEP_ONLY, *slowed])).summary["step_time_s"]
     assert throttled > 1.5 * from_file
     assert summary["slow_steps_by_cause_s"]["throttle"]["mean"] > 0
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from shared import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
+from shared import ONE_GPU_HOSTS, RAILS, STEP_ONLY, ZERO3_JOB
 
 from simulator import simulate
 from simulator.cli import main
@@ -465,7 +465,7 @@ restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
     assert summary["interruptions"]["unexpected"]["mean"] == 0
     steps = {state["spines_down"]: state["step_time_s"] for state in summary["states"]}
     uplinks = ", ".join(f"{{uplinks_of: leaf0.r{rail}}}" for rail in range(8))
-    cut = simulate(scenario_from_text(text, "job.yaml", [f"faults.step.links=[{uplinks}]"])).summary
+    cut = simulate(scenario_from_text(text, "job.yaml", [STEP_ONLY, f"faults.step.links=[{uplinks}]"])).summary
     assert steps[2] == cut["step_time_s"]
     assert steps[2] == steps[0]  # the collectives' neighbours are rail-aligned here: no traffic on the spines
 
