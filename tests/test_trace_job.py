@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared import STEP_ONLY
 
 from simulator import simulate
 from simulator.cli import main
@@ -386,7 +387,7 @@ def test_an_elastic_trace_job_on_a_gb200_rack_shrinks_by_whole_trays(tmp_path, c
     assert simulate_job(loaded).summary["replicas"]["sizes"] == list(range(4, 73, 4))
     kept = text.replace("gb200-nvl72}", "gb200-nvl72, last_rack_trays: 17}").replace("dp: 72", "dp: 68")
     step = states(ClusterState(68))
-    assert step is not None and step.step_s == simulate(scenario_from_text(kept, str(scenario))).summary[
+    assert step is not None and step.step_s == simulate(scenario_from_text(kept, str(scenario), [STEP_ONLY])).summary[
         "step_time_s"] != states.healthy_step.step_s
 
 
