@@ -26,7 +26,9 @@ from simulator.network.calibration import calibrated
 from simulator.topology.graph import Topology, Wiring, add_link
 from simulator.topology.loader import load_topology
 
-TOLERANCE = 0.005
+TOLERANCE = 1e-9
+"""Relative: the closed forms hold to float rounding on these topologies (at most 2e-15 measured; 0.005 before,
+which let a step's latency or a hop's bytes go wrong unseen)."""
 BASE = 8.4e-6
 """NCCL's base latency of a collective under Simple (tuning.cc baseLatencies, ring and tree alike): every ring,
 tree, hierarchical and halving-doubling collective pays it once, before its first step; direct pays none."""
@@ -227,13 +229,15 @@ def test_hierarchical_needs_even_hosts():
 
 @pytest.mark.parametrize("channels,nics_used", [(1, 1), (None, 4)])
 def test_two_node_ring_uses_every_nic(channels, nics_used):
-    """Rail-aligned rings: with one ring per rail the cross-node bandwidth is the sum of the host's NICs."""
+    """Rail-aligned rings: with one ring per rail the cross-node bandwidth is the sum of the host's NICs. The form
+    charges each of the 14 steps the cross-host latency; the simulated ring is 0.115 ms under it (measured: 0.08%
+    with one channel, 0.31% with four)."""
     hosts, g, n = 2, 4, 4 * GIB
     topology = two_level_topology(hosts, g, **TWO_LEVEL)
     size = hosts * g
     cross_step = TWO_LEVEL["a_out"] + n / (size * nics_used) / TWO_LEVEL["b_out"]
     simulated = time_collective(topology, "all_reduce", "ring", size, n, channels=channels)
-    assert close(simulated, BASE + 2 * (size - 1) * cross_step)
+    assert close(simulated, BASE + 2 * (size - 1) * cross_step, tolerance=0.0035)
 
 
 def cross_host_nics(topology: Topology, phases) -> Counter:
