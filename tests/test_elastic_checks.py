@@ -11,11 +11,14 @@ import pytest
 
 import simulator.reliability.elastic as elastic
 import simulator.topology.loader as topology_loader
+from simulator import simulate
 from simulator.cli import main
-from simulator.config.loader import scenario_from_text
+from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.console.progress import RunProgress
 from simulator.errors import InputError
 from simulator.reliability.elastic import check_sizes, elastic_sizes, group_domains, shrunk_scenario
+from simulator.reliability.states import ClusterState, StepStates
+from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
 
@@ -31,7 +34,8 @@ ONE_GPU_HOSTS = "{topology: dgx-h100-cluster, node: {kind: nvswitch_node, gpus: 
 CASES = {
     # ZeRO-3 over 12 one-GPU hosts: the smaller sizes' states outgrow the H100 (skipped for memory)
     "zero3-memory": f"cluster: {ONE_GPU_HOSTS}, nodes: 12}}\nparallelism: {{dp: 12, zero: 3}}\n",
-    # three tiers of 3 pods over 2-host leaf groups: the sizes whose leaf groups leave a pod empty are refused
+    # three tiers of 3 pods over 2-host leaf groups: every size keeps the full fabric (it was refused where its
+    # leaf groups, spread over the pods again, left one empty)
     "three-tier-pods": f"cluster: {ONE_GPU_HOSTS}, nodes: 12, tiers: 3, pods: 3}}\n"
                        "parallelism: {dp: 12, zero: 3}\n",
     # DP inside the hosts: a TP group of the shrunk job spans two hosts where the full job's stayed in one
@@ -85,7 +89,7 @@ def test_each_size_is_decided_as_on_its_cluster_built(case, monkeypatch):
     assert fast_sizes == _sizes_or_refusal(loaded, topology)
     kinds = {"refused" if isinstance(decision, str) else "out of memory" if decision[0] > decision[1] else "fits"
              for decision in fast.values()}
-    assert kinds == {"zero3-memory": {"fits", "out of memory"}, "three-tier-pods": {"fits", "refused"},
+    assert kinds == {"zero3-memory": {"fits", "out of memory"}, "three-tier-pods": {"fits", "out of memory"},
                      "split-tp-groups": {"fits", "refused"}, "nvl72-trays": {"fits"}}[case]
 
 
@@ -191,3 +195,83 @@ def test_an_elastic_job_on_an_explicit_graph_is_refused_at_restart_elastic(min_r
         "rebuilding its topology on fewer hosts, and graph4 is an explicit graph (kind: graph), which has no host "
         "count to rebuild it with (allowed: restart.elastic: false, or a topology built from parameters (kind: "
         "cluster or nvl72))\n")
+
+
+THREE_TIERS = {
+    # one-GPU hosts, 6 leaf groups of 2 in 3 pods: 11 smaller sizes, down to one host
+    "one-gpu-hosts": ("{topology: dgx-h100-cluster, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1, "
+                      "leaf_ports: 2, nodes: 12, tiers: 3, pods: 3}", "dp: 12"),
+    # two-GPU hosts on two rails, 5 leaf groups in 3 pods of 2, 2 and 1 (the last pod's core links thinner)
+    "rails-partial-pod": ("{topology: dgx-h100-cluster, node: {kind: nvswitch_node, gpus: 2}, nics_per_node: 2, "
+                          "leaf_ports: 2, nodes: 10, tiers: 3, pods: 3, cores: 2}", "tp: 2, dp: 10"),
+    # GB200 racks of 4 trays, 6 leaf groups of 2 trays in 2 pods: shrunk by trays, then by racks
+    "nvl72-racks": ("{topology: gb200-nvl72, racks: 3, trays: 4, leaf_ports: 2, spines: 2, tiers: 3, pods: 2}",
+                    "tp: 4, dp: 12"),
+}
+
+
+def _three_tier_job(case: str, sizes: str = "") -> str:
+    cluster, parallelism = THREE_TIERS[case]
+    return JOB.replace("layers: 6, hidden: 12288, heads: 96", "layers: 2, hidden: 2048, heads: 16") + (
+        f"cluster: {cluster[:-1]}{sizes}}}\nparallelism: {{{parallelism}}}\n")
+
+
+def _kept_wiring(full: Topology, hosts: int) -> tuple[list, list]:
+    """``full``'s nodes and links (with their attributes, in order) less those of its hosts from ``hosts`` on:
+    their GPUs, NICs and switches (an NVL72 rack's with none of its trays kept) and every link to them."""
+    domains = set(full.gpu_domain[:len([host for host in full.gpu_host if host < hosts])])
+    kept = {name for name, attributes in full.wiring.nodes.items()
+            if attributes.get("host", -1) < hosts and attributes.get("nvlink_domain", min(domains)) in domains}
+    return ([item for item in full.wiring.nodes.items() if item[0] in kept],
+            [item for item in full.wiring.edges.items() if kept.issuperset(item[0])])
+
+
+@pytest.mark.parametrize("case", THREE_TIERS)
+def test_a_shrunk_three_tier_cluster_is_the_full_one_cut_to_its_kept_hosts(case):
+    """Every smaller size's cluster is the full one's nodes and links, attributes and order included, less the
+    hosts given up and their links: each leaf group stays in its pod, every leaf, spine and core stays, the
+    spine-core links keep their bandwidth. Before, the kept leaf groups were spread over the pods again (leaves
+    changed pod, core links their bandwidth) and sizes whose groups left a pod empty were refused. A lone rack
+    left has no network (as with two tiers), so only sizes on two racks or more are compared there."""
+    loaded = scenario_from_text(_three_tier_job(case), "job.yaml")
+    full = scenario_topology(loaded)
+    layout = resolve_layout(loaded.scenario, full.num_gpus, pipeline_depth(loaded.scenario))
+    compared = 0
+    for size in range(1, layout.dp):
+        shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, full, layout.dp, 1, size))
+        cluster = scenario_topology(shrunk)
+        if not any(attributes.get("kind") == "nic" for attributes in cluster.wiring.nodes.values()):
+            assert case == "nvl72-racks" and cluster.num_hosts <= 4
+            continue
+        assert (list(cluster.wiring.nodes.items()), list(cluster.wiring.edges.items())) == _kept_wiring(
+            full, cluster.num_hosts)
+        compared += 1
+    assert compared == {"nvl72-racks": 7}.get(case, layout.dp - 1)
+
+
+def test_the_gb200_job_on_three_tiers_shrinks_to_16_replicas():
+    """llama3-70b-gb200-job on 3 pods of 8-tray leaf groups (9 groups, 3 per pod): at 16 replicas its 32 trays
+    make 4 leaf groups, which, spread over 3 pods again, left a pod empty: every size from 16 down was refused
+    though the real cluster of those trays exists. Cut from the full fabric, it runs on every size whose step
+    fits (1 replica does not: out of memory)."""
+    loaded = load_scenario("llama3-70b-gb200-job", ["cluster.tiers=3", "cluster.pods=3", "cluster.leaf_ports=8"])
+    sizes = check_sizes(loaded, scenario_topology(loaded))
+    assert sizes.sizes == tuple(range(2, 37)) and [size for size, _ in sizes.out_of_memory] == [1]
+
+
+@pytest.mark.filterwarnings("ignore:.*runs one training step and ignores the job's:UserWarning")
+@pytest.mark.parametrize("fold", ["true", "false"])
+def test_a_shrunk_three_tier_step_is_a_plain_simulation_of_the_cut_cluster(fold):
+    """The job shrunk to 5 of its 10 two-GPU hosts (leaf groups 0 and 1 in pod 0, host 4 alone in pod 1's first
+    group) steps as `simulate()` of the scenario written for that cut cluster (`nodes: 5, fabric_hosts: 10`),
+    to the bit, folded or not; and the folded step is the unfolded one, so folding stays exact on the cut
+    fabric."""
+    folding = ("run: {horizon", f"run: {{fold: {fold}, horizon")
+    loaded = scenario_from_text(_three_tier_job("rails-partial-pod").replace(*folding), "job.yaml")
+    step = StepStates(loaded, scenario_topology(loaded))(ClusterState(5))
+    cut = _three_tier_job("rails-partial-pod", ", fabric_hosts: 10").replace("nodes: 10", "nodes: 5")
+    alone = simulate(scenario_from_text(cut.replace("dp: 10", "dp: 5").replace(*folding), "job.yaml"))
+    assert step is not None and step.step_s == alone.summary["step_time_s"]
+    unfolded = simulate(scenario_from_text(cut.replace("dp: 10", "dp: 5").replace(*folding).replace(
+        "fold: true", "fold: false"), "job.yaml"))
+    assert alone.summary["step_time_s"] == pytest.approx(unfolded.summary["step_time_s"], rel=1e-12)

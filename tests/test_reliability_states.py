@@ -977,57 +977,55 @@ run: {horizon: 2 d, replications: 1, seed: 5}
 restart: {elastic: true}
 faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
 """
-PODS = ["--set", "cluster.tiers=3", "--set", "cluster.pods=2"]
-SHRUNK_PODS = ("the elastic job shrunk to 2 replicas (2 hosts): 3 splits leaf groups into pods, but 2 hosts make one "
-               "leaf group (up to 2 hosts); a shrunk three-tier cluster is rebuilt with its leaf groups spread over "
-               "the pods again, not cut from the full one (allowed: tiers: 2, or more than 2 hosts (nodes), or fewer "
-               "leaf_ports; or restart.min_replicas above 2)")
+SPLIT_TP = """cluster: {topology: dgx-h100-cluster, nodes: 4}
+model: {layers: 8, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {pp: 4, dp: 4, order: [dp, tp, cp, pp]}
+checkpoint: {interval: 1000 d}
+storage: {capacity: 1 PB}
+run: {horizon: 2 d, replications: 1, seed: 5}
+restart: {elastic: true}
+faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
+"""
+"""4 DGX hosts, DP innermost (order [dp, tp, cp, pp]): with TP 2 each of the full job's TP groups (ranks r,
+r + 4) stays in a host, and the job shrunk to 3 replicas puts one across two hosts."""
+SPLIT_TP_GROUP = ("the elastic job shrunk to 3 replicas (3 hosts): a TP group spans 2 NVLink domains, where each of "
+                  "the full job's stays inside one (allowed: a parallelism.order that keeps each TP group inside one "
+                  "NVLink domain on fewer replicas; or restart.min_replicas above 3)")
 
 
 @pytest.mark.parametrize("command", ["run", "study"])
 def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, tmp_path, capsys):
-    """Two pods of one leaf group each fit the healthy 4 hosts and not the 2 hosts of the job shrunk to 2
-    replicas; the values came from `--set`, and the error names the `--set cluster.tiers=3` (a shrunk state's
-    scenario rebuilt without the overrides named the file's `cluster` line). It is refused at load (below),
-    saying that the shrunk fabric is rebuilt, not cut from the full one (whose first pod would hold the group)."""
+    """TP 2 keeps the full job's TP groups in their hosts and not those of the job shrunk to 3 replicas; the value
+    came from `--set`, and the error names the `--set parallelism.tp=2` (a shrunk state's scenario rebuilt
+    without the overrides named the file's line). It is refused at load, before any step. (It was two pods
+    that 2 hosts, one leaf group, could not fill; a shrunk three-tier cluster now keeps the full fabric.)"""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(SHRINKING)
+    scenario.write_text(SPLIT_TP)
     args = ["mtbf"] if command == "study" else []
-    assert main([command, *args, str(scenario), *PODS, "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == f"error: command line: trainsim {command}: --set cluster.tiers=3: {SHRUNK_PODS}\n"
+    assert main([command, *args, str(scenario), "--set", "parallelism.tp=2", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: command line: trainsim {command}: --set parallelism.tp=2: {SPLIT_TP_GROUP}\n")
 
 
 def test_an_error_in_a_shrunk_state_of_a_sweep_point_names_its_axis(tmp_path):
-    """The same point from a sweep's axes: its error names the `tiers` axis's line, not the base's `cluster`."""
+    """The same point from a sweep's axes: its error names the `tp` axis's line, not the base's `parallelism`."""
     path = tmp_path / "sweep.yaml"
-    base = "".join(f"  {line}\n" for line in SHRINKING.strip().splitlines())
-    path.write_text(f"base:\n{base}grid:\n  cluster.tiers: [3]\n  cluster.pods: [2]\n")
+    base = "".join(f"  {line}\n" for line in SPLIT_TP.strip().splitlines())
+    path.write_text(f"base:\n{base}grid:\n  parallelism.tp: [2]\n")
     run_sweep(load_sweep(path), tmp_path / "out", SerialExecutor())
     frame = pd.read_parquet(tmp_path / "out" / "results.parquet")
     axis_line = 1 + len(base.splitlines()) + 2
-    shrunk, problem = SHRUNK_PODS.split(": ", 1)
-    assert frame["error"][0] == f"{path}:{axis_line}: grid.cluster.tiers: {shrunk}: value 3: {problem}"
+    assert frame["error"][0] == f"{path}:{axis_line}: grid.parallelism.tp: value 2: {SPLIT_TP_GROUP}"
 
 
-def test_a_size_an_elastic_job_cannot_run_on_is_refused_before_any_step(tmp_path, capsys, monkeypatch):
-    """Every size the job can shrink to is built at load: the 2 hosts of 2 replicas make one leaf group, which
-    two pods cannot split. Refused at the file's `tiers` line before a step is simulated, naming the size and
-    the `min_replicas` that avoids it (it ended the job when it first shrank to 2, after everything before);
-    with `min_replicas: 3` the job runs."""
-    def no_step(*args, **kwargs):
-        raise AssertionError("a step was simulated")
-
+def test_two_pods_that_the_shrunk_hosts_cannot_fill_keep_the_full_fabric():
+    """Two pods over 4 one-GPU hosts, two per leaf group: the job shrunk to 2 replicas keeps one leaf group, which
+    the fabric rebuilt on 2 hosts could not split into pods: refused at the file's `tiers` line, naming the
+    size (it ended the job when it first shrank to 2, before that). Cut from the full fabric, each group stays
+    in its pod, and the job runs on every size."""
     text = SHRINKING.replace("oversubscription: 2}", "oversubscription: 2,\n          tiers: 3, pods: 2}")
-    scenario = tmp_path / "job.yaml"
-    scenario.write_text(text)
-    out = tmp_path / "out"
-    with monkeypatch.context() as patch:
-        patch.setattr("simulator.reliability.simulate.StepStates", no_step)
-        assert main(["run", str(scenario), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == f"error: {scenario}:4: cluster.tiers: {SHRUNK_PODS}\n"
-    assert not out.exists()
-    kept = simulate_job(scenario_from_text(text, "job.yaml", ["restart.min_replicas=3"])).summary
-    assert kept["replicas"]["sizes"] == [3, 4]
+    assert simulate_job(scenario_from_text(text, "job.yaml")).summary["replicas"]["sizes"] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("settings, message", [

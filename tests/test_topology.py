@@ -208,6 +208,30 @@ def test_a_last_rack_partly_in_use_keeps_every_tray_in_its_rack():
     assert error.value.field == "last_rack_trays"
 
 
+def test_a_fabric_wired_for_more_hosts_attaches_the_first_and_keeps_its_pods():
+    """`fabric_hosts`: 5 hosts on the fat tree of 12 (6 leaf groups of 2 in 3 pods) keep the 12-host fabric's
+    leaves, pods, spines and cores, core links of 2 leaf groups' bandwidth in every pod, and its spine hash's
+    period (a pod: 4 hosts), which the parameters alone tell as building does; fewer than the hosts attached
+    is refused, by the builder's check as by building. Before, a three-tier fabric was wired for its own hosts
+    alone (5 hosts: 3 leaf groups, which 3 pods of 1 group hold)."""
+    params = {"nodes": 5, "leaf_ports": 2, "tiers": 3, "pods": 3}
+    full = load_topology("dgx-h100-cluster", {**params, "nodes": 12})
+    cut = load_topology("dgx-h100-cluster", {**params, "fabric_hosts": 12})
+    def switches(topology):
+        return {name: attributes for name, attributes in topology.wiring.nodes.items()
+                if attributes.get("kind") == "switch"}
+
+    assert switches(cut) == switches(full)
+    core_links = {edge: full.wiring.edges[edge] for edge in full.wiring.edges if edge[1].startswith("core")}
+    assert {edge: cut.wiring.edges[edge] for edge in cut.wiring.edges if edge[1].startswith("core")} == core_links
+    shape = host_shape(read_topology("dgx-h100-cluster", {**params, "fabric_hosts": 12}))
+    assert shape is not None and shape.period == cut.router.shift_gpus == 4 * 8
+    for refuse in (lambda raw: build_topology("cluster", raw), BUILDERS["cluster"].checked):
+        with pytest.raises(TopologyError, match="a fabric wired for 4 hosts cannot attach 5") as error:
+            refuse({**params, "fabric_hosts": 4})
+        assert (error.value.field, error.value.allowed) == ("fabric_hosts", "at least 5 (the hosts), or leave it out")
+
+
 def test_override_nodes_128_gives_1024_gpus():
     topo = load_topology("dgx-h100-cluster", {"nodes": "128"})
     assert (topo.num_gpus, topo.num_hosts) == (1024, 128)

@@ -21,7 +21,8 @@ shrinks, deep into a run, and so is an elastic job none of whose smaller sizes f
 layout that does not fit itself gets a plain job's verdict, a warning (its step's out-of-memory line), not a
 refusal: the job runs on it and the smaller sizes that fit, if any.
 
-A shrunk job runs on the hosts of the replicas it keeps (`shrunk_cluster`): a fat tree of fewer `nodes`; on GB200
+A shrunk job runs on the hosts of the replicas it keeps (`shrunk_cluster`): a fat tree of fewer `nodes` (with three
+tiers the full one's fabric, only the hosts given up gone, `fabric_hosts`); on GB200
 NVL72 racks, whose hosts are compute trays in a rack's NVLink domain, whole racks then a last rack of the trays
 left (`last_rack_trays`), each tray in the domain it had (a replica inside a rack gives up trays, replicas
 spanning racks whole racks). A size whose TP or EP groups span NVLink domains where each of the full job's stayed
@@ -49,7 +50,7 @@ from simulator.config.locate import located
 from simulator.config.reliability import ElasticBatch
 from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.config.traces import TraceWorkload
-from simulator.errors import InputError, ScenarioError, TopologyError
+from simulator.errors import InputError, ScenarioError
 from simulator.memory_remedies import Peak, memory_remedies, peak_memory, remedies_text
 from simulator.parallel.experts import expert_group_numbers
 from simulator.parallel.layout import Layout
@@ -81,14 +82,20 @@ def shrunk_cluster(cluster: ClusterConfig, topology: Topology, hosts: int) -> Cl
     `parallelism.order` says otherwise): a fat tree's `nodes`; GB200 NVL72 racks' whole racks, then a last rack
     of the trays left (`racks`, `last_rack_trays`), so each kept tray stays in its rack's NVLink domain: a job
     whose replicas fit in a rack gives up trays of its last rack, one whose replicas span racks whole racks (a
-    replica of 1.5 racks: a rack and a half)."""
+    replica of 1.5 racks: a rack and a half). A three-tier fabric keeps its full wiring (`fabric_hosts`): each
+    leaf group stays in its pod, every leaf, spine and core and their links stay as they were, only the hosts
+    given up and their NICs' links go (a lone rack left has no network, with two tiers or three)."""
     overrides = cluster.overrides()
     if topology.params.get("kind") == "nvl72":
         trays = topology.params["trays"]
         racks = -(-hosts // trays)
         overrides.update(racks=racks, last_rack_trays=hosts - (racks - 1) * trays)
+        networked = racks > 1
     else:
         overrides["nodes"] = hosts
+        networked = True
+    if networked and topology.params.get("tiers") == 3:
+        overrides["fabric_hosts"] = topology.params["fabric_hosts"] or topology.num_hosts
     return ClusterConfig(topology=cluster.topology, **overrides)
 
 
@@ -359,16 +366,8 @@ def _shrunk_gpus(shrunk: LoadedScenario, full: Topology, file: TopologySource, h
     (shrunk_cluster), with their NVLink domains: its cluster refused as building it would, then ``full``'s first
     hosts (`Topology.first_hosts`: the GPUs and domains of the cluster built, without its network; building the
     127 smaller sizes of a 16,384-GPU job took 20 s), or built where only building tells
-    (`scenario_topology_checked`). A three-tier fabric is checked with fewer hosts, its leaf groups spread over
-    the pods again rather than the full fabric cut to those hosts, so a size can be refused though the real
-    cluster of its hosts exists: the refusal says so."""
-    try:
-        return full.first_hosts(hosts) if scenario_topology_checked(shrunk, file) else scenario_topology(shrunk)
-    except TopologyError as error:
-        if full.params.get("tiers") != 3:
-            raise
-        raise error.rebuilt(problem=f"{error.problem}; a shrunk three-tier cluster is rebuilt with its leaf groups "
-                                    "spread over the pods again, not cut from the full one") from None
+    (`scenario_topology_checked`)."""
+    return full.first_hosts(hosts) if scenario_topology_checked(shrunk, file) else scenario_topology(shrunk)
 
 
 def group_domains(layout: Layout, ep: int, domains: np.ndarray) -> dict[str, int]:

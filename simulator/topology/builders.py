@@ -442,13 +442,22 @@ FABRIC_PARAMETERS = {
     "cores": Param("count", None, "core switches (tiers: 3); default = spines", optional=True),
     "sharp": Param("text", "none", "in-network reduction in the InfiniBand switches: sharpv3 (Quantum-2 NDR "
                    "SHARPv3 streaming aggregation) or none", choices=NetworkReduction),
+    "fabric_hosts": Param("count", None, "hosts the fat tree is wired for: its leaves, pods, spines, cores and "
+                          "their links are those of this many hosts, only the first ones attached (an elastic job's "
+                          "shrunk three-tier cluster keeps its full fabric); default = the hosts", optional=True),
 }
+
+
+def wired_hosts(hosts: int, p: dict) -> int:
+    """The hosts the fat tree of ``hosts`` attached hosts is wired for (`fabric_hosts`, else ``hosts``)."""
+    return p["fabric_hosts"] or hosts
 
 
 def shift_period_hosts(hosts: int, p: dict) -> int:
     """Hosts per period of the spine hash (`Fabric.shift_period`): a leaf group, or with tiers: 3 a pod's leaf
-    groups; read by `_add_network` and, before the cluster is built, by topology/size.py."""
-    groups = -(-hosts // p["leaf_ports"])
+    groups (of the hosts it is wired for, `wired_hosts`); read by `_add_network` and, before the cluster is built,
+    by topology/size.py."""
+    groups = -(-wired_hosts(hosts, p) // p["leaf_ports"])
     return p["leaf_ports"] * (-(-groups // p["pods"]) if p["tiers"] == 3 else 1)
 
 
@@ -458,10 +467,14 @@ def _pod_counts_filled(groups: int) -> list[int]:
     return [pods for pods in range(2, groups + 1) if -(-groups // -(-groups // pods)) == pods]
 
 
-def _check_network(hosts: int, p: dict) -> None:
-    """Refuse fabric parameters ``p`` that cannot wire ``hosts`` hosts: pods or cores without a third tier, a
-    third tier over one leaf group or over pods some of which its leaf groups leave empty, SHARP off
-    InfiniBand."""
+def _check_network(attached: int, p: dict) -> None:
+    """Refuse fabric parameters ``p`` that cannot wire ``attached`` hosts: a fabric wired for fewer
+    (`fabric_hosts`), pods or cores without a third tier, a third tier over one leaf group or over pods some of
+    which its leaf groups leave empty (of the hosts it is wired for), SHARP off InfiniBand."""
+    hosts = wired_hosts(attached, p)
+    if hosts < attached:
+        raise TopologyError(f"a fabric wired for {hosts} hosts cannot attach {attached}", field="fabric_hosts",
+                            allowed=f"at least {attached} (the hosts), or leave it out")
     groups = -(-hosts // p["leaf_ports"])
     pods = p["pods"]
     if p["tiers"] == 2 and (pods > 1 or p["cores"]):
@@ -481,11 +494,12 @@ def _check_network(hosts: int, p: dict) -> None:
 
 
 def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nics: int, p: dict) -> dict:
-    """NICs on each host, per-rail leaves over groups of ``leaf_ports`` hosts, aggregated spine (and core) links."""
+    """NICs on each host, per-rail leaves over groups of ``leaf_ports`` hosts, aggregated spine (and core) links:
+    the leaves, pods, spines and cores of `fabric_hosts` hosts (`wired_hosts`), the first hosts attached."""
     _check_network(len(host_gpus), p)
     per_gpu_latency = p["nic_latency"] / 2
     link_class, bandwidth = p["link_class"], p["nic_bandwidth"]
-    groups = -(-len(host_gpus) // p["leaf_ports"])
+    groups = -(-wired_hosts(len(host_gpus), p) // p["leaf_ports"])
     pods = p["pods"]
     fabric.host_nic_bandwidth = nics * bandwidth
     fabric.nic = [""] * len(fabric.gpus)
