@@ -25,6 +25,7 @@ from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.describe import describe_topology, draw_topology, tier_bisection
 from simulator.topology.graph import Wiring, add_link, add_links
 from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology
+from simulator.topology.periods import Periods, Rotation
 from simulator.topology.size import host_shape, topology_gpus
 
 REL = 1e-12
@@ -212,8 +213,10 @@ def test_a_fabric_wired_for_more_hosts_attaches_the_first_and_keeps_its_pods():
     """`fabric_hosts`: 5 hosts on the fat tree of 12 (6 leaf groups of 2 in 3 pods) keep the 12-host fabric's
     leaves, pods, spines and cores, core links of 2 leaf groups' bandwidth in every pod, and its spine hash's
     period (a pod: 4 hosts), which the parameters alone tell as building does; fewer than the hosts attached
-    is refused, by the builder's check as by building. Before, a three-tier fabric was wired for its own hosts
-    alone (5 hosts: 3 leaf groups, which 3 pods of 1 group hold)."""
+    is refused, by the builder's check as by building. Its translations by whole pods are exact (what folding
+    reads); a rotation of the whole fabric it has not (the leaves without hosts have no image), so detours
+    around links down are picked one by one, as on any fabric without one. Before, a three-tier fabric was
+    wired for its own hosts alone (5 hosts: 3 leaf groups, which 3 pods of 1 group hold)."""
     params = {"nodes": 5, "leaf_ports": 2, "tiers": 3, "pods": 3}
     full = load_topology("dgx-h100-cluster", {**params, "nodes": 12})
     cut = load_topology("dgx-h100-cluster", {**params, "fabric_hosts": 12})
@@ -226,6 +229,9 @@ def test_a_fabric_wired_for_more_hosts_attaches_the_first_and_keeps_its_pods():
     assert {edge: cut.wiring.edges[edge] for edge in cut.wiring.edges if edge[1].startswith("core")} == core_links
     shape = host_shape(read_topology("dgx-h100-cluster", {**params, "fabric_hosts": 12}))
     assert shape is not None and shape.period == cut.router.shift_gpus == 4 * 8
+    periods = Periods.of(cut)
+    assert periods is not None and periods.exact
+    assert Rotation.of(full) is not None and Rotation.of(cut) is None
     for refuse in (lambda raw: build_topology("cluster", raw), BUILDERS["cluster"].checked):
         with pytest.raises(TopologyError, match="a fabric wired for 4 hosts cannot attach 5") as error:
             refuse({**params, "fabric_hosts": 4})
