@@ -260,18 +260,21 @@ def test_the_gb200_job_on_three_tiers_shrinks_to_16_replicas():
 
 
 @pytest.mark.filterwarnings("ignore:.*runs one training step and ignores the job's:UserWarning")
-@pytest.mark.parametrize("fold", ["true", "false"])
-def test_a_shrunk_three_tier_step_is_a_plain_simulation_of_the_cut_cluster(fold):
+def test_a_shrunk_three_tier_step_is_a_plain_simulation_of_the_cut_cluster():
     """The job shrunk to 5 of its 10 two-GPU hosts (leaf groups 0 and 1 in pod 0, host 4 alone in pod 1's first
     group) steps as `simulate()` of the scenario written for that cut cluster (`nodes: 5, fabric_hosts: 10`),
-    to the bit, folded or not; and the folded step is the unfolded one, so folding stays exact on the cut
-    fabric."""
-    folding = ("run: {horizon", f"run: {{fold: {fold}, horizon")
-    loaded = scenario_from_text(_three_tier_job("rails-partial-pod").replace(*folding), "job.yaml")
-    step = StepStates(loaded, scenario_topology(loaded))(ClusterState(5))
-    cut = _three_tier_job("rails-partial-pod", ", fabric_hosts: 10").replace("nodes: 10", "nodes: 5")
-    alone = simulate(scenario_from_text(cut.replace("dp: 10", "dp: 5").replace(*folding), "job.yaml"))
-    assert step is not None and step.step_s == alone.summary["step_time_s"]
-    unfolded = simulate(scenario_from_text(cut.replace("dp: 10", "dp: 5").replace(*folding).replace(
-        "fold: true", "fold: false"), "job.yaml"))
-    assert alone.summary["step_time_s"] == pytest.approx(unfolded.summary["step_time_s"], rel=1e-12)
+    to the bit, folded and unfolded; and the folded step (fewer ranks simulated) is the unfolded one to the
+    bit, so folding stays exact on the cut fabric."""
+    def folding(text: str, fold: str) -> str:
+        return text.replace("run: {horizon", f"run: {{fold: {fold}, horizon")
+
+    cut = _three_tier_job("rails-partial-pod", ", fabric_hosts: 10").replace("nodes: 10", "nodes: 5").replace(
+        "dp: 10", "dp: 5")
+    alone = {}
+    for fold in ("true", "false"):
+        loaded = scenario_from_text(folding(_three_tier_job("rails-partial-pod"), fold), "job.yaml")
+        step = StepStates(loaded, scenario_topology(loaded))(ClusterState(5))
+        alone[fold] = simulate(scenario_from_text(folding(cut, fold), "job.yaml")).summary
+        assert step is not None and step.step_s == alone[fold]["step_time_s"]
+    assert alone["true"]["step_time_s"] == alone["false"]["step_time_s"]
+    assert alone["true"]["simulated_ranks"] < alone["false"]["simulated_ranks"]

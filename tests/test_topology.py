@@ -238,6 +238,34 @@ def test_a_fabric_wired_for_more_hosts_attaches_the_first_and_keeps_its_pods():
         assert (error.value.field, error.value.allowed) == ("fabric_hosts", "at least 5 (the hosts), or leave it out")
 
 
+ROUTED_CUTS = {
+    # two-GPU hosts on two rails, 5 leaf groups of 2 in 3 pods, 4 spines a pod, 2 cores; cut to 5 hosts
+    "rails": ("dgx-h100-cluster", {"node": {"kind": "nvswitch_node", "gpus": 2}, "nics_per_node": 2,
+                                   "leaf_ports": 2, "tiers": 3, "pods": 3, "cores": 2, "spines": 4},
+              {"nodes": 10}, {"nodes": 5, "fabric_hosts": 10}),
+    # GB200 racks of 4 trays, 6 leaf groups of 2 trays in 2 pods; cut to a rack and a half
+    "nvl72": ("gb200-nvl72", {"trays": 4, "leaf_ports": 2, "spines": 2, "tiers": 3, "pods": 2},
+              {"racks": 3}, {"racks": 2, "last_rack_trays": 2, "fabric_hosts": 12}),
+}
+
+
+@pytest.mark.parametrize("case", ROUTED_CUTS)
+def test_a_fabric_wired_for_more_hosts_routes_its_hosts_as_the_full_one(case):
+    """Every flow between two GPUs of the attached hosts takes the full fabric's route, spine and core
+    included, on every channel: the spine hash reads the flow keys of the hosts the fabric is wired for; and the
+    rails cut's translations by whole pods stay exact (the NVL72 cut, its last rack partly in use, has none to
+    fold by). Before, the hash read the attached hosts' keys alone: 204 of the rails cut's 320 routes between
+    hosts and 476 of the NVL72 cut's 1,920 took another spine or core than on the full cluster."""
+    name, params, full_size, cut_size = ROUTED_CUTS[case]
+    full, cut = load_topology(name, {**params, **full_size}), load_topology(name, {**params, **cut_size})
+    gpus = range(cut.num_gpus)
+    across = [(src, dst) for src in gpus for dst in gpus if cut.gpu_host[src] != cut.gpu_host[dst]]
+    assert across and all(cut.router.route(cut, src, dst, channel) == full.router.route(full, src, dst, channel)
+                          for src, dst in across for channel in range(4))
+    periods = Periods.of(cut)
+    assert case == "nvl72" or (periods is not None and periods.exact)
+
+
 def test_override_nodes_128_gives_1024_gpus():
     topo = load_topology("dgx-h100-cluster", {"nodes": "128"})
     assert (topo.num_gpus, topo.num_hosts) == (1024, 128)

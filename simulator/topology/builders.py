@@ -530,7 +530,7 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
             fabric.leaf[gpu] = first_leaf + rail
         add_links(wiring, ((fabric.gpus[gpu], fabric.nic[gpu]) for gpu in members),
                   bandwidth=p["nic_pcie_bandwidth"], latency=per_gpu_latency, link_class="pcie")
-    fabric.flow_keys = len(host_gpus) * sharing_nic
+    fabric.flow_keys = wired_hosts(len(host_gpus), p) * sharing_nic
     period_hosts = shift_period_hosts(len(host_gpus), p)
     fabric.shift_period = period_hosts * sharing_nic
     fabric.shift_gpus = period_hosts * len(host_gpus[0])
