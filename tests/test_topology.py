@@ -540,6 +540,20 @@ def test_describe_gives_a_partly_filled_last_rack_its_own_nvlink_bisection():
                      r"host/NVLink domain\)\n", describe_topology(topo))
 
 
+def test_describe_says_what_a_fabric_wired_for_more_hosts_is_wired_for():
+    """5 hosts on the fabric of 12 (`fabric_hosts`): the header says the fabric is wired for 12 hosts, and the
+    switch tiers' bisections, those of the 12 hosts' wiring (the full fabric's leaf-spine 2.4 TB/s), say so;
+    the tiers the 5 hosts attach through do not. Before, it printed the wiring's figures as the 5 hosts'."""
+    params = {"leaf_ports": 2, "tiers": 3, "pods": 3}
+    text = describe_topology(load_topology("dgx-h100-cluster", {**params, "nodes": 5, "fabric_hosts": 12}))
+    assert text.startswith("topology dgx-h100-cluster (cluster): 40 GPUs (h100-sxm) on 5 hosts, 8 GPUs per host, "
+                           "8 rails, fabric wired for 12 hosts\n")
+    assert re.search(r"\n  NIC-leaf +1 TB/s  \(whole fabric\)\n  leaf-spine +2\.4 TB/s  \(whole fabric, as wired "
+                     r"for 12 hosts\)\n  spine-core +2\.4 TB/s  \(whole fabric, as wired for 12 hosts\)$", text)
+    full = describe_topology(load_topology("dgx-h100-cluster", {**params, "nodes": 12}))
+    assert "wired" not in full and re.search(r"\n  leaf-spine +2\.4 TB/s  \(whole fabric\)\n", full)
+
+
 def test_draw_small_and_refuse_large(tmp_path):
     out = draw_topology(load_topology("dgx-a100-cluster"), tmp_path / "a100.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

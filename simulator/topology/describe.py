@@ -71,13 +71,17 @@ def tier_bisection(topo: Topology) -> list[tuple[str, tuple[tuple[float, int], .
 
 
 def describe_topology(topo: Topology) -> str:
-    """A multi-line text summary: GPUs and hosts, nodes per kind (with the first and last node name, the names
-    `faults.step` links take), link groups, bisection bandwidth per tier."""
+    """A multi-line text summary: GPUs and hosts (and the hosts a fabric is wired for, `fabric_hosts`), nodes per
+    kind (with the first and last node name, the names `faults.step` links take), link groups, bisection
+    bandwidth per tier (the switch tiers' those of the wiring)."""
     per_host = Counter(topo.gpu_host)
     sizes = sorted(set(per_host.values()))
     lines = [f"topology {topo.name} ({topo.params.get('kind', 'custom')}): {topo.num_gpus} GPUs ({topo.gpu_model})"
              f" on {counted(topo.num_hosts, 'host')}, {'/'.join(map(str, sizes))} GPUs per host, "
              f"{counted(topo.rails, 'rail')}"]
+    wired = topo.params.get("fabric_hosts")
+    if wired:
+        lines[0] += f", fabric wired for {counted(wired, 'host')}"
     if topo.params.get("description"):
         lines.append(f"  {' '.join(str(topo.params['description']).split())}")
     roles: Counter[str] = Counter()
@@ -96,7 +100,10 @@ def describe_topology(topo: Topology) -> str:
     lines.append("bisection bandwidth per tier (per direction):")
     for tier, values in tier_bisection(topo):
         (bandwidth, domains), *others = values
-        text = f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({_scope(domains)})"
+        scope = _scope(domains)
+        if wired and set(tier.split("-")) <= set(_SWITCH_TIERS.values()):
+            scope += f", as wired for {counted(wired, 'host')}"
+        text = f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})"
         lines.append(", ".join([text, *(f"{format_bandwidth(each)} ({_scope(count)})" for each, count in others)]))
     return "\n".join(lines)
 
