@@ -467,6 +467,18 @@ def test_three_tiers_over_one_leaf_group_names_the_tiers():
         "tiers: 2, or more than 32 hosts (nodes), or fewer leaf_ports")
 
 
+def test_three_tiers_over_one_leaf_group_of_a_wired_fabric_advise_more_fabric_hosts():
+    """A fabric wired for 2 hosts (`fabric_hosts`) makes one leaf group: the advice names `fabric_hosts`, which
+    it follows (3 builds two pods). It named `nodes`, and 3 nodes on a fabric wired for 2 are refused."""
+    params = {"nodes": 2, "fabric_hosts": 2, "leaf_ports": 2, "tiers": 3, "pods": 2}
+    with pytest.raises(TopologyError) as error:
+        build_topology("cluster", params)
+    assert (error.value.field, error.value.allowed) == (
+        "tiers", "tiers: 2, or more than 2 hosts (fabric_hosts), or fewer leaf_ports")
+    wired = build_topology("cluster", {**params, "fabric_hosts": 3})
+    assert {attributes["pod"] for attributes in wired.wiring.nodes.values() if attributes.get("tier") == 1} == {0, 1}
+
+
 def test_pods_that_would_leave_a_pod_without_leaf_groups_are_refused_at_pods():
     """3 pods over 4 leaf groups (8 hosts, 2 per leaf group) gave pods of 2, 2 and 0 groups, and the run failed on
     the topology file's first line ('link spine2.0 <-> core0 has bandwidth 0.0') instead of at cluster.pods."""

@@ -483,7 +483,8 @@ def _check_network(attached: int, p: dict) -> None:
     if p["tiers"] == 3 and groups < 2:
         raise TopologyError(f"3 splits leaf groups into pods, but {hosts} hosts make one leaf group "
                             f"(up to {p['leaf_ports']} hosts)", field="tiers",
-                            allowed=f"tiers: 2, or more than {p['leaf_ports']} hosts (nodes), or fewer leaf_ports")
+                            allowed=f"tiers: 2, or more than {p['leaf_ports']} hosts "
+                                    f"({'fabric_hosts' if p['fabric_hosts'] else 'nodes'}), or fewer leaf_ports")
     if p["tiers"] == 3 and pods not in (filled := _pod_counts_filled(groups)):
         empty = ", which leaves a pod without leaf groups" if 2 <= pods <= groups else ""
         raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups{empty}", field="pods",
