@@ -51,6 +51,20 @@ parallelism: {tp: 8, dp: 4}
 """The step of the jobs with an in-memory tier (test_reliability_memory_tier.py, test_reliability_two_level.py):
 32 GPUs, a replica a host."""
 
+DP_INNERMOST_DGX = """cluster: {topology: dgx-h100-cluster, nodes: 4}
+model: {layers: 8, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {pp: 4, dp: 4, order: [dp, tp, cp, pp]}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+run: {horizon: 1 d}
+faults: {components: {gpu: {mtbf: 30 d, repair: 2 h}}}
+restart: {elastic: true}
+"""
+"""An elastic job on 4 DGX hosts, DP innermost (order [dp, tp, cp, pp]), a host per pipeline stage: with TP 2
+each of the full job's TP groups (ranks r, r + 4) stays in a host, and the job shrunk to 3 replicas puts one
+across two hosts (test_elastic_nvl72.py writes the TP into the file, test_reliability_states.py sets it)."""
+
 
 def _figures(summary: dict, path: str = "") -> dict[str, object]:
     """Every leaf of ``summary`` by its path, the fold's own entries (the folds given up, the ranks' weights among them)

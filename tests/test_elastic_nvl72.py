@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
-from shared import STEP_ONLY
+from shared import DP_INNERMOST_DGX, STEP_ONLY
 
 from simulator import simulate
 from simulator.cli import main
@@ -133,16 +133,7 @@ def test_a_size_whose_ep_groups_leave_their_rack_is_refused_as_an_ep_group(tmp_p
         "EP group inside one NVLink domain on fewer replicas; or restart.min_replicas above 3)\n")
 
 
-FAT_TREE = """cluster: {topology: dgx-h100-cluster, nodes: 4}
-model: {layers: 8, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 4}
-parallelism: {tp: 2, pp: 4, dp: 4, order: [dp, tp, cp, pp]}
-checkpoint: {interval: 30 min}
-storage: {capacity: 1 PB}
-run: {horizon: 1 d}
-faults: {components: {gpu: {mtbf: 30 d, repair: 2 h}}}
-restart: {elastic: true}
-"""
+FAT_TREE = DP_INNERMOST_DGX.replace("parallelism: {", "parallelism: {tp: 2, ")
 
 
 def test_the_split_group_refusal_holds_on_a_fat_tree_whose_hosts_are_its_nvlink_domains(tmp_path, capsys):

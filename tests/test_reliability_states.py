@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from shared import ONE_GPU_HOSTS, RAILS, STEP_ONLY, ZERO3_JOB
+from shared import DP_INNERMOST_DGX, ONE_GPU_HOSTS, RAILS, STEP_ONLY, ZERO3_JOB
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
@@ -977,18 +977,6 @@ run: {horizon: 2 d, replications: 1, seed: 5}
 restart: {elastic: true}
 faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
 """
-SPLIT_TP = """cluster: {topology: dgx-h100-cluster, nodes: 4}
-model: {layers: 8, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 1}
-parallelism: {pp: 4, dp: 4, order: [dp, tp, cp, pp]}
-checkpoint: {interval: 1000 d}
-storage: {capacity: 1 PB}
-run: {horizon: 2 d, replications: 1, seed: 5}
-restart: {elastic: true}
-faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
-"""
-"""4 DGX hosts, DP innermost (order [dp, tp, cp, pp]): with TP 2 each of the full job's TP groups (ranks r,
-r + 4) stays in a host, and the job shrunk to 3 replicas puts one across two hosts."""
 SPLIT_TP_GROUP = ("the elastic job shrunk to 3 replicas (3 hosts): a TP group spans 2 NVLink domains, where each of "
                   "the full job's stays inside one (allowed: a parallelism.order that keeps each TP group inside one "
                   "NVLink domain on fewer replicas; or restart.min_replicas above 3)")
@@ -1001,7 +989,7 @@ def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, 
     without the overrides named the file's line). It is refused at load, before any step. (It was two pods
     that 2 hosts, one leaf group, could not fill; a shrunk three-tier cluster now keeps the full fabric.)"""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(SPLIT_TP)
+    scenario.write_text(DP_INNERMOST_DGX)
     args = ["mtbf"] if command == "study" else []
     assert main([command, *args, str(scenario), "--set", "parallelism.tp=2", "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
@@ -1011,7 +999,7 @@ def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, 
 def test_an_error_in_a_shrunk_state_of_a_sweep_point_names_its_axis(tmp_path):
     """The same point from a sweep's axes: its error names the `tp` axis's line, not the base's `parallelism`."""
     path = tmp_path / "sweep.yaml"
-    base = "".join(f"  {line}\n" for line in SPLIT_TP.strip().splitlines())
+    base = "".join(f"  {line}\n" for line in DP_INNERMOST_DGX.strip().splitlines())
     path.write_text(f"base:\n{base}grid:\n  parallelism.tp: [2]\n")
     run_sweep(load_sweep(path), tmp_path / "out", SerialExecutor())
     frame = pd.read_parquet(tmp_path / "out" / "results.parquet")
