@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -261,7 +263,7 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
     assert two_cores.summary == one_core.summary
 
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
-    entry, job_process, calls = states.StepStates.entry, os.getpid(), []
+    entry, job_process, calls = states.StepStates.ahead_entry, os.getpid(), []
 
     def dies_in_a_worker(self, state):
         calls.append(state)
@@ -269,7 +271,7 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
             os._exit(9)
         return entry(self, state)
 
-    monkeypatch.setattr(states.StepStates, "entry", dies_in_a_worker)
+    monkeypatch.setattr(states.StepStates, "ahead_entry", dies_in_a_worker)
     forked = _counting_states_ahead(monkeypatch)
     warned: list[str] = []
     broken = simulate_job(loaded, workers_warning=warned.append)
@@ -468,7 +470,7 @@ import os, signal, sys
 from simulator.cli import console
 from simulator.reliability import ahead, states
 
-entry, job_process, (scenario, out, reached, presses) = states.StepStates.entry, os.getpid(), sys.argv[1:]
+entry, job_process, (scenario, out, reached, presses) = states.StepStates.ahead_entry, os.getpid(), sys.argv[1:]
 
 
 def interrupted_in_a_worker(self, state):
@@ -487,7 +489,7 @@ def interrupted_in_a_worker(self, state):
     return entry(self, state)
 
 
-states.StepStates.entry = interrupted_in_a_worker
+states.StepStates.ahead_entry = interrupted_in_a_worker
 ahead.AHEAD_MIN_STATES = 2
 ahead.cores = lambda workers=0: 2
 ahead.memory_room = lambda workers: workers  # a loaded host's free memory must not leave the job without workers
@@ -1594,3 +1596,95 @@ def test_a_states_size_up_front_is_built_on_the_scenario_its_step_runs():
     assert sized.loaded.scenario == stepped.scenario
     assert sized.topology.params["oversubscription"] == topology.params["oversubscription"] == 4
     assert sized.loaded.scenario.faults.step.stragglers[0].gpus == () and sized.topology.num_gpus == 3
+
+
+def _on_cores(monkeypatch, count: int) -> None:
+    """The machine set to ``count`` cores, each worker ahead fitting in the free memory, and a fresh state cache."""
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: count)
+    monkeypatch.setattr(ahead, "cores", lambda workers=0: count)
+    monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: workers)
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+
+
+def _simulations_counted(monkeypatch, log: Path) -> Callable[[], Counter[str]]:
+    """How many times each state is simulated by `StepStates._simulated`, the one function that simulates one, in
+    the job's process and in its workers alike (each run appends its state to ``log``)."""
+    simulated = states.StepStates._simulated
+
+    def counted(self, state, *args):
+        with log.open("a") as out:
+            out.write(f"{state!r}\n")
+        return simulated(self, state, *args)
+
+    monkeypatch.setattr(states.StepStates, "_simulated", counted)
+    return lambda: Counter(log.read_text().splitlines())
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_each_state_is_simulated_once_however_small_the_state_cache(monkeypatch, tmp_path, cores):
+    """The elastic leaf job's 16 states under a state cache of 20 KB (about 6 of their entries): the states
+    simulated ahead went into the cache (the second round's forecast moved the workers' there, and the first
+    round's simulated in the job's process went there at once), which dropped them before the job met them, so it
+    simulated them again: 24 simulations of 16 states, on one core or two. Kept until the job meets them, each
+    is simulated once, to the outputs of a cache that holds them all."""
+    _on_cores(monkeypatch, cores)
+    loaded = scenario_from_text(ELASTIC_LEAF_JOB, "job.yaml")
+    whole = simulate_job(loaded)
+    monkeypatch.setattr(states, "_CACHE", states.StateCache(budget=20_000))
+    simulations = _simulations_counted(monkeypatch, tmp_path / "simulated.log")
+    small = simulate_job(loaded)
+    assert len(states._CACHE) < 8
+    assert set(simulations().values()) == {1} and len(simulations()) == len(small.summary["states"]) == 16
+    assert small.summary == whole.summary
+    assert small.table.equals(whole.table)
+
+
+@pytest.mark.parametrize("cores, where", [(1, "anywhere"), (2, "anywhere"), (2, "in a worker")])
+def test_a_state_refused_ahead_is_simulated_once_and_its_refusal_raised_where_met(monkeypatch, tmp_path, cores,
+                                                                                   where):
+    """The elastic leaf job's shrunk states with links down (the states it trains in) refused, as a state past
+    the scale limits is: each was simulated ahead (the first in the job's process, the rest, on two cores, in
+    the workers), again before the second round and again where the job met it, which raised the refusal; one
+    refused in a worker alone was simulated again in the job's process, to no refusal. A refusal is a result:
+    each state is simulated once, and the job raises the refusal where it meets the first (here, its first
+    replication)."""
+    _on_cores(monkeypatch, cores)
+    simulated, job_process = states.StepStates._simulated, os.getpid()
+
+    def refused(self, state, *args):
+        if (state is not None and state.links_down and state.replicas == 3
+                and (where == "anywhere" or os.getpid() != job_process)):
+            raise ScenarioError("too large to simulate", field="faults.components.leaf_switch")
+        return simulated(self, state, *args)
+
+    monkeypatch.setattr(states.StepStates, "_simulated", refused)
+    simulations = _simulations_counted(monkeypatch, tmp_path / "simulated.log")
+    with pytest.raises(ScenarioError, match="too large to simulate"):
+        simulate_job(scenario_from_text(ELASTIC_LEAF_JOB, "job.yaml"))
+    assert set(simulations().values()) == {1}
+    assert sum(1 for state in simulations() if "links_down=((" in state and "replicas=3" in state) == 7
+
+
+def test_a_job_names_its_rounds_ahead_and_counts_the_states_it_simulates_before_its_replications(monkeypatch):
+    """On one core the elastic leaf job simulates the 8 states of its first round (those it trains or restarts
+    in) before its replications, so that its second round's forecast knows their steps: the bar counted the
+    replications of both forecasts with nothing to tell the rounds apart, then sat at the second's 2/2
+    replications through those states, counted nowhere. Each line its activity hears in a round now names the
+    round, and ``states_progress`` counts those states up to as many as it simulates."""
+    _on_cores(monkeypatch, 1)
+    heard: list = []
+    simulated = states.StepStates._simulated
+    monkeypatch.setattr(states.StepStates, "_simulated", lambda self, state, *args: (
+        heard.append(("simulated", state)) or simulated(self, state, *args)))
+    simulate_job(scenario_from_text(ELASTIC_LEAF_JOB, "job.yaml"), activity=heard.append,
+                 states_progress=lambda done, total: heard.append(("counted", done, total)))
+    before = heard[heard.index(("simulated", None)) + 1:heard.index("replication 1/2")]
+    lines = [entry for entry in before if isinstance(entry, str)]
+    first, second = reliability_simulate.round_text(1, 2), reliability_simulate.round_text(2, 2)
+    assert lines[0] == first and second in lines and lines[-1] == ""
+    switch = lines.index(second)
+    assert all(line.startswith(first) for line in lines[:switch])
+    assert all(line.startswith(second) for line in lines[switch:-1])
+    counted = [entry[1:] for entry in before if isinstance(entry, tuple) and entry[0] == "counted"]
+    simulated_ahead = sum(1 for entry in before if isinstance(entry, tuple) and entry[0] == "simulated")
+    assert simulated_ahead == 8 and counted == [(done, 8) for done in range(9)]

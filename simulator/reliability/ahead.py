@@ -14,11 +14,13 @@ switch, a cable, a NIC, a spine) meets states with links down, each an unfolded 
 folds no step with link faults, and a leaf down slows only its rail's collectives): 41 of them on the 2,048-GPU
 job with a leaf-switch class over 2 replications, ~223 s of CPU and 5.2 GB each; those are simulated ahead too,
 the first with links down in the job's process, whose peak memory then sizes the pool. A state the first pass
-did not foresee is simulated when met, as before, and so is one a worker failed on, so that its error is raised
-where the job meets it. A state's step is the same function of the state in whichever process it is simulated, so the
-job's outputs are byte-identical to a run on one core. States with links down that are rotations of each
-other by whole data-parallel replicas are one step where the job's step is proven to rotate
-(reliability/symmetry.py): only one of each class is simulated (`states_ahead`).
+did not foresee is simulated when met, as before. The steps simulated ahead are kept until the job meets them,
+whatever the budget of the process's state cache, and an error one of them raised (a state refused) is kept as
+its result, raised where the job meets the state, not simulated again (`StepStates.simulated_ahead`). A
+state's step is the same function of the state in whichever process it is simulated, so the job's outputs are
+byte-identical to a run on one core. States with links down that are rotations of each other by whole
+data-parallel replicas are one step where the job's step is proven to rotate (reliability/symmetry.py): only
+one of each class is simulated (`states_ahead`).
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.console.progress import resume_heartbeats
 from simulator.engine.stepping import run_all
-from simulator.errors import STOP_SIGNALS
+from simulator.errors import STOP_SIGNALS, TrainsimError
 from simulator.machine import available_memory, usable_cores
 from simulator.parallel.layout import Layout
-from simulator.reliability.checkpoint import SegmentCosts
+from simulator.reliability.checkpoint import SegmentCosts, StepState
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess
 from simulator.reliability.processes import Arrivals
@@ -140,12 +142,13 @@ class Foreseen:
 
 
 def states_foreseen(plan: JobPlan, arrivals: Callable[[int], Arrivals], replications: int,
-                    known: Callable[[ClusterState], bool], healthy: SegmentCosts,
-                    progress: Callable[[int, int], None] | None = None, *, split: bool = True,
-                    before: Collection[ClusterState] = ()) -> Foreseen:
-    """The states that ``replications`` replications (each with the failures ``arrivals(replication)``) ask the
-    costs of, those ``known`` left out (their costs are ``plan``'s); each unknown one answered with the
-    ``healthy`` costs. Without ``split`` the replications split no state's slow-step time, so none of its
+                    known: Callable[[ClusterState], bool], costs: Callable[[ClusterState], SegmentCosts | None],
+                    healthy: SegmentCosts, progress: Callable[[int, int], None] | None = None, *,
+                    split: bool = True, before: Collection[ClusterState] = ()) -> Foreseen:
+    """The states that ``replications`` replications of ``plan`` (each with the failures
+    ``arrivals(replication)``) ask the costs of, those ``known`` left out (answered their ``costs``, read without
+    changing what the job holds: `StepStates.foreseen_step`); each unknown one answered with the ``healthy``
+    costs. Without ``split`` the replications split no state's slow-step time, so none of its
     sub-states is asked: the first round, whose states' own steps set which sub-states the second needs (a
     state no slower than healthy needs none; answered the healthy costs, each state asked all of them, 313
     states foreseen where a small elastic job simulated 168). The states ``before`` (the first round's, not
@@ -158,7 +161,7 @@ def states_foreseen(plan: JobPlan, arrivals: Callable[[int], Arrivals], replicat
 
     def noted(state: ClusterState) -> SegmentCosts | None:
         if known(state):
-            return plan.costs(state)
+            return costs(state)
         if state not in before:
             wanted[state] = None
         return healthy
@@ -329,6 +332,16 @@ class _Size:
             (lambda down: gpus) if layout is None else LinkFaultRanks(layout, topology, loaded.scenario.parallelism.ep))
 
 
+def _known_states_activity(activity: Callable[[str], None]) -> Callable[[ClusterState | None], None]:
+    """A `StepStates.on_simulating` that tells ``activity`` which state `simulate_known` simulates (what differs
+    in it), and '' once it is done."""
+
+    def on_simulating(state: ClusterState | None) -> None:
+        activity("" if state is None else f"simulating {state.describe() or f'{state.replicas} replicas'}")
+
+    return on_simulating
+
+
 def _first_states_activity(activity: Callable[[str], None]) -> Callable[[ClusterState | None], None]:
     """A `StepStates.on_simulating` that tells ``activity`` which state the job's process simulates before the
     workers are forked (a leaf switch's state of the 2,048-GPU job takes ~223 s, and the bar said only
@@ -350,7 +363,7 @@ def states_ahead(states: StepStates, wanted: Sequence[ClusterState],
     one list both the job's estimate of their time (`time_ahead`) and the workers go by, so the estimate falls
     with the merge; each kind is simulated as met where they do not run."""
     merged = dict.fromkeys(states.merged(state) for state in wanted)
-    unknown = [state for state in merged if not states.known(state)]
+    unknown = [state for state in merged if not states.settled(state)]
     slow = [state for state in unknown if straggling(state, states.healthy)]
     down = sorted((state for state in unknown if degraded(state)),
                   key=lambda state: larger_first(state, states.spines, ranks))
@@ -391,7 +404,7 @@ def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], 
         states.on_simulating = _first_states_activity(activity)
     try:
         for here, kind in enumerate(kinds, 1):
-            if _simulated_here(states, kind[0]) is None:
+            if not _kept_ahead(states, kind[0]):
                 return 0
             if here < len(kinds):
                 _counted(progress, sharing, here, len(todo), wanted_workers)
@@ -410,19 +423,27 @@ def simulate_ahead(states: StepStates, kinds: Sequence[Sequence[ClusterState]], 
 
 
 def simulate_known(states: StepStates, foreseen: Sequence[ClusterState],
+                   progress: Callable[[int, int], None] | None = None,
                    activity: Callable[[str], None] | None = None) -> None:
-    """Simulate here each of the states ``foreseen`` whose step is not at hand yet (`StepStates.known`): those of
-    a first round that no worker simulated (on one core, none), so that the second round's forecast knows every
-    one of them, and asks the same sub-states on any number of cores (a state no slower than healthy asks
-    none). A state that raises is left for the job to raise where it meets it. ``activity`` hears which state is
-    simulated while it is, and '' after."""
+    """Simulate here, ahead of the job, each of the states ``foreseen`` not settled yet (`StepStates.settled`):
+    those of a first round that no worker simulated (on one core, all of them), so that the second round's
+    forecast knows every one of them, and asks the same sub-states on any number of cores (a state no slower
+    than healthy asks none); one that raises keeps its error for the job to raise where it meets it.
+    ``progress(done, total)`` hears of each (on one core the bar sat at the forecast's last count through them),
+    ``activity`` which one is simulated while it is, and '' after."""
+    todo = list(dict.fromkeys(states.merged(state) for state in foreseen if not states.settled(state)))
+    if not todo:
+        return
+    if progress is not None:
+        progress(0, len(todo))
     heard = states.on_simulating
     if activity is not None:
-        states.on_simulating = _first_states_activity(activity)
+        states.on_simulating = _known_states_activity(activity)
     try:
-        for state in foreseen:
-            if not states.known(state):
-                _simulated_here(states, state)
+        for done, state in enumerate(todo, 1):
+            _kept_ahead(states, state)
+            if progress is not None:
+                progress(done, len(todo))
     finally:
         states.on_simulating = heard
 
@@ -511,9 +532,9 @@ def _simulated_in_workers(states: StepStates, rest: Sequence[ClusterState], tota
             ready = wait(list(busy))
             for pipe in [pipe for pipe in busy if pipe in ready]:
                 worker, state = busy.pop(pipe)
-                entry = pipe.recv()
-                if entry is not None:
-                    states.simulated_ahead(state, entry)
+                result = pipe.recv()
+                if result is not None:
+                    states.simulated_ahead(state, result)
                     done += 1
                 if progress is not None:
                     progress(total - len(waiting) - len(busy), total)
@@ -597,7 +618,7 @@ class _Worker:
 
 def _serve(pipe: Connection, inherited: Sequence[Connection]) -> None:
     """In a worker: simulate each state the job's process sends, in the job's states as forked, and send back
-    its `_simulated_here` entry, until the job's process ends the worker (or itself: the pipe ends). Ctrl-C
+    what `_simulated_here` made of it, until the job's process ends the worker (or itself: the pipe ends). Ctrl-C
     (sent to the whole process group) ends it at once without a traceback; the job's process ends the others
     and reports the interrupt once. SIGTERM, which the job's process ends it with (`_ended`), takes its default
     action: the handler the console script set in the job's process would raise KeyboardInterrupt here."""
@@ -614,10 +635,24 @@ def _serve(pipe: Connection, inherited: Sequence[Connection]) -> None:
         return
 
 
-def _simulated_here(states: StepStates, state: ClusterState) -> tuple | None:
-    """The state's step and summary as ``states`` keep them, or None where simulating it raised (the job raises
-    it where it meets the state, if it does)."""
+def _simulated_here(states: StepStates, state: ClusterState
+                    ) -> tuple[StepState | None, dict] | TrainsimError | None:
+    """The state's step and summary simulated ahead (`StepStates.ahead_entry`), or the simulator's error where it
+    raised one (a state refused: a result, which pickles whole, `errors.InputError.__reduce__`), or None where
+    anything else raised (a bug, the host's memory: simulated again where the job meets the state, which raises
+    it there, whole)."""
     try:
-        return states.entry(state)
+        return states.ahead_entry(state)
+    except TrainsimError as exc:
+        return exc
     except Exception:  # raised again by the job's own run of the state
         return None
+
+
+def _kept_ahead(states: StepStates, state: ClusterState) -> bool:
+    """Simulate ``state`` here ahead of the job and keep what came of it (`StepStates.simulated_ahead`): whether
+    its step did come of it (not an error)."""
+    result = _simulated_here(states, state)
+    if result is not None:
+        states.simulated_ahead(state, result)
+    return isinstance(result, tuple)

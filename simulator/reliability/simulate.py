@@ -39,6 +39,7 @@ from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import (
     NO_SNAPSHOT_TAKEN,
     SegmentCosts,
+    StepState,
     checkpoint_bytes,
     segment_costs,
     takes_no_snapshot,
@@ -816,6 +817,8 @@ class PreparedJob:
     states: StepStates
     link_sizes: LinkStateSizes
     """The sizes of its states with links down, those its checks built kept for its forecast."""
+    step_costs: Callable[[StepState | None], SegmentCosts | None]
+    """The costs of a state with a step (None: one without a route), as ``plan.costs`` works them out."""
 
 
 @collector_paused()
@@ -852,11 +855,13 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 
+    def step_costs(step: StepState | None) -> SegmentCosts | None:
+        return None if step is None else segment_costs(step, states.healthy_step, size, scenario.checkpoint,
+                                                       scenario.storage, scenario.restart)
+
     def costs(state: ClusterState) -> SegmentCosts | None:
         if state not in cost_cache:
-            step = states(state)
-            cost_cache[state] = None if step is None else segment_costs(
-                step, states.healthy_step, size, scenario.checkpoint, scenario.storage, scenario.restart)
+            cost_cache[state] = step_costs(states(state))
         return cost_cache[state]
 
     def degradation(index: int, unit: int) -> Degradation:
@@ -892,7 +897,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                 memory_near_storage_warning(healthy))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
-                       states, link_sizes)
+                       states, link_sizes, step_costs)
 
 
 def _unused_memory_tier(memory: str, storage: str, *, in_steps: bool) -> tuple[str, str]:
@@ -964,12 +969,16 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
 
     linked, parallel = _link_classes(model), cores(workers) > 1
     if linked or (parallel and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes)):
+        rounds = _rounds_ahead(model, scenario.restart.elastic)
         first = _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
-                                states_progress, states_sharing, workers_warning, activity)
+                                states_progress, states_sharing, workers_warning, _in_round(activity, 1, rounds))
         if first.splits:
-            simulate_known(prepared.states, first.states, activity)
+            simulate_known(prepared.states, first.states, states_progress, _in_round(activity, 1, rounds))
             _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
-                            states_progress, states_sharing, workers_warning, activity, first.states)
+                            states_progress, states_sharing, workers_warning, _in_round(activity, 2, rounds),
+                            first.states)
+        if rounds > 1 and activity is not None:
+            activity("")
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents(tiered=scenario.checkpoint.memory is not None)
@@ -1025,19 +1034,27 @@ def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Cal
     up front (`_told_time_ahead`); the second the sub-states their slow-step split asks (attribution.py), where
     the first met a state with two causes or more: foreseen with the first round's states (``before``) known
     (simulated ahead, or here first, `ahead.simulate_known`), so a state no slower than healthy asks none;
-    told, never refused (a sub-state refused when met splits its state evenly). The forecast's costs are kept
-    out of the job's (``prepared.cost_cache``), whose states the outputs list. The states foreseen."""
+    told, never refused (a sub-state refused when met splits its state evenly). The forecast reads the costs
+    of the states known without adding to the job's (``prepared.cost_cache``, whose states the outputs list) or
+    moving a step simulated ahead into the process's state cache, which could drop it before the job meets it
+    (`StepStates.foreseen_step`). The states foreseen."""
     states, plan = prepared.states, prepared.plan
     cache = prepared.cost_cache
     split = before is not None
-    known = (lambda state: state in cache or states.known(state)) if split else cache.__contains__
-    asked = dict(cache)
-    try:
-        foreseen = states_foreseen(plan, arrivals, loaded.scenario.run.replications, known, prepared.healthy,
-                                   foresight_progress, split=split, before=set(before or ()))
-    finally:  # the forecast's costs are not the job's: its outputs list the states the job itself asks
-        cache.clear()
-        cache.update(asked)
+    read: dict[ClusterState, SegmentCosts | None] = {}
+
+    def known(state: ClusterState) -> bool:
+        return state in cache or (split and states.known(state))
+
+    def costs(state: ClusterState) -> SegmentCosts | None:
+        if state in cache:
+            return cache[state]
+        if state not in read:
+            read[state] = prepared.step_costs(states.foreseen_step(state))
+        return read[state]
+
+    foreseen = states_foreseen(plan, arrivals, loaded.scenario.run.replications, known, costs, prepared.healthy,
+                               foresight_progress, split=split, before=set(before or ()))
     if activity is not None:
         activity(sizing_text(len(foreseen.states)))
     sizes = prepared.link_sizes
@@ -1050,6 +1067,35 @@ def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Cal
     if parallel:
         simulate_ahead(states, kinds, workers, states_progress, workers_warning, activity, states_sharing)
     return foreseen
+
+
+ROUNDS_AHEAD = ("the states trained or restarted in", "the sub-states of their slow-step split")
+"""What each round of a job's states ahead foresees and simulates (`_foreseen_ahead`)."""
+
+
+def round_text(number: int, rounds: int) -> str:
+    """The round of states ahead a job is in (1-based ``number`` of ``rounds``), as its progress names it
+    before what the round does: 'round 1 of 2: the states trained or restarted in'."""
+    return f"round {number} of {rounds}: {ROUNDS_AHEAD[number - 1]}"
+
+
+def _rounds_ahead(model: FailureModel, elastic: bool) -> int:
+    """How many rounds of states ahead a job may take: 2 where two causes of slow steps may be in force at once
+    (two classes that straggle or degrade, or one and an elastic job's shrink), whose slow-step split asks
+    sub-states (attribution.py), else 1."""
+    slowing = sum(1 for klass in model.classes if klass.effect in (Effect.STRAGGLE, Effect.DEGRADE))
+    return 2 if slowing + elastic > 1 else 1
+
+
+def _in_round(activity: Callable[[str], None] | None, number: int, rounds: int) -> Callable[[str], None] | None:
+    """``activity`` told at once that round ``number`` of ``rounds`` begins (`round_text`), each line it then
+    hears after the round's name ('' the name alone): a job's two forecasts counted the same replications, and
+    its bar did not say which it was in. ``activity`` itself where a job takes one round."""
+    if activity is None or rounds < 2:
+        return activity
+    named = round_text(number, rounds)
+    activity(named)
+    return lambda line: activity(f"{named}; {line}" if line else named)
 
 
 def split_evenly_warning(split_evenly: Mapping[ClusterState, str]) -> str | None:

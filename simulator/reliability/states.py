@@ -40,7 +40,7 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.reliability import RestartConfig
 from simulator.config.schema import ClusterConfig, RunConfig, Scenario
-from simulator.errors import StepAborted
+from simulator.errors import StepAborted, TrainsimError
 from simulator.faults.rerouting import split
 from simulator.faults.step import FoldShape, StepFaultPlan, fold_shape
 from simulator.parallel.layout import Layout
@@ -192,7 +192,14 @@ class StepStates:
         self._programs: dict[RankClasses | None, StepProgram] = {}
         self._folds: dict[FoldShape, FoldedStep] = {}
         self._ahead: dict[ClusterState, tuple[StepState | None, dict]] = {}
-        """States simulated ahead of the job (reliability/ahead.py), each handed out once, when met."""
+        """States simulated ahead of the job (reliability/ahead.py), kept for the job's life whatever the budget of
+        the process's cache (`StateCache`): moved there by the second forecast, or put there at once, a job of
+        more states than it holds (~4,000 straggler states of the 64-GPU job, fewer on larger clusters) lost
+        steps before it met them and simulated them again. One met stays too (it is cached as well), since a
+        rotation of it may be met later; all are held when the replications begin in any case."""
+        self._refused: dict[ClusterState, TrainsimError] = {}
+        """States whose simulation ahead raised, and the error, raised again where the job meets the state: a
+        result, not simulated again (before, each was simulated again before the second round and where met)."""
         self.on_simulating: Callable[[ClusterState | None], None] | None = None
         """Hears of each state other than the healthy one as its step starts being simulated in this process, and
         None once it is done: a job's progress says which state a replication is simulating (a degraded state of
@@ -289,9 +296,33 @@ class StepStates:
         merged = self.merged(state)
         return merged == self.healthy or (self.key, merged) in _CACHE or merged in self._ahead
 
-    def simulated_ahead(self, state: ClusterState, entry: tuple[StepState | None, dict]) -> None:
-        """The state's `entry`, simulated in another process, to hand out when the job meets it."""
-        self._ahead[state] = entry
+    def settled(self, state: ClusterState) -> bool:
+        """Whether the state's step is `known` or its simulation ahead raised: nothing to simulate before the job
+        meets it."""
+        return self.known(state) or self.merged(state) in self._refused
+
+    def ahead_entry(self, state: ClusterState) -> tuple[StepState | None, dict]:
+        """The `entry` of a state simulated ahead of the job, here or in a worker (reliability/ahead.py): its
+        `merged` state's, simulated now and kept nowhere (`simulated_ahead` keeps it in the job's process)."""
+        merged = self.merged(state)
+        return self._fresh(merged, lambda: self._scenario_of(merged))
+
+    def simulated_ahead(self, state: ClusterState, result: tuple[StepState | None, dict] | TrainsimError) -> None:
+        """The `ahead_entry` of ``state``, or the error simulating it raised, from this process or a worker: kept
+        for when the job meets it (the error raised there)."""
+        merged = self.merged(state)
+        if isinstance(result, TrainsimError):
+            self._refused[merged] = result
+        else:
+            self._ahead[merged] = result
+
+    def foreseen_step(self, state: ClusterState) -> StepState | None:
+        """The step of a `known` state as a forecast reads it (reliability/ahead.py): one simulated ahead stays
+        kept, and the cache's order of use stays as the job left it."""
+        merged = self.merged(state)
+        if merged == self.healthy:
+            return self.healthy_step
+        return (self._ahead[merged] if merged in self._ahead else _CACHE[self.key, merged])[0]
 
     def representative(self, gpu: int) -> int:
         """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage; ``gpu`` itself in a
@@ -302,17 +333,26 @@ class StepStates:
 
     def _cached(self, state: ClusterState | None, scenario, prepared: PreparedStep | None = None
                 ) -> tuple[StepState | None, dict]:
-        """The step of ``state`` (None: the healthy one) and its summary, from the cache or simulated. After a
+        """The step of ``state`` (None: the healthy one) and its summary, from the cache, simulated ahead (then
+        cached too, for a study's later points) or simulated now; the error its simulation ahead raised, raised
+        again."""
+        key = (self.key, state)
+        if key in _CACHE:
+            return _CACHE.used(key)
+        if state in self._refused:
+            raise self._refused[state].with_traceback(None)
+        if state in self._ahead:
+            return self._store(key, self._ahead[state])
+        return self._store(key, self._fresh(state, scenario, prepared))
+
+    def _fresh(self, state: ClusterState | None, scenario, prepared: PreparedStep | None = None
+               ) -> tuple[StepState | None, dict]:
+        """The step of ``state`` and its summary, simulated now (`_simulated`), told to `on_simulating`. After a
         state's run the youngest generation of the cyclic garbage collector (paused for the job,
         simulator/collector.py) is collected: each straggler state of the 16,384-GPU job left ~0.13 GB of cyclic
         garbage (220 GB over the 1,685 states of docs/reliability.md's throttling example), most of it its event
         log, since freed as it goes (metrics/events.py); what stays for the collector (~33 k objects a state: the
         run's stepping closures, its isolated runs' environments) takes ~0.01 s and keeps the job at ~0.6 GB."""
-        key = (self.key, state)
-        if key in _CACHE:
-            return _CACHE.used(key)
-        if state in self._ahead:
-            return self._store(key, self._ahead.pop(state))
         if state is not None and self.on_simulating is not None:
             self.on_simulating(state)
         entry = self._simulated(state, scenario, prepared)
@@ -320,7 +360,7 @@ class StepStates:
             gc.collect(0)
             if self.on_simulating is not None:
                 self.on_simulating(None)
-        return self._store(key, entry)
+        return entry
 
     def _simulated(self, state: ClusterState | None, scenario, prepared: PreparedStep | None
                    ) -> tuple[StepState | None, dict]:
