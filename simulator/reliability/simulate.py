@@ -941,19 +941,21 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     Where the job's straggler or degraded states are simulated ahead on the other cores (reliability/ahead.py,
     at most ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication
     of the pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
-    replications run (``states_sharing(workers)`` before the count of each simulated in the job's process: how
-    many workers share those left, `ahead.simulate_ahead`); ``workers_warning`` hears one line where a worker
-    ended early or could not be forked, or where the states with links down foreseen (on one core too) will
-    take long (`_told_time_ahead`, which refuses those past `ahead.MAX_AHEAD_S` unless ``force``) (the outputs
-    are the same; only the time differs).
+    replications run, in each round, and of the first round's states simulated in the job's process before the
+    second (`ahead.simulate_known`) (``states_sharing(workers)`` before the count of each simulated in the job's
+    process: how many workers share those left, `ahead.simulate_ahead`); ``workers_warning`` hears one line where
+    a worker ended early or could not be forked, or where the states with links down foreseen (on one core too)
+    will take long (`_told_time_ahead`, which refuses those past `ahead.MAX_AHEAD_S` unless ``force``) (the
+    outputs are the same; only the time differs).
     ``activity`` hears the NVSwitch tray states' fold checks (`first_tray_fold_blocker`), that the states foreseen
     are merged and sized (`sizing_text`) until they are, which state the job's process simulates before those
     workers start, then what the replications do between their counts: `replication 1/2`, and `replication 1/2:
     simulating a new cluster state (8 link(s) down)` while a state met for the first time is simulated (a leaf
     switch's state of the 2,048-GPU job took minutes, and a job printed nothing meanwhile), then '' once they are
-    done. ``sizes_progress(done, total)``, first of all, hears of each smaller size an elastic job may shrink to
-    checked (check_job). ``merge_rotations``: states with links down that are rotations of each other take one step
-    (`StepStates`; off, each is simulated, with the same outputs)."""
+    done; where the job may take two rounds of states ahead, each line of a round after its name (`round_text`),
+    and '' after the last. ``sizes_progress(done, total)``, first of all, hears of each smaller size an elastic
+    job may shrink to checked (check_job). ``merge_rotations``: states with links down that are rotations of each
+    other take one step (`StepStates`; off, each is simulated, with the same outputs)."""
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force, sizes_progress=sizes_progress, merge_rotations=merge_rotations,
                            activity=activity)
