@@ -406,11 +406,15 @@ def test_a_pipeline_send_is_logged_on_the_sender_as_the_send():
     ("parallelism.pipeline.schedule=zbv", "inline.yaml:6: parallelism.pipeline.virtual_stages: schedule 'zbv' "
      "keeps two chunks per rank (a V), got virtual_stages = 1 (with --set parallelism.pipeline.schedule=zbv) "
      "(allowed: 2)"),
+    ("parallelism.pipeline.virtual_stages=3", "inline.yaml:5: parallelism.pp: 32 layers do not split evenly over "
+     "pp x virtual_stages = 6 stages (with --set parallelism.pipeline.virtual_stages=3) (allowed: pp x "
+     "virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers))"),
 ])
 def test_a_cross_field_check_names_the_override_of_a_field_it_read(override, expected):
     """A check that fails because of a `--set` of another field than the one it is located at names it: the
     cluster's GPU count read by the layout's product at `parallelism`, the schedule read by the V's check at
-    `virtual_stages` (each was named only under the failing path: neither was)."""
+    `virtual_stages`, the virtual stages read by the layers' split at `pp` (each was named only under the failing
+    path: none was)."""
     text = """
 cluster: {topology: dgx-h100-cluster, nodes: 1}
 model: {preset: llama3-8b}

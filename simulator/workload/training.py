@@ -321,6 +321,12 @@ def _check_hybrid_blocks(layout: Layout, topology: Topology, degree: int) -> Non
             raise _invalid("parallelism.fsdp", f"{problem} (DP x CP group {list(group)}: {spread})", allowed)
 
 
+STAGE_SPLIT_READS = ("parallelism.pipeline.virtual_stages", "parallelism.pipeline.first_last_fewer_layers",
+                     "model.layers", "model.preset")
+"""The fields besides `pp` that the layers' split over the stages reads: an override of any of them is named
+with its error (`--set parallelism.pipeline.virtual_stages=3` went unsaid)."""
+
+
 def check_model_layout(scenario: Scenario, model: ModelSpec, layout: Layout) -> list[int]:
     """Refuse a layout that ``model`` cannot take (heads, layers over the stages, sequence shards, experts) and
     return the layers of each virtual stage. Cheap, so made before the run's size is estimated: a layout
@@ -333,7 +339,8 @@ def check_model_layout(scenario: Scenario, model: ModelSpec, layout: Layout) -> 
     if not counts:
         raise _invalid("parallelism.pp", f"{model.layers} layers do not split evenly over pp x "
                        f"virtual_stages = {layout.pp * v} stages",
-                       "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
+                       "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)",
+                       reads=STAGE_SPLIT_READS)
     _check_context(seq_len, layout.cp, par.cp_load_balance)
     _check_sequence_shards(seq_len, layout, par.sequence_parallel, model.moe is not None)
     check_expert_parallelism(scenario, model, layout)
