@@ -68,3 +68,17 @@ def test_an_optimizer_outside_the_set_is_refused_at_load(validation_error):
     error = validation_error(LLAMA_8B_DP8, "training.optimizer=lion")
     assert error.field == "training.optimizer"
     assert all(optimizer in error.allowed for optimizer in OPTIMIZERS)
+
+
+def test_none_unsets_fsdp_as_its_documented_default_and_every_refusal_says_so(validation_error):
+    """docs list `fsdp`'s default as `none`, yet `--set parallelism.fsdp=none` was refused ('none' is not a valid
+    choice) and neither that error nor 'give zero or fsdp, not both' said how to unset it, so the bundled FSDP
+    scenario could not be compared with DeepSpeed's `zero: 3`. `none` now reads as left out, as `null` did."""
+    fsdp = LLAMA_8B_DP8.replace("zero: 0", "fsdp: full_shard")
+    loaded = scenario_from_text(fsdp, "inline.yaml", ["parallelism.fsdp=none", "parallelism.zero=3"])
+    assert (loaded.scenario.parallelism.fsdp, loaded.scenario.parallelism.zero_stage) == (None, 3)
+    both = validation_error(fsdp, "parallelism.zero=3")
+    assert (both.field, both.allowed) == ("parallelism.fsdp", "one of them; unset the other with fsdp: none or zero: 0")
+    unknown = validation_error(fsdp, "parallelism.fsdp=off")
+    assert unknown.problem == "'off' is not a valid choice"
+    assert unknown.allowed == "none, full_shard, shard_grad_op, hybrid_shard or no_shard"

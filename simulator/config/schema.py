@@ -6,7 +6,7 @@ Sections grow with features; each is optional except `cluster`. Quantities stay 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -21,7 +21,7 @@ from simulator.config.parameter_server import WORKER_PARALLELISM, ParameterServe
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
 from simulator.config.reliability import CheckpointConfig, Horizon, RestartConfig, StorageConfig
-from simulator.config.sections import FieldProblem, Section, user_value
+from simulator.config.sections import UNSET, FieldProblem, Section, unset_by_none, user_value
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import (
     AUTOCAST_PRECISIONS,
@@ -440,7 +440,7 @@ class ParallelismConfig(Section):
     tp_comm_overlap: bool = False
     pipeline: PipelineConfig = PipelineConfig()
     zero: int = Field(default=0, ge=0, le=3)
-    fsdp: FsdpStrategy | None = None
+    fsdp: Annotated[FsdpStrategy | None, unset_by_none(get_args(FsdpStrategy))] = None
     ddp: DDPConfig = DDPConfig()
 
     @property
@@ -485,7 +485,8 @@ class ParallelismConfig(Section):
     @model_validator(mode="after")
     def _one_sharding_choice(self) -> ParallelismConfig:
         if self.fsdp is not None and self.zero:
-            raise FieldProblem(("fsdp",), "give zero or fsdp, not both", "one of them")
+            raise FieldProblem(("fsdp",), "give zero or fsdp, not both",
+                               f"one of them; unset the other with fsdp: {UNSET} or zero: 0")
         every = self.ddp.reduce_every_microbatch
         if every and self.zero_stage not in (2, 3):
             raise FieldProblem(("ddp", "reduce_every_microbatch"),

@@ -10,12 +10,12 @@ every section class at import (about 0.08 s CPU of each command) would only be t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-from simulator.errors import InputError
+from simulator.errors import InputError, yaml_spelling
 
 INT64_LIMIT = 2**63
 """Whole numbers at or beyond this are refused at load: they would fail in numpy, Arrow and the summary's JSON
@@ -52,3 +52,22 @@ def user_value(parse: Callable[[object], T]) -> Callable[[object], T]:
         except InputError as exc:
             raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
     return convert
+
+
+UNSET = "none"
+"""The word that leaves an optional option set unset, as its default is written in the docs (`fsdp: none`), the
+way `recompute: none` names a member of its own set: `--set parallelism.fsdp=none` undoes a file's `fsdp`."""
+
+
+def unset_by_none(choices: Sequence[str]) -> BeforeValidator:
+    """The validator of an optional option set of ``choices`` (a field `X | None = None`): `none` (UNSET) reads
+    as left out; any other value outside ``choices`` is refused listing `none` with them."""
+    def read(value: object) -> object:
+        if value == UNSET:
+            return None
+        if value is not None and value not in choices:
+            listed = [UNSET, *choices]
+            raise ValueError(f"{yaml_spelling(value)} is not a valid choice (allowed: "
+                             f"{', '.join(listed[:-1])} or {listed[-1]})")
+        return value
+    return BeforeValidator(read)
