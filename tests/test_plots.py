@@ -151,6 +151,23 @@ def test_gantt_merges_the_ops_of_one_action(small_model_runs):
     assert numbers == sorted(list(range(MICROBATCHES)) * 2)
 
 
+def test_gantt_draws_tp_collectives_off_the_compute_stream_as_overlapped(tmp_path):
+    """With `tp_comm_overlap` the TP collectives run on their own stream beside the GEMMs; they were drawn red and
+    listed as "TP/CP collective (blocking)", telling a reader that the hidden traffic blocks. Each TP op is now
+    one bar of the kind its stream says: blocking on the compute stream, overlapped (side lane) off it."""
+    overlapped = SMALL_MODEL.replace("dp: 1,", "dp: 1, sequence_parallel: true, tp_comm_overlap: true,")
+    run = _run(tmp_path, overlapped, "1f1b")
+    figure = gantt_figure(run.timeline, run.summary)
+    tp = run.timeline[(run.timeline["category"] == "tp") & (run.timeline["kind"] != "flow")]
+    for row in range(STAGES):
+        ops = tp[tp["rank"] == run.summary["layout"]["tp"] * row]
+        blocking = int((ops["stream"] == "compute").sum())
+        assert len(_bars(figure, "tp_cp", row)) == blocking
+        assert len(_bars(figure, "tp_cp_overlapped", row)) == len(ops) - blocking > 0
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert "TP/CP collective (overlapped)" in legend
+
+
 def test_gantt_draws_the_expert_all_to_alls_as_their_own_kind(tmp_path):
     """2 MoE layers x 2 micro-batches x (dispatch and combine, forward and backward) = 16 EP all-to-alls on rank
     0, each one bar as long as its op, labelled as EP in the legend (they used to be "other communication")."""
@@ -410,9 +427,11 @@ def test_every_op_category_of_a_training_step_has_its_gantt_bar():
     traced = {"compute", "host", ""}  # a replayed trace's kernels and host gaps: `plot` refuses those runs
     assert set(PASS_BARS) | set(OP_BARS) == set(get_args(Category)) - traced
     assert set(BAR_CLASSES) == set(Bar)
-    assert _bar_class(pd.Series(["tp", "cp", "optimizer"])).tolist() == [Bar.TP_CP, Bar.TP_CP, Bar.OPTIMIZER]
+    on_compute = np.array([True, False, True, False])
+    assert _bar_class(pd.Series(["tp", "cp", "optimizer", "dp"]), on_compute).tolist() == [
+        Bar.TP_CP, Bar.TP_CP_OVERLAPPED, Bar.OPTIMIZER, Bar.DP]
     with pytest.raises(ValueError, match="no Gantt bar for op category 'host'"):
-        _bar_class(pd.Series(["dp", "host"]))
+        _bar_class(pd.Series(["dp", "host"]), np.array([True, True]))
 
 
 def test_a_folder_without_a_timeline_says_why_and_what_to_run(tmp_path, capsys):

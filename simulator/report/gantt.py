@@ -1,6 +1,7 @@
 """Gantt chart of a training step: one row per pipeline stage (or rank) showing its forward, backward,
 weight-grad and recompute actions with their micro-batch numbers, blocking TP/CP communication and EP
-all-to-alls, the asynchronous PP/DP/ZeRO traffic in a thin lane under the row, and the idle time (pipeline bubbles)."""
+all-to-alls, the communication that overlaps compute (TP/CP off the compute stream, PP, DP/ZeRO) in a thin lane
+under the row, and the idle time (pipeline bubbles)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class Bar(StrEnum):
     RECOMPUTE = "recompute"
     OPTIMIZER = "optimizer"
     TP_CP = "tp_cp"
+    TP_CP_OVERLAPPED = "tp_cp_overlapped"
     EP = "ep"
     PP = "pp"
     DP = "dp"
@@ -66,6 +68,7 @@ BAR_CLASSES: dict[Bar, tuple[str, str]] = {
     Bar.RECOMPUTE: ("recompute (R)", "#8172B3"),
     Bar.OPTIMIZER: ("optimizer", "#937860"),
     Bar.TP_CP: ("TP/CP collective (blocking)", "#C44E52"),
+    Bar.TP_CP_OVERLAPPED: ("TP/CP collective (overlapped)", "#EFA3A5"),
     Bar.EP: ("EP all-to-all", "#A6761D"),
     Bar.PP: ("PP send/recv", "#DA8BC3"),
     Bar.DP: ("DP/ZeRO collective", "#2A9D8F"),
@@ -79,11 +82,15 @@ PASS_BARS: dict[PipelineCategory, Bar] = {FORWARD_CATEGORY: Bar.FORWARD, BACKWAR
 """The bar of a merged pipeline action, by its category (an input-grad-only backward gets BACKWARD_INPUT)."""
 OP_BARS: dict[Category, Bar] = {"tp": Bar.TP_CP, "cp": Bar.TP_CP, "ep": Bar.EP, "pp": Bar.PP, "dp": Bar.DP,
                                 OPTIMIZER_CATEGORY: Bar.OPTIMIZER, "comm": Bar.OTHER_COMM}
-"""The bar of any other op of a training step, by its category; a replayed trace's kernels and host gaps
-(`compute`, `host`) have none: `plot` refuses such runs before drawing."""
+"""The bar of any other op of a training step, by its category, on the compute stream; a replayed trace's
+kernels and host gaps (`compute`, `host`) have none: `plot` refuses such runs before drawing."""
+OVERLAPPED_BARS: dict[Bar, Bar] = {Bar.TP_CP: Bar.TP_CP_OVERLAPPED}
+"""The bar of an op off the compute stream where its category's bar says it blocks: TP/CP collectives run beside
+the GEMMs (`tp_comm_overlap`), sequence-parallel re-gathers and the CP ring overlap compute, which the red of
+blocking ones would deny."""
 ACTION_BARS = (Bar.FORWARD, Bar.BACKWARD, Bar.BACKWARD_INPUT, Bar.WEIGHT_GRAD, Bar.RECOMPUTE)
 """Bars of the pipeline actions, on the main lane."""
-COMMUNICATION_CLASSES = (Bar.TP_CP, Bar.EP, Bar.PP, Bar.DP, Bar.OTHER_COMM)
+COMMUNICATION_CLASSES = (Bar.TP_CP, Bar.TP_CP_OVERLAPPED, Bar.EP, Bar.PP, Bar.DP, Bar.OTHER_COMM)
 """Drawn with a hairline edge of their own colour so that ops far shorter than a pixel still show; actions
 get a white edge so that back-to-back actions of one kind stay apart."""
 
@@ -112,14 +119,15 @@ MAX_LABELS = 4000
 LABEL_FONT_PT = 7.0
 
 
-def _bar_class(category: pd.Series) -> pd.Series:
-    """The bar of non-pipeline ops, from their category (OP_BARS); a category without one is refused, not
-    drawn as some other kind."""
+def _bar_class(category: pd.Series, on_compute: np.ndarray) -> pd.Series:
+    """The bar of non-pipeline ops, from their category (OP_BARS) and, for those not ``on_compute``, whether they
+    overlap it (OVERLAPPED_BARS); a category without one is refused, not drawn as some other kind."""
     unknown = sorted(set(category) - set(OP_BARS))
     if unknown:
         raise ValueError(f"no Gantt bar for op category {', '.join(map(repr, unknown))} (a training step's ops "
                          f"have {', '.join(map(repr, OP_BARS))})")
-    return category.map(OP_BARS)
+    bars = category.map(OP_BARS)
+    return bars.where(on_compute, bars.replace(OVERLAPPED_BARS))
 
 
 def _action_class(actions: pd.DataFrame) -> pd.Series:
@@ -272,7 +280,7 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
          (recomputing["start_s"] + recomputing["recompute_s"]).to_numpy(), MAIN_LANE, 2.5)
     others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
     on_compute = (others["stream"] == COMPUTE_STREAM).to_numpy()
-    other_class = _bar_class(others["category"]).to_numpy()
+    other_class = _bar_class(others["category"], on_compute).to_numpy()
     for kind in (Bar.OPTIMIZER, *COMMUNICATION_CLASSES):
         on_lane = COMM_STRIP if kind in COMMUNICATION_CLASSES else MAIN_LANE
         for lane, mask, z in ((on_lane, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
