@@ -287,8 +287,10 @@ def test_a_node_override_changes_its_keys_and_keeps_the_files_others():
 
 
 @pytest.mark.parametrize(("node", "warned"), [
-    ("{gpu_model: a100-80gb}", True), ("{gpu_model: h200}", False), ("{gpu_model: a100-80gb, nvls: none}", False),
-    ("{kind: nvswitch_node, gpu_model: a100-80gb}", False)], ids=["a100", "h200", "a100-nvls-none", "whole-node"])
+    ("{gpu_model: a100-80gb}", True), ("{gpu_model: h200}", False),
+    ("{gpu_model: a100-80gb, nvls: none, nvlink_bandwidth: 300 GB/s}", False),
+    ("{kind: nvswitch_node, gpu_model: a100-80gb, nvlink_bandwidth: 300 GB/s}", False)],
+    ids=["a100", "h200", "a100-nvls-none", "whole-node"])
 def test_a_node_override_that_keeps_nvls_for_a_gpu_without_it_is_warned_at_the_gpu(tmp_path, capsys, node, warned):
     """`node: {gpu_model: a100-80gb}` on dgx-h100-cluster keeps the file's `nvls: nvswitch3`, which an A100 cannot
     drive: `validate` said only 'valid' while the topology said NVLS. It now warns at the override's line; an H200
@@ -323,6 +325,34 @@ def test_an_error_in_a_node_key_the_override_keeps_is_the_topology_files(tmp_pat
                         "model: {preset: llama3-8b, layers: 4}\ntraining: {seq_len: 1024, global_batch: 16}\n")
     assert main(["validate", str(scenario), *(part for item in sets for part in ("--set", item))]) == 2
     assert capsys.readouterr().err.startswith(f"error: {error.format(topology=topology, scenario=scenario)} (allowed: ")
+
+
+@pytest.mark.parametrize(("cluster", "sets", "where", "kept"), [
+    ("{topology: dgx-h100-cluster, nodes: 1}", ["cluster.node.gpu_model=b200"],
+     "command line: trainsim validate: --set cluster.node.gpu_model=b200", "the node's nvlink_bandwidth is 450 GB/s"),
+    ("{topology: dgx-h100-cluster, nodes: 1, node: {kind: nvswitch_node, gpu_model: b200}}", [],
+     "{scenario}:1: cluster.node.gpu_model", "the node's nvlink_bandwidth is 450 GB/s"),
+    ("{topology: dgx-h100}", ["cluster.gpu_model=b200"],
+     "command line: trainsim validate: --set cluster.gpu_model=b200", "the node's nvlink_bandwidth is 450 GB/s"),
+    ("{topology: dgx-h100-cluster, nodes: 1, node: {gpu_model: a100-80gb}}", [], "{scenario}:1: cluster.node.gpu_model",
+     "the node keeps the topology file's nvls (NVLink SHARP), which a100-80gb has none of; its nvlink_bandwidth is "
+     "450 GB/s"),
+], ids=["merged-b200", "whole-node-b200", "one-server-b200", "a100-both"])
+def test_a_gpu_changed_without_its_generations_nvlink_is_warned_at_the_gpu(tmp_path, capsys, cluster, sets, where,
+                                                                          kept):
+    """`--set cluster.node.gpu_model=b200` on dgx-h100-cluster ran B200s on the H100's NVLink 4 (450 GB/s; the 70B
+    step 17.6% long, TP exposure 3.3x) without a word, as did a whole node or a one-server topology given a B200
+    and the builder's default NVLink; warned as the kept NVLink SHARP is, one warning naming both."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"cluster: {cluster}\nmodel: {{preset: llama3-8b, layers: 4}}\n"
+                        "training: {seq_len: 1024, global_batch: 8}\n")
+    assert main(["validate", str(scenario), *(part for item in sets for part in ("--set", item))]) == 0
+    err = capsys.readouterr().err
+    gpu = "a100-80gb" if "a100" in cluster else "b200"
+    rate = "300 GB/s" if gpu == "a100-80gb" else "900 GB/s"
+    warning = f"warning: {where.format(scenario=scenario)}: gpu_model {gpu}: {kept}, while {gpu}'s NVLink has {rate}"
+    assert f"{warning} per direction (allowed: " in err
+    assert err.count("warning") == 1
 
 
 KEPT_NVLS = "cluster.node.gpu_model: gpu_model a100-80gb: the node keeps the topology file's nvls"

@@ -41,6 +41,12 @@ def nvlink_efficiency(gpu_name: str) -> float:
     return float(entry["busbw_gbps"]) / float(entry["line_rate_gbps"])
 
 
+def nvlink_line_rate(gpu_name: str) -> float:
+    """The NVLink bandwidth per direction, in bytes/s, of the generation of ``gpu_name`` (kernels.yaml ``nvlink``'s
+    line rate: 300 GB/s on A100, 450 on H100 and H200, 900 on B200 and GB200)."""
+    return float(kernel_data()["gpus"][gpu_name]["nvlink"]["line_rate_gbps"]) * 1e9
+
+
 def nvls_efficiency(gpu_name: str) -> float | None:
     """The fraction of the ring's NVLink bandwidth NVLS's in-switch reduction reaches on ``gpu_name`` (kernels.yaml
     ``nvls``, NCCL's tuner); None for a GPU without NVLink SHARP."""

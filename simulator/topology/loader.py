@@ -217,18 +217,37 @@ def _scenario_source(loaded: LoadedScenario, use: Callable[[TopologySource], T],
         raise located.rebuilt(TopologyError) from None
 
 
-def kept_nvls_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
-    """A warning where the scenario's `node:` changes the GPU without its `kind` (merged into the file's node,
-    `with_overrides`) and keeps the file's NVLink SHARP (`nvls`) on a GPU that has none: `node: {gpu_model:
-    a100-80gb}` on dgx-h100-cluster said `nvls` of the cluster while its collectives never use it. Located at
-    the override's `gpu_model`."""
-    from simulator.catalog.calibration import nvls_efficiency
+def kept_node_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
+    """A warning where the scenario changes a node's GPU (`node: {gpu_model: ...}`, merged into the file's node or
+    a whole node, or `gpu_model` of a one-server or rack topology) and leaves it settings written for another
+    GPU: an NVLink bandwidth other than the new GPU generation's (`--set cluster.node.gpu_model=b200` on
+    dgx-h100-cluster ran B200s on the H100's 450 GB/s NVLink, the step 17.6% too long, without a word), or the
+    file's NVLink SHARP (`nvls`) on a GPU that has none (its collectives never use it). Located at the override's
+    `gpu_model`; a server of one GPU has no NVLink to keep."""
+    from simulator.catalog.calibration import nvlink_line_rate, nvls_efficiency
+    from simulator.units import format_bandwidth
 
-    node = loaded.scenario.cluster.overrides().get("node")
-    if (not isinstance(node, dict) or "kind" in node or "gpu_model" not in node or "nvls" in node
-            or not topology.nvls or nvls_efficiency(topology.gpu_model) is not None):
+    overrides = loaded.scenario.cluster.overrides()
+    node, built = overrides.get("node"), topology.params
+    path: FieldPath = ("cluster", "gpu_model")
+    if isinstance(node, dict) and "gpu_model" in node:
+        given, path, built = node, ("cluster", "node", "gpu_model"), topology.params.get("node", {})
+    elif "gpu_model" in overrides:
+        given = overrides
+    else:
         return None
-    return str(loaded.error(("cluster", "node", "gpu_model"), f"gpu_model {topology.gpu_model}: the node keeps "
-                            f"the topology file's nvls (NVLink SHARP), which {topology.gpu_model} has none of; its "
-                            "other settings for the file's GPU (nvlink_bandwidth) are kept too",
-                            "nvls: none and the GPU's nvlink_bandwidth alongside it, or a node that names its kind"))
+    gpu, kept, changes = topology.gpu_model, [], []
+    if "nvls" not in given and topology.nvls and nvls_efficiency(gpu) is None:
+        kept.append(f"the node keeps the topology file's nvls (NVLink SHARP), which {gpu} has none of")
+        changes.append("nvls: none")
+    bandwidth = built.get("nvlink_bandwidth")
+    if ("nvlink_bandwidth" not in given and bandwidth is not None and built.get("gpus", 0) != 1
+            and bandwidth != nvlink_line_rate(gpu)):
+        whose = "its" if kept else "the node's"
+        kept.append(f"{whose} nvlink_bandwidth is {format_bandwidth(bandwidth)}, while {gpu}'s NVLink has "
+                    f"{format_bandwidth(nvlink_line_rate(gpu))} per direction")
+        changes.append(f"nvlink_bandwidth: {format_bandwidth(nvlink_line_rate(gpu))}")
+    if not kept:
+        return None
+    return str(loaded.error(path, f"gpu_model {gpu}: {'; '.join(kept)}",
+                            f"{' and '.join(changes)} beside gpu_model"))
