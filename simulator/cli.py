@@ -75,8 +75,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """One run, the cyclic garbage collector paused throughout: loading and writing keep the run's large
     heap alive as well (simulator/collector.py)."""
     from simulator import load_scenario
+    from simulator.report.run_folder import RUN_FOLDER
 
-    out = output_folder(args.out)
+    out = output_folder(args.out, RUN_FOLDER)
     loaded = load_scenario(args.scenario, args.set)
     if loaded.scenario.run.horizon is not None:
         return _run_job(loaded, out, quiet=args.quiet, force=args.force, workers=args.workers)
@@ -444,8 +445,9 @@ def _cmd_study(args: argparse.Namespace) -> int:
         run_study,
         write_study,
     )
+    from simulator.report.run_folder import STUDY_FOLDER
 
-    out = output_folder(args.out)
+    out = output_folder(args.out, STUDY_FOLDER)
     intervals: Sequence[float | str] = parse_intervals(args.intervals) if args.intervals is not None else []
     multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
     from simulator import load_scenario
@@ -740,12 +742,13 @@ def _ranks(text: str | None) -> list[int] | None:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.config.loader import set_flag
+    from simulator.report.run_folder import SWEEP_FOLDER
     from simulator.sweep.executors import make_executor
     from simulator.sweep.runner import progress_printer, run_sweep
     from simulator.sweep.spec import load_sweep
     from simulator.units import counted
 
-    out = output_folder(args.out)
+    out = output_folder(args.out, SWEEP_FOLDER)
     sweep = load_sweep(args.sweep, max_points=args.max_points, overrides=args.set)
     for warning in sweep.warnings:
         _warn_line(warning)
@@ -825,6 +828,7 @@ def _choice_list(choices: tuple[str, ...]):
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from simulator.report.run_folder import SEARCH_FOLDER
     from simulator.sweep.executors import make_executor
     from simulator.sweep.layouts import SearchSpace
     from simulator.sweep.report import format_search, write_search
@@ -832,7 +836,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from simulator.sweep.runner import progress_printer
     from simulator.sweep.search import search_layouts
 
-    out = output_folder(args.out)
+    out = output_folder(args.out, SEARCH_FOLDER)
     given = {name: getattr(args, name) for name in ("tp", "cp", "pp", "ep", "virtual_stages", "micro_batch", "sharding",
                                                      "recompute") if getattr(args, name) is not None}
     executor = make_executor(args.executor, args.workers, args.scheduler)

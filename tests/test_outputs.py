@@ -471,6 +471,38 @@ def test_rerun_removes_the_files_of_an_earlier_run(tmp_path):
     assert set(one_run_only(out)["files"]) == {"summary.json", "timeline.parquet", "trace.json"}
 
 
+FOLDERS = {"search": ("candidates.csv", "candidates.parquet", "search.json"), "study": ("study.csv", "study.json"),
+           "run": ("summary.json", "timeline.parquet", "trace.json"), "sweep": ("points.jsonl", "results.parquet")}
+"""The files of each kind of output folder, a sweep's without a manifest."""
+WRITERS = {"run": ["run", str(SMALL)], "search": ["search", str(TRAINING)],
+           "study": ["study", "checkpoint-interval", str(TRAINING)], "sweep": ["sweep", "sweep.yaml"]}
+
+
+@pytest.mark.parametrize(("held", "command"), [
+    ("search", "run"), ("study", "run"), ("sweep", "run"), ("run", "search"), ("run", "study"), ("run", "sweep"),
+    ("sweep", "search")])
+def test_a_command_refuses_a_folder_of_another_commands_results(tmp_path, capsys, held, command):
+    """`trainsim run --out` of a layout search's folder deleted its candidates (the files its manifest listed),
+    exit 0, without a word, and `search --out` a run's; a run into a sweep's folder (no manifest) left the folder
+    both. Each command now refuses another's folder before any work, in one line naming what it holds."""
+    out = tmp_path / "held"
+    out.mkdir()
+    for name in FOLDERS[held]:
+        (out / name).write_text(name)
+    if held != "sweep":
+        listed = {name: {"bytes": len(name), "sha256": ""} for name in FOLDERS[held]}
+        (out / MANIFEST).write_bytes(json.dumps({"files": listed}).encode())
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert main([*WRITERS[command], "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    files = sorted({*FOLDERS[held], *([] if held == "sweep" else [MANIFEST])})
+    what = {"search": "a layout search", "study": "a study", "run": "a run", "sweep": "a sweep"}[held]
+    assert err.startswith(f"error: command line: trainsim {command}: --out: {out} holds {what}'s results "
+                          f"({', '.join(files)}), which trainsim {command} would ")
+    assert err.count("\n") == 1
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
 def test_the_manifest_records_each_set_as_typed(tmp_path):
     """A run's `--set`s change its scenario without a trace in the scenario file: the manifest lists them as
     typed, in order, so the run can be reproduced; none, an empty list."""

@@ -7,8 +7,12 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from simulator.report.run_folder import FolderKind
 
 COMMAND_LINE = "command line"
 """Where an error in an option is located (in place of FILE:LINE)."""
@@ -61,14 +65,20 @@ def _check_writable(folder: Path, option: str) -> None:
         raise option_error(option, f"cannot write into {folder}: {exc.strerror}", WRITABLE) from None
 
 
-def output_folder(text: str, option: str = "--out") -> Path:
-    """The folder a run will write into: not empty, not a file, and inside a folder this user can write."""
+def output_folder(text: str, kind: FolderKind, option: str = "--out") -> Path:
+    """The folder a command writing ``kind``'s results will write into: not empty, not a file, inside a folder
+    this user can write, and not holding another command's results (`run_folder.other_results`)."""
+    from simulator.report.run_folder import other_results
+
     if not text.strip():
         raise option_error(option, "the output folder is empty", "a folder path such as runs/a")
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise option_error(option, f"{text} exists and is not a folder", "a folder path")
     _check_writable(_nearest_existing(path), option)
+    refused = other_results(path, kind)
+    if refused is not None:
+        raise option_error(option, *refused)
     return path
 
 

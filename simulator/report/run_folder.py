@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
 
@@ -43,10 +43,34 @@ FIGURES = "figures"
 """Manifest key: the images `trainsim plot` saved into the run folder (removed by the next run into it)."""
 OUTDIR_FIELD = "OUTDIR"
 OUTDIR_ALLOWED = "a folder written by `trainsim run SCENARIO --out DIR` (with its manifest.json)"
-FOLDER_CHARTS = {"results.parquet": "a sweep's folder: its charts are `trainsim plot sweep`, `heatmap` and `busbw`",
-                 "candidates.parquet": "a layout search's folder: its chart is `trainsim plot front`",
-                 "study.json": "a study's folder: its chart is `trainsim plot goodput`",
-                 "timeline.parquet": "a run's folder: its charts are `trainsim plot gantt` and `memory`"}
+
+
+class FolderKind(NamedTuple):
+    """A kind of output folder: what it holds, in words, the command that writes it, the file that tells it apart
+    for its charts (`marker`), those that tell it apart in a manifest's list or, for a sweep (no manifest), in the
+    folder (`files`), and its charts."""
+
+    what: str
+    command: str
+    marker: str
+    files: tuple[str, ...]
+    charts: str
+
+
+SWEEP_FOLDER = FolderKind("a sweep", "trainsim sweep", "results.parquet",
+                          ("points.jsonl", "results.parquet", "results.csv"),
+                          "its charts are `trainsim plot sweep`, `heatmap` and `busbw`")
+SEARCH_FOLDER = FolderKind("a layout search", "trainsim search", "candidates.parquet",
+                           ("candidates.parquet", "candidates.csv", "search.json"),
+                           "its chart is `trainsim plot front`")
+STUDY_FOLDER = FolderKind("a study", "trainsim study", "study.json", ("study.json", "study.csv"),
+                          "its chart is `trainsim plot goodput`")
+RUN_FOLDER = FolderKind("a run", "trainsim run", "timeline.parquet", RUN_OUTPUTS,
+                        "its charts are `trainsim plot gantt` and `memory`")
+FOLDER_KINDS = (SWEEP_FOLDER, SEARCH_FOLDER, STUDY_FOLDER, RUN_FOLDER)
+"""Every kind of output folder, one per command that writes one (a step's run and a job's are both `trainsim
+run`'s, each replacing the other)."""
+FOLDER_CHARTS = {kind.marker: f"{kind.what}'s folder: {kind.charts}" for kind in FOLDER_KINDS}
 """The file that tells each kind of output folder apart, and the charts that read it: a chart given another
 kind's folder says which it is (`plot gantt` of a search's folder said 'this run wrote no summary.json')."""
 
@@ -124,6 +148,33 @@ def _previous_files(out_dir: Path) -> set[str]:
     manifest = _manifest(out_dir)
     listed = [*(manifest.get("files") or ()), *(manifest.get(FIGURES) or ())]
     return {name for name in listed if isinstance(name, str) and name == Path(name).name and not name.startswith(".")}
+
+
+def folder_kind(out_dir: Path) -> tuple[FolderKind, list[str]] | None:
+    """The kind of results ``out_dir`` holds with their files: a search's, a study's or a run's where its manifest
+    lists their files (the manifest included), a sweep's where it has no manifest and a sweep's files lie there;
+    None where it holds none of these (or is no folder)."""
+    manifest = _manifest(out_dir)
+    if manifest:
+        listed = set(manifest.get("files") or ())
+        kind = next((kind for kind in FOLDER_KINDS if kind is not SWEEP_FOLDER and listed & set(kind.files)), None)
+        return None if kind is None else (kind, sorted({*listed, MANIFEST}))
+    present = [name for name in SWEEP_FOLDER.files if (out_dir / name).is_file()]
+    return (SWEEP_FOLDER, present) if present else None
+
+
+def other_results(out_dir: Path, kind: FolderKind) -> tuple[str, str] | None:
+    """Why ``kind``'s command may not write into ``out_dir``, with what it may write into, where the folder holds
+    another command's results: writing would delete the files its manifest lists (`trainsim run --out` of a
+    search's folder deleted its candidates, exit 0, no word) or mix its files with a sweep's; None where it
+    holds none or ``kind``'s own (a rerun of the same command replaces them)."""
+    found = folder_kind(Path(out_dir))
+    if found is None or found[0] is kind:
+        return None
+    held, files = found
+    harm = "would write its files beside" if held is SWEEP_FOLDER else "would delete"
+    return (f"{out_dir} holds {held.what}'s results ({', '.join(files)}), which {kind.command} {harm}",
+            f"a new folder, or one {kind.command} wrote; remove the files of {out_dir} first to replace them")
 
 
 def record_figure(out_dir: Path, figure: Path) -> None:
