@@ -85,8 +85,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                            "training: {global_batch: 512}")
     if scenario.run.horizon is not None:
         raise loaded.error(("run", "horizon"), "a layout search ranks layouts by their training step, and a "
-                           "scenario with run.horizon runs each as a job over weeks (it simulated the candidates "
-                           "as jobs, then failed on their missing step figures)",
+                           "scenario with run.horizon runs each as a job over weeks",
                            "a scenario without run.horizon, or --set run.horizon=null")
     _refuse_expert_parallelism_without_experts(loaded, space.ep)
     model = resolve_model(scenario)
