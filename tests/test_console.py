@@ -977,6 +977,8 @@ def test_one_gpu_and_one_micro_batch_read_in_the_singular():
     ({"zero_stage": 2, "fsdp": "shard_grad_op"}, "DP8 FSDP shard_grad_op (ZeRO-2),"),
     ({"zero_stage": 3, "fsdp": "hybrid_shard", "shard_ranks": 4},
      "DP8 FSDP hybrid_shard (ZeRO-3, HSDP shards of 4 ranks),"),
+    ({"zero_stage": 3, "fsdp": "hybrid_shard", "shard_ranks": 1},
+     "DP8 FSDP hybrid_shard (ZeRO-3, HSDP shards of 1 rank),"),
     ({}, "DP8, 4 micro-batches")])
 def test_the_first_line_names_the_sharding(sharding, named):
     """`llama3-8b-dgx-h100-zero3` opened with 'TP1 CP1 PP1 DP8', its FSDP full shard nowhere in the line."""

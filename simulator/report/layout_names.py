@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from simulator.config.schema import ZERO_STAGE_NAMES
 from simulator.parallel.layout import DIMENSIONS, Layout, degrees_name
+from simulator.units import counted
 
 
 def run_layout(summary: dict) -> Layout:
@@ -36,5 +37,5 @@ def sharding_name(summary: dict) -> str:
     stage = ZERO_STAGE_NAMES[int(layout["zero_stage"])]
     if "fsdp" not in layout:
         return stage
-    shards = f", HSDP shards of {layout['shard_ranks']} ranks" if "shard_ranks" in layout else ""
+    shards = f", HSDP shards of {counted(layout['shard_ranks'], 'rank')}" if "shard_ranks" in layout else ""
     return f"FSDP {layout['fsdp']} ({stage}{shards})"
