@@ -80,7 +80,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = output_folder(args.out, RUN_FOLDER)
     loaded = load_scenario(args.scenario, args.set)
     if loaded.scenario.run.horizon is not None:
-        return _run_job(loaded, out, quiet=args.quiet, force=args.force, workers=args.workers)
+        return _run_job(loaded, out, quiet=args.quiet, force=args.force,
+                        workers=0 if args.workers is None else args.workers)
+    if args.workers is not None:
+        from simulator.console.paths import option_error
+
+        raise option_error("--workers", "a step runs in this one process; --workers sets a job's processes, which "
+                           "simulate its cluster states ahead (run.horizon)",
+                           "--workers with a scenario that sets run.horizon, none for a step")
     from simulator import simulate
     from simulator.console.progress import RunProgress
     from simulator.report.writers import write_outputs
@@ -980,7 +987,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     run.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     run.add_argument("--force", action="store_true", help="run even beyond the scale limits (memory, ops)")
-    run.add_argument("--workers", type=_at_least(0), default=0, metavar="N", help=AHEAD_WORKERS_HELP)
+    run.add_argument("--workers", type=_at_least(0), default=None, metavar="N", help=AHEAD_WORKERS_HELP)
     run.set_defaults(func=_cmd_run, one_run=True)
 
     validate = sub.add_parser("validate", help="check a scenario and its topology without running it",

@@ -631,6 +631,18 @@ def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_steps_run_refuses_the_workers_of_a_job(tmp_path, capsys):
+    """`trainsim run --workers 3` of a step (no run.horizon) was accepted and ignored, as if it had capped
+    something; it is a job's option, refused as a chart's option given to another chart is."""
+    out = tmp_path / "out"
+    assert main(["run", str(REPO / "scenarios" / "schedule-1f1b-p4-m8.yaml"), "--out", str(out), "--workers", "3"]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: trainsim run: --workers: a step runs in this one process; --workers sets a job's "
+        "processes, which simulate its cluster states ahead (run.horizon) (allowed: --workers with a scenario that "
+        "sets run.horizon, none for a step)\n")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("command, refused_by_argparse, refused_by_the_command", [
     ("search", (["--top", "0"], "--top"), (["--tp", "3"], "--tp/--cp/--pp/--virtual-stages")),
     ("study", (["--workers", "-1"], "--workers"), (["--intervals", "5min,,"], "--intervals")),
