@@ -305,8 +305,8 @@ def test_nvswitch_trays_down_follow_their_rack_when_a_rack_failure_shrinks_the_j
     """A tray of rack 1 is down (0.5 h, 3 h repair) when rack 0 fails (1 h): the elastic job shrinks onto rack 1,
     the first rack of its group, and trains at the step of one rack with a tray down, as built by hand. A tray of
     rack 0 down when it fails leaves with the rack: the shrunk job trains at one healthy rack's step. A tray down
-    later on rack 1, which the shrunk job no longer uses, is ignored as that rack is. Before, trays were matched to
-    the shrunk cluster's racks by name: rack 1's was dropped and rack 0's slowed the job."""
+    later on rack 0, out of the group in repair, is ignored as that rack is. Before, trays were matched to the
+    shrunk cluster's racks by name: rack 1's was dropped and rack 0's slowed the job."""
     degraded = one_rack_step(job(CLASSES), 1, (("rack0/nvswitch", 1),))
     healthy = one_rack_step(job(CLASSES), 1, ())
     assert degraded > healthy
@@ -314,7 +314,7 @@ def test_nvswitch_trays_down_follow_their_rack_when_a_rack_failure_shrinks_the_j
     assert shrunk_states(summary, 4) == [({}, healthy), ({"rack0/nvswitch": 1}, degraded)]
     summary = job_with(job(CLASSES), (0.5 * H, 1, 0, 3 * H), (1 * H, 0, 0, 4 * H)).summary
     assert shrunk_states(summary, 4) == [({}, healthy)]
-    result = job_with(job(CLASSES), (1 * H, 0, 0, 4 * H), (2 * H, 1, 9, 1 * H))
+    result = job_with(job(CLASSES), (1 * H, 0, 0, 4 * H), (2 * H, 1, 0, 1 * H))
     assert shrunk_states(result.summary, 4) == [({}, healthy)]
     assert "degraded" not in set(result.events["kind"])
 
@@ -527,16 +527,132 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkey
 
 
 def test_a_regrow_brings_back_the_rack_repaired_first(job_with):
-    """3 racks (DP 12), regrow on repair: rack 0 fails at 1 h (6 h repair), then the rack at place 1 of the shrunk
-    group (rack 2) at 1.5 h (1.5 h repair); at 2 h the NIC at place 0 of the lone rack left (rack 1's h4/nic0)
+    """3 racks (DP 12), regrow on repair: rack 0 fails at 1 h (6 h repair), then rack 2, at place 1 of the shrunk
+    group, at 1.5 h (1.5 h repair); at 2 h the NIC at place 0 of the lone rack left (rack 1's h4/nic0)
     degrades. At 3 h rack 2 is back and rack 0 is not: the job grows to racks 1 and 2, rack 1 first, its NIC
     h0/nic0 (a state only this regrow meets). Before, a regrow brought back the first rack that left (rack 0, in
     repair until 7 h): rack 1 second, the NIC h4/nic0."""
     three = three_racks(job(NIC_CLASSES)).replace(
         "elastic: true}", "elastic: true, regrow: on_repair}")
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
-    summary = job_with(three, (1 * H, 0, 0, 6 * H), (1.5 * H, 0, 1, 1.5 * H),
+    summary = job_with(three, (1 * H, 0, 0, 6 * H), (1.5 * H, 0, 2, 1.5 * H),
                        (2 * H, 1, units.nodes["nic"].index("h0/nic0"), 10 * H)).summary
     down = [(state["replicas"], tuple(map(tuple, state["links_down"]))) for state in summary["states"]]
     assert (8, (("h0/nic0", "leaf0.r0"), ("h0/nic0", "rack0/gpu0"))) in down, down
     assert (8, (("h4/nic0", "leaf1.r0"), ("h4/nic0", "rack1/gpu0"))) not in down, down
+
+
+def spared(text: str, regrow: str = "") -> str:
+    """A `job` with a spare rack's 4 hosts (`restart.spares: 4`: spare rack `spare-0`), ``regrow`` its policy."""
+    return text.replace("warmup_steps: 0,", f"warmup_steps: 0, spares: 4,{regrow}")
+
+
+def trays_by_replicas(summary: dict) -> list[tuple[int, dict]]:
+    """Each state's replicas and NVSwitch trays down, in the order the summary lists them (by replicas, then
+    trays down)."""
+    return [(state["replicas"], state["nvswitch_trays_down"]) for state in summary["states"]]
+
+
+def test_a_spare_rack_in_the_group_has_trays_that_fail(job_with):
+    """2 racks of 4 trays and a spare rack (`spares: 4`), not elastic: rack 0 fails at 1 h (100 h repair) and the
+    spare takes a place, the group rack 1 then spare-0 (rack order, the spares after the cluster's racks; the
+    summary names a tray by its place). The spare's first tray (unit 18, after the cluster's 18) fails at 2 h: the
+    job trains slower, its group's second rack with a tray down (until 6 h), and the row shows it; rack 1's (unit
+    9) at 4 h is on its first. A tray of rack 0, in repair, at 3 h is ignored. Before, the spare was no rack: its
+    trays never failed (unit 18 was no unit), and a tray drawn on its place was named after rack 0 and dropped."""
+    result = job_with(spared(job(CLASSES, elastic=False)), (1 * H, 0, 0, 100 * H), (2 * H, 1, 18, 4 * H),
+                      (3 * H, 1, 0, 4 * H), (4 * H, 1, 9, 4 * H))
+    spare, rack1 = {"rack1/nvswitch": 1}, {"rack0/nvswitch": 1}
+    assert trays_by_replicas(result.summary) == [(8, {}), (8, rack1), (8, {**rack1, **spare}), (8, spare)]
+    rows = result.events[result.events["kind"] == "degraded"]
+    assert list(rows["start_s"]) == [2 * H, 4 * H] and set(rows["cause"]) == {"nvswitch_tray"}
+    assert result.summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] > 0
+
+
+def test_a_regrow_takes_racks_repaired_and_spares_not_racks_in_repair(job_with):
+    """3 racks (DP 12), a spare rack, regrow on repair: rack 0 fails at 1 h (2 h repair) and rack 1 during the
+    restart's detection (9 h repair): 8 hosts are left, rack 2 and the spare, and the job shrinks onto them. At
+    3 h rack 0 is back and the job grows to 12 on racks 0, 2 and spare-0 (rack order): a tray of the spare at 4 h
+    is on its group's third rack, and one of rack 1, in repair until 10.5 h, at 5 h is ignored. Before, the
+    regrow brought back the first two racks that left, rack 1 in repair among them, and its tray slowed the
+    job."""
+    text = spared(three_racks(job(CLASSES)), " regrow: on_repair,")
+    summary = job_with(text, (1 * H, 0, 0, 2 * H), (1 * H + 30, 0, 1, 9.5 * H), (4 * H, 1, 27, 4 * H),
+                       (5 * H, 1, 9, 4 * H)).summary
+    assert summary["replicas"]["regrows"]["mean"] == 1
+    assert trays_by_replicas(summary) == [(8, {}), (12, {}), (12, {"rack2/nvswitch": 1})]
+
+
+def test_a_rack_failure_strikes_its_rack_wherever_it_sits(job_with):
+    """3 racks (DP 12), elastic: rack 0 fails at 1 h (100 h repair) and the job shrinks onto racks 1 and 2. Rack
+    0 failing again at 2 h is ignored (it is in repair); rack 2 failing at 3 h takes the group's second place,
+    and the job shrinks onto rack 1 alone: a tray of rack 1 at 4 h slows it, one of rack 2 at 5 h does not.
+    Before, a rack failure struck the place of its index: rack 0's at 2 h took rack 1 (at place 0) and rack 2's
+    at 3 h was beyond the shrunk group and ignored."""
+    summary = job_with(three_racks(job(CLASSES)), (1 * H, 0, 0, 100 * H), (2 * H, 0, 0, 100 * H),
+                       (3 * H, 0, 2, 100 * H), (4 * H, 1, 9, 4 * H), (5 * H, 1, 18, 4 * H)).summary
+    assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 2
+    assert summary["replicas"]["shrinks"]["mean"] == 2
+    assert trays_by_replicas(summary) == [(4, {}), (4, {"rack0/nvswitch": 1}), (8, {}), (12, {})]
+
+
+def test_racks_and_trays_in_the_group_fail_at_their_rate_spares_in_it_too(text_job):
+    """2 racks and a spare rack, not elastic, 30 days, 20 replications, racks failing every 200 h (1 d repair) and
+    trays every 2000 h (1 h repair): the spare stands in for a rack failed and stays when it is back (to the pool),
+    so 2 racks are in the group nearly all the time, one of them the spare from the first rack failure on. The job
+    meets 2 x 720 h / 200 h = 7.2 rack failures a replication and 18 x 720 h / 2000 h = 6.48 tray failures, in
+    their Poisson bands (3 sigma over 20 replications). The spare's units are drawn (3 racks, 27 trays), its
+    failures idle ignored. Before, the spare drew none, and from the first rack failure on half the trays in use
+    never failed."""
+    text = spared(job("rack: {mtbf: 200 h, repair: 1 d}, nvswitch_tray: {mtbf: 2000 h, repair: 1 h}",
+                      elastic=False)).replace("horizon: 12 h", "horizon: 30 d, replications: 20")
+    result = text_job(text)
+    assert result.summary["interruptions"]["by_cause"]["rack"]["mean"] == pytest.approx(7.2, abs=3 * (7.2 / 20) ** 0.5)
+    trays = (result.events["kind"] == "degraded").sum() / 20
+    assert trays == pytest.approx(6.48, abs=3 * (6.48 / 20) ** 0.5)
+
+
+def test_the_cause_shares_kept_are_those_worked_out_afresh(job_with, monkeypatch):
+    """The slow-step split by cause is kept by the job's replicas, degradations in force, racks in the group and
+    racks out, which fix the state it trains in (`JobProcess.running`) and the sub-states the split asks of. 2
+    racks and a spare rack, not elastic: rack 1's NIC h4/nic0 and a tray of rack 1 fail at 0.5 h, then rack 0 at
+    1 h; the spare takes a place and rack 1 moves to the first: the same degradations, on another place, a state
+    of their own. The split kept equals the one worked out at every segment, the cache never answering."""
+    import simulator.reliability.job as job_module
+
+    text = spared(job(CLASSES + ", nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}", elastic=False))
+    units = cluster_units(scenario_topology(scenario_from_text(text, "job.yaml")))
+    rows = ((0.5 * H, 2, units.nodes["nic"].index("h4/nic0"), 10 * H), (0.5 * H, 1, 9, 10 * H),
+            (1 * H, 0, 0, 100 * H))
+    kept = job_with(text, *rows).summary
+
+    class Forgetful(dict):
+        def __contains__(self, key: object) -> bool:
+            return False
+
+    init = job_module.JobProcess.__init__
+
+    def forgetting(self, *args) -> None:
+        init(self, *args)
+        self.shares = Forgetful()
+
+    monkeypatch.setattr(job_module.JobProcess, "__init__", forgetting)
+    afresh = job_with(text, *rows).summary
+    trained = {(tuple(map(tuple, state["links_down"])), tuple(state["nvswitch_trays_down"].items()))
+               for state in kept["states"]}
+    assert ((("h4/nic0", "leaf1.r0"), ("h4/nic0", "rack1/gpu0")), (("rack1/nvswitch", 1),)) in trained
+    assert ((("h0/nic0", "leaf0.r0"), ("h0/nic0", "rack0/gpu0")), (("rack0/nvswitch", 1),)) in trained
+    assert kept["slow_steps_by_cause_s"] == afresh["slow_steps_by_cause_s"]
+
+
+def test_links_down_on_a_spare_racks_place_are_ignored(job_with):
+    """2 racks and a spare rack, not elastic: rack 0 fails at 1 h and the group is rack 1, then spare-0. A NIC
+    degrading on the spare's place (h4/nic0) at 2 h is ignored: the spare has no node in the cluster's wiring to
+    name it by. One on rack 1's place (h0/nic0, rack 1's h4/nic0) at 3 h slows the job there."""
+    text = spared(job(NIC_CLASSES, elastic=False))
+    nic = cluster_units(scenario_topology(scenario_from_text(text, "job.yaml"))).nodes["nic"].index
+    result = job_with(text, (1 * H, 0, 0, 100 * H), (2 * H, 1, nic("h4/nic0"), 4 * H),
+                      (3 * H, 1, nic("h0/nic0"), 4 * H))
+    assert {tuple(map(tuple, state["links_down"])) for state in result.summary["states"]} == {
+        (), (("h0/nic0", "leaf0.r0"), ("h0/nic0", "rack0/gpu0"))}
+    assert list(result.events[result.events["kind"] == "degraded"]["start_s"]) == [3 * H]

@@ -201,7 +201,8 @@ def replayed_goodputs(scenario: str, interval_s: float, replications: int) -> tu
     horizon, seed = loaded.scenario.run.horizon, loaded.scenario.run.seed
     rates = []
     for replication in range(replications):
-        arrivals = draw_arrivals(np.random.default_rng([seed, replication]), job.model.classes, job.counts, horizon)
+        arrivals = draw_arrivals(np.random.default_rng([seed, replication]), job.model.classes,
+                                 job.plan.drawn_units(job.counts), horizon)
         process = JobProcess(job.plan, arrivals, JobEvents())
         env = simpy.Environment()
         env.process(process.run(env))

@@ -88,6 +88,22 @@ class JobPlan:
     NVSwitch trays down follow their rack when a restart regroups the hosts (`JobProcess._regrouped`)."""
     follow_links: Callable[[dict[str, str], tuple[tuple[str, str], ...]], tuple[tuple[str, str], ...]] | None = None
     """Links down moved with their racks' hardware (`states.LinksFollowRacks`), where there are ``racks``."""
+    spare_racks: tuple[str, ...] = ()
+    """The spare pool's racks (`spare_rack_names`), where there are ``racks``: real racks, whose units (the rack,
+    its NVSwitch trays) fail as the cluster's do, after them in unit order."""
+    nvswitch_trays: int = 0
+    """NVSwitch trays per rack (GB200 NVL72; 0 on another cluster)."""
+
+    @property
+    def rack_names(self) -> tuple[str, ...]:
+        """Every physical rack, by its NVSwitch node: the cluster's in rack order, then the spares'."""
+        return tuple(switch for switch, _ in self.racks) + self.spare_racks
+
+    def drawn_units(self, counts: list[int]) -> list[int]:
+        """The units each class draws failures for: the cluster's (``counts``), and for a `rack` or `nvswitch_tray`
+        class the spare racks' too, idle or standing in for a rack."""
+        spare = {"rack": len(self.spare_racks), "nvswitch_tray": len(self.spare_racks) * self.nvswitch_trays}
+        return [count + spare.get(klass.unit, 0) for klass, count in zip(self.classes, counts)]
 
     def hosts_for(self, replicas: int) -> int:
         """The hosts a job of ``replicas`` data-parallel replicas runs on: every host at full size, also when
@@ -153,9 +169,14 @@ class JobProcess:
         restarted in): not the sub-states of its slow-step split, nor those a restart only looked at."""
         self.missing_until: dict[int, float] = {}
         """When each host out (a slot of the group) is back from repair, the latest of its failures'."""
-        self.racks_out: list[tuple[float, str]] = []
-        """The racks (NVSwitch nodes) that left the job with all their hosts, each with the time it is back from
-        repair, in repair order (`_places`)."""
+        self.group = list(plan.rack_names[:len(plan.racks)])
+        """The physical racks (NVSwitch nodes) in the job's group, in place order: the i-th fills the place of
+        ``plan.racks[i]`` (`_places`)."""
+        self.pool: list[tuple[float, str]] = [(0.0, spare) for spare in plan.spare_racks]
+        """The racks out of the group, each with the time it is free: the spares from the start, a rack that left
+        (its hosts all out) once back from repair; in that order, ties in rack order (`_places`)."""
+        self.at = 0.0
+        """The time the job's racks are looked at: a group formed then takes the racks free by then."""
         self._refresh()
         self.in_use = plan.hosts
         self.spares = plan.spares
@@ -175,9 +196,11 @@ class JobProcess:
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
         self.restores: Counter = Counter()
-        self.shares: dict[tuple[int, frozenset, tuple[str, ...]], tuple[tuple[str, float], ...]] = {}
-        """Each state's `_cause_shares`, by its replicas, degradations in force and racks out (not when they are back:
-        the state is the same)."""
+        self.shares: dict[tuple, tuple[tuple[str, float], ...]] = {}
+        """Each state's `_cause_shares`, by what they depend on: its replicas, the degradations in force, the racks
+        in each place and the racks out in their order, which a full-size sub-state places (not when they are
+        back: the state is the same). The state the job trains in, ``running``, is a function of the first three
+        (no host is out while it trains)."""
         self.trained_in: set[ClusterState] = set()
         """The states the job trained in: not the sub-states its slow-step split asks of (attribution.py), nor
         those a restart only looked at for a route."""
@@ -195,7 +218,7 @@ class JobProcess:
         horizon = self.plan.horizon_s
         times, count, clock = self.times, len(self.times), self.clock
         while env.now < horizon - EPS:
-            now = env.now
+            now = self.at = env.now
             if self.degraded_repairs:
                 self._end_degradations(now)
             arrival = times[self.next_arrival] if self.next_arrival < count else INF
@@ -265,21 +288,41 @@ class JobProcess:
 
     def _skip(self, index: int, t: float) -> bool:
         """Consume an arrival that does not interrupt: a unit not in use (a slot beyond a shrunk job, a host
-        already out) or a degradation or straggler, which is applied. False for an interrupting one."""
-        hosts = self.plan.blast[self.klass[index]][self.unit[index]] or self._rack_of_tray(index)
-        if hosts and not self._touches_job(hosts):
+        already out, a rack out of the group or whose hosts the job does not use, its trays) or a degradation or
+        straggler, which is applied. False for an interrupting one."""
+        self.at = t
+        rack = self._rack(index)
+        hosts = self.plan.blast[self.klass[index]][self.unit[index]] if rack is None else self._place_hosts(rack)
+        if hosts is None or (hosts and not self._touches_job(hosts)):
             self.next_arrival += 1
             return True
         return self._degrade(index, t)
 
-    def _rack_of_tray(self, index: int) -> tuple[int, ...]:
-        """The hosts of the rack of arrival ``index``'s NVSwitch tray (none for another unit): a tray takes no
-        host, but one on a rack the job does not use (a shrunk job's) is not in use, as that rack is not."""
-        if self.plan.classes[self.klass[index]].unit != "nvswitch_tray":
-            return ()
-        tray = self.plan.degradation(self.klass[index], self.unit[index]).nvswitch_tray
-        assert tray is not None
-        return dict(self.plan.racks)[tray[0]]
+    def _rack(self, index: int) -> str | None:
+        """The physical rack of arrival ``index``'s unit where it is a rack or one of its NVSwitch trays (None for
+        another unit): rack unit i is `plan.rack_names[i]`, a spare after the cluster's racks."""
+        unit = self.plan.classes[self.klass[index]].unit
+        if unit == "rack":
+            return self.plan.rack_names[self.unit[index]]
+        if unit == "nvswitch_tray":
+            tray = self.plan.degradation(self.klass[index], self.unit[index]).nvswitch_tray
+            assert tray is not None
+            return tray[0]
+        return None
+
+    def _place_hosts(self, rack: str) -> tuple[int, ...] | None:
+        """The hosts (slots) of the place ``rack`` fills in the group; None for a rack out of it (a spare or a
+        repaired rack the job does not use, one in repair): its failures and its trays' are not the job's."""
+        return self.plan.racks[self.group.index(rack)][1] if rack in self.group else None
+
+    def _blast(self, index: int) -> tuple[int, ...]:
+        """The hosts arrival ``index`` takes: its unit's blast radius, a rack's that of the place it fills."""
+        rack = self._rack(index)
+        if rack is None:
+            return self.plan.blast[self.klass[index]][self.unit[index]]
+        if self.plan.classes[self.klass[index]].unit == "rack":
+            return self._place_hosts(rack) or ()
+        return ()
 
     def _touches_job(self, hosts: tuple[int, ...]) -> bool:
         """Whether any of ``hosts`` is in use by the job."""
@@ -299,8 +342,12 @@ class JobProcess:
         if klass.effect.interrupts:
             return False
         self._end_degradations(t)
-        key = (self.klass[index], self._physical(self.plan.degradation(self.klass[index], self.unit[index])))
-        if key not in self.degraded and self.costs is not None and self.plan.blast[self.klass[index]][self.unit[index]]:
+        physical = self._physical(self.plan.degradation(self.klass[index], self.unit[index]))
+        if physical is None:
+            self.next_arrival += 1
+            return True
+        key = (self.klass[index], physical)
+        if key not in self.degraded and self.costs is not None and self._blast(index):
             candidate = state_of(self.replicas, self._regrouped([d for _, d in self.degraded] + [key[1]]))
             if self.plan.costs(candidate) is None:
                 return False
@@ -328,49 +375,55 @@ class JobProcess:
     def _state(self, replicas: int) -> ClusterState:
         return state_of(replicas, self._regrouped((d for _, d in self.degraded), replicas))
 
-    def _places(self, replicas: int) -> dict[str, str]:
-        """Where each rack (its NVSwitch node, as the full cluster names it) sits in the group of ``replicas`` a
-        restart forms now: the one whose place it takes. A rack whose hosts are all out (a rack failure) leaves,
-        its trays and links down with it (repaired with it); the others close ranks in rack order onto the first
-        places, as the hosts do (a group's hosts are the slots from 0 up, spares standing in after the hosts
-        kept), and a rack that left comes back where a larger group needs more racks than it holds (a regrow),
-        those repaired first first (before, the first that left, even one still in repair). Without it, a job
-        shrunk onto rack 1 when rack 0 failed lost rack 1's trays down and took on rack 0's, and one grown back
-        kept them where the shrunk job had put them. Exact only where whole racks are lost: with some of a
-        rack's hosts out the slots shift across rack boundaries but no rack moves, so its trays down stay on
-        their rack index (the slot model of a shrunk rack job, an approximation). A rack failure, like a host's,
-        strikes a place, not a rack's hardware: rack unit 1 of a job shrunk onto racks 1 and 2 is rack 2."""
+    def _places(self, replicas: int, every_rack_back: bool = False) -> dict[str, str]:
+        """Where each physical rack (its NVSwitch node: a cluster's rack or a spare) sits in the group of
+        ``replicas`` a restart forms now (``at``): the place it fills (a place is a rack of the full cluster, as
+        the cluster names it). The job's own group when it keeps its size and no host is out. Else a rack whose
+        hosts are all out (a rack failure) leaves, its trays and links down with it (repaired with it); racks free
+        by then (spares, racks back from repair; in the order they became free) take the places the group needs
+        beyond the racks kept, a rack in repair never; and they fill the places in rack order, the spares after
+        the cluster's racks, as the hosts close ranks (a group's hosts are the slots from 0 up). A place that no
+        free rack fills (spare hosts short of a rack's) has no rack: no tray of it fails. Exact only where whole
+        racks are lost: with some of a rack's hosts out the slots shift across rack boundaries but no rack moves,
+        so its trays down stay on its place (the slot model of a shrunk rack job, an approximation).
+        ``every_rack_back``: the racks out all free, in their order (the full-size sub-states of `_cause_shares`,
+        the job as it would be without its shrink)."""
         racks = self.plan.racks
+        if replicas == self.replicas and not self.missing:
+            return {switch: place for switch, (place, _) in zip(self.group, racks)}
         kept = [switch for switch, hosts in self._present_racks() if not all(host in self.missing for host in hosts)]
         hosts = self.plan.hosts_for(replicas)
         needed = sum(1 for _, rack_hosts in racks if min(rack_hosts) < hosts)
-        returning = self.racks_out[:max(0, needed - len(kept))] if replicas > self.replicas else []
-        back = [switch for _, switch in returning]
-        order = [switch for switch, _ in racks if switch in kept or switch in back]
+        free = [switch for back, switch in self.pool if every_rack_back or back <= self.at + EPS]
+        order = sorted(kept + free[:max(0, needed - len(kept))], key=self.plan.rack_names.index)
         return {switch: place for switch, (place, _) in zip(order, racks)}
 
     def _present_racks(self) -> list[tuple[str, tuple[int, ...]]]:
-        """The racks in the job's group, in rack order, each with the hosts (slots) of the place it holds."""
-        out = {switch for _, switch in self.racks_out}
-        present = [switch for switch, _ in self.plan.racks if switch not in out]
-        return [(switch, hosts) for switch, (_, hosts) in zip(present, self.plan.racks)]
+        """The racks in the job's group, in place order, each with the hosts (slots) of the place it fills."""
+        return [(switch, hosts) for switch, (_, hosts) in zip(self.group, self.plan.racks)]
 
-    def _physical(self, degradation: Degradation) -> Degradation:
-        """An arriving ``degradation``, drawn on the racks' places in the group the job runs on now, under the
-        racks' own names, as the job keeps it (`_regrouped` places it again for each state)."""
-        if not self.plan.racks or not self.racks_out:
+    def _physical(self, degradation: Degradation) -> Degradation | None:
+        """An arriving ``degradation``, under the racks' own names, as the job keeps it (`_regrouped` places it
+        again for each state): an NVSwitch tray is drawn on its rack; links are drawn on the group's places (the
+        slots of their hosts), the places past the group's racks on the racks out, in their order. None for links
+        on a place a spare rack fills: a spare has no node in the cluster's wiring to name them by."""
+        if not self.plan.racks or degradation.nvswitch_tray is not None:
             return degradation
-        order = [switch for switch, _ in self._present_racks()] + [switch for _, switch in self.racks_out]
+        order = self.group + [switch for _, switch in self.pool]
         named = {place: switch for (place, _), switch in zip(self.plan.racks, order)}
+        spares = {place: place for place, switch in named.items() if switch in self.plan.spare_racks}
+        if degradation.links and spares and self._placed(degradation, spares) is not None:
+            return None
         return self._placed(degradation, named) or degradation
 
-    def _regrouped(self, degradations: Iterable[Degradation], replicas: int | None = None) -> list[Degradation]:
+    def _regrouped(self, degradations: Iterable[Degradation], replicas: int | None = None,
+                   every_rack_back: bool = False) -> list[Degradation]:
         """``degradations`` (kept under their racks' own names) where the group the job forms now on
         ``replicas`` (None: its own) puts them (`_places`): NVSwitch trays down and links down follow their
         rack's hardware (`JobPlan.follow_links`), or leave with it."""
         if not self.plan.racks:
             return list(degradations)
-        places = self._places(self.replicas if replicas is None else replicas)
+        places = self._places(self.replicas if replicas is None else replicas, every_rack_back)
         return [placed for degradation in degradations if (placed := self._placed(degradation, places)) is not None]
 
     def _placed(self, degradation: Degradation, moves: dict[str, str]) -> Degradation | None:
@@ -379,24 +432,26 @@ class JobProcess:
         if tray is not None:
             return replace(degradation, nvswitch_tray=(moves[tray[0]], tray[1])) if tray[0] in moves else None
         if links and self.plan.follow_links is not None:
-            followed = self.plan.follow_links(moves, links)
+            spares = self.plan.spare_racks  # no node of the cluster's wiring: none of their links is down
+            followed = self.plan.follow_links(
+                {switch: to for switch, to in moves.items() if switch not in spares and to not in spares}, links)
             return replace(degradation, links=followed) if followed else None
         return degradation
 
     def _regroup_degradations(self, replicas: int) -> bool:
-        """Take the racks whose hosts are all out off the job, and the degradations on them with them, before
-        the hosts out are forgotten; bring back those a regrow's group needs (`_places`). Whether any
-        degradation left."""
-        if not self.plan.racks or not (self.missing or self.racks_out):
+        """Take the racks whose hosts are all out off the job, into the pool of racks out with the time they are
+        back from repair, and the degradations on them with them, before the hosts out are forgotten; place the
+        racks the group of ``replicas`` takes from the pool (`_places`). Whether any degradation left."""
+        if not self.plan.racks:
             return False
         places = self._places(replicas)
-        back_at = {switch: at for at, switch in self.racks_out}
+        pool = {switch: back for back, switch in self.pool if switch not in places}
         for switch, hosts in self._present_racks():
             if switch not in places:
-                back_at[switch] = max(self.missing_until[host] for host in hosts)
-        rank = {switch: index for index, (switch, _) in enumerate(self.plan.racks)}
-        self.racks_out = sorted(((at, switch) for switch, at in back_at.items() if switch not in places),
-                                key=lambda out: (out[0], rank[out[1]]))
+                pool[switch] = max(self.missing_until[host] for host in hosts)
+        rank = self.plan.rack_names.index
+        self.pool = sorted(((back, switch) for switch, back in pool.items()), key=lambda out: (out[0], rank(out[1])))
+        self.group = sorted(places, key=rank)
         gone = {key for key in self.degraded if self._placed(key[1], places) is None}
         if not gone:
             return False
@@ -422,13 +477,13 @@ class JobProcess:
         replicas where `elastic_shrink` is among them, else on the job's."""
         if not self.causes:
             return ()
-        key = (self.replicas, frozenset(self.degraded), tuple(switch for _, switch in self.racks_out))
+        key = (self.replicas, frozenset(self.degraded), tuple(self.group), tuple(switch for _, switch in self.pool))
         if key not in self.shares:
             def extra(subset: frozenset[str]) -> float | None:
                 replicas = self.replicas if BuiltInCause.ELASTIC_SHRINK in subset else self.plan.replicas
                 costs = self.plan.costs(state_of(replicas, self._regrouped(
                     (degradation for (index, degradation) in self.degraded
-                     if self.plan.classes[index].name in subset), replicas)))
+                     if self.plan.classes[index].name in subset), replicas, every_rack_back=True)))
                 return None if costs is None else costs.step_s / costs.equivalent_step_s - 1.0
 
             def refused(why: str) -> None:
@@ -452,7 +507,7 @@ class JobProcess:
         klass = self.plan.classes[self.klass[index]]
         lost_hosts: list[int] = []
         if klass.effect is not Effect.RESTART:
-            lost_hosts = [host for host in dict.fromkeys(self.plan.blast[self.klass[index]][self.unit[index]])
+            lost_hosts = [host for host in dict.fromkeys(self._blast(index))
                           if host < self.in_use and host not in self.missing]
         # A restart loading an in-memory snapshot falls back to storage when the hosts lost since the last
         # completed restore (this failure's and those of earlier failures during the restart) took out all
@@ -473,6 +528,7 @@ class JobProcess:
                         hosts=len(lost_hosts), tier=self.clock.restored_from if rolls_back else "")
 
     def _collect_repairs(self, now: float) -> None:
+        self.at = now
         while self.repairs and self.repairs[0] <= now + EPS:
             heapq.heappop(self.repairs)
             self.spares += 1
@@ -490,7 +546,7 @@ class JobProcess:
         have = self.hosts_in_hand
         short = self.plan.hosts_for(self.plan.sizes.sizes[0]) - have
         formed = max(gate, self._returns(short)) if short > 0 else gate
-        rendezvous = formed + self.plan.reschedule_s
+        rendezvous = self.at = formed + self.plan.reschedule_s
         have += sum(1 for back in self.repairs if back <= rendezvous + EPS)
         fitting = [size for size in reversed(self.plan.sizes.sizes) if self.plan.hosts_for(size) <= have]
         for size in fitting:
@@ -612,6 +668,7 @@ class JobProcess:
         (those that began before it, consumed by `_skip_arrivals`, less those repaired by it); never otherwise.
         Judged at the pass's start, a spine repaired before the host came back kept the job small, and two spines
         lost before it re-formed a group that could not grow."""
+        self.at = back
         in_force = Counter(self.degraded)
         for repaired, _, key in self.degraded_repairs:
             if repaired <= back + EPS:

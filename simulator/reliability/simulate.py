@@ -872,12 +872,14 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
             return Degradation(gpus=tuple(gpus), slowdown=klass.slowdown)
         if klass.unit == "spine_switch":
             return Degradation(spine=unit)
-        if klass.unit == "nvswitch_tray":
-            return Degradation(nvswitch_tray=(units.nodes["nvswitch_tray"][unit], unit % units.nvswitch_trays))
+        if klass.unit == "nvswitch_tray":  # a rack's trays are consecutive units, the spare racks' last
+            return Degradation(nvswitch_tray=(rack_names[unit // units.nvswitch_trays], unit % units.nvswitch_trays))
         return Degradation(links=units.links(klass.unit, unit))
 
     racks = (tuple(zip(units.nodes["nvswitch_tray"][::units.nvswitch_trays], units.blast["rack"]))
              if units.nvswitch_trays else ())
+    spare_racks = spare_rack_names(scenario.restart.spares, len(racks[0][1])) if racks else ()
+    rack_names = tuple(switch for switch, _ in racks) + spare_racks
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
@@ -885,7 +887,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
                    launch_s=scenario.restart.launch, costs=costs, degradation=degradation,
                    memory_replicas=memory.replicas if (memory := scenario.checkpoint.memory) is not None else 0,
-                   racks=racks, follow_links=LinksFollowRacks(topology, racks) if racks else None)
+                   racks=racks, follow_links=LinksFollowRacks(topology, racks) if racks else None,
+                   spare_racks=spare_racks, nvswitch_trays=units.nvswitch_trays)
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
@@ -898,6 +901,12 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
                        states, link_sizes, step_costs)
+
+
+def spare_rack_names(spares: int, rack_hosts: int) -> tuple[str, ...]:
+    """The spare pool's hosts (`restart.spares`) as GB200 NVL72 racks of ``rack_hosts`` compute trays (the last one
+    holds those left), each named by its NVSwitch node as a cluster's rack is: `spare-0/nvswitch`, ...."""
+    return tuple(f"spare-{index}/nvswitch" for index in range(-(-spares // rack_hosts)))
 
 
 def _unused_memory_tier(memory: str, storage: str, *, in_steps: bool) -> tuple[str, str]:
@@ -967,7 +976,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     horizon = plan.horizon_s
 
     def arrivals(replication: int) -> Arrivals:
-        return draw_arrivals(np.random.default_rng([scenario.run.seed, replication]), model.classes, counts, horizon)
+        return draw_arrivals(np.random.default_rng([scenario.run.seed, replication]), model.classes,
+                             plan.drawn_units(counts), horizon)
 
     linked, parallel = _link_classes(model), cores(workers) > 1
     if linked or (parallel and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes)):
