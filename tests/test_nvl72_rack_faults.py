@@ -305,8 +305,9 @@ def test_nvswitch_trays_down_follow_their_rack_when_a_rack_failure_shrinks_the_j
     """A tray of rack 1 is down (0.5 h, 3 h repair) when rack 0 fails (1 h): the elastic job shrinks onto rack 1,
     the first rack of its group, and trains at the step of one rack with a tray down, as built by hand. A tray of
     rack 0 down when it fails leaves with the rack: the shrunk job trains at one healthy rack's step. A tray down
-    later on rack 0, out of the group in repair, is ignored as that rack is. Before, trays were matched to the
-    shrunk cluster's racks by name: rack 1's was dropped and rack 0's slowed the job."""
+    later on rack 0, out of the group in repair, is kept for when the rack joins again (its row logged), out of the
+    shrunk job's state. Before, trays were matched to the shrunk cluster's racks by name: rack 1's was dropped and
+    rack 0's slowed the job."""
     degraded = one_rack_step(job(CLASSES), 1, (("rack0/nvswitch", 1),))
     healthy = one_rack_step(job(CLASSES), 1, ())
     assert degraded > healthy
@@ -316,7 +317,7 @@ def test_nvswitch_trays_down_follow_their_rack_when_a_rack_failure_shrinks_the_j
     assert shrunk_states(summary, 4) == [({}, healthy)]
     result = job_with(job(CLASSES), (1 * H, 0, 0, 4 * H), (2 * H, 1, 0, 1 * H))
     assert shrunk_states(result.summary, 4) == [({}, healthy)]
-    assert "degraded" not in set(result.events["kind"])
+    assert "nvswitch_tray" not in result.summary["slow_steps_by_cause_s"]
 
 
 def test_on_three_racks_the_racks_left_close_ranks(job_with):
@@ -558,14 +559,15 @@ def test_a_spare_rack_in_the_group_has_trays_that_fail(job_with):
     spare takes a place, the group rack 1 then spare-0 (rack order, the spares after the cluster's racks; the
     summary names a tray by its place). The spare's first tray (unit 18, after the cluster's 18) fails at 2 h: the
     job trains slower, its group's second rack with a tray down (until 6 h), and the row shows it; rack 1's (unit
-    9) at 4 h is on its first. A tray of rack 0, in repair, at 3 h is ignored. Before, the spare was no rack: its
-    trays never failed (unit 18 was no unit), and a tray drawn on its place was named after rack 0 and dropped."""
+    9) at 4 h is on its first. A tray of rack 0, in repair, at 3 h is kept out of the state, for when rack 0 joins
+    a group (its row logged). Before, the spare was no rack: its trays never failed (unit 18 was no unit), and a
+    tray drawn on its place was named after rack 0 and dropped."""
     result = job_with(spared(job(CLASSES, elastic=False)), (1 * H, 0, 0, 100 * H), (2 * H, 1, 18, 4 * H),
                       (3 * H, 1, 0, 4 * H), (4 * H, 1, 9, 4 * H))
     spare, rack1 = {"rack1/nvswitch": 1}, {"rack0/nvswitch": 1}
     assert trays_by_replicas(result.summary) == [(8, {}), (8, rack1), (8, {**rack1, **spare}), (8, spare)]
     rows = result.events[result.events["kind"] == "degraded"]
-    assert list(rows["start_s"]) == [2 * H, 4 * H] and set(rows["cause"]) == {"nvswitch_tray"}
+    assert list(rows["start_s"]) == [2 * H, 3 * H, 4 * H] and set(rows["cause"]) == {"nvswitch_tray"}
     assert result.summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] > 0
 
 
@@ -596,20 +598,37 @@ def test_a_rack_failure_strikes_its_rack_wherever_it_sits(job_with):
     assert trays_by_replicas(summary) == [(4, {}), (4, {"rack0/nvswitch": 1}), (8, {}), (12, {})]
 
 
-def test_racks_and_trays_in_the_group_fail_at_their_rate_spares_in_it_too(text_job):
-    """2 racks and a spare rack, not elastic, 30 days, 20 replications, racks failing every 200 h (1 d repair) and
-    trays every 2000 h (1 h repair): the spare stands in for a rack failed and stays when it is back (to the pool),
-    so 2 racks are in the group nearly all the time, one of them the spare from the first rack failure on. The job
-    meets 2 x 720 h / 200 h = 7.2 rack failures a replication and 18 x 720 h / 2000 h = 6.48 tray failures, in
-    their Poisson bands (3 sigma over 20 replications). The spare's units are drawn (3 racks, 27 trays), its
-    failures idle ignored. Before, the spare drew none, and from the first rack failure on half the trays in use
-    never failed."""
-    text = spared(job("rack: {mtbf: 200 h, repair: 1 d}, nvswitch_tray: {mtbf: 2000 h, repair: 1 h}",
-                      elastic=False)).replace("horizon: 12 h", "horizon: 30 d, replications: 20")
+def test_racks_trays_nics_and_leaves_fail_at_their_rate_spares_too(text_job):
+    """2 racks and a spare rack, not elastic, 30 days, 20 replications, racks failing every 200 h (1 d repair),
+    NVSwitch trays every 2000 h, NICs every 100 d and leaves every 20 d (1 h repairs, degrading): the spare stands
+    in for a rack failed and stays when it is back (to the pool), so 2 racks are in the group nearly all the
+    time, the spare among them from the first rack failure on. The job meets 2 x 720 h / 200 h = 7.2 rack
+    failures a replication and 18 x 720 h / 2000 h = 6.48 tray failures (counted by their slow-step time: one
+    tray down slows the step by a known part), and as many NIC and leaf failures as `failure_model` expects of
+    the cluster's units, in their Poisson bands (3 sigma over 20 replications); the rows count every rack's, idle
+    or not: 3 x 720 h / 200 h = 10.8 rack failures and 27 x 720 h / 2000 h = 9.72 tray failures. Before, a
+    tray's or link's failure on the spare's place was dropped (4.5 trays, 6.65 NICs, 7.7 leaves against 9.6
+    and 12 expected) and an idle rack's failure had no row."""
+    text = spared(job("rack: {mtbf: 200 h, repair: 1 d}, nvswitch_tray: {mtbf: 2000 h, repair: 1 h}, "
+                      "nic: {mtbf: 100 d, repair: 1 h, effect: degrade}, "
+                      "leaf_switch: {mtbf: 20 d, repair: 1 h, effect: degrade}", elastic=False)).replace(
+        "horizon: 12 h", "horizon: 30 d, replications: 20")
     result = text_job(text)
-    assert result.summary["interruptions"]["by_cause"]["rack"]["mean"] == pytest.approx(7.2, abs=3 * (7.2 / 20) ** 0.5)
-    trays = (result.events["kind"] == "degraded").sum() / 20
-    assert trays == pytest.approx(6.48, abs=3 * (6.48 / 20) ** 0.5)
+    summary, rows = result.summary, result.events
+
+    def band(count: float, expected: float) -> None:
+        assert count == pytest.approx(expected, abs=3 * (expected / 20) ** 0.5)
+
+    band(summary["interruptions"]["by_cause"]["rack"]["mean"], 7.2)
+    step = {(state["replicas"], tuple(state["nvswitch_trays_down"].items()), len(state["links_down"])):
+            state["step_time_s"] for state in summary["states"]}
+    one_tray_slows = 1 - step[8, (), 0] / step[8, (("rack0/nvswitch", 1),), 0]
+    band(summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] / (H * one_tray_slows), 6.48)
+    for cause in ("nic", "leaf_switch"):
+        band(((rows["kind"] == "degraded") & (rows["cause"] == cause)).sum() / 20,
+             summary["failure_model"][cause]["expected_in_horizon"])
+    band(((rows["kind"] == "failure") & (rows["cause"] == "rack")).sum() / 20, 10.8)
+    band(((rows["kind"] == "degraded") & (rows["cause"] == "nvswitch_tray")).sum() / 20, 9.72)
 
 
 def test_the_cause_shares_kept_are_those_worked_out_afresh(job_with, monkeypatch):
@@ -645,14 +664,49 @@ def test_the_cause_shares_kept_are_those_worked_out_afresh(job_with, monkeypatch
     assert kept["slow_steps_by_cause_s"] == afresh["slow_steps_by_cause_s"]
 
 
-def test_links_down_on_a_spare_racks_place_are_ignored(job_with):
-    """2 racks and a spare rack, not elastic: rack 0 fails at 1 h and the group is rack 1, then spare-0. A NIC
-    degrading on the spare's place (h4/nic0) at 2 h is ignored: the spare has no node in the cluster's wiring to
-    name it by. One on rack 1's place (h0/nic0, rack 1's h4/nic0) at 3 h slows the job there."""
-    text = spared(job(NIC_CLASSES, elastic=False))
-    nic = cluster_units(scenario_topology(scenario_from_text(text, "job.yaml"))).nodes["nic"].index
-    result = job_with(text, (1 * H, 0, 0, 100 * H), (2 * H, 1, nic("h4/nic0"), 4 * H),
-                      (3 * H, 1, nic("h0/nic0"), 4 * H))
-    assert {tuple(map(tuple, state["links_down"])) for state in result.summary["states"]} == {
-        (), (("h0/nic0", "leaf0.r0"), ("h0/nic0", "rack0/gpu0"))}
-    assert list(result.events[result.events["kind"] == "degraded"]["start_s"]) == [3 * H]
+LINK_CLASSES = ("rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}, "
+                "cable: {mtbf: 1000 d, repair: 3 h, effect: degrade}")
+
+
+def test_links_down_on_a_spare_racks_place_move_with_the_spare(job_with):
+    """2 racks and a spare rack, elastic: rack 0 fails at 1 h and the group is rack 1, then spare-0. The spare's
+    NIC (at its place, h4/nic0) degrades at 2 h and its leaf's cable to spine 0 (leaf1.r0-spine0) at 2.5 h: the
+    job trains with both down. Rack 1 fails at 3 h and the job shrinks onto the spare, now at place 0: its NIC
+    and cable follow it there (h0/nic0, leaf0.r0-spine0). Before, links on a spare's place were dropped, the
+    fabric's cable too: the job trained as healthy."""
+    text = spared(job(LINK_CLASSES))
+    units = cluster_units(scenario_topology(scenario_from_text(text, "job.yaml")))
+    cable = units.cable_ends.index(("leaf1.r0", "spine0"))
+    result = job_with(text, (1 * H, 0, 0, 100 * H), (2 * H, 1, units.nodes["nic"].index("h4/nic0"), 20 * H),
+                      (2.5 * H, 2, cable, 20 * H), (3 * H, 0, 1, 100 * H))
+    down = {(state["replicas"], tuple(map(tuple, state["links_down"]))) for state in result.summary["states"]}
+    assert (8, (("h4/nic0", "leaf1.r0"), ("h4/nic0", "rack1/gpu0"), ("leaf1.r0", "spine0"))) in down, down
+    assert (4, (("h0/nic0", "leaf0.r0"), ("h0/nic0", "rack0/gpu0"), ("leaf0.r0", "spine0"))) in down, down
+
+
+def test_a_rack_failing_out_of_the_group_is_in_repair(job_with):
+    """2 racks and a spare rack, not elastic. The spare fails idle at 0.5 h (100 h repair), then rack 0 at 1 h:
+    no rack is free, and the job waits out the horizon (12 h) for a repair; the idle failure has its row, taking
+    no host, and is no interruption. Rack 0 fails at 1 h (1 h repair): the spare takes its place and rack 0,
+    back at 2 h, joins the pool; it fails there at 2.5 h (100 h repair), and rack 1 at 3 h finds no rack free:
+    the job waits from then on. Before, an idle rack's failure was ignored: the job restarted at once on the
+    failed spare (or rack 0)."""
+    result = job_with(spared(job(CLASSES, elastic=False)), (0.5 * H, 0, 2, 100 * H), (1 * H, 0, 0, 100 * H))
+    summary, rows = result.summary, result.events
+    assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 1
+    assert summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(11 * H - 60)
+    failures = rows[rows["kind"] == "failure"]
+    assert list(zip(failures["start_s"], failures["hosts"])) == [(0.5 * H, 0), (1 * H, 4)]
+    summary = job_with(spared(job(CLASSES, elastic=False)), (1 * H, 0, 0, 1 * H), (2.5 * H, 0, 0, 100 * H),
+                       (3 * H, 0, 1, 100 * H)).summary
+    assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 2
+    assert summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(9 * H - 60)
+
+
+def test_an_idle_spares_tray_down_is_down_when_it_joins(job_with):
+    """2 racks and a spare rack, not elastic: the idle spare's first tray fails at 0.9 h (10 h repair), then rack 0
+    at 1 h: the spare joins the group at its second place with that tray down, and the job trains slower until the
+    repair (10.9 h). Before, a tray of a rack out of the group was ignored: the spare joined as if repaired."""
+    summary = job_with(spared(job(CLASSES, elastic=False)), (0.9 * H, 1, 18, 10 * H), (1 * H, 0, 0, 100 * H)).summary
+    assert trays_by_replicas(summary) == [(8, {}), (8, {"rack1/nvswitch": 1})]
+    assert summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] > 0

@@ -35,6 +35,7 @@ is written loses that checkpoint, as any checkpoint being written.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import Counter
@@ -55,6 +56,13 @@ from simulator.reliability.states import ClusterState, Degradation, state_of
 from simulator.reliability.training import EPS, CheckpointClock
 
 INF = math.inf
+
+Frame = tuple[tuple[str, str], ...]
+"""Where the physical racks stood when links went down: (place, rack) pairs, a place as the cluster names it
+(its rack's NVSwitch node) and the rack filling it then (`JobProcess._physical`); empty for another degradation."""
+Kept = tuple[int, Degradation, Frame]
+"""A degradation in force as the job keeps it: its class's index, the degradation (an NVSwitch tray under its
+physical rack's name, links under the names of the places they were drawn on) and, for links, their `Frame`."""
 
 
 @dataclass(frozen=True)
@@ -99,11 +107,23 @@ class JobPlan:
         """Every physical rack, by its NVSwitch node: the cluster's in rack order, then the spares'."""
         return tuple(switch for switch, _ in self.racks) + self.spare_racks
 
+    def rack_hosts(self, rack: str) -> int:
+        """How many hosts physical ``rack`` holds: a cluster rack's, a spare's (the last spare holds those left)."""
+        if rack not in self.spare_racks:
+            return len(dict(self.racks)[rack])
+        size = len(self.racks[0][1])
+        return min(size, self.spares - size * self.spare_racks.index(rack))
+
+    def spare_units(self, klass: FailureClass) -> int:
+        """The units of the spare racks a class draws failures for beyond the cluster's: their racks for a `rack`
+        class, their NVSwitch trays for an `nvswitch_tray` one (0 for another)."""
+        return {"rack": len(self.spare_racks), "nvswitch_tray": len(self.spare_racks) * self.nvswitch_trays}.get(
+            klass.unit, 0)
+
     def drawn_units(self, counts: list[int]) -> list[int]:
         """The units each class draws failures for: the cluster's (``counts``), and for a `rack` or `nvswitch_tray`
         class the spare racks' too, idle or standing in for a rack."""
-        spare = {"rack": len(self.spare_racks), "nvswitch_tray": len(self.spare_racks) * self.nvswitch_trays}
-        return [count + spare.get(klass.unit, 0) for klass, count in zip(self.classes, counts)]
+        return [count + self.spare_units(klass) for klass, count in zip(self.classes, counts)]
 
     def hosts_for(self, replicas: int) -> int:
         """The hosts a job of ``replicas`` data-parallel replicas runs on: every host at full size, also when
@@ -161,8 +181,10 @@ class JobProcess:
         self.next_arrival = 0
         self.clock = CheckpointClock(events)
         self.replicas = plan.replicas
-        self.degraded: dict[tuple[int, Degradation], int] = {}
-        self.degraded_repairs: list[tuple[float, int, tuple[int, Degradation]]] = []
+        self.degraded: dict[Kept, int] = {}
+        """The degradations in force, each with how many of its failures are not repaired yet; those of a rack out of
+        the group (an idle spare's trays) are kept too, out of the state until the rack joins it (`_regrouped`)."""
+        self.degraded_repairs: list[tuple[float, int, Kept]] = []
         self.missing: set[int] = set()
         self.met: set[ClusterState] = set()
         """The states the job was in, training or restarting (those of `trained_in`, and those it only waited or
@@ -175,9 +197,7 @@ class JobProcess:
         self.pool: list[tuple[float, str]] = [(0.0, spare) for spare in plan.spare_racks]
         """The racks out of the group, each with the time it is free: the spares from the start, a rack that left
         (its hosts all out) once back from repair; in that order, ties in rack order (`_places`)."""
-        self.at = 0.0
-        """The time the job's racks are looked at: a group formed then takes the racks free by then."""
-        self._refresh()
+        self._refresh(0.0)
         self.in_use = plan.hosts
         self.spares = plan.spares
         self.repairs: list[float] = []
@@ -218,7 +238,7 @@ class JobProcess:
         horizon = self.plan.horizon_s
         times, count, clock = self.times, len(self.times), self.clock
         while env.now < horizon - EPS:
-            now = self.at = env.now
+            now = env.now
             if self.degraded_repairs:
                 self._end_degradations(now)
             arrival = times[self.next_arrival] if self.next_arrival < count else INF
@@ -265,7 +285,7 @@ class JobProcess:
         larger, need = self._growth(self.replicas)
         if need > 0:
             return self._returns(need)
-        return now if self.plan.costs(self._state(larger)) is not None else INF
+        return now if self.plan.costs(self._state(larger, now)) is not None else INF
 
     def _growth(self, replicas: int) -> tuple[int, int]:
         """The next size above ``replicas`` and how many more hosts it needs back from repair beyond those in
@@ -288,12 +308,18 @@ class JobProcess:
 
     def _skip(self, index: int, t: float) -> bool:
         """Consume an arrival that does not interrupt: a unit not in use (a slot beyond a shrunk job, a host
-        already out, a rack out of the group or whose hosts the job does not use, its trays) or a degradation or
-        straggler, which is applied. False for an interrupting one."""
-        self.at = t
+        already out, a rack whose hosts the job does not use, its trays), the failure of a rack out of the group
+        (`_idle_rack_failure`) or a degradation or straggler, which is applied (a tray of a rack out of the group
+        kept until that rack joins it). False for an interrupting one."""
         rack = self._rack(index)
+        if rack is not None and rack not in self.group:
+            if self.plan.classes[self.klass[index]].unit == "rack":
+                self._idle_rack_failure(rack, index, t)
+                self.next_arrival += 1
+                return True
+            return self._degrade(index, t, idle=True)
         hosts = self.plan.blast[self.klass[index]][self.unit[index]] if rack is None else self._place_hosts(rack)
-        if hosts is None or (hosts and not self._touches_job(hosts)):
+        if hosts and not self._touches_job(hosts):
             self.next_arrival += 1
             return True
         return self._degrade(index, t)
@@ -310,10 +336,9 @@ class JobProcess:
             return tray[0]
         return None
 
-    def _place_hosts(self, rack: str) -> tuple[int, ...] | None:
-        """The hosts (slots) of the place ``rack`` fills in the group; None for a rack out of it (a spare or a
-        repaired rack the job does not use, one in repair): its failures and its trays' are not the job's."""
-        return self.plan.racks[self.group.index(rack)][1] if rack in self.group else None
+    def _place_hosts(self, rack: str) -> tuple[int, ...]:
+        """The hosts (slots) of the place ``rack`` fills in the group (none for a rack out of it)."""
+        return self.plan.racks[self.group.index(rack)][1] if rack in self.group else ()
 
     def _blast(self, index: int) -> tuple[int, ...]:
         """The hosts arrival ``index`` takes: its unit's blast radius, a rack's that of the place it fills."""
@@ -321,8 +346,43 @@ class JobProcess:
         if rack is None:
             return self.plan.blast[self.klass[index]][self.unit[index]]
         if self.plan.classes[self.klass[index]].unit == "rack":
-            return self._place_hosts(rack) or ()
+            return self._place_hosts(rack)
         return ()
+
+    def _idle_rack_failure(self, rack: str, index: int, t: float) -> None:
+        """Rack ``rack``, out of the group (a spare, a rack back from repair, one still in repair), fails at ``t``:
+        it is in repair until the later of its repairs' ends, and no restart takes it before (`_places`). Its hosts
+        leave the spare hosts until then (those in hand: others may stand in for hosts out), or, in repair, come
+        back then. One `failure` row, taking no host of the job."""
+        back = t + self.repair[index]
+        free = {switch: at for at, switch in self.pool}
+        self._collect_repairs(t)
+        hosts = self.plan.rack_hosts(rack)
+        if free[rack] <= t + EPS:
+            taken = min(hosts, self.spares)
+            self.spares -= taken
+            for _ in range(taken):
+                heapq.heappush(self.repairs, back)
+        elif back > free[rack]:
+            self._postpone_repairs(hosts, free[rack], back)
+        free[rack] = max(free[rack], back)
+        self.pool = self._pool_order(free)
+        self.events.add("failure", t, t, cause=self.plan.classes[self.klass[index]].name, step=self.clock.steps)
+
+    def _postpone_repairs(self, count: int, until: float, to: float) -> None:
+        """The ``count`` latest host repairs ending by ``until`` (a rack's in repair until then: its hosts' are
+        the latest by then, unless some failed alone before it) end at ``to`` instead."""
+        ordered = sorted(self.repairs)
+        cut = bisect.bisect_right(ordered, until + EPS)
+        ordered[max(0, cut - count):cut] = [to] * min(count, cut)
+        heapq.heapify(ordered)
+        self.repairs = ordered
+
+    def _pool_order(self, free: dict[str, float]) -> list[tuple[float, str]]:
+        """The racks out of the group with the times they are free (``free``), in that order, ties in rack
+        order."""
+        rank = self.plan.rack_names.index
+        return sorted(((at, switch) for switch, at in free.items()), key=lambda out: (out[0], rank(out[1])))
 
     def _touches_job(self, hosts: tuple[int, ...]) -> bool:
         """Whether any of ``hosts`` is in use by the job."""
@@ -331,32 +391,28 @@ class JobProcess:
                 return True
         return False
 
-    def _degrade(self, index: int, t: float) -> bool:
+    def _degrade(self, index: int, t: float, idle: bool = False) -> bool:
         """Apply a `degrade` or `straggle` arrival until its repair; False for interrupting ones. A degradation
         that would leave some GPU without a route interrupts too: one that takes hosts as `replace` does (a
         leaf above single-NIC hosts), one that takes none (the last spine up, all that joined the leaves) is
         applied, and the restart waits for the repair that gives the job its routes back (`_routable`); a
         degradation during that wait (the same spine again, another one) starts the restart over, as any
-        failure of a unit in use does, so that it waits for the later repair."""
+        failure of a unit in use does, so that it waits for the later repair. ``idle``: an NVSwitch tray of a
+        rack out of the group, kept until its repair, in the state only once its rack joins the group."""
         klass = self.plan.classes[self.klass[index]]
         if klass.effect.interrupts:
             return False
         self._end_degradations(t)
-        physical = self._physical(self.plan.degradation(self.klass[index], self.unit[index]))
-        if physical is None:
-            self.next_arrival += 1
-            return True
-        key = (self.klass[index], physical)
+        key = self._physical(index)
         if key not in self.degraded and self.costs is not None and self._blast(index):
-            candidate = state_of(self.replicas, self._regrouped([d for _, d in self.degraded] + [key[1]]))
-            if self.plan.costs(candidate) is None:
+            if self.plan.costs(self._state_of(self.replicas, [*self.degraded, key], t)) is None:
                 return False
         end = t + self.repair[index]
         self.degraded[key] = self.degraded.get(key, 0) + 1
         heapq.heappush(self.degraded_repairs, (end, index + 1, key))
         self.events.add("straggling" if klass.effect is Effect.STRAGGLE else "degraded", t, end, cause=klass.name)
-        self._refresh()
-        if self.costs is None and klass.effect is Effect.DEGRADE:
+        self._refresh(t)
+        if self.costs is None and klass.effect is Effect.DEGRADE and not idle:
             return False
         self.next_arrival += 1
         return True
@@ -370,31 +426,36 @@ class JobProcess:
                 del self.degraded[key]
                 changed = True
         if changed:
-            self._refresh()
+            self._refresh(now)
 
-    def _state(self, replicas: int) -> ClusterState:
-        return state_of(replicas, self._regrouped((d for _, d in self.degraded), replicas))
+    def _state(self, replicas: int, at: float) -> ClusterState:
+        """The state of the job on ``replicas`` with the degradations in force, its group formed at ``at``."""
+        return self._state_of(replicas, self.degraded, at)
 
-    def _places(self, replicas: int, every_rack_back: bool = False) -> dict[str, str]:
+    def _state_of(self, replicas: int, kept: Iterable[Kept], at: float) -> ClusterState:
+        """The state of the job on ``replicas`` with the degradations ``kept``, its group formed at ``at``."""
+        return state_of(replicas, [degradation for _, degradation in self._regrouped(kept, at, replicas)])
+
+    def _places(self, replicas: int, at: float) -> dict[str, str]:
         """Where each physical rack (its NVSwitch node: a cluster's rack or a spare) sits in the group of
-        ``replicas`` a restart forms now (``at``): the place it fills (a place is a rack of the full cluster, as
-        the cluster names it). The job's own group when it keeps its size and no host is out. Else a rack whose
+        ``replicas`` a restart forms at ``at``: the place it fills (a place is a rack of the full cluster, as the
+        cluster names it). The job's own group when it keeps its size and no host is out. Else a rack whose
         hosts are all out (a rack failure) leaves, its trays and links down with it (repaired with it); racks free
-        by then (spares, racks back from repair; in the order they became free) take the places the group needs
+        by ``at`` (spares, racks back from repair; in the order they became free) take the places the group needs
         beyond the racks kept, a rack in repair never; and they fill the places in rack order, the spares after
         the cluster's racks, as the hosts close ranks (a group's hosts are the slots from 0 up). A place that no
         free rack fills (spare hosts short of a rack's) has no rack: no tray of it fails. Exact only where whole
         racks are lost: with some of a rack's hosts out the slots shift across rack boundaries but no rack moves,
-        so its trays down stay on its place (the slot model of a shrunk rack job, an approximation).
-        ``every_rack_back``: the racks out all free, in their order (the full-size sub-states of `_cause_shares`,
-        the job as it would be without its shrink)."""
+        so its trays down stay on its place (the slot model of a shrunk rack job, an approximation). ``at``
+        infinite: the racks out all free, in their order (the full-size sub-states of `_cause_shares`, the job as
+        it would be without its shrink)."""
         racks = self.plan.racks
         if replicas == self.replicas and not self.missing:
             return {switch: place for switch, (place, _) in zip(self.group, racks)}
         kept = [switch for switch, hosts in self._present_racks() if not all(host in self.missing for host in hosts)]
         hosts = self.plan.hosts_for(replicas)
         needed = sum(1 for _, rack_hosts in racks if min(rack_hosts) < hosts)
-        free = [switch for back, switch in self.pool if every_rack_back or back <= self.at + EPS]
+        free = [switch for back, switch in self.pool if back <= at + EPS]
         order = sorted(kept + free[:max(0, needed - len(kept))], key=self.plan.rack_names.index)
         return {switch: place for switch, (place, _) in zip(order, racks)}
 
@@ -402,71 +463,71 @@ class JobProcess:
         """The racks in the job's group, in place order, each with the hosts (slots) of the place it fills."""
         return [(switch, hosts) for switch, (_, hosts) in zip(self.group, self.plan.racks)]
 
-    def _physical(self, degradation: Degradation) -> Degradation | None:
-        """An arriving ``degradation``, under the racks' own names, as the job keeps it (`_regrouped` places it
-        again for each state): an NVSwitch tray is drawn on its rack; links are drawn on the group's places (the
-        slots of their hosts), the places past the group's racks on the racks out, in their order. None for links
-        on a place a spare rack fills: a spare has no node in the cluster's wiring to name them by."""
-        if not self.plan.racks or degradation.nvswitch_tray is not None:
-            return degradation
-        order = self.group + [switch for _, switch in self.pool]
-        named = {place: switch for (place, _), switch in zip(self.plan.racks, order)}
-        spares = {place: place for place, switch in named.items() if switch in self.plan.spare_racks}
-        if degradation.links and spares and self._placed(degradation, spares) is not None:
-            return None
-        return self._placed(degradation, named) or degradation
+    def _physical(self, index: int) -> Kept:
+        """Arrival ``index``'s degradation as the job keeps it (`_regrouped` places it again for each state): an
+        NVSwitch tray is drawn on its physical rack; links on the places of their hosts (and leaves), kept with
+        the racks that stand there (`Frame`): the group's, then the racks out in their order on the places past
+        them. A spare's links so move with it as a cluster rack's do; none is dropped."""
+        klass, degradation = self.klass[index], self.plan.degradation(self.klass[index], self.unit[index])
+        if not self.plan.racks or not degradation.links:
+            return klass, degradation, ()
+        standing = self.group + [switch for _, switch in self.pool]
+        return klass, degradation, tuple((place, switch) for (place, _), switch in zip(self.plan.racks, standing))
 
-    def _regrouped(self, degradations: Iterable[Degradation], replicas: int | None = None,
-                   every_rack_back: bool = False) -> list[Degradation]:
-        """``degradations`` (kept under their racks' own names) where the group the job forms now on
+    def _regrouped(self, kept: Iterable[Kept], at: float, replicas: int | None = None) -> list[tuple[int, Degradation]]:
+        """The degradations ``kept`` (each with its class's index) where the group the job forms at ``at`` on
         ``replicas`` (None: its own) puts them (`_places`): NVSwitch trays down and links down follow their
-        rack's hardware (`JobPlan.follow_links`), or leave with it."""
+        rack's hardware (`JobPlan.follow_links`), leave with it, or wait out of the state for it to join."""
         if not self.plan.racks:
-            return list(degradations)
-        places = self._places(self.replicas if replicas is None else replicas, every_rack_back)
-        return [placed for degradation in degradations if (placed := self._placed(degradation, places)) is not None]
+            return [(index, degradation) for index, degradation, _ in kept]
+        places = self._places(self.replicas if replicas is None else replicas, at)
+        return [(key[0], placed) for key in kept if (placed := self._placed(key, places)) is not None]
 
-    def _placed(self, degradation: Degradation, moves: dict[str, str]) -> Degradation | None:
-        """``degradation`` with its racks moved by ``moves`` (None where it leaves with its rack)."""
+    def _placed(self, key: Kept, moves: dict[str, str]) -> Degradation | None:
+        """The degradation of ``key`` with its racks moved by ``moves`` (physical rack -> place; None where it is
+        on no rack moved: its rack left or is out of the group)."""
+        _, degradation, frame = key
         tray, links = degradation.nvswitch_tray, degradation.links
         if tray is not None:
             return replace(degradation, nvswitch_tray=(moves[tray[0]], tray[1])) if tray[0] in moves else None
         if links and self.plan.follow_links is not None:
-            spares = self.plan.spare_racks  # no node of the cluster's wiring: none of their links is down
-            followed = self.plan.follow_links(
-                {switch: to for switch, to in moves.items() if switch not in spares and to not in spares}, links)
+            followed = self.plan.follow_links({place: moves[rack] for place, rack in frame if rack in moves}, links)
             return replace(degradation, links=followed) if followed else None
         return degradation
 
-    def _regroup_degradations(self, replicas: int) -> bool:
+    def _regroup_degradations(self, replicas: int, at: float) -> bool:
         """Take the racks whose hosts are all out off the job, into the pool of racks out with the time they are
         back from repair, and the degradations on them with them, before the hosts out are forgotten; place the
-        racks the group of ``replicas`` takes from the pool (`_places`). Whether any degradation left."""
+        racks the group of ``replicas`` takes from the pool at ``at`` (`_places`). Degradations of racks already
+        out (an idle spare's trays) stay, for when the rack joins. Whether the group or its degradations changed
+        (the state then moves with them)."""
         if not self.plan.racks:
             return False
-        places = self._places(replicas)
-        pool = {switch: back for back, switch in self.pool if switch not in places}
+        before = {switch: place for switch, (place, _) in zip(self.group, self.plan.racks)}
+        places = self._places(replicas, at)
+        free = {switch: back for back, switch in self.pool if switch not in places}
         for switch, hosts in self._present_racks():
             if switch not in places:
-                pool[switch] = max(self.missing_until[host] for host in hosts)
-        rank = self.plan.rack_names.index
-        self.pool = sorted(((back, switch) for switch, back in pool.items()), key=lambda out: (out[0], rank(out[1])))
-        self.group = sorted(places, key=rank)
-        gone = {key for key in self.degraded if self._placed(key[1], places) is None}
+                free[switch] = max(self.missing_until[host] for host in hosts)
+        self.pool = self._pool_order(free)
+        group, self.group = self.group, sorted(places, key=self.plan.rack_names.index)
+        gone = {key for key in self.degraded
+                if self._placed(key, before) is not None and self._placed(key, places) is None}
         if not gone:
-            return False
+            return group != self.group
         self.degraded = {key: count for key, count in self.degraded.items() if key not in gone}
         self.degraded_repairs = [entry for entry in self.degraded_repairs if entry[2] not in gone]
         heapq.heapify(self.degraded_repairs)
         return True
 
-    def _refresh(self) -> None:
-        """The cluster state, its costs (None while it leaves some GPU without a route: the job waits in a
-        restart) and the slow-step causes in force, after a change."""
-        self.state = self._state(self.replicas)
+    def _refresh(self, at: float) -> None:
+        """The cluster state at ``at``, its costs (None while it leaves some GPU without a route: the job waits in
+        a restart) and the slow-step causes in force (those of the degradations in the state), after a change."""
+        in_state = self._regrouped(self.degraded, at)
+        self.state = state_of(self.replicas, [degradation for _, degradation in in_state])
         self.costs = self.plan.costs(self.state)
         self.met.add(self.state)
-        causes = {self.plan.classes[index].name for index, _ in self.degraded}
+        causes = {self.plan.classes[index].name for index, _ in in_state}
         if self.replicas < self.plan.replicas:
             causes.add(BuiltInCause.ELASTIC_SHRINK)
         self.causes = tuple(sorted(causes))
@@ -481,9 +542,8 @@ class JobProcess:
         if key not in self.shares:
             def extra(subset: frozenset[str]) -> float | None:
                 replicas = self.replicas if BuiltInCause.ELASTIC_SHRINK in subset else self.plan.replicas
-                costs = self.plan.costs(state_of(replicas, self._regrouped(
-                    (degradation for (index, degradation) in self.degraded
-                     if self.plan.classes[index].name in subset), replicas, every_rack_back=True)))
+                costs = self.plan.costs(self._state_of(
+                    replicas, (kept for kept in self.degraded if self.plan.classes[kept[0]].name in subset), INF))
                 return None if costs is None else costs.step_s / costs.equivalent_step_s - 1.0
 
             def refused(why: str) -> None:
@@ -528,7 +588,6 @@ class JobProcess:
                         hosts=len(lost_hosts), tier=self.clock.restored_from if rolls_back else "")
 
     def _collect_repairs(self, now: float) -> None:
-        self.at = now
         while self.repairs and self.repairs[0] <= now + EPS:
             heapq.heappop(self.repairs)
             self.spares += 1
@@ -543,32 +602,35 @@ class JobProcess:
         largest of its sizes (all its replicas but for an elastic job) those hosts fill whose GPUs all have a
         route; else the largest they fill, once repairs give it its routes back (hosts back during that wait
         join the next restart; the wait for a route is not a wait for hosts)."""
-        have = self.hosts_in_hand
-        short = self.plan.hosts_for(self.plan.sizes.sizes[0]) - have
+        short = self.plan.hosts_for(self.plan.sizes.sizes[0]) - self.hosts_in_hand
         formed = max(gate, self._returns(short)) if short > 0 else gate
-        rendezvous = self.at = formed + self.plan.reschedule_s
-        have += sum(1 for back in self.repairs if back <= rendezvous + EPS)
+        rendezvous = formed + self.plan.reschedule_s
+        have = self._hosts_by(rendezvous)
         fitting = [size for size in reversed(self.plan.sizes.sizes) if self.plan.hosts_for(size) <= have]
         for size in fitting:
-            costs = self.costs if size == self.replicas else self.plan.costs(self._state(size))
+            costs = self.costs if size == self.replicas else self.plan.costs(self._state(size, rendezvous))
             if costs is not None:
                 return formed, rendezvous, size, costs
         size = fitting[0] if fitting else self.plan.sizes.sizes[0]
-        routable, costs = self._routable(size)
+        routable, costs = self._routable(size, rendezvous)
         return formed, max(formed, routable) + self.plan.reschedule_s, size, costs
 
-    def _routable(self, replicas: int) -> tuple[float, SegmentCosts]:
-        """When the job on ``replicas`` replicas has a route for every GPU (at once, unless an outage is in
-        force: then at the repair that ends it), and the costs of that state."""
+    def _hosts_by(self, t: float) -> int:
+        """The hosts a group formed at ``t`` could take: those in hand and those back from repair by then."""
+        return self.hosts_in_hand + sum(1 for back in self.repairs if back <= t + EPS)
+
+    def _routable(self, replicas: int, at: float) -> tuple[float, SegmentCosts]:
+        """When the job on ``replicas`` replicas, its group formed at ``at``, has a route for every GPU (at once,
+        unless an outage is in force: then at the repair that ends it), and the costs of that state."""
         counts = dict(self.degraded)
-        costs = self.plan.costs(state_of(replicas, self._regrouped((d for _, d in counts), replicas)))
+        costs = self.plan.costs(self._state_of(replicas, counts, at))
         if costs is not None:
             return 0.0, costs
         for end, _, key in sorted(self.degraded_repairs):
             counts[key] -= 1
             if not counts[key]:
                 del counts[key]
-                costs = self.plan.costs(state_of(replicas, self._regrouped((d for _, d in counts), replicas)))
+                costs = self.plan.costs(self._state_of(replicas, counts, at))
                 if costs is not None:
                     return end, costs
         raise SimulationError(f"no route for some GPU on {replicas} replicas with every degradation repaired")
@@ -598,7 +660,10 @@ class JobProcess:
             formed, rendezvous, replicas, costs = self._relaunch_plan(gate)
             load_s = costs.memory_load_s if self.clock.restored_from == "memory" else costs.load_s
             end = rendezvous + self.plan.launch_s + load_s + costs.warmup_s
+            planned = self._hosts_by(rendezvous)
             arrival = self._skip_arrivals(rendezvous)
+            if self._hosts_by(rendezvous) < planned:  # an idle rack failed, taking hosts the plan counted
+                continue
             rejoin = INF
             if arrival is None or self.times[arrival] >= rendezvous:
                 self._form_group(rendezvous, replicas)
@@ -635,7 +700,7 @@ class JobProcess:
                 continue
             if cause is BuiltInCause.REGROW:
                 self.regrow_restarts += 1
-            self._relaunch(replicas)
+            self._relaunch(replicas, stop)
             self.lost_since_restore.clear()
             if cause is BuiltInCause.FAILURE:
                 self.restores[tier] += 1
@@ -668,13 +733,12 @@ class JobProcess:
         (those that began before it, consumed by `_skip_arrivals`, less those repaired by it); never otherwise.
         Judged at the pass's start, a spine repaired before the host came back kept the job small, and two spines
         lost before it re-formed a group that could not grow."""
-        self.at = back
         in_force = Counter(self.degraded)
         for repaired, _, key in self.degraded_repairs:
             if repaired <= back + EPS:
                 in_force[key] -= 1
-        degradations = [degradation for (_, degradation), count in in_force.items() if count > 0]
-        return back if self.plan.costs(state_of(larger, self._regrouped(degradations, larger))) is not None else INF
+        kept = [key for key, count in in_force.items() if count > 0]
+        return back if self.plan.costs(self._state_of(larger, kept, back)) is not None else INF
 
     def _stop_s(self, costs: SegmentCosts, cause: BuiltInCause) -> float:
         """How long a planned stop holds the job before its restart: the checkpoint write it began (none for a
@@ -694,14 +758,14 @@ class JobProcess:
         self.spares = available - self.in_use
         back = {host for host in self.missing if self.missing_until[host] <= rendezvous + EPS}
         self.missing -= back
-        regrouped = self._regroup_degradations(replicas)
+        regrouped = self._regroup_degradations(replicas, rendezvous)
         self.missing.clear()
         self.missing_until.clear()
         if (regrouped or back) and replicas == self.replicas:
-            self._refresh()
+            self._refresh(rendezvous)
 
-    def _relaunch(self, replicas: int) -> None:
-        """A restart completed on ``replicas``: the job trains on that size (its group formed at the
+    def _relaunch(self, replicas: int, at: float) -> None:
+        """A restart completed at ``at`` on ``replicas``: the job trains on that size (its group formed at the
         rendezvous, `_form_group`), a shrink or a regrow when it changed."""
         if replicas != self.replicas:
             if replicas < self.replicas:
@@ -709,7 +773,7 @@ class JobProcess:
             else:
                 self.regrows += 1
             self.replicas = replicas
-            self._refresh()
+            self._refresh(at)
 
     def totals(self, healthy: SegmentCosts) -> ReplicationTotals:
         """The replication's totals: its time split into parts, its steps (and their worth at the ``healthy``
