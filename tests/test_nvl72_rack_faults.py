@@ -587,10 +587,10 @@ def test_a_regrow_takes_racks_repaired_and_spares_not_racks_in_repair(job_with):
 
 def test_a_rack_failure_strikes_its_rack_wherever_it_sits(job_with):
     """3 racks (DP 12), elastic: rack 0 fails at 1 h (100 h repair) and the job shrinks onto racks 1 and 2. Rack
-    0 failing again at 2 h is ignored (it is in repair); rack 2 failing at 3 h takes the group's second place,
-    and the job shrinks onto rack 1 alone: a tray of rack 1 at 4 h slows it, one of rack 2 at 5 h does not.
-    Before, a rack failure struck the place of its index: rack 0's at 2 h took rack 1 (at place 0) and rack 2's
-    at 3 h was beyond the shrunk group and ignored."""
+    0 failing again at 2 h only extends its repair (it is out of the group); rack 2 failing at 3 h takes the
+    group's second place, and the job shrinks onto rack 1 alone: a tray of rack 1 at 4 h slows it, one of rack 2
+    at 5 h does not. Before, a rack failure struck the place of its index: rack 0's at 2 h took rack 1 (at place
+    0) and rack 2's at 3 h was beyond the shrunk group and ignored."""
     summary = job_with(three_racks(job(CLASSES)), (1 * H, 0, 0, 100 * H), (2 * H, 0, 0, 100 * H),
                        (3 * H, 0, 2, 100 * H), (4 * H, 1, 9, 4 * H), (5 * H, 1, 18, 4 * H)).summary
     assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 2
@@ -606,9 +606,9 @@ def test_racks_trays_nics_and_leaves_fail_at_their_rate_spares_too(text_job):
     failures a replication and 18 x 720 h / 2000 h = 6.48 tray failures (counted by their slow-step time: one
     tray down slows the step by a known part), and as many NIC and leaf failures as `failure_model` expects of
     the cluster's units, in their Poisson bands (3 sigma over 20 replications); the rows count every rack's, idle
-    or not: 3 x 720 h / 200 h = 10.8 rack failures and 27 x 720 h / 2000 h = 9.72 tray failures. Before, a
-    tray's or link's failure on the spare's place was dropped (4.5 trays, 6.65 NICs, 7.7 leaves against 9.6
-    and 12 expected) and an idle rack's failure had no row."""
+    or not: 3 x 720 h / 200 h = 10.8 rack failures and 27 x 720 h / 2000 h = 9.72 tray failures. Before, a link's
+    failure on the spare's place was dropped (6.15 NICs and 8.2 leaves against 9.6 and 12.0) and an idle rack's
+    failure had no row (7.05 rack rows); on main, trays on the spare's place were dropped too (2.07 trays)."""
     text = spared(job("rack: {mtbf: 200 h, repair: 1 d}, nvswitch_tray: {mtbf: 2000 h, repair: 1 h}, "
                       "nic: {mtbf: 100 d, repair: 1 h, effect: degrade}, "
                       "leaf_switch: {mtbf: 20 d, repair: 1 h, effect: degrade}", elastic=False)).replace(
@@ -636,7 +636,9 @@ def test_the_cause_shares_kept_are_those_worked_out_afresh(job_with, monkeypatch
     racks out, which fix the state it trains in (`JobProcess.running`) and the sub-states the split asks of. 2
     racks and a spare rack, not elastic: rack 1's NIC h4/nic0 and a tray of rack 1 fail at 0.5 h, then rack 0 at
     1 h; the spare takes a place and rack 1 moves to the first: the same degradations, on another place, a state
-    of their own. The split kept equals the one worked out at every segment, the cache never answering."""
+    of their own. The split kept equals the one worked out at every segment, the cache never answering. A guard:
+    main's key (replicas, degradations, racks out in their order) was right, and this passes there: the racks out
+    fix the places (the group is every other rack, in rack order); the key names the group too, for its reader."""
     import simulator.reliability.job as job_module
 
     text = spared(job(CLASSES + ", nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}", elastic=False))
@@ -710,3 +712,13 @@ def test_an_idle_spares_tray_down_is_down_when_it_joins(job_with):
     summary = job_with(spared(job(CLASSES, elastic=False)), (0.9 * H, 1, 18, 10 * H), (1 * H, 0, 0, 100 * H)).summary
     assert trays_by_replicas(summary) == [(8, {}), (8, {"rack1/nvswitch": 1})]
     assert summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] > 0
+
+
+def test_the_failure_model_counts_the_spares_units_apart(job_with):
+    """2 racks and a spare rack: the job draws rack failures on 3 racks and tray failures on 27 trays, and its
+    `failure_model` says so: the cluster's `units` (2, 18; the expected count is theirs) and the spares'
+    `spare_units` (1, 9). A job without spare racks has no `spare_units`. Before, it listed 2 and 18 alone."""
+    model = job_with(spared(job(CLASSES)), (1 * H, 0, 0, 4 * H)).summary["failure_model"]
+    assert [(model[name]["units"], model[name]["spare_units"]) for name in ("rack", "nvswitch_tray")] == [
+        (2, 1), (18, 9)]
+    assert "spare_units" not in job_with(job(CLASSES), (1 * H, 0, 0, 4 * H)).summary["failure_model"]["rack"]

@@ -220,7 +220,8 @@ class JobProcess:
         """Each state's `_cause_shares`, by what they depend on: its replicas, the degradations in force, the racks
         in each place and the racks out in their order, which a full-size sub-state places (not when they are
         back: the state is the same). The state the job trains in, ``running``, is a function of the first three
-        (no host is out while it trains)."""
+        (no host is out while it trains). The racks in each place follow from the racks out (every other rack, in
+        rack order): a key without them, as before spares were racks, is as right; they are named for the reader."""
         self.trained_in: set[ClusterState] = set()
         """The states the job trained in: not the sub-states its slow-step split asks of (attribution.py), nor
         those a restart only looked at for a route."""

@@ -41,7 +41,9 @@ def checkpoint_cost_s(costs: SegmentCosts) -> float:
 def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dict]:
     """Unexpected interruptions the failure model expects over the horizon (all units in use), and per class
     its figures with the failures it expects in the horizon (`expected_in_horizon`: units x rate x horizon, the
-    one place that count is made; `expected_slowdowns` reads it back)."""
+    one place that count is made; `expected_slowdowns` reads it back). A `rack` or `nvswitch_tray` class on GB200
+    NVL72 racks with spare racks has `spare_units` too: the spares' units, drawn beside the cluster's (idle or
+    standing in for a rack), not in `units` nor the expected count."""
     per_class: dict[str, dict[str, Any]] = {}
     for klass, units in zip(plan.classes, counts):
         per_class[klass.name] = {
@@ -50,6 +52,8 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
             "rate_per_unit_per_h": klass.rate_per_unit_s * 3600,
             "repair_s": klass.repair_s, "expected_in_horizon": units * klass.rate_per_unit_s * plan.horizon_s,
         }
+        if spare := plan.spare_units(klass):
+            per_class[klass.name]["spare_units"] = spare
     total = sum(entry["expected_in_horizon"] for entry in per_class.values() if Effect(entry["effect"]).interrupts)
     return total, per_class
 
