@@ -1947,31 +1947,27 @@ def dispatch_scenario(folder: Path) -> str:
             f"workload: {{trace: '{folder}/rank*.json', format: kineto}}\n")
 
 
-def phase_s(mib: float) -> float:
-    """One all-to-all phase whose largest transfer is ``mib`` MiB, between single-GPU hosts of ethernet-100g:
-    that transfer's closed form (each transfer of a phase has its own NIC uplink and downlink)."""
-    return transfer_s(100e9, mib * MIB)
-
-
 def test_a_traced_all_to_all_runs_with_its_recorded_split_sizes(tmp_path):
-    """Four single-GPU hosts, each rank's trace one uneven all-to-all (DISPATCH_MIB). NCCL's all-to-all runs
-    as p - 1 = 3 phases, rank i sending rank i + k in phase k, each as long as its largest transfer: 8 MiB
-    (0 -> 1) of 8, 4, 6, 3; then 2 of 2, 2, 2, 2; then 2 of 2, 2, 2, 2. Per GPU it sends what its row sends
-    to others, 37 / 4 MiB in the mean, as EP (an uneven all-to-all). Before, the ranks' different message sizes
-    were refused."""
+    """Four single-GPU hosts, each rank's trace one uneven all-to-all (DISPATCH_MIB). NCCL's all-to-all sends to
+    every peer at once, so the flows share the NICs and it lasts as long as its busiest NIC needs: rank 0 sends
+    12 MiB (8 + 2 + 2) and rank 1 receives 12 (8 + 2 + 2), the closed form of a 12 MiB transfer. Per GPU it sends
+    what its row sends to others, 37 / 4 MiB in the mean, as EP (an uneven all-to-all). Before, the ranks'
+    different message sizes were refused."""
     dispatch_4rank(tmp_path)
     _, result = run(dispatch_scenario(tmp_path), tmp_path)
-    assert result.summary["step_time_s"] == pytest.approx(phase_s(8) + phase_s(2) + phase_s(2), rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(transfer_s(100e9, 12 * MIB), rel=EXACT)
     assert result.summary["traffic_bytes_per_gpu"]["ep"] == pytest.approx(37 / 4 * MIB, rel=EXACT)
 
 
 def test_pairs_between_untraced_ranks_take_the_mean_of_the_told_ones(tmp_path):
     """Ranks 0 and 1 traced: their rows and columns tell every pair but 2 -> 3 and 3 -> 2, which take the mean
     of the ten told pairs between different ranks, (8 + 2 + 2 + 2 + 4 + 2 + 2 + 3 + 2 + 2) / 10 = 2.9 MiB: the
-    phases' largest transfers are 8 MiB (0 -> 1; 2 -> 3 is 2.9), 2 MiB and 2.9 MiB (3 -> 2)."""
+    ranks send 12, 8, 2 + 2 + 2.9 and 3 + 2 + 2.9 MiB, 34.8 / 4 in the mean, and the busiest NICs still carry
+    12 MiB (rank 0's out, rank 1's in)."""
     dispatch_4rank(tmp_path, (0, 1))
     _, result = run(dispatch_scenario(tmp_path), tmp_path)
-    assert result.summary["step_time_s"] == pytest.approx(phase_s(8) + phase_s(2) + phase_s(2.9), rel=EXACT)
+    assert result.summary["traffic_bytes_per_gpu"]["ep"] == pytest.approx(34.8 / 4 * MIB, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(transfer_s(100e9, 12 * MIB), rel=EXACT)
 
 
 def test_split_sizes_on_which_a_sender_and_its_receiver_disagree_are_refused(tmp_path):

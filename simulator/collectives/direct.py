@@ -1,9 +1,13 @@
 """Direct (pairwise) algorithms: every rank talks to every other rank without relaying through a third.
 
-All-to-all, all-gather and reduce-scatter run as p-1 phases of shifted pairs (in phase k, rank i sends to
-rank i+k), each moving nbytes/p: (p-1) a + (p-1)/p n b; an uneven all-to-all (``pair_bytes``) moves what each
-pair exchanges, and each phase lasts as long as its largest transfer. Broadcast and reduce are a star around
-the root.
+All-to-all runs as NCCL runs it, grouped sends and receives to every peer at once (nccl-tests alltoall.cu: one
+ncclSend and one ncclRecv per peer inside ncclGroupStart/End; NCCL's enqueue.cc scheduleP2pTasksToPlan puts
+every peer's round in one kernel, on channels of their own, up to 8 peers at once per channel, with no barrier
+between peers): one phase of p(p-1) transfers of nbytes/p each (an uneven all-to-all, ``pair_bytes``, of what
+each pair exchanges), each paying its own path latency once, which share the NICs and NVLink as the network
+model shares any flows: a + (p-1)/p n b on one switch. All-gather and reduce-scatter run as p-1 phases of
+shifted pairs (in phase k, rank i sends to rank i+k), each moving nbytes/p: (p-1) a + (p-1)/p n b. Broadcast
+and reduce are a star around the root.
 """
 
 from __future__ import annotations
@@ -24,15 +28,15 @@ def shifted_pairs(ranks: tuple[int, ...], nbytes: float) -> list[Phase]:
             for shift in range(1, size)]
 
 
-def uneven_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...]) -> list[Phase]:
-    """p-1 phases; in phase k every rank i sends ``pair_bytes[i][i + k mod p]`` to rank i + k mod p."""
+def all_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...]) -> list[Phase]:
+    """One phase: every rank i sends ``pair_bytes[i][j]`` to every other rank j at once, listed by shift (the
+    transfers to rank i+1 first, then to rank i+2...), as NCCL's all-to-all posts them."""
     size = len(ranks)
     if len(pair_bytes) != size or any(len(row) != size for row in pair_bytes):
         raise ScenarioError(f"an all-to-all over {size} ranks needs a {size} x {size} byte matrix",
                             field="pair_bytes", allowed=f"{size} rows of {size} sizes")
     return [Phase(tuple(Transfer(ranks[i], ranks[(i + shift) % size], pair_bytes[i][(i + shift) % size])
-                        for i in range(size)))
-            for shift in range(1, size)]
+                        for shift in range(1, size) for i in range(size)))] if size > 1 else []
 
 
 def star(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_root: bool) -> list[Phase]:
@@ -43,14 +47,15 @@ def star(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_root: bool)
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
-    """Pairwise all-to-all / all-gather / reduce-scatter (all-reduce = both), star broadcast / reduce,
+    """All-to-all at once, pairwise all-gather / reduce-scatter (all-reduce = both), star broadcast / reduce,
     and send/recv as one transfer."""
     ranks, n = request.ranks, request.nbytes
     if request.op == "send_recv":
         return [Phase((Transfer(ranks[0], ranks[1], n),))]
-    if request.op == "all_to_all" and request.pair_bytes:
-        return uneven_pairs(ranks, request.pair_bytes)
-    if request.op in ("all_to_all", "all_gather", "reduce_scatter"):
+    if request.op == "all_to_all":
+        size = len(ranks)
+        return all_pairs(ranks, request.pair_bytes or ((n / size,) * size,) * size)
+    if request.op in ("all_gather", "reduce_scatter"):
         return shifted_pairs(ranks, n / len(ranks))
     if request.op == "all_reduce":
         return shifted_pairs(ranks, n / len(ranks)) * 2
