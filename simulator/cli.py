@@ -1028,7 +1028,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="calibrated (default) or ideal (line rate); per link class only in a scenario's "
                            "network.efficiency")
     coll.add_argument("--network", default="flow", choices=NETWORK_MODES,
-                      help="flow (default: flows share links max-min fairly) or analytic (no contention)")
+                      help="flow (default: flows share links max-min fairly) or analytic (no contention between "
+                           "collectives)")
     coll.add_argument("--chunk", default="4MiB", help="pipelining chunk size (default 4MiB; 'none' = off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.add_argument("--force", action="store_true", help="run even on more than 32,768 GPUs")

@@ -686,7 +686,7 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
     "plan": "true (every CP rank then does the same attention work)",
     "copies": "a dp whose copies each fill NVLink domains alike, or a smaller dp",
     "cluster": "a generated topology whose hosts have equal GPU counts",
-    "collectives": "network.model: analytic (each transfer alone: replicas whose routes take equal times fold)",
+    "collectives": "network.model: analytic (each collective alone: replicas whose routes take equal times fold)",
     "faults": ("step faults that keep the replicas alike (links down from the step's start only; stragglers "
                "slowing whole stages)"),
     "links": "links down near fewer hosts (each rank of a host near them is simulated apart)",

@@ -353,6 +353,19 @@ def test_flow_and_analytic_agree_without_contention():
     assert close(flow, analytic, tolerance=1e-9)
 
 
+@pytest.mark.parametrize("topology, overrides, line_rate", [
+    ("ethernet-100g", {"nodes": 8}, 12.5e9),
+    ("dgx-h100-cluster", {"nodes": 8, "node": {"gpus": 1}, "nics_per_node": 1}, 50e9)])
+def test_analytic_ring_on_one_nic_hosts_keeps_to_line_rate_as_the_flow_model_does(topology, overrides, line_rate):
+    """A ring all-reduce over one-GPU hosts with one NIC each runs its two channels through that NIC: on the
+    analytic model they share its line rate, as on the wire and in the flow model, and the busbw stays under it
+    (each channel took the NIC's full rate before: busbw 24.93 GB/s on 12.5 GB/s, 99.00 on 50)."""
+    rows = {mode: collective_sweep(topology, overrides, op="all_reduce", algorithm="ring", ranks=8, sizes=[GIB],
+                                   efficiency="ideal", mode=mode)[0] for mode in ("flow", "analytic")}
+    assert rows["analytic"]["busbw_GBps"] * 1e9 < line_rate
+    assert math.isclose(rows["analytic"]["time_s"], rows["flow"]["time_s"], rel_tol=1e-12)
+
+
 def test_efficiency_scales_the_bandwidth_term():
     topology = switch_topology(4, alpha=0.0)
     full = time_collective(topology, "all_gather", "ring", 4, GIB)

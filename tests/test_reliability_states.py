@@ -179,12 +179,11 @@ def test_a_straggler_state_run_again_shares_its_plans_parsed_and_timed_with_the_
     state = states.ClusterState(8, slow_gpus=((job_states.representative(20), 1.5),))
     first = job_states.entry(state)
     calls: list[str] = []
-    run_alone, transfers, bottleneck = simulation.run_alone, model.Transfers.__init__, model.Network._bottleneck_of
+    run_alone, transfers, timed = simulation.run_alone, model.Transfers.__init__, model.analytic_seconds
     monkeypatch.setattr(simulation, "run_alone", lambda *args: calls.append("alone") or run_alone(*args))
     monkeypatch.setattr(model.Transfers, "__init__",
-                        lambda self, items: calls.append("parsed") or transfers(self, items))
-    monkeypatch.setattr(model.Network, "_bottleneck_of",
-                        lambda self, path: calls.append("timed") or bottleneck(self, path))
+                        lambda self, *args: calls.append("parsed") or transfers(self, *args))
+    monkeypatch.setattr(model, "analytic_seconds", lambda *args: calls.append("timed") or timed(*args))
     states._CACHE.clear()
     again = job_states.entry(state)
     assert calls == []

@@ -99,7 +99,7 @@ CASES = {
     "cluster": (ON_GRAPH, 1, "cluster", "explicit graph topology (links may differ between equivalent ranks)",
                 "a generated topology whose hosts have equal GPU counts", []),
     "collectives": (SHARED_NICS, 1, "cluster", "all_reduce 'all_reduce bucket 0' takes 2.181 ms over GPUs",
-                    "network.model: analytic (each transfer alone: replicas whose routes take equal times fold)",
+                    "network.model: analytic (each collective alone: replicas whose routes take equal times fold)",
                     [True]),
     "faults": (RAILS + LINK_DOWN, 6, "faults.step", "link faults (replicas no longer see the same links)",
                "step faults that keep the replicas alike (links down from the step's start only; stragglers "

@@ -161,8 +161,8 @@ class PlanRunner:
                 spans.append((start, start + len(plan)))
                 start += len(plan)
             single = all(stop - start == 1 for start, stop in spans)
-            cached = cache[key] = (source, version, Transfers([item for plan in plans for item in plan]),
-                                   None if single else spans)
+            joined = Transfers([item for plan in plans for item in plan], spans if len(plans) > 1 else ())
+            cached = cache[key] = (source, version, joined, None if single else spans)
         return cached[2], cached[3]
 
     def run_plan(self, env: simpy.Environment, phases: Iterable[Phase], key: str = ""):

@@ -162,7 +162,7 @@ def fold_blocker(topology: Topology) -> str:
 
 SHARED_LINKS = "stragglers in one replica whose traffic shares links with the other replicas'"
 """Why stragglers in one replica unfold a step on the flow model (`fold_with_faults`); the analytic model, which
-runs each transfer alone, folds them."""
+runs each collective alone, folds them."""
 
 
 def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache, mode: NetworkMode,
@@ -171,7 +171,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     ``({}, reason)``. Link faults break the replicas' symmetry unless they are links down from the start
     (`link_fault_blocker`), which the checks see over the detoured routes. Stragglers fold when every rank of a stage is
     slowed alike, or when they lie in one replica whose traffic meets no other replica's (on the flow model: no
-    mirror survives pruning; the analytic model runs each transfer alone, so no traffic meets another's): the
+    mirror survives pruning; the analytic model runs each collective alone, so no traffic meets another's): the
     other replicas then only wait for it at the collectives they share. ``shapes``: the index of the program's
     collectives, when the caller has it."""
     if plan.links:

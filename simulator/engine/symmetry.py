@@ -32,7 +32,9 @@ from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import InstanceColumns, Instances
+from simulator.metrics.events import FlowRoutes
 from simulator.network.isolated import run_isolated
+from simulator.network.model import analytic_seconds
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
 
@@ -187,9 +189,10 @@ def unlike_routes(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShap
 
 def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShapes) -> str:
     """Why folding would not be exact on the analytic model ('' when every collective's mirrors take the time
-    its group takes): there each transfer runs alone, so a collective's plan takes, phase after phase, its
-    slowest transfer's latency plus bytes over its route's narrowest link of ``capacity`` (bytes/s), as
-    network/model.py times it, and a mirror stands for its replica exactly when its plan takes the group's time.
+    its group takes): there no other work slows a collective, so its plan takes, phase after phase, its slowest
+    transfer's latency plus bytes at its share of its route's links of ``capacity`` (bytes/s; a link split among
+    the phase's own transfers over it, network/model.py `analytic_seconds`), and a mirror stands for its
+    replica exactly when its plan takes the group's time.
     No mirror meets traffic there, so neither the route shapes nor the lockstep check after the run (flow model
     only) would see one that does not: a pipeline hand-off over NVLink in one replica and over the NICs in
     another (stages not aligned to hosts) left the folded step up to 0.9% off the unfolded one (tp 2, pp 3,
@@ -235,17 +238,13 @@ def apart_figures(first: float, second: float) -> tuple[str, str]:
 
 def _analytic_seconds(topology: Topology, capacity: np.ndarray, phases: Sequence[Phase]) -> float:
     """How long ``phases`` take one after another on the analytic model: per phase, its slowest transfer's
-    latency plus its bytes over its route's narrowest link of ``capacity`` (a transfer without bytes or
-    without links: its latency alone), the numbers network/model.py `_run_analytic` reads off the same items."""
+    `analytic_seconds` on ``capacity``, the numbers network/model.py `_run_analytic` reads off the same items."""
     total = 0.0
     for phase in phases:
         if not phase.transfers:
             continue
         arrays = phase_arrays(topology, phase)
-        on_route = arrays.routes >= 0
-        narrowest = np.where(on_route, capacity[arrays.routes], np.inf).min(axis=1, initial=np.inf)
-        moving = (arrays.nbytes > 0) & on_route.any(axis=1)
-        seconds = arrays.latency + np.where(moving, arrays.nbytes / np.where(moving, narrowest, 1.0), 0.0)
+        seconds = analytic_seconds(FlowRoutes.of_matrix(arrays.routes), arrays.nbytes, arrays.latency, capacity)
         total += float(seconds.max())
     return total
 

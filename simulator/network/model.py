@@ -4,7 +4,8 @@ A transfer first waits its latency without using bandwidth, then becomes a fluid
 ``flow`` mode the rates of all active flows (of every phase and collective) are max-min fair on every
 directed link and are re-solved only when flows start or end, only for the flows connected to the change
 through shared links, and once per simulated instant however many flows changed. In ``analytic`` mode a
-transfer never waits for others: it takes its latency plus its bytes over its path's bottleneck capacity.
+transfer never waits for other work: it takes its latency plus its bytes at its share of its path's links,
+each link split among the transfers of its own collective's phase that cross it (`analytic_seconds`).
 """
 
 from __future__ import annotations
@@ -56,12 +57,16 @@ class Transfers:
     path, bytes and latency, which would keep its flow's state to the last bit and so ride along with it. The
     flows are listed in cohorts, one per size in first-seen order: flows that start together with the same
     bytes keep one state for as long as the solves give them equal rates. A plan runner keeps one per phase
-    of a collective (or per set of single-phase plans run together) and posts it again each time."""
+    of a collective (or per set of single-phase plans run together) and posts it again each time.
+    ``collectives`` says where the transfers of each collective lie (start, stop) where the batch joins several (a
+    collective and its mirrors); empty, all are one collective's: the analytic model shares a link among the
+    transfers of one collective only."""
 
-    __slots__ = ("channel", "count", "dst", "latency", "nbytes", "paths", "routes", "src", "starts")
+    __slots__ = ("channel", "collectives", "count", "dst", "latency", "nbytes", "paths", "routes", "src", "starts")
 
-    def __init__(self, items: Sequence[tuple]):
+    def __init__(self, items: Sequence[tuple], collectives: Sequence[tuple[int, int]] = ()):
         self.count = len(items)
+        self.collectives = tuple(collectives)
         paths: list[tuple[int, ...]] = []
         routes: list[tuple[int, ...]] = []
         nbytes_of: list[float] = []
@@ -235,11 +240,10 @@ class _EndOfInstant(simpy.Event):
 class AnalyticTimings:
     """The analytic model's timings on the cluster's own capacities, which networks of one topology and link
     efficiency that log their flows may share (a plan cache's runs, `PlanCache.analytic`: a job's straggler
-    states each timed the same ~500 phases again, ~0.08 s of a state's ~2 s): each route's bottleneck, and
-    per phase posted as `Transfers` (by identity, kept referenced) its duration and its flow rows relative to
-    its start. A network whose capacities or routes change takes new ones of its own."""
+    states each timed the same ~500 phases again, ~0.08 s of a state's ~2 s): per phase posted as
+    `Transfers` (by identity, kept referenced) its duration and its flow rows relative to its start. A network
+    whose capacities or routes change takes new ones of its own."""
 
-    bottleneck: dict[tuple[int, ...], float] = field(default_factory=dict)
     phases: dict[int, tuple[Transfers, float, FlowBlock | None]] = field(default_factory=dict)
 
 
@@ -266,7 +270,6 @@ class Network:
         self.wake_ups = 0
         self.heap_entries = 0
         timings = timings if timings is not None and log is not None else AnalyticTimings()
-        self._bottleneck = timings.bottleneck
         self._analytic = timings.phases
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
         self._link_groups: defaultdict[int, set[_PathGroup]] = defaultdict(set)
@@ -319,7 +322,8 @@ class Network:
         return phase.event
 
     def _run_analytic(self, transfers: Sequence[tuple] | Transfers, key: str) -> simpy.Event:
-        """Contention-free phase: each transfer takes latency + bytes / bottleneck capacity of its route. A phase
+        """A phase without contention from other work: each transfer takes `analytic_seconds`, its route's links
+        shared among its own collective's transfers alone. A phase
         posted as `Transfers` (a plan runner's, posted once per instance) is timed once while no capacity or route
         changes (`scale_capacity` and `take_down` forget the timings); each instance logs its
         flow rows as that block shifted to its start (`EventLog.replayed_flows`: the same rows, start + 0 and
@@ -330,12 +334,17 @@ class Network:
         if timed is None:
             posted = transfers
             transfers = posted if isinstance(posted, Transfers) else Transfers(posted)
-            durations = [latency + (nbytes / self._bottleneck_of(route) if nbytes > 0 and route else 0.0)
-                         for route, nbytes, latency in zip(transfers.routes, transfers.nbytes, transfers.latency)]
+            routes = FlowRoutes.of(list(transfers.routes))
+            collective = None
+            if transfers.collectives:
+                starts, stops = np.array(transfers.collectives, dtype=np.int64).T
+                collective = np.repeat(np.arange(starts.size), stops - starts)
+            durations = analytic_seconds(routes, np.array(transfers.nbytes, dtype=float),
+                                         np.array(transfers.latency, dtype=float), self.capacity, collective)
             block = (FlowBlock.of(transfers.src, transfers.dst, np.zeros(len(durations)), durations,
-                                  transfers.nbytes, FlowRoutes.of(list(transfers.routes)))
+                                  transfers.nbytes, routes)
                      if self.log is not None else None)
-            timed = (transfers, max(durations), block)
+            timed = (transfers, float(durations.max()), block)
             if posted is transfers:
                 self._analytic[id(transfers)] = timed
         self.flows_simulated += timed[0].count
@@ -350,16 +359,9 @@ class Network:
         self.log.replayed_flows(key, start, block)
 
     def _forget_timings(self) -> None:
-        """Drop the route bottlenecks and analytic phase timings: they hold the capacities and routes of before
-        (new ones of this network's own: others may share the old ones, `AnalyticTimings`)."""
-        timings = AnalyticTimings()
-        self._bottleneck, self._analytic = timings.bottleneck, timings.phases
-
-    def _bottleneck_of(self, path: tuple[int, ...]) -> float:
-        bottleneck = self._bottleneck.get(path)
-        if bottleneck is None:
-            bottleneck = self._bottleneck[path] = float(self.capacity[list(path)].min())
-        return bottleneck
+        """Drop the analytic phase timings: they hold the capacities and routes of before (new ones of this
+        network's own: others may share the old ones, `AnalyticTimings`)."""
+        self._analytic = AnalyticTimings().phases
 
     def _on_latency_over(self, phase: _Phase, empty: Sequence[int], cohorts: Sequence[tuple], _event: simpy.Event
                          ) -> None:
@@ -672,3 +674,22 @@ def effective_capacity(topology: Topology, efficiency: Mapping[str, float]) -> n
     capacity = topology.capacities[profile] = topology.link_bandwidth * per_class[topology.link_class_ids]
     capacity.setflags(write=False)
     return capacity
+
+
+def analytic_seconds(routes: FlowRoutes, nbytes: np.ndarray, latency: np.ndarray, capacity: np.ndarray,
+                     collective: np.ndarray | None = None) -> np.ndarray:
+    """Each transfer's seconds on the analytic model: its ``latency``, then its bytes at its share of every link of
+    its route, a link's ``capacity`` split among the transfers of its own collective (``collective[i]`` numbers
+    transfer i's; None: all of one) that cross it, in proportion to their bytes, so that they end together:
+    ``latency + max over its links of (its collective's bytes on the link) / capacity``. A collective's channels
+    and peers over one NIC thus share its line rate, as on the wire, while other work never slows it. A transfer
+    alone on its links takes ``nbytes / narrowest capacity``, to the last bit; one without bytes or links, its
+    latency alone."""
+    lengths = routes.lengths
+    entry_transfer = np.repeat(np.arange(lengths.size), lengths)
+    key = routes.links if collective is None else collective[entry_transfer] * capacity.size + routes.links
+    shared, inverse = np.unique(key, return_inverse=True)
+    load = np.bincount(inverse.reshape(-1), weights=nbytes[entry_transfer], minlength=shared.size)
+    busiest = np.zeros(lengths.size)
+    np.maximum.at(busiest, entry_transfer, load[inverse.reshape(-1)] / capacity[routes.links])
+    return latency + np.where((nbytes > 0) & (lengths > 0), busiest, 0.0)

@@ -7,5 +7,6 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 NetworkMode = Literal["flow", "analytic"]
-"""flow: transfers share directed links max-min fairly; analytic: each transfer alone, no contention."""
+"""flow: transfers share directed links max-min fairly; analytic: no contention with other work, each link split
+only among the transfers of one collective's phase that cross it (network/model.py `analytic_seconds`)."""
 NETWORK_MODES: tuple[NetworkMode, ...] = get_args(NetworkMode)

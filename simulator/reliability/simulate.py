@@ -277,7 +277,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
         """Refuse the states of class ``culprit`` (by default the first that degrades links, else straggles)."""
         problem = "degrades the cluster" if linked else "slows a pipeline stage"
         restart = "effect: replace (the job restarts without the unit), " if linked else ""
-        analytic = ("network.model: analytic (each transfer alone, so the slow replica meets no other's "
+        analytic = ("network.model: analytic (each collective alone, so the slow replica meets no other's "
                     "traffic and its states fold), " if why == SHARED_LINKS else "")
         raise loaded.error(_class_field(loaded, culprit), f"a {culprit.name} failure {problem}, and each such state "
                            f"is simulated as an unfolded step ({why}): {limits}",
