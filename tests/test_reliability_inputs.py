@@ -721,7 +721,7 @@ def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_pa
     assert "faults.components.throttling: a throttling failure slows a pipeline stage" in err
     assert "shares links with the other replicas'" in err
     assert "16,384 simulated ranks (not folded)" in err
-    assert err.endswith("(allowed: network.model: analytic (each transfer alone, so the slow replica meets no "
+    assert err.endswith("(allowed: network.model: analytic (each collective alone, so the slow replica meets no "
                         "other's traffic and its states fold), a smaller cluster, or --force)")
 
 
