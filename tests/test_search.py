@@ -605,8 +605,10 @@ def test_an_all_to_all_without_copies_is_timed_alone_without_working_out_links(m
 
 def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     """With the all-to-alls and the experts' gradient reduction and parameter gather over their group timed, the
-    estimate orders these layouts as the simulation does (tokens/s 147,385 > 139,784 > 131,180 > 114,740 > 98,554
-    today) and the simulated tokens/s is 0.996 to 1.002 of the estimated (today 0.9969 to 1.0013 with the
+    estimate orders these layouts as the simulation does (tokens/s 148,121 > 144,760 > 140,054 > 117,605 > 110,086
+    today: EP 8 across two hosts ahead of EP 4 inside one since an all-to-all sends to every peer at once; 147,385 >
+    139,784 > 131,180 > 114,740 > 98,554 while it ran as p - 1 phases) and the simulated tokens/s is 0.997 to 1.003
+    of the estimated (today 0.9978 to 1.0024; 0.9969 to 1.0013 with the all-to-all as p - 1 phases, with the
     sequence-parallel re-gather in the backward estimated, `regather_s`: TP 8 was 0.9858, and 0.9858 to 0.9980
     before it; 0.987 to 0.997 before the gradient buckets' tail and their SMs' toll); before the EP
     terms, it put tp2 ep8 (184,595 tokens/s estimated) above tp2 ep4 (182,987) and stayed 0.71 to 0.78 of the
@@ -617,18 +619,19 @@ def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     by_simulation = [label for label, _, _ in sorted(rows, key=lambda row: -row[2])]
     assert by_estimate == by_simulation
     for label, estimated, simulated in rows:
-        assert 0.996 <= simulated / estimated <= 1.002, label
+        assert 0.997 <= simulated / estimated <= 1.003, label
 
 
 @pytest.mark.parametrize(("schedule", "tp", "pp", "ep", "recompute", "low", "high"), [
-    ("zb-h1", 2, 4, 4, "none", 1.0013, 1.0023), ("zb-h1", 1, 4, 8, "full", 0.9981, 0.9991)])
+    ("zb-h1", 2, 4, 4, "none", 1.0019, 1.0029), ("zb-h1", 1, 4, 8, "full", 0.9991, 1.0000)])
 def test_a_zero_bubble_schedule_keeps_the_all_to_alls_on_its_critical_path(schedule, tp, pp, ep, recompute, low,
                                                                             high):
     """mixtral-8x7b-ep8 under ZB-H1: the MoE all-to-alls run in the forward and the input-grad backward, which
     the schedule keeps on its critical path, never in the weight grads it postpones into the bubbles. Spread
     over a stage's F, B and W by one factor, part of them landed in W and the estimate hid it: simulated over
     estimated tokens/s was 0.9822 (tp 2 pp 4 ep 4) and 0.9643 (tp 1 pp 4 ep 8, full recompute); with them in
-    F and B (`stage_actions_s`, and the hand-offs' toll likewise, `with_hand_off_toll`) 1.0018 and 0.9986."""
+    F and B (`stage_actions_s`, and the hand-offs' toll likewise, `with_hand_off_toll`) 1.0018 and 0.9986, and
+    1.0024 and 0.9996 since an all-to-all sends to every peer at once."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
