@@ -841,6 +841,22 @@ def test_the_states_ahead_bar_tells_the_time_left_once_one_state_has_run(monkeyp
     assert b"420/1,685 states" in drawn and b"about 0:21:05 left" in drawn
 
 
+def test_the_states_ahead_bar_keeps_its_count_on_an_80_column_terminal_in_a_round(monkeypatch):
+    """A job's round of states ahead is named on the bar (reliability/simulate.py `round_text`): 'round 1 of 2:
+    the states trained or restarted in' pushed the bar and its count off an 80-column terminal."""
+    from simulator.reliability.simulate import round_text
+
+    def draw(progress):
+        progress.started -= 10
+        progress.counting("states", "simulating cluster states ahead", eta=True)(2, 8)
+        progress.doing(round_text(1))
+        progress.bar.refresh()
+
+    monkeypatch.setenv("COLUMNS", "80")
+    drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
+    assert b"simulating cluster states ahead: round 1" in drawn and b"2/8 states" in drawn
+
+
 def test_job_progress_bar_names_the_state_a_replication_simulates(monkeypatch):
     """On a terminal the bar's label says what the job does between counts (`doing`), until told '' again."""
     def draw(progress):

@@ -14,7 +14,7 @@ switch, a cable, a NIC, a spine) meets states with links down, each an unfolded 
 folds no step with link faults, and a leaf down slows only its rail's collectives): 41 of them on the 2,048-GPU
 job with a leaf-switch class over 2 replications, ~223 s of CPU and 5.2 GB each; those are simulated ahead too,
 the first with links down in the job's process, whose peak memory then sizes the pool. A state the first pass
-did not foresee is simulated when met, as before. The steps simulated ahead are kept until the job meets them,
+did not foresee is simulated when met, as before. The steps simulated ahead are kept for the job's life,
 whatever the budget of the process's state cache, and an error one of them raised (a state refused) is kept as
 its result, raised where the job meets the state, not simulated again (`StepStates.simulated_ahead`). A
 state's step is the same function of the state in whichever process it is simulated, so the job's outputs are
@@ -429,21 +429,24 @@ def simulate_known(states: StepStates, foreseen: Sequence[ClusterState],
     those of a first round that no worker simulated (on one core, all of them), so that the second round's
     forecast knows every one of them, and asks the same sub-states on any number of cores (a state no slower
     than healthy asks none); one that raises keeps its error for the job to raise where it meets it.
-    ``progress(done, total)`` hears of each (on one core the bar sat at the forecast's last count through them),
-    ``activity`` which one is simulated while it is, and '' after."""
-    todo = list(dict.fromkeys(states.merged(state) for state in foreseen if not states.settled(state)))
+    ``progress(done, total)`` hears of each, counted with those settled already among all the round's states
+    (on one core the bar sat at the forecast's last count through them; on two it counted the workers' 7/7, then
+    0/1 to 1/1 here), ``activity`` which one is simulated while it is, and '' after."""
+    round_states = list(dict.fromkeys(states.merged(state) for state in foreseen))
+    todo = [state for state in round_states if not states.settled(state)]
     if not todo:
         return
+    settled = len(round_states) - len(todo)
     if progress is not None:
-        progress(0, len(todo))
+        progress(settled, len(round_states))
     heard = states.on_simulating
     if activity is not None:
         states.on_simulating = _known_states_activity(activity)
     try:
-        for done, state in enumerate(todo, 1):
+        for done, state in enumerate(todo, settled + 1):
             _kept_ahead(states, state)
             if progress is not None:
-                progress(done, len(todo))
+                progress(done, len(round_states))
     finally:
         states.on_simulating = heard
 

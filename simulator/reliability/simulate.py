@@ -982,10 +982,13 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     linked, parallel = _link_classes(model), cores(workers) > 1
     if linked or (parallel and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes)):
         rounds = _rounds_ahead(model, scenario.restart.elastic)
+        round_one = _in_round(activity, 1, rounds)
         first = _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
-                                states_progress, states_sharing, workers_warning, _in_round(activity, 1, rounds))
+                                states_progress, states_sharing, workers_warning, round_one)
         if first.splits:
-            simulate_known(prepared.states, first.states, states_progress, _in_round(activity, 1, rounds))
+            simulate_known(prepared.states, first.states, states_progress, round_one)
+            if foresight_progress is not None:  # the count round 1 left is not round 2's
+                foresight_progress(0, scenario.run.replications)
             _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
                             states_progress, states_sharing, workers_warning, _in_round(activity, 2, rounds),
                             first.states)
@@ -1081,14 +1084,13 @@ def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Cal
     return foreseen
 
 
-ROUNDS_AHEAD = ("the states trained or restarted in", "the sub-states of their slow-step split")
-"""What each round of a job's states ahead foresees and simulates (`_foreseen_ahead`)."""
-
-
-def round_text(number: int, rounds: int) -> str:
-    """The round of states ahead a job is in (1-based ``number`` of ``rounds``), as its progress names it
-    before what the round does: 'round 1 of 2: the states trained or restarted in'."""
-    return f"round {number} of {rounds}: {ROUNDS_AHEAD[number - 1]}"
+def round_text(number: int) -> str:
+    """The round of states ahead a job is in (1-based ``number``), as its progress names it: round 1 foresees
+    and simulates the states the job trains or restarts in, round 2 (only where round 1 met a state with two
+    causes or more) the sub-states of their slow-step split. Short, so that the bar keeps its count on an
+    80-column terminal ('round 1 of 2: the states trained or restarted in' pushed it off); not 'of 2', since
+    round 2 may not come."""
+    return f"round {number}"
 
 
 def _rounds_ahead(model: FailureModel, elastic: bool) -> int:
@@ -1100,12 +1102,13 @@ def _rounds_ahead(model: FailureModel, elastic: bool) -> int:
 
 
 def _in_round(activity: Callable[[str], None] | None, number: int, rounds: int) -> Callable[[str], None] | None:
-    """``activity`` told at once that round ``number`` of ``rounds`` begins (`round_text`), each line it then
-    hears after the round's name ('' the name alone): a job's two forecasts counted the same replications, and
-    its bar did not say which it was in. ``activity`` itself where a job takes one round."""
+    """``activity`` told at once that round ``number`` begins (`round_text`), each line it then hears after the
+    round's name ('' the name alone): a job's two forecasts counted the same replications, and its bar did not
+    say which it was in. ``activity`` itself where a job may take one round only (``rounds``,
+    `_rounds_ahead`)."""
     if activity is None or rounds < 2:
         return activity
-    named = round_text(number, rounds)
+    named = round_text(number)
     activity(named)
     return lambda line: activity(f"{named}; {line}" if line else named)
 

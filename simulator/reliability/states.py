@@ -191,15 +191,17 @@ class StepStates:
         self._network: tuple[NetworkSettings, PlanCache] | None = None
         self._programs: dict[RankClasses | None, StepProgram] = {}
         self._folds: dict[FoldShape, FoldedStep] = {}
-        self._ahead: dict[ClusterState, tuple[StepState | None, dict]] = {}
-        """States simulated ahead of the job (reliability/ahead.py), kept for the job's life whatever the budget of
-        the process's cache (`StateCache`): moved there by the second forecast, or put there at once, a job of
-        more states than it holds (~4,000 straggler states of the 64-GPU job, fewer on larger clusters) lost
-        steps before it met them and simulated them again. One met stays too (it is cached as well), since a
-        rotation of it may be met later; all are held when the replications begin in any case."""
-        self._refused: dict[ClusterState, TrainsimError] = {}
-        """States whose simulation ahead raised, and the error, raised again where the job meets the state: a
-        result, not simulated again (before, each was simulated again before the second round and where met)."""
+        self._ahead: dict[ClusterState, StepState | None] = {}
+        """The steps of the states simulated ahead of the job (reliability/ahead.py), kept for the job's life
+        whatever the budget of the process's cache (`StateCache`): moved there by the second forecast, or put
+        there at once, a job of more states than it holds (~4,000 straggler states of the 64-GPU job, fewer on
+        larger clusters) lost steps before it met them and simulated them again. One met stays too, since a
+        rotation of it may be met later. The step alone (~0.2 KB pickled): its summary (~24 KB, which the job
+        does not read) goes to the bounded cache (`simulated_ahead`)."""
+        self._refused: dict[ClusterState, bytes] = {}
+        """States whose simulation ahead raised, and the error pickled, raised afresh where the job meets the state
+        (a stored error raised again would keep each raise's frames): a result, not simulated again (before, each
+        was simulated again before the second round and where met)."""
         self.on_simulating: Callable[[ClusterState | None], None] | None = None
         """Hears of each state other than the healthy one as its step starts being simulated in this process, and
         None once it is done: a job's progress says which state a replication is simulating (a degraded state of
@@ -308,13 +310,15 @@ class StepStates:
         return self._fresh(merged, lambda: self._scenario_of(merged))
 
     def simulated_ahead(self, state: ClusterState, result: tuple[StepState | None, dict] | TrainsimError) -> None:
-        """The `ahead_entry` of ``state``, or the error simulating it raised, from this process or a worker: kept
-        for when the job meets it (the error raised there)."""
+        """The `ahead_entry` of ``state``, or the error simulating it raised, from this process or a worker: its
+        step kept for when the job meets it (the whole entry cached while the cache holds it), or the error, raised
+        there."""
         merged = self.merged(state)
         if isinstance(result, TrainsimError):
-            self._refused[merged] = result
+            self._refused[merged] = pickle.dumps(result.with_traceback(None))
         else:
-            self._ahead[merged] = result
+            self._ahead[merged] = result[0]
+            self._store((self.key, merged), result)
 
     def foreseen_step(self, state: ClusterState) -> StepState | None:
         """The step of a `known` state as a forecast reads it (reliability/ahead.py): one simulated ahead stays
@@ -322,7 +326,7 @@ class StepStates:
         merged = self.merged(state)
         if merged == self.healthy:
             return self.healthy_step
-        return (self._ahead[merged] if merged in self._ahead else _CACHE[self.key, merged])[0]
+        return self._ahead[merged] if merged in self._ahead else _CACHE[self.key, merged][0]
 
     def representative(self, gpu: int) -> int:
         """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage; ``gpu`` itself in a
@@ -333,16 +337,16 @@ class StepStates:
 
     def _cached(self, state: ClusterState | None, scenario, prepared: PreparedStep | None = None
                 ) -> tuple[StepState | None, dict]:
-        """The step of ``state`` (None: the healthy one) and its summary, from the cache, simulated ahead (then
-        cached too, for a study's later points) or simulated now; the error its simulation ahead raised, raised
-        again."""
+        """The step of ``state`` (None: the healthy one) and its summary, from the cache, simulated ahead (cached
+        again, for a study's later points, with no summary where the cache dropped it: none but the healthy
+        step's is read) or simulated now; the error its simulation ahead raised, raised afresh."""
         key = (self.key, state)
         if key in _CACHE:
             return _CACHE.used(key)
         if state in self._refused:
-            raise self._refused[state].with_traceback(None)
+            raise pickle.loads(self._refused[state])
         if state in self._ahead:
-            return self._store(key, self._ahead[state])
+            return self._store(key, (self._ahead[state], {}))
         return self._store(key, self._fresh(state, scenario, prepared))
 
     def _fresh(self, state: ClusterState | None, scenario, prepared: PreparedStep | None = None
