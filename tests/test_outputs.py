@@ -489,7 +489,9 @@ def test_a_command_refuses_a_folder_of_another_commands_results(tmp_path, capsys
     out.mkdir()
     for name in FOLDERS[held]:
         (out / name).write_text(name)
-    if held != "sweep":
+    if held == "sweep":
+        (out / "points.jsonl").write_text(SWEEP_RECORD)
+    else:
         listed = {name: {"bytes": len(name), "sha256": ""} for name in FOLDERS[held]}
         (out / MANIFEST).write_bytes(json.dumps({"files": listed}).encode())
     before = {path.name: path.read_bytes() for path in out.iterdir()}
@@ -501,6 +503,58 @@ def test_a_command_refuses_a_folder_of_another_commands_results(tmp_path, capsys
                           f"({', '.join(files)}), which trainsim {command} would ")
     assert err.count("\n") == 1
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+SWEEP_RECORD = '{"index": 0, "key": "k", "status": "ok", "error": "", "metrics": {}}\n'
+"""One line of a sweep's points.jsonl (`sweep/results.PointRecord`)."""
+
+
+def test_a_sweeps_refusal_says_it_writes_beside_not_deletes(tmp_path, capsys):
+    """`trainsim sweep --out` of a run's folder said the sweep 'would delete' the run's files; a sweep deletes
+    nothing, it writes its files beside them."""
+    out = tmp_path / "held"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    (out / MANIFEST).write_text('{"files": {"summary.json": {}}}')
+    assert main(["sweep", "sweep.yaml", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: command line: trainsim sweep: --out: {out} holds a run's results (manifest.json, summary.json), "
+        f"which trainsim sweep would write its files beside (allowed: a new folder, or one trainsim sweep wrote; "
+        f"remove the files of {out} first to replace them)\n")
+
+
+@pytest.mark.parametrize("name", ["results.csv", "results.parquet", "points.jsonl"])
+def test_a_users_file_of_a_sweeps_name_is_no_sweep(tmp_path, capsys, name):
+    """A user's own results.csv (or points.jsonl, results.parquet) without a manifest made the folder a sweep's:
+    `trainsim run --out` was refused, and `trainsim sweep --out` overwrote it, exit 0. A sweep's folder is one
+    whose points.jsonl holds a sweep's records: a run writes beside the user's file, a sweep refuses it."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / name).write_text("my own\n")
+    assert main(["sweep", "sweep.yaml", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: command line: trainsim sweep: --out: {out} holds {name}, which no trainsim sweep wrote (no sweep's "
+        f"points in points.jsonl) and trainsim sweep would overwrite (allowed: a new folder, or one trainsim sweep "
+        f"wrote; remove the files of {out} first to replace them)\n")
+    assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == 0
+    assert (out / name).read_text() == "my own\n"
+
+
+@pytest.mark.parametrize("manifest", [None, "not json"], ids=["killed", "corrupt-manifest"])
+@pytest.mark.parametrize("kind", [run_folder.SEARCH_FOLDER, run_folder.STUDY_FOLDER], ids=["search", "study"])
+def test_a_search_or_study_leaves_a_runs_names_in_a_folder_without_a_manifest(tmp_path, manifest, kind):
+    """A search or a study into a folder without a readable manifest (a killed run's, or the user's own
+    summary.json and trace.json) deleted every run output name it found there, exit 0: only `trainsim run`
+    removes a run's names; the others remove their own and what a manifest of theirs listed."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in run_folder.RUN_OUTPUTS:
+        (out / name).write_text("mine")
+    if manifest is not None:
+        (out / MANIFEST).write_text(manifest)
+    run_folder.write_run_folder(out, {}, lambda stage: (stage / kind.files[0]).write_text("new"), kind)
+    assert all((out / name).read_text() == "mine" for name in run_folder.RUN_OUTPUTS)
+    assert (out / kind.files[0]).read_text() == "new"
 
 
 def test_the_manifest_records_each_set_as_typed(tmp_path):

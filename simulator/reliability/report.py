@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from simulator.config.reliability import BuiltInCause
 from simulator.reliability.simulate import JobResult, simulate_job
-from simulator.report.run_folder import write_run_folder
+from simulator.report.run_folder import RUN_FOLDER, write_run_folder
 from simulator.report.trace import trace_name
 from simulator.report.writers import run_identity, write_summary
 
@@ -123,4 +123,4 @@ def write_job_outputs(out_dir: Path, job: JobResult, loaded: LoadedScenario) -> 
         write_summary(job.step_summary, stage / "summary.json")
         write_summary(job.summary, stage / "job_summary.json")
 
-    return write_run_folder(out_dir, run_identity(loaded), write)
+    return write_run_folder(out_dir, run_identity(loaded), write, RUN_FOLDER)

@@ -538,7 +538,7 @@ def write_study(out_dir: Path, study: dict) -> list[str]:
     folder is removed with that study's files; returns the names written, manifest last."""
     import pandas as pd
 
-    from simulator.report.run_folder import trainsim_version, write_run_folder
+    from simulator.report.run_folder import STUDY_FOLDER, trainsim_version, write_run_folder
     from simulator.report.tables import csv_text
     from simulator.report.writers import write_summary
 
@@ -548,4 +548,4 @@ def write_study(out_dir: Path, study: dict) -> list[str]:
         write_summary(study, stage / "study.json")
 
     identity = {"scenario": study["scenario"], "overrides": study["overrides"], "trainsim_version": trainsim_version()}
-    return write_run_folder(out_dir, identity, write)
+    return write_run_folder(out_dir, identity, write, STUDY_FOLDER)

@@ -152,29 +152,47 @@ def _previous_files(out_dir: Path) -> set[str]:
 
 def folder_kind(out_dir: Path) -> tuple[FolderKind, list[str]] | None:
     """The kind of results ``out_dir`` holds with their files: a search's, a study's or a run's where its manifest
-    lists their files (the manifest included), a sweep's where it has no manifest and a sweep's files lie there;
-    None where it holds none of these (or is no folder)."""
+    lists their files (the manifest included), a sweep's where it has no manifest and its points.jsonl holds a
+    sweep's records (a user's own results.csv there is no sweep's); None where it holds none of these (or is no
+    folder)."""
     manifest = _manifest(out_dir)
     if manifest:
         listed = set(manifest.get("files") or ())
         kind = next((kind for kind in FOLDER_KINDS if kind is not SWEEP_FOLDER and listed & set(kind.files)), None)
         return None if kind is None else (kind, sorted({*listed, MANIFEST}))
-    present = [name for name in SWEEP_FOLDER.files if (out_dir / name).is_file()]
-    return (SWEEP_FOLDER, present) if present else None
+    if not _holds_sweep_records(out_dir):
+        return None
+    return SWEEP_FOLDER, [name for name in SWEEP_FOLDER.files if (out_dir / name).is_file()]
+
+
+def _holds_sweep_records(out_dir: Path) -> bool:
+    """Whether ``out_dir``'s points.jsonl holds a record a sweep wrote (`sweep/results.read_records`)."""
+    from simulator.sweep.results import read_records
+
+    return bool(read_records(out_dir))
 
 
 def other_results(out_dir: Path, kind: FolderKind) -> tuple[str, str] | None:
     """Why ``kind``'s command may not write into ``out_dir``, with what it may write into, where the folder holds
     another command's results: writing would delete the files its manifest lists (`trainsim run --out` of a
-    search's folder deleted its candidates, exit 0, no word) or mix its files with a sweep's; None where it
-    holds none or ``kind``'s own (a rerun of the same command replaces them)."""
-    found = folder_kind(Path(out_dir))
-    if found is None or found[0] is kind:
-        return None
+    search's folder deleted its candidates, exit 0, no word) or mix its files with another's (a sweep deletes
+    nothing, but writes beside them); or, for a sweep, where files of a sweep's names lie there that no sweep
+    wrote (it overwrote a user's results.csv); None where it holds none or ``kind``'s own (a rerun of the same
+    command replaces them)."""
+    out_dir = Path(out_dir)
+    found = folder_kind(out_dir)
+    allowed = f"a new folder, or one {kind.command} wrote; remove the files of {out_dir} first to replace them"
+    if found is None:
+        foreign = [name for name in SWEEP_FOLDER.files if (out_dir / name).is_file()]
+        if kind is not SWEEP_FOLDER or not foreign:
+            return None
+        return (f"{out_dir} holds {', '.join(foreign)}, which no trainsim sweep wrote (no sweep's points in "
+                f"{SWEEP_FOLDER.files[0]}) and {kind.command} would overwrite", allowed)
     held, files = found
-    harm = "would write its files beside" if held is SWEEP_FOLDER else "would delete"
-    return (f"{out_dir} holds {held.what}'s results ({', '.join(files)}), which {kind.command} {harm}",
-            f"a new folder, or one {kind.command} wrote; remove the files of {out_dir} first to replace them")
+    if held is kind:
+        return None
+    harm = "would write its files beside" if SWEEP_FOLDER in (held, kind) else "would delete"
+    return f"{out_dir} holds {held.what}'s results ({', '.join(files)}), which {kind.command} {harm}", allowed
 
 
 def record_figure(out_dir: Path, figure: Path) -> None:
@@ -192,10 +210,13 @@ def record_figure(out_dir: Path, figure: Path) -> None:
     write_bytes(out_dir / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
 
 
-def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None]) -> list[str]:
-    """Call ``write(stage)`` to write a run's files into a fresh temporary folder beside ``out_dir``, add
+def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None],
+                     kind: FolderKind = RUN_FOLDER) -> list[str]:
+    """Call ``write(stage)`` to write ``kind``'s files into a fresh temporary folder beside ``out_dir``, add
     manifest.json (``identity`` plus each file's size and SHA-256), then move everything into ``out_dir`` and
-    remove the stale files of an earlier run. Returns the file names written, manifest last. On any error or
+    remove the stale files of an earlier run: those its manifest lists and ``kind``'s own names (a search or a
+    study into a folder without a readable manifest deleted the run's names found there, a user's summary.json
+    included). Returns the file names written, manifest last. On any error or
     Ctrl-C before the move, ``out_dir`` is left as it was and the temporary folder is removed; Ctrl-C during
     the move is held back to its end and then raised as InterruptedWritten: the folder holds the new run, as it
     does for a stop landing after the move, while the temporary folder goes (that one said only 'interrupted'
@@ -216,7 +237,7 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
                                                         option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
             raise_dropped()
             out_dir.mkdir(exist_ok=True)
-            stale = (_previous_files(out_dir) | set(RUN_OUTPUTS)) - set(names) - {MANIFEST}
+            stale = (_previous_files(out_dir) | set(kind.files)) - set(names) - {MANIFEST}
             with interrupts_held():
                 (out_dir / MANIFEST).unlink(missing_ok=True)
                 for name in names:

@@ -22,7 +22,7 @@ from simulator.metrics.events import (
     frame_columns,
 )
 from simulator.metrics.link_load import LinkLoad, link_load
-from simulator.report.run_folder import trainsim_version, write_run_folder
+from simulator.report.run_folder import RUN_FOLDER, trainsim_version, write_run_folder
 from simulator.report.trace import trace_name, write_trace
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list
                         weights=weights)
         write_summary(result.summary, stage / "summary.json")
 
-    return write_run_folder(out_dir, run_identity(loaded), write)
+    return write_run_folder(out_dir, run_identity(loaded), write, RUN_FOLDER)
 
 
 def run_identity(loaded: LoadedScenario) -> dict:

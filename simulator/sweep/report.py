@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from simulator.report.run_folder import trainsim_version, write_run_folder
+from simulator.report.run_folder import SEARCH_FOLDER, trainsim_version, write_run_folder
 from simulator.report.tables import csv_text
 from simulator.sweep.layouts import Pruned
 from simulator.sweep.results import CandidateStatus, simulations_done
@@ -88,7 +88,7 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
         (stage / "search.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
 
     identity = {"scenario": scenario, "overrides": list(overrides), "trainsim_version": trainsim_version()}
-    return write_run_folder(out_dir, identity, write)
+    return write_run_folder(out_dir, identity, write, SEARCH_FOLDER)
 
 
 def pruned_by_kind(table) -> dict[Pruned, int]:
