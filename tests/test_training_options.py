@@ -82,3 +82,13 @@ def test_none_unsets_fsdp_as_its_documented_default_and_every_refusal_says_so(va
     unknown = validation_error(fsdp, "parallelism.fsdp=off")
     assert unknown.problem == "'off' is not a valid choice"
     assert unknown.allowed == "none, full_shard, shard_grad_op, hybrid_shard or no_shard"
+
+
+def test_a_sections_check_blaming_one_field_names_the_overrides_under_the_section(validation_error):
+    """`give zero or fsdp, not both` is located at `fsdp`, the file's line, but failed because of `--set
+    parallelism.zero=3`, which went unsaid (README: such checks name the overrides under the fields they read).
+    A section's check across its fields names every override under the section."""
+    fsdp = LLAMA_8B_DP8.replace("zero: 0", "fsdp: full_shard")
+    both = validation_error(fsdp, "parallelism.zero=3")
+    assert (both.field, both.problem) == ("parallelism.fsdp", "give zero or fsdp, not both (with --set "
+                                                              "parallelism.zero=3)")

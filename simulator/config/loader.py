@@ -380,7 +380,9 @@ def _location(error: ErrorDetails, sections: set[str]) -> tuple:
 def validation_error(exc: ValidationError, model: type[BaseModel], source: str, lines: dict,
                      error: type[ScenarioError] = ScenarioError,
                      overrides: tuple[Override, ...] = ()) -> ScenarioError:
-    """The first pydantic error as a located one-line ScenarioError."""
+    """The first pydantic error as a located one-line ScenarioError. A section's check across its fields that
+    blames one of them (FieldProblem) names every override under the section: any of its fields may have failed
+    it (`--set parallelism.zero=3` against the file's `fsdp` went unsaid at `fsdp`)."""
     errors = exc.errors(include_url=False)
     sections = _SECTION_NAMES | _section_names(model)
     cleaned = [_location(error, sections) for error in errors]
@@ -388,7 +390,9 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
                   key=lambda i: (len(cleaned[i]), errors[i]["type"] == "extra_forbidden", -i))
     first, loc = errors[deepest], cleaned[deepest]
     message, allowed = _problem(first, loc, model)
-    return located_error(loc, message, allowed, source, lines, overrides, error)
+    blamed = first.get("ctx", {}).get("error")
+    section = loc[:len(loc) - len(blamed.path)] if isinstance(blamed, FieldProblem) else loc
+    return located_error(loc, message, allowed, source, lines, overrides, error, reads=(section,))
 
 
 def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[str, str]:
