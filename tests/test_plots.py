@@ -482,3 +482,19 @@ def test_gantt_of_one_stage_calls_its_idle_time_compute_idle(tmp_path):
     assert f"— compute idle {100 * result.summary['bubble_fraction']:.1f}%" in title and "bubble" not in title
     legend = [text.get_text() for text in figure.legends[0].get_texts()]
     assert "idle" in legend and "idle (bubble)" not in legend
+
+
+def test_the_overlapped_tp_cp_colour_is_a_hue_of_its_own_on_the_side_lane():
+    """The overlapped TP/CP bars' light red (#EFA3A5) was hard to tell from the PP sends' pink (#DA8BC3) on the
+    side lane: its hue is now at least 45 degrees from every other colour drawn there."""
+    import colorsys
+
+    from simulator.report.gantt import BAR_CLASSES, Bar
+
+    def hue(colour: str) -> float:
+        return colorsys.rgb_to_hsv(*(int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)))[0] * 360
+
+    overlapped = hue(BAR_CLASSES[Bar.TP_CP_OVERLAPPED][1])
+    for kind in (Bar.EP, Bar.PP, Bar.DP, Bar.OTHER_COMM, Bar.OPTIMIZER):
+        apart = abs(overlapped - hue(BAR_CLASSES[kind][1]))
+        assert min(apart, 360 - apart) >= 45, kind

@@ -68,7 +68,7 @@ BAR_CLASSES: dict[Bar, tuple[str, str]] = {
     Bar.RECOMPUTE: ("recompute (R)", "#8172B3"),
     Bar.OPTIMIZER: ("optimizer", "#937860"),
     Bar.TP_CP: ("TP/CP collective (blocking)", "#C44E52"),
-    Bar.TP_CP_OVERLAPPED: ("TP/CP collective (overlapped)", "#EFA3A5"),
+    Bar.TP_CP_OVERLAPPED: ("TP/CP collective (overlapped)", "#69B825"),
     Bar.EP: ("EP all-to-all", "#A6761D"),
     Bar.PP: ("PP send/recv", "#DA8BC3"),
     Bar.DP: ("DP/ZeRO collective", "#2A9D8F"),
