@@ -265,6 +265,19 @@ class TopologySets:
             typed.append((path, set_flag(item)))
         return cls(values, tuple(typed))
 
+    def warn_kept_node(self, topology: Topology, prog: str) -> None:
+        """Warn, at ``prog``'s `--set` of its `gpu_model`, of a GPU changed without the NVLink bandwidth or NVLink SHARP
+        that go with it (`topology/loader.kept_node_problem`), as a scenario's `cluster` override is warned."""
+        from simulator.config.yaml_source import dotted
+        from simulator.console.paths import command_line
+        from simulator.topology.loader import kept_node_problem
+
+        found = kept_node_problem(self.values, topology)
+        if found is not None:
+            path, problem, allowed = found
+            located = self.located(InputError(problem, field=dotted(path), allowed=allowed))
+            _warn_line(f"{command_line(prog)}: {located}")
+
     def located(self, exc: InputError) -> InputError:
         """A topology error about a value a `--set` gave, located at the last `--set` that set it (as `trainsim
         run` locates a scenario's), not at the topology file the user did not write; a key a merged node keeps
@@ -296,7 +309,7 @@ COLLECTIVE_COST = ("time a collective on in seconds (at 65,536 GPUs an all-reduc
 
 def _cmd_collective(args: argparse.Namespace) -> int:
     from simulator.collective_sweep import collective_sweep, format_table
-    from simulator.topology.loader import read_topology
+    from simulator.topology.loader import build_source, read_topology
     from simulator.units import parse_size_range
 
     sets = TopologySets.read(args.set)
@@ -307,7 +320,9 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     try:
         cluster = read_topology(args.topology, sets.values)
         _refuse_large_cluster(cluster, "--topology", COLLECTIVE_COST, force=args.force)
-        rows = collective_sweep(cluster, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
+        topology = build_source(cluster)
+        sets.warn_kept_node(topology, "trainsim collective")
+        rows = collective_sweep(topology, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
                                 ranks=args.ranks,
                                 sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
     except InputError as exc:
@@ -428,6 +443,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
         topology = build_source(spec)
     except InputError as exc:
         raise sets.located(exc) from None
+    sets.warn_kept_node(topology, "trainsim topo")
     if args.action == "describe":
         print(describe_topology(topology))
     else:

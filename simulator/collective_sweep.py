@@ -11,12 +11,13 @@ from simulator.network.calibration import resolve_efficiency
 from simulator.network.modes import NetworkMode
 from simulator.program.ops import COMM_STREAM, CollectiveOp
 from simulator.simulation import NetworkSettings, plan_cache, run_ops
+from simulator.topology.graph import Topology
 from simulator.topology.loader import TopologySource, build_source, read_topology, with_overrides
 from simulator.units import format_size
 
 
 @collector_paused()
-def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str, algorithm: str, ranks: int,
+def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
                      chunk: str | None = None, protocol: str = "auto") -> list[dict]:
     """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the
@@ -25,8 +26,9 @@ def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str,
     dst GPUs (GPU 0 to GPU ``ranks`` - 1: ``ranks`` picks the receiver, two ranks run). The cyclic garbage collector
     is paused meanwhile (simulator/collector.py). ``op``, ``algorithm`` and ``protocol`` come from the command
     line, so they are checked here, against the sets the schema checks a scenario's against. ``cluster``: a
-    topology's name or path, or its file already read (`trainsim collective` reads it once, to count its GPUs
-    before building); ``overrides`` replace its parameters."""
+    topology's name or path, its file already read, or built (`trainsim collective` reads it once, to count its
+    GPUs before building, and builds it, to warn of a GPU changed without its NVLink); ``overrides`` replace the
+    parameters of a name, a path or a file read."""
     if op not in PRIMITIVES:
         raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(PRIMITIVES))
     if algorithm not in ALGORITHM_CHOICES:
@@ -35,8 +37,8 @@ def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str,
     if protocol not in PROTOCOL_CHOICES:
         raise ScenarioError(f"unknown protocol {protocol!r}", field="collectives.protocol",
                             allowed=", ".join(PROTOCOL_CHOICES))
-    topology = build_source(with_overrides(read_topology(cluster) if isinstance(cluster, str) else cluster,
-                                           overrides))
+    topology = cluster if isinstance(cluster, Topology) else build_source(
+        with_overrides(read_topology(cluster) if isinstance(cluster, str) else cluster, overrides))
     if topology.num_gpus < 2:
         raise ScenarioError(f"{topology.name} has {topology.num_gpus} GPU: a collective needs two or more",
                             field="--topology", allowed="a topology of 2 GPUs or more")

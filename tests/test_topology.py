@@ -695,3 +695,25 @@ def test_a_scenario_reads_its_topology_file_relative_to_its_own_folder(tmp_path,
     assert capsys.readouterr().err == (
         f"error: {scenario}:2: cluster.topology: no topology file {folder / 'sub' / 'none.yaml'} (allowed: a "
         "bundled topology's name, or a YAML file's path relative to the scenario)\n")
+
+
+@pytest.mark.parametrize("command", [["collective", "--topology", "dgx-h100", "--sizes", "1MiB"],
+                                     ["topo", "describe", "dgx-h100"]], ids=["collective", "topo"])
+def test_a_gpu_changed_by_a_set_of_collective_or_topo_is_warned_at_the_set(capsys, command):
+    """`trainsim collective --topology dgx-h100 --set gpu_model=a100-80gb` timed an A100 on the H100's NVLink
+    (busbw 341 GB/s) without a word, though a scenario's same override is warned (docs/topologies.md)."""
+    assert main([*command, "--set", "gpu_model=a100-80gb"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: command line: trainsim {command[0]}: --set gpu_model=a100-80gb: gpu_model "
+                          "a100-80gb: the node keeps the topology file's nvls (NVLink SHARP)")
+    assert err.count("\n") == 1
+
+
+def test_a_one_gpu_server_given_another_gpu_is_not_warned_of_nvls(tmp_path, capsys):
+    """A server of one GPU has no NVLink, nor NVLink SHARP: `gpus: 1` on dgx-h100 given an A100 was warned that it
+    kept the file's nvls."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100, gpus: 1}\nmodel: {preset: llama3-8b, layers: 4}\n"
+                        "training: {seq_len: 1024, global_batch: 8}\n")
+    assert main(["validate", str(scenario), "--set", "cluster.gpu_model=a100-80gb"]) == 0
+    assert "warning" not in capsys.readouterr().err

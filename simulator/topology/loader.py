@@ -218,36 +218,45 @@ def _scenario_source(loaded: LoadedScenario, use: Callable[[TopologySource], T],
 
 
 def kept_node_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
-    """A warning where the scenario changes a node's GPU (`node: {gpu_model: ...}`, merged into the file's node or
-    a whole node, or `gpu_model` of a one-server or rack topology) and leaves it settings written for another
-    GPU: an NVLink bandwidth other than the new GPU generation's (`--set cluster.node.gpu_model=b200` on
-    dgx-h100-cluster ran B200s on the H100's 450 GB/s NVLink, the step 17.6% too long, without a word), or the
-    file's NVLink SHARP (`nvls`) on a GPU that has none (its collectives never use it). Located at the override's
-    `gpu_model`; a server of one GPU has no NVLink to keep."""
+    """`kept_node_problem` of the scenario's `cluster` overrides, located at the override's `gpu_model`."""
+    found = kept_node_problem(loaded.scenario.cluster.overrides(), topology)
+    if found is None:
+        return None
+    path, problem, allowed = found
+    return str(loaded.error(("cluster", *path), problem, allowed))
+
+
+def kept_node_problem(overrides: Mapping[str, object], topology: Topology) -> tuple[FieldPath, str, str] | None:
+    """Where ``overrides`` (a scenario's `cluster` section, or `trainsim topo` and `collective`'s `--set`s, which
+    gave none) change a node's GPU (`node: {gpu_model: ...}`, merged into the file's node or a whole node, or
+    `gpu_model` of a one-server or rack topology) and leave it settings written for another GPU: the parameter
+    path of that `gpu_model`, the problem and what is allowed. Such settings are an NVLink bandwidth other than
+    the new GPU generation's (`--set cluster.node.gpu_model=b200` on dgx-h100-cluster ran B200s on the H100's
+    450 GB/s NVLink, the step 17.6% too long, without a word), or the file's NVLink SHARP (`nvls`) on a GPU that
+    has none (its collectives never use it). A server of one GPU has no NVLink to keep."""
     from simulator.catalog.calibration import nvlink_line_rate, nvls_efficiency
     from simulator.units import format_bandwidth
 
-    overrides = loaded.scenario.cluster.overrides()
     node, built = overrides.get("node"), topology.params
-    path: FieldPath = ("cluster", "gpu_model")
+    path: FieldPath = ("gpu_model",)
     if isinstance(node, dict) and "gpu_model" in node:
-        given, path, built = node, ("cluster", "node", "gpu_model"), topology.params.get("node", {})
+        given, path, built = node, ("node", "gpu_model"), topology.params.get("node", {})
     elif "gpu_model" in overrides:
         given = overrides
     else:
+        return None
+    if built.get("gpus", 0) == 1:
         return None
     gpu, kept, changes = topology.gpu_model, [], []
     if "nvls" not in given and topology.nvls and nvls_efficiency(gpu) is None:
         kept.append(f"the node keeps the topology file's nvls (NVLink SHARP), which {gpu} has none of")
         changes.append("nvls: none")
     bandwidth = built.get("nvlink_bandwidth")
-    if ("nvlink_bandwidth" not in given and bandwidth is not None and built.get("gpus", 0) != 1
-            and bandwidth != nvlink_line_rate(gpu)):
+    if "nvlink_bandwidth" not in given and bandwidth is not None and bandwidth != nvlink_line_rate(gpu):
         whose = "its" if kept else "the node's"
         kept.append(f"{whose} nvlink_bandwidth is {format_bandwidth(bandwidth)}, while {gpu}'s NVLink has "
                     f"{format_bandwidth(nvlink_line_rate(gpu))} per direction")
         changes.append(f"nvlink_bandwidth: {format_bandwidth(nvlink_line_rate(gpu))}")
     if not kept:
         return None
-    return str(loaded.error(path, f"gpu_model {gpu}: {'; '.join(kept)}",
-                            f"{' and '.join(changes)} beside gpu_model"))
+    return path, f"gpu_model {gpu}: {'; '.join(kept)}", f"{' and '.join(changes)} beside gpu_model"
