@@ -166,7 +166,10 @@ def folder_kind(out_dir: Path) -> tuple[FolderKind, list[str]] | None:
 
 
 def _holds_sweep_records(out_dir: Path) -> bool:
-    """Whether ``out_dir``'s points.jsonl holds a record a sweep wrote (`sweep/results.read_records`)."""
+    """Whether ``out_dir``'s points.jsonl holds a record a sweep wrote (`sweep/results.read_records`; its module
+    imports pandas, which a run into a folder without that file does not)."""
+    if not (out_dir / SWEEP_FOLDER.files[0]).is_file():
+        return False
     from simulator.sweep.results import read_records
 
     return bool(read_records(out_dir))

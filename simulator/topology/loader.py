@@ -239,6 +239,7 @@ def kept_node_problem(overrides: Mapping[str, object], topology: Topology) -> tu
 
     node, built = overrides.get("node"), topology.params
     path: FieldPath = ("gpu_model",)
+    given: Mapping[str, object]
     if isinstance(node, dict) and "gpu_model" in node:
         given, path, built = node, ("node", "gpu_model"), topology.params.get("node", {})
     elif "gpu_model" in overrides:
