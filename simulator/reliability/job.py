@@ -89,6 +89,9 @@ class JobPlan:
     costs: Callable[[ClusterState], SegmentCosts | None]
     degradation: Callable[[int, int], Degradation]
     """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
+    interrupting: tuple[tuple[float, ...], ...]
+    """Per class, per unit, the share of its failures that interrupt the job on a healthy cluster (cuts.py): what
+    the closed forms count; the job itself checks each degradation against the state it meets."""
     memory_replicas: int = 0
     """Peer hosts holding each host's in-memory snapshot (`checkpoint.memory.replicas`); 0 without that tier."""
     racks: tuple[tuple[str, tuple[int, ...]], ...] = ()

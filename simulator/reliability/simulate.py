@@ -45,6 +45,7 @@ from simulator.reliability.checkpoint import (
     takes_no_snapshot,
 )
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
+from simulator.reliability.cuts import both_ways, interrupting_shares
 from simulator.reliability.elastic import (
     ElasticSizes,
     allowed_sizes,
@@ -886,6 +887,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                    elastic=scenario.restart.elastic, sizes=sizes, regrow=scenario.restart.regrow,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
                    launch_s=scenario.restart.launch, costs=costs, degradation=degradation,
+                   interrupting=interrupting_shares(topology, units, model.classes, _own_links_down(loaded, topology)),
                    memory_replicas=memory.replicas if (memory := scenario.checkpoint.memory) is not None else 0,
                    racks=racks, follow_links=LinksFollowRacks(topology, racks) if racks else None,
                    spare_racks=spare_racks, nvswitch_trays=units.nvswitch_trays)
@@ -907,6 +909,15 @@ def spare_rack_names(spares: int, rack_hosts: int) -> tuple[str, ...]:
     """The spare pool's hosts (`restart.spares`) as GB200 NVL72 racks of ``rack_hosts`` compute trays (the last one
     holds those left), each named by its NVSwitch node as a cluster's rack is: `spare-0/nvswitch`, ...."""
     return tuple(f"spare-{index}/nvswitch" for index in range(-(-spares // rack_hosts)))
+
+
+def _own_links_down(loaded: LoadedScenario, topology: Topology) -> set[tuple[str, str]]:
+    """The links the scenario's own `faults.step` take down at some time of the step, both ways: a state's step
+    has them down with its own (`split` is checked as each goes down, so with all of them at the last)."""
+    from simulator.simulation import step_faults
+
+    return both_ways(edge for event in step_faults(loaded, topology).links if event.capacity == 0
+                     for edge in event.edges)
 
 
 def _unused_memory_tier(memory: str, storage: str, *, in_steps: bool) -> tuple[str, str]:

@@ -41,28 +41,33 @@ def checkpoint_cost_s(costs: SegmentCosts) -> float:
 def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dict]:
     """Unexpected interruptions the failure model expects over the horizon (all units in use), and per class
     its figures with the failures it expects in the horizon (`expected_in_horizon`: units x rate x horizon, the
-    one place that count is made; `expected_slowdowns` reads it back). A `rack` or `nvswitch_tray` class on GB200
-    NVL72 racks with spare racks has `spare_units` too: the spares' units, drawn beside the cluster's (idle or
-    standing in for a rack), not in `units` nor the expected count."""
+    one place that count is made) and the part of them that interrupts (`interrupting_units`, the units whose
+    failures interrupt, a share of a unit counted as that share (cuts.py), x rate x horizon:
+    `expected_interruptions`; a `degrade` unit that leaves some GPU without a route interrupts);
+    `expected_slowdowns` reads the rest back. A `rack` or `nvswitch_tray` class on GB200 NVL72 racks with spare
+    racks has `spare_units` too: the spares' units, drawn beside the cluster's (idle or standing in for a rack),
+    not in `units` nor the expected counts."""
     per_class: dict[str, dict[str, Any]] = {}
-    for klass, units in zip(plan.classes, counts):
+    for klass, units, shares in zip(plan.classes, counts, plan.interrupting, strict=True):
+        interrupting = sum(shares)
         per_class[klass.name] = {
             "label": klass.label, "unit": klass.unit, "units": units, "effect": klass.effect,
             "distribution": klass.distribution, "shape": klass.shape, "slowdown": klass.slowdown,
             "rate_per_unit_per_h": klass.rate_per_unit_s * 3600,
             "repair_s": klass.repair_s, "expected_in_horizon": units * klass.rate_per_unit_s * plan.horizon_s,
+            "interrupting_units": interrupting,
+            "expected_interruptions": interrupting * klass.rate_per_unit_s * plan.horizon_s,
         }
         if spare := plan.spare_units(klass):
             per_class[klass.name]["spare_units"] = spare
-    total = sum(entry["expected_in_horizon"] for entry in per_class.values() if Effect(entry["effect"]).interrupts)
-    return total, per_class
+    return sum(entry["expected_interruptions"] for entry in per_class.values()), per_class
 
 
 def expected_slowdowns(failure_model: dict) -> float:
-    """Failures a job's model expects over the horizon that only slow it (its `degrade` and `straggle` classes),
-    from its per-class figures (`expected_interruptions`, job_summary.json's `failure_model`): no restart, so no
-    part of M, but time lost all the same."""
-    return sum(entry["expected_in_horizon"] for entry in failure_model.values()
+    """Failures a job's model expects over the horizon that only slow it (those of its `degrade` and `straggle`
+    classes that do not interrupt), from its per-class figures (`expected_interruptions`, job_summary.json's
+    `failure_model`): no restart, so no part of M, but time lost all the same."""
+    return sum(entry["expected_in_horizon"] - entry["expected_interruptions"] for entry in failure_model.values()
                if not Effect(entry["effect"]).interrupts)
 
 

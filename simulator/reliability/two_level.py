@@ -48,15 +48,13 @@ def tier_failure_rates(plan: JobPlan) -> tuple[float, float]:
     storage checkpoint, with every host in use: a unit whose failure takes out some host and all its peers
     (`checkpoint.snapshot_survives`) needs storage; a process restart takes no host."""
     memory = storage = 0.0
-    for klass, blast in zip(plan.classes, plan.blast, strict=True):
-        if not klass.effect.interrupts:
-            continue
-        for hosts in blast:
+    for klass, blast, shares in zip(plan.classes, plan.blast, plan.interrupting, strict=True):
+        for hosts, share in zip(blast, shares, strict=True):
             lost = () if klass.effect is Effect.RESTART else hosts
             if snapshot_survives(lost, plan.hosts, plan.memory_replicas):
-                memory += klass.rate_per_unit_s
+                memory += share * klass.rate_per_unit_s
             else:
-                storage += klass.rate_per_unit_s
+                storage += share * klass.rate_per_unit_s
     return memory, storage
 
 

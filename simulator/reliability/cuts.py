@@ -1,0 +1,139 @@
+"""Which failures interrupt a job with its cluster otherwise healthy: the share of each unit's failures that do,
+read by the closed forms (the expected interruptions, the system MTBF, Young's and Daly's intervals, the two-level
+optimum, a study's default grid) as the job's process counts them.
+
+Every failure of a `replace` or `restart` class interrupts; no `straggle` one does. A `degrade` unit interrupts
+where its links down leave some GPU without a route (`rerouting.split`, the check a state's step aborts on: the
+job then takes the unit's blast radius, or waits for its repair): a leaf switch over single-NIC hosts, the NIC or
+NIC-leaf cable of a one-NIC host, a leaf-spine cable under a single spine. The check runs exactly, on the
+cluster with the scenario's own `faults.step` links down too, for the units a linear-time test does not clear
+first (`RouteCuts`): on a 16,384-GPU fat tree the test clears every NIC, cable and leaf.
+
+Spine switches are simulated as uplink capacity until the last one goes (states.py), so a spine interrupts only
+when every other spine is down as it fails: where losing them all cuts the cluster, its share is the chance that
+the others are each down, (1 - exp(-rate x repair)) per spine over the spine classes (exact for exponential
+failure times, whatever the repair law: the failures whose repair covers an instant are a Poisson count of mean
+rate x mean repair). Other coincidences (both NICs of a two-NIC host, every uplink of a leaf) are left out: second
+order, as this one is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import networkx as nx
+
+from simulator.config.reliability import Effect
+from simulator.faults.rerouting import split
+from simulator.reliability.blast import ClusterUnits
+from simulator.reliability.components import FailureClass
+from simulator.reliability.states import spine_links
+from simulator.topology.graph import Topology
+
+Edge = tuple[str, str]
+
+
+def both_ways(links: Iterable[Edge]) -> set[Edge]:
+    """The directed links of node pairs ``links``, both directions (as the rerouter takes them down)."""
+    return {edge for a, b in links for edge in ((a, b), (b, a))}
+
+
+class RouteCuts:
+    """Whether a unit's links down leave some GPU of ``topology`` without a route, the links ``down`` down as well:
+    `split`, run only where a linear-time test on the healthy fabric does not clear the unit. The test: take the
+    fabric (every node but the GPUs), its pendant nodes (one link: a NIC) aside, leaving its core; each NVLink
+    domain reaches the core through its attachments (a core node, or a pendant's one neighbour). A unit that takes
+    one node's every link (a NIC, a switch) and is not a cut vertex of the core, or one link that is no bridge of
+    it, leaves the core connected; where every domain still has an attachment, every GPU reaches every other
+    through the core, so the unit cuts nothing. Anything else (a cut vertex, a bridge, a domain left without an
+    attachment, a core not connected to begin with, a graph of explicit links) is checked by `split`."""
+
+    def __init__(self, topology: Topology, down: set[Edge]):
+        self.topology, self.down, self.graph = topology, down, topology.graph
+        self.fast = not topology.explicit_graph and self._prepare()
+
+    def _prepare(self) -> bool:
+        graph = self.graph
+        fabric = nx.Graph((u, v) for u, v in graph.edges() if (u, v) not in self.down and
+                          graph.nodes[u].get("kind") != "gpu" and graph.nodes[v].get("kind") != "gpu")
+        self.parent = {node: next(iter(fabric[node])) for node in fabric if fabric.degree(node) == 1}
+        self.core = fabric.subgraph(node for node in fabric if node not in self.parent)
+        if not self.core or not nx.is_connected(self.core):
+            return False
+        domains: dict[object, set[tuple[str, str]]] = {}
+        for gpu in self.topology.gpus:
+            domain = graph.nodes[gpu].get("nvlink_domain")
+            routes = domains.setdefault(gpu if domain is None else domain, set())
+            for node in graph.successors(gpu):
+                if (gpu, node) in self.down:
+                    continue
+                if node in self.core:
+                    routes.add((node, node))
+                elif node in self.parent and self.parent[node] in self.core:
+                    routes.add((node, self.parent[node]))
+        if not all(domains.values()):
+            return False
+        self.through: dict[str, list[set[tuple[str, str]]]] = {}
+        """Per fabric node, the routes (attachment, core node) of each domain with a route through it."""
+        for routes in domains.values():
+            for node in {node for route in routes for node in route}:
+                self.through.setdefault(node, []).append(routes)
+        self.cut_vertices = set(nx.articulation_points(self.core))
+        self.bridges = {frozenset(edge) for edge in nx.bridges(self.core)}
+        return True
+
+    def cuts(self, links: tuple[Edge, ...]) -> bool:
+        """Whether taking down ``links`` (node pairs) too leaves some GPU without a route."""
+        if self.fast and self._cleared(links):
+            return False
+        return bool(split(self.topology, self.down | both_ways(links)))
+
+    def _cleared(self, links: tuple[Edge, ...]) -> bool:
+        graph = self.graph
+        ends = {frozenset(link) for link in links}
+        node = links[0][0] if links else None
+        if node is not None and ends == {frozenset((node, other)) for other in graph.successors(node)}:
+            if node in self.cut_vertices or (node in self.core and len(self.core) == 1):
+                return False
+            return all(any(node not in route for route in routes) for routes in self.through.get(node, ()))
+        if len(ends) != 1:
+            return not ends
+        a, b = tuple(links[0])
+        if a in self.parent or b in self.parent:
+            pendant = a if a in self.parent else b
+            return all(any(route[0] != pendant for route in routes) for routes in self.through.get(pendant, ()))
+        return a in self.core and b in self.core and frozenset((a, b)) not in self.bridges
+
+
+def interrupting_shares(topology: Topology, units: ClusterUnits, classes: tuple[FailureClass, ...],
+                        down: set[Edge]) -> tuple[tuple[float, ...], ...]:
+    """Per class, per unit, the share of the unit's failures that interrupt the job with the cluster otherwise
+    healthy (module docstring); ``down``: the links the scenario's own `faults.step` take down, both ways."""
+    cuts: RouteCuts | None = None
+    spine_down = _spine_down_chance(classes)
+    every_spine_cuts = None
+    shares: list[tuple[float, ...]] = []
+    for klass in classes:
+        count = units.count(klass.unit)
+        if klass.effect.interrupts:
+            shares.append((1.0,) * count)
+        elif klass.effect is not Effect.DEGRADE or klass.unit == "nvswitch_tray":
+            shares.append((0.0,) * count)
+        elif klass.unit == "spine_switch":
+            if every_spine_cuts is None:
+                every_spine_cuts = bool(split(topology, down | both_ways(spine_links(topology))))
+            share = spine_down ** (units.spines - 1) if every_spine_cuts else 0.0
+            shares.append((share,) * count)
+        else:
+            cuts = cuts or RouteCuts(topology, down)
+            shares.append(tuple(float(cuts.cuts(units.links(klass.unit, unit))) for unit in range(count)))
+    return tuple(shares)
+
+
+def _spine_down_chance(classes: tuple[FailureClass, ...]) -> float:
+    """The chance that a given spine switch is down at an instant, from its `degrade` classes: 1 - exp(-sum of
+    rate x mean repair)."""
+    load = sum(klass.rate_per_unit_s * klass.repair_s for klass in classes
+               if klass.unit == "spine_switch" and klass.effect is Effect.DEGRADE)
+    return 1.0 - math.exp(-load)

@@ -1,0 +1,83 @@
+"""A `degrade` failure that leaves some GPU without a route interrupts the job, so the closed forms count it
+(reliability/cuts.py): the expected interruptions, the system MTBF and Young's and Daly's intervals.
+
+Hand figures (usertest36 finding 1): the bundled trace job (8 single-GPU hosts under one 100 GbE leaf, host
+MTBF 2000 h, 30 d) with `leaf_switch: {mtbf: 200 h}` expects 8 x 720 / 2000 = 2.88 host and 1 x 720 / 200 = 3.6
+leaf interruptions, 6.48 in all: M = 720 h / 6.48 = 111.1 h (400,000 s), Young sqrt(2 x 1.35 ms x 400,000 s)
+= 32.86 s. Before, the leaf was left out: M 250 h, Young 49.30 s. A NIC degrading on those one-NIC hosts
+(MTBF 1000 h) expects 8 x 720 / 1000 = 5.76, M = 125 h. The last spine of two (each MTBF 100 h, 12 h exponential
+repairs) over single-NIC hosts under two leaves interrupts when the other is down: 2 x 720 / 100 x (1 - e^-0.12)
+= 1.628 a replication.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from shared import ONE_GPU_HOSTS
+from test_reliability_closed_forms import inside
+
+from simulator.config.loader import load_scenario, scenario_from_text
+from simulator.faults.rerouting import split
+from simulator.reliability.blast import cluster_units
+from simulator.reliability.cuts import RouteCuts, both_ways
+from simulator.reliability.simulate import simulate_job
+from simulator.topology.loader import scenario_topology
+
+TRACE_JOB = Path(__file__).parent.parent / "scenarios" / "trace-job.yaml"
+
+
+def trace_job(*settings: str) -> dict:
+    return simulate_job(load_scenario(TRACE_JOB, list(settings))).summary
+
+
+def test_a_leaf_over_single_nic_hosts_counts_in_the_mtbf_and_young_daly():
+    summary = trace_job("run.replications=40", "faults.components.leaf_switch={mtbf: 200 h, repair: 4 h}")
+    assert summary["expected_unexpected_interruptions"] == pytest.approx(6.48, rel=1e-12)
+    assert summary["failure_model"]["leaf_switch"]["interrupting_units"] == 1.0
+    assert summary["mtbf_s"] == pytest.approx(400_000.0, rel=1e-12)
+    cost = summary["young_daly_cost_s"]
+    assert cost == pytest.approx(1.35e-3, rel=1e-6)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * 400_000.0), rel=1e-12)  # 32.86 s
+    assert summary["daly_interval_s"] == pytest.approx(32.86, abs=0.01)
+    assert inside(6.48, summary["interruptions"]["unexpected"], 1.2)  # today 6.375 (5.37 to 7.38)
+    assert inside(3.6, summary["interruptions"]["by_cause"]["leaf_switch"], 1.0)
+
+
+def test_a_nic_degrading_on_one_nic_hosts_interrupts_in_the_closed_forms():
+    summary = trace_job("run.replications=20",
+                        "faults.components={nic: {mtbf: 1000 h, repair: 4 h, effect: degrade}}")
+    assert summary["expected_unexpected_interruptions"] == pytest.approx(5.76, rel=1e-12)
+    assert summary["mtbf_s"] == pytest.approx(125 * 3600.0, rel=1e-12)
+    assert summary["young_interval_s"] is not None
+    assert inside(5.76, summary["interruptions"]["unexpected"], 1.5)  # today 6.0
+
+
+def test_the_last_spine_counts_the_chance_the_other_is_down():
+    text = ONE_GPU_HOSTS + """
+run: {horizon: 30 d, replications: 100, seed: 3}
+faults:
+  components:
+    spine_switch: {mtbf: 100 h, repair: 12 h}
+"""
+    summary = simulate_job(scenario_from_text(text, "spines.yaml")).summary
+    expected = 2 * 720 / 100 * (1 - math.exp(-0.12))
+    assert summary["expected_unexpected_interruptions"] == pytest.approx(expected, rel=1e-12)
+    assert inside(expected, summary["interruptions"]["unexpected"], 0.5)
+
+
+@pytest.mark.parametrize("settings", [
+    ["cluster.nodes=128", "workload.dp=128"],  # single-NIC hosts under two leaves: every NIC and leaf cuts
+    ["cluster.nodes=128", "workload.dp=128", "cluster.spines=1"],  # and each leaf-spine cable
+    ["cluster.topology=dgx-h100-cluster", "cluster.nodes=8", "workload.dp=64", "cluster.spines=1"],  # none (PXN)
+])
+def test_the_linear_test_agrees_with_the_reachability_check_on_every_unit(settings):
+    topology = scenario_topology(load_scenario(TRACE_JOB, settings))
+    units, cuts = cluster_units(topology), RouteCuts(topology, set())
+    assert cuts.fast
+    for kind in ("nic", "leaf_switch", "cable", "spine_switch"):
+        for unit in range(units.count(kind)):
+            links = units.links(kind, unit)
+            assert cuts.cuts(links) == bool(split(topology, both_ways(links))), (kind, unit)
