@@ -21,7 +21,7 @@ from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.simulate import _refuse_unfolded_steps, check_job
 from simulator.scale import capped_topology, classed_estimate, unfolded_beyond_limits
 from simulator.topology.loader import load_topology
-from simulator.units import format_bandwidth, format_duration, format_size
+from simulator.units import format_bandwidth, format_decimal_size, format_duration
 
 BAD = {
     "negative rate": (("      mtbf: 1000 h", "      rate: -3 per 54 d"), 16, "faults.components.gpu.rate"),
@@ -789,8 +789,9 @@ def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, c
     rate = 1.0 if field == "write" else 2.0
     assert write == pytest.approx(size / rate, rel=1e-12)
     warning = (f"--set storage.{field}=1 B/s: one checkpoint write takes {format_duration(write)} "
-               f"({format_size(size)} at {format_bandwidth(rate)}), longer than run.horizon (2 d): no "
+               f"({format_decimal_size(size)} at {format_bandwidth(rate)}), longer than run.horizon (2 d): no "
                "checkpoint.interval lets a checkpoint finish, so the job writes none, and each failure loses the "
                "work since its start or the last maintenance stop (allowed: a write rate above "
-               f"{format_bandwidth(size / 172800)}, or a checkpoint.size under {format_size(rate * 172800)})")
+               f"{format_bandwidth(size / 172800)}, or a checkpoint.size under {format_decimal_size(rate * 172800)})")
+    assert "GiB" not in warning  # sizes in decimal, as the rate and the checkpoint's size are
     assert capsys.readouterr().err == f"warning: command line: trainsim run: {warning}\n"

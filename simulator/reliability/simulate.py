@@ -81,8 +81,8 @@ from simulator.units import (
     decimal_sizes_apart,
     format_bandwidth,
     format_count,
+    format_decimal_size,
     format_duration,
-    format_size,
     texts_apart,
 )
 from simulator.workload.training import microbatch_count, resolve_model
@@ -716,12 +716,12 @@ def write_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts, size: floa
     rate = size / healthy.write_s
     field = "write" if math.isclose(rate, storage.write, rel_tol=1e-9) else "host_write"
     return str(loaded.error(("storage", field), f"one checkpoint write takes {format_duration(healthy.write_s)} "
-                            f"({format_size(size)} at {format_bandwidth(rate)}), longer than run.horizon "
+                            f"({format_decimal_size(size)} at {format_bandwidth(rate)}), longer than run.horizon "
                             f"({format_duration(horizon)}): no checkpoint.interval lets a checkpoint finish, so the "
                             "job writes none, and each failure loses the work since its start or the last "
                             "maintenance stop",
                             f"a write rate above {format_bandwidth(size / horizon)}, or a checkpoint.size under "
-                            f"{format_size(rate * horizon)}"))
+                            f"{format_decimal_size(rate * horizon)}"))
 
 
 def fixed_size_warning(loaded: LoadedScenario, sizes: ElasticSizes) -> str | None:
