@@ -240,6 +240,21 @@ def test_an_unknown_effect_names_the_choices(tmp_path, capsys):
                                        "choice (allowed: replace, restart, degrade or straggle)\n")
 
 
+def test_a_straggle_effect_on_a_unit_that_cannot_straggle_is_refused_for_its_unit_first(tmp_path, capsys):
+    """`leaf_switch: {effect: straggle}` was first told to add a slowdown, and only once it had one that straggle
+    does not apply to a leaf switch (usertest36 finding 8, on nvswitch_tray): the effect is checked against the
+    unit before the slowdown rule, which still refuses a straggle class without a slowdown."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace("    gpu:\n", "    leaf_switch:\n      effect: straggle\n"))
+    assert main(["validate", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert "faults.components.leaf_switch.effect: effect straggle on unit 'leaf_switch'" in err
+    scenario.write_text(BASE.replace("    gpu:\n", "    gpu:\n      effect: straggle\n"))
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (f"error: {scenario}:15: faults.components.gpu: effect straggle and a slowdown "
+                                       "factor go together (allowed: effect: straggle, slowdown: 1.3)\n")
+
+
 def test_a_misspelt_key_of_a_failure_class_names_the_class_fields(tmp_path, capsys):
     """A key of `faults.components.gpu` spelt wrong (`repiar`) was refused with no (allowed: ...): the
     schema walk that lists a section's fields stopped at the class's name, a key of a mapping, not a field."""

@@ -276,9 +276,6 @@ class ComponentSpec(Section):
         if self.shape != 1.0 and self.distribution != "weibull":  # shape 1 is the exponential's own
             raise ValueError(f"shape {self.shape:g} applies to distribution: weibull only (allowed: distribution: "
                              "weibull with a shape, or no shape)")
-        if (self.effect == Effect.STRAGGLE) != (self.slowdown is not None):
-            raise ValueError("effect straggle and a slowdown factor go together (allowed: effect: straggle, "
-                             "slowdown: 1.3)")
         return self
 
     @property

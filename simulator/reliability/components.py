@@ -151,6 +151,9 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
             limited = (f"{e} for {'/'.join(units)} units" for e, units in EFFECT_UNITS.items() if not e.interrupts)
             raise ScenarioError(f"effect {effect} on unit {unit!r}", field=f"faults.components.{name}.effect",
                                 allowed=", ".join(limited) + "; replace or restart for any unit")
+        if (effect is Effect.STRAGGLE) != (spec.slowdown is not None):
+            raise ScenarioError("effect straggle and a slowdown factor go together", field=f"faults.components.{name}",
+                                allowed="effect: straggle, slowdown: 1.3")
         if effect is Effect.RESTART and spec.repair:
             raise ScenarioError(f"a {effect} class replaces nothing, so a repair time has no effect",
                                 field=f"faults.components.{name}.repair",
