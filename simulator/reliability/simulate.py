@@ -522,16 +522,14 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, gpus: 
 
 
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
-    """Refuse a job of a list of collectives, which is no training step, more spares than hosts, and more
-    in-memory copies than the job has peer hosts (each host's copies go to other hosts in use)."""
+    """Refuse a job of a list of collectives, which is no training step, and more in-memory copies than the job
+    has peer hosts (each host's copies go to other hosts in use). A spare pool larger than the job is a pool that
+    never runs dry unless more hosts than it holds are out at once: the pool is a count, so any size is taken."""
     scenario = loaded.scenario
     if scenario.model is None and not isinstance(scenario.workload, TraceWorkload):
         raise ScenarioError("a job simulation needs a training step, which a list of collectives is not",
                             field="run.horizon", allowed="a model section (preset, dimensions or synthetic stage "
                             "costs), a replayed trace (workload.trace), or no run.horizon")
-    if scenario.restart.spares > hosts:
-        raise ScenarioError(f"{scenario.restart.spares:,} spare hosts for a job on {counted(hosts, 'host')}",
-                            field="restart.spares", allowed=f"0 to {hosts:,}")
     memory = scenario.checkpoint.memory
     storage = scenario.checkpoint.interval
     if memory is not None and isinstance(memory.interval, int) == isinstance(storage, int) \
@@ -628,7 +626,7 @@ class JobChecks:
 
 def check_job(loaded: LoadedScenario, topology: Topology,
               sizes_progress: Callable[[int, int], None] | None = None) -> JobChecks:
-    """The checks of a job's sections that need no step (spares against the hosts, an elastic job's sizes,
+    """The checks of a job's sections that need no step (in-memory copies against the hosts, an elastic job's sizes,
     ``sizes_progress(done, total)`` hearing of each smaller one checked, the failure classes and their units on
     the cluster, the checkpoint against the storage), located. `trainsim validate` runs them too."""
     located(loaded, lambda: _check_inputs(loaded, topology.num_hosts))
