@@ -1171,3 +1171,15 @@ def test_a_summary_only_run_imports_neither_pandas_nor_pyarrow(tmp_path):
             "print(code, 'pandas' in sys.modules, 'pyarrow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines()[-1] == "0 False False"
+
+
+@pytest.mark.parametrize(("interval", "text"), [
+    ({"mean": 695.3, "ci95_low": 0.0, "ci95_high": 6285.0}, "695.3 s (95%: 0 s to 6,285 s)"),
+    ({"mean": 0.0021, "ci95_low": 0.0, "ci95_high": 0.0042}, "2.100 ms (95%: 0 ms to 4.200 ms)"),
+])
+def test_a_zero_in_a_range_takes_the_unit_of_the_figures_beside_it(interval, text):
+    """A lower bound of zero printed `0 us` next to seconds (`per failure 695.3 s (95%: 0 us to 6,285 s)`,
+    usertest36 finding 3): zero has no magnitude to pick a unit by, so it takes its neighbours'."""
+    from simulator.console.report import _mean_ci, seconds_alike
+
+    assert _mean_ci(interval, seconds_alike) == text

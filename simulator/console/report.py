@@ -482,10 +482,21 @@ RESTART_PARTS = (("detection_s", "detection"), ("reschedule_and_launch_s", "resc
 
 
 def _mean_ci(interval: dict, text) -> str:
-    """A replications' mean and, when there is one, its 95% interval, each formatted by ``text``."""
+    """A replications' mean and, when there is one, its 95% interval, each formatted by ``text``, a zero in the
+    unit of the figures beside it (`zeros_alike`)."""
     if interval.get("ci95_low") is None:
         return text(interval["mean"])
-    return f"{text(interval['mean'])} (95%: {text(interval['ci95_low'])} to {text(interval['ci95_high'])})"
+    mean, low, high = zeros_alike((interval["mean"], interval["ci95_low"], interval["ci95_high"]), text)
+    return f"{mean} (95%: {low} to {high})"
+
+
+def zeros_alike(values: tuple[float, ...], text) -> list[str]:
+    """``values`` formatted by ``text``, each zero in the unit of the first figure that is not zero: a lower bound of
+    zero read '0 us' beside '695.3 s' and '6,285 s' (a unit picked by the value, which zero has none of); now
+    '0 s'."""
+    texts = [text(value) for value in values]
+    unit = next((shown.partition(" ")[2] for value, shown in zip(values, texts) if value != 0 and " " in shown), "")
+    return [f"0 {unit}" if value == 0 and unit else shown for value, shown in zip(values, texts)]
 
 
 def long_duration(seconds: float) -> str:
