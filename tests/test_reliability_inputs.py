@@ -31,7 +31,6 @@ BAD = {
     "interval 0": (("  interval: 30 min", "  interval: 0 steps"), 19, "checkpoint.interval"),
     "horizon under a step": (("  horizon: 2 d", "  horizon: 1 ms"), 12, "run.horizon"),
     "checkpoint over capacity": (("  capacity: 1 PB", "  capacity: 10 GB"), 21, "storage.capacity"),
-    "spares over cluster": (("  spares: 1", "  spares: 3"), 23, "restart.spares"),
     "shape without weibull": (("      repair: 4 h", "      shape: 0.7"), 15, "faults.components.gpu"),
     "degrade a gpu": (("      repair: 4 h", "      effect: degrade"), 17, "faults.components.gpu.effect"),
     "negative steps": (("  interval: 30 min", "  interval: -5 steps"), 19, "checkpoint.interval"),
