@@ -46,7 +46,9 @@ class TwoLevelOptimum:
 def tier_failure_rates(plan: JobPlan) -> tuple[float, float]:
     """The rates (per second) of the interrupting failures the in-memory tier recovers and of those that need the
     storage checkpoint, with every host in use: a unit whose failure takes out some host and all its peers
-    (`checkpoint.snapshot_survives`) needs storage; a process restart takes no host."""
+    (`checkpoint.snapshot_survives`) needs storage; a process restart takes no host. Each unit counts the share
+    of its failures that interrupt (`JobPlan.interrupting`: a `degrade` unit that cuts a GPU off takes its blast
+    radius, as `replace`)."""
     memory = storage = 0.0
     for klass, blast, shares in zip(plan.classes, plan.blast, plan.interrupting, strict=True):
         for hosts, share in zip(blast, shares, strict=True):
