@@ -327,6 +327,16 @@ replicas), stage 1 on hosts 2 and 3, interleaved with two chunks per rank, so st
 gradients back to stage 1 (the wrap) over the spines while the stage's DP ring crosses them too."""
 
 
+THREE_SIGMA_IN_HALF_WIDTHS = 3 / 1.96
+
+
+def inside(value: float, interval: dict, widest: float) -> bool:
+    """``value`` within 3 standard errors (1.53 half-widths) of the simulated mean, whose 95% interval is no
+    wider than ``widest`` either side."""
+    half = (interval["ci95_high"] - interval["ci95_low"]) / 2
+    return half <= widest and abs(value - interval["mean"]) <= THREE_SIGMA_IN_HALF_WIDTHS * half
+
+
 def renewal_ettr(interval: float, restart: float, shape: float = 1.0, *, cost: float, mtbf: float) -> float:
     """Exact ETTR of a job checkpointing every ``interval`` of work at ``cost`` that one renewal process of
     failures (Weibull of the given shape with mean ``mtbf``) interrupts, each failure costing ``restart``

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from shared import ONE_GPU_HOSTS, renewal_ettr
+from shared import ONE_GPU_HOSTS, inside, renewal_ettr
 
 from simulator.config.loader import scenario_from_text
 
@@ -66,16 +66,6 @@ def job(*settings: str) -> dict:
     from simulator.reliability.simulate import simulate_job
 
     return simulate_job(scenario_from_text(JOB, "closed-forms.yaml", list(settings))).summary
-
-
-THREE_SIGMA_IN_HALF_WIDTHS = 3 / 1.96
-
-
-def inside(value: float, interval: dict, widest: float) -> bool:
-    """``value`` within 3 standard errors (1.53 half-widths) of the simulated mean, whose 95% interval is no
-    wider than ``widest`` either side."""
-    half = (interval["ci95_high"] - interval["ci95_low"]) / 2
-    return half <= widest and abs(value - interval["mean"]) <= THREE_SIGMA_IN_HALF_WIDTHS * half
 
 
 @pytest.fixture(scope="module")

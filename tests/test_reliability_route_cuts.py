@@ -16,8 +16,7 @@ import math
 from pathlib import Path
 
 import pytest
-from shared import ONE_GPU_HOSTS
-from test_reliability_closed_forms import inside
+from shared import ONE_GPU_HOSTS, inside
 
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.faults.rerouting import split
