@@ -21,7 +21,8 @@ from shared import ONE_GPU_HOSTS, inside
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.faults.rerouting import split
 from simulator.reliability.blast import cluster_units
-from simulator.reliability.cuts import RouteCuts, both_ways
+from simulator.reliability.components import failure_model
+from simulator.reliability.cuts import RouteCuts, both_ways, interrupting_shares
 from simulator.reliability.simulate import simulate_job
 from simulator.topology.loader import scenario_topology
 
@@ -80,3 +81,47 @@ def test_the_linear_test_agrees_with_the_reachability_check_on_every_unit(settin
         for unit in range(units.count(kind)):
             links = units.links(kind, unit)
             assert cuts.cuts(links) == bool(split(topology, both_ways(links))), (kind, unit)
+
+
+def gb200_trace_job(racks: int, trays: int, algorithm: str, component: str, *settings: str):
+    """The bundled trace, 72 data-parallel replicas a GB200 NVL72 rack of ``trays`` NVSwitch trays."""
+    text = f"""
+cluster: {{topology: gb200-nvl72, racks: {racks}, nvswitch_trays: {trays}}}
+workload:
+  trace: {TRACE_JOB.parent}/traces/allreduce-2rank/rank*.json
+  format: kineto
+  dp: {72 * racks}
+  tokens_per_step: 8192
+collectives: {{algorithm: {algorithm}}}
+run: {{horizon: 30 d, replications: 10}}
+faults: {{components: {{nvswitch_tray: {component}}}}}
+checkpoint: {{size: 270 MB, interval: 10 min}}
+"""
+    return scenario_from_text(text, "gb200-trace-job.yaml", list(settings))
+
+
+def test_a_lone_racks_only_nvswitch_tray_interrupts_in_the_closed_forms():
+    """One rack of one tray (MTBF 500 h): every tray failure leaves the rack without NVLink and no route, so
+    720 / 500 = 1.44 interruptions a replication, M = 500 h (before: 0, no MTBF, no Young or Daly)."""
+    summary = simulate_job(gb200_trace_job(1, 1, "auto", "{mtbf: 500 h, repair: 4 h}")).summary
+    assert summary["failure_model"]["nvswitch_tray"]["interrupting_units"] == 1.0
+    assert summary["expected_unexpected_interruptions"] == pytest.approx(1.44, rel=1e-12)
+    assert summary["mtbf_s"] == pytest.approx(500 * 3600.0, rel=1e-12)
+    assert summary["young_interval_s"] is not None
+    assert inside(1.44, summary["interruptions"]["unexpected"], 1.0)
+
+
+@pytest.mark.parametrize(("racks", "algorithm", "interrupts"), [
+    (1, "auto", True),  # a lone rack with every tray down has no route
+    (2, "auto", False),  # across racks the GPUs reach each other through their trays' NICs
+    (2, "nvls", True),  # NVLS forced: a rack with every tray down has no step
+])
+def test_a_trays_share_is_the_chance_the_racks_other_trays_are_down(racks, algorithm, interrupts):
+    """Three trays a rack, each MTBF 10 h, 12 h repairs: a tray interrupts where its rack's two others are down,
+    (1 - e^-1.2)^2 = 0.4893 of its failures, on every rack."""
+    loaded = gb200_trace_job(racks, 3, algorithm, "{mtbf: 10 h, repair: 12 h}")
+    topology = scenario_topology(loaded)
+    classes = failure_model(loaded.scenario.faults).classes
+    shares = interrupting_shares(topology, cluster_units(topology), classes, set(), algorithm == "nvls")
+    share = (1 - math.exp(-1.2)) ** 2 if interrupts else 0.0
+    assert shares == ((pytest.approx(share, rel=1e-12),) * 3 * racks,)

@@ -13,7 +13,9 @@ Spine switches are simulated as uplink capacity until the last one goes (states.
 when every other spine is down as it fails: where losing them all cuts the cluster, its share is the chance that
 the others are each down, (1 - exp(-rate x repair)) per spine over the spine classes (exact for exponential
 failure times, whatever the repair law: the failures whose repair covers an instant are a Poisson count of mean
-rate x mean repair). Other coincidences (both NICs of a two-NIC host, every uplink of a leaf) are left out: second
+rate x mean repair). An NVSwitch tray likewise degrades its rack's NVLink until the rack's last tray goes, which
+interrupts where the rack then has no step (a lone rack: no route; `collectives.algorithm: nvls`: no switch to
+reduce in): its share is the chance its rack's other trays are each down. Other coincidences (both NICs of a two-NIC host, every uplink of a leaf) are left out: second
 order, as this one is.
 """
 
@@ -28,7 +30,7 @@ from simulator.config.reliability import Effect
 from simulator.faults.rerouting import split
 from simulator.reliability.blast import ClusterUnits
 from simulator.reliability.components import FailureClass
-from simulator.reliability.states import spine_links
+from simulator.reliability.states import cut_by_every_spine
 from simulator.topology.graph import Topology
 
 Edge = tuple[str, str]
@@ -107,33 +109,44 @@ class RouteCuts:
 
 
 def interrupting_shares(topology: Topology, units: ClusterUnits, classes: tuple[FailureClass, ...],
-                        down: set[Edge]) -> tuple[tuple[float, ...], ...]:
+                        down: set[Edge], nvls: bool) -> tuple[tuple[float, ...], ...]:
     """Per class, per unit, the share of the unit's failures that interrupt the job with the cluster otherwise
-    healthy (module docstring); ``down``: the links the scenario's own `faults.step` take down, both ways."""
+    healthy (module docstring); ``down``: the links the scenario's own `faults.step` take down, both ways;
+    ``nvls``: whether the scenario forces NVLS (a rack with every NVSwitch tray down then has no step)."""
     cuts: RouteCuts | None = None
-    spine_down = _spine_down_chance(classes)
     every_spine_cuts = None
+    bare_racks: dict[str, bool] = {}
     shares: list[tuple[float, ...]] = []
     for klass in classes:
         count = units.count(klass.unit)
         if klass.effect.interrupts:
             shares.append((1.0,) * count)
-        elif klass.effect is not Effect.DEGRADE or klass.unit == "nvswitch_tray":
+        elif klass.effect is not Effect.DEGRADE:
             shares.append((0.0,) * count)
         elif klass.unit == "spine_switch":
             if every_spine_cuts is None:
-                every_spine_cuts = bool(split(topology, down | both_ways(spine_links(topology))))
-            share = spine_down ** (units.spines - 1) if every_spine_cuts else 0.0
+                every_spine_cuts = bool(cut_by_every_spine(topology, down))
+            share = _down_chance(classes, "spine_switch") ** (units.spines - 1) if every_spine_cuts else 0.0
             shares.append((share,) * count)
+        elif klass.unit == "nvswitch_tray":
+            cuts = cuts or RouteCuts(topology, down)
+            others_down = _down_chance(classes, "nvswitch_tray") ** (units.nvswitch_trays - 1)
+            rack_shares = []
+            for unit in range(count):
+                rack = units.nodes["nvswitch_tray"][unit]
+                if rack not in bare_racks:
+                    bare_racks[rack] = nvls or cuts.cuts(units.links("nvswitch_tray", unit))
+                rack_shares.append(others_down if bare_racks[rack] else 0.0)
+            shares.append(tuple(rack_shares))
         else:
             cuts = cuts or RouteCuts(topology, down)
             shares.append(tuple(float(cuts.cuts(units.links(klass.unit, unit))) for unit in range(count)))
     return tuple(shares)
 
 
-def _spine_down_chance(classes: tuple[FailureClass, ...]) -> float:
-    """The chance that a given spine switch is down at an instant, from its `degrade` classes: 1 - exp(-sum of
-    rate x mean repair)."""
+def _down_chance(classes: tuple[FailureClass, ...], unit: str) -> float:
+    """The chance that a given unit of kind ``unit`` (a spine switch, an NVSwitch tray) is down at an instant,
+    from its `degrade` classes: 1 - exp(-sum of rate x mean repair)."""
     load = sum(klass.rate_per_unit_s * klass.repair_s for klass in classes
-               if klass.unit == "spine_switch" and klass.effect is Effect.DEGRADE)
+               if klass.unit == unit and klass.effect is Effect.DEGRADE)
     return 1.0 - math.exp(-load)

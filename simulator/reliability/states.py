@@ -458,8 +458,7 @@ class StepStates:
         not built (an unfolded step where every host is near the links down) only to abort at its start."""
         if state is None or not 0 < self.spines <= state.spines_down:
             return ""
-        down = {edge for leaf, spine in spine_links(topology) for edge in ((leaf, spine), (spine, leaf))}
-        return split(topology, down)
+        return cut_by_every_spine(topology)
 
     def _scenario_of(self, state: ClusterState) -> tuple[LoadedScenario, Topology]:
         """The scenario and cluster of a degraded, straggling or shrunk state (`state_scenario`)."""
@@ -515,6 +514,13 @@ def spine_links(topology: Topology) -> list[tuple[str, str]]:
     nodes = topology.wiring.nodes
     return [(low, high) for low, high in topology.wiring.edges
             if nodes[low].get("tier") == 1 and nodes[high].get("tier") == 2]
+
+
+def cut_by_every_spine(topology: Topology, down: Iterable[tuple[str, str]] = ()) -> str:
+    """Which GPUs of ``topology`` no longer reach each other with every leaf-spine link down, and the directed
+    links ``down`` too ('' for none: `split`)."""
+    return split(topology, set(down) | {edge for leaf, spine in spine_links(topology) for edge in ((leaf, spine),
+                                                                                            (spine, leaf))})
 
 
 def nvls_forced(scenario: Scenario) -> bool:
