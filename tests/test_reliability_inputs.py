@@ -254,6 +254,17 @@ def test_a_straggle_effect_on_a_unit_that_cannot_straggle_is_refused_for_its_uni
                                        "factor go together (allowed: effect: straggle, slowdown: 1.3)\n")
 
 
+def test_a_plain_steps_failure_classes_are_checked_at_load(capsys):
+    """A plain step (no horizon) never builds the failure model, so the effect checks moved there were skipped:
+    `validate` printed `valid` for a straggle class without a slowdown, which it refused before (reviewer48
+    finding 2). They run at load again, the effect against its unit first."""
+    base = ["validate", "scenarios/trace-job.yaml", "--set", "run.horizon=null", "--set"]
+    assert main([*base, "faults.components.throttle={unit: gpu, effect: straggle, mtbf: 1000 h, repair: 12 h}"]) == 2
+    assert "effect straggle and a slowdown factor go together" in capsys.readouterr().err
+    assert main([*base, "faults.components.nvswitch_tray={effect: straggle, mtbf: 1000 h, repair: 12 h}"]) == 2
+    assert "effect straggle on unit 'nvswitch_tray'" in capsys.readouterr().err
+
+
 def test_a_misspelt_key_of_a_failure_class_names_the_class_fields(tmp_path, capsys):
     """A key of `faults.components.gpu` spelt wrong (`repiar`) was refused with no (allowed: ...): the
     schema walk that lists a section's fields stopped at the class's name, a key of a mapping, not a field."""

@@ -482,7 +482,13 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
         set_field(data, setting.path, setting.value)
     written += tuple(setting.override() for setting in settings)
     scenario = validated_scenario(data, source, lines, written)
-    return LoadedScenario(scenario, source, lines, written, (scenario, data))
+    loaded = LoadedScenario(scenario, source, lines, written, (scenario, data))
+    if scenario.faults.components:
+        from simulator.config.locate import located
+        from simulator.reliability.components import check_class_effects
+
+        located(loaded, lambda: check_class_effects(scenario.faults))
+    return loaded
 
 
 def validated_scenario(data: dict, source: str, lines: dict, overrides: tuple[Override, ...] = ()) -> Scenario:

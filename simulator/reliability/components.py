@@ -20,6 +20,7 @@ from simulator.catalog.failures import FAILURE_PRESETS
 from simulator.config.faults import FaultsConfig
 from simulator.config.reliability import (
     EFFECT_UNITS,
+    ComponentSpec,
     MAINTENANCE_ALLOWED,
     RATE_ALLOWED,
     Effect,
@@ -122,6 +123,37 @@ class FailureModel:
     maintenance: Maintenance | None
 
 
+def check_class_effects(faults: FaultsConfig) -> None:
+    """Refuse a class of `faults.components` whose effect does not apply to its unit, or whose effect and
+    slowdown do not go together: checked at load for every scenario, a plain step's too, as `failure_model`
+    (which a plain step never builds) checks them again."""
+    for name, spec in faults.components.items():
+        _unit_and_effect(name, spec)
+
+
+def _unit_and_effect(name: str, spec: ComponentSpec) -> tuple[UnitKind, Effect]:
+    """The unit and effect of class ``name``, from ``spec`` or the known class of that name: the effect checked
+    against the unit first, then against the slowdown factor."""
+    known = COMPONENT_CLASSES.get(name)
+    if spec.unit is not None:
+        unit = spec.unit
+    elif known is not None:
+        unit = known.unit
+    else:
+        raise ScenarioError(f"unknown component class {name!r}; a class of your own needs a unit",
+                            field=f"faults.components.{name}",
+                            allowed=f"{', '.join(COMPONENT_CLASSES)}, or any name with unit: ...")
+    effect = spec.effect or (known.effect if known and unit == known.unit else Effect.REPLACE)
+    if unit not in EFFECT_UNITS[effect]:
+        limited = (f"{e} for {'/'.join(units)} units" for e, units in EFFECT_UNITS.items() if not e.interrupts)
+        raise ScenarioError(f"effect {effect} on unit {unit!r}", field=f"faults.components.{name}.effect",
+                            allowed=", ".join(limited) + "; replace or restart for any unit")
+    if (effect is Effect.STRAGGLE) != (spec.slowdown is not None):
+        raise ScenarioError("effect straggle and a slowdown factor go together", field=f"faults.components.{name}",
+                            allowed="effect: straggle, slowdown: 1.3")
+    return unit, effect
+
+
 def failure_model(faults: FaultsConfig) -> FailureModel:
     """The preset's classes, overridden or extended by `components`, every rate times `rate_multiplier` and every
     repair time times `repair_multiplier` (one knob for "repairs take half as long", a sweep axis)."""
@@ -138,22 +170,7 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
         maintenance = Maintenance(preset.window_s / preset.planned_interruptions, 0.0)
     for name, spec in faults.components.items():
         known = COMPONENT_CLASSES.get(name)
-        if spec.unit is not None:
-            unit = spec.unit
-        elif known is not None:
-            unit = known.unit
-        else:
-            raise ScenarioError(f"unknown component class {name!r}; a class of your own needs a unit",
-                                field=f"faults.components.{name}",
-                                allowed=f"{', '.join(COMPONENT_CLASSES)}, or any name with unit: ...")
-        effect = spec.effect or (known.effect if known and unit == known.unit else Effect.REPLACE)
-        if unit not in EFFECT_UNITS[effect]:
-            limited = (f"{e} for {'/'.join(units)} units" for e, units in EFFECT_UNITS.items() if not e.interrupts)
-            raise ScenarioError(f"effect {effect} on unit {unit!r}", field=f"faults.components.{name}.effect",
-                                allowed=", ".join(limited) + "; replace or restart for any unit")
-        if (effect is Effect.STRAGGLE) != (spec.slowdown is not None):
-            raise ScenarioError("effect straggle and a slowdown factor go together", field=f"faults.components.{name}",
-                                allowed="effect: straggle, slowdown: 1.3")
+        unit, effect = _unit_and_effect(name, spec)
         if effect is Effect.RESTART and spec.repair:
             raise ScenarioError(f"a {effect} class replaces nothing, so a repair time has no effect",
                                 field=f"faults.components.{name}.repair",
