@@ -819,5 +819,6 @@ def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, c
                "checkpoint.interval lets a checkpoint finish, so the job writes none, and each failure loses the "
                "work since its start or the last maintenance stop (allowed: a write rate above "
                f"{format_bandwidth(size / 172800)}, or a checkpoint.size under {format_decimal_size(rate * 172800)})")
-    assert "GiB" not in warning  # sizes in decimal, as the rate and the checkpoint's size are
-    assert capsys.readouterr().err == f"warning: command line: trainsim run: {warning}\n"
+    err = capsys.readouterr().err
+    assert "GiB" not in err and " GB" in err  # sizes in decimal, as the rate and the checkpoint's size are
+    assert err == f"warning: command line: trainsim run: {warning}\n"

@@ -56,24 +56,30 @@ def test_a_nic_degrading_on_one_nic_hosts_interrupts_in_the_closed_forms():
 
 
 def test_the_last_spine_counts_the_chance_the_other_is_down():
+    """Two spines under heavy load (MTBF 10 h, 12 h repairs, rate x repair 1.2): 2 x 720 / 10 x (1 - e^-1.2) =
+    100.63 interruptions, far from the 78.5 of x / (1 + x) or the 172.8 of x (200 replications simulate 100.32,
+    95%: 98.33 to 102.31, measured)."""
     text = ONE_GPU_HOSTS + """
-run: {horizon: 30 d, replications: 100, seed: 3}
+run: {horizon: 30 d, replications: 200, seed: 5}
 faults:
   components:
-    spine_switch: {mtbf: 100 h, repair: 12 h}
+    spine_switch: {mtbf: 10 h, repair: 12 h}
 """
     summary = simulate_job(scenario_from_text(text, "spines.yaml")).summary
-    expected = 2 * 720 / 100 * (1 - math.exp(-0.12))
-    assert summary["expected_unexpected_interruptions"] == pytest.approx(expected, rel=1e-12)
-    assert inside(expected, summary["interruptions"]["unexpected"], 0.5)
+    assert summary["expected_unexpected_interruptions"] == pytest.approx(100.628, abs=1e-3)
+    assert inside(100.628, summary["interruptions"]["unexpected"], 2.2)
 
 
-@pytest.mark.parametrize("settings", [
-    ["cluster.nodes=128", "workload.dp=128"],  # single-NIC hosts under two leaves: every NIC and leaf cuts
-    ["cluster.nodes=128", "workload.dp=128", "cluster.spines=1"],  # and each leaf-spine cable
-    ["cluster.topology=dgx-h100-cluster", "cluster.nodes=8", "workload.dp=64", "cluster.spines=1"],  # none (PXN)
+@pytest.mark.parametrize(("settings", "all_cleared"), [
+    (["cluster.nodes=128", "workload.dp=128"], False),  # single-NIC hosts under two leaves: every NIC and leaf cuts
+    (["cluster.nodes=128", "workload.dp=128", "cluster.spines=1"], False),  # and each leaf-spine cable
+    (["cluster.topology=dgx-h100-cluster", "cluster.nodes=8", "workload.dp=64", "cluster.spines=1"], False),  # PXN:
+    # none cuts, but a cable under the single spine is a bridge, left to the reachability check
+    (["cluster.topology=dgx-h100-cluster", "cluster.nodes=8", "workload.dp=64", "cluster.spines=2"], True),
 ])
-def test_the_linear_test_agrees_with_the_reachability_check_on_every_unit(settings):
+def test_the_linear_test_agrees_with_the_reachability_check_on_every_unit(settings, all_cleared):
+    """Every unit the linear test clears cuts nothing; on the DGX fabric (PXN) of two spines it clears every
+    unit itself, leaving none to the reachability check."""
     topology = scenario_topology(load_scenario(TRACE_JOB, settings))
     units, cuts = cluster_units(topology), RouteCuts(topology, set())
     assert cuts.fast
@@ -81,6 +87,8 @@ def test_the_linear_test_agrees_with_the_reachability_check_on_every_unit(settin
         for unit in range(units.count(kind)):
             links = units.links(kind, unit)
             assert cuts.cuts(links) == bool(split(topology, both_ways(links))), (kind, unit)
+            if all_cleared:
+                assert cuts._cleared(links), (kind, unit)
 
 
 def gb200_trace_job(racks: int, trays: int, algorithm: str, component: str, *settings: str):

@@ -23,9 +23,12 @@ import json
 import math
 
 import pytest
-from shared import LLAMA3_8B_ON_4_HOSTS
+from shared import LLAMA3_8B_ON_4_HOSTS, ONE_GPU_HOSTS
 
 from simulator.cli import main
+from simulator.config.loader import scenario_from_text
+from simulator.reliability.simulate import simulate_job
+from simulator.reliability.summary import expected_slowdowns
 
 JOB = LLAMA3_8B_ON_4_HOSTS + """run: {horizon: 30 d, replications: 8, seed: 5}
 faults:
@@ -190,3 +193,22 @@ def test_a_memory_interval_study_without_intervals_runs_a_grid_around_the_two_le
     step = study["curves"][0]["points"][0]["interval_s"] / study["curves"][0]["points"][0]["interval_steps"]
     assert [p["interval_steps"] for p in study["curves"][0]["points"]] == sorted(
         {round(T1 * 2 ** (k / 2) / step) for k in range(-4, 5)})
+
+
+def test_a_degrading_leaf_that_cuts_gpus_off_needs_storage_in_the_two_level_optimum():
+    """Four one-GPU, one-NIC hosts under two leaves: a leaf switch that degrades (MTBF 100 h) cuts its two hosts
+    off, so it interrupts with them as its blast radius, a host and its peer, which the in-memory tier does not
+    survive: M2 = 100 h / 2 = 180,000 s beside the host crashes' M1 = 6 h / 4 = 5,400 s, and none of its failures
+    is a mere slowdown (before: no storage MTBF, and 2 x 48 / 100 = 0.96 slowdowns expected)."""
+    text = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 1000 steps, memory: "
+                                 "{interval: 100 steps, replicas: 1}}") + """
+run: {horizon: 2 d, replications: 1, seed: 5}
+faults:
+  components:
+    host_crash: {unit: host, effect: replace, mtbf: 6 h, repair: 1 h}
+    leaf_switch: {mtbf: 100 h, repair: 4 h}
+"""
+    summary = simulate_job(scenario_from_text(text, "leaves.yaml")).summary
+    optimum = summary["memory_checkpoint"]["two_level"]
+    assert (optimum["memory_mtbf_s"], optimum["storage_mtbf_s"]) == pytest.approx((5400.0, 180_000.0), rel=1e-12)
+    assert expected_slowdowns(summary["failure_model"]) == 0.0
