@@ -327,10 +327,15 @@ def decimal_sizes_apart(first: float, second: float) -> tuple[str, str]:
     return first_text, second_text
 
 
+ZERO_DURATION = "0 s"
+"""Every duration of zero, whatever the figures beside it: zero has no magnitude to pick a unit by (it read '0 ns'
+or '0 us', and '0 us' beside seconds in a mean's 95% range)."""
+
+
 def format_duration(seconds: float, digits: int = 4) -> str:
     """A human-readable duration to ``digits`` significant digits (4 unless told; `texts_apart` asks for
-    more): 0.0123 -> '12.3 ms'."""
-    return _scaled(seconds, DURATION_STEPS, digits)
+    more): 0.0123 -> '12.3 ms'; zero `ZERO_DURATION`."""
+    return ZERO_DURATION if seconds == 0 else _scaled(seconds, DURATION_STEPS, digits)
 
 
 def durations_alike(seconds: Iterable[float]) -> Callable[[float], str]:

@@ -1175,11 +1175,16 @@ def test_a_summary_only_run_imports_neither_pandas_nor_pyarrow(tmp_path):
 
 @pytest.mark.parametrize(("interval", "text"), [
     ({"mean": 695.3, "ci95_low": 0.0, "ci95_high": 6285.0}, "695.3 s (95%: 0 s to 6,285 s)"),
-    ({"mean": 0.0021, "ci95_low": 0.0, "ci95_high": 0.0042}, "2.100 ms (95%: 0 ms to 4.200 ms)"),
+    ({"mean": 0.0021, "ci95_low": 0.0, "ci95_high": 0.0042}, "2.100 ms (95%: 0 s to 4.200 ms)"),
+    ({"mean": 0.5, "ci95_low": 0.0, "ci95_high": 1.2}, "500.0 ms (95%: 0 s to 1.200 s)"),
+    ({"mean": 0.0, "ci95_low": 0.0, "ci95_high": 0.0}, "0 s (95%: 0 s to 0 s)"),
 ])
-def test_a_zero_in_a_range_takes_the_unit_of_the_figures_beside_it(interval, text):
+def test_a_zero_duration_reads_0_s_in_a_range(interval, text):
     """A lower bound of zero printed `0 us` next to seconds (`per failure 695.3 s (95%: 0 us to 6,285 s)`,
-    usertest36 finding 3): zero has no magnitude to pick a unit by, so it takes its neighbours'."""
-    from simulator.console.report import _mean_ci, seconds_alike
+    usertest36 finding 3), an all-zero range `0 us (95%: 0 us to 0 us)`: zero has no magnitude to pick a unit
+    by, so every duration of zero reads `0 s`, one rule for every figure (reviewer48 finding 5)."""
+    from simulator.console.report import _mean_ci, format_seconds, seconds_alike
+    from simulator.units import format_duration
 
     assert _mean_ci(interval, seconds_alike) == text
+    assert format_seconds(0.0) == format_duration(0.0) == "0 s"

@@ -16,7 +16,7 @@ from rich.table import Table
 from simulator.metrics.summary import OOM_FIGURES
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import parallel_degrees, sharding_name
-from simulator.units import counted, format_duration, format_size, four_digits, number_ranges
+from simulator.units import ZERO_DURATION, counted, format_duration, format_size, four_digits, number_ranges
 
 if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
@@ -50,7 +50,9 @@ def seconds_alike(value: float) -> str:
 
 
 def _seconds(value: float, zeros: bool) -> str:
-    """`format_seconds` and, with ``zeros``, `seconds_alike`."""
+    """`format_seconds` and, with ``zeros``, `seconds_alike`; zero in seconds (`ZERO_DURATION`)."""
+    if value == 0:
+        return ZERO_DURATION
     if _rounds_to(value, 1e15):
         return f"{value:.4g} s"
     if _rounds_to(value, 1):
@@ -482,21 +484,10 @@ RESTART_PARTS = (("detection_s", "detection"), ("reschedule_and_launch_s", "resc
 
 
 def _mean_ci(interval: dict, text) -> str:
-    """A replications' mean and, when there is one, its 95% interval, each formatted by ``text``, a zero in the
-    unit of the figures beside it (`zeros_alike`)."""
+    """A replications' mean and, when there is one, its 95% interval, each formatted by ``text``."""
     if interval.get("ci95_low") is None:
         return text(interval["mean"])
-    mean, low, high = zeros_alike((interval["mean"], interval["ci95_low"], interval["ci95_high"]), text)
-    return f"{mean} (95%: {low} to {high})"
-
-
-def zeros_alike(values: tuple[float, ...], text) -> list[str]:
-    """``values`` formatted by ``text``, each zero in the unit of the first figure that is not zero: a lower bound of
-    zero read '0 us' beside '695.3 s' and '6,285 s' (a unit picked by the value, which zero has none of); now
-    '0 s'."""
-    texts = [text(value) for value in values]
-    unit = next((shown.partition(" ")[2] for value, shown in zip(values, texts) if value != 0 and " " in shown), "")
-    return [f"0 {unit}" if value == 0 and unit else shown for value, shown in zip(values, texts)]
+    return f"{text(interval['mean'])} (95%: {text(interval['ci95_low'])} to {text(interval['ci95_high'])})"
 
 
 def long_duration(seconds: float) -> str:
