@@ -822,3 +822,10 @@ def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, c
     err = capsys.readouterr().err
     assert "GiB" not in err and " GB" in err  # sizes in decimal, as the rate and the checkpoint's size are
     assert err == f"warning: command line: trainsim run: {warning}\n"
+
+
+def test_a_whole_number_past_its_bound_reads_with_thousands_separators(capsys):
+    """`run.replications=10001` was refused as `10001 is above 10000`, the one figure printed without thousands
+    separators (usertest36 finding 11)."""
+    assert main(["validate", "scenarios/trace-job.yaml", "--set", "run.replications=10001"]) == 2
+    assert capsys.readouterr().err.endswith(": 10,001 is above 10,000 (allowed: a value <= 10,000)\n")

@@ -369,6 +369,12 @@ _BOUND_PROBLEMS = {"greater_than_equal": ("ge", "below", ">="), "greater_than": 
 """Pydantic's bound errors: the bound's key in the error's context, how the value misses it, the comparison."""
 
 
+def _whole(value: object) -> bool:
+    """Whether ``value`` is a whole number (an int, not a bool), which a bound's message writes with thousands
+    separators."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _location(error: ErrorDetails, sections: set[str]) -> tuple:
     """The field path of a pydantic error: its location without union member tags, and below it the field a
     section's check blames (FieldProblem)."""
@@ -423,6 +429,8 @@ def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[s
         bound = first.get("ctx", {}).get(key)
         if isinstance(bound, float) and bound.is_integer() and abs(bound) < 2**53:
             bound = int(bound)  # '> 0' as the other bounds say, not '> 0.0'
+        if _whole(first.get("input")) and _whole(bound):
+            given, bound = f"{first['input']:,}", f"{bound:,}"  # '10,001 is above 10,000', as figures print
         message, allowed = f"{given} is {miss} {bound}", f"a value {sign} {bound}"
     elif kind in _LENGTH_PROBLEMS:
         key, words = _LENGTH_PROBLEMS[kind]
