@@ -20,9 +20,9 @@ from simulator.catalog.failures import FAILURE_PRESETS
 from simulator.config.faults import FaultsConfig
 from simulator.config.reliability import (
     EFFECT_UNITS,
-    ComponentSpec,
     MAINTENANCE_ALLOWED,
     RATE_ALLOWED,
+    ComponentSpec,
     Effect,
     FailureDistribution,
     RepairDistribution,

@@ -15,8 +15,8 @@ the others are each down, (1 - exp(-rate x repair)) per spine over the spine cla
 failure times, whatever the repair law: the failures whose repair covers an instant are a Poisson count of mean
 rate x mean repair). An NVSwitch tray likewise degrades its rack's NVLink until the rack's last tray goes, which
 interrupts where the rack then has no step (a lone rack: no route; `collectives.algorithm: nvls`: no switch to
-reduce in): its share is the chance its rack's other trays are each down. Other coincidences (both NICs of a two-NIC host, every uplink of a leaf) are left out: second
-order, as this one is.
+reduce in): its share is the chance its rack's other trays are each down. Other coincidences (both NICs of a two-NIC
+host, every uplink of a leaf) are left out: second order, as this one is.
 """
 
 from __future__ import annotations
