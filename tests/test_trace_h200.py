@@ -344,18 +344,3 @@ def test_a_replay_on_the_traced_gpu_is_unchanged_by_naming_it():
     assert {(entry["key_length"], entry["key_length_from"]) for entry in classes["attention"]["rates"]} == \
         {(2048, "trace")}
     assert "gpu_move" not in plain.summary["trace"]
-
-
-@pytest.mark.parametrize(("sets", "warned"), [
-    (["cluster.gpu_model=h100-sxm"], True), (["cluster.gpu_model=h100-sxm", "workload.traced_gpu=h200"], False),
-    ([], False)], ids=["moved-unsaid", "traced-gpu-given", "same-gpu"])
-def test_a_trace_replayed_on_another_gpu_than_its_device_warns_without_traced_gpu(sets, warned):
-    """The H200 trace on an H100 without `traced_gpu` kept the H200's kernel times (16.23 ms against 20.22 ms
-    moved) under an 'h100-sxm' label, without a word, although its `deviceProperties` name the H200."""
-    from simulator import load_scenario
-
-    warnings = simulate(load_scenario(str(SCENARIO), sets)).summary["warnings"]
-    device = [warning for warning in warnings if "deviceProperties" in warning]
-    assert device == ([f"{TRACE}: deviceProperties: the trace ran on NVIDIA H200 (h200), the cluster's GPU is "
-                       "h100-sxm: its kernels keep the h200's durations (set workload.traced_gpu: h200 to move them "
-                       "to the h100-sxm)"] if warned else [])

@@ -76,13 +76,6 @@ GPUS: MappingProxyType = MappingProxyType({
 })
 
 
-DEVICE_NAMES: MappingProxyType = MappingProxyType({
-    "NVIDIA A100-SXM4-40GB": "a100-40gb", "NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA H100 80GB HBM3": "h100-sxm",
-    "NVIDIA H200": "h200", "NVIDIA B200": "b200", "NVIDIA GB200": "gb200"})
-"""Each catalog GPU by the name CUDA gives it (`torch.cuda.get_device_name`, nvidia-smi's, the `name` of a Kineto
-trace's `deviceProperties`: the bundled H200 trace's reads 'NVIDIA H200')."""
-
-
 def gpu_names() -> tuple[str, ...]:
     """Names of the GPUs in the catalog, in catalog order."""
     return tuple(GPUS)

@@ -143,19 +143,11 @@ def read_kineto(path: Path) -> TracedRank:
                         untold_peers=tuple(parsed.untold_peers), lost_shapes=tuple(parsed.lost_shapes),
                         repeated_gemms=tuple(parsed.repeated_gemms), window=None if parsed.gpu else parsed.step_window,
                         world=world, world_field="distributedInfo.world_size", groups=groups,
-                        groups_field="distributedInfo.pg_config", device=_device_name(doc.get("deviceProperties")))
+                        groups_field="distributedInfo.pg_config")
     if traced.span_s() > MAX_STEP_DURATION_S:
         raise trace_error(file, "traceEvents", f"the replayed events span {traced.span_s():.4g} s, more than a day, "
                           "longer than any training step", "a profiler trace of one training step")
     return traced
-
-
-def _device_name(properties: object) -> str:
-    """The first device's name in a Kineto trace's `deviceProperties` (torch.profiler writes one entry per visible
-    GPU), '' where the trace has none readable."""
-    first = properties[0] if isinstance(properties, list) and properties else None
-    name = first.get("name") if isinstance(first, dict) else None
-    return name if isinstance(name, str) else ""
 
 
 def _distributed_info(file: str, info: object) -> tuple[int, int, dict[str, ProcessGroup], str]:

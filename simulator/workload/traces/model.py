@@ -113,8 +113,6 @@ class TracedRank:
     world_field: str = ""
     groups: dict[str, ProcessGroup] = field(default_factory=dict)
     groups_field: str = ""
-    device: str = ""
-    """The GPU the trace ran on as CUDA names it (a Kineto trace's `deviceProperties[0].name`), '' where unsaid."""
 
     def where(self, op: TracedOp) -> str:
         """The field that locates ``op`` in its file: traceEvents[i] or nodes[i]."""

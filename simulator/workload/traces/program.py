@@ -157,7 +157,6 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
     warnings += _gemm_warnings(traced, config)
-    warnings += _device_warnings(traced, config, topology.gpu_model)
     warnings += settled + assumed + untraced
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
@@ -178,23 +177,6 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                        peak_flops=gpu.peak(PEAK_PRECISION),
                        async_streams=ASYNC_STREAMS, folded=len(ranks) < world, warnings=warnings,
                        details=details, fold_off_check="copies")
-
-
-def _device_warnings(traced: list[TracedRank], config: TraceWorkload, gpu_model: str) -> tuple[str, ...]:
-    """A warning where a trace names the GPU it ran on (`deviceProperties`), a catalog GPU other than the cluster's,
-    and `traced_gpu` is left out: its kernels keep the traced GPU's durations (the H200 step replayed on an H100
-    read 16.23 ms, 20% short of its 20.22 ms moved, labelled h100-sxm without a word)."""
-    from simulator.catalog.gpus import DEVICE_NAMES
-
-    if config.traced_gpu is not None:
-        return ()
-    for rank in traced:
-        name = DEVICE_NAMES.get(rank.device)
-        if name is not None and name != gpu_model:
-            return (f"{rank.file}: deviceProperties: the trace ran on {rank.device} ({name}), the cluster's GPU is "
-                    f"{gpu_model}: its kernels keep the {name}'s durations (set workload.traced_gpu: {name} to move "
-                    f"them to the {gpu_model})",)
-    return ()
 
 
 def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str, ...]:
