@@ -196,6 +196,31 @@ def test_a_tp_group_spread_by_the_placement_order_is_warned_at_tp_naming_the_ord
         "the network every layer (with --set parallelism.order=[dp, pp, cp, tp])\n")
 
 
+TP_OVERLAP = """cluster: {topology: dgx-h100-cluster}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 8, dp: 2, sequence_parallel: true,
+              tp_comm_overlap: true}
+"""
+
+
+def test_tp_comm_overlap_with_a_tp_group_across_hosts_is_refused_at_the_overlap(tmp_path, capsys):
+    """Transformer Engine's userbuffers map the TP peers' buffers inside one NVLink domain and have no path over
+    InfiniBand (TransformerEngine issue #1071); a TP group spread over both hosts by the order was accepted and
+    its "overlap" ran the userbuffers transfers over the NICs (a 16-GPU TP step 2.8x slower than without it).
+    Inside a host it stays valid."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(TP_OVERLAP)
+    assert main(["validate", str(scenario)]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(scenario), "--set", "parallelism.order=[dp, pp, cp, tp]"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:5: parallelism.tp_comm_overlap: TP communication overlap (Transformer Engine's "
+        "userbuffers) runs inside one NVLink domain, and a TP group of 8 GPUs spans 2 (with --set "
+        "parallelism.order=[dp, pp, cp, tp]) (allowed: a TP group inside one NVLink domain, or tp_comm_overlap: "
+        "false)\n")
+
+
 SPLIT_HOST_GRAPH = """kind: graph
 nodes:
   - {name: g0, kind: gpu, host: 0}

@@ -414,6 +414,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
         raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
                        "Megatron-LM)", "sequence_parallel: true, or tp_comm_overlap: false")
+    _check_tp_overlap_domains(par.tp_comm_overlap, layout, topology)
     overlap = tp_overlap() if par.tp_comm_overlap else None
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
                     recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement,
@@ -468,6 +469,21 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding,
                          "GPU holds the model state of plain data parallelism (fsdp: full_shard shards across "
                          "domains)"))
     return tuple(warnings)
+
+
+def _check_tp_overlap_domains(tp_comm_overlap: bool, layout: Layout, topology: Topology) -> None:
+    """TP overlap needs each TP group inside one NVLink domain: Transformer Engine's userbuffers map the peers'
+    buffers by CUDA IPC or multicast handles among the GPUs of one NVLink domain (a host, or an NVL72 rack
+    through MNNVL fabric handles: userbuffers-host.cpp, `create_communicator_grouped2`), and have no path over
+    the network (TransformerEngine issue #1071)."""
+    if not tp_comm_overlap:
+        return
+    domains = tp_domains(layout, topology.gpu_domain_array)
+    if domains > 1:
+        raise _invalid("parallelism.tp_comm_overlap", f"TP communication overlap (Transformer Engine's userbuffers) "
+                       f"runs inside one NVLink domain, and a TP group of {layout.tp} GPUs spans {domains}",
+                       "a TP group inside one NVLink domain, or tp_comm_overlap: false",
+                       reads=("parallelism.tp", "parallelism.order"))
 
 
 def tp_domains(layout: Layout, domains: np.ndarray) -> int:
