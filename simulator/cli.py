@@ -1046,7 +1046,8 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--network", default="flow", choices=NETWORK_MODES,
                       help="flow (default: flows share links max-min fairly) or analytic (no contention between "
                            "collectives)")
-    coll.add_argument("--chunk", default="4MiB", help="pipelining chunk size (default 4MiB; 'none' = off)")
+    coll.add_argument("--chunk", default="auto",
+                      help="pipelining chunk size (default auto: NCCL's for the protocol; 'none' = off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.add_argument("--force", action="store_true", help="run even on more than 32,768 GPUs")
     coll.set_defaults(func=_cmd_collective, one_run=True)

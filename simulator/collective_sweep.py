@@ -19,7 +19,7 @@ from simulator.units import format_size
 @collector_paused()
 def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
-                     chunk: str | None = None, protocol: str = "auto") -> list[dict]:
+                     chunk: str | None = "auto", protocol: str = "auto") -> list[dict]:
     """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the
     ones that ran: `auto`'s choice for this size, as NCCL_DEBUG=INFO names the algorithm and protocol NCCL's
     tuner picked), ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes); a send_recv's also its src and

@@ -19,6 +19,7 @@ from weakref import WeakKeyDictionary
 
 import simpy
 
+from simulator.collectives.chunking import ChunkSetting
 from simulator.collectives.execute import PlanRunner, run_plan, run_plans
 from simulator.collectives.names import AlgorithmChoice, ProtocolChoice
 from simulator.collector import collector_paused
@@ -95,7 +96,7 @@ class NetworkSettings:
     mode: NetworkMode = "flow"
     efficiency: tuple[tuple[str, float], ...] = ()
     algorithm: AlgorithmChoice = "auto"
-    chunk_bytes: float | None = None
+    chunk_bytes: ChunkSetting = None
     channels: int = 0
     protocol: ProtocolChoice = "auto"
 

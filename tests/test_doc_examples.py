@@ -371,21 +371,21 @@ COLLECTIVE_QUOTES = [
     ("docs/collectives.md", ["--topology dgx-h100 --sizes 1MiB", "--topology dgx-h100 --protocol ll --sizes 1GiB"],
      "up to 1 MiB, where it reaches {0[busbw]:.0f} GB/s busbw, half the cap; forced at 1 GiB (`--protocol ll`) it "
      "reaches {1[busbw]:.0f} GB/s here"),
-    ("docs/collectives.md", ["--topology dgx-a100-cluster --algorithm tree --sizes 512MiB",
+    ("docs/collectives.md", ["--topology dgx-a100-cluster --algorithm tree --sizes 512MiB --chunk 4MiB",
                              "--topology dgx-a100-cluster --algorithm ring --sizes 512MiB"],
-     "over its simulated {0[ms]:.2f} ms for 512 MiB over two DGX A100s (8 chunks per pipeline, as many as GPUs per "
-     "host) and picks the ring ({1[ms]:.2f} ms)"),
+     "over its simulated {0[ms]:.2f} ms for 512 MiB over two DGX A100s in 4 MiB chunks (`--chunk 4MiB`: 8 chunks "
+     "per pipeline, as many as GPUs per host) and picks the ring ({1[ms]:.2f} ms)"),
     ("docs/collectives.md", ["--topology dgx-a100-cluster --sizes 512MiB",
                              "--topology dgx-a100-cluster --algorithm ring --sizes 512MiB"],
-     "between two hosts the Simple tree again from 512 MiB ({0[ms]:.2f} ms against the ring's {1[ms]:.2f}:"),
+     "tree (512 MiB: {0[ms]:.2f} ms against the ring's {1[ms]:.2f}: its chain steps"),
     ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=16 --sizes 1MiB"],
-     "(16 hosts, 1 MiB: {0[us]:.1f} us)"),
+     "(16 hosts, 1 MiB: {0[us]:.1f} us; up to 8 MiB)"),
     ("docs/collectives.md", [f"{A100_16} --sizes 1KiB", f"{A100_16} --algorithm tree --protocol simple --sizes 1KiB",
                              f"{A100_16} --algorithm ring --protocol simple --sizes 1KiB", f"{A100_16} --sizes 1GiB",
-                             f"{A100_16} --algorithm tree --sizes 1GiB"],
-     "(1 KiB on 16 hosts: {0[us]:.0f} us, where the Simple tree takes {1[us]:.0f} and the Simple ring {2[us]:,.0f}), "
-     "the LL and LL128 ring for the middle sizes and the Simple ring for large ones (1 GiB: {3[ms]:.1f} ms against "
-     "the tree's {4[ms]:.1f})"),
+                             f"{A100_16} --algorithm ring --sizes 1GiB"],
+     "(1 KiB on 16 hosts: {0[us]:.0f} us, where the Simple tree takes {1[us]:.0f} and the Simple ring {2[us]:,.0f}; "
+     "up to 2 MiB), the LL128 tree from 4 to 256 MiB and the Simple tree from 512 MiB (1 GiB: {3[ms]:.1f} ms "
+     "against the ring's {4[ms]:.1f})"),
     ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --sizes 1KiB",
                              "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1KiB"],
      "({0[us]:.1f} us at 1 KiB, against `nvls_sharp`'s {1[us]:.0f} us without base latency)"),

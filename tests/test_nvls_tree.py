@@ -135,7 +135,7 @@ def test_tree_across_two_hosts_is_no_longer_the_slowest():
     assert times["tree"] < 1.05 * times["ring"]
     topology = load_topology("dgx-h100-cluster", {})
     request = CollectiveRequest("all_reduce", tuple(range(16)), GIB, chunk_bytes=4 * 2**20)
-    flat = all_reduce_phases(double_tree_edges(request.ranks, 1), request, 1)
+    flat = all_reduce_phases(double_tree_edges(request.ranks, 1), request, 1, (2, 8.0))
     env = simpy.Environment()
     network = Network(env, topology, efficiency=dict(CALIBRATED))
     env.process(run_plan(env, network, topology, flat))

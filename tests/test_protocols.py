@@ -11,7 +11,9 @@ import pytest
 from shared import ALPHA, BANDWIDTH, KIB, MIB, chakra_scenario, chakra_step, run, switch_topology, two_level_topology
 
 from simulator.cli import main
+from simulator.collective_sweep import collective_sweep
 from simulator.collectives import protocols
+from simulator.collectives.chunking import nccl_chunk
 from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
@@ -164,3 +166,32 @@ def test_the_tree_pays_its_own_base_latency_before_its_first_step(protocol):
     phases = plan_collective(CollectiveRequest("all_reduce", tuple(range(size)), nbytes), switch_topology(size),
                              "tree", protocol=protocol)
     assert [phase.launch for phase in phases] == pytest.approx([base] + [0.0] * (len(phases) - 1), rel=1e-12)
+
+
+def test_the_default_chunk_is_one_step_of_nccls_buffer_for_the_protocol():
+    """`collectives.chunk` defaulted to 4 MiB, NCCL's whole Simple buffer of 8 steps, where NCCL pipelines a chain
+    and a tree one step at a time (enqueue.cc `calcCollChunking`: buffSize / NCCL_STEPS, BROADCAST_CHUNKSTEPS 1):
+    every hop of the fill took 8 steps' time. A 64 MiB broadcast over 2 DGX H100s is 8 channels of 8 MiB over
+    a 15-hop chain: in 4 MiB chunks 16 steps of 4 MiB at ~47 GB/s, 1,631 us (busbw 41 GB/s, below one NIC's);
+    in Simple's 512 KiB, 30 steps of ~11 us, 538 us. LL moves 32 KiB of data a step, LL128 576,000 B (8 MiB in
+    15 chunks)."""
+    topology = load_topology("dgx-h100-cluster", {})
+    request = CollectiveRequest("broadcast", tuple(range(16)), 64 * MIB, chunk_bytes="auto")
+    for protocol, chunk in (("simple", 512 * KIB), ("ll", 32 * KIB), ("ll128", 8 * MIB / 15)):
+        phases = plan_collective(request, topology, "ring", protocol=protocol)
+        payload = sorted({t.nbytes * t.sent_share for phase in phases for t in phase.transfers})
+        assert payload == pytest.approx([chunk], rel=1e-12), protocol
+    rows = [collective_sweep("dgx-h100-cluster", {}, op="broadcast", algorithm="ring", protocol="simple", ranks=16,
+                             sizes=[64 * MIB], **chunk)[0] for chunk in ({}, {"chunk": "512KiB"}, {"chunk": "4MiB"})]
+    assert rows[0]["time_s"] == rows[1]["time_s"] < 0.6e-3 < 1.5e-3 < rows[2]["time_s"]
+
+
+def test_the_ll128_tree_halves_its_chunk_while_a_share_makes_few_chunks_for_the_trees_depth():
+    """NCCL's LL128 tree (enqueue.cc): 4 hosts of 8, nsteps = 1 + log2(4) + 0.1 x 8 = 3.8; a channel's 4 MiB
+    makes 4,194,304 // 576,000 = 7 chunks, under 64 x 3.8 / 8 = 30.4: halved to 288,000 (14), 144,000 (29),
+    72,000 (58, and under 131,072 anyway), which 16 x 3.8 / 8 = 7.6 leaves; whole 1,920 B grains: 71,040 B. A
+    share of 64 MiB makes 116 chunks of 576,000 and keeps them; a chain (no tree) keeps them at any size."""
+    assert nccl_chunk("ll128", 4 * MIB, (4, 8.0)) == 71040
+    assert nccl_chunk("ll128", 64 * MIB, (4, 8.0)) == 576000
+    assert nccl_chunk("ll128", 4 * MIB) == 576000
+    assert nccl_chunk("simple", 4 * MIB, (4, 8.0)) == 512 * KIB

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
+from simulator.collectives.chunking import ChunkSetting
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.collectives.phases import SIMPLE, CollectiveRequest, Phase, hop_kinds, window_stall
 from simulator.collectives.registry import plan_collective
@@ -227,7 +228,7 @@ def run_plans(env: simpy.Environment, network: Network, topology: Topology, plan
 
 def time_collective(topology: Topology, op: Primitive, algorithm: AlgorithmChoice, ranks, nbytes: float, *,
                     efficiency: dict[str, float] | None = None, mode: NetworkMode = "flow",
-                    chunk_bytes: float | None = None, channels: int | None = None, root: int = 0,
+                    chunk_bytes: ChunkSetting = None, channels: int | None = None, root: int = 0,
                     protocol: ProtocolChoice = "simple") -> float:
     """Seconds one collective takes alone on an idle network; ``ranks`` is a count (GPUs 0..k-1) or a list; NCCL's
     Simple protocol unless ``protocol`` says otherwise."""

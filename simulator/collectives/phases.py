@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from simulator.collectives.chunking import ChunkSetting
 from simulator.collectives.names import Primitive, Protocol
 
 if TYPE_CHECKING:
@@ -127,14 +128,17 @@ class CollectiveRequest:
     ``ranks`` are global GPU indices in group order (rank 0 of the group first); ``nbytes`` is the per-rank
     buffer size as nccl-tests counts it (for all_gather the gathered output, for all_to_all the total a rank
     sends); ``root`` is a position in ``ranks`` for broadcast/reduce; ``chunk_bytes`` is the pipelining
-    chunk (None = no chunking); ``channels`` is how many parallel rings/trees to use (0 = one per rail
-    the group can use); ``pair_bytes`` sizes each pair of an uneven all_to_all (row = sender, group order).
+    chunk (None = no chunking; `auto`: NCCL's for ``protocol``, the protocol the plan runs under, which
+    `registry.plan_collective` sets once it is resolved); ``channels`` is how many parallel rings/trees to use
+    (0 = one per rail the group can use); ``pair_bytes`` sizes each pair of an uneven all_to_all (row = sender,
+    group order).
     """
 
     op: Primitive
     ranks: tuple[int, ...]
     nbytes: float
     root: int = 0
-    chunk_bytes: float | None = None
+    chunk_bytes: ChunkSetting = None
     channels: int = 0
     pair_bytes: tuple[tuple[float, ...], ...] = ()
+    protocol: Protocol = "simple"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.collectives import (
     collnet_direct,
@@ -72,7 +72,7 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
         raise ScenarioError(f"algorithm {name!r} does not implement {request.op}",
                             field="collectives.algorithm", allowed=_offered(request, topology))
     try:
-        phases = chosen.plan(request, topology)
+        phases = chosen.plan(replace(request, protocol=resolved), topology)
     except ScenarioError as refused:
         if refused.field != "collectives.algorithm":
             raise

@@ -14,7 +14,8 @@ from itertools import chain, repeat
 
 from simulator.catalog.calibration import network_channels_per_nic
 from simulator.collectives.channels import first_member
-from simulator.collectives.names import Primitive
+from simulator.collectives.chunking import ChunkSetting, pipeline_chunk
+from simulator.collectives.names import Primitive, Protocol
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.tree import chunk_count, pipelined_phases
 from simulator.errors import ScenarioError
@@ -104,15 +105,16 @@ def ring_phase(rings: list[list[int]], nbytes_per_step: float, steps: int,
     return Phase(transfers, repeat=steps, pipelined=True)
 
 
-def chain_phases(order: list[int], nbytes: float, chunk_bytes: float | None, channel: int, *,
-                 toward_root: bool) -> list[Phase]:
-    """Pipelined chain from ``order[0]`` (or toward it): with L chunks, N-1+L-1 steps of one chunk."""
+def chain_phases(order: list[int], nbytes: float, chunk_bytes: ChunkSetting, channel: int, *,
+                 toward_root: bool, protocol: Protocol = "simple") -> list[Phase]:
+    """Pipelined chain from ``order[0]`` (or toward it): with L chunks, N-1+L-1 steps of one chunk
+    (`pipeline_chunk` under ``protocol``)."""
     hops = len(order) - 1
     if toward_root:
         edges = [(order[i + 1], order[i], channel, hops - 1 - i) for i in range(hops)]
     else:
         edges = [(order[i], order[i + 1], channel, i) for i in range(hops)]
-    return pipelined_phases(edges, nbytes, chunk_count(nbytes, chunk_bytes))
+    return pipelined_phases(edges, nbytes, chunk_count(nbytes, pipeline_chunk(chunk_bytes, protocol, nbytes)))
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
@@ -132,7 +134,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     for channel, ring in enumerate(rings):
         start = ring.index(root)
         chains.append(chain_phases(ring[start:] + ring[:start], per_channel, request.chunk_bytes, channel,
-                                   toward_root=request.op == "reduce"))
+                                   toward_root=request.op == "reduce", protocol=request.protocol))
     return merge_parallel(chains)
 
 

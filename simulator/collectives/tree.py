@@ -13,16 +13,13 @@ from bisect import bisect_right
 from collections.abc import Hashable, Sequence
 
 from simulator.collectives.channels import child_receivers, tree_chain
+from simulator.collectives.chunking import NCCL_STEPS, pipeline_chunk
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
 OPS: tuple[Primitive, ...] = ("all_reduce", "broadcast", "reduce")
-
-NCCL_STEPS = 8
-"""Chunk steps a connection keeps in flight: NCCL's ``NCCL_STEPS`` (src/include/device.h), the slots of a Simple
-protocol buffer that the sender fills before it waits for the receiver's credit (src/device/prims_simple.h)."""
 
 Edge = tuple[int, int, int, int]
 """(src GPU, dst GPU, channel, first step): the edge carries chunk j at step ``first step + j``."""
@@ -117,14 +114,21 @@ def double_binary_tree(ranks: tuple[int, ...]) -> list[list[tuple[int, int, int,
     return trees
 
 
-def all_reduce_phases(edges: tuple[list[Edge], list[Edge]], request: CollectiveRequest, channels: int
-                      ) -> list[Phase]:
+def all_reduce_phases(edges: tuple[list[Edge], list[Edge]], request: CollectiveRequest, channels: int,
+                      tree_hosts: tuple[int, float]) -> list[Phase]:
     """A tree all-reduce over the (up, down) ``edges`` of ``channels`` channels' two trees: each tree reduces
-    n / (2 channels) up to its root, then broadcasts it down, pipelined in chunks."""
+    n / (2 channels) up to its root, then broadcasts it down, pipelined in chunks (`pipeline_chunk`; the
+    group's ``tree_hosts``, its hosts and members per host, size NCCL's LL128 chunk)."""
     share = request.nbytes / (2 * channels)
-    chunks = chunk_count(share, request.chunk_bytes)
+    chunks = chunk_count(share, pipeline_chunk(request.chunk_bytes, request.protocol, share, tree_hosts))
     up, down = edges
     return pipelined_phases(up, share, chunks) + pipelined_phases(down, share, chunks)
+
+
+def tree_shape(ranks: tuple[int, ...], hosts: list[list[int]]) -> tuple[int, float]:
+    """A tree's hosts and ranks per host as NCCL's LL128 tree chunk reads them (`nccl_chunk`: nNodes and
+    nRanks / nNodes, ``hosts`` the group's members per host)."""
+    return len(hosts), len(ranks) / len(hosts)
 
 
 def double_tree_edges(ranks: tuple[int, ...], channels: int) -> tuple[list[Edge], list[Edge]]:
@@ -228,7 +232,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
         hosts = group_by_host(request.ranks, topology)
         channels = channel_count(request, topology, hosts)
         return all_reduce_phases(all_reduce_edges(request.ranks, hosts, channels, topology.gpu_nic), request,
-                                 channels)
+                                 channels, tree_shape(request.ranks, hosts))
     if request.op in ("broadcast", "reduce"):
         return binomial_phases(request.ranks, request.root, request.nbytes, toward_root=request.op == "reduce")
     raise ScenarioError(f"algorithm 'tree' does not implement {request.op}", field="collectives.algorithm")

@@ -27,10 +27,11 @@ import numpy as np
 
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, nvls, nvls_sharp, protocols, ring
+from simulator.collectives.chunking import NCCL_STEPS, pipeline_chunk
 from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
 from simulator.collectives.phases import NVLINK, CollectiveRequest, HopKind, Phase, hop_kind, hop_kinds, window_stall
 from simulator.collectives.ring import RING_STEPS, channel_count, group_by_host, nics_used
-from simulator.collectives.tree import NCCL_STEPS, all_reduce_edges, chunk_count, pipeline_stretches
+from simulator.collectives.tree import all_reduce_edges, chunk_count, pipeline_stretches
 from simulator.network.model import effective_capacity
 from simulator.topology.graph import Topology
 from simulator.topology.periods import Periods
@@ -295,7 +296,8 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
     own phase (``load``), the double tree from its plan's edges (`tree_estimate`)."""
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     if name == "tree" and terms.tree is not None:
-        tree_s = tree_estimate(request, terms.tree, terms.inner, terms.outer, protocol)
+        tree_s = tree_estimate(request, terms.tree, terms.inner, terms.outer, protocol,
+                               (terms.host_count, terms.size / terms.host_count))
         return tree_s + protocols.base_latency(name, protocol)
     if name == "ring" and load is not None:
         step = load.latency(protocol) + load.seconds(request.nbytes, fraction)
@@ -305,11 +307,11 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
         return (nvls.LATENCY + 2 * math.ceil(math.log2(terms.host_count)) * nvls.TREE_NET_LATENCY
                 + load.seconds(request.nbytes))
     inner, outer = terms.inner.under(name, protocol), terms.outer.under(name, protocol)
-    return _transfer_estimate(request, terms, name, inner, outer) + protocols.base_latency(name, protocol)
+    return _transfer_estimate(request, terms, name, inner, outer, protocol) + protocols.base_latency(name, protocol)
 
 
-def _transfer_estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, inner: Hop, outer: Hop
-                       ) -> float:
+def _transfer_estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, inner: Hop, outer: Hop,
+                       protocol: Protocol) -> float:
     """``name``'s latency + size / bandwidth on hops already under its protocol (`_estimate`): p ranks on N
     hosts, g members on the fullest, n bytes, r the rails the group leaves each host on (distinct NICs, at most
     one per channel), ch the channels (ring.channel_count), L the pipeline chunks of a chain. NVLS loads its
@@ -320,7 +322,8 @@ def _transfer_estimate(request: CollectiveRequest, terms: GroupTerms, name: Algo
         # Inside one host (across hosts: `PhaseLoad`): per step every GPU's link carries n / p.
         return RING_STEPS[request.op](size) * (a_in + n / size / b_in)
     if name == "ring":
-        return chain_estimate(n, size, terms.channels, terms.rails, request.chunk_bytes, inner,
+        return chain_estimate(n, size, terms.channels, terms.rails,
+                              pipeline_chunk(request.chunk_bytes, protocol, n / terms.channels), inner,
                               outer if terms.host_count > 1 else None)
     if name == "nvls" and terms.nvls_domain:
         return nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (terms.nvls_rate * b_in)
@@ -405,10 +408,12 @@ def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[
                      kept(topology, (*key, "rerouted"), rerouted))
 
 
-def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, outer: Hop, protocol: Protocol) -> float:
+def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, outer: Hop, protocol: Protocol,
+                  tree_hosts: tuple[int, float]) -> float:
     """NCCL's tree all-reduce under ``protocol`` as tree.py plans it, step by step over the plan's own edges
     (`all_reduce_edges`): every channel's two trees carry n / (2 ch) each, up then down, each pass a pipeline of
-    L chunks of c bytes in which an edge carries chunk j at its first step plus j. Over each stretch of steps
+    L chunks of c bytes (`pipeline_chunk`; ``tree_hosts``, the group's hosts and members per host, size NCCL's
+    LL128 chunk) in which an edge carries chunk j at its first step plus j. Over each stretch of steps
     with the same active edges (`pipeline_stretches`, as the plan's phases), a step lasts as long as its
     busiest port: c times the most active edges a GPU sends or receives on inside its host over the NVLink
     bandwidth (``inner``, under Simple as ``outer``), and c times the most active edges across hosts any link of
@@ -427,7 +432,7 @@ def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, oute
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     inner = inner.under("tree", protocol)
     share = request.nbytes / (2 * terms.channels)
-    chunks = chunk_count(share, request.chunk_bytes)
+    chunks = chunk_count(share, pipeline_chunk(request.chunk_bytes, protocol, share, tree_hosts))
     chunk = share / chunks
     total = 0.0
     rerouted = terms.rerouted or (None,) * len(terms.passes)

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from simulator.collectives.chunking import chunk_bytes
+from simulator.collectives.chunking import AUTO_CHUNK, chunk_bytes
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.config.faults import FaultsConfig, StepDuration
 from simulator.config.link_classes import EfficiencyProfile, LinkClass
@@ -91,7 +91,7 @@ def _group(value: object) -> object:
 ScheduleName = Annotated[str, AfterValidator(user_value(_schedule))]
 MessageSize = Annotated[float, BeforeValidator(user_value(parse_buffer_size)), Field(ge=0)]
 """A communication buffer's bytes: a collective's or transfer's size, a gradient bucket (0 B, or 1 B to 1 PiB)."""
-Chunk = Annotated[float | None, BeforeValidator(user_value(chunk_bytes))]
+Chunk = Annotated[float | Literal["auto"] | None, BeforeValidator(user_value(chunk_bytes))]
 GpuGroup = Annotated[Literal["all"] | list[int], BeforeValidator(_group)]
 
 MAX_MICROBATCHES = 100_000
@@ -117,10 +117,6 @@ class NetworkConfig(Section):
     efficiency: EfficiencyProfile | dict[LinkClass, Annotated[float, Field(gt=0, le=1)]] = "calibrated"
 
 
-DEFAULT_CHUNK_BYTES = 4 * 2**20
-"""Pipelining chunk of trees and chains (NCCL pipelines every collective in chunks of a few MiB)."""
-
-
 SmContention = Literal["nccl", "none"]
 """Whether communication kernels take SMs from the compute running beside them: `nccl` (as many as NCCL's
 channels, or the TP overlap's settings; docs/cost-model.md) or `none` (overlapped communication is free)."""
@@ -139,12 +135,13 @@ def _within_nccl_channels(channels: int) -> int:
 
 class CollectivesConfig(Section):
     """Defaults for every collective: algorithm, NCCL protocol (`auto`: chosen with the algorithm), pipelining
-    chunk (`none` = off) and channels (0 = one per rail; at most NCCL's MAXCHANNELS); `sm_contention`: compute
-    slowed while communication kernels hold SMs (`nccl`) or not (`none`)."""
+    chunk (`auto`: NCCL's for the protocol; `none` = off) and channels (0 = one per rail; at most NCCL's
+    MAXCHANNELS); `sm_contention`: compute slowed while communication kernels hold SMs (`nccl`) or not
+    (`none`)."""
 
     algorithm: AlgorithmChoice = "auto"
     protocol: ProtocolChoice = "auto"
-    chunk: Chunk = DEFAULT_CHUNK_BYTES
+    chunk: Chunk = AUTO_CHUNK
     channels: Annotated[int, Field(ge=0), AfterValidator(_within_nccl_channels)] = 0
     sm_contention: SmContention = "nccl"
 

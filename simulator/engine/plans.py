@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.collectives.chunking import ChunkSetting
 from simulator.collectives.execute import ParsedPhases
 from simulator.collectives.names import AlgorithmChoice, AlgorithmName, ProtocolChoice
 from simulator.collectives.phases import CollectiveRequest, Phase
@@ -45,7 +46,7 @@ class PlanCache:
     applies, by which `auto` weighs its candidates. Plans are cached by what they depend on, the message size
     included, since `auto` picks different algorithms (and links) and protocols for small and large messages."""
 
-    def __init__(self, topology: Topology, *, algorithm: AlgorithmChoice = "auto", chunk_bytes: float | None = None,
+    def __init__(self, topology: Topology, *, algorithm: AlgorithmChoice = "auto", chunk_bytes: ChunkSetting = None,
                  channels: int = 0, efficiency: Mapping[str, float] | None = None, protocol: ProtocolChoice = "auto"):
         self.topology = topology
         self.default_algorithm = algorithm
