@@ -573,10 +573,12 @@ def test_hand_offs_sharing_a_nic_that_hash_onto_one_uplink_unfold(run_yaml):
 def test_cp_ranks_fold_exactly(run_yaml, algorithm, nodes, leaf_ports, tp, cp, pp, dp):
     """One rank per stage stands for its CP peers (causal load balancing gives them equal work, their K/V
     rings and sends are mirrors of the simulated ones): the folded step is the unfolded one, for ring attention
-    and for the all-gather of K/V."""
+    and for the all-gather of K/V. DP runs rings, as the cases say (`auto` takes NCCL's tree for the first
+    case's DP buckets, whose mirrors meet the K/V rings unlike the simulated copy's: its lockstep check unfolds
+    the step)."""
     overrides = (f"cluster.nodes={nodes}", f"cluster.leaf_ports={leaf_ports}", f"parallelism.tp={tp}",
                  f"parallelism.cp={cp}", f"parallelism.pp={pp}", f"parallelism.dp={dp}",
-                 f"parallelism.cp_algorithm={algorithm}")
+                 f"parallelism.cp_algorithm={algorithm}", "collectives.algorithm=ring")
     folded = run_yaml(CP_FABRIC_TEMPLATE, *overrides).summary
     unfolded = run_yaml(CP_FABRIC_TEMPLATE, *overrides, "run.fold=false").summary
     assert folded["folded"] and "fold_off_reason" not in folded
