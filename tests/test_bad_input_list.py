@@ -531,6 +531,9 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                      "s.yaml:3: workload[0].bytes: size '1.5 B' is 1.5 B, not whole bytes"),
     "bucket-beyond-a-petabyte": (scenario(PRESET + "parallelism: {ddp: {bucket: 2 PiB}}\n"), RUN, 2,
                                  "s.yaml:4: parallelism.ddp.bucket: size '2 PiB' is more than 1 PiB"),
+    # was accepted and ran each gradient tensor as its own bucket; PyTorch and Megatron-LM take a cap of 1 B or more
+    "bucket-of-zero-bytes": (scenario(PRESET + "parallelism: {ddp: {bucket: 0 MiB}}\n"), VALIDATE, 2,
+                             "s.yaml:4: parallelism.ddp.bucket: '0 MiB' is not above 0 (allowed: a value > 0)"),
     "collective-size-beyond-a-petabyte": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1e30B"], 2,
                                           "error: command line: trainsim collective: --sizes: size '1e30B' is more "
                                           "than 1 PiB"),

@@ -237,3 +237,18 @@ def test_learned_position_table_is_whole_on_every_tp_rank():
     step = build_training_step(loaded.scenario, scenario_topology(loaded))
     embedding = step.plan.stages[0].blocks[0]
     assert embedding.name == "embedding" and embedding.tensors == pytest.approx((first,), rel=1e-12)
+
+
+@pytest.mark.parametrize("bucket, buffers_gb", [("25 MiB", 2 * 25 * 2**20 / 1e9), ("10 GiB", 2 * 10 * 2**30 / 1e9),
+                                                ("2 TiB", 8_030_261_248 * 4 / 1e9)])
+def test_ddp_buckets_hold_at_most_the_gradients_of_the_rank(bucket, buffers_gb):
+    """Llama 3 8B over DP 8 (8,030,261,248 parameters whole on each rank, fp32 gradients: 32.1 GB): DDP's two bucket
+    buffers are 2 x bucket until they would hold more than the gradients they partition. A 2 TiB bucket (one
+    bucket of every gradient) was charged 4 TiB, 4,171 GiB needed and a false OUT OF MEMORY; its buffers are the
+    32.1 GB of gradients."""
+    loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"),
+                           [f"parallelism.ddp.bucket={bucket}"])
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
+    (breakdown, _), = stage_memory(loaded.scenario, step)
+    assert breakdown.buffers / 1e9 == pytest.approx(buffers_gb, rel=1e-12)
+    assert breakdown.buffers <= breakdown.grads

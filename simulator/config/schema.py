@@ -90,7 +90,10 @@ def _group(value: object) -> object:
 
 ScheduleName = Annotated[str, AfterValidator(user_value(_schedule))]
 MessageSize = Annotated[float, BeforeValidator(user_value(parse_buffer_size)), Field(ge=0)]
-"""A communication buffer's bytes: a collective's or transfer's size, a gradient bucket (0 B, or 1 B to 1 PiB)."""
+"""A communication buffer's bytes: a collective's or transfer's size (0 B, or 1 B to 1 PiB)."""
+BucketSize = Annotated[float, BeforeValidator(user_value(parse_buffer_size)), Field(gt=0)]
+"""A DDP gradient bucket's cap, 1 B to 1 PiB: PyTorch's reducer and Megatron-LM close a bucket once it holds
+the cap, so a cap of 0 B is no bucket size."""
 Chunk = Annotated[float | Literal["auto"] | None, BeforeValidator(user_value(chunk_bytes))]
 GpuGroup = Annotated[Literal["all"] | list[int], BeforeValidator(_group)]
 
@@ -400,7 +403,7 @@ class DDPConfig(Section):
     torch.distributed.pipelining (pp > 1), once per stage after its last backward (true is refused there: the
     pipeline stage turns FSDP's sync off on every backward)."""
 
-    bucket: MessageSize = 25 * 2**20
+    bucket: BucketSize = 25 * 2**20
     overlap: bool = True
     overlap_param_gather: bool = False
     reduce_every_microbatch: bool | None = None

@@ -23,6 +23,15 @@ DDP_BUCKET_COPIES = 2.0
 """DDP keeps a flat gradient buffer per bucket being reduced and the next one being filled."""
 
 
+def ddp_bucket_bytes(bucket_bytes: float, gradient_bytes: float) -> float:
+    """DDP's two bucket buffers (`DDP_BUCKET_COPIES`), at most the ``gradient_bytes`` the rank's buckets hold:
+    buckets partition the gradients (PyTorch's reducer, `compute_bucket_assignment_by_size`, closes a bucket
+    once it reaches the cap, so a cap above the gradients makes one bucket of all of them; Megatron-LM's
+    ParamAndGradBuffer cuts its buckets out of the one gradient buffer), so a bucket of 10 GiB on a rank of
+    8 GiB of gradients holds 8 GiB, not 20."""
+    return min(DDP_BUCKET_COPIES * bucket_bytes, gradient_bytes)
+
+
 def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBreakdown, float]]:
     """Peak memory of one rank of each pipeline stage (ranks of a stage are alike), with the micro-batches of
     activations it holds at its peak: the chunks in flight weighted by the activations each keeps, so a rank
@@ -76,7 +85,9 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
         elif dp_ways > 1 and plan.sharding.sharded_grad_steps:
             buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.grad_bytes)
         elif dp_ways > 1:
-            buffers = DDP_BUCKET_COPIES * plan.sharding.bucket_bytes
+            gradients = memory.rank_params(model, layout.tp, layers, 0 in vstages,
+                                           layout.pp * plan.virtual_stages - 1 in vstages, par.ep)
+            buffers = ddp_bucket_bytes(plan.sharding.bucket_bytes, gradients * plan.sharding.grad_bytes)
             if accumulates and plan.sharding.fsdp:
                 buffers += fsdp_accumulator_bytes(step, pp_rank)
         buffers += recomputing
