@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from simulator import simulate
+from simulator.catalog.gpus import catalog_gpu_of
 from simulator.config.loader import scenario_from_text
 from simulator.workload.traces.model import attention_key_length, kernel_kind
 
@@ -344,3 +345,27 @@ def test_a_replay_on_the_traced_gpu_is_unchanged_by_naming_it():
     assert {(entry["key_length"], entry["key_length_from"]) for entry in classes["attention"]["rates"]} == \
         {(2048, "trace")}
     assert "gpu_move" not in plain.summary["trace"]
+
+
+def test_a_trace_replayed_on_another_gpu_without_traced_gpu_warns_naming_the_gpu_it_ran_on():
+    """The bundled trace's header names its GPU (`deviceProperties: [{'name': 'NVIDIA H200', ...}]`). Replayed on
+    an H100 SXM without `traced_gpu` it kept the H200's kernel times (16.23 ms, where moved it takes 20.22 ms)
+    under the H100's name, without a word. It warns at that field, naming the GPU and the setting that moves the
+    kernels; nothing is said on an H200 or with `traced_gpu` given."""
+    text = SCENARIO.read_text()
+    on_h100 = simulate(scenario_from_text(text, source=str(SCENARIO), overrides=["cluster.gpu_model=h100-sxm"]))
+    assert [warning for warning in on_h100.summary["warnings"] if "deviceProperties" in warning] == [
+        f"{TRACE}: deviceProperties[0].name: the trace ran on an NVIDIA H200, the cluster's GPU is h100-sxm: its "
+        "kernels keep the traced GPU's durations (set workload.traced_gpu: h200 to move them)"]
+    moved = simulate(scenario_from_text(text, source=str(SCENARIO), overrides=["cluster.gpu_model=h100-sxm",
+                                                                               "workload.traced_gpu=h200"]))
+    for result in (replay(False), moved):
+        assert not any("deviceProperties" in warning for warning in result.summary["warnings"])
+
+
+@pytest.mark.parametrize("device, gpu", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+                                         ("NVIDIA H100 PCIe", None), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+                                         ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA B200", "b200"),
+                                         ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", None)])
+def test_a_cuda_device_name_is_its_catalog_gpu(device, gpu):
+    assert catalog_gpu_of(device) == gpu

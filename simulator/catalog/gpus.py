@@ -23,6 +23,7 @@ bytes (80e9 = 74.5 GiB) would understate what a training job can allocate by 5 G
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -74,6 +75,18 @@ GPUS: MappingProxyType = MappingProxyType({
         _spec("gb200", 189471 * MIB, 8.0e12, fp8=5000.0, bf16=2500.0, fp16=2500.0, tf32=1250.0, fp32=80.0),
     )
 })
+
+
+DEVICE_NAMES: tuple[tuple[str, str], ...] = (
+    (r"\bGB200\b", "gb200"), (r"\bB200\b", "b200"), (r"\bH200\b", "h200"), (r"\bH100\b(?!.*PCIe)", "h100-sxm"),
+    (r"\bA100\b.*80GB", "a100-80gb"), (r"\bA100\b", "a100-40gb"))
+"""The catalog GPU of a device name as CUDA reports it (`cudaDeviceProp.name`, which a Kineto trace's
+`deviceProperties` records: 'NVIDIA H100 80GB HBM3', 'NVIDIA A100-SXM4-80GB'), patterns tried in order."""
+
+
+def catalog_gpu_of(device: str) -> str | None:
+    """The catalog GPU ``device`` (a CUDA device name) is, None where it is none of them (an H100 PCIe, an L40S)."""
+    return next((name for pattern, name in DEVICE_NAMES if re.search(pattern, device)), None)
 
 
 def gpu_names() -> tuple[str, ...]:

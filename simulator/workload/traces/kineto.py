@@ -122,6 +122,15 @@ def _documents_in_a_row(data: bytes) -> bool:
     return bool(text[end:].strip())
 
 
+def _device_name(properties: object) -> str:
+    """The GPU a Kineto trace ran on, as its `deviceProperties` name every visible device ('NVIDIA H200'); ''
+    where it lists none (a CPU trace), names several, or is not a list of objects."""
+    if not isinstance(properties, list):
+        return ""
+    names = {device.get("name") for device in properties if isinstance(device, dict)}
+    return next(iter(names)) if len(names) == 1 and isinstance(next(iter(names)), str) else ""
+
+
 def read_kineto(path: Path) -> TracedRank:
     """One rank's Kineto trace as a TracedRank (its rank from `distributedInfo`, when present)."""
     file = str(path)
@@ -143,7 +152,7 @@ def read_kineto(path: Path) -> TracedRank:
                         untold_peers=tuple(parsed.untold_peers), lost_shapes=tuple(parsed.lost_shapes),
                         repeated_gemms=tuple(parsed.repeated_gemms), window=None if parsed.gpu else parsed.step_window,
                         world=world, world_field="distributedInfo.world_size", groups=groups,
-                        groups_field="distributedInfo.pg_config")
+                        groups_field="distributedInfo.pg_config", device=_device_name(doc.get("deviceProperties")))
     if traced.span_s() > MAX_STEP_DURATION_S:
         raise trace_error(file, "traceEvents", f"the replayed events span {traced.span_s():.4g} s, more than a day, "
                           "longer than any training step", "a profiler trace of one training step")

@@ -96,7 +96,8 @@ class TracedRank:
     recorded shapes that launched no GEMM kernel to take them, ``repeated_gemms`` (event index and name of the
     op, name of the kernel) of GEMM kernels after the first of an op with recorded shapes, which keep their
     traced time (kineto.py, launchers.py); ``window`` is the traced step's (start, end) where the trace
-    marks it (a ProfilerStep annotation around host-only activity)."""
+    marks it (a ProfilerStep annotation around host-only activity); ``device`` the GPU the trace names (every
+    entry of Kineto's `deviceProperties` by one name, '' where it names none or several)."""
 
     file: str
     rank: int
@@ -113,6 +114,7 @@ class TracedRank:
     world_field: str = ""
     groups: dict[str, ProcessGroup] = field(default_factory=dict)
     groups_field: str = ""
+    device: str = ""
 
     def where(self, op: TracedOp) -> str:
         """The field that locates ``op`` in its file: traceEvents[i] or nodes[i]."""

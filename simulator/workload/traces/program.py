@@ -28,7 +28,7 @@ from glob import has_magic
 from pathlib import Path
 from typing import NamedTuple
 
-from simulator.catalog.gpus import GPUSpec, get_gpu
+from simulator.catalog.gpus import GPUSpec, catalog_gpu_of, get_gpu
 from simulator.collectives.names import Primitive
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import MathPrecision
@@ -157,6 +157,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
     warnings += _gemm_warnings(traced, config)
+    warnings += _device_warnings(traced, config, gpu.name)
     warnings += settled + assumed + untraced
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
@@ -177,6 +178,22 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                        peak_flops=gpu.peak(PEAK_PRECISION),
                        async_streams=ASYNC_STREAMS, folded=len(ranks) < world, warnings=warnings,
                        details=details, fold_off_check="copies")
+
+
+def _device_warnings(traced: list[TracedRank], config: TraceWorkload, cluster_gpu: str) -> tuple[str, ...]:
+    """A warning where the trace names the GPU it ran on (Kineto's `deviceProperties`), that GPU is not the
+    cluster's and `workload.traced_gpu` is not given: its kernels keep the traced GPU's durations, as a trace of
+    unknown GPU's do (docs/traces.md), and the run would label another GPU's step with the cluster's GPU."""
+    if config.traced_gpu is not None:
+        return ()
+    rank = next((rank for rank in traced if rank.device), None)
+    if rank is None or catalog_gpu_of(rank.device) == cluster_gpu:
+        return ()
+    known = catalog_gpu_of(rank.device)
+    remedy = (f"set workload.traced_gpu: {known} to move them" if known is not None else
+              "it is no catalog GPU, so workload.traced_gpu cannot move them")
+    return (f"{rank.file}: deviceProperties[0].name: the trace ran on an {rank.device}, the cluster's GPU is "
+            f"{cluster_gpu}: its kernels keep the traced GPU's durations ({remedy})",)
 
 
 def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str, ...]:
