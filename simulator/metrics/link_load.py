@@ -4,7 +4,8 @@ Each flow is taken at its mean rate (bytes over its lifetime, latency included) 
 route; the run is cut into `BINS` equal time bins and each bin holds the bytes that crossed the link in it,
 divided by what the link's line rate could carry in that time. A bin is therefore exact in bytes per flow
 lifetime, not in instantaneous rate: where max-min sharing changed a flow's rate mid-way, the bytes are spread
-evenly over its life. The links shown are those the simulated ranks' flows use (folded mirror ranks add their
+evenly over its life, and a bin that then holds more than the line rate passes the excess on to the next
+(`within_line_rate`). The links shown are those the simulated ranks' flows use (folded mirror ranks add their
 traffic to those links but not links of their own), at most `MAX_LINKS` of them, the busiest first.
 """
 
@@ -58,8 +59,29 @@ def link_load(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, src: n
     position[needed] = np.arange(needed.size)
     per_key = _binned(start_s, end_s, nbytes, position[keys], flow_of, needed.size, makespan_s)
     per_bin = per_key[position[links]] + per_key[position[shares(links)]]
-    utilisation = per_bin / (makespan_s / BINS * line_rate[links][:, None])
+    utilisation = within_line_rate(per_bin / (makespan_s / BINS * line_rate[links][:, None]))
     return LinkLoad(tuple(links.tolist()), np.linspace(0.0, makespan_s, BINS + 1), utilisation)
+
+
+def within_line_rate(utilisation: np.ndarray) -> np.ndarray:
+    """``utilisation`` (links x bins) with what a bin holds above the line rate carried into the next bins, and
+    what is left at the end into the last bins below it, backwards: flows taken at their mean rate overstate a
+    link where a flow that shared it at first ran faster later (Mixtral's dense and expert parameter gathers
+    starting together showed an InfiniBand link at 133%), and the link carried those bytes later. Each link's
+    bytes are kept: a bin never shows more than the line rate."""
+    spread = utilisation.copy()
+    carry = np.zeros(len(spread))
+    for column in range(spread.shape[1]):
+        total = spread[:, column] + carry
+        spread[:, column] = np.minimum(total, 1.0)
+        carry = total - spread[:, column]
+    for column in range(spread.shape[1] - 1, -1, -1):
+        if not carry.any():
+            break
+        room = np.minimum(1.0 - spread[:, column], carry)
+        spread[:, column] += room
+        carry -= room
+    return spread
 
 
 def _load_keys(routes: FlowRoutes, flow_of: np.ndarray, count: int):
