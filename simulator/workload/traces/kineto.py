@@ -128,7 +128,8 @@ def _device_name(properties: object) -> str:
     if not isinstance(properties, list):
         return ""
     names = {device.get("name") for device in properties if isinstance(device, dict)}
-    return next(iter(names)) if len(names) == 1 and isinstance(next(iter(names)), str) else ""
+    name = names.pop() if len(names) == 1 else None
+    return name if isinstance(name, str) else ""
 
 
 def read_kineto(path: Path) -> TracedRank:
