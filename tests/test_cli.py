@@ -315,13 +315,13 @@ def test_collective_table(capsys):
 
 def test_collective_names_the_algorithm_auto_chose_per_size(capsys):
     """`auto` switches algorithm with the size (on two DGX A100s: the tree for small messages, the
-    rail-aligned ring for large ones); the table and the JSON said only `auto`, so a kink in the busbw curve
+    rail-aligned ring at a few MiB); the table and the JSON said only `auto`, so a kink in the busbw curve
     had no explanation. Each row now names the algorithm and protocol that ran, as NCCL_DEBUG=INFO does."""
-    args = ["collective", "--topology", "dgx-a100-cluster", "--set", "nodes=2", "--sizes", "64KiB,256MiB"]
+    args = ["collective", "--topology", "dgx-a100-cluster", "--set", "nodes=2", "--sizes", "64KiB,4MiB"]
     assert main(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[1].split()[-2:] == ["algorithm", "protocol"]
-    assert [line.split()[-2:] for line in lines[2:]] == [["tree", "ll"], ["ring", "simple"]]
+    assert [line.split()[-2:] for line in lines[2:]] == [["tree", "ll"], ["ring", "ll"]]
     assert main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(row["algorithm"], row["resolved_algorithm"]) for row in rows] == [("auto", "tree"), ("auto", "ring")]
@@ -577,8 +577,8 @@ def test_a_chunk_is_checked_once_for_the_scenario_and_the_collective_command(chu
     scenario = capsys.readouterr().err.split(f": --set collectives.chunk={chunk}: ", 1)[1]
     assert main(["collective", "--topology", "dgx-h100", "--chunk", chunk]) == 2
     flag = capsys.readouterr().err.split(": --chunk: ", 1)[1]
-    assert scenario == flag and flag.endswith("(allowed: whole bytes from 1 B up to 1 PiB such as 4 MiB, or none (off) "
-                                              "to turn chunking off)\n")
+    assert scenario == flag and flag.endswith("(allowed: auto for NCCL's chunk of the protocol, whole bytes from 1 B "
+                                              "up to 1 PiB such as 512 KiB, or none (off) to turn chunking off)\n")
 
 
 def test_the_collective_command_moves_an_error_onto_its_flag_with_every_other_part_kept(monkeypatch):

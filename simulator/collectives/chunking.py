@@ -11,7 +11,7 @@ from simulator.errors import InputError, ScenarioError
 from simulator.units import parse_message_size, whole_bytes
 
 CHUNK_FIELD = "collectives.chunk"
-CHUNK_ALLOWED = ("auto (NCCL's chunk for the protocol), whole bytes from 1 B up to 1 PiB such as 512 KiB, or none "
+CHUNK_ALLOWED = ("auto for NCCL's chunk of the protocol, whole bytes from 1 B up to 1 PiB such as 512 KiB, or none "
                  "(off) to turn chunking off")
 CHUNKING_OFF = ("none", "off")
 AUTO_CHUNK: Literal["auto"] = "auto"
