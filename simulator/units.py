@@ -132,6 +132,17 @@ def parse_buffer_size(value: object) -> float:
     return whole_bytes(parse_message_size(value), value, BUFFER_ALLOWED)
 
 
+BUCKET_ALLOWED = "whole bytes from 1 B up to 1 PiB (2^50 B), e.g. 25 MiB"
+
+
+def parse_bucket_size(value: object) -> float:
+    """Bytes of a DDP gradient bucket's cap: whole bytes, at least 1 B (a 0 B cap is no bucket size)."""
+    nbytes = whole_bytes(parse_message_size(value), value, BUCKET_ALLOWED)
+    if nbytes <= 0:
+        raise InputError(f"size {value!r} is no bucket: a bucket holds at least 1 B", allowed=BUCKET_ALLOWED)
+    return nbytes
+
+
 def parse_duration(value: object) -> float:
     """Seconds from a duration such as "1.5 us" or "54 d"."""
     return parse_quantity(value, "duration")

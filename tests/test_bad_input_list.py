@@ -533,7 +533,12 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                  "s.yaml:4: parallelism.ddp.bucket: size '2 PiB' is more than 1 PiB"),
     # was accepted and ran each gradient tensor as its own bucket; PyTorch and Megatron-LM take a cap of 1 B or more
     "bucket-of-zero-bytes": (scenario(PRESET + "parallelism: {ddp: {bucket: 0 MiB}}\n"), VALIDATE, 2,
-                             "s.yaml:4: parallelism.ddp.bucket: '0 MiB' is not above 0 (allowed: a value > 0)"),
+                             "s.yaml:4: parallelism.ddp.bucket: size '0 MiB' is no bucket: a bucket holds at least 1 B "
+                             "(allowed: whole bytes from 1 B up to 1 PiB (2^50 B), e.g. 25 MiB)"),
+    # offered "0 B, or whole bytes from 1 B", the buffers' text, though a 0 B bucket is refused
+    "bucket-of-half-a-byte": (scenario(PRESET + "parallelism: {ddp: {bucket: 0.5 B}}\n"), VALIDATE, 2,
+                              "s.yaml:4: parallelism.ddp.bucket: size '0.5 B' is 0.5 B, not whole bytes "
+                              "(allowed: whole bytes from 1 B up to 1 PiB (2^50 B), e.g. 25 MiB)"),
     "collective-size-beyond-a-petabyte": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1e30B"], 2,
                                           "error: command line: trainsim collective: --sizes: size '1e30B' is more "
                                           "than 1 PiB"),

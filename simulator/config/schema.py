@@ -39,7 +39,7 @@ from simulator.config.training_options import (
 )
 from simulator.errors import lookup, yaml_spelling
 from simulator.network.modes import NetworkMode
-from simulator.units import parse_buffer_size
+from simulator.units import parse_bucket_size, parse_buffer_size
 
 
 def _schedule(name: str) -> str:
@@ -91,7 +91,7 @@ def _group(value: object) -> object:
 ScheduleName = Annotated[str, AfterValidator(user_value(_schedule))]
 MessageSize = Annotated[float, BeforeValidator(user_value(parse_buffer_size)), Field(ge=0)]
 """A communication buffer's bytes: a collective's or transfer's size (0 B, or 1 B to 1 PiB)."""
-BucketSize = Annotated[float, BeforeValidator(user_value(parse_buffer_size)), Field(gt=0)]
+BucketSize = Annotated[float, BeforeValidator(user_value(parse_bucket_size))]
 """A DDP gradient bucket's cap, 1 B to 1 PiB: PyTorch's reducer and Megatron-LM close a bucket once it holds
 the cap, so a cap of 0 B is no bucket size."""
 Chunk = Annotated[float | Literal["auto"] | None, BeforeValidator(user_value(chunk_bytes))]
