@@ -216,7 +216,7 @@ def test_tp_comm_overlap_with_a_tp_group_across_hosts_is_refused_at_the_overlap(
     assert main(["validate", str(scenario), "--set", "parallelism.order=[dp, pp, cp, tp]"]) == 2
     assert capsys.readouterr().err == (
         f"error: {scenario}:5: parallelism.tp_comm_overlap: TP communication overlap (Transformer Engine's "
-        "userbuffers) runs inside one NVLink domain, and a TP group of 8 GPUs spans 2 (with --set "
+        "userbuffers) runs inside one NVLink domain, and a TP group of 8 GPUs spans 2 NVLink domains (with --set "
         "parallelism.order=[dp, pp, cp, tp]) (allowed: a TP group inside one NVLink domain, or tp_comm_overlap: "
         "false)\n")
 

@@ -481,7 +481,8 @@ def _check_tp_overlap_domains(tp_comm_overlap: bool, layout: Layout, topology: T
     domains = tp_domains(layout, topology.gpu_domain_array)
     if domains > 1:
         raise _invalid("parallelism.tp_comm_overlap", f"TP communication overlap (Transformer Engine's userbuffers) "
-                       f"runs inside one NVLink domain, and a TP group of {layout.tp} GPUs spans {domains}",
+                       f"runs inside one NVLink domain, and a TP group of {layout.tp} GPUs spans {domains} NVLink "
+                       "domains",
                        "a TP group inside one NVLink domain, or tp_comm_overlap: false",
                        reads=("parallelism.tp", "parallelism.order"))
 
