@@ -22,6 +22,8 @@ from simulator.collectives.tuner import (
     first_period_translate,
     group_shape,
     group_terms,
+    ll_bus_cap,
+    ll_capped,
     terms_estimates,
     tree_passes,
     weighed_group,
@@ -64,10 +66,19 @@ def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=N
 
 
 def simulated_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
-    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request``."""
+    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request``, an LL ring's or
+    tree's no faster than NCCL's cap on LL's busbw lets the tuner rate it (`ll_capped`), as `auto` weighs it."""
     names = candidates(request, topology, group_by_host(request.ranks, topology))
-    return {Choice(name, protocol): simulated(topology, request, name, efficiency, protocol) for name in names
-            for protocol in protocols.available(name, request.op, request.ranks, topology)}
+    terms = group_terms(request, topology, calibrated(topology.gpu_model) if efficiency is None else efficiency)
+    times = {Choice(name, protocol): simulated(topology, request, name, efficiency, protocol) for name in names
+             for protocol in protocols.available(name, request.op, request.ranks, topology)}
+    return {pair: nccl_rated(request, terms, pair, seconds) for pair, seconds in times.items()}
+
+
+def nccl_rated(request: CollectiveRequest, terms, pair: Choice, seconds: float) -> float:
+    """``seconds`` of ``pair`` as `auto` weighs them: an LL ring's or tree's no faster than NCCL's cap on LL."""
+    return ll_capped(request, terms, pair.algorithm, seconds) if pair.protocol == "ll" and pair.algorithm in (
+        "ring", "tree") else seconds
 
 
 @pytest.mark.parametrize("name", ["dgx-h100-cluster", "dgx-a100-cluster"])
@@ -193,12 +204,16 @@ def test_estimates_follow_the_channels_over_the_uplinks_of_an_oversubscribed_fab
             for algorithm, estimate in guesses.items():
                 took = time_collective(topology, "all_reduce", algorithm, ranks, nbytes, efficiency=efficiency,
                                        chunk_bytes=CHUNK, channels=channels, protocol=protocol)
+                if protocol == "ll":  # weighed no faster than NCCL's cap on LL (1 GiB over 16 or 64 H100s)
+                    took = ll_capped(request, group_terms(request, topology, efficiency), algorithm, took)
                 assert estimate == pytest.approx(took, rel=1e-9), (algorithm, nbytes, protocol)
         times = {pair: time_collective(topology, "all_reduce", pair.algorithm, ranks, nbytes, efficiency=efficiency,
                                        chunk_bytes=CHUNK, channels=channels, protocol=pair.protocol)
                  for pair in (Choice(name, protocol) for name in candidates(request, topology,
                                                                             group_by_host(ranks, topology))
                               for protocol in protocols.available(name, "all_reduce", ranks, topology))}
+        terms = group_terms(request, topology, efficiency)
+        times = {pair: nccl_rated(request, terms, pair, seconds) for pair, seconds in times.items()}
         pick = choose(request, topology, efficiency)
         assert times[pick] <= MARGIN * min(times.values()), (nbytes, pick, times)
 
@@ -414,3 +429,24 @@ def test_choose_weighs_a_group_once_up_to_whole_periods_of_the_fabric():
     partial = build_topology("cluster", {"nodes": 5, "leaf_ports": 1, "tiers": 3, "pods": 3, "spines": 1, "cores": 4,
                                          "nics_per_node": 1, "oversubscription": 4, "node": {"gpus": 2}})
     assert first_period_translate(partial, (4, 5, 8, 6, 7, 9)) == (4, 5, 8, 6, 7, 9)
+
+
+@pytest.mark.parametrize("name, hosts, op, nbytes", [
+    ("dgx-a100-cluster", 2, "all_reduce", 1 * MIB), ("dgx-a100-cluster", 2, "all_reduce", 4 * MIB),
+    ("dgx-h100-cluster", 16, "all_reduce", 4 * MIB), ("dgx-h100-cluster", 16, "all_reduce", 8 * MIB),
+    ("dgx-h100-cluster", 2, "broadcast", 64 * MIB)])
+def test_auto_takes_ll_no_faster_than_nccls_cap(name, hosts, op, nbytes):
+    """NCCL's tuner caps LL's busbw (tuning.cc `llMaxBws`): 22.5 GB/s over 2 DGX A100s (AMD CPUs), 20.4 over more
+    than 2 Intel hosts, 39 over 2. With NCCL's chunks auto took LL past them: the LL ring over 2 DGX A100s at
+    1 MiB (52.7 us, busbw 37 GB/s) and 4 MiB (115.4 us, 68 GB/s), the LL tree over 16 DGX H100s at 4 and 8 MiB
+    (52.9 and 82.5 GB/s), the LL ring's 64 MiB broadcast over 2 DGX H100s (159.5 GB/s)."""
+    topology = load_topology(name, {"nodes": hosts})
+    request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes="auto")
+    assert choose(request, topology, calibrated(topology.gpu_model)).protocol != "ll"
+
+
+def test_nccls_ll_caps_by_gpu_and_hosts():
+    """`llMaxBws` in GB/s: one host by the GPU's generation, across hosts by the CPU (A100 hosts AMD, others not)."""
+    assert [ll_bus_cap(gpu, hosts) / 1e9 for gpu, hosts in [
+        ("a100-80gb", 1), ("a100-80gb", 2), ("a100-80gb", 4), ("h100-sxm", 1), ("h100-sxm", 2), ("h100-sxm", 16),
+        ("b200", 1)]] == [87.7, 22.5, 19.0, 141.0, 39.0, 20.4, 282.0]

@@ -31,9 +31,9 @@ for small point-to-point messages, below NCCL_P2P_LL_THRESHOLD, is not modelled)
 - the base latency: NCCL charges every collective, once per launch, a latency by algorithm and protocol on top of
   its hops' (tuning.cc `baseLatencies`: the kernel's start and the protocol's setup); `apply` puts it on the
   plan's first phase (`Phase.launch`) and the `auto` estimate adds the same `base_latency`.
-Not modelled: NCCL's caps on LL's and LL128's bandwidth (`llMaxBws`, `perChMaxRingLL128Bws`: 141 GB/s for LL
-inside a Hopper node), and its tuner's further LL factors (an LL tree at 1/3.8 of the tree's bandwidth rather
-than 1/2).
+NCCL's cap on LL's busbw (`llMaxBws`) weighs `auto`'s choice (tuner.py `ll_capped`), not a plan's time. Not
+modelled: its caps on LL128 (`perChMaxRingLL128Bws`) and its rating of an LL tree at 1/3.8 of the tree's
+bandwidth rather than 1/2.
 """
 
 from __future__ import annotations

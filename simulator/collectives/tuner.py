@@ -9,7 +9,8 @@ latency + size / bandwidth too, but from the shape of this simulator's own plan 
 topology's links at the bandwidths the network model gives them (the run's per-class efficiencies), with what
 the protocol changes (its latency per hop, its payload's share of the wire, the stall of Simple's window of
 chunk steps in flight, which the plans charge), so the pick is the pair the simulation ranks fastest and its
-estimate stays close to the simulated time (tests/test_auto.py bounds both). docs/collectives.md, "The `auto`
+estimate stays close to the simulated time (tests/test_auto.py bounds both); an LL ring or tree is weighed no
+faster than NCCL's cap on LL's busbw (`ll_capped`), as NCCL's tuner rates it. docs/collectives.md, "The `auto`
 rule", says it in prose.
 """
 
@@ -27,6 +28,7 @@ import numpy as np
 
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, nvls, nvls_sharp, protocols, ring
+from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.chunking import NCCL_STEPS, pipeline_chunk
 from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
 from simulator.collectives.phases import NVLINK, CollectiveRequest, HopKind, Phase, hop_kind, hop_kinds, window_stall
@@ -232,6 +234,7 @@ class GroupTerms(NamedTuple):
     nvls_domain: bool
     loads: tuple[tuple[AlgorithmName, PhaseLoad], ...]
     tree: TreeTerms | None
+    ll_cap: float
 
     def key(self) -> tuple:
         """The terms as a hashable value: the arrays by their contents."""
@@ -265,7 +268,39 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
         loads.append(("nvls", plan_load(topology, request, nvls.plan, efficiency)))
     tree = tree_terms(request, topology, hosts, channels, efficiency) if "tree" in names else None
     return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, channels, rails, nvls_rate,
-                      nvls_domain, tuple(loads), tree)
+                      nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, count))
+
+
+GB = 1e9
+LL_BUS_CAPS_ONE_HOST: Mapping[str, float] = {
+    "a100-40gb": 87.7 * GB, "a100-80gb": 87.7 * GB, "h100-sxm": 141.0 * GB, "h200": 141.0 * GB,
+    "b200": 282.0 * GB, "gb200": 282.0 * GB}
+"""NCCL's cap on LL's busbw inside one host, by the GPU's generation (tuning.cc `llMaxBws`, column N1: Ampere
+87.7 GB/s, Hopper 141, Blackwell 2 x 141; NVIDIA/nccl master 5067397)."""
+LL_BUS_CAPS_INTEL = (39.0 * GB, 20.4 * GB)
+LL_BUS_CAPS_AMD = (22.5 * GB, 19.0 * GB)
+"""NCCL's caps on LL's busbw across 2 hosts and across more (`llMaxBws`, columns N2 and N4), which across hosts
+NCCL picks by the hosts' CPU vendor: AMD's row (its Ampere row) or the others' (its Volta/Intel row)."""
+AMD_HOSTED = frozenset({"a100-40gb", "a100-80gb"})
+"""GPUs whose hosts are taken to have AMD CPUs (DGX A100: AMD EPYC 7742); the CPU is not modelled, so the
+others' hosts read as NCCL reads Intel's (DGX H100, H200 and B200: Intel Xeon) and Grace (not AMD)."""
+
+
+def ll_bus_cap(gpu_model: str, host_count: int) -> float:
+    """NCCL's cap on LL's busbw (bytes/s) for a group over ``host_count`` hosts of ``gpu_model`` GPUs
+    (tuning.cc `ncclTopoTuneModel`: ``llMaxBw``, which bounds the LL ring's and the LL tree's bandwidth)."""
+    if host_count == 1:
+        return LL_BUS_CAPS_ONE_HOST.get(gpu_model, LL_BUS_CAPS_ONE_HOST["h100-sxm"])
+    across = LL_BUS_CAPS_AMD if gpu_model in AMD_HOSTED else LL_BUS_CAPS_INTEL
+    return across[0] if host_count == 2 else across[1]
+
+
+def ll_capped(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, seconds: float) -> float:
+    """An LL estimate of the ring or the tree no faster than NCCL's tuner allows: its base latency plus the bytes
+    NCCL's busbw counts (ring: the op's nccl-tests factor; the tree's all-reduce: twice the size, tuning.cc's
+    ratio of 0.5) at `ll_bus_cap`. The cap weighs the choice only; the plan the choice runs is not slowed."""
+    factor = 2.0 if name == "tree" else bus_bandwidth_factor(request.op, terms.size)
+    return max(seconds, protocols.base_latency(name, "ll") + factor * request.nbytes / terms.ll_cap)
 
 
 def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
@@ -284,8 +319,12 @@ def terms_estimates(request: CollectiveRequest, terms: GroupTerms, wanted: tuple
     read: the group's hops and channels are in ``terms``, found once for every protocol (only the hops'
     latency and payload share depend on it)."""
     loads = dict(terms.loads)
-    return {protocol: {name: _estimate(request, terms, name, protocol, loads.get(name))
-                       for name, able in zip(terms.names, terms.able) if protocol in able} for protocol in wanted}
+    found = {protocol: {name: _estimate(request, terms, name, protocol, loads.get(name))
+                        for name, able in zip(terms.names, terms.able) if protocol in able} for protocol in wanted}
+    for name, seconds in found.get("ll", {}).items():
+        if name in ("ring", "tree"):
+            found["ll"][name] = ll_capped(request, terms, name, seconds)
+    return found
 
 
 def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, protocol: Protocol,
