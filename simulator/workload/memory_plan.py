@@ -20,11 +20,16 @@ from simulator.workload.transformer import ShardShape
 GIB = 2.0**30
 
 DDP_BUCKET_COPIES = 2.0
-"""DDP keeps a flat gradient buffer per bucket being reduced and the next one being filled."""
+"""An approximation: DDP's communication buffers taken as two buckets' worth (one reduced, the next filled).
+Neither framework allocates that: PyTorch's reducer (reducer.cpp `initialize_buckets`) gives every bucket a flat
+buffer, a full copy of the gradients with gradient_as_bucket_view=False (its default) and nothing beyond them
+with True, where the gradients are views into the buckets; Megatron-LM's buckets are views into its one gradient
+buffer (ParamAndGradBuffer), nothing more."""
 
 
 def ddp_bucket_bytes(bucket_bytes: float, gradient_bytes: float) -> float:
-    """DDP's two bucket buffers (`DDP_BUCKET_COPIES`), at most the ``gradient_bytes`` the rank's buckets hold:
+    """DDP's buffers as modelled, two buckets (`DDP_BUCKET_COPIES`, an approximation of neither framework's
+    allocation), at most the ``gradient_bytes`` the rank's buckets hold:
     buckets partition the gradients (PyTorch's reducer, `compute_bucket_assignment_by_size`, closes a bucket
     once it reaches the cap, so a cap above the gradients makes one bucket of all of them; Megatron-LM's
     ParamAndGradBuffer cuts its buckets out of the one gradient buffer), so a bucket of 10 GiB on a rank of
