@@ -366,6 +366,9 @@ def test_a_trace_replayed_on_another_gpu_without_traced_gpu_warns_naming_the_gpu
 @pytest.mark.parametrize("device, gpu", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
                                          ("NVIDIA H100 PCIe", None), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
                                          ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA B200", "b200"),
-                                         ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", None)])
+                                         ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", None),
+                                         ("NVIDIA H100 NVL", None), ("NVIDIA GH200 480GB", None)])
 def test_a_cuda_device_name_is_its_catalog_gpu(device, gpu):
+    """The H100 NVL (a PCIe card of 94 GB at 3.9 TB/s) read as the H100 SXM; the GH200's H100 (96 or 144 GB)
+    is no catalog GPU either."""
     assert catalog_gpu_of(device) == gpu

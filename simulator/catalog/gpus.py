@@ -78,14 +78,17 @@ GPUS: MappingProxyType = MappingProxyType({
 
 
 DEVICE_NAMES: tuple[tuple[str, str], ...] = (
-    (r"\bGB200\b", "gb200"), (r"\bB200\b", "b200"), (r"\bH200\b", "h200"), (r"\bH100\b(?!.*PCIe)", "h100-sxm"),
+    (r"\bGB200\b", "gb200"), (r"\bB200\b", "b200"), (r"\bH200\b", "h200"), (r"\bH100\b(?!.*(PCIe|NVL))", "h100-sxm"),
     (r"\bA100\b.*80GB", "a100-80gb"), (r"\bA100\b", "a100-40gb"))
 """The catalog GPU of a device name as CUDA reports it (`cudaDeviceProp.name`, which a Kineto trace's
-`deviceProperties` records: 'NVIDIA H100 80GB HBM3', 'NVIDIA A100-SXM4-80GB'), patterns tried in order."""
+`deviceProperties` records: 'NVIDIA H100 80GB HBM3', 'NVIDIA A100-SXM4-80GB'), patterns tried in order. The
+H100 PCIe and H100 NVL (PCIe cards of 80 and 94 GB) and the GH200's H100 ('NVIDIA GH200 480GB': 96 or 144 GB)
+are no catalog GPU."""
 
 
 def catalog_gpu_of(device: str) -> str | None:
-    """The catalog GPU ``device`` (a CUDA device name) is, None where it is none of them (an H100 PCIe, an L40S)."""
+    """The catalog GPU ``device`` (a CUDA device name) is, None where it is none of them (an H100 PCIe or NVL, a
+    GH200, an L40S)."""
     return next((name for pattern, name in DEVICE_NAMES if re.search(pattern, device)), None)
 
 
