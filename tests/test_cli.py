@@ -321,7 +321,7 @@ def test_collective_names_the_algorithm_auto_chose_per_size(capsys):
     assert main(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[1].split()[-2:] == ["algorithm", "protocol"]
-    assert [line.split()[-2:] for line in lines[2:]] == [["tree", "ll"], ["ring", "ll"]]
+    assert [line.split()[-2:] for line in lines[2:]] == [["tree", "ll"], ["ring", "ll128"]]
     assert main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(row["algorithm"], row["resolved_algorithm"]) for row in rows] == [("auto", "tree"), ("auto", "ring")]
