@@ -114,7 +114,8 @@ class ClusterConfig(BaseModel):
 
 
 class NetworkConfig(Section):
-    """`model`: flow (max-min sharing) or analytic (no contention); `efficiency`: calibrated, ideal or per class."""
+    """`model`: flow (max-min sharing) or analytic (each collective alone, its own transfers sharing the links);
+    `efficiency`: calibrated, ideal or per class."""
 
     model: NetworkMode = "flow"
     efficiency: EfficiencyProfile | dict[LinkClass, Annotated[float, Field(gt=0, le=1)]] = "calibrated"
