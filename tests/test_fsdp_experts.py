@@ -177,8 +177,8 @@ PIPELINED = ("parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2")
 
 @pytest.mark.parametrize("overrides, tolerance", [
     ((), 0.008), (PIPELINED, 0.008), ((HYBRID,), 0.018), ((HYBRID, "parallelism.ep=8"), 0.023),
-    ((HYBRID, *PIPELINED), 0.008), (("parallelism.ep=8",), 0.012), ((NO_SYNC,), 0.012),
-    ((NO_SYNC, "parallelism.ep=8"), 0.008), ((HYBRID, NO_SYNC), 0.014)],
+    ((HYBRID, *PIPELINED), 0.008), (("parallelism.ep=8",), 0.012), ((NO_SYNC,), 0.013),
+    ((NO_SYNC, "parallelism.ep=8"), 0.008), ((HYBRID, NO_SYNC), 0.015)],
     ids=["fsdp", "fsdp-pp2", "hsdp-ep4", "hsdp-ep8", "hsdp-pp2", "fsdp-ep8", "fsdp-no-sync", "fsdp-no-sync-ep8",
          "hsdp-no-sync"])
 def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(overrides, tolerance):
@@ -216,7 +216,8 @@ def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(o
     accumulating one: it is costed as a backward that reduces every micro-batch. Since the SM toll counts FSDP's
     gradient copies among the compute stream's work the engine does not slow (`unslowed_s`): hybrid_shard ep 4
     0.9825, ep 8 0.9774, full_shard ep 8 0.9882, no-sync full_shard 0.9884, ep 8 1.0066, hybrid_shard 0.9868;
-    the rest unchanged."""
+    the rest unchanged. Since the EP all-to-all sends to every peer at once (2026-12-06): no-sync full_shard
+    0.9873, hybrid_shard 0.9856."""
     assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=tolerance)
 
 
@@ -271,9 +272,9 @@ def test_layout_search_estimate_of_a_dense_no_sync_step(overrides, tolerance):
 
 
 @pytest.mark.parametrize("text, overrides, tolerance", [
-    (ESTIMATED, ("training.microbatches=16",), 0.011), (ESTIMATED, ("model.layers=16",), 0.02),
+    (ESTIMATED, ("training.microbatches=16",), 0.012), (ESTIMATED, ("model.layers=16",), 0.021),
     (ESTIMATED, (HYBRID, "training.microbatches=2"), 0.029), (ESTIMATED, (HYBRID, "training.microbatches=16"), 0.005),
-    (ESTIMATED, (HYBRID, "model.layers=16"), 0.017),
+    (ESTIMATED, (HYBRID, "model.layers=16"), 0.02),
     (DENSE_ESTIMATED, ("training.microbatches=2",), 0.016), (DENSE_ESTIMATED, ("training.microbatches=16",), 0.005),
     (DENSE_ESTIMATED, ("model.layers=16",), 0.004),
     (DENSE_ESTIMATED, (HYBRID, "training.microbatches=2"), 0.011),
@@ -293,7 +294,8 @@ def test_layout_search_estimate_of_a_no_sync_step_over_micro_batches_and_depth(t
     collectives were timed alone (`backward_sharing_s`), a term per layer and steady micro-batch. Since the SM
     toll counts FSDP's gradient copies among the compute stream's work the engine does not slow (`unslowed_s`):
     MoE full_shard 0.9897 and 0.9808, hybrid_shard 0.9720, 1.0041 and 0.9839; dense full_shard 0.9847, 1.0041
-    and 0.9964, hybrid_shard 0.9892, 0.9991 and 0.9952."""
+    and 0.9964, hybrid_shard 0.9892, 0.9991 and 0.9952. Since the EP all-to-all sends to every peer at once
+    (2026-12-06): MoE full_shard 0.9883 and 0.9794, hybrid_shard 16 layers 0.9803."""
     assert _simulated_over_estimate(text, (NO_SYNC, *overrides)) == pytest.approx(1.0, abs=tolerance)
 
 
@@ -303,9 +305,10 @@ def test_layout_search_estimate_charges_the_last_no_sync_micro_batch_its_forward
     what a steady forward waits for them (`gather_walk`). MoE full_shard over 2 micro-batches, where layer 0's
     routed experts gathered over the NICs outlast the embedding's forward: 0.9890; 1.0198 adding no wait or the
     first unit's alone, 0.9758 adding the third's too; 0.9896 since the SM toll counts FSDP's gradient copies
-    among the compute stream's work the engine does not slow (`unslowed_s`)."""
+    among the compute stream's work the engine does not slow (`unslowed_s`); 0.9886 since the EP all-to-all sends to
+    every peer at once (2026-12-06)."""
     overrides = (NO_SYNC, "training.microbatches=2")
-    assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=0.011)
+    assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=0.012)
 
 
 @pytest.mark.parametrize("text, overrides, tolerance", [
