@@ -10,7 +10,7 @@ from shared import assert_same_figures
 
 from simulator import simulate
 from simulator.cli import main
-from simulator.config.faults import LinkFault, StepFaults
+from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.reliability.attribution import cause_shares
@@ -726,3 +726,26 @@ def test_the_failure_model_counts_the_spares_units_apart(job_with):
     assert [(model[name]["units"], model[name]["spare_units"]) for name in ("rack", "nvswitch_tray")] == [
         (2, 1), (18, 9)]
     assert "spare_units" not in job_with(job(CLASSES), (1 * H, 0, 0, 4 * H)).summary["failure_model"]["rack"]
+
+
+THROTTLE_CLASSES = ("nvswitch_tray: {mtbf: 1000 d, repair: 2 h}, "
+                    "throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 d, repair: 2 h}")
+
+
+def test_a_straggler_keeps_its_rack_while_an_nvswitch_tray_is_down(job_with):
+    """A tray of rack 1 down from 1 h to 3 h, GPU 20 (rack 1) throttled x1.5 from 2 h to 4 h. The state with
+    both is `simulate()` of the tray's links degraded and GPU 20 slowed, not GPU 0's (on rack 0, away from the
+    tray): before, every straggler was simulated on the first GPU of its stage, which is exact only where the
+    places are alike. Alone from 3 h, the throttle is simulated on GPU 0 again."""
+    summary = job_with(job(THROTTLE_CLASSES), (1 * H, 0, 13, 2 * H), (2 * H, 1, 20, 2 * H)).summary
+    loaded = scenario_from_text(job(THROTTLE_CLASSES), "job.yaml")
+    trays = nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", 1),))
+
+    def step_with(gpu: int) -> float:
+        faults = StepFaults(links=trays, stragglers=(Straggler(gpus=(gpu,), slowdown=1.5),))
+        return simulate(with_step_faults(loaded, faults)).summary["step_time_s"]
+
+    both = [state for state in summary["states"] if state["nvswitch_trays_down"] and state["slow_gpus"]]
+    assert [state["slow_gpus"] for state in both] == [{"20": 1.5}]
+    assert both[0]["step_time_s"] == step_with(20) != step_with(0)
+    assert [state["slow_gpus"] for state in summary["states"] if not state["nvswitch_trays_down"]] == [{}, {"0": 1.5}]

@@ -867,8 +867,9 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
         """What unit ``unit`` of class ``index`` does to the cluster while degraded or straggling."""
         klass = model.classes[index]
         if klass.effect is Effect.STRAGGLE:
-            gpus = sorted({states.representative(gpu) for gpu in units.gpus[klass.unit][unit]})
-            return Degradation(gpus=tuple(gpus), slowdown=klass.slowdown)
+            gpus = units.gpus[klass.unit][unit]
+            return Degradation(gpus=tuple(sorted(gpus)), stand_ins=tuple(sorted(set(map(states.representative, gpus)))),
+                               slowdown=klass.slowdown)
         if klass.unit == "spine_switch":
             return Degradation(spine=unit)
         if klass.unit == "nvswitch_tray":  # a rack's trays are consecutive units, the spare racks' last

@@ -13,9 +13,12 @@ rails of one leaf group still join its hosts). Links down and stragglers are the
 scenario with those faults. NVSwitch trays down on GB200 NVL72 racks are their rack's GPU-to-NVSwitch links degraded
 to the share of trays left (`nvswitch_tray_faults`), step faults as links down are. A state whose links leave some
 GPU without a route has no step (None): the job cannot run in it. A straggling GPU is simulated as the first GPU of
-its pipeline stage (its tensor- and context-parallel peers and the data-parallel replicas do the same work and wait
-for it at their collectives), so a state depends on the stages slowed, not on which GPU of the stage (a replayed
-trace's straggler is simulated on its own GPU: the traced ranks each run their own kernels). A shrunk job runs on a
+its pipeline stage that the scenario's own stragglers leave at full speed (its tensor- and context-parallel peers and
+the data-parallel replicas do the same work and wait for it at their collectives), so a state depends on the stages
+slowed, not on which GPU of the stage, where the stage's GPUs are alike; it keeps its own GPU where they are not:
+while links or NVSwitch trays are down, where the scenario takes links down of its own, on a GPU one of the
+scenario's own stragglers slows, and in a replayed trace (the traced ranks each run their own kernels). A shrunk
+job runs on a
 cluster of just the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
 (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's
 step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
@@ -32,7 +35,7 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 from simulator.config.faults import LinkFault, StepFaults, Straggler
@@ -227,6 +230,8 @@ class StepStates:
         self._rotations: dict[ClusterState, ClusterState] = {}
         """Each state `_rotated` so far, and the least of its rotations (64 images a state on the 16,384-GPU job),
         which is its own."""
+        self._stand_ins: dict[int, int] = {}
+        """Each pipeline stage's `representative` of a GPU the scenario's own faults leave at full speed."""
 
     def symmetry(self) -> StateSymmetry | str:
         """The rotations proven to map the job's step onto itself (reliability/symmetry.py), or why none is: found
@@ -329,11 +334,27 @@ class StepStates:
         return self._ahead[merged] if merged in self._ahead else _CACHE[self.key, merged][0]
 
     def representative(self, gpu: int) -> int:
-        """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage; ``gpu`` itself in a
-        replayed trace, whose ranks each run their own traced kernels."""
-        if self.layout is None:
+        """The GPU a straggler on ``gpu`` is simulated on where the state's places are alike (no link or NVSwitch
+        tray down: `state_of`): the first GPU of its pipeline stage that the scenario's own `faults.step` leaves at
+        full speed, as it leaves ``gpu``. ``gpu`` itself where it carries one of the scenario's own stragglers
+        (the two slowdowns multiply on it alone), where the scenario takes links down of its own (fixed places),
+        and in a replayed trace, whose ranks each run their own traced kernels."""
+        if self.layout is None or self.loaded.scenario.faults.step.links or gpu in self._own_stragglers:
             return gpu
-        return self.layout.rank_of(pp=self.layout.coords(gpu)["pp"])
+        stage = self.layout.coords(gpu)["pp"]
+        if stage not in self._stand_ins:
+            self._stand_ins[stage] = next(rank for rank in self.layout.stage_ranks(stage)
+                                          if rank not in self._own_stragglers)
+        return self._stand_ins[stage]
+
+    @cached_property
+    def _own_stragglers(self) -> frozenset[int]:
+        """The GPUs the scenario's own `faults.step` slows (by index, `fraction` or `all`: drawn as its step is)."""
+        from simulator.simulation import step_faults
+
+        if not self.loaded.scenario.faults.step.stragglers:
+            return frozenset()
+        return frozenset(step_faults(self.loaded, self.topology).slowdown_of())
 
     def _cached(self, state: ClusterState | None, scenario, prepared: PreparedStep | None = None
                 ) -> tuple[StepState | None, dict]:
@@ -612,18 +633,25 @@ def faults_within(faults: StepFaults, topology: Topology) -> StepFaults:
 @dataclass(frozen=True)
 class Degradation:
     """What one degraded or straggling unit does to the cluster: a spine down (its index), links down, GPUs
-    (representatives) slowed by ``slowdown``, or an NVSwitch tray down (its rack's NVSwitch node, its index)."""
+    slowed by ``slowdown`` (``gpus``, the unit's own, and ``stand_ins``, their `StepStates.representative`s),
+    or an NVSwitch tray down (its rack's NVSwitch node, its index)."""
 
     spine: int | None = None
     links: tuple[tuple[str, str], ...] = ()
     gpus: tuple[int, ...] = ()
+    stand_ins: tuple[int, ...] = ()
     slowdown: float = 1.0
     nvswitch_tray: tuple[str, int] | None = None
 
 
 def state_of(replicas: int, degradations) -> ClusterState:
     """The cluster state of a job on ``replicas`` replicas with ``degradations`` in force; a GPU slowed by
-    several keeps the largest factor."""
+    several keeps the largest factor. Straggling GPUs are their stand-ins where the state's places are alike,
+    and keep their own places where links or NVSwitch trays are down: a straggler near them is not one far
+    from them (a tray down on rack 1 and a x1.5 GPU on rack 1 made a step 1.3% longer than with that GPU on
+    rack 0, 22% with 7 trays down)."""
+    degradations = list(degradations)
+    placed = any(degradation.links or degradation.nvswitch_tray is not None for degradation in degradations)
     spines: set[int] = set()
     links: set[tuple[str, str]] = set()
     slow: dict[int, float] = {}
@@ -635,7 +663,7 @@ def state_of(replicas: int, degradations) -> ClusterState:
             switch, tray = degradation.nvswitch_tray
             trays.setdefault(switch, set()).add(tray)
         links.update(degradation.links)
-        for gpu in degradation.gpus:
+        for gpu in degradation.gpus if placed else degradation.stand_ins:
             slow[gpu] = max(slow.get(gpu, 1.0), degradation.slowdown)
     return ClusterState(replicas, len(spines), tuple(sorted(links)), tuple(sorted(slow.items())),
                         tuple(sorted((switch, len(down)) for switch, down in trays.items())))
