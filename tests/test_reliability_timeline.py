@@ -123,20 +123,23 @@ restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
 """
 
 
-def test_a_checkpoint_overdue_in_a_slower_state_comes_at_once(job_with):
-    """A checkpoint every 30 min is 28,106 healthy steps (64 ms) but 14,609 steps with a spine down (123 ms).
-    Spine 0 fails at 1,440 s, after 22,485 healthy steps: the checkpoint is overdue and is triggered at once,
-    at 1,440 s with the progress of 1,440 s of healthy steps, then every 14,609 slower steps. Before, the steps
-    left to the trigger came out negative: the clock went back to 470 s, logged a checkpoint there with 14,609
-    steps (progress it had passed long before) and trained the 970 s from there again."""
+def test_a_checkpoint_overdue_in_a_slower_state_comes_at_the_end_of_the_step_in_flight(job_with):
+    """A checkpoint every 30 min is 31,100 healthy steps (57.9 ms) but 16,214 steps with a spine down (111 ms).
+    Spine 0 fails at 1,440 s, 24,879.7 healthy steps in: the checkpoint is overdue and is triggered at the end of
+    the step in flight, its last 0.3 step at the slower step (1,440.032 s, step 24,880), then every 16,214 slower
+    steps; every checkpoint holds whole steps. Before, it came at once, mid-step: a checkpoint of 24,879.7 steps,
+    and every later one carried the fraction. Much earlier, the steps left to the trigger came out negative: the
+    clock went back in time, logged a checkpoint there and trained that time again."""
     job = job_with((0.4 * H, 0, 0, 1 * H), text=SPINE_JOB)
     healthy, degraded = (state["step_time_s"] for state in job.summary["states"])
     checkpoints = job.events[job.events["kind"] == "checkpoint"]
     first = checkpoints.iloc[0]
-    assert first.start_s == pytest.approx(0.4 * H, abs=1e-9)
-    assert first.step == pytest.approx(0.4 * H / healthy, rel=1e-12)
+    done = 0.4 * H / healthy
+    assert first.step == math.ceil(done)
+    assert first.start_s == pytest.approx(0.4 * H + (math.ceil(done) - done) * degraded, abs=1e-9)
     interval = round(1800 / degraded)
-    assert checkpoints["step"].iloc[1] == pytest.approx(first.step + interval, rel=1e-12)
+    assert checkpoints["step"].iloc[1] == first.step + interval
+    assert (checkpoints["step"] == checkpoints["step"].round()).all()
     assert checkpoints["start_s"].is_monotonic_increasing and checkpoints["step"].is_monotonic_increasing
 
 
@@ -758,6 +761,22 @@ def test_an_async_checkpoint_being_written_does_not_save_the_job():
     clock.advance(10.5, 11.5, costs)
     assert clock.fail(11.5) == 11.0
     assert (clock.steps, clock.saved) == (0.0, True)
+
+
+def test_checkpoints_hold_whole_steps_after_state_changes_mid_step():
+    """Sync, a trigger every 100 steps: 0.1 s steps to 25.9 s, then 0.7 s steps, the state changing again at
+    32.1 s to another of 0.7 s steps. Each change falls mid-step; the checkpoints still hold whole steps: the
+    third 300, not 300.00000000000006 as before (the steps left to the trigger added to a fractional count)."""
+    def costs(step_s: float) -> SegmentCosts:
+        return SegmentCosts(step_s=step_s, equivalent_step_s=step_s, tokens_per_step=1.0, interval_steps=100,
+                            mode="sync", stall_s=0.5, write_s=0.5, slowdown=0.0, load_s=0.0, warmup_s=0.0)
+
+    events = JobEvents()
+    clock = CheckpointClock(events)
+    for start, end, step_s in [(0.0, 25.9, 0.1), (25.9, 32.1, 0.7), (32.1, 300.0, 0.7)]:
+        clock.advance(start, end, costs(step_s))
+    steps = events.table().column("step").to_pylist()
+    assert steps == [100.0, 200.0, 300.0, 400.0, 500.0, 600.0] and clock.mark.steps == 600.0
 
 
 REJOIN_JOB = UNDER_ONE_LEAF.replace("reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true}",

@@ -108,24 +108,31 @@ class CheckpointClock:
 
     def _train(self, t: float, t_end: float, c: SegmentCosts) -> float:
         """Train until the next trigger, the end of a background write or ``t_end``. Reaching the trigger
-        adds exactly the steps left, so rounding in times never leaves a sliver of a step behind. A state
-        with fewer steps per interval (a duration interval in a slower state) can find its trigger overdue:
-        it comes at once."""
+        adds exactly the steps left, and the counts are whole there: rounding in times never leaves a sliver of
+        a step behind (77,726.99999999999 steps in a checkpoint row before). A state with fewer steps per
+        interval (a duration interval in a slower state) can find its trigger overdue: it comes at the end of
+        the step in flight, as a checkpoint holds whole steps (before, at once: a checkpoint of 441,275.1085
+        steps, and every later row with that fraction)."""
         write_end = self.write_end
         writing = write_end is not None and write_end > t
         step_wall = c.step_s * (1.0 + c.slowdown) if writing else c.step_s
-        remaining = max(c.interval_steps - self.since, 0.0)
+        in_flight = max(math.ceil(self.steps - STEP_EPS) - self.steps, 0.0)
+        remaining = max(c.interval_steps - self.since, in_flight)
         if c.memory_interval_steps:
-            remaining = min(remaining, max(c.memory_interval_steps - self.since_memory, 0.0))
+            remaining = min(remaining, max(c.memory_interval_steps - self.since_memory, in_flight))
         trigger = t + remaining * step_wall
         stop = min(t_end, write_end) if writing and write_end is not None else t_end
-        if trigger <= stop:
+        triggered = trigger <= stop
+        if triggered:
             stop, steps = trigger, remaining
         else:
             steps = min((stop - t) / step_wall, remaining)
         self.steps += steps
         self.since += steps
         self.since_memory += steps
+        if triggered:
+            self.steps, self.since, self.since_memory = map(float, map(round, (self.steps, self.since,
+                                                                              self.since_memory)))
         self.wall += steps * c.step_s
         self.equiv += steps * c.equivalent_step_s
         if writing:
