@@ -18,10 +18,9 @@ the data-parallel replicas do the same work and wait for it at their collectives
 slowed, not on which GPU of the stage, where the stage's GPUs are alike; it keeps its own GPU where they are not:
 while links or NVSwitch trays are down, where the scenario takes links down of its own, on a GPU one of the
 scenario's own stragglers slows, and in a replayed trace (the traced ranks each run their own kernels). A shrunk
-job runs on a
-cluster of just the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
-(`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's
-step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
+job runs on a cluster of just the hosts it uses, each replica keeping its micro-batches or taking its share of the
+global batch (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the
+scenario's step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
 restart.elastic_batch) and the files beside it that they read (a trace's, by path, size and mtime: inputs.py),
 so studies and notebooks that change only failure or checkpoint settings simulate each state once, within a
 memory budget (`StateCache`). A state's step that a fold check unfolds beyond the scale limits is refused
