@@ -206,6 +206,31 @@ def test_a_throttle_lands_on_its_own_gpu_not_on_the_scenarios_own_straggler():
     assert summary["slow_steps_by_cause_s"]["throttle"]["mean"] == pytest.approx(slowed * (1 - own / both), rel=0.01)
 
 
+def test_throttles_on_gpus_the_scenario_slows_alike_make_one_state():
+    """With every GPU slowed alike by the scenario's own stragglers (`fraction: 1.0`), each GPU kept its place,
+    so each throttled GPU was a state of its own (the usertest36 j1 job: 45 states and 59 s for one replication,
+    main's 2). The stand-in is the first GPU of the stage with the same own slowdown: one throttle state, whose
+    step is `simulate()`'s with any one GPU throttled on top of the shared x1.05."""
+    loaded = scenario_from_text(OWN_STRAGGLER, "inline.yaml",
+                                ["faults.step.stragglers=[{fraction: 1.0, slowdown: 1.05}]"])
+    job_states = reliability_simulate.prepare_job(loaded).states
+    assert [job_states.representative(gpu) for gpu in range(4)] == [0, 0, 0, 0]
+    states = simulate_job(loaded).summary["states"]
+    assert sorted(tuple(state["slow_gpus"].items()) for state in states) == [(), (("0", 1.3),)]
+    alone = simulate(scenario_from_text(ONE_GPU_HOSTS, "inline.yaml", [
+        "faults.step.stragglers=[{fraction: 1.0, slowdown: 1.05}, {gpus: [3], slowdown: 1.3}]"])).summary
+    throttled = next(state for state in states if state["slow_gpus"])
+    assert throttled["step_time_s"] == pytest.approx(alone["step_time_s"], rel=1e-12)
+
+
+def test_a_throttle_stands_in_for_the_gpus_the_scenario_slows_as_it_slows_its_own():
+    """Own stragglers on GPUs 0 and 1 (x1.5): a throttle on GPU 1 is simulated on GPU 0, one on GPU 3 on GPU 2."""
+    loaded = scenario_from_text(OWN_STRAGGLER, "inline.yaml",
+                                ["faults.step.stragglers=[{gpus: [0, 1], slowdown: 1.5}]"])
+    job_states = reliability_simulate.prepare_job(loaded).states
+    assert [job_states.representative(gpu) for gpu in range(4)] == [0, 0, 2, 2]
+
+
 def test_a_straggler_state_run_again_shares_its_plans_parsed_and_timed_with_the_first_run(monkeypatch):
     """A straggler state of the 64-GPU job simulated a second time (its cached step dropped): its plans are
     neither parsed into `Transfers`, nor timed by the analytic model, nor its private collectives run alone

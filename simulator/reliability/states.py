@@ -13,11 +13,11 @@ rails of one leaf group still join its hosts). Links down and stragglers are the
 scenario with those faults. NVSwitch trays down on GB200 NVL72 racks are their rack's GPU-to-NVSwitch links degraded
 to the share of trays left (`nvswitch_tray_faults`), step faults as links down are. A state whose links leave some
 GPU without a route has no step (None): the job cannot run in it. A straggling GPU is simulated as the first GPU of
-its pipeline stage that the scenario's own stragglers leave at full speed (its tensor- and context-parallel peers and
+its pipeline stage that the scenario's own stragglers slow as they slow it (its tensor- and context-parallel peers and
 the data-parallel replicas do the same work and wait for it at their collectives), so a state depends on the stages
 slowed, not on which GPU of the stage, where the stage's GPUs are alike; it keeps its own GPU where they are not:
-while links or NVSwitch trays are down, where the scenario takes links down of its own, on a GPU one of the
-scenario's own stragglers slows, and in a replayed trace (the traced ranks each run their own kernels). A shrunk
+while links or NVSwitch trays are down, where the scenario takes links down of its own, and in a replayed trace
+(the traced ranks each run their own kernels). A shrunk
 job runs on a cluster of just the hosts it uses, each replica keeping its micro-batches or taking its share of the
 global batch (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the
 scenario's step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
@@ -44,7 +44,7 @@ from simulator.config.reliability import RestartConfig
 from simulator.config.schema import ClusterConfig, RunConfig, Scenario
 from simulator.errors import StepAborted, TrainsimError
 from simulator.faults.rerouting import split
-from simulator.faults.step import FoldShape, StepFaultPlan, fold_shape
+from simulator.faults.step import FoldShape, Slowdown, StepFaultPlan, fold_shape
 from simulator.parallel.layout import Layout
 from simulator.program.ops import TP_CATEGORY
 from simulator.program.unfolding import UnfoldingGuard
@@ -229,8 +229,8 @@ class StepStates:
         self._rotations: dict[ClusterState, ClusterState] = {}
         """Each state `_rotated` so far, and the least of its rotations (64 images a state on the 16,384-GPU job),
         which is its own."""
-        self._stand_ins: dict[int, int] = {}
-        """Each pipeline stage's `representative` of a GPU the scenario's own faults leave at full speed."""
+        self._stand_ins: dict[tuple[int, Slowdown | None], int] = {}
+        """Each pipeline stage's `representative` of the GPUs the scenario's own faults slow alike (None: not)."""
 
     def symmetry(self) -> StateSymmetry | str:
         """The rotations proven to map the job's step onto itself (reliability/symmetry.py), or why none is: found
@@ -334,26 +334,28 @@ class StepStates:
 
     def representative(self, gpu: int) -> int:
         """The GPU a straggler on ``gpu`` is simulated on where the state's places are alike (no link or NVSwitch
-        tray down: `state_of`): the first GPU of its pipeline stage that the scenario's own `faults.step` leaves at
-        full speed, as it leaves ``gpu``. ``gpu`` itself where it carries one of the scenario's own stragglers
-        (the two slowdowns multiply on it alone), where the scenario takes links down of its own (fixed places),
-        and in a replayed trace, whose ranks each run their own traced kernels."""
-        if self.layout is None or self.loaded.scenario.faults.step.links or gpu in self._own_stragglers:
+        tray down: `state_of`): the first GPU of its pipeline stage that the scenario's own `faults.step` slows as
+        it slows ``gpu`` (at full speed for most), exact as only that own slowdown makes a stage's GPUs differ; one
+        state per distinct own slowdown, so `fraction: 1.0` or `all` keeps one. ``gpu`` itself where the scenario
+        takes links down of its own (fixed places), and in a replayed trace, whose ranks each run their own traced
+        kernels."""
+        if self.layout is None or self.loaded.scenario.faults.step.links:
             return gpu
-        stage = self.layout.coords(gpu)["pp"]
-        if stage not in self._stand_ins:
-            self._stand_ins[stage] = next(rank for rank in self.layout.stage_ranks(stage)
-                                          if rank not in self._own_stragglers)
-        return self._stand_ins[stage]
+        stage, own = self.layout.coords(gpu)["pp"], self._own_stragglers.get(gpu)
+        if (stage, own) not in self._stand_ins:
+            self._stand_ins[stage, own] = next(rank for rank in self.layout.stage_ranks(stage)
+                                               if self._own_stragglers.get(rank) == own)
+        return self._stand_ins[stage, own]
 
     @cached_property
-    def _own_stragglers(self) -> frozenset[int]:
-        """The GPUs the scenario's own `faults.step` slows (by index, `fraction` or `all`: drawn as its step is)."""
+    def _own_stragglers(self) -> dict[int, Slowdown]:
+        """The slowdown of each GPU the scenario's own `faults.step` slows (by index, `fraction` or `all`: drawn as
+        its step is)."""
         from simulator.simulation import step_faults
 
         if not self.loaded.scenario.faults.step.stragglers:
-            return frozenset()
-        return frozenset(step_faults(self.loaded, self.topology).slowdown_of())
+            return {}
+        return step_faults(self.loaded, self.topology).slowdown_of()
 
     def _cached(self, state: ClusterState | None, scenario, prepared: PreparedStep | None = None
                 ) -> tuple[StepState | None, dict]:
@@ -648,7 +650,7 @@ def state_of(replicas: int, degradations) -> ClusterState:
     several keeps the largest factor. Straggling GPUs are their stand-ins where the state's places are alike,
     and keep their own places where links or NVSwitch trays are down: a straggler near them is not one far
     from them (a tray down on rack 1 and a x1.5 GPU on rack 1 made a step 1.3% longer than with that GPU on
-    rack 0, 22% with 7 trays down)."""
+    rack 0, 18 to 19% with 7 trays down)."""
     degradations = list(degradations)
     placed = any(degradation.links or degradation.nvswitch_tray is not None for degradation in degradations)
     spines: set[int] = set()
