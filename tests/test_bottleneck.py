@@ -166,7 +166,7 @@ def test_the_wait_holds_its_parts(name):
     once, and the pipeline bubble: Megatron SC21's 18.4B summed its kinds to 18.6% exposed, over its 17.1% wait
     (an 'idle' part of -1.5%), where TP and DP collectives ran at once."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # a job's scenario: simulate() runs its one step
+        warnings.filterwarnings("ignore", ".*runs one training step and ignores the job's", UserWarning)
         summary = simulate(load_scenario(SCENARIOS / name)).summary
     evidence = summary["bottleneck"]["evidence"]
     kinds = sum(summary["exposed_comm_s"].values()) / summary["step_time_s"]

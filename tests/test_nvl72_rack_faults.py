@@ -397,7 +397,9 @@ def test_with_every_tray_of_a_rack_down_auto_weighs_the_rerouted_tree_and_picks_
     estimates the tree at 4.76 ms and picks the ring; counted apart, the tree came out at 3.00 ms, below the
     ring's 3.25, and was picked (a 1 GiB all-reduce: the tree 58.2 ms against the ring's 48.6). Since the chunk is
     NCCL's (512 KiB Simple, not 4 MiB) the tree simulates at 3.84 ms, still slower than the ring, and the
-    estimate, which does not see the finer pipelining, is 24% over it (5.4% with 4 MiB chunks)."""
+    estimate, which does not see the finer pipelining, is 24% over it (5.4% with 4 MiB chunks): the tree's
+    estimate sits between the tree simulated and 1.25 times it, above the ring's (3.25 ms), where the edges
+    counted apart put it below both."""
     from simulator.collectives.phases import CollectiveRequest
     from simulator.collectives.tuner import estimates
     from simulator.engine.faults import FaultHooks
@@ -410,8 +412,8 @@ def test_with_every_tray_of_a_rack_down_auto_weighs_the_rerouted_tree_and_picks_
     faults = StepFaults(links=nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 9),)))
     topology = scenario_topology(loaded)
     FaultHooks(topology, step_faults(with_step_faults(loaded, faults), topology))
-    tree_s = estimates(CollectiveRequest("all_reduce", tuple(range(16)), 64 * 2**20), topology)["tree"]
-    assert tree_s == pytest.approx(tree["time_s"], rel=0.25)
+    estimated = estimates(CollectiveRequest("all_reduce", tuple(range(16)), 64 * 2**20), topology)
+    assert estimated["ring"] < tree["time_s"] < estimated["tree"] < 1.25 * tree["time_s"]
 
 
 def test_with_every_tray_of_a_rack_down_nvls_is_not_run_there():
@@ -593,13 +595,14 @@ def test_a_rack_failure_strikes_its_rack_wherever_it_sits(job_with):
     group's second place, and the job shrinks onto rack 1 alone: a tray of rack 1 at 4 h slows it, one of rack 2
     at 5 h does not. Before, a rack failure struck the place of its index: rack 0's at 2 h took rack 1 (at place
     0) and rack 2's at 3 h was beyond the shrunk group and ignored. The summary also lists the full-size states
-    the slow-step split asks (the shrink and the trays as causes), which the job never trains in."""
+    with trays down that the slow-step split asks (the shrink and the trays as causes), never trained in."""
     summary = job_with(three_racks(job(CLASSES)), (1 * H, 0, 0, 100 * H), (2 * H, 0, 0, 100 * H),
                        (3 * H, 0, 2, 100 * H), (4 * H, 1, 9, 4 * H), (5 * H, 1, 18, 4 * H)).summary
     assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 2
     assert summary["replicas"]["shrinks"]["mean"] == 2
-    trained = [(replicas, trays) for replicas, trays in trays_by_replicas(summary) if replicas < 12]
-    assert trained == [(4, {}), (4, {"rack0/nvswitch": 1}), (8, {})]
+    rack1, rack2 = {"rack1/nvswitch": 1}, {"rack2/nvswitch": 1}
+    assert trays_by_replicas(summary) == [(4, {}), (4, {"rack0/nvswitch": 1}), (8, {}), (12, {}), (12, rack1),
+                                          (12, {**rack1, **rack2})]
 
 
 def test_racks_trays_nics_and_leaves_fail_at_their_rate_spares_too(text_job):

@@ -487,6 +487,8 @@ FOLDERS = {"search": ("candidates.csv", "candidates.parquet", "search.json"), "s
 """The files of each kind of output folder, a sweep's without a manifest."""
 WRITERS = {"run": ["run", str(SMALL)], "search": ["search", str(TRAINING)],
            "study": ["study", "checkpoint-interval", str(TRAINING)], "sweep": ["sweep", "sweep.yaml"]}
+SWEEP_RECORD = '{"index": 0, "key": "k", "status": "ok", "error": "", "metrics": {}}\n'
+"""One line of a sweep's points.jsonl (`sweep/results.PointRecord`)."""
 
 
 @pytest.mark.parametrize(("held", "command"), [
@@ -514,10 +516,6 @@ def test_a_command_refuses_a_folder_of_another_commands_results(tmp_path, capsys
                           f"({', '.join(files)}), which trainsim {command} would ")
     assert err.count("\n") == 1
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
-
-
-SWEEP_RECORD = '{"index": 0, "key": "k", "status": "ok", "error": "", "metrics": {}}\n'
-"""One line of a sweep's points.jsonl (`sweep/results.PointRecord`)."""
 
 
 def test_a_sweeps_refusal_says_it_writes_beside_not_deletes(tmp_path, capsys):

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from shared import DP_INNERMOST_DGX, ONE_GPU_HOSTS, RAILS, STEP_ONLY, ZERO3_JOB
+from shared import DP_INNERMOST_DGX, ONE_GPU_HOSTS, RAILS, STEP_ONLY, ZERO3_JOB, inside
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
@@ -191,7 +191,7 @@ def test_a_throttle_lands_on_its_own_gpu_not_on_the_scenarios_own_straggler():
     GPU 0 is its own state; one on GPUs 1 to 3 is simulated on GPU 1, the first GPU the scenario leaves at full
     speed. Slow-step time is then GPU 0's throttles' alone: E[time GPU 0 throttled] x (1 - 0.05999 / 0.06189),
     as in `test_straggling_time_matches_the_closed_form` with a rate of 1/48 h (before: 3.3 times it, every
-    throttle charged). 200 replications of 10 d: 0.7% off (standard error 3%); tolerance 1%."""
+    throttle charged). 200 replications of 10 d: 0.7% off, within 3 standard errors (one is 3%)."""
     loaded = scenario_from_text(OWN_STRAGGLER)
     job_states = reliability_simulate.prepare_job(loaded).states
     assert [job_states.representative(gpu) for gpu in range(4)] == [0, 1, 1, 1]
@@ -203,7 +203,7 @@ def test_a_throttle_lands_on_its_own_gpu_not_on_the_scenarios_own_straggler():
     assert steps[("1", 1.3),] == pytest.approx(_own_straggler_and((2, 1.3)), rel=1e-12) == own
     horizon, repair, rate = 10 * 86400.0, 6 * 3600.0, 1 / (48 * 3600.0)
     slowed = repair - (1 - math.exp(-rate * repair)) / rate + (horizon - repair) * (1 - math.exp(-rate * repair))
-    assert summary["slow_steps_by_cause_s"]["throttle"]["mean"] == pytest.approx(slowed * (1 - own / both), rel=0.01)
+    assert inside(slowed * (1 - own / both), summary["slow_steps_by_cause_s"]["throttle"], 250)
 
 
 def test_throttles_on_gpus_the_scenario_slows_alike_make_one_state():
