@@ -184,8 +184,7 @@ class LoadedScenario:
         paths += [("faults", field) for field in sorted(scenario.faults.model_fields_set & JOB_FAULT_FIELDS)]
         errors = [self.error(path, "only a job over weeks reads it (run.horizon); this single step ignores it")
                   for path in paths]
-        errors.sort(key=lambda error: (error.line is None, error.line or 0))  # in file order, overrides last
-        return tuple(str(error) for error in errors)
+        return _in_file_order(errors)
 
     def ignored_by_a_synthetic_model(self) -> tuple[str, ...]:
         """A located warning for each field the scenario sets that a synthetic model cannot be changed by
@@ -204,8 +203,7 @@ class LoadedScenario:
             errors += [self.error((section, name) if field is None else (section, name, field),
                                   f"{why}: it changes nothing")
                        for field in fields]
-        errors.sort(key=lambda error: (error.line is None, error.line or 0))
-        return tuple(str(error) for error in errors)
+        return _in_file_order(errors)
 
 
 def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
@@ -522,3 +520,8 @@ def _whole_numbers(data: object, path: FieldPath) -> Iterator[tuple[FieldPath, i
             yield from _whole_numbers(value, path + (index,))
     elif isinstance(data, int) and not isinstance(data, bool):
         yield path, data
+
+
+def _in_file_order(errors: list) -> tuple[str, ...]:
+    """Located messages in the file's line order, those of `--set` overrides (no line) last."""
+    return tuple(str(error) for error in sorted(errors, key=lambda error: (error.line is None, error.line or 0)))

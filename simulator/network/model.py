@@ -680,7 +680,8 @@ def analytic_seconds(routes: FlowRoutes, nbytes: np.ndarray, latency: np.ndarray
                      collective: np.ndarray | None = None) -> np.ndarray:
     """Each transfer's seconds on the analytic model: its ``latency``, then its bytes at its share of every link of
     its route, a link's ``capacity`` split among the transfers of its own collective (``collective[i]`` numbers
-    transfer i's; None: all of one) that cross it, in proportion to their bytes, so that they end together:
+    transfer i's; None: all of one) that cross it, in proportion to their bytes, so that those a link bounds end
+    together on it:
     ``latency + max over its links of (its collective's bytes on the link) / capacity``. A collective's channels
     and peers over one NIC thus share its line rate, as on the wire, while other work never slows it. A transfer
     alone on its links takes ``nbytes / narrowest capacity``, to the last bit; one without bytes or links, its

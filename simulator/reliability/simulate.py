@@ -419,7 +419,7 @@ def tray_fold_blocker(loaded: LoadedScenario, units: ClusterUnits, down: int) ->
     except Unfolds as unfolded:
         return str(unfolded)
     except StepAborted:
-        return None
+        pass
     return None
 
 
