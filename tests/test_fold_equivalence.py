@@ -258,6 +258,30 @@ def test_tree_all_reduces_over_tp_lanes_unfold():
     assert "members send unlike amounts" in folded["fold_off_reason"]
 
 
+DP_TREES = """
+cluster: {topology: dgx-a100-cluster, nodes: 8}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 2, micro_batch: 4, precision: fp16}
+parallelism: {tp: 2, ddp: {overlap: true}}
+collectives: {algorithm: tree}
+run: {timeline: summary}
+"""
+"""SC21 3.6B's geometry on a small model: TP 2 inside DGX A100 hosts, gradient buckets all-reduced over DP 32 by
+NCCL's tree (a chain of four GPUs in each host, a double binary tree across the 8 hosts) during the backward."""
+
+
+def test_dp_trees_across_hosts_fold_to_the_bit():
+    """Every host's chain carries the same chunks over its NVLink links, but over phases of other lengths where
+    the host's place in the host tree differs; summed phase by phase in float, host 1's load came out a unit in
+    the last place above host 0's, the TP all-reduce over [0, 1] seemed to meet the trees otherwise than over
+    [8, 9], and the step ran unfolded (64 ranks). Summed exactly it folds to one rank, and its step is the
+    unfolded one's to the bit."""
+    folded = simulate(scenario_from_text(DP_TREES, "inline.yaml")).summary
+    unfolded = simulate(scenario_from_text(DP_TREES, "inline.yaml", ["run.fold=false"])).summary
+    assert folded["folded"] and folded["simulated_ranks"] == 1
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+
+
 SC21_LIKE = """
 cluster: {topology: dgx-a100-cluster, nodes: 24}
 model: {layers: 16, hidden: 2048, heads: 16, vocab: 32000}
