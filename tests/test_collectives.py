@@ -287,6 +287,30 @@ def test_rings_and_trees_spread_evenly_over_nics_that_two_gpus_share():
     assert close(estimates(request, topology, algorithms=("ring",))["ring"], simulated, 1e-6)
 
 
+@pytest.mark.parametrize("size, channels", [(10, 2), (12, 4)])
+def test_a_ring_over_a_partial_host_runs_each_of_its_nics_both_ways(size, channels):
+    """usertest35 #14: 2 DGX H100 hosts, the group 8 GPUs on one and 2 (or 4) on the other, so ch = 2 (4)
+    rings. Each ring enters the partial host at one of the local indices both hosts hold and leaves at the next,
+    in turn, so each of its NICs takes one ring in and one out and a step moves n/(p ch) through every NIC
+    each way at 50 GB/s. A ring's p hops: p - 2 over NVLink (3.4 us), 2 across hosts (13 us), so
+    t = 8.4 us + 2(p-1) (latency mean + n/(p ch 50 GB/s)): 19.43 ms for p = 10 (busbw 99.5 GB/s), 9.96 ms
+    for p = 12 (197.6 GB/s), in the flow and the analytic model alike. Every ring entered the partial host at its
+    first GPU and left at its last before, so each of its NICs carried one direction: 38.76 ms (49.9 GB/s) and
+    19.80 ms (99.4 GB/s)."""
+    n = GIB
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2})
+    phases = plan_collective(CollectiveRequest("all_reduce", tuple(range(size)), n), topology, "ring")
+    into = Counter(topology.gpu_nic[t.dst] for phase in phases for t in phase.transfers
+                   if topology.gpu_host[t.src] != topology.gpu_host[t.dst])
+    partial = [nic for nic in into if nic.startswith("h1/")]
+    assert len(partial) == size - 8 and cross_host_nics(topology, phases) == into
+    step = ((size - 2) * 3.4e-6 + 2 * 13e-6) / size + n / (size * channels * 50e9)
+    for mode in ("flow", "analytic"):
+        row, = collective_sweep("dgx-h100-cluster", {"nodes": 2}, op="all_reduce", algorithm="ring", ranks=size,
+                                sizes=[n], efficiency="ideal", mode=mode)
+        assert close(row["time_s"], BASE + 2 * (size - 1) * step, 1e-6)
+
+
 def two_spine_topology(hosts: int) -> Topology:
     """One GPU per host behind its leaf (bandwidth B); each leaf has two uplinks of B/2, one per spine, and
     a flow's channel picks its spine (a static ECMP hash that differs per connection)."""

@@ -341,6 +341,10 @@ COLLECTIVE_QUOTES = [
                                "--algorithm tree --protocol simple --sizes 1MiB,64MiB,1GiB"],
        f"| {hosts} | {nics} | {{0[us]:.0f}} us | {{1[us]:,.0f}} us | {{2[ms]:.2f}} ms |")
       for hosts, nics in ((2, 8), (2, 4), (4, 8), (4, 4))],
+    ("docs/collectives.md", [f"--topology dgx-h100-cluster --set nodes=2 --ranks {ranks} --algorithm ring "
+                             "--sizes 1GiB --efficiency ideal" for ranks in (10, 12)],
+     "10 ranks (8 + 2) on 2 DGX H100 hosts run 1 GiB in {0[ms]:.2f} ms, busbw {0[busbw]:.1f} GB/s (two NICs each "
+     "way, `--efficiency ideal`, measured; 12 ranks: {1[ms]:.2f} ms, {1[busbw]:.1f} GB/s);"),
     ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=2 --algorithm ring --sizes 1GiB"],
      "against the ring's {0[ms]:.2f} ms (the flat tree"),
     ("docs/collectives.md", [f"--topology dgx-h100 --algorithm nvls --ranks {ranks} --sizes 4GiB"

@@ -74,12 +74,16 @@ def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[li
 def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list[int]:
     """One channel's ring: hosts in turn, alternating direction, each entered at the local index the
     previous host left from, so that cross-host hops join GPUs with equal local indices (one rail); the
-    first host is entered at its `first_member` for the channel."""
+    first host is entered at its `first_member` for the channel. Hosts that hold unequal local indices take
+    `uneven_ring_order`."""
     if len(hosts) == 1:
         members = hosts[0]
         start = channel % len(members)
         return members[start:] + members[:start]
     local = topology.gpu_local
+    ends = uneven_ends(hosts, local, channel)
+    if ends is not None:
+        return uneven_ring_order(hosts, local, ends)
     order: list[int] = []
     exit_local: int | None = None
     for index, members in enumerate(hosts):
@@ -91,6 +95,37 @@ def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list
                        else members[start::-1] + members[:start:-1])
         order += members
         exit_local = local[members[-1]]
+    return order
+
+
+def uneven_ends(hosts: list[list[int]], local: list[int], channel: int) -> tuple[int, int] | None:
+    """The local indices where ``channel``'s ring enters and leaves the first host of a group whose hosts hold
+    unequal local indices (8 + 2 GPUs): the c-th and the next of the indices every host holds, in turn, so that
+    on a partial host each NIC takes rings into the host on some channels and out of it on others, as NCCL's
+    search spreads its channels over the NICs. None where every host holds the same local indices (`ring_order`
+    then enters each host where the previous one left) or fewer than two are held by every host."""
+    held = [{local[member] for member in members} for members in hosts]
+    if all(indices == held[0] for indices in held):
+        return None
+    common = sorted(set.intersection(*held))
+    if len(common) < 2:
+        return None
+    return common[channel % len(common)], common[(channel + 1) % len(common)]
+
+
+def uneven_ring_order(hosts: list[list[int]], local: list[int], ends: tuple[int, int]) -> list[int]:
+    """A ring over hosts that hold unequal local indices: hosts in turn, each entered at the index the previous
+    one left from and left at the other of ``ends`` (`uneven_ends`), its other members in between in local
+    order, so every hop between hosts stays on one rail. When every ring entered a partial host at its first
+    index and left at its last, each of its NICs carried one direction only: 10 ranks (8 + 2) on 2 DGX H100
+    hosts ran a 1 GiB all-reduce at one NIC's busbw, 49.9 GB/s, not two NICs' 100."""
+    order: list[int] = []
+    for index, members in enumerate(hosts):
+        enter, leave = ends if index % 2 == 0 else ends[::-1]
+        indices = [local[member] for member in members]
+        start = indices.index(enter)
+        middle = [member for member in members[start:] + members[:start] if local[member] not in ends]
+        order += [members[start], *middle, members[indices.index(leave)]]
     return order
 
 
