@@ -22,8 +22,10 @@ from simulator.collectives.tuner import (
     first_period_translate,
     group_shape,
     group_terms,
+    ll128_bus_caps,
     ll_bus_cap,
-    ll_capped,
+    nccl_capped,
+    nccl_channels,
     terms_estimates,
     tree_passes,
     weighed_group,
@@ -67,7 +69,8 @@ def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=N
 
 def simulated_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
     """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request``, an LL ring's or
-    tree's no faster than NCCL's cap on LL's busbw lets the tuner rate it (`ll_capped`), as `auto` weighs it."""
+    tree's and an LL128 one's no faster than NCCL's caps on those protocols' busbw let the tuner rate them
+    (`nccl_capped`), as `auto` weighs them."""
     names = candidates(request, topology, group_by_host(request.ranks, topology))
     terms = group_terms(request, topology, calibrated(topology.gpu_model) if efficiency is None else efficiency)
     times = {Choice(name, protocol): simulated(topology, request, name, efficiency, protocol) for name in names
@@ -76,9 +79,8 @@ def simulated_pairs(topology, request: CollectiveRequest, efficiency=None) -> di
 
 
 def nccl_rated(request: CollectiveRequest, terms, pair: Choice, seconds: float) -> float:
-    """``seconds`` of ``pair`` as `auto` weighs them: an LL ring's or tree's no faster than NCCL's cap on LL."""
-    return ll_capped(request, terms, pair.algorithm, seconds) if pair.protocol == "ll" and pair.algorithm in (
-        "ring", "tree") else seconds
+    """``seconds`` of ``pair`` as `auto` weighs them: an LL or LL128 ring's or tree's no faster than NCCL's caps."""
+    return nccl_capped(request, terms, pair.algorithm, pair.protocol, seconds)
 
 
 @pytest.mark.parametrize("name", ["dgx-h100-cluster", "dgx-a100-cluster"])
@@ -205,7 +207,7 @@ def test_estimates_follow_the_channels_over_the_uplinks_of_an_oversubscribed_fab
                 took = time_collective(topology, "all_reduce", algorithm, ranks, nbytes, efficiency=efficiency,
                                        chunk_bytes=CHUNK, channels=channels, protocol=protocol)
                 if protocol == "ll":  # weighed no faster than NCCL's cap on LL (1 GiB over 16 or 64 H100s)
-                    took = ll_capped(request, group_terms(request, topology, efficiency), algorithm, took)
+                    took = nccl_capped(request, group_terms(request, topology, efficiency), algorithm, protocol, took)
                 assert estimate == pytest.approx(took, rel=1e-9), (algorithm, nbytes, protocol)
         times = {pair: time_collective(topology, "all_reduce", pair.algorithm, ranks, nbytes, efficiency=efficiency,
                                        chunk_bytes=CHUNK, channels=channels, protocol=pair.protocol)
@@ -443,6 +445,30 @@ def test_auto_takes_ll_no_faster_than_nccls_cap(name, hosts, op, nbytes):
     topology = load_topology(name, {"nodes": hosts})
     request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes="auto")
     assert choose(request, topology, calibrated(topology.gpu_model)).protocol != "ll"
+
+
+def test_nccls_ll128_caps_by_gpu_hosts_and_channels():
+    """`perChMaxRingLL128Bws` and `perChMaxTreeLL128Bws` in GB/s per channel, times the channels: the ring's by
+    the GPU's generation alone (Ampere 20, Hopper 36.7, Blackwell 40), the tree's by generation and 1, 2 or
+    more hosts (Hopper 36.7, 36.7, 29; Blackwell 55.6, 31.67, 20)."""
+    assert [tuple(round(cap / 1e9, 6) for cap in ll128_bus_caps(gpu, hosts, channels)) for gpu, hosts, channels in [
+        ("a100-80gb", 2, 16), ("h100-sxm", 1, 32), ("h100-sxm", 16, 16), ("b200", 2, 16), ("b200", 4, 16)]] == [
+        (320.0, 320.0), (1174.4, 1174.4), (587.2, 464.0), (640.0, 506.72), (640.0, 320.0)]
+
+
+def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
+    """4 DGX B200-like hosts (8 B200s each, 8 NICs of 50 GB/s): NCCL runs 2 channels per NIC, 16, and caps the
+    LL128 tree's busbw at 16 x 20 GB/s = 320 GB/s over more than 2 Blackwell hosts, so a 1 GiB all-reduce is
+    weighed at 14 us + 2 x 1 GiB / 320 GB/s = 6.725 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)
+    and the 6.319 ms it was weighed at before."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 4, "node": {"gpu_model": "b200",
+                                                                       "nvlink_bandwidth": "900 GB/s"}})
+    efficiency = calibrated(topology.gpu_model)
+    request = CollectiveRequest("all_reduce", tuple(range(32)), GIB, chunk_bytes="auto")
+    assert nccl_channels(topology, request.ranks) == 16
+    weighed = estimates(request, topology, efficiency, "ll128", algorithms=("tree",))["tree"]
+    assert weighed == pytest.approx(14e-6 + 2 * GIB / 320e9, rel=1e-12)
+    assert weighed > simulated(topology, request, "tree", protocol="ll128")
 
 
 def test_nccls_ll_caps_by_gpu_and_hosts():

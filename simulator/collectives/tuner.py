@@ -9,9 +9,9 @@ latency + size / bandwidth too, but from the shape of this simulator's own plan 
 topology's links at the bandwidths the network model gives them (the run's per-class efficiencies), with what
 the protocol changes (its latency per hop, its payload's share of the wire, the stall of Simple's window of
 chunk steps in flight, which the plans charge), so the pick is the pair the simulation ranks fastest and its
-estimate stays close to the simulated time (tests/test_auto.py bounds both); an LL ring or tree is weighed no
-faster than NCCL's cap on LL's busbw (`ll_capped`), as NCCL's tuner rates it. docs/collectives.md, "The `auto`
-rule", says it in prose.
+estimate stays close to the simulated time (tests/test_auto.py bounds both); an LL or LL128 ring or tree is
+weighed no faster than NCCL's caps on those protocols' busbw (`nccl_capped`), as NCCL's tuner rates it.
+docs/collectives.md, "The `auto` rule", says it in prose.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, nvls, nvls_sharp, protocols, ring
 from simulator.collectives.busbw import bus_bandwidth_factor
+from simulator.collectives.channels import kernel_channels
 from simulator.collectives.chunking import NCCL_STEPS, pipeline_chunk
 from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
 from simulator.collectives.phases import NVLINK, CollectiveRequest, HopKind, Phase, hop_kind, hop_kinds, window_stall
@@ -37,6 +38,7 @@ from simulator.collectives.tree import all_reduce_edges, chunk_count, pipeline_s
 from simulator.network.model import effective_capacity
 from simulator.topology.graph import Topology
 from simulator.topology.periods import Periods
+from simulator.workload.calibrated import sm_share
 
 T = TypeVar("T")
 
@@ -235,6 +237,7 @@ class GroupTerms(NamedTuple):
     loads: tuple[tuple[AlgorithmName, PhaseLoad], ...]
     tree: TreeTerms | None
     ll_cap: float
+    ll128_caps: tuple[float, float]
 
     def key(self) -> tuple:
         """The terms as a hashable value: the arrays by their contents."""
@@ -268,15 +271,27 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
         loads.append(("nvls", plan_load(topology, request, nvls.plan, efficiency)))
     tree = tree_terms(request, topology, hosts, channels, efficiency) if "tree" in names else None
     return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, channels, rails, nvls_rate,
-                      nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, count))
+                      nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, count),
+                      ll128_bus_caps(topology.gpu_model, count, nccl_channels(topology, request.ranks)))
 
 
 GB = 1e9
-LL_BUS_CAPS_ONE_HOST: Mapping[str, float] = {
-    "a100-40gb": 87.7 * GB, "a100-80gb": 87.7 * GB, "h100-sxm": 141.0 * GB, "h200": 141.0 * GB,
-    "b200": 282.0 * GB, "gb200": 282.0 * GB}
+GENERATIONS: Mapping[str, str] = {"a100-40gb": "ampere", "a100-80gb": "ampere", "h100-sxm": "hopper",
+                                  "h200": "hopper", "b200": "blackwell", "gb200": "blackwell"}
+"""The generation of each catalog GPU, the row of NCCL's tuning tables it reads (tuning.cc compCapIndex)."""
+LL_BUS_CAPS_ONE_HOST: Mapping[str, float] = {"ampere": 87.7 * GB, "hopper": 141.0 * GB, "blackwell": 282.0 * GB}
 """NCCL's cap on LL's busbw inside one host, by the GPU's generation (tuning.cc `llMaxBws`, column N1: Ampere
 87.7 GB/s, Hopper 141, Blackwell 2 x 141; NVIDIA/nccl master 5067397)."""
+LL128_RING_CAPS_PER_CHANNEL: Mapping[str, float] = {"ampere": 20.0 * GB, "hopper": 36.7 * GB, "blackwell": 40.0 * GB}
+"""NCCL's cap on the LL128 ring's busbw per channel, by the GPU's generation, on any number of hosts (tuning.cc
+`perChMaxRingLL128Bws`, NVIDIA/nccl master 5067397: `busBw = min(busBw * 0.92, nChannels *
+perChMaxRingLL128Bw)`)."""
+LL128_TREE_CAPS_PER_CHANNEL: Mapping[str, tuple[float, float, float]] = {
+    "ampere": (20.0 * GB, 20.0 * GB, 20.0 * GB), "hopper": (36.7 * GB, 36.7 * GB, 29.0 * GB),
+    "blackwell": (55.6 * GB, 31.67 * GB, 20.0 * GB)}
+"""NCCL's cap on the LL128 tree's busbw per channel, by the GPU's generation over 1, 2 and more hosts (tuning.cc
+`perChMaxTreeLL128Bws`, NVIDIA/nccl master 5067397: `busBw = min(busBw * 120/128, nChannels *
+perChMaxTreeLL128Bw)` across hosts)."""
 LL_BUS_CAPS_INTEL = (39.0 * GB, 20.4 * GB)
 LL_BUS_CAPS_AMD = (22.5 * GB, 19.0 * GB)
 """NCCL's caps on LL's busbw across 2 hosts and across more (`llMaxBws`, columns N2 and N4), which across hosts
@@ -286,21 +301,47 @@ AMD_HOSTED = frozenset({"a100-40gb", "a100-80gb"})
 others' hosts read as NCCL reads Intel's (DGX H100, H200 and B200: Intel Xeon) and Grace (not AMD)."""
 
 
+def generation(gpu_model: str) -> str:
+    """``gpu_model``'s row of NCCL's tuning tables (`GENERATIONS`; a GPU outside the catalog reads as Hopper)."""
+    return GENERATIONS.get(gpu_model, "hopper")
+
+
 def ll_bus_cap(gpu_model: str, host_count: int) -> float:
     """NCCL's cap on LL's busbw (bytes/s) for a group over ``host_count`` hosts of ``gpu_model`` GPUs
     (tuning.cc `ncclTopoTuneModel`: ``llMaxBw``, which bounds the LL ring's and the LL tree's bandwidth)."""
     if host_count == 1:
-        return LL_BUS_CAPS_ONE_HOST.get(gpu_model, LL_BUS_CAPS_ONE_HOST["h100-sxm"])
+        return LL_BUS_CAPS_ONE_HOST[generation(gpu_model)]
     across = LL_BUS_CAPS_AMD if gpu_model in AMD_HOSTED else LL_BUS_CAPS_INTEL
     return across[0] if host_count == 2 else across[1]
 
 
-def ll_capped(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, seconds: float) -> float:
-    """An LL estimate of the ring or the tree no faster than NCCL's tuner allows: its base latency plus the bytes
-    NCCL's busbw counts (ring: the op's nccl-tests factor; the tree's all-reduce: twice the size, tuning.cc's
-    ratio of 0.5) at `ll_bus_cap`. The cap weighs the choice only; the plan the choice runs is not slowed."""
+def ll128_bus_caps(gpu_model: str, host_count: int, channels: int) -> tuple[float, float]:
+    """NCCL's caps on LL128's busbw (bytes/s) for the ring and the tree over ``host_count`` hosts of ``gpu_model``
+    GPUs on NCCL's ``channels`` (`nccl_channels`): the per-channel caps (`LL128_RING_CAPS_PER_CHANNEL`,
+    `LL128_TREE_CAPS_PER_CHANNEL`, its column by hosts as tuning.cc's index2) times the channels."""
+    row = generation(gpu_model)
+    return (channels * LL128_RING_CAPS_PER_CHANNEL[row],
+            channels * LL128_TREE_CAPS_PER_CHANNEL[row][min(host_count, 3) - 1])
+
+
+def nccl_channels(topology: Topology, ranks: tuple[int, ...]) -> int:
+    """The channels NCCL runs a ring or tree kernel over ``ranks`` on (channels.py `kernel_channels`, the count
+    the SM contention model holds): the nChannels that NCCL's per-channel caps multiply."""
+    return kernel_channels(sm_share(topology.gpu_model), topology, ranks)
+
+
+def nccl_capped(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, protocol: Protocol,
+                seconds: float) -> float:
+    """An LL or LL128 estimate of the ring or the tree no faster than NCCL's tuner allows: its base latency plus
+    the bytes NCCL's busbw counts (ring: the op's nccl-tests factor; the tree's all-reduce: twice the size,
+    tuning.cc's ratio of 0.5) at the protocol's cap (`ll_bus_cap`, `ll128_bus_caps`); ``seconds`` as they are
+    for Simple and the other algorithms. The cap weighs the choice only; the plan the choice runs is not
+    slowed."""
+    if protocol == "simple" or name not in ("ring", "tree"):
+        return seconds
+    cap = terms.ll_cap if protocol == "ll" else terms.ll128_caps[name == "tree"]
     factor = 2.0 if name == "tree" else bus_bandwidth_factor(request.op, terms.size)
-    return max(seconds, protocols.base_latency(name, "ll") + factor * request.nbytes / terms.ll_cap)
+    return max(seconds, protocols.base_latency(name, protocol) + factor * request.nbytes / cap)
 
 
 def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
@@ -315,16 +356,14 @@ def terms_estimates(request: CollectiveRequest, terms: GroupTerms, wanted: tuple
                     ) -> dict[Protocol, dict[AlgorithmName, float]]:
     """Per protocol in ``wanted``, latency + size / bandwidth estimates (seconds) of the algorithms of ``terms``
     that run under it, each with NCCL's base latency of the algorithm under the protocol
-    (`protocols.base_latency`), which its plan charges once. Of ``request`` only its op, size and chunk are
+    (`protocols.base_latency`), which its plan charges once, and an LL or LL128 ring's or tree's no faster than
+    NCCL's cap (`nccl_capped`). Of ``request`` only its op, size and chunk are
     read: the group's hops and channels are in ``terms``, found once for every protocol (only the hops'
     latency and payload share depend on it)."""
     loads = dict(terms.loads)
-    found = {protocol: {name: _estimate(request, terms, name, protocol, loads.get(name))
-                        for name, able in zip(terms.names, terms.able) if protocol in able} for protocol in wanted}
-    for name, seconds in found.get("ll", {}).items():
-        if name in ("ring", "tree"):
-            found["ll"][name] = ll_capped(request, terms, name, seconds)
-    return found
+    return {protocol: {name: nccl_capped(request, terms, name, protocol,
+                                         _estimate(request, terms, name, protocol, loads.get(name)))
+                       for name, able in zip(terms.names, terms.able) if protocol in able} for protocol in wanted}
 
 
 def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, protocol: Protocol,
