@@ -96,3 +96,29 @@ def test_phase_arrays_are_the_phase_items(topology):
                                                                     arrays.routes.tolist())]
                     kinds.add((phase.pipelined, phase.steps_in_flight > 0, phase.min_latency > 0))
     assert {(True, False, False), (False, True, False), (False, False, True)} <= kinds
+
+
+def test_an_all_to_all_with_one_link_degraded_equals_the_network_model(cluster):
+    # One GPU's NIC-to-leaf link at 30%: its flows part from the others' (none is solved as another's copy), and
+    # the solves over the phase's routes indexed once (groups left out by weight 0) give the network model's rows.
+    request = CollectiveRequest(op="all_to_all", ranks=tuple(range(64)), nbytes=64 * MIB, root=0, chunk_bytes=None,
+                                channels=0)
+    phases = plan_collective(request, cluster, "direct")
+    efficiency = resolve_efficiency("calibrated", cluster.gpu_model)
+    uplink = cluster.path(0, 8)[1]
+    env, log = simpy.Environment(), EventLog()
+    network = Network(env, cluster, efficiency=efficiency, log=log)
+    network.scale_capacity([uplink], 0.3)
+    env.process(run_plan(env, network, cluster, phases, ""))
+    env.run()
+    capacity = effective_capacity(cluster, efficiency).copy()
+    capacity[uplink] *= 0.3
+    alone = run_isolated(cluster, capacity, phases)
+    c = log.flow_columns()
+    assert (alone.duration_s, alone.rows.src.tolist(), alone.rows.dst.tolist()) == (
+        env.now, c["src"].tolist(), c["dst"].tolist())
+    assert alone.rows.end_s.tolist() == c["end_s"].tolist()
+    on_uplink = np.array([uplink in route for route in log.flow_routes()])
+    ends = np.asarray(c["end_s"])
+    # GPU 0's 56 flows to other hosts at 0.3 of the uplink's rate take over 1/0.3 times the others' 1.26 ms
+    assert on_uplink.sum() == 56 and ends[on_uplink].min() > 3 * ends[~on_uplink].max()

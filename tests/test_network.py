@@ -17,7 +17,7 @@ from simulator.errors import ScenarioError
 from simulator.faults.rerouting import Rerouter
 from simulator.metrics.events import EventLog
 from simulator.network import model
-from simulator.network.maxmin import max_min_rates
+from simulator.network.maxmin import Incidence, grouped_max_min_rates, max_min_rates
 from simulator.network.model import Network, Transfers
 from simulator.network.modes import NETWORK_MODES
 from simulator.topology.graph import Topology, Wiring, add_link
@@ -962,3 +962,55 @@ def test_a_phase_runs_to_the_last_bit_as_its_transfers_posted_one_by_one_through
     together, apart = run(True), run(False)
     assert len(together) == 40 and len({row[2] for row in together}) > 5
     assert together == apart
+
+
+def recounted_max_min(paths: list[tuple[int, ...]], weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Progressive filling that recounts every link's load from the unfrozen groups each round (the solver
+    before 2026-12), on the same arithmetic: the incremental solver must equal it to the last bit."""
+    rate = np.full(len(paths), np.inf)
+    unfrozen = {g for g, path in enumerate(paths) if path}
+    remaining = {link: float(capacity[link]) for path in paths for link in path}
+    while unfrozen:
+        load: dict[int, float] = {}
+        for g in sorted(unfrozen):
+            for link in paths[g]:
+                load[link] = load.get(link, 0.0) + weight[g]
+        share = {link: max(remaining[link], 0.0) / load[link] for link in load}
+        level = min(share.values())
+        saturated = {link for link, value in share.items() if value <= level * (1.0 + 1e-12)}
+        freezing = {g for g in unfrozen if saturated.intersection(paths[g])}
+        frozen_load: dict[int, float] = {}
+        for g in freezing:
+            rate[g] = level
+            for link in paths[g]:
+                frozen_load[link] = frozen_load.get(link, 0.0) + weight[g]
+        for link in load:
+            remaining[link] -= level * frozen_load.get(link, 0.0)
+        unfrozen -= freezing
+    return rate
+
+
+def test_incremental_max_min_equals_a_recount_of_every_round_to_the_bit():
+    # Few distinct capacities (ties within a round), one of them degraded to an odd fraction, many levels.
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        links = int(rng.integers(5, 60))
+        capacity = rng.choice([50 * GB, 25 * GB, 450 * GB], size=links)
+        capacity[int(rng.integers(links))] *= 0.37
+        paths = [tuple(rng.choice(links, size=int(rng.integers(0, min(links, 6))), replace=False).tolist())
+                 for _ in range(int(rng.integers(1, 200)))]
+        weight = rng.integers(1, 9, size=len(paths)).astype(float)
+        assert grouped_max_min_rates(paths, weight, capacity).tolist() == recounted_max_min(paths, weight, capacity
+                                                                                            ).tolist()
+
+
+def test_groups_of_weight_zero_are_left_out_of_a_solve():
+    # network/isolated.py indexes a phase's routes once and solves the active ones by giving the others weight 0.
+    rng = np.random.default_rng(5)
+    capacity = rng.choice([50 * GB, 12.5 * GB], size=40)
+    paths = [tuple(rng.choice(40, size=4, replace=False).tolist()) for _ in range(300)]
+    weight = rng.integers(0, 3, size=300).astype(float)
+    lengths = np.full(300, 4)
+    solved = Incidence.of(lengths, np.array(paths).reshape(-1)).rates(weight, capacity)
+    kept = np.flatnonzero(weight > 0)
+    assert solved[kept].tolist() == grouped_max_min_rates([paths[g] for g in kept], weight[kept], capacity).tolist()

@@ -20,7 +20,7 @@ import numpy as np
 from simulator.collectives.execute import PhaseArrays, phase_arrays
 from simulator.collectives.phases import Phase
 from simulator.metrics.events import FlowBlock, FlowRoutes
-from simulator.network.maxmin import flat_grouped_max_min_rates
+from simulator.network.maxmin import Incidence, distinct
 from simulator.network.model import FINISH_TOLERANCE
 from simulator.topology.graph import Topology
 
@@ -90,11 +90,9 @@ class _Phase:
         self.nbytes = arrays.nbytes
         self.latency = arrays.latency.tolist()
         self.route_of, firsts = first_seen_rows(routes)
-        self.route_table = routes[firsts]
-        flat = FlowRoutes.of_matrix(routes)
-        self.entry_flow = np.repeat(np.arange(len(flat)), flat.lengths)
-        self.entry_link = flat.links
-        self.empty = (self.nbytes <= 0) | (flat.lengths == 0)
+        table = FlowRoutes.of_matrix(routes[firsts])
+        self.incidence = Incidence.of(table.lengths, table.links)
+        self.empty = (self.nbytes <= 0) | (self.incidence.lengths[self.route_of] == 0)
 
     def run(self, posted: float, log: _Rows) -> float:
         """Post the phase at ``posted``; return the time its last transfer finished."""
@@ -108,7 +106,7 @@ class _Phase:
         wake_at = np.inf
         while left:
             now = min(arrivals[0] if arrivals else np.inf, wake_at)
-            touched = np.zeros(self.capacity.size, dtype=bool)
+            touched = np.zeros(self.incidence.links.size, dtype=bool)
             if arrivals and arrivals[0] == now:
                 arrivals.pop(0)
                 arriving = arrival == now
@@ -119,15 +117,13 @@ class _Phase:
                 starting = arriving & ~self.empty
                 state.last_update[starting] = now
                 active |= starting
-                touched[self.entry_link[starting[self.entry_flow]]] = True
+                touched[self._links_of(starting)] = True
             if wake_at == now:
                 done = np.flatnonzero(active & (state.ready <= wake_due))
                 done = done[np.lexsort((done, state.ready[done]))]
                 active[done] = False
                 state.ready[done] = state.finish[done] = np.inf
-                finished = np.zeros(count, dtype=bool)
-                finished[done] = True
-                touched[self.entry_link[finished[self.entry_flow]]] = True
+                touched[self._links_of(done)] = True
                 log.log(self.arrays, done, posted, now)
                 left -= done.size
                 end = now
@@ -143,35 +139,38 @@ class _Phase:
                 wake_due, wake_at = None, np.inf
         return end
 
+    def _links_of(self, flows: np.ndarray) -> np.ndarray:
+        """The links (compact ids of the phase's incidence) that ``flows`` (a mask or indices) cross."""
+        incidence = self.incidence
+        return incidence.entry_link[incidence.entries_of(distinct(self.route_of[flows], incidence.lengths.size))]
+
     def _component(self, touched: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """Active flows connected to the ``touched`` links through shared links, in posting order."""
-        found = np.zeros(active.size, dtype=bool)
+        """Active flows connected to the ``touched`` links (compact ids) through shared links, in posting order: a
+        search over the phase's routes (a flow's links are its route's), which visits each link and each route
+        once."""
+        incidence = self.incidence
+        routes = incidence.lengths.size
+        unfound = np.zeros(routes, dtype=bool)
+        unfound[self.route_of[active]] = True
+        left = int(np.count_nonzero(unfound))
         seen = touched.copy()
-        frontier = touched
-        while True:
-            hit = frontier[self.entry_link] & active[self.entry_flow] & ~found[self.entry_flow]
-            if not hit.any():
-                break
-            fresh = np.zeros(active.size, dtype=bool)
-            fresh[self.entry_flow[hit]] = True
-            found |= fresh
-            frontier = np.zeros(seen.size, dtype=bool)
-            frontier[self.entry_link[fresh[self.entry_flow]]] = True
-            frontier &= ~seen
-            seen |= frontier
-        return np.flatnonzero(found)
+        frontier = np.flatnonzero(seen)
+        while frontier.size and left:
+            reached = incidence.groups_on(frontier)
+            fresh = distinct(reached[unfound[reached]], routes)
+            unfound[fresh] = False
+            left -= fresh.size
+            ahead = np.zeros(seen.size, dtype=bool)
+            ahead[incidence.entry_link[incidence.entries_of(fresh)]] = True
+            frontier = np.flatnonzero(ahead & ~seen)
+            seen[frontier] = True
+        return np.flatnonzero(active & ~unfound[self.route_of])
 
     def _resolve(self, component: np.ndarray, state: _FlowState, now: float) -> None:
-        """Max-min rates of ``component`` grouped by route in first-seen order, as `Network._resolve` does;
-        flows whose rate changes are brought up to date."""
-        routes, first, inverse = np.unique(self.route_of[component], return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        group = rank[inverse.reshape(-1)]
-        weight = np.bincount(group, minlength=order.size).astype(float)
-        table = FlowRoutes.of_matrix(self.route_table[routes[order]])
-        rates = flat_grouped_max_min_rates(table.lengths, table.links, weight, self.capacity)[group]
+        """Max-min rates of ``component`` grouped by route, as `Network._resolve` does (the rates depend on the
+        groups' routes and sizes, not their order); flows whose rate changes are brought up to date."""
+        route = self.route_of[component]
+        rates = self.incidence.rates(np.bincount(route, minlength=self.incidence.lengths.size), self.capacity)[route]
         old = state.rate[component]
         changed = rates != old
         flows, new, old = component[changed], rates[changed], old[changed]

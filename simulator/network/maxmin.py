@@ -2,9 +2,10 @@
 
 Every unfrozen flow grows at the same rate until some link runs out of capacity; the flows crossing that
 link are frozen at the current level and the rest keep growing. Flows with the same set of links always end
-at the same rate, so they are solved once as a group whose weight is the number of its members. One round
-costs O(links + unfrozen link crossings) through ``np.bincount``; the number of rounds is the number of
-distinct bottleneck levels, which is small for the symmetric traffic of collectives.
+at the same rate, so they are solved once as a group whose weight is the number of its members. A round
+visits only the links still loaded and the link crossings of the links that saturate and the groups that
+freeze, so a solve costs O(link crossings + rounds x links) however many distinct bottleneck levels it has
+(an all-to-all whose flows the fabric hashes unevenly over the spines has dozens).
 """
 
 from __future__ import annotations
@@ -52,40 +53,100 @@ def flat_grouped_max_min_rates(lengths: np.ndarray, entry_link: np.ndarray, weig
                                capacity: np.ndarray) -> np.ndarray:
     """`grouped_max_min_rates` with the groups' links flat: group g's are the next ``lengths[g]`` of
     ``entry_link``."""
-    entry_group = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
-    links, entry_link = np.unique(entry_link, return_inverse=True)
-    rates = _progressive_fill(entry_link.reshape(-1), entry_group, np.asarray(weight, dtype=float),
-                              np.asarray(capacity, dtype=float)[links])
-    rates[lengths == 0] = np.inf
-    return rates
+    return Incidence.of(lengths, entry_link).rates(weight, capacity)
 
 
-def _progressive_fill(entry_link: np.ndarray, entry_group: np.ndarray, weight: np.ndarray,
-                      capacity: np.ndarray) -> np.ndarray:
-    """Progressive filling on a link-group incidence list (compact link ids 0..len(capacity)-1).
+class Incidence:
+    """Groups and the links they cross, indexed both ways: ``entry_link`` lists each group's links one group
+    after another (compact link ids, ``links`` their ids in the capacity array), ``group_start`` where each
+    group's begin, ``by_link`` the entries sorted by link and ``link_start`` where each link's begin. Built once,
+    it solves any weights over the same groups (a phase's routes, `network/isolated.py`)."""
 
-    Each round drops the links no unfrozen group crosses any more, so later rounds only touch live links.
-    """
-    rate = np.zeros(weight.size)
-    frozen = np.zeros(weight.size, dtype=bool)
-    remaining = capacity.copy()
+    __slots__ = ("by_link", "entry_group", "entry_link", "group_start", "lengths", "link_start", "links")
+
+    def __init__(self, lengths: np.ndarray, entry_link: np.ndarray, links: np.ndarray):
+        self.lengths = lengths
+        self.entry_link = entry_link
+        self.links = links
+        self.entry_group = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+        self.group_start = np.concatenate(([0], np.cumsum(lengths)))
+        self.by_link = np.argsort(entry_link, kind="stable")
+        self.link_start = np.concatenate(([0], np.cumsum(np.bincount(entry_link, minlength=links.size))))
+
+    def groups_on(self, links: np.ndarray) -> np.ndarray:
+        """The groups crossing each of ``links`` (compact ids), link after link (a group once per link)."""
+        return self.entry_group[self.by_link[spans(self.link_start[links], self.link_start[links + 1])]]
+
+    def entries_of(self, groups: np.ndarray) -> np.ndarray:
+        """The entries (indices into ``entry_link``) of ``groups``, group after group."""
+        return spans(self.group_start[groups], self.group_start[groups + 1])
+
+    @classmethod
+    def of(cls, lengths: np.ndarray, entry_link: np.ndarray) -> Incidence:
+        """The incidence of groups whose links (ids into the capacity array) are flat in ``entry_link``."""
+        links, compact = np.unique(entry_link, return_inverse=True)
+        return cls(np.asarray(lengths, dtype=np.int64), compact.reshape(-1), links)
+
+    def rates(self, weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+        """Max-min fair rate of each member of each group, ``weight[g]`` flows in group ``g`` (0: the group is
+        left out, and its rate is not one), ``capacity`` in bytes/s by link id; a group that crosses no link
+        gets ``inf``."""
+        rates = _progressive_fill(self, np.asarray(weight, dtype=float), np.asarray(capacity, dtype=float)[self.links])
+        rates[self.lengths == 0] = np.inf
+        return rates
+
+
+def distinct(values: np.ndarray, bound: int) -> np.ndarray:
+    """The distinct ``values`` (integers in ``range(bound)``), sorted: by marking them where they are many, else
+    by a sort (numpy's hashing `unique` costs more either way)."""
+    if 16 * values.size > bound:
+        marked = np.zeros(bound, dtype=bool)
+        marked[values] = True
+        return np.flatnonzero(marked)
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
+
+
+def spans(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """The indices of the ranges ``starts[i]:stops[i]``, one range after another."""
+    sizes = stops - starts
+    ends = np.cumsum(sizes)
+    return np.repeat(starts - (ends - sizes), sizes) + np.arange(int(ends[-1]) if ends.size else 0)
+
+
+def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Progressive filling: each round, the fair share of each link still loaded is its remaining capacity over
+    the weight of the unfrozen groups on it; the groups on the links at the smallest share (within a relative
+    `TIE_TOLERANCE`) freeze at it, and their weight and usage leave their links. Only the entries of the links
+    that saturate and of the groups that freeze are visited, each once, and only the links those groups cross
+    change share, so a solve costs O(entries + rounds x links) with a small constant on the links (a minimum
+    and a comparison). Loads are sums of whole flow counts, exact in floating point, so they equal a recount
+    of the unfrozen entries each round to the last bit. The round that freezes the last groups ends the solve."""
+    entry_group, entry_link = incidence.entry_group, incidence.entry_link
     entry_weight = weight[entry_group]
-    while entry_link.size:
-        load = np.bincount(entry_link, weights=entry_weight, minlength=remaining.size)
-        loaded = load > 0
-        if not loaded.all():
-            live = np.flatnonzero(loaded)
-            relabel = np.zeros(remaining.size, dtype=np.int64)
-            relabel[live] = np.arange(live.size)
-            entry_link, remaining, load = relabel[entry_link], remaining[live], load[live]
-        share = np.maximum(remaining, 0.0) / load
+    load = np.bincount(entry_link, weights=entry_weight, minlength=capacity.size)
+    remaining = capacity.copy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(load > 0, np.maximum(remaining, 0.0) / load, np.inf)
+    rate = np.zeros(weight.size)
+    frozen = (weight <= 0) | (incidence.lengths == 0)
+    unfrozen = weight.size - int(np.count_nonzero(frozen))
+    while unfrozen:
         level = share.min()
-        saturated = share <= level * (1.0 + TIE_TOLERANCE)
-        freezing = entry_group[saturated[entry_link]]
-        frozen[freezing] = True
+        saturated = np.flatnonzero(share <= level * (1.0 + TIE_TOLERANCE))
+        crossing = incidence.groups_on(saturated)
+        freezing = distinct(crossing[~frozen[crossing]], weight.size)
         rate[freezing] = level
-        leaving = frozen[entry_group]
-        remaining -= level * np.bincount(entry_link[leaving], weights=entry_weight[leaving], minlength=remaining.size)
-        staying = ~leaving
-        entry_link, entry_group, entry_weight = entry_link[staying], entry_group[staying], entry_weight[staying]
+        unfrozen -= freezing.size
+        if not unfrozen:
+            break
+        frozen[freezing] = True
+        entries = incidence.entries_of(freezing)
+        touched = distinct(entry_link[entries], capacity.size)
+        leaving = np.bincount(entry_link[entries], weights=entry_weight[entries], minlength=capacity.size)[touched]
+        remaining[touched] -= level * leaving
+        load[touched] -= leaving
+        kept = load[touched] > 0
+        share[touched] = np.inf
+        share[touched[kept]] = np.maximum(remaining[touched[kept]], 0.0) / load[touched[kept]]
     return rate
