@@ -39,13 +39,9 @@ the number's int), so the memory stays under ~0.25 GB."""
 CACHED_GROUPS = 4096
 """Largest component whose solve is remembered: larger ones (unfolded all-to-alls over spines, of 60 k-1 M
 groups) would fill the memory and seldom meet the same sizes again."""
-SMALL_COMPONENT = 256
-"""Groups found up to which a component search merges each link's groups whole (see `Network._component`): a
-subset test then costs at most this many lookups (on the long-context row, 10% of the searches pass 64 groups
-and 0.4% pass 256)."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
-_number_of, _weight_of = attrgetter("number"), attrgetter("weight")
+_number_of, _weight_of, _path_of = attrgetter("number"), attrgetter("weight"), attrgetter("path")
 _seq_of = attrgetter("seq")
 
 
@@ -468,36 +464,23 @@ class Network:
 
     def _component(self, touched: set[_PathGroup], links: set[int]) -> list[_PathGroup]:
         """Active groups connected through shared links to the ``touched`` groups (active or emptied) or to
-        ``links``, in the order of their numbers. Each link's set of groups is merged whole, after a subset
-        test that skips those already found; a component past `SMALL_COMPONENT` groups is searched on with
-        each link visited once, as a link shared by many groups would otherwise be tested by each of them."""
+        ``links``, in the order of their numbers: a breadth-first search, a level at a time, over whole sets
+        (the links the last level's groups cross and that were not seen yet, the groups on those links and
+        not found yet), so each link and each group is taken once and the merging runs in the set operations,
+        not a Python loop per link crossing (an unfolded all-to-all puts every flow of its step in one
+        component, searched again at each of its ends)."""
         link_groups = self._link_groups
-        found: set[_PathGroup] = set().union(*self._link_sets_of(touched, links))
-        unexplored = list(found - touched)
-        while unexplored and len(found) <= SMALL_COMPONENT:
-            for members in unexplored.pop().link_sets:
-                if not members <= found:
-                    fresh = members - found
-                    found |= fresh
-                    unexplored += fresh
-        seen: set[int] = set()
-        while unexplored:
-            for link in unexplored.pop().path:
-                if link not in seen:
-                    seen.add(link)
-                    for group in link_groups[link]:
-                        if group not in found:
-                            found.add(group)
-                            unexplored.append(group)
+        seen = set(links).union(*map(_path_of, touched))
+        found: set[_PathGroup] = set().union(*filter(None, map(link_groups.get, seen)))
+        frontier = found - touched
+        while frontier:
+            fresh = set().union(*map(_path_of, frontier))
+            fresh -= seen
+            seen |= fresh
+            frontier = set().union(*map(link_groups.__getitem__, fresh))
+            frontier -= found
+            found |= frontier
         return sorted(found, key=_number_of)
-
-    def _link_sets_of(self, touched: Iterable[_PathGroup], links: Iterable[int]) -> list[set[_PathGroup]]:
-        """The non-empty sets of groups on ``links`` and on the links of the ``touched`` groups, each once: a
-        link shared by many touched groups (an incast, an unfolded all-to-all) is merged once, not by each."""
-        seeds = set(links)
-        for group in touched:
-            seeds.update(group.path)
-        return list(filter(None, map(self._link_groups.get, seeds)))
 
     def _resolve(self, component: list[_PathGroup]) -> None:
         """New max-min rates for ``component``. Every flow moves at its group's rate: only the flows whose group
