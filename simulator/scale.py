@@ -502,7 +502,8 @@ def _ps_estimate(scenario: Scenario, gpus: int) -> ScaleEstimate:
 def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
                    hosts: HostShape | None) -> ScaleEstimate:
     """A `workload:` list: an op per member of each item, and per member a transfer of its ring inside one host,
-    two across hosts (an all-reduce's channels), or one transfer for a send_recv."""
+    two across hosts (an all-reduce's channels), a transfer to every other member for an all-to-all (one phase
+    of p(p-1), collectives/direct.py), or one transfer for a send_recv."""
     ops = flows = 0.0
     for item in items:
         group = (0, gpus - 1) if item.group == "all" else item.group  # "all": its ends tell the hosts it spans
@@ -511,6 +512,8 @@ def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
         ops += size * item.repeat
         if item.op == "send_recv":
             flows += item.repeat
+        elif item.op == "all_to_all":
+            flows += item.repeat * size * (size - 1)
         else:
             flows += item.repeat * size * (2 if across and item.op == "all_reduce" else 1)
     return _estimate(scenario, gpus, gpus, ops, flows, 0.0, False)
