@@ -16,6 +16,7 @@ from simulator.metrics.events import EventLog
 from simulator.network import isolated
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import run_isolated
+from simulator.network.maxmin import Incidence
 from simulator.network.model import Network, effective_capacity
 from simulator.topology.loader import load_topology
 
@@ -122,3 +123,19 @@ def test_an_all_to_all_with_one_link_degraded_equals_the_network_model(cluster):
     ends = np.asarray(c["end_s"])
     # GPU 0's 56 flows to other hosts at 0.3 of the uplink's rate take over 1/0.3 times the others' 1.26 ms
     assert on_uplink.sum() == 56 and ends[on_uplink].min() > 3 * ends[~on_uplink].max()
+
+
+@pytest.mark.parametrize("capacity, kept", [([50.0, 10.0, 20.0, 5.0, 5.0], [1, 2, 3, 4]),
+                                            ([10.0, 50.0, 20.0, 5.0, 5.0], [0, 2, 3, 4]),
+                                            ([10.0, 10.0, 20.0, 5.0, 5.0], [0, 2, 3, 4])])
+def test_a_link_is_dropped_only_beside_one_with_the_same_routes_and_no_more_capacity(capacity, kept):
+    # Links 0 and 1 carry routes {0, 1}; links 3 and 4 one route each, not the same one. Only the wider of 0
+    # and 1 goes (the first of equals stays), and every solve gives the same rates to the bit.
+    routes = [(0, 1, 2), (0, 1, 4), (2, 3)]
+    lengths = np.array([len(route) for route in routes])
+    full = Incidence.of(lengths, np.concatenate(routes))
+    capacity = np.array(capacity)
+    lean = isolated.without_shadowed_links(full, capacity)
+    assert lean.links.tolist() == kept
+    for weight in ([1, 1, 1], [3, 1, 2], [0, 2, 5], [4, 0, 1]):
+        assert lean.rates(np.array(weight), capacity).tolist() == full.rates(np.array(weight), capacity).tolist()
