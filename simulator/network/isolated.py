@@ -182,11 +182,12 @@ class _Phase:
 
 
 def without_shadowed_links(incidence: Incidence, capacity: np.ndarray) -> Incidence:
-    """``incidence`` without the links that cross the same routes as another of no more capacity (a NIC's link
-    to its leaf beside its GPU's link to it carries the same flows): such a link has the same load as that one
-    and, its capacity no less, never a smaller share, so it never saturates alone, nor joins or parts a
-    component, and the solves and searches are the same without it, to the last bit (a third fewer link
-    crossings in an all-to-all over DGX H100 hosts). Links whose routes only hash alike are kept."""
+    """``incidence`` without the links that cross the same routes as another of no more capacity (a GPU's PCIe
+    link to its NIC carries the same flows as the NIC's narrower link to its leaf, and is the one dropped): such
+    a link has the same load as that one and, its capacity no less, never a smaller share, so it never
+    saturates alone, nor joins or parts a component, and the solves and searches are the same without it, to
+    the last bit (a third fewer link crossings in an all-to-all over DGX H100 hosts). Links whose routes only
+    hash alike are kept."""
     routes_on = incidence.entry_group[incidence.by_link].astype(np.uint64)
     with np.errstate(over="ignore"):
         mixed = (routes_on + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
