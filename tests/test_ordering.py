@@ -224,6 +224,24 @@ def test_private_instances_match_the_pairwise_definition(seed):
     assert 0 < len(private) < sum(isinstance(op, CollectiveOp) for op in ops)
 
 
+def test_a_shape_met_by_two_others_in_turn_stays_shared_while_a_lone_group_is_private():
+    """The search for a shape stops only once every instance of it has met one: all-reduce P runs twice on
+    ranks 0 and 1, all-gather A (ranks 0, 2) may overlap only the first and all-gather B (ranks 1, 3) only the
+    second, so neither P is private (nor A, nor B), while C, alone on ranks 4 and 5, is. A search that stopped
+    at the first shape meeting P would replay the other P alone."""
+    def op(id_, rank, stream, key, name, group, deps=()):
+        return CollectiveOp(id=id_, rank=rank, stream=stream, name=key, op=name, group=group, nbytes=1.0, key=key,
+                            deps=deps)
+
+    ops = [op(0, 0, "compute", "P1", "all_reduce", (0, 1)), op(1, 1, "compute", "P1", "all_reduce", (0, 1)),
+           op(2, 0, "dp", "A", "all_gather", (0, 2)), op(3, 2, "dp", "A", "all_gather", (0, 2)),
+           op(4, 0, "compute", "P2", "all_reduce", (0, 1), deps=(2,)), op(5, 1, "compute", "P2", "all_reduce", (0, 1)),
+           op(6, 1, "dp", "B", "all_gather", (1, 3), deps=(1,)), op(7, 3, "dp", "B", "all_gather", (1, 3)),
+           op(8, 4, "compute", "C", "all_reduce", (4, 5)), op(9, 5, "compute", "C", "all_reduce", (4, 5))]
+    assert sharing.private_collectives(ops, _links, ASYNC, {}) == {8, 9}
+    assert _straightforward_private(ops, ASYNC, {}) == {8, 9}
+
+
 @pytest.mark.parametrize("streams", [("comm", "comm"), ("comm", "dp")])
 def test_one_group_on_two_streams_is_not_private_where_its_instances_may_overlap(streams):
     """A run with a single group and no mirrors is judged without routing, but its instances still share the

@@ -9,8 +9,9 @@ any simulated time, and a collective alone on its links always takes the same ti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -160,10 +161,10 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
             footprints[shape] = (links_of(op, op.group), mirrored)
             if kept and timed_apart is not None and timed_apart(op, kept):
                 apart.add(shape)
-    shapes_on: dict[int, set[tuple]] = {}
+    shapes_on: dict[int, dict[tuple, None]] = {}
     for shape, (own, mirrored) in footprints.items():
         for link in own | mirrored:
-            shapes_on.setdefault(link, set()).add(shape)
+            shapes_on.setdefault(link, {})[shape] = None
     private = _private_instances(order or ProgramOrder(ops, async_streams), shape_of, streams, footprints, shapes_on,
                                  member)
     return frozenset(op.id for op in shapes.ops if op.key in private and shape_of[op.key] not in apart)
@@ -171,7 +172,7 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
 
 def _private_instances(order: ProgramOrder, shape_of: dict[str, tuple], streams: dict[int, set[str]],
                        footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]],
-                       shapes_on: dict[int, set[tuple]], member: dict[int, int]) -> set[str]:
+                       shapes_on: dict[int, dict[tuple, None]], member: dict[int, int]) -> set[str]:
     """Keys of the instances that no other instance sharing their links may overlap. A group alone on its
     links whose instances all come from one in-order stream (``streams``, by group id) qualifies without asking
     the ordering; an instance whose own links carry some of its mirrors never does (its time depends on them).
@@ -179,10 +180,10 @@ def _private_instances(order: ProgramOrder, shape_of: dict[str, tuple], streams:
     Where the program is too large to order, a group alone on its links whose instances run on several streams
     (the TP collectives beside sequence parallelism's re-gathers) is decided on the ordering of the ops of one
     of its ranks (``member``, by group id), which knows less of what happens before what than the program's."""
-    conflicts = {shape: frozenset().union(*(shapes_on[link] for link in own | mirrored))
-                 for shape, (own, mirrored) in footprints.items()}
-    alone_on_links = {shape for shape, others in conflicts.items()
-                      if not footprints[shape][1] and all(other[4] == shape[4] for other in others)}
+    groups_on = {link: {shape[4] for shape in on} for link, on in shapes_on.items()}
+    alone_on_links = {shape for shape, (own, mirrored) in footprints.items()
+                      if not mirrored and all(len(groups_on[link]) == 1 for link in own)}
+    conflicts = partial(_conflicting, footprints, shapes_on)
     serial = {shape for shape in alone_on_links
               if len(streams[shape[4]]) == 1 and not streams[shape[4]] & order.async_streams}
     private = {key for key, shape in shape_of.items() if shape in serial}
@@ -214,18 +215,38 @@ def _by_group(shapes: Iterable[tuple]) -> dict[int, list[tuple]]:
     return found
 
 
+def _conflicting(footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]],
+                 shapes_on: dict[int, dict[tuple, None]], shape: tuple) -> Iterator[tuple]:
+    """The shapes with a link in common with ``shape``'s own or mirrored links (``shape`` among them), each
+    once, as they are asked for: a search that stops at the first conflict never gathers the rest (in a
+    parameter-server step every push shares a server NIC with thousands of others)."""
+    seen: set[tuple] = set()
+    own, mirrored = footprints[shape]
+    for link in sorted(own | mirrored):
+        for other in shapes_on[link]:
+            if other not in seen:
+                seen.add(other)
+                yield other
+
+
 def _alone(ordering: Ordering, keys: dict[tuple, list[str]], undecided: Iterable[tuple],
-           conflicts: dict[tuple, frozenset[tuple]]) -> set[str]:
+           conflicts: Callable[[tuple], Iterable[tuple]]) -> set[str]:
     """Keys of the instances of the ``undecided`` shapes that no instance of a conflicting shape (``keys``:
-    the instances of every shape concerned) may overlap by ``ordering``."""
+    the instances of every shape concerned) may overlap by ``ordering``. A shape's search stops once every
+    instance of it has met one, so its cost is the shapes it asks, not all those it shares a link with."""
     nodes = {shape: np.array([ordering.node_of_key[key] for key in shape_keys], dtype=np.int64)
              for shape, shape_keys in keys.items()}
-    by_place = {shape: Instances.of(ordering, shape_nodes) for shape, shape_nodes in nodes.items()}
+    by_place: dict[tuple, Instances] = {}
     found: set[str] = set()
     for shape in undecided:
         alone = np.arange(len(keys[shape]))
-        for other in conflicts[shape]:
-            alone = alone[~by_place[other].meet(ordering, nodes[shape][alone])]
+        for other in conflicts(shape):
+            placed = by_place.get(other)
+            if placed is None:
+                placed = by_place[other] = Instances.of(ordering, nodes[other])
+            alone = alone[~placed.meet(ordering, nodes[shape][alone])]
+            if not alone.size:
+                break
         found.update(keys[shape][index] for index in alone)
     return found
 
