@@ -488,13 +488,14 @@ PS_GPUS_PER_SERVER = 8
 
 def _ps_estimate(scenario: Scenario, gpus: int) -> ScaleEstimate:
     """A parameter-server run: per worker and iteration a forward, a backward, and a push and a pull to every
-    server GPU (two ops and one flow each), and a sum or an update per push on the server."""
+    server GPU (two ops and one flow each), and a sum or an update per push on the server; in sync mode each
+    server GPU's update of the summed pushes besides (parameter_server/program.py `build_ops`)."""
     ps = scenario.ps
     assert ps is not None  # the schema pairs strategy parameter_server with a ps: section
     hosts = ps.servers if isinstance(ps.servers, int) else len(ps.servers)
     endpoints = min(gpus, max(hosts, 1) * PS_GPUS_PER_SERVER)
     workers = max(gpus - endpoints, 1)
-    ops = ps.iterations * workers * (2 + endpoints * 5)
+    ops = ps.iterations * (workers * (2 + endpoints * 5) + endpoints * (ps.mode == "sync"))
     flows = ps.iterations * workers * endpoints * 2
     return _estimate(scenario, gpus, gpus, ops, flows, 0.0, False)
 
@@ -758,7 +759,7 @@ def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep) -> 
     if estimate is None or events < EVENTS_PER_MINUTE:
         return ()
     return (f"runs unfolded: {len(program.ranks):,} of {counted(gpus, 'rank')}, {len(program.ops):,} ops and "
-            f"~{estimate.flows:,} flows (estimated), about {events / EVENTS_PER_MINUTE:,.0f} minutes",
+            f"~{estimate.flows:,} flows (estimated), about {counted(round(events / EVENTS_PER_MINUTE), 'minute')}",
             *([f"not folded: {step.off_reason}"] if step.off_reason else []))
 
 

@@ -646,6 +646,17 @@ def test_every_topology_kind_names_its_size_parameters():
     assert set(SIZE_PARAMETERS) == set(BUILDERS)
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_parameter_server_estimate_counts_the_ops_and_flows_its_run_posts(mode):
+    """Two iterations of 24 workers and 8 server GPUs: a push and a pull per worker and server GPU (a flow and
+    two ops each), a sum or an update per push, and in sync mode each server GPU's update of the sum, which the
+    estimate left out (8 ops an iteration short)."""
+    loaded = load_scenario(SCENARIOS / "parameter-server-vs-allreduce.yaml", ["ps.iterations=2", f"ps.mode={mode}"])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    summary = simulate(loaded).summary
+    assert (estimate.ops, estimate.flows) == (summary["ops_executed"], summary["flows_simulated"])
+
+
 def test_zero_dp_all_reduces_by_tree_get_no_replica_quotient_in_the_estimate():
     """Without ZeRO, the DP all-reduces of `collectives.algorithm: auto` (or tree) run as trees, whose replicas
     the engine does not fold into a quotient: the 405B run with `parallelism.fsdp=null` simulates 466,802 flows

@@ -284,3 +284,14 @@ def test_validate_says_so_of_a_step_run_unfolded_by_request(capsys, monkeypatch)
     assert len(size) == 1 and size[0].startswith("  runs unfolded: 8 of 8 ranks, ")
     ops, flows = (int(word.strip("~").replace(",", "")) for word in size[0].split()[6:10:3])
     assert size[0].endswith(f"about {(ops + flows) / 100:,.0f} minutes")
+
+
+def test_validate_says_one_minute_in_the_singular(capsys, monkeypatch):
+    """A step whose events make one minute's worth reads "about 1 minute" ("about 1 minutes" before)."""
+    monkeypatch.setattr(scale, "EVENTS_PER_MINUTE", 100)
+    assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", "run.fold=false"]) == 0
+    size = capsys.readouterr().out.splitlines()[2]
+    ops, flows = (int(word.strip("~").replace(",", "")) for word in size.split()[6:10:3])
+    monkeypatch.setattr(scale, "EVENTS_PER_MINUTE", ops + flows)
+    assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", "run.fold=false"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith(" flows (estimated), about 1 minute")
