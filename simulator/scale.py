@@ -65,6 +65,12 @@ EVENTS_PER_MINUTE = MAX_EVENTS // 10
 long a step that runs unfolded will take (the DeepSeek-V3-style step at ep 16, ~1.0 M ops and ~12 M flows
 unfolded, ran about 4 minutes on the shared 2-core machine)."""
 
+PS_EVENTS_PER_MINUTE = EVENTS_PER_MINUTE // 8
+"""`EVENTS_PER_MINUTE` for a parameter-server run, whose pushes all share the server GPUs' NICs, so that each
+flow that starts or ends re-solves the rates of thousands: measured on the shared 2-core machine (load 12 to 15,
+2026-12-06) at ~266 k ops plus flows a minute, a 32-host run (4 server hosts) 10 s and a 64-host run (8) 42 s
+an iteration beyond the first, which took 22 and 77 s (the DeepSeek-V3-style step ran ~1.7 M a minute
+alongside)."""
 
 CLUSTER_SECONDS_PER_GPU = 133e-6
 """CPU seconds a run spends per GPU of its cluster whatever it simulates: building the graph, link arrays and
@@ -748,18 +754,20 @@ def classed_estimator(loaded: LoadedScenario, gpus: int) -> Callable[[int], Scal
 
 def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep) -> tuple[str, ...]:
     """Where the run of ``step`` (the program `validate` built, folded where the run folds it) simulates every
-    rank and its estimate reaches EVENTS_PER_MINUTE: what it simulates (ranks, ops, the estimate's flows), about
-    how long, and why it is not folded. `validate` said only `valid` for the DeepSeek-V3-style step at ep 16,
-    whose run then took minutes unfolded. Nothing for a folded step or a trace (its size is its files')."""
+    rank and its estimate reaches EVENTS_PER_MINUTE (`PS_EVENTS_PER_MINUTE` for parameter servers): what it
+    simulates (ranks, ops, the estimate's flows), about how long, and why it is not folded. `validate` said
+    only `valid` for the DeepSeek-V3-style step at ep 16, whose run then took minutes unfolded. Nothing for a
+    folded step or a trace (its size is its files')."""
     program = step.program
     if program.folded or isinstance(loaded.scenario.workload, TraceWorkload):
         return ()
     estimate = _unfolded_estimate(loaded, gpus)
     events = len(program.ops) + (estimate.flows if estimate is not None else 0)
-    if estimate is None or events < EVENTS_PER_MINUTE:
+    minutes = events / (PS_EVENTS_PER_MINUTE if loaded.scenario.uses_parameter_servers else EVENTS_PER_MINUTE)
+    if estimate is None or minutes < 1:
         return ()
     return (f"runs unfolded: {len(program.ranks):,} of {counted(gpus, 'rank')}, {len(program.ops):,} ops and "
-            f"~{estimate.flows:,} flows (estimated), about {counted(round(events / EVENTS_PER_MINUTE), 'minute')}",
+            f"~{estimate.flows:,} flows (estimated), about {counted(round(minutes), 'minute')}",
             *([f"not folded: {step.off_reason}"] if step.off_reason else []))
 
 

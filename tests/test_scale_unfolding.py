@@ -295,3 +295,15 @@ def test_validate_says_one_minute_in_the_singular(capsys, monkeypatch):
     monkeypatch.setattr(scale, "EVENTS_PER_MINUTE", ops + flows)
     assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", "run.fold=false"]) == 0
     assert capsys.readouterr().out.splitlines()[2].endswith(" flows (estimated), about 1 minute")
+
+
+def test_validate_says_how_long_a_parameter_server_run_takes_at_its_own_rate(capsys, monkeypatch):
+    """A parameter-server run's events cost ~8 times a training step's (every flow re-solves the pushes sharing
+    the server NICs): 32 hosts at 10 iterations, ~0.5 M events, said nothing and ran ~2 minutes. The line
+    divides by `PS_EVENTS_PER_MINUTE` (lowered here so that the bundled 4-host run reaches it)."""
+    monkeypatch.setattr(scale, "PS_EVENTS_PER_MINUTE", 1_000)
+    assert main(["validate", "parameter-server-vs-allreduce"]) == 0
+    size = capsys.readouterr().out.splitlines()[2:]
+    assert len(size) == 1 and size[0].startswith("  runs unfolded: 32 of 32 ranks, ")
+    ops, flows = (int(word.strip("~").replace(",", "")) for word in size[0].split()[6:10:3])
+    assert size[0].endswith(f"about {(ops + flows) / 1_000:,.0f} minutes")
