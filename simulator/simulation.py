@@ -430,6 +430,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                training_ranks=program.training_ranks,
                                span="run" if program.parameter_server is not None else "step",
                                traced="trace" in program.details,
+                               routing_skew_s=program.details["moe"]["hottest_rank_adds_s"]
+                               if "moe" in program.details else None,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
                                pipeline_stages=program.layout.pp if program.layout is not None else 1,

@@ -173,3 +173,23 @@ def test_the_wait_holds_its_parts(name):
     assert evidence["wait_share"] >= evidence["exposed_comm_share"] >= 0
     assert kinds >= evidence["exposed_comm_share"] - 1e-12
     assert evidence["wait_share"] >= evidence["bubble_share"] - 1e-12
+
+
+def test_the_routing_skew_of_a_moe_step_is_one_of_its_losses():
+    """mixtral-8x7b-ep8's zipf routing makes every rank wait on the hottest EP rank's experts, 0.3834 s of its
+    1.811 s step (`moe.hottest_rank_adds_s`, 21.2%), while the verdict named exposed EP communication, 13.2%, as
+    the largest loss (usertest37 #5): the skew is now a loss of its own, `moe_imbalance`."""
+    summary = simulate(load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml")).summary
+    verdict = summary["bottleneck"]
+    skew_s = summary["moe"]["hottest_rank_adds_s"]
+    assert skew_s == pytest.approx(0.3834, abs=5e-5)
+    assert summary["step_time_s"] == pytest.approx(1.811, abs=5e-4)
+    assert verdict["loss_shares"]["moe_imbalance"] == pytest.approx(skew_s / summary["step_time_s"], rel=1e-12)
+    assert verdict["loss_shares"]["moe_imbalance"] > verdict["loss_shares"]["exposed_ep_comm"]
+    assert verdict["largest_loss"]["name"] == "moe_imbalance"
+    assert verdict["verdict"] == "compute-bound; largest loss: MoE routing skew, 21.2% of the step"
+
+
+def test_a_dense_step_has_no_routing_skew_loss():
+    summary = simulate(load_scenario(SCENARIOS / "schedule-gpipe-p4-m8.yaml")).summary
+    assert "moe_imbalance" not in summary["bottleneck"]["loss_shares"]

@@ -434,6 +434,10 @@ SCENARIO_QUOTES = [
     ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "`mixtral-8x7b-ep8` sends {gb_ep:.2f} GB per GPU of it per step, `traffic_bytes_per_gpu.ep`, and leaves "
      "{s[exposed_comm_s][ep]:.3f} s exposed"),
+    ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
+     "`mixtral-8x7b-ep8`'s zipf routing adds {ms_routing_skew:.1f} ms ({s[bottleneck][loss_shares][moe_imbalance]:.1%})"
+     " to its {s[step_time_s]:.3f} s step, more than its exposed EP communication "
+     "({s[bottleneck][loss_shares][exposed_ep_comm]:.1%}), so its verdict reads `{s[bottleneck][verdict]}`"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
      "fully exposed: {ms_exposed_dp:.1f} ms of the {ms_dp:.0f} ms of DP communication"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
@@ -494,6 +498,7 @@ def quoted_figures(result: Result) -> dict:
                      "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
                      "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3,
                      "ms_step": summary["step_time_s"] * 1e3, "m_tokens_per_s": summary["tokens_per_s"] / 1e6,
+                     "ms_routing_skew": summary.get("moe", {}).get("hottest_rank_adds_s", 0) * 1e3,
                      "gib_model_state": sum(summary.get("memory_breakdown_gib", {}).get(part, 0.0)
                                             for part in ("params", "grads", "optimizer"))}
     if summary.get("tokens_per_s"):

@@ -277,9 +277,9 @@ def _label_table() -> Table:
 
 
 def training_table(summary: dict) -> Table:
-    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, peak memory, bottleneck, and
-    where a fold was given up on the way or the one that stands is not exact, the ranks simulated and why
-    (`folding_text`)."""
+    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, a MoE step's routing skew, peak
+    memory, bottleneck, and where a fold was given up on the way or the one that stands is not exact, the ranks
+    simulated and why (`folding_text`)."""
     table = _label_table()
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
@@ -320,6 +320,8 @@ def training_table(summary: dict) -> Table:
                  if (text := _exposed_text(kind, exposed.get(kind, 0.0), (summary.get("comm_s") or {}).get(kind, 0.0),
                                            step))]
         table.add_row("exposed communication", ", ".join(shown) or "none")
+    if summary.get("moe") and step:
+        table.add_row("routing skew", _routing_skew_text(summary["moe"], step))
     if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:
         peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
         text = f"{peak:,.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)})"
@@ -344,6 +346,17 @@ def _exposed_text(kind: str, exposed_s: float, comm_s: float, step_s: float) -> 
         return f"{kind} none ({format_seconds(comm_s)} hidden)" if comm_s > 0 else ""
     return (f"{kind} {format_seconds(exposed_s)} ({_share(exposed_s / step_s)}"
             f"{f'; {format_seconds(hidden)} hidden' if shows_hidden else ''})")
+
+
+def _routing_skew_text(moe: dict, step_s: float) -> str:
+    """What a MoE step's routing skew adds to it, the expert compute every rank waits for on the hottest EP
+    rank beyond the mean load: '383.4 ms (21.2%; hottest EP rank 1.54x the mean load)', 'none' where the load is
+    even."""
+    added_s = moe["hottest_rank_adds_s"]
+    if added_s <= 0:
+        return "none"
+    return (f"{format_seconds(added_s)} ({_share(added_s / step_s)}; hottest EP rank "
+            f"{moe['hottest_rank_load_over_mean']:.2f}x the mean load)")
 
 
 SHOWN_FAULTS = 4

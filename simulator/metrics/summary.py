@@ -1,7 +1,7 @@
 """summary.json of a training step: step time, throughput, MFU/HFU, bubbles, communication, memory, the
 bottleneck among seed 000's constraints (compute, memory bandwidth, memory capacity, communication, and the
 pipeline bubble or, without a pipeline, compute idle: `Constraint`) and the largest loss of the step (pipeline
-bubble, exposed communication of one kind, optimizer step)."""
+bubble, exposed communication of one kind, optimizer step, a MoE step's routing skew)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 """How the verdict names each constraint: 'memory bandwidth-bound', 'idle-bound'..."""
 
 
-LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step",
+LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` names them."""
 IDLE_WITHOUT_PIPELINE = "compute idle"
@@ -51,13 +51,16 @@ IDLE_WITHOUT_PIPELINE = "compute idle"
 its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or stragglers, not for a pipeline."""
 
 
-def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float) -> dict[str, float]:
+def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float,
+                routing_skew_s: float | None = None) -> dict[str, float]:
     """Each loss as a share of the step: idle time of the pipeline window (none without a pipeline,
     ``bubble_s`` None), exposed communication per kind (mean over ranks of communication time no compute
-    overlaps) and the optimizer step."""
+    overlaps), the optimizer step and, for a MoE step, the expert compute its routing skew adds to every rank
+    (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None)."""
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
+               **({} if routing_skew_s is None else {"moe_imbalance": routing_skew_s}),
                **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_CATEGORIES}}
     return {name: value / step_time_s for name, value in seconds.items()}
 
@@ -121,7 +124,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      traffic_correction: Mapping[str, float] | None = None,
                      nominal_model_flops_per_step: float | None = None,
                      training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step",
-                     traced: bool = False) -> dict:
+                     traced: bool = False, routing_skew_s: float | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
@@ -134,7 +137,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     FLOP rates and the traffic stay per GPU of the whole run, servers included, which the run occupies.
     ``span`` is what ``step_time_s`` spans, which the bottleneck's verdict names (`SimulatedSpan`). A replayed
     trace (``traced``) whose ops carry no shapes counts no executed FLOPs: its hardware rate and HFU are unknown,
-    None (null in summary.json, empty in a sweep's table), not the 0 a script or a chart reads as measured."""
+    None (null in summary.json, empty in a sweep's table), not the 0 a script or a chart reads as measured.
+    ``routing_skew_s`` (experts only) is what the hottest EP rank's load adds to the step, a loss (`loss_shares`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     comm = communication_metrics(timed, step_time_s)
     bubble = bubble_fraction(timed) if pipelined else 0.0
@@ -159,7 +163,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         **memory,
     }
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
-                         optimizer_s(timed))
+                         optimizer_s(timed), routing_skew_s)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span)
     return summary
