@@ -2099,3 +2099,44 @@ def test_a_chakra_all_gathers_comm_size_is_its_shard(tmp_path):
     loaded, result = run(text, tmp_path)
     assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(4 * MIB, rel=EXACT)
     assert result.summary["step_time_s"] == pytest.approx(allreduce_time(loaded, 8 * MIB, 2, "all_gather"), rel=EXACT)
+
+
+def name_devices(traces: Path, devices: dict[str, str]) -> None:
+    """Give each named file of ``traces`` Kineto's `deviceProperties` of one GPU, ``devices[file]``."""
+    for name, device in devices.items():
+        doc = json.loads((traces / name).read_text())
+        doc["deviceProperties"] = [{"id": 0, "name": device}]
+        (traces / name).write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("traced_gpu", ["h200", "a100-80gb"])
+def test_a_traced_gpu_the_trace_contradicts_is_warned_naming_both(tmp_path, traced_gpu):
+    """A trace whose files say they ran on an H100 SXM, given `traced_gpu: h200`, moved every kernel by the
+    H200's rates, and given the cluster's A100 kept the H100's times under the A100's name, both without a word
+    (usertest37 #2): `_device_warnings` returned nothing once `traced_gpu` was set."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    name_devices(traces, {"rank0.json": "NVIDIA H100 80GB HBM3", "rank1.json": "NVIDIA H100 80GB HBM3"})
+    text = two_rank_scenario("100 Gb/s", dp=f", traced_gpu: {traced_gpu}").replace(str(KINETO_2RANK), str(traces))
+    _, result = run(text, tmp_path)
+    assert [warning for warning in result.summary["warnings"] if "deviceProperties" in warning] == [
+        f"{traces / 'rank0.json'}: deviceProperties[0].name: the trace ran on an NVIDIA H100 80GB HBM3, "
+        f"workload.traced_gpu says {traced_gpu}: the run takes its kernel times for {traced_gpu}'s, not "
+        "h100-sxm's (set workload.traced_gpu: h100-sxm; 2 of the 2 files name it)"]
+
+
+def test_every_files_device_is_checked_not_only_the_first_ones(tmp_path):
+    """Rank 0 names the cluster's A100 and rank 1 an H100: only the first file naming a device was read, so the
+    H100 rank's kernels kept their durations without a word."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    name_devices(traces, {"rank0.json": "NVIDIA A100-SXM4-80GB", "rank1.json": "NVIDIA H100 80GB HBM3"})
+    _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert [warning for warning in result.summary["warnings"] if "deviceProperties" in warning] == [
+        f"{traces / 'rank1.json'}: deviceProperties[0].name: the trace ran on an NVIDIA H100 80GB HBM3, the "
+        "cluster's GPU is a100-80gb: its kernels keep the traced GPU's durations (set workload.traced_gpu: "
+        "h100-sxm to move them)"]
+    _, moved = run(two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm").replace(str(KINETO_2RANK), str(traces)),
+                   tmp_path)
+    assert [warning for warning in moved.summary["warnings"] if "deviceProperties" in warning] == [
+        f"{traces / 'rank0.json'}: deviceProperties[0].name: the trace ran on an NVIDIA A100-SXM4-80GB, "
+        "workload.traced_gpu says h100-sxm: the run takes its kernel times for h100-sxm's, not a100-80gb's (set "
+        "workload.traced_gpu: a100-80gb)"]

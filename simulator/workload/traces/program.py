@@ -181,19 +181,29 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
 
 
 def _device_warnings(traced: list[TracedRank], config: TraceWorkload, cluster_gpu: str) -> tuple[str, ...]:
-    """A warning where the trace names the GPU it ran on (Kineto's `deviceProperties`), that GPU is not the
-    cluster's and `workload.traced_gpu` is not given: its kernels keep the traced GPU's durations, as a trace of
-    unknown GPU's do (docs/traces.md), and the run would label another GPU's step with the cluster's GPU."""
-    if config.traced_gpu is not None:
-        return ()
-    rank = next((rank for rank in traced if rank.device), None)
-    if rank is None or catalog_gpu_of(rank.device) == cluster_gpu:
-        return ()
-    known = catalog_gpu_of(rank.device)
-    remedy = (f"set workload.traced_gpu: {known} to move them" if known is not None else
-              "it is no catalog GPU, so workload.traced_gpu cannot move them")
-    return (f"{rank.file}: deviceProperties[0].name: the trace ran on an {rank.device}, the cluster's GPU is "
-            f"{cluster_gpu}: its kernels keep the traced GPU's durations ({remedy})",)
+    """A warning for each GPU the trace's files name (Kineto's `deviceProperties`, every rank's, at the first
+    file naming it) that contradicts what the run moves its kernels from: without `workload.traced_gpu`, a GPU
+    other than the cluster's (its kernels keep the traced GPU's durations, as a trace of unknown GPU's do,
+    docs/traces.md, and the run would label another GPU's step with the cluster's GPU); with it, a catalog GPU
+    other than `traced_gpu` (the kernels move by the rates of a GPU they did not run on)."""
+    files_naming: dict[str, list[TracedRank]] = {}
+    for rank in traced:
+        if rank.device:
+            files_naming.setdefault(rank.device, []).append(rank)
+    warnings = []
+    for device, ranks in files_naming.items():
+        known = catalog_gpu_of(device)
+        where = f"{ranks[0].file}: deviceProperties[0].name: the trace ran on an {device}"
+        also = f"; {len(ranks)} of the {len(traced)} files name it" if len(ranks) > 1 else ""
+        if config.traced_gpu is None and known != cluster_gpu:
+            remedy = (f"set workload.traced_gpu: {known} to move them" if known is not None else
+                      "it is no catalog GPU, so workload.traced_gpu cannot move them")
+            warnings.append(f"{where}, the cluster's GPU is {cluster_gpu}: its kernels keep the traced GPU's "
+                            f"durations ({remedy}{also})")
+        elif config.traced_gpu is not None and known is not None and known != config.traced_gpu:
+            warnings.append(f"{where}, workload.traced_gpu says {config.traced_gpu}: the run takes its kernel "
+                            f"times for {config.traced_gpu}'s, not {known}'s (set workload.traced_gpu: {known}{also})")
+    return tuple(warnings)
 
 
 def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str, ...]:
