@@ -480,6 +480,12 @@ SCENARIO_QUOTES = [
      "replicated to 64 single-GPU hosts: a step of {ms_step:.2f} ms, of which the 64-rank ring all-reduce of 32 MiB "
      "over 100 GbE leaves {ms_exposed_dp:.2f} ms exposed"),
     ("docs/traces.md", TRACE_REPLICATED,
+     "the slower rank's GEMM, 1.1 ms traced, moved from the H100 to the A100 as 2 us + 1,098 us x "
+     "{s[trace][gpu_move][classes][matmul][rates][0][duration_ratio]:.3f} "
+     "({ms_kernel[sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64]:.3f} ms), and its "
+     "Adam kernel, 2 us + 198 us x {s[trace][gpu_move][classes][memory-bound][rates][0][duration_ratio]:.3f} "
+     "({ms_kernel[multi_tensor_apply_kernel_adam]:.3f} ms)"),
+    ("docs/traces.md", TRACE_REPLICATED,
      "{m_tokens_per_s:.1f} M tokens/s and {s[tflops_per_gpu]:.1f} TFLOP/s per GPU (MFU {s[mfu]:.1%} of the A100's "
      "312)"),
     ("docs/faults.md", STRAIGHT_FAULTS, "reports {s[bubble_fraction]:.1%} compute idle folded and"),
@@ -521,12 +527,14 @@ def quoted_figures(result: Result) -> dict:
 def rank_0_ms(timeline: pd.DataFrame) -> dict:
     """Milliseconds per step of rank 0's ops: its passes' own work on the compute stream (`ms_passes`, PyTorch
     FSDP's copies left out), its optimizer step, and FSDP's copies: copy-outs, copy-ins (and their count) and
-    gradient copies."""
+    gradient copies; and of every rank's, each compute op's longest by name (`ms_kernel`)."""
     ops = timeline[(timeline["rank"] == 0) & (timeline["kind"] == "compute")]
     seconds = ops["end_s"] - ops["start_s"]
     fsdp = ops["name"].str.startswith("fsdp ")
     passes = (ops["stream"] == COMPUTE_STREAM) & ops["category"].isin(PIPELINE_CATEGORIES) & ~fsdp
+    kernels = timeline[timeline["kind"] == "compute"]
     figures = {"ms_passes": seconds[passes].sum() * 1e3,
+               "ms_kernel": ((kernels["end_s"] - kernels["start_s"]).groupby(kernels["name"]).max() * 1e3).to_dict(),
                "ms_optimizer": seconds[ops["name"] == "optimizer step"].sum() * 1e3,
                "n_copy_in": int(ops["name"].str.startswith("fsdp copy-in").sum())}
     for figure, names in (("ms_copy_out", ("fsdp copy-out",)), ("ms_copy_in", ("fsdp copy-in",)),
