@@ -421,3 +421,39 @@ def test_server_links_degraded_from_the_start_are_of_their_line_rate():
     assert start["bandwidth_bytes_per_s"] == later["bandwidth_bytes_per_s"] == NIC
     assert start["ingress_utilisation"] == pytest.approx(later["ingress_utilisation"], rel=1e-6)
     assert start["ingress_utilisation"] < 0.5
+
+
+NO_OP_SETTINGS = {"training.grad_reduce_dtype=fp32": "a parameter-server run pushes its gradients in the training "
+                                                     "precision",
+                  "parallelism.ddp.overlap=false": "a parameter-server run pushes each worker's whole gradient after "
+                                                   "its backward, in no buckets",
+                  "parallelism.sequence_parallel=true": "a parameter-server worker runs no tensor parallelism",
+                  "parallelism.pipeline.schedule=gpipe": "a parameter-server worker runs no pipeline",
+                  "parallelism.cp_algorithm=all_gather": "a parameter-server worker runs no context parallelism",
+                  "collectives.algorithm=tree": "a parameter-server run sends its pushes and pulls as transfers, not "
+                                                "collectives, and compares them with a ring all-reduce",
+                  "collectives.protocol=ll": "a parameter-server run sends its pushes and pulls as transfers, not "
+                                             "collectives, and compares them with a ring all-reduce"}
+
+
+def test_fields_parameter_servers_are_not_changed_by_are_warned_once_each(capsys):
+    """Under the strategy these fields change nothing (every one ran the bundled scenario's 441.8 ms exchange)
+    and were taken without a word (usertest37 #3): each is warned once, as a synthetic model's no-ops are."""
+    from simulator.cli import main
+
+    settings = [word for setting in NO_OP_SETTINGS for word in ("--set", setting)]
+    assert main(["validate", str(BUNDLED), *settings, "--quiet"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "it changes nothing" in line]
+    assert sorted(warned) == sorted(f"warning: command line: trainsim validate: --set {setting}: {why}: it changes "
+                                    "nothing" for setting, why in NO_OP_SETTINGS.items())
+    assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", "parallelism.ddp.overlap=false", "--quiet"]) == 0
+    assert "parameter-server" not in capsys.readouterr().err
+
+
+def test_a_sweep_warns_once_per_axis_parameter_servers_are_not_changed_by():
+    from simulator.sweep.spec import sweep_from_text
+
+    text = f"base: {BUNDLED}\ngrid:\n  training.grad_reduce_dtype: [bf16, fp32]\n  ps.servers: [1, 2]\n"
+    assert sweep_from_text(text, "sw.yaml").warnings == (
+        "sw.yaml:3: grid.training.grad_reduce_dtype: a parameter-server run pushes its gradients in the training "
+        "precision: every point runs parameter servers, so no point changes with this axis",)

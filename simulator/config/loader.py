@@ -20,6 +20,7 @@ from simulator.config.bundled import resolve_scenario
 from simulator.config.faults import JOB_FAULT_FIELDS
 from simulator.config.field_paths import model_in, origin_in, path_problem
 from simulator.config.model_options import SYNTHETIC_NO_OPS
+from simulator.config.parameter_server import PARAMETER_SERVER_NO_OPS
 from simulator.config.schema import Scenario
 from simulator.config.sections import INT64_LIMIT, FieldProblem
 from simulator.config.yaml_source import (
@@ -193,8 +194,23 @@ class LoadedScenario:
         scenario = self.scenario
         if scenario.model is None or scenario.model.synthetic is None:
             return ()
+        return self._ignored(SYNTHETIC_NO_OPS)
+
+    def ignored_by_parameter_servers(self) -> tuple[str, ...]:
+        """A located warning for each field the scenario sets that `parallelism.strategy: parameter_server` is not
+        changed by (PARAMETER_SERVER_NO_OPS: the gradient reduce format, `parallelism.ddp.*`, sequence
+        parallelism, `pipeline.*`, the CP algorithm, the collectives' algorithm and protocol), as
+        `ignored_by_a_synthetic_model` gives them."""
+        if not self.scenario.uses_parameter_servers:
+            return ()
+        return self._ignored(PARAMETER_SERVER_NO_OPS)
+
+    def _ignored(self, no_ops: dict[tuple[str, str], str]) -> tuple[str, ...]:
+        """A located warning for each field of ``no_ops`` (each with why it changes nothing) the scenario sets,
+        a section's fields named one by one; in the file's line order, the `--set`s last."""
+        scenario = self.scenario
         errors = []
-        for (section, name), why in SYNTHETIC_NO_OPS.items():
+        for (section, name), why in no_ops.items():
             owner = getattr(scenario, section)
             if name not in owner.model_fields_set:
                 continue

@@ -19,6 +19,20 @@ MAX_ITERATIONS = 10_000
 WORKER_PARALLELISM = {"tp": 1, "cp": 1, "pp": 1, "ep": 1, "zero": 0}
 """The parallelism fields a parameter-server run must leave at these values: each worker holds the whole model,
 the servers the optimizer state."""
+PARAMETER_SERVER_NO_OPS: dict[tuple[str, str], str] = {
+    ("training", "grad_reduce_dtype"): "a parameter-server run pushes its gradients in the training precision",
+    ("parallelism", "ddp"): "a parameter-server run pushes each worker's whole gradient after its backward, in no "
+                            "buckets",
+    ("parallelism", "sequence_parallel"): "a parameter-server worker runs no tensor parallelism",
+    ("parallelism", "pipeline"): "a parameter-server worker runs no pipeline",
+    ("parallelism", "cp_algorithm"): "a parameter-server worker runs no context parallelism",
+    ("collectives", "algorithm"): "a parameter-server run sends its pushes and pulls as transfers, not collectives, "
+                                  "and compares them with a ring all-reduce",
+    ("collectives", "protocol"): "a parameter-server run sends its pushes and pulls as transfers, not collectives, "
+                                 "and compares them with a ring all-reduce",
+}
+"""The fields `parallelism.strategy: parameter_server` is not changed by, with why: a scenario or a sweep axis that
+sets one is warned once, as for a synthetic model (model_options.SYNTHETIC_NO_OPS)."""
 
 
 class ParameterServerConfig(Section):

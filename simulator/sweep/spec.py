@@ -47,6 +47,7 @@ from simulator.config.loader import (
     validation_error,
 )
 from simulator.config.model_options import SYNTHETIC_NO_OPS
+from simulator.config.parameter_server import PARAMETER_SERVER_NO_OPS
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
 from simulator.config.yaml_source import (
@@ -141,7 +142,7 @@ class Sweep:
     points: tuple[Point, ...]
     outputs: bool
     warnings: tuple[str, ...] = ()
-    """One per axis that no point can be changed by (`synthetic_axis_warnings`), located at the axis."""
+    """One per axis that no point can be changed by (`no_op_axis_warnings`), located at the axis."""
 
 
 def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS, overrides: list[str] | None = None) -> Sweep:
@@ -192,7 +193,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         except InputError as exc:
             raise locate(("constraints", index), exc.problem, exc.allowed) from None
     points = []
-    synthetic = True
+    synthetic = parameter_servers = True
     clusters: set[bytes] = set()
     topology_files: dict[str, TopologySource] = {}
     for index, values in enumerate(_combinations(spec, locate)):
@@ -206,6 +207,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
                                       for name, value in values)
         scenario = validated_scenario(point_data, base_source, base_lines, written)
         synthetic = synthetic and scenario.model is not None and scenario.model.synthetic is not None
+        parameter_servers = parameter_servers and scenario.uses_parameter_servers
         skipped = _violated(constraints, scenario, index, locate)
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
         if not skipped and cluster not in clusters:
@@ -213,20 +215,24 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             _check_cluster(scenario, base_source, base_lines, written, topology_files)
         digest = scenario_digest(LoadedScenario(scenario, "", {}))
         points.append(Point(index, values, point_data, point_key(point_data), digest, skipped, written))
-    warnings = synthetic_axis_warnings(axes, locate) if synthetic else ()
+    warnings = (no_op_axis_warnings(axes, locate, SYNTHETIC_NO_OPS, "every point's model is synthetic")
+                if synthetic else ())
+    warnings += (no_op_axis_warnings(axes, locate, PARAMETER_SERVER_NO_OPS, "every point runs parameter servers")
+                 if parameter_servers else ())
     return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, warnings)
 
 
-def synthetic_axis_warnings(axes: dict[str, FieldPath], locate) -> tuple[str, ...]:
-    """A warning for each axis over a field a synthetic model cannot be changed by (SYNTHETIC_NO_OPS), where
-    every point's model is synthetic: its values only multiply the points, each the same run."""
+def no_op_axis_warnings(axes: dict[str, FieldPath], locate, no_ops: dict[tuple[str, str], str],
+                        every_point: str) -> tuple[str, ...]:
+    """A warning for each axis over a field of ``no_ops`` (SYNTHETIC_NO_OPS, PARAMETER_SERVER_NO_OPS), where
+    ``every_point`` is what each point is that makes it one: its values only multiply the points, each the same
+    run."""
     warnings = []
     for name, where in axes.items():
         path = parse_field(name)
-        why = next((why for prefix, why in SYNTHETIC_NO_OPS.items() if tuple(path[:len(prefix)]) == prefix), None)
+        why = next((why for prefix, why in no_ops.items() if tuple(path[:len(prefix)]) == prefix), None)
         if why is not None:
-            warnings.append(str(locate(where, f"{why}: every point's model is synthetic, so no point changes "
-                                              "with this axis")))
+            warnings.append(str(locate(where, f"{why}: {every_point}, so no point changes with this axis")))
     return tuple(warnings)
 
 
