@@ -353,16 +353,16 @@ def located_layout_warning(loaded: LoadedScenario, field: FieldPath, problem: st
 
 def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, ...]:
     """The warnings of the scenario's sections rather than of its step: the fields a run without a horizon
-    ignores, those a synthetic model or parameter servers cannot be changed by, a GPU changed without the NVLink
-    bandwidth or NVLink SHARP that go with it (`kept_node_warning`) and a `zero: 2` that runs as ZeRO-1
-    (`zero2_as_zero1_warning`). Each command gives them once: every step program carried the NVLink SHARP one, a
-    job's each cluster state's too, and a job's healthy step cached from another file with the same step sections
-    named that file's line."""
+    ignores, those a synthetic model or parameter servers cannot be changed by, MoE layouts no framework trains
+    (`moe_layouts_no_framework_trains`), a GPU changed without the NVLink bandwidth or NVLink SHARP that go with it
+    (`kept_node_warning`) and a `zero: 2` that runs as ZeRO-1 (`zero2_as_zero1_warning`). Each command gives them
+    once: every step program carried the NVLink SHARP one, a job's each cluster state's too, and a job's healthy
+    step cached from another file with the same step sections named that file's line."""
     from simulator.topology.loader import kept_node_warning
 
     found = (kept_node_warning(loaded, topology), zero2_as_zero1_warning(loaded, topology.num_gpus))
     return (*loaded.ignored_without_a_horizon(), *loaded.ignored_by_a_synthetic_model(),
-            *loaded.ignored_by_parameter_servers(),
+            *loaded.ignored_by_parameter_servers(), *loaded.moe_layouts_no_framework_trains(),
             *(warning for warning in found if warning is not None))
 
 

@@ -544,3 +544,26 @@ parallelism: {tp: 1, dp: 8, ep: 8, fsdp: full_shard}
     assert memory.optimizer == pytest.approx(dense * 8 / 8 + routed * 8, rel=1e-12)
     bandwidth = step.gpu.hbm_bandwidth * calibrated_efficiency(step.gpu.name, "bf16").memory_peak
     assert step.plan.optimizer_s[0] * bandwidth == pytest.approx(dense / 8 * 32 + routed * 32, rel=1e-12)
+
+
+@pytest.mark.parametrize(("override", "framework", "supported"), [
+    ("parallelism.sequence_parallel=false", "Megatron-Core, whose MoE placement the step follows, refuses to train it",
+     "sequence_parallel: true, or tp: 1"),
+    ("parallelism.zero=3", "DeepSpeed, whose ZeRO-3 this is, refuses it", "fsdp: full_shard")])
+def test_a_moe_layout_no_framework_trains_is_warned_at_its_field(override, framework, supported):
+    """MoE with tp > 1 and no sequence parallelism (Megatron-Core's MoELayer raises in training) and DeepSpeed's
+    ZeRO-3 with experts (its engine asserts 'MoE not supported with Stage 3') were simulated without a word
+    (usertest37 #4): each is warned at its field with the route that trains, and the step still runs."""
+    from simulator import load_scenario
+    from simulator.simulation import scenario_warnings
+    from simulator.topology.loader import scenario_topology
+
+    loaded = load_scenario("mixtral-8x7b-ep8", [override])
+    warnings = scenario_warnings(loaded, scenario_topology(loaded))
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"--set {override}: ")
+    assert framework in warnings[0]
+    assert f"(allowed: {supported}" in warnings[0]
+    for fine in (load_scenario("mixtral-8x7b-ep8"),
+                 load_scenario("mixtral-8x7b-ep8", ["parallelism.sequence_parallel=false", "parallelism.tp=1"])):
+        assert scenario_warnings(fine, scenario_topology(fine)) == ()

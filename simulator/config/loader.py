@@ -205,6 +205,31 @@ class LoadedScenario:
             return ()
         return self._ignored(PARAMETER_SERVER_NO_OPS)
 
+    def moe_layouts_no_framework_trains(self) -> tuple[str, ...]:
+        """A located warning for each choice of a MoE scenario that the frameworks the step follows refuse to
+        train, though the step is simulated all the same: `tp` above 1 without sequence parallelism (Megatron-Core's
+        MoELayer raises for it in training) and DeepSpeed's `zero: 3` (its engine asserts that MoE is not
+        supported with stage 3; Megatron-LM has no ZeRO-3). In the file's line order, the `--set`s last."""
+        scenario = self.scenario
+        model, par = scenario.model, scenario.parallelism
+        if model is None or not model.has_experts():
+            return ()
+        errors = []
+        if par.tp > 1 and not par.sequence_parallel:
+            errors.append(self.error(
+                ("parallelism", "sequence_parallel"),
+                f"false with experts and tp {par.tp}: Megatron-Core, whose MoE placement the step follows, refuses "
+                "to train it (MoELayer raises 'During training, performance may degrade if MoE and tensor "
+                "parallelism are enabled without also enabling sequence parallelism'); simulated all the same",
+                "sequence_parallel: true, or tp: 1", reads=(("parallelism", "tp"),)))
+        if par.zero == 3:
+            errors.append(self.error(
+                ("parallelism", "zero"),
+                "3 with experts: DeepSpeed, whose ZeRO-3 this is, refuses it (its engine asserts 'MoE not "
+                "supported with Stage 3') and Megatron-LM has no ZeRO-3; simulated all the same",
+                "fsdp: full_shard (torchtitan shards experts under FSDP2), or zero: 0 to 2"))
+        return _in_file_order(errors)
+
     def _ignored(self, no_ops: dict[tuple[str, str], str]) -> tuple[str, ...]:
         """A located warning for each field of ``no_ops`` (each with why it changes nothing) the scenario sets,
         a section's fields named one by one; in the file's line order, the `--set`s last."""
