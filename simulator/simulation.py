@@ -432,8 +432,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                training_ranks=program.training_ranks,
                                span="run" if program.parameter_server is not None else "step",
                                traced="trace" in program.details,
-                               routing_skew_s=program.details["moe"]["hottest_rank_adds_s"]
-                               if "moe" in program.details else None,
+                               routing_skew_s=_routing_skew_s(program.details),
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
                                pipeline_stages=program.layout.pp if program.layout is not None else 1,
@@ -454,6 +453,13 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     if program.sm_share is not None:
         summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, ranks_stood_for(program.ranks, weights))
     return summary, result.log, result.lockstep
+
+
+def _routing_skew_s(details: Mapping[str, object]) -> float | None:
+    """What a MoE step's routing skew adds to every rank's step (its `moe` entry's `hottest_rank_adds_s`), None
+    for a step without experts."""
+    moe = details.get("moe")
+    return float(moe["hottest_rank_adds_s"]) if isinstance(moe, Mapping) else None
 
 
 @dataclass(frozen=True)
