@@ -41,6 +41,45 @@ def test_ring_moves_cp_minus_one_over_cp_of_the_sequence_kv_per_rank_per_layer(r
         assert _sent(frame, "cp.ring.bwd.mb0.vs0.L0.attn.", rank) == pytest.approx(2 * expected, rel=1e-12)
 
 
+NIC_BYTES_PER_S = 47e9
+"""One NDR 400 Gb/s NIC at the efficiency trainsim measures it at (network/calibration.py, 47 of 50 GB/s)."""
+P2P_LATENCY_S = 15e-6
+"""Above a cross-host transfer's line time: its path's latency (14.0 us measured from GPU 7 to GPU 8, 13.0 us
+from GPU 0 to GPU 8 on 2 DGX H100)."""
+ACROSS = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: llama3-8b, layers: 1}
+training: {seq_len: 16384, microbatches: 1, precision: bf16, recompute: none}
+parallelism: {tp: 1, cp: 16, pp: 1, dp: 1}
+collectives: {protocol: simple}
+run: {fold: false}
+"""
+
+
+@pytest.mark.parametrize("tp, cp", [(1, 16), (8, 2)])
+def test_ring_steps_are_point_to_point_transfers_across_hosts_bounded_by_one_nic(run_yaml, tp, cp):
+    """Ring attention's K/V ring is cp - 1 steps in which each CP rank sends its block to the next CP rank
+    (Megatron-Core's cp_comm_type p2p). TP1 CP16 on 2 DGX H100: only the pairs 7->8 and 15->0 cross hosts, each
+    on one NIC, so a step of the 4 MiB block (K/V of 16,384 tokens / 16) lasts its time over one NIC, 89.2 us,
+    plus latency (103.2 us), and the forward's ring 15 of them, 1.55 ms. It ran as a ring all-gather whose 8
+    channels crossed the hosts on all 8 NICs: 0.245 ms for the forward's whole ring. TP8 CP2 (each CP pair on its
+    own rail, the same bytes a step): one step over one NIC, as before up to the ring all-gather's own overheads
+    (0.111 ms as a ring all-gather, 0.102 ms as the pair's transfer)."""
+    frame = run_yaml(ACROSS, f"parallelism.tp={tp}", f"parallelism.cp={cp}").timeline
+    model = get_model("llama3-8b")
+    block = 2 * 16384 * (model.kv_heads // tp) * model.head_dim * 2 / cp
+    steps = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "cp")
+                  & frame["key"].str.startswith("cp.ring.fwd.mb0.vs0.L0.attn.")]
+    assert len(steps) == cp - 1
+    for seconds in (steps["end_s"] - steps["start_s"]).tolist():
+        assert block / NIC_BYTES_PER_S < seconds < block / NIC_BYTES_PER_S + P2P_LATENCY_S
+    flows = frame[(frame["kind"] == "flow") & (frame["bytes"] > 0)
+                  & (frame["name"] == "cp.ring.fwd.mb0.vs0.L0.attn.step1.0")]
+    cp_stride = tp
+    assert sorted(zip(flows["src"], flows["dst"], flows["bytes"])) == sorted(
+        (cp_rank * cp_stride, (cp_rank + 1) % cp * cp_stride, block) for cp_rank in range(cp))
+
+
 def _attention_flops(frame, rank: int) -> float:
     ops = frame[(frame["kind"] == "compute") & (frame["rank"] == rank) & frame["name"].str.startswith("F0 L0.attn ")]
     return float(ops["flops"].sum())

@@ -9,7 +9,7 @@ A mixin of ProgramBuilder: it uses the builder core (builder_core.py): ``plan``,
 from __future__ import annotations
 
 from simulator.parallel.builder_core import BuilderCore
-from simulator.parallel.context import CP_STREAM, ContextAttention
+from simulator.parallel.context import CP_STREAM, ContextAttention, ring_step_pairs
 from simulator.parallel.experts import (
     AllToAll,
     ExpertWork,
@@ -51,8 +51,9 @@ class BlockPasses(BuilderCore):
                       whole: tuple[float, float, float], deps: list[int], category: Category, mb: int,
                       vstage: int) -> int:
         """Under context parallelism the attention core takes this CP rank's share of the causal work, and with
-        ring attention runs beside the K/V ring: the core of the first cp - 1 blocks overlaps the ring, the
-        last block waits for it (parallel/context.py). ``whole``: the pass's (seconds, FLOPs, SM-bound
+        ring attention runs beside the K/V ring, cp - 1 steps one after another, each a grouped send/receive
+        between CP neighbours: the core of the first cp - 1 blocks overlaps the ring, the last block waits for
+        its last step (parallel/context.py). ``whole``: the pass's (seconds, FLOPs, SM-bound
         seconds)."""
         duration, flops, sm_bound_s = whole
         core_s, core_flops, core_sm_s = context.core(phase)
@@ -67,10 +68,13 @@ class BlockPasses(BuilderCore):
         rest = self._part(rank, name, duration - core_s, flops - core_flops, sm_bound_s - core_sm_s, deps, category,
                           mb)
         group = layout.group("cp", rank)
-        nbytes = context.kv_bytes * (2 if phase.input_grads else 1)
-        key = f"cp.ring.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
-        ring = self._collective(rank, CP_STREAM, f"cp ring {block.name}", "all_gather", group, nbytes, key, [rest],
-                                "cp", mb, algorithm="ring")
+        block_bytes = context.ring_block_bytes(phase)
+        pairs = ring_step_pairs(len(group), block_bytes)
+        ring = rest
+        for step in range(1, context.cp):
+            key = f"cp.ring.{phase}.mb{mb}.vs{vstage}.{block.name}.step{step}.{group[0]}"
+            ring = self._collective(rank, CP_STREAM, f"cp ring step {step} {block.name}", "all_to_all", group,
+                                    block_bytes, key, [ring], "cp", mb, pair_bytes=pairs)
         last = context.last_step_share(cp_rank)
         head = self._part(rank, f"{name} attention", core_s * share * (1 - last), core_flops * share * (1 - last),
                           core_sm_s * share * (1 - last), [rest], category, mb)

@@ -5,12 +5,16 @@ ways to get them (`parallelism.cp_algorithm`):
 
 - ``all_gather`` (Llama 3): gather the whole sequence's K/V before the attention, blocking, and reduce-scatter
   their gradients after its backward.
-- ``ring`` (ring attention, Megatron-Core's default): the K/V blocks travel around the CP group in cp - 1
-  point-to-point steps while each rank computes attention on the block it holds; the backward sends K/V and
-  their gradients around together (twice the bytes). The program runs the ring as one pipelined ring
-  collective on the ``cp`` stream alongside the attention of the first cp - 1 blocks; the last block waits for
-  the ring. With equal steps this is exactly ``block + (cp - 1) x max(block, transfer)``, the time of the
-  step-by-step overlap.
+- ``ring`` (ring attention, Megatron-Core's default ``cp_comm_type: p2p``, Transformer Engine's
+  ``AttnFuncWithCPAndKVP2P``): the K/V blocks travel around the CP group in cp - 1 point-to-point steps while
+  each rank computes attention on the block it holds; the backward sends K/V and their gradients around
+  together (twice the bytes). At each step every CP rank sends the block in hand to the next CP rank and
+  receives one from the previous (isend/irecv), one transfer per neighbour pair over the path between the two
+  GPUs: NVLink inside a host, one NIC across hosts, never a multi-channel collective that spreads a pair over
+  every rail. The program posts each step as one grouped send/receive over the CP group (`ring_step_pairs`:
+  only the neighbour pairs carry bytes), step k + 1 after step k, on the ``cp`` stream alongside the attention
+  of the first cp - 1 blocks; the last block waits for the last step. With equal steps this is exactly
+  ``block + (cp - 1) x max(block, transfer)``, the time of the step-by-step overlap.
 
 Causal masking makes the work uneven: split naively, rank i of the CP group meets i + 1/2 blocks' worth of the
 score triangle (chunk i against chunks 0..i), so its share of the mean is (2i + 1) / cp. Load balancing
@@ -21,6 +25,7 @@ makes every rank's work, and every ring step, equal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import assert_never
 
 from simulator.collectives.names import Primitive
@@ -35,6 +40,14 @@ def gathered_kv_op(phase: Pass, gather: bool) -> Primitive:
     sequence's K/V gathered before the forward, the recompute and (``gather``) the backward, their gradients
     reduce-scattered after the backward."""
     return "reduce_scatter" if phase.input_grads and not gather else "all_gather"
+
+
+@cache
+def ring_step_pairs(cp: int, nbytes: float) -> tuple[tuple[float, ...], ...]:
+    """The bytes CP rank i sends CP rank j in one step of the K/V ring: ``nbytes`` (a block) to the next rank,
+    i + 1 mod cp, nothing to any other. Cached, so that every step's op shares one matrix object (the engine
+    knows a matrix by its identity first, engine/groups.py)."""
+    return tuple(tuple(nbytes if j == (i + 1) % cp else 0.0 for j in range(cp)) for i in range(cp))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +102,11 @@ class ContextAttention:
         if self.balanced or not self.causal:
             return 1.0 / self.cp
         return 1.0 / (cp_rank + 0.5) if cp_rank == self.cp - 1 else 0.0
+
+    def ring_block_bytes(self, phase: Pass) -> float:
+        """Bytes each CP rank sends its next one in one step of the ring in pass ``phase``: a block, 1/cp of the
+        sequence's K/V, with its gradients (twice the bytes) in a pass that computes input gradients."""
+        return self.kv_bytes / self.cp * (2 if phase.input_grads else 1)
 
     @property
     def ring(self) -> bool:

@@ -17,7 +17,7 @@ from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
 from simulator.errors import InputError
-from simulator.parallel.context import ContextAttention, gathered_kv_op
+from simulator.parallel.context import ContextAttention, gathered_kv_op, ring_step_pairs
 from simulator.parallel.experts import (
     ep_group,
     expert_gradient_reduction,
@@ -956,16 +956,19 @@ def regather_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int, 
 def ring_exposed_s(plan: StepPlan, times: CollectiveTimes, context: ContextAttention, rank: int,
                    phase: Pass) -> float:
     """Seconds ring attention's K/V ring adds to pass ``phase`` of a block on ``rank``: the program runs the
-    ring (the K/V, with their gradients twice the bytes in the backward, as one ring all-gather over the CP
-    group) beside the attention on every block but the last, which waits for it (`BlockPasses._context_pass`),
-    so what the ring outlasts that attention by is exposed."""
+    ring's cp - 1 steps one after another, each a grouped send/receive of one block (K/V, with their gradients
+    twice the bytes in the backward) from every CP rank to the next over the path between the two
+    (`ring_step_pairs`: one NIC between hosts), beside the attention on every block but the last, which waits
+    for the last step (`BlockPasses._context_pass`), so what the ring outlasts that attention by is exposed."""
     core_s = context.core(phase)[0]
     if core_s <= 0:
         return 0.0
     cp_rank = plan.layout.coords(rank)["cp"]
     beside = core_s * context.share(cp_rank) * (1 - context.last_step_share(cp_rank))
-    nbytes = context.kv_bytes * (2 if phase.input_grads else 1)
-    return max(times.seconds("all_gather", plan.layout.group("cp", rank), nbytes, algorithm="ring") - beside, 0.0)
+    group = plan.layout.group("cp", rank)
+    block_bytes = context.ring_block_bytes(phase)
+    step = times.seconds("all_to_all", group, block_bytes, pair_bytes=ring_step_pairs(len(group), block_bytes))
+    return max((context.cp - 1) * step - beside, 0.0)
 
 
 def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, op: Primitive, units: list[float],
