@@ -56,7 +56,7 @@ parallelism: {tp: 1, cp: 2, pp: 4, dp: 3}
 across two, through the host bridge, so the CP rings inside a host are not alike. The symmetry check passed over
 groups inside one domain, and the folded step came out 60 ns slow (rel. 4.2e-7), reported exact; it compares
 them where a domain is not a star (`symmetry.star_domains`)."""
-UNLIKE_PCIE_PAIRS = "'cp ring L0.attn' takes"
+UNLIKE_PCIE_PAIRS = "'cp ring step 1 L0.attn' takes"
 STRADDLING_CP_PAIRS = """
 cluster: {topology: dgx-h100-cluster, nodes: 3, nics_per_node: 1, leaf_ports: 3, spines: 3, oversubscription: 2,
           node: {kind: nvswitch_node, gpus: 4, nvlink_bandwidth: 450 GB/s, nvlink_latency: 3.4 us, gpu_model: h100-sxm}}
@@ -70,7 +70,8 @@ to host 1. The ranks fell into classes by NVLink loads ({0, 1}, {2, 3}, {4, 5} o
 a representative, so no mirror was compared, and the folded step came out 0.39% slow (exposed pp 3.18 against
 2.49 ms), reported exact. Each class-mate's copy is now compared as a mirror (`fold_policy.unlike_class_mates`)
 and the step unfolds."""
-STRADDLING_PAIRS = "'cp ring L0.attn' takes 0.03447 ms over GPUs [0, 3] but 0.1999 ms over the equivalent [1, 4]"
+STRADDLING_PAIRS = ("'cp ring step 1 L0.attn' takes 0.02607 ms over GPUs [0, 3] but 0.1915 ms over the equivalent "
+                    "[1, 4]")
 TREE_CLASSES = """
 cluster: {topology: dgx-h100-cluster, nodes: 6, nics_per_node: 4, leaf_ports: 3, spines: 1, oversubscription: 2,
           node: {kind: nvswitch_node, gpus: 4, nvlink_bandwidth: 450 GB/s, nvlink_latency: 3.4 us, gpu_model: h100-sxm}}
@@ -86,7 +87,7 @@ did, and the classed step came out 9.3e-6 slow (exposed tp 10.446 against 10.466
 56.119), reported exact; with one rank per stage, the CP pair [0, 12] meets that traffic otherwise than its
 mirror [4, 16]. Classed folds are now held to that check too (`fold_policy.unlike_class_mates`), and the step
 unfolds."""
-UNLIKE_TREE_TRAFFIC = ("'cp ring L23.attn' over GPUs [0, 12] meets the traffic of collectives whose members send "
+UNLIKE_TREE_TRAFFIC = ("'cp ring step 1 L23.attn' over GPUs [0, 12] meets the traffic of collectives whose members send "
                        "unlike amounts (a tree's inner ranks and leaves) otherwise than over the equivalent [4, 16]")
 MIXED_HAND_OFFS = "stays inside one NVLink domain but its mirror"
 OUT_OF_STEP = "'all_gather expert params' over GPUs [0, 1, 8, 9, 16, 17, 24, 25] ended on its mirrors"

@@ -74,7 +74,7 @@ class BlockPasses(BuilderCore):
         for step in range(1, context.cp):
             key = f"cp.ring.{phase}.mb{mb}.vs{vstage}.{block.name}.step{step}.{group[0]}"
             ring = self._collective(rank, CP_STREAM, f"cp ring step {step} {block.name}", "all_to_all", group,
-                                    block_bytes, key, [ring], "cp", mb, pair_bytes=pairs)
+                                    block_bytes, key, [ring], "cp", mb, algorithm="direct", pair_bytes=pairs)
         last = context.last_step_share(cp_rank)
         head = self._part(rank, f"{name} attention", core_s * share * (1 - last), core_flops * share * (1 - last),
                           core_sm_s * share * (1 - last), [rest], category, mb)

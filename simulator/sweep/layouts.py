@@ -967,7 +967,8 @@ def ring_exposed_s(plan: StepPlan, times: CollectiveTimes, context: ContextAtten
     beside = core_s * context.share(cp_rank) * (1 - context.last_step_share(cp_rank))
     group = plan.layout.group("cp", rank)
     block_bytes = context.ring_block_bytes(phase)
-    step = times.seconds("all_to_all", group, block_bytes, pair_bytes=ring_step_pairs(len(group), block_bytes))
+    step = times.seconds("all_to_all", group, block_bytes, pair_bytes=ring_step_pairs(len(group), block_bytes),
+                         algorithm="direct")
     return max((context.cp - 1) * step - beside, 0.0)
 
 
