@@ -87,8 +87,9 @@ did, and the classed step came out 9.3e-6 slow (exposed tp 10.446 against 10.466
 56.119), reported exact; with one rank per stage, the CP pair [0, 12] meets that traffic otherwise than its
 mirror [4, 16]. Classed folds are now held to that check too (`fold_policy.unlike_class_mates`), and the step
 unfolds."""
-UNLIKE_TREE_TRAFFIC = ("'cp ring step 1 L23.attn' over GPUs [0, 12] meets the traffic of collectives whose members send "
-                       "unlike amounts (a tree's inner ranks and leaves) otherwise than over the equivalent [4, 16]")
+UNLIKE_TREE_TRAFFIC = ("'cp ring step 1 L23.attn' over GPUs [0, 12] meets the traffic of collectives whose members "
+                       "send unlike amounts (a tree's inner ranks and leaves) otherwise than over the equivalent "
+                       "[4, 16]")
 MIXED_HAND_OFFS = "stays inside one NVLink domain but its mirror"
 OUT_OF_STEP = "'all_gather expert params' over GPUs [0, 1, 8, 9, 16, 17, 24, 25] ended on its mirrors"
 """MoE with EP 4 and ZeRO-1: the expert parameters' all-gather over the representative's expert-DP group ended at
