@@ -185,10 +185,12 @@ def _hybrid_degree(layout: Layout, hosts: HostShape | None) -> int:
 
 
 def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
-    """Context-parallel collectives of one rank per layer and micro-batch (parallel/context.py): one ring (or
-    one K/V all-gather) for the forward, another for a full recompute (a selective one keeps the gathered K/V),
-    and for the backward a ring, or an all-gather and the gradients' reduce-scatter."""
-    return 1 + (recompute == "full") + (2 if par.cp_algorithm == "all_gather" else 1)
+    """Context-parallel collectives of one rank per layer and micro-batch (parallel/context.py): a ring of cp - 1
+    steps (or one K/V all-gather) for the forward, another for a full recompute (a selective one keeps the
+    gathered K/V), and for the backward a ring, or an all-gather and the gradients' reduce-scatter."""
+    if par.cp_algorithm == "ring":
+        return (2 + (recompute == "full")) * (par.cp - 1)
+    return 3 + (recompute == "full")
 
 
 def _tp_splits(par: ParallelismConfig, recompute: str, moe: bool) -> tuple[int, Counter[str]]:
@@ -470,6 +472,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                                                                                    par.ep, degree))
                        for kind, reduce in all_reduce.items() if shapes[kind].members > 1})
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_plans, shapes["tp"].transfers))
+    if par.cp_algorithm == "ring":  # a ring step is a grouped send/receive that posts one to every other member
+        shapes["cp"] = replace(shapes["cp"], transfers=cp * (cp - 1))
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
