@@ -472,8 +472,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                                                                                    par.ep, degree))
                        for kind, reduce in all_reduce.items() if shapes[kind].members > 1})
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_plans, shapes["tp"].transfers))
-    if par.cp_algorithm == "ring":  # a ring step is a grouped send/receive that posts one to every other member
-        shapes["cp"] = replace(shapes["cp"], transfers=cp * (cp - 1))
+    if par.cp_algorithm == "ring":  # a ring step posts one transfer a member, to the next (collectives/direct.py)
+        shapes["cp"] = replace(shapes["cp"], transfers=cp)
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \

@@ -33,6 +33,21 @@ def _sent(frame, key_prefix: str, rank: int) -> float:
     return float(flows["bytes"].sum())
 
 
+@pytest.mark.parametrize("model", ["flow", "analytic"])
+def test_a_ring_step_posts_one_flow_per_neighbour_pair_and_none_between_other_members(run_yaml, model):
+    """Each step of the K/V ring is a grouped send/receive in which CP rank i sends only to CP rank i + 1, so
+    it posts cp flows, not one to every other member with nothing in most (they were cp (cp - 1), 12 here,
+    and filled the TP1 CP16 timeline with 15 x 224 empty flows a step), in either network model."""
+    frame = run_yaml(SCENARIO, f"network.model={model}").timeline
+    cp_group = (0, 2, 4, 6)  # the CP group of TP rank 0
+    for phase in ("fwd", "bwd"):
+        for step in range(1, CP):
+            key = f"cp.ring.{phase}.mb0.vs0.L0.attn.step{step}.0"
+            flows = frame[(frame["kind"] == "flow") & (frame["name"] == key)]
+            assert sorted(zip(flows["src"], flows["dst"])) == sorted(
+                (cp_group[i], cp_group[(i + 1) % CP]) for i in range(CP))
+
+
 def test_ring_moves_cp_minus_one_over_cp_of_the_sequence_kv_per_rank_per_layer(run_yaml):
     frame = run_yaml(SCENARIO).timeline
     expected = (CP - 1) / CP * _kv_bytes()
@@ -73,8 +88,7 @@ def test_ring_steps_are_point_to_point_transfers_across_hosts_bounded_by_one_nic
     assert len(steps) == cp - 1
     for seconds in (steps["end_s"] - steps["start_s"]).tolist():
         assert block / NIC_BYTES_PER_S < seconds < block / NIC_BYTES_PER_S + P2P_LATENCY_S
-    flows = frame[(frame["kind"] == "flow") & (frame["bytes"] > 0)
-                  & (frame["name"] == "cp.ring.fwd.mb0.vs0.L0.attn.step1.0")]
+    flows = frame[(frame["kind"] == "flow") & (frame["name"] == "cp.ring.fwd.mb0.vs0.L0.attn.step1.0")]
     cp_stride = tp
     assert sorted(zip(flows["src"], flows["dst"], flows["bytes"])) == sorted(
         (cp_rank * cp_stride, (cp_rank + 1) % cp * cp_stride, block) for cp_rank in range(cp))

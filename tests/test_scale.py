@@ -265,8 +265,9 @@ replicas the DP collectives join to it (the run that passed the check at 1,320 f
     (SCENARIOS / "megatron-sc21-18.4b.yaml", ["model.layers=4"]),
 ])
 def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides):
-    """Estimate / flows_simulated: 0.94, 0.93, 1.14, 0.81, 0.94, 1.04 (the ring attention case, cp - 1 grouped
-    send/receive steps a pass, was 0.11 while the estimate counted one ring collective a pass; of the others,
+    """Estimate / flows_simulated: 0.94, 0.93, 1.14, 0.81, 0.89, 1.04 (the ring attention case, cp - 1 grouped
+    send/receive steps a pass, each a transfer per CP rank, was 0.11 while the estimate counted one ring
+    collective a pass, 0.94 while its steps posted empty transfers to every other member; of the others,
     1.03, 0.93, 1.20 for the pipelined FSDP runs while their units counted three collectives a micro-batch, not
     two a step; 0.78, 0.66, 0.88, 0.83, 1.05 before DDP buckets were filled tensor by tensor and a full
     recompute's TP collectives counted; 0.65, 0.53, 0.72 before the TP collectives counted as the builder posts

@@ -4,10 +4,10 @@ All-to-all runs as NCCL runs it, grouped sends and receives to every peer at onc
 ncclSend and one ncclRecv per peer inside ncclGroupStart/End; NCCL's enqueue.cc scheduleP2pTasksToPlan puts
 every peer's round in one kernel, on channels of their own, up to 8 peers at once per channel, with no barrier
 between peers): one phase of p(p-1) transfers of nbytes/p each (an uneven all-to-all, ``pair_bytes``, of what
-each pair exchanges), each paying its own path latency once, which share the NICs and NVLink as the network
-model shares any flows: a + (p-1)/p n b on one switch. All-gather and reduce-scatter run as p-1 phases of
-shifted pairs (in phase k, rank i sends to rank i+k), each moving nbytes/p: (p-1) a + (p-1)/p n b. Broadcast
-and reduce are a star around the root.
+each pair exchanges; a pair with nothing to send posts none), each paying its own path latency once, which
+share the NICs and NVLink as the network model shares any flows: a + (p-1)/p n b on one switch. All-gather and
+reduce-scatter run as p-1 phases of shifted pairs (in phase k, rank i sends to rank i+k), each moving nbytes/p:
+(p-1) a + (p-1)/p n b. Broadcast and reduce are a star around the root.
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ def shifted_pairs(ranks: tuple[int, ...], nbytes: float) -> list[Phase]:
 
 def all_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...]) -> list[Phase]:
     """One phase: every rank i sends ``pair_bytes[i][j]`` to every other rank j at once, listed by shift (the
-    transfers to rank i+1 first, then to rank i+2...), as NCCL's all-to-all posts them."""
+    transfers to rank i+1 first, then to rank i+2...), as NCCL's all-to-all posts them. A pair with nothing to
+    send posts no transfer (a CP ring step sends only to the next rank; docs/collectives.md, direct)."""
     size = len(ranks)
     if len(pair_bytes) != size or any(len(row) != size for row in pair_bytes):
         raise ScenarioError(f"an all-to-all over {size} ranks needs a {size} x {size} byte matrix",
                             field="pair_bytes", allowed=f"{size} rows of {size} sizes")
-    return [Phase(tuple(Transfer(ranks[i], ranks[(i + shift) % size], pair_bytes[i][(i + shift) % size])
-                        for shift in range(1, size) for i in range(size)))] if size > 1 else []
+    pairs = ((i, (i + shift) % size) for shift in range(1, size) for i in range(size))
+    transfers = tuple(Transfer(ranks[i], ranks[j], pair_bytes[i][j]) for i, j in pairs if pair_bytes[i][j] > 0)
+    return [Phase(transfers)] if transfers else []
 
 
 def star(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_root: bool) -> list[Phase]:
