@@ -52,7 +52,7 @@ from simulator.reliability.components import FailureClass, Maintenance
 from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.processes import Arrivals
-from simulator.reliability.states import ClusterState, Degradation, state_of
+from simulator.reliability.states import ClusterState, Degradation
 from simulator.reliability.training import EPS, CheckpointClock
 
 INF = math.inf
@@ -89,6 +89,8 @@ class JobPlan:
     costs: Callable[[ClusterState], SegmentCosts | None]
     degradation: Callable[[int, int], Degradation]
     """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
+    state_of: Callable[[int, list[Degradation]], ClusterState]
+    """The cluster state on some replicas with some degradations in force (`StepStates.state_of`)."""
     interrupting: tuple[tuple[float, ...], ...]
     """Per class, per unit, the share of its failures that interrupt the job on a healthy cluster (cuts.py): what
     the closed forms count; the job itself checks each degradation against the state it meets."""
@@ -438,7 +440,7 @@ class JobProcess:
 
     def _state_of(self, replicas: int, kept: Iterable[Kept], at: float) -> ClusterState:
         """The state of the job on ``replicas`` with the degradations ``kept``, its group formed at ``at``."""
-        return state_of(replicas, [degradation for _, degradation in self._regrouped(kept, at, replicas)])
+        return self.plan.state_of(replicas, [degradation for _, degradation in self._regrouped(kept, at, replicas)])
 
     def _places(self, replicas: int, at: float) -> dict[str, str]:
         """Where each physical rack (its NVSwitch node: a cluster's rack or a spare) sits in the group of
@@ -528,7 +530,7 @@ class JobProcess:
         """The cluster state at ``at``, its costs (None while it leaves some GPU without a route: the job waits in
         a restart) and the slow-step causes in force (those of the degradations in the state), after a change."""
         in_state = self._regrouped(self.degraded, at)
-        self.state = state_of(self.replicas, [degradation for _, degradation in in_state])
+        self.state = self.plan.state_of(self.replicas, [degradation for _, degradation in in_state])
         self.costs = self.plan.costs(self.state)
         self.met.add(self.state)
         causes = {self.plan.classes[index].name for index, _ in in_state}

@@ -868,8 +868,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
         klass = model.classes[index]
         if klass.effect is Effect.STRAGGLE:
             gpus = units.gpus[klass.unit][unit]
-            return Degradation(gpus=tuple(sorted(gpus)), stand_ins=tuple(sorted(set(map(states.representative, gpus)))),
-                               slowdown=klass.slowdown)
+            return Degradation(gpus=tuple(sorted(gpus)), slowdown=klass.slowdown)
         if klass.unit == "spine_switch":
             return Degradation(spine=unit)
         if klass.unit == "nvswitch_tray":  # a rack's trays are consecutive units, the spare racks' last
@@ -885,7 +884,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
                    elastic=scenario.restart.elastic, sizes=sizes, regrow=scenario.restart.regrow,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
-                   launch_s=scenario.restart.launch, costs=costs, degradation=degradation,
+                   launch_s=scenario.restart.launch, costs=costs, degradation=degradation, state_of=states.state_of,
                    interrupting=interrupting_shares(topology, units, model.classes, _own_links_down(loaded, topology),
                                                     nvls_forced(scenario)),
                    memory_replicas=memory.replicas if (memory := scenario.checkpoint.memory) is not None else 0,

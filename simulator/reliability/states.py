@@ -29,6 +29,7 @@ before it is built unfolded (scale.refuse_unfolded), unless the job is forced.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import pickle
 from collections import OrderedDict
@@ -229,8 +230,11 @@ class StepStates:
         self._rotations: dict[ClusterState, ClusterState] = {}
         """Each state `_rotated` so far, and the least of its rotations (64 images a state on the 16,384-GPU job),
         which is its own."""
-        self._stand_ins: dict[tuple[int, Slowdown | None], int] = {}
-        """Each pipeline stage's `representative` of the GPUs the scenario's own faults slow alike (None: not)."""
+        self._stand_ins: dict[tuple[int, Slowdown | None, frozenset[int]], int] = {}
+        """`representative`s by stage (by GPU where some replicas are touched), own slowdown (None: none) and
+        replicas touched."""
+        self._touched: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], frozenset[int]] = {}
+        """The `touched_replicas` of each set of links down and NVSwitch nodes with trays down."""
 
     def symmetry(self) -> StateSymmetry | str:
         """The rotations proven to map the job's step onto itself (reliability/symmetry.py), or why none is: found
@@ -332,20 +336,94 @@ class StepStates:
             return self.healthy_step
         return self._ahead[merged] if merged in self._ahead else _CACHE[self.key, merged][0]
 
-    def representative(self, gpu: int) -> int:
-        """The GPU a straggler on ``gpu`` is simulated on where the state's places are alike (no link or NVSwitch
-        tray down: `state_of`): the first GPU of its pipeline stage that the scenario's own `faults.step` slows as
-        it slows ``gpu`` (at full speed for most), exact as only that own slowdown makes a stage's GPUs differ; one
-        state per distinct own slowdown, so `fraction: 1.0` or `all` keeps one. ``gpu`` itself where the scenario
-        takes links down of its own (fixed places), and in a replayed trace, whose ranks each run their own traced
-        kernels."""
-        if self.layout is None or self.loaded.scenario.faults.step.links:
+    def representative(self, gpu: int, touched: frozenset[int] = frozenset()) -> int:
+        """The GPU a straggler on ``gpu`` is simulated on. With no link or NVSwitch tray down (``touched`` empty):
+        the first GPU of its pipeline stage that the scenario's own `faults.step` slows as it slows ``gpu`` (at
+        full speed for most), exact as only that own slowdown makes a stage's GPUs differ; one state per distinct
+        own slowdown, so `fraction: 1.0` or `all` keeps one. With some down, ``touched`` the data-parallel
+        replicas they touch (`touched_replicas`): ``gpu`` itself where its replica is touched (a straggler near a
+        link or tray down is not one far from it), else its peer in the first untouched replica that the
+        scenario's own faults slow alike (same stage, tensor and context lane: the lane's data-parallel group
+        may cross a link down, a GPU on another rail under a leaf down made a step 0.9% shorter), its step the
+        real GPU's to the bit (tests/test_straggler_places.py). ``gpu`` itself where the scenario takes links
+        down of its own (fixed places), and in a replayed trace, whose ranks each run their own traced kernels."""
+        layout = self.layout
+        if layout is None or self.loaded.scenario.faults.step.links:
             return gpu
-        stage, own = self.layout.coords(gpu)["pp"], self._own_stragglers.get(gpu)
-        if (stage, own) not in self._stand_ins:
-            self._stand_ins[stage, own] = next(rank for rank in self.layout.stage_ranks(stage)
-                                               if self._own_stragglers.get(rank) == own)
-        return self._stand_ins[stage, own]
+        coords, own = layout.coords(gpu), self._own_stragglers.get(gpu)
+        if coords["dp"] in touched:
+            return gpu
+        key = (gpu if touched else coords["pp"], own, touched)
+        if key not in self._stand_ins:
+            peers = ([layout.rank_of(**{**coords, "dp": replica}) for replica in range(layout.dp)
+                      if replica not in touched] if touched else layout.stage_ranks(coords["pp"]))
+            self._stand_ins[key] = next(rank for rank in peers if self._own_stragglers.get(rank) == own)
+        return self._stand_ins[key]
+
+    def touched_replicas(self, links: Iterable[tuple[str, str]], trays: Iterable[str]) -> frozenset[int]:
+        """The data-parallel replicas with a GPU in an NVLink domain (a host; a GB200 NVL72 rack) that ``links``
+        down or the NVSwitch ``trays`` down touch: a link the domains of its ends on a host (a NIC-leaf cable its
+        NIC's), or where neither end is on one the domains of every host below it (a leaf-spine cable its leaf's;
+        a spine's are its leaves'), a rack's NVSwitch node the domain of its GPUs."""
+        if self.layout is None:
+            return frozenset()
+        key = frozenset(links), frozenset(trays)
+        if key not in self._touched:
+            hosts = {host for link in key[0] for host in self._hosts_at(link)}
+            hosts.update(host for tray in key[1] for host in self._hosts_below(tray))
+            domains = {self.topology.gpu_domain[gpu] for host in hosts for gpu in self.topology.host_gpus(host)}
+            self._touched[key] = frozenset(self.layout.coords(gpu)["dp"] for gpu in self._domain_gpus(domains))
+        return self._touched[key]
+
+    def _hosts_at(self, link: tuple[str, str]) -> set[int]:
+        """The hosts of ``link``'s ends, or where neither is on a host those below its ends."""
+        nodes = self.topology.wiring.nodes
+        hosts = {nodes[end].get("host") for end in link} - {None}
+        return hosts or {host for end in link for host in self._hosts_below(end)}
+
+    def _hosts_below(self, node: str) -> set[int]:
+        """The hosts of ``node``'s neighbours on a host (a leaf's NICs, an NVSwitch node's GPUs)."""
+        nodes = self.topology.wiring.nodes
+        return {nodes[peer].get("host") for peer in self.topology.graph.successors(node)} - {None}
+
+    def _domain_gpus(self, domains: set[int]) -> list[int]:
+        """The GPUs of the NVLink domains ``domains``."""
+        return [gpu for gpu, domain in enumerate(self.topology.gpu_domain) if domain in domains]
+
+    def world_gpus(self, replicas: int) -> int:
+        """The GPUs of the job on ``replicas`` replicas: its first hosts' (elastic.shrunk_scenario)."""
+        if replicas == self.healthy.replicas:
+            return self.topology.num_gpus
+        hosts = self.topology.num_hosts * replicas // self.healthy.replicas
+        return bisect.bisect_left(self.topology.gpu_host, hosts)
+
+    def state_of(self, replicas: int, degradations: Iterable[Degradation]) -> ClusterState:
+        """The cluster state of the job on ``replicas`` replicas with ``degradations`` in force; a GPU slowed by
+        several keeps the largest factor. A straggling GPU beyond the job's GPUs (a shrunk job's: `world_gpus`)
+        slows nothing; one within them is its `representative`, given the replicas the state's links and NVSwitch
+        trays down touch: a tray down on rack 1 and a x1.5 GPU on rack 1 made a step 1.3% longer than with that
+        GPU on rack 0, 18 to 19% with 7 trays down, where GPUs on racks the trays spare are alike to the bit."""
+        degradations = list(degradations)
+        spines: set[int] = set()
+        links: set[tuple[str, str]] = set()
+        trays: dict[str, set[int]] = {}
+        for degradation in degradations:
+            if degradation.spine is not None:
+                spines.add(degradation.spine)
+            if degradation.nvswitch_tray is not None:
+                switch, tray = degradation.nvswitch_tray
+                trays.setdefault(switch, set()).add(tray)
+            links.update(degradation.links)
+        touched = self.touched_replicas(links, trays) if links or trays else frozenset()
+        world = self.world_gpus(replicas)
+        slow: dict[int, float] = {}
+        for degradation in degradations:
+            for gpu in degradation.gpus:
+                if gpu < world:
+                    stand_in = self.representative(gpu, touched)
+                    slow[stand_in] = max(slow.get(stand_in, 1.0), degradation.slowdown)
+        return ClusterState(replicas, len(spines), tuple(sorted(links)), tuple(sorted(slow.items())),
+                            tuple(sorted((switch, len(down)) for switch, down in trays.items())))
 
     @cached_property
     def _own_stragglers(self) -> dict[int, Slowdown]:
@@ -633,38 +711,12 @@ def faults_within(faults: StepFaults, topology: Topology) -> StepFaults:
 
 @dataclass(frozen=True)
 class Degradation:
-    """What one degraded or straggling unit does to the cluster: a spine down (its index), links down, GPUs
-    slowed by ``slowdown`` (``gpus``, the unit's own, and ``stand_ins``, their `StepStates.representative`s),
-    or an NVSwitch tray down (its rack's NVSwitch node, its index)."""
+    """What one degraded or straggling unit does to the cluster: a spine down (its index), links down, its GPUs
+    slowed by ``slowdown`` (`StepStates.state_of` places them), or an NVSwitch tray down (its rack's NVSwitch
+    node, its index)."""
 
     spine: int | None = None
     links: tuple[tuple[str, str], ...] = ()
     gpus: tuple[int, ...] = ()
-    stand_ins: tuple[int, ...] = ()
     slowdown: float = 1.0
     nvswitch_tray: tuple[str, int] | None = None
-
-
-def state_of(replicas: int, degradations) -> ClusterState:
-    """The cluster state of a job on ``replicas`` replicas with ``degradations`` in force; a GPU slowed by
-    several keeps the largest factor. Straggling GPUs are their stand-ins where the state's places are alike,
-    and keep their own places where links or NVSwitch trays are down: a straggler near them is not one far
-    from them (a tray down on rack 1 and a x1.5 GPU on rack 1 made a step 1.3% longer than with that GPU on
-    rack 0, 18 to 19% with 7 trays down)."""
-    degradations = list(degradations)
-    placed = any(degradation.links or degradation.nvswitch_tray is not None for degradation in degradations)
-    spines: set[int] = set()
-    links: set[tuple[str, str]] = set()
-    slow: dict[int, float] = {}
-    trays: dict[str, set[int]] = {}
-    for degradation in degradations:
-        if degradation.spine is not None:
-            spines.add(degradation.spine)
-        if degradation.nvswitch_tray is not None:
-            switch, tray = degradation.nvswitch_tray
-            trays.setdefault(switch, set()).add(tray)
-        links.update(degradation.links)
-        for gpu in degradation.gpus if placed else degradation.stand_ins:
-            slow[gpu] = max(slow.get(gpu, 1.0), degradation.slowdown)
-    return ClusterState(replicas, len(spines), tuple(sorted(links)), tuple(sorted(slow.items())),
-                        tuple(sorted((switch, len(down)) for switch, down in trays.items())))
