@@ -230,9 +230,8 @@ class StepStates:
         self._rotations: dict[ClusterState, ClusterState] = {}
         """Each state `_rotated` so far, and the least of its rotations (64 images a state on the 16,384-GPU job),
         which is its own."""
-        self._stand_ins: dict[tuple[int, Slowdown | None, frozenset[int]], int] = {}
-        """`representative`s by stage (by GPU where some replicas are touched), own slowdown (None: none) and
-        replicas touched."""
+        self._stand_ins: dict[tuple[int, tuple[int, int] | None, Slowdown | None, frozenset[int]], int] = {}
+        """`representative`s by stage, lane (None: any), own slowdown (None: none) and replicas touched."""
         self._touched: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], frozenset[int]] = {}
         """The `touched_replicas` of each set of links down and NVSwitch nodes with trays down."""
 
@@ -336,28 +335,30 @@ class StepStates:
             return self.healthy_step
         return self._ahead[merged] if merged in self._ahead else _CACHE[self.key, merged][0]
 
-    def representative(self, gpu: int, touched: frozenset[int] = frozenset()) -> int:
-        """The GPU a straggler on ``gpu`` is simulated on. With no link or NVSwitch tray down (``touched`` empty):
-        the first GPU of its pipeline stage that the scenario's own `faults.step` slows as it slows ``gpu`` (at
-        full speed for most), exact as only that own slowdown makes a stage's GPUs differ; one state per distinct
-        own slowdown, so `fraction: 1.0` or `all` keeps one. With some down, ``touched`` the data-parallel
-        replicas they touch (`touched_replicas`): ``gpu`` itself where its replica is touched (a straggler near a
-        link or tray down is not one far from it), else its peer in the first untouched replica that the
-        scenario's own faults slow alike (same stage, tensor and context lane: the lane's data-parallel group
-        may cross a link down, a GPU on another rail under a leaf down made a step 0.9% shorter), its step the
-        real GPU's to the bit (tests/test_straggler_places.py). ``gpu`` itself where the scenario takes links
-        down of its own (fixed places), and in a replayed trace, whose ranks each run their own traced kernels."""
+    def representative(self, gpu: int, touched: frozenset[int] = frozenset(), rails: bool = False) -> int:
+        """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage that the scenario's
+        own `faults.step` slows as it slows ``gpu`` (at full speed for most), in a data-parallel replica that no
+        link or NVSwitch tray down touches (``touched``: those one does, `touched_replicas`), and where links are
+        down (``rails``: they may sit on one rail, a NIC's or a leaf's) of its tensor and context lane too (the
+        lane's data-parallel group may cross them: a GPU on another rail than a leaf down made a step 0.9%
+        shorter). Exact where only that own slowdown makes those GPUs differ: the step is the real GPU's to the
+        bit (tests/test_straggler_places.py); one state per distinct own slowdown, so `fraction: 1.0` or `all`
+        keeps one. ``gpu`` itself where its replica is touched (a straggler near a link or tray down is not one
+        far from it), where the scenario takes links down of its own (fixed places), and in a replayed trace,
+        whose ranks each run their own traced kernels."""
         layout = self.layout
         if layout is None or self.loaded.scenario.faults.step.links:
             return gpu
         coords, own = layout.coords(gpu), self._own_stragglers.get(gpu)
         if coords["dp"] in touched:
             return gpu
-        key = (gpu if touched else coords["pp"], own, touched)
+        lane = (coords["tp"], coords["cp"]) if rails else None
+        key = (coords["pp"], lane, own, touched)
         if key not in self._stand_ins:
-            peers = ([layout.rank_of(**{**coords, "dp": replica}) for replica in range(layout.dp)
-                      if replica not in touched] if touched else layout.stage_ranks(coords["pp"]))
-            self._stand_ins[key] = next(rank for rank in peers if self._own_stragglers.get(rank) == own)
+            self._stand_ins[key] = next(
+                rank for rank in layout.stage_ranks(coords["pp"])
+                if self._own_stragglers.get(rank) == own and (peer := layout.coords(rank))["dp"] not in touched
+                and (lane is None or (peer["tp"], peer["cp"]) == lane))
         return self._stand_ins[key]
 
     def touched_replicas(self, links: Iterable[tuple[str, str]], trays: Iterable[str]) -> frozenset[int]:
@@ -420,7 +421,7 @@ class StepStates:
         for degradation in degradations:
             for gpu in degradation.gpus:
                 if gpu < world:
-                    stand_in = self.representative(gpu, touched)
+                    stand_in = self.representative(gpu, touched, rails=bool(links))
                     slow[stand_in] = max(slow.get(stand_in, 1.0), degradation.slowdown)
         return ClusterState(replicas, len(spines), tuple(sorted(links)), tuple(sorted(slow.items())),
                             tuple(sorted((switch, len(down)) for switch, down in trays.items())))
