@@ -6,7 +6,6 @@ job's GPUs."""
 from __future__ import annotations
 
 import pytest
-from test_nvl72_rack_faults import THROTTLE_CLASSES, job
 
 from simulator import simulate
 from simulator.config.faults import LinkFault, StepFaults, Straggler
@@ -18,6 +17,22 @@ from simulator.topology.loader import scenario_topology
 H = 3600.0
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*runs one training step and ignores the job's:UserWarning")
+
+GB200_THROTTLE = """cluster: {topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 2}
+parallelism: {tp: 4, dp: 8}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+run: {horizon: 12 h}
+faults:
+  components:
+    nvswitch_tray: {mtbf: 1000 d, repair: 2 h}
+    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 d, repair: 2 h}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true}
+"""
+"""TP 4 x DP 8 on 2 GB200 racks of 4 trays (16 GPUs each), a replica per tray (tests/test_nvl72_rack_faults.py's
+job with its tray and throttle classes)."""
 
 DGX_LEAF_GROUPS = """cluster: {topology: dgx-h100-cluster, nodes: 6, leaf_ports: 2, spines: 2}
 model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
@@ -50,7 +65,7 @@ def test_a_straggler_on_a_rack_the_trays_spare_stands_in_on_its_first_gpu_to_the
     alike), whose step is the real GPU's to the bit (1 and 7 trays); one on the rack with trays down keeps its
     GPU, which differs (7 trays: GPU 16 and 28 give 12.5767 ms, GPU 20 12.5772 ms, a rack-0 GPU 11.9246 ms).
     Before, a straggler kept its GPU while a tray was down (a state per GPU slowed)."""
-    loaded = scenario_from_text(job(THROTTLE_CLASSES), "job.yaml")
+    loaded = scenario_from_text(GB200_THROTTLE, "job.yaml")
     switch = f"rack{rack}/nvswitch"
     links = nvswitch_tray_faults(scenario_topology(loaded), ((switch, down),))
     states = StepStates(loaded, scenario_topology(loaded))
@@ -91,8 +106,8 @@ def steps_with(loaded: LoadedScenario, links: tuple[LinkFault, ...], gpus: tuple
 
 
 @pytest.mark.parametrize(("text", "down", "gpus", "stand_ins"), [
-    (job(THROTTLE_CLASSES), "rack1/nvswitch", (4, 9), (0,)),
-    (job(THROTTLE_CLASSES), "rack1/nvswitch", (13, 20), (0, 20)),
+    (GB200_THROTTLE, "rack1/nvswitch", (4, 9), (0,)),
+    (GB200_THROTTLE, "rack1/nvswitch", (13, 20), (0, 20)),
     (DGX_LEAF_GROUPS, "leaf0.r0", (24, 41), (16, 17)),
     (DGX_LEAF_GROUPS, "leaf0.r0", (2, 40), (2, 16))])
 def test_several_stragglers_stand_in_together_to_the_bit(text, down, gpus, stand_ins):
@@ -121,8 +136,8 @@ def test_stragglers_on_the_rack_the_trays_spare_make_one_state(job_with):
     each the step of its real GPUs to the bit. Before, one state per GPU: 4."""
     rows = [(1 * H, 0, 13, 5 * H)] + [((1.5 + start) * H, 1, gpu, 0.5 * H)
                                        for start, gpu in ((0, 4), (1, 9), (2, 13), (3, 20))]
-    summary = job_with(job(THROTTLE_CLASSES), *rows).summary
-    loaded = scenario_from_text(job(THROTTLE_CLASSES), "job.yaml")
+    summary = job_with(GB200_THROTTLE, *rows).summary
+    loaded = scenario_from_text(GB200_THROTTLE, "job.yaml")
     links = nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", 1),))
     both = [state for state in summary["states"] if state["nvswitch_trays_down"] and state["slow_gpus"]]
     assert [state["slow_gpus"] for state in both] == [{"0": 1.5}, {"20": 1.5}]

@@ -15,11 +15,13 @@ to the share of trays left (`nvswitch_tray_faults`), step faults as links down a
 GPU without a route has no step (None): the job cannot run in it. A straggling GPU is simulated as the first GPU of
 its pipeline stage that the scenario's own stragglers slow as they slow it (its tensor- and context-parallel peers and
 the data-parallel replicas do the same work and wait for it at their collectives), so a state depends on the stages
-slowed, not on which GPU of the stage, where the stage's GPUs are alike; it keeps its own GPU where they are not:
-while links or NVSwitch trays are down, where the scenario takes links down of its own, and in a replayed trace
-(the traced ranks each run their own kernels). A shrunk
-job runs on a cluster of just the hosts it uses, each replica keeping its micro-batches or taking its share of the
-global batch (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the
+slowed, not on which GPU of the stage, where the stage's GPUs are alike. While links or NVSwitch trays are down
+it keeps its own GPU in a data-parallel replica they touch, and stands in on the first untouched replica's GPU of
+its stage (of its lane too, where links are down) elsewhere (`StepStates.representative`); it keeps its own GPU
+where the scenario takes links down of its own, and in a replayed trace (the traced ranks each run their own
+kernels). A straggler beyond a shrunk job's GPUs slows nothing (`StepStates.state_of`). A shrunk job runs on a
+cluster of just the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
+(`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the
 scenario's step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
 restart.elastic_batch) and the files beside it that they read (a trace's, by path, size and mtime: inputs.py),
 so studies and notebooks that change only failure or checkpoint settings simulate each state once, within a
@@ -379,13 +381,13 @@ class StepStates:
     def _hosts_at(self, link: tuple[str, str]) -> set[int]:
         """The hosts of ``link``'s ends, or where neither is on a host those below its ends."""
         nodes = self.topology.wiring.nodes
-        hosts = {nodes[end].get("host") for end in link} - {None}
+        hosts = {host for end in link if (host := nodes[end].get("host")) is not None}
         return hosts or {host for end in link for host in self._hosts_below(end)}
 
     def _hosts_below(self, node: str) -> set[int]:
         """The hosts of ``node``'s neighbours on a host (a leaf's NICs, an NVSwitch node's GPUs)."""
         nodes = self.topology.wiring.nodes
-        return {nodes[peer].get("host") for peer in self.topology.graph.successors(node)} - {None}
+        return {host for peer in self.topology.graph.successors(node) if (host := nodes[peer].get("host")) is not None}
 
     def _domain_gpus(self, domains: set[int]) -> list[int]:
         """The GPUs of the NVLink domains ``domains``."""
