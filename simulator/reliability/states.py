@@ -13,14 +13,12 @@ rails of one leaf group still join its hosts). Links down and stragglers are the
 scenario with those faults. NVSwitch trays down on GB200 NVL72 racks are their rack's GPU-to-NVSwitch links degraded
 to the share of trays left (`nvswitch_tray_faults`), step faults as links down are. A state whose links leave some
 GPU without a route has no step (None): the job cannot run in it. A straggling GPU is simulated as the first GPU of
-its pipeline stage that the scenario's own stragglers slow as they slow it (its tensor- and context-parallel peers and
-the data-parallel replicas do the same work and wait for it at their collectives), so a state depends on the stages
-slowed, not on which GPU of the stage, where the stage's GPUs are alike. While links or NVSwitch trays are down
-it keeps its own GPU in a data-parallel replica they touch, and stands in on the first untouched replica's GPU of
-its stage (of its lane too, where links are down) elsewhere (`StepStates.representative`); it keeps its own GPU
-where the scenario takes links down of its own, and in a replayed trace (the traced ranks each run their own
-kernels). A straggler beyond a shrunk job's GPUs slows nothing (`StepStates.state_of`). A shrunk job runs on a
-cluster of just the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
+its pipeline stage (`StepStates.representative`, not exact for stragglers in several replicas) where no link or
+NVSwitch tray is down; while some are, whole units of replicas trade places where that is exact and stragglers
+keep their GPUs elsewhere (`StepStates._placed`); a straggler keeps its own GPU where the scenario takes links
+down of its own, and in a replayed trace (the traced ranks each run their own kernels). A straggler beyond a
+shrunk job's GPUs slows nothing (`StepStates.state_of`). A shrunk job runs on a cluster of just the hosts it
+uses, each replica keeping its micro-batches or taking its share of the global batch
 (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the
 scenario's step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
 restart.elastic_batch) and the files beside it that they read (a trace's, by path, size and mtime: inputs.py),
@@ -39,6 +37,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import LoadedScenario
@@ -232,8 +232,8 @@ class StepStates:
         self._rotations: dict[ClusterState, ClusterState] = {}
         """Each state `_rotated` so far, and the least of its rotations (64 images a state on the 16,384-GPU job),
         which is its own."""
-        self._stand_ins: dict[tuple[int, tuple[int, int] | None, Slowdown | None, frozenset[int]], int] = {}
-        """`representative`s by stage, lane (None: any), own slowdown (None: none) and replicas touched."""
+        self._stand_ins: dict[tuple[int, int, Slowdown | None], int] = {}
+        """Each `representative` by replicas, pipeline stage and own slowdown (None: none)."""
         self._touched: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], frozenset[int]] = {}
         """The `touched_replicas` of each set of links down and NVSwitch nodes with trays down."""
 
@@ -337,31 +337,77 @@ class StepStates:
             return self.healthy_step
         return self._ahead[merged] if merged in self._ahead else _CACHE[self.key, merged][0]
 
-    def representative(self, gpu: int, touched: frozenset[int] = frozenset(), rails: bool = False) -> int:
-        """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage that the scenario's
-        own `faults.step` slows as it slows ``gpu`` (at full speed for most), in a data-parallel replica that no
-        link or NVSwitch tray down touches (``touched``: those one does, `touched_replicas`), and where links are
-        down (``rails``: they may sit on one rail, a NIC's or a leaf's) of its tensor and context lane too (the
-        lane's data-parallel group may cross them: a GPU on another rail than a leaf down made a step 0.9%
-        shorter). Exact where only that own slowdown makes those GPUs differ: the step is the real GPU's to the
-        bit (tests/test_straggler_places.py); one state per distinct own slowdown, so `fraction: 1.0` or `all`
-        keeps one. ``gpu`` itself where its replica is touched (a straggler near a link or tray down is not one
-        far from it), where the scenario takes links down of its own (fixed places), and in a replayed trace,
-        whose ranks each run their own traced kernels."""
+    @cached_property
+    def _unit_gpus(self) -> int | None:
+        """The GPUs of a relabelling unit: the fewest consecutive data-parallel replicas that fill whole hosts and
+        NVLink domains, which may trade places exactly; None where they may not (a straggler then keeps its own
+        GPU): a replayed trace, links down of the scenario's own (fixed places), data parallelism not the
+        outermost dimension (a replica's lane is then no physical place: a straggler so moved under `order: [tp,
+        dp, cp, pp]` made a step 0.33% longer), experts split (EP above 1: EP groups are not alike, a x1.5
+        GPU on hosts 4-5 of TP 8 x DP 6 x EP 2 gave a step 1.9e-4 shorter than on hosts 2-3), or the scenario's
+        own stragglers unlike from unit to unit."""
+        layout = self.layout
+        if layout is None or self.loaded.scenario.faults.step.links or layout.order[-1] != "dp":
+            return None
+        if int((self.healthy_summary.get("moe") or {}).get("ep", 1)) > 1:
+            return None
+        replica, topology = layout.world // layout.dp, self.topology
+        groups = [np.asarray(topology.gpu_host[:layout.world]), np.asarray(topology.gpu_domain[:layout.world])]
+        gpus = np.arange(layout.world)
+        unit = next(span * replica for span in range(1, layout.dp + 1) if layout.dp % span == 0
+                    and all(_within_blocks(group, gpus // (span * replica)) for group in groups))
+        own = self._own_stragglers
+        if any(own.get(gpu) != own.get(gpu % unit) for gpu in range(layout.world)):
+            return None
+        return unit
+
+    def _stood_in(self, slow: dict[int, float], replicas: int) -> dict[int, float]:
+        """The stragglers ``slow`` (GPU: factor) of a state with no link or NVSwitch tray down on ``replicas``
+        replicas, each on its `representative` in the job's layout at that size (a shrunk job's GPUs are its
+        first hosts', their coordinates its own); several on one stand-in keep the largest factor."""
+        stood: dict[int, float] = {}
+        for gpu, factor in slow.items():
+            stand_in = self.representative(gpu, replicas)
+            stood[stand_in] = max(stood.get(stand_in, 1.0), factor)
+        return stood
+
+    def representative(self, gpu: int, replicas: int | None = None) -> int:
+        """The GPU a straggler on ``gpu`` is simulated on in a state with no link or NVSwitch tray down, the job
+        on ``replicas`` replicas (None: all): the first GPU of its pipeline stage in the job's layout at that size
+        that the scenario's own `faults.step` slows as it slows ``gpu`` (at full speed for most; one state per
+        distinct own slowdown, so `fraction: 1.0` or `all` keeps one). Not exact where stragglers sit in several
+        replicas: they then stand in as one (TP 8 x PP 2 x DP 4 on 8 DGX H100, GPUs 40 and 48 x1.5: 0.94% off
+        their own GPUs' step), which keeps the states one per set of stages slowed (relabelling whole replicas
+        instead, exact, made 626 states where this makes 30 on `llama3-70b-2k-job` with throttling, 1
+        replication). ``gpu`` itself where the scenario takes links down of its own (fixed places), and in a
+        replayed trace, whose ranks each run their own traced kernels."""
         layout = self.layout
         if layout is None or self.loaded.scenario.faults.step.links:
             return gpu
-        coords, own = layout.coords(gpu), self._own_stragglers.get(gpu)
-        if coords["dp"] in touched:
-            return gpu
-        lane = (coords["tp"], coords["cp"]) if rails else None
-        key = (coords["pp"], lane, own, touched)
-        if key not in self._stand_ins:
-            self._stand_ins[key] = next(
-                rank for rank in layout.stage_ranks(coords["pp"])
-                if self._own_stragglers.get(rank) == own and (peer := layout.coords(rank))["dp"] not in touched
-                and (lane is None or (peer["tp"], peer["cp"]) == lane))
-        return self._stand_ins[key]
+        replicas = layout.dp if replicas is None else replicas
+        layout = replace(layout, dp=replicas)
+        stage, own = layout.coords(gpu)["pp"], self._own_stragglers.get(gpu)
+        if (replicas, stage, own) not in self._stand_ins:
+            self._stand_ins[replicas, stage, own] = next(rank for rank in layout.stage_ranks(stage)
+                                                         if self._own_stragglers.get(rank) == own)
+        return self._stand_ins[replicas, stage, own]
+
+    def _placed(self, slow: dict[int, float], touched: frozenset[int]) -> dict[int, float]:
+        """The stragglers ``slow`` (GPU: factor) where the state simulates them: those in a unit (`_unit_gpus`)
+        that no replica of ``touched`` is in relabelled unit by unit, the k-th such unit holding a straggler
+        becoming the k-th such unit, each straggler's place inside it kept; those in a touched unit at their own
+        GPU (a straggler near a link or tray down is not one far from it). Exact: whole units trade places, so
+        the step is the real GPUs' to the bit (tests/test_straggler_places.py)."""
+        unit = self._unit_gpus
+        if unit is None or self.layout is None:
+            return slow
+        replicas = unit * self.layout.dp // self.layout.world
+        touched_units = {replica // replicas for replica in touched}
+        holding = sorted({gpu // unit for gpu in slow} - touched_units)
+        free = (index for index in range(self.layout.world // unit) if index not in touched_units)
+        moved = dict(zip(holding, free))
+        return {moved[gpu // unit] * unit + gpu % unit if gpu // unit in moved else gpu: factor
+                for gpu, factor in slow.items()}
 
     def touched_replicas(self, links: Iterable[tuple[str, str]], trays: Iterable[str]) -> frozenset[int]:
         """The data-parallel replicas with a GPU in an NVLink domain (a host; a GB200 NVL72 rack) that ``links``
@@ -403,9 +449,9 @@ class StepStates:
     def state_of(self, replicas: int, degradations: Iterable[Degradation]) -> ClusterState:
         """The cluster state of the job on ``replicas`` replicas with ``degradations`` in force; a GPU slowed by
         several keeps the largest factor. A straggling GPU beyond the job's GPUs (a shrunk job's: `world_gpus`)
-        slows nothing; one within them is its `representative`, given the replicas the state's links and NVSwitch
-        trays down touch: a tray down on rack 1 and a x1.5 GPU on rack 1 made a step 1.3% longer than with that
-        GPU on rack 0, 18 to 19% with 7 trays down, where GPUs on racks the trays spare are alike to the bit."""
+        slows nothing; those within them are `_placed` given the replicas the state's links and NVSwitch trays
+        down touch: a tray down on rack 1 and a x1.5 GPU on rack 1 made a step 1.3% longer than with that GPU on
+        rack 0, 18 to 19% with 7 trays down."""
         degradations = list(degradations)
         spines: set[int] = set()
         links: set[tuple[str, str]] = set()
@@ -417,14 +463,15 @@ class StepStates:
                 switch, tray = degradation.nvswitch_tray
                 trays.setdefault(switch, set()).add(tray)
             links.update(degradation.links)
-        touched = self.touched_replicas(links, trays) if links or trays else frozenset()
         world = self.world_gpus(replicas)
         slow: dict[int, float] = {}
         for degradation in degradations:
             for gpu in degradation.gpus:
                 if gpu < world:
-                    stand_in = self.representative(gpu, touched, rails=bool(links))
-                    slow[stand_in] = max(slow.get(stand_in, 1.0), degradation.slowdown)
+                    slow[gpu] = max(slow.get(gpu, 1.0), degradation.slowdown)
+        if slow and (replicas == self.healthy.replicas or not self._own_stragglers):
+            slow = (self._placed(slow, self.touched_replicas(links, trays)) if links or trays
+                    else self._stood_in(slow, replicas))
         return ClusterState(replicas, len(spines), tuple(sorted(links)), tuple(sorted(slow.items())),
                             tuple(sorted((switch, len(down)) for switch, down in trays.items())))
 
@@ -604,6 +651,11 @@ def state_scenario(loaded: LoadedScenario, topology: Topology, state: ClusterSta
         faults = own.model_copy(update={"links": own.links + links, "stragglers": own.stragglers + stragglers})
         own_loaded = with_step_faults(own_loaded, faults)
     return own_loaded, state_topology
+
+
+def _within_blocks(groups: np.ndarray, blocks: np.ndarray) -> bool:
+    """Whether each group of ``groups`` (a number per GPU) lies within one block of ``blocks`` (one per GPU)."""
+    return len(np.unique(groups)) == np.unique(np.stack([groups, blocks]), axis=1).shape[1]
 
 
 def _spines(topology: Topology) -> int:
