@@ -99,12 +99,18 @@ def shrunk_cluster(cluster: ClusterConfig, topology: Topology, hosts: int) -> Cl
     return ClusterConfig(topology=cluster.topology, **overrides)
 
 
+def hosts_at(hosts: int, dp: int, replicas: int) -> int:
+    """The hosts a job of ``dp`` replicas on ``hosts`` runs on at ``replicas`` of them: its first, as many as its
+    replicas fill (also where a host holds several replicas or a replica spans a fraction of a host)."""
+    return hosts * replicas // dp
+
+
 def shrunk_scenario(scenario: Scenario, topology: Topology, dp: int, microbatches: int, replicas: int) -> Scenario:
     """``scenario`` (a layout of ``dp`` replicas on the cluster ``topology``, ``microbatches`` per replica) on
     ``replicas`` of its replicas: the hosts they fill (shrunk_cluster), DP set, each replica's micro-batches as
     `restart.elastic_batch` says (shrunk_microbatches); a replayed trace's `workload.dp` set to ``replicas``, its
     copies each replaying the trace as recorded."""
-    cluster = shrunk_cluster(scenario.cluster, topology, topology.num_hosts * replicas // dp)
+    cluster = shrunk_cluster(scenario.cluster, topology, hosts_at(topology.num_hosts, dp, replicas))
     if isinstance(scenario.workload, TraceWorkload):
         return scenario.model_copy(update={
             "cluster": cluster, "workload": scenario.workload.model_copy(update={"dp": replicas})})
@@ -300,7 +306,7 @@ def trace_sizes(loaded: LoadedScenario, topology: Topology, replicas: int, trace
     for size in sizes[:-1]:
         shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, topology, replicas, 1, size))
         _shrunk_check(hosts, replicas, size, partial(_shrunk_gpus, shrunk, topology, file,
-                                                     hosts * size // replicas))
+                                                     hosts_at(hosts, replicas, size)))
     return ElasticSizes(sizes)
 
 

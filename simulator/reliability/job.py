@@ -49,7 +49,7 @@ from simulator.errors import SimulationError
 from simulator.reliability.attribution import cause_shares
 from simulator.reliability.checkpoint import SegmentCosts, snapshot_survives
 from simulator.reliability.components import FailureClass, Maintenance
-from simulator.reliability.elastic import ElasticSizes
+from simulator.reliability.elastic import ElasticSizes, hosts_at
 from simulator.reliability.events import JobEvents
 from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, Degradation
@@ -133,7 +133,7 @@ class JobPlan:
     def hosts_for(self, replicas: int) -> int:
         """The hosts a job of ``replicas`` data-parallel replicas runs on: every host at full size, also when
         a host holds several replicas or a replica spans a fraction of a host."""
-        return self.hosts * replicas // self.replicas
+        return hosts_at(self.hosts, self.replicas, replicas)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from simulator.parallel.layout import Layout
 from simulator.program.ops import TP_CATEGORY
 from simulator.program.unfolding import UnfoldingGuard
 from simulator.reliability.checkpoint import StepState
-from simulator.reliability.elastic import shrunk_scenario, trace_replicas
+from simulator.reliability.elastic import hosts_at, shrunk_scenario, trace_replicas
 from simulator.reliability.inputs import files_key
 from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.reliability.symmetry import StateSymmetry, state_symmetry
@@ -443,8 +443,8 @@ class StepStates:
         """The GPUs of the job on ``replicas`` replicas: its first hosts' (elastic.shrunk_scenario)."""
         if replicas == self.healthy.replicas:
             return self.topology.num_gpus
-        hosts = self.topology.num_hosts * replicas // self.healthy.replicas
-        return bisect.bisect_left(self.topology.gpu_host, hosts)
+        return bisect.bisect_left(self.topology.gpu_host,
+                                  hosts_at(self.topology.num_hosts, self.healthy.replicas, replicas))
 
     def state_of(self, replicas: int, degradations: Iterable[Degradation]) -> ClusterState:
         """The cluster state of the job on ``replicas`` replicas with ``degradations`` in force; a GPU slowed by
