@@ -674,7 +674,8 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     list. Runs estimated beyond the scale limits are refused unless ``force``, folded steps that a fold check
     unfolds too before they are built unfolded, and a replayed trace's step once built, before it runs;
     ``progress(done, total)`` hears of the ops executed. The cyclic garbage collector is paused meanwhile
-    (simulator/collector.py)."""
+    (simulator/collector.py). The summary's `warnings` hold every warning the run gives, the Python warning that a
+    job scenario's step ignores its job (`one_step_of_a_job`) first."""
     from simulator.engine.faults import FaultHooks
     from simulator.scale import refold_refusal, refuse_large_trace, refuse_unfolded, sized_topology
 
@@ -691,9 +692,9 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)
     job = one_step_of_a_job(loaded)
-    if job is not None:  # Python's warning only: the step's summary stays that of the job's healthy step
+    if job is not None:  # a Python warning, and in the summary as the run's others are
         python_warnings.warn(job, UserWarning, stacklevel=3)  # the caller's line, past collector_paused
-    warnings = scenario_warnings(loaded, topology)
+    warnings = (*([] if job is None else [job]), *scenario_warnings(loaded, topology))
     if warnings:
         run.summary["warnings"] = [*warnings, *run.summary.get("warnings", ())]
     return run

@@ -608,7 +608,8 @@ def test_an_os_error_in_a_replication_keeps_its_filename(tmp_path, capsys, monke
 def test_the_step_api_given_a_job_scenario_warns_that_it_runs_one_step():
     """`simulator.simulate()` of a job scenario (run.horizon, failures, checkpoint) returned the healthy step's
     Result without a word, where `trainsim run` runs the job: it warns now, at the horizon's line, naming the job's
-    entry point, and its Result is still that step's; a step scenario gets no such warning."""
+    entry point, and its Result is still that step's; a step scenario gets no such warning. The summary's
+    `warnings` carry it too (they were empty, so a script reading them, as summary.json keeps the CLI's, missed it)."""
     import warnings
 
     path = DATA / "small-job.yaml"
@@ -619,6 +620,7 @@ def test_the_step_api_given_a_job_scenario_warns_that_it_runs_one_step():
         "horizon, failures, checkpoint and restart; simulator.reliability.simulate.simulate_job(loaded) runs the "
         "job, as `trainsim run` does"]
     assert heard[0].filename == __file__
+    assert step.summary["warnings"] == [str(heard[0].message)]  # a script reading the summary hears it too
     assert "ettr" not in step.summary
     with warnings.catch_warnings():
         warnings.simplefilter("error")
