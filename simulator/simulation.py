@@ -355,12 +355,17 @@ def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, 
     """The warnings of the scenario's sections rather than of its step: the fields a run without a horizon
     ignores, those a synthetic model or parameter servers cannot be changed by, MoE layouts no framework trains
     (`moe_layouts_no_framework_trains`), a GPU changed without the NVLink bandwidth or NVLink SHARP that go with it
-    (`kept_node_warning`) and a `zero: 2` that runs as ZeRO-1 (`zero2_as_zero1_warning`). Each command gives them
-    once: every step program carried the NVLink SHARP one, a job's each cluster state's too, and a job's healthy
-    step cached from another file with the same step sections named that file's line."""
+    (`kept_node_warning`), a `zero: 2` that runs as ZeRO-1 (`zero2_as_zero1_warning`), a `--set` of the
+    micro-batches that changes the file's global batch and an interleaved schedule on one chunk
+    (scenario_checks.py). Each command gives them once: every step program carried the NVLink SHARP one, a job's
+    each cluster state's too, and a job's healthy step cached from another file with the same step sections named
+    that file's line."""
+    from simulator.scenario_checks import batch_override_warning, interleaved_one_chunk_warning
     from simulator.topology.loader import kept_node_warning
 
-    found = (kept_node_warning(loaded, topology), zero2_as_zero1_warning(loaded, topology.num_gpus))
+    gpus = topology.num_gpus
+    found = (kept_node_warning(loaded, topology), zero2_as_zero1_warning(loaded, gpus),
+             batch_override_warning(loaded, gpus), interleaved_one_chunk_warning(loaded, gpus))
     return (*loaded.ignored_without_a_horizon(), *loaded.ignored_by_a_synthetic_model(),
             *loaded.ignored_by_parameter_servers(), *loaded.moe_layouts_no_framework_trains(),
             *(warning for warning in found if warning is not None))
@@ -480,10 +485,13 @@ def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFau
     that is exact (engine/fold_policy.py), else rebuilt unfolded; ``guard`` hears why a step asked to fold is
     unfolded before it is built unfolded (scale.refuse_unfolded). The links ``faults`` degrades from the step's
     start are degraded on ``topology`` first (`faults.degrade_from_start`), so that its routes, `auto`'s choices
-    and capacities are those of the cluster it runs on."""
+    and capacities are those of the cluster it runs on. Micro-batches and a global batch that disagree are
+    refused first (`refuse_inconsistent_batch`)."""
     from simulator.engine.faults import degrade_from_start
     from simulator.engine.fold_policy import folded_step
+    from simulator.scenario_checks import refuse_inconsistent_batch
 
+    refuse_inconsistent_batch(loaded, topology.num_gpus)
     degrade_from_start(topology, faults)
     settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)

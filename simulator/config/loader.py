@@ -171,6 +171,11 @@ class LoadedScenario:
                 return False
         return True
 
+    def override_of(self, path: FieldPath) -> Override | None:
+        """The override (a `--set`, a sweep axis, a command's option) that wrote the value at ``path``; None where
+        the file gives it or leaves it to its default."""
+        return _blamed_override(path, self.lines, self.overrides)
+
     def ignored_without_a_horizon(self) -> tuple[str, ...]:
         """A located warning for each field the scenario sets that only a job over weeks reads (`checkpoint`,
         `storage`, `restart`, `run.replications`, the failure processes of `faults`) when it has no

@@ -1,0 +1,134 @@
+"""Checks across a scenario's fields that need its layout's data-parallel degree (from the cluster's GPUs): the
+global batch against the micro-batches that override it, and the interleaved schedule on one chunk per rank.
+
+A `training.global_batch` and `training.microbatches` that disagree are refused where the file gives both (or
+`--set`s give both): microbatches, which win, made the step run another global batch than the file says without a
+word. A `--set training.microbatches` over the file's global batch runs and says the global batch it makes; a
+`--set training.global_batch` that the file's microbatches would override is refused, since it changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.config.loader import LoadedScenario
+from simulator.config.locate import located
+
+MICROBATCHES = ("training", "microbatches")
+GLOBAL_BATCH = ("training", "global_batch")
+BATCH_READS = (("training", "micro_batch"), ("parallelism",), ("cluster",))
+"""The fields besides the two whose values make the global batch the micro-batches run: a `--set` of any of them
+is named where the two disagree."""
+
+
+@dataclass(frozen=True)
+class BatchConflict:
+    """Micro-batches that run another global batch than `training.global_batch` says: ``microbatches`` of
+    ``micro_batch`` sequences on each of ``dp`` replicas."""
+
+    microbatches: int
+    micro_batch: int
+    dp: int
+    global_batch: int
+
+    @property
+    def sequences(self) -> int:
+        """The sequences a step runs: the global batch the micro-batches make."""
+        return self.microbatches * self.micro_batch * self.dp
+
+    @property
+    def product(self) -> str:
+        """The global batch the micro-batches make, worked out: 'microbatches 16 x micro_batch 1 x dp 8 = 128'."""
+        return (f"microbatches {self.microbatches:,} x micro_batch {self.micro_batch:,} x dp {self.dp:,} = "
+                f"{self.sequences:,}")
+
+    @property
+    def agreeing(self) -> str:
+        """The micro-batches that would make the global batch, where a whole number of them does."""
+        per_step = self.micro_batch * self.dp
+        if self.global_batch % per_step:
+            return f"a global_batch that is a multiple of micro_batch x dp = {per_step:,}"
+        return f"microbatches: {self.global_batch // per_step:,} for global_batch: {self.global_batch:,}"
+
+
+def _is_modelled_step(loaded: LoadedScenario) -> bool:
+    """Whether the scenario's step is the transformer model's, whose micro-batches the layout counts."""
+    scenario = loaded.scenario
+    return (scenario.model is not None and isinstance(scenario.workload, list)
+            and not scenario.uses_parameter_servers)
+
+
+def _data_parallel(loaded: LoadedScenario, gpus: int) -> int:
+    """The layout's data-parallel degree on ``gpus`` GPUs (errors located at the scenario's fields)."""
+    from simulator.workload.training import pipeline_depth, resolve_layout
+
+    scenario = loaded.scenario
+    return located(loaded, lambda: resolve_layout(scenario, gpus, pipeline_depth(scenario)).dp)
+
+
+def batch_conflict(loaded: LoadedScenario, gpus: int) -> BatchConflict | None:
+    """The micro-batches and global batch the scenario gives both of, where they disagree on ``gpus`` GPUs."""
+    training = loaded.scenario.training
+    if training.microbatches is None or training.global_batch is None or not _is_modelled_step(loaded):
+        return None
+    conflict = BatchConflict(training.microbatches, training.micro_batch, _data_parallel(loaded, gpus),
+                             training.global_batch)
+    return conflict if conflict.sequences != conflict.global_batch else None
+
+
+def refuse_inconsistent_batch(loaded: LoadedScenario, gpus: int) -> None:
+    """Refuse micro-batches and a global batch that disagree on ``gpus`` GPUs, unless a `--set` of the
+    micro-batches alone wrote over the file's global batch (`batch_override_warning` says so): given both in the
+    file (or both by overrides) they contradict each other, and a global batch an override wrote under the file's
+    micro-batches would change nothing."""
+    conflict = batch_conflict(loaded, gpus)
+    if conflict is None:
+        return
+    microbatches_set, global_batch_set = loaded.override_of(MICROBATCHES), loaded.override_of(GLOBAL_BATCH)
+    if microbatches_set is not None and global_batch_set is None:
+        return
+    if global_batch_set is not None and microbatches_set is None:
+        raise loaded.error(GLOBAL_BATCH, f"the file's microbatches override it: {conflict.product} sequences, not "
+                           f"{conflict.global_batch:,}", f"--set training.microbatches=null with it, or "
+                           f"{conflict.agreeing}")
+    raise loaded.error(MICROBATCHES, f"{conflict.product} sequences a step, not global_batch {conflict.global_batch:,}",
+                       f"one of the two, or {conflict.agreeing}", reads=(GLOBAL_BATCH, *BATCH_READS))
+
+
+def batch_override_warning(loaded: LoadedScenario, gpus: int) -> str | None:
+    """The located warning for a `--set training.microbatches` over the file's global batch that it changes: the
+    global batch the step runs, which its throughput is of (a user who read the file's 32 read 94,701 tokens/s
+    of 128 sequences); None otherwise (a sweep axis's value is in its table)."""
+    conflict = batch_conflict(loaded, gpus)
+    override = loaded.override_of(MICROBATCHES)
+    if conflict is None or override is None or not override.typed or loaded.override_of(GLOBAL_BATCH) is not None:
+        return None
+    return str(loaded.error(MICROBATCHES, f"{conflict.product} sequences a step, overriding the file's global_batch "
+                            f"{conflict.global_batch:,}"))
+
+
+def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | None:
+    """The located warning for `schedule: interleaved` with `virtual_stages: 1` where it holds more than 1F1B:
+    PyTorch's ScheduleInterleaved1F1B on one chunk warms up with 2(p-r-1) forwards, so rank r holds
+    min(2(p-r-1)+1, m) micro-batches' activations where `schedule: 1f1b`, with the same bubble, holds min(p-r, m)
+    (52.6 against 36.8 GiB in a sweep over v, whose table read as if memory fell from v = 1 to v = 2)."""
+    from simulator.workload.training import microbatch_count
+
+    scenario = loaded.scenario
+    pipeline = scenario.parallelism.pipeline
+    stages = scenario.pipeline_stages
+    synthetic = scenario.model is not None and scenario.model.synthetic is not None  # it holds no activations
+    if (pipeline.schedule != "interleaved" or pipeline.virtual_stages != 1 or stages == 1 or synthetic
+            or not _is_modelled_step(loaded)):
+        return None
+    m = located(loaded, lambda: microbatch_count(scenario, _data_parallel(loaded, gpus)))
+    interleaved = [min(2 * (stages - rank - 1) + 1, m) for rank in range(stages)]
+    plain = [min(stages - rank, m) for rank in range(stages)]
+    if interleaved == plain:
+        return None
+    rank = next(rank for rank in range(stages) if interleaved[rank] != plain[rank])
+    return str(loaded.error(
+        ("parallelism", "pipeline", "virtual_stages"),
+        f"interleaved on 1 chunk per rank has 1F1B's bubble but a deeper warm-up: rank {rank} holds "
+        f"{interleaved[rank]:,} micro-batches' activations (2(p-r-1)+1 at p = {stages}) where 1F1B holds "
+        f"{plain[rank]:,} (p-r)", "schedule: 1f1b for the same step in less memory, or virtual_stages of 2 or more"))

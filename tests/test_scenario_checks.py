@@ -1,0 +1,82 @@
+"""What a user is told of a batch or a schedule that runs other than the file reads (simulator/scenario_checks.py):
+micro-batches that disagree with the global batch, refused where the file gives both and stated where a `--set` of
+the micro-batches changed the file's global batch (a user read the file's 32 and 94,701 tokens/s of 128 sequences);
+and `schedule: interleaved` on one chunk per rank, which holds more than 1F1B for the same bubble."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from simulator.cli import main
+
+DP8 = Path(__file__).resolve().parent.parent / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"
+"""global_batch: 32, micro_batch: 1 on dp 8: 4 micro-batches a step."""
+
+
+def _dp8_with(tmp_path: Path, training: str) -> Path:
+    """The DP 8 scenario with ``training`` added to its training section, written under ``tmp_path``."""
+    path = tmp_path / "dp8.yaml"
+    text = DP8.read_text()
+    assert "global_batch: 32," in text
+    path.write_text(text.replace("global_batch: 32,", f"global_batch: 32, {training},"))
+    return path
+
+
+def test_a_file_giving_microbatches_that_disagree_with_its_global_batch_is_refused(tmp_path, capsys):
+    """16 micro-batches of 1 on 8 replicas are 128 sequences, not the 32 the same file says: it ran 128 a step."""
+    path = _dp8_with(tmp_path, "microbatches: 16")
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {path}:7: training.microbatches: microbatches 16 x micro_batch 1 x dp 8 = 128 sequences a step, not "
+        "global_batch 32 (allowed: one of the two, or microbatches: 4 for global_batch: 32)\n")
+    agreeing = _dp8_with(tmp_path, "microbatches: 4")
+    assert main(["validate", str(agreeing), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_set_of_the_microbatches_over_the_files_global_batch_states_the_batch_it_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(DP8), "--set", "training.microbatches=2", "--out", str(out), "--quiet"]) == 0
+    warning = ("--set training.microbatches=2: microbatches 2 x micro_batch 1 x dp 8 = 16 sequences a step, "
+               "overriding the file's global_batch 32")
+    assert capsys.readouterr().err == f"warning: command line: trainsim run: {warning}\n"
+    assert json.loads((out / "summary.json").read_text())["warnings"] == [warning]
+    assert main(["validate", str(DP8), "--set", "training.microbatches=4", "--quiet"]) == 0  # the same batch
+    assert capsys.readouterr().err == ""
+
+
+def test_a_set_global_batch_that_the_files_microbatches_override_is_refused(tmp_path, capsys):
+    """The file's micro-batches win, so the `--set` changed nothing; with them unset it runs."""
+    path = _dp8_with(tmp_path, "microbatches: 4")
+    assert main(["validate", str(path), "--set", "training.global_batch=64"]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: trainsim validate: --set training.global_batch=64: the file's microbatches override "
+        "it: microbatches 4 x micro_batch 1 x dp 8 = 32 sequences, not 64 (allowed: --set training.microbatches=null "
+        "with it, or microbatches: 8 for global_batch: 64)\n")
+    assert main(["validate", str(path), "--set", "training.global_batch=64", "--set", "training.microbatches=null",
+                 "--quiet"]) == 0
+
+
+PIPELINED = """cluster: {topology: dgx-h100}
+model: {preset: llama3-8b}
+training: {seq_len: 2048, global_batch: 16, micro_batch: 1}
+parallelism: {tp: 1, pp: 4, dp: 2, zero: 1, pipeline: {schedule: SCHEDULE, virtual_stages: V}}
+"""
+"""Llama 3 8B in 4 stages on one DGX H100, 8 micro-batches a step."""
+
+
+def test_interleaved_on_one_chunk_per_rank_is_warned_of_naming_1f1b(tmp_path, capsys):
+    """ScheduleInterleaved1F1B on one chunk warms up with 2(p-r-1) forwards: rank 0 holds 7 micro-batches where
+    1F1B holds 4, with the same bubble (a sweep over v read as if memory fell from v = 1 to v = 2)."""
+    path = tmp_path / "pp4.yaml"
+    path.write_text(PIPELINED.replace("SCHEDULE", "interleaved").replace("V", "1"))
+    assert main(["validate", str(path), "--quiet"]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: {path}:4: parallelism.pipeline.virtual_stages: interleaved on 1 chunk per rank has 1F1B's bubble "
+        "but a deeper warm-up: rank 0 holds 7 micro-batches' activations (2(p-r-1)+1 at p = 4) where 1F1B holds 4 "
+        "(p-r) (allowed: schedule: 1f1b for the same step in less memory, or virtual_stages of 2 or more)\n")
+    for schedule, chunks in (("interleaved", "2"), ("1f1b", "1")):
+        path.write_text(PIPELINED.replace("SCHEDULE", schedule).replace("V", chunks))
+        assert main(["validate", str(path), "--quiet"]) == 0
+        assert capsys.readouterr().err == ""
