@@ -461,6 +461,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     memory-interval one `memory_grid`'s), printed first (the healthy step's warnings then come with the grid,
     before the points)."""
     from simulator.reliability.study import (
+        DEFAULT_MULTIPLIERS,
         default_grid,
         memory_grid,
         parse_intervals,
@@ -472,7 +473,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
     out = output_folder(args.out, STUDY_FOLDER)
     intervals: Sequence[float | str] = parse_intervals(args.intervals) if args.intervals is not None else []
-    multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
+    multipliers = (parse_multipliers(args.multipliers) if args.multipliers is not None
+                   else list(DEFAULT_MULTIPLIERS[args.study]))
     from simulator import load_scenario
     from simulator.console.progress import RunProgress
 
@@ -1156,8 +1158,8 @@ def _parser() -> argparse.ArgumentParser:
                             "printed; memory-interval: the same around the two-level in-memory optimum, below "
                             "the storage interval; mtbf: default the scenario's own)")
     study.add_argument("--multipliers", default=None, metavar="0.5,1,2",
-                       help="failure-rate multipliers of the scenario's own rates (checkpoint-interval: "
-                            "default 1)")
+                       help="failure-rate multipliers of the scenario's own rates (default 1; mtbf: default "
+                            "0.5,1,2)")
     study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
     study.add_argument("--quiet", action="store_true", help="no progress bar (the results are printed all the same)")

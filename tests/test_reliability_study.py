@@ -390,6 +390,25 @@ def test_goodput_chart_gives_ettr_in_percent_as_the_printed_lines_do():
     assert band.min() == pytest.approx(89.77) and band.max() == pytest.approx(92.99)
 
 
+def test_an_mtbf_study_without_multipliers_runs_half_and_twice_the_rate_and_is_drawn_against_the_mtbf(tmp_path):
+    """`trainsim study mtbf` without --multipliers ran x 1 alone, one point, which `trainsim plot goodput` drew
+    against the checkpoint interval: it runs x 0.5, 1 and 2 now, and one given multiplier is drawn against the
+    MTBF too (study.json names its kind)."""
+    from simulator.reliability.plots import goodput_figure, load_study
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1"))
+    out = tmp_path / "mtbf"
+    assert main(["study", "mtbf", str(scenario), "--out", str(out), "--quiet"]) == 0
+    study = load_study(out)
+    assert [curve["rate_multiplier"] for curve in study["curves"]] == [0.5, 1.0, 2.0]
+    assert goodput_figure(study).axes[1].get_xlabel() == "system MTBF (h)"
+    assert main(["study", "mtbf", str(scenario), "--multipliers", "1", "--out", str(out), "--quiet"]) == 0
+    study = load_study(out)
+    assert study["study"] == "mtbf" and len(study["curves"]) == 1
+    assert goodput_figure(study).axes[1].get_xlabel() == "system MTBF (h)"
+
+
 @pytest.mark.parametrize("mtbf", [True, False], ids=["against-the-mtbf", "against-the-multiplier"])
 def test_an_mtbf_charts_points_of_different_intervals_each_say_their_interval(mtbf):
     """An mtbf study whose points ran different intervals (one per rate) labelled its one line 'checkpoint every

@@ -101,10 +101,12 @@ def _band(axis: Axes, minutes: list[float], points: list[dict], key: str, scale:
 
 
 def across_mtbf(study: dict) -> bool:
-    """Whether the study varies the failure rate alone: several multipliers, one interval each (an `mtbf`
-    study's default, the scenario's own interval). Its chart is drawn against the MTBF: against the interval
-    every point sat on one x, one above the other, and the study's variable was only in the legend."""
-    return len(study["curves"]) > 1 and all(len(curve["points"]) == 1 for curve in study["curves"])
+    """Whether the study varies the failure rate alone: one interval for each multiplier (an `mtbf` study's
+    default, the scenario's own interval), several multipliers or an `mtbf` study's one. Its chart is drawn
+    against the MTBF: against the interval every point sat on one x, one above the other, and the study's
+    variable was only in the legend."""
+    several = len(study["curves"]) > 1 or study.get("study") == "mtbf"
+    return several and all(len(curve["points"]) == 1 for curve in study["curves"])
 
 
 def goodput_figure(study: dict) -> Figure:

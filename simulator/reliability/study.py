@@ -152,6 +152,13 @@ def parse_multipliers(text: str) -> list[float]:
     return parse_list(text, float, "--multipliers", "numbers, e.g. 0.5,1,2,4")
 
 
+DEFAULT_MULTIPLIERS: dict[StudyName, tuple[float, ...]] = {"checkpoint-interval": (1.0,),
+                                                           "memory-interval": (1.0,), "mtbf": (0.5, 1.0, 2.0)}
+"""The failure-rate multipliers a study runs without `--multipliers`: the scenario's own rate, and for an `mtbf`
+study, whose variable they are, half and twice it too (one rate alone ran one point and drew it against the
+checkpoint interval)."""
+
+
 def require_horizon(loaded: LoadedScenario) -> None:
     """Refuse a job study of a scenario without `run.horizon`, at that field."""
     if loaded.scenario.run.horizon is None:
@@ -432,7 +439,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
             if progress is not None:
                 progress(finished + 1, len(points))
         curves.append(curve_summary(done))
-    return {"scenario": str(scenario), "overrides": list(overrides), "varies": ".".join(varies),
+    return {"scenario": str(scenario), "overrides": list(overrides), "study": study, "varies": ".".join(varies),
             "point_warnings": warned, "curves": curves}
 
 
