@@ -664,3 +664,22 @@ def test_a_mapping_or_null_axis_value_is_written_as_json(tmp_path):
     assert list(pd.read_csv(tmp_path / "results.csv", keep_default_na=False)[axis]) == [
         "null", '{"interval":"5 min"}', "off"]
     assert list(pd.read_parquet(tmp_path / "results.parquet")[axis]) == ["null", '{"interval":"5 min"}', "off"]
+
+
+def test_a_job_sweep_whose_points_share_their_steps_notes_that_serial_simulates_them_once():
+    """Job points that differ only in the checkpoint mode and spares share every cluster state's step: the
+    default pool simulated them in each worker (85.9 s on 2 workers against 37.8 s serial, said nowhere at the
+    command). The sweep counts them, and the note is given for a local pool of several workers only."""
+    from simulator.cli import shared_steps_note
+
+    data = Path(__file__).resolve().parent / "data"
+    grid = "grid:\n  checkpoint.mode: [sync, async]\n  restart.spares: [0, 2]\n"
+    shared = sweep_from_text(f"base: small-job.yaml\n{grid}", "sw.yaml", data)
+    assert shared.shared_steps == 4
+    apart = sweep_from_text("base: small-job.yaml\ngrid:\n  training.seq_len: [1024, 2048]\n", "sw.yaml", data)
+    assert apart.shared_steps == 0
+    assert shared_steps_note(4, "local", 2) == (
+        "note: 4 job points share their cluster states' steps (the same step sections): --executor serial simulates "
+        "each once, and ahead on every core, where each of the 2 local workers simulates them again")
+    for shared_count, executor, workers in ((4, "serial", 1), (4, "local", 1), (0, "local", 2)):
+        assert shared_steps_note(shared_count, executor, workers) == ""
