@@ -223,7 +223,8 @@ def test_study_csv_gives_goodputs_95_percent_interval_and_the_chart_its_band(tmp
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 5"))
     out = tmp_path / "study"
-    assert main(["study", "mtbf", str(scenario), "--intervals", "20min,40min", "--out", str(out), "--quiet"]) == 0
+    assert main(["study", "mtbf", str(scenario), "--intervals", "20min,40min", "--multipliers", "1", "--out", str(out),
+                 "--quiet"]) == 0
     rows = pd.read_csv(out / "study.csv")
     for row in rows.itertuples():
         steps, tokens = replayed_goodputs(str(scenario), row.interval_s, 5)
