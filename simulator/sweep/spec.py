@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -144,7 +145,7 @@ class Sweep:
     warnings: tuple[str, ...] = ()
     """One per axis that no point can be changed by (`no_op_axis_warnings`), located at the axis."""
     shared_steps: int = 0
-    """How many job points (`run.horizon`) have the same step sections as another point (`_shared_steps`): their
+    """How many job points (`run.horizon`) have the same step sections as another point (`_step_sections`): their
     cluster states' steps are the same, which one process simulates once and each pool worker again."""
 
 
@@ -196,7 +197,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         except InputError as exc:
             raise locate(("constraints", index), exc.problem, exc.allowed) from None
     points = []
-    scenarios: list[Scenario] = []
+    job_steps: list[str] = []
     synthetic = parameter_servers = True
     clusters: set[bytes] = set()
     topology_files: dict[str, TopologySource] = {}
@@ -219,30 +220,23 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             _check_cluster(scenario, base_source, base_lines, written, topology_files)
         digest = scenario_digest(LoadedScenario(scenario, "", {}))
         points.append(Point(index, values, point_data, point_key(point_data), digest, skipped, written))
-        if not skipped:
-            scenarios.append(scenario)
+        if not skipped and scenario.run.horizon is not None:
+            job_steps.append(_step_sections(scenario))
     warnings = (no_op_axis_warnings(axes, locate, SYNTHETIC_NO_OPS, "every point's model is synthetic")
                 if synthetic else ())
     warnings += (no_op_axis_warnings(axes, locate, PARAMETER_SERVER_NO_OPS, "every point runs parameter servers")
                  if parameter_servers else ())
-    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, warnings,
-                 _shared_steps(scenarios))
+    shared = sum(count for count in Counter(job_steps).values() if count > 1)
+    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, warnings, shared)
 
 
-def _shared_steps(scenarios: list[Scenario]) -> int:
-    """How many of the job ``scenarios`` (`run.horizon` set) have the same step sections as another of them (all
-    but the job's: states.JOB_SECTIONS), so that their cluster states' steps are the same (the states' cache key,
-    `states.step_key`, is those sections, the files they read and the base's file, one for every point)."""
-    jobs = [scenario for scenario in scenarios if scenario.run.horizon is not None]
-    if len(jobs) < 2:
-        return 0
+def _step_sections(scenario: Scenario) -> str:
+    """A job scenario's step sections (all but the job's: states.JOB_SECTIONS): the job points whose sections are
+    the same have the same cluster states' steps (their cache key, `states.step_key`, is those sections, the files
+    they read and the base's file, one for every point)."""
     from simulator.reliability.states import JOB_SECTIONS
 
-    counts: dict[str, int] = {}
-    for scenario in jobs:
-        key = scenario.model_dump_json(exclude=JOB_SECTIONS)
-        counts[key] = counts.get(key, 0) + 1
-    return sum(count for count in counts.values() if count > 1)
+    return scenario.model_dump_json(exclude=JOB_SECTIONS)
 
 
 def no_op_axis_warnings(axes: dict[str, FieldPath], locate, no_ops: dict[tuple[str, str], str],
