@@ -302,6 +302,20 @@ def test_a_search_from_a_zbv_scenario_keeps_its_one_chunk_layouts():
     assert result.tree.candidate is not None
 
 
+def test_a_search_refuses_fixed_microbatches_which_would_change_its_global_batch_with_dp(tmp_path, capsys):
+    """Fixed micro-batches override the global batch: every layout of another dp ran another global batch (and,
+    since its scenario gives both, was refused when simulated). The search is refused before it starts."""
+    from simulator.cli import main
+
+    out = tmp_path / "search"
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--set", "training.microbatches=4"]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: trainsim search: --set training.microbatches=4: a layout search splits the global "
+        "batch over each layout's dp x micro_batch, and fixed micro-batches would change its global batch with dp "
+        "(allowed: global_batch alone (--set training.microbatches=null))\n")
+    assert not out.exists()
+
+
 def test_a_v_schedule_is_not_held_to_the_interleaved_groups_of_pp():
     """ZBV runs any micro-batch count; only the looping interleaved schedules need them in groups of pp. The
     search pruned every candidate with more than one chunk per rank unless pp divided the micro-batches, so

@@ -83,6 +83,10 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if scenario.training.global_batch is None:
         raise loaded.error(("training", "global_batch"), "a layout search needs the global batch",
                            "training: {global_batch: 512}")
+    if scenario.training.microbatches is not None:
+        raise loaded.error(("training", "microbatches"), "a layout search splits the global batch over each "
+                           "layout's dp x micro_batch, and fixed micro-batches would change its global batch with dp",
+                           "global_batch alone (--set training.microbatches=null)")
     if scenario.run.horizon is not None:
         raise loaded.error(("run", "horizon"), "a layout search ranks layouts by their training step, and a "
                            "scenario with run.horizon runs each as a job over weeks",
