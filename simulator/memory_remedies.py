@@ -3,9 +3,9 @@
 Each candidate is a few `--set`s (sharding further, recompute, more cp, tp or pp, a smaller micro-batch). It
 is built the way `--set` builds a scenario (the loaded data with the settings written over it, then the loader's
 validation), its step resolved and its memory plan computed (a few ms each once the run has costed its kernels);
-it is kept only where the loader and the step's checks take it, its step warns of nothing new (nor spreads its
-TP group over more NVLink domains than the scenario's does), its peak is at
-least `MIN_SAVING_BYTES` lower and, for a job over weeks (`run.horizon`), the whole job with it passes the
+it is kept only where the loader, the step's checks and the batch check (`refuse_inconsistent_batch`) take it,
+its step warns of nothing new (nor spreads its TP group over more NVLink domains than the scenario's does), its
+peak is at least `MIN_SAVING_BYTES` lower and, for a job over weeks (`run.horizon`), the whole job with it passes the
 checks of the sizes an elastic job restarts on (`reliability/elastic.check_sizes`: min_replicas, each smaller
 size's step, a smaller size that fits). Nothing here restates what those checks refuse or what the memory plan
 computes. The job's other checks (spares, failures, checkpoint, the horizon against one step) are not run.
@@ -22,6 +22,7 @@ from simulator.config.loader import LoadedScenario, scenario_from_data
 from simulator.config.yaml_source import FieldPath, parse_field, parse_value
 from simulator.errors import InputError
 from simulator.parallel.layout import Layout
+from simulator.scenario_checks import refuse_inconsistent_batch
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 from simulator.workload.memory_plan import GIB, stage_memory
@@ -144,6 +145,7 @@ def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settin
     most), or where the whole job with them fails its elastic sizes' checks (`_check_job`)."""
     try:
         changed = _rebuilt(loaded, [*base_settings, *settings])
+        refuse_inconsistent_batch(changed, topology.num_gpus)
         after = peak_memory(changed, topology)
         saved = before.bytes - after.bytes
         if saved < MIN_SAVING_BYTES or not after.warned <= before.warned or after.tp_domains > before.tp_domains:
@@ -169,7 +171,8 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
     already has: sharding (ZeRO-2 or -3, the reduce-scatter every micro-batch they may need, FSDP's
     full_shard), recompute, then (with a layout) cp, tp and pp, each multiplied by a factor of dp (`_factors`)
     with dp divided by as much where the scenario gives dp, pp no more than the model's layers (a stage without
-    a layer), and a smaller micro-batch. Not ep: a larger EP
+    a layer), and a smaller micro-batch; each of these last with the micro-batches that keep the global batch
+    where the scenario gives both (`_kept_batch`), so the suggestion runs as pasted. Not ep: a larger EP
     group samples the routing again for each of its ranks (9 to 31 s a candidate on the DeepSeek-V3-style step
     at seq 65536, where the step itself takes 5 s)."""
     scenario = loaded.scenario
@@ -184,11 +187,31 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
         dp_given = scenario.parallelism.dp is not None
         for name, value in (("cp", layout.cp), ("tp", layout.tp), ("pp", layout.pp)):
             groups.append([(f"parallelism.{name}={value * factor}",
-                            *((f"parallelism.dp={layout.dp // factor}",) if dp_given else ()))
+                            *((f"parallelism.dp={layout.dp // factor}",) if dp_given else ()), *batch)
                            for factor in _factors(layout.dp)
-                           if name != "pp" or peak.layers is None or value * factor <= peak.layers])
-    groups.append([(f"training.micro_batch={size}",) for size in _halvings(scenario.training.micro_batch)])
+                           if name != "pp" or peak.layers is None or value * factor <= peak.layers
+                           for batch in _kept_batch(loaded, layout.dp, layout.dp // factor,
+                                                    scenario.training.micro_batch)])
+        groups.append([(f"training.micro_batch={size}", *batch) for size in _halvings(scenario.training.micro_batch)
+                       for batch in _kept_batch(loaded, layout.dp, layout.dp, size)])
+    else:
+        groups.append([(f"training.micro_batch={size}",) for size in _halvings(scenario.training.micro_batch)])
     return [_unique(loaded, group) for group in groups]
+
+
+def _kept_batch(loaded: LoadedScenario, dp: int, new_dp: int, new_micro_batch: int) -> list[tuple[str, ...]]:
+    """The `--set` of the micro-batches that keeps the step's global batch on ``new_dp`` replicas of
+    ``new_micro_batch`` sequences, where the scenario gives both the micro-batches and the global batch (which
+    `scenario_checks.refuse_inconsistent_batch` refuses to disagree): one empty tuple where it gives no
+    micro-batches, none where no whole number of micro-batches keeps it."""
+    training = loaded.scenario.training
+    if training.microbatches is None or training.global_batch is None:
+        return [()]
+    sequences = training.microbatches * training.micro_batch * dp
+    per_step = new_micro_batch * new_dp
+    if sequences % per_step:
+        return []
+    return [(f"training.microbatches={sequences // per_step}",)]
 
 
 def _factors(dp: int) -> list[int]:

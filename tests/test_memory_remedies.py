@@ -268,3 +268,19 @@ def test_the_shrink_settings_write_the_shrunk_scenario():
     settings = shrunk_settings(loaded.scenario, topology, 8, 2, 5)
     assert load_scenario(FUSED, [*ELASTIC, "parallelism.zero=1", *BATCH, *settings]).scenario == shrunk_scenario(
         loaded.scenario, topology, 8, 2, 5)
+
+
+@pytest.mark.parametrize("batch", ["microbatches: 4, micro_batch: 1", "microbatches: 2, micro_batch: 2"])
+def test_a_file_with_microbatches_and_a_global_batch_is_offered_remedies_that_keep_its_batch(tmp_path, batch):
+    """A file that gives both micro-batches and the global batch: a remedy that changes dp or micro_batch sets
+    the micro-batches that keep the global batch, so the batch check takes it as pasted (tp 2 with dp 4 alone
+    left 'microbatches 4 x micro_batch 1 x dp 4 = 16' against global_batch 32, and was refused)."""
+    text = Path(FUSED).read_text().replace("global_batch: 32, micro_batch: 1", f"global_batch: 32, {batch}")
+    path = tmp_path / "con.yaml"
+    path.write_text(text)
+    overrides = ["training.seq_len=8192"]
+    assert validated_peak(str(path), overrides)["oom"]
+    offered = memory_remedies(load_scenario(str(path), overrides))
+    assert any("parallelism.dp=4" in remedy.settings for remedy in offered)
+    for remedy in offered:
+        validated_peak(str(path), [*overrides, *remedy.settings])
