@@ -58,7 +58,7 @@ def _is_modelled_step(loaded: LoadedScenario) -> bool:
             and not scenario.uses_parameter_servers)
 
 
-def _data_parallel(loaded: LoadedScenario, gpus: int) -> int:
+def data_parallel(loaded: LoadedScenario, gpus: int) -> int:
     """The layout's data-parallel degree on ``gpus`` GPUs (errors located at the scenario's fields)."""
     from simulator.workload.training import pipeline_depth, resolve_layout
 
@@ -71,7 +71,7 @@ def batch_conflict(loaded: LoadedScenario, gpus: int) -> BatchConflict | None:
     training = loaded.scenario.training
     if training.microbatches is None or training.global_batch is None or not _is_modelled_step(loaded):
         return None
-    conflict = BatchConflict(training.microbatches, training.micro_batch, _data_parallel(loaded, gpus),
+    conflict = BatchConflict(training.microbatches, training.micro_batch, data_parallel(loaded, gpus),
                              training.global_batch)
     return conflict if conflict.sequences != conflict.global_batch else None
 
@@ -121,7 +121,7 @@ def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | No
     if (pipeline.schedule != "interleaved" or pipeline.virtual_stages != 1 or stages == 1 or synthetic
             or not _is_modelled_step(loaded)):
         return None
-    m = located(loaded, lambda: microbatch_count(scenario, _data_parallel(loaded, gpus)))
+    m = located(loaded, lambda: microbatch_count(scenario, data_parallel(loaded, gpus)))
     interleaved = [min(2 * (stages - rank - 1) + 1, m) for rank in range(stages)]
     plain = [min(stages - rank, m) for rank in range(stages)]
     if interleaved == plain:

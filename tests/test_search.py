@@ -1522,3 +1522,16 @@ def test_the_tree_splits_the_layers_as_the_scenario_does_with_fewer_on_the_ends(
     choice = seed_tree_choice(16, 8, 6, 64, True, fits_from_pp4, fewer_on_ends=True)
     assert choice.candidate == Candidate(1, 1, 4, 4, 1, 1, "zero1", "none", 1)
     assert seed_tree_choice(16, 8, 6, 64, True, fits_from_pp4).candidate is None
+
+
+def test_a_search_of_microbatches_without_a_global_batch_is_refused_once_with_the_batch_they_make(tmp_path, capsys):
+    """Micro-batches and no global batch: the search asked for a global batch, then, given one, refused the
+    micro-batches. It refuses them first, naming the global batch they make on the scenario's dp."""
+    from simulator.cli import main
+
+    out = tmp_path / "search"
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--set", "training.global_batch=null",
+                 "--set", "training.microbatches=4"]) == 2
+    assert not out.exists()
+    assert capsys.readouterr().err.endswith(
+        "(allowed: global_batch in place of microbatches (microbatches 4 x micro_batch 1 x dp 8 = 32 here))\n")

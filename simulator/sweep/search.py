@@ -18,9 +18,10 @@ from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
 from simulator.config.yaml_source import read_yaml
-from simulator.errors import ScenarioError, SearchStopped, Terminated
+from simulator.errors import InputError, ScenarioError, SearchStopped, Terminated
 from simulator.metrics.summary import IDLE_WITHOUT_PIPELINE
-from simulator.scale import capped_topology
+from simulator.scale import capped_topology, scenario_gpus
+from simulator.scenario_checks import BatchConflict, data_parallel
 from simulator.simulation import network_settings
 from simulator.stops import raise_dropped
 from simulator.sweep.decision_tree import TreeChoice, seed_tree_choice
@@ -65,6 +66,22 @@ class SearchResult:
     comparison: str
 
 
+def _in_place_of_microbatches(loaded: LoadedScenario) -> str:
+    """What a search takes for a scenario's fixed micro-batches: its global batch alone, or, where it gives none,
+    a global batch in their place, the one they make on the scenario's dp where it resolves."""
+    if loaded.scenario.training.global_batch is not None:
+        return "global_batch alone (--set training.microbatches=null)"
+    gpus = scenario_gpus(loaded)
+    try:
+        conflict = None if gpus is None else BatchConflict(
+            loaded.scenario.training.microbatches or 0, loaded.scenario.training.micro_batch,
+            data_parallel(loaded, gpus), 0)
+    except InputError:
+        conflict = None
+    made = "" if conflict is None else f" ({conflict.product} here)"
+    return f"global_batch in place of microbatches{made}"
+
+
 def search_layouts(scenario_path: str | Path, executor: Executor, *, space: SearchSpace | None = None,
                    top: int = DEFAULT_TOP, overrides: list[str] | None = None, force: bool = False,
                    on_progress: Callable[[int, int], None] | None = None) -> SearchResult:
@@ -80,13 +97,13 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if scenario.model is None or scenario.model.synthetic is not None:
         raise loaded.error(("model",), "a layout search needs a model (preset or dimensions)",
                            "model: {preset: llama3-70b}")
-    if scenario.training.global_batch is None:
-        raise loaded.error(("training", "global_batch"), "a layout search needs the global batch",
-                           "training: {global_batch: 512}")
     if scenario.training.microbatches is not None:
         raise loaded.error(("training", "microbatches"), "a layout search splits the global batch over each "
                            "layout's dp x micro_batch, and fixed micro-batches would change its global batch with dp",
-                           "global_batch alone (--set training.microbatches=null)")
+                           _in_place_of_microbatches(loaded))
+    if scenario.training.global_batch is None:
+        raise loaded.error(("training", "global_batch"), "a layout search needs the global batch",
+                           "training: {global_batch: 512}")
     if scenario.run.horizon is not None:
         raise loaded.error(("run", "horizon"), "a layout search ranks layouts by their training step, and a "
                            "scenario with run.horizon runs each as a job over weeks",
