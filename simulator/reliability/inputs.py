@@ -7,15 +7,21 @@ first one's steps (`states.StepStates`) and elastic sizes (`elastic.elastic_size
 absolute path, size and modification time in nanoseconds (`os.stat`), not a hash of its bytes: a job's traces can
 be gigabytes that a study's every point would read again to look its steps up, while a stat costs microseconds
 and changes with any write (a copy of the same bytes elsewhere is simulated again, which costs time, not truth).
+
+A sweep's point key (`sweep.spec.point_key`) outlives the process, so it digests the files' bytes instead
+(`contents_key`): a resumed sweep reuses a point only for the same files, wherever they lie and whatever their
+times.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.traces import TraceWorkload
+from simulator.errors import InputError
 from simulator.topology.loader import resolve_topology_path
 from simulator.workload.traces.program import trace_files
 
@@ -43,3 +49,30 @@ def files_key(loaded: LoadedScenario) -> str:
         stat = path.stat() if path.is_file() else None
         lines.append(f"{path} {stat.st_size if stat else -1} {stat.st_mtime_ns if stat else -1}")
     return "\n".join(lines)
+
+
+def contents_key(loaded: LoadedScenario, digests: dict[Path, str]) -> str:
+    """The files of `read_files`, each as its path relative to the scenario's folder (its name where it lies
+    elsewhere: a bundled topology, whose name the scenario holds) and the
+    SHA-256 of its bytes, one line each; a bundled topology counts by its bytes too (an edited checkout's file, or
+    another trainsim's, is another fabric). A file missing, or a name no file answers to, is its error's text,
+    so that the point runs again, and fails as the step would, once the file is there. ``digests``: the files
+    hashed so far, by absolute path (a sweep's points share their files)."""
+    folder = Path(loaded.source).parent
+    try:
+        files = read_files(loaded)
+    except InputError as exc:
+        return f"unreadable: {exc.problem}"
+    lines = []
+    for file in files:
+        path = file.resolve()
+        if path not in digests:
+            digests[path] = _sha256(path) if path.is_file() else "absent"
+        shown = file.relative_to(folder).as_posix() if file.is_relative_to(folder) else file.name
+        lines.append(f"{shown} {digests[path]}")
+    return "\n".join(lines)
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()

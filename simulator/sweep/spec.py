@@ -62,6 +62,7 @@ from simulator.config.yaml_source import (
     read_yaml,
 )
 from simulator.errors import InputError, ScenarioError, TopologyError
+from simulator.reliability.inputs import contents_key
 from simulator.report.writers import scenario_digest
 from simulator.sweep.constraints import EVALUABLE, Constraint, parse_constraint
 from simulator.sweep.fields import with_values
@@ -201,6 +202,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
     synthetic = parameter_servers = True
     clusters: set[bytes] = set()
     topology_files: dict[str, TopologySource] = {}
+    digests: dict[Path, str] = {}
     for index, values in enumerate(_combinations(spec, locate)):
         try:
             point_data = with_values(base_data, {parse_field(name): value for name, value in values})
@@ -219,7 +221,8 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             clusters.add(cluster)
             _check_cluster(scenario, base_source, base_lines, written, topology_files)
         digest = scenario_digest(LoadedScenario(scenario, "", {}))
-        points.append(Point(index, values, point_data, point_key(point_data), digest, skipped, written))
+        files = contents_key(LoadedScenario(scenario, base_source, base_lines, written), digests)
+        points.append(Point(index, values, point_data, point_key(point_data, files), digest, skipped, written))
         if not skipped and scenario.run.horizon is not None:
             job_steps.append(_step_sections(scenario))
     warnings = (no_op_axis_warnings(axes, locate, SYNTHETIC_NO_OPS, "every point's model is synthetic")
@@ -414,6 +417,9 @@ def _violated(constraints: list[Constraint], scenario: Scenario, index: int, loc
     return ""
 
 
-def point_key(data: dict) -> str:
-    """A digest of the point's whole scenario: a resumed sweep reuses a result only for the same scenario."""
-    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:20]
+def point_key(data: dict, files: str = "") -> str:
+    """A digest of the point's whole scenario and of the ``files`` it reads by path (`inputs.contents_key`: a
+    topology file, a schedule table, traces): a resumed sweep reuses a result only for the same scenario on the
+    same files."""
+    content = orjson.dumps(data, option=orjson.OPT_SORT_KEYS, default=str) + b"\n" + files.encode()
+    return hashlib.sha256(content).hexdigest()[:20]
