@@ -726,3 +726,39 @@ def test_a_points_key_digests_its_schedule_table_and_traces(tmp_path, kind):
     assert keys() == before
     written.write_text("second")
     assert all(new != old for new, old in zip(keys(), before, strict=True))
+
+
+def test_a_point_folders_manifest_reproduces_the_point(tmp_path):
+    """A point's run folder named the sweep's base with `overrides: []`: every point's manifest read alike but
+    for its SHA-256, which nothing it listed gave. It now lists the sweep's `--set`s, then the point's axis values,
+    in the order they apply: `trainsim run` of its scenario with those `--set`s gives the point's SHA-256."""
+    from simulator.config.loader import load_scenario
+    from simulator.report.writers import scenario_digest
+
+    base = tmp_path / "base.yaml"
+    base.write_text("\n".join(line.removeprefix("  ") for line in BASE.splitlines()[2:]) + "\n")
+    path = tmp_path / "sweep.yaml"
+    path.write_text("base: base.yaml\ngrid:\n  parallelism.pipeline.schedule: [gpipe, 1f1b]\n"
+                    "  training.microbatches: [4, 8]\n")
+    out = tmp_path / "out"
+    sweep = load_sweep(path, overrides=["model.synthetic.forward=2 ms"])
+    run_sweep(sweep, out, SerialExecutor(), point_outputs=True)
+    manifests = [orjson.loads((out / "points" / f"{point:05d}" / "manifest.json").read_bytes()) for point in range(4)]
+    assert manifests[3]["scenario"] == str(base)
+    assert manifests[3]["overrides"] == ["model.synthetic.forward=2 ms", "parallelism.pipeline.schedule=1f1b",
+                                         "training.microbatches=8"]
+    for manifest in manifests:
+        again = load_scenario(manifest["scenario"], manifest["overrides"])
+        assert scenario_digest(again) == manifest["scenario_sha256"]
+    assert len({manifest["scenario_sha256"] for manifest in manifests}) == 4
+
+
+@pytest.mark.parametrize("value", ["1f1b", "25 MiB", "true", "1e8", 1e8, 1.5e-7, 3, True, None, "", [1, "a"],
+                                   {"a": 1}, "12:30"])
+def test_an_axis_value_is_written_as_a_set_that_reads_back_as_itself(value):
+    """A point's manifest lists its axis values as `--set`s: each must read back as the value the axis wrote
+    (the text "1e8" unquoted reads as a number, "true" as a bool)."""
+    from simulator.config.yaml_source import override_value, set_text
+
+    name, text = set_text("a.b", value).split("=", 1)
+    assert (name, override_value(text)) == ("a.b", value)

@@ -57,6 +57,9 @@ class Override:
     typed: str = ""
     """The `--set` as the user typed it (``a.b=value``), which a run's records keep so that it can be
     reproduced; '' for a sweep axis or a command's option, which the sweep file or the command records."""
+    replay: str = ""
+    """For a sweep axis, the `--set` (``a.b=value``, `set_text`) that writes the point's value: a point's run
+    folder lists it after the sweep's `--set`s, so that `trainsim run BASE --set ...` runs the point again."""
 
     @property
     def where(self) -> str:
@@ -145,6 +148,13 @@ class LoadedScenario:
     def sets(self) -> tuple[str, ...]:
         """The `--set`s written over the file, as typed, in order."""
         return sets_typed(self.overrides)
+
+    @property
+    def replayed(self) -> tuple[str, ...]:
+        """The `--set`s that give this scenario from its file, in the order they apply: each `--set` as typed,
+        then a sweep point's axis values (`Override.replay`)."""
+        return tuple(override.typed or override.replay for override in self.overrides
+                     if override.typed or override.replay)
 
     def error(self, path: FieldPath, problem: str, allowed: str = "", every_override: bool = False,
               reads: tuple[FieldPath, ...] = ()) -> ScenarioError:

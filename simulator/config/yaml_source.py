@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -101,6 +102,15 @@ def override_value(text: str) -> object:
         return parse_value(text)
     except yaml.YAMLError:
         return text
+
+
+def set_text(name: str, value: object) -> str:
+    """``name=value`` as `--set` takes it, the value written in YAML's flow style so that `override_value` reads
+    it back as itself (as JSON where YAML's plain style would not: the text "1e8" reads as a number)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).removesuffix("...\n").strip()
+    if override_value(text) != value:
+        text = json.dumps(value)
+    return f"{name}={text}"
 
 
 def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]) -> None:

@@ -123,7 +123,7 @@ def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list
 
 
 def run_identity(loaded: LoadedScenario) -> dict:
-    """What a run folder's manifest says it holds: the scenario's path, the `--set`s written over it (as typed)
-    and the digest of the result, the version, the seed."""
-    return {"scenario": loaded.source, "overrides": list(loaded.sets), "scenario_sha256": scenario_digest(loaded),
+    """What a run folder's manifest says it holds: the scenario's path, the `--set`s written over it (as typed;
+    a sweep point's axis values after them) and the digest of the result, the version, the seed."""
+    return {"scenario": loaded.source, "overrides": list(loaded.replayed), "scenario_sha256": scenario_digest(loaded),
             "trainsim_version": trainsim_version(), "seed": loaded.scenario.run.seed}

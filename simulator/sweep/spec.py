@@ -60,6 +60,7 @@ from simulator.config.yaml_source import (
     parse_field,
     parse_yaml_text,
     read_yaml,
+    set_text,
 )
 from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.reliability.inputs import contents_key
@@ -210,7 +211,8 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             failed = next(name for name, _ in values if dotted(parse_field(name)) == exc.field)
             raise locate(axes[failed], exc.problem, exc.allowed) from None
         written = set_by_hand + tuple(Override(parse_field(name), source, line_of(lines, axes[name]),
-                                               dotted(axes[name]), f"value {_shown(value)}: ")
+                                               dotted(axes[name]), f"value {_shown(value)}: ",
+                                               replay=set_text(name, value))
                                       for name, value in values)
         scenario = validated_scenario(point_data, base_source, base_lines, written)
         synthetic = synthetic and scenario.model is not None and scenario.model.synthetic is not None
