@@ -762,3 +762,35 @@ def test_an_axis_value_is_written_as_a_set_that_reads_back_as_itself(value):
 
     name, text = set_text("a.b", value).split("=", 1)
     assert (name, override_value(text)) == ("a.b", value)
+
+
+DERIVED = """
+base:
+  cluster: {topology: dgx-h100-cluster, nodes: 1}
+  model: {preset: llama3-8b}
+  training: {seq_len: 4096, global_batch: 32, micro_batch: 1}
+  parallelism: {tp: TP, zero: 1}
+grid:
+  cluster.nodes: [1, 2]
+"""
+
+
+@pytest.mark.parametrize(("constraint", "skipped"), [("parallelism.dp >= 8", [True, False]),
+                                                     ("training.microbatches == 8", [False, True])])
+def test_a_constraint_sees_the_fields_a_step_derives(constraint, skipped):
+    """`parallelism.dp` left out is the cluster's GPUs / (tp cp pp), as `run` prints it: 4 on one DGX H100 at
+    TP 2, 8 on two (and the micro-batches 32 / dp, 8 and 4). A constraint on it failed the whole sweep with
+    Python's "'>=' not supported between instances of 'NoneType' and 'int'"; it now sees the derived value."""
+    sweep = sweep_from_text(DERIVED.replace("TP", "2") + f"constraints: [{constraint!r}]\n", "s.yaml")
+    assert [bool(point.skipped) for point in sweep.points] == skipped
+
+
+def test_a_constraint_on_a_derived_field_the_point_cannot_give_says_so():
+    """At TP 3 the 8 GPUs of a host give no dp: the constraint is refused in one line saying the field is
+    derived, and what to constrain instead, not with a Python operator error."""
+    with pytest.raises(ScenarioError) as refused:
+        sweep_from_text(DERIVED.replace("TP", "3") + "constraints: ['parallelism.dp >= 8']\n", "s.yaml")
+    assert str(refused.value) == (
+        "s.yaml:9: constraints[0]: cannot evaluate at point 0: parallelism.dp is left out, to be derived from the "
+        "cluster's GPUs / (tp x cp x pp), which this point's values do not give (allowed: write parallelism.dp, or "
+        "constrain the fields it is derived from (cluster.nodes, parallelism.tp, ...))")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from simulator.config.field_paths import path_problem
+from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.errors import ScenarioError
 from simulator.sweep.fields import value_at
@@ -29,6 +30,34 @@ ALLOWED = "field paths, numbers, strings, + - * / // % **, comparisons, and/or/n
 EVALUABLE = ("a constraint every point can evaluate: fields the point has, numbers within floats and powers of up "
              "to 4,096 bits, texts and lists only joined with +")
 """What a constraint that fails at a point (a field the point lacks, an overflow, a type mismatch) should be."""
+
+DERIVED = {
+    ("parallelism", "dp"): ("the cluster's GPUs / (tp x cp x pp)", "write parallelism.dp, or constrain the fields "
+                            "it is derived from (cluster.nodes, parallelism.tp, ...)"),
+    ("training", "microbatches"): ("training.global_batch / (micro_batch x dp)", "write training.microbatches, or "
+                                   "constrain the fields it is derived from (training.global_batch, ...)"),
+}
+"""Fields a step derives where the scenario leaves them out (null), with how and what to constrain instead: a
+constraint sees them as the step derives them (`with_derived`), or is refused at a point that cannot say."""
+
+
+def with_derived(scenario: Scenario, gpus: int | None) -> Scenario:
+    """``scenario`` with the `DERIVED` fields it leaves out filled in as a training step derives them, from the
+    cluster's ``gpus`` (None: not known before the cluster is built), where they divide evenly (the step refuses
+    the point otherwise, and the field stays null)."""
+    par, training = scenario.parallelism, scenario.training
+    if scenario.model is None:
+        return scenario
+    dp = par.dp
+    fixed = par.tp * par.cp * scenario.pipeline_stages
+    if dp is None and gpus is not None and gpus % fixed == 0:
+        dp = gpus // fixed
+    microbatches = training.microbatches
+    if microbatches is None and dp is not None and training.global_batch is not None:
+        batches, left = divmod(training.global_batch, training.micro_batch * dp)
+        microbatches = batches if not left and batches else None
+    return scenario.model_copy(update={"parallelism": par.model_copy(update={"dp": dp}),
+                                       "training": training.model_copy(update={"microbatches": microbatches})})
 
 
 @dataclass(frozen=True)
@@ -83,7 +112,13 @@ def _evaluate(node: ast.AST, scenario: BaseModel) -> object:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, (ast.Attribute, ast.Name)):
-        return value_at(scenario, parse_field(_path_of(node) or ""))
+        path = parse_field(_path_of(node) or "")
+        value = value_at(scenario, path)
+        if value is None and tuple(path) in DERIVED:
+            how, instead = DERIVED[tuple(path)]
+            raise ScenarioError(f"{_path_of(node)} is left out, to be derived from {how}, which this point's "
+                                "values do not give", allowed=instead)
+        return value
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_evaluate(item, scenario) for item in node.elts]
     if isinstance(node, ast.BoolOp):

@@ -65,7 +65,8 @@ from simulator.config.yaml_source import (
 from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.reliability.inputs import contents_key
 from simulator.report.writers import scenario_digest
-from simulator.sweep.constraints import EVALUABLE, Constraint, parse_constraint
+from simulator.scale import scenario_gpus
+from simulator.sweep.constraints import EVALUABLE, Constraint, parse_constraint, with_derived
 from simulator.sweep.fields import with_values
 from simulator.sweep.options import DEFAULT_MAX_POINTS
 from simulator.topology.loader import (
@@ -204,6 +205,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
     clusters: set[bytes] = set()
     topology_files: dict[str, TopologySource] = {}
     digests: dict[Path, str] = {}
+    cluster_gpus: dict[bytes, int | None] = {}
     for index, values in enumerate(_combinations(spec, locate)):
         try:
             point_data = with_values(base_data, {parse_field(name): value for name, value in values})
@@ -217,8 +219,10 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         scenario = validated_scenario(point_data, base_source, base_lines, written)
         synthetic = synthetic and scenario.model is not None and scenario.model.synthetic is not None
         parameter_servers = parameter_servers and scenario.uses_parameter_servers
-        skipped = _violated(constraints, scenario, index, locate)
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
+        if constraints and cluster not in cluster_gpus:
+            cluster_gpus[cluster] = scenario_gpus(LoadedScenario(scenario, base_source, base_lines, written))
+        skipped = _violated(constraints, scenario, cluster_gpus.get(cluster), index, locate)
         if not skipped and cluster not in clusters:
             clusters.add(cluster)
             _check_cluster(scenario, base_source, base_lines, written, topology_files)
@@ -406,8 +410,11 @@ def _check_cluster(scenario: Scenario, base_source: str, base_lines: dict, writt
         raise located_error(field, exc.problem, exc.allowed, base_source, base_lines, written) from None
 
 
-def _violated(constraints: list[Constraint], scenario: Scenario, index: int, locate) -> str:
-    """The first constraint the point breaks ('' when none), as the reason it is skipped."""
+def _violated(constraints: list[Constraint], scenario: Scenario, gpus: int | None, index: int, locate) -> str:
+    """The first constraint the point breaks ('' when none), as the reason it is skipped; each sees the fields
+    the step derives from the cluster's ``gpus`` (`with_derived`: `parallelism.dp` left out), as `run` prints them."""
+    if constraints:
+        scenario = with_derived(scenario, gpus)
     for number, constraint in enumerate(constraints):
         try:
             if not constraint.holds(scenario):
