@@ -949,3 +949,24 @@ def test_a_study_line_counts_its_expected_slowdowns_in_words(expected, words):
     assert _optimum_text(curve, format_duration) == (
         f"no failure expected that interrupts the job, only {words} in 1 day (slower steps, no restart), so no "
         "Young or Daly interval")
+
+
+@pytest.mark.parametrize("mtbf", [True, False], ids=["against-the-mtbf", "against-the-multiplier"])
+def test_an_mtbf_charts_ticks_are_at_its_points(mtbf):
+    """`study mtbf --multipliers 0.5,1,2` of a 2 h job puts points at 1, 2 and 4 h: the ticks of a fixed 1-2-5
+    locator labelled 1 and 2 only, so the 4 h point could not be read off the axis. The ticks are now the points'
+    own MTBFs (or multipliers), each labelled."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from simulator.reliability.plots import goodput_figure
+
+    def curve(rate: float) -> dict:
+        point = {"interval_s": 600.0, "ettr": 0.9, "ettr_ci95_low": 0.89, "ettr_ci95_high": 0.91,
+                 "goodput_tokens_per_s": 1e6}
+        return {"rate_multiplier": rate, "mtbf_s": 7200.0 / rate if mtbf else None, "points": [point],
+                "young_interval_s": None, "daly_interval_s": None, "best_interval_s": 600.0, "best_ettr": 0.9}
+
+    figure = goodput_figure({"scenario": "job.yaml", "curves": [curve(rate) for rate in (0.5, 1, 2)]})
+    FigureCanvasAgg(figure).draw()
+    labels = [tick.get_text() for tick in figure.axes[1].get_xticklabels() if tick.get_text()]
+    assert labels == (["1", "2", "4"] if mtbf else ["0.5", "1", "2"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator
 
 from simulator.errors import InputError
 from simulator.metrics.summary import OOM_FIGURES
@@ -123,9 +123,8 @@ def goodput_figure(study: dict) -> Figure:
     rate = rate_scale(unit, max(p[goodput] for curve in study["curves"] for p in curve["points"]))
     unit, scale = rate.unit, 1 / rate.divisor  # ticks read 1 to 1,000 (not 0.06 M tokens/s, nor 1,667 steps/s)
     draw = _against_mtbf if across_mtbf(study) else _against_interval
-    x_label = draw(study, ettr_axis, goodput_axis, goodput, scale)
     ettr_axis.set_xscale("log")
-    ettr_axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    x_label = draw(study, ettr_axis, goodput_axis, goodput, scale)
     ettr_axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ettr_axis.minorticks_off()
     ettr_axis.set_ylabel("ETTR, effective training time ratio (%)")
@@ -167,6 +166,7 @@ def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput:
         if len(points) > 1:
             ettr_axis.plot([curve["best_interval_s"] / 60], [100 * curve["best_ettr"]], "*", color=color,
                            markersize=14)
+    ettr_axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ettr_axis.plot([], [], "k--", linewidth=0.9, label="two-level optimum" if in_memory else "Young")
     if not in_memory:
         ettr_axis.plot([], [], "k:", linewidth=1.2, label="Daly")
@@ -177,10 +177,10 @@ def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput:
 
 def _against_mtbf(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str, scale: float) -> str:
     """ETTR and goodput of a study of one interval at several failure rates against the system MTBF in hours,
-    each point marked with its rate multiplier; against the multiplier where some rate has no MTBF (no failure
-    that interrupts the job). The line is labelled with its interval where the points share one; else each point
-    is marked with its own (the label listed them all without saying which point had which). The x axis's label
-    is returned."""
+    each point marked with its rate multiplier and a tick at its value; against the multiplier where some rate
+    has no MTBF (no failure that interrupts the job). The line is labelled with its interval where the points
+    share one; else each point is marked with its own (the label listed them all without saying which point
+    had which). The x axis's label is returned."""
     curves = study["curves"]
     by_mtbf = all(curve["mtbf_s"] for curve in curves)
     curves = sorted(curves, key=lambda curve: curve["mtbf_s"] if by_mtbf else curve["rate_multiplier"])
@@ -194,6 +194,7 @@ def _against_mtbf(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str
     goodput_axis.plot(x, [scale * p[goodput] for p in points], "o-", color="C0")
     _band(goodput_axis, x, points, goodput, scale, "C0")
     ettr_axis.margins(x=0.08)  # room for the outer points' labels
+    ettr_axis.xaxis.set_major_locator(FixedLocator(x))  # each point's MTBF read off the axis, not 1-2-5 ticks
     for value, point, curve in zip(x, points, curves):
         marks = [f"rate x {curve['rate_multiplier']:g}"] if by_mtbf else []
         marks += [f"every {format_duration(point['interval_s'])}"] if len(intervals) > 1 else []
