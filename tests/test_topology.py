@@ -717,3 +717,15 @@ def test_a_one_gpu_server_given_another_gpu_is_not_warned_of_nvls(tmp_path, caps
                         "training: {seq_len: 1024, global_batch: 8}\n")
     assert main(["validate", str(scenario), "--set", "cluster.gpu_model=a100-80gb"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_topo_describe_of_a_scenario_says_a_scenario_was_given(tmp_path, capsys):
+    """`trainsim topo describe l8b32.yaml` (a scenario) answered `kind: missing 'kind'`, as if a topology file had
+    left its kind out: it now says a scenario was given where a topology is expected, and names its topology."""
+    path = tmp_path / "l8b32.yaml"
+    path.write_text("cluster: {topology: dgx-h100-cluster, nodes: 4}\nmodel: {preset: llama3-8b}\n")
+    assert main(["topo", "describe", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {path}:1: a scenario, not a topology: its cluster is the topology dgx-h100-cluster (allowed: a "
+        "topology's name or file, such as the scenario's dgx-h100-cluster (its other cluster parameters as --set "
+        "name=value))\n")

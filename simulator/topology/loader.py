@@ -97,6 +97,8 @@ def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path
     if not isinstance(data, dict):
         raise TopologyError("a topology file must be a mapping with a 'kind' key", file=source, line=1)
     kind = data.get("kind")
+    if kind is None and isinstance(data.get("cluster"), dict):
+        _refuse_scenario(data["cluster"], source)
     if not isinstance(kind, str) or kind not in BUILDERS:
         problem = "missing 'kind'" if kind is None else f"unknown topology kind {kind!r}"
         raise TopologyError(problem, field="kind", allowed=", ".join(BUILDERS), file=source,
@@ -115,6 +117,17 @@ def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path
     spec = TopologySource(kind, params, data.get("name") or path.stem, source, lines, {},
                           data.get("description", ""))
     return with_overrides(spec, overrides)
+
+
+def _refuse_scenario(cluster: dict, source: str) -> None:
+    """A scenario (a `cluster:` section, no `kind`) given where a topology is expected, refused naming the
+    topology its cluster names, where it had said `kind: missing 'kind'` as of a topology file without one."""
+    named = cluster.get("topology")
+    if not isinstance(named, str):
+        raise TopologyError("a scenario, not a topology", allowed="a topology's name or file", file=source, line=1)
+    raise TopologyError(f"a scenario, not a topology: its cluster is the topology {named}",
+                        allowed=f"a topology's name or file, such as the scenario's {named} (its other cluster "
+                                "parameters as --set name=value)", file=source, line=1)
 
 
 def with_overrides(spec: TopologySource, overrides: dict | None) -> TopologySource:
