@@ -510,18 +510,19 @@ def test_force_runs_a_job_point_refused_for_its_size(tmp_path, monkeypatch, caps
 def test_a_job_point_writes_the_files_trainsim_run_writes(tmp_path):
     """`trainsim run` and a sweep point ran a job through two copies of simulate-then-write; both now call
     reliability.report.run_job, so a point's folder holds the files `trainsim run` writes, byte for byte (the
-    manifest aside: it names the scenario's source)."""
+    manifest aside: it names the scenario's source). The point's folder holds its inline base as scenario.yaml
+    too, which its job_summary.json names, and which `trainsim run` is given."""
     from simulator.reliability.report import run_job
 
-    scenario = small_job()
-    source = str(tmp_path / "job.yaml")  # job_summary.json names it; the sweep is given the same name
-    (tmp_path / "job.yaml").write_text(scenario)
-    assert main(["run", source, "--out", str(tmp_path / "run"), "--quiet"]) == 0
     sweep = job_sweep("  run.seed: [3]\n")
-    run_sweep(sweep_from_text(sweep, source), tmp_path / "sweep", SerialExecutor(), point_outputs=True)
-    _, files = run_job(scenario_from_text(scenario, source), tmp_path / "library")
-    for folder in (tmp_path / "sweep" / "points" / "00000", tmp_path / "library"):
-        assert sorted(path.name for path in folder.iterdir()) == sorted(files)
+    run_sweep(sweep_from_text(sweep, str(tmp_path / "sweep.yaml")), tmp_path / "sweep", SerialExecutor(),
+              point_outputs=True)
+    point = tmp_path / "sweep" / "points" / "00000"
+    source = str(point / "scenario.yaml")
+    assert main(["run", source, "--set", "run.seed=3", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    _, files = run_job(scenario_from_text(small_job(), source), tmp_path / "library")
+    for folder in (point, tmp_path / "library"):
+        assert sorted(path.name for path in folder.iterdir() if path.name != "scenario.yaml") == sorted(files)
         for name in files[:-1]:
             assert (folder / name).read_bytes() == (tmp_path / "run" / name).read_bytes(), name
 
@@ -794,3 +795,24 @@ def test_a_constraint_on_a_derived_field_the_point_cannot_give_says_so():
         "s.yaml:9: constraints[0]: cannot evaluate at point 0: parallelism.dp is left out, to be derived from the "
         "cluster's GPUs / (tp x cp x pp), which this point's values do not give (allowed: write parallelism.dp, or "
         "constrain the fields it is derived from (cluster.nodes, parallelism.tp, ...))")
+
+
+def test_a_point_of_an_inline_base_runs_again_from_its_folders_scenario(tmp_path, monkeypatch):
+    """A sweep whose base is inline named the sweep file in each point's manifest, which `trainsim run` refuses
+    (`base: unknown key 'base'`): each point folder now holds the base as `scenario.yaml`, its topology file's
+    path absolute, and its manifest names it; run with the manifest's `--set`s from the working folder, it gives
+    the point's SHA-256 and summary."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    shutil.copy(Path(__file__).parent.parent / "topologies" / "dgx-h100.yaml", tmp_path / "sub" / "node.yaml")
+    Path("sub/inl.yaml").write_text(BASE.replace("dgx-h100", "node.yaml") + "grid:\n  training.microbatches: [4, 8]\n")
+    assert main(["sweep", "sub/inl.yaml", "--point-outputs", "--out", "out", "--executor", "serial", "--quiet"]) == 0
+    for point in ("out/points/00000", "out/points/00001"):
+        manifest = orjson.loads(Path(point, "manifest.json").read_bytes())
+        assert manifest["scenario"] == f"{point}/scenario.yaml"
+        sets = [arg for setting in manifest["overrides"] for arg in ("--set", setting)]
+        assert main(["run", manifest["scenario"], *sets, "--out", f"{point}-again", "--quiet"]) == 0
+        again = orjson.loads(Path(point + "-again", "manifest.json").read_bytes())
+        assert again["scenario_sha256"] == manifest["scenario_sha256"]
+        assert Path(point + "-again", "summary.json").read_bytes() == Path(point, "summary.json").read_bytes()
+

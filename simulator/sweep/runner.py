@@ -42,6 +42,9 @@ class PointTask:
     them set is located at it, as when the sweep is read."""
     force: bool = False
     """Run the point even beyond the scale limits (`trainsim sweep --force`), as `trainsim run --force` would."""
+    inline_base: dict | None = None
+    """The sweep's inline base (`Sweep.inline_base`), written as `scenario.yaml` into the point's folder, which its
+    manifest then names; None for a base file."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,10 @@ def run_point(task: PointTask) -> PointRecord:
     sets = sets_typed(task.overrides)
     try:
         scenario = validate_as_json(Scenario, task.data)
-        loaded = LoadedScenario(scenario, task.source, task.lines, task.overrides, (scenario, task.data))
+        source, lines = task.source, task.lines
+        if task.outputs_dir is not None and task.inline_base is not None:
+            source, lines = str(_write_inline_base(Path(task.outputs_dir), task.inline_base)), {}
+        loaded = LoadedScenario(scenario, source, lines, task.overrides, (scenario, task.data))
         if loaded.scenario.run.horizon is not None:
             from simulator.reliability.report import run_job
 
@@ -94,6 +100,17 @@ def run_point(task: PointTask) -> PointRecord:
     except Exception as exc:  # a bug in one point must not end the sweep; its message is kept
         return PointRecord(task.index, task.key, "failed", f"{type(exc).__name__}: {exc}", {}, sets)
     return PointRecord(task.index, task.key, "ok", "", flatten(summary), sets)
+
+
+def _write_inline_base(folder: Path, base: dict) -> Path:
+    """Write a sweep's inline base as ``folder``/scenario.yaml, the scenario a point's manifest names: the sweep
+    file holds no scenario `trainsim run` can read (`base: unknown key 'base'`)."""
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "scenario.yaml"
+    path.write_text(yaml.safe_dump(base, sort_keys=False, allow_unicode=True, width=1 << 20))
+    return path
 
 
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False, force: bool = False,
@@ -125,7 +142,8 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
             todo.append(point)
     values = {point.index: point.values for point in sweep.points}
     tasks = [PointTask(p.index, p.key, p.data, sweep.base_source, sweep.base_lines,
-                       str(point_folder(out_dir, p.index)) if outputs else None, p.overrides, force) for p in todo]
+                       str(point_folder(out_dir, p.index)) if outputs else None, p.overrides, force,
+                       sweep.inline_base) for p in todo]
     try:
         if on_progress:
             on_progress(len(records), len(sweep.points))

@@ -72,6 +72,7 @@ from simulator.sweep.options import DEFAULT_MAX_POINTS
 from simulator.topology.loader import (
     TopologySource,
     checked_parameters,
+    names_a_file,
     read_topology,
     scenario_field_of,
     with_overrides,
@@ -150,6 +151,9 @@ class Sweep:
     shared_steps: int = 0
     """How many job points (`run.horizon`) have the same step sections as another point (`_step_sections`): their
     cluster states' steps are the same, which one process simulates once and each pool worker again."""
+    inline_base: dict | None = None
+    """The base scenario written inline in the sweep file, its `--set`s not applied, its files' paths absolute
+    (`absolute_files`): what a point folder's `scenario.yaml` holds. None where the base is a file."""
 
 
 def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS, overrides: list[str] | None = None) -> Sweep:
@@ -182,6 +186,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         raise validation_error(exc, SweepFile, source, lines) from None
     locate = _locator(source, lines)
     base_data, base_source, base_lines = _base(spec, folder, source, lines)
+    inline = isinstance(spec.base, dict)
     base_data, set_by_hand = apply_overrides(base_data, overrides or [])
     axes = _axis_paths(spec, locate)
     _refuse_sets_on_axes(set_by_hand, axes, source, lines)
@@ -212,9 +217,11 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         except ScenarioError as exc:
             failed = next(name for name, _ in values if dotted(parse_field(name)) == exc.field)
             raise locate(axes[failed], exc.problem, exc.allowed) from None
+        if inline:
+            point_data = absolute_files(point_data, folder)
         written = set_by_hand + tuple(Override(parse_field(name), source, line_of(lines, axes[name]),
                                                dotted(axes[name]), f"value {_shown(value)}: ",
-                                               replay=set_text(name, value))
+                                               replay=set_text(name, _replayed(point_data, name, value)))
                                       for name, value in values)
         scenario = validated_scenario(point_data, base_source, base_lines, written)
         synthetic = synthetic and scenario.model is not None and scenario.model.synthetic is not None
@@ -236,7 +243,20 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
     warnings += (no_op_axis_warnings(axes, locate, PARAMETER_SERVER_NO_OPS, "every point runs parameter servers")
                  if parameter_servers else ())
     shared = sum(count for count in Counter(job_steps).values() if count > 1)
-    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, warnings, shared)
+    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, warnings, shared,
+                 base_data if inline else None)
+
+
+def _replayed(point_data: dict, name: str, value: object) -> object:
+    """An axis's value as its point's `--set` replays it: a file field's as the point's data holds it (an inline
+    base's made absolute by `absolute_files`)."""
+    path = parse_field(name)
+    if path not in FILE_FIELDS:
+        return value
+    node: object = point_data
+    for part in path:
+        node = node[part] if isinstance(node, dict) else None
+    return node
 
 
 def _step_sections(scenario: Scenario) -> str:
@@ -277,7 +297,7 @@ def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict
     """The base scenario's data, source name and line table."""
     if isinstance(spec.base, dict):
         base_lines = {path[1:]: line for path, line in lines.items() if path[:1] == ("base",)}
-        return spec.base, source, base_lines
+        return absolute_files(spec.base, folder), source, base_lines
     path = folder / spec.base
     if not path.is_file():
         path = bundled_file(spec.base) or path
@@ -288,6 +308,25 @@ def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict
     if not isinstance(data, dict):
         raise ScenarioError("a scenario must be a mapping of sections", file=str(path), line=1)
     return data, str(path), base_lines
+
+
+FILE_FIELDS = (("cluster", "topology"), ("parallelism", "pipeline", "table"), ("workload", "trace"))
+"""The fields whose text names a file relative to the scenario's folder (`reliability.inputs.read_files`)."""
+
+
+def absolute_files(data: dict, folder: Path) -> dict:
+    """``data`` with each relative file path of `FILE_FIELDS` made absolute from ``folder`` (a topology's bundled
+    name kept): an inline base's files, read from the sweep file's folder, then read alike from the
+    `scenario.yaml` a point folder holds (`trainsim run` of it reproduces the point)."""
+    written = {}
+    for path in FILE_FIELDS:
+        node: object = data
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, str) and not Path(node).is_absolute() and (
+                path != ("cluster", "topology") or names_a_file(node)):
+            written[path] = str((folder / node).resolve())
+    return with_values(data, written) if written else data
 
 
 def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldPath]:

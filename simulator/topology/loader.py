@@ -55,11 +55,16 @@ def list_bundled_topologies() -> list[str]:
     return sorted(path.stem for path in BUNDLED_DIR.glob("*.yaml"))
 
 
+def names_a_file(topology: str) -> bool:
+    """Whether a `cluster.topology` text is a file's path (a folder in it, or a YAML suffix), not a bundled name."""
+    return "/" in topology or "\\" in topology or topology.endswith((".yaml", ".yml"))
+
+
 def resolve_topology_path(name_or_path: str, folder: Path | None = None) -> Path:
     """The file a topology name refers to: a bundled name such as 'dgx-h100', else a path, relative to
     ``folder`` (a scenario's, as its trace and schedule table are) when given, else to the working folder."""
     text = str(name_or_path)
-    if "/" not in text and "\\" not in text and not text.endswith((".yaml", ".yml")):
+    if not names_a_file(text):
         path = BUNDLED_DIR / f"{text}.yaml"
         if not path.is_file():
             raise TopologyError(f"unknown topology {text!r}", field="topology",
