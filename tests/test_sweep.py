@@ -816,3 +816,12 @@ def test_a_point_of_an_inline_base_runs_again_from_its_folders_scenario(tmp_path
         assert again["scenario_sha256"] == manifest["scenario_sha256"]
         assert Path(point + "-again", "summary.json").read_bytes() == Path(point, "summary.json").read_bytes()
 
+
+def test_an_invalid_cluster_is_reported_before_a_constraint_on_the_dp_it_leaves_underived(tmp_path, capsys):
+    """A point whose cluster is invalid gives no GPUs to derive dp from: a constraint on dp was reported as not
+    evaluable there (write parallelism.dp), where the cluster's own value is the mistake."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE.replace("dp: 2, ", "") + "grid: {cluster.gpus: [8, 0, 16]}\n"
+                    "constraints: ['parallelism.dp >= 2']\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
+    assert "sweep.yaml:8: grid.cluster.gpus: value 0: 0 must be positive" in capsys.readouterr().err

@@ -229,7 +229,12 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
         if constraints and cluster not in cluster_gpus:
             cluster_gpus[cluster] = scenario_gpus(LoadedScenario(scenario, base_source, base_lines, written))
-        skipped = _violated(constraints, scenario, cluster_gpus.get(cluster), index, locate)
+        try:
+            skipped = _violated(constraints, scenario, cluster_gpus.get(cluster), index, locate)
+        except ScenarioError:
+            if cluster_gpus.get(cluster) is None:  # an invalid cluster gives no GPUs: its own error comes first
+                _check_cluster(scenario, base_source, base_lines, written, topology_files)
+            raise
         if not skipped and cluster not in clusters:
             clusters.add(cluster)
             _check_cluster(scenario, base_source, base_lines, written, topology_files)
