@@ -12,6 +12,7 @@ import random
 import re
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -729,3 +730,20 @@ def test_topo_describe_of_a_scenario_says_a_scenario_was_given(tmp_path, capsys)
         f"error: {path}:1: a scenario, not a topology: its cluster is the topology dgx-h100-cluster (allowed: a "
         "topology's name or file, such as the scenario's dgx-h100-cluster (its other cluster parameters as --set "
         "name=value))\n")
+
+
+def test_topo_describe_of_a_scenario_names_its_topology_file_as_typed_from_the_working_folder(tmp_path, monkeypatch,
+                                                                                               capsys):
+    """The scenario's topology file was named relative to the scenario's folder (`node.yaml`), which the user
+    in another folder could not type: it is now the path from the working folder (`sub/node.yaml`)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    Path("sub/base.yaml").write_text("cluster: {topology: node.yaml}\nmodel: {preset: llama3-8b}\n")
+    assert main(["topo", "describe", "sub/base.yaml"]) == 2
+    assert "a scenario, not a topology: its cluster is the topology sub/node.yaml (" in capsys.readouterr().err
+
+
+def test_topo_describe_of_a_bundled_scenarios_name_says_it_is_a_scenario(capsys):
+    """A bundled scenario's name was answered as an unknown topology, with the list of topologies."""
+    assert main(["topo", "describe", "llama3-8b-dgx-h100-dp8"]) == 2
+    assert "TOPOLOGY: a scenario, not a topology: its cluster is the topology dgx-h100 (" in capsys.readouterr().err

@@ -67,6 +67,7 @@ def resolve_topology_path(name_or_path: str, folder: Path | None = None) -> Path
     if not names_a_file(text):
         path = BUNDLED_DIR / f"{text}.yaml"
         if not path.is_file():
+            _refuse_bundled_scenario(text)
             raise TopologyError(f"unknown topology {text!r}", field="topology",
                                 allowed=", ".join(list_bundled_topologies()) + ", or a path to a YAML file")
         return path
@@ -103,7 +104,7 @@ def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path
         raise TopologyError("a topology file must be a mapping with a 'kind' key", file=source, line=1)
     kind = data.get("kind")
     if kind is None and isinstance(data.get("cluster"), dict):
-        _refuse_scenario(data["cluster"], source)
+        _refuse_scenario(data["cluster"], Path(source).parent, source)
     if not isinstance(kind, str) or kind not in BUILDERS:
         problem = "missing 'kind'" if kind is None else f"unknown topology kind {kind!r}"
         raise TopologyError(problem, field="kind", allowed=", ".join(BUILDERS), file=source,
@@ -124,15 +125,32 @@ def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path
     return with_overrides(spec, overrides)
 
 
-def _refuse_scenario(cluster: dict, source: str) -> None:
+def _refuse_bundled_scenario(name: str) -> None:
+    """A bundled scenario's name given where a topology's is expected, refused as `_refuse_scenario` refuses its
+    file (it had been answered with the list of topologies, as an unknown name)."""
+    from simulator.config.bundled import bundled_file
+
+    scenario = bundled_file(name)
+    if scenario is None:
+        return
+    data, _ = read_yaml(scenario, TopologyError)
+    if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
+        _refuse_scenario(data["cluster"], scenario.parent, None)
+
+
+def _refuse_scenario(cluster: dict, folder: Path, source: str | None) -> None:
     """A scenario (a `cluster:` section, no `kind`) given where a topology is expected, refused naming the
-    topology its cluster names, where it had said `kind: missing 'kind'` as of a topology file without one."""
+    topology its cluster names (a file's path as typed from the working folder: the scenario's folder joined
+    to it), where it had said `kind: missing 'kind'` as of a topology file without one."""
     named = cluster.get("topology")
+    line = None if source is None else 1
     if not isinstance(named, str):
-        raise TopologyError("a scenario, not a topology", allowed="a topology's name or file", file=source, line=1)
+        raise TopologyError("a scenario, not a topology", allowed="a topology's name or file", file=source, line=line)
+    if names_a_file(named) and not Path(named).is_absolute():
+        named = str(folder / named)
     raise TopologyError(f"a scenario, not a topology: its cluster is the topology {named}",
                         allowed=f"a topology's name or file, such as the scenario's {named} (its other cluster "
-                                "parameters as --set name=value)", file=source, line=1)
+                                "parameters as --set name=value)", file=source, line=line)
 
 
 def with_overrides(spec: TopologySource, overrides: dict | None) -> TopologySource:
