@@ -1535,3 +1535,51 @@ def test_a_search_of_microbatches_without_a_global_batch_is_refused_once_with_th
     assert not out.exists()
     assert capsys.readouterr().err.endswith(
         "(allowed: global_batch in place of microbatches (microbatches 4 x micro_batch 1 x dp 8 = 32 here))\n")
+
+
+@pytest.mark.parametrize("extra, overrides", [
+    ("faults: {components: {crash: {unit: gpu, mtbf: 16 h, effect: restart}}}\nrestart: {elastic_batch: keep_global}\n"
+     "checkpoint: {interval: 10 min, mode: sync}\nstorage: {write: 1 GB/s, read: 10 GB/s}\n"
+     "run: {horizon: 7 d, replications: 20}\n", ["run.horizon=null"]),
+    ("faults: {step: {stragglers: [{gpus: [1], slowdown: 2}]}}\n", []),
+])
+def test_a_job_or_straggler_scenario_is_searched_as_its_loader_reads_it(tmp_path, extra, overrides):
+    """The memory check validated the candidate's YAML dict in Python mode, where a strict schema refuses an enum
+    field's string (`effect: restart`, `elastic_batch`) and a YAML list of stragglers: every layout was 'refused:
+    Input should be an instance of Effect' or 'expected a list, got [...]', and the tree blamed memory."""
+    from simulator.scale import capped_topology
+    from simulator.sweep.layouts import check_memory
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\ntraining: {seq_len: 4096, "
+                        "global_batch: 32}\n" + extra)
+    loaded = load_scenario(scenario, overrides)
+    topology = capped_topology(loaded, False)
+    checked = check_memory(search_base(scenario, overrides, loaded.scenario),
+                           Candidate(1, 1, 1, 8, 1, 1, "zero1", "none"), "1f1b",
+                           CollectiveTimes(topology, NetworkSettings()))
+    assert (checked.reason, round(checked.peak_memory_gib, 1)) == ("", 75.1)
+
+
+def test_the_bundled_straggler_scenario_is_searched():
+    """`faults-straggler-and-spine-link` could not be searched at all: every layout refused its stragglers."""
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero0",),
+                        recompute=("none",))
+    result = search_layouts("faults-straggler-and-spine-link", SerialExecutor(), space=space, top=1,
+                            overrides=["training.global_batch=4", "training.microbatches=null"])
+    assert result.winner is not None and result.winner["label"] == "TP1 CP1 PP1 DP4 mb1 zero0 recompute=none"
+
+
+def test_where_the_simulators_checks_refuse_every_layout_the_tree_does_not_blame_memory():
+    """A branch whose every checked layout was refused (none out of memory) was summed up as 'PP + DP alone does
+    not fit: activations are what overflows' and 'nothing the tree tries fits in memory'."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Checked
+
+    def refused(candidate: Candidate) -> Checked:
+        return Checked(candidate, {}, Pruning(Pruned.REFUSED, "refused: a check"))
+
+    steps = seed_tree_choice(8, 8, 32, 32, True, refused).steps
+    assert "PP + DP alone is refused by the simulator's checks (not memory), so TP + SP + recompute" in steps
+    assert steps[-1] == "nothing the tree tries fits: TP + SP is refused by the simulator's checks (not memory)"
+    assert not any("memory" in step and "not memory" not in step for step in steps), steps

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.sweep.layouts import Candidate, Checked, powers_of_two
+from simulator.sweep.layouts import Candidate, Checked, Pruned, powers_of_two
 from simulator.sweep.options import Recompute, Sharding
 from simulator.workload.stage_work import layers_per_stage
 
@@ -28,17 +28,22 @@ MICROBATCHES_PER_STAGE = 4
 @dataclass(frozen=True)
 class Fit:
     """The first layout of a branch that fits (None: none), whether the branch checked any layout's memory
-    (False: the bubble rule or the splits ruled every one out first), and whether the bubble rule ruled any out
-    (False with nothing checked: no pp split the layers, GPUs and batch at all). The two flags are read only
+    (False: the bubble rule or the splits ruled every one out first), whether the bubble rule ruled any out
+    (False with nothing checked: no pp split the layers, GPUs and batch at all) and whether any checked layout
+    was out of memory (False with some checked: the simulator's checks refused each). The flags are read only
     where no layout fits (`ruled_out`)."""
 
     candidate: Candidate | None
     checked_any: bool
     bubbled_any: bool
+    over_memory: bool
 
     def ruled_out(self) -> str:
-        """What ruled out every layout of a branch that checked none in memory: the bubble rule where it ruled
-        a pp out, else that no pp splits the layers, GPUs and batch at all."""
+        """What ruled out every layout of a branch where none was out of memory: the simulator's checks where it
+        checked some (each refused: a scenario the step cannot be built from), else the bubble rule where it
+        ruled a pp out, else that no pp splits the layers, GPUs and batch at all."""
+        if self.checked_any:
+            return "is refused by the simulator's checks (not memory)"
         return ("gives no m >= 4p (the bubble rule, not memory)" if self.bubbled_any
                 else "has no pp that splits the layers, GPUs and batch (not memory)")
 
@@ -83,8 +88,8 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
         if fit.candidate is not None:
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
             return TreeChoice(fit.candidate, tuple(steps))
-        steps.append("PP + DP alone does not fit: activations are what overflows, so TP + SP + recompute"
-                     if fit.checked_any else f"PP + DP alone {fit.ruled_out()}, so TP + SP + recompute")
+        alone = "does not fit: activations are what overflows" if fit.over_memory else fit.ruled_out()
+        steps.append(f"PP + DP alone {alone}, so TP + SP + recompute")
         recomputes = _recomputes(["selective", "full"], selective_saves_memory, steps)
     else:
         steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
@@ -93,7 +98,7 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
     fit = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep, fewer_on_ends)
     if fit.candidate is not None:
         return TreeChoice(fit.candidate, tuple(steps))
-    steps.append("nothing the tree tries fits in memory" if fit.checked_any
+    steps.append("nothing the tree tries fits in memory" if fit.over_memory
                  else f"nothing the tree tries fits: TP + SP {fit.ruled_out()}")
     return TreeChoice(None, tuple(steps))
 
@@ -143,7 +148,7 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
     ``smallest_pp`` (with m >= 4p), each pp splitting the layers as the scenario's stages do; and whether any
     layout was checked at all (at tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp: the bubble rule
     rules each out before memory is weighed)."""
-    checked_any = bubbled_any = False
+    checked_any = bubbled_any = over_memory = False
     for recompute in recomputes:
         for tp in tps:
             tried: list[Checked] = []
@@ -159,14 +164,16 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
                     continue
                 checked = check(Candidate(tp, 1, pp, dp, 1, 1, sharding, recompute, ep))
                 checked_any = True
+                over_memory = over_memory or (checked.pruning is not None
+                                              and checked.pruning.kind == Pruned.OUT_OF_MEMORY)
                 if not checked.reason:
                     steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:,.1f} GiB)"
                                  + (f" after {_tried_text(tried)}" if tried else ""))
-                    return Fit(checked.candidate, True, bubbled_any or bool(bubbled))
+                    return Fit(checked.candidate, True, bubbled_any or bool(bubbled), over_memory)
                 tried.append(checked)
             bubbled_any = bubbled_any or bool(bubbled)
             steps.append(f"tp{tp} recompute={recompute}: " + _none_fits_text(tried, bubbled))
-    return Fit(None, checked_any, bubbled_any)
+    return Fit(None, checked_any, bubbled_any, over_memory)
 
 
 def _tried_text(tried: list[Checked]) -> str:

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pydantic import ValidationError
 
 from simulator.collectives.names import AlgorithmChoice, Primitive
-from simulator.config.loader import validation_error
+from simulator.config.loader import validate_as_json, validation_error
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
@@ -229,7 +229,7 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
     (``times`` the scenario's network, which times the candidate's collectives)."""
     data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule).items()})
     try:
-        scenario = Scenario.model_validate(data)
+        scenario = validate_as_json(Scenario, data)  # as the loader validates: YAML's strings fill enum fields
         step = build_training_step(scenario, times.topology)
     except ValidationError as exc:  # a check across fields at load (pipelined FSDP's limits): its one line
         problem = validation_error(exc, Scenario, "", {}).problem
