@@ -445,16 +445,15 @@ def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_l
 
 def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     """The published Llama 3 405B rows set `ddp.overlap_param_gather` and `ddp.reduce_every_microbatch`, which
-    ZeRO-0 layouts refuse; the search reads only the base's placement order and end-stage layers from its
-    `parallelism` section (docs/studies.md), so its layouts are judged by memory alone: ZeRO-0 out of memory,
-    the sharded ones fit."""
+    ZeRO-0 layouts refuse; the search turns off, in each layout, the options its sharding cannot take
+    (docs/studies.md), so its layouts are judged by memory alone: ZeRO-0 out of memory, the sharded ones fit."""
     from simulator.sweep.layouts import check_memory
     from simulator.topology.loader import load_topology
 
     path = Path(__file__).parents[1] / "scenarios" / "published" / "llama3-405b-8192-gpus.yaml"
     loaded = load_scenario(path)
     assert loaded.scenario.parallelism.ddp.overlap_param_gather
-    base = search_base(path, None, loaded.scenario)
+    base = search_base(path, None)
     topology = load_topology("dgx-h100-cluster", {"nodes": 1024})
     times = CollectiveTimes(topology, NetworkSettings())
     reasons = {sharding: check_memory(base, Candidate(8, 1, 16, 64, 1, 1, sharding, "none"), "interleaved",
@@ -539,7 +538,7 @@ def _mixtral_layouts():
     loaded = load_scenario("mixtral-8x7b-ep8")
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    base = search_base(loaded.source, None, loaded.scenario)
+    base = search_base(loaded.source, None)
     for tp, ep, recompute in MIXTRAL_LAYOUTS:
         checked = check_memory(base, Candidate(tp, 1, 1, 32 // tp, 1, 1, "zero1", recompute, ep), "1f1b", times)
         assert checked.reason == ""
@@ -583,7 +582,7 @@ def test_the_estimates_all_to_alls_share_the_spines_with_their_stages_other_ep_g
     loaded = load_scenario("deepseek-v3-style-1024-gpus", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, overrides),
                            Candidate(1, 1, 1, 64, 1, 1, "zero1", "full", 16), "1f1b", times)
     assert checked.reason == ""
     plan = build_training_step(Scenario.model_validate(checked.data), topology).plan
@@ -655,7 +654,7 @@ def test_a_zero_bubble_schedule_keeps_the_all_to_alls_on_its_critical_path(sched
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     candidate = Candidate(tp, 1, pp, 32 // (tp * pp), 1, 1, "zero1", recompute, ep)
-    checked = check_memory(search_base(loaded.source, None, loaded.scenario), candidate, schedule, times)
+    checked = check_memory(search_base(loaded.source, None), candidate, schedule, times)
     assert checked.data["parallelism"]["pipeline"]["schedule"] == schedule
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert low <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= high
@@ -687,7 +686,7 @@ def _dense_layouts(cluster: str):
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    base = search_base(loaded.source, overrides, loaded.scenario)
+    base = search_base(loaded.source, overrides)
     for tp, cp, pp, v, sharding in layouts:
         candidate = Candidate(tp, cp, pp, topology.num_gpus // (tp * cp * pp), v, 1, sharding, "none")
         checked = check_memory(base, candidate, "1f1b", times)
@@ -839,7 +838,7 @@ def test_hand_offs_lengthen_the_interleaved_step_about_as_estimated(cluster, mon
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, overrides),
                            Candidate(2, 1, 2, topology.num_gpus // 4, 2, 1, "zero1", "none"), "1f1b", times)
     scenario = Scenario.model_validate(checked.data)
     step = training.build_training_step(scenario, topology)
@@ -868,7 +867,7 @@ def test_zero_bubble_and_v_shaped_schedules_are_estimated_with_their_own_bubbles
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, overrides),
                            Candidate(1, 1, 4, 8, v, 1, "zero1", "none"), schedule, times)
     assert checked.data["parallelism"]["pipeline"]["schedule"] == schedule
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
@@ -895,7 +894,7 @@ def test_an_interleaved_ranks_later_chunks_reduce_their_gradients_before_its_las
     loaded = load_scenario(SCENARIO)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(SCENARIO, [], loaded.scenario),
+    checked = check_memory(search_base(SCENARIO, []),
                            Candidate(4, 2, 2, 32, 4, 1, "zero1", "none"), "1f1b", times)
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert 0.995 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 0.998
@@ -904,7 +903,7 @@ def test_an_interleaved_ranks_later_chunks_reduce_their_gradients_before_its_las
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, overrides),
                            Candidate(2, 1, 2, 8, 2, 1, "zero1", "none"), "1f1b", times)
     scenario = Scenario.model_validate(checked.data)
     step = build_training_step(scenario, topology)
@@ -954,7 +953,7 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, overrides),
                            Candidate(1, 1, 1, topology.num_gpus, 1, 1, "fsdp", "none"), "1f1b", times)
     scenario = Scenario.model_validate(checked.data)
     step = build_training_step(scenario, topology)
@@ -1007,7 +1006,7 @@ def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp, cp):
     loaded = load_scenario(SCENARIO)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, None, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, None),
                            Candidate(tp, cp, 1, 512 // (tp * cp), 1, 1, "fsdp", "none"), "1f1b", times)
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert 0.997 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.008
@@ -1040,7 +1039,7 @@ def test_the_estimates_fsdp_sm_toll_spares_the_compute_streams_tp_collectives():
     loaded = load_scenario(SCENARIO)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, None, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, None),
                            Candidate(4, 1, 1, 128, 1, 1, "fsdp", "none"), "1f1b", times)
     scenario = Scenario.model_validate(checked.data)
     step = build_training_step(scenario, topology)
@@ -1100,7 +1099,7 @@ def _fsdp_tp_terms(tp: int):
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, overrides),
                            Candidate(tp, 1, 1, 32 // tp, 1, 1, "fsdp", "none"), "1f1b", times)
     scenario = Scenario.model_validate(checked.data)
     step = build_training_step(scenario, topology)
@@ -1175,9 +1174,8 @@ def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buc
     buckets run one after another, with their latencies between), and its step is that much longer than without
     the term, the hand-off being on the drain's path. The earlier micro-batches' hand-offs take their alone
     times, and so does the estimate. Inside a host (tp 4 pp 2 v 2 there) the estimate charges nothing beyond the
-    alone time, though there the simulated backward hand-offs take up to 0.049 ms against 0.026 ms alone. No
-    candidate runs without overlap: the search drops the scenario's `ddp.overlap: false`, and the term is
-    nothing there."""
+    alone time, though there the simulated backward hand-offs take up to 0.049 ms against 0.026 ms alone. A
+    candidate keeps the scenario's `ddp.overlap: false` (as any ddp choice), and the term is nothing there."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
@@ -1190,10 +1188,10 @@ def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buc
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    base = search_base(loaded.source, overrides, loaded.scenario)
+    base = search_base(loaded.source, overrides)
     unlapped = load_scenario("llama3-8b-dgx-h100-dp8", [*overrides, "parallelism.ddp.overlap=false"])
-    assert "ddp" not in search_base(unlapped.source, [*overrides, "parallelism.ddp.overlap=false"],
-                                    unlapped.scenario)["parallelism"]
+    assert search_base(unlapped.source, [*overrides, "parallelism.ddp.overlap=false"])["parallelism"]["ddp"] == {
+        "bucket": "25 MiB", "overlap": False}
     for tp, v, overlap in ((8, 1, True), (8, 1, False), (4, 2, True)):
         checked = check_memory(base, Candidate(tp, 1, 2, 16 // tp, v, 1, "zero1", "none"), "1f1b", times)
         checked.data["parallelism"].setdefault("ddp", {})["overlap"] = overlap
@@ -1246,7 +1244,7 @@ def test_pipelined_fsdps_gathers_delay_the_first_forward_as_simulated(tp, pp, v)
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+    checked = check_memory(search_base(loaded.source, overrides),
                            Candidate(tp, 1, pp, 32 // (tp * pp), v, 1, "fsdp", "none"), "1f1b", times)
     plan = build_training_step(Scenario.model_validate(checked.data), topology).plan
     checked.data["run"]["timeline"] = "full"
@@ -1353,7 +1351,7 @@ def test_the_estimate_charges_what_ring_attentions_ring_outlasts():
     loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    base = search_base(loaded.source, overrides, loaded.scenario)
+    base = search_base(loaded.source, overrides)
     for cp in (2, 4, 8):
         checked = check_memory(base, Candidate(1, cp, 1, 8 // cp, 1, 1, "zero1", "none"), "1f1b", times)
         plan = build_training_step(Scenario.model_validate(checked.data), topology).plan
@@ -1555,7 +1553,7 @@ def test_a_job_or_straggler_scenario_is_searched_as_its_loader_reads_it(tmp_path
                         "global_batch: 32}\n" + extra)
     loaded = load_scenario(scenario, overrides)
     topology = capped_topology(loaded, False)
-    checked = check_memory(search_base(scenario, overrides, loaded.scenario),
+    checked = check_memory(search_base(scenario, overrides),
                            Candidate(1, 1, 1, 8, 1, 1, "zero1", "none"), "1f1b",
                            CollectiveTimes(topology, NetworkSettings()))
     assert (checked.reason, round(checked.peak_memory_gib, 1)) == ("", 75.1)
@@ -1583,3 +1581,44 @@ def test_where_the_simulators_checks_refuse_every_layout_the_tree_does_not_blame
     assert "PP + DP alone is refused by the simulator's checks (not memory), so TP + SP + recompute" in steps
     assert steps[-1] == "nothing the tree tries fits: TP + SP is refused by the simulator's checks (not memory)"
     assert not any("memory" in step and "not memory" not in step for step in steps), steps
+
+
+def test_the_search_keeps_the_users_ddp_settings_in_its_layouts_and_its_run_command(tmp_path, capsys):
+    """`--set parallelism.ddp.overlap=false --set parallelism.ddp.bucket=1MiB` was echoed into 'run the best' and
+    dropped: the search replaced the parallelism section (91,043 tokens/s, the default DDP), and the printed
+    command's whole `parallelism={...}` wiped the two again. With the user's DDP the layout runs 87,518 tokens/s."""
+    import shlex
+
+    from simulator.cli import main
+
+    out = tmp_path / "s"
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--set", "parallelism.ddp.overlap=false", "--set",
+                 "parallelism.ddp.bucket=1MiB", "--out", str(out), "--quiet", "--tp", "1", "--cp", "1", "--pp", "1",
+                 "--micro-batch", "1", "--sharding", "zero1", "--recompute", "none", "--top", "1"]) == 0
+    command = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("run the best: "))
+    words = shlex.split(command.removeprefix("run the best: "))
+    assert not any(word.startswith("parallelism=") for word in words)
+    winner = json.loads((out / "search.json").read_text())["winner"]
+    assert round(winner["tokens_per_s"]) == 87_518
+    assert main([*words[1:-1], str(tmp_path / "run"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["tokens_per_s"], summary["peak_memory_gib"]) == (winner["tokens_per_s"], winner["peak_memory_gib"])
+
+
+@pytest.mark.parametrize("given, flag", [("parallelism.tp=2", "--tp"), ("parallelism.ddp={}", None),
+                                         ("parallelism={zero: 1}", "--tp"),
+                                         ("training.micro_batch=2", "--micro-batch")])
+def test_a_set_of_a_field_the_search_varies_is_refused_naming_its_flag(tmp_path, capsys, given, flag):
+    """Every candidate writes the fields the search varies, so a `--set` of one was dropped without a word."""
+    from simulator.cli import main
+
+    code = main(["search", "llama3-8b-dgx-h100-dp8", "--set", given, "--out", str(tmp_path / "s"), "--quiet",
+                 "--tp", "1", "--cp", "1", "--pp", "1", "--micro-batch", "1", "--sharding", "zero1", "--recompute",
+                 "none", "--top", "1"])
+    err = capsys.readouterr().err.strip()
+    if flag is None:
+        assert code == 0
+        return
+    assert code == 2 and len(err.splitlines()) == 1 and f"--set {given}: the search sets " in err, err
+    assert err.endswith(f": {flag})"), err
+

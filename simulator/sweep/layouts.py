@@ -67,6 +67,24 @@ queued behind it, hold the forward's start (`microbatch_starts_s`), so a slot's 
 (`spans_beside_compute`)."""
 
 
+SEARCHED_FIELDS: dict[str, str] = {
+    "parallelism.tp": "--tp", "parallelism.cp": "--cp", "parallelism.pp": "--pp",
+    "parallelism.dp": "--tp, --cp and --pp (dp takes the GPUs they leave)",
+    "parallelism.sequence_parallel": "--tp (sequence parallelism is on whenever tp > 1)",
+    "parallelism.zero": "--sharding", "parallelism.fsdp": "--sharding", "training.micro_batch": "--micro-batch",
+    "training.recompute": "--recompute",
+}
+"""The scenario fields the search varies, each with the flag that gives its values: every candidate sets them
+(`Candidate.overrides`), so a `--set` of one would be dropped (`search` refuses it). Not the virtual stages,
+which a `--set` of a V schedule needs beside it for the scenario to load (`--virtual-stages` gives the values)."""
+CANDIDATE_FIELDS = ("parallelism.tp", "parallelism.cp", "parallelism.pp", "parallelism.dp", "parallelism.ep",
+                    "parallelism.sequence_parallel", "parallelism.pipeline.schedule",
+                    "parallelism.pipeline.virtual_stages", "parallelism.zero", "parallelism.fsdp",
+                    "parallelism.ddp.overlap_param_gather", "parallelism.ddp.reduce_every_microbatch",
+                    "training.micro_batch", "training.recompute")
+"""Every field a candidate may set, in the order `trainsim run`'s `--set`s write them (`search.run_overrides`)."""
+
+
 @dataclass(frozen=True, order=True)
 class Candidate:
     """One layout: parallel degrees, interleaving depth, micro-batch size, sharding, recompute and the expert
@@ -82,13 +100,14 @@ class Candidate:
     recompute: Recompute
     ep: int = 1
 
-    def overrides(self, schedule: str) -> dict[str, object]:
+    def overrides(self, schedule: str, ddp: dict | None = None) -> dict[str, object]:
         """The scenario fields this layout sets: ``schedule`` (the scenario's) where it runs this many chunks
         per rank, else Megatron's 1F1B, interleaved with virtual stages; sequence parallelism whenever tp > 1
-        (Megatron's practice). The base's `parallelism` section is not read (`search.search_base`), so its `ddp`
-        choices never reach a candidate; its `ep` is the space's default (`SearchSpace.ep`)."""
+        (Megatron's practice); and of the base's ``ddp`` section, the sharding options its sharding cannot take
+        turned off (`sharding_options`). The base's other `parallelism` fields stay as written; its `ep` is the
+        space's default (`SearchSpace.ep`)."""
         v = self.virtual_stages
-        return {
+        return {**self.sharding_options(ddp or {}),
             "parallelism.tp": self.tp, "parallelism.cp": self.cp, "parallelism.pp": self.pp,
             "parallelism.dp": self.dp, "parallelism.ep": self.ep, "parallelism.sequence_parallel": self.tp > 1,
             "parallelism.pipeline.schedule": schedule if serves_chunks(schedule, v) else
@@ -98,6 +117,19 @@ class Candidate:
             "parallelism.fsdp": "full_shard" if self.sharding == "fsdp" else None,
             "training.micro_batch": self.micro_batch, "training.recompute": self.recompute,
         }
+
+    def sharding_options(self, ddp: dict) -> dict[str, object]:
+        """The base's ``ddp`` options (its section as written) that this layout's sharding cannot take, turned
+        off: `overlap_param_gather` but under ZeRO-1/2 (the published Llama 3 405B rows set it, which ZeRO-0 and
+        FSDP refuse), `reduce_every_microbatch: true` but under ZeRO-2 and FSDP without a pipeline (pipelined
+        FSDP reduces once per stage)."""
+        options: dict[str, object] = {}
+        if ddp.get("overlap_param_gather") and self.sharding not in ("zero1", "zero2"):
+            options["parallelism.ddp.overlap_param_gather"] = False
+        if ddp.get("reduce_every_microbatch") and not (self.sharding == "zero2"
+                                                       or (self.sharding == "fsdp" and self.pp == 1)):
+            options["parallelism.ddp.reduce_every_microbatch"] = None
+        return options
 
     def label(self) -> str:
         """The layout in one line: its degrees spelled as `trainsim run` spells them (`degrees_name`), then the
@@ -227,7 +259,8 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
     """Build the candidate's step on ``times``' topology: refused by the simulator's own checks (among them the
     schedule's own requirements), out of memory, or a survivor with its peak memory and estimated throughput
     (``times`` the scenario's network, which times the candidate's collectives)."""
-    data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule).items()})
+    ddp = (base.get("parallelism") or {}).get("ddp") or {}
+    data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule, ddp).items()})
     try:
         scenario = validate_as_json(Scenario, data)  # as the loader validates: YAML's strings fill enum fields
         step = build_training_step(scenario, times.topology)

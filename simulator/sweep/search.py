@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec
@@ -27,6 +26,8 @@ from simulator.stops import raise_dropped
 from simulator.sweep.decision_tree import TreeChoice, seed_tree_choice
 from simulator.sweep.executors import Executor
 from simulator.sweep.layouts import (
+    CANDIDATE_FIELDS,
+    SEARCHED_FIELDS,
     Candidate,
     Checked,
     CollectiveTimes,
@@ -93,6 +94,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if top < 1:
         raise ScenarioError(f"'{top}' is below 1", field="--top", allowed="a whole number, 1 or more")
     loaded = load_scenario(scenario_path, overrides)
+    _refuse_sets_on_searched_fields(loaded)
     scenario = loaded.scenario
     if scenario.model is None or scenario.model.synthetic is not None:
         raise loaded.error(("model",), "a layout search needs a model (preset or dimensions)",
@@ -116,7 +118,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     topology = capped_topology(loaded, force)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     host_gpus = len(topology.host_gpus(0))
-    base = search_base(loaded.source, overrides, scenario)
+    base = search_base(loaded.source, overrides)
     schedule = scenario.parallelism.pipeline.schedule
     memo: dict[Candidate, Checked] = {}
 
@@ -208,18 +210,30 @@ def _refuse_expert_parallelism_the_experts_do_not_split(loaded: LoadedScenario, 
     raise loaded.error(("parallelism", "ep"), problem, f"{allowed}; or --ep with them")
 
 
-def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict:
-    """The scenario as written (quantities keep their units) with its parallelism reduced to what the search
-    keeps (placement order, fewer layers on the end stages) and only summary.json per run."""
+def search_base(path: str | Path, overrides: list[str] | None) -> dict:
+    """The scenario as written (quantities keep their units), with the ``overrides``, writing only summary.json
+    per run. Each candidate sets the fields the search varies (`Candidate.overrides`); the rest of the
+    `parallelism` section (ddp, tp_comm_overlap, cp_algorithm, ...) stays as the user wrote it."""
     written, _ = read_yaml(path, ScenarioError)
     if not isinstance(written, dict):
         raise ScenarioError("the scenario is not a mapping of sections", file=str(path), allowed="a scenario file")
     data, _ = apply_overrides(written, overrides or [])
-    pipeline = scenario.parallelism.pipeline
-    data["parallelism"] = {"order": list(scenario.parallelism.order),
-                           "pipeline": {"first_last_fewer_layers": pipeline.first_last_fewer_layers}}
     data["run"] = {**(data.get("run") or {}), "timeline": "summary"}
     return data
+
+
+def _refuse_sets_on_searched_fields(loaded: LoadedScenario) -> None:
+    """A `--set` of a field the search varies (the same field, a section holding it, or a field under it)
+    refused at the `--set`, naming the flag that gives its values: every candidate writes over it, and the
+    search ranked layouts without it."""
+    for override in loaded.overrides:
+        written = tuple(str(part) for part in override.path)
+        for name, flag in SEARCHED_FIELDS.items():
+            field = tuple(name.split("."))
+            common = min(len(written), len(field))
+            if written[:common] == field[:common]:
+                raise override.error(f"the search sets {name} in every layout it tries", ".".join(written),
+                                     f"a field the search does not vary; for {name}: {flag}")
 
 
 def _one_rank_layout(sharding: Sharding, shardings: tuple[Sharding, ...]) -> Sharding:
@@ -271,15 +285,28 @@ def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Execut
 
 def run_overrides(data: dict, given: list[str]) -> list[str]:
     """The `--set` values with which `trainsim run` of the searched scenario runs a candidate's scenario ``data``
-    as the search ran it: the search's own ``given`` ones, then the whole parallelism section (the search keeps
-    only its placement order and end-stage layers, and a label such as 'TP4 CP1 PP1 DP16 mb1 fsdp' says nothing
-    of the sequence parallelism and schedule it sets), the micro-batch size and the recompute. Setting only the
-    label's degrees ran Llama-3-70B's TP4 DP16 FSDP layout without sequence parallelism: 91.5 GiB, out of
-    memory, where the search had simulated 61.5 GiB."""
-    section = yaml.safe_dump(data["parallelism"], default_flow_style=True, sort_keys=False, width=1 << 20).strip()
-    training = data["training"]
-    return [*given, f"parallelism={section}", f"training.micro_batch={training['micro_batch']}",
-            f"training.recompute={training['recompute']}"]
+    as the search ran it: the search's own ``given`` ones, then each field the candidate sets, one by one
+    (`CANDIDATE_FIELDS`: a label such as 'TP4 CP1 PP1 DP16 mb1 fsdp' says nothing of the sequence parallelism
+    and schedule it sets; setting only its degrees ran Llama-3-70B's TP4 DP16 FSDP layout without sequence
+    parallelism: 91.5 GiB, out of memory, where the search had simulated 61.5 GiB). The whole parallelism
+    section, set at once, dropped the user's own `--set parallelism.ddp...` again."""
+    sets = []
+    for name in CANDIDATE_FIELDS:
+        section: object = data
+        for part in name.split("."):
+            section = section.get(part, _ABSENT) if isinstance(section, dict) else _ABSENT
+        if section is not _ABSENT:
+            sets.append(f"{name}={_yaml_scalar(section)}")
+    return [*given, *sets]
+
+
+_ABSENT = object()
+"""A field a candidate's scenario does not hold (the ddp options its sharding leaves as written)."""
+
+
+def _yaml_scalar(value: object) -> str:
+    """A field's value as a `--set` writes it in YAML: null, true, false, or the text of the number or word."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: set[Candidate],
