@@ -1149,7 +1149,9 @@ def _parser() -> argparse.ArgumentParser:
         search.add_argument(f"--{name}", type=_int_list, default=None, metavar="N,N,...",
                             help=f"{name} values to try (default: {default})")
     search.add_argument("--sharding", type=_choice_list(SHARDINGS), default=None, metavar=",".join(SHARDINGS),
-                        help=f"shardings to try (default: {_listed(SEARCH_SHARDINGS)})")
+                        help=f"shardings to try (default: {_listed(SEARCH_SHARDINGS)}); zero2 is DeepSpeed's, "
+                             "reducing every micro-batch's gradients, unless the scenario sets "
+                             "parallelism.ddp.reduce_every_microbatch")
     search.add_argument("--recompute", type=_choice_list(RECOMPUTES), default=None, metavar=",".join(RECOMPUTES),
                         help=f"recompute options to try (default: {_listed(RECOMPUTES)})")
     search.set_defaults(func=_cmd_search)

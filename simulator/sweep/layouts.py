@@ -122,8 +122,12 @@ class Candidate:
         """The base's ``ddp`` options (its section as written) that this layout's sharding cannot take, turned
         off: `overlap_param_gather` but under ZeRO-1/2 (the published Llama 3 405B rows set it, which ZeRO-0 and
         FSDP refuse), `reduce_every_microbatch: true` but under ZeRO-2 and FSDP without a pipeline (pipelined
-        FSDP reduces once per stage)."""
+        FSDP reduces once per stage). ZeRO-2 reduce-scatters every micro-batch's gradients (DeepSpeed's ZeRO-2)
+        unless the base chooses: left to Megatron's default it would hold ZeRO-1's memory and send its traffic,
+        the same layout as ZeRO-1 searched twice."""
         options: dict[str, object] = {}
+        if self.sharding == "zero2" and ddp.get("reduce_every_microbatch") is None:
+            options["parallelism.ddp.reduce_every_microbatch"] = True
         if ddp.get("overlap_param_gather") and self.sharding not in ("zero1", "zero2"):
             options["parallelism.ddp.overlap_param_gather"] = False
         if ddp.get("reduce_every_microbatch") and not (self.sharding == "zero2"
