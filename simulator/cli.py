@@ -1142,7 +1142,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--force", action="store_true", help="simulate candidates even beyond the scale limits")
     search.add_argument("--quiet", action="store_true",
                         help="no progress bar over the simulated candidates (the results are printed all the same)")
-    defaults = {"tp": "powers of two up to twice a host's GPUs", "cp": _listed(SEARCH_CP),
+    defaults = {"tp": "powers of two up to twice the NVLink domain's GPUs", "cp": _listed(SEARCH_CP),
                 "pp": "every divisor of GPUs / (tp x cp)", "ep": "the scenario's parallelism.ep",
                 "virtual-stages": _listed(SEARCH_VIRTUAL_STAGES), "micro-batch": _listed(SEARCH_MICRO_BATCHES)}
     for name, default in defaults.items():

@@ -46,7 +46,7 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
     assert set(table["status"]) == {"simulated", "pruned"}
     pruned = table[table["status"] == "pruned"]
     assert (pruned["reason"].str.len() > 0).all()
-    assert pruned["reason"].str.startswith("TP 16 spans hosts").sum() == 9
+    assert pruned["reason"].str.startswith("TP 16 spans NVLink domains").sum() == 9
     assert (pruned["reason_kind"] == Pruned.TP_SPANS_HOSTS).sum() == 9  # tp 16 x pp 1, 2, 4 x 3 recomputes
     assert pruned["reason"].str.startswith("out of memory").any()
     assert pruned["reason"].str.contains("ranks below the top 1").any()
@@ -54,7 +54,7 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
 
 
 @pytest.mark.parametrize("candidate, problem", [
-    (Candidate(16, 1, 1, 32, 1, 1, "zero1", "none"), "spans hosts"),
+    (Candidate(16, 1, 1, 32, 1, 1, "zero1", "none"), "spans NVLink domains"),
     (Candidate(8, 1, 3, 16, 1, 1, "zero1", "none"), "do not split"),
     (Candidate(8, 1, 1, 64, 1, 16, "zero1", "none"), "not a multiple of dp x micro_batch"),
     (Candidate(8, 1, 8, 8, 2, 1, "zero1", "none"), ""),
@@ -62,7 +62,7 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
     (Candidate(8, 2, 16, 2, 1, 1, "zero1", "none"), ""),
 ])
 def test_structural_rules(candidate, problem):
-    pruning = structural_reason(candidate, layers=80, global_batch=512, host_gpus=8, fewer_on_ends=False)
+    pruning = structural_reason(candidate, layers=80, global_batch=512, domain_gpus=8, fewer_on_ends=False)
     assert (problem in pruning.reason) if problem else pruning is None
 
 
@@ -1637,3 +1637,27 @@ def test_zero2_candidates_run_deepspeeds_zero2_unless_the_user_chose():
     megatron = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=2,
                               overrides=["parallelism.ddp.reduce_every_microbatch=false"]).table
     assert megatron["peak_memory_gib"].round(1).tolist() == [75.1, 75.1]
+
+
+def test_on_nvl72_tp_is_kept_inside_the_racks_nvlink_domain_not_a_compute_tray():
+    """On GB200 NVL72 every GPU of the rack shares one NVLink domain, but the search took a host's GPUs (a
+    4-GPU compute tray) for it: TP 8 was pruned as leaving 'the 4-GPU NVLink domain', the default --tp stopped
+    at 8 and the tree's TP at 4. TP 8 runs there as `trainsim run` runs it (150,903 tokens/s)."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Checked, enumerate_candidates, nvlink_domain_gpus
+    from simulator.topology.loader import load_topology
+
+    rack = load_topology("gb200-nvl72")
+    assert (len(rack.host_gpus(0)), nvlink_domain_gpus(rack)) == (4, 72)
+    assert nvlink_domain_gpus(load_topology("dgx-h100-cluster", {"nodes": 2})) == 8
+    assert max(c.tp for c in enumerate_candidates(SearchSpace(cp=(1,)), 128, 72)) == 128
+    def fits_from_tp16(candidate: Candidate) -> Checked:
+        return Checked(candidate, {}, None if candidate.tp >= 16 else Pruning(Pruned.OUT_OF_MEMORY, "out"), 60.0)
+
+    assert seed_tree_choice(128, 72, 80, 1024, False, fits_from_tp16).candidate.tp == 16
+    scenario = Path(__file__).parent / "data" / "llama3_70b_64_dgx_h100.yaml"
+    space = SearchSpace(tp=(8,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("none",))
+    result = search_layouts(scenario, SerialExecutor(), space=space, top=1, overrides=[
+        "cluster={topology: gb200-nvl72}", "training.global_batch=72"])
+    assert round(result.winner["tokens_per_s"]) == 150_903 and result.winner["label"].startswith("TP8 CP1 PP1 DP9")

@@ -6,10 +6,10 @@ do not fit but one layer does, split layers with PP and use DP for the rest; if 
 (no larger than the NVLink domain) is a must; if activations (long sequences) are what does not fit, TP +
 sequence parallelism + activation recompute. Where selective recompute saves no memory (flash attention stores
 no attention scores for it to drop) the tree tries no recompute in its place, so it never pays the attention
-forward again for nothing. Its three rules: TP <= GPUs per host; PP <= layers and m >= 4p so
-that the bubble is small; DP takes every remaining GPU. Here every "does it fit" is the simulator's memory model,
-micro-batches are of 1 sequence, without CP or interleaving, the tree's DP shards with ZeRO-1, and a MoE
-model keeps the scenario's expert parallelism.
+forward again for nothing. Its three rules: TP <= GPUs of the NVLink domain (a DGX host, an NVL72 rack);
+PP <= layers and m >= 4p so that the bubble is small; DP takes every remaining GPU. Here every "does it fit"
+is the simulator's memory model, micro-batches are of 1 sequence, without CP or interleaving, the tree's DP
+shards with ZeRO-1, and a MoE model keeps the scenario's expert parallelism.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class TreeChoice:
     steps: tuple[str, ...]
 
 
-def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int, layer_fits: bool,
+def seed_tree_choice(world: int, domain_gpus: int, layers: int, global_batch: int, layer_fits: bool,
                      check: Callable[[Candidate], Checked], ep: int = 1, eager: bool = False,
                      selective_saves_memory: bool = True, fewer_on_ends: bool = False) -> TreeChoice:
     """Walk the tree; ``check`` is the memory check the search uses, ``layer_fits`` whether one layer's model
@@ -65,7 +65,8 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
     attention), ``fewer_on_ends`` the scenario's `first_last_fewer_layers` (pp then splits layers + 2). Under
     ``eager`` (training.kernels: eager, which runs plain DDP or FSDP's full_shard, pipelined or not, and no ZeRO
     or TP) the tree's DP shards with FSDP where plain DDP does not fit, as it shards with ZeRO-1 otherwise: for
-    each recompute, lightest first, DDP over every GPU, then FSDP over every GPU, then PP + DDP, then PP + FSDP."""
+    each recompute, lightest first, DDP over every GPU, then FSDP over every GPU, then PP + DDP, then PP + FSDP.
+    TP goes up to ``domain_gpus``, the GPUs of one NVLink domain."""
     steps = []
     sharding: Sharding = "zero0" if eager else "zero1"
     single = check(Candidate(1, 1, 1, world, 1, 1, sharding, "none", ep))
@@ -94,7 +95,7 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
     else:
         steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
         recomputes = _recomputes(["none", "selective", "full"], selective_saves_memory, steps)
-    tps = [tp for tp in powers_of_two(host_gpus) if tp > 1]
+    tps = [tp for tp in powers_of_two(domain_gpus) if tp > 1]
     fit = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep, fewer_on_ends)
     if fit.candidate is not None:
         return TreeChoice(fit.candidate, tuple(steps))

@@ -157,7 +157,7 @@ class Pruned(StrEnum):
         member.label = label
         return member
 
-    TP_SPANS_HOSTS = "tp_spans_hosts", "TP wider than a host"
+    TP_SPANS_HOSTS = "tp_spans_hosts", "TP wider than the NVLink domain"
     LAYERS_DO_NOT_SPLIT = "layers_do_not_split", "layers do not split over pp x virtual stages"
     BATCH_DOES_NOT_DIVIDE = "batch_does_not_divide", "global batch not a multiple of dp x micro-batch"
     EP_DOES_NOT_DIVIDE = "ep_does_not_divide", "ep does not divide dp x cp"
@@ -213,10 +213,17 @@ def powers_of_two(limit: int) -> tuple[int, ...]:
     return tuple(2**k for k in range(limit.bit_length()) if 2**k <= limit)
 
 
-def enumerate_candidates(space: SearchSpace, world: int, host_gpus: int) -> list[Candidate]:
+def nvlink_domain_gpus(topology: Topology) -> int:
+    """How many GPUs share the first GPU's NVLink domain: its host's on a DGX (8), the whole rack on GB200
+    NVL72 (72, where a compute tray holds 4)."""
+    return topology.gpu_domain.count(topology.gpu_domain[0])
+
+
+def enumerate_candidates(space: SearchSpace, world: int, domain_gpus: int) -> list[Candidate]:
     """Every combination whose degrees multiply to the cluster size, in a fixed order. TP goes one power of two
-    past the NVLink domain, so that the rule keeping it inside is visible among the pruned layouts."""
-    tps = space.tp or powers_of_two(2 * host_gpus)
+    past the NVLink domain (``domain_gpus``), so that the rule keeping it inside is visible among the pruned
+    layouts."""
+    tps = space.tp or powers_of_two(2 * domain_gpus)
     found: list[Candidate] = []
     for tp in tps:
         for cp in space.cp:
@@ -236,15 +243,15 @@ def enumerate_candidates(space: SearchSpace, world: int, host_gpus: int) -> list
     return found
 
 
-def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: int,
+def structural_reason(c: Candidate, layers: int, global_batch: int, domain_gpus: int,
                       fewer_on_ends: bool) -> Pruning | None:
     """Why a layout cannot run, from arithmetic alone (None when it may). What the pipeline schedule needs of the
     micro-batch count (groups of pp for the looping interleaved ones, m >= 2p for DualPipeV) is left to the
     schedule itself, which check_memory builds."""
-    if c.tp > host_gpus:
+    if c.tp > domain_gpus:
         return Pruning(Pruned.TP_SPANS_HOSTS,
-                       f"TP {c.tp} spans hosts: its collectives would leave the {host_gpus}-GPU NVLink domain "
-                       "(seed rule 1)")
+                       f"TP {c.tp} spans NVLink domains: its collectives would leave the {domain_gpus}-GPU NVLink "
+                       "domain (seed rule 1)")
     stages = c.pp * c.virtual_stages
     split = layers + 2 if fewer_on_ends and stages >= 2 else layers
     if split % stages:

@@ -36,6 +36,7 @@ from simulator.sweep.layouts import (
     SearchSpace,
     check_memory,
     enumerate_candidates,
+    nvlink_domain_gpus,
     structural_reason,
 )
 from simulator.sweep.options import Sharding
@@ -117,20 +118,20 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     tree_ep = scenario.parallelism.ep if scenario.parallelism.ep in space.ep else min(space.ep)
     topology = capped_topology(loaded, force)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    host_gpus = len(topology.host_gpus(0))
+    domain_gpus = nvlink_domain_gpus(topology)
     base = search_base(loaded.source, overrides)
     schedule = scenario.parallelism.pipeline.schedule
     memo: dict[Candidate, Checked] = {}
 
     def check(candidate: Candidate) -> Checked:
         if candidate not in memo:
-            pruning = structural_reason(candidate, model.layers, scenario.training.global_batch or 0, host_gpus,
+            pruning = structural_reason(candidate, model.layers, scenario.training.global_batch or 0, domain_gpus,
                                         scenario.parallelism.pipeline.first_last_fewer_layers)
             memo[candidate] = (Checked(candidate, {}, pruning) if pruning is not None
                                else check_memory(base, candidate, schedule, times))
         return memo[candidate]
 
-    candidates = enumerate_candidates(space, topology.num_gpus, host_gpus)
+    candidates = enumerate_candidates(space, topology.num_gpus, domain_gpus)
     if not candidates:
         raise ScenarioError(f"no layout of the search space fits the {topology.num_gpus} GPUs",
                             field="--tp/--cp/--pp/--virtual-stages",
@@ -142,7 +143,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer, grad_format, eager)
     layer_state = model.layer_params_per_ep_rank(tree_ep) * (state.param + state.grad + state.optimizer)
     layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
-    tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,
+    tree = seed_tree_choice(topology.num_gpus, domain_gpus, model.layers, scenario.training.global_batch,
                             layer_fits, check, tree_ep, eager,
                             selective_saves_memory=rematerialized_activations(scenario.training) == "none",
                             fewer_on_ends=scenario.parallelism.pipeline.first_last_fewer_layers)
