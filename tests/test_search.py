@@ -1661,3 +1661,25 @@ def test_on_nvl72_tp_is_kept_inside_the_racks_nvlink_domain_not_a_compute_tray()
     result = search_layouts(scenario, SerialExecutor(), space=space, top=1, overrides=[
         "cluster={topology: gb200-nvl72}", "training.global_batch=72"])
     assert round(result.winner["tokens_per_s"]) == 150_903 and result.winner["label"].startswith("TP8 CP1 PP1 DP9")
+
+
+def test_a_faster_tree_layout_outside_the_space_is_said_to_be_faster_and_how_to_search_it():
+    """Llama-3-8B on 4 DGX H100, --tp 2,4,8: the tree's TP1 DP32 (outside the space) runs 352,017 tokens/s, 9.4%
+    faster than the search's TP2 DP16 (321,874), yet the comparison closed with 'The tree stops at the first
+    layout that fits ...; it never weighs throughput', as if the search had found the better layout."""
+    from simulator.sweep.search import CANDIDATE_COLUMNS, compare
+
+    def row(tp: int, tokens: float, searched: bool) -> dict:
+        candidate = Candidate(tp, 1, 1, 32 // tp, 1, 1, "zero1", "none")
+        return {**{name: getattr(candidate, name) for name in CANDIDATE_COLUMNS}, "label": candidate.label(),
+                "status": "simulated", "tokens_per_s": tokens, "mfu": 0.5, "bubble_fraction": 0.02,
+                "bottleneck.verdict": "compute-bound", "searched": searched}
+
+    tree = TreeChoice(Candidate(1, 1, 1, 32, 1, 1, "zero1", "none"), ("fits",))
+    searched = {"tp": {2, 4, 8}, "cp": {1}, "pp": {1, 2, 4}, "ep": {1}, "virtual_stages": {1, 2},
+                "micro_batch": {1}, "sharding": {"zero1"}, "recompute": {"none"}}
+    text = compare(row(2, 321_874.0, True), row(1, 352_017.0, False), tree, searched)
+    assert text.startswith("the decision tree's TP1 CP1 PP1 DP32 mb1 zero1 recompute=none, outside the searched "
+                           "space, runs 352,017 tokens/s, 9.4% faster than the search's TP2 CP1 PP1 DP16 mb1 "
+                           "zero1 recompute=none (321,874 tokens/s). They differ in tp 1 -> 2."), text
+    assert text.endswith(" Widen --tp (its tp 1 was not tried) to search it.") and "never weighs" not in text

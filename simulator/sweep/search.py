@@ -52,6 +52,9 @@ DEFAULT_TOP = 8
 CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "virtual_stages", "micro_batch", "sharding", "recompute")
 STOPPED_REASON = "not simulated: the search was stopped (Ctrl-C or SIGTERM) first"
 """The reason of a layout the search would have simulated, in the table a stopped search writes."""
+SPACE_FLAGS = {"tp": "--tp", "cp": "--cp", "pp": "--pp", "ep": "--ep", "virtual_stages": "--virtual-stages",
+               "micro_batch": "--micro-batch", "sharding": "--sharding", "recompute": "--recompute"}
+"""Each dimension of a layout with the flag that lists its values in the search space."""
 REPORTED_METRICS = ("tokens_per_s", "mfu", "step_time_s", "peak_memory_gib", "bubble_fraction",
                     "bottleneck.verdict")
 
@@ -177,7 +180,8 @@ def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts:
     winner = simulated.iloc[0].to_dict() if len(simulated) else None
     tree_rows = table[table["tree_choice"]]
     tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
-    return SearchResult(table, winner, tree, tree_row, compare(winner, tree_row, tree))
+    searched = {name: {getattr(c, name) for c in space_layouts} for name in SPACE_FLAGS}
+    return SearchResult(table, winner, tree, tree_row, compare(winner, tree_row, tree, searched))
 
 
 def _refuse_expert_parallelism_without_experts(loaded: LoadedScenario, given_ep: tuple[int, ...]) -> None:
@@ -341,8 +345,11 @@ def _idle(row: dict) -> str:
     return f"{name} {100 * row['bubble_fraction']:.1f}%"
 
 
-def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str:
-    """Where and why the search's winner and the decision tree's choice disagree, in a few sentences."""
+def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice,
+            searched: dict[str, set] | None = None) -> str:
+    """Where and why the search's winner and the decision tree's choice disagree, in a few sentences;
+    ``searched`` the values of each dimension the space held (`SPACE_FLAGS`), which a tree's layout outside the
+    space and faster than the winner is told apart by."""
     if winner is None:
         if tree_row is not None and tree_row["status"] == CandidateStatus.SIMULATED:
             return (f"no layout of the searched space survived the checks and simulated; the decision tree's "
@@ -363,10 +370,24 @@ def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str
     if not differ:  # the same layout (with one data-parallel rank the ZeRO stages' names differ, nothing else)
         return f"the search agrees with the decision tree: {tree_row['label']}"
     gain = winner["tokens_per_s"] / tree_row["tokens_per_s"] - 1 if tree_row.get("tokens_per_s") else float("nan")
+    profiles = (f"They differ in {'; '.join(differ)}. Tree: {tree_row['bottleneck.verdict']}, {_idle(tree_row)}, "
+                f"MFU {100 * tree_row['mfu']:.1f}%. Search: {winner['bottleneck.verdict']}, {_idle(winner)}, MFU "
+                f"{100 * winner['mfu']:.1f}%.")
+    if gain < 0 and not tree_row.get("searched", True):
+        faster = tree_row["tokens_per_s"] / winner["tokens_per_s"] - 1
+        return (f"the decision tree's {tree_row['label']}, outside the searched space, runs "
+                f"{tree_row['tokens_per_s']:,.0f} tokens/s, {100 * faster:.1f}% faster than the search's "
+                f"{winner['label']} ({winner['tokens_per_s']:,.0f} tokens/s). {profiles} "
+                f"{_widen(tree_row, searched or {})}")
     return (f"the search's {winner['label']} runs {winner['tokens_per_s']:,.0f} tokens/s, {100 * gain:+.1f}% vs "
-            f"the decision tree's {tree_row['label']} ({tree_row['tokens_per_s']:,.0f} tokens/s). They differ in "
-            f"{'; '.join(differ)}. Tree: {tree_row['bottleneck.verdict']}, {_idle(tree_row)}, MFU "
-            f"{100 * tree_row['mfu']:.1f}%. Search: {winner['bottleneck.verdict']}, {_idle(winner)}, MFU "
-            f"{100 * winner['mfu']:.1f}%. The tree stops at the first layout that fits in memory (lightest "
-            f"recompute, then smallest TP, then smallest PP with m >= 4p); it never weighs throughput.")
+            f"the decision tree's {tree_row['label']} ({tree_row['tokens_per_s']:,.0f} tokens/s). {profiles} The "
+            f"tree stops at the first layout that fits in memory (lightest recompute, then smallest TP, then "
+            f"smallest PP with m >= 4p); it never weighs throughput.")
+
+
+def _widen(tree_row: dict, searched: dict[str, set]) -> str:
+    """The flags whose values left the tree's layout out of the searched space, as the sentence that says so."""
+    outside = [f"{flag} (its {name} {tree_row[name]} was not tried)" for name, flag in SPACE_FLAGS.items()
+               if name in searched and tree_row[name] not in searched[name]]
+    return f"Widen {' and '.join(outside)} to search it." if outside else "Widen the space to search it."
 
