@@ -222,7 +222,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                         "s.yaml:8: parallelism.ep: ep 128 does not divide dp x cp = 64 x 1 = 64"),
     "layers-beyond-stages-on-a-large-cluster": (
         scenario(LARGE_MOE.replace("layers: 62", "layers: 61") + "  ep: 64\n"), RUN, 2,
-        "s.yaml:5: parallelism.pp: 61 layers do not split evenly over pp x virtual_stages = 16 stages"),
+        "s.yaml:5: parallelism.pp: 63 (61 layers + 2 with first_last_fewer_layers) do not split evenly over pp x "
+        "virtual_stages = 16 stages"),
     # an ep that does not divide the experts: the search pruned each candidate as 'ep does not divide dp x cp'
     # and exited 1 with its files written
     "search-ep-beyond-experts": (scenario(SMALL_MOE), ["search", "TMP/s.yaml", "--out", "TMP/out", "--ep", "4,7"], 2,

@@ -1683,3 +1683,21 @@ def test_a_faster_tree_layout_outside_the_space_is_said_to_be_faster_and_how_to_
                            "space, runs 352,017 tokens/s, 9.4% faster than the search's TP2 CP1 PP1 DP16 mb1 "
                            "zero1 recompute=none (321,874 tokens/s). They differ in tp 1 -> 2."), text
     assert text.endswith(" Widen --tp (its tp 1 was not tried) to search it.") and "never weighs" not in text
+
+
+def test_with_fewer_layers_on_the_ends_the_reason_names_the_number_that_does_not_split(tmp_path, capsys):
+    """With `first_last_fewer_layers` the stages split layers + 2: 32 layers over 4 stages was refused as '32
+    layers do not split over ... 4 stages', an arithmetic falsehood (32 / 4 = 8); 34 is what does not split."""
+    from simulator.cli import main
+
+    pruning = structural_reason(Candidate(1, 1, 4, 4, 1, 1, "zero1", "none"), layers=32, global_batch=32,
+                                domain_gpus=8, fewer_on_ends=True)
+    assert pruning is not None and pruning.reason == ("34 (32 layers + 2 with first_last_fewer_layers) do not split "
+                                                      "over pp x virtual_stages = 4 stages")
+    scenario = tmp_path / "flf.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {preset: llama3-8b}\ntraining: "
+                        "{seq_len: 4096, global_batch: 32}\nparallelism: {pp: 4, dp: 4, pipeline: "
+                        "{first_last_fewer_layers: true}}\n")
+    assert main(["validate", str(scenario)]) == 2
+    assert ": 34 (32 layers + 2 with first_last_fewer_layers) do not split evenly over pp x virtual_stages = 4 " \
+           "stages" in capsys.readouterr().err

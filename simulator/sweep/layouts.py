@@ -50,6 +50,7 @@ from simulator.sweep.options import (
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import contention_share
 from simulator.workload.memory_plan import stage_memory
+from simulator.workload.stage_work import layers_per_stage, unsplit_layers_text
 from simulator.workload.training import TrainingStep, build_training_step
 
 GIB = 2.0**30
@@ -253,10 +254,9 @@ def structural_reason(c: Candidate, layers: int, global_batch: int, domain_gpus:
                        f"TP {c.tp} spans NVLink domains: its collectives would leave the {domain_gpus}-GPU NVLink "
                        "domain (seed rule 1)")
     stages = c.pp * c.virtual_stages
-    split = layers + 2 if fewer_on_ends and stages >= 2 else layers
-    if split % stages:
-        return Pruning(Pruned.LAYERS_DO_NOT_SPLIT,
-                       f"{layers} layers do not split over pp x virtual_stages = {stages} stages")
+    if not layers_per_stage(layers, stages, fewer_on_ends):
+        return Pruning(Pruned.LAYERS_DO_NOT_SPLIT, f"{unsplit_layers_text(layers, stages, fewer_on_ends)} over pp x "
+                                                   f"virtual_stages = {stages} stages")
     if global_batch % (c.dp * c.micro_batch):
         return Pruning(Pruned.BATCH_DOES_NOT_DIVIDE,
                        f"global batch {global_batch} is not a multiple of dp x micro_batch = {c.dp * c.micro_batch}")

@@ -136,6 +136,15 @@ def layers_per_stage(layers: int, stages: int, fewer_on_ends: bool) -> list[int]
     return [layers // stages] * stages
 
 
+def unsplit_layers_text(layers: int, stages: int, fewer_on_ends: bool) -> str:
+    """Why ``layers`` do not split over ``stages`` (`layers_per_stage` empty), naming the number divided: with
+    one layer fewer on each end stage it is layers + 2, which a reader of '32 layers do not split over 4
+    stages' could not tell."""
+    if fewer_on_ends and stages >= 2:
+        return f"{layers + 2} ({layers} layers + 2 with first_last_fewer_layers) do not split"
+    return f"{layers} layers do not split"
+
+
 def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape, kv_bytes: float,
                       algorithm: CpAlgorithm, balanced: bool) -> ContextAttention:
     """The attention core's share of a layer's kernels under context parallelism (see parallel/context.py)."""

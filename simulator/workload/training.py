@@ -40,7 +40,13 @@ from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.experts import check_expert_parallelism, moe_report, plan_experts
-from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
+from simulator.workload.stage_work import (
+    CostContext,
+    layers_per_stage,
+    synthetic_stages,
+    transformer_stages,
+    unsplit_layers_text,
+)
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
 PRECISION_BYTES: dict[Precision, int] = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
@@ -337,8 +343,8 @@ def check_model_layout(scenario: Scenario, model: ModelSpec, layout: Layout) -> 
     v = par.pipeline.virtual_stages
     counts = layers_per_stage(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
     if not counts:
-        raise _invalid("parallelism.pp", f"{model.layers} layers do not split evenly over pp x "
-                       f"virtual_stages = {layout.pp * v} stages",
+        unsplit = unsplit_layers_text(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
+        raise _invalid("parallelism.pp", f"{unsplit} evenly over pp x virtual_stages = {layout.pp * v} stages",
                        "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)",
                        reads=STAGE_SPLIT_READS)
     _check_context(seq_len, layout.cp, par.cp_load_balance)
