@@ -327,7 +327,7 @@ def test_a_v_schedule_is_not_held_to_the_interleaved_groups_of_pp():
                             overrides=["parallelism.pipeline.schedule=zbv", "parallelism.pipeline.virtual_stages=2",
                                        "training.global_batch=20"])
     rows = result.table.set_index("label")
-    assert rows.loc["TP1 CP1 PP2 DP4 v2 mb1 zero1 recompute=selective", "status"] == "simulated"
+    assert rows.loc["TP1 CP1 PP2 DP4 zbv v2 mb1 zero1 recompute=selective", "status"] == "simulated"
     assert rows.loc["TP1 CP1 PP2 DP4 v4 mb1 zero1 recompute=selective", "reason"] == (
         "refused: interleaved schedules need micro-batches in whole groups of p = 2, got 5 (micro-batches = "
         "global_batch / (micro_batch x dp) = 5)")
@@ -1701,3 +1701,17 @@ def test_with_fewer_layers_on_the_ends_the_reason_names_the_number_that_does_not
     assert main(["validate", str(scenario)]) == 2
     assert ": 34 (32 layers + 2 with first_last_fewer_layers) do not split evenly over pp x virtual_stages = 4 " \
            "stages" in capsys.readouterr().err
+
+
+def test_a_layouts_label_and_row_name_its_pipeline_schedule():
+    """From a DualPipeV base, the v2 rows run DualPipeV and the v4 rows interleaved 1F1B, but the labels said only
+    'v2' and 'v4' and candidates.csv had no schedule column: two algorithms read as two depths of one."""
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(2,), virtual_stages=(1, 2, 4), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("none",))
+    result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1, overrides=[
+        "parallelism.pipeline.schedule=dualpipev", "parallelism.pipeline.virtual_stages=2"])
+    rows = result.table[result.table["searched"]].set_index("virtual_stages")
+    assert rows["schedule"].to_dict() == {1: "1f1b", 2: "dualpipev", 4: "interleaved"}
+    assert rows["label"].to_dict() == {1: "TP1 CP1 PP2 DP4 mb1 zero1 recompute=none",
+                                       2: "TP1 CP1 PP2 DP4 dualpipev v2 mb1 zero1 recompute=none",
+                                       4: "TP1 CP1 PP2 DP4 v4 mb1 zero1 recompute=none"}

@@ -107,12 +107,10 @@ class Candidate:
         (Megatron's practice); and of the base's ``ddp`` section, the sharding options its sharding cannot take
         turned off (`sharding_options`). The base's other `parallelism` fields stay as written; its `ep` is the
         space's default (`SearchSpace.ep`)."""
-        v = self.virtual_stages
         return {**self.sharding_options(ddp or {}),
             "parallelism.tp": self.tp, "parallelism.cp": self.cp, "parallelism.pp": self.pp,
             "parallelism.dp": self.dp, "parallelism.ep": self.ep, "parallelism.sequence_parallel": self.tp > 1,
-            "parallelism.pipeline.schedule": schedule if serves_chunks(schedule, v) else
-            ("interleaved" if v > 1 else "1f1b"),
+            "parallelism.pipeline.schedule": self.schedule(schedule),
             "parallelism.pipeline.virtual_stages": self.virtual_stages,
             "parallelism.zero": int(self.sharding[-1]) if self.sharding != "fsdp" else 0,
             "parallelism.fsdp": "full_shard" if self.sharding == "fsdp" else None,
@@ -136,12 +134,22 @@ class Candidate:
             options["parallelism.ddp.reduce_every_microbatch"] = None
         return options
 
-    def label(self) -> str:
+    def schedule(self, base: str) -> str:
+        """The pipeline schedule this layout runs from a scenario whose schedule is ``base``: that one where it
+        runs this many chunks per rank, else Megatron's 1F1B, interleaved with virtual stages."""
+        v = self.virtual_stages
+        return base if serves_chunks(base, v) else "interleaved" if v > 1 else "1f1b"
+
+    def label(self, schedule: str = "1f1b") -> str:
         """The layout in one line: its degrees spelled as `trainsim run` spells them (`degrees_name`), then the
-        interleaving depth, micro-batch size, sharding and recompute: 'TP1 CP1 PP2 DP4 v2 mb1 zero1 recompute=none'."""
+        pipeline ``schedule`` it runs where that is not 1F1B or, with virtual stages, interleaved 1F1B (a V
+        schedule's v2 and interleaved v4 are different algorithms), the interleaving depth, micro-batch size,
+        sharding and recompute: 'TP1 CP1 PP2 DP4 v2 mb1 zero1 recompute=none', 'TP2 CP1 PP2 DP8 dualpipev v2 mb1
+        zero1 recompute=none'."""
+        named = f" {schedule}" if self.pp > 1 and schedule not in ("1f1b", "interleaved") else ""
         interleave = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
-        return (f"{degrees_name(self.tp, self.cp, self.pp, self.dp, self.ep)}{interleave} mb{self.micro_batch} "
-                f"{self.sharding} recompute={self.recompute}")
+        return (f"{degrees_name(self.tp, self.cp, self.pp, self.dp, self.ep)}{named}{interleave} "
+                f"mb{self.micro_batch} {self.sharding} recompute={self.recompute}")
 
 
 class Pruned(StrEnum):

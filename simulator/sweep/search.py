@@ -163,16 +163,16 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     try:
         _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress, runs)
     except KeyboardInterrupt as stop:
-        raise SearchStopped(_result(checked, runs, tree, space_layouts, overrides or []),
+        raise SearchStopped(_result(checked, runs, tree, space_layouts, overrides or [], schedule),
                             terminated=isinstance(stop, Terminated)) from None
-    return _result(checked, runs, tree, space_layouts, overrides or [])
+    return _result(checked, runs, tree, space_layouts, overrides or [], schedule)
 
 
 def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts: set[Candidate],
-            given: list[str]) -> SearchResult:
+            given: list[str], schedule: str) -> SearchResult:
     """The search's result from its checked candidates and those of them simulated (all, or those simulated
-    before a stop)."""
-    table = _table(checked, runs, tree.candidate, space_layouts, given)
+    before a stop); ``schedule`` the scenario's pipeline schedule."""
+    table = _table(checked, runs, tree.candidate, space_layouts, given, schedule)
     # The tree's layout is simulated for the comparison even where the space (--tp, --pp, ...) leaves it out;
     # the winner is the space's: else a space with nothing that fits "agreed with the tree" and exited 0.
     simulated = table[(table["status"] == CandidateStatus.SIMULATED) & table["searched"]].sort_values(
@@ -315,14 +315,17 @@ def _yaml_scalar(value: object) -> str:
 
 
 def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: set[Candidate],
-           given: list[str]) -> pd.DataFrame:
-    """One row per candidate; `searched` says whether it is a layout of the searched space (the tree's layout,
-    simulated for the comparison, may lie outside it and never wins); `overrides`, for a layout that got as far
-    as the memory check, the `--set` values that run it (`run_overrides`, a JSON list, as a sweep's table holds
-    its points' overrides)."""
+           given: list[str], base_schedule: str) -> pd.DataFrame:
+    """One row per candidate; `schedule` the pipeline schedule it runs (from the scenario's ``base_schedule``);
+    `searched` says whether it is a layout of the searched space (the tree's layout, simulated for the
+    comparison, may lie outside it and never wins); `overrides`, for a layout that got as far as the memory
+    check, the `--set` values that run it (`run_overrides`, a JSON list, as a sweep's table holds its points'
+    overrides)."""
     rows = []
     for c in checked:
-        row: dict = {"label": c.candidate.label(), **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}}
+        schedule = c.candidate.schedule(base_schedule)
+        row: dict = {"label": c.candidate.label(schedule),
+                     **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}, "schedule": schedule}
         record = runs.get(c.candidate)
         status = (CandidateStatus.PRUNED if c.reason else CandidateStatus.STOPPED if record is None else
                   CandidateStatus.SIMULATED if record.status == "ok" else CandidateStatus.FAILED)
