@@ -199,7 +199,7 @@ def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
                            list(case.overrides))
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
-    base = search_base(loaded.source, list(case.overrides), loaded.scenario)
+    base = search_base(loaded.source, list(case.overrides))
     checked = check_memory(base, case.candidate, loaded.scenario.parallelism.pipeline.schedule, times)
     if checked.reason:
         return Measured(case, 0.0, 0.0, 0.0, checked.reason)

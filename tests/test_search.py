@@ -511,10 +511,10 @@ def test_a_search_of_a_dense_twin_refuses_expert_parallelism_and_seeds_the_tree_
 
 def test_ep_values_that_do_not_divide_the_data_parallel_ranks_are_pruned():
     assert structural_reason(Candidate(8, 1, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
-                             host_gpus=8, fewer_on_ends=False) == Pruning(
+                             domain_gpus=8, fewer_on_ends=False) == Pruning(
         Pruned.EP_DOES_NOT_DIVIDE, "ep 8 does not divide dp x cp = 4 (experts split over data-parallel ranks)")
     assert structural_reason(Candidate(8, 2, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
-                             host_gpus=8, fewer_on_ends=False) is None
+                             domain_gpus=8, fewer_on_ends=False) is None
 
 
 MIXTRAL_LAYOUTS: dict[tuple[int, int, Recompute], str] = {  # (tp, ep, recompute) of mixtral-8x7b-ep8's 32 GPUs
