@@ -1715,3 +1715,41 @@ def test_a_layouts_label_and_row_name_its_pipeline_schedule():
     assert rows["label"].to_dict() == {1: "TP1 CP1 PP2 DP4 mb1 zero1 recompute=none",
                                        2: "TP1 CP1 PP2 DP4 dualpipev v2 mb1 zero1 recompute=none",
                                        4: "TP1 CP1 PP2 DP4 v4 mb1 zero1 recompute=none"}
+
+
+def test_the_ddp_options_a_layout_turns_off_are_said_and_not_set_twice_in_the_run_command(tmp_path, capsys):
+    """`--set parallelism.ddp.overlap_param_gather=true` with `--sharding zero0` (which refuses it) was turned off
+    without a word, and 'run the best' set it `=true` and then `=false`. The search names each option it turns
+    off and for which shardings, search.json records them, and the command sets the field once and reproduces
+    the layout."""
+    import shlex
+
+    from simulator.cli import main
+
+    out = tmp_path / "s"
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--set", "parallelism.ddp.overlap_param_gather=true",
+                 "--out", str(out), "--quiet", "--tp", "2", "--cp", "1", "--pp", "1", "--micro-batch", "1",
+                 "--sharding", "zero0", "--recompute", "none", "--top", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert ("the scenario's ddp options turned off where the layout's sharding cannot take them: "
+            "parallelism.ddp.overlap_param_gather (zero0 layouts)") in lines
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["ddp_turned_off"] == {"parallelism.ddp.overlap_param_gather": ["zero0"]}
+    command = next(line for line in lines if line.startswith("run the best: "))
+    words = shlex.split(command.removeprefix("run the best: "))
+    assert [word for word in words if "overlap_param_gather" in word] == ["parallelism.ddp.overlap_param_gather=false"]
+    assert main([*words[1:-1], str(tmp_path / "run"), "--quiet"]) == 0
+    run = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert run["tokens_per_s"] == summary["winner"]["tokens_per_s"]
+
+
+def test_the_ddp_options_turned_off_name_the_pipelined_fsdp_layouts_alone():
+    """Pipelined FSDP reduces once per stage, so `reduce_every_microbatch: true` is turned off in its pipelined
+    layouts alone; ZeRO-0 and ZeRO-1 turn it off in all of theirs."""
+    from simulator.sweep.layouts import ddp_turned_off
+
+    layouts = [Candidate(1, 1, pp, 8 // pp, 1, 1, sharding, "none")
+               for sharding in ("zero1", "zero2", "fsdp") for pp in (1, 2)]
+    assert ddp_turned_off({"reduce_every_microbatch": True}, layouts) == {
+        "parallelism.ddp.reduce_every_microbatch": ["zero1", "fsdp with pp > 1"]}
+    assert ddp_turned_off({}, layouts) == {}

@@ -217,6 +217,22 @@ class SearchSpace:
     ep: tuple[int, ...] = ()
 
 
+def ddp_turned_off(ddp: dict, candidates: list[Candidate]) -> dict[str, list[str]]:
+    """Each option of the base's ``ddp`` section (as written) that some of ``candidates`` turn off
+    (`Candidate.sharding_options`), with the shardings whose layouts do: a sharding's name where all its layouts
+    do, '<sharding> with pp > 1' where its pipelined ones alone do."""
+    turned: dict[str, list[str]] = {}
+    for sharding in dict.fromkeys(c.sharding for c in candidates):
+        layouts = [c for c in candidates if c.sharding == sharding]
+        for name in sorted({name for c in layouts for name in c.sharding_options(ddp)}):
+            if name.rsplit(".", 1)[-1] not in ddp:
+                continue
+            off = [c for c in layouts if name in c.sharding_options(ddp)]
+            whole = len(off) == len(layouts) or any(c.pp == 1 for c in off)
+            turned.setdefault(name, []).append(sharding if whole else f"{sharding} with pp > 1")
+    return turned
+
+
 def powers_of_two(limit: int) -> tuple[int, ...]:
     """1, 2, 4, ... up to ``limit``."""
     return tuple(2**k for k in range(limit.bit_length()) if 2**k <= limit)

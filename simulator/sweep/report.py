@@ -55,6 +55,8 @@ def format_search(result: SearchResult, scenario: str) -> str:
     lines.append(f"decision tree (rules of thumb, docs/studies.md): {first}")
     lines.extend(line for step in rest for line in textwrap.wrap(step, WIDTH, initial_indent="  -> ",
                                                                  subsequent_indent="     ", break_long_words=False))
+    if result.ddp_turned_off:
+        lines.append(ddp_turned_off_text(result.ddp_turned_off))
     lines.extend(textwrap.wrap(result.comparison, WIDTH, break_long_words=False, break_on_hyphens=False))
     if result.winner is not None and result.winner.get("overrides"):
         sets = [word for item in json.loads(result.winner["overrides"]) for word in ("--set", item)]
@@ -80,6 +82,7 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
         "layouts": len(result.table),
         "status_counts": result.table["status"].value_counts().sort_index().to_dict(),
         "pruned_by_kind": {kind.value: count for kind, count in pruned_by_kind(result.table).items()},
+        "ddp_turned_off": result.ddp_turned_off,
     }
 
     def write(stage: Path) -> None:
@@ -89,6 +92,12 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
 
     identity = {"scenario": scenario, "overrides": list(overrides), "trainsim_version": trainsim_version()}
     return write_run_folder(out_dir, identity, write, SEARCH_FOLDER)
+
+
+def ddp_turned_off_text(turned_off: dict[str, list[str]]) -> str:
+    """The scenario's ddp options the layouts of some shardings turned off, in one line."""
+    named = "; ".join(f"{name} ({', '.join(shardings)} layouts)" for name, shardings in turned_off.items())
+    return f"the scenario's ddp options turned off where the layout's sharding cannot take them: {named}"
 
 
 def pruned_by_kind(table) -> dict[Pruned, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +35,7 @@ from simulator.sweep.layouts import (
     Pruning,
     SearchSpace,
     check_memory,
+    ddp_turned_off,
     enumerate_candidates,
     nvlink_domain_gpus,
     structural_reason,
@@ -62,13 +63,15 @@ REPORTED_METRICS = ("tokens_per_s", "mfu", "step_time_s", "peak_memory_gib", "bu
 @dataclass(frozen=True)
 class SearchResult:
     """Every candidate with its status (`simulated`, `pruned`, `failed`) and reason, the best simulated row,
-    the tree's choice and the comparison in words."""
+    the tree's choice, the comparison in words, and each option of the scenario's `parallelism.ddp` that
+    layouts turned off, with the shardings that cannot take it (`ddp_turned_off`)."""
 
     table: pd.DataFrame
     winner: dict | None
     tree: TreeChoice
     tree_row: dict | None
     comparison: str
+    ddp_turned_off: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _in_place_of_microbatches(loaded: LoadedScenario) -> str:
@@ -140,6 +143,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                             field="--tp/--cp/--pp/--virtual-stages",
                             allowed="tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1")
     space_layouts = set(candidates)
+    turned_off = ddp_turned_off((base.get("parallelism") or {}).get("ddp") or {}, candidates)
     checked = _prune(candidates, check, space)
     eager = scenario.training.kernels == "eager"
     grad_format = scenario.training.gradient_buffer_dtype(scenario.parallelism.deepspeed_zero3)
@@ -163,15 +167,16 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     try:
         _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress, runs)
     except KeyboardInterrupt as stop:
-        raise SearchStopped(_result(checked, runs, tree, space_layouts, overrides or [], schedule),
+        raise SearchStopped(_result(checked, runs, tree, space_layouts, overrides or [], schedule, turned_off),
                             terminated=isinstance(stop, Terminated)) from None
-    return _result(checked, runs, tree, space_layouts, overrides or [], schedule)
+    return _result(checked, runs, tree, space_layouts, overrides or [], schedule, turned_off)
 
 
 def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts: set[Candidate],
-            given: list[str], schedule: str) -> SearchResult:
+            given: list[str], schedule: str, turned_off: dict[str, list[str]]) -> SearchResult:
     """The search's result from its checked candidates and those of them simulated (all, or those simulated
-    before a stop); ``schedule`` the scenario's pipeline schedule."""
+    before a stop); ``schedule`` the scenario's pipeline schedule, ``turned_off`` the ddp options layouts turned
+    off (`ddp_turned_off`)."""
     table = _table(checked, runs, tree.candidate, space_layouts, given, schedule)
     # The tree's layout is simulated for the comparison even where the space (--tp, --pp, ...) leaves it out;
     # the winner is the space's: else a space with nothing that fits "agreed with the tree" and exited 0.
@@ -181,7 +186,7 @@ def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts:
     tree_rows = table[table["tree_choice"]]
     tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
     searched = {name: {getattr(c, name) for c in space_layouts} for name in SPACE_FLAGS}
-    return SearchResult(table, winner, tree, tree_row, compare(winner, tree_row, tree, searched))
+    return SearchResult(table, winner, tree, tree_row, compare(winner, tree_row, tree, searched), turned_off)
 
 
 def _refuse_expert_parallelism_without_experts(loaded: LoadedScenario, given_ep: tuple[int, ...]) -> None:
@@ -294,15 +299,18 @@ def run_overrides(data: dict, given: list[str]) -> list[str]:
     (`CANDIDATE_FIELDS`: a label such as 'TP4 CP1 PP1 DP16 mb1 fsdp' says nothing of the sequence parallelism
     and schedule it sets; setting only its degrees ran Llama-3-70B's TP4 DP16 FSDP layout without sequence
     parallelism: 91.5 GiB, out of memory, where the search had simulated 61.5 GiB). The whole parallelism
-    section, set at once, dropped the user's own `--set parallelism.ddp...` again."""
-    sets = []
+    section, set at once, dropped the user's own `--set parallelism.ddp...` again. A ``given`` one of a field the
+    candidate writes is left out: the candidate's value (the given one, or what its sharding turned it to)
+    follows, and the command said `overlap_param_gather=true` and `=false` both."""
+    sets, written = [], set()
     for name in CANDIDATE_FIELDS:
         section: object = data
         for part in name.split("."):
             section = section.get(part, _ABSENT) if isinstance(section, dict) else _ABSENT
         if section is not _ABSENT:
             sets.append(f"{name}={_yaml_scalar(section)}")
-    return [*given, *sets]
+            written.add(name)
+    return [*(item for item in given if item.split("=", 1)[0].strip() not in written), *sets]
 
 
 _ABSENT = object()
