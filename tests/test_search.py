@@ -11,11 +11,13 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from simulator import load_scenario, simulate
 from simulator.errors import Terminated
+from simulator.parallel.layout import Layout
 from simulator.simulation import NetworkSettings
 from simulator.sweep import report as search_report
 from simulator.sweep.decision_tree import TreeChoice
@@ -26,6 +28,8 @@ from simulator.sweep.report import write_search
 from simulator.sweep.search import STOPPED_REASON, SearchResult, search_base, search_layouts
 
 SCENARIO = Path(__file__).parent / "data" / "llama3_70b_64_dgx_h100.yaml"
+DGX_DOMAINS = np.arange(512) // 8
+"""Each GPU's NVLink domain on 64 DGX hosts of 8 GPUs."""
 
 
 def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
@@ -62,7 +66,7 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
     (Candidate(8, 2, 16, 2, 1, 1, "zero1", "none"), ""),
 ])
 def test_structural_rules(candidate, problem):
-    pruning = structural_reason(candidate, layers=80, global_batch=512, domain_gpus=8, fewer_on_ends=False)
+    pruning = structural_reason(candidate, layers=80, global_batch=512, domains=DGX_DOMAINS, fewer_on_ends=False)
     assert (problem in pruning.reason) if problem else pruning is None
 
 
@@ -511,10 +515,10 @@ def test_a_search_of_a_dense_twin_refuses_expert_parallelism_and_seeds_the_tree_
 
 def test_ep_values_that_do_not_divide_the_data_parallel_ranks_are_pruned():
     assert structural_reason(Candidate(8, 1, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
-                             domain_gpus=8, fewer_on_ends=False) == Pruning(
+                             domains=DGX_DOMAINS, fewer_on_ends=False) == Pruning(
         Pruned.EP_DOES_NOT_DIVIDE, "ep 8 does not divide dp x cp = 4 (experts split over data-parallel ranks)")
     assert structural_reason(Candidate(8, 2, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
-                             domain_gpus=8, fewer_on_ends=False) is None
+                             domains=DGX_DOMAINS, fewer_on_ends=False) is None
 
 
 MIXTRAL_LAYOUTS: dict[tuple[int, int, Recompute], str] = {  # (tp, ep, recompute) of mixtral-8x7b-ep8's 32 GPUs
@@ -1691,7 +1695,7 @@ def test_with_fewer_layers_on_the_ends_the_reason_names_the_number_that_does_not
     from simulator.cli import main
 
     pruning = structural_reason(Candidate(1, 1, 4, 4, 1, 1, "zero1", "none"), layers=32, global_batch=32,
-                                domain_gpus=8, fewer_on_ends=True)
+                                domains=DGX_DOMAINS, fewer_on_ends=True)
     assert pruning is not None and pruning.reason == ("34 (32 layers + 2 with first_last_fewer_layers) do not split "
                                                       "over pp x virtual_stages = 4 stages")
     scenario = tmp_path / "flf.yaml"
@@ -1753,3 +1757,32 @@ def test_the_ddp_options_turned_off_name_the_pipelined_fsdp_layouts_alone():
     assert ddp_turned_off({"reduce_every_microbatch": True}, layouts) == {
         "parallelism.ddp.reduce_every_microbatch": ["zero1", "fsdp with pp > 1"]}
     assert ddp_turned_off({}, layouts) == {}
+
+
+def test_a_tp_group_straddling_two_nvl72_racks_is_pruned_as_run_warns_of_it():
+    """The rule was tp <= GPUs of GPU 0's NVLink domain, and 72 is not a power of two: on two GB200 NVL72 racks
+    TP 16's fifth group (GPUs 64 to 79) spans both racks, which `trainsim validate` warns of and the search
+    neither pruned nor said. Racks of unequal size (`last_rack_trays`) have the larger one's domain."""
+    from simulator.sweep.layouts import nvlink_domain_gpus
+    from simulator.topology.loader import load_topology
+    from simulator.workload.training import tp_domains
+
+    racks = load_topology("gb200-nvl72", {"racks": 2})
+    pruning = structural_reason(Candidate(16, 1, 1, 9, 1, 1, "zero1", "none"), layers=32, global_batch=144,
+                                domains=racks.gpu_domain_array, fewer_on_ends=False)
+    assert pruning == Pruning(Pruned.TP_SPANS_HOSTS, "TP 16 spans NVLink domains: the TP group of GPUs 64 to 79 "
+                              "spans 2 NVLink domains (0, 1, of 72 GPUs each), so its collectives would leave the "
+                              "NVLink domain every layer (seed rule 1)")
+    assert structural_reason(Candidate(8, 1, 1, 18, 1, 1, "zero1", "none"), layers=32, global_batch=144,
+                             domains=racks.gpu_domain_array, fewer_on_ends=False) is None
+    assert tp_domains(Layout(tp=16, dp=9), racks.gpu_domain_array) == 2  # what `trainsim run` warns by
+    assert nvlink_domain_gpus(load_topology("gb200-nvl72", {"racks": 2, "last_rack_trays": 14})) == 72
+
+
+def test_tp_on_a_host_without_nvlink_is_pruned_in_those_words():
+    """On hosts without NVLink the reason spoke of 'the 1-GPU NVLink domain'."""
+    from simulator.topology.loader import load_topology
+
+    pruning = structural_reason(Candidate(2, 1, 1, 4, 1, 1, "zero1", "none"), layers=32, global_batch=64,
+                                domains=load_topology("ethernet-100g").gpu_domain_array, fewer_on_ends=False)
+    assert pruning is not None and "GPUs 0, 1 shares no NVLink (a host without NVLink)" in pruning.reason

@@ -5,10 +5,12 @@ beside their copies in the stage's other EP groups), that ranks the survivors be
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
 
+import numpy as np
 from pydantic import ValidationError
 
 from simulator.collectives.names import AlgorithmChoice, Primitive
@@ -25,7 +27,7 @@ from simulator.parallel.experts import (
     expert_shard_groups,
     group_images,
 )
-from simulator.parallel.layout import degrees_name
+from simulator.parallel.layout import DIMENSIONS, Layout, degrees_name
 from simulator.parallel.overlap import regathers_input, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import StepPlan
@@ -51,7 +53,7 @@ from simulator.topology.graph import Topology
 from simulator.workload.calibrated import contention_share
 from simulator.workload.memory_plan import stage_memory
 from simulator.workload.stage_work import layers_per_stage, unsplit_layers_text
-from simulator.workload.training import TrainingStep, build_training_step
+from simulator.workload.training import TrainingStep, build_training_step, tp_domains
 
 GIB = 2.0**30
 CollectiveShape = tuple[Primitive, tuple[int, ...], float]
@@ -166,7 +168,7 @@ class Pruned(StrEnum):
         member.label = label
         return member
 
-    TP_SPANS_HOSTS = "tp_spans_hosts", "TP wider than the NVLink domain"
+    TP_SPANS_HOSTS = "tp_spans_hosts", "a TP group spans NVLink domains"
     LAYERS_DO_NOT_SPLIT = "layers_do_not_split", "layers do not split over pp x virtual stages"
     BATCH_DOES_NOT_DIVIDE = "batch_does_not_divide", "global batch not a multiple of dp x micro-batch"
     EP_DOES_NOT_DIVIDE = "ep_does_not_divide", "ep does not divide dp x cp"
@@ -239,9 +241,44 @@ def powers_of_two(limit: int) -> tuple[int, ...]:
 
 
 def nvlink_domain_gpus(topology: Topology) -> int:
-    """How many GPUs share the first GPU's NVLink domain: its host's on a DGX (8), the whole rack on GB200
-    NVL72 (72, where a compute tray holds 4)."""
-    return topology.gpu_domain.count(topology.gpu_domain[0])
+    """How many GPUs share the largest NVLink domain: a host's on a DGX (8), the whole rack on GB200 NVL72 (72,
+    where a compute tray holds 4; a shorter last rack, `last_rack_trays`, holds fewer)."""
+    return int(np.bincount(topology.gpu_domain_array).max())
+
+
+def tp_spans_domains(layout: Layout, domains: np.ndarray) -> Pruning | None:
+    """Why a layout's TP groups leave their NVLink domain (None where every group stays inside one), by the rule
+    `trainsim run` warns by (`tp_domains`: any group, not GPU 0's alone, so 16-GPU groups over two 72-GPU racks,
+    one of which straddles them, are caught): naming a straddling group's GPUs and its domains (rank r in
+    ``domains[r]``)."""
+    spanned = tp_domains(layout, domains)
+    if spanned == 1:
+        return None
+    group = next(group for group in (layout.group("tp", rank) for rank in range(layout.world))
+                 if len(set(domains[list(group)].tolist())) > 1)
+    ids = sorted(set(domains[list(group)].tolist()))
+    sizes = sorted({int(np.count_nonzero(domains == d)) for d in ids})
+    if sizes == [1]:
+        return Pruning(Pruned.TP_SPANS_HOSTS,
+                       f"TP {layout.tp} spans NVLink domains: the TP group of GPUs {_gpus(group)} shares no NVLink "
+                       "(a host without NVLink), so its collectives would run over PCIe or the network every "
+                       "layer (seed rule 1)")
+    each = f"{sizes[0]} GPUs each" if len(sizes) == 1 else f"{' and '.join(map(str, sizes))} GPUs"
+    return Pruning(Pruned.TP_SPANS_HOSTS,
+                   f"TP {layout.tp} spans NVLink domains: the TP group of GPUs {_gpus(group)} spans {spanned} "
+                   f"NVLink domains ({_first_few(ids)}, of {each}), so its collectives would leave the NVLink "
+                   "domain every layer (seed rule 1)")
+
+
+def _gpus(group: tuple[int, ...]) -> str:
+    """A group's GPUs: 'a to b' where they are numbered together, else the first few."""
+    together = list(group) == list(range(group[0], group[0] + len(group)))
+    return f"{group[0]} to {group[-1]}" if together and len(group) > 2 else _first_few(group)
+
+
+def _first_few(values: Sequence[int]) -> str:
+    """Up to four of ``values``, then '...' where there are more."""
+    return ", ".join(map(str, values[:4])) + (", ..." if len(values) > 4 else "")
 
 
 def enumerate_candidates(space: SearchSpace, world: int, domain_gpus: int) -> list[Candidate]:
@@ -268,15 +305,15 @@ def enumerate_candidates(space: SearchSpace, world: int, domain_gpus: int) -> li
     return found
 
 
-def structural_reason(c: Candidate, layers: int, global_batch: int, domain_gpus: int,
-                      fewer_on_ends: bool) -> Pruning | None:
-    """Why a layout cannot run, from arithmetic alone (None when it may). What the pipeline schedule needs of the
-    micro-batch count (groups of pp for the looping interleaved ones, m >= 2p for DualPipeV) is left to the
+def structural_reason(c: Candidate, layers: int, global_batch: int, domains: np.ndarray,
+                      fewer_on_ends: bool, order: tuple[str, ...] = DIMENSIONS) -> Pruning | None:
+    """Why a layout cannot run, from arithmetic alone (None when it may): ``domains`` each GPU's NVLink domain
+    (`Topology.gpu_domain_array`), ``order`` the scenario's placement order. What the pipeline schedule needs of
+    the micro-batch count (groups of pp for the looping interleaved ones, m >= 2p for DualPipeV) is left to the
     schedule itself, which check_memory builds."""
-    if c.tp > domain_gpus:
-        return Pruning(Pruned.TP_SPANS_HOSTS,
-                       f"TP {c.tp} spans NVLink domains: its collectives would leave the {domain_gpus}-GPU NVLink "
-                       "domain (seed rule 1)")
+    spans = tp_spans_domains(Layout(c.tp, c.cp, c.pp, c.dp, order), domains)
+    if spans is not None:
+        return spans
     stages = c.pp * c.virtual_stages
     if not layers_per_stage(layers, stages, fewer_on_ends):
         return Pruning(Pruned.LAYERS_DO_NOT_SPLIT, f"{unsplit_layers_text(layers, stages, fewer_on_ends)} over pp x "

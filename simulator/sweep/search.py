@@ -131,8 +131,10 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
 
     def check(candidate: Candidate) -> Checked:
         if candidate not in memo:
-            pruning = structural_reason(candidate, model.layers, scenario.training.global_batch or 0, domain_gpus,
-                                        scenario.parallelism.pipeline.first_last_fewer_layers)
+            pruning = structural_reason(candidate, model.layers, scenario.training.global_batch or 0,
+                                        topology.gpu_domain_array,
+                                        scenario.parallelism.pipeline.first_last_fewer_layers,
+                                        tuple(scenario.parallelism.order))
             memo[candidate] = (Checked(candidate, {}, pruning) if pruning is not None
                                else check_memory(base, candidate, schedule, times))
         return memo[candidate]
