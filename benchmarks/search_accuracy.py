@@ -139,7 +139,8 @@ def dense_8b() -> list[Case]:
     for prefix, overrides, gpus, extra in (
             ("8b-1host", (), 8, []),
             ("8b-4hosts", FOUR_HOSTS, 32, [layout(4, 1, 2, 32), layout(2, 1, 2, 32, sharding="zero0")])):
-        plain = [layout(1, 1, 1, gpus), layout(2, 1, 1, gpus), layout(8, 1, 1, gpus), layout(1, 2, 1, gpus)]
+        plain = [layout(1, 1, 1, gpus), layout(2, 1, 1, gpus), layout(8, 1, 1, gpus), layout(1, 2, 1, gpus),
+                 layout(1, 1, 1, gpus, sharding="zero2")]
         piped = [layout(1, 1, 2, gpus), layout(1, 1, 4, gpus), layout(2, 1, 2, gpus, 2), *extra]
         fsdp = [layout(tp, 1, 1, gpus, sharding="fsdp") for tp in ((1,) if gpus == 8 else (1, 2))]
         piped_fsdp = [layout(1, 1, 2, gpus, sharding="fsdp"), *([layout(1, 1, 4, gpus, sharding="fsdp")]

@@ -414,6 +414,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
                 last_slot = sharded_slot_s(tail_plan, times, rank, blocks, share, work, plan) + sum(opening) - slot
             work = slot
             starts.append(microbatch_starts_s(plan, times, rank, unit_work))
+        elif sharding.sharded_grad_steps:
+            work = reduced_every_microbatch_slot_s(plan, times, rank, blocks, share, work)
         slots.append(work)
         tails.append(last_slot + reduction_tail_s(tail_plan, times, rank, share,
                                                   (work + last_slot) / plain if plain > 0 else 1.0)
@@ -433,6 +435,25 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     else:
         after = max(gathers) if sharding.stage else 0.0
     return pipeline + exposed + experts + optimizer + after
+
+
+def reduced_every_microbatch_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block],
+                                    share: SmShare | None, actions_s: float) -> float:
+    """Seconds of ``rank``'s micro-batch slot under DeepSpeed's ZeRO-2 (``actions_s`` its pipeline actions'
+    seconds): every micro-batch the program reduce-scatters each layer's gradients over the shard group as its
+    backward finishes them (`ProgramBuilder._grads_done`), beside the compute, whose kernels their SMs slow
+    (`sharded_toll_s`); the slot is the longer of the actions with that toll and the reduce-scatters back to
+    back. The last micro-batch's are the reduction's tail (`reduction_tail_s`)."""
+    sharding = plan.sharding
+    group = shard_group(plan.layout, rank, sharding.degree)
+    if len(group) == 1:
+        return actions_s
+    shapes: list[CollectiveShape] = [("reduce_scatter", group, params * sharding.grad_bytes)
+                                     for _, _, params in layer_units(blocks).values()]
+    spans = [(times.seconds(*shape), (shape,)) for shape in shapes]
+    compute, sm_bound = kernels_s(blocks)
+    toll = sharded_toll_s(spans, times, share, compute, sm_bound) if share is not None else 0.0
+    return max(actions_s + toll, sum(seconds for seconds, _ in spans))
 
 
 def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block], share: SmShare | None,
@@ -946,7 +967,7 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: S
         return 0.0
     ready, finished, clock, compute, sm_bound = _cool_down(plan, times, rank, share)
     replicated = 0.0
-    if sharding.stage == 3:
+    if sharding.sharded_grad_steps:
         units = layer_units(reversed(ready))
         firsts = {block.layer: index for index, block in enumerate(ready) if block.params > 0}
         queue = [(finished[index], units[layer][2] * sharding.grad_bytes)
@@ -966,7 +987,7 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: S
         last = times.seconds(sharding.grad_reduction, group, nbytes)
         end = max(end, ready_s) + last
         busy += last
-    if sharding.stage == 3 and sharding.reduce_every_microbatch:
+    if sharding.sharded_grad_steps and sharding.reduce_every_microbatch:
         return max(last, replicated)  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
     delay = 0.0
     if share is not None and compute > 0:

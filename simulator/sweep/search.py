@@ -159,9 +159,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     survivors = sorted((c for c in checked if not c.reason), key=lambda c: (-c.estimate_tokens_per_s, c.candidate))
     chosen = survivors[:top]
     rank_cut = chosen[-1].estimate_tokens_per_s if chosen else 0.0
-    checked = [replace(c, pruning=Pruning(Pruned.BELOW_TOP, f"estimate {c.estimate_tokens_per_s:,.0f} tokens/s ranks "
-                                                             f"below the top {top} (cut at {rank_cut:,.0f}); not "
-                                                             "simulated (--top)"))
+    checked = [replace(c, pruning=Pruning(Pruned.BELOW_TOP, below_top_reason(c.estimate_tokens_per_s, top, rank_cut)))
                if not c.reason and c not in chosen and c.candidate != tree.candidate else c for c in checked]
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
@@ -172,6 +170,15 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
         raise SearchStopped(_result(checked, runs, tree, space_layouts, overrides or [], schedule, turned_off),
                             terminated=isinstance(stop, Terminated)) from None
     return _result(checked, runs, tree, space_layouts, overrides or [], schedule, turned_off)
+
+
+def below_top_reason(estimate: float, top: int, cut: float) -> str:
+    """Why a survivor whose estimate is ``estimate`` tokens/s was not simulated, the ``top`` best ending at
+    ``cut``: it ranks below them, or ties the last of them and lost the tie on its label's order."""
+    if estimate >= cut:
+        return (f"estimate {estimate:,.0f} tokens/s ties the last of the top {top} (cut at {cut:,.0f}), which "
+                "comes first in layout order; not simulated (--top)")
+    return f"estimate {estimate:,.0f} tokens/s ranks below the top {top} (cut at {cut:,.0f}); not simulated (--top)"
 
 
 def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts: set[Candidate],
