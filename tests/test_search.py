@@ -1818,3 +1818,17 @@ def test_a_tie_at_the_top_cut_is_worded_as_a_tie():
         "estimate 91,000 tokens/s ties the last of the top 2 (cut at 91,000), which comes first in layout order; "
         "not simulated (--top)")
     assert below_top_reason(90_000.0, 2, 91_000.0).startswith("estimate 90,000 tokens/s ranks below the top 2")
+
+
+def test_a_parameter_server_scenario_is_refused_at_its_strategy(tmp_path, capsys):
+    """Every layout of a parameter-server scenario was refused one by one ('parameter-server workers each hold
+    the whole model'), and the search exited 1 as if nothing fit."""
+    from simulator.cli import main
+
+    code = main(["search", "parameter-server-vs-allreduce", "--set", "training.global_batch=96", "--out",
+                 str(tmp_path / "s"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "parameter-server-vs-allreduce.yaml:13: parallelism.strategy: a layout search tries collective" in err
+    assert err.endswith("(allowed: collective: --set parallelism.strategy=collective --set ps=null)")
+    assert not (tmp_path / "s").exists()

@@ -103,6 +103,10 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     loaded = load_scenario(scenario_path, overrides)
     _refuse_sets_on_searched_fields(loaded)
     scenario = loaded.scenario
+    if scenario.uses_parameter_servers:
+        raise loaded.error(("parallelism", "strategy"), "a layout search tries collective layouts (TP, PP, ZeRO, "
+                           "...), and parameter-server workers each hold the whole model: it could try none",
+                           "collective: --set parallelism.strategy=collective --set ps=null")
     if scenario.model is None or scenario.model.synthetic is not None:
         raise loaded.error(("model",), "a layout search needs a model (preset or dimensions)",
                            "model: {preset: llama3-70b}")
