@@ -1832,3 +1832,15 @@ def test_a_parameter_server_scenario_is_refused_at_its_strategy(tmp_path, capsys
     assert "parameter-server-vs-allreduce.yaml:13: parallelism.strategy: a layout search tries collective" in err
     assert err.endswith("(allowed: collective: --set parallelism.strategy=collective --set ps=null)")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("given", ["parallelism.ddp.reduce_every_microbatch=true", "parallelism.zero=2"])
+def test_a_refused_set_for_zero2_says_how_a_search_gets_it(tmp_path, capsys, given):
+    """With a file at `zero: 1` the loader refused `reduce_every_microbatch=true` and the search `zero=2`, and
+    neither said that `--sharding zero2` runs DeepSpeed's ZeRO-2."""
+    from simulator.cli import main
+
+    code = main(["search", "llama3-8b-dgx-h100-dp8", "--set", given, "--out", str(tmp_path / "s"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.endswith("--sharding zero2 runs DeepSpeed's ZeRO-2, which reduce-scatters every micro-batch)"), err

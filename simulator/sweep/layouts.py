@@ -70,12 +70,14 @@ queued behind it, hold the forward's start (`microbatch_starts_s`), so a slot's 
 (`spans_beside_compute`)."""
 
 
+ZERO2_HINT = "--sharding zero2 runs DeepSpeed's ZeRO-2, which reduce-scatters every micro-batch"
+"""How a search gets ZeRO-2, said where a `--set` of `zero` or `reduce_every_microbatch` is refused."""
 SEARCHED_FIELDS: dict[str, str] = {
     "parallelism.tp": "--tp", "parallelism.cp": "--cp", "parallelism.pp": "--pp",
     "parallelism.dp": "--tp, --cp and --pp (dp takes the GPUs they leave)",
     "parallelism.sequence_parallel": "--tp (sequence parallelism is on whenever tp > 1)",
-    "parallelism.zero": "--sharding", "parallelism.fsdp": "--sharding", "training.micro_batch": "--micro-batch",
-    "training.recompute": "--recompute",
+    "parallelism.zero": f"--sharding; {ZERO2_HINT}", "parallelism.fsdp": "--sharding",
+    "training.micro_batch": "--micro-batch", "training.recompute": "--recompute",
 }
 """The scenario fields the search varies, each with the flag that gives its values: every candidate sets them
 (`Candidate.overrides`), so a `--set` of one would be dropped (`search` refuses it). Not the virtual stages,
@@ -450,7 +452,7 @@ def reduced_every_microbatch_slot_s(plan: StepPlan, times: CollectiveTimes, rank
         return actions_s
     shapes: list[CollectiveShape] = [("reduce_scatter", group, params * sharding.grad_bytes)
                                      for _, _, params in layer_units(blocks).values()]
-    spans = [(times.seconds(*shape), (shape,)) for shape in shapes]
+    spans: list[Span] = [(times.seconds(*shape), (shape,)) for shape in shapes]
     compute, sm_bound = kernels_s(blocks)
     toll = sharded_toll_s(spans, times, share, compute, sm_bound) if share is not None else 0.0
     return max(actions_s + toll, sum(seconds for seconds, _ in spans))

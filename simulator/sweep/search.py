@@ -28,6 +28,7 @@ from simulator.sweep.executors import Executor
 from simulator.sweep.layouts import (
     CANDIDATE_FIELDS,
     SEARCHED_FIELDS,
+    ZERO2_HINT,
     Candidate,
     Checked,
     CollectiveTimes,
@@ -100,7 +101,12 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     space = space or SearchSpace()
     if top < 1:
         raise ScenarioError(f"'{top}' is below 1", field="--top", allowed="a whole number, 1 or more")
-    loaded = load_scenario(scenario_path, overrides)
+    try:
+        loaded = load_scenario(scenario_path, overrides)
+    except ScenarioError as exc:
+        if exc.field != "parallelism.ddp.reduce_every_microbatch":
+            raise
+        raise exc.rebuilt(allowed=f"{exc.allowed}; in a search, {ZERO2_HINT}") from None
     _refuse_sets_on_searched_fields(loaded)
     scenario = loaded.scenario
     if scenario.uses_parameter_servers:
