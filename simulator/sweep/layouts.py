@@ -772,9 +772,9 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
     (`CollectiveTimes.together`, the buckets as one reduction of their bytes over the DP x CP group). On the
     drain every chunk's last micro-batch passes such a hand-off at each hop of its chain. A backward that keeps
     its weight gradients apart (a zero-bubble W) finishes them after its send, and ZeRO-3 reduces otherwise:
-    nothing. No search candidate sets `ddp` (`search.search_base` drops the scenario's, `Candidate.overrides`
-    sets none), so without overlap nothing is charged, and ZeRO-2 reducing every micro-batch (whose sends all
-    share the NIC with its reductions) is timed as buckets after the last."""
+    nothing. Without overlap (`ddp.overlap: false`, which the search's candidates keep from the scenario as
+    written) nothing is charged, and ZeRO-2 reducing every micro-batch (whose sends all share the NIC with its
+    reductions) is timed as buckets after the last."""
     layout, sharding = plan.layout, plan.sharding
     if sharding.stage == 3 or not sharding.overlap:
         return {}

@@ -94,9 +94,10 @@ def _in_place_of_microbatches(loaded: LoadedScenario) -> str:
 def search_layouts(scenario_path: str | Path, executor: Executor, *, space: SearchSpace | None = None,
                    top: int = DEFAULT_TOP, overrides: list[str] | None = None, force: bool = False,
                    on_progress: Callable[[int, int], None] | None = None) -> SearchResult:
-    """Search the layouts of the training step in ``scenario_path``, a file or a bundled scenario's name (its
-    parallelism section is ignored but for its placement order, fewer layers on the end stages and, unless the
-    space gives `ep`, its expert parallelism); ``force`` simulates candidates beyond the scale limits.
+    """Search the layouts of the training step in ``scenario_path``, a file or a bundled scenario's name (every
+    candidate sets the fields the search varies, `SEARCHED_FIELDS`, and keeps the rest of its parallelism
+    section as written, but the ddp options its sharding cannot take; `ep` is the scenario's unless the space
+    gives it); ``force`` simulates candidates beyond the scale limits.
     ``on_progress(done, total)`` hears of each candidate simulated (the simulations take nearly all the time)."""
     space = space or SearchSpace()
     if top < 1:
