@@ -82,12 +82,6 @@ SEARCHED_FIELDS: dict[str, str] = {
 """The scenario fields the search varies, each with the flag that gives its values: every candidate sets them
 (`Candidate.overrides`), so a `--set` of one would be dropped (`search` refuses it). Not the virtual stages,
 which a `--set` of a V schedule needs beside it for the scenario to load (`--virtual-stages` gives the values)."""
-CANDIDATE_FIELDS = ("parallelism.tp", "parallelism.cp", "parallelism.pp", "parallelism.dp", "parallelism.ep",
-                    "parallelism.sequence_parallel", "parallelism.pipeline.schedule",
-                    "parallelism.pipeline.virtual_stages", "parallelism.zero", "parallelism.fsdp",
-                    "parallelism.ddp.overlap_param_gather", "parallelism.ddp.reduce_every_microbatch",
-                    "training.micro_batch", "training.recompute")
-"""Every field a candidate may set, in the order `trainsim run`'s `--set`s write them (`search.run_overrides`)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -111,13 +105,14 @@ class Candidate:
         (Megatron's practice); and of the base's ``ddp`` section, the sharding options its sharding cannot take
         turned off (`sharding_options`). The base's other `parallelism` fields stay as written; its `ep` is the
         space's default (`SearchSpace.ep`)."""
-        return {**self.sharding_options(ddp or {}),
+        return {
             "parallelism.tp": self.tp, "parallelism.cp": self.cp, "parallelism.pp": self.pp,
             "parallelism.dp": self.dp, "parallelism.ep": self.ep, "parallelism.sequence_parallel": self.tp > 1,
             "parallelism.pipeline.schedule": self.schedule(schedule),
             "parallelism.pipeline.virtual_stages": self.virtual_stages,
             "parallelism.zero": int(self.sharding[-1]) if self.sharding != "fsdp" else 0,
             "parallelism.fsdp": "full_shard" if self.sharding == "fsdp" else None,
+            **self.sharding_options(ddp or {}),
             "training.micro_batch": self.micro_batch, "training.recompute": self.recompute,
         }
 
@@ -154,6 +149,12 @@ class Candidate:
         interleave = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
         return (f"{degrees_name(self.tp, self.cp, self.pp, self.dp, self.ep)}{named}{interleave} "
                 f"mb{self.micro_batch} {self.sharding} recompute={self.recompute}")
+
+
+CANDIDATE_FIELDS = tuple(Candidate(1, 1, 1, 1, 1, 1, "zero0", "none").overrides(
+    "1f1b", {"overlap_param_gather": True, "reduce_every_microbatch": True}))
+"""Every field a candidate may set, in the order `trainsim run`'s `--set`s write them (`search.run_overrides`):
+those of a ZeRO-0 layout from a base with both sharding options on, which it turns off."""
 
 
 class Pruned(StrEnum):
