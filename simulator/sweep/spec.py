@@ -323,7 +323,7 @@ def absolute_files(data: dict, folder: Path) -> dict:
     """``data`` with each relative file path of `FILE_FIELDS` made absolute from ``folder`` (a topology's bundled
     name kept): an inline base's files, read from the sweep file's folder, then read alike from the
     `scenario.yaml` a point folder holds (`trainsim run` of it reproduces the point)."""
-    written = {}
+    written: dict[FieldPath, object] = {}
     for path in FILE_FIELDS:
         node: object = data
         for part in path:

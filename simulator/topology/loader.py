@@ -135,15 +135,16 @@ def _refuse_bundled_scenario(name: str) -> None:
         return
     data, _ = read_yaml(scenario, TopologyError)
     if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
-        _refuse_scenario(data["cluster"], scenario.parent, None)
+        _refuse_scenario(data["cluster"], scenario.parent, "")
 
 
-def _refuse_scenario(cluster: dict, folder: Path, source: str | None) -> None:
+def _refuse_scenario(cluster: dict, folder: Path, source: str) -> None:
     """A scenario (a `cluster:` section, no `kind`) given where a topology is expected, refused naming the
     topology its cluster names (a file's path as typed from the working folder: the scenario's folder joined
-    to it), where it had said `kind: missing 'kind'` as of a topology file without one."""
+    to it), where it had said `kind: missing 'kind'` as of a topology file without one. ``source``: the file
+    given, '' for a bundled scenario's name (the error is then the argument's)."""
     named = cluster.get("topology")
-    line = None if source is None else 1
+    line = 1 if source else None
     if not isinstance(named, str):
         raise TopologyError("a scenario, not a topology", allowed="a topology's name or file", file=source, line=line)
     if names_a_file(named) and not Path(named).is_absolute():
