@@ -18,6 +18,7 @@ one moved copy of each class against its own plan.
 
 from __future__ import annotations
 
+import collections
 from itertools import chain
 
 import numpy as np
@@ -98,30 +99,33 @@ def _link_step(topology: Topology, node_ids: dict[str, int], nodes: np.ndarray) 
 
 def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int, wrap: bool = False) -> np.ndarray | None:
     """Each node's image under a shift by one period (NO_IMAGE where it has none), or None when a node would
-    have two images or two nodes one: each GPU's name, NIC, leaf and way up map onto those of the GPU one
-    period on (a lone GPU's domain root, which is no node, onto another's), each pod's spines onto those of
-    the shifted pod, in order; cores stay. With ``wrap`` the last period's GPUs map onto the first's (a
-    rotation, `Rotation`)."""
+    have two images or two nodes one (`_node_step`). With ``wrap`` the last period's GPUs map onto the first's
+    (a rotation, `Rotation`)."""
+    sources = np.arange(gpus if wrap else gpus - fabric.shift_gpus, dtype=np.int64)
+    return _node_step(fabric, node_ids, sources, (sources + fabric.shift_gpus) % gpus)
+
+
+def _node_step(fabric: Fabric, node_ids: dict[str, int], sources: np.ndarray,
+               images: np.ndarray) -> np.ndarray | None:
+    """Each node's image under the map of GPUs ``sources`` onto GPUs ``images`` (NO_IMAGE where it has none),
+    or None when a node would have two images or two nodes one: each GPU's name, NIC, leaf and way up map onto
+    those of its image (a lone GPU's domain root, which is no node, onto another's), each pod's spines onto
+    those of the image's pod, in order; cores stay."""
     if len({len(up) for up in fabric.uplinks}) != 1:
         return None
     ids, known = node_ids.get, node_ids.__getitem__
+    gpus = len(fabric.gpus)
     leaf_ids = np.fromiter(map(known, fabric.leaf_names), dtype=np.int64, count=len(fabric.leaf_names))
     leaf = np.array(fabric.leaf, dtype=np.int64)
     per_gpu = np.column_stack([np.fromiter(map(ids, names, [NO_IMAGE] * gpus), dtype=np.int64, count=gpus)
                                for names in (fabric.gpus, fabric.nic, *zip(*fabric.uplinks))] + [leaf_ids[leaf]])
-    shift = fabric.shift_gpus
-
-    def shifted(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return (table, np.roll(table, -shift, axis=0)) if wrap else (table[:-shift], table[shift:])
-
-    tails, heads = (side.reshape(-1) for side in shifted(per_gpu))
+    tails, heads = per_gpu[sources].reshape(-1), per_gpu[images].reshape(-1)
     if ((tails < 0) != (heads < 0)).any():
         return None
     switches: list[tuple[str, str]] = [(core, core) for core in fabric.core_names]
     leaf_pod = np.array(fabric.leaf_pod, dtype=np.int64)[leaf]
     pods = len(fabric.spine_names)
-    pod_tails, pod_heads = shifted(leaf_pod)
-    for code in np.unique(pod_tails * pods + pod_heads).tolist():
+    for code in np.unique(leaf_pod[sources] * pods + leaf_pod[images]).tolist():
         pod, moved = divmod(code, pods)
         switches += zip(fabric.spine_names[pod], fabric.spine_names[moved])
     tails = np.concatenate((tails[tails >= 0], np.array([known(a) for a, _ in switches], dtype=np.int64)))
@@ -135,7 +139,48 @@ def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int, wrap: bool 
     return step
 
 
-class Rotation:
+class _NodeShift:
+    """A permutation of a fabric's nodes that maps its wiring onto itself, of order ``turns``: its powers by
+    name (`nodes`), built once per power."""
+
+    def __init__(self, turns: int, names: list[str], step: np.ndarray):
+        self.turns = turns
+        """The shifts that make the identity."""
+        self._names = names
+        self._step = step
+        self._maps: dict[int, dict[str, str]] = {}
+
+    def nodes(self, turns: int) -> dict[str, str]:
+        """Each node's image (by name) under the shift by ``turns`` (any integer: taken modulo `turns`), built
+        once per power."""
+        turns %= self.turns
+        if turns not in self._maps:
+            names = self._names
+            self._maps[turns] = {name: names[moved] for name, moved in zip(names, self._node_images(turns).tolist())}
+        return self._maps[turns]
+
+    def _node_images(self, turns: int) -> np.ndarray:
+        """Each node's image (by index) under the shift by ``turns`` (0 to `turns` - 1)."""
+        image = np.arange(len(self._names), dtype=np.int64)
+        for _ in range(turns):
+            image = self._step[image]
+        return image
+
+
+def _automorphism(topology: Topology, node_ids: dict[str, int], step: np.ndarray | None,
+                  moved: tuple[str, ...]) -> bool:
+    """Whether the node map ``step`` maps ``topology``'s wiring onto itself: every node has an image, every link
+    onto a link of the same bandwidth, latency and class, one to one, and every node onto one with the same
+    attributes but those ``moved``, renumbered one to one."""
+    if step is None or (step < 0).any():
+        return False
+    links, _ = _link_step(topology, node_ids, step)
+    if (links < 0).any() or len(np.unique(links)) != len(links):
+        return False
+    return _attributes_move([topology.wiring.nodes[name] for name in node_ids], step, moved)
+
+
+class Rotation(_NodeShift):
     """The translation of a whole fabric by one period of its spine hash, the last period's GPUs onto the first's:
     a permutation of its nodes that maps the wiring onto itself (`of` checks it: every link onto a link of the
     same bandwidth, latency and class, every node onto one of the same kind, tier and rail, hosts, NVLink domains
@@ -145,14 +190,10 @@ class Rotation:
     down that are rotations of each other are then one step (reliability/symmetry.py)."""
 
     def __init__(self, period: int, gpus: int, names: list[str], step: np.ndarray):
+        super().__init__(gpus // period, names, step)
         self.period = period
         """GPUs per period: a rotation by one period moves GPU i to i + period (modulo the GPUs)."""
-        self.turns = gpus // period
-        """Periods in the fabric: the rotation by this many is the identity."""
         self.gpus = gpus
-        self._names = names
-        self._step = step
-        self._maps: dict[int, dict[str, str]] = {}
 
     @staticmethod
     def of(topology: Topology, router: object = None) -> Rotation | None:
@@ -165,25 +206,10 @@ class Rotation:
             return None
         node_ids = {name: index for index, name in enumerate(topology.wiring.nodes)}
         step = _one_period(fabric, node_ids, gpus, wrap=True)
-        if step is None or (step < 0).any():
+        if not _automorphism(topology, node_ids, step, MOVED_ATTRIBUTES):
             return None
-        links, _ = _link_step(topology, node_ids, step)
-        if (links < 0).any() or len(np.unique(links)) != len(links):
-            return None
-        names = list(node_ids)
-        attributes = [topology.wiring.nodes[name] for name in names]
-        if not _attributes_move(attributes, step):
-            return None
-        return Rotation(fabric.shift_gpus, gpus, names, step)
-
-    def nodes(self, turns: int) -> dict[str, str]:
-        """Each node's image (by name) under the rotation by ``turns`` periods (any integer: taken modulo the
-        periods), built once per power."""
-        turns %= self.turns
-        if turns not in self._maps:
-            names = self._names
-            self._maps[turns] = {name: names[moved] for name, moved in zip(names, self._node_images(turns).tolist())}
-        return self._maps[turns]
+        assert step is not None
+        return Rotation(fabric.shift_gpus, gpus, list(node_ids), step)
 
     def links(self, topology: Topology, turns: int) -> np.ndarray:
         """Each link's image under the rotation by ``turns`` periods, by index into ``topology.link_ends`` (the
@@ -191,24 +217,71 @@ class Rotation:
         node_ids = {name: index for index, name in enumerate(self._names)}
         return _link_step(topology, node_ids, self._node_images(turns % self.turns))[0]
 
-    def _node_images(self, turns: int) -> np.ndarray:
-        """Each node's image (by index) under the rotation by ``turns`` periods (0 to `turns` - 1)."""
-        image = np.arange(len(self._names), dtype=np.int64)
-        for _ in range(turns):
-            image = self._step[image]
-        return image
+    def frame(self, gpu: int) -> int:
+        """The rotations back that bring GPU ``gpu`` into the first period."""
+        return gpu // self.period
 
     def gpu(self, gpu: int, turns: int) -> int:
         """GPU ``gpu``'s image under the rotation by ``turns`` periods."""
         return (gpu + turns * self.period) % self.gpus
 
 
+class RailRotation(_NodeShift):
+    """The shift of a rail-optimized fabric by one rail, the last rail onto the first: each host's GPUs on rail r
+    onto its GPUs on rail r + 1, in order, each NIC and leaf onto the next rail's, spines, cores and NVLink
+    switches staying; `of` checks that it maps the wiring onto itself as `Rotation.of` does. The fabric's own
+    routes move with it (the spine hash reads the rails' difference, not the rails, `Fabric`), and so do the
+    rerouter's detours, picked in the frame of the source's rail (faults/rerouting.py): the same failure on any
+    rail of a uniform fabric is then the same step."""
+
+    def __init__(self, rails: list[int], gpu_step: np.ndarray, turns: int, names: list[str], step: np.ndarray):
+        super().__init__(turns, names, step)
+        self._rails = rails
+        self._gpu_powers = [np.arange(len(gpu_step), dtype=np.int64)]
+        for _ in range(1, turns):
+            self._gpu_powers.append(gpu_step[self._gpu_powers[-1]])
+
+    @staticmethod
+    def of(topology: Topology, router: object = None) -> RailRotation | None:
+        """The rail shift of ``topology``'s fabric (routed by ``router``, by default its own), or None where it
+        has one rail, hosts with different GPU counts or rails that do not divide them, or the shift is no
+        automorphism of the wiring."""
+        fabric = topology.router if router is None else router
+        if not isinstance(fabric, Fabric) or fabric.rails < 2 or len(fabric.rail) != len(fabric.gpus):
+            return None
+        per_host = collections.Counter(fabric.gpu_host)
+        sizes = set(per_host.values())
+        if len(sizes) != 1 or next(iter(sizes)) % fabric.rails:
+            return None
+        size = next(iter(sizes))
+        place = {(host, local): gpu for gpu, (host, local) in enumerate(zip(fabric.gpu_host, fabric.gpu_local))}
+        gpu_step = np.array([place.get((host, (local + size // fabric.rails) % size), NO_IMAGE)
+                             for host, local in zip(fabric.gpu_host, fabric.gpu_local)], dtype=np.int64)
+        rail = np.array(fabric.rail, dtype=np.int64)
+        if (gpu_step < 0).any() or (rail[gpu_step] != (rail + 1) % fabric.rails).any():
+            return None
+        node_ids = {name: index for index, name in enumerate(topology.wiring.nodes)}
+        step = _node_step(fabric, node_ids, np.arange(len(gpu_step), dtype=np.int64), gpu_step)
+        if not _automorphism(topology, node_ids, step, ("rail",)):
+            return None
+        assert step is not None
+        return RailRotation(fabric.rail, gpu_step, fabric.rails, list(node_ids), step)
+
+    def frame(self, gpu: int) -> int:
+        """The shifts back that bring GPU ``gpu`` onto the first rail."""
+        return self._rails[gpu]
+
+    def gpu(self, gpu: int, turns: int) -> int:
+        """GPU ``gpu``'s image under the shift by ``turns`` rails."""
+        return int(self._gpu_powers[turns % self.turns][gpu])
+
+
 MOVED_ATTRIBUTES = ("host", "nvlink_domain", "pod")
 """Node attributes that a rotation renumbers (each value onto one value, one to one); all others it keeps."""
 
 
-def _attributes_move(attributes: list[dict], step: np.ndarray) -> bool:
-    """Whether the node map ``step`` keeps every node's attributes but MOVED_ATTRIBUTES, and renumbers each of
+def _attributes_move(attributes: list[dict], step: np.ndarray, moved: tuple[str, ...]) -> bool:
+    """Whether the node map ``step`` keeps every node's attributes but those ``moved``, and renumbers each of
     those one to one."""
     renamed: dict[tuple[str, object], object] = {}
     for node, image in enumerate(step.tolist()):
@@ -216,7 +289,7 @@ def _attributes_move(attributes: list[dict], step: np.ndarray) -> bool:
         if ours.keys() != theirs.keys():
             return False
         for key, value in ours.items():
-            if key not in MOVED_ATTRIBUTES:
+            if key not in moved:
                 if theirs[key] != value:
                     return False
             elif renamed.setdefault((key, value), theirs[key]) != theirs[key]:
