@@ -129,7 +129,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log,
                       timings=plans.analytic if own_plans else None)
     shapes = shapes or CollectiveShapes.of(ops)
-    replays = faults is None or not faults.changes_network
+    replays = faults is None or not faults.changes_during_step
     mirrors, private = program_sharing(ops, plans, async_streams, shapes, order, replays)
     quotient = None
     if layout is not None and settings.mode == "flow" and (faults is None or faults.keeps_stages_alike(layout)):

@@ -86,9 +86,15 @@ class FaultHooks:
 
     @property
     def changes_network(self) -> bool:
-        """Whether link capacities or routes change during the step (collectives cannot be timed once and
-        replayed then)."""
+        """Whether the plan degrades or fails any link, from the start or later (the topology's routes and
+        bandwidths are then not the cluster's as built)."""
         return bool(self.plan.links)
+
+    @property
+    def changes_during_step(self) -> bool:
+        """Whether link capacities or routes change after the step's start (collectives cannot be timed once and
+        replayed then); links degraded or down from the start are the topology's already."""
+        return any(event.at_s > 0 for event in self.plan.links)
 
     def keeps_stages_alike(self, layout: Layout) -> bool:
         """Whether the plan leaves the ranks of every pipeline stage of ``layout`` alike (faults/step.py
