@@ -65,6 +65,18 @@ Kept = tuple[int, Degradation, Frame]
 physical rack's name, links under the names of the places they were drawn on) and, for links, their `Frame`."""
 
 
+def full_rack_hosts(racks: tuple[tuple[str, tuple[int, ...]], ...]) -> int:
+    """The hosts (compute trays) of a full GB200 NVL72 rack of ``racks`` (`JobPlan.racks`): the first's."""
+    return len(racks[0][1])
+
+
+def spare_rack_names(spares: int, racks: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[str, ...]:
+    """The spare pool's hosts (`restart.spares`) as GB200 NVL72 racks as full as ``racks``' first (the last one
+    holds those left), each named by its NVSwitch node as a cluster's rack is: `spare-0/nvswitch`, ...; none
+    where there are no ``racks``."""
+    return tuple(f"spare-{index}/nvswitch" for index in range(-(-spares // full_rack_hosts(racks)))) if racks else ()
+
+
 @dataclass(frozen=True)
 class JobPlan:
     """Everything a replication needs that does not change between replications. ``detection_s``,
@@ -116,7 +128,7 @@ class JobPlan:
         """How many hosts physical ``rack`` holds: a cluster rack's, a spare's (the last spare holds those left)."""
         if rack not in self.spare_racks:
             return len(dict(self.racks)[rack])
-        size = len(self.racks[0][1])
+        size = full_rack_hosts(self.racks)
         return min(size, self.spares - size * self.spare_racks.index(rack))
 
     def spare_units(self, klass: FailureClass) -> int:

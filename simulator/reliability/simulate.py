@@ -55,7 +55,7 @@ from simulator.reliability.elastic import (
     trace_sizes,
 )
 from simulator.reliability.events import JobEvents
-from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
+from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals, spare_rack_names
 from simulator.reliability.processes import Arrivals, draw_arrivals
 from simulator.reliability.states import (
     ClusterState,
@@ -872,13 +872,13 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
         if klass.unit == "spine_switch":
             return Degradation(spine=unit)
         if klass.unit == "nvswitch_tray":  # a rack's trays are consecutive units, the spare racks' last
-            return Degradation(nvswitch_tray=(rack_names[unit // units.nvswitch_trays], unit % units.nvswitch_trays))
+            return Degradation(nvswitch_tray=(plan.rack_names[unit // units.nvswitch_trays],
+                                              unit % units.nvswitch_trays))
         return Degradation(links=units.links(klass.unit, unit))
 
     racks = (tuple(zip(units.nodes["nvswitch_tray"][::units.nvswitch_trays], units.blast["rack"]))
              if units.nvswitch_trays else ())
-    spare_racks = spare_rack_names(scenario.restart.spares, len(racks[0][1])) if racks else ()
-    rack_names = tuple(switch for switch, _ in racks) + spare_racks
+    spare_racks = spare_rack_names(scenario.restart.spares, racks)
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
@@ -902,12 +902,6 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
                        states, link_sizes, step_costs)
-
-
-def spare_rack_names(spares: int, rack_hosts: int) -> tuple[str, ...]:
-    """The spare pool's hosts (`restart.spares`) as GB200 NVL72 racks of ``rack_hosts`` compute trays (the last one
-    holds those left), each named by its NVSwitch node as a cluster's rack is: `spare-0/nvswitch`, ...."""
-    return tuple(f"spare-{index}/nvswitch" for index in range(-(-spares // rack_hosts)))
 
 
 def _own_links_down(loaded: LoadedScenario, topology: Topology) -> set[tuple[str, str]]:
