@@ -41,6 +41,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import simpy
 
@@ -119,10 +120,15 @@ class JobPlan:
     nvswitch_trays: int = 0
     """NVSwitch trays per rack (GB200 NVL72; 0 on another cluster)."""
 
-    @property
+    @cached_property
     def rack_names(self) -> tuple[str, ...]:
         """Every physical rack, by its NVSwitch node: the cluster's in rack order, then the spares'."""
         return tuple(switch for switch, _ in self.racks) + self.spare_racks
+
+    @cached_property
+    def rack_order(self) -> dict[str, int]:
+        """Each physical rack's index in `rack_names` (the order ties between racks are broken in)."""
+        return {rack: index for index, rack in enumerate(self.rack_names)}
 
     def rack_hosts(self, rack: str) -> int:
         """How many hosts physical ``rack`` holds: a cluster rack's, a spare's (the last spare holds those left)."""
@@ -399,8 +405,8 @@ class JobProcess:
     def _pool_order(self, free: dict[str, float]) -> list[tuple[float, str]]:
         """The racks out of the group with the times they are free (``free``), in that order, ties in rack
         order."""
-        rank = self.plan.rack_names.index
-        return sorted(((at, switch) for switch, at in free.items()), key=lambda out: (out[0], rank(out[1])))
+        rank = self.plan.rack_order
+        return sorted(((at, switch) for switch, at in free.items()), key=lambda out: (out[0], rank[out[1]]))
 
     def _touches_job(self, hosts: tuple[int, ...]) -> bool:
         """Whether any of ``hosts`` is in use by the job."""
@@ -474,7 +480,7 @@ class JobProcess:
         hosts = self.plan.hosts_for(replicas)
         needed = sum(1 for _, rack_hosts in racks if min(rack_hosts) < hosts)
         free = [switch for back, switch in self.pool if back <= at + EPS]
-        order = sorted(kept + free[:max(0, needed - len(kept))], key=self.plan.rack_names.index)
+        order = sorted(kept + free[:max(0, needed - len(kept))], key=self.plan.rack_order.__getitem__)
         return {switch: place for switch, (place, _) in zip(order, racks)}
 
     def _present_racks(self) -> list[tuple[str, tuple[int, ...]]]:
@@ -528,7 +534,7 @@ class JobProcess:
             if switch not in places:
                 free[switch] = max(self.missing_until[host] for host in hosts)
         self.pool = self._pool_order(free)
-        group, self.group = self.group, sorted(places, key=self.plan.rack_names.index)
+        group, self.group = self.group, sorted(places, key=self.plan.rack_order.__getitem__)
         gone = {key for key in self.degraded
                 if self._placed(key, before) is not None and self._placed(key, places) is None}
         if not gone:
