@@ -18,7 +18,7 @@ import simpy
 
 from simulator.errors import StepAborted
 from simulator.network.model import Network
-from simulator.topology.graph import Topology
+from simulator.topology.graph import Topology, both_ways
 
 if TYPE_CHECKING:
     from simulator.faults.rerouting import Rerouter
@@ -44,7 +44,7 @@ def compute_hook(slowdowns: Mapping[int, Slowdown]) -> Callable[[int, float, flo
 def directed_links(topology: Topology, event: LinkEvent) -> list[int]:
     """The directed links of ``event``'s edges, both ways."""
     index = topology.link_index
-    return [index[(u, v)] for a, b in event.edges for u, v in ((a, b), (b, a))]
+    return [index[edge] for edge in both_ways(event.edges)]
 
 
 def degrade_from_start(topology: Topology, plan: StepFaultPlan) -> None:

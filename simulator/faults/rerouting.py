@@ -25,7 +25,7 @@ from itertools import islice
 import networkx as nx
 
 from simulator.errors import SimulationError
-from simulator.topology.graph import Topology
+from simulator.topology.graph import Topology, both_ways
 from simulator.topology.periods import RailRotation, Rotation
 
 MAX_DETOURS = 64
@@ -55,8 +55,7 @@ class Rerouter:
 
     def take_down(self, edges: list[tuple[str, str]]) -> None:
         """Mark the links between the node pairs ``edges`` down, both directions, and drop the cached routes."""
-        for u, v in edges:
-            self.down |= {(u, v), (v, u)}
+        self.down.update(both_ways(edges))
         self._down_by_turns.clear()
         self.topology.forget_routes()
 

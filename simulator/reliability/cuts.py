@@ -22,7 +22,6 @@ host, every uplink of a leaf) are left out: second order, as this one is.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import networkx as nx
 
@@ -31,14 +30,9 @@ from simulator.faults.rerouting import split
 from simulator.reliability.blast import ClusterUnits
 from simulator.reliability.components import FailureClass
 from simulator.reliability.states import cut_by_every_spine
-from simulator.topology.graph import Topology
+from simulator.topology.graph import Topology, both_ways
 
 Edge = tuple[str, str]
-
-
-def both_ways(links: Iterable[Edge]) -> set[Edge]:
-    """The directed links of node pairs ``links``, both directions (as the rerouter takes them down)."""
-    return {edge for a, b in links for edge in ((a, b), (b, a))}
 
 
 class RouteCuts:
@@ -89,7 +83,7 @@ class RouteCuts:
         """Whether taking down ``links`` (node pairs) too leaves some GPU without a route."""
         if self.fast and self._cleared(links):
             return False
-        return bool(split(self.topology, self.down | both_ways(links)))
+        return bool(split(self.topology, self.down.union(both_ways(links))))
 
     def _cleared(self, links: tuple[Edge, ...]) -> bool:
         graph = self.graph

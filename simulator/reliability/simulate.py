@@ -45,7 +45,7 @@ from simulator.reliability.checkpoint import (
     takes_no_snapshot,
 )
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
-from simulator.reliability.cuts import both_ways, interrupting_shares
+from simulator.reliability.cuts import interrupting_shares
 from simulator.reliability.elastic import (
     ElasticSizes,
     allowed_sizes,
@@ -76,6 +76,7 @@ from simulator.reliability.summary import (
     young_daly_warning,
 )
 from simulator.scale import ScaleEstimate, capped_topology, refuse_wrong_layout
+from simulator.topology.graph import both_ways
 from simulator.units import (
     counted,
     decimal_sizes_apart,
@@ -909,8 +910,8 @@ def _own_links_down(loaded: LoadedScenario, topology: Topology) -> set[tuple[str
     has them down with its own (`split` is checked as each goes down, so with all of them at the last)."""
     from simulator.simulation import step_faults
 
-    return both_ways(edge for event in step_faults(loaded, topology).links if event.capacity == 0
-                     for edge in event.edges)
+    return set(both_ways(edge for event in step_faults(loaded, topology).links if event.capacity == 0
+                         for edge in event.edges))
 
 
 def _unused_memory_tier(memory: str, storage: str, *, in_steps: bool) -> tuple[str, str]:

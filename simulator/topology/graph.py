@@ -107,11 +107,17 @@ def link_attributes(a: str, b: str, bandwidth: float, latency: float, link_class
     return {"bandwidth": float(bandwidth), "latency": float(latency), "link_class": link_class}
 
 
+def both_ways(links: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The directed edges of the full-duplex links between the node pairs ``links``: (a, b), then (b, a), pair by
+    pair."""
+    return [edge for a, b in links for edge in ((a, b), (b, a))]
+
+
 def add_link(graph: Wiring | nx.DiGraph, a: str, b: str, *, bandwidth: float, latency: float,
              link_class: LinkClass) -> None:
     """Add one full-duplex physical link as two directed edges with the same capacity and latency."""
     attributes = link_attributes(a, b, bandwidth, latency, link_class)
-    for u, v in ((a, b), (b, a)):
+    for u, v in both_ways([(a, b)]):
         graph.add_edge(u, v, **attributes)
 
 
