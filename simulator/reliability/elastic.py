@@ -55,6 +55,7 @@ from simulator.memory_remedies import Peak, memory_remedies, peak_memory, remedi
 from simulator.parallel.experts import expert_group_numbers
 from simulator.parallel.layout import Layout
 from simulator.reliability.inputs import files_key
+from simulator.topology.builders import wired_hosts
 from simulator.topology.graph import Topology
 from simulator.topology.loader import (
     TopologySource,
@@ -95,7 +96,7 @@ def shrunk_cluster(cluster: ClusterConfig, topology: Topology, hosts: int) -> Cl
         overrides["nodes"] = hosts
         networked = True
     if networked and topology.params.get("tiers") == 3:
-        overrides["fabric_hosts"] = topology.params["fabric_hosts"] or topology.num_hosts
+        overrides["fabric_hosts"] = wired_hosts(topology.num_hosts, topology.params)
     return ClusterConfig(topology=cluster.topology, **overrides)
 
 

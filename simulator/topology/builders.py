@@ -453,11 +453,17 @@ def wired_hosts(hosts: int, p: dict) -> int:
     return p["fabric_hosts"] or hosts
 
 
+def leaf_groups(hosts: int, p: dict) -> int:
+    """The leaf groups (of `leaf_ports` hosts) of the fat tree of ``hosts`` attached hosts: of the hosts it is
+    wired for (`wired_hosts`)."""
+    return -(-wired_hosts(hosts, p) // p["leaf_ports"])
+
+
 def shift_period_hosts(hosts: int, p: dict) -> int:
     """Hosts per period of the spine hash (`Fabric.shift_period`): a leaf group, or with tiers: 3 a pod's leaf
     groups (of the hosts it is wired for, `wired_hosts`); read by `_add_network` and, before the cluster is built,
     by topology/size.py."""
-    groups = -(-wired_hosts(hosts, p) // p["leaf_ports"])
+    groups = leaf_groups(hosts, p)
     return p["leaf_ports"] * (-(-groups // p["pods"]) if p["tiers"] == 3 else 1)
 
 
@@ -475,7 +481,7 @@ def _check_network(attached: int, p: dict) -> None:
     if hosts < attached:
         raise TopologyError(f"a fabric wired for {hosts} hosts cannot attach {attached}", field="fabric_hosts",
                             allowed=f"at least {attached} (the hosts), or leave it out")
-    groups = -(-hosts // p["leaf_ports"])
+    groups = leaf_groups(attached, p)
     pods = p["pods"]
     if p["tiers"] == 2 and (pods > 1 or p["cores"]):
         raise TopologyError("pods and cores need tiers: 3", field="pods" if pods > 1 else "cores",
@@ -500,7 +506,7 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
     _check_network(len(host_gpus), p)
     per_gpu_latency = p["nic_latency"] / 2
     link_class, bandwidth = p["link_class"], p["nic_bandwidth"]
-    groups = -(-wired_hosts(len(host_gpus), p) // p["leaf_ports"])
+    groups = leaf_groups(len(host_gpus), p)
     pods = p["pods"]
     fabric.host_nic_bandwidth = nics * bandwidth
     fabric.nic = [""] * len(fabric.gpus)
