@@ -39,6 +39,15 @@ class ClusterUnits:
     def count(self, unit: UnitKind) -> int:
         return len(self.blast[unit])
 
+    def first_trays(self) -> range:
+        """Each rack's first NVSwitch tray unit: a rack's trays are consecutive units (`_add_racks`)."""
+        return range(0, self.count("nvswitch_tray"), self.nvswitch_trays) if self.nvswitch_trays else range(0)
+
+    def tray_place(self, unit: int) -> tuple[int, int]:
+        """NVSwitch tray unit ``unit`` as (its rack, its index among the rack's trays), a spare rack's after the
+        cluster's."""
+        return divmod(unit, self.nvswitch_trays)
+
     def links(self, unit: UnitKind, index: int) -> tuple[tuple[str, str], ...]:
         """The links (node pairs) the failure of network unit ``index`` of kind ``unit`` takes down: a cable
         itself, every link of a NIC or switch (an NVSwitch tray: its rack's GPU links, which its state degrades,

@@ -360,8 +360,7 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
 def _every_racks_tray_links(units: ClusterUnits) -> tuple[tuple[str, str], ...]:
     """The links a tray down on every rack degrades: the worst tray state a job can meet (trays fail on any
     rack), whose hosts are every host of the racks."""
-    firsts = range(0, units.count("nvswitch_tray"), units.nvswitch_trays)  # a rack's trays are consecutive units
-    return tuple(link for unit in firsts for link in units.links("nvswitch_tray", unit))
+    return tuple(link for unit in units.first_trays() for link in units.links("nvswitch_tray", unit))
 
 
 TRAY_FOLDS_ACTIVITY = "checking NVSwitch tray states' folds"
@@ -872,13 +871,12 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
             return Degradation(gpus=tuple(sorted(gpus)), slowdown=klass.slowdown)
         if klass.unit == "spine_switch":
             return Degradation(spine=unit)
-        if klass.unit == "nvswitch_tray":  # a rack's trays are consecutive units, the spare racks' last
-            return Degradation(nvswitch_tray=(plan.rack_names[unit // units.nvswitch_trays],
-                                              unit % units.nvswitch_trays))
+        if klass.unit == "nvswitch_tray":
+            rack, tray = units.tray_place(unit)
+            return Degradation(nvswitch_tray=(plan.rack_names[rack], tray))
         return Degradation(links=units.links(klass.unit, unit))
 
-    racks = (tuple(zip(units.nodes["nvswitch_tray"][::units.nvswitch_trays], units.blast["rack"]))
-             if units.nvswitch_trays else ())
+    racks = tuple(zip((units.nodes["nvswitch_tray"][unit] for unit in units.first_trays()), units.blast["rack"]))
     spare_racks = spare_rack_names(scenario.restart.spares, racks)
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
