@@ -35,6 +35,22 @@ def test_the_same_cable_down_on_each_rail_is_the_same_step():
     assert max(steps) == pytest.approx(min(steps), rel=1e-12)
 
 
+SHRUNK = UNIFORM.replace("nodes: 8, leaf_ports: 8, spines: 4",
+                         "nodes: 5, fabric_hosts: 12, leaf_ports: 2, tiers: 3, pods: 3").replace("dp: 8", "dp: 5")
+"""Five DGX H100 on the three-tier fabric wired for twelve (an elastic shrink's shape): leaves without hosts."""
+
+
+def test_a_fabric_wired_for_more_hosts_shifts_its_rails_too():
+    """The leaves without hosts map by their rail, so the shrunk fabric has its rail shift and h1's NIC cable
+    down costs the same on every rail; before, it had none, and rail 5's step was 6.8% below rail 0's."""
+    topology = scenario_topology(scenario_from_text(SHRUNK))
+    rails = RailRotation.of(topology)
+    assert rails is not None and rails.turns == 8
+    steps = [simulate(scenario_from_text(SHRUNK, "inline.yaml", [
+        f"faults.step.links=[{{link: [h1/nic{rail}, leaf0.r{rail}]}}]"])).summary["step_time_s"] for rail in range(8)]
+    assert max(steps) == pytest.approx(min(steps), rel=1e-12)
+
+
 def test_detours_around_a_nic_move_with_its_rail():
     """Every route (both channels, every pair of GPUs) around h5's NIC cable on rail 3 is the shift by three rails
     of the route around the cable on rail 0."""

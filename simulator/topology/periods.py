@@ -228,11 +228,12 @@ class Rotation(_NodeShift):
 
 class RailRotation(_NodeShift):
     """The shift of a rail-optimized fabric by one rail, the last rail onto the first: each host's GPUs on rail r
-    onto its GPUs on rail r + 1, in order, each NIC and leaf onto the next rail's, spines, cores and NVLink
-    switches staying; `of` checks that it maps the wiring onto itself as `Rotation.of` does. The fabric's own
-    routes move with it (the spine hash reads the rails' difference, not the rails, `Fabric`), and so do the
-    rerouter's detours, picked in the frame of the source's rail (faults/rerouting.py): the same failure on any
-    rail of a uniform fabric is then the same step."""
+    onto its GPUs on rail r + 1, in order, each NIC and leaf onto the next rail's (a leaf without hosts, on a
+    fabric wired for more, by its rail), spines, cores and NVLink switches staying; `of` checks that it maps
+    the wiring onto itself as `Rotation.of` does. The fabric's own routes move with it (the spine hash reads the
+    rails' difference, not the rails, `Fabric`), and so do the rerouter's detours, picked in the frame of the
+    source's rail (faults/rerouting.py): the same failure on any rail of a uniform fabric is then the same step,
+    where the traffic is alike on every rail."""
 
     def __init__(self, rails: list[int], gpu_step: np.ndarray, turns: int, names: list[str], step: np.ndarray):
         super().__init__(turns, names, step)
@@ -262,6 +263,8 @@ class RailRotation(_NodeShift):
             return None
         node_ids = {name: index for index, name in enumerate(topology.wiring.nodes)}
         step = _node_step(fabric, node_ids, np.arange(len(gpu_step), dtype=np.int64), gpu_step)
+        if step is not None:
+            _shift_hostless_switches(fabric, node_ids, step)
         if not _automorphism(topology, node_ids, step, ("rail",)):
             return None
         assert step is not None
@@ -274,6 +277,19 @@ class RailRotation(_NodeShift):
     def gpu(self, gpu: int, turns: int) -> int:
         """GPU ``gpu``'s image under the shift by ``turns`` rails."""
         return int(self._gpu_powers[turns % self.turns][gpu])
+
+
+def _shift_hostless_switches(fabric: Fabric, node_ids: dict[str, int], step: np.ndarray) -> None:
+    """Give the switches that no GPU's image reaches (a fabric wired for more hosts than it has, `fabric_hosts`)
+    their images under the shift by one rail, in place: each leaf the next rail's of its leaf group (the
+    fabric's leaves lie group by group, a rail each), each spine itself."""
+    rails = fabric.rails
+    for index, leaf in enumerate(fabric.leaf_names):
+        if step[node_ids[leaf]] == NO_IMAGE:
+            step[node_ids[leaf]] = node_ids[fabric.leaf_names[index - index % rails + (index + 1) % rails]]
+    for spine in chain.from_iterable(fabric.spine_names):
+        if step[node_ids[spine]] == NO_IMAGE:
+            step[node_ids[spine]] = node_ids[spine]
 
 
 MOVED_ATTRIBUTES = ("host", "nvlink_domain", "pod")
