@@ -13,8 +13,10 @@ So the detours rotate with the links down, as the fabric's own routes rotate wit
 states whose links down are rotations of each other are the same step (reliability/symmetry.py); picked from
 the absolute ends, a leaf down in one leaf group slowed the step 27% more than the same leaf in the next. On a
 rail-optimized fabric whose shift by one rail maps it onto itself (`RailRotation`), the detour is picked in the
-frame of the source's rail too, so the same failure costs the same on every rail (picked from the absolute
-ends, a NIC's cable down cost 4.4% more on five rails of eight than on the other three).
+frame of the source's rail too, so the same failure costs the same on every rail where the traffic is alike on
+every rail, TP within hosts and DP along the rails (picked from the absolute ends, a NIC's cable down cost 4.4%
+more on five rails of eight than on the other three); where a group crosses the rails unevenly (TP over eight
+hosts with DP first: the DP ring's crossings on rails 0 and 7), the rails still differ by their traffic (1.2%).
 """
 
 from __future__ import annotations
