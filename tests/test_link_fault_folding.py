@@ -62,6 +62,7 @@ CASES = {
     "nic-dp2": (RAILS_8, "{tp: 8, pp: 4, dp: 2}", "nic"),
     "tp-over-two-hosts": (RAILS_16, "{tp: 16, dp: 8}", "leaf3.r1"),
     "tp-over-eight-hosts": (RAILS_16.replace("spines: 2", "spines: 4"), f"{{tp: 8, dp: 16, {DP_FIRST}}}", "leaf3.r1"),
+    "tp-over-eight-hosts-two-spines": (RAILS_16, f"{{tp: 8, dp: 16, {DP_FIRST}}}", "leaf3.r1"),
     "one-leaf-group": (RAILS, "{tp: 8, pp: 2, dp: 2}", "leaf"),
     "pp-leaf-near-hand-off": (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "leaf"),
     "tree-loads": (RAILS, "{tp: 4, pp: 2, dp: 4}", "nic"),
@@ -142,6 +143,18 @@ def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(case):
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert_same_figures(folded, unfolded, 1e-12, 1e-15)
     assert folded["folded"] and folded["simulated_ranks"] == 48 and folded["warnings"] == unfolded["warnings"]
+
+
+def test_tp_over_eight_hosts_on_two_spines_gives_the_fold_up_for_the_unfolded_figures():
+    """TP over eight hosts on two spines, leaf3.r1 down: the DP all-reduce's copies meet the detours unlike, the
+    links fold is given up in its run, saying so, and every figure is the unfolded step's (31.88 ms)."""
+    folded, unfolded = _folded_and_unfolded("tp-over-eight-hosts-two-spines")
+    reason = "its copies met the detours around the links down unlike"
+    assert not folded["folded"] and reason in folded["fold_off_reason"]
+    assert [(entry["fold"], reason in entry["reason"]) for entry in folded["fold_given_up"]] == [
+        ("stage", False), ("links", True)]
+    assert folded["step_time_s"] == unfolded["step_time_s"] == pytest.approx(31.88e-3, abs=5e-6)
+    assert_same_figures(folded, unfolded, 0, 0, "fold_off_reason")
 
 
 def test_a_near_hand_off_keeps_pace_where_detours_rotate_with_the_replicas():
