@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from simulator.collectives import protocols
+from simulator.collectives.chunking import AUTO_CHUNK
 from simulator.collectives.execute import time_collective
 from simulator.collectives.names import PROTOCOLS
 from simulator.collectives.phases import CollectiveRequest
@@ -149,6 +150,22 @@ def test_nvls_inside_an_nvlink_domain_of_many_hosts(op):
         assert times[pick] <= MARGIN * min(times.values()), (nbytes, times)
         assert_estimate_holds(estimates(request, topology, efficiency)["nvls"], times["nvls"], "nvls", nbytes)
     assert choose(CollectiveRequest(op, tuple(range(72)), 4 * KIB), topology, protocol="simple").algorithm == "nvls"
+
+
+@pytest.mark.parametrize("op", ["broadcast", "reduce"])
+@pytest.mark.parametrize("racks, trays", [(2, 4), (4, 2)])
+def test_auto_weighs_the_ring_chain_over_gb200_racks_on_its_own_links(racks, trays, op):
+    """GB200 racks (32 GPUs, a tray a host): the ring's broadcast and reduce were weighed over the hop between
+    the first two trays, NVLink inside rack 0, not the NICs between racks (Simple weighed at 0.285 ms where it
+    simulates 2.103 over 4 racks at 256 MiB), so auto took Simple (2.103 ms) over LL128 (1.997; reduce 2.143
+    against 2.005). They now load the chains' own routes (`ring.chain_step`)."""
+    topology = load_topology("gb200-nvl72", {"racks": racks, "trays": trays})
+    efficiency = calibrated(topology.gpu_model)
+    for nbytes in (MIB, 256 * MIB, GIB):
+        request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes=AUTO_CHUNK)
+        times = simulated_pairs(topology, request)
+        pick = choose(request, topology, efficiency)
+        assert times[pick] <= MARGIN * min(times.values()), (nbytes, pick, times)
 
 
 def test_the_nvls_tree_is_weighed_only_on_gpus_that_drive_nvlink_sharp():
@@ -347,9 +364,11 @@ def test_choices_are_shared_only_where_the_estimates_are_equal():
     one answer. The estimates read nothing of the request but its op, size and chunk (the same estimates come
     out for any other group, root or channel count), so equal keys give equal estimates and picks: checked over
     every group below on an oversubscribed fabric (8 DGX H100s, 2 per leaf group, 2 spines at 4:1), each op,
-    two sizes, at line rate and calibrated: 432 picks, 128 keys (140 before the fabric's hash read the rails'
-    difference). The 8 GPUs of each host share one key per op,
-    size and efficiency, and so do the 8 rails (their links numbered in order of first use load alike)."""
+    two sizes, at line rate and calibrated: 432 picks, 132 keys (140 before the fabric's hash read the rails'
+    difference; 128 while the ring's broadcast was weighed over one route, when 1 GiB from GPU 0 to 16 weighed
+    85.9 ms as from 8 to 24, where the channels share one spine, and simulates 43.0). The 8 GPUs of each host
+    share one key per op, size and efficiency, and so do the 8 rails (their links numbered in order of first
+    use load alike)."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 8, "leaf_ports": 2, "spines": 2, "oversubscription": 4})
     hosts = [tuple(range(8 * host, 8 * host + 8)) for host in range(8)]
     rails = [tuple(range(rail, 64, 8)) for rail in range(8)]
@@ -370,7 +389,7 @@ def test_choices_are_shared_only_where_the_estimates_are_equal():
                     assert by_key.setdefault(key, (costs, pick)) == (costs, pick), (group, op, nbytes)
                     cases += 1
     # 2 efficiencies x 4 ops x 2 sizes x 27 groups; the 8 hosts share one key each time, as do the 8 rails
-    assert cases == 432 and len(by_key) == 128
+    assert cases == 432 and len(by_key) == 132
     for groups in (hosts, rails):
         assert len({choice_case(topology, CollectiveRequest("all_reduce", group, MIB), None)[0]
                     for group in groups}) == 1

@@ -173,6 +173,24 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     return merge_parallel(chains)
 
 
+def chain_step(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """One step of `plan`'s broadcast or reduce chains at once, for the tuner's estimate (`tuner.plan_load`): on
+    every channel each edge of the chain from (or toward) the root carries that channel's share of the buffer,
+    as every edge carries a chunk in the steps the chains stream; each channel's edges in the order they carry
+    their first chunk."""
+    hosts = group_by_host(request.ranks, topology)
+    channels = channel_count(request, topology, hosts)
+    root = request.ranks[request.root]
+    transfers = []
+    for channel in range(channels):
+        ring = ring_order(hosts, topology, channel)
+        start = ring.index(root)
+        order = ring[start:] + ring[:start]
+        pairs = zip(order[:0:-1], order[-2::-1]) if request.op == "reduce" else zip(order, order[1:])
+        transfers += [Transfer(src, dst, request.nbytes / channels, channel) for src, dst in pairs]
+    return [Phase(tuple(transfers))]
+
+
 def merge_parallel(plans: list[list[Phase]]) -> list[Phase]:
     """Run same-shaped plans side by side: phase i of the result holds phase i of every plan."""
     if len(plans) == 1:

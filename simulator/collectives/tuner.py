@@ -133,10 +133,14 @@ class PhaseLoad(NamedTuple):
     def latency(self, protocol: Protocol) -> float:
         """The mean of the transfers' latencies under ``protocol``, each scaled for its kind of hop (a ring step's,
         a pipelined phase's in execute.py `step_latencies`)."""
+        return float(self.scaled_latencies(protocol).mean())
+
+    def scaled_latencies(self, protocol: Protocol) -> np.ndarray:
+        """The transfers' latencies under ``protocol``, each scaled for its kind of hop."""
         if protocol == "simple":
-            return float(self.latencies.mean())
+            return self.latencies
         scale = np.array(protocols.cost("ring", protocol).latency_scale)
-        return float((self.latencies * scale[self.kinds]).mean())
+        return self.latencies * scale[self.kinds]
 
     def key(self) -> tuple[bytes, ...]:
         """The arrays' contents, for `GroupTerms.key`."""
@@ -147,7 +151,7 @@ def plan_load(topology: Topology, request: CollectiveRequest,
               plan: Callable[[CollectiveRequest, Topology], list[Phase]], efficiency: Mapping[str, float] | None
               ) -> PhaseLoad:
     """The `PhaseLoad` of the one-phase ``plan`` of ``request``'s group on its channels, on links that reach
-    ``efficiency`` (`kept` per group and efficiency)."""
+    ``efficiency`` (`kept` per group, root, direction and efficiency)."""
 
     def build() -> PhaseLoad:
         (phase,) = plan(replace(request, nbytes=1.0), topology)
@@ -162,7 +166,8 @@ def plan_load(topology: Topology, request: CollectiveRequest,
         return PhaseLoad(latencies, hop_kinds(topology, src, dst), load,
                          effective_capacity(topology, efficiency or {})[used])
 
-    return kept(topology, (plan, request.ranks, request.channels, profile_of(efficiency)), build)
+    return kept(topology, (plan, request.ranks, request.channels, request.root, request.op == "reduce",
+                           profile_of(efficiency)), build)
 
 
 def first_use(links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -218,10 +223,11 @@ class GroupTerms(NamedTuple):
     """All that the estimates read of a group and the topology, as plain figures (`group_terms`): its ``size``,
     its hosts (``host_count``) and the members on the fullest (``widest``), the algorithms weighed (``names``) and
     the protocols each runs under (``able``, in ``names``' order), its hops under Simple (`_estimate`'s a_in/b_in
-    and a_out/b_out), channels, rails, NVLS's in-switch efficiency, whether it lies in one NVLS domain,
-    the one-phase plans' loads by algorithm and the tree's passes with the links they cross (None but for the
-    tree). No GPU or link is named, so groups placed alike on links alike have equal terms: `choose` keys its
-    choices by them (`key`) and the request's op and size fields, the rest of what the estimates read."""
+    and a_out/b_out; ``chain_hop`` the slowest between consecutive hosts, `slowest_host_hop`), channels, NVLS's
+    in-switch efficiency, whether it lies in one NVLS domain, the one-phase plans' loads by algorithm and the
+    tree's passes with the links they cross (None but for the tree). No GPU or link is named, so groups placed
+    alike on links alike have equal terms: `choose` keys its choices by them (`key`) and the request's op and
+    size fields, the rest of what the estimates read."""
 
     size: int
     host_count: int
@@ -230,8 +236,8 @@ class GroupTerms(NamedTuple):
     able: tuple[tuple[Protocol, ...], ...]
     inner: Hop
     outer: Hop
+    chain_hop: Hop
     channels: int
-    rails: int
     nvls_rate: float
     nvls_domain: bool
     loads: tuple[tuple[AlgorithmName, PhaseLoad], ...]
@@ -259,20 +265,32 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
     outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else inner
     channels = channel_count(request, topology, hosts)
-    rails = min(channels, nics_used(topology, hosts)) if count > 1 else 1
+    chain_hop = slowest_host_hop(topology, capacity, hosts) if count > 1 and request.op not in RING_STEPS else outer
     names = algorithms or tuple(candidates(request, topology, hosts))
     able = tuple(protocols.available(name, request.op, request.ranks, topology) for name in names)
     nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(names) else 1.0
     nvls_domain = "nvls" in names and nvls.supports(request.ranks, topology)
     loads: list[tuple[AlgorithmName, PhaseLoad]] = []
-    if count > 1 and request.op in RING_STEPS and "ring" in names:
-        loads.append(("ring", plan_load(topology, request, ring.plan, efficiency)))
+    if count > 1 and "ring" in names:
+        ring_plan = ring.plan if request.op in RING_STEPS else ring.chain_step
+        loads.append(("ring", plan_load(topology, request, ring_plan, efficiency)))
     if count > 1 and "nvls" in names and not nvls_domain:
         loads.append(("nvls", plan_load(topology, request, nvls.plan, efficiency)))
     tree = tree_terms(request, topology, hosts, channels, efficiency) if "tree" in names else None
-    return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, channels, rails, nvls_rate,
+    return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, chain_hop, channels, nvls_rate,
                       nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, count),
                       ll128_bus_caps(topology.gpu_model, count, nccl_channels(topology, request.ranks)))
+
+
+def slowest_host_hop(topology: Topology, capacity: np.ndarray, hosts: list[list[int]]) -> Hop:
+    """The slowest `Hop` (least bandwidth, then most latency) between consecutive hosts of the group's first ring,
+    the hop a ring's broadcast or reduce chain waits on: between the first two hosts may be NVLink (two trays
+    of one GB200 rack) where the chain's other hosts meet over NICs."""
+    order = ring.ring_order(hosts, topology, 0)
+    host_of = topology.gpu_host
+    crossings = [(src, dst) for src, dst in zip(order, order[1:]) if host_of[src] != host_of[dst]]
+    return min((hop(topology, capacity, src, dst) for src, dst in crossings),
+               key=lambda found: (found.bandwidth, -found.latency))
 
 
 GB = 1e9
@@ -377,6 +395,12 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
         tree_s = tree_estimate(request, terms.tree, terms.inner, terms.outer, protocol,
                                (terms.host_count, terms.size / terms.host_count))
         return tree_s + protocols.base_latency(name, protocol)
+    if name == "ring" and load is not None and request.op not in RING_STEPS:
+        chunk = pipeline_chunk(request.chunk_bytes, protocol, request.nbytes / terms.channels)
+        return chain_estimate(request.nbytes, terms.size, terms.channels, chunk, terms.inner.under(name, protocol),
+                              (terms.chain_hop.under(name, protocol), load.scaled_latencies(protocol),
+                               load.seconds(1.0, fraction))
+                              ) + protocols.base_latency(name, protocol)
     if name == "ring" and load is not None:
         step = load.latency(protocol) + load.seconds(request.nbytes, fraction)
         return RING_STEPS[request.op](terms.size) * step + protocols.base_latency(name, protocol)
@@ -391,18 +415,16 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
 def _transfer_estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, inner: Hop, outer: Hop,
                        protocol: Protocol) -> float:
     """``name``'s latency + size / bandwidth on hops already under its protocol (`_estimate`): p ranks on N
-    hosts, g members on the fullest, n bytes, r the rails the group leaves each host on (distinct NICs, at most
-    one per channel), ch the channels (ring.channel_count), L the pipeline chunks of a chain. NVLS loads its
-    switch links at its in-switch efficiency (nvls.in_switch_efficiency), as its plan does."""
+    hosts, g members on the fullest, n bytes, ch the channels (ring.channel_count), L the pipeline chunks of a
+    chain. NVLS loads its switch links at its in-switch efficiency (nvls.in_switch_efficiency), as its plan does."""
     n, size, g = request.nbytes, terms.size, terms.widest
     (a_in, b_in, *_), (_, b_out, *_) = inner, outer
     if name == "ring" and request.op in RING_STEPS:
         # Inside one host (across hosts: `PhaseLoad`): per step every GPU's link carries n / p.
         return RING_STEPS[request.op](size) * (a_in + n / size / b_in)
-    if name == "ring":
-        return chain_estimate(n, size, terms.channels, terms.rails,
-                              pipeline_chunk(request.chunk_bytes, protocol, n / terms.channels), inner,
-                              outer if terms.host_count > 1 else None)
+    if name == "ring":  # inside one host (across hosts: `PhaseLoad` of its chains' step)
+        chunk = pipeline_chunk(request.chunk_bytes, protocol, n / terms.channels)
+        return chain_estimate(n, size, terms.channels, chunk, inner, None)
     if name == "nvls" and terms.nvls_domain:
         return nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (terms.nvls_rate * b_in)
     if name == "collnet_direct":
@@ -411,23 +433,37 @@ def _transfer_estimate(request: CollectiveRequest, terms: GroupTerms, name: Algo
     return nvls_sharp.LATENCY + n * max((g + 1) / (g * terms.nvls_rate * b_in), 1 / (g * b_out))
 
 
-def chain_estimate(n: float, size: int, channels: int, rails: int, chunk_bytes: float | None, inner: Hop,
-                   outer: Hop | None) -> float:
+def chain_estimate(n: float, size: int, channels: int, chunk_bytes: float | None, inner: Hop,
+                   outer: tuple[Hop, np.ndarray, float] | None) -> float:
     """The ring's broadcast or reduce as ring.py plans it: a pipelined chain per channel over the p ranks, L chunks
-    of c = n / (ch L), so p - 1 + L - 1 steps. The p - 1 steps that open a hop pay the slower hop's latency; the
-    L - 1 that continue open streams pay instead the 8-slot window's stall (`Hop.stall`), which is zero unless a
-    chunk takes under a third of a hop's latency. A step lasts as long as its slower hop: c over NVLink, or ch / r
-    chunks over a rail (``outer``, None inside one host)."""
+    of c = n / (ch L), so p - 1 + L - 1 steps. The p - 1 steps that open a hop pay a latency (inside one host
+    the hop's; across hosts the slowest of the edges carrying a chunk then, `chain_fill_latency`); the L - 1
+    that continue open streams pay instead the 8-slot window's stall (`Hop.stall`), which is zero unless a chunk
+    takes under a third of a hop's latency. A step lasts as long as c takes over NVLink, or across hosts as long
+    as the most loaded link of the chains' routes takes for every channel's chunk. ``outer`` (None inside one
+    host): the slowest hop between hosts, the latencies of the chains' edges under the protocol and the step's
+    seconds per byte of the collective, from `ring.chain_step`'s `PhaseLoad`."""
     chunks = chunk_count(n / channels, chunk_bytes)
     chunk = n / (channels * chunks)
     inside = chunk / inner.bandwidth
     if outer is None:
-        latency, step, streamed = inner.latency, inside, inside + inner.stall(chunk)
-    else:
-        across = chunk * channels / (rails * outer.bandwidth)
-        latency, step = max(inner.latency, outer.latency), max(inside, across)
-        streamed = max(inside + inner.stall(chunk), across + outer.stall(chunk))
-    return (size - 1) * (latency + step) + (chunks - 1) * streamed
+        return (size - 1) * (inner.latency + inside) + (chunks - 1) * (inside + inner.stall(chunk))
+    slowest, latencies, seconds_per_byte = outer
+    across = chunk * channels * seconds_per_byte
+    streamed = max(inside + inner.stall(chunk), across + slowest.stall(chunk))
+    return (chain_fill_latency(latencies.reshape(channels, size - 1), chunks) + (size - 1) * max(inside, across)
+            + (chunks - 1) * streamed)
+
+
+def chain_fill_latency(latencies: np.ndarray, chunks: int) -> float:
+    """The latency the p - 1 steps that open a chain's edges pay, ``latencies`` by channel (rows) and edge in the
+    order they open (columns): the step opening edge k waits for the slowest of the edges carrying a chunk then,
+    k - L + 1 to k on any channel (tree.py `pipelined_phases`)."""
+    slowest = latencies.max(axis=0)
+    if chunks >= slowest.size:
+        return float(np.maximum.accumulate(slowest).sum())
+    padded = np.concatenate((np.zeros(chunks - 1), slowest))
+    return float(np.lib.stride_tricks.sliding_window_view(padded, chunks).max(axis=1).sum())
 
 
 class TreeTerms(NamedTuple):
