@@ -490,6 +490,20 @@ def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
     assert weighed > simulated(topology, request, "tree", protocol="ll128")
 
 
+@pytest.mark.parametrize("racks, trays, nodes", [(1, 18, 1), (2, 4, 2), (4, 2, 4)])
+def test_nccls_caps_count_nvlink_domains_as_its_nodes(racks, trays, nodes):
+    """Under MNNVL NCCL's nNodes, which indexes `llMaxBws` and `perChMaxTreeLL128Bws`, counts NVLink domains: a
+    GB200 rack is one node to it (LL cap 282 GB/s, the LL128 tree's 55.6 GB/s a channel), not 18 trays (20.4
+    and 20 as the caps read while they counted the trays as hosts)."""
+    topology = load_topology("gb200-nvl72", {"racks": racks, "trays": trays})
+    ranks = tuple(range(topology.num_gpus))
+    terms = group_terms(CollectiveRequest("all_reduce", ranks, MIB), topology, calibrated(topology.gpu_model))
+    channels = nccl_channels(topology, ranks)
+    assert (terms.ll_cap, terms.ll128_caps) == (ll_bus_cap("gb200", nodes), ll128_bus_caps("gb200", nodes, channels))
+    if nodes == 1:
+        assert (terms.ll_cap, terms.ll128_caps[1]) == (282e9, channels * 55.6e9)
+
+
 def test_nccls_ll_caps_by_gpu_and_hosts():
     """`llMaxBws` in GB/s: one host by the GPU's generation, across hosts by the CPU (A100 hosts AMD, others not)."""
     assert [ll_bus_cap(gpu, hosts) / 1e9 for gpu, hosts in [

@@ -277,9 +277,10 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     if count > 1 and "nvls" in names and not nvls_domain:
         loads.append(("nvls", plan_load(topology, request, nvls.plan, efficiency)))
     tree = tree_terms(request, topology, hosts, channels, efficiency) if "tree" in names else None
+    nodes = nccl_nodes(topology, request.ranks)
     return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, chain_hop, channels, nvls_rate,
-                      nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, count),
-                      ll128_bus_caps(topology.gpu_model, count, nccl_channels(topology, request.ranks)))
+                      nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, nodes),
+                      ll128_bus_caps(topology.gpu_model, nodes, nccl_channels(topology, request.ranks)))
 
 
 def slowest_host_hop(topology: Topology, capacity: np.ndarray, hosts: list[list[int]]) -> Hop:
@@ -324,22 +325,30 @@ def generation(gpu_model: str) -> str:
     return GENERATIONS.get(gpu_model, "hopper")
 
 
-def ll_bus_cap(gpu_model: str, host_count: int) -> float:
-    """NCCL's cap on LL's busbw (bytes/s) for a group over ``host_count`` hosts of ``gpu_model`` GPUs
+def nccl_nodes(topology: Topology, ranks: tuple[int, ...]) -> int:
+    """NCCL's nNodes for a group, the index of its tuning tables (`ll_bus_cap`, `ll128_bus_caps`): the NVLink
+    domains its members span, since under MNNVL NCCL counts a GB200 rack of 18 trays as one node."""
+    domain = topology.gpu_domain
+    return len({domain[rank] for rank in ranks})
+
+
+def ll_bus_cap(gpu_model: str, nodes: int) -> float:
+    """NCCL's cap on LL's busbw (bytes/s) for a group over NCCL's ``nodes`` (`nccl_nodes`) of ``gpu_model`` GPUs
     (tuning.cc `ncclTopoTuneModel`: ``llMaxBw``, which bounds the LL ring's and the LL tree's bandwidth)."""
-    if host_count == 1:
+    if nodes == 1:
         return LL_BUS_CAPS_ONE_HOST[generation(gpu_model)]
     across = LL_BUS_CAPS_AMD if gpu_model in AMD_HOSTED else LL_BUS_CAPS_INTEL
-    return across[0] if host_count == 2 else across[1]
+    return across[0] if nodes == 2 else across[1]
 
 
-def ll128_bus_caps(gpu_model: str, host_count: int, channels: int) -> tuple[float, float]:
-    """NCCL's caps on LL128's busbw (bytes/s) for the ring and the tree over ``host_count`` hosts of ``gpu_model``
-    GPUs on NCCL's ``channels`` (`nccl_channels`): the per-channel caps (`LL128_RING_CAPS_PER_CHANNEL`,
-    `LL128_TREE_CAPS_PER_CHANNEL`, its column by hosts as tuning.cc's index2) times the channels."""
+def ll128_bus_caps(gpu_model: str, nodes: int, channels: int) -> tuple[float, float]:
+    """NCCL's caps on LL128's busbw (bytes/s) for the ring and the tree over NCCL's ``nodes`` (`nccl_nodes`) of
+    ``gpu_model`` GPUs on NCCL's ``channels`` (`nccl_channels`): the per-channel caps
+    (`LL128_RING_CAPS_PER_CHANNEL`, `LL128_TREE_CAPS_PER_CHANNEL`, its column by nodes as tuning.cc's index2)
+    times the channels."""
     row = generation(gpu_model)
     return (channels * LL128_RING_CAPS_PER_CHANNEL[row],
-            channels * LL128_TREE_CAPS_PER_CHANNEL[row][min(host_count, 3) - 1])
+            channels * LL128_TREE_CAPS_PER_CHANNEL[row][min(nodes, 3) - 1])
 
 
 def nccl_channels(topology: Topology, ranks: tuple[int, ...]) -> int:
