@@ -263,10 +263,11 @@ def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.
 def _link_bytes(topology: Topology, phases: Sequence[Phase]) -> np.ndarray:
     """The bytes ``phases`` put on each directed link: per link and transfer size, how many times transfers of
     that size cross it (their phases' repeats, summed as integers), then per link those sizes times their
-    counts, summed in order of size. The sum depends only on what crosses the link, not on how the phases split
-    it: a tree's chain inside a host carries the same chunks in every host, over phases of other lengths where
-    the host's place in the tree differs, and summed phase by phase in float the hosts' loads came out a few
-    units in the last place apart (60442214.40000003 against ...05 bytes, SC21 3.6B), which refused the fold."""
+    counts (each product rounded once), summed in order of size: not exact, but in a fixed order, so the sum
+    depends only on what crosses the link, not on how the phases split it. A tree's chain inside a host carries
+    the same chunks in every host, over phases of other lengths where the host's place in the tree differs, and
+    summed phase by phase in float host 1's load came out three units in the last place above host 0's
+    (60442214.40000005 against ...03 bytes, SC21 3.6B), which refused the fold."""
     transfers = [(t, phase.repeat) for phase in phases for t in phase.transfers]
     lengths, links = routed(topology, [t for t, _ in transfers])
     sizes, size_of = np.unique(np.array([t.nbytes for t, _ in transfers], dtype=np.float64), return_inverse=True)
