@@ -12,7 +12,7 @@ from simulator import simulate
 from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import LoadedScenario, scenario_from_text
 from simulator.reliability.perturbed import with_step_faults
-from simulator.reliability.states import Degradation, StepStates, nvswitch_tray_faults
+from simulator.reliability.states import ClusterState, Degradation, StepStates, nvswitch_tray_faults
 from simulator.topology.loader import scenario_topology
 
 H = 3600.0
@@ -167,10 +167,37 @@ def test_stragglers_keep_their_gpus_where_no_whole_unit_stands_in(text, down, gp
     loaded = scenario_from_text(text, "job.yaml")
     topology = scenario_topology(loaded)
     states = StepStates(loaded, topology)
-    degradations, _ = degraded(topology, down)
+    degradations, links = degraded(topology, down)
     slowed = [Degradation(gpus=(gpu,), slowdown=1.5) for gpu in gpus]
     state = states.state_of(states.healthy.replicas, [*degradations, *slowed])
+    assert steps_with(loaded, links, tuple(gpu for gpu, _ in state.slow_gpus)) == steps_with(loaded, links, gpus)
     assert state.slow_gpus == tuple((gpu, 1.5) for gpu in gpus)
+
+
+DGX_STRADDLING = """cluster: {topology: dgx-h100-cluster, nodes: 12, leaf_ports: 3, spines: 2}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {tp: 8, pp: 2, dp: 6}
+"""
+"""TP 8 x PP 2 x DP 6 on 12 DGX H100 in 4 leaf groups of 3 hosts: replica 1 (hosts 2-3) and replica 4 (hosts
+8-9) each straddle two leaf groups."""
+
+
+@pytest.mark.parametrize(("down", "gpu"), [("leaf1.r0", 64), ("h4/nic0", 64), ("leaf1.r5", 72), ("", 64), ("", 72)])
+def test_stragglers_keep_their_gpus_where_replicas_straddle_leaf_groups(down, gpu):
+    """Replicas of 2 hosts over leaf groups of 3: the fewest whole replicas that lie inside leaf groups or hold
+    whole ones are 3 (half the job), the other half touched, so with leaf group 1's leaf or host 4's NIC down
+    a x1.5 GPU of replica 4 keeps its place, and with nothing down too; its step is the real GPU's to the bit.
+    Before, GPU 64 stood in on GPU 0 (a step 3.7e-4 shorter with the leaf down, 5.1e-4 with nothing down) and
+    GPU 72 on GPU 8 (2.1e-4 and 2.4e-4 shorter)."""
+    loaded = scenario_from_text(DGX_STRADDLING, "job.yaml")
+    topology = scenario_topology(loaded)
+    states = StepStates(loaded, topology)
+    degradations, links = degraded(topology, down) if down else ([], ())
+    state = states.state_of(states.healthy.replicas, [*degradations, Degradation(gpus=(gpu,), slowdown=1.5)])
+    ((slow, _),) = state.slow_gpus
+    assert steps_with(loaded, links, (slow,)) == steps_with(loaded, links, (gpu,))
+    assert slow == gpu
 
 
 def test_a_job_keeps_the_gpus_of_stragglers_no_whole_rack_stands_in_for(job_with):
@@ -217,15 +244,20 @@ SHRUNK_PP_INNER = DGX_PP.replace("dp: 4}", "dp: 4, order: [tp, cp, dp, pp]}")
 stage 1 GPUs 24-47, where on 4 replicas stage 1 starts at GPU 32."""
 
 
-def test_a_shrunk_job_places_stragglers_by_its_own_layout():
+@pytest.mark.parametrize(("leaf_ports", "stand_in_of_40"), [(8, 24), (2, 40)])
+def test_a_shrunk_job_places_stragglers_by_its_own_layout(leaf_ports, stand_in_of_40):
     """On 3 of 4 replicas (`order: [tp, cp, dp, pp]`), GPU 24 is a stage-1 GPU of the shrunk job: without links
-    down it stands in on that stage's first GPU (24; GPU 40 too), and beside host 0's NIC down it keeps its
-    GPU (replicas trade places only with data parallelism outermost). Before, the full job's layout made it a
+    down it stands in on that stage's first GPU (24), as GPU 40 does where every replica lies in one leaf group
+    (`leaf_ports: 8`); with leaf groups of 2 hosts replica 0 (hosts 0 and 3) straddles two, so GPU 40 keeps its
+    place. Beside host 0's NIC down GPU 24 keeps its GPU (replicas trade places only with data parallelism
+    outermost). Each state's step is the real GPU's to the bit. Before, the full job's layout made GPU 24 a
     stage-0 GPU: it stood in on GPU 0, or with the NIC down on GPU 8 (8.290 ms where GPU 24 gives 8.743 ms)."""
-    loaded = scenario_from_text(SHRUNK_PP_INNER, "job.yaml")
+    loaded = scenario_from_text(SHRUNK_PP_INNER.replace("leaf_ports: 2", f"leaf_ports: {leaf_ports}"), "job.yaml")
     topology = scenario_topology(loaded)
     states = StepStates(loaded, topology)
     nic, _ = degraded(topology, "h0/nic0")
-    for gpu in (24, 40):
-        assert states.state_of(3, [Degradation(gpus=(gpu,), slowdown=1.5)]).slow_gpus == ((24, 1.5),)
+    for gpu, stand_in_gpu in ((24, 24), (40, stand_in_of_40)):
+        state = states.state_of(3, [Degradation(gpus=(gpu,), slowdown=1.5)])
+        assert state.slow_gpus == ((stand_in_gpu, 1.5),)
+        assert states(state) == states(ClusterState(3, slow_gpus=((gpu, 1.5),)))
     assert states.state_of(3, [*nic, Degradation(gpus=(24,), slowdown=1.5)]).slow_gpus == ((24, 1.5),)

@@ -58,6 +58,7 @@ from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.reliability.symmetry import StateSymmetry, state_symmetry
 from simulator.scale import refold_refusal, refuse_unfolded
 from simulator.simulation import PreparedStep, prepare_training, scenario_warnings, simulate_training
+from simulator.topology.builders import Fabric
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 
@@ -234,6 +235,8 @@ class StepStates:
         which is its own."""
         self._stand_ins: dict[tuple[int, int, Slowdown | None], int] = {}
         """Each `representative` by replicas, pipeline stage and own slowdown (None: none)."""
+        self._replicas_aligned: dict[int, bool] = {}
+        """Per job size (replicas), whether its data-parallel replicas are `_fabric_aligned`."""
         self._touched: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], frozenset[int]] = {}
         """The `touched_replicas` of each set of links down and NVSwitch nodes with trays down."""
 
@@ -340,12 +343,12 @@ class StepStates:
     @cached_property
     def _unit_gpus(self) -> int | None:
         """The GPUs of a relabelling unit: the fewest consecutive data-parallel replicas that fill whole hosts and
-        NVLink domains, which may trade places exactly; None where they may not (a straggler then keeps its own
-        GPU): a replayed trace, links down of the scenario's own (fixed places), data parallelism not the
-        outermost dimension (a replica's lane is then no physical place: a straggler so moved under `order: [tp,
-        dp, cp, pp]` made a step 0.33% longer), experts split (EP above 1: EP groups are not alike, a x1.5
-        GPU on hosts 4-5 of TP 8 x DP 6 x EP 2 gave a step 1.9e-4 shorter than on hosts 2-3), or the scenario's
-        own stragglers unlike from unit to unit."""
+        NVLink domains and lie each inside one leaf group and pod or hold whole ones (`_fabric_aligned`), which may
+        trade places exactly; None where they may not (a straggler then keeps its own GPU): a replayed trace, links down
+        of the scenario's own (fixed places), data parallelism not the outermost dimension (a replica's lane is then no
+        physical place: a straggler so moved under `order: [tp, dp, cp, pp]` made a step 0.33% longer), experts split
+        (EP above 1: EP groups are not alike, a x1.5 GPU on hosts 4-5 of TP 8 x DP 6 x EP 2 gave a step 1.9e-4 shorter
+        than on hosts 2-3), or the scenario's own stragglers unlike from unit to unit."""
         layout = self.layout
         if layout is None or self.loaded.scenario.faults.step.links or layout.order[-1] != "dp":
             return None
@@ -355,11 +358,25 @@ class StepStates:
         groups = [np.asarray(topology.gpu_host[:layout.world]), np.asarray(topology.gpu_domain[:layout.world])]
         gpus = np.arange(layout.world)
         unit = next(span * replica for span in range(1, layout.dp + 1) if layout.dp % span == 0
-                    and all(_within_blocks(group, gpus // (span * replica)) for group in groups))
+                    and all(_within_blocks(group, gpus // (span * replica)) for group in groups)
+                    and self._fabric_aligned(gpus // (span * replica)))
         own = self._own_stragglers
         if any(own.get(gpu) != own.get(gpu % unit) for gpu in range(layout.world)):
             return None
         return unit
+
+    def _fabric_aligned(self, blocks: np.ndarray) -> bool:
+        """Whether the blocks ``blocks`` (one per GPU of the job, in GPU order) lie each inside one leaf group and
+        one pod of the fabric, or hold each leaf group and pod whole: blocks straddling leaf groups are not alike
+        (TP 8 x PP 2 x DP 6 on 12 DGX H100 with `leaf_ports: 3`: a x1.5 GPU on hosts 8-9, one replica over two
+        leaf groups, ran a step 3.7e-4 longer with leaf 1's rail 0 down than on hosts 0-1, 5.1e-4 with nothing
+        down). True without a fabric of leaves."""
+        fabric = self.topology.router
+        if not isinstance(fabric, Fabric) or not fabric.leaf:
+            return True
+        leaf = np.asarray(fabric.leaf[:len(blocks)])
+        groups = (leaf // fabric.rails, np.asarray(fabric.leaf_pod)[leaf])
+        return all(_within_blocks(group, blocks) or _within_blocks(blocks, group) for group in groups)
 
     def _stood_in(self, slow: dict[int, float], replicas: int) -> dict[int, float]:
         """The stragglers ``slow`` (GPU: factor) of a state with no link or NVSwitch tray down on ``replicas``
@@ -375,17 +392,25 @@ class StepStates:
         """The GPU a straggler on ``gpu`` is simulated on in a state with no link or NVSwitch tray down, the job
         on ``replicas`` replicas (None: all): the first GPU of its pipeline stage in the job's layout at that size
         that the scenario's own `faults.step` slows as it slows ``gpu`` (at full speed for most; one state per
-        distinct own slowdown, so `fraction: 1.0` or `all` keeps one). Not exact where stragglers sit in several
+        distinct own slowdown, so `fraction: 1.0` or `all` keeps one). The step is the real GPU's to the bit for
+        one straggler in the cases tests/test_straggler_places.py runs; not where stragglers sit in several
         replicas: they then stand in as one (TP 8 x PP 2 x DP 4 on 8 DGX H100, GPUs 40 and 48 x1.5: 0.94% off
         their own GPUs' step), which keeps the states one per set of stages slowed (relabelling whole replicas
         instead, exact, made 626 states where this makes 30 on `llama3-70b-2k-job` with throttling, 1
-        replication). ``gpu`` itself where the scenario takes links down of its own (fixed places), and in a
-        replayed trace, whose ranks each run their own traced kernels."""
+        replication). ``gpu`` itself where the replicas at that size straddle leaf groups or pods (not
+        `_fabric_aligned`: a x1.5 GPU on hosts 8-9 of TP 8 x PP 2 x DP 6 on 12 DGX H100 with `leaf_ports: 3`
+        stood in on GPU 0 with a step 5.1e-4 shorter), where the scenario takes links down of its own (fixed
+        places), and in a replayed trace, whose ranks each run their own traced kernels."""
         layout = self.layout
         if layout is None or self.loaded.scenario.faults.step.links:
             return gpu
         replicas = layout.dp if replicas is None else replicas
         layout = replace(layout, dp=replicas)
+        if replicas not in self._replicas_aligned:
+            ranks = np.arange(layout.world)
+            self._replicas_aligned[replicas] = self._fabric_aligned(ranks // layout.rank_of(dp=1) % replicas)
+        if not self._replicas_aligned[replicas]:
+            return gpu
         stage, own = layout.coords(gpu)["pp"], self._own_stragglers.get(gpu)
         if (replicas, stage, own) not in self._stand_ins:
             self._stand_ins[replicas, stage, own] = next(rank for rank in layout.stage_ranks(stage)
@@ -396,8 +421,9 @@ class StepStates:
         """The stragglers ``slow`` (GPU: factor) where the state simulates them: those in a unit (`_unit_gpus`)
         that no replica of ``touched`` is in relabelled unit by unit, the k-th such unit holding a straggler
         becoming the k-th such unit, each straggler's place inside it kept; those in a touched unit at their own
-        GPU (a straggler near a link or tray down is not one far from it). Exact: whole units trade places, so
-        the step is the real GPUs' to the bit (tests/test_straggler_places.py)."""
+        GPU (a straggler near a link or tray down is not one far from it). Whole units trade places, alike in
+        hosts, NVLink domains, leaf groups and pods; in the cases tests/test_straggler_places.py runs (DGX H100
+        with NICs or leaves down, GB200 racks with trays down) the step is the real GPUs' to the bit."""
         unit = self._unit_gpus
         if unit is None or self.layout is None:
             return slow
