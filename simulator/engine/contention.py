@@ -68,7 +68,37 @@ class NcclChannels:
         channels = self._group_channels.get(op.group)
         if channels is None:
             channels = self._group_channels[op.group] = kernel_channels(self.share, self.topology, op.group)
+        if op.op == "all_to_all" and op.pair_bytes and one_peer_each(op.pair_bytes):
+            return p2p_channels(self.share, channels, op.group, self.topology)
         return channels
+
+
+def one_peer_each(pair_bytes: tuple[tuple[float, ...], ...]) -> bool:
+    """Whether every member of an all-to-all sends to one other member at most (a CP ring step: to the next)."""
+    return all(sum(1 for nbytes in row if nbytes > 0) <= 1 for row in pair_bytes)
+
+
+def p2p_channels(share: SmShare, group_channels: int, group: tuple[int, ...], topology: Topology) -> int:
+    """The channels (one SM each) of a grouped send/receive in which each member of ``group`` sends to one peer
+    and receives from one (a CP ring step), as NCCL's point-to-point kernel runs it: the communicator's p2p
+    channels are its channels (``group_channels``, `kernel_channels`) rounded up to a power of two; a peer gets
+    ``share.network_channels`` of them when the group spans NVLink domains (src/graph/paths.cc
+    ncclTopoGetNchannels: NCCL_NCHANNELS_PER_NET_PEER, and ncclTopoComputeP2pChannelsPerPeer takes the least
+    over the communicator's peers), else 2 per NVLink (or 2 over PCIe) rounded up to a power of two, at most the
+    p2p channels (ncclTopoComputeP2pChannels): all of them, as the group's channels are those too; halved while
+    they times the members exceed 4 times the p2p channels (src/enqueue.cc scheduleP2pTasksToPlan,
+    nChannelsMax). A send and a receive of the same round share channels, so the pair holds one peer's."""
+    total = _power_of_two_up(group_channels)
+    spans_domains = len({topology.gpu_domain[rank] for rank in group}) > 1
+    per_peer = share.network_channels if spans_domains else total
+    while per_peer * len(group) > total * 4 and per_peer > 1:
+        per_peer //= 2
+    return per_peer
+
+
+def _power_of_two_up(count: int) -> int:
+    """The least power of two at or above ``count`` (NCCL's pow2Up)."""
+    return 1 << max(count - 1, 0).bit_length()
 
 
 RESERVED = "reserved"
