@@ -10,19 +10,22 @@ from dataclasses import replace
 from functools import partial
 
 import pytest
+import simpy
 from shared import ALPHA, BANDWIDTH, GIB, KIB, MIB, switch_topology, two_level_topology
 
 from simulator.collective_sweep import collective_sweep
 from simulator.collectives.busbw import BUS_FACTORS, bus_bandwidth, bus_bandwidth_factor
-from simulator.collectives.execute import time_collective
+from simulator.collectives.execute import run_plan, time_collective
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import ALGORITHMS, plan_collective, runnable_algorithms
 from simulator.collectives.ring import group_by_host, ring_order
 from simulator.collectives.tuner import choose, estimates
 from simulator.config.loader import scenario_from_text
+from simulator.engine.stepping import run_all
 from simulator.errors import ScenarioError
 from simulator.network.calibration import calibrated
+from simulator.network.model import Network
 from simulator.topology.graph import Topology, Wiring, add_link
 from simulator.topology.loader import load_topology
 
@@ -138,6 +141,21 @@ def test_all_to_all_sends_to_every_peer_at_once(size, nbytes):
     sends to every peer together, so each pays its latency once, side by side, and they share the GPU's link."""
     expected = ALPHA + (size - 1) / size * nbytes / BANDWIDTH
     assert close(time_collective(switch_topology(size), "all_to_all", "direct", size, nbytes), expected)
+
+
+def test_an_all_to_all_with_nothing_to_send_still_pays_one_handshake():
+    """A pair with no bytes posts no transfer beside pairs that carry some, but where no pair has any, every
+    pair's count-0 send runs as NCCL 2.14 and later run it, one empty step (docs/collectives.md, direct): the
+    all-to-all lasts one path latency, as before empty pairs were skipped, not nothing."""
+    size, topology = 4, switch_topology(4)
+    own_slices_only = tuple(tuple(MIB if i == j else 0.0 for j in range(size)) for i in range(size))
+    phases = plan_collective(CollectiveRequest("all_to_all", tuple(range(size)), size * MIB,
+                                               pair_bytes=own_slices_only), topology, "direct")
+    assert [len(phase.transfers) for phase in phases] == [size * (size - 1)]
+    env = simpy.Environment()
+    env.process(run_plan(env, Network(env, topology), topology, phases))
+    run_all(env)
+    assert close(env.now, ALPHA)
 
 
 @pytest.mark.parametrize("hosts", [2, 4, 6])

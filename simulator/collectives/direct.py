@@ -31,13 +31,16 @@ def shifted_pairs(ranks: tuple[int, ...], nbytes: float) -> list[Phase]:
 def all_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...]) -> list[Phase]:
     """One phase: every rank i sends ``pair_bytes[i][j]`` to every other rank j at once, listed by shift (the
     transfers to rank i+1 first, then to rank i+2...), as NCCL's all-to-all posts them. A pair with nothing to
-    send posts no transfer (a CP ring step sends only to the next rank; docs/collectives.md, direct)."""
+    send posts no transfer (a CP ring step sends only to the next rank; docs/collectives.md, direct), unless no
+    pair has anything: then every pair posts its empty handshake, as NCCL 2.14 and later run count-0 sends, and
+    the all-to-all lasts a path latency rather than nothing."""
     size = len(ranks)
     if len(pair_bytes) != size or any(len(row) != size for row in pair_bytes):
         raise ScenarioError(f"an all-to-all over {size} ranks needs a {size} x {size} byte matrix",
                             field="pair_bytes", allowed=f"{size} rows of {size} sizes")
-    pairs = ((i, (i + shift) % size) for shift in range(1, size) for i in range(size))
-    transfers = tuple(Transfer(ranks[i], ranks[j], pair_bytes[i][j]) for i, j in pairs if pair_bytes[i][j] > 0)
+    pairs = [(i, (i + shift) % size) for shift in range(1, size) for i in range(size)]
+    carrying = [(i, j) for i, j in pairs if pair_bytes[i][j] > 0] or pairs
+    transfers = tuple(Transfer(ranks[i], ranks[j], pair_bytes[i][j]) for i, j in carrying)
     return [Phase(transfers)] if transfers else []
 
 
