@@ -1339,10 +1339,10 @@ def test_the_estimate_charges_what_ring_attentions_ring_outlasts():
     for it (`ring_exposed_s`). Left out, the estimate put Llama-3-8B at 1,024 tokens a sequence on one DGX H100
     (where the short attention covers less of the ring the wider the group) at simulated over estimated tokens/s
     0.9968 with cp 2, 0.9875 with cp 4 and 0.9635 with cp 8; with the ring's excess timed, 0.997 to 1.0 (today
-    0.9986, 0.9993, 0.9995, with the ring's point-to-point steps; 0.9972, 0.9993, 0.9995 with the ring timed as
-    a ring all-gather). Its ring term is at least the simulated exposed CP time (cp 8: 0.0665 s against 0.0624 s
-    a step; 0.0453 against 0.0411 s as a ring all-gather): the simulation counts as exposed only the time no
-    compute runs."""
+    0.9977, 0.9993, 0.9996, the ring's point-to-point steps each holding a send/receive pair's SMs). Its ring
+    term is at least the simulated exposed CP time (cp 8: 0.0648 s against 0.0632 s a step; 0.0665 against
+    0.0624 s with the ring as one ring all-gather, nearly the same inside a host, where every pair has its own
+    NVLink): the simulation counts as exposed only the time no compute runs."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.parallel.passes import Pass
