@@ -431,14 +431,12 @@ NO_OP_SETTINGS = {"training.grad_reduce_dtype=fp32": "a parameter-server run pus
                   "parallelism.pipeline.schedule=gpipe": "a parameter-server worker runs no pipeline",
                   "parallelism.cp_algorithm=all_gather": "a parameter-server worker runs no context parallelism",
                   "collectives.algorithm=tree": "a parameter-server run sends its pushes and pulls as transfers, not "
-                                                "collectives, and compares them with a ring all-reduce",
-                  "collectives.protocol=ll": "a parameter-server run sends its pushes and pulls as transfers, not "
-                                             "collectives, and compares them with a ring all-reduce"}
+                                                "collectives, and compares them with a ring all-reduce"}
 
 
 def test_fields_parameter_servers_are_not_changed_by_are_warned_once_each(capsys):
-    """Under the strategy these fields change nothing (every one ran the bundled scenario's 441.8 ms exchange)
-    and were taken without a word (usertest37 #3): each is warned once, as a synthetic model's no-ops are."""
+    """Under the strategy these fields were taken without a word (usertest37 #3): each is warned once, as a
+    synthetic model's no-ops are, and a collective-strategy run that sets one is not warned about servers."""
     from simulator.cli import main
 
     settings = [word for setting in NO_OP_SETTINGS for word in ("--set", setting)]
@@ -448,6 +446,20 @@ def test_fields_parameter_servers_are_not_changed_by_are_warned_once_each(capsys
                                     "nothing" for setting, why in NO_OP_SETTINGS.items())
     assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", "parallelism.ddp.overlap=false", "--quiet"]) == 0
     assert "parameter-server" not in capsys.readouterr().err
+
+
+def test_the_collectives_protocol_is_not_warned_for_it_moves_the_compared_allreduce(run_yaml, capsys):
+    """`collectives.protocol` was warned as changing nothing (review61 #1), yet the compared ring all-reduce runs
+    with it: LL's flags double its bytes and its time, while the servers' pushes and pulls stay as they were."""
+    from simulator.cli import main
+
+    assert main(["validate", str(BUNDLED), "--set", "collectives.protocol=ll", "--quiet"]) == 0
+    assert "changes nothing" not in capsys.readouterr().err
+    simple, ll = (run_yaml(scenario(iterations=1), f"collectives.protocol={protocol}").summary["parameter_server"]
+                  for protocol in ("simple", "ll"))
+    assert ll["allreduce"]["total_bytes"] == pytest.approx(2 * simple["allreduce"]["total_bytes"], rel=1e-12)
+    assert ll["allreduce"]["time_s"] > 1.9 * simple["allreduce"]["time_s"]
+    assert ll["worker_iteration_s"] == simple["worker_iteration_s"]
 
 
 def test_a_sweep_warns_once_per_axis_parameter_servers_are_not_changed_by():

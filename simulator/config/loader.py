@@ -214,7 +214,7 @@ class LoadedScenario:
     def ignored_by_parameter_servers(self) -> tuple[str, ...]:
         """A located warning for each field the scenario sets that `parallelism.strategy: parameter_server` is not
         changed by (PARAMETER_SERVER_NO_OPS: the gradient reduce format, `parallelism.ddp.*`, sequence
-        parallelism, `pipeline.*`, the CP algorithm, the collectives' algorithm and protocol), as
+        parallelism, `pipeline.*`, the CP algorithm, the collectives' algorithm), as
         `ignored_by_a_synthetic_model` gives them."""
         if not self.scenario.uses_parameter_servers:
             return ()

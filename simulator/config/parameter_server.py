@@ -28,8 +28,6 @@ PARAMETER_SERVER_NO_OPS: dict[tuple[str, str], str] = {
     ("parallelism", "cp_algorithm"): "a parameter-server worker runs no context parallelism",
     ("collectives", "algorithm"): "a parameter-server run sends its pushes and pulls as transfers, not collectives, "
                                   "and compares them with a ring all-reduce",
-    ("collectives", "protocol"): "a parameter-server run sends its pushes and pulls as transfers, not collectives, "
-                                 "and compares them with a ring all-reduce",
 }
 """The fields `parallelism.strategy: parameter_server` is not changed by, with why: a scenario or a sweep axis that
 sets one is warned once, as for a synthetic model (model_options.SYNTHETIC_NO_OPS)."""
