@@ -190,6 +190,21 @@ def test_the_routing_skew_of_a_moe_step_is_one_of_its_losses():
     assert verdict["verdict"] == "compute-bound; largest loss: MoE routing skew, 21.2% of the step"
 
 
+def test_the_routing_skew_counts_the_recomputed_expert_forward():
+    """With full recompute the hottest EP rank recomputes its experts' forward at its hot load too, but the
+    skew stayed 0.3834 s (review61 #2). By hand: a gated expert's forward, backward-input and backward-weight are
+    three GEMMs of equal FLOPs each, so the recompute adds a third of the skew without it: 0.3834 x 4/3 =
+    0.5113 s (the expert activations, memory-bound, make it 0.15% more). Every layer of the 32 and micro-batch
+    of the 4 adds the hottest rank's expert time over the mean load's."""
+    summary = simulate(load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", ["training.recompute=full"])).summary
+    moe = summary["moe"]
+    assert moe["hottest_rank_adds_s"] == pytest.approx(0.383446 * 4 / 3, rel=2e-3)
+    assert moe["hottest_rank_adds_s"] == pytest.approx(
+        (moe["expert_s_per_layer"] - moe["expert_s_per_layer_at_mean_load"]) * 32 * 4, rel=1e-12)
+    assert summary["bottleneck"]["loss_shares"]["moe_imbalance"] == pytest.approx(
+        moe["hottest_rank_adds_s"] / summary["step_time_s"], rel=1e-12)
+
+
 def test_a_dense_step_has_no_routing_skew_loss():
     summary = simulate(load_scenario(SCENARIOS / "schedule-gpipe-p4-m8.yaml")).summary
     assert "moe_imbalance" not in summary["bottleneck"]["loss_shares"]

@@ -223,16 +223,17 @@ def mean_load_share(sample: RoutingSample, ep: int) -> float:
 
 
 def moe_report(model: ModelSpec, shard: ShardShape, cost: CostContext, sample: RoutingSample, ep: int,
-               layer: MoELayer, moe_layers_per_rank: int, microbatches: int) -> dict:
-    """The summary's `moe` entry: routing outcome and what the hottest EP rank costs."""
+               layer: MoELayer, moe_layers_per_rank: int, microbatches: int, recompute: Recompute) -> dict:
+    """The summary's `moe` entry: routing outcome and what the hottest EP rank costs, its recomputed forward
+    (``recompute`` full) included."""
     moe = _moe_of(model)
     per_rank = moe.experts // ep
     loads = sample.expert_load()
     rank_loads = sample.rank_load(ep)
-    mean = routed_kernels(model, shard, np.full(per_rank, loads.mean()), "none")
-    mean_s = sum(cost.seconds(ks) for ks in (mean.forward, mean.backward_input, mean.backward_weight))
+    mean = routed_kernels(model, shard, np.full(per_rank, loads.mean()), recompute)
+    mean_s = sum(cost.seconds(ks) for ks in (mean.forward, mean.recompute, mean.backward_input, mean.backward_weight))
     work = layer.experts
-    hot_s = work.forward_s + work.backward_input_s + work.backward_weight_s
+    hot_s = work.forward_s + work.recompute_s + work.backward_input_s + work.backward_weight_s
     return {
         "experts": moe.experts, "top_k": moe.top_k, "ep": ep, "capacity_factor": moe.capacity_factor,
         "tokens_per_rank": shard.tokens / shard.tp,

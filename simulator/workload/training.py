@@ -431,7 +431,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     if experts is not None:
         routed_tokens = float(experts.sample.rank_load(experts.ep)[experts.sample.hottest_rank(experts.ep)])
         report = moe_report(model, shard, cost, experts.sample, experts.ep, experts.layer,
-                            max(sum(counts[vstage] for vstage in stages_of_rank) for stages_of_rank in held), m)
+                            max(sum(counts[vstage] for vstage in stages_of_rank) for stages_of_rank in held), m,
+                            training.recompute)
         model_flops -= experts.sample.dropped_fraction * routed_flops_per_token(model) * tokens
         nominal = nominal_flops
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
