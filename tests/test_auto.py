@@ -223,8 +223,7 @@ def test_estimates_follow_the_channels_over_the_uplinks_of_an_oversubscribed_fab
             for algorithm, estimate in guesses.items():
                 took = time_collective(topology, "all_reduce", algorithm, ranks, nbytes, efficiency=efficiency,
                                        chunk_bytes=CHUNK, channels=channels, protocol=protocol)
-                if protocol == "ll":  # weighed no faster than NCCL's cap on LL (1 GiB over 16 or 64 H100s)
-                    took = nccl_capped(request, group_terms(request, topology, efficiency), algorithm, protocol, took)
+                took = nccl_capped(request, group_terms(request, topology, efficiency), algorithm, protocol, took)
                 assert estimate == pytest.approx(took, rel=1e-9), (algorithm, nbytes, protocol)
         times = {pair: time_collective(topology, "all_reduce", pair.algorithm, ranks, nbytes, efficiency=efficiency,
                                        chunk_bytes=CHUNK, channels=channels, protocol=pair.protocol)

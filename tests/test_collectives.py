@@ -320,8 +320,8 @@ def test_a_ring_over_a_partial_host_runs_each_of_its_nics_both_ways(size, channe
     phases = plan_collective(CollectiveRequest("all_reduce", tuple(range(size)), n), topology, "ring")
     into = Counter(topology.gpu_nic[t.dst] for phase in phases for t in phase.transfers
                    if topology.gpu_host[t.src] != topology.gpu_host[t.dst])
-    partial = [nic for nic in into if nic.startswith("h1/")]
-    assert len(partial) == size - 8 and cross_host_nics(topology, phases) == into
+    partial_host_nics = [nic for nic in into if nic.startswith("h1/")]
+    assert len(partial_host_nics) == size - 8 and cross_host_nics(topology, phases) == into
     step = ((size - 2) * 3.4e-6 + 2 * 13e-6) / size + n / (size * channels * 50e9)
     for mode in ("flow", "analytic"):
         row, = collective_sweep("dgx-h100-cluster", {"nodes": 2}, op="all_reduce", algorithm="ring", ranks=size,

@@ -532,7 +532,7 @@ def test_lanes_meeting_another_collective_unevenly_on_the_spines_unfold(run_yaml
     those of lanes 0 and 1 take two, and the TP all-reduce of the head's backward crosses that uplink on lanes
     6 and 7: unfolded, lanes 0-5 end it at 52.219 ms and lanes 6-7 at 52.333 ms; folded, the representative
     (lane 0) waited for its mirror on lane 6 and ended at 52.333, and the folded step came out 8.5e-5 short
-    (76.2147 against 76.2212 ms; the step is 77.7166 ms since every collective pays NCCL's base latency). The
+    (76.2147 against 76.2212 ms; the step was 77.7166 ms since every collective pays NCCL's base latency). The
     folded run's mirrors fall out of step with their groups, so it runs unfolded. Those figures were measured
     with the CP pair's K/V ring run as a ring all-gather; as the pair's point-to-point transfer (its step over
     one NIC without the ring's two channels' overheads) the unfolded step is 77.6752 ms."""

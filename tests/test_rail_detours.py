@@ -47,7 +47,7 @@ def test_a_fabric_wired_for_more_hosts_shifts_its_rails_too():
     rails = RailRotation.of(topology)
     assert rails is not None and rails.turns == 8
     steps = [simulate(scenario_from_text(SHRUNK, "inline.yaml", [
-        f"faults.step.links=[{{link: [h1/nic{rail}, leaf0.r{rail}]}}]"])).summary["step_time_s"] for rail in range(8)]
+        f"faults.step.links=[{_cable(1, rail)}]"])).summary["step_time_s"] for rail in range(8)]
     assert max(steps) == pytest.approx(min(steps), rel=1e-12)
 
 

@@ -1609,8 +1609,7 @@ def test_the_search_keeps_the_users_ddp_settings_in_its_layouts_and_its_run_comm
     assert (summary["tokens_per_s"], summary["peak_memory_gib"]) == (winner["tokens_per_s"], winner["peak_memory_gib"])
 
 
-@pytest.mark.parametrize("given, flag", [("parallelism.tp=2", "--tp"), ("parallelism.ddp={}", None),
-                                         ("parallelism={zero: 1}", "--tp"),
+@pytest.mark.parametrize("given, flag", [("parallelism.tp=2", "--tp"), ("parallelism={zero: 1}", "--tp"),
                                          ("training.micro_batch=2", "--micro-batch")])
 def test_a_set_of_a_field_the_search_varies_is_refused_naming_its_flag(tmp_path, capsys, given, flag):
     """Every candidate writes the fields the search varies, so a `--set` of one was dropped without a word."""
@@ -1620,12 +1619,17 @@ def test_a_set_of_a_field_the_search_varies_is_refused_naming_its_flag(tmp_path,
                  "--tp", "1", "--cp", "1", "--pp", "1", "--micro-batch", "1", "--sharding", "zero1", "--recompute",
                  "none", "--top", "1"])
     err = capsys.readouterr().err.strip()
-    if flag is None:
-        assert code == 0
-        return
     assert code == 2 and len(err.splitlines()) == 1 and f"--set {given}: the search sets " in err, err
     assert err.endswith(f": {flag})"), err
 
+
+def test_a_set_of_ddp_is_not_refused(tmp_path):
+    """The search does not vary the `ddp` section, so a `--set` of it is kept, not refused."""
+    from simulator.cli import main
+
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--set", "parallelism.ddp={}", "--out", str(tmp_path / "s"),
+                 "--quiet", "--tp", "1", "--cp", "1", "--pp", "1", "--micro-batch", "1", "--sharding", "zero1",
+                 "--recompute", "none", "--top", "1"]) == 0
 
 
 def test_zero2_candidates_run_deepspeeds_zero2_unless_the_user_chose():
@@ -1655,11 +1659,12 @@ def test_on_nvl72_tp_is_kept_inside_the_racks_nvlink_domain_not_a_compute_tray()
     assert (len(rack.host_gpus(0)), nvlink_domain_gpus(rack)) == (4, 72)
     assert nvlink_domain_gpus(load_topology("dgx-h100-cluster", {"nodes": 2})) == 8
     assert max(c.tp for c in enumerate_candidates(SearchSpace(cp=(1,)), 128, 72)) == 128
+
     def fits_from_tp16(candidate: Candidate) -> Checked:
         return Checked(candidate, {}, None if candidate.tp >= 16 else Pruning(Pruned.OUT_OF_MEMORY, "out"), 60.0)
 
     assert seed_tree_choice(128, 72, 80, 1024, False, fits_from_tp16).candidate.tp == 16
-    scenario = Path(__file__).parent / "data" / "llama3_70b_64_dgx_h100.yaml"
+    scenario = SCENARIO
     space = SearchSpace(tp=(8,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
                         recompute=("none",))
     result = search_layouts(scenario, SerialExecutor(), space=space, top=1, overrides=[

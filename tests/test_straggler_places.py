@@ -89,7 +89,8 @@ def test_a_straggler_on_a_host_a_link_down_spares_stands_in_to_the_bit(unit, tou
     assert states.touched_replicas(down, ()) == touched
     for gpu, expected in stand_ins.items():
         assert stand_in(states, Degradation(links=down), gpu) == expected
-        assert step_with(loaded, links, gpu) == step_with(loaded, links, expected)
+        if gpu != expected:
+            assert step_with(loaded, links, gpu) == step_with(loaded, links, expected)
     if unit.startswith("leaf"):
         assert step_with(loaded, links, 2) != step_with(loaded, links, 16) != step_with(loaded, links, 19)
 
@@ -167,10 +168,9 @@ def test_stragglers_keep_their_gpus_where_no_whole_unit_stands_in(text, down, gp
     loaded = scenario_from_text(text, "job.yaml")
     topology = scenario_topology(loaded)
     states = StepStates(loaded, topology)
-    degradations, links = degraded(topology, down)
+    degradations, _ = degraded(topology, down)
     slowed = [Degradation(gpus=(gpu,), slowdown=1.5) for gpu in gpus]
     state = states.state_of(states.healthy.replicas, [*degradations, *slowed])
-    assert steps_with(loaded, links, tuple(gpu for gpu, _ in state.slow_gpus)) == steps_with(loaded, links, gpus)
     assert state.slow_gpus == tuple((gpu, 1.5) for gpu in gpus)
 
 
@@ -193,10 +193,9 @@ def test_stragglers_keep_their_gpus_where_replicas_straddle_leaf_groups(down, gp
     loaded = scenario_from_text(DGX_STRADDLING, "job.yaml")
     topology = scenario_topology(loaded)
     states = StepStates(loaded, topology)
-    degradations, links = degraded(topology, down) if down else ([], ())
+    degradations = degraded(topology, down)[0] if down else []
     state = states.state_of(states.healthy.replicas, [*degradations, Degradation(gpus=(gpu,), slowdown=1.5)])
     ((slow, _),) = state.slow_gpus
-    assert steps_with(loaded, links, (slow,)) == steps_with(loaded, links, (gpu,))
     assert slow == gpu
 
 
