@@ -396,22 +396,28 @@ CROSS_RAIL_UNFOLDED = {
                              "training.global_batch=64"], 64,
         "all_to_all 'ep dispatch L0.mlp' takes 0.9157 ms over GPUs [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
         "14, 15] but 0.9054 ms over the equivalent [16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]"),
-    "pp-outermost-3-hosts": (
-        "llama3-8b-dgx-h100-dp8", ["model.layers=4", "cluster.topology=dgx-h100-cluster", "cluster.nodes=3",
-                                   "parallelism.tp=1", "parallelism.pp=2", "parallelism.dp=12",
-                                   "parallelism.order=[tp,cp,dp,pp]", "training.global_batch=24"], 24,
-        "send_recv 'recv bwd mb1' over GPUs [12, 0] ended on its mirrors between 93.2 and 93.91 ms in the folded "
-        "run (the run stopped there, its first instance out of step, by 0.714 ms): its copies over GPUs [20, 8] and "
-        "[12, 0] cross as many links (6)"),
 }
 """Layouts whose copies meet unlike contention on flows that turn rails between hosts, so they run unfolded: not
 because a check misses a symmetry, but because those flows spread over the spines by the rails' difference
 (topology/builders.py `Fabric`), each drawn as ECMP draws it. Two EP groups of one leaf group then collide on
 other spine links and end their all-to-alls apart (EP 16 over 5 spines: 0.9157 against 0.9054 ms, found before
-the run; 2.286 against 2.381 ms while an all-to-all ran as p - 1 phases). Two ranks of one host handing on to
-the same next host over other rails (GPUs 20 to 8 and 21 to 9, 93.2 against 93.91 ms) climb other leaves'
-uplinks and meet the DP rings unlike, which no class of hosts parts (engine/rank_classes.py); that layout ran
-unfolded under the old hash too."""
+the run; 2.286 against 2.381 ms while an all-to-all ran as p - 1 phases)."""
+
+
+def test_dp_rings_over_a_partial_host_keep_their_mirrors_in_step():
+    """TP 1 x PP 2 x DP 12 on 3 DGX H100 with DP inside PP: each DP ring spans a whole host and half of another.
+    Its rings entered and left the partial host at one GPU each, so each NIC there carried one direction, and the
+    hand-offs from one host to the next over other rails (GPUs 20 to 8 and 21 to 9) met those rings unlike
+    (93.2 against 93.91 ms): the step ran unfolded at 156.62 ms. Rings now enter and leave the partial host at
+    indices every host holds, in turn per channel, so its NICs run both ways: the step folds to 2 ranks and equals
+    the unfolded step to the bit (131.16 ms)."""
+    overrides = ["model.layers=4", "cluster.topology=dgx-h100-cluster", "cluster.nodes=3", "parallelism.tp=1",
+                 "parallelism.pp=2", "parallelism.dp=12", "parallelism.order=[tp,cp,dp,pp]", "training.global_batch=24"]
+    folded = simulate(load_scenario(SCENARIO_DIR / "llama3-8b-dgx-h100-dp8.yaml", overrides)).summary
+    unfolded = simulate(load_scenario(SCENARIO_DIR / "llama3-8b-dgx-h100-dp8.yaml",
+                                      [*overrides, "run.fold=false"])).summary
+    assert (folded["folded"], folded["simulated_ranks"]) == (True, 2)
+    assert folded["step_time_s"] == unfolded["step_time_s"] == pytest.approx(0.13116, rel=1e-4)
 
 
 @pytest.mark.parametrize("case", CROSS_RAIL_UNFOLDED)

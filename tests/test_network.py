@@ -1011,6 +1011,16 @@ def test_incremental_max_min_equals_a_recount_of_every_round_to_the_bit():
                                                                                             ).tolist()
 
 
+def test_fractional_weights_end_the_solve_at_a_plain_recounts_rates():
+    # Subtracting fractional weights leaves a residue on a link whose groups are all frozen; it won the minimum
+    # share again and again, freezing nothing (the solve never ended).
+    paths = [(4, 6), (3,), (0,), (0, 5), (4,), (6,), (3, 4), (1, 5)]
+    weight = np.array([1.625, 1.618, 0.358, 2.948, 1.757, 0.119, 2.341, 2.937])
+    capacity = np.array([0.672, 0.456, 0.35, 0.738, 0.356, 0.662, 0.682])
+    assert grouped_max_min_rates(paths, weight, capacity) == pytest.approx(recounted_max_min(paths, weight,
+                                                                                             capacity), rel=1e-12)
+
+
 def test_groups_of_weight_zero_are_left_out_of_a_solve():
     # network/isolated.py indexes a phase's routes once and solves the active ones by giving the others weight 0.
     rng = np.random.default_rng(5)

@@ -51,7 +51,7 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
     pruned = table[table["status"] == "pruned"]
     assert (pruned["reason"].str.len() > 0).all()
     assert pruned["reason"].str.startswith("TP 16 spans NVLink domains").sum() == 9
-    assert (pruned["reason_kind"] == Pruned.TP_SPANS_HOSTS).sum() == 9  # tp 16 x pp 1, 2, 4 x 3 recomputes
+    assert (pruned["reason_kind"] == Pruned.TP_SPANS_DOMAINS).sum() == 9  # tp 16 x pp 1, 2, 4 x 3 recomputes
     assert pruned["reason"].str.startswith("out of memory").any()
     assert pruned["reason"].str.contains("ranks below the top 1").any()
     assert result.winner["label"] in result.comparison and result.tree_row["label"] in result.comparison
@@ -1775,7 +1775,7 @@ def test_a_tp_group_straddling_two_nvl72_racks_is_pruned_as_run_warns_of_it():
     racks = load_topology("gb200-nvl72", {"racks": 2})
     pruning = structural_reason(Candidate(16, 1, 1, 9, 1, 1, "zero1", "none"), layers=32, global_batch=144,
                                 domains=racks.gpu_domain_array, fewer_on_ends=False)
-    assert pruning == Pruning(Pruned.TP_SPANS_HOSTS, "TP 16 spans NVLink domains: the TP group of GPUs 64 to 79 "
+    assert pruning == Pruning(Pruned.TP_SPANS_DOMAINS, "TP 16 spans NVLink domains: the TP group of GPUs 64 to 79 "
                               "spans 2 NVLink domains (0, 1, of 72 GPUs each), so its collectives would leave the "
                               "NVLink domain every layer (seed rule 1)")
     assert structural_reason(Candidate(8, 1, 1, 18, 1, 1, "zero1", "none"), layers=32, global_batch=144,

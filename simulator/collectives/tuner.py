@@ -38,7 +38,6 @@ from simulator.collectives.tree import all_reduce_edges, chunk_count, pipeline_s
 from simulator.network.model import effective_capacity
 from simulator.topology.graph import Topology
 from simulator.topology.periods import Periods
-from simulator.workload.calibrated import sm_share
 
 T = TypeVar("T")
 
@@ -353,7 +352,10 @@ def ll128_bus_caps(gpu_model: str, nodes: int, channels: int) -> tuple[float, fl
 
 def nccl_channels(topology: Topology, ranks: tuple[int, ...]) -> int:
     """The channels NCCL runs a ring or tree kernel over ``ranks`` on (channels.py `kernel_channels`, the count
-    the SM contention model holds): the nChannels that NCCL's per-channel caps multiply."""
+    the SM contention model holds): the nChannels that NCCL's per-channel caps multiply. The GPU's SM table is
+    read here, not at import, so `trainsim collective` starts without the workload builders and the schema."""
+    from simulator.workload.calibrated import sm_share
+
     return kernel_channels(sm_share(topology.gpu_model), topology, ranks)
 
 

@@ -121,7 +121,8 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
     that saturate and of the groups that freeze are visited, each once, and only the links those groups cross
     change share, so a solve costs O(entries + rounds x links) with a small constant on the links (a minimum
     and a comparison). Loads are sums of whole flow counts, exact in floating point, so they equal a recount
-    of the unfrozen entries each round to the last bit. The round that freezes the last groups ends the solve."""
+    of the unfrozen entries each round to the last bit. The round that freezes the last groups ends the solve; a
+    link left with load but no unfrozen group (fractional weights' rounding) leaves the search instead of looping."""
     entry_group, entry_link = incidence.entry_group, incidence.entry_link
     entry_weight = weight[entry_group]
     load = np.bincount(entry_link, weights=entry_weight, minlength=capacity.size)
@@ -136,6 +137,9 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
         saturated = np.flatnonzero(share <= level * (1.0 + TIE_TOLERANCE))
         crossing = incidence.groups_on(saturated)
         freezing = distinct(crossing[~frozen[crossing]], weight.size)
+        if not freezing.size:  # only frozen groups left there: a residue of fractional weights' subtractions
+            share[saturated] = np.inf
+            continue
         rate[freezing] = level
         unfrozen -= freezing.size
         if not unfrozen:

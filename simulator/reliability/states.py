@@ -476,8 +476,9 @@ class StepStates:
         """The cluster state of the job on ``replicas`` replicas with ``degradations`` in force; a GPU slowed by
         several keeps the largest factor. A straggling GPU beyond the job's GPUs (a shrunk job's: `world_gpus`)
         slows nothing; those within them are `_placed` given the replicas the state's links and NVSwitch trays
-        down touch: a tray down on rack 1 and a x1.5 GPU on rack 1 made a step 1.3% longer than with that GPU on
-        rack 0, 18 to 19% with 7 trays down."""
+        down touch (a tray down on rack 1 and a x1.5 GPU on rack 1 made a step 1.3% longer than with that GPU on
+        rack 0, 18 to 19% with 7 trays down); with no link or tray down they are `_stood_in` by representatives,
+        and a shrunk job whose scenario has stragglers of its own keeps them on their GPUs."""
         degradations = list(degradations)
         spines: set[int] = set()
         links: set[tuple[str, str]] = set()

@@ -148,7 +148,8 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
     """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP from
     ``smallest_pp`` (with m >= 4p), each pp splitting the layers as the scenario's stages do; and whether any
     layout was checked at all (at tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp: the bubble rule
-    rules each out before memory is weighed)."""
+    rules each out before memory is weighed) and whether any checked layout was out of memory
+    (`Fit.over_memory`)."""
     checked_any = bubbled_any = over_memory = False
     for recompute in recomputes:
         for tp in tps:

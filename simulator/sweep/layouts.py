@@ -171,7 +171,7 @@ class Pruned(StrEnum):
         member.label = label
         return member
 
-    TP_SPANS_HOSTS = "tp_spans_hosts", "a TP group spans NVLink domains"
+    TP_SPANS_DOMAINS = "tp_spans_hosts", "a TP group spans NVLink domains"
     LAYERS_DO_NOT_SPLIT = "layers_do_not_split", "layers do not split over pp x virtual stages"
     BATCH_DOES_NOT_DIVIDE = "batch_does_not_divide", "global batch not a multiple of dp x micro-batch"
     EP_DOES_NOT_DIVIDE = "ep_does_not_divide", "ep does not divide dp x cp"
@@ -262,12 +262,12 @@ def tp_spans_domains(layout: Layout, domains: np.ndarray) -> Pruning | None:
     ids = sorted(set(domains[list(group)].tolist()))
     sizes = sorted({int(np.count_nonzero(domains == d)) for d in ids})
     if sizes == [1]:
-        return Pruning(Pruned.TP_SPANS_HOSTS,
+        return Pruning(Pruned.TP_SPANS_DOMAINS,
                        f"TP {layout.tp} spans NVLink domains: the TP group of GPUs {_gpus(group)} shares no NVLink "
                        "(a host without NVLink), so its collectives would run over PCIe or the network every "
                        "layer (seed rule 1)")
     each = f"{sizes[0]} GPUs each" if len(sizes) == 1 else f"{' and '.join(map(str, sizes))} GPUs"
-    return Pruning(Pruned.TP_SPANS_HOSTS,
+    return Pruning(Pruned.TP_SPANS_DOMAINS,
                    f"TP {layout.tp} spans NVLink domains: the TP group of GPUs {_gpus(group)} spans {spanned} "
                    f"NVLink domains ({_first_few(ids)}, of {each}), so its collectives would leave the NVLink "
                    "domain every layer (seed rule 1)")

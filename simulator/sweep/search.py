@@ -16,7 +16,7 @@ import pandas as pd
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
-from simulator.config.yaml_source import read_yaml
+from simulator.config.yaml_source import read_yaml, set_text
 from simulator.errors import InputError, ScenarioError, SearchStopped, Terminated
 from simulator.metrics.summary import IDLE_WITHOUT_PIPELINE
 from simulator.scale import capped_topology, scenario_gpus
@@ -328,18 +328,13 @@ def run_overrides(data: dict, given: list[str]) -> list[str]:
         for part in name.split("."):
             section = section.get(part, _ABSENT) if isinstance(section, dict) else _ABSENT
         if section is not _ABSENT:
-            sets.append(f"{name}={_yaml_scalar(section)}")
+            sets.append(set_text(name, section))
             written.add(name)
     return [*(item for item in given if item.split("=", 1)[0].strip() not in written), *sets]
 
 
 _ABSENT = object()
 """A field a candidate's scenario does not hold (the ddp options its sharding leaves as written)."""
-
-
-def _yaml_scalar(value: object) -> str:
-    """A field's value as a `--set` writes it in YAML: null, true, false, or the text of the number or word."""
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: set[Candidate],

@@ -152,8 +152,9 @@ class Sweep:
     """How many job points (`run.horizon`) have the same step sections as another point (`_step_sections`): their
     cluster states' steps are the same, which one process simulates once and each pool worker again."""
     inline_base: dict | None = None
-    """The base scenario written inline in the sweep file, its `--set`s not applied, its files' paths absolute
-    (`absolute_files`): what a point folder's `scenario.yaml` holds. None where the base is a file."""
+    """The base scenario written inline in the sweep file, its `--set`s applied (the manifest's replay of them
+    changes nothing), its files' paths absolute (`absolute_files`): what a point folder's `scenario.yaml` holds.
+    None where the base is a file."""
 
 
 def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS, overrides: list[str] | None = None) -> Sweep:
