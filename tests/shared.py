@@ -598,3 +598,26 @@ UNEVEN = {0: ("[1048576, 3145728]", "[1048576, 1048576]"), 1: ("[1048576, 314572
 STEP_ONLY = "run.horizon=null"
 """The `--set` that leaves a job scenario's step: `simulate()` of a job scenario runs its step too, but warns that it
 ignores the job (simulator/simulation.py `one_step_of_a_job`); a test that wants the step says so."""
+
+
+H = 3600.0
+"""An hour in seconds, for job event times."""
+
+
+def gb200_job(components: str, elastic: bool = True) -> str:
+    """TP 4 x DP 8 on 2 GB200 racks of 4 trays (16 GPUs each), a replica per tray, no spares."""
+    return f"""cluster: {{topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}}
+model: {{layers: 4, hidden: 2048, heads: 16, vocab: 32000}}
+training: {{seq_len: 1024, microbatches: 2}}
+parallelism: {{tp: 4, dp: 8}}
+checkpoint: {{interval: 30 min}}
+storage: {{capacity: 1 PB}}
+run: {{horizon: 12 h}}
+faults: {{components: {{{components}}}}}
+restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: {str(elastic).lower()}}}
+"""
+
+
+THROTTLE_CLASSES = ("nvswitch_tray: {mtbf: 1000 d, repair: 2 h}, "
+                    "throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 d, repair: 2 h}")
+"""An NVSwitch tray class and a x1.5 throttle class, each rare enough to leave a test's own events alone."""

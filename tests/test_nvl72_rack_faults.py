@@ -6,7 +6,7 @@ and neither has a published failure rate, so a scenario naming one gives its own
 from __future__ import annotations
 
 import pytest
-from shared import assert_same_figures
+from shared import THROTTLE_CLASSES, H, assert_same_figures, gb200_job
 
 from simulator import simulate
 from simulator.cli import main
@@ -19,24 +19,8 @@ from simulator.reliability.perturbed import with_step_faults
 from simulator.reliability.states import nvswitch_tray_faults
 from simulator.topology.loader import scenario_topology
 
-H = 3600.0
-
 # simulate() on a job's scenario warns that it runs one step: these tests mean that step
 pytestmark = pytest.mark.filterwarnings("ignore:.*runs one training step and ignores the job's:UserWarning")
-
-
-def job(components: str, elastic: bool = True) -> str:
-    """TP 4 x DP 8 on 2 GB200 racks of 4 trays (16 GPUs each), a replica per tray, no spares."""
-    return f"""cluster: {{topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}}
-model: {{layers: 4, hidden: 2048, heads: 16, vocab: 32000}}
-training: {{seq_len: 1024, microbatches: 2}}
-parallelism: {{tp: 4, dp: 8}}
-checkpoint: {{interval: 30 min}}
-storage: {{capacity: 1 PB}}
-run: {{horizon: 12 h}}
-faults: {{components: {{{components}}}}}
-restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: {str(elastic).lower()}}}
-"""
 
 
 CLASSES = "rack: {mtbf: 1000 d, repair: 4 h}, nvswitch_tray: {mtbf: 1000 d, repair: 2 h}"
@@ -67,7 +51,7 @@ def three_racks(text: str) -> str:
 def test_a_rack_takes_its_trays_and_an_nvswitch_tray_no_host():
     """2 racks of 4 trays: 2 rack units, each taking its 4 hosts (16 GPUs); 9 NVSwitch trays per rack, 18 units
     taking no host, each naming its rack's NVSwitch node. A DGX fat tree has neither."""
-    units = cluster_units(scenario_topology(scenario_from_text(job(CLASSES), "job.yaml")))
+    units = cluster_units(scenario_topology(scenario_from_text(gb200_job(CLASSES), "job.yaml")))
     assert units.count("rack") == 2 and units.blast["rack"] == ((0, 1, 2, 3), (4, 5, 6, 7))
     assert units.gpus["rack"] == (tuple(range(16)), tuple(range(16, 32)))
     assert units.count("nvswitch_tray") == 18 and set(units.blast["nvswitch_tray"]) == {()}
@@ -111,7 +95,7 @@ def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_do
     fold as links down do (`fold_policy.link_fault_step`), the rack's 16 ranks apart and one per tray position
     and stage elsewhere, 24 of 32 ranks, the step time the unfolded one's to the bit and every other figure to
     the rounding of a weighted mean. Before, links degraded but up ran the step unfolded."""
-    text = two_stages(job(CLASSES)) + "network: {model: flow}\n"
+    text = two_stages(gb200_job(CLASSES)) + "network: {model: flow}\n"
     loaded = scenario_from_text(text, "job.yaml")
     faults = StepFaults(links=nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", trays_down),)))
     folded, unfolded = (simulate(with_step_faults(scenario_from_text(text, "job.yaml", overrides), faults)).summary
@@ -129,7 +113,7 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
     import simulator.scale as scale
     from simulator.reliability.simulate import prepare_job
 
-    loaded = scenario_from_text(two_stages(job(CLASSES)), "job.yaml")
+    loaded = scenario_from_text(two_stages(gb200_job(CLASSES)), "job.yaml")
     estimate = scale.classed_estimate(loaded, 32, 24)
     assert estimate is not None
     monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
@@ -146,7 +130,7 @@ def test_the_tray_fold_checks_stop_at_the_first_blocker_and_show_on_the_bar(monk
     import simulator.simulation as simulation
     from simulator.reliability.simulate import TRAY_FOLDS_ACTIVITY, prepare_job
 
-    loaded = scenario_from_text(job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}"), "job.yaml")
+    loaded = scenario_from_text(gb200_job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}"), "job.yaml")
     estimate = scale.classed_estimate(loaded, 32, 24)
     assert estimate is not None
     monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
@@ -170,7 +154,7 @@ def test_a_tray_state_whose_fold_is_given_up_is_known_at_load(trays_down):
     that state unfolded."""
     from simulator.reliability.simulate import tray_fold_blocker
 
-    text = two_stages(job(CLASSES)) + "network: {model: flow}\n"
+    text = two_stages(gb200_job(CLASSES)) + "network: {model: flow}\n"
     loaded = scenario_from_text(text, "job.yaml")
     topology = scenario_topology(loaded)
     blockers = {down: tray_fold_blocker(loaded, cluster_units(topology), down) for down in (1, 3, trays_down)}
@@ -186,12 +170,12 @@ def test_an_nvswitch_tray_down_slows_the_job_until_its_repair_without_a_restart(
     meanwhile at the step of its cluster with rack 1's GPU links to its NVSwitch at 8/9 of their bandwidth, which
     is `simulate()` of the scenario with those links degraded, slower than the healthy step; the slow time is the
     class's."""
-    result = job_with(job(CLASSES), (1 * H, 1, 13, 2 * H))
+    result = job_with(gb200_job(CLASSES), (1 * H, 1, 13, 2 * H))
     summary = result.summary
     assert summary["interruptions"]["unexpected"]["mean"] == 0
     healthy, degraded = summary["states"]
     assert degraded["nvswitch_trays_down"] == {"rack1/nvswitch": 1} and degraded["replicas"] == 8
-    loaded = scenario_from_text(job(CLASSES), "job.yaml")
+    loaded = scenario_from_text(gb200_job(CLASSES), "job.yaml")
     faults = nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", 1),))
     assert len(faults) == 16 and {fault.capacity for fault in faults} == {8 / 9}
     alone = simulate(with_step_faults(loaded, StepFaults(links=faults))).summary["step_time_s"]
@@ -208,15 +192,15 @@ def test_nvswitch_trays_down_one_after_another_slow_the_job_more_until_nvlink_is
     every tray of rack 0 down (2.03 times the healthy one, measured). On a lone rack, which has no network, that
     state has no route: the job stops in a restart until the first tray is back."""
     rows = [((1 + 0.1 * tray) * H, 1, tray, 2 * H) for tray in range(9)]
-    summary = job_with(job(CLASSES), *rows).summary
+    summary = job_with(gb200_job(CLASSES), *rows).summary
     assert summary["interruptions"]["unexpected"]["mean"] == 0
     steps = [state["step_time_s"] for state in summary["states"]]
     assert [state["nvswitch_trays_down"].get("rack0/nvswitch", 0) for state in summary["states"]] == list(range(10))
     assert steps == sorted(steps) and len(set(steps)) == 10
-    loaded = scenario_from_text(job(CLASSES), "job.yaml")
+    loaded = scenario_from_text(gb200_job(CLASSES), "job.yaml")
     all_down = nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 9),))
     assert steps[-1] == simulate(with_step_faults(loaded, StepFaults(links=all_down))).summary["step_time_s"]
-    lone = lone_rack(job(CLASSES))
+    lone = lone_rack(gb200_job(CLASSES))
     summary = job_with(lone, *rows).summary
     assert summary["interruptions"]["by_cause"]["nvswitch_tray"]["mean"] == 1
     assert {state["nvswitch_trays_down"].get("rack0/nvswitch", 0) for state in summary["states"]} == set(range(9))
@@ -226,11 +210,11 @@ def test_an_elastic_job_losing_a_rack_shrinks_by_the_rack(job_with):
     """Rack 0 fails at 1 h (4 h repair): its 4 trays, 4 of the 8 one-tray replicas, leave; with no spares the
     elastic job restarts on 4 replicas, a whole rack fewer, and runs on them to the horizon (it grows back at its
     next restart, which never comes). A job that is not elastic waits the repair out in its restart."""
-    summary = job_with(job(CLASSES), (1 * H, 0, 0, 4 * H)).summary
+    summary = job_with(gb200_job(CLASSES), (1 * H, 0, 0, 4 * H)).summary
     assert summary["replicas"]["shrinks"]["mean"] == 1
     assert set(summary["replicas"]["running_s"]) == {"4", "8"}
     assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 1
-    fixed = job_with(job(CLASSES, elastic=False), (1 * H, 0, 0, 4 * H)).summary
+    fixed = job_with(gb200_job(CLASSES, elastic=False), (1 * H, 0, 0, 4 * H)).summary
     assert set(fixed["replicas"]["running_s"]) == {"8"}
     assert fixed["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(4 * H - 60, rel=1e-9)
 
@@ -240,7 +224,7 @@ def test_a_class_without_a_published_rate_must_be_given_one(tmp_path, capsys, na
     """No public failure rate exists for a rack or an NVSwitch tray: a class without mtbf or rate is refused in
     one located line saying so, nothing invented."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(job(f"{name}: {{repair: 4 h}}"))
+    scenario.write_text(gb200_job(f"{name}: {{repair: 4 h}}"))
     assert main(["validate", str(scenario)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {scenario}:8: faults.components.{name}: give one of mtbf and rate (no public "
@@ -255,7 +239,7 @@ def test_nvls_forced_with_every_tray_of_a_rack_down_waits_for_a_tray(tmp_path, c
     runs from the 9th tray's failure at 1.8 h to the first tray's repair at 3 h, ending with the checkpoint's
     load (under 1 s), and the job's ETTR is the horizon less that stop, the work it lost, the slow steps of the
     states with trays down and the checkpoint stalls (0.872 measured)."""
-    text = job(CLASSES) + "collectives: {algorithm: nvls}\n"
+    text = gb200_job(CLASSES) + "collectives: {algorithm: nvls}\n"
     scenario = tmp_path / "job.yaml"
     scenario.write_text(text)
     assert main(["validate", str(scenario)]) == 0
@@ -279,7 +263,7 @@ def test_nvls_forced_with_every_tray_of_a_rack_down_waits_for_a_tray(tmp_path, c
 def test_a_rack_class_on_a_cluster_without_racks_is_refused(tmp_path, capsys):
     """A DGX fat tree has no NVL72 rack: naming the class there is refused, as a NIC on a single host is."""
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(job(CLASSES).replace("gb200-nvl72, racks: 2, trays: 4", "dgx-h100-cluster, nodes: 2")
+    scenario.write_text(gb200_job(CLASSES).replace("gb200-nvl72, racks: 2, trays: 4", "dgx-h100-cluster, nodes: 2")
                         .replace("tp: 4, dp: 8", "tp: 8, dp: 2"))
     assert main(["validate", str(scenario)]) == 2
     assert "faults.components.rack: class 'rack' fails per rack, and this cluster has no rack" in \
@@ -308,14 +292,14 @@ def test_nvswitch_trays_down_follow_their_rack_when_a_rack_failure_shrinks_the_j
     later on rack 0, out of the group in repair, is kept for when the rack joins again (its row logged), out of the
     shrunk job's state. Before, trays were matched to the shrunk cluster's racks by name: rack 1's was dropped and
     rack 0's slowed the job."""
-    degraded = one_rack_step(job(CLASSES), 1, (("rack0/nvswitch", 1),))
-    healthy = one_rack_step(job(CLASSES), 1, ())
+    degraded = one_rack_step(gb200_job(CLASSES), 1, (("rack0/nvswitch", 1),))
+    healthy = one_rack_step(gb200_job(CLASSES), 1, ())
     assert degraded > healthy
-    summary = job_with(job(CLASSES), (0.5 * H, 1, 9, 3 * H), (1 * H, 0, 0, 4 * H)).summary
+    summary = job_with(gb200_job(CLASSES), (0.5 * H, 1, 9, 3 * H), (1 * H, 0, 0, 4 * H)).summary
     assert shrunk_states(summary, 4) == [({}, healthy), ({"rack0/nvswitch": 1}, degraded)]
-    summary = job_with(job(CLASSES), (0.5 * H, 1, 0, 3 * H), (1 * H, 0, 0, 4 * H)).summary
+    summary = job_with(gb200_job(CLASSES), (0.5 * H, 1, 0, 3 * H), (1 * H, 0, 0, 4 * H)).summary
     assert shrunk_states(summary, 4) == [({}, healthy)]
-    result = job_with(job(CLASSES), (1 * H, 0, 0, 4 * H), (2 * H, 1, 0, 1 * H))
+    result = job_with(gb200_job(CLASSES), (1 * H, 0, 0, 4 * H), (2 * H, 1, 0, 1 * H))
     assert shrunk_states(result.summary, 4) == [({}, healthy)]
     assert "nvswitch_tray" not in result.summary["slow_steps_by_cause_s"]
 
@@ -324,15 +308,17 @@ def test_on_three_racks_the_racks_left_close_ranks(job_with):
     """3 racks (DP 12): rack 0 fails with a tray of rack 2 down; the job shrinks to 8 replicas on racks 1 and 2,
     its group's racks 0 and 1, so the tray is on its second rack: the step of 2 racks with rack 1's tray down, as
     built by hand (before, `rack2/nvswitch` matched no rack of the shrunk job and the tray was dropped)."""
-    three = three_racks(job(CLASSES))
+    three = three_racks(gb200_job(CLASSES))
     summary = job_with(three, (0.5 * H, 1, 18, 3 * H), (1 * H, 0, 0, 4 * H)).summary
-    degraded = one_rack_step(job(CLASSES), 2, (("rack1/nvswitch", 1),))
-    assert shrunk_states(summary, 8) == [({}, one_rack_step(job(CLASSES), 2, ())), ({"rack1/nvswitch": 1}, degraded)]
+    degraded = one_rack_step(gb200_job(CLASSES), 2, (("rack1/nvswitch", 1),))
+    assert shrunk_states(summary, 8) == [({}, one_rack_step(gb200_job(CLASSES), 2, ())),
+                                         ({"rack1/nvswitch": 1}, degraded)]
 
 
 @pytest.mark.parametrize("text, rack_repair_s", [
-    (job(CLASSES, elastic=False), 2 * H),
-    (job(CLASSES).replace("elastic: true", "elastic: true, regrow: next_restart"), 30.0)], ids=["fixed", "elastic"])
+    (gb200_job(CLASSES, elastic=False), 2 * H),
+    (gb200_job(CLASSES).replace("elastic: true", "elastic: true, regrow: next_restart"), 30.0)],
+    ids=["fixed", "elastic"])
 def test_a_rack_back_by_the_restart_keeps_its_place(job_with, text, rack_repair_s):
     """Rack 0 fails at 1 h and its hosts are all back by the restart's rendezvous (a job that is not elastic waits
     the 2 h repair out; an elastic one's 30 s repair ends within the detection): the job re-forms on both racks, so
@@ -351,7 +337,7 @@ def test_a_second_shrink_by_the_same_rack_reuses_its_cause_shares(job_with, monk
     import simulator.reliability.job as job_module
     calls: list[tuple] = []
     monkeypatch.setattr(job_module, "cause_shares", lambda *args: calls.append(args) or cause_shares(*args))
-    text = job(CLASSES).replace("elastic: true", "elastic: true, regrow: on_repair")
+    text = gb200_job(CLASSES).replace("elastic: true", "elastic: true, regrow: on_repair")
     once = job_with(text, (1 * H, 0, 0, 1 * H)).summary
     assert once["replicas"]["shrinks"]["mean"] == 1 and calls
     once_calls, calls[:] = len(calls), []
@@ -379,14 +365,15 @@ def test_links_down_follow_their_rack_when_a_rack_failure_shrinks_the_job(job_wi
     shrunk cluster's names, whose step is `simulate()` of 2 racks with those links down. Before, links down were
     matched by node name: `h8/nic0` is on no tray of 2 racks and was dropped (the step healthy's), and `h4/nic0`
     slowed the tray that took rack 2's place."""
-    three = three_racks(job(NIC_CLASSES))
+    three = three_racks(gb200_job(NIC_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
     summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index(nic), 3 * H), (1 * H, 0, 0, 4 * H)).summary
     shrunk = [(state["links_down"], state["step_time_s"]) for state in summary["states"] if state["replicas"] == 8]
     rack = int(moved[1]) // 4
     links = [[moved, f"leaf{rack}.r0"], [moved, f"rack{rack}/gpu0"]]
     faults = StepFaults(links=tuple(LinkFault(link=(a, b)) for a, b in links))
-    alone = simulate(with_step_faults(scenario_from_text(job(NIC_CLASSES), "hand.yaml"), faults)).summary["step_time_s"]
+    alone = simulate(with_step_faults(scenario_from_text(gb200_job(NIC_CLASSES), "hand.yaml"),
+                                      faults)).summary["step_time_s"]
     assert shrunk[1] == (links, alone) and alone > shrunk[0][1]
 
 
@@ -439,7 +426,7 @@ def test_a_jobs_healthy_step_sees_the_links_degraded_from_its_start():
     the links were degraded and ran it on the degraded ones: 19.408 ms against simulate()'s 17.618 ms."""
     from simulator.reliability.simulate import prepare_job
 
-    text = job(CLASSES)
+    text = gb200_job(CLASSES)
     loaded = scenario_from_text(text, "job.yaml")
     faults = StepFaults(links=tuple(fault.model_copy(update={"capacity": 0.12}) for fault in
                                     nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 1),))))
@@ -452,7 +439,7 @@ def test_links_down_follow_their_rack_back_when_the_job_grows_again(job_with):
     3 h: shrunk to 8 replicas the NIC is h4/nic0 of the 2 racks left, and grown back to 12 it is h8/nic0 again,
     the job keeping it under its own name and placing it for each group. Before, the shrink renamed it for good
     and the grown job ran with h4/nic0 (rack 1's) down: 16.526 ms instead of 16.458 ms."""
-    three = three_racks(job(NIC_CLASSES))
+    three = three_racks(gb200_job(NIC_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
     summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index("h8/nic0"), 10 * H), (1 * H, 0, 0, 2 * H)).summary
     down = {(state["replicas"], tuple(map(tuple, state["links_down"]))) for state in summary["states"]}
@@ -507,10 +494,10 @@ def test_a_tray_down_on_links_degraded_from_the_start_slows_the_job(job_with):
     """Rack 0's GPU links at 0.12 of their bandwidth in `faults.step` and one NVSwitch tray of rack 0 down at 1 h:
     the tray state's links keep 0.12 x 8/9, and its step is slower than the healthy one. Before, the tray's 8/9
     replaced the 0.12: 12.808 ms against a healthy 17.618 ms."""
-    loaded = scenario_from_text(job(CLASSES), "job.yaml")
+    loaded = scenario_from_text(gb200_job(CLASSES), "job.yaml")
     degraded = tuple(fault.model_copy(update={"capacity": 0.12}) for fault in
                      nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 1),)))
-    text = job(CLASSES).replace("faults: {components:", "faults: {step: {links: [" + ", ".join(
+    text = gb200_job(CLASSES).replace("faults: {components:", "faults: {step: {links: [" + ", ".join(
         f"{{link: [{a}, {b}], capacity: 0.12}}" for fault in degraded for a, b in [fault.link]) + "]}, components:")
     healthy, tray = job_with(text, (1 * H, 1, 0, 2 * H)).summary["states"]
     assert tray["nvswitch_trays_down"] == {"rack0/nvswitch": 1}
@@ -527,7 +514,7 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkey
     from simulator.engine.fold_policy import EVERY_RANK_NEAR
     from simulator.reliability.simulate import prepare_job
 
-    text = two_stages(job(CLASSES)) + "collectives: {algorithm: nvls}\n"
+    text = two_stages(gb200_job(CLASSES)) + "collectives: {algorithm: nvls}\n"
     loaded = scenario_from_text(text, "job.yaml")
     estimate = scale.classed_estimate(loaded, 32, 24)
     assert estimate is not None
@@ -543,7 +530,7 @@ def test_a_regrow_brings_back_the_rack_repaired_first(job_with):
     degrades. At 3 h rack 2 is back and rack 0 is not: the job grows to racks 1 and 2, rack 1 first, its NIC
     h0/nic0 (a state only this regrow meets). Before, a regrow brought back the first rack that left (rack 0, in
     repair until 7 h): rack 1 second, the NIC h4/nic0."""
-    three = three_racks(job(NIC_CLASSES)).replace(
+    three = three_racks(gb200_job(NIC_CLASSES)).replace(
         "elastic: true}", "elastic: true, regrow: on_repair}")
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
     summary = job_with(three, (1 * H, 0, 0, 6 * H), (1.5 * H, 0, 2, 1.5 * H),
@@ -572,7 +559,7 @@ def test_a_spare_rack_in_the_group_has_trays_that_fail(job_with):
     9) at 4 h is on its first. A tray of rack 0, in repair, at 3 h is kept out of the state, for when rack 0 joins
     a group (its row logged). Before, the spare was no rack: its trays never failed (unit 18 was no unit), and a
     tray drawn on its place was named after rack 0 and dropped."""
-    result = job_with(spared(job(CLASSES, elastic=False)), (1 * H, 0, 0, 100 * H), (2 * H, 1, 18, 4 * H),
+    result = job_with(spared(gb200_job(CLASSES, elastic=False)), (1 * H, 0, 0, 100 * H), (2 * H, 1, 18, 4 * H),
                       (3 * H, 1, 0, 4 * H), (4 * H, 1, 9, 4 * H))
     spare, rack1 = {"rack1/nvswitch": 1}, {"rack0/nvswitch": 1}
     assert trays_by_replicas(result.summary) == [(8, {}), (8, rack1), (8, {**rack1, **spare}), (8, spare)]
@@ -588,7 +575,7 @@ def test_a_regrow_takes_racks_repaired_and_spares_not_racks_in_repair(job_with):
     is on its group's third rack, and one of rack 1, in repair until 10.5 h, at 5 h is ignored. Before, the
     regrow brought back the first two racks that left, rack 1 in repair among them, and its tray slowed the
     job."""
-    text = spared(three_racks(job(CLASSES)), " regrow: on_repair,")
+    text = spared(three_racks(gb200_job(CLASSES)), " regrow: on_repair,")
     summary = job_with(text, (1 * H, 0, 0, 2 * H), (1 * H + 30, 0, 1, 9.5 * H), (4 * H, 1, 27, 4 * H),
                        (5 * H, 1, 9, 4 * H)).summary
     assert summary["replicas"]["regrows"]["mean"] == 1
@@ -602,7 +589,7 @@ def test_a_rack_failure_strikes_its_rack_wherever_it_sits(job_with):
     at 5 h does not. Before, a rack failure struck the place of its index: rack 0's at 2 h took rack 1 (at place
     0) and rack 2's at 3 h was beyond the shrunk group and ignored. The summary also lists the full-size states
     with trays down that the slow-step split asks (the shrink and the trays as causes), never trained in."""
-    summary = job_with(three_racks(job(CLASSES)), (1 * H, 0, 0, 100 * H), (2 * H, 0, 0, 100 * H),
+    summary = job_with(three_racks(gb200_job(CLASSES)), (1 * H, 0, 0, 100 * H), (2 * H, 0, 0, 100 * H),
                        (3 * H, 0, 2, 100 * H), (4 * H, 1, 9, 4 * H), (5 * H, 1, 18, 4 * H)).summary
     assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 2
     assert summary["replicas"]["shrinks"]["mean"] == 2
@@ -622,7 +609,7 @@ def test_racks_trays_nics_and_leaves_fail_at_their_rate_spares_too(text_job):
     or not: 3 x 720 h / 200 h = 10.8 rack failures and 27 x 720 h / 2000 h = 9.72 tray failures. Before, a link's
     failure on the spare's place was dropped (6.15 NICs and 8.2 leaves against 9.6 and 12.0) and an idle rack's
     failure had no row (7.05 rack rows); on main, trays on the spare's place were dropped too (2.07 trays)."""
-    text = spared(job("rack: {mtbf: 200 h, repair: 1 d}, nvswitch_tray: {mtbf: 2000 h, repair: 1 h}, "
+    text = spared(gb200_job("rack: {mtbf: 200 h, repair: 1 d}, nvswitch_tray: {mtbf: 2000 h, repair: 1 h}, "
                       "nic: {mtbf: 100 d, repair: 1 h, effect: degrade}, "
                       "leaf_switch: {mtbf: 20 d, repair: 1 h, effect: degrade}", elastic=False)).replace(
         "horizon: 12 h", "horizon: 30 d, replications: 20")
@@ -654,7 +641,7 @@ def test_the_cause_shares_kept_are_those_worked_out_afresh(job_with, monkeypatch
     fix the places (the group is every other rack, in rack order); the key names the group too, for its reader."""
     import simulator.reliability.job as job_module
 
-    text = spared(job(CLASSES + ", nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}", elastic=False))
+    text = spared(gb200_job(CLASSES + ", nic: {mtbf: 1000 d, repair: 3 h, effect: degrade}", elastic=False))
     units = cluster_units(scenario_topology(scenario_from_text(text, "job.yaml")))
     rows = ((0.5 * H, 2, units.nodes["nic"].index("h4/nic0"), 10 * H), (0.5 * H, 1, 9, 10 * H),
             (1 * H, 0, 0, 100 * H))
@@ -689,7 +676,7 @@ def test_links_down_on_a_spare_racks_place_move_with_the_spare(job_with):
     job trains with both down. Rack 1 fails at 3 h and the job shrinks onto the spare, now at place 0: its NIC
     and cable follow it there (h0/nic0, leaf0.r0-spine0). Before, links on a spare's place were dropped, the
     fabric's cable too: the job trained as healthy."""
-    text = spared(job(LINK_CLASSES))
+    text = spared(gb200_job(LINK_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(text, "job.yaml")))
     cable = units.cable_ends.index(("leaf1.r0", "spine0"))
     result = job_with(text, (1 * H, 0, 0, 100 * H), (2 * H, 1, units.nodes["nic"].index("h4/nic0"), 20 * H),
@@ -706,13 +693,13 @@ def test_a_rack_failing_out_of_the_group_is_in_repair(job_with):
     back at 2 h, joins the pool; it fails there at 2.5 h (100 h repair), and rack 1 at 3 h finds no rack free:
     the job waits from then on. Before, an idle rack's failure was ignored: the job restarted at once on the
     failed spare (or rack 0)."""
-    result = job_with(spared(job(CLASSES, elastic=False)), (0.5 * H, 0, 2, 100 * H), (1 * H, 0, 0, 100 * H))
+    result = job_with(spared(gb200_job(CLASSES, elastic=False)), (0.5 * H, 0, 2, 100 * H), (1 * H, 0, 0, 100 * H))
     summary, rows = result.summary, result.events
     assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 1
     assert summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(11 * H - 60)
     failures = rows[rows["kind"] == "failure"]
     assert list(zip(failures["start_s"], failures["hosts"])) == [(0.5 * H, 0), (1 * H, 4)]
-    summary = job_with(spared(job(CLASSES, elastic=False)), (1 * H, 0, 0, 1 * H), (2.5 * H, 0, 0, 100 * H),
+    summary = job_with(spared(gb200_job(CLASSES, elastic=False)), (1 * H, 0, 0, 1 * H), (2.5 * H, 0, 0, 100 * H),
                        (3 * H, 0, 1, 100 * H)).summary
     assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 2
     assert summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(9 * H - 60)
@@ -722,7 +709,8 @@ def test_an_idle_spares_tray_down_is_down_when_it_joins(job_with):
     """2 racks and a spare rack, not elastic: the idle spare's first tray fails at 0.9 h (10 h repair), then rack 0
     at 1 h: the spare joins the group at its second place with that tray down, and the job trains slower until the
     repair (10.9 h). Before, a tray of a rack out of the group was ignored: the spare joined as if repaired."""
-    summary = job_with(spared(job(CLASSES, elastic=False)), (0.9 * H, 1, 18, 10 * H), (1 * H, 0, 0, 100 * H)).summary
+    summary = job_with(spared(gb200_job(CLASSES, elastic=False)), (0.9 * H, 1, 18, 10 * H),
+                       (1 * H, 0, 0, 100 * H)).summary
     assert trays_by_replicas(summary) == [(8, {}), (8, {"rack1/nvswitch": 1})]
     assert summary["slow_steps_by_cause_s"]["nvswitch_tray"]["mean"] > 0
 
@@ -731,14 +719,10 @@ def test_the_failure_model_counts_the_spares_units_apart(job_with):
     """2 racks and a spare rack: the job draws rack failures on 3 racks and tray failures on 27 trays, and its
     `failure_model` says so: the cluster's `units` (2, 18; the expected count is theirs) and the spares'
     `spare_units` (1, 9). A job without spare racks has no `spare_units`. Before, it listed 2 and 18 alone."""
-    model = job_with(spared(job(CLASSES)), (1 * H, 0, 0, 4 * H)).summary["failure_model"]
+    model = job_with(spared(gb200_job(CLASSES)), (1 * H, 0, 0, 4 * H)).summary["failure_model"]
     assert [(model[name]["units"], model[name]["spare_units"]) for name in ("rack", "nvswitch_tray")] == [
         (2, 1), (18, 9)]
-    assert "spare_units" not in job_with(job(CLASSES), (1 * H, 0, 0, 4 * H)).summary["failure_model"]["rack"]
-
-
-THROTTLE_CLASSES = ("nvswitch_tray: {mtbf: 1000 d, repair: 2 h}, "
-                    "throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 d, repair: 2 h}")
+    assert "spare_units" not in job_with(gb200_job(CLASSES), (1 * H, 0, 0, 4 * H)).summary["failure_model"]["rack"]
 
 
 def test_a_straggler_keeps_its_rack_while_an_nvswitch_tray_is_down(job_with):
@@ -746,8 +730,8 @@ def test_a_straggler_keeps_its_rack_while_an_nvswitch_tray_is_down(job_with):
     both is `simulate()` of the tray's links degraded and GPU 20 slowed, not GPU 0's (on rack 0, away from the
     tray): before, every straggler was simulated on the first GPU of its stage, which is exact only where the
     places are alike. Alone from 3 h, the throttle is simulated on GPU 0 again."""
-    summary = job_with(job(THROTTLE_CLASSES), (1 * H, 0, 13, 2 * H), (2 * H, 1, 20, 2 * H)).summary
-    loaded = scenario_from_text(job(THROTTLE_CLASSES), "job.yaml")
+    summary = job_with(gb200_job(THROTTLE_CLASSES), (1 * H, 0, 13, 2 * H), (2 * H, 1, 20, 2 * H)).summary
+    loaded = scenario_from_text(gb200_job(THROTTLE_CLASSES), "job.yaml")
     trays = nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", 1),))
 
     def step_with(gpu: int) -> float:

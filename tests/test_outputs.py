@@ -518,6 +518,12 @@ def test_a_command_refuses_a_folder_of_another_commands_results(tmp_path, capsys
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
 
 
+def sweep_refusal(out, capsys) -> str:
+    """What `trainsim sweep --out out` prints as it refuses the folder (exit 2)."""
+    assert main(["sweep", "sweep.yaml", "--out", str(out)]) == 2
+    return capsys.readouterr().err
+
+
 def test_a_sweeps_refusal_says_it_writes_beside_not_deletes(tmp_path, capsys):
     """`trainsim sweep --out` of a run's folder said the sweep 'would delete' the run's files; a sweep deletes
     nothing, it writes its files beside them."""
@@ -525,8 +531,7 @@ def test_a_sweeps_refusal_says_it_writes_beside_not_deletes(tmp_path, capsys):
     out.mkdir()
     (out / "summary.json").write_text("{}")
     (out / MANIFEST).write_text('{"files": {"summary.json": {}}}')
-    assert main(["sweep", "sweep.yaml", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (
+    assert sweep_refusal(out, capsys) == (
         f"error: command line: trainsim sweep: --out: {out} holds a run's results (manifest.json, summary.json), "
         f"which trainsim sweep would write its files beside (allowed: a new folder, or one trainsim sweep wrote; "
         f"remove the files of {out} first to replace them)\n")
@@ -540,8 +545,7 @@ def test_a_users_file_of_a_sweeps_name_is_no_sweep(tmp_path, capsys, name):
     out = tmp_path / "mine"
     out.mkdir()
     (out / name).write_text("my own\n")
-    assert main(["sweep", "sweep.yaml", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (
+    assert sweep_refusal(out, capsys) == (
         f"error: command line: trainsim sweep: --out: {out} holds {name}, which no trainsim sweep wrote (no sweep's "
         f"points in points.jsonl) and trainsim sweep would overwrite (allowed: a new folder, or one trainsim sweep "
         f"wrote; remove the files of {out} first to replace them)\n")

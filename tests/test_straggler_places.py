@@ -7,6 +7,7 @@ own layout, and nowhere when their GPU is beyond the job's GPUs."""
 from __future__ import annotations
 
 import pytest
+from shared import THROTTLE_CLASSES, H, gb200_job
 
 from simulator import simulate
 from simulator.config.faults import LinkFault, StepFaults, Straggler
@@ -15,25 +16,10 @@ from simulator.reliability.perturbed import with_step_faults
 from simulator.reliability.states import ClusterState, Degradation, StepStates, nvswitch_tray_faults
 from simulator.topology.loader import scenario_topology
 
-H = 3600.0
-
 pytestmark = pytest.mark.filterwarnings("ignore:.*runs one training step and ignores the job's:UserWarning")
 
-GB200_THROTTLE = """cluster: {topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}
-model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 2}
-parallelism: {tp: 4, dp: 8}
-checkpoint: {interval: 30 min}
-storage: {capacity: 1 PB}
-run: {horizon: 12 h}
-faults:
-  components:
-    nvswitch_tray: {mtbf: 1000 d, repair: 2 h}
-    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 d, repair: 2 h}
-restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true}
-"""
-"""TP 4 x DP 8 on 2 GB200 racks of 4 trays (16 GPUs each), a replica per tray (tests/test_nvl72_rack_faults.py's
-job with its tray and throttle classes)."""
+GB200_THROTTLE = gb200_job(THROTTLE_CLASSES)
+"""TP 4 x DP 8 on 2 GB200 racks of 4 trays (16 GPUs each), a replica per tray, with a tray and a throttle class."""
 
 DGX_LEAF_GROUPS = """cluster: {topology: dgx-h100-cluster, nodes: 6, leaf_ports: 2, spines: 2}
 model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
