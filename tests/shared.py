@@ -621,3 +621,39 @@ restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elas
 THROTTLE_CLASSES = ("nvswitch_tray: {mtbf: 1000 d, repair: 2 h}, "
                     "throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 d, repair: 2 h}")
 """An NVSwitch tray class and a x1.5 throttle class, each rare enough to leave a test's own events alone."""
+
+
+OOM_JOB = """
+cluster: {topology: dgx-h100-cluster}
+model: {preset: llama3-70b, layers: 48}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 8, dp: 2, fsdp: hybrid_shard}
+run: {horizon: 1 d, replications: 2}
+faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+"""
+
+
+def stderr_before_each_draw(monkeypatch, capsys) -> list[str]:
+    """What stderr has received before each replication draws its failures, one entry per replication (a
+    job's or a study point's), filled in as the job runs."""
+    import simulator.reliability.simulate as job_simulation
+
+    draw = job_simulation.draw_arrivals
+    before: list[str] = []
+
+    def drawing(*args):
+        before.append(capsys.readouterr().err)
+        return draw(*args)
+
+    monkeypatch.setattr(job_simulation, "draw_arrivals", drawing)
+    return before
+
+
+WAIT_JOB = ONE_GPU_HOSTS.replace("interval: 1000 d", "interval: 29 h") + """run: {horizon: 30 h}
+faults: {components: {gpu: {mtbf: 1000 d}}}
+restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 0}
+"""
+"""One-GPU hosts on DP 4 for 30 h; a checkpoint every 29 h, which a job that first fails at 1 h never reaches (no
+checkpoint, yet no warning of an interval past the horizon), so that the job's only warning is its wait for hosts."""

@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
-from shared import DP_INNERMOST_DGX, STEP_ONLY
+from shared import DP_INNERMOST_DGX, STEP_ONLY, H
 
 from simulator import simulate
 from simulator.cli import main
@@ -19,8 +19,6 @@ from simulator.parallel.layout import Layout
 from simulator.reliability.elastic import elastic_sizes, group_domains, shrunk_scenario, shrunk_settings
 from simulator.reliability.states import ClusterState, StepStates
 from simulator.topology.loader import scenario_topology
-
-H = 3600.0
 
 
 def job(racks: int = 2, trays: int = 4, parallelism: str = "tp: 4, dp: 8", last: int | None = None) -> str:

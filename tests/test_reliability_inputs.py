@@ -767,6 +767,19 @@ faults:
     assert waits[1] == 0.0
 
 
+def test_a_spare_pool_beyond_ten_per_host_is_refused_before_it_is_built(tmp_path, capsys):
+    """`spares: 100000000` (a slip of the keys) was taken: on GB200 racks every spare is built as rack and tray
+    units drawing failures, so the run built millions of them instead of answering."""
+    scenario = tmp_path / "pool.yaml"
+    scenario.write_text(ONE_GPU_HOSTS + "run: {horizon: 1 d}\nfaults: {components: {gpu: {mtbf: 20 h}}}\n")
+    assert main(["validate", str(scenario), "--set", "restart.spares=100000000", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--set restart.spares=100000000: 100,000,000 spare hosts for a job on 4 hosts" in err
+    assert err.endswith("(allowed: 0 to 40 (10 per host: a pool that large never runs dry))\n"), err
+    assert main(["validate", str(scenario), "--set", "restart.spares=40", "--quiet"]) == 0
+
+
 @pytest.mark.parametrize("setting", ["faults.rate_multiplier=2", "faults.preset=llama3", "restart.elastic=true",
                                      "storage.capacity=1 PB", "checkpoint.interval=10 min", "run.replications=5"])
 def test_a_single_step_warns_of_what_only_a_job_reads(setting, tmp_path, capsys):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared import OOM_JOB, stderr_before_each_draw
 
 import simulator
 from simulator.catalog.failures import LLAMA3
@@ -437,34 +438,6 @@ def test_the_docs_example_of_an_async_write_outlasting_its_interval_costs_9_4_s(
     costs = SegmentCosts(step_s=1.2, equivalent_step_s=1.2, tokens_per_step=1.0, interval_steps=1, mode="async",
                          stall_s=0.6, write_s=10.0, slowdown=slowdown, load_s=0.0, warmup_s=0.0)
     assert checkpoint_cost_s(costs) == pytest.approx(9.4, rel=1e-12)
-
-OOM_JOB = """
-cluster: {topology: dgx-h100-cluster}
-model: {preset: llama3-70b, layers: 48}
-training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
-parallelism: {tp: 8, dp: 2, fsdp: hybrid_shard}
-run: {horizon: 1 d, replications: 2}
-faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
-checkpoint: {interval: 30 min}
-storage: {capacity: 1 PB}
-"""
-
-
-def stderr_before_each_draw(monkeypatch, capsys) -> list[str]:
-    """What stderr has received before each replication draws its failures, one entry per replication (a
-    job's or a study point's), filled in as the job runs."""
-    import simulator.reliability.simulate as job_simulation
-
-    draw = job_simulation.draw_arrivals
-    before: list[str] = []
-
-    def drawing(*args):
-        before.append(capsys.readouterr().err)
-        return draw(*args)
-
-    monkeypatch.setattr(job_simulation, "draw_arrivals", drawing)
-    return before
-
 
 def test_a_jobs_layout_warning_names_its_own_file_after_another_files_job(tmp_path, capsys, monkeypatch):
     """The layout warning is located at its file's line; a second job of the same step sections in another file,

@@ -51,7 +51,8 @@ def test_a_nic_degrading_on_one_nic_hosts_interrupts_in_the_closed_forms():
                         "faults.components={nic: {mtbf: 1000 h, repair: 4 h, effect: degrade}}")
     assert summary["expected_unexpected_interruptions"] == pytest.approx(5.76, rel=1e-12)
     assert summary["mtbf_s"] == pytest.approx(125 * 3600.0, rel=1e-12)
-    assert summary["young_interval_s"] is not None
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 125 * 3600.0),
+                                                        rel=1e-12)
     assert inside(5.76, summary["interruptions"]["unexpected"], 1.5)  # today 6.0
 
 
@@ -116,7 +117,8 @@ def test_a_lone_racks_only_nvswitch_tray_interrupts_in_the_closed_forms():
     assert summary["failure_model"]["nvswitch_tray"]["interrupting_units"] == 1.0
     assert summary["expected_unexpected_interruptions"] == pytest.approx(1.44, rel=1e-12)
     assert summary["mtbf_s"] == pytest.approx(500 * 3600.0, rel=1e-12)
-    assert summary["young_interval_s"] is not None
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 500 * 3600.0),
+                                                        rel=1e-12)
     assert inside(1.44, summary["interruptions"]["unexpected"], 1.0)
 
 

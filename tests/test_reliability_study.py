@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from shared import renewal_ettr
+from shared import OOM_JOB, WAIT_JOB, inside, renewal_ettr, stderr_before_each_draw
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -55,8 +55,9 @@ def job_text(distribution: str, shape: float, restart: str) -> str:
 
 
 def within_three_sigma(value: float, ettr: dict) -> bool:
-    """``value`` within 3 standard errors (1.53 of the 95% half-widths) of the simulated mean ETTR."""
-    return abs(value - ettr["mean"]) <= 3 / 1.96 * (ettr["ci95_high"] - ettr["ci95_low"]) / 2
+    """``value`` within 3 standard errors (`THREE_SIGMA_IN_HALF_WIDTHS` of the 95% half-widths) of the simulated
+    mean ETTR."""
+    return inside(value, ettr, math.inf)
 
 
 def simulated_curve(text: str, intervals: list[float]) -> list[dict]:
@@ -684,8 +685,6 @@ def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path,
     warning at all, where a run of it prints both. Now both come once, before the first point's job draws a
     failure; the points (two intervals, two replications each) change no step, so nothing more is said of it.
     The job's own warning (its restarts wait for hosts) comes once, after the points, for the curve."""
-    from tests.test_reliability_job import OOM_JOB, stderr_before_each_draw
-
     before = stderr_before_each_draw(monkeypatch, capsys)
     scenario = tmp_path / "job.yaml"
     scenario.write_text(OOM_JOB)
@@ -822,7 +821,6 @@ def test_a_study_keeps_the_jobs_waiting_for_hosts_figure_and_warns_once_per_curv
     (which `trainsim run` prints, and a study dropped) comes once for the curve, naming its point."""
     import simulator.reliability.simulate as job_simulation
     from simulator.reliability.processes import Arrivals
-    from tests.test_reliability_timeline import WAIT_JOB
 
     arrivals = Arrivals(np.array([3600.0]), np.array([0]), np.array([0]), np.array([93 * 60.0]))
     monkeypatch.setattr(job_simulation, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)

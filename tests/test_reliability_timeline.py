@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from shared import ONE_GPU_HOSTS, RAILS, STEP_ONLY, ZERO3_JOB
+from shared import ONE_GPU_HOSTS, RAILS, STEP_ONLY, WAIT_JOB, ZERO3_JOB, H
 
 from simulator import simulate
 from simulator.cli import main
@@ -25,7 +25,6 @@ from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import StateCache
 from simulator.reliability.training import CheckpointClock
 
-H = 3600.0
 JOB = ONE_GPU_HOSTS + """run: {horizon: 30 h}
 faults:
   components:
@@ -820,14 +819,6 @@ def test_a_restart_judges_a_larger_sizes_route_when_the_host_returns(job_with, c
                             ["regrow", regrow, pytest.approx(regrow + write[2] + 8 * M + read[3], rel=1e-12)]]
     replicas = summary["replicas"]
     assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
-
-
-WAIT_JOB = ONE_GPU_HOSTS.replace("interval: 1000 d", "interval: 29 h") + """run: {horizon: 30 h}
-faults: {components: {gpu: {mtbf: 1000 d}}}
-restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 0}
-"""
-"""One-GPU hosts on DP 4 for 30 h; a checkpoint every 29 h, which a job that first fails at 1 h never reaches (no
-checkpoint, yet no warning of an interval past the horizon), so that the job's only warning is its wait for hosts."""
 
 
 @pytest.mark.parametrize("spares", [0, 2])

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import pytest
 from shared import (
+    ALLREDUCE_BYTES,
     ALTERNATING,
     CP_FABRIC_TEMPLATE,
     DP_FABRIC,
     FABRIC_HAND_OFFS,
     WRAP_ON_UNLIKE_SPINES,
+    allreduce_time,
     assert_same_figures,
+    run,
+    two_rank_scenario,
 )
 
 from simulator import simulate
@@ -450,8 +454,6 @@ workload: [{name: ar, op: all_reduce, bytes: 1 GiB, group: all, algorithm: ring}
 
 
 def test_a_straggler_in_a_replayed_trace_slows_its_kernels_and_unfolds_the_replicas(tmp_path):
-    from tests.test_traces import ALLREDUCE_BYTES, allreduce_time, run, two_rank_scenario
-
     loaded, healthy = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8), tmp_path)
     faults = "faults: {step: {stragglers: [{gpus: [1], slowdown: 2}]}}\n"
     _, slow = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8, extra=faults), tmp_path)

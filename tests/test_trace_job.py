@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from shared import STEP_ONLY
+from shared import STEP_ONLY, H
 
 from simulator import simulate
 from simulator.cli import main
@@ -180,7 +180,6 @@ def test_an_elastic_setting_beside_a_trace_that_is_not_elastic_offers_elastic(tm
     assert error.endswith(f"(allowed: restart.elastic: true, or no {field})\n")
 
 
-H = 3600.0
 ELASTIC = f"""cluster: {{topology: ethernet-100g, nodes: 8}}
 workload: {{trace: '{SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"}', format: kineto, dp: 8,
             tokens_per_step: 8192}}

@@ -164,6 +164,12 @@ MAX_JOB_EVENTS, 50,000 times its two minutes and 3 GiB (about 70 days and 150 Ti
 failures in one replication numpy cannot even draw their count (a rate of 1e300 per second was its traceback)."""
 
 
+MAX_SPARES_PER_HOST = 10
+"""Refuse more spare hosts than this many per host of the job: a pool that large never runs dry already, and spares
+of GB200 racks are built as racks and NVSwitch trays that draw failures (`spares: 100000000`, a slip of the keys,
+built millions of them instead of answering)."""
+
+
 def job_event_limit(force: bool) -> int:
     """The most events a job simulation may handle over all its replications: MAX_JOB_EVENTS, or
     MAX_FORCED_JOB_EVENTS with ``force``."""
@@ -524,8 +530,13 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, gpus: 
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     """Refuse a job of a list of collectives, which is no training step, and more in-memory copies than the job
     has peer hosts (each host's copies go to other hosts in use). A spare pool larger than the job is a pool that
-    never runs dry unless more hosts than it holds are out at once: the pool is a count, so any size is taken."""
+    never runs dry unless more hosts than it holds are out at once, taken up to `MAX_SPARES_PER_HOST` per host."""
     scenario = loaded.scenario
+    spares = scenario.restart.spares
+    if spares > MAX_SPARES_PER_HOST * hosts:
+        raise ScenarioError(f"{spares:,} spare hosts for a job on {counted(hosts, 'host')}", field="restart.spares",
+                            allowed=f"0 to {MAX_SPARES_PER_HOST * hosts:,} ({MAX_SPARES_PER_HOST} per host: a pool "
+                            "that large never runs dry)")
     if scenario.model is None and not isinstance(scenario.workload, TraceWorkload):
         raise ScenarioError("a job simulation needs a training step, which a list of collectives is not",
                             field="run.horizon", allowed="a model section (preset, dimensions or synthetic stage "

@@ -59,7 +59,7 @@ from simulator.reliability.symmetry import StateSymmetry, state_symmetry
 from simulator.scale import refold_refusal, refuse_unfolded
 from simulator.simulation import PreparedStep, prepare_training, scenario_warnings, simulate_training
 from simulator.topology.builders import Fabric
-from simulator.topology.graph import Topology
+from simulator.topology.graph import Topology, both_ways
 from simulator.topology.loader import scenario_topology
 
 if TYPE_CHECKING:
@@ -701,8 +701,7 @@ def spine_links(topology: Topology) -> list[tuple[str, str]]:
 def cut_by_every_spine(topology: Topology, down: Iterable[tuple[str, str]] = ()) -> str:
     """Which GPUs of ``topology`` no longer reach each other with every leaf-spine link down, and the directed
     links ``down`` too ('' for none: `split`)."""
-    return split(topology, set(down) | {edge for leaf, spine in spine_links(topology) for edge in ((leaf, spine),
-                                                                                            (spine, leaf))})
+    return split(topology, set(down) | set(both_ways(spine_links(topology))))
 
 
 def nvls_forced(scenario: Scenario) -> bool:
