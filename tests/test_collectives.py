@@ -9,8 +9,10 @@ from collections import Counter
 from dataclasses import replace
 from functools import partial
 
+import networkx
 import pytest
 import simpy
+from networkx.algorithms.isomorphism import DiGraphMatcher, categorical_edge_match
 from shared import ALPHA, BANDWIDTH, GIB, KIB, MIB, switch_topology, two_level_topology
 
 from simulator.collective_sweep import collective_sweep
@@ -20,6 +22,7 @@ from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import ALGORITHMS, plan_collective, runnable_algorithms
 from simulator.collectives.ring import group_by_host, ring_order
+from simulator.collectives.tree import double_binary_tree
 from simulator.collectives.tuner import choose, estimates
 from simulator.config.loader import scenario_from_text
 from simulator.engine.stepping import run_all
@@ -133,6 +136,61 @@ def test_pipelined_double_tree_approaches_two_n_beta():
     simulated = time_collective(switch_topology(size, alpha=0.0), "all_reduce", "tree", size, nbytes,
                                 chunk_bytes=4 * MIB)
     assert close(simulated, 2 * nbytes / BANDWIDTH, tolerance=0.01)
+
+
+def nccl_btree_parent(ranks: int, rank: int) -> tuple[int, int]:
+    """trees.cc ncclGetBtree for ``rank`` of ``ranks``: its parent (-1 for rank 0, the root) and parentChildType
+    (0 where the rank lies below its parent). The parent flips the rank's lowest set bit and sets the bit above it,
+    or only flips it where that parent lies past the last rank."""
+    if rank == 0:
+        return -1, 0
+    low = rank & -rank
+    parent = (rank ^ low) | (low << 1)
+    if parent >= ranks:
+        parent = rank ^ low
+    return parent, int(rank > parent)
+
+
+def nccl_dtree_parents(ranks: int, rank: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """trees.cc ncclGetDtree: the btree's parent, then the second tree's, the btree of the mirrored rank
+    (even counts) or of the rank shifted down by one (odd counts), mapped back."""
+    if ranks % 2:
+        parent, side = nccl_btree_parent(ranks, (rank - 1) % ranks)
+        second = (-1 if parent < 0 else (parent + 1) % ranks, side)
+    else:
+        parent, side = nccl_btree_parent(ranks, ranks - 1 - rank)
+        second = (-1 if parent < 0 else ranks - 1 - parent, side)
+    return nccl_btree_parent(ranks, rank), second
+
+
+@pytest.mark.parametrize("ranks", range(1, 130))
+def test_double_binary_tree_is_nccls(ranks):
+    """Both trees over ``ranks`` give every rank NCCL's parent and child side (ncclGetDtree), so a group's first
+    rank roots the first tree on every channel and its last (even counts) or second (odd) roots the other."""
+    trees = double_binary_tree(tuple(range(ranks)))
+    for number, tree in enumerate(trees):
+        ours = {child: (parent, side) for child, parent, _, _, side in tree}
+        nccls = {rank: nccl_dtree_parents(ranks, rank)[number] for rank in range(ranks)}
+        assert ours == {rank: found for rank, found in nccls.items() if found[0] >= 0}
+
+
+@pytest.mark.parametrize("hosts", [4, 8, 32, 64])
+def test_no_two_hosts_hold_the_same_place_in_both_trees(hosts):
+    """The only relabelling of the hosts that keeps both trees is the identity, so no host's copy of a DP tree's
+    traffic is another's: a fold that lets one data-parallel replica stand for another whose NICs carry the trees
+    is exact only where the flows happen to take like times (megatron-sc21-76.1b's hand-offs did not: docs/
+    performance.md). The two roots (hosts 0 and hosts - 1) send half the bytes every other host sends."""
+    graph = networkx.DiGraph()
+    for number, tree in enumerate(double_binary_tree(tuple(range(hosts)))):
+        for child, parent, *_ in tree:
+            earlier = graph.get_edge_data(child, parent, {"trees": ()})["trees"]
+            graph.add_edge(child, parent, trees=(*earlier, number))
+    matcher = DiGraphMatcher(graph, graph, edge_match=categorical_edge_match("trees", ()))
+    assert list(matcher.isomorphisms_iter()) == [{host: host for host in range(hosts)}]
+    edges_at = Counter(end for child, parent, trees in graph.edges(data="trees") for end in (child, parent)
+                       for _ in trees)
+    assert {host for host, edges in edges_at.items() if edges == 2} == {0, hosts - 1}
+    assert set(edges_at.values()) == {2, 4}
 
 
 @pytest.mark.parametrize("size,nbytes", [(2, 1 * KIB), (6, 64 * MIB), (16, 1 * GIB), (48, 8 * MIB)])
