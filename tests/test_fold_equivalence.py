@@ -284,6 +284,34 @@ def test_dp_trees_across_hosts_fold_to_the_bit():
     assert folded["step_time_s"] == unfolded["step_time_s"]
 
 
+TREE_HAND_OFFS = """
+cluster: {topology: dgx-a100-cluster, nodes: 64, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1}
+model: {layers: 8, hidden: 4096, heads: 32, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4, micro_batch: 1, precision: fp16}
+parallelism: {pp: 2}
+collectives: {algorithm: tree}
+run: {timeline: summary}
+"""
+"""megatron-sc21-76.1b's DP trees on hosts of one GPU: each stage's gradient buckets all-reduced by NCCL's double
+binary tree over 32 hosts, one member a host, while the last micro-batch's backward hands on."""
+
+
+def test_hand_offs_beside_dp_trees_fold_with_the_roots_apart():
+    """NCCL roots its two trees at the group's first and last hosts, whose NICs carry 2 tree edges where every other
+    host's carry 4: folded by stage, replica 0's hand-off (the representative's) ends 0.89 ms before its mirrors'.
+    The refold by the loads the hand-offs' copies meet keeps the roots' replicas (0 and 31) apart from the other 30
+    and keeps pace: 4 of 64 ranks, every figure the unfolded run's. With an interleaved schedule that refold falls
+    out of step too, and the step runs unfolded (docs/performance.md, megatron-76b)."""
+    folded = simulate(scenario_from_text(TREE_HAND_OFFS, "inline.yaml")).summary
+    unfolded = simulate(scenario_from_text(TREE_HAND_OFFS, "inline.yaml", ["run.fold=false"])).summary
+    assert [(entry["fold"], entry["simulated_ranks"]) for entry in folded["fold_given_up"]] == [("stage", 2)]
+    assert "'recv bwd mb3' over GPUs [1, 0]" in folded["fold_given_up"][0]["reason"]
+    assert folded["folded"] and folded["simulated_ranks"] == 4
+    assert folded["rank_weights"] == {"0": 2, "1": 2, "2": 30, "3": 30}
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+
+
 SC21_LIKE = """
 cluster: {topology: dgx-a100-cluster, nodes: 24}
 model: {layers: 16, hidden: 2048, heads: 16, vocab: 32000}
