@@ -38,15 +38,15 @@ LL128_GRAIN = 32 * 8 // 16 * 15 * 8
 """LL128's chunk granularity in bytes (device.h `ncclProtoGrainSize`: a warp's lines of shared memory)."""
 
 
-def nccl_chunk(protocol: Protocol, share: float, tree_hosts: tuple[int, float] | None = None) -> float:
+def nccl_chunk(protocol: Protocol, share: float, tree_nodes: tuple[int, float] | None = None) -> float:
     """NCCL's pipelining chunk for a chain or tree moving ``share`` bytes per channel under ``protocol``: one
     buffer step (`STEP_BYTES`), which the LL128 tree halves while the share makes too few chunks for the tree's
     depth (enqueue.cc: nsteps = 1 + log2(nodes) + ppn / 10; halved while chunks < 64 nsteps / ppn, down to
     128 KiB, then while chunks < 16 nsteps / ppn, down to 32 KiB; then cut to whole 1,920 B grains).
-    ``tree_hosts`` is a tree's (hosts, members per host); None for a chain."""
+    ``tree_nodes`` is a tree's (NCCL's nodes, members per node: `tree.tree_shape`); None for a chain."""
     chunk = STEP_BYTES[protocol]
-    if protocol == "ll128" and tree_hosts is not None:
-        nodes, ppn = tree_hosts
+    if protocol == "ll128" and tree_nodes is not None:
+        nodes, ppn = tree_nodes
         nsteps = 1 + int(math.log2(nodes)) + 0.1 * ppn
         while share // chunk < nsteps * 64 / ppn and chunk > 131072:
             chunk //= 2
@@ -57,11 +57,11 @@ def nccl_chunk(protocol: Protocol, share: float, tree_hosts: tuple[int, float] |
 
 
 def pipeline_chunk(setting: ChunkSetting, protocol: Protocol, share: float,
-                   tree_hosts: tuple[int, float] | None = None) -> float | None:
+                   tree_nodes: tuple[int, float] | None = None) -> float | None:
     """The chunk a chain or tree moving ``share`` bytes per channel under ``protocol`` pipelines in: the one
     given, NCCL's (`nccl_chunk`) for `auto`, None for no chunking."""
     if setting == AUTO_CHUNK:
-        return nccl_chunk(protocol, share, tree_hosts)
+        return nccl_chunk(protocol, share, tree_nodes)
     return setting
 
 

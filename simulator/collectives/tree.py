@@ -115,20 +115,29 @@ def double_binary_tree(ranks: tuple[int, ...]) -> list[list[tuple[int, int, int,
 
 
 def all_reduce_phases(edges: tuple[list[Edge], list[Edge]], request: CollectiveRequest, channels: int,
-                      tree_hosts: tuple[int, float]) -> list[Phase]:
+                      tree_nodes: tuple[int, float]) -> list[Phase]:
     """A tree all-reduce over the (up, down) ``edges`` of ``channels`` channels' two trees: each tree reduces
     n / (2 channels) up to its root, then broadcasts it down, pipelined in chunks (`pipeline_chunk`; the
-    group's ``tree_hosts``, its hosts and members per host, size NCCL's LL128 chunk)."""
+    group's ``tree_nodes``, its NCCL nodes and members per node, `tree_shape`, size NCCL's LL128 chunk)."""
     share = request.nbytes / (2 * channels)
-    chunks = chunk_count(share, pipeline_chunk(request.chunk_bytes, request.protocol, share, tree_hosts))
+    chunks = chunk_count(share, pipeline_chunk(request.chunk_bytes, request.protocol, share, tree_nodes))
     up, down = edges
     return pipelined_phases(up, share, chunks) + pipelined_phases(down, share, chunks)
 
 
-def tree_shape(ranks: tuple[int, ...], hosts: list[list[int]]) -> tuple[int, float]:
-    """A tree's hosts and ranks per host as NCCL's LL128 tree chunk reads them (`nccl_chunk`: nNodes and
-    nRanks / nNodes, ``hosts`` the group's members per host)."""
-    return len(hosts), len(ranks) / len(hosts)
+def nccl_nodes(topology: Topology, ranks: tuple[int, ...]) -> int:
+    """NCCL's nNodes for a group: the NVLink domains its members span. init.cc counts a node per intra-node
+    chain of the ring graph (the ranks' distinct ``ringRecv[0]``), and under MNNVL the system NCCL searches is
+    the whole NVLink domain (graph/topo.cc fuses the clique's XML), so a GB200 rack of 18 trays is one node."""
+    domain = topology.gpu_domain
+    return len({domain[rank] for rank in ranks})
+
+
+def tree_shape(ranks: tuple[int, ...], topology: Topology) -> tuple[int, float]:
+    """A tree's nodes and ranks per node as NCCL's LL128 tree chunk reads them (`nccl_chunk`: enqueue.cc's
+    nNodes and nRanks / nNodes, `nccl_nodes`: NVLink domains, not hosts or trays)."""
+    nodes = nccl_nodes(topology, ranks)
+    return nodes, len(ranks) / nodes
 
 
 def double_tree_edges(ranks: tuple[int, ...], channels: int) -> tuple[list[Edge], list[Edge]]:
@@ -232,7 +241,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
         hosts = group_by_host(request.ranks, topology)
         channels = channel_count(request, topology, hosts)
         return all_reduce_phases(all_reduce_edges(request.ranks, hosts, channels, topology.gpu_nic), request,
-                                 channels, tree_shape(request.ranks, hosts))
+                                 channels, tree_shape(request.ranks, topology))
     if request.op in ("broadcast", "reduce"):
         return binomial_phases(request.ranks, request.root, request.nbytes, toward_root=request.op == "reduce")
     raise ScenarioError(f"algorithm 'tree' does not implement {request.op}", field="collectives.algorithm")

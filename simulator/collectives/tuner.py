@@ -34,7 +34,7 @@ from simulator.collectives.chunking import NCCL_STEPS, pipeline_chunk
 from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
 from simulator.collectives.phases import NVLINK, CollectiveRequest, HopKind, Phase, hop_kind, hop_kinds, window_stall
 from simulator.collectives.ring import RING_STEPS, channel_count, group_by_host, nics_used
-from simulator.collectives.tree import all_reduce_edges, chunk_count, pipeline_stretches
+from simulator.collectives.tree import all_reduce_edges, chunk_count, nccl_nodes, pipeline_stretches, tree_shape
 from simulator.network.model import effective_capacity
 from simulator.topology.graph import Topology
 from simulator.topology.periods import Periods
@@ -243,6 +243,8 @@ class GroupTerms(NamedTuple):
     tree: TreeTerms | None
     ll_cap: float
     ll128_caps: tuple[float, float]
+    tree_nodes: tuple[int, float]
+    """NCCL's nodes and members per node (`tree.tree_shape`), which size the LL128 tree's chunk."""
 
     def key(self) -> tuple:
         """The terms as a hashable value: the arrays by their contents."""
@@ -279,7 +281,8 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     nodes = nccl_nodes(topology, request.ranks)
     return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, chain_hop, channels, nvls_rate,
                       nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, nodes),
-                      ll128_bus_caps(topology.gpu_model, nodes, nccl_channels(topology, request.ranks)))
+                      ll128_bus_caps(topology.gpu_model, nodes, nccl_channels(topology, request.ranks)),
+                      tree_shape(request.ranks, topology))
 
 
 def slowest_host_hop(topology: Topology, capacity: np.ndarray, hosts: list[list[int]]) -> Hop:
@@ -322,13 +325,6 @@ others' hosts read as NCCL reads Intel's (DGX H100, H200 and B200: Intel Xeon) a
 def generation(gpu_model: str) -> str:
     """``gpu_model``'s row of NCCL's tuning tables (`GENERATIONS`; a GPU outside the catalog reads as Hopper)."""
     return GENERATIONS.get(gpu_model, "hopper")
-
-
-def nccl_nodes(topology: Topology, ranks: tuple[int, ...]) -> int:
-    """NCCL's nNodes for a group, the index of its tuning tables (`ll_bus_cap`, `ll128_bus_caps`): the NVLink
-    domains its members span, since under MNNVL NCCL counts a GB200 rack of 18 trays as one node."""
-    domain = topology.gpu_domain
-    return len({domain[rank] for rank in ranks})
 
 
 def ll_bus_cap(gpu_model: str, nodes: int) -> float:
@@ -403,8 +399,7 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
     own phase (``load``), the double tree from its plan's edges (`tree_estimate`)."""
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     if name == "tree" and terms.tree is not None:
-        tree_s = tree_estimate(request, terms.tree, terms.inner, terms.outer, protocol,
-                               (terms.host_count, terms.size / terms.host_count))
+        tree_s = tree_estimate(request, terms.tree, terms.inner, terms.outer, protocol, terms.tree_nodes)
         return tree_s + protocols.base_latency(name, protocol)
     if name == "ring" and load is not None and request.op not in RING_STEPS:
         chunk = pipeline_chunk(request.chunk_bytes, protocol, request.nbytes / terms.channels)
@@ -534,10 +529,10 @@ def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[
 
 
 def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, outer: Hop, protocol: Protocol,
-                  tree_hosts: tuple[int, float]) -> float:
+                  tree_nodes: tuple[int, float]) -> float:
     """NCCL's tree all-reduce under ``protocol`` as tree.py plans it, step by step over the plan's own edges
     (`all_reduce_edges`): every channel's two trees carry n / (2 ch) each, up then down, each pass a pipeline of
-    L chunks of c bytes (`pipeline_chunk`; ``tree_hosts``, the group's hosts and members per host, size NCCL's
+    L chunks of c bytes (`pipeline_chunk`; ``tree_nodes``, the group's NCCL nodes and members per node, size NCCL's
     LL128 chunk) in which an edge carries chunk j at its first step plus j. Over each stretch of steps
     with the same active edges (`pipeline_stretches`, as the plan's phases), a step lasts as long as its
     busiest port: c times the most active edges a GPU sends or receives on inside its host over the NVLink
@@ -557,7 +552,7 @@ def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, oute
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     inner = inner.under("tree", protocol)
     share = request.nbytes / (2 * terms.channels)
-    chunks = chunk_count(share, pipeline_chunk(request.chunk_bytes, protocol, share, tree_hosts))
+    chunks = chunk_count(share, pipeline_chunk(request.chunk_bytes, protocol, share, tree_nodes))
     chunk = share / chunks
     total = 0.0
     rerouted = terms.rerouted or (None,) * len(terms.passes)
