@@ -79,7 +79,7 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
         ops = located(loaded, lambda: build_comm_program(items, topology.num_gpus))
         located(loaded, lambda: plan_workload(items, ops, plans))
         return Verdict({}, scenario_warnings(loaded, topology))
-    guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
+    guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus, topology=topology)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
     shrinking: tuple[str, ...] = ()
@@ -94,7 +94,7 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     return Verdict({**program.memory, **layout}, (*scenario_warnings(loaded, topology), *program.warnings,
                                                         *shrinking),
                    step_floor(program.ops, set(prepared.step.slowdowns)), program.world,
-                   unfolded_size_lines(loaded, topology.num_gpus, prepared.step), trace_sizes)
+                   unfolded_size_lines(loaded, topology.num_gpus, prepared.step, topology), trace_sizes)
 
 
 def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:

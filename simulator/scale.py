@@ -12,8 +12,11 @@ replica quotient sends only the first DP replicas'), within about a factor of tw
 it with real programs and runs). A folded run's ops and flows stop growing with DP; building the cluster and
 the run's per-GPU structures does not, so clusters beyond MAX_GPUS are refused by their size. With
 `collectives.algorithm: hierarchical` the phases of collectives/hierarchical.py are counted; otherwise every
-collective counts as NCCL's ring would post it, whichever algorithm the tuner or the scenario picks.
-`--force` runs past the limits.
+collective counts as NCCL's ring would post it, but for the all-reduces that may run as trees (DDP buckets, a
+`workload:` item's; `may_run_trees`): before the cluster is built they count as rings too, a lower bound, and
+once it is built (`sized_topology`, `validate`) as the plans the tuner picks for each bucket size post them
+(`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the published SC21 7.5B step's
+estimate went from 29,280 flows to 656,485, against 662,908 simulated). `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
@@ -115,6 +118,8 @@ class ScaleEstimate:
     then run on the network: a ring per channel and most of the flows), else 0."""
     tp_order: bool = False
     """Whether TP groups cross domains because of `parallelism.order` (TP not innermost), not their degree."""
+    trees: bool = False
+    """Whether all-reduces the tuner runs as trees post more transfers than rings would (`_planned_transfers`)."""
 
     @property
     def events(self) -> int:
@@ -244,17 +249,26 @@ BUCKET_LAYERS = 64
 """Layers whose DDP buckets `_buckets` fills one by one; a stage of more repeats their count per layer."""
 
 
-def _buckets(tensors: tuple[float, ...], layers: float, grad_bytes: float, bucket: float) -> float:
-    """DDP buckets that ``layers`` layers of a rank's ``tensors`` (a layer's, elements, in forward order) fill as
-    parallel/work.gradient_buckets fills them, in reverse: a bucket closes at the tensor that brings it to
-    ``bucket`` bytes, so a tensor larger than a bucket closes one alone (`ddp.bucket: 0 B`: one per tensor)."""
+def _bucket_sizes(tensors: tuple[float, ...], layers: float, grad_bytes: float, bucket: float
+                  ) -> tuple[list[float], float]:
+    """The bytes of the DDP buckets that up to `BUCKET_LAYERS` of ``layers`` layers of a rank's ``tensors`` (a
+    layer's, elements, in forward order) fill as parallel/work.gradient_buckets fills them, in reverse (a bucket
+    closes at the tensor that brings it to ``bucket`` bytes, so a tensor larger than a bucket closes one alone;
+    `ddp.bucket: 0 B`: one per tensor), and how many times their count repeats over ``layers``."""
     walked = max(1, min(round(layers), BUCKET_LAYERS))
-    count, size = 0, 0.0
+    sizes, size = [], 0.0
     for tensor in [tensor for tensor in reversed(tensors) if tensor > 0] * walked:
         size += tensor * grad_bytes
         if size >= bucket:
-            count, size = count + 1, 0.0
-    return (count + (size > 0)) * layers / walked
+            sizes.append(size)
+            size = 0.0
+    return sizes + ([size] if size > 0 else []), layers / walked
+
+
+def _buckets(tensors: tuple[float, ...], layers: float, grad_bytes: float, bucket: float) -> float:
+    """DDP buckets that ``layers`` layers of a rank's ``tensors`` fill (`_bucket_sizes`)."""
+    sizes, times = _bucket_sizes(tensors, layers, grad_bytes, bucket)
+    return len(sizes) * times
 
 
 @dataclass(frozen=True)
@@ -369,6 +383,50 @@ buckets), a plan that no shift of the replicas maps onto itself: engine/replicas
 (SC21 310.1B, DP 15)."""
 
 
+def may_run_trees(scenario: Scenario) -> bool:
+    """Whether the run may post all-reduces as trees: the DDP all-reduces of a training step, or a `workload:`
+    item's, under `TREE_ALGORITHMS`. Their plans' transfers are counted once the cluster is built
+    (`estimate_scale`'s ``topology``)."""
+    if scenario.uses_parameter_servers:
+        return False
+    if scenario.model is not None:
+        return _dp_may_run_trees(scenario)
+    return isinstance(scenario.workload, list) and any(
+        item.op == "all_reduce" and (item.algorithm or scenario.collectives.algorithm) in TREE_ALGORITHMS
+        for item in scenario.workload)
+
+
+def _dp_may_run_trees(scenario: Scenario) -> bool:
+    """Whether the step's data-parallel collectives are DDP all-reduces that may run as trees (`TREE_ALGORITHMS`)."""
+    return scenario.parallelism.zero_stage == 0 and scenario.collectives.algorithm in TREE_ALGORITHMS
+
+
+def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
+                       item: CollectiveItem | None = None) -> float:
+    """The transfers an all-reduce over ``group`` (a DP bucket's, or a `workload:` ``item``'s) posts on average
+    over ``sizes`` bytes, as the run posts them: the algorithm and protocol the tuner picks for each size
+    (`registry.resolve`, on the scenario's efficiencies, where the item or the scenario leaves them `auto`), and
+    the transfers of that plan's phases. NCCL's tree posts each stretch of its pipeline's
+    steps as a phase of its active edges, up and down, on every channel: over 16 DGX A100 hosts, 2 members a
+    host, 1,488 transfers where a ring per channel posts 64."""
+    from simulator.collectives.phases import CollectiveRequest
+    from simulator.collectives.registry import plan_collective, resolve
+    from simulator.network.calibration import resolve_efficiency
+
+    collectives = scenario.collectives
+    efficiency = {str(name): share
+                  for name, share in resolve_efficiency(scenario.network.efficiency, topology.gpu_model).items()}
+    counts: dict[float, int] = {}
+    for size in dict.fromkeys(sizes):
+        request = CollectiveRequest("all_reduce", group, size, chunk_bytes=collectives.chunk,
+                                    channels=collectives.channels)
+        algorithm, protocol = resolve(request, topology, (item and item.algorithm) or collectives.algorithm,
+                                      (item and item.protocol) or collectives.protocol, efficiency)
+        counts[size] = sum(len(phase.transfers)
+                           for phase in plan_collective(request, topology, algorithm, protocol=protocol))
+    return sum(map(counts.__getitem__, sizes)) / max(len(sizes), 1)
+
+
 def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
     """The data-parallel replicas a folded run sends the flows of (engine/replicas.py `_shift_step`): the fewest
     whose shift moves every GPU by whole periods of the fabric's spine hash, when DP is outermost over the whole
@@ -402,7 +460,8 @@ def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape]) ->
     return 2 if comm["ep"] and rings_across else 1
 
 
-def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None) -> ScaleEstimate:
+def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None,
+                       topology: Topology | None = None) -> ScaleEstimate:
     from simulator.workload.training import resolve_model
 
     par, training = scenario.parallelism, scenario.training
@@ -431,6 +490,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     compute = m * (blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
                    + layers_per_rank * split_compute)
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
+    grad_bytes = grad_buffer_bytes(training.precision, training.gradient_buffer_dtype(par.deepspeed_zero3))
     degree = _hybrid_degree(layout, hosts) if par.hybrid_shard else 0
     dense_units, expert_units = (layers + 2.0) / pp, layers_per_rank if moe and par.gathers_per_unit else 0.0
     comm = {
@@ -439,10 +499,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, dense_units,
-                              _buckets(tensors, layers_per_rank,
-                                       grad_buffer_bytes(training.precision,
-                                                         training.gradient_buffer_dtype(par.deepspeed_zero3)),
-                                       par.ddp.bucket)) if dp > 1 else 0.0,
+                              _buckets(tensors, layers_per_rank, grad_bytes, par.ddp.bucket)) if dp > 1 else 0.0,
     }
     if expert_units and dp > 1:  # FSDP2's expert units: over their own shard group, or copies in its place
         expert_collectives = _dp_collectives(par, m, 0.0, expert_units, 0.0)
@@ -474,10 +531,16 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_plans, shapes["tp"].transfers))
     if par.cp_algorithm == "ring":  # a ring step posts one transfer a member, to the next (collectives/direct.py)
         shapes["cp"] = replace(shapes["cp"], transfers=cp)
+    trees = False
+    if topology is not None and comm["dp"] and _dp_may_run_trees(scenario) and synthetic is None:
+        sizes, _ = _bucket_sizes(tensors, layers_per_rank, grad_bytes, par.ddp.bucket)
+        planned = _planned_transfers(scenario, topology, _first_group(layout, "dp", par.ep, degree), sizes)
+        trees = planned > shapes["dp"].transfers
+        shapes["dp"] = replace(shapes["dp"], transfers=planned)
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
-            and not (par.zero_stage == 0 and scenario.collectives.algorithm in TREE_ALGORITHMS) else 0
+            and not _dp_may_run_trees(scenario) else 0
         if quotient:
             shapes = {kind: _quotient_shape(layout, quotient, kind, shape, par.ep, degree)
                       for kind, shape in shapes.items()}
@@ -486,7 +549,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     else:
         flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())
         mirrors = 0.0
-    estimate = _estimate(scenario, gpus, ranks, ops, flows, mirrors, fold)
+    estimate = replace(_estimate(scenario, gpus, ranks, ops, flows, mirrors, fold), trees=trees)
     if hosts is not None and tp_domains(layout, np.arange(layout.world) // hosts.domain) > 1:
         return replace(estimate, tp_host_gpus=hosts.domain, tp_order=tp <= hosts.domain)
     return estimate
@@ -511,23 +574,31 @@ def _ps_estimate(scenario: Scenario, gpus: int) -> ScaleEstimate:
 
 
 def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
-                   hosts: HostShape | None) -> ScaleEstimate:
+                   hosts: HostShape | None, topology: Topology | None = None) -> ScaleEstimate:
     """A `workload:` list: an op per member of each item, and per member a transfer of its ring inside one host,
     two across hosts (an all-reduce's channels), a transfer to every other member for an all-to-all (one phase
-    of p(p-1), collectives/direct.py), or one transfer for a send_recv."""
+    of p(p-1), collectives/direct.py), or one transfer for a send_recv. Given the built ``topology``, an
+    all-reduce that may run as a tree (`TREE_ALGORITHMS`) counts its plan's transfers (`_planned_transfers`)."""
     ops = flows = 0.0
+    trees = False
     for item in items:
         group = (0, gpus - 1) if item.group == "all" else item.group  # "all": its ends tell the hosts it spans
         size = 2 if item.op == "send_recv" else gpus if item.group == "all" else len(group)
         across = hosts is not None and len({rank // hosts.gpus for rank in group}) > 1
         ops += size * item.repeat
-        if item.op == "send_recv":
+        if topology is not None and item.op == "all_reduce" \
+                and (item.algorithm or scenario.collectives.algorithm) in TREE_ALGORITHMS:
+            members = tuple(range(gpus)) if item.group == "all" else tuple(item.group)
+            planned = _planned_transfers(scenario, topology, members, [item.bytes], item)
+            trees = trees or planned > size * (2 if across else 1)
+            flows += item.repeat * planned
+        elif item.op == "send_recv":
             flows += item.repeat
         elif item.op == "all_to_all":
             flows += item.repeat * size * (size - 1)
         else:
             flows += item.repeat * size * (2 if across and item.op == "all_reduce" else 1)
-    return _estimate(scenario, gpus, gpus, ops, flows, 0.0, False)
+    return replace(_estimate(scenario, gpus, gpus, ops, flows, 0.0, False), trees=trees)
 
 
 def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: float, mirrors: float,
@@ -538,16 +609,19 @@ def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: floa
     return ScaleEstimate(gpus, ranks, math.ceil(ops), math.ceil(flows), memory, fold)
 
 
-def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None) -> ScaleEstimate | None:
+def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None,
+                   topology: Topology | None = None) -> ScaleEstimate | None:
     """The estimate of a run of ``scenario`` on a cluster of ``gpus`` GPUs made of ``hosts`` (None: collectives
     stay inside one host); None for a trace workload, whose size is its trace file's (a trace holds its ops
-    already, so it cannot grow past them)."""
+    already, so it cannot grow past them). Given the built cluster (``topology``), the all-reduces that may run
+    as trees (`may_run_trees`) count the transfers of the plans the tuner picks (`_planned_transfers`); without
+    it they count as rings, fewer (the published SC21 7.5B step: 29,280 flows estimated, 662,908 simulated)."""
     if scenario.uses_parameter_servers:
         return _ps_estimate(scenario, gpus)
     if scenario.model is not None:
-        return _training_estimate(scenario, gpus, scenario.run.fold, hosts)
+        return _training_estimate(scenario, gpus, scenario.run.fold, hosts, topology)
     if isinstance(scenario.workload, list):
-        return _comm_estimate(scenario, scenario.workload, gpus, hosts)
+        return _comm_estimate(scenario, scenario.workload, gpus, hosts, topology)
     return None
 
 
@@ -583,6 +657,9 @@ def advice(estimate: ScaleEstimate, scenario: Scenario, sizes: tuple[str, ...]) 
         steps.append("fewer iterations (ps.iterations)")
     elif not estimate.folded and scenario.model is not None:
         steps.append("fold the ranks (run.fold: true)")
+    if estimate.trees:
+        steps.append("rings for the all-reduces (collectives.algorithm: ring; a tree posts a phase per stretch of "
+                     "its pipeline)")
     if scenario.model is not None and not scenario.uses_parameter_servers:
         steps.append("fewer micro-batches (training.global_batch or training.microbatches) or layers")
     if scenario.run.timeline == "full":
@@ -644,10 +721,12 @@ def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int) -> None:
                            f"a cluster of at most {MAX_GPUS:,} GPUs{_named(sizes)}; or pass --force")
 
 
-def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
-    """Estimate the run and raise a located ScenarioError, with the estimate and advice, beyond the limits."""
+def refuse_if_too_large(loaded: LoadedScenario, gpus: int, topology: Topology | None = None
+                        ) -> ScaleEstimate | None:
+    """Estimate the run (on the built ``topology`` where given) and raise a located ScenarioError, with the
+    estimate and advice, beyond the limits."""
     scenario = loaded.scenario
-    estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded))
+    estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded), topology)
     if estimate is not None and estimate.over_limits():
         sizes = _size_parameters(loaded)
         raise loaded.error(_cause(estimate, loaded, sizes), f"this run is too large to simulate: "
@@ -708,22 +787,24 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
 """What to change so that the check passes."""
 
 
-def unfolded_beyond_limits(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
+def unfolded_beyond_limits(loaded: LoadedScenario, gpus: int, topology: Topology | None = None
+                           ) -> ScaleEstimate | None:
     """The estimate of the step of ``loaded`` simulated unfolded on ``gpus`` GPUs when it is beyond the limits,
     else None (None too for a trace, whose size is its file's): the one rule by which a step that a fold
     check unfolds, or a job's step or states that run unfolded, are refused. A job (`run.horizon`) writes no
-    step timeline, so its steps are estimated without one."""
-    estimate = _unfolded_estimate(loaded, gpus)
+    step timeline, so its steps are estimated without one. ``topology``: the built cluster (`estimate_scale`)."""
+    estimate = _unfolded_estimate(loaded, gpus, topology)
     return estimate if estimate is not None and estimate.over_limits() else None
 
 
-def _unfolded_estimate(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
+def _unfolded_estimate(loaded: LoadedScenario, gpus: int, topology: Topology | None = None
+                       ) -> ScaleEstimate | None:
     """The estimate of the step of ``loaded`` simulated unfolded on ``gpus`` GPUs (None for a trace). A job
     (`run.horizon`) writes no step timeline, so its steps are estimated without one."""
     scenario = loaded.scenario
     unfolded = {"fold": False, **({"timeline": "summary"} if scenario.run.horizon is not None else {})}
     return estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus,
-                          scenario_hosts(loaded))
+                          scenario_hosts(loaded), topology)
 
 
 def classed_estimate(loaded: LoadedScenario, gpus: int, ranks: int) -> ScaleEstimate | None:
@@ -756,16 +837,17 @@ def classed_estimator(loaded: LoadedScenario, gpus: int) -> Callable[[int], Scal
     return estimate
 
 
-def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep) -> tuple[str, ...]:
+def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep, topology: Topology | None = None
+                        ) -> tuple[str, ...]:
     """Where the run of ``step`` (the program `validate` built, folded where the run folds it) simulates every
     rank and its estimate reaches EVENTS_PER_MINUTE (`PS_EVENTS_PER_MINUTE` for parameter servers): what it
     simulates (ranks, ops, the estimate's flows), about how long, and why it is not folded. `validate` said
     only `valid` for the DeepSeek-V3-style step at ep 16, whose run then took minutes unfolded. Nothing for a
-    folded step or a trace (its size is its files')."""
+    folded step or a trace (its size is its files'). ``topology``: the built cluster (`estimate_scale`)."""
     program = step.program
     if program.folded or isinstance(loaded.scenario.workload, TraceWorkload):
         return ()
-    estimate = _unfolded_estimate(loaded, gpus)
+    estimate = _unfolded_estimate(loaded, gpus, topology)
     events = len(program.ops) + (estimate.flows if estimate is not None else 0)
     minutes = events / (PS_EVENTS_PER_MINUTE if loaded.scenario.uses_parameter_servers else EVENTS_PER_MINUTE)
     if estimate is None or minutes < 1:
@@ -775,12 +857,13 @@ def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep) -> 
             *([f"not folded: {step.off_reason}"] if step.off_reason else []))
 
 
-def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run") -> None:
+def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run",
+                    topology: Topology | None = None) -> None:
     """Refuse the step of ``loaded``, asked to fold and estimated so, that ``unfolding`` runs unfolded, when its
     estimate unfolded is beyond the limits (`unfolded_beyond_limits`): a located ScenarioError at the field of
     the check that failed, naming why it unfolds, raised before the unfolded program is built. ``step`` names
-    it (a job's state)."""
-    estimate = unfolded_beyond_limits(loaded, gpus)
+    it (a job's state); ``topology``: the built cluster (`estimate_scale`)."""
+    estimate = unfolded_beyond_limits(loaded, gpus, topology)
     if estimate is None:
         return
     raise loaded.error(UNFOLDING_FIELDS[unfolding.check],
@@ -839,8 +922,9 @@ def refold_estimate(folded: ScaleEstimate, gpus: int, ranks: int) -> ScaleEstima
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
     """The scenario's cluster, built only once a training layout's degrees multiply to its GPU count and split
     its global batch, and the run's estimate is within the limits (both from the topology's parameters when
-    they tell the GPU count, else after building it: a million-GPU cluster takes tens of seconds to build);
-    ``force`` skips the limits, not the layout's check."""
+    they tell the GPU count, else after building it: a million-GPU cluster takes tens of seconds to build); a
+    run that may post all-reduces as trees (`may_run_trees`) is estimated again on the built cluster, with the
+    plans the tuner picks; ``force`` skips the limits, not the layout's check."""
     gpus = scenario_gpus(loaded)
     if gpus is not None:
         located(loaded, lambda: refuse_wrong_layout(loaded.scenario, gpus))
@@ -850,7 +934,8 @@ def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
     topology = scenario_topology(loaded)
     if gpus is None and not force:
         located(loaded, lambda: refuse_too_many_gpus(loaded, topology.num_gpus))
-        located(loaded, lambda: refuse_if_too_large(loaded, topology.num_gpus))
+    if (gpus is None or may_run_trees(loaded.scenario)) and not force:
+        located(loaded, lambda: refuse_if_too_large(loaded, topology.num_gpus, topology))
     return topology
 
 

@@ -691,7 +691,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     faults = FaultHooks(topology, step_faults(loaded, topology))
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
-        guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
+        guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus, topology=topology)
         budget = partial(refold_refusal, loaded, topology.num_gpus, force=force)
         prepared = prepare_training(loaded, topology, faults.plan, guard)
         if not force:

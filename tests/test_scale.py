@@ -715,3 +715,51 @@ def test_a_refold_beyond_both_the_multiple_and_the_limits_names_each(monkeypatch
     assert scale.refold_refusal(loaded, gpus, 140, force=True) == multiple
     assert scale.refold_refusal(loaded, gpus, 70).startswith(f"{gpus:,} GPUs, 70 simulated ranks (folded)")
     assert scale.refold_refusal(loaded, gpus, 70, force=True) == ""
+
+
+PUBLISHED = SCENARIOS / "published"
+
+
+@pytest.mark.parametrize("name, overrides", [
+    ("megatron-sc21-3.6b", []),
+    ("megatron-sc21-7.5b", []),
+    ("megatron-sc21-18.4b", []),
+    ("megatron-sc21-7.5b", ["collectives.algorithm=ring"]),
+])
+def test_the_estimate_on_the_built_cluster_counts_the_trees_the_tuner_picks(name, overrides):
+    """Estimate on the built cluster / simulated: flows 1.011, 0.990, 1.016 and, with rings asked for, 0.632 (ops
+    1.004, 1.004, 1.001, 1.004). `auto` runs the SC21 rows' DDP buckets as NCCL's tree (3.6B and 7.5B: 2 DP
+    members a host; 18.4B: one), whose plan posts a phase per stretch of its pipeline, up and down, on every
+    channel: 1,488 transfers an all-reduce over 16 hosts, where the estimate counted a ring's 64 per channel, so
+    the flows read 0.038 and 0.044 (24,168 of 632,830; 29,280 of 662,908)."""
+    loaded = load_scenario(PUBLISHED / f"{name}.yaml", overrides)
+    topology = scenario_topology(loaded)
+    estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
+    summary = simulate(loaded).summary
+    assert 0.6 <= estimate.flows / summary["flows_simulated"] <= 1.05
+    assert 0.95 <= estimate.ops / summary["ops_executed"] <= 1.05
+
+
+def test_a_workload_all_reduce_counts_the_tree_the_tuner_picks():
+    """Two 32 MiB all-reduces over 16 DGX A100 hosts and a 1 MiB one over a GPU of each: `auto` runs trees, whose
+    plans post 98,136 transfers, all counted on the built cluster; counted as rings (two transfers a member
+    across hosts) the estimate said 544."""
+    loaded = scenario_from_text("cluster: {topology: dgx-a100-cluster, nodes: 16}\nworkload:\n"
+                                "  - {op: all_reduce, bytes: 32 MiB, group: 0-127, repeat: 2}\n"
+                                "  - {op: all_reduce, bytes: 1 MiB, group: [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, "
+                                "80, 88, 96, 104, 112, 120]}\n", "s.yaml")
+    topology = scenario_topology(loaded)
+    estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
+    assert estimate.flows == simulate(loaded).summary["flows_simulated"] == 98_136
+
+
+def test_a_step_whose_trees_pass_the_limits_is_refused_once_the_cluster_is_built(monkeypatch, capsys):
+    """With the limit at 200,000 events the SC21 7.5B step (29,830 ops and flows counted as rings before the
+    build) is refused on the built cluster, where its DDP buckets' trees count 656,485 flows, advised rings first;
+    it was let run."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 200_000)
+    assert main(["validate", str(PUBLISHED / "megatron-sc21-7.5b.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "this run is too large to simulate: 128 GPUs, 1 simulated ranks (folded), ~550 ops, ~656,485 flows" in err
+    assert "(allowed: rings for the all-reduces (collectives.algorithm: ring; a tree posts a phase per stretch" in err

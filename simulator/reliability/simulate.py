@@ -270,7 +270,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
     if scenario.run.fold and not (linked or straggling):
         return None
-    estimate = unfolded_beyond_limits(loaded, topology.num_gpus)
+    estimate = unfolded_beyond_limits(loaded, topology.num_gpus, topology)
     if estimate is None:
         if straggling and scenario.run.fold:
             _refuse_straggler_refold(loaded, straggling[0], topology.num_gpus)

@@ -767,7 +767,7 @@ def state_guard(loaded: LoadedScenario, topology: Topology, state: ClusterState 
     run's, naming it."""
     differs = state.describe() if state is not None else ""
     step = f"the job's step with {differs}" if differs else "the job's step"
-    return lambda unfolding: refuse_unfolded(loaded, topology.num_gpus, unfolding, step)
+    return lambda unfolding: refuse_unfolded(loaded, topology.num_gpus, unfolding, step, topology)
 
 
 def faults_within(faults: StepFaults, topology: Topology) -> StepFaults:
