@@ -41,7 +41,7 @@ from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import grad_buffer_bytes
 from simulator.engine.replicas import shift_step
-from simulator.errors import InputError
+from simulator.errors import InputError, ScenarioError
 from simulator.parallel.experts import ep_group, expert_shard_groups
 from simulator.parallel.layout import Layout
 from simulator.parallel.sharding import hybrid_degree, replica_group, shard_group
@@ -402,11 +402,12 @@ def _dp_may_run_trees(scenario: Scenario) -> bool:
 
 
 def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
-                       item: CollectiveItem | None = None) -> float:
+                       item: CollectiveItem | None = None) -> float | None:
     """The transfers an all-reduce over ``group`` (a DP bucket's, or a `workload:` ``item``'s) posts on average
     over ``sizes`` bytes, as the run posts them: the algorithm and protocol the tuner picks for each size
     (`registry.resolve`, on the scenario's efficiencies, where the item or the scenario leaves them `auto`), and
-    the transfers of that plan's phases. NCCL's tree posts each stretch of its pipeline's
+    the transfers of that plan's phases; None where the choice or the plan is refused (the run's own checks
+    report it, located at its field). NCCL's tree posts each stretch of its pipeline's
     steps as a phase of its active edges, up and down, on every channel: over 16 DGX A100 hosts, 2 members a
     host, 1,488 transfers where a ring per channel posts 64."""
     from simulator.collectives.phases import CollectiveRequest
@@ -420,10 +421,13 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
     for size in dict.fromkeys(sizes):
         request = CollectiveRequest("all_reduce", group, size, chunk_bytes=collectives.chunk,
                                     channels=collectives.channels)
-        algorithm, protocol = resolve(request, topology, (item and item.algorithm) or collectives.algorithm,
-                                      (item and item.protocol) or collectives.protocol, efficiency)
-        counts[size] = sum(len(phase.transfers)
-                           for phase in plan_collective(request, topology, algorithm, protocol=protocol))
+        try:
+            algorithm, protocol = resolve(request, topology, (item and item.algorithm) or collectives.algorithm,
+                                          (item and item.protocol) or collectives.protocol, efficiency)
+            counts[size] = sum(len(phase.transfers)
+                               for phase in plan_collective(request, topology, algorithm, protocol=protocol))
+        except ScenarioError:
+            return None
     return sum(map(counts.__getitem__, sizes)) / max(len(sizes), 1)
 
 
@@ -535,8 +539,9 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     if topology is not None and comm["dp"] and _dp_may_run_trees(scenario) and synthetic is None:
         sizes, _ = _bucket_sizes(tensors, layers_per_rank, grad_bytes, par.ddp.bucket)
         planned = _planned_transfers(scenario, topology, _first_group(layout, "dp", par.ep, degree), sizes)
-        trees = planned > shapes["dp"].transfers
-        shapes["dp"] = replace(shapes["dp"], transfers=planned)
+        if planned is not None:
+            trees = planned > shapes["dp"].transfers
+            shapes["dp"] = replace(shapes["dp"], transfers=planned)
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
@@ -586,10 +591,11 @@ def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
         size = 2 if item.op == "send_recv" else gpus if item.group == "all" else len(group)
         across = hosts is not None and len({rank // hosts.gpus for rank in group}) > 1
         ops += size * item.repeat
-        if topology is not None and item.op == "all_reduce" \
-                and (item.algorithm or scenario.collectives.algorithm) in TREE_ALGORITHMS:
-            members = tuple(range(gpus)) if item.group == "all" else tuple(item.group)
-            planned = _planned_transfers(scenario, topology, members, [item.bytes], item)
+        members = tuple(range(gpus)) if item.group == "all" else tuple(item.group)
+        planned = _planned_transfers(scenario, topology, members, [item.bytes], item) if (
+            topology is not None and item.op == "all_reduce" and _plannable(members, topology)
+            and (item.algorithm or scenario.collectives.algorithm) in TREE_ALGORITHMS) else None
+        if planned is not None:
             trees = trees or planned > size * (2 if across else 1)
             flows += item.repeat * planned
         elif item.op == "send_recv":
@@ -599,6 +605,12 @@ def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
         else:
             flows += item.repeat * size * (2 if across and item.op == "all_reduce" else 1)
     return replace(_estimate(scenario, gpus, gpus, ops, flows, 0.0, False), trees=trees)
+
+
+def _plannable(members: tuple[int, ...], topology: Topology) -> bool:
+    """Whether a `workload:` item's ``members`` are distinct GPUs of ``topology``, which its plan needs (the
+    workload's own checks name the others, located, once the estimate lets the run go on)."""
+    return len(set(members)) == len(members) > 1 and all(0 <= member < topology.num_gpus for member in members)
 
 
 def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: float, mirrors: float,
