@@ -406,10 +406,10 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
     """The transfers an all-reduce over ``group`` (a DP bucket's, or a `workload:` ``item``'s) posts on average
     over ``sizes`` bytes, as the run posts them: the algorithm and protocol the tuner picks for each size
     (`registry.resolve`, on the scenario's efficiencies, where the item or the scenario leaves them `auto`), and
-    the transfers of that plan's phases; None where the choice or the plan is refused (the run's own checks
-    report it, located at its field). NCCL's tree posts each stretch of its pipeline's
-    steps as a phase of its active edges, up and down, on every channel: over 16 DGX A100 hosts, 2 members a
-    host, 1,488 transfers where a ring per channel posts 64."""
+    the transfers of that plan's phases; None for no size, or where the choice or the plan is refused (the
+    run's own checks report it, located at its field). NCCL's tree posts each stretch of its pipeline's steps
+    as a phase of its active edges, up and down, on every channel: over 16 DGX A100 hosts, 2 members a host,
+    1,488 transfers where a ring per channel posts 64."""
     from simulator.collectives.phases import CollectiveRequest
     from simulator.collectives.registry import plan_collective, resolve
     from simulator.network.calibration import resolve_efficiency
@@ -428,7 +428,7 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
                                for phase in plan_collective(request, topology, algorithm, protocol=protocol))
         except ScenarioError:
             return None
-    return sum(map(counts.__getitem__, sizes)) / max(len(sizes), 1)
+    return sum(map(counts.__getitem__, sizes)) / len(sizes) if sizes else None
 
 
 def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
