@@ -674,10 +674,13 @@ def test_a_component_met_again_with_the_same_sizes_reuses_its_solve_until_a_capa
 
 def _rounds_on_the_core(net: Network, topo: Topology, counts: list[int], kept: list[int]):
     """Rounds of ``count`` 1 GB flows g0->g2 beside two g1->g3 over the 10 GB/s core (one component of two
-    groups, all ending together); notes in ``kept`` how many rates are remembered after each round."""
+    groups, all ending together); notes in ``kept`` how many entries are remembered after each round (rates,
+    the component's group numbers and its moves)."""
     for count in counts:
         yield net.run_phase([(topo.path(0, 2), 1 * GB, 0.0)] * count + [(topo.path(1, 3), 1 * GB, 0.0)] * 2)
-        assert net._solved_entries == sum(len(numbers) for numbers, _ in net._solved)
+        moves = net._moves.items()
+        assert net._solved_entries == (sum(len(sizes) for _, sizes in net._solved) + sum(map(len, net._idents))
+                                       + sum(len(touched) + len(positions) for (_, touched), (positions, _) in moves))
         kept.append(net._solved_entries)
 
 
@@ -685,8 +688,9 @@ def _rounds_on_the_core(net: Network, topo: Topology, counts: list[int], kept: l
                                                      (1 << 22, 1, 6)])
 def test_remembered_solves_stay_within_their_limits_and_give_the_same_times(monkeypatch, entries, groups, solves):
     # Six rounds meeting three components (1, 2, 3 flows beside 2) twice, each round (count + 2) * 0.1 s:
-    # remembered, the repeats are not solved again; with room for 3 rates (a solve keeps 2) each solve is
-    # forgotten before the next, and components of more than one group are not kept at all.
+    # remembered (6 rates, the two group numbers, a move of 4 entries as both end and start again), the
+    # repeats are not solved again; with room for 3 entries (a solve keeps 2) each solve is forgotten before
+    # the next, and components of more than one group are not kept at all.
     monkeypatch.setattr(model, "SOLVED_ENTRIES", entries)
     monkeypatch.setattr(model, "CACHED_GROUPS", groups)
     topo = dumbbell_topology()
@@ -695,7 +699,7 @@ def test_remembered_solves_stay_within_their_limits_and_give_the_same_times(monk
     counts, kept = [1, 2, 3, 1, 2, 3], []
     env.run(env.process(_rounds_on_the_core(net, topo, counts, kept)))
     assert env.now == pytest.approx(sum(count + 2 for count in counts) * 0.1, rel=EXACT)
-    assert max(kept) == min(entries - entries % 2, 6 if groups > 1 else 0)
+    assert max(kept) == min(entries - entries % 2, 12 if groups > 1 else 0)
     assert net.max_min_solves == solves
 
 
@@ -898,7 +902,7 @@ def test_a_link_shared_by_many_touched_groups_is_merged_once():
             return super().__getitem__(key)
 
     net._link_groups = CountedSets(set, net._link_groups)
-    assert net._component(set(groups), set()) == sorted(groups, key=lambda group: group.number)
+    assert net._component(set(groups), set()).groups == sorted(groups, key=lambda group: group.number)
     assert len(taken) == gpus and set(taken.values()) == {1}
 
 
@@ -1031,3 +1035,99 @@ def test_groups_of_weight_zero_are_left_out_of_a_solve():
     solved = Incidence.of(lengths, np.array(paths).reshape(-1)).rates(weight, capacity)
     kept = np.flatnonzero(weight > 0)
     assert solved[kept].tolist() == grouped_max_min_rates([paths[g] for g in kept], weight[kept], capacity).tolist()
+
+
+def random_tree_topology(rng: np.random.Generator, nodes: int) -> Topology:
+    """``nodes`` GPUs, each linked to a random earlier one (1-20 GB/s) and a few extra links (a graph with
+    cycles whose routes share links unevenly)."""
+    graph = Wiring()
+    names = [f"n{i}" for i in range(nodes)]
+    for i in range(1, nodes):
+        add_link(graph, names[i], names[int(rng.integers(0, i))], bandwidth=float(rng.uniform(1, 20)) * GB,
+                 latency=0.0, link_class="infiniband")
+    for _ in range(nodes // 3):
+        a, b = rng.choice(nodes, size=2, replace=False)
+        if not graph.has_edge(names[a], names[b]):
+            add_link(graph, names[a], names[b], bandwidth=float(rng.uniform(1, 20)) * GB, latency=0.0,
+                     link_class="ethernet")
+    return Topology(name="random", wiring=graph, gpus=names, gpu_host=list(range(nodes)), gpu_local=[0] * nodes)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_remembered_component_moves_give_the_searches_rows_to_the_bit(monkeypatch, seed):
+    # Six random all-to-all-like shapes (4-7 GPUs of 24, each pair's bytes drawn, some paths twice with other
+    # bytes) posted one after another by four streams, two of them the same shapes at other offsets, so that
+    # components meet, split and join again and the streams repeat their moves; a link degraded mid-run.
+    # Remembered moves and solves must give every row of the searches and fresh solves to the last bit.
+    rng = np.random.default_rng(seed)
+    topo = random_tree_topology(rng, 24)
+    shapes = []
+    for _ in range(6):
+        gpus = rng.choice(24, size=int(rng.integers(4, 8)), replace=False).tolist()
+        pairs = [(a, b) for a in gpus for b in gpus if a != b and rng.random() < 0.6]
+        pairs += [pairs[int(i)] for i in rng.choice(len(pairs), size=len(pairs) // 4)]
+        shapes.append([(topo.path(a, b), float(rng.uniform(0.1, 2)) * GB, 0.0, a, b) for a, b in pairs])
+    streams = [(rng.permutation(6).tolist() * 3, float(rng.uniform(0, 0.3))) for _ in range(2)]
+    streams += [(order, offset + float(rng.uniform(0.05, 0.5))) for order, offset in streams]
+    degraded = int(rng.integers(0, topo.link_bandwidth.size))
+
+    def run() -> tuple[list[tuple], Network]:
+        env = simpy.Environment()
+        log = EventLog()
+        net = Network(env, topo, log=log)
+
+        def stream(order: list[int], offset: float, name: int):
+            yield env.timeout(offset)
+            for step, shape in enumerate(order):
+                yield net.run_phase(shapes[shape], key=f"{name}.{step}")
+
+        def degrade():
+            yield env.timeout(1.0)
+            net.scale_capacity([degraded], 0.5)
+
+        for name, (order, offset) in enumerate(streams):
+            env.process(stream(order, offset, name))
+        env.process(degrade())
+        env.run()
+        frame = log.to_frame()
+        return sorted(zip(frame["key"], frame["src"], frame["dst"], frame["start_s"], frame["end_s"])), net
+
+    remembered, net = run()
+    monkeypatch.setattr(model, "CACHED_GROUPS", 0)
+    searched, plain = run()
+    assert plain.max_min_solves == plain.resolves == net.resolves > net.max_min_solves
+    assert net.searches < 0.9 * plain.searches
+    assert remembered == searched
+
+
+@pytest.mark.parametrize("cached_groups", [model.CACHED_GROUPS, 0])
+def test_a_remembered_move_answers_only_for_groups_still_on_their_links(monkeypatch, cached_groups):
+    # Dumbbell. Path g0->g1 (g0-s0, s0-g1) runs two 1 GB flows, the second from 1 ms: its group grows, then
+    # shrinks as the first ends at 19 ms (a remembered move: the group alone), and leaves its links as the
+    # second ends at 20 ms. At 0.1 s a long g0->g2 flow takes g0-s0 beside the idle path, bound to 10 GB/s by the
+    # core; at 0.2 s a new 1 GB flow g0->g1 gets the 90 GB/s left on g0-s0 (ends at 0.2 + 1/90 s), not 100 as
+    # alone: its group left its links, so the move remembered from its old answer does not hold. A 4 GB flow
+    # g2->g3 from 0.5 ms has its g2-s1 halved as the second g0->g1 flow starts: that search starts from the
+    # touched link too, and its answer is no move of the g0->g1 group's (ends at 1 ms + 3.95 GB / 50 GB/s).
+    monkeypatch.setattr(model, "CACHED_GROUPS", cached_groups)
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    near = topo.path(0, 1)
+
+    def flows():
+        net.run_phase([(near, 1 * GB, 0.0, 0, 1)], key="first")
+        net.run_phase([(near, 1 * GB, 1e-3, 0, 1)], key="second")
+        net.run_phase([(topo.path(2, 3), 4 * GB, 0.5e-3, 2, 3)], key="aside")
+        yield env.timeout(1e-3)
+        net.scale_capacity([topo.link_index[("g2", "s1")]], 0.5)
+        yield env.timeout(0.099)
+        net.run_phase([(topo.path(0, 2), 10 * GB, 0.0, 0, 2)], key="long")
+        yield env.timeout(0.1)
+        yield net.run_phase([(near, 1 * GB, 0.0, 0, 1)], key="late")
+
+    env.run(env.process(flows()))
+    ends = end_times(log)
+    assert ends["late"] == pytest.approx(0.2 + 1 / 90, rel=EXACT)
+    assert [ends[key] for key in ("first", "second", "aside")] == pytest.approx([0.019, 0.020, 0.08], rel=EXACT)

@@ -33,12 +33,13 @@ from simulator.topology.graph import Topology
 FINISH_TOLERANCE = 1e-9
 """A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
 SOLVED_ENTRIES = 1 << 22
-"""Group rates remembered over all the solved components kept for reuse (forgotten all at once when full, or
-when a capacity changes): an entry holds a rate (8 bytes) and its key's group number and size (8 bytes each, and
-the number's int), so the memory stays under ~0.25 GB."""
+"""Entries remembered for reuse over the solved components' group rates, the components' sets of group numbers
+(their idents) and the component moves (`Network._component`), all forgotten at once when full or when a capacity
+changes: an entry holds a rate (8 bytes) and its key's size (8 bytes and an int), a group number or a position
+(8 bytes and an int), so the memory stays under ~0.25 GB."""
 CACHED_GROUPS = 4096
-"""Largest component whose solve is remembered: larger ones (unfolded all-to-alls over spines, of 60 k-1 M
-groups) would fill the memory and seldom meet the same sizes again."""
+"""Largest component whose solve and moves are remembered: larger ones (unfolded all-to-alls over spines, of
+60 k-1 M groups) would fill the memory and seldom meet the same sizes again."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 _number_of, _weight_of, _path_of = attrgetter("number"), attrgetter("weight"), attrgetter("path")
@@ -210,7 +211,7 @@ class _PathGroup:
     solves are forgotten; its ``number`` is never reused (a component's groups are ordered and remembered by
     their numbers)."""
 
-    __slots__ = ("flows", "joined", "link_sets", "number", "path", "rate", "weight")
+    __slots__ = ("flows", "home", "joined", "link_sets", "number", "path", "rate", "weight")
 
     def __init__(self, number: int, path: tuple[int, ...], link_sets: list[set[_PathGroup]]):
         self.number = number
@@ -220,6 +221,19 @@ class _PathGroup:
         self.joined: list[_Flow] = []
         self.rate = 0.0
         self.weight = 0
+        self.home: _Found | None = None
+
+
+class _Found:
+    """The answer of a component search: the active ``groups`` connected to the touched ones, ordered by
+    number. ``ident`` names their set while it is remembered: equal sets, equal idents (a group's path never
+    changes), never one given before to another set; None for a set too large to remember."""
+
+    __slots__ = ("groups", "ident")
+
+    def __init__(self, groups: list[_PathGroup], ident: int | None):
+        self.groups = groups
+        self.ident = ident
 
 
 class _EndOfInstant(simpy.Event):
@@ -247,9 +261,10 @@ class Network:
     """Transfers over a compiled ``Topology``; ``efficiency`` scales each link class's bandwidth.
 
     Counters for benchmarks: ``flows_simulated`` (transfers posted), ``resolves`` (components re-solved),
-    ``resolved_flows`` (transfers summed over all of them, i.e. the work the solves did), ``max_min_solves``
-    (the resolves not answered by an earlier solve of the same component), ``heap_entries`` (cohorts entered
-    in the ready-time heap, as many in the finish-time heap) and ``wake_ups`` (completion instants processed).
+    ``resolved_flows`` (transfers summed over all of them, i.e. the work the solves did), ``searches`` (the
+    component searches not answered by a remembered move), ``max_min_solves`` (the resolves not answered by
+    an earlier solve of the same component), ``heap_entries`` (cohorts entered in the ready-time heap, as many
+    in the finish-time heap) and ``wake_ups`` (completion instants processed).
     """
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, efficiency: Mapping[str, float] | None = None,
@@ -261,6 +276,7 @@ class Network:
         self.capacity = effective_capacity(topology, efficiency or {})
         self.flows_simulated = 0
         self.resolves = 0
+        self.searches = 0
         self.resolved_flows = 0
         self.max_min_solves = 0
         self.wake_ups = 0
@@ -269,7 +285,10 @@ class Network:
         self._analytic = timings.phases
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
         self._link_groups: defaultdict[int, set[_PathGroup]] = defaultdict(set)
-        self._solved: dict[tuple[tuple[int, ...], tuple[int, ...]], array[float]] = {}
+        self._solved: dict[tuple[int, tuple[int, ...]], array[float]] = {}
+        self._idents: dict[tuple[int, ...], int] = {}
+        self._ident_numbers = count()
+        self._moves: dict[tuple[int, tuple[tuple[int, bool], ...]], tuple[tuple[int, ...], int | None]] = {}
         self._solved_entries = 0
         self._group_numbers = count()
         self._active = 0
@@ -437,11 +456,11 @@ class Network:
         self._join(self._starting)
         self._active += len(self._starting)
         self._starting = []
-        component = self._component(self._touched_groups, self._touched_links)
+        found = self._component(self._touched_groups, self._touched_links)
         self._touched_links = set()
         self._touched_groups = set()
-        if component:
-            self._resolve(component)
+        if found is not None:
+            self._resolve(found)
         self._arm_wake_up()
 
     def _join(self, flows: list[_Flow]) -> None:
@@ -462,13 +481,82 @@ class Network:
             flow.group = group
             touched.add(group)
 
-    def _component(self, touched: set[_PathGroup], links: set[int]) -> list[_PathGroup]:
+    def _component(self, touched: set[_PathGroup], links: set[int]) -> _Found | None:
         """Active groups connected through shared links to the ``touched`` groups (active or emptied) or to
-        ``links``, in the order of their numbers: a breadth-first search, a level at a time, over whole sets
+        ``links``, in the order of their numbers (`_search`); None if there are none.
+
+        A group's ``home`` is the last answer that found it, until it leaves its links. Its connections are
+        still those it had then: a group that joins or leaves links is touched, and the search from it finds
+        every group whose connections that changes and gives it a new home. So where every touched group has
+        one home and no link was touched, the answer is the groups of that home connected to the touched ones,
+        a function of the home's set and of which touched groups are still active: such a move is searched
+        once and remembered (an all-to-all's flows end one after another, each end a search over all of them,
+        and the same all-to-all of every layer and micro-batch makes the same moves on the same path groups)."""
+        home = None
+        if not links:
+            homes = {group.home for group in touched}
+            home = homes.pop() if len(homes) == 1 else None
+        move = None
+        if home is not None and home.ident is not None:
+            move = (home.ident, tuple(sorted((group.number, not group.flows) for group in touched)))
+            known = self._moves.get(move)
+            if known is not None:
+                positions, ident = known
+                if len(positions) == len(home.groups):
+                    return home
+                groups = home.groups
+                return self._found([groups[position] for position in positions], ident, touched)
+        component = self._search(touched, links)
+        ident = self._ident(component)
+        if move is not None:
+            assert home is not None
+            position_of = {group: position for position, group in enumerate(home.groups)}
+            positions = tuple(position_of[group] for group in component)
+            self._make_room(len(positions) + len(move[1]))
+            self._moves[move] = (positions, ident)
+            if len(positions) == len(home.groups):
+                return home
+        return self._found(component, ident, touched)
+
+    def _ident(self, component: list[_PathGroup]) -> int | None:
+        """The ident of ``component``'s set of groups: the one given to the same set before while remembered,
+        else a new one; None for a set larger than `CACHED_GROUPS` (not remembered)."""
+        if len(component) > CACHED_GROUPS:
+            return None
+        numbers = tuple(map(_number_of, component))
+        ident = self._idents.get(numbers)
+        if ident is None:
+            self._make_room(len(numbers))
+            ident = self._idents[numbers] = next(self._ident_numbers)
+        return ident
+
+    def _make_room(self, entries: int) -> None:
+        """Count ``entries`` more remembered (rates, component moves and idents), forgetting all of them first
+        where they would pass `SOLVED_ENTRIES`."""
+        if self._solved_entries + entries > SOLVED_ENTRIES:
+            self._forget_solves()
+        self._solved_entries += entries
+
+    @staticmethod
+    def _found(component: list[_PathGroup], ident: int | None, touched: set[_PathGroup]) -> _Found | None:
+        """Make ``component`` the home of its groups (None if it has none); the ``touched`` groups that left
+        their links have none."""
+        for group in touched:
+            group.home = None
+        if not component:
+            return None
+        found = _Found(component, ident)
+        for group in component:
+            group.home = found
+        return found
+
+    def _search(self, touched: set[_PathGroup], links: set[int]) -> list[_PathGroup]:
+        """`_component` searched: a breadth-first search, a level at a time, over whole sets
         (the links the last level's groups cross and that were not seen yet, the groups on those links and
         not found yet), so each link and each group is taken once and the merging runs in the set operations,
         not a Python loop per link crossing (an unfolded all-to-all puts every flow of its step in one
         component, searched again at each of its ends)."""
+        self.searches += 1
         link_groups = self._link_groups
         seen = set(links).union(*map(_path_of, touched))
         found: set[_PathGroup] = set().union(*filter(None, map(link_groups.get, seen)))
@@ -482,31 +570,29 @@ class Network:
             found |= frontier
         return sorted(found, key=_number_of)
 
-    def _resolve(self, component: list[_PathGroup]) -> None:
-        """New max-min rates for ``component``. Every flow moves at its group's rate: only the flows whose group
-        changed rate or which just joined can differ from their cohort's (all others agree with it since the
-        last solve), so only they are checked; those that differ leave their cohort, one new cohort per rate
-        (the whole cohort is repriced when all of it moves to one rate), brought up to date now.
+    def _resolve(self, found: _Found) -> None:
+        """New max-min rates for the ``found`` component. Every flow moves at its group's rate: only the flows
+        whose group changed rate or which just joined can differ from their cohort's (all others agree with it
+        since the last solve), so only they are checked; those that differ leave their cohort, one new cohort
+        per rate (the whole cohort is repriced when all of it moves to one rate), brought up to date now.
 
         The rates depend only on the groups' paths and sizes (the solve sums whole flow counts and takes
-        minima, so the order of the groups does not move a bit): a component seen before with the same
-        sizes reuses its rates, as the repeated steps of a training run meet the same components again.
+        minima, so the order of the groups does not move a bit): a component seen before (the same ident) with
+        the same sizes reuses its rates, as the repeated steps of a training run meet the same components again.
         """
         self.resolves += 1
+        component = found.groups
         sizes = tuple(map(_weight_of, component))
         self.resolved_flows += sum(sizes)
-        kept = len(component) <= CACHED_GROUPS
-        key = (tuple(map(_number_of, component)), sizes)
-        group_rates = self._solved.get(key) if kept else None
+        ident = found.ident
+        group_rates = self._solved.get((ident, sizes)) if ident is not None else None
         if group_rates is None:
             self.max_min_solves += 1
             group_rates = array("d", grouped_max_min_rates([group.path for group in component],
                                                            np.array(sizes, dtype=float), self.capacity).tobytes())
-            if kept:
-                if self._solved_entries + len(component) > SOLVED_ENTRIES:
-                    self._forget_solves()
-                self._solved[key] = group_rates
-                self._solved_entries += len(component)
+            if ident is not None:
+                self._make_room(len(component))
+                self._solved[ident, sizes] = group_rates
         changed: list[Iterable[_Flow]] = []
         for group, rate in zip(component, group_rates):
             if rate != group.rate:
@@ -558,6 +644,8 @@ class Network:
         """Forget the remembered solves, and with them the idle path groups (their numbers were kept for those
         solves' keys; a path used again gets a new group)."""
         self._solved.clear()
+        self._moves.clear()
+        self._idents.clear()
         self._solved_entries = 0
         self._groups = {path: group for path, group in self._groups.items() if group.flows}
 
