@@ -38,6 +38,11 @@ ELASTIC = ["cluster.topology=dgx-h100-cluster", "cluster.nodes=8", "cluster.node
 """Eight one-GPU hosts, an elastic job that restarts on no fewer than 5 replicas: pp 2 or cp 2 with dp 4 lower
 its step's peak, and `trainsim validate` refuses them (min_replicas above the replicas)."""
 
+ALL_IN_FLIGHT = ["parallelism.zero=1", "parallelism.pp=2", "parallelism.dp=4", "training.micro_batch=2",
+                 "training.global_batch=128"]
+"""16 micro-batches on 2 stages: GPipe and looped-BFS hold all 16 micro-batches' activations, 1F1B and
+interleaved about 2 at the same bubble."""
+
 
 def validated_peak(path: str, overrides: list[str]) -> dict:
     """The memory entries `trainsim validate` gives the scenario with ``overrides`` (every check of a run, and of
@@ -79,6 +84,8 @@ GRID = [
     (MIXTRAL, MOE_LONG),
     (FUSED, [*ELASTIC, "parallelism.zero=1", *BATCH]),
     (SERVERS, ["training.seq_len=65536", "training.micro_batch=1"]),
+    (FUSED, [*ALL_IN_FLIGHT, "parallelism.pipeline.schedule=gpipe"]),
+    (FUSED, [*ALL_IN_FLIGHT, "parallelism.pipeline.schedule=looped-bfs", "parallelism.pipeline.virtual_stages=2"]),
 ]
 
 
@@ -284,3 +291,16 @@ def test_a_file_with_microbatches_and_a_global_batch_is_offered_remedies_that_ke
     assert any("parallelism.dp=4" in remedy.settings for remedy in offered)
     for remedy in offered:
         validated_peak(str(path), [*overrides, *remedy.settings])
+
+
+@pytest.mark.parametrize("schedule,chunks,same_bubble", [("gpipe", 1, "1f1b"), ("looped-bfs", 2, "interleaved")])
+def test_a_schedule_holding_every_micro_batch_is_offered_the_one_of_its_bubble(schedule, chunks, same_bubble):
+    """GPipe and looped-BFS hold every micro-batch's activations; 1F1B and interleaved run the same bubble with
+    about p in flight (Llama 3 70B: 199.1 GiB under GPipe, 36.9 GiB under 1F1B, 7.876 s and 7.871 s), and were
+    never offered: only recompute and sharding were."""
+    overrides = [*ALL_IN_FLIGHT, f"parallelism.pipeline.schedule={schedule}",
+                 f"parallelism.pipeline.virtual_stages={chunks}"]
+    assert validated_peak(FUSED, overrides)["oom"]
+    offered = offered_settings(FUSED, overrides)
+    assert (f"parallelism.pipeline.schedule={same_bubble}",) in offered
+    assert not validated_peak(FUSED, [*overrides, f"parallelism.pipeline.schedule={same_bubble}"])["oom"]
