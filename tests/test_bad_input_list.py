@@ -154,13 +154,14 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     # messages echoed Python's True and None where the user typed YAML's true and null
     "tp-null-override": (scenario(COMM), RUN + ["--set", "parallelism.tp=null"], 2,
                          "error: command line: trainsim run: --set parallelism.tp=null: expected a whole number, got "
-                         "null (allowed: an integer such as 8)\n"),
+                         "null (allowed: an integer >= 1, 1 where not given)\n"),
     "cluster-null-override": (scenario(COMM), RUN + ["--set", "cluster=null"], 2,
                               "error: command line: trainsim run: --set cluster=null: expected a mapping, got null "
                               "(allowed: a YAML mapping such as {key: value})\n"),
     "repeat-false-override": (scenario(COMM), RUN + ["--set", "workload[0].repeat=false"], 2,
                               "error: command line: trainsim run: --set workload[0].repeat=false: expected a whole "
-                              "number, got false (allowed: an integer such as 8)\n"),
+                              "number, got false (allowed: an integer from 1 to 100,000, 1 where not "
+                              "given)\n"),
     "bytes-null": (scenario(COMM.replace("64 MiB", "null")), RUN, 2,
                    "s.yaml:3: workload[0].bytes: expected a size with a unit, got null (allowed: B, KB, MB, GB, TB, "
                    "PB, KiB, MiB, GiB, TiB, PiB)\n"),

@@ -529,8 +529,9 @@ def test_a_topology_set_is_refused_in_run_set_words(command, override, error, ca
 @pytest.mark.parametrize("override, error", [
     ("cluster.nodes=1e3", "expected a whole number, got 1e3 (allowed: an integer such as 8)"),
     ("cluster.nodes=null", "expected a whole number, got null (allowed: an integer such as 8)"),
-    ("parallelism.tp=1e3", "expected a whole number, got 1e3 (allowed: an integer such as 8)"),
-    ("parallelism.tp=null", "expected a whole number, got null (allowed: an integer such as 8)"),
+    ("parallelism.tp=1e3", "expected a whole number, got 1e3 (allowed: an integer >= 1, 1 where not given)"),
+    ("parallelism.tp=null", "expected a whole number, got null (allowed: an integer >= 1, 1 where not given)"),
+    ("parallelism.zero=null", "expected a whole number, got null (allowed: an integer from 0 to 3, 0 where not given)"),
 ])
 def test_a_scenario_set_is_named_as_typed(override, error, capsys):
     """`run --set` named the value YAML read, not the one typed: `cluster.nodes=1e3` "got 1000.0", a field set

@@ -1,6 +1,7 @@
 """Numbers in scenario files and `--set` values are read by YAML 1.2's rules, as booleans are: a zero-padded
 count is decimal (YAML 1.1 read `spares: 010` as octal 8, silently), and base-60, binary and underscored numbers
-are words, which a number field refuses at their line (usertest30 finding F11)."""
+are words, which a number field refuses at their line (usertest30 finding F11). Whole numbers may carry thousands
+separators, as trainsim prints them and as quantities took them (usertest40 #5b)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from simulator.config.yaml_source import parse_value
 @pytest.mark.parametrize(("text", "value"), [
     ("010", 10), ("0100", 100), ("007", 7), ("-012", -12), ("0o10", 8), ("0x1F", 31), ("0", 0),
     ("1:30", "1:30"), ("0b101", "0b101"), ("1_0", "1_0"), ("1:30.0", "1:30.0"), ("1_000.5", "1_000.5"),
+    ("4,096", 4096), ("-1,000,000", -1000000), ("1,00", "1,00"), ("1,0000", "1,0000"), ("'4,096'", "4,096"),
     ("4.8e10", 4.8e10), ("1e9", 1e9), (".5", 0.5), ("2.", 2.0),
 ])
 def test_numbers_follow_yaml_1_2(text, value):
@@ -32,7 +34,8 @@ def test_a_zero_padded_count_is_decimal_in_a_file_and_in_a_set():
 def test_a_base_60_binary_or_underscored_count_is_refused_as_typed(value, capsys):
     assert main(["validate", "llama3-405b-16k-job", "--set", f"run.replications={value}"]) == 2
     assert capsys.readouterr().err == (f"error: command line: trainsim validate: --set run.replications={value}: "
-                                       f"expected a whole number, got '{value}' (allowed: an integer such as 8)\n")
+                                       f"expected a whole number, got '{value}' (allowed: an integer from 1 to 10,000, "
+                                       "1 where not given)\n")
 
 
 def test_a_base_60_count_in_a_file_is_refused_at_its_line(tmp_path, capsys):
@@ -40,4 +43,22 @@ def test_a_base_60_count_in_a_file_is_refused_at_its_line(tmp_path, capsys):
     scenario.write_text(SPARE_JOB.replace("spares: 1", "spares: 1:00"))
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == (f"error: {scenario}:23: restart.spares: expected a whole number, got '1:00' "
-                                       "(allowed: an integer such as 8)\n")
+                                       "(allowed: an integer >= 0, 0 where not given)\n")
+
+
+def test_thousands_separators_in_a_whole_number_in_a_file_and_in_a_set():
+    loaded = scenario_from_text(SPARE_JOB.replace("seq_len: 1024", "seq_len: 4,096"),
+                                overrides=["run.replications=1,024"])
+    assert (loaded.scenario.training.seq_len, loaded.scenario.run.replications) == (4096, 1024)
+
+
+def test_a_separated_number_in_a_flow_mapping_says_yaml_splits_it(tmp_path, capsys):
+    """YAML reads `{seq_len: 4,096, global_batch: 32}` as seq_len 4 and a key '096' without a value: the error
+    was `training.96: unknown key '96'`."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\n"
+                        "training: {seq_len: 4,096, global_batch: 32}\n")
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (f"error: {scenario}:3: training.seq_len: 4,096 in a {{...}} mapping is two "
+                                       "entries to YAML (its comma separates them) (allowed: 4096 in the {...}, or "
+                                       "4,096 on a line of its own)\n")

@@ -493,7 +493,25 @@ def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[s
         allowed = f"{words} {bound} item" + ("" if bound == 1 else "s")
     elif kind in _TYPE_PROBLEMS:
         message, allowed = f"expected {_TYPE_PROBLEMS[kind][0]}, got {given}", _TYPE_PROBLEMS[kind][1]
+        if kind.startswith("int_"):
+            allowed = _whole_range(model, loc) or allowed
     return message, allowed
+
+
+def _whole_range(model: type[BaseModel], loc: tuple) -> str:
+    """What the whole-number field at ``loc`` takes, from its schema bounds and default: 'an integer from 0 to 3,
+    0 where not given' for `parallelism.zero`; empty for a field without bounds."""
+    fields = getattr(_section_at(model, loc[:-1]), "model_fields", None)
+    info = fields.get(loc[-1]) if fields and isinstance(loc[-1], str) else None
+    if info is None:
+        return ""
+    low = next((bound.ge for bound in info.metadata if hasattr(bound, "ge")), None)
+    high = next((bound.le for bound in info.metadata if hasattr(bound, "le")), None)
+    if low is None:
+        return ""
+    default = f", {info.default:,} where not given" if _whole(info.default) else ""
+    span = f"from {low:,} to {high:,}" if high is not None else f">= {low:,}"
+    return f"an integer {span}{default}"
 
 
 M = TypeVar("M", bound=BaseModel)

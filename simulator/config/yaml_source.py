@@ -49,11 +49,13 @@ INT_TAG, FLOAT_TAG, BOOL_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float
 _LineLoader.yaml_implicit_resolvers = {first: [(tag, regexp) for tag, regexp in resolvers
                                                if tag not in (INT_TAG, FLOAT_TAG, BOOL_TAG)]
                                        for first, resolvers in _LineLoader.yaml_implicit_resolvers.items()}
-_YAML_1_2_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_YAML_1_2_INT = re.compile(r"^(?:[-+]?[0-9]+|[-+]?[0-9]{1,3}(?:,[0-9]{3})+|0o[0-7]+|0x[0-9a-fA-F]+)$")
 _LineLoader.add_implicit_resolver(INT_TAG, _YAML_1_2_INT, list("-+0123456789"))
-"""Whole numbers are YAML 1.2's: decimal (`010` is ten, `007` seven), `0o` octal and `0x` hexadecimal. YAML 1.1
-read `010` as octal 8, `1:30` as base-60 90, `0b101` as 5 and `1_0` as 10, silently (`spares: 010` ran with 8
-spare hosts); those are now words, which a whole-number field refuses at their line."""
+"""Whole numbers are YAML 1.2's: decimal (`010` is ten, `007` seven), `0o` octal and `0x` hexadecimal, and decimal
+with thousands separators as trainsim prints them (`4,096`; a flow mapping's `{seq_len: 4,096}` is two entries to
+YAML, which `_compose_lines` refuses). YAML 1.1 read `010` as octal 8, `1:30` as base-60 90, `0b101` as 5 and `1_0`
+as 10, silently (`spares: 010` ran with 8 spare hosts); those are now words, which a whole-number field refuses at
+their line."""
 _LineLoader.add_implicit_resolver(FLOAT_TAG, re.compile(
     r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|"
     r"^\.(?:nan|NaN|NAN)$"), list("-+0123456789."))
@@ -66,7 +68,7 @@ boolean field refuses at their line (`restart.elastic: yes` ran as true though t
 
 def _construct_int(loader: _LineLoader, node: yaml.ScalarNode) -> int:
     """A YAML 1.2 whole number (PyYAML's own constructor reads a leading zero as octal)."""
-    text = loader.construct_scalar(node)
+    text = loader.construct_scalar(node).replace(",", "")
     sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text.lstrip("+"))
     base = {"0o": 8, "0x": 16}.get(digits[:2], 10)
     return sign * int(digits[2:] if base != 10 else digits, base)
@@ -122,12 +124,15 @@ def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]
         raise _TooLarge(problem, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         seen: set = set()
-        for key_node, value_node in node.value:
+        for index, (key_node, value_node) in enumerate(node.value):
             if not isinstance(key_node, yaml.ScalarNode):
                 raise yaml.constructor.ConstructorError(None, None, "a key must be a plain value, not a list or "
                                                         "mapping", key_node.start_mark)
             key = key_node.value
             child = path + (key,)
+            if index and node.flow_style and _split_number(node.value[index - 1][1], key_node, value_node):
+                raise SplitNumber(path + (node.value[index - 1][0].value,), key_node.start_mark.line + 1,
+                                  f"{node.value[index - 1][1].value},{key}")
             if key in seen:
                 raise DuplicateKey(child, key_node.start_mark.line + 1, lines[child])
             seen.add(key)
@@ -138,6 +143,26 @@ def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]
             child = path + (index,)
             lines[child] = item.start_mark.line + 1
             _compose_lines(item, child, lines)
+
+
+def _split_number(before: yaml.Node, key: yaml.Node, value: yaml.Node) -> bool:
+    """Whether a flow mapping's key ``key`` with ``value`` is the tail of a number with thousands separators
+    whose head is the value ``before`` it (`{seq_len: 4,096}` is `seq_len: 4` and a key `096` without a value to
+    YAML): three digits right after the comma that follows a plain number, and no value."""
+    def plain(node: yaml.Node) -> bool:
+        return isinstance(node, yaml.ScalarNode) and node.style is None
+
+    return (plain(before) and plain(key) and plain(value) and value.value == "" and re.fullmatch(r"[0-9]{3}", key.value)
+            is not None and re.fullmatch(r"[-+]?[0-9]+", before.value) is not None
+            and key.start_mark.index == before.end_mark.index + 1)
+
+
+class SplitNumber(Exception):
+    """A number with thousands separators in a flow mapping, which YAML splits at its commas."""
+
+    def __init__(self, path: FieldPath, line: int, number: str):
+        super().__init__(path)
+        self.path, self.line, self.number = path, line, number
 
 
 class DuplicateKey(Exception):
@@ -180,6 +205,11 @@ def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[ob
     except DuplicateKey as duplicate:
         raise error(f"key given twice (first on line {duplicate.first_line})", field=dotted(duplicate.path),
                     allowed="each key once per section", file=source, line=duplicate.line) from None
+    except SplitNumber as split:
+        raise error(f"{split.number} in a {{...}} mapping is two entries to YAML (its comma separates them)",
+                    field=dotted(split.path), file=source, line=split.line,
+                    allowed=f"{split.number.replace(',', '')} in the {{...}}, or {split.number} on a line of its "
+                            "own") from None
     except _TooLarge as exc:
         raise error(f"the document is {exc.problem}", file=source, line=exc.line, allowed="a smaller file") from None
 
