@@ -308,6 +308,12 @@ def format_size(nbytes: float) -> str:
     return _scaled(nbytes, SIZE_STEPS)
 
 
+def format_memory(gib: float) -> str:
+    """A memory figure given in GiB, as the console prints it: GiB to one decimal, MiB below 0.1 GiB (a tiny
+    model's 45 MiB printed as '0.0 GiB'): 42.39 -> '42.4 GiB', 0.044 -> '45.1 MiB'."""
+    return f"{gib:,.1f} GiB" if abs(gib) >= 0.1 or not gib else f"{gib * 1024:,.1f} MiB"
+
+
 def format_decimal_size(nbytes: float) -> str:
     """A size in decimal units, as storage and checkpoints are quoted and their fields given: 112423657472 ->
     '112.4 GB' (`format_size`'s '104.7 GiB' beside a write rate of 8 GB/s made a 14.05 s write look wrong)."""

@@ -193,6 +193,19 @@ def test_out_of_memory_remedies_leave_out_what_the_layout_already_does(capsys, s
     assert remedies_offered(line, "training.micro_batch") == []
 
 
+def test_a_tiny_model_s_memory_is_printed_in_mib(tmp_path, capsys):
+    """A 2-layer model of hidden 256 holds 46 MiB per GPU: `validate` and the run's table said '0.0 GiB'."""
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 256, heads: 4, vocab: 1000}\n"
+                        "training: {seq_len: 128, global_batch: 8}\nparallelism: {dp: 8}\n")
+    assert main(["validate", str(scenario)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert re.match(r"  peak memory per GPU: \d+\.\d MiB of 79\.6 GiB \(0\.1%\).*; largest parts: optimizer "
+                    r"\d+\.\d MiB, ", line), line
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--set", "run.timeline=summary"]) == 0
+    assert re.search(r"peak memory +\d+\.\d MiB of 79\.6 GiB", capsys.readouterr().out)
+
+
 def test_validate_prints_the_peak_memory_per_gpu(capsys):
     """`validate` said only 'valid' unless the layout was out of memory; someone sizing a rental needs the peak
     per GPU, the GPU's capacity and what fills it: the figures of the run's summary (preflight.validate)."""

@@ -16,7 +16,15 @@ from rich.table import Table
 from simulator.metrics.summary import OOM_FIGURES
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import parallel_degrees, sharding_name
-from simulator.units import ZERO_DURATION, counted, format_duration, format_size, four_digits, number_ranges
+from simulator.units import (
+    ZERO_DURATION,
+    counted,
+    format_duration,
+    format_memory,
+    format_size,
+    four_digits,
+    number_ranges,
+)
 
 if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
@@ -179,9 +187,9 @@ def memory_line(summary: dict) -> str:
         return ""
     capacity = summary["memory_capacity_gib"]
     parts = sorted(summary.get("memory_breakdown_gib", {}).items(), key=lambda part: -part[1])
-    largest = ", ".join(f"{name} {size:,.1f} GiB" for name, size in parts[:3] if size)
+    largest = ", ".join(f"{name} {format_memory(size)}" for name, size in parts[:3] if size)
     fits = ", OUT OF MEMORY" if summary.get("oom") else ""
-    return (f"peak memory per GPU: {peak:,.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)}{fits})"
+    return (f"peak memory per GPU: {format_memory(peak)} of {capacity:.1f} GiB ({_share(peak / capacity)}{fits})"
             f"{_peak_place(summary)}; largest parts: {largest}")
 
 
@@ -324,7 +332,7 @@ def training_table(summary: dict) -> Table:
         table.add_row("routing skew", _routing_skew_text(summary["moe"], step))
     if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:
         peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
-        text = f"{peak:,.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)})"
+        text = f"{format_memory(peak)} of {capacity:.1f} GiB ({_share(peak / capacity)})"
         table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
     if summary.get("faults"):
         table.add_row("step faults", _step_faults(summary["faults"]))
