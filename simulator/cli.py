@@ -679,8 +679,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         record_figure(folder, output)
         print(f"wrote {output}")
         return 0
-    output = chosen_figure_file(args.output, str(Path(args.outdir) / f"{args.chart}.png"))
+    # a given --output is checked before the run is read; the default one inside OUTDIR after, so that an OUTDIR
+    # that is no run folder is refused as such (it was blamed on the --output no one gave)
+    given = chosen_figure_file(args.output, "") if args.output is not None else None
     run = load_run_outputs(Path(args.outdir))
+    output = given or chosen_figure_file(None, str(Path(args.outdir) / f"{args.chart}.png"))
     if args.chart == "gantt":
         ranks = _run_ranks(args.ranks, run)
         window = _window(args.window)

@@ -434,6 +434,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "plot-unknown-extension": ({}, ["plot", "gantt", "TMP/out", "-o", "TMP/g.xyz"], 2, "unknown image format '.xyz'"),
     "plot-unwritable": ({}, ["plot", "gantt", "TMP/out", "-o", "/proc/g.png"], 2, "cannot write into /proc"),
     "plot-missing-folder": ({}, ["plot", "gantt", "TMP/out"], 2, "OUTDIR: no such folder"),
+    # a file as OUTDIR was blamed on the default --output inside it, which no one gave
+    "plot-outdir-is-file": ({"out": "x"}, ["plot", "gantt", "TMP/out"], 2, "OUTDIR: is a file, not a run folder"),
+    "plot-memory-outdir-is-file": ({"out": "x"}, ["plot", "memory", "TMP/out"], 2,
+                                   "OUTDIR: is a file, not a run folder"),
     # a study's, a sweep's and a search's charts said 'has no study.json' / 'has no results.parquet' of a
     # folder that does not exist, as if it were there with the wrong files
     "plot-goodput-missing-folder": ({}, ["plot", "goodput", "TMP/out"], 2, "OUTDIR: no such folder"),

@@ -286,7 +286,7 @@ def checked_manifest(out_dir: Path, needed: tuple[str, ...], allowed: str = OUTD
         return outdir_error(out_dir, problem, allowed)
 
     if not out_dir.is_dir():
-        raise refuse("no such folder")
+        raise refuse("is a file, not a run folder" if out_dir.exists() else "no such folder")
     path = out_dir / MANIFEST
     if not path.is_file():
         raise refuse(other_kind(out_dir, needed)
