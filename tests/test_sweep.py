@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pytest
+import yaml
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -795,6 +796,39 @@ def test_a_constraint_on_a_derived_field_the_point_cannot_give_says_so():
         "s.yaml:9: constraints[0]: cannot evaluate at point 0: parallelism.dp is left out, to be derived from the "
         "cluster's GPUs / (tp x cp x pp), which this point's values do not give (allowed: write parallelism.dp, or "
         "constrain the fields it is derived from (cluster.nodes, parallelism.tp, ...))")
+
+
+PS_DERIVED = """
+base:
+  cluster: {topology: dgx-h100-cluster, nodes: 2}
+  model: {preset: megatron-1.7b}
+  training: {seq_len: 2048, micro_batch: 1, global_batch: 48}
+  parallelism: {strategy: parameter_server}
+  ps: {servers: 1, iterations: 1}
+grid:
+  cluster.nodes: [2, 3]
+constraints: ['training.microbatches == 6 and parallelism.dp == 8']
+"""
+
+
+def test_a_constraint_sees_the_workers_a_parameter_server_run_derives():
+    """A parameter-server run's dp is its workers, the GPUs of the hosts that do not serve: 8 of 2 DGX H100 with
+    one serving, so 48 / 8 = 6 micro-batches, as the run's layout says. The constraint saw all 16 GPUs as dp (3
+    micro-batches) and skipped the point the run gives exactly those figures."""
+    from simulator import simulate
+
+    sweep = sweep_from_text(PS_DERIVED, "s.yaml")
+    assert [bool(point.skipped) for point in sweep.points] == [False, True]
+    layout = simulate(scenario_from_text(yaml.safe_dump(sweep.points[0].data), "p.yaml")).summary["layout"]
+    assert (layout["dp"], layout["microbatches"]) == (8, 6)
+
+
+def test_a_constraint_on_more_micro_batches_than_a_run_allows_is_refused_as_underived():
+    """100,001 micro-batches is above the run's cap (MAX_MICROBATCHES): the run refuses the point, so a constraint
+    on them cannot say; it saw 100,001 and let the point through to fail at its run."""
+    text = DERIVED.replace("TP", "8").replace("global_batch: 32", "global_batch: 100001").replace("[1, 2]", "[1]")
+    with pytest.raises(ScenarioError, match=r"training\.microbatches is left out"):
+        sweep_from_text(text + "constraints: ['training.microbatches > 1']\n", "s.yaml")
 
 
 def test_a_point_of_an_inline_base_runs_again_from_its_folders_scenario(tmp_path, monkeypatch):

@@ -59,6 +59,14 @@ def place(config: ParameterServerConfig, topology: Topology) -> Placement:
     return Placement(server_hosts, endpoints, workers)
 
 
+def worker_gpus(config: ParameterServerConfig, gpus: int, host_gpus: int) -> int | None:
+    """How many GPUs `place` makes workers on a cluster of ``gpus`` GPUs, ``host_gpus`` to a host, before it is
+    built: those of the hosts that do not serve (None where no worker is left)."""
+    servers = config.servers if isinstance(config.servers, int) else len(set(config.servers))
+    workers = gpus - servers * host_gpus
+    return workers if workers > 0 else None
+
+
 def shard_tensors(tensors: Sequence[int], servers: int, how: Sharding) -> tuple[int, ...]:
     """Parameters each server holds. ``round_robin``: tensor j goes to server j mod servers, in model order.
     ``by_size``: largest tensor first onto the server holding the fewest parameters so far (ties: the lower

@@ -41,23 +41,38 @@ DERIVED = {
 constraint sees them as the step derives them (`with_derived`), or is refused at a point that cannot say."""
 
 
-def with_derived(scenario: Scenario, gpus: int | None) -> Scenario:
-    """``scenario`` with the `DERIVED` fields it leaves out filled in as a training step derives them, from the
-    cluster's ``gpus`` (None: not known before the cluster is built), where they divide evenly (the step refuses
-    the point otherwise, and the field stays null)."""
+def with_derived(scenario: Scenario, gpus: int | None, host_gpus: int | None = None) -> Scenario:
+    """``scenario`` with the `DERIVED` fields it leaves out filled in by the functions its run derives them with
+    (`resolve_layout`, `microbatch_count`), from the cluster's ``gpus`` (None: not known before the cluster is
+    built) and, for parameter servers, the GPUs of each host ``host_gpus`` (their workers are the GPUs of the
+    hosts that do not serve, and dp is their count as the run reports it); a field the run would refuse (a layout
+    that does not divide the GPUs, a batch that does not divide, more micro-batches than the run allows) stays
+    null."""
+    from simulator.parameter_server.placement import worker_gpus
+    from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
+
     par, training = scenario.parallelism, scenario.training
     if scenario.model is None:
         return scenario
     dp = par.dp
-    fixed = par.tp * par.cp * scenario.pipeline_stages
-    if dp is None and gpus is not None and gpus % fixed == 0:
-        dp = gpus // fixed
+    if dp is None and gpus is not None:
+        if scenario.ps is not None:
+            dp = worker_gpus(scenario.ps, gpus, host_gpus) if host_gpus is not None else None
+        else:
+            dp = _derived(lambda: resolve_layout(scenario, gpus, pipeline_depth(scenario)).dp)
     microbatches = training.microbatches
-    if microbatches is None and dp is not None and training.global_batch is not None:
-        batches, left = divmod(training.global_batch, training.micro_batch * dp)
-        microbatches = batches if not left and batches else None
+    if microbatches is None and dp is not None:
+        microbatches = _derived(lambda: microbatch_count(scenario, dp))
     return scenario.model_copy(update={"parallelism": par.model_copy(update={"dp": dp}),
                                        "training": training.model_copy(update={"microbatches": microbatches})})
+
+
+def _derived(derive: Callable[[], int]) -> int | None:
+    """What ``derive`` gives, or None where the run refuses the point."""
+    try:
+        return derive()
+    except ScenarioError:
+        return None
 
 
 @dataclass(frozen=True)

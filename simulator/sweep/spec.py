@@ -65,7 +65,7 @@ from simulator.config.yaml_source import (
 from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.reliability.inputs import contents_key
 from simulator.report.writers import scenario_digest
-from simulator.scale import scenario_gpus
+from simulator.scale import scenario_gpus, scenario_hosts
 from simulator.sweep.constraints import EVALUABLE, Constraint, parse_constraint, with_derived
 from simulator.sweep.fields import with_values
 from simulator.sweep.options import DEFAULT_MAX_POINTS
@@ -211,7 +211,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
     clusters: set[bytes] = set()
     topology_files: dict[str, TopologySource] = {}
     digests: dict[Path, str] = {}
-    cluster_gpus: dict[bytes, int | None] = {}
+    cluster_gpus: dict[bytes, tuple[int | None, int | None]] = {}
     for index, values in enumerate(_combinations(spec, locate)):
         try:
             point_data = with_values(base_data, {parse_field(name): value for name, value in values})
@@ -229,11 +229,12 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         parameter_servers = parameter_servers and scenario.uses_parameter_servers
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
         if constraints and cluster not in cluster_gpus:
-            cluster_gpus[cluster] = scenario_gpus(LoadedScenario(scenario, base_source, base_lines, written))
+            cluster_gpus[cluster] = _cluster_size(LoadedScenario(scenario, base_source, base_lines, written))
+        gpus, host_gpus = cluster_gpus.get(cluster, (None, None))
         try:
-            skipped = _violated(constraints, scenario, cluster_gpus.get(cluster), index, locate)
+            skipped = _violated(constraints, scenario, gpus, host_gpus, index, locate)
         except ScenarioError:
-            if cluster_gpus.get(cluster) is None:  # an invalid cluster gives no GPUs: its own error comes first
+            if gpus is None:  # an invalid cluster gives no GPUs: its own error comes first
                 _check_cluster(scenario, base_source, base_lines, written, topology_files)
             raise
         if not skipped and cluster not in clusters:
@@ -455,11 +456,20 @@ def _check_cluster(scenario: Scenario, base_source: str, base_lines: dict, writt
         raise located_error(field, exc.problem, exc.allowed, base_source, base_lines, written) from None
 
 
-def _violated(constraints: list[Constraint], scenario: Scenario, gpus: int | None, index: int, locate) -> str:
+def _cluster_size(loaded: LoadedScenario) -> tuple[int | None, int | None]:
+    """The GPUs of the scenario's cluster and of each of its hosts, from the topology's parameters (None: not
+    known before it is built)."""
+    hosts = scenario_hosts(loaded)
+    return scenario_gpus(loaded), hosts.gpus if hosts is not None else None
+
+
+def _violated(constraints: list[Constraint], scenario: Scenario, gpus: int | None, host_gpus: int | None,
+              index: int, locate) -> str:
     """The first constraint the point breaks ('' when none), as the reason it is skipped; each sees the fields
-    the step derives from the cluster's ``gpus`` (`with_derived`: `parallelism.dp` left out), as `run` prints them."""
+    the run derives from the cluster's ``gpus`` and ``host_gpus`` (`with_derived`: `parallelism.dp` left out), as
+    `run` prints them."""
     if constraints:
-        scenario = with_derived(scenario, gpus)
+        scenario = with_derived(scenario, gpus, host_gpus)
     for number, constraint in enumerate(constraints):
         try:
             if not constraint.holds(scenario):
