@@ -872,15 +872,14 @@ def _choice_list(choices: tuple[str, ...]):
 def _cmd_search(args: argparse.Namespace) -> int:
     from simulator.report.run_folder import SEARCH_FOLDER
     from simulator.sweep.executors import make_executor
-    from simulator.sweep.layouts import SearchSpace
+    from simulator.sweep.layouts import SPACE_FLAGS, SearchSpace
     from simulator.sweep.report import format_search, write_search
     from simulator.sweep.results import simulations_done
     from simulator.sweep.runner import progress_printer
     from simulator.sweep.search import search_layouts
 
     out = output_folder(args.out, SEARCH_FOLDER)
-    given = {name: getattr(args, name) for name in ("tp", "cp", "pp", "ep", "virtual_stages", "micro_batch", "sharding",
-                                                     "recompute") if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in SPACE_FLAGS if getattr(args, name) is not None}
     executor = make_executor(args.executor, args.workers, args.scheduler)
     update, stop = progress_printer(args.quiet, "search")
     stopped: SearchStopped | None = None

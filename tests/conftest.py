@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from shared import DATA
 
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
@@ -26,7 +26,7 @@ def no_heartbeat_lines(request, monkeypatch):
 @pytest.fixture(scope="session")
 def catalog_sources() -> dict:
     """The published figures behind the catalog's constants (tests/data/catalog_sources.yaml)."""
-    return yaml.safe_load((Path(__file__).parent / "data" / "catalog_sources.yaml").read_text())
+    return yaml.safe_load((DATA / "catalog_sources.yaml").read_text())
 
 
 @pytest.fixture

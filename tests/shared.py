@@ -387,6 +387,11 @@ faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
 
 
 REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = REPO / "scenarios"
+DATA = REPO / "tests" / "data"
+GIB = 2**30
+MIB = 2**20
+GB = 1e9
 KINETO_2RANK = REPO / "scenarios" / "traces" / "allreduce-2rank"
 ALLREDUCE_BYTES = 16777216 * 2  # 16 Mi bf16 elements, as the trace's record_param_comms says
 EXACT = 1e-9
@@ -657,3 +662,16 @@ restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 0}
 """
 """One-GPU hosts on DP 4 for 30 h; a checkpoint every 29 h, which a job that first fails at 1 h never reaches (no
 checkpoint, yet no warning of an interval past the horizon), so that the job's only warning is its wait for hosts."""
+
+
+ONE_LAYOUT = {"tp": "1", "cp": "1", "pp": "1", "virtual-stages": "1", "micro-batch": "1", "sharding": "zero1",
+              "recompute": "none", "top": "1"}
+"""`trainsim search` flags that leave one layout of the search space (TP, CP, PP 1, no interleaving, micro-batch
+1, ZeRO-1, no recompute) and simulate it."""
+
+
+def one_layout(**changed: str | None) -> list[str]:
+    """`ONE_LAYOUT` as `trainsim search` arguments with the ``changed`` flags (``micro_batch`` for
+    ``--micro-batch``; None leaves the flag out, its default space searched)."""
+    values = {**ONE_LAYOUT, **{name.replace("_", "-"): value for name, value in changed.items()}}
+    return [arg for flag, value in values.items() if value is not None for arg in (f"--{flag}", value)]

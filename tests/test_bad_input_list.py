@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from shared import REPO
 
 from simulator.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
 COMM = "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
 SYNTHETIC = ("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 1 ms, backward: 2 ms}}\n"
              "training: {microbatches: 2}\n")

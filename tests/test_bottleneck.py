@@ -5,15 +5,13 @@ bubble (no optimizer, no DP traffic: the step is the pipeline window), and is ne
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import pytest
+from shared import SCENARIOS
 
 from simulator import load_scenario, simulate
 from simulator.catalog.models import get_model
 from simulator.metrics.summary import WAIT_BOUND_SHARE
-
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

@@ -4,9 +4,9 @@ against what their mechanism implies."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
+from shared import SCENARIOS
 
 from simulator.catalog.calibration import kernel_data
 from simulator.catalog.gpus import get_gpu
@@ -103,7 +103,6 @@ def test_dense_h100_layer_compute_time_against_kernel_sources():
     simulated = sum(kernel_duration(kernel, gpu, "bf16", efficiency) for kernel in every)
     assert simulated == pytest.approx(expected, rel=0.03)
     assert simulated > expected
-
 
 
 # Causal attention backward on Hopper: FA3 paper Fig. 6(b), without the mask, (key length, TFLOP/s); cuDNN 9.1
@@ -505,7 +504,7 @@ def test_kernel_era_reaches_the_layers_from_the_scenario():
     from simulator.topology.loader import scenario_topology
     from simulator.workload.training import build_training_step
 
-    path = str(Path(__file__).parent.parent / "scenarios" / "published" / "megatron-sc21-1.7b.yaml")
+    path = str(SCENARIOS / "published" / "megatron-sc21-1.7b.yaml")
     old, new = (load_scenario(path, overrides) for overrides in
                 ([], ["training.layernorm_fusion=true", "training.bias_grad_fusion=true"]))
     assert not old.scenario.training.layernorm_fusion and not old.scenario.training.bias_grad_fusion

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared import DATA, REPO, SCENARIOS
 
 from simulator.cli import main
 from simulator.config.loader import as_typed
 
-REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
 OUTPUTS = {"summary.json", "timeline.parquet", "trace.json", "manifest.json"}
 ERROR_LINE = re.compile(r"^error: (?P<where>command line: trainsim [\w-]+|[^:]+(?::\d+)?): (?P<rest>.+)$")
@@ -718,7 +718,7 @@ def test_topo_describe_bad_file(tmp_path, capsys):
 ])
 def test_timeline_levels(tmp_path, level, files):
     out = tmp_path / level
-    scenario = Path(__file__).parents[1] / "scenarios" / "schedule-1f1b-p4-m8.yaml"
+    scenario = SCENARIOS / "schedule-1f1b-p4-m8.yaml"
     assert main(["run", str(scenario), "--out", str(out), "--set", f"run.timeline={level}"]) == 0
     assert {path.name for path in out.iterdir()} == files
     if level == "per-stage":
@@ -834,7 +834,7 @@ def test_every_subcommand_and_argument_says_what_it_is():
 
 def test_run_help_names_the_files_a_step_and_a_job_write(tmp_path, capsys):
     """`trainsim run --help` listed only a step's files (and only in `trainsim --help`); a job writes others."""
-    job = Path(__file__).parent / "data" / "small-job.yaml"
+    job = DATA / "small-job.yaml"
     written = set()
     for scenario, out in ((SCENARIO, tmp_path / "step"), (job, tmp_path / "job")):
         assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0

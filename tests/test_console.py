@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shared import DATA, REPO, SCENARIOS
 
 from simulator import cli as cli_module
 from simulator.cli import main
@@ -29,9 +30,6 @@ from simulator.console.progress import PLAIN_EVERY_S, Heartbeat, PlainProgress, 
 pytestmark = pytest.mark.heartbeat
 """These tests check the progress lines themselves, at their real period (tests/conftest.py)."""
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "tests" / "data"
-SCENARIOS = REPO / "scenarios"
 LLAMA_8B = "llama3-8b-dgx-h100-dp8"
 
 
@@ -1177,7 +1175,7 @@ def test_a_summary_only_run_imports_neither_pandas_nor_pyarrow(tmp_path):
     """`trainsim run` under `run.timeline: summary` writes summary.json and prints its report from the log's
     columns: importing pandas (0.2 s of CPU) to name the layout on the first line made the 405B 8k command 1.35x
     its simulate() against the 1.3x target (90d048d imported report/outputs.py for the degrees)."""
-    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"
+    scenario = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     code = ("import sys\nfrom simulator.cli import main\n"
             f"code = main(['run', {str(scenario)!r}, '--out', {str(tmp_path / 'out')!r}, "
             "'--set', 'run.timeline=summary'])\n"

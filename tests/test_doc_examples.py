@@ -37,6 +37,7 @@ import pandas as pd
 import pytest
 import yaml
 from pydantic import BaseModel
+from shared import REPO
 
 from simulator import load_scenario, simulate
 from simulator.cli import _parser, main
@@ -49,8 +50,7 @@ from simulator.scale import sized_topology
 from simulator.simulation import Result
 from simulator.units import parse_bandwidth, parse_duration, parse_size
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 YAML_FENCE = re.compile(r"```yaml\n(.*?)```", re.S)
 INLINE = re.compile(r"`(trainsim [^`]+)`")
@@ -71,7 +71,7 @@ def shown_commands(path: Path) -> list[str]:
     return [command for command in commands if not any(mark in command for mark in TEMPLATE_MARKS)]
 
 
-CASES = [(path.relative_to(ROOT).as_posix(), command) for path in DOCS for command in shown_commands(path)]
+CASES = [(path.relative_to(REPO).as_posix(), command) for path in DOCS for command in shown_commands(path)]
 
 
 def test_the_docs_show_commands():
@@ -111,7 +111,7 @@ def shown_scenarios(path: Path) -> list[str]:
     return [block for block in YAML_FENCE.findall(path.read_text()) if "cluster" in (yaml.safe_load(block) or {})]
 
 
-SCENARIOS = [pytest.param(path.relative_to(ROOT).as_posix(), index, text, id=f"{path.name}-{index}")
+SCENARIOS = [pytest.param(path.relative_to(REPO).as_posix(), index, text, id=f"{path.name}-{index}")
              for path in DOCS for index, text in enumerate(shown_scenarios(path))]
 
 
@@ -121,7 +121,7 @@ def test_the_docs_show_scenarios():
 
 @pytest.mark.parametrize(("page", "index", "text"), SCENARIOS)
 def test_a_scenario_the_docs_show_validates(page, index, text):
-    loaded = scenario_from_text(text, str(ROOT / "scenarios" / f"example-{index}.yaml"))
+    loaded = scenario_from_text(text, str(REPO / "scenarios" / f"example-{index}.yaml"))
     verdict = validate(loaded, sized_topology(loaded, force=False))
     assert not verdict.memory.get("oom"), page
 
@@ -135,7 +135,7 @@ def shown_outputs(path: Path) -> list[tuple[str, str]]:
     return [(command, printed) for command, printed in SHOWN_RUN.findall(path.read_text()) if printed.strip()]
 
 
-OUTPUTS = [pytest.param(path.relative_to(ROOT).as_posix(), command, printed, id=f"{path.name}-{index}")
+OUTPUTS = [pytest.param(path.relative_to(REPO).as_posix(), command, printed, id=f"{path.name}-{index}")
            for path in DOCS for index, (command, printed) in enumerate(shown_outputs(path))]
 
 
@@ -154,7 +154,7 @@ def test_a_command_the_docs_show_prints_what_they_show(page, command, printed, t
     shown_out = argv[argv.index("--out") + 1] if "--out" in argv else None
     if shown_out is not None:
         argv[argv.index("--out") + 1] = str(tmp_path / "out")
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(REPO)
     refused = printed.splitlines()[-1].startswith("error: ")
     status = main(argv)
     captured = capsys.readouterr()
@@ -168,7 +168,7 @@ def test_a_command_the_docs_show_prints_what_they_show(page, command, printed, t
 def test_the_summary_excerpt_of_training_step_md_is_the_runs():
     """docs/training-step.md shows an excerpt of summary.json of `trainsim run llama3-8b-dgx-h100-dp8`: each key
     it shows holds what the run writes."""
-    page = (ROOT / "docs" / "training-step.md").read_text()
+    page = (REPO / "docs" / "training-step.md").read_text()
     excerpt = json.loads(re.findall(r"```json\n(.*?)```", page, re.S)[-1])
     summary = json.loads(json.dumps(simulate(load_scenario("llama3-8b-dgx-h100-dp8")).summary))
     assert shown_part(summary, excerpt) == excerpt
@@ -187,7 +187,7 @@ MODULE_ROW = re.compile(r"^\| (`[^|]+`) \|(.*)$", re.M)
 
 def module_map() -> list[tuple[str, str]]:
     """The module map's rows as (first cell, whole row)."""
-    page = (ROOT / "docs" / "architecture.md").read_text()
+    page = (REPO / "docs" / "architecture.md").read_text()
     return [(match[1], match[0]) for match in MODULE_ROW.finditer(page)]
 
 
@@ -202,7 +202,7 @@ def named_in_map(module: str, rows: list[tuple[str, str]]) -> bool:
 
 def test_the_module_map_names_every_module_and_no_other():
     rows = module_map()
-    package = ROOT / "simulator"
+    package = REPO / "simulator"
     modules = [path.relative_to(package).as_posix() for path in sorted(package.rglob("*.py"))
                if path.name != "__init__.py"]
     assert not [module for module in modules if not named_in_map(module, rows)]
@@ -228,7 +228,7 @@ by the prefix their fields take there; docs/reliability.md's also lists `run.hor
 
 def field_table(page: str, anchor: str) -> dict[str, str]:
     """Field name -> its default cell, from the first `| field | default |` table after ``anchor``."""
-    lines = (ROOT / page).read_text().splitlines()
+    lines = (REPO / page).read_text().splitlines()
     start = next(index for index, line in enumerate(lines) if anchor in line)
     header = next(index for index in range(start, len(lines)) if lines[index].startswith("| field | default"))
     table: dict[str, str] = {}
@@ -308,7 +308,7 @@ def test_a_field_table_lists_every_field_with_its_default(page, anchor, models):
 
 
 def test_the_schedule_example_of_schedules_md_gives_what_it_shows(capsys):
-    page = (ROOT / "docs" / "schedules.md").read_text()
+    page = (REPO / "docs" / "schedules.md").read_text()
     block = re.findall(r"```python\n(.*?)```", page, re.S)[0]
     namespace: dict = {}
     exec(block, namespace)
@@ -322,7 +322,7 @@ def test_the_schedule_example_of_schedules_md_gives_what_it_shows(capsys):
 def test_the_csv_table_of_schedules_md_is_what_schedule_to_csv_writes():
     from simulator import schedules
 
-    page = (ROOT / "docs" / "schedules.md").read_text()
+    page = (REPO / "docs" / "schedules.md").read_text()
     block = next(block for block in FENCE.findall(page) if "schedule_to_csv(" in block)
     expression = re.search(r"what (schedule_to_csv\(.*\)) writes", block)[1]
     table = "".join(line + "\n" for line in block.splitlines() if not line.startswith("#"))
@@ -412,7 +412,7 @@ def test_a_collective_figure_a_page_quotes_is_what_the_command_prints(page, comm
         rows += [{"ms": row["time_s"] * 1e3, "us": row["time_s"] * 1e6, "busbw": row["busbw_GBps"]}
                  for row in json.loads(capsys.readouterr().out)]
     now = quote.format(*rows)
-    assert now in flowing((ROOT / page).read_text()), f"{page} should now read: {now}"
+    assert now in flowing((REPO / page).read_text()), f"{page} should now read: {now}"
 
 
 STRAIGHT_FAULTS = ("faults-straggler-and-spine-link", ("faults.step.links=[]",))
@@ -556,7 +556,7 @@ def bundled_result(name: str, overrides: tuple[str, ...]) -> Result:
                          ids=[f"{case[1][0]}-{index}" for index, case in enumerate(SCENARIO_QUOTES)])
 def test_a_figure_a_page_quotes_from_a_bundled_run_is_the_runs(page, scenario, quote):
     now = quote.format(**quoted_figures(bundled_result(*scenario)))
-    assert now in flowing((ROOT / page).read_text()), f"{page} should now read: {now}"
+    assert now in flowing((REPO / page).read_text()), f"{page} should now read: {now}"
 
 
 ELASTIC_2K = ("--set", "restart.elastic=true", "--set", "restart.spares=0", "--set", "restart.regrow=on_repair")
@@ -581,7 +581,7 @@ def test_the_elastic_and_mtbf_figures_reliability_md_quotes_are_llama3_70b_2k_jo
     ettrs = [f"{point['ettr']:.2%} at {point['mtbf_s'] / 3600:.1f} h" for point in points]
     study = (f"at its {points[0]['interval_s'] / 60:.2f} min: ETTR {ettrs[0].replace(' at ', ' at an MTBF of ')}, "
              f"{ettrs[1]}, {ettrs[2]}, then {ettrs[3]} and {ettrs[4]}, where its restarts wait for hosts")
-    page = flowing((ROOT / "docs" / "reliability.md").read_text())
+    page = flowing((REPO / "docs" / "reliability.md").read_text())
     assert elastic in page, f"docs/reliability.md should now read: {elastic}"
     assert study in page, f"docs/reliability.md should now read: {study}"
 
@@ -606,7 +606,7 @@ def test_the_gb200_elastic_figures_reliability_md_quotes_are_llama3_70b_gb200_jo
              f"{fixed['ettr']['mean']:.1%} ({fixed['goodput_tokens_per_s']['mean']:,.0f} tokens/s); two spare trays "
              "instead (`--set restart.elastic=false --set restart.spares=2`, 2.8% more GPUs) "
              f"{runs['spares']['ettr']['mean']:.1%}.")
-    page = flowing((ROOT / "docs" / "reliability.md").read_text())
+    page = flowing((REPO / "docs" / "reliability.md").read_text())
     assert quote in page, f"docs/reliability.md should now read: {quote}"
 
 
@@ -617,4 +617,4 @@ def test_the_memory_training_step_md_quotes_for_deepseek_without_recompute_is_wh
     now = (f"without it stage 1 would keep {stage['in_flight_microbatches']:.0f} micro-batches of "
            f"{stage['activation_per_microbatch_gib']:.1f} GiB next to {state:.1f} GiB of model state "
            f"({stage['total_gib']:.1f} GiB)")
-    assert now in flowing((ROOT / "docs" / "training-step.md").read_text()), now
+    assert now in flowing((REPO / "docs" / "training-step.md").read_text()), now

@@ -9,9 +9,9 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
 
 import pytest
+from shared import REPO
 
 from simulator import load_scenario, simulate
 from simulator.catalog.calibration import kernel_data
@@ -27,7 +27,6 @@ from simulator.workload.roofline import kernels_duration
 from simulator.workload.training import optimizer_bytes_per_param, resolve_model
 from simulator.workload.transformer import AttentionCost, ShardShape
 
-REPO = Path(__file__).resolve().parents[1]
 TWIN = REPO / "scenarios" / "h200-eager-step.yaml"
 TRACE = REPO / "scenarios" / "traces" / "h200-step" / "rank0.json.gz"
 MEASURED = REPO / "benchmarks" / "results" / "h200-2026-12-04.json"

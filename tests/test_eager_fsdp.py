@@ -6,6 +6,7 @@ parts and the refusals (docs/cost-model.md, "PyTorch eager", "Under FSDP")."""
 from __future__ import annotations
 
 import pytest
+from shared import GIB
 
 from simulator import load_scenario, simulate
 from simulator.catalog.gpus import get_gpu
@@ -35,7 +36,6 @@ parallelism:
 layer), one micro-batch per step."""
 RANKS = 8
 TOKENS = 4 * 2048
-GIB = 2.0**30
 
 
 def fsdp_summary(*overrides: str) -> dict:

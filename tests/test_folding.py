@@ -6,12 +6,11 @@ from __future__ import annotations
 import itertools
 import weakref
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 from typing import get_args
 
 import pytest
-from shared import CP_FABRIC_TEMPLATE, refused_unfolded
+from shared import CP_FABRIC_TEMPLATE, EXACT, SCENARIOS, refused_unfolded
 
 from simulator.collector import collector_paused
 from simulator.config.loader import load_scenario, scenario_from_text
@@ -230,9 +229,6 @@ def _folded_and_unfolded(run_yaml, *overrides: str) -> tuple[dict, dict]:
     return run_yaml(SMALL_FABRIC, *overrides).summary, run_yaml(SMALL_FABRIC, *overrides, "run.fold=false").summary
 
 
-EXACT = 1e-9
-
-
 @pytest.mark.parametrize("nodes, leaf_ports, spines, oversubscription, channels, tp, pp, dp, nics, ranks", [
     (4, 2, 2, 2, 2, 4, 1, 8, 8, 1),  # TP 4: two replicas per host, DP rings over the spines
     (8, 2, 4, 4, 2, 8, 2, 4, 8, 2),  # PP pairs inside leaf groups, DP rings over spines at 4:1
@@ -318,7 +314,6 @@ def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
         assert folded["exposed_comm_s"][kind] == pytest.approx(seconds, rel=EXACT, abs=1e-15)
 
 
-SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 
 
 STOPPED_OUT_OF_STEP = {
@@ -413,8 +408,8 @@ def test_dp_rings_over_a_partial_host_keep_their_mirrors_in_step():
     the unfolded step to the bit (131.16 ms)."""
     overrides = ["model.layers=4", "cluster.topology=dgx-h100-cluster", "cluster.nodes=3", "parallelism.tp=1",
                  "parallelism.pp=2", "parallelism.dp=12", "parallelism.order=[tp,cp,dp,pp]", "training.global_batch=24"]
-    folded = simulate(load_scenario(SCENARIO_DIR / "llama3-8b-dgx-h100-dp8.yaml", overrides)).summary
-    unfolded = simulate(load_scenario(SCENARIO_DIR / "llama3-8b-dgx-h100-dp8.yaml",
+    folded = simulate(load_scenario(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml", overrides)).summary
+    unfolded = simulate(load_scenario(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml",
                                       [*overrides, "run.fold=false"])).summary
     assert (folded["folded"], folded["simulated_ranks"]) == (True, 2)
     assert folded["step_time_s"] == unfolded["step_time_s"] == pytest.approx(0.13116, rel=1e-4)
@@ -423,8 +418,8 @@ def test_dp_rings_over_a_partial_host_keep_their_mirrors_in_step():
 @pytest.mark.parametrize("case", CROSS_RAIL_UNFOLDED)
 def test_cross_rail_contention_unlike_between_lanes_or_groups_runs_unfolded(case):
     name, overrides, ranks, reason = CROSS_RAIL_UNFOLDED[case]
-    folded = simulate(load_scenario(SCENARIO_DIR / f"{name}.yaml", overrides)).summary
-    unfolded = simulate(load_scenario(SCENARIO_DIR / f"{name}.yaml", [*overrides, "run.fold=false"])).summary
+    folded = simulate(load_scenario(SCENARIOS / f"{name}.yaml", overrides)).summary
+    unfolded = simulate(load_scenario(SCENARIOS / f"{name}.yaml", [*overrides, "run.fold=false"])).summary
     assert not folded["folded"] and folded["simulated_ranks"] == ranks
     assert folded["fold_off_reason"].startswith(reason)
     assert folded["step_time_s"] == unfolded["step_time_s"]
@@ -436,8 +431,8 @@ def test_mixtral_ep_across_leaf_groups_folds_exactly():
     them, keep pace with their mirrors, so the step folds to 2 ranks and equals the unfolded step to the bit. Run
     as p - 1 phases they ended 1.562 to 1.637 ms apart on the spines and the step ran unfolded."""
     overrides = ["model.layers=4", "cluster.nodes=16", "training.global_batch=256"]
-    folded = simulate(load_scenario(SCENARIO_DIR / "mixtral-8x7b-ep8.yaml", overrides)).summary
-    unfolded = simulate(load_scenario(SCENARIO_DIR / "mixtral-8x7b-ep8.yaml", [*overrides, "run.fold=false"])).summary
+    folded = simulate(load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", overrides)).summary
+    unfolded = simulate(load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", [*overrides, "run.fold=false"])).summary
     assert folded["folded"] and folded["simulated_ranks"] == 2 and "fold_given_up" not in folded
     assert folded["step_time_s"] == unfolded["step_time_s"]
 
@@ -470,7 +465,7 @@ def test_deepseek_dualpipev_hand_off_copies_meet_on_one_spine_uplink():
     uplink carries two NICs' worth (100 GB/s against 50), so two copies pass at full rate and the third flow,
     when DualPipeV's slots make it overlap them, slows all three: in the folded run GPU 512's copy ended 34 us
     after GPU 528's (2289.308 against 2289.274 ms)."""
-    loaded = load_scenario(SCENARIO_DIR / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
+    loaded = load_scenario(SCENARIOS / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
     topology = scenario_topology(loaded)
 
     def uplink(src: int, dst: int) -> tuple[str, str]:
@@ -490,7 +485,7 @@ def test_a_later_run_of_an_order_gets_the_sharing_its_first_run_found(monkeypatc
     as an array, back as an equal set, without running the analysis again."""
     from simulator import simulation
 
-    loaded = load_scenario(SCENARIO_DIR / "megatron-sc21-18.4b.yaml")
+    loaded = load_scenario(SCENARIOS / "megatron-sc21-18.4b.yaml")
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
     step, analysed = prepared.step, []
     private_collectives = simulation.private_collectives
@@ -515,7 +510,7 @@ def test_deepseek_dualpipev_refold_by_route_class_is_ordered():
     took 100 s (now 31 s) against 8 s for 1F1B. Ordered, 82,211 are private and the refold's run is the same
     step (8.0866 s, within float rounding of the replays). Pinned: the collective ops found private and the EP
     all-to-alls among them, which the ordering's presence alone did not say."""
-    loaded = load_scenario(SCENARIO_DIR / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
+    loaded = load_scenario(SCENARIOS / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
     assert (prepared.step.kind, len(prepared.step.program.ranks)) == ("classes", 32)
     settings = prepared.settings

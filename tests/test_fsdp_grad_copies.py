@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from itertools import product
-from pathlib import Path
 
 import pytest
+from shared import GIB, SCENARIOS
 
 from simulator import load_scenario
 from simulator.catalog.gpus import get_gpu
@@ -38,8 +38,7 @@ model: {{preset: llama3-8b, layers: {LAYERS}}}
 training: {{seq_len: 1024, global_batch: {8 * M}, micro_batch: 1}}
 parallelism: {{dp: 8, fsdp: full_shard}}
 """
-GIB = 2.0**30
-PUBLISHED = Path(__file__).resolve().parents[1] / "scenarios" / "published"
+PUBLISHED = SCENARIOS / "published"
 
 
 def test_bytes_per_weight_of_fsdp_gradient_copies():

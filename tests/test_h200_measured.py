@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import statistics
 from functools import cache
-from pathlib import Path
 
 import pytest
+from shared import REPO
 
 from simulator.catalog.calibration import kernel_data
 from simulator.catalog.gpus import get_gpu
@@ -22,7 +22,7 @@ from simulator.workload.calibrated import calibrated_efficiency, sm_share
 from simulator.workload.roofline import kernel_duration, kernels_duration
 from simulator.workload.transformer import Kernel, ShardShape, layer_kernels
 
-MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200-2026-12-04.json"
+MEASURED = REPO / "benchmarks" / "results" / "h200-2026-12-04.json"
 
 
 @cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
+from shared import MIB
 
 from simulator.collectives.execute import phase_arrays, phase_items, run_plan
 from simulator.collectives.phases import CollectiveRequest
@@ -19,8 +20,6 @@ from simulator.network.isolated import run_isolated
 from simulator.network.maxmin import Incidence
 from simulator.network.model import Network, effective_capacity
 from simulator.topology.loader import load_topology
-
-MIB = 2**20
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 from typing import get_args
 
+from shared import REPO
+
 from simulator.collectives.names import AlgorithmName
 from simulator.collectives.registry import ALGORITHMS
 from simulator.config.parallelism_options import BuiltinSchedule
 from simulator.metrics.events import RowKind
 from simulator.program.ops import COMM_STREAM, COMPUTE_STREAM
 from simulator.schedules.registry import SCHEDULES
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def modules_loaded_by(statement: str) -> set[str]:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
 
 import pytest
-from shared import assert_same_figures
+from shared import SCENARIOS, assert_same_figures
 
 from simulator.config.loader import scenario_from_text
 from simulator.engine.fold_policy import (
@@ -25,7 +24,6 @@ from simulator.simulation import simulate
 from simulator.topology.loader import scenario_topology
 from simulator.workload.training import pipeline_depth, resolve_layout
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 STEP = """
 collectives: {channels: 2}
 model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}

@@ -8,9 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from shared import REPO
 
 
 def test_ruff_reports_nothing():

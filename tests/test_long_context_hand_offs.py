@@ -9,10 +9,10 @@ lockstep)."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from shared import SCENARIOS
 
 from simulator import simulate
 from simulator.config.loader import load_scenario, scenario_from_text
@@ -24,7 +24,7 @@ from simulator.scale import sized_topology
 from simulator.simulation import network_settings, run_step, step_program
 from simulator.topology.loader import scenario_topology
 
-LONG_CONTEXT = Path(__file__).resolve().parents[1] / "scenarios" / "published" / "llama3-405b-long-context.yaml"
+LONG_CONTEXT = SCENARIOS / "published" / "llama3-405b-long-context.yaml"
 RANKS_PER_STAGE = 8 * 16
 """Order [tp, cp, pp, dp]: rank = tp + 8 cp + 128 pp + 2048 dp, so a stage's CP lane c on rail 0 is GPU
 128 pp + 8 c, on host 16 pp + c; a leaf group holds 32 hosts, two stages."""

@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from shared import GIB
 
 from simulator import machine, validation
 from simulator.reliability import ahead
 from simulator.sweep.executors import PoolExecutor
-
-GIB = 1 << 30
 
 
 @pytest.fixture

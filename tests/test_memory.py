@@ -1,9 +1,9 @@
 """Per-rank memory: ZeRO model-state tables from the seeds and the ZeRO paper; Korthikanti activation formulas."""
 
 import math
-from pathlib import Path
 
 import pytest
+from shared import GB, SCENARIOS
 
 from simulator import load_scenario
 from simulator.catalog.models import get_model
@@ -21,8 +21,6 @@ from simulator.workload.memory import (
 from simulator.workload.memory_plan import stage_memory
 from simulator.workload.training import build_training_step
 from simulator.workload.transformer import ShardShape
-
-GB = 1e9
 
 
 def state_gb(params, stage, n):
@@ -140,7 +138,7 @@ def test_last_stage_keeps_fp32_logits():
 
 
 def _published_stage_memory(case):
-    loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "published" / f"{case}.yaml"))
+    loaded = load_scenario(str(SCENARIOS / "published" / f"{case}.yaml"))
     step = build_training_step(loaded.scenario, scenario_topology(loaded))
     return step, stage_memory(loaded.scenario, step)
 
@@ -216,7 +214,7 @@ def test_llama3_405b_end_stages_hold_only_the_layers_in_flight():
 def test_recompute_holds_the_layer_it_recomputes(recompute, attention, working):
     # GPT 18.4B (h 6144, 48 heads), TP 8 with SP, PP 4, DP 1 (no DDP buckets): a stage's buffers are, with
     # recompute, the one layer the backward is rebuilding, and nothing without.
-    loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "megatron-sc21-18.4b.yaml"), [
+    loaded = load_scenario(str(SCENARIOS / "megatron-sc21-18.4b.yaml"), [
         "parallelism.pp=4", "parallelism.dp=1", "parallelism.sequence_parallel=true", "training.micro_batch=1",
         "training.global_batch=8", f"training.recompute={recompute}", f"training.attention={attention}",
         "cluster.nodes=4"])
@@ -232,7 +230,7 @@ def test_learned_position_table_is_whole_on_every_tp_rank():
     gpt = get_model("megatron-18.4b")
     first = gpt.vocab * gpt.hidden / 8 + 2048 * gpt.hidden
     assert rank_params(gpt, 8, 0, first_stage=True, last_stage=False) == pytest.approx(first, rel=1e-12)
-    loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "megatron-sc21-18.4b.yaml"),
+    loaded = load_scenario(str(SCENARIOS / "megatron-sc21-18.4b.yaml"),
                            ["parallelism.pp=4", "cluster.nodes=8"])
     step = build_training_step(loaded.scenario, scenario_topology(loaded))
     embedding = step.plan.stages[0].blocks[0]
@@ -246,7 +244,7 @@ def test_ddp_buckets_hold_at_most_the_gradients_of_the_rank(bucket, buffers_gb):
     buffers are 2 x bucket until they would hold more than the gradients they partition. A 2 TiB bucket (one
     bucket of every gradient) was charged 4 TiB, 4,171 GiB needed and a false OUT OF MEMORY; its buffers are the
     32.1 GB of gradients."""
-    loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"),
+    loaded = load_scenario(str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"),
                            [f"parallelism.ddp.bucket={bucket}"])
     step = build_training_step(loaded.scenario, scenario_topology(loaded))
     (breakdown, _), = stage_memory(loaded.scenario, step)

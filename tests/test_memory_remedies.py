@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from shared import SCENARIOS
 
 from simulator import load_scenario
 from simulator.console.report import oom_line
@@ -22,7 +23,6 @@ from simulator.scale import sized_topology
 from simulator.topology.loader import scenario_topology
 from simulator.workload.memory_plan import GIB
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
 FUSED = str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml")
 EAGER = str(SCENARIOS / "llama3-8b-dgx-h100-eager-fsdp.yaml")
 MIXTRAL = str(SCENARIOS / "mixtral-8x7b-ep8.yaml")

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 import simpy
+from shared import GB
 
 from simulator.collectives.execute import PlanRunner
 from simulator.collectives.phases import Phase
@@ -23,7 +24,6 @@ from simulator.network.model import Network, Transfers
 from simulator.network.modes import NETWORK_MODES
 from simulator.topology.graph import Topology, Wiring, add_link
 
-GB = 1e9
 EXACT = 1e-12
 
 
@@ -669,7 +669,6 @@ def test_a_component_met_again_with_the_same_sizes_reuses_its_solve_until_a_capa
     env.run(env.process(rounds()))
     assert env.now == pytest.approx(3 * 0.4 + 0.8, rel=EXACT)
     assert (net.resolves, net.resolved_flows, net.max_min_solves) == (4, 16, 2)
-
 
 
 def _rounds_on_the_core(net: Network, topo: Topology, counts: list[int], kept: list[int]):

@@ -10,8 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from shared import REPO
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = REPO / "notebooks"
 CELL_TIMEOUT_S = 300
 
 

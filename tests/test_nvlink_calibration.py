@@ -5,14 +5,13 @@ and the ring and NVLS all-reduce busbw the simulation gives on one NVSwitch doma
 from __future__ import annotations
 
 import pytest
+from shared import GIB
 
 from simulator import simulate
 from simulator.catalog.calibration import kernel_data, nvlink_efficiency, nvls_efficiency
 from simulator.collective_sweep import collective_sweep
 from simulator.config.loader import load_scenario
 from simulator.errors import ScenarioError
-
-GIB = 2.0**30
 
 
 def test_the_catalog_holds_the_published_nvlink_figures(catalog_sources):

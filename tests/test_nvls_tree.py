@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import simpy
+from shared import GIB
 
 from simulator.catalog.calibration import nvls_efficiency
 from simulator.collective_sweep import collective_sweep
@@ -20,7 +21,6 @@ from simulator.network.calibration import calibrated
 from simulator.network.model import Network
 from simulator.topology.loader import load_topology
 
-GIB = 2.0**30
 CALIBRATED = calibrated("h100-sxm")
 NVLINK = 450e9 * CALIBRATED["nvlink"]
 IN_SWITCH = NVLINK * nvls_efficiency("h100-sxm")

@@ -3,11 +3,10 @@ an instance that no concurrent traffic meets is timed alone, which must not chan
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import networkx as nx
 import numpy as np
 import pytest
+from shared import SCENARIOS
 
 from simulator.engine import sharing
 from simulator.engine.ordering import Ordering
@@ -326,7 +325,7 @@ def test_a_program_over_the_ordering_budget_says_so_and_runs_the_same_step(monke
     from simulator.config.loader import load_scenario
     from simulator.engine import ordering
 
-    scenario = Path(__file__).parent.parent / "scenarios" / "mixtral-8x7b-ep8.yaml"
+    scenario = SCENARIOS / "mixtral-8x7b-ep8.yaml"
     needed = ordering.OrderingSize(4508, 3961, 8).bytes
     monkeypatch.setattr(ordering, "ORDERING_BUDGET_BYTES", needed)
     ordered = simulate(load_scenario(scenario)).summary
@@ -359,7 +358,7 @@ def test_the_ordering_takes_the_bytes_its_budget_counts(scenario, fold, override
     from simulator.simulation import step_program
     from simulator.topology.loader import scenario_topology
 
-    loaded = load_scenario(Path(__file__).parent.parent / "scenarios" / f"{scenario}.yaml", overrides)
+    loaded = load_scenario(SCENARIOS / f"{scenario}.yaml", overrides)
     program = step_program(loaded, scenario_topology(loaded), fold=fold)
     tracemalloc.start()
     try:

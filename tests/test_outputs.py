@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pytest
+from shared import REPO
 
 import simulator
 from simulator.cli import main
@@ -39,7 +40,6 @@ from simulator.report.run_folder import MANIFEST, file_digest, interrupts_held
 from simulator.report.trace import write_trace
 from simulator.simulation import simulate
 
-REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
 PIPELINE = REPO / "scenarios" / "schedule-1f1b-p4-m8.yaml"
 TRAINING = REPO / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"

@@ -5,9 +5,9 @@ update stream, seeded per-iteration slowdowns, and the located errors of bad ps 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from shared import SCENARIOS
 
 from simulator import load_scenario, simulate
 from simulator.catalog.gpus import get_gpu
@@ -29,7 +29,7 @@ parallelism: {{strategy: parameter_server}}
 ps: {{servers: 1, {mode}, iterations: {iterations}}}
 faults: {{step: {{stragglers: [{{gpus: [1], slowdown: {slowdown}}}]}}}}
 """
-BUNDLED = Path(__file__).resolve().parents[1] / "scenarios" / "parameter-server-vs-allreduce.yaml"
+BUNDLED = SCENARIOS / "parameter-server-vs-allreduce.yaml"
 KEY = re.compile(r"^ps\.(push|pull)\.i(\d+)\.w(\d+)\.e(\d+)$")
 
 

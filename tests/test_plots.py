@@ -5,10 +5,10 @@ stage 0 is p micro-batches for 1F1B and m for GPipe; plus the `trainsim plot` co
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import get_args
 
 import matplotlib
+from shared import DATA, SCENARIOS
 
 matplotlib.use("Agg")
 
@@ -313,7 +313,7 @@ no memory_per_stage_gib (not a training-step run?)", though the latter is a trai
 @pytest.mark.parametrize("scenario, extra, refusal", NOT_A_STEP)
 def test_cli_plot_names_a_run_it_cannot_draw_as_what_it_is(tmp_path, capsys, chart, scenario, extra, refusal):
     """The refusal says what the run is and where its timeline is."""
-    path = Path(__file__).parent.parent / "scenarios" / scenario
+    path = SCENARIOS / scenario
     assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet", *extra]) == 0
     capsys.readouterr()
     assert main(["plot", chart, str(tmp_path / "run")]) == 2
@@ -439,7 +439,7 @@ def test_a_folder_without_a_timeline_says_why_and_what_to_run(tmp_path, capsys):
     run.timeline setting fills: a step's folder points at run.timeline, a job's at running the step alone."""
     step, job = tmp_path / "step", tmp_path / "job"
     assert main(["run", "schedule-gpipe-p4-m8", "--set", "run.timeline=summary", "--out", str(step), "--quiet"]) == 0
-    assert main(["run", str(Path(__file__).parent / "data" / "small-job.yaml"), "--out", str(job), "--quiet"]) == 0
+    assert main(["run", str(DATA / "small-job.yaml"), "--out", str(job), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["plot", "gantt", str(step)]) == 2
     assert ("wrote no timeline.parquet (run.timeline: summary writes none; run it again with --set "

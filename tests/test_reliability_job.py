@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from shared import OOM_JOB, stderr_before_each_draw
+from shared import DATA, OOM_JOB, REPO, stderr_before_each_draw
 
 import simulator
 from simulator.catalog.failures import LLAMA3
@@ -36,8 +36,6 @@ from simulator.console.report import format_seconds
 from simulator.metrics.summary import OOM_FIGURES
 from simulator.report.run_folder import checked_manifest
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parent / "data"
 LLAMA3_JOB = REPO / "scenarios" / "llama3-405b-16k-job.yaml"
 
 SEED003 = """
@@ -426,7 +424,6 @@ def test_young_and_daly_take_the_cost_of_an_interval_that_holds_the_async_write(
     assert young < math.sqrt(2 * every_step["cost_s"] * mtbf) / 2
 
 
-
 @pytest.mark.parametrize("slowdown", [0.0, 0.05])
 def test_the_docs_example_of_an_async_write_outlasting_its_interval_costs_9_4_s(slowdown):
     """docs/reliability.md's example: a 10 s write with a 0.6 s snapshot every 1.2 s step costs W + S - k t =
@@ -555,7 +552,7 @@ def test_the_progress_line_names_the_replication_running_not_one_counted_done():
         doing = text
         seen.append((done, doing))
 
-    loaded = load_scenario(Path(__file__).parent / "data" / "small-job.yaml", ["run.replications=1001"])
+    loaded = load_scenario(DATA / "small-job.yaml", ["run.replications=1001"])
     simulate(loaded, progress=counted, activity=heard)
     for value, text in seen:
         assert text in ("", f"replication {value + 1:,}/1,001"), (value, text)

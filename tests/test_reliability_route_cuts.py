@@ -13,10 +13,9 @@ repairs) over single-NIC hosts under two leaves interrupts when the other is dow
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
-from shared import ONE_GPU_HOSTS, inside
+from shared import ONE_GPU_HOSTS, SCENARIOS, inside
 
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.faults.rerouting import split
@@ -26,7 +25,7 @@ from simulator.reliability.cuts import RouteCuts, both_ways, interrupting_shares
 from simulator.reliability.simulate import simulate_job
 from simulator.topology.loader import scenario_topology
 
-TRACE_JOB = Path(__file__).parent.parent / "scenarios" / "trace-job.yaml"
+TRACE_JOB = SCENARIOS / "trace-job.yaml"
 
 
 def trace_job(*settings: str) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from shared import DP_INNERMOST_DGX, ONE_GPU_HOSTS, RAILS, STEP_ONLY, ZERO3_JOB, inside
+from shared import DATA, DP_INNERMOST_DGX, GIB, ONE_GPU_HOSTS, RAILS, REPO, STEP_ONLY, ZERO3_JOB, inside
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
@@ -574,7 +574,7 @@ def _interrupted_ahead(tmp_path, presses: str) -> tuple[subprocess.Popen, Path, 
     out, reached = tmp_path / "out", tmp_path / "reached"
     job = subprocess.Popen([sys.executable, "-c", INTERRUPTED_AHEAD, str(scenario), str(out), str(reached), presses],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                           cwd=Path(__file__).parent.parent)
+                           cwd=REPO)
     return job, out, reached
 
 
@@ -989,7 +989,7 @@ def test_straggler_states_run_unfolded_are_held_to_the_unfolded_estimate(monkeyp
                        "one rank per class by the slow replica's coordinates is every rank\\)"):
         simulate_job(job)
 
-SMALL_JOB = (Path(__file__).parent / "data" / "small-job.yaml").read_text().replace(
+SMALL_JOB = (DATA / "small-job.yaml").read_text().replace(
     "job_failure: {unit: host, effect: restart, mtbf: 3 h}",
     "throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 12 h, repair: 6 h}")
 
@@ -1132,9 +1132,6 @@ def run_refused(tmp_path: Path, capsys, text: str) -> tuple[Path, str]:
     assert main(["run", str(scenario), "--out", str(out)]) == 2
     assert not out.exists()
     return scenario, capsys.readouterr().err
-
-
-GIB = 2.0**30
 
 
 def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_path, capsys):

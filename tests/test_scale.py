@@ -4,9 +4,8 @@ change (the 1,000,000-GPU cluster, a million layers, the unfolded 8,192-GPU Llam
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from shared import SCENARIOS
 
 from simulator import scale, simulation
 from simulator.cli import main
@@ -18,8 +17,6 @@ from simulator.topology.builders import BUILDERS
 from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology, scenario_topology
 from simulator.topology.size import SIZE_PARAMETERS, topology_gpus
 
-REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = REPO / "scenarios"
 LLAMA_405B = str(SCENARIOS / "llama3-405b-8192-gpus.yaml")
 MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192", "--set",
                 "training.global_batch=16384"]

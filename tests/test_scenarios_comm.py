@@ -14,9 +14,9 @@ Reference figures (copied here; the source is the project's reference set, hardw
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from shared import DATA
 
 from simulator.cli import main
 from simulator.collective_sweep import collective_sweep
@@ -31,7 +31,7 @@ NVLINK_H100 = 450e9      # B/s per direction (H100 datasheet)
 ETHERNET_100G = 12.5e9   # B/s per direction (100 GbE)
 NDR_NIC = 50e9           # B/s per direction (NDR 400 Gb/s)
 
-EIGHT_HOSTS_400G = Path(__file__).resolve().parent / "data" / "eight-hosts-400g.yaml"
+EIGHT_HOSTS_400G = DATA / "eight-hosts-400g.yaml"
 
 
 def collective_times(text: str) -> dict[str, float]:

@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from shared import DATA, EXACT, REPO
 
 from simulator.errors import ScenarioError, SimulationError
 from simulator.schedules import (
@@ -22,8 +23,7 @@ from simulator.schedules import (
 )
 from simulator.schedules.base import validate_schedule
 
-REFERENCE = Path(__file__).parent / "data" / "schedules_p4_m8.txt"
-EXACT = 1e-9
+REFERENCE = DATA / "schedules_p4_m8.txt"
 
 
 def _reference_orders() -> dict[str, dict[int, list[Action]]]:
@@ -98,7 +98,7 @@ def test_interleaved_at_one_chunk_runs_with_1f1bs_bubble_as_the_table_says() -> 
     for m in (4, 8):
         timing = simulate_schedule(build_schedule("interleaved", 4, m, 1), f=1, b=2)
         assert timing.bubble_fraction == pytest.approx(3 / (m + 3), rel=1e-9)
-    table = (Path(__file__).parents[1] / "docs" / "schedules.md").read_text()
+    table = (REPO / "docs" / "schedules.md").read_text()
     row = next(line for line in table.splitlines() if line.startswith("| `interleaved` |"))
     assert "needs `v >= 2`" not in row and "`v = 1`" in row
 

@@ -9,11 +9,11 @@ import dataclasses
 import itertools
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from shared import DATA, SCENARIOS, one_layout
 
 from simulator import load_scenario, simulate
 from simulator.errors import Terminated
@@ -27,7 +27,7 @@ from simulator.sweep.options import Recompute
 from simulator.sweep.report import write_search
 from simulator.sweep.search import STOPPED_REASON, SearchResult, search_base, search_layouts
 
-SCENARIO = Path(__file__).parent / "data" / "llama3_70b_64_dgx_h100.yaml"
+SCENARIO = DATA / "llama3_70b_64_dgx_h100.yaml"
 DGX_DOMAINS = np.arange(512) // 8
 """Each GPU's NVLink domain on 64 DGX hosts of 8 GPUs."""
 
@@ -105,9 +105,8 @@ def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsy
                             on_progress=lambda done, total: heard.append((done, total)))
     simulated = int((result.table["status"] == "simulated").sum())  # the top 2 and the decision tree's layout
     assert simulated == 3 and heard == [(done, simulated) for done in range(simulated + 1)]
-    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(tmp_path / "s"), "--quiet", "--tp", "1",
-                 "--cp", "1", "--pp", "1", "--virtual-stages", "1", "--micro-batch", "1", "--sharding", "zero1",
-                 "--recompute", "selective", "--top", "1"]) == 0
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(tmp_path / "s"), "--quiet",
+                 *one_layout(recompute="selective")]) == 0
     assert "wrote" in capsys.readouterr().out
 
 
@@ -129,9 +128,8 @@ def test_a_stopped_search_writes_the_layouts_it_simulated(tmp_path, monkeypatch,
 
     monkeypatch.setattr(executors, "make_executor", lambda *args: StoppedAfterOne())
     out = tmp_path / "s"
-    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--quiet", "--tp", "1,2", "--cp", "1",
-                 "--pp", "1", "--virtual-stages", "1", "--micro-batch", "1", "--sharding", "zero1",
-                 "--recompute", "selective", "--top", "2"]) == 143
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--quiet",
+                 *one_layout(tp="1,2", recompute="selective", top="2")]) == 143
     err = capsys.readouterr().err
     assert err == (f"terminated: the search stopped after 1 of 3 layout simulations; wrote {out}: candidates.csv, "
                    "candidates.parquet, search.json, manifest.json (the rest 'stopped' in candidates.csv); run again "
@@ -157,9 +155,8 @@ def test_the_search_prints_the_run_that_reproduces_its_best_layout(tmp_path, cap
     from simulator.cli import main
 
     out = tmp_path / "s"
-    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--quiet", "--tp", "2", "--cp", "1",
-                 "--pp", "1", "--virtual-stages", "1", "--micro-batch", "1", "--sharding", "zero1",
-                 "--recompute", "none", "--top", "1", "--set", "training.global_batch=16"]) == 0
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--quiet",
+                 *one_layout(tp="2"), "--set", "training.global_batch=16"]) == 0
     command = [line for line in capsys.readouterr().out.splitlines() if line.startswith("run the best: ")]
     assert len(command) == 1
     words = shlex.split(command[0].removeprefix("run the best: "))
@@ -454,7 +451,7 @@ def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     from simulator.sweep.layouts import check_memory
     from simulator.topology.loader import load_topology
 
-    path = Path(__file__).parents[1] / "scenarios" / "published" / "llama3-405b-8192-gpus.yaml"
+    path = SCENARIOS / "published" / "llama3-405b-8192-gpus.yaml"
     loaded = load_scenario(path)
     assert loaded.scenario.parallelism.ddp.overlap_param_gather
     base = search_base(path, None)
@@ -597,7 +594,6 @@ def test_the_estimates_all_to_alls_share_the_spines_with_their_stages_other_ep_g
     assert len(forward) == 8
     simulated = float((forward["end_s"] - forward["start_s"]).sum())
     assert 0.985 * simulated <= estimated <= 1.02 * simulated
-
 
 
 def test_an_all_to_all_without_copies_is_timed_alone_without_working_out_links(monkeypatch):
@@ -1465,8 +1461,7 @@ def test_the_trees_layer_holds_only_its_ranks_share_of_the_routed_experts(tmp_pa
     scenario.write_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {layers: 8, hidden: 4096, heads: "
                         "32, moe: {experts: 64, top_k: 2, expert_ffn_hidden: 14336}}\ntraining: {seq_len: 1024, "
                         "global_batch: 64}\nparallelism: {ep: 8}\n")
-    assert main(["search", str(scenario), "--out", str(tmp_path / "out"), "--tp", "1", "--cp", "1", "--virtual-stages",
-                 "1", "--micro-batch", "1", "--sharding", "zero1", "--recompute", "none", "--top", "1",
+    assert main(["search", str(scenario), "--out", str(tmp_path / "out"), *one_layout(pp=None),
                  "--executor", "serial", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "one layer does not fit" not in out
@@ -1597,8 +1592,8 @@ def test_the_search_keeps_the_users_ddp_settings_in_its_layouts_and_its_run_comm
 
     out = tmp_path / "s"
     assert main(["search", "llama3-8b-dgx-h100-dp8", "--set", "parallelism.ddp.overlap=false", "--set",
-                 "parallelism.ddp.bucket=1MiB", "--out", str(out), "--quiet", "--tp", "1", "--cp", "1", "--pp", "1",
-                 "--micro-batch", "1", "--sharding", "zero1", "--recompute", "none", "--top", "1"]) == 0
+                 "parallelism.ddp.bucket=1MiB", "--out", str(out), "--quiet",
+                 *one_layout()]) == 0
     command = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("run the best: "))
     words = shlex.split(command.removeprefix("run the best: "))
     assert not any(word.startswith("parallelism=") for word in words)
@@ -1616,8 +1611,7 @@ def test_a_set_of_a_field_the_search_varies_is_refused_naming_its_flag(tmp_path,
     from simulator.cli import main
 
     code = main(["search", "llama3-8b-dgx-h100-dp8", "--set", given, "--out", str(tmp_path / "s"), "--quiet",
-                 "--tp", "1", "--cp", "1", "--pp", "1", "--micro-batch", "1", "--sharding", "zero1", "--recompute",
-                 "none", "--top", "1"])
+                 *one_layout()])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and f"--set {given}: the search sets " in err, err
     assert err.endswith(f": {flag})"), err
@@ -1628,8 +1622,7 @@ def test_a_set_of_ddp_is_not_refused(tmp_path):
     from simulator.cli import main
 
     assert main(["search", "llama3-8b-dgx-h100-dp8", "--set", "parallelism.ddp={}", "--out", str(tmp_path / "s"),
-                 "--quiet", "--tp", "1", "--cp", "1", "--pp", "1", "--micro-batch", "1", "--sharding", "zero1",
-                 "--recompute", "none", "--top", "1"]) == 0
+                 "--quiet", *one_layout()]) == 0
 
 
 def test_zero2_candidates_run_deepspeeds_zero2_unless_the_user_chose():
@@ -1737,8 +1730,7 @@ def test_the_ddp_options_a_layout_turns_off_are_said_and_not_set_twice_in_the_ru
 
     out = tmp_path / "s"
     assert main(["search", "llama3-8b-dgx-h100-dp8", "--set", "parallelism.ddp.overlap_param_gather=true",
-                 "--out", str(out), "--quiet", "--tp", "2", "--cp", "1", "--pp", "1", "--micro-batch", "1",
-                 "--sharding", "zero0", "--recompute", "none", "--top", "1"]) == 0
+                 "--out", str(out), "--quiet", *one_layout(tp="2", sharding="zero0")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert ("the scenario's ddp options turned off where the layout's sharding cannot take them: "
             "parallelism.ddp.overlap_param_gather (zero0 layouts)") in lines

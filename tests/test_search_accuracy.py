@@ -12,9 +12,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from shared import REPO
 
 from simulator import load_scenario, simulate
 from simulator.simulation import network_settings
@@ -23,7 +23,7 @@ from simulator.topology.loader import scenario_topology
 from simulator.workload.calibrated import contention_share
 from simulator.workload.training import build_training_step
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "search_accuracy.py"
+SCRIPT = REPO / "benchmarks" / "search_accuracy.py"
 BUNDLED = "llama3-8b-dgx-h100-dp8"
 
 

@@ -5,9 +5,9 @@ never where they do not, the refusal on a fabric without SHARP, and folding."""
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
+from shared import GIB, SCENARIOS
 
 from simulator import simulate
 from simulator.catalog.calibration import nvls_efficiency
@@ -23,7 +23,6 @@ from simulator.errors import ScenarioError, TopologyError
 from simulator.network.calibration import calibrated
 from simulator.topology.loader import load_topology
 
-GIB = 2.0**30
 CALIBRATED = calibrated("h100-sxm")
 NVLINK = 450e9 * CALIBRATED["nvlink"]
 NIC = 50e9 * CALIBRATED["infiniband"]
@@ -173,7 +172,7 @@ def test_folded_and_unfolded_agree_with_in_network_reduction(run_yaml, tp, dp, n
 def test_the_bundled_scenario_shows_each_algorithm_at_its_closed_form():
     """scenarios/allreduce-sharp-dgx-h100.yaml: `auto` (NVLS + SHARP), CollNetDirect and the ring on 1 GiB over
     four full hosts, and a DP-style all-reduce of one GPU per host (CollNetDirect, the NIC bound)."""
-    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "allreduce-sharp-dgx-h100.yaml"
+    scenario = SCENARIOS / "allreduce-sharp-dgx-h100.yaml"
     rows = {row["name"]: row for row in simulate(load_scenario(str(scenario))).summary["collectives"]}
     assert rows["nvls-sharp"]["time_s"] == pytest.approx(
         nvls_sharp.LATENCY + GIB * max(9 / 8 / IN_SWITCH, 1 / (8 * NIC)), rel=1e-9)

@@ -6,6 +6,7 @@ Transformer Engine's bulk overlap under tp_comm_overlap). Traffic and exposed ti
 from __future__ import annotations
 
 import pytest
+from shared import EXACT
 
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
@@ -19,7 +20,6 @@ from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.roofline import kernels_duration
 from simulator.workload.transformer import ShardShape, head_kernels, layer_kernels
 
-EXACT = 1e-9
 NVLINK_LATENCY = 3.4e-6
 """dgx-h100's path latency between two GPUs (NCCL's Simple ring latency per NVLink hop, tuning.cc)."""
 SEQ, HIDDEN, TP, LAYERS, MICROBATCHES = 4096, 8192, 8, 2, 2

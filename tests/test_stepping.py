@@ -3,11 +3,10 @@ failed event raised at the ``yield`` that waits for it (the engine's refusals to
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import simpy
+from shared import SCENARIOS
 
 from simulator import simulation as simulation_module
 from simulator.cli import main
@@ -216,7 +215,6 @@ def test_a_failed_plan_stops_its_collective_and_reaches_the_engine_run_with_its_
     assert len(log) == 0 and engine.executed == 0
 
 
-
 def test_an_error_in_a_plan_timed_alone_reaches_the_command_line_as_itself(tmp_path, capsys, monkeypatch):
     """A private collective is timed alone in a nested loop (`run_alone`); an input error there is printed as
     raised. That loop ran on `env.run()`, whose copy of the error, made of its rendered line, lost its location and was
@@ -227,7 +225,7 @@ def test_an_error_in_a_plan_timed_alone_reaches_the_command_line_as_itself(tmp_p
         raise ScenarioError("injected", field="collectives.algorithm", allowed="ring", file="s.yaml", line=3)
 
     monkeypatch.setattr(simulation_module, "run_plan", failing_plan)
-    scenario = Path(__file__).parents[1] / "scenarios" / "allreduce-2x-dgx-h100.yaml"
+    scenario = SCENARIOS / "allreduce-2x-dgx-h100.yaml"
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     assert capsys.readouterr().err == "error: s.yaml:3: collectives.algorithm: injected (allowed: ring)\n"
 
@@ -283,7 +281,7 @@ def test_a_replay_heavy_step_logs_what_a_plain_succeed_logs(monkeypatch):
     """The engine releases a replayed collective's members with `succeed_next`; with a plain `succeed` instead
     the folded Megatron 18.4B step (some 1,100 replays, 79 of them released through the queue, the rest at
     once) logs the same columns, byte for byte."""
-    scenario = Path(__file__).parents[1] / "scenarios" / "megatron-sc21-18.4b.yaml"
+    scenario = SCENARIOS / "megatron-sc21-18.4b.yaml"
     at_once: list[bool] = []
 
     def observed(env: simpy.Environment, event: simpy.Event) -> None:

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from shared import REPO
 
-REPO = Path(__file__).parent.parent
 PUBLISHED = REPO / "scenarios" / "published"
 
 BLOCKED_WORKERS = """

@@ -12,6 +12,7 @@ import orjson
 import pandas as pd
 import pytest
 import yaml
+from shared import DATA, REPO, SCENARIOS
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -24,8 +25,6 @@ from simulator.sweep.results import PointRecord, results_table, write_results
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep, sweep_from_text
 from simulator.units import shown_value
-
-DATA = Path(__file__).parent / "data"
 
 
 def small_job(horizon: str = "1 d", replications: int = 1) -> str:
@@ -322,7 +321,7 @@ def test_an_axis_adding_a_path_the_base_lacks_is_blamed_at_the_axis(tmp_path, ca
 def test_an_axis_over_a_trace_knob(tmp_path):
     """`workload` is a list or a trace's mapping: the axis check read it as a list only and refused every trace
     knob with 'workload has no sub-fields'."""
-    base = Path(__file__).resolve().parents[1] / "scenarios" / "trace-allreduce-2rank.yaml"
+    base = SCENARIOS / "trace-allreduce-2rank.yaml"
     sweep = sweep_from_text(f"base: {base}\ngrid:\n  workload.compute_scale: [1.0, 2.0]\n")
     assert [point.data["workload"]["compute_scale"] for point in sweep.points] == [1.0, 2.0]
 
@@ -507,7 +506,6 @@ def test_force_runs_a_job_point_refused_for_its_size(tmp_path, monkeypatch, caps
     assert "1 ok; 0 reused" in capsys.readouterr().out
 
 
-
 def test_a_job_point_writes_the_files_trainsim_run_writes(tmp_path):
     """`trainsim run` and a sweep point ran a job through two copies of simulate-then-write; both now call
     reliability.report.run_job, so a point's folder holds the files `trainsim run` writes, byte for byte (the
@@ -674,7 +672,7 @@ def test_a_job_sweep_whose_points_share_their_steps_notes_that_serial_simulates_
     command). The sweep counts them, and the note is given for a local pool of several workers only."""
     from simulator.cli import shared_steps_note
 
-    data = Path(__file__).resolve().parent / "data"
+    data = DATA
     grid = "grid:\n  checkpoint.mode: [sync, async]\n  restart.spares: [0, 2]\n"
     shared = sweep_from_text(f"base: small-job.yaml\n{grid}", "sw.yaml", data)
     assert shared.shared_steps == 4
@@ -693,7 +691,7 @@ def test_a_sweep_runs_again_the_points_whose_files_changed(tmp_path):
     now digests the bytes of every file the scenario reads: the points run again after an edit, and are reused
     while the files are as they were."""
     topology = tmp_path / "node.yaml"
-    shutil.copy(Path(__file__).resolve().parents[1] / "topologies" / "dgx-h100.yaml", topology)
+    shutil.copy(REPO / "topologies" / "dgx-h100.yaml", topology)
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE.replace("topology: dgx-h100", "topology: node.yaml")
                     + "grid:\n  training.microbatches: [4, 8]\n")
@@ -838,7 +836,7 @@ def test_a_point_of_an_inline_base_runs_again_from_its_folders_scenario(tmp_path
     the point's SHA-256 and summary."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sub").mkdir()
-    shutil.copy(Path(__file__).parent.parent / "topologies" / "dgx-h100.yaml", tmp_path / "sub" / "node.yaml")
+    shutil.copy(REPO / "topologies" / "dgx-h100.yaml", tmp_path / "sub" / "node.yaml")
     Path("sub/inl.yaml").write_text(BASE.replace("dgx-h100", "node.yaml") + "grid:\n  training.microbatches: [4, 8]\n")
     assert main(["sweep", "sub/inl.yaml", "--point-outputs", "--out", "out", "--executor", "serial", "--quiet"]) == 0
     for point in ("out/points/00000", "out/points/00001"):

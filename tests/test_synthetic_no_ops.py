@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
+
+from shared import REPO
 
 from simulator.cli import main
 from simulator.sweep.spec import sweep_from_text
 
-ROOT = Path(__file__).resolve().parent.parent
 NO_GRADIENTS = "a synthetic model has no gradients to reduce"
 
 
@@ -44,8 +44,8 @@ def test_a_sweep_warns_once_per_axis_a_synthetic_model_ignores():
 
 
 def test_the_sweep_example_of_studies_md_varies_what_its_base_reads():
-    text = (ROOT / "docs" / "studies.md").read_text()
+    text = (REPO / "docs" / "studies.md").read_text()
     example = next(block for block in re.findall(r"```yaml\n(.*?)```", text, re.S) if "\ngrid:" in block)
-    sweep = sweep_from_text(example, "docs/studies.md", ROOT / "docs")
+    sweep = sweep_from_text(example, "docs/studies.md", REPO / "docs")
     assert sweep.warnings == ()
     assert all(point.data["model"] == {"preset": "llama3-8b"} for point in sweep.points)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from shared import EXACT
 
 from simulator import simulate
 from simulator.catalog.gpus import get_gpu
@@ -25,7 +26,6 @@ SPLIT_K_REDUCE = ("void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, f
                   "false>(cublasSplitKParams<float>, float const*, __nv_bfloat16 const*, __nv_bfloat16*)")
 COPY_KERNEL = ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase"
                "&)::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(float)#1}>")
-EXACT = 1e-9
 
 
 class Trace:

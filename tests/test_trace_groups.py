@@ -18,6 +18,7 @@ from shared import (
     EXACT,
     KINETO_2RANK,
     MESH,
+    MIB,
     chakra_scenario,
     comms_args,
     copy_traces,
@@ -30,7 +31,6 @@ from shared import (
 
 from simulator.errors import TraceError
 
-MIB = 1 << 20
 ALL_REDUCE_BYTES = 64 * MIB
 
 

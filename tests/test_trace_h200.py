@@ -11,13 +11,13 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from shared import REPO
 
 from simulator import simulate
 from simulator.catalog.gpus import catalog_gpu_of
 from simulator.config.loader import scenario_from_text
 from simulator.workload.traces.model import attention_key_length, kernel_kind
 
-REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "trace-h200-step.yaml"
 TRACE = REPO / "scenarios" / "traces" / "h200-step" / "rank0.json.gz"
 MEASURED = REPO / "benchmarks" / "results" / "h200-2026-12-04.json"

@@ -6,11 +6,10 @@ keep_global, idle GPUs)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from shared import STEP_ONLY, H
+from shared import SCENARIOS, STEP_ONLY, H
 
 from simulator import simulate
 from simulator.cli import main
@@ -20,7 +19,6 @@ from simulator.reliability.simulate import simulate_job
 from simulator.reliability.states import ClusterState, StepStates
 from simulator.topology.loader import scenario_topology
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
 PAIR = SCENARIOS / "trace-allreduce-2rank.yaml"
 JOB = """run: {horizon: 2 d, replications: 3}
 faults: {preset: llama3, rate_multiplier: 5000}

@@ -14,11 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
-from shared import EXACT, launched, p2p_job, run, transfer_s
+from shared import EXACT, MIB, launched, p2p_job, run, transfer_s
 
 from simulator.errors import TraceError
 
-MIB = 1 << 20
 NIC_BITS = 25e9
 RATE = NIC_BITS / 8 * 0.94
 """Bytes per second of a 25 Gb/s Ethernet NIC at the calibrated Ethernet efficiency."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from shared import EVEN, EXACT, SEQ_2RANK, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
+from shared import EVEN, EXACT, MIB, SEQ_2RANK, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
 
 from simulator.config.loader import scenario_from_text
 from simulator.config.traces import TraceWorkload
@@ -21,7 +21,6 @@ from simulator.errors import ScenarioError
 from simulator.topology.loader import scenario_topology
 from simulator.workload.traces.program import read_traces, trace_program
 
-MIB = 2**20
 TP_BYTES, STAGE_BYTES, GRADIENT_BYTES = MIB, 2 * MIB, 4 * MIB
 ETHERNET_RATE = 100e9 / 8 * 0.94
 """ethernet-100g's NIC rate at the calibrated link efficiency (topologies/ethernet-100g.yaml), bytes/s."""

@@ -21,6 +21,7 @@ from shared import (
     EXACT,
     KINETO_2RANK,
     MESH,
+    MIB,
     REPO,
     SEQ_2RANK,
     UNEVEN,
@@ -1454,9 +1455,6 @@ def test_an_nccl_kernel_naming_no_collective_lists_the_kernel_words(tmp_path):
     assert error.allowed == ("a kernel name with a word of allreduce, allgather, reducescatter, broadcast, reduce, "
                              "alltoall, sendrecv, send, recv (ncclDevKernel_AllReduce_Sum_bf16_RING_LL), or a "
                              "record_param_comms annotation")
-
-
-MIB = 2**20
 
 
 def test_collectives_with_sequence_numbers_match_by_them_and_replay_recosted(tmp_path):

@@ -9,6 +9,7 @@ import functools
 from pathlib import Path
 
 import pytest
+from shared import DATA, EXACT, SCENARIOS
 
 from simulator.errors import ScenarioError
 from simulator.schedules import Action, build_schedule, load_schedule_csv, schedule_to_csv, simulate_schedule
@@ -17,11 +18,10 @@ from simulator.schedules.custom_csv import load_table_placement
 from simulator.schedules.registry import schedule_placement
 from simulator.workload.memory_plan import MEMORY_PARTS
 
-PYTORCH_ORDERS = Path(__file__).parent / "data" / "pytorch_schedules.txt"
+PYTORCH_ORDERS = DATA / "pytorch_schedules.txt"
 CLASS_NAMES = {"ScheduleLoopedBFS": "looped-bfs", "ScheduleInterleaved1F1B": "interleaved",
                "ScheduleInterleavedZeroBubble": "interleaved-zb", "ScheduleZBVZeroBubble": "zbv",
                "ScheduleDualPipeV": "dualpipev"}
-EXACT = 1e-9
 
 Word = tuple[str, int, int, bool]
 """(kind, micro-batch, global virtual stage, second half of an overlapped slot) as PyTorch's order gives it."""
@@ -272,7 +272,7 @@ def test_chunk_column_in_timeline_and_trace(tmp_path: Path) -> None:
     from simulator.cli import main
     from simulator.report.outputs import compute_stream_work, pipeline_actions
 
-    scenario = Path(__file__).parents[1] / "scenarios" / "schedule-dualpipev-p4-m8.yaml"
+    scenario = SCENARIOS / "schedule-dualpipev-p4-m8.yaml"
     assert main(["run", str(scenario), "--out", str(tmp_path), "--quiet"]) == 0
     timeline = pd.read_parquet(tmp_path / "timeline.parquet")
     forwards = timeline[timeline["category"] == "forward"]

@@ -11,12 +11,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from shared import SCENARIOS
 
 from simulator import validation
 from simulator.cli import main
 from simulator.validation import published_cases, render, run_case
 
-FOLDER = Path(__file__).parent.parent / "scenarios" / "published"
+FOLDER = SCENARIOS / "published"
 SMALL_SC21 = ("1.7b", "3.6b", "7.5b", "18.4b", "39.1b")
 
 

@@ -4,9 +4,8 @@ memory timeline that shows it, and Gantt rows labelled by rank and the stages it
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from shared import GIB, SCENARIOS
 
 from simulator.catalog.models import get_model
 from simulator.report.gantt import gantt_figure, pipeline_passes
@@ -21,8 +20,6 @@ from simulator.workload.memory import (
     weight_grad_bytes_per_layer,
 )
 from simulator.workload.transformer import ShardShape
-
-GIB = 2.0**30
 
 
 def test_gpt_layer_weight_grad_memory_is_the_papers_32_sbh():
@@ -87,7 +84,7 @@ def test_full_recompute_does_not_raise_a_zero_bubble_peak_set_by_deferred_weight
     from simulator.topology.loader import scenario_topology
 
     def stages(*overrides: str) -> list[dict]:
-        loaded = load_scenario(Path(__file__).parent.parent / "scenarios" / "llama3-70b-torchtitan-pp-fsdp.yaml",
+        loaded = load_scenario(SCENARIOS / "llama3-70b-torchtitan-pp-fsdp.yaml",
                                list(overrides))
         return validate(loaded, scenario_topology(loaded)).memory["memory_per_stage"]
 

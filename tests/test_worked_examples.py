@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from shared import DATA, GB, GIB, REPO
 
 from simulator import load_scenario
 from simulator.catalog.models import get_model
@@ -19,10 +20,6 @@ from simulator.preflight import validate
 from simulator.topology.loader import load_topology, scenario_topology
 from simulator.workload.stage_work import layers_per_stage
 from simulator.workload.transformer import kv_heads_per_rank
-
-REPO = Path(__file__).resolve().parents[1]
-GB = 1e9
-GIB = 2**30
 
 
 def validated_memory(text: str) -> dict:
@@ -234,7 +231,7 @@ network: {{efficiency: ideal}}
 collectives: {{algorithm: ring}}
 """
 
-EIGHT_HOSTS_400G = Path(__file__).resolve().parent / "data" / "eight-hosts-400g.yaml"
+EIGHT_HOSTS_400G = DATA / "eight-hosts-400g.yaml"
 
 RING_BASE = 8.4e-6  # NCCL's base latency of a Simple ring collective (tuning.cc baseLatencies)
 

@@ -72,12 +72,16 @@ queued behind it, hold the forward's start (`microbatch_starts_s`), so a slot's 
 
 ZERO2_HINT = "--sharding zero2 runs DeepSpeed's ZeRO-2, which reduce-scatters every micro-batch"
 """How a search gets ZeRO-2, said where a `--set` of `zero` or `reduce_every_microbatch` is refused."""
+SPACE_FLAGS = {"tp": "--tp", "cp": "--cp", "pp": "--pp", "ep": "--ep", "virtual_stages": "--virtual-stages",
+               "micro_batch": "--micro-batch", "sharding": "--sharding", "recompute": "--recompute"}
+"""Each dimension of a layout with the `trainsim search` flag that lists its values in the search space."""
+_TP, _CP, _PP = SPACE_FLAGS["tp"], SPACE_FLAGS["cp"], SPACE_FLAGS["pp"]
 SEARCHED_FIELDS: dict[str, str] = {
-    "parallelism.tp": "--tp", "parallelism.cp": "--cp", "parallelism.pp": "--pp",
-    "parallelism.dp": "--tp, --cp and --pp (dp takes the GPUs they leave)",
-    "parallelism.sequence_parallel": "--tp (sequence parallelism is on whenever tp > 1)",
-    "parallelism.zero": f"--sharding; {ZERO2_HINT}", "parallelism.fsdp": "--sharding",
-    "training.micro_batch": "--micro-batch", "training.recompute": "--recompute",
+    "parallelism.tp": _TP, "parallelism.cp": _CP, "parallelism.pp": _PP,
+    "parallelism.dp": f"{_TP}, {_CP} and {_PP} (dp takes the GPUs they leave)",
+    "parallelism.sequence_parallel": f"{_TP} (sequence parallelism is on whenever tp > 1)",
+    "parallelism.zero": f"{SPACE_FLAGS['sharding']}; {ZERO2_HINT}", "parallelism.fsdp": SPACE_FLAGS["sharding"],
+    "training.micro_batch": SPACE_FLAGS["micro_batch"], "training.recompute": SPACE_FLAGS["recompute"],
 }
 """The scenario fields the search varies, each with the flag that gives its values: every candidate sets them
 (`Candidate.overrides`), so a `--set` of one would be dropped (`search` refuses it). Not the virtual stages,

@@ -28,6 +28,7 @@ from simulator.sweep.executors import Executor
 from simulator.sweep.layouts import (
     CANDIDATE_FIELDS,
     SEARCHED_FIELDS,
+    SPACE_FLAGS,
     ZERO2_HINT,
     Candidate,
     Checked,
@@ -54,9 +55,6 @@ DEFAULT_TOP = 8
 CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "virtual_stages", "micro_batch", "sharding", "recompute")
 STOPPED_REASON = "not simulated: the search was stopped (Ctrl-C or SIGTERM) first"
 """The reason of a layout the search would have simulated, in the table a stopped search writes."""
-SPACE_FLAGS = {"tp": "--tp", "cp": "--cp", "pp": "--pp", "ep": "--ep", "virtual_stages": "--virtual-stages",
-               "micro_batch": "--micro-batch", "sharding": "--sharding", "recompute": "--recompute"}
-"""Each dimension of a layout with the flag that lists its values in the search space."""
 REPORTED_METRICS = ("tokens_per_s", "mfu", "step_time_s", "peak_memory_gib", "bubble_fraction",
                     "bottleneck.verdict")
 
