@@ -705,6 +705,21 @@ def test_a_rack_failing_out_of_the_group_is_in_repair(job_with):
     assert summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(9 * H - 60)
 
 
+def test_an_idle_spare_rack_failing_takes_its_stand_in_hosts_until_its_repair(job_with):
+    """2 racks and a spare rack (4 hosts), not elastic: host 5 fails at 0.5 h (1 h repair) and a spare host stands
+    in for it, leaving 3; the spare rack, idle in the pool, fails at 1 h (10 h repair): all 4 of its hosts are out
+    until 11 h, the one standing in too. Host 5 is back at 1.5 h and takes that one's slot, and when host 1 fails
+    at 2 h no host is spare: the restart waits for the rack, 9 h less the detection minute. Before, the failure
+    took the 3 spare hosts the count held, not the rack, and the restart at 2 h found host 5 spare and took it at
+    once, the rack's stand-in still counted in the job."""
+    classes = CLASSES + ", host: {mtbf: 1000 d, repair: 1 h}"
+    result = job_with(spared(gb200_job(classes, elastic=False)), (0.5 * H, 2, 5, 1 * H), (1 * H, 0, 2, 10 * H),
+                      (2 * H, 2, 1, 100 * H))
+    assert result.summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(9 * H - 60)
+    restarts = result.events[result.events["kind"] == "restart"]
+    assert list(restarts["start_s"]) == [0.5 * H, 2 * H]
+
+
 def test_an_idle_spares_tray_down_is_down_when_it_joins(job_with):
     """2 racks and a spare rack, not elastic: the idle spare's first tray fails at 0.9 h (10 h repair), then rack 0
     at 1 h: the spare joins the group at its second place with that tray down, and the job trains slower until the

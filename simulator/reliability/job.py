@@ -375,17 +375,18 @@ class JobProcess:
 
     def _idle_rack_failure(self, rack: str, index: int, t: float) -> None:
         """Rack ``rack``, out of the group (a spare, a rack back from repair, one still in repair), fails at ``t``:
-        it is in repair until the later of its repairs' ends, and no restart takes it before (`_places`). Its hosts
-        leave the spare hosts until then (those in hand: others may stand in for hosts out), or, in repair, come
-        back then. One `failure` row, taking no host of the job."""
+        it is in repair until the later of its repairs' ends, and no restart takes it before (`_places`). Free, all
+        its hosts leave the spare hosts until then, as the rack does the pool: those standing in for hosts out
+        (spare hosts fewer than the rack's) too, which leaves the spare hosts short of them until the repair, so
+        that the next restart replaces them; in repair, they come back then. One `failure` row, taking no host of
+        the job."""
         back = t + self.repair[index]
         free = {switch: at for at, switch in self.pool}
         self._collect_repairs(t)
         hosts = self.plan.rack_hosts(rack)
         if free[rack] <= t + EPS:
-            taken = min(hosts, self.spares)
-            self.spares -= taken
-            for _ in range(taken):
+            self.spares -= hosts
+            for _ in range(hosts):
                 heapq.heappush(self.repairs, back)
         elif back > free[rack]:
             self._postpone_repairs(hosts, free[rack], back)
