@@ -37,16 +37,17 @@ MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192",
     ("llama3-8b-dgx-h100-dp8", ["parallelism.ddp.bucket=1 B"]),
     ("schedule-1f1b-p4-m8", ["parallelism.ddp.bucket=1 B"]),
 ])
-def test_the_estimate_counts_the_ops_within_a_factor_of_two(name, overrides):
-    """Today's ratios estimate / real lie between 0.80 and 1.16 (0.87 and 1.6 before DDP buckets were filled
-    tensor by tensor, a full recompute's TP collectives counted and synthetic hand-offs counted as free ops)."""
+def test_the_estimate_counts_the_ops_within_a_sixth(name, overrides):
+    """Today's ratios estimate / real lie between 0.962 and 1.156 (measured 2026-12-06: ZB-H1's 148 / 128 the
+    highest; 0.87 and 1.6 before DDP buckets were filled tensor by tensor, a full recompute's TP collectives
+    counted and synthetic hand-offs counted as free ops); the band was 0.5 to 2."""
     loaded = load_scenario(SCENARIOS / f"{name}.yaml", overrides)
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded))
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
     assert estimate.gpus == topology.num_gpus
     assert estimate.simulated_ranks == len(program.ranks)
-    assert 0.5 <= estimate.ops / len(program.ops) <= 2.0
+    assert 0.96 <= estimate.ops / len(program.ops) <= 1.16
 
 
 def test_the_estimate_of_the_405b_run_is_near_its_real_flows_and_under_the_limits():
@@ -251,20 +252,22 @@ TP16_DP8 = ["model.layers=4", "parallelism.tp=16", "parallelism.dp=8", "cluster.
 replicas the DP collectives join to it (the run that passed the check at 1,320 flows makes 103,392)."""
 
 
-@pytest.mark.parametrize("path, overrides", [
-    (TORCHTITAN_70B, ["model.layers=4", "training.global_batch=4"]),
+@pytest.mark.parametrize("path, overrides, ratio", [
+    (TORCHTITAN_70B, ["model.layers=4", "training.global_batch=4"], 0.939),
     (TORCHTITAN_70B, ["model.layers=4", "parallelism.tp=16", "parallelism.dp=1", "cluster.nodes=4",
-                      "training.global_batch=2"]),
-    (TORCHTITAN_70B, TP16_DP8),
+                      "training.global_batch=2"], 0.930),
+    (TORCHTITAN_70B, TP16_DP8, 1.139),
     (SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml", ["model.layers=2", "parallelism.cp=4", "parallelism.dp=2",
-                                                 "parallelism.cp_algorithm=all_gather"]),
-    (SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml", ["model.layers=2", "parallelism.cp=4", "parallelism.dp=2"]),
-    (SCENARIOS / "megatron-sc21-18.4b.yaml", ["model.layers=4"]),
+                                                 "parallelism.cp_algorithm=all_gather"], 0.813),
+    (SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml", ["model.layers=2", "parallelism.cp=4", "parallelism.dp=2"], 0.886),
+    (SCENARIOS / "megatron-sc21-18.4b.yaml", ["model.layers=4"], 1.038),
 ])
-def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides):
-    """Estimate / flows_simulated: 0.94, 0.93, 1.14, 0.81, 0.89, 1.04 (the ring attention case, cp - 1 grouped
-    send/receive steps a pass, each a transfer per CP rank, was 0.11 while the estimate counted one ring
-    collective a pass, 0.94 while its steps posted empty transfers to every other member; of the others,
+def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides, ratio):
+    """Estimate / flows_simulated, each held within 3% of its own ratio (measured 2026-12-06: 952 / 1,014,
+    14,344 / 15,424, 117,768 / 103,392, 410 / 504, 794 / 896, 1,728 / 1,664; a band of 0.5 to 1.25 over all six let
+    any of them move by a third unseen; the ring attention case, cp - 1 grouped send/receive steps a pass, each
+    a transfer per CP rank, was 0.11 while the estimate counted one ring collective a pass, 0.94 while its steps
+    posted empty transfers to every other member; of the others,
     1.03, 0.93, 1.20 for the pipelined FSDP runs while their units counted three collectives a micro-batch, not
     two a step; 0.78, 0.66, 0.88, 0.83, 1.05 before DDP buckets were filled tensor by tensor and a full
     recompute's TP collectives counted; 0.65, 0.53, 0.72 before the TP collectives counted as the builder posts
@@ -272,7 +275,7 @@ def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides
     channel and the replicas beside it)."""
     loaded = load_scenario(path, overrides)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
-    assert 0.5 <= estimate.flows / simulate(loaded).summary["flows_simulated"] <= 1.25
+    assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(ratio, rel=0.03)
 
 
 MOE_AND_OVERLAP = {
