@@ -5,6 +5,10 @@ Across hosts the rings are rail-aligned as NCCL builds them: inside each host a 
 leaves through GPUs whose local indices match those of the neighbouring hosts, so every cross-host hop
 stays on one rail, and the channels take the host's NICs in turn, so that every NIC carries as many rings as
 any other (`first_member`).
+
+The "host" of a ring is an NVLink domain (`group_by_domain`): a DGX server, or a whole GB200 NVL72 rack of 18
+trays, which NCCL under MNNVL treats as one node with the NICs of all its trays (a ring crosses the rack's
+NVLink once and leaves it through any of its members' NICs).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import chain, repeat
 
-from simulator.catalog.calibration import network_channels_per_nic
+from simulator.catalog.calibration import max_channels, network_channels_per_nic
 from simulator.collectives.channels import first_member
 from simulator.collectives.chunking import ChunkSetting, pipeline_chunk
 from simulator.collectives.names import Primitive, Protocol
@@ -36,10 +40,31 @@ def group_by_host(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]
     return [members if len(members) == 1 else sorted(members, key=local.__getitem__) for members in hosts.values()]
 
 
+def group_by_domain(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]:
+    """The group's members per NVLink domain, domains in order of first appearance, members by their index in
+    the domain (`Topology.gpu_domain_local`): `group_by_host` where every domain is one host."""
+    domains: dict[int, list[int]] = {}
+    domain_of, local = topology.gpu_domain, topology.gpu_domain_local
+    for rank in ranks:
+        domains.setdefault(domain_of[rank], []).append(rank)
+    return [members if len(members) == 1 else sorted(members, key=local.__getitem__)
+            for members in domains.values()]
+
+
 def rails_used(topology: Topology, hosts: list[list[int]]) -> int:
-    """Distinct rails a group spanning hosts can leave each host on: at most its smallest per-host member
-    count, since only that many distinct exit GPUs exist."""
-    return usable_rails(topology.rails, min(len(members) for members in hosts))
+    """Distinct rails a group spanning hosts (or NVLink domains) can leave each on: the NICs of the hosts its
+    members sit on there (a host's ``topology.rails``; a GB200 rack's members on 18 trays: 72), at most its
+    smallest member count, since only that many distinct exit GPUs exist, and at most the ring channels NCCL's
+    search looks for (`ring_search_channels`)."""
+    host = topology.gpu_host
+    rails = topology.rails * min(len({host[rank] for rank in members}) for members in hosts)
+    return min(usable_rails(rails, min(len(members) for members in hosts)), ring_search_channels())
+
+
+def ring_search_channels() -> int:
+    """The most ring channels NCCL's graph search looks for, MAXCHANNELS / 2 (src/init.cc: ringGraph->maxChannels
+    = MAXCHANNELS/2; ncclTopoPostset then doubles what it found): 16 under the catalog's 32-channel cap."""
+    return max_channels() // 2
 
 
 def usable_rails(rails: int, fewest_members: int) -> int:
@@ -80,7 +105,7 @@ def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list
         members = hosts[0]
         start = channel % len(members)
         return members[start:] + members[:start]
-    local = topology.gpu_local
+    local = topology.gpu_domain_local
     ends = uneven_ends(hosts, local, channel)
     if ends is not None:
         return uneven_ring_order(hosts, local, ends)
@@ -158,7 +183,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     if request.op not in OPS:
         raise ScenarioError(f"algorithm 'ring' does not implement {request.op}", field="collectives.algorithm")
     size = len(request.ranks)
-    hosts = group_by_host(request.ranks, topology)
+    hosts = group_by_domain(request.ranks, topology)
     channels = channel_count(request, topology, hosts)
     rings = [ring_order(hosts, topology, c) for c in range(channels)]
     if request.op in RING_STEPS:
@@ -178,7 +203,7 @@ def chain_step(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     every channel each edge of the chain from (or toward) the root carries that channel's share of the buffer,
     as every edge carries a chunk in the steps the chains stream; each channel's edges in the order they carry
     their first chunk."""
-    hosts = group_by_host(request.ranks, topology)
+    hosts = group_by_domain(request.ranks, topology)
     channels = channel_count(request, topology, hosts)
     root = request.ranks[request.root]
     transfers = []

@@ -33,7 +33,7 @@ from simulator.collectives.channels import kernel_channels
 from simulator.collectives.chunking import NCCL_STEPS, pipeline_chunk
 from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
 from simulator.collectives.phases import NVLINK, CollectiveRequest, HopKind, Phase, hop_kind, hop_kinds, window_stall
-from simulator.collectives.ring import RING_STEPS, channel_count, group_by_host, nics_used
+from simulator.collectives.ring import RING_STEPS, channel_count, group_by_domain, group_by_host, nics_used
 from simulator.collectives.tree import all_reduce_edges, chunk_count, nccl_nodes, pipeline_stretches, tree_shape
 from simulator.network.model import effective_capacity
 from simulator.topology.graph import Topology
@@ -66,8 +66,9 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
     if inside:
         return found
     found.append("tree")
-    even = len({len(members) for members in hosts}) == 1
-    if (nvls.available(topology) and even and nics_used(topology, hosts) >= nvls.MIN_HEADS
+    domains = group_by_domain(request.ranks, topology)
+    even = len({len(members) for members in domains}) == 1
+    if (nvls.available(topology) and even and nics_used(topology, domains) >= nvls.MIN_HEADS
             and nvls.switches_up(request.ranks, topology)):
         found.append("nvls")
     if collnet_direct.supports(request.ranks, topology):
@@ -222,7 +223,8 @@ class GroupTerms(NamedTuple):
     """All that the estimates read of a group and the topology, as plain figures (`group_terms`): its ``size``,
     its hosts (``host_count``) and the members on the fullest (``widest``), the algorithms weighed (``names``) and
     the protocols each runs under (``able``, in ``names``' order), its hops under Simple (`_estimate`'s a_in/b_in
-    and a_out/b_out; ``chain_hop`` the slowest between consecutive hosts, `slowest_host_hop`), channels, NVLS's
+    and a_out/b_out; ``chain_hop`` the slowest between consecutive hosts, `slowest_host_hop`), the ring's channels
+    (counted over NVLink domains, as ring.py plans them), NVLS's
     in-switch efficiency, whether it lies in one NVLS domain, the one-phase plans' loads by algorithm and the
     tree's passes with the links they cross (None but for the tree). No GPU or link is named, so groups placed
     alike on links alike have equal terms: `choose` keys its choices by them (`key`) and the request's op and
@@ -265,7 +267,7 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     capacity = effective_capacity(topology, efficiency or {})
     inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
     outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else inner
-    channels = channel_count(request, topology, hosts)
+    channels = channel_count(request, topology, group_by_domain(request.ranks, topology))
     chain_hop = slowest_host_hop(topology, capacity, hosts) if count > 1 and request.op not in RING_STEPS else outer
     names = algorithms or tuple(candidates(request, topology, hosts))
     able = tuple(protocols.available(name, request.op, request.ranks, topology) for name in names)
@@ -277,7 +279,8 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
         loads.append(("ring", plan_load(topology, request, ring_plan, efficiency)))
     if count > 1 and "nvls" in names and not nvls_domain:
         loads.append(("nvls", plan_load(topology, request, nvls.plan, efficiency)))
-    tree = tree_terms(request, topology, hosts, channels, efficiency) if "tree" in names else None
+    tree = (tree_terms(request, topology, hosts, channel_count(request, topology, hosts), efficiency)
+            if "tree" in names else None)
     nodes = nccl_nodes(topology, request.ranks)
     return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, chain_hop, channels, nvls_rate,
                       nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, nodes),
@@ -287,10 +290,12 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
 
 def slowest_host_hop(topology: Topology, capacity: np.ndarray, hosts: list[list[int]]) -> Hop:
     """The slowest `Hop` (least bandwidth, then most latency) between consecutive hosts of the group's first ring,
-    the hop a ring's broadcast or reduce chain waits on: between the first two hosts may be NVLink (two trays
-    of one GB200 rack) where the chain's other hosts meet over NICs."""
-    order = ring.ring_order(hosts, topology, 0)
-    host_of = topology.gpu_host
+    the hop a ring's broadcast or reduce chain waits on: the ring runs by NVLink domain (`ring.group_by_domain`),
+    so where the group spans domains the slowest of its hops between them, else of its hops between hosts (two
+    trays of one GB200 rack meet over NVLink)."""
+    domains = group_by_domain(tuple(rank for members in hosts for rank in members), topology)
+    order = ring.ring_order(domains, topology, 0)
+    host_of = topology.gpu_domain if len(domains) > 1 else topology.gpu_host
     crossings = [(src, dst) for src, dst in zip(order, order[1:]) if host_of[src] != host_of[dst]]
     return min((hop(topology, capacity, src, dst) for src, dst in crossings),
                key=lambda found: (found.bandwidth, -found.latency))

@@ -10,6 +10,7 @@ importing networkx, cost more than the rest of a run's setup).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -229,6 +230,19 @@ class Topology:
         """Whether each GPU has an NVLink (to a peer or an NVSwitch); PCIe-only hosts' GPUs have none."""
         linked = {u for (u, _), data in self.wiring.edges.items() if data["link_class"] == "nvlink"}
         return [gpu in linked for gpu in self.gpus]
+
+    @cached_property
+    def gpu_domain_local(self) -> list[int]:
+        """Each GPU's index inside its NVLink domain: its ``gpu_local`` where the domain is one host; across the
+        trays of an NVL72 rack the trays in order, each tray's GPUs by local index (tray t's GPU j of 4 is 4t + j),
+        so that GPUs of two racks with equal indices sit on the same rail."""
+        per_host = Counter(self.gpu_host)
+        offset: dict[int, int] = {}
+        filled: dict[int, int] = {}
+        for host, domain in sorted(set(zip(self.gpu_host, self.gpu_domain))):
+            offset[host] = filled.get(domain, 0)
+            filled[domain] = offset[host] + per_host[host]
+        return [offset[host] + local for host, local in zip(self.gpu_host, self.gpu_local)]
 
     @cached_property
     def gpu_domain_array(self) -> np.ndarray:
