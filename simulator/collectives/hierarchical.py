@@ -1,7 +1,9 @@
 """Two-level (hierarchical) collectives: rings inside each host, and per-rail collectives across hosts
 among the GPUs that share a local position, all rails in parallel.
 
-With g group members per host and N hosts, all-reduce costs
+A "host" here is an NVLink domain (`ring.group_by_domain`): a DGX server, or a whole GB200 NVL72 rack, whose
+members on its 18 trays reach each other over NVLink and leave it on their own NICs; the position is the
+GPU's index in the domain. With g group members per domain and N domains, all-reduce costs
 2(g-1) a_in + 2(g-1)/g n b_in + 2(N-1) a_out + 2(N-1)/N (n/g) b_out.
 """
 
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
-from simulator.collectives.ring import group_by_host, merge_parallel, ring_phase
+from simulator.collectives.ring import group_by_domain, merge_parallel, ring_phase
 from simulator.collectives.tree import binomial_phases
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
@@ -18,9 +20,9 @@ OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather", "bro
 
 
 def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hierarchical") -> list[list[int]]:
-    """Members per host (rows), the same count g on every host; column j is rail j's group across hosts. An
-    uneven group is refused in the name of algorithm ``name``, the one the user asked for."""
-    hosts = group_by_host(request.ranks, topology)
+    """Members per NVLink domain (rows), the same count g on every domain; column j is rail j's group across
+    domains. An uneven group is refused in the name of algorithm ``name``, the one the user asked for."""
+    hosts = group_by_domain(request.ranks, topology)
     sizes = sorted({len(members) for members in hosts})
     if len(sizes) > 1:
         raise ScenarioError(f"{name} {request.op} needs the same number of group members on every host, "
