@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.collectives import nvls
 from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
+from simulator.collectives.tuner import estimates
 from simulator.topology.loader import load_topology
 
 GIB = 2.0**30
@@ -69,3 +71,22 @@ def test_hierarchical_all_reduce_across_racks_runs_the_rack_as_its_inner_level()
     simulated = time_collective(TWO_RACKS, "all_reduce", "hierarchical", EVERY_GPU, GIB, efficiency=LINE_RATE)
     assert simulated == pytest.approx(expected, rel=1e-9)
     assert simulated == pytest.approx(3.17e-3, rel=2e-3)
+
+
+def test_nvls_across_racks_reduces_in_each_racks_switches():
+    """NCCL's NVLS tree with the rack as its node: the in-switch all-reduce over the rack's 72 GPUs (n 73/72 over
+    each GPU's switch link at the in-switch efficiency) and, at once, rail rings of n/72 across the racks, which
+    the NVLink level outlasts; NCCL's NVLS tree latency over 2 nodes. By tray it reduced in groups of 4 (n 5/4 per
+    link) and sent n/4 per GPU over its NIC: 10.71 ms for 1 GiB, not 1.70."""
+    in_switch = GIB * (RACK + 1) / RACK / nvls.in_switch_efficiency(TWO_RACKS) / NVLINK
+    assert in_switch > GIB / RACK / NIC
+    simulated = time_collective(TWO_RACKS, "all_reduce", "nvls", EVERY_GPU, GIB, efficiency=LINE_RATE)
+    assert simulated == pytest.approx(nvls.LATENCY + 2 * nvls.TREE_NET_LATENCY + in_switch, rel=1e-9)
+
+
+def test_auto_weighs_the_nvls_tree_across_racks_over_the_racks():
+    """The NVLS tree's latency counts NCCL's nodes, the racks: `auto`'s estimate charged 2 log2(36 trays) levels
+    of 20.9 us where the plan waits one level over 2 racks (275.8 us against 66.8), 12% over its 1 GiB time."""
+    request = CollectiveRequest("all_reduce", EVERY_GPU, GIB)
+    simulated = time_collective(TWO_RACKS, "all_reduce", "nvls", EVERY_GPU, GIB, efficiency=LINE_RATE)
+    assert estimates(request, TWO_RACKS, LINE_RATE)["nvls"] == pytest.approx(simulated, rel=1e-9)

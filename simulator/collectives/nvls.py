@@ -5,9 +5,9 @@ the switch reads that slice from every GPU) and stores the result once to a mult
 the switch writes it to every GPU). Each GPU's link to the switch then carries n (its share of every reduced
 slice) + n/p (its own store) up, and n/p (its reduced slice) + n (every stored slice) down: n (p+1)/p each way,
 against 2 (p-1)/p n for a ring, so busbw = 2 (p-1)/(p+1) x link bandwidth x in-switch efficiency (below).
-Reduce-scatter carries n up and n/p down, all-gather n/p up and n down: one direction at n. Across hosts
-all-reduce runs as NCCL's NVLS tree does in spirit: in-switch inside each host, rails across hosts (here rail
-rings rather than trees).
+Reduce-scatter carries n up and n/p down, all-gather n/p up and n down: one direction at n. Across NVLink
+domains all-reduce runs as NCCL's NVLS tree does in spirit: in-switch inside each domain (a DGX host, or a whole
+GB200 NVL72 rack, one node to NCCL under MNNVL), rails across domains (here rail rings rather than trees).
 
 The links are loaded through ordinary GPU-to-GPU transfers of the same size (GPU i to GPU i+1 over the
 switch), which loads every GPU's up and down link exactly as above for all-reduce; for reduce-scatter and
@@ -43,7 +43,13 @@ LATENCY = 25e-6
 """NCCL's latency of an NVLS collective, Simple protocol (src/graph/tuning.cc, hwLatencies[NVLINK][NVLS])."""
 TREE_NET_LATENCY = 20.9e-6
 """NCCL's per-level network latency of the NVLS tree (hwLatencies[NET][NVLS_TREE]): the NVLS tree costs
-LATENCY + 2 log2(hosts) x this."""
+LATENCY + 2 log2(nodes) x this (`tree_latency`)."""
+
+
+def tree_latency(nodes: int) -> float:
+    """The latency of NCCL's NVLS tree over ``nodes`` NVLink domains (tuning.cc: intraLat + 2 log2i(nNodes) x
+    interLat; under MNNVL a GB200 rack is one node)."""
+    return LATENCY + 2 * math.ceil(math.log2(nodes)) * TREE_NET_LATENCY
 
 
 def link_bytes(op: Primitive, nbytes: float, size: int) -> float:
@@ -119,9 +125,9 @@ def in_switch(groups: list[list[int]], op: Primitive, nbytes: float, topology: T
 
 
 def check(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
-    """The group's members per host, or the error that says why NVLS cannot run ``request`` on ``topology``:
-    inside one NVLink domain it needs NVLink SHARP; across domains only all_reduce runs, over switches that reduce,
-    with the same count of members on every host."""
+    """The group's members per NVLink domain, or the error that says why NVLS cannot run ``request`` on
+    ``topology``: inside one NVLink domain it needs NVLink SHARP; across domains only all_reduce runs, over switches
+    that reduce, with the same count of members on every domain (`hierarchical.host_grid`)."""
     if supports(request.ranks, topology):
         return [list(request.ranks)]
     if not topology.nvls or request.op != "all_reduce" or not switches_up(request.ranks, topology):
@@ -136,9 +142,9 @@ def check(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
-    """Inside one domain: one in-switch phase. Across hosts (all_reduce, NCCL's NVLS tree): the in-switch
-    all-reduce in every host and, at the same time, the rail rings that all-reduce each GPU's n/g slice across
-    hosts: NCCL pipelines the two levels chunk by chunk, so the step takes as long as the slower level."""
+    """Inside one domain: one in-switch phase. Across domains (all_reduce, NCCL's NVLS tree): the in-switch
+    all-reduce in every domain and, at the same time, the rail rings that all-reduce each GPU's n/g slice across
+    domains: NCCL pipelines the two levels chunk by chunk, so the step takes as long as the slower level."""
     ranks = request.ranks
     hosts = check(request, topology)
     if supports(ranks, topology):
@@ -149,4 +155,4 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     transfers = in_switch(hosts, "all_reduce", request.nbytes, topology) if g > 1 else []
     transfers += [Transfer(rail[i], rail[(i + 1) % count], across, channel)
                   for channel, rail in enumerate(rails) for i in range(count)]
-    return [Phase(tuple(transfers), min_latency=LATENCY + 2 * math.ceil(math.log2(count)) * TREE_NET_LATENCY)]
+    return [Phase(tuple(transfers), min_latency=tree_latency(count))]

@@ -247,6 +247,8 @@ class GroupTerms(NamedTuple):
     ll128_caps: tuple[float, float]
     tree_nodes: tuple[int, float]
     """NCCL's nodes and members per node (`tree.tree_shape`), which size the LL128 tree's chunk."""
+    nodes: int
+    """NCCL's nodes for the group (`nccl_nodes`): the NVLink domains it spans, the levels of the NVLS tree."""
 
     def key(self) -> tuple:
         """The terms as a hashable value: the arrays by their contents."""
@@ -285,7 +287,7 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, chain_hop, channels, nvls_rate,
                       nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, nodes),
                       ll128_bus_caps(topology.gpu_model, nodes, nccl_channels(topology, request.ranks)),
-                      tree_shape(request.ranks, topology))
+                      tree_shape(request.ranks, topology), nodes)
 
 
 def slowest_host_hop(topology: Topology, capacity: np.ndarray, hosts: list[list[int]]) -> Hop:
@@ -417,8 +419,7 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
         return RING_STEPS[request.op](terms.size) * step + protocols.base_latency(name, protocol)
     if name == "nvls" and load is not None:
         # one phase whose transfers all wait the tree's latency floor (nvls.plan), then its busiest link
-        return (nvls.LATENCY + 2 * math.ceil(math.log2(terms.host_count)) * nvls.TREE_NET_LATENCY
-                + load.seconds(request.nbytes))
+        return nvls.tree_latency(terms.nodes) + load.seconds(request.nbytes)
     inner, outer = terms.inner.under(name, protocol), terms.outer.under(name, protocol)
     return _transfer_estimate(request, terms, name, inner, outer, protocol) + protocols.base_latency(name, protocol)
 
