@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.collectives.ring import cross_host_channels, usable_rails
+from simulator.collectives.ring import cross_host_channels, domain_rails, usable_rails
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
@@ -361,9 +361,20 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
             kept = replicas  # its flows turn rails between hosts, hashed over every spine: they meet every copy
         if crossing[kind] > 1 and any(len(other) > 1 for name, other in groups.items() if name not in crossing):
             kept = max(kept, hosts.gpus // crossing[kind])  # its hops inside a host cross the lanes of a group there
-        transfers = members * (peers if kind == "ep" or channels else cross_host_channels(rails))
+        transfers = members * (peers if kind == "ep" or channels else _ring_channels(group, hosts))
         shapes[kind] = CollectiveShape(members, transfers, min(replicas, max(1, kept)), len(crossing) > 1)
     return shapes
+
+
+def _ring_channels(group: tuple[int, ...], hosts: HostShape) -> int:
+    """The rings ring.py runs for ``group`` across hosts (`ring.channel_count` unasked), which it plans by NVLink
+    domain: one inside one domain (the trays of one NVL72 rack); across domains one per NIC of the hosts its
+    members sit on in a domain, at most the fewest members of any domain (`ring.domain_rails`)."""
+    domains = Counter(rank // hosts.domain for rank in group)
+    if len(domains) == 1:
+        return 1
+    trays = Counter(domain for domain, _ in {(rank // hosts.domain, rank // hosts.gpus) for rank in group})
+    return cross_host_channels(domain_rails(hosts.rails * min(trays.values()), min(domains.values())))
 
 
 def _hierarchical_transfers(layout: Layout, kind: str, hosts: HostShape, all_reduce: bool, ep: int,

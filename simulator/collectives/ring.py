@@ -42,7 +42,13 @@ def group_by_host(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]
 
 def group_by_domain(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]:
     """The group's members per NVLink domain, domains in order of first appearance, members by their index in
-    the domain (`Topology.gpu_domain_local`): `group_by_host` where every domain is one host."""
+    the domain (`Topology.gpu_domain_local`): `group_by_host` where every domain is one host, and where a member
+    has lost every link to its NVSwitches (every NVSwitch tray of a GB200 rack down: its trays then reach each
+    other over their NICs, hosts of their own again, `nvls.switches_up`)."""
+    from simulator.collectives.nvls import switches_up  # nvls builds on this module
+
+    if not switches_up(ranks, topology):
+        return group_by_host(ranks, topology)
     domains: dict[int, list[int]] = {}
     domain_of, local = topology.gpu_domain, topology.gpu_domain_local
     for rank in ranks:
@@ -58,12 +64,21 @@ def rails_used(topology: Topology, hosts: list[list[int]]) -> int:
     search looks for (`ring_search_channels`)."""
     host = topology.gpu_host
     rails = topology.rails * min(len({host[rank] for rank in members}) for members in hosts)
-    return min(usable_rails(rails, min(len(members) for members in hosts)), ring_search_channels())
+    return domain_rails(rails, min(len(members) for members in hosts))
+
+
+def domain_rails(rails: int, fewest_members: int) -> int:
+    """`rails_used` from the NICs of the hosts the group's members sit on in a domain (the fewest of any domain)
+    and the fewest members any domain holds (also read by scale.py, which counts flows before the cluster is
+    built)."""
+    return min(usable_rails(rails, fewest_members), ring_search_channels())
 
 
 def ring_search_channels() -> int:
     """The most ring channels NCCL's graph search looks for, MAXCHANNELS / 2 (src/init.cc: ringGraph->maxChannels
-    = MAXCHANNELS/2; ncclTopoPostset then doubles what it found): 16 under the catalog's 32-channel cap."""
+    = MAXCHANNELS/2; ncclTopoPostset then doubles what it found, each copy through the same NICs): 16 under the
+    catalog's 32-channel cap, so at most 16 distinct NICs carry a ring between racks. Capped at 32 instead, 20
+    racks' ring ran 242 and 458 GB/s at 1 and 4 GiB, against 219 and 346 measured (16: 223 and 394)."""
     return max_channels() // 2
 
 
@@ -98,14 +113,17 @@ def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[li
 
 def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list[int]:
     """One channel's ring: hosts in turn, alternating direction, each entered at the local index the
-    previous host left from, so that cross-host hops join GPUs with equal local indices (one rail); the
-    first host is entered at its `first_member` for the channel. Hosts that hold unequal local indices take
+    previous host left from, so that cross-host hops join GPUs with equal local indices (one rail: across GB200
+    racks whose members sit on several trays, equal indices in the rack); the first host is entered at its
+    `first_member` for the channel. Hosts that hold unequal local indices take
     `uneven_ring_order`."""
     if len(hosts) == 1:
         members = hosts[0]
         start = channel % len(members)
         return members[start:] + members[:start]
-    local = topology.gpu_domain_local
+    host = topology.gpu_host
+    spans_hosts = any(len({host[member] for member in members}) > 1 for members in hosts)
+    local = topology.gpu_domain_local if spans_hosts else topology.gpu_local
     ends = uneven_ends(hosts, local, channel)
     if ends is not None:
         return uneven_ring_order(hosts, local, ends)
