@@ -1643,7 +1643,8 @@ def test_zero2_candidates_run_deepspeeds_zero2_unless_the_user_chose():
 def test_on_nvl72_tp_is_kept_inside_the_racks_nvlink_domain_not_a_compute_tray():
     """On GB200 NVL72 every GPU of the rack shares one NVLink domain, but the search took a host's GPUs (a
     4-GPU compute tray) for it: TP 8 was pruned as leaving 'the 4-GPU NVLink domain', the default --tp stopped
-    at 8 and the tree's TP at 4. TP 8 runs there as `trainsim run` runs it (150,903 tokens/s)."""
+    at 8 and the tree's TP at 4. TP 8 runs there as `trainsim run` runs it (150,436 tokens/s; 150,903 when the DP
+    rings inside the rack ran a channel per tray's rail, before rings were planned by NVLink domain)."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked, enumerate_candidates, nvlink_domain_gpus
     from simulator.topology.loader import load_topology
@@ -1662,7 +1663,7 @@ def test_on_nvl72_tp_is_kept_inside_the_racks_nvlink_domain_not_a_compute_tray()
                         recompute=("none",))
     result = search_layouts(scenario, SerialExecutor(), space=space, top=1, overrides=[
         "cluster={topology: gb200-nvl72}", "training.global_batch=72"])
-    assert round(result.winner["tokens_per_s"]) == 150_903 and result.winner["label"].startswith("TP8 CP1 PP1 DP9")
+    assert round(result.winner["tokens_per_s"]) == 150_436 and result.winner["label"].startswith("TP8 CP1 PP1 DP9")
 
 
 def test_a_faster_tree_layout_outside_the_space_is_said_to_be_faster_and_how_to_search_it():
