@@ -12,11 +12,13 @@ replica quotient sends only the first DP replicas'), within about a factor of tw
 it with real programs and runs). A folded run's ops and flows stop growing with DP; building the cluster and
 the run's per-GPU structures does not, so clusters beyond MAX_GPUS are refused by their size. With
 `collectives.algorithm: hierarchical` the phases of collectives/hierarchical.py are counted; otherwise every
-collective counts as NCCL's ring would post it, but for the all-reduces that may run as trees (DDP buckets, a
-`workload:` item's; `may_run_trees`): before the cluster is built they count as rings too, a lower bound, and
-once it is built (`sized_topology`, `validate`) as the plans the tuner picks for each bucket size post them
-(`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the published SC21 7.5B step's
-estimate went from 29,280 flows to 656,485, against 662,908 simulated). `--force` runs past the limits.
+collective counts as NCCL's ring would post it, but for the all-reduces that may run as trees (DDP buckets, TP
+groups across NVLink domains, a `workload:` item's; `may_run_trees`): before the cluster is built they count as
+rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as the plans the tuner picks for
+each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the published SC21
+7.5B step's estimate went from 29,280 flows to 656,485, against 662,908 simulated; a TP tree counts its own
+group's transfers, not the copies of it that its run meets, a lower bound: 7.5B at TP 16, 3,740,416 of 7,977,584
+flows). `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
@@ -34,7 +36,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.collectives.names import run_choice
 from simulator.collectives.ring import cross_host_channels, domain_rails, usable_rails
+from simulator.collectives.tree import nccl_nodes
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
@@ -50,7 +54,7 @@ from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import SIZE_PARAMETERS, HostShape, host_shape, topology_gpus
 from simulator.units import counted
 from simulator.workload.calibrated import tp_overlap
-from simulator.workload.training import tp_domains
+from simulator.workload.training import PRECISION_BYTES, tp_domains
 
 if TYPE_CHECKING:
     from simulator.config.yaml_source import FieldPath
@@ -395,15 +399,15 @@ buckets), a plan that no shift of the replicas maps onto itself: engine/replicas
 
 
 def may_run_trees(scenario: Scenario) -> bool:
-    """Whether the run may post all-reduces as trees: the DDP all-reduces of a training step, or a `workload:`
-    item's, under `TREE_ALGORITHMS`. Their plans' transfers are counted once the cluster is built
+    """Whether the run may post all-reduces as trees: the DDP or TP all-reduces of a training step, or a
+    `workload:` item's, under `TREE_ALGORITHMS`. Their plans' transfers are counted once the cluster is built
     (`estimate_scale`'s ``topology``)."""
     if scenario.uses_parameter_servers:
         return False
     if scenario.model is not None:
-        return _dp_may_run_trees(scenario)
+        return _dp_may_run_trees(scenario) or _tp_may_run_trees(scenario)
     return isinstance(scenario.workload, list) and any(
-        item.op == "all_reduce" and (item.algorithm or scenario.collectives.algorithm) in TREE_ALGORITHMS
+        item.op == "all_reduce" and run_choice(item.algorithm, scenario.collectives.algorithm) in TREE_ALGORITHMS
         for item in scenario.workload)
 
 
@@ -412,17 +416,24 @@ def _dp_may_run_trees(scenario: Scenario) -> bool:
     return scenario.parallelism.zero_stage == 0 and scenario.collectives.algorithm in TREE_ALGORITHMS
 
 
+def _tp_may_run_trees(scenario: Scenario) -> bool:
+    """Whether the step's TP collectives are all-reduces (no sequence parallelism) that may run as trees
+    (`TREE_ALGORITHMS`): the tuner picks them where the TP group spans NVLink domains."""
+    par = scenario.parallelism
+    return par.tp > 1 and not par.sequence_parallel and scenario.collectives.algorithm in TREE_ALGORITHMS
+
+
 def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
                        item: CollectiveItem | None = None) -> float | None:
-    """The transfers an all-reduce over ``group`` (a DP bucket's, or a `workload:` ``item``'s) posts on average
-    over ``sizes`` bytes, as the run posts them: the algorithm and protocol the tuner picks for each size
-    (`registry.resolve`, on the scenario's efficiencies, where the item or the scenario leaves them `auto`), and
-    the transfers of that plan's phases; None for no size, or where the choice or the plan is refused (the
-    run's own checks report it, located at its field). NCCL's tree posts each stretch of its pipeline's steps
-    as a phase of its active edges, up and down, on every channel: over 16 DGX A100 hosts, 2 members a host,
-    1,488 transfers where a ring per channel posts 64."""
+    """The transfers an all-reduce over ``group`` (a DP bucket's, a TP group's, or a `workload:` ``item``'s) posts
+    on average over ``sizes`` bytes, as the run posts them: the algorithm and protocol the tuner picks for each
+    size (`registry.resolve`, on the scenario's efficiencies, where the item or the scenario leaves them `auto`:
+    `run_choice`), and the transfers of that plan's phases (`registry.planned_transfers`); None for no size, or
+    where the choice or the plan is refused (the run's own checks report it, located at its field). NCCL's tree
+    posts each stretch of its pipeline's steps as a phase of its active edges, up and down, on every channel:
+    over 16 DGX A100 hosts, 2 members a host, 1,488 transfers where a ring per channel posts 64."""
     from simulator.collectives.phases import CollectiveRequest
-    from simulator.collectives.registry import plan_collective, resolve
+    from simulator.collectives.registry import planned_transfers, resolve
     from simulator.network.calibration import resolve_efficiency
 
     collectives = scenario.collectives
@@ -433,10 +444,10 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
         request = CollectiveRequest("all_reduce", group, size, chunk_bytes=collectives.chunk,
                                     channels=collectives.channels)
         try:
-            algorithm, protocol = resolve(request, topology, (item and item.algorithm) or collectives.algorithm,
-                                          (item and item.protocol) or collectives.protocol, efficiency)
-            counts[size] = sum(len(phase.transfers)
-                               for phase in plan_collective(request, topology, algorithm, protocol=protocol))
+            algorithm, protocol = resolve(request, topology,
+                                          run_choice(item.algorithm if item else None, collectives.algorithm),
+                                          run_choice(item.protocol if item else None, collectives.protocol), efficiency)
+            counts[size] = planned_transfers(request, topology, algorithm, protocol)
         except ScenarioError:
             return None
     return sum(map(counts.__getitem__, sizes)) / len(sizes) if sizes else None
@@ -553,6 +564,14 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         if planned is not None:
             trees = planned > shapes["dp"].transfers
             shapes["dp"] = replace(shapes["dp"], transfers=planned)
+    tp_group = layout.group("tp", 0)
+    if (topology is not None and comm["tp"] and _tp_may_run_trees(scenario) and not moe and synthetic is None
+            and nccl_nodes(topology, tp_group) > 1):  # a MoE block's TP collective is an all-gather
+        activation = training.micro_batch * training.seq_len / cp * spec.hidden * PRECISION_BYTES[training.precision]
+        planned = _planned_transfers(scenario, topology, tp_group, [activation])
+        if planned is not None and planned > shapes["tp"].transfers:  # a tree: its own transfers, a lower bound
+            trees = True
+            shapes["tp"] = replace(shapes["tp"], transfers=planned, replicas=1)
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
@@ -605,7 +624,7 @@ def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
         members = tuple(range(gpus)) if item.group == "all" else tuple(item.group)
         planned = _planned_transfers(scenario, topology, members, [item.bytes], item) if (
             topology is not None and item.op == "all_reduce" and _plannable(members, topology)
-            and (item.algorithm or scenario.collectives.algorithm) in TREE_ALGORITHMS) else None
+            and run_choice(item.algorithm, scenario.collectives.algorithm) in TREE_ALGORITHMS) else None
         if planned is not None:
             trees = trees or planned > size * (2 if across else 1)
             flows += item.repeat * planned
@@ -830,22 +849,25 @@ def _unfolded_estimate(loaded: LoadedScenario, gpus: int, topology: Topology | N
                           scenario_hosts(loaded), topology)
 
 
-def classed_estimate(loaded: LoadedScenario, gpus: int, ranks: int) -> ScaleEstimate | None:
+def classed_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: Topology | None = None
+                     ) -> ScaleEstimate | None:
     """The estimate of the step of ``loaded`` on ``gpus`` GPUs folded by classes onto ``ranks`` ranks (a job's
     state with links down, `rank_classes.LinkFaultRanks`): the unfolded step's ops and flows in the share
     ``ranks`` of the GPUs simulates, beside the whole cluster and the mirrors of the folded step (such a fold
-    compares every mirror). None for a trace."""
-    estimator = classed_estimator(loaded, gpus)
+    compares every mirror). None for a trace. ``topology``: the built cluster (`estimate_scale`)."""
+    estimator = classed_estimator(loaded, gpus, topology)
     return None if estimator is None else estimator(ranks)
 
 
-def classed_estimator(loaded: LoadedScenario, gpus: int) -> Callable[[int], ScaleEstimate] | None:
+def classed_estimator(loaded: LoadedScenario, gpus: int, topology: Topology | None = None
+                      ) -> Callable[[int], ScaleEstimate] | None:
     """`classed_estimate` as a function of the ranks, the unfolded and folded estimates it scales worked out once
-    (~0.3 s at 16,384 GPUs: a job's forecast sizes every state it foresees). None for a trace."""
-    unfolded = _unfolded_estimate(loaded, gpus)
+    (~0.3 s at 16,384 GPUs: a job's forecast sizes every state it foresees). None for a trace. ``topology``:
+    the built cluster (`estimate_scale`)."""
+    unfolded = _unfolded_estimate(loaded, gpus, topology)
     scenario = loaded.scenario
     folded = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(
-        update={"fold": True, "timeline": "summary"})}), gpus, scenario_hosts(loaded))
+        update={"fold": True, "timeline": "summary"})}), gpus, scenario_hosts(loaded), topology)
     if unfolded is None or folded is None:
         return None
     whole = unfolded
@@ -905,7 +927,8 @@ from 7.5 s and 0.47 GB to 24 s and 1.7 GB to move the step by 8e-6 s of 37 s; 52
 2.5 GB to 79 s and 5.1 GB and fell out of step, changing nothing."""
 
 
-def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = False) -> str:
+def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = False,
+                   topology: Topology | None = None) -> str:
     """Why a refold of the step of ``loaded`` (asked to fold and estimated so) that simulates ``ranks`` ranks is
     not tried, '' where it is: more than `REFOLD_COST_MULTIPLE` times the ranks the fold simulates, or the folded
     estimate's ops, flows and memory beyond the cluster's, each times ``ranks`` over the ranks it simulates, beyond
@@ -916,8 +939,9 @@ def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = 
     alone). ``force`` (--force) skips the limits but not the multiple: the analytic
     model's hop refold (`fold_policy.hop_refold`) runs in place of the stage fold whose estimate --force let
     through, and unbounded it simulated 320 of the published SC21 1T row's 3,072 ranks on that model (5 x its
-    stage fold: 118 s of CPU and 7.1 GB against 19.6 s and 1.5 GB), a cost the forced estimate never showed."""
-    folded = estimate_scale(loaded.scenario, gpus, scenario_hosts(loaded))
+    stage fold: 118 s of CPU and 7.1 GB against 19.6 s and 1.5 GB), a cost the forced estimate never showed.
+    ``topology``: the built cluster (`estimate_scale`)."""
+    folded = estimate_scale(loaded.scenario, gpus, scenario_hosts(loaded), topology)
     if folded is None or not folded.folded:
         return ""
     times = ranks / max(folded.simulated_ranks, 1)

@@ -692,7 +692,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
         guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus, topology=topology)
-        budget = partial(refold_refusal, loaded, topology.num_gpus, force=force)
+        budget = partial(refold_refusal, loaded, topology.num_gpus, force=force, topology=topology)
         prepared = prepare_training(loaded, topology, faults.plan, guard)
         if not force:
             refuse_large_trace(loaded, topology.num_gpus, prepared.step.program)

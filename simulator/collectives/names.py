@@ -7,7 +7,7 @@ scenario does not load the algorithms, the executor and the network model.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 Primitive = Literal["broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
 PRIMITIVES: tuple[Primitive, ...] = get_args(Primitive)
@@ -25,3 +25,11 @@ PROTOCOLS: tuple[Protocol, ...] = get_args(Protocol)
 ProtocolChoice = Literal[Protocol, "auto"]
 """What a collective may ask for: a protocol, or `auto` (chosen with the algorithm, collectives/tuner.py)."""
 PROTOCOL_CHOICES: tuple[ProtocolChoice, ...] = get_args(ProtocolChoice)
+
+Choice = TypeVar("Choice", AlgorithmChoice, ProtocolChoice)
+
+
+def run_choice(own: Choice | None, default: Choice) -> Choice:
+    """What a collective runs with: its ``own`` algorithm or protocol, or where it leaves it unset or `auto` the
+    run's ``default`` (`collectives:`), which may be `auto` itself (engine/plans.py's plan cache, scale.py)."""
+    return own if own is not None and own != "auto" else default

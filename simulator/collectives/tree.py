@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 from simulator.collectives.channels import child_receivers, tree_chain
 from simulator.collectives.chunking import NCCL_STEPS, pipeline_chunk
@@ -46,22 +46,34 @@ def pipelined_phases(edges: list[Edge], nbytes: float, chunks: int) -> list[Phas
         return []
     chunk = nbytes / chunks
     transfers = [Transfer(src, dst, chunk, channel) for src, dst, channel, _ in edges]
-    # edge indices by first step, so that each stretch's active edges are one slice (put back in edge order)
     by_first = sorted(range(len(edges)), key=lambda index: edges[index][3])
-    firsts = [edges[index][3] for index in by_first]
     phases = []
-    for start, stop, opens in pipeline_stretches(firsts, chunks):
-        active = tuple(map(transfers.__getitem__, sorted(by_first[bisect_right(firsts, start - chunks):
-                                                                  bisect_right(firsts, start)])))
-        if not active:
-            continue
-        streamed = stop - start
+    for low, high, opens, streamed in _active_stretches([edges[index][3] for index in by_first], chunks):
+        active = tuple(map(transfers.__getitem__, sorted(by_first[low:high])))  # back in edge order
         if opens:
             phases.append(Phase(active))
-            streamed -= 1
         if streamed:
             phases.append(Phase(active, repeat=streamed, steps_in_flight=NCCL_STEPS))
     return phases
+
+
+def pipelined_transfers(edges: list[Edge], nbytes: float, chunks: int) -> int:
+    """The transfers of `pipelined_phases`' phases, counted without building them (the scale estimate's count
+    of a tree over thousands of hosts: building its phases took seconds)."""
+    if not edges or nbytes <= 0:
+        return 0
+    return sum((high - low) * (opens + (streamed > 0))
+               for low, high, opens, streamed in _active_stretches(sorted(edge[3] for edge in edges), chunks))
+
+
+def _active_stretches(firsts: list[int], chunks: int) -> Iterator[tuple[int, int, bool, int]]:
+    """Per stretch of `pipeline_stretches` with active edges: the slice [low, high) of the edges sorted by
+    their sorted first steps ``firsts`` that it runs, whether its first step opens an edge (a phase of its own),
+    and the steps after it that stream."""
+    for start, stop, opens in pipeline_stretches(firsts, chunks):
+        low, high = bisect_right(firsts, start - chunks), bisect_right(firsts, start)
+        if high > low:
+            yield low, high, opens, stop - start - opens
 
 
 def pipeline_stretches(firsts: list[int], chunks: int) -> list[tuple[int, int, bool]]:
@@ -119,10 +131,15 @@ def all_reduce_phases(edges: tuple[list[Edge], list[Edge]], request: CollectiveR
     """A tree all-reduce over the (up, down) ``edges`` of ``channels`` channels' two trees: each tree reduces
     n / (2 channels) up to its root, then broadcasts it down, pipelined in chunks (`pipeline_chunk`; the
     group's ``tree_nodes``, its NCCL nodes and members per node, `tree_shape`, size NCCL's LL128 chunk)."""
-    share = request.nbytes / (2 * channels)
-    chunks = chunk_count(share, pipeline_chunk(request.chunk_bytes, request.protocol, share, tree_nodes))
+    share, chunks = _tree_pipeline(request, channels, tree_nodes)
     up, down = edges
     return pipelined_phases(up, share, chunks) + pipelined_phases(down, share, chunks)
+
+
+def _tree_pipeline(request: CollectiveRequest, channels: int, tree_nodes: tuple[int, float]) -> tuple[float, int]:
+    """The bytes each tree of `all_reduce_phases` moves and the chunks it pipelines them in."""
+    share = request.nbytes / (2 * channels)
+    return share, chunk_count(share, pipeline_chunk(request.chunk_bytes, request.protocol, share, tree_nodes))
 
 
 def nccl_nodes(topology: Topology, ranks: tuple[int, ...]) -> int:
@@ -236,12 +253,25 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     over the ranks when every host holds one member or the group sits in one host; every channel (counted as
     for rings) runs both trees. Binomial-tree broadcast and reduce (not pipelined: see docs)."""
     if request.op == "all_reduce":
-        from simulator.collectives.ring import channel_count, group_by_host  # ring builds on this module
-
-        hosts = group_by_host(request.ranks, topology)
-        channels = channel_count(request, topology, hosts)
-        return all_reduce_phases(all_reduce_edges(request.ranks, hosts, channels, topology.gpu_nic), request,
-                                 channels, tree_shape(request.ranks, topology))
+        edges, channels = _all_reduce_tree(request, topology)
+        return all_reduce_phases(edges, request, channels, tree_shape(request.ranks, topology))
     if request.op in ("broadcast", "reduce"):
         return binomial_phases(request.ranks, request.root, request.nbytes, toward_root=request.op == "reduce")
     raise ScenarioError(f"algorithm 'tree' does not implement {request.op}", field="collectives.algorithm")
+
+
+def all_reduce_transfers(request: CollectiveRequest, topology: Topology) -> int:
+    """The transfers of `plan`'s all-reduce phases (``request`` under its protocol), counted without building
+    them (`pipelined_transfers`)."""
+    (up, down), channels = _all_reduce_tree(request, topology)
+    share, chunks = _tree_pipeline(request, channels, tree_shape(request.ranks, topology))
+    return pipelined_transfers(up, share, chunks) + pipelined_transfers(down, share, chunks)
+
+
+def _all_reduce_tree(request: CollectiveRequest, topology: Topology) -> tuple[tuple[list[Edge], list[Edge]], int]:
+    """The (up, down) edges of `plan`'s all-reduce and its channels."""
+    from simulator.collectives.ring import channel_count, group_by_host  # ring builds on this module
+
+    hosts = group_by_host(request.ranks, topology)
+    channels = channel_count(request, topology, hosts)
+    return all_reduce_edges(request.ranks, hosts, channels, topology.gpu_nic), channels

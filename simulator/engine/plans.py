@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.collectives.chunking import ChunkSetting
 from simulator.collectives.execute import ParsedPhases
-from simulator.collectives.names import AlgorithmChoice, AlgorithmName, ProtocolChoice
+from simulator.collectives.names import AlgorithmChoice, AlgorithmName, ProtocolChoice, run_choice
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import plan_collective, resolve
 from simulator.collectives.tuner import Choice
@@ -111,10 +111,9 @@ class PlanCache:
         key = self.key(op, group)
         resolved = self._choices.get(key)
         if resolved is None:
-            algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
-            protocol = op.protocol if op.protocol != "auto" else self.default_protocol
-            resolved = self._choices[key] = resolve(self._request(op, group), self.topology, algorithm, protocol,
-                                                    self.efficiency)
+            resolved = self._choices[key] = resolve(self._request(op, group), self.topology,
+                                                    run_choice(op.algorithm, self.default_algorithm),
+                                                    run_choice(op.protocol, self.default_protocol), self.efficiency)
         return resolved
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> AlgorithmName:
@@ -208,7 +207,7 @@ class PlanCache:
         of_group = np.fromiter((index.setdefault(row, len(index)) for row in map(tuple, firsts_of.tolist())),
                                dtype=np.int64, count=len(groups))
         firsts = list(index)
-        fixed = op.op == "send_recv" or (op.algorithm if op.algorithm != "auto" else self.default_algorithm) != "auto"
+        fixed = op.op == "send_recv" or run_choice(op.algorithm, self.default_algorithm) != "auto"
         algorithms = (self.resolved_algorithm(op, op.group),) if fixed else tuple(
             self.resolved_algorithm(op, group) for group in groups)
         key = (op.op, op.root, bool(op.nbytes), algorithms, id(groups))

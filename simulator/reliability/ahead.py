@@ -266,7 +266,7 @@ class LinkStateSizes:
         key = self._key(state)
         if key not in self._estimators:
             size = self.size(state)
-            self._estimators[key] = classed_estimator(size.loaded, size.topology.num_gpus)
+            self._estimators[key] = classed_estimator(size.loaded, size.topology.num_gpus, size.topology)
         return self._estimators[key]
 
     def size(self, state: ClusterState | None) -> _Size:

@@ -273,7 +273,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     estimate = unfolded_beyond_limits(loaded, topology.num_gpus, topology)
     if estimate is None:
         if straggling and scenario.run.fold:
-            _refuse_straggler_refold(loaded, straggling[0], topology.num_gpus)
+            _refuse_straggler_refold(loaded, straggling[0], topology)
         return None
     limits = f"{estimate.describe()}; {estimate.beyond()}"
     if not scenario.run.fold:
@@ -311,7 +311,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
         why = EVERY_RANK_A_CLASS
     if why:
         refuse(why)
-    _refuse_straggler_refold(loaded, klass, topology.num_gpus)
+    _refuse_straggler_refold(loaded, klass, topology)
     return healthy
 
 
@@ -359,7 +359,7 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     if ranks >= world:
         refuse(EVERY_RANK_NEAR, linked[largest])
     estimator = sizes.estimator(None)
-    _refuse_folded_link_state(loaded, loaded, world, linked[largest], ranks,
+    _refuse_folded_link_state(loaded, loaded, topology, world, linked[largest], ranks,
                               None if estimator is None else estimator(ranks), "each such state")
 
 
@@ -429,18 +429,18 @@ def tray_fold_blocker(loaded: LoadedScenario, units: ClusterUnits, down: int) ->
     return None
 
 
-def _refuse_folded_link_state(loaded: LoadedScenario, sized: LoadedScenario, world: int, klass: FailureClass,
-                              ranks: int, folded: ScaleEstimate | None, which: str) -> None:
+def _refuse_folded_link_state(loaded: LoadedScenario, sized: LoadedScenario, topology: Topology, world: int,
+                              klass: FailureClass, ranks: int, folded: ScaleEstimate | None, which: str) -> None:
     """Refuse ``loaded``'s job whose state with links down of class ``klass`` (``which``: 'each such state', or
     the largest foreseen), folded by the hosts near them onto ``ranks`` ranks (`rank_classes.LinkFaultRanks`) as
     ``folded`` estimates it (`scale.classed_estimate`), passes the scale limits; where those are every rank of
-    the ``world`` (the job's GPUs on the state's cluster, ``sized``: a shrunk one's), the unfolded step's
-    estimate. At the class's field."""
+    the ``world`` (the job's GPUs on the state's cluster, ``sized`` built as ``topology``: a shrunk one's), the
+    unfolded step's estimate. At the class's field."""
     from simulator.engine.fold_policy import EVERY_RANK_NEAR
     from simulator.scale import unfolded_beyond_limits
 
     if ranks >= world:
-        estimate, how = unfolded_beyond_limits(sized, world), f"unfolded ({EVERY_RANK_NEAR})"
+        estimate, how = unfolded_beyond_limits(sized, world, topology), f"unfolded ({EVERY_RANK_NEAR})"
     else:
         estimate, how = folded, "folded by the hosts near its links down"
     if estimate is not None and estimate.over_limits():
@@ -501,7 +501,7 @@ def _every_rank_a_class(loaded: LoadedScenario, gpus: int) -> bool:
     return layout.pp * classes >= layout.world
 
 
-def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, gpus: int) -> None:
+def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topology: Topology) -> None:
     """Refuse, before the healthy step runs, a job whose straggler states of class ``klass`` fold and would each
     simulate a refold beyond the limits a plain run has: a state slows one GPU of the first replica in each stage
     its unit's GPUs serve, and its step is refolded by the slow replica's classes (`_slow_replica_classes`), the
@@ -512,7 +512,8 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, gpus: 
     from simulator.scale import estimate_scale, refold_estimate, scenario_hosts
 
     scenario = loaded.scenario
-    folded = located(loaded, lambda: estimate_scale(scenario, gpus, scenario_hosts(loaded)))
+    gpus = topology.num_gpus
+    folded = located(loaded, lambda: estimate_scale(scenario, gpus, scenario_hosts(loaded), topology))
     if folded is None or not folded.folded or _every_rank_a_class(loaded, gpus):
         return
     layout, classes = _slow_replica_classes(loaded, gpus)
@@ -1163,7 +1164,8 @@ def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequenc
     largest = max(down, key=sizes.ranks)
     culprit = _class_of(largest, linked, cluster_units(states.topology))
     if not force:
-        _refuse_folded_link_state(loaded, sizes.size(largest).loaded, sizes.world(largest), culprit,
+        _refuse_folded_link_state(loaded, sizes.size(largest).loaded, sizes.size(largest).topology,
+                                  sizes.world(largest), culprit,
                                   sizes.ranks(largest), sizes.estimate(largest),
                                   f"its largest state foreseen ({largest.describe()})")
 

@@ -570,7 +570,7 @@ class StepStates:
                 self._programs[prepared.step.classes] = prepared.step.program
         elif topology is self.topology and not faults.links and self.layout is not None:
             prepared = self._shared_fold(loaded, faults, guard)
-        budget = partial(refold_refusal, loaded, topology.num_gpus, force=self.force)
+        budget = partial(refold_refusal, loaded, topology.num_gpus, force=self.force, topology=topology)
         outcome = step_outcome(lambda: simulate_training(loaded, topology, FaultHooks(topology, faults),
                                                          guard=guard, prepared=prepared, budget=budget))
         if outcome.summary is None:
