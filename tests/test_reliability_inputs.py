@@ -701,8 +701,8 @@ def test_degraded_states_that_fold_pass_the_jobs_scale_limits(monkeypatch):
     refuse_folded = job_simulation._refuse_folded_link_state
 
     def recording_sizes(*args) -> None:
-        """Note each state's (ranks, world), the 5th and 3rd arguments, and refuse as before."""
-        sized.append((args[4], args[2]))
+        """Note each state's (ranks, world), the 6th and 4th arguments, and refuse as before."""
+        sized.append((args[5], args[3]))
         refuse_folded(*args)
 
     monkeypatch.setattr(job_simulation, "_refuse_folded_link_state", recording_sizes)
