@@ -33,10 +33,14 @@ from simulator.topology.graph import Topology
 FINISH_TOLERANCE = 1e-9
 """A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
 SOLVED_ENTRIES = 1 << 22
-"""Entries remembered for reuse over the solved components' group rates, the components' sets of group numbers
-(their idents) and the component moves (`Network._component`), all forgotten at once when full or when a capacity
-changes: an entry holds a rate (8 bytes) and its key's size (8 bytes and an int), a group number or a position
-(8 bytes and an int), so the memory stays under ~0.25 GB."""
+"""Group rates remembered over all the solved components kept for reuse (forgotten all at once when full, or
+when a capacity changes): an entry holds a rate, its key's size and the group's number in its component's ident
+key, with each solve's and ident's objects shared by its entries: measured 26 bytes an entry on the EP 16 Mixtral
+run's components of ~170 groups, up to 390 on components of one group each met once (~1.6 GB when full)."""
+MOVE_ENTRIES = 1 << 18
+"""Entries of the remembered component moves (`Network._component`), forgotten all at once, and alone, when
+full: one per touched group of a move's key and one per position its answer leaves out of its home; measured
+48 bytes an entry on the EP 16 Mixtral run, up to 365 on moves of one entry (~95 MB when full)."""
 CACHED_GROUPS = 4096
 """Largest component whose solve and moves are remembered: larger ones (unfolded all-to-alls over spines, of
 60 k-1 M groups) would fill the memory and seldom meet the same sizes again."""
@@ -226,14 +230,25 @@ class _PathGroup:
 
 class _Found:
     """The answer of a component search: the active ``groups`` connected to the touched ones, ordered by
-    number. ``ident`` names their set while it is remembered: equal sets, equal idents (a group's path never
-    changes), never one given before to another set; None for a set too large to remember."""
+    number. ``ident`` names one set only (never given to another set; a group's path never changes), though a
+    set may get a new ident after the solves are forgotten; None for a set too large to remember."""
 
     __slots__ = ("groups", "ident")
 
     def __init__(self, groups: list[_PathGroup], ident: int | None):
         self.groups = groups
         self.ident = ident
+
+
+def _without(groups: list[_PathGroup], left_out: tuple[int, ...]) -> list[_PathGroup]:
+    """``groups`` less those at the increasing positions ``left_out``, joined from the slices between them."""
+    kept: list[_PathGroup] = []
+    start = 0
+    for position in left_out:
+        kept += groups[start:position]
+        start = position + 1
+    kept += groups[start:]
+    return kept
 
 
 class _EndOfInstant(simpy.Event):
@@ -289,6 +304,7 @@ class Network:
         self._idents: dict[tuple[int, ...], int] = {}
         self._ident_numbers = count()
         self._moves: dict[tuple[int, tuple[tuple[int, bool], ...]], tuple[tuple[int, ...], int | None]] = {}
+        self._move_entries = 0
         self._solved_entries = 0
         self._group_numbers = count()
         self._active = 0
@@ -490,8 +506,9 @@ class Network:
         every group whose connections that changes and gives it a new home. So where every touched group has
         one home and no link was touched, the answer is the groups of that home connected to the touched ones,
         a function of the home's set and of which touched groups are still active: such a move is searched
-        once and remembered (an all-to-all's flows end one after another, each end a search over all of them,
-        and the same all-to-all of every layer and micro-batch makes the same moves on the same path groups)."""
+        once and remembered as the positions of its home's groups it leaves out (an all-to-all's flows end one
+        after another, each end a search over all of them, and the same all-to-all of every layer and
+        micro-batch makes the same moves on the same path groups)."""
         home = None
         if not links:
             homes = {group.home for group in touched}
@@ -501,41 +518,44 @@ class Network:
             move = (home.ident, tuple(sorted((group.number, not group.flows) for group in touched)))
             known = self._moves.get(move)
             if known is not None:
-                positions, ident = known
-                if len(positions) == len(home.groups):
+                left_out, ident = known
+                if not left_out:
                     return home
-                groups = home.groups
-                return self._found([groups[position] for position in positions], ident, touched)
+                return self._found(_without(home.groups, left_out), ident, touched)
         component = self._search(touched, links)
         ident = self._ident(component)
         if move is not None:
             assert home is not None
-            position_of = {group: position for position, group in enumerate(home.groups)}
-            positions = tuple(position_of[group] for group in component)
-            self._make_room(len(positions) + len(move[1]))
-            self._moves[move] = (positions, ident)
-            if len(positions) == len(home.groups):
+            kept = set(component)
+            left_out = tuple(position for position, group in enumerate(home.groups) if group not in kept)
+            assert len(kept) + len(left_out) == len(home.groups), "a component search left its home"
+            self._remember_move(move, left_out, ident)
+            if not left_out:
                 return home
         return self._found(component, ident, touched)
 
+    def _remember_move(self, move: tuple[int, tuple[tuple[int, bool], ...]], left_out: tuple[int, ...],
+                       ident: int | None) -> None:
+        """Remember the answer of ``move``, forgetting every move first where it would pass `MOVE_ENTRIES`
+        (the idents they name are never given to another set, so the homes and solves keyed by them hold)."""
+        entries = len(move[1]) + len(left_out)
+        if self._move_entries + entries > MOVE_ENTRIES:
+            self._moves.clear()
+            self._move_entries = 0
+        self._moves[move] = (left_out, ident)
+        self._move_entries += entries
+
     def _ident(self, component: list[_PathGroup]) -> int | None:
         """The ident of ``component``'s set of groups: the one given to the same set before while remembered,
-        else a new one; None for a set larger than `CACHED_GROUPS` (not remembered)."""
+        else a new one; None for a set larger than `CACHED_GROUPS` (not remembered). A new ident is counted
+        in `SOLVED_ENTRIES` with the solve that follows it (no solve is remembered under it yet)."""
         if len(component) > CACHED_GROUPS:
             return None
         numbers = tuple(map(_number_of, component))
         ident = self._idents.get(numbers)
         if ident is None:
-            self._make_room(len(numbers))
             ident = self._idents[numbers] = next(self._ident_numbers)
         return ident
-
-    def _make_room(self, entries: int) -> None:
-        """Count ``entries`` more remembered (rates, component moves and idents), forgetting all of them first
-        where they would pass `SOLVED_ENTRIES`."""
-        if self._solved_entries + entries > SOLVED_ENTRIES:
-            self._forget_solves()
-        self._solved_entries += entries
 
     @staticmethod
     def _found(component: list[_PathGroup], ident: int | None, touched: set[_PathGroup]) -> _Found | None:
@@ -591,8 +611,10 @@ class Network:
             group_rates = array("d", grouped_max_min_rates([group.path for group in component],
                                                            np.array(sizes, dtype=float), self.capacity).tobytes())
             if ident is not None:
-                self._make_room(len(component))
+                if self._solved_entries + len(component) > SOLVED_ENTRIES:
+                    self._forget_solves()
                 self._solved[ident, sizes] = group_rates
+                self._solved_entries += len(component)
         changed: list[Iterable[_Flow]] = []
         for group, rate in zip(component, group_rates):
             if rate != group.rate:
@@ -644,7 +666,6 @@ class Network:
         """Forget the remembered solves, and with them the idle path groups (their numbers were kept for those
         solves' keys; a path used again gets a new group)."""
         self._solved.clear()
-        self._moves.clear()
         self._idents.clear()
         self._solved_entries = 0
         self._groups = {path: group for path, group in self._groups.items() if group.flows}
