@@ -405,11 +405,12 @@ def test_a_job_of_a_workload_list_is_refused(tmp_path, capsys):
      "run.horizon: horizon 1e+300 s is more than 36,500 d (a century), longer than any training job (allowed: a "
      "duration up to 36500 d, e.g. 54 d)"),
     # 16 GPUs at 1 / 1000 h over 36,500 d: 16 x 876,000 h / 1000 h = 14,016 failures; 36,500 d / 30 min =
-    # 1,752,000 checkpoints (1,751,999.6: 30 min rounds to whole steps); ~1.77 M per replication, within the
-    # limit, and 12 x 1,766,016 = 21.2 M over 12 replications, beyond it: the replications carry the excess
+    # 1,752,000 checkpoints at most (1,749,813.8: 30 min rounds to whole steps, and each cycle adds its
+    # snapshot stall); ~1.76 M per replication, within the limit, and 12 x 1,763,830 = 21.2 M over 12
+    # replications, beyond it: the replications carry the excess
     (("  horizon: 2 d", "  horizon: 36500 d\n  replications: 12"),
-     "run.replications: the job would handle ~21,192,187 events over 12 replications (168,192 failures, 0 "
-     "maintenance windows, 21,023,995 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
+     "run.replications: the job would handle ~21,165,958 events over 12 replications (168,192 failures, 0 "
+     "maintenance windows, 20,997,766 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
      "checkpoint.interval or faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass "
      "--force)"),
     (("    gpu:", "    elastic_shrink:\n      unit: gpu"),
@@ -842,3 +843,24 @@ def test_a_whole_number_past_its_bound_reads_with_thousands_separators(capsys):
     separators (usertest36 finding 11)."""
     assert main(["validate", "scenarios/trace-job.yaml", "--set", "run.replications=10001"]) == 2
     assert capsys.readouterr().err.endswith(": 10,001 is above 10,000 (allowed: a value <= 10,000)\n")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_event_limit_counts_checkpoints_by_their_whole_cycle(tmp_path, capsys, mode):
+    """A checkpoint every step whose write (2.25 s) outlasts the step (0.26 s) comes once per cycle, the write
+    included (sync: k t + W; async: max(k t (1 + sigma), W) + S): the refusal's count of checkpoints per
+    replication is within 1% of the rows one replication writes (horizon / (k t) counted 9 times too many, and
+    refused jobs that fit)."""
+    import pandas as pd
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SPARE_JOB.replace("horizon: 2 d", "horizon: 2 h"))
+    every_step = ["--set", f"checkpoint.mode={mode}", "--set", "checkpoint.interval=1 steps"]
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", *every_step]) == 0
+    written = (pd.read_parquet(out / "job_events.parquet")["kind"].astype(str) == "checkpoint").sum()
+    assert main(["run", str(scenario), "--out", str(tmp_path / "refused"), "--quiet", *every_step,
+                 "--set", "run.replications=10000"]) == 2
+    counted = re.search(r", ([\d,]+) checkpoints;", capsys.readouterr().err)
+    assert counted, "no count of checkpoints in the refusal"
+    assert int(counted.group(1).replace(",", "")) / 10000 == pytest.approx(written, rel=0.01)

@@ -203,8 +203,10 @@ def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[in
     every replication pass MAX_JOB_EVENTS (MAX_FORCED_JOB_EVENTS when ``force``), before any is drawn, naming
     the part that dominates and the field the user set that carries it (`_blamed_for_events`; a per-GPU MTBF of
     one second on 32 GPUs draws 28 million failures per 10-day replication). ``checkpoint_period_s`` is the
-    healthy cycle's time between checkpoints; None where the step is not simulated (`trainsim validate`), which
-    counts the failures and maintenance windows alone; ``memory_period`` that of the in-memory snapshots."""
+    healthy cycle's time between checkpoints, the checkpoint's own time included (`Cycle.period_s`: a sync write
+    of 14 s after a 2.4 s step was counted as one checkpoint per step, 7 times too many); None where the step is
+    not simulated (`trainsim validate`), which counts the failures and maintenance windows alone;
+    ``memory_period`` that of the in-memory snapshots."""
     replications = loaded.scenario.run.replications
     parts, per_class = job_event_parts(loaded, model, counts, checkpoint_period_s, memory_period)
     total = sum(parts.values()) * replications
@@ -984,7 +986,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     prepared = prepare_job(loaded, force=force, sizes_progress=sizes_progress, merge_rotations=merge_rotations,
                            activity=activity)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
-    refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force,
+    refuse_long_job(loaded, model, counts, healthy.cycle.period_s, force=force,
                     memory_period=memory_period_s(healthy))
     if on_healthy_step is not None:
         on_healthy_step(_with_warnings(prepared.step_summary, prepared.warnings))

@@ -518,12 +518,13 @@ def refuse_long_study(base: LoadedScenario, points: list[tuple[float, LoadedScen
     labels: list[str] = []
     for (multiplier, loaded), job in zip(points, jobs, strict=True):
         steps, step = job.healthy.interval_steps, job.healthy.step_s
-        parts, _ = job_event_parts(loaded, job.model, job.counts, steps * step, memory_period_s(job.healthy))
+        period = job.healthy.cycle.period_s
+        parts, _ = job_event_parts(loaded, job.model, job.counts, period, memory_period_s(job.healthy))
         events.append(sum(parts.values()))
         labels.append(f"a checkpoint every {counted(steps, 'step')} ({format_duration(steps * step)}) at rate "
                       f"x {multiplier:g}")
         if events[-1] > job_event_limit(force):
-            refuse_long_job(loaded, job.model, job.counts, steps * step, force=force,
+            refuse_long_job(loaded, job.model, job.counts, period, force=force,
                             memory_period=memory_period_s(job.healthy))
     replications, limit = base.scenario.run.replications, job_event_limit(force)
     worst = max(events)
