@@ -212,3 +212,17 @@ faults:
     optimum = summary["memory_checkpoint"]["two_level"]
     assert (optimum["memory_mtbf_s"], optimum["storage_mtbf_s"]) == pytest.approx((5400.0, 180_000.0), rel=1e-12)
     assert expected_slowdowns(summary["failure_model"]) == 0.0
+
+
+@pytest.mark.parametrize("memory_mtbf, storage_mtbf, mtbf", [(146_880.0, None, "40.8 h"),
+                                                             (1.5 * 3600, 12.5 * 3600, "1.3 h")])
+def test_storage_alone_names_the_mtbf_every_failure_rolls_back_to_storage_with(memory_mtbf, storage_mtbf, mtbf):
+    """Where the optimum is storage alone (no snapshot), every failure rolls back to storage: the line names that
+    one MTBF, 1 / (1 / M1 + 1 / M2), not one "recovered from memory" (usertest39's elastic 8-host job printed
+    "(MTBF 40.8 h recovered from memory)" after "storage alone every 104.2 s")."""
+    from simulator.console.report import two_level_text
+
+    optimum = {"memory_interval_s": None, "storage_interval_s": 104.2, "memory_mtbf_s": memory_mtbf,
+               "storage_mtbf_s": storage_mtbf}
+    assert two_level_text(optimum) == (f"two-level optimum storage alone every 104.2 s (the tier buys nothing to "
+                                       f"first order) (MTBF {mtbf}, every failure from storage)")

@@ -635,12 +635,15 @@ def job_table(job: dict) -> Table:
 
 def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_alike) -> str:
     """The first-order two-level optimum of a job_summary.json's `memory_checkpoint.two_level` (two_level.py): the
-    two intervals, or storage alone where the tier buys nothing, and each tier's MTBF; the intervals read as
-    ``interval`` writes them."""
+    two intervals and each tier's MTBF, or storage alone where the tier buys nothing and the one MTBF every failure
+    then rolls back to storage with (not one "recovered from memory"); the intervals read as ``interval`` writes
+    them."""
     memory, storage = optimum["memory_interval_s"], optimum["storage_interval_s"]
     if memory is None:
-        text = f"storage alone every {interval(storage)} (the tier buys nothing to first order)"
-    elif storage is None:
+        rate = sum(1.0 / mtbf for mtbf in (optimum["memory_mtbf_s"], optimum["storage_mtbf_s"]) if mtbf is not None)
+        return (f"two-level optimum storage alone every {interval(storage)} (the tier buys nothing to first order) "
+                f"(MTBF {long_duration(1.0 / rate)}, every failure from storage)")
+    if storage is None:
         text = f"memory every {interval(memory)}, storage as rarely as you like (no failure needs it)"
     else:
         text = f"memory every {interval(memory)}, storage every {interval(storage)}"
