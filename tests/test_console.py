@@ -854,7 +854,8 @@ def test_the_states_ahead_bar_tells_the_time_left_once_one_state_has_run(monkeyp
 
 def test_the_states_ahead_bar_keeps_its_count_on_an_80_column_terminal_in_a_round(monkeypatch):
     """A job's round of states ahead is named on the bar (reliability/simulate.py `round_text`): 'round 1 of 2:
-    the states trained or restarted in' pushed the bar and its count off an 80-column terminal."""
+    the states trained or restarted in' pushed the bar and its count off an 80-column terminal. Round 1 says a
+    second may follow, which its count and time left do not hold ('round 1' alone read as the whole)."""
     from simulator.reliability.simulate import round_text
 
     def draw(progress):
@@ -865,7 +866,7 @@ def test_the_states_ahead_bar_keeps_its_count_on_an_80_column_terminal_in_a_roun
 
     monkeypatch.setenv("COLUMNS", "80")
     drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
-    assert b"simulating cluster states ahead: round 1" in drawn and b"2/8 states" in drawn
+    assert b"simulating cluster states ahead: round 1 of up to 2" in drawn and b"2/8 states" in drawn
 
 
 def test_job_progress_bar_names_the_state_a_replication_simulates(monkeypatch):
