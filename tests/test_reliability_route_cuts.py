@@ -2,12 +2,13 @@
 (reliability/cuts.py): the expected interruptions, the system MTBF and Young's and Daly's intervals.
 
 Hand figures (usertest36 finding 1): the bundled trace job (8 single-GPU hosts under one 100 GbE leaf, host
-MTBF 2000 h, 30 d) with `leaf_switch: {mtbf: 200 h}` expects 8 x 720 / 2000 = 2.88 host and 1 x 720 / 200 = 3.6
-leaf interruptions, 6.48 in all: M = 720 h / 6.48 = 111.1 h (400,000 s), Young sqrt(2 x 1.35 ms x 400,000 s)
-= 32.86 s. Before, the leaf was left out: M 250 h, Young 49.30 s. A NIC degrading on those one-NIC hosts
-(MTBF 1000 h) expects 8 x 720 / 1000 = 5.76, M = 125 h. The last spine of two (each MTBF 100 h, 12 h exponential
-repairs) over single-NIC hosts under two leaves interrupts when the other is down: 2 x 720 / 100 x (1 - e^-0.12)
-= 1.628 a replication.
+MTBF 2000 h, 30 d) with `leaf_switch: {mtbf: 200 h, repair: 4 h}` expects 8 x 720 / 2000 = 2.88 host and
+1 x 720 / (200 + 4) = 3.529 leaf interruptions (a leaf repaired in place fails once per MTBF + repair), 6.409 in
+all: M = 720 h / 6.409 = 112.3 h (404,405 s), Young sqrt(2 x 1.35 ms x 404,405 s) = 33.04 s. Before, the leaf was
+left out: M 250 h, Young 49.30 s. A NIC degrading on those one-NIC hosts (MTBF 1000 h, 4 h repairs) expects
+8 x 720 / 1004 = 5.737, M = 125.5 h. The last spine of two (each MTBF 100 h, 12 h exponential repairs) over
+single-NIC hosts under two leaves interrupts when the other is down: 2 x 720 / 112 x 12 / 112 = 1.378 a
+replication.
 """
 
 from __future__ import annotations
@@ -34,31 +35,34 @@ def trace_job(*settings: str) -> dict:
 
 def test_a_leaf_over_single_nic_hosts_counts_in_the_mtbf_and_young_daly():
     summary = trace_job("run.replications=40", "faults.components.leaf_switch={mtbf: 200 h, repair: 4 h}")
-    assert summary["expected_unexpected_interruptions"] == pytest.approx(6.48, rel=1e-12)
+    expected = 8 * 720 / 2000 + 720 / 204
+    mtbf = 720 * 3600 / expected
+    assert summary["expected_unexpected_interruptions"] == pytest.approx(expected, rel=1e-12)
     assert summary["failure_model"]["leaf_switch"]["interrupting_units"] == 1.0
-    assert summary["mtbf_s"] == pytest.approx(400_000.0, rel=1e-12)
+    assert summary["mtbf_s"] == pytest.approx(mtbf, rel=1e-12)
     cost = summary["young_daly_cost_s"]
     assert cost == pytest.approx(1.35e-3, rel=1e-6)
-    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * 400_000.0), rel=1e-12)  # 32.86 s
-    assert summary["daly_interval_s"] == pytest.approx(32.86, abs=0.01)
-    assert inside(6.48, summary["interruptions"]["unexpected"], 1.2)  # today 6.375 (5.37 to 7.38)
-    assert inside(3.6, summary["interruptions"]["by_cause"]["leaf_switch"], 1.0)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * mtbf), rel=1e-12)  # 33.04 s
+    assert summary["daly_interval_s"] == pytest.approx(33.04, abs=0.01)
+    assert inside(expected, summary["interruptions"]["unexpected"], 1.2)
+    assert inside(720 / 204, summary["interruptions"]["by_cause"]["leaf_switch"], 1.0)
 
 
 def test_a_nic_degrading_on_one_nic_hosts_interrupts_in_the_closed_forms():
     summary = trace_job("run.replications=20",
                         "faults.components={nic: {mtbf: 1000 h, repair: 4 h, effect: degrade}}")
-    assert summary["expected_unexpected_interruptions"] == pytest.approx(5.76, rel=1e-12)
-    assert summary["mtbf_s"] == pytest.approx(125 * 3600.0, rel=1e-12)
-    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 125 * 3600.0),
+    assert summary["expected_unexpected_interruptions"] == pytest.approx(8 * 720 / 1004, rel=1e-12)
+    assert summary["mtbf_s"] == pytest.approx(1004 / 8 * 3600.0, rel=1e-12)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 1004 / 8 * 3600.0),
                                                         rel=1e-12)
-    assert inside(5.76, summary["interruptions"]["unexpected"], 1.5)  # today 6.0
+    assert inside(8 * 720 / 1004, summary["interruptions"]["unexpected"], 1.5)
 
 
 def test_the_last_spine_counts_the_chance_the_other_is_down():
-    """Two spines under heavy load (MTBF 10 h, 12 h repairs, rate x repair 1.2): 2 x 720 / 10 x (1 - e^-1.2) =
-    100.63 interruptions, far from the 78.5 of x / (1 + x) or the 172.8 of x (200 replications simulate 100.32,
-    95%: 98.33 to 102.31, measured)."""
+    """Two spines under heavy load (MTBF 10 h, 12 h repairs): each fails 720 / (10 + 12) times (none while in
+    repair) and interrupts where the other is down, 12 / 22 of the time: 2 x 720 / 22 x 12 / 22 = 35.70
+    interruptions a replication, and 200 replications simulate it. Before, a spine in repair failed again:
+    2 x 720 / 10 x (1 - e^-1.2) = 100.63 expected, and simulated (100.32)."""
     text = ONE_GPU_HOSTS + """
 run: {horizon: 30 d, replications: 200, seed: 5}
 faults:
@@ -66,7 +70,7 @@ faults:
     spine_switch: {mtbf: 10 h, repair: 12 h}
 """
     summary = simulate_job(scenario_from_text(text, "spines.yaml")).summary
-    expected = 2 * 720 / 10 * (1 - math.exp(-1.2))
+    expected = 2 * 720 / 22 * 12 / 22
     assert summary["expected_unexpected_interruptions"] == pytest.approx(expected, rel=1e-9)
     assert inside(expected, summary["interruptions"]["unexpected"], 2.2)
 
@@ -110,15 +114,16 @@ checkpoint: {{size: 270 MB, interval: 10 min}}
 
 
 def test_a_lone_racks_only_nvswitch_tray_interrupts_in_the_closed_forms():
-    """One rack of one tray (MTBF 500 h): every tray failure leaves the rack without NVLink and no route, so
-    720 / 500 = 1.44 interruptions a replication, M = 500 h (before: 0, no MTBF, no Young or Daly)."""
+    """One rack of one tray (MTBF 500 h, 4 h repairs): every tray failure leaves the rack without NVLink and no
+    route, so 720 / 504 = 1.429 interruptions a replication (none while the tray is in repair), M = 504 h
+    (before: 0, no MTBF, no Young or Daly)."""
     summary = simulate_job(gb200_trace_job(1, 1, "auto", "{mtbf: 500 h, repair: 4 h}")).summary
     assert summary["failure_model"]["nvswitch_tray"]["interrupting_units"] == 1.0
-    assert summary["expected_unexpected_interruptions"] == pytest.approx(1.44, rel=1e-12)
-    assert summary["mtbf_s"] == pytest.approx(500 * 3600.0, rel=1e-12)
-    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 500 * 3600.0),
+    assert summary["expected_unexpected_interruptions"] == pytest.approx(720 / 504, rel=1e-12)
+    assert summary["mtbf_s"] == pytest.approx(504 * 3600.0, rel=1e-12)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 504 * 3600.0),
                                                         rel=1e-12)
-    assert inside(1.44, summary["interruptions"]["unexpected"], 1.0)
+    assert inside(720 / 504, summary["interruptions"]["unexpected"], 1.0)
 
 
 @pytest.mark.parametrize(("racks", "algorithm", "interrupts"), [
@@ -128,10 +133,10 @@ def test_a_lone_racks_only_nvswitch_tray_interrupts_in_the_closed_forms():
 ])
 def test_a_trays_share_is_the_chance_the_racks_other_trays_are_down(racks, algorithm, interrupts):
     """Three trays a rack, each MTBF 10 h, 12 h repairs: a tray interrupts where its rack's two others are down,
-    (1 - e^-1.2)^2 = 0.4893 of its failures, on every rack."""
+    each 12 / 22 of the time: (12 / 22)^2 = 0.2975 of its failures, on every rack."""
     loaded = gb200_trace_job(racks, 3, algorithm, "{mtbf: 10 h, repair: 12 h}")
     topology = scenario_topology(loaded)
     classes = failure_model(loaded.scenario.faults).classes
     shares = interrupting_shares(topology, cluster_units(topology), classes, set(), algorithm == "nvls")
-    share = (1 - math.exp(-1.2)) ** 2 if interrupts else 0.0
+    share = (12 / 22) ** 2 if interrupts else 0.0
     assert shares == ((pytest.approx(share, rel=1e-12),) * 3 * racks,)

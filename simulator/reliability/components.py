@@ -106,6 +106,25 @@ class FailureClass:
     label: str = ""
     slowdown: float = 1.0
 
+    @property
+    def repaired_in_place(self) -> bool:
+        """Whether a failed unit stays where it is until repaired, so that it cannot fail again meanwhile: a
+        `degrade` or `straggle` unit (a spine, a cable, a throttled GPU) and a GB200 rack or NVSwitch tray, whose
+        failures follow the physical rack. The other classes' failures belong to slots (a host's place), which a
+        spare fills at once (`processes.py`)."""
+        return not Effect(self.effect).interrupts or self.unit in ("rack", "nvswitch_tray")
+
+    @property
+    def failure_rate_s(self) -> float:
+        """Failures per second the job meets of one unit in use: 1 / (MTBF + mean repair) for a `degrade` or
+        `straggle` unit, which stays in the job while in repair and does not fail meanwhile (up M / (M + r) of
+        the time); the rate itself for an interrupting class, whose unit in repair leaves the job, a spare (a
+        host, a rack) or the unit back from repair standing in (GB200 racks: 2 x 720 h / 200 h = 7.2 met with a
+        spare rack, 7.05 simulated, not the 6.43 of 1 / (M + r))."""
+        if Effect(self.effect).interrupts:
+            return self.rate_per_unit_s
+        return self.rate_per_unit_s / (1.0 + self.rate_per_unit_s * self.repair_s)
+
 
 @dataclass(frozen=True)
 class Maintenance:

@@ -140,7 +140,7 @@ def interrupting_shares(topology: Topology, units: ClusterUnits, classes: tuple[
 
 def _down_chance(classes: tuple[FailureClass, ...], unit: str) -> float:
     """The chance that a given unit of kind ``unit`` (a spine switch, an NVSwitch tray) is down at an instant,
-    from its `degrade` classes: 1 - exp(-sum of rate x mean repair)."""
-    load = sum(klass.rate_per_unit_s * klass.repair_s for klass in classes
-               if klass.unit == unit and klass.effect is Effect.DEGRADE)
-    return 1.0 - math.exp(-load)
+    from its `degrade` classes, each up for M / (M + r) of the time (`processes.py`): 1 - prod M / (M + r)."""
+    up = math.prod(1.0 / (1.0 + klass.rate_per_unit_s * klass.repair_s) for klass in classes
+                   if klass.unit == unit and klass.effect is Effect.DEGRADE)
+    return 1.0 - up

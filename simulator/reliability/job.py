@@ -421,9 +421,10 @@ class JobProcess:
         that would leave some GPU without a route interrupts too: one that takes hosts as `replace` does (a
         leaf above single-NIC hosts), one that takes none (the last spine up, all that joined the leaves) is
         applied, and the restart waits for the repair that gives the job its routes back (`_routable`); a
-        degradation during that wait (the same spine again, another one) starts the restart over, as any
-        failure of a unit in use does, so that it waits for the later repair. ``idle``: an NVSwitch tray of a
-        rack out of the group, kept until its repair, in the state only once its rack joins the group."""
+        degradation during that wait (another spine: one in repair does not fail again, `processes.py`) starts
+        the restart over, as any failure of a unit in use does, so that it waits for the later repair. ``idle``:
+        an NVSwitch tray of a rack out of the group, kept until its repair, in the state only once its rack joins
+        the group."""
         klass = self.plan.classes[self.klass[index]]
         if klass.effect.interrupts:
             return False

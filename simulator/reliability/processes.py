@@ -8,8 +8,11 @@ running cluster is what the job meets). Exponential times make the class a Poiss
 rate per unit, drawn as a Poisson count with uniform times and units; Weibull times (shape k, scale chosen so
 that the mean is the MTBF) are drawn per unit and summed while they stay inside the horizon, the first one
 as U x L with U uniform and L the length-biased Weibull, (L / scale)^k ~ Gamma(1 + 1/k). Repair times are
-drawn per arrival (fixed or exponential with the class's mean). Everything comes from one seeded generator,
-in class order.
+drawn per arrival (fixed or exponential with the class's mean). A unit repaired in place (a `degrade` or
+`straggle` unit, a GB200 rack or NVSwitch tray: `FailureClass.repaired_in_place`) does not fail while in
+repair: its renewal runs on its time up and restarts at the repair's end (up ~ the law above, then the repair),
+so it fails units x horizon / (MTBF + repair) times in the long run; the others' failures belong to slots, which
+a spare fills at once. Everything comes from one seeded generator, in class order.
 """
 
 from __future__ import annotations
@@ -56,6 +59,20 @@ def _renewal_times(rng: np.random.Generator, klass: FailureClass, units: int, ho
     return np.concatenate(times), np.concatenate(owners)
 
 
+def _after_repairs(up_times: np.ndarray, owners: np.ndarray, repair: np.ndarray, horizon_s: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Failures of units repaired in place: ``up_times`` count each unit's time up only, so each failure comes
+    that long plus the unit's earlier repairs after the start; those past ``horizon_s`` are dropped."""
+    order = np.lexsort((up_times, owners))
+    up_times, owners, repair = up_times[order], owners[order], repair[order]
+    repaired = np.cumsum(repair) - repair
+    first = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+    starts = np.repeat(first, np.diff(np.r_[first, owners.size]))
+    times = up_times + (repaired - repaired[starts])
+    inside = times < horizon_s
+    return times[inside], owners[inside], repair[inside]
+
+
 def draw_arrivals(rng: np.random.Generator, classes: tuple[FailureClass, ...], units: list[int],
                   horizon_s: float) -> Arrivals:
     """Every class's failures over ``horizon_s``; ``units[i]`` is how many units class i counts."""
@@ -68,6 +85,8 @@ def draw_arrivals(rng: np.random.Generator, classes: tuple[FailureClass, ...], u
             repair = rng.exponential(klass.repair_s, times.size)
         else:
             repair = np.full(times.size, klass.repair_s)
+        if klass.repaired_in_place:
+            times, owners, repair = _after_repairs(times, owners, repair, horizon_s)
         parts.append((times, np.full(times.size, index), owners, repair))
     if not parts:
         empty = np.zeros(0)

@@ -54,9 +54,9 @@ def tier_failure_rates(plan: JobPlan) -> tuple[float, float]:
         for hosts, share in zip(blast, shares, strict=True):
             lost = () if klass.effect is Effect.RESTART else hosts
             if snapshot_survives(lost, plan.hosts, plan.memory_replicas):
-                memory += share * klass.rate_per_unit_s
+                memory += share * klass.failure_rate_s
             else:
-                storage += share * klass.rate_per_unit_s
+                storage += share * klass.failure_rate_s
     return memory, storage
 
 
