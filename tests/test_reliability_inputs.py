@@ -60,6 +60,9 @@ BAD = {
                             "faults.components.gpu.repair"),
     "weibull shape under 0.1": (("      repair: 4 h", "      repair: 4 h\n      distribution: weibull\n"
                                  "      shape: 0.001"), 19, "faults.components.gpu.shape"),
+    # was accepted as the exponential (shape 1), without a word
+    "weibull without a shape": (("      repair: 4 h", "      repair: 4 h\n      distribution: weibull"), 15,
+                                "faults.components.gpu"),
     "interval beyond 64-bit steps": (("  interval: 30 min", "  interval: 1e30 steps"), 19, "checkpoint.interval"),
     # the empty key quoted: the field read `faults.components.`, a trailing dot and nothing after it
     "a class without a name": (("    gpu:", '    "":\n      unit: gpu'), 15, "faults.components['']"),
@@ -424,6 +427,9 @@ def test_a_job_of_a_workload_list_is_refused(tmp_path, capsys):
     (("      repair: 4 h", "      shape: 0.7"),
      "faults.components.gpu: shape 0.7 applies to distribution: weibull only (allowed: distribution: weibull with "
      "a shape, or no shape)"),
+    (("      repair: 4 h", "      repair: 4 h\n      distribution: weibull"),
+     "faults.components.gpu: distribution: weibull needs a shape, which says how failures cluster (allowed: a shape "
+     "of at least 0.1, e.g. shape: 0.7; shape 1 is the exponential)"),
     (("  components:", "  maintenance: {every: 1 h, duration: 2 h}\n  components:"),
      "faults.maintenance: a 2 h stop every 1 h leaves no time to train (allowed: a duration shorter than every)"),
     (("  components:", "  maintenance: {every: 1 d, duration: 2 d}\n  components:"),  # was '172800 s ... 86400 s'

@@ -211,7 +211,8 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
                                 "time, so its failures would change nothing",
                                 field=f"faults.components.{name}" + (".repair" if spec.repair is not None else ""),
                                 allowed="a repair time, e.g. repair: '4 h'")
-        classes[name] = FailureClass(name, unit, effect, rate, spec.distribution, spec.shape, repair,
+        shape = 1.0 if spec.shape is None else spec.shape
+        classes[name] = FailureClass(name, unit, effect, rate, spec.distribution, shape, repair,
                                      spec.repair_distribution, label=previous.label if previous else name,
                                      slowdown=spec.slowdown or 1.0)
     if faults.maintenance is not None:
