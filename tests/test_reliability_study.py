@@ -797,7 +797,7 @@ def test_a_default_grid_over_the_job_event_limit_is_refused_before_any_point_run
 def test_a_job_that_only_degrades_or_straggles_is_told_so_at_the_default_grid(tmp_path, capsys):
     """A job whose one failure class straggles expects failures, but none that interrupts it: no Daly interval
     to build the grid around, and the refusal says why ("expects no failure" was false) and how many it expects
-    instead: 8 GPUs x 54 d x 24 h / 48 h = 216."""
+    instead: 8 GPUs x 54 d x 24 h / (48 h + 6 h) = 192 (a throttled GPU is not throttled again meanwhile)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace(
         "job_failure: {unit: host, effect: restart, mtbf: 3 h, distribution: exponential, shape: 1.0}",
@@ -806,7 +806,7 @@ def test_a_job_that_only_degrades_or_straggles_is_told_so_at_the_default_grid(tm
     assert capsys.readouterr().err.startswith(
         "error: command line: trainsim study: --intervals: the job expects no failure that interrupts the job (its "
         "classes only "
-        "degrade or straggle: 216 expected over the horizon, slower steps but no restart), so it has no Daly "
+        "degrade or straggle: 192 expected over the horizon, slower steps but no restart), so it has no Daly "
         "interval to build the default grid around")
 
 
