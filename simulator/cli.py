@@ -245,7 +245,7 @@ class TopologySets:
     def read(cls, items: list[str]) -> TopologySets:
         """The `--set`s ``items``; one without '=' or whose name is no field path is refused at the flag."""
         from simulator.config.loader import set_flag
-        from simulator.config.yaml_source import is_field_path, override_value, parse_field, set_field
+        from simulator.config.yaml_source import SplitNumber, is_field_path, override_value, parse_field, set_field
 
         values: dict = {}
         typed = []
@@ -259,6 +259,8 @@ class TopologySets:
             path = parse_field(name)
             try:
                 set_field(values, path, override_value(raw))
+            except SplitNumber as split:
+                raise InputError(split.problem, file=set_flag(item), allowed=split.allowed, at_flag=True) from None
             except ValueError as exc:
                 raise InputError(str(exc), file=set_flag(item), allowed="a key inside a parameter that is a mapping "
                                  "(node.gpu_model)", at_flag=True) from None

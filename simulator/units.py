@@ -37,7 +37,10 @@ DURATION_MEANT: dict[str, str] = {"m": "min", "mins": "min", "minute": "min", "m
                                   "hours": "h", "day": "d", "days": "d"}
 """Duration units written another way, and the unit meant: 'm' is minutes in many tools (but meters or milli
 elsewhere, so it is not taken)."""
-NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+SEPARATED_WHOLE = r"[1-9]\d{0,2}(?:,\d{3})+"
+"""A whole number with thousands separators as trainsim prints them ('16,384'); a leading zero is no group
+('0,128' is a host list typed without its brackets, not 128)."""
+NUMBER = rf"[-+]?(?:{SEPARATED_WHOLE}(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 """A number as a quantity or a rate's count is written, thousands separators allowed ('16,384', '1,800 s')."""
 _NUMBER = re.compile(rf"^\s*({NUMBER})\s*([^\s\d].*?)?\s*$")
 

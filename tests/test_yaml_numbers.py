@@ -11,6 +11,11 @@ from shared import SPARE_JOB
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.config.yaml_source import parse_value
+from simulator.errors import InputError, ScenarioError
+from simulator.sweep.spec import sweep_from_text
+from simulator.units import parse_size
+
+BUNDLED = "llama3-8b-dgx-h100-dp8"
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -62,3 +67,35 @@ def test_a_separated_number_in_a_flow_mapping_says_yaml_splits_it(tmp_path, caps
     assert capsys.readouterr().err == (f"error: {scenario}:3: training.seq_len: 4,096 in a {{...}} mapping is two "
                                        "entries to YAML (its comma separates them) (allowed: 4096 in the {...}, or "
                                        "4,096 on a line of its own)\n")
+
+
+@pytest.mark.parametrize("text", ["0,032", "0,128", "01,024", "-0,500"])
+def test_a_leading_zero_is_no_thousands_group(text):
+    """`cluster.nodes=0,032` ran 32 nodes and `servers: 0,128`, a host list typed without brackets, read as 128."""
+    assert parse_value(text) == text
+    with pytest.raises(InputError, match=r"cannot read size|unknown unit"):
+        parse_size(f"{text} GiB")
+
+
+def test_a_separated_number_in_a_flow_list_of_a_sweep_says_yaml_splits_it():
+    """A grid of `[1,024, 2,048]` ran the four points 1, 24, 2 and 48."""
+    text = f"base: {BUNDLED}\ngrid:\n  training.global_batch: [1,024, 2,048]\n"
+    with pytest.raises(ScenarioError) as refused:
+        sweep_from_text(text, "sw.yaml")
+    assert str(refused.value) == ("sw.yaml:3: grid.training.global_batch[0]: 1,024 in a [...] list is two entries to "
+                                  "YAML (its comma separates them) (allowed: 1024 in the [...], or 1,024 on a line "
+                                  "of its own)")
+
+
+@pytest.mark.parametrize("override, error", [
+    ("parallelism.dp=[1,024]", "parallelism.dp[0]: 1,024 in a [...] list is two entries to YAML (its comma separates "
+                               "them) (allowed: 1024 in the [...], or 1,024 on a line of its own)"),
+    ("training={seq_len: 4,096, global_batch: 32}",
+     "training.seq_len: 4,096 in a {...} mapping is two entries to YAML (its comma separates them) (allowed: 4096 in "
+     "the {...}, or 4,096 on a line of its own)"),
+])
+def test_a_separated_number_in_a_set_flow_value_is_refused_at_the_override(override, error, capsys):
+    """`--set parallelism.dp=[1,024]` said 'got [1, 24]', `--set 'training={seq_len: 4,096, ...}'` 'training.96:
+    unknown key '96''."""
+    assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", override]) == 2
+    assert capsys.readouterr().err == f"error: command line: trainsim validate: --set {override}: {error}\n"

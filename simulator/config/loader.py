@@ -26,6 +26,7 @@ from simulator.config.sections import INT64_LIMIT, FieldProblem
 from simulator.config.yaml_source import (
     FIELD_PATH_EXAMPLE,
     FieldPath,
+    SplitNumber,
     dotted,
     is_field_path,
     line_of,
@@ -319,7 +320,11 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
         if not is_field_path(key.strip()):
             raise ScenarioError(f"{key.strip()!r} is not a field path", file=set_flag(item),
                                 allowed=FIELD_PATH_EXAMPLE, at_flag=True)
-        value = override_value(raw)
+        try:
+            value = override_value(raw)
+        except SplitNumber as split:
+            raise ScenarioError(split.problem, field=dotted(parts + split.path), file=set_flag(item),
+                                allowed=split.allowed, at_flag=True) from None
         problem = path_problem(parts, result)
         if problem is not None:
             raise ScenarioError(problem.problem, field=dotted(problem.at), file=set_flag(item),

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from simulator.errors import InputError
+from simulator.units import SEPARATED_WHOLE
 
 FieldPath = tuple  # of str keys and int list indices
 
@@ -49,13 +50,13 @@ INT_TAG, FLOAT_TAG, BOOL_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float
 _LineLoader.yaml_implicit_resolvers = {first: [(tag, regexp) for tag, regexp in resolvers
                                                if tag not in (INT_TAG, FLOAT_TAG, BOOL_TAG)]
                                        for first, resolvers in _LineLoader.yaml_implicit_resolvers.items()}
-_YAML_1_2_INT = re.compile(r"^(?:[-+]?[0-9]+|[-+]?[0-9]{1,3}(?:,[0-9]{3})+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_YAML_1_2_INT = re.compile(rf"^(?:[-+]?[0-9]+|[-+]?{SEPARATED_WHOLE}|0o[0-7]+|0x[0-9a-fA-F]+)$")
 _LineLoader.add_implicit_resolver(INT_TAG, _YAML_1_2_INT, list("-+0123456789"))
 """Whole numbers are YAML 1.2's: decimal (`010` is ten, `007` seven), `0o` octal and `0x` hexadecimal, and decimal
-with thousands separators as trainsim prints them (`4,096`; a flow mapping's `{seq_len: 4,096}` is two entries to
-YAML, which `_compose_lines` refuses). YAML 1.1 read `010` as octal 8, `1:30` as base-60 90, `0b101` as 5 and `1_0`
-as 10, silently (`spares: 010` ran with 8 spare hosts); those are now words, which a whole-number field refuses at
-their line."""
+with thousands separators as trainsim prints them (`4,096`; inside `{seq_len: 4,096}` or `[1,024]` the comma
+separates entries to YAML, which `_refuse_split_number` refuses). YAML 1.1 read `010` as octal 8, `1:30` as
+base-60 90, `0b101` as 5 and `1_0` as 10, silently (`spares: 010` ran with 8 spare hosts); those are now words,
+which a whole-number field refuses at their line."""
 _LineLoader.add_implicit_resolver(FLOAT_TAG, re.compile(
     r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|"
     r"^\.(?:nan|NaN|NAN)$"), list("-+0123456789."))
@@ -88,11 +89,19 @@ NESTED_UNDER_A_VALUE = ("a key at its section's indentation (not deeper, under a
 
 def parse_value(text: str) -> object:
     """One YAML value as a scenario file reads it (`--set a.b=VALUE`): 1e8 is a float here too. Raises
-    yaml.YAMLError for text that is no YAML value, or nests deeper than a scenario may."""
+    yaml.YAMLError for text that is no YAML value, or nests deeper than a scenario may, and SplitNumber for a
+    number with thousands separators inside `{...}` or `[...]`, as a file's."""
+    loader = _LineLoader(text)  # safe: _LineLoader is a SafeLoader
     try:
-        return yaml.load(text, Loader=_LineLoader)  # safe: _LineLoader is a SafeLoader
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_split_numbers(node, (), set())
+        return loader.construct_document(node)
     except _TooLarge as exc:
         raise yaml.YAMLError(exc.problem) from None
+    finally:
+        loader.dispose()
 
 
 def override_value(text: str) -> object:
@@ -122,17 +131,15 @@ def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]
         problem = (f"more than {MAX_VALUES:,} values once aliases are expanded" if len(lines) > MAX_VALUES
                    else f"nested deeper than {MAX_DEPTH} levels through aliases")
         raise _TooLarge(problem, node.start_mark.line + 1)
+    _refuse_split_number(node, path)
     if isinstance(node, yaml.MappingNode):
         seen: set = set()
-        for index, (key_node, value_node) in enumerate(node.value):
+        for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 raise yaml.constructor.ConstructorError(None, None, "a key must be a plain value, not a list or "
                                                         "mapping", key_node.start_mark)
             key = key_node.value
             child = path + (key,)
-            if index and node.flow_style and _split_number(node.value[index - 1][1], key_node, value_node):
-                raise SplitNumber(path + (node.value[index - 1][0].value,), key_node.start_mark.line + 1,
-                                  f"{node.value[index - 1][1].value},{key}")
             if key in seen:
                 raise DuplicateKey(child, key_node.start_mark.line + 1, lines[child])
             seen.add(key)
@@ -145,24 +152,60 @@ def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]
             _compose_lines(item, child, lines)
 
 
-def _split_number(before: yaml.Node, key: yaml.Node, value: yaml.Node) -> bool:
-    """Whether a flow mapping's key ``key`` with ``value`` is the tail of a number with thousands separators
-    whose head is the value ``before`` it (`{seq_len: 4,096}` is `seq_len: 4` and a key `096` without a value to
-    YAML): three digits right after the comma that follows a plain number, and no value."""
-    def plain(node: yaml.Node) -> bool:
-        return isinstance(node, yaml.ScalarNode) and node.style is None
+def _refuse_split_number(node: yaml.Node, path: FieldPath) -> None:
+    """Raise SplitNumber where a `{...}` or `[...]` ``node`` at ``path`` holds a whole number with thousands
+    separators, which YAML splits at its commas: `{seq_len: 4,096}` is `seq_len: 4` and a key `096` without a
+    value, `[1,024, 2,048]` the four items 1, 24, 2 and 48. The tail is three digits right after the comma that
+    follows a plain whole number (`[1, 024]` is two items as typed)."""
+    if not getattr(node, "flow_style", False):
+        return
+    if isinstance(node, yaml.MappingNode):
+        pairs = [(before[1], key, before[0].value) for before, (key, value) in zip(node.value, node.value[1:])
+                 if _plain(value) and value.value == ""]
+        kind = "{...} mapping"
+    elif isinstance(node, yaml.SequenceNode):
+        pairs = [(before, item, index) for index, (before, item) in enumerate(zip(node.value, node.value[1:]))]
+        kind = "[...] list"
+    else:
+        return
+    for head, tail, at in pairs:
+        if (_plain(head) and _plain(tail) and re.fullmatch(r"[-+]?[1-9][0-9]{0,2}", head.value)
+                and re.fullmatch(r"[0-9]{3}", tail.value) and tail.start_mark.index == head.end_mark.index + 1):
+            raise SplitNumber(path + (at,), tail.start_mark.line + 1, f"{head.value},{tail.value}", kind)
 
-    return (plain(before) and plain(key) and plain(value) and value.value == "" and re.fullmatch(r"[0-9]{3}", key.value)
-            is not None and re.fullmatch(r"[-+]?[0-9]+", before.value) is not None
-            and key.start_mark.index == before.end_mark.index + 1)
+
+def _plain(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.style is None
+
+
+def _refuse_split_numbers(node: yaml.Node, path: FieldPath, seen: set[int]) -> None:
+    """`_refuse_split_number` for ``node`` and every collection inside it, each (aliased) node once."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    _refuse_split_number(node, path)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            _refuse_split_numbers(value_node, path + (getattr(key_node, "value", ""),), seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_split_numbers(item, path + (index,), seen)
 
 
 class SplitNumber(Exception):
-    """A number with thousands separators in a flow mapping, which YAML splits at its commas."""
+    """A number with thousands separators inside `{...}` or `[...]`, which YAML splits at its commas."""
 
-    def __init__(self, path: FieldPath, line: int, number: str):
+    def __init__(self, path: FieldPath, line: int, number: str, kind: str):
         super().__init__(path)
-        self.path, self.line, self.number = path, line, number
+        self.path, self.line, self.number, self.kind = path, line, number, kind
+
+    @property
+    def problem(self) -> str:
+        return f"{self.number} in a {self.kind} is two entries to YAML (its comma separates them)"
+
+    @property
+    def allowed(self) -> str:
+        return f"{self.number.replace(',', '')} in the {self.kind[:5]}, or {self.number} on a line of its own"
 
 
 class DuplicateKey(Exception):
@@ -206,10 +249,8 @@ def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[ob
         raise error(f"key given twice (first on line {duplicate.first_line})", field=dotted(duplicate.path),
                     allowed="each key once per section", file=source, line=duplicate.line) from None
     except SplitNumber as split:
-        raise error(f"{split.number} in a {{...}} mapping is two entries to YAML (its comma separates them)",
-                    field=dotted(split.path), file=source, line=split.line,
-                    allowed=f"{split.number.replace(',', '')} in the {{...}}, or {split.number} on a line of its "
-                            "own") from None
+        raise error(split.problem, field=dotted(split.path), file=source, line=split.line,
+                    allowed=split.allowed) from None
     except _TooLarge as exc:
         raise error(f"the document is {exc.problem}", file=source, line=exc.line, allowed="a smaller file") from None
 
