@@ -492,11 +492,15 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     assert_one_error_line(captured.err, None, field, problem, allowed)
 
 
+NODES_RANGE = "an integer from 1 to 131,072, 2 where not given"
+"""What dgx-h100-cluster's `nodes` takes, as a bad value's refusal says."""
+
+
 @pytest.mark.parametrize("command", [["topo", "describe", "dgx-h100-cluster"],
                                      ["collective", "--topology", "dgx-h100-cluster", "--sizes", "1MiB"]])
 @pytest.mark.parametrize("override, error", [
     ("nodes=0", "--set nodes=0: 0 must be positive (allowed: a positive value)"),
-    ("nodes=2.5", "--set nodes=2.5: expected a whole number, got 2.5 (allowed: an integer such as 8)"),
+    ("nodes=2.5", "--set nodes=2.5: expected a whole number, got 2.5 (allowed: " + NODES_RANGE + ")"),
     ("nics_per_node=9", "--set nics_per_node=9: 9 NICs per node but 8 GPUs (allowed: 1 to 8)"),
     ("node.bogus=4", "--set node.bogus=4: unknown parameter 'bogus' (allowed: gpus, nvlink_bandwidth,"),
     ("bogus=4", "--set bogus=4: unknown override 'bogus' for topology kind 'cluster' (allowed: nodes, node,"),
@@ -514,9 +518,9 @@ def test_a_bad_topology_override_is_located_at_its_set(command, override, error,
 @pytest.mark.parametrize("command", [["topo", "describe", "dgx-h100-cluster"],
                                      ["collective", "--topology", "dgx-h100-cluster", "--sizes", "1MiB"]])
 @pytest.mark.parametrize("override, error", [
-    ("nodes.x=3", "nodes is not a section (allowed: an integer such as 8)"),
-    ("nodes=1e3", "expected a whole number, got 1e3 (allowed: an integer such as 8)"),
-    ("nodes=null", "expected a whole number, got null (allowed: an integer such as 8)"),
+    ("nodes.x=3", "nodes is not a section (allowed: " + NODES_RANGE + ")"),
+    ("nodes=1e3", "expected a whole number, got 1e3 (allowed: " + NODES_RANGE + ")"),
+    ("nodes=null", "expected a whole number, got null (allowed: " + NODES_RANGE + ")"),
 ])
 def test_a_topology_set_is_refused_in_run_set_words(command, override, error, capsys):
     """`topo` and `collective` said of `--set nodes.x=3` "expected a whole number, got {'x': 3}" where `trainsim
@@ -527,8 +531,10 @@ def test_a_topology_set_is_refused_in_run_set_words(command, override, error, ca
 
 
 @pytest.mark.parametrize("override, error", [
-    ("cluster.nodes=1e3", "expected a whole number, got 1e3 (allowed: an integer such as 8)"),
-    ("cluster.nodes=null", "expected a whole number, got null (allowed: an integer such as 8)"),
+    ("cluster.nodes=1e3", "expected a whole number, got 1e3 (allowed: an integer from 1 to 131,072, 2 where not "
+                          "given)"),
+    ("cluster.nodes=null", "expected a whole number, got null (allowed: an integer from 1 to 131,072, 2 where not "
+                           "given)"),
     ("parallelism.tp=1e3", "expected a whole number, got 1e3 (allowed: an integer >= 1, 1 where not given)"),
     ("parallelism.tp=null", "expected a whole number, got null (allowed: an integer >= 1, 1 where not given)"),
     ("parallelism.zero=null", "expected a whole number, got null (allowed: an integer from 0 to 3, 0 where not given)"),

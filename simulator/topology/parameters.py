@@ -81,6 +81,14 @@ MAX_COUNT = 2**17
 typo cannot make the builder run out of memory."""
 
 
+def _whole_range(param: Param) -> str:
+    """What a count or index parameter takes, from its bounds and default, in a scenario field's words: 'an
+    integer from 1 to 131,072, 2 where not given' (it said 'an integer such as 8')."""
+    span = f"from 1 to {MAX_COUNT:,}" if param.kind == "count" else ">= 0"
+    given = isinstance(param.default, int) and not isinstance(param.default, bool)
+    return f"an integer {span}" + (f", {param.default:,} where not given" if given else "")
+
+
 def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> dict:
     """Check ``raw`` against ``spec`` and return the parameters in SI units, defaults filled in. A required
     parameter set to null is refused by its reader (`got None`, as a scenario's fields), not called missing; a
@@ -103,7 +111,8 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
             result: Any = _READERS[param.kind](value)
         except InputError as exc:
             problem = f"{prefix}{name} is not a section" if isinstance(value, dict) else exc.problem
-            raise exc.rebuilt(TopologyError, problem=problem, field=f"{prefix}{name}") from None
+            takes = _whole_range(param) if param.kind in ("count", "index") else exc.allowed
+            raise exc.rebuilt(TopologyError, problem=problem, field=f"{prefix}{name}", allowed=takes) from None
         if param.kind in ("count", "ratio", "bandwidth") and not result > 0:
             raise TopologyError(f"{value!r} must be positive", field=f"{prefix}{name}", allowed="a positive value")
         if param.kind == "count" and result > MAX_COUNT:
