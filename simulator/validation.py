@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from simulator.config.bundled import BUNDLED_DIR
 from simulator.errors import ExecutorError, ScenarioError, WorkerKilled
 from simulator.machine import usable_cores
+from simulator.units import format_memory
 
 if TYPE_CHECKING:
     from simulator.config.published import Metric
@@ -103,7 +104,7 @@ def _facts(summary: dict) -> tuple[tuple[str, str], ...]:
         ("step", f"{summary['step_time_s']:.2f} s"),
         ("bubble", f"{summary['bubble_fraction']:.1%}"),
         ("exposed TP / PP / DP", f"{exposed['tp']:.2f} / {exposed['pp']:.2f} / {exposed['dp']:.2f} s"),
-        ("peak memory", f"{summary['peak_memory_gib']:,.1f} GiB{' (out of memory)' if summary['oom'] else ''}"),
+        ("peak memory", f"{format_memory(summary['peak_memory_gib'])}{' (out of memory)' if summary['oom'] else ''}"),
         ("overlaps", ", ".join(name for name, on in summary.get("overlaps", {}).items() if on) or "none"),
         ("compute lost to SM contention", _contention(summary.get("sm_contention"))),
         ("simulated", _folding(summary)),

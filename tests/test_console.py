@@ -1216,3 +1216,12 @@ def test_a_moe_steps_routing_skew_has_its_row():
     lines = [" ".join(line.split()) for line in console.export_text().splitlines()]
     assert "routing skew 383.4 ms (21.2%; hottest EP rank 1.54x the mean load)" in lines
     assert "routing skew none" in lines
+
+
+def test_the_layout_search_tree_names_a_tiny_model_s_memory_in_mib():
+    """The search's tree said a tiny model fits DP over every GPU at '(0.0 GiB)'."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Checked
+
+    choice = seed_tree_choice(8, 8, 2, 8, True, lambda candidate: Checked(candidate, {}, None, 0.044))
+    assert choice.steps[0].endswith("(45.1 MiB): DP over every GPU"), choice.steps

@@ -29,6 +29,7 @@ from simulator.report.outputs import (
     stage_representatives,
     time_unit,
 )
+from simulator.units import format_memory
 
 GIB = 2.0**30
 STATIC_PARTS = ("params", "grads", "optimizer", "buffers")
@@ -131,7 +132,7 @@ def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     for (rank, curve), colour in zip(curves, _curve_colours(len(curves))):
         peak = curve["bytes"].max() / GIB
         ax.step(curve["time_s"] * scale, curve["bytes"] / GIB, where="post", color=colour,
-                label=f"{rank_and_stages(summary, rank)}, peak {peak:,.1f} GiB")
+                label=f"{rank_and_stages(summary, rank)}, peak {format_memory(peak)}")
     capacity = float(summary["memory_capacity_gib"])
     top = max([capacity] + [curve["bytes"].max() / GIB for _, curve in curves])
     ax.axhline(capacity, color="#C44E52", linestyle="--", label=f"capacity {capacity:.1f} GiB")

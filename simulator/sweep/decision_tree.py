@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from simulator.sweep.layouts import Candidate, Checked, Pruned, powers_of_two
 from simulator.sweep.options import Recompute, Sharding
+from simulator.units import format_memory
 from simulator.workload.stage_work import layers_per_stage
 
 MICROBATCHES_PER_STAGE = 4
@@ -73,7 +74,7 @@ def seed_tree_choice(world: int, domain_gpus: int, layers: int, global_batch: in
     whole = f"plain DDP over all {world} GPUs" if eager else f"ZeRO-1 over all {world} GPUs"
     if not single.reason:
         steps.append(f"every GPU holds the whole model with {whole} "
-                     f"({single.peak_memory_gib:,.1f} GiB): DP over every GPU")
+                     f"({format_memory(single.peak_memory_gib)}): DP over every GPU")
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"{whole}: {single.reason}")  # the layout tried, as the eager branch names its FSDP one
     if eager:
@@ -129,7 +130,7 @@ def _eager_first_fit(world: int, layers: int, global_batch: int, check: Callable
             if not whole.reason:
                 steps.append(f"every GPU holds {'its shard of ' if sharding == 'fsdp' else ''}the model with "
                              f"{name} over all {world} GPUs, recompute={recompute} "
-                             f"({whole.peak_memory_gib:,.1f} GiB): DP over every GPU")
+                             f"({format_memory(whole.peak_memory_gib)}): DP over every GPU")
                 return whole.candidate
             steps.append(f"{name} over all {world} GPUs" + (f" recompute={recompute}" if recompute != "none" else "")
                          + f": {whole.reason}")
@@ -169,7 +170,7 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
                 over_memory = over_memory or (checked.pruning is not None
                                               and checked.pruning.kind == Pruned.OUT_OF_MEMORY)
                 if not checked.reason:
-                    steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:,.1f} GiB)"
+                    steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({format_memory(checked.peak_memory_gib)})"
                                  + (f" after {_tried_text(tried)}" if tried else ""))
                     return Fit(checked.candidate, True, bubbled_any or bool(bubbled), over_memory)
                 tried.append(checked)

@@ -16,7 +16,7 @@ from simulator.report.tables import csv_text
 from simulator.sweep.layouts import Pruned
 from simulator.sweep.results import CandidateStatus, simulations_done
 from simulator.sweep.search import SearchResult
-from simulator.units import counted
+from simulator.units import counted, format_memory
 
 SHOWN = 10
 WIDTH = 118
@@ -49,8 +49,8 @@ def format_search(result: SearchResult, scenario: str) -> str:
     lines.extend(f"  pruned, {kind.label}: {counted(count, 'layout')}" for kind, count in pruned_by_kind(table).items())
     if not rows and "memory_model_peak_gib" in table and table["memory_model_peak_gib"].notna().any():
         leanest = table.sort_values(["memory_model_peak_gib", "label"]).iloc[0]  # no figure (NaN) sorts last
-        lines.append(f"least memory of any layout: {leanest['label']}, {leanest['memory_model_peak_gib']:,.1f} GiB "
-                     "per GPU by the memory model")
+        least = format_memory(leanest["memory_model_peak_gib"])
+        lines.append(f"least memory of any layout: {leanest['label']}, {least} per GPU by the memory model")
     first, *rest = result.tree.steps
     lines.append(f"decision tree (rules of thumb, docs/studies.md): {first}")
     lines.extend(line for step in rest for line in textwrap.wrap(step, WIDTH, initial_indent="  -> ",
