@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import cast
 
 from simulator.config.loader import LoadedScenario, scenario_from_data
-from simulator.config.parallelism_options import SCHEDULE_FIELD
+from simulator.config.parallelism_options import SCHEDULE_FIELD, VIRTUAL_STAGES_FIELD, BuiltinSchedule
 from simulator.config.yaml_source import FieldPath, parse_field, parse_value
 from simulator.errors import InputError
 from simulator.parallel.layout import Layout
@@ -29,16 +29,21 @@ from simulator.topology.loader import scenario_topology
 from simulator.workload.memory_plan import GIB, stage_memory
 from simulator.workload.training import build_training_step, tp_domains
 
-SAME_BUBBLE_SCHEDULE: dict[tuple[str, bool], str] = {
-    ("gpipe", False): "1f1b",
-    ("looped-bfs", False): "1f1b",
-    ("looped-bfs", True): "interleaved",
+SAME_BUBBLE_SCHEDULE: dict[tuple[BuiltinSchedule, bool], tuple[BuiltinSchedule, ...]] = {
+    ("gpipe", False): ("1f1b",),
+    ("looped-bfs", False): ("1f1b",),
+    ("looped-bfs", True): ("interleaved", "1f1b"),
 }
-"""The schedule offered in place of (a schedule, whether it runs more than one chunk per rank): one of the same
-bubble (docs/schedules.md: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(m v+p-1) for looped-bfs and interleaved), so
-about the same step, with about p micro-batches' activations in flight instead of all m (GPipe and looped-BFS run
-every forward first). Llama 3 70B on 256 H100 (TP 8, PP 4, 32 micro-batches): gpipe 199.1 GiB, 7.876 s; 1f1b
-36.9 GiB, 7.871 s."""
+"""The schedules offered in place of (a schedule, whether it runs more than one chunk per rank), the first the
+step takes: one of the same bubble (docs/schedules.md: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(m v+p-1) for
+looped-bfs and interleaved), so about the same step, with about p micro-batches' activations in flight instead of
+all m (GPipe and looped-BFS run every forward first); 1F1B on one chunk where interleaved is refused (m not a
+multiple of p). Llama 3 70B on 256 H100 (TP 8, PP 4, 32 micro-batches): gpipe 199.1 GiB, 7.876 s; 1f1b
+36.8 GiB, 7.871 s."""
+
+COMPUTE_FIELDS = ("training.recompute",)
+"""The fields whose remedies run more compute (recompute runs a forward again: +33% for full): a remedy that fits
+without them is listed first."""
 
 MIN_SAVING_BYTES = GIB
 """The least a remedy must save to be offered: 1 GiB. The memory plan leaves out the CUDA context, NCCL's
@@ -62,6 +67,11 @@ class Remedy:
     settings: tuple[str, ...]
     saved_bytes: float
     fits: bool
+
+    @property
+    def costs_compute(self) -> bool:
+        """Whether the remedy runs more compute per step (COMPUTE_FIELDS)."""
+        return any(setting.split("=", 1)[0] in COMPUTE_FIELDS for setting in self.settings)
 
     @property
     def text(self) -> str:
@@ -105,8 +115,9 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
 
 def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
                     base_settings: Sequence[str] = ()) -> tuple[Remedy, ...] | None:
-    """The remedies for ``loaded``'s layout on ``topology`` (its cluster, built here when not given), the one
-    that saves most first. Of each knob's candidates (`candidates`, smallest change first) the first whose peak
+    """The remedies for ``loaded``'s layout on ``topology`` (its cluster, built here when not given): those that
+    fit without more compute first (not recompute, COMPUTE_FIELDS), then the others, each the one that saves most
+    first. Of each knob's candidates (`candidates`, smallest change first) the first whose peak
     fits, else the one that saves most. ``base_settings``: `--set`s that make the scenario whose memory is
     weighed (an elastic job shrunk to fewer replicas); a remedy never touches the fields they set, and they are
     not printed. None (nothing weighed) where the scenario cannot be rebuilt from its data
@@ -129,8 +140,8 @@ def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
             if best is not None and best.fits:
                 break
         if best is not None:
-            found.append((-best.saved_bytes, index, best))
-    return tuple(remedy for _, _, remedy in sorted(found, key=lambda item: item[:2]))
+            found.append((not best.fits or best.costs_compute, -best.saved_bytes, index, best))
+    return tuple(remedy for *_, remedy in sorted(found, key=lambda item: item[:3]))
 
 
 def remedies_text(remedies: Sequence[Remedy] | None) -> str:
@@ -196,9 +207,13 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
         [("training.recompute=selective",), ("training.recompute=full",)],
     ]
     pipeline = scenario.parallelism.pipeline
-    same_bubble = SAME_BUBBLE_SCHEDULE.get((pipeline.schedule, pipeline.virtual_stages > 1))
-    if same_bubble is not None:
-        groups.append([(f"{SCHEDULE_FIELD}={same_bubble}",)])
+    chunked = pipeline.virtual_stages > 1
+    same_bubble = next((offered for (schedule, many), offered in SAME_BUBBLE_SCHEDULE.items()
+                        if schedule == pipeline.schedule and many == chunked), ())
+    if same_bubble:
+        groups.append([(f"{SCHEDULE_FIELD}={schedule}",) + ((f"{VIRTUAL_STAGES_FIELD}=1",) if schedule == "1f1b"
+                                                             and chunked else ())
+                       for schedule in same_bubble])
     if peak.layout is not None:
         layout = peak.layout
         dp_given = scenario.parallelism.dp is not None

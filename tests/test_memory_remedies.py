@@ -43,6 +43,9 @@ ALL_IN_FLIGHT = ["parallelism.zero=1", "parallelism.pp=2", "parallelism.dp=4", "
 """16 micro-batches on 2 stages: GPipe and looped-BFS hold all 16 micro-batches' activations, 1F1B and
 interleaved about 2 at the same bubble."""
 
+UNEVEN_IN_FLIGHT = [*ALL_IN_FLIGHT[:-1], "training.global_batch=120"]
+"""15 micro-batches on 2 stages: interleaved refuses a count that is no multiple of the stages."""
+
 
 def validated_peak(path: str, overrides: list[str]) -> dict:
     """The memory entries `trainsim validate` gives the scenario with ``overrides`` (every check of a run, and of
@@ -86,6 +89,7 @@ GRID = [
     (SERVERS, ["training.seq_len=65536", "training.micro_batch=1"]),
     (FUSED, [*ALL_IN_FLIGHT, "parallelism.pipeline.schedule=gpipe"]),
     (FUSED, [*ALL_IN_FLIGHT, "parallelism.pipeline.schedule=looped-bfs", "parallelism.pipeline.virtual_stages=2"]),
+    (FUSED, [*UNEVEN_IN_FLIGHT, "parallelism.pipeline.schedule=looped-bfs", "parallelism.pipeline.virtual_stages=2"]),
 ]
 
 
@@ -104,11 +108,12 @@ def test_every_remedy_loads_and_lowers_the_peak_by_what_it_prints(path, override
                                + f" (-{saved:,.1f} GiB{', fits' if not after['oom'] else ''})")
 
 
-def test_the_line_offers_the_remedies_the_most_saving_first():
+def test_the_line_offers_the_remedies_that_fit_without_more_compute_first_then_the_most_saving():
     overrides = ["parallelism.zero=0", *BATCH]
     memory = validated_peak(FUSED, overrides)
     offered = memory_remedies(load_scenario(FUSED, overrides))
-    assert [remedy.saved_bytes for remedy in offered] == sorted((r.saved_bytes for r in offered), reverse=True)
+    order = [(not remedy.fits or remedy.costs_compute, -remedy.saved_bytes) for remedy in offered]
+    assert order == sorted(order)
     assert oom_line(memory, load_scenario(FUSED, overrides)).endswith(
         f"(try {'; '.join(remedy.text for remedy in offered)})")
 
@@ -296,7 +301,7 @@ def test_a_file_with_microbatches_and_a_global_batch_is_offered_remedies_that_ke
 @pytest.mark.parametrize("schedule,chunks,same_bubble", [("gpipe", 1, "1f1b"), ("looped-bfs", 2, "interleaved")])
 def test_a_schedule_holding_every_micro_batch_is_offered_the_one_of_its_bubble(schedule, chunks, same_bubble):
     """GPipe and looped-BFS hold every micro-batch's activations; 1F1B and interleaved run the same bubble with
-    about p in flight (Llama 3 70B: 199.1 GiB under GPipe, 36.9 GiB under 1F1B, 7.876 s and 7.871 s), and were
+    about p in flight (Llama 3 70B: 199.1 GiB under GPipe, 36.8 GiB under 1F1B, 7.876 s and 7.871 s), and were
     never offered: only recompute and sharding were."""
     overrides = [*ALL_IN_FLIGHT, f"parallelism.pipeline.schedule={schedule}",
                  f"parallelism.pipeline.virtual_stages={chunks}"]
@@ -304,3 +309,26 @@ def test_a_schedule_holding_every_micro_batch_is_offered_the_one_of_its_bubble(s
     offered = offered_settings(FUSED, overrides)
     assert (f"parallelism.pipeline.schedule={same_bubble}",) in offered
     assert not validated_peak(FUSED, [*overrides, f"parallelism.pipeline.schedule={same_bubble}"])["oom"]
+
+
+def test_looped_bfs_with_micro_batches_interleaved_refuses_is_offered_1f1b_before_recompute():
+    """Interleaved needs m a multiple of p; with 15 micro-batches on 2 stages it was refused and looped-BFS was
+    offered only recompute (+33% compute) and sharding, though 1F1B on one chunk fits at about its bubble."""
+    overrides = [*UNEVEN_IN_FLIGHT, "parallelism.pipeline.schedule=looped-bfs", "parallelism.pipeline.virtual_stages=2"]
+    offered = memory_remedies(load_scenario(FUSED, overrides))
+    settings = [remedy.settings for remedy in offered]
+    fallback = ("parallelism.pipeline.schedule=1f1b", "parallelism.pipeline.virtual_stages=1")
+    assert fallback in settings
+    assert offered[settings.index(fallback)].fits
+    recompute = [index for index, remedy in enumerate(offered) if remedy.costs_compute]
+    assert recompute and settings.index(fallback) < min(recompute)
+
+
+def test_a_remedy_that_fits_without_more_compute_is_listed_before_recompute_that_saves_more():
+    """GPipe with 4 micro-batches on 2 stages: full recompute saves 63.0 GiB and 1F1B 49.7 GiB, both fit; recompute
+    came first, though it runs a third more compute and 1F1B runs the same step."""
+    overrides = [*ALL_IN_FLIGHT[:-1], "training.global_batch=32", "parallelism.pipeline.schedule=gpipe"]
+    offered = memory_remedies(load_scenario(FUSED, overrides))
+    assert offered[0].settings == ("parallelism.pipeline.schedule=1f1b",) and offered[0].fits
+    assert any(remedy.costs_compute and remedy.fits and remedy.saved_bytes > offered[0].saved_bytes
+               for remedy in offered)

@@ -14,6 +14,7 @@ BuiltinSchedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-
 SCHEDULE_NAMES: tuple[str, ...] = (*get_args(BuiltinSchedule), CUSTOM_SCHEDULE)
 """Every name `parallelism.pipeline.schedule` accepts."""
 SCHEDULE_FIELD: Final = "parallelism.pipeline.schedule"
+VIRTUAL_STAGES_FIELD: Final = "parallelism.pipeline.virtual_stages"
 
 CpAlgorithm = Literal["ring", "all_gather"]
 """How a CP rank gets the sequence's K/V (`parallelism.cp_algorithm`; parallel/context.py)."""
