@@ -12,6 +12,7 @@ from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
 from simulator.collectives.tuner import estimates
+from simulator.errors import ScenarioError
 from simulator.topology.loader import load_topology
 
 GIB = 2.0**30
@@ -90,3 +91,13 @@ def test_auto_weighs_the_nvls_tree_across_racks_over_the_racks():
     request = CollectiveRequest("all_reduce", EVERY_GPU, GIB)
     simulated = time_collective(TWO_RACKS, "all_reduce", "nvls", EVERY_GPU, GIB, efficiency=LINE_RATE)
     assert estimates(request, TWO_RACKS, LINE_RATE)["nvls"] == pytest.approx(simulated, rel=1e-9)
+
+
+def test_uneven_group_across_racks_is_refused_by_nvlink_domain():
+    """An uneven group over two racks (every GPU of one, 4 of the other) is refused by what the plan groups by,
+    the NVLink domain: the refusal said "on every host", where a rack's trays (hosts) held 4 members each."""
+    ranks = (*range(RACK), *range(RACK, RACK + 4))
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(CollectiveRequest("all_reduce", ranks, GIB), TWO_RACKS, "nvls")
+    assert info.value.problem.startswith("nvls all_reduce needs the same number of group members on every NVLink "
+                                         "domain, got 4, 72")

@@ -21,11 +21,14 @@ OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather", "bro
 
 def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hierarchical") -> list[list[int]]:
     """Members per NVLink domain (rows), the same count g on every domain; column j is rail j's group across
-    domains. An uneven group is refused in the name of algorithm ``name``, the one the user asked for."""
+    domains. An uneven group is refused in the name of algorithm ``name``, the one the user asked for, and by what
+    the rows group (a host, or an NVLink domain where domains span hosts, as a GB200 NVL72 rack's trays)."""
     hosts = group_by_domain(request.ranks, topology)
     sizes = sorted({len(members) for members in hosts})
     if len(sizes) > 1:
-        raise ScenarioError(f"{name} {request.op} needs the same number of group members on every host, "
+        domains_span_hosts = len(set(zip(topology.gpu_domain, topology.gpu_host))) > len(set(topology.gpu_domain))
+        unit = "NVLink domain" if domains_span_hosts else "host"
+        raise ScenarioError(f"{name} {request.op} needs the same number of group members on every {unit}, "
                             f"got {', '.join(map(str, sizes))}", field="collectives.algorithm")
     return hosts
 
