@@ -101,3 +101,35 @@ def test_uneven_group_across_racks_is_refused_by_nvlink_domain():
         plan_collective(CollectiveRequest("all_reduce", ranks, GIB), TWO_RACKS, "nvls")
     assert info.value.problem.startswith("nvls all_reduce needs the same number of group members on every NVLink "
                                          "domain, got 4, 72")
+
+
+def bytes_out_of_rack(algorithm: str, topology, racks: int) -> dict[int, float]:
+    """Bytes each GPU sends out of its rack in the plan of a 1 GiB all-reduce over every GPU of ``racks``."""
+    domain = topology.gpu_domain
+    request = CollectiveRequest("all_reduce", tuple(range(racks * RACK)), GIB)
+    sent: dict[int, float] = {}
+    for phase in plan_collective(request, topology, algorithm):
+        for transfer in phase.transfers:
+            if domain[transfer.src] != domain[transfer.dst]:
+                sent[transfer.src] = sent.get(transfer.src, 0.0) + transfer.nbytes
+    return sent
+
+
+def test_nvls_across_two_racks_runs_nccls_tree_over_32_heads():
+    """NCCL's NVLS tree across nodes is a double binary tree per head (connect.cc connectNvls), 32 heads a rack
+    (search.cc: min(NCCL_MAX_NVLS_ARITY, GPUs), one per NIC): over 2 racks each head sends n/32 to its peer head,
+    n/64 on each tree. It was 72 rail rings, every GPU sending n/72 out of its rack."""
+    sent = bytes_out_of_rack("nvls", TWO_RACKS, 2)
+    local = TWO_RACKS.gpu_domain_local
+    assert sorted({local[rank] for rank in sent}) == list(range(32))
+    assert len(sent) == 2 * 32
+    assert set(sent.values()) == {GIB / 32}
+
+
+def test_nvls_tree_over_four_racks_loads_an_interior_head_with_twice_its_slice():
+    """Over more than 2 nodes a head interior in one tree (2 children and a parent) and a leaf in the other
+    sends 2 n/heads, as NCCL's tuner charges the NVLS tree (tuning.cc: interBw per channel, doubled only for
+    nNodes <= 2); a leaf in both sends n/heads."""
+    sent = bytes_out_of_rack("nvls", load_topology("gb200-nvl72", {"racks": 4}), 4)
+    assert max(sent.values()) == pytest.approx(2 * GIB / 32, rel=1e-12)
+    assert min(sent.values()) == pytest.approx(GIB / 32, rel=1e-12)

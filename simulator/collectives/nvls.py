@@ -6,8 +6,9 @@ the switch writes it to every GPU). Each GPU's link to the switch then carries n
 slice) + n/p (its own store) up, and n/p (its reduced slice) + n (every stored slice) down: n (p+1)/p each way,
 against 2 (p-1)/p n for a ring, so busbw = 2 (p-1)/(p+1) x link bandwidth x in-switch efficiency (below).
 Reduce-scatter carries n up and n/p down, all-gather n/p up and n down: one direction at n. Across NVLink
-domains all-reduce runs as NCCL's NVLS tree does in spirit: in-switch inside each domain (a DGX host, or a whole
-GB200 NVL72 rack, one node to NCCL under MNNVL), rails across domains (here rail rings rather than trees).
+domains all-reduce runs NCCL's NVLS tree: in-switch inside each domain (a DGX host, or a whole GB200 NVL72 rack,
+one node to NCCL under MNNVL); across GB200 racks NCCL's double binary tree over each rack's heads (`head_trees`),
+across DGX hosts rail rings (NCCL's tree in spirit only).
 
 The links are loaded through ordinary GPU-to-GPU transfers of the same size (GPU i to GPU i+1 over the
 switch), which loads every GPU's up and down link exactly as above for all-reduce; for reduce-scatter and
@@ -35,6 +36,7 @@ from simulator.catalog.gpus import gpu_names
 from simulator.collectives.hierarchical import host_grid
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.collectives.tree import double_binary_tree
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
@@ -141,18 +143,63 @@ def check(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
     return hosts
 
 
+MAX_HEADS = 32
+"""The most heads NCCL's NVLS graph finds per node (src/graph/search.cc caps its channels at
+min(NCCL_MAX_NVLS_ARITY = 32, GPUs); each channel's head is the local GPU of one NIC, no GPU twice)."""
+
+
+def domain_heads(hosts: list[list[int]], topology: Topology) -> list[list[int]]:
+    """Each NVLink domain's NVLS heads, as NCCL's search finds them: the first member on each NIC its members
+    drive, in member order, at most `MAX_HEADS`, as many on every domain as on the one with fewest (connect.cc
+    keeps the smallest head count of any node)."""
+    nic = topology.gpu_nic
+    firsts = []
+    for members in hosts:
+        first_on: dict[str, int] = {}
+        for rank in members:
+            first_on.setdefault(nic[rank], rank)
+        firsts.append(list(first_on.values()))
+    count = min(MAX_HEADS, *map(len, firsts))
+    return [heads[:count] for heads in firsts]
+
+
+def head_trees(hosts: list[list[int]], nbytes: float, topology: Topology) -> list[Transfer]:
+    """NCCL's NVLS tree across NVLink domains (connect.cc `connectNvls`): head h of every domain joins the
+    double binary tree of the domains (trees.cc `ncclGetDtree`), its channels alternating between the two trees,
+    and carries its n/heads slice, half up and down each tree: every edge moves n/(2 heads) each way."""
+    heads = domain_heads(hosts, topology)
+    share = nbytes / (2 * len(heads[0]))
+    transfers = []
+    for channel in range(len(heads[0])):
+        column = tuple(domain[channel] for domain in heads)
+        for edges in double_binary_tree(column):
+            transfers += [Transfer(a, b, share, channel) for child, parent, *_ in edges
+                          for a, b in ((child, parent), (parent, child))]
+    return transfers
+
+
+def domains_span_hosts(topology: Topology) -> bool:
+    """Whether ``topology``'s NVLink domains hold several hosts (GB200 NVL72 racks of trays, NCCL's MNNVL)."""
+    return len(set(zip(topology.gpu_domain, topology.gpu_host))) > len(set(topology.gpu_domain))
+
+
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """Inside one domain: one in-switch phase. Across domains (all_reduce, NCCL's NVLS tree): the in-switch
-    all-reduce in every domain and, at the same time, the rail rings that all-reduce each GPU's n/g slice across
-    domains: NCCL pipelines the two levels chunk by chunk, so the step takes as long as the slower level."""
+    all-reduce in every domain and, at the same time, the level across domains, NCCL pipelining the two chunk
+    by chunk, so the step takes as long as the slower level. Across NVLink domains of several hosts (GB200
+    racks) that level is NCCL's tree over the domains' heads (`head_trees`); across DGX hosts still the rail
+    rings that all-reduce each GPU's n/g slice."""
     ranks = request.ranks
     hosts = check(request, topology)
     if supports(ranks, topology):
         return [Phase(tuple(in_switch([list(ranks)], request.op, request.nbytes, topology)), min_latency=LATENCY)]
     g, count = len(hosts[0]), len(hosts)
-    rails = [[members[j] for members in hosts] for j in range(g)]
-    across = 2 * (count - 1) * request.nbytes / (g * count)
     transfers = in_switch(hosts, "all_reduce", request.nbytes, topology) if g > 1 else []
-    transfers += [Transfer(rail[i], rail[(i + 1) % count], across, channel)
-                  for channel, rail in enumerate(rails) for i in range(count)]
+    if domains_span_hosts(topology):
+        transfers += head_trees(hosts, request.nbytes, topology)
+    else:
+        rails = [[members[j] for members in hosts] for j in range(g)]
+        across = 2 * (count - 1) * request.nbytes / (g * count)
+        transfers += [Transfer(rail[i], rail[(i + 1) % count], across, channel)
+                      for channel, rail in enumerate(rails) for i in range(count)]
     return [Phase(tuple(transfers), min_latency=tree_latency(count))]

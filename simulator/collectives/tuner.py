@@ -110,15 +110,15 @@ NO_HOP = Hop(0.0, math.inf, math.inf)
 
 
 class PhaseLoad(NamedTuple):
-    """One phase of a plan as the engine runs it, for the estimates of the ring across hosts (its one phase, a
-    step of which every member of each channel's ring sends n / (p ch) to its successor on that channel's route)
-    and of the NVLS tree (the in-switch transfers and the rail rings at once): each transfer's path ``latencies``
+    """One phase of a plan as the engine runs it, for the estimates of the ring across hosts (its one phase, a step
+    of which every member of each channel's ring sends n / (p ch) to its successor on that channel's route) and of
+    the NVLS tree (the in-switch transfers and the level across domains at once): each transfer's path ``latencies``
     and hop ``kinds``, the bytes each link their routes use carries per byte of the collective (``load``, links in
-    order of first use) and those links' usable ``capacity`` (bytes/s). The transfers that share links are equal,
-    so under max-min sharing the phase lasts as long as its most loaded link takes (`seconds`): on an
-    oversubscribed fabric the uplinks the channels' routes hash onto, which one route's bottleneck does not show
-    (4 channels over 2 spines share each uplink two by two). The load scales with the size, so it is found once
-    per group and efficiency (`plan_load`)."""
+    order of first use) and those links' usable ``capacity`` (bytes/s). The transfers that share links are equal, so
+    under max-min sharing the phase lasts as long as its most loaded link takes (`seconds`): on an oversubscribed
+    fabric the uplinks the channels' routes hash onto, which one route's bottleneck does not show (4 channels over 2
+    spines share each uplink two by two). The load scales with the size, so it is found once per group and
+    efficiency (`plan_load`)."""
 
     latencies: np.ndarray
     kinds: np.ndarray
