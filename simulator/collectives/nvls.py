@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from simulator.catalog.calibration import nvls_efficiency
 from simulator.catalog.gpus import gpu_names
-from simulator.collectives.hierarchical import host_grid
+from simulator.collectives.hierarchical import domains_span_hosts, host_grid
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.tree import double_binary_tree
@@ -176,11 +176,6 @@ def head_trees(hosts: list[list[int]], nbytes: float, topology: Topology) -> lis
             transfers += [Transfer(a, b, share, channel) for child, parent, *_ in edges
                           for a, b in ((child, parent), (parent, child))]
     return transfers
-
-
-def domains_span_hosts(topology: Topology) -> bool:
-    """Whether ``topology``'s NVLink domains hold several hosts (GB200 NVL72 racks of trays, NCCL's MNNVL)."""
-    return len(set(zip(topology.gpu_domain, topology.gpu_host))) > len(set(topology.gpu_domain))
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
