@@ -11,7 +11,7 @@ from simulator.collectives import nvls
 from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
-from simulator.collectives.tuner import estimates
+from simulator.collectives.tuner import choose, estimates
 from simulator.errors import ScenarioError
 from simulator.topology.loader import load_topology
 
@@ -133,3 +133,12 @@ def test_nvls_tree_over_four_racks_loads_an_interior_head_with_twice_its_slice()
     sent = bytes_out_of_rack("nvls", load_topology("gb200-nvl72", {"racks": 4}), 4)
     assert max(sent.values()) == pytest.approx(2 * GIB / 32, rel=1e-12)
     assert min(sent.values()) == pytest.approx(GIB / 32, rel=1e-12)
+
+
+def test_auto_across_racks_takes_nccls_default_nvls_tree_and_the_ring_with_nvls_off():
+    """NCCL enables NVLS wherever the GPUs report multicast (NCCL_NVLS_ENABLE=2) and runs NVLS_TREE across MNNVL
+    cliques, so `auto` takes `nvls` over two racks; with NVLS off (`nvls: none`, the NCCL_NVLS_ENABLE=0 of the
+    CoreWeave 20-rack run) it takes the ring."""
+    request = CollectiveRequest("all_reduce", EVERY_GPU, GIB)
+    assert choose(request, load_topology("gb200-nvl72", {"racks": 2})).algorithm == "nvls"
+    assert choose(request, load_topology("gb200-nvl72", {"racks": 2, "nvls": "none"})).algorithm == "ring"
