@@ -124,7 +124,7 @@ def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
     (`LoadedScenario.written`), or has no modelled memory (a trace, a communication-only workload)."""
     if loaded.written is None or loaded.scenario.workload or loaded.scenario.model is None:
         return None
-    base = _rebuilt(loaded, base_settings) if base_settings else loaded
+    base = rebuilt(loaded, base_settings) if base_settings else loaded
     topology = topology if topology is not None else scenario_topology(base)
     before = peak_memory(base, topology)
     fixed = {parse_field(setting.split("=", 1)[0]) for setting in base_settings}
@@ -153,7 +153,7 @@ def remedies_text(remedies: Sequence[Remedy] | None) -> str:
     return "; ".join(remedy.text for remedy in remedies)
 
 
-def _rebuilt(loaded: LoadedScenario, settings: Sequence[str]) -> LoadedScenario:
+def rebuilt(loaded: LoadedScenario, settings: Sequence[str]) -> LoadedScenario:
     """``loaded``'s data with ``settings`` written over it and validated, as `--set` does."""
     assert loaded.written is not None
     return scenario_from_data(loaded.written, loaded.lines, loaded.source, list(settings))
@@ -167,14 +167,14 @@ def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settin
     layout whose TP 16 spans two hosts already was offered TP 128 across sixteen first, as the remedy that saved
     most), or where the whole job with them fails its elastic sizes' checks (`_check_job`)."""
     try:
-        changed = _rebuilt(loaded, [*base_settings, *settings])
+        changed = rebuilt(loaded, [*base_settings, *settings])
         refuse_inconsistent_batch(changed, topology.num_gpus)
         after = peak_memory(changed, topology)
         saved = before.bytes - after.bytes
         if saved < MIN_SAVING_BYTES or not after.warned <= before.warned or after.tp_domains > before.tp_domains:
             return None
         if loaded.scenario.run.horizon is not None:
-            _check_job(_rebuilt(loaded, settings) if base_settings else changed, None if base_settings else topology)
+            _check_job(rebuilt(loaded, settings) if base_settings else changed, None if base_settings else topology)
     except InputError:
         return None
     return Remedy(settings, saved, after.bytes <= after.capacity)

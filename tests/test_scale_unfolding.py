@@ -6,12 +6,16 @@ and the unfolded one is beyond."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from simulator import scale, simulation
 from simulator.cli import main
 from simulator.config.loader import load_scenario
 from simulator.errors import ScenarioError
+from simulator.faults.step import StepFaultPlan
+from simulator.program.unfolding import Unfolding
 from simulator.reliability.simulate import simulate_job
 from simulator.topology.loader import scenario_topology
 
@@ -307,3 +311,48 @@ def test_validate_says_how_long_a_parameter_server_run_takes_at_its_own_rate(cap
     assert len(size) == 1 and size[0].startswith("  runs unfolded: 32 of 32 ranks, ")
     ops, flows = (int(word.strip("~").replace(",", "")) for word in size[0].split()[6:10:3])
     assert size[0].endswith(f"about {(ops + flows) / 1_000:,.0f} minutes")
+
+
+UNALIGNED_STAGES = """cluster: {topology: gb200-nvl72, racks: 2, trays: 6}
+model: {preset: llama3-8b, layers: 24}
+training: {seq_len: 1024, global_batch: 12, micro_batch: 1}
+parallelism: {tp: 4, pp: 4, dp: 3, order: [tp, cp, pp, dp], pipeline: {schedule: interleaved, virtual_stages: 2}}
+run: {timeline: summary}
+"""
+"""Replicas of 16 GPUs on racks of 24: replica 0 hands stage 1 on to stage 2 inside rack 0, replica 1 across the
+racks (the 288-GPU Llama 3 70B case, tp 8 pp 4 on four full racks, in small)."""
+
+
+def _first_unfolding(loaded) -> Unfolding | None:
+    """The first unfolding the step of ``loaded`` hears before it is built unfolded, None where it folds."""
+    heard: list[Unfolding] = []
+
+    def refuse(unfolding: Unfolding) -> None:
+        heard.append(unfolding)
+        raise ScenarioError(unfolding.reason)
+
+    with contextlib.suppress(ScenarioError):
+        simulation.prepare_training(loaded, scenario_topology(loaded), StepFaultPlan(), guard=refuse)
+    return heard[0] if heard else None
+
+
+@pytest.mark.parametrize("model", ["flow", "analytic"])
+def test_stages_not_aligned_to_nvlink_domains_are_offered_layouts_that_align_them(model, monkeypatch, tmp_path,
+                                                                                   capsys):
+    """Stages not aligned to the NVLink domains unfold a step on either network model, so the refusal blames pp
+    and offers the layouts that align them, computed from the scenario (pp, tp, the rack's trays, each with the dp
+    that keeps the GPUs), not `network.model: analytic`, which it offered and which refused the same way. Each
+    remedy offered, applied as pasted, leaves no hand-off unaligned."""
+    path = _write(tmp_path, UNALIGNED_STAGES)
+    _limit_to_the_folded_step(monkeypatch, path, [f"network.model={model}"])
+    assert main(["run", path, "--out", str(tmp_path / "out"), "--set", f"network.model={model}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {path}:4: parallelism.pp: this run is too large to simulate unfolded (send_recv ")
+    assert "stages not aligned to hosts hand on over NVLink in one replica and over the NICs in another" in err
+    offered = ("--set parallelism.pp=3 --set parallelism.dp=4; --set parallelism.tp=2 --set parallelism.dp=6; "
+               "--set cluster.trays=4 --set parallelism.dp=2")
+    assert err.endswith(f"(allowed: stages aligned to NVLink domains: {offered}; or pass --force)")
+    for remedy in offered.split("; "):
+        settings = [f"network.model={model}", *remedy.replace("--set ", "").split()]
+        unfolding = _first_unfolding(load_scenario(path, settings))
+        assert unfolding is None or unfolding.check != "stages", (remedy, unfolding)

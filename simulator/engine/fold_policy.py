@@ -37,7 +37,13 @@ from simulator.engine.plans import PlanCache
 from simulator.engine.rank_classes import hosts_near, link_fault_classes, rank_classes, route_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
-from simulator.engine.symmetry import asymmetric_replicas, unequally_met, unlike_alone, unlike_routes
+from simulator.engine.symmetry import (
+    asymmetric_replicas,
+    unaligned_stages,
+    unequally_met,
+    unlike_alone,
+    unlike_routes,
+)
 from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, alike_in_stages, folded_slowdowns, straggler_classes
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
@@ -59,6 +65,7 @@ by the slow replica's coordinates (`straggler_step`), per CP lane (`lane_step`),
 REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "copies": "the traced job's copies would use the cluster differently",
                                  "cluster": "the cluster is not symmetric",
+                                 "stages": "stages not aligned to NVLink domains hand on unlike",
                                  "collectives": "mirrored collectives would load the links differently",
                                  "faults": "the step's faults differ across replicas",
                                  "links": "every class by the hosts near the links down holds one rank",
@@ -220,12 +227,17 @@ def link_fault_blocker(plan: StepFaultPlan, mode: NetworkMode) -> str:
 def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
                  faults: StepFaultPlan, shapes: CollectiveShapes, order: ProgramOrder
                  ) -> tuple[dict[int, Slowdown], Unfolding | None]:
-    """Whether the folded ``program`` is exact, the engine's rule: on the flow model every replica's collectives
-    meet the links as the simulated copy's do (`engine/symmetry.py`); on the analytic model, which runs each
-    transfer alone, every mirror's plan takes its group's time (`unlike_alone`: no mirror meets traffic there,
-    but a replica's routes may take other hops); and the step's ``faults`` keep the replicas alike
-    (`fold_with_faults`). Each representative's slowdown and None when it is, else every slowed GPU's (the
-    step runs unfolded) and why not. ``shapes`` and ``order``: the program's indexes (`program_indexes`)."""
+    """Whether the folded ``program`` is exact, the engine's rule: its pipeline hand-offs stay inside NVLink
+    domains in every replica or leave them in every one (`unaligned_stages`, on either model); on the flow model
+    every replica's collectives meet the links as the simulated copy's do (`engine/symmetry.py`); on the
+    analytic model, which runs each transfer alone, every mirror's plan takes its group's time (`unlike_alone`:
+    no mirror meets traffic there, but a replica's routes may take other hops); and the step's ``faults`` keep
+    the replicas alike (`fold_with_faults`). Each representative's slowdown and None when it is, else every
+    slowed GPU's (the step runs unfolded) and why not. ``shapes`` and ``order``: the program's indexes
+    (`program_indexes`)."""
+    unaligned = unaligned_stages(plans.topology, shapes)
+    if unaligned:
+        return faults.slowdown_of(), Unfolding("stages", unaligned)
     capacity = effective_capacity(plans.topology, dict(efficiency))
     blocker = (asymmetric_replicas(program.ops, plans, capacity, shapes, order) if mode == "flow"
                else unlike_alone(plans, capacity, shapes))

@@ -512,6 +512,16 @@ def _inside_domains(domains: np.ndarray, op: CollectiveOp) -> bool:
     return bool((placed == placed[:, :1]).all())
 
 
+def unaligned_stages(topology: Topology, shapes: CollectiveShapes) -> str:
+    """Why some pipeline hand-off of ``shapes`` stays inside one NVLink domain in one replica and leaves it in
+    another ('' when none does, `_domain_crossing`): a blocker of its own, which neither network model folds
+    (the analytic one times the NVLink hop and the NIC hop apart too), so that the refusal of a step too large
+    unfolded offers layouts that align the stages instead (simulator/stage_remedies.py)."""
+    domains = np.asarray(topology.gpu_domain)
+    return next((verdict for op in shapes.firsts if op.op == "send_recv" and op.mirrors
+                 for verdict in [_domain_crossing(domains, op)] if verdict), "")
+
+
 def _domain_crossing(domains: np.ndarray, op: CollectiveOp) -> str:
     """Why ``op`` (a send/recv) and its mirrors are not alike in staying inside one NVLink domain ('' when all
     stay inside or all leave it): a hand-off over NVLink and its image over the NICs take unlike times."""

@@ -1,0 +1,148 @@
+"""Layouts whose pipeline hand-offs stay inside NVLink domains alike in every replica, offered where a step too
+large unfolded is refused because they do not (engine/symmetry.py `unaligned_stages`).
+
+A hand-off over NVLink in one replica and over the NICs in another unfolds the step on either network model, so
+only a layout or cluster that aligns the stages with the NVLink domains removes that blocker: another pp, another
+tp, or a size of the NVLink domain (a GB200 rack's `trays`), each with the dp that keeps the GPUs and the
+micro-batches that keep the global batch where the scenario gives them. Each candidate is built as `--set` builds
+a scenario and kept only where the loader, the layout's checks (`scale.refuse_wrong_layout`), the batch check and
+the alignment, read from its parameters (`topology/size.HostShape`), take it: the remedies offered run past that
+blocker as pasted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from simulator.config.loader import LoadedScenario
+from simulator.errors import InputError
+from simulator.memory_remedies import rebuilt
+from simulator.parallel.layout import Layout
+from simulator.scenario_checks import refuse_inconsistent_batch
+
+MAX_TRIED = 24
+"""The most values of one knob tried: nearest to the scenario's first, each a few ms (a loader pass)."""
+
+
+def aligned_stage_remedies(loaded: LoadedScenario) -> tuple[tuple[str, ...], ...]:
+    """Per knob (pp, tp, then each of the cluster's size parameters), the `--set`s of the value nearest the
+    scenario's whose layout hands every stage on alike in every replica (`aligned`); none where the scenario
+    cannot be rebuilt from its data or has no layout."""
+    from simulator.scale import scenario_gpus
+    from simulator.topology.size import SIZE_PARAMETERS
+
+    if loaded.written is None or loaded.scenario.model is None:
+        return ()
+    layout = _layout(loaded)
+    gpus = scenario_gpus(loaded)
+    if layout is None or gpus is None:
+        return ()
+    knobs = [("parallelism.pp", layout.pp, False), ("parallelism.tp", layout.tp, False)]
+    kind, params = _topology(loaded)
+    knobs += [(f"cluster.{name}", params[name], True) for name in SIZE_PARAMETERS.get(kind, ())
+              if isinstance(params.get(name), int)]
+    found = []
+    for field, value, size in knobs:
+        for candidate in _nearest(value):
+            settings = _settings(loaded, layout, gpus, field, candidate, size)
+            if settings is not None and aligned(rebuilt(loaded, list(settings))):
+                found.append(settings)
+                break
+    return tuple(found)
+
+
+def remedies_text(remedies: tuple[tuple[str, ...], ...]) -> str:
+    """The remedies for the refusal's allowed list: '--set parallelism.pp=3 --set parallelism.dp=12; ...'."""
+    return "; ".join(" ".join(f"--set {setting}" for setting in settings) for settings in remedies)
+
+
+def aligned(loaded: LoadedScenario) -> bool:
+    """Whether every pipeline hand-off of ``loaded``'s layout (stage s to s + 1, the last to the first too) stays
+    inside one NVLink domain in every replica and lane, or leaves it in every one (`_domain_crossing`'s rule),
+    False where its layout or cluster cannot be read."""
+    from simulator.scale import scenario_gpus, scenario_hosts
+
+    layout, hosts, gpus = _layout(loaded), scenario_hosts(loaded), scenario_gpus(loaded)
+    if layout is None or gpus is None:
+        return False
+    domain = hosts.domain if hosts is not None else gpus
+    for stage in range(layout.pp if layout.pp > 1 else 0):
+        inside = {rank // domain == layout.rank_of(**{**layout.coords(rank), "pp": (stage + 1) % layout.pp}) // domain
+                  for rank in range(layout.world) if layout.coords(rank)["pp"] == stage}
+        if len(inside) > 1:
+            return False
+    return True
+
+
+def _layout(loaded: LoadedScenario) -> Layout | None:
+    """``loaded``'s layout on its cluster's GPUs, None where the checks refuse it or the cluster is unknown."""
+    from simulator.scale import refuse_wrong_layout, scenario_gpus
+    from simulator.workload.training import pipeline_depth, resolve_layout
+
+    gpus = scenario_gpus(loaded)
+    if gpus is None:
+        return None
+    try:
+        refuse_wrong_layout(loaded.scenario, gpus)
+        refuse_inconsistent_batch(loaded, gpus)
+        return resolve_layout(loaded.scenario, gpus, pipeline_depth(loaded.scenario))
+    except InputError:
+        return None
+
+
+def _topology(loaded: LoadedScenario) -> tuple[str, dict]:
+    """The kind of ``loaded``'s topology and its parameters, defaults included (('', {}) where it cannot be
+    read)."""
+    from pathlib import Path
+
+    from simulator.topology.loader import read_topology
+
+    cluster = loaded.scenario.cluster
+    try:
+        source = read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
+    except InputError:
+        return "", {}
+    return source.kind, source.params
+
+
+def _nearest(value: int) -> Iterator[int]:
+    """Values from 1 up, other than ``value``, nearest it first (the smaller of two as near), `MAX_TRIED` at most."""
+    tried = sorted((candidate for candidate in range(1, value + MAX_TRIED) if candidate != value),
+                   key=lambda candidate: (abs(candidate - value), candidate))
+    yield from tried[:MAX_TRIED]
+
+
+def _settings(loaded: LoadedScenario, layout: Layout, gpus: int, field: str, value: int, size: bool
+              ) -> tuple[str, ...] | None:
+    """The `--set`s that write ``value`` to ``field`` with the dp that keeps the cluster's GPUs (``size``: a
+    cluster size parameter, which changes them) where the scenario gives dp, and the micro-batches that keep the
+    global batch where it gives both; None where the loader or the layout's checks refuse them."""
+    from simulator.scale import scenario_gpus
+
+    try:
+        changed = rebuilt(loaded, [f"{field}={value}"])
+    except InputError:
+        return None
+    new_gpus = scenario_gpus(changed) if size else gpus
+    if new_gpus is None:
+        return None
+    par = loaded.scenario.parallelism
+    tp = value if field == "parallelism.tp" else layout.tp
+    pp = value if field == "parallelism.pp" else layout.pp
+    fixed = tp * layout.cp * pp
+    if new_gpus % fixed:
+        return None
+    settings: tuple[str, ...] = (f"{field}={value}",)
+    dp = new_gpus // fixed
+    if par.dp is not None:
+        settings += (f"parallelism.dp={dp}",)
+    training = loaded.scenario.training
+    if training.microbatches is not None and training.global_batch is not None:
+        sequences = training.global_batch
+        if sequences % (training.micro_batch * dp):
+            return None
+        settings += (f"training.microbatches={sequences // (training.micro_batch * dp)}",)
+    try:
+        return settings if _layout(rebuilt(loaded, list(settings))) is not None else None
+    except InputError:
+        return None
