@@ -227,22 +227,20 @@ def link_fault_blocker(plan: StepFaultPlan, mode: NetworkMode) -> str:
 def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
                  faults: StepFaultPlan, shapes: CollectiveShapes, order: ProgramOrder
                  ) -> tuple[dict[int, Slowdown], Unfolding | None]:
-    """Whether the folded ``program`` is exact, the engine's rule: its pipeline hand-offs stay inside NVLink
-    domains in every replica or leave them in every one (`unaligned_stages`, on either model); on the flow model
-    every replica's collectives meet the links as the simulated copy's do (`engine/symmetry.py`); on the
-    analytic model, which runs each transfer alone, every mirror's plan takes its group's time (`unlike_alone`:
-    no mirror meets traffic there, but a replica's routes may take other hops); and the step's ``faults`` keep
-    the replicas alike (`fold_with_faults`). Each representative's slowdown and None when it is, else every
-    slowed GPU's (the step runs unfolded) and why not. ``shapes`` and ``order``: the program's indexes
-    (`program_indexes`)."""
-    unaligned = unaligned_stages(plans.topology, shapes)
-    if unaligned:
-        return faults.slowdown_of(), Unfolding("stages", unaligned)
+    """Whether the folded ``program`` is exact, the engine's rule: on the flow model every replica's collectives meet
+    the links as the simulated copy's do (`engine/symmetry.py`); on the analytic model, which runs each transfer
+    alone, every mirror's plan takes its group's time (`unlike_alone`: no mirror meets traffic there, but a
+    replica's routes may take other hops); and the step's ``faults`` keep the replicas alike (`fold_with_faults`).
+    Each representative's slowdown and None when it is, else every slowed GPU's (the step runs unfolded) and why
+    not, the check ``stages`` where the first collective found unlike is a hand-off over NVLink in one replica and
+    over the NICs in another (`unaligned_stages`), which neither model folds. ``shapes`` and ``order``: the
+    program's indexes (`program_indexes`)."""
     capacity = effective_capacity(plans.topology, dict(efficiency))
     blocker = (asymmetric_replicas(program.ops, plans, capacity, shapes, order) if mode == "flow"
                else unlike_alone(plans, capacity, shapes))
     if blocker:
-        return faults.slowdown_of(), Unfolding("collectives", blocker)
+        stages = blocker == unaligned_stages(plans.topology, shapes)
+        return faults.slowdown_of(), Unfolding("stages" if stages else "collectives", blocker)
     folded, blocker = fold_with_faults(faults, program, plans, mode, shapes)
     return (faults.slowdown_of(), Unfolding("faults", blocker)) if blocker else (folded, None)
 
