@@ -793,25 +793,3 @@ def test_a_step_s_fold_kind_is_none_where_every_rank_is_simulated(fold, kind):
     assert (len(prepared.step.program.ranks), prepared.step.kind) == (1 if fold else 32, kind)
     unfolded = fold_policy.unfolded_step(prepared.build, StepFaultPlan(), Unfolding("plan", "refused"))
     assert (len(unfolded.program.ranks), unfolded.kind, unfolded.off_reason) == (32, None, "refused")
-
-
-TWO_REPLICAS_PER_RACK = """
-cluster: {topology: gb200-nvl72, racks: 2, trays: 4}
-model: {preset: llama3-8b, layers: 4}
-training: {seq_len: 2048, global_batch: 16, micro_batch: 1, precision: bf16, recompute: none}
-parallelism: {tp: 4, pp: 2, dp: 4, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
-              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
-"""
-
-
-def test_replicas_that_meet_a_dp_ring_partly_inside_racks_unlike_are_not_folded_before_the_run():
-    """Two DP replicas per GB200 rack (8 GPUs each on 16-GPU racks): the DP ring hops from replica 0 to replica 1
-    over NVLink and on to the next rack over the NICs, so replica 0's GPUs send it over their NVLink ports and
-    replica 1's receive it there, and the TP collectives beside it meet it unlike. The unfolded run shows it (the
-    even and odd replicas' TP collectives end apart); the check before the run refuses the fold, which ran before
-    and fell out of step only in its run (the 256-GPU Llama 3 70B case after 90 s)."""
-    loaded = scenario_from_text(TWO_REPLICAS_PER_RACK, "inline.yaml", [])
-    prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
-    assert prepared.step.kind is None
-    assert "a ring between NVLink domains through several hosts of one" in prepared.step.off_reason
-    assert "otherwise than over the equivalent [8, 9" in prepared.step.off_reason

@@ -251,32 +251,13 @@ def _analytic_seconds(topology: Topology, capacity: np.ndarray, phases: Sequence
 
 def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.ndarray]:
     """Per collective shape whose members send unlike amounts (a tree's inner ranks and leaves, a skewed
-    all-to-all; by index into ``shapes.firsts``) or over unlike links (`between_hosts_of_a_domain`), the bytes
-    it puts on each directed link over its group and all its mirrors: the load that makes the ranks of a stage,
-    or the replicas, unlike one another, which an unfolded run has and a folded run's mirrors do not wait for."""
-    topology = plans.topology
-    domains, hosts = np.asarray(topology.gpu_domain), np.asarray(topology.gpu_host)
-    return {shape: _link_bytes(topology, [phase for plan in plans.mirrored_phases(op, op.mirrors) for phase in plan])
+    all-to-all; by index into ``shapes.firsts``), the bytes it puts on each directed link over its group and
+    all its mirrors: the load that makes the ranks of a stage unlike one another, which an unfolded run has
+    and a folded run's mirrors do not wait for."""
+    return {shape: _link_bytes(plans.topology, [phase for plan in plans.mirrored_phases(op, op.mirrors)
+                                                for phase in plan])
             for shape, op in enumerate(shapes.firsts)
-            if op.op != "send_recv" and op.nbytes
-            and (plans.send_excess(op) is not None or between_hosts_of_a_domain(domains, hosts, op.group))}
-
-
-def between_hosts_of_a_domain(domains: np.ndarray, hosts: np.ndarray, group: tuple[int, ...]) -> bool:
-    """Whether ``group`` spans several NVLink domains (``domains``: each GPU's) and holds members on two hosts
-    (``hosts``) of one: a GB200 rack's trays. Its ring then hops between those members over NVLink and between
-    domains over the NICs, so one member sends on over its NVLink port where another receives there, and the
-    replicas' lanes beside it (a TP group beside the DP ring) meet it unlike; the classes of ranks
-    (engine/rank_classes.py) read NVLink loads inside a host only, so they do not part such replicas. Two DP
-    replicas per GB200 rack (tp 8, pp 4 on 64-GPU racks): the even replicas' TP collectives ended up to 37 us
-    before the odd ones' in the unfolded backward, and the folded run fell out of step only at its end
-    (tests/test_folding.py). Where each host is its own domain (a DGX), the classes see such loads."""
-    members = np.array(group, dtype=np.int64)
-    placed = domains[members]
-    if np.unique(placed).size < 2:
-        return False
-    pairs = np.unique(np.column_stack((placed, hosts[members])), axis=0)
-    return np.unique(pairs[:, 0]).size < len(pairs)
+            if op.op != "send_recv" and op.nbytes and plans.send_excess(op) is not None}
 
 
 def _link_bytes(topology: Topology, phases: Sequence[Phase]) -> np.ndarray:
@@ -463,20 +444,9 @@ def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrde
             for mirror, table in mirrors:
                 if unequal_shapes(table, met_loads) != met:
                     return (f"{op.op} {op.name!r} over GPUs {list(op.group)} meets the traffic of collectives "
-                            f"whose members send {_unlike_what(shapes, plans, met_by)} otherwise than over "
-                            f"the equivalent {list(mirror)}: the ranks of a stage are not alike")
+                            f"whose members send unlike amounts (a tree's inner ranks and leaves) otherwise than "
+                            f"over the equivalent {list(mirror)}: the ranks of a stage are not alike")
     return ""
-
-
-def _unlike_what(shapes: CollectiveShapes, plans: PlanCache, met_by: tuple[int, ...]) -> str:
-    """What makes the collectives ``met_by`` (indices into ``shapes.firsts``) load the lanes unlike, as the refusal
-    says it."""
-    topology = plans.topology
-    domains, hosts = np.asarray(topology.gpu_domain), np.asarray(topology.gpu_host)
-    if any(between_hosts_of_a_domain(domains, hosts, shapes.firsts[other].group) for other in met_by):
-        return ("over unlike links (a ring between NVLink domains through several hosts of one, which one replica's "
-                "GPUs send on over NVLink and another's over the NICs)")
-    return "unlike amounts (a tree's inner ranks and leaves)"
 
 
 def _on_links_crossed(tables: Sequence[RouteTable], links: int) -> tuple[np.ndarray, list[RouteTable]]:
