@@ -793,3 +793,28 @@ def test_a_step_s_fold_kind_is_none_where_every_rank_is_simulated(fold, kind):
     assert (len(prepared.step.program.ranks), prepared.step.kind) == (1 if fold else 32, kind)
     unfolded = fold_policy.unfolded_step(prepared.build, StepFaultPlan(), Unfolding("plan", "refused"))
     assert (len(unfolded.program.ranks), unfolded.kind, unfolded.off_reason) == (32, None, "refused")
+
+
+TWO_REPLICAS_PER_RACK = """
+cluster: {topology: gb200-nvl72, racks: 2, trays: 4}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 2048, global_batch: 16, micro_batch: 1, precision: bf16, recompute: none}
+parallelism: {tp: 4, pp: 2, dp: 4, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
+              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
+run: {timeline: summary}
+"""
+
+
+def test_replicas_that_send_a_dp_ring_on_over_nvlink_between_trays_fold_apart(run_yaml):
+    """Two DP replicas per GB200 rack (8 GPUs each on 16-GPU racks of 4-GPU trays): the DP ring hops from replica 0
+    to replica 1 over NVLink, between trays, and on to the next rack over the NICs, so replica 0's GPUs send it over
+    their NVLink ports and replica 1's receive it there. The classes read only transfers inside a tray, so one
+    rank stood for both; the stage fold's hand-offs fell out of step in its run (and with TP 8 x PP 4 on 64-GPU
+    racks a TP collective did, 37 us at the end of a 161 ms step: the 256-GPU Llama 3 70B step was refused after
+    90 s as too large unfolded). Classed by what the trays send and receive over NVLink between them, the odd
+    replicas fold apart and the step is the unfolded one to the bit."""
+    folded = run_yaml(TWO_REPLICAS_PER_RACK).summary
+    unfolded = run_yaml(TWO_REPLICAS_PER_RACK, "run.fold=false").summary
+    assert folded["folded"] and "fold_given_up" not in folded
+    assert folded["simulated_ranks"] == 4
+    assert folded["step_time_s"] == unfolded["step_time_s"]

@@ -11,8 +11,13 @@ of each of them carry of every such collective, and ranks by the classes of thei
 then simulates one representative per class and stage (parallel/folding.py `RankClasses`).
 
 What a host carries of a collective is, per phase of its plan over every copy of its group (the group and its
-mirrors), the transfers inside the host: both ends' indices in the host and the bytes. Only collectives that span
-several hosts are read (one inside a host is moved from host to host whole), and only those that may overlap
+mirrors), the transfers inside the host: both ends' indices in the host and the bytes; and, where its NVLink
+domain holds other hosts (a GB200 rack's trays), the transfers it sends to them and receives from them over NVLink:
+its own end's index and the bytes. A DP ring with two replicas per rack hops from one replica's tray to the
+other's over NVLink and on to the next rack over the NICs, so one replica's GPUs send it over their NVLink ports
+and the other's receive it there: read inside trays alone, one rank stood for both, and the TP collectives beside
+the ring fell out of step in the folded run (37 us in a 161 ms step, TP 8 x PP 4 on racks of 64 GPUs;
+tests/test_folding.py). Only collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those that may overlap
 (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where nothing mirrored
 meets a ring on NVLink, its direction changes no simulated time. What the NICs carry is left to the checks of
 engine/symmetry.py: a tree's hosts carry unlike loads there by role, and classing by them would simulate a rank
@@ -348,8 +353,8 @@ def _copy_routes(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> tuple[
 
 
 def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarray) -> dict[tuple, list[int]]:
-    """The collectives whose groups span several hosts with more than one member on some host (one member per
-    host sends nothing inside a host; pipeline hand-offs aside: a send loads its two ends alike wherever it
+    """The collectives whose groups span several hosts with more than one member on some host or NVLink domain
+    (one member per domain sends nothing over NVLink; pipeline hand-offs aside: a send loads its two ends alike wherever it
     lies), by kind (primitive, root, algorithm, group), each with its shapes (indices into
     ``shapes.firsts``), the first that sends anything first."""
     kinds: dict[tuple, list[int]] = {}
@@ -359,8 +364,10 @@ def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarr
             continue
         group = shapes.group_of_shape[shape]
         if group not in spanning:
-            per_host = np.unique(host[np.array(op.group, dtype=np.int64)], return_counts=True)[1]
-            spanning[group] = len(per_host) > 1 and per_host.max() > 1
+            members = np.array(op.group, dtype=np.int64)
+            per_host = np.unique(host[members], return_counts=True)[1]
+            per_domain = np.unique(np.asarray(plans.topology.gpu_domain)[members], return_counts=True)[1]
+            spanning[group] = len(per_host) > 1 and (per_host.max() > 1 or per_domain.max() > 1)
         if not spanning[group]:
             continue
         kind = (op.op, op.root, plans.resolved_algorithm(op, op.group), group)
@@ -371,9 +378,11 @@ def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarr
 
 def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.ndarray) -> dict[int, bytes]:
     """What each host's NVLink links carry of ``op`` over its group and every mirror: per phase, the transfers
-    inside the host as (phase, sender's index in the host, receiver's, bytes), sorted, as bytes (empty for a
-    host the collective crosses without a transfer inside it)."""
+    inside the host as (phase, sender's index in the host, receiver's, bytes), and those to or from another host
+    of its NVLink domain with -1 for the index of the end there, sorted, as bytes (empty for a host the
+    collective crosses without a transfer over NVLink)."""
     parts = [np.zeros((0, 5))]
+    domain = np.asarray(plans.topology.gpu_domain)
     copies = (op.group, *op.mirrors)
     crossed = np.unique(host[np.concatenate([np.array(copy, dtype=np.int64) for copy in copies])])
     carried = dict.fromkeys(crossed.tolist(), b"")
@@ -384,6 +393,12 @@ def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.nda
             inside = host[src] == host[dst]
             parts.append(np.column_stack((host[src], np.full(len(src), index), local[src], local[dst],
                                           transfers[:, 2]))[inside])
+            across = ~inside & (domain[src] == domain[dst])
+            phase_of = np.full(len(src), index)
+            parts.append(np.column_stack((host[src], phase_of, local[src], np.full(len(src), -1),
+                                          transfers[:, 2]))[across])
+            parts.append(np.column_stack((host[dst], phase_of, np.full(len(src), -1), local[dst],
+                                          transfers[:, 2]))[across])
     table = np.concatenate(parts)
     table = table[np.lexsort(table.T[::-1])]
     bounds = np.flatnonzero(np.diff(table[:, 0], prepend=-1, append=-1))
