@@ -11,17 +11,17 @@ of each of them carry of every such collective, and ranks by the classes of thei
 then simulates one representative per class and stage (parallel/folding.py `RankClasses`).
 
 What a host carries of a collective is, per phase of its plan over every copy of its group (the group and its
-mirrors), the transfers inside the host: both ends' indices in the host and the bytes; and, where its NVLink
-domain holds other hosts (a GB200 rack's trays), the transfers it sends to them and receives from them over NVLink:
-its own end's index and the bytes. A DP ring with two replicas per rack hops from one replica's tray to the
-other's over NVLink and on to the next rack over the NICs, so one replica's GPUs send it over their NVLink ports
-and the other's receive it there: read inside trays alone, one rank stood for both, and the TP collectives beside
-the ring fell out of step in the folded run (37 us in a 161 ms step, TP 8 x PP 4 on racks of 64 GPUs;
-tests/test_folding.py). Only collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those that may overlap
-(engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where nothing mirrored
-meets a ring on NVLink, its direction changes no simulated time. What the NICs carry is left to the checks of
-engine/symmetry.py: a tree's hosts carry unlike loads there by role, and classing by them would simulate a rank
-of every host of a large job. Classes of unequal size are not used there: the fold then stays one rank per
+mirrors), the transfers inside the host: both ends' indices in the host and the bytes; and, where its NVLink domain
+holds other hosts (a GB200 rack's trays), the transfers it sends to them and receives from them over NVLink: its own
+end's index and the bytes. A DP ring with two replicas per rack hops from one replica's tray to the other's over
+NVLink and on to the next rack over the NICs, so one replica's GPUs send it over their NVLink ports and the other's
+receive it there: read inside trays alone, one rank stood for both, and the TP collectives beside the ring fell out
+of step in the folded run (37 us in a 161 ms step, TP 8 x PP 4 on racks of 64 GPUs; tests/test_folding.py). Only
+collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those
+that may overlap (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where
+nothing mirrored meets a ring on NVLink, its direction changes no simulated time. What the NICs carry is left to the
+checks of engine/symmetry.py: a tree's hosts carry unlike loads there by role, and classing by them would simulate a
+rank of every host of a large job. Classes of unequal size are not used there: the fold then stays one rank per
 stage, as the lockstep check after the run (engine/lockstep.py) guards.
 
 Where that check finds only pipeline hand-offs out of step, hosts are classed also by the hops their hand-offs
@@ -354,8 +354,8 @@ def _copy_routes(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> tuple[
 
 def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarray) -> dict[tuple, list[int]]:
     """The collectives whose groups span several hosts with more than one member on some host or NVLink domain
-    (one member per domain sends nothing over NVLink; pipeline hand-offs aside: a send loads its two ends alike wherever it
-    lies), by kind (primitive, root, algorithm, group), each with its shapes (indices into
+    (one member per domain sends nothing over NVLink; pipeline hand-offs aside: a send loads its two ends alike
+    wherever it lies), by kind (primitive, root, algorithm, group), each with its shapes (indices into
     ``shapes.firsts``), the first that sends anything first."""
     kinds: dict[tuple, list[int]] = {}
     spanning: dict[int, bool] = {}
