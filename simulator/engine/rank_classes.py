@@ -60,17 +60,21 @@ from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 
 
-def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder
-                 ) -> RankClasses | None:
+def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder,
+                 between_hosts: bool = True) -> RankClasses | None:
     """The classes of ranks that ``program`` (folded, one representative per stage) must simulate apart by the
     loads their NVLink links carry, None where its ranks are all alike or the classes are of unequal size (the
     stage fold then runs, guarded by the lockstep check after it). Only a program that simulates its layout's
-    representatives is classed (a trace simulates the ranks it has)."""
+    representatives is classed (a trace simulates the ranks it has). ``between_hosts``: read also what hosts
+    send one another over NVLink inside their domain (the module's docstring); the links-down fold leaves it out
+    (its classes by the hosts near the links down, certified by the lockstep check after the run, fold TP 4 x PP 2
+    x DP 4 on two GB200 racks with trays down exactly onto 24 of 32 ranks, where these would part every rank,
+    tests/test_nvl72_rack_faults.py)."""
     host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
     columns = _stage_hosts(program, host)
     if columns is None:
         return None
-    nvlink = _nvlink_signatures(plans, shapes, order, host)
+    nvlink = _nvlink_signatures(plans, shapes, order, host, between_hosts)
     return RankClasses.keyed([tuple(nvlink.get(h, ()) for h in column) for column in columns])
 
 
@@ -257,13 +261,15 @@ def _stage_hosts(program: StepProgram, host: np.ndarray) -> list[tuple[int, ...]
     return [tuple(column.tolist()) for column in stages.T]
 
 
-def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray
-                       ) -> dict[int, tuple[bytes, ...]]:
+def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray,
+                       between_hosts: bool = True) -> dict[int, tuple[bytes, ...]]:
     """Per host, what its NVLink links carry of the collectives that span hosts and load them unlike, where
-    something mirrored on other hosts may meet them (empty where none do)."""
+    something mirrored on other hosts may meet them (empty where none do); ``between_hosts``: also what it sends
+    to and receives from the other hosts of its NVLink domain."""
     topology = plans.topology
-    kinds = _multi_host_kinds(shapes, plans, host)
-    carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local))
+    domain = np.asarray(topology.gpu_domain) if between_hosts else host
+    kinds = _multi_host_kinds(shapes, plans, host, domain)
+    carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local), domain)
                for kind, shapes_of in kinds.items()}
     unlike = {kind: loads for kind, loads in carried.items() if len(set(loads.values())) > 1}
     if not unlike:
@@ -352,7 +358,8 @@ def _copy_routes(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> tuple[
     return padded(per_copy, links, len(topology.link_class)), crossed
 
 
-def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarray) -> dict[tuple, list[int]]:
+def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarray, domain: np.ndarray
+                      ) -> dict[tuple, list[int]]:
     """The collectives whose groups span several hosts with more than one member on some host or NVLink domain
     (one member per domain sends nothing over NVLink; pipeline hand-offs aside: a send loads its two ends alike
     wherever it lies), by kind (primitive, root, algorithm, group), each with its shapes (indices into
@@ -366,7 +373,7 @@ def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarr
         if group not in spanning:
             members = np.array(op.group, dtype=np.int64)
             per_host = np.unique(host[members], return_counts=True)[1]
-            per_domain = np.unique(np.asarray(plans.topology.gpu_domain)[members], return_counts=True)[1]
+            per_domain = np.unique(domain[members], return_counts=True)[1]
             spanning[group] = len(per_host) > 1 and (per_host.max() > 1 or per_domain.max() > 1)
         if not spanning[group]:
             continue
@@ -376,13 +383,13 @@ def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarr
     return {kind: found for kind, found in ordered.items() if shapes.firsts[found[0]].nbytes}
 
 
-def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.ndarray) -> dict[int, bytes]:
+def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.ndarray, domain: np.ndarray
+             ) -> dict[int, bytes]:
     """What each host's NVLink links carry of ``op`` over its group and every mirror: per phase, the transfers
     inside the host as (phase, sender's index in the host, receiver's, bytes), and those to or from another host
     of its NVLink domain with -1 for the index of the end there, sorted, as bytes (empty for a host the
     collective crosses without a transfer over NVLink)."""
     parts = [np.zeros((0, 5))]
-    domain = np.asarray(plans.topology.gpu_domain)
     copies = (op.group, *op.mirrors)
     crossed = np.unique(host[np.concatenate([np.array(copy, dtype=np.int64) for copy in copies])])
     carried = dict.fromkeys(crossed.tolist(), b"")
