@@ -336,13 +336,13 @@ def _first_unfolding(loaded) -> Unfolding | None:
     return heard[0] if heard else None
 
 
-@pytest.mark.parametrize("model", ["flow", "analytic"])
-def test_stages_not_aligned_to_nvlink_domains_are_offered_layouts_that_align_them(model, monkeypatch, tmp_path,
-                                                                                   capsys):
-    """Stages not aligned to the NVLink domains unfold a step on either network model, so the refusal blames pp
-    and offers the layouts that align them, computed from the scenario (pp, tp, the rack's trays, each with the dp
-    that keeps the GPUs), not `network.model: analytic`, which it offered and which refused the same way. Each
-    remedy offered, applied as pasted, leaves no hand-off unaligned."""
+def test_stages_not_aligned_to_nvlink_domains_are_offered_layouts_that_align_them(monkeypatch, tmp_path, capsys):
+    """Stages not aligned to the NVLink domains unfold a step on the analytic model (on the flow model the classes
+    of ranks fold this one, its replicas apart), so the refusal blames pp and offers the layouts that align them,
+    computed from the scenario (pp, tp, the rack's trays, each with the dp that keeps the GPUs), not
+    `network.model: analytic`, which it offered on the flow model and which refused the same way. Each remedy
+    offered, applied as pasted, leaves no hand-off unaligned."""
+    model = "analytic"
     path = _write(tmp_path, UNALIGNED_STAGES)
     _limit_to_the_folded_step(monkeypatch, path, [f"network.model={model}"])
     assert main(["run", path, "--out", str(tmp_path / "out"), "--set", f"network.model={model}"]) == 2
