@@ -142,3 +142,19 @@ def test_auto_across_racks_takes_nccls_default_nvls_tree_and_the_ring_with_nvls_
     request = CollectiveRequest("all_reduce", EVERY_GPU, GIB)
     assert choose(request, load_topology("gb200-nvl72", {"racks": 2})).algorithm == "nvls"
     assert choose(request, load_topology("gb200-nvl72", {"racks": 2, "nvls": "none"})).algorithm == "ring"
+
+
+PARTLY_USED = load_topology("gb200-nvl72", {"racks": 2, "trays": 4, "last_rack_trays": 2})
+"""Two racks of 4 trays, the last using 2 of them: every GPU is 4 trays x 4 on one rack, 2 x 4 on the other."""
+
+
+def test_hierarchical_over_a_partly_used_last_rack_plans_by_tray():
+    """Racks holding unequal counts (16 and 8) where every tray holds 4: hierarchical plans by tray, as it did
+    before racks were planned as one domain (NCCL has no hierarchical algorithm to follow); it was refused, and
+    with it every elastic GB200 job whose shrunk sizes leave a rack partly used."""
+    every_gpu = tuple(range(PARTLY_USED.num_gpus))
+    phases = plan_collective(CollectiveRequest("all_reduce", every_gpu, GIB), PARTLY_USED, "hierarchical")
+    host = PARTLY_USED.gpu_host
+    inner = {(host[transfer.src], host[transfer.dst]) for transfer in phases[0].transfers}
+    assert all(src == dst for src, dst in inner)
+    assert len(inner) == 6

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
-from simulator.collectives.ring import group_by_domain, merge_parallel, ring_phase
+from simulator.collectives.ring import group_by_domain, group_by_host, merge_parallel, ring_phase
 from simulator.collectives.tree import binomial_phases
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
@@ -37,6 +37,18 @@ def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hiera
     return hosts
 
 
+def grid(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
+    """hierarchical's rows: by NVLink domain (`host_grid`), but by host, as before racks were planned as one
+    domain, where the domains hold unequal counts and every host the same (a GB200 job whose last rack is partly
+    used, `last_rack_trays`). NCCL has no hierarchical algorithm to follow here; by tray it still runs, where by
+    rack it could not."""
+    if len({len(members) for members in group_by_domain(request.ranks, topology)}) > 1:
+        hosts = group_by_host(request.ranks, topology)
+        if len({len(members) for members in hosts}) == 1:
+            return hosts
+    return host_grid(request, topology)
+
+
 def _rings(rings: list[list[int]], nbytes_per_step: float, steps: int, *, rails: bool) -> list[Phase]:
     """All ``rings`` stepping together ``steps`` times; rail rings (``rails``) run on their rail's channel."""
     if steps == 0 or len(rings[0]) < 2:
@@ -58,7 +70,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     if request.op not in OPS:
         raise ScenarioError(f"algorithm 'hierarchical' does not implement {request.op}",
                             field="collectives.algorithm")
-    hosts = host_grid(request, topology)
+    hosts = grid(request, topology)
     g, count = len(hosts[0]), len(hosts)
     rails = [[members[j] for members in hosts] for j in range(g)]
     piece = request.nbytes / g

@@ -46,7 +46,7 @@ class Algorithm:
 ALGORITHMS: dict[AlgorithmName, Algorithm] = {
     "ring": Algorithm(ring.plan, ring.OPS),
     "tree": Algorithm(tree.plan, tree.OPS),
-    "hierarchical": Algorithm(hierarchical.plan, hierarchical.OPS, check=hierarchical.host_grid),
+    "hierarchical": Algorithm(hierarchical.plan, hierarchical.OPS, check=hierarchical.grid),
     "direct": Algorithm(direct.plan, direct.OPS),
     "halving_doubling": Algorithm(halving_doubling.plan, halving_doubling.OPS, check=halving_doubling.check),
     "nvls": Algorithm(nvls.plan, nvls.OPS, nvls_channels=True, check=nvls.check),
