@@ -100,7 +100,7 @@ def test_uneven_group_across_racks_is_refused_by_nvlink_domain():
     with pytest.raises(ScenarioError) as info:
         plan_collective(CollectiveRequest("all_reduce", ranks, GIB), TWO_RACKS, "nvls")
     assert info.value.problem.startswith("nvls all_reduce needs the same number of group members on every NVLink "
-                                         "domain, got 4, 72")
+                                         "domain (rack), got 4, 72")
 
 
 def bytes_out_of_rack(algorithm: str, topology, racks: int) -> dict[int, float]:
@@ -158,3 +158,13 @@ def test_hierarchical_over_a_partly_used_last_rack_plans_by_tray():
     inner = {(host[transfer.src], host[transfer.dst]) for transfer in phases[0].transfers}
     assert all(src == dst for src, dst in inner)
     assert len(inner) == 6
+
+
+def test_a_group_uneven_on_racks_and_trays_is_refused_naming_the_rack():
+    """Uneven by rack and by tray (4 members on one rack, 2 on one tray of the other): the refusal names the
+    NVLink domain as a rack, not a "host", the word users read as the tray."""
+    ranks = (0, 4, 8, 12, 16, 17)
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(CollectiveRequest("all_reduce", ranks, GIB), PARTLY_USED, "hierarchical")
+    assert info.value.problem.startswith("hierarchical all_reduce needs the same number of group members on every "
+                                         "NVLink domain (rack), got 2, 4")

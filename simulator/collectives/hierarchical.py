@@ -31,7 +31,7 @@ def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hiera
     hosts = group_by_domain(request.ranks, topology)
     sizes = sorted({len(members) for members in hosts})
     if len(sizes) > 1:
-        unit = "NVLink domain" if domains_span_hosts(topology) else "host"
+        unit = "NVLink domain (rack)" if domains_span_hosts(topology) else "host"
         raise ScenarioError(f"{name} {request.op} needs the same number of group members on every {unit}, "
                             f"got {', '.join(map(str, sizes))}", field="collectives.algorithm")
     return hosts
