@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.collectives import nvls
+from simulator.collectives import nvls, ring
 from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
@@ -41,8 +41,8 @@ def crossings(op: str, algorithm: str) -> list:
 
 def test_ring_across_racks_runs_nccls_sixteen_channels_each_on_its_own_nics():
     """A rack is one node: the ring finds a channel per NIC its members drive there, at most the 16 NCCL's search
-    looks for (MAXCHANNELS / 2). Planned by tray it ran min(4 rails, 4 GPUs per tray) = 4 channels, so the 144-GPU
-    ring crossed between the racks on 4 NICs each way (busbw capped at 200 GB/s)."""
+    finds (`ring.RING_SEARCH_CHANNELS`). Planned by tray it ran min(4 rails, 4 GPUs per tray) = 4 channels, so the
+    144-GPU ring crossed between the racks on 4 NICs each way (busbw capped at 200 GB/s)."""
     across = crossings("all_reduce", "ring")
     assert len({transfer.channel for transfer in across}) == 16
     nic = TWO_RACKS.gpu_nic
@@ -168,3 +168,10 @@ def test_a_group_uneven_on_racks_and_trays_is_refused_naming_the_rack():
         plan_collective(CollectiveRequest("all_reduce", ranks, GIB), PARTLY_USED, "hierarchical")
     assert info.value.problem.startswith("hierarchical all_reduce needs the same number of group members on every "
                                          "NVLink domain (rack), got 2, 4")
+
+
+def test_ring_channels_across_racks_keep_to_nccls_search_when_the_channel_cap_is_raised(monkeypatch):
+    """NCCL's ring across racks stops at 16 channels because their 45.1 GB/s each cover the GPU's 721.8 GB/s of
+    NVLink in its model, not at half the channel cap: raising the cap to 64 doubled them to 32 across racks."""
+    monkeypatch.setattr(ring, "max_channels", lambda: 64)
+    assert len({transfer.channel for transfer in crossings("all_reduce", "ring")}) == 16

@@ -74,12 +74,19 @@ def domain_rails(rails: int, fewest_members: int) -> int:
     return min(usable_rails(rails, fewest_members), ring_search_channels())
 
 
+RING_SEARCH_CHANNELS = 16
+"""The ring channels NCCL's search finds across GB200 NVL72 racks, each through a NIC of its own: it adds channels
+at one speed until their bandwidth covers the GPU's (src/graph/search.cc ncclTopoCompute: nChannels * bwInter >=
+totalBw), the GPU's NVLink in NCCL's model 18 links x 40.1 GB/s (topo.h SM100_NVLINK_BW) = 721.8 GB/s, each
+channel at a 400G NIC's 45.1 GB/s (sm100SpeedArrayInter): 16. Not MAXCHANNELS / 2, the search's own cap, which is
+32 (device.h MAXCHANNELS 64; init.cc ringGraph->maxChannels)."""
+
+
 def ring_search_channels() -> int:
-    """The most ring channels NCCL's graph search looks for, MAXCHANNELS / 2 (src/init.cc: ringGraph->maxChannels
-    = MAXCHANNELS/2; ncclTopoPostset then doubles what it found, each copy through the same NICs): 16 under the
-    catalog's 32-channel cap, so at most 16 distinct NICs carry a ring between racks. Capped at 32 instead, 20
-    racks' ring ran 242 and 458 GB/s at 1 and 4 GiB, against 219 and 346 measured (16: 223 and 394)."""
-    return max_channels() // 2
+    """The most ring channels across NVLink domains, `RING_SEARCH_CHANNELS`, under the catalog's channel cap
+    (``nccl.max_channels``): at most 16 distinct NICs carry a ring between racks. At 32 channels, 20 racks' ring
+    ran 242 and 458 GB/s at 1 and 4 GiB, against 219 and 346 measured (16: 223 and 394)."""
+    return min(RING_SEARCH_CHANNELS, max_channels())
 
 
 def usable_rails(rails: int, fewest_members: int) -> int:
