@@ -42,9 +42,11 @@ def group_by_host(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]
 
 def group_by_domain(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]:
     """The group's members per NVLink domain, domains in order of first appearance, members by their index in
-    the domain (`Topology.gpu_domain_local`): `group_by_host` where every domain is one host, and where a member
+    the domain (`Topology.gpu_domain_local`): `group_by_host` where every domain is one host, and where any member
     has lost every link to its NVSwitches (every NVSwitch tray of a GB200 rack down: its trays then reach each
-    other over their NICs, hosts of their own again, `nvls.switches_up`)."""
+    other over their NICs, hosts of their own again, `nvls.switches_up`). One such rack sends the whole group,
+    every rack of it, to planning by host (tray), as NCCL's MNNVL check is all or nothing for a communicator
+    (src/mnnvl.cc ncclMnnvlCheck: any rank whose fabric is not up turns MNNVL off for every rank)."""
     from simulator.collectives.nvls import switches_up  # nvls builds on this module
 
     if not switches_up(ranks, topology):
