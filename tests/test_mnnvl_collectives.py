@@ -175,3 +175,15 @@ def test_ring_channels_across_racks_keep_to_nccls_search_when_the_channel_cap_is
     NVLink in its model, not at half the channel cap: raising the cap to 64 doubled them to 32 across racks."""
     monkeypatch.setattr(ring, "max_channels", lambda: 64)
     assert len({transfer.channel for transfer in crossings("all_reduce", "ring")}) == 16
+
+
+def test_ring_over_racks_holding_one_tray_each_keeps_its_crossings_on_one_rail():
+    """Members on one tray a rack (tray 1 of the first, tray 0 of the second) are matched by their index in the
+    tray: by index in the rack (4-7 against 0-3) no crossing would join GPUs of one rail."""
+    ranks = (*range(4, 8), *range(RACK, RACK + 4))
+    local, domain = TWO_RACKS.gpu_local, TWO_RACKS.gpu_domain
+    phases = plan_collective(CollectiveRequest("all_reduce", ranks, GIB), TWO_RACKS, "ring")
+    across = [transfer for phase in phases for transfer in phase.transfers
+              if domain[transfer.src] != domain[transfer.dst]]
+    assert len({transfer.channel for transfer in across}) == 4
+    assert all(local[transfer.src] == local[transfer.dst] for transfer in across)
