@@ -168,6 +168,37 @@ def test_auto_weighs_the_ring_chain_over_gb200_racks_on_its_own_links(racks, tra
         assert times[pick] <= MARGIN * min(times.values()), (nbytes, pick, times)
 
 
+def test_one_gb200_rack_without_nvls_weighs_the_ring_alone():
+    """One GB200 rack with NVLS off is one NCCL node (MNNVL) of 18 trays. Inside one node NCCL's tree is a chain of
+    its GPUs, which the `tree` here, a double binary tree over the trays' chains, is not, so `auto` weighs the
+    ring alone, as inside one DGX host. It weighed the tree too, at 0.67-0.85 of its simulated time, and took the
+    LL128 tree at 1 GiB: 5.00 ms (busbw 423 GB/s) where the LL128 ring simulates 3.53 ms (599 GB/s)."""
+    topology = load_topology("gb200-nvl72", {"nvls": "none"})
+    efficiency = calibrated(topology.gpu_model)
+    ranks = tuple(range(topology.num_gpus))
+    assert candidates(CollectiveRequest("all_reduce", ranks, MIB), topology, group_by_host(ranks, topology)) == ["ring"]
+    for nbytes in (16 * MIB, GIB):
+        request = CollectiveRequest("all_reduce", ranks, nbytes, chunk_bytes=AUTO_CHUNK)
+        times = simulated_pairs(topology, request)
+        pick = choose(request, topology, efficiency)
+        assert pick.algorithm == "ring" and times[pick] == min(times.values()), (nbytes, pick, times)
+        assert_estimate_holds(estimates(request, topology, efficiency, pick.protocol)["ring"], times[pick], "ring")
+
+
+@pytest.mark.parametrize("protocol", ["simple", "ll128"])
+def test_the_tree_over_trays_of_one_rack_counts_every_edge_on_its_links(protocol):
+    """Trays of one NVLink domain: a tree edge between two trays crosses the same GPU-to-NVSwitch links as the
+    edges of the trays' chains, so the estimate counts every edge on the links it crosses. Counted apart (the
+    busier of the chains' ports and the links between trays) the rack's tree came out at 0.67-0.85 of its
+    simulated time (1 GiB under LL128: 3.35 ms against 5.00 ms)."""
+    topology = load_topology("gb200-nvl72", {"nvls": "none"})
+    efficiency = calibrated(topology.gpu_model)
+    for nbytes in (16 * MIB, GIB):
+        request = CollectiveRequest("all_reduce", tuple(range(topology.num_gpus)), nbytes, chunk_bytes=AUTO_CHUNK)
+        estimate = estimates(request, topology, efficiency, protocol, algorithms=("tree",))["tree"]
+        assert_estimate_holds(estimate, simulated(topology, request, "tree", protocol=protocol), "tree", nbytes)
+
+
 def test_the_nvls_tree_is_weighed_only_on_gpus_that_drive_nvlink_sharp():
     """Hosts whose switches reduce but whose GPUs (A100) cannot drive NVLS: auto weighed the NVLS tree across
     them and ended every all-reduce there in 'nvls needs GPUs with NVLink SHARP', which nobody had asked for."""

@@ -330,6 +330,7 @@ def test_the_csv_table_of_schedules_md_is_what_schedule_to_csv_writes():
 
 
 A100_16 = "--topology dgx-a100-cluster --set nodes=16"
+GB200_NO_NVLS = "--topology gb200-nvl72 --set nvls=none"
 COLLECTIVE_QUOTES = [
     ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=2 --set nics_per_node=4 --algorithm ring "
                              "--sizes 1GiB --efficiency ideal",
@@ -390,6 +391,12 @@ COLLECTIVE_QUOTES = [
      "(1 KiB on 16 hosts: {0[us]:.0f} us, where the Simple tree takes {1[us]:.0f} and the Simple ring {2[us]:,.0f}; "
      "up to 1 MiB), the LL128 tree from 2 to 256 MiB and the Simple tree from 512 MiB (1 GiB: {3[ms]:.1f} ms "
      "against the ring's {4[ms]:.1f})"),
+    ("docs/collectives.md", [f"{GB200_NO_NVLS} --algorithm tree --protocol ll128 --sizes 1GiB",
+                             f"{GB200_NO_NVLS} --sizes 1GiB", f"{GB200_NO_NVLS} --sizes 16MiB,256MiB,4GiB"],
+     "took the LL128 tree at 1 GiB, {0[ms]:.2f} ms, busbw {0[busbw]:.1f} GB/s (`trainsim collective --topology "
+     "gb200-nvl72 --set nvls=none --algorithm tree --protocol ll128 --sizes 1GiB`, measured), where it now takes "
+     "the LL128 ring, {1[ms]:.2f} ms, busbw {1[busbw]:.1f} GB/s (16 MiB: the LL ring, {2[us]:.1f} us; 256 MiB: the "
+     "LL128 ring, {3[ms]:.2f} ms; 4 GiB: the Simple ring, {4[ms]:.2f} ms;"),
     ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --sizes 1KiB",
                              "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1KiB"],
      "({0[us]:.1f} us at 1 KiB, against `nvls_sharp`'s {1[us]:.0f} us without base latency)"),

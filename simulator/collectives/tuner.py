@@ -47,14 +47,16 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
     tie-breaking order. Broadcast and reduce: the ring only (NCCL costs no other algorithm for them).
     Reduce-scatter and all-gather: the ring, and NVLS inside one NVLink-SHARP domain (NCCL >= 2.19; across hosts
     NCCL runs them through CollNet only, not modelled; PAT, for one GPU per host, is not modelled). All-reduce:
-    the ring; the tree across hosts (inside one host NCCL's tree is a chain of the GPUs, which the `tree` here,
-    a double binary tree over the ranks, is not); NVLS inside one domain and, with as many members on every host
+    the ring; the tree across NCCL's nodes (`nccl_nodes`: NVLink domains, so a GB200 rack of 18 trays is one;
+    inside one node NCCL's tree is a chain of its GPUs, connect.cc `ncclTopoPreset`'s `treeIntra`, which the
+    `tree` here, a double binary tree over the ranks or over the hosts' chains, is not); NVLS inside one domain
+    and, with as many members on every host
     and at least `nvls.MIN_HEADS` heads on each (members on distinct NICs), NCCL's NVLS tree across hosts
     (`nvls`), on GPUs that drive NVLink SHARP; CollNetDirect and multi-node
     NVLS (`nvls_sharp`) where the switches reduce (NCCL enables both only with CollNet). `hierarchical` is not an
     NCCL algorithm and is never a candidate."""
     op = request.op
-    inside = len(hosts) == 1
+    inside = nccl_nodes(topology, request.ranks) == 1
     nvls_domain = nvls.supports(request.ranks, topology)
     if op in ("broadcast", "reduce"):
         return ["ring"]
@@ -481,8 +483,8 @@ def chain_fill_latency(latencies: np.ndarray, chunks: int) -> float:
 class TreeTerms(NamedTuple):
     """What the tree estimate reads of a group (`tree_terms`): its `group_shape` and ``channels``, the passes
     of its plan (`tree_passes`) and, per pass, the links its edges across hosts cross (`AcrossLinks`, numbered
-    in order of first use), and where links down reroute some edge inside a host off NVLink, the links every
-    edge of each pass crosses (``rerouted``; None otherwise)."""
+    in order of first use), and where hosts share an NVLink domain or links down reroute some edge inside a host
+    off NVLink, the links every edge of each pass crosses (``rerouted``; None otherwise)."""
 
     shape: tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]
     channels: int
@@ -517,8 +519,11 @@ def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[
         return AcrossLinks(links, capacity[used], latency)
 
     def rerouted() -> tuple[AcrossLinks, ...] | None:
-        """Every edge's links, where links down move some edge inside a host off NVLink: its bytes then share
-        the NICs and switches with the edges across hosts."""
+        """Every edge's links, where hosts share an NVLink domain (GB200 trays of a rack: an edge between two
+        trays crosses the GPU-to-NVSwitch links the trays' chains cross) or links down move some edge inside a
+        host off NVLink (its bytes then share the NICs and switches with the edges across hosts)."""
+        if nccl_nodes(topology, request.ranks) < len(hosts):
+            return tuple(crossed(tree_pass.every_ends) for tree_pass in passes)
         if not topology.routes_version:
             return None
         inside = [topology.routes(ranks[src], ranks[dst], channel)[0]
@@ -551,10 +556,11 @@ def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, oute
     of a hop's latency). Counting the active edges, not spreading a host's NVLink bytes evenly over the steps,
     sees the chain steps that hide behind a step across hosts: when L equals the members per host, 2 DGX A100
     hosts, 512 MiB, the even spread took the tree 10% over its simulated time and the ring (6% slower) was
-    picked. Where links down reroute edges inside hosts off NVLink (`TreeTerms.rerouted`), every active edge,
-    inside a host or across, is counted on the links its route crosses: counted apart, a rack's 16 GPUs with all
-    9 NVSwitch trays down estimated the tree at 3.00 ms against 4.52 ms simulated, below the ring's 3.25 (3.43
-    simulated), and `auto` picked the slower tree."""
+    picked. Where hosts share an NVLink domain or links down reroute edges inside hosts off NVLink
+    (`TreeTerms.rerouted`), every active edge, inside a host or across, is counted on the links its route
+    crosses: counted apart, a rack's 16 GPUs with all 9 NVSwitch trays down estimated the tree at 3.00 ms against
+    4.52 ms simulated, below the ring's 3.25 (3.43 simulated), and `auto` picked the slower tree; the 72 GPUs of
+    a rack with NVLS off at 0.67-0.85 of the simulated time (1 GiB under LL128: 3.35 against 5.00 ms)."""
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     inner = inner.under("tree", protocol)
     share = request.nbytes / (2 * terms.channels)
