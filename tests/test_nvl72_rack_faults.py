@@ -723,6 +723,20 @@ def test_an_idle_spare_rack_failing_takes_its_stand_in_hosts_until_its_repair(jo
     assert list(restarts["start_s"]) == [0.5 * H, 2 * H]
 
 
+def test_a_stand_in_failing_after_its_spare_rack_is_not_counted_out_twice(job_with):
+    """2 racks and a spare rack (4 hosts), not elastic: host 5 fails at 0.5 h (1 h repair) and a spare host stands
+    in for it; the spare rack fails idle at 1 h (10 h repair), counting out its 4 hosts, the stand-in among them;
+    the stand-in's slot fails at 1.2 h. Its host is already counted out: the slot waits for host 5, back at 1.5 h.
+    Before, the failure counted the stand-in out a second time (a second repair, 6 hosts away where 5 are) and the
+    restart waited for it until 2.2 h."""
+    classes = CLASSES + ", host: {mtbf: 1000 d, repair: 1 h}"
+    result = job_with(spared(gb200_job(classes, elastic=False)), (0.5 * H, 2, 5, 1 * H), (1 * H, 0, 2, 10 * H),
+                      (1.2 * H, 2, 5, 1 * H))
+    restarts = result.events[result.events["kind"] == "restart"]
+    assert list(restarts["start_s"]) == [0.5 * H, 1.2 * H]
+    assert result.summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(0.3 * H - 60)
+
+
 def test_an_idle_spares_tray_down_is_down_when_it_joins(job_with):
     """2 racks and a spare rack, not elastic: the idle spare's first tray fails at 0.9 h (10 h repair), then rack 0
     at 1 h: the spare joins the group at its second place with that tray down, and the job trains slower until the
