@@ -7,15 +7,17 @@ from __future__ import annotations
 import re
 
 import pytest
-from shared import SCENARIOS
+from shared import GIB, SCENARIOS
 
 from simulator import load_scenario, simulate
 from simulator.catalog.gpus import get_gpu
 from simulator.config.loader import scenario_from_text
-from simulator.parameter_server.placement import shard_tensors, stripe
+from simulator.config.parameter_server import ParameterServerConfig
+from simulator.errors import ScenarioError
+from simulator.parameter_server.placement import place, shard_tensors, stripe, worker_gpus
 from simulator.parameter_server.program import ps_program
 from simulator.program.ops import CollectiveOp
-from simulator.topology.loader import scenario_topology
+from simulator.topology.loader import load_topology, scenario_topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.training import optimizer_bytes_per_param
 
@@ -268,10 +270,10 @@ def test_memory_of_a_worker_and_of_the_fullest_server_gpu(run_yaml):
             "training: {seq_len: 512, microbatches: 1}\nparallelism: {strategy: parameter_server}\n"
             "ps: {servers: 1, iterations: 1}\n")
     result = run_yaml(text)
-    ps, gib = result.summary["parameter_server"], 2.0**30
+    ps = result.summary["parameter_server"]
     P = ps["parameters"]
     worker, server = ps["memory_gib"]["worker"], ps["memory_gib"]["server"]
-    assert (worker["params"], worker["grads"], worker["optimizer"]) == pytest.approx((2 * P / gib, 2 * P / gib, 0.0))
+    assert (worker["params"], worker["grads"], worker["optimizer"]) == pytest.approx((2 * P / GIB, 2 * P / GIB, 0.0))
     # Flash attention (the default) stores no score matrix: the selective-recompute accounting, as the other
     # memory models use (memory_plan.stored_activations).
     from dataclasses import replace
@@ -282,10 +284,10 @@ def test_memory_of_a_worker_and_of_the_fullest_server_gpu(run_yaml):
 
     model, shard = replace(get_model("llama3-8b"), layers=1), ShardShape(1, 512, dtype_bytes=2)
     expected = activation_bytes_per_layer(model, shard, "selective") + head_activation_bytes(model, shard)
-    assert worker["activations"] == pytest.approx(expected / gib, rel=1e-9)
+    assert worker["activations"] == pytest.approx(expected / GIB, rel=1e-9)
     assert expected < activation_bytes_per_layer(model, shard, "none") + head_activation_bytes(model, shard)
     assert (server["params"], server["grads"], server["optimizer"]) == pytest.approx(
-        (2 * P / 8 / gib, 6 * P / 8 / gib, 12 * P / 8 / gib), rel=1e-6)
+        (2 * P / 8 / GIB, 6 * P / 8 / GIB, 12 * P / 8 / GIB), rel=1e-6)
     assert result.summary["peak_memory_gib"] == pytest.approx(worker["total"]) and not result.summary["oom"]
 
 
@@ -469,3 +471,42 @@ def test_a_sweep_warns_once_per_axis_parameter_servers_are_not_changed_by():
     assert sweep_from_text(text, "sw.yaml").warnings == (
         "sw.yaml:3: grid.training.grad_reduce_dtype: a parameter-server run pushes its gradients in the training "
         "precision: every point runs parameter servers, so no point changes with this axis",)
+
+
+GRAPH_HOSTS = """
+kind: graph
+nodes:
+  - {name: sw, kind: switch}
+  - {name: g0, kind: gpu, host: 0}
+  - {name: g1, kind: gpu, host: 0}
+  - {name: g2, kind: gpu, host: 1}
+  - {name: g3, kind: gpu, host: 2}
+links:
+  - {a: g0, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g1, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g2, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g3, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+"""
+"""Three hosts of 2, 1 and 1 GPUs."""
+
+
+@pytest.mark.parametrize("servers", [1, 2, [0], [2, 0], 0, -1, 3, [7], [], [1, 1], [0, 1, 2]])
+def test_the_workers_counted_before_building_are_those_place_makes(tmp_path, servers):
+    """`worker_gpus` (a sweep constraint's dp under parameter servers) counts the GPUs `place` makes workers on
+    the built cluster, and refuses what it refuses with its words, on DGX hosts, GB200 NVL72 trays and a graph of
+    unequal hosts. It multiplied a server count by the GPUs of a host without place()'s checks: `servers: 0` gave
+    16 workers on two DGX H100, -1 gave 24, and [7] on 2 hosts 8."""
+    graph = tmp_path / "graph.yaml"
+    graph.write_text(GRAPH_HOSTS)
+    for topology in (load_topology("dgx-h100-cluster", {"nodes": 3}), load_topology("dgx-h100-cluster"),
+                     load_topology("gb200-nvl72", {"trays": 3}), load_topology(str(graph))):
+        config = ParameterServerConfig(servers=servers)
+        host_gpus = [len(topology.host_gpus(host)) for host in range(topology.num_hosts)]
+        try:
+            workers = len(place(config, topology).workers)
+        except ScenarioError as refused:
+            with pytest.raises(ScenarioError) as counted:
+                worker_gpus(config, host_gpus)
+            assert (counted.value.problem, counted.value.field) == (refused.problem, refused.field)
+        else:
+            assert worker_gpus(config, host_gpus) == workers

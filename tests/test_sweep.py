@@ -829,6 +829,67 @@ def test_a_constraint_on_more_micro_batches_than_a_run_allows_is_refused_as_unde
         sweep_from_text(text + "constraints: ['training.microbatches > 1']\n", "s.yaml")
 
 
+PS_GRAPH = """
+kind: graph
+nodes:
+  - {name: sw, kind: switch}
+  - {name: g0, kind: gpu, host: 0}
+  - {name: g1, kind: gpu, host: 0}
+  - {name: g2, kind: gpu, host: 1}
+  - {name: g3, kind: gpu, host: 2}
+links:
+  - {a: g0, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g1, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g2, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g3, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+"""
+
+
+def test_a_constraint_sees_the_workers_of_parameter_servers_on_a_graph(tmp_path):
+    """A graph's hosts are not told by its parameters: the sweep builds it (hosts of 2, 1 and 1 GPUs) and a
+    parameter-server point's dp is the GPUs of the hosts that do not serve, 3 with the last host serving, 2 with
+    the last two. The constraint was refused at every such point, its dp left underived."""
+    (tmp_path / "graph.yaml").write_text(PS_GRAPH)
+    text = PS_DERIVED.replace("dgx-h100-cluster, nodes: 2", "graph.yaml").replace(
+        "cluster.nodes: [2, 3]", "ps.servers: [1, 2, [0]]").replace(
+        "'training.microbatches == 6 and parallelism.dp == 8'", "'parallelism.dp == 2'")
+    sweep = sweep_from_text(text, "s.yaml", tmp_path)
+    assert [bool(point.skipped) for point in sweep.points] == [True, False, False]
+
+
+def test_a_constraint_on_the_workers_of_one_host_says_they_are_the_hosts_that_do_not_serve():
+    """On one DGX H100 no host is left to work: the dp constraint is refused saying dp is the GPUs of the hosts
+    that do not serve, and to constrain the hosts and servers; it said dp came from GPUs / (tp x cp x pp)."""
+    with pytest.raises(ScenarioError) as refused:
+        sweep_from_text(PS_DERIVED.replace("[2, 3]", "[1, 2]").replace("training.microbatches == 6 and ", ""),
+                        "s.yaml")
+    assert "parallelism.dp is left out, to be derived from the GPUs of the hosts that do not serve" in str(
+        refused.value)
+    assert "(allowed: constrain the fields it is derived from (cluster.nodes, ps.servers, ...))" in str(refused.value)
+
+
+def test_a_point_whose_pp_its_synthetic_model_refuses_is_invalid_not_a_refused_constraint():
+    """pp 4 on a synthetic model of 2 stages is refused by the run: the point goes through the constraint to be
+    `invalid` with the run's pp error, as without the constraint; the constraint was refused as if dp did not
+    divide the GPUs."""
+    from simulator import simulate
+
+    text = """
+base:
+  cluster: {topology: dgx-h100}
+  model: {synthetic: {stages: 2, forward: 1 ms, backward: 2 ms, p2p_bytes: 1 MiB}}
+  training: {microbatches: 4}
+  parallelism: {pp: 4}
+grid:
+  training.microbatches: [4]
+constraints: ['parallelism.dp >= 1']
+"""
+    sweep = sweep_from_text(text, "s.yaml")
+    assert not sweep.points[0].skipped
+    with pytest.raises(ScenarioError, match="pp 4 differs from the synthetic model's 2 stages"):
+        simulate(scenario_from_text(yaml.safe_dump(sweep.points[0].data), "p.yaml"))
+
+
 def test_a_point_of_an_inline_base_runs_again_from_its_folders_scenario(tmp_path, monkeypatch):
     """A sweep whose base is inline named the sweep file in each point's manifest, which `trainsim run` refuses
     (`base: unknown key 'base'`): each point folder now holds the base as `scenario.yaml`, its topology file's

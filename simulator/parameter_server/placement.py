@@ -26,8 +26,17 @@ class Placement:
 
 
 def place(config: ParameterServerConfig, topology: Topology) -> Placement:
-    """The server hosts (a count takes the last hosts) and the workers, checked against the cluster."""
-    hosts = topology.num_hosts
+    """The server hosts (`server_hosts`) and the workers, checked against the cluster."""
+    hosts = server_hosts(config, topology.num_hosts)
+    serving = set(hosts)
+    endpoints = tuple(gpu for host in hosts for gpu in topology.host_gpus(host))
+    workers = tuple(gpu for gpu in range(topology.num_gpus) if topology.gpu_host[gpu] not in serving)
+    return Placement(hosts, endpoints, workers)
+
+
+def server_hosts(config: ParameterServerConfig, hosts: int) -> tuple[int, ...]:
+    """The hosts that serve on a cluster of ``hosts`` hosts, in the order given (a count takes the last hosts),
+    checked: at least one serves, each exists once, and one host at least is left to work."""
     allowed = f"1 to {hosts - 1} server hosts, or a list of host indices 0..{hosts - 1}"
     if hosts < 2:
         raise ScenarioError(f"the cluster has {hosts} host; parameter servers need a server host and a worker host",
@@ -40,31 +49,26 @@ def place(config: ParameterServerConfig, topology: Topology) -> Placement:
             more = "more servers than" if config.servers > hosts else "as many servers as"
             raise ScenarioError(f"{config.servers} servers: {more} the cluster's {hosts} hosts, no worker is left",
                                 field="ps.servers", allowed=allowed)
-        server_hosts = tuple(range(hosts - config.servers, hosts))
-    else:
-        server_hosts = tuple(config.servers)
-        if not server_hosts:
-            raise ScenarioError("no server hosts listed", field="ps.servers", allowed=allowed)
-        unknown = [host for host in server_hosts if not 0 <= host < hosts]
-        if unknown:
-            raise ScenarioError(f"host {unknown[0]} does not exist (the cluster has {hosts} hosts)",
-                                field="ps.servers", allowed=allowed)
-        if len(set(server_hosts)) != len(server_hosts):
-            raise ScenarioError("a host is listed twice", field="ps.servers", allowed="distinct host indices")
-        if len(server_hosts) >= hosts:
-            raise ScenarioError(f"all {hosts} hosts serve, no worker is left", field="ps.servers", allowed=allowed)
-    serving = set(server_hosts)
-    endpoints = tuple(gpu for host in server_hosts for gpu in topology.host_gpus(host))
-    workers = tuple(gpu for gpu in range(topology.num_gpus) if topology.gpu_host[gpu] not in serving)
-    return Placement(server_hosts, endpoints, workers)
+        return tuple(range(hosts - config.servers, hosts))
+    listed = tuple(config.servers)
+    if not listed:
+        raise ScenarioError("no server hosts listed", field="ps.servers", allowed=allowed)
+    unknown = [host for host in listed if not 0 <= host < hosts]
+    if unknown:
+        raise ScenarioError(f"host {unknown[0]} does not exist (the cluster has {hosts} hosts)",
+                            field="ps.servers", allowed=allowed)
+    if len(set(listed)) != len(listed):
+        raise ScenarioError("a host is listed twice", field="ps.servers", allowed="distinct host indices")
+    if len(listed) >= hosts:
+        raise ScenarioError(f"all {hosts} hosts serve, no worker is left", field="ps.servers", allowed=allowed)
+    return listed
 
 
-def worker_gpus(config: ParameterServerConfig, gpus: int, host_gpus: int) -> int | None:
-    """How many GPUs `place` makes workers on a cluster of ``gpus`` GPUs, ``host_gpus`` to a host, before it is
-    built: those of the hosts that do not serve (None where no worker is left)."""
-    servers = config.servers if isinstance(config.servers, int) else len(set(config.servers))
-    workers = gpus - servers * host_gpus
-    return workers if workers > 0 else None
+def worker_gpus(config: ParameterServerConfig, host_gpus: Sequence[int]) -> int:
+    """How many GPUs `place` makes workers on a cluster whose hosts hold ``host_gpus`` GPUs each, before it is
+    built: those of the hosts that do not serve, with `server_hosts`' checks (its error where it refuses)."""
+    serving = set(server_hosts(config, len(host_gpus)))
+    return sum(gpus for host, gpus in enumerate(host_gpus) if host not in serving)
 
 
 def shard_tensors(tensors: Sequence[int], servers: int, how: Sharding) -> tuple[int, ...]:

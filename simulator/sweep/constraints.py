@@ -39,27 +39,31 @@ DERIVED = {
 }
 """Fields a step derives where the scenario leaves them out (null), with how and what to constrain instead: a
 constraint sees them as the step derives them (`with_derived`), or is refused at a point that cannot say."""
+PS_DP = ("the GPUs of the hosts that do not serve (parameter servers: the cluster's hosts less ps.servers)",
+         "constrain the fields it is derived from (cluster.nodes, ps.servers, ...)")
+"""How a parameter-server run derives `parallelism.dp` (its workers), in place of `DERIVED`'s, and what to
+constrain instead."""
 
 
-def with_derived(scenario: Scenario, gpus: int | None, host_gpus: int | None = None) -> Scenario:
+def with_derived(scenario: Scenario, gpus: int | None, host_gpus: tuple[int, ...] | None = None) -> Scenario:
     """``scenario`` with the `DERIVED` fields it leaves out filled in by the functions its run derives them with
     (`resolve_layout`, `microbatch_count`), from the cluster's ``gpus`` (None: not known before the cluster is
-    built) and, for parameter servers, the GPUs of each host ``host_gpus`` (their workers are the GPUs of the
+    built) and, for parameter servers, the GPUs of each of its hosts ``host_gpus`` (their workers are the GPUs of the
     hosts that do not serve, and dp is their count as the run reports it); a field the run would refuse (a layout
-    that does not divide the GPUs, a batch that does not divide, more micro-batches than the run allows) stays
-    null."""
+    that does not divide the GPUs, a batch that does not divide, more micro-batches than the run allows, servers
+    that leave no worker) stays null. A pp the model's stages refuse raises the run's error (`pipeline_depth`)."""
     from simulator.parameter_server.placement import worker_gpus
     from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
 
     par, training = scenario.parallelism, scenario.training
     if scenario.model is None:
         return scenario
-    dp = par.dp
+    dp, depth, ps = par.dp, pipeline_depth(scenario), scenario.ps
     if dp is None and gpus is not None:
-        if scenario.ps is not None:
-            dp = worker_gpus(scenario.ps, gpus, host_gpus) if host_gpus is not None else None
+        if ps is not None:
+            dp = _derived(lambda: worker_gpus(ps, host_gpus)) if host_gpus is not None else None
         else:
-            dp = _derived(lambda: resolve_layout(scenario, gpus, pipeline_depth(scenario)).dp)
+            dp = _derived(lambda: resolve_layout(scenario, gpus, depth).dp)
     microbatches = training.microbatches
     if microbatches is None and dp is not None:
         microbatches = _derived(lambda: microbatch_count(scenario, dp))
@@ -130,7 +134,9 @@ def _evaluate(node: ast.AST, scenario: BaseModel) -> object:
         path = parse_field(_path_of(node) or "")
         value = value_at(scenario, path)
         if value is None and tuple(path) in DERIVED:
-            how, instead = DERIVED[tuple(path)]
+            key = tuple(path)
+            serving = key == ("parallelism", "dp") and getattr(scenario, "ps", None) is not None
+            how, instead = PS_DP if serving else DERIVED[key]
             raise ScenarioError(f"{_path_of(node)} is left out, to be derived from {how}, which this point's "
                                 "values do not give", allowed=instead)
         return value

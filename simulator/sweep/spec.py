@@ -75,6 +75,7 @@ from simulator.topology.loader import (
     names_a_file,
     read_topology,
     scenario_field_of,
+    scenario_topology,
     with_overrides,
 )
 from simulator.units import QuantityKind, parse_quantity, shown_value
@@ -211,7 +212,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
     clusters: set[bytes] = set()
     topology_files: dict[str, TopologySource] = {}
     digests: dict[Path, str] = {}
-    cluster_gpus: dict[bytes, tuple[int | None, int | None]] = {}
+    cluster_gpus: dict[bytes, tuple[int | None, tuple[int, ...] | None]] = {}
     for index, values in enumerate(_combinations(spec, locate)):
         try:
             point_data = with_values(base_data, {parse_field(name): value for name, value in values})
@@ -456,20 +457,33 @@ def _check_cluster(scenario: Scenario, base_source: str, base_lines: dict, writt
         raise located_error(field, exc.problem, exc.allowed, base_source, base_lines, written) from None
 
 
-def _cluster_size(loaded: LoadedScenario) -> tuple[int | None, int | None]:
-    """The GPUs of the scenario's cluster and of each of its hosts, from the topology's parameters (None: not
-    known before it is built)."""
-    hosts = scenario_hosts(loaded)
-    return scenario_gpus(loaded), hosts.gpus if hosts is not None else None
+def _cluster_size(loaded: LoadedScenario) -> tuple[int | None, tuple[int, ...] | None]:
+    """The GPUs of the scenario's cluster and those of each of its hosts (None: not known), from the topology's
+    parameters; under parameter servers, where they do not tell the hosts (a graph, one host), from the cluster
+    built (cheap for those; None where it is refused, its error reported with the point's)."""
+    gpus, shape = scenario_gpus(loaded), scenario_hosts(loaded)
+    if gpus is not None and shape is not None:
+        return gpus, (shape.gpus,) * (gpus // shape.gpus)
+    if not loaded.scenario.uses_parameter_servers:
+        return gpus, None
+    try:
+        topology = scenario_topology(loaded)
+    except InputError:
+        return gpus, None
+    return topology.num_gpus, tuple(len(topology.host_gpus(host)) for host in range(topology.num_hosts))
 
 
-def _violated(constraints: list[Constraint], scenario: Scenario, gpus: int | None, host_gpus: int | None,
+def _violated(constraints: list[Constraint], scenario: Scenario, gpus: int | None, host_gpus: tuple[int, ...] | None,
               index: int, locate) -> str:
     """The first constraint the point breaks ('' when none), as the reason it is skipped; each sees the fields
     the run derives from the cluster's ``gpus`` and ``host_gpus`` (`with_derived`: `parallelism.dp` left out), as
     `run` prints them."""
-    if constraints:
+    if not constraints:
+        return ""
+    try:
         scenario = with_derived(scenario, gpus, host_gpus)
+    except ScenarioError:  # the run refuses the point (a pp its model's stages refuse): it is `invalid`, as unswept
+        return ""
     for number, constraint in enumerate(constraints):
         try:
             if not constraint.holds(scenario):
