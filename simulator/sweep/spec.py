@@ -477,18 +477,22 @@ def _violated(constraints: list[Constraint], scenario: Scenario, gpus: int | Non
               index: int, locate) -> str:
     """The first constraint the point breaks ('' when none), as the reason it is skipped; each sees the fields
     the run derives from the cluster's ``gpus`` and ``host_gpus`` (`with_derived`: `parallelism.dp` left out), as
-    `run` prints them."""
+    `run` prints them. At a point the run refuses before deriving them, one that needs them lets the point run,
+    to be `invalid` with the run's error."""
     if not constraints:
         return ""
     try:
         scenario = with_derived(scenario, gpus, host_gpus)
-    except ScenarioError:  # the run refuses the point (a pp its model's stages refuse): it is `invalid`, as unswept
-        return ""
+        refused = False
+    except ScenarioError:  # the run refuses the point before deriving (a pp its model's stages refuse)
+        refused = True
     for number, constraint in enumerate(constraints):
         try:
             if not constraint.holds(scenario):
                 return f"constraint: {constraint.text}"
         except (TypeError, ValueError, ZeroDivisionError, ScenarioError) as exc:
+            if refused and isinstance(exc, ScenarioError):  # a derived field: the run's own error comes first
+                return ""
             problem = exc.problem if isinstance(exc, ScenarioError) else exc
             allowed = (exc.allowed if isinstance(exc, ScenarioError) else "") or EVALUABLE
             raise locate(("constraints", number), f"cannot evaluate at point {index}: {problem}", allowed) from None
