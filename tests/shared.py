@@ -17,6 +17,7 @@ from simulator import simulate, simulation
 from simulator.collectives.execute import time_collective
 from simulator.config.loader import scenario_from_text
 from simulator.simulation import network_settings
+from simulator.sweep.layouts import SPACE_FLAGS
 from simulator.topology.graph import Topology, Wiring, add_link
 from simulator.topology.loader import scenario_topology
 
@@ -89,7 +90,7 @@ def assert_same_figures(folded: dict, unfolded: dict, rel: float, absolute: floa
             assert ours[path] == value, path
 
 
-KIB, MIB, GIB = 2.0**10, 2.0**20, 2.0**30
+KIB, MIB, GIB = 2**10, 2**20, 2**30
 ALPHA, BANDWIDTH = 5e-6, 50e9
 """The latency (s) and bandwidth (B/s) of `switch_topology`'s links by default."""
 
@@ -389,8 +390,6 @@ faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
 DATA = REPO / "tests" / "data"
-GIB = 2**30
-MIB = 2**20
 GB = 1e9
 KINETO_2RANK = REPO / "scenarios" / "traces" / "allreduce-2rank"
 ALLREDUCE_BYTES = 16777216 * 2  # 16 Mi bf16 elements, as the trace's record_param_comms says
@@ -664,8 +663,10 @@ restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 0}
 checkpoint, yet no warning of an interval past the horizon), so that the job's only warning is its wait for hosts."""
 
 
-ONE_LAYOUT = {"tp": "1", "cp": "1", "pp": "1", "virtual-stages": "1", "micro-batch": "1", "sharding": "zero1",
-              "recompute": "none", "top": "1"}
+ONE_VALUES = {"tp": "1", "cp": "1", "pp": "1", "ep": None, "virtual_stages": "1", "micro_batch": "1",
+              "sharding": "zero1", "recompute": "none"}
+"""The one value `ONE_LAYOUT` gives each dimension of the search space (None: its default, as for EP)."""
+ONE_LAYOUT = {flag.removeprefix("--"): ONE_VALUES[name] for name, flag in SPACE_FLAGS.items()} | {"top": "1"}
 """`trainsim search` flags that leave one layout of the search space (TP, CP, PP 1, no interleaving, micro-batch
 1, ZeRO-1, no recompute) and simulate it."""
 

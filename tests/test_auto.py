@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from shared import GIB, KIB, MIB
 
 from simulator.collectives import protocols, tuner
 from simulator.collectives.chunking import AUTO_CHUNK
@@ -37,7 +38,6 @@ from simulator.simulation import NetworkSettings, plan_cache
 from simulator.topology.builders import build_topology
 from simulator.topology.loader import load_topology
 
-KIB, MIB, GIB = 2.0**10, 2.0**20, 2.0**30
 CHUNK = 4 * MIB
 SIZES = [KIB * 4**k for k in range(12)] + [512 * MIB]
 """1 KiB .. 4 GiB in steps of 4, and 512 MiB: on two DGX A100s its tree has 8 chunks per pipeline, as many as GPUs

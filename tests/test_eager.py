@@ -11,7 +11,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from shared import REPO
+from shared import GIB, REPO
 
 from simulator import load_scenario, simulate
 from simulator.catalog.calibration import kernel_data
@@ -258,7 +258,7 @@ def test_eager_gradients_are_fp32_whatever_the_precision():
     bf16, fp16 = ddp_run(), ddp_run("training.precision=fp16")
     params = resolve_model(scenario_from_text(DDP, source="ddp.yaml").scenario).num_params()
     assert fp16["traffic_bytes_per_gpu"]["dp"] == bf16["traffic_bytes_per_gpu"]["dp"]
-    assert fp16["memory_breakdown_gib"]["grads"] == pytest.approx(4 * params / 2**30, rel=1e-9)
+    assert fp16["memory_breakdown_gib"]["grads"] == pytest.approx(4 * params / GIB, rel=1e-9)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
@@ -412,14 +412,13 @@ def test_eager_memory_holds_fp32_weights_without_a_master_copy_and_its_fp32_tens
     weight copy, 2 B x 1,024 x (4 x 1,024 + 2 x 4,096); the loss's 14 B per logit against fp32 logits' 4."""
     eager, fused = ddp_run()["memory_breakdown_gib"], ddp_run("training.kernels=fused")["memory_breakdown_gib"]
     params = resolve_model(scenario_from_text(DDP, source="ddp.yaml").scenario).num_params()
-    gib = 2.0 ** 30
     assert (eager["params"], eager["grads"], eager["optimizer"]) == pytest.approx(
-        (4 * params / gib, 4 * params / gib, 8 * params / gib), rel=1e-12)
-    assert (fused["params"], fused["optimizer"]) == pytest.approx((2 * params / gib, 12 * params / gib), rel=1e-12)
+        (4 * params / GIB, 4 * params / GIB, 8 * params / GIB), rel=1e-12)
+    assert (fused["params"], fused["optimizer"]) == pytest.approx((2 * params / GIB, 12 * params / GIB), rel=1e-12)
     tokens, width = 4 * 2048, 1024
     per_layer = 2 * 2 * tokens * width + 2 * width * (4 * width + 2 * 4096)
     loss = (14 - 4) * tokens * 32000
-    assert (eager["activations"] - fused["activations"]) * gib == pytest.approx(4 * per_layer + loss, rel=1e-12)
+    assert (eager["activations"] - fused["activations"]) * GIB == pytest.approx(4 * per_layer + loss, rel=1e-12)
     stage = ddp_run()["memory_per_stage"][0]
     assert stage["activation_per_virtual_stage_gib"]["0"] == pytest.approx(stage["activation_per_microbatch_gib"],
                                                                            rel=1e-12)
