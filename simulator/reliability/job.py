@@ -217,10 +217,10 @@ class JobProcess:
         self.stand_ins: list[int] = []
         """The slots of the group a restart filled with a host other than their own (still in repair then), in the
         order they were filled (`_form_group`)."""
-        self.counted_out: dict[int, float] = {}
+        self.counted_out: set[int] = set()
         """The stand-in slots whose host the failure of an idle spare rack counted out of the spare hosts (spare
-        hosts fewer than its own), each with that rack's repair end: a failure of the slot takes no second host
-        (`_fail`). The next group takes other hosts for them."""
+        hosts fewer than its own), its repair with the rack's: a failure of the slot takes no second host nor
+        repair (`_fail`). The next group takes other hosts for them."""
         self.group = list(plan.rack_names[:len(plan.racks)])
         """The physical racks (NVSwitch nodes) in the job's group, in place order: the i-th fills the place of
         ``plan.racks[i]`` (`_places`)."""
@@ -393,8 +393,8 @@ class JobProcess:
         hosts = self.plan.rack_hosts(rack)
         if free[rack] <= t + EPS:
             standing_in = [slot for slot in self.stand_ins if slot not in self.missing and slot not in self.counted_out]
-            for slot in standing_in[len(standing_in) - min(len(standing_in), max(0, hosts - self.spares)):]:
-                self.counted_out[slot] = back
+            short = max(0, hosts - self.spares)  # the rack's hosts standing in: the last placed
+            self.counted_out.update(standing_in[max(0, len(standing_in) - short):])
             self.spares -= hosts
             for _ in range(hosts):
                 heapq.heappush(self.repairs, back)
@@ -618,7 +618,8 @@ class JobProcess:
         for host in lost_hosts:
             self.missing.add(host)
             if host in self.counted_out:  # its stand-in is out with its spare rack: the slot, not the spares, lacks it
-                self.missing_until[host] = max(self.missing_until.get(host, 0.0), self.counted_out.pop(host))
+                self.counted_out.remove(host)
+                self.missing_until[host] = max(self.missing_until.get(host, 0.0), t)
                 self.spares += 1
                 continue
             self.missing_until[host] = max(self.missing_until.get(host, 0.0), t + self.repair[index])
@@ -799,7 +800,7 @@ class JobProcess:
         back = {host for host in self.missing if self.missing_until[host] <= rendezvous + EPS}
         self.missing -= back
         regrouped = self._regroup_degradations(replicas, rendezvous)
-        filled = sorted(self.missing | set(self.counted_out))
+        filled = sorted(self.missing | self.counted_out)
         self.stand_ins = [slot for slot in self.stand_ins if slot < self.in_use and slot not in filled]
         self.stand_ins += [slot for slot in filled if slot < self.in_use]
         self.missing.clear()
