@@ -339,7 +339,7 @@ def test_a_unit_in_repair_does_not_fail_again(distribution, shape, repair):
     down = _fraction_down(arrivals, units, horizon)
     assert abs(counts.mean() - horizon / (mtbf + repair_s)) < 4 * counts.std() / math.sqrt(units)
     assert abs(down.mean() - repair_s / (mtbf + repair_s)) < 4 * down.std() / math.sqrt(units)
-    assert klass.failure_rate_s * horizon == pytest.approx(horizon / (mtbf + repair_s), rel=1e-12)
+    assert klass.failure_rate_s(spare_at_hand=True) * horizon == pytest.approx(horizon / (mtbf + repair_s), rel=1e-12)
 
 
 @pytest.mark.parametrize("shape", [0.5, 0.8, 2.0])
@@ -888,9 +888,9 @@ def test_a_whole_number_past_its_bound_reads_with_thousands_separators(capsys):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_the_event_limit_counts_checkpoints_by_their_whole_cycle(tmp_path, capsys, mode):
     """A checkpoint every step whose write (2.25 s) outlasts the step (0.26 s) comes once per cycle, the write
-    included (sync: k t + W; async: max(k t (1 + sigma), W) + S): the refusal's count of checkpoints per
-    replication is within 1% of the rows one replication writes (horizon / (k t) counted 9 times too many, and
-    refused jobs that fit)."""
+    included (sync: k t + W; async: k t + W sigma / (1 + sigma) + S, or W + S where the write outlasts the
+    k steps slowed by sigma): the refusal's count of checkpoints per replication is within 1% of the rows one
+    replication writes (horizon / (k t) counted 9 times too many, and refused jobs that fit)."""
     import pandas as pd
 
     scenario = tmp_path / "job.yaml"
@@ -903,4 +903,36 @@ def test_the_event_limit_counts_checkpoints_by_their_whole_cycle(tmp_path, capsy
                  "--set", "run.replications=10000"]) == 2
     counted = re.search(r", ([\d,]+) checkpoints;", capsys.readouterr().err)
     assert counted, "no count of checkpoints in the refusal"
+    assert int(counted.group(1).replace(",", "")) / 10000 == pytest.approx(written, rel=0.01)
+
+
+def test_a_class_without_a_shape_keeps_its_scenario_digest():
+    """A components class that sets no shape digests as one with `shape: 1`, the exponential's own: with a
+    default of None every `faults.components` scenario changed its digest, and resumed `--point-outputs`
+    sweeps reran their points; a `weibull` without a shape is still refused (BAD above)."""
+    from simulator.report.writers import scenario_digest
+
+    assert "      repair: 4 h" in SPARE_JOB
+    shaped = SPARE_JOB.replace("      repair: 4 h", "      repair: 4 h\n      shape: 1")
+    assert scenario_digest(scenario_from_text(SPARE_JOB, "job.yaml")) == scenario_digest(
+        scenario_from_text(shaped, "job.yaml"))
+
+
+def test_the_event_limit_counts_in_memory_snapshots_per_storage_cycle(tmp_path, capsys):
+    """In-memory snapshots every 2 steps between storage checkpoints every 4: each storage checkpoint restarts
+    their count, so one comes a cycle, not two; the refusal's count per replication is within 1% of the rows
+    one replication writes (horizon / (k_m t) counted twice as many)."""
+    import pandas as pd
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SPARE_JOB.replace("horizon: 2 d", "horizon: 2 h").replace(
+        "  interval: 30 min", "  interval: 4 steps\n  memory: {interval: 2 steps, replicas: 1, bandwidth: 1 TB/s}"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    rows = pd.read_parquet(out / "job_events.parquet")
+    written = ((rows["kind"].astype(str) == "checkpoint") & (rows["tier"].astype(str) == "memory")).sum()
+    assert main(["run", str(scenario), "--out", str(tmp_path / "refused"), "--quiet",
+                 "--set", "run.replications=10000"]) == 2
+    counted = re.search(r", ([\d,]+) in-memory snapshots", capsys.readouterr().err)
+    assert counted, "no count of in-memory snapshots in the refusal"
     assert int(counted.group(1).replace(",", "")) / 10000 == pytest.approx(written, rel=0.01)

@@ -616,3 +616,26 @@ def test_the_job_table_reads_a_step_of_a_minute_or_more_in_its_unit_too():
     console = Console(width=200, record=True)
     console.print(job_table(summary))
     assert re.search(r"healthy step +90 s \(1\.5 min\), ", console.export_text())
+
+
+HOST_FAILURES = """cluster: {topology: dgx-h100-cluster, nodes: 4}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 2}
+parallelism: {tp: 8, dp: 4}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+run: {horizon: 30 d, replications: 400}
+faults: {components: {host: {mtbf: 100 h, repair: 1 d}}}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, spares: 0}
+"""
+
+
+def test_hosts_without_a_spare_are_met_once_per_mtbf_and_repair_at_most(text_job):
+    """4 DGX hosts (host MTBF 100 h, 1 d repairs) and no spare over 30 d: the job waits for the host in repair,
+    which does not fail meanwhile, so the closed form counts 4 x 720 h / 124 h = 23.2 interruptions (it said
+    4 x 720 h / 100 h = 28.8). An upper bound: a host back from repair also waits, idle, for the repairs of
+    hosts that failed during the wait, so 400 replications simulate 21.8 (95%: 21.5 to 22.2), 6% under it."""
+    summary = text_job(HOST_FAILURES).summary
+    expected = summary["failure_model"]["host"]["expected_interruptions"]
+    assert expected == pytest.approx(4 * 720 / 124, rel=1e-12)
+    assert 0.9 * expected < summary["interruptions"]["by_cause"]["host"]["mean"] < expected

@@ -2,10 +2,11 @@
 (reliability/cuts.py): the expected interruptions, the system MTBF and Young's and Daly's intervals.
 
 Hand figures (usertest36 finding 1): the bundled trace job (8 single-GPU hosts under one 100 GbE leaf, host
-MTBF 2000 h, 30 d) with `leaf_switch: {mtbf: 200 h, repair: 4 h}` expects 8 x 720 / 2000 = 2.88 host and
-1 x 720 / (200 + 4) = 3.529 leaf interruptions (a leaf repaired in place fails once per MTBF + repair), 6.409 in
-all: M = 720 h / 6.409 = 112.3 h (404,405 s), Young sqrt(2 x 1.35 ms x 404,405 s) = 33.04 s. Before, the leaf was
-left out: M 250 h, Young 49.30 s. A NIC degrading on those one-NIC hosts (MTBF 1000 h, 4 h repairs) expects
+MTBF 2000 h, 4 h repairs, no spare, 30 d) with `leaf_switch: {mtbf: 200 h, repair: 4 h}` expects
+8 x 720 / 2004 = 2.874 host interruptions (no spare: the job waits for a host in repair, which does not fail) and
+1 x 720 / (200 + 4) = 3.529 leaf interruptions (a leaf repaired in place fails once per MTBF + repair), 6.404 in
+all: M = 720 h / 6.404 = 112.4 h (404,768 s), Young sqrt(2 x 1.35 ms x 404,768 s) = 33.06 s. Before, the leaf was
+left out: M 250 h, Young 49.30 s; and hosts counted 8 x 720 / 2000 = 2.88 (M 112.3 h, Young 33.04 s). A NIC degrading on those one-NIC hosts (MTBF 1000 h, 4 h repairs) expects
 8 x 720 / 1004 = 5.737, M = 125.5 h. The last spine of two (each MTBF 100 h, 12 h exponential repairs) over
 single-NIC hosts under two leaves interrupts when the other is down: 2 x 720 / 112 x 12 / 112 = 1.378 a
 replication.
@@ -35,15 +36,15 @@ def trace_job(*settings: str) -> dict:
 
 def test_a_leaf_over_single_nic_hosts_counts_in_the_mtbf_and_young_daly():
     summary = trace_job("run.replications=40", "faults.components.leaf_switch={mtbf: 200 h, repair: 4 h}")
-    expected = 8 * 720 / 2000 + 720 / 204
+    expected = 8 * 720 / 2004 + 720 / 204
     mtbf = 720 * 3600 / expected
     assert summary["expected_unexpected_interruptions"] == pytest.approx(expected, rel=1e-12)
     assert summary["failure_model"]["leaf_switch"]["interrupting_units"] == 1.0
     assert summary["mtbf_s"] == pytest.approx(mtbf, rel=1e-12)
     cost = summary["young_daly_cost_s"]
     assert cost == pytest.approx(1.35e-3, rel=1e-6)
-    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * mtbf), rel=1e-12)  # 33.04 s
-    assert summary["daly_interval_s"] == pytest.approx(33.04, abs=0.01)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * mtbf), rel=1e-12)  # 33.06 s
+    assert summary["daly_interval_s"] == pytest.approx(33.06, abs=0.01)
     assert inside(expected, summary["interruptions"]["unexpected"], 1.2)
     assert inside(720 / 204, summary["interruptions"]["by_cause"]["leaf_switch"], 1.0)
 

@@ -43,9 +43,11 @@ def test_straggling_time_matches_the_closed_form():
     restarts at the repair's end), so p = 1 - exp(-L t) up to R, then p'(t) = L (p(t - R) - p(t)), L = 1/48 h
     (integrated in 10 s steps), and a GPU is throttled L (1 - p(t)) times per second. Expected slow-step time =
     E[time throttled] x (1 - healthy step / throttled step), with no checkpoint in the horizon. 2,000
-    replications of 10 d: 0.78% over today (standard error 0.42%); tolerance 0.8%. The 35,605 straggling windows
+    replications of 10 d: 0.78% over today (standard error 0.42%); tolerance 3 standard errors, 1.3%, and the
+    closed form within the 95% interval. The 35,605 straggling windows
     expected (17.80 a replication, as sum_k P(Gamma(k, L) <= H - (k - 1) R) gives too; 40,000 before, when a
-    throttled GPU was throttled again): 0.72% over today (Poisson standard error 0.53%); tolerance 0.75%."""
+    throttled GPU was throttled again): 0.72% over today (Poisson standard error 0.53%); tolerance 3 standard
+    errors, 1.6%."""
     text = ONE_GPU_HOSTS + """run: {horizon: 10 d, replications: 2000, seed: 3}
 faults:
   components:
@@ -67,12 +69,12 @@ faults:
     windows = 4 * dt * rate * sum(1 - chance for chance in throttled_chance[:-1])
     expected = slowed * (1 - healthy / throttled)
     slow = summary["time_s"]["slow_steps_s"]
-    assert slow["mean"] == pytest.approx(expected, rel=0.008)
+    assert slow["mean"] == pytest.approx(expected, rel=0.013)
     assert slow["ci95_low"] < expected < slow["ci95_high"]
     assert summary["slow_steps_by_cause_s"]["throttle"]["mean"] == pytest.approx(slow["mean"], rel=1e-12)
     assert summary["ettr"]["mean"] == pytest.approx(1 - slow["mean"] / horizon, rel=1e-12)
     rows = job.events[job.events["kind"] == "straggling"]
-    assert len(rows) == pytest.approx(2000 * windows, rel=0.0075)
+    assert len(rows) == pytest.approx(2000 * windows, rel=0.016)
     assert (rows["end_s"] - rows["start_s"]).to_numpy() == pytest.approx(repair, rel=1e-12)
 
 

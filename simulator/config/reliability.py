@@ -265,9 +265,11 @@ class ComponentSpec(Section):
     mtbf: PositiveDuration | None = None
     rate: Rate | None = None
     distribution: FailureDistribution = "exponential"
-    shape: float | None = Field(default=None, ge=MIN_WEIBULL_SHAPE)
+    shape: float = Field(default=1.0, ge=MIN_WEIBULL_SHAPE)
     """The Weibull shape: required with `distribution: weibull` (a `weibull` without one was silently the
-    exponential, shape 1); with the exponential only as 1, its own."""
+    exponential, shape 1); with the exponential only as 1, its own. The default stays 1.0, not None, so that
+    a scenario's digest (`--point-outputs` sweeps resume by it) does not change; a `weibull` is refused when
+    the user set no shape (`model_fields_set`)."""
     repair: Duration | None = None
     repair_distribution: RepairDistribution = "exponential"
 
@@ -275,10 +277,10 @@ class ComponentSpec(Section):
     def _at_most_one_rate(self) -> ComponentSpec:
         if self.mtbf is not None and self.rate is not None:
             raise ValueError(f"give one of mtbf and rate, not both (allowed: {RATE_ALLOWED})")
-        if self.shape not in (None, 1.0) and self.distribution != "weibull":  # shape 1 is the exponential's own
+        if self.shape != 1.0 and self.distribution != "weibull":  # shape 1 is the exponential's own
             raise ValueError(f"shape {self.shape:g} applies to distribution: weibull only (allowed: distribution: "
                              "weibull with a shape, or no shape)")
-        if self.shape is None and self.distribution == "weibull":
+        if "shape" not in self.model_fields_set and self.distribution == "weibull":
             raise ValueError(f"distribution: weibull needs a shape, which says how failures cluster (allowed: a "
                              f"shape of at least {MIN_WEIBULL_SHAPE:g}, e.g. shape: 0.7; shape 1 is the exponential)")
         return self

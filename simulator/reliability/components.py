@@ -91,6 +91,11 @@ COMPONENT_CLASSES: MappingProxyType = MappingProxyType({
 })
 
 
+RACK_UNITS = ("rack", "nvswitch_tray")
+"""The units of a GB200 NVL72 rack whose failures follow the physical rack (`FailureClass.repaired_in_place`), and
+which a spare rack brings its own of (`JobPlan.spare_units`)."""
+
+
 @dataclass(frozen=True)
 class FailureClass:
     """One resolved failure process: per-unit rate (1/s), distribution, repair time, unit and effect."""
@@ -109,19 +114,21 @@ class FailureClass:
     @property
     def repaired_in_place(self) -> bool:
         """Whether a failed unit stays where it is until repaired, so that it cannot fail again meanwhile: a
-        `degrade` or `straggle` unit (a spine, a cable, a throttled GPU) and a GB200 rack or NVSwitch tray, whose
-        failures follow the physical rack. The other classes' failures belong to slots (a host's place), which a
-        spare fills at once (`processes.py`)."""
-        return not Effect(self.effect).interrupts or self.unit in ("rack", "nvswitch_tray")
+        `degrade` or `straggle` unit (a spine, a cable, a throttled GPU) and a GB200 rack or NVSwitch tray
+        (`RACK_UNITS`), whose failures follow the physical rack. The other classes' failures belong to slots (a
+        host's place), which a spare fills at once (`processes.py`)."""
+        return not Effect(self.effect).interrupts or self.unit in RACK_UNITS
 
-    @property
-    def failure_rate_s(self) -> float:
-        """Failures per second the job meets of one unit in use: 1 / (MTBF + mean repair) for a `degrade` or
-        `straggle` unit, which stays in the job while in repair and does not fail meanwhile (up M / (M + r) of
-        the time); the rate itself for an interrupting class, whose unit in repair leaves the job, a spare (a
-        host, a rack) or the unit back from repair standing in (GB200 racks: 2 x 720 h / 200 h = 7.2 met with a
-        spare rack, 7.05 simulated, not the 6.43 of 1 / (M + r))."""
-        if Effect(self.effect).interrupts:
+    def failure_rate_s(self, spare_at_hand: bool) -> float:
+        """Failures per second the job meets of one unit in use. The rate itself for a `restart` class (nothing
+        goes to repair) and for an interrupting class with ``spare_at_hand``: a spare (a host, a rack) takes the
+        place of the unit in repair at once, so the place fails on (GB200 racks, 100 h / 1 d, one spare rack:
+        2 x 720 h / 100 h = 14.4 a month, 14.45 simulated). Else 1 / (MTBF + mean repair), the unit up
+        M / (M + r) of the time and not failing in repair: a `degrade` or `straggle` unit stays in the job while
+        in repair, and with no spare the job waits for the unit (or runs on without it, elastic): 2 x 720 h /
+        124 h = 11.6, 11.6 simulated (the rate alone said 14.4). Where spares are too few for the failures at
+        once, the plain rate assumes one at hand for each: an upper bound."""
+        if Effect(self.effect) is Effect.RESTART or (Effect(self.effect).interrupts and spare_at_hand):
             return self.rate_per_unit_s
         return self.rate_per_unit_s / (1.0 + self.rate_per_unit_s * self.repair_s)
 
@@ -211,8 +218,7 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
                                 "time, so its failures would change nothing",
                                 field=f"faults.components.{name}" + (".repair" if spec.repair is not None else ""),
                                 allowed="a repair time, e.g. repair: '4 h'")
-        shape = 1.0 if spec.shape is None else spec.shape
-        classes[name] = FailureClass(name, unit, effect, rate, spec.distribution, shape, repair,
+        classes[name] = FailureClass(name, unit, effect, rate, spec.distribution, spec.shape, repair,
                                      spec.repair_distribution, label=previous.label if previous else name,
                                      slowdown=spec.slowdown or 1.0)
     if faults.maintenance is not None:

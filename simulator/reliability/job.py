@@ -49,7 +49,7 @@ from simulator.config.reliability import BuiltInCause, Effect, Regrow
 from simulator.errors import SimulationError
 from simulator.reliability.attribution import cause_shares
 from simulator.reliability.checkpoint import SegmentCosts, snapshot_survives
-from simulator.reliability.components import FailureClass, Maintenance
+from simulator.reliability.components import RACK_UNITS, FailureClass, Maintenance
 from simulator.reliability.elastic import ElasticSizes, hosts_at
 from simulator.reliability.events import JobEvents
 from simulator.reliability.processes import Arrivals
@@ -140,8 +140,16 @@ class JobPlan:
     def spare_units(self, klass: FailureClass) -> int:
         """The units of the spare racks a class draws failures for beyond the cluster's: their racks for a `rack`
         class, their NVSwitch trays for an `nvswitch_tray` one (0 for another)."""
-        return {"rack": len(self.spare_racks), "nvswitch_tray": len(self.spare_racks) * self.nvswitch_trays}.get(
-            klass.unit, 0)
+        if klass.unit not in RACK_UNITS:
+            return 0
+        return len(self.spare_racks) * (1 if klass.unit == "rack" else self.nvswitch_trays)
+
+    def failure_rate_s(self, klass: FailureClass) -> float:
+        """Failures per second the job meets of one unit of ``klass`` in use (`FailureClass.failure_rate_s`),
+        a spare at hand where the spare pool has one: a spare rack for a `rack` or `nvswitch_tray` class, a
+        spare host for another."""
+        spare_at_hand = bool(self.spare_racks) if klass.unit in RACK_UNITS else self.spares > 0
+        return klass.failure_rate_s(spare_at_hand)
 
     def drawn_units(self, counts: list[int]) -> list[int]:
         """The units each class draws failures for: the cluster's (``counts``), and for a `rack` or `nvswitch_tray`

@@ -193,8 +193,16 @@ def job_event_parts(loaded: LoadedScenario, model: FailureModel, counts: list[in
 
 
 def memory_period_s(costs: SegmentCosts) -> float | None:
-    """The training time between in-memory snapshots in a state; None without that tier."""
-    return costs.memory_interval_steps * costs.step_s if costs.memory_interval_steps else None
+    """The time per in-memory snapshot in a state: each storage cycle (`Cycle.period_s`) takes one every
+    `memory_interval_steps` steps short of its storage checkpoint, which restarts their count, with their
+    stalls (memory every 5 min and storage every 10 min: one a cycle, not the two of the memory interval
+    alone); None without that tier or where no snapshot comes round."""
+    if not costs.memory_interval_steps:
+        return None
+    snapshots = (costs.interval_steps - 1) // costs.memory_interval_steps
+    if snapshots == 0:
+        return None
+    return (costs.cycle.period_s + snapshots * costs.memory_stall_s) / snapshots
 
 
 def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[int], checkpoint_period_s: float | None,

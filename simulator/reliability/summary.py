@@ -41,9 +41,10 @@ def checkpoint_cost_s(costs: SegmentCosts) -> float:
 def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dict]:
     """Unexpected interruptions the failure model expects over the horizon (all units in use), and per class
     its figures with the failures it expects in the horizon (`expected_in_horizon`: units x rate x horizon, the
-    one place that count is made; the rate `FailureClass.failure_rate_s`, 1 / (MTBF + repair) for a `degrade`
-    or `straggle` unit) and the part of them that interrupts (`interrupting_units`, the units whose failures
-    interrupt, a share of a unit counted as that share (cuts.py), x rate x horizon:
+    one place that count is made; the rate `JobPlan.failure_rate_s`, 1 / (MTBF + repair) for a `degrade`
+    or `straggle` unit and an interrupting one with no spare at hand) and the part of them that interrupts
+    (`interrupting_units`, the units whose failures interrupt, a share of a unit counted as that share
+    (cuts.py), x rate x horizon:
     `expected_interruptions`; a `degrade` unit that leaves some GPU without a route interrupts);
     `expected_slowdowns` reads the rest back. A `rack` or `nvswitch_tray` class on GB200 NVL72 racks with spare
     racks has `spare_units` too: the spares' units, drawn beside the cluster's (idle or standing in for a rack),
@@ -55,9 +56,9 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
             "label": klass.label, "unit": klass.unit, "units": units, "effect": klass.effect,
             "distribution": klass.distribution, "shape": klass.shape, "slowdown": klass.slowdown,
             "rate_per_unit_per_h": klass.rate_per_unit_s * 3600,
-            "repair_s": klass.repair_s, "expected_in_horizon": units * klass.failure_rate_s * plan.horizon_s,
+            "repair_s": klass.repair_s, "expected_in_horizon": units * plan.failure_rate_s(klass) * plan.horizon_s,
             "interrupting_units": interrupting,
-            "expected_interruptions": interrupting * klass.failure_rate_s * plan.horizon_s,
+            "expected_interruptions": interrupting * plan.failure_rate_s(klass) * plan.horizon_s,
         }
         if spare := plan.spare_units(klass):
             per_class[klass.name]["spare_units"] = spare

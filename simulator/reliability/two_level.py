@@ -54,9 +54,9 @@ def tier_failure_rates(plan: JobPlan) -> tuple[float, float]:
         for hosts, share in zip(blast, shares, strict=True):
             lost = () if klass.effect is Effect.RESTART else hosts
             if snapshot_survives(lost, plan.hosts, plan.memory_replicas):
-                memory += share * klass.failure_rate_s
+                memory += share * plan.failure_rate_s(klass)
             else:
-                storage += share * klass.failure_rate_s
+                storage += share * plan.failure_rate_s(klass)
     return memory, storage
 
 
