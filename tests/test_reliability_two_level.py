@@ -199,8 +199,9 @@ def test_a_degrading_leaf_that_cuts_gpus_off_needs_storage_in_the_two_level_opti
     """Four one-GPU, one-NIC hosts under two leaves: a leaf switch that degrades (MTBF 100 h) cuts its two hosts
     off, so it interrupts with them as its blast radius, a host and its peer, which the in-memory tier does not
     survive: M2 = (100 h + 4 h) / 2 = 187,200 s (a leaf in repair does not fail again) beside the host crashes'
-    M1 = (6 h + 1 h) / 4 = 6,300 s (no spare: the job waits for a host in repair, which does not fail), and none of its failures is a mere slowdown (before: no storage MTBF, and 2 x 48 / 100
-    = 0.96 slowdowns expected)."""
+    M1 = (6 h + 1 h) / 4 = 6,300 s (no spare: the job waits for a host in repair, which does not fail), and
+    none of its failures is a mere slowdown (before: no storage MTBF, and 2 x 48 / 100 = 0.96 slowdowns
+    expected)."""
     text = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 1000 steps, memory: "
                                  "{interval: 100 steps, replicas: 1}}") + """
 run: {horizon: 2 d, replications: 1, seed: 5}
