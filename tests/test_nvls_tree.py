@@ -141,3 +141,19 @@ def test_tree_across_two_hosts_is_no_longer_the_slowest():
     env.process(run_plan(env, network, topology, flat))
     env.run()
     assert times["tree"] < 0.6 * env.now
+
+
+def test_nvls_across_four_dgx_hosts_runs_nccls_tree_over_eight_heads_at_line_rate():
+    """NCCL runs the NVLS tree over 4 DGX H100 hosts on 8 heads a host, one per NIC (search.cc, connect.cc
+    connectNvls), each head's column a double binary tree of the hosts: a head interior in one tree (a parent and
+    2 children) and a leaf in the other has 4 tree edges of n/16 each way, 2 n/8 over its NIC, which binds before
+    the in-switch level (n 9/8 at the in-switch rate): 5.48 ms for 1 GiB, busbw 380 GB/s. The plan ran rail rings,
+    2 (N-1)/N n/8 per NIC: 4.14 ms, 503 GB/s, above the 387 GB/s bound NCCL's tree has at line rate."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 4})
+    line_rate = {"nvlink": 1.0, "infiniband": 1.0, "pcie": 1.0}
+    nic = 400e9 / 8
+    in_switch = GIB * 9 / 8 / (450e9 * nvls_efficiency("h100-sxm"))
+    tree = 4 * GIB / 16 / nic
+    assert tree > in_switch
+    simulated = time_collective(topology, "all_reduce", "nvls", 32, GIB, efficiency=line_rate)
+    assert simulated == pytest.approx(nvls.LATENCY + 2 * 2 * nvls.TREE_NET_LATENCY + tree, rel=1e-9)

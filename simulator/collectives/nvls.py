@@ -7,8 +7,8 @@ slice) + n/p (its own store) up, and n/p (its reduced slice) + n (every stored s
 against 2 (p-1)/p n for a ring, so busbw = 2 (p-1)/(p+1) x link bandwidth x in-switch efficiency (below).
 Reduce-scatter carries n up and n/p down, all-gather n/p up and n down: one direction at n. Across NVLink
 domains all-reduce runs NCCL's NVLS tree: in-switch inside each domain (a DGX host, or a whole GB200 NVL72 rack,
-one node to NCCL under MNNVL); across GB200 racks NCCL's double binary tree over each rack's heads (`head_trees`),
-across DGX hosts rail rings (NCCL's tree in spirit only).
+one node to NCCL under MNNVL); across domains NCCL's double binary tree over each domain's heads, one per NIC
+(`head_trees`), on DGX hosts and GB200 racks alike.
 
 The links are loaded through ordinary GPU-to-GPU transfers of the same size (GPU i to GPU i+1 over the
 switch), which loads every GPU's up and down link exactly as above for all-reduce; for reduce-scatter and
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from simulator.catalog.calibration import nvls_efficiency
 from simulator.catalog.gpus import gpu_names
-from simulator.collectives.hierarchical import domains_span_hosts, host_grid
+from simulator.collectives.hierarchical import host_grid
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.tree import double_binary_tree
@@ -180,21 +180,13 @@ def head_trees(hosts: list[list[int]], nbytes: float, topology: Topology) -> lis
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """Inside one domain: one in-switch phase. Across domains (all_reduce, NCCL's NVLS tree): the in-switch
-    all-reduce in every domain and, at the same time, the level across domains, NCCL pipelining the two chunk
-    by chunk, so the step takes as long as the slower level. Across NVLink domains of several hosts (GB200
-    racks) that level is NCCL's tree over the domains' heads (`head_trees`); across DGX hosts still the rail
-    rings that all-reduce each GPU's n/g slice."""
+    all-reduce in every domain and, at the same time, NCCL's tree over the domains' heads (`head_trees`: one head
+    per NIC, DGX hosts and GB200 racks alike), NCCL pipelining the two chunk by chunk, so the step takes as long
+    as the slower level."""
     ranks = request.ranks
     hosts = check(request, topology)
     if supports(ranks, topology):
         return [Phase(tuple(in_switch([list(ranks)], request.op, request.nbytes, topology)), min_latency=LATENCY)]
-    g, count = len(hosts[0]), len(hosts)
-    transfers = in_switch(hosts, "all_reduce", request.nbytes, topology) if g > 1 else []
-    if domains_span_hosts(topology):
-        transfers += head_trees(hosts, request.nbytes, topology)
-    else:
-        rails = [[members[j] for members in hosts] for j in range(g)]
-        across = 2 * (count - 1) * request.nbytes / (g * count)
-        transfers += [Transfer(rail[i], rail[(i + 1) % count], across, channel)
-                      for channel, rail in enumerate(rails) for i in range(count)]
-    return [Phase(tuple(transfers), min_latency=tree_latency(count))]
+    transfers = in_switch(hosts, "all_reduce", request.nbytes, topology) if len(hosts[0]) > 1 else []
+    transfers += head_trees(hosts, request.nbytes, topology)
+    return [Phase(tuple(transfers), min_latency=tree_latency(len(hosts)))]
