@@ -187,3 +187,26 @@ def test_ring_over_racks_holding_one_tray_each_keeps_its_crossings_on_one_rail()
               if domain[transfer.src] != domain[transfer.dst]]
     assert len({transfer.channel for transfer in across}) == 4
     assert all(local[transfer.src] == local[transfer.dst] for transfer in across)
+
+
+def test_uneven_group_is_refused_by_host_where_a_racks_switches_are_down():
+    """With all 9 NVSwitch trays of rack 0 down its trays are hosts again (`ring.group_by_domain`): a group of 4
+    GPUs on tray 0 and 1 on tray 1 is uneven by host, and the refusal said "on every NVLink domain", the rack
+    holding all 5."""
+    from simulator.config.faults import StepFaults
+    from simulator.config.loader import scenario_from_text
+    from simulator.engine.faults import FaultHooks
+    from simulator.reliability.perturbed import with_step_faults
+    from simulator.reliability.states import nvswitch_tray_faults
+    from simulator.simulation import step_faults
+    from simulator.topology.loader import scenario_topology
+
+    loaded = scenario_from_text("cluster: {topology: gb200-nvl72, racks: 2, trays: 4, leaf_ports: 4, spines: 2}\n"
+                                "workload: [{name: ar, op: all_reduce, bytes: 64 MiB, group: all}]\n", "ar.yaml")
+    faults = StepFaults(links=nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 9),)))
+    topology = scenario_topology(loaded)
+    FaultHooks(topology, step_faults(with_step_faults(loaded, faults), topology))
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(CollectiveRequest("all_reduce", (0, 1, 2, 3, 4), GIB), topology, "hierarchical")
+    assert info.value.problem.startswith("hierarchical all_reduce needs the same number of group members on every "
+                                         "host, got 1, 4")

@@ -19,19 +19,17 @@ from simulator.topology.graph import Topology
 OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 
 
-def domains_span_hosts(topology: Topology) -> bool:
-    """Whether ``topology``'s NVLink domains hold several hosts (GB200 NVL72 racks of trays, NCCL's MNNVL)."""
-    return len(set(zip(topology.gpu_domain, topology.gpu_host))) > len(set(topology.gpu_domain))
-
-
 def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hierarchical") -> list[list[int]]:
     """Members per NVLink domain (rows), the same count g on every domain; column j is rail j's group across
     domains. An uneven group is refused in the name of algorithm ``name``, the one the user asked for, and by what
-    the rows group (a host, or an NVLink domain where domains span hosts, as a GB200 NVL72 rack's trays)."""
+    the rows group: an NVLink domain where a row spans hosts (a GB200 NVL72 rack's trays), else a host (as rows
+    are where a rack's NVSwitches are down, `ring.group_by_domain`)."""
     hosts = group_by_domain(request.ranks, topology)
     sizes = sorted({len(members) for members in hosts})
     if len(sizes) > 1:
-        unit = "NVLink domain (rack)" if domains_span_hosts(topology) else "host"
+        host = topology.gpu_host
+        spans = any(len({host[rank] for rank in members}) > 1 for members in hosts)
+        unit = "NVLink domain (rack)" if spans else "host"
         raise ScenarioError(f"{name} {request.op} needs the same number of group members on every {unit}, "
                             f"got {', '.join(map(str, sizes))}", field="collectives.algorithm")
     return hosts
