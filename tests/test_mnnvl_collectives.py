@@ -76,7 +76,7 @@ def test_hierarchical_all_reduce_across_racks_runs_the_rack_as_its_inner_level()
 
 def test_nvls_across_racks_reduces_in_each_racks_switches():
     """NCCL's NVLS tree with the rack as its node: the in-switch all-reduce over the rack's 72 GPUs (n 73/72 over
-    each GPU's switch link at the in-switch efficiency) and, at once, rail rings of n/72 across the racks, which
+    each GPU's switch link at the in-switch efficiency) and, at once, the tree over the racks' heads, which
     the NVLink level outlasts; NCCL's NVLS tree latency over 2 nodes. By tray it reduced in groups of 4 (n 5/4 per
     link) and sent n/4 per GPU over its NIC: 10.71 ms for 1 GiB, not 1.70."""
     in_switch = GIB * (RACK + 1) / RACK / nvls.in_switch_efficiency(TWO_RACKS) / NVLINK
@@ -138,7 +138,7 @@ def test_nvls_tree_over_four_racks_loads_an_interior_head_with_twice_its_slice()
 def test_auto_across_racks_takes_nccls_default_nvls_tree_and_the_ring_with_nvls_off():
     """NCCL enables NVLS wherever the GPUs report multicast (NCCL_NVLS_ENABLE=2) and runs NVLS_TREE across MNNVL
     cliques, so `auto` takes `nvls` over two racks; with NVLS off (`nvls: none`, the NCCL_NVLS_ENABLE=0 of the
-    CoreWeave 20-rack run) it takes the ring."""
+    CoreWeave 20-rack run) it takes the ring. A pin: it passed before the NVLS tree over heads too."""
     request = CollectiveRequest("all_reduce", EVERY_GPU, GIB)
     assert choose(request, load_topology("gb200-nvl72", {"racks": 2})).algorithm == "nvls"
     assert choose(request, load_topology("gb200-nvl72", {"racks": 2, "nvls": "none"})).algorithm == "ring"
@@ -210,3 +210,18 @@ def test_uneven_group_is_refused_by_host_where_a_racks_switches_are_down():
         plan_collective(CollectiveRequest("all_reduce", (0, 1, 2, 3, 4), GIB), topology, "hierarchical")
     assert info.value.problem.startswith("hierarchical all_reduce needs the same number of group members on every "
                                          "host, got 1, 4")
+
+
+@pytest.mark.parametrize(("racks", "edges", "expected_ms"), [(2, 2, 2.7512), (4, 4, 5.4773)])
+def test_nvls_tree_across_racks_binds_on_slow_nics_at_its_closed_form(racks, edges, expected_ms):
+    """On 100 Gb/s NICs NCCL's tree over the racks' 32 heads outlasts the in-switch level: NCCL's NVLS tree
+    latency, then the busiest head's tree edges (2 over 2 racks, one in each tree; 4 over 4, interior in one tree
+    and a leaf in the other) of n/64 each way over its NIC. Every tray under one leaf group, at line rate. A pin
+    of the tree where it binds (on 400 Gb/s NICs the in-switch level binds, as in the test above)."""
+    topology = load_topology("gb200-nvl72", {"racks": racks, "nic_bandwidth": "100 Gb/s", "leaf_ports": 18 * racks})
+    nic = 100e9 / 8
+    tree = edges * GIB / 64 / nic
+    assert tree > GIB * (RACK + 1) / RACK / nvls.in_switch_efficiency(topology) / NVLINK
+    simulated = time_collective(topology, "all_reduce", "nvls", racks * RACK, GIB, efficiency=LINE_RATE)
+    assert simulated == pytest.approx(nvls.tree_latency(racks) + tree, rel=1e-9)
+    assert simulated * 1e3 == pytest.approx(expected_ms, abs=5e-5)
