@@ -363,7 +363,11 @@ COLLECTIVE_QUOTES = [
     ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1GiB",
                              "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls --sizes 1GiB"],
      "On 4 DGX H100 hosts, 1 GiB takes {0[ms]:.2f} ms, busbw {0[busbw]:.0f} GB/s (`nvls` across hosts without "
-     "SHARP, rail rings of 2(N-1)/N n/g per NIC: {1[ms]:.2f} ms, {1[busbw]:.0f} GB/s)"),
+     "SHARP, NCCL's NVLS tree over 8 heads a host, up to 2 n/8 per NIC: {1[ms]:.2f} ms, {1[busbw]:.0f} GB/s)"),
+    ("docs/collectives.md", [f"--topology dgx-h100-cluster --set nodes={hosts} --sizes 1GiB,4GiB" for hosts in (3, 4, 16)],
+     "3 hosts 521.1 -> {0[busbw]:.1f} at 1 GiB; 4 hosts 473.7 -> {2[busbw]:.1f} at 1 GiB (4.39 -> {2[ms]:.2f} ms; "
+     "at line rate 503 -> 380, `tests/test_nvls_tree.py`) and 482.6 (`nvls`) -> {3[busbw]:.1f} at 4 GiB, where "
+     "`auto` now takes the ring; 16 hosts 384.1 -> {4[busbw]:.1f} at 1 GiB"),
     ("docs/collectives.md", ["--topology dgx-h100 --op broadcast --algorithm ring --protocol simple --sizes 1GiB",
                              "--topology dgx-h100 --algorithm tree --sizes 1GiB",
                              "--topology dgx-h100-cluster --algorithm tree --sizes 1GiB"],
@@ -384,7 +388,7 @@ COLLECTIVE_QUOTES = [
                              "--topology dgx-a100-cluster --algorithm ring --sizes 512MiB"],
      "tree (512 MiB: {0[ms]:.2f} ms against the ring's {1[ms]:.2f}: its chain steps"),
     ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=16 --sizes 1MiB"],
-     "(16 hosts, 1 MiB: {0[us]:.1f} us; up to 1 MiB), the LL128 tree from 2 to 16 MiB"),
+     "(16 hosts, 1 MiB: {0[us]:.1f} us; up to 1 MiB), the LL128 tree from 2 to 32 MiB"),
     ("docs/collectives.md", [f"{A100_16} --sizes 1KiB", f"{A100_16} --algorithm tree --protocol simple --sizes 1KiB",
                              f"{A100_16} --algorithm ring --protocol simple --sizes 1KiB", f"{A100_16} --sizes 1GiB",
                              f"{A100_16} --algorithm ring --sizes 1GiB"],
