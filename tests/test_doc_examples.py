@@ -364,7 +364,8 @@ COLLECTIVE_QUOTES = [
                              "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls --sizes 1GiB"],
      "On 4 DGX H100 hosts, 1 GiB takes {0[ms]:.2f} ms, busbw {0[busbw]:.0f} GB/s (`nvls` across hosts without "
      "SHARP, NCCL's NVLS tree over 8 heads a host, up to 2 n/8 per NIC: {1[ms]:.2f} ms, {1[busbw]:.0f} GB/s)"),
-    ("docs/collectives.md", [f"--topology dgx-h100-cluster --set nodes={hosts} --sizes 1GiB,4GiB" for hosts in (3, 4, 16)],
+    ("docs/collectives.md",
+     [f"--topology dgx-h100-cluster --set nodes={hosts} --sizes 1GiB,4GiB" for hosts in (3, 4, 16)],
      "3 hosts 521.1 -> {0[busbw]:.1f} at 1 GiB; 4 hosts 473.7 -> {2[busbw]:.1f} at 1 GiB (4.39 -> {2[ms]:.2f} ms; "
      "at line rate 503 -> 380, `tests/test_nvls_tree.py`) and 482.6 (`nvls`) -> {3[busbw]:.1f} at 4 GiB, where "
      "`auto` now takes the ring; 16 hosts 384.1 -> {4[busbw]:.1f} at 1 GiB"),
