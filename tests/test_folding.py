@@ -808,16 +808,52 @@ run: {timeline: summary}
 """
 
 
-def test_replicas_that_send_a_dp_ring_on_over_nvlink_between_trays_fold_apart(run_yaml):
-    """Two DP replicas per GB200 rack (8 GPUs each on 16-GPU racks of 4-GPU trays): the DP ring hops from replica 0
-    to replica 1 over NVLink, between trays, and on to the next rack over the NICs, so replica 0's GPUs send it over
-    their NVLink ports and replica 1's receive it there. The classes read only transfers inside a tray, so one
-    rank stood for both; the stage fold's hand-offs fell out of step in its run (and with TP 8 x PP 4 on 64-GPU
-    racks a TP collective did, 37 us at the end of a 161 ms step: the 256-GPU Llama 3 70B step was refused after
-    90 s as too large unfolded). Classed by what the trays send and receive over NVLink between them, the odd
-    replicas fold apart and the step is the unfolded one to the bit."""
+def test_replicas_whose_dp_ring_leaves_their_rack_from_other_trays_fold_apart_by_tray(run_yaml):
+    """Two DP replicas per GB200 rack (8 GPUs each on 16-GPU racks of 4-GPU trays): the DP ring, built rack by
+    rack, hops between the replicas' trays over NVLink and on to the other rack over the NICs, from every tray to
+    its own peer tray, whose flows the fabric hashes onto the spines by their hosts. Classed by where each tray's
+    transfers leave its rack, every tray's ranks fold apart (8 ranks, one per tray and stage) and the step is
+    the unfolded one to the bit."""
     folded = run_yaml(TWO_REPLICAS_PER_RACK).summary
     unfolded = run_yaml(TWO_REPLICAS_PER_RACK, "run.fold=false").summary
     assert folded["folded"] and "fold_given_up" not in folded
-    assert folded["simulated_ranks"] == 4
+    assert folded["simulated_ranks"] == 8
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+
+
+TWO_RACKS_OF_SIXTEEN_TRAYS = """
+cluster: {topology: gb200-nvl72, racks: 2, trays: 16}
+model: {preset: llama3-8b, layers: 8}
+training: {seq_len: 1024, global_batch: 16, micro_batch: 1, precision: bf16, recompute: none}
+parallelism: {tp: 8, pp: 4, dp: 4, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
+              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
+run: {timeline: summary}
+"""
+
+
+def test_trays_whose_dp_transfers_leave_the_rack_for_other_trays_fold_apart(run_yaml):
+    """TP 8 x PP 4 x DP 4 on two racks of 16 trays: every tray's NVLink ports carry the per-rack DP rings alike,
+    and its NICs send and receive as much, but to another tray of the other rack, and the fabric hashes each flow
+    onto a spine by its hosts: classed by NVLink loads alone every rank of a stage was one class, and the stage
+    fold's DP reduce-scatter fell out of step by 171 us (the 256-GPU Llama 3 70B step was refused after 80 s as
+    too large unfolded). Classed also by the host at the other end of each transfer leaving the rack, it folds
+    onto one rank per tray and stage, the unfolded step to the bit."""
+    folded = run_yaml(TWO_RACKS_OF_SIXTEEN_TRAYS).summary
+    unfolded = run_yaml(TWO_RACKS_OF_SIXTEEN_TRAYS, "run.fold=false").summary
+    assert folded["folded"] and "fold_given_up" not in folded
+    assert folded["simulated_ranks"] == 32
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+
+
+def test_four_replicas_per_rack_fold_by_tray_where_nvlink_loads_gave_unequal_classes(run_yaml):
+    """TP 8 x PP 2 x DP 8 on two racks of 16 trays, four replicas per rack: classed by NVLink loads alone the
+    classes were of unequal sizes (8, 8, 8, 8, 16, 16), dropped, and the stage fold gave up in its run. Classed
+    also by where each tray's transfers leave its rack, the classes are one per tray, equal, and the step folds
+    onto 32 of 128 ranks, the unfolded step to the bit."""
+    scenario = TWO_RACKS_OF_SIXTEEN_TRAYS.replace("layers: 8", "layers: 4").replace("global_batch: 16",
+        "global_batch: 32").replace("pp: 4, dp: 4", "pp: 2, dp: 8")
+    folded = run_yaml(scenario).summary
+    unfolded = run_yaml(scenario, "run.fold=false").summary
+    assert folded["folded"] and "fold_given_up" not in folded
+    assert folded["simulated_ranks"] == 32
     assert folded["step_time_s"] == unfolded["step_time_s"]

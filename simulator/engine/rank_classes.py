@@ -16,13 +16,20 @@ holds other hosts (a GB200 rack's trays), the transfers it sends to them and rec
 end's index and the bytes. A DP ring with two replicas per rack hops from one replica's tray to the other's over
 NVLink and on to the next rack over the NICs, so one replica's GPUs send it over their NVLink ports and the other's
 receive it there: read inside trays alone, one rank stood for both, and the TP collectives beside the ring fell out
-of step in the folded run (37 us in a 161 ms step, TP 8 x PP 4 on racks of 64 GPUs; tests/test_folding.py). Only
+of step in the folded run (37 us in a 161 ms step, TP 8 x PP 4 on racks of 64 GPUs; tests/test_folding.py). For
+a group with members on more than one host of some NVLink domain, each host is read also by the transfers leaving
+its domain over its NICs: its own end's index, the bytes and the host at the other end. With the rings built rack by
+rack every tray's NVLink ports and NICs carry alike, but each tray sends to and receives from its own peer tray of
+the next rack, and the fabric hashes each flow onto a spine by its hosts: read by NVLink alone one rank stood for
+every tray of its stage, and the DP reduce-scatter fell out of step by 171 us (TP 8 x PP 4 x DP 4 on two racks of
+16 trays; the 256-GPU Llama 3 70B step was refused as too large unfolded). So such a fold simulates one rank per
+tray and stage (32 of 128 there, 8 of 32 where two replicas share a rack and fold exactly onto 2). Only
 collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those
 that may overlap (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where
-nothing mirrored meets a ring on NVLink, its direction changes no simulated time. What the NICs carry is left to the
-checks of engine/symmetry.py: a tree's hosts carry unlike loads there by role, and classing by them would simulate a
-rank of every host of a large job. Classes of unequal size are not used there: the fold then stays one rank per
-stage, as the lockstep check after the run (engine/lockstep.py) guards.
+nothing mirrored meets a ring on NVLink, its direction changes no simulated time. What else the NICs carry is left
+to the checks of engine/symmetry.py: a tree's hosts carry unlike loads there by role, and classing by them would
+simulate a rank of every host of a large job. Classes of unequal size are not used there: the fold then stays one
+rank per stage, as the lockstep check after the run (engine/lockstep.py) guards.
 
 Where that check finds only pipeline hand-offs out of step, hosts are classed also by the hops their hand-offs
 between hosts take, then also by what they meet on them (`route_classes`): a replica's hand-off may cross the
@@ -269,8 +276,8 @@ def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Progra
     topology = plans.topology
     domain = np.asarray(topology.gpu_domain) if between_hosts else host
     kinds = _multi_host_kinds(shapes, plans, host, domain)
-    carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local), domain)
-               for kind, shapes_of in kinds.items()}
+    carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local), domain,
+                              between_hosts) for kind, shapes_of in kinds.items()}
     unlike = {kind: loads for kind, loads in carried.items() if len(set(loads.values())) > 1}
     if not unlike:
         return {}
@@ -383,14 +390,19 @@ def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarr
     return {kind: found for kind, found in ordered.items() if shapes.firsts[found[0]].nbytes}
 
 
-def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.ndarray, domain: np.ndarray
-             ) -> dict[int, bytes]:
+def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.ndarray, domain: np.ndarray,
+             between_domains: bool) -> dict[int, bytes]:
     """What each host's NVLink links carry of ``op`` over its group and every mirror: per phase, the transfers
     inside the host as (phase, sender's index in the host, receiver's, bytes), and those to or from another host
-    of its NVLink domain with -1 for the index of the end there, sorted, as bytes (empty for a host the
-    collective crosses without a transfer over NVLink)."""
+    of its NVLink domain with -1 for the index of the end there, and with ``between_domains`` where ``op``'s group
+    has members on more than one host of some domain, those leaving the domain with -2 - the other end's host
+    for the index of that end, sorted, as bytes (empty for a host the collective crosses without such a
+    transfer)."""
     parts = [np.zeros((0, 5))]
     copies = (op.group, *op.mirrors)
+    members = np.array(op.group, dtype=np.int64)
+    trays = np.unique(np.column_stack((domain[members], host[members])), axis=0)
+    nic_ends = between_domains and np.unique(trays[:, 0], return_counts=True)[1].max() > 1
     crossed = np.unique(host[np.concatenate([np.array(copy, dtype=np.int64) for copy in copies])])
     carried = dict.fromkeys(crossed.tolist(), b"")
     for group in copies:
@@ -406,6 +418,12 @@ def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.nda
                                           transfers[:, 2]))[across])
             parts.append(np.column_stack((host[dst], phase_of, np.full(len(src), -1), local[dst],
                                           transfers[:, 2]))[across])
+            if nic_ends:
+                leaving = domain[src] != domain[dst]
+                parts.append(np.column_stack((host[src], phase_of, local[src], -2 - host[dst],
+                                              transfers[:, 2]))[leaving])
+                parts.append(np.column_stack((host[dst], phase_of, -2 - host[src], local[dst],
+                                              transfers[:, 2]))[leaving])
     table = np.concatenate(parts)
     table = table[np.lexsort(table.T[::-1])]
     bounds = np.flatnonzero(np.diff(table[:, 0], prepend=-1, append=-1))
