@@ -1,5 +1,5 @@
 """Layouts whose pipeline hand-offs stay inside NVLink domains alike in every replica, offered where a step too
-large unfolded is refused because they do not (engine/symmetry.py `unaligned_stages`).
+large unfolded is refused because they do not (engine/symmetry.py `UnalignedHandOff`).
 
 A hand-off over NVLink in one replica and over the NICs in another unfolds the step on either network model, so
 only a layout or cluster that aligns the stages with the NVLink domains removes that blocker: another pp, another

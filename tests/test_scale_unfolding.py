@@ -348,7 +348,7 @@ def test_stages_not_aligned_to_nvlink_domains_are_offered_layouts_that_align_the
     assert main(["run", path, "--out", str(tmp_path / "out"), "--set", f"network.model={model}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {path}:4: parallelism.pp: this run is too large to simulate unfolded (send_recv ")
-    assert "stages not aligned to hosts hand on over NVLink in one replica and over the NICs in another" in err
+    assert "stages not aligned to NVLink domains hand on over NVLink in one replica and over the NICs in another" in err
     offered = ("--set parallelism.pp=3 --set parallelism.dp=4; --set parallelism.tp=2 --set parallelism.dp=6; "
                "--set cluster.trays=4 --set parallelism.dp=2")
     assert err.endswith(f"(allowed: stages aligned to NVLink domains: {offered}; or pass --force)")

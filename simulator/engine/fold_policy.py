@@ -38,8 +38,8 @@ from simulator.engine.rank_classes import hosts_near, link_fault_classes, rank_c
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
 from simulator.engine.symmetry import (
+    UnalignedHandOff,
     asymmetric_replicas,
-    unaligned_stages,
     unequally_met,
     unlike_alone,
     unlike_routes,
@@ -233,13 +233,13 @@ def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, effi
     replica's routes may take other hops); and the step's ``faults`` keep the replicas alike (`fold_with_faults`).
     Each representative's slowdown and None when it is, else every slowed GPU's (the step runs unfolded) and why
     not, the check ``stages`` where the first collective found unlike is a hand-off over NVLink in one replica and
-    over the NICs in another (`unaligned_stages`), which neither model folds. ``shapes`` and ``order``: the
+    over the NICs in another (`symmetry.UnalignedHandOff`), which neither model folds. ``shapes`` and ``order``: the
     program's indexes (`program_indexes`)."""
     capacity = effective_capacity(plans.topology, dict(efficiency))
     blocker = (asymmetric_replicas(program.ops, plans, capacity, shapes, order) if mode == "flow"
                else unlike_alone(plans, capacity, shapes))
     if blocker:
-        stages = blocker == unaligned_stages(plans.topology, shapes)
+        stages = isinstance(blocker, UnalignedHandOff)
         return faults.slowdown_of(), Unfolding("stages" if stages else "collectives", blocker)
     folded, blocker = fold_with_faults(faults, program, plans, mode, shapes)
     return (faults.slowdown_of(), Unfolding("faults", blocker)) if blocker else (folded, None)

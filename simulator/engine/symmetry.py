@@ -496,15 +496,12 @@ def _inside_domains(domains: np.ndarray, op: CollectiveOp) -> bool:
     return bool((placed == placed[:, :1]).all())
 
 
-def unaligned_stages(topology: Topology, shapes: CollectiveShapes) -> str:
-    """Why the first pipeline hand-off of ``shapes`` that stays inside one NVLink domain in one replica and
-    leaves it in another does so ('' when none does, `_domain_crossing`), as `unlike_routes` and `unlike_alone`
-    give it: a blocker of its own, which neither network model folds (the analytic one times the NVLink hop and
-    the NIC hop apart too), so that the refusal of a step too large unfolded offers layouts that align the
-    stages instead (simulator/stage_remedies.py)."""
-    domains = np.asarray(topology.gpu_domain)
-    return next((verdict for op in shapes.firsts if op.op == "send_recv" and op.mirrors and op.nbytes
-                 for verdict in [_domain_crossing(domains, op)] if verdict), "")
+class UnalignedHandOff(str):
+    """Why a fold is not exact where the blocker is a pipeline hand-off that stays inside one NVLink domain in one
+    replica and leaves it in another (`_domain_crossing`): a verdict typed so that `fold_policy.fold_verdict` tells
+    it from any other collective's by its type: a blocker of its own, which neither network model folds (the
+    analytic one times the NVLink hop and the NIC hop apart too), so that the refusal of a step too large unfolded
+    offers layouts that align the stages instead (simulator/stage_remedies.py)."""
 
 
 def _domain_crossing(domains: np.ndarray, op: CollectiveOp) -> str:
@@ -516,9 +513,9 @@ def _domain_crossing(domains: np.ndarray, op: CollectiveOp) -> str:
         return ""
     unlike = list(op.mirrors[int(np.argmax(inside[1:] != inside[0]))])
     where = "stays inside" if inside[0] else "leaves"
-    return (f"{op.op} {op.name!r} over GPUs {list(op.group)} {where} one NVLink domain but its mirror over "
-            f"{unlike} does not: stages not aligned to hosts hand on over NVLink in one replica and over the "
-            "NICs in another")
+    return UnalignedHandOff(
+        f"{op.op} {op.name!r} over GPUs {list(op.group)} {where} one NVLink domain but its mirror over {unlike} does "
+        "not: stages not aligned to NVLink domains hand on over NVLink in one replica and over the NICs in another")
 
 
 def _mirror_verdict(plans: PlanCache, op: CollectiveOp, phases: list[Phase], reference: tuple[bytes, ...],

@@ -15,7 +15,7 @@ FoldCheck = Literal["plan", "copies", "cluster", "stages", "collectives", "fault
 (`parallel/program.plan_fold_blocker`), a replicated trace's copies whose own traffic meets the cluster unlike the
 traced ranks' (`workload/traces/program._copies_unlike`), the cluster (`engine/fold_policy.fold_blocker`), its
 pipeline hand-offs over NVLink in one replica and over the NICs in another (``stages``,
-`engine/symmetry.unaligned_stages`), its collectives on the flow model (`engine/symmetry.py`), the step's faults
+`engine/symmetry.UnalignedHandOff`), its collectives on the flow model (`engine/symmetry.py`), the step's faults
 (`engine/fold_policy.fold_with_faults`) or, under links down from its start, their fold's classes holding one rank
 each (`engine/fold_policy.link_fault_step`); or that leaves a folded step standing not exact: on the analytic
 model, hand-offs whose replicas' copies cross other hops (`engine/fold_policy.unlike_hand_off_hops`); or a refold
