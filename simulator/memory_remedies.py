@@ -196,7 +196,7 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
     (`SAME_BUBBLE_SCHEDULE`), then (with a layout) cp, tp and pp, each multiplied by a factor of dp (`_factors`)
     with dp divided by as much where the scenario gives dp, pp no more than the model's layers (a stage without
     a layer), and a smaller micro-batch; each of these last with the micro-batches that keep the global batch
-    where the scenario gives both (`_kept_batch`), so the suggestion runs as pasted. Not ep: a larger EP
+    where the scenario gives them (`kept_batch`), so the suggestion runs as pasted. Not ep: a larger EP
     group samples the routing again for each of its ranks (9 to 31 s a candidate on the DeepSeek-V3-style step
     at seq 65536, where the step itself takes 5 s)."""
     scenario = loaded.scenario
@@ -222,22 +222,23 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
                             *((f"parallelism.dp={layout.dp // factor}",) if dp_given else ()), *batch)
                            for factor in _factors(layout.dp)
                            if name != "pp" or peak.layers is None or value * factor <= peak.layers
-                           for batch in _kept_batch(loaded, layout.dp, layout.dp // factor,
+                           for batch in kept_batch(loaded, layout.dp, layout.dp // factor,
                                                     scenario.training.micro_batch)])
         groups.append([(f"training.micro_batch={size}", *batch) for size in _halvings(scenario.training.micro_batch)
-                       for batch in _kept_batch(loaded, layout.dp, layout.dp, size)])
+                       for batch in kept_batch(loaded, layout.dp, layout.dp, size)])
     else:
         groups.append([(f"training.micro_batch={size}",) for size in _halvings(scenario.training.micro_batch)])
     return [_unique(loaded, group) for group in groups]
 
 
-def _kept_batch(loaded: LoadedScenario, dp: int, new_dp: int, new_micro_batch: int) -> list[tuple[str, ...]]:
+def kept_batch(loaded: LoadedScenario, dp: int, new_dp: int, new_micro_batch: int) -> list[tuple[str, ...]]:
     """The `--set` of the micro-batches that keeps the step's global batch on ``new_dp`` replicas of
-    ``new_micro_batch`` sequences, where the scenario gives both the micro-batches and the global batch (which
-    `scenario_checks.refuse_inconsistent_batch` refuses to disagree): one empty tuple where it gives no
-    micro-batches, none where no whole number of micro-batches keeps it."""
+    ``new_micro_batch`` sequences, where the scenario gives the micro-batches (with a global batch, which
+    `scenario_checks.refuse_inconsistent_batch` refuses to disagree, or without, which the micro-batches then
+    make on the replicas): one empty tuple where it gives no micro-batches, none where no whole number of
+    micro-batches keeps it."""
     training = loaded.scenario.training
-    if training.microbatches is None or training.global_batch is None:
+    if training.microbatches is None:
         return [()]
     sequences = training.microbatches * training.micro_batch * dp
     per_step = new_micro_batch * new_dp

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from simulator.config.loader import LoadedScenario
 from simulator.errors import InputError
-from simulator.memory_remedies import rebuilt
+from simulator.memory_remedies import kept_batch, rebuilt
 from simulator.parallel.layout import Layout
 from simulator.scenario_checks import refuse_inconsistent_batch
 
@@ -116,7 +116,8 @@ def _settings(loaded: LoadedScenario, layout: Layout, gpus: int, field: str, val
               ) -> tuple[str, ...] | None:
     """The `--set`s that write ``value`` to ``field`` with the dp that keeps the cluster's GPUs (``size``: a
     cluster size parameter, which changes them) where the scenario gives dp, and the micro-batches that keep the
-    global batch where it gives both; None where the loader or the layout's checks refuse them."""
+    global batch where it gives the micro-batches (`memory_remedies.kept_batch`); None where the loader or the
+    layout's checks refuse them."""
     from simulator.scale import scenario_gpus
 
     try:
@@ -136,12 +137,10 @@ def _settings(loaded: LoadedScenario, layout: Layout, gpus: int, field: str, val
     dp = new_gpus // fixed
     if par.dp is not None:
         settings += (f"parallelism.dp={dp}",)
-    training = loaded.scenario.training
-    if training.microbatches is not None and training.global_batch is not None:
-        sequences = training.global_batch
-        if sequences % (training.micro_batch * dp):
-            return None
-        settings += (f"training.microbatches={sequences // (training.micro_batch * dp)}",)
+    kept = kept_batch(loaded, layout.dp, dp, loaded.scenario.training.micro_batch)
+    if not kept:
+        return None
+    settings += kept[0]
     try:
         return settings if _layout(rebuilt(loaded, list(settings))) is not None else None
     except InputError:

@@ -17,6 +17,7 @@ from simulator.errors import ScenarioError
 from simulator.faults.step import StepFaultPlan
 from simulator.program.unfolding import Unfolding
 from simulator.reliability.simulate import simulate_job
+from simulator.stage_remedies import aligned_stage_remedies
 from simulator.topology.loader import scenario_topology
 
 RAILS = """cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2}
@@ -356,3 +357,14 @@ def test_stages_not_aligned_to_nvlink_domains_are_offered_layouts_that_align_the
         settings = [f"network.model={model}", *remedy.replace("--set ", "").split()]
         unfolding = _first_unfolding(load_scenario(path, settings))
         assert unfolding is None or unfolding.check != "stages", (remedy, unfolding)
+
+
+def test_layouts_that_align_stages_keep_a_batch_given_by_its_micro_batches(tmp_path):
+    """A scenario that gives the micro-batches and no global batch makes its batch on its replicas: each layout
+    offered to align the stages changes dp, so it sets the micro-batches that keep the 12 sequences (it offered
+    pp 3 with dp 4 and left 4 micro-batches: 16 sequences)."""
+    scenario = UNALIGNED_STAGES.replace("global_batch: 12", "microbatches: 4")
+    assert aligned_stage_remedies(load_scenario(_write(tmp_path, scenario))) == (
+        ("parallelism.pp=3", "parallelism.dp=4", "training.microbatches=3"),
+        ("parallelism.tp=2", "parallelism.dp=6", "training.microbatches=2"),
+        ("cluster.trays=4", "parallelism.dp=2", "training.microbatches=6"))
