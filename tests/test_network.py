@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 import simpy
-from shared import EXACT, GB
+from shared import GB
 
 from simulator.collectives.execute import PlanRunner
 from simulator.collectives.phases import Phase
