@@ -1,15 +1,15 @@
 """What would lower a layout's peak memory per GPU, for the out-of-memory line and the elastic refusal.
 
-Each candidate is a few `--set`s (sharding further, recompute, more cp, tp or pp, a smaller micro-batch). It
-is built the way `--set` builds a scenario (the loaded data with the settings written over it, then the loader's
-validation), its step resolved and its memory plan computed (a few ms each once the run has costed its kernels);
-it is kept only where the loader, the step's checks and the batch check (`refuse_inconsistent_batch`) take it,
-its step warns of nothing new (nor spreads its TP group over more NVLink domains than the scenario's does), its
-peak is at least `MIN_SAVING_BYTES` lower and, for a job over weeks (`run.horizon`), the whole job with it passes the
-checks of the sizes an elastic job restarts on (`reliability/elastic.check_sizes`: min_replicas, each smaller
-size's step, a smaller size that fits). Nothing here restates what those checks refuse or what the memory plan
-computes. The job's other checks (spares, failures, checkpoint, the horizon against one step) are not run.
-"""
+Each candidate is a few `--set`s (sharding further, recompute, more cp, tp or pp, a smaller micro-batch, the
+pipeline schedule of the same bubble). It is built the way `--set` builds a scenario (the loaded data with the
+settings written over it, then the loader's validation), its step resolved and its memory plan computed (a few ms
+each once the run has costed its kernels); it is kept only where the loader, the step's checks and the batch check
+(`refuse_inconsistent_batch`) take it, its step warns of nothing new (nor spreads its TP group over more NVLink
+domains than the scenario's does), its peak is at least `MIN_SAVING_BYTES` lower and, for a job over weeks
+(`run.horizon`), the whole job with it passes the checks of the sizes an elastic job restarts on
+(`reliability/elastic.check_sizes`: min_replicas, each smaller size's step, a smaller size that fits). Nothing here
+restates what those checks refuse or what the memory plan computes. The job's other checks (spares, failures,
+checkpoint, the horizon against one step) are not run. """
 
 from __future__ import annotations
 
@@ -147,7 +147,8 @@ def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
 def remedies_text(remedies: Sequence[Remedy] | None) -> str:
     """The remedies joined for one line, or what to do where none is found, or where none was weighed (None)."""
     if remedies is None:
-        return "sharding further, recompute, a smaller micro-batch, a larger GPU or more GPUs: no setting weighed"
+        return ("sharding further, recompute, a smaller micro-batch, another pipeline schedule, a larger GPU or more "
+                "GPUs: no setting weighed")
     if not remedies:
         return "no single setting the checks take saves 1 GiB or more: a larger GPU, or more GPUs"
     return "; ".join(remedy.text for remedy in remedies)

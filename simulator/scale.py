@@ -821,7 +821,8 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
     "plan": "true (every CP rank then does the same attention work)",
     "copies": "a dp whose copies each fill NVLink domains alike, or a smaller dp",
     "cluster": "a generated topology whose hosts have equal GPU counts",
-    "stages": "a layout whose tp x cp x pp divides the GPUs of an NVLink domain (a host or NVL72 rack)",
+    "stages": ("a layout whose tp x cp x pp divides, or is a multiple of, the GPUs of an NVLink domain (a host or "
+               "NVL72 rack)"),
     "collectives": "network.model: analytic (each collective alone: replicas whose routes take equal times fold)",
     "faults": ("step faults that keep the replicas alike (links down from the step's start only; stragglers "
                "slowing whole stages)"),
@@ -919,13 +920,13 @@ def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, ste
 
 def _unfolding_advice(loaded: LoadedScenario, unfolding: Unfolding) -> str:
     """What removes the blocker ``unfolding`` names: for stages not aligned to NVLink domains, the layouts that
-    align them (simulator/stage_remedies.py, each checked to), as no network model or smaller cluster of the
+    align them (simulator/stage_remedies.py, each checked to align them), as no network model or smaller cluster of the
     same layout folds them; else the check's advice (`UNFOLDING_ADVICE`) or a smaller cluster."""
-    from simulator.stage_remedies import aligned_stage_remedies, remedies_text
+    from simulator.stage_remedies import aligned_stage_remedies, stage_remedies_text
 
     if unfolding.check == "stages":
         remedies = aligned_stage_remedies(loaded)
-        return (f"stages aligned to NVLink domains: {remedies_text(remedies)}" if remedies
+        return (f"stages aligned to NVLink domains: {stage_remedies_text(remedies)}" if remedies
                 else UNFOLDING_ADVICE["stages"])
     return f"{UNFOLDING_ADVICE[unfolding.check]}; a smaller cluster{_named(_size_parameters(loaded))}"
 

@@ -51,7 +51,7 @@ def aligned_stage_remedies(loaded: LoadedScenario) -> tuple[tuple[str, ...], ...
     return tuple(found)
 
 
-def remedies_text(remedies: tuple[tuple[str, ...], ...]) -> str:
+def stage_remedies_text(remedies: tuple[tuple[str, ...], ...]) -> str:
     """The remedies for the refusal's allowed list: '--set parallelism.pp=3 --set parallelism.dp=12; ...'."""
     return "; ".join(" ".join(f"--set {setting}" for setting in settings) for settings in remedies)
 

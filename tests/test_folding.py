@@ -314,8 +314,6 @@ def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
         assert folded["exposed_comm_s"][kind] == pytest.approx(seconds, rel=EXACT, abs=1e-15)
 
 
-
-
 STOPPED_OUT_OF_STEP = {
     "stage-fold-hand-off": (SMALL_FABRIC, ["collectives.protocol=simple", "cluster.nodes=8", "cluster.leaf_ports=4",
                                            "cluster.spines=3", "cluster.oversubscription=3", "parallelism.tp=4",

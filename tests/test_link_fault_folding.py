@@ -143,11 +143,10 @@ def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(case):
     assert folded["folded"] and folded["simulated_ranks"] == 48 and folded["warnings"] == unfolded["warnings"]
 
 
-def test_tp_over_eight_hosts_on_two_spines_gives_the_fold_up_for_the_unfolded_figures():
-    """TP over eight hosts on two spines, leaf3.r1 down: the DP all-reduce's copies met the detours unlike and the
-    links fold was given up in its run (31.88 ms). Since `nvls` across DGX hosts runs NCCL's tree over each
-    host's heads, the step's collectives meet the detours alike: the links fold onto 48 ranks holds, every figure
-    the unfolded step's (31.96 ms), and this scenario no longer reaches the give-up."""
+def test_tp_over_eight_hosts_on_two_spines_folds_by_links_to_the_unfolded_figures():
+    """TP over eight hosts on two spines, leaf3.r1 down: with `nvls` across DGX hosts as NCCL's tree over each
+    host's heads the step's collectives meet the detours alike, and the links fold onto 48 ranks holds, every
+    figure the unfolded step's (31.96 ms)."""
     folded, unfolded = _folded_and_unfolded("tp-over-eight-hosts-two-spines")
     assert folded["folded"] and folded["simulated_ranks"] == 48
     assert [entry["fold"] for entry in folded["fold_given_up"]] == ["stage"]

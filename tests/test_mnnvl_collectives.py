@@ -6,6 +6,7 @@ closed forms at line rate (Simple, chunking off, efficiency 1), on two racks und
 from __future__ import annotations
 
 import pytest
+from shared import GIB
 
 from simulator.collectives import nvls, ring
 from simulator.collectives.execute import time_collective
@@ -15,7 +16,6 @@ from simulator.collectives.tuner import choose, estimates
 from simulator.errors import ScenarioError
 from simulator.topology.loader import load_topology
 
-GIB = 2.0**30
 BASE = 8.4e-6
 """NCCL's base latency of a collective under Simple (tuning.cc baseLatencies)."""
 NVLINK = 900e9

@@ -25,7 +25,7 @@ from simulator.network.modes import NETWORK_MODES
 from simulator.topology.graph import Topology, Wiring, add_link
 
 ROUNDING = 1e-12
-"""Relative tolerance for these flow figures, which agree to float rounding (tighter than shared.ROUNDING)."""
+"""Relative tolerance for these flow figures, which agree to float rounding (tighter than shared.EXACT, 1e-9)."""
 
 
 def line_topology(latency: float = 0.0) -> Topology:

@@ -631,7 +631,7 @@ def test_racks_trays_nics_and_leaves_fail_at_their_rate_spares_too(text_job):
         band(((rows["kind"] == "degraded") & (rows["cause"] == cause)).sum() / 20,
              summary["failure_model"][cause]["expected_in_horizon"])
     band(((rows["kind"] == "failure") & (rows["cause"] == "rack")).sum() / 20, 3 * 720 / 224)
-    band(((rows["kind"] == "degraded") & (rows["cause"] == "nvswitch_tray")).sum() / 20, 9.72)
+    band(((rows["kind"] == "degraded") & (rows["cause"] == "nvswitch_tray")).sum() / 20, 27 * 720 / 2001)
 
 
 def test_the_cause_shares_kept_are_those_worked_out_afresh(job_with, monkeypatch):

@@ -227,4 +227,4 @@ def test_storage_alone_names_the_mtbf_every_failure_rolls_back_to_storage_with(m
     optimum = {"memory_interval_s": None, "storage_interval_s": 104.2, "memory_mtbf_s": memory_mtbf,
                "storage_mtbf_s": storage_mtbf}
     assert two_level_text(optimum) == (f"two-level optimum storage alone every 104.2 s (the tier buys nothing to "
-                                       f"first order) (MTBF {mtbf}, every failure from storage)")
+                                       f"first order; MTBF {mtbf}, every failure from storage)")

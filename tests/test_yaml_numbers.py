@@ -97,5 +97,5 @@ def test_a_separated_number_in_a_flow_list_of_a_sweep_says_yaml_splits_it():
 def test_a_separated_number_in_a_set_flow_value_is_refused_at_the_override(override, error, capsys):
     """`--set parallelism.dp=[1,024]` said 'got [1, 24]', `--set 'training={seq_len: 4,096, ...}'` 'training.96:
     unknown key '96''."""
-    assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", override]) == 2
+    assert main(["validate", BUNDLED, "--set", override]) == 2
     assert capsys.readouterr().err == f"error: command line: trainsim validate: --set {override}: {error}\n"

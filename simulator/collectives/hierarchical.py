@@ -35,11 +35,9 @@ def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hiera
     return hosts
 
 
-def grid(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
-    """hierarchical's rows: by NVLink domain (`host_grid`), but by host, as before racks were planned as one
-    domain, where the domains hold unequal counts and every host the same (a GB200 job whose last rack is partly
-    used, `last_rack_trays`). NCCL has no hierarchical algorithm to follow here; by tray it still runs, where by
-    rack it could not."""
+def rows_by_domain_or_host(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
+    """hierarchical's rows: by NVLink domain (`host_grid`), else by host where only the hosts hold equal counts (a
+    GB200 job whose last rack is partly used, `last_rack_trays`). NCCL has no hierarchical algorithm to follow."""
     if len({len(members) for members in group_by_domain(request.ranks, topology)}) > 1:
         hosts = group_by_host(request.ranks, topology)
         if len({len(members) for members in hosts}) == 1:
@@ -68,7 +66,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     if request.op not in OPS:
         raise ScenarioError(f"algorithm 'hierarchical' does not implement {request.op}",
                             field="collectives.algorithm")
-    hosts = grid(request, topology)
+    hosts = rows_by_domain_or_host(request, topology)
     g, count = len(hosts[0]), len(hosts)
     rails = [[members[j] for members in hosts] for j in range(g)]
     piece = request.nbytes / g

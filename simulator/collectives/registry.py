@@ -46,7 +46,7 @@ class Algorithm:
 ALGORITHMS: dict[AlgorithmName, Algorithm] = {
     "ring": Algorithm(ring.plan, ring.OPS),
     "tree": Algorithm(tree.plan, tree.OPS),
-    "hierarchical": Algorithm(hierarchical.plan, hierarchical.OPS, check=hierarchical.grid),
+    "hierarchical": Algorithm(hierarchical.plan, hierarchical.OPS, check=hierarchical.rows_by_domain_or_host),
     "direct": Algorithm(direct.plan, direct.OPS),
     "halving_doubling": Algorithm(halving_doubling.plan, halving_doubling.OPS, check=halving_doubling.check),
     "nvls": Algorithm(nvls.plan, nvls.OPS, nvls_channels=True, check=nvls.check),
@@ -83,8 +83,9 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
 def planned_transfers(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmName,
                       protocol: Protocol) -> int:
     """The transfers of `plan_collective`'s phases of ``request`` as ``algorithm`` under ``protocol`` (as
-    `resolve` chose them; a protocol changes no count), a tree all-reduce's counted without building its
-    phases (`tree.all_reduce_transfers`: over 4,096 DGX A100 hosts the phases took seconds)."""
+    `resolve` chose them; `protocols.apply` adds no transfer, a tree's protocol sizes its chunks), a tree
+    all-reduce's counted without building its phases (`tree.all_reduce_transfers`: over 4,096 DGX A100 hosts
+    the phases took seconds)."""
     if algorithm != "tree" or request.op != "all_reduce":
         return sum(len(phase.transfers) for phase in plan_collective(request, topology, algorithm, protocol=protocol))
     check_request(request, topology)

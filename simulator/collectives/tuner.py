@@ -50,11 +50,10 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
     the ring; the tree across NCCL's nodes (`nccl_nodes`: NVLink domains, so a GB200 rack of 18 trays is one;
     inside one node NCCL's tree is a chain of its GPUs, connect.cc `ncclTopoPreset`'s `treeIntra`, which the
     `tree` here, a double binary tree over the ranks or over the hosts' chains, is not); NVLS inside one domain
-    and, with as many members on every host
-    and at least `nvls.MIN_HEADS` heads on each (members on distinct NICs), NCCL's NVLS tree across hosts
-    (`nvls`), on GPUs that drive NVLink SHARP; CollNetDirect and multi-node
-    NVLS (`nvls_sharp`) where the switches reduce (NCCL enables both only with CollNet). `hierarchical` is not an
-    NCCL algorithm and is never a candidate."""
+    and, with as many members on every NVLink domain and at least `nvls.MIN_HEADS` heads on each (members on
+    distinct NICs), NCCL's NVLS tree across domains (`nvls`), on GPUs that drive NVLink SHARP; CollNetDirect
+    and multi-node NVLS (`nvls_sharp`) where the switches reduce (NCCL enables both only with CollNet).
+    `hierarchical` is not an NCCL algorithm and is never a candidate."""
     op = request.op
     inside = nccl_nodes(topology, request.ranks) == 1
     nvls_domain = nvls.supports(request.ranks, topology)

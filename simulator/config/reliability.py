@@ -266,10 +266,9 @@ class ComponentSpec(Section):
     rate: Rate | None = None
     distribution: FailureDistribution = "exponential"
     shape: float = Field(default=1.0, ge=MIN_WEIBULL_SHAPE)
-    """The Weibull shape: required with `distribution: weibull` (a `weibull` without one was silently the
-    exponential, shape 1); with the exponential only as 1, its own. The default stays 1.0, not None, so that
-    a scenario's digest (`--point-outputs` sweeps resume by it) does not change; a `weibull` is refused when
-    the user set no shape (`model_fields_set`)."""
+    """The Weibull shape: required with `distribution: weibull`; with the exponential only as 1, its own. The
+    default stays 1.0, not None, so that a scenario's digest (`--point-outputs` sweeps resume by it) does not
+    change; a `weibull` is refused when the user set no shape (`model_fields_set`)."""
     repair: Duration | None = None
     repair_distribution: RepairDistribution = "exponential"
 

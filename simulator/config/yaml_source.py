@@ -205,7 +205,7 @@ class SplitNumber(Exception):
 
     @property
     def allowed(self) -> str:
-        return f"{self.number.replace(',', '')} in the {self.kind[:5]}, or {self.number} on a line of its own"
+        return f"{self.number.replace(',', '')} in the {self.kind.split()[0]}, or {self.number} on a line of its own"
 
 
 class DuplicateKey(Exception):

@@ -641,8 +641,8 @@ def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_ali
     memory, storage = optimum["memory_interval_s"], optimum["storage_interval_s"]
     if memory is None:
         rate = sum(1.0 / mtbf for mtbf in (optimum["memory_mtbf_s"], optimum["storage_mtbf_s"]) if mtbf is not None)
-        return (f"two-level optimum storage alone every {interval(storage)} (the tier buys nothing to first order) "
-                f"(MTBF {long_duration(1.0 / rate)}, every failure from storage)")
+        mtbf = f"; MTBF {long_duration(1.0 / rate)}, every failure from storage" if rate > 0 else ""
+        return f"two-level optimum storage alone every {interval(storage)} (the tier buys nothing to first order{mtbf})"
     if storage is None:
         text = f"memory every {interval(memory)}, storage as rarely as you like (no failure needs it)"
     else:

@@ -391,10 +391,10 @@ def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarr
 
 
 def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.ndarray, domain: np.ndarray,
-             between_domains: bool) -> dict[int, bytes]:
+             between_hosts: bool) -> dict[int, bytes]:
     """What each host's NVLink links carry of ``op`` over its group and every mirror: per phase, the transfers
     inside the host as (phase, sender's index in the host, receiver's, bytes), and those to or from another host
-    of its NVLink domain with -1 for the index of the end there, and with ``between_domains`` where ``op``'s group
+    of its NVLink domain with -1 for the index of the end there, and with ``between_hosts`` where ``op``'s group
     has members on more than one host of some domain, those leaving the domain with -2 - the other end's host
     for the index of that end, sorted, as bytes (empty for a host the collective crosses without such a
     transfer)."""
@@ -402,7 +402,7 @@ def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.nda
     copies = (op.group, *op.mirrors)
     members = np.array(op.group, dtype=np.int64)
     trays = np.unique(np.column_stack((domain[members], host[members])), axis=0)
-    nic_ends = between_domains and np.unique(trays[:, 0], return_counts=True)[1].max() > 1
+    nic_ends = between_hosts and np.unique(trays[:, 0], return_counts=True)[1].max() > 1
     crossed = np.unique(host[np.concatenate([np.array(copy, dtype=np.int64) for copy in copies])])
     carried = dict.fromkeys(crossed.tolist(), b"")
     for group in copies:

@@ -1113,9 +1113,8 @@ def round_text(number: int) -> str:
     """The round of states ahead a job is in (1-based ``number``), as its progress names it: round 1 foresees
     and simulates the states the job trains or restarts in, round 2 (only where round 1 met a state with two
     causes or more) the sub-states of their slow-step split. 'round 1 of up to 2', since round 2 may not come
-    and round 1's count and time left do not hold it (a job said 'about 0:00:28 left' in round 1 with 88 s to
-    go: usertest39); short, so that the bar keeps its count on an 80-column terminal ('round 1 of 2: the states
-    trained or restarted in' pushed it off)."""
+    and round 1's count and time left do not hold it; short, so that the bar keeps its count on an 80-column
+    terminal."""
     return "round 1 of up to 2" if number == 1 else f"round {number} of 2"
 
 

@@ -83,7 +83,7 @@ typo cannot make the builder run out of memory."""
 
 def _whole_range(param: Param) -> str:
     """What a count or index parameter takes, from its bounds and default, in a scenario field's words: 'an
-    integer from 1 to 131,072, 2 where not given' (it said 'an integer such as 8')."""
+    integer from 1 to 131,072, 2 where not given'."""
     span = f"from 1 to {MAX_COUNT:,}" if param.kind == "count" else ">= 0"
     given = isinstance(param.default, int) and not isinstance(param.default, bool)
     return f"an integer {span}" + (f", {param.default:,} where not given" if given else "")
