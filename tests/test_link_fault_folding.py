@@ -61,6 +61,9 @@ CASES = {
     "tp-over-two-hosts": (RAILS_16, "{tp: 16, dp: 8}", "leaf3.r1"),
     "tp-over-eight-hosts": (RAILS_16.replace("spines: 2", "spines: 4"), f"{{tp: 8, dp: 16, {DP_FIRST}}}", "leaf3.r1"),
     "tp-over-eight-hosts-two-spines": (RAILS_16, f"{{tp: 8, dp: 16, {DP_FIRST}}}", "leaf3.r1"),
+    "tp-over-eight-hosts-two-spines-rings": (RAILS_16.replace("collectives: {channels: 2}",
+                                                              "collectives: {channels: 2, algorithm: ring}"),
+                                             f"{{tp: 8, dp: 16, {DP_FIRST}}}", "leaf3.r1"),
     "one-leaf-group": (RAILS, "{tp: 8, pp: 2, dp: 2}", "leaf"),
     "pp-leaf-near-hand-off": (RAILS_8, "{tp: 8, pp: 2, dp: 4}", "leaf"),
     "tree-loads": (RAILS, "{tp: 4, pp: 2, dp: 4}", "nic"),
@@ -152,6 +155,18 @@ def test_tp_over_eight_hosts_on_two_spines_folds_by_links_to_the_unfolded_figure
     assert [entry["fold"] for entry in folded["fold_given_up"]] == ["stage"]
     assert folded["step_time_s"] == unfolded["step_time_s"] == pytest.approx(31.96e-3, abs=5e-6)
     assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+
+
+def test_rings_over_eight_hosts_on_two_spines_give_the_fold_up_for_the_unfolded_figures():
+    """The same step with its all-reduces as rings: the DP all-reduce's copies meet the detours unlike, the links
+    fold is given up in its run, saying so, and every figure is the unfolded step's (37.35 ms)."""
+    folded, unfolded = _folded_and_unfolded("tp-over-eight-hosts-two-spines-rings")
+    reason = "its copies met the detours around the links down unlike"
+    assert not folded["folded"] and reason in folded["fold_off_reason"]
+    assert [(entry["fold"], reason in entry["reason"]) for entry in folded["fold_given_up"]] == [
+        ("stage", False), ("links", True)]
+    assert folded["step_time_s"] == unfolded["step_time_s"] == pytest.approx(37.35e-3, abs=5e-6)
+    assert_same_figures(folded, unfolded, 0, 0, "fold_off_reason")
 
 
 def test_a_near_hand_off_keeps_pace_where_detours_rotate_with_the_replicas():
