@@ -174,10 +174,13 @@ def test_same_stream_transfers_do_not_contend():
 
 
 def test_all_reduce_and_transfer_on_different_streams_slow_each_other():
+    """`auto` runs the 1 GiB all-reduce as NCCL's NVLS tree across the two hosts: GPU 0, a head, sends its n/8
+    to GPU 8 as two flows (one per tree) beside the transfer's one on its NIC, so max-min gives the all-reduce
+    two thirds of it: 2^27 B / (2/3 x 50 GB/s) = 4.03 ms of network against 2.68 alone (4.09 vs 3.22 ms in all)."""
     all_reduce_alone = collective_times(TWO_NODES + ALL_REDUCE_16)["ar"]
     transfer_alone = collective_times(TWO_NODES + SEND_0_TO_8.replace("stream: a", "stream: p2p"))["a"]
     both = collective_times(TWO_NODES + ALL_REDUCE_16 + SEND_0_TO_8.replace("stream: a", "stream: p2p"))
-    assert both["ar"] > 1.5 * all_reduce_alone
+    assert both["ar"] > 1.25 * all_reduce_alone
     assert both["a"] > 1.1 * transfer_alone
 
 
