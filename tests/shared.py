@@ -391,7 +391,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
 DATA = REPO / "tests" / "data"
 GB = 1e9
-KINETO_2RANK = REPO / "scenarios" / "traces" / "allreduce-2rank"
+KINETO_2RANK = SCENARIOS / "traces" / "allreduce-2rank"
 ALLREDUCE_BYTES = 16777216 * 2  # 16 Mi bf16 elements, as the trace's record_param_comms says
 EXACT = 1e-9
 """Relative tolerance for figures that must agree exactly (float rounding only)."""
@@ -532,7 +532,7 @@ def comms_args(folder: Path, rank: int, world: int | None = None, **args) -> Non
     path.write_text(json.dumps(doc))
 
 
-SEQ_2RANK = REPO / "tests" / "data" / "traces" / "seq-2rank"
+SEQ_2RANK = DATA / "traces" / "seq-2rank"
 
 
 def seq_args(folder: Path, rank: int, index: int, **changes) -> None:
@@ -676,3 +676,20 @@ def one_layout(**changed: str | None) -> list[str]:
     ``--micro-batch``; None leaves the flag out, its default space searched)."""
     values = {**ONE_LAYOUT, **{name.replace("_", "-"): value for name, value in changed.items()}}
     return [arg for flag, value in values.items() if value is not None for arg in (f"--{flag}", value)]
+
+
+def star_graph(hosts: list[int], bandwidth: str = "100 GB/s", link_class: str = "nvlink") -> str:
+    """A `kind: graph` topology: one switch and a GPU per entry of ``hosts`` (its host number), each on a link of
+    ``bandwidth`` and 1 us to the switch."""
+    gpus = "".join(f"  - {{name: g{gpu}, kind: gpu, host: {host}}}\n" for gpu, host in enumerate(hosts))
+    links = "".join(f"  - {{a: g{gpu}, b: sw, bandwidth: {bandwidth}, latency: 1 us, class: {link_class}}}\n"
+                    for gpu in range(len(hosts)))
+    return f"kind: graph\nnodes:\n  - {{name: sw, kind: switch}}\n{gpus}links:\n{links}"
+
+
+UNEQUAL_HOSTS_GRAPH = star_graph([0, 0, 1, 2])
+"""Three hosts of 2, 1 and 1 GPUs on one switch."""
+
+NCCL_SIMPLE_BASE_S = 8.4e-6
+"""NCCL's base latency of a Simple ring or tree collective, paid once per collective (src/graph/tuning.cc
+`baseLatencies`)."""

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import get_args
 
 import pytest
-from shared import CP_FABRIC_TEMPLATE, EXACT, SCENARIOS, refused_unfolded
+from shared import CP_FABRIC_TEMPLATE, EXACT, NCCL_SIMPLE_BASE_S, SCENARIOS, refused_unfolded
 
 from simulator.collector import collector_paused
 from simulator.config.loader import load_scenario, scenario_from_text
@@ -697,7 +697,7 @@ def test_hsdp_folds_exactly_and_its_reductions_take_their_ring_closed_forms(run_
                                                    ("all_reduce shard", route(1, 9), 2, 2)):
         chosen = ops[ops["name"].str.startswith(kind)]
         assert len(chosen) == 6  # 3 units per stage
-        expected = 8.4e-6 + rounds * (size - 1) * (alpha + chosen["bytes"] / size / bandwidth)
+        expected = NCCL_SIMPLE_BASE_S + rounds * (size - 1) * (alpha + chosen["bytes"] / size / bandwidth)
         assert (chosen["end_s"] - chosen["start_s"]).to_numpy() == pytest.approx(expected.to_numpy(), rel=EXACT)
 
 
@@ -804,21 +804,6 @@ parallelism: {tp: 4, pp: 2, dp: 4, order: [tp, cp, pp, dp], sequence_parallel: t
               pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
 run: {timeline: summary}
 """
-
-
-def test_replicas_whose_dp_ring_leaves_their_rack_from_other_trays_fold_apart_by_tray(run_yaml):
-    """Two DP replicas per GB200 rack (8 GPUs each on 16-GPU racks of 4-GPU trays): the DP ring, built rack by
-    rack, hops between the replicas' trays over NVLink and on to the other rack over the NICs, from every tray to
-    its own peer tray, whose flows the fabric hashes onto the spines by their hosts. Classed by where each tray's
-    transfers leave its rack, every tray's ranks fold apart (8 ranks, one per tray and stage) and the step is
-    the unfolded one to the bit."""
-    folded = run_yaml(TWO_REPLICAS_PER_RACK).summary
-    unfolded = run_yaml(TWO_REPLICAS_PER_RACK, "run.fold=false").summary
-    assert folded["folded"] and "fold_given_up" not in folded
-    assert folded["simulated_ranks"] == 8
-    assert folded["step_time_s"] == unfolded["step_time_s"]
-
-
 TWO_RACKS_OF_SIXTEEN_TRAYS = """
 cluster: {topology: gb200-nvl72, racks: 2, trays: 16}
 model: {preset: llama3-8b, layers: 8}
@@ -827,31 +812,23 @@ parallelism: {tp: 8, pp: 4, dp: 4, order: [tp, cp, pp, dp], sequence_parallel: t
               pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
 run: {timeline: summary}
 """
+FOUR_REPLICAS_PER_RACK = TWO_RACKS_OF_SIXTEEN_TRAYS.replace("layers: 8", "layers: 4").replace(
+    "global_batch: 16", "global_batch: 32").replace("pp: 4, dp: 4", "pp: 2, dp: 8")
 
 
-def test_trays_whose_dp_transfers_leave_the_rack_for_other_trays_fold_apart(run_yaml):
-    """TP 8 x PP 4 x DP 4 on two racks of 16 trays: every tray's NVLink ports carry the per-rack DP rings alike,
-    and its NICs send and receive as much, but to another tray of the other rack, and the fabric hashes each flow
-    onto a spine by its hosts: classed by NVLink loads alone every rank of a stage was one class, and the stage
-    fold's DP reduce-scatter fell out of step by 171 us (the 256-GPU Llama 3 70B step was refused after 80 s as
-    too large unfolded). Classed also by the host at the other end of each transfer leaving the rack, it folds
-    onto one rank per tray and stage, the unfolded step to the bit."""
-    folded = run_yaml(TWO_RACKS_OF_SIXTEEN_TRAYS).summary
-    unfolded = run_yaml(TWO_RACKS_OF_SIXTEEN_TRAYS, "run.fold=false").summary
-    assert folded["folded"] and "fold_given_up" not in folded
-    assert folded["simulated_ranks"] == 32
-    assert folded["step_time_s"] == unfolded["step_time_s"]
-
-
-def test_four_replicas_per_rack_fold_by_tray_where_nvlink_loads_gave_unequal_classes(run_yaml):
-    """TP 8 x PP 2 x DP 8 on two racks of 16 trays, four replicas per rack: classed by NVLink loads alone the
-    classes were of unequal sizes (8, 8, 8, 8, 16, 16), dropped, and the stage fold gave up in its run. Classed
-    also by where each tray's transfers leave its rack, the classes are one per tray, equal, and the step folds
-    onto 32 of 128 ranks, the unfolded step to the bit."""
-    scenario = TWO_RACKS_OF_SIXTEEN_TRAYS.replace("layers: 8", "layers: 4").replace("global_batch: 16",
-        "global_batch: 32").replace("pp: 4, dp: 4", "pp: 2, dp: 8")
+@pytest.mark.parametrize(("scenario", "ranks"), [(TWO_REPLICAS_PER_RACK, 8), (TWO_RACKS_OF_SIXTEEN_TRAYS, 32),
+                                                 (FOUR_REPLICAS_PER_RACK, 32)],
+                         ids=["two-replicas-a-rack", "tp8-pp4-dp4", "four-replicas-a-rack"])
+def test_gb200_trays_fold_apart_by_where_their_transfers_leave_the_rack(run_yaml, scenario, ranks):
+    """DP rings built rack by rack hop between a rack's trays over NVLink and leave it over the NICs, each tray to
+    its own peer tray of the other rack, whose flows the fabric hashes onto a spine by their hosts. Classed by
+    NVLink loads alone, every rank of a stage was one class (TP 8 x PP 4 x DP 4: the DP reduce-scatter fell out of
+    step by 171 us, and the 256-GPU Llama 3 70B step was refused after 80 s as too large unfolded) or the classes
+    were of unequal sizes (four replicas a rack: 8, 8, 8, 8, 16, 16, dropped, the fold given up). Classed also by
+    the host at the other end of each transfer leaving the rack, the step folds onto one rank per tray and stage,
+    the unfolded step to the bit."""
     folded = run_yaml(scenario).summary
     unfolded = run_yaml(scenario, "run.fold=false").summary
     assert folded["folded"] and "fold_given_up" not in folded
-    assert folded["simulated_ranks"] == 32
+    assert folded["simulated_ranks"] == ranks
     assert folded["step_time_s"] == unfolded["step_time_s"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+from shared import star_graph
 
 from simulator import scale, simulation
 from simulator.cli import main
@@ -35,19 +36,7 @@ NIC_DOWN_PP = (RAILS.replace("{tp: 8, dp: 4}", "{tp: 8, pp: 2, dp: 2}")
                + "faults: {step: {links: [{link: [leaf0.r0, h0/nic0]}]}}\n")
 """A NIC cable down from the step's start near hosts 0 and 1, one pipeline replica: the other replica's ranks
 each share a DP group with a near rank, so every class of the links fold holds one rank."""
-GRAPH = """kind: graph
-nodes:
-  - {name: sw, kind: switch}
-  - {name: g0, kind: gpu, host: 0}
-  - {name: g1, kind: gpu, host: 1}
-  - {name: g2, kind: gpu, host: 2}
-  - {name: g3, kind: gpu, host: 3}
-links:
-  - {a: g0, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
-  - {a: g1, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
-  - {a: g2, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
-  - {a: g3, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
-"""
+GRAPH = star_graph([0, 1, 2, 3])
 UNBALANCED_CP = """cluster: {topology: dgx-h100}
 model: {preset: llama3-8b, layers: 2}
 training: {seq_len: 8192, microbatches: 1}

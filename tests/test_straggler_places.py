@@ -118,6 +118,17 @@ def degraded(topology, down: str) -> tuple[list[Degradation], tuple[LinkFault, .
     return [Degradation(links=edges)], tuple(LinkFault(link=edge) for edge in edges)
 
 
+def _state_with_stragglers(text: str, down: str, gpus: tuple[int, ...]
+                           ) -> tuple[LoadedScenario, ClusterState, tuple[LinkFault, ...]]:
+    """The scenario, the state its job meets with ``down`` out and ``gpus`` slowed 1.5x, and the links down."""
+    loaded = scenario_from_text(text, "job.yaml")
+    topology = scenario_topology(loaded)
+    states = StepStates(loaded, topology)
+    degradations, links = degraded(topology, down)
+    slowed = [Degradation(gpus=(gpu,), slowdown=1.5) for gpu in gpus]
+    return loaded, states.state_of(states.healthy.replicas, [*degradations, *slowed]), links
+
+
 @pytest.mark.parametrize(("text", "down", "gpus", "stand_ins"), [
     (DGX_LEAF_GROUPS, "leaf0.r0", (24, 41), (16, 25)),
     (DGX_LEAF_GROUPS, "leaf0.r0", (2, 40), (2, 16)),
@@ -129,12 +140,7 @@ def test_several_stragglers_stand_in_replica_by_replica_to_the_bit(text, down, g
     (replica 1 of TP 8 x PP 2 x DP 4), GPUs 40 and 48 (replicas 2 and 3) on replicas 0 and 2. The step is the
     real GPUs' to the bit. Before, GPUs 40 and 48 stood in as GPU 0 and 8 (9.358 against 9.470 ms), 24 and 41
     as 16 and 17 in one replica."""
-    loaded = scenario_from_text(text, "job.yaml")
-    topology = scenario_topology(loaded)
-    states = StepStates(loaded, topology)
-    degradations, links = degraded(topology, down)
-    slowed = [Degradation(gpus=(gpu,), slowdown=1.5) for gpu in gpus]
-    state = states.state_of(states.healthy.replicas, [*degradations, *slowed])
+    loaded, state, links = _state_with_stragglers(text, down, gpus)
     assert state.slow_gpus == tuple((gpu, 1.5) for gpu in stand_ins)
     assert steps_with(loaded, links, gpus) == steps_with(loaded, links, stand_ins)
 
@@ -151,12 +157,7 @@ def test_stragglers_keep_their_gpus_where_no_whole_unit_stands_in(text, down, gp
     (`order: [tp, dp, cp, pp]`: a replica's lane is no physical place), and where experts are split (EP 2:
     EP groups are not alike: GPU 42 gives a step 1.9e-4 shorter than GPU 26). Before, GPUs 4 and 8 stood
     in as 0 and 4 (1.00% off), GPU 21 on GPU 1 (0.33% off), GPUs 26 and 42 on GPU 2 (0.54% off)."""
-    loaded = scenario_from_text(text, "job.yaml")
-    topology = scenario_topology(loaded)
-    states = StepStates(loaded, topology)
-    degradations, _ = degraded(topology, down)
-    slowed = [Degradation(gpus=(gpu,), slowdown=1.5) for gpu in gpus]
-    state = states.state_of(states.healthy.replicas, [*degradations, *slowed])
+    _, state, _ = _state_with_stragglers(text, down, gpus)
     assert state.slow_gpus == tuple((gpu, 1.5) for gpu in gpus)
 
 
@@ -171,11 +172,10 @@ parallelism: {tp: 8, pp: 2, dp: 6}
 
 @pytest.mark.parametrize(("down", "gpu"), [("leaf1.r0", 64), ("h4/nic0", 64), ("leaf1.r5", 72), ("", 64), ("", 72)])
 def test_stragglers_keep_their_gpus_where_replicas_straddle_leaf_groups(down, gpu):
-    """Replicas of 2 hosts over leaf groups of 3: the fewest whole replicas that lie inside leaf groups or hold
-    whole ones are 3 (half the job), the other half touched, so with leaf group 1's leaf or host 4's NIC down
-    a x1.5 GPU of replica 4 keeps its place, and with nothing down too; its step is the real GPU's to the bit.
-    Before, GPU 64 stood in on GPU 0 (a step 3.7e-4 shorter with the leaf down, 5.1e-4 with nothing down) and
-    GPU 72 on GPU 8 (2.1e-4 and 2.4e-4 shorter)."""
+    """Replicas of 2 hosts over leaf groups of 3: the fewest whole replicas that lie inside leaf groups or hold whole
+    ones are 3 (half the job), the other half touched, so with leaf group 1's leaf or host 4's NIC down a x1.5 GPU of
+    replica 4 keeps its place, and with nothing down too. Before, GPU 64 stood in on GPU 0 (a step 3.7e-4 shorter with
+    the leaf down, 5.1e-4 with nothing down) and GPU 72 on GPU 8 (2.1e-4 and 2.4e-4 shorter)."""
     loaded = scenario_from_text(DGX_STRADDLING, "job.yaml")
     topology = scenario_topology(loaded)
     states = StepStates(loaded, topology)

@@ -12,7 +12,7 @@ import orjson
 import pandas as pd
 import pytest
 import yaml
-from shared import DATA, REPO, SCENARIOS
+from shared import DATA, REPO, SCENARIOS, UNEQUAL_HOSTS_GRAPH
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -668,15 +668,14 @@ def test_a_mapping_or_null_axis_value_is_written_as_json(tmp_path):
 
 def test_a_job_sweep_whose_points_share_their_steps_notes_that_serial_simulates_them_once():
     """Job points that differ only in the checkpoint mode and spares share every cluster state's step: the
-    default pool simulated them in each worker (85.9 s on 2 workers against 37.8 s serial, said nowhere at the
-    command). The sweep counts them, and the note is given for a local pool of several workers only."""
+    default pool simulated them in each worker (105.0 s on 2 workers against 42.2 s serial, docs/studies.md, said
+    nowhere at the command). The sweep counts them, and the note is given for a local pool of several workers only."""
     from simulator.cli import shared_steps_note
 
-    data = DATA
     grid = "grid:\n  checkpoint.mode: [sync, async]\n  restart.spares: [0, 2]\n"
-    shared = sweep_from_text(f"base: small-job.yaml\n{grid}", "sw.yaml", data)
+    shared = sweep_from_text(f"base: small-job.yaml\n{grid}", "sw.yaml", DATA)
     assert shared.shared_steps == 4
-    apart = sweep_from_text("base: small-job.yaml\ngrid:\n  training.seq_len: [1024, 2048]\n", "sw.yaml", data)
+    apart = sweep_from_text("base: small-job.yaml\ngrid:\n  training.seq_len: [1024, 2048]\n", "sw.yaml", DATA)
     assert apart.shared_steps == 0
     assert shared_steps_note(4, "local", 2) == (
         "note: 4 job points share their cluster states' steps (the same step sections): --executor serial simulates "
@@ -829,27 +828,13 @@ def test_a_constraint_on_more_micro_batches_than_a_run_allows_is_refused_as_unde
         sweep_from_text(text + "constraints: ['training.microbatches > 1']\n", "s.yaml")
 
 
-PS_GRAPH = """
-kind: graph
-nodes:
-  - {name: sw, kind: switch}
-  - {name: g0, kind: gpu, host: 0}
-  - {name: g1, kind: gpu, host: 0}
-  - {name: g2, kind: gpu, host: 1}
-  - {name: g3, kind: gpu, host: 2}
-links:
-  - {a: g0, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
-  - {a: g1, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
-  - {a: g2, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
-  - {a: g3, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
-"""
 
 
 def test_a_constraint_sees_the_workers_of_parameter_servers_on_a_graph(tmp_path):
     """A graph's hosts are not told by its parameters: the sweep builds it (hosts of 2, 1 and 1 GPUs) and a
     parameter-server point's dp is the GPUs of the hosts that do not serve, 3 with the last host serving, 2 with
     the last two. The constraint was refused at every such point, its dp left underived."""
-    (tmp_path / "graph.yaml").write_text(PS_GRAPH)
+    (tmp_path / "graph.yaml").write_text(UNEQUAL_HOSTS_GRAPH)
     text = PS_DERIVED.replace("dgx-h100-cluster, nodes: 2", "graph.yaml").replace(
         "cluster.nodes: [2, 3]", "ps.servers: [1, 2, [0]]").replace(
         "'training.microbatches == 6 and parallelism.dp == 8'", "'parallelism.dp == 2'")
