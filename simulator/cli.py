@@ -772,7 +772,7 @@ def _ranks(text: str | None) -> list[int] | None:
 
 def shared_steps_note(shared: int, executor: str, workers: int) -> str:
     """The note that ``shared`` job points of a sweep share their cluster states' steps, where the local pool of
-    ``workers`` would simulate them in each worker (a 4-point sweep took 85.9 s on a pool of 2 against 37.8 s
+    ``workers`` would simulate them in each worker (a 4-point sweep took 105.0 s on a pool of 2 against 42.2 s
     serial, docs/studies.md); '' otherwise."""
     if shared < 2 or executor != "local" or workers < 2:
         return ""

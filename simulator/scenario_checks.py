@@ -112,6 +112,8 @@ def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | No
     PyTorch's ScheduleInterleaved1F1B on one chunk warms up with 2(p-r-1) forwards, so rank r holds
     min(2(p-r-1)+1, m) micro-batches' activations where `schedule: 1f1b`, with the same bubble, holds min(p-r, m)
     (52.6 against 36.8 GiB in a sweep over v, whose table read as if memory fell from v = 1 to v = 2)."""
+    from simulator.schedules.interleaved import interleaved_warmup
+    from simulator.schedules.one_f_one_b import warmup_forwards
     from simulator.workload.training import microbatch_count
 
     scenario = loaded.scenario
@@ -122,8 +124,8 @@ def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | No
             or not _is_modelled_step(loaded)):
         return None
     m = located(loaded, lambda: microbatch_count(scenario, data_parallel(loaded, gpus)))
-    interleaved = [min(2 * (stages - rank - 1) + 1, m) for rank in range(stages)]
-    plain = [min(stages - rank, m) for rank in range(stages)]
+    interleaved = [min(interleaved_warmup(stages, m, 1, rank) + 1, m) for rank in range(stages)]
+    plain = [min(warmup_forwards(stages, m, rank) + 1, m) for rank in range(stages)]
     if interleaved == plain:
         return None
     rank = next(rank for rank in range(stages) if interleaved[rank] != plain[rank])

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from shared import GIB, KIB, MIB
+from shared import GIB, KIB, MIB, NCCL_SIMPLE_BASE_S
 
 from simulator.collectives import protocols, tuner
 from simulator.collectives.chunking import AUTO_CHUNK
@@ -334,7 +334,8 @@ def test_the_chain_and_tree_estimates_charge_the_window_stall(hosts, op, group, 
     line_rate = min(topology.link_bandwidth[i] for i in path)
     per_pipeline = nbytes / (passes * pipelines)
     latency = topology.path_latency(group[0], group[1])
-    by_hand = 8.4e-6 + passes * pipeline_seconds(hops, int(per_pipeline / chunk), chunk, latency, rate, line_rate)
+    by_hand = NCCL_SIMPLE_BASE_S + passes * pipeline_seconds(hops, int(per_pipeline / chunk), chunk, latency, rate,
+                                                             line_rate)
     stall_free = passes * (hops * latency + (hops + per_pipeline / chunk - 1) * chunk / rate)
     assert by_hand > 4.5 * stall_free
     assert simulated(topology, request, algorithm) == pytest.approx(by_hand, rel=1e-9)

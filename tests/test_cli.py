@@ -26,7 +26,7 @@ from shared import DATA, REPO, SCENARIOS
 from simulator.cli import main
 from simulator.config.loader import as_typed
 
-SCENARIO = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
+SCENARIO = SCENARIOS / "allreduce-2x-dgx-h100.yaml"
 OUTPUTS = {"summary.json", "timeline.parquet", "trace.json", "manifest.json"}
 ERROR_LINE = re.compile(r"^error: (?P<where>command line: trainsim [\w-]+|[^:]+(?::\d+)?): (?P<rest>.+)$")
 
@@ -667,7 +667,7 @@ def test_a_steps_run_refuses_the_workers_of_a_job(tmp_path, capsys):
     """`trainsim run --workers 3` of a step (no run.horizon) was accepted and ignored, as if it had capped
     something; it is a job's option, refused as a chart's option given to another chart is."""
     out = tmp_path / "out"
-    assert main(["run", str(REPO / "scenarios" / "schedule-1f1b-p4-m8.yaml"), "--out", str(out), "--workers", "3"]) == 2
+    assert main(["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), "--out", str(out), "--workers", "3"]) == 2
     assert capsys.readouterr().err == (
         "error: command line: trainsim run: --workers: a step runs in this one process; --workers sets a job's "
         "processes, which simulate its cluster states ahead (run.horizon) (allowed: --workers with a scenario that "

@@ -13,7 +13,7 @@ import networkx
 import pytest
 import simpy
 from networkx.algorithms.isomorphism import DiGraphMatcher, categorical_edge_match
-from shared import ALPHA, BANDWIDTH, GIB, KIB, MIB, switch_topology, two_level_topology
+from shared import ALPHA, BANDWIDTH, GIB, KIB, MIB, NCCL_SIMPLE_BASE_S, switch_topology, two_level_topology
 
 from simulator.collective_sweep import collective_sweep
 from simulator.collectives.busbw import BUS_FACTORS, bus_bandwidth, bus_bandwidth_factor
@@ -35,7 +35,7 @@ from simulator.topology.loader import load_topology
 TOLERANCE = 1e-9
 """Relative: the closed forms hold to float rounding on these topologies (at most 2e-15 measured; 0.005 before,
 which let a step's latency or a hop's bytes go wrong unseen)."""
-BASE = 8.4e-6
+BASE = NCCL_SIMPLE_BASE_S
 """NCCL's base latency of a collective under Simple (tuning.cc baseLatencies, ring and tree alike): every ring,
 tree, hierarchical and halving-doubling collective pays it once, before its first step; direct pays none."""
 

@@ -1163,7 +1163,7 @@ def test_every_kind_of_run_names_its_gpu_model(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[0] == "trace on dgx-h100 (1 h200 GPU)"
     assert json.loads((trace / "summary.json").read_text())["gpu_model"] == "h200"
     job = tmp_path / "job"
-    assert main(["run", str(REPO / "tests" / "data" / "small-job.yaml"), "--out", str(job),
+    assert main(["run", str(DATA / "small-job.yaml"), "--out", str(job),
                  "--set", "cluster.gpu_model=b200"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("llama3-8b on dgx-h100 (8 b200 GPUs, TP8 ")
     assert json.loads((job / "job_summary.json").read_text())["gpu_model"] == "b200"

@@ -37,7 +37,7 @@ import pandas as pd
 import pytest
 import yaml
 from pydantic import BaseModel
-from shared import REPO
+from shared import REPO, SCENARIOS
 
 from simulator import load_scenario, simulate
 from simulator.cli import _parser, main
@@ -111,17 +111,17 @@ def shown_scenarios(path: Path) -> list[str]:
     return [block for block in YAML_FENCE.findall(path.read_text()) if "cluster" in (yaml.safe_load(block) or {})]
 
 
-SCENARIOS = [pytest.param(path.relative_to(REPO).as_posix(), index, text, id=f"{path.name}-{index}")
+SHOWN_SCENARIOS = [pytest.param(path.relative_to(REPO).as_posix(), index, text, id=f"{path.name}-{index}")
              for path in DOCS for index, text in enumerate(shown_scenarios(path))]
 
 
 def test_the_docs_show_scenarios():
-    assert {case.values[0] for case in SCENARIOS} >= {"README.md", "docs/traces.md", "docs/parameter_server.md"}
+    assert {case.values[0] for case in SHOWN_SCENARIOS} >= {"README.md", "docs/traces.md", "docs/parameter_server.md"}
 
 
-@pytest.mark.parametrize(("page", "index", "text"), SCENARIOS)
+@pytest.mark.parametrize(("page", "index", "text"), SHOWN_SCENARIOS)
 def test_a_scenario_the_docs_show_validates(page, index, text):
-    loaded = scenario_from_text(text, str(REPO / "scenarios" / f"example-{index}.yaml"))
+    loaded = scenario_from_text(text, str(SCENARIOS / f"example-{index}.yaml"))
     verdict = validate(loaded, sized_topology(loaded, force=False))
     assert not verdict.memory.get("oom"), page
 

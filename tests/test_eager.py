@@ -11,7 +11,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from shared import GIB, REPO
+from shared import GIB, REPO, SCENARIOS
 
 from simulator import load_scenario, simulate
 from simulator.catalog.calibration import kernel_data
@@ -27,8 +27,8 @@ from simulator.workload.roofline import kernels_duration
 from simulator.workload.training import optimizer_bytes_per_param, resolve_model
 from simulator.workload.transformer import AttentionCost, ShardShape
 
-TWIN = REPO / "scenarios" / "h200-eager-step.yaml"
-TRACE = REPO / "scenarios" / "traces" / "h200-step" / "rank0.json.gz"
+TWIN = SCENARIOS / "h200-eager-step.yaml"
+TRACE = SCENARIOS / "traces" / "h200-step" / "rank0.json.gz"
 MEASURED = REPO / "benchmarks" / "results" / "h200-2026-12-04.json"
 DDP = """description: a small decoder on one DGX H100, plain PyTorch DDP
 cluster: {topology: dgx-h100}
@@ -318,7 +318,7 @@ def test_eager_refuses_tensor_context_and_sequence_parallelism(overrides, field)
 def test_eager_refuses_a_synthetic_model():
     """A synthetic model's stage costs are given, so eager changed nothing and was silently ignored."""
     with pytest.raises(InputError) as refused:
-        load_scenario(str(REPO / "scenarios" / "schedule-1f1b-p4-m8.yaml"), ["training.kernels=eager"])
+        load_scenario(str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), ["training.kernels=eager"])
     assert refused.value.field == "training.kernels"
 
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from shared import NCCL_SIMPLE_BASE_S
 
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
@@ -29,8 +30,7 @@ ALPHA_IB, NDR_BANDWIDTH = 2 * 6.5e-6, 50e9
 """dgx-h100-cluster's latency between the same GPU of two servers, on one rail leaf (topologies/dgx-h100-cluster.yaml:
 two NIC-to-leaf links of 6.5 us; switch_latency is charged on switch-to-switch links, which this path has none
 of), and an NDR NIC's 400 Gb/s per direction."""
-BASE = 8.4e-6
-"""NCCL's base latency of a collective under Simple, ring or tree (tuning.cc baseLatencies), paid once each."""
+BASE = NCCL_SIMPLE_BASE_S
 PIPELINED_8B = f"""
 cluster: {{topology: dgx-h100}}
 network: {{efficiency: ideal}}

@@ -6,6 +6,7 @@ layer's gradients every micro-batch. Counts, bytes and the unsharded working set
 from __future__ import annotations
 
 import pytest
+from shared import NCCL_SIMPLE_BASE_S
 
 from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
@@ -132,7 +133,7 @@ HSDP_8B = (SHARDED_8B.replace("{topology: dgx-h100}", "{topology: dgx-h100-clust
            .replace(f"global_batch: {DP * M}", f"global_batch: {16 * M}"))
 """Two DGX H100 hosts, DP 16 under hybrid_shard: each host's 8 GPUs a shard group, GPU g of the two hosts a
 replica group of 2, joined by g's rail (ideal network efficiency: closed forms)."""
-BASE, RAIL_LATENCY, NDR_BANDWIDTH = 8.4e-6, 2 * 6.5e-6, 50e9
+BASE, RAIL_LATENCY, NDR_BANDWIDTH = NCCL_SIMPLE_BASE_S, 2 * 6.5e-6, 50e9
 """NCCL's base latency of a Simple ring; dgx-h100-cluster's latency between like GPUs of two servers on one rail
 leaf (two NIC-to-leaf links of 6.5 us); an NDR NIC's 400 Gb/s per direction."""
 

@@ -6,7 +6,7 @@ closed forms at line rate (Simple, chunking off, efficiency 1), on two racks und
 from __future__ import annotations
 
 import pytest
-from shared import GIB
+from shared import GIB, NCCL_SIMPLE_BASE_S
 
 from simulator.collectives import nvls, ring
 from simulator.collectives.execute import time_collective
@@ -16,8 +16,7 @@ from simulator.collectives.tuner import choose, estimates
 from simulator.errors import ScenarioError
 from simulator.topology.loader import load_topology
 
-BASE = 8.4e-6
-"""NCCL's base latency of a collective under Simple (tuning.cc baseLatencies)."""
+BASE = NCCL_SIMPLE_BASE_S
 NVLINK = 900e9
 NIC = 50e9
 RACK = 72

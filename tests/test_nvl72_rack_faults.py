@@ -781,12 +781,14 @@ def test_a_rack_without_a_spare_is_met_once_per_mtbf_and_repair(text_job, spares
     """2 GB200 racks (rack MTBF 100 h, 1 d repairs) over 30 d, not elastic. With no spare the job waits for the
     rack in repair, which does not fail meanwhile: the closed form counts 2 x 720 h / 124 h = 11.6 interruptions
     (it said 2 x 720 h / 100 h = 14.4, the rate alone); with a spare rack (`spares: 4`) the spare takes the place
-    at once and the place fails on at the rate itself, 14.4. The simulated mean of 400 replications lies within
-    3 standard errors (about 0.5) of each: 11.54 and 14.09 (a spare rack in repair too leaves the job
-    waiting now and then)."""
+    at once and the place fails on at the rate itself, 14.4, an upper bound (a spare rack in repair too leaves the
+    job waiting now and then). The simulated mean of 400 replications: 11.54 within 3 standard errors (about 0.5)
+    of the first, 14.09 at most 3 standard errors above the second and within 10% below it."""
     text = gb200_job("rack: {mtbf: 100 h, repair: 1 d}", elastic=False).replace(
         "horizon: 12 h", "horizon: 30 d, replications: 400")
     summary = text_job(spared(text) if spares else text).summary
     assert summary["failure_model"]["rack"]["expected_interruptions"] == pytest.approx(expected, rel=1e-12)
     simulated = summary["interruptions"]["by_cause"]["rack"]
-    assert simulated["mean"] == pytest.approx(expected, abs=3 * simulated["std"] / 400 ** 0.5)
+    error = 3 * simulated["std"] / 400 ** 0.5
+    low = 0.9 * expected if spares else expected - error
+    assert low <= simulated["mean"] <= expected + error

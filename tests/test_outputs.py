@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pytest
-from shared import REPO
+from shared import REPO, SCENARIOS
 
 import simulator
 from simulator.cli import main
@@ -40,9 +40,9 @@ from simulator.report.run_folder import MANIFEST, file_digest, interrupts_held
 from simulator.report.trace import write_trace
 from simulator.simulation import simulate
 
-SMALL = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
-PIPELINE = REPO / "scenarios" / "schedule-1f1b-p4-m8.yaml"
-TRAINING = REPO / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"
+SMALL = SCENARIOS / "allreduce-2x-dgx-h100.yaml"
+PIPELINE = SCENARIOS / "schedule-1f1b-p4-m8.yaml"
+TRAINING = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
 NIC_BYTES_PER_S = 400e9 / 8
 TRANSFER = """
 cluster: {topology: dgx-h100-cluster, nodes: 2}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from shared import DATA, OOM_JOB, REPO, stderr_before_each_draw
+from shared import DATA, OOM_JOB, SCENARIOS, stderr_before_each_draw
 
 import simulator
 from simulator.catalog.failures import LLAMA3
@@ -36,7 +36,7 @@ from simulator.console.report import format_seconds
 from simulator.metrics.summary import OOM_FIGURES
 from simulator.report.run_folder import checked_manifest
 
-LLAMA3_JOB = REPO / "scenarios" / "llama3-405b-16k-job.yaml"
+LLAMA3_JOB = SCENARIOS / "llama3-405b-16k-job.yaml"
 
 SEED003 = """
 cluster: {topology: dgx-h100, gpus: 8}

@@ -5,8 +5,7 @@ Hand figures (usertest36 finding 1): the bundled trace job (8 single-GPU hosts u
 MTBF 2000 h, 4 h repairs, no spare, 30 d) with `leaf_switch: {mtbf: 200 h, repair: 4 h}` expects
 8 x 720 / 2004 = 2.874 host interruptions (no spare: the job waits for a host in repair, which does not fail) and
 1 x 720 / (200 + 4) = 3.529 leaf interruptions (a leaf repaired in place fails once per MTBF + repair), 6.404 in
-all: M = 720 h / 6.404 = 112.4 h (404,768 s), Young sqrt(2 x 1.35 ms x 404,768 s) = 33.06 s. Before, the leaf was
-left out: M 250 h, Young 49.30 s; and hosts counted 8 x 720 / 2000 = 2.88 (M 112.3 h, Young 33.04 s). A NIC
+all: M = 720 h / 6.404 = 112.4 h (404,768 s), Young sqrt(2 x 1.35 ms x 404,768 s) = 33.06 s. A NIC
 degrading on those one-NIC hosts (MTBF 1000 h, 4 h repairs) expects 8 x 720 / 1004 = 5.737, M = 125.5 h. The
 last spine of two (each MTBF 100 h, 12 h exponential repairs) over single-NIC hosts under two leaves interrupts
 when the other is down: 2 x 720 / 112 x 12 / 112 = 1.378 a replication.

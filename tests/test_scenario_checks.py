@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from shared import REPO
+from shared import SCENARIOS
 
 from simulator.cli import main
 
-DP8 = REPO / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"
+DP8 = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
 """global_batch: 32, micro_batch: 1 on dp 8: 4 micro-batches a step."""
 
 

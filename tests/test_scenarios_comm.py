@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from shared import DATA
+from shared import DATA, NCCL_SIMPLE_BASE_S
 
 from simulator.cli import main
 from simulator.collective_sweep import collective_sweep
@@ -45,7 +45,7 @@ ETHERNET_LATENCY = 14e-6  # 7 us per NIC through the one switch (topologies/ethe
 NIC_LATENCY = 13e-6      # a cluster's default nic_latency, 6.5 us per NIC through the one switch
 
 
-RING_BASE = 8.4e-6  # NCCL's base latency of a Simple ring collective, paid once (tuning.cc baseLatencies)
+RING_BASE = NCCL_SIMPLE_BASE_S
 
 
 def ring_all_reduce_time(nbytes: float, ranks: int, bandwidth: float, latency: float) -> float:

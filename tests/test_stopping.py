@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from shared import REPO
+from shared import DATA, REPO, SCENARIOS
 
-PUBLISHED = REPO / "scenarios" / "published"
+PUBLISHED = SCENARIOS / "published"
 
 BLOCKED_WORKERS = """
 import os, signal, sys
@@ -45,8 +45,8 @@ sys.exit(console())
 """
 
 COMMANDS = {
-    "sweep": ["sweep", str(REPO / "tests" / "data" / "sweep_200.yaml"), "--workers", "2", "--quiet"],
-    "search": ["search", str(REPO / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"), "--tp", "1,2", "--pp", "1",
+    "sweep": ["sweep", str(DATA / "sweep_200.yaml"), "--workers", "2", "--quiet"],
+    "search": ["search", str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"), "--tp", "1,2", "--pp", "1",
                "--cp", "1", "--top", "2", "--workers", "2", "--quiet"],
     "validate-published": ["validate-published", "--folder", str(PUBLISHED), "--workers", "2",
                            "--case", "nccl-sendrecv-ndr", "--case", "nccl-allreduce-8x-a100"],

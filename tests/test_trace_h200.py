@@ -11,15 +11,15 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from shared import REPO
+from shared import REPO, SCENARIOS
 
 from simulator import simulate
 from simulator.catalog.gpus import catalog_gpu_of
 from simulator.config.loader import scenario_from_text
 from simulator.workload.traces.model import attention_key_length, kernel_kind
 
-SCENARIO = REPO / "scenarios" / "trace-h200-step.yaml"
-TRACE = REPO / "scenarios" / "traces" / "h200-step" / "rank0.json.gz"
+SCENARIO = SCENARIOS / "trace-h200-step.yaml"
+TRACE = SCENARIOS / "traces" / "h200-step" / "rank0.json.gz"
 MEASURED = REPO / "benchmarks" / "results" / "h200-2026-12-04.json"
 LAYERS, LINEARS, PASSES = 4, 4, 3
 

@@ -13,7 +13,19 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from shared import EVEN, EXACT, MIB, SEQ_2RANK, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
+from shared import (
+    EVEN,
+    EXACT,
+    MIB,
+    NCCL_SIMPLE_BASE_S,
+    SEQ_2RANK,
+    UNEVEN,
+    all_to_all_2rank,
+    allreduce_time,
+    chakra_job,
+    run,
+    seq_args,
+)
 
 from simulator.config.loader import scenario_from_text
 from simulator.config.traces import TraceWorkload
@@ -30,7 +42,7 @@ def ring_s(ranks: int, nbytes: float) -> float:
     """A ring all-reduce of ``nbytes`` over ``ranks`` one-GPU hosts of ethernet-100g: NCCL's base latency of a
     Simple ring (8.4 us), then 2(p-1) steps each carrying n / p between two hosts over the one switch (a 14 us
     path)."""
-    return 8.4e-6 + 2 * (ranks - 1) * (14e-6 + nbytes / ranks / ETHERNET_RATE)
+    return NCCL_SIMPLE_BASE_S + 2 * (ranks - 1) * (14e-6 + nbytes / ranks / ETHERNET_RATE)
 
 
 def ring_bytes(ranks: int, nbytes: float) -> float:

@@ -17,12 +17,14 @@ import pandas as pd
 import pytest
 from shared import (
     ALLREDUCE_BYTES,
+    DATA,
     EVEN,
     EXACT,
     KINETO_2RANK,
     MESH,
     MIB,
-    REPO,
+    NCCL_SIMPLE_BASE_S,
+    SCENARIOS,
     SEQ_2RANK,
     UNEVEN,
     all_to_all_2rank,
@@ -53,7 +55,7 @@ from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import TracedSizes, Transfer, dimensions
 from simulator.workload.traces.model import ProcessGroup
 
-CHAKRA_2RANK = REPO / "scenarios" / "traces" / "chakra-2rank"
+CHAKRA_2RANK = SCENARIOS / "traces" / "chakra-2rank"
 
 
 def refusal(text: str, folder: Path) -> ScenarioError:
@@ -68,7 +70,7 @@ def test_two_rank_allreduce_is_recosted_and_a_slower_network_adds_exactly_its_ex
     _, slow = run(two_rank_scenario("25 Gb/s"), tmp_path)
     # a two-rank ring all-reduce: NCCL's base latency of a Simple ring (8.4 us), then a reduce-scatter step and an
     # all-gather step, each sending n / 2 both ways: 2.892 and 11.459 ms
-    fast_ar, slow_ar = (8.4e-6 + 2 * transfer_s(rate, ALLREDUCE_BYTES / 2) for rate in (100e9, 25e9))
+    fast_ar, slow_ar = (NCCL_SIMPLE_BASE_S + 2 * transfer_s(rate, ALLREDUCE_BYTES / 2) for rate in (100e9, 25e9))
     # rank 1's GEMM (1100 us) gates the all-reduce, the optimizer kernel (200 us) follows it
     assert fast.summary["step_time_s"] == pytest.approx(1100e-6 + fast_ar + 200e-6, rel=EXACT)
     assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_ar - fast_ar, rel=EXACT)
@@ -80,7 +82,7 @@ def test_kineto_streams_are_named_streams_in_the_timeline_and_the_trace(tmp_path
     """Kineto numbers CUDA streams (`args.stream` 7 and 20 in these traces): the replay names them `stream 7`,
     so the trace's threads read `GPU 0 stream 7`; they read `GPU 0 7`, a number a user could not place."""
     out = tmp_path / "out"
-    assert main(["run", str(REPO / "scenarios" / "trace-allreduce-2rank.yaml"), "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(out), "--quiet"]) == 0
     streams = set(pd.read_parquet(out / "timeline.parquet").query("kind != 'flow'")["stream"])
     assert streams == {"stream 7", "stream 20"}
     events = json.loads((out / "trace.json").read_text())["traceEvents"]
@@ -490,7 +492,7 @@ def test_one_rank_of_a_job_spans_the_world_size_its_trace_states(tmp_path):
     text = two_rank_scenario("100 Gb/s", nodes=4).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
     _, result = run(text, tmp_path)
     assert result.summary["gpus"] == 4 and result.summary["simulated_ranks"] == 1
-    all_reduce = 8.4e-6 + 2 * transfer_s(100e9, ALLREDUCE_BYTES / 2)
+    all_reduce = NCCL_SIMPLE_BASE_S + 2 * transfer_s(100e9, ALLREDUCE_BYTES / 2)
     assert result.summary["step_time_s"] == pytest.approx(1000e-6 + all_reduce + 200e-6, rel=EXACT)
 
 
@@ -795,7 +797,7 @@ def test_replication_refuses_a_trace_without_a_group_across_its_data_parallelism
         "group spans its data-parallel places, so the trace cannot tell the gradients' traffic of more replicas")
 
 
-TORCH_TRACE = REPO / "tests" / "data" / "traces" / "torch_cpu_step.json"
+TORCH_TRACE = DATA / "traces" / "torch_cpu_step.json"
 """One training step of a 2-layer transformer profiled by torch.profiler on a CPU (tests/data/make_torch_trace.py)."""
 
 

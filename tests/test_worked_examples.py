@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from shared import DATA, GB, GIB, REPO
+from shared import DATA, GB, GIB, NCCL_SIMPLE_BASE_S, REPO, SCENARIOS
 
 from simulator import load_scenario
 from simulator.catalog.models import get_model
@@ -233,7 +233,7 @@ collectives: {{algorithm: ring}}
 
 EIGHT_HOSTS_400G = DATA / "eight-hosts-400g.yaml"
 
-RING_BASE = 8.4e-6  # NCCL's base latency of a Simple ring collective (tuning.cc baseLatencies)
+RING_BASE = NCCL_SIMPLE_BASE_S
 
 
 def test_llama8b_tp8_splits_heads_and_ffn_evenly():
@@ -350,7 +350,7 @@ def test_llama3_405b_layouts_cover_their_clusters_with_16m_token_batches(name, g
     16,384; a model replica (TP x PP) is 128 GPUs; every batch is 16M tokens (2^24 = 16.8M). The bundled
     published scenarios hold these layouts; their TFLOP/s per GPU (430 / 400 / 380) are validation cases
     (docs/validation.md), not test vectors."""
-    loaded = load_scenario(REPO / "scenarios" / "published" / f"{name}.yaml")
+    loaded = load_scenario(SCENARIOS / "published" / f"{name}.yaml")
     verdict = validate(loaded, scenario_topology(loaded))
     shown = verdict.memory["layout"]
     assert (shown["tp"], shown["cp"], shown["pp"], shown["dp"]) == layout

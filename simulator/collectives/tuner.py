@@ -473,7 +473,7 @@ def chain_fill_latency(latencies: np.ndarray, chunks: int) -> float:
     order they open (columns): the step opening edge k waits for the slowest of the edges carrying a chunk then,
     k - L + 1 to k on any channel (tree.py `pipelined_phases`)."""
     slowest = latencies.max(axis=0)
-    if chunks >= slowest.size:
+    if chunks >= slowest.size:  # the window's result without its large view: every window starts at edge 0
         return float(np.maximum.accumulate(slowest).sum())
     padded = np.concatenate((np.zeros(chunks - 1), slowest))
     return float(np.lib.stride_tricks.sliding_window_view(padded, chunks).max(axis=1).sum())

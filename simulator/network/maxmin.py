@@ -120,9 +120,10 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
     `TIE_TOLERANCE`) freeze at it, and their weight and usage leave their links. Only the entries of the links
     that saturate and of the groups that freeze are visited, each once, and only the links those groups cross
     change share, so a solve costs O(entries + rounds x links) with a small constant on the links (a minimum
-    and a comparison). Loads are sums of whole flow counts, exact in floating point, so they equal a recount
-    of the unfrozen entries each round to the last bit. The round that freezes the last groups ends the solve; a
-    link left with load but no unfrozen group (fractional weights' rounding) leaves the search instead of looping."""
+    and a comparison). Where weights are whole flow counts (every caller in the engine) loads are exact in
+    floating point, so they equal a recount of the unfrozen entries each round to the last bit. The round that
+    freezes the last groups ends the solve; a link left with load but no unfrozen group (fractional weights'
+    rounding) leaves the search instead of looping."""
     entry_group, entry_link = incidence.entry_group, incidence.entry_link
     entry_weight = weight[entry_group]
     load = np.bincount(entry_link, weights=entry_weight, minlength=capacity.size)

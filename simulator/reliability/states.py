@@ -389,18 +389,18 @@ class StepStates:
         return stood
 
     def representative(self, gpu: int, replicas: int | None = None) -> int:
-        """The GPU a straggler on ``gpu`` is simulated on in a state with no link or NVSwitch tray down, the job
-        on ``replicas`` replicas (None: all): the first GPU of its pipeline stage in the job's layout at that size
-        that the scenario's own `faults.step` slows as it slows ``gpu`` (at full speed for most; one state per
-        distinct own slowdown, so `fraction: 1.0` or `all` keeps one). The step is the real GPU's to the bit for
-        one straggler in the cases tests/test_straggler_places.py runs; not where stragglers sit in several
-        replicas: they then stand in as one (TP 8 x PP 2 x DP 4 on 8 DGX H100, GPUs 40 and 48 x1.5: 0.94% off
-        their own GPUs' step), which keeps the states one per set of stages slowed (relabelling whole replicas
-        instead, exact, made 626 states where this makes 30 on `llama3-70b-2k-job` with throttling, 1
-        replication). ``gpu`` itself where the replicas at that size straddle leaf groups or pods (not
-        `_fabric_aligned`: a x1.5 GPU on hosts 8-9 of TP 8 x PP 2 x DP 6 on 12 DGX H100 with `leaf_ports: 3`
-        stood in on GPU 0 with a step 5.1e-4 shorter), where the scenario takes links down of its own (fixed
-        places), and in a replayed trace, whose ranks each run their own traced kernels."""
+        """The GPU a straggler on ``gpu`` is simulated on in a state with no link or NVSwitch tray down, the job on
+        ``replicas`` replicas (None: all): the first GPU of its pipeline stage in the job's layout at that size that the
+        scenario's own `faults.step` slows as it slows ``gpu`` (at full speed for most; one state per distinct own
+        slowdown, so `fraction: 1.0` or `all` keeps one). The step is the real GPU's to the bit for one straggler in the
+        cases tests/test_straggler_places.py runs; not where stragglers sit in several replicas: they then stand in as
+        one (TP 8 x PP 2 x DP 4 on 8 DGX H100, GPUs 40 and 48 x1.5: 0.94% off their own GPUs' step), which keeps the
+        states one per set of stages slowed (relabelling whole replicas instead, exact, made 626 states where this makes
+        30 on `llama3-70b-2k-job` with its spine, leaf and throttling classes, 1 replication). ``gpu`` itself where the
+        replicas at that size straddle leaf groups or pods (not `_fabric_aligned`: a x1.5 GPU on hosts 8-9 of TP 8 x PP
+        2 x DP 6 on 12 DGX H100 with `leaf_ports: 3` stood in on GPU 0 with a step 5.1e-4 shorter), where the scenario
+        takes links down of its own (fixed places), and in a replayed trace, whose ranks each run their own traced
+        kernels."""
         layout = self.layout
         if layout is None or self.loaded.scenario.faults.step.links:
             return gpu
