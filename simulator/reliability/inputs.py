@@ -16,28 +16,50 @@ times.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
-from simulator.config.traces import TraceWorkload
+from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError
-from simulator.topology.loader import resolve_topology_path
+from simulator.topology.loader import names_a_file, resolve_topology_path
 from simulator.workload.traces.program import trace_files
+
+
+@dataclass(frozen=True)
+class FileField:
+    """A scenario field whose text names files relative to the scenario's folder: ``files`` resolves its text to
+    the files the step reads, ``names_a_file`` tells a path from a name that is not one (a bundled topology)."""
+
+    path: FieldPath
+    files: Callable[[LoadedScenario, str, Path], list[Path]]
+    names_a_file: Callable[[str], bool] = lambda text: True
+
+
+FILE_FIELDS = (
+    FileField(("cluster", "topology"), lambda loaded, text, folder: [resolve_topology_path(text, folder)],
+              names_a_file),
+    FileField(("parallelism", "pipeline", "table"), lambda loaded, text, folder: [folder / text]),
+    FileField(("workload", "trace"),
+              lambda loaded, text, folder: located(loaded, lambda: trace_files(text, folder))),
+)
+"""The fields whose text names files relative to the scenario's folder, in the order `read_files` lists them:
+the typed scenario's (`read_files`) and a sweep's raw data (`sweep.spec.absolute_files`) both read these."""
 
 
 def read_files(loaded: LoadedScenario) -> tuple[Path, ...]:
     """The files the scenario's step reads, resolved from its folder: its topology file (a bundled one's too),
     its schedule table if any, and a replayed trace's files (none matching refused, located, as the step would)."""
-    scenario = loaded.scenario
     folder = Path(loaded.source).parent
-    files = [resolve_topology_path(scenario.cluster.topology, folder)]
-    table = scenario.parallelism.pipeline.table
-    if table is not None:
-        files.append(folder / table)
-    workload = scenario.workload
-    if isinstance(workload, TraceWorkload):
-        files += located(loaded, lambda: trace_files(workload.trace, folder))
+    files: list[Path] = []
+    for field in FILE_FIELDS:
+        node: object = loaded.scenario
+        for part in field.path:
+            node = getattr(node, part, None)
+        if isinstance(node, str):
+            files += field.files(loaded, node, folder)
     return tuple(files)
 
 

@@ -63,7 +63,7 @@ from simulator.config.yaml_source import (
     set_text,
 )
 from simulator.errors import InputError, ScenarioError, TopologyError
-from simulator.reliability.inputs import contents_key
+from simulator.reliability.inputs import FILE_FIELDS, contents_key
 from simulator.report.writers import scenario_digest
 from simulator.scale import scenario_gpus, scenario_hosts
 from simulator.sweep.constraints import EVALUABLE, Constraint, parse_constraint, with_derived
@@ -72,7 +72,6 @@ from simulator.sweep.options import DEFAULT_MAX_POINTS
 from simulator.topology.loader import (
     TopologySource,
     checked_parameters,
-    names_a_file,
     read_topology,
     scenario_field_of,
     scenario_topology,
@@ -259,7 +258,7 @@ def _replayed(point_data: dict, name: str, value: object) -> object:
     """An axis's value as its point's `--set` replays it: a file field's as the point's data holds it (an inline
     base's made absolute by `absolute_files`)."""
     path = parse_field(name)
-    if path not in FILE_FIELDS:
+    if not any(field.path == path for field in FILE_FIELDS):
         return value
     node: object = point_data
     for part in path:
@@ -318,22 +317,17 @@ def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict
     return data, str(path), base_lines
 
 
-FILE_FIELDS = (("cluster", "topology"), ("parallelism", "pipeline", "table"), ("workload", "trace"))
-"""The fields whose text names a file relative to the scenario's folder (`reliability.inputs.read_files`)."""
-
-
 def absolute_files(data: dict, folder: Path) -> dict:
     """``data`` with each relative file path of `FILE_FIELDS` made absolute from ``folder`` (a topology's bundled
     name kept): an inline base's files, read from the sweep file's folder, then read alike from the
     `scenario.yaml` a point folder holds (`trainsim run` of it reproduces the point)."""
     written: dict[FieldPath, object] = {}
-    for path in FILE_FIELDS:
+    for field in FILE_FIELDS:
         node: object = data
-        for part in path:
+        for part in field.path:
             node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, str) and not Path(node).is_absolute() and (
-                path != ("cluster", "topology") or names_a_file(node)):
-            written[path] = str((folder / node).resolve())
+        if isinstance(node, str) and not Path(node).is_absolute() and field.names_a_file(node):
+            written[field.path] = str((folder / node).resolve())
     return with_values(data, written) if written else data
 
 
