@@ -366,9 +366,9 @@ COLLECTIVE_QUOTES = [
      "SHARP, NCCL's NVLS tree over 8 heads a host, up to 2 n/8 per NIC: {1[ms]:.2f} ms, {1[busbw]:.0f} GB/s)"),
     ("docs/collectives.md",
      [f"--topology dgx-h100-cluster --set nodes={hosts} --sizes 1GiB,4GiB" for hosts in (3, 4, 16)],
-     "3 hosts 521.1 -> {0[busbw]:.1f} at 1 GiB; 4 hosts 473.7 -> {2[busbw]:.1f} at 1 GiB (4.39 -> {2[ms]:.2f} ms; "
-     "at line rate 503 -> 380, `tests/test_nvls_tree.py`) and 482.6 (`nvls`) -> {3[busbw]:.1f} at 4 GiB, where "
-     "`auto` now takes the ring; 16 hosts 384.1 -> {4[busbw]:.1f} at 1 GiB"),
+     "3 hosts {0[busbw]:.1f} at 1 GiB; 4 hosts {2[busbw]:.1f} at 1 GiB ({2[ms]:.2f} ms; at line rate 380, "
+     "`tests/test_nvls_tree.py`) and {3[busbw]:.1f} at 4 GiB, where `auto` takes the ring; 16 hosts "
+     "{4[busbw]:.1f} at 1 GiB"),
     ("docs/collectives.md", ["--topology dgx-h100 --op broadcast --algorithm ring --protocol simple --sizes 1GiB",
                              "--topology dgx-h100 --algorithm tree --sizes 1GiB",
                              "--topology dgx-h100-cluster --algorithm tree --sizes 1GiB"],
@@ -398,10 +398,10 @@ COLLECTIVE_QUOTES = [
      "against the ring's {4[ms]:.1f})"),
     ("docs/collectives.md", [f"{GB200_NO_NVLS} --algorithm tree --protocol ll128 --sizes 1GiB",
                              f"{GB200_NO_NVLS} --sizes 1GiB", f"{GB200_NO_NVLS} --sizes 16MiB,256MiB,4GiB"],
-     "took the LL128 tree at 1 GiB, {0[ms]:.2f} ms, busbw {0[busbw]:.1f} GB/s (`trainsim collective --topology "
-     "gb200-nvl72 --set nvls=none --algorithm tree --protocol ll128 --sizes 1GiB`, measured), where it now takes "
-     "the LL128 ring, {1[ms]:.2f} ms, busbw {1[busbw]:.1f} GB/s (16 MiB: the LL ring, {2[us]:.1f} us; 256 MiB: the "
-     "LL128 ring, {3[ms]:.2f} ms; 4 GiB: the Simple ring, {4[ms]:.2f} ms;"),
+     "takes the LL128 ring at 1 GiB, {1[ms]:.2f} ms, busbw {1[busbw]:.1f} GB/s (16 MiB: the LL ring, {2[us]:.1f} "
+     "us; 256 MiB: the LL128 ring, {3[ms]:.2f} ms; 4 GiB: the Simple ring, {4[ms]:.2f} ms; measured, estimates "
+     "equal to the simulated times), where the tree over its trays takes {0[ms]:.2f} ms, busbw {0[busbw]:.1f} GB/s "
+     "(`trainsim collective --topology gb200-nvl72 --set nvls=none --algorithm tree --protocol ll128 --sizes 1GiB`)"),
     ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --sizes 1KiB",
                              "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1KiB"],
      "({0[us]:.1f} us at 1 KiB, against `nvls_sharp`'s {1[us]:.0f} us without base latency)"),
