@@ -42,7 +42,7 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
         executor.close()
     table = result.table
     # Seed tree: TP 1 never fits 8192-token activations, so TP + SP, the smallest TP and PP that fit with m >= 4p
-    # (pp 2 no longer fits with the fp32 gradient buffer); no recompute, as selective saves nothing under flash.
+    # (pp 2 does not fit with the fp32 gradient buffer); no recompute, as selective saves nothing under flash.
     assert result.tree.candidate == Candidate(4, 1, 4, 32, 1, 1, "zero1", "none")
     assert result.winner is not None and result.tree_row is not None
     assert result.winner["tokens_per_s"] >= result.tree_row["tokens_per_s"]
@@ -80,8 +80,8 @@ def test_a_candidate_label_spells_its_degrees_as_the_run_line_does():
 
 
 def test_search_takes_a_bundled_scenario_by_name():
-    """`trainsim search NAME` finds the bundled scenario as `trainsim run NAME` does (it used to read the name
-    as a file path when building the candidates' base scenario)."""
+    """`trainsim search NAME` finds the bundled scenario as `trainsim run NAME` does, for the candidates' base
+    scenario too: the scenario's own layout simulates to the bundled run's tokens/s."""
     space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
                         recompute=("none",))
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1)
@@ -91,9 +91,9 @@ def test_search_takes_a_bundled_scenario_by_name():
 
 
 def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsys):
-    """A search simulated its candidates (minutes for a 70B space) without a word: `on_progress` hears of none
-    done as they start (off a terminal the heartbeat's line counts them from there: before, it said nothing
-    until the first finished) and of each candidate simulated, as a sweep's of each point (the CLI draws it as a
+    """A search tells its progress over the candidates it simulates (minutes for a 70B space): `on_progress`
+    hears of none done as they start (off a terminal the heartbeat's line counts them from there) and of each
+    candidate simulated, as a sweep's of each point (the CLI draws it as a
     progress bar on a terminal), and `--quiet` takes it away, as it does for sweep and study; the results are
     printed all the same."""
     from simulator.cli import main
@@ -196,8 +196,8 @@ def test_force_simulates_a_candidate_beyond_the_scale_limits(monkeypatch):
      "tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1)"),
 ])
 def test_a_search_that_would_simulate_nothing_is_refused(tmp_path, capsys, args, message):
-    """--top 0 or a space with no layout of the GPU count used to report that the search 'agrees with the
-    decision tree', having simulated the tree's layout alone (and --top -1 simulated all but one)."""
+    """--top 0, a negative --top or a space with no layout of the GPU count is refused (exit 2, one line, no
+    output folder): such a search would simulate the tree's layout alone and report that it agrees with it."""
     from simulator.cli import main
 
     assert main(["search", str(SCENARIO), "--out", str(tmp_path / "out"), *args]) == 2
@@ -229,9 +229,9 @@ def test_a_search_of_a_job_scenario_is_refused_at_its_horizon(tmp_path, capsys):
 
 def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, capsys):
     """Llama-3-70B on one DGX H100 at tp 8: 18 layouts, every one out of memory (model state alone is 140 GB a
-    GPU), and the tree finds none either. The search said so and exited 0, so a script could not tell it from a
-    found layout; it now exits 1 (the run found nothing; 2 stays for bad input), having written the files that
-    say why each layout was pruned. The summary counts them by kind (it gave only the total): 2 micro-batches x
+    GPU), and the tree finds none either. The search exits 1 (the run found nothing; 2 is for bad input), so a
+    script tells it from a found layout, having written the files that say why each layout was pruned. The
+    summary counts them by kind: 2 micro-batches x
     3 shardings x 3 recomputes, with dp 1 ZeRO-1 the same layout as ZeRO-0 (6), ZeRO-0's and FSDP's (fp32 shards,
     16 B/param) 12 out of memory."""
     from simulator.cli import main
@@ -260,11 +260,10 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
 
 
 def test_with_one_data_parallel_rank_the_shardings_are_one_layout(tmp_path):
-    """dp x cp = 1: the ZeRO stages shard over one rank, so they are the same layout. The search used to
-    simulate each (the same tokens/s again) and report that the tree's zero1 'differs in sharding' from a
-    zero0 winner of equal throughput. Now the first ZeRO sharding of the space stands for them; the tree's
-    zero1 is still simulated and gives exactly the same step. FSDP is a layout of its own even there: fp32
-    shards and fully_shard's one-rank unshard and reduce copies (it was pruned as zero0's layout)."""
+    """dp x cp = 1: the ZeRO stages shard over one rank, so they are the same layout: the first ZeRO sharding
+    of the space stands for them, and the tree's zero1 is not reported as differing in sharding from a zero0
+    winner of equal throughput; it is still simulated and gives exactly the same step. FSDP is a layout of its
+    own even there: fp32 shards and fully_shard's one-rank unshard and reduce copies."""
     path = tmp_path / "one_gpu.yaml"
     path.write_text("cluster: {topology: ethernet-100g, nodes: 1}\nmodel: {preset: megatron-1.7b, layers: 2}\n"
                     "training: {seq_len: 2048, global_batch: 8}\n")
@@ -304,8 +303,9 @@ def test_a_search_from_a_zbv_scenario_keeps_its_one_chunk_layouts():
 
 
 def test_a_search_refuses_fixed_microbatches_which_would_change_its_global_batch_with_dp(tmp_path, capsys):
-    """Fixed micro-batches override the global batch: every layout of another dp ran another global batch (and,
-    since its scenario gives both, was refused when simulated). The search is refused before it starts."""
+    """Fixed micro-batches override the global batch, so every layout of another dp would run another global
+    batch (and, since its scenario gives both, be refused when simulated): the search is refused before it
+    starts."""
     from simulator.cli import main
 
     out = tmp_path / "search"
@@ -363,10 +363,10 @@ def test_the_trees_data_parallel_step_says_what_fits_and_its_memory():
 
 
 def test_where_selective_recompute_saves_no_memory_the_tree_tries_none_in_its_place():
-    """Selective recompute drops the attention scores, which flash attention never stores: the tree tried
-    selective before full, and for Llama-3-70B on 64 DGX H100 picked tp4 pp4 recompute=selective, 2.5% slower
-    than the same layout without recompute and no lighter. Where selective saves nothing the tree tries no
-    recompute in its place and says why; where it saves memory (standard attention) the tree is unchanged."""
+    """Selective recompute drops the attention scores, which flash attention never stores, so under flash
+    attention it costs time and saves no memory (Llama-3-70B tp4 pp4 on 64 DGX H100: 2.5% slower than without
+    recompute): there the tree tries no recompute in its place and says why; where it saves memory (standard
+    attention) the tree tries selective before full."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 
@@ -473,10 +473,9 @@ def test_the_published_405b_base_yields_every_sharding_of_its_layout():
 
 
 def test_a_moe_search_keeps_the_scenarios_expert_parallelism():
-    """Every candidate of mixtral-8x7b-ep8 ran with ep 1 (the base's parallelism section was dropped and no
-    candidate set ep): the search ranked dense-expert layouts the scenario never asked for. Candidates now keep
-    the scenario's ep (or the space's), the table has an `ep` column, and the simulated step is the bundled one
-    where the layout is the scenario's own."""
+    """The candidates of mixtral-8x7b-ep8 keep the scenario's ep (or the space's), not ep 1, which would rank
+    dense-expert layouts the scenario never asked for: the table has an `ep` column, and the simulated step is
+    the bundled one where the layout is the scenario's own."""
     space = SearchSpace(tp=(2,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
                         recompute=("none",))
     result = search_layouts("mixtral-8x7b-ep8", SerialExecutor(), space=space, top=1)
@@ -489,9 +488,9 @@ def test_a_moe_search_keeps_the_scenarios_expert_parallelism():
 
 
 def test_a_search_of_a_dense_twin_refuses_expert_parallelism_and_seeds_the_tree_with_the_spaces_ep(tmp_path, capsys):
-    """mixtral-8x7b-ep8 with `model.moe=null` searched with its ep 8: every candidate failed on it (exit 1), and
-    with --ep 1 the tree, still seeded with ep 8, fitted nothing. ep 8 is refused before anything runs, at the
-    scenario's line or at --ep; with the space's ep 1 the tree picks a dense layout."""
+    """mixtral-8x7b-ep8 with `model.moe=null` (a dense model) cannot run ep 8: it is refused before anything
+    runs, at the scenario's line or at --ep, rather than failing every candidate; with the space's ep 1 the tree
+    is seeded with it and picks a dense layout."""
     from simulator.cli import main
 
     out = tmp_path / "out"
@@ -549,12 +548,11 @@ def _mixtral_layouts():
 
 
 def test_the_estimates_all_to_all_term_is_the_simulated_exposed_all_to_all_time():
-    """The estimate left out the MoE blocks' all-to-alls: 0.43 s of mixtral-8x7b-ep8's 1.99 s step (EP 8 across
-    two hosts) against 0.05 s with EP 4 inside a host, so it ranked the two alike. Its EP term, m micro-batches
-    of the stage's all-to-alls each timed alone, is the simulated exposed EP time within 11.5% (up to 10.8% low:
-    in the simulation the backward's first all-to-all shares its links with the gradient buckets reduced
-    meanwhile, 20% slower on NVLink with EP 8 in one host; it was 4.9% before those buckets could run under LL
-    and LL128, whose flags take link time too)."""
+    """The MoE blocks' all-to-alls set mixtral layouts apart (EP 8 across two hosts against EP 4 inside one), so
+    the estimate has an EP term: m micro-batches of the stage's all-to-alls each timed alone, the simulated
+    exposed EP time within 11.5% (up to 10.8% low: in the simulation the backward's first all-to-all shares its
+    links with the gradient buckets reduced meanwhile, under LL and LL128, whose flags take link time too, 20%
+    slower on NVLink with EP 8 in one host)."""
     from simulator.sweep.layouts import expert_exchange_s
 
     for checked, step, times, summary in _mixtral_layouts():
@@ -566,11 +564,11 @@ def test_the_estimates_all_to_all_term_is_the_simulated_exposed_all_to_all_time(
 def test_the_estimates_all_to_alls_share_the_spines_with_their_stages_other_ep_groups():
     """DeepSeek-V3-style (4 layers) on 8 DGX H100, TP1 DP64 EP16: each EP group spans two hosts, and the stage's
     four groups run each all-to-all at once, their flows between rails hashed onto the spine links of one leaf
-    group. Timed alone, rank 0's forward all-to-alls were 0.961 of their simulated time (10.66 ms each against
-    10.78 to 11.43 ms), as on deepseek-v3-style-1024-gpus with EP 16 (sim/est 0.9389); timed beside the copies
-    of the stage's other groups that share a link with them (`CollectiveTimes.with_copies`: 11.24 ms, as the
-    first is simulated, when every group starts at once) 1.014: the later ones start as each group's previous
-    one ended, a little apart, and overlap less."""
+    group. Timed beside the copies of the stage's other groups that share a link with them
+    (`CollectiveTimes.with_copies`), rank 0's forward all-to-all takes the time the first is simulated in, when
+    every group starts at once, and the later ones, which start as each group's previous one ended, a little
+    apart, overlap less: the forward all-to-alls' estimate is 0.985 to 1.02 times their simulated time, where
+    timed alone it would be low."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.parallel.passes import Pass
@@ -619,13 +617,9 @@ def test_an_all_to_all_without_copies_is_timed_alone_without_working_out_links(m
 def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     """With the all-to-alls and the experts' gradient reduction and parameter gather over their group timed, the
     estimate orders these layouts as the simulation does (tokens/s 148,121 > 144,760 > 140,054 > 117,605 > 110,086
-    today: EP 8 across two hosts ahead of EP 4 inside one since an all-to-all sends to every peer at once; 147,385 >
-    139,784 > 131,180 > 114,740 > 98,554 while it ran as p - 1 phases) and the simulated tokens/s is 0.997 to 1.003
-    of the estimated (today 0.9978 to 1.0024; 0.9969 to 1.0013 with the all-to-all as p - 1 phases, with the
-    sequence-parallel re-gather in the backward estimated, `regather_s`: TP 8 was 0.9858, and 0.9858 to 0.9980
-    before it; 0.987 to 0.997 before the gradient buckets' tail and their SMs' toll); before the EP
-    terms, it put tp2 ep8 (184,595 tokens/s estimated) above tp2 ep4 (182,987) and stayed 0.71 to 0.78 of the
-    simulation."""
+    measured 2026-12-06: EP 8 across two hosts ahead of EP 4 inside one, an all-to-all sending to every peer at
+    once) and the simulated tokens/s is 0.997 to 1.003 of the estimated (0.9978 to 1.0024), with the gradient
+    buckets' tail, their SMs' toll and the backward's sequence-parallel re-gather (`regather_s`) estimated."""
     rows = [(checked.candidate.label(), checked.estimate_tokens_per_s, summary["tokens_per_s"])
             for checked, _, _, summary in _mixtral_layouts()]
     by_estimate = [label for label, _, _ in sorted(rows, key=lambda row: -row[1])]
@@ -640,11 +634,11 @@ def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
 def test_a_zero_bubble_schedule_keeps_the_all_to_alls_on_its_critical_path(schedule, tp, pp, ep, recompute, low,
                                                                             high):
     """mixtral-8x7b-ep8 under ZB-H1: the MoE all-to-alls run in the forward and the input-grad backward, which
-    the schedule keeps on its critical path, never in the weight grads it postpones into the bubbles. Spread
-    over a stage's F, B and W by one factor, part of them landed in W and the estimate hid it: simulated over
-    estimated tokens/s was 0.9822 (tp 2 pp 4 ep 4) and 0.9643 (tp 1 pp 4 ep 8, full recompute); with them in
-    F and B (`stage_actions_s`, and the hand-offs' toll likewise, `with_hand_off_toll`) 1.0018 and 0.9986, and
-    1.0024 and 0.9996 since an all-to-all sends to every peer at once."""
+    the schedule keeps on its critical path, never in the weight grads it postpones into the bubbles. The
+    estimate places them in F and B (`stage_actions_s`, and the hand-offs' toll likewise, `with_hand_off_toll`),
+    not spread over a stage's F, B and W by one factor, which would hide part of them in W: simulated over
+    estimated tokens/s 1.0024 (tp 2 pp 4 ep 4) and 0.9996 (tp 1 pp 4 ep 8, full recompute), measured
+    2026-12-06."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
@@ -723,79 +717,36 @@ def test_the_estimates_compute_term_is_the_simulated_compute(cluster):
 
 @pytest.mark.parametrize("cluster", DENSE_CLUSTERS)
 def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
-    """Nothing held the ranking estimate to the simulation (tests/test_auto.py's EXACT_ESTIMATES hold the
-    collective tuner's estimates, not this one). It costed DP traffic as a ring at one NIC's rate and TP as four
-    ring volumes at NVLink's: on four hosts it put the fastest of these layouts (dp 32, ZeRO-1) fourth, at 1.34
-    times its simulated step, and FSDP last, at 2.8 times. With the program's own collectives timed alone, its
-    compute term exact (the test above), the SMs the overlapped DP collectives take from the compute charged by
-    the engine's rule, the gradient buckets' (or FSDP units') reduction queued behind the last backward, FSDP's
-    units and gradient copies counted, and each pipeline stage's own slot in the fill and drain, simulated over
-    estimated tokens/s is:
+    """Simulated over estimated tokens/s of Llama-3-8B's dense layouts stays in a band per kind, and any two
+    layouts more than 2% apart in the simulation are in the same order in the estimate, FSDP included: this holds
+    the search's ranking estimate to the simulation (tests/test_auto.py's EXACT_ESTIMATES hold the collective
+    tuner's estimates, not this one).
 
-    - without pipelining, 0.987 to 1.001 for DDP and ZeRO-1 (today 0.9874 to 1.0005; dp 8 on one host is
-      estimated 0.05% slow, so the estimate is not a lower bound). TP 8 was the lowest, 0.9605 on one host and
-      0.9645 on four, until the backward's sequence-parallel re-gather of each column-parallel input was
-      estimated (`regather_s`): on one host its 0.232 s a step beside 0.265 s of input-gradient GEMMs, which it
-      slows by its SMs, added 0.098 s that the estimate left out; TP 8 is now 1.0000 and 1.0001. FSDP: 0.927
-      to 0.969 (today 0.9281 to 0.9683; 0.828 to 0.869 before the SM toll, 0.20 s of the 1.67 s step on one
-      host), 0.968 to 0.996 since the backward's gather and reduce-scatter, which run together, are charged
-      both kernels' SMs (`sharded_toll_s`) and FSDP's compute waits for the previous unit's reduce-scatter
-      (`backward_waits_s`) (0.9685 to 0.9956; tp 2 dp 16 on four hosts the lowest: at each
-      micro-batch's start the first units' gathers queued behind the previous backward's, 7 ms a micro-batch
-      that was not estimated). Since the program waits for the backward's last reduce-scatter before the next
-      forward's gathers (FSDP2's root post-backward callback, `_end_backward`) and the estimate charges what
-      each forward's start waits for apart from the kernels' SM toll (`microbatch_starts_s`,
-      `spans_beside_compute`): 0.9915 to 1.0011 (0.9592 to 0.9862 with the wait simulated and not estimated;
-      tp 2 dp 16 on four hosts the lowest, its backward's embedding gather 0.86 ms exposed a micro-batch),
-      0.9907 to 1.0007 since the backward's waits for the next unit's gather are estimated too and set against
-      the backward slowed by the SM toll (tp 2 dp 16 on four hosts the lowest: its TP collectives run slower
-      beside FSDP's on NVLink, 8.75 ms a step not estimated), 1.0004 to 1.0007 since the forward's are timed
-      beside the gather under way (`forward_sharing_s`), 0.9960 to 1.0007 since the SM toll charges the
-      FSDP collectives' spans for the kernels' share of the compute stream's work alone (`sharded_slowdown`;
-      tp 2 dp 16 on four hosts the lowest: the head's reduce-scatter outlasts the last layer's backward, so
-      layer 29's gather runs beside it too, 7.51 ms simulated against 6.42 ms timed with one gather, which the
-      toll's overcharge on the TP collectives hid). Since FSDP2's copy-out of every gather (4 B per parameter
-      on the compute stream, `copy_outs_s`) and copy-in are simulated: 0.972 to 1.008 (today 0.9723 to
-      1.0076): dp 8 on one host estimated 0.8% slow (the simulated step grows 54.8 ms for 84.3 ms of
-      copy-outs, 24 ms of it the SM toll the kernels no longer pay while a copy-out runs, which the estimate
-      counts only in part), tp 2 dp 16 on four hosts 2.8% fast: the copy-outs put each unit's compute later
-      against the prefetched gathers, and its TP collectives, sharing NVLink with them, take 111.3 ms a step
-      on rank 0 against 68.0 ms before, which `forward_sharing_s` does not follow. Since FSDP's shards are fp32
-      under fused kernels too (each copy-in casts, 10 B / n per parameter against 4, on the copy-in stream the
-      gather waits for, which the estimate leaves out; the optimizer updates the shards without a master
-      copy): 0.9715 to 1.006 (0.9718 to 1.0054; tp 2 dp 16 on four hosts the lowest, 0.9723 before). Since the
-      copy-in is estimated where the gather waits for it (each forward's opening gathers, `microbatch_starts_s`,
-      and the prefetched ones, `forward_sharing_s`; `copy_in_s`): 0.972 to 1.0065 (today 0.97224 to 1.00596:
-      tp 2 dp 16 on four hosts the lowest, dp 8 on one host the highest, 1.0054 before, its copy-ins hidden
-      better in the simulation than the estimate places them; tp 4 dp 2 with 8 layers, not in this table,
-      0.9872 -> 0.9912). Since the backward's TP collectives are timed beside the reduce-scatter and the gather
-      that start as each unit's backward begins (`backward_sharing_s`; tp 2 dp 16 on four hosts: a unit's first
-      TP all-gather, 0.057 ms alone, takes 0.33 ms beside them, 34.8 ms a step estimated against 34.3 ms
-      simulated, timed alone before): 1.003 to 1.009 (today 1.0039 to 1.0081, tp 2 dp 16 on four hosts the
-      highest, 0.9722 before; with that term in, the estimate's SM toll, 45.7 ms a step against 38.1 ms
-      simulated, is what is left over). Since that toll spreads the spans over the kernels' share of the
-      compute stream's work with FSDP's gradient copies counted in it (`unslowed_s`; the engine does not slow
-      them, and a layer's reduce-scatter runs on past its MLP's copy): 1.0005 to 1.007 (today 1.0011 to
-      1.0063: dp 8 on one host 1.0060 -> 1.0013, dp 32 on four 1.0039 -> 1.0011, tp 2 dp 16 on four 1.0081 ->
-      1.0063, its toll 43.9 ms);
-    - with pipelining, 0.9915 to 1.0005 (today 0.9921 to 0.9998; 0.9915 to 1.0018 before the hand-offs'
-      toll on the compute stream, `hand_off_toll_s`, and the interleaved cool-down, `_cool_down`, were
-      estimated: tp 2 pp 2 v 2 was 0.9945 on one host and 1.0018 on four, now 0.9962 and 0.9969; 0.9877 to
-      0.9977 before the stage-to-stage sends and the re-gather were estimated; 0.916 to 1.027 when every slot
-      was timed at the slowest rank's work and DDP's last buckets were left out). Pipelined FSDP (1F1B pp 2
-      and 4, interleaved pp 2 v 2): 0.996 to 1.0015 (today 0.9969 to 1.0010; 0.9962 to 1.0005 before the
-      hand-offs' toll, interleaved 0.9970 and 0.9962, now 0.9987 and 0.9977): its once-per-step gathers
-      charged as the delay they put on the first micro-batch's forward (`unshard_delay_s`: on four hosts, tp
-      1 pp 2, the embedding's and layer 0's 7.6 ms, not all 17 units' 41.7 ms) and each chunk's
-      reduce-scatters where they hold the rank's compute (`chunk_reductions_s`); it was 1.0118 to 1.0299 on
-      four hosts when every gather and reduce-scatter of the rank was charged after the pipeline. With
-      FSDP2's copy-outs simulated, charged once per step spread over the micro-batches (`copy_outs_s`),
-      0.995 to 1.0015 (0.9951 to 1.0008; 1F1B pp 2 the lowest, 0.9955 on one host and 0.9951 on four:
-      rank 0's copy-outs before its first forward delay the fill, which the estimate does not place there);
-      with fp32 shards 0.9945 to 1.001 (today 0.9950 to 1.0006, 1F1B pp 2 still the lowest).
+    The estimate times the program's own collectives alone, its compute term exact (the test above), charges
+    the SMs the overlapped DP collectives take from the compute by the engine's rule, queues the gradient
+    buckets' (or FSDP units') reduction behind the last backward, counts FSDP's units and gradient copies, and
+    gives each pipeline stage its own slot in the fill and drain. The bands, each just wider than the spread
+    measured on 2026-12-06:
 
-    And any two layouts, FSDP included, more than 2% apart in the simulation are in the same order in the
-    estimate (before, FSDP ranked above ZeRO-1 layouts it trails by 6% to 16%)."""
+    - without pipelining, DDP and ZeRO-1 0.987 to 1.001 (0.9874 to 1.0005; dp 8 on one host is estimated 0.05%
+      slow, so the estimate is not a lower bound; TP 8's backward sequence-parallel re-gather of each
+      column-parallel input, `regather_s`, slows the input-gradient GEMMs by its SMs). FSDP 1.0005 to 1.007
+      (1.0011 to 1.0063): the backward's gather and reduce-scatter are charged both kernels' SMs
+      (`sharded_toll_s`); the compute's waits for the previous unit's reduce-scatter (`backward_waits_s`) and at
+      each forward's start (`microbatch_starts_s`, `spans_beside_compute`) are estimated; the forward's and the
+      backward's TP collectives are timed beside the FSDP collectives under way (`forward_sharing_s`,
+      `backward_sharing_s`); FSDP2's copy-out of every gather (`copy_outs_s`) and the copy-in where the gather
+      waits for it (`copy_in_s`) are counted; and the SM toll spreads the collectives' spans over the kernels'
+      share of the compute stream's work, FSDP's gradient copies counted in it (`sharded_slowdown`,
+      `unslowed_s`). tp 2 dp 16 on four hosts is the highest (its toll 43.9 ms a step).
+    - with pipelining, DDP and ZeRO-1 0.9915 to 1.0005 (0.9921 to 0.9998), with the hand-offs' toll on the
+      compute stream (`hand_off_toll_s`), the interleaved cool-down (`_cool_down`), the stage-to-stage sends and
+      the re-gather estimated. Pipelined FSDP (1F1B pp 2 and 4, interleaved pp 2 v 2) 0.9945 to 1.001 (0.9950
+      to 1.0006): its once-per-step gathers charged as the delay they put on the first micro-batch's forward
+      (`unshard_delay_s`: on four hosts, tp 1 pp 2, the embedding's and layer 0's 7.6 ms, not all 17 units'
+      41.7 ms), each chunk's reduce-scatters where they hold the rank's compute (`chunk_reductions_s`) and
+      FSDP2's copy-outs once per step spread over the micro-batches; 1F1B pp 2 is the lowest, since rank 0's
+      copy-outs before its first forward delay the fill, which the estimate does not place there."""
     rows = [(candidate, estimated, summary["tokens_per_s"])
             for candidate, estimated, _, summary in _dense_layouts(cluster)]
     for candidate, estimated, simulated in rows:
@@ -824,8 +775,7 @@ def test_hand_offs_lengthen_the_interleaved_step_about_as_estimated(cluster, mon
     instead of 57, and every send and receive holds SMs beside the kernels (0.85 ms and 0.29 ms of the four
     hosts' 1.49). With that charged to every slot (`hand_off_toll_s`) and the hops the ideal executor finds
     on the critical path with the stages' own times (`pipeline_ends_s`: 0.152 ms, 3.1 hops of 49 us where equal
-    stages would expose 2 (p v - 1) = 6), the estimate's growth is 1.043 and 1.127 of the simulated (1.087 and
-    1.215 while six hops were charged)."""
+    stages would expose 2 (p v - 1) = 6), the estimate's growth is 1.043 and 1.127 of the simulated."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
@@ -877,12 +827,10 @@ def test_zero_bubble_and_v_shaped_schedules_are_estimated_with_their_own_bubbles
 def test_an_interleaved_ranks_later_chunks_reduce_their_gradients_before_its_last_backwards():
     """Under interleaving a rank's chunk finishes its gradients p backwards before the chunk below it (Megatron's
     groups of p micro-batches), so its buckets go out long before the step's last backward. The estimate ran
-    every chunk's backward back to back after the last one's (one micro-batch of each), leaving the later
-    chunks' buckets queued at the end: on Llama-3-70B tp 4 cp 2 pp 2 dp 32 v 4 (ZeRO-1, the default search's
-    first by estimate) the simulated tokens/s was 1.0097 of the estimate; from the rank's own actions
-    (`_cool_down`) and with the hand-offs' toll, 0.9961. On Llama-3-8B tp 2 pp 2 v 2 over four hosts the
-    first rank's reduction outlasts its last backward by 17.09 ms simulated, 24.12 ms estimated before and
-    18.18 ms now."""
+    estimates the cool-down from the rank's own actions (`_cool_down`), not every chunk's backward back to back
+    after the last one's, which would leave the later chunks' buckets queued at the end: on Llama-3-8B tp 2 pp
+    2 v 2 over four hosts the first rank's reduction outlasts its last backward by 17.09 ms simulated and 18.18
+    ms estimated."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
@@ -925,15 +873,10 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
     together, and the gather lasts about twice as long as alone (they share the links). Charged both kernels'
     SMs over the spans they run together (`sharded_toll_s`), and none over what each forward's start waits for
     (`spans_beside_compute`), the estimate's toll, m micro-batches of it, is the simulated compute slowdown
-    within 3% (Llama-3-8B, tp 1 dp 8 on one DGX H100: 197.9 ms against 196.1; dp 32 on four: 55.9 against
-    55.3; 205.9 against 203.5 and 58.1 against 56.6 when the embedding's reduce-scatter ran beside the next
-    forward's gathers and they were charged); charged the gather's SMs alone over the pair's time, it was
-    142 ms on one host. Since FSDP2's copy-outs are simulated (memory-bound: the collectives beside them slow
-    no kernel) the simulated slowdown fell to 172.0 and 48.9 ms; the estimate, spreading the spans over the
-    kernels' share of the compute stream's work with the copy-outs (`sharded_slowdown`), gave 186.4 and
-    52.6 ms, within 9%: the copy-outs follow their gathers, so more of them than their share runs beside
-    the next unit's gather. With FSDP's gradient copies counted in that work too (`unslowed_s`: the engine
-    does not slow them either), 178.4 and 50.3 ms against 175.1 and 49.1 simulated today, within 3%."""
+    within 3%. FSDP2's copy-outs and FSDP's gradient copies are memory-bound, and the engine slows neither
+    beside the collectives, so the estimate spreads the spans over the kernels' share of the compute stream's
+    work with both counted in it (`sharded_slowdown`, `unslowed_s`): Llama-3-8B, tp 1 dp 8 on one DGX H100
+    178.4 ms against 175.1 simulated, dp 32 on four 50.3 against 49.1 (measured 2026-12-06)."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
@@ -971,33 +914,24 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
 def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp, cp):
     """Llama-3-70B FSDP without pipelining on 64 DGX H100 (tests/data/llama3_70b_64_dgx_h100.yaml), where the
     gathers and reduce-scatters over the NICs take as long as the compute (tp 4, dp 128; tp 2 cp 2 dp 128, the
-    default space's first by estimate) or longer (tp 8, dp 64): simulated over estimated tokens/s 0.993 to
-    1.009 (today 0.9997, 1.0077 and 0.9935; 1.0169 and 1.0226 for tp 4 and 8 before). tp 2 cp 2 was 0.9963
-    while the SM toll charged the FSDP collectives' spans over the TP and CP collectives too, which hid what
-    is still not estimated there: its backward's sequence-parallel re-gathers, slowed by the FSDP pair on
-    NVLink (0.65 ms against 0.10 ms alone), hold their SMs that much longer (14.5 ms a micro-batch of simulated
-    TP slowdown against 4.0 ms estimated). It was 0.977, and
-    tp 4 0.9952, until the forward's TP collectives were timed beside the gather under way
-    (`forward_sharing_s`): with 4 members of the DP x CP group in each host (2 with tp 4) the gathers' rings
-    cross NVLink, and a TP collective that starts while they move data there lasts up to 3.7 times its alone
-    time (tp 2 cp 2: 0.146 s a step estimated against 0.160 s simulated; tp 4: 0.064 s against 0.064 s, where
-    the rest of the estimate was 0.4% slow: its SM toll charged the spans of the FSDP collectives over the TP
-    collectives too, `test_the_estimates_fsdp_sm_toll_spares_the_compute_streams_tp_collectives`). tp 8
-    is bound by its collectives: its slot was the sum of every span of them, the first units' gathers and the
-    last reduce-scatter included, which each forward's start waits for and `microbatch_starts_s` charges again (21 ms
-    a micro-batch counted twice); the slot now holds only the spans beside the compute (`spans_beside_compute`).
-    tp 4 is bound by its compute: a unit's reduce-scatter (14.8 ms beside the next gather) outlasted the next
-    unit's backward as timed alone (14.3 ms), 0.5 ms a unit, 52 ms a micro-batch, but the collectives' SMs
-    slow that backward (15.1 ms simulated) and the compute never waits there; the waits now set the
-    reduce-scatter against the backward slowed by the estimate's SM toll (`backward_waits_s`). With FSDP2's
-    copy-outs simulated, 0.983 to 1.009 (today 0.9846, 1.0075 and 0.9835; tp 4 lost 4.1% simulated, 557,819
-    to 535,118 tokens/s): the estimate charges the copy-outs but not the TP collectives they push beside the
-    gathers on NVLink, as on four hosts (`test_the_estimate_follows_the_simulation_for_dense_layouts`). Since
-    the backward's TP collectives are timed beside the reduce-scatter and the gather that start with each
-    unit's backward (`backward_sharing_s`), 0.999 to 1.008 (today 1.0016, 1.0075 and 1.0000: tp 4 and tp 2 cp 2
-    were 0.9846 and 0.9835; tp 8, one member of the DP group a host, unchanged). Since the SM toll counts
-    FSDP's gradient copies among the compute stream's work it does not slow (`unslowed_s`), 0.997 to 1.008
-    (today 1.0010, 1.0075 and 0.9974)."""
+    default space's first by estimate) or longer (tp 8, dp 64): simulated over estimated tokens/s 0.997 to
+    1.008 (1.0010, 1.0075 and 0.9974, measured 2026-12-06). With 4 members of the DP x CP group in each host (2
+    with tp 4) the gathers' rings cross NVLink, and a TP collective that starts while they move data there
+    lasts up to 3.7 times its alone time: the estimate times the forward's TP collectives beside the gather
+    under way (`forward_sharing_s`; tp 2 cp 2: 0.146 s a step estimated against 0.160 s simulated; tp 4: 0.064
+    s against 0.064 s) and the backward's beside the reduce-scatter and the gather that start with each unit's
+    backward (`backward_sharing_s`). tp 8 is bound by its collectives: its slot holds only the spans beside the
+    compute (`spans_beside_compute`), since each forward's start waits for the first units' gathers and the
+    last reduce-scatter, which `microbatch_starts_s` charges. tp 4 is bound by its compute: a unit's
+    reduce-scatter (14.8 ms beside the next gather) outlasts the next unit's backward as timed alone (14.3 ms),
+    but the collectives' SMs slow that backward (15.1 ms simulated) and the compute never waits there, so the
+    waits set the reduce-scatter against the backward slowed by the estimate's SM toll (`backward_waits_s`).
+    The SM toll charges the FSDP collectives' spans over the compute stream's work alone, FSDP's gradient
+    copies counted in it (`unslowed_s`), not over the TP and CP collectives the engine does not slow. FSDP2's
+    copy-outs are charged, but not the TP collectives they push beside the gathers on NVLink, as on four hosts
+    (`test_the_estimate_follows_the_simulation_for_dense_layouts`); and tp 2 cp 2's backward sequence-parallel
+    re-gathers, slowed by the FSDP pair on NVLink (0.65 ms against 0.10 ms alone), hold their SMs that much
+    longer (14.5 ms a micro-batch of simulated TP slowdown against 4.0 ms estimated), which is not estimated."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
@@ -1016,11 +950,10 @@ def test_the_estimates_fsdp_sm_toll_spares_the_compute_streams_tp_collectives():
     """Llama-3-70B tp 4 dp 128 FSDP on 64 DGX H100 (the search-accuracy row 70b-tp4-fsdp): the gathers and
     reduce-scatters run through nearly all of each forward and backward, and with sequence parallelism the
     compute stream spends 0.187 s of its 1.72 s a micro-batch in blocking TP collectives, which the engine does
-    not slow. Charged each span of the collectives in full, the estimate's SM toll was 284.7 ms a step against
-    the simulated compute slowdown's 254.6 ms, 30 ms of the step (sim/est 1.0037); charged for the kernels'
-    share of the compute stream's work (`sharded_slowdown`), it is 253.7 ms, within 1% (sim/est 0.9997). With
-    FSDP2's copy-outs simulated, and counted in that work, 246.9 ms against 239.6 ms simulated, within 4%; with
-    FSDP's gradient copies counted too (`unslowed_s`), 241.9 ms against 239.7 ms, within 1%."""
+    not slow. The estimate's SM toll charges the collectives' spans for the kernels' share of the compute
+    stream's work (`sharded_slowdown`), FSDP2's copy-outs and FSDP's gradient copies counted in it
+    (`unslowed_s`), not each span in full: 241.9 ms a step against the simulated compute slowdown's 239.7 ms,
+    within 1% (charged in full it would be about 30 ms over)."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
@@ -1133,9 +1066,8 @@ def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
     data there share the GPUs' NVLink ports with it. The estimate walks the forward on its clock, each unit's
     gather started as FSDP2's prefetch starts it, and times each TP collective beside the gather under way
     (`forward_sharing_s`): m micro-batches of it are the simulated forward TP collectives' time beyond their
-    alone times within 3% (8.68 ms against 8.75 ms a step; not estimated before, when tp 2 was this family's
-    lowest row, 0.9907, now 1.0004). With tp 8 (dp 4, one member a host) the gathers cross only the NICs and
-    the term is nothing."""
+    alone times within 3% (8.68 ms against 8.75 ms a step). With tp 8 (dp 4, one member a host) the gathers
+    cross only the NICs and the term is nothing."""
     from simulator.sweep.layouts import forward_sharing_s
 
     for tp in (2, 8):
@@ -1154,8 +1086,7 @@ def test_the_estimate_times_the_backwards_tp_collectives_beside_fsdps_reduce_sca
     they move data there share the GPUs' NVLink ports with them: a unit's first TP all-gather, 0.057 ms alone,
     takes 0.33 ms simulated. The estimate walks each unit's backward beside that pair (`backward_sharing_s`): m
     micro-batches of it are the simulated backward TP collectives' time beyond their alone times within 3% (34.8
-    ms against 34.3 ms a step; timed alone before, nothing, when this layout was its family's lowest row,
-    sim/est 0.9722, now 1.0081)."""
+    ms against 34.3 ms a step)."""
     from simulator.sweep.layouts import backward_sharing_s
 
     loaded, checked, times, plan, blocks, units, slowed = _fsdp_tp_terms(2)
@@ -1226,12 +1157,12 @@ def test_pipelined_fsdps_gathers_delay_the_first_forward_as_simulated(tp, pp, v)
     under 1F1B the first rank's embedding gather (4.96 to 5.33 ms) is exposed, then layer 0's, and the rest hide
     behind the forward (a layer's gather, 2.1 to 2.3 ms, is shorter than its forward); under the runtime's
     interleaved schedule the rank's chunk 0 is gathered whole (the embedding and 8 layers) before its first
-    action. Either way the later ranks gather while the fill reaches them. `unshard_delay_s` is that delay to
-    float rounding before FSDP2's copy-outs were simulated: the simulated start of rank 0's first layer's
-    forward less the embedding's (1F1B), or of its first forward (interleaved). The copy-outs are charged with
-    the rank's work (`copy_outs_s`), and taken out of the measure here: the embedding's and layer 0's (1F1B), or
-    what the chunk's last copy-out outlasts its last gather by (interleaved). Within 10% (today 7.58 ms against
-    6.91 ms under 1F1B, 21.73 against 21.77 ms interleaved): under 1F1B the embedding's copy-out puts its
+    action. Either way the later ranks gather while the fill reaches them. `unshard_delay_s` is that delay: the
+    simulated start of rank 0's first layer's forward less the embedding's (1F1B), or of its first forward
+    (interleaved). FSDP2's copy-outs are charged with the rank's work (`copy_outs_s`), and taken out of the
+    measure here: the embedding's and layer 0's (1F1B), or what the chunk's last copy-out outlasts its last
+    gather by (interleaved). Within 10% (7.58 ms against 6.91 ms under 1F1B, 21.73 against 21.77 ms interleaved,
+    measured 2026-12-06): under 1F1B the embedding's copy-out puts its
     forward later, so less of layer 0's gather is left exposed after it, which the estimate does not follow."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
@@ -1308,8 +1239,8 @@ def _search_result(tokens_per_s: float) -> SearchResult:
 def test_search_files_are_written_as_one_set_or_not_at_all(tmp_path, monkeypatch):
     """candidates.parquet, candidates.csv and search.json move in together with a manifest: a search
     interrupted while writing (Ctrl-C) leaves the earlier search's three files as they were, and no temporary
-    folder. They were moved in one by one: a Ctrl-C between two left one search's table beside another's
-    summary. The CSV's floats have six significant digits (1.0e5 / 3 -> 33333.3), the Parquet file every digit."""
+    folder, never one search's table beside another's summary. The CSV's floats have six significant digits
+    (1.0e5 / 3 -> 33333.3), the Parquet file every digit."""
     out = tmp_path / "search"
     files = write_search(out, _search_result(1000.0), "s.yaml", ["run.seed=2"])
     assert files == ["candidates.csv", "candidates.parquet", "search.json", "manifest.json"]
@@ -1332,13 +1263,11 @@ def test_search_files_are_written_as_one_set_or_not_at_all(tmp_path, monkeypatch
 
 def test_the_estimate_charges_what_ring_attentions_ring_outlasts():
     """Ring attention runs the CP group's K/V ring beside the attention of every block but the last, which waits
-    for it (`ring_exposed_s`). Left out, the estimate put Llama-3-8B at 1,024 tokens a sequence on one DGX H100
-    (where the short attention covers less of the ring the wider the group) at simulated over estimated tokens/s
-    0.9968 with cp 2, 0.9875 with cp 4 and 0.9635 with cp 8; with the ring's excess timed, 0.997 to 1.0 (today
-    0.9977, 0.9993, 0.9996, the ring's point-to-point steps each holding a send/receive pair's SMs). Its ring
-    term is at least the simulated exposed CP time (cp 8: 0.0648 s against 0.0632 s a step; 0.0665 against
-    0.0624 s with the ring as one ring all-gather, nearly the same inside a host, where every pair has its own
-    NVLink): the simulation counts as exposed only the time no compute runs."""
+    for it (`ring_exposed_s`): Llama-3-8B at 1,024 tokens a sequence on one DGX H100 (where the short attention
+    covers less of the ring the wider the group), simulated over estimated tokens/s 0.997 to 1.0 with cp 2, 4
+    and 8 (0.9977, 0.9993, 0.9996 measured 2026-12-06, the ring's point-to-point steps each holding a
+    send/receive pair's SMs). Its ring term is at least the simulated exposed CP time (cp 8: 0.0648 s against
+    0.0632 s a step): the simulation counts as exposed only the time no compute runs."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.parallel.passes import Pass
@@ -1411,9 +1340,9 @@ def test_each_pruned_kind_carries_its_own_words():
 
 
 def test_the_comparison_calls_a_layout_without_a_pipeline_idle_not_bubbled():
-    """Llama 3 70B on 1,024 H100: the search's tp4 pp1 FSDP winner was said to have a 'bubble 1.8%' beside the
-    tree's pp 4 layout, though it has no pipeline; its run's printout and verdict call that share compute idle
-    (waits for FSDP gathers)."""
+    """Llama 3 70B on 1,024 H100: the search's tp4 pp1 FSDP winner has no pipeline, so the comparison with the
+    tree's pp 4 layout calls its share of compute idle (waits for FSDP gathers) idle, as its run's printout and
+    verdict do, not a bubble."""
     from simulator.sweep.decision_tree import TreeChoice
     from simulator.sweep.search import CANDIDATE_COLUMNS, compare
 
@@ -1471,11 +1400,11 @@ def test_the_trees_layer_holds_only_its_ranks_share_of_the_routed_experts(tmp_pa
 
 
 def test_the_trees_steps_say_the_bubble_rule_ruled_tp1_out_not_memory():
-    """At tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp, so no pp meets m >= 4p and none was
-    checked; the tree said 'no pp with m >= 4p fits' then 'PP + DP alone does not fit: activations are what
-    overflows', which is not what happened (usertest17 finding 12). Where pp were checked, it named only the last
-    (finding 9): now every pp checked, by kind, the deepest's reason in full. The choice is unchanged. Where no pp
-    splits the layers, GPUs and batch, neither the bubble rule nor memory is to blame (reviewer20 finding 2)."""
+    """At tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp, so no pp meets m >= 4p and none is
+    checked: the tree's steps blame the bubble rule, not memory (no pp fitting, or activations overflowing,
+    would not be what happened). Where pp are checked, the steps name every pp checked, by kind, with the
+    deepest's reason in full; where no pp splits the layers, GPUs and batch, neither the bubble rule nor memory
+    is blamed."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 
@@ -1541,9 +1470,9 @@ def test_a_search_of_microbatches_without_a_global_batch_is_refused_once_with_th
     ("faults: {step: {stragglers: [{gpus: [1], slowdown: 2}]}}\n", []),
 ])
 def test_a_job_or_straggler_scenario_is_searched_as_its_loader_reads_it(tmp_path, extra, overrides):
-    """The memory check validated the candidate's YAML dict in Python mode, where a strict schema refuses an enum
-    field's string (`effect: restart`, `elastic_batch`) and a YAML list of stragglers: every layout was 'refused:
-    Input should be an instance of Effect' or 'expected a list, got [...]', and the tree blamed memory."""
+    """The memory check validates the candidate's data as the loader reads a YAML file (JSON mode), so an enum
+    field's string (`effect: restart`, `elastic_batch`) and a YAML list of stragglers pass, where Python mode's
+    strict schema would refuse every layout and the tree would blame memory."""
     from simulator.scale import capped_topology
     from simulator.sweep.layouts import check_memory
 
@@ -1568,8 +1497,8 @@ def test_the_bundled_straggler_scenario_is_searched():
 
 
 def test_where_the_simulators_checks_refuse_every_layout_the_tree_does_not_blame_memory():
-    """A branch whose every checked layout was refused (none out of memory) was summed up as 'PP + DP alone does
-    not fit: activations are what overflows' and 'nothing the tree tries fits in memory'."""
+    """A branch whose every checked layout is refused (none out of memory) says so, not that 'PP + DP alone does
+    not fit: activations are what overflows' or that 'nothing the tree tries fits in memory'."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 
@@ -1583,9 +1512,9 @@ def test_where_the_simulators_checks_refuse_every_layout_the_tree_does_not_blame
 
 
 def test_the_search_keeps_the_users_ddp_settings_in_its_layouts_and_its_run_command(tmp_path, capsys):
-    """`--set parallelism.ddp.overlap=false --set parallelism.ddp.bucket=1MiB` was echoed into 'run the best' and
-    dropped: the search replaced the parallelism section (91,043 tokens/s, the default DDP), and the printed
-    command's whole `parallelism={...}` wiped the two again. With the user's DDP the layout runs 87,518 tokens/s."""
+    """`--set parallelism.ddp.overlap=false --set parallelism.ddp.bucket=1MiB` is kept in every layout (87,518
+    tokens/s with the user's DDP, not the default DDP's 91,043) and in 'run the best', whose command sets the
+    layout's fields one by one rather than a whole `parallelism={...}` that would wipe the two."""
     import shlex
 
     from simulator.cli import main
@@ -1607,7 +1536,8 @@ def test_the_search_keeps_the_users_ddp_settings_in_its_layouts_and_its_run_comm
 @pytest.mark.parametrize("given, flag", [("parallelism.tp=2", "--tp"), ("parallelism={zero: 1}", "--tp"),
                                          ("training.micro_batch=2", "--micro-batch")])
 def test_a_set_of_a_field_the_search_varies_is_refused_naming_its_flag(tmp_path, capsys, given, flag):
-    """Every candidate writes the fields the search varies, so a `--set` of one was dropped without a word."""
+    """Every candidate writes the fields the search varies, so a `--set` of one would be dropped without a word:
+    it is refused, naming the search's flag for that field."""
     from simulator.cli import main
 
     code = main(["search", "llama3-8b-dgx-h100-dp8", "--set", given, "--out", str(tmp_path / "s"), "--quiet",
@@ -1641,10 +1571,9 @@ def test_zero2_candidates_run_deepspeeds_zero2_unless_the_user_chose():
 
 
 def test_on_nvl72_tp_is_kept_inside_the_racks_nvlink_domain_not_a_compute_tray():
-    """On GB200 NVL72 every GPU of the rack shares one NVLink domain, but the search took a host's GPUs (a
-    4-GPU compute tray) for it: TP 8 was pruned as leaving 'the 4-GPU NVLink domain', the default --tp stopped
-    at 8 and the tree's TP at 4. TP 8 runs there as `trainsim run` runs it (150,436 tokens/s; 150,903 when the DP
-    rings inside the rack ran a channel per tray's rail, before rings were planned by NVLink domain)."""
+    """On GB200 NVL72 every GPU of the rack shares one NVLink domain, not a host's GPUs (a 4-GPU compute tray):
+    TP 8 is not pruned as leaving the NVLink domain, the default --tp goes past 8 and the tree's TP past 4, and
+    TP 8 runs there as `trainsim run` runs it (150,436 tokens/s)."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked, enumerate_candidates, nvlink_domain_gpus
     from simulator.topology.loader import load_topology
@@ -1689,8 +1618,8 @@ def test_a_faster_tree_layout_outside_the_space_is_said_to_be_faster_and_how_to_
 
 
 def test_with_fewer_layers_on_the_ends_the_reason_names_the_number_that_does_not_split(tmp_path, capsys):
-    """With `first_last_fewer_layers` the stages split layers + 2: 32 layers over 4 stages was refused as '32
-    layers do not split over ... 4 stages', an arithmetic falsehood (32 / 4 = 8); 34 is what does not split."""
+    """With `first_last_fewer_layers` the stages split layers + 2: 32 layers over 4 stages is refused naming 34
+    as what does not split, not 32 (32 / 4 = 8)."""
     from simulator.cli import main
 
     pruning = structural_reason(Candidate(1, 1, 4, 4, 1, 1, "zero1", "none"), layers=32, global_batch=32,
@@ -1721,10 +1650,9 @@ def test_a_layouts_label_and_row_name_its_pipeline_schedule():
 
 
 def test_the_ddp_options_a_layout_turns_off_are_said_and_not_set_twice_in_the_run_command(tmp_path, capsys):
-    """`--set parallelism.ddp.overlap_param_gather=true` with `--sharding zero0` (which refuses it) was turned off
-    without a word, and 'run the best' set it `=true` and then `=false`. The search names each option it turns
-    off and for which shardings, search.json records them, and the command sets the field once and reproduces
-    the layout."""
+    """`--set parallelism.ddp.overlap_param_gather=true` with `--sharding zero0` (which refuses it): the search
+    names each option it turns off and for which shardings, search.json records them, and the 'run the best'
+    command sets the field once (not `=true` then `=false`) and reproduces the layout."""
     import shlex
 
     from simulator.cli import main
@@ -1758,9 +1686,10 @@ def test_the_ddp_options_turned_off_name_the_pipelined_fsdp_layouts_alone():
 
 
 def test_a_tp_group_straddling_two_nvl72_racks_is_pruned_as_run_warns_of_it():
-    """The rule was tp <= GPUs of GPU 0's NVLink domain, and 72 is not a power of two: on two GB200 NVL72 racks
-    TP 16's fifth group (GPUs 64 to 79) spans both racks, which `trainsim validate` warns of and the search
-    neither pruned nor said. Racks of unequal size (`last_rack_trays`) have the larger one's domain."""
+    """72 GPUs a rack is not a power of two, so tp <= the GPUs of GPU 0's NVLink domain is not enough: on two
+    GB200 NVL72 racks TP 16's fifth group (GPUs 64 to 79) spans both racks, which `trainsim validate` warns of,
+    and the search prunes it, saying so. Racks of unequal size (`last_rack_trays`) have the larger one's
+    domain."""
     from simulator.sweep.layouts import nvlink_domain_gpus
     from simulator.topology.loader import load_topology
     from simulator.workload.training import tp_domains
@@ -1789,9 +1718,9 @@ def test_tp_on_a_host_without_nvlink_is_pruned_in_those_words():
 @pytest.mark.parametrize("tp", [1, 2])
 def test_the_estimate_charges_deepspeed_zero2s_reduce_scatter_after_every_micro_batch(tp):
     """ZeRO-2 (`reduce_every_microbatch: true`) reduce-scatters each layer's gradients every micro-batch, beside
-    the backward, whose kernels their SMs slow; the estimate left them out and ranked it as ZeRO-1: simulated
-    over estimated tokens/s 0.9647 (TP1 DP8) and 0.9592 (TP2 DP4) on one DGX H100, now 0.9997 and 0.9922,
-    inside the DDP/ZeRO band (0.987 to 1.001, the test above)."""
+    the backward, whose kernels their SMs slow, which the estimate charges rather than ranking it as ZeRO-1:
+    simulated over estimated tokens/s 0.9997 (TP1 DP8) and 0.9922 (TP2 DP4) on one DGX H100, inside the
+    DDP/ZeRO band (0.987 to 1.001, the test above)."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
@@ -1809,7 +1738,7 @@ def test_the_estimate_charges_deepspeed_zero2s_reduce_scatter_after_every_micro_
 
 
 def test_a_tie_at_the_top_cut_is_worded_as_a_tie():
-    """A layout whose estimate equals the last simulated one's was said to 'rank below' it."""
+    """A layout whose estimate equals the last simulated one's is said to tie it, not to 'rank below' it."""
     from simulator.sweep.search import below_top_reason
 
     assert below_top_reason(91_000.0, 2, 91_000.0) == (
@@ -1819,8 +1748,8 @@ def test_a_tie_at_the_top_cut_is_worded_as_a_tie():
 
 
 def test_a_parameter_server_scenario_is_refused_at_its_strategy(tmp_path, capsys):
-    """Every layout of a parameter-server scenario was refused one by one ('parameter-server workers each hold
-    the whole model'), and the search exited 1 as if nothing fit."""
+    """A parameter-server scenario is refused once, at its strategy (exit 2), not each layout one by one
+    ('parameter-server workers each hold the whole model') with an exit 1 as if nothing fit."""
     from simulator.cli import main
 
     code = main(["search", "parameter-server-vs-allreduce", "--set", "training.global_batch=96", "--out",

@@ -101,9 +101,8 @@ def test_a_search_row_says_when_the_tree_s_layout_has_no_simulated_figure(script
 
 
 def test_worker_processes_are_given_as_every_command_gives_them(script, monkeypatch, capsys):
-    """`trainsim sweep|search|validate-published --workers N`, but `search_accuracy.py --jobs N`: --workers was
-    refused (exit 2). It is the option now, 0 meaning one per usable core as elsewhere; --jobs still works, with a
-    note."""
+    """`search_accuracy.py --workers N` takes its worker count as `trainsim sweep|search|validate-published`
+    do, 0 meaning one per usable core; --jobs N, its older spelling, still works, with a note."""
     counts = []
     monkeypatch.setattr(script, "run_all", lambda tasks, workers, known, done: counts.append(workers) or [])
     monkeypatch.setattr(script, "render", lambda rows, outcomes, typed: "")
@@ -141,9 +140,9 @@ script.run_all([SimpleNamespace(name=str(n)) for n in range(4)], 2, {}, lambda r
 
 
 def test_a_stopped_run_ends_its_workers(tmp_path):
-    """SIGTERM to the benchmark while its workers hold cases: before, its own ProcessPoolExecutor left both
-    workers running (25 s later, still there) and waited on them; now the workers end with it. The signal is
-    sent once both workers say they hold a case (a file each), never after a fixed sleep."""
+    """SIGTERM to the benchmark while its workers hold cases ends the workers with it, rather than leaving them
+    running and waiting on them. The signal is sent once both workers say they hold a case (a file each), never
+    after a fixed sleep."""
     reached = tmp_path / "reached"
     reached.mkdir()
     process = subprocess.Popen([sys.executable, "-c", STOPPED_RUN, str(SCRIPT), str(reached)], cwd=tmp_path,
@@ -168,7 +167,8 @@ def test_a_stopped_run_ends_its_workers(tmp_path):
 
 
 def test_a_negative_worker_count_is_refused(script, capsys):
-    """Before, --workers -1 ran every case in this process, silently; trainsim refuses it with status 2."""
+    """--workers -1 is refused with status 2, as trainsim refuses it, rather than running every case in this
+    process."""
     with pytest.raises(SystemExit) as refused:
         script.main(["--workers", "-1", "--case", script.selected([], long=True)[0].name])
     assert refused.value.code == 2
