@@ -155,10 +155,10 @@ def test_nvls_inside_an_nvlink_domain_of_many_hosts(op):
 @pytest.mark.parametrize("op", ["broadcast", "reduce"])
 @pytest.mark.parametrize("racks, trays", [(2, 4), (4, 2)])
 def test_auto_weighs_the_ring_chain_over_gb200_racks_on_its_own_links(racks, trays, op):
-    """GB200 racks (32 GPUs, a tray a host): the ring's broadcast and reduce were weighed over the hop between
-    the first two trays, NVLink inside rack 0, not the NICs between racks (Simple weighed at 0.285 ms where it
-    simulates 2.103 over 4 racks at 256 MiB), so auto took Simple (2.103 ms) over LL128 (1.997; reduce 2.143
-    against 2.005). They now load the chains' own routes (`ring.chain_step`)."""
+    """GB200 racks (32 GPUs): the ring's broadcast and reduce are weighed on the chains' own routes
+    (`ring.chain_step`), the NICs between racks, not the hop between the first two trays (NVLink inside rack 0),
+    which would weigh Simple far too fast and pick it over a faster LL128: auto's pick simulates within MARGIN
+    of the fastest pair's time."""
     topology = load_topology("gb200-nvl72", {"racks": racks, "trays": trays})
     efficiency = calibrated(topology.gpu_model)
     for nbytes in (MIB, 256 * MIB, GIB):
