@@ -175,8 +175,8 @@ def test_the_wait_holds_its_parts(name):
 
 def test_the_routing_skew_of_a_moe_step_is_one_of_its_losses():
     """mixtral-8x7b-ep8's zipf routing makes every rank wait on the hottest EP rank's experts, 0.3834 s of its
-    1.811 s step (`moe.hottest_rank_adds_s`, 21.2%), while the verdict named exposed EP communication, 13.2%, as
-    the largest loss (usertest37 #5): the skew is now a loss of its own, `moe_imbalance`."""
+    1.811 s step (`moe.hottest_rank_adds_s`, 21.2%), more than exposed EP communication's 13.2%: the skew is a
+    loss of its own, `moe_imbalance`, and the verdict names it as the largest."""
     summary = simulate(load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml")).summary
     verdict = summary["bottleneck"]
     skew_s = summary["moe"]["hottest_rank_adds_s"]

@@ -117,8 +117,8 @@ def test_a_write_floor_past_the_mtbf_warns_and_the_optimum_lies_below_it(tmp_pat
 
 
 def test_a_sync_checkpoint_costly_against_the_mtbf_warns_that_youngs_interval_does_not_apply():
-    """A sync checkpoint's cost C near the MTBF M printed Young's interval without comment, as if it held
-    (usertest18: the 405B job at 1 GB/s, C = 0.58 M, Young 1.49 x Daly's). By the renewal ETTR T e^(-R/M) /
+    """Where a sync checkpoint's cost C is near the MTBF M, Young's interval does not hold (the 405B job at 1
+    GB/s: C = 0.58 M, Young 1.49 x Daly's). By the renewal ETTR T e^(-R/M) /
     (M (e^((T+C)/M) - 1)), Young keeps less than Daly's; from 1% the job warns. Here the same 100 s write, sync:
     at M = 9 min (C = 0.19 M) Young keeps 1.15% less and it warns; at M = 11 min (0.86%) and 3 h it does not."""
     from simulator.reliability.stats import daly_interval, young_interval

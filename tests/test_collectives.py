@@ -365,7 +365,7 @@ def test_rings_and_trees_spread_evenly_over_nics_that_two_gpus_share():
 
 @pytest.mark.parametrize("size, channels", [(10, 2), (12, 4)])
 def test_a_ring_over_a_partial_host_runs_each_of_its_nics_both_ways(size, channels):
-    """usertest35 #14: 2 DGX H100 hosts, the group 8 GPUs on one and 2 (or 4) on the other, so ch = 2 (4)
+    """2 DGX H100 hosts, the group 8 GPUs on one and 2 (or 4) on the other, so ch = 2 (4)
     rings. Each ring enters the partial host at one of the local indices both hosts hold and leaves at the next,
     in turn, so each of its NICs takes one ring in and one out and a step moves n/(p ch) through every NIC
     each way at 50 GB/s. A ring's p hops: p - 2 over NVLink (3.4 us), 2 across hosts (13 us), so

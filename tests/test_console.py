@@ -1192,9 +1192,9 @@ def test_a_summary_only_run_imports_neither_pandas_nor_pyarrow(tmp_path):
     ({"mean": 0.0, "ci95_low": 0.0, "ci95_high": 0.0}, "0 s (95%: 0 s to 0 s)"),
 ])
 def test_a_zero_duration_reads_0_s_in_a_range(interval, text):
-    """A lower bound of zero printed `0 us` next to seconds (`per failure 695.3 s (95%: 0 us to 6,285 s)`,
-    usertest36 finding 3), an all-zero range `0 us (95%: 0 us to 0 us)`: zero has no magnitude to pick a unit
-    by, so every duration of zero reads `0 s`, one rule for every figure (reviewer48 finding 5)."""
+    """Zero has no magnitude to pick a unit by, so every duration of zero reads `0 s`, one rule for every
+    figure: a range's lower bound beside seconds (`per failure 695.3 s (95%: 0 s to 6,285 s)`, not `0 us`) and
+    an all-zero range alike."""
     from simulator.console.report import _mean_ci, format_seconds, seconds_alike
     from simulator.units import format_duration
 
@@ -1203,8 +1203,8 @@ def test_a_zero_duration_reads_0_s_in_a_range(interval, text):
 
 
 def test_a_moe_steps_routing_skew_has_its_row():
-    """The routing skew of mixtral-8x7b-ep8 adds 383.4 ms to its 1.811 s step, which summary.json's `moe` gave and
-    the console never printed (usertest37 #5); an even load prints none."""
+    """The routing skew of mixtral-8x7b-ep8 adds 383.4 ms to its 1.811 s step, which summary.json's `moe` gives, and
+    the console prints it in a row of its own; an even load prints none."""
     from rich.console import Console
 
     from simulator.console.report import training_table

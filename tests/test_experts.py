@@ -519,8 +519,8 @@ def test_fsdp_fp32_shards_optimizer_charges_experts_the_state_memory_holds_for_t
     per parameter with Adam), and so are the routed experts, fully sharded over the ranks holding them as
     torchtitan shards them (here tp1 dp8 ep8: one rank holds each expert, so a one-rank shard, whole): 4 + 4 +
     8 B of state each, updated at 32 B. They kept 16-bit weights whole with an fp32 master (2 + 4 + 12 B, 38 B
-    to update) as Megatron-Core's distributed optimizer does (reviewer1 B1 had the optimizer charge them 32 B
-    against memory's master copy; one DGX H100, 8 experts top-2)."""
+    to update) as Megatron-Core's distributed optimizer does, memory and the optimizer's charge alike (one DGX
+    H100, 8 experts top-2)."""
     from simulator.config.loader import scenario_from_text
     from simulator.topology.loader import scenario_topology
     from simulator.workload.calibrated import calibrated_efficiency
@@ -552,8 +552,8 @@ parallelism: {tp: 1, dp: 8, ep: 8, fsdp: full_shard}
     ("parallelism.zero=3", "DeepSpeed, whose ZeRO-3 this is, refuses it", "fsdp: full_shard")])
 def test_a_moe_layout_no_framework_trains_is_warned_at_its_field(override, framework, supported):
     """MoE with tp > 1 and no sequence parallelism (Megatron-Core's MoELayer raises in training) and DeepSpeed's
-    ZeRO-3 with experts (its engine asserts 'MoE not supported with Stage 3') were simulated without a word
-    (usertest37 #4): each is warned at its field with the route that trains, and the step still runs."""
+    ZeRO-3 with experts (its engine asserts 'MoE not supported with Stage 3') are layouts no framework trains:
+    each is warned at its field with the route that trains, and the step still runs."""
     from simulator import load_scenario
     from simulator.simulation import scenario_warnings
     from simulator.topology.loader import scenario_topology

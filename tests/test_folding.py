@@ -330,8 +330,8 @@ def test_a_fold_given_up_for_its_run_out_of_step_stops_that_run_at_its_first_ins
     """A fold whose run falls out of step is given up, so that run stops at the end of its first instance out of
     step (engine/lockstep.py `LockstepWatch`): it executes part of its program, its `fold_given_up` entry gives
     that instance's own gap and when the run stopped, before the step's end, not a whole run's count; the run
-    that stands executes every op and its figures are the unfolded run's. Before, the run went to its end (the
-    DeepSeek-V3-style DualPipeV step at global batch 2048: 2.289 of 8.087 s simulated for nothing)."""
+    that stands executes every op and its figures are the unfolded run's (the DeepSeek-V3-style DualPipeV step at
+    global batch 2048 stops its class fold's run 2.283 s into the 8.067 s step, not at its end)."""
     text, overrides, fold = STOPPED_OUT_OF_STEP[case]
     runs: list[tuple[int, int]] = []
     run = Engine.run
@@ -455,14 +455,13 @@ fold (32 ranks) falls out of step at a hand-off and the step refolds by route cl
 
 
 def test_deepseek_dualpipev_hand_off_copies_meet_on_one_spine_uplink():
-    """Why the class fold falls out of step there (usertest10: 'recv bwd mb0' over GPUs [512, 448], 95
-    instances, up to 105 us): a real asymmetry of the fabric's per-flow spine hash, not a fold bug. Stage 8's
-    backward hand-offs into stage 7 leave leaf group 2 on each host's rail; hosts 0 and 5 of the stage (GPUs 512
-    and 552) hash onto spine 10, host 2 (GPU 528, the same NVLink class as host 0) onto spine 9 alone, and stage
-    11's forward hand-off into stage 12 from its host 6 (GPU 752) climbs the same leaf's uplink to spine 10. That
-    uplink carries two NICs' worth (100 GB/s against 50), so two copies pass at full rate and the third flow,
-    when DualPipeV's slots make it overlap them, slows all three: in the folded run GPU 512's copy ended 34 us
-    after GPU 528's (2289.308 against 2289.274 ms)."""
+    """Why the class fold falls out of step there ('recv bwd mb0' over GPUs [512, 448]): a real asymmetry of the
+    fabric's per-flow spine hash, not a fold bug. Stage 8's backward hand-offs into stage 7 leave leaf group 2 on
+    each host's rail; hosts 0 and 5 of the stage (GPUs 512 and 552) hash onto spine 10, host 2 (GPU 528, the same
+    NVLink class as host 0) onto spine 9 alone, and stage 11's forward hand-off into stage 12 from its host 6 (GPU
+    752) climbs the same leaf's uplink to spine 10. That uplink carries two NICs' worth (100 GB/s against 50), so
+    two copies pass at full rate and the third flow, when DualPipeV's slots make it overlap them, slows all three,
+    so in the folded run GPU 512's copy ends after GPU 528's."""
     loaded = load_scenario(SCENARIOS / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
     topology = scenario_topology(loaded)
 

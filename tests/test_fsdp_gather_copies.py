@@ -130,7 +130,7 @@ def test_pipelined_unshards_copy_in_on_the_stream_fsdp2_picks(schedule, stream):
 
 def test_fp32_shards_follow_the_strategy_not_the_shard_width():
     # fp32 training under FSDP1's shard_grad_op keeps 4 B shards, its training precision: not FSDP2's fp32 shards
-    # (it was read off shard_bytes == 4, reviewer1 N2). full_shard keeps them whatever the precision.
+    # (not read off shard_bytes == 4). full_shard keeps them whatever the precision.
     _, shard_grad_op = _step("parallelism.fsdp=shard_grad_op", "training.precision=fp32")
     assert shard_grad_op.plan.sharding.shard_bytes == 4 and not shard_grad_op.plan.sharding.fp32_shards
     _, full_shard = _step("training.precision=fp32")

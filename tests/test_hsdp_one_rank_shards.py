@@ -112,7 +112,7 @@ def test_one_data_parallel_rank_keeps_fp32_shards_and_the_one_rank_copies(strate
     """fully_shard over a one-rank mesh (dp x cp = 1) takes the same world_size == 1 path: fp32 shards updated in
     place (4 + 4 + 8 B, optimizer 32 B), an unshard copy per gather and a reduce copy per unit. It kept 16-bit
     weights with a master copy (2 + 4 + 12 B, optimizer 38 B) and ran no copy, while one more replica (the HSDP
-    scenario above) switched to fp32 shards and lowered the state per GPU by 2 B/param (reviewer1 G1)."""
+    scenario above) switched to fp32 shards and lowered the state per GPU by 2 B/param."""
     loaded = scenario_from_text(ONE_REPLICA, "inline.yaml", [f"parallelism.fsdp={strategy}"])
     step = build_training_step(loaded.scenario, scenario_topology(loaded))
     (breakdown, _), = stage_memory(loaded.scenario, step)

@@ -437,8 +437,8 @@ NO_OP_SETTINGS = {"training.grad_reduce_dtype=fp32": "a parameter-server run pus
 
 
 def test_fields_parameter_servers_are_not_changed_by_are_warned_once_each(capsys):
-    """Under the strategy these fields were taken without a word (usertest37 #3): each is warned once, as a
-    synthetic model's no-ops are, and a collective-strategy run that sets one is not warned about servers."""
+    """Under the strategy these fields change nothing: each is warned once, as a synthetic model's no-ops are, and a
+    collective-strategy run that sets one is not warned about servers."""
     from simulator.cli import main
 
     settings = [word for setting in NO_OP_SETTINGS for word in ("--set", setting)]

@@ -29,7 +29,7 @@ def _cable(host: int, rail: int) -> str:
 def test_the_same_cable_down_on_each_rail_is_the_same_step():
     """The cable between h5's NIC and its leaf down, rail by rail: picked by a hash of the absolute ends, the
     detours of rails 2, 3, 5, 6 and 7 sent both channels through one peer NIC and took 4.4% longer than those of
-    rails 0, 1 and 4 (usertest36 #9)."""
+    rails 0, 1 and 4."""
     steps = [simulate(scenario_from_text(UNIFORM, "inline.yaml", [f"faults.step.links=[{_cable(5, rail)}]"]))
              .summary["step_time_s"] for rail in range(8)]
     assert max(steps) == pytest.approx(min(steps), rel=1e-12)

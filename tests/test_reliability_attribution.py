@@ -60,10 +60,9 @@ def test_one_cause_takes_the_whole_share_and_a_faster_state_none():
 
 
 def test_a_cause_that_offsets_another_gets_nothing_not_a_negative_part():
-    """reviewer33's job: a shrink alone faster than healthy (x(B) = -0.05, counted 0) and the shrunk job with the
-    straggler faster than the straggler alone (x(AB) = 0.129 < x(A) = 0.146). B's Shapley value is
-    (0 + (0.129 - 0.146)) / 2 = -0.0085: it was charged -2,534 s of slow steps in a job. B now gets 0 and A the
-    state's whole share."""
+    """A shrink alone faster than healthy (x(B) = -0.05, counted 0) and the shrunk job with the straggler faster
+    than the straggler alone (x(AB) = 0.129 < x(A) = 0.146): B's Shapley value, (0 + (0.129 - 0.146)) / 2 =
+    -0.0085, would charge it negative slow-step time, so B gets 0 and A the state's whole share."""
     values = {"A": 0.146, "B": -0.05, "AB": 0.129}
     assert shapley(["A", "B"], table({**values, "B": 0.0}))["B"] == pytest.approx(-0.0085, abs=1e-15)
     assert dict(cause_shares(0.1, ["A", "B"], table(values))) == {"A": 0.1, "B": 0.0}
@@ -115,9 +114,9 @@ def test_the_even_split_warning_counts_its_states_and_names_the_first_with_its_r
 
 
 def test_causes_each_enough_alone_above_the_exact_cap_split_the_share_evenly_not_drop_it():
-    """reviewer35: four stragglers each enough alone to slow the state as much as all four. Removing any one
-    leaves the slowdown unchanged, so every leave-one-out effect was 0 and the state's slow time was counted
-    productive (all four parts 0.0; three causes, exact, got 1/9 each). The share now splits evenly."""
+    """Four stragglers each enough alone to slow the state as much as all four: removing any one leaves the
+    slowdown unchanged, so every leave-one-out effect is 0, and above the exact cap the share splits evenly
+    rather than being counted productive (three causes, exact, get 1/9 each)."""
     parts = dict(cause_shares(1 / 3, list("ABCD"), lambda subset: 0.5 if subset else 0.0))
     assert parts == pytest.approx(dict.fromkeys("ABCD", 1 / 12), rel=1e-12)
 
@@ -159,9 +158,9 @@ faults:
 
 
 def test_a_job_with_more_stragglers_than_the_exact_cap_keeps_all_its_slow_step_time(monkeypatch):
-    """reviewer35's job: five straggle classes on four one-GPU hosts, often four or more throttled at once, each
-    as slow alone as all together. Its slow steps were 6,978 s (ETTR 0.992) against 27,579 s with exact Shapley
-    values (0.968); the split above the cap now loses none of them."""
+    """Five straggle classes on four one-GPU hosts, often four or more throttled at once, each as slow alone as
+    all together: the split above the cap keeps all the slow-step time exact Shapley values give (27,579 s, ETTR
+    0.968)."""
     capped = simulate_job(scenario_from_text(FIVE_STRAGGLERS)).summary
     monkeypatch.setattr(attribution, "EXACT_CAUSES", 5)
     exact = simulate_job(scenario_from_text(FIVE_STRAGGLERS)).summary

@@ -243,9 +243,9 @@ def test_an_unknown_effect_names_the_choices(tmp_path, capsys):
 
 
 def test_a_straggle_effect_on_a_unit_that_cannot_straggle_is_refused_for_its_unit_first(tmp_path, capsys):
-    """`leaf_switch: {effect: straggle}` was first told to add a slowdown, and only once it had one that straggle
-    does not apply to a leaf switch (usertest36 finding 8, on nvswitch_tray): the effect is checked against the
-    unit before the slowdown rule, which still refuses a straggle class without a slowdown."""
+    """`leaf_switch: {effect: straggle}` is refused because straggle does not apply to a leaf switch, not told to
+    add a slowdown first: the effect is checked against the unit before the slowdown rule, which refuses a
+    straggle class without a slowdown."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB.replace("    gpu:\n", "    leaf_switch:\n      effect: straggle\n"))
     assert main(["validate", str(scenario)]) == 2
@@ -258,9 +258,9 @@ def test_a_straggle_effect_on_a_unit_that_cannot_straggle_is_refused_for_its_uni
 
 
 def test_a_plain_steps_failure_classes_are_checked_at_load(capsys):
-    """A plain step (no horizon) never builds the failure model, so the effect checks moved there were skipped:
-    `validate` printed `valid` for a straggle class without a slowdown, which it refused before (reviewer48
-    finding 2). They run at load again, the effect against its unit first."""
+    """A plain step (no horizon) never builds the failure model, so the failure classes' effect checks run at
+    load, the effect against its unit first: `validate` refuses a straggle class without a slowdown there
+    too."""
     base = ["validate", "scenarios/trace-job.yaml", "--set", "run.horizon=null", "--set"]
     assert main([*base, "faults.components.throttle={unit: gpu, effect: straggle, mtbf: 1000 h, repair: 12 h}"]) == 2
     assert "effect straggle and a slowdown factor go together" in capsys.readouterr().err
@@ -792,8 +792,7 @@ def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_pa
 
 
 def test_more_spares_than_hosts_is_a_pool_that_never_runs_dry():
-    """A spare pool larger than the job was refused without a reason (`8 spare hosts for a job on 4 hosts
-    (allowed: 0 to 4)`, usertest36 finding 5), though the pool is a count and a large one is how a study says
+    """A spare pool larger than the job is allowed: the pool is a count, and a large one is how a study says
     "never runs dry": four one-GPU hosts failing every 20 h with 12 h repairs (2.4 out at a time on average)
     wait for hosts with 1 spare, never with 16."""
     text = ONE_GPU_HOSTS + """
@@ -880,7 +879,7 @@ def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, c
 
 def test_a_whole_number_past_its_bound_reads_with_thousands_separators(capsys):
     """`run.replications=10001` was refused as `10001 is above 10000`, the one figure printed without thousands
-    separators (usertest36 finding 11)."""
+    separators."""
     assert main(["validate", "scenarios/trace-job.yaml", "--set", "run.replications=10001"]) == 2
     assert capsys.readouterr().err.endswith(": 10,001 is above 10,000 (allowed: a value <= 10,000)\n")
 

@@ -534,9 +534,9 @@ def test_a_planned_stop_checkpoints_whole_steps_and_loses_the_step_in_flight():
 
 
 def test_the_progress_line_names_the_replication_running_not_one_counted_done():
-    """usertest18: off a terminal the line printed at a replication's end read '134/1,000 replications (13%),
-    replication 134/1000': the count already held replication 134 while the activity still named it as the one
-    running (and without the count's separators). Each of the two calls may print the line, so after each the
+    """Off a terminal the line printed at a replication's end must not read '134/1,000 replications (13%),
+    replication 134/1000', the count holding replication 134 while the activity names it as the one running.
+    Each of the two calls may print the line, so after each the
     count and the activity must agree: the activity names the replication after those counted, or none."""
     from simulator.reliability.simulate import simulate_job as simulate
 

@@ -1,7 +1,7 @@
 """A `degrade` failure that leaves some GPU without a route interrupts the job, so the closed forms count it
 (reliability/cuts.py): the expected interruptions, the system MTBF and Young's and Daly's intervals.
 
-Hand figures (usertest36 finding 1): the bundled trace job (8 single-GPU hosts under one 100 GbE leaf, host
+Hand figures: the bundled trace job (8 single-GPU hosts under one 100 GbE leaf, host
 MTBF 2000 h, 4 h repairs, no spare, 30 d) with `leaf_switch: {mtbf: 200 h, repair: 4 h}` expects
 8 x 720 / 2004 = 2.874 host interruptions (no spare: the job waits for a host in repair, which does not fail) and
 1 x 720 / (200 + 4) = 3.529 leaf interruptions (a leaf repaired in place fails once per MTBF + repair), 6.404 in

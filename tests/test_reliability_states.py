@@ -219,10 +219,10 @@ def test_a_throttle_lands_on_its_own_gpu_not_on_the_scenarios_own_straggler():
 
 
 def test_throttles_on_gpus_the_scenario_slows_alike_make_one_state():
-    """With every GPU slowed alike by the scenario's own stragglers (`fraction: 1.0`), each GPU kept its place,
-    so each throttled GPU was a state of its own (the usertest36 j1 job: 45 states and 59 s for one replication,
-    main's 2). The stand-in is the first GPU of the stage with the same own slowdown: one throttle state, whose
-    step is `simulate()`'s with any one GPU throttled on top of the shared x1.05."""
+    """With every GPU slowed alike by the scenario's own stragglers (`fraction: 1.0`), a throttled GPU need not keep
+    its place, which would make each throttled GPU a state of its own: the stand-in is the first GPU of the stage
+    with the same own slowdown, one throttle state, whose step is `simulate()`'s with any one GPU throttled on top
+    of the shared x1.05."""
     loaded = scenario_from_text(OWN_STRAGGLER, "inline.yaml",
                                 ["faults.step.stragglers=[{fraction: 1.0, slowdown: 1.05}]"])
     job_states = reliability_simulate.prepare_job(loaded).states
@@ -762,9 +762,9 @@ def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch)
 
 
 def test_a_degraded_state_leaves_nothing_of_its_topology_behind(monkeypatch):
-    """The job's collector is paused and collects its youngest generation after each state; it ran while the
-    state's topology (a cycle with its rerouter) was still a local, so each link state's topology outlived it to
-    the job's end (usertest16: 4.5 GB resident after 590 s). Between states as many are alive as before the
+    """The job's collector is paused and collects its youngest generation after each state, once the state's
+    topology (a cycle with its rerouter) is no longer a local, so no link state's topology outlives it to the
+    job's end (gigabytes over a long job). Between states as many are alive as before the
     first (the healthy one, and what earlier tests left in caches); on one core, where no state goes ahead."""
     import gc
 
@@ -785,9 +785,8 @@ def test_a_degraded_state_leaves_nothing_of_its_topology_behind(monkeypatch):
 
 
 def test_degraded_states_simulated_ahead_in_forked_workers_give_the_one_core_job(monkeypatch):
-    """A leaf switch's state is an unfolded step of its own (the engine folds no step with link faults), which
-    the job simulated as met, on one core, however many it had: usertest16's 2,048-GPU job met 41 of them in 2
-    replications. Its 4 degraded states now go ahead as straggler states do (any that two workers can share:
+    """A leaf switch's state is a step of its own, which a job may meet many times over (a 2,048-GPU job met 41
+    in 2 replications). Its 4 degraded states go ahead as straggler states do (any that two workers can share:
     each takes far longer than forking), the first in the job's process and the other 3 in two forked workers,
     to the one-core job's summary and event table."""
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
@@ -833,10 +832,11 @@ def test_degraded_states_go_ahead_only_as_far_as_their_peak_memory_fits(monkeypa
 
 
 def test_degraded_states_ahead_are_sized_by_a_state_with_links_down_not_a_spine_state_met_first(monkeypatch):
-    """The pool was sized by the peak of whichever degraded state the first pass met first; a spine down (the
-    same tree with slower uplinks) folds and is small (136 MB against a leaf state's 488 MB on reviewer18's
-    128-GPU job), so workers handed leaf states were undercounted. Foreseen a spine state, then leaf states, the
-    job's process simulates a leaf state first, and the pool is counted at the peak after it."""
+    """The pool is sized by a state with links down, not by whichever degraded state the first pass met first: a
+    spine down (the same tree with slower uplinks) folds and is small (136 MB against a leaf state's 488 MB on a
+    128-GPU job), so a pool sized by it would undercount the workers handed leaf states. Foreseen a spine state,
+    then leaf states, the job's process simulates a leaf state first, and the pool is counted at the peak after
+    it."""
     from simulator.reliability.blast import cluster_units
     from simulator.reliability.simulate import prepare_job
 
@@ -1564,8 +1564,8 @@ faults:
     spine_switch: {effect: degrade, mtbf: 10 d, repair: 24 h}
     gpu: {mtbf: 20 d, repair: 24 h}
 """
-"""reviewer35's elastic job with three degrading classes and failing GPUs: states with two causes or more,
-some no slower than healthy."""
+"""An elastic job with three degrading classes and failing GPUs: states with two causes or more, some no slower
+than healthy."""
 
 
 def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_split_needs(monkeypatch):

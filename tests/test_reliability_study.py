@@ -588,8 +588,8 @@ def test_a_study_out_inside_a_file_is_refused_before_the_study_runs(tmp_path, mo
 
 
 def test_durations_print_with_four_significant_digits_and_no_exponent():
-    """`format_seconds` (the job and study printouts): 10,800 s printed as 1.08e+04 s; thousands separators from
-    1,000 s on ('per failure 1040 s' read beside '31,942 s', usertest18)."""
+    """`format_seconds` (the job and study printouts): four significant digits and no exponent (10,800 s, not
+    1.08e+04 s), thousands separators from 1,000 s on, as every other figure beside it."""
     assert [format_seconds(value) for value in (29.39387691338477, 0.4, 10800.0, 1138.4199576606166)] == [
         "29.39 s", "400 ms", "10,800 s", "1,138 s"]
 
@@ -597,7 +597,7 @@ def test_durations_print_with_four_significant_digits_and_no_exponent():
 def test_figures_read_side_by_side_keep_their_trailing_zeros():
     """The job table read 'per failure 46.9 s (95%: 46 s to 47.81 s)' and 'Young 49.3 s, Daly 49.29 s': a trailing
     zero dropped reads as a figure known to fewer digits. A mean and its 95% interval, Young's and Daly's
-    intervals, and a study line's intervals keep four significant digits, zeros and all (usertest18)."""
+    intervals, and a study line's intervals keep four significant digits, zeros and all."""
     from simulator.console.report import seconds_alike, young_daly_text
 
     assert [seconds_alike(value) for value in (46.9, 46.0, 47.81, 0.0015, 1040.2, 0.0)] == [

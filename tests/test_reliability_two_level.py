@@ -220,8 +220,8 @@ faults:
                                                              (1.5 * 3600, 12.5 * 3600, "1.3 h")])
 def test_storage_alone_names_the_mtbf_every_failure_rolls_back_to_storage_with(memory_mtbf, storage_mtbf, mtbf):
     """Where the optimum is storage alone (no snapshot), every failure rolls back to storage: the line names that
-    one MTBF, 1 / (1 / M1 + 1 / M2), not one "recovered from memory" (usertest39's elastic 8-host job printed
-    "(MTBF 40.8 h recovered from memory)" after "storage alone every 104.2 s")."""
+    one MTBF, 1 / (1 / M1 + 1 / M2), not one "recovered from memory", which would not fit "storage alone
+    every 104.2 s"."""
     from simulator.console.report import two_level_text
 
     optimum = {"memory_interval_s": None, "storage_interval_s": 104.2, "memory_mtbf_s": memory_mtbf,

@@ -258,7 +258,7 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
 
 def test_validate_says_a_step_runs_unfolded_for_minutes_with_its_size_and_why(capsys):
     """DeepSeek-V3-style at ep 16: `validate` printed `valid` and the memory line; `run` then simulated all 1,024
-    ranks, 1,042,880 ops, for about 4 minutes (usertest17 finding 8). validate builds that program unfolded
+    ranks, 1,042,880 ops, for about 4 minutes. validate builds that program unfolded
     already: it now says so, with the run's size estimate and why the fold is off, without simulating."""
     assert main(["validate", "scenarios/deepseek-v3-style-1024-gpus.yaml", "--set", "parallelism.ep=16"]) == 0
     lines = capsys.readouterr().out.splitlines()

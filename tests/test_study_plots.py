@@ -691,16 +691,16 @@ def test_a_chart_given_another_commands_folder_names_its_charts(tmp_path, capsys
 def test_every_column_reads_in_its_unit_as_its_siblings_do(column, values, label):
     """Before: share_of_step plotted 0.127 while the bottleneck's other shares read %, the ETTR bounds 0.906
     beside ettr's 90.7 %, a seconds column of zeros '(ns)' and a byte one '(B)' by luck, rate_per_unit_per_h no
-    unit at all; a job sweep's time_s.restart_s.mean 'time s, restart, mean (d)' (usertest18)."""
+    unit at all; a job sweep's time_s.restart_s.mean 'time s, restart, mean (d)'."""
     from simulator.report.column_units import column_scale
 
     assert column_scale(column, values).label(column) == label
 
 
 def test_a_narrow_heatmaps_title_fits_its_figure_clear_of_the_colour_bar():
-    """usertest18: `plot heatmap` of a job sweep (restart.spares x checkpoint.interval, two values each, the
-    mode varying too) was 3.4 in wide, and its two-line title ran 121 px past the left edge and 130 px past the
-    right, where the colour bar's label ran up into it. The figure now widens (and grows) to hold both."""
+    """`plot heatmap` of a job sweep (restart.spares x checkpoint.interval, two values each, the mode varying
+    too) has a two-line title wider than a 3.4 in figure of two columns: the figure widens (and grows) to hold
+    it within its edges and clear of the colour bar's label."""
     from simulator.report.study_plots import heatmap_figure
 
     frame = pd.DataFrame({"point": range(8), "status": ["ok"] * 8, "restart.spares": [0, 0, 0, 0, 8, 8, 8, 8],

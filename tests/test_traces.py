@@ -243,8 +243,7 @@ def test_a_moved_gemm_keeps_its_ramp_and_moves_the_time_beyond_it(cluster, short
     """The roofline runs every kernel for its time at its rate plus its GPU's ramp (2 us; the B200's 8 us, fitted on
     its GEMMs). A bf16 GEMM of 100 us moved from the H100 SXM keeps the ramp, now the cluster GPU's, and moves the
     98 us beyond it by the matmul ratio; one of 1 us, all launch and tail, scales by the two ramps (1 us to the
-    A100, 4 us to the B200). Before, only memory-bound kernels kept a ramp: the GEMMs moved whole, a 1 us GEMM
-    to 2.7 us on the A100 and 0.44 us on the B200."""
+    A100, 4 us to the B200)."""
     from simulator.catalog.gpus import GPUS
     from simulator.workload.traces.gpu_move import GpuMove
     from simulator.workload.traces.model import TracedOp
@@ -2113,7 +2112,7 @@ def name_devices(traces: Path, devices: dict[str, str]) -> None:
 def test_a_traced_gpu_the_trace_contradicts_is_warned_naming_both(tmp_path, traced_gpu):
     """A trace whose files say they ran on an H100 SXM, given `traced_gpu: h200`, moved every kernel by the
     H200's rates, and given the cluster's A100 kept the H100's times under the A100's name, both without a word
-    (usertest37 #2): `_device_warnings` returned nothing once `traced_gpu` was set."""
+   : `_device_warnings` returned nothing once `traced_gpu` was set."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     name_devices(traces, {"rank0.json": "NVIDIA H100 80GB HBM3", "rank1.json": "NVIDIA H100 80GB HBM3"})
     text = two_rank_scenario("100 Gb/s", dp=f", traced_gpu: {traced_gpu}").replace(str(KINETO_2RANK), str(traces))

@@ -59,8 +59,8 @@ def _case(name: str, simulated: float) -> validation.CaseResult:
 
 
 def test_a_case_outside_its_tolerance_says_so_on_its_line_and_in_a_last_line(monkeypatch, capsys):
-    """usertest34 #13: validate-published exited 1 while a failing line ('+6.2%, tolerance 5%') read like a
-    passing one; now it ends 'OUTSIDE tolerance', a last line counts them, and the report says the same."""
+    """A case outside its tolerance ('+6.2%, tolerance 5%') ends its line 'OUTSIDE tolerance', a last line counts
+    them, and the report says the same, so the line agrees with validate-published's exit status 1."""
     results = [_case("within", 104.0), _case("outside", 106.2)]
     monkeypatch.setattr(validation, "run_cases", lambda paths, workers: results)
     assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr"]) == 1

@@ -1,7 +1,7 @@
 """Numbers in scenario files and `--set` values are read by YAML 1.2's rules, as booleans are: a zero-padded
 count is decimal (YAML 1.1 read `spares: 010` as octal 8, silently), and base-60, binary and underscored numbers
-are words, which a number field refuses at their line (usertest30 finding F11). Whole numbers may carry thousands
-separators, as trainsim prints them and as quantities took them (usertest40 #5b)."""
+are words, which a number field refuses at their line. Whole numbers may carry thousands
+separators, as trainsim prints them and as quantities took them."""
 
 from __future__ import annotations
 
