@@ -797,9 +797,8 @@ def trainsim_with_a_dropped_ctrl_c(module: str, name: str, *args: str) -> tuple[
 
 
 def test_ctrl_c_that_lands_in_a_cleanup_still_ends_the_run(tmp_path):
-    """A Ctrl-C that Python drops where it lands (code run at deallocation), here as the engine starts, still
-    ends the run: `interrupted`, status 130, nothing written. Before, the run went on to write its outputs and
-    exit 0, the traceback of the dropped KeyboardInterrupt on stderr."""
+    """A Ctrl-C that Python drops where it lands (code run at deallocation), here as the engine starts, still ends
+    the run: `interrupted`, status 130, nothing written."""
     out = tmp_path / "out"
     process, said = trainsim_with_a_dropped_ctrl_c("simulator.engine.engine", "Engine.run", "run",
                                                    "scenarios/schedule-1f1b-p4-m8.yaml", "--out", str(out), "--quiet")
@@ -808,9 +807,8 @@ def test_ctrl_c_that_lands_in_a_cleanup_still_ends_the_run(tmp_path):
 
 
 def test_ctrl_c_dropped_after_a_runs_last_safe_point_is_not_silent(tmp_path):
-    """A Ctrl-C dropped once the run's files are in place (here as its warnings are checked) ends the command as
-    it would have there: `interrupted`, status 130, the folder written whole. Before, it exited 0 with nothing
-    on stderr, and every later press was ignored."""
+    """A Ctrl-C dropped once the run's files are in place (here as its warnings are checked) ends the command as it
+    would have there: `interrupted`, status 130, the folder written whole."""
     out = tmp_path / "out"
     process, said = trainsim_with_a_dropped_ctrl_c("simulator.cli", "_warn", "run",
                                                    "scenarios/schedule-1f1b-p4-m8.yaml", "--out", str(out), "--quiet")
@@ -820,10 +818,9 @@ def test_ctrl_c_dropped_after_a_runs_last_safe_point_is_not_silent(tmp_path):
 
 
 def test_ctrl_c_dropped_in_a_serial_sweep_stops_it_after_that_point(tmp_path):
-    """A Ctrl-C dropped as a serial sweep's first point simulates (no run folders, so no `RunProgress` and no
-    folder move to raise it) stops the sweep once that point is journalled: its own `interrupted` line, status
-    130, only the points finished by then in its results. Before, it ran all 200 points and exited 0 without a
-    word."""
+    """A Ctrl-C dropped as a serial sweep's first point simulates (no run folders, so no `RunProgress` and no folder
+    move to raise it) stops the sweep once that point is journalled: its own `interrupted` line, status 130, only
+    the points finished by then in its results."""
     import pandas as pd
 
     out = tmp_path / "out"

@@ -261,8 +261,7 @@ def test_topo_describe_with_override(capsys):
 @pytest.mark.parametrize("sets", [["node={gpus: 4}", "nics_per_node=4"], ["node.gpus=4", "nics_per_node=4"]])
 def test_topo_set_reads_its_values_as_run_set_does(capsys, sets):
     """`topo --set` values are YAML, and a dotted name sets one key of a parameter, as `run --set cluster.node...`:
-    a mapping merged into the file's node, which keeps its GPU model. Before, the value was the text
-    '{gpus: 4}' ("expected a mapping of parameters") and `node.gpus` an unknown override."""
+    a mapping merged into the file's node, which keeps its GPU model."""
     assert main(["topo", "describe", "dgx-h100-cluster", *[f"--set={item}" for item in sets]]) == 0
     assert "8 GPUs (h100-sxm) on 2 hosts, 4 GPUs per host, 4 rails" in capsys.readouterr().out
 

@@ -898,9 +898,8 @@ def test_the_engine_reports_its_last_count():
 
 
 def test_a_run_writing_its_outputs_says_so_on_a_full_bar(monkeypatch, tmp_path):
-    """On a terminal, a plain run's bar says 'writing outputs' after the count's description, as a job's does,
-    full from the engine's last count (116/116 ops). Before, `phase` relabelled it 'writing outputs' and
-    filled it by hand (the engine never reported its last count)."""
+    """On a terminal, a plain run's bar says 'writing outputs' after the count's description, as a job's does, full
+    from the engine's last count (116/116 ops)."""
     import pty
 
     seen = []

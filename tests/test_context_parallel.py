@@ -209,7 +209,8 @@ def test_cp_that_does_not_split_the_sequence_is_a_located_error(validation_error
 ])
 def test_a_cp_share_that_tp_does_not_split_is_a_located_error(validation_error, assert_located, overrides, problem):
     """8196 tokens split into 4 CP shares of 2049, which sequence parallelism (or MoE routing) over TP 2 cut into
-    1024.5 tokens a rank: the run used to simulate fractional tokens (Megatron-LM asserts the split)."""
+    1024.5 tokens a rank: refused at the field, as Megatron-LM asserts the split, not simulated as fractional
+    tokens."""
     assert_located(validation_error(SCENARIO, *overrides), tuple(overrides), "training.seq_len", problem)
 
 

@@ -228,11 +228,10 @@ def _kept_wiring(full: Topology, hosts: int) -> tuple[list, list]:
 
 @pytest.mark.parametrize("case", THREE_TIERS)
 def test_a_shrunk_three_tier_cluster_is_the_full_one_cut_to_its_kept_hosts(case):
-    """Every smaller size's cluster is the full one's nodes and links, attributes and order included, less the
-    hosts given up and their links: each leaf group stays in its pod, every leaf, spine and core stays, the
-    spine-core links keep their bandwidth. Before, the kept leaf groups were spread over the pods again (leaves
-    changed pod, core links their bandwidth) and sizes whose groups left a pod empty were refused. A lone rack
-    left has no network (as with two tiers), so only sizes on two racks or more are compared there."""
+    """Every smaller size's cluster is the full one's nodes and links, attributes and order included, less the hosts
+    given up and their links: each leaf group stays in its pod, every leaf, spine and core stays, the spine-core
+    links keep their bandwidth. A lone rack left has no network (as with two tiers), so only sizes on two racks or
+    more are compared there."""
     loaded = scenario_from_text(_three_tier_job(case), "job.yaml")
     full = scenario_topology(loaded)
     layout = resolve_layout(loaded.scenario, full.num_gpus, pipeline_depth(loaded.scenario))

@@ -41,11 +41,10 @@ restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elas
     (4, 2, "tp: 4, pp: 4, dp: {}", {1: (2, 2), 2: (4, 2)}),
 ], ids=["replicas-of-one-tray", "replicas-spanning-two-racks"])
 def test_each_size_steps_as_a_plain_simulation_of_the_racks_it_keeps(racks, trays, layout, kept):
-    """A replica of one tray: the job shrunk to k replicas keeps k trays, whole racks of 4 then the rest in the
-    last rack (7: 2 racks, the last with 3 trays); a replica spanning 2 racks: whole racks (1 replica: 2 racks).
-    Each size's step is `simulate()` of the scenario written for that cluster, bit for bit, and its GPUs sit in
-    the NVLink domains they had in the full cluster. Before, every shrunk size set `cluster.nodes`, which an
-    NVL72 cluster does not take: the job was refused at load."""
+    """A replica of one tray: the job shrunk to k replicas keeps k trays, whole racks of 4 then the rest in the last
+    rack (7: 2 racks, the last with 3 trays); a replica spanning 2 racks: whole racks (1 replica: 2 racks). Each
+    size's step is `simulate()` of the scenario written for that cluster, bit for bit, and its GPUs sit in the
+    NVLink domains they had in the full cluster."""
     full = max(kept)
     loaded = scenario_from_text(job(racks, trays, layout.format(full)), "job.yaml")
     topology = scenario_topology(loaded)

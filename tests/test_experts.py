@@ -194,9 +194,8 @@ def test_bad_expert_settings_are_located_errors(validation_error, overrides, fie
     ("{top_k: 4, shared_experts: 0, routing: {balance: zipf}}", (256, 4, 2048, 0, None)),
 ])
 def test_a_moe_section_over_a_preset_keeps_the_fields_it_leaves_out(section, expected):
-    """A field the section leaves out is the preset's: `moe: {experts: 64}` on deepseek-v3-style used to drop
-    its top-8 to top-1 and its shared expert, and `moe: {capacity_factor: ...}` alone was refused for want of
-    `experts`."""
+    """A field the section leaves out is the preset's: `moe: {experts: 64}` on deepseek-v3-style keeps
+    its top-8 and its shared expert, and `moe: {capacity_factor: ...}` alone needs no `experts`."""
     from simulator.config.loader import scenario_from_text
     from simulator.workload.training import resolve_model
 
@@ -207,8 +206,8 @@ def test_a_moe_section_over_a_preset_keeps_the_fields_it_leaves_out(section, exp
 
 @pytest.mark.parametrize(("preset", "ffn_hidden"), [("mixtral-8x7b", 14336), ("deepseek-v3-style", 18432)])
 def test_moe_null_drops_a_presets_experts(preset, ffn_hidden):
-    """`--set model.moe=null` used to keep the preset's experts and only reset their routing to uniform: null is
-    "no experts", the preset's dense twin with an `ffn_hidden`-wide MLP in every layer."""
+    """`--set model.moe=null` drops the preset's experts, not only their routing: null is "no experts", the
+    preset's dense twin with an `ffn_hidden`-wide MLP in every layer."""
     from simulator.config.loader import scenario_from_text
     from simulator.workload.training import resolve_model
 
@@ -373,8 +372,8 @@ def test_zero_bubble_weight_pass_splits_a_moe_block_into_its_experts_and_the_res
 
 
 def test_a_very_skewed_dirichlet_routes_every_token_without_a_numpy_warning():
-    """Concentration 1/skew = 0.001 leaves experts with popularity 0 (log 0 = -inf, which used to print numpy's
-    'divide by zero' RuntimeWarning on the user's terminal); every token still picks top_k experts."""
+    """Concentration 1/skew = 0.001 leaves experts with popularity 0 (log 0 = -inf) without numpy's 'divide by zero'
+    RuntimeWarning on the user's terminal; every token still picks top_k experts."""
     import warnings
 
     rng = np.random.default_rng(0)

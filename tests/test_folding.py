@@ -360,11 +360,9 @@ def test_a_fold_given_up_for_its_run_out_of_step_stops_that_run_at_its_first_ins
 
 @pytest.mark.parametrize("case", STOPPED_OUT_OF_STEP)
 def test_a_run_stopped_out_of_step_is_freed_with_the_collector_paused(monkeypatch, run_yaml, case):
-    """A run the watch stops leaves no suspended generator behind that holds its engine, so its engine, network
-    and event log are freed by reference counting while the cyclic collector is paused (as it is for a whole
-    `simulate()`, simulator/collector.py). Before, the stopped run's events and rendezvous kept its generators,
-    which kept the engine: the wrap case of tests/test_rank_classes.py at TP 4 CP 2 started its unfolded run with
-    four stopped runs alive (traced peak 56.8 MB; 43.6 MB with them freed)."""
+    """A run the watch stops leaves no suspended generator behind that holds its engine, so its engine, network and
+    event log are freed by reference counting while the cyclic collector is paused (as it is for a whole
+    `simulate()`, simulator/collector.py)."""
     stopped: list[tuple[weakref.ref, weakref.ref, weakref.ref]] = []
     run = Engine.run
 

@@ -1,8 +1,7 @@
 """Routed experts under PyTorch FSDP2 as torchtitan shards them: ``fully_shard`` of each layer's experts over the
-ranks left after EP (its ``efsdp`` mesh, dp_shard x cp x tp / ep ranks), fp32 shards all-gathered with their
-layer's unit in every forward and backward and their gradients reduce-scattered with it; checked by hand on a
-small Mixtral-like case. Before, the experts stayed whole (16-bit weights, fp32 master) with only their optimizer
-state sharded, as Megatron-Core's distributed optimizer keeps them, and nothing gathered them per layer."""
+ranks left after EP (its ``efsdp`` mesh, dp_shard x cp x tp / ep ranks), fp32 shards all-gathered with their layer's
+unit in every forward and backward and their gradients reduce-scattered with it; checked by hand on a small
+Mixtral-like case."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""HSDP whose shard group is one GPU (`fsdp: hybrid_shard` with TP 8 filling each DGX H100, DP 2 across two):
-FSDP2 over a one-rank shard mesh runs no all-gather and no reduce-scatter (torch 2.13,
+"""HSDP whose shard group is one GPU (`fsdp: hybrid_shard` with TP 8 filling each DGX H100, DP 2 across two): FSDP2 over
+a one-rank shard mesh runs no all-gather and no reduce-scatter (torch 2.13,
 torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py and _fsdp_collectives.py, ``world_size == 1``).
-FSDPParamGroup.unshard only records an event; wait_for_unshard, on the compute stream, casts each fp32 shard to
-bf16 (all_gather_inputs: read 4, write 2 B) and copies it into the unsharded parameters (read 2, write 2 B): 10 B
-per parameter, no copy-in stream, no copy-out. foreach_reduce copies the reduce-scatter input into its output on
-the reduce-scatter stream (read 4, write 4 B with the fp32 reduce), which HSDP all-reduces whole across the two
-replicas. Before, the fused path charged a copy-in, a one-rank gather and a copy-out per unit and a one-rank
-reduce-scatter per unit and micro-batch. Bytes, seconds at the HBM rate and streams, counted by hand."""
+FSDPParamGroup.unshard only records an event; wait_for_unshard, on the compute stream, casts each fp32 shard to bf16
+(all_gather_inputs: read 4, write 2 B) and copies it into the unsharded parameters (read 2, write 2 B): 10 B per
+parameter, no copy-in stream, no copy-out. foreach_reduce copies the reduce-scatter input into its output on the
+reduce-scatter stream (read 4, write 4 B with the fp32 reduce), which HSDP all-reduces whole across the two replicas.
+Bytes, seconds at the HBM rate and streams, counted by hand."""
 
 from __future__ import annotations
 

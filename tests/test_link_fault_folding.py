@@ -213,7 +213,7 @@ def test_link_faults_the_checks_cannot_read_unfold(fault, overrides, reason):
 def test_a_link_degraded_from_the_start_folds_as_a_link_down():
     """A leaf's cable to a spine at half its bandwidth from the step's start is the cluster's cable at that
     bandwidth for the fold checks (`Topology.degrade`), so the step folds by the hosts near it, as with the cable
-    down, onto 24 of 32 ranks, every figure the unfolded one's. Before, any link degraded but up unfolded it."""
+    down, onto 24 of 32 ranks, every figure the unfolded one's."""
     text = RAILS + "parallelism: {tp: 8, dp: 4}\nfaults: {step: {links: [{link: [leaf0.r0, spine0], capacity: 0.5}]}}\n"
     folded, unfolded = (simulate(scenario_from_text(text, "inline.yaml", overrides)).summary
                         for overrides in ([], ["run.fold=false"]))

@@ -136,7 +136,7 @@ def test_cgroup_v1_quota_and_memory_are_read_from_their_hierarchies(cgroup, tmp_
 
 @pytest.mark.parametrize("usage", [None, "garbage", ""])
 def test_a_memory_limit_whose_usage_cannot_be_read_still_caps(cgroup, tmp_path, usage):
-    """Before, memory.max without a readable memory.current dropped the limit: the host's 100 GiB, not 8."""
+    """memory.max caps the memory available even where memory.current cannot be read: 8 GiB, not the host's 100."""
     (cgroup / "memory.max").write_text(f"{8 * GIB}\n")
     if usage is not None:
         (cgroup / "memory.current").write_text(usage)

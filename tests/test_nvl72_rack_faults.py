@@ -78,10 +78,10 @@ workload:
 @pytest.mark.parametrize("algorithm", ["ring", "nvls"])
 @pytest.mark.parametrize("trays_down", [1, 3])
 def test_nvswitch_trays_down_slow_an_all_reduce_in_the_rack_by_the_bandwidth_they_take(algorithm, trays_down):
-    """Bandwidth-bound, a ring all-reduce takes 2(p-1) a + 2(p-1)/p n / B and NVLS L + (p+1)/p n / (B e): with
-    k of 9 NVSwitch trays down each GPU's NVLink bandwidth B is (9 - k)/9 of it, so busbw drops by that factor
-    and the time a byte takes grows by 9 / (9 - k). The difference of two sizes cancels the latency terms: it
-    comes out 9/8 (one tray) and 3/2 (three) to 1e-12. Before, no fault slowed NVLink inside a rack."""
+    """Bandwidth-bound, a ring all-reduce takes 2(p-1) a + 2(p-1)/p n / B and NVLS L + (p+1)/p n / (B e): with k of
+    9 NVSwitch trays down each GPU's NVLink bandwidth B is (9 - k)/9 of it, so busbw drops by that factor and the
+    time a byte takes grows by 9 / (9 - k). The difference of two sizes cancels the latency terms: it comes out 9/8
+    (one tray) and 3/2 (three) to 1e-12."""
     extra = {size: all_reduce(size, algorithm, trays_down) - all_reduce(size, algorithm, 0)
              for size in ("256 MiB", "1 GiB")}
     healthy = all_reduce("1 GiB", algorithm, 0) - all_reduce("256 MiB", algorithm, 0)
@@ -92,9 +92,9 @@ def test_nvswitch_trays_down_slow_an_all_reduce_in_the_rack_by_the_bandwidth_the
 @pytest.mark.parametrize("trays_down", [1, 3])
 def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_down):
     """TP 4 x PP 2 x DP 4 on 2 racks of 4 trays, trays of rack 1 down: its GPU links degraded from the step's start
-    fold as links down do (`fold_policy.link_fault_step`), the rack's 16 ranks apart and one per tray position
-    and stage elsewhere, 24 of 32 ranks, the step time the unfolded one's to the bit and every other figure to
-    the rounding of a weighted mean. Before, links degraded but up ran the step unfolded."""
+    fold as links down do (`fold_policy.link_fault_step`), the rack's 16 ranks apart and one per tray position and
+    stage elsewhere, 24 of 32 ranks, the step time the unfolded one's to the bit and every other figure to the
+    rounding of a weighted mean."""
     text = two_stages(gb200_job(CLASSES)) + "network: {model: flow}\n"
     loaded = scenario_from_text(text, "job.yaml")
     faults = StepFaults(links=nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", trays_down),)))
@@ -106,10 +106,9 @@ def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_do
 
 
 def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
-    """The job of the test above with limits that its step unfolded passes and its fold by the rack's hosts (24
-    of 32 ranks) does not, nor any state that unfolds: refused up front, naming the first count of trays down
-    whose state does not fold (4 of 9, `first_tray_fold_blocker`). Before, tray states were sized by their fold and
-    the job passed, to be refused mid-job by the state with 4 trays down after simulating those with 1-3."""
+    """The job of the test above with limits that its step unfolded passes and its fold by the rack's hosts (24 of
+    32 ranks) does not, nor any state that unfolds: refused up front, naming the first count of trays down whose
+    state does not fold (4 of 9, `first_tray_fold_blocker`)."""
     import simulator.scale as scale
     from simulator.reliability.simulate import prepare_job
 
@@ -124,8 +123,7 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
 
 def test_the_tray_fold_checks_stop_at_the_first_blocker_and_show_on_the_bar(monkeypatch):
     """The job above is refused by the fold of 4 trays down: its checks build the steps of 1-4 trays down and no
-    more, and the bar shows them (`TRAY_FOLDS_ACTIVITY`, then ''). Before, every count 1-9 was built (an 8-rack,
-    18-tray job took 13 s) with nothing on the bar."""
+    more, and the bar shows them (`TRAY_FOLDS_ACTIVITY`, then '')."""
     import simulator.scale as scale
     import simulator.simulation as simulation
     from simulator.reliability.simulate import TRAY_FOLDS_ACTIVITY, prepare_job
@@ -146,12 +144,10 @@ def test_the_tray_fold_checks_stop_at_the_first_blocker_and_show_on_the_bar(monk
 
 @pytest.mark.parametrize("trays_down", [4, 8, 9])
 def test_a_tray_state_whose_fold_is_given_up_is_known_at_load(trays_down):
-    """TP 4 x PP 2 x DP 4 on 2 racks: with 4-8 of rack 0's 9 trays down the degraded NVLink makes `auto` plan a
-    tree whose traffic the TP all-reduce meets, and with all 9 down (links down, rerouted over the network) so
-    does the tree over the detours; the state's step runs unfolded (32 of 32 ranks). `tray_fold_blocker` says
-    so for those counts, from the fold alone, with the links down taken down first, and not for 1-3, which
-    fold. Before, it checked the fold of 9 down on the cluster with its links up: no blocker, and the job met
-    that state unfolded."""
+    """TP 4 x PP 2 x DP 4 on 2 racks: with 4-8 of rack 0's 9 trays down the degraded NVLink makes `auto` plan a tree
+    whose traffic the TP all-reduce meets, and with all 9 down (links down, rerouted over the network) so does the
+    tree over the detours; the state's step runs unfolded (32 of 32 ranks). `tray_fold_blocker` says so for those
+    counts, from the fold alone, with the links down taken down first, and not for 1-3, which fold."""
     from simulator.reliability.simulate import tray_fold_blocker
 
     text = two_stages(gb200_job(CLASSES)) + "network: {model: flow}\n"
@@ -234,11 +230,10 @@ def test_a_class_without_a_published_rate_must_be_given_one(tmp_path, capsys, na
 def test_nvls_forced_with_every_tray_of_a_rack_down_waits_for_a_tray(tmp_path, capsys, job_with):
     """`collectives.algorithm: nvls` with an `nvswitch_tray` class that degrades: all 9 trays of a rack down leave
     no switch to reduce in, and NCCL_ALGO=NVLS does not fall back, so that state has no step: the job stops in a
-    restart until the first tray is back, on 2 racks as on a lone one, and runs each state of 1-8 trays down
-    with NVLS. Before, such a job was refused at load (`validate`), a lone rack too. On 2 racks the restart
-    runs from the 9th tray's failure at 1.8 h to the first tray's repair at 3 h, ending with the checkpoint's
-    load (under 1 s), and the job's ETTR is the horizon less that stop, the work it lost, the slow steps of the
-    states with trays down and the checkpoint stalls (0.872 measured)."""
+    restart until the first tray is back, on 2 racks as on a lone one, and runs each state of 1-8 trays down with
+    NVLS. On 2 racks the restart runs from the 9th tray's failure at 1.8 h to the first tray's repair at 3 h, ending
+    with the checkpoint's load (under 1 s), and the job's ETTR is the horizon less that stop, the work it lost, the
+    slow steps of the states with trays down and the checkpoint stalls (0.872 measured)."""
     text = gb200_job(CLASSES) + "collectives: {algorithm: nvls}\n"
     scenario = tmp_path / "job.yaml"
     scenario.write_text(text)
@@ -290,8 +285,7 @@ def test_nvswitch_trays_down_follow_their_rack_when_a_rack_failure_shrinks_the_j
     the first rack of its group, and trains at the step of one rack with a tray down, as built by hand. A tray of
     rack 0 down when it fails leaves with the rack: the shrunk job trains at one healthy rack's step. A tray down
     later on rack 0, out of the group in repair, is kept for when the rack joins again (its row logged), out of the
-    shrunk job's state. Before, trays were matched to the shrunk cluster's racks by name: rack 1's was dropped and
-    rack 0's slowed the job."""
+    shrunk job's state."""
     degraded = one_rack_step(gb200_job(CLASSES), 1, (("rack0/nvswitch", 1),))
     healthy = one_rack_step(gb200_job(CLASSES), 1, ())
     assert degraded > healthy
@@ -322,8 +316,7 @@ def test_on_three_racks_the_racks_left_close_ranks(job_with):
 def test_a_rack_back_by_the_restart_keeps_its_place(job_with, text, rack_repair_s):
     """Rack 0 fails at 1 h and its hosts are all back by the restart's rendezvous (a job that is not elastic waits
     the 2 h repair out; an elastic one's 30 s repair ends within the detection): the job re-forms on both racks, so
-    a tray of rack 1 failing at 4 h slows it, on rack 1. Before, rack 0 stayed out of the job for good and the
-    tray, drawn on its place, was dropped: the job trained healthy."""
+    a tray of rack 1 failing at 4 h slows it, on rack 1."""
     summary = job_with(text, (1 * H, 0, 0, rack_repair_s), (4 * H, 1, 9, 2 * H)).summary
     assert [(state["replicas"], state["nvswitch_trays_down"]) for state in summary["states"]] == [
         (8, {}), (8, {"rack1/nvswitch": 1})]
@@ -331,9 +324,8 @@ def test_a_rack_back_by_the_restart_keeps_its_place(job_with, text, rack_repair_
 
 
 def test_a_second_shrink_by_the_same_rack_reuses_its_cause_shares(job_with, monkeypatch):
-    """Rack 0 fails at 1 h and again at 3 h (1 h repairs, regrow on repair): the job shrinks onto rack 1 twice,
-    the same state both times, so the slow-step split by cause is worked out no more often than for one shrink.
-    Before, the cache keyed on the rack's repair end as well and worked it out again."""
+    """Rack 0 fails at 1 h and again at 3 h (1 h repairs, regrow on repair): the job shrinks onto rack 1 twice, the
+    same state both times, so the slow-step split by cause is worked out no more often than for one shrink."""
     import simulator.reliability.job as job_module
     calls: list[tuple] = []
     monkeypatch.setattr(job_module, "cause_shares", lambda *args: calls.append(args) or cause_shares(*args))
@@ -362,9 +354,7 @@ workload:
 def test_links_down_follow_their_rack_when_a_rack_failure_shrinks_the_job(job_with, nic, moved):
     """3 racks (DP 12): a NIC of rack 2 (or 1) degrades at 0.5 h (3 h repair) and rack 0 fails at 1 h: the job
     shrinks onto racks 1 and 2, its group's racks 0 and 1, and the NIC's links go with its tray, to `moved` in the
-    shrunk cluster's names, whose step is `simulate()` of 2 racks with those links down. Before, links down were
-    matched by node name: `h8/nic0` is on no tray of 2 racks and was dropped (the step healthy's), and `h4/nic0`
-    slowed the tray that took rack 2's place."""
+    shrunk cluster's names, whose step is `simulate()` of 2 racks with those links down."""
     three = three_racks(gb200_job(NIC_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
     summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index(nic), 3 * H), (1 * H, 0, 0, 4 * H)).summary
@@ -413,7 +403,7 @@ def test_with_every_tray_of_a_rack_down_auto_weighs_the_rerouted_tree_and_picks_
 def test_with_every_tray_of_a_rack_down_nvls_is_not_run_there():
     """All 9 trays of rack 0 down leave its GPUs no NVSwitch to reduce in: `auto` picks another algorithm for an
     all-reduce over the rack's 16 GPUs, and `nvls` asked for is refused in one line; with 8 down the links are
-    degraded but up and NVLS runs, slowed. Before, NVLS was still picked and routed over the network."""
+    degraded but up and NVLS runs, slowed."""
     assert rack_all_reduce("auto", 8)["algorithm"] == "nvls"
     picked = rack_all_reduce("auto", 9)
     assert picked["algorithm"] != "nvls" and picked["time_s"] == rack_all_reduce(picked["algorithm"], 9)["time_s"]
@@ -423,8 +413,7 @@ def test_with_every_tray_of_a_rack_down_nvls_is_not_run_there():
 
 def test_a_jobs_healthy_step_sees_the_links_degraded_from_its_start():
     """Every GPU link of rack 0 at 0.12 of its bandwidth in `faults.step`: the job's healthy step is `simulate()`'s
-    step of its scenario. Before, the job prepared its healthy step (routes, `auto`'s choices, capacities) before
-    the links were degraded and ran it on the degraded ones: 19.408 ms against simulate()'s 17.618 ms."""
+    step of its scenario."""
     from simulator.reliability.simulate import prepare_job
 
     text = gb200_job(CLASSES)
@@ -436,10 +425,9 @@ def test_a_jobs_healthy_step_sees_the_links_degraded_from_its_start():
 
 
 def test_links_down_follow_their_rack_back_when_the_job_grows_again(job_with):
-    """3 racks (DP 12): NIC h8/nic0 (rack 2) degrades at 0.5 h (10 h repair), rack 0 fails at 1 h and is back at
-    3 h: shrunk to 8 replicas the NIC is h4/nic0 of the 2 racks left, and grown back to 12 it is h8/nic0 again,
-    the job keeping it under its own name and placing it for each group. Before, the shrink renamed it for good
-    and the grown job ran with h4/nic0 (rack 1's) down: 16.526 ms instead of 16.458 ms."""
+    """3 racks (DP 12): NIC h8/nic0 (rack 2) degrades at 0.5 h (10 h repair), rack 0 fails at 1 h and is back at 3
+    h: shrunk to 8 replicas the NIC is h4/nic0 of the 2 racks left, and grown back to 12 it is h8/nic0 again, the
+    job keeping it under its own name and placing it for each group."""
     three = three_racks(gb200_job(NIC_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
     summary = job_with(three, (0.5 * H, 1, units.nodes["nic"].index("h8/nic0"), 10 * H), (1 * H, 0, 0, 2 * H)).summary
@@ -450,11 +438,10 @@ def test_links_down_follow_their_rack_back_when_the_job_grows_again(job_with):
 
 
 def test_link_utilisation_is_of_line_rate_under_trays_down():
-    """A 1 GiB ring all-reduce over one rack of 4 trays with 4 of its 9 trays down: each GPU's NVLink runs at
-    5/9 of its line rate, and the trace's link utilisation (`writers.link_tracks`, "utilisation of line rate")
-    is of the line rate whether the links are degraded from the step's start or 1 ns into it (the same peak,
-    to the rounding of the binned flows, below 5/9). Before, a link degraded from the start was divided by its
-    degraded bandwidth: 0.756 against 0.420."""
+    """A 1 GiB ring all-reduce over one rack of 4 trays with 4 of its 9 trays down: each GPU's NVLink runs at 5/9 of
+    its line rate, and the trace's link utilisation (`writers.link_tracks`, "utilisation of line rate") is of the
+    line rate whether the links are degraded from the step's start or 1 ns into it (the same peak, to the rounding
+    of the binned flows, below 5/9)."""
     from simulator.report.writers import link_tracks
 
     loaded = scenario_from_text(ONE_RACK_RING.format(size="1 GiB"), "ar.yaml")
@@ -476,8 +463,7 @@ def rack_ring_all_reduce(faults: tuple[LinkFault, ...]) -> float:
 def test_faults_on_the_same_links_from_the_start_stack():
     """Two faults at half capacity from the step's start on the rack's GPU links leave them a quarter: the
     all-reduce takes what one fault at 0.25 gives, exactly, and what the two 1 ns into the step give (to the
-    rounding of the re-solved flows). Before, the second fault set the links to half their line rate again: the
-    makespan of one fault alone (half the time)."""
+    rounding of the re-solved flows)."""
     topology = scenario_topology(scenario_from_text("cluster: {topology: gb200-nvl72, trays: 4}\n"
                                                     "model: {preset: llama3-8b}\n", "rack.yaml"))
     links = nvswitch_tray_faults(topology, (("rack0/nvswitch", 1),))
@@ -493,8 +479,7 @@ def test_faults_on_the_same_links_from_the_start_stack():
 
 def test_a_tray_down_on_links_degraded_from_the_start_slows_the_job(job_with):
     """Rack 0's GPU links at 0.12 of their bandwidth in `faults.step` and one NVSwitch tray of rack 0 down at 1 h:
-    the tray state's links keep 0.12 x 8/9, and its step is slower than the healthy one. Before, the tray's 8/9
-    replaced the 0.12: 12.808 ms against a healthy 17.618 ms."""
+    the tray state's links keep 0.12 x 8/9, and its step is slower than the healthy one."""
     loaded = scenario_from_text(gb200_job(CLASSES), "job.yaml")
     degraded = tuple(fault.model_copy(update={"capacity": 0.12}) for fault in
                      nvswitch_tray_faults(scenario_topology(loaded), (("rack0/nvswitch", 1),)))
@@ -508,9 +493,8 @@ def test_a_tray_down_on_links_degraded_from_the_start_slows_the_job(job_with):
 def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkeypatch):
     """TP 4 x PP 2 x DP 4 under forced NVLS, whose tray states on one rack fold (24 of 32 ranks), with limits that
     fold passes and the unfolded step does not: a tray down on each of the 2 racks leaves every host near and the
-    step unfolded, a state the job can meet, so it is refused at load, at the tray class, saying so. Before, tray
-    states were sized by one rack's: the job passed and was refused mid-job when rack 1 lost a tray at 1.5 h with
-    one of rack 0 down since 1 h ('2 NVSwitch tray(s) down ... 8 of 8 hosts near')."""
+    step unfolded, a state the job can meet, so it is refused at load, at the tray class, saying so. 8 of 8 hosts
+    near')."""
     import simulator.scale as scale
     from simulator.engine.fold_policy import EVERY_RANK_NEAR
     from simulator.reliability.simulate import prepare_job
@@ -527,10 +511,9 @@ def test_a_job_sizes_its_nvswitch_tray_states_by_trays_down_on_every_rack(monkey
 
 def test_a_regrow_brings_back_the_rack_repaired_first(job_with):
     """3 racks (DP 12), regrow on repair: rack 0 fails at 1 h (6 h repair), then rack 2, at place 1 of the shrunk
-    group, at 1.5 h (1.5 h repair); at 2 h the NIC at place 0 of the lone rack left (rack 1's h4/nic0)
-    degrades. At 3 h rack 2 is back and rack 0 is not: the job grows to racks 1 and 2, rack 1 first, its NIC
-    h0/nic0 (a state only this regrow meets). Before, a regrow brought back the first rack that left (rack 0, in
-    repair until 7 h): rack 1 second, the NIC h4/nic0."""
+    group, at 1.5 h (1.5 h repair); at 2 h the NIC at place 0 of the lone rack left (rack 1's h4/nic0) degrades. At
+    3 h rack 2 is back and rack 0 is not: the job grows to racks 1 and 2, rack 1 first, its NIC h0/nic0 (a state
+    only this regrow meets)."""
     three = three_racks(gb200_job(NIC_CLASSES)).replace(
         "elastic: true}", "elastic: true, regrow: on_repair}")
     units = cluster_units(scenario_topology(scenario_from_text(three, "job.yaml")))
@@ -556,10 +539,9 @@ def test_a_spare_rack_in_the_group_has_trays_that_fail(job_with):
     """2 racks of 4 trays and a spare rack (`spares: 4`), not elastic: rack 0 fails at 1 h (100 h repair) and the
     spare takes a place, the group rack 1 then spare-0 (rack order, the spares after the cluster's racks; the
     summary names a tray by its place). The spare's first tray (unit 18, after the cluster's 18) fails at 2 h: the
-    job trains slower, its group's second rack with a tray down (until 6 h), and the row shows it; rack 1's (unit
-    9) at 4 h is on its first. A tray of rack 0, in repair, at 3 h is kept out of the state, for when rack 0 joins
-    a group (its row logged). Before, the spare was no rack: its trays never failed (unit 18 was no unit), and a
-    tray drawn on its place was named after rack 0 and dropped."""
+    job trains slower, its group's second rack with a tray down (until 6 h), and the row shows it; rack 1's (unit 9)
+    at 4 h is on its first. A tray of rack 0, in repair, at 3 h is kept out of the state, for when rack 0 joins a
+    group (its row logged)."""
     result = job_with(spared(gb200_job(CLASSES, elastic=False)), (1 * H, 0, 0, 100 * H), (2 * H, 1, 18, 4 * H),
                       (3 * H, 1, 0, 4 * H), (4 * H, 1, 9, 4 * H))
     spare, rack1 = {"rack1/nvswitch": 1}, {"rack0/nvswitch": 1}
@@ -571,11 +553,9 @@ def test_a_spare_rack_in_the_group_has_trays_that_fail(job_with):
 
 def test_a_regrow_takes_racks_repaired_and_spares_not_racks_in_repair(job_with):
     """3 racks (DP 12), a spare rack, regrow on repair: rack 0 fails at 1 h (2 h repair) and rack 1 during the
-    restart's detection (9 h repair): 8 hosts are left, rack 2 and the spare, and the job shrinks onto them. At
-    3 h rack 0 is back and the job grows to 12 on racks 0, 2 and spare-0 (rack order): a tray of the spare at 4 h
-    is on its group's third rack, and one of rack 1, in repair until 10.5 h, at 5 h is ignored. Before, the
-    regrow brought back the first two racks that left, rack 1 in repair among them, and its tray slowed the
-    job."""
+    restart's detection (9 h repair): 8 hosts are left, rack 2 and the spare, and the job shrinks onto them. At 3 h
+    rack 0 is back and the job grows to 12 on racks 0, 2 and spare-0 (rack order): a tray of the spare at 4 h is on
+    its group's third rack, and one of rack 1, in repair until 10.5 h, at 5 h is ignored."""
     text = spared(three_racks(gb200_job(CLASSES)), " regrow: on_repair,")
     summary = job_with(text, (1 * H, 0, 0, 2 * H), (1 * H + 30, 0, 1, 9.5 * H), (4 * H, 1, 27, 4 * H),
                        (5 * H, 1, 9, 4 * H)).summary
@@ -584,12 +564,11 @@ def test_a_regrow_takes_racks_repaired_and_spares_not_racks_in_repair(job_with):
 
 
 def test_a_rack_failure_strikes_its_rack_wherever_it_sits(job_with):
-    """3 racks (DP 12), elastic: rack 0 fails at 1 h (100 h repair) and the job shrinks onto racks 1 and 2. Rack
-    0 failing again at 2 h only extends its repair (it is out of the group); rack 2 failing at 3 h takes the
-    group's second place, and the job shrinks onto rack 1 alone: a tray of rack 1 at 4 h slows it, one of rack 2
-    at 5 h does not. Before, a rack failure struck the place of its index: rack 0's at 2 h took rack 1 (at place
-    0) and rack 2's at 3 h was beyond the shrunk group and ignored. The summary also lists the full-size states
-    with trays down that the slow-step split asks (the shrink and the trays as causes), never trained in."""
+    """3 racks (DP 12), elastic: rack 0 fails at 1 h (100 h repair) and the job shrinks onto racks 1 and 2. Rack 0
+    failing again at 2 h only extends its repair (it is out of the group); rack 2 failing at 3 h takes the group's
+    second place, and the job shrinks onto rack 1 alone: a tray of rack 1 at 4 h slows it, one of rack 2 at 5 h does
+    not. The summary also lists the full-size states with trays down that the slow-step split asks (the shrink and
+    the trays as causes), never trained in."""
     summary = job_with(three_racks(gb200_job(CLASSES)), (1 * H, 0, 0, 100 * H), (2 * H, 0, 0, 100 * H),
                        (3 * H, 0, 2, 100 * H), (4 * H, 1, 9, 4 * H), (5 * H, 1, 18, 4 * H)).summary
     assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 2
@@ -602,16 +581,13 @@ def test_a_rack_failure_strikes_its_rack_wherever_it_sits(job_with):
 def test_racks_trays_nics_and_leaves_fail_at_their_rate_spares_too(text_job):
     """2 racks and a spare rack, not elastic, 30 days, 20 replications, racks failing every 200 h (1 d repair),
     NVSwitch trays every 2000 h, NICs every 100 d and leaves every 20 d (1 h repairs, degrading): the spare stands
-    in for a rack failed and stays when it is back (to the pool), so 2 racks are in the group nearly all the
-    time, the spare among them from the first rack failure on. The job meets 2 x 720 h / 200 h = 7.2 rack
-    failures a replication and 18 x 720 h / 2000 h = 6.48 tray failures (counted by their slow-step time: one
-    tray down slows the step by a known part), and as many NIC and leaf failures as `failure_model` expects of
-    the cluster's units, in their Poisson bands (3 sigma over 20 replications); the rows count every rack's, idle
-    or not, each rack failing once per MTBF + repair (none while in repair): 3 x 720 h / 224 h = 9.64 rack
-    failures and 27 x 720 h / 2001 h = 9.72 tray failures (10.8 racks while a rack in repair failed too).
-    Before, a link's failure on the spare's place was dropped (6.15 NICs and 8.2 leaves against 9.6 and 12.0)
-    and an idle rack's failure had no row (7.05 rack rows); on main, trays on the spare's place were dropped too
-    (2.07 trays)."""
+    in for a rack failed and stays when it is back (to the pool), so 2 racks are in the group nearly all the time,
+    the spare among them from the first rack failure on. The job meets 2 x 720 h / 200 h = 7.2 rack failures a
+    replication and 18 x 720 h / 2000 h = 6.48 tray failures (counted by their slow-step time: one tray down slows
+    the step by a known part), and as many NIC and leaf failures as `failure_model` expects of the cluster's units,
+    in their Poisson bands (3 sigma over 20 replications); the rows count every rack's, idle or not, each rack
+    failing once per MTBF + repair (none while in repair): 3 x 720 h / 224 h = 9.64 rack failures and 27 x 720 h /
+    2001 h = 9.72 tray failures (10.8 racks while a rack in repair failed too)."""
     text = spared(gb200_job("rack: {mtbf: 200 h, repair: 1 d}, nvswitch_tray: {mtbf: 2000 h, repair: 1 h}, "
                       "nic: {mtbf: 100 d, repair: 1 h, effect: degrade}, "
                       "leaf_switch: {mtbf: 20 d, repair: 1 h, effect: degrade}", elastic=False)).replace(
@@ -674,11 +650,10 @@ LINK_CLASSES = ("rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 
 
 
 def test_links_down_on_a_spare_racks_place_move_with_the_spare(job_with):
-    """2 racks and a spare rack, elastic: rack 0 fails at 1 h and the group is rack 1, then spare-0. The spare's
-    NIC (at its place, h4/nic0) degrades at 2 h and its leaf's cable to spine 0 (leaf1.r0-spine0) at 2.5 h: the
-    job trains with both down. Rack 1 fails at 3 h and the job shrinks onto the spare, now at place 0: its NIC
-    and cable follow it there (h0/nic0, leaf0.r0-spine0). Before, links on a spare's place were dropped, the
-    fabric's cable too: the job trained as healthy."""
+    """2 racks and a spare rack, elastic: rack 0 fails at 1 h and the group is rack 1, then spare-0. The spare's NIC
+    (at its place, h4/nic0) degrades at 2 h and its leaf's cable to spine 0 (leaf1.r0-spine0) at 2.5 h: the job
+    trains with both down. Rack 1 fails at 3 h and the job shrinks onto the spare, now at place 0: its NIC and cable
+    follow it there (h0/nic0, leaf0.r0-spine0)."""
     text = spared(gb200_job(LINK_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(text, "job.yaml")))
     cable = units.cable_ends.index(("leaf1.r0", "spine0"))
@@ -690,12 +665,11 @@ def test_links_down_on_a_spare_racks_place_move_with_the_spare(job_with):
 
 
 def test_a_rack_failing_out_of_the_group_is_in_repair(job_with):
-    """2 racks and a spare rack, not elastic. The spare fails idle at 0.5 h (100 h repair), then rack 0 at 1 h:
-    no rack is free, and the job waits out the horizon (12 h) for a repair; the idle failure has its row, taking
-    no host, and is no interruption. Rack 0 fails at 1 h (1 h repair): the spare takes its place and rack 0,
-    back at 2 h, joins the pool; it fails there at 2.5 h (100 h repair), and rack 1 at 3 h finds no rack free:
-    the job waits from then on. Before, an idle rack's failure was ignored: the job restarted at once on the
-    failed spare (or rack 0)."""
+    """2 racks and a spare rack, not elastic. The spare fails idle at 0.5 h (100 h repair), then rack 0 at 1 h: no
+    rack is free, and the job waits out the horizon (12 h) for a repair; the idle failure has its row, taking no
+    host, and is no interruption. Rack 0 fails at 1 h (1 h repair): the spare takes its place and rack 0, back at 2
+    h, joins the pool; it fails there at 2.5 h (100 h repair), and rack 1 at 3 h finds no rack free: the job waits
+    from then on."""
     result = job_with(spared(gb200_job(CLASSES, elastic=False)), (0.5 * H, 0, 2, 100 * H), (1 * H, 0, 0, 100 * H))
     summary, rows = result.summary, result.events
     assert summary["interruptions"]["by_cause"]["rack"]["mean"] == 1
@@ -711,10 +685,8 @@ def test_a_rack_failing_out_of_the_group_is_in_repair(job_with):
 def test_an_idle_spare_rack_failing_takes_its_stand_in_hosts_until_its_repair(job_with):
     """2 racks and a spare rack (4 hosts), not elastic: host 5 fails at 0.5 h (1 h repair) and a spare host stands
     in for it, leaving 3; the spare rack, idle in the pool, fails at 1 h (10 h repair): all 4 of its hosts are out
-    until 11 h, the one standing in too. Host 5 is back at 1.5 h and takes that one's slot, and when host 1 fails
-    at 2 h no host is spare: the restart waits for the rack, 9 h less the detection minute. Before, the failure
-    took the 3 spare hosts the count held, not the rack, and the restart at 2 h found host 5 spare and took it at
-    once, the rack's stand-in still counted in the job."""
+    until 11 h, the one standing in too. Host 5 is back at 1.5 h and takes that one's slot, and when host 1 fails at
+    2 h no host is spare: the restart waits for the rack, 9 h less the detection minute."""
     classes = CLASSES + ", host: {mtbf: 1000 d, repair: 1 h}"
     result = job_with(spared(gb200_job(classes, elastic=False)), (0.5 * H, 2, 5, 1 * H), (1 * H, 0, 2, 10 * H),
                       (2 * H, 2, 1, 100 * H))
@@ -726,9 +698,7 @@ def test_an_idle_spare_rack_failing_takes_its_stand_in_hosts_until_its_repair(jo
 def test_a_stand_in_failing_after_its_spare_rack_is_not_counted_out_twice(job_with):
     """2 racks and a spare rack (4 hosts), not elastic: host 5 fails at 0.5 h (1 h repair) and a spare host stands
     in for it; the spare rack fails idle at 1 h (10 h repair), counting out its 4 hosts, the stand-in among them;
-    the stand-in's slot fails at 1.2 h. Its host is already counted out: the slot waits for host 5, back at 1.5 h.
-    Before, the failure counted the stand-in out a second time (a second repair, 6 hosts away where 5 are) and the
-    restart waited for it until 2.2 h."""
+    the stand-in's slot fails at 1.2 h. Its host is already counted out: the slot waits for host 5, back at 1.5 h."""
     classes = CLASSES + ", host: {mtbf: 1000 d, repair: 1 h}"
     result = job_with(spared(gb200_job(classes, elastic=False)), (0.5 * H, 2, 5, 1 * H), (1 * H, 0, 2, 10 * H),
                       (1.2 * H, 2, 5, 1 * H))
@@ -740,7 +710,7 @@ def test_a_stand_in_failing_after_its_spare_rack_is_not_counted_out_twice(job_wi
 def test_an_idle_spares_tray_down_is_down_when_it_joins(job_with):
     """2 racks and a spare rack, not elastic: the idle spare's first tray fails at 0.9 h (10 h repair), then rack 0
     at 1 h: the spare joins the group at its second place with that tray down, and the job trains slower until the
-    repair (10.9 h). Before, a tray of a rack out of the group was ignored: the spare joined as if repaired."""
+    repair (10.9 h)."""
     summary = job_with(spared(gb200_job(CLASSES, elastic=False)), (0.9 * H, 1, 18, 10 * H),
                        (1 * H, 0, 0, 100 * H)).summary
     assert trays_by_replicas(summary) == [(8, {}), (8, {"rack1/nvswitch": 1})]
@@ -750,7 +720,7 @@ def test_an_idle_spares_tray_down_is_down_when_it_joins(job_with):
 def test_the_failure_model_counts_the_spares_units_apart(job_with):
     """2 racks and a spare rack: the job draws rack failures on 3 racks and tray failures on 27 trays, and its
     `failure_model` says so: the cluster's `units` (2, 18; the expected count is theirs) and the spares'
-    `spare_units` (1, 9). A job without spare racks has no `spare_units`. Before, it listed 2 and 18 alone."""
+    `spare_units` (1, 9). A job without spare racks has no `spare_units`."""
     model = job_with(spared(gb200_job(CLASSES)), (1 * H, 0, 0, 4 * H)).summary["failure_model"]
     assert [(model[name]["units"], model[name]["spare_units"]) for name in ("rack", "nvswitch_tray")] == [
         (2, 1), (18, 9)]

@@ -626,11 +626,8 @@ def _run_with_the_console_stop_handlers(out: Path) -> int:
                                                       (signal.SIGTERM, "terminated", 143)])
 def test_a_stop_after_the_move_leaves_no_partial_folder_and_says_the_run_was_written(tmp_path, monkeypatch, capsys,
                                                                                      signum, said, status):
-    """Ctrl-C (or SIGTERM) landing right after the move, as the temporary folder is removed, is held back until
-    it is gone, and the command says the new run was written, as for a stop during the move. Before, the
-    KeyboardInterrupt cut the removal short and left `.out.partial-*` beside the run (1 stop in 12 at the moment
-    the files were written, on a loaded machine); then, with the removal held, it said only 'interrupted'
-    though the folder held the complete new run."""
+    """Ctrl-C (or SIGTERM) landing right after the move, as the temporary folder is removed, is held back until it
+    is gone, and the command says the new run was written, as for a stop during the move."""
     out = tmp_path / "out"
     assert main(["run", str(PIPELINE), "--out", str(out)]) == 0
     remove = shutil.rmtree
@@ -682,10 +679,8 @@ def test_sigterm_is_held_while_files_move_and_handed_to_its_handler():
 
 
 def test_a_press_held_back_goes_to_the_handler_it_was_held_from():
-    """A press held back is handed on when the hold ends: the console script's handler raises KeyboardInterrupt
-    and ignores every later press; an outer hold keeps it until its own end; SIG_IGN drops it. Before, the hold
-    raised KeyboardInterrupt itself and put the console script's handler back armed, so a second press while
-    the job stopped printed a traceback and ended it by SIGINT (status -2)."""
+    """A press held back is handed on when the hold ends: the console script's handler raises KeyboardInterrupt and
+    ignores every later press; an outer hold keeps it until its own end; SIG_IGN drops it."""
     from simulator.cli import _interrupted_once
 
     original = signal.getsignal(signal.SIGINT)
@@ -715,10 +710,8 @@ def test_a_press_held_back_goes_to_the_handler_it_was_held_from():
 @pytest.mark.parametrize(("signum", "said", "status"), [(signal.SIGINT, "interrupted", 130),
                                                       (signal.SIGTERM, "terminated", 143)])
 def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeypatch, capsys, signum, said, status):
-    """Ctrl-C (or SIGTERM) while a run's files are moved into its folder is held back until they are all there:
-    the folder holds the new complete run, and `trainsim run` exits 130 (143) saying its files were written.
-    Before, it said only 'interrupted', as if nothing of the run had been written, and SIGTERM ended it
-    halfway through the move."""
+    """Ctrl-C (or SIGTERM) while a run's files are moved into its folder is held back until they are all there: the
+    folder holds the new complete run, and `trainsim run` exits 130 (143) saying its files were written."""
     out = tmp_path / "out"
     replace, pressed = os.replace, []
 
@@ -734,9 +727,9 @@ def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeyp
 
 
 def test_a_stop_python_dropped_while_the_files_were_written_is_raised_before_they_move_in(tmp_path):
-    """A Ctrl-C whose KeyboardInterrupt Python dropped while a run's files were written (raised in a ``__del__``
-    or a weakref callback, kept by the console script's hook: simulator/stops.py) is raised before the files
-    move in: nothing written, no temporary folder left. Before, the files moved in as if no stop had come."""
+    """A Ctrl-C whose KeyboardInterrupt Python dropped while a run's files were written (raised in a ``__del__`` or
+    a weakref callback, kept by the console script's hook: simulator/stops.py) is raised before the files move in:
+    nothing written, no temporary folder left."""
     from contextlib import suppress
 
     from simulator.stops import kept_for_later, raise_dropped

@@ -308,7 +308,7 @@ def test_a_model_too_large_for_a_worker_is_out_of_memory():
     ("parallelism.tp=2", "parallelism.tp", "tp 2: parameter-server workers each hold the whole model"),
 ])
 def test_sharding_a_worker_is_refused_zero_1_included(validation_error, assert_located, override, field, words):
-    """ZeRO-1 used to pass (the check allowed 0 or 1 for every field) and was silently ignored."""
+    """A worker's sharding is refused, ZeRO-1 included, rather than silently ignored."""
     error = validation_error(scenario(), override)
     assert_located(error, (override,), field, words)
     assert error.allowed == ("0" if field.endswith("zero") else "1") + ", or strategy: collective"
@@ -320,8 +320,8 @@ def test_sharding_a_worker_is_refused_zero_1_included(validation_error, assert_l
 ])
 def test_a_moe_preset_and_fsdp_are_refused_for_what_they_are(validation_error, assert_located, override, field,
                                                               words):
-    """A MoE preset (its experts come from the catalog, not a model.moe section) used to run as a dense model of
-    every expert; fsdp was refused with dp's reason."""
+    """A MoE preset (its experts come from the catalog, not a model.moe section) is refused as a MoE model, not run as
+    a dense model of every expert, and fsdp with its own reason."""
     text = scenario().replace("model: {layers: 2, hidden: 1024, heads: 16, vocab: 32000}",
                               "model: {preset: llama3-8b, layers: 2}")
     assert_located(validation_error(text, override), (override,), field, words)
@@ -409,10 +409,9 @@ def test_pushes_rerouted_around_a_failed_link_still_name_a_server_link(run_yaml)
 
 
 def test_server_links_degraded_from_the_start_are_of_their_line_rate():
-    """The server's NIC cable at half its bandwidth from the step's start or 1 ns into it: the same server link,
-    its bandwidth the line rate and its utilisation of the line rate in both (to the rounding of the flows
-    re-solved 1 ns in), below a half. Before, a link degraded from the start was named at and divided by its
-    degraded bandwidth: twice the utilisation of the same link degraded 1 ns later."""
+    """The server's NIC cable at half its bandwidth from the step's start or 1 ns into it: the same server link, its
+    bandwidth the line rate and its utilisation of the line rate in both (to the rounding of the flows re-solved 1
+    ns in), below a half."""
     figures = []
     for at in ("0 s", "1 ns"):
         fault = f"faults.step.links=[{{link: [leaf0.r0, h4/nic0], capacity: 0.5, at: {at}}}]"

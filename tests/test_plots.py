@@ -170,7 +170,7 @@ def test_gantt_draws_tp_collectives_off_the_compute_stream_as_overlapped(tmp_pat
 
 def test_gantt_draws_the_expert_all_to_alls_as_their_own_kind(tmp_path):
     """2 MoE layers x 2 micro-batches x (dispatch and combine, forward and backward) = 16 EP all-to-alls on rank
-    0, each one bar as long as its op, labelled as EP in the legend (they used to be "other communication")."""
+    0, each one bar as long as its op, labelled as EP in the legend, not "other communication"."""
     moe = ("cluster: {topology: dgx-h100}\nmodel: {preset: mixtral-8x7b, layers: 2}\n"
            "training: {seq_len: 1024, microbatches: 2}\nparallelism: {ep: 8, zero: 1}\n")
     run = _run(tmp_path, moe, "1f1b")
@@ -304,9 +304,8 @@ NOT_A_STEP = [
      "trace.json, for Perfetto) (allowed: the folder of a training step of collectives (not parallelism.strategy: "
      "parameter_server))"),
 ]
-"""Runs gantt and memory cannot draw, with their refusals. Before, a replayed trace's folder was refused with
-"summary.json has no layout, ... (not a training-step run?)" and a parameter-server run's with "summary.json has
-no memory_per_stage_gib (not a training-step run?)", though the latter is a training-step run."""
+"""Runs gantt and memory cannot draw, with their refusals, each naming what the run lacks: a replayed trace's
+folder and a parameter-server run (a training-step run, so not refused as 'not a training-step run?')."""
 
 
 @pytest.mark.parametrize("chart", ["gantt", "memory"])

@@ -325,10 +325,8 @@ def _fraction_down(arrivals, units: int, horizon: float) -> np.ndarray:
                                                          ("weibull", 0.7, "exponential")])
 def test_a_unit_in_repair_does_not_fail_again(distribution, shape, repair):
     """A spine repaired in place (8 h repairs, MTBF 100 h) does not fail while in repair: its renewal restarts at
-    the repair's end, so over 10,000 h each of 1,000 spines fails horizon / (M + r) = 92.6 times and is down
-    r / (M + r) = 7.41% of the time, within 4 standard errors of the units' mean (0.3 failures, 0.02 to 0.04
-    points). Before, a spine in repair failed again and pushed its repair out: 100 failures, 7.68% down
-    (1 - exp(-r/M)); the closed form's rate (`failure_rate_s`) carries the same M / (M + r)."""
+    the repair's end, so over 10,000 h each of 1,000 spines fails horizon / (M + r) = 92.6 times and is down r / (M
+    + r) = 7.41% of the time, within 4 standard errors of the units' mean (0.3 failures, 0.02 to 0.04 points)."""
     from simulator.config.reliability import Effect
 
     mtbf, repair_s, horizon, units = 100 * 3600.0, 8 * 3600.0, 10_000 * 3600.0, 1000
@@ -344,11 +342,9 @@ def test_a_unit_in_repair_does_not_fail_again(distribution, shape, repair):
 
 @pytest.mark.parametrize("shape", [0.5, 0.8, 2.0])
 def test_a_weibull_class_expects_its_rate_over_a_short_horizon(shape):
-    """A horizon of 5% of the units' MTBF, as a job's weeks are next to a GPU's years: the cluster is in
-    service, each unit's renewal process in equilibrium, so the count is units x horizon / MTBF (4,000 here,
-    Poisson standard deviation 1.6%) whatever the shape. Before, every unit started new at t = 0: shape 0.5
-    drew 6.9 times the rate, 0.8 (the docs' HBM example) 2.1 times (3.2 times for its 72 HBM failures per
-    16,384 GPUs per 54 d) while job_summary.json expected the rate and Young and Daly used it, 2 drew 4% of it."""
+    """A horizon of 5% of the units' MTBF, as a job's weeks are next to a GPU's years: the cluster is in service,
+    each unit's renewal process in equilibrium, so the count is units x horizon / MTBF (4,000 here, Poisson standard
+    deviation 1.6%) whatever the shape."""
     mtbf, units = 1000.0, 80_000
     klass = FailureClass("x", "gpu", "replace", 1 / mtbf, "weibull", shape, repair_s=60.0)
     arrivals = draw_arrivals(np.random.default_rng(1), (klass,), [units], 0.05 * mtbf)
@@ -823,7 +819,7 @@ def test_a_spare_pool_beyond_ten_per_host_is_refused_before_it_is_built(tmp_path
 @pytest.mark.parametrize("setting", ["faults.rate_multiplier=2", "faults.preset=llama3", "restart.elastic=true",
                                      "storage.capacity=1 PB", "checkpoint.interval=10 min", "run.replications=5"])
 def test_a_single_step_warns_of_what_only_a_job_reads(setting, tmp_path, capsys):
-    """A single step (no run.horizon) runs, but says which of its fields it ignored; it used to say nothing."""
+    """A single step (no run.horizon) runs, but says which of its fields it ignored."""
     warning = f"--set {setting}: only a job over weeks reads it (run.horizon); this single step ignores it"
     out = tmp_path / "out"
     assert main(["run", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--set", setting, "--quiet"]) == 0

@@ -506,11 +506,10 @@ def test_the_job_table_says_one_day_and_one_step_in_the_singular(tmp_path, capsy
 
 
 def test_a_planned_stop_checkpoints_whole_steps_and_loses_the_step_in_flight():
-    """Maintenance every 1 h (10 min) over 6 h, no failures, a 1 ms sync write every 30 min of 0.31 s steps: a
-    stop checkpoints the whole steps trained, and the part of the step in flight is lost work. By hand from each
-    training segment (from 0 or a restart's end to the next stop, cycles of k steps + the write): the part of a
-    step trained at the stop, times the step, summed over the stops, is `lost_work_s` (1e-9). Before, the stop
-    saved the fraction (step 4332.97 of the 405B job) and lost nothing; every checkpoint after it was fractional."""
+    """Maintenance every 1 h (10 min) over 6 h, no failures, a 1 ms sync write every 30 min of 0.31 s steps: a stop
+    checkpoints the whole steps trained, and the part of the step in flight is lost work. By hand from each training
+    segment (from 0 or a restart's end to the next stop, cycles of k steps + the write): the part of a step trained
+    at the stop, times the step, summed over the stops, is `lost_work_s` (1e-9)."""
     text = SEED003.replace("run: {horizon: 54 d, replications: 10, seed: 3}", "run: {horizon: 6 h, seed: 3}")
     text = text.replace("faults:\n  components:\n    job_failure: {unit: host, effect: restart, mtbf: 3 h}\n",
                         "faults: {maintenance: {every: 1 h, duration: 10 min}}\n")
@@ -605,8 +604,8 @@ def _line_of(path: Path, key: str) -> int:
 
 
 def test_the_job_table_reads_a_step_of_a_minute_or_more_in_its_unit_too():
-    """The job table's healthy step is written as the run table's step (`step_seconds`): from a minute on with
-    its unit at a glance, '90 s (1.5 min)'. Before, '90 s' alone, as the job's other figures are not."""
+    """The job table's healthy step is written as the run table's step (`step_seconds`): from a minute on with its
+    unit at a glance, '90 s (1.5 min)'."""
     from rich.console import Console
 
     from simulator.console.report import job_table

@@ -61,8 +61,7 @@ def test_a_nic_degrading_on_one_nic_hosts_interrupts_in_the_closed_forms():
 def test_the_last_spine_counts_the_chance_the_other_is_down():
     """Two spines under heavy load (MTBF 10 h, 12 h repairs): each fails 720 / (10 + 12) times (none while in
     repair) and interrupts where the other is down, 12 / 22 of the time: 2 x 720 / 22 x 12 / 22 = 35.70
-    interruptions a replication, and 200 replications simulate it. Before, a spine in repair failed again:
-    2 x 720 / 10 x (1 - e^-1.2) = 100.63 expected, and simulated (100.32)."""
+    interruptions a replication, and 200 replications simulate it."""
     text = ONE_GPU_HOSTS + """
 run: {horizon: 30 d, replications: 200, seed: 5}
 faults:

@@ -94,9 +94,9 @@ def test_the_refusal_of_straggler_states_follows_the_engine(monkeypatch, overrid
     ops + flows of the state's straggler refold, which runs) is refused exactly when the engine runs its straggler
     state unfolded, for the reason that state's own run
     gives (`fold_off_reason`: the state is `simulate()` of the scenario with the representative GPU 0 slowed).
-    The refusal used to ask only whether one straggler's replica shares links: it let through a state that
-    the scenario's own straggler in replica 1 unfolds (two slow replicas), refused analytic-model states that
-    fold exactly (each transfer runs alone there), and named another reason than the symmetry check's."""
+    Asking only whether one straggler's replica shares links would let through a state that the scenario's own
+    straggler in replica 1 unfolds (two slow replicas), refuse analytic-model states that fold exactly (each
+    transfer runs alone there), and name another reason than the symmetry check's."""
     stragglers = ", ".join(entry for entry in (own, "{gpus: [0], slowdown: 1.5}") if entry)
     state = simulate(scenario_from_text(RAILS, "inline.yaml",
                                         [*overrides, f"faults.step.stragglers=[{stragglers}]"])).summary
@@ -244,10 +244,10 @@ def test_a_throttle_stands_in_for_the_gpus_the_scenario_slows_as_it_slows_its_ow
 
 
 def test_a_straggler_state_run_again_shares_its_plans_parsed_and_timed_with_the_first_run(monkeypatch):
-    """A straggler state of the 64-GPU job simulated a second time (its cached step dropped): its plans are
-    neither parsed into `Transfers`, nor timed by the analytic model, nor its private collectives run alone
-    again (the state's plan cache keeps them for every run on it, `PlanCache.parsed`, `.analytic`, `.alone`),
-    and its summary is the first run's. Before, each of a job's straggler states did all three anew."""
+    """A straggler state of the 64-GPU job simulated a second time (its cached step dropped): its plans are neither
+    parsed into `Transfers`, nor timed by the analytic model, nor its private collectives run alone again (the
+    state's plan cache keeps them for every run on it, `PlanCache.parsed`, `.analytic`, `.alone`), and its summary
+    is the first run's."""
     from simulator.network import model
     from simulator.reliability.simulate import prepare_job
 
@@ -359,10 +359,9 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
 
 
 def test_a_worker_killed_with_a_state_unread_in_its_pipe_leaves_the_rest_to_the_job(monkeypatch):
-    """Each worker hands back its first state and dies (os._exit, as the OOM killer ends it) once the next one
-    sits unread in its pipe: the job's end of the pipe reads ConnectionResetError, not EOFError, and the job
-    still simulates the states left as it meets them, to the one-core job's summary and events. Before, the
-    reset ended the job: 'error: Connection reset by peer', exit 1, no outputs."""
+    """Each worker hands back its first state and dies (os._exit, as the OOM killer ends it) once the next one sits
+    unread in its pipe: the job's end of the pipe reads ConnectionResetError, not EOFError, and the job still
+    simulates the states left as it meets them, to the one-core job's summary and events."""
     from multiprocessing.connection import Connection
 
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch)
@@ -387,8 +386,8 @@ def test_a_worker_killed_with_a_state_unread_in_its_pipe_leaves_the_rest_to_the_
 
 def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_it(monkeypatch):
     """The second worker's fork refused (ENOMEM, as a host out of memory refuses it): the one worker forked
-    simulates the 8 states ahead, to the one-core job's outputs; every fork refused, none goes ahead and the
-    job simulates them as met. Before, the refusal ended the job: 'error: Cannot allocate memory', exit 1."""
+    simulates the 8 states ahead, to the one-core job's outputs; every fork refused, none goes ahead and the job
+    simulates them as met."""
     import errno
 
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch)
@@ -421,9 +420,8 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
 
 
     """The 64-GPU job on two cores reports three phases in order: the first pass over its 2 replications
-    (``foresight_progress``, 0 to 2), the 9 states simulated ahead (0 to 9), then its replications (0 to 2).
-    Before, the job's bar said 0 replications done from the start, through the first pass (~15 s on the
-    16,384-GPU throttling job) with nothing moving."""
+    (``foresight_progress``, 0 to 2), the 9 states simulated ahead (0 to 9), then its replications (0 to 2), so
+    the bar moves through the first pass too (~15 s on the 16,384-GPU throttling job)."""
     loaded, _ = _one_core_job_then_two_cores(monkeypatch)
     heard: list[tuple[str, int, int]] = []
 
@@ -484,9 +482,8 @@ def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(mo
 
 
 def test_a_study_with_more_states_than_the_old_count_of_64_simulates_each_once(monkeypatch, tmp_path):
-    """A 64-GPU job (PP 8) with 117 straggler states over 12 replications: its study's first point simulates
-    them (116 in two workers) and the second finds every one cached. Before, the cache kept 64 states, so the
-    second point simulated 38 of them again (37 in the workers)."""
+    """A 64-GPU job (PP 8) with 117 straggler states over 12 replications: its study's first point simulates them
+    (116 in two workers) and the second finds every one cached."""
     from simulator.reliability.study import run_study
 
     scenario = tmp_path / "job64pp8.yaml"
@@ -519,10 +516,8 @@ def test_the_state_cache_drops_the_least_recently_used_beyond_its_budget():
 
 
 def test_a_study_shows_its_points_again_once_a_points_states_ahead_are_done(monkeypatch, tmp_path):
-    """Each point of a study on two cores first foresees its states (``foresight_progress``); the bar then
-    counts points again (0 of 2, then 1 of 2 through the second point) while the point's replications run.
-    Before, it heard of the points only as each ended, so it showed 'foreseeing straggler states 2/2
-    replications' through each point's replications."""
+    """Each point of a study on two cores first foresees its states (``foresight_progress``); the bar then counts
+    points again (0 of 2, then 1 of 2 through the second point) while the point's replications run."""
     from simulator.reliability.study import run_study
 
     scenario = tmp_path / "job64.yaml"
@@ -609,9 +604,8 @@ def test_ctrl_c_while_states_are_simulated_ahead_stops_the_workers_without_a_tra
 
 
 def test_sigterm_to_the_jobs_process_while_states_are_simulated_ahead_ends_its_workers(tmp_path):
-    """SIGTERM to the job's process alone (`kill PID`, a scheduler's stop) while a worker simulates a state:
-    it ends its workers, says 'terminated' and exits 143, with no traceback and no output. Before, SIGTERM
-    ended it at once (status -15) and left its workers behind."""
+    """SIGTERM to the job's process alone (`kill PID`, a scheduler's stop) while a worker simulates a state: it ends
+    its workers, says 'terminated' and exits 143, with no traceback and no output."""
     job, out, reached = _interrupted_ahead(tmp_path, "test")
     deadline = time.monotonic() + 240
     while not reached.exists() and job.poll() is None and time.monotonic() < deadline:
@@ -634,11 +628,9 @@ def _killed_group(group: int) -> None:
 
 
 def test_ctrl_c_pressed_again_and_again_while_the_job_stops_still_ends_it_quietly(tmp_path):
-    """Ctrl-C pressed every 2 ms from the moment a worker is busy until the job's process is gone: the presses
-    after the first land while it ends its workers and exits; it still says 'interrupted' once and exits 130,
-    with no traceback, no worker left and no output. Before, one of them raised KeyboardInterrupt in the pool's
-    shutdown, in multiprocessing's clean-up or in the console script's exit (a traceback, status -2: killed
-    by SIGINT)."""
+    """Ctrl-C pressed every 2 ms from the moment a worker is busy until the job's process is gone: the presses after
+    the first land while it ends its workers and exits; it still says 'interrupted' once and exits 130, with no
+    traceback, no worker left and no output."""
     job, out, reached = _interrupted_ahead(tmp_path, "test")
     deadline = time.monotonic() + 240
     while not reached.exists() and job.poll() is None and time.monotonic() < deadline:
@@ -655,9 +647,8 @@ def test_ctrl_c_pressed_again_and_again_while_the_job_stops_still_ends_it_quietl
 
 
 def test_workers_end_with_the_jobs_process_when_it_is_killed(tmp_path):
-    """The job's process killed (SIGKILL, as the out-of-memory killer ends it) while its workers simulate
-    states: each worker finds its pipe ended and exits within seconds, none is left behind. Before, the pool's
-    workers waited on its call queue, which the others held open, forever."""
+    """The job's process killed (SIGKILL, as the out-of-memory killer ends it) while its workers simulate states:
+    each worker finds its pipe ended and exits within seconds, none is left behind."""
     job, _, _ = _interrupted_ahead(tmp_path, "killed")
     with job:  # closes the pipes, which the test does not read, once done
         assert job.wait(timeout=300) == -signal.SIGKILL  # not communicate: its pipes end only with the workers
@@ -1224,12 +1215,11 @@ def test_the_job_plan_carries_the_elastic_sizes_it_was_checked_with(monkeypatch)
 
 
 def test_an_elastic_job_whose_layout_is_out_of_memory_is_warned_as_a_plain_one(tmp_path, capsys):
-    """With 12 layers (22.53e9 parameters) the ZeRO-3 job's own layout does not fit: 18 Psi / 4 = 94.4 GiB of
-    states per GPU on 4 replicas, 105.8 GiB in all, against the H100's 79.6 GiB. The plain job runs with the out-
-    of-memory warning a plain run gives (before, a job run gave none); the elastic one gets the same verdict, and
-    runs on 4 replicas only, its smaller sizes (more states per GPU) skipped. Before, it was refused at
-    restart.min_replicas, a field it does not set. `validate --strict` refuses both at parallelism, as a plain
-    run's layout."""
+    """With 12 layers (22.53e9 parameters) the ZeRO-3 job's own layout does not fit: 18 Psi / 4 = 94.4 GiB of states
+    per GPU on 4 replicas, 105.8 GiB in all, against the H100's 79.6 GiB. The plain job runs with the out- of-memory
+    warning a plain run gives (before, a job run gave none); the elastic one gets the same verdict, and runs on 4
+    replicas only, its smaller sizes (more states per GPU) skipped. `validate --strict` refuses both at parallelism,
+    as a plain run's layout."""
     text = ZERO3_JOB.replace("layers: 6", "layers: 12")
     params = resolve_model(scenario_from_text(text).scenario).num_params()
     assert 18 * params / 4 / GIB == pytest.approx(94.4, abs=0.05)
@@ -1277,10 +1267,10 @@ def test_an_elastic_moe_job_runs_on_the_sizes_ep_splits():
 ], ids=["min-replicas-and-keep-global", "ep-4-on-dp-4"])
 def test_an_elastic_job_left_no_smaller_size_is_warned_at_the_field_that_leaves_it_so(
         tmp_path, capsys, restart, parallelism, warning):
-    """keep_global's 4 micro-batches on DP 4 split whole over 4, 2 and 1 replicas, and min_replicas 3 leaves
-    only 4; EP 4 on DP 4 splits no smaller size's ranks. Either job runs on 4 replicas only, as a job of fixed
-    size; `validate` and `run` now both warn at the field that leaves it so, naming the nearest size that would
-    shrink. Before, `validate` said only 'valid' and the run said nothing. min_replicas 2 shrinks: no warning."""
+    """keep_global's 4 micro-batches on DP 4 split whole over 4, 2 and 1 replicas, and min_replicas 3 leaves only 4;
+    EP 4 on DP 4 splits no smaller size's ranks. Either job runs on 4 replicas only, as a job of fixed size;
+    `validate` and `run` both warn at the field that leaves it so, naming the nearest size that would shrink.
+    min_replicas 2 shrinks: no warning."""
     text = SHRINKING.replace("restart: {elastic: true}", restart).replace("parallelism: {dp: 4}", parallelism)
     scenario = tmp_path / "job.yaml"
     scenario.write_text(text)

@@ -126,8 +126,7 @@ def test_a_checkpoint_overdue_in_a_slower_state_comes_at_the_end_of_the_step_in_
     """A checkpoint every 30 min is 31,100 healthy steps (57.9 ms) but 16,214 steps with a spine down (111 ms).
     Spine 0 fails at 1,440 s, 24,879.7 healthy steps in: the checkpoint is overdue and is triggered at the end of
     the step in flight, its last 0.3 step at the slower step (1,440.032 s, step 24,880), then every 16,214 slower
-    steps; every checkpoint holds whole steps. Before, it came at once, mid-step: a checkpoint of 24,879.7 steps,
-    and every later one carried the fraction. Much earlier, the steps left to the trigger came out negative: the
+    steps; every checkpoint holds whole steps. Much earlier, the steps left to the trigger came out negative: the
     clock went back in time, logged a checkpoint there and trained that time again."""
     job = job_with((0.4 * H, 0, 0, 1 * H), text=SPINE_JOB)
     healthy, degraded = (state["step_time_s"] for state in job.summary["states"])
@@ -155,13 +154,12 @@ restart: {detection: 1 min, reschedule: 2 min, launch: 3 min, warmup_steps: 0}
 
 @pytest.mark.parametrize("after_s", [30.0, 300.0], ids=["during-the-write", "during-the-maintenance"])
 def test_a_failure_during_a_maintenance_stop_does_not_shorten_it(job_with, after_s):
-    """Maintenance at 3 h and 9 h (every 6 h, the first after half a period): the job writes a 60 s
-    checkpoint (60 GB at 4 hosts x 0.25 GB/s) and stops for 10 min. A software failure 30 s or 5 min into the
-    stop at 3 h leaves the stop its 11 min: the failure's 1 min detection overlaps the rest, and the job is back
-    when it would have been without the failure. Before, the failure ended the maintenance at once and the
-    job gained the rest of it (ETTR up by 570 s or 300 s). 30 s into the write the stop's checkpoint is lost:
-    the job resumes from the one before (sync, every hour of training T: written at 2 T + 2 min) and loses
-    the training since its trigger, 3 h - 2 x 60 s - 2 T; before, that half-written checkpoint counted."""
+    """Maintenance at 3 h and 9 h (every 6 h, the first after half a period): the job writes a 60 s checkpoint (60
+    GB at 4 hosts x 0.25 GB/s) and stops for 10 min. A software failure 30 s or 5 min into the stop at 3 h leaves
+    the stop its 11 min: the failure's 1 min detection overlaps the rest, and the job is back when it would have
+    been without the failure. 30 s into the write the stop's checkpoint is lost: the job resumes from the one before
+    (sync, every hour of training T: written at 2 T + 2 min) and loses the training since its trigger, 3 h - 2 x 60
+    s - 2 T; before, that half-written checkpoint counted."""
     quiet = job_with((13 * H, 0, 0, 0.0), text=STOP_JOB)
     struck = job_with((3 * H + after_s, 0, 0, 0.0), text=STOP_JOB)
     back = quiet.events[quiet.events["kind"] == "restart"]["end_s"].to_numpy()
@@ -182,11 +180,10 @@ def test_a_failure_during_a_maintenance_stop_does_not_shorten_it(job_with, after
 
 
 def test_the_restart_rows_count_every_planned_stop_and_span_the_restart_and_maintenance_time(job_with):
-    """Maintenance at 3 h and 9 h (STOP_JOB) over a 9 h 5 min horizon: a software failure 5 min into the stop
-    at 3 h makes its row a `failure` restart, and the horizon cuts the stop at 9 h. Both rows began with
-    maintenance: counting `began == maintenance` gives `interruptions.planned`, 2, and the restart rows' spans
-    add up to restart_s + maintenance_s. Before, the table had no `began` column, the stop the horizon cut had no
-    row, and the spans came 5 min short of the summary's time."""
+    """Maintenance at 3 h and 9 h (STOP_JOB) over a 9 h 5 min horizon: a software failure 5 min into the stop at 3 h
+    makes its row a `failure` restart, and the horizon cuts the stop at 9 h. Both rows began with maintenance:
+    counting `began == maintenance` gives `interruptions.planned`, 2, and the restart rows' spans add up to
+    restart_s + maintenance_s."""
     job = job_with((3 * H + 300, 0, 0, 0.0), text=STOP_JOB.replace("horizon: 12 h", "horizon: 545 min"))
     summary, events = job.summary, job.events
     restarts = events[events["kind"] == "restart"]
@@ -201,12 +198,11 @@ def test_the_restart_rows_count_every_planned_stop_and_span_the_restart_and_main
 
 
 def test_a_maintenance_stop_right_after_a_restart_writes_no_checkpoint(job_with):
-    """A software failure at 2 h 55 min: its restart (1 min detection, 2 min rescheduling, 3 min launch, the
-    read L) ends at E = 3 h 1 min + L, so the window due at 3 h is taken right after it. Nothing is trained
-    since the checkpoint just loaded, so the stop writes none: 10 min of maintenance, then 2 + 3 min + L, and
-    the stop's maintenance time is 10 min. Before, it wrote its 60 s checkpoint first (a checkpoint row at E,
-    11 min of maintenance and the job back 60 s later). The window at 9 h, after 6 h of training, still writes
-    one: 60 s more maintenance, 21 min in all."""
+    """A software failure at 2 h 55 min: its restart (1 min detection, 2 min rescheduling, 3 min launch, the read L)
+    ends at E = 3 h 1 min + L, so the window due at 3 h is taken right after it. Nothing is trained since the
+    checkpoint just loaded, so the stop writes none: 10 min of maintenance, then 2 + 3 min + L, and the stop's
+    maintenance time is 10 min. The window at 9 h, after 6 h of training, still writes one: 60 s more maintenance,
+    21 min in all."""
     job = job_with((2 * H + 55 * 60, 0, 0, 0.0), text=STOP_JOB)
     summary, events = job.summary, job.events
     load = summary["checkpoint"]["load_s"]
@@ -230,12 +226,11 @@ restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elast
 
 
 def test_a_shrunk_job_faster_per_token_has_no_negative_slow_steps(job_with):
-    """On these one-GPU hosts data parallelism costs more than it brings: 4 replicas take 64 ms for 4,096
-    tokens, 2 replicas 24 ms for 2,048. Two hosts fail at 1 h (repaired in 100 h), and the elastic job runs on
-    2 replicas from its restart to the horizon: every step trains more tokens per second than a healthy one.
-    That time is productive, not negative slow-step time: slow-step time 0 and ETTR the renewal's below (0.963),
-    with goodput 1.223 x the healthy throughput. Before, the kept steps counted at their healthy-equivalent
-    time: slow-step time -1.30 h (all `elastic_shrink`'s) and ETTR 1.223."""
+    """On these one-GPU hosts data parallelism costs more than it brings: 4 replicas take 64 ms for 4,096 tokens, 2
+    replicas 24 ms for 2,048. Two hosts fail at 1 h (repaired in 100 h), and the elastic job runs on 2 replicas from
+    its restart to the horizon: every step trains more tokens per second than a healthy one. That time is
+    productive, not negative slow-step time: slow-step time 0 and ETTR the renewal's below (0.963), with goodput
+    1.223 x the healthy throughput."""
     job = job_with((1 * H, GPU, 0, 100 * H), (1 * H, GPU, 1, 100 * H), text=ELASTIC_JOB)
     summary = job.summary
     steps = {state["replicas"]: state["step_time_s"] for state in summary["states"]}
@@ -370,11 +365,10 @@ def test_goodput_and_ettr_count_a_shrunk_job_by_its_throughput(job_with):
 
 
 def test_losing_the_last_spine_stops_the_job_until_a_repair(job_with):
-    """One-GPU hosts under two leaves joined by two spines. Spine 0 fails at 1 h (back at 2 h), spine 1 at
-    1.5 h (back at 4.5 h): with both down no GPU of one leaf reaches the other's, so the job is interrupted at
-    1.5 h (a spine_switch interruption, no host taken) and its restart waits for spine 0 at 2 h (the 1 min
-    detection overlaps the wait); then it trains with one spine down until 4.5 h. Before, the second spine's
-    loss was skipped and the job trained on as if one spine were down."""
+    """One-GPU hosts under two leaves joined by two spines. Spine 0 fails at 1 h (back at 2 h), spine 1 at 1.5 h
+    (back at 4.5 h): with both down no GPU of one leaf reaches the other's, so the job is interrupted at 1.5 h (a
+    spine_switch interruption, no host taken) and its restart waits for spine 0 at 2 h (the 1 min detection overlaps
+    the wait); then it trains with one spine down until 4.5 h."""
     job = job_with((1 * H, 0, 0, 1 * H), (1.5 * H, 0, 1, 3 * H), text=SPINE_JOB.replace("3 h", "6 h"))
     summary, events = job.summary, job.events
     failures = events[events["kind"] == "failure"]
@@ -451,10 +445,9 @@ def test_a_job_with_sub_states_writes_the_same_bytes_on_one_worker_and_two(tmp_p
 
 
 def test_every_spine_down_on_one_leaf_group_is_the_step_without_its_leaf_spine_links(job_with):
-    """TP 4 x DP 4 on two DGX H100 under one leaf group (8 rail leaves, 2 spines): both spines down at 1.5 h
-    leave every host joined through the rails (PXN: a GPU sends over NVLink to the peer on the other rail), so
-    the job trains on, no interruption, at the step of the scenario with every leaf-spine link down (to the
-    bit). Before, the second spine's loss was skipped: the state never existed."""
+    """TP 4 x DP 4 on two DGX H100 under one leaf group (8 rail leaves, 2 spines): both spines down at 1.5 h leave
+    every host joined through the rails (PXN: a GPU sends over NVLink to the peer on the other rail), so the job
+    trains on, no interruption, at the step of the scenario with every leaf-spine link down (to the bit)."""
     text = RAILS.replace("nodes: 4", "nodes: 2").replace("tp: 8, dp: 4", "tp: 4, dp: 4") + """\
 run: {horizon: 3 h}
 faults:
@@ -901,11 +894,10 @@ def test_a_spare_standing_in_that_fails_during_the_warm_up_starts_the_restart_ov
 
 
 def test_a_spine_down_that_slows_no_step_is_charged_no_slow_step_time(job_with):
-    """TP 4 x DP 4 on two DGX H100 under one leaf group: the collectives stay on the rails, so a spine down
-    slows no step, alone or beside a throttled GPU (x1.5). GPU 0 throttled from 1 h to 5 h, spine 0 down from
-    2 h to 4 h, no checkpoint or failure to cut the training: all 4 h of slow training is throttling's,
-    4 h x (1 - healthy step / throttled step), and the spine's is 0. Before, the two causes split the extra
-    time of 2 h to 4 h evenly: the spine was charged half of it."""
+    """TP 4 x DP 4 on two DGX H100 under one leaf group: the collectives stay on the rails, so a spine down slows no
+    step, alone or beside a throttled GPU (x1.5). GPU 0 throttled from 1 h to 5 h, spine 0 down from 2 h to 4 h, no
+    checkpoint or failure to cut the training: all 4 h of slow training is throttling's, 4 h x (1 - healthy step /
+    throttled step), and the spine's is 0."""
     text = RAILS.replace("nodes: 4", "nodes: 2").replace("tp: 8, dp: 4", "tp: 4, dp: 4").replace(
         "interval: 30 min", "interval: 1000 d") + """\
 run: {horizon: 6 h}

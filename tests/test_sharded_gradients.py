@@ -69,8 +69,7 @@ def test_reduce_every_microbatch_needs_sharded_gradients(validation_error, zero)
 ])
 def test_zero2_that_runs_as_zero1_says_so_naming_the_option(overrides, warned):
     """`zero: 2` left to accumulate whole gradients over several micro-batches holds, sends and takes exactly what
-    `zero: 1` does: the run warns once, at the field, naming the option that makes it ZeRO-2.
-    Before, nothing said that the stage asked for changed nothing."""
+    `zero: 1` does: the run warns once, at the field, naming the option that makes it ZeRO-2."""
     from simulator.config.loader import scenario_from_text
     from simulator.preflight import validate
     from simulator.topology.loader import scenario_topology

@@ -58,8 +58,8 @@ STOPS = {"SIGTERM": (signal.SIGTERM, False, 143), "Ctrl-C to the process": (sign
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("stop", STOPS)
 def test_a_stopped_pool_command_ends_its_workers_and_exits_at_once(tmp_path, command, stop):
-    """Before, SIGTERM ended the sweep's process (status -15) and left each worker blocked on its pipe for
-    good, and Ctrl-C sent to the process alone waited for the points running."""
+    """SIGTERM or Ctrl-C, to the process alone or its group, ends a pool command's workers with it and exits at
+    once, rather than leaving each worker blocked on its pipe or waiting for the points running."""
     signum, to_group, status = STOPS[stop]
     reached = tmp_path / "reached"
     argv = [*COMMANDS[command], *(["--out", str(tmp_path / "out")] if command != "validate-published" else [])]
@@ -128,10 +128,9 @@ print("closed every time", flush=True)
 
 
 def test_a_pool_stopped_while_it_hands_out_results_closes_every_time():
-    """A stop lands wherever the reading process is while many cheap points finish (20 stops, at moments drawn
-    from a seeded range); `close` must return each time. Before, a stop inside `concurrent.futures.wait` left
-    futures' locks held and `close` waited on them for good (1 stop in 5). No trial depends on where its stop
-    lands; the 60 s join only turns a hang into a failure (in a child, whose exit would wait on the hung pool)."""
+    """A stop lands wherever the reading process is while many cheap points finish (20 stops, at moments drawn from
+    a seeded range); `close` must return each time. No trial depends on where its stop lands; the 60 s join only
+    turns a hang into a failure (in a child, whose exit would wait on the hung pool)."""
     run = subprocess.run([sys.executable, "-c", STOPPED_WHILE_READING], env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and run.stdout == "closed every time\n", run.stdout + run.stderr
@@ -225,9 +224,8 @@ if sys.argv[1] == "raise":
 
 @pytest.mark.parametrize("how", ["return", "raise"])
 def test_a_program_that_never_closes_its_pool_still_exits(how):
-    """A program that maps and leaves without `close` (its end, or an exception that skips a `finally`-less
-    close) exits at once: the workers are daemonic, ended at exit. Before, the interpreter waited at exit for
-    workers blocked on pipes it still held (killed here after 60 s)."""
+    """A program that maps and leaves without `close` (its end, or an exception that skips a `finally`-less close)
+    exits at once: the workers are daemonic, ended at exit."""
     run = subprocess.run([sys.executable, "-c", LEFT_OPEN, how], env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == (0 if how == "return" else 3), run.stderr

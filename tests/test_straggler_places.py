@@ -45,10 +45,9 @@ def stand_in(states: StepStates, degradation: Degradation, gpu: int) -> int:
 @pytest.mark.parametrize("down", [1, 7])
 @pytest.mark.parametrize("rack", [0, 1])
 def test_a_straggler_beside_trays_down_keeps_its_gpu_where_no_whole_rack_may_stand_in(rack, down):
-    """2 GB200 racks of 4 trays, TP 4 x DP 8, ``down`` NVSwitch trays of one rack down: replicas trade places
-    only as whole NVLink domains (racks), and the one rack the trays spare is the first such, so every x1.5
-    GPU keeps its own place (7 trays: GPU 16 and 28 give 12.5767 ms, GPU 20 12.5772 ms, a rack-0 GPU 11.9246
-    ms). Before, one on the spared rack stood in on its first GPU whatever its lane."""
+    """2 GB200 racks of 4 trays, TP 4 x DP 8, ``down`` NVSwitch trays of one rack down: replicas trade places only
+    as whole NVLink domains (racks), and the one rack the trays spare is the first such, so every x1.5 GPU keeps its
+    own place (7 trays: GPU 16 and 28 give 12.5767 ms, GPU 20 12.5772 ms, a rack-0 GPU 11.9246 ms)."""
     loaded = scenario_from_text(GB200_THROTTLE, "job.yaml")
     switch = f"rack{rack}/nvswitch"
     states = StepStates(loaded, scenario_topology(loaded))
@@ -135,11 +134,10 @@ def _state_with_stragglers(text: str, down: str, gpus: tuple[int, ...]
     (DGX_PP, "h2/nic0", (40, 48), (8, 32))])
 def test_several_stragglers_stand_in_replica_by_replica_to_the_bit(text, down, gpus, stand_ins):
     """Stragglers on untouched replicas trade places replica by replica, the k-th untouched replica holding one
-    becoming the k-th untouched replica, each keeping its stage and lane: under leaf 0's rail 0 down (hosts 0
-    and 1), GPUs 24 and 41 (hosts 3 and 5) stand in on hosts 2 and 3 (16 and 25); beside host 2's NIC down
-    (replica 1 of TP 8 x PP 2 x DP 4), GPUs 40 and 48 (replicas 2 and 3) on replicas 0 and 2. The step is the
-    real GPUs' to the bit. Before, GPUs 40 and 48 stood in as GPU 0 and 8 (9.358 against 9.470 ms), 24 and 41
-    as 16 and 17 in one replica."""
+    becoming the k-th untouched replica, each keeping its stage and lane: under leaf 0's rail 0 down (hosts 0 and
+    1), GPUs 24 and 41 (hosts 3 and 5) stand in on hosts 2 and 3 (16 and 25); beside host 2's NIC down (replica 1 of
+    TP 8 x PP 2 x DP 4), GPUs 40 and 48 (replicas 2 and 3) on replicas 0 and 2. The step is the real GPUs' to the
+    bit."""
     loaded, state, links = _state_with_stragglers(text, down, gpus)
     assert state.slow_gpus == tuple((gpu, 1.5) for gpu in stand_ins)
     assert steps_with(loaded, links, gpus) == steps_with(loaded, links, stand_ins)
@@ -152,11 +150,10 @@ def test_several_stragglers_stand_in_replica_by_replica_to_the_bit(text, down, g
      .replace("seq_len: 1024", "seq_len: 2048"), "h1/nic5", (21, 45)),
     (MOE_EP2, "h1/nic2", (26, 42))])
 def test_stragglers_keep_their_gpus_where_no_whole_unit_stands_in(text, down, gpus):
-    """Stragglers keep their GPUs where no untouched unit precedes theirs (GB200: the rack is the unit, and
-    rack 0 the first the trays of rack 1 spare), where data parallelism is not the outermost dimension
-    (`order: [tp, dp, cp, pp]`: a replica's lane is no physical place), and where experts are split (EP 2:
-    EP groups are not alike: GPU 42 gives a step 1.9e-4 shorter than GPU 26). Before, GPUs 4 and 8 stood
-    in as 0 and 4 (1.00% off), GPU 21 on GPU 1 (0.33% off), GPUs 26 and 42 on GPU 2 (0.54% off)."""
+    """Stragglers keep their GPUs where no untouched unit precedes theirs (GB200: the rack is the unit, and rack 0
+    the first the trays of rack 1 spare), where data parallelism is not the outermost dimension (`order: [tp, dp,
+    cp, pp]`: a replica's lane is no physical place), and where experts are split (EP 2: EP groups are not alike:
+    GPU 42 gives a step 1.9e-4 shorter than GPU 26)."""
     _, state, _ = _state_with_stragglers(text, down, gpus)
     assert state.slow_gpus == tuple((gpu, 1.5) for gpu in gpus)
 
@@ -172,10 +169,9 @@ parallelism: {tp: 8, pp: 2, dp: 6}
 
 @pytest.mark.parametrize(("down", "gpu"), [("leaf1.r0", 64), ("h4/nic0", 64), ("leaf1.r5", 72), ("", 64), ("", 72)])
 def test_stragglers_keep_their_gpus_where_replicas_straddle_leaf_groups(down, gpu):
-    """Replicas of 2 hosts over leaf groups of 3: the fewest whole replicas that lie inside leaf groups or hold whole
-    ones are 3 (half the job), the other half touched, so with leaf group 1's leaf or host 4's NIC down a x1.5 GPU of
-    replica 4 keeps its place, and with nothing down too. Before, GPU 64 stood in on GPU 0 (a step 3.7e-4 shorter with
-    the leaf down, 5.1e-4 with nothing down) and GPU 72 on GPU 8 (2.1e-4 and 2.4e-4 shorter)."""
+    """Replicas of 2 hosts over leaf groups of 3: the fewest whole replicas that lie inside leaf groups or hold
+    whole ones are 3 (half the job), the other half touched, so with leaf group 1's leaf or host 4's NIC down a x1.5
+    GPU of replica 4 keeps its place, and with nothing down too."""
     loaded = scenario_from_text(DGX_STRADDLING, "job.yaml")
     topology = scenario_topology(loaded)
     states = StepStates(loaded, topology)
@@ -186,9 +182,9 @@ def test_stragglers_keep_their_gpus_where_replicas_straddle_leaf_groups(down, gp
 
 
 def test_a_job_keeps_the_gpus_of_stragglers_no_whole_rack_stands_in_for(job_with):
-    """A tray of rack 1 down from 1 h to 6 h; GPUs 4, 9 and 13 (rack 0) then 20 (rack 1) throttled x1.5 half an
-    hour each in turn: the job's states with the tray down keep each straggler's GPU (rack 0 is the first rack
-    the tray spares). Before, rack 0's three stood in on GPU 0."""
+    """A tray of rack 1 down from 1 h to 6 h; GPUs 4, 9 and 13 (rack 0) then 20 (rack 1) throttled x1.5 half an hour
+    each in turn: the job's states with the tray down keep each straggler's GPU (rack 0 is the first rack the tray
+    spares)."""
     rows = [(1 * H, 0, 13, 5 * H)] + [((1.5 + start) * H, 1, gpu, 0.5 * H)
                                        for start, gpu in ((0, 4), (1, 9), (2, 13), (3, 20))]
     summary = job_with(GB200_THROTTLE, *rows).summary
@@ -214,11 +210,9 @@ restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elast
 
 
 def test_a_straggler_beyond_a_shrunk_job_slows_nothing_with_or_without_links_down(job_with):
-    """GPU 30 (host 3) throttled x1.5 from 0.5 h to 8.5 h; host 1 fails at 1 h (the job shrinks to 3 replicas,
-    GPUs 0-23, for the rest of the run); host 0's NIC 0 is down from 2 h to 6 h. The shrunk states with the
-    throttle are those without it: no GPU slowed, with the NIC down and without. Before, GPU 30 was listed and
-    dropped from the step while the NIC was down (10.088 ms, as without it), and stood in on GPU 0 without it,
-    slowing the job (8.577 ms against 7.755 ms)."""
+    """GPU 30 (host 3) throttled x1.5 from 0.5 h to 8.5 h; host 1 fails at 1 h (the job shrinks to 3 replicas, GPUs
+    0-23, for the rest of the run); host 0's NIC 0 is down from 2 h to 6 h. The shrunk states with the throttle are
+    those without it: no GPU slowed, with the NIC down and without."""
     summary = job_with(ELASTIC_NIC, (0.5 * H, 2, 30, 8 * H), (1 * H, 0, 8, 10 * H), (2 * H, 1, 0, 4 * H)).summary
     shrunk = [state for state in summary["states"] if state["replicas"] == 3]
     assert [(bool(state["links_down"]), state["slow_gpus"]) for state in shrunk] == [(False, {}), (True, {})]
@@ -231,12 +225,11 @@ stage 1 GPUs 24-47, where on 4 replicas stage 1 starts at GPU 32."""
 
 @pytest.mark.parametrize(("leaf_ports", "stand_in_of_40"), [(8, 24), (2, 40)])
 def test_a_shrunk_job_places_stragglers_by_its_own_layout(leaf_ports, stand_in_of_40):
-    """On 3 of 4 replicas (`order: [tp, cp, dp, pp]`), GPU 24 is a stage-1 GPU of the shrunk job: without links
-    down it stands in on that stage's first GPU (24), as GPU 40 does where every replica lies in one leaf group
+    """On 3 of 4 replicas (`order: [tp, cp, dp, pp]`), GPU 24 is a stage-1 GPU of the shrunk job: without links down
+    it stands in on that stage's first GPU (24), as GPU 40 does where every replica lies in one leaf group
     (`leaf_ports: 8`); with leaf groups of 2 hosts replica 0 (hosts 0 and 3) straddles two, so GPU 40 keeps its
     place. Beside host 0's NIC down GPU 24 keeps its GPU (replicas trade places only with data parallelism
-    outermost). Each state's step is the real GPU's to the bit. Before, the full job's layout made GPU 24 a
-    stage-0 GPU: it stood in on GPU 0, or with the NIC down on GPU 8 (8.290 ms where GPU 24 gives 8.743 ms)."""
+    outermost). Each state's step is the real GPU's to the bit."""
     loaded = scenario_from_text(SHRUNK_PP_INNER.replace("leaf_ports: 2", f"leaf_ports: {leaf_ports}"), "job.yaml")
     topology = scenario_topology(loaded)
     states = StepStates(loaded, topology)

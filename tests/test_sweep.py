@@ -428,9 +428,8 @@ def test_point_outputs_on_resume_are_written_for_points_finished_without_them(tm
 
 
 def test_a_sweep_over_a_job_runs_the_job_simulation_at_every_point(tmp_path):
-    """A base with `run.horizon` is a job: every point runs the job simulation as `trainsim run` does, its row
-    holds job_summary.json's figures and its point folder the job's files. Before, the points ran one step
-    and ignored the horizon, so a sweep over failure rates gave identical rows without ETTR."""
+    """A base with `run.horizon` is a job: every point runs the job simulation as `trainsim run` does, its row holds
+    job_summary.json's figures and its point folder the job's files."""
     from simulator.reliability.simulate import simulate_job
 
     job = job_sweep("  faults.rate_multiplier: [1, 4]\n", horizon="2 d", replications=2, outputs=True)

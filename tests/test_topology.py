@@ -212,12 +212,11 @@ def test_a_last_rack_partly_in_use_keeps_every_tray_in_its_rack():
 
 def test_a_fabric_wired_for_more_hosts_attaches_the_first_and_keeps_its_pods():
     """`fabric_hosts`: 5 hosts on the fat tree of 12 (6 leaf groups of 2 in 3 pods) keep the 12-host fabric's
-    leaves, pods, spines and cores, core links of 2 leaf groups' bandwidth in every pod, and its spine hash's
-    period (a pod: 4 hosts), which the parameters alone tell as building does; fewer than the hosts attached
-    is refused, by the builder's check as by building. Its translations by whole pods are exact (what folding
-    reads); a rotation of the whole fabric it has not (the leaves without hosts have no image), so detours
-    around links down are picked one by one, as on any fabric without one. Before, a three-tier fabric was
-    wired for its own hosts alone (5 hosts: 3 leaf groups, which 3 pods of 1 group hold)."""
+    leaves, pods, spines and cores, core links of 2 leaf groups' bandwidth in every pod, and its spine hash's period
+    (a pod: 4 hosts), which the parameters alone tell as building does; fewer than the hosts attached is refused, by
+    the builder's check as by building. Its translations by whole pods are exact (what folding reads); a rotation of
+    the whole fabric it has not (the leaves without hosts have no image), so detours around links down are picked
+    one by one, as on any fabric without one."""
     params = {"nodes": 5, "leaf_ports": 2, "tiers": 3, "pods": 3}
     full = load_topology("dgx-h100-cluster", {**params, "nodes": 12})
     cut = load_topology("dgx-h100-cluster", {**params, "fabric_hosts": 12})
@@ -252,11 +251,9 @@ ROUTED_CUTS = {
 
 @pytest.mark.parametrize("case", ROUTED_CUTS)
 def test_a_fabric_wired_for_more_hosts_routes_its_hosts_as_the_full_one(case):
-    """Every flow between two GPUs of the attached hosts takes the full fabric's route, spine and core
-    included, on every channel: the spine hash reads the flow keys of the hosts the fabric is wired for; and the
-    rails cut's translations by whole pods stay exact (the NVL72 cut, its last rack partly in use, has none to
-    fold by). Before, the hash read the attached hosts' keys alone: 204 of the rails cut's 320 routes between
-    hosts and 476 of the NVL72 cut's 1,920 took another spine or core than on the full cluster."""
+    """Every flow between two GPUs of the attached hosts takes the full fabric's route, spine and core included, on
+    every channel: the spine hash reads the flow keys of the hosts the fabric is wired for; and the rails cut's
+    translations by whole pods stay exact (the NVL72 cut, its last rack partly in use, has none to fold by)."""
     name, params, full_size, cut_size = ROUTED_CUTS[case]
     full, cut = load_topology(name, {**params, **full_size}), load_topology(name, {**params, **cut_size})
     gpus = range(cut.num_gpus)
@@ -585,8 +582,8 @@ def test_describe_gives_a_partly_filled_last_rack_its_own_nvlink_bisection():
 
 def test_describe_says_what_a_fabric_wired_for_more_hosts_is_wired_for():
     """5 hosts on the fabric of 12 (`fabric_hosts`): the header says the fabric is wired for 12 hosts, and the
-    switch tiers' bisections, those of the 12 hosts' wiring (the full fabric's leaf-spine 2.4 TB/s), say so;
-    the tiers the 5 hosts attach through do not. Before, it printed the wiring's figures as the 5 hosts'."""
+    switch tiers' bisections, those of the 12 hosts' wiring (the full fabric's leaf-spine 2.4 TB/s), say so; the
+    tiers the 5 hosts attach through do not."""
     params = {"leaf_ports": 2, "tiers": 3, "pods": 3}
     text = describe_topology(load_topology("dgx-h100-cluster", {**params, "nodes": 5, "fabric_hosts": 12}))
     assert text.startswith("topology dgx-h100-cluster (cluster): 40 GPUs (h100-sxm) on 5 hosts, 8 GPUs per host, "

@@ -307,10 +307,8 @@ def chakra_attention(folder: Path) -> Path:
 def test_a_chakra_attention_kernel_moves_at_the_key_length_its_launching_op_records(tmp_path):
     """A Chakra trace moved from an H200 to an H100 SXM: the flash kernels launched by SDPA ops that record their
     shapes move at the 3,000 keys those record (the forward's op inside aten::scaled_dot_product_attention, which
-    records none), as a Kineto trace's do; the kernel without a launching op at the forward's longest common
-    length, 16k, 'assumed'. The SDPA ops themselves are CPU ops: host time, neither moved nor counted among the
-    moved ops. Before, every Chakra attention kernel was 'assumed', and the CPU ops named for attention were moved
-    as attention kernels (3 more forward ops at 16k, a backward at 32k)."""
+    records none), as a Kineto trace's do; the kernel without a launching op at the forward's longest common length,
+    16k, 'assumed'. The SDPA ops themselves are CPU ops: host time, neither moved nor counted among the moved ops."""
     path = chakra_attention(tmp_path)
     text = (f"cluster: {{topology: dgx-h100, gpus: 1, gpu_model: h100-sxm}}\n"
             f"workload: {{trace: '{path}', format: chakra-json, traced_gpu: h200}}\n")

@@ -33,11 +33,9 @@ def _pair_job(extra: str = JOB):
 
 
 def test_a_trace_job_runs_the_plain_replays_step_and_its_figures_follow_from_its_events():
-    """The job of the bundled two-rank trace under the llama3 preset (rates x 5,000: 16.49 failures expected in
-    2 days were every unit always in use).
-    Its healthy step is the plain replay's, to the last bit; the work it lost is its failures' rows' (no planned
-    stop cuts a step short), and its interruptions are its failure rows. Before, run.horizon beside a trace was
-    refused ('a job simulation needs a modelled training step')."""
+    """The job of the bundled two-rank trace under the llama3 preset (rates x 5,000: 16.49 failures expected in 2
+    days were every unit always in use). Its healthy step is the plain replay's, to the last bit; the work it lost
+    is its failures' rows' (no planned stop cuts a step short), and its interruptions are its failure rows."""
     job = simulate_job(_pair_job())
     plain = simulate(load_scenario(PAIR)).summary["step_time_s"]
     assert job.summary["step_time_s"] == plain
@@ -71,10 +69,10 @@ checkpoint: {size: 270 MB}
 
 @pytest.mark.parametrize("dp", [None, 8], ids=["traced-ranks", "dp-8-folded"])
 def test_a_trace_jobs_straggler_states_are_plain_replays_with_that_straggler(dp):
-    """Each straggler state's step equals the plain replay with the same `faults.step.stragglers` entry and seed,
-    to the last bit: the state is simulated, on the GPU that straggles (the traced ranks do unlike work: GPU 1
-    slowed gives another step than GPU 0), also where workload.dp's copies fold (a trace has no layout to fold
-    stragglers by, so its states replay the copies unfolded). Before, the job was refused at run.horizon."""
+    """Each straggler state's step equals the plain replay with the same `faults.step.stragglers` entry and seed, to
+    the last bit: the state is simulated, on the GPU that straggles (the traced ranks do unlike work: GPU 1 slowed
+    gives another step than GPU 0), also where workload.dp's copies fold (a trace has no layout to fold stragglers
+    by, so its states replay the copies unfolded)."""
     copies = [] if dp is None else [f"workload.dp={dp}", f"cluster.nodes={dp}"]
     loaded = scenario_from_text(PAIR.read_text() + STRAGGLING, str(PAIR), copies)
     job = simulate_job(loaded)
@@ -124,11 +122,10 @@ def test_a_trace_job_without_a_checkpoint_size_is_refused_before_any_step(tmp_pa
      "interrupt it (with --set cluster.nodes=4) (allowed: a cluster of 2 GPUs, or a workload.dp that fills it)"),
 ], ids=["keep-global", "idle-gpus", "both"])
 def test_a_trace_job_is_refused_where_it_cannot_be_told(tmp_path, capsys, monkeypatch, extra, overrides, message):
-    """An elastic trace job keeping its global batch (the trace holds no more micro-batches) and one
-    whose ranks leave GPUs idle (their failures would interrupt it) are refused, one located line, by `validate`
-    as by `run`, and before any step is simulated. Before, validate passed the idle-GPU job, and run refused it
-    only after replaying its healthy step. A job both refusals apply to meets the idle GPUs first in both: run
-    checked the job's sections (keep_global among them) before its trace's step, validate after."""
+    """An elastic trace job keeping its global batch (the trace holds no more micro-batches) and one whose ranks
+    leave GPUs idle (their failures would interrupt it) are refused, one located line, by `validate` as by `run`,
+    and before any step is simulated. A job both refusals apply to meets the idle GPUs first in both: run checked
+    the job's sections (keep_global among them) before its trace's step, validate after."""
     from simulator.engine.engine import Engine
 
     def no_step(*_args, **_kwargs):
@@ -193,12 +190,12 @@ restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elas
 
 
 def test_an_elastic_trace_job_shrinks_by_whole_copies_each_size_a_plain_replay(monkeypatch):
-    """The two-rank DP-2 trace copied to 8 replicas on 8 one-GPU hosts, elastic, no spares. Hosts fail at 1 h,
-    2 h and 3 h (back at 11 h, 12 h, 13 h): 7 hosts run 6 replicas (3 copies; 7 is no whole copy), 6 hosts 6,
-    5 hosts 4; a software failure at 14 h finds every host back and the job grows to 8. Its sizes are the whole
-    copies, 2 to 8; each size's step is the plain replay at that `workload.dp` on its hosts, to the last bit (the
-    data-parallel all-reduce re-simulated over fewer ranks); two shrinks, one regrow, and the time on each size
-    is what its restart rows leave it. Before, `restart.elastic` beside a trace was refused."""
+    """The two-rank DP-2 trace copied to 8 replicas on 8 one-GPU hosts, elastic, no spares. Hosts fail at 1 h, 2 h
+    and 3 h (back at 11 h, 12 h, 13 h): 7 hosts run 6 replicas (3 copies; 7 is no whole copy), 6 hosts 6, 5 hosts 4;
+    a software failure at 14 h finds every host back and the job grows to 8. Its sizes are the whole copies, 2 to 8;
+    each size's step is the plain replay at that `workload.dp` on its hosts, to the last bit (the data-parallel
+    all-reduce re-simulated over fewer ranks); two shrinks, one regrow, and the time on each size is what its
+    restart rows leave it."""
     import numpy as np
 
     import simulator.reliability.simulate as job_simulation
@@ -259,10 +256,8 @@ def test_an_elastic_trace_jobs_min_replicas_is_checked_against_its_replicas(tmp_
 
 
 def test_trace_jobs_in_two_folders_with_one_relative_glob_each_get_their_own_steps(tmp_path):
-    """One process, two folders each with the same job.yaml (trace 'tr/rank*.json') and the bundled two-rank
-    trace, B's rank-1 GEMM 3x longer: each job's steps are its own trace's, as in a fresh process. Before, the
-    process-wide step cache was keyed on the scenario's text, which names the trace by its relative glob only,
-    so B's job reported A's steps (4.19 ms healthy, against B's own 6.39 ms)."""
+    """One process, two folders each with the same job.yaml (trace 'tr/rank*.json') and the bundled two-rank trace,
+    B's rank-1 GEMM 3x longer: each job's steps are its own trace's, as in a fresh process."""
     source = SCENARIOS / "traces" / "allreduce-2rank"
     for name, factor in (("A", 1), ("B", 3)):
         folder = tmp_path / name / "tr"
@@ -322,9 +317,8 @@ def test_a_trace_jobs_missing_size_is_a_scenario_error_at_its_field():
 
 def test_a_trace_jobs_straggler_states_are_refused_where_their_unfolded_copies_pass_the_limits(monkeypatch):
     """The bundled trace job folds its 8 replicas onto the 2 traced ranks (6 ops); a straggler state replays the
-    copies unfolded (4 x 6 = 24 ops): with the event limit between the two the job is refused before it runs, at
-    its straggling class. Before, a trace's states were never estimated (`unfolded_beyond_limits` is None for a
-    trace), so a state of any size ran."""
+    copies unfolded (4 x 6 = 24 ops): with the event limit between the two the job is refused before it runs, at its
+    straggling class."""
     import simulator.scale as scale
 
     monkeypatch.setattr(scale, "MAX_EVENTS", 12)
@@ -357,8 +351,7 @@ def test_a_trace_jobs_link_fault_states_are_plain_replays_with_those_links_down(
 
 def test_a_trace_job_counts_the_traced_jobs_own_replicas_with_dp_left_out_as_with_dp_equal_to_it():
     """The bundled two-rank trace is a DP-2 job: left out or given as 2, `workload.dp` names the same job and step,
-    which count 2 replicas alike (job_summary.json's `replicas.sizes` and `running_s`). Before, dp left out
-    counted 1 replica, dp: 2 counted 2."""
+    which count 2 replicas alike (job_summary.json's `replicas.sizes` and `running_s`)."""
     left_out, given = (simulate_job(scenario_from_text(PAIR.read_text() + STRAGGLING, str(PAIR), sets)).summary
                        for sets in ([], ["workload.dp=2"]))
     assert left_out["step_time_s"] == given["step_time_s"]
@@ -369,8 +362,7 @@ def test_a_trace_job_counts_the_traced_jobs_own_replicas_with_dp_left_out_as_wit
 def test_an_elastic_trace_job_on_a_gb200_rack_shrinks_by_whole_trays(tmp_path, capsys):
     """The two-rank trace copied to 72 replicas on a GB200 NVL72 rack (18 trays of 4 GPUs): its sizes are the
     multiples of 4 replicas (whole trays), and the job shrunk to 68 keeps 17 trays of the rack (`last_rack_trays`):
-    its step is `simulate()` of that cluster. Before, the rack took no `nodes`, so every smaller size had no
-    cluster and the job was refused."""
+    its step is `simulate()` of that cluster."""
     traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
     text = (f"cluster: {{topology: gb200-nvl72}}\nworkload: {{trace: '{traces}', format: kineto, dp: 72}}\n"
             "checkpoint: {size: 1 GB}\nrun: {horizon: 2 d, replications: 1}\nfaults: {preset: llama3}\n"
@@ -398,8 +390,8 @@ def test_an_elastic_trace_job_that_cannot_shrink_is_warned_about_at_restart_elas
                                                                                     allowed):
     """The two-rank DP-2 trace, elastic, with `dp` left out or equal to the traced job's 2 (no smaller whole copy),
     or copied to 8 replicas on one 8-GPU host (a smaller number of copies leaves part of the host) has one size:
-    elastic changes nothing. `validate` and `run` both say so, one warning located at `restart.elastic`, and the
-    job runs on its replicas alone. Before, such a job took `restart.elastic` without a word."""
+    elastic changes nothing. `validate` and `run` both say so, one warning located at `restart.elastic`, and the job
+    runs on its replicas alone."""
     scenario = tmp_path / "job.yaml"
     text = ELASTIC.replace("ethernet-100g, nodes: 8", cluster).replace(", dp: 8", dp)
     scenario.write_text(text)

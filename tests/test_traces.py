@@ -260,12 +260,11 @@ def test_a_moved_gemm_keeps_its_ramp_and_moves_the_time_beyond_it(cluster, short
 @pytest.mark.parametrize("traced, cluster", [("h100-sxm", "a100-80gb"), ("a100-80gb", "h100-sxm")])
 def test_a_gemm_moved_to_or_from_an_a100_takes_its_shapes_waves(traced, cluster):
     """The A100's GEMM kernels run one 256x128 (or 128x256) tile per SM in waves of 108 (kernels.yaml gemm.waves,
-    the guide's wave quantization): a bf16 GEMM of 2,560 x 1,408 output cuts into 110 tiles, two waves of which
-    the second holds 2 tiles, so it fills 2,560 x 1,408 / (216 x 256 x 128) = 0.509 of the slots. Moved with its
+    the guide's wave quantization): a bf16 GEMM of 2,560 x 1,408 output cuts into 110 tiles, two waves of which the
+    second holds 2 tiles, so it fills 2,560 x 1,408 / (216 x 256 x 128) = 0.509 of the slots. Moved with its
     recorded shape, its time beyond the ramp takes the ratio of the two GPUs' modelled plateaus for that shape,
     waves included, the modelled step's own GEMM time less its ramp; one of 2,304 x 1,536 output (108 tiles, one
-    full wave) takes the plateaus' ratio. Before, every GEMM moved by the plateaus' ratio, 2.707 to the A100
-    whatever its shape."""
+    full wave) takes the plateaus' ratio."""
     from simulator.catalog.gpus import GPUS
     from simulator.workload.calibrated import calibrated_efficiency
     from simulator.workload.roofline import kernel_duration
@@ -322,12 +321,11 @@ def test_a_gemm_recosted_on_an_a100_takes_its_shapes_waves():
                                          ("sdpa_sm90_flash_fprop", None), ("some_unnamed_kernel", 989 / 2250)],
                          ids=["memory-bound", "attention", "unknown"])
 def test_only_a_moved_gemm_takes_the_b200s_ramp_fitted_on_gemms(name, ratio):
-    """kernels.yaml's B200 ramp, 8 us, was fitted on cuBLAS GEMM timings alone (gemm-shapes); no source times a
-    B200 memory-bound, attention or other kernel's launch and tail, so a kernel of those classes moved from the
-    H100 SXM to a B200 keeps the 2 us ramp every GPU takes unfitted: one of 1 us stays 1 us, one of 100 us takes
-    2 us plus its 98 us beyond the ramp moved by its class's ratio (HBM bandwidth x memory fraction, 3.35 against
-    8 TB/s; the bf16 peaks, 989 against 2,250 TFLOP/s). Before, the GEMM fit went to every kernel: 4 us, and
-    8 us plus the 98 us moved."""
+    """kernels.yaml's B200 ramp, 8 us, was fitted on cuBLAS GEMM timings alone (gemm-shapes); no source times a B200
+    memory-bound, attention or other kernel's launch and tail, so a kernel of those classes moved from the H100 SXM
+    to a B200 keeps the 2 us ramp every GPU takes unfitted: one of 1 us stays 1 us, one of 100 us takes 2 us plus
+    its 98 us beyond the ramp moved by its class's ratio (HBM bandwidth x memory fraction, 3.35 against 8 TB/s; the
+    bf16 peaks, 989 against 2,250 TFLOP/s)."""
     from simulator.catalog.gpus import GPUS
     from simulator.workload.traces.gpu_move import GpuMove
     from simulator.workload.traces.model import TracedOp
@@ -1948,10 +1946,9 @@ def dispatch_scenario(folder: Path) -> str:
 
 def test_a_traced_all_to_all_runs_with_its_recorded_split_sizes(tmp_path):
     """Four single-GPU hosts, each rank's trace one uneven all-to-all (DISPATCH_MIB). NCCL's all-to-all sends to
-    every peer at once, so the flows share the NICs and it lasts as long as its busiest NIC needs: rank 0 sends
-    12 MiB (8 + 2 + 2) and rank 1 receives 12 (8 + 2 + 2), the closed form of a 12 MiB transfer. Per GPU it sends
-    what its row sends to others, 37 / 4 MiB in the mean, as EP (an uneven all-to-all). Before, the ranks'
-    different message sizes were refused."""
+    every peer at once, so the flows share the NICs and it lasts as long as its busiest NIC needs: rank 0 sends 12
+    MiB (8 + 2 + 2) and rank 1 receives 12 (8 + 2 + 2), the closed form of a 12 MiB transfer. Per GPU it sends what
+    its row sends to others, 37 / 4 MiB in the mean, as EP (an uneven all-to-all)."""
     dispatch_4rank(tmp_path)
     _, result = run(dispatch_scenario(tmp_path), tmp_path)
     assert result.summary["step_time_s"] == pytest.approx(transfer_s(100e9, 12 * MIB), rel=EXACT)
