@@ -486,7 +486,7 @@ SCENARIO_QUOTES = [
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", HSDP_ONE_GPU_SHARDS),
      "(4 micro-batches of 4,096 tokens) takes {ms_step:.1f} ms a step with fp32 shards"),
     ("docs/training-step.md", ("llama3-70b-torchtitan-pp-fsdp", ()),
-     "rank 0's copy-ins take {ms_copy_in:.3f} ms a step ({n_copy_in} copy-ins, on their own stream;"),
+     "rank 0's copy-ins take {ms_copy_in:.3f} ms a step ({n_copy_in} copy-ins, on their own stream)"),
     ("docs/training-step.md", ("llama3-70b-torchtitan-pp-fsdp", ()),
      "on their own stream) and its model state is {gib_model_state:.2f} GiB;"),
     ("docs/training-step.md", ("llama3-70b-torchtitan-pp-fsdp", ()),
