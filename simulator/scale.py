@@ -16,9 +16,10 @@ collective counts as NCCL's ring would post it, but for the all-reduces that may
 groups across NVLink domains, a `workload:` item's; `may_run_trees`): before the cluster is built they count as
 rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as the plans the tuner picks for
 each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the published SC21
-7.5B step's estimate went from 29,280 flows to 656,485, against 662,908 simulated; a TP tree counts its own
-group's transfers, not the copies of it that its run meets, a lower bound: 7.5B at TP 16, 3,740,416 of 7,977,584
-flows). `--force` runs past the limits.
+7.5B step's estimate went from 29,280 flows to 656,485, against 662,908 simulated; a TP tree counts its copies
+in the other DP replicas for its all-reduces that run beside the traffic joining them to it, `_tp_beside_dp`:
+7.5B at TP 16, 8,094,976 of 7,977,584 flows, where its own tree alone counted 3,740,416). `--force` runs past
+the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
@@ -288,6 +289,15 @@ class CollectiveShape:
     joined: bool = False
     """Whether the replicas that meet it are joined to it by another dimension across hosts (DP's rings on
     the same rails), so that they lie in other DP replicas rather than beside it in its own."""
+    beside: float = 1.0
+    """The share of its collectives that run beside the traffic joining its replicas to it: the others run alone
+    on their links and post their own transfers only (engine/sharing.py `private_collectives` replays them)."""
+
+    @property
+    def folded_transfers(self) -> float:
+        """The transfers a folded run posts for one of its collectives on average: its own and, for the share
+        `beside`, those of its replicas."""
+        return self.transfers * (1 + self.beside * (self.replicas - 1))
 
 
 def _first_group(layout: Layout, kind: str, ep: int, degree: int = 0, rank: int = 0) -> tuple[int, ...]:
@@ -421,6 +431,22 @@ def _tp_may_run_trees(scenario: Scenario) -> bool:
     (`TREE_ALGORITHMS`): the tuner picks them where the TP group spans NVLink domains."""
     par = scenario.parallelism
     return par.tp > 1 and not par.sequence_parallel and scenario.collectives.algorithm in TREE_ALGORITHMS
+
+
+def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str) -> float:
+    """The share of a rank's TP all-reduces (`_tp_splits` without sequence parallelism: two in each forward,
+    backward and full recompute of a layer) that run while its data-parallel collectives do, which join the TP
+    group's copies in the other DP replicas to it: every one under pipelining (the stage's hand-offs cross the
+    NICs through its passes) or ZeRO-3 (gathers in every pass), none where the gradients are reduced after the
+    backward (`ddp.overlap: false`), else those of the backward, with the full recompute's before it, of each
+    micro-batch whose gradients are reduced as it runs (the last, or every one: `reduce_every_microbatch`). The
+    SC21 7.5B step at TP 16: 139 of 872 ran beside the buckets, the rest alone (at PP 2, 3,028 of 3,104)."""
+    if par.pp > 1 or par.zero_stage == 3:
+        return 1.0
+    if not par.ddp.overlap:
+        return 0.0
+    again = 2 * (recompute == "full")
+    return (2 + again) / (4 + again) / (1 if par.reduce_every_microbatch(par.pp) else m)
 
 
 def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
@@ -569,9 +595,10 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
             and nccl_nodes(topology, tp_group) > 1):  # a MoE block's TP collective is an all-gather
         activation = training.micro_batch * training.seq_len / cp * spec.hidden * PRECISION_BYTES[training.precision]
         planned = _planned_transfers(scenario, topology, tp_group, [activation])
-        if planned is not None and planned > shapes["tp"].transfers:  # a tree: its own transfers, a lower bound
+        if planned is not None and planned > shapes["tp"].transfers:  # a tree, whose copies meet it beside DP's
             trees = True
-            shapes["tp"] = replace(shapes["tp"], transfers=planned, replicas=1)
+            shapes["tp"] = replace(shapes["tp"], transfers=planned,
+                                   beside=_tp_beside_dp(par, m, training.recompute) if comm["dp"] else 0.0)
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
@@ -579,7 +606,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         if quotient:
             shapes = {kind: _quotient_shape(layout, quotient, kind, shape, par.ep, degree)
                       for kind, shape in shapes.items()}
-        flows = pp * sum(count * shapes[kind].transfers * shapes[kind].replicas for kind, count in comm.items())
+        flows = pp * sum(count * shapes[kind].folded_transfers for kind, count in comm.items())
         mirrors = pp * sum(comm.values()) * tp * cp * dp * 2
     else:
         flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())

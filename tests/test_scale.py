@@ -744,6 +744,8 @@ TP_ACROSS_HOSTS = ["parallelism.tp=16", "model.layers=2", "cluster.nodes=2", "tr
     ("megatron-sc21-18.4b", [], (1.01, 1.02), (1.0, 1.01)),
     ("megatron-sc21-7.5b", ["collectives.algorithm=ring"], (0.62, 0.64), (1.0, 1.01)),
     ("megatron-sc21-7.5b", TP_ACROSS_HOSTS, (0.85, 0.86), (1.0, 1.0)),
+    ("megatron-sc21-7.5b", ["parallelism.tp=16"], (1.01, 1.02), (1.0, 1.01)),
+    ("megatron-sc21-7.5b", ["parallelism.tp=16", "parallelism.ddp.overlap=false"], (0.99, 1.0), (1.0, 1.01)),
 ])
 def test_the_estimate_on_the_built_cluster_counts_the_trees_the_tuner_picks(name, overrides, flows, ops):
     """Estimate on the built cluster / simulated: flows 1.011, 0.990, 1.016 and, with rings asked for, 0.632 (ops
@@ -751,7 +753,10 @@ def test_the_estimate_on_the_built_cluster_counts_the_trees_the_tuner_picks(name
     members a host; 18.4B: one), whose plan posts a phase per stretch of its pipeline, up and down, on every
     channel: 1,488 transfers an all-reduce over 16 hosts, where the estimate counted a ring's 64 per channel, so
     the flows read 0.038 and 0.044 (24,168 of 632,830; 29,280 of 662,908). A TP all-reduce across two hosts
-    runs as a tree too: 51,840 of 60,480 flows (0.857), counted as rings 1,536 (0.025)."""
+    runs as a tree too: 51,840 of 60,480 flows (0.857), counted as rings 1,536 (0.025). At TP 16 over 16 hosts
+    its copies in the other DP replicas run beside it while the DDP buckets do (139 of its 872 all-reduces):
+    8,094,976 of 7,977,584 flows (1.015), its own tree alone 3,740,416 (0.469); with the buckets after the
+    backward none does, 3,740,416 of 3,767,504 (0.993)."""
     loaded = load_scenario(PUBLISHED / f"{name}.yaml", overrides)
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
