@@ -125,6 +125,14 @@ class ScaleEstimate:
     """Whether TP groups cross domains because of `parallelism.order` (TP not innermost), not their degree."""
     trees: bool = False
     """Whether all-reduces the tuner runs as trees post more transfers than rings would (`_planned_transfers`)."""
+    lower_bound: bool = False
+    """Whether the count stopped once past the limits (`estimate_scale`'s ``stop_past_limits``): the run needs at
+    least these flows and this memory."""
+
+    @property
+    def about(self) -> str:
+        """How the flows, events and memory are read: '~', or 'at least ' for a `lower_bound`."""
+        return "at least " if self.lower_bound else "~"
 
     @property
     def events(self) -> int:
@@ -140,17 +148,17 @@ class ScaleEstimate:
         none). A refusal gave the estimate and both limits, leaving the user to find which one it passed."""
         over = []
         if self.events > MAX_EVENTS:
-            over.append(f"ops + flows ~{self.events:,} over the limit of {MAX_EVENTS:,}")
+            over.append(f"ops + flows {self.about}{self.events:,} over the limit of {MAX_EVENTS:,}")
         if self.memory_bytes > MAX_MEMORY_BYTES:
-            over.append(f"memory ~{self.memory_bytes / 2**30:,.1f} GiB over the limit of "
+            over.append(f"memory {self.about}{self.memory_bytes / 2**30:,.1f} GiB over the limit of "
                         f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB")
         return " and ".join(over)
 
     def describe(self) -> str:
         """The estimate in words, for the refusal message."""
         return (f"{self.gpus:,} GPUs, {self.simulated_ranks:,} simulated ranks "
-                f"({'folded' if self.folded else 'not folded'}), ~{self.ops:,} ops, ~{self.flows:,} flows, "
-                f"~{self.memory_bytes / 2**30:,.1f} GiB of memory")
+                f"({'folded' if self.folded else 'not folded'}), ~{self.ops:,} ops, {self.about}{self.flows:,} "
+                f"flows, {self.about}{self.memory_bytes / 2**30:,.1f} GiB of memory")
 
 
 def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float) -> float:
@@ -450,14 +458,16 @@ def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str) -> float:
 
 
 def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
-                       item: CollectiveItem | None = None) -> float | None:
+                       item: CollectiveItem | None = None, enough: float = math.inf) -> float | None:
     """The transfers an all-reduce over ``group`` (a DP bucket's, a TP group's, or a `workload:` ``item``'s) posts
     on average over ``sizes`` bytes, as the run posts them: the algorithm and protocol the tuner picks for each
     size (`registry.resolve`, on the scenario's efficiencies, where the item or the scenario leaves them `auto`:
     `run_choice`), and the transfers of that plan's phases (`registry.planned_transfers`); None for no size, or
     where the choice or the plan is refused (the run's own checks report it, located at its field). NCCL's tree
     posts each stretch of its pipeline's steps as a phase of its active edges, up and down, on every channel:
-    over 16 DGX A100 hosts, 2 members a host, 1,488 transfers where a ring per channel posts 64."""
+    over 16 DGX A100 hosts, 2 members a host, 1,488 transfers where a ring per channel posts 64. Sizes are
+    counted most frequent first, and counting stops once the average reaches ``enough`` with the sizes not yet
+    counted as none: a lower bound from there (over 4,096 DGX A100 hosts each size took ~0.2 s of CPU)."""
     from simulator.collectives.phases import CollectiveRequest
     from simulator.collectives.registry import planned_transfers, resolve
     from simulator.network.calibration import resolve_efficiency
@@ -465,18 +475,20 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
     collectives = scenario.collectives
     efficiency = {str(name): share
                   for name, share in resolve_efficiency(scenario.network.efficiency, topology.gpu_model).items()}
-    counts: dict[float, int] = {}
-    for size in dict.fromkeys(sizes):
+    counted = 0.0
+    for size, times in Counter(sizes).most_common():
+        if counted >= enough * len(sizes):
+            break
         request = CollectiveRequest("all_reduce", group, size, chunk_bytes=collectives.chunk,
                                     channels=collectives.channels)
         try:
             algorithm, protocol = resolve(request, topology,
                                           run_choice(item.algorithm if item else None, collectives.algorithm),
                                           run_choice(item.protocol if item else None, collectives.protocol), efficiency)
-            counts[size] = planned_transfers(request, topology, algorithm, protocol)
+            counted += times * planned_transfers(request, topology, algorithm, protocol)
         except ScenarioError:
             return None
-    return sum(map(counts.__getitem__, sizes)) / len(sizes) if sizes else None
+    return counted / len(sizes) if sizes else None
 
 
 def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
@@ -513,7 +525,7 @@ def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape]) ->
 
 
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None,
-                       topology: Topology | None = None) -> ScaleEstimate:
+                       topology: Topology | None = None, stop_past_limits: bool = False) -> ScaleEstimate:
     from simulator.workload.training import resolve_model
 
     par, training = scenario.parallelism, scenario.training
@@ -583,12 +595,16 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_plans, shapes["tp"].transfers))
     if par.cp_algorithm == "ring":  # a ring step posts one transfer a member, to the next (collectives/direct.py)
         shapes["cp"] = replace(shapes["cp"], transfers=cp)
-    trees = False
+    trees = lower_bound = False
     if topology is not None and comm["dp"] and _dp_may_run_trees(scenario) and synthetic is None:
         sizes, _ = _bucket_sizes(tensors, layers_per_rank, grad_bytes, par.ddp.bucket)
-        planned = _planned_transfers(scenario, topology, _first_group(layout, "dp", par.ep, degree), sizes)
+        flows_per_transfer = (pp * comm["dp"] * shapes["dp"].replicas if fold
+                              else gpus * comm["dp"] / shapes["dp"].members)
+        enough = MAX_EVENTS / flows_per_transfer if stop_past_limits else math.inf
+        planned = _planned_transfers(scenario, topology, _first_group(layout, "dp", par.ep, degree), sizes,
+                                     enough=enough)
         if planned is not None:
-            trees = planned > shapes["dp"].transfers
+            trees, lower_bound = planned > shapes["dp"].transfers, planned >= enough
             shapes["dp"] = replace(shapes["dp"], transfers=planned)
     tp_group = layout.group("tp", 0)
     if (topology is not None and comm["tp"] and _tp_may_run_trees(scenario) and not moe and synthetic is None
@@ -611,7 +627,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     else:
         flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())
         mirrors = 0.0
-    estimate = replace(_estimate(scenario, gpus, ranks, ops, flows, mirrors, fold), trees=trees)
+    estimate = replace(_estimate(scenario, gpus, ranks, ops, flows, mirrors, fold), trees=trees,
+                       lower_bound=lower_bound)
     if hosts is not None and tp_domains(layout, np.arange(layout.world) // hosts.domain) > 1:
         return replace(estimate, tp_host_gpus=hosts.domain, tp_order=tp <= hosts.domain)
     return estimate
@@ -679,16 +696,18 @@ def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: floa
 
 
 def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None,
-                   topology: Topology | None = None) -> ScaleEstimate | None:
+                   topology: Topology | None = None, stop_past_limits: bool = False) -> ScaleEstimate | None:
     """The estimate of a run of ``scenario`` on a cluster of ``gpus`` GPUs made of ``hosts`` (None: collectives
     stay inside one host); None for a trace workload, whose size is its trace file's (a trace holds its ops
     already, so it cannot grow past them). Given the built cluster (``topology``), the all-reduces that may run
     as trees (`may_run_trees`) count the transfers of the plans the tuner picks (`_planned_transfers`); without
-    it they count as rings, fewer (the published SC21 7.5B step: 29,280 flows estimated, 662,908 simulated)."""
+    it they count as rings, fewer (the published SC21 7.5B step: 29,280 flows estimated, 662,908 simulated).
+    ``stop_past_limits``: stop counting the DDP buckets' trees once their flows alone pass MAX_EVENTS, for a
+    refusal, which then gives a lower bound (`ScaleEstimate.lower_bound`)."""
     if scenario.uses_parameter_servers:
         return _ps_estimate(scenario, gpus)
     if scenario.model is not None:
-        return _training_estimate(scenario, gpus, scenario.run.fold, hosts, topology)
+        return _training_estimate(scenario, gpus, scenario.run.fold, hosts, topology, stop_past_limits)
     if isinstance(scenario.workload, list):
         return _comm_estimate(scenario, scenario.workload, gpus, hosts, topology)
     return None
@@ -793,9 +812,10 @@ def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int) -> None:
 def refuse_if_too_large(loaded: LoadedScenario, gpus: int, topology: Topology | None = None
                         ) -> ScaleEstimate | None:
     """Estimate the run (on the built ``topology`` where given) and raise a located ScenarioError, with the
-    estimate and advice, beyond the limits."""
+    estimate and advice, beyond the limits (counted only until past them: `estimate_scale`'s
+    ``stop_past_limits``)."""
     scenario = loaded.scenario
-    estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded), topology)
+    estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded), topology, stop_past_limits=True)
     if estimate is not None and estimate.over_limits():
         sizes = _size_parameters(loaded)
         raise loaded.error(_cause(estimate, loaded, sizes), f"this run is too large to simulate: "
