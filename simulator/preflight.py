@@ -97,6 +97,34 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
                    unfolded_size_lines(loaded, topology.num_gpus, prepared.step, topology), trace_sizes)
 
 
+def unbuilt_memory_line(loaded: LoadedScenario) -> str:
+    """The memory line `validate` prints (`memory_line`) for the step of ``loaded`` planned on its cluster's
+    parameters, not built (`UnbuiltCluster`): given where a cluster beyond scale.MAX_GPUS is refused before it
+    is built, which left `validate` without one. '' where the parameters do not tell the cluster (a graph) or
+    the step models no memory (parameter servers, a trace, a workload list, synthetic costs)."""
+    from pathlib import Path
+
+    from simulator.console.report import memory_line
+    from simulator.errors import InputError
+    from simulator.topology.loader import read_topology
+    from simulator.topology.size import unbuilt_cluster
+    from simulator.workload.memory_plan import layout_summary, step_memory
+    from simulator.workload.training import build_training_step
+
+    scenario = loaded.scenario
+    if scenario.model is None or scenario.uses_parameter_servers:
+        return ""
+    folder = Path(loaded.source).parent
+    try:
+        cluster = unbuilt_cluster(read_topology(scenario.cluster.topology, scenario.cluster.overrides(), folder))
+    except InputError:  # the build reports it, located
+        return ""
+    if cluster is None:
+        return ""
+    step = located(loaded, lambda: build_training_step(scenario, cluster, folder))
+    return memory_line({**step_memory(scenario, step), "layout": layout_summary(step, scenario.parallelism.fsdp)})
+
+
 def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:
     """A lower bound of the step time without running it: the most kernel time one stream of one GPU holds. A
     stream runs its ops one after another and the engine never runs a kernel in less than its nominal time

@@ -796,16 +796,21 @@ def _size_parameters(loaded: LoadedScenario) -> tuple[str, ...]:
     return SIZE_PARAMETERS.get(kind, ())
 
 
-def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int) -> None:
+def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int, weigh: Callable[[], str] | None = None) -> None:
     """Raise a located ScenarioError when the cluster has more than MAX_GPUS GPUs: building it and the run's
     per-GPU structures alone would take minutes, however few ops and flows a folded step posts. It is located
-    at the size parameter the scenario set (else at `cluster`) and names the ones its topology kind has."""
+    at the size parameter the scenario set (else at `cluster`) and names the ones its topology kind has;
+    ``weigh`` gives `validate`'s memory line of the step, planned without the cluster, which it then ends with
+    (`preflight.unbuilt_memory_line`; '' for none)."""
     if gpus > MAX_GPUS:
         sizes = _size_parameters(loaded)
+        memory = weigh() if weigh is not None else ""
         raise loaded.error(_size_field(loaded, sizes), f"a cluster of {gpus:,} GPUs is too large to simulate (~"
                                   f"{gpus * CLUSTER_SECONDS_PER_GPU:,.0f} s and ~"
                                   f"{gpus * TOPOLOGY_BYTES_PER_GPU / 2**30:,.1f} GiB before the first op); the "
-                                  f"limit is {MAX_GPUS:,} GPUs",
+                                  f"limit is {MAX_GPUS:,} GPUs" + (
+                                      f"; its step planned on the topology's parameters, without building it: "
+                                      f"{memory}" if memory else ""),
                            f"a cluster of at most {MAX_GPUS:,} GPUs{_named(sizes)}; or pass --force")
 
 
@@ -1026,17 +1031,19 @@ def refold_estimate(folded: ScaleEstimate, gpus: int, ranks: int) -> ScaleEstima
                    memory_bytes=cluster + (folded.memory_bytes - cluster) * times)
 
 
-def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
+def sized_topology(loaded: LoadedScenario, force: bool = False, weigh: Callable[[], str] | None = None
+                   ) -> Topology:
     """The scenario's cluster, built only once a training layout's degrees multiply to its GPU count and split
     its global batch, and the run's estimate is within the limits (both from the topology's parameters when
     they tell the GPU count, else after building it: a million-GPU cluster takes tens of seconds to build); a
     run that may post all-reduces as trees (`may_run_trees`) is estimated again on the built cluster, with the
-    plans the tuner picks; ``force`` skips the limits, not the layout's check."""
+    plans the tuner picks; ``force`` skips the limits, not the layout's check. ``weigh``: what a refusal of the
+    cluster by its size gives of the step's memory (`refuse_too_many_gpus`)."""
     gpus = scenario_gpus(loaded)
     if gpus is not None:
         located(loaded, lambda: refuse_wrong_layout(loaded.scenario, gpus))
         if not force:
-            located(loaded, lambda: refuse_too_many_gpus(loaded, gpus))
+            located(loaded, lambda: refuse_too_many_gpus(loaded, gpus, weigh))
             located(loaded, lambda: refuse_if_too_large(loaded, gpus))
     topology = scenario_topology(loaded)
     if gpus is None and not force:

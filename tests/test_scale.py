@@ -619,6 +619,24 @@ def test_jobs_studies_and_searches_refuse_a_cluster_past_max_gpus_before_buildin
     assert not out.exists()
 
 
+@pytest.mark.parametrize("name, settings", [("llama3-405b-8192-gpus", []),
+                                            ("llama3-70b-gb200-job", ["--set", "run.horizon=null"])])
+def test_validate_gives_the_memory_of_a_step_whose_cluster_is_past_max_gpus(name, settings, monkeypatch, capsys):
+    """`validate` refuses a cluster past MAX_GPUS before building it, and gave no memory figure there; its
+    refusal now ends with the step's memory line planned on the topology's parameters (their GPU model and
+    NVLink domains: DGX H100 hosts, GB200 NVL72 racks), the line it prints once the cluster is built."""
+    path = str(SCENARIOS / f"{name}.yaml")
+    assert main(["validate", path, *settings]) == 0
+    line = capsys.readouterr().out.splitlines()[1].strip()
+    assert line.startswith("peak memory per GPU: ")
+    monkeypatch.setattr(scale, "MAX_GPUS", 64)
+    monkeypatch.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
+    assert main(["validate", path, *settings]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"the limit is 64 GPUs; its step planned on the topology's parameters, without building it: {line} (" in err
+
+
 def test_force_runs_past_max_gpus(monkeypatch, tmp_path, capsys):
     """--force skips MAX_GPUS as it skips the event and memory limits, for a plain run and for a job."""
     monkeypatch.setattr(scale, "MAX_GPUS", 4)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Protocol
+
+import numpy as np
 
 from simulator.errors import TopologyError
 from simulator.topology.builders import (
@@ -113,3 +117,62 @@ def host_shape(spec: TopologySource) -> HostShape | None:
     except TopologyError:
         return None
     return None
+
+
+class GpuPlacement(Protocol):
+    """What a training step's plan reads of its cluster (workload/training.py): a built `Topology`, or an
+    `UnbuiltCluster` read from its parameters."""
+
+    @property
+    def num_gpus(self) -> int: ...
+
+    @property
+    def gpu_model(self) -> str: ...
+
+    @property
+    def gpu_domain(self) -> list[int]: ...
+
+    @property
+    def gpu_domain_array(self) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class UnbuiltCluster:
+    """A cluster's `GpuPlacement` from its topology's parameters, not built: its GPUs, their model and NVLink
+    domains of ``domain`` consecutive GPUs (`HostShape.domain`). `trainsim validate` weighs a step's memory on a
+    cluster beyond scale.MAX_GPUS with it, where building one of 524,288 GPUs would take over a minute."""
+
+    num_gpus: int
+    gpu_model: str
+    domain: int
+
+    @cached_property
+    def gpu_domain_array(self) -> np.ndarray:
+        """Each GPU's NVLink domain."""
+        return np.arange(self.num_gpus, dtype=np.int64) // self.domain
+
+    @cached_property
+    def gpu_domain(self) -> list[int]:
+        """`gpu_domain_array` as a list."""
+        return self.gpu_domain_array.tolist()
+
+
+def unbuilt_cluster(spec: TopologySource) -> UnbuiltCluster | None:
+    """The `UnbuiltCluster` of ``spec`` (a cluster of servers, GB200 NVL72 racks or one server), None where its
+    parameters do not tell it (a graph, or parameters the builder will refuse)."""
+    gpus = topology_gpus(spec)
+    try:
+        if spec.kind == "cluster":
+            node = read_parameters(BUILDERS["cluster"].parameters, dict(spec.params))["node"]
+            kind = node.get("kind", "nvswitch_node") if isinstance(node, dict) else None
+            if kind not in NODE_TYPES:
+                return None
+            model = read_parameters(NODE_TYPES[kind][0], {k: v for k, v in node.items() if k != "kind"})["gpu_model"]
+        elif spec.kind in ("nvl72", *NODE_TYPES):
+            model = read_parameters(BUILDERS[spec.kind].parameters, dict(spec.params))["gpu_model"]
+        else:
+            return None
+    except TopologyError:
+        return None
+    hosts = host_shape(spec)
+    return None if gpus is None else UnbuiltCluster(gpus, model, hosts.domain if hosts is not None else gpus)

@@ -263,6 +263,14 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
             **peak_memory_entries(per_stage[worst_stage][0], stage_rank[worst_stage], capacity_bytes)}
 
 
+def step_memory(scenario: Scenario, step: TrainingStep) -> dict:
+    """The memory entries of ``step``'s summary (`memory_summary` over its pipeline stages)."""
+    layout = step.plan.layout
+    return memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
+                          [layout.rank_of(pp=stage) for stage in range(layout.pp)],
+                          chunk_activation_bytes(scenario, step), chunk_weight_grad_bytes(scenario, step))
+
+
 def breakdown_gib(held: MemoryBreakdown) -> dict[str, float]:
     """A rank's memory by part (MEMORY_PARTS), in GiB."""
     return {name: getattr(held, name) / GIB for name in MEMORY_PARTS}

@@ -37,7 +37,7 @@ from simulator.parallel.sharding import FP32_BYTES, Sharding, hybrid_degree
 from simulator.schedules.base import Placement, rank_stages
 from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_placement
 from simulator.schedules.timing import simulate_schedule
-from simulator.topology.graph import Topology
+from simulator.topology.size import GpuPlacement
 from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.experts import check_expert_parallelism, moe_report, plan_experts
 from simulator.workload.stage_work import (
@@ -234,7 +234,7 @@ def microbatch_count(scenario: Scenario, dp: int) -> int:
     return count
 
 
-def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Sharding:
+def _sharding(scenario: Scenario, layout: Layout, topology: GpuPlacement) -> Sharding:
     """Data-parallel sharding: parameters gathered in the training precision, gradients reduced in the
     gradient buffer's format (training.grad_reduce_dtype); whether they are reduced every micro-batch resolved
     for the layout's pipeline depth, and PyTorch FSDP under pipelining keeping its units gathered for the step
@@ -301,7 +301,7 @@ def _check_hybrid_experts(ep: int, degree: int) -> None:
                        "every shard group", f"an ep that divides {degree} or a multiple of it, or fsdp: full_shard")
 
 
-def _check_hybrid_blocks(layout: Layout, topology: Topology, degree: int) -> None:
+def _check_hybrid_blocks(layout: Layout, topology: GpuPlacement, degree: int) -> None:
     """HSDP shards within the data-parallel ranks of one NVLink domain (the host, on hosts without NVSwitch):
     the shard groups are blocks of ``degree`` consecutive members of each DP x CP group (the program
     builder's), so ``degree`` (GPU 0's DP x CP ranks in its domain) must divide the group and every block lie in
@@ -353,7 +353,7 @@ def check_model_layout(scenario: Scenario, model: ModelSpec, layout: Layout) -> 
     return counts
 
 
-def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
+def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Path = Path(".")) -> TrainingStep:
     """Resolve the scenario's training step into a plan the program builder can turn into ops; ``base_dir`` is
     the scenario file's folder, where a custom schedule table is looked up."""
     par, training = scenario.parallelism, scenario.training
@@ -460,7 +460,7 @@ def check_schedule_runs(schedule, placement: Placement = "loop") -> None:
                        "an action order in which every dependency can be met") from None
 
 
-def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding,
+def layout_warnings(layout: Layout, topology: GpuPlacement, sharding: Sharding,
                     hybrid: bool) -> tuple[LayoutWarning, ...]:
     """Legal but costly or pointless placements: a TP group spread over several NVLink domains runs its
     per-layer collectives over the network (seed 000, Q5); hybrid sharding with one DP rank per domain
@@ -478,7 +478,7 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding,
     return tuple(warnings)
 
 
-def _check_tp_overlap_domains(tp_comm_overlap: bool, layout: Layout, topology: Topology) -> None:
+def _check_tp_overlap_domains(tp_comm_overlap: bool, layout: Layout, topology: GpuPlacement) -> None:
     """TP overlap needs each TP group inside one NVLink domain: Transformer Engine's userbuffers map the peers'
     buffers by CUDA IPC or multicast handles among the GPUs of one NVLink domain (a host, or an NVL72 rack
     through MNNVL fabric handles: userbuffers-host.cpp, `create_communicator_grouped2`), and have no path over
@@ -513,7 +513,7 @@ def most_domains(group: np.ndarray, domain: np.ndarray) -> int:
     return int(np.unique(pairs // (int(domain.max()) + 1), return_counts=True)[1].max())
 
 
-def _alone(layout: Layout, topology: Topology) -> str:
+def _alone(layout: Layout, topology: GpuPlacement) -> str:
     """Why GPU 0's NVLink domain holds no other rank of its DP x CP group: the domain is one GPU, its GPUs are
     all GPU 0's TP peers, or all its TP and PP peers; else (a graph's host of GPUs not numbered together) only
     that the others sit elsewhere in the layout."""

@@ -13,15 +13,7 @@ from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import contention_share
 from simulator.workload.loss_scaling import loss_scaling_summary
-from simulator.workload.memory_plan import (
-    chunk_activation_bytes,
-    chunk_weight_grad_bytes,
-    layout_summary,
-    memory_bound_share,
-    memory_summary,
-    overlap_summary,
-    stage_memory,
-)
+from simulator.workload.memory_plan import layout_summary, memory_bound_share, overlap_summary, step_memory
 from simulator.workload.training import build_training_step
 
 
@@ -41,9 +33,7 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
     ops = builder.build()
     layout = step.plan.layout
     ranks = tuple(builder.representatives())
-    memory = memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
-                            [layout.rank_of(pp=stage) for stage in range(layout.pp)],
-                            chunk_activation_bytes(scenario, step), chunk_weight_grad_bytes(scenario, step))
+    memory = step_memory(scenario, step)
     return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks,
                        tokens_per_step=step.tokens_per_step, model_flops_per_step=step.model_flops_per_step,
                        nominal_model_flops_per_step=step.nominal_model_flops_per_step,
