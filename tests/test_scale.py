@@ -106,14 +106,17 @@ def nothing_built(monkeypatch):
 
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_a_million_gpus_are_refused_before_the_cluster_is_built(command, nothing_built, tmp_path, capsys):
+    """`validate` ends the refusal with the step's memory, planned without the cluster."""
     out = ["--out", str(tmp_path / "out")] if command == "run" else []
     assert main([command, LLAMA_405B, *MILLION_GPUS, *out]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
+    memory = ("; its step planned on the topology's parameters, without building it: peak memory per GPU: 25.8 GiB "
+              "of 79.6 GiB (32.4%) on pipeline stage 1 (rank 8); largest parts: buffers 11.9 GiB, activations 7.9 "
+              "GiB, params 5.9 GiB" if command == "validate" else "")
     assert (f"command line: trainsim {command}: --set cluster.nodes=131072: a cluster of 1,048,576 GPUs is too "
-            "large to simulate (~139 s and ~7.9 GiB before the first op); the limit is 262,144 GPUs (allowed: a "
-            "cluster of at most 262,144 "
-            "GPUs (cluster.nodes); or pass --force)\n") in err
+            f"large to simulate (~139 s and ~7.9 GiB before the first op); the limit is 262,144 GPUs{memory} "
+            "(allowed: a cluster of at most 262,144 GPUs (cluster.nodes); or pass --force)\n") in err
     assert not (tmp_path / "out").exists()
 
 
