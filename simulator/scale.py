@@ -445,16 +445,17 @@ def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str) -> float:
     """The share of a rank's TP all-reduces (`_tp_splits` without sequence parallelism: two in each forward,
     backward and full recompute of a layer) that run while its data-parallel collectives do, which join the TP
     group's copies in the other DP replicas to it: every one under pipelining (the stage's hand-offs cross the
-    NICs through its passes) or ZeRO-3 (gathers in every pass), none where the gradients are reduced after the
-    backward (`ddp.overlap: false`), else those of the backward, with the full recompute's before it, of each
-    micro-batch whose gradients are reduced as it runs (the last, or every one: `reduce_every_microbatch`). The
-    SC21 7.5B step at TP 16: 139 of 872 ran beside the buckets, the rest alone (at PP 2, 3,028 of 3,104)."""
-    if par.pp > 1 or par.zero_stage == 3:
+    NICs through its passes), ZeRO-3 (gathers in every pass) or gradients reduced every micro-batch (their
+    reductions run on into the next one's passes), none where the gradients are reduced after the backward
+    (`ddp.overlap: false`), else those of the last micro-batch's backward, with the full recompute's before it.
+    The SC21 7.5B step at TP 16: 139 of 872 ran beside the buckets, the rest alone (at PP 2, 3,028 of 3,104; with
+    ZeRO-2 reducing every micro-batch 799 of 872)."""
+    if par.pp > 1 or par.zero_stage == 3 or par.reduce_every_microbatch(par.pp):
         return 1.0
     if not par.ddp.overlap:
         return 0.0
     again = 2 * (recompute == "full")
-    return (2 + again) / (4 + again) / (1 if par.reduce_every_microbatch(par.pp) else m)
+    return (2 + again) / (4 + again) / m
 
 
 def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
