@@ -1,6 +1,6 @@
 """Collectives across GB200 NVL72 racks planned by NVLink domain, as NCCL under MNNVL plans them (a rack of 18
-trays is one node with 72 NICs): the ring's channels, hierarchical's levels and NVLS across racks against their
-closed forms at line rate (Simple, chunking off, efficiency 1), on two racks under one leaf group per rail
+trays is one node with 72 NICs): the ring's channels, hierarchical's levels, the tree and NVLS across racks against
+their closed forms at line rate (Simple, chunking off, efficiency 1), on two racks under one leaf group per rail
 (``leaf_ports: 36``), where every hop between the racks runs at the NIC's line rate."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from shared import GIB, NCCL_SIMPLE_BASE_S
 
-from simulator.collectives import nvls, ring
+from simulator.collectives import nvls, protocols, ring
 from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
@@ -71,6 +71,55 @@ def test_hierarchical_all_reduce_across_racks_runs_the_rack_as_its_inner_level()
     simulated = time_collective(TWO_RACKS, "all_reduce", "hierarchical", EVERY_GPU, GIB, efficiency=LINE_RATE)
     assert simulated == pytest.approx(expected, rel=1e-9)
     assert simulated == pytest.approx(3.17e-3, rel=2e-3)
+
+
+def test_tree_across_racks_runs_one_chain_per_rack_under_a_tree_of_racks():
+    """NCCL's tree with the rack as its node (connect.cc connectTrees, trees.cc ncclGetDtree): on each of the
+    ring's 16 channels (init.cc: the tree graph takes the ring graph's channels) one chain through the rack's 72
+    GPUs over NVLink, from GPU c, the local GPU of the channel's NIC (search.cc ncclTopoSearchRecNet), to the
+    next in turn, and a tree of the racks whose edges join the chains' heads on that NIC's rail. By tray it ran 36
+    chains of 4 GPUs a channel under a tree of trays."""
+    domain, local = TWO_RACKS.gpu_domain, TWO_RACKS.gpu_domain_local
+    request = CollectiveRequest("all_reduce", EVERY_GPU, GIB)
+    edges = {(transfer.src, transfer.dst, transfer.channel)
+             for phase in plan_collective(request, TWO_RACKS, "tree") for transfer in phase.transfers}
+    assert {channel for _, _, channel in edges} == set(range(16))
+    for channel in range(16):
+        across = {(local[src], local[dst]) for src, dst, each in edges
+                  if each == channel and domain[src] != domain[dst]}
+        assert across == {(channel, channel)}
+        for rack in range(2):
+            inside = {frozenset((local[src], local[dst])) for src, dst, each in edges
+                      if each == channel and domain[src] == domain[dst] == rack}
+            chain = [(channel + k) % RACK for k in range(RACK)]
+            assert inside == {frozenset(pair) for pair in zip(chain, chain[1:])}
+
+
+def test_tree_all_reduce_across_racks_matches_its_closed_form():
+    """Unpipelined (one chunk) each tree of a channel moves h = n / 32 one hop a step. Up, the 71 steps inside the
+    racks send two shares from one GPU (both trees run the channel's chain), then the heads cross on their NICs;
+    down, the heads cross first (beside their chain's first hop), then 70 steps in which a GPU sends channel c's
+    first tree's share and channel c + 1's second tree's (the chains shift by one GPU a channel), and the last hop
+    of one tree. 12.41 ms for 1 GiB; by tray, over 36 trays' chains of 4, 24.75 ms."""
+    share, hop, across = GIB / 32, latency(0, 1), latency(0, RACK)
+    expected = (protocols.base_latency("tree", "simple") + (71 + 70) * (hop + 2 * share / NVLINK)
+                + 2 * (across + share / NIC) + hop + share / NVLINK)
+    simulated = time_collective(TWO_RACKS, "all_reduce", "tree", EVERY_GPU, GIB, efficiency=LINE_RATE)
+    assert simulated == pytest.approx(expected, rel=1e-9)
+    assert simulated == pytest.approx(12.41e-3, rel=1e-3)
+
+
+@pytest.mark.parametrize("racks", [2, 4])
+@pytest.mark.parametrize("protocol", ["simple", "ll128"])
+def test_tree_estimate_across_racks_equals_its_simulated_time(racks, protocol):
+    """`auto` weighs the tree over racks as it plans it, NCCL's chunks and all: its edges across racks on the NICs'
+    hop (their latency scaled for the network under LL128, not NVLink's, which the first two trays' hop gave).
+    By tray the estimate of the plan by tray was 0.78 to 1.02 of its simulated time (16 MiB, line rate)."""
+    topology = TWO_RACKS if racks == 2 else load_topology("gb200-nvl72", {"racks": 4, "leaf_ports": 72})
+    request = CollectiveRequest("all_reduce", tuple(range(racks * RACK)), 16 * 2**20, chunk_bytes="auto")
+    simulated = time_collective(topology, "all_reduce", "tree", request.ranks, request.nbytes, efficiency=LINE_RATE,
+                                protocol=protocol, chunk_bytes="auto")
+    assert estimates(request, topology, LINE_RATE, protocol, ("tree",))["tree"] == pytest.approx(simulated, rel=1e-9)
 
 
 def test_nvls_across_racks_reduces_in_each_racks_switches():

@@ -201,11 +201,12 @@ def test_the_ll128_tree_halves_its_chunk_while_a_share_makes_few_chunks_for_the_
 
 def test_the_ll128_tree_chunk_counts_nvlink_domains_as_nccls_nodes():
     """Under MNNVL NCCL's nNodes is the NVLink domains (a GB200 rack of 18 trays is one node), which the LL128
-    tree's chunk reads: over 2 racks (4 channels) a channel's tree moves 2 MiB of a 16 MiB all-reduce, nsteps =
-    1 + log2(2) + 0.1 x 72 = 9.2, halved from 576,000 B while under 64 x 9.2 / 72 = 8.2 chunks: 144,000 B, 15
-    chunks. Counted as 36 trays of 4 it was 71,040 B (nsteps 6.4, under 102.4 chunks down to 128 KiB), 30."""
+    tree's chunk reads: over 2 racks (16 channels, the ring's) a channel's tree moves 512 KiB of a 16 MiB
+    all-reduce, nsteps = 1 + log2(2) + 0.1 x 72 = 9.2, halved from 576,000 B while under 64 x 9.2 / 72 = 8.2
+    chunks: 72,000 B, cut to 71,040 in whole grains, 8 chunks. Counted as 36 trays of 4 (nsteps 6.4, under 102.4
+    chunks down to 128 KiB, then under 25.6 down to 32 KiB: 32,640 B) it would be 17."""
     topology = load_topology("gb200-nvl72", {"racks": 2})
     request = CollectiveRequest("all_reduce", tuple(range(144)), 16 * MIB, chunk_bytes="auto")
     phases = plan_collective(request, topology, "tree", protocol="ll128")
     payload = sorted({t.nbytes * t.sent_share for phase in phases for t in phase.transfers})
-    assert payload == pytest.approx([2 * MIB / 15], rel=1e-12)
+    assert payload == pytest.approx([MIB / 2 / 8], rel=1e-12)

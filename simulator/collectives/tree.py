@@ -1,5 +1,8 @@
 """Tree algorithms: NCCL-style double binary tree all-reduce and binomial-tree broadcast / reduce.
 
+The all-reduce's "host" is an NVLink domain (`ring.group_by_domain`), as NCCL's node is under MNNVL: a DGX
+server, or a whole GB200 NVL72 rack, one chain through its 72 GPUs per channel under a tree of racks.
+
 Also home of `pipelined_phases`, which turns any tree (a chain is a tree too) whose edges start at known
 step offsets into phases of chunk-sized transfers; consecutive steps with the same active edges share one
 phase through ``repeat``, and steps that continue open streams pay only the stall of NCCL's window of chunk
@@ -189,10 +192,10 @@ def _heights_depths(parent: dict[int, int]) -> tuple[dict[int, int], dict[int, i
 
 def all_reduce_edges(ranks: tuple[int, ...], hosts: list[list[int]], channels: int, nic_of: Sequence[Hashable]
                      ) -> tuple[list[Edge], list[Edge]]:
-    """The (up, down) edges of the tree all-reduce over ``ranks`` (``hosts``: its members per host;
-    ``nic_of[member]``: the NIC each drives) on ``channels``: NCCL's tree across hosts (`host_tree_edges`) where
-    some host holds two members or more, else the double binary tree over the ranks (`double_tree_edges`: one
-    member per host, or a group in one host)."""
+    """The (up, down) edges of the tree all-reduce over ``ranks`` (``hosts``: its members per host, or per NVLink
+    domain as `plan` groups them; ``nic_of[member]``: the NIC each drives) on ``channels``: NCCL's tree across
+    hosts (`host_tree_edges`) where some host holds two members or more, else the double binary tree over the
+    ranks (`double_tree_edges`: one member per host, or a group in one host)."""
     if len(hosts) > 1 and max(map(len, hosts)) > 1:
         return host_tree_edges(hosts, channels, nic_of)
     return double_tree_edges(ranks, channels)
@@ -200,14 +203,15 @@ def all_reduce_edges(ranks: tuple[int, ...], hosts: list[list[int]], channels: i
 
 def host_tree_edges(hosts: list[list[int]], channels: int, nic_of: Sequence[Hashable]
                     ) -> tuple[list[Edge], list[Edge]]:
-    """The up and down edges of NCCL's tree across hosts: inside each host a chain of its GPUs, across hosts a
-    double binary tree of the chains, as connect.cc connectTrees joins them. Channel c's chain in each host is
-    its `tree_chain` (it starts at the first GPU of the channel's NIC, so the channels take the host's NICs in
-    turn); both trees of a channel run over the same chains (ncclTopoPreset copies channel c's chain to channel
-    c + nChannels, which carries the second tree), the second with the mirrored or shifted host tree. A chain's
-    first GPU talks to its parent host's GPU that receives that child (`child_receivers`: the parent chain's
-    first GPU, or its second where the two share a NIC), so every edge across hosts joins GPUs on the channel's
-    NIC, one rail. An edge up starts at its child's height, an edge down at its parent's depth."""
+    """The up and down edges of NCCL's tree across hosts: inside each host a chain of its GPUs, across hosts a double
+    binary tree of the chains, as connect.cc connectTrees joins them (`plan`'s hosts are NVLink domains: a GB200 rack's
+    chain runs through the 72 GPUs of its 18 trays, from the local GPU of the channel's NIC). Channel c's chain in each
+    host is its `tree_chain` (it starts at the first GPU of the channel's NIC, so the channels take the host's NICs in
+    turn); both trees of a channel run over the same chains (ncclTopoPreset copies channel c's chain to channel c +
+    nChannels, which carries the second tree), the second with the mirrored or shifted host tree. A chain's first GPU
+    talks to its parent host's GPU that receives that child (`child_receivers`: the parent chain's first GPU, or its
+    second where the two share a NIC), so every edge across hosts joins GPUs on the channel's NIC, one rail. An edge up
+    starts at its child's height, an edge down at its parent's depth."""
     host_trees = double_binary_tree(tuple(range(len(hosts))))
     up, down = [], []
     for channel in range(channels):
@@ -249,9 +253,11 @@ def binomial_phases(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
-    """All-reduce: per host a chain, across hosts a double binary tree (NCCL's tree), or the double binary tree
-    over the ranks when every host holds one member or the group sits in one host; every channel (counted as
-    for rings) runs both trees. Binomial-tree broadcast and reduce (not pipelined: see docs)."""
+    """All-reduce: per NVLink domain a chain, across domains a double binary tree (NCCL's tree; a GB200 rack is
+    one domain, as NCCL's node under MNNVL), or the double binary tree over the ranks when every domain holds one
+    member or the group sits in one domain; every channel (counted as for rings, as NCCL's tree graph takes the
+    ring graph's channels, init.cc) runs both trees. Binomial-tree broadcast and reduce (not pipelined: see
+    docs)."""
     if request.op == "all_reduce":
         edges, channels = _all_reduce_tree(request, topology)
         return all_reduce_phases(edges, request, channels, tree_shape(request.ranks, topology))
@@ -269,9 +275,9 @@ def all_reduce_transfers(request: CollectiveRequest, topology: Topology) -> int:
 
 
 def _all_reduce_tree(request: CollectiveRequest, topology: Topology) -> tuple[tuple[list[Edge], list[Edge]], int]:
-    """The (up, down) edges of `plan`'s all-reduce and its channels."""
-    from simulator.collectives.ring import channel_count, group_by_host  # ring builds on this module
+    """The (up, down) edges of `plan`'s all-reduce and its channels, over the group's NVLink domains."""
+    from simulator.collectives.ring import channel_count, group_by_domain  # ring builds on this module
 
-    hosts = group_by_host(request.ranks, topology)
-    channels = channel_count(request, topology, hosts)
-    return all_reduce_edges(request.ranks, hosts, channels, topology.gpu_nic), channels
+    domains = group_by_domain(request.ranks, topology)
+    channels = channel_count(request, topology, domains)
+    return all_reduce_edges(request.ranks, domains, channels, topology.gpu_nic), channels

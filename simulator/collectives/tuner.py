@@ -270,7 +270,8 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     capacity = effective_capacity(topology, efficiency or {})
     inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
     outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else inner
-    channels = channel_count(request, topology, group_by_domain(request.ranks, topology))
+    domains = group_by_domain(request.ranks, topology)
+    channels = channel_count(request, topology, domains)
     chain_hop = slowest_host_hop(topology, capacity, hosts) if count > 1 and request.op not in RING_STEPS else outer
     names = algorithms or tuple(candidates(request, topology, hosts))
     able = tuple(protocols.available(name, request.op, request.ranks, topology) for name in names)
@@ -282,8 +283,7 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
         loads.append(("ring", plan_load(topology, request, ring_plan, efficiency)))
     if count > 1 and "nvls" in names and not nvls_domain:
         loads.append(("nvls", plan_load(topology, request, nvls.plan, efficiency)))
-    tree = (tree_terms(request, topology, hosts, channel_count(request, topology, hosts), efficiency)
-            if "tree" in names else None)
+    tree = tree_terms(request, topology, domains, channels, efficiency) if "tree" in names else None
     nodes = nccl_nodes(topology, request.ranks)
     return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, chain_hop, channels, nvls_rate,
                       nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, nodes),
@@ -407,7 +407,7 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
     own phase (``load``), the double tree from its plan's edges (`tree_estimate`)."""
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     if name == "tree" and terms.tree is not None:
-        tree_s = tree_estimate(request, terms.tree, terms.inner, terms.outer, protocol, terms.tree_nodes)
+        tree_s = tree_estimate(request, terms.tree, terms.inner, protocol, terms.tree_nodes)
         return tree_s + protocols.base_latency(name, protocol)
     if name == "ring" and load is not None and request.op not in RING_STEPS:
         chunk = pipeline_chunk(request.chunk_bytes, protocol, request.nbytes / terms.channels)
@@ -480,29 +480,32 @@ def chain_fill_latency(latencies: np.ndarray, chunks: int) -> float:
 
 
 class TreeTerms(NamedTuple):
-    """What the tree estimate reads of a group (`tree_terms`): its `group_shape` and ``channels``, the passes
-    of its plan (`tree_passes`) and, per pass, the links its edges across hosts cross (`AcrossLinks`, numbered
-    in order of first use), and where hosts share an NVLink domain or links down reroute some edge inside a host
-    off NVLink, the links every edge of each pass crosses (``rerouted``; None otherwise)."""
+    """What the tree estimate reads of a group (`tree_terms`): its `group_shape` by NVLink domain (its "hosts", as
+    tree.py plans them: a GB200 rack is one) and ``channels``, the hop between the first members of its first two
+    domains (``outer``, one rail: the kind and line rate of the edges across domains), the passes of its plan
+    (`tree_passes`) and, per pass, the links its edges across hosts cross (`AcrossLinks`, numbered in order of
+    first use), and where hosts share an NVLink domain or links down reroute some edge inside a host off NVLink,
+    the links every edge of each pass crosses (``rerouted``; None otherwise)."""
 
     shape: tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]
     channels: int
+    outer: Hop
     passes: tuple[TreePass, ...]
     links: tuple[AcrossLinks, ...]
     rerouted: tuple[AcrossLinks, ...] | None = None
 
     def key(self) -> tuple:
         """The terms as a hashable value: the passes follow from the shape and channels, the links by contents."""
-        return (self.shape, self.channels, *(None if found is None else tuple(
+        return (self.shape, self.channels, self.outer, *(None if found is None else tuple(
             (links.routes.tobytes(), links.routes.shape, links.capacity.tobytes(), links.latency.tobytes())
             for links in found) for found in (self.links, self.rerouted)))
 
 
-def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], channels: int,
+def tree_terms(request: CollectiveRequest, topology: Topology, domains: list[list[int]], channels: int,
                efficiency: Mapping[str, float] | None) -> TreeTerms:
-    """The `TreeTerms` of ``request``'s group (``hosts``: its members per host) on ``channels``, on links that
-    reach ``efficiency`` (`kept` per group and efficiency)."""
-    shape = group_shape(request.ranks, hosts, topology)
+    """The `TreeTerms` of ``request``'s group (``domains``: its members per NVLink domain, `ring.group_by_domain`)
+    on ``channels``, on links that reach ``efficiency`` (`kept` per group and efficiency)."""
+    shape = group_shape(request.ranks, domains, topology)
     passes = tree_passes(*shape, channels)
     ranks = np.array(request.ranks, dtype=np.int64)
     capacity = effective_capacity(topology, efficiency or {})
@@ -518,10 +521,10 @@ def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[
         return AcrossLinks(links, capacity[used], latency)
 
     def rerouted() -> tuple[AcrossLinks, ...] | None:
-        """Every edge's links, where hosts share an NVLink domain (GB200 trays of a rack: an edge between two
-        trays crosses the GPU-to-NVSwitch links the trays' chains cross) or links down move some edge inside a
-        host off NVLink (its bytes then share the NICs and switches with the edges across hosts)."""
-        if nccl_nodes(topology, request.ranks) < len(hosts):
+        """Every edge's links, where hosts share an NVLink domain (GB200 trays of a rack planned by tray, its
+        NVSwitches down: `ring.group_by_domain`) or links down move some edge inside a host off NVLink (its bytes
+        then share the NICs and switches with the edges across hosts)."""
+        if nccl_nodes(topology, request.ranks) < len(domains):
             return tuple(crossed(tree_pass.every_ends) for tree_pass in passes)
         if not topology.routes_version:
             return None
@@ -533,33 +536,34 @@ def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[
         return tuple(crossed(tree_pass.every_ends) for tree_pass in passes)
 
     key = ("tree", request.ranks, channels, profile_of(efficiency))
-    return TreeTerms(shape, channels, passes,
+    firsts = [request.ranks[members[0]] for members in shape[0][:2]]
+    outer = hop(topology, capacity, *firsts) if len(firsts) > 1 else NO_HOP
+    return TreeTerms(shape, channels, outer, passes,
                      kept(topology, key, lambda: tuple(crossed(tree_pass.across_ends) for tree_pass in passes)),
                      kept(topology, (*key, "rerouted"), rerouted))
 
 
-def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, outer: Hop, protocol: Protocol,
+def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, protocol: Protocol,
                   tree_nodes: tuple[int, float]) -> float:
     """NCCL's tree all-reduce under ``protocol`` as tree.py plans it, step by step over the plan's own edges
-    (`all_reduce_edges`): every channel's two trees carry n / (2 ch) each, up then down, each pass a pipeline of
-    L chunks of c bytes (`pipeline_chunk`; ``tree_nodes``, the group's NCCL nodes and members per node, size NCCL's
-    LL128 chunk) in which an edge carries chunk j at its first step plus j. Over each stretch of steps
-    with the same active edges (`pipeline_stretches`, as the plan's phases), a step lasts as long as its
-    busiest port: c times the most active edges a GPU sends or receives on inside its host over the NVLink
-    bandwidth (``inner``, under Simple as ``outer``), and c times the most active edges across hosts any link of
-    their routes carries over the share of its capacity that carries payload (`AcrossLinks`: a NIC, or on an
-    oversubscribed fabric the leaf uplink the channels' routes hash onto); the edges across hosts take the
-    latency of the slowest route among them (`AcrossLinks.slowest`: hosts under one leaf or across the
-    spines), ``outer``'s otherwise. A step that opens an edge pays its hop's latency; the later steps continue
-    open streams and pay instead the 8-slot window's stall (`Hop.stall`, zero unless a chunk takes under a third
-    of a hop's latency). Counting the active edges, not spreading a host's NVLink bytes evenly over the steps,
-    sees the chain steps that hide behind a step across hosts: when L equals the members per host, 2 DGX A100
-    hosts, 512 MiB, the even spread took the tree 10% over its simulated time and the ring (6% slower) was
-    picked. Where hosts share an NVLink domain or links down reroute edges inside hosts off NVLink
-    (`TreeTerms.rerouted`), every active edge, inside a host or across, is counted on the links its route
-    crosses: counted apart, a rack's 16 GPUs with all 9 NVSwitch trays down estimated the tree at 3.00 ms against
-    4.52 ms simulated, below the ring's 3.25 (3.43 simulated), and `auto` picked the slower tree; the 72 GPUs of
-    a rack with NVLS off at 0.67-0.85 of the simulated time (1 GiB under LL128: 3.35 against 5.00 ms)."""
+    (`all_reduce_edges`): every channel's two trees carry n / (2 ch) each, up then down, each pass a pipeline of L
+    chunks of c bytes (`pipeline_chunk`; ``tree_nodes``, the group's NCCL nodes and members per node, size NCCL's LL128
+    chunk) in which an edge carries chunk j at its first step plus j. Over each stretch of steps with the same active
+    edges (`pipeline_stretches`, as the plan's phases), a step lasts as long as its busiest port: c times the most
+    active edges a GPU sends or receives on inside its host (an NVLink domain, `TreeTerms`) over the NVLink bandwidth
+    (``inner``, under Simple as `TreeTerms.outer`), and c times the most active edges across hosts any link of their
+    routes carries over the share of its capacity that carries payload (`AcrossLinks`: a NIC, or on an oversubscribed
+    fabric the leaf uplink the channels' routes hash onto); the edges across hosts take the latency of the slowest route
+    among them (`AcrossLinks.slowest`: hosts under one leaf or across the spines), `TreeTerms.outer`'s otherwise. A step
+    that opens an edge pays its hop's latency; the later steps continue open streams and pay instead the 8-slot window's
+    stall (`Hop.stall`, zero unless a chunk takes under a third of a hop's latency). Counting the active edges, not
+    spreading a host's NVLink bytes evenly over the steps, sees the chain steps that hide behind a step across hosts:
+    when L equals the members per host, 2 DGX A100 hosts, 512 MiB, the even spread took the tree 10% over its simulated
+    time and the ring (6% slower) was picked. Where hosts share an NVLink domain or links down reroute edges inside
+    hosts off NVLink (`TreeTerms.rerouted`), every active edge, inside a host or across, is counted on the links its
+    route crosses: counted apart, a rack's 16 GPUs with all 9 NVSwitch trays down estimated the tree at 3.00 ms against
+    4.52 ms simulated, below the ring's 3.25 (3.43 simulated), and `auto` picked the slower tree; the 72 GPUs of a rack
+    with NVLS off at 0.67-0.85 of the simulated time (1 GiB under LL128: 3.35 against 5.00 ms)."""
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     inner = inner.under("tree", protocol)
     share = request.nbytes / (2 * terms.channels)
@@ -576,7 +580,7 @@ def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, oute
             ports = [(inner, count * chunk / inner.bandwidth)] if count else []
             across = crossed.seconds_per_byte(edges, start - chunks, start) / fraction
             if across:
-                slowest = outer._replace(latency=crossed.slowest(edges, start - chunks, start))
+                slowest = terms.outer._replace(latency=crossed.slowest(edges, start - chunks, start))
                 ports.append((slowest.under("tree", protocol), across * chunk))
             if not ports:
                 continue
