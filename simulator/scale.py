@@ -402,11 +402,14 @@ def _ring_channels(group: tuple[int, ...], hosts: HostShape) -> int:
 def _hierarchical_transfers(layout: Layout, kind: str, hosts: HostShape, all_reduce: bool, ep: int,
                             degree: int) -> int:
     """The transfers of a collective of ``kind``'s group (`_first_group`: HSDP's shard group for ``dp``) as
-    collectives/hierarchical.py plans it: a phase of one transfer per member for the rings inside the hosts (two
-    around an all-reduce, where a host holds two members or more), and one for the rails' rings across them
-    (where the group spans hosts)."""
+    collectives/hierarchical.py plans it: a phase of one transfer per member for the rings inside its rows (two
+    around an all-reduce, where a row holds two members or more), and one for the rails' rings across them
+    (where the group spans rows). Its rows are NVLink domains (a GB200 rack's trays are one), or hosts where only
+    the hosts hold equal counts (`hierarchical.rows_by_domain_or_host`)."""
     group = _first_group(layout, kind, ep, degree)
-    spanned = len({rank // hosts.gpus for rank in group})
+    domains = Counter(rank // hosts.domain for rank in group)
+    rows = domains if len(set(domains.values())) == 1 else Counter(rank // hosts.gpus for rank in group)
+    spanned = len(rows)
     return len(group) * ((spanned > 1) + (len(group) > spanned) * (2 if all_reduce else 1))
 
 

@@ -12,13 +12,17 @@ from shared import SCENARIOS
 from simulator import scale, simulation
 from simulator.cli import main
 from simulator.collectives import registry
+
+
+from simulator.collectives.phases import CollectiveRequest
+from simulator.collectives.registry import plan_collective
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.parallel.layout import Layout
 from simulator.reliability.simulate import prepare_job
 from simulator.simulation import simulate, step_program
 from simulator.topology.builders import BUILDERS
 from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology, scenario_topology
-from simulator.topology.size import SIZE_PARAMETERS, topology_gpus
+from simulator.topology.size import SIZE_PARAMETERS, host_shape, topology_gpus
 
 LLAMA_405B = str(SCENARIOS / "llama3-405b-8192-gpus.yaml")
 MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192", "--set",
@@ -530,6 +534,18 @@ def test_hierarchical_collectives_count_their_phases(path, overrides, ratio):
     loaded = load_scenario(path, [*overrides, "collectives.algorithm=hierarchical"])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(ratio, rel=0.03)
+
+
+def test_hierarchical_across_nvl72_racks_counts_its_plan_by_rack():
+    """hierarchical plans a GB200 rack as one row (collectives/hierarchical.py `host_grid`): TP 8 x DP 18 over two
+    racks, 9 DP members a rack, all-reduces in two rings inside each rack and one across: 3 transfers a member, 54,
+    as its plan posts. Counted by tray (a member a tray) the estimate said 18, the rail rings' alone."""
+    layout, topology = Layout(tp=8, dp=18), load_topology("gb200-nvl72", {"racks": 2})
+    group = layout.group("dp", 0)
+    plan = plan_collective(CollectiveRequest("all_reduce", group, 2**30), topology, "hierarchical")
+    hosts = host_shape(read_topology("gb200-nvl72", {"racks": 2}))
+    assert scale._hierarchical_transfers(layout, "dp", hosts, True, 1, 0) == sum(
+        len(phase.transfers) for phase in plan) == 54
 
 
 HSDP_DENSE = """
