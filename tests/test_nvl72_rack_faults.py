@@ -38,6 +38,11 @@ def two_stages(text: str) -> str:
     return text.replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}")
 
 
+def three_racks_two_stages(text: str) -> str:
+    """A `job` on 3 racks as TP 4 x PP 2 x DP 6."""
+    return two_stages(text).replace("racks: 2,", "racks: 3,").replace("pp: 2, dp: 4}", "pp: 2, dp: 6}")
+
+
 def lone_rack(text: str) -> str:
     """A `job` on one rack (no network): DP 4."""
     return text.replace("racks: 2, trays: 4, leaf_ports: 4, spines: 2", "trays: 4").replace("dp: 8", "dp: 4")
@@ -106,17 +111,17 @@ def test_a_step_with_nvswitch_trays_down_folds_by_the_rack_they_degrade(trays_do
 
 
 def test_a_job_sizes_its_nvswitch_tray_states_by_their_fold(monkeypatch):
-    """The job of the test above with limits that its step unfolded passes and its fold by the rack's hosts (24 of
-    32 ranks) does not, nor any state that unfolds: refused up front, naming the first count of trays down whose
-    state does not fold (4 of 9, `first_tray_fold_blocker`)."""
+    """The job of the test above on 3 racks (TP 4 x PP 2 x DP 6) with limits that its step folded by the rack's
+    hosts (24 of 48 ranks) passes and unfolded does not, nor any state that unfolds: refused up front, naming the
+    first count of trays down whose state does not fold (4 of 9, `first_tray_fold_blocker`)."""
     import simulator.scale as scale
     from simulator.reliability.simulate import prepare_job
 
-    loaded = scenario_from_text(two_stages(gb200_job(CLASSES)), "job.yaml")
-    estimate = scale.classed_estimate(loaded, 32, 24)
+    loaded = scenario_from_text(three_racks_two_stages(gb200_job(CLASSES)), "job.yaml")
+    estimate = scale.classed_estimate(loaded, 48, 24)
     assert estimate is not None
     monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
-    assert scale.unfolded_beyond_limits(loaded, 32) is not None
+    assert scale.unfolded_beyond_limits(loaded, 48) is not None
     with pytest.raises(ScenarioError, match="4 of a rack's 9 NVSwitch trays down: all_reduce 'tp all_reduce"):
         prepare_job(loaded)
 
@@ -128,8 +133,8 @@ def test_the_tray_fold_checks_stop_at_the_first_blocker_and_show_on_the_bar(monk
     import simulator.simulation as simulation
     from simulator.reliability.simulate import TRAY_FOLDS_ACTIVITY, prepare_job
 
-    loaded = scenario_from_text(gb200_job(CLASSES).replace("{tp: 4, dp: 8}", "{tp: 4, pp: 2, dp: 4}"), "job.yaml")
-    estimate = scale.classed_estimate(loaded, 32, 24)
+    loaded = scenario_from_text(three_racks_two_stages(gb200_job(CLASSES)), "job.yaml")
+    estimate = scale.classed_estimate(loaded, 48, 24)
     assert estimate is not None
     monkeypatch.setattr(scale, "MAX_EVENTS", estimate.events)
     built = []
@@ -142,22 +147,25 @@ def test_the_tray_fold_checks_stop_at_the_first_blocker_and_show_on_the_bar(monk
     assert heard == [TRAY_FOLDS_ACTIVITY, ""]
 
 
-@pytest.mark.parametrize("trays_down", [4, 8, 9])
-def test_a_tray_state_whose_fold_is_given_up_is_known_at_load(trays_down):
-    """TP 4 x PP 2 x DP 4 on 2 racks: with 4-8 of rack 0's 9 trays down the degraded NVLink makes `auto` plan a tree
-    whose traffic the TP all-reduce meets, and with all 9 down (links down, rerouted over the network) so does the
-    tree over the detours; the state's step runs unfolded (32 of 32 ranks). `tray_fold_blocker` says so for those
-    counts, from the fold alone, with the links down taken down first, and not for 1-3, which fold."""
+@pytest.mark.parametrize(("racks", "trays_down"), [(3, 4), (3, 9), (2, 9)])
+def test_a_tray_state_whose_fold_is_given_up_is_known_at_load(racks, trays_down):
+    """TP 4 x PP 2 x DP 2 per rack (2 or 3 racks): on 3 racks, with 4 of rack 0's 9 trays down the TP all-reduce meets
+    the traffic of the DP tree over the degraded NVLink, whose racks send unlike amounts (a root rack over two);
+    with all 9 down (links down, rerouted over the network, the tree planned by tray) so does the tree over the
+    detours, on 2 racks too (with fewer down, the tree by rack there sends alike from both racks and folds); the
+    state's step runs unfolded (every rank). `tray_fold_blocker` says so for those counts, from the fold alone,
+    with the links down taken down first, and not for 1-3, which fold."""
     from simulator.reliability.simulate import tray_fold_blocker
 
-    text = two_stages(gb200_job(CLASSES)) + "network: {model: flow}\n"
+    job = two_stages(gb200_job(CLASSES)) if racks == 2 else three_racks_two_stages(gb200_job(CLASSES))
+    text = job + "network: {model: flow}\n"
     loaded = scenario_from_text(text, "job.yaml")
     topology = scenario_topology(loaded)
     blockers = {down: tray_fold_blocker(loaded, cluster_units(topology), down) for down in (1, 3, trays_down)}
     assert blockers[1] is None and blockers[3] is None
     faults = StepFaults(links=nvswitch_tray_faults(topology, (("rack0/nvswitch", trays_down),)))
     summary = simulate(with_step_faults(loaded, faults)).summary
-    assert summary["simulated_ranks"] == 32
+    assert summary["simulated_ranks"] == 16 * racks
     assert "tp all_reduce embedding" in blockers[trays_down]
 
 
