@@ -170,7 +170,7 @@ def test_auto_weighs_the_ring_chain_over_gb200_racks_on_its_own_links(racks, tra
 
 def test_one_gb200_rack_without_nvls_weighs_the_ring_alone():
     """One GB200 rack with NVLS off is one NCCL node (MNNVL) of 18 trays. Inside one node NCCL's tree is a chain of
-    its GPUs, which the `tree` here, a double binary tree over the trays' chains, is not, so `auto` weighs the
+    its GPUs, which the `tree` here, a double binary tree over the ranks, is not, so `auto` weighs the
     ring alone, as inside one DGX host. It weighed the tree too, at 0.67-0.85 of its simulated time, and took the
     LL128 tree at 1 GiB: 5.00 ms (busbw 423 GB/s) where the LL128 ring simulates 3.53 ms (599 GB/s)."""
     topology = load_topology("gb200-nvl72", {"nvls": "none"})
@@ -186,11 +186,10 @@ def test_one_gb200_rack_without_nvls_weighs_the_ring_alone():
 
 
 @pytest.mark.parametrize("protocol", ["simple", "ll128"])
-def test_the_tree_over_trays_of_one_rack_counts_every_edge_on_its_links(protocol):
-    """Trays of one NVLink domain: a tree edge between two trays crosses the same GPU-to-NVSwitch links as the
-    edges of the trays' chains, so the estimate counts every edge on the links it crosses. Counted apart (the
-    busier of the chains' ports and the links between trays) the rack's tree came out at 0.67-0.85 of its
-    simulated time (1 GiB under LL128: 3.35 ms against 5.00 ms)."""
+def test_the_tree_over_one_rack_is_weighed_at_its_simulated_time(protocol):
+    """One rack's tree asked for by name: the double binary tree over its 72 ranks, the rack one NVLink domain as
+    a DGX host is. Planned over its trays' chains, the estimate held once it counted every edge on the links it
+    crosses (counted apart, 0.67-0.85 of the simulated time)."""
     topology = load_topology("gb200-nvl72", {"nvls": "none"})
     efficiency = calibrated(topology.gpu_model)
     for nbytes in (16 * MIB, GIB):

@@ -79,7 +79,7 @@ def test_phase_arrays_are_the_phase_items(topology):
     kinds = set()
     for algorithm in ALGORITHMS:
         for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
-            for chunk in (None, 4 * MIB):
+            for chunk in (None, MIB):
                 request = CollectiveRequest(op=op, ranks=tuple(range(topo.num_gpus)), nbytes=64 * MIB,
                                             chunk_bytes=chunk)
                 try:

@@ -310,9 +310,12 @@ model: {preset: llama3-8b, layers: 24}
 training: {seq_len: 1024, global_batch: 12, micro_batch: 1}
 parallelism: {tp: 4, pp: 4, dp: 3, order: [tp, cp, pp, dp], pipeline: {schedule: interleaved, virtual_stages: 2}}
 run: {timeline: summary}
+collectives: {algorithm: ring}
 """
 """Replicas of 16 GPUs on racks of 24: replica 0 hands stage 1 on to stage 2 inside rack 0, replica 1 across the
-racks (the 288-GPU Llama 3 70B case, tp 8 pp 4 on four full racks, in small)."""
+racks (the 288-GPU Llama 3 70B case, tp 8 pp 4 on four full racks, in small). The DP all-reduces run as rings: as
+`auto`'s trees (chains of a rack's members under a tree of racks) they post more transfers than the estimate before
+the build counts, and the step was refused for its size on the built cluster before its stages were checked."""
 
 
 def _first_unfolding(loaded) -> Unfolding | None:
