@@ -398,10 +398,10 @@ COLLECTIVE_QUOTES = [
      "against the ring's {4[ms]:.1f})"),
     ("docs/collectives.md", [f"{GB200_NO_NVLS} --algorithm tree --protocol ll128 --sizes 1GiB",
                              f"{GB200_NO_NVLS} --sizes 1GiB", f"{GB200_NO_NVLS} --sizes 16MiB,256MiB,4GiB"],
-     "takes the LL128 ring at 1 GiB, {1[ms]:.2f} ms, busbw {1[busbw]:.1f} GB/s (16 MiB: the LL ring, {2[us]:.1f} "
-     "us; 256 MiB: the LL128 ring, {3[ms]:.2f} ms; 4 GiB: the Simple ring, {4[ms]:.2f} ms; measured, estimates "
-     "equal to the simulated times), where the tree over its trays takes {0[ms]:.2f} ms, busbw {0[busbw]:.1f} GB/s "
-     "(`trainsim collective --topology gb200-nvl72 --set nvls=none --algorithm tree --protocol ll128 --sizes 1GiB`)"),
+     "takes the LL128 ring at 1 GiB, {1[ms]:.2f} ms, busbw {1[busbw]:.1f} GB/s (16 MiB: the LL ring, {2[us]:.1f} us; "
+     "256 MiB: the LL128 ring, {3[ms]:.2f} ms; 4 GiB: the Simple ring, {4[ms]:.2f} ms; measured, estimates equal to "
+     "the simulated times); the `tree` asked for there (`trainsim collective --topology gb200-nvl72 --set nvls=none "
+     "--algorithm tree --protocol ll128 --sizes 1GiB`, measured) takes {0[ms]:.2f} ms, busbw {0[busbw]:.1f} GB/s."),
     ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --sizes 1KiB",
                              "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1KiB"],
      "({0[us]:.1f} us at 1 KiB, against `nvls_sharp`'s {1[us]:.0f} us without base latency)"),
