@@ -12,8 +12,6 @@ from shared import SCENARIOS
 from simulator import scale, simulation
 from simulator.cli import main
 from simulator.collectives import registry
-
-
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
 from simulator.config.loader import load_scenario, scenario_from_text
