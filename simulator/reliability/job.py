@@ -225,10 +225,6 @@ class JobProcess:
         self.stand_ins: list[int] = []
         """The slots of the group a restart filled with a host other than their own (still in repair then), in the
         order they were filled (`_form_group`)."""
-        self.counted_out: set[int] = set()
-        """The stand-in slots whose host the failure of an idle spare rack counted out of the spare hosts (spare
-        hosts fewer than its own), its repair with the rack's: a failure of the slot takes no second host nor
-        repair (`_fail`). The next group takes other hosts for them."""
         self.group = list(plan.rack_names[:len(plan.racks)])
         """The physical racks (NVSwitch nodes) in the job's group, in place order: the i-th fills the place of
         ``plan.racks[i]`` (`_places`)."""
@@ -348,12 +344,16 @@ class JobProcess:
     def _skip(self, index: int, t: float) -> bool:
         """Consume an arrival that does not interrupt: a unit not in use (a slot beyond a shrunk job, a host
         already out, a rack whose hosts the job does not use, its trays), the failure of a rack out of the group
-        (`_idle_rack_failure`) or a degradation or straggler, which is applied (a tray of a rack out of the group
-        kept until that rack joins it). False for an interrupting one."""
+        none of whose hosts stands in (`_rack_out_of_group_fails`) or a degradation or straggler, which is applied
+        (a tray of a rack out of the group kept until that rack joins it). False for an interrupting one."""
         rack = self._rack(index)
         if rack is not None and rack not in self.group:
             if self.plan.classes[self.klass[index]].unit == "rack":
-                self._idle_rack_failure(rack, index, t)
+                if self._rack_stand_ins(rack, t):  # its hosts standing in are in use: it interrupts (`_fail`)
+                    return False
+                self._rack_out_of_group_fails(rack, index, t)
+                self.events.add("failure", t, t, cause=self.plan.classes[self.klass[index]].name,
+                                step=self.clock.steps)
                 self.next_arrival += 1
                 return True
             return self._degrade(index, t, idle=True)
@@ -379,38 +379,46 @@ class JobProcess:
         """The hosts (slots) of the place ``rack`` fills in the group (none for a rack out of it)."""
         return self.plan.racks[self.group.index(rack)][1] if rack in self.group else ()
 
-    def _blast(self, index: int) -> tuple[int, ...]:
-        """The hosts arrival ``index`` takes: its unit's blast radius, a rack's that of the place it fills."""
+    def _blast(self, index: int, t: float) -> tuple[int, ...]:
+        """The hosts arrival ``index`` at ``t`` takes: its unit's blast radius, a rack's that of the place it fills,
+        or out of the group its hosts standing in for hosts out (`_rack_stand_ins`)."""
         rack = self._rack(index)
         if rack is None:
             return self.plan.blast[self.klass[index]][self.unit[index]]
         if self.plan.classes[self.klass[index]].unit == "rack":
-            return self._place_hosts(rack)
+            return self._place_hosts(rack) if rack in self.group else self._rack_stand_ins(rack, t)
         return ()
 
-    def _idle_rack_failure(self, rack: str, index: int, t: float) -> None:
+    def _rack_stand_ins(self, rack: str, t: float) -> tuple[int, ...]:
+        """The slots whose hosts at ``t`` are those of ``rack``, a rack out of the group and free (an idle spare, a
+        repaired rack in the pool), standing in for hosts out: the stand-ins last placed, as many as the spare
+        hosts are short of the rack's hosts. The spare count does not tell a host back from repair from a rack's:
+        where it holds as many hosts as the rack, none of the rack's stands in."""
+        self._collect_repairs(t)
+        if dict((switch, at) for at, switch in self.pool)[rack] > t + EPS:
+            return ()
+        standing_in = [slot for slot in self.stand_ins if slot not in self.missing]
+        short = min(len(standing_in), max(0, self.plan.rack_hosts(rack) - self.spares))
+        return tuple(standing_in[len(standing_in) - short:])
+
+    def _rack_out_of_group_fails(self, rack: str, index: int, t: float, standing_in: int = 0) -> None:
         """Rack ``rack``, out of the group (a spare, a rack back from repair, one still in repair), fails at ``t``:
-        it is in repair until the later of its repairs' ends, and no restart takes it before (`_places`). Free, all
-        its hosts leave the spare hosts until then, as the rack does the pool: those standing in for hosts out
-        (spare hosts fewer than the rack's) too, which leaves the spare hosts short of them until the repair, so
-        that the next restart replaces them; in repair, they come back then. One `failure` row, taking no host of
-        the job."""
+        it is in repair until the later of its repairs' ends, and no restart takes it before (`_places`). Free, its
+        hosts leave the spare hosts until then, as the rack does the pool, but for the ``standing_in`` ones that
+        stand in for hosts out: the job loses those (`_fail`), and all come back with the rack; in repair, they
+        come back then."""
         back = t + self.repair[index]
         free = {switch: at for at, switch in self.pool}
         self._collect_repairs(t)
         hosts = self.plan.rack_hosts(rack)
         if free[rack] <= t + EPS:
-            standing_in = [slot for slot in self.stand_ins if slot not in self.missing and slot not in self.counted_out]
-            short = max(0, hosts - self.spares)  # the rack's hosts standing in: the last placed
-            self.counted_out.update(standing_in[max(0, len(standing_in) - short):])
-            self.spares -= hosts
+            self.spares -= hosts - standing_in
             for _ in range(hosts):
                 heapq.heappush(self.repairs, back)
         elif back > free[rack]:
             self._postpone_repairs(hosts, free[rack], back)
         free[rack] = max(free[rack], back)
         self.pool = self._pool_order(free)
-        self.events.add("failure", t, t, cause=self.plan.classes[self.klass[index]].name, step=self.clock.steps)
 
     def _postpone_repairs(self, count: int, until: float, to: float) -> None:
         """The ``count`` latest host repairs ending by ``until`` (a rack's in repair until then: its hosts' are
@@ -448,7 +456,7 @@ class JobProcess:
             return False
         self._end_degradations(t)
         key = self._physical(index)
-        if key not in self.degraded and self.costs is not None and self._blast(index):
+        if key not in self.degraded and self.costs is not None and self._blast(index, t):
             if self.plan.costs(self._state_of(self.replicas, [*self.degraded, key], t)) is None:
                 return False
         end = t + self.repair[index]
@@ -611,8 +619,12 @@ class JobProcess:
         klass = self.plan.classes[self.klass[index]]
         lost_hosts: list[int] = []
         if klass.effect is not Effect.RESTART:
-            lost_hosts = [host for host in dict.fromkeys(self._blast(index))
+            lost_hosts = [host for host in dict.fromkeys(self._blast(index, t))
                           if host < self.in_use and host not in self.missing]
+        rack = self._rack(index)
+        rack_out_of_group = klass.unit == "rack" and rack is not None and rack not in self.group
+        if rack_out_of_group:
+            self._rack_out_of_group_fails(rack, index, t, standing_in=len(lost_hosts))
         # A restart loading an in-memory snapshot falls back to storage when the hosts lost since the last
         # completed restore (this failure's and those of earlier failures during the restart) took out all
         # copies of some host's snapshot.
@@ -625,10 +637,8 @@ class JobProcess:
             self.lost_per_failure.append(lost)
         for host in lost_hosts:
             self.missing.add(host)
-            if host in self.counted_out:  # its stand-in is out with its spare rack: the slot, not the spares, lacks it
-                self.counted_out.remove(host)
+            if rack_out_of_group:  # its stand-in is in repair with its rack: the slot, not its own host, lacks one
                 self.missing_until[host] = max(self.missing_until.get(host, 0.0), t)
-                self.spares += 1
                 continue
             self.missing_until[host] = max(self.missing_until.get(host, 0.0), t + self.repair[index])
             heapq.heappush(self.repairs, t + self.repair[index])
@@ -808,12 +818,11 @@ class JobProcess:
         back = {host for host in self.missing if self.missing_until[host] <= rendezvous + EPS}
         self.missing -= back
         regrouped = self._regroup_degradations(replicas, rendezvous)
-        filled = sorted(self.missing | self.counted_out)
+        filled = sorted(self.missing)
         self.stand_ins = [slot for slot in self.stand_ins if slot < self.in_use and slot not in filled]
         self.stand_ins += [slot for slot in filled if slot < self.in_use]
         self.missing.clear()
         self.missing_until.clear()
-        self.counted_out.clear()
         if (regrouped or back) and replicas == self.replicas:
             self._refresh(rendezvous)
 
