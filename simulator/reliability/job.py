@@ -621,10 +621,10 @@ class JobProcess:
         if klass.effect is not Effect.RESTART:
             lost_hosts = [host for host in dict.fromkeys(self._blast(index, t))
                           if host < self.in_use and host not in self.missing]
-        rack = self._rack(index)
-        rack_out_of_group = klass.unit == "rack" and rack is not None and rack not in self.group
-        if rack_out_of_group:
-            self._rack_out_of_group_fails(rack, index, t, standing_in=len(lost_hosts))
+        rack = self._rack(index) if klass.unit == "rack" else None
+        rack_out = rack if rack is not None and rack not in self.group else None
+        if rack_out is not None:
+            self._rack_out_of_group_fails(rack_out, index, t, standing_in=len(lost_hosts))
         # A restart loading an in-memory snapshot falls back to storage when the hosts lost since the last
         # completed restore (this failure's and those of earlier failures during the restart) took out all
         # copies of some host's snapshot.
@@ -637,7 +637,7 @@ class JobProcess:
             self.lost_per_failure.append(lost)
         for host in lost_hosts:
             self.missing.add(host)
-            if rack_out_of_group:  # its stand-in is in repair with its rack: the slot, not its own host, lacks one
+            if rack_out is not None:  # its stand-in is in repair with its rack: the slot, not its own host, lacks one
                 self.missing_until[host] = max(self.missing_until.get(host, 0.0), t)
                 continue
             self.missing_until[host] = max(self.missing_until.get(host, 0.0), t + self.repair[index])
