@@ -43,6 +43,24 @@ def test_happens_before_follows_streams_dependencies_joins_and_asynchronous_send
     assert not ordering.concurrent(x, x)
 
 
+@pytest.mark.parametrize(("ops_before", "entries"), [(10, np.int16), (40_000, np.int32)])
+def test_the_clock_table_takes_16_bit_entries_where_every_stream_is_short_enough(ops_before, entries):
+    """Rank 0 runs ``ops_before`` kernels before the program's A: 16-bit clock entries (half the bytes, which the
+    budget counts) while each stream's positions fit in them, 32-bit past 32,767; the same answers either way."""
+    from simulator.engine import ordering as module
+
+    ahead = [ComputeOp(id=100 + index, rank=0, stream="compute", name="K", duration=1.0) for index in range(ops_before)]
+    ops = [*ahead, *_program()]
+    ordering = Ordering.of(ops, ASYNC)
+    x, s, y = (ordering.node_of_key[key] for key in ("X", "S", "Y"))
+    assert ordering.clocks.dtype == entries
+    assert ordering.before(ordering.node_of_op[100], x) and ordering.before(s, ordering.node_of_op[6])
+    assert ordering.concurrent(y, x)
+    components, columns, nodes = module._components(ops, ASYNC)
+    size = module.OrderingSize(len(ops), nodes, columns, longest=module.longest_component(components))
+    assert size.bytes - len(ops) * module.BYTES_PER_OP == nodes * columns * np.dtype(entries).itemsize
+
+
 def _send_chain(sends):
     """Rank 0: A, then ``sends`` asynchronous sends, each after the one before (the first after A), then B
     after the last."""
@@ -64,12 +82,12 @@ def test_an_asynchronous_send_chain_passes_its_pairs_and_its_size_counts_them(mo
     assert len(ordering._passed_pairs) == 15
     assert ordering.before(sends[0], sends[5]) and ordering.before(sends[3], sends[4])
     assert not ordering.before(sends[5], sends[0])
-    _, columns, nodes = module._components(ops, ASYNC)
-    bare = module.OrderingSize(len(ops), nodes, columns)
+    components, columns, nodes = module._components(ops, ASYNC)
+    bare = module.OrderingSize(len(ops), nodes, columns, longest=module.longest_component(components))
     monkeypatch.setattr(module, "ORDERING_BUDGET_BYTES", bare.bytes)
     order = module.ProgramOrder(ops, ASYNC)
     assert order.ordering is None
-    assert order.skipped_when_asked == module.SkippedOrdering(module.OrderingSize(8, 8, 1, 15))
+    assert order.skipped_when_asked == module.SkippedOrdering(module.OrderingSize(8, 8, 1, 15, longest=2))
 
 
 @pytest.mark.parametrize("missing", [8, 99, -1])
@@ -326,7 +344,7 @@ def test_a_program_over_the_ordering_budget_says_so_and_runs_the_same_step(monke
     from simulator.engine import ordering
 
     scenario = SCENARIOS / "mixtral-8x7b-ep8.yaml"
-    needed = ordering.OrderingSize(4508, 3961, 8).bytes
+    needed = ordering.OrderingSize(4508, 3961, 8, longest=4508).bytes  # no stream holds more ops than all: 16-bit
     monkeypatch.setattr(ordering, "ORDERING_BUDGET_BYTES", needed)
     ordered = simulate(load_scenario(scenario)).summary
     monkeypatch.setattr(ordering, "ORDERING_BUDGET_BYTES", needed - 1)
@@ -346,11 +364,12 @@ def test_a_program_over_the_ordering_budget_says_so_and_runs_the_same_step(monke
     ("mixtral-8x7b-ep8", False, []),
 ], ids=["llama3-70b-folded", "deepseek-dualpipev-gb8192", "mixtral-unfolded"])
 def test_the_ordering_takes_the_bytes_its_budget_counts(scenario, fold, overrides):
-    """`OrderingSize.bytes`, which the budget is checked against, is within 0.9 to 1.3 of the peak that
-    tracemalloc measures while the ordering is built (counted / measured MiB: Llama 3 70B PP 2 folded, 17,260
-    ops, 5.6 / 5.6; DualPipeV at global batch 8192, whose asynchronous send chains pass 979,200 pairs, 85.6 /
-    79.2, where counting ops alone gave 64.6 / 104.7; Mixtral unfolded, 72,128 ops on 46,198 nodes, 43.2 /
-    35.0, where a clock row per op gave 55.9 / 35.8), so the budget bounds what it protects."""
+    """`OrderingSize.bytes`, which the budget is checked against, is within 0.9 to 1.35 of the peak that
+    tracemalloc measures while the ordering is built (counted / measured MiB with 16-bit clock entries: Llama 3
+    70B PP 2 folded, 17,260 ops, 5.3 / 5.3; DualPipeV at global batch 8192, whose asynchronous send chains pass
+    979,200 pairs, 73.7 / 66.3; Mixtral unfolded, 72,128 ops on 46,198 nodes, 31.9 / 23.7, its per-op tables
+    counted at the 300 B measured with 32-bit clock rows; with 32-bit entries they were 5.6 / 5.6, 85.6 / 79.2
+    and 43.2 / 35.0), so the budget bounds what it protects."""
     import tracemalloc
 
     from simulator.config.loader import load_scenario
@@ -368,5 +387,6 @@ def test_the_ordering_takes_the_bytes_its_budget_counts(scenario, fold, override
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    size = ordering.OrderingSize(len(program.ops), nodes, columns, graph.passed_pairs)
-    assert 0.9 <= size.bytes / peak <= 1.3
+    size = ordering.OrderingSize(len(program.ops), nodes, columns, graph.passed_pairs,
+                                 ordering.longest_component(components))
+    assert 0.9 <= size.bytes / peak <= 1.35

@@ -44,10 +44,24 @@ the peak, 4.4 s of CPU); ordered, 82,211 of its
 112,833 collectives (79,716 EP all-to-alls) run alone and are replayed, where unordered none was private and the
 refold's run took 108.7 s of CPU against 12.6 (side by side, the machine shared). The earlier cap, 2^27 ops x
 components, counted the clock table alone: on 48 streams it admitted 2.8 M ops, whose per-op tables bring the
-ordering to 1.3 GiB."""
+ordering to 1.3 GiB. These figures are of 32-bit clock entries; 16-bit ones (`clock_dtype`) halve the clock table."""
 
 CLOCK_ENTRY_BYTES = 4
-"""Bytes of one clock-table entry (a 32-bit position)."""
+"""Bytes of one clock-table entry (a 32-bit position) where a component holds more ops than a 16-bit one counts."""
+
+SHORT_CLOCK_ENTRY_BYTES = 2
+"""Bytes of one clock-table entry where no component holds more than `SHORT_POSITIONS` ops (a 16-bit position):
+the clock table at half the bytes, the same clocks. The DeepSeek-V3-style search's CP 2 x PP 64 layouts fold onto
+128 ranks whose 320,742 ops on 504 components needed 645.3 MiB with 32-bit clocks, over the budget: unordered,
+none of their EP all-to-alls was proved alone and replayed."""
+
+SHORT_POSITIONS = int(np.iinfo(np.int16).max)
+"""Most ops on one in-order component for 16-bit clock entries (positions 0 to 32,766, and -1: unreached)."""
+
+
+def clock_dtype(longest: int) -> type[np.signedinteger]:
+    """The clock table's entry type for a program whose longest in-order component holds ``longest`` ops."""
+    return np.int16 if longest <= SHORT_POSITIONS else np.int32
 
 BYTES_PER_OP = 300
 """Bytes an ordering takes per op beyond its clock table and passed pairs, at its peak: the node, place, edge
@@ -74,11 +88,16 @@ class OrderingSize:
     nodes: int
     components: int
     passed_pairs: int = 0
+    longest: int | None = None
+    """The most ops on one in-order component (None: not known, counted as 32-bit clock entries)."""
 
     @property
     def bytes(self) -> int:
-        """Its clock table, `BYTES_PER_OP` per op and `BYTES_PER_PASSED_PAIR` per passed pair."""
-        return (self.nodes * max(self.components, 1) * CLOCK_ENTRY_BYTES + self.ops * BYTES_PER_OP
+        """Its clock table (2 or 4 bytes an entry, `clock_dtype`), `BYTES_PER_OP` per op and
+        `BYTES_PER_PASSED_PAIR` per passed pair."""
+        entry = (SHORT_CLOCK_ENTRY_BYTES if self.longest is not None and clock_dtype(self.longest) == np.int16
+                 else CLOCK_ENTRY_BYTES)
+        return (self.nodes * max(self.components, 1) * entry + self.ops * BYTES_PER_OP
                 + self.passed_pairs * BYTES_PER_PASSED_PAIR)
 
     @property
@@ -146,7 +165,7 @@ class ProgramOrder:
         """The ordering, or why not, checked in two steps so that neither takes much more than the budget: the
         size from the ops alone, then with the passed pairs that the nodes' graph (per-op tables) shows."""
         op_components, columns, nodes = _components(self.ops, self.async_streams)
-        size = OrderingSize(len(self.ops), nodes, columns)
+        size = OrderingSize(len(self.ops), nodes, columns, longest=longest_component(op_components))
         if not size.affordable:
             return SkippedOrdering(size)
         graph = _graph(self.ops, op_components)
@@ -301,6 +320,12 @@ def _components(ops: Sequence[Op], async_streams: frozenset[str]) -> tuple[np.nd
     return components, len(slots), len(ops) - len(collectives) + len(set(collectives))
 
 
+def longest_component(op_components: np.ndarray) -> int:
+    """The most ops on one in-order component (``op_components`` as `_components` numbers them; 0 for none)."""
+    placed = op_components[op_components >= 0]
+    return int(np.bincount(placed).max()) if placed.size else 0
+
+
 Places = tuple[np.ndarray, np.ndarray, np.ndarray]
 """Every in-order op's (node, component, position), in op order."""
 
@@ -385,9 +410,11 @@ def _clocks(places: Places, predecessors: Csr, waves: list[list[int]], component
     """The nodes x components clock table: own positions, and per wave the latest of each node's own row and
     its predecessors' (a node's own position on a component is later than any of its predecessors' there).
     It has one column at least: a padding reach mark points at component 0, which a program of asynchronous
-    ops alone (a Chakra trace of sends and receives) does not have."""
-    clocks = np.full((len(predecessors[0]) - 1, max(components, 1)), -1, dtype=np.int32)
+    ops alone (a Chakra trace of sends and receives) does not have. Its entries are 16-bit where every position
+    fits (`clock_dtype`)."""
     nodes, columns, positions = places
+    longest = int(positions.max()) + 1 if positions.size else 0
+    clocks = np.full((len(predecessors[0]) - 1, max(components, 1)), -1, dtype=clock_dtype(longest))
     clocks[nodes, columns] = positions
     order = np.fromiter(chain.from_iterable(waves[1:]), dtype=np.int64)
     starts, ends, inputs = _input_rows(predecessors, order)
