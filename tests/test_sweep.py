@@ -902,3 +902,24 @@ def test_an_invalid_cluster_is_reported_before_a_constraint_on_the_dp_it_leaves_
                     "constraints: ['parallelism.dp >= 2']\n")
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
     assert "sweep.yaml:8: grid.cluster.gpus: value 0: 0 must be positive" in capsys.readouterr().err
+
+
+def test_editing_the_constraints_judges_every_point_again(tmp_path):
+    """A re-run after editing `constraints:` reused every point: a constraint removed kept its points skipped,
+    one added left the points it breaks ok, so the same sweep file gave another table than into a fresh folder.
+    The constraints are judged before anything is reused."""
+    path, out = tmp_path / "sweep.yaml", tmp_path / "out"
+    grid = BASE + "grid:\n  training.microbatches: [4, 8, 12]\n"
+
+    def statuses(constraints: str) -> tuple[list[str], list[int]]:
+        path.write_text(grid + constraints)
+        executor = CountingExecutor()
+        run_sweep(load_sweep(path), out, executor)
+        return list(pd.read_parquet(out / "results.parquet")["status"]), executor.ran
+
+    assert statuses("constraints: ['training.microbatches > 4']\n") == (["skipped", "ok", "ok"], [1, 2])
+    assert statuses("") == (["ok", "ok", "ok"], [0])
+    assert statuses("constraints: ['training.microbatches < 12']\n") == (["ok", "ok", "skipped"], [])
+    fresh = tmp_path / "fresh"
+    run_sweep(load_sweep(path), fresh, SerialExecutor())
+    assert (fresh / "results.csv").read_bytes() == (out / "results.csv").read_bytes()

@@ -116,8 +116,10 @@ def _write_inline_base(folder: Path, base: dict) -> Path:
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False, force: bool = False,
               on_progress: Callable[[int, int], None] | None = None) -> SweepReport:
     """Run every point of ``sweep`` not already finished in ``out_dir`` (same index, same scenario key, metrics
-    under the current `SUMMARY_SCHEMA`) and
-    write the results table. ``force`` runs points beyond the scale limits, and runs again those an earlier run
+    under the current `SUMMARY_SCHEMA`) and write the results table. The constraints are judged first, at every
+    run (they cost nothing): a point the sweep's constraints now rule out is skipped whatever an earlier run
+    recorded, and one an earlier run skipped runs, so that editing `constraints:` gives the table a fresh
+    folder would. ``force`` runs points beyond the scale limits, and runs again those an earlier run
     found invalid (a point refused for its size is one). ``on_progress(done, total)`` is called after each
     point. Each finished point, once journalled, is a safe point (simulator/stops.py): a stop Python dropped
     while it ran ends the sweep there."""
@@ -129,15 +131,15 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     outputs = point_outputs or sweep.outputs
     for point in sweep.points:
         previous = earlier.get(point.index)
-        if previous is not None and previous.key == point.key and previous.summary_schema == SUMMARY_SCHEMA and not (
-                force and previous.status == "invalid") and (
-                not outputs or previous.status != "ok" or _has_outputs(point_folder(out_dir, point.index), point)):
-            records[point.index] = _reused(previous, point)
-            reused += 1
-        elif point.skipped:
+        if point.skipped:
             records[point.index] = PointRecord(point.index, point.key, "skipped", point.skipped, {},
                                                sets_typed(point.overrides))
             append_record(out_dir, records[point.index])
+        elif previous is not None and previous.key == point.key and previous.summary_schema == SUMMARY_SCHEMA and (
+                previous.status != "skipped") and not (force and previous.status == "invalid") and (
+                not outputs or previous.status != "ok" or _has_outputs(point_folder(out_dir, point.index), point)):
+            records[point.index] = _reused(previous, point)
+            reused += 1
         else:
             todo.append(point)
     values = {point.index: point.values for point in sweep.points}
