@@ -1400,11 +1400,11 @@ def test_the_trees_layer_holds_only_its_ranks_share_of_the_routed_experts(tmp_pa
 
 
 def test_the_trees_steps_say_the_bubble_rule_ruled_tp1_out_not_memory():
-    """At tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp, so no pp meets m >= 4p and none is
-    checked: the tree's steps blame the bubble rule, not memory (no pp fitting, or activations overflowing,
+    """At tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp, so no pp above 1 meets m >= 4p and none
+    is checked: the tree's steps blame the bubble rule, not memory (no pp fitting, or activations overflowing,
     would not be what happened). Where pp are checked, the steps name every pp checked, by kind, with the
     deepest's reason in full; where no pp splits the layers, GPUs and batch, neither the bubble rule nor memory
-    is blamed."""
+    is blamed. Pp 1 has no bubble, so the rule lets it through and memory rules it out."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 
@@ -1417,10 +1417,12 @@ def test_the_trees_steps_say_the_bubble_rule_ruled_tp1_out_not_memory():
     choice = seed_tree_choice(1024, 8, 62, 1024, True, fits_at_tp4_pp16, ep=8, fewer_on_ends=True)
     assert choice.candidate == Candidate(4, 1, 16, 16, 1, 1, "zero1", "selective", 8)
     assert choice.steps[1:] == (
-        "tp1 recompute=none: no pp gives m >= 4p (m = p at pp 1, 2, 4, 8, 16, 32, 64)",
-        "PP + DP alone gives no m >= 4p (the bubble rule, not memory), so TP + SP + recompute",
-        "tp2 recompute=selective: no pp gives m >= 4p (pp1 m=2, pp2 m=4, pp4 m=8, pp8 m=16, pp16 m=32, pp32 m=64, "
-        "pp64 m=128)",
+        "tp1 recompute=none: no pp with m >= 4p fits: pp 1 out of memory (pp1: 5000.0 GiB > 79.6 GiB HBM); m < 4p at "
+        "pp 2, 4, 8, 16, 32, 64",
+        "PP + DP alone does not fit: every pp it checked is out of memory and the others give m < 4p (the bubble "
+        "rule), so TP + SP + recompute",
+        "tp2 recompute=selective: no pp with m >= 4p fits: pp 1 out of memory (pp1: 2500.0 GiB > 79.6 GiB HBM); m < "
+        "4p at pp2 m=4, pp4 m=8, pp8 m=16, pp16 m=32, pp32 m=64, pp64 m=128",
         "tp4 recompute=selective: pp16 fits (78.1 GiB) after pp 1, 2, 4, 8 out of memory (pp8: 156.2 GiB > 79.6 "
         "GiB HBM)")
     # Global batch 1,000 on 1,024 GPUs: no dp divides it, so no pp splits at all and neither the bubble rule nor
@@ -1771,3 +1773,24 @@ def test_a_refused_set_for_zero2_says_how_a_search_gets_it(tmp_path, capsys, giv
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert err.endswith("--sharding zero2 runs DeepSpeed's ZeRO-2, which reduce-scatters every micro-batch)"), err
+
+
+def test_the_bubble_rule_lets_pp_1_through_whatever_m():
+    """The tree applied m >= 4p at pp 1, where nothing is pipelined and the bubble is 0: on the 70B 2k-GPU step
+    (global batch 512) TP8 PP1 DP256 has m = 2 and fits (71.1 GiB), but the tree ruled it out and found no
+    layout at all (usertest42 finding 8)."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Checked
+
+    def fits_at_tp8_pp1(candidate: Candidate) -> Checked:
+        fits = (candidate.tp, candidate.pp) == (8, 1)
+        gib = 71.1 if fits else 200.0
+        return Checked(candidate, {}, None if fits else Pruning(Pruned.OUT_OF_MEMORY, f"out of memory: {gib:.1f} "
+                                                                "GiB > 79.6 GiB HBM"), gib)
+
+    choice = seed_tree_choice(2048, 8, 80, 512, False, fits_at_tp8_pp1)
+    assert choice.candidate == Candidate(8, 1, 1, 256, 1, 1, "zero1", "none", 1)
+    assert choice.steps[-2:] == (
+        "tp4 recompute=none: no pp with m >= 4p fits: pp 1 out of memory (pp1: 200.0 GiB > 79.6 GiB HBM); m < 4p at "
+        "pp 2, 4, 8, 16",
+        "tp8 recompute=none: pp1 fits (71.1 GiB)")

@@ -7,9 +7,10 @@ do not fit but one layer does, split layers with PP and use DP for the rest; if 
 sequence parallelism + activation recompute. Where selective recompute saves no memory (flash attention stores
 no attention scores for it to drop) the tree tries no recompute in its place, so it never pays the attention
 forward again for nothing. Its three rules: TP <= GPUs of the NVLink domain (a DGX host, an NVL72 rack);
-PP <= layers and m >= 4p so that the bubble is small; DP takes every remaining GPU. Here every "does it fit"
-is the simulator's memory model, micro-batches are of 1 sequence, without CP or interleaving, the tree's DP
-shards with ZeRO-1, and a MoE model keeps the scenario's expert parallelism.
+PP <= layers and m >= 4p so that the bubble is small (at pp 1 there is none, and any m will do); DP takes every
+remaining GPU. Here every "does it fit" is the simulator's memory model, micro-batches are of 1 sequence,
+without CP or interleaving, the tree's DP shards with ZeRO-1, and a MoE model keeps the scenario's expert
+parallelism.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from simulator.units import format_memory
 from simulator.workload.stage_work import layers_per_stage
 
 MICROBATCHES_PER_STAGE = 4
-"""Rule 2: m >= 4p keeps the 1F1B bubble (p-1)/(m+p-1) under about 20%."""
+"""Rule 2: m >= 4p keeps the 1F1B bubble (p-1)/(m+p-1) under about 20%. It holds for p > 1 only: at pp 1
+nothing is pipelined and the bubble is 0 whatever m (the tree ruled out pp 1 with m < 4, so found no layout for
+the 70B 2k-GPU step, where TP8 PP1 DP256, m = 2, fits and runs fastest)."""
+
+MEMORY_AND_BUBBLE = "every pp it checked is out of memory and the others give m < 4p (the bubble rule)"
+"""Why a branch has no layout where memory ruled out some pp and the bubble rule the others: at one tp, m / p
+is the same at every pp above 1, so it is pp 1 out of memory and every deeper pp below the rule."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,8 @@ def seed_tree_choice(world: int, domain_gpus: int, layers: int, global_batch: in
         if fit.candidate is not None:
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
             return TreeChoice(fit.candidate, tuple(steps))
-        alone = "does not fit: activations are what overflows" if fit.over_memory else fit.ruled_out()
+        alone = fit.ruled_out() if not fit.over_memory else (
+            f"does not fit: {MEMORY_AND_BUBBLE}" if fit.bubbled_any else "does not fit: activations are what overflows")
         steps.append(f"PP + DP alone {alone}, so TP + SP + recompute")
         recomputes = _recomputes(["selective", "full"], selective_saves_memory, steps)
     else:
@@ -100,8 +108,11 @@ def seed_tree_choice(world: int, domain_gpus: int, layers: int, global_batch: in
     fit = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep, fewer_on_ends)
     if fit.candidate is not None:
         return TreeChoice(fit.candidate, tuple(steps))
-    steps.append("nothing the tree tries fits in memory" if fit.over_memory
-                 else f"nothing the tree tries fits: TP + SP {fit.ruled_out()}")
+    if not fit.over_memory:
+        steps.append(f"nothing the tree tries fits: TP + SP {fit.ruled_out()}")
+    else:
+        steps.append(f"nothing the tree tries fits: {MEMORY_AND_BUBBLE}" if fit.bubbled_any
+                     else "nothing the tree tries fits in memory")
     return TreeChoice(None, tuple(steps))
 
 
@@ -147,10 +158,10 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
                check: Callable[[Candidate], Checked], steps: list[str], ep: int, fewer_on_ends: bool,
                sharding: Sharding = "zero1", smallest_pp: int = 1) -> Fit:
     """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP from
-    ``smallest_pp`` (with m >= 4p), each pp splitting the layers as the scenario's stages do; and whether any
-    layout was checked at all (at tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp: the bubble rule
-    rules each out before memory is weighed) and whether any checked layout was out of memory
-    (`Fit.over_memory`)."""
+    ``smallest_pp`` (with m >= 4p where pp > 1), each pp splitting the layers as the scenario's stages do; and
+    whether any layout was checked at all (at tp 1 on 2,048 GPUs with global batch 512, no dp divides the batch at
+    pp 1 and m < 4p at every deeper pp: the bubble rule rules each out before memory is weighed) and whether any
+    checked layout was out of memory (`Fit.over_memory`)."""
     checked_any = bubbled_any = over_memory = False
     for recompute in recomputes:
         for tp in tps:
@@ -162,7 +173,7 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
                 dp = world // (tp * pp)
                 if global_batch % dp:
                     continue
-                if global_batch // dp < MICROBATCHES_PER_STAGE * pp:
+                if pp > 1 and global_batch // dp < MICROBATCHES_PER_STAGE * pp:
                     bubbled.append((pp, global_batch // dp))
                     continue
                 checked = check(Candidate(tp, 1, pp, dp, 1, 1, sharding, recompute, ep))
