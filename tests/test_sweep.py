@@ -923,3 +923,16 @@ def test_editing_the_constraints_judges_every_point_again(tmp_path):
     fresh = tmp_path / "fresh"
     run_sweep(load_sweep(path), fresh, SerialExecutor())
     assert (fresh / "results.csv").read_bytes() == (out / "results.csv").read_bytes()
+
+
+def test_a_point_whose_dp_does_not_fill_the_cluster_is_located_at_the_dp_axis(tmp_path):
+    """The product's error was the `parallelism` section's, which a sweep blamed on the last axis under it, here
+    the schedule's, where dp 3 is the value that does not fill the 8 GPUs (usertest42 finding 7f)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  parallelism.dp: [2, 3]\n  parallelism.pipeline.schedule: [gpipe]\n")
+    run_sweep(load_sweep(path), tmp_path / "out", SerialExecutor())
+    frame = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    assert list(frame["status"]) == ["ok", "invalid"]
+    assert frame["error"][1] == (f"{path}:9: grid.parallelism.dp: value 3: tp x cp x pp x dp = 1 x 1 x 4 x 3 = 12 does "
+                                 "not equal the cluster's 8 GPUs (allowed: dp 2 at tp x cp x pp = 4, or degrees whose "
+                                 "product is 8)")

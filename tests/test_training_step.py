@@ -401,8 +401,9 @@ def test_a_pipeline_send_is_logged_on_the_sender_as_the_send():
 
 
 @pytest.mark.parametrize("override,expected", [
-    ("cluster.nodes=2", "inline.yaml:5: parallelism: tp x cp x pp x dp = 1 x 1 x 2 x 4 = 8 does not equal the "
-     "cluster's 16 GPUs (with --set cluster.nodes=2) (allowed: degrees whose product is 16)"),
+    ("cluster.nodes=2", "inline.yaml:5: parallelism.dp: tp x cp x pp x dp = 1 x 1 x 2 x 4 = 8 does not equal the "
+     "cluster's 16 GPUs (with --set cluster.nodes=2) (allowed: dp 8 at tp x cp x pp = 2, or degrees whose product "
+     "is 16)"),
     ("parallelism.pipeline.schedule=zbv", "inline.yaml:6: parallelism.pipeline.virtual_stages: schedule 'zbv' "
      "keeps two chunks per rank (a V), got virtual_stages = 1 (with --set parallelism.pipeline.schedule=zbv) "
      "(allowed: 2)"),
@@ -412,7 +413,7 @@ def test_a_pipeline_send_is_logged_on_the_sender_as_the_send():
 ])
 def test_a_cross_field_check_names_the_override_of_a_field_it_read(override, expected):
     """A check that fails because of a `--set` of another field than the one it is located at names it: the
-    cluster's GPU count read by the layout's product at `parallelism`, the schedule read by the V's check at
+    cluster's GPU count read by the layout's product at `parallelism.dp`, the schedule read by the V's check at
     `virtual_stages`, the virtual stages read by the layers' split at `pp` (each was named only under the failing
     path: none was)."""
     text = """

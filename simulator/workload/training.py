@@ -208,9 +208,14 @@ def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
                        f"the cluster's {world:,} GPUs", f"degrees whose product divides {world:,}", reads=("cluster",))
     dp = par.dp if par.dp is not None else world // fixed
     if fixed * dp != world:
-        raise _invalid("parallelism", f"tp x cp x pp x dp = {par.tp} x {par.cp} x {pp} x {dp} = "
-                       f"{fixed * dp:,} does not equal the cluster's {world:,} GPUs",
-                       f"degrees whose product is {world:,}", reads=("cluster",))
+        problem = (f"tp x cp x pp x dp = {par.tp} x {par.cp} x {pp} x {dp} = {fixed * dp:,} does not equal the "
+                   f"cluster's {world:,} GPUs")
+        if world % fixed:
+            raise _invalid("parallelism", problem, f"degrees whose product is {world:,}", reads=("cluster",))
+        # tp x cp x pp divides the GPUs, so it is the given dp that does not fill them: the error is its (at the
+        # section, a sweep blamed the last axis under it, tp's line where dp's value was the one out)
+        raise _invalid("parallelism.dp", problem, f"dp {world // fixed:,} at tp x cp x pp = {fixed:,}, or degrees "
+                       f"whose product is {world:,}", reads=("cluster", "parallelism"))
     return Layout(tp=par.tp, cp=par.cp, pp=pp, dp=dp, order=tuple(par.order))
 
 
