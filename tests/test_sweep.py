@@ -370,6 +370,26 @@ def test_an_executor_that_cannot_start_is_one_line_and_status_1(command, tmp_pat
     assert capsys.readouterr().err == "error: cannot reach the Dask scheduler; at tcp://127.0.0.1:9 (OSError)\n"
 
 
+@pytest.mark.parametrize("command", ["sweep", "search"])
+@pytest.mark.parametrize(("flags", "error"), [
+    (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler: --executor local uses no Dask scheduler: the points would "
+                                           "run on this machine (allowed: --scheduler with --executor dask)"),
+    (["--executor", "serial", "--workers", "4"], "--workers: --executor serial runs every point in this process, one "
+                                                 "at a time (allowed: --workers with --executor local, or dask "
+                                                 "without --scheduler)"),
+    (["--executor", "dask", "--scheduler", "tcp://127.0.0.1:1", "--workers", "4"],
+     "--workers: a Dask scheduler's workers are the ones started with it (dask worker --nworkers) (allowed: "
+     "--workers with --executor local, or dask without --scheduler)")])
+def test_an_executor_flag_the_executor_would_ignore_is_refused(command, flags, error, tmp_path, capsys):
+    """`--scheduler tcp://...` without `--executor dask` ran every point on the local pool without a word, and
+    `--workers` under `--executor serial` was dropped (usertest42 finding 5)."""
+    given = str(tmp_path / "sweep.yaml") if command == "sweep" else "schedule-gpipe-p4-m8"
+    (tmp_path / "sweep.yaml").write_text("base: schedule-gpipe-p4-m8\ngrid: {training.microbatches: [4]}\n")
+    assert main([command, given, "--out", str(tmp_path / "out"), "--quiet", *flags]) == 2
+    assert capsys.readouterr().err == f"error: command line: trainsim {command}: {error}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_base_scenario_path_is_relative_to_the_sweep_file(tmp_path):
     (tmp_path / "sweep.yaml").write_text("base: ../nowhere.yaml\ngrid: {parallelism.pp: [1]}\n")
     with pytest.raises(ScenarioError, match="no scenario file"):
