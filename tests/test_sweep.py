@@ -472,12 +472,19 @@ def test_a_job_sweeps_rows_say_whether_the_step_fits_in_memory(tmp_path):
     parameters / 8 at 18 B of bf16 weights, fp32 gradients and Adam's 12 B are 147.8 GiB alone). A job point's row held
     job_summary.json's figures only, so the sweep's table could not tell the layout that does not fit; it now
     holds the healthy step's `oom`, peak and capacity per GPU and `warnings`, as a step point's row does, equal
-    to the step's summary.json."""
+    to the step's summary.json. The point out of memory has a status of its own: it was `ok`, counted ok by the end
+    line and averaged into `plot heatmap`'s cells as if it ran (usertest42 finding 1)."""
     sweep = job_sweep("  model.preset: [llama3-8b, llama3-70b]\n", outputs=True)
     out = tmp_path / "out"
-    assert run_sweep(sweep_from_text(sweep, "s.yaml"), out, SerialExecutor()).statuses == {"ok": 2}
+    report = run_sweep(sweep_from_text(sweep, "s.yaml"), out, SerialExecutor())
+    assert report.statuses == {"ok": 1, "out_of_memory": 1}
     rows = pd.read_parquet(out / "results.parquet")
     assert list(rows["oom"]) == [False, True]
+    assert list(rows["status"]) == ["ok", "out_of_memory"]
+    assert rows["error"][1] == f"out of memory: peak {rows['peak_memory_gib'][1]:.1f} GiB > 79.6 GiB per GPU"
+    first = (out / "results.parquet").read_bytes()
+    assert run_sweep(sweep_from_text(sweep, "s.yaml"), out, SerialExecutor()).reused == 2
+    assert (out / "results.parquet").read_bytes() == first
     for point in (0, 1):
         step = orjson.loads((out / "points" / f"{point:05d}" / "summary.json").read_bytes())
         assert rows["peak_memory_gib"].iloc[point] == step["peak_memory_gib"]

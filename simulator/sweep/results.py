@@ -18,9 +18,13 @@ import pandas as pd
 from simulator.report.atomic import write_bytes, write_through_temporary
 from simulator.report.tables import csv_text
 
-PointStatus = Literal["ok", "invalid", "failed", "skipped"]
-"""ok: simulated; invalid: the scenario was refused when the point was built (a layout that does not divide the
-cluster...); failed: the simulation raised (deadlock, or a bug); skipped: a sweep constraint ruled it out."""
+PointStatus = Literal["ok", "out_of_memory", "invalid", "failed", "skipped"]
+"""ok: simulated; out_of_memory: simulated, but its step's peak memory exceeds the GPU's (`oom` in its summary:
+the layout could not run, so its figures are no result to rank or chart); invalid: the scenario was refused when
+the point was built (a layout that does not divide the cluster...); failed: the simulation raised (deadlock, or a
+bug); skipped: a sweep constraint ruled it out."""
+SIMULATED: tuple[PointStatus, ...] = ("ok", "out_of_memory")
+"""The statuses of a point that ran, whose run folder `--point-outputs` keeps."""
 
 
 class CandidateStatus(StrEnum):

@@ -15,6 +15,7 @@ from simulator.errors import InputError, SimulationError
 from simulator.stops import raise_dropped
 from simulator.sweep.executors import Executor
 from simulator.sweep.results import (
+    SIMULATED,
     SUMMARY_SCHEMA,
     PointRecord,
     append_record,
@@ -135,10 +136,9 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
             records[point.index] = PointRecord(point.index, point.key, "skipped", point.skipped, {},
                                                sets_typed(point.overrides))
             append_record(out_dir, records[point.index])
-        elif previous is not None and previous.key == point.key and previous.summary_schema == SUMMARY_SCHEMA and (
-                previous.status != "skipped") and not (force and previous.status == "invalid") and (
-                not outputs or previous.status != "ok" or _has_outputs(point_folder(out_dir, point.index), point)):
-            records[point.index] = _reused(previous, point)
+        elif previous is not None and _reusable(previous, point, force,
+                                                point_folder(out_dir, point.index) if outputs else None):
+            records[point.index] = _memory_judged(_reused(previous, point))
             reused += 1
         else:
             todo.append(point)
@@ -149,7 +149,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     try:
         if on_progress:
             on_progress(len(records), len(sweep.points))
-        for record in executor.map_unordered(run_point, tasks):
+        for record in map(_memory_judged, executor.map_unordered(run_point, tasks)):
             records[record.index] = record
             append_record(out_dir, record)
             raise_dropped()
@@ -178,6 +178,27 @@ def _reused(previous: PointRecord, point: Point) -> PointRecord:
     run's, so the table said the point ran with `--set`s this run did not give."""
     sets = sets_typed(point.overrides)
     return previous if previous.overrides == sets else replace(previous, overrides=sets)
+
+
+def _reusable(previous: PointRecord, point: Point, force: bool, folder: Path | None) -> bool:
+    """Whether an earlier run's record of ``point`` (one no constraint skips now) stands: the same scenario (key)
+    under the current field names, not skipped (the constraints it was skipped by may be gone), not invalid under
+    ``force``, and where the point's outputs are wanted in ``folder``, there if it ran."""
+    return (previous.key == point.key and previous.summary_schema == SUMMARY_SCHEMA and previous.status != "skipped"
+            and not (force and previous.status == "invalid")
+            and (folder is None or previous.status not in SIMULATED or _has_outputs(folder, point)))
+
+
+def _memory_judged(record: PointRecord) -> PointRecord:
+    """``record`` with status `out_of_memory` where its point simulated but its step does not fit in GPU memory
+    (`oom`): it was `ok`, so the end line counted it ok, `plot heatmap` averaged its throughput into a cell and a
+    table sorted by tokens/s put the layout that cannot run first. A record an earlier trainsim wrote `ok` is
+    judged again when reused."""
+    if record.status != "ok" or not record.metrics.get("oom"):
+        return record
+    peak, capacity = record.metrics.get("peak_memory_gib"), record.metrics.get("memory_capacity_gib")
+    figures = f": peak {peak:.1f} GiB > {capacity:.1f} GiB per GPU" if peak is not None and capacity else ""
+    return replace(record, status="out_of_memory", error=f"out of memory{figures}")
 
 
 def _has_outputs(folder: Path, point: Point) -> bool:
