@@ -797,6 +797,11 @@ def _refuse_ignored_executor_flags(args: argparse.Namespace) -> None:
                            "--nworkers)", "--workers with --executor local, or dask without --scheduler")
 
 
+SHOWN_REASONS = 3
+"""How many reasons of one status the sweep's end line prints, each with its first point and how many share it;
+the rest are counted."""
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.config.loader import set_flag
     from simulator.report.run_folder import SWEEP_FOLDER
@@ -831,10 +836,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{count} {status}" for status, count in report.statuses.items())
     print(f"sweep: {counted(len(sweep.points), 'point')} ({counts}; {report.reused} reused) on "
           f"{counted(executor.workers, f'{args.executor} worker')}; wrote {out}/results.parquet, {out}/results.csv")
-    for status, (index, reason) in report.first_reasons.items():
-        others = report.statuses[status] - 1
-        print(f"  {status}: point {index}" + (f" (and {counted(others, 'other')})" if others else "") +
-              f": {on_command_line(reason, 'trainsim sweep', map(set_flag, args.set))}")
+    for status, groups in report.reasons.items():
+        for reason, points in groups[:SHOWN_REASONS]:
+            others = len(points) - 1
+            print(f"  {status}: point {points[0]}" + (f" (and {counted(others, 'other')})" if others else "") +
+                  f": {on_command_line(reason, 'trainsim sweep', map(set_flag, args.set))}")
+        if rest := groups[SHOWN_REASONS:]:
+            print(f"  {status}: {counted(sum(len(points) for _, points in rest), 'point')} more, for "
+                  f"{counted(len(rest), 'other reason')}: see {out}/results.csv's error column")
     return 0
 
 

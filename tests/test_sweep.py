@@ -952,6 +952,24 @@ def test_editing_the_constraints_judges_every_point_again(tmp_path):
     assert (fresh / "results.csv").read_bytes() == (out / "results.csv").read_bytes()
 
 
+def test_the_end_line_gives_each_reason_its_own_points(tmp_path, capsys):
+    """The end line gave each status's first reason 'and N others' where the others broke other constraints
+    (usertest42 finding 3: 8 points skipped by one constraint, 12 by another, all put on the first); each
+    reason now has its line and its count, three of them at most, the rest counted."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  training.microbatches: [2, 4, 6, 8, 10, 12]\n"
+                    "constraints: ['training.microbatches > 2', 'training.microbatches % 4 != 2', "
+                    "'training.microbatches != 8', 'training.microbatches != 4']\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--executor", "serial", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("sweep: 6 points (1 ok, 5 skipped; 0 reused)")
+    assert lines[1:] == ["  skipped: point 0: constraint: training.microbatches > 2",
+                         "  skipped: point 1: constraint: training.microbatches != 4",
+                         "  skipped: point 2 (and 1 other): constraint: training.microbatches % 4 != 2",
+                         f"  skipped: 1 point more, for 1 other reason: see {out}/results.csv's error column"]
+
+
 def test_a_point_whose_dp_does_not_fill_the_cluster_is_located_at_the_dp_axis(tmp_path):
     """The product's error was the `parallelism` section's, which a sweep blamed on the last axis under it, here
     the schedule's, where dp 3 is the value that does not fill the 8 GPUs (usertest42 finding 7f)."""

@@ -51,13 +51,15 @@ class PointTask:
 @dataclass(frozen=True)
 class SweepReport:
     """How a sweep went: how many points ran now, how many were reused from an earlier run, the counts per
-    status, and for each status but ok its first point and why (`first_reasons`), so that the command can say
-    why points did not run without the user opening the table."""
+    status, and for each status but ok its reasons, each with its points, in the order of their first point
+    (`reasons`), so that the command can say why points did not run without the user opening the table. It gave
+    each status's first reason alone, which the end line printed "(and 19 others)" where 12 of them broke another
+    constraint."""
 
     ran: int
     reused: int
     statuses: dict[str, int]
-    first_reasons: dict[str, tuple[int, str]]
+    reasons: dict[str, tuple[tuple[str, tuple[int, ...]], ...]]
 
 
 STEP_FIGURES = ("oom", "peak_memory_gib", "memory_capacity_gib", "warnings")
@@ -159,12 +161,14 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
         rewrite_journal(out_dir, {**earlier, **records})
         write_results(out_dir, results_table(sweep.axes, values, records))
     statuses: dict[str, int] = {}
-    first_reasons: dict[str, tuple[int, str]] = {}
+    reasons: dict[str, dict[str, list[int]]] = {}
     for index, record in sorted(records.items()):
         statuses[record.status] = statuses.get(record.status, 0) + 1
         if record.status != "ok":
-            first_reasons.setdefault(record.status, (index, record.error))
-    return SweepReport(len(todo), reused, dict(sorted(statuses.items())), dict(sorted(first_reasons.items())))
+            reasons.setdefault(record.status, {}).setdefault(record.error, []).append(index)
+    return SweepReport(len(todo), reused, dict(sorted(statuses.items())),
+                       {status: tuple((reason, tuple(points)) for reason, points in by_reason.items())
+                        for status, by_reason in sorted(reasons.items())})
 
 
 def point_folder(out_dir: Path, index: int) -> Path:
