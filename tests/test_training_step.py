@@ -191,7 +191,7 @@ parallelism: {tp: 8, dp: 1}
 
 @pytest.mark.parametrize("override,field", [
     ("parallelism.tp=3", "parallelism"),
-    ("parallelism.dp=3", "parallelism"),
+    ("parallelism.dp=3", "parallelism.dp"),
     ("training.global_batch=12", "training.global_batch"),
     ("parallelism.pipeline.schedule=nope", "parallelism.pipeline.schedule"),
 ])
