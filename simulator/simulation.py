@@ -107,7 +107,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             serial_streams: frozenset[str] = frozenset(), plans: PlanCache | None = None,
             sm_share: SmShare | None = None, layout: Layout | None = None, shapes: CollectiveShapes | None = None,
             order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None,
-            stops: Callable[[OutOfStep], bool] | None = None) -> tuple[EngineResult, Network]:
+            stops: Callable[[OutOfStep], bool] | None = None,
+            exchanges: Mapping[str, str] | None = None) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
     slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` plays link and
     GPU events (collectives are then never replayed while the network changes); ``slowdowns`` slows the compute
@@ -121,7 +122,10 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     analyses before the run read them); ``weights``: how many ranks each simulated rank stands for where they
     stand for unlike numbers (parallel/folding.py `rank_weights`), which the SM time lost counts. ``stops`` (None:
     run to the end) is asked at the first collective instance whose mirrors fell out of step whether the run
-    stops there (engine/lockstep.py `LockstepWatch`: where its fold is then given up, flow model only)."""
+    stops there (engine/lockstep.py `LockstepWatch`: where its fold is then given up, flow model only).
+    ``exchanges`` (`StepProgram.exchanges`) names the exchange of the collectives (by key) that the analytic
+    model times as one collective, each link shared among all their transfers; none of them is replayed alone
+    (the flow model ignores it)."""
     env = simpy.Environment()
     log = EventLog()
     plans = plans or plan_cache(topology, settings)
@@ -131,6 +135,9 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     shapes = shapes or CollectiveShapes.of(ops)
     replays = faults is None or not faults.changes_during_step
     mirrors, private = program_sharing(ops, plans, async_streams, shapes, order, replays)
+    members = exchange_phases(ops, plans, exchanges) if exchanges and settings.mode == "analytic" else {}
+    if members:
+        private = private - {op.id for op in ops if isinstance(op, CollectiveOp) and op.key in members}
     quotient = None
     if layout is not None and settings.mode == "flow" and (faults is None or faults.keeps_stages_alike(layout)):
         quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private, shapes=shapes)
@@ -138,7 +145,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             log.stand_for_orbits(quotient.representative, quotient.images)
     if faults is not None:
         faults.install(env, network)
-    runner = PlanRunner(network, topology, quotient, plans.parsed if own_plans else None)
+    runner = PlanRunner(network, topology, quotient, plans.parsed if own_plans else None, members)
     contention = None
     if sm_share is not None:
         cache = plans
@@ -168,6 +175,18 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     if checked and result.stopped_at_s is None:
         result.lockstep = lockstep(log, ops, mirrors, topology, lanes, detours)
     return result, network
+
+
+def exchange_phases(ops: Sequence[Op], plans: PlanCache, exchanges: Mapping[str, str]) -> dict[str, list[Phase]]:
+    """By collective key, the phases of every collective of the exchange ``exchanges`` puts it in (one list per
+    exchange), each collective counted once however many members post it."""
+    phases: dict[str, list[Phase]] = {}
+    seen: set[str] = set()
+    for op in ops:
+        if isinstance(op, CollectiveOp) and op.key in exchanges and op.key not in seen:
+            seen.add(op.key)
+            phases.setdefault(exchanges[op.key], []).extend(plans.phases(op, op.group))
+    return {key: phases[name] for key, name in exchanges.items() if name in phases}
 
 
 _SHARING: WeakKeyDictionary[ProgramOrder, dict[tuple[PlanCache, bool], tuple[Mapping[int, Mirrors], array[int]]]] = (
@@ -427,7 +446,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                               faults=faults, slowdowns=slowdowns, progress=progress,
                               serial_streams=program.serial_streams, plans=plans, sm_share=program.sm_share,
                               layout=program.layout if program.folded else None, shapes=shapes, order=order,
-                              weights=weights, stops=stops)
+                              weights=weights, stops=stops, exchanges=program.exchanges)
     if result.stopped_at_s is not None:
         return None, result.log, result.lockstep
     summary = training_summary(StepRows.of(result.log, weights), step_time_s=result.makespan_s, gpus=program.world,

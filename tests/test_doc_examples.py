@@ -435,6 +435,8 @@ HSDP_ONE_GPU_SHARDS = ("cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "
 TRACE_REPLICATED = ("trace-allreduce-2rank", ("cluster.nodes=64", "workload.traced_gpu=h100-sxm", "workload.dp=64",
                                               "workload.tokens_per_step=8192", "workload.model_flops_per_token=1.0e8"))
 """docs/traces.md's opening example: the two-rank trace, traced on an H100, 64 replicas on 64 hosts of 100 GbE."""
+PS_EVEN = ("faults.step.stragglers=[]", "ps.iteration_slowdown=null")
+"""The bundled parameter-server scenario with every worker computing alike."""
 SCENARIO_QUOTES = [
     ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "(`mixtral-8x7b-ep8`: {mb_all_to_all:.1f} MB of the"),
@@ -462,6 +464,18 @@ SCENARIO_QUOTES = [
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ()),
      "(sync: {ms_exchange:.0f} ms of exchange per iteration against a {ms_allreduce:.0f} ms all-reduce on an idle "
      "cluster; `busiest_link_bytes` {gib_busiest:.1f} GiB against {gib_allreduce_busiest:.1f} GiB)"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "network.model=analytic")),
+     "ps.iteration_slowdown=null`: exchange {ms_exchange:.1f} ms analytic,"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", PS_EVEN),
+     "ms analytic, {ms_exchange:.1f} ms flow); where"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("network.model=analytic",)),
+     "(the bundled scenario: {ms_exchange:.1f} ms analytic,"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ()),
+     "ms analytic, {ms_exchange:.1f} ms flow; with"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async", "network.model=analytic")),
+     "with `mode: async` {ms_exchange:.1f} ms analytic,"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async",)),
+     "ms analytic, {ms_exchange:.1f} ms flow). Until"),
     ("docs/plots.md", ("llama3-8b-dgx-h100-dp8", ("parallelism.pp=4", "parallelism.dp=2")),
      "(rank 4 here: {gib_static_stage_0:.1f} GiB against rank 0's {s[peak_memory_gib]:.1f} GiB peak)"),
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ()),

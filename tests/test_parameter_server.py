@@ -67,6 +67,32 @@ def test_sync_iteration_is_the_slow_workers_compute_plus_its_communication(run_y
     assert ps["staleness_histogram"] == [16] and ps["lag_histogram"] == [16]
 
 
+ANALYTIC_EVEN = ("cluster: {topology: dgx-h100-cluster, nodes: 3}\nnetwork: {model: analytic, efficiency: ideal}\n"
+                 "model: {preset: llama3-8b, layers: 1}\ntraining: {seq_len: 512, microbatches: 1}\n"
+                 "parallelism: {strategy: parameter_server}\nps: {servers: SERVERS, mode: sync, iterations: 2}\n")
+
+
+@pytest.mark.parametrize("servers", ["[1]", "2"])
+def test_analytic_pushes_and_pulls_share_the_worker_and_server_nics(run_yaml, servers):
+    """usertest41 #7: under the analytic model each (worker, server GPU) push took the worker NIC's whole rate,
+    8 stripes at once at 8x its line rate: an exchange of 23.7 ms where the NICs need 203 ms. An iteration's
+    pushes (and its pulls) now share every link as one collective's phase: a worker's NIC carries its whole
+    gradient P each way, a server GPU's NIC W x its stripe, and with no worker slower than another the exchange
+    is the busier of the two, twice, plus the server GPU's W sums and its update, plus a path latency each way
+    (13 us within a rail, 14 us across: 27 us in all). One server host of 16 workers: its NICs, 2 P each way;
+    two server hosts of 8 workers: the workers' NICs, P each way."""
+    result = run_yaml(ANALYTIC_EVEN.replace("SERVERS", servers))
+    ps = result.summary["parameter_server"]
+    P, W, striped = ps["parameter_bytes"], ps["workers"], max(ps["server_parameter_bytes"]) / 8
+    nic = 50e9  # one 400 Gb/s NIC per H100 GPU, at line rate (`efficiency: ideal`)
+    bound = 2 * max(P, W * striped) / nic
+    hbm = get_gpu("h100-sxm").hbm_bandwidth * calibrated_efficiency("h100-sxm").memory_peak
+    server_work = striped / 2 * (W * (2 + 8) + optimizer_bytes_per_param("adam", "bf16", "bf16")) / hbm
+    assert (W, len(ps["server_gpus"])) == ((16, 8) if servers == "[1]" else (8, 16))
+    latency = max(result.topology.path_latency(w, e) for w in ps["worker_gpus"] for e in ps["server_gpus"])
+    assert bound + server_work < ps["exchange_s"] < bound + server_work + 2 * latency
+
+
 def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(run_yaml):
     """A parameter-server step has no pipeline: its workers' waits for the servers are exposed DP communication
     (the largest loss here), and its bubble is 0 (it was the workers' idle share, 0.69 on the bundled scenario)."""

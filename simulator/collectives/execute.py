@@ -7,7 +7,7 @@ the same as k separate batches while rates stay constant.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -122,14 +122,39 @@ class ParsedPhases:
 class PlanRunner:
     """Runs plans on one network. A phase's items are worked out (and parsed as `Transfers`) once and reused
     while the routes stay the same: the plan cache hands out one phase object for every instance of a
-    collective, and one list of plans for every instance of a collective with its mirrors."""
+    collective, and one list of plans for every instance of a collective with its mirrors. ``exchanges`` gives,
+    by collective key, the phases of every collective of the exchange it belongs to (one list per exchange,
+    shared by its keys), whose load on each link the analytic model shares the links by (`load`)."""
 
     def __init__(self, network: Network, topology: Topology, quotient: ReplicaQuotient | None = None,
-                 parsed: ParsedPhases | None = None):
+                 parsed: ParsedPhases | None = None, exchanges: Mapping[str, list[Phase]] | None = None):
         self.network = network
         self.topology = topology
         self.quotient = quotient
         self._parsed_phases = parsed if parsed is not None and quotient is None else ParsedPhases()
+        self._exchanges = exchanges or {}
+        self._loads: dict[int, tuple[list[Phase], int, np.ndarray]] = {}
+        self._equal_loads: dict[bytes, np.ndarray] = {}
+        """One array for equal loads (a parameter server's iterations), so that their timings are shared."""
+
+    def load(self, key: str) -> np.ndarray | None:
+        """The bytes each link carries in the exchange of the collective ``key`` (None: it belongs to none),
+        under the current routes."""
+        members = self._exchanges.get(key)
+        if members is None:
+            return None
+        version = self.topology.routes_version
+        cached = self._loads.get(id(members))
+        if cached is None or cached[1] != version:
+            load = np.zeros(self.network.capacity.size)
+            for phase in members:
+                transfers = self.transfers(phase)
+                for route, nbytes in zip(transfers.routes, transfers.nbytes):
+                    np.add.at(load, np.array(route, dtype=np.int64), nbytes)
+            load.setflags(write=False)
+            cached = self._loads[id(members)] = (members, version,
+                                                 self._equal_loads.setdefault(load.tobytes(), load))
+        return cached[2]
 
     def items(self, phase: Phase) -> list[tuple]:
         """`phase_items` of ``phase`` under the current routes (the phase is kept referenced, so its id stays
@@ -170,7 +195,7 @@ class PlanRunner:
         """Generator of SimPy events (a process of its own, or `yield from` inside the engine's stepping
         generators, engine/stepping.py): run ``phases`` one after another, labelled ``key``."""
         for phase in phases:
-            yield self.network.run_phase(self.transfers(phase), key=key)
+            yield self.network.run_phase(self.transfers(phase), key=key, load=self.load(key))
 
     def run_plans(self, env: simpy.Environment, plans: list[list[Phase]], key: str = "",
                   ends: list[float | None] | None = None):

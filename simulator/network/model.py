@@ -298,6 +298,9 @@ class Network:
         self.heap_entries = 0
         timings = timings if timings is not None and log is not None else AnalyticTimings()
         self._analytic = timings.phases
+        self._exchange_timings: dict[int, tuple[np.ndarray, dict[int, tuple[Transfers, float, FlowBlock | None]]]] = {}
+        """By exchange load (kept referenced, so its id stays unique), the analytic timings of the phases posted
+        with it, as ``_analytic`` holds those of the others."""
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
         self._link_groups: defaultdict[int, set[_PathGroup]] = defaultdict(set)
         self._solved: dict[tuple[int, tuple[int, ...]], array[float]] = {}
@@ -324,10 +327,13 @@ class Network:
         """One transfer: an event that succeeds when ``nbytes`` have crossed ``path`` after ``latency``."""
         return self.run_phase(((path, nbytes, latency, src, dst),), key=key)
 
-    def run_phase(self, transfers: Sequence[tuple] | Transfers, *, key: str = "", ends: list[float] | None = None
-                  ) -> simpy.Event:
+    def run_phase(self, transfers: Sequence[tuple] | Transfers, *, key: str = "", ends: list[float] | None = None,
+                  load: np.ndarray | None = None) -> simpy.Event:
         """Start a batch of transfers now; the event succeeds when all of them have finished, and then ``ends``
         (where given, one item per transfer) holds when each did, the time its flow row logs (flow model only).
+        ``load`` (analytic model only; None: the phase's own) is the bytes each link carries in the exchange
+        the phase belongs to, by link id, which the phase's transfers then share every link with
+        (`analytic_seconds`); the flow model shares the links with whatever runs at once and ignores it.
 
         Each item is a plain tuple, ``nbytes`` over the directed link ids ``path`` after ``latency`` seconds:
         ``(path, nbytes, latency)``; ``(path, nbytes, latency, src, dst)``, whose global GPU indices label the
@@ -340,7 +346,7 @@ class Network:
         if not transfers:
             return self.env.event().succeed()
         if self.mode == "analytic":
-            return self._run_analytic(transfers, key)
+            return self._run_analytic(transfers, key, load)
         if not isinstance(transfers, Transfers):
             transfers = Transfers(transfers)
         phase = _Phase(self.env.event(), transfers, key, self.flows_simulated, self.env.now, ends)
@@ -352,16 +358,18 @@ class Network:
                 self._begin(phase, empty, cohorts)
         return phase.event
 
-    def _run_analytic(self, transfers: Sequence[tuple] | Transfers, key: str) -> simpy.Event:
+    def _run_analytic(self, transfers: Sequence[tuple] | Transfers, key: str, load: np.ndarray | None
+                      ) -> simpy.Event:
         """A phase without contention from other work: each transfer takes `analytic_seconds`, its route's links
-        shared among its own collective's transfers alone. A phase
+        shared among its own collective's transfers alone, or among its exchange's (``load``). A phase
         posted as `Transfers` (a plan runner's, posted once per instance) is timed once while no capacity or route
         changes (`scale_capacity` and `take_down` forget the timings); each instance logs its
         flow rows as that block shifted to its start (`EventLog.replayed_flows`: the same rows, start + 0 and
         duration + start being the row's start and start + duration to the last bit), where row by row they
         cost a job's 16,384-GPU straggler state ~0.4 s for its ~400 k flows. Without a log (collectives timed
         alone, the layout search's) no block is built."""
-        timed = self._analytic.get(id(transfers))
+        phases = self._analytic if load is None else self._exchange_timings.setdefault(id(load), (load, {}))[1]
+        timed = phases.get(id(transfers))
         if timed is None:
             posted = transfers
             transfers = posted if isinstance(posted, Transfers) else Transfers(posted)
@@ -371,13 +379,14 @@ class Network:
                 starts, stops = np.array(transfers.collectives, dtype=np.int64).T
                 collective = np.repeat(np.arange(starts.size), stops - starts)
             durations = analytic_seconds(routes, np.array(transfers.nbytes, dtype=float),
-                                         np.array(transfers.latency, dtype=float), self.capacity, collective)
+                                         np.array(transfers.latency, dtype=float), self.capacity, collective,
+                                         load)
             block = (FlowBlock.of(transfers.src, transfers.dst, np.zeros(len(durations)), durations,
                                   transfers.nbytes, routes)
                      if self.log is not None else None)
             timed = (transfers, float(durations.max()), block)
             if posted is transfers:
-                self._analytic[id(transfers)] = timed
+                phases[id(transfers)] = timed
         self.flows_simulated += timed[0].count
         done = self.env.timeout(timed[1])
         if timed[2] is not None:
@@ -393,6 +402,7 @@ class Network:
         """Drop the analytic phase timings: they hold the capacities and routes of before (new ones of this
         network's own: others may share the old ones, `AnalyticTimings`)."""
         self._analytic = AnalyticTimings().phases
+        self._exchange_timings = {}
 
     def _on_latency_over(self, phase: _Phase, empty: Sequence[int], cohorts: Sequence[tuple], _event: simpy.Event
                          ) -> None:
@@ -769,7 +779,7 @@ def effective_capacity(topology: Topology, efficiency: Mapping[str, float]) -> n
 
 
 def analytic_seconds(routes: FlowRoutes, nbytes: np.ndarray, latency: np.ndarray, capacity: np.ndarray,
-                     collective: np.ndarray | None = None) -> np.ndarray:
+                     collective: np.ndarray | None = None, load: np.ndarray | None = None) -> np.ndarray:
     """Each transfer's seconds on the analytic model: its ``latency``, then its bytes at its share of every link of
     its route, a link's ``capacity`` split among the transfers of its own collective (``collective[i]`` numbers
     transfer i's; None: all of one) that cross it, in proportion to their bytes, so that those a link bounds end
@@ -777,12 +787,18 @@ def analytic_seconds(routes: FlowRoutes, nbytes: np.ndarray, latency: np.ndarray
     ``latency + max over its links of (its collective's bytes on the link) / capacity``. A collective's channels
     and peers over one NIC thus share its line rate, as on the wire, while other work never slows it. A transfer
     alone on its links takes ``nbytes / narrowest capacity``, to the last bit; one without bytes or links, its
-    latency alone."""
+    latency alone. ``load`` (by link id; None: the collective's own) is the bytes every link carries in the
+    exchange the transfers belong to (ops a program times as one collective, though each runs on its own: a
+    parameter-server iteration's pushes), which then stand for the collective's."""
     lengths = routes.lengths
     entry_transfer = np.repeat(np.arange(lengths.size), lengths)
-    key = routes.links if collective is None else collective[entry_transfer] * capacity.size + routes.links
-    shared, inverse = np.unique(key, return_inverse=True)
-    load = np.bincount(inverse.reshape(-1), weights=nbytes[entry_transfer], minlength=shared.size)
+    if load is None:
+        key = routes.links if collective is None else collective[entry_transfer] * capacity.size + routes.links
+        shared, inverse = np.unique(key, return_inverse=True)
+        on_link = np.bincount(inverse.reshape(-1), weights=nbytes[entry_transfer], minlength=shared.size)
+        entry_load = on_link[inverse.reshape(-1)]
+    else:
+        entry_load = load[routes.links]
     busiest = np.zeros(lengths.size)
-    np.maximum.at(busiest, entry_transfer, load[inverse.reshape(-1)] / capacity[routes.links])
+    np.maximum.at(busiest, entry_transfer, entry_load / capacity[routes.links])
     return latency + np.where((nbytes > 0) & (lengths > 0), busiest, 0.0)

@@ -93,9 +93,12 @@ class PsOps:
         return ids[0], ids[1]
 
 
-def transfer_key(kind: str, iteration: int, worker: int, endpoint: int) -> str:
-    """The key of a push or pull: `ps.<kind>.i<iteration>.w<worker GPU>.e<server GPU>`."""
-    return f"ps.{kind}.i{iteration}.w{worker}.e{endpoint}"
+def transfer_key(kind: str, iteration: int, worker: int | None = None, endpoint: int | None = None) -> str:
+    """The key of a push or pull: `ps.<kind>.i<iteration>.w<worker GPU>.e<server GPU>`; without the GPUs,
+    `ps.<kind>.i<iteration>`, the exchange of the iteration's pushes (or pulls), which the analytic model times
+    as one collective."""
+    exchange = f"ps.{kind}.i{iteration}"
+    return exchange if worker is None else f"{exchange}.w{worker}.e{endpoint}"
 
 
 def comparison_allreduce(workers: tuple[int, ...], nbytes: int) -> tuple[Op, ...]:
@@ -187,7 +190,9 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
                        model_flops_per_step=model_flops_per_token(model, training.seq_len) * tokens,
                        peak_flops=gpu.peak(training.precision), async_streams=frozenset({TRANSFER_STREAM}),
                        serial_streams=frozenset({UPDATE_STREAM}), memory=memory, details=details, pipelined=False,
-                       parameter_server=plan, training_ranks=tuple(workers))
+                       parameter_server=plan, training_ranks=tuple(workers),
+                       exchanges={key: transfer_key("pull" if moved.pull else "push", moved.iteration)
+                                  for key, moved in built.transfers.items()})
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ class StepProgram:
     None: every rank): the summary's communication times and losses are their means.
     ``fold_off_check`` is the check whose reason ``details['fold_off_reason']`` gives, where the producer built
     the step unfolded though asked to fold (the plan's, or a replicated trace's copies').
+    ``exchanges`` puts collectives (by key) into exchanges, which the analytic model times as one collective
+    each, whenever each of their collectives runs (a parameter-server iteration's pushes, and its pulls).
     """
 
     ops: tuple[Op, ...]
@@ -63,4 +65,5 @@ class StepProgram:
     parameter_server: PsPlan | None = None
     training_ranks: tuple[int, ...] | None = None
     fold_off_check: FoldCheck = "plan"
+    exchanges: Mapping[str, str] = field(default_factory=dict)
 
