@@ -10,13 +10,17 @@ word. A `--set training.microbatches` over the file's global batch runs and says
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 
+if TYPE_CHECKING:
+    from simulator.topology.graph import Topology
+
 MICROBATCHES = ("training", "microbatches")
 GLOBAL_BATCH = ("training", "global_batch")
-BATCH_READS = (("training", "micro_batch"), ("parallelism",), ("cluster",))
+BATCH_READS = (("training", "micro_batch"), ("parallelism",), ("cluster",), ("ps",))
 """The fields besides the two whose values make the global batch the micro-batches run: a `--set` of any of them
 is named where the two disagree."""
 
@@ -24,12 +28,14 @@ is named where the two disagree."""
 @dataclass(frozen=True)
 class BatchConflict:
     """Micro-batches that run another global batch than `training.global_batch` says: ``microbatches`` of
-    ``micro_batch`` sequences on each of ``dp`` replicas."""
+    ``micro_batch`` sequences on each of ``dp`` replicas, named ``replicas`` (a parameter-server run's are its
+    workers)."""
 
     microbatches: int
     micro_batch: int
     dp: int
     global_batch: int
+    replicas: str = "dp"
 
     @property
     def sequences(self) -> int:
@@ -39,15 +45,15 @@ class BatchConflict:
     @property
     def product(self) -> str:
         """The global batch the micro-batches make, worked out: 'microbatches 16 x micro_batch 1 x dp 8 = 128'."""
-        return (f"microbatches {self.microbatches:,} x micro_batch {self.micro_batch:,} x dp {self.dp:,} = "
-                f"{self.sequences:,}")
+        return (f"microbatches {self.microbatches:,} x micro_batch {self.micro_batch:,} x {self.replicas} "
+                f"{self.dp:,} = {self.sequences:,}")
 
     @property
     def agreeing(self) -> str:
         """The micro-batches that would make the global batch, where a whole number of them does."""
         per_step = self.micro_batch * self.dp
         if self.global_batch % per_step:
-            return f"a global_batch that is a multiple of micro_batch x dp = {per_step:,}"
+            return f"a global_batch that is a multiple of micro_batch x {self.replicas} = {per_step:,}"
         return f"microbatches: {self.global_batch // per_step:,} for global_batch: {self.global_batch:,}"
 
 
@@ -66,22 +72,34 @@ def data_parallel(loaded: LoadedScenario, gpus: int) -> int:
     return located(loaded, lambda: resolve_layout(scenario, gpus, pipeline_depth(scenario)).dp)
 
 
-def batch_conflict(loaded: LoadedScenario, gpus: int) -> BatchConflict | None:
-    """The micro-batches and global batch the scenario gives both of, where they disagree on ``gpus`` GPUs."""
-    training = loaded.scenario.training
-    if training.microbatches is None or training.global_batch is None or not _is_modelled_step(loaded):
+def batch_conflict(loaded: LoadedScenario, gpus: int, topology: Topology | None = None) -> BatchConflict | None:
+    """The micro-batches and global batch the scenario gives both of, where they disagree on ``gpus`` GPUs; a
+    parameter-server run's workers, in dp's place, are counted on ``topology`` (None: not known, no conflict)."""
+    scenario = loaded.scenario
+    training = scenario.training
+    if training.microbatches is None or training.global_batch is None:
         return None
-    conflict = BatchConflict(training.microbatches, training.micro_batch, data_parallel(loaded, gpus),
-                             training.global_batch)
+    if scenario.ps is not None and topology is not None:
+        from simulator.parameter_server.placement import place
+
+        ps = scenario.ps
+        conflict = BatchConflict(training.microbatches, training.micro_batch,
+                                 len(located(loaded, lambda: place(ps, topology)).workers), training.global_batch,
+                                 "workers")
+    elif _is_modelled_step(loaded):
+        conflict = BatchConflict(training.microbatches, training.micro_batch, data_parallel(loaded, gpus),
+                                 training.global_batch)
+    else:
+        return None
     return conflict if conflict.sequences != conflict.global_batch else None
 
 
-def refuse_inconsistent_batch(loaded: LoadedScenario, gpus: int) -> None:
-    """Refuse micro-batches and a global batch that disagree on ``gpus`` GPUs, unless a `--set` of the
-    micro-batches alone wrote over the file's global batch (`batch_override_warning` says so): given both in the
-    file (or both by overrides) they contradict each other, and a global batch an override wrote under the file's
-    micro-batches would change nothing."""
-    conflict = batch_conflict(loaded, gpus)
+def refuse_inconsistent_batch(loaded: LoadedScenario, gpus: int, topology: Topology | None = None) -> None:
+    """Refuse micro-batches and a global batch that disagree on ``gpus`` GPUs (a parameter-server run's workers
+    counted on ``topology``), unless a `--set` of the micro-batches alone wrote over the file's global batch
+    (`batch_override_warning` says so): given both in the file (or both by overrides) they contradict each
+    other, and a global batch an override wrote under the file's micro-batches would change nothing."""
+    conflict = batch_conflict(loaded, gpus, topology)
     if conflict is None:
         return
     microbatches_set, global_batch_set = loaded.override_of(MICROBATCHES), loaded.override_of(GLOBAL_BATCH)
@@ -95,11 +113,12 @@ def refuse_inconsistent_batch(loaded: LoadedScenario, gpus: int) -> None:
                        f"one of the two, or {conflict.agreeing}", reads=(GLOBAL_BATCH, *BATCH_READS))
 
 
-def batch_override_warning(loaded: LoadedScenario, gpus: int) -> str | None:
+def batch_override_warning(loaded: LoadedScenario, gpus: int, topology: Topology | None = None) -> str | None:
     """The located warning for a `--set training.microbatches` over the file's global batch that it changes: the
     global batch the step runs, which its throughput is of (a user who read the file's 32 read 94,701 tokens/s
-    of 128 sequences); None otherwise (a sweep axis's value is in its table)."""
-    conflict = batch_conflict(loaded, gpus)
+    of 128 sequences); None otherwise (a sweep axis's value is in its table). A parameter-server run's workers
+    are counted on ``topology``."""
+    conflict = batch_conflict(loaded, gpus, topology)
     override = loaded.override_of(MICROBATCHES)
     if conflict is None or override is None or not override.typed or loaded.override_of(GLOBAL_BATCH) is not None:
         return None

@@ -384,7 +384,7 @@ def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, 
 
     gpus = topology.num_gpus
     found = (kept_node_warning(loaded, topology), zero2_as_zero1_warning(loaded, gpus),
-             batch_override_warning(loaded, gpus), interleaved_one_chunk_warning(loaded, gpus))
+             batch_override_warning(loaded, gpus, topology), interleaved_one_chunk_warning(loaded, gpus))
     return (*loaded.ignored_without_a_horizon(), *loaded.ignored_by_a_synthetic_model(),
             *loaded.ignored_by_parameter_servers(), *loaded.moe_layouts_no_framework_trains(),
             *(warning for warning in found if warning is not None))
@@ -510,7 +510,7 @@ def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFau
     from simulator.engine.fold_policy import folded_step
     from simulator.scenario_checks import refuse_inconsistent_batch
 
-    refuse_inconsistent_batch(loaded, topology.num_gpus)
+    refuse_inconsistent_batch(loaded, topology.num_gpus, topology)
     degrade_from_start(topology, faults)
     settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)

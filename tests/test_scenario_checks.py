@@ -37,6 +37,27 @@ def test_a_file_giving_microbatches_that_disagree_with_its_global_batch_is_refus
     assert capsys.readouterr().err == ""
 
 
+def test_parameter_servers_count_their_workers_in_place_of_dp(tmp_path, capsys):
+    """usertest41 #4: a parameter-server file with global_batch 16 and microbatches 4 ran 32 sequences an
+    iteration (4 micro-batches on each of 8 workers) without a word; it is refused as a collective step is, the
+    workers in dp's place, and a global batch the workers do not divide names them too."""
+    path = tmp_path / "ps.yaml"
+    path.write_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {preset: megatron-1.7b}\n"
+                    "training: {seq_len: 2048, micro_batch: 1, global_batch: 16, microbatches: 4}\n"
+                    "parallelism: {strategy: parameter_server}\nps: {servers: 1, iterations: 1}\n")
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {path}:3: training.microbatches: microbatches 4 x micro_batch 1 x workers 8 = 32 sequences a step, "
+        "not global_batch 16 (allowed: one of the two, or microbatches: 2 for global_batch: 16)\n")
+    assert main(["validate", str(path), "--set", "training.microbatches=2", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    unset = ["--set", "training.microbatches=null"]
+    assert main(["validate", str(path), *unset, "--set", "training.global_batch=20"]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: trainsim validate: --set training.global_batch=20: global_batch 20 is not a multiple "
+        "of micro_batch x workers = 8 (allowed: multiples of 8)\n")
+
+
 def test_a_set_of_the_microbatches_over_the_files_global_batch_states_the_batch_it_runs(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(DP8), "--set", "training.microbatches=2", "--out", str(out), "--quiet"]) == 0

@@ -130,7 +130,7 @@ def worker_cost(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, workers: int
                        AttentionCost.for_kernel(training.attention))
     (stage,) = transformer_stages(model, shard, training.recompute, cost, [model.layers])
     blocks = stage.blocks
-    m = microbatch_count(scenario, workers)
+    m = microbatch_count(scenario, workers, "workers")
     return WorkerCost(forward_s=m * sum(b.forward_s for b in blocks),
                       backward_s=m * sum(b.backward_input_s + b.backward_weight_s + b.recompute_s for b in blocks),
                       forward_flops=m * sum(b.forward_flops for b in blocks),

@@ -219,23 +219,23 @@ def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
     return Layout(tp=par.tp, cp=par.cp, pp=pp, dp=dp, order=tuple(par.order))
 
 
-def microbatch_count(scenario: Scenario, dp: int) -> int:
+def microbatch_count(scenario: Scenario, dp: int, replicas: str = "dp") -> int:
     """``training.microbatches``, or the global batch over micro_batch x ``dp``: a whole number, at most
-    `MAX_MICROBATCHES`."""
+    `MAX_MICROBATCHES`; the refusals name the ``dp`` replicas ``replicas`` (a parameter-server run's workers)."""
     training = scenario.training
     if training.microbatches is not None:
         return training.microbatches
     if training.global_batch is None:
         raise _invalid("training.global_batch", "give global_batch or microbatches",
-                       "a global batch in sequences, divisible by micro_batch x dp")
+                       f"a global batch in sequences, divisible by micro_batch x {replicas}")
     per_step = training.micro_batch * dp
     if training.global_batch % per_step:
         raise _invalid("training.global_batch", f"global_batch {training.global_batch} is not a multiple "
-                       f"of micro_batch x dp = {per_step}", f"multiples of {per_step}")
+                       f"of micro_batch x {replicas} = {per_step}", f"multiples of {per_step}")
     count = training.global_batch // per_step
     if count > MAX_MICROBATCHES:
         raise _invalid("training.global_batch", f"{count:,} micro-batches per step",
-                       f"at most {MAX_MICROBATCHES:,} (global_batch / (micro_batch x dp))")
+                       f"at most {MAX_MICROBATCHES:,} (global_batch / (micro_batch x {replicas}))")
     return count
 
 
