@@ -435,6 +435,8 @@ HSDP_ONE_GPU_SHARDS = ("cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "
 TRACE_REPLICATED = ("trace-allreduce-2rank", ("cluster.nodes=64", "workload.traced_gpu=h100-sxm", "workload.dp=64",
                                               "workload.tokens_per_step=8192", "workload.model_flops_per_token=1.0e8"))
 """docs/traces.md's opening example: the two-rank trace, traced on an H100, 64 replicas on 64 hosts of 100 GbE."""
+SERVER_STRAGGLER = "faults.step.stragglers=[{gpus: [24], slowdown: 3.0}]"
+"""The bundled parameter-server scenario's straggler on server GPU 24 in place of worker 5."""
 PS_EVEN = ("faults.step.stragglers=[]", "ps.iteration_slowdown=null")
 """The bundled parameter-server scenario with every worker computing alike."""
 SCENARIO_QUOTES = [
@@ -476,6 +478,14 @@ SCENARIO_QUOTES = [
      "with `mode: async` {ms_exchange:.1f} ms analytic,"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async",)),
      "ms analytic, {ms_exchange:.1f} ms flow). Until"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (SERVER_STRAGGLER,)),
+     "its sums and update take {ms_server_work[24]:.1f} ms an iteration"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("faults.step.stragglers=[]",)),
+     "where they took {ms_server_work[24]:.1f} ms"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (SERVER_STRAGGLER,)),
+     "and the exchange {ms_exchange:.1f} ms against"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("faults.step.stragglers=[]",)),
+     "ms against {ms_exchange:.1f} ms with no straggler"),
     ("docs/plots.md", ("llama3-8b-dgx-h100-dp8", ("parallelism.pp=4", "parallelism.dp=2")),
      "(rank 4 here: {gib_static_stage_0:.1f} GiB against rank 0's {s[peak_memory_gib]:.1f} GiB peak)"),
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ()),
@@ -547,7 +557,10 @@ def quoted_figures(result: Result) -> dict:
         figures["gib_static_stage_0"] = stage["total_gib"] - stage["activations_gib"]
     if "parameter_server" in summary:
         servers = summary["parameter_server"]
+        updates = result.timeline[(result.timeline["kind"] == "compute") & (result.timeline["category"] == "optimizer")]
+        per_iteration = (updates["end_s"] - updates["start_s"]).groupby(updates["rank"]).sum() / servers["iterations"]
         figures |= {"ms_exchange": servers["exchange_s"] * 1e3, "ms_allreduce": servers["allreduce"]["time_s"] * 1e3,
+                    "ms_server_work": (per_iteration * 1e3).to_dict(),
                     "gib_busiest": servers["busiest_link_bytes_per_iteration"] / 2**30,
                     "gib_allreduce_busiest": servers["allreduce"]["busiest_link_bytes"] / 2**30}
     return figures
