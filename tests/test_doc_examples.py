@@ -437,6 +437,9 @@ TRACE_REPLICATED = ("trace-allreduce-2rank", ("cluster.nodes=64", "workload.trac
 """docs/traces.md's opening example: the two-rank trace, traced on an H100, 64 replicas on 64 hosts of 100 GbE."""
 SERVER_STRAGGLER = "faults.step.stragglers=[{gpus: [24], slowdown: 3.0}]"
 """The bundled parameter-server scenario's straggler on server GPU 24 in place of worker 5."""
+CP_ACROSS_HOSTS = ("cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "training.seq_len=32768",
+                   "training.global_batch=1", "training.recompute=full", "parallelism.dp=1")
+"""docs/training-step.md's ring attention across 2 DGX H100 (the DP 8 scenario's ZeRO-1 kept), CP to be set."""
 PS_EVEN = ("faults.step.stragglers=[]", "ps.iteration_slowdown=null")
 """The bundled parameter-server scenario with every worker computing alike."""
 SCENARIO_QUOTES = [
@@ -486,6 +489,12 @@ SCENARIO_QUOTES = [
      "and the exchange {ms_exchange:.1f} ms against"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("faults.step.stragglers=[]",)),
      "ms against {ms_exchange:.1f} ms with no straggler"),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.cp=16")),
+     "-> {ms_exposed_cp:.1f} ms (204.3 ms with the group's 16 SMs a step), step 457.5 -> {ms_step:.1f} ms."),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.cp=16")),
+     "6.7 ms of the {ms_step:.1f} ms step"),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.tp=8", "parallelism.cp=2")),
+     "step 560.4 -> {ms_step:.1f} ms"),
     ("docs/plots.md", ("llama3-8b-dgx-h100-dp8", ("parallelism.pp=4", "parallelism.dp=2")),
      "(rank 4 here: {gib_static_stage_0:.1f} GiB against rank 0's {s[peak_memory_gib]:.1f} GiB peak)"),
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ()),
@@ -542,6 +551,7 @@ def quoted_figures(result: Result) -> dict:
                      "gb_dp": summary["traffic_bytes_per_gpu"]["dp"] / 1e9, **rank_0_ms(result.timeline),
                      "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
                      "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3,
+                     "ms_exposed_cp": summary["exposed_comm_s"].get("cp", 0.0) * 1e3,
                      "ms_step": summary["step_time_s"] * 1e3, "m_tokens_per_s": summary["tokens_per_s"] / 1e6,
                      "ms_routing_skew": summary.get("moe", {}).get("hottest_rank_adds_s", 0) * 1e3,
                      "gib_model_state": sum(summary.get("memory_breakdown_gib", {}).get(part, 0.0)
