@@ -372,7 +372,8 @@ def located_layout_warning(loaded: LoadedScenario, field: FieldPath, problem: st
 
 def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, ...]:
     """The warnings of the scenario's sections rather than of its step: the fields a run without a horizon
-    ignores, those a synthetic model or parameter servers cannot be changed by, MoE layouts no framework trains
+    ignores, those a synthetic model or parameter servers cannot be changed by, a routing skew under uniform
+    routing, MoE layouts no framework trains
     (`moe_layouts_no_framework_trains`), a GPU changed without the NVLink bandwidth or NVLink SHARP that go with it
     (`kept_node_warning`), a `zero: 2` that runs as ZeRO-1 (`zero2_as_zero1_warning`), a `--set` of the
     micro-batches that changes the file's global batch and an interleaved schedule on one chunk
@@ -386,7 +387,8 @@ def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, 
     found = (kept_node_warning(loaded, topology), zero2_as_zero1_warning(loaded, gpus),
              batch_override_warning(loaded, gpus, topology), interleaved_one_chunk_warning(loaded, gpus))
     return (*loaded.ignored_without_a_horizon(), *loaded.ignored_by_a_synthetic_model(),
-            *loaded.ignored_by_parameter_servers(), *loaded.moe_layouts_no_framework_trains(),
+            *loaded.ignored_by_parameter_servers(), *loaded.ignored_by_uniform_routing(),
+            *loaded.moe_layouts_no_framework_trains(),
             *(warning for warning in found if warning is not None))
 
 

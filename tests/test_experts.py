@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from simulator.catalog.models import get_model
+from simulator.config.loader import scenario_from_text
 from simulator.config.moe import RoutingConfig
 from simulator.workload.experts import ROUTING_STREAM
 from simulator.workload.routing import sample_routing
@@ -140,6 +141,26 @@ def test_skewed_routing_makes_the_step_slower_than_uniform(run_yaml):
     assert skewed["moe"]["hottest_rank_adds_s"] > 0.0
     assert skewed["step_time_s"] > 1.2 * uniform["step_time_s"]
     assert skewed["comm_s"]["ep"] > uniform["comm_s"]["ep"] > 0.0
+
+
+def test_a_skew_under_uniform_routing_is_warned_of_as_changing_nothing(capsys):
+    """usertest41 9h: `routing.skew: 2` beside `balance: uniform` was taken without a word and routed every expert
+    k n / E tokens all the same; it is warned of as the other fields that change nothing, where it is set."""
+    from simulator.cli import main
+
+    problem = ("balance uniform gives every expert exactly k n / E tokens whatever the skew (skew shapes zipf and "
+               "dirichlet routing): it changes nothing")
+    text = SCENARIO.replace("balance: uniform}", "balance: uniform, skew: 2}")
+    loaded = scenario_from_text(text, "moe.yaml", [])
+    assert loaded.ignored_by_uniform_routing() == (f"moe.yaml:6: model.moe.routing.skew: {problem}",)
+    assert scenario_from_text(SCENARIO, "moe.yaml", []).ignored_by_uniform_routing() == ()
+    assert scenario_from_text(text, "moe.yaml", ["model.moe.routing.balance=zipf"]).ignored_by_uniform_routing() == ()
+    assert main(["validate", "mixtral-8x7b-ep8", "--set", "model.moe.routing.balance=uniform", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""  # the file's skew is its zipf routing's, which the --set made uniform
+    assert main(["validate", "mixtral-8x7b-ep8", "--set", "model.moe.routing={balance: uniform, skew: 2}",
+                 "--quiet"]) == 0
+    assert capsys.readouterr().err == (f"warning: command line: trainsim validate: --set model.moe.routing={{balance: "
+                                       f"uniform, skew: 2}}: model.moe.routing.skew: {problem}\n")
 
 
 def test_folded_and_unfolded_expert_parallel_steps_agree(run_yaml):

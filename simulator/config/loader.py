@@ -221,6 +221,23 @@ class LoadedScenario:
             return ()
         return self._ignored(PARAMETER_SERVER_NO_OPS)
 
+    def ignored_by_uniform_routing(self) -> tuple[str, ...]:
+        """A located warning where the scenario sets `model.moe.routing.skew` beside `balance: uniform` (the
+        default), which gives every expert exactly k n / E tokens whatever the skew, as the other no-op fields
+        are warned (`ignored_by_parameter_servers`); not where an override made uniform a file's skewed routing
+        (`--set model.moe.routing.balance=uniform` to compare, the file's skew left as it was)."""
+        model = self.scenario.model
+        moe = None if model is None else model.moe
+        if moe is None or moe.routing.balance != "uniform" or "skew" not in moe.routing.model_fields_set:
+            return ()
+        routing = ("model", "moe", "routing")
+        if self.override_of((*routing, "balance")) is not None and self.override_of((*routing, "skew")) is None:
+            return ()
+        return (str(self.error((*routing, "skew"),
+                               "balance uniform gives every expert exactly k n / E tokens whatever the skew (skew "
+                               "shapes zipf and dirichlet routing): it changes nothing",
+                               reads=((*routing, "balance"),))),)
+
     def moe_layouts_no_framework_trains(self) -> tuple[str, ...]:
         """A located warning for each choice of a MoE scenario that the frameworks the step follows refuse to
         train, though the step is simulated all the same: `tp` above 1 without sequence parallelism (Megatron-Core's
