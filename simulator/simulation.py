@@ -178,15 +178,18 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
 
 
 def exchange_phases(ops: Sequence[Op], plans: PlanCache, exchanges: Mapping[str, str]) -> dict[str, list[Phase]]:
-    """By collective key, the phases of every collective of the exchange ``exchanges`` puts it in (one list per
-    exchange), each collective counted once however many members post it."""
+    """By collective key, the phases of every collective of the exchange ``exchanges`` puts it in, each
+    collective counted once however many members post it: one list per exchange, exchanges of the same phases
+    (a parameter server's iterations) one list, whose load the plan runner works out once."""
     phases: dict[str, list[Phase]] = {}
     seen: set[str] = set()
     for op in ops:
         if isinstance(op, CollectiveOp) and op.key in exchanges and op.key not in seen:
             seen.add(op.key)
             phases.setdefault(exchanges[op.key], []).extend(plans.phases(op, op.group))
-    return {key: phases[name] for key, name in exchanges.items() if name in phases}
+    alike: dict[tuple[int, ...], list[Phase]] = {}
+    shared = {name: alike.setdefault(tuple(map(id, members)), members) for name, members in phases.items()}
+    return {key: shared[name] for key, name in exchanges.items() if name in shared}
 
 
 _SHARING: WeakKeyDictionary[ProgramOrder, dict[tuple[PlanCache, bool], tuple[Mapping[int, Mirrors], array[int]]]] = (

@@ -20,6 +20,7 @@ from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoi
 from simulator.collectives.phases import SIMPLE, CollectiveRequest, Phase, hop_kinds, window_stall
 from simulator.collectives.registry import plan_collective
 from simulator.engine.stepping import run_all
+from simulator.metrics.events import FlowRoutes
 from simulator.network.model import Network, Transfers
 from simulator.network.modes import NetworkMode
 from simulator.topology.graph import Topology
@@ -124,7 +125,8 @@ class PlanRunner:
     while the routes stay the same: the plan cache hands out one phase object for every instance of a
     collective, and one list of plans for every instance of a collective with its mirrors. ``exchanges`` gives,
     by collective key, the phases of every collective of the exchange it belongs to (one list per exchange,
-    shared by its keys), whose load on each link the analytic model shares the links by (`load`)."""
+    shared by its keys and by exchanges of the same phases), whose load on each link the analytic model shares
+    the links by (`load`, worked out once per list)."""
 
     def __init__(self, network: Network, topology: Topology, quotient: ReplicaQuotient | None = None,
                  parsed: ParsedPhases | None = None, exchanges: Mapping[str, list[Phase]] | None = None):
@@ -134,8 +136,6 @@ class PlanRunner:
         self._parsed_phases = parsed if parsed is not None and quotient is None else ParsedPhases()
         self._exchanges = exchanges or {}
         self._loads: dict[int, tuple[list[Phase], int, np.ndarray]] = {}
-        self._equal_loads: dict[bytes, np.ndarray] = {}
-        """One array for equal loads (a parameter server's iterations), so that their timings are shared."""
 
     def load(self, key: str) -> np.ndarray | None:
         """The bytes each link carries in the exchange of the collective ``key`` (None: it belongs to none),
@@ -146,14 +146,14 @@ class PlanRunner:
         version = self.topology.routes_version
         cached = self._loads.get(id(members))
         if cached is None or cached[1] != version:
-            load = np.zeros(self.network.capacity.size)
-            for phase in members:
-                transfers = self.transfers(phase)
-                for route, nbytes in zip(transfers.routes, transfers.nbytes):
-                    np.add.at(load, np.array(route, dtype=np.int64), nbytes)
+            parsed = [self.transfers(phase) for phase in members]
+            routes = FlowRoutes.of([route for transfers in parsed for route in transfers.routes])
+            nbytes = np.fromiter((size for transfers in parsed for size in transfers.nbytes), dtype=float,
+                                 count=len(routes))
+            load = np.bincount(routes.links, weights=np.repeat(nbytes, routes.lengths),
+                               minlength=self.network.capacity.size)
             load.setflags(write=False)
-            cached = self._loads[id(members)] = (members, version,
-                                                 self._equal_loads.setdefault(load.tobytes(), load))
+            cached = self._loads[id(members)] = (members, version, load)
         return cached[2]
 
     def items(self, phase: Phase) -> list[tuple]:
