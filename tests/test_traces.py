@@ -817,11 +817,32 @@ def test_compute_scale_shrinks_only_the_ops_not_the_host_gaps(tmp_path):
     text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{TORCH_TRACE}', compute_scale: 0.5}}\n"
     _, half = run(text, tmp_path)
     frame = half.timeline
-    ops = frame[(frame["kind"] == "compute") & (frame["category"] == "compute")]
+    ops = frame[(frame["kind"] == "compute") & (frame["name"] != "host gap")]
     busy = float((ops["end_s"] - ops["start_s"]).sum())
     traced = half.summary["trace"]["traced_step_time_s"]
     assert 0.5 * traced < half.summary["step_time_s"] < traced
     assert half.summary["step_time_s"] == pytest.approx(traced - busy, rel=1e-6)
+
+
+def test_a_kineto_trace_s_cpu_ops_are_host_time_that_traced_gpu_does_not_move(tmp_path):
+    """A profile with no GPU activity replays its CPU ops (aten::linear 2 ms and aten::relu 0.5 ms on thread 1,
+    aten::linear 4 ms on thread 2, in a 5 ms ProfilerStep). `traced_gpu: a100-80gb` on an H100 moved them by the
+    GPUs' GEMM and HBM ratios (a 2.48 ms step); host time keeps its traced durations, as a Chakra trace's CPU ops
+    do, so the step stays the traced 5 ms and gpu_move counts none of them."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0,
+               "dur": 5000}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+               for name, tid, ts, dur in (("aten::linear", 1, 100, 2000), ("aten::relu", 1, 2200, 500),
+                                          ("aten::linear", 2, 0, 4000))]
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    text = ("cluster: {topology: dgx-h100, gpus: 1}\n"
+            f"workload: {{trace: '{tmp_path}/rank0.json', traced_gpu: a100-80gb}}\n")
+    _, result = run(text, tmp_path)
+    assert result.summary["step_time_s"] == pytest.approx(5e-3, rel=EXACT)
+    moved = result.summary["trace"]["gpu_move"]["classes"]
+    assert sum(kind["ops"] for kind in moved.values()) == 0
+    ops = result.timeline[result.timeline["name"].str.startswith("aten::")]
+    assert len(ops) == 3 and (ops["category"] == "host").all()
 
 
 def test_recost_gemms_uses_the_kernel_model_for_matrix_multiplies_with_shapes(tmp_path):

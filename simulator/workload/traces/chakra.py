@@ -79,7 +79,7 @@ def read_chakra(path: Path) -> TracedRank:
         if op is None:
             op_of[position] = deps
             continue
-        if op.kind == "compute" and op.stream != CPU_STREAM and kernel_kind(op.name) == "attention":
+        if op.kind == "compute" and not op.host and kernel_kind(op.name) == "attention":
             op = replace(op, key_length=_key_length(nodes, by_id, node))
         op_of[position] = (len(ops),)
         ops.append(op)
@@ -345,8 +345,9 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...], groups: dic
     duration = checked_duration(_int(file, position, node, "duration_micros", 0) * US, file, where, name)
     attrs = _attrs(node)
     if kind == "COMP_NODE":
-        stream = CPU_STREAM if attrs.get("is_cpu_op") in (True, "true", 1) else "compute"
-        return TracedOp(position, name, stream, "compute", start, duration, deps=deps)
+        host = attrs.get("is_cpu_op") in (True, "true", 1)
+        return TracedOp(position, name, CPU_STREAM if host else "compute", "compute", start, duration, deps=deps,
+                        host=host)
     if kind not in ("COMM_COLL_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE"):
         return None
     size = attrs.get("comm_size")

@@ -32,7 +32,7 @@ from simulator.config.training_options import MathPrecision
 from simulator.errors import ScenarioError
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import DEFAULT_RAMP_S, attention_plateau, matmul_plateau
-from simulator.workload.traces.model import CPU_STREAM, GEMM_PRECISIONS, GemmShape, TracedOp, kernel_kind
+from simulator.workload.traces.model import GEMM_PRECISIONS, GemmShape, TracedOp, kernel_kind
 from simulator.workload.transformer import KernelKind
 
 KernelClass = Literal["matmul", "attention", "memory-bound", "unknown"]
@@ -216,8 +216,8 @@ class GpuMove:
         """The replayed duration of the traced compute op ``op``: moved, then times `compute_scale`. The roofline
         runs every kernel for its time at its bounding rate plus its GPU's ramp, so a kernel's time beyond the
         traced GPU's ramp moves by the ratio and the ramp becomes the cluster GPU's; a kernel within the ramp is
-        all launch and tail, scaled by the two ramps. A Chakra trace's CPU op is host time and does not move."""
-        if self.traced is None or op.stream == CPU_STREAM:
+        all launch and tail, scaled by the two ramps. An op that ran on the host (TracedOp.host) does not move."""
+        if self.traced is None or op.host:
             return op.duration_s * self.compute_scale
         bound = self.bound(op)
         ramp, cluster_ramp = self.ramps(bound.kind)
@@ -226,13 +226,13 @@ class GpuMove:
         return (cluster_ramp + (op.duration_s - ramp) * self.ratio(bound)) * self.compute_scale
 
     def details(self, ops: Iterable[TracedOp]) -> dict:
-        """The summary's account of the move over the traced compute ops ``ops`` (a Chakra trace's CPU ops, which do
-        not move, left out): the two GPUs' ramps; per class the ops counted, those within the traced GPU's ramp,
+        """The summary's account of the move over the traced compute ops ``ops`` (host ops, which do not move,
+        left out): the two GPUs' ramps; per class the ops counted, those within the traced GPU's ramp,
         what bounds them and the unit of that rate, and per distinct bound (a GEMM precision and, to or from an
         A100, its recorded shape; an attention pass and key length) its ops, its rate on each GPU and their
         ratio, traced over cluster: the factor on the durations beyond the ramp, before `compute_scale`."""
         assert self.traced is not None and self.cluster is not None
-        ops = [op for op in ops if op.stream != CPU_STREAM]
+        ops = [op for op in ops if not op.host]
         bounds_of_ops = [self.bound(op) for op in ops]
         counts = Counter(bounds_of_ops)
         classes: dict[str, dict] = {}

@@ -478,7 +478,7 @@ class _Parsed:
 
     def cpu_ops(self) -> list[TracedOp]:
         """Outermost CPU ops per thread, in start order, within the profiled step (the last ProfilerStep
-        annotation) where one is marked: a trace with no GPU activity runs on the host."""
+        annotation) where one is marked: a trace with no GPU activity runs on the host (TracedOp.host)."""
         ops: list[TracedOp] = []
         ends: dict[object, float] = {}
         low, high = self.step_window or (float("-inf"), float("inf"))
@@ -489,7 +489,7 @@ class _Parsed:
                 continue
             ends[tid] = ts + dur
             ops.append(TracedOp(index, str(event.get("name", "")), f"cpu thread {tid}", "compute", ts * US, dur * US,
-                                **gemm_fields(event)))
+                                host=True, **gemm_fields(event)))
         return ops
 
 

@@ -51,7 +51,9 @@ class TracedOp:
     converter sums the launching op's input tensors), where the convention counts the output: an all-gather's
     shard, which program.py multiplies by the group's size once its members are known. ``size_field``: where
     the trace states ``group_size`` without listing the members (Kineto's `Group size`, Chakra's `pg_size` or
-    its launching node), for the refusal of a group whose traced users are fewer."""
+    its launching node), for the refusal of a group whose traced users are fewer. ``host``: the op ran on the
+    host, not the GPU (a Chakra CPU node, `is_cpu_op`; a Kineto CPU op of a trace with no GPU activity): host
+    time, which moving the trace to another GPU leaves as traced."""
 
     index: int
     name: str
@@ -77,6 +79,7 @@ class TracedOp:
     key_length: int = 0
     input_bytes: bool = False
     size_field: str = ""
+    host: bool = False
 
     @property
     def end_s(self) -> float:
@@ -148,8 +151,7 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
 
 
 CPU_STREAM = "cpu"
-"""The stream of a Chakra trace's CPU ops (`is_cpu_op`): host time, which moving the trace to another GPU leaves
-as traced."""
+"""The stream of a Chakra trace's CPU ops (`is_cpu_op`, TracedOp.host)."""
 KERNEL_KINDS = (
     ("elementwise", re.compile(r"dot_do_o|convert_dq_to|convert_d(?:q|kv)_kernel|clear_dkvaccum|splitkv_combine|"
                                r"FlashAttnBwd(?:Pre|Post)process|FlashAttnFwdCombine", re.I)),

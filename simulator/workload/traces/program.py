@@ -33,7 +33,7 @@ from simulator.collectives.names import Primitive
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import MathPrecision
 from simulator.errors import ScenarioError
-from simulator.program.ops import CollectiveOp, ComputeOp, Op
+from simulator.program.ops import Category, CollectiveOp, ComputeOp, Op
 from simulator.program.send_order import SendOrder
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import Unfolding, UnfoldingGuard
@@ -725,16 +725,17 @@ class _Builder:
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.op is None:
             duration, flops = self.move.duration(op), 0.0
+            category: Category = "host" if op.host else "compute"
             if op.gemm:
                 batch, m, n, k = op.gemm
                 flops = 2.0 * batch * m * n * k
                 precision = told_precision(op)
                 if self.recosts(op):
                     assert self.gemm_gpu is not None and precision is not None
-                    duration = gemm_duration(op.gemm, precision, self.gemm_gpu)
+                    duration, category = gemm_duration(op.gemm, precision, self.gemm_gpu), "compute"
                     self.recosted += 1
             return ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
-                             category="compute", duration=duration, flops=flops)
+                             category=category, duration=duration, flops=flops)
         copy = self.replicas.copy_of(rank)
         name = self.replicas.name(op.group, copy) if op.kind == "collective" else op.group
         peer = op.peer + copy * self.replicas.traced_world
