@@ -870,6 +870,30 @@ def test_back_to_back_kernels_get_no_host_gap_from_microsecond_rounding(tmp_path
     assert (result.timeline["category"] != "host").all()
 
 
+def test_kernels_overlapping_on_one_stream_are_serialized_and_the_host_gap_after_them_is_not_counted_twice(
+        tmp_path):
+    """A GEMM at 0-1000 us and one at 500-1000 us on stream 7 (a CUDA stream cannot overlap them: a profiler's
+    timestamps can), then the optimizer's kernel at 3500 us. The replay runs the second GEMM at 1000-1500 us; the
+    host gap before the optimizer was measured from the second GEMM's traced end (2.5 ms, the overlap counted
+    twice: a 4.2 ms step), it is from its serialized end (2.0 ms), so the replay on the traced GPU is the traced
+    3.7 ms step; one warning names the first overlapping kernel."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+    kernels = [(gemm, 0, 1000), (gemm, 500, 500), ("multi_tensor_apply_kernel_adam", 3500, 200)]
+    events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+               "args": {"stream": 7}} for name, ts, dur in kernels]
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    text = f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{tmp_path}/rank0.json'}}\n"
+    _, result = run(text, tmp_path)
+    assert result.summary["trace"]["traced_step_time_s"] == pytest.approx(3700e-6, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(3700e-6, rel=EXACT)
+    overlapping = [line for line in result.summary["warnings"] if "before the op ahead of it" in line]
+    assert overlapping == [
+        f"{tmp_path / 'rank0.json'}: traceEvents[1]: 'sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n' starts 500.0 us "
+        "before the op ahead of it on stream 7 ends, beyond the 1 us of timestamp rounding (1 such op in 1 file of "
+        "the trace, by up to 500.0 us): a CUDA stream runs its ops one after another, and so does the replay, "
+        "measuring the host time after them from there"]
+
+
 def test_a_truncated_gzip_trace_names_the_file(tmp_path):
     import gzip
 

@@ -61,6 +61,11 @@ READERS: dict[str, Callable[[Path], TracedRank]] = {"kineto": read_kineto, "chak
 ASYNC_STREAMS = frozenset({P2P_STREAM})
 """The replayed program's asynchronous streams (every op its own stream): Chakra's sends and receives, which run
 as soon as their dependencies are done."""
+STREAM_OVERLAP_JITTER_S = 1e-6
+"""How far a kernel may start before the one ahead of it on its CUDA stream ends with no warning: Kineto writes
+timestamps and durations in microseconds (older versions as whole numbers, each rounded on its own), so two
+kernels back to back can seem to overlap by up to 1 us (pytorch/kineto#136 shows such overlaps); a stream runs
+its kernels one after another, so a longer overlap is a trace the replay cannot reproduce as it is."""
 TIMESTAMP_ROUNDING_S = 0.5e-9
 """Idle time below half of Kineto's timestamp resolution (1 ns) is the rounding of microsecond floats
 (3720e-6 - (1020e-6 + 2700e-6) is not 0), not host time."""
@@ -156,6 +161,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
+    warnings += _stream_overlap_warnings(traced)
     warnings += _gemm_warnings(traced, config)
     warnings += _device_warnings(traced, config, gpu.name)
     warnings += settled + assumed + untraced
@@ -178,6 +184,41 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                        peak_flops=gpu.peak(PEAK_PRECISION),
                        async_streams=ASYNC_STREAMS, folded=len(ranks) < world, warnings=warnings,
                        details=details, fold_off_check="copies")
+
+
+def _stream_overlaps(rank: TracedRank) -> list[tuple[TracedOp, float]]:
+    """The ops of a profiled rank that start more than STREAM_OVERLAP_JITTER_S before the op ahead of them on
+    their stream ends (an asynchronous stream's ops, each a stream of its own, apart), each with by how much."""
+    if not rank.timed:
+        return []
+    ends: dict[str, float] = {}
+    overlapping = []
+    for op in rank.ops:
+        if op.stream in ASYNC_STREAMS:
+            continue
+        if op.stream in ends and ends[op.stream] - op.start_s > STREAM_OVERLAP_JITTER_S:
+            overlapping.append((op, ends[op.stream] - op.start_s))
+        ends[op.stream] = max(ends.get(op.stream, op.end_s), op.end_s)
+    return overlapping
+
+
+def _stream_overlap_warnings(traced: list[TracedRank]) -> tuple[str, ...]:
+    """One line for a trace whose ops overlap on one stream (_stream_overlaps), at its first file that has
+    them: the replay runs a stream's ops one after another and measures the host gap after them from that
+    serialized end (_Builder.add_rank), so its step is the traced one only where a later gap absorbs the
+    overlap."""
+    found = [(rank, overlaps) for rank in traced if (overlaps := _stream_overlaps(rank))]
+    if not found:
+        return ()
+    rank, overlaps = found[0]
+    op, overlap = overlaps[0]
+    total = sum(len(overlaps) for _, overlaps in found)
+    worst = max(overlap for _, overlaps in found for _, overlap in overlaps)
+    return (f"{rank.file}: {rank.where(op)}: {op.name!r} starts {overlap * 1e6:,.1f} us before the op ahead of it on "
+            f"{op.stream} ends, beyond the {STREAM_OVERLAP_JITTER_S * 1e6:.0f} us of timestamp rounding "
+            f"({counted(total, 'such op')} in {counted(len(found), 'file')} of the trace, by up to "
+            f"{worst * 1e6:,.1f} us): a CUDA stream runs its ops one after another, and so does the replay, "
+            "measuring the host time after them from there",)
 
 
 def _device_warnings(traced: list[TracedRank], config: TraceWorkload, cluster_gpu: str) -> tuple[str, ...]:
@@ -698,13 +739,15 @@ class _Builder:
         self._files[rank] = source.file
         op_ids: list[int] = []
         stream_end: dict[str, float] = {}
+        ends: list[float] = []
         counts: dict[tuple, int] = {}
         start = source.window[0] if source.window else min((op.start_s for op in source.ops), default=0.0)
         for op in source.ops:
             deps = tuple(op_ids[dep] for dep in op.deps)
             if source.timed and self.host_gaps:
-                ready = max([stream_end.get(op.stream, start)] + [source.ops[dep].end_s for dep in op.deps])
-                stream_end[op.stream] = max(stream_end.get(op.stream, start), op.end_s)
+                ready = max([stream_end.get(op.stream, start)] + [ends[dep] for dep in op.deps])
+                ends.append(max(op.start_s, ready) + op.duration_s)
+                stream_end[op.stream] = ends[-1]
                 if op.start_s - ready > TIMESTAMP_ROUNDING_S:
                     self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name="host gap",
                                               deps=deps, category="host", duration=op.start_s - ready))
