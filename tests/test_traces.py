@@ -479,6 +479,34 @@ def distributed_info(path: Path, **info) -> None:
     path.write_text(json.dumps(doc))
 
 
+def test_a_rank_missing_between_traced_ranks_warns_naming_it(tmp_path):
+    """Files of ranks 0, 1 and 3 of a 4-rank job (world_size 4; seq-2rank's two traces twice), each rank
+    all-reducing with its data-parallel partner ([0, 2], [1, 3]): rank 2's file is missing from the set, and the
+    run said nothing of it. One line names it, and that rank 0's group reaches it."""
+    for rank in (0, 1, 3):
+        doc = json.loads((SEQ_2RANK / f"rank{rank % 2}.json").read_text())
+        doc["distributedInfo"] |= {"rank": rank, "world_size": 4}
+        for event in doc["traceEvents"][1:]:
+            event["args"] |= {"Process Group Name": f"dp{rank % 2}", "Process Group Ranks": f"[{rank % 2}, "
+                              f"{rank % 2 + 2}]", "Process Group Description": "undefined"}
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
+    assert [line for line in result.summary["warnings"] if "no trace, between" in line] == [
+        f"{tmp_path / 'rank0.json'}: rank 2 of the traced job's 4 has no trace, between traced ranks 0-1, 3 (a file "
+        "missing from workload.trace?): the traced process groups or transfers reach rank 2, taken as ready"]
+
+
+def test_chakra_files_whose_names_number_other_ranks_than_their_order_warn(tmp_path):
+    """Chakra files rank0, rank1 and rank3 (no file states its rank, so ranks are the files' order): rank3.json
+    became rank 2 without a word; one line says so."""
+    chakra_job(tmp_path, {"0": [0, 1, 2]}, {rank: [("all_reduce", "0", MIB)] for rank in (0, 1, 2)})
+    (tmp_path / "rank2.json").rename(tmp_path / "rank3.json")
+    _, result = run(chakra_scenario(tmp_path), tmp_path)
+    assert [line for line in result.summary["warnings"] if "their order from 0" in line] == [
+        f"{tmp_path / 'rank3.json'}: the files state no rank, so ranks are their order from 0, which the numbers in "
+        "their names contradict: rank3.json is rank 2 (a file missing from workload.trace?)"]
+
+
 def test_one_rank_of_a_job_spans_the_world_size_its_trace_states(tmp_path):
     """Rank 0's trace of a 4-rank job (distributedInfo.world_size 4) whose all-reduce is of the group [0, 1]: the
     job was taken as the 2 ranks the trace names. It spans 4 GPUs now; rank 0's GEMM (1000 us), the two-rank
@@ -570,11 +598,14 @@ def pipeline_transfer(folder: Path, **peers: dict) -> Path:
     return traces
 
 
-@pytest.mark.parametrize("peers", [{}, {"rank0": {"Rank": 1}, "rank1": {"Rank": 0}}], ids=["global", "in-group"])
+@pytest.mark.parametrize("peers", [{}, {"rank0": {"Rank": 1}, "rank1": {"Rank": 0}}, {"rank0": {}, "rank1": {}}],
+                         ids=["global", "in-group", "two-rank-group"])
 def test_a_pipeline_transfer_is_recosted_and_a_slower_inter_host_link_adds_exactly_its_extra_time(tmp_path, peers):
     """Kineto's NCCL send and receive kernels kept their traced 2700 us on any network, so a trace moved to a
     slower cluster kept its pipeline transfers' time while its collectives were re-costed. The peer is the
-    global `Dst Rank` / `Src Rank`, or (older PyTorch) `Rank` within the process group's ranks [0, 1]."""
+    global `Dst Rank` / `Src Rank`, or (older PyTorch) `Rank` within the process group's ranks [0, 1], or,
+    where neither is told, the other member of that two-rank group (as for a Chakra trace; it was kept as
+    traced compute)."""
     traces = pipeline_transfer(tmp_path, **peers)
     _, fast = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
     _, slow = run(two_rank_scenario("25 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
@@ -608,6 +639,24 @@ def test_a_transfer_whose_peer_the_trace_does_not_tell_keeps_its_traced_time_and
     assert [warning.split(": ", 1)[1] for warning in result.summary["warnings"]] == [
         "traceEvents[8]: 1 point-to-point kernel replayed at the traced duration, not re-costed: the trace does "
         "not tell the peer (first: 'ncclDevKernel_SendRecv')"] * 2
+
+
+def test_a_send_that_names_no_peer_is_blamed_for_its_receive_s_missing_partner(tmp_path):
+    """Rank 0's send in a 4-rank process group tells neither `Dst Rank` nor `Rank`, rank 1's receive names
+    rank 0 (`Src Rank`): the error blamed the receive ("rank 0's trace has 0 matching sends"), which rank 0's
+    trace does have. It names the send, its file and event and the missing field."""
+    traces = pipeline_transfer(tmp_path)
+    for rank in (0, 1):
+        comms_args(traces, rank, world=4, **{"Dst Rank": None, "Process Group Ranks": "[0, 1, 2, 3]",
+                                             "Group size": 4})
+    text = two_rank_scenario("100 Gb/s", nodes=4).replace(str(KINETO_2RANK), str(traces))
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert (caught.value.file, caught.value.field) == (str(traces / "rank0.json"), "traceEvents[8]")
+    assert caught.value.problem == (
+        "send 'ncclDevKernel_SendRecv' names no peer (no 'Dst Rank', nor 'Rank' in its process group), so it was "
+        "kept as traced compute and rank 1's 1st recv from rank 0 in process group '0' "
+        f"({traces / 'rank1.json'}: traceEvents[8]) has no matching send")
 
 
 @pytest.mark.parametrize(("groups", "pg_name", "kind"), [(MESH, "1", "tp"), (MESH, "0", "dp"), (None, "tp", "tp"),

@@ -209,7 +209,7 @@ class _Parsed:
         self.waits: list[dict] = []
         self.syncs: list[dict] = []
         self.step_window: tuple[float, float] | None = None
-        self.untold_peers: list[tuple[int, str]] = []
+        self.untold_peers: list[tuple[int, str, str]] = []
         self.lost_shapes: list[tuple[int, str]] = []
         self.repeated_gemms: list[tuple[int, str, str]] = []
         for index, event in enumerate(events):
@@ -308,7 +308,8 @@ class _Parsed:
         if primitive == "send_recv":
             transfer = self._transfer(index, event, name, stream, info, dtype)
             if transfer is None:
-                self.untold_peers.append((index, name))
+                told = P2P_KINDS.get(str(info.get("Collective name", "")).lower(), "") if info is not None else ""
+                self.untold_peers.append((index, name, told))
             return transfer
         if not primitive:
             raise trace_error(self.file, where, f"NCCL kernel {name!r}: cannot tell which collective it runs",
@@ -379,8 +380,10 @@ class _Parsed:
         """An NCCL send or receive kernel as a transfer to or from its peer, None where the trace does not tell
         the direction and the peer. The direction is the `Collective name` (send, recv); the peer the global
         `Dst Rank` of a send or `Src Rank` of a receive (recent PyTorch), else `Rank` (the peer's rank in the
-        process group, as older versions write it) through the group's members. A kernel that no single send or
-        recv annotates (batch_isend_irecv may fuse several into one launch) stays traced compute."""
+        process group, as older versions write it) through the group's members, else, in a group of two ranks,
+        its other member (peer -1 and the group's members until the file's rank is known: with_group_peers). A
+        kernel that no single send or recv annotates (batch_isend_irecv may fuse several into one launch) stays
+        traced compute."""
         kind = P2P_KINDS.get(str(info.get("Collective name", "")).lower()) if info is not None else None
         if info is None or kind is None:
             return None
@@ -388,15 +391,18 @@ class _Parsed:
         group, inferred = self._group(info)
         stated, description = self._stated(group, info)
         peer = _whole(info.get("Dst Rank" if kind == "send" else "Src Rank"))
+        pair: tuple[int, ...] = ()
         if peer is None:
             members = self._members_of(stated, info, where, name)
             in_group = _whole(info.get("Rank"))
             peer = members[in_group] if in_group is not None and in_group < len(members) else None
-        if peer is None:
+            pair = members if peer is None and len(set(members)) == 2 else ()
+        if peer is None and not pair:
             return None
         return TracedOp(index, name, stream, kind, event["ts"] * US, event.get("dur", 0) * US, op="send_recv",
                         nbytes=self._message_bytes(info, "send_recv", dtype, name, where), group=group,
-                        description=description, group_inferred=inferred, peer=peer)
+                        description=description, group_inferred=inferred, peer=-1 if peer is None else peer,
+                        members=pair)
 
     def _group(self, info: dict) -> tuple[str, bool]:
         """An NCCL kernel's process group and whether it is inferred: its annotation's `Process Group Name`; else

@@ -94,13 +94,15 @@ class TracedRank:
     `distributedInfo.pg_config`, Chakra's process-group metadata), and ``groups_field`` where. ``timed``: its
     start times are measurements (a profiler trace), so idle time between a stream's ops is real; ``events``
     counts the file's events (or nodes); ``unknown`` lists (event index, name) of kernels kept as compute
-    because their kind is not recognised, ``untold_peers`` those of point-to-point kernels kept as compute
-    because the trace does not tell their peer; ``lost_shapes`` (event index, name) of matrix multiplies with
+    because their kind is not recognised, ``untold_peers`` (event index, name, 'send' or 'recv' where the
+    trace tells which end, else '') of point-to-point kernels kept as compute because the trace does not tell
+    their peer; ``lost_shapes`` (event index, name) of matrix multiplies with
     recorded shapes that launched no GEMM kernel to take them, ``repeated_gemms`` (event index and name of the
     op, name of the kernel) of GEMM kernels after the first of an op with recorded shapes, which keep their
     traced time (kineto.py, launchers.py); ``window`` is the traced step's (start, end) where the trace
     marks it (a ProfilerStep annotation around host-only activity); ``device`` the GPU the trace names (every
-    entry of Kineto's `deviceProperties` by one name, '' where it names none or several)."""
+    entry of Kineto's `deviceProperties` by one name, '' where it names none or several); ``ordered``: its
+    rank is its place in the file order, the file stating none."""
 
     file: str
     rank: int
@@ -108,7 +110,7 @@ class TracedRank:
     timed: bool
     events: int
     unknown: tuple[tuple[int, str], ...] = ()
-    untold_peers: tuple[tuple[int, str], ...] = ()
+    untold_peers: tuple[tuple[int, str, str], ...] = ()
     lost_shapes: tuple[tuple[int, str], ...] = ()
     repeated_gemms: tuple[tuple[int, str, str], ...] = ()
     events_field: str = "traceEvents"
@@ -118,6 +120,7 @@ class TracedRank:
     groups: dict[str, ProcessGroup] = field(default_factory=dict)
     groups_field: str = ""
     device: str = ""
+    ordered: bool = False
 
     def where(self, op: TracedOp) -> str:
         """The field that locates ``op`` in its file: traceEvents[i] or nodes[i]."""
@@ -135,7 +138,8 @@ class TracedRank:
 def with_group_peers(traced: TracedRank) -> TracedRank:
     """``traced`` with the peer of each send or receive that its trace leaves to its two-rank process group (a
     Chakra node without comm_dst / comm_src: chakra.py) set to the group's other member, now that the rank's
-    number is known (a Chakra file's is its place in the file order); refused where the rank is not a member."""
+    number is known (a Chakra file's is its place in the file order); refused where the rank is not a member.
+    A Kineto send or receive whose record names no peer, of a group of two ranks, is left to it too."""
     ops = list(traced.ops)
     for position, op in enumerate(ops):
         if op.kind not in ("send", "recv") or op.peer >= 0:
@@ -144,8 +148,9 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
         if len(others) != 1:
             raise trace_error(traced.file, traced.where(op), f"{op.kind} {op.name!r} names no peer, and rank "
                               f"{traced.rank} is not in its process group {op.group!r} of ranks {list(op.members)}, "
-                              "whose other member would be the peer", "a file's rank: its place in the file order, "
-                              "from 0; or the peer rank as an attribute (comm_dst / comm_src)")
+                              "whose other member would be the peer", "the file's rank as a member of the group (Kineto: "
+                              "its distributedInfo.rank; Chakra: its place in the file order, from 0), or the peer "
+                              "rank (Kineto: Dst Rank / Src Rank; Chakra: comm_dst / comm_src)")
         ops[position] = replace(op, peer=others[0], members=())
     return replace(traced, ops=tuple(ops))
 

@@ -103,7 +103,7 @@ def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
             raise trace_error(rank.file, "distributedInfo.rank", f"the file states rank {rank.rank}, but "
                               f"{unstated.file} states none, so ranks are the files' order, which makes this one "
                               f"rank {index}", "every file stating its rank (distributedInfo.rank), or none")
-    return [with_group_peers(replace(rank, rank=index)) for index, rank in enumerate(traced)]
+    return [with_group_peers(replace(rank, rank=index, ordered=True)) for index, rank in enumerate(traced)]
 
 
 def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Topology, *,
@@ -164,6 +164,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     warnings += _stream_overlap_warnings(traced)
     warnings += _gemm_warnings(traced, config)
     warnings += _device_warnings(traced, config, gpu.name)
+    warnings += _renumbered_files(traced) + _missing_ranks(traced, members, traced_world)
     warnings += settled + assumed + untraced
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
@@ -184,6 +185,41 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                        peak_flops=gpu.peak(PEAK_PRECISION),
                        async_streams=ASYNC_STREAMS, folded=len(ranks) < world, warnings=warnings,
                        details=details, fold_off_check="copies")
+
+
+def _renumbered_files(traced: list[TracedRank]) -> tuple[str, ...]:
+    """One line where ranks are the files' order and the files' names number them otherwise (rank0, rank1,
+    rank3: the third file is rank 2): a file missing from the set, or numbered from 1, would shift the ranks
+    after it without a word."""
+    numbers = [re.findall(r"\d+", Path(rank.file).name) for rank in traced]
+    if not traced[0].ordered or not all(numbers):
+        return ()
+    shifted = [rank for rank, found in zip(traced, numbers, strict=True) if int(found[-1]) != rank.rank]
+    if not shifted:
+        return ()
+    shown = ", ".join(f"{Path(rank.file).name} is rank {rank.rank}" for rank in shifted[:3])
+    more = f" and {counted(len(shifted) - 3, 'other')}" if len(shifted) > 3 else ""
+    return (f"{shifted[0].file}: the files state no rank, so ranks are their order from 0, which the numbers in "
+            f"their names contradict: {shown}{more} (a file missing from workload.trace?)",)
+
+
+def _missing_ranks(traced: list[TracedRank], members: dict[str, tuple[int, ...]], world: int) -> tuple[str, ...]:
+    """One line where the traced ranks leave a hole, ranks of the job between traced ones without a trace (files
+    0, 1 and 3 of a 4-rank job: a file missing from the set, where a trace of part of a job is one rank or a run
+    of them), naming the ranks among them that the traced process groups and transfers reach: the replay takes
+    them as ready."""
+    ranks = sorted(rank.rank for rank in traced)
+    holes = sorted(set(range(ranks[0], ranks[-1] + 1)) - set(ranks))
+    if not holes:
+        return ()
+    reached = {member for group in members.values() for member in group}
+    reached |= {op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")}
+    named = [rank for rank in holes if rank in reached]
+    reach = (f"the traced process groups or transfers reach rank{'s' if len(named) > 1 else ''} {_spans(named)}, "
+             "taken as ready" if named else "no traced process group or transfer reaches them")
+    return (f"{traced[0].file}: rank{'s' if len(holes) > 1 else ''} {_spans(holes)} of the traced job's {world} "
+            f"{'have' if len(holes) > 1 else 'has'} no trace, between traced ranks {_spans(ranks)} (a file missing "
+            f"from workload.trace?): {reach}",)
 
 
 def _stream_overlaps(rank: TracedRank) -> list[tuple[TracedOp, float]]:
@@ -731,12 +767,12 @@ class _Builder:
         self._transfers: dict[str, dict[str, _End]] = {}
         self._joined: dict[str, tuple[str, int, set[int]]] = {}
         self._exchanges: dict[str, list[tuple[CollectiveOp, TracedShares]]] = {}
-        self._files: dict[int, str] = {}
+        self._sources: dict[int, TracedRank] = {}
         self._send_order = SendOrder()
 
     def add_rank(self, rank: int, source: TracedRank) -> None:
         self.ranks.add(rank)
-        self._files[rank] = source.file
+        self._sources[rank] = source
         op_ids: list[int] = []
         stream_end: dict[str, float] = {}
         ends: list[float] = []
@@ -851,9 +887,20 @@ class _Builder:
             found = sum(other in sides and (sides[other].src, sides[other].dst, sides[other].group)
                         == (end.src, end.dst, end.group) for sides in self._transfers.values())
             grouped = f" in process group {end.group!r}" if end.group else ""
-            raise trace_error(end.file, end.where, f"{kind} {end.name!r} is rank {rank}'s {_ordinal(end.number + 1)} "
-                              f"{kind} {'to' if kind == 'send' else 'from'} rank {peer}{grouped}, but rank {peer}'s "
-                              f"trace ({self._files[peer]}) has {found} matching {partner}{'s' if found != 1 else ''}",
+            this = (f"rank {rank}'s {_ordinal(end.number + 1)} {kind} {'to' if kind == 'send' else 'from'} rank "
+                    f"{peer}{grouped}")
+            untold = [(index, name) for index, name, told in self._sources[peer].untold_peers if told in (other, "")]
+            if not found and untold:
+                index, name = untold[0]
+                field = "Dst Rank" if other == "send" else "Src Rank"
+                source = self._sources[peer]
+                raise trace_error(source.file, f"{source.events_field}[{index}]", f"{other} {name!r} names no peer "
+                                  f"(no {field!r}, nor 'Rank' in its process group), so it was kept as traced "
+                                  f"compute and {this} ({end.file}: {end.where}) has no matching {partner}",
+                                  f"the kernel's {field!r}, or its 'Rank' in the process group, or a process group "
+                                  "of two ranks (whose other member is the peer)")
+            raise trace_error(end.file, end.where, f"{kind} {end.name!r} is {this}, but rank {peer}'s "
+                              f"trace ({self._sources[peer].file}) has {found} matching {partner}{'s' if found != 1 else ''}",
                               f"a {partner} on the peer for each {kind}, matched by process group and order")
         return tuple(_untraced_warning(file, ends) for file, ends in untraced.items())
 
@@ -871,7 +918,7 @@ class _Builder:
             issued = (f"has seq {_spans(sorted({entry[1] for entry in theirs}))} of the group" if seq >= 0 and theirs
                       else f"issues {len(theirs)} collective{'s' if len(theirs) != 1 else ''} of the group")
             raise trace_error(first.file, first.where, f"{first.op} {first.label} on rank {first.rank} has no "
-                              f"counterpart on rank {absent[0]}, whose trace ({self._files[absent[0]]}) {issued}",
+                              f"counterpart on rank {absent[0]}, whose trace ({self._sources[absent[0]].file}) {issued}",
                               "the same collectives of each group, in the same order, on every member")
 
     def _check_size(self, key: str, label: str, op: TracedOp, rank: int, source: TracedRank) -> None:
