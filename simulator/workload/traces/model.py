@@ -148,9 +148,9 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
         if len(others) != 1:
             raise trace_error(traced.file, traced.where(op), f"{op.kind} {op.name!r} names no peer, and rank "
                               f"{traced.rank} is not in its process group {op.group!r} of ranks {list(op.members)}, "
-                              "whose other member would be the peer", "the file's rank as a member of the group (Kineto: "
-                              "its distributedInfo.rank; Chakra: its place in the file order, from 0), or the peer "
-                              "rank (Kineto: Dst Rank / Src Rank; Chakra: comm_dst / comm_src)")
+                              "whose other member would be the peer", "the file's rank as a member of the group "
+                              "(Kineto: its distributedInfo.rank; Chakra: its place in the file order, from 0), or the "
+                              "peer rank (Kineto: Dst Rank / Src Rank; Chakra: comm_dst / comm_src)")
         ops[position] = replace(op, peer=others[0], members=())
     return replace(traced, ops=tuple(ops))
 

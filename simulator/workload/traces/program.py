@@ -899,8 +899,8 @@ class _Builder:
                                   f"compute and {this} ({end.file}: {end.where}) has no matching {partner}",
                                   f"the kernel's {field!r}, or its 'Rank' in the process group, or a process group "
                                   "of two ranks (whose other member is the peer)")
-            raise trace_error(end.file, end.where, f"{kind} {end.name!r} is {this}, but rank {peer}'s "
-                              f"trace ({self._sources[peer].file}) has {found} matching {partner}{'s' if found != 1 else ''}",
+            raise trace_error(end.file, end.where, f"{kind} {end.name!r} is {this}, but rank {peer}'s trace "
+                              f"({self._sources[peer].file}) has {found} matching {partner}{'s' if found != 1 else ''}",
                               f"a {partner} on the peer for each {kind}, matched by process group and order")
         return tuple(_untraced_warning(file, ends) for file, ends in untraced.items())
 
@@ -918,7 +918,8 @@ class _Builder:
             issued = (f"has seq {_spans(sorted({entry[1] for entry in theirs}))} of the group" if seq >= 0 and theirs
                       else f"issues {len(theirs)} collective{'s' if len(theirs) != 1 else ''} of the group")
             raise trace_error(first.file, first.where, f"{first.op} {first.label} on rank {first.rank} has no "
-                              f"counterpart on rank {absent[0]}, whose trace ({self._sources[absent[0]].file}) {issued}",
+                              f"counterpart on rank {absent[0]}, whose trace ({self._sources[absent[0]].file}) "
+                              f"{issued}",
                               "the same collectives of each group, in the same order, on every member")
 
     def _check_size(self, key: str, label: str, op: TracedOp, rank: int, source: TracedRank) -> None:
