@@ -1785,6 +1785,29 @@ def test_a_group_over_the_rest_of_a_stage_that_ep_spans_unseen_is_refused_naming
     assert caught.value.allowed.startswith("workload.traced_ep: the traced job's EP size, if not 4")
 
 
+MESH_TP2_DP2 = {"tp0": ProcessGroup("mesh_tp", (0, 1)), "tp1": ProcessGroup("mesh_tp", (2, 3)),
+                "dp0": ProcessGroup("mesh_dp", (0, 2)), "dp1": ProcessGroup("mesh_dp", (1, 3))}
+"""A 4-rank job's groups as torchtitan's mesh describes them: TP 2, DP 2."""
+
+
+@pytest.mark.parametrize(("declared", "field", "problem"), [
+    ({"cp": 3}, "workload.traced_cp", "TP 2 x CP 3 does not divide the traced job's pipeline stages of 4 ranks"),
+    ({"cp": 2}, "workload.traced_cp", "the trace's process group 'mesh_dp' is data-parallel over 2 ranks, but TP 2 x "
+     "CP 2 x PP 1 on the traced job's 4 ranks leave data parallelism of 1"),
+    ({"pp": 2}, "workload.traced_pp", "the trace's process group 'mesh_dp' is data-parallel over 2 ranks, but TP 2 x "
+     "CP 1 x PP 2 on the traced job's 4 ranks leave data parallelism of 1"),
+    ({"pp": 4}, "workload.traced_pp", "4 pipeline stages of 1 rank cannot hold the trace's TP groups of 2 ranks"),
+])
+def test_declared_sizes_that_cannot_hold_the_described_groups_are_refused_at_their_own_field(declared, field,
+                                                                                              problem):
+    """TP 2 x DP 2 described by the mesh: CP 3 does not divide the ranks (it was accepted); CP 2 or PP 2 leave no
+    room for the data-parallel groups of 2 (accepted, the DP groups' traffic counted as dp of a job of DP 1); 4
+    stages of one rank cannot hold the TP groups (refused naming traced_tp, which the scenario did not set)."""
+    with pytest.raises(ScenarioError) as caught:
+        dimensions(MESH_TP2_DP2, 4, [], TracedSizes(**declared))
+    assert (caught.value.field, caught.value.problem) == (field, problem)
+
+
 @pytest.mark.parametrize(("world", "declared"), [(2, {}), (4, {"pp": 2})])
 def test_a_numbered_group_over_cp_ranks_that_fill_a_job_without_dp_is_refused_as_over_a_stage(world, declared):
     """TP 1 x CP 2 and no DP, in one stage or two: the numbered group [0, 1] runs no all-to-all, and is the CP

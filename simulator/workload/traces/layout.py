@@ -143,11 +143,41 @@ def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[
     named = {name: named_kind(group.description) for name, group in groups.items()}
     unnamed = {name: group.members for name, group in groups.items() if named[name] is None}
     stage = _stage_size(world, pipeline, sizes.pp)
+    if declared.pp is not None and declared.tp is None and sizes.tp is not None and stage % sizes.tp:
+        raise ScenarioError(f"{declared.pp} pipeline stages of {_ranks(stage)} cannot hold the trace's TP groups of "
+                            f"{_ranks(sizes.tp)}", field="workload.traced_pp",
+                            allowed="a number of stages whose ranks TP "
+                            f"{sizes.tp} divides: a divisor of {world // sizes.tp}")
     tensor = _tp_size(unnamed, stage, world, sizes, all_to_alls)
+    _check_declared_room(declared, listed, world, stage, tensor, sizes.cp)
     if sizes.tp is None and tensor == 1:
         _refuse_idle_tp(stated, stage)
     return Dimensions(_group_kinds(named, unnamed, world, stage, tensor, declared, sizes, all_to_alls, identified),
                       kinds, TracedSizes(tensor, world // stage, sizes.cp, sizes.ep))
+
+
+def _check_declared_room(declared: TracedSizes, listed: list[ProcessGroup], world: int, stage: int, tensor: int,
+                         cp: int | None) -> None:
+    """Refuse, at its own line, a declared CP size that does not divide a pipeline stage beside TP, and declared
+    sizes that leave the traced job less data parallelism than a group the trace describes as data-parallel
+    alone spans (TP 2 x CP 2 on 4 ranks beside `mesh_dp` groups of 2): the trace and the scenario describe
+    different jobs. The refusal names the first declared of traced_cp, traced_pp and traced_tp."""
+    if declared.cp is not None and stage % (tensor * declared.cp):
+        raise ScenarioError(f"TP {tensor} x CP {declared.cp} does not divide the traced job's pipeline stages of "
+                            f"{_ranks(stage)}", field="workload.traced_cp",
+                            allowed=f"a divisor of {stage // tensor}" if stage % tensor == 0 else "traced_cp left out")
+    field = next((kind for kind in ("cp", "pp", "tp") if getattr(declared, kind) is not None), None)
+    if field is None:
+        return
+    degree = stage // (tensor * (cp or 1))
+    for group in listed:
+        size = len(set(group.members))
+        if named_kinds(group.description) == {"dp"} and size > 1 and degree % size:
+            raise ScenarioError(f"the trace's process group {group.description!r} is data-parallel over "
+                                f"{_ranks(size)}, but TP {tensor} x CP {cp or 1} x PP {world // stage} on the traced "
+                                f"job's {_ranks(world)} leave data parallelism of {degree}",
+                                field=f"workload.traced_{field}", allowed=f"sizes that leave the trace's data-parallel "
+                                f"groups room, or traced_{field} left out")
 
 
 def _identified(listed: list[ProcessGroup], exchanging: list[tuple[ProcessGroup, bool]],
