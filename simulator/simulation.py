@@ -391,6 +391,7 @@ def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, 
              batch_override_warning(loaded, gpus, topology), interleaved_one_chunk_warning(loaded, gpus))
     return (*loaded.ignored_without_a_horizon(), *loaded.ignored_by_a_synthetic_model(),
             *loaded.ignored_by_parameter_servers(), *loaded.ignored_by_uniform_routing(),
+            *loaded.ignored_by_a_trace(),
             *loaded.moe_layouts_no_framework_trains(),
             *(warning for warning in found if warning is not None))
 

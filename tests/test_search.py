@@ -1763,6 +1763,18 @@ def test_a_parameter_server_scenario_is_refused_at_its_strategy(tmp_path, capsys
     assert not (tmp_path / "s").exists()
 
 
+def test_a_trace_scenario_is_refused_at_its_trace(tmp_path, capsys):
+    """A replayed trace was refused at `model` ('a layout search needs a model', at line 1, the cluster's, of a
+    file with no model); it has no layout to search, which the refusal at `workload.trace` says."""
+    from simulator.cli import main
+
+    code = main(["search", "trace-allreduce-2rank", "--out", str(tmp_path / "s"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert ": workload.trace: a replayed trace (workload.trace) has no layout to search" in err
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize("given", ["parallelism.ddp.reduce_every_microbatch=true", "parallelism.zero=2"])
 def test_a_refused_set_for_zero2_says_how_a_search_gets_it(tmp_path, capsys, given):
     """With a file at `zero: 1` the loader refused `reduce_every_microbatch=true` and the search `zero=2`, and

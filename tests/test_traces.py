@@ -10,6 +10,7 @@ the difference of two such times.
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -496,6 +497,20 @@ def test_a_rank_missing_between_traced_ranks_warns_naming_it(tmp_path):
         "missing from workload.trace?): the traced process groups or transfers reach rank 2, taken as ready"]
 
 
+def test_chakra_process_group_metadata_as_a_list_holding_its_json_text_is_read(tmp_path):
+    """`inputs.values` of the process-group metadata node as a JSON list holding the groups' JSON text
+    (`["[{...}]"]`) was refused ("holds no list of process groups"); it reads as the converter's Python text
+    does: group '0' is ranks [0, 1]."""
+    chakra_job(tmp_path, {"0": [0, 1]}, {rank: [("all_reduce", "0", MIB)] for rank in (0, 1)})
+    for rank in (0, 1):
+        path = tmp_path / f"rank{rank}.json"
+        nodes = json.loads(path.read_text())
+        nodes[0]["inputs"]["values"] = ast.literal_eval(nodes[0]["inputs"]["values"])
+        path.write_text(json.dumps(nodes))
+    _, result = run(chakra_scenario(tmp_path), tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(MIB, rel=EXACT)
+
+
 def test_chakra_files_whose_names_number_other_ranks_than_their_order_warn(tmp_path):
     """Chakra files rank0, rank1 and rank3 (no file states its rank, so ranks are the files' order): rank3.json
     became rank 2 without a word; one line says so."""
@@ -505,6 +520,36 @@ def test_chakra_files_whose_names_number_other_ranks_than_their_order_warn(tmp_p
     assert [line for line in result.summary["warnings"] if "their order from 0" in line] == [
         f"{tmp_path / 'rank3.json'}: the files state no rank, so ranks are their order from 0, which the numbers in "
         "their names contradict: rank3.json is rank 2 (a file missing from workload.trace?)"]
+
+
+def test_trace_files_are_named_by_their_normalised_paths(tmp_path):
+    """A glob through a sibling folder ('other/../traces/rank*.json') named the files so in every warning."""
+    from simulator.workload.traces.program import trace_files
+
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    (tmp_path / "other").mkdir()
+    assert trace_files(f"other/../{traces.name}/rank*.json", tmp_path) == [traces / "rank0.json",
+                                                                           traces / "rank1.json"]
+
+
+def test_sm_contention_beside_a_trace_warns_that_it_changes_nothing(tmp_path):
+    """`collectives.sm_contention` set beside a trace was dropped without a word (the traced durations include
+    any slowdown already); it warns at its line, as a parameter-server run's ignored fields do."""
+    text = two_rank_scenario("100 Gb/s").replace("{algorithm: ring}", "{algorithm: ring, sm_contention: nccl}")
+    _, result = run(text, tmp_path)
+    assert [line for line in result.summary["warnings"] if "sm_contention" in line] == [
+        f"{tmp_path / 'scenario.yaml'}:2: collectives.sm_contention: a replayed trace's compute durations already "
+        "include any slowdown from the NCCL kernels beside them: it changes nothing"]
+
+
+def test_two_files_of_one_rank_are_refused_naming_both(tmp_path):
+    """Both files state rank 0: the refusal named neither ("two trace files claim the same rank ([0, 0])")."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    distributed_info(traces / "rank1.json", rank=0)
+    with pytest.raises(TraceError) as caught:
+        run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert (caught.value.file, caught.value.field, caught.value.problem) == (
+        str(traces / "rank1.json"), "distributedInfo.rank", f"the file states rank 0, as {traces / 'rank0.json'} does")
 
 
 def test_one_rank_of_a_job_spans_the_world_size_its_trace_states(tmp_path):

@@ -23,6 +23,7 @@ from simulator.config.model_options import SYNTHETIC_NO_OPS
 from simulator.config.parameter_server import PARAMETER_SERVER_NO_OPS
 from simulator.config.schema import Scenario
 from simulator.config.sections import INT64_LIMIT, FieldProblem
+from simulator.config.traces import TRACE_NO_OPS, TraceWorkload
 from simulator.config.yaml_source import (
     FIELD_PATH_EXAMPLE,
     FieldPath,
@@ -237,6 +238,13 @@ class LoadedScenario:
                                "balance uniform gives every expert exactly k n / E tokens whatever the skew (skew "
                                "shapes zipf and dirichlet routing): it changes nothing",
                                reads=((*routing, "balance"),))),)
+
+    def ignored_by_a_trace(self) -> tuple[str, ...]:
+        """A located warning for each field the scenario sets that a replayed trace (`workload.trace`) is not
+        changed by (TRACE_NO_OPS: `collectives.sm_contention`), as `ignored_by_a_synthetic_model` gives them."""
+        if not isinstance(self.scenario.workload, TraceWorkload):
+            return ()
+        return self._ignored(TRACE_NO_OPS)
 
     def moe_layouts_no_framework_trains(self) -> tuple[str, ...]:
         """A located warning for each choice of a MoE scenario that the frameworks the step follows refuse to

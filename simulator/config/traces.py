@@ -56,3 +56,11 @@ class TraceWorkload(Section):
     recost_gemms: bool = False
     tokens_per_step: int | None = Field(default=None, ge=1)
     model_flops_per_token: float | None = Field(default=None, gt=0)
+
+
+TRACE_NO_OPS: dict[tuple[str, str], str] = {
+    ("collectives", "sm_contention"): "a replayed trace's compute durations already include any slowdown from the "
+                                      "NCCL kernels beside them",
+}
+"""The fields a replayed trace is not changed by, with why: a scenario that sets one is warned once, as for a
+parameter-server run (parameter_server.PARAMETER_SERVER_NO_OPS)."""

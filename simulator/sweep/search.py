@@ -16,6 +16,7 @@ import pandas as pd
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
+from simulator.config.traces import TraceWorkload
 from simulator.config.yaml_source import read_yaml, set_text
 from simulator.errors import InputError, ScenarioError, SearchStopped, Terminated
 from simulator.metrics.summary import IDLE_WITHOUT_PIPELINE
@@ -112,6 +113,10 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
         raise loaded.error(("parallelism", "strategy"), "a layout search tries collective layouts (TP, PP, ZeRO, "
                            "...), and parameter-server workers each hold the whole model: it could try none",
                            "collective: --set parallelism.strategy=collective --set ps=null")
+    if isinstance(scenario.workload, TraceWorkload):
+        raise loaded.error(("workload", "trace"), "a replayed trace (workload.trace) has no layout to search: its "
+                           "process groups are the traced job's layout, which the replay keeps",
+                           "a scenario of a model (model: {preset: llama3-70b}) and no workload.trace")
     if scenario.model is None or scenario.model.synthetic is not None:
         raise loaded.error(("model",), "a layout search needs a model (preset or dimensions)",
                            "model: {preset: llama3-70b}")

@@ -256,9 +256,11 @@ def _metadata_field(position: int | None) -> str:
 
 def _group_entries(values: object) -> list[dict] | None:
     """The list of group objects in a process-group metadata node's `inputs.values`: the Python text of a list
-    holding the JSON (Chakra's converter), or the JSON itself."""
+    holding the JSON (Chakra's converter), the JSON itself, or a list holding its text."""
     if isinstance(values, list) and all(isinstance(entry, dict) for entry in values):
         return values
+    if isinstance(values, list) and len(values) == 1 and isinstance(values[0], str):
+        return _group_entries(values[0])
     if not isinstance(values, str) or "[{" not in values:
         return None
     try:

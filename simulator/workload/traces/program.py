@@ -21,6 +21,7 @@ parallel dimension (layout.py).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -72,8 +73,9 @@ TIMESTAMP_ROUNDING_S = 0.5e-9
 
 
 def trace_files(pattern: str, base_dir: Path) -> list[Path]:
-    """The files of ``pattern`` (relative to the scenario's folder), numbers in names compared as numbers."""
-    path = Path(pattern) if Path(pattern).is_absolute() else base_dir / pattern
+    """The files of ``pattern`` (relative to the scenario's folder), numbers in names compared as numbers, their
+    paths normalised (`../s/../wt/x` is `../wt/x`) as the errors and warnings name them."""
+    path = Path(os.path.normpath(Path(pattern) if Path(pattern).is_absolute() else base_dir / pattern))
     if has_magic(str(path)):
         files = [match for match in path.parent.glob(path.name) if match.is_file()]
     else:
@@ -92,10 +94,12 @@ def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
     """Every rank's trace, each with its rank number (from the trace, else the file order)."""
     traced = [READERS[config.format](file) for file in trace_files(config.trace, base_dir)]
     if all(rank.rank >= 0 for rank in traced):
-        numbers = [rank.rank for rank in traced]
-        if len(set(numbers)) != len(numbers):
-            raise ScenarioError(f"two trace files claim the same rank ({sorted(numbers)})", field="workload.trace",
-                                allowed="one file per rank")
+        claimed: dict[int, TracedRank] = {}
+        for rank in traced:
+            first = claimed.setdefault(rank.rank, rank)
+            if first is not rank:
+                raise trace_error(rank.file, "distributedInfo.rank", f"the file states rank {rank.rank}, as "
+                                  f"{first.file} does", "one file per rank")
         return [with_group_peers(rank) for rank in sorted(traced, key=lambda rank: rank.rank)]
     unstated = next(rank for rank in traced if rank.rank < 0)
     for index, rank in enumerate(traced):
