@@ -509,3 +509,28 @@ def test_a_replicated_job_too_big_for_the_cluster_is_refused_by_its_dp(tmp_path)
     assert refusal_line(scenario(tmp_path, knobs, 16, "topology: dgx-h100-cluster, nodes: 2"), tmp_path) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.dp: dp 16 gives 64 ranks; the cluster has only 16 GPUs (allowed: "
         "a cluster of at least 64 GPUs)")
+
+
+def test_the_bytes_a_gpu_sends_are_a_whole_number(tmp_path):
+    """EP 4 x DP 8 on eight Kineto ranks (an all-to-all of 2 MiB per rank in [0-3] and [4-7], then an 8 MiB
+    all-reduce in each data-parallel pair [i, i + 4]), replicated to dp 16 on two DGX H100: each pair widens to
+    four ranks, whose NVLS all-reduce sends 1.5 x 8 MiB per GPU. The flows' shares and the folded run's
+    corrections summed to 12582911.999999998 bytes; the bytes sent are whole."""
+    for rank in range(8):
+        kernels = [("sm90_xmma_gemm_bf16", 500, 7, {})]
+        kernels += [("ncclDevKernel_AllToAll_bf16", 100, 20, {
+            "Collective name": "all_to_all", "In msg nelems": 1048576, "Out msg nelems": 1048576,
+            "Process Group Name": f"ep{rank // 4}", "Process Group Ranks": str(list(range(rank // 4 * 4,
+                                                                                          rank // 4 * 4 + 4)))}),
+                    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 100, 20, {
+                        "Collective name": "allreduce", "In msg nelems": 4194304, "Out msg nelems": 4194304,
+                        "Process Group Name": f"dp{rank % 4}", "Process Group Ranks": str([rank % 4, rank % 4 + 4])})]
+        events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": 1000 * number,
+                   "dur": dur, "args": {"stream": stream, "dtype": "BFloat16", "Process Group Description": "undefined",
+                                        **args}} for number, (name, dur, stream, args) in enumerate(kernels)]
+        doc = {"distributedInfo": {"rank": rank, "world_size": 8}, "traceEvents": events}
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    text = (f"cluster: {{topology: dgx-h100-cluster, nodes: 2}}\n"
+            f"workload: {{trace: '{tmp_path}/rank*.json', traced_ep: 4, traced_cp: 1, dp: 16}}\n")
+    _, result = run(text, tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == 1.5 * 8 * MIB

@@ -228,7 +228,9 @@ def traffic_bytes(rows: StepRows, correction: Mapping[str, float] | None = None)
     """Bytes a GPU sends per step for each kind of communication, mean over the simulated ranks: flows sent by
     a rank that has ops (folded peers and mirrors are the same traffic again), matched to their collective's
     category, plus the ``correction`` per category (a folded run's groups' members' mean beyond the simulated
-    ranks' own share, less the load flows carry beyond the bytes sent: engine/plans.py `traffic_correction`)."""
+    ranks' own share, less the load flows carry beyond the bytes sent: engine/plans.py `traffic_correction`).
+    A sum within float noise of a whole number of bytes is taken as that number before the mean
+    (SUM_NOISE_REL: 12 MiB per GPU read 12582911.999999998)."""
     ops, flows = rows.ops, rows.flows
     collectives = ops["kind"] == COLLECTIVE_KIND
     categories = dict(zip(ops["key"][collectives].tolist(), ops["category"][collectives].tolist()))
@@ -243,4 +245,17 @@ def traffic_bytes(rows: StepRows, correction: Mapping[str, float] | None = None)
     for kind, extra in (correction or {}).items():
         if extra:
             sums[kind] = sums.get(kind, 0.0) + extra
-    return {kind: float(sums.get(kind, 0.0)) / rows.ranks_weight() for kind in COMM_CATEGORIES}
+    return {kind: _whole_if_noise(sums.get(kind, 0.0)) / rows.ranks_weight() for kind in COMM_CATEGORIES}
+
+
+SUM_NOISE_REL = 1e-12
+"""A sum of bytes this close to a whole number, relatively, is that number: summing the flows' shares of a
+message (NVLS's n/p, a split over channels) and a folded run's corrections leaves a few ulps of float noise
+(100663295.99999998 for 96 MiB, 2e-16), while a mean of told bytes that is truly fractional (34.8 MiB in all:
+a fraction of 5e-9) is kept."""
+
+
+def _whole_if_noise(total: float) -> float:
+    """``total``, as the whole number it is within SUM_NOISE_REL of, if any."""
+    whole = round(total)
+    return float(whole) if abs(total - whole) <= SUM_NOISE_REL * abs(total) else float(total)

@@ -194,16 +194,23 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
 def _renumbered_files(traced: list[TracedRank]) -> tuple[str, ...]:
     """One line where ranks are the files' order and the files' names number them otherwise (rank0, rank1,
     rank3: the third file is rank 2): a file missing from the set, or numbered from 1, would shift the ranks
-    after it without a word."""
-    numbers = [re.findall(r"\d+", Path(rank.file).name) for rank in traced]
-    if not traced[0].ordered or not all(numbers):
+    after it without a word. A name's rank number is the one number in which the names differ, taken as one
+    where they are distinct and below twice the files' count (not a process id or a time)."""
+    numbers = [tuple(map(int, re.findall(r"\d+", Path(rank.file).name))) for rank in traced]
+    if not traced[0].ordered or len(traced) < 2 or len({len(found) for found in numbers}) != 1:
         return ()
-    shifted = [rank for rank, found in zip(traced, numbers, strict=True) if int(found[-1]) != rank.rank]
+    varying = [place for place in range(len(numbers[0])) if len({found[place] for found in numbers}) > 1]
+    if len(varying) != 1:
+        return ()
+    named = [found[varying[0]] for found in numbers]
+    if len(set(named)) != len(named) or max(named) >= 2 * len(named):
+        return ()
+    shifted = [(rank, number) for rank, number in zip(traced, named, strict=True) if number != rank.rank]
     if not shifted:
         return ()
-    shown = ", ".join(f"{Path(rank.file).name} is rank {rank.rank}" for rank in shifted[:3])
+    shown = ", ".join(f"{Path(rank.file).name} is rank {rank.rank}" for rank, _ in shifted[:3])
     more = f" and {counted(len(shifted) - 3, 'other')}" if len(shifted) > 3 else ""
-    return (f"{shifted[0].file}: the files state no rank, so ranks are their order from 0, which the numbers in "
+    return (f"{shifted[0][0].file}: the files state no rank, so ranks are their order from 0, which the numbers in "
             f"their names contradict: {shown}{more} (a file missing from workload.trace?)",)
 
 
