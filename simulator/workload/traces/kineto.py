@@ -9,8 +9,8 @@ to end before it returned on the synchronised stream(s). NCCL kernels become col
 receives where the trace names their peer: the primitive, message size, data type, process group and peer come
 from the kernel's own arguments (recent PyTorch) or from the `record_param_comms` CPU op that launched it
 (matched through the launch's correlation id), the primitive and data type also from the kernel name
-(`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). A trace with no GPU activity replays its outermost CPU ops, one
-stream per thread.
+(`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). A trace with no GPU activity replays its outermost CPU ops as
+host time (TracedOp.host), one stream per thread.
 """
 
 from __future__ import annotations
