@@ -43,8 +43,9 @@ def channel_nic(members: list[int], nic_of: Sequence[Hashable], channel: int) ->
     """The NIC of a host that ``channel`` crosses hosts through: the c-th of the NICs its ``members`` (in local
     order) drive, in order of first appearance, in turn, so that every NIC carries as many channels as any
     other. NCCL's search does the same: channel c starts from the next NIC in turn (src/graph/search.cc,
-    ncclTopoSearchRecNet, ``nets[(nChannels + i) % netCount]``, the NICs listed GPU by GPU by
-    ncclTopoPrefNetsChannelFirst)."""
+    ncclTopoSearchRecNet, ``nets[(nChannels + i) % netCount]``, the NICs listed GPU by GPU: by
+    ncclTopoPrefNetsChannelFirst, or under MNNVL by ncclTopoPrefNetsGpuFirst, the same order where every GPU has
+    a NIC of its own)."""
     nics = list(dict.fromkeys(nic_of[member] for member in members))
     return nics[channel % len(nics)]
 
@@ -63,9 +64,10 @@ def tree_chain(members: list[int], nic_of: Sequence[Hashable], channel: int) -> 
     in a tree across hosts, NCCL's treeIntra: it starts at the first member of the channel's NIC
     (`channel_nic`), the GPU NCCL's search enters from that NIC (search.cc ncclTopoSearchRecNet tries the NIC's
     net.localGpu first, topo.cc ncclTopoGetLocalGpu: its first local GPU whose own NIC it is), and goes on
-    through the members in local order, cyclically (search.cc ncclTopoSearchNextGpuSort: behind NVSwitches a
-    tree tries only the next GPU). The first GPU talks to the parent host (connect.cc ncclTopoPreset:
-    treeToParent is treeIntra[0]); the last is a leaf."""
+    through the members in local order, cyclically (search.cc ncclTopoSearchNextGpuSort: behind NVSwitches the
+    TREE pattern tries only the next GPU; BALANCED_TREE, which tries the previous first, needs a second GPU on the
+    channel's NIC, so with a NIC per GPU the search falls back to TREE). The first GPU talks to the parent host
+    (connect.cc ncclTopoPreset: treeToParent is treeIntra[0]); the last is a leaf."""
     wanted = channel_nic(members, nic_of, channel)
     start = next(position for position, member in enumerate(members) if nic_of[member] == wanted)
     return members[start:] + members[:start]
