@@ -26,7 +26,7 @@ from simulator.parallel.layout import Layout
 from simulator.scenario_checks import refuse_inconsistent_batch
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
-from simulator.workload.memory_plan import GIB, stage_memory
+from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES, stage_memory
 from simulator.workload.training import build_training_step, tp_domains
 
 SAME_BUBBLE_SCHEDULE: dict[tuple[BuiltinSchedule, bool], tuple[BuiltinSchedule, ...]] = {
@@ -45,11 +45,11 @@ COMPUTE_FIELDS = ("training.recompute",)
 """The fields whose remedies run more compute (recompute runs a forward again: +33% for full): a remedy that fits
 without them is listed first."""
 
-MIN_SAVING_BYTES = GIB
-"""The least a remedy must save to be offered: 1 GiB. The memory plan leaves out the CUDA context, NCCL's
-buffers and the caching allocator's fragmentation (docs/cost-model.md), together about a GiB, so a smaller
-saving (ZeRO-3 on a MoE model's long sequence saves 0.15 GiB of its 1,000) is within what it does not count and
-would not be seen in a real job."""
+MIN_SAVING_BYTES = UNMODELLED_BYTES
+"""The least a remedy must save to be offered: 1 GiB, what the memory plan leaves out (`UNMODELLED_BYTES`: the
+CUDA context, NCCL's buffers and the caching allocator's fragmentation), so a smaller saving (ZeRO-3 on a MoE
+model's long sequence saves 0.15 GiB of its 1,000) is within what it does not count and would not be seen in a
+real job."""
 
 LAYOUT_STEPS = 3
 """How many multiples of tp, pp or cp a layout remedy tries: the smallest factors of dp, which keep the GPUs."""

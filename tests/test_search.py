@@ -411,7 +411,8 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
               Candidate(8, 1, 2, 32, 1, 1, "zero1", "none").label()]
     table = pd.DataFrame({"label": labels, "status": "simulated", "tokens_per_s": [2e5, 1e5], "mfu": [0.4, 0.2],
                           "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": "compute-bound",
-                          "tree_choice": [True, False], "searched": True, "reason_kind": None})
+                          "tree_choice": [True, False], "searched": True, "reason_kind": None,
+                          "memory_tight": False})
     text = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""), "s.yaml")
     lines = text.splitlines()[:3]
     assert "(tree)" in lines[1]
@@ -435,7 +436,7 @@ def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_l
                                      "40 layers do not split over pp x virtual_stages = 3 stages"],
                           "reason_kind": ["out_of_memory", "out_of_memory", "layers_do_not_split"],
                           "memory_model_peak_gib": [853.0, 913.0, None], "tokens_per_s": None, "tree_choice": False,
-                          "searched": True})
+                          "searched": True, "memory_tight": False})
     lines = format_search(SearchResult(table, None, TreeChoice(None, ("none fits",)), None, ""),
                           "s.yaml").splitlines()
     assert lines[:4] == ["3 layouts: 0 simulated, 3 pruned, 0 failed",

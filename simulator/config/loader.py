@@ -71,6 +71,13 @@ class Override:
             return f"{self.file}:{self.line}"
         return " ".join(part for part in (self.field or self.file, self.prefix.removesuffix(": ")) if part)
 
+    def overlaps(self, field: FieldPath) -> bool:
+        """Whether it writes ``field``, a section holding it or a field under it (what a command that sets
+        ``field`` itself would write over, or lose)."""
+        written, other = tuple(map(str, self.path)), tuple(map(str, field))
+        common = min(len(written), len(other))
+        return written[:common] == other[:common]
+
     def error(self, problem: str, field: str, allowed: str = "",
               kind: type[ScenarioError] = ScenarioError) -> ScenarioError:
         """The error ``problem`` in the value this override wrote, located at it: the value as typed before the

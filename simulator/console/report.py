@@ -164,6 +164,20 @@ def oom_line(summary: dict, loaded: LoadedScenario, topology: Topology | None = 
             f"{summary['memory_capacity_gib']:.1f} GiB (try {tried})")
 
 
+def tight_memory_line(summary: dict) -> str:
+    """The warning of a summary whose peak fits with less room than the memory plan leaves out
+    (`memory_plan.tight_fit`), '' otherwise."""
+    from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES, tight_fit
+
+    peak, capacity = summary.get("peak_memory_gib"), summary.get("memory_capacity_gib")
+    if not peak or not capacity or not tight_fit(peak, capacity):
+        return ""
+    return (f"{peak:,.2f} GiB of the GPU's {capacity:,.2f} GiB{_peak_place(summary)} leaves "
+            f"{capacity - peak:.2f} GiB, under the {UNMODELLED_BYTES / GIB:.0f} GiB the memory plan leaves out (the "
+            "CUDA context, NCCL's buffers, the allocator's fragmentation: docs/training-step.md): a real GPU may "
+            "run out of memory")
+
+
 def _peak_place(summary: dict) -> str:
     """Where the fullest GPU is: " on pipeline stage 2 (rank 16)"; a rank holding several virtual stages
     (interleaved, the V of zbv and dualpipev) with all of them, " on rank 0 (stages 0, 7)", named by

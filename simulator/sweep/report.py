@@ -15,10 +15,13 @@ from simulator.report.run_folder import SEARCH_FOLDER, trainsim_version, write_r
 from simulator.report.tables import csv_text
 from simulator.sweep.layouts import Pruned
 from simulator.sweep.results import CandidateStatus, simulations_done
-from simulator.sweep.search import SearchResult
+from simulator.sweep.search import SearchResult, ranked
 from simulator.units import counted, format_memory
+from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES
 
 SHOWN = 10
+TIGHT_MARK = "!"
+"""The mark after the peak of a layout that fits with less room than the memory plan leaves out."""
 WIDTH = 118
 """The width the comparison's sentences are wrapped to (one line of 600 characters ran off every terminal)."""
 
@@ -32,17 +35,20 @@ def format_search(result: SearchResult, scenario: str) -> str:
     one a line (they were one line of up to a thousand characters), the comparison, wrapped, and the command
     that runs the winner of the search of ``scenario`` (its outputs, as any run's)."""
     table = result.table
-    simulated = table[table["status"] == CandidateStatus.SIMULATED].sort_values(["tokens_per_s", "label"],
-                                                                              ascending=[False, True])
-    rows = simulated.head(SHOWN).to_dict("records")
+    rows = ranked(table[table["status"] == CandidateStatus.SIMULATED]).head(SHOWN).to_dict("records")
     layouts = [row["label"] + (_TREE_MARKS[bool(row["searched"])] if row["tree_choice"] else "") for row in rows]
     width = max([48, *map(len, layouts)])
     lines = [f"{'rank':>4}  {'layout':<{width}} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"] if rows else []
     ranks = iter(range(1, len(rows) + 1))  # the tree's layout outside the searched space is shown, not ranked
     for row, layout in zip(rows, layouts):
         rank = next(ranks) if row["searched"] else "-"
+        tight = TIGHT_MARK if row["memory_tight"] else " "
         lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
-                     f"{row['peak_memory_gib']:>8.1f}  {row['bottleneck.verdict']}")
+                     f"{row['peak_memory_gib']:>8.1f}{tight} {row['bottleneck.verdict']}")
+    if any(row["memory_tight"] for row in rows):
+        lines.append(f"{TIGHT_MARK} under {UNMODELLED_BYTES / GIB:.0f} GiB left, what the memory plan leaves out "
+                     "(the CUDA context, NCCL's buffers, the allocator's fragmentation): a real GPU may run out of "
+                     "memory; ranked after the layouts with that room")
     counts = table["status"].value_counts().to_dict()
     lines.append(f"{len(table)} layouts: {counts.get(CandidateStatus.SIMULATED, 0)} simulated, "
                  f"{counts.get(CandidateStatus.PRUNED, 0)} pruned, {counts.get(CandidateStatus.FAILED, 0)} failed")

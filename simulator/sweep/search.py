@@ -17,7 +17,7 @@ from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
 from simulator.config.traces import TraceWorkload
-from simulator.config.yaml_source import read_yaml, set_text
+from simulator.config.yaml_source import dotted, read_yaml, set_text
 from simulator.errors import InputError, ScenarioError, SearchStopped, Terminated
 from simulator.metrics.summary import IDLE_WITHOUT_PIPELINE
 from simulator.scale import capped_topology, scenario_gpus
@@ -49,7 +49,7 @@ from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
 from simulator.workload.experts import experts_split_problem
 from simulator.workload.memory import state_bytes_per_param
-from simulator.workload.memory_plan import rematerialized_activations
+from simulator.workload.memory_plan import rematerialized_activations, tight_fit
 from simulator.workload.training import resolve_model
 
 DEFAULT_TOP = 8
@@ -203,13 +203,18 @@ def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts:
     table = _table(checked, runs, tree.candidate, space_layouts, given, schedule)
     # The tree's layout is simulated for the comparison even where the space (--tp, --pp, ...) leaves it out;
     # the winner is the space's: else a space with nothing that fits "agreed with the tree" and exited 0.
-    simulated = table[(table["status"] == CandidateStatus.SIMULATED) & table["searched"]].sort_values(
-        ["tokens_per_s", "label"], ascending=[False, True])
+    simulated = ranked(table[(table["status"] == CandidateStatus.SIMULATED) & table["searched"]])
     winner = simulated.iloc[0].to_dict() if len(simulated) else None
     tree_rows = table[table["tree_choice"]]
     tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
     searched = {name: {getattr(c, name) for c in space_layouts} for name in SPACE_FLAGS}
     return SearchResult(table, winner, tree, tree_row, compare(winner, tree_row, tree, searched), turned_off)
+
+
+def ranked(simulated: pd.DataFrame) -> pd.DataFrame:
+    """Simulated rows best first: by tokens/s, those with room for what the memory plan leaves out before the
+    `memory_tight` ones (`tight_fit`: a real GPU may run out of memory on them), ties by label."""
+    return simulated.sort_values(["memory_tight", "tokens_per_s", "label"], ascending=[True, False, True])
 
 
 def _refuse_expert_parallelism_without_experts(loaded: LoadedScenario, given_ep: tuple[int, ...]) -> None:
@@ -260,12 +265,9 @@ def _refuse_sets_on_searched_fields(loaded: LoadedScenario) -> None:
     refused at the `--set`, naming the flag that gives its values: every candidate writes over it, and the
     search ranked layouts without it."""
     for override in loaded.overrides:
-        written = tuple(str(part) for part in override.path)
         for name, flag in SEARCHED_FIELDS.items():
-            field = tuple(name.split("."))
-            common = min(len(written), len(field))
-            if written[:common] == field[:common]:
-                raise override.error(f"the search sets {name} in every layout it tries", ".".join(written),
+            if override.overlaps(tuple(name.split("."))):
+                raise override.error(f"the search sets {name} in every layout it tries", dotted(override.path),
                                      f"a field the search does not vary; for {name}: {flag}")
 
 
@@ -344,7 +346,8 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
            given: list[str], base_schedule: str) -> pd.DataFrame:
     """One row per candidate; `schedule` the pipeline schedule it runs (from the scenario's ``base_schedule``);
     `searched` says whether it is a layout of the searched space (the tree's layout, simulated for the
-    comparison, may lie outside it and never wins); `overrides`, for a layout that got as far as the memory
+    comparison, may lie outside it and never wins); `memory_tight` whether its simulated peak fits with less room
+    than the memory plan leaves out (`tight_fit`); `overrides`, for a layout that got as far as the memory
     check, the `--set` values that run it (`run_overrides`, a JSON list, as a sweep's table holds its points'
     overrides)."""
     rows = []
@@ -362,6 +365,8 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
                    searched=c.candidate in space)
         metrics = record.metrics if record is not None else {}
         row.update({name: metrics.get(name) for name in REPORTED_METRICS})
+        peak, capacity = metrics.get("peak_memory_gib"), metrics.get("memory_capacity_gib")
+        row["memory_tight"] = bool(peak and capacity and tight_fit(peak, capacity))
         row["overrides"] = json.dumps(run_overrides(c.data, given)) if c.data else None
         rows.append(row)
     return pd.DataFrame(rows)

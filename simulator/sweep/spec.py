@@ -357,11 +357,8 @@ def _refuse_sets_on_axes(set_by_hand: tuple[Override, ...], axes: dict[str, Fiel
     """A `--set` whose field an axis also writes (the same field, a section holding the axis's, or a field
     under the axis's) refused at the `--set`, naming the axis and its line."""
     for override in set_by_hand:
-        written = tuple(str(part) for part in override.path)
         for name, entry in axes.items():
-            axis = tuple(str(part) for part in parse_field(name))
-            common = min(len(written), len(axis))
-            if written[:common] == axis[:common]:
+            if override.overlaps(parse_field(name)):
                 raise override.error(f"the sweep's axis {dotted(entry)} ({source}:{line_of(lines, entry)}) sets "
                                      f"{name} at every point", dotted(override.path),
                                      "a field no axis writes: vary it in the sweep file, or leave out the --set")

@@ -19,6 +19,11 @@ from simulator.workload.transformer import ShardShape
 
 GIB = 2.0**30
 
+UNMODELLED_BYTES = GIB
+"""What the memory plan leaves out of every GPU's peak: the CUDA context, NCCL's buffers and the caching
+allocator's fragmentation, about a GiB together (docs/training-step.md, "Memory"; docs/cost-model.md puts the
+context and NCCL's buffers at a few hundred MiB). A layout that fits with less room than this is `tight_fit`."""
+
 DDP_BUCKET_COPIES = 2.0
 """An approximation: DDP's communication buffers taken as two buckets' worth (one reduced, the next filled).
 Neither framework allocates that: PyTorch's reducer (reducer.cpp `initialize_buckets`) gives every bucket a flat
@@ -281,6 +286,12 @@ def peak_memory_entries(peak: MemoryBreakdown, rank: int, capacity_bytes: float)
     which rank it is and whether it is out of memory."""
     return {"peak_memory_gib": peak.total / GIB, "memory_breakdown_gib": breakdown_gib(peak),
             "memory_capacity_gib": capacity_bytes / GIB, "peak_memory_rank": rank, "oom": peak.total > capacity_bytes}
+
+
+def tight_fit(peak_gib: float, capacity_gib: float) -> bool:
+    """Whether a peak that fits the GPU's capacity (both in GiB) leaves it less room than the plan leaves out
+    (`UNMODELLED_BYTES`), so that a real GPU may run out of memory where the plan says the step fits."""
+    return peak_gib <= capacity_gib and (capacity_gib - peak_gib) * GIB < UNMODELLED_BYTES
 
 
 def overlap_summary(step: TrainingStep) -> dict:
