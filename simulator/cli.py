@@ -474,6 +474,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
         memory_grid,
         parse_intervals,
         parse_multipliers,
+        refuse_sets_on_varied_field,
         run_study,
         write_study,
     )
@@ -493,6 +494,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
     on_healthy_step: Callable[[dict], None] | None = warn
     grids = {"checkpoint-interval": default_grid, "memory-interval": memory_grid}
+    if args.study in grids or args.intervals is not None:  # before the grid, which takes seconds
+        refuse_sets_on_varied_field(loaded, args.study)
     if args.study in grids and args.intervals is None:
         grid = grids[args.study](loaded, args.force, warn, multipliers)
         print(_grid_line(grid))

@@ -968,3 +968,33 @@ def test_an_mtbf_charts_ticks_are_at_its_points(mtbf):
     FigureCanvasAgg(figure).draw()
     labels = [tick.get_text() for tick in figure.axes[1].get_xticklabels() if tick.get_text()]
     assert labels == (["1", "2", "4"] if mtbf else ["0.5", "1", "2"])
+
+
+@pytest.mark.parametrize("study, sets, options", [
+    ("checkpoint-interval", "checkpoint.interval=5min", ["--intervals", "5min,10min"]),
+    ("checkpoint-interval", "checkpoint.interval=5min", []),
+    ("memory-interval", "checkpoint.memory.interval=1min", []),
+    ("mtbf", "checkpoint.interval=5min", ["--intervals", "10min"]),
+])
+def test_a_set_of_the_interval_the_study_varies_is_refused_naming_intervals(study, sets, options, monkeypatch,
+                                                                            capsys, tmp_path):
+    """`--set checkpoint.interval=5min` was accepted, written over at every point and kept in study.json's
+    overrides as if it applied (usertest42 #2)."""
+    import simulator.reliability.study as module
+
+    monkeypatch.setattr(module, "run_study", lambda *args, **kwargs: pytest.fail("ran the study"))
+    field = sets.split("=")[0]
+    assert main(["study", study, "llama3-70b-2k-job", "--set", sets, *options, "--out", str(tmp_path / "s")]) == 2
+    assert capsys.readouterr().err == (f"error: command line: trainsim study: --set {sets}: the {study} study sets "
+                                       f"{field} at every point (allowed: a field the study does not vary; for "
+                                       f"{field}: --intervals)\n")
+
+
+def test_an_mtbf_study_without_intervals_runs_at_the_interval_a_set_gives(tmp_path):
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1"))
+    out = tmp_path / "mtbf"
+    assert main(["study", "mtbf", str(scenario), "--set", "checkpoint.interval=25min", "--multipliers", "1",
+                 "--out", str(out), "--quiet"]) == 0
+    curve = json.loads((out / "study.json").read_text())["curves"][0]
+    assert curve["best_interval_s"] == pytest.approx(1500.0, abs=0.2)  # 4,860 steps of 0.309 s

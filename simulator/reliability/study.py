@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.config.reliability import parse_interval
-from simulator.config.yaml_source import FieldPath
+from simulator.config.yaml_source import FieldPath, dotted
 from simulator.errors import InputError
 from simulator.reliability.checkpoint import NO_SNAPSHOT_TAKEN, interval_steps, takes_no_snapshot
 from simulator.reliability.simulate import (
@@ -50,6 +50,19 @@ MEMORY_INTERVAL: FieldPath = ("checkpoint", "memory", "interval")
 STUDY_FIELDS: dict[StudyName, FieldPath] = {"checkpoint-interval": STORAGE_INTERVAL,
                                             "memory-interval": MEMORY_INTERVAL, "mtbf": STORAGE_INTERVAL}
 """The interval each study's `--intervals` sets (its points' x), one per study of `sweep.options.STUDIES`."""
+
+
+def refuse_sets_on_varied_field(loaded: LoadedScenario, study: StudyName) -> None:
+    """A `--set` of the interval the study's points set (`STUDY_FIELDS`: the field, a section holding it or a
+    field under it) refused at the `--set`, naming `--intervals`: every point writes over it, and the study's
+    records kept it as if it applied. Only for a study whose points set the interval: a checkpoint-interval or
+    memory-interval study on its default grid or `--intervals`, an mtbf study with `--intervals` (without, its
+    points run at the scenario's interval, which the `--set` gives)."""
+    field = STUDY_FIELDS[study]
+    for override in loaded.overrides:
+        if override.at_flag and override.overlaps(field):
+            raise override.error(f"the {study} study sets {dotted(field)} at every point", dotted(override.path),
+                                 f"a field the study does not vary; for {dotted(field)}: --intervals")
 
 
 def varied_interval(summary: dict, varies: FieldPath) -> tuple[float, int]:
@@ -408,6 +421,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
     require_horizon(base)
     refuse_no_memory_tier(base, study)
     varies = STUDY_FIELDS[study]
+    if intervals:
+        refuse_sets_on_varied_field(base, study)
     if intervals and study == "checkpoint-interval" and base.scenario.checkpoint.memory is not None:
         refuse_under_memory_tier(base, intervals, prepare_job(base, force=force))
     own = base.scenario.faults.rate_multiplier
