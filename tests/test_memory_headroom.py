@@ -12,7 +12,8 @@ from simulator.sweep.decision_tree import TreeChoice
 from simulator.sweep.executors import SerialExecutor
 from simulator.sweep.layouts import SearchSpace
 from simulator.sweep.report import format_search
-from simulator.sweep.search import SearchResult, ranked, search_layouts
+from simulator.sweep.results import ranked
+from simulator.sweep.search import SearchResult, search_layouts
 from simulator.workload import memory_plan
 
 TIGHT_8B = """cluster: {topology: dgx-h100-cluster, nodes: 64}

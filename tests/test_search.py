@@ -93,18 +93,22 @@ def test_search_takes_a_bundled_scenario_by_name():
 def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsys):
     """A search tells its progress over the candidates it simulates (minutes for a 70B space): `on_progress`
     hears of none done as they start (off a terminal the heartbeat's line counts them from there) and of each
-    candidate simulated, as a sweep's of each point (the CLI draws it as a
-    progress bar on a terminal), and `--quiet` takes it away, as it does for sweep and study; the results are
+    candidate simulated, as a sweep's of each point (the CLI draws it as a progress bar on a terminal),
+    `on_phase` of what it does before and between the counts, and `--quiet` takes it away, as it does for sweep
+    and study; the results are
     printed all the same."""
     from simulator.cli import main
 
     space = SearchSpace(tp=(1, 2), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
                         recompute=("selective",))
     heard: list[tuple[int, int]] = []
+    phases: list[str] = []
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=2,
-                            on_progress=lambda done, total: heard.append((done, total)))
+                            on_progress=lambda done, total: heard.append((done, total)), on_phase=phases.append)
     simulated = int((result.table["status"] == "simulated").sum())  # the top 2 and the decision tree's layout
     assert simulated == 3 and heard == [(done, simulated) for done in range(simulated + 1)]
+    # off a terminal the lines said only 'search: 0:00:10 elapsed' for the minutes before the first simulation
+    assert phases == ["estimating 2 layouts", "simulating the best"]
     assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(tmp_path / "s"), "--quiet",
                  *one_layout(recompute="selective")]) == 0
     assert "wrote" in capsys.readouterr().out

@@ -715,3 +715,23 @@ def test_a_narrow_heatmaps_title_fits_its_figure_clear_of_the_colour_bar():
     assert "mean of up to 2 points per cell" in ax.get_title()
     assert 0 <= title.x0 and title.x1 <= figure.bbox.width
     assert not title.overlaps(label)
+
+
+def test_the_front_of_a_search_stopped_before_any_simulation_is_refused_and_the_title_counts_the_stopped(
+        tmp_path, capsys):
+    """A search stopped before its first simulation drew an empty chart titled '0 simulated, 3686 pruned', its 4
+    `stopped` layouts counted nowhere (usertest42 #7a)."""
+    from simulator.report.study_plots import front_figure
+
+    candidates = pd.DataFrame({"label": ["a", "b", "c"], "status": ["pruned", "stopped", "stopped"],
+                               "peak_memory_gib": [None, 40.0, 50.0], "tokens_per_s": None, "tree_choice": False,
+                               "searched": True})
+    write_run_folder(tmp_path / "search", {"scenario": "s.yaml"},
+                     lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
+    assert main(["plot", "front", str(tmp_path / "search")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'search'}: OUTDIR: no layout was simulated (0 simulated, 1 pruned, 2 stopped) (allowed: "
+        "a folder written by `trainsim search ... --out DIR` (candidates.parquet and its manifest.json) where at "
+        "least one layout simulated)\n")
+    one = candidates.assign(status=["pruned", "simulated", "stopped"], tokens_per_s=[None, 1e5, None])
+    assert front_figure(one).axes[0].get_title() == "layout search: 1 simulated, 1 pruned, 1 stopped"

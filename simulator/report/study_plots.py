@@ -24,7 +24,7 @@ from simulator.report.column_units import (
 )
 from simulator.report.run_folder import checked_manifest, other_kind, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
-from simulator.sweep.results import AXES_ATTR, CandidateStatus
+from simulator.sweep.results import AXES_ATTR, CandidateStatus, ranked
 from simulator.units import format_size, magnitude, shown_value
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
@@ -339,7 +339,8 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     memories = simulated["peak_memory_gib"]
     searched = simulated[simulated["searched"].astype(bool)]
     if len(searched):
-        winner = searched.sort_values("tokens_per_s", ascending=False).iloc[0]
+        winner = (ranked(searched) if "memory_tight" in searched else
+                  searched.sort_values("tokens_per_s", ascending=False)).iloc[0]
         _label_inwards(ax, f"best: {winner['label']}", winner["peak_memory_gib"], winner["shown_rate"], memories, 5)
     for _, tree in simulated[simulated["tree_choice"].astype(bool)].iterrows():
         ax.scatter([tree["peak_memory_gib"]], [tree["shown_rate"]], color="#DD8452", marker="s", s=60,
@@ -350,9 +351,18 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     ax.yaxis.set_major_formatter(PlainFormatter())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
-    pruned = int((candidates["status"] == CandidateStatus.PRUNED).sum())
-    ax.set_title(f"layout search: {len(simulated)} simulated, {pruned} pruned")
+    ax.set_title(f"layout search: {_status_counts(candidates)}")
     return figure
+
+
+def _status_counts(candidates: pd.DataFrame) -> str:
+    """How many layouts have each status, simulated and pruned always, failed and stopped where there are any
+    (a stopped search's 'stopped' were missing from its 'N simulated, M pruned'): '0 simulated, 3,686 pruned,
+    4 stopped'."""
+    counts = candidates["status"].value_counts()
+    shown = [CandidateStatus.SIMULATED, CandidateStatus.PRUNED,
+             *(status for status in (CandidateStatus.FAILED, CandidateStatus.STOPPED) if counts.get(status.value))]
+    return ", ".join(f"{int(counts.get(status.value, 0)):,} {status.value}" for status in shown)
 
 
 def _read_table(path: Path, name: str, manifest_allowed: str | None = None) -> pd.DataFrame:
@@ -401,7 +411,11 @@ def study_figure(chart: StudyChart, path: Path, *, x: str | None = None, y: str 
                  value: str | None = None, log_x: bool = False) -> Figure:
     """The figure of one study chart read from ``path`` (a sweep or search folder, or collective JSON)."""
     if chart == "front":
-        return front_figure(_read_table(path, "candidates.parquet", SEARCH_ALLOWED))
+        candidates = _read_table(path, "candidates.parquet", SEARCH_ALLOWED)
+        if "status" in candidates and not (candidates["status"] == CandidateStatus.SIMULATED).any():
+            raise outdir_error(path, f"no layout was simulated ({_status_counts(candidates)})",
+                               f"{SEARCH_ALLOWED} where at least one layout simulated")
+        return front_figure(candidates)
     if chart == "busbw":
         return busbw_figure(collective_rows(path))
     frame = _read_table(path, "results.parquet")  # a folder that is no sweep's is told so before the flags

@@ -14,8 +14,8 @@ import orjson
 from simulator.report.run_folder import SEARCH_FOLDER, trainsim_version, write_run_folder
 from simulator.report.tables import csv_text
 from simulator.sweep.layouts import Pruned
-from simulator.sweep.results import CandidateStatus, simulations_done
-from simulator.sweep.search import SearchResult, ranked
+from simulator.sweep.results import CandidateStatus, ranked, simulations_done
+from simulator.sweep.search import SearchResult
 from simulator.units import counted, format_memory
 from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES
 

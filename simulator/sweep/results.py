@@ -37,6 +37,12 @@ class CandidateStatus(StrEnum):
     PRUNED = "pruned"
 
 
+def ranked(simulated: pd.DataFrame) -> pd.DataFrame:
+    """Simulated rows best first: by tokens/s, those with room for what the memory plan leaves out before the
+    `memory_tight` ones (`memory_plan.tight_fit`: a real GPU may run out of memory on them), ties by label."""
+    return simulated.sort_values(["memory_tight", "tokens_per_s", "label"], ascending=[True, False, True])
+
+
 def simulations_done(statuses: pd.Series) -> tuple[int, int]:
     """Of a search's candidate ``statuses`` (`CandidateStatus`), the layout simulations done (simulated or
     failed) and of how many (those and the stopped ones)."""

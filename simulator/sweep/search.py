@@ -44,9 +44,10 @@ from simulator.sweep.layouts import (
     structural_reason,
 )
 from simulator.sweep.options import Sharding
-from simulator.sweep.results import CandidateStatus
+from simulator.sweep.results import CandidateStatus, ranked
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
+from simulator.units import counted
 from simulator.workload.experts import experts_split_problem
 from simulator.workload.memory import state_bytes_per_param
 from simulator.workload.memory_plan import rematerialized_activations, tight_fit
@@ -92,12 +93,16 @@ def _in_place_of_microbatches(loaded: LoadedScenario) -> str:
 
 def search_layouts(scenario_path: str | Path, executor: Executor, *, space: SearchSpace | None = None,
                    top: int = DEFAULT_TOP, overrides: list[str] | None = None, force: bool = False,
-                   on_progress: Callable[[int, int], None] | None = None) -> SearchResult:
+                   on_progress: Callable[[int, int], None] | None = None,
+                   on_phase: Callable[[str], None] | None = None) -> SearchResult:
     """Search the layouts of the training step in ``scenario_path``, a file or a bundled scenario's name (every
     candidate sets the fields the search varies, `SEARCHED_FIELDS`, and keeps the rest of its parallelism
     section as written, but the ddp options its sharding cannot take; `ep` is the scenario's unless the space
     gives it); ``force`` simulates candidates beyond the scale limits.
-    ``on_progress(done, total)`` hears of each candidate simulated (the simulations take nearly all the time)."""
+    ``on_progress(done, total)`` hears of each candidate simulated (the simulations take nearly all the time),
+    ``on_phase`` of what the search does before and between its counts ('estimating 3,690 layouts': the memory
+    checks and estimates of Llama 3 8B's layouts on 512 GPUs took 3 minutes, with no count to show)."""
+    phase = on_phase or (lambda activity: None)
     space = space or SearchSpace()
     if top < 1:
         raise ScenarioError(f"'{top}' is below 1", field="--top", allowed="a whole number, 1 or more")
@@ -159,6 +164,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                             field="--tp/--cp/--pp/--virtual-stages",
                             allowed="tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1")
     space_layouts = set(candidates)
+    phase(f"estimating {counted(len(candidates), 'layout')}")
     turned_off = ddp_turned_off((base.get("parallelism") or {}).get("ddp") or {}, candidates)
     checked = _prune(candidates, check, space)
     eager = scenario.training.kernels == "eager"
@@ -178,6 +184,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
     runs: dict[Candidate, object] = {}
+    phase("simulating the best")
     try:
         _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress, runs)
     except KeyboardInterrupt as stop:
@@ -209,12 +216,6 @@ def _result(checked: list[Checked], runs: dict, tree: TreeChoice, space_layouts:
     tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
     searched = {name: {getattr(c, name) for c in space_layouts} for name in SPACE_FLAGS}
     return SearchResult(table, winner, tree, tree_row, compare(winner, tree_row, tree, searched), turned_off)
-
-
-def ranked(simulated: pd.DataFrame) -> pd.DataFrame:
-    """Simulated rows best first: by tokens/s, those with room for what the memory plan leaves out before the
-    `memory_tight` ones (`tight_fit`: a real GPU may run out of memory on them), ties by label."""
-    return simulated.sort_values(["memory_tight", "tokens_per_s", "label"], ascending=[True, False, True])
 
 
 def _refuse_expert_parallelism_without_experts(loaded: LoadedScenario, given_ep: tuple[int, ...]) -> None:
