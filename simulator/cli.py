@@ -570,22 +570,33 @@ def _grid_line(grid: IntervalGrid) -> str:
             f"of {format_seconds(grid.step_s)}{how}: {points} steps")
 
 
+FEW_REPLICATIONS = 3
+"""Replications below which a study line says its 95% interval is too few to read: with 2, Student's t of one
+degree of freedom (12.7) spans ETTR 0% to 100% (usertest42)."""
+
+
 def _study_line(curve: dict) -> str:
     """One multiplier's line: its system MTBF, the best interval tried (or, with one interval, that interval and
-    its ETTR's 95% interval: an `mtbf` study's point is no optimum), Young's and Daly's intervals, all of these
+    its ETTR's 95% interval: an `mtbf` study's point is no optimum, said too few where `FEW_REPLICATIONS`), the
+    checkpoint cost C that Young's and Daly's intervals take (sqrt(2 C M) checks by hand), Young's and Daly's
+    intervals, all of these
     intervals in one unit (`durations_alike`: 'interval 20 min; Young 805 s' had them compared across units);
     the ETTR marked invalid where the healthy step is out of memory, as a job's table marks it."""
-    from simulator.console.report import long_duration
+    from simulator.console.report import format_seconds, long_duration
     from simulator.metrics.summary import OOM_FIGURES
     from simulator.units import durations_alike
 
-    mtbf = f" (MTBF {long_duration(curve['mtbf_s'])})" if curve["mtbf_s"] is not None else ""
+    cost = (f", C {format_seconds(curve['young_daly_cost_s'])}" if curve.get("young_daly_cost_s") is not None
+            and curve["young_interval_s"] is not None else "")
+    mtbf = f" (MTBF {long_duration(curve['mtbf_s'])}{cost})" if curve["mtbf_s"] is not None else ""
     steps, edge = _steps_and_edge(curve)
     in_unit = durations_alike(_printed_intervals(curve))
     interval = in_unit(curve["best_interval_s"])
+    few = (f", {curve['replications']} replications: too few for an interval worth reading"
+           if (curve.get("replications") or FEW_REPLICATIONS) < FEW_REPLICATIONS else "")
     if len(curve["points"]) == 1:
         point = curve["points"][0]
-        spread = (f", 95%: {100 * point['ettr_ci95_low']:.2f}% to {100 * point['ettr_ci95_high']:.2f}%"
+        spread = (f", 95%: {100 * point['ettr_ci95_low']:.2f}% to {100 * point['ettr_ci95_high']:.2f}%{few}"
                   if point["ettr_ci95_low"] is not None else "")
         result = f"interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%{spread})"
     elif curve["flat"]:
@@ -593,7 +604,7 @@ def _study_line(curve: dict) -> str:
         best = next(point for point in curve["points"] if point["interval_s"] == curve["best_interval_s"])
         result = (f"flat within the 95% intervals: ETTR {min(ettr):.2f}% to {max(ettr):.2f}% over the "
                   f"{len(ettr)} intervals tried, all inside the best's 95% interval "
-                  f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at "
+                  f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%{few}); highest at "
                   f"{interval}, {steps}")
     else:
         result = f"best interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}"
@@ -907,6 +918,7 @@ def _choice_list(choices: tuple[str, ...]):
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from simulator.console.progress import RunProgress
     from simulator.report.run_folder import SEARCH_FOLDER
     from simulator.sweep.executors import make_executor
     from simulator.sweep.layouts import SPACE_FLAGS, SearchSpace
@@ -923,7 +935,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     stopped: SearchStopped | None = None
     try:
         result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,
-                                overrides=args.set, force=args.force, on_progress=update)
+                                overrides=args.set, force=args.force, on_progress=update,
+                                on_phase=update.doing if isinstance(update, RunProgress) else None)
     except SearchStopped as exc:
         stopped, result = exc, exc.result
     except WorkerKilled as exc:

@@ -152,7 +152,7 @@ def test_a_curve_flat_within_its_intervals_says_so_instead_of_naming_a_best(tmp_
     assert curve["flat"] and min(ettr) >= best["ettr_ci95_low"] and max(ettr) - min(ettr) < 1e-4
     printed = capsys.readouterr().out
     assert "best interval" not in printed
-    assert (f"rate x 1 (MTBF 250.5 h): flat within the 95% intervals: ETTR {100 * min(ettr):.2f}% to "
+    assert (f"rate x 1 (MTBF 250.5 h, C {format_seconds(curve['young_daly_cost_s'])}): flat within the 95% intervals: ETTR {100 * min(ettr):.2f}% to "
             f"{100 * max(ettr):.2f}% over the 9 intervals tried, all inside the best's 95% interval "
             f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at 49.34 s, "
             "7,589 steps; Young 49.34 s, Daly 49.34 s\n") in printed
@@ -176,7 +176,7 @@ def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
     young = math.sqrt(2 * first["checkpoint_cost_s"] * M)  # sqrt(2 C M), C = 60 s: 1,138.42 s
     assert first["young_interval_s"] == pytest.approx(young, rel=1e-12)
     printed = capsys.readouterr().out.splitlines()[0]
-    assert printed.startswith("rate x 1 (MTBF 3.0 h): best interval ") and "; Young 18.97 min, Daly " in printed
+    assert printed.startswith("rate x 1 (MTBF 3.0 h, C 60 s): best interval ") and "; Young 18.97 min, Daly " in printed
     assert f"(ETTR {100 * first['best_ettr']:.2f}%)" in printed  # a percentage, as the job's table prints it
     rows = pd.read_csv(out / "study.csv", dtype=str)
     assert set(rows["young_interval_s"]) == {"1138.42", f"{young / math.sqrt(2):.6g}"}  # x 2: M / 2
@@ -260,9 +260,9 @@ def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, cap
     assert curves[0]["young_interval_s"] == pytest.approx(math.sqrt(2 * C * M / 2), rel=1e-12)
     lines = capsys.readouterr().out.splitlines()
     ettr = [100 * curve["points"][0]["ettr"] for curve in curves]
-    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h): interval 20.00 min, 3,888 steps (ETTR {ettr[0]:.2f}%); "
+    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h, C 60 s): interval 20.00 min, 3,888 steps (ETTR {ettr[0]:.2f}%); "
                          "Young 13.42 min, Daly 12.76 min",  # sqrt(2 C M) and Daly's for C = 60 s, M = 1.5 h
-                         f"rate x 2 (MTBF 45.0 min): interval 20.00 min, 3,888 steps (ETTR {ettr[1]:.2f}%); "
+                         f"rate x 2 (MTBF 45.0 min, C 60 s): interval 20.00 min, 3,888 steps (ETTR {ettr[1]:.2f}%); "
                          "Young 9.487 min, Daly 8.832 min"]
 
 
@@ -395,7 +395,7 @@ def test_goodput_chart_gives_ettr_in_percent_as_the_printed_lines_do():
 def test_an_mtbf_study_without_multipliers_runs_half_and_twice_the_rate_and_is_drawn_against_the_mtbf(tmp_path):
     """`trainsim study mtbf` without --multipliers ran x 1 alone, one point, which `trainsim plot goodput` drew
     against the checkpoint interval: it runs x 0.5, 1 and 2 now, and one given multiplier is drawn against the
-    MTBF too (study.json names its kind)."""
+    MTBF too (study.json names its kind), its ticks in hours as the lines print them (they read 3.09308)."""
     from simulator.reliability.plots import goodput_figure, load_study
 
     scenario = tmp_path / "job.yaml"
@@ -404,7 +404,10 @@ def test_an_mtbf_study_without_multipliers_runs_half_and_twice_the_rate_and_is_d
     assert main(["study", "mtbf", str(scenario), "--out", str(out), "--quiet"]) == 0
     study = load_study(out)
     assert [curve["rate_multiplier"] for curve in study["curves"]] == [0.5, 1.0, 2.0]
-    assert goodput_figure(study).axes[1].get_xlabel() == "system MTBF (h)"
+    axes = goodput_figure(study).axes[1]
+    assert axes.get_xlabel() == "system MTBF (h)"
+    ticks = axes.xaxis.get_major_formatter()
+    assert [ticks(hours, 0) for hours in (3.09308, 6.18616, 0.51234)] == ["3.1", "6.2", "0.51"]  # as printed
     assert main(["study", "mtbf", str(scenario), "--multipliers", "1", "--out", str(out), "--quiet"]) == 0
     study = load_study(out)
     assert study["study"] == "mtbf" and len(study["curves"]) == 1
@@ -655,7 +658,7 @@ def test_a_study_names_a_long_interval_and_its_bound_in_days(tmp_path, capsys):
     assert [w["warning"] for w in kept] == [printed.err.split(": command line: trainsim study: ", 1)[1].strip()]
     assert kept[0]["warning"].startswith("--intervals: 60 d: a checkpoint every 60 d is longer than run.horizon")
     assert re.search(r"\(allowed: at most [0-9,]+ steps \(about 54 d\) for checkpoints", printed.err)
-    assert printed.out.startswith("rate x 1 (MTBF 3.0 h): interval 60 d, ")
+    assert printed.out.startswith("rate x 1 (MTBF 3.0 h, C 60 s): interval 60 d, ")
 
 
 def test_a_warning_from_a_file_named_like_a_flag_stays_at_the_file(tmp_path, capsys, monkeypatch):
@@ -875,8 +878,8 @@ def test_each_point_that_writes_no_checkpoint_warns_before_any_point_runs(tmp_pa
 def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys):
     """Daly's interval for C = 60 s, M = 3 h is 1,098.8 s, so the default grid's x 4 (4,395 s) is past a 1 h
     horizon: it is left out (a point there wrote no checkpoint, and would now be refused at --intervals), and
-    the printed line says so; a 4 min horizon (the scenario's own interval 2 min), shorter than Daly x 1/4
-    (274.7 s), has no point left and is refused at --intervals before any point runs."""
+    the printed line says so; a 4 min horizon, shorter than Daly x 1/4 (274.7 s), has no point left and is
+    refused at --intervals before any point runs."""
     from simulator.reliability.study import DEFAULT_GRID_FACTORS, default_grid
 
     text = job_text("exponential", 1.0, "10 s").replace("horizon: 54 d, replications: 20",
@@ -893,7 +896,7 @@ def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys
     points = json.loads((out / "study.json").read_text())["curves"][0]["points"]
     assert [point["interval_steps"] for point in points] == nearest[:8]
     assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "short"), "--quiet",
-                 "--set", "run.horizon=4 min", "--set", "checkpoint.interval=2 min"]) == 2
+                 "--set", "run.horizon=4 min"]) == 2
     assert capsys.readouterr().err == (
         f"error: command line: trainsim study: --intervals: Daly's interval ({format_duration(grid.centre_s)}) x 0.25 "
         "is longer than "
@@ -998,3 +1001,17 @@ def test_an_mtbf_study_without_intervals_runs_at_the_interval_a_set_gives(tmp_pa
                  "--out", str(out), "--quiet"]) == 0
     curve = json.loads((out / "study.json").read_text())["curves"][0]
     assert curve["best_interval_s"] == pytest.approx(1500.0, abs=0.2)  # 4,860 steps of 0.309 s
+
+
+def test_a_study_of_two_replications_says_its_interval_is_too_few_to_read(tmp_path, capsys):
+    """With 2 replications Student's t of one degree of freedom (12.7) gave 'ETTR 79.54%, 95%: 0.00% to
+    100.00%' and nothing said why (usertest42 #7d); with 3 the interval is read as it is."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 2"))
+    assert main(["study", "mtbf", str(scenario), "--intervals", "20min", "--multipliers", "1",
+                 "--out", str(tmp_path / "two")]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert re.search(r", 95%: [0-9.]+% to [0-9.]+%, 2 replications: too few for an interval worth reading\); ", line)
+    assert main(["study", "mtbf", str(scenario), "--intervals", "20min", "--multipliers", "1", "--set",
+                 "run.replications=3", "--out", str(tmp_path / "three")]) == 0
+    assert "too few" not in capsys.readouterr().out

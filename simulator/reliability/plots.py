@@ -21,6 +21,8 @@ from simulator.units import format_duration
 
 STUDY_FILE = "study.json"
 STUDY_ALLOWED = "a folder written by `trainsim study ... --out DIR`"
+MTBF_LABEL = "system MTBF (h)"
+"""The x axis of a study drawn against the system MTBF (`across_mtbf`)."""
 CURVE_KEYS = ("rate_multiplier", "mtbf_s", "young_interval_s", "daly_interval_s", "best_interval_s", "best_ettr",
               "points")
 POINT_KEYS = ("interval_s", "ettr", "ettr_ci95_low", "ettr_ci95_high", "goodput_tokens_per_s")
@@ -76,6 +78,17 @@ def load_study(folder: Path) -> dict:
     return study
 
 
+def _tick(value: float, _position: int) -> str:
+    """An interval's or a multiplier's tick: '2', '0.5'."""
+    return f"{value:g}"
+
+
+def _mtbf_tick(hours: float, _position: int) -> str:
+    """An MTBF tick in hours as the study's lines print it: '3.1' (it read '3.09308'), '4' for 4.0, two
+    significant digits under an hour."""
+    return f"{hours:,.1f}".removesuffix(".0") if round(hours, 1) >= 1 else f"{hours:.2g}"
+
+
 def _hours(seconds: float) -> str:
     """An MTBF as the study's printed lines give it: hours with thousands separators ('2,168.5 h', not the
     '2.17e+03 h' the legend showed), minutes or seconds below an hour."""
@@ -125,7 +138,7 @@ def goodput_figure(study: dict) -> Figure:
     draw = _against_mtbf if across_mtbf(study) else _against_interval
     ettr_axis.set_xscale("log")
     x_label = draw(study, ettr_axis, goodput_axis, goodput, scale)
-    ettr_axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ettr_axis.xaxis.set_major_formatter(FuncFormatter(_mtbf_tick if x_label == MTBF_LABEL else _tick))
     ettr_axis.minorticks_off()
     ettr_axis.set_ylabel("ETTR, effective training time ratio (%)")
     ettr_axis.legend(fontsize=8)
@@ -201,4 +214,4 @@ def _against_mtbf(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str
         if marks:
             ettr_axis.annotate(", ".join(marks), (value, 100 * point["ettr"]), fontsize=7,
                                textcoords="offset points", xytext=(0, -14), ha="center")
-    return "system MTBF (h)" if by_mtbf else "failure-rate multiplier (x the scenario's own rates)"
+    return MTBF_LABEL if by_mtbf else "failure-rate multiplier (x the scenario's own rates)"

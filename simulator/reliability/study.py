@@ -367,6 +367,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
     waited = max(warned, key=lambda p: p.summary["restart_waiting_for_hosts_s"]["mean"], default=None)
     return {
         "rate_multiplier": points[0].multiplier,
+        "replications": first["replications"],
         "oom": first["oom"],
         "mtbf_s": first["mtbf_s"],
         "horizon_s": first["horizon_s"],
