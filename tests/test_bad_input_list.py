@@ -1,7 +1,7 @@
 """A named list of bad inputs, each run through the `trainsim` entry point: the answer is one line on stderr,
 the exit status says input (2) or runtime (1), nothing lands on stdout, no traceback, and no file is written.
 
-The list holds the cases of issue 7 (unwritable or empty --out, plots into a folder that cannot be written or
+The list holds the reported cases (unwritable or empty --out, plots into a folder that cannot be written or
 with an unknown extension, deeply nested YAML, an alias bomb, a non-UTF-8 schedule CSV, `tp: true`, a self-loop
 link, an override that sets a bad topology value), and the common mistakes around them.
 """

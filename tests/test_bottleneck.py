@@ -1,4 +1,4 @@
-"""The bottleneck names the step's largest loss with its share of the step (issue 7 item 4): a GPipe or 1F1B
+"""The bottleneck names the step's largest loss with its share of the step: a GPipe or 1F1B
 step at p = 4, m = 8 with uniform stages idles (p - 1)/(m + p - 1) = 3/11 = 27.3% of its step in the pipeline
 bubble (no optimizer, no DP traffic: the step is the pipeline window), and is never reported as plain compute."""
 

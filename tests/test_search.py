@@ -1,4 +1,4 @@
-"""Layout search (issue 9 acceptance): Llama-3-70B on 64 DGX H100, global batch 512, seq 8192 returns a valid
+"""Layout search: Llama-3-70B on 64 DGX H100, global batch 512, seq 8192 returns a valid
 layout that beats or ties seed 000's decision-tree choice in simulated tokens/s, and every pruned layout keeps
 its reason. The space is narrowed to keep the test short (three simulated steps at 512 GPUs); the full default
 space is run in docs/studies.md."""

@@ -1,4 +1,4 @@
-"""Readable Gantt charts (issue 7 item 7) and the study charts (issue 9 item 4).
+"""Readable Gantt charts and the study charts.
 
 Gantt: with `recompute: full` each backward pass carries one recompute bar as long as the recompute ops inside
 it; interleaved chunks get their own shades and the chunk of each pass follows the data dependencies (a
