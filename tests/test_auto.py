@@ -236,13 +236,13 @@ OVERSUBSCRIBED = {"nodes": 8, "leaf_ports": 2, "spines": 2, "oversubscription": 
 @pytest.mark.parametrize("per_host", [1, 8])
 @pytest.mark.parametrize("channels", [0, 4])
 def test_estimates_follow_the_channels_over_the_uplinks_of_an_oversubscribed_fabric(per_host, channels, monkeypatch):
-    """The ring's and the tree's estimates read the cross-host bandwidth off one route between the first two hosts,
-    here two hosts of one leaf group, which no spine separates: 0.25 to 0.96 of the simulated ring and as little as
-    0.25 of the tree where the uplinks bind (1 GiB over one H100 per host on 2 channels: 40.2 against 80.2 ms). They
-    now load every link of the plans' own routes, as the engine does, the channels' flows hashed over the 2
-    spines, and each step of the tree across hosts takes the latency of the slowest route among its edges (hosts
-    under one leaf or across the spines): both exactly (the tree was within 2% while one latency stood for every
-    edge: 0.981 of its simulation, one H100 per host at 1 MiB); auto's pick is the fastest candidate."""
+    """The ring's and the tree's estimates load every link of the plans' own routes, as the engine does, the channels'
+    flows hashed over the 2 spines, and each step of the tree across hosts takes the latency of the slowest route
+    among its edges (hosts under one leaf or across the spines): both match the simulation exactly, and auto's pick
+    is the fastest candidate. Read off one route between the first two hosts (two hosts of one leaf group, which no
+    spine separates), they would come out 0.25 to 0.96 of the simulated ring and as little as 0.25 of the tree where
+    the uplinks bind (1 GiB over one H100 per host on 2 channels: 40.2 against 80.2 ms); with one latency for every
+    edge the tree would be 0.981 of its simulation (one H100 per host at 1 MiB)."""
     topology = load_topology("dgx-h100-cluster", OVERSUBSCRIBED)
     efficiency = calibrated(topology.gpu_model)
     ranks = tuple(range(0, topology.num_gpus, 8 // per_host))
@@ -284,12 +284,10 @@ def test_auto_ranks_h100_candidates_as_the_simulation_does(hosts, profile):
 
 
 def test_auto_weighs_the_links_at_the_runs_efficiency():
-    """Two DGX A100s, a 32 MiB all-reduce: at line rate the tree is the faster (simulated 439 us against the
-    ring's 461); at the calibrated efficiencies the ring is (481 against 507 us): the tree leans on its NVLink
-    chains, and NVLink keeps 0.77 of its line rate there, InfiniBand, which bounds the ring, 0.94. Estimating at
-    nominal bandwidths took the tree under both. The scenario's efficiency reaches the run's plan cache. (It was
-    8 MiB, 214 / 217 and 232 / 222 us, until the tree's chains joined at their first GPUs as NCCL's do: the tree
-    now takes 188 us there at the calibrated efficiencies.)"""
+    """Two DGX A100s, a 32 MiB all-reduce: at line rate the tree is the faster (simulated 439 us against the ring's
+    461); at the calibrated efficiencies the ring is (481 against 507 us): the tree leans on its NVLink chains, and
+    NVLink keeps 0.77 of its line rate there, InfiniBand, which bounds the ring, 0.94. Estimating at nominal
+    bandwidths would take the tree under both. The scenario's efficiency reaches the run's plan cache."""
     topology = load_topology("dgx-a100-cluster", {"nodes": 2})
     group = tuple(range(16))
     request = CollectiveRequest("all_reduce", group, 32 * MIB, chunk_bytes=CHUNK)
@@ -342,12 +340,12 @@ def test_the_chain_and_tree_estimates_charge_the_window_stall(hosts, op, group, 
 
 
 def test_equal_estimates_go_to_the_first_listed():
-    """Two ranks on two hosts: the ring's and the tree's estimates are one closed form, 2 a + n / b, but came out in
-    different last bits (2,494.3148936170205 us for the tree against ...210 for the ring at 55.3 MiB), so some
-    sizes of a data-parallel pair took the tree and others the ring; ties go to the ring, listed first. (Both
-    simulate 1.88 ms there now that the tree runs on every channel, as the ring does; the tree on one channel took
-    2.49. Both estimates stay 1.33 times that: they read one route's bottleneck, the leaf's oversubscribed uplink,
-    while the 4 channels hash over both spines.)"""
+    """Two ranks on two hosts: the ring's and the tree's estimates are one closed form, 2 a + n / b, which summed in
+    other orders comes out in different last bits (2,494.3148936170205 us for the tree against ...210 for the ring at
+    55.3 MiB), so some sizes of a data-parallel pair could take the tree and others the ring; ties go to the ring,
+    listed first. (Both simulate 1.88 ms there, the tree on every channel as the ring; both estimates are 1.33 times
+    that: they read one route's bottleneck, the leaf's oversubscribed uplink, while the 4 channels hash over both
+    spines.)"""
     topology = load_topology("dgx-h100-cluster", {"nodes": 4, "leaf_ports": 2, "spines": 2, "oversubscription": 2,
                                                   "nics_per_node": 4})
     efficiency = calibrated(topology.gpu_model)
@@ -507,10 +505,9 @@ def test_nccls_ll128_caps_by_gpu_hosts_and_channels():
 
 
 def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
-    """4 DGX B200-like hosts (8 B200s each, 8 NICs of 50 GB/s): NCCL runs 2 channels per NIC, 16, and caps the
-    LL128 tree's busbw at 16 x 20 GB/s = 320 GB/s over more than 2 Blackwell hosts, so a 1 GiB all-reduce is
-    weighed at 14 us + 2 x 1 GiB / 320 GB/s = 6.725 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)
-    and the 6.319 ms it was weighed at before."""
+    """4 DGX B200-like hosts (8 B200s each, 8 NICs of 50 GB/s): NCCL runs 2 channels per NIC, 16, and caps the LL128
+    tree's busbw at 16 x 20 GB/s = 320 GB/s over more than 2 Blackwell hosts, so a 1 GiB all-reduce is weighed at 14
+    us + 2 x 1 GiB / 320 GB/s = 6.725 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 4, "node": {"gpu_model": "b200",
                                                                        "nvlink_bandwidth": "900 GB/s"}})
     efficiency = calibrated(topology.gpu_model)

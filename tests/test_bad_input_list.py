@@ -710,12 +710,12 @@ engine is simulating."""
 
 
 def test_ctrl_c_prints_interrupted_exits_130_and_writes_nothing(tmp_path):
-    """SIGINT while the 8,192-GPU scenario, with 256 micro-batches per step (about a minute of simulation), is
-    being simulated (its first progress line read; before, a fixed 5 s sleep, which a loaded machine could
-    spend still importing): one line, status 130, no output folder. The child gets the default SIGINT
-    disposition (a test run in the background of a shell would hand it SIGINT ignored, as a terminal never
-    does). A failure prints all the child said, and when the signal was sent: once the first line was read
-    with ``readline``, the lines written before it was read went missing (`first_line`)."""
+    """SIGINT while the 8,192-GPU scenario, with 256 micro-batches per step (about a minute of simulation), is being
+    simulated (sent once its first progress line is read, not after a fixed sleep, which a loaded machine could spend
+    still importing): one line, status 130, no output folder. The child gets the default SIGINT disposition (a test
+    run in the background of a shell would hand it SIGINT ignored, as a terminal never does). A failure prints all
+    the child said, and when the signal was sent (``readline`` alone would lose the lines written before the first
+    was read: `first_line`)."""
     out = tmp_path / "out"
     started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-c", PROGRESS_EVERY_TENTH_S, "run",

@@ -54,10 +54,10 @@ def test_waits_for_overlapped_tp_collectives_are_not_pipeline_bubble(tmp_path):
 
 
 def test_idle_without_a_pipeline_is_named_compute_idle(tmp_path):
-    """At pp = 1 the compute stream's waits are no pipeline bubble: here CP ranks without load balancing wait for
-    the rank holding the end of the sequence, (2i + 1)/cp of the mean attention. The console's row said
-    `compute idle 19.6%` while the verdict below it said `largest loss: pipeline bubble, 15.8% of the step`;
-    both now say compute idle (the loss keeps its key, `pipeline_bubble`)."""
+    """At pp = 1 the compute stream's waits are no pipeline bubble: here CP ranks without load balancing wait for the
+    rank holding the end of the sequence, (2i + 1)/cp of the mean attention. The console's row (`compute idle 19.6%`)
+    and the verdict below it both say compute idle, not 'pipeline bubble' (the loss keeps its key,
+    `pipeline_bubble`)."""
     path = tmp_path / "cp4.yaml"
     path.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 1024, heads: 8, vocab: 32000}\n"
                     "training: {seq_len: 16384, global_batch: 2, micro_batch: 1, precision: bf16}\n"
@@ -71,9 +71,8 @@ def test_idle_without_a_pipeline_is_named_compute_idle(tmp_path):
 
 
 def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():
-    """The torchtitan PP x FSDP step's compute stream idles 34.7% of it, more than WAIT_BOUND_SHARE, 23.4% of it
-    exposed communication, and its verdict said compute-bound (a user test). Now the larger wait,
-    communication, binds."""
+    """The torchtitan PP x FSDP step's compute stream idles 34.7% of it, more than WAIT_BOUND_SHARE, 23.4% of it exposed
+    communication: the larger wait, communication, binds, not compute."""
     summary = simulate(load_scenario(SCENARIOS / "llama3-70b-torchtitan-pp-fsdp.yaml")).summary
     verdict = summary["bottleneck"]
     evidence = verdict["evidence"]

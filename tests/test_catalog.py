@@ -54,8 +54,8 @@ def test_gpu_figures_match_datasheets():
 
 
 def test_gb200_racks_run_the_gb200_not_the_hgx_b200():
-    """The GB200 NVL72 rack (the topology file and the nvl72 builder's default) holds GB200 GPUs, whose 1,200 W
-    part peaks a tenth above the HGX B200's 1,000 W one; before, the rack held the HGX B200."""
+    """The GB200 NVL72 rack (the topology file and the nvl72 builder's default) holds GB200 GPUs, whose 1,200 W part
+    peaks a tenth above the HGX B200's 1,000 W one, not the HGX B200."""
     from simulator.topology.builders import NVL72_PARAMETERS
     from simulator.topology.loader import load_topology
 

@@ -233,9 +233,9 @@ links:
 
 
 def test_the_hybrid_shard_warning_says_what_fills_the_domain_only_when_it_does(tmp_path, capsys):
-    """GPUs 0, 1 and 3 on one host of a graph, TP 2 x DP 2: GPU 0's domain holds no other rank of its DP group
-    (GPU 2), but TP 2 x PP 1 covers only GPUs 0 and 1 of it; the warning said "TP 2 x PP 1 fill GPU 0's
-    3-GPU domain". It now names what the layout's groups show."""
+    """GPUs 0, 1 and 3 on one host of a graph, TP 2 x DP 2: GPU 0's domain holds no other rank of its DP group (GPU 2),
+    but TP 2 x PP 1 covers only GPUs 0 and 1 of it; the warning names what the layout's groups show, not "TP 2 x PP 1
+    fill GPU 0's 3-GPU domain"."""
     (tmp_path / "split.yaml").write_text(SPLIT_HOST_GRAPH)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(HYBRID_TP8.replace("dgx-h100-cluster", "split.yaml").replace("tp: 8", "tp: 2"))
@@ -293,8 +293,8 @@ def test_collective_json_keys(capsys):
 
 
 def test_collective_reads_its_topology_once(monkeypatch, capsys):
-    """`trainsim collective` read the topology file twice, for the GPU count that refuses a large cluster and
-    again for the sweep; the sweep now builds the file it was handed."""
+    """`trainsim collective` reads the topology file once: the sweep builds the file it was handed, the one whose GPU
+    count refuses a large cluster."""
     import simulator.topology.loader as loader
 
     reads: list[str] = []
@@ -313,9 +313,9 @@ def test_collective_table(capsys):
 
 
 def test_collective_names_the_algorithm_auto_chose_per_size(capsys):
-    """`auto` switches algorithm with the size (on two DGX A100s: the tree for small messages, the
-    rail-aligned ring at a few MiB); the table and the JSON said only `auto`, so a kink in the busbw curve
-    had no explanation. Each row now names the algorithm and protocol that ran, as NCCL_DEBUG=INFO does."""
+    """`auto` switches algorithm with the size (on two DGX A100s: the tree for small messages, the rail-aligned ring at
+    a few MiB); each row of the table and the JSON names the algorithm and protocol that ran, as NCCL_DEBUG=INFO
+    does, not just `auto`, so a kink in the busbw curve has its explanation."""
     args = ["collective", "--topology", "dgx-a100-cluster", "--set", "nodes=2", "--sizes", "64KiB,4MiB"]
     assert main(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -363,9 +363,9 @@ def test_a_custom_schedule_that_would_deadlock_is_refused_before_running(tmp_pat
 
 
 def test_a_scenario_file_named_like_a_flag_keeps_its_line_and_field(tmp_path, monkeypatch, capsys):
-    """Whether an error sat at a flag was decided by its file's name starting with '--', so `trainsim validate
-    -- --x.yaml` blamed the file's unknown key on the command line, without its line and field. A flag is now
-    marked on the error itself; a --set still names its key once."""
+    """A flag is marked on the error itself, not read off a file name starting with '--': `trainsim validate --
+    --x.yaml` locates the file's unknown key at its line and field, not on the command line; a --set still names its
+    key once."""
     monkeypatch.chdir(tmp_path)
     Path("--x.yaml").write_text("cluster:\n  topology: dgx-h100\nparallelism:\n  tpp: 2\n")
     assert main(["validate", "--", "--x.yaml"]) == 2
@@ -507,9 +507,9 @@ NODES_RANGE = "an integer from 1 to 131,072, 2 where not given"
     ("node[0]=1", "--set node[0]=1: "),
 ])
 def test_a_bad_topology_override_is_located_at_its_set(command, override, error, capsys):
-    """`topo` and `collective` located a bad --set value at the bundled topology file ('.../dgx-h100-cluster.yaml
-    (override): nodes: ...', or the file with no mark for an unknown name), which the user did not write;
-    `trainsim run` names the override, as these now do, on the command line of the command."""
+    """`topo` and `collective` locate a bad --set value on the command line of the command, at the override, as
+    `trainsim run` does, not at the bundled topology file the user did not write ('.../dgx-h100-cluster.yaml
+    (override): nodes: ...')."""
     assert main([*command, "--set", override]) == 2
     assert capsys.readouterr().err.startswith(f"error: command line: trainsim {command[0]}: {error}")
 
@@ -553,9 +553,9 @@ def test_a_scenario_set_is_named_as_typed(override, error, capsys):
 ])
 def test_a_scenario_cluster_set_the_topology_refuses_is_located_at_its_set(command, override, error, tmp_path,
                                                                             capsys):
-    """A scenario's `--set cluster.X` that the topology refused was rebuilt as a TopologyError without its mark
-    of a flag, so `validate` and `run` printed 'error: --set cluster.X=v: cluster.X: ...' off the command line;
-    every copy of an error now keeps its location whole (`InputError.rebuilt`)."""
+    """A scenario's `--set cluster.X` that the topology refuses is rebuilt as a TopologyError that keeps its mark of a
+    flag (every copy of an error keeps its location whole, `InputError.rebuilt`), so `validate` and `run` print it on
+    the command line, not as 'error: --set cluster.X=v: cluster.X: ...' off it."""
     args = [part.format(tmp=tmp_path / "out") for part in command]
     assert main([args[0], "llama3-8b-dgx-h100-dp8", *args[1:], "--set", override]) == 2
     assert capsys.readouterr().err.startswith(f"error: command line: trainsim {command[0]}: {error}")
@@ -588,9 +588,9 @@ def test_a_chunk_is_checked_once_for_the_scenario_and_the_collective_command(chu
 
 
 def test_the_collective_command_moves_an_error_onto_its_flag_with_every_other_part_kept(monkeypatch):
-    """An error in a field the collective command fills from a flag is moved onto that flag; the copy was made by
-    hand with the problem and allowed values alone, and dropped the rest (the line), where every copy now goes
-    through `InputError.rebuilt`. No error that reaches it carries a line today: one is made to, here."""
+    """An error in a field the collective command fills from a flag is moved onto that flag through
+    `InputError.rebuilt`, every other part kept (the line too), not only the problem and allowed values. No error
+    that reaches it carries a line in practice: one is made to, here."""
     from simulator import cli, collective_sweep
     from simulator.errors import ScenarioError
 
@@ -681,9 +681,8 @@ def test_a_steps_run_refuses_the_workers_of_a_job(tmp_path, capsys):
 ])
 def test_a_flag_is_located_alike_whether_argparse_or_its_command_refuses_it(command, refused_by_argparse,
                                                                            refused_by_the_command, tmp_path, capsys):
-    """argparse's refusals said `command line: trainsim search: --top: ...` and the command's own checks of its
-    flags `command line: --tp/...: ...`, without the command: both now name the command line, the command, then
-    the flag."""
+    """argparse's refusals and the command's own checks of its flags both name the command line, the command, then the
+    flag (`command line: trainsim search: --top: ...`), never the flag without the command."""
     base = {"search": ["search", "llama3-8b-dgx-h100-dp8", "--out", str(tmp_path / "out")],
             "study": ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", str(tmp_path / "out")],
             "collective": ["collective", "--topology", "dgx-h100"]}[command]
@@ -703,9 +702,8 @@ def test_a_flag_is_located_alike_whether_argparse_or_its_command_refuses_it(comm
                    "what each takes)"),
 ])
 def test_a_missing_argument_says_where_to_find_what_it_takes(capsys, args, error):
-    """Bare `trainsim`, a new user's first try, said 'the following arguments are required: command' and named
-    no command; a missing argument now says what is allowed as every other refusal does: the commands, or the
-    help that lists the arguments."""
+    """Bare `trainsim`, a new user's first try, says what is allowed as every other refusal does (the commands, or the
+    help that lists the arguments), not only 'the following arguments are required: command'."""
     assert main(args) == 2
     assert capsys.readouterr().err == f"error: command line: {error}\n"
 
@@ -855,10 +853,8 @@ def test_run_help_names_the_files_a_step_and_a_job_write(tmp_path, capsys):
     ("collective", "--sizes SIZES LOW:HIGH (doubling) or a comma list, with units (default 1MiB:1GiB)"),
 ])
 def test_help_gives_the_defaults_the_command_applies(capsys, command, shown):
-    """`trainsim sweep --help` said '--max-points MAX_POINTS  refuse sweeps with more points' and not how many (a
-    12,000-point sweep was refused at a limit the help never named), and `trainsim collective --help` gave --sizes
-    no default, though a run without it times 1 MiB to 1 GiB. Both defaults are in the help now, each from the
-    constant the command uses."""
+    """`trainsim sweep --help` gives --max-points' limit (a 12,000-point sweep is refused at it) and `trainsim
+    collective --help` --sizes' default (1 MiB to 1 GiB), each from the constant the command uses."""
     assert main([command, "--help"]) == 0
     assert shown in " ".join(capsys.readouterr().out.split())  # however wide the terminal wraps it
 
@@ -873,8 +869,8 @@ def test_every_commands_worker_count_is_shown_alike(capsys):
 
 
 def test_validate_published_replaces_its_report_whole_or_not_at_all(tmp_path, monkeypatch, capsys):
-    """A report whose writing fails halfway (here a text that cannot be encoded; a signal or a full disk
-    alike) leaves the earlier report as it was: before, write_text had cut it to nothing first."""
+    """A report whose writing fails halfway (here a text that cannot be encoded; a signal or a full disk alike) leaves
+    the earlier report as it was, not cut to nothing by write_text."""
     from simulator import validation
 
     out = tmp_path / "validation.md"
