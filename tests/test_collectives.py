@@ -202,9 +202,9 @@ def test_all_to_all_sends_to_every_peer_at_once(size, nbytes):
 
 
 def test_an_all_to_all_with_nothing_to_send_still_pays_one_handshake():
-    """A pair with no bytes posts no transfer beside pairs that carry some, but where no pair has any, every
-    pair's count-0 send runs as NCCL 2.14 and later run it, one empty step (docs/collectives.md, direct): the
-    all-to-all lasts one path latency, as before empty pairs were skipped, not nothing."""
+    """A pair with no bytes posts no transfer beside pairs that carry some, but where no pair has any, every pair's
+    count-0 send runs as NCCL 2.14 and later run it, one empty step (docs/collectives.md, direct): the all-to-all
+    lasts one path latency, not nothing."""
     size, topology = 4, switch_topology(4)
     own_slices_only = tuple(tuple(MIB if i == j else 0.0 for j in range(size)) for i in range(size))
     phases = plan_collective(CollectiveRequest("all_to_all", tuple(range(size)), size * MIB,
@@ -339,14 +339,14 @@ def cross_host_nics(topology: Topology, phases) -> Counter:
 
 
 def test_rings_and_trees_spread_evenly_over_nics_that_two_gpus_share():
-    """2 DGX H100 hosts with 4 NICs for 8 GPUs (GPUs 2k and 2k+1 on NIC k): the 4 rings leave each host through
-    the 4 NICs, one each, as NCCL's search places channels (one per NIC in turn, returning to it), and so do the
-    tree's chains. Ring all-reduce of 1 GiB, p = 16, 4 rings: a step moves n/(4p) through every NIC at 50 GB/s
-    (the 64 GB/s PCIe hop to it and n/p per GPU on 450 GB/s NVLink are faster); 14 of a ring's 16 hops cross
-    NVLink (3.4 us), 2 cross hosts (13 us: GPU-NIC-leaf-NIC-GPU, 3.25 us each), mean 4.6 us, so
-    t = 8.4 us + 2(p-1) (4.6 us + n/(4p x 50 GB/s)) = 10.213 ms, busbw 2(p-1)/p n / t = 197 GB/s. With NIC 0
-    carrying two rings and NIC 2 none, a step took twice as long: 20.3 ms, 99 GB/s. The ring's broadcast
-    estimate counts the rails as equally loaded, so it now matches the simulation (6.75 ms; 12.6 before)."""
+    """2 DGX H100 hosts with 4 NICs for 8 GPUs (GPUs 2k and 2k+1 on NIC k): the 4 rings leave each host through the 4
+    NICs, one each, as NCCL's search places channels (one per NIC in turn, returning to it), and so do the tree's
+    chains. Ring all-reduce of 1 GiB, p = 16, 4 rings: a step moves n/(4p) through every NIC at 50 GB/s (the 64 GB/s
+    PCIe hop to it and n/p per GPU on 450 GB/s NVLink are faster); 14 of a ring's 16 hops cross NVLink (3.4 us), 2
+    cross hosts (13 us: GPU-NIC-leaf-NIC-GPU, 3.25 us each), mean 4.6 us, so t = 8.4 us + 2(p-1) (4.6 us + n/(4p x 50
+    GB/s)) = 10.213 ms, busbw 2(p-1)/p n / t = 197 GB/s. With NIC 0 carrying two rings and NIC 2 none, a step would
+    take twice as long: 20.3 ms, 99 GB/s. The ring's broadcast estimate counts the rails as equally loaded, and
+    matches the simulation (6.75 ms)."""
     topology = load_topology("dgx-h100-cluster", {"nics_per_node": 4})
     ranks, n = tuple(range(16)), 1 * GIB
     for algorithm in ("ring", "tree"):
@@ -365,14 +365,13 @@ def test_rings_and_trees_spread_evenly_over_nics_that_two_gpus_share():
 
 @pytest.mark.parametrize("size, channels", [(10, 2), (12, 4)])
 def test_a_ring_over_a_partial_host_runs_each_of_its_nics_both_ways(size, channels):
-    """2 DGX H100 hosts, the group 8 GPUs on one and 2 (or 4) on the other, so ch = 2 (4)
-    rings. Each ring enters the partial host at one of the local indices both hosts hold and leaves at the next,
-    in turn, so each of its NICs takes one ring in and one out and a step moves n/(p ch) through every NIC
-    each way at 50 GB/s. A ring's p hops: p - 2 over NVLink (3.4 us), 2 across hosts (13 us), so
-    t = 8.4 us + 2(p-1) (latency mean + n/(p ch 50 GB/s)): 19.43 ms for p = 10 (busbw 99.5 GB/s), 9.96 ms
-    for p = 12 (197.6 GB/s), in the flow and the analytic model alike. Every ring entered the partial host at its
-    first GPU and left at its last before, so each of its NICs carried one direction: 38.76 ms (49.9 GB/s) and
-    19.80 ms (99.4 GB/s)."""
+    """2 DGX H100 hosts, the group 8 GPUs on one and 2 (or 4) on the other, so ch = 2 (4) rings. Each ring enters the
+    partial host at one of the local indices both hosts hold and leaves at the next, in turn, so each of its NICs
+    takes one ring in and one out and a step moves n/(p ch) through every NIC each way at 50 GB/s. A ring's p hops: p
+    - 2 over NVLink (3.4 us), 2 across hosts (13 us), so t = 8.4 us + 2(p-1) (latency mean + n/(p ch 50 GB/s)): 19.43
+    ms for p = 10 (busbw 99.5 GB/s), 9.96 ms for p = 12 (197.6 GB/s), in the flow and the analytic model alike. Rings
+    entering the partial host at its first GPU and leaving at its last would run each of its NICs one way only: 38.76
+    ms (49.9 GB/s) and 19.80 ms (99.4 GB/s)."""
     n = GIB
     topology = load_topology("dgx-h100-cluster", {"nodes": 2})
     phases = plan_collective(CollectiveRequest("all_reduce", tuple(range(size)), n), topology, "ring")

@@ -285,8 +285,8 @@ def test_communication_run_prints_its_collective_table(tmp_path, capsys):
 
 
 def test_the_collective_table_gives_each_size_in_a_unit_it_reads_in(tmp_path, capsys):
-    """Sizes were always printed in MiB (1 B as 9.537e-07 MiB, 1 GiB as 1,024 MiB); each now takes the largest
-    binary unit it reaches, to 4 significant digits (3000 B: 2.93 KiB), while summary.json keeps bytes."""
+    """Each size takes the largest binary unit it reaches, to 4 significant digits (3000 B: 2.93 KiB), not MiB
+    throughout (1 B as 9.537e-07 MiB, 1 GiB as 1,024 MiB), while summary.json keeps bytes."""
     scenario = tmp_path / "sizes.yaml"
     scenario.write_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nworkload:\n"
                         "  - {name: one, op: all_reduce, bytes: 1 B, group: 0-7}\n"
@@ -371,9 +371,9 @@ def _states_ahead_counted_at_5_s(monkeypatch, now: list[float]):
 
 
 def test_the_states_ahead_count_tells_the_time_left_once_one_state_has_run(capsys, monkeypatch):
-    """The 16,384-GPU job's bar said '0/19,663 states' for hours with no word of how many more. A phase counted
-    with ``eta`` (the job's states ahead) gives, once one is done, the time the rest take at its rate since its
-    count of none: one state in 150 s, 40 left, 6,000 s; none before, and none for the replications after."""
+    """A phase counted with ``eta`` (the job's states ahead, which a 16,384-GPU job counts to 19,663 over hours) gives,
+    once one is done, the time the rest take at its rate since its count of none: one state in 150 s, 40 left, 6,000
+    s; none before the first is done, and none for the replications after."""
     now = [0.0]
     with _states_ahead_counted_at_5_s(monkeypatch, now) as (progress, counted):
         assert progress.plain is not None
@@ -390,9 +390,9 @@ def test_the_states_ahead_count_tells_the_time_left_once_one_state_has_run(capsy
 
 
 def test_the_first_time_left_shares_the_rest_between_the_workers(capsys, monkeypatch):
-    """The first state ahead is simulated in the job's process alone, and the rest over the workers: its time
-    times the 40 left said 1:40:00 whatever --workers. A count that says 8 workers share the rest gives an
-    eighth of it, 0:12:30; the counts after it go by the rate so far, as before."""
+    """The first state ahead is simulated in the job's process alone, and the rest over the workers: a count that says 8
+    workers share the rest gives an eighth of its time times the 40 left, 0:12:30, not 1:40:00 whatever --workers;
+    the counts after it go by the rate so far."""
     now = [0.0]
     with _states_ahead_counted_at_5_s(monkeypatch, now) as (_, counted):
         now[0] = 155.0
@@ -425,10 +425,10 @@ def test_plain_progress_heartbeat_prints_while_no_count_comes(capsys, monkeypatc
 
 @pytest.mark.parametrize("label", ["sweep", "search"])
 def test_a_piped_sweep_or_search_prints_while_a_point_runs(label, capsys, monkeypatch):
-    """Off a terminal a sweep's and a search's lines came only as a point finished (a search said nothing for
-    its first minute, a one-point sweep nothing for 21 s), not every PLAIN_EVERY_S as documented: their plain
-    progress has a heartbeat now, which prints the due line though no point finishes (here every line due, the
-    thread looking every millisecond), and stops with the printer."""
+    """Off a terminal a sweep's and a search's plain progress has a heartbeat, which prints the due line every
+    PLAIN_EVERY_S as documented though no point finishes (here every line due, the thread looking every millisecond),
+    and stops with the printer; without it a search would say nothing for its first minute, a one-point sweep nothing
+    for 21 s."""
     from simulator.sweep.runner import progress_printer
 
     monkeypatch.setattr(progress_module, "BEAT_S", 0.001)
@@ -512,11 +512,11 @@ def _writes_a_line() -> None:
 
 
 def test_a_worker_forked_while_a_progress_line_is_written_does_not_block(monkeypatch):
-    """The job's heartbeat thread was alive while ahead.py forked its workers: one forked while the thread wrote
-    its line held stderr's lock in a copy with no thread to release it, and blocked for ever on its first write
-    to stderr (or its flush on the way out). Here the heartbeat's due line is held mid-write until the fork
-    begins: the fork now waits for that beat to end and the thread with it, the worker writes its line, and the
-    parent's heartbeat, started again at the run's next report, goes on printing its lines."""
+    """A worker forked by ahead.py while the job's heartbeat thread writes its line would hold stderr's lock in a copy
+    with no thread to release it, and block for ever on its first write to stderr (or its flush on the way out). Here
+    the heartbeat's due line is held mid-write until the fork begins: the fork waits for that beat to end and the
+    thread with it, the worker writes its line, and the parent's heartbeat, started again at the run's next report,
+    goes on printing its lines."""
     from multiprocessing import get_context
 
     stderr = _HeldStderr()
@@ -545,10 +545,10 @@ def test_a_worker_forked_while_a_progress_line_is_written_does_not_block(monkeyp
 
 
 def test_a_heartbeat_whose_fork_hook_was_interrupted_starts_again():
-    """A Ctrl-C inside the fork hook's join (CPython reports it and drops it; ahead.py and the sweep's pool
-    block it across their forks, another forker may not) left the heartbeat marked alive with its thread
-    ended, so `resume` never started another: no line for the rest of the run. It is forgotten now, and the
-    next report starts it again."""
+    """A Ctrl-C inside the fork hook's join (CPython reports it and drops it; ahead.py and the sweep's pool block it
+    across their forks, another forker may not) leaves the heartbeat's thread ended: the heartbeat is forgotten, not
+    left marked alive (where `resume` would never start another and no line would come for the rest of the run), and
+    the next report starts it again."""
     beats = threading.Semaphore(0)
     heartbeat = Heartbeat(beats.release, lambda: 0.001)
     heartbeat.start()
@@ -591,10 +591,10 @@ def test_a_heartbeat_ended_for_a_fork_has_left_the_systems_threads():
 
 
 def test_a_sweep_bar_keeps_no_thread_of_rich_and_redraws_while_the_pool_runs_its_first_points(monkeypatch):
-    """On a terminal the sweep's bar kept rich's refresh thread alive while the pool forked its workers (the
-    hazard a run's `Heartbeat` removed: a worker forked mid-write holds stderr's lock for ever); it is redrawn
-    by a Heartbeat now, which the pool starts again once its workers are forked: at the pool's first wait on
-    them the one thread beside the main one is the heartbeat's."""
+    """On a terminal the sweep's bar keeps no refresh thread of rich's alive while the pool forks its workers (a worker
+    forked mid-write would hold stderr's lock for ever): it is redrawn by a Heartbeat, which the pool starts again
+    once its workers are forked: at the pool's first wait on them the one thread beside the main one is the
+    heartbeat's."""
     import pty
 
     from simulator.sweep import executors
@@ -654,7 +654,7 @@ def test_validate_of_a_plain_step_imports_no_job_module():
 
 
 def test_plain_progress_says_100_percent_only_when_all_are_done(capsys):
-    """Rounded, 199 of 200 points read '(100%)' while one still ran; the share is floored now."""
+    """The share is floored: 199 of 200 points read '(99%)', not a rounded '(100%)' while one still runs."""
     now = [0.0]
     plain = PlainProgress("points", "sweep", clock=lambda: now[0])
     now[0] = PLAIN_EVERY_S
@@ -670,9 +670,8 @@ def test_plain_progress_says_100_percent_only_when_all_are_done(capsys):
     (["sweep", str(DATA / "sweep_200.yaml"), "--executor", "serial"], "sweep: 200/200 points"),
 ])
 def test_a_long_command_piped_says_how_far_it_got(command, line, tmp_path, monkeypatch, capsys):
-    """A job (or a sweep, a search, a study, a run) with its output piped prints plain progress lines on
-    stderr (here one at every count, PLAIN_EVERY_S set to 0), none with --quiet; before, a job printed
-    nothing until its end and a sweep nothing at all."""
+    """A job (or a sweep, a search, a study, a run) with its output piped prints plain progress lines on stderr (here
+    one at every count, PLAIN_EVERY_S set to 0), none with --quiet."""
     monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
     assert main([*command, "--out", str(tmp_path / "out")]) == 0
     assert f"{line} (100%)" in capsys.readouterr().err
@@ -685,9 +684,9 @@ def test_a_long_command_piped_says_how_far_it_got(command, line, tmp_path, monke
     (["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml")], "simulating: 116/116 ops (100%), writing outputs, "),
 ])
 def test_a_piped_run_says_when_it_writes_its_outputs(command, line, tmp_path, monkeypatch, capsys):
-    """The plain line ignored the 'writing outputs' phase: while a large job wrote its events, the heartbeat
-    went on saying only that the replications were done. A run and a job now say it the same way, after their
-    last count (a run of fewer than 1,024 ops had none: the engine did not report its last)."""
+    """The plain line says the 'writing outputs' phase (while a large job writes its events, not only that the
+    replications are done): a run and a job say it the same way, after their last count, which a run of fewer than
+    1,024 ops gets too (the engine reports its last)."""
     monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
     assert main([*command, "--out", str(tmp_path / "out")]) == 0
     lines = [text for text in capsys.readouterr().err.splitlines() if text.endswith(" elapsed")]
@@ -931,9 +930,9 @@ def test_a_trace_without_tokens_says_so_instead_of_zero_throughput(tmp_path, cap
 
 
 def test_a_trace_prints_compute_idle_as_unknown_not_zero(tmp_path, capsys):
-    """A replayed trace's kernels are not forward or backward passes, so its bubble_fraction has no window and is
-    0: the table printed 'compute idle 0.0%' though rank 0 of the bundled two-rank trace waits 100 us of its
-    4.192 ms step for rank 1 at the all-reduce; summary.json keeps bubble_fraction 0 as before."""
+    """A replayed trace's kernels are not forward or backward passes, so its bubble_fraction has no window and is 0: the
+    table prints compute idle as unknown, not 'compute idle 0.0%', though rank 0 of the bundled two-rank trace waits
+    100 us of its 4.192 ms step for rank 1 at the all-reduce; summary.json keeps bubble_fraction 0."""
     out_dir = tmp_path / "out"
     assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(out_dir)]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "compute idle" in line)
@@ -942,9 +941,9 @@ def test_a_trace_prints_compute_idle_as_unknown_not_zero(tmp_path, capsys):
 
 
 def test_a_trace_without_op_shapes_prints_hfu_as_unknown_not_zero(tmp_path, capsys):
-    """With tokens and model FLOPs given, a trace whose ops have no shapes printed 'MFU 31.4%, HFU 0.0%': its
-    executed FLOPs are unknown, not zero, so HFU is n/a; summary.json held hfu and hardware_tflops_per_gpu 0.0,
-    which a script reads as measured: now null."""
+    """With tokens and model FLOPs given, a trace whose ops have no shapes has unknown executed FLOPs, not zero: HFU is
+    n/a in the table (not 'MFU 31.4%, HFU 0.0%'), and summary.json's hfu and hardware_tflops_per_gpu are null, not
+    0.0, which a script would read as measured."""
     out_dir = tmp_path / "out"
     assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(out_dir),
                  "--set", "workload.tokens_per_step=8192", "--set", "workload.model_flops_per_token=100000000"]) == 0

@@ -279,8 +279,8 @@ def test_eager_pipeline_stages_hand_on_the_fp32_residual_stream():
 
 
 def test_eager_refuses_transformer_engines_tp_overlap():
-    """Userbuffers' chunked GEMMs against the TP collectives are Transformer Engine's; it ran with eager and took
-    37 ms off the reviewer's 1.3B TP 2 step."""
+    """Userbuffers' chunked GEMMs against the TP collectives are Transformer Engine's, which eager kernels do not run;
+    allowed, it would take 37 ms off a 1.3B TP 2 step."""
     with pytest.raises(InputError) as refused:
         scenario_from_text(DDP, source="ddp.yaml", overrides=["parallelism.tp_comm_overlap=true"])
     assert refused.value.field == "parallelism.tp_comm_overlap"
@@ -477,12 +477,11 @@ def test_the_layout_search_tree_under_eager_tries_plain_ddp_fsdp_and_pp_only():
     (lambda c: c.recompute == "full" and (c.sharding == "fsdp" or c.pp >= 4), (1, 8, "fsdp", "full")),
 ])
 def test_the_layout_search_tree_under_eager_shards_with_fsdp_where_plain_ddp_does_not_fit(fits, picked):
-    """eagerfsdp's llama3-8b-dgx-h100-eager-fsdp: plain DDP over the 8 GPUs needs 162 GiB; the search picks FSDP,
-    the tree picked PP + DDP. Now, as it shards with ZeRO-1 elsewhere, the tree shards with FSDP where plain DDP
-    does not fit: FSDP over every GPU, else PP + DDP (lighter recompute first), else PP + FSDP. Reviewer
-    reviewfc G1: that order picked pp4 dp2 DDP with full recompute over FSDP dp8 with the same recompute (seq
-    16384, global batch 32: 37,399 against 52,405 tokens/s); now recompute is tried outermost, lightest first,
-    and for each DDP and FSDP over every GPU come before the pipelined layouts."""
+    """eagerfsdp's llama3-8b-dgx-h100-eager-fsdp: plain DDP over the 8 GPUs needs 162 GiB; the search picks FSDP, and
+    the tree, as it shards with ZeRO-1 elsewhere, shards with FSDP where plain DDP does not fit: recompute is tried
+    outermost, lightest first, and for each DDP and FSDP over every GPU come before the pipelined layouts (PP + DDP,
+    then PP + FSDP). Recompute inside would pick pp4 dp2 DDP with full recompute over FSDP dp8 with the same
+    recompute (seq 16384, global batch 32: 37,399 against 52,405 tokens/s)."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Candidate, Checked, Pruned, Pruning
 

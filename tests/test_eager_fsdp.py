@@ -200,9 +200,9 @@ def test_pipelined_fsdp_stages_hand_on_a_16_bit_stream_and_fold_exactly():
       "parallelism.fsdp=hybrid_shard"), "in its NVLink domain = 1"),
 ])
 def test_eager_fsdp_over_a_one_rank_shard_group_is_refused(overrides, group):
-    """torchtitan applies fully_shard only over more than one rank, else it trains under autocast; a one-rank
-    shard group (one data-parallel rank, or HSDP with one of them per host) would drop autocast's costs and
-    charge none of FSDP's (the H200 step 13.123 ms against eager DDP's 14.670 ms, before), so it is refused."""
+    """torchtitan applies fully_shard only over more than one rank, else it trains under autocast; a one-rank shard
+    group (one data-parallel rank, or HSDP with one of them per host) would drop autocast's costs and charge none of
+    FSDP's (the H200 step 13.123 ms against eager DDP's 14.670 ms), so it is refused."""
     with pytest.raises(InputError) as refused:
         fsdp_summary(*overrides)
     assert refused.value.field == "parallelism.fsdp"
@@ -211,9 +211,9 @@ def test_eager_fsdp_over_a_one_rank_shard_group_is_refused(overrides, group):
 
 
 def test_the_copy_in_is_a_copy_in_its_pass_not_communication():
-    """FSDP2's copy-in is an HBM copy on its own stream: counted in the forward or backward it gathers for, as
-    the copy-out and the gradient copies are, so the data-parallel communication is the collectives alone (before,
-    comm_s.dp of Llama 3 8B eager FSDP counted its copy-ins, 619.5 ms against the fused step's 606.6)."""
+    """FSDP2's copy-in is an HBM copy on its own stream: counted in the forward or backward it gathers for, as the
+    copy-out and the gradient copies are, so the data-parallel communication is the collectives alone (counting the
+    copy-ins, comm_s.dp of Llama 3 8B eager FSDP would read 619.5 ms against the fused step's 606.6)."""
     timeline = simulate(scenario_from_text(FSDP, source="fsdp.yaml")).timeline
     copy_ins = timeline[timeline["name"].str.startswith("fsdp copy-in")]
     assert len(copy_ins) > 0
@@ -235,10 +235,10 @@ def test_eager_fsdps_refusals_name_fsdp_not_autocast_alone(override, field, says
 
 
 def test_the_searchs_estimate_charges_eager_fsdps_copy_outs_as_the_program_does():
-    """The search's estimate takes FSDP2's copy-outs from the bytes the program builder charges them with
-    (copy_outs_s, Sharding.gather_copy_bytes): the same seconds per step as rank 0's copy-out ops, the fp32
-    shards' included; and its step time for Llama 3 8B eager FSDP (dp 8) comes within 1.5% of the simulated one
-    (reviewer reviewef's G1: before, without the copies, 3.3% short, 74,896 against 72,403 tokens/s)."""
+    """The search's estimate takes FSDP2's copy-outs from the bytes the program builder charges them with (copy_outs_s,
+    Sharding.gather_copy_bytes): the same seconds per step as rank 0's copy-out ops, the fp32 shards' included; and
+    its step time for Llama 3 8B eager FSDP (dp 8) comes within 1.5% of the simulated one (without the copies 3.3%
+    short, 74,896 against 72,403 tokens/s)."""
     loaded = load_scenario("llama3-8b-dgx-h100-eager-fsdp")
     topology = scenario_topology(loaded)
     step = build_training_step(loaded.scenario, topology)

@@ -72,10 +72,10 @@ def test_expert_gemms_are_sized_by_the_tokens_each_expert_receives(run_yaml):
 
 
 def test_hfu_counts_what_the_gpus_execute_whatever_the_routing_skew(run_yaml):
-    """Without drops the step's tokens make the same expert work however the router spreads them: the executed
-    FLOPs per GPU (hardware_tflops_per_gpu x step time) of a Zipf-skewed step equal a uniform one's. They were
-    2.13 times more here, the hottest EP rank's experts counted on every GPU (HFU 40.4% against MFU 27.8% on the
-    bundled mixtral-8x7b-ep8, now 28.0%)."""
+    """Without drops the step's tokens make the same expert work however the router spreads them: the executed FLOPs per
+    GPU (hardware_tflops_per_gpu x step time) of a Zipf-skewed step equal a uniform one's. Counting the hottest EP
+    rank's experts on every GPU would make them 2.13 times more here (HFU 40.4% against MFU 27.8% on the bundled
+    mixtral-8x7b-ep8, where it is 28.0%)."""
     def executed(summary):
         return summary["hardware_tflops_per_gpu"] * summary["step_time_s"]
 
@@ -106,11 +106,11 @@ def test_capacity_drops_what_the_routing_sample_implies(run_yaml):
 
 
 def test_mfu_counts_only_the_expert_work_the_capacity_kept_and_nominal_mfu_all_of_it(run_yaml):
-    """CF 0.5, uniform routing: each expert keeps ceil(0.5 x 2048 x 2 / 8) = 256 of the 512 tokens each source
-    rank sends it, half the token-expert assignments. The model FLOPs behind MFU lose half of the routed experts'
-    6 x layers x top_k x (one expert's weights) per token; `nominal_*` keeps top_k experts for every token.
-    Dropping tokens shortens the step, so counting the dropped work raised MFU to 1.7 x HFU; now MFU stays at or
-    below HFU (no recompute here: HFU adds only elementwise work and attention's full square)."""
+    """CF 0.5, uniform routing: each expert keeps ceil(0.5 x 2048 x 2 / 8) = 256 of the 512 tokens each source rank
+    sends it, half the token-expert assignments. The model FLOPs behind MFU lose half of the routed experts' 6 x
+    layers x top_k x (one expert's weights) per token; `nominal_*` keeps top_k experts for every token. Dropping
+    tokens shortens the step, so counting the dropped work would raise MFU to 1.7 x HFU; MFU stays at or below HFU
+    (no recompute here: HFU adds only elementwise work and attention's full square)."""
     model = replace(get_model("mixtral-8x7b"), layers=2)
     gpus, tokens = 16, 8 * SEQ  # dp 8, one micro-batch of one sequence each
     nominal_per_token = 6 * (model.active_params() - model.embedding_params()) + 6 * 2 * model.hidden * SEQ
@@ -253,9 +253,9 @@ restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 10}
 
 
 def test_moe_null_is_a_value_that_dumps_digests_and_job_caches_see():
-    """`moe: null` was known only from model_fields_set, which ==, model_dump and so the step cache's key and the
-    manifest digest ignore: a job of Mixtral's dense twin run after Mixtral's (or before) in one process reported
-    the other's step time. Now a value (`experts_dropped`), dumped only when true."""
+    """`moe: null` is a value (`experts_dropped`, dumped only when true), not known only from model_fields_set, which
+    ==, model_dump and so the step cache's key and the manifest digest ignore: else a job of Mixtral's dense twin run
+    after Mixtral's (or before) in one process would report the other's step time."""
     from simulator.config.loader import scenario_from_text
     from simulator.reliability.simulate import simulate_job
     from simulator.report.writers import scenario_digest
@@ -423,10 +423,10 @@ def test_expert_gradients_are_summed_over_the_tp_ranks_holding_the_same_experts(
 
 @pytest.mark.parametrize("overlap_param_gather", [False, True])
 def test_distributed_optimizer_gathers_the_expert_parameters_it_updated_in_shards(run_yaml, overlap_param_gather):
-    """ZeRO-1 reduce-scatters the routed experts' gradients over the expert-data-parallel group, so each rank
-    updates only its shard of its experts: the updated parameters must come back by an all-gather over that
-    group (after the optimizer, or with ``overlap_param_gather`` at the next forward, before the experts run).
-    The gather was missing: the experts' parameters were never gathered, 3/4 of them per rank here."""
+    """ZeRO-1 reduce-scatters the routed experts' gradients over the expert-data-parallel group, so each rank updates
+    only its shard of its experts: the updated parameters come back by an all-gather over that group (after the
+    optimizer, or with ``overlap_param_gather`` at the next forward, before the experts run); without it 3/4 of the
+    experts' parameters per rank here would never be gathered."""
     from simulator.parallel.experts import expert_dp_group
     from simulator.parallel.layout import Layout
 
