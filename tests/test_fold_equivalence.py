@@ -190,13 +190,12 @@ def test_unaligned_stages_unfold_on_the_analytic_model():
 
 @pytest.mark.parametrize("model", ["analytic", "flow"])
 def test_hand_offs_across_the_fabric_fold_on_both_models(model):
-    """Replica 0 hands stage 1 on to stage 2 inside a leaf group, replica 1 across the spines: one hop's
-    latency more. The analytic model's check unfolded it, which refused the published SC21 1T, 310.1B and
-    529.6B runs on that model as too large unfolded (~57.5 GiB for 1T); it then folded by stage there, within 2e-4
-    of the unfolded step here, and stood `fold_not_exact` with a warning; it now folds again before its run by the
-    route classes of hops (`fold_policy.hop_refold`), one rank per stage and replica, as on the flow model, where
-    the copies end apart in the run folded by stage and the step folds again so (`fold_policy.route_steps`): the
-    unfolded step on both (docs/architecture.md, rank folding)."""
+    """Replica 0 hands stage 1 on to stage 2 inside a leaf group, replica 1 across the spines: one hop's latency more.
+    On the analytic model the step folds before its run by the route classes of hops (`fold_policy.hop_refold`), one
+    rank per stage and replica; on the flow model the copies end apart in the run folded by stage and the step folds
+    again so (`fold_policy.route_steps`): the unfolded step on both (docs/architecture.md, rank folding). Unfolding
+    on the analytic model instead would refuse the published SC21 1T, 310.1B and 529.6B runs as too large unfolded
+    (~57.5 GiB for 1T), and the stage fold alone is within 2e-4, not exact."""
     overrides = [f"network.model={model}"]
     folded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", overrides)).summary
     unfolded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", [*overrides, "run.fold=false"])).summary
@@ -206,13 +205,12 @@ def test_hand_offs_across_the_fabric_fold_on_both_models(model):
 
 
 def test_analytic_hand_offs_over_other_hops_refold_by_hops():
-    """With oversubscription 8 the same layout's folded step on the analytic model was 2.0% slow (25.442 against
-    24.936 ms) and its exposed pp 48% high (1.667 against 1.129 ms), reported exact: replica 0 hands
-    stage 0 on to stage 1 inside a leaf group (GPUs 0 -> 8, 4 links), replica 1 across the spines (24 -> 32, 6
-    links), which that model, running each transfer alone and with no lockstep check after the run, cannot
-    compare. Known before the run, the stage fold then stood with `fold_not_exact` and a warning naming the pair;
-    it is now given up for that reason and the step folds by the route classes of hops, each transfer alone
-    taking its own route's time: every figure is the unfolded run's."""
+    """With oversubscription 8 the same layout's stage fold on the analytic model is 2.0% slow (25.442 against 24.936
+    ms) and its exposed pp 48% high (1.667 against 1.129 ms): replica 0 hands stage 0 on to stage 1 inside a leaf
+    group (GPUs 0 -> 8, 4 links), replica 1 across the spines (24 -> 32, 6 links), which that model, running each
+    transfer alone and with no lockstep check after the run, cannot compare. Known before the run, the stage fold is
+    given up for that reason and the step folds by the route classes of hops, each transfer alone taking its own
+    route's time: every figure is the unfolded run's."""
     overrides = ["network.model=analytic", "cluster.oversubscription=8"]
     folded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", overrides)).summary
     unfolded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", [*overrides, "run.fold=false"])).summary
@@ -225,12 +223,11 @@ def test_analytic_hand_offs_over_other_hops_refold_by_hops():
 
 
 def test_under_force_the_hop_refold_is_held_to_the_refold_multiple_not_to_the_limits(monkeypatch):
-    """--force skips the scale limits, and the hop refold ran unbounded under it, though it runs in place of the
-    stage fold the forced estimate was made for: on the published SC21 1T row (analytic) it simulated 320 of
-    3,072 ranks, 5 x the stage fold (118 s of CPU and 7.1 GB against 19.6 s and 1.5 GB). It is now held to
-    `scale.REFOLD_COST_MULTIPLE` times the fold's ranks, forced or not: the case above (6 ranks against 3) still
-    refolds under --force with every refold beyond the limits, and with the multiple below 2 it is given up
-    (`size`) and the stage fold stands, not exact."""
+    """--force skips the scale limits, but the hop refold, which runs in place of the stage fold the forced estimate was
+    made for, is held to `scale.REFOLD_COST_MULTIPLE` times the fold's ranks, forced or not (unbounded, on the
+    published SC21 1T row, analytic, it would simulate 320 of 3,072 ranks, 5 x the stage fold: 118 s of CPU and 7.1
+    GB against 19.6 s and 1.5 GB): the case above (6 ranks against 3) refolds under --force with every refold beyond
+    the limits, and with the multiple below 2 it is given up (`size`) and the stage fold stands, not exact."""
     from simulator import scale
 
     loaded = scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", ["network.model=analytic",
@@ -387,10 +384,9 @@ meet other flows on them (the spines' hash), so the route classes by hops part n
 
 
 def test_a_step_that_may_not_unfold_says_which_refolds_it_did_not_try():
-    """Where the step may not unfold only the route classes by hops are proposed; on `ALIKE_HOPS` they part no
-    ranks, so no refold runs and the stage fold stands, not exact. `fold_given_up` was then absent, only the
-    warning saying anything (reviewer's gap 4); it now lists the finer route classes as not tried, and why
-    (unfolded, main refolds 32 then 40 ranks, exact)."""
+    """Where the step may not unfold only the route classes by hops are proposed; on `ALIKE_HOPS` they part no ranks, so
+    no refold runs and the stage fold stands, not exact. `fold_given_up` lists the finer route classes as not tried,
+    and why (unfolded, main refolds 32 then 40 ranks, exact), so the summary says so, not only the warning."""
     summary = refused_unfolded(ALIKE_HOPS, refolds=True)
     assert summary["simulated_ranks"] == 8 and summary["fold_not_exact"]["fold"] == "stage"
     assert summary["fold_not_exact"]["out_of_step"]["widest_s"] > 0
@@ -412,11 +408,11 @@ route refold simulates ranks 0 and 8 (replicas 0 and 2, 16 GPUs each) and 16 and
 
 
 def test_a_weighted_fold_says_how_many_gpus_each_shown_rank_stands_for(tmp_path, capsys):
-    """summary.json's `rank_weights`, the trace's thread names, the console's ranks row and the per-stage timeline
-    of a fold by classes of unequal size: before, none said so (the trace named 'GPU 16 pp (virtual stage 0)', the
-    row '4 of 48 ranks simulated (folded)') and the per-stage timeline kept only ranks 0 and 8, dropping the
-    replica across the spines (a plain mean over its ranks gave exposed pp 263.2 us against the summary's 236.2).
-    The Gantt chart's rows say it too (`plot gantt --by rank` drew 'rank 16 (stage 0)' like 'rank 0 (stage 0)')."""
+    """summary.json's `rank_weights`, the trace's thread names, the console's ranks row, the per-stage timeline and the
+    Gantt chart's rows of a fold by classes of unequal size say how many GPUs each shown rank stands for (not 'GPU 16
+    pp (virtual stage 0)', '4 of 48 ranks simulated (folded)', or `plot gantt --by rank`'s 'rank 16 (stage 0)' drawn
+    like 'rank 0 (stage 0)'), and the per-stage timeline keeps the replica across the spines beside ranks 0 and 8 (a
+    plain mean over its ranks would give exposed pp 263.2 us against the summary's 236.2)."""
     import json
 
     import pyarrow.parquet as pq

@@ -292,17 +292,13 @@ def test_hand_offs_whose_copies_meet_one_another_fold_by_route_class(run_yaml, t
 
 
 def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
-    """Cross-rail PP pairs over 3:1 spine links (8 hosts, 4 per leaf group, 3 spines, TP 4 x PP 4 x DP 4): the
-    hand-offs of the lanes of a stage meet the DP rings of the rails they leave and enter unlike, so in the folded
-    run the backward receive of micro-batch 3 on the representative's mirrors ends between 8.285 and 8.318 ms.
-    On 2 spines (8.301 to 8.335 ms, 7.917 to 7.950 before every collective paid NCCL's base latency) the
-    folded step was the unfolded one to the bit, but the representative of stage 0 was held to its slowest
-    mirror: its receive ended 33 us after the unfolded rank 0's (8.632 against 8.599 ms), as did 14 of its
-    ops after it; since the fabric's hash reads the rails a flow turns between, the hand-offs there meet alike
-    loads and the stage folds as it is. The folded run's mirrors are checked to keep pace with their groups
-    (engine/lockstep.py), and the step runs again with its ranks classed also by the loads their hand-offs meet
-    on their routes (two representatives per stage, 8 of 32 ranks), which is the unfolded run (it ran unfolded
-    before)."""
+    """Cross-rail PP pairs over 3:1 spine links (8 hosts, 4 per leaf group, 3 spines, TP 4 x PP 4 x DP 4): the hand-offs
+    of the lanes of a stage meet the DP rings of the rails they leave and enter unlike, so in the folded run the
+    backward receive of micro-batch 3 on the representative's mirrors ends between 8.285 and 8.318 ms. The folded
+    run's mirrors are checked to keep pace with their groups (engine/lockstep.py), and the step runs again with its
+    ranks classed also by the loads their hand-offs meet on their routes (two representatives per stage, 8 of 32
+    ranks), which is the unfolded run. (On 2 spines the fabric's hash, which reads the rails a flow turns between,
+    gives the hand-offs alike loads, and the stage folds as it is.)"""
     folded, unfolded = _folded_and_unfolded(
         run_yaml, "cluster.nodes=8", "cluster.leaf_ports=4", "cluster.spines=3", "cluster.oversubscription=3",
         "parallelism.tp=4", "parallelism.pp=4", "parallelism.dp=4")
@@ -396,12 +392,12 @@ the run; 2.286 against 2.381 ms while an all-to-all ran as p - 1 phases)."""
 
 
 def test_dp_rings_over_a_partial_host_keep_their_mirrors_in_step():
-    """TP 1 x PP 2 x DP 12 on 3 DGX H100 with DP inside PP: each DP ring spans a whole host and half of another.
-    Its rings entered and left the partial host at one GPU each, so each NIC there carried one direction, and the
-    hand-offs from one host to the next over other rails (GPUs 20 to 8 and 21 to 9) met those rings unlike
-    (93.2 against 93.91 ms): the step ran unfolded at 156.62 ms. Rings now enter and leave the partial host at
-    indices every host holds, in turn per channel, so its NICs run both ways: the step folds to 2 ranks and equals
-    the unfolded step to the bit (131.16 ms)."""
+    """TP 1 x PP 2 x DP 12 on 3 DGX H100 with DP inside PP: each DP ring spans a whole host and half of another. Rings
+    enter and leave the partial host at indices every host holds, in turn per channel, so its NICs run both ways: the
+    step folds to 2 ranks and equals the unfolded step to the bit (131.16 ms). Rings entering and leaving the partial
+    host at one GPU each would run each NIC there one way, the hand-offs from one host to the next over other rails
+    (GPUs 20 to 8 and 21 to 9) would meet those rings unlike (93.2 against 93.91 ms), and the step would run unfolded
+    at 156.62 ms."""
     overrides = ["model.layers=4", "cluster.topology=dgx-h100-cluster", "cluster.nodes=3", "parallelism.tp=1",
                  "parallelism.pp=2", "parallelism.dp=12", "parallelism.order=[tp,cp,dp,pp]", "training.global_batch=24"]
     folded = simulate(load_scenario(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml", overrides)).summary
@@ -499,12 +495,12 @@ def test_a_later_run_of_an_order_gets_the_sharing_its_first_run_found(monkeypatc
 
 
 def test_deepseek_dualpipev_refold_by_route_class_is_ordered():
-    """The refold to 112 ranks has 254,639 ops on 336 in-order streams, 2^26.35 clock entries: past the earlier
-    cap of 2^26 it got no ordering, so none of its 112,833 collectives was found private (engine/sharing.py), its
-    EP all-to-alls ran on the network with their mirrors instead of being replayed, and the whole `trainsim run`
-    took 100 s (now 31 s) against 8 s for 1F1B. Ordered, 82,211 are private and the refold's run is the same
-    step (8.0866 s, within float rounding of the replays). Pinned: the collective ops found private and the EP
-    all-to-alls among them, which the ordering's presence alone did not say."""
+    """The refold to 112 ranks has 254,639 ops on 336 in-order streams, 2^26.35 clock entries: ordered, 82,211 of its
+    112,833 collectives are private (engine/sharing.py) and its EP all-to-alls among them replayed, and the refold's
+    run is the same step as unordered (8.0866 s, within float rounding of the replays). Unordered (as under a cap of
+    2^26 entries) none would be private, the EP all-to-alls would run on the network with their mirrors, and the
+    whole `trainsim run` would take 100 s against 31 s (8 s for 1F1B). Pinned: the collective ops found private and
+    the EP all-to-alls among them, which the ordering's presence alone does not say."""
     loaded = load_scenario(SCENARIOS / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
     assert (prepared.step.kind, len(prepared.step.program.ranks)) == ("classes", 32)
@@ -523,17 +519,14 @@ def test_deepseek_dualpipev_refold_by_route_class_is_ordered():
 
 
 def test_lanes_meeting_another_collective_unevenly_on_the_spines_unfold(run_yaml):
-    """The blind spot of the checks before the run: each collective's mirrors alone meet the links as its group
-    does, but the DP x CP reduction's flows out of lanes 6 and 7 (one NIC) hash onto one spine uplink where
-    those of lanes 0 and 1 take two, and the TP all-reduce of the head's backward crosses that uplink on lanes
-    6 and 7: unfolded, lanes 0-5 end it at 52.219 ms and lanes 6-7 at 52.333 ms; folded, the representative
-    (lane 0) waited for its mirror on lane 6 and ended at 52.333, and the folded step came out 8.5e-5 short
-    (76.2147 against 76.2212 ms; the step was 77.7166 ms since every collective pays NCCL's base latency). The
-    folded run's mirrors fall out of step with their groups, so it runs unfolded. Those figures were measured
-    with the CP pair's K/V ring run as a ring all-gather; as the pair's point-to-point transfer (its step over
-    one NIC without the ring's two channels' overheads) the unfolded step is 77.6752 ms. Since `nvls` across DGX
-    hosts runs NCCL's tree over each host's heads, whose inner ranks and leaves send unlike amounts, the check
-    before the run already finds the stage's ranks unlike, and this scenario no longer reaches the blind spot."""
+    """The blind spot of the checks before the run: each collective's mirrors alone meet the links as its group does,
+    but the DP x CP reduction's flows out of lanes 6 and 7 (one NIC) hash onto one spine uplink where those of lanes
+    0 and 1 take two, and the TP all-reduce of the head's backward crosses that uplink on lanes 6 and 7, so lanes 6-7
+    end it after lanes 0-5 unfolded; folded, the representative (lane 0) waits for its mirror on lane 6 and the
+    folded step comes out short. The folded run's mirrors fall out of step with their groups, so it runs unfolded
+    (the step 77.6752 ms, the CP pair's K/V exchange a point-to-point transfer). With `nvls` across DGX hosts, which
+    runs NCCL's tree over each host's heads, whose inner ranks and leaves send unlike amounts, the check before the
+    run finds the stage's ranks unlike, so this scenario does not reach the blind spot there."""
     folded = run_yaml(TWO_PER_NIC, "collectives.protocol=simple").summary
     unfolded = run_yaml(TWO_PER_NIC, "collectives.protocol=simple", "run.fold=false").summary
     assert unfolded["step_time_s"] == pytest.approx(0.0776752, abs=1e-7)
@@ -630,16 +623,13 @@ def test_lanes_sharing_a_nic_whose_rings_meet_the_uplinks_unevenly_unfold(run_ya
 
 
 def test_a_two_rank_tree_across_the_replicas_folds_exactly(run_yaml, monkeypatch):
-    """The small fabric with two GPUs per NIC, 4 channels, PP 2 x DP 2, the DP all-reduces forced onto NCCL's
-    tree (`auto` took it for some bucket sizes before its tie rule, and the folded step drifted 4e-5). The flat
-    double tree ran its two trees on channels 0 and 1 whatever the channel count, so one rank sent up on channel
-    1 while its replica sent up on channel 0, hashed onto another spine: unfolded, stage 1's tree sent 24 -> 8 in
-    1.83 ms where its NIC's other lane sent 25 -> 9 in 0.52 and went on to its next bucket at once, while the
-    folded run held that mirror lane to the representative's; the folded step came out 6.7% short (34.12
-    ms against 36.59). Every channel now runs both trees, as the tree across hosts' chains does, each carrying
-    n / (2 channels): both directions of every channel cross at once, as a ring's do, and the folded step is the
-    unfolded one. Over two ranks the tree's up and down are then the ring's reduce-scatter and all-gather, one
-    hop each way per channel, so the step is the ring's (auto's) to the last bits."""
+    """The small fabric with two GPUs per NIC, 4 channels, PP 2 x DP 2, the DP all-reduces forced onto NCCL's tree.
+    Every channel runs both trees, as the tree across hosts' chains does, each carrying n / (2 channels): both
+    directions of every channel cross at once, as a ring's do, and the folded step is the unfolded one. Over two
+    ranks the tree's up and down are then the ring's reduce-scatter and all-gather, one hop each way per channel, so
+    the step is the ring's (auto's) to the last bits. With the two trees on channels 0 and 1 whatever the channel
+    count, one rank would send up on channel 1 while its replica sent up on channel 0, hashed onto another spine, and
+    the folded step would come out 6.7% short (34.12 ms against 36.59)."""
     from simulator.collectives import registry
 
     nccl_choice = registry.choose

@@ -151,8 +151,8 @@ def test_pipelined_fsdp_gathers_and_reduces_the_experts_once_a_step(run_yaml):
 
 
 def test_megatron_zero_keeps_the_experts_whole(run_yaml):
-    """`zero: 3` without fsdp (DeepSpeed / Megatron style) is as before: no per-layer expert gathers, one
-    reduction of the experts' gradients after the last micro-batch."""
+    """`zero: 3` without fsdp (DeepSpeed / Megatron style): no per-layer expert gathers, one reduction of the experts'
+    gradients after the last micro-batch."""
     frame = run_yaml(SCENARIO.replace("fsdp: full_shard", "zero: 3")).timeline
     ops = frame[(frame["kind"] == "collective") & (frame["rank"] == 0)]
     assert not ops["name"].str.contains(r"L\d\.experts").any()
@@ -181,42 +181,25 @@ PIPELINED = ("parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2")
     ids=["fsdp", "fsdp-pp2", "hsdp-ep4", "hsdp-ep8", "hsdp-pp2", "fsdp-ep8", "fsdp-no-sync", "fsdp-no-sync-ep8",
          "hsdp-no-sync"])
 def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(overrides, tolerance):
-    """`trainsim search`'s ranking estimate times each layer's expert all-gathers and reduce-scatters over their
-    shard group beside the dense units' and FSDP2's copies of their gradients, and under HSDP each reduced shard's
+    """`trainsim search`'s ranking estimate times each layer's expert all-gathers and reduce-scatters over their shard
+    group beside the dense units' and FSDP2's copies of their gradients, and under HSDP each reduced shard's
     all-reduce across its replicas after the last backward (`unit_reductions`): 4 layers, 4 micro-batches, each
-    within just over today's error. full_shard: 1.0029, pipelined 0.9942 (without the experts' collectives it
-    estimated 0.179 s against 0.420 s simulated, sim/est 2.35, and 0.117 s against 0.209 s pipelined, 1.79).
-    hybrid_shard: ep 4 (dividing the shard group of 4) 0.9783, ep 8 (a multiple of it: the experts' shard group
-    is the TP pair, with no replicas) 0.9761, pipelined (shard group 2, ep 2) 1.0057; before the estimate knew
-    HSDP (every collective over the whole DP group, no all-reduce across replicas) 1.1307, 0.9571 and 1.3396,
-    where the 4 expert all-reduces of 15.0 ms each across the hosts that end the simulated step were missing.
-    hybrid_shard ep 4 and ep 8 were 0.9844 and 0.9657 until the SM toll of the FSDP collectives'
-    spans is charged for the kernels' share of the compute stream's time with its MoE all-to-alls counted beside
-    its blocking collectives (`sharded_slowdown`): the collectives start at a unit's edge, where the stream runs
-    its copy-outs and all-to-alls, not kernels (ep 8: 9.3 ms a step estimated, 11.9 before, against 3.3 ms
-    simulated; the rest of the over-estimate is still that toll: a span beside a unit's opening copy-out and
-    EP combine takes no SMs from a kernel). full_shard ep 8: 0.9871; 1.0202 with that toll and 1.0106 before it,
-    while the estimate timed each all-to-all alone: its EP combines share the NICs with the DP gathers and
-    reduce-scatters across the hosts that start beside them, the backward's 2.07 ms a micro-batch longer than
-    alone (1.07 ms a combine on average against 0.72), now timed beside them, 2.05 ms
-    (`backward_exchange_sharing_s`); hybrid_shard ep 4 was 0.9861 before, its combines beside the collectives
-    on NVLink timed 0.62 ms a micro-batch longer against 0.35 ms simulated (the collectives all started
-    together with the combine, where the dense ones are over before it in the simulation).
-    Reducing in the last backward alone (no-sync): full_shard 0.9875, ep 8 1.0055 (1.0090 before the toll
-    counted the all-to-alls beside it, 1.0142 before its last backward's combines were timed beside the
-    collectives), hybrid_shard 0.9833. full_shard
-    was 1.1711 (1.2856 when the estimate left the experts' four 11.3 ms reduce-scatters of that backward out of
-    its tail), ep 8 1.0014, hybrid_shard 0.9848, while every micro-batch was costed as compute bound beside its
-    collectives: a layer's expert gather over the NICs (5.9 ms) outlasts its forward (3.6 ms), so each forward
-    ran at the gathers' pace, 8 ms a micro-batch the estimate left out (`gather_walk`: the gathers walked
-    across the passes and micro-batches, as FSDP2 prefetches them, where the next forward's first gathers run
-    beside the backward's last units), and the last backward, which reduce-scatters, waits for each
-    reduce-scatter (the first, 22.5 ms, shares its links with two expert gathers), 25 ms more than an
-    accumulating one: it is costed as a backward that reduces every micro-batch. Since the SM toll counts FSDP's
-    gradient copies among the compute stream's work the engine does not slow (`unslowed_s`): hybrid_shard ep 4
-    0.9825, ep 8 0.9774, full_shard ep 8 0.9882, no-sync full_shard 0.9884, ep 8 1.0066, hybrid_shard 0.9868;
-    the rest unchanged. Since the EP all-to-all sends to every peer at once (2026-12-06): no-sync full_shard
-    0.9873, hybrid_shard 0.9856."""
+    simulated / estimated step within just over its error. full_shard 1.0029, pipelined 0.9942, ep 8 0.9882;
+    hybrid_shard ep 4 (dividing the shard group of 4) 0.9825, ep 8 (a multiple of it: the experts' shard group is the
+    TP pair, with no replicas) 0.9774, pipelined (shard group 2, ep 2) 1.0057; reducing in the last backward alone
+    (no-sync): full_shard 0.9873, ep 8 1.0066, hybrid_shard 0.9856.
+
+    The terms that bring it there: the SM toll of the FSDP collectives' spans is charged for the kernels' share of
+    the compute stream's time, its MoE all-to-alls counted beside its blocking collectives and FSDP's gradient copies
+    among the work the engine does not slow (`sharded_slowdown`, `unslowed_s`: the collectives start at a unit's
+    edge, where the stream runs its copy-outs and all-to-alls, not kernels; what over-estimate is left is that toll,
+    a span beside a unit's opening copy-out and EP combine taking no SMs from a kernel); the EP combines are timed
+    beside the DP gathers and reduce-scatters that start with them and share their links
+    (`backward_exchange_sharing_s`: the backward's 2.05 ms a micro-batch longer than alone); the gathers walk across
+    the passes and micro-batches as FSDP2 prefetches them (`gather_walk`: a layer's expert gather over the NICs, 5.9
+    ms, outlasts its forward, 3.6 ms); and the last backward, which reduce-scatters, is costed as a backward that
+    reduces every micro-batch. Without the experts' collectives the estimate would read 0.179 s against 0.420 s
+    simulated (2.35), without HSDP's all-reduces across replicas hybrid_shard 1.1307."""
     assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=tolerance)
 
 
@@ -255,18 +238,13 @@ def _simulated_over_estimate(text: str, overrides: tuple[str, ...]) -> float:
 @pytest.mark.parametrize("overrides, tolerance", [((NO_SYNC,), 0.005), ((HYBRID, NO_SYNC), 0.006)],
                          ids=["fsdp", "hsdp"])
 def test_layout_search_estimate_of_a_dense_no_sync_step(overrides, tolerance):
-    """The dense twin reducing in the last backward alone (no-sync), each within just over today's error:
-    full_shard 0.9945, hybrid_shard 0.9911; 1.0007 and 0.9931 while the last micro-batch, costed as one that
-    reduces every micro-batch, timed its backward's TP collectives alone, though they run beside the
-    reduce-scatter and the gather that start with each unit's backward (`backward_sharing_s`: 1.09 ms for the
-    full_shard one, 0.95 ms simulated; the steady micro-batches' 0.54 ms each against 0.81 ms simulated, which
-    that had balanced); 1.0099 and 0.9954 while the backward's TP collectives were timed
-    alone, though each shares links with the next unit's gather (`backward_sharing_s`: 0.54 and 0.14 ms a
-    micro-batch); 0.9697 and 0.9848 while each forward was charged its opening gathers (`microbatch_starts_s`):
-    but the first, the next forward's first gathers run beside the backward's last units (2.5 ms of the
-    embedding's beside layer 0's backward), its last backward as an accumulating one. Since the SM toll counts
-    FSDP's gradient copies among the compute stream's work the engine does not slow (`unslowed_s`): 0.9959 and
-    0.9944."""
+    """The dense twin reducing in the last backward alone (no-sync), each within just over its error: full_shard 0.9959,
+    hybrid_shard 0.9944. The last micro-batch is costed as one that reduces every micro-batch, its backward's TP
+    collectives timed beside the reduce-scatter and the gather that start with each unit's backward and share their
+    links (`backward_sharing_s`), each forward but the first charged its opening gathers (`microbatch_starts_s`: the
+    next forward's first gathers run beside the backward's last units, 2.5 ms of the embedding's beside layer 0's
+    backward), and FSDP's gradient copies counted among the compute stream's work the engine does not slow
+    (`unslowed_s`)."""
     assert _simulated_over_estimate(DENSE_ESTIMATED, overrides) == pytest.approx(1.0, abs=tolerance)
 
 

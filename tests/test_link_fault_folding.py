@@ -133,13 +133,13 @@ def test_links_fold_of_one_rank_a_class_says_so_and_how_many_hosts_are_near(case
 
 @pytest.mark.parametrize("case", ["tp-over-two-hosts", "tp-over-eight-hosts"])
 def test_far_ranks_whose_groups_hold_other_near_ranks_fold_apart(case):
-    """With TP across hosts, the far ranks of one rail sit in groups that hold other ranks of the hosts near a
-    leaf down, and meet its detours unlike (TP 16, DP 8: the DP communication of a rail's far ranks took 8.4 ms on
-    even hosts, 6.8 ms on odd ones). Classed by rail alone, the fold's step time was right but its DP
-    communication 2.1% high (TP over eight hosts: the bubble 5% low); classed also by the near ranks their groups
-    hold, every figure is the unfolded one's. TP over eight hosts runs on four spines: on two, the detours picked
-    in the frame of their source's rail (faults/rerouting.py) meet a DP all-reduce's copies unlike, as those of
-    rail 0 did before, and the fold is given up at run time."""
+    """With TP across hosts, the far ranks of one rail sit in groups that hold other ranks of the hosts near a leaf
+    down, and meet its detours unlike (TP 16, DP 8: the DP communication of a rail's far ranks takes 8.4 ms on even
+    hosts, 6.8 ms on odd ones). Classed by rail alone, the fold's step time would be right but its DP communication
+    2.1% high (TP over eight hosts: the bubble 5% low); classed also by the near ranks their groups hold, every
+    figure is the unfolded one's. TP over eight hosts runs on four spines: on two, the detours picked in the frame of
+    their source's rail (faults/rerouting.py) meet a DP all-reduce's copies unlike, and the fold is given up at run
+    time."""
     folded, unfolded = _folded_and_unfolded(case)
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert_same_figures(folded, unfolded, 1e-12, 1e-15)

@@ -104,8 +104,9 @@ def _write(folder, files: dict[str, str]):
 
 
 def test_a_v2_cgroup_path_takes_the_tightest_quota_and_memory_of_its_parents(cgroup, tmp_path):
-    """A process in /user.slice/job.scope of the host's hierarchy (no namespace of its own: Slurm, systemd-run):
-    before, only /sys/fs/cgroup's own files were read, the host's, and neither limit was seen."""
+    """A process in /user.slice/job.scope of the host's hierarchy (no namespace of its own: Slurm, systemd-run) is held
+    to the tightest quota and memory of its cgroup and its parents, not to /sys/fs/cgroup's own files, the host's,
+    where neither limit is seen."""
     (tmp_path / "membership").write_text("0::/user.slice/job.scope\n")
     _write(cgroup / "user.slice", {"cpu.max": "300000 100000", "memory.max": str(16 * GIB),
                                    "memory.current": str(4 * GIB), "memory.stat": f"anon 1\ninactive_file {GIB}"})
@@ -120,8 +121,8 @@ def test_a_v2_cgroup_path_takes_the_tightest_quota_and_memory_of_its_parents(cgr
 
 def test_cgroup_v1_quota_and_memory_are_read_from_their_hierarchies(cgroup, tmp_path):
     """cgroup v1 (cpu.cfs_quota_us over cpu.cfs_period_us; memory.limit_in_bytes less memory.usage_in_bytes, less
-    total_inactive_file's page cache): before, ignored, so a v1 container counted the host. A container without
-    its own namespace names its host's path, not mounted there: its hierarchy's root is its own cgroup."""
+    total_inactive_file's page cache) is read, so a v1 container does not count the host. A container without its own
+    namespace names its host's path, not mounted there: its hierarchy's root is its own cgroup."""
     (tmp_path / "membership").write_text("4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n")
     _write(cgroup / "cpu,cpuacct", {"cpu.cfs_quota_us": "250000", "cpu.cfs_period_us": "100000"})
     _write(cgroup / "memory", {"memory.limit_in_bytes": str(8 * GIB), "memory.usage_in_bytes": str(5 * GIB),
