@@ -196,11 +196,11 @@ def test_no_remedy_is_offered_whose_step_warns_of_a_new_field():
 
 
 def test_a_tp_group_across_hosts_is_offered_no_tp_across_more_hosts():
-    """Llama 3 405B (the bundled 8,192-GPU preset) on 16 DGX H100 with TP 16, already across two hosts' NVLink
-    domains (its step warns of it), PP 1, DP 8: the line offered `--set parallelism.tp=128 --set parallelism.dp=1`
-    first, the remedy that saved most (-163.2 GiB, fits), a TP group over all sixteen hosts no one would run.
-    The step's warning names the same field, so the rule against a new warning let it through; a remedy that
-    spreads the TP group over more NVLink domains is left out now, and FSDP's full_shard (-140.0 GiB) leads."""
+    """Llama 3 405B (the bundled 8,192-GPU preset) on 16 DGX H100 with TP 16, already across two hosts' NVLink domains
+    (its step warns of it), PP 1, DP 8: a remedy that spreads the TP group over more NVLink domains is left out,
+    though the step's warning names the same field, so `--set parallelism.tp=128 --set parallelism.dp=1` (-163.2 GiB,
+    fits: a TP group over all sixteen hosts no one would run) is not offered, and FSDP's full_shard (-140.0 GiB)
+    leads."""
     preset = str(SCENARIOS / "llama3-405b-8192-gpus.yaml")
     overrides = ["cluster.nodes=16", "parallelism.tp=16", "parallelism.pp=1", "parallelism.dp=8",
                  "training.global_batch=64"]
@@ -214,11 +214,10 @@ def test_a_tp_group_across_hosts_is_offered_no_tp_across_more_hosts():
 
 
 def test_a_tp_group_other_than_gpu_0s_across_racks_counts(tmp_path):
-    """Two GB200 NVL72 racks (72 GPUs each) with Llama 3 405B at TP 8, DP 18: every TP group sits in one rack.
-    TP 16, DP 9 keeps GPU 0's group in rack 0 but puts group 4 (GPUs 64-79) on both racks; only GPU 0's group
-    was weighed, so its step gave no `parallelism.tp` warning and the line offered `--set parallelism.tp=16
-    --set parallelism.dp=9` (-448.6 GiB). The most domains any TP group spans counts now: the step warns and
-    the remedy is left out."""
+    """Two GB200 NVL72 racks (72 GPUs each) with Llama 3 405B at TP 8, DP 18: every TP group sits in one rack. TP 16, DP
+    9 keeps GPU 0's group in rack 0 but puts group 4 (GPUs 64-79) on both racks: the most domains any TP group spans
+    counts, not GPU 0's group alone, so the step warns and the remedy `--set parallelism.tp=16 --set
+    parallelism.dp=9` (-448.6 GiB) is left out."""
     path = tmp_path / "nvl8.yaml"
     path.write_text("cluster: {topology: gb200-nvl72, racks: 2}\nmodel: {preset: llama3-405b}\n"
                     "training: {seq_len: 8192, global_batch: 144, micro_batch: 1}\n"

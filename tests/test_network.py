@@ -213,8 +213,8 @@ def test_analytic_mode_ignores_contention_between_phases():
 
 
 def test_analytic_mode_shares_a_link_among_the_transfers_of_one_phase():
-    """One phase of three 1 GB transfers over the 10 GB/s core (a collective's channels over one NIC) cannot pass
-    the core's line rate together: 0.3 s as under max-min sharing (0.1 s each before, 3x the line rate)."""
+    """One phase of three 1 GB transfers over the 10 GB/s core (a collective's channels over one NIC) cannot pass the
+    core's line rate together: 0.3 s as under max-min sharing, not 0.1 s each (3x the line rate)."""
     topo = dumbbell_topology(edge_latency=1e-6)
     path = topo.path(0, 2)
     for mode in ("analytic", "flow"):
@@ -317,8 +317,8 @@ def test_efficiency_scales_capacity_of_its_link_class_only():
                                                ("{pcie: 0.0}", "network.efficiency.pcie"),
                                                ("{pcie: 1.5}", "network.efficiency.pcie")])
 def test_a_bad_efficiency_is_refused_at_load(efficiency, field):
-    """The link classes and their fractions are checked when the scenario is read (a sweep's validated points
-    included), against the one set of classes, at the field's line; the network no longer checks them."""
+    """The link classes and their fractions are checked when the scenario is read (a sweep's validated points included),
+    against the one set of classes, at the field's line, not by the network."""
     text = (f"cluster: {{topology: dgx-h100}}\nworkload:\n  - {{op: all_reduce, bytes: 1 MiB}}\n"
             f"network:\n  efficiency: {efficiency}\n")
     with pytest.raises(ScenarioError) as error:

@@ -309,9 +309,9 @@ def test_nvswitch_trays_down_follow_their_rack_when_a_rack_failure_shrinks_the_j
 
 
 def test_on_three_racks_the_racks_left_close_ranks(job_with):
-    """3 racks (DP 12): rack 0 fails with a tray of rack 2 down; the job shrinks to 8 replicas on racks 1 and 2,
-    its group's racks 0 and 1, so the tray is on its second rack: the step of 2 racks with rack 1's tray down, as
-    built by hand (before, `rack2/nvswitch` matched no rack of the shrunk job and the tray was dropped)."""
+    """3 racks (DP 12): rack 0 fails with a tray of rack 2 down; the job shrinks to 8 replicas on racks 1 and 2, its
+    group's racks 0 and 1, so the tray is on its second rack: the step of 2 racks with rack 1's tray down, as built
+    by hand (`rack2/nvswitch` is moved with its rack, not dropped as matching no rack of the shrunk job)."""
     three = three_racks(gb200_job(CLASSES))
     summary = job_with(three, (0.5 * H, 1, 18, 3 * H), (1 * H, 0, 0, 4 * H)).summary
     degraded = one_rack_step(gb200_job(CLASSES), 2, (("rack1/nvswitch", 1),))
@@ -378,18 +378,17 @@ def test_links_down_follow_their_rack_when_a_rack_failure_shrinks_the_job(job_wi
 
 
 def test_with_every_tray_of_a_rack_down_auto_weighs_the_rerouted_tree_and_picks_the_ring():
-    """All 9 trays of rack 0 down reroute its GPUs over their trays' NICs, inside a tray too: the tree's chains
-    inside a tray then share the NICs with its edges across trays, and the ring (3.098 ms) is faster than the
-    tree (3.823 ms). `auto` now counts every edge on the links its route crosses (tuner.py `TreeTerms.rerouted`),
-    estimated the tree at 4.76 ms and picked the ring; counted apart, the tree came out at 3.00 ms, below the
-    ring's 3.25, and was picked (a 1 GiB all-reduce: the tree 58.2 ms against the ring's 48.6). With NCCL's
-    chunk (512 KiB under Simple, 16 per pipeline) and detours picked in the frame of their source's rail, the tree
-    simulates at 3.8227 ms, and weighed as the run weighs it, in the run's chunks at the calibrated efficiencies,
-    the estimate follows the plan's pipeline stretch by stretch: 3.8240 ms, 1.25 us (3.3e-4) over (an opening step
-    charged its slowest edge's latency on its busiest link), and the ring's is its simulated 3.0981 ms. Weighed without
-    chunks at line rate, as this test did, the tree's estimate was 4.76 ms, 24% over: the unpipelined tree, not
-    the tuner's error. The rack is one NCCL node, where `auto` now weighs the ring alone (tuner.py `candidates`);
-    the tree's estimate is asked for by name."""
+    """All 9 trays of rack 0 down reroute its GPUs over their trays' NICs, inside a tray too: the tree's chains inside a
+    tray then share the NICs with its edges across trays, and the ring (3.098 ms) is faster than the tree (3.823 ms).
+    The tuner counts every edge on the links its route crosses (tuner.py `TreeTerms.rerouted`); counted apart, the
+    tree would come out at 3.00 ms, below the ring's 3.25, and be picked (a 1 GiB all-reduce: the tree 58.2 ms
+    against the ring's 48.6). With NCCL's chunk (512 KiB under Simple, 16 per pipeline) and detours picked in the
+    frame of their source's rail, the tree simulates at 3.8227 ms, and weighed as the run weighs it, in the run's
+    chunks at the calibrated efficiencies, the estimate follows the plan's pipeline stretch by stretch: 3.8240 ms,
+    1.25 us (3.3e-4) over (an opening step charged its slowest edge's latency on its busiest link), and the ring's is
+    its simulated 3.0981 ms (weighed without chunks at line rate, the tree's estimate would be 4.76 ms, 24% over: the
+    unpipelined tree, not the tuner's error). The rack is one NCCL node, where `auto` weighs the ring alone (tuner.py
+    `candidates`); the tree's estimate is asked for by name."""
     from simulator.collectives.chunking import AUTO_CHUNK
     from simulator.collectives.phases import CollectiveRequest
     from simulator.collectives.tuner import estimates
@@ -660,10 +659,10 @@ LINK_CLASSES = ("rack: {mtbf: 1000 d, repair: 4 h}, nic: {mtbf: 1000 d, repair: 
 
 
 def test_links_down_on_a_spare_racks_place_move_with_the_spare(job_with):
-    """2 racks and a spare rack, elastic: rack 0 fails at 1 h and the group is rack 1, then spare-0. The spare's NIC
-    (at its place, h4/nic0) degrades at 2 h and its leaf's cable to spine 0 (leaf1.r0-spine0) at 2.5 h: the job
-    trains with both down. Rack 1 fails at 3 h and the job shrinks onto the spare, now at place 0: its NIC and cable
-    follow it there (h0/nic0, leaf0.r0-spine0)."""
+    """2 racks and a spare rack, elastic: rack 0 fails at 1 h and the group is rack 1, then spare-0. The spare's NIC (at
+    its place, h4/nic0) degrades at 2 h and its leaf's cable to spine 0 (leaf1.r0-spine0) at 2.5 h: the job trains
+    with both down. Rack 1 fails at 3 h and the job shrinks onto the spare, then at place 0: its NIC and cable follow
+    it there (h0/nic0, leaf0.r0-spine0)."""
     text = spared(gb200_job(LINK_CLASSES))
     units = cluster_units(scenario_topology(scenario_from_text(text, "job.yaml")))
     cable = units.cable_ends.index(("leaf1.r0", "spine0"))
@@ -760,10 +759,10 @@ def test_the_failure_model_counts_the_spares_units_apart(job_with):
 
 
 def test_a_straggler_keeps_its_rack_while_an_nvswitch_tray_is_down(job_with):
-    """A tray of rack 1 down from 1 h to 3 h, GPU 20 (rack 1) throttled x1.5 from 2 h to 4 h. The state with
-    both is `simulate()` of the tray's links degraded and GPU 20 slowed, not GPU 0's (on rack 0, away from the
-    tray): before, every straggler was simulated on the first GPU of its stage, which is exact only where the
-    places are alike. Alone from 3 h, the throttle is simulated on GPU 0 again."""
+    """A tray of rack 1 down from 1 h to 3 h, GPU 20 (rack 1) throttled x1.5 from 2 h to 4 h. The state with both is
+    `simulate()` of the tray's links degraded and GPU 20 slowed, not GPU 0's (on rack 0, away from the tray): the
+    first GPU of its stage stands for a straggler only where the places are alike. Alone from 3 h, the throttle is
+    simulated on GPU 0 again."""
     summary = job_with(gb200_job(THROTTLE_CLASSES), (1 * H, 0, 13, 2 * H), (2 * H, 1, 20, 2 * H)).summary
     loaded = scenario_from_text(gb200_job(THROTTLE_CLASSES), "job.yaml")
     trays = nvswitch_tray_faults(scenario_topology(loaded), (("rack1/nvswitch", 1),))
@@ -780,12 +779,12 @@ def test_a_straggler_keeps_its_rack_while_an_nvswitch_tray_is_down(job_with):
 
 @pytest.mark.parametrize("spares, expected", [(0, 2 * 720 / 124), (4, 2 * 720 / 100)])
 def test_a_rack_without_a_spare_is_met_once_per_mtbf_and_repair(text_job, spares, expected):
-    """2 GB200 racks (rack MTBF 100 h, 1 d repairs) over 30 d, not elastic. With no spare the job waits for the
-    rack in repair, which does not fail meanwhile: the closed form counts 2 x 720 h / 124 h = 11.6 interruptions
-    (it said 2 x 720 h / 100 h = 14.4, the rate alone); with a spare rack (`spares: 4`) the spare takes the place
-    at once and the place fails on at the rate itself, 14.4, an upper bound (a spare rack in repair too leaves the
-    job waiting now and then). The simulated mean of 400 replications: 11.54 within 3 standard errors (about 0.5)
-    of the first, 14.09 at most 3 standard errors above the second and within 10% below it."""
+    """2 GB200 racks (rack MTBF 100 h, 1 d repairs) over 30 d, not elastic. With no spare the job waits for the rack in
+    repair, which does not fail meanwhile: the closed form counts 2 x 720 h / 124 h = 11.6 interruptions (not 2 x 720
+    h / 100 h = 14.4, the rate alone); with a spare rack (`spares: 4`) the spare takes the place at once and the
+    place fails on at the rate itself, 14.4, an upper bound (a spare rack in repair too leaves the job waiting now
+    and then). The simulated mean of 400 replications: 11.54 within 3 standard errors (about 0.5) of the first, 14.09
+    at most 3 standard errors above the second and within 10% below it."""
     text = gb200_job("rack: {mtbf: 100 h, repair: 1 d}", elastic=False).replace(
         "horizon: 12 h", "horizon: 30 d, replications: 400")
     summary = text_job(spared(text) if spares else text).summary

@@ -494,9 +494,9 @@ SWEEP_RECORD = '{"index": 0, "key": "k", "status": "ok", "error": "", "metrics":
     ("search", "run"), ("study", "run"), ("sweep", "run"), ("run", "search"), ("run", "study"), ("run", "sweep"),
     ("sweep", "search")])
 def test_a_command_refuses_a_folder_of_another_commands_results(tmp_path, capsys, held, command):
-    """`trainsim run --out` of a layout search's folder deleted its candidates (the files its manifest listed),
-    exit 0, without a word, and `search --out` a run's; a run into a sweep's folder (no manifest) left the folder
-    both. Each command now refuses another's folder before any work, in one line naming what it holds."""
+    """Each command refuses another command's folder before any work, in one line naming what it holds: `trainsim run
+    --out` of a layout search's folder does not delete its candidates (the files its manifest lists), `search --out`
+    leaves a run's alone, and a run into a sweep's folder (no manifest) does not leave the folder both."""
     out = tmp_path / "held"
     out.mkdir()
     for name in FOLDERS[held]:
@@ -779,10 +779,9 @@ sys.exit(console())
 @pytest.mark.parametrize("moment", ["simulating", "written"])
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_sigint_midway_leaves_exactly_one_run(tmp_path, moment, signum, status):
-    """Interrupt `trainsim run` (Ctrl-C or SIGTERM) at several moments into a folder holding another run (once
-    it marks that it got there; before, after fixed sleeps, which a loaded machine could spend still
-    importing): wherever it lands, the folder holds one complete run (the old or the new one) and no temporary
-    folder."""
+    """Interrupt `trainsim run` (Ctrl-C or SIGTERM) at several moments into a folder holding another run (once it marks
+    that it got there, not after fixed sleeps, which a loaded machine could spend still importing): wherever it
+    lands, the folder holds one complete run (the old or the new one) and no temporary folder."""
     out, marks = tmp_path / "out", tmp_path / "marks"
     marks.mkdir()
     assert main(["run", str(SMALL), "--out", str(out)]) == 0

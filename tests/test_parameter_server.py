@@ -396,10 +396,10 @@ def test_the_program_describes_every_transfer_and_update_for_its_summary(mode):
 
 
 def test_sync_throughput_counts_every_worker_whose_iteration_ends_just_after_the_first():
-    """Under sync every worker finishes together, but on the bundled cluster (24 workers pulling from 8 server
-    GPUs) the last pulls end up to 45 ns apart: the throughput window closed at the first worker's end and
-    counted only the iterations ended by then, 3 of 24 workers' with one iteration (20.7 samples/s against the
-    165.2 that 96 samples per 581 ms iteration give). Now an iteration under way counts its elapsed share."""
+    """Under sync every worker finishes together, but on the bundled cluster (24 workers pulling from 8 server GPUs) the
+    last pulls end up to 45 ns apart: an iteration under way when the throughput window closes counts its elapsed
+    share, so the throughput is the 165.2 samples/s that 96 samples per 581 ms iteration give, not the 20.7 of the 3
+    of 24 workers' iterations ended by the first worker's end."""
     summary = simulate(load_scenario(BUNDLED, overrides=["ps.iterations=1"])).summary
     ps = summary["parameter_server"]
     assert ps["samples_per_s"] == pytest.approx(ps["samples_per_iteration"] / ps["iteration_s"]["mean"], rel=1e-6)
@@ -416,10 +416,9 @@ ps: {servers: 1, mode: sync, iterations: 2}
 
 
 def test_the_compared_allreduce_runs_on_the_cluster_as_built(run_yaml):
-    """A link taken down in the step stayed down for the comparison all-reduce run after it (the rerouter
-    stays installed on the topology): with h0/nic0's cable cut, its rail-0 ring hops went over NVLink to a
-    peer's NIC and the all-reduce took 1.95 ms instead of 1.04 ms. It now runs on the cluster as built, and
-    its detours no longer count among the step's rerouted routes."""
+    """The comparison all-reduce run after the step runs on the cluster as built, not with the step's links down (the
+    rerouter stays installed on the topology: with h0/nic0's cable cut, its rail-0 ring hops would go over NVLink to
+    a peer's NIC, 1.95 ms instead of 1.04 ms), and its detours do not count among the step's rerouted routes."""
     healthy = run_yaml(FAT_TREE).summary["parameter_server"]["allreduce"]
     cut = run_yaml(FAT_TREE, "faults.step.links=[{link: [h0/nic0, leaf0.r0]}]").summary
     assert cut["parameter_server"]["allreduce"] == healthy

@@ -111,9 +111,8 @@ def test_gantt_idle_share_is_the_bubble_fraction(synthetic_1f1b):
     ({"tp": 1, "cp": 1, "pp": 1, "dp": 1}, {"ep": 1}, "TP1 CP1 PP1 DP1"),
 ])
 def test_gantt_title_names_the_layout_as_the_console_does(layout, moe, degrees):
-    """The title named the layout 'tp=2 dp=16 ep=8' where the run's console line said 'TP2 CP1 PP1 DP16 EP8', two
-    spellings from two copies of the logic: both now come from parallel_degrees. It never named ep before:
-    Mixtral's TP2 EP8 DP16 read 'tp=2 cp=1 pp=1 dp=16', as if its experts were replicated."""
+    """The title names the layout as the run's console line does ('TP2 CP1 PP1 DP16 EP8'), both from parallel_degrees,
+    EP included (read 'tp=2 cp=1 pp=1 dp=16', Mixtral's TP2 EP8 DP16 would look as if its experts were replicated)."""
     from simulator.console.report import _layout_line
 
     summary = {"layout": layout, **({"moe": moe} if moe else {})}
@@ -152,9 +151,9 @@ def test_gantt_merges_the_ops_of_one_action(small_model_runs):
 
 
 def test_gantt_draws_tp_collectives_off_the_compute_stream_as_overlapped(tmp_path):
-    """With `tp_comm_overlap` the TP collectives run on their own stream beside the GEMMs; they were drawn red and
-    listed as "TP/CP collective (blocking)", telling a reader that the hidden traffic blocks. Each TP op is now
-    one bar of the kind its stream says: blocking on the compute stream, overlapped (side lane) off it."""
+    """With `tp_comm_overlap` the TP collectives run on their own stream beside the GEMMs: each TP op is one bar of the
+    kind its stream says, blocking on the compute stream, overlapped (side lane) off it, never red and "TP/CP
+    collective (blocking)" for traffic that is hidden."""
     overlapped = SMALL_MODEL.replace("dp: 1,", "dp: 1, sequence_parallel: true, tp_comm_overlap: true,")
     run = _run(tmp_path, overlapped, "1f1b")
     figure = gantt_figure(run.timeline, run.summary)
@@ -484,8 +483,8 @@ def test_gantt_of_one_stage_calls_its_idle_time_compute_idle(tmp_path):
 
 
 def test_the_overlapped_tp_cp_colour_is_a_hue_of_its_own_on_the_side_lane():
-    """The overlapped TP/CP bars' light red (#EFA3A5) was hard to tell from the PP sends' pink (#DA8BC3) on the
-    side lane: its hue is now at least 45 degrees from every other colour drawn there."""
+    """The overlapped TP/CP bars' hue is at least 45 degrees from every other colour drawn on the side lane (a light red
+    such as #EFA3A5 is hard to tell from the PP sends' pink, #DA8BC3)."""
     import colorsys
 
     from simulator.report.gantt import BAR_CLASSES, Bar

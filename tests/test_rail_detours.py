@@ -41,8 +41,8 @@ SHRUNK = UNIFORM.replace("nodes: 8, leaf_ports: 8, spines: 4",
 
 
 def test_a_fabric_wired_for_more_hosts_shifts_its_rails_too():
-    """The leaves without hosts map by their rail, so the shrunk fabric has its rail shift and h1's NIC cable
-    down costs the same on every rail; before, it had none, and rail 5's step was 6.8% below rail 0's."""
+    """The leaves without hosts map by their rail, so the shrunk fabric has its rail shift and h1's NIC cable down costs
+    the same on every rail (without the shift rail 5's step would be 6.8% below rail 0's)."""
     topology = scenario_topology(scenario_from_text(SHRUNK))
     rails = RailRotation.of(topology)
     assert rails is not None and rails.turns == 8
@@ -73,7 +73,7 @@ def test_detours_around_a_nic_move_with_its_rail():
 
 
 def test_a_fabric_whose_hosts_share_one_nic_has_no_rail_shift():
-    """With one NIC a host there is one rail: no shift, and detours are picked from the ends as before."""
+    """With one NIC a host there is one rail: no shift, and detours are picked from the ends."""
     plain = UNIFORM.replace("leaf_ports: 8", "leaf_ports: 8, nics_per_node: 1")
     topology = scenario_topology(scenario_from_text(plain))
     assert RailRotation.of(topology) is None

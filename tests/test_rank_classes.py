@@ -397,11 +397,11 @@ def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch)
 
 def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monkeypatch):
     """End to end, the same rule: the wrap case with TP 4 x CP 2, no program ordered (`ORDERING_BUDGET_BYTES` 0, as
-    beyond the ordering's budget) and a check that passes the stage fold but refuses every refold, asking for
-    their ordering as the real check does. The stage fold runs and its wrap falls out of step; route classes and
-    lanes are each refused before their run (they ran unjudged before, and route classes kept pace), no meet is
-    tried (none ran), and the step runs unfolded: the folds given up say so in the order tried, the refused ones
-    `unordered` (only the program that ran reached `ordering_skipped` before)."""
+    beyond the ordering's budget) and a check that passes the stage fold but refuses every refold, asking for their
+    ordering as the real check does. The stage fold runs and its wrap falls out of step; route classes and lanes are
+    each refused before their run (unjudged, route classes would keep pace), no meet is tried (none ran), and the
+    step runs unfolded: the folds given up say so in the order tried, the refused ones `unordered`, not only the
+    program that ran in `ordering_skipped`."""
     from simulator.engine import ordering
 
     real = fold_policy.fold_verdict
