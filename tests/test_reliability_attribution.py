@@ -85,9 +85,8 @@ def test_above_the_exact_cap_each_cause_gets_its_leave_one_out_effect_from_as_ma
 
 
 def test_a_sub_state_refused_splits_the_state_evenly_and_says_why():
-    """A sub-state that cannot be simulated (its step refused past the scale limits, say) ended the whole job.
-    The state's share now splits evenly between its causes, and the refusal is heard; without a listener it is
-    raised, as before."""
+    """A sub-state that cannot be simulated (its step refused past the scale limits, say) does not end the whole job:
+    the state's share splits evenly between its causes, and the refusal is heard; without a listener it is raised."""
     def extra(subset):
         if subset == frozenset("A"):
             raise ScenarioError("too large", field="faults.components")

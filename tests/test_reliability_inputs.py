@@ -120,10 +120,10 @@ def test_a_checkpoint_just_larger_than_the_storage_reads_larger(tmp_path, capsys
 
 
 def test_a_maintenance_duration_alone_keeps_the_presets_period(capsys):
-    """`faults: {preset: llama3, maintenance: {duration: 30 min}}` was refused ('faults.maintenance.every: required
-    field is missing'): giving the preset's 47 windows a length meant restating their period, 54 d / 47. `every`
-    now defaults to the preset's; a stop as long as that period is refused naming it, and without a preset
-    `every` is still required (BAD above)."""
+    """`faults: {preset: llama3, maintenance: {duration: 30 min}}` gives the preset's 47 windows a length without
+    restating their period (54 d / 47): `every` defaults to the preset's, not 'faults.maintenance.every: required
+    field is missing'; a stop as long as that period is refused naming it, and without a preset `every` is required
+    (BAD above)."""
     from simulator.config.faults import FaultsConfig
     from simulator.reliability.components import Maintenance, failure_model
 
@@ -138,10 +138,9 @@ def test_a_maintenance_duration_alone_keeps_the_presets_period(capsys):
 
 
 def test_a_preset_class_given_a_repair_alone_keeps_the_presets_rate(tmp_path, capsys):
-    """`--set faults.components.gpu.repair=4h` over the llama3 preset (faster GPU swaps) was refused, 'give
-    exactly one of mtbf and rate': a preset class given a new rate kept the preset's repair, but one given a
-    new repair (or a Weibull shape) could not keep the preset's rate. Now it does; a class the preset lacks
-    still needs a rate, and both at once are refused."""
+    """`--set faults.components.gpu.repair=4h` over the llama3 preset (faster GPU swaps) keeps the preset's rate, as a
+    class given a new rate keeps the preset's repair (not 'give exactly one of mtbf and rate'); so does a new Weibull
+    shape. A class the preset lacks needs a rate, and both at once are refused."""
     from simulator.config.faults import FaultsConfig
     from simulator.reliability.components import failure_model
 
@@ -597,9 +596,9 @@ def test_a_rate_reads_decimal_counts_as_durations_read_numbers(rate):
 
 
 def test_a_class_of_a_unit_the_cluster_lacks_is_refused(tmp_path, capsys):
-    """A `nic` class on one DGX H100 (8 GPUs on NVSwitch, no NIC, switch or cable) counted no units: the job
-    ran without a single NIC failure and said nothing. Now it is one located line, also from `validate`; the
-    llama3 preset's network classes still count none there without a word (the preset is for any cluster)."""
+    """A `nic` class on one DGX H100 (8 GPUs on NVSwitch, no NIC, switch or cable) counts no units: it is refused in one
+    located line, also from `validate`, not run silently without a single NIC failure; the llama3 preset's network
+    classes count none there without a word (the preset is for any cluster)."""
     single = SPARE_JOB.replace("  topology: dgx-h100-cluster\n  nodes: 2\n", "  topology: dgx-h100\n").replace(
         "global_batch: 16", "global_batch: 8")
     scenario = tmp_path / "job.yaml"
@@ -641,9 +640,9 @@ def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, ca
 
 
 def test_study_intervals_may_be_whole_steps_as_checkpoint_interval_is(tmp_path, capsys):
-    """`checkpoint.interval` takes '200 steps' or a duration, but `--intervals 2steps` was refused ("unknown
-    duration unit 'steps'") though every point runs whole steps: it now runs those steps exactly, and a step count
-    that is not whole is refused at the option as the field refuses it."""
+    """`checkpoint.interval` takes '200 steps' or a duration, and so does `--intervals` (`2steps`, not "unknown duration
+    unit 'steps'"): every point runs those steps exactly, and a step count that is not whole is refused at the option
+    as the field refuses it."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
@@ -685,11 +684,10 @@ def test_study_intervals_that_round_to_the_same_steps_are_refused_as_a_value_giv
 
 
 def test_a_step_word_in_other_case_is_refused_as_any_unit_in_other_case_is(tmp_path, capsys):
-    """Unit words are case-sensitive (`10 MIN`, `1 gib` are refused: case tells b from B); `--intervals '10 Steps'`
-    was refused too, but as an "unknown duration unit 'Steps'", where `10 steps` and `10steps` are step counts. A
-    step word in other case is now refused as a unit in the wrong case, in `--intervals` and `checkpoint.interval`
-    alike, naming the unit it may mean, as a duration or size unit in the wrong case now is, in one wording
-    ('10 MIN' read "unknown duration unit 'MIN'" beside "unknown unit 'Steps'"; the allowed units name the kind)."""
+    """Unit words are case-sensitive (`10 MIN`, `1 gib` are refused: case tells b from B), and `10 steps` and `10steps`
+    are step counts: a step word in other case (`--intervals '10 Steps'`) is refused as a unit in the wrong case, in
+    `--intervals` and `checkpoint.interval` alike, naming the unit it may mean, in the one wording a duration or size
+    unit in the wrong case gets (not "unknown duration unit 'Steps'"; the allowed units name the kind)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
@@ -745,18 +743,18 @@ def refused_16k_job(tmp_path, capsys, *settings: str) -> str:
 
 
 def test_degraded_states_that_fold_pass_the_jobs_scale_limits(monkeypatch):
-    """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck takes 48 links
-    down, and its state folds by the hosts near them (its leaf group's 32 hosts apart, one rank per rail
-    elsewhere) onto 384 of 16,384 ranks, ~1.5 million ops + flows and ~1.7 GiB. The job's up-front refusal,
-    which sized each state as the unfolded step (~66 million and ~55 GiB), refused it although it folds; it now
-    sizes each leaf's state by its fold and passes, with no step built."""
+    """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck takes 48 links down, and
+    its state folds by the hosts near them (its leaf group's 32 hosts apart, one rank per rail elsewhere) onto 384 of
+    16,384 ranks, ~1.5 million ops + flows and ~1.7 GiB. The job's up-front check sizes each leaf's state by its fold
+    and passes, with no step built; sized as the unfolded step (~66 million and ~55 GiB) it would be refused although
+    it folds."""
     loaded = load_scenario("llama3-405b-16k-job", ["faults.components.leaf_switch={mtbf: 100 d, repair: 4 h}"])
     topology = capped_topology(loaded, False)
     sized: list[tuple[int, int]] = []
     refuse_folded = job_simulation._refuse_folded_link_state
 
     def recording_sizes(*args) -> None:
-        """Note each state's (ranks, world), the 6th and 4th arguments, and refuse as before."""
+        """Note each state's (ranks, world), the 6th and 4th arguments, and refuse as the real check does."""
         sized.append((args[5], args[3]))
         refuse_folded(*args)
 
@@ -869,10 +867,10 @@ def test_a_collective_list_warns_of_a_checkpoint_at_its_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("field", ["write", "host_write"])
 def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, capsys, field):
-    """A store so slow that one checkpoint write outlasts the horizon: no interval lets a checkpoint finish, so the
-    one warning is at the bandwidth that sets the write (the store's, or the hosts' where their sum is lower), with
-    the horizon as '2 d' and the rate or size that would do; before, it advised a shorter checkpoint.interval,
-    printed the horizon as '172,800.0 s', and the sync Young/Daly warning added "Daly's applies"."""
+    """A store so slow that one checkpoint write outlasts the horizon: no interval lets a checkpoint finish, so the one
+    warning is at the bandwidth that sets the write (the store's, or the hosts' where their sum is lower), with the
+    horizon as '2 d' and the rate or size that would do, not advice of a shorter checkpoint.interval, a horizon of
+    '172,800.0 s' or the sync Young/Daly warning's "Daly's applies"."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB.replace("  interval: 30 min\n", "  interval: 30 min\n  mode: sync\n"))
     out = tmp_path / "out"

@@ -195,9 +195,8 @@ def test_the_job_trace_is_in_microseconds_on_a_nanosecond_grid_without_a_display
 
 
 def test_the_job_trace_leaves_out_args_that_are_zero(tmp_path):
-    """Every event repeated `"lost_work_s": 0.0, "hosts": 0` where nothing was lost or taken (every checkpoint
-    and restart), and wrote whole steps as floats (`"step": 29.0`): each event's args now hold its event row's
-    step (an integer), lost work and hosts where they are not zero, and nothing else."""
+    """Each event's args hold its event row's step (an integer, not `"step": 29.0`), lost work and hosts where they are
+    not zero, and nothing else (no `"lost_work_s": 0.0, "hosts": 0` on every checkpoint and restart)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SEED003.replace("replications: 10", "replications: 1").replace("54 d", "2 d"))
     out = tmp_path / "out"
@@ -214,9 +213,9 @@ def test_the_job_trace_leaves_out_args_that_are_zero(tmp_path):
 
 
 def test_the_job_trace_names_events_as_the_printed_table_does(llama3_job):
-    """The 405B job's trace named its slices by the classes' keys, 'failure gpu_sram', and its restarts by
-    their cause's key, 'restart failure', where the printed table and job_summary.json's labels say 'GPU SRAM
-    memory': each failure now carries its class's label, each restart what it follows."""
+    """The 405B job's trace names its slices as the printed table and job_summary.json's labels do: each failure carries
+    its class's label ('GPU SRAM memory', not the key 'failure gpu_sram'), each restart what it follows (not 'restart
+    failure')."""
     from simulator.reliability.report import job_trace
 
     labels = {name: klass["label"] for name, klass in llama3_job.summary["failure_model"].items()}
@@ -576,10 +575,10 @@ def test_an_os_error_in_a_replication_keeps_its_filename(tmp_path, capsys, monke
 
 
 def test_the_step_api_given_a_job_scenario_warns_that_it_runs_one_step():
-    """`simulator.simulate()` of a job scenario (run.horizon, failures, checkpoint) returned the healthy step's
-    Result without a word, where `trainsim run` runs the job: it warns now, at the horizon's line, naming the job's
-    entry point, and its Result is still that step's; a step scenario gets no such warning. The summary's
-    `warnings` carry it too (they were empty, so a script reading them, as summary.json keeps the CLI's, missed it)."""
+    """`simulator.simulate()` of a job scenario (run.horizon, failures, checkpoint) returns the healthy step's Result,
+    where `trainsim run` runs the job: it warns, at the horizon's line, naming the job's entry point; a step scenario
+    gets no such warning. The summary's `warnings` carry it too, so a script reading them (as summary.json keeps the
+    CLI's) sees it."""
     import warnings
 
     path = DATA / "small-job.yaml"

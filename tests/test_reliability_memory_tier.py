@@ -149,8 +149,8 @@ def test_bad_memory_tier_values_are_refused_in_one_line(tmp_path, capsys, memory
 def test_a_fall_back_to_storage_after_a_memory_restore_loses_the_work_once():
     """1 s steps; storage every 10 steps (0.5 s stall), memory every 3 (0.1 s stall). Snapshots at steps 3 and 6
     (complete at 3.1 s and 6.2 s); a failure at 7.2 s that the peers survive rolls back to step 6, 1 s lost. The
-    restart ends at 8 s; one step later a failure takes out the copies: back to step 0, the 7 s kept since it
-    lost now, the 1 s already lost not again: all 8 s of training lost."""
+    restart ends at 8 s; one step later a failure takes out the copies: back to step 0, the 7 s kept since then lost,
+    the 1 s already lost not again: all 8 s of training lost."""
     from simulator.reliability.checkpoint import SegmentCosts
     from simulator.reliability.events import JobEvents
     from simulator.reliability.training import CheckpointClock

@@ -37,17 +37,15 @@ from simulator.workload.training import resolve_model
 
 
 def test_straggling_time_matches_the_closed_form():
-    """Four GPUs each throttled (x1.5) at rate 1/48 h for a fixed 6 h. Every GPU's straggler is simulated on
-    replica 0's GPU, so the job is slow while any of the four is throttled: at time t with probability
-    1 - (1 - p(t))^4, p(t) a GPU's chance to be throttled. A throttled GPU is not throttled again (its renewal
-    restarts at the repair's end), so p = 1 - exp(-L t) up to R, then p'(t) = L (p(t - R) - p(t)), L = 1/48 h
-    (integrated in 10 s steps), and a GPU is throttled L (1 - p(t)) times per second. Expected slow-step time =
-    E[time throttled] x (1 - healthy step / throttled step), with no checkpoint in the horizon. 2,000
-    replications of 10 d: 0.78% over today (standard error 0.42%); tolerance 3 standard errors, 1.3%, and the
-    closed form within the 95% interval. The 35,605 straggling windows
-    expected (17.80 a replication, as sum_k P(Gamma(k, L) <= H - (k - 1) R) gives too; 40,000 before, when a
-    throttled GPU was throttled again): 0.72% over today (Poisson standard error 0.53%); tolerance 3 standard
-    errors, 1.6%."""
+    """Four GPUs each throttled (x1.5) at rate 1/48 h for a fixed 6 h. Every GPU's straggler is simulated on replica 0's
+    GPU, so the job is slow while any of the four is throttled: at time t with probability 1 - (1 - p(t))^4, p(t) a
+    GPU's chance to be throttled. A throttled GPU is not throttled again (its renewal restarts at the repair's end),
+    so p = 1 - exp(-L t) up to R, then p'(t) = L (p(t - R) - p(t)), L = 1/48 h (integrated in 10 s steps), and a GPU
+    is throttled L (1 - p(t)) times per second. Expected slow-step time = E[time throttled] x (1 - healthy step /
+    throttled step), with no checkpoint in the horizon. 2,000 replications of 10 d: 0.78% over (standard error
+    0.42%); tolerance 3 standard errors, 1.3%, and the closed form within the 95% interval. The 35,605 straggling
+    windows expected (17.80 a replication, as sum_k P(Gamma(k, L) <= H - (k - 1) R) gives too; 40,000 if a throttled
+    GPU could be throttled again): 0.72% over (Poisson standard error 0.53%); tolerance 3 standard errors, 1.6%."""
     text = ONE_GPU_HOSTS + """run: {horizon: 10 d, replications: 2000, seed: 3}
 faults:
   components:
@@ -448,9 +446,9 @@ def test_the_first_count_of_states_ahead_says_how_many_workers_share_the_rest(mo
 
 
 def test_the_count_of_states_ahead_takes_in_the_first_where_no_workers_follow(monkeypatch):
-    """Where the free memory holds fewer than two workers, the job's process simulates the first state and the
-    job the rest as it meets them: the count stopped at 0/9, short of the state done; it now says 1/9, shared by
-    no worker. A ``progress(done, total)`` of two arguments is heard (a third, the workers, raised TypeError)."""
+    """Where the free memory holds fewer than two workers, the job's process simulates the first state and the job the
+    rest as it meets them: the count says 1/9 once the first is done, shared by no worker, not 0/9. A
+    ``progress(done, total)`` of two arguments is heard (a third, the workers, is not passed to it)."""
     loaded, _ = _one_core_job_then_two_cores(monkeypatch)
     monkeypatch.setattr(ahead, "memory_room", lambda workers, each=0: 1)
     heard: list[tuple[int, int] | int] = []
@@ -733,10 +731,10 @@ def test_a_degraded_leaf_runs_at_the_step_time_of_its_links_down():
 
 
 def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch):
-    """A leaf switch's state is simulated inline when a replication first meets it (minutes at 2,048 GPUs, on one
-    core: on more they go ahead), and the job printed nothing meanwhile: its ``activity`` now hears the
-    replication, each state as its step starts (what is down, unnumbered: no count of states heard here indexes
-    the summary's sorted states) and when it is done, then '' once the replications are."""
+    """A leaf switch's state is simulated inline when a replication first meets it (minutes at 2,048 GPUs, on one core:
+    on more they go ahead): the job's ``activity`` hears the replication, each state as its step starts (what is
+    down, unnumbered: no count of states heard here indexes the summary's sorted states) and when it is done, then ''
+    once the replications are."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     heard: list[str] = []
@@ -753,10 +751,10 @@ def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch)
 
 
 def test_a_degraded_state_leaves_nothing_of_its_topology_behind(monkeypatch):
-    """The job's collector is paused and collects its youngest generation after each state, once the state's
-    topology (a cycle with its rerouter) is no longer a local, so no link state's topology outlives it to the
-    job's end (gigabytes over a long job). Between states as many are alive as before the
-    first (the healthy one, and what earlier tests left in caches); on one core, where no state goes ahead."""
+    """The job's collector is paused and collects its youngest generation after each state, once the state's topology (a
+    cycle with its rerouter) is not a local any more, so no link state's topology outlives it to the job's end
+    (gigabytes over a long job). Between states as many are alive as before the first (the healthy one, and what
+    earlier tests left in caches); on one core, where no state goes ahead."""
     import gc
 
     from simulator.topology.graph import Topology
@@ -792,9 +790,9 @@ def test_degraded_states_simulated_ahead_in_forked_workers_give_the_one_core_job
 
 
 def test_a_job_says_which_state_it_simulates_before_its_workers_start(monkeypatch):
-    """The first degraded state ahead is simulated in the job's process before the workers are forked (~223 s
-    at 2,048 GPUs), and the bar said only '0/41 states' meanwhile: ``activity`` now hears that state (what is
-    down) before any replication (after the states foreseen are merged and sized), and '' once it is done."""
+    """The first degraded state ahead is simulated in the job's process before the workers are forked (~223 s at 2,048
+    GPUs): ``activity`` hears that state (what is down) before any replication (after the states foreseen are merged
+    and sized), so the bar says more than '0/41 states' meanwhile, and '' once it is done."""
     loaded, _ = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
     heard: list[str] = []
     job = simulate_job(loaded, activity=heard.append)
@@ -852,10 +850,10 @@ def test_degraded_states_ahead_are_sized_by_a_state_with_links_down_not_a_spine_
 
 def test_degraded_states_ahead_are_sized_by_the_state_with_links_down_near_the_most_hosts(monkeypatch):
     """Links down fold by the hosts near them (`fold_policy.link_fault_step`), so the state with links down that
-    simulates the most ranks is the largest: two leaves down in the two leaf groups leave every host near (all
-    32 ranks, unfolded) where one leaf leaves 24. Foreseen one leaf first, the job's process simulated it
-    first (every state with links down ranked alike), and the pool was counted at its smaller peak; it now
-    simulates the two leaves' state first."""
+    simulates the most ranks is the largest: two leaves down in the two leaf groups leave every host near (all 32
+    ranks, unfolded) where one leaf leaves 24. The job's process simulates the two leaves' state first, so the pool
+    is counted at its larger peak (with every state with links down ranked alike, one leaf would come first and the
+    pool be counted at its smaller peak)."""
     from simulator.reliability.blast import cluster_units
     from simulator.reliability.simulate import prepare_job
 
@@ -1055,10 +1053,10 @@ SPLIT_TP_GROUP = ("the elastic job shrunk to 3 replicas (3 hosts): a TP group sp
 
 @pytest.mark.parametrize("command", ["run", "study"])
 def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, tmp_path, capsys):
-    """TP 2 keeps the full job's TP groups in their hosts and not those of the job shrunk to 3 replicas; the value
-    came from `--set`, and the error names the `--set parallelism.tp=2` (a shrunk state's scenario rebuilt
-    without the overrides named the file's line). It is refused at load, before any step. (It was two pods
-    that 2 hosts, one leaf group, could not fill; a shrunk three-tier cluster now keeps the full fabric.)"""
+    """TP 2 keeps the full job's TP groups in their hosts and not those of the job shrunk to 3 replicas; the value comes
+    from `--set`, and the error names the `--set parallelism.tp=2`, not the file's line (a shrunk state's scenario is
+    rebuilt with the overrides). It is refused at load, before any step. (A shrunk three-tier cluster keeps the full
+    fabric, so two pods that 2 hosts, one leaf group, cannot fill are no error.)"""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(DP_INNERMOST_DGX)
     args = ["mtbf"] if command == "study" else []
@@ -1079,10 +1077,9 @@ def test_an_error_in_a_shrunk_state_of_a_sweep_point_names_its_axis(tmp_path):
 
 
 def test_two_pods_that_the_shrunk_hosts_cannot_fill_keep_the_full_fabric():
-    """Two pods over 4 one-GPU hosts, two per leaf group: the job shrunk to 2 replicas keeps one leaf group, which
-    the fabric rebuilt on 2 hosts could not split into pods: refused at the file's `tiers` line, naming the
-    size (it ended the job when it first shrank to 2, before that). Cut from the full fabric, each group stays
-    in its pod, and the job runs on every size."""
+    """Two pods over 4 one-GPU hosts, two per leaf group: the job shrunk to 2 replicas keeps one leaf group, which a
+    fabric rebuilt on 2 hosts could not split into pods. Cut from the full fabric, each group stays in its pod, and
+    the job runs on every size."""
     text = SHRINKING.replace("oversubscription: 2}", "oversubscription: 2,\n          tiers: 3, pods: 2}")
     assert simulate_job(scenario_from_text(text, "job.yaml")).summary["replicas"]["sizes"] == [1, 2, 3, 4]
 
@@ -1138,15 +1135,14 @@ def run_refused(tmp_path: Path, capsys, text: str) -> tuple[Path, str]:
 
 
 def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_path, capsys):
-    """ZeRO-3 shards each parameter's 18 B (bf16 weight, fp32 gradient, Adam's 12 B: the ZeRO paper's
-    (2 + 2 + K) Psi / N with 4-byte gradients) over the N replicas, so a GPU of the job shrunk to N holds
-    18 Psi (1/N - 1/4) more than on 4; the activations (one micro-batch on every size) and the two gathered
-    layers (with more than one replica) stay. 11.66e9 parameters: 58.0 GiB on 4, 74.3 GiB on 3, 106.8 GiB on
-    2 and 197.8 GiB on 1 (no gathered layers): an H100 holds 79.6 GiB, so the job runs on 3 and 4 and skips 1
-    and 2 (it ran on them, out of memory, with a warning at most). With 8 layers it fits on no smaller size:
-    refused at `restart.elastic` (it was `min_replicas`, which cannot help), naming 3 replicas' 95.3 GiB
-    (15.28e9 parameters: 85.4 GiB of states, 6.75 GiB of gathered layers and 3.16 GiB of activations), before
-    any step."""
+    """ZeRO-3 shards each parameter's 18 B (bf16 weight, fp32 gradient, Adam's 12 B: the ZeRO paper's (2 + 2 + K) Psi /
+    N with 4-byte gradients) over the N replicas, so a GPU of the job shrunk to N holds 18 Psi (1/N - 1/4) more than
+    on 4; the activations (one micro-batch on every size) and the two gathered layers (with more than one replica)
+    stay. 11.66e9 parameters: 58.0 GiB on 4, 74.3 GiB on 3, 106.8 GiB on 2 and 197.8 GiB on 1 (no gathered layers):
+    an H100 holds 79.6 GiB, so the job runs on 3 and 4 and skips 1 and 2, not run out of memory with a warning at
+    most. With 8 layers it fits on no smaller size: refused at `restart.elastic` (not `min_replicas`, which cannot
+    help), naming 3 replicas' 95.3 GiB (15.28e9 parameters: 85.4 GiB of states, 6.75 GiB of gathered layers and 3.16
+    GiB of activations), before any step."""
     job = simulate_job(scenario_from_text(ZERO3_JOB))
     replicas, healthy = job.summary["replicas"], job.step_summary
     params = resolve_model(scenario_from_text(ZERO3_JOB).scenario).num_params()
@@ -1184,9 +1180,9 @@ def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_pa
 
 
 def test_an_elastic_jobs_sizes_print_runs_as_ranges():
-    """The 405B job made elastic without spares runs on 22 to 128 replicas (21 and fewer are out of memory): its
-    table and `validate` listed all 107 sizes and the 21 skipped, number by number; runs of three or more
-    consecutive sizes now read 'first to last', pairs and gaps as they are."""
+    """The 405B job made elastic without spares runs on 22 to 128 replicas (21 and fewer are out of memory): its table
+    and `validate` print runs of three or more consecutive sizes as 'first to last', pairs and gaps as they are, not
+    all 107 sizes and the 21 skipped number by number."""
     from simulator.units import number_ranges
 
     assert number_ranges(range(22, 129)) == "22 to 128"
@@ -1215,11 +1211,10 @@ def test_the_job_plan_carries_the_elastic_sizes_it_was_checked_with(monkeypatch)
 
 
 def test_an_elastic_job_whose_layout_is_out_of_memory_is_warned_as_a_plain_one(tmp_path, capsys):
-    """With 12 layers (22.53e9 parameters) the ZeRO-3 job's own layout does not fit: 18 Psi / 4 = 94.4 GiB of states
-    per GPU on 4 replicas, 105.8 GiB in all, against the H100's 79.6 GiB. The plain job runs with the out- of-memory
-    warning a plain run gives (before, a job run gave none); the elastic one gets the same verdict, and runs on 4
-    replicas only, its smaller sizes (more states per GPU) skipped. `validate --strict` refuses both at parallelism,
-    as a plain run's layout."""
+    """With 12 layers (22.53e9 parameters) the ZeRO-3 job's own layout does not fit: 18 Psi / 4 = 94.4 GiB of states per
+    GPU on 4 replicas, 105.8 GiB in all, against the H100's 79.6 GiB. The plain job runs with the out-of-memory
+    warning a plain run gives; the elastic one gets the same verdict, and runs on 4 replicas only, its smaller sizes
+    (more states per GPU) skipped. `validate --strict` refuses both at parallelism, as a plain run's layout."""
     text = ZERO3_JOB.replace("layers: 6", "layers: 12")
     params = resolve_model(scenario_from_text(text).scenario).num_params()
     assert 18 * params / 4 / GIB == pytest.approx(94.4, abs=0.05)
@@ -1358,14 +1353,13 @@ restart: {elastic: true, min_replicas: 2}
 
 
 def test_a_job_tells_the_time_of_its_states_with_links_down_before_simulating_any(monkeypatch):
-    """The 16,384-GPU Llama 3 405B job with a leaf switch class foresaw 19,663 states and said nothing for the
-    7-8 minutes of the first, then warned of the rest. The job now tells their time once foreseen, before any
-    state is simulated: each state LINK_STATE_S_FIXED and its fold's ops + flows (`scale.classed_estimate` on its
-    `LinkFaultRanks`) at LINK_STATE_S_PER_EVENT plus LINK_STATE_S_PER_EVENT_GPU for each GPU of its cluster, summed
-    over the states
+    """A job tells the time of its states with links down once foreseen, before any state is simulated (the 16,384-GPU
+    Llama 3 405B job with a leaf switch class foresees 19,663 states, the first of which takes 7-8 minutes): each
+    state LINK_STATE_S_FIXED and its fold's ops + flows (`scale.classed_estimate` on its `LinkFaultRanks`) at
+    LINK_STATE_S_PER_EVENT plus LINK_STATE_S_PER_EVENT_GPU for each GPU of its cluster, summed over the states
     `states_ahead` lists (here the 4 one-leaf states of the small leaf switch job, 24 of its 32 ranks each), the
-    first in the job's process and the other 3 over 2 workers. Told from LONG_AHEAD_S on, which this job stays
-    far below."""
+    first in the job's process and the other 3 over 2 workers. Told from LONG_AHEAD_S on, which this job stays far
+    below."""
     from simulator.engine.rank_classes import LinkFaultRanks
     from simulator.scale import classed_estimate
     from simulator.units import format_duration
@@ -1438,11 +1432,11 @@ LINK_CLASSES_JOB = LEAF_SWITCH_JOB.replace(
 
 
 def test_a_job_is_sized_by_its_largest_foreseen_state_with_links_down(tmp_path, capsys, monkeypatch):
-    """The up-front refusal sized one unit down, while most of the 16,384-GPU job's states have 2 to 7 leaves
-    down. With the limit at one leaf's ~2,352 ops + flows the small job passes it, but it foresees states with
-    two leaves down, every host near (its 32 ranks unfolded, ~3,136): refused once foreseen, before any state is
-    simulated, naming the class with the most links in that state, not the NIC class listed first. The limit is
-    the one-leaf state's estimate (its leaf's hosts near: 24 of the 32 ranks), which that state does not pass."""
+    """The up-front refusal sizes the largest foreseen state, not one unit down (most of the 16,384-GPU job's states
+    have 2 to 7 leaves down). With the limit at one leaf's ~2,352 ops + flows the small job foresees states with two
+    leaves down, every host near (its 32 ranks unfolded, ~3,136): refused once foreseen, before any state is
+    simulated, naming the class with the most links in that state, not the NIC class listed first. The limit is the
+    one-leaf state's estimate (its leaf's hosts near: 24 of the 32 ranks), which that state does not pass."""
     one_leaf = scale.classed_estimate(scenario_from_text(LINK_CLASSES_JOB), 32, 24)
     assert one_leaf is not None
     monkeypatch.setattr(scale, "MAX_EVENTS", one_leaf.events)
@@ -1537,9 +1531,9 @@ restart: {spares: 0}
 
 
 def test_link_states_count_the_states_a_job_only_restarted_in():
-    """States met are those the job trained in or was in while it restarted (a leaf down while it waited for a
-    host): `link_states` left the restart-only ones out, 17 of the 20 states with links down that `states` lists
-    (its one cause, the leaf class, asks no sub-state); all 20 now."""
+    """States met are those the job trained in or was in while it restarted (a leaf down while it waited for a host):
+    `link_states` counts all 20 states with links down that `states` lists, the restart-only ones included (its one
+    cause, the leaf class, asks no sub-state)."""
     summary = simulate_job(scenario_from_text(RESTARTING_LEAF_JOB, "job.yaml")).summary
     linked = sum(1 for state in summary["states"] if state["links_down"])
     assert summary["link_states"]["states"] == linked == 20
