@@ -1553,11 +1553,9 @@ than healthy."""
 
 
 def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_split_needs(monkeypatch):
-    """The forecast answered every state unknown with the healthy costs, so each asked all its sub-states, and
-    those were estimated and simulated ahead though a state no slower than healthy asks none when met. The
-    states the job trains or restarts in are now foreseen, told and simulated first, then the sub-states their
-    steps ask: each state simulated ahead is one the job uses (in `states`), and the time up front counts
-    those of the first round."""
+    """The states the job trains or restarts in are foreseen, told and simulated first, then the sub-states their steps
+    ask (a state no slower than healthy asks none), not every sub-state of a forecast made on the healthy costs: each
+    state simulated ahead is one the job uses (in `states`), and the time up front counts those of the first round."""
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch, MIXED_ELASTIC_JOB)
     told: list = []
     time_ahead = reliability_simulate.time_ahead
@@ -1577,11 +1575,11 @@ def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_s
 
 
 def test_a_job_on_one_core_foresees_the_states_it_simulates_no_more(monkeypatch):
-    """The forecast answered every state unknown with the healthy costs, so each state with two causes asked all
-    its sub-states: on one core the mixed elastic job foresaw (and sized up front) 203 states and simulated 179.
-    The second round now knows the first round's steps (`ahead.simulate_known`), so it asks only the
-    sub-states the job's splits ask: the states foreseen are the states simulated, none over (margin 0: a
-    state foreseen on the healthy costs that the job's own costs steer clear of would be one over)."""
+    """The second round of the forecast knows the first round's steps (`ahead.simulate_known`), so it asks only the
+    sub-states the job's splits ask, not all the sub-states of each state with two causes (on the healthy costs, the
+    mixed elastic job on one core would foresee and size 203 states and simulate 179): the states foreseen are the
+    states simulated, none over (margin 0: a state foreseen on the healthy costs that the job's own costs steer clear
+    of would be one over)."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     foreseen: list = []
@@ -1620,10 +1618,9 @@ def test_a_refused_sub_state_splits_its_state_evenly_with_a_warning(monkeypatch)
 
 
 def test_a_sub_state_past_the_limits_up_front_splits_its_state_evenly_not_refuse_the_job(monkeypatch):
-    """The states foreseen were sized up front with the sub-states among them, so a sub-state past the scale
-    limits refused the whole job (unless --force) and the even split could not be reached. Only the states the
-    job trains or restarts in are sized and refused up front now (here none on all 4 replicas); a sub-state
-    refused when met splits its state evenly."""
+    """Only the states the job trains or restarts in are sized and refused up front (here none on all 4 replicas), not
+    the sub-states among the states foreseen, which would refuse the whole job (unless --force) where the even split
+    applies: a sub-state refused when met splits its state evenly."""
     refuse_folded, entry = reliability_simulate._refuse_folded_link_state, states.StepStates.entry
     too_large = ScenarioError("too large to simulate", field="faults.components.leaf_switch")
 
@@ -1644,9 +1641,9 @@ def test_a_sub_state_past_the_limits_up_front_splits_its_state_evenly_not_refuse
 
 
 def test_a_states_size_up_front_is_built_on_the_scenario_its_step_runs():
-    """`LinkStateSizes` built a shrunk job's scenario beside `StepStates`' own, without the oversubscription of
-    its spines down or the scenario's step faults outside the shrunk cluster dropped; both now build it with
-    `states.state_scenario`: a shrunk state with a spine down is sized on its step's cluster and faults."""
+    """`LinkStateSizes` and `StepStates` build a shrunk job's scenario alike (`states.state_scenario`), with the
+    oversubscription of its spines down and the scenario's step faults outside the shrunk cluster dropped: a shrunk
+    state with a spine down is sized on its step's cluster and faults."""
     loaded = scenario_from_text(STATES, "job.yaml", ["faults.step.stragglers=[{gpus: [3], slowdown: 1.2}]"])
     prepared = reliability_simulate.prepare_job(loaded)
     state = states.ClusterState(3, spines_down=1, links_down=(("h0/nic0", "leaf0.r0"),))
@@ -1734,7 +1731,7 @@ def test_a_state_refused_ahead_is_simulated_once_and_its_refusal_raised_where_me
 
 
 def _states_made(monkeypatch) -> list:
-    """The `StepStates` made from now on, as they are made."""
+    """The `StepStates` made from this call on, as they are made."""
     made: list = []
     init = states.StepStates.__init__
 
@@ -1776,11 +1773,10 @@ def test_the_rounds_ahead_count_each_round_from_its_start(monkeypatch):
 
 
 def test_a_job_names_its_rounds_ahead_and_counts_the_states_it_simulates_before_its_replications(monkeypatch):
-    """On one core the elastic leaf job simulates the 8 states of its first round (those it trains or restarts
-    in) before its replications, so that its second round's forecast knows their steps: the bar counted the
-    replications of both forecasts with nothing to tell the rounds apart, then sat at the second's 2/2
-    replications through those states, counted nowhere. Each line its activity hears in a round now names the
-    round, and ``states_progress`` counts those states up to as many as it simulates."""
+    """On one core the elastic leaf job simulates the 8 states of its first round (those it trains or restarts in)
+    before its replications, so that its second round's forecast knows their steps: each line its activity hears in a
+    round names the round (the two forecasts' replications are told apart), and ``states_progress`` counts those
+    states up to as many as it simulates, not a bar sitting at the second's 2/2 replications."""
     _on_cores(monkeypatch, 1)
     heard: list = []
     simulated = states.StepStates._simulated

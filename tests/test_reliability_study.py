@@ -136,10 +136,10 @@ def test_the_study_line_gives_the_best_intervals_steps_and_whether_it_is_at_the_
 
 
 def test_a_curve_flat_within_its_intervals_says_so_instead_of_naming_a_best(tmp_path, capsys):
-    """trace-job's study (4 replications, restarts waiting for hosts) printed 'best interval 49.3 s ... (ETTR
-    97.94%)' with every point within 0.01% of it and 95% intervals of +-2%: no interval was told apart from the
-    best. A curve whose every point lies inside the best point's 95% interval now says it is flat, with the spread
-    of the points and that interval; study.json's `flat` says it too."""
+    """trace-job's study (4 replications, restarts waiting for hosts) has every point within 0.01% of the best (ETTR
+    97.94% at 49.3 s) and 95% intervals of +-2%: a curve whose every point lies inside the best point's 95% interval
+    says it is flat, with the spread of the points and that interval, not 'best interval 49.3 s'; study.json's `flat`
+    says it too."""
     from simulator.reliability.study import curve_is_flat
 
     assert curve_is_flat([0.97, 0.975, 0.98], 0.96) and not curve_is_flat([0.95, 0.975, 0.98], 0.96)
@@ -242,12 +242,12 @@ def test_study_csv_gives_goodputs_95_percent_interval_and_the_chart_its_band(tmp
 
 
 def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, capsys):
-    """A scenario with `faults.rate_multiplier: 2` (one failing unit with a 3 h MTBF, so 1.5 h): its study's
-    x 1 curve is that scenario, MTBF 1.5 h, and x 2 is 0.75 h. The study set the field to the multiplier
-    instead, so a checkpoint-interval study (multiplier 1 by default) ran the job at half its failure rate
-    and its Young and Daly intervals were those of a 3 h MTBF. Each line names its MTBF, and with one interval
-    that interval's ETTR, not a 'best interval' (the only one tried). Its intervals read in one unit, the one
-    the shortest of them reaches ('interval 20 min ...; Young 805 s, Daly 765.5 s' before)."""
+    """A scenario with `faults.rate_multiplier: 2` (one failing unit with a 3 h MTBF, so 1.5 h): its study's x 1 curve
+    is that scenario, MTBF 1.5 h, and x 2 is 0.75 h; the study multiplies the field, not sets it (else a
+    checkpoint-interval study, multiplier 1 by default, would run the job at half its failure rate with the Young and
+    Daly intervals of a 3 h MTBF). Each line names its MTBF, and with one interval that interval's ETTR, not a 'best
+    interval' (the only one tried). Its intervals read in one unit, the one the shortest of them reaches (not
+    'interval 20 min ...; Young 805 s, Daly 765.5 s')."""
     scenario = tmp_path / "job.yaml"
     text = job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1")
     scenario.write_text(text.replace("faults:\n", "faults:\n  rate_multiplier: 2\n"))
@@ -267,8 +267,8 @@ def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, cap
 
 
 def test_force_runs_a_study_point_past_the_job_event_limit(tmp_path, monkeypatch, capsys):
-    """A study point over the job-event limit was refused with "...; or pass --force", but `trainsim study` had
-    no --force; now it passes --force to every point."""
+    """A study point over the job-event limit is refused with "...; or pass --force", and `trainsim study --force`
+    passes --force to every point."""
     import simulator.reliability.simulate as job_simulation
 
     monkeypatch.setattr(job_simulation, "MAX_JOB_EVENTS", 10)
@@ -341,11 +341,10 @@ def test_goodput_chart_legend_gives_the_mtbf_as_the_printed_lines_do_and_no_best
 
 
 def test_an_mtbf_studys_chart_is_drawn_against_the_mtbf(tmp_path):
-    """`trainsim study mtbf --multipliers 0.5,1,2` runs the scenario's one interval (30 min) at three failure
-    rates: its chart drew all three points at x = 30 min, one above the other, with the x axis spanning Young's
-    lines where there is no data. Now ETTR and goodput are drawn against the system MTBF in hours (6 h, 3 h,
-    1.5 h for this job's 3 h), each point marked with its multiplier, with their 95% bands; a checkpoint-interval
-    study of the same job keeps the interval axis."""
+    """`trainsim study mtbf --multipliers 0.5,1,2` runs the scenario's one interval (30 min) at three failure rates:
+    ETTR and goodput are drawn against the system MTBF in hours (6 h, 3 h, 1.5 h for this job's 3 h), each point
+    marked with its multiplier, with their 95% bands, not three points at x = 30 min one above the other; a
+    checkpoint-interval study of the same job keeps the interval axis."""
     from simulator.reliability.plots import goodput_figure, load_study
 
     scenario = tmp_path / "job.yaml"
@@ -393,9 +392,9 @@ def test_goodput_chart_gives_ettr_in_percent_as_the_printed_lines_do():
 
 
 def test_an_mtbf_study_without_multipliers_runs_half_and_twice_the_rate_and_is_drawn_against_the_mtbf(tmp_path):
-    """`trainsim study mtbf` without --multipliers ran x 1 alone, one point, which `trainsim plot goodput` drew
-    against the checkpoint interval: it runs x 0.5, 1 and 2 now, and one given multiplier is drawn against the
-    MTBF too (study.json names its kind), its ticks in hours as the lines print them (they read 3.09308)."""
+    """`trainsim study mtbf` without --multipliers runs x 0.5, 1 and 2, not x 1 alone, and one given multiplier
+    is drawn against the MTBF too, not against the checkpoint interval (study.json names its kind), its ticks in
+    hours rounded as the lines print them."""
     from simulator.reliability.plots import goodput_figure, load_study
 
     scenario = tmp_path / "job.yaml"
@@ -416,9 +415,9 @@ def test_an_mtbf_study_without_multipliers_runs_half_and_twice_the_rate_and_is_d
 
 @pytest.mark.parametrize("mtbf", [True, False], ids=["against-the-mtbf", "against-the-multiplier"])
 def test_an_mtbf_charts_points_of_different_intervals_each_say_their_interval(mtbf):
-    """An mtbf study whose points ran different intervals (one per rate) labelled its one line 'checkpoint every
-    2 min, 4 min' and marked each point only with its multiplier: each point now says its own interval (where
-    the x axis is the multiplier, where points were not marked, too) and the line says so."""
+    """An mtbf study whose points ran different intervals (one per rate): each point says its own interval (where the x
+    axis is the multiplier too) and the line says so, not one line labelled 'checkpoint every 2 min, 4 min' with
+    points marked only by their multipliers."""
     from simulator.reliability.plots import goodput_figure
 
     def curve(rate: float, interval: float) -> dict:
@@ -455,10 +454,9 @@ def test_goodput_axis_takes_the_unit_its_largest_value_reaches(goodput, unit, sh
 
 
 def test_every_per_second_column_of_a_study_chart_takes_the_unit_its_largest_value_reaches(tmp_path):
-    """The goodput chart scaled tokens/s (k, M, G) but drew a synthetic model's healthy-equivalent steps/s as they
-    came (1,667 steps/s of 0.6 ms steps), and a sweep's chart every `*_per_s` column (the job's
-    `goodput_steps_per_s.mean`, `tokens_per_s`): each now takes the unit its largest value reaches, read off one
-    tiny study.json and a sweep table of its figures."""
+    """Every `*_per_s` column of a study's or a sweep's chart (a synthetic model's healthy-equivalent steps/s, 1,667
+    steps/s of 0.6 ms steps; the job's `goodput_steps_per_s.mean`, `tokens_per_s`) takes the unit its largest value
+    reaches (k, M, G), as tokens/s does, read off one tiny study.json and a sweep table of its figures."""
     from simulator.reliability.plots import goodput_figure, load_study
     from simulator.report.run_folder import write_run_folder
     from simulator.report.study_plots import sweep_figure
@@ -527,8 +525,8 @@ run: {horizon: 1 d}
     ("VALID", "goodput.foo", "unknown image format '.foo'"),
 ])
 def test_goodput_chart_refuses_what_it_cannot_draw(content, option, problem, tmp_path, capsys):
-    """One line, exit 2, no image: a corrupt, empty or partial study.json (a traceback, or an empty chart, before)
-    and an image format matplotlib cannot write (a traceback before)."""
+    """One line, exit 2, no image, no traceback and no empty chart: a corrupt, empty or partial study.json and an image
+    format matplotlib cannot write."""
     folder = tmp_path / "study"
     folder.mkdir()
     if content == "VALID":
@@ -556,9 +554,8 @@ def test_goodput_chart_refuses_what_it_cannot_draw(content, option, problem, tmp
     (lambda folder: (folder / "study.csv").unlink(), "study.csv of this run is missing (incomplete folder)"),
 ])
 def test_goodput_chart_checks_the_study_folder_against_its_manifest(change, problem, tmp_path, capsys):
-    """`plot goodput` read study.json whatever its folder's manifest said (an edited file, another study's
-    beside this one's table), as `plot gantt` and `plot memory` do not: it now refuses such a folder in one
-    line, as they do."""
+    """`plot goodput` refuses in one line a folder whose study.json its manifest does not vouch for (an edited file,
+    another study's beside this one's table), as `plot gantt` and `plot memory` do."""
     folder = tmp_path / "study"
     study = {"scenario": "job.yaml", "overrides": [], "curves": [{
         "rate_multiplier": 1.0, "mtbf_s": 3600.0, "young_interval_s": 60.0, "daly_interval_s": 59.0,
@@ -684,10 +681,10 @@ def test_a_warning_from_a_file_named_like_a_flag_stays_at_the_file(tmp_path, cap
 
 
 def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path, capsys, monkeypatch):
-    """The out-of-memory job with a hybrid_shard warning (tests/test_reliability_job.py): its study printed no
-    warning at all, where a run of it prints both. Now both come once, before the first point's job draws a
-    failure; the points (two intervals, two replications each) change no step, so nothing more is said of it.
-    The job's own warning (its restarts wait for hosts) comes once, after the points, for the curve."""
+    """The out-of-memory job with a hybrid_shard warning (tests/test_reliability_job.py): its study prints both warnings
+    a run of it prints, once, before the first point's job draws a failure; the points (two intervals, two
+    replications each) change no step, so nothing more is said of it. The job's own warning (its restarts wait for
+    hosts) comes once, after the points, for the curve."""
     before = stderr_before_each_draw(monkeypatch, capsys)
     scenario = tmp_path / "job.yaml"
     scenario.write_text(OOM_JOB)
@@ -757,13 +754,12 @@ TINY_CHECKPOINT_JOB = (job_text("exponential", 1.0, "10 s").replace("size: 60 GB
 
 
 def test_a_default_grid_over_the_job_event_limit_is_refused_before_any_point_runs(tmp_path, capsys, monkeypatch):
-    """The default grid of a job whose Daly interval is 1.35 steps is 1 to 5 steps: Daly x 1/4 and x 1/sqrt 2
-    round to no step (raised to one), x 1/2 to x 1 to one step too (4 points merged), and the line says so, with
-    the range the steps really span over Daly (0.74 to 3.7 times, not 1/4 to 4). A checkpoint every step over 5
-    days is 40 failures + 432,000 s / (step + write) events a replication; at 20 replications only that point is
-    over the 20 M limit, and the study is refused once, at run.replications, before any point runs, with the
-    replications every point fits in (it printed the grid, ran nothing and said "a longer checkpoint.interval",
-    which the grid sets)."""
+    """The default grid of a job whose Daly interval is 1.35 steps is 1 to 5 steps: Daly x 1/4 and x 1/sqrt 2 round to
+    no step (raised to one), x 1/2 to x 1 to one step too (4 points merged), and the line says so, with the range the
+    steps really span over Daly (0.74 to 3.7 times, not 1/4 to 4). A checkpoint every step over 5 days is 40 failures
+    + 432,000 s / (step + write) events a replication; at 20 replications only that point is over the 20 M limit, and
+    the study is refused once, at run.replications, before any point runs, with the replications every point fits in
+    (not "a longer checkpoint.interval", which the grid sets)."""
     import simulator.reliability.study as study
     from simulator.reliability.study import DEFAULT_GRID_FACTORS, default_grid
 
@@ -845,10 +841,10 @@ def test_a_study_keeps_the_jobs_waiting_for_hosts_figure_and_warns_once_per_curv
 
 
 def test_each_point_that_writes_no_checkpoint_warns_before_any_point_runs(tmp_path, capsys):
-    """On a 1 h horizon, --intervals 10min,2h,3h at rates x 1 and x 2: the 2 h and 3 h points of both curves write
-    no checkpoint. Each of the four warns once, named by its rate and interval, before the first point is
-    simulated (a study kept one point's warnings a curve, after all had run), and study.json keeps them in
-    the study's order; the 10 min points do not warn."""
+    """On a 1 h horizon, --intervals 10min,2h,3h at rates x 1 and x 2: the 2 h and 3 h points of both curves write no
+    checkpoint. Each of the four warns once, named by its rate and interval, before the first point is simulated (not
+    one point's warnings a curve, after all had run), and study.json keeps them in the study's order; the 10 min
+    points do not warn."""
     from simulator.reliability.study import run_study
 
     scenario = tmp_path / "job.yaml"
@@ -877,9 +873,9 @@ def test_each_point_that_writes_no_checkpoint_warns_before_any_point_runs(tmp_pa
 
 def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys):
     """Daly's interval for C = 60 s, M = 3 h is 1,098.8 s, so the default grid's x 4 (4,395 s) is past a 1 h
-    horizon: it is left out (a point there wrote no checkpoint, and would now be refused at --intervals), and
-    the printed line says so; a 4 min horizon, shorter than Daly x 1/4 (274.7 s), has no point left and is
-    refused at --intervals before any point runs."""
+    horizon: it is left out (a point there would write no checkpoint, and is refused at --intervals), and the
+    printed line says so; a 4 min horizon, shorter than Daly x 1/4 (274.7 s), has no point left and is refused
+    at --intervals before any point runs."""
     from simulator.reliability.study import DEFAULT_GRID_FACTORS, default_grid
 
     text = job_text("exponential", 1.0, "10 s").replace("horizon: 54 d, replications: 20",
@@ -954,9 +950,9 @@ def test_a_study_line_counts_its_expected_slowdowns_in_words(expected, words):
 
 @pytest.mark.parametrize("mtbf", [True, False], ids=["against-the-mtbf", "against-the-multiplier"])
 def test_an_mtbf_charts_ticks_are_at_its_points(mtbf):
-    """`study mtbf --multipliers 0.5,1,2` of a 2 h job puts points at 1, 2 and 4 h: the ticks of a fixed 1-2-5
-    locator labelled 1 and 2 only, so the 4 h point could not be read off the axis. The ticks are now the points'
-    own MTBFs (or multipliers), each labelled."""
+    """`study mtbf --multipliers 0.5,1,2` of a 2 h job puts points at 1, 2 and 4 h: the ticks are the points' own MTBFs
+    (or multipliers), each labelled, so the 4 h point can be read off the axis (a fixed 1-2-5 locator labels 1 and 2
+    only)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from simulator.reliability.plots import goodput_figure

@@ -46,11 +46,11 @@ def job_with(job_with):
 @pytest.mark.parametrize(("nodes", "layout"), [(2, "tp: 4, dp: 4"), (3, "tp: 4, pp: 3, dp: 2")],
                          ids=["two-replicas-per-host", "a-replica-on-1.5-hosts"])
 def test_every_host_stays_in_use_after_a_restart_whatever_the_hosts_per_replica(job_with, nodes, layout):
-    """A software failure on a GPU of the last host at 1 h, 5 h and 9 h interrupts the job three times when a
-    host holds two replicas (TP 4 on 8-GPU hosts) or a replica spans 1.5 hosts (TP 4 x PP 3). Before the fix
-    the restart set the hosts in use to replicas x (hosts // replicas): 0 or 2 hosts, so every later failure
-    of the last host was taken for one of a host the job no longer used, and the job met one interruption.
-    Each restart row's step is the checkpoint's the job resumes from, as its failure row's (it was 0)."""
+    """A software failure on a GPU of the last host at 1 h, 5 h and 9 h interrupts the job three times when a host holds
+    two replicas (TP 4 on 8-GPU hosts) or a replica spans 1.5 hosts (TP 4 x PP 3): a restart keeps every host in use,
+    not replicas x (hosts // replicas), 0 or 2 hosts, which would take every later failure of the last host for one
+    of a host the job does not use (one interruption). Each restart row's step is the checkpoint's the job resumes
+    from, as its failure row's."""
     text = f"""
 cluster: {{topology: dgx-h100-cluster, nodes: {nodes}, leaf_ports: 2, spines: 2}}
 model: {{layers: 6, hidden: 2048, heads: 16, vocab: 32000}}
@@ -154,12 +154,12 @@ restart: {detection: 1 min, reschedule: 2 min, launch: 3 min, warmup_steps: 0}
 
 @pytest.mark.parametrize("after_s", [30.0, 300.0], ids=["during-the-write", "during-the-maintenance"])
 def test_a_failure_during_a_maintenance_stop_does_not_shorten_it(job_with, after_s):
-    """Maintenance at 3 h and 9 h (every 6 h, the first after half a period): the job writes a 60 s checkpoint (60
-    GB at 4 hosts x 0.25 GB/s) and stops for 10 min. A software failure 30 s or 5 min into the stop at 3 h leaves
-    the stop its 11 min: the failure's 1 min detection overlaps the rest, and the job is back when it would have
-    been without the failure. 30 s into the write the stop's checkpoint is lost: the job resumes from the one before
-    (sync, every hour of training T: written at 2 T + 2 min) and loses the training since its trigger, 3 h - 2 x 60
-    s - 2 T; before, that half-written checkpoint counted."""
+    """Maintenance at 3 h and 9 h (every 6 h, the first after half a period): the job writes a 60 s checkpoint (60 GB at
+    4 hosts x 0.25 GB/s) and stops for 10 min. A software failure 30 s or 5 min into the stop at 3 h leaves the stop
+    its 11 min: the failure's 1 min detection overlaps the rest, and the job is back when it would have been without
+    the failure. 30 s into the write the stop's checkpoint is lost, not counted: the job resumes from the one before
+    (sync, every hour of training T: written at 2 T + 2 min) and loses the training since its trigger, 3 h - 2 x 60 s
+    - 2 T."""
     quiet = job_with((13 * H, 0, 0, 0.0), text=STOP_JOB)
     struck = job_with((3 * H + after_s, 0, 0, 0.0), text=STOP_JOB)
     back = quiet.events[quiet.events["kind"] == "restart"]["end_s"].to_numpy()
@@ -396,12 +396,12 @@ restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elast
 @pytest.mark.parametrize("cores", [1, 2], ids=["one-core", "two-cores"])
 def test_a_job_shrunk_under_one_leaf_keeps_running_without_spines_and_relaunches_where_it_can(job_with, monkeypatch,
                                                                                              cores):
-    """GPUs 0 and 1 fail at 1 h (back at 3 h): the elastic job runs on 2 replicas, two hosts under one leaf.
-    Both spines fail at 1.5 h and 1.6 h (back at 6.5 h, 6.6 h): that job needs none and trains on (no
-    interruption). A software failure at 4 h finds 4 hosts, but 4 or 3 replicas span both leaves with no spine
-    up: it relaunches on the 2 that can run (it waited for the spines before), and a software failure at 8 h
-    grows it back to 4. One shrink, one regrow. The states met are the same on one core and on two, where the
-    states ahead are simulated in a worker (the two rounds' forecast once listed a state the job never asked)."""
+    """GPUs 0 and 1 fail at 1 h (back at 3 h): the elastic job runs on 2 replicas, two hosts under one leaf. Both spines
+    fail at 1.5 h and 1.6 h (back at 6.5 h, 6.6 h): that job needs none and trains on (no interruption). A software
+    failure at 4 h finds 4 hosts, but 4 or 3 replicas span both leaves with no spine up: it relaunches on the 2 that
+    can run, not waiting for the spines, and a software failure at 8 h grows it back to 4. One shrink, one regrow.
+    The states met are the same on one core and on two, where the states ahead are simulated in a worker (the two
+    rounds' forecast lists no state the job never asks)."""
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: cores)
     monkeypatch.setattr(ahead, "cores", lambda workers=0: cores)
     monkeypatch.setattr("simulator.reliability.states._CACHE", StateCache())
@@ -713,15 +713,15 @@ def test_a_failure_during_a_regrows_write_loses_it_and_restarts_with_detection(j
 
 @pytest.mark.parametrize("case", ["on_repair", "next_restart", "on_repair-struck"])
 def test_a_host_back_during_a_restarts_launch_re_forms_its_group_on_repair(job_with, case):
-    """The rendezvous job above (no checkpoint before the horizon) loses host 0 at 1 h, back 6 min later: after
-    its restart's rendezvous (1 h + d + 3 min = 1 h 4 min), during its launch. on_repair: the group re-forms at
-    once, as torchelastic agents restart their workers when a node waits at the rendezvous: rendezvous at
-    1 h 9 min, 5 min launch, the read on 4 hosts (L4): one restart, no shrink, no regrow, no checkpoint, the
-    first hour the only lost work (before, it relaunched on 3 at 1 h 9 min + L3, then regrew to 4 at once:
-    1 h 17 min + L3 + L4). next_restart: the host waits for the next restart (none comes): 3 replicas from
-    1 h 9 min + L3 to the horizon. Struck: host 2 fails at 1 h 10 min, in the re-formed group's launch: the
-    restart goes on as the failure's, 1 min detection, 3 min rescheduling, 5 min launch and the read on the 3
-    hosts left (host 0 back, host 2 away): back at 1 h 19 min + L3, one shrink."""
+    """The rendezvous job above (no checkpoint before the horizon) loses host 0 at 1 h, back 6 min later: after its
+    restart's rendezvous (1 h + d + 3 min = 1 h 4 min), during its launch. on_repair: the group re-forms at once, as
+    torchelastic agents restart their workers when a node waits at the rendezvous: rendezvous at 1 h 9 min, 5 min
+    launch, the read on 4 hosts (L4): one restart, no shrink, no regrow, no checkpoint, the first hour the only lost
+    work (not a relaunch on 3 at 1 h 9 min + L3 and a regrow to 4 at once, 1 h 17 min + L3 + L4). next_restart: the
+    host waits for the next restart (none comes): 3 replicas from 1 h 9 min + L3 to the horizon. Struck: host 2 fails
+    at 1 h 10 min, in the re-formed group's launch: the restart goes on as the failure's, 1 min detection, 3 min
+    rescheduling, 5 min launch and the read on the 3 hosts left (host 0 back, host 2 away): back at 1 h 19 min + L3,
+    one shrink."""
     rows = [(1 * H, GPU, 0, 360.0)] + ([(1 * H + 600, GPU, 16, 100 * H)] if case == "on_repair-struck" else [])
     text = RENDEZVOUS_JOB if case != "next_restart" else RENDEZVOUS_JOB.replace("on_repair", "next_restart")
     job = job_with(*rows, text=text)
@@ -759,9 +759,9 @@ def test_an_async_checkpoint_being_written_does_not_save_the_job():
 
 
 def test_checkpoints_hold_whole_steps_after_state_changes_mid_step():
-    """Sync, a trigger every 100 steps: 0.1 s steps to 25.9 s, then 0.7 s steps, the state changing again at
-    32.1 s to another of 0.7 s steps. Each change falls mid-step; the checkpoints still hold whole steps: the
-    third 300, not 300.00000000000006 as before (the steps left to the trigger added to a fractional count)."""
+    """Sync, a trigger every 100 steps: 0.1 s steps to 25.9 s, then 0.7 s steps, the state changing again at 32.1 s to
+    another of 0.7 s steps. Each change falls mid-step; the checkpoints hold whole steps: the third 300, not
+    300.00000000000006 (the steps left to the trigger added to a fractional count)."""
     def costs(step_s: float) -> SegmentCosts:
         return SegmentCosts(step_s=step_s, equivalent_step_s=step_s, tokens_per_step=1.0, interval_steps=100,
                             mode="sync", stall_s=0.5, write_s=0.5, slowdown=0.0, load_s=0.0, warmup_s=0.0)
@@ -869,12 +869,12 @@ SPARE_JOB = WAIT_JOB.replace("warmup_steps: 0", "warmup_steps: 10, spares: 2")
 
 @pytest.mark.parametrize("case", ["in-the-warm-up", "in-the-detection"])
 def test_a_spare_standing_in_that_fails_during_the_warm_up_starts_the_restart_over(job_with, case):
-    """GPU 0 fails at 1 h; its host goes to repair and a spare stands in its slot from the restart's rendezvous
-    (2 min detection + 3 min rescheduling), through the 5 min launch, the load L and the warm-up W. The spare's
-    GPU failing halfway through the warm-up interrupts that restart: it starts over with detection, on the second
-    spare, and ends a whole restart (10 min + L + W) after that failure; two interruptions, each sending a host to
-    repair (before, the slot counted as out until the restart ended: one interruption, the failure ignored). The
-    same slot failing 1 min after 1 h, during detection, hits the host already out: ignored, one restart."""
+    """GPU 0 fails at 1 h; its host goes to repair and a spare stands in its slot from the restart's rendezvous (2 min
+    detection + 3 min rescheduling), through the 5 min launch, the load L and the warm-up W. The spare's GPU failing
+    halfway through the warm-up interrupts that restart: it starts over with detection, on the second spare, and ends
+    a whole restart (10 min + L + W) after that failure; two interruptions, each sending a host to repair (the slot
+    is not counted as out until the restart ends, which would ignore the failure). The same slot failing 1 min after
+    1 h, during detection, hits the host already out: ignored, one restart."""
     parts = job_with((1 * H, GPU, 0, 10 * H), text=SPARE_JOB).summary["restart"]
     assert parts["warmup_s"] > 0
     restart = 10 * 60 + parts["load_s"] + parts["warmup_s"]
