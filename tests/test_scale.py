@@ -68,9 +68,9 @@ def test_the_estimate_of_the_405b_run_is_near_its_real_flows_and_under_the_limit
 
 
 def test_the_16k_job_step_counts_the_flows_of_the_replicas_it_sends():
-    """The 16,384-GPU job's step (DP 128) sends the flows of 2 of its 128 replicas: estimate / simulated flows
-    2.40 (396,224 / 165,192) when every replica's DP ring counted, now 1.004 (165,896). Ops 0.992, 0.902 before
-    PyTorch FSDP's gradient copies (one per block and micro-batch) were counted."""
+    """The 16,384-GPU job's step (DP 128) sends the flows of 2 of its 128 replicas, which the estimate counts: estimate
+    / simulated flows 1.004 (165,896 / 165,192), where counting every replica's DP ring would give 2.40 (396,224);
+    ops 0.992, PyTorch FSDP's gradient copies (one per block and micro-batch) counted."""
     loaded = load_scenario(SCENARIOS / "llama3-405b-16k-job.yaml", ["run.horizon=null"])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     summary = simulate(loaded).summary
@@ -162,10 +162,10 @@ def test_force_runs_past_the_limits(monkeypatch, tmp_path, capsys):
 
 
 def test_a_replayed_trace_beyond_the_limits_is_refused_once_built(monkeypatch, tmp_path, capsys):
-    """A trace is not estimated before it is read, so a replayed step ran whatever its size (651 ops of the H200
-    trace under a limit of 5); its program is checked once built, before it runs, as `validate` checks it
-    (tests/test_trace_replication.py: copies of the traced job simulated, blamed on `workload.dp`). The refusal
-    names the limit passed with its value, as every other does (it gave both limits, `ScaleEstimate.beyond`)."""
+    """A trace is not estimated before it is read, so a replayed step's program is checked once built, before it runs,
+    as `validate` checks it (tests/test_trace_replication.py: copies of the traced job simulated, blamed on
+    `workload.dp`): 651 ops of the H200 trace under a limit of 5 are refused, not run. The refusal names the limit
+    passed with its value, as every other does, not both limits (`ScaleEstimate.beyond`)."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 5)
     scenario = str(SCENARIOS / "trace-allreduce-2rank.yaml")
     for command in (["validate", scenario], ["run", scenario, "--out", str(tmp_path / "out")]):
@@ -188,8 +188,8 @@ def test_a_topology_counted_only_by_building_is_checked_after_it_is_built(monkey
 
 
 def test_a_layout_that_does_not_cover_the_cluster_is_refused_before_the_cluster_is_built(monkeypatch, capsys):
-    """A million-GPU cluster took 20 s to build before the 8,192-GPU layout was found not to cover it; the
-    degrees are now checked against the GPU count the topology's parameters give."""
+    """The degrees are checked against the GPU count the topology's parameters give, so an 8,192-GPU layout on a
+    million-GPU cluster is refused before the cluster is built (20 s), not after."""
     import simulator.scale as scale
 
     def no_build(_loaded):
@@ -340,19 +340,17 @@ so that every rank's collectives are counted as the program posts them."""
       "training.global_batch=16"], 1.009, 1.008),
 ], ids=["full-ep4", "hybrid-ep4", "hybrid-ep8", "full-pp2", "one-rank-experts"])
 def test_the_estimate_counts_expert_collectives_under_fsdp_over_their_own_groups(overrides, ops_ratio, flows_ratio):
-    """Estimate / simulated ops and flows of MoE steps under PyTorch FSDP2, held within 5% of today's ratio. The
-    estimate counted each layer's routed-experts unit as one more unit over the whole DP group (a ring per rail
-    across the hosts, 4 transfers a rank here) and knew no HSDP: flows 1.268, 1.962, 1.600, 1.521 (ops 1.298
-    pipelined) and, on one host at tp 1 ep 8, where each rank holds its experts alone and FSDP2 copies instead of
-    gathering, 1.100. Now the experts' gathers and reduce-scatters go over their shard group (tp x dp / ep ranks: [0, 1,
-    16, 17] under full_shard ep 8, 2 transfers a rank; the TP pair under hybrid_shard), HSDP's dense ones over the
-    host's 4 DP ranks, each unit's shard all-reduced once a step across the 4 hosts, and pipelined FSDP gathers and
+    """Estimate / simulated ops and flows of MoE steps under PyTorch FSDP2, held within 5% of the current ratio. The
+    experts' gathers and reduce-scatters go over their shard group (tp x dp / ep ranks: [0, 1, 16, 17] under
+    full_shard ep 8, 2 transfers a rank; the TP pair under hybrid_shard), HSDP's dense ones over the host's 4 DP
+    ranks, each unit's shard all-reduced once a step across the 4 hosts, and pipelined FSDP gathers and
     reduce-scatters each unit once a step (per rank 4 layers x 3 x 4 micro-batches = 48 expert collectives, 4
     all-reduces of them and 6 of the dense units under HSDP; 2 a unit pipelined: 6 dense, 4 expert on 2 layers).
-    Ops read 0.787, 0.791, 0.791, 1.015 and 0.630 before FSDP2's copies were counted (a copy-in and a copy-out
-    around each gather, a gradient copy per block and micro-batch: 152 + 40 of rank 0's 621 ops under
-    full_shard ep 4) and a MoE layer's MLP its own TP collectives and compute parts (`_tp_splits`); flows
-    1.122, 1.160, 1.100 and 1.127 while that MLP counted a dense one's TP collectives."""
+    FSDP2's copies are counted (a copy-in and a copy-out around each gather, a gradient copy per block and
+    micro-batch: 152 + 40 of rank 0's 621 ops under full_shard ep 4), and a MoE layer's MLP its own TP collectives
+    and compute parts (`_tp_splits`). Counting the routed-experts unit as one more unit over the whole DP group,
+    without HSDP, would give flows 1.268, 1.962, 1.600, 1.521 and, on one host at tp 1 ep 8 (each rank holds its
+    experts alone and FSDP2 copies instead of gathering), 1.100."""
     loaded = load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", [*MIXTRAL_FSDP, *overrides])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     summary = simulate(loaded).summary
@@ -398,16 +396,14 @@ DP8_TWO_LAYERS = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
       "training.global_batch=36"], 0.22, 0.119),
 ])
 def test_the_estimate_reads_the_channels_and_nvl72_trays(overrides, before, after):
-    """Estimate / simulated flows with `collectives.channels` set and on GB200 NVL72 racks, held within 8% of
-    today's ratio (``before``: when the estimate ignored the channels and took a rack for one host). Two racks
-    send the flows of half their DP replicas (one 72-GPU leaf group a period of the spine hash), which the
-    estimate counts since it counts the replica quotient (1.288 and 0.426 before, every replica's DP transfers
-    counted). The first was 0.788 and 1.231 with 32 channels until DDP buckets were filled tensor by tensor (6.2
-    counted for 9 posted); with TP 4 the four TP lanes whose DP rings meet still count as one. Since the rings
-    run by rack (docs/collectives.md "Across NVLink domains") the GB200 ratios are 0.209, 0.410 and 0.119 (0.417,
-    1.018 and 0.222 by tray): one ring inside a rack, where the estimate counted one per tray's rail, and across
-    racks 16 channels over 18 (or 9) members a rack, whose trays then carry unlike loads, so the stage fold gives
-    up and every rank's flows are simulated (counting by tray, the estimate fell to 0.124 and 0.016 of them)."""
+    """Estimate / simulated flows with `collectives.channels` set and on GB200 NVL72 racks, held within 8% of the
+    current ratio. Two racks send the flows of half their DP replicas (one 72-GPU leaf group a period of the spine
+    hash), which the estimate counts as it counts the replica quotient (counting every replica's DP transfers: 1.288
+    and 0.426); with TP 4 the four TP lanes whose DP rings meet count as one. The rings run by rack
+    (docs/collectives.md "Across NVLink domains"): one ring inside a rack, and across racks 16 channels over 18 (or
+    9) members a rack, whose trays then carry unlike loads, so the stage fold gives up and every rank's flows are
+    simulated: the GB200 ratios are 0.209, 0.410 and 0.119 (0.417, 1.018 and 0.222 with the rings by tray; counting
+    by tray, the estimate would read 0.124 and 0.016)."""
     loaded = load_scenario(DP8_TWO_LAYERS, overrides)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(after, rel=0.08)
@@ -424,9 +420,9 @@ def test_a_later_tp_group_across_nvl72_racks_is_named_in_the_advice():
 
 
 def test_tp_16_across_hosts_with_32_channels_counts_them():
-    """TP 16 over two hosts with `collectives.channels: 32`: 32 rings of 16 transfers a collective, where the
-    estimate counted one per rail (8): estimate / simulated flows 0.17, then 0.666, now 0.932 with a full
-    recompute's TP collectives counted (within 8%)."""
+    """TP 16 over two hosts with `collectives.channels: 32`: 32 rings of 16 transfers a collective, counted as such (one
+    per rail, 8, would read 0.17): estimate / simulated flows 0.932 with a full recompute's TP collectives counted
+    (within 8%)."""
     loaded = load_scenario(TORCHTITAN_70B, ["model.layers=4", "parallelism.tp=16", "parallelism.dp=1",
                                             "cluster.nodes=4", "training.global_batch=2", "collectives.channels=32"])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
@@ -486,9 +482,9 @@ def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_ru
 
 @pytest.mark.parametrize("name", ["schedule-1f1b-p4-m8", "schedule-gpipe-p4-m8", "schedule-interleaved-p4-m8"])
 def test_a_synthetic_pipeline_counts_its_free_hand_offs_and_no_flows(name):
-    """Synthetic stages move no bytes: a hand-off is one free op per receive, and nothing goes over TP or DP.
-    The estimate counted 112 (208 interleaved) flows where the runs post none, sends and receives on both sides
-    and a block per stage whatever the virtual stages (ops 1.48, 1.48, 1.10 times the real); now exact."""
+    """Synthetic stages move no bytes: a hand-off is one free op per receive, and nothing goes over TP or DP. The
+    estimate is exact: no flows (not 112, 208 interleaved) and no sends beside the receives nor a block per stage
+    whatever the virtual stages (which would read ops 1.48, 1.48, 1.10 times the real)."""
     loaded = load_scenario(SCENARIOS / f"{name}.yaml")
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     summary = simulate(loaded).summary
@@ -525,10 +521,10 @@ def test_the_estimate_fills_ddp_buckets_counts_recomputed_tp_and_dp_lanes(name, 
     (SCENARIOS / "megatron-sc21-18.4b.yaml", [], 0.997),
 ])
 def test_hierarchical_collectives_count_their_phases(path, overrides, ratio):
-    """`collectives.algorithm: hierarchical` posts a phase of one transfer per member for the rings inside the
-    hosts (two around an all-reduce) and one for the rails' rings across them, not a ring per channel:
-    estimate / simulated flows 3.67 (TP 16 over two hosts) and 0.80 (SC21 18.4B, whose TP all-reduces inside a
-    host run two phases) when every collective counted as NCCL's ring; now within 3% of the figures here."""
+    """`collectives.algorithm: hierarchical` posts a phase of one transfer per member for the rings inside the hosts
+    (two around an all-reduce) and one for the rails' rings across them, not a ring per channel: the estimate counts
+    those phases, within 3% of the figures here (counted as NCCL's ring, estimate / simulated flows would read 3.67
+    for TP 16 over two hosts and 0.80 for SC21 18.4B, whose TP all-reduces inside a host run two phases)."""
     loaded = load_scenario(path, [*overrides, "collectives.algorithm=hierarchical"])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(ratio, rel=0.03)
@@ -639,9 +635,9 @@ def test_jobs_studies_and_searches_refuse_a_cluster_past_max_gpus_before_buildin
 @pytest.mark.parametrize("name, settings", [("llama3-405b-8192-gpus", []),
                                             ("llama3-70b-gb200-job", ["--set", "run.horizon=null"])])
 def test_validate_gives_the_memory_of_a_step_whose_cluster_is_past_max_gpus(name, settings, monkeypatch, capsys):
-    """`validate` refuses a cluster past MAX_GPUS before building it, and gave no memory figure there; its
-    refusal now ends with the step's memory line planned on the topology's parameters (their GPU model and
-    NVLink domains: DGX H100 hosts, GB200 NVL72 racks), the line it prints once the cluster is built."""
+    """`validate` refuses a cluster past MAX_GPUS before building it, and its refusal ends with the step's memory line
+    planned on the topology's parameters (their GPU model and NVLink domains: DGX H100 hosts, GB200 NVL72 racks), the
+    line it prints once the cluster is built."""
     path = str(SCENARIOS / f"{name}.yaml")
     assert main(["validate", path, *settings]) == 0
     line = capsys.readouterr().out.splitlines()[1].strip()

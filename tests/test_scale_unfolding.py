@@ -115,11 +115,10 @@ said cluster.nodes whatever the topology)."""
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_step_unfolded_beyond_the_limits_is_refused_before_it_is_built(case, monkeypatch, tmp_path, capsys):
-    """Each route that unfolds a step asked to fold: one located line at the field of the check, naming the
-    reason the run's `fold_off_reason` gives and the unfolded estimate (4 GPUs of a graph; 32 GPUs, TP 8 x DP 4;
-    8 GPUs, TP 2 x CP 4), and no unfolded program built (the cluster's check comes before any build, the plan's
-    inside the folded build before its ops, the others after the folded program). It used to be built and run
-    unfolded without a word."""
+    """Each route that unfolds a step asked to fold: one located line at the field of the check, naming the reason the
+    run's `fold_off_reason` gives and the unfolded estimate (4 GPUs of a graph; 32 GPUs, TP 8 x DP 4; 8 GPUs, TP 2 x
+    CP 4), and no unfolded program built or run (the cluster's check comes before any build, the plan's inside the
+    folded build before its ops, the others after the folded program)."""
     text, line, field, reason, advice, built = CASES[case]
     path = _write(tmp_path, text)
     unfolded = _limit_to_the_folded_step(monkeypatch, path, [])
@@ -166,10 +165,9 @@ faults:
 
 
 def test_a_job_state_with_a_spine_down_that_unfolds_is_refused(monkeypatch, tmp_path):
-    """4 NICs per host under 2 spines: the healthy step folds, but one spine down doubles the uplinks'
-    oversubscription and the symmetry check unfolds that state's step (the docs said spine-down states stay
-    folded). Beyond the limits the job is refused when it meets the state, before building it unfolded;
-    `force` runs it, and the state's step is the slower one."""
+    """4 NICs per host under 2 spines: the healthy step folds, but one spine down doubles the uplinks' oversubscription
+    and the symmetry check unfolds that state's step. Beyond the limits the job is refused when it meets the state,
+    before building it unfolded; `force` runs it, and the state's step is the slower one."""
     path = _write(tmp_path, SPINE_JOB)
     overrides = ["cluster.nics_per_node=4", "run.horizon=1 d", "run.replications=1"]
     _limit_to_the_folded_step(monkeypatch, path, overrides)
@@ -216,15 +214,14 @@ SHARES_LINKS = "stragglers in one replica whose traffic shares links with the ot
 
 def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(monkeypatch, tmp_path):
     """The healthy step of CLASSED_CP simulates ranks 0 and 2, one per class, and has no mirrors at all: each class's CP
-    ring stands only for itself and the all-reduce spans every rank. So a straggler on GPU 0 folded on it (the classed
-    program's verdict was ''; stragglers in one replica now fold onto one rank per stage or per straggler class only,
-    and the verdict says so). A straggler state slows one rank of a stage, which `folded_step` never classes by NVLink
-    loads: it judges one rank per stage, rank 0, whose CP ring (0, 1) is mirrored by (2, 3) on host 1, whose NVLink
-    links the all-reduce's ring also takes: the slow replica's traffic meets another's, so the state runs unfolded, all
-    4 ranks. The blocker, asked of the classed program, said every straggler state folds; asked of the
-    one-rank-per-stage program, it names the reason the state's own run gives, and a job whose unfolded states are
-    beyond the scale limits is refused at its straggle class before it draws a failure (it was refused only when a
-    replication met the state)."""
+    ring stands only for itself and the all-reduce spans every rank. Stragglers in one replica fold onto one rank per
+    stage or per straggler class only, so a straggler on GPU 0 is not folded on the classed program. A straggler
+    state slows one rank of a stage, which `folded_step` never classes by NVLink loads: it judges one rank per stage,
+    rank 0, whose CP ring (0, 1) is mirrored by (2, 3) on host 1, whose NVLink links the all-reduce's ring also
+    takes: the slow replica's traffic meets another's, so the state runs unfolded, all 4 ranks. The blocker, asked of
+    the one-rank-per-stage program, names the reason the state's own run gives, and a job whose unfolded states are
+    beyond the scale limits is refused at its straggle class before it draws a failure, not when a replication meets
+    the state."""
     from dataclasses import replace
 
     import simulator.reliability.simulate as job_simulation
@@ -259,9 +256,9 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
 
 
 def test_validate_says_a_step_runs_unfolded_for_minutes_with_its_size_and_why(capsys):
-    """DeepSeek-V3-style at ep 16: `validate` printed `valid` and the memory line; `run` then simulated all 1,024
-    ranks, 1,042,880 ops, for about 4 minutes. validate builds that program unfolded
-    already: it now says so, with the run's size estimate and why the fold is off, without simulating."""
+    """DeepSeek-V3-style at ep 16: `run` simulates all 1,024 ranks, 1,042,880 ops, for about 4 minutes. validate builds
+    that program unfolded already and says so, with the run's size estimate and why the fold is off, without
+    simulating, not just `valid` and the memory line."""
     assert main(["validate", "scenarios/deepseek-v3-style-1024-gpus.yaml", "--set", "parallelism.ep=16"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith("  runs unfolded: 1,024 of 1,024 ranks, 1,042,880 ops and ~")
@@ -283,7 +280,7 @@ def test_validate_says_so_of_a_step_run_unfolded_by_request(capsys, monkeypatch)
 
 
 def test_validate_says_one_minute_in_the_singular(capsys, monkeypatch):
-    """A step whose events make one minute's worth reads "about 1 minute" ("about 1 minutes" before)."""
+    """A step whose events make one minute's worth reads "about 1 minute", not "about 1 minutes"."""
     monkeypatch.setattr(scale, "EVENTS_PER_MINUTE", 100)
     assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", "run.fold=false"]) == 0
     size = capsys.readouterr().out.splitlines()[2]

@@ -92,9 +92,8 @@ def test_bubble_fraction_interleaved(p: int, v: int) -> None:
 
 
 def test_interleaved_at_one_chunk_runs_with_1f1bs_bubble_as_the_table_says() -> None:
-    """docs/schedules.md's table said `interleaved` needs `v >= 2`, while the schedule runs at v = 1 (its text
-    below says so: ScheduleInterleaved1F1B on one stage per rank), and a sweep over schedules met it as a
-    silent 1F1B; the table now says what v = 1 does."""
+    """docs/schedules.md's table says what `interleaved` does at v = 1 (ScheduleInterleaved1F1B on one stage per rank,
+    1F1B's bubble), not that it needs `v >= 2`, so a sweep over schedules meeting it reads it there."""
     for m in (4, 8):
         timing = simulate_schedule(build_schedule("interleaved", 4, m, 1), f=1, b=2)
         assert timing.bubble_fraction == pytest.approx(3 / (m + 3), rel=1e-9)
@@ -206,8 +205,8 @@ def test_custom_csv_errors(tmp_path: Path) -> None:
 
 def test_a_table_of_other_sizes_names_the_fields_that_give_its_sizes(tmp_path: Path) -> None:
     """schedules.md's DualPipeV table (p = 2, m = 4, v = 2) beside a Llama-3-8B step of global batch 16 at dp 1,
-    micro-batch 1 (m = 16) was refused with 'allowed: a table matching the pipeline sizes', naming no field that
-    sets m; the refusal now names each field and the table's value for it."""
+    micro-batch 1 (m = 16) is refused naming each field that sets the sizes and the table's value for it, not only
+    'allowed: a table matching the pipeline sizes'."""
     path = tmp_path / "dualpipev.csv"
     path.write_text(schedule_to_csv(build_schedule("dualpipev", 2, 4, 2), "v"))
     with pytest.raises(ScenarioError) as caught:
@@ -262,8 +261,8 @@ def test_schedules_complete_for_small_sizes(name: str) -> None:
 
 
 def test_custom_csv_skips_a_row_of_commas_and_a_byte_order_mark() -> None:
-    """A spreadsheet saves blank rows as commas and UTF-8 with a BOM; both used to stop the load (IndexError,
-    "'\\ufeffF0' is not an action")."""
+    """A spreadsheet saves blank rows as commas and UTF-8 with a BOM; the load skips both (not IndexError, nor
+    "'\ufeffF0' is not an action")."""
     table = parse_schedule_csv("\ufeffF0,F1,BW0,BW1\n,,,\nF0,B0,F1,B1,W0,W1\n")
     assert table == [parse_schedule_csv("F0,F1,BW0,BW1\nF0,B0,F1,B1,W0,W1\n")[0],
                      [parse_action(word) for word in "F0 B0 F1 B1 W0 W1".split()]]
