@@ -170,9 +170,8 @@ def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, fla
 
 @pytest.mark.parametrize("chart", ["sweep", "heatmap"])
 def test_a_folder_that_is_no_sweeps_is_told_so_before_the_missing_axes(tmp_path, capsys, chart):
-    """`trainsim plot sweep DIR` on a run's folder asked for --x and --y first, and only once they were given
-    said the folder holds no sweep; the folder is now judged first, and a sweep's folder without the axes is
-    still told what the chart needs."""
+    """`trainsim plot sweep DIR` judges the folder first: a run's folder is told it holds no sweep before any word of
+    --x and --y, and a sweep's folder without the axes is told what the chart needs."""
     from simulator.cli import main
 
     run = tmp_path / "run"
@@ -221,10 +220,9 @@ def test_a_sweep_chart_defaults_x_to_the_one_swept_field_and_says_so(tmp_path, c
 
 
 def test_a_heatmap_defaults_its_axes_to_the_two_swept_fields_and_says_so(tmp_path, capsys):
-    """`plot heatmap DIR --value M` of a sweep of two fields said only 'needs --x and --y and --value', at --x, where
-    `plot sweep` defaults --x to a sweep's one field: it now draws over the two fields (or the one --x or --y leaves)
-    and says so; a missing --value is refused at --value, naming the numeric columns; a sweep of one field is
-    refused naming it."""
+    """`plot heatmap DIR --value M` of a sweep of two fields draws over the two fields (or the one --x or --y leaves)
+    and says so, as `plot sweep` defaults --x to a sweep's one field, not 'needs --x and --y and --value'; a missing
+    --value is refused at --value, naming the numeric columns; a sweep of one field is refused naming it."""
     _all_reduce_sweep(tmp_path / "two", "1 MiB, 16 MiB")
     capsys.readouterr()
     two, value = str(tmp_path / "two"), "collectives[0].busbw_GBps"
@@ -424,8 +422,8 @@ def test_a_search_folder_is_refused_by_the_sweep_charts_with_the_chart_it_has(tm
 
 
 def test_unreadable_study_inputs_say_what_they_should_be(tmp_path, capsys):
-    """Every refusal of a study chart's OUTDIR says what it takes, as the run-folder refusals do: a corrupt
-    results.parquet and a JSON file that does not parse named no alternative before."""
+    """Every refusal of a study chart's OUTDIR says what it takes, as the run-folder refusals do, a corrupt
+    results.parquet and a JSON file that does not parse included."""
     folder = tmp_path / "sweep"
     folder.mkdir()
     (folder / "results.parquet").write_text("not parquet")
@@ -544,13 +542,12 @@ def test_a_heatmap_writes_its_light_cells_in_black():
 
 
 def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
-    """Llama 3 8B over ddp.bucket x micro_batch: the y axis read `traffic_bytes_per_gpu.dp` under a '1e10' offset,
-    `step_time_s` with ticks 1.4360 to 1.4395 and no unit, `mfu` as 0.5552; the legend went '1 MiB, 100 MiB,
-    25 MiB' and the heatmap's cells read '9.1e+04' for 91,043 and 91,060 tokens/s alike. Each axis now names its
-    unit (bytes and seconds in the unit that fits, fractions in percent), ticks are plain numbers, the legend
-    goes by size and the cells read whole tokens/s. A per-second column takes the unit its largest value reaches, as
-    the goodput chart's axis does: tokens_per_s read 91,043 in tokens/s, now 91.04 in k tokens/s. The label says
-    the column in words: 'step_time_s (ms)' said seconds and milliseconds at once (the title keeps the name)."""
+    """Llama 3 8B over ddp.bucket x micro_batch: each axis names its unit (bytes and seconds in the unit that fits,
+    fractions in percent), ticks are plain numbers (no '1e10' offset, no 1.4360 to 1.4395 without a unit, no 0.5552
+    for a share), the legend goes by size (1, 25, 100 MiB, not as text sorts them) and the heatmap's cells read whole
+    tokens/s (not '9.1e+04' for 91,043 and 91,060 alike). A per-second column takes the unit its largest value
+    reaches, as the goodput chart's axis does: tokens_per_s reads 91.04 in k tokens/s. The label says the column in
+    words, not 'step_time_s (ms)', seconds and milliseconds at once (the title keeps the name)."""
     from simulator.report.study_plots import heatmap_figure, sweep_figure
 
     frame = pd.DataFrame({"status": "ok", "bucket": ["1 MiB", "100 MiB", "25 MiB"] * 2, "m": [1, 1, 1, 2, 2, 2],
@@ -596,9 +593,9 @@ def test_a_metric_no_simulated_point_knows_is_refused_not_drawn(tmp_path, capsys
 
 
 def test_a_heatmap_cell_whose_metric_is_unknown_reads_n_a_and_the_title_counts_it():
-    """A zip sweep of a trace without op shapes and one with them: the heatmap of hfu drew the known cell alone,
-    the other trace's row and column gone without a word. Its cell now reads 'n/a' and the title counts the
-    point; a cell no point falls in stays blank."""
+    """A zip sweep of a trace without op shapes and one with them: the heatmap of hfu shows the unknown cell as 'n/a'
+    and the title counts the point, where the other trace's row and column would otherwise vanish without a word; a
+    cell no point falls in stays blank."""
     from simulator.report.study_plots import heatmap_figure
 
     frame = pd.DataFrame({"status": "ok", "nodes": [1, 2], "trace": ["plain", "shaped"], "hfu": [None, 0.25]})
@@ -634,10 +631,9 @@ def test_heatmap_cells_apart_by_float_noise_alone_widen_no_cell():
 
 
 def test_a_log_x_axis_places_quantities_by_size_and_reads_plain_numbers():
-    """`--log-x` over ddp.bucket (1 MiB, 25 MiB, 100 MiB) drew the texts at category places 0, 1, 2 on a log
-    axis: ticks '2^0' and '2^1', the first point at log(0), off the chart, and no size named; over micro_batch
-    (1, 2) the ticks read '2^0', '2^1'. Quantities now stand at their sizes, ticked as written, and numbers read
-    1, 2; a column of texts that are not quantities is refused at --log-x."""
+    """`--log-x` over ddp.bucket (1 MiB, 25 MiB, 100 MiB) places quantities at their sizes, ticked as written, not texts
+    at category places 0, 1, 2 (ticks '2^0' and '2^1', the first point at log(0), off the chart); over micro_batch
+    (1, 2) numbers read 1, 2, not '2^0', '2^1'; a column of texts that are not quantities is refused at --log-x."""
     from simulator.errors import ScenarioError
     from simulator.report.study_plots import sweep_figure
 
@@ -663,9 +659,9 @@ def test_a_log_x_axis_places_quantities_by_size_and_reads_plain_numbers():
     ("front", "sweep", "a sweep's folder: its charts are `trainsim plot sweep`, `heatmap` and `busbw`"),
 ])
 def test_a_chart_given_another_commands_folder_names_its_charts(tmp_path, capsys, chart, folder, told):
-    """`plot gantt` of a search's folder said 'this run wrote no summary.json', `plot memory` of a sweep's 'has no
-    manifest.json (not a complete trainsim run ...)', `plot goodput` of a run's 'has no study.json': each now says
-    what the folder is and which charts read it."""
+    """`plot gantt` of a search's folder, `plot memory` of a sweep's and `plot goodput` of a run's each say what the
+    folder is and which charts read it, not 'this run wrote no summary.json', 'has no manifest.json (not a complete
+    trainsim run ...)' or 'has no study.json'."""
     candidates = pd.DataFrame({"label": ["a"], "status": ["simulated"], "peak_memory_gib": [40.0],
                                "tokens_per_s": [1.0], "tree_choice": [False], "searched": True})
     paths = {"search": tmp_path / "search", "sweep": tmp_path / "sweep", "run": tmp_path / "run"}

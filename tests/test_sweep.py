@@ -426,9 +426,9 @@ def test_point_outputs_only_when_asked(tmp_path):
 
 
 def test_point_outputs_on_resume_are_written_for_points_finished_without_them(tmp_path):
-    """Resuming with --point-outputs reused the points an earlier run had finished without outputs and wrote
-    none for them: OUT/points/ silently lacked them. A finished point whose folder is incomplete or holds another
-    scenario's run now runs again; one whose outputs are there is reused."""
+    """Resuming with --point-outputs, a finished point whose folder is incomplete or holds another scenario's run runs
+    again, so OUT/points/ lacks none (not the points an earlier run finished without outputs, reused silently); one
+    whose outputs are there is reused."""
     text = BASE + "grid:\n  training.microbatches: [4, 8]\n"
     out = tmp_path / "out"
 
@@ -469,11 +469,11 @@ def test_a_sweep_over_a_job_runs_the_job_simulation_at_every_point(tmp_path):
 
 def test_a_job_sweeps_rows_say_whether_the_step_fits_in_memory(tmp_path):
     """Llama 3 8B and 70B under TP 8 on one DGX H100: the 70B step needs more than the H100's 79.6 GiB (70.6e9
-    parameters / 8 at 18 B of bf16 weights, fp32 gradients and Adam's 12 B are 147.8 GiB alone). A job point's row held
-    job_summary.json's figures only, so the sweep's table could not tell the layout that does not fit; it now
-    holds the healthy step's `oom`, peak and capacity per GPU and `warnings`, as a step point's row does, equal
-    to the step's summary.json. The point out of memory has a status of its own: it was `ok`, counted ok by the end
-    line and averaged into `plot heatmap`'s cells as if it ran (usertest42 finding 1)."""
+    parameters / 8 at 18 B of bf16 weights, fp32 gradients and Adam's 12 B are 147.8 GiB alone). A job point's row
+    holds the healthy step's `oom`, peak and capacity per GPU and `warnings` beside job_summary.json's figures, as a
+    step point's row does, equal to the step's summary.json, so the sweep's table tells the layout that does not
+    fit; that point has a status of its own, `out_of_memory`, not counted ok by the end line nor drawn in
+    `plot heatmap`'s cells as if it ran, and it keeps that status when a re-run reuses it."""
     sweep = job_sweep("  model.preset: [llama3-8b, llama3-70b]\n", outputs=True)
     out = tmp_path / "out"
     report = run_sweep(sweep_from_text(sweep, "s.yaml"), out, SerialExecutor())
@@ -514,8 +514,8 @@ def test_a_job_sweep_of_a_synthetic_model_writes_no_column_of_nothing(tmp_path):
 
 
 def test_force_runs_a_job_point_refused_for_its_size(tmp_path, monkeypatch, capsys):
-    """A point over the job-event limit says "or pass --force"; `trainsim sweep` had no --force, so the advice
-    could not be followed. Now --force runs it, and runs again the point an earlier run refused."""
+    """A point over the job-event limit says "or pass --force", and `trainsim sweep --force` runs it, and runs again the
+    point an earlier run refused."""
     import simulator.reliability.simulate as job_simulation
 
     monkeypatch.setattr(job_simulation, "MAX_JOB_EVENTS", 10)
@@ -533,10 +533,10 @@ def test_force_runs_a_job_point_refused_for_its_size(tmp_path, monkeypatch, caps
 
 
 def test_a_job_point_writes_the_files_trainsim_run_writes(tmp_path):
-    """`trainsim run` and a sweep point ran a job through two copies of simulate-then-write; both now call
-    reliability.report.run_job, so a point's folder holds the files `trainsim run` writes, byte for byte (the
-    manifest aside: it names the scenario's source). The point's folder holds its inline base as scenario.yaml
-    too, which its job_summary.json names, and which `trainsim run` is given."""
+    """`trainsim run` and a sweep point run a job through one path, reliability.report.run_job, so a point's folder
+    holds the files `trainsim run` writes, byte for byte (the manifest aside: it names the scenario's source). The
+    point's folder holds its inline base as scenario.yaml too, which its job_summary.json names, and which `trainsim
+    run` is given."""
     from simulator.reliability.report import run_job
 
     sweep = job_sweep("  run.seed: [3]\n")
@@ -650,8 +650,8 @@ def test_a_bad_set_value_is_located_at_the_set(tmp_path, capsys):
 
 
 def test_a_point_recorded_under_earlier_summary_names_runs_again(tmp_path):
-    """A record from before `SUMMARY_SCHEMA` (none in its journal line) was reused beside new ones, and the table
-    held both the old and the new memory columns, each NaN in the other's rows; now it runs again."""
+    """A record from before `SUMMARY_SCHEMA` (none in its journal line) runs again, not reused beside new ones (the
+    table would hold both the old and the new memory columns, each NaN in the other's rows)."""
     sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8]\n", "s.yaml")
     run_sweep(sweep, tmp_path, SerialExecutor())
     journal = tmp_path / "points.jsonl"
@@ -666,8 +666,8 @@ def test_a_point_recorded_under_earlier_summary_names_runs_again(tmp_path):
 
 
 def test_a_point_recorded_under_the_summed_wait_rule_runs_again(tmp_path):
-    """Schema 2's verdicts added compute idle to exposed communication (an idle-bound ZeRO-3 step); a resumed
-    sweep mixed them with verdicts of the wait rule in one `bottleneck.constraint` column. Now it runs again."""
+    """Schema 2's verdicts added compute idle to exposed communication (an idle-bound ZeRO-3 step): such a point runs
+    again on resume, so one `bottleneck.constraint` column does not mix them with verdicts of the wait rule."""
     sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8]\n", "s.yaml")
     run_sweep(sweep, tmp_path, SerialExecutor())
     journal = tmp_path / "points.jsonl"
@@ -711,10 +711,9 @@ def test_a_job_sweep_whose_points_share_their_steps_notes_that_serial_simulates_
 
 
 def test_a_sweep_runs_again_the_points_whose_files_changed(tmp_path):
-    """A point's key hashed its scenario's text, where a topology file is its path: a sweep run again after the
-    file's NVLink was cut from 450 to 50 GB/s reused every point (1.543 s where the new fabric gives 2.698 s). It
-    now digests the bytes of every file the scenario reads: the points run again after an edit, and are reused
-    while the files are as they were."""
+    """A point's key digests the bytes of every file the scenario reads, not only its scenario's text, where a topology
+    file is its path: the points run again after an edit (the file's NVLink cut from 450 to 50 GB/s: 2.698 s, not the
+    reused 1.543 s), and are reused while the files are as they were."""
     topology = tmp_path / "node.yaml"
     shutil.copy(REPO / "topologies" / "dgx-h100.yaml", topology)
     path = tmp_path / "sweep.yaml"
@@ -754,9 +753,9 @@ def test_a_points_key_digests_its_schedule_table_and_traces(tmp_path, kind):
 
 
 def test_a_point_folders_manifest_reproduces_the_point(tmp_path):
-    """A point's run folder named the sweep's base with `overrides: []`: every point's manifest read alike but
-    for its SHA-256, which nothing it listed gave. It now lists the sweep's `--set`s, then the point's axis values,
-    in the order they apply: `trainsim run` of its scenario with those `--set`s gives the point's SHA-256."""
+    """A point's run folder's manifest lists the sweep's `--set`s, then the point's axis values, in the order they apply
+    (not the sweep's base with `overrides: []`, alike for every point but its SHA-256): `trainsim run` of its
+    scenario with those `--set`s gives the point's SHA-256."""
     from simulator.config.loader import load_scenario
     from simulator.report.writers import scenario_digest
 
@@ -803,9 +802,9 @@ grid:
 @pytest.mark.parametrize(("constraint", "skipped"), [("parallelism.dp >= 8", [True, False]),
                                                      ("training.microbatches == 8", [False, True])])
 def test_a_constraint_sees_the_fields_a_step_derives(constraint, skipped):
-    """`parallelism.dp` left out is the cluster's GPUs / (tp cp pp), as `run` prints it: 4 on one DGX H100 at
-    TP 2, 8 on two (and the micro-batches 32 / dp, 8 and 4). A constraint on it failed the whole sweep with
-    Python's "'>=' not supported between instances of 'NoneType' and 'int'"; it now sees the derived value."""
+    """`parallelism.dp` left out is the cluster's GPUs / (tp cp pp), as `run` prints it: 4 on one DGX H100 at TP 2, 8 on
+    two (and the micro-batches 32 / dp, 8 and 4). A constraint on it sees the derived value, not None (Python's "'>='
+    not supported between instances of 'NoneType' and 'int'", failing the whole sweep)."""
     sweep = sweep_from_text(DERIVED.replace("TP", "2") + f"constraints: [{constraint!r}]\n", "s.yaml")
     assert [bool(point.skipped) for point in sweep.points] == skipped
 
@@ -902,10 +901,9 @@ constraints: ['parallelism.dp >= 1']
 
 
 def test_a_point_of_an_inline_base_runs_again_from_its_folders_scenario(tmp_path, monkeypatch):
-    """A sweep whose base is inline named the sweep file in each point's manifest, which `trainsim run` refuses
-    (`base: unknown key 'base'`): each point folder now holds the base as `scenario.yaml`, its topology file's
-    path absolute, and its manifest names it; run with the manifest's `--set`s from the working folder, it gives
-    the point's SHA-256 and summary."""
+    """A sweep whose base is inline: each point folder holds the base as `scenario.yaml`, its topology file's path
+    absolute, and its manifest names it, not the sweep file, which `trainsim run` refuses (`base: unknown key
+    'base'`); run with the manifest's `--set`s from the working folder, it gives the point's SHA-256 and summary."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sub").mkdir()
     shutil.copy(REPO / "topologies" / "dgx-h100.yaml", tmp_path / "sub" / "node.yaml")

@@ -293,10 +293,10 @@ def test_overlapping_trees_are_met_each_on_its_own_not_their_sum():
 
 
 def test_a_program_too_large_to_order_is_judged_on_its_ranks_own_orders(monkeypatch):
-    """With no ordering of the whole program (its limit set to 0 entries), each instance is judged on the order
-    of its rank's ops: the all-gather made to wait for the tree still folds (the folded step is the unfolded one),
-    the one beside the tree is still refused, each instance still meets its own overlaps (refused) and an
-    all-gather beside both trees their sum (folds). Taking every pair to overlap, as before, refused the first."""
+    """With no ordering of the whole program (its limit set to 0 entries), each instance is judged on the order of its
+    rank's ops: the all-gather made to wait for the tree folds (the folded step is the unfolded one), the one beside
+    the tree is refused, each instance meets its own overlaps (refused) and an all-gather beside both trees their sum
+    (folds). Taking every pair to overlap would refuse the first."""
     from simulator.engine import ordering
     from simulator.engine.ordering import ProgramOrder
 

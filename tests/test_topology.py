@@ -291,8 +291,8 @@ def test_a_node_override_changes_its_keys_and_keeps_the_files_others():
     ids=["a100", "h200", "a100-nvls-none", "whole-node"])
 def test_a_node_override_that_keeps_nvls_for_a_gpu_without_it_is_warned_at_the_gpu(tmp_path, capsys, node, warned):
     """`node: {gpu_model: a100-80gb}` on dgx-h100-cluster keeps the file's `nvls: nvswitch3`, which an A100 cannot
-    drive: `validate` said only 'valid' while the topology said NVLS. It now warns at the override's line; an H200
-    (NVLink SHARP), an A100 that sets `nvls: none` and a whole node that names its kind are not warned."""
+    drive: `validate` warns at the override's line, not just 'valid' while the topology says NVLS; an H200 (NVLink
+    SHARP), an A100 that sets `nvls: none` and a whole node that names its kind are not warned."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(f"cluster: {{topology: dgx-h100-cluster, nodes: 1, node: {node}}}\n"
                         "model: {preset: llama3-8b, layers: 4}\ntraining: {seq_len: 1024, global_batch: 8}\n")
@@ -369,9 +369,9 @@ def test_a_communication_only_workload_on_a_node_that_keeps_nvls_is_warned(tmp_p
 
 
 def test_a_jobs_kept_nvls_warning_names_its_own_file_once(tmp_path):
-    """Two jobs of the same sections in two files, the second with the node a line lower: its healthy step came
-    from the first's cache, whose program carried the first file's warning (and every degraded state's program
-    carried one too); each job's healthy step now warns once, at its own file's line."""
+    """Two jobs of the same sections in two files, the second with the node a line lower: each job's healthy step warns
+    once, at its own file's line, not with the first file's warning from the cache (nor once more per degraded
+    state's program)."""
     from simulator.config.loader import load_scenario
     from simulator.reliability.simulate import simulate_job
 
@@ -718,8 +718,8 @@ def test_a_one_gpu_server_given_another_gpu_is_not_warned_of_nvls(tmp_path, caps
 
 
 def test_topo_describe_of_a_scenario_says_a_scenario_was_given(tmp_path, capsys):
-    """`trainsim topo describe l8b32.yaml` (a scenario) answered `kind: missing 'kind'`, as if a topology file had
-    left its kind out: it now says a scenario was given where a topology is expected, and names its topology."""
+    """`trainsim topo describe l8b32.yaml` (a scenario) says a scenario was given where a topology is expected, and
+    names its topology, not `kind: missing 'kind'` as if a topology file had left its kind out."""
     path = tmp_path / "l8b32.yaml"
     path.write_text("cluster: {topology: dgx-h100-cluster, nodes: 4}\nmodel: {preset: llama3-8b}\n")
     assert main(["topo", "describe", str(path)]) == 2
@@ -731,8 +731,8 @@ def test_topo_describe_of_a_scenario_says_a_scenario_was_given(tmp_path, capsys)
 
 def test_topo_describe_of_a_scenario_names_its_topology_file_as_typed_from_the_working_folder(tmp_path, monkeypatch,
                                                                                                capsys):
-    """The scenario's topology file was named relative to the scenario's folder (`node.yaml`), which the user
-    in another folder could not type: it is now the path from the working folder (`sub/node.yaml`)."""
+    """The scenario's topology file is named by its path from the working folder (`sub/node.yaml`), which the user can
+    type, not relative to the scenario's folder (`node.yaml`)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sub").mkdir()
     Path("sub/base.yaml").write_text("cluster: {topology: node.yaml}\nmodel: {preset: llama3-8b}\n")
