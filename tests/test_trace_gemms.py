@@ -218,9 +218,9 @@ def test_every_addmm_is_a_matrix_multiply(name, dims, shape):
 
 
 def test_a_shape_that_reaches_no_gemm_kernel_is_warned_once_with_a_count(tmp_path):
-    """Two linears (each an aten::addmm inside an aten::linear) whose kernels are of a kind not known (neither is
-    a GEMM by its name) lost their shapes silently; now one warning counts the two matrix multiplies (the linear
-    and the addmm inside it are one) and names the first."""
+    """Two linears (each an aten::addmm inside an aten::linear) whose kernels are of a kind not known (neither is a GEMM
+    by its name) do not lose their shapes silently: one warning counts the two matrix multiplies (the linear and the
+    addmm inside it are one) and names the first."""
     trace = Trace()
     trace.op("aten::linear", 100, 100, LINEAR_DIMS)
     first = trace.op("aten::addmm", 110, 80, [[N], [M, K], [K, N]])

@@ -140,9 +140,9 @@ def collective_rank(folder: Path, rank: int, groups: list[dict] | None, launched
                          ids=["launcher-tp", "launcher-default", "only-group"])
 def test_a_chakra_collective_without_pg_name_takes_its_launcher_s_group_else_the_metadata_s_only_one(
         tmp_path, groups, launched, kind):
-    """An all-reduce node without pg_name was put in a group named 'default', counted as DP: now it is in the
-    group its launching record_param_comms node records ('1', described mesh_tp: TP traffic; '0', default_pg:
-    DP), else in the only group its rank's metadata lists ('1'): 64 MiB per GPU of that kind."""
+    """An all-reduce node without pg_name is in the group its launching record_param_comms node records ('1', described
+    mesh_tp: TP traffic; '0', default_pg: DP), else in the only group its rank's metadata lists ('1'): 64 MiB per GPU
+    of that kind, not a group named 'default' counted as DP."""
     for rank in (0, 1):
         collective_rank(tmp_path, rank, groups, launched)
     _, result = run(chakra_scenario(tmp_path), tmp_path)
@@ -164,8 +164,8 @@ def test_a_chakra_collective_whose_group_the_traces_leave_open_is_refused(tmp_pa
 
 
 def test_collectives_in_traces_that_name_no_group_run_in_one_group_of_their_ranks_with_a_warning(tmp_path):
-    """No trace names a process group (no pg_name, launcher or metadata): the all-reduces are one group of the
-    two ranks that run them (64 MiB per GPU of DP, as before), and a warning says so."""
+    """No trace names a process group (no pg_name, launcher or metadata): the all-reduces are one group of the two ranks
+    that run them (64 MiB per GPU of DP), and a warning says so."""
     for rank in (0, 1):
         collective_rank(tmp_path, rank, None, None)
     _, result = run(chakra_scenario(tmp_path), tmp_path)
@@ -250,10 +250,9 @@ def test_kineto_collectives_whose_metadata_give_different_only_groups_are_refuse
 
 
 def test_a_group_whose_members_no_trace_tells_is_taken_as_its_traced_ranks_with_a_warning(tmp_path):
-    """Rank 0's trace alone of an 8-rank job (world_size 8), its all-reduce in group '0' with neither `Process
-    Group Ranks` nor `Group size`: the group's members are the ranks whose traces use it, rank 0 alone, so the
-    all-reduce sends nothing (a one-rank ring). That was silent; the run now warns that the group was taken as
-    1 of the job's 8 ranks."""
+    """Rank 0's trace alone of an 8-rank job (world_size 8), its all-reduce in group '0' with neither `Process Group
+    Ranks` nor `Group size`: the group's members are the ranks whose traces use it, rank 0 alone, so the all-reduce
+    sends nothing (a one-rank ring), and the run warns that the group was taken as 1 of the job's 8 ranks."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     comms_args(traces, 0, world=8, **{"Process Group Ranks": None, "Group size": None})
     text = two_rank_scenario("100 Gb/s", nodes=8).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")

@@ -73,11 +73,11 @@ def test_recost_gemms_recosts_each_gemm_kernel_once_and_nothing_else():
 
 
 def test_model_flops_per_token_follows_the_convention_of_a_presets_mfu():
-    """The scenario stated 796,392,960 FLOPs per token: 6 x all 116.0M parameters, the 32.8M embedding table (a
-    lookup, no matmul) among them, plus unmasked attention, 12 l d s. A preset's MFU counts 6 x the weights
-    that multiply plus causal attention (workload/training.py: model_flops_per_token), and by that count the
-    MFU it printed, 40.7%, was above any the GPU can reach with its matrix multiplies alone (HFU >= 25.5%
-    counts 499 MFLOP of GEMMs per token against the stated 796). Now 549,453,312: MFU 28.0%."""
+    """A preset's MFU counts 6 x the weights that multiply plus causal attention (workload/training.py:
+    model_flops_per_token): 549,453,312 FLOPs per token here, MFU 28.0%. 6 x all 116.0M parameters, the 32.8M
+    embedding table (a lookup, no matmul) among them, plus unmasked attention, 12 l d s, would give 796,392,960 and
+    an MFU of 40.7%, above any the GPU can reach with its matrix multiplies alone (HFU >= 25.5% counts 499 MFLOP of
+    GEMMs per token)."""
     import yaml
 
     step = json.loads(MEASURED.read_text())["profiled_step"]
@@ -185,8 +185,8 @@ def test_the_h200_trace_moved_to_an_h100_scales_each_kernel_by_what_bounds_it():
 
 
 def test_the_printed_table_of_a_moved_trace_says_from_which_gpu_and_by_how_much(tmp_path, capsys):
-    """The table of the H200 step on an H100 read only 'trace on dgx-h100 (1 h100-sxm GPU)': the move and its
-    factors were in summary.json alone. A row now names both GPUs and each class's kernels with its factor."""
+    """The table of the H200 step on an H100 has a row that names both GPUs and each class's kernels with its factor,
+    not only 'trace on dgx-h100 (1 h100-sxm GPU)' with the move in summary.json alone."""
     from simulator.cli import main
 
     assert main(["run", str(SCENARIO), "--set", "cluster.gpu_model=h100-sxm", "--set", "workload.traced_gpu=h200",

@@ -144,9 +144,8 @@ def test_a_trace_job_is_refused_where_it_cannot_be_told(tmp_path, capsys, monkey
 
 
 def test_a_trace_job_both_too_large_and_leaving_gpus_idle_meets_one_first_error(tmp_path, capsys, monkeypatch):
-    """With the event limit below the two-rank trace's ops, its job on 4 GPUs is both too large and leaves two
-    GPUs idle: `validate` refused its size first and `run` its idle GPUs. Both now refuse the idle GPUs first
-    (`refuse_trace_step`, one order for the two)."""
+    """With the event limit below the two-rank trace's ops, its job on 4 GPUs is both too large and leaves two GPUs
+    idle: `validate` and `run` both refuse the idle GPUs first (`refuse_trace_step`, one order for the two)."""
     import simulator.scale as scale
 
     monkeypatch.setattr(scale, "MAX_EVENTS", 1)
@@ -163,9 +162,9 @@ def test_a_trace_job_both_too_large_and_leaving_gpus_idle_meets_one_first_error(
                                           ("regrow", "on_repair")])
 def test_an_elastic_setting_beside_a_trace_that_is_not_elastic_offers_elastic(tmp_path, capsys, field, value):
     """A restart setting of an elastic job beside a trace that is not elastic is refused as a modelled job's is,
-    offering `restart.elastic: true`, which a trace's job now takes (before, it said the job could not be
-    elastic). `keep_global` too: it was refused first as a trace's, offering `keep_per_replica`, which was then
-    refused for want of `restart.elastic`; a trace's elastic job is refused it apart."""
+    offering `restart.elastic: true`, which a trace's job takes. `keep_global` too: a trace's elastic job is refused
+    it apart, not first as a trace's offering `keep_per_replica`, which would then be refused for want of
+    `restart.elastic`."""
     scenario = tmp_path / "job.yaml"
     traces = SCENARIOS / "traces" / "allreduce-2rank" / "rank*.json"
     scenario.write_text(f"cluster: {{topology: ethernet-100g, nodes: 2}}\nworkload: {{trace: '{traces}'}}\n"
@@ -241,9 +240,9 @@ def test_validate_gives_an_elastic_trace_jobs_sizes_as_its_run_does():
 
 
 def test_an_elastic_trace_jobs_min_replicas_is_checked_against_its_replicas(tmp_path, capsys):
-    """`restart.min_replicas` above the trace job's replicas is refused at its line: against `workload.dp` at
-    load, and against the traced job's own replicas (dp left out: 2 for the two-rank trace) once it is read, by
-    `validate` as by `run` (before, validate passed the second)."""
+    """`restart.min_replicas` above the trace job's replicas is refused at its line: against `workload.dp` at load, and
+    against the traced job's own replicas (dp left out: 2 for the two-rank trace) once it is read, by `validate` as
+    by `run`."""
     scenario = tmp_path / "job.yaml"
     for dp, whose in ((", dp: 8", "workload.dp's 8 replicas"), ("", "the trace's job's 2 replicas")):
         nodes = 8 if dp else 2

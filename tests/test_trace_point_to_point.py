@@ -55,11 +55,11 @@ def flow_times(result) -> list[tuple[int, int, float, float, float]]:
 
 
 def test_traced_sends_to_one_peer_leave_one_after_another_while_a_send_to_another_peer_overlaps(tmp_path):
-    """Rank 0 issues at once a send of 1 MiB and one of 2 MiB to rank 1 and one of 1 MiB to rank 2. The first
-    send to rank 1 and the send to rank 2 wait their latency and share rank 0's uplink at half its rate, both
-    ending at L + 2 MiB / r; the second send to rank 1 starts then, waits its latency and streams alone, ending
-    at 2L + 4 MiB / r. (Unordered, as before, all three shared the uplink at a third each: the 1 MiB sends
-    ended at L + 3 MiB / r and the 2 MiB one at L + 4 MiB / r.)"""
+    """Rank 0 issues at once a send of 1 MiB and one of 2 MiB to rank 1 and one of 1 MiB to rank 2. The first send to
+    rank 1 and the send to rank 2 wait their latency and share rank 0's uplink at half its rate, both ending at L + 2
+    MiB / r; the second send to rank 1 starts then, waits its latency and streams alone, ending at 2L + 4 MiB / r.
+    (Unordered, all three would share the uplink at a third each: the 1 MiB sends ending at L + 3 MiB / r and the 2
+    MiB one at L + 4 MiB / r.)"""
     text = three_hosts(tmp_path, {0: transfer_nodes([("send", 1, MIB), ("send", 1, 2 * MIB), ("send", 2, MIB)]),
                                   1: transfer_nodes([("recv", 0, MIB), ("recv", 0, 2 * MIB)]),
                                   2: transfer_nodes([("recv", 0, MIB)])})

@@ -393,11 +393,10 @@ def ep_job(folder: Path, splits: dict[int, tuple[str, str]] = UNEVEN) -> str:
 
 
 def test_an_uneven_all_to_all_is_copied_with_its_shares(tmp_path):
-    """EP 2 inside DP 4, its all-to-alls sending 6 MiB one way and 2 MiB the other: at dp 8 each copy keeps its
-    EP pairs and their shares (4 MiB of EP per GPU, as traced), dp 4 is the trace itself, and folded on one DGX
-    H100 (the copy's pairs on NVLink beside the traced ones, their mirrors) equals unfolded. It was refused:
-    replicas widened every group, and no shares say what more members send. (Its first fixture, EP 2 over the
-    two ranks of DP 2, leaves no expert data parallelism and is refused now.)"""
+    """EP 2 inside DP 4, its all-to-alls sending 6 MiB one way and 2 MiB the other: at dp 8 each copy keeps its EP pairs
+    and their shares (4 MiB of EP per GPU, as traced), not groups widened to members whose shares nothing says; dp 4
+    is the trace itself, and folded on one DGX H100 (the copy's pairs on NVLink beside the traced ones, their
+    mirrors) equals unfolded. (EP 2 over the two ranks of DP 2 leaves no expert data parallelism and is refused.)"""
     workload = ep_job(tmp_path)
     head = "cluster: {topology: dgx-h100}\ncollectives: {algorithm: auto}\n"
     _, traced = run(f"{head}{workload}}}\n", tmp_path)

@@ -149,9 +149,9 @@ def moved_gemm_s(ratio: float) -> float:
 
 
 def test_a_trace_moved_to_another_gpu_scales_each_kernel_by_what_bounds_it(tmp_path):
-    """An H100 trace replayed on the A100 80GB: its GEMMs by the calibrated matmul plateaus (kernels.yaml:
-    achievable x sustained clock), its Adam kernel by HBM bandwidth x memory fraction; before, both by the dense
-    bf16 peaks (3.17x), which overstated the optimizer's slowdown."""
+    """An H100 trace replayed on the A100 80GB: its GEMMs by the calibrated matmul plateaus (kernels.yaml: achievable x
+    sustained clock), its Adam kernel by HBM bandwidth x memory fraction, not both by the dense bf16 peaks (3.17x),
+    which would overstate the optimizer's slowdown."""
     loaded, result = run(two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm"), tmp_path)
     matmul = 989e12 * 0.801 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
     assert result.summary["trace"]["compute_scale"] == 1.0
@@ -241,10 +241,10 @@ def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
 @pytest.mark.parametrize("cluster, short, long", [("a100-80gb", 1e-6, 2e-6 + 98e-6 * 2.707),
                                                    ("b200", 4e-6, 8e-6 + 98e-6 * 0.472)])
 def test_a_moved_gemm_keeps_its_ramp_and_moves_the_time_beyond_it(cluster, short, long):
-    """The roofline runs every kernel for its time at its rate plus its GPU's ramp (2 us; the B200's 8 us, fitted on
-    its GEMMs). A bf16 GEMM of 100 us moved from the H100 SXM keeps the ramp, now the cluster GPU's, and moves the
-    98 us beyond it by the matmul ratio; one of 1 us, all launch and tail, scales by the two ramps (1 us to the
-    A100, 4 us to the B200)."""
+    """The roofline runs every kernel for its time at its rate plus its GPU's ramp (2 us; the B200's 8 us, fitted on its
+    GEMMs). A bf16 GEMM of 100 us moved from the H100 SXM keeps the ramp, the cluster GPU's, and moves the 98 us
+    beyond it by the matmul ratio; one of 1 us, all launch and tail, scales by the two ramps (1 us to the A100, 4 us
+    to the B200)."""
     from simulator.catalog.gpus import GPUS
     from simulator.workload.traces.gpu_move import GpuMove
     from simulator.workload.traces.model import TracedOp
@@ -553,10 +553,9 @@ def test_two_files_of_one_rank_are_refused_naming_both(tmp_path):
 
 
 def test_one_rank_of_a_job_spans_the_world_size_its_trace_states(tmp_path):
-    """Rank 0's trace of a 4-rank job (distributedInfo.world_size 4) whose all-reduce is of the group [0, 1]: the
-    job was taken as the 2 ranks the trace names. It spans 4 GPUs now; rank 0's GEMM (1000 us), the two-rank
-    ring all-reduce (8.4 us base latency, then two steps of n/2 each way over 100 GbE: 2.892 ms), the optimizer
-    (200 us)."""
+    """Rank 0's trace of a 4-rank job (distributedInfo.world_size 4) whose all-reduce is of the group [0, 1]: the job
+    spans 4 GPUs, not the 2 ranks the trace names; rank 0's GEMM (1000 us), the two-rank ring all-reduce (8.4 us base
+    latency, then two steps of n/2 each way over 100 GbE: 2.892 ms), the optimizer (200 us)."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     distributed_info(traces / "rank0.json", world_size=4)
     text = two_rank_scenario("100 Gb/s", nodes=4).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
@@ -707,8 +706,8 @@ def test_a_send_that_names_no_peer_is_blamed_for_its_receive_s_missing_partner(t
 @pytest.mark.parametrize(("groups", "pg_name", "kind"), [(MESH, "1", "tp"), (MESH, "0", "dp"), (None, "tp", "tp"),
                                                         (None, "1", "dp")])
 def test_a_chakra_collective_counts_as_the_dimension_its_process_group_names(tmp_path, groups, pg_name, kind):
-    """Every Chakra collective counted as data-parallel: the group's description (pg_desc of PyTorch's
-    process-group metadata, else its name) now names the dimension, as a Kineto trace's does."""
+    """A Chakra collective counts as the dimension its group's description names (pg_desc of PyTorch's process-group
+    metadata, else its name), as a Kineto trace's does, not as data-parallel whatever it is."""
     for rank in (0, 1):
         chakra_step(tmp_path, rank, groups, pg_name)
     _, result = run(chakra_scenario(tmp_path), tmp_path)
@@ -958,8 +957,8 @@ def test_recost_gemms_uses_the_kernel_model_for_matrix_multiplies_with_shapes(tm
 
 
 def test_back_to_back_kernels_get_no_host_gap_from_microsecond_rounding(tmp_path):
-    """In the two-rank fixture every kernel starts exactly when the op it waits for ends (3720 = 1020 + 2700 us
-    on rank 0), so the replay has no host time; the float sum of microseconds used to leave a 4e-19 s gap op."""
+    """In the two-rank fixture every kernel starts exactly when the op it waits for ends (3720 = 1020 + 2700 us on rank
+    0), so the replay has no host time, not a 4e-19 s gap op from a float sum of microseconds."""
     _, result = run(two_rank_scenario("100 Gb/s"), tmp_path)
     assert (result.timeline["category"] != "host").all()
 
@@ -1056,8 +1055,8 @@ def test_a_chakra_trace_of_metadata_alone_has_nothing_to_replay(tmp_path):
 
 
 def test_an_unknown_trace_key_lists_the_trace_fields(tmp_path):
-    """The workload is a list of collectives or a trace mapping; a mistyped trace key used to be answered with
-    the collective list's keys (op, bytes, ...)."""
+    """The workload is a list of collectives or a trace mapping; a mistyped trace key is answered with the trace's
+    fields, not the collective list's keys (op, bytes, ...)."""
     from simulator.errors import ScenarioError
 
     text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{KINETO_2RANK}/rank*.json', tp: 2}}\n"
@@ -1096,9 +1095,9 @@ def chakra_stage(gemm_us: int = 0) -> str:
 
 @pytest.mark.parametrize("gemm_us", [1000, 0])
 def test_one_chakra_stage_traced_alone_sends_to_the_untraced_stage_over_the_network(tmp_path, gemm_us):
-    """A Chakra send to a rank without a trace was refused: the engine's ordering crashed (IndexError) on a
-    program whose only ops are asynchronous. Now it runs as a Kineto one does, the peer taken as ready, and warns.
-    Without the GEMM the program is the send alone (no in-order stream at all)."""
+    """A Chakra send to a rank without a trace runs as a Kineto one does, the peer taken as ready, and warns, on a
+    program whose only ops may be asynchronous (no IndexError in the engine's ordering). Without the GEMM the program
+    is the send alone (no in-order stream at all)."""
     path = tmp_path / "rank0.json"
     path.write_text(chakra_stage(gemm_us))
     text = (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
@@ -1195,7 +1194,8 @@ def test_a_chakra_transfer_of_a_two_rank_group_without_the_file_s_rank_is_refuse
 
 
 def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
-    """It used to run into the engine's deadlock report (exit status 1) instead of naming the node."""
+    """A send whose receive is missing is refused naming the node, not run into the engine's deadlock report (exit
+    status 1)."""
     traces = copy_traces(CHAKRA_2RANK, tmp_path)
     path = traces / "rank1.json"
     path.write_text(path.read_text().replace('"type": "COMM_RECV_NODE"', '"type": "COMP_NODE"'))
@@ -1235,9 +1235,9 @@ def test_transfers_match_per_process_group(tmp_path):
 def test_a_chakra_transfer_s_group_missing_from_the_metadata_is_described_as_its_launcher_records(
         tmp_path, description, kind):
     """Rank 0 sends 32 MiB to rank 1 in process group '9', which no process-group metadata lists; the launching
-    record_param_comms nodes record the group as ('9', ``description``). The description was the group's name,
-    '9', naming no dimension (so a pipeline hand-off); now it is the launcher's: `mesh_cp` makes it the CP
-    ring's, `undefined` still names none."""
+    record_param_comms nodes record the group as ('9', ``description``). The description is the launcher's, not the
+    group's name '9', which names no dimension (so a pipeline hand-off): `mesh_cp` makes it the CP ring's,
+    `undefined` names none."""
     for rank, kind_ in ((0, "send"), (1, "recv")):
         values = [[[7, 8, 0, ALLREDUCE_BYTES // 2, 2, "cuda:0"]], [12, True], ["9", description], 1 - rank, kind_,
                   [], [], 0, 1, 2]
@@ -1293,8 +1293,8 @@ def test_chakra_numbers_that_are_not_whole_or_not_ranks_are_refused(tmp_path, fi
 @pytest.mark.parametrize(("kind", "problem"), [
     ('"COMP_NOD"', "unknown node type 'COMP_NOD'"), ("42", "unknown node type 42"), (None, "no node type")])
 def test_chakra_node_types_that_are_not_chakra_s_are_refused(tmp_path, kind, problem):
-    """A mistyped or missing node type used to drop the node without a word: a hand-written COMP_NOD of 300 us
-    left the step 300 us short."""
+    """A mistyped or missing node type is refused, not dropped without a word (a hand-written COMP_NOD of 300 us would
+    leave the step 300 us short)."""
     node = '{"id": 1, "name": "fwd", "duration_micros": 300' + (f', "type": {kind}' if kind else "") + "}"
     (tmp_path / "rank0.json").write_text(SEND_TO_RANK_1.replace('[{"id": 1', '[' + node + ', {"id": 2'))
     text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path / 'rank0.json'}', format: chakra-json}}\n"
@@ -1315,8 +1315,8 @@ def test_a_folder_as_the_trace_says_so(tmp_path):
 
 
 def test_the_wrong_format_is_named(tmp_path):
-    """A Kineto file read as Chakra used to say 'nodes[0].id: None is not an integer', a Chakra jsonizer file
-    read as Kineto 'not valid JSON ... a truncated file?'."""
+    """A Kineto file read as Chakra and a Chakra jsonizer file read as Kineto are named as the other format, not
+    'nodes[0].id: None is not an integer' or 'not valid JSON ... a truncated file?'."""
     as_chakra = (f"cluster: {{topology: dgx-h100}}\n"
                  f"workload: {{trace: '{KINETO_2RANK}/rank*.json', format: chakra-json}}\n")
     with pytest.raises(TraceError) as caught:
@@ -1721,8 +1721,8 @@ def idle_tp_job(folder: Path) -> None:
 
 
 def test_tp_groups_listed_but_unused_refuse_a_tp_size_inferred_one(tmp_path):
-    """The TP size read from the groups in use was 1, silently (the layout that replication and the groups'
-    dimensions follow); now the listed run [0, 1] makes it unknown, refused naming traced_tp."""
+    """The TP size read from the groups in use (the layout that replication and the groups' dimensions follow) is
+    unknown where the listed run [0, 1] is unused, and refused naming traced_tp, not silently 1."""
     idle_tp_job(tmp_path)
     error = refusal(chakra_scenario(tmp_path), tmp_path)
     assert (error.field, error.allowed.split(":")[0]) == ("workload.trace", "workload.traced_tp")
@@ -1741,10 +1741,10 @@ def test_tp_groups_listed_but_unused_replay_with_the_declared_tp(tmp_path, tp):
 
 
 def test_numbered_groups_count_as_the_dimension_their_ranks_vary_along(tmp_path):
-    """TP 2 x DP 2 on four ranks, groups named only by number: the runs of consecutive ranks [0, 1] and [2, 3] are
-    TP (Megatron-LM's and torchtitan's order, TP innermost), the strided [0, 2] and [1, 3] DP. Each rank
-    all-reduces 1 MiB over its TP group and 4 MiB over its DP group; a two-rank ring sends 2(p-1)/p x n = n per
-    GPU. Every numbered group used to count as DP (5 MiB)."""
+    """TP 2 x DP 2 on four ranks, groups named only by number: the runs of consecutive ranks [0, 1] and [2, 3] are TP
+    (Megatron-LM's and torchtitan's order, TP innermost), the strided [0, 2] and [1, 3] DP. Each rank all-reduces 1
+    MiB over its TP group and 4 MiB over its DP group; a two-rank ring sends 2(p-1)/p x n = n per GPU (every numbered
+    group counted as DP would read 5 MiB)."""
     groups = {"1": [0, 1], "2": [2, 3], "3": [0, 2], "4": [1, 3]}
     tp_group, dp_group = {0: "1", 1: "1", 2: "2", 3: "2"}, {0: "3", 1: "4", 2: "3", 3: "4"}
     chakra_job(tmp_path, groups, {rank: [("all_reduce", tp_group[rank], MIB), ("all_reduce", dp_group[rank], 4 * MIB)]
@@ -1855,10 +1855,10 @@ def test_declared_sizes_that_cannot_hold_the_described_groups_are_refused_at_the
 
 @pytest.mark.parametrize(("world", "declared"), [(2, {}), (4, {"pp": 2})])
 def test_a_numbered_group_over_cp_ranks_that_fill_a_job_without_dp_is_refused_as_over_a_stage(world, declared):
-    """TP 1 x CP 2 and no DP, in one stage or two: the numbered group [0, 1] runs no all-to-all, and is the CP
-    group's or the gradients' (DATA_PARALLEL_GROUP_WITH_CP). Where it spans every rank (one stage) it counted as
-    the default group's DP unseen; now TP x CP x PP = the job's ranks leaves it no DP group, so it is refused as
-    in two stages. Told apart by a group described as CP, it is DP."""
+    """TP 1 x CP 2 and no DP, in one stage or two: the numbered group [0, 1] runs no all-to-all, and is the CP group's
+    or the gradients' (DATA_PARALLEL_GROUP_WITH_CP). Where it spans every rank (one stage) TP x CP x PP = the job's
+    ranks leaves it no DP group, so it is refused as in two stages, not counted as the default group's DP unseen.
+    Told apart by a group described as CP, it is DP."""
     groups = {"5": ProcessGroup("", (0, 1))}
     sizes = TracedSizes(tp=1, cp=2, ep=1, **declared)
     with pytest.raises(ScenarioError) as caught:
@@ -1893,12 +1893,11 @@ def test_an_ep_dispatch_of_the_cp_size_does_not_tell_the_cp_groups_apart():
 ])
 def test_a_group_the_gradients_may_share_is_refused_naming_the_all_to_alls_that_tell_it_apart(
         declared, transfers, allowed, telling, told):
-    """The numbered group [0, 1] (CP 2 filling stages of 2 ranks) or [0, 1, 2, 3] (EP 4 beside DP in stages of 4)
-    runs no all-to-all and may be that dimension's or the gradients': refused, and the allowed text says which
-    all-to-all group tells them apart (an all-to-all group of that size told apart whatever it read as, before
-    7842363). The one it names does: the group then counts as DP. One it does not name does not: with EP 4 and CP
-    4 an uneven dispatch reads as EP, not CP's; with CP 2 an uneven one reads as EP's: each leaves the numbered
-    group refused."""
+    """The numbered group [0, 1] (CP 2 filling stages of 2 ranks) or [0, 1, 2, 3] (EP 4 beside DP in stages of 4) runs
+    no all-to-all and may be that dimension's or the gradients': refused, and the allowed text says which all-to-all
+    group tells them apart (not any all-to-all group of that size whatever it reads as). The one it names does: the
+    group then counts as DP. One it does not name does not: with EP 4 and CP 4 an uneven dispatch reads as EP, not
+    CP's; with CP 2 an uneven one reads as EP's: each leaves the numbered group refused."""
     size = 2 if "cp" in declared else 4
     ranks = tuple(range(size))
     with pytest.raises(ScenarioError) as caught:

@@ -71,9 +71,9 @@ def test_an_optimizer_outside_the_set_is_refused_at_load(validation_error):
 
 
 def test_none_unsets_fsdp_as_its_documented_default_and_every_refusal_says_so(validation_error):
-    """docs list `fsdp`'s default as `none`, yet `--set parallelism.fsdp=none` was refused ('none' is not a valid
-    choice) and neither that error nor 'give zero or fsdp, not both' said how to unset it, so the bundled FSDP
-    scenario could not be compared with DeepSpeed's `zero: 3`. `none` now reads as left out, as `null` did."""
+    """docs list `fsdp`'s default as `none`, and `--set parallelism.fsdp=none` reads as left out, as `null` does (not
+    "'none' is not a valid choice"), so the bundled FSDP scenario can be compared with DeepSpeed's `zero: 3`; every
+    refusal, 'give zero or fsdp, not both' too, says how to unset it."""
     fsdp = LLAMA_8B_DP8.replace("zero: 0", "fsdp: full_shard")
     loaded = scenario_from_text(fsdp, "inline.yaml", ["parallelism.fsdp=none", "parallelism.zero=3"])
     assert (loaded.scenario.parallelism.fsdp, loaded.scenario.parallelism.zero_stage) == (None, 3)

@@ -283,8 +283,8 @@ parallelism: {tp: 16, dp: 1}
 
 
 def test_a_layout_warning_keeps_its_field_apart_from_its_problem(tmp_path):
-    """The step's plan gives a layout warning as (field, problem), which the run locates at the field's line:
-    before, as one 'parallelism.tp: ...' string that the run split again at its first ': '."""
+    """The step's plan gives a layout warning as (field, problem), which the run locates at the field's line, not as one
+    'parallelism.tp: ...' string that the run would split again at its first ': '."""
     from simulator.topology.loader import scenario_topology
     from simulator.workload.training import build_training_step
 

@@ -114,8 +114,8 @@ def test_a_killed_worker_is_one_line_naming_the_unfinished_cases(monkeypatch, ca
 ])
 def test_validate_published_takes_workers_and_its_old_name_jobs_with_a_note(monkeypatch, capsys, flags, workers,
                                                                              note):
-    """--workers names the parallel worker processes in every command; --jobs, validate-published's spelling
-    before, still works and says so."""
+    """--workers names the parallel worker processes in every command; --jobs, validate-published's older spelling,
+    still works and says so."""
     asked = []
     monkeypatch.setattr(validation, "run_cases", lambda paths, workers: asked.append(workers) or [])
     assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr", *flags]) == 0
