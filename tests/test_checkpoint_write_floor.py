@@ -73,9 +73,8 @@ def test_young_and_daly_on_the_write_floor_are_the_fewest_whole_steps_that_hold_
 
 
 def test_the_default_grid_keeps_one_point_below_the_write_floor_and_the_floor_itself():
-    """Daly's interval is the floor, 325 steps: the grid holds it, and of the factors that round below it
-    (324.05 steps x 1/4 to x 1/sqrt 2 before) only the longest, to show the cliff; it held 81 to 1,296 steps
-    with 4 below the floor and no 325."""
+    """Daly's interval is the floor, 325 steps: the grid holds it, and of the factors that round below it only the
+    longest, to show the cliff (not 81 to 1,296 steps with 4 below the floor and no 325)."""
     grid = default_grid(scenario_from_text(job("1 steps")))
     assert grid.floor_steps == 325 and grid.centre_s == pytest.approx(325 * grid.step_s)
     assert grid.steps == (230, 325, 460, 650, 919, 1300) and grid.cliff_steps == 230 and grid.clamped == 4

@@ -74,12 +74,12 @@ run: {fold: false}
 @pytest.mark.parametrize("tp, cp", [(1, 16), (8, 2)])
 def test_ring_steps_are_point_to_point_transfers_across_hosts_bounded_by_one_nic(run_yaml, tp, cp):
     """Ring attention's K/V ring is cp - 1 steps in which each CP rank sends its block to the next CP rank
-    (Megatron-Core's cp_comm_type p2p). TP1 CP16 on 2 DGX H100: only the pairs 7->8 and 15->0 cross hosts, each
-    on one NIC, so a step of the 4 MiB block (K/V of 16,384 tokens / 16) lasts its time over one NIC, 89.2 us,
-    plus latency (103.2 us), and the forward's ring 15 of them, 1.55 ms. It ran as a ring all-gather whose 8
-    channels crossed the hosts on all 8 NICs: 0.245 ms for the forward's whole ring. TP8 CP2 (each CP pair on its
-    own rail, the same bytes a step): one step over one NIC, as before up to the ring all-gather's own overheads
-    (0.111 ms as a ring all-gather, 0.102 ms as the pair's transfer)."""
+    (Megatron-Core's cp_comm_type p2p). TP1 CP16 on 2 DGX H100: only the pairs 7->8 and 15->0 cross hosts, each on
+    one NIC, so a step of the 4 MiB block (K/V of 16,384 tokens / 16) lasts its time over one NIC, 89.2 us, plus
+    latency (103.2 us), and the forward's ring 15 of them, 1.55 ms (run as a ring all-gather, whose 8 channels cross
+    the hosts on all 8 NICs, it would take 0.245 ms). TP8 CP2 (each CP pair on its own rail, the same bytes a step):
+    one step over one NIC either way, up to the ring all-gather's own overheads (0.102 ms as the pair's transfer,
+    0.111 ms as a ring all-gather)."""
     frame = run_yaml(ACROSS, f"parallelism.tp={tp}", f"parallelism.cp={cp}").timeline
     model = get_model("llama3-8b")
     block = 2 * 16384 * (model.kv_heads // tp) * model.head_dim * 2 / cp

@@ -125,7 +125,7 @@ def test_memory_parts_per_gpu_by_hand():
     16-bit gradients and their fp32 reduce-scatter input (2 + 4 B x 32,769,024): 221,784,064 B. The embedding's
     backward peaks lower, max(4 T + 4 L, 6 T) = 196,608,000 B: FSDP2 reshards a unit, then drops the previous
     reduce-scatter input, then allocates the next, so its parameters with both inputs (2 T + 4 (T + L) =
-    246,947,840 B, counted before) never exist. Beyond the fused FSDP step's activations only the loss's fp32
+    246,947,840 B) never exist. Beyond the fused FSDP step's activations only the loss's fp32
     tensors (14 - 4 B per logit), the layers saving no weight copy and a 16-bit stream."""
     total, layer, head = params()
     memory = fsdp_summary()["memory_breakdown_gib"]

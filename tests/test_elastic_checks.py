@@ -72,7 +72,7 @@ def _decisions(loaded, topology) -> dict[int, object]:
 
 
 def _built(monkeypatch):
-    """Check every size on its cluster built, as before: no builder's checks tell anything without building."""
+    """Check every size on its cluster built: the reference the builders' checks without building are held to."""
     monkeypatch.setattr(elastic, "scenario_topology_checked", lambda shrunk, file=None: False)
 
 
@@ -102,9 +102,9 @@ def _sizes_or_refusal(loaded, topology):
 
 @pytest.mark.parametrize("case", ["zero3-memory", "nvl72-trays"])
 def test_the_sizes_are_checked_without_building_a_cluster_per_size(case, monkeypatch):
-    """The fat tree's and the NVL72 racks' builders check their parameters without building, so no cluster is
-    built for the 11 smaller sizes (each was, before: a 16,384-GPU job's 127 took 20 s); their GPUs are the
-    full cluster's first hosts, with the NVLink domains of the cluster built."""
+    """The fat tree's and the NVL72 racks' builders check their parameters without building, so no cluster is built for
+    the 11 smaller sizes (building one per size, a 16,384-GPU job's 127 would take 20 s); their GPUs are the full
+    cluster's first hosts, with the NVLink domains of the cluster built."""
     loaded, topology = _job(case)
     built = []
     monkeypatch.setattr(topology_loader, "build_topology", lambda *args: built.append(args))

@@ -322,10 +322,9 @@ def test_a_search_refuses_fixed_microbatches_which_would_change_its_global_batch
 
 
 def test_a_v_schedule_is_not_held_to_the_interleaved_groups_of_pp():
-    """ZBV runs any micro-batch count; only the looping interleaved schedules need them in groups of pp. The
-    search pruned every candidate with more than one chunk per rank unless pp divided the micro-batches, so
-    zbv's two-chunk layout with 5 micro-batches over 2 stages was pruned ('interleaving needs micro-batches in
-    groups of pp = 2, got 5'). Now the schedule the candidate runs says what it needs."""
+    """ZBV runs any micro-batch count; only the looping interleaved schedules need them in groups of pp. The schedule
+    the candidate runs says what it needs, so zbv's two-chunk layout with 5 micro-batches over 2 stages is kept, not
+    pruned as 'interleaving needs micro-batches in groups of pp = 2, got 5'."""
     space = SearchSpace(tp=(1,), cp=(1,), pp=(2,), virtual_stages=(2, 4), micro_batch=(1,), sharding=("zero1",),
                         recompute=("selective",))
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=8,

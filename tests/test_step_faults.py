@@ -234,10 +234,9 @@ def _stragglers(layout: Layout | None, stage: int = 0, factor: float = 1.3) -> s
     (FABRIC_HAND_OFFS, HOPS, Layout(tp=8, pp=3, dp=2), 6, "fold_routes_reason"),  # analytic: hops, before any run
 ], ids=["classes", "routes", "lanes", "hops"])
 def test_stragglers_alike_on_every_rank_of_a_stage_refold_exactly(text, overrides, layout, ranks, reason):
-    """Stragglers that slow every rank of a stage alike leave the replicas and the ranks of a class alike, so
-    the classed step and every refold stay exact, each representative slowed as its stage is. They were not
-    tried under any step fault, and each of these steps ran unfolded (the hop refold's stood folded by stage,
-    not exact): folded, every figure is now the unfolded run's, and the stragglers slow the step."""
+    """Stragglers that slow every rank of a stage alike leave the replicas and the ranks of a class alike, so the
+    classed step and every refold stay exact, each representative slowed as its stage is: folded, every figure is the
+    unfolded run's, and the stragglers slow the step (not run unfolded, nor left folded by stage, not exact)."""
     stragglers = _stragglers(layout)
     folded = simulate(scenario_from_text(text, "inline.yaml", [*overrides, stragglers])).summary
     unfolded = simulate(scenario_from_text(text, "inline.yaml", [*overrides, stragglers, "run.fold=false"])).summary

@@ -201,8 +201,8 @@ def _failing_plan(env: simpy.Environment, _phases, _key: str):
 
 
 def test_a_failed_plan_stops_its_collective_and_reaches_the_engine_run_with_its_field():
-    """The collective neither logs rows nor releases its members (before, it went on as if the plan had run and
-    the error came at the end of the step); `Engine.run` raises the plan's own error, field and all."""
+    """The collective neither logs rows nor releases its members (not going on as if the plan had run, the error coming
+    at the end of the step); `Engine.run` raises the plan's own error, field and all."""
     env, log = simpy.Environment(), EventLog()
     engine = Engine(env, PlanCache(TOPOLOGY), run_plan=_failing_plan, run_plans=_failing_plan, log=log,
                     sharing=Sharing())

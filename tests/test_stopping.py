@@ -199,12 +199,11 @@ print("closed every time", flush=True)
 
 
 def test_a_pool_stopped_at_any_return_of_its_reading_thread_closes_every_time():
-    """Ctrl-C raises wherever the main thread returns from a Python function while Python's handler is in place
-    (another thread may take the signal, so blocking it in this thread is no shield): a trace raises
-    KeyboardInterrupt at each such return of a map in turn, and `close` must return and leave no worker. Before,
-    over ProcessPoolExecutor, a stop as `add_done_callback` had just taken a future's lock left the pool's thread
-    waiting on it for good, and one as a worker had just been forked left that worker out of `close`'s reach
-    (the first of these failed this test)."""
+    """Ctrl-C raises wherever the main thread returns from a Python function while Python's handler is in place (another
+    thread may take the signal, so blocking it in this thread is no shield): a trace raises KeyboardInterrupt at each
+    such return of a map in turn, and `close` must return and leave no worker. (Over ProcessPoolExecutor, a stop as
+    `add_done_callback` had just taken a future's lock would leave the pool's thread waiting on it for good, and one
+    as a worker had just been forked would leave that worker out of `close`'s reach.)"""
     run = subprocess.run([sys.executable, "-c", STOPPED_AT_EVERY_RETURN], env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and run.stdout == "closed every time\n", run.stdout + run.stderr
@@ -255,9 +254,9 @@ print(before == open_descriptors(), len(before), len(open_descriptors()), flush=
 
 @pytest.mark.skipif(sys.platform != "linux", reason="counts this process's descriptors in /proc/self/fd")
 def test_a_pool_dropped_without_close_releases_its_workers_descriptors():
-    """A pool mapped and dropped without `close` (del, then the collector) leaves the descriptors open before it
-    open, and no worker: before, its four workers' process sentinels stayed open (14 descriptors where 6 were)
-    until the next pool started. In a child, so that no other test's pools come and go while it counts."""
+    """A pool mapped and dropped without `close` (del, then the collector) leaves the descriptors open before it open,
+    and no worker: its four workers' process sentinels do not stay open until the next pool starts (14 descriptors
+    where 6 were). In a child, so that no other test's pools come and go while it counts."""
     run = subprocess.run([sys.executable, "-c", DROPPED], env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -266,10 +265,9 @@ def test_a_pool_dropped_without_close_releases_its_workers_descriptors():
 
 
 def test_a_pool_forks_its_workers_from_the_main_thread_only():
-    """Linux kills a worker when the thread that forked it ends (`PR_SET_PDEATHSIG`): a map begun in a thread
-    that ended before it lost its workers, and the main thread reading the rest got WorkerKilled (before). Now
-    a map that would fork off the main thread is an ExecutorError saying so; the same pool then maps from the
-    main thread."""
+    """Linux kills a worker when the thread that forked it ends (`PR_SET_PDEATHSIG`), so a map begun in a thread that
+    ends before it would lose its workers and the main thread reading the rest get WorkerKilled: a map that would
+    fork off the main thread is an ExecutorError saying so; the same pool then maps from the main thread."""
     from simulator.errors import ExecutorError
     from simulator.sweep.executors import MAIN_THREAD_ONLY, PoolExecutor
 
@@ -322,8 +320,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a worker asks to die with its parent through Linux's prctl")
 def test_the_workers_of_a_pool_killed_with_sigkill_end_with_it(tmp_path):
-    """`kill -9` of a sweep or search (or the out-of-memory killer choosing it) ends its workers too: before, they
-    ran on with their points, here blocked for good. The wait for them is bounded, never a fixed sleep."""
+    """`kill -9` of a sweep or search (or the out-of-memory killer choosing it) ends its workers too, not left to run on
+    with their points (here blocked for good). The wait for them is bounded, never a fixed sleep."""
     process = subprocess.Popen([sys.executable, "-c", KILLED_WHILE_WORKING, str(tmp_path)],
                                env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
     workers: list[int] = []
@@ -355,8 +353,8 @@ def _killed(_task):
 
 @pytest.mark.parametrize("command", ["sweep", "search"])
 def test_a_killed_worker_is_one_line_and_status_1(command, tmp_path, capsys, monkeypatch):
-    """A worker ended from outside (the out-of-memory killer, `kill -9`): before, sweep and search exited 1 with
-    a BrokenProcessPool traceback; now one line saying what happened and what is kept."""
+    """A worker ended from outside (the out-of-memory killer, `kill -9`): sweep and search print one line saying what
+    happened and what is kept, and exit 1, without a BrokenProcessPool traceback."""
     from simulator.cli import main
     from simulator.sweep import runner, search
 
