@@ -119,7 +119,7 @@ def test_deepspeed_zero3_and_fsdp1s_shard_grad_op_copy_nothing_around_their_gath
 def test_pipelined_unshards_copy_in_on_the_stream_fsdp2_picks(schedule, stream):
     # Schedule1F1B gathers each unit in its pre-forward hook (async_op=False: the copy-in stream);
     # _PipelineScheduleRuntime's UNSHARD calls unshard(async_op=True), and get_all_gather_streams then returns the
-    # current stream, so those copy-ins run on the compute stream (reviewer reviewfc N1).
+    # current stream, so those copy-ins run on the compute stream.
     overrides = ["parallelism.dp=4", "parallelism.pp=2", f"parallelism.pipeline.schedule={schedule}",
                  "training.global_batch=16"]
     if schedule == "interleaved":
