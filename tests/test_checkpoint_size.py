@@ -1,6 +1,6 @@
 """A checkpoint holds what the scenario's framework saves for its layout and precision, no gradients
-(checkpoint.layout_bytes_per_param); it counted 16 B a parameter, gradients included, for every layout, while
-docs/reliability.md said Megatron-LM and DeepSpeed save 14 B and PyTorch FSDP2 12 B."""
+(checkpoint.layout_bytes_per_param): 14 B a parameter under Megatron-LM and DeepSpeed, 12 B under PyTorch FSDP2, as
+docs/reliability.md says, not 16 B for every layout."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def test_a_checkpoint_holds_what_the_layouts_framework_saves(scenario, settings,
 
 
 def test_the_job_sizes_its_checkpoint_from_its_layout_unless_told():
-    """Llama 3 70B under FSDP shard_grad_op: 70.55e9 x 14 B = 0.988 TB (it was 1.129 TB at 16 B); an explicit
-    `bytes_per_param` or `size` still wins."""
+    """Llama 3 70B under FSDP shard_grad_op: 70.55e9 x 14 B = 0.988 TB (1.129 TB at 16 B); an explicit `bytes_per_param`
+    or `size` still wins."""
     loaded = load_scenario("llama3-70b-2k-job")
     params = resolve_model(loaded.scenario).num_params()
     assert _checkpoint_size(loaded) == params * 14

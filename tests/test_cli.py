@@ -62,8 +62,8 @@ def snapshot(folder: Path) -> dict[str, bytes] | None:
 
 @pytest.fixture(scope="module")
 def run_outputs(tmp_path_factory) -> Path:
-    """`trainsim run` of SCENARIO, in this process (its entry point in a fresh interpreter, and another hash
-    seed, is test_same_scenario_gives_identical_outputs's): it printed nothing on stderr."""
+    """`trainsim run` of SCENARIO, in this process (its entry point in a fresh interpreter, and another hash seed, is
+    test_same_scenario_gives_identical_outputs's): nothing on stderr."""
     out = tmp_path_factory.mktemp("run") / "out"
     errors = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
@@ -168,9 +168,9 @@ run: {timeline: summary}
 
 
 def test_hybrid_shard_with_tp_filling_the_domain_warns(tmp_path, capsys):
-    """TP 8 on 8-GPU DGX H100s leaves one DP rank per NVLink domain: hybrid_shard's shard group is one GPU and
-    the run silently held plain data parallelism's model state. The warning names why, on stderr and in
-    summary.json; with TP 4 two DP ranks share a domain and nothing is said."""
+    """TP 8 on 8-GPU DGX H100s leaves one DP rank per NVLink domain: hybrid_shard's shard group is one GPU and the run
+    holds plain data parallelism's model state. The warning names why, on stderr and in summary.json; with TP 4 two
+    DP ranks share a domain and nothing is said."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(HYBRID_TP8)
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
@@ -522,9 +522,9 @@ def test_a_bad_topology_override_is_located_at_its_set(command, override, error,
     ("nodes=null", "expected a whole number, got null (allowed: " + NODES_RANGE + ")"),
 ])
 def test_a_topology_set_is_refused_in_run_set_words(command, override, error, capsys):
-    """`topo` and `collective` said of `--set nodes.x=3` "expected a whole number, got {'x': 3}" where `trainsim
-    run --set cluster.nodes.x=3` says "cluster.nodes is not a section"; of `nodes=1e3` "got 1000.0", which the
-    user did not write; and of `nodes=null` "missing required parameter", which it was not: it was set."""
+    """`topo` and `collective` refuse a bad `--set` in `trainsim run --set`'s words: `nodes.x=3` as "nodes is not a
+    section" (not "expected a whole number, got {'x': 3}"), `nodes=1e3` without a value the user did not write (not
+    "got 1000.0"), and `nodes=null` as set to null (not "missing required parameter")."""
     assert main([*command, "--set", override]) == 2
     assert capsys.readouterr().err == f"error: command line: trainsim {command[0]}: --set {override}: {error}\n"
 
@@ -565,8 +565,8 @@ def test_a_scenario_cluster_set_the_topology_refuses_is_located_at_its_set(comma
                                             (["collective", "--sizes", "1MiB", "--topology"],
                                              "trainsim collective: --topology")])
 def test_a_missing_topology_file_says_what_is_allowed(command, where, tmp_path, capsys):
-    """A path that is no file (missing, or a folder) was 'error: nothere.yaml: cannot read file: No such file or
-    directory', with neither the option nor what it takes (a scenario's cluster.topology said both)."""
+    """A path that is no file (missing, or a folder) is refused naming the option and what it takes, as a scenario's
+    cluster.topology is, not just 'error: nothere.yaml: cannot read file: No such file or directory'."""
     for path in (tmp_path / "nothere.yaml", tmp_path):
         assert main([*command, str(path)]) == 2
         assert capsys.readouterr().err == (f"error: command line: {where}: no topology file {path} (allowed: a "
@@ -606,7 +606,7 @@ def test_the_collective_command_moves_an_error_onto_its_flag_with_every_other_pa
 
 
 def test_chunking_off_reads_as_yaml_writes_it():
-    """`chunk: off` is YAML's false, which was refused as 'expected a size with a unit, got False'."""
+    """`chunk: off` is YAML's false, and reads as chunking off, not as 'expected a size with a unit, got False'."""
     from simulator.config.loader import scenario_from_text
 
     for written in ("off", "false", "none", "'off'"):
@@ -652,10 +652,10 @@ def test_chunking_off_reads_as_yaml_writes_it():
      "trainsim study: kind: invalid choice 'mtbf2' (allowed: checkpoint-interval, memory-interval, mtbf)"),
 ])
 def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
-    """--ranks 0 ran every GPU as if the flag were absent; --workers -3 made the Dask LocalCluster wait for
-    workers forever (the local pool: a ValueError traceback); --max-points -1 refused every sweep;
-    validate-published --jobs -3 ran the cases serially as if the flag were absent. Each refusal says
-    what the flag allows, as every other bad input does (argparse's said none, and 'argument --ranks')."""
+    """Counts on the command line are checked: --ranks 0 (else every GPU runs, as if the flag were absent), --workers -3
+    (else the Dask LocalCluster waits for workers forever, the local pool a ValueError traceback), --max-points -1
+    (else every sweep is refused) and validate-published --jobs -3 (else the cases run serially). Each refusal says
+    what the flag allows, as every other bad input does (argparse's own names neither, only 'argument --ranks')."""
     args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
     assert main(args) == 2
     assert capsys.readouterr().err == f"error: command line: {error}\n"
@@ -743,9 +743,8 @@ def test_set_reaches_list_items(tmp_path):
 
 
 def test_set_reads_numbers_as_a_scenario_file_does(tmp_path, capsys):
-    """`--set workload.model_flops_per_token=1e8` was refused ("expected a number, got '1e8'"): --set parsed its
-    value as YAML 1.1, where 1e8 and 1.0e8 are text, while scenario files read them as numbers. A value nested
-    too deep is still one located line."""
+    """`--set workload.model_flops_per_token=1e8` reads a number, as scenario files do, not YAML 1.1's text (where 1e8
+    and 1.0e8 are strings: "expected a number, got '1e8'"). A value nested too deep is one located line."""
     from simulator.config.loader import load_scenario
 
     scenario = SCENARIO.parent / "trace-allreduce-2rank.yaml"
@@ -784,8 +783,8 @@ def test_topo_describe_refuses_a_million_gpus_unless_forced(capsys):
 
 
 def test_the_collective_refusal_states_its_measured_cost(capsys):
-    """The refusal above 32,768 GPUs said 'at 65,536 one size takes minutes and 8 GB', where one 1 GiB size took
-    9-20 s and 0.7-0.8 GB: it gives the measured figures (topology/size.py), the default sizes' minutes among them."""
+    """The refusal above 32,768 GPUs gives the measured figures (topology/size.py: one 1 GiB size at 65,536 GPUs takes
+    9-20 s and 0.7-0.8 GB), the default sizes' minutes among them, not a guess of minutes and 8 GB."""
     assert main(["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=4097", "--op", "all_reduce",
                  "--sizes", "1GiB"]) == 2
     assert capsys.readouterr().err == (
@@ -804,8 +803,8 @@ def test_plot_help_names_every_command_that_writes_an_outdir(capsys):
 
 
 def test_the_collective_table_of_a_run_cuts_no_name(tmp_path, capsys):
-    """The SHARP scenario's table is 122 characters wide: fitted to 120 off a terminal, it printed
-    'collnet-dire…' for the item and 'collnet_dire…' for the algorithm that ran it."""
+    """The SHARP scenario's table is 122 characters wide: fitted to 120 off a terminal, it cuts no name (not
+    'collnet-dire…' for the item and 'collnet_dire…' for the algorithm that ran it)."""
     assert main(["run", "allreduce-sharp-dgx-h100", "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().out.splitlines()
     row = next(line for line in lines if line.lstrip().startswith("collnet"))

@@ -493,8 +493,8 @@ def test_an_unknown_algorithm_or_collective_is_refused_where_it_enters_and_lists
 
 
 def test_one_rank_is_refused_as_too_few_not_as_too_many():
-    """`collective_sweep(ranks=1)` said '1 ranks do not fit dgx-h100 (8 GPUs)': one rank fits; a collective needs
-    two."""
+    """`collective_sweep(ranks=1)` is refused as too few: one rank fits dgx-h100 (not '1 ranks do not fit dgx-h100 (8
+    GPUs)'); a collective needs two."""
     with pytest.raises(ScenarioError) as info:
         collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="auto", ranks=1, sizes=[MIB])
     assert (info.value.problem, info.value.field, info.value.allowed) == (
@@ -518,9 +518,9 @@ def test_unsupported_primitive_names_the_algorithms_that_can():
 @pytest.mark.parametrize("asked, op", [("collnet_direct", "all_reduce"), ("nvls_sharp", "all_reduce"),
                                        ("userbuffers", "all_reduce"), ("nvls", "broadcast")])
 def test_an_algorithm_refused_on_a_topology_offers_those_that_run_there(asked, op):
-    """collnet_direct on one DGX H100 was refused "(allowed: ring, tree, hierarchical or auto)", leaving out nvls,
-    the fastest all-reduce there; userbuffers' refusal offered collnet_direct and nvls_sharp, which need SHARP
-    switches the node lacks. The offer is what plans on this topology, each checked by planning it."""
+    """An algorithm refused on a topology offers what plans there, each checked by planning it: collnet_direct on one
+    DGX H100 offers nvls, the fastest all-reduce there; userbuffers' refusal does not offer collnet_direct or
+    nvls_sharp, which need SHARP switches the node lacks."""
     topology = load_topology("dgx-h100")
     request = CollectiveRequest(op, tuple(range(8)), 64 * MIB)
     with pytest.raises(ScenarioError) as info:
