@@ -156,10 +156,9 @@ def remedies_offered(line: str, *prefixes: str) -> list[str]:
     (["parallelism.fsdp=hybrid_shard", *HOSTS2], ["--set parallelism.fsdp=full_shard"]),
 ], ids=lambda value: ",".join(value) if isinstance(value, list) and value and "=" in value[0] else None)
 def test_out_of_memory_remedies_leave_out_the_sharding_already_done(tmp_path, capsys, sharding, offered):
-    """A layout already sharded to ZeRO-3 or FSDP's full_shard is not told to shard further, nor is hybrid_shard
-    on one 8-GPU host, whose NVLink domain holds every DP rank (full_shard holds as much: it was offered);
-    hybrid_shard on two hosts, sharded inside each NVLink domain only, is told full_shard: run and validate print
-    the same line."""
+    """A layout already sharded to ZeRO-3 or FSDP's full_shard is not told to shard further, nor is hybrid_shard on one
+    8-GPU host, whose NVLink domain holds every DP rank (full_shard would hold as much); hybrid_shard on two hosts,
+    sharded inside each NVLink domain only, is told full_shard: run and validate print the same line."""
     scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")
     settings = ["parallelism.zero=0", "training.micro_batch=16", "training.global_batch=128", *sharding]
     too_big = [arg for setting in settings for arg in ("--set", setting)]
@@ -192,7 +191,8 @@ def test_out_of_memory_remedies_leave_out_what_the_layout_already_does(capsys, s
 
 
 def test_a_tiny_model_s_memory_is_printed_in_mib(tmp_path, capsys):
-    """A 2-layer model of hidden 256 holds 46 MiB per GPU: `validate` and the run's table said '0.0 GiB'."""
+    """A 2-layer model of hidden 256 holds 46 MiB per GPU: `validate` and the run's table print it in MiB, not '0.0
+    GiB'."""
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 256, heads: 4, vocab: 1000}\n"
                         "training: {seq_len: 128, global_batch: 8}\nparallelism: {dp: 8}\n")
@@ -205,8 +205,8 @@ def test_a_tiny_model_s_memory_is_printed_in_mib(tmp_path, capsys):
 
 
 def test_validate_prints_the_peak_memory_per_gpu(capsys):
-    """`validate` said only 'valid' unless the layout was out of memory; someone sizing a rental needs the peak
-    per GPU, the GPU's capacity and what fills it: the figures of the run's summary (preflight.validate)."""
+    """`validate` prints the peak per GPU, the GPU's capacity and what fills it, the figures of the run's summary
+    (preflight.validate), out of memory or not, for someone sizing a rental, not only 'valid'."""
     from simulator import load_scenario
     from simulator.preflight import validate
     from simulator.scale import sized_topology
@@ -241,9 +241,9 @@ def test_validate_prints_the_peak_memory_per_gpu(capsys):
     ("zbv", 2, "0, 7"), ("interleaved", 2, "0, 4"), ("interleaved", 4, "0, 4, 8, 12")])
 def test_the_peak_memory_of_a_rank_holding_several_stages_names_them_all(tmp_path, capsys, schedule,
                                                                          virtual_stages, stages):
-    """In the V of zbv rank 0 holds stages 0 and 7: validate and the out-of-memory warning said "on pipeline
-    stage 0 (rank 0)", as if rank 0 held stage 0 alone, where the memory chart names both; interleaved, rank 0
-    holds every p-th stage. The stages are the memory chart's and the Gantt's (`held_stages`)."""
+    """In the V of zbv rank 0 holds stages 0 and 7: validate and the out-of-memory warning name both, as the memory
+    chart does, not "on pipeline stage 0 (rank 0)" as if rank 0 held stage 0 alone; interleaved, rank 0 holds every
+    p-th stage. The stages are the memory chart's and the Gantt's (`held_stages`)."""
     scenario = tmp_path / "pipeline.yaml"
     scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\n"
                         "training: {seq_len: 4096, global_batch: 8, micro_batch: 1}\n"
@@ -258,7 +258,7 @@ def test_the_peak_memory_of_a_rank_holding_several_stages_names_them_all(tmp_pat
 
 
 def test_validate_counts_the_gpus_a_trace_spans_as_the_run_does(tmp_path, capsys):
-    """The two-rank Chakra trace on a DGX H100: `validate` said '8 GPUs', the run '2 GPUs'."""
+    """The two-rank Chakra trace on a DGX H100: `validate` says '2 GPUs', as the run does, not the host's '8 GPUs'."""
     assert main(["validate", "trace-chakra-2rank"]) == 0
     assert capsys.readouterr().out == "trace-chakra-2rank: valid (2 of the 8 h100-sxm GPUs on dgx-h100)\n"
     assert main(["run", "trace-chakra-2rank", "--out", str(tmp_path / "out")]) == 0
@@ -327,10 +327,9 @@ def test_run_progress_off_a_terminal_prints_plain_lines_unless_quiet(capsys):
 
 
 def test_plain_progress_says_what_the_run_does_between_counts(capsys, monkeypatch):
-    """A job's replication simulating a degraded state for minutes gave no count, so no line: the activity a
-    `RunProgress` sets (`RunProgress.doing`) names the state on the next due line, and `beat` (the heartbeat's
-    call, here made by the test: the thread waits a day) prints one whenever PLAIN_EVERY_S have passed, with or
-    without a count since."""
+    """A job's replication simulating a degraded state for minutes gives no count: the activity a `RunProgress` sets
+    (`RunProgress.doing`) names the state on the next due line, and `beat` (the heartbeat's call, here made by the
+    test: the thread waits a day) prints one whenever PLAIN_EVERY_S have passed, with or without a count since."""
     monkeypatch.setattr(progress_module, "BEAT_S", 86_400.0)
     now = [0.0]
     with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
@@ -694,8 +693,8 @@ def test_a_piped_run_says_when_it_writes_its_outputs(command, line, tmp_path, mo
 
 
 def test_a_long_step_reads_in_days_too_and_a_negligible_largest_loss_is_none():
-    """A 1,546,021 s step printed only in seconds, where the job's figures switch to days; with its optimizer step
-    0.002% of it the verdict said 'largest loss: optimizer step, 0.0% of the step'."""
+    """A 1,546,021 s step reads in days too, as the job's figures do, not in seconds alone; with its optimizer step
+    0.002% of it the verdict names no largest loss, not 'optimizer step, 0.0% of the step'."""
     from simulator.console.report import step_seconds
     from simulator.metrics.summary import bottleneck
 
@@ -885,9 +884,8 @@ def test_job_progress_bar_names_the_state_a_replication_simulates(monkeypatch):
 
 
 def test_the_engine_reports_its_last_count():
-    """The engine reported every 1,024 ops only: a run of 38,381 ops went on to 'writing outputs' at 37,888, so
-    the bar was filled by hand there and the plain line said '37,888/38,381 ops (98%), writing outputs'. It
-    reports its last count too."""
+    """The engine reports its last count beside every 1,024th op, so a run of 38,381 ops reaches 'writing outputs' at
+    38,381, not at 37,888 ('37,888/38,381 ops (98%), writing outputs', the bar filled by hand)."""
     from simulator import load_scenario, simulate
 
     heard = []
@@ -921,7 +919,7 @@ def test_a_run_writing_its_outputs_says_so_on_a_full_bar(monkeypatch, tmp_path):
 
 
 def test_a_trace_without_tokens_says_so_instead_of_zero_throughput(tmp_path, capsys):
-    """A replayed trace states no tokens or model FLOPs: the table printed '0 tokens/s' and 'MFU 0.0%'."""
+    """A replayed trace states no tokens or model FLOPs: the table says so, not '0 tokens/s' and 'MFU 0.0%'."""
     assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "trace on ethernet-100g (2 a100-80gb GPUs)"
@@ -954,12 +952,12 @@ def test_a_trace_without_op_shapes_prints_hfu_as_unknown_not_zero(tmp_path, caps
 
 
 def test_a_trace_with_op_shapes_prints_hfu_as_a_lower_bound(tmp_path, capsys):
-    """A trace counts its matrix multiplies' FLOPs alone (attention and the rest are not), so its HFU is a lower
-    bound and says so: the H200 step's 25.5% printed plainly read as all the work its hardware did. That share
-    is below the step's MFU (28.0%, whose model FLOPs count causal attention too), and 'MFU 28.0%, HFU >= 25.5%'
-    read as HFU below MFU, which counts fewer FLOPs by definition: the row says HFU is at least the MFU and
-    gives the 25.5% as the matrix multiplies' share of peak. Where the MFU is above 100% (an overstated
-    model_flops_per_token, warned as wrong) the row claimed 'HFU >= MFU' all the same, HFU at least 280%."""
+    """A trace counts its matrix multiplies' FLOPs alone (attention and the rest are not), so its HFU is a lower bound
+    and says so (the H200 step's 25.5% printed plainly would read as all the work its hardware did). That share is
+    below the step's MFU (28.0%, whose model FLOPs count causal attention too), and 'MFU 28.0%, HFU >= 25.5%' would
+    read as HFU below MFU, which counts fewer FLOPs by definition: the row says HFU is at least the MFU and gives the
+    25.5% as the matrix multiplies' share of peak. Where the MFU is above 100% (an overstated model_flops_per_token,
+    warned as wrong) the row does not claim 'HFU >= MFU', which would put HFU at 280% or more."""
     from simulator.console.report import _hfu
 
     out_dir = tmp_path / "out"
@@ -976,8 +974,8 @@ def test_a_trace_with_op_shapes_prints_hfu_as_a_lower_bound(tmp_path, capsys):
 
 
 def test_a_synthetic_model_says_so_instead_of_zero_throughput(tmp_path, capsys):
-    """Synthetic stage costs have no tokens, FLOPs or memory: the table printed '0 tokens/s', 'MFU 0.0%' and
-    '0.0 GiB of 79.6 GiB' for the bundled schedule studies."""
+    """Synthetic stage costs have no tokens, FLOPs or memory: the table says so for the bundled schedule studies, not '0
+    tokens/s', 'MFU 0.0%' and '0.0 GiB of 79.6 GiB'."""
     assert main(["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "n/a (synthetic stage costs: no tokens, FLOPs or memory)" in out
@@ -1028,8 +1026,9 @@ def test_a_run_records_its_fsdp_strategy_for_the_first_line():
 
 
 def test_the_moved_row_prints_only_where_kernels_moved_to_another_gpu():
-    """A trace traced on the cluster's own GPU printed 'moved  from h200 to h200: 51 GEMMs x1, ...', and one with
-    no class holding both ops and rates a row ending 'from h200 to h100-sxm: ': neither moved anything."""
+    """The moved row prints only where kernels moved to another GPU: not for a trace traced on the cluster's own GPU
+    ('moved from h200 to h200: 51 GEMMs x1, ...'), nor one with no class holding both ops and rates (a row ending
+    'from h200 to h100-sxm: ')."""
     from rich.console import Console
 
     from simulator.console.report import training_table
@@ -1047,9 +1046,9 @@ def test_the_moved_row_prints_only_where_kernels_moved_to_another_gpu():
 
 
 def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():
-    """Pipeline hand-offs exposing 828.2 us of a 1.707 s step (Llama 3 8B, pp 2 interleaved on one DGX H100)
-    printed 'pp 828.2 us (0.0%)', which reads as nothing exposed: 0.0485% is '<0.1%'; a share of exactly 0 and
-    one that rounds up to 0.1% keep their figures."""
+    """Pipeline hand-offs exposing 828.2 us of a 1.707 s step (Llama 3 8B, pp 2 interleaved on one DGX H100): 0.0485%
+    prints as '<0.1%', not 'pp 828.2 us (0.0%)', which reads as nothing exposed; a share of exactly 0 and one that
+    rounds up to 0.1% keep their figures."""
     from rich.console import Console
 
     from simulator.console.report import training_table
@@ -1081,8 +1080,8 @@ def test_communication_hidden_under_compute_is_shown_beside_the_exposed():
 
 
 def test_a_long_duration_takes_the_unit_of_its_rounded_value():
-    """A job's durations printed '60.0 min' for 3,597 s and '60 s' for 59.9996 s: the unit was chosen before
-    rounding to the digits shown."""
+    """A duration takes the unit of its value rounded to the digits shown: 3,597 s reads in hours (not '60.0 min') and
+    59.9996 s in minutes (not '60 s')."""
     from simulator.console.report import long_duration
 
     assert [long_duration(s) for s in (3597.0, 3600.0, 3500.0, 59.9996, 59.96, 90.0)] == [
@@ -1102,10 +1101,9 @@ def test_a_moe_layout_line_names_its_expert_parallelism():
 
 
 def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
-    """faults-straggler-and-spine-link printed the table of a healthy run: its straggler and its failed link
-    were in summary.json's `faults` alone. Its spine link down unfolds the step: the stage fold (one rank, one
-    stage) is given up before its run, which summary.json's `fold_given_up` and the `ranks` row say (8fdfc04
-    added both to this scenario's outputs)."""
+    """faults-straggler-and-spine-link prints its straggler and its failed link in the table, not only in summary.json's
+    `faults`. Its spine link down unfolds the step: the stage fold (one rank, one stage) is given up before its run,
+    which summary.json's `fold_given_up` and the `ranks` row say."""
     assert main(["run", "faults-straggler-and-spine-link", "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().out.splitlines()
     row = next(line for line in lines if "step faults" in line)
@@ -1137,8 +1135,8 @@ def test_many_slowed_gpus_and_links_print_as_counts():
 
 
 def test_a_communication_only_run_with_a_link_fault_prints_it(tmp_path, capsys):
-    """A `workload:` run with a failed link wrote summary.json's `faults` but printed none of it: four one-GPU
-    hosts, one 256 MiB all-reduce, leaf0.r0-spine0 down at 1 ms (its 7 routes through that link move)."""
+    """A `workload:` run with a failed link prints it, as summary.json's `faults` holds it: four one-GPU hosts, one 256
+    MiB all-reduce, leaf0.r0-spine0 down at 1 ms (its 7 routes through that link move)."""
     scenario = tmp_path / "ar.yaml"
     scenario.write_text(
         "cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,\n"
@@ -1153,9 +1151,9 @@ def test_a_communication_only_run_with_a_link_fault_prints_it(tmp_path, capsys):
 
 
 def test_every_kind_of_run_names_its_gpu_model(tmp_path, capsys):
-    """The headers said 'trace on dgx-h100 (1 GPU)' for a trace replayed on an H200 (`cluster.gpu_model: h200`)
-    and nothing of the GPU for a model's step or a job: each names the GPU model as the catalog does, and
-    summary.json (step, trace) and job_summary.json (job) carry it as `gpu_model`."""
+    """Every header names the GPU model as the catalog does, for a model's step, a job and a trace replayed on an H200
+    (`cluster.gpu_model: h200`, not 'trace on dgx-h100 (1 GPU)'), and summary.json (step, trace) and job_summary.json
+    (job) carry it as `gpu_model`."""
     trace = tmp_path / "trace"
     assert main(["run", str(SCENARIOS / "trace-h200-step.yaml"), "--out", str(trace)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "trace on dgx-h100 (1 h200 GPU)"
@@ -1217,7 +1215,7 @@ def test_a_moe_steps_routing_skew_has_its_row():
 
 
 def test_the_layout_search_tree_names_a_tiny_model_s_memory_in_mib():
-    """The search's tree said a tiny model fits DP over every GPU at '(0.0 GiB)'."""
+    """The search's tree gives a tiny model's memory for DP over every GPU in MiB, not '(0.0 GiB)'."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 

@@ -148,9 +148,9 @@ def test_all_gather_attention_takes_the_same_causal_shares(run_yaml):
 
 
 def test_all_gather_gathers_the_kv_again_before_the_backward(run_yaml):
-    """Transformer Engine's AttnFuncWithCPAndKVAllGather saves only the rank's own K and V, so its backward
-    all-gathers them again before reduce-scattering their gradients: (cp-1)/cp of the sequence's K/V per rank
-    three times per layer, as the ring moves. The backward's gather was missing (twice the forward's bytes)."""
+    """Transformer Engine's AttnFuncWithCPAndKVAllGather saves only the rank's own K and V, so its backward all-gathers
+    them again before reduce-scattering their gradients: (cp-1)/cp of the sequence's K/V per rank three times per
+    layer, as the ring moves (twice the forward's bytes in the backward)."""
     frame = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather").timeline
     expected = (CP - 1) / CP * _kv_bytes()
     ops = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "cp")]

@@ -176,10 +176,9 @@ links:
 
 @pytest.mark.parametrize("min_replicas", ["", "restart: {elastic: true, min_replicas: 4}\n"])
 def test_an_elastic_job_on_an_explicit_graph_is_refused_at_restart_elastic(min_replicas, tmp_path, capsys):
-    """An elastic job on a `kind: graph` topology was refused at `cluster.nodes`: 'the elastic job shrunk to 3
-    replicas (3 hosts): expected a list, got 3', a field the user never wrote. A shrunk job's cluster is its
-    topology rebuilt on fewer hosts, which a graph cannot be: refused at the line that asked for elastic. With
-    `min_replicas` at the layout's size it never shrinks, and runs on the graph."""
+    """A shrunk job's cluster is its topology rebuilt on fewer hosts, which a `kind: graph` topology cannot be: an
+    elastic job on one is refused at the line that asked for elastic, not at `cluster.nodes`, a field the user never
+    wrote. With `min_replicas` at the layout's size it never shrinks, and runs on the graph."""
     (tmp_path / "graph4.yaml").write_text(GRAPH_HOSTS)
     scenario = tmp_path / "job.yaml"
     scenario.write_text("cluster: {topology: graph4.yaml}\nparallelism: {dp: 4}\n" + JOB.replace(
@@ -249,10 +248,9 @@ def test_a_shrunk_three_tier_cluster_is_the_full_one_cut_to_its_kept_hosts(case)
 
 
 def test_the_gb200_job_on_three_tiers_shrinks_to_16_replicas():
-    """llama3-70b-gb200-job on 3 pods of 8-tray leaf groups (9 groups, 3 per pod): at 16 replicas its 32 trays
-    make 4 leaf groups, which, spread over 3 pods again, left a pod empty: every size from 16 down was refused
-    though the real cluster of those trays exists. Cut from the full fabric, it runs on every size whose step
-    fits (1 replica does not: out of memory)."""
+    """llama3-70b-gb200-job on 3 pods of 8-tray leaf groups (9 groups, 3 per pod): at 16 replicas its 32 trays make 4
+    leaf groups, which rebuilt over 3 pods would leave a pod empty. Cut from the full fabric, it runs on every size
+    whose step fits (1 replica does not: out of memory)."""
     loaded = load_scenario("llama3-70b-gb200-job", ["cluster.tiers=3", "cluster.pods=3", "cluster.leaf_ports=8"])
     sizes = check_sizes(loaded, scenario_topology(loaded))
     assert sizes.sizes == tuple(range(2, 37)) and [size for size, _ in sizes.out_of_memory] == [1]

@@ -118,9 +118,9 @@ restart: {elastic: true}
 
 
 def test_a_size_whose_ep_groups_leave_their_rack_is_refused_as_an_ep_group(tmp_path, capsys):
-    """CP outermost, DP inside it (order [tp, dp, pp, cp]) on 2 racks of 8 GPUs: shrunk to 3 replicas, rank 0's
-    DP x CP group is GPUs {0, 1, 2, 6, 7, 8} and its EP block {7, 8} straddles the racks, where each of the full
-    job's stays in one. The refusal reads 'an EP group' (it said 'a EP group')."""
+    """CP outermost, DP inside it (order [tp, dp, pp, cp]) on 2 racks of 8 GPUs: shrunk to 3 replicas, rank 0's DP x CP
+    group is GPUs {0, 1, 2, 6, 7, 8} and its EP block {7, 8} straddles the racks, where each of the full job's stays
+    in one. The refusal reads 'an EP group', not 'a EP group'."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(EXPERTS)
     assert main(["validate", str(scenario)]) == 2
