@@ -742,9 +742,9 @@ def test_ctrl_c_prints_interrupted_exits_130_and_writes_nothing(tmp_path):
 
 
 def first_line(stream) -> str:
-    """The first line of a child's text pipe, read a byte at a time from its file descriptor: ``readline``
-    read a block into the pipe's buffer, which ``communicate`` then skips (it reads the descriptor), so the
-    lines the child had written by then went missing from what a failure printed."""
+    """The first line of a child's text pipe, read a byte at a time from its file descriptor: ``readline`` would read a
+    block into the pipe's buffer, which ``communicate`` then skips (it reads the descriptor), so the lines the child
+    had written by then would be missing from what a failure prints."""
     line = b""
     while not line.endswith(b"\n"):
         byte = os.read(stream.fileno(), 1)

@@ -270,11 +270,11 @@ NCCL's tree (a chain of four GPUs in each host, a double binary tree across the 
 
 
 def test_dp_trees_across_hosts_fold_to_the_bit():
-    """Every host's chain carries the same chunks over its NVLink links, but over phases of other lengths where
-    the host's place in the host tree differs; summed phase by phase in float, host 1's load came out three
-    units in the last place above host 0's (60442214.40000005 against ...03 bytes), the TP all-reduce over [0, 1]
-    seemed to meet the trees otherwise than over [8, 9], and the step ran unfolded (64 ranks). Summed by size in
-    a fixed order it folds to one rank, and its step is the unfolded one's to the bit."""
+    """Every host's chain carries the same chunks over its NVLink links, but over phases of other lengths where the
+    host's place in the host tree differs. Summed by size in a fixed order the loads are one number, the step folds
+    to one rank, and its step is the unfolded one's to the bit; summed phase by phase in float, host 1's load would
+    come out three units in the last place above host 0's (60442214.40000005 against ...03 bytes), the TP all-reduce
+    over [0, 1] would seem to meet the trees otherwise than over [8, 9], and the step would run unfolded (64 ranks)."""
     folded = simulate(scenario_from_text(DP_TREES, "inline.yaml")).summary
     unfolded = simulate(scenario_from_text(DP_TREES, "inline.yaml", ["run.fold=false"])).summary
     assert folded["folded"] and folded["simulated_ranks"] == 1

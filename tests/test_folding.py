@@ -275,10 +275,9 @@ def test_hand_offs_whose_copies_meet_one_another_fold_by_route_class(run_yaml, t
     """The copies of a collective that share a link with one another are never replayed without them
     (`lockstep.copies_apart`), so the folded run's forward sends end on the two replicas that share a spine link
     after the third's (tp 1: 5.55 against 4.60 ms), and the step folds again with its hosts classed by their
-    hand-offs' route loads: the replica alone on its link apart from the two, which meet the same loads (classes
-    of unequal size, each representative weighed by how many ranks it stands for), the TP lanes still folded with
-    tp 2; that is the unfolded step. Until classes of unequal size were allowed, each replica was simulated apart
-    (24 ranks with tp 2; with tp 1 all 48, a refold that is the unfolded step, which then ran unfolded)."""
+    hand-offs' route loads: the replica alone on its link apart from the two, which meet the same loads (classes of
+    unequal size, each representative weighed by how many ranks it stands for), the TP lanes still folded with tp 2;
+    that is the unfolded step."""
     overrides = (f"parallelism.tp={tp}", f"parallelism.pp={pp}", "parallelism.dp=3")
     folded = run_yaml(LEAF_GROUPS_OF_THREE, *overrides).summary
     unfolded = run_yaml(LEAF_GROUPS_OF_THREE, *overrides, "run.fold=false").summary
@@ -419,9 +418,8 @@ def test_cross_rail_contention_unlike_between_lanes_or_groups_runs_unfolded(case
 
 
 def test_mixtral_ep_across_leaf_groups_folds_exactly():
-    """Mixtral EP 8 on 16 nodes (layers 4): its EP groups' all-to-alls, sent to every peer at once as NCCL sends
-    them, keep pace with their mirrors, so the step folds to 2 ranks and equals the unfolded step to the bit. Run
-    as p - 1 phases they ended 1.562 to 1.637 ms apart on the spines and the step ran unfolded."""
+    """Mixtral EP 8 on 16 nodes (layers 4): its EP groups' all-to-alls, sent to every peer at once as NCCL sends them,
+    keep pace with their mirrors, so the step folds to 2 ranks and equals the unfolded step to the bit."""
     overrides = ["model.layers=4", "cluster.nodes=16", "training.global_batch=256"]
     folded = simulate(load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", overrides)).summary
     unfolded = simulate(load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", [*overrides, "run.fold=false"])).summary
@@ -717,13 +715,12 @@ def test_hsdp_over_dp_and_cp_folds_exactly(run_yaml):
 
 
 def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_of_step():
-    """Where a collective's mirrors fell out of step the guard's refusal stands (exit 2 at the CLI, as for the
-    checks before the run); where only pipeline hand-offs did (ONE_NIC: 'send fwd mb0' and no other), the folded
-    run stands, where no refold applies (a stage's ranks share a host, whose hand-offs all take one route), with
-    a warning that says why it is not exact (the published long-context row), and its stage fold is
-    `fold_not_exact` with the figures of the hand-off out of step, not in `fold_given_up` (it ran and stands:
-    listed there, the `ranks` line said 'given up' of the fold whose figures were printed); the `ranks` line says
-    'not exact' of it and leaves its figures to the warning."""
+    """Where a collective's mirrors fell out of step the guard's refusal stands (exit 2 at the CLI, as for the checks
+    before the run); where only pipeline hand-offs did (ONE_NIC: 'send fwd mb0' and no other), the folded run stands,
+    where no refold applies (a stage's ranks share a host, whose hand-offs all take one route), with a warning that
+    says why it is not exact (the published long-context row), and its stage fold is `fold_not_exact` with the
+    figures of the hand-off out of step, not in `fold_given_up` (it ran and stands); the `ranks` line says 'not
+    exact' of it, not 'given up', and leaves its figures to the warning."""
     from simulator.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="too large unfolded: all_reduce 'tp all_reduce"):
@@ -775,7 +772,7 @@ def test_every_fold_check_has_its_refusal_text():
 @pytest.mark.parametrize(("fold", "kind"), [(True, "stage"), (False, None)])
 def test_a_step_s_fold_kind_is_none_where_every_rank_is_simulated(fold, kind):
     """SMALL_FABRIC folds to one rank per stage (rank 0 of 32, one stage); unfolded (run.fold false, or rebuilt by
-    `unfolded_step` for a check that refused the fold) its step has no fold kind, where it was labelled 'stage'."""
+    `unfolded_step` for a check that refused the fold) its step has no fold kind, not 'stage'."""
     loaded = scenario_from_text(SMALL_FABRIC, "inline.yaml", [f"run.fold={str(fold).lower()}"])
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
     assert (len(prepared.step.program.ranks), prepared.step.kind) == (1 if fold else 32, kind)
@@ -807,13 +804,12 @@ FOUR_REPLICAS_PER_RACK = TWO_RACKS_OF_SIXTEEN_TRAYS.replace("layers: 8", "layers
                                                  (FOUR_REPLICAS_PER_RACK, 32)],
                          ids=["two-replicas-a-rack", "tp8-pp4-dp4", "four-replicas-a-rack"])
 def test_gb200_trays_fold_apart_by_where_their_transfers_leave_the_rack(run_yaml, scenario, ranks):
-    """DP rings built rack by rack hop between a rack's trays over NVLink and leave it over the NICs, each tray to
-    its own peer tray of the other rack, whose flows the fabric hashes onto a spine by their hosts. Classed by
-    NVLink loads alone, every rank of a stage was one class (TP 8 x PP 4 x DP 4: the DP reduce-scatter fell out of
-    step by 171 us, and the 256-GPU Llama 3 70B step was refused after 80 s as too large unfolded) or the classes
-    were of unequal sizes (four replicas a rack: 8, 8, 8, 8, 16, 16, dropped, the fold given up). Classed also by
-    the host at the other end of each transfer leaving the rack, the step folds onto one rank per tray and stage,
-    the unfolded step to the bit."""
+    """DP rings built rack by rack hop between a rack's trays over NVLink and leave it over the NICs, each tray to its
+    own peer tray of the other rack, whose flows the fabric hashes onto a spine by their hosts. Classed by NVLink
+    loads alone, every rank of a stage would be one class (TP 8 x PP 4 x DP 4: the DP reduce-scatter falls out of
+    step by 171 us) or the classes of unequal sizes (four replicas a rack: 8, 8, 8, 8, 16, 16). Classed also by the
+    host at the other end of each transfer leaving the rack, the step folds onto one rank per tray and stage, the
+    unfolded step to the bit."""
     folded = run_yaml(scenario).summary
     unfolded = run_yaml(scenario, "run.fold=false").summary
     assert folded["folded"] and "fold_given_up" not in folded

@@ -121,9 +121,9 @@ def test_links_down_fold_by_the_hosts_near_them_exactly(case, ranks):
 
 @pytest.mark.parametrize(("case", "near", "stages"), [("spine", "4 of 4", 1), ("nic-dp2", "2 of 8", 4)])
 def test_links_fold_of_one_rank_a_class_says_so_and_how_many_hosts_are_near(case, near, stages):
-    """Where every class of the links fold holds one rank, the reason says so and how many hosts are near, and the
-    links fold is listed as given up beside the stage fold: with DP 2 under a NIC down near 2 of 8 hosts, every
-    far rank shares a DP group with a near one; the reason said "links down near every host"."""
+    """Where every class of the links fold holds one rank, the reason says so and how many hosts are near (not "links
+    down near every host"), and the links fold is listed as given up beside the stage fold: with DP 2 under a NIC
+    down near 2 of 8 hosts, every far rank shares a DP group with a near one."""
     folded = _summary(case)
     assert not folded["folded"] and folded["fold_off_reason"] == f"{EVERY_RANK_NEAR} ({near} hosts near)"
     assert [(entry["fold"], entry["simulated_ranks"], entry["reason"]) for entry in folded["fold_given_up"]] == [
@@ -170,11 +170,10 @@ def test_rings_over_eight_hosts_on_two_spines_give_the_fold_up_for_the_unfolded_
 
 
 def test_a_near_hand_off_keeps_pace_where_detours_rotate_with_the_replicas():
-    """TP 8 x PP 2 x DP 4 on eight hosts in leaf groups of two, leaf0.r0 down: with each detour picked by a hash of
-    its absolute ends, a near replica's hand-off met other flows than its class-mate's and the fold fell out of
-    step at 'recv bwd mb3' over GPUs [28, 20] (the step ran unfolded). Picked in the frame of the source's leaf
-    group (faults/rerouting.py), the detours rotate with the replicas, and the fold onto 32 ranks keeps pace,
-    every figure the unfolded one's."""
+    """TP 8 x PP 2 x DP 4 on eight hosts in leaf groups of two, leaf0.r0 down: the detours are picked in the frame of
+    the source's leaf group (faults/rerouting.py), so they rotate with the replicas, and the fold onto 32 ranks keeps
+    pace, every figure the unfolded one's. Picked by a hash of their absolute ends, a near replica's hand-off would
+    meet other flows than its class-mate's and the fold fall out of step at 'recv bwd mb3' over GPUs [28, 20]."""
     folded, unfolded = _folded_and_unfolded("pp-leaf-near-hand-off")
     assert folded["folded"] and folded["simulated_ranks"] == 32
     assert folded["step_time_s"] == unfolded["step_time_s"]

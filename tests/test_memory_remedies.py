@@ -283,9 +283,9 @@ def test_the_shrink_settings_write_the_shrunk_scenario():
 
 @pytest.mark.parametrize("batch", ["microbatches: 4, micro_batch: 1", "microbatches: 2, micro_batch: 2"])
 def test_a_file_with_microbatches_and_a_global_batch_is_offered_remedies_that_keep_its_batch(tmp_path, batch):
-    """A file that gives both micro-batches and the global batch: a remedy that changes dp or micro_batch sets
-    the micro-batches that keep the global batch, so the batch check takes it as pasted (tp 2 with dp 4 alone
-    left 'microbatches 4 x micro_batch 1 x dp 4 = 16' against global_batch 32, and was refused)."""
+    """A file that gives both micro-batches and the global batch: a remedy that changes dp or micro_batch sets the
+    micro-batches that keep the global batch, so the batch check takes it as pasted (tp 2 with dp 4 alone would leave
+    'microbatches 4 x micro_batch 1 x dp 4 = 16' against global_batch 32, refused)."""
     text = Path(FUSED).read_text().replace("global_batch: 32, micro_batch: 1", f"global_batch: 32, {batch}")
     path = tmp_path / "con.yaml"
     path.write_text(text)
@@ -311,8 +311,8 @@ def test_a_schedule_holding_every_micro_batch_is_offered_the_one_of_its_bubble(s
 
 
 def test_looped_bfs_with_micro_batches_interleaved_refuses_is_offered_1f1b_before_recompute():
-    """Interleaved needs m a multiple of p; with 15 micro-batches on 2 stages it was refused and looped-BFS was
-    offered only recompute (+33% compute) and sharding, though 1F1B on one chunk fits at about its bubble."""
+    """Interleaved needs m a multiple of p: with 15 micro-batches on 2 stages looped-BFS is offered 1F1B on one chunk,
+    which fits at about its bubble, before recompute (+33% compute) and sharding."""
     overrides = [*UNEVEN_IN_FLIGHT, "parallelism.pipeline.schedule=looped-bfs", "parallelism.pipeline.virtual_stages=2"]
     offered = memory_remedies(load_scenario(FUSED, overrides))
     settings = [remedy.settings for remedy in offered]

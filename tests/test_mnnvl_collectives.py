@@ -142,8 +142,8 @@ def test_auto_weighs_the_nvls_tree_across_racks_over_the_racks():
 
 
 def test_uneven_group_across_racks_is_refused_by_nvlink_domain():
-    """An uneven group over two racks (every GPU of one, 4 of the other) is refused by what the plan groups by,
-    the NVLink domain: the refusal said "on every host", where a rack's trays (hosts) held 4 members each."""
+    """An uneven group over two racks (every GPU of one, 4 of the other) is refused by what the plan groups by, the
+    NVLink domain, not "on every host", where a rack's trays (hosts) hold 4 members each."""
     ranks = (*range(RACK), *range(RACK, RACK + 4))
     with pytest.raises(ScenarioError) as info:
         plan_collective(CollectiveRequest("all_reduce", ranks, GIB), TWO_RACKS, "nvls")
@@ -197,9 +197,9 @@ PARTLY_USED = load_topology("gb200-nvl72", {"racks": 2, "trays": 4, "last_rack_t
 
 
 def test_hierarchical_over_a_partly_used_last_rack_plans_by_tray():
-    """Racks holding unequal counts (16 and 8) where every tray holds 4: hierarchical plans by tray, as it did
-    before racks were planned as one domain (NCCL has no hierarchical algorithm to follow); it was refused, and
-    with it every elastic GB200 job whose shrunk sizes leave a rack partly used."""
+    """Racks holding unequal counts (16 and 8) where every tray holds 4: hierarchical plans by tray (NCCL has no
+    hierarchical algorithm to follow), so it runs, and with it every elastic GB200 job whose shrunk sizes leave a
+    rack partly used."""
     every_gpu = tuple(range(PARTLY_USED.num_gpus))
     phases = plan_collective(CollectiveRequest("all_reduce", every_gpu, GIB), PARTLY_USED, "hierarchical")
     host = PARTLY_USED.gpu_host
@@ -238,9 +238,8 @@ def test_ring_over_racks_holding_one_tray_each_keeps_its_crossings_on_one_rail()
 
 
 def test_uneven_group_is_refused_by_host_where_a_racks_switches_are_down():
-    """With all 9 NVSwitch trays of rack 0 down its trays are hosts again (`ring.group_by_domain`): a group of 4
-    GPUs on tray 0 and 1 on tray 1 is uneven by host, and the refusal said "on every NVLink domain", the rack
-    holding all 5."""
+    """With all 9 NVSwitch trays of rack 0 down its trays are hosts again (`ring.group_by_domain`): a group of 4 GPUs on
+    tray 0 and 1 on tray 1 is uneven by host, and refused so, not "on every NVLink domain", the rack holding all 5."""
     from simulator.config.faults import StepFaults
     from simulator.config.loader import scenario_from_text
     from simulator.engine.faults import FaultHooks

@@ -277,9 +277,8 @@ def test_an_analytic_phase_posted_again_is_timed_once_and_logs_its_rows_at_each_
 
 
 def test_an_analytic_phase_posted_again_after_a_degrade_takes_the_new_capacity():
-    """The timing of a posted `Transfers` holds the capacities of when it was timed: a degrade forgets it, so the
-    same phase posted again takes 1 GB over the b-c link at a tenth of 1 GB/s, as a fresh phase does (it kept
-    the healthy 1 s)."""
+    """The timing of a posted `Transfers` holds the capacities of when it was timed: a degrade forgets it, so the same
+    phase posted again takes 1 GB over the b-c link at a tenth of 1 GB/s, as a fresh phase does, not the healthy 1 s."""
     topo = line_topology()
     env = simpy.Environment()
     net = Network(env, topo, mode="analytic")

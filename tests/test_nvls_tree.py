@@ -70,8 +70,8 @@ def test_nvls_needs_nvlink_sharp():
 
 
 def test_nvls_across_uneven_hosts_is_refused_in_its_own_name():
-    """An nvls all-reduce over hosts holding different member counts was refused as 'hierarchical all_reduce
-    needs ...', an algorithm the user had not asked for."""
+    """An nvls all-reduce over hosts holding different member counts is refused in nvls's name, not as 'hierarchical
+    all_reduce needs ...', an algorithm the user did not ask for."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 2})
     with pytest.raises(ScenarioError) as info:
         plan_collective(CollectiveRequest("all_reduce", (0, 1, 8), GIB), topology, "nvls")

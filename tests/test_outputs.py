@@ -524,8 +524,8 @@ def sweep_refusal(out, capsys) -> str:
 
 
 def test_a_sweeps_refusal_says_it_writes_beside_not_deletes(tmp_path, capsys):
-    """`trainsim sweep --out` of a run's folder said the sweep 'would delete' the run's files; a sweep deletes
-    nothing, it writes its files beside them."""
+    """`trainsim sweep --out` of a run's folder says the sweep writes its files beside the run's, not that it 'would
+    delete' them: a sweep deletes nothing."""
     out = tmp_path / "held"
     out.mkdir()
     (out / "summary.json").write_text("{}")
@@ -538,9 +538,9 @@ def test_a_sweeps_refusal_says_it_writes_beside_not_deletes(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["results.csv", "results.parquet", "points.jsonl"])
 def test_a_users_file_of_a_sweeps_name_is_no_sweep(tmp_path, capsys, name):
-    """A user's own results.csv (or points.jsonl, results.parquet) without a manifest made the folder a sweep's:
-    `trainsim run --out` was refused, and `trainsim sweep --out` overwrote it, exit 0. A sweep's folder is one
-    whose points.jsonl holds a sweep's records: a run writes beside the user's file, a sweep refuses it."""
+    """A sweep's folder is one whose points.jsonl holds a sweep's records, not any folder with a results.csv (or
+    points.jsonl, results.parquet): beside a user's own such file without a manifest a run writes, and a sweep
+    refuses it rather than overwrite it."""
     out = tmp_path / "mine"
     out.mkdir()
     (out / name).write_text("my own\n")

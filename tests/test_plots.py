@@ -226,8 +226,8 @@ def test_memory_with_interleaving_and_recompute_returns_to_the_static_state(tmp_
 
 
 def test_memory_of_a_folded_rank_is_refused(small_model_runs):
-    """Rank 1 (TP rank 1 of stage 0) is folded into rank 0: its curve was stage 0's static memory alone,
-    drawn and labelled with that as its peak."""
+    """Rank 1 (TP rank 1 of stage 0) is folded into rank 0: its memory chart is refused, not stage 0's static memory
+    alone drawn and labelled as its peak."""
     run = small_model_runs["1f1b"]
     allowed = "(allowed: a simulated rank: 0, 2, 4, 6; or rerun with run.fold: false)"
     with pytest.raises(InputError) as refused:
@@ -256,8 +256,8 @@ def test_memory_figure_draws_each_stage_and_the_capacity(small_model_runs):
 
 
 def test_memory_figure_of_sixteen_stages_gives_each_its_own_colour(tmp_path):
-    """16 pipeline stages, 16 curves: each has a colour of its own (the ten-colour cycle drew stage 10 in stage
-    0's blue, and the legend could not tell them apart); up to ten keep the cycle."""
+    """16 pipeline stages, 16 curves: each has a colour of its own, so the legend tells them apart (a ten-colour cycle
+    would draw stage 10 in stage 0's blue); up to ten keep the cycle."""
     path = tmp_path / "p16.yaml"
     path.write_text("""
 cluster: {topology: dgx-h100-cluster, nodes: 2}
@@ -330,8 +330,8 @@ def test_cli_plot_names_a_run_it_cannot_draw_as_what_it_is(tmp_path, capsys, cha
                                "units, e.g. 0:5ms or 1.2s:1.4s, 0 <= START < END)"),
 ])
 def test_cli_gantt_refuses_ranks_it_cannot_draw(tmp_path, capsys, ranks, error):
-    """A folded rank (DP replica 1 of p = 4, dp = 2) was drawn idle from start to end, and '3-1' gave no rows
-    and a matplotlib warning; both wrote a chart."""
+    """A folded rank (DP replica 1 of p = 4, dp = 2) and a range with no rows ('3-1') are refused, no chart written, not
+    drawn idle from start to end or empty with a matplotlib warning."""
     out = tmp_path / "run"
     scenario = tmp_path / "1f1b.yaml"
     scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
@@ -366,7 +366,7 @@ def test_cli_plot_refuses_options_its_chart_does_not_read(tmp_path, capsys, char
 
 
 def test_cli_memory_draws_the_ranks_asked_for(tmp_path, monkeypatch):
-    """`plot memory --ranks 0,3`: one curve per rank given (it drew one per stage whatever --ranks said)."""
+    """`plot memory --ranks 0,3`: one curve per rank given, not one per stage whatever --ranks says."""
     drawn = []
     monkeypatch.setattr("simulator.report.outputs.save_figure",
                         lambda figure, path: drawn.append([line.get_label() for line in figure.axes[0].lines]))
@@ -379,8 +379,8 @@ def test_cli_memory_draws_the_ranks_asked_for(tmp_path, monkeypatch):
 
 
 def test_cli_memory_of_a_run_without_memory_is_one_line(tmp_path, capsys):
-    """The bundled schedule studies (synthetic per-stage costs, memory reported as 0) drew a memory chart of flat
-    lines at 0.0 GiB under the GPU's capacity, exit 0, as if each stage needed nothing."""
+    """The bundled schedule studies (synthetic per-stage costs, memory reported as 0) get a one-line refusal, not a
+    memory chart of flat lines at 0.0 GiB under the GPU's capacity, as if each stage needed nothing."""
     out, scenario = tmp_path / "run", tmp_path / "1f1b.yaml"
     scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
@@ -409,8 +409,8 @@ def test_cli_gantt_of_a_run_that_takes_no_time_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("virtual_stages", [5, 8, 45])
 def test_every_chunk_of_an_interleaved_gantt_has_a_look_of_its_own(virtual_stages):
-    """docs/plots.md: one shade per chunk, one legend entry per chunk. With 4 shades, chunk 4 was drawn (and
-    listed) in chunk 0's colour; past the shades a hatch sets chunks apart, however many a rank holds."""
+    """docs/plots.md: one shade per chunk, one legend entry per chunk; past the shades (4) a hatch sets chunks apart,
+    however many a rank holds, so chunk 4 is not drawn (and listed) in chunk 0's colour."""
     kinds = (Bar.FORWARD, Bar.BACKWARD, Bar.BACKWARD_INPUT, Bar.WEIGHT_GRAD)
     used = {(kind, chunk) for kind in kinds for chunk in range(virtual_stages)}
     handles = _legend(used, virtual_stages, pipelined=True)
@@ -448,8 +448,8 @@ def test_a_folder_without_a_timeline_says_why_and_what_to_run(tmp_path, capsys):
 
 
 def test_cli_plot_names_a_run_folder_of_an_earlier_version(tmp_path, capsys):
-    """summary.json's memory_per_stage_gib became memory_per_stage (8a86ad6); a folder written before was refused
-    as 'summary.json has no memory_per_stage (not a training-step run?)', though it is one."""
+    """summary.json's memory_per_stage_gib became memory_per_stage (8a86ad6): a folder written before is read as the
+    training-step run it is, not refused as 'summary.json has no memory_per_stage (not a training-step run?)'."""
     out = tmp_path / "run"
     scenario = tmp_path / "1f1b.yaml"
     scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
