@@ -22,9 +22,9 @@ def table(values: dict[str, float | None]):
 
 
 def test_interacting_causes_split_by_their_shapley_values():
-    """x(A) = 0.2, x(B) = 0.1, x(AB) = 0.5 (together worse than the sum): A gets (0.2 + (0.5 - 0.1)) / 2 = 0.3
-    and B (0.1 + (0.5 - 0.2)) / 2 = 0.2 of the state's x. The state's share 1 - 1/1.5 = 1/3 splits 0.3 : 0.2,
-    A 0.2 and B 2/15 of its training time (it was 1/6 each, evenly)."""
+    """x(A) = 0.2, x(B) = 0.1, x(AB) = 0.5 (together worse than the sum): A gets (0.2 + (0.5 - 0.1)) / 2 = 0.3 and B
+    (0.1 + (0.5 - 0.2)) / 2 = 0.2 of the state's x. The state's share 1 - 1/1.5 = 1/3 splits 0.3 : 0.2, A 0.2 and B
+    2/15 of its training time (not 1/6 each, evenly)."""
     values = {"A": 0.2, "B": 0.1, "AB": 0.5}
     assert shapley(["A", "B"], table(values)) == pytest.approx({"A": 0.3, "B": 0.2}, abs=1e-15)
     parts = dict(cause_shares(1 / 3, ["A", "B"], table(values)))

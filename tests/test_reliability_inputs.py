@@ -92,9 +92,9 @@ def test_bad_job_input_is_one_located_line(case, tmp_path, capsys):
 
 
 def test_a_checkpoint_larger_than_the_storage_reads_in_decimal_units(tmp_path, capsys):
-    """`--set storage.capacity=1TB` was answered in binary units, 'larger than the storage (931.3 GiB)': a size
-    given in decimal units came back in another base. The checkpoint and the storage read in decimal units, as
-    their fields are given: llama3-8b's 8,030,261,248 parameters x 14 B = 112.4 GB against 100 GB."""
+    """The checkpoint and the storage read in decimal units, as their fields are given (`--set storage.capacity=1TB` is
+    not answered in binary units, 'larger than the storage (931.3 GiB)'): llama3-8b's 8,030,261,248 parameters x 14 B
+    = 112.4 GB against 100 GB."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB)
     assert main(["validate", str(scenario), "--set", "storage.capacity=100GB"]) == 2
@@ -110,8 +110,8 @@ def test_a_checkpoint_larger_than_the_storage_reads_in_decimal_units(tmp_path, c
                         "most 1 TB, or a storage.capacity of at least 1.0001 TB)"),
 ])
 def test_a_checkpoint_just_larger_than_the_storage_reads_larger(tmp_path, capsys, size, capacity, shown):
-    """A checkpoint of 100.02 GB against 100 GB of storage was refused as 'a 100 GB checkpoint is larger than the
-    storage (100 GB)': four significant digits made the two sizes equal. They take the digits it needs to differ."""
+    """A checkpoint of 100.02 GB against 100 GB of storage: the two sizes take the digits they need to differ, not four
+    significant digits that make them equal ('a 100 GB checkpoint is larger than the storage (100 GB)')."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB)
     assert main(["validate", str(scenario), "--set", f"checkpoint.size={size}",
@@ -268,8 +268,8 @@ def test_a_plain_steps_failure_classes_are_checked_at_load(capsys):
 
 
 def test_a_misspelt_key_of_a_failure_class_names_the_class_fields(tmp_path, capsys):
-    """A key of `faults.components.gpu` spelt wrong (`repiar`) was refused with no (allowed: ...): the
-    schema walk that lists a section's fields stopped at the class's name, a key of a mapping, not a field."""
+    """A key of `faults.components.gpu` spelt wrong (`repiar`) is refused with the class's fields as allowed: the schema
+    walk that lists a section's fields goes past the class's name, a key of a mapping, not a field."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB.replace("      repair: 4 h", "      repiar: 4 h"))
     assert main(["validate", str(scenario)]) == 2
@@ -377,9 +377,9 @@ maintenance windows, not the checkpoints), in words of its own."""
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
-    """`trainsim validate` of a job scenario gives the run's one line (it said 'valid' of spares beyond the
-    cluster, an unknown class or a checkpoint larger than the storage, and of a horizon shorter than the
-    step), at the same field where it needs the step."""
+    """`trainsim validate` of a job scenario gives the run's one line, not 'valid', for spares beyond the cluster, an
+    unknown class, a checkpoint larger than the storage and a horizon shorter than the step, at the same field where
+    it needs the step."""
     (old, new), _, _ = BAD[case]
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB.replace(old, new))
@@ -397,9 +397,9 @@ def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
 
 
 def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path, capsys):
-    """A 1F1B step of 4 stages and 8 micro-batches of F = 1 ms, B = 2 ms lasts (m + p - 1)(F + B) = 33 ms, and no
-    stage can finish before its own m (F + B) = 24 ms of kernels: `trainsim validate` refuses a 20 ms horizon
-    from that bound (it said 'valid', and `run` refused it), and passes 30 ms, which only `run` can refuse."""
+    """A 1F1B step of 4 stages and 8 micro-batches of F = 1 ms, B = 2 ms lasts (m + p - 1)(F + B) = 33 ms, and no stage
+    can finish before its own m (F + B) = 24 ms of kernels: `trainsim validate` refuses a 20 ms horizon from that
+    bound, as `run` does, and passes 30 ms, which only `run` can refuse."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text("cluster: {topology: dgx-h100}\n"
                         "model: {synthetic: {stages: 4, forward: 1 ms, backward: 2 ms}}\n"
@@ -627,8 +627,7 @@ def test_a_preset_class_given_a_new_rate_keeps_its_label_and_repair(tmp_path):
 
 @pytest.mark.parametrize("multipliers", ["inf", "nan", "0", "1,-2"])
 def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, capsys):
-    """`--multipliers inf` is refused at the flag (it was refused at a `--set faults.rate_multiplier=inf` the
-    user never typed)."""
+    """`--multipliers inf` is refused at the flag, not at a `--set faults.rate_multiplier=inf` the user never typed."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB)
     out = tmp_path / "out"
@@ -890,8 +889,7 @@ def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, c
 
 
 def test_a_whole_number_past_its_bound_reads_with_thousands_separators(capsys):
-    """`run.replications=10001` was refused as `10001 is above 10000`, the one figure printed without thousands
-    separators."""
+    """`run.replications=10001` is refused as `10,001 is above 10,000`, with thousands separators as every other figure."""
     assert main(["validate", "scenarios/trace-job.yaml", "--set", "run.replications=10001"]) == 2
     assert capsys.readouterr().err.endswith(": 10,001 is above 10,000 (allowed: a value <= 10,000)\n")
 

@@ -246,10 +246,10 @@ def test_a_job_gzips_its_trace_with_run_trace_compress(tmp_path):
 
 
 def test_jobs_that_differ_in_seed_do_not_share_a_cached_step(tmp_path):
-    """run.seed draws a random straggler's factor, so it changes the step: a job with seed 2 run after one with
-    seed 1 in the same process (a sweep worker, a study, a notebook) has seed 2's step, the step a plain run of
-    seed 2 simulates (it reused seed 1's, 0.416 s for 0.448 s, and its summary.json said seed 1). A job of another
-    file with the same contents shares the step, but its summary.json names its own file."""
+    """run.seed draws a random straggler's factor, so it changes the step: a job with seed 2 run after one with seed 1
+    in the same process (a sweep worker, a study, a notebook) has seed 2's step, the step a plain run of seed 2
+    simulates (0.448 s, not seed 1's 0.416 s), and its summary.json says seed 2. A job of another file with the same
+    contents shares the step, but its summary.json names its own file."""
     first = tmp_path / "job.yaml"
     straggler = "  step: {stragglers: [{fraction: 0.1, draw: {distribution: uniform, low: 1, high: 3}}]}\n"
     first.write_text(SEED003.replace("replications: 10", "replications: 1").replace("54 d", "1 d").replace(
@@ -268,9 +268,9 @@ def test_jobs_that_differ_in_seed_do_not_share_a_cached_step(tmp_path):
 
 
 def test_a_job_without_slow_states_has_no_slow_step_time(tmp_path, capsys):
-    """Only healthy steps: slow-step time is exactly 0 and the table does not list it. The healthy-equivalent
-    step was step x tokens / tokens, an ulp off the step for 12,288 tokens, and the table printed 'slow steps
-    0.000163 us' for a job that never left the healthy state."""
+    """Only healthy steps: slow-step time is exactly 0 and the table does not list it (a healthy-equivalent step of step
+    x tokens / tokens, an ulp off the step for 12,288 tokens, would print 'slow steps 0.000163 us' for a job that
+    never left the healthy state)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text("""
 cluster: {topology: dgx-h100-cluster, nodes: 2, leaf_ports: 2, spines: 2}
@@ -288,9 +288,9 @@ faults: {components: {gpu: {mtbf: 2000 h, repair: 1 d}}}
 
 
 def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys):
-    """`trainsim run` of a job prints ETTR, goodput, interruptions, time lost and the work redone per failure
-    with the restart's parts as job_summary.json has them (not just a path), and nothing with --quiet. A job
-    without spares restarts with its hosts at hand (it said 'with spares at hand'), one with spares with them."""
+    """`trainsim run` of a job prints ETTR, goodput, interruptions, time lost and the work redone per failure with the
+    restart's parts as job_summary.json has them (not just a path), and nothing with --quiet. A job without spares
+    restarts with its hosts at hand, one with spares with them."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SEED003.replace("replications: 10", "replications: 3"))
     assert main(["run", str(scenario), "--out", str(tmp_path / "loud")]) == 0
@@ -349,15 +349,15 @@ def test_a_study_of_a_job_that_only_straggles_counts_its_stragglers(tmp_path, ca
 
 
 def test_one_replications_counts_print_as_whole_numbers(tmp_path, capsys):
-    """`trainsim run llama3-8b-dgx-h100-dp8 --set run.horizon=1d` printed 'interruptions 0.0 unexpected, 0.0
-    planned': one replication's counts are counts, not means."""
+    """`trainsim run llama3-8b-dgx-h100-dp8 --set run.horizon=1d`: one replication's counts are counts, not means, and
+    print as whole numbers (not 'interruptions 0.0 unexpected, 0.0 planned')."""
     assert main(["run", "llama3-8b-dgx-h100-dp8", "--set", "run.horizon=1d", "--out", str(tmp_path / "job")]) == 0
     assert "interruptions    0 unexpected, 0 planned\n" in capsys.readouterr().out
 
 
 def test_the_job_table_names_only_causes_that_struck(tmp_path, capsys):
-    """'most:' lists causes that interrupted the job (a class that never struck was printed as 'CPU 0.0'), and
-    a horizon under a day reads in hours, not as 0.08333 days."""
+    """'most:' lists causes that interrupted the job (not a class that never struck, as 'CPU 0.0'), and a horizon under
+    a day reads in hours, not as 0.08333 days."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SEED003.replace("replications: 10", "replications: 2").replace("54 d", "2 h").replace(
         "mtbf: 3 h}", "mtbf: 1 h}\n    cpu: {unit: host, mtbf: 100000 d}"))
@@ -371,10 +371,10 @@ def test_the_job_table_names_only_causes_that_struck(tmp_path, capsys):
 
 
 def test_an_async_write_longer_than_the_interval_costs_its_wait():
-    """Async checkpoints every step (1.2 s) with a 10 s background write and no failures: each trigger waits
-    for the previous write, so a cycle lasts write + snapshot and one checkpoint costs write + snapshot - step
-    (here 10 s + 2.5 s - 0.3086 s = 12.19 s; it was reported as the 2.5 s snapshot and the slowdown share).
-    ETTR = step / (write + snapshot) within 2e-4 (the first cycle, one in 8,131, does not wait)."""
+    """Async checkpoints every step (1.2 s) with a 10 s background write and no failures: each trigger waits for the
+    previous write, so a cycle lasts write + snapshot and one checkpoint costs write + snapshot - step (here 10 s +
+    2.5 s - 0.3086 s = 12.19 s, not the 2.5 s snapshot and the slowdown share). ETTR = step / (write + snapshot)
+    within 2e-4 (the first cycle, one in 8,131, does not wait)."""
     changes = {"run: {horizon: 54 d, replications: 10, seed: 3}": "run: {horizon: 1 d, seed: 3}",
                "faults:\n  components:\n    job_failure: {unit: host, effect: restart, mtbf: 3 h}\n": "",
                "checkpoint: {interval: 30 min, size: 1 GB}": "checkpoint: {interval: 1 steps, size: 1 TB, mode: async}",
@@ -392,12 +392,12 @@ def test_an_async_write_longer_than_the_interval_costs_its_wait():
 
 @pytest.mark.parametrize(("host_write", "write_s"), [("100 GB/s", 10.0), ("1 GB/s", 1000.0)])
 def test_young_and_daly_take_the_cost_of_an_interval_that_holds_the_async_write(host_write, write_s):
-    """Async checkpoints of 1 TB on 8 GPUs (a 2.5 s snapshot) written in W = 10 s or 1,000 s, failures every
-    3 h: Young's and Daly's intervals are those of C = snapshot + slowdown share, the cost once the interval holds
-    the write, and at least the write's W / (1 + sigma); every step (0.31 s) or every 30 min, the same. At one
-    step C is W + S - t (12.19 s), which holds only below the write's length: Young's interval at it was 513 s
-    (4,653 s for the slower write) against 232 s at 30 min, and a study's Young moved with its shortest interval.
-    With the 1,000 s write, sqrt(2 C M) = 232 s is shorter than the write, so both are the write's length."""
+    """Async checkpoints of 1 TB on 8 GPUs (a 2.5 s snapshot) written in W = 10 s or 1,000 s, failures every 3 h:
+    Young's and Daly's intervals are those of C = snapshot + slowdown share, the cost once the interval holds the
+    write, and at least the write's W / (1 + sigma); every step (0.31 s) or every 30 min, the same. At one step C is
+    W + S - t (12.19 s), which holds only below the write's length: taken at it, Young's interval would be 513 s
+    (4,653 s for the slower write) against 232 s at 30 min, and a study's Young would move with its shortest
+    interval. With the 1,000 s write, sqrt(2 C M) = 232 s is shorter than the write, so both are the write's length."""
     text = SEED003.replace("run: {horizon: 54 d, replications: 10, seed: 3}",
                            "run: {horizon: 1 d, replications: 2, seed: 3}")
     text = text.replace("storage: {host_write: 1 TB/s,", f"storage: {{host_write: {host_write},")
@@ -472,10 +472,9 @@ def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, c
 
 
 def test_a_job_whose_step_is_out_of_memory_marks_its_ettr_invalid(tmp_path, capsys):
-    """The job above needs 85.6 GiB per GPU of an H100's 79.6: its ETTR and goodput were printed as any job's
-    (a user test). As `trainsim run` does with such a step, the job runs, warns and marks its figures: the table
-    says they are invalid, job_summary.json has `oom` true as summary.json has; so do a study's line and curve,
-    study.csv's rows (which had no `oom` column) and the goodput chart's title (which did not say so)."""
+    """The job above needs 85.6 GiB per GPU of an H100's 79.6: as `trainsim run` does with such a step, the job runs,
+    warns and marks its figures: the table says they are invalid, job_summary.json has `oom` true as summary.json
+    has; so do a study's line and curve, study.csv's rows (an `oom` column) and the goodput chart's title."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(OOM_JOB)
     assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
@@ -629,10 +628,10 @@ restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, spare
 
 
 def test_hosts_without_a_spare_are_met_once_per_mtbf_and_repair_at_most(text_job):
-    """4 DGX hosts (host MTBF 100 h, 1 d repairs) and no spare over 30 d: the job waits for the host in repair,
-    which does not fail meanwhile, so the closed form counts 4 x 720 h / 124 h = 23.2 interruptions (it said
-    4 x 720 h / 100 h = 28.8). An upper bound: a host back from repair also waits, idle, for the repairs of
-    hosts that failed during the wait, so 400 replications simulate 21.8 (95%: 21.5 to 22.2), 6% under it."""
+    """4 DGX hosts (host MTBF 100 h, 1 d repairs) and no spare over 30 d: the job waits for the host in repair, which
+    does not fail meanwhile, so the closed form counts 4 x 720 h / 124 h = 23.2 interruptions (not 4 x 720 h / 100 h
+    = 28.8). An upper bound: a host back from repair also waits, idle, for the repairs of hosts that failed during
+    the wait, so 400 replications simulate 21.8 (95%: 21.5 to 22.2), 6% under it."""
     summary = text_job(HOST_FAILURES).summary
     expected = summary["failure_model"]["host"]["expected_interruptions"]
     assert expected == pytest.approx(4 * 720 / 124, rel=1e-12)

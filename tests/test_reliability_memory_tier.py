@@ -418,9 +418,9 @@ def test_a_study_s_default_grid_leaves_out_intervals_not_longer_than_the_memory_
 ])
 def test_a_study_point_not_longer_than_the_memory_tier_is_refused_at_intervals(tmp_path, capsys, arguments, message,
                                                                                in_steps, healthy_study_step_s):
-    """An --intervals point at or below the in-memory interval is refused at --intervals, naming the point (in
-    steps where the two are in different units: a duration's nearest whole steps of the healthy step), as a point
-    given twice is; it was blamed on the tier's --set."""
+    """An --intervals point at or below the in-memory interval is refused at --intervals, naming the point (in steps
+    where the two are in different units: a duration's nearest whole steps of the healthy step), as a point given
+    twice is, not blamed on the tier's --set."""
     assert f"of {format_duration(healthy_study_step_s)}" in message or not in_steps
     for seconds, steps in in_steps.items():
         assert round(seconds / healthy_study_step_s) == steps

@@ -1236,9 +1236,9 @@ def test_an_elastic_job_whose_layout_is_out_of_memory_is_warned_as_a_plain_one(t
 
 
 def test_an_elastic_moe_job_runs_on_the_sizes_ep_splits():
-    """EP 2 on DP 4 splits 4 and 2 replicas' ranks, not 3 or 1: the job runs on those sizes only (it was
-    refused at load); EP 4 on DP 4 splits only 4 (the job waits for repaired hosts, as an inelastic one) and EP 2
-    with CP 2 every size. An inelastic EP 4 never shrinks."""
+    """EP 2 on DP 4 splits 4 and 2 replicas' ranks, not 3 or 1: the job runs on those sizes only, not refused at load;
+    EP 4 on DP 4 splits only 4 (the job waits for repaired hosts, as an inelastic one) and EP 2 with CP 2 every size.
+    An inelastic EP 4 never shrinks."""
     def sizes(parallelism, text=SHRINKING):
         summary = simulate_job(scenario_from_text(text.replace("parallelism: {dp: 4}", parallelism))).summary
         return summary["replicas"]["sizes"], {state["replicas"] for state in summary["states"]}
