@@ -123,8 +123,8 @@ def test_large_restart_cost_moves_the_optimum_only_for_weibull(distribution, sha
     (244.6, "24 steps", ", the longest tried: the optimum may be longer"),
 ])
 def test_the_study_line_gives_the_best_intervals_steps_and_whether_it_is_at_the_edge(best, steps, edge):
-    """'--intervals 1min,2min,4min' printed 'best interval 61.17 s' (1 min rounded to 6 steps of 10.19 s) with no
-    word that the best was the shortest tried, where Young's interval (13.6 s) said the optimum lay below."""
+    """'--intervals 1min,2min,4min': the line gives the best interval with its steps (1 min rounds to 6 steps of 10.19
+    s, 61.17 s) and says the best is the shortest tried, where Young's interval (13.6 s) says the optimum lies below."""
     from simulator.cli import _steps_and_edge
 
     points = [{"interval_s": 61.2, "interval_steps": 6}, {"interval_s": 122.3, "interval_steps": 12},
@@ -159,9 +159,8 @@ def test_a_curve_flat_within_its_intervals_says_so_instead_of_naming_a_best(tmp_
 
 
 def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
-    """Besides the curves: what the command prints and study.csv hold to four and six significant digits (the
-    Young interval printed 1138 s, `:.0f`, which shows a 0.4 s interval as 0 s; the CSV held float noise,
-    1138.4199576606166); study.json keeps every digit."""
+    """Besides the curves: what the command prints and study.csv hold to four and six significant digits (not `:.0f`,
+    which shows a 0.4 s interval as 0 s, nor float noise such as 1138.4199576606166); study.json keeps every digit."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 2"))
     out = tmp_path / "study"
@@ -213,10 +212,10 @@ def replayed_goodputs(scenario: str, interval_s: float, replications: int) -> tu
 
 
 def test_study_csv_gives_goodputs_95_percent_interval_and_the_chart_its_band(tmp_path):
-    """study.csv gave ETTR's 95% interval but goodput's mean alone, so `trainsim plot goodput` drew no band under
-    goodput. Its `goodput_tokens_per_s_ci95_low`/`_high` and `goodput_steps_per_s_ci95_low`/`_high` are Student's
-    t interval over the replications, here of the replications replayed one by one (scipy's t quantile), and the
-    goodput panel fills between them."""
+    """study.csv gives goodput's 95% interval beside ETTR's, so `trainsim plot goodput` draws a band under goodput too:
+    `goodput_tokens_per_s_ci95_low`/`_high` and `goodput_steps_per_s_ci95_low`/`_high` are Student's t interval over
+    the replications, here of the replications replayed one by one (scipy's t quantile), and the goodput panel fills
+    between them."""
     from scipy import stats
 
     from simulator.reliability.plots import goodput_figure, load_study
@@ -315,10 +314,10 @@ def test_goodput_chart_of_a_study_without_failures(tmp_path):
 
 
 def test_goodput_chart_legend_gives_the_mtbf_as_the_printed_lines_do_and_no_best_of_one_point():
-    """A study of a 32-GPU job at x 1, 100 and 10000 labelled its curves 'MTBF 2.17e+03 h' where its printed
-    lines say 'MTBF 2,168.5 h'; a study of one point starred it as the 'simulated best', which the printed lines
-    rightly do not call it, and drew its 95% interval as a band of no width. (Several rates of one interval
-    each are drawn against the MTBF: test_an_mtbf_studys_chart_is_drawn_against_the_mtbf.)"""
+    """A study of a 32-GPU job at x 1, 100 and 10000 labels its curves 'MTBF 2,168.5 h' as its printed lines say (not
+    'MTBF 2.17e+03 h'); a study of one point does not star it as the 'simulated best', which the printed lines
+    rightly do not call it, nor draw its 95% interval as a band of no width. (Several rates of one interval each are
+    drawn against the MTBF: test_an_mtbf_studys_chart_is_drawn_against_the_mtbf.)"""
     from simulator.reliability.plots import goodput_figure
 
     def curve(multiplier: float, intervals: list[float]) -> dict:
@@ -372,8 +371,8 @@ def test_an_mtbf_studys_chart_is_drawn_against_the_mtbf(tmp_path):
 
 
 def test_goodput_chart_gives_ettr_in_percent_as_the_printed_lines_do():
-    """The study printed 'ETTR 91.99%' and its chart's ETTR axis read 0.92 under 'ETTR (effective training time
-    ratio)': the points, their band and the star are in percent, and the label says so."""
+    """The study prints 'ETTR 91.99%', and its chart's ETTR axis reads in percent too (not 0.92): the points, their band
+    and the star are in percent, and the label says so."""
     from simulator.reliability.plots import goodput_figure
 
     points = [{"interval_s": t, "ettr": e, "ettr_ci95_low": e - 0.01, "ettr_ci95_high": e + 0.01,
@@ -608,17 +607,16 @@ def test_figures_read_side_by_side_keep_their_trailing_zeros():
 
 
 def test_a_duration_takes_the_unit_of_its_rounded_value():
-    """A 1 ms checkpoint cost computed as 0.0009999999999763531 s printed '1000 us of training each'; 0.99999 s
-    printed '1000 ms' and 9999.99 s '1e+04 s'."""
+    """A duration takes the unit of its rounded value: a 1 ms checkpoint cost computed as 0.0009999999999763531 s reads
+    1 ms (not '1000 us of training each'), 0.99999 s 1 s (not '1000 ms') and 9999.99 s in hours (not '1e+04 s')."""
     assert [format_seconds(value) for value in (0.0009999999999763531, 0.99999, 9999.99, 0.00099949, 0.99994)] == [
         "1 ms", "1 s", "10,000 s", "999.5 us", "999.9 ms"]
 
 
 def test_durations_read_side_by_side_share_the_unit_the_shortest_reaches():
-    """A study line printed its interval with format_duration and Young's and Daly's with format_seconds ('interval
-    20 min; Young 805 s'): one unit for all, the largest the shortest reaches, with four significant digits;
-    figures too far apart for four digits in that unit (9,999.6 s rounds to 1e+04 s beside 19.22 s) each in
-    their own unit."""
+    """A study line's interval and Young's and Daly's share one unit, the largest the shortest reaches, with four
+    significant digits (not 'interval 20 min; Young 805 s'); figures too far apart for four digits in that unit
+    (9,999.6 s rounds to 1e+04 s beside 19.22 s) each in their own unit."""
     minutes = durations_alike([1200.0, 805.0, 765.5])
     assert [minutes(value) for value in (1200.0, 805.0, 765.5)] == ["20.00 min", "13.42 min", "12.76 min"]
     seconds = durations_alike([295.6, 19.22, 9999.4])
@@ -630,20 +628,19 @@ def test_durations_read_side_by_side_share_the_unit_the_shortest_reaches():
 
 
 def test_an_astronomical_duration_prints_four_significant_digits():
-    """Young's interval of a study at failure rates x 1e-300 is sqrt(2 x cost x MTBF), ~1.4e153 s: it printed
-    as 154 digits with separators. From 10^15 s on, four significant digits, as format_count does; the boundary
-    is decided on the value as rounded, as the units are: 999,999,999,999,999 s is 1e+15 to four digits, and
-    9.9949e14 s is not."""
+    """Young's interval of a study at failure rates x 1e-300 is sqrt(2 x cost x MTBF), ~1.4e153 s: from 10^15 s on it
+    prints four significant digits, as format_count does, not 154 digits with separators; the boundary is decided on
+    the value as rounded, as the units are: 999,999,999,999,999 s is 1e+15 to four digits, and 9.9949e14 s is not."""
     assert [format_seconds(value) for value in (999_999_999_999_999.0, 9.9949e14, 1e15, 1.4239444e153)] == [
         "1e+15 s", "999,490,000,000,000 s", "1e+15 s", "1.424e+153 s"]
 
 
 def test_a_study_names_a_long_interval_and_its_bound_in_days(tmp_path, capsys):
-    """A 60 d interval past a 54 d horizon printed 'interval 5,184,000 s' in its warning's prefix and its study
-    line, and its bound as 'a duration up to 4,665,594.1 s', beside the '60 d' and '54 d' of the warning itself:
-    every interval and horizon figure of a study reads as format_duration writes it. The warning is located at
-    --intervals: on the command line of the command on the console (it read `command line: --intervals: ...`, an
-    older form than the command's errors), and without a command in study.json, which the library writes."""
+    """A 60 d interval past a 54 d horizon: every interval and horizon figure of a study, the warning's prefix, the
+    study line and the bound ('a duration up to 54 d', not 'interval 5,184,000 s' or '4,665,594.1 s'), reads as
+    format_duration writes it. The warning is located at --intervals: on the command line of the command on the
+    console, as the command's errors are (not `command line: --intervals: ...`), and without a command in study.json,
+    which the library writes."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1"))
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "60d", "--out",
@@ -719,10 +716,9 @@ def test_job_and_study_progress_count_replications_and_points(tmp_path):
 
 
 def test_a_checkpoint_interval_study_without_intervals_runs_a_grid_around_daly(tmp_path, capsys):
-    """Without --intervals (it was refused) a checkpoint-interval study runs the whole steps nearest Daly's
-    interval (1,098.8 s for C = 60 s, M = 3 h) times 2^(k/2), k = -4 to 4, each once, and prints them first: 890
-    to 14,242 steps of 0.3086 s. The fitted optimum lies inside the grid (today 1,071 s, 2.5% below Daly; 10
-    replications of 54 d)."""
+    """Without --intervals a checkpoint-interval study runs the whole steps nearest Daly's interval (1,098.8 s for C =
+    60 s, M = 3 h) times 2^(k/2), k = -4 to 4, each once, and prints them first: 890 to 14,242 steps of 0.3086 s. The
+    fitted optimum lies inside the grid (1,071 s, 2.5% below Daly; 10 replications of 54 d)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 10"))
     out = tmp_path / "study"
@@ -929,8 +925,8 @@ def test_the_default_grid_is_built_around_daly_at_the_study_s_multipliers(tmp_pa
     (0.5, "0.5 degradations"), (6.48e299, "6.48e+299 degradations"),
 ])
 def test_an_expected_count_is_whole_from_100_and_singular_for_one(expected, shown):
-    """`expected_count`: '{:,.3g}' printed 4,250 expected degradations as '4.25e+03 degradations' and one as
-    '1 degradations'."""
+    """`expected_count` prints 4,250 expected degradations as a whole number (not '4.25e+03 degradations') and one in
+    the singular (not '1 degradations')."""
     assert expected_count(expected, "degradation") == shown
     assert expected_count(expected) == shown.split()[0]
 

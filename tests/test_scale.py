@@ -204,9 +204,8 @@ def test_a_layout_that_does_not_cover_the_cluster_is_refused_before_the_cluster_
 @pytest.mark.parametrize("flags", [[], ["--force"]])
 def test_a_global_batch_the_layout_cannot_split_is_refused_before_the_size_or_the_build(monkeypatch, capsys,
                                                                                         flags):
-    """dp 8,192 on a million GPUs with the 405B's global batch of 2,048: the run was refused as too large
-    (an estimate of a batch that cannot be split), and with --force the cluster was built (25 s) before the
-    batch was checked."""
+    """dp 8,192 on a million GPUs with the 405B's global batch of 2,048 is refused for the batch, before the size
+    estimate (of a batch that cannot be split) and, under --force, before the cluster is built (25 s)."""
     def no_build(_loaded):
         raise AssertionError("the topology was built")
 
@@ -411,8 +410,8 @@ def test_the_estimate_reads_the_channels_and_nvl72_trays(overrides, before, afte
 
 
 def test_a_later_tp_group_across_nvl72_racks_is_named_in_the_advice():
-    """Two 72-GPU racks, TP 16, DP 9: GPU 0's TP group stays in rack 0 but GPUs 64-79 straddle both racks, so
-    the estimate names TP among its causes; it weighed GPU 0's group alone and said no TP group crossed."""
+    """Two 72-GPU racks, TP 16, DP 9: GPU 0's TP group stays in rack 0 but GPUs 64-79 straddle both racks, so the
+    estimate names TP among its causes, weighing every TP group, not GPU 0's alone."""
     loaded = load_scenario(DP8_TWO_LAYERS, ["cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=16",
                                             "parallelism.dp=9", "training.global_batch=36"])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
@@ -533,7 +532,7 @@ def test_hierarchical_collectives_count_their_phases(path, overrides, ratio):
 def test_hierarchical_across_nvl72_racks_counts_its_plan_by_rack():
     """hierarchical plans a GB200 rack as one row (collectives/hierarchical.py `host_grid`): TP 8 x DP 18 over two
     racks, 9 DP members a rack, all-reduces in two rings inside each rack and one across: 3 transfers a member, 54,
-    as its plan posts. Counted by tray (a member a tray) the estimate said 18, the rail rings' alone."""
+    as its plan posts (counted by tray, a member a tray, the estimate would say 18, the rail rings' alone)."""
     layout, topology = Layout(tp=8, dp=18), load_topology("gb200-nvl72", {"racks": 2})
     group = layout.group("dp", 0)
     plan = plan_collective(CollectiveRequest("all_reduce", group, 2**30), topology, "hierarchical")
@@ -802,9 +801,9 @@ def test_the_estimate_on_the_built_cluster_counts_the_trees_the_tuner_picks(name
 
 
 def test_a_workload_all_reduce_counts_the_tree_the_tuner_picks():
-    """Two 32 MiB all-reduces over 16 DGX A100 hosts and a 1 MiB one over a GPU of each: `auto` runs trees, whose
-    plans post 98,136 transfers, all counted on the built cluster; counted as rings (two transfers a member
-    across hosts) the estimate said 544."""
+    """Two 32 MiB all-reduces over 16 DGX A100 hosts and a 1 MiB one over a GPU of each: `auto` runs trees, whose plans
+    post 98,136 transfers, all counted on the built cluster (counted as rings, two transfers a member across hosts,
+    the estimate would say 544)."""
     loaded = scenario_from_text("cluster: {topology: dgx-a100-cluster, nodes: 16}\nworkload:\n"
                                 "  - {op: all_reduce, bytes: 32 MiB, group: 0-127, repeat: 2}\n"
                                 "  - {op: all_reduce, bytes: 1 MiB, group: [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, "
@@ -815,11 +814,10 @@ def test_a_workload_all_reduce_counts_the_tree_the_tuner_picks():
 
 
 def test_a_step_whose_trees_pass_the_limits_is_refused_once_the_cluster_is_built(monkeypatch, capsys):
-    """With the limit at 200,000 events the SC21 7.5B step (29,830 ops and flows counted as rings before the
-    build) is refused on the built cluster, where its DDP buckets' trees count 656,485 flows, advised rings first;
-    it was let run. The refusal stops counting once past the limit: the most frequent of the five bucket sizes
-    alone is planned, 219,068 flows at least (at 32,768 GPUs counting all five took the refusal from 1.6 to 2.2 s
-    of CPU)."""
+    """With the limit at 200,000 events the SC21 7.5B step (29,830 ops and flows counted as rings before the build) is
+    refused on the built cluster, where its DDP buckets' trees count 656,485 flows, advised rings first. The refusal
+    stops counting once past the limit: the most frequent of the five bucket sizes alone is planned, 219,068 flows at
+    least (at 32,768 GPUs counting all five would take the refusal from 1.6 to 2.2 s of CPU)."""
     planned = []
     monkeypatch.setattr(registry, "planned_transfers",
                         lambda request, *rest: planned.append(request.nbytes) or PLANNED(request, *rest))

@@ -291,9 +291,9 @@ def test_validate_says_one_minute_in_the_singular(capsys, monkeypatch):
 
 
 def test_validate_says_how_long_a_parameter_server_run_takes_at_its_own_rate(capsys, monkeypatch):
-    """A parameter-server run's events cost ~8 times a training step's (every flow re-solves the pushes sharing
-    the server NICs): 32 hosts at 10 iterations, ~0.5 M events, said nothing and ran ~2 minutes. The line
-    divides by `PS_EVENTS_PER_MINUTE` (lowered here so that the bundled 4-host run reaches it)."""
+    """A parameter-server run's events cost ~8 times a training step's (every flow re-solves the pushes sharing the
+    server NICs): 32 hosts at 10 iterations, ~0.5 M events, run ~2 minutes, which validate says. The line divides by
+    `PS_EVENTS_PER_MINUTE` (lowered here so that the bundled 4-host run reaches it)."""
     monkeypatch.setattr(scale, "PS_EVENTS_PER_MINUTE", 1_000)
     assert main(["validate", "parameter-server-vs-allreduce"]) == 0
     size = capsys.readouterr().out.splitlines()[2:]
@@ -351,7 +351,7 @@ def test_stages_not_aligned_to_nvlink_domains_are_offered_layouts_that_align_the
 
 
 def _hands_on_alike_by_walking(layout: Layout, domain: int) -> bool:
-    """`hands_on_alike` as it was written: every rank's coordinates walked, stage by stage."""
+    """The reference for `hands_on_alike`: every rank's coordinates walked, stage by stage."""
     for stage in range(layout.pp if layout.pp > 1 else 0):
         inside = {rank // domain == layout.rank_of(**{**layout.coords(rank), "pp": (stage + 1) % layout.pp}) // domain
                   for rank in range(layout.world) if layout.coords(rank)["pp"] == stage}

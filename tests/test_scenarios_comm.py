@@ -110,8 +110,8 @@ def test_calibrated_ndr_nic_send_recv(capsys):
 
 
 def test_a_send_recv_table_names_the_two_gpus_that_ran(capsys):
-    """`--op send_recv --ranks 16` sends GPU 0 -> GPU 15; the table said only `ranks=2`, the same title as
-    `--ranks 8`'s NVLink transfer at a fifth of the time."""
+    """`--op send_recv --ranks 16` sends GPU 0 -> GPU 15: the table names the two GPUs, not only `ranks=2`, the same
+    title as `--ranks 8`'s NVLink transfer at a fifth of the time."""
     assert main(["collective", "--topology", "dgx-h100-cluster", "--op", "send_recv", "--ranks", "16",
                  "--sizes", "1MiB"]) == 0
     title = capsys.readouterr().out.splitlines()[0]

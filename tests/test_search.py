@@ -178,8 +178,8 @@ def test_the_search_prints_the_run_that_reproduces_its_best_layout(tmp_path, cap
 
 
 def test_force_simulates_a_candidate_beyond_the_scale_limits(monkeypatch):
-    """A candidate over the scale limits failed with "...; or pass --force", but `trainsim search` had no
-    --force; search_layouts(force=True), which --force calls, simulates it."""
+    """A candidate over the scale limits fails with "...; or pass --force", and `trainsim search --force`
+    (search_layouts(force=True)) simulates it."""
     import simulator.scale
 
     monkeypatch.setattr(simulator.scale, "MAX_EVENTS", 10)
@@ -353,9 +353,9 @@ def test_a_candidate_refused_when_its_scenario_is_read_keeps_the_one_line_reason
 
 
 def test_the_trees_data_parallel_step_says_what_fits_and_its_memory():
-    """The tree's first step read 'the model trains on one GPU's memory with ZeRO-1 sharding' for a model that
-    fits on each GPU only with its optimizer state sharded over all of them, and it alone of the tree's steps
-    gave no memory figure (the others: 'pp4 fits (61.2 GiB)')."""
+    """The tree's first step says the model fits on each GPU only with its optimizer state sharded over all of them (not
+    'the model trains on one GPU's memory with ZeRO-1 sharding'), with its memory figure, as the tree's other steps
+    give theirs ('pp4 fits (61.2 GiB)')."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 
@@ -425,8 +425,8 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
 
 
 def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_layout():
-    """Llama 3 405B on one DGX H100: the search printed the ranking's header over no rows, and nothing said how
-    far the layouts were from fitting (each one's peak in candidates.csv alone)."""
+    """Llama 3 405B on one DGX H100: the search prints no ranking header over no rows, and says how far the leanest
+    layout is from fitting (each one's peak is in candidates.csv)."""
     import pandas as pd
 
     from simulator.sweep.decision_tree import TreeChoice
@@ -1363,10 +1363,11 @@ def test_the_comparison_calls_a_layout_without_a_pipeline_idle_not_bubbled():
 
 
 def test_the_winner_is_a_layout_of_the_searched_space_not_the_trees_outside_it():
-    """The tree's layout is simulated for the comparison even where --tp, --sharding... leave it out. With
-    nothing of the space fitting (Llama 3 70B on 1,024 H100, --tp 1,2 --pp 1), it ranked first, the search
-    'agreed with the decision tree' on a layout the user had excluded and exited 0. Here ZeRO-0 alone over one
-    DGX H100 does not fit Llama-3-8B; the tree's ZeRO-1 does: no winner (exit status 1), the tree's row said apart."""
+    """The tree's layout is simulated for the comparison even where --tp, --sharding... leave it out, but never wins
+    from outside the space (else, with nothing of the space fitting, Llama 3 70B on 1,024 H100 with --tp 1,2 --pp 1,
+    the search would 'agree with the decision tree' on a layout the user excluded and exit 0). Here ZeRO-0 alone over
+    one DGX H100 does not fit Llama-3-8B; the tree's ZeRO-1 does: no winner (exit status 1), the tree's row said
+    apart."""
     space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero0",),
                         recompute=("none",))
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1)
@@ -1385,9 +1386,9 @@ def test_the_winner_is_a_layout_of_the_searched_space_not_the_trees_outside_it()
 
 
 def test_the_trees_layer_holds_only_its_ranks_share_of_the_routed_experts(tmp_path, capsys):
-    """The tree said 'one layer does not fit: TP is a must' for a MoE layer whose 64 experts, 180 GB of model
-    state whole, are split over EP 8 (23.6 GB a rank), then found nothing, while TP 1 PP 2 DP 8 fits: it weighed
-    every expert of the layer on each GPU though it keeps the scenario's EP."""
+    """A MoE layer whose 64 experts, 180 GB of model state whole, are split over EP 8 (23.6 GB a rank): the tree keeps
+    the scenario's EP and weighs a rank's share of the experts on each GPU, so TP 1 PP 2 DP 8 fits, not 'one layer
+    does not fit: TP is a must' and nothing found."""
     from simulator.cli import main
 
     scenario = tmp_path / "moe.yaml"
@@ -1642,8 +1643,8 @@ def test_with_fewer_layers_on_the_ends_the_reason_names_the_number_that_does_not
 
 
 def test_a_layouts_label_and_row_name_its_pipeline_schedule():
-    """From a DualPipeV base, the v2 rows run DualPipeV and the v4 rows interleaved 1F1B, but the labels said only
-    'v2' and 'v4' and candidates.csv had no schedule column: two algorithms read as two depths of one."""
+    """From a DualPipeV base, the v2 rows run DualPipeV and the v4 rows interleaved 1F1B: the labels and
+    candidates.csv's schedule column name the schedule, so two algorithms do not read as two depths of one."""
     space = SearchSpace(tp=(1,), cp=(1,), pp=(2,), virtual_stages=(1, 2, 4), micro_batch=(1,), sharding=("zero1",),
                         recompute=("none",))
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1, overrides=[
@@ -1781,8 +1782,8 @@ def test_a_trace_scenario_is_refused_at_its_trace(tmp_path, capsys):
 
 @pytest.mark.parametrize("given", ["parallelism.ddp.reduce_every_microbatch=true", "parallelism.zero=2"])
 def test_a_refused_set_for_zero2_says_how_a_search_gets_it(tmp_path, capsys, given):
-    """With a file at `zero: 1` the loader refused `reduce_every_microbatch=true` and the search `zero=2`, and
-    neither said that `--sharding zero2` runs DeepSpeed's ZeRO-2."""
+    """With a file at `zero: 1`, the loader's refusal of `reduce_every_microbatch=true` and the search's of `zero=2`
+    both say that `--sharding zero2` runs DeepSpeed's ZeRO-2."""
     from simulator.cli import main
 
     code = main(["search", "llama3-8b-dgx-h100-dp8", "--set", given, "--out", str(tmp_path / "s"), "--quiet"])
