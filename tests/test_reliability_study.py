@@ -608,7 +608,8 @@ def test_figures_read_side_by_side_keep_their_trailing_zeros():
 
 def test_a_duration_takes_the_unit_of_its_rounded_value():
     """A duration takes the unit of its rounded value: a 1 ms checkpoint cost computed as 0.0009999999999763531 s reads
-    1 ms (not '1000 us of training each'), 0.99999 s 1 s (not '1000 ms') and 9999.99 s in hours (not '1e+04 s')."""
+    '1 ms' (not '1000 us of training each'), 0.99999 s '1 s' (not '1000 ms') and 9999.99 s '10,000 s' (not '1e+04
+    s')."""
     assert [format_seconds(value) for value in (0.0009999999999763531, 0.99999, 9999.99, 0.00099949, 0.99994)] == [
         "1 ms", "1 s", "10,000 s", "999.5 us", "999.9 ms"]
 
@@ -636,9 +637,9 @@ def test_an_astronomical_duration_prints_four_significant_digits():
 
 
 def test_a_study_names_a_long_interval_and_its_bound_in_days(tmp_path, capsys):
-    """A 60 d interval past a 54 d horizon: every interval and horizon figure of a study, the warning's prefix, the
-    study line and the bound ('a duration up to 54 d', not 'interval 5,184,000 s' or '4,665,594.1 s'), reads as
-    format_duration writes it. The warning is located at --intervals: on the command line of the command on the
+    """A 60 d interval past a 54 d horizon: every interval and horizon figure of a study, in the warning's prefix, the
+    study line and the bound (its steps, 'about 54 d'), reads as format_duration writes it, not as 'interval
+    5,184,000 s' or '4,665,594.1 s'. The warning is located at --intervals: on the command line of the command on the
     console, as the command's errors are (not `command line: --intervals: ...`), and without a command in study.json,
     which the library writes."""
     scenario = tmp_path / "job.yaml"
