@@ -140,10 +140,10 @@ def test_straggler_folding_equals_the_unfolded_run(gpus, ranks):
     ("[{gpus: all, slowdown: 1.1}, {gpus: [9], slowdown: 2}]", {"0": 21, "1": 3, "8": 7, "9": 1}),
 ], ids=["host", "host-on-background", "gpu-on-background"])
 def test_a_slow_replica_is_singled_out_by_as_few_coordinates_as_will_do(stragglers, weights):
-    """A whole slow TP group (host 1) is one replica of its DP coordinate: 2 ranks, every figure the unfolded
-    run's; keyed by all three coordinates its 8 GPUs were 8 replicas and the step ran unfolded (32 ranks, "more
-    than one pipeline replica") though GPU 9 alone folded. A background slowdown on every GPU is each stage's
-    common slowdown, the slow replica told apart from it (it unfolded likewise)."""
+    """A whole slow TP group (host 1) is one replica of its DP coordinate: 2 ranks, every figure the unfolded run's
+    (keyed by all three coordinates its 8 GPUs would be 8 replicas and the step would run unfolded, 32 ranks, though
+    GPU 9 alone folds). A background slowdown on every GPU is each stage's common slowdown, the slow replica told
+    apart from it."""
     overrides = [f"faults.step.stragglers={stragglers}"]
     folded = simulate(scenario_from_text(TP_DP, "inline.yaml", overrides)).summary
     unfolded = simulate(scenario_from_text(TP_DP, "inline.yaml", [*overrides, "run.fold=false"])).summary

@@ -175,9 +175,9 @@ class _Formatted(Exception):
     _Formatted(5),
 ])
 def test_run_until_raises_the_error_nothing_caught_itself(error):
-    """A SimPy process fails and nothing defuses it: `run_until` raises that very error, all its parts with it.
-    SimPy's copy, ``type(error)(*error.args)``, made an InputError of the rendered line (field, allowed, file, line
-    and flag lost), failed with a TypeError for `_Refusal` and doubled `_Formatted`'s message."""
+    """A SimPy process fails and nothing defuses it: `run_until` raises that very error, all its parts with it, not
+    SimPy's copy, ``type(error)(*error.args)``, which would make an InputError of the rendered line (field, allowed,
+    file, line and flag lost), fail with a TypeError for `_Refusal` and double `_Formatted`'s message."""
     env = simpy.Environment()
 
     def failing():
@@ -216,9 +216,9 @@ def test_a_failed_plan_stops_its_collective_and_reaches_the_engine_run_with_its_
 
 
 def test_an_error_in_a_plan_timed_alone_reaches_the_command_line_as_itself(tmp_path, capsys, monkeypatch):
-    """A private collective is timed alone in a nested loop (`run_alone`); an input error there is printed as
-    raised. That loop ran on `env.run()`, whose copy of the error, made of its rendered line, lost its location and was
-    located again at the scenario: `error: <scenario>:3: s.yaml:3: ...`."""
+    """A private collective is timed alone in a nested loop (`run_alone`); an input error there is printed as raised,
+    not as a copy of its rendered line located again at the scenario (`error: <scenario>:3: s.yaml:3: ...`), as
+    `env.run()` would make it."""
 
     def failing_plan(env, *_args, **_kwargs):
         yield env.timeout(1e-6)

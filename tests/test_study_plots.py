@@ -88,9 +88,9 @@ def test_interleaved_chunks_are_numbered_and_shaded():
 
 
 def test_zero_bubble_chunks_shade_their_input_and_weight_gradients():
-    """ZBV runs every backward as Bi then W: those bars were drawn in one colour whatever their chunk, so rank
-    0's stage-0 and stage-7 gradients looked alike. Each micro-batch's Bi and W run chunk 1 (stage 7) then
-    chunk 0 (stage 0), read from the chunk column or, without it, from the data dependencies."""
+    """ZBV runs every backward as Bi then W: those bars take their chunk's shade, so rank 0's stage-0 and stage-7
+    gradients look apart. Each micro-batch's Bi and W run chunk 1 (stage 7) then chunk 0 (stage 0), read from the
+    chunk column or, without it, from the data dependencies."""
     result = simulate(scenario_from_text(ZBV, "z.yaml"))
     actions = pipeline_actions(compute_stream_work(result.timeline, 0))
     for passes in (pipeline_passes(actions, 2, [0, 7]), pipeline_passes(actions, 2)):
@@ -188,8 +188,8 @@ def test_a_folder_that_is_no_sweeps_is_told_so_before_the_missing_axes(tmp_path,
 
 
 def test_a_sweep_chart_of_a_text_column_is_refused_as_a_heatmap_is(tmp_path, capsys):
-    """`plot sweep --y bottleneck.constraint` drew the texts as a category axis, where `heatmap --value` refuses
-    them: --y is refused the same way, naming the numeric columns."""
+    """`plot sweep --y bottleneck.constraint` is refused as `heatmap --value` refuses texts, naming the numeric columns,
+    not drawn as a category axis."""
     _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
     capsys.readouterr()
     assert main(["plot", "sweep", str(tmp_path / "sweep"), "--x", "workload[0].bytes", "--y",
@@ -333,8 +333,8 @@ def test_the_front_reads_tokens_per_second_in_the_unit_they_reach():
 
 
 def test_the_front_labels_the_best_of_the_searched_space_not_the_trees_layout_outside_it():
-    """The tree's layout is simulated for the comparison even where the space leaves it out; with nothing of the
-    space simulated, the front labelled it 'best' where search.json has no winner."""
+    """The tree's layout is simulated for the comparison even where the space leaves it out; with nothing of the space
+    simulated, the front labels none 'best', as search.json has no winner."""
     from simulator.report.study_plots import front_figure
 
     candidates = pd.DataFrame({"label": ["in", "tree"], "status": ["simulated"] * 2, "peak_memory_gib": [60.0, 50.0],
@@ -374,9 +374,8 @@ def test_the_front_labels_stay_inside_the_axes(best_memory_gib):
 
 
 def test_busbw_chart_of_an_auto_table_says_which_algorithm_ran_and_on_how_many_ranks(tmp_path, capsys):
-    """`trainsim collective --json` of the auto rule on a 32-GPU cluster (tree to 8 MiB, ring above) drew one
-    line labelled 'auto' under the title 'all_reduce: bus bandwidth vs size': neither the algorithms drawn nor
-    the ranks."""
+    """`trainsim collective --json` of the auto rule on a 32-GPU cluster (tree to 8 MiB, ring above): the busbw chart
+    names the algorithms drawn and the ranks, not one line labelled 'auto' under 'all_reduce: bus bandwidth vs size'."""
     from simulator.report.study_plots import busbw_figure, collective_rows
 
     assert main(["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=4", "--sizes", "1MiB:64MiB",
@@ -450,9 +449,9 @@ def test_busbw_of_json_that_is_not_a_collective_table_names_what_it_lacks(tmp_pa
 
 
 def test_a_sweeps_drawn_values_read_in_six_significant_digits_on_the_charts():
-    """A random axis's draws (and sums such as 0.1 + 0.2) labelled a heatmap's ticks and a sweep chart's legend
-    with every digit, 0.30000000000000004 or 11.501145599256004; they read 0.3 and 11.5011 (the results files
-    keep every digit)."""
+    """A random axis's draws (and sums such as 0.1 + 0.2) label a heatmap's ticks and a sweep chart's legend in six
+    significant digits, 0.3 and 11.5011, not 0.30000000000000004 or 11.501145599256004 (the results files keep every
+    digit)."""
     from simulator.report.study_plots import heatmap_figure, sweep_figure
 
     frame = pd.DataFrame({"status": "ok", "a": [0.1 + 0.2, 0.1 + 0.2, 11.501145599256004, 11.501145599256004],
@@ -466,8 +465,8 @@ def test_a_sweeps_drawn_values_read_in_six_significant_digits_on_the_charts():
 
 
 def test_quantities_on_a_chart_axis_go_smallest_first():
-    """A sweep over `forward: [4 ms, 25 ms, 100 us]` drew its heatmap columns and its line's points in the
-    texts' order, 100 us, 25 ms, 4 ms; they go by size. Values that are not all sizes keep their order."""
+    """A sweep over `forward: [4 ms, 25 ms, 100 us]` draws its heatmap columns and its line's points by size, 100 us, 4
+    ms, 25 ms, not in the texts' order. Values that are not all sizes keep their order."""
     from simulator.report.study_plots import heatmap_figure, sweep_figure
 
     frame = pd.DataFrame({"status": "ok", "forward": ["4 ms", "25 ms", "100 us"] * 2, "m": [4, 4, 4, 8, 8, 8],
@@ -484,8 +483,8 @@ def test_quantities_on_a_chart_axis_go_smallest_first():
 
 
 def test_a_heatmap_cell_of_several_points_says_it_is_their_mean():
-    """A sweep that varies more axes than --x and --y show puts several points in each cell; the cell showed
-    their mean under a title that said nothing of it (the sweep chart says how many share a place)."""
+    """A sweep that varies more axes than --x and --y show puts several points in each cell; the cell shows their mean
+    and the title says so, as the sweep chart says how many share a place."""
     from simulator.report.study_plots import heatmap_figure
 
     frame = pd.DataFrame({"status": "ok", "m": [4, 4, 8, 8, 4], "schedule": ["gpipe"] * 4 + ["1f1b"],
@@ -576,10 +575,9 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
 
 
 def test_a_metric_no_simulated_point_knows_is_refused_not_drawn(tmp_path, capsys):
-    """A sweep of traces without op shapes held hfu 0.0 on every row, which `plot sweep --y hfu` drew as a line of
-    zeros: the HFU is unknown there. Unknown in every simulated point (a point that failed may lack it too),
-    the chart is refused, nothing to plot; a sweep table has no column for a metric no point knows, and the
-    refusal of a missing column says that."""
+    """A sweep of traces without op shapes does not know hfu, so `plot sweep --y hfu` draws no line of zeros. Unknown in
+    every simulated point (a point that failed may lack it too), the chart is refused, nothing to plot; a sweep table
+    has no column for a metric no point knows, and the refusal of a missing column says that."""
     from simulator.report.study_plots import sweep_figure
 
     frame = pd.DataFrame({"point": [0, 1, 2], "status": ["ok", "ok", "error"], "m": [1, 2, 4],

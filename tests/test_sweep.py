@@ -254,8 +254,8 @@ def test_a_constraint_on_a_value_the_point_lacks_is_one_located_error(tmp_path, 
     ("'%999999999s' % 1 == 'b'", "'%999999999s' % 1: texts and lists only join with +"),
 ])
 def test_a_constraint_too_large_to_evaluate_is_one_located_error(tmp_path, capsys, constraint, problem):
-    """Arithmetic that overflows, or would take the memory or hours, is refused at the constraint's line, saying
-    what a constraint may compute (it said nothing of that)."""
+    """Arithmetic that overflows, or would take the memory or hours, is refused at the constraint's line, saying what a
+    constraint may compute."""
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + f"grid: {{training.microbatches: [4]}}\nconstraints: [\"{constraint}\"]\n")
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
@@ -341,8 +341,8 @@ def test_more_points_than_allowed_is_refused(tmp_path, capsys):
 
 
 def test_too_many_random_samples_are_blamed_at_samples(tmp_path, capsys):
-    """A sweep of random samples only was refused at 'grid', which it lacks: line 1, the base. The counts carry
-    separators (1000000 points, --max-points 10000 read as digits to count)."""
+    """A sweep of random samples only is refused at `samples`, not at 'grid', which it lacks (line 1, the base). The
+    counts carry separators (not 1000000 points, --max-points 10000, read as digits to count)."""
     path = tmp_path / "sweep.yaml"
     path.write_text("base: schedule-gpipe-p4-m8\nrandom:\n  seed: 1\n  samples: 1000000\n"
                     "  axes: {run.seed: [1, 2]}\n")
@@ -397,7 +397,7 @@ def test_base_scenario_path_is_relative_to_the_sweep_file(tmp_path):
 
 
 def test_a_sweep_without_a_base_says_what_a_base_is(tmp_path):
-    """A sweep file without `base` said "base: required field is missing (allowed: text)"."""
+    """A sweep file without `base` is told what a base is, not "base: required field is missing (allowed: text)"."""
     (tmp_path / "sweep.yaml").write_text("grid: {parallelism.pp: [1]}\n")
     with pytest.raises(ScenarioError) as refused:
         load_sweep(tmp_path / "sweep.yaml")
@@ -579,9 +579,9 @@ def test_a_set_overrides_the_base_of_every_point_before_its_axes(tmp_path, capsy
 
 
 def test_a_reused_point_records_the_sets_of_the_run_that_reused_it(tmp_path):
-    """`--set model.synthetic.forward=1 ms` writes the base's own value, so every point's scenario and key are
-    the earlier run's and the points are reused; their records kept the earlier run's `--set`s (none), so the
-    table said they ran without the `--set` this run gave, and the other way round."""
+    """`--set model.synthetic.forward=1 ms` writes the base's own value, so every point's scenario and key are the
+    earlier run's and the points are reused; their records take this run's `--set`s, so the table says what this run
+    gave, and the other way round."""
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + "grid:\n  training.microbatches: [4, 8]\n")
     out, executor = tmp_path / "out", CountingExecutor()
@@ -693,9 +693,9 @@ def test_a_mapping_or_null_axis_value_is_written_as_json(tmp_path):
 
 
 def test_a_job_sweep_whose_points_share_their_steps_notes_that_serial_simulates_them_once():
-    """Job points that differ only in the checkpoint mode and spares share every cluster state's step: the
-    default pool simulated them in each worker (105.0 s on 2 workers against 42.2 s serial, docs/studies.md, said
-    nowhere at the command). The sweep counts them, and the note is given for a local pool of several workers only."""
+    """Job points that differ only in the checkpoint mode and spares share every cluster state's step, which the default
+    pool simulates in each worker (105.0 s on 2 workers against 42.2 s serial, docs/studies.md): the sweep counts
+    them and notes it at the command, for a local pool of several workers only."""
     from simulator.cli import shared_steps_note
 
     grid = "grid:\n  checkpoint.mode: [sync, async]\n  restart.spares: [0, 2]\n"
@@ -857,8 +857,8 @@ def test_a_constraint_on_more_micro_batches_than_a_run_allows_is_refused_as_unde
 
 def test_a_constraint_sees_the_workers_of_parameter_servers_on_a_graph(tmp_path):
     """A graph's hosts are not told by its parameters: the sweep builds it (hosts of 2, 1 and 1 GPUs) and a
-    parameter-server point's dp is the GPUs of the hosts that do not serve, 3 with the last host serving, 2 with
-    the last two. The constraint was refused at every such point, its dp left underived."""
+    parameter-server point's dp is the GPUs of the hosts that do not serve, 3 with the last host serving, 2 with the
+    last two, derived for the constraint, not left underived and refused at every such point."""
     (tmp_path / "graph.yaml").write_text(UNEQUAL_HOSTS_GRAPH)
     text = PS_DERIVED.replace("dgx-h100-cluster, nodes: 2", "graph.yaml").replace(
         "cluster.nodes: [2, 3]", "ps.servers: [1, 2, [0]]").replace(
@@ -868,8 +868,8 @@ def test_a_constraint_sees_the_workers_of_parameter_servers_on_a_graph(tmp_path)
 
 
 def test_a_constraint_on_the_workers_of_one_host_says_they_are_the_hosts_that_do_not_serve():
-    """On one DGX H100 no host is left to work: the dp constraint is refused saying dp is the GPUs of the hosts
-    that do not serve, and to constrain the hosts and servers; it said dp came from GPUs / (tp x cp x pp)."""
+    """On one DGX H100 no host is left to work: the dp constraint is refused saying dp is the GPUs of the hosts that do
+    not serve, and to constrain the hosts and servers, not that dp comes from GPUs / (tp x cp x pp)."""
     with pytest.raises(ScenarioError) as refused:
         sweep_from_text(PS_DERIVED.replace("[2, 3]", "[1, 2]").replace("training.microbatches == 6 and ", ""),
                         "s.yaml")
@@ -880,8 +880,8 @@ def test_a_constraint_on_the_workers_of_one_host_says_they_are_the_hosts_that_do
 
 def test_a_point_whose_pp_its_synthetic_model_refuses_is_invalid_not_a_refused_constraint():
     """pp 4 on a synthetic model of 2 stages is refused by the run: the point goes through the constraint to be
-    `invalid` with the run's pp error, as without the constraint; the constraint was refused as if dp did not
-    divide the GPUs."""
+    `invalid` with the run's pp error, as without the constraint, not a constraint refused as if dp did not divide
+    the GPUs."""
     from simulator import simulate
 
     text = """

@@ -166,8 +166,8 @@ def _other_mirrors(known: CollectiveOp, translate: CollectiveOp, plans) -> Colle
 
 
 def _other_algorithm(known: CollectiveOp, translate: CollectiveOp, plans) -> CollectiveOp:
-    """The known op said to resolve to `tree` over the translate's group, its plan there made before (the
-    routes of a tree plan would tell it apart on their own)."""
+    """The known op made to resolve to `tree` over the translate's group, its plan there made beforehand (the routes of
+    a tree plan would tell it apart on their own)."""
     plans.phases(known, translate.group)
     resolved = plans.resolved_algorithm
     plans.resolved_algorithm = lambda op, group: "tree" if group == translate.group else resolved(op, group)

@@ -661,8 +661,8 @@ def test_links_added_in_bulk_wire_as_one_by_one():
 
 
 def test_cli_draw_into_a_new_folder_and_refuse_a_large_one_on_the_command_line(tmp_path, capsys):
-    """`topo draw -o new/t.png` failed with status 1 (No such file or directory) where `plot` creates the
-    folder; a topology too large to draw was located at '<input>'."""
+    """`topo draw -o new/t.png` creates the folder, as `plot` does (no status 1, No such file or directory); a topology
+    too large to draw is located on the command line, not at '<input>'."""
     assert main(["topo", "draw", "dgx-h100", "-o", str(tmp_path / "new" / "t.png")]) == 0
     assert (tmp_path / "new" / "t.png").read_bytes()[:4] == b"\x89PNG"
     capsys.readouterr()
@@ -741,6 +741,6 @@ def test_topo_describe_of_a_scenario_names_its_topology_file_as_typed_from_the_w
 
 
 def test_topo_describe_of_a_bundled_scenarios_name_says_it_is_a_scenario(capsys):
-    """A bundled scenario's name was answered as an unknown topology, with the list of topologies."""
+    """A bundled scenario's name is answered as a scenario, not as an unknown topology with the list of topologies."""
     assert main(["topo", "describe", "llama3-8b-dgx-h100-dp8"]) == 2
     assert "TOPOLOGY: a scenario, not a topology: its cluster is the topology dgx-h100 (" in capsys.readouterr().err

@@ -121,9 +121,9 @@ def test_a_gemm_launched_by_a_linear_after_its_addmm_ended_warns_of_nothing_lost
 
 
 def test_a_matrix_multiply_that_launched_nothing_ran_on_the_cpu_and_lost_no_shape(tmp_path):
-    """An fp32 aten::mm of CPU tensors (a data loader's, a metric's) launches no kernel by design, and Kineto records
-    no tensor's device: it was warned of as a shape that reached no GEMM kernel. One during which its thread
-    launched nothing on the GPU is not; one that launched a kernel not known for a GEMM still is."""
+    """An fp32 aten::mm of CPU tensors (a data loader's, a metric's) launches no kernel by design, and Kineto records no
+    tensor's device: one during which its thread launched nothing on the GPU is not warned of as a shape that reached
+    no GEMM kernel; one that launched a kernel not known for a GEMM is."""
     trace = Trace()
     trace.op("aten::mm", 50, 30, BF16_DIMS, ["float", "float"])
     trace.op("aten::mm", 100, 50, BF16_DIMS)
@@ -143,8 +143,8 @@ def test_a_matrix_multiply_that_launched_nothing_ran_on_the_cpu_and_lost_no_shap
     "Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1",
     "triton_tem_fused_mm_0", "triton_tem_fused_addmm_relu_3"])
 def test_tensile_and_triton_template_gemms_are_matrix_multiplies_and_take_their_shape(tmp_path, name):
-    """rocBLAS / hipBLASLt's Tensile kernels and Inductor's GEMM templates were not GEMMs (a template was
-    elementwise, by 'triton'): the mm's shape reached no kernel, nothing was re-costed and nothing said so."""
+    """rocBLAS / hipBLASLt's Tensile kernels and Inductor's GEMM templates are GEMMs (a template is not elementwise for
+    its 'triton'): the mm's shape reaches its kernel, which is re-costed."""
     trace = Trace()
     trace.op("aten::mm", 100, 50, BF16_DIMS)
     trace.kernel(name, 120, 180)
@@ -212,8 +212,8 @@ def test_flashattention3s_memory_streaming_helpers_are_not_attention(name):
     ("aten::addmm", [[N], [M, K], [K, N], [], []], (1, M, N, K)),
 ])
 def test_every_addmm_is_a_matrix_multiply(name, dims, shape):
-    """aten::_addmm_activation (a linear with GELU or ReLU fused in cuBLASLt's epilogue) and the in-place
-    aten::addmm_ had no shape: their GEMM kernels were neither re-costed nor counted in the FLOPs."""
+    """aten::_addmm_activation (a linear with GELU or ReLU fused in cuBLASLt's epilogue) and the in-place aten::addmm_
+    carry their shape: their GEMM kernels are re-costed and counted in the FLOPs."""
     assert gemm_shape(name, dims) == shape
 
 
@@ -280,7 +280,7 @@ def test_autocasts_copies_inside_a_linear_keep_their_traced_time(tmp_path):
 
 
 def test_recost_gemms_on_a_trace_without_shapes_says_why_nothing_is_recosted(tmp_path):
-    """A trace recorded without record_shapes=True re-costed no GEMM and said nothing."""
+    """A trace recorded without record_shapes=True re-costs no GEMM, and says why."""
     trace = Trace()
     trace.op("aten::mm", 100, 50)
     trace.kernel(GEMM_KERNEL, 120, 180)

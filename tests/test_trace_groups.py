@@ -47,9 +47,9 @@ ONLY_DEFAULT = TWO_GROUPS[:1]
 
 @pytest.mark.parametrize("receiver_metadata", [[], TWO_GROUPS], ids=["no-metadata", "two-groups"])
 def test_a_receive_that_names_no_group_pairs_with_the_send_that_names_one(tmp_path, receiver_metadata):
-    """Rank 0's send of 1 MiB names group '3' (pg_name); rank 1's receive names none, and its metadata lists no
-    group or two, so its own trace leaves the group open. Both ends are one communicator: the transfer runs in
-    the closed form between the two hosts. It was refused: rank 1 had '0 matching receives' in group '3'."""
+    """Rank 0's send of 1 MiB names group '3' (pg_name); rank 1's receive names none, and its metadata lists no group or
+    two, so its own trace leaves the group open. Both ends are one communicator: the transfer runs in the closed form
+    between the two hosts, not refused for '0 matching receives' in group '3'."""
     text = two_host_chakra_job(tmp_path, {
         0: [metadata(TWO_GROUPS), p2p_node(1, "send", 1, MIB, group="3")],
         1: [*([metadata(receiver_metadata)] if receiver_metadata else []), p2p_node(1, "recv", 0, MIB)]})
@@ -74,10 +74,9 @@ def test_a_group_named_by_the_other_end_prevails_over_the_metadata_s_only_group_
 
 
 def test_the_ends_taken_in_a_group_the_other_ends_name_are_one_warning_per_file_and_groups(tmp_path):
-    """Rank 0 sends 1 MiB three times in group '3', each after the one before; rank 1's receives name none and
-    its metadata lists only '0'. The three receives are taken in '3' (three closed-form transfers in a row) and
-    one warning counts them, citing the first (it was one warning per receive, each citing rank 0's first
-    send)."""
+    """Rank 0 sends 1 MiB three times in group '3', each after the one before; rank 1's receives name none and its
+    metadata lists only '0'. The three receives are taken in '3' (three closed-form transfers in a row) and one
+    warning counts them, citing the first, not one warning per receive."""
     sends = [p2p_node(node, "send", 1, MIB, group="3", deps=(node - 1,) if node > 1 else ()) for node in (1, 2, 3)]
     receives = [p2p_node(node, "recv", 0, MIB, deps=(node - 1,) if node > 1 else ()) for node in (1, 2, 3)]
     text = two_host_chakra_job(tmp_path, {0: [metadata(TWO_GROUPS), *sends], 1: [metadata(ONLY_DEFAULT), *receives]})
@@ -178,11 +177,11 @@ def test_collectives_in_traces_that_name_no_group_run_in_one_group_of_their_rank
 @pytest.mark.parametrize("descriptions", [("default_pg", "default_pg"), ("default_pg", "undefined")],
                          ids=["alike", "different"])
 def test_a_kineto_collective_without_a_group_name_is_not_named_by_its_description(tmp_path, descriptions):
-    """The bundled two-rank Kineto all-reduce without `Process Group Name`: its `Process Group Description` was
-    taken as the group's name, so ranks describing it differently were refused for a collective of group
-    'default_pg' missing on rank 1. Descriptions repeat across groups, so they name none: described alike, the
-    all-reduces are one group of the two ranks (its 32 MiB per GPU of DP, as with the name) with a warning;
-    described differently, refused at rank 1's event, naming both descriptions."""
+    """The bundled two-rank Kineto all-reduce without `Process Group Name`: its `Process Group Description` is not taken
+    as the group's name (descriptions repeat across groups, so they name none; ranks describing it differently would
+    be refused for a collective of group 'default_pg' missing on rank 1): described alike, the all-reduces are one
+    group of the two ranks (its 32 MiB per GPU of DP, as with the name) with a warning; described differently,
+    refused at rank 1's event, naming both descriptions."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     for rank, description in enumerate(descriptions):
         comms_args(traces, rank, **{"Process Group Name": None, "Process Group Description": description})
@@ -204,10 +203,9 @@ def test_a_kineto_collective_without_a_group_name_is_not_named_by_its_descriptio
 
 
 def test_a_kineto_collective_without_a_group_name_takes_the_only_group_of_pg_config(tmp_path):
-    """The bundled two-rank Kineto all-reduce without `Process Group Name`, each rank's `pg_config` listing one
-    group, '0' of ranks 0 and 1: as a Chakra node without pg_name beside metadata of one group, the all-reduce
-    is in that group (its 32 MiB per GPU of DP, matched in group '0'), without a warning. It was refused: the
-    collective named no group while the traces named '0'."""
+    """The bundled two-rank Kineto all-reduce without `Process Group Name`, each rank's `pg_config` listing one group,
+    '0' of ranks 0 and 1: as a Chakra node without pg_name beside metadata of one group, the all-reduce is in that
+    group (its 32 MiB per GPU of DP, matched in group '0'), without a warning, not refused for naming no group."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     for rank in (0, 1):
         comms_args(traces, rank, **{"Process Group Name": None, "Process Group Description": None,

@@ -90,7 +90,8 @@ def test_model_flops_per_token_follows_the_convention_of_a_presets_mfu():
 
 
 def test_replicating_the_one_traced_rank_is_refused_in_the_singular():
-    """`--set workload.dp=8` on the one-rank H200 step was refused with 'its 1 ranks are TP 1 x CP 1 x PP 1'."""
+    """`--set workload.dp=8` on the one-rank H200 step is refused in the singular ('its 1 rank is ...', not 'its 1 ranks
+    are TP 1 x CP 1 x PP 1')."""
     from simulator.errors import ScenarioError
 
     with pytest.raises(ScenarioError) as refused:
@@ -100,8 +101,8 @@ def test_replicating_the_one_traced_rank_is_refused_in_the_singular():
 
 @cache
 def moved_to_h100(traced_gpu: str, trace: str = ""):
-    """The bundled scenario on one H100 SXM, its trace said to be taken on ``traced_gpu`` (and read from
-    ``trace`` where given)."""
+    """The bundled scenario on one H100 SXM, its trace stated as taken on ``traced_gpu`` (and read from ``trace`` where
+    given)."""
     text = SCENARIO.read_text().replace("gpu_model: h200", "gpu_model: h100-sxm") + f"  traced_gpu: {traced_gpu}\n"
     if trace:
         text = text.replace("traces/h200-step/rank0.json.gz", trace)
@@ -346,10 +347,10 @@ def test_a_replay_on_the_traced_gpu_is_unchanged_by_naming_it():
 
 
 def test_a_trace_replayed_on_another_gpu_without_traced_gpu_warns_naming_the_gpu_it_ran_on():
-    """The bundled trace's header names its GPU (`deviceProperties: [{'name': 'NVIDIA H200', ...}]`). Replayed on
-    an H100 SXM without `traced_gpu` it kept the H200's kernel times (16.23 ms, where moved it takes 20.22 ms)
-    under the H100's name, without a word. It warns at that field, naming the GPU and the setting that moves the
-    kernels; nothing is said on an H200 or with `traced_gpu` given."""
+    """The bundled trace's header names its GPU (`deviceProperties: [{'name': 'NVIDIA H200', ...}]`). Replayed on an
+    H100 SXM without `traced_gpu` it keeps the H200's kernel times (16.23 ms, where moved it takes 20.22 ms) under
+    the H100's name: it warns at that field, naming the GPU and the setting that moves the kernels; nothing is said
+    on an H200 or with `traced_gpu` given."""
     text = SCENARIO.read_text()
     on_h100 = simulate(scenario_from_text(text, source=str(SCENARIO), overrides=["cluster.gpu_model=h100-sxm"]))
     assert [warning for warning in on_h100.summary["warnings"] if "deviceProperties" in warning] == [

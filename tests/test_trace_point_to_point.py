@@ -89,10 +89,10 @@ def without_pg_name(nodes: list[dict]) -> list[dict]:
 
 
 def test_a_chakra_transfer_without_pg_name_takes_the_group_its_launching_record_param_comms_names(tmp_path):
-    """The record_param_comms node that launched each send and receive records its group's (name, description)
-    before the peer's rank in the group: group '2' of ranks [1, 2, 3], so rank 1 sends to rank 2, which sends on
-    to rank 3, as where the nodes name the group (test_traces): two 32 MiB transfers one after the other, each
-    the closed form between two hosts. The nodes without pg_name were refused."""
+    """The record_param_comms node that launched each send and receive records its group's (name, description) before
+    the peer's rank in the group: group '2' of ranks [1, 2, 3], so rank 1 sends to rank 2, which sends on to rank 3,
+    as where the nodes name the group (test_traces): two 32 MiB transfers one after the other, each the closed form
+    between two hosts; the nodes without pg_name are not refused."""
     text = p2p_job(tmp_path, {0: [{"id": 2, "name": "idle", "type": "COMP_NODE", "durationMicros": 10}],
                               1: without_pg_name(launched("send", "2", 1, 2, [])),
                               2: without_pg_name([*launched("recv", "2", 0, 2, []), *launched("send", "2", 2, 4, [3])]),
@@ -120,9 +120,9 @@ def two_rank_job(folder: Path, groups: list[dict]) -> str:
 
 
 def test_a_chakra_transfer_without_pg_name_in_a_job_of_one_process_group_is_in_that_group(tmp_path):
-    """The process-group metadata of a two-rank job lists its default group alone, so the transfer is in it and
-    its peer is the group's other rank: rank 0 to rank 1, the closed form between two hosts, then rank 1's
-    100 us. It was refused for the missing pg_name."""
+    """The process-group metadata of a two-rank job lists its default group alone, so the transfer is in it and its peer
+    is the group's other rank: rank 0 to rank 1, the closed form between two hosts, then rank 1's 100 us; a missing
+    pg_name is no refusal."""
     text = two_rank_job(tmp_path, [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 2}])
     _, result = run(text, tmp_path)
     flows = result.timeline[result.timeline["kind"] == "flow"]

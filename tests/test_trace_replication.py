@@ -286,14 +286,14 @@ CROSSING = "a copy's own traffic folds only inside NVLink domains"
     (8, 6, "topology: dgx-h100-cluster, nodes: 6, leaf_ports: 3",
      f"the traced job's transfer from rank 6 to rank 8 crosses the network (GPUs 6, 8): {CROSSING}")])
 def test_copies_whose_own_traffic_meets_the_cluster_unlike_unfold(tmp_path, stages, dp, cluster, reason):
-    """DP 2 x PP 3 (six ranks) at dp 4 on DGX H100s: copy 1 straddles two hosts and hands stage 0 on over the
-    NICs where the traced ranks use NVLink; so at dp 8 on three hosts on the analytic model (folded regardless,
-    0.3070 ms against 0.2574 ms unfolded). On one PCIe host of 12 GPUs, 4 per switch, at dp 4 copy 1's hand-off
-    from GPU 6 to GPU 8 crosses two switches where the traced one from GPU 0 to GPU 2 stays under one (folded
-    regardless, 0.9376 ms against 0.8096 ms). DP 2 x PP 8 (two hosts per copy) at dp 6 on leaf groups of three
-    hosts: every copy hands on across the spines, copy 1 into another leaf group, where the other copies'
-    gradient rings slow it (folded regardless, 0.7967 ms against 1.0347 ms). All unfold, naming the transfer,
-    and the fold given up says why (it said 'ranks of a stage do different work')."""
+    """DP 2 x PP 3 (six ranks) at dp 4 on DGX H100s: copy 1 straddles two hosts and hands stage 0 on over the NICs where
+    the traced ranks use NVLink; so at dp 8 on three hosts on the analytic model (folded regardless, 0.3070 ms
+    against 0.2574 ms unfolded). On one PCIe host of 12 GPUs, 4 per switch, at dp 4 copy 1's hand-off from GPU 6 to
+    GPU 8 crosses two switches where the traced one from GPU 0 to GPU 2 stays under one (folded regardless, 0.9376 ms
+    against 0.8096 ms). DP 2 x PP 8 (two hosts per copy) at dp 6 on leaf groups of three hosts: every copy hands on
+    across the spines, copy 1 into another leaf group, where the other copies' gradient rings slow it (folded
+    regardless, 0.7967 ms against 1.0347 ms). All unfold, naming the transfer, and the fold given up says why (not
+    'ranks of a stage do different work')."""
     dp_pp_job(tmp_path, stages)
     knobs = f"traced_tp: 1, traced_pp: {stages}"
     _, folded = run(scenario(tmp_path, knobs, dp, cluster), tmp_path)
@@ -411,10 +411,9 @@ def test_an_uneven_all_to_all_is_copied_with_its_shares(tmp_path):
 
 
 def test_equal_split_sizes_replicate_as_an_even_all_to_all(tmp_path):
-    """PyTorch's list-form all_to_all records one split per tensor, equal or not: at dp 8 the EP 2 inside DP 4
-    job is copied twice, and the all-to-all of 8 MiB in equal halves replicates as the even one does, each copy
-    keeping its EP pairs (1/2 x 8 = 4 MiB of EP per GPU), with the same step time (it was refused for listing
-    splits)."""
+    """PyTorch's list-form all_to_all records one split per tensor, equal or not: at dp 8 the EP 2 inside DP 4 job is
+    copied twice, and the all-to-all of 8 MiB in equal halves replicates as the even one does, each copy keeping its
+    EP pairs (1/2 x 8 = 4 MiB of EP per GPU), with the same step time, not refused for listing splits."""
     halves = {rank: ("[2097152, 2097152]",) * 2 for rank in (0, 1)}
     results = []
     for name, splits in (("split", halves), ("even", EVEN)):
@@ -466,11 +465,11 @@ def test_an_expert_group_over_every_data_parallel_place_is_refused_beyond_the_tr
 
 
 def test_strided_groups_that_nothing_in_the_trace_explains_are_refused(tmp_path):
-    """TP 2 x DP 2 whose trace records no TP groups (Transformer Engine's userbuffers), its DP groups [0, 2] and
-    [1, 3] numbered: the layout reads TP 1 and DP 4, the groups every 2nd place, which no group over every place
-    or over blocks of 2 explains. Refused at every dp, naming traced_tp (dp 2 was refused as 'not a multiple of
-    4', dp 4 ran the trace itself where a TP 2 x DP 2 job at DP 4 is two copies); with traced_tp: 2, dp 4 runs
-    two copies on 8 GPUs."""
+    """TP 2 x DP 2 whose trace records no TP groups (Transformer Engine's userbuffers), its DP groups [0, 2] and [1, 3]
+    numbered: the layout reads TP 1 and DP 4, the groups every 2nd place, which no group over every place or over
+    blocks of 2 explains. Refused at every dp, naming traced_tp (not 'not a multiple of 4' at dp 2, nor the trace
+    itself run at dp 4, where a TP 2 x DP 2 job at DP 4 is two copies); with traced_tp: 2, dp 4 runs two copies on 8
+    GPUs."""
     chakra_job(tmp_path, {"a": [0, 2], "b": [1, 3]}, {rank: [("all_reduce", "ab"[rank % 2], 4 * MIB)]
                                                       for rank in range(4)})
     cluster = "topology: dgx-h100-cluster, nodes: 2"

@@ -599,10 +599,10 @@ def test_a_file_stating_the_process_groups_beside_one_that_does_not_agrees_with_
 
 
 def test_the_process_groups_the_profiler_states_give_members_and_descriptions(tmp_path):
-    """distributedInfo.pg_config lists every group with all its ranks and its description. A 64-rank group of a
-    128-rank job whose ranks follow no stride, shortened in the kernel's args, was refused (the ranks left out
-    unknown); its description only there (not in the kernel's args) was not read, so its all-reduce counted as
-    DP. Rank 0 alone: the ring of 64 sends 2 (p-1)/p n per GPU, as TP."""
+    """distributedInfo.pg_config lists every group with all its ranks and its description: a 64-rank group of a 128-rank
+    job whose ranks follow no stride, shortened in the kernel's args, takes its members from there (not refused, the
+    ranks left out unknown), and its description there (not in the kernel's args) names its dimension (not counted as
+    DP). Rank 0 alone: the ring of 64 sends 2 (p-1)/p n per GPU, as TP."""
     ranks = [*range(0, 58, 2), 57, *range(60, 128, 2)]
     assert len(ranks) == 64
     traces = copy_traces(KINETO_2RANK, tmp_path)
@@ -1122,12 +1122,11 @@ IDLE = {"id": 2, "name": "idle", "type": "COMP_NODE", "durationMicros": 10}
 
 
 def test_chakra_sends_and_receives_without_peers_take_them_from_their_launching_record_param_comms(tmp_path):
-    """Chakra's converter writes no comm_dst / comm_src on the send and receive nodes it makes from a PyTorch
-    execution trace (they were refused for the missing peer), but keeps the record_param_comms op that launched
-    each, whose inputs hold the peer's rank in the group (ProcessGroupNCCL::send passes its destination there):
-    over pipeline group [1, 2, 3], rank 1 sends to group rank 1 (rank 2), which receives from group rank 0 (rank
-    1) and then sends to group rank 2 (rank 3). The step is the two 32 MiB transfers one after the other, each
-    the closed form between two hosts; rank 0 idles 10 us."""
+    """Chakra's converter writes no comm_dst / comm_src on the send and receive nodes it makes from a PyTorch execution
+    trace, but keeps the record_param_comms op that launched each, whose inputs hold the peer's rank in the group
+    (ProcessGroupNCCL::send passes its destination there): over pipeline group [1, 2, 3], rank 1 sends to group rank
+    1 (rank 2), which receives from group rank 0 (rank 1) and then sends to group rank 2 (rank 3). The step is the
+    two 32 MiB transfers one after the other, each the closed form between two hosts; rank 0 idles 10 us."""
     text = p2p_job(tmp_path, {0: [IDLE], 1: launched("send", "2", 1, 2, []),
                               2: [*launched("recv", "2", 0, 2, []), *launched("send", "2", 2, 4, [3])],
                               3: launched("recv", "2", 1, 2, [])})
@@ -1219,10 +1218,10 @@ def test_transfers_match_in_order_whatever_their_tags(tmp_path):
 
 
 def test_transfers_match_per_process_group(tmp_path):
-    """Rank 0 sends 1 MiB in group a, then 2 MiB in group b; rank 1 receives b's 2 MiB, then a's 1 MiB. Each
-    group is its own communicator, so each send meets its group's receive (matched by order alone they disagreed
-    on the size and were refused): b's transfer runs at once, and a's, whose send is not held back by b's (another
-    stream), when rank 1 receives it after b's."""
+    """Rank 0 sends 1 MiB in group a, then 2 MiB in group b; rank 1 receives b's 2 MiB, then a's 1 MiB. Each group is
+    its own communicator, so each send meets its group's receive (matched by order alone they would disagree on the
+    size): b's transfer runs at once, and a's, whose send is not held back by b's (another stream), when rank 1
+    receives it after b's."""
     text = two_host_chakra_job(tmp_path, {
         0: [p2p_node(1, "send", 1, MIB, group="a"), p2p_node(2, "send", 1, 2 * MIB, group="b")],
         1: [p2p_node(1, "recv", 0, 2 * MIB, group="b"), p2p_node(2, "recv", 0, MIB, group="a", deps=(1,))]})
@@ -1472,7 +1471,7 @@ def test_a_chakra_duration_beyond_a_day_is_refused_at_its_node(tmp_path):
 
 @pytest.mark.parametrize("dtype,element", [("Float8_e4m3fnuz", 1), ("Short", 2), ("ComplexFloat", 8)])
 def test_every_pytorch_scalar_type_of_a_collective_has_its_size(tmp_path, dtype, element):
-    """AMD's fp8 (fnuz), int16 and complex all-reduces were refused as an unknown data type."""
+    """AMD's fp8 (fnuz), int16 and complex all-reduces have their element sizes, not refused as an unknown data type."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     for rank in (0, 1):
         comms_args(traces, rank, dtype=dtype)
@@ -1555,8 +1554,8 @@ def test_an_unsupported_chakra_collective_lists_the_types_by_name(tmp_path):
 ])
 def test_pytorch_collective_names_outside_the_common_ones_replay(tmp_path, collective, kernel, primitive):
     """ProcessGroupNCCL's `_broadcast_oop` / `_reduce_oop` (an all-gather / reduce-scatter of uneven sizes),
-    `all_gather_into_tensor_coalesced` and `coalesced` were refused as collectives trainsim does not model,
-    though they loaded before the names were checked: each replays as its kernel's collective."""
+    `all_gather_into_tensor_coalesced` and `coalesced` replay as their kernels' collectives, not refused as
+    collectives trainsim does not model."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     for rank in (0, 1):
         comms_args(traces, rank, **{"Collective name": collective})
@@ -2166,9 +2165,8 @@ def test_even_all_to_alls_of_different_sizes_are_refused_as_other_collectives_ar
 
 
 def test_a_cp_trace_of_two_ranks_has_no_data_parallelism_to_replicate(tmp_path):
-    """A CP 2 trace of the two ranks has no data parallelism, and `dp: 4` is refused (it was spread over four
-    ranks, 6 MiB of CP per GPU, as if its CP group were the gradients'). Split lists replicated:
-    tests/test_trace_replication.py."""
+    """A CP 2 trace of the two ranks has no data parallelism, and `dp: 4` is refused, not spread over four ranks (6 MiB
+    of CP per GPU, as if its CP group were the gradients'). Split lists replicated: tests/test_trace_replication.py."""
     halves = {rank: ("[2097152, 2097152]",) * 2 for rank in (0, 1)}
     text = all_to_all_2rank(tmp_path / "cp", halves).replace(
         "format: kineto", "format: kineto, traced_cp: 2, traced_ep: 1, dp: 4").replace("nodes: 2", "nodes: 4")

@@ -74,7 +74,8 @@ def test_a_case_outside_its_tolerance_says_so_on_its_line_and_in_a_last_line(mon
 
 
 def test_an_unknown_case_is_refused_naming_the_cases(capsys):
-    """--case with a name no case file has ran nothing, printed nothing and exited 0, as if it had passed."""
+    """--case with a name no case file has is refused naming the cases, not run as nothing and exit 0, as if it had
+    passed."""
     assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr",
                  "--case", "nccl-sendrecv"]) == 2
     captured = capsys.readouterr()
@@ -85,8 +86,8 @@ def test_an_unknown_case_is_refused_naming_the_cases(capsys):
 
 
 def test_a_case_with_no_published_section_is_refused_at_its_file(tmp_path, capsys):
-    """A case file with no published section was refused as 'error: <input>: published: ...', the placeholder of
-    an unknown file where run_case knows the path."""
+    """A case file with no published section is refused at its path, which run_case knows, not as 'error: <input>:
+    published: ...', the placeholder of an unknown file."""
     case = tmp_path / "no_figure.yaml"
     case.write_text((FOLDER.parent / "llama3-8b-dgx-h100-dp8.yaml").read_text())
     assert main(["validate-published", "--folder", str(tmp_path), "--case", "no_figure"]) == 2
@@ -123,8 +124,8 @@ def test_validate_published_takes_workers_and_its_old_name_jobs_with_a_note(monk
 
 
 def test_the_bundled_cases_are_found_from_any_working_folder(tmp_path, monkeypatch, capsys):
-    """The default --folder was scenarios/published under the working folder: from anywhere but the repository's
-    root, `trainsim validate-published` answered "no scenarios in scenarios/published"."""
+    """The default --folder is the bundled scenarios/published, found from any working folder, not only from the
+    repository's root ("no scenarios in scenarios/published")."""
     monkeypatch.chdir(tmp_path)
     assert main(["validate-published", "--case", "nccl-sendrecv-ndr"]) == 0
     assert "nccl-sendrecv-ndr: busbw GB/s: published 47, simulated 47.0" in capsys.readouterr().out
@@ -164,10 +165,10 @@ FOLDINGS = {
 
 
 def test_the_report_says_how_each_case_was_simulated(monkeypatch):
-    """docs/validation.md did not show which cases were folded exactly, which stood folded though not exact (the
-    SC21 1T, 310.1B and 529.6B rows: `fold_not_exact`, with how far apart an instance's copies ended at most) and
-    which ran unfolded: "Where the time goes" says so from each case's summary (these are made up, not run: the
-    cases take minutes)."""
+    """docs/validation.md shows which cases were folded exactly, which stood folded though not exact (the SC21 1T,
+    310.1B and 529.6B rows: `fold_not_exact`, with how far apart an instance's copies ended at most) and which ran
+    unfolded: "Where the time goes" says so from each case's summary (these are made up, not run: the cases take
+    minutes)."""
     import simulator
 
     monkeypatch.setattr(simulator, "simulate", lambda loaded: SimpleNamespace(

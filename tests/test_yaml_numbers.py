@@ -95,7 +95,8 @@ def test_a_separated_number_in_a_flow_list_of_a_sweep_says_yaml_splits_it():
      "the {...}, or 4,096 on a line of its own)"),
 ])
 def test_a_separated_number_in_a_set_flow_value_is_refused_at_the_override(override, error, capsys):
-    """`--set parallelism.dp=[1,024]` said 'got [1, 24]', `--set 'training={seq_len: 4,096, ...}'` 'training.96:
-    unknown key '96''."""
+    """A number with thousands separators in a --set flow value is refused at the override, not read as `--set
+    parallelism.dp=[1,024]`'s 'got [1, 24]' or `--set 'training={seq_len: 4,096, ...}'`'s 'training.96: unknown key
+    '96''."""
     assert main(["validate", BUNDLED, "--set", override]) == 2
     assert capsys.readouterr().err == f"error: command line: trainsim validate: --set {override}: {error}\n"
