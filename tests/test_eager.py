@@ -436,9 +436,8 @@ def test_a_gated_eager_layer_also_keeps_silus_output():
 
 def test_an_eager_out_of_memory_offers_what_eager_accepts():
     """Eager refuses ZeRO, TP and CP, so its out-of-memory remedies, each built through the loader, are a smaller
-    micro-batch, pipelining, full recompute and FSDP's full_shard (modelled under eager since it was told
-    'kernels: fused with ZeRO/FSDP'; it was told to try ZeRO/FSDP and more tp before that), the most saving
-    first."""
+    micro-batch, pipelining, full recompute and FSDP's full_shard (modelled under eager as 'kernels: fused with
+    ZeRO/FSDP'), the most saving first, never ZeRO/FSDP in general or more tp."""
     overrides = ["training.micro_batch=80", "training.global_batch=640"]
     summary = ddp_run(*overrides)
     loaded = scenario_from_text(DDP, source="ddp.yaml", overrides=overrides)

@@ -518,11 +518,10 @@ def test_expert_optimizer_state_is_sharded_over_tp_when_dp_and_cp_are_one(run_ya
 
 
 def test_a_huge_micro_batch_routes_a_bounded_sample_scaled_to_all_its_tokens(monkeypatch):
-    """A billion tokens per rank drew Gumbel keys for hours (`training.seq_len: 1e9` on Mixtral ran past two
-    minutes). A rank draws at most MAX_ROUTING_KEYS // experts tokens and scales the counts: with a budget of
-    8 x 512 keys over 8 experts, 512 tokens are drawn and the counts are exactly (10,000 / 512) x that draw's,
-    summing to 10,000 tokens x top 2 per rank. At or below the budget nothing is scaled: the draw is the full
-    sample (the same generator state gives the same counts)."""
+    """A billion tokens per rank would draw Gumbel keys for hours: a rank draws at most MAX_ROUTING_KEYS // experts
+    tokens and scales the counts: with a budget of 8 x 512 keys over 8 experts, 512 tokens are drawn and the counts
+    are exactly (10,000 / 512) x that draw's, summing to 10,000 tokens x top 2 per rank. At or below the budget
+    nothing is scaled: the draw is the full sample (the same generator state gives the same counts)."""
     import simulator.workload.routing as routing
 
     monkeypatch.setattr(routing, "MAX_ROUTING_KEYS", 8 * 512)

@@ -94,8 +94,8 @@ def test_analytic_pushes_and_pulls_share_the_worker_and_server_nics(run_yaml, se
 
 
 def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(run_yaml):
-    """A parameter-server step has no pipeline: its workers' waits for the servers are exposed DP communication
-    (the largest loss here), and its bubble is 0 (it was the workers' idle share, 0.69 on the bundled scenario)."""
+    """A parameter-server step has no pipeline: its workers' waits for the servers are exposed DP communication (the
+    largest loss here), and its bubble is 0, not the workers' idle share (0.69 on the bundled scenario)."""
     summary = run_yaml(scenario()).summary
     bottleneck = summary["bottleneck"]
     assert summary["bubble_fraction"] == bottleneck["evidence"]["bubble_fraction"] == 0.0
@@ -108,12 +108,12 @@ def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(r
 
 
 def test_rates_count_every_gpu_of_the_run_and_waiting_times_only_the_workers(run_yaml):
-    """4 workers and 1 server GPU, 4 sync iterations. Per-GPU rates divide by the 5 GPUs the run holds: the
-    server trains nothing, and charging it is what a comparison with an all-reduce on the same cluster needs.
-    MFU: tokens (4 workers x 8 micro-batches x 1,024 x 4 iterations) x model FLOPs per token / 5 / T / peak;
-    traffic: 2 x 4 x P per iteration (pushes and pulls) / 5. Communication times and losses are means over the
-    4 workers, whose waits they are (each worker's pushes and pulls, nothing overlapping them); the server's
-    transfers, 4 of each per iteration, raised exposed DP by 4.6% when it was averaged in (0.395 s, not 0.377)."""
+    """4 workers and 1 server GPU, 4 sync iterations. Per-GPU rates divide by the 5 GPUs the run holds: the server
+    trains nothing, and charging it is what a comparison with an all-reduce on the same cluster needs. MFU: tokens (4
+    workers x 8 micro-batches x 1,024 x 4 iterations) x model FLOPs per token / 5 / T / peak; traffic: 2 x 4 x P per
+    iteration (pushes and pulls) / 5. Communication times and losses are means over the 4 workers, whose waits they
+    are (each worker's pushes and pulls, nothing overlapping them); averaging in the server's transfers, 4 of each
+    per iteration, would raise exposed DP by 4.6% (0.395 s, not 0.377)."""
     from simulator.workload.training import model_flops_per_token, resolve_model
 
     result = run_yaml(scenario())

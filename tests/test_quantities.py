@@ -13,7 +13,7 @@ DURATIONS = "(allowed: ns, us, ms, s, min, h, d)"
 
 
 def test_thousands_separators_read_as_trainsim_prints_them():
-    """'1,800 s' is 1,800 s (it was read as 1 with the unit ',800 s'), as rates already took '16,384'."""
+    """'1,800 s' is 1,800 s, not 1 with the unit ',800 s', as rates take '16,384'."""
     assert parse_duration("1,800 s") == 1800.0
     assert parse_duration("1,234,567.5 ms") == 1234.5675
     assert parse_size("1,024 MiB") == 2.0**30

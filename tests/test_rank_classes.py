@@ -448,7 +448,7 @@ def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the
 def test_a_classed_steps_route_refolds_class_the_stage_fold_it_was_classed_from():
     """A step classed by NVLink loads keeps the stage fold it was classed from, with its indexes, so that its route
     refolds (`route_steps`) class that fold's ranks without building it or ordering its collectives again (the
-    DeepSeek-V3-style DualPipeV step at global batch 2048 built its 36,377-op stage fold twice); dropped, the
+    DeepSeek-V3-style DualPipeV step at global batch 2048 would build its 36,377-op stage fold twice); dropped, the
     stage fold is built again, and the refolds drawn are the same."""
     loaded = scenario_from_text(CP_FABRIC_TEMPLATE, "inline.yaml", [
         "cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",

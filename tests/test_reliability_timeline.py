@@ -688,12 +688,12 @@ def test_a_synthetic_job_keeping_its_global_batch_runs_twice_the_micro_batches_a
 
 
 def test_a_failure_during_a_regrows_write_loses_it_and_restarts_with_detection(job_with):
-    """The on_repair job above loses host 0 at 1 h (back at 3 h): it runs on 3 replicas from 1 h + d + L3. At 3 h
-    it stops to regrow, and host 2 fails 0.1 s into the checkpoint write (longer than that on 3 hosts): the
-    write is lost (a checkpoint_lost row, no checkpoint), so is the training since the restart at 1 h, and the
-    restart goes on as a failure's: detection d = 1 min from 3 h + 0.1 s, then the read on the 3 hosts left
-    (host 0 back, host 2 away): one restart row from 3 h, cause failure; one restart taken to regrow that a
-    failure cut short, 0.1 s of it; no regrow, and no restart that regrew (it was counted as one)."""
+    """The on_repair job above loses host 0 at 1 h (back at 3 h): it runs on 3 replicas from 1 h + d + L3. At 3 h it
+    stops to regrow, and host 2 fails 0.1 s into the checkpoint write (longer than that on 3 hosts): the write is
+    lost (a checkpoint_lost row, no checkpoint), so is the training since the restart at 1 h, and the restart goes on
+    as a failure's: detection d = 1 min from 3 h + 0.1 s, then the read on the 3 hosts left (host 0 back, host 2
+    away): one restart row from 3 h, cause failure; one restart taken to regrow that a failure cut short, 0.1 s of
+    it; no regrow, and no restart counted as one that regrew."""
     job = job_with((1 * H, GPU, 0, 2 * H), (3 * H + 0.1, GPU, 16, 100 * H),
                    text=REGROW_JOB.replace("REGROW", "on_repair"))
     summary, events = job.summary, job.events

@@ -162,8 +162,8 @@ parallelism: {tp: 8, sequence_parallel: false}
 
 
 def test_a_step_without_communication_loses_no_compute_seconds_as_a_float(run_yaml):
-    """Nothing to contend with: the loss is 0.0 s, a float as in every other summary (it was the int 0, the
-    sum of no terms)."""
+    """Nothing to contend with: the loss is 0.0 s, a float as in every other summary, not the int 0 of a sum of no
+    terms."""
     lost = run_yaml("cluster: {topology: dgx-h100, gpus: 1}\nmodel: {preset: llama3-8b}\n"
                     "training: {seq_len: 1024, microbatches: 1}\n").summary["sm_contention"]
     assert lost == {"compute_slowdown_s": {}, "total_compute_slowdown_s": 0.0}
