@@ -889,7 +889,8 @@ def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, c
 
 
 def test_a_whole_number_past_its_bound_reads_with_thousands_separators(capsys):
-    """`run.replications=10001` is refused as `10,001 is above 10,000`, with thousands separators as every other figure."""
+    """`run.replications=10001` is refused as `10,001 is above 10,000`, with thousands separators as every other
+    figure."""
     assert main(["validate", "scenarios/trace-job.yaml", "--set", "run.replications=10001"]) == 2
     assert capsys.readouterr().err.endswith(": 10,001 is above 10,000 (allowed: a value <= 10,000)\n")
 
