@@ -527,9 +527,11 @@ def test_nccls_caps_count_nvlink_domains_as_its_nodes(racks, trays, nodes):
     ranks = tuple(range(topology.num_gpus))
     terms = group_terms(CollectiveRequest("all_reduce", ranks, MIB), topology, calibrated(topology.gpu_model))
     channels = nccl_channels(topology, ranks)
-    assert (terms.ll_cap, terms.ll128_caps) == (ll_bus_cap("gb200", nodes), ll128_bus_caps("gb200", nodes, channels))
+    ring_ll128, tree_ll128 = ll128_bus_caps("gb200", nodes, channels)
+    assert (terms.caps.of("ring", "ll"), terms.caps.of("ring", "ll128")) == (ll_bus_cap("gb200", nodes), ring_ll128)
+    assert terms.caps.of("tree", "ll128") <= tree_ll128
     if nodes == 1:
-        assert (terms.ll_cap, terms.ll128_caps[1]) == (282e9, channels * 55.6e9)
+        assert (terms.caps.of("ring", "ll"), tree_ll128) == (282e9, channels * 55.6e9)
 
 
 def test_nccls_ll_caps_by_gpu_and_hosts():
@@ -537,3 +539,17 @@ def test_nccls_ll_caps_by_gpu_and_hosts():
     assert [ll_bus_cap(gpu, hosts) / 1e9 for gpu, hosts in [
         ("a100-80gb", 1), ("a100-80gb", 2), ("a100-80gb", 4), ("h100-sxm", 1), ("h100-sxm", 2), ("h100-sxm", 16),
         ("b200", 1)]] == [87.7, 22.5, 19.0, 141.0, 39.0, 20.4, 282.0]
+
+
+def test_the_tree_is_weighed_no_faster_than_nccls_cap_under_every_protocol():
+    """12 GB200 racks with NVLS off: NCCL's tuner caps the tree all-reduce's busbw at its search's 16 channels x
+    24 GB/s over more than 2 Blackwell nodes (`perChMaxTreeBws`) under every protocol, so 4 GiB weighs the Simple
+    tree at 8.4 us + 2 x 4 GiB / 384 GB/s = 22.38 ms, not the 17.23 ms its plan simulates, and `auto` takes the
+    LL128 ring (19.57 ms) where it took the Simple tree, weighed no faster than the simulation while NCCL's caps
+    applied under LL and LL128 alone."""
+    topology = load_topology("gb200-nvl72", {"racks": 12, "nvls": "none"})
+    efficiency = calibrated(topology.gpu_model)
+    request = CollectiveRequest("all_reduce", tuple(range(topology.num_gpus)), 4 * GIB, chunk_bytes="auto")
+    weighed = estimates(request, topology, efficiency, "simple", algorithms=("tree",))["tree"]
+    assert weighed == pytest.approx(NCCL_SIMPLE_BASE_S + 2 * 4 * GIB / (16 * 24e9), rel=1e-12)
+    assert choose(request, topology, efficiency) == Choice("ring", "ll128")
