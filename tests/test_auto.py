@@ -29,6 +29,7 @@ from simulator.collectives.tuner import (
     nccl_capped,
     nccl_channels,
     terms_estimates,
+    tree_bus_caps,
     tree_passes,
     weighed_group,
 )
@@ -553,3 +554,29 @@ def test_the_tree_is_weighed_no_faster_than_nccls_cap_under_every_protocol():
     weighed = estimates(request, topology, efficiency, "simple", algorithms=("tree",))["tree"]
     assert weighed == pytest.approx(NCCL_SIMPLE_BASE_S + 2 * 4 * GIB / (16 * 24e9), rel=1e-12)
     assert choose(request, topology, efficiency) == Choice("ring", "ll128")
+
+
+def test_the_nvls_tree_is_weighed_no_faster_than_nccls_cap():
+    """16 DGX H100s: NCCL caps the NVLS tree's busbw at its 8 heads a host x 45.5 GB/s over more than 2 Hopper
+    nodes (`perChMaxNVLSTreeBws`), 364 GB/s, so a 64 MiB all-reduce weighs `nvls` at its 192.2 us latency floor
+    plus 2 x 127/128 x 64 MiB / 364 GB/s = 558.0 us, above the 549.2 us of its plan's load, and `auto` takes the
+    LL128 tree (557.6 us) where it took `nvls`."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 16})
+    efficiency = calibrated(topology.gpu_model)
+    request = CollectiveRequest("all_reduce", tuple(range(128)), 64 * MIB, chunk_bytes="auto")
+    weighed = estimates(request, topology, efficiency, algorithms=("nvls",))["nvls"]
+    assert weighed == pytest.approx(25e-6 + 8 * 20.9e-6 + 2 * 127 / 128 * 64 * MIB / 364e9, rel=1e-12)
+    assert choose(request, topology, efficiency) == Choice("tree", "ll128")
+
+
+def test_nccls_tree_caps_by_protocol_and_members_per_node():
+    """`perChMaxTreeBws` in GB/s per channel times the channels under Simple; LL128 no more than 120/128 of it
+    across nodes (7/9 inside one) nor its own cap; LL no more than 1/3.8 of it nor LL's cap; all at 0.85 where a
+    node holds one member (NCCL_TOPO_PATTERN_TREE)."""
+    assert [tuple(round(cap / 1e9, 6) for cap in tree_bus_caps(gpu, nodes, channels, lone, (caps[0] * 1e9,
+                                                                                           caps[1] * 1e9)))
+            for gpu, nodes, channels, lone, caps in [
+                ("gb200", 20, 16, False, (320.0, 282.0)), ("a100-80gb", 2, 8, False, (160.0, 22.5)),
+                ("h100-sxm", 1, 16, False, (1000.0, 1000.0)), ("h100-sxm", 4, 2, True, (80.0, 20.4))]] == [
+        (384.0, 320.0, 101.052632), (188.8, 160.0, 22.5), (619.2, 481.6, 162.947368),
+        (61.2, 57.375, 16.105263)]
