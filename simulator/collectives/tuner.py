@@ -399,7 +399,7 @@ def bus_caps(ranks: tuple[int, ...], topology: Topology, names: tuple[AlgorithmN
     and tree run ``channels`` (ring.py `channel_count`: the channels of NCCL's search, which tuning.cc's
     `graphs[a]->nChannels` counts before init duplicates them): each cap is the busbw NCCL's tuner rates the pair
     at however fast its own model of the links (`ll_bus_cap`; `ll128_bus_caps` on the kernel's channels,
-    `nccl_channels`; `tree_bus_caps` on the search's; `nvls_tree_bus_cap` on the heads)."""
+    `nccl_channels`; `tree_bus_caps` on the search's, across nodes; `nvls_tree_bus_cap` on the heads)."""
     gpu, nodes = topology.gpu_model, nccl_nodes(topology, ranks)
     ll_cap = ll_bus_cap(gpu, nodes)
     ring_ll128, tree_ll128 = ll128_bus_caps(gpu, nodes, nccl_channels(topology, ranks))
@@ -408,8 +408,10 @@ def bus_caps(ranks: tuple[int, ...], topology: Topology, names: tuple[AlgorithmN
     if "nvls" in names and nodes > 1:
         hosts = group_by_domain(ranks, topology)
         nvls_tree = nvls_tree_bus_cap(gpu, nodes, len(nvls.domain_heads(hosts, topology)[0]))
-    return BusCaps((math.inf, ring_ll128, ll_cap), tree_bus_caps(gpu, nodes, channels, lone, (tree_ll128, ll_cap)),
-                   nvls_tree)
+    # inside one node NCCL's tree is a chain (`candidates`), not the tree asked for by name here
+    tree = tree_bus_caps(gpu, nodes, channels, lone, (tree_ll128, ll_cap)) if nodes > 1 else (
+        math.inf, tree_ll128, ll_cap)
+    return BusCaps((math.inf, ring_ll128, ll_cap), tree, nvls_tree)
 
 
 def tree_bus_caps(gpu_model: str, nodes: int, channels: int, lone: bool, caps: tuple[float, float]
