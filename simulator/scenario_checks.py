@@ -28,18 +28,19 @@ is named where the two disagree."""
 @dataclass(frozen=True)
 class BatchConflict:
     """Micro-batches that run another global batch than `training.global_batch` says: ``microbatches`` of
-    ``micro_batch`` sequences on each of ``dp`` replicas, named ``replicas`` (a parameter-server run's are its
-    workers)."""
+    ``micro_batch`` sequences on each of ``dp`` replicas, named ``replicas``, in each ``unit`` (a parameter-server
+    run's replicas are its workers, its unit an iteration)."""
 
     microbatches: int
     micro_batch: int
     dp: int
     global_batch: int
     replicas: str = "dp"
+    unit: str = "a step"
 
     @property
     def sequences(self) -> int:
-        """The sequences a step runs: the global batch the micro-batches make."""
+        """The sequences a step (an iteration) runs: the global batch the micro-batches make."""
         return self.microbatches * self.micro_batch * self.dp
 
     @property
@@ -85,7 +86,7 @@ def batch_conflict(loaded: LoadedScenario, gpus: int, topology: Topology | None 
         ps = scenario.ps
         conflict = BatchConflict(training.microbatches, training.micro_batch,
                                  len(located(loaded, lambda: place(ps, topology)).workers), training.global_batch,
-                                 "workers")
+                                 "workers", "an iteration")
     elif _is_modelled_step(loaded):
         conflict = BatchConflict(training.microbatches, training.micro_batch, data_parallel(loaded, gpus),
                                  training.global_batch)
@@ -109,7 +110,8 @@ def refuse_inconsistent_batch(loaded: LoadedScenario, gpus: int, topology: Topol
         raise loaded.error(GLOBAL_BATCH, f"the file's microbatches override it: {conflict.product} sequences, not "
                            f"{conflict.global_batch:,}", f"--set training.microbatches=null with it, or "
                            f"{conflict.agreeing}")
-    raise loaded.error(MICROBATCHES, f"{conflict.product} sequences a step, not global_batch {conflict.global_batch:,}",
+    raise loaded.error(MICROBATCHES,
+                       f"{conflict.product} sequences {conflict.unit}, not global_batch {conflict.global_batch:,}",
                        f"one of the two, or {conflict.agreeing}", reads=(GLOBAL_BATCH, *BATCH_READS))
 
 
@@ -122,8 +124,8 @@ def batch_override_warning(loaded: LoadedScenario, gpus: int, topology: Topology
     override = loaded.override_of(MICROBATCHES)
     if conflict is None or override is None or not override.typed or loaded.override_of(GLOBAL_BATCH) is not None:
         return None
-    return str(loaded.error(MICROBATCHES, f"{conflict.product} sequences a step, overriding the file's global_batch "
-                            f"{conflict.global_batch:,}"))
+    return str(loaded.error(MICROBATCHES, f"{conflict.product} sequences {conflict.unit}, overriding the file's "
+                            f"global_batch {conflict.global_batch:,}"))
 
 
 def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | None:

@@ -47,8 +47,8 @@ def test_parameter_servers_count_their_workers_in_place_of_dp(tmp_path, capsys):
                     "parallelism: {strategy: parameter_server}\nps: {servers: 1, iterations: 1}\n")
     assert main(["validate", str(path)]) == 2
     assert capsys.readouterr().err == (
-        f"error: {path}:3: training.microbatches: microbatches 4 x micro_batch 1 x workers 8 = 32 sequences a step, "
-        "not global_batch 16 (allowed: one of the two, or microbatches: 2 for global_batch: 16)\n")
+        f"error: {path}:3: training.microbatches: microbatches 4 x micro_batch 1 x workers 8 = 32 sequences an "
+        "iteration, not global_batch 16 (allowed: one of the two, or microbatches: 2 for global_batch: 16)\n")
     assert main(["validate", str(path), "--set", "training.microbatches=2", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
     unset = ["--set", "training.microbatches=null"]
