@@ -163,6 +163,26 @@ def test_a_skew_under_uniform_routing_is_warned_of_as_changing_nothing(capsys):
                                        f"uniform, skew: 2}}: model.moe.routing.skew: {problem}\n")
 
 
+def test_a_sweep_over_balance_and_skew_is_not_warned_of_skew_under_uniform(tmp_path):
+    """reviewer74 #3: a grid over balance [uniform, zipf] x skew [1, 2] warned at each uniform point, even skew 1
+    (the default): the point's balance is in the sweep's table, as a microbatches axis's value is. A skew axis
+    under the file's uniform balance is still warned of."""
+    from simulator.config.loader import LoadedScenario, validate_as_json
+    from simulator.config.schema import Scenario
+    from simulator.sweep.spec import sweep_from_text
+
+    base = tmp_path / "moe.yaml"
+    base.write_text(SCENARIO)
+
+    def warned(grid: str) -> list[tuple[str, ...]]:
+        sweep = sweep_from_text(f"base: {base}\ngrid:\n{grid}", "sw.yaml")
+        return [LoadedScenario(validate_as_json(Scenario, point.data), sweep.base_source, sweep.base_lines,
+                               point.overrides).ignored_by_uniform_routing() for point in sweep.points]
+
+    assert warned("  model.moe.routing.balance: [uniform, zipf]\n  model.moe.routing.skew: [1, 2]\n") == [()] * 4
+    assert [len(found) for found in warned("  model.moe.routing.skew: [1, 2]\n")] == [1, 1]
+
+
 def test_folded_and_unfolded_expert_parallel_steps_agree(run_yaml):
     """Same step and the same traffic, all-to-alls under skewed routing included: the folded run reports the
     mean over its EP group's members (engine/plans.py `send_excess`), not its representative's row of the

@@ -64,6 +64,11 @@ class Override:
     folder lists it after the sweep's `--set`s, so that `trainsim run BASE --set ...` runs the point again."""
 
     @property
+    def is_axis(self) -> bool:
+        """Whether a sweep axis wrote it (its point's value is in the sweep's table)."""
+        return bool(self.replay)
+
+    @property
     def where(self) -> str:
         """Where the user wrote it, as an error message names it: the `--set`, the sweep file's line, or a
         command's option with the value as typed (`--intervals 1min`)."""
@@ -233,13 +238,15 @@ class LoadedScenario:
         """A located warning where the scenario sets `model.moe.routing.skew` beside `balance: uniform` (the
         default), which gives every expert exactly k n / E tokens whatever the skew, as the other no-op fields
         are warned (`ignored_by_parameter_servers`); not where an override made uniform a file's skewed routing
-        (`--set model.moe.routing.balance=uniform` to compare, the file's skew left as it was)."""
+        (`--set model.moe.routing.balance=uniform` to compare, the file's skew left as it was), nor where a sweep
+        axis did (a grid over balance and skew: the balance is in its table)."""
         model = self.scenario.model
         moe = None if model is None else model.moe
         if moe is None or moe.routing.balance != "uniform" or "skew" not in moe.routing.model_fields_set:
             return ()
         routing = ("model", "moe", "routing")
-        if self.override_of((*routing, "balance")) is not None and self.override_of((*routing, "skew")) is None:
+        balance = self.override_of((*routing, "balance"))
+        if balance is not None and (balance.is_axis or self.override_of((*routing, "skew")) is None):
             return ()
         return (str(self.error((*routing, "skew"),
                                "balance uniform gives every expert exactly k n / E tokens whatever the skew (skew "
