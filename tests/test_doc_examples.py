@@ -482,7 +482,7 @@ SCENARIO_QUOTES = [
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async", "network.model=analytic")),
      "with `mode: async` {ms_exchange:.1f} ms analytic,"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async",)),
-     "ms analytic, {ms_exchange:.1f} ms flow). Until"),
+     "ms analytic, {ms_exchange:.1f} ms flow), so a run"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (SERVER_STRAGGLER,)),
      "its sums and update take {ms_server_work[24]:.1f} ms an iteration"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("faults.step.stragglers=[]",)),
