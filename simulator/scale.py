@@ -18,7 +18,7 @@ rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as
 each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the published SC21
 7.5B step's estimate went from 29,280 flows to 656,485, against 662,908 simulated; a TP tree counts its copies
 in the other DP replicas for its all-reduces that run beside the traffic joining them to it, `_tp_beside_dp`:
-7.5B at TP 16, 8,094,976 of 7,977,584 flows, where its own tree alone counted 3,740,416). `--force` runs past
+7.5B at TP 16, 7,943,776 of 7,977,584 flows, where its own tree alone counted 3,740,416). `--force` runs past
 the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
@@ -444,21 +444,60 @@ def _tp_may_run_trees(scenario: Scenario) -> bool:
     return par.tp > 1 and not par.sequence_parallel and scenario.collectives.algorithm in TREE_ALGORITHMS
 
 
-def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str) -> float:
+def _first_bucket_blocks(ready: Iterable[tuple[float, ...]], grad_bytes: float, bucket: float) -> int:
+    """How many of the blocks in ``ready`` (each a block's tensors, elements, in the order the last backward
+    finishes them: the head's, then each layer's MLP and attention blocks from the last layer on) finish before
+    the first DDP bucket closes (parallel/work.gradient_buckets: it closes at the tensor that brings it to
+    ``bucket`` bytes), the one that closes it included; one past them all where it never closes."""
+    size, count = 0.0, 0
+    for count, tensors in enumerate(ready, start=1):
+        size += sum(tensor for tensor in tensors if tensor > 0) * grad_bytes
+        if size >= bucket:
+            return count
+    return count + 1
+
+
+def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, first_bucket: int) -> float:
     """The share of a rank's TP all-reduces (`_tp_splits` without sequence parallelism: two in each forward,
-    backward and full recompute of a layer) that run while its data-parallel collectives do, which join the TP
-    group's copies in the other DP replicas to it: every one under pipelining (the stage's hand-offs cross the
-    NICs through its passes), ZeRO-3 (gathers in every pass) or gradients reduced every micro-batch (their
-    reductions run on into the next one's passes), none where the gradients are reduced after the backward
-    (`ddp.overlap: false`), else those of the last micro-batch's backward, with the full recompute's before it.
-    The SC21 7.5B step at TP 16: 139 of 872 ran beside the buckets, the rest alone (at PP 2, 3,028 of 3,104; with
-    ZeRO-2 reducing every micro-batch 799 of 872)."""
-    if par.pp > 1 or par.zero_stage == 3 or par.reduce_every_microbatch(par.pp):
+    backward and full recompute of a layer, one a block) that run while its data-parallel collectives do, which
+    join the TP group's copies in the other DP replicas to it: every one under ZeRO-3 (gathers in every pass)
+    or gradients reduced every micro-batch (their reductions run on into the next one's passes), none where the
+    gradients are reduced after the backward (`ddp.overlap: false`), else those of the last micro-batch's
+    backward from the first bucket on: ``first_bucket`` (`_first_bucket_blocks`) counts the head and the blocks
+    of the ``layers`` layers whose backward fills it, their all-reduces run alone but for the backward's of
+    the block that closes it (a full recompute's comes before its backward). The SC21 7.5B step at TP 16: 139
+    of 872 ran beside the buckets, the rest alone (with ZeRO-2 reducing every micro-batch 799 of 872)."""
+    if par.zero_stage == 3 or par.reduce_every_microbatch(par.pp):
         return 1.0
     if not par.ddp.overlap:
         return 0.0
-    again = 2 * (recompute == "full")
-    return (2 + again) / (4 + again) / m
+    per_block = 1 + (recompute == "full")
+    closing = first_bucket - 1  # the layer block that closes it, after the head
+    if closing > 2 * layers:
+        return 0.0
+    after = per_block * 2 * layers if closing == 0 else 1 + per_block * (2 * layers - closing)
+    return after / (2 * per_block + 2) / layers / m
+
+
+def _tp_beside(par: ParallelismConfig, layout: Layout, hosts: HostShape | None, m: int, recompute: str,
+               layers: int, first_bucket: int) -> float:
+    """The share of a rank's TP all-reduces that run beside traffic of another dimension across NVLink domains,
+    which joins the TP group's copies there to it: a pipeline's hand-offs cross them through every pass, the
+    gradients' reductions over the DP x CP group (parallel/program.py's, over CP alone at DP 1) the share of
+    `_tp_beside_dp`; the most of those. A CP ring's steps end before the attention block's all-reduce, so they
+    join none (SC21 7.5B at TP 16 and CP 8, DP 1: 11 of 48 ran beside, all after the first bucket)."""
+    if hosts is None:
+        return 0.0
+
+    def crosses(group: tuple[int, ...]) -> bool:
+        return len({rank // hosts.domain for rank in group}) > 1
+
+    shares = [0.0]
+    if layout.pp > 1 and crosses(layout.group("pp", 0)):
+        shares.append(1.0)
+    if layout.dp * layout.cp > 1 and crosses(layout.combined_group(("dp", "cp"), 0)):
+        shares.append(_tp_beside_dp(par, m, recompute, layers, first_bucket))
+    return max(shares)
 
 
 def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
@@ -538,6 +577,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     dp = par.dp or max(gpus // (tp * cp * pp), 1)
     synthetic = model.synthetic if model is not None else None
     tensors: tuple[float, ...] = ()
+    ready: list[tuple[float, ...]] = []  # a rank's blocks' tensors as its last backward finishes them
     if synthetic is not None:
         layers, blocks = synthetic.stages, float(synthetic.stages * v)
         moe = False
@@ -546,7 +586,10 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
 
         spec = resolve_model(scenario)
         layers, blocks = spec.layers, 2.0 * spec.layers + 2
-        tensors = tuple(tensor for block in layer_tensors(spec, tp) for tensor in block)
+        attention, mlp = layer_tensors(spec, tp)
+        tensors = attention + mlp
+        head = spec.head_params() - spec.norm_params()
+        ready = [(float(spec.norm_params()), head / tp)] * (pp == 1) + [mlp, attention] * round(spec.layers / pp)
         moe = spec.moe is not None
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
@@ -615,10 +658,11 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
             and nccl_nodes(topology, tp_group) > 1):  # a MoE block's TP collective is an all-gather
         activation = training.micro_batch * training.seq_len / cp * spec.hidden * PRECISION_BYTES[training.precision]
         planned = _planned_transfers(scenario, topology, tp_group, [activation])
-        if planned is not None and planned > shapes["tp"].transfers:  # a tree, whose copies meet it beside DP's
+        if planned is not None and planned > shapes["tp"].transfers:  # a tree, its copies met by traffic across hosts
             trees = True
             shapes["tp"] = replace(shapes["tp"], transfers=planned,
-                                   beside=_tp_beside_dp(par, m, training.recompute) if comm["dp"] else 0.0)
+                                   beside=_tp_beside(par, layout, hosts, m, training.recompute, round(layers_per_rank),
+                                                     _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket)))
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
