@@ -161,6 +161,13 @@ class ScaleEstimate:
                 f"flows, {self.about}{self.memory_bytes / 2**30:,.1f} GiB of memory")
 
 
+def _limit_flows() -> float:
+    """Flows past both limits whatever else a run holds (MAX_EVENTS, and MAX_MEMORY_BYTES at FLOW_BYTES a flow):
+    where the DDP buckets' trees alone pass them, a refusal stops counting (`estimate_scale`'s
+    ``stop_past_limits``) and names both."""
+    return max(MAX_EVENTS, MAX_MEMORY_BYTES / FLOW_BYTES)
+
+
 def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float) -> float:
     """Data-parallel collectives of one rank per step: ZeRO-3 all-gathers each block (DeepSpeed) or each
     wrapped unit (PyTorch FSDP: a layer, a MoE layer's routed experts, the embedding, the head) in every
@@ -501,7 +508,14 @@ def _tp_beside(par: ParallelismConfig, layout: Layout, hosts: HostShape | None, 
 
 
 def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
-                       item: CollectiveItem | None = None, enough: float = math.inf) -> float | None:
+                       item: CollectiveItem | None = None) -> float | None:
+    """`_planned_counted`'s average over every size."""
+    planned = _planned_counted(scenario, topology, group, sizes, item)
+    return None if planned is None else planned[0]
+
+
+def _planned_counted(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
+                     item: CollectiveItem | None = None, enough: float = math.inf) -> tuple[float, bool] | None:
     """The transfers an all-reduce over ``group`` (a DP bucket's, a TP group's, or a `workload:` ``item``'s) posts
     on average over ``sizes`` bytes, as the run posts them: the algorithm and protocol the tuner picks for each
     size (`registry.resolve`, on the scenario's efficiencies, where the item or the scenario leaves them `auto`:
@@ -510,7 +524,8 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
     posts each stretch of its pipeline's steps as a phase of its active edges, up and down, on every channel:
     over 16 DGX A100 hosts, 2 members a host, 1,488 transfers where a ring per channel posts 64. Sizes are
     counted most frequent first, and counting stops once the average reaches ``enough`` with the sizes not yet
-    counted as none: a lower bound from there (over 4,096 DGX A100 hosts each size took ~0.2 s of CPU)."""
+    counted as none: a lower bound from there (over 4,096 DGX A100 hosts each size took ~0.2 s of CPU), which
+    the second item tells (whether sizes were left uncounted)."""
     from simulator.collectives.phases import CollectiveRequest
     from simulator.collectives.registry import planned_transfers, resolve
     from simulator.network.calibration import resolve_efficiency
@@ -519,8 +534,10 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
     efficiency = {str(name): share
                   for name, share in resolve_efficiency(scenario.network.efficiency, topology.gpu_model).items()}
     counted = 0.0
+    skipped = False
     for size, times in Counter(sizes).most_common():
         if counted >= enough * len(sizes):
+            skipped = True
             break
         request = CollectiveRequest("all_reduce", group, size, chunk_bytes=collectives.chunk,
                                     channels=collectives.channels)
@@ -531,7 +548,7 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
             counted += times * planned_transfers(request, topology, algorithm, protocol)
         except ScenarioError:
             return None
-    return counted / len(sizes) if sizes else None
+    return (counted / len(sizes), skipped) if sizes else None
 
 
 def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
@@ -647,12 +664,13 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         sizes, _ = _bucket_sizes(tensors, layers_per_rank, grad_bytes, par.ddp.bucket)
         flows_per_transfer = (pp * comm["dp"] * shapes["dp"].replicas if fold
                               else gpus * comm["dp"] / shapes["dp"].members)
-        enough = MAX_EVENTS / flows_per_transfer if stop_past_limits else math.inf
-        planned = _planned_transfers(scenario, topology, _first_group(layout, "dp", par.ep, degree), sizes,
-                                     enough=enough)
-        if planned is not None:
-            trees, lower_bound = planned > shapes["dp"].transfers, planned >= enough
-            shapes["dp"] = replace(shapes["dp"], transfers=planned)
+        enough = _limit_flows() / flows_per_transfer if stop_past_limits else math.inf
+        counted = _planned_counted(scenario, topology, _first_group(layout, "dp", par.ep, degree), sizes,
+                                   enough=enough)
+        if counted is not None:
+            bucket_transfers, lower_bound = counted
+            trees = bucket_transfers > shapes["dp"].transfers
+            shapes["dp"] = replace(shapes["dp"], transfers=bucket_transfers)
     tp_group = layout.group("tp", 0)
     if (topology is not None and comm["tp"] and _tp_may_run_trees(scenario) and not moe and synthetic is None
             and nccl_nodes(topology, tp_group) > 1):  # a MoE block's TP collective is an all-gather
@@ -750,8 +768,9 @@ def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None
     already, so it cannot grow past them). Given the built cluster (``topology``), the all-reduces that may run
     as trees (`may_run_trees`) count the transfers of the plans the tuner picks (`_planned_transfers`); without
     it they count as rings, fewer (the published SC21 7.5B step: 29,280 flows estimated, 662,908 simulated).
-    ``stop_past_limits``: stop counting the DDP buckets' trees once their flows alone pass MAX_EVENTS, for a
-    refusal, which then gives a lower bound (`ScaleEstimate.lower_bound`)."""
+    ``stop_past_limits``: stop counting the DDP buckets' trees once their flows alone pass both limits
+    (`_limit_flows`), for a refusal, which then gives a lower bound where sizes were left uncounted
+    (`ScaleEstimate.lower_bound`)."""
     if scenario.uses_parameter_servers:
         return _ps_estimate(scenario, gpus)
     if scenario.model is not None:

@@ -839,6 +839,7 @@ def test_a_step_whose_trees_pass_the_limits_is_refused_once_the_cluster_is_built
     monkeypatch.setattr(registry, "planned_transfers",
                         lambda request, *rest: planned.append(request.nbytes) or PLANNED(request, *rest))
     monkeypatch.setattr(scale, "MAX_EVENTS", 200_000)
+    monkeypatch.setattr(scale, "MAX_MEMORY_BYTES", 200_000 * scale.FLOW_BYTES)
     assert main(["validate", str(PUBLISHED / "megatron-sc21-7.5b.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -850,6 +851,25 @@ def test_a_step_whose_trees_pass_the_limits_is_refused_once_the_cluster_is_built
     topology = scenario_topology(loaded)
     whole = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
     assert (whole.flows, whole.lower_bound, len(set(planned[1:]))) == (656_485, False, 5)
+
+
+@pytest.mark.parametrize("events, memory, flows, beyond", [
+    (200_000, int(0.3 * 2**30), "at least 649,414", "200,000 and memory at least 0.4 GiB over the limit of 0 GiB"),
+    (655_000, 0, "~656,485", "655,000 and memory ~0.4 GiB over the limit of 0 GiB"),
+])
+def test_the_refusals_count_stops_past_both_limits(events, memory, flows, beyond, monkeypatch):
+    """The refusal of the SC21 7.5B step stops counting its buckets' trees only once their flows pass both
+    limits, so that it names each limit the run passes: with 200,000 events and 0.3 GiB it stopped at the
+    events, 219,068 flows at least and 0.1 GiB, naming the events alone. It says 'at least' only where bucket
+    sizes were left uncounted: at 655,000 events the last size takes the count past the limit, all counted."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", events)
+    monkeypatch.setattr(scale, "MAX_MEMORY_BYTES", memory)
+    loaded = load_scenario(PUBLISHED / "megatron-sc21-7.5b.yaml")
+    topology = scenario_topology(loaded)
+    estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology,
+                                    stop_past_limits=True)
+    assert f", {flows} flows, " in estimate.describe()
+    assert estimate.beyond().endswith(f"over the limit of {beyond}")
 
 
 def test_an_items_explicit_auto_takes_the_runs_algorithm_in_the_estimate():
