@@ -187,13 +187,13 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
 def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator import load_scenario
     from simulator.console.report import memory_line, oom_line, skipped_sizes_text
-    from simulator.preflight import unbuilt_memory_line, validate
+    from simulator.preflight import unbuilt_step_text, validate
     from simulator.scale import sized_topology
     from simulator.units import counted, number_ranges
     from simulator.workload.memory_plan import GIB
 
     loaded = load_scenario(args.scenario, args.set)
-    topology = sized_topology(loaded, force=args.force, weigh=lambda: unbuilt_memory_line(loaded))
+    topology = sized_topology(loaded, force=args.force, weigh=lambda: unbuilt_step_text(loaded))
     verdict = validate(loaded, topology, force=args.force)
     skipped = ""
     warnings = list(verdict.warnings)

@@ -102,6 +102,13 @@ def unbuilt_memory_line(loaded: LoadedScenario) -> str:
     parameters, not built (`UnbuiltCluster`): given where a cluster beyond scale.MAX_GPUS is refused before it
     is built, which left `validate` without one. '' where the parameters do not tell the cluster (a graph) or
     the step models no memory (parameter servers, a trace, a workload list, synthetic costs)."""
+    return unbuilt_step_text(loaded, warnings=False)
+
+
+def unbuilt_step_text(loaded: LoadedScenario, warnings: bool = True) -> str:
+    """`unbuilt_memory_line`, followed where ``warnings`` by the layout warnings `validate` gives on the built
+    cluster (workload/training.py `layout_warnings`: a TP group across NVLink domains, HSDP sharding nothing),
+    each '; warning: FIELD: problem': what `validate`'s refusal past scale.MAX_GPUS ends with."""
     from pathlib import Path
 
     from simulator.console.report import memory_line
@@ -122,7 +129,9 @@ def unbuilt_memory_line(loaded: LoadedScenario) -> str:
     if cluster is None:
         return ""
     step = located(loaded, lambda: build_training_step(scenario, cluster, folder))
-    return memory_line({**step_memory(scenario, step), "layout": layout_summary(step, scenario.parallelism.fsdp)})
+    line = memory_line({**step_memory(scenario, step), "layout": layout_summary(step, scenario.parallelism.fsdp)})
+    warned = step.warnings if warnings else ()
+    return "".join([line, *(f"; warning: {'.'.join(map(str, field))}: {problem}" for field, problem in warned)])
 
 
 def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:

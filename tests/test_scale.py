@@ -649,6 +649,24 @@ def test_validate_gives_the_memory_of_a_step_whose_cluster_is_past_max_gpus(name
     assert f"the limit is 64 GPUs; its step planned on the topology's parameters, without building it: {line} (" in err
 
 
+def test_validates_refusal_past_max_gpus_gives_the_layout_warnings(monkeypatch, capsys):
+    """Past MAX_GPUS, `validate`'s refusal ends with the layout warnings it gives on the built cluster, after the
+    step's memory line: HSDP beside TP 8 on DGX H100 hosts shards nothing (the refusal dropped it)."""
+    settings = ["--set", "cluster.topology=dgx-h100-cluster", "--set", "cluster.nodes=4", "--set",
+                "parallelism.fsdp=hybrid_shard", "--set", "parallelism.tp=8", "--set", "parallelism.dp=null"]
+    path = str(SCENARIOS / "llama3-8b-dgx-h100-zero3.yaml")
+    assert main(["validate", path, *settings]) == 0
+    warning = capsys.readouterr().err.splitlines()[0]
+    assert "--set parallelism.fsdp=hybrid_shard: hybrid_shard shards within an NVLink domain" in warning
+    problem = warning.split("=hybrid_shard: ", 1)[1]
+    monkeypatch.setattr(scale, "MAX_GPUS", 16)
+    assert main(["validate", path, *settings]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "(26.6%) on pipeline stage 0 (rank 0); largest parts: " in err
+    assert f"; warning: parallelism.fsdp: {problem} (allowed: a cluster of at most 16 GPUs" in err
+
+
 def test_force_runs_past_max_gpus(monkeypatch, tmp_path, capsys):
     """--force skips MAX_GPUS as it skips the event and memory limits, for a plain run and for a job."""
     monkeypatch.setattr(scale, "MAX_GPUS", 4)
