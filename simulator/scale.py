@@ -486,23 +486,18 @@ def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, f
     return after / (2 * per_block + 2) / layers / m
 
 
-def _tp_beside(par: ParallelismConfig, layout: Layout, hosts: HostShape | None, m: int, recompute: str,
-               layers: int, first_bucket: int) -> float:
-    """The share of a rank's TP all-reduces that run beside traffic of another dimension across NVLink domains,
-    which joins the TP group's copies there to it: a pipeline's hand-offs cross them through every pass, the
-    gradients' reductions over the DP x CP group (parallel/program.py's, over CP alone at DP 1) the share of
+def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int, first_bucket: int
+               ) -> float:
+    """The share of a rank's TP all-reduces that run beside traffic of another dimension, which joins the TP
+    group's copies to it (across hosts on the rails, inside an NVLink domain through the GPUs' ports: a GB200
+    rack's DP ring joins every TP group of the rack): a pipeline's hand-offs through every pass, the gradients'
+    reductions over the DP x CP group (parallel/program.py's, over CP alone at DP 1) the share of
     `_tp_beside_dp`; the most of those. A CP ring's steps end before the attention block's all-reduce, so they
     join none (SC21 7.5B at TP 16 and CP 8, DP 1: 11 of 48 ran beside, all after the first bucket)."""
-    if hosts is None:
-        return 0.0
-
-    def crosses(group: tuple[int, ...]) -> bool:
-        return len({rank // hosts.domain for rank in group}) > 1
-
     shares = [0.0]
-    if layout.pp > 1 and crosses(layout.group("pp", 0)):
+    if layout.pp > 1:
         shares.append(1.0)
-    if layout.dp * layout.cp > 1 and crosses(layout.combined_group(("dp", "cp"), 0)):
+    if layout.dp * layout.cp > 1:
         shares.append(_tp_beside_dp(par, m, recompute, layers, first_bucket))
     return max(shares)
 
@@ -676,10 +671,10 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
             and nccl_nodes(topology, tp_group) > 1):  # a MoE block's TP collective is an all-gather
         activation = training.micro_batch * training.seq_len / cp * spec.hidden * PRECISION_BYTES[training.precision]
         planned = _planned_transfers(scenario, topology, tp_group, [activation])
-        if planned is not None and planned > shapes["tp"].transfers:  # a tree, its copies met by traffic across hosts
+        if planned is not None and planned > shapes["tp"].transfers:  # a tree, its copies met by others' traffic
             trees = True
             shapes["tp"] = replace(shapes["tp"], transfers=planned,
-                                   beside=_tp_beside(par, layout, hosts, m, training.recompute, round(layers_per_rank),
+                                   beside=_tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
                                                      _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket)))
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
