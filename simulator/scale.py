@@ -17,7 +17,7 @@ groups across NVLink domains, a `workload:` item's; `may_run_trees`): before the
 rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as the plans the tuner picks for
 each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the published SC21
 7.5B step's estimate went from 29,280 flows to 656,485, against 662,908 simulated; a TP tree counts its copies
-in the other DP replicas for its all-reduces that run beside the traffic joining them to it, `_tp_beside_dp`:
+in the other replicas for its all-reduces that run beside other dimensions' traffic joining them, `_tp_beside`:
 7.5B at TP 16, 7,943,776 of 7,977,584 flows, where its own tree alone counted 3,740,416). `--force` runs past
 the limits.
 
