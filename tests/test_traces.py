@@ -2295,3 +2295,16 @@ def test_every_files_device_is_checked_not_only_the_first_ones(tmp_path):
         f"{traces / 'rank0.json'}: deviceProperties[0].name: the trace ran on an NVIDIA A100-SXM4-80GB, "
         "workload.traced_gpu says h100-sxm: the run takes its kernel times for h100-sxm's, not a100-80gb's (set "
         "workload.traced_gpu: a100-80gb)"]
+
+
+def test_kernels_overlapping_by_exactly_the_microsecond_of_rounding_do_not_warn(tmp_path):
+    """Kernels at 1003 us for 500 us and at 1502 us on one stream overlap by 1 us, the rounding the warning
+    tolerates: the float difference of 1503e-6 and 1502e-6 is above 1e-6, and they warned "1.0 us ... beyond
+    the 1 us"."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+    events = [{"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": ts, "dur": 500,
+               "args": {"stream": 7}} for ts in (1003, 1502)]
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    text = f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{tmp_path}/rank0.json'}}\n"
+    _, result = run(text, tmp_path)
+    assert not [line for line in result.summary["warnings"] if "before the op ahead of it" in line]

@@ -235,7 +235,9 @@ def _missing_ranks(traced: list[TracedRank], members: dict[str, tuple[int, ...]]
 
 def _stream_overlaps(rank: TracedRank) -> list[tuple[TracedOp, float]]:
     """The ops of a profiled rank that start more than STREAM_OVERLAP_JITTER_S before the op ahead of them on
-    their stream ends (an asynchronous stream's ops, each a stream of its own, apart), each with by how much."""
+    their stream ends (an asynchronous stream's ops, each a stream of its own, apart), each with by how much:
+    compared in whole nanoseconds, Kineto's resolution, so an overlap of exactly 1 us in microsecond floats
+    (1503e-6 - 1502e-6 is above 1e-6) is the rounding it is."""
     if not rank.timed:
         return []
     ends: dict[str, float] = {}
@@ -243,7 +245,7 @@ def _stream_overlaps(rank: TracedRank) -> list[tuple[TracedOp, float]]:
     for op in rank.ops:
         if op.stream in ASYNC_STREAMS:
             continue
-        if op.stream in ends and ends[op.stream] - op.start_s > STREAM_OVERLAP_JITTER_S:
+        if op.stream in ends and round((ends[op.stream] - op.start_s) * 1e9) > round(STREAM_OVERLAP_JITTER_S * 1e9):
             overlapping.append((op, ends[op.stream] - op.start_s))
         ends[op.stream] = max(ends.get(op.stream, op.end_s), op.end_s)
     return overlapping
