@@ -2308,3 +2308,20 @@ def test_kernels_overlapping_by_exactly_the_microsecond_of_rounding_do_not_warn(
     text = f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{tmp_path}/rank0.json'}}\n"
     _, result = run(text, tmp_path)
     assert not [line for line in result.summary["warnings"] if "before the op ahead of it" in line]
+
+
+def test_trace_files_after_a_symlinked_folder_are_read_by_their_path(tmp_path):
+    """A scenario folder reached through a symlink ('d/lnk' to 'real/scen') whose trace is '../x/rank*.json':
+    normalising the path first dropped 'lnk/..' and found no file where the operating system finds them, in
+    'real/x'; they are read by their path, and named normalised only where that is the same file."""
+    from simulator.workload.traces.program import trace_files
+
+    traces = copy_traces(KINETO_2RANK, tmp_path / "real")
+    (tmp_path / "real" / "scen").mkdir()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "lnk").symlink_to(tmp_path / "real" / "scen")
+    (tmp_path / "other").mkdir()
+    base = tmp_path / "d" / "lnk"
+    assert trace_files(f"../{traces.name}/rank*.json", base) == [base / ".." / traces.name / "rank0.json",
+                                                                 base / ".." / traces.name / "rank1.json"]
+    assert trace_files(f"{tmp_path}/other/../real/{traces.name}/rank0.json", base) == [traces / "rank0.json"]

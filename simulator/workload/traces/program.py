@@ -73,9 +73,10 @@ TIMESTAMP_ROUNDING_S = 0.5e-9
 
 
 def trace_files(pattern: str, base_dir: Path) -> list[Path]:
-    """The files of ``pattern`` (relative to the scenario's folder), numbers in names compared as numbers, their
-    paths normalised (`../s/../wt/x` is `../wt/x`) as the errors and warnings name them."""
-    path = Path(os.path.normpath(Path(pattern) if Path(pattern).is_absolute() else base_dir / pattern))
+    """The files of ``pattern`` (relative to the scenario's folder), numbers in names compared as numbers, found
+    by their paths as given (`..` after a symlinked folder is the link target's parent) and named normalised
+    (`../s/../wt/x` is `../wt/x`) in errors and warnings where that is the same file (_named)."""
+    path = Path(pattern) if Path(pattern).is_absolute() else base_dir / pattern
     if has_magic(str(path)):
         files = [match for match in path.parent.glob(path.name) if match.is_file()]
     else:
@@ -86,8 +87,14 @@ def trace_files(pattern: str, base_dir: Path) -> list[Path]:
     if not files:
         raise ScenarioError(f"no trace file matches {pattern!r}", field="workload.trace",
                             allowed="a file or a glob, relative to the scenario's folder")
-    return sorted(files, key=lambda file: [int(part) if part.isdigit() else part
-                                           for part in re.split(r"(\d+)", file.name)])
+    return sorted(map(_named, files), key=lambda file: [int(part) if part.isdigit() else part
+                                                        for part in re.split(r"(\d+)", file.name)])
+
+
+def _named(file: Path) -> Path:
+    """``file`` by its normalised path where that is the same file, else as it is (`lnk/..` after a symlink)."""
+    normal = Path(os.path.normpath(file))
+    return normal if normal.is_file() and os.path.samefile(normal, file) else file
 
 
 def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
