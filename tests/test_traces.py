@@ -484,13 +484,7 @@ def test_a_rank_missing_between_traced_ranks_warns_naming_it(tmp_path):
     """Files of ranks 0, 1 and 3 of a 4-rank job (world_size 4; seq-2rank's two traces twice), each rank
     all-reducing with its data-parallel partner ([0, 2], [1, 3]): rank 2's file is missing from the set, and the
     run said nothing of it. One line names it, and that rank 0's group reaches it."""
-    for rank in (0, 1, 3):
-        doc = json.loads((SEQ_2RANK / f"rank{rank % 2}.json").read_text())
-        doc["distributedInfo"] |= {"rank": rank, "world_size": 4}
-        for event in doc["traceEvents"][1:]:
-            event["args"] |= {"Process Group Name": f"dp{rank % 2}", "Process Group Ranks": f"[{rank % 2}, "
-                              f"{rank % 2 + 2}]", "Process Group Description": "undefined"}
-        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    dp_partner_traces(tmp_path, (0, 1, 3))
     _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
     assert [line for line in result.summary["warnings"] if "no trace, between" in line] == [
         f"{tmp_path / 'rank0.json'}: rank 2 of the traced job's 4 has no trace, between traced ranks 0-1, 3 (a file "
@@ -2325,3 +2319,46 @@ def test_trace_files_after_a_symlinked_folder_are_read_by_their_path(tmp_path):
     assert trace_files(f"../{traces.name}/rank*.json", base) == [base / ".." / traces.name / "rank0.json",
                                                                  base / ".." / traces.name / "rank1.json"]
     assert trace_files(f"{tmp_path}/other/../real/{traces.name}/rank0.json", base) == [traces / "rank0.json"]
+
+
+def dp_partner_traces(folder: Path, ranks: tuple[int, ...]) -> None:
+    """Kineto files of ``ranks`` of a 4-rank job (world_size 4; seq-2rank's two traces twice), each rank
+    all-reducing with its data-parallel partner ([0, 2], [1, 3])."""
+    for rank in ranks:
+        doc = json.loads((SEQ_2RANK / f"rank{rank % 2}.json").read_text())
+        doc["distributedInfo"] |= {"rank": rank, "world_size": 4}
+        for event in doc["traceEvents"][1:]:
+            event["args"] |= {"Process Group Name": f"dp{rank % 2}", "Process Group Ranks": f"[{rank % 2}, "
+                              f"{rank % 2 + 2}]", "Process Group Description": "undefined"}
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+
+
+def test_a_missing_last_rank_that_a_traced_group_reaches_warns_naming_it(tmp_path):
+    """Files of ranks 0, 1 and 2 of a 4-rank job whose group [1, 3] reaches rank 3: no hole between traced ranks,
+    and the run said nothing of the missing last file. One line names it."""
+    dp_partner_traces(tmp_path, (0, 1, 2))
+    _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
+    assert [line for line in result.summary["warnings"] if "no trace" in line] == [
+        f"{tmp_path / 'rank0.json'}: rank 3 of the traced job's 4 has no trace, beside traced ranks 0-2 (a file "
+        "missing from workload.trace?): the traced process groups or transfers reach rank 3, taken as ready"]
+
+
+def test_one_file_of_a_job_does_not_warn_of_the_ranks_its_groups_reach(tmp_path):
+    """Rank 0's file alone (one rank profiled) is a trace of part of the job, not a set missing a file."""
+    dp_partner_traces(tmp_path, (0,))
+    _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
+    assert not [line for line in result.summary["warnings"] if "no trace" in line]
+
+
+def test_a_missing_rank_that_transfers_reach_is_named_in_one_line(tmp_path):
+    """Ranks 0 and 2 of a 3-rank job, rank 0 sending to rank 1 and rank 2 receiving from it: rank 1's missing
+    file was named twice, by the line of the hole and by each file's line of transfers to ranks without a
+    trace; the hole's line alone names it."""
+    traces = pipeline_transfer(tmp_path, rank1={"Src Rank": 1})
+    (traces / "rank1.json").rename(traces / "rank2.json")
+    distributed_info(traces / "rank0.json", world_size=3)
+    distributed_info(traces / "rank2.json", rank=2, world_size=3)
+    _, result = run(two_rank_scenario("100 Gb/s", nodes=3).replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert [line for line in result.summary["warnings"] if "no trace" in line] == [
+        f"{traces / 'rank0.json'}: rank 1 of the traced job's 3 has no trace, between traced ranks 0, 2 (a file "
+        "missing from workload.trace?): the traced process groups or transfers reach rank 1, taken as ready"]

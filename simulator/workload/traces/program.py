@@ -163,7 +163,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
         source = by_rank.get(rank % traced_world)
         if source is not None:
             builder.add_rank(rank, source)
-    untraced = builder.check_transfers_matched()
+    missing, missing_ranks = _missing_ranks(traced, members, traced_world)
+    untraced = builder.check_transfers_matched(missing_ranks)
     builder.check_collectives_matched()
     builder.settle_exchanges()
     warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
@@ -175,7 +176,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     warnings += _stream_overlap_warnings(traced)
     warnings += _gemm_warnings(traced, config)
     warnings += _device_warnings(traced, config, gpu.name)
-    warnings += _renumbered_files(traced) + _missing_ranks(traced, members, traced_world)
+    warnings += _renumbered_files(traced) + missing
     warnings += settled + assumed + untraced
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
@@ -221,23 +222,27 @@ def _renumbered_files(traced: list[TracedRank]) -> tuple[str, ...]:
             f"their names contradict: {shown}{more} (a file missing from workload.trace?)",)
 
 
-def _missing_ranks(traced: list[TracedRank], members: dict[str, tuple[int, ...]], world: int) -> tuple[str, ...]:
-    """One line where the traced ranks leave a hole, ranks of the job between traced ones without a trace (files
-    0, 1 and 3 of a 4-rank job: a file missing from the set, where a trace of part of a job is one rank or a run
-    of them), naming the ranks among them that the traced process groups and transfers reach: the replay takes
-    them as ready."""
+def _missing_ranks(traced: list[TracedRank], members: dict[str, tuple[int, ...]],
+                   world: int) -> tuple[tuple[str, ...], frozenset[int]]:
+    """One line where ranks of the job have no trace that seem to be files missing from the set, and those
+    ranks: the ranks between traced ones (files 0, 1 and 3 of a 4-rank job), and where more than one file is
+    traced, the others that a traced process group of two or more reaches (files 0-2 of a 4-rank job whose
+    group [1, 3] reaches 3; a trace of part of a job is one rank or a run of them). The line names those among
+    them that the traced process groups and transfers reach: the replay takes them as ready."""
     ranks = sorted(rank.rank for rank in traced)
-    holes = sorted(set(range(ranks[0], ranks[-1] + 1)) - set(ranks))
+    grouped = {member for group in members.values() if len(group) > 1 for member in group}
+    edges = {rank for rank in grouped if rank < ranks[0] or rank > ranks[-1]} if len(ranks) > 1 else set()
+    holes = sorted((set(range(ranks[0], ranks[-1] + 1)) | edges) - set(ranks))
     if not holes:
-        return ()
+        return (), frozenset()
     reached = {member for group in members.values() for member in group}
     reached |= {op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")}
     named = [rank for rank in holes if rank in reached]
     reach = (f"the traced process groups or transfers reach rank{'s' if len(named) > 1 else ''} {_spans(named)}, "
              "taken as ready" if named else "no traced process group or transfer reaches them")
-    return (f"{traced[0].file}: rank{'s' if len(holes) > 1 else ''} {_spans(holes)} of the traced job's {world} "
-            f"{'have' if len(holes) > 1 else 'has'} no trace, between traced ranks {_spans(ranks)} (a file missing "
-            f"from workload.trace?): {reach}",)
+    return ((f"{traced[0].file}: rank{'s' if len(holes) > 1 else ''} {_spans(holes)} of the traced job's {world} "
+             f"{'have' if len(holes) > 1 else 'has'} no trace, {'beside' if edges else 'between'} traced ranks "
+             f"{_spans(ranks)} (a file missing from workload.trace?): {reach}",), frozenset(holes))
 
 
 def _stream_overlaps(rank: TracedRank) -> list[tuple[TracedOp, float]]:
@@ -888,12 +893,13 @@ class _Builder:
                     collective.pair_bytes = pairs
                     collective.nbytes = sum(map(sum, pairs)) / len(group)
 
-    def check_transfers_matched(self) -> tuple[str, ...]:
+    def check_transfers_matched(self, missing: frozenset[int]) -> tuple[str, ...]:
         """Every send of a simulated rank has its receive on the peer, and the other way round: an end without
         its partner in the peer's trace would wait forever. A peer without a trace (one pipeline stage profiled
         alone) is not simulated: the transfer runs over the network between the two GPUs as soon as its traced
         end is reached, the peer taken as ready, as a collective's untraced members' transfers do; one warning
-        per file says how many of its transfers did so."""
+        per file says how many of its transfers did so, of peers other than the traced job's ``missing`` ranks
+        (_missing_ranks' line names those)."""
         untraced: dict[str, list[tuple[str, int]]] = {}
         for ends in self._transfers.values():
             if len(ends) == 2:
@@ -901,7 +907,8 @@ class _Builder:
             (kind, end), = ends.items()
             rank, peer = (end.src, end.dst) if kind == "send" else (end.dst, end.src)
             if peer not in self.ranks:
-                untraced.setdefault(end.file, []).append((end.where, peer))
+                if peer % self.replicas.traced_world not in missing:
+                    untraced.setdefault(end.file, []).append((end.where, peer))
                 continue
             partner, other = ("receive", "recv") if kind == "send" else ("send", "send")
             found = sum(other in sides and (sides[other].src, sides[other].dst, sides[other].group)
