@@ -932,22 +932,19 @@ def test_a_kineto_trace_s_cpu_ops_are_host_time_that_traced_gpu_does_not_move(tm
     assert len(ops) == 3 and (ops["category"] == "host").all()
 
 
-def test_recost_gemms_uses_the_kernel_model_for_matrix_multiplies_with_shapes(tmp_path):
-    from simulator.catalog.gpus import get_gpu
-    from simulator.workload.traces.program import gemm_duration
-
+def test_recost_gemms_leaves_a_cpu_only_trace_s_matrix_multiplies_as_host_time(tmp_path):
+    """The torch step profiled on a CPU records its linears' shapes, but they ran on the host: `recost_gemms`
+    gave its 9 forward linears an H100 GEMM's time (a host aten::mm became a 0.21 ms GPU kernel). They keep
+    their traced time as the host time they are, the step is the traced one, and the run says so."""
     base = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{TORCH_TRACE}'"
     _, traced = run(base + "}\n", tmp_path)
     _, recosted = run(base + ", recost_gemms: true}\n", tmp_path)
-    assert recosted.summary["trace"]["recosted_gemms"] == 9  # 2 layers x 4 linears + the head, forward only
-    before = traced.timeline[traced.timeline["name"] == "aten::linear"].reset_index(drop=True)
-    after = recosted.timeline[recosted.timeline["name"] == "aten::linear"].reset_index(drop=True)
-    # the first linear is layer 0's QKV projection: 4 x 64 tokens times [384, 128]^T, fp32 on the CPU
-    assert after.loc[0, "flops"] == 2 * 256 * 384 * 128
-    assert after.loc[0, "end_s"] - after.loc[0, "start_s"] == pytest.approx(
-        gemm_duration((1, 256, 384, 128), "fp32", get_gpu("h100-sxm")), rel=EXACT)
-    saved = float(((before["end_s"] - before["start_s"]) - (after["end_s"] - after["start_s"])).sum())
-    assert traced.summary["step_time_s"] - recosted.summary["step_time_s"] == pytest.approx(saved, rel=1e-6)
+    assert recosted.summary["trace"]["recosted_gemms"] == 0
+    assert recosted.summary["step_time_s"] == traced.summary["step_time_s"]
+    assert (recosted.timeline[recosted.timeline["name"] == "aten::linear"]["category"] == "host").all()
+    assert [line for line in recosted.summary["warnings"] if "recost_gemms" in line] == [
+        f"{TORCH_TRACE}: recost_gemms: the trace's matrix multiplies ran on the host (it records no GPU activity), so "
+        "none is re-costed: host time keeps its traced durations"]
 
 
 def test_back_to_back_kernels_get_no_host_gap_from_microsecond_rounding(tmp_path):

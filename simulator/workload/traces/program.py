@@ -312,7 +312,7 @@ def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str
     """What keeps matrix multiplies from their shapes, one line per file and kind: ops whose recorded shape
     reached no GEMM kernel (their FLOPs go uncounted, and their time uncosted with `recost_gemms`) and, with
     `recost_gemms`, GEMM kernels after an op's first (they keep their traced time); with `recost_gemms`, a trace
-    that records no shapes at all."""
+    that records no shapes at all, or whose matrix multiplies are all host time (a CPU-only trace's)."""
     warnings = []
     for rank in traced:
         if rank.lost_shapes:
@@ -331,8 +331,11 @@ def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str
                             f"shape and the kernel model's time, the other {kernels} "
                             f"{'keep their traced durations' if kernels > 1 else 'keeps its traced duration'} "
                             f"(first: {op!r}, then {kernel!r})")
-    shaped = any(op.gemm for rank in traced for op in rank.ops) or any(rank.lost_shapes for rank in traced)
-    if config.recost_gemms and not shaped:
+    shaped = [op for rank in traced for op in rank.ops if op.gemm]
+    if config.recost_gemms and shaped and all(op.host for op in shaped):
+        warnings.append(f"{traced[0].file}: recost_gemms: the trace's matrix multiplies ran on the host (it records "
+                        "no GPU activity), so none is re-costed: host time keeps its traced durations")
+    elif config.recost_gemms and not shaped and not any(rank.lost_shapes for rank in traced):
         why = ("no matrix multiply in the trace records its operand shapes, so none is re-costed; profile with "
                "torch.profiler.profile(record_shapes=True)" if config.format == "kineto" else
                "trainsim reads matrix multiplies' operand shapes from Kineto traces alone, so none is re-costed")
@@ -823,8 +826,9 @@ class _Builder:
 
     def recosts(self, op: TracedOp) -> bool:
         """Whether ``op`` takes its time from the kernel model (`recost_gemms`: a GEMM kernel with its shape and
-        precision), not from its traced duration moved to the cluster's GPU."""
-        return self.gemm_gpu is not None and bool(op.gemm) and told_precision(op) is not None
+        precision), not from its traced duration moved to the cluster's GPU; host time (a CPU-only trace's
+        matrix multiply) never does."""
+        return self.gemm_gpu is not None and bool(op.gemm) and not op.host and told_precision(op) is not None
 
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.op is None:
