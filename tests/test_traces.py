@@ -2359,3 +2359,19 @@ def test_a_missing_rank_that_transfers_reach_is_named_in_one_line(tmp_path):
     assert [line for line in result.summary["warnings"] if "no trace" in line] == [
         f"{traces / 'rank0.json'}: rank 1 of the traced job's 3 has no trace, between traced ranks 0, 2 (a file "
         "missing from workload.trace?): the traced process groups or transfers reach rank 1, taken as ready"]
+
+
+def test_a_send_that_names_no_peer_in_another_group_is_not_blamed_for_a_receive_s_missing_partner(tmp_path):
+    """As above, but rank 0's send without a peer is of process group 'other', and rank 1's receive of group
+    '0': the error blamed that send, which cannot be the receive's partner; it names the receive."""
+    traces = pipeline_transfer(tmp_path)
+    comms_args(traces, 0, world=4, **{"Dst Rank": None, "Process Group Ranks": "[0, 1, 2, 3]", "Group size": 4,
+                                      "Process Group Name": "other"})
+    comms_args(traces, 1, world=4, **{"Process Group Ranks": "[0, 1, 2, 3]", "Group size": 4})
+    text = two_rank_scenario("100 Gb/s", nodes=4).replace(str(KINETO_2RANK), str(traces))
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert (caught.value.file, caught.value.field) == (str(traces / "rank1.json"), "traceEvents[8]")
+    assert caught.value.problem == (
+        "recv 'ncclDevKernel_SendRecv' is rank 1's 1st recv from rank 0 in process group '0', but rank 0's trace "
+        f"({traces / 'rank0.json'}) has 0 matching sends")

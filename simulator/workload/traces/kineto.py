@@ -209,7 +209,7 @@ class _Parsed:
         self.waits: list[dict] = []
         self.syncs: list[dict] = []
         self.step_window: tuple[float, float] | None = None
-        self.untold_peers: list[tuple[int, str, str]] = []
+        self.untold_peers: list[tuple[int, str, str, str]] = []
         self.lost_shapes: list[tuple[int, str]] = []
         self.repeated_gemms: list[tuple[int, str, str]] = []
         for index, event in enumerate(events):
@@ -309,7 +309,8 @@ class _Parsed:
             transfer = self._transfer(index, event, name, stream, info, dtype)
             if transfer is None:
                 told = P2P_KINDS.get(str(info.get("Collective name", "")).lower(), "") if info is not None else ""
-                self.untold_peers.append((index, name, told))
+                named = str(info.get("Process Group Name", "")) if info is not None else ""
+                self.untold_peers.append((index, name, told, named))
             return transfer
         if not primitive:
             raise trace_error(self.file, where, f"NCCL kernel {name!r}: cannot tell which collective it runs",

@@ -95,8 +95,9 @@ class TracedRank:
     start times are measurements (a profiler trace), so idle time between a stream's ops is real; ``events``
     counts the file's events (or nodes); ``unknown`` lists (event index, name) of kernels kept as compute
     because their kind is not recognised, ``untold_peers`` (event index, name, 'send' or 'recv' where the
-    trace tells which end, else '') of point-to-point kernels kept as compute because the trace does not tell
-    their peer; ``lost_shapes`` (event index, name) of matrix multiplies with
+    trace tells which end, else '', its annotation's process group name, else '') of point-to-point kernels
+    kept as compute because the trace does not tell their peer; ``lost_shapes`` (event index, name) of matrix
+    multiplies with
     recorded shapes that launched no GEMM kernel to take them, ``repeated_gemms`` (event index and name of the
     op, name of the kernel) of GEMM kernels after the first of an op with recorded shapes, which keep their
     traced time (kineto.py, launchers.py); ``window`` is the traced step's (start, end) where the trace
@@ -110,7 +111,7 @@ class TracedRank:
     timed: bool
     events: int
     unknown: tuple[tuple[int, str], ...] = ()
-    untold_peers: tuple[tuple[int, str, str], ...] = ()
+    untold_peers: tuple[tuple[int, str, str, str], ...] = ()
     lost_shapes: tuple[tuple[int, str], ...] = ()
     repeated_gemms: tuple[tuple[int, str, str], ...] = ()
     events_field: str = "traceEvents"

@@ -920,7 +920,8 @@ class _Builder:
             grouped = f" in process group {end.group!r}" if end.group else ""
             this = (f"rank {rank}'s {_ordinal(end.number + 1)} {kind} {'to' if kind == 'send' else 'from'} rank "
                     f"{peer}{grouped}")
-            untold = [(index, name) for index, name, told in self._sources[peer].untold_peers if told in (other, "")]
+            untold = [(index, name) for index, name, told, group in self._sources[peer].untold_peers
+                      if told in (other, "") and group in (end.group, "")]
             if not found and untold:
                 index, name = untold[0]
                 field = "Dst Rank" if other == "send" else "Src Rank"
