@@ -532,3 +532,13 @@ def test_the_bytes_a_gpu_sends_are_a_whole_number(tmp_path):
             f"workload: {{trace: '{tmp_path}/rank*.json', traced_ep: 4, traced_cp: 1, dp: 16}}\n")
     _, result = run(text, tmp_path)
     assert result.summary["traffic_bytes_per_gpu"]["dp"] == 1.5 * 8 * MIB
+
+
+def test_a_sum_of_bytes_is_snapped_to_a_whole_number_only_within_float_noise():
+    """The snapping of the bytes a GPU sends moves float noise (2e-16 of the sum), at most 1e-12 of it: a real
+    half byte of a sum below 5e11 bytes is kept."""
+    from simulator.metrics.step import _whole_if_noise
+
+    assert _whole_if_noise(12582911.999999998) == 12 * MIB
+    assert _whole_if_noise(100.5) == 100.5
+    assert _whole_if_noise(1e11 + 0.5) == 1e11 + 0.5

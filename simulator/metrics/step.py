@@ -256,6 +256,7 @@ a fraction of 5e-9) is kept."""
 
 
 def _whole_if_noise(total: float) -> float:
-    """``total``, as the whole number it is within SUM_NOISE_REL of, if any."""
+    """``total``, as the whole number it is within SUM_NOISE_REL of, if any: it moves a sum by at most
+    SUM_NOISE_REL of it (half a byte at 5e11 bytes), so a real half byte of a sum below that (100.5) is kept."""
     whole = round(total)
     return float(whole) if abs(total - whole) <= SUM_NOISE_REL * abs(total) else float(total)
