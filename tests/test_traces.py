@@ -2375,3 +2375,33 @@ def test_a_send_that_names_no_peer_in_another_group_is_not_blamed_for_a_receive_
     assert caught.value.problem == (
         "recv 'ncclDevKernel_SendRecv' is rank 1's 1st recv from rank 0 in process group '0', but rank 0's trace "
         f"({traces / 'rank0.json'}) has 0 matching sends")
+
+
+def test_the_overlap_warning_without_host_gaps_speaks_of_no_host_time(tmp_path):
+    """With `host_gaps: false` the replay keeps no host time, and the overlap warning still said it measured
+    the host time after the overlapping ops from their serialized end."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+    events = [{"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+               "args": {"stream": 7}} for ts, dur in ((0, 1000), (500, 500))]
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    text = f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{tmp_path}/rank0.json', host_gaps: false}}\n"
+    _, result = run(text, tmp_path)
+    assert [line for line in result.summary["warnings"] if "before the op ahead of it" in line] == [
+        f"{tmp_path / 'rank0.json'}: traceEvents[1]: 'sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n' starts 500.0 us "
+        "before the op ahead of it on stream 7 ends, beyond the 1 us of timestamp rounding (1 such op in 1 file of "
+        "the trace, by up to 500.0 us): a CUDA stream runs its ops one after another, and so does the replay"]
+
+
+def test_traced_gpu_on_a_cpu_only_trace_warns_that_it_changes_nothing(tmp_path):
+    """A profile with no GPU activity is host time, which `traced_gpu` does not move: it was taken without a
+    word."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0,
+               "dur": 3000}, {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 100,
+                              "dur": 2000}]
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    text = ("cluster: {topology: dgx-h100, gpus: 1}\n"
+            f"workload: {{trace: '{tmp_path}/rank0.json', traced_gpu: a100-80gb}}\n")
+    _, result = run(text, tmp_path)
+    assert [line for line in result.summary["warnings"] if "traced_gpu" in line] == [
+        f"{tmp_path / 'rank0.json'}: traced_gpu: the trace's ops ran on the host (it records no GPU activity), so "
+        "traced_gpu changes nothing: host time keeps its traced durations"]

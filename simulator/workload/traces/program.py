@@ -173,7 +173,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
-    warnings += _stream_overlap_warnings(traced)
+    warnings += _stream_overlap_warnings(traced, config.host_gaps)
     warnings += _gemm_warnings(traced, config)
     warnings += _device_warnings(traced, config, gpu.name)
     warnings += _renumbered_files(traced) + missing
@@ -263,11 +263,11 @@ def _stream_overlaps(rank: TracedRank) -> list[tuple[TracedOp, float]]:
     return overlapping
 
 
-def _stream_overlap_warnings(traced: list[TracedRank]) -> tuple[str, ...]:
+def _stream_overlap_warnings(traced: list[TracedRank], host_gaps: bool) -> tuple[str, ...]:
     """One line for a trace whose ops overlap on one stream (_stream_overlaps), at its first file that has
-    them: the replay runs a stream's ops one after another and measures the host gap after them from that
-    serialized end (_Builder.add_rank), so its step is the traced one only where a later gap absorbs the
-    overlap."""
+    them: the replay runs a stream's ops one after another and, with ``host_gaps``, measures the host gap after
+    them from that serialized end (_Builder.add_rank), so its step is the traced one only where a later gap
+    absorbs the overlap."""
     found = [(rank, overlaps) for rank in traced if (overlaps := _stream_overlaps(rank))]
     if not found:
         return ()
@@ -278,8 +278,8 @@ def _stream_overlap_warnings(traced: list[TracedRank]) -> tuple[str, ...]:
     return (f"{rank.file}: {rank.where(op)}: {op.name!r} starts {overlap * 1e6:,.1f} us before the op ahead of it on "
             f"{op.stream} ends, beyond the {STREAM_OVERLAP_JITTER_S * 1e6:.0f} us of timestamp rounding "
             f"({counted(total, 'such op')} in {counted(len(found), 'file')} of the trace, by up to "
-            f"{worst * 1e6:,.1f} us): a CUDA stream runs its ops one after another, and so does the replay, "
-            "measuring the host time after them from there",)
+            f"{worst * 1e6:,.1f} us): a CUDA stream runs its ops one after another, and so does the replay"
+            + (", measuring the host time after them from there" if host_gaps else ""),)
 
 
 def _device_warnings(traced: list[TracedRank], config: TraceWorkload, cluster_gpu: str) -> tuple[str, ...]:
@@ -287,12 +287,17 @@ def _device_warnings(traced: list[TracedRank], config: TraceWorkload, cluster_gp
     file naming it) that contradicts what the run moves its kernels from: without `workload.traced_gpu`, a GPU
     other than the cluster's (its kernels keep the traced GPU's durations, as a trace of unknown GPU's do,
     docs/traces.md, and the run would label another GPU's step with the cluster's GPU); with it, a catalog GPU
-    other than `traced_gpu` (the kernels move by the rates of a GPU they did not run on)."""
+    other than `traced_gpu` (the kernels move by the rates of a GPU they did not run on); and `traced_gpu` on
+    a trace whose ops are all host time (a CPU-only profile's), which it does not move."""
     files_naming: dict[str, list[TracedRank]] = {}
     for rank in traced:
         if rank.device:
             files_naming.setdefault(rank.device, []).append(rank)
     warnings = []
+    computed = [op for rank in traced for op in rank.ops if op.op is None]
+    if config.traced_gpu is not None and computed and all(op.host for op in computed):
+        warnings.append(f"{traced[0].file}: traced_gpu: the trace's ops ran on the host (it records no GPU "
+                        "activity), so traced_gpu changes nothing: host time keeps its traced durations")
     for device, ranks in files_naming.items():
         known = catalog_gpu_of(device)
         where = f"{ranks[0].file}: deviceProperties[0].name: the trace ran on an {device}"
