@@ -454,6 +454,19 @@ def chakra_scenario(folder: Path, cluster: str = "{topology: dgx-h100}", algorit
             f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
 
 
+def cpu_only_profile(folder: Path) -> Path:
+    """A Kineto profile with no GPU activity written in ``folder``, its path: aten::linear 2 ms and aten::relu
+    0.5 ms on thread 1, aten::linear 4 ms on thread 2, in a 5 ms ProfilerStep."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0,
+               "dur": 5000}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+               for name, tid, ts, dur in (("aten::linear", 1, 100, 2000), ("aten::relu", 1, 2200, 500),
+                                          ("aten::linear", 2, 0, 4000))]
+    path = folder / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
 def copy_traces(source: Path, folder: Path) -> Path:
     """A copy of the traces in ``source`` under ``folder``, for a test to edit."""
     target = folder / "traces"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from shared import SCENARIOS
+from shared import SCENARIOS, cpu_only_profile
 
 from simulator import load_scenario, simulate
 from simulator.catalog.models import get_model
@@ -205,3 +205,15 @@ def test_the_routing_skew_counts_the_recomputed_expert_forward():
 def test_a_dense_step_has_no_routing_skew_loss():
     summary = simulate(load_scenario(SCENARIOS / "schedule-gpipe-p4-m8.yaml")).summary
     assert "moe_imbalance" not in summary["bottleneck"]["loss_shares"]
+
+
+def test_a_step_of_host_time_is_host_bound(tmp_path):
+    """A Kineto profile with no GPU activity replays as host time (aten::linear 2 ms and aten::relu 0.5 ms on
+    thread 1, aten::linear 4 ms on thread 2, in a 5 ms ProfilerStep): no GPU kernel runs, so the compute stream
+    idled the whole step and the verdict read 'idle-bound; no measurable loss'. The host's time binds it."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{cpu_only_profile(tmp_path)}'}}\n")
+    verdict = simulate(load_scenario(path)).summary["bottleneck"]
+    assert verdict["evidence"]["wait_share"] == verdict["evidence"]["host_share"] == 1.0
+    assert verdict["constraint"] == "host"
+    assert verdict["verdict"] == "host-bound; no measurable loss"

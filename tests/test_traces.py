@@ -35,6 +35,7 @@ from shared import (
     chakra_step,
     comms_args,
     copy_traces,
+    cpu_only_profile,
     launched,
     p2p_job,
     p2p_node,
@@ -916,14 +917,8 @@ def test_a_kineto_trace_s_cpu_ops_are_host_time_that_traced_gpu_does_not_move(tm
     aten::linear 4 ms on thread 2, in a 5 ms ProfilerStep). `traced_gpu: a100-80gb` on an H100 moved them by the
     GPUs' GEMM and HBM ratios (a 2.48 ms step); host time keeps its traced durations, as a Chakra trace's CPU ops
     do, so the step stays the traced 5 ms and gpu_move counts none of them."""
-    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0,
-               "dur": 5000}]
-    events += [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
-               for name, tid, ts, dur in (("aten::linear", 1, 100, 2000), ("aten::relu", 1, 2200, 500),
-                                          ("aten::linear", 2, 0, 4000))]
-    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
     text = ("cluster: {topology: dgx-h100, gpus: 1}\n"
-            f"workload: {{trace: '{tmp_path}/rank0.json', traced_gpu: a100-80gb}}\n")
+            f"workload: {{trace: '{cpu_only_profile(tmp_path)}', traced_gpu: a100-80gb}}\n")
     _, result = run(text, tmp_path)
     assert result.summary["step_time_s"] == pytest.approx(5e-3, rel=EXACT)
     moved = result.summary["trace"]["gpu_move"]["classes"]
@@ -2395,12 +2390,8 @@ def test_the_overlap_warning_without_host_gaps_speaks_of_no_host_time(tmp_path):
 def test_traced_gpu_on_a_cpu_only_trace_warns_that_it_changes_nothing(tmp_path):
     """A profile with no GPU activity is host time, which `traced_gpu` does not move: it was taken without a
     word."""
-    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0,
-               "dur": 3000}, {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 100,
-                              "dur": 2000}]
-    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
     text = ("cluster: {topology: dgx-h100, gpus: 1}\n"
-            f"workload: {{trace: '{tmp_path}/rank0.json', traced_gpu: a100-80gb}}\n")
+            f"workload: {{trace: '{cpu_only_profile(tmp_path)}', traced_gpu: a100-80gb}}\n")
     _, result = run(text, tmp_path)
     assert [line for line in result.summary["warnings"] if "traced_gpu" in line] == [
         f"{tmp_path / 'rank0.json'}: traced_gpu: the trace's ops ran on the host (it records no GPU activity), so "

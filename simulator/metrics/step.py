@@ -19,6 +19,7 @@ from simulator.parallel.folding import ranks_stood_for
 from simulator.program.ops import (
     COMM_CATEGORIES,
     COMPUTE_STREAM,
+    HOST_CATEGORY,
     OPTIMIZER_CATEGORY,
     PIPELINE_CATEGORIES,
     Category,
@@ -187,14 +188,16 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time), exposed
     communication per kind (mean over ranks of communication time not overlapped by compute, `stream_compute`),
     ``exposed_union_s``, the mean over ranks of the time some communication is exposed (every kind counted
-    once, at most the sum of the kinds), and ``wait_s``, the mean over ranks of the compute stream's idle time
+    once, at most the sum of the kinds), ``wait_s``, the mean over ranks of the compute stream's idle time
     in the step (the exposed communication and the time with neither compute nor communication: a bubble, a
-    wait for a slower rank or for FSDP's copy-in), seconds."""
+    wait for a slower rank or for FSDP's copy-in), and ``host_s``, the part of that idle time with a replayed
+    trace's host op in flight and no communication (host gaps, a CPU-only profile's ops), seconds."""
     side = np.isin(rows.ops["category"], COMPUTE_CATEGORIES) & ~stream_compute(rows.ops)
     arrays = _rank_arrays({**rows.ops, "category": np.where(side, SIDE_STREAM_COMPUTE, rows.ops["category"])})
     weights = rows.weights_of(np.fromiter(arrays, dtype=np.int64, count=len(arrays)))
     ratios: list[float] = []
     waits: list[float] = []
+    hosts: list[float] = []
     unions: list[float] = []
     exposed: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     totals: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
@@ -203,6 +206,8 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
         all_s, all_e = _cat(per_category, COMM_CATEGORIES)
         ratios.append(covered(all_s, all_e) / step_time_s if step_time_s > 0 else 0.0)
         waits.append(max(step_time_s - covered(cs, ce), 0.0))
+        hs, he = _cat(per_category, (HOST_CATEGORY,))
+        hosts.append(uncovered(hs, he, np.concatenate((cs, all_s)), np.concatenate((ce, all_e))) if len(hs) else 0.0)
         unions.append(uncovered(all_s, all_e, cs, ce))
         for kind in COMM_CATEGORIES:
             ks, ke = _cat(per_category, (kind,))
@@ -214,6 +219,7 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
         "comm_s": {kind: _mean(totals[kind], weights) for kind in COMM_CATEGORIES},
         "exposed_union_s": _mean(unions, weights),
         "wait_s": _mean(waits, weights),
+        "host_s": _mean(hosts, weights),
     }
 
 

@@ -37,8 +37,9 @@ OOM_FIGURES = "invalid: the step does not fit in GPU memory"
 job runs and warns, as `trainsim run` does with such a step, and its figures say they are no real job's."""
 
 
-Constraint = Literal["compute", "memory_bandwidth", "memory_capacity", "communication", "bubble", "idle"]
-"""What binds a step (`bottleneck`): `bubble` is a pipeline's idle time, `idle` the same without a pipeline."""
+Constraint = Literal["compute", "memory_bandwidth", "memory_capacity", "communication", "bubble", "idle", "host"]
+"""What binds a step (`bottleneck`): `bubble` is a pipeline's idle time, `idle` the same without a pipeline,
+`host` a replayed trace's host time (host gaps, a CPU-only profile's ops)."""
 VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" for name in get_args(Constraint)}
 """How the verdict names each constraint: 'memory bandwidth-bound', 'idle-bound'..."""
 
@@ -78,9 +79,11 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     `exposed_union_s`, every kind counted once) over WAIT_BOUND_SHARE of the step binds; so does a step whose
     compute stream idles more than WAIT_BOUND_SHARE of it (``comm``'s `wait_s`), bound by the larger of its
     parts: exposed communication, else the time with neither compute nor communication, `bubble` (`idle` with
-    one stage). The pipeline bubble's loss is no part of it: at pp = 1 it is mostly the compute stream waiting
-    for ZeRO-3 gathers, exposed communication already. The verdict names the time simulated by ``span``, as the
-    console's first row does ('65.1% of the run' beside a parameter server's run time)."""
+    one stage), or `host` where a replayed trace's host ops fill at least half of that time (``comm``'s
+    `host_s`: a CPU-only profile, or a step of launch gaps). The pipeline bubble's loss is no part of it: at
+    pp = 1 it is mostly the compute stream waiting for ZeRO-3 gathers, exposed communication already. The
+    verdict names the time simulated by ``span``, as the console's first row does ('65.1% of the run' beside a
+    parameter server's run time)."""
     evidence = {
         "exposed_comm_share": comm["exposed_union_s"] / step_time_s if step_time_s else 0.0,
         "memory_bound_compute_share": memory_bound_share,
@@ -88,6 +91,7 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         "bubble_fraction": bubble,
         "bubble_share": (losses or {}).get("pipeline_bubble", 0.0),
         "wait_share": comm["wait_s"] / step_time_s if step_time_s else 0.0,
+        "host_share": comm["host_s"] / step_time_s if step_time_s else 0.0,
     }
     binding: Constraint
     if memory.get("oom"):
@@ -97,6 +101,7 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     elif evidence["wait_share"] > WAIT_BOUND_SHARE:
         idle_share = evidence["wait_share"] - evidence["exposed_comm_share"]
         binding = ("communication" if evidence["exposed_comm_share"] >= idle_share else
+                   "host" if 2 * evidence["host_share"] >= idle_share else
                    "bubble" if pipeline_stages > 1 else "idle")
     elif memory_bound_share > MEMORY_BANDWIDTH_BOUND_SHARE:
         binding = "memory_bandwidth"

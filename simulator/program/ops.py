@@ -34,6 +34,7 @@ BACKWARD_CATEGORY: PipelineCategory = "backward"
 WEIGHT_GRAD_CATEGORY: PipelineCategory = "weight_grad"
 RECOMPUTE_CATEGORY: PipelineCategory = "recompute"
 OPTIMIZER_CATEGORY: Category = "optimizer"
+HOST_CATEGORY: Category = "host"
 TP_CATEGORY: CommCategory = "tp"
 
 
