@@ -10,7 +10,6 @@ import os
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
 
 import orjson
 import pandas as pd
@@ -18,12 +17,22 @@ import pandas as pd
 from simulator.report.atomic import write_bytes, write_through_temporary
 from simulator.report.tables import csv_text
 
-PointStatus = Literal["ok", "out_of_memory", "invalid", "failed", "skipped"]
-"""ok: simulated; out_of_memory: simulated, but its step's peak memory exceeds the GPU's (`oom` in its summary:
-the layout could not run, so its figures are no result to rank or chart); invalid: the scenario was refused when
-the point was built (a layout that does not divide the cluster...); failed: the simulation raised (deadlock, or a
-bug); skipped: a sweep constraint ruled it out."""
-SIMULATED: tuple[PointStatus, ...] = ("ok", "out_of_memory")
+
+class PointStatus(StrEnum):
+    """A sweep point's status (results.csv's `status`). OK: simulated; OUT_OF_MEMORY: simulated, but its step's
+    peak memory exceeds the GPU's (`oom` in its summary: the layout could not run, so its figures are no result
+    to rank or chart); INVALID: the scenario was refused when the point was built (a layout that does not divide
+    the cluster...); FAILED: the simulation raised (deadlock, or a bug); SKIPPED: a sweep constraint ruled it
+    out."""
+
+    OK = "ok"
+    OUT_OF_MEMORY = "out_of_memory"
+    INVALID = "invalid"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+SIMULATED = (PointStatus.OK, PointStatus.OUT_OF_MEMORY)
 """The statuses of a point that ran, whose run folder `--point-outputs` keeps."""
 
 
@@ -122,15 +131,17 @@ def rewrite_journal(out_dir: Path, records: dict[int, PointRecord]) -> None:
 
 
 def read_records(out_dir: Path) -> dict[int, PointRecord]:
-    """The journal's records by point index (the last one of an index wins); a torn last line is ignored."""
+    """The journal's records by point index (the last one of an index wins); a torn last line, or one of a status
+    this trainsim does not know, is ignored (its point runs again)."""
     path = out_dir / JOURNAL
     records: dict[int, PointRecord] = {}
     if not path.is_file():
         return records
     for line in path.read_bytes().splitlines():
         try:
-            record = PointRecord(**{"summary_schema": 0, **orjson.loads(line)})
-        except (orjson.JSONDecodeError, TypeError):
+            fields = {"summary_schema": 0, **orjson.loads(line)}
+            record = PointRecord(**{**fields, "status": PointStatus(fields.get("status"))})
+        except (orjson.JSONDecodeError, TypeError, ValueError):
             continue
         records[record.index] = record
     return records
@@ -146,7 +157,7 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
     leading = [*LEADING_COLUMNS, OVERRIDES_COLUMN] if any(r.overrides for r in records.values()) else LEADING_COLUMNS
     for index in sorted(records):
         record = records[index]
-        row = {"point": index, "status": record.status, "error": record.error}
+        row = {"point": index, "status": str(record.status), "error": record.error}
         if len(leading) > len(LEADING_COLUMNS):
             row[OVERRIDES_COLUMN] = orjson.dumps(list(record.overrides)).decode()
         row.update(dict(values[index]))

@@ -18,6 +18,7 @@ from simulator.sweep.results import (
     SIMULATED,
     SUMMARY_SCHEMA,
     PointRecord,
+    PointStatus,
     append_record,
     flatten,
     read_records,
@@ -97,12 +98,12 @@ def run_point(task: PointTask) -> PointRecord:
 
                 write_outputs(Path(task.outputs_dir), result, loaded)
     except InputError as exc:
-        return PointRecord(task.index, task.key, "invalid", str(exc), {}, sets)
+        return PointRecord(task.index, task.key, PointStatus.INVALID, str(exc), {}, sets)
     except SimulationError as exc:
-        return PointRecord(task.index, task.key, "failed", str(exc), {}, sets)
+        return PointRecord(task.index, task.key, PointStatus.FAILED, str(exc), {}, sets)
     except Exception as exc:  # a bug in one point must not end the sweep; its message is kept
-        return PointRecord(task.index, task.key, "failed", f"{type(exc).__name__}: {exc}", {}, sets)
-    return PointRecord(task.index, task.key, "ok", "", flatten(summary), sets)
+        return PointRecord(task.index, task.key, PointStatus.FAILED, f"{type(exc).__name__}: {exc}", {}, sets)
+    return PointRecord(task.index, task.key, PointStatus.OK, "", flatten(summary), sets)
 
 
 def _write_inline_base(folder: Path, base: dict) -> Path:
@@ -135,7 +136,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     for point in sweep.points:
         previous = earlier.get(point.index)
         if point.skipped:
-            records[point.index] = PointRecord(point.index, point.key, "skipped", point.skipped, {},
+            records[point.index] = PointRecord(point.index, point.key, PointStatus.SKIPPED, point.skipped, {},
                                                sets_typed(point.overrides))
             append_record(out_dir, records[point.index])
         elif previous is not None and _reusable(previous, point, force,
@@ -164,7 +165,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     reasons: dict[str, dict[str, list[int]]] = {}
     for index, record in sorted(records.items()):
         statuses[record.status] = statuses.get(record.status, 0) + 1
-        if record.status != "ok":
+        if record.status != PointStatus.OK:
             reasons.setdefault(record.status, {}).setdefault(record.error, []).append(index)
     return SweepReport(len(todo), reused, dict(sorted(statuses.items())),
                        {status: tuple((reason, tuple(points)) for reason, points in by_reason.items())
@@ -188,8 +189,9 @@ def _reusable(previous: PointRecord, point: Point, force: bool, folder: Path | N
     """Whether an earlier run's record of ``point`` (one no constraint skips now) stands: the same scenario (key)
     under the current field names, not skipped (the constraints it was skipped by may be gone), not invalid under
     ``force``, and where the point's outputs are wanted in ``folder``, there if it ran."""
-    return (previous.key == point.key and previous.summary_schema == SUMMARY_SCHEMA and previous.status != "skipped"
-            and not (force and previous.status == "invalid")
+    return (previous.key == point.key and previous.summary_schema == SUMMARY_SCHEMA
+            and previous.status != PointStatus.SKIPPED
+            and not (force and previous.status == PointStatus.INVALID)
             and (folder is None or previous.status not in SIMULATED or _has_outputs(folder, point)))
 
 
@@ -198,11 +200,11 @@ def _memory_judged(record: PointRecord) -> PointRecord:
     (`oom`): it was `ok`, so the end line counted it ok, `plot heatmap` averaged its throughput into a cell and a
     table sorted by tokens/s put the layout that cannot run first. A record an earlier trainsim wrote `ok` is
     judged again when reused."""
-    if record.status != "ok" or not record.metrics.get("oom"):
+    if record.status != PointStatus.OK or not record.metrics.get("oom"):
         return record
     peak, capacity = record.metrics.get("peak_memory_gib"), record.metrics.get("memory_capacity_gib")
     figures = f": peak {peak:.1f} GiB > {capacity:.1f} GiB per GPU" if peak is not None and capacity else ""
-    return replace(record, status="out_of_memory", error=f"out of memory{figures}")
+    return replace(record, status=PointStatus.OUT_OF_MEMORY, error=f"out of memory{figures}")
 
 
 def _has_outputs(folder: Path, point: Point) -> bool:

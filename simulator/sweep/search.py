@@ -44,7 +44,7 @@ from simulator.sweep.layouts import (
     structural_reason,
 )
 from simulator.sweep.options import Sharding
-from simulator.sweep.results import CandidateStatus, ranked
+from simulator.sweep.results import CandidateStatus, PointStatus, ranked
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
 from simulator.units import counted
@@ -358,7 +358,7 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
                      **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}, "schedule": schedule}
         record = runs.get(c.candidate)
         status = (CandidateStatus.PRUNED if c.reason else CandidateStatus.STOPPED if record is None else
-                  CandidateStatus.SIMULATED if record.status == "ok" else CandidateStatus.FAILED)
+                  CandidateStatus.SIMULATED if record.status == PointStatus.OK else CandidateStatus.FAILED)
         row.update(status=status.value, reason=c.reason or (record.error if record is not None else STOPPED_REASON),
                    reason_kind=c.pruning.kind.value if c.pruning is not None else None,
                    memory_model_peak_gib=c.peak_memory_gib or None,
