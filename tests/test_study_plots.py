@@ -606,6 +606,41 @@ def test_a_heatmap_cell_whose_metric_is_unknown_reads_n_a_and_the_title_counts_i
     assert ax.get_title().endswith("\n1 point has no hfu (n/a)")
 
 
+@pytest.mark.parametrize("statuses, oom", [(["ok", "ok", "out_of_memory"], [False, False, True]),
+                                           (["ok", "ok", "ok"], [False, False, True])])
+def test_a_heatmap_cell_out_of_memory_reads_oom_and_the_title_counts_it(statuses, oom):
+    """A point out of memory has no throughput to chart: its cell, with its row and column, was dropped without
+    a word. It now reads 'OOM' and the title counts it; a folder written before the status out_of_memory (status
+    ok, `oom` true) is read the same (it was charted as if it ran)."""
+    from simulator.report.study_plots import heatmap_figure, sweep_figure
+
+    frame = pd.DataFrame({"status": statuses, "tp": [1, 2, 4], "mb": [1, 1, 2], "oom": oom,
+                          "tokens_per_s": [100.0, 200.0, 900.0]})
+    ax = heatmap_figure(frame, "tp", "mb", "tokens_per_s").axes[0]
+    assert [label.get_text() for label in ax.get_xticklabels()] == ["1", "2", "4"]
+    assert [label.get_text() for label in ax.get_yticklabels()] == ["1", "2"]
+    assert sorted((text.get_position(), text.get_text()) for text in ax.texts) == [
+        ((0, 0), "100"), ((1, 0), "200"), ((2, 1), "OOM")]
+    assert ax.get_title().endswith("\n1 point out of memory (OOM), not drawn")
+    ax = sweep_figure(frame, "tp", "tokens_per_s").axes[0]
+    assert list(ax.lines[0].get_xdata()) == [1, 2]
+    assert ax.get_title() == "tokens_per_s vs tp\n1 point out of memory (OOM), not drawn"
+
+
+@pytest.mark.parametrize("chart", [["sweep", "--x", "tp", "--y", "tokens_per_s"],
+                                   ["heatmap", "--x", "tp", "--y", "mb", "--value", "tokens_per_s"]])
+def test_a_chart_of_a_sweep_without_an_ok_point_is_refused(tmp_path, capsys, chart):
+    """A sweep whose points are all out of memory wrote an empty chart (axes -0.04..0.04) and exit 0."""
+    pd.DataFrame({"point": [0, 1, 2], "status": ["out_of_memory", "ok", "skipped"], "error": "", "tp": [1, 2, 4],
+                  "mb": [1, 1, 2], "oom": [True, True, None], "tokens_per_s": [100.0, 200.0, None]}
+                 ).to_parquet(tmp_path / "results.parquet")
+    assert main(["plot", *chart[:1], str(tmp_path), *chart[1:], "--out", str(tmp_path / "c.png")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"no point has status ok (2 out_of_memory, 1 skipped: see {tmp_path}/results.csv) (allowed: a sweep "
+        "folder with a point of status ok)")
+    assert not (tmp_path / "c.png").exists()
+
+
 def test_heatmap_cells_that_differ_read_differently():
     """Scaled into k tokens/s, cells of 91,041 and 91,044 tokens/s both read '91.04' at four significant digits
     (in whole tokens/s they had read apart): the cells take as many more digits as distinct values need, and

@@ -21,7 +21,7 @@ from simulator.errors import ExecutorError, ScenarioError
 from simulator.sweep.constraints import EVALUABLE
 from simulator.sweep.executors import DaskExecutor, PoolExecutor, SerialExecutor
 from simulator.sweep.fields import value_at
-from simulator.sweep.results import PointRecord, results_table, write_results
+from simulator.sweep.results import SUMMARY_SCHEMA, PointRecord, results_table, write_results
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep, sweep_from_text
 from simulator.units import shown_value
@@ -492,6 +492,23 @@ def test_a_job_sweeps_rows_say_whether_the_step_fits_in_memory(tmp_path):
                                                                                                       abs=0.01)
         assert orjson.loads(rows["warnings"].iloc[point]) == step["warnings"]
     assert rows["peak_memory_gib"].iloc[1] > 147.8
+
+
+def test_a_point_an_earlier_trainsim_recorded_ok_out_of_memory_is_reused_as_out_of_memory(tmp_path):
+    """A journal written before the status out_of_memory holds `{"status": "ok", "metrics": {"oom": true, ...}}`:
+    reused, it is judged again, and its row says out_of_memory with its peak, without running the point."""
+    sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [8]\n", "s.yaml")
+    out = tmp_path / "out"
+    out.mkdir()
+    old = {"index": 0, "key": sweep.points[0].key, "status": "ok", "error": "", "overrides": [],
+           "summary_schema": SUMMARY_SCHEMA, "metrics": {
+               "oom": True, "peak_memory_gib": 85.61, "memory_capacity_gib": 79.65, "tokens_per_s": 9.0}}
+    (out / "points.jsonl").write_bytes(orjson.dumps(old) + b"\n")
+    executor = CountingExecutor()
+    report = run_sweep(sweep, out, executor)
+    assert (executor.ran, report.reused, report.statuses) == ([], 1, {"out_of_memory": 1})
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert (row["status"], row["error"]) == ("out_of_memory", "out of memory: peak 85.6 GiB > 79.7 GiB per GPU")
 
 
 def test_a_job_sweep_of_a_synthetic_model_writes_no_column_of_nothing(tmp_path):

@@ -24,7 +24,7 @@ from simulator.report.column_units import (
 )
 from simulator.report.run_folder import checked_manifest, other_kind, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
-from simulator.sweep.results import AXES_ATTR, CandidateStatus, ranked
+from simulator.sweep.results import AXES_ATTR, RESULTS_CSV, CandidateStatus, PointStatus, ranked
 from simulator.units import format_size, magnitude, shown_value
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
@@ -118,9 +118,33 @@ def _by_magnitude(values):
     return values if pd.isna(sizes).any() else sizes.astype(float)
 
 
+def _out_of_memory(frame: pd.DataFrame) -> pd.Series:
+    """Which rows of a sweep's results are out of memory: status `out_of_memory`, or `ok` with `oom` true, as a
+    sweep before the status of its own wrote them (its folder still charted them as if they ran)."""
+    if "status" not in frame.columns:
+        return pd.Series(False, index=frame.index)
+    marked = frame["oom"].fillna(False).astype(bool) if "oom" in frame.columns else False
+    return (frame["status"] == PointStatus.OUT_OF_MEMORY) | ((frame["status"] == PointStatus.OK) & marked)
+
+
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
-    """The simulated rows of a sweep's results (all rows when there is no status column)."""
-    return frame[frame["status"] == "ok"] if "status" in frame.columns else frame
+    """The simulated rows of a sweep's results that fit in memory (all rows when there is no status column)."""
+    if "status" not in frame.columns:
+        return frame
+    return frame[(frame["status"] == PointStatus.OK) & ~_out_of_memory(frame)]
+
+
+def _with_ok_points(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """``frame``, refused where no point of it has status ok: a chart of none was empty (axes -0.04..0.04), with
+    no word of why; the refusal counts the other statuses (an old folder's `ok` points out of memory among the
+    out_of_memory)."""
+    if "status" not in frame.columns or len(_ok(frame)):
+        return frame
+    statuses = frame["status"].where(~_out_of_memory(frame), str(PointStatus.OUT_OF_MEMORY)).value_counts()
+    counts = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items())) or "no points"
+    table = (path if path.is_dir() else path.parent) / RESULTS_CSV
+    raise outdir_error(path, f"no point has status ok ({counts}: see {table})",
+                       "a sweep folder with a point of status ok")
 
 
 def _numeric_scale(rows: pd.DataFrame, column: str) -> ColumnScale | None:
@@ -179,14 +203,21 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     split = "more axes vary than --x and --hue show" if hue else "--hue splits them"
     ax.set_title(f"{y} vs {x}" + (f" by {hue}" if hue else "") + (
         f"\nup to {shared} points per place, other axes varying, joined in point order: {split}"
-        if shared > 1 else ""))
+        if shared > 1 else "") + _out_of_memory_line(frame))
     return figure
+
+
+def _out_of_memory_line(frame: pd.DataFrame) -> str:
+    """A chart title's line counting the points out of memory, which it does not draw ('' for none)."""
+    count = int(_out_of_memory(frame).sum())
+    return f"\n{count} point{'s' if count > 1 else ''} out of memory (OOM), not drawn" if count else ""
 
 
 def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell,
     which the title says); a cell whose points all lack ``value`` (the HFU of a trace without op shapes) reads
-    'n/a' and the title counts those points (the cell, and its row or column, had been dropped without a word);
+    'n/a' and the title counts those points (the cell, and its row or column, had been dropped without a word), as
+    a cell whose points are all out of memory reads 'OOM' (it too was dropped);
     refused when the three columns are not distinct or ``value`` holds something other than numbers (each was a
     pandas traceback)."""
     _check_columns(frame, {"--x": x, "--y": y, "--value": value})
@@ -198,8 +229,10 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     scale = column_scale(value, numbers.dropna())
     table = rows.assign(**{value: scale.scaled(numbers)}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
     unknown = rows[numbers.isna()]
-    table = table.reindex(index=table.index.union(pd.Index(unknown[y].unique()), sort=False),
-                          columns=table.columns.union(pd.Index(unknown[x].unique()), sort=False))
+    out_of_memory = frame[_out_of_memory(frame)]
+    unvalued = pd.concat([unknown, out_of_memory])
+    table = table.reindex(index=table.index.union(pd.Index(unvalued[y].unique()), sort=False),
+                          columns=table.columns.union(pd.Index(unvalued[x].unique()), sort=False))
     table = table.sort_index(key=_by_magnitude).sort_index(axis=1, key=_by_magnitude)
     valued = rows[numbers.notna()]
     shared = int(valued.groupby([y, x], dropna=False).size().max()) if len(valued) else 1
@@ -219,18 +252,25 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     grid = table.to_numpy(dtype=float)
     rows_at = {label: place for place, label in enumerate(table.index)}
     columns_at = {label: place for place, label in enumerate(table.columns)}
+    out_of_memory_cells = set(zip(out_of_memory[y], out_of_memory[x], strict=True))
     for (y_value, x_value), points in Counter(zip(unknown[y], unknown[x], strict=True)).items():
         row, column = rows_at.get(y_value), columns_at.get(x_value)
         if row is not None and column is not None and not np.isfinite(grid[row, column]):
-            ax.text(column, row, "n/a", ha="center", va="center", fontsize=8, color="grey")
             unshown += points
+            if (y_value, x_value) not in out_of_memory_cells:
+                ax.text(column, row, "n/a", ha="center", va="center", fontsize=8, color="grey")
+    for y_value, x_value in out_of_memory_cells:
+        row, column = rows_at[y_value], columns_at[x_value]
+        if not np.isfinite(grid[row, column]):
+            ax.text(column, row, "OOM", ha="center", va="center", fontsize=8, color="firebrick")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     colorbar = figure.colorbar(image, ax=ax, label=scale.label(value))
     colorbar.ax.yaxis.set_major_formatter(PlainFormatter())
     ax.set_title(f"{value} over {x} x {y}" + (
         f"\nmean of up to {shared} points per cell: more axes vary than --x and --y show" if shared > 1 else "") + (
-        f"\n{unshown} point{'s have' if unshown > 1 else ' has'} no {value} (n/a)" if unshown else ""))
+        f"\n{unshown} point{'s have' if unshown > 1 else ' has'} no {value} (n/a)" if unshown else "")
+        + _out_of_memory_line(frame))
     _fit_title_width(figure, ax)
     _fit_label_height(figure, ax)
     _fit_label_height(figure, colorbar.ax)
@@ -418,7 +458,7 @@ def study_figure(chart: StudyChart, path: Path, *, x: str | None = None, y: str 
         return front_figure(candidates)
     if chart == "busbw":
         return busbw_figure(collective_rows(path))
-    frame = _read_table(path, "results.parquet")  # a folder that is no sweep's is told so before the flags
+    frame = _with_ok_points(_read_table(path, "results.parquet"), path)  # a folder no sweep's is told so first
     if chart == "sweep" and x is not None and y is None:
         raise ScenarioError("a sweep chart needs --y", field="--y", allowed=_numeric_columns(_ok(frame)))
     if chart == "heatmap" and value is None:
