@@ -511,6 +511,26 @@ def test_a_point_an_earlier_trainsim_recorded_ok_out_of_memory_is_reused_as_out_
     assert (row["status"], row["error"]) == ("out_of_memory", "out of memory: peak 85.6 GiB > 79.7 GiB per GPU")
 
 
+def test_the_end_line_gives_the_points_out_of_memory_one_reason_with_the_range_of_their_peaks(tmp_path, capsys):
+    """Each point out of memory carried its own peak in its reason, so the end line gave a line per point; they
+    share one line, with the range of peaks, and results.csv's error keeps each point's own."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  training.microbatches: [8, 16, 32]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    lines = [orjson.dumps({"index": point.index, "key": point.key, "status": "out_of_memory", "overrides": [],
+                           "error": f"out of memory: peak {peak:.1f} GiB > 79.7 GiB per GPU",
+                           "summary_schema": SUMMARY_SCHEMA,
+                           "metrics": {"oom": True, "peak_memory_gib": peak, "memory_capacity_gib": 79.65}})
+             for point, peak in zip(load_sweep(path).points, (85.61, 141.94, 99.0), strict=True)]
+    (out / "points.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    assert main(["sweep", str(path), "--out", str(out), "--executor", "serial", "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "  out_of_memory: point 0 (and 2 others): out of memory: peak 85.6 to 141.9 GiB > 79.7 GiB per GPU"]
+    assert list(pd.read_csv(out / "results.csv")["error"]) == [
+        f"out of memory: peak {peak} GiB > 79.7 GiB per GPU" for peak in ("85.6", "141.9", "99.0")]
+
+
 def test_a_job_sweep_of_a_synthetic_model_writes_no_column_of_nothing(tmp_path):
     """A synthetic model has no tokens: its job's goodput is in healthy-equivalent steps/s, and its table wrote
     an all-null `goodput_tokens_per_s` column (and tokens_per_step, ideal_tokens_per_s, and with one replication

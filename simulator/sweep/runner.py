@@ -55,7 +55,7 @@ class SweepReport:
     status, and for each status but ok its reasons, each with its points, in the order of their first point
     (`reasons`), so that the command can say why points did not run without the user opening the table. It gave
     each status's first reason alone, which the end line printed "(and 19 others)" where 12 of them broke another
-    constraint."""
+    constraint. The points out of memory share one reason, the range of their peaks (`_out_of_memory_reason`)."""
 
     ran: int
     reused: int
@@ -63,6 +63,8 @@ class SweepReport:
     reasons: dict[str, tuple[tuple[str, tuple[int, ...]], ...]]
 
 
+OUT_OF_MEMORY = "out of memory"
+"""The error of a point out of memory, before its figures, and the end line's reason for them all."""
 STEP_FIGURES = ("oom", "peak_memory_gib", "memory_capacity_gib", "warnings")
 """What a job point's row holds of its healthy step beside job_summary.json's figures: whether the step fits in
 GPU memory and its warnings, as a step point's row has them (a job's table could not tell a layout out of
@@ -165,8 +167,13 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     reasons: dict[str, dict[str, list[int]]] = {}
     for index, record in sorted(records.items()):
         statuses[record.status] = statuses.get(record.status, 0) + 1
-        if record.status != PointStatus.OK:
+        if record.status == PointStatus.OUT_OF_MEMORY:
+            reasons.setdefault(record.status, {}).setdefault(OUT_OF_MEMORY, []).append(index)
+        elif record.status != PointStatus.OK:
             reasons.setdefault(record.status, {}).setdefault(record.error, []).append(index)
+    if PointStatus.OUT_OF_MEMORY in reasons:
+        points = reasons[PointStatus.OUT_OF_MEMORY].pop(OUT_OF_MEMORY)
+        reasons[PointStatus.OUT_OF_MEMORY][_out_of_memory_reason([records[index] for index in points])] = points
     return SweepReport(len(todo), reused, dict(sorted(statuses.items())),
                        {status: tuple((reason, tuple(points)) for reason, points in by_reason.items())
                         for status, by_reason in sorted(reasons.items())})
@@ -195,6 +202,23 @@ def _reusable(previous: PointRecord, point: Point, force: bool, folder: Path | N
             and (folder is None or previous.status not in SIMULATED or _has_outputs(folder, point)))
 
 
+def _out_of_memory_reason(records: list[PointRecord]) -> str:
+    """The one reason of the end line's points out of memory: the range of their peaks and of the GPUs' memory
+    (each point's own is in its `error`). Each peak was a reason of its own, so that the end line gave one
+    point per line where all ran out of memory."""
+    peaks = [record.metrics.get("peak_memory_gib") for record in records]
+    capacities = [record.metrics.get("memory_capacity_gib") for record in records]
+    if any(peak is None for peak in peaks) or not all(capacities):
+        return OUT_OF_MEMORY
+    return f"{OUT_OF_MEMORY}: peak {_gib_range(peaks)} > {_gib_range(capacities)} per GPU"
+
+
+def _gib_range(values: list[float]) -> str:
+    """'85.6 GiB', or '85.6 to 141.9 GiB'."""
+    low, high = f"{min(values):.1f}", f"{max(values):.1f}"
+    return f"{low} GiB" if low == high else f"{low} to {high} GiB"
+
+
 def _memory_judged(record: PointRecord) -> PointRecord:
     """``record`` with status `out_of_memory` where its point simulated but its step does not fit in GPU memory
     (`oom`): it was `ok`, so the end line counted it ok, `plot heatmap` averaged its throughput into a cell and a
@@ -204,7 +228,7 @@ def _memory_judged(record: PointRecord) -> PointRecord:
         return record
     peak, capacity = record.metrics.get("peak_memory_gib"), record.metrics.get("memory_capacity_gib")
     figures = f": peak {peak:.1f} GiB > {capacity:.1f} GiB per GPU" if peak is not None and capacity else ""
-    return replace(record, status=PointStatus.OUT_OF_MEMORY, error=f"out of memory{figures}")
+    return replace(record, status=PointStatus.OUT_OF_MEMORY, error=f"{OUT_OF_MEMORY}{figures}")
 
 
 def _has_outputs(folder: Path, point: Point) -> bool:
