@@ -114,6 +114,22 @@ class ReversingExecutor(SerialExecutor):
         return (fn(task) for task in reversed(list(tasks)))
 
 
+def test_a_skipped_point_is_journalled_at_the_end_not_appended_one_fsync_each(tmp_path, monkeypatch):
+    """No run reuses a skipped point (its constraints are judged again), yet each was appended and flushed to
+    disk on every run, a re-run of 798 skipped points of 800 twice as long; they are written with the journal's
+    rewrite at the end."""
+    import simulator.sweep.runner as runner
+
+    sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8, 16]\n"
+                            "constraints: ['training.microbatches < 8']\n", "s.yaml")
+    appended: list[int] = []
+    monkeypatch.setattr(runner, "append_record", lambda out_dir, record: appended.append(record.index))
+    run_sweep(sweep, tmp_path, SerialExecutor())
+    assert appended == [0]
+    assert [orjson.loads(line)["status"] for line in (tmp_path / "points.jsonl").read_bytes().splitlines()] == [
+        "ok", "skipped", "skipped"]
+
+
 def test_the_journal_is_in_point_order_whatever_order_points_finish(tmp_path):
     """points.jsonl was appended in completion order, so its bytes varied between runs on a pool or Dask."""
     sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8, 12]\n", "s.yaml")
