@@ -426,3 +426,19 @@ parallelism: {tp: 1, pp: 2, dp: 4,
     with pytest.raises(ScenarioError) as error:
         simulate(scenario_from_text(text, "inline.yaml", [override]))
     assert error.value.render() == expected
+
+
+def test_a_dp_that_does_not_fill_the_cluster_names_no_override_it_did_not_read():
+    """The dp check read the whole parallelism section, so its error named a `--set parallelism.zero=1` (or of
+    the pipeline's schedule) as if it had a part in the product; it reads tp, cp, pp and the cluster."""
+    text = """
+cluster: {topology: dgx-h100-cluster, nodes: 1}
+model: {preset: llama3-8b}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 1, pp: 2, dp: 8}
+"""
+    with pytest.raises(ScenarioError) as error:
+        simulate(scenario_from_text(text, "inline.yaml", ["parallelism.zero=1", "parallelism.tp=1"]))
+    assert error.value.render() == (
+        "inline.yaml:5: parallelism.dp: tp x cp x pp x dp = 1 x 1 x 2 x 8 = 16 does not equal the cluster's 8 GPUs "
+        "(with --set parallelism.tp=1) (allowed: dp 4 at tp x cp x pp = 2, or degrees whose product is 8)")
