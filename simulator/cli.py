@@ -801,22 +801,6 @@ def shared_steps_note(shared: int, executor: str, workers: int) -> str:
             "simulates them again")
 
 
-def _refuse_ignored_executor_flags(args: argparse.Namespace) -> None:
-    """Refuse a `--scheduler` or `--workers` the chosen executor would ignore: a sweep given `--scheduler
-    tcp://head:8786` without `--executor dask` ran every point on this machine's cores without a word."""
-    from simulator.console.paths import option_error
-
-    if args.scheduler is not None and args.executor != "dask":
-        raise option_error("--scheduler", f"--executor {args.executor} uses no Dask scheduler: the points would run "
-                           "on this machine", "--scheduler with --executor dask")
-    if args.workers and args.executor == "serial":
-        raise option_error("--workers", "--executor serial runs every point in this process, one at a time",
-                           "--workers with --executor local, or dask without --scheduler")
-    if args.workers and args.scheduler is not None:
-        raise option_error("--workers", "a Dask scheduler's workers are the ones started with it (dask worker "
-                           "--nworkers)", "--workers with --executor local, or dask without --scheduler")
-
-
 SHOWN_REASONS = 3
 """How many reasons of one status the sweep's end line prints, each with its first point and how many share it;
 the rest are counted."""
@@ -825,12 +809,12 @@ the rest are counted."""
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.config.loader import set_flag
     from simulator.report.run_folder import SWEEP_FOLDER
-    from simulator.sweep.executors import make_executor
+    from simulator.sweep.executors import check_executor_options, make_executor
     from simulator.sweep.runner import progress_printer, run_sweep
     from simulator.sweep.spec import load_sweep
     from simulator.units import counted
 
-    _refuse_ignored_executor_flags(args)
+    check_executor_options(args.executor, args.workers, args.scheduler)
     out = output_folder(args.out, SWEEP_FOLDER)
     sweep = load_sweep(args.sweep, max_points=args.max_points, overrides=args.set)
     for warning in sweep.warnings:
@@ -920,14 +904,14 @@ def _choice_list(choices: tuple[str, ...]):
 def _cmd_search(args: argparse.Namespace) -> int:
     from simulator.console.progress import RunProgress
     from simulator.report.run_folder import SEARCH_FOLDER
-    from simulator.sweep.executors import make_executor
+    from simulator.sweep.executors import check_executor_options, make_executor
     from simulator.sweep.layouts import SPACE_FLAGS, SearchSpace
     from simulator.sweep.report import format_search, write_search
     from simulator.sweep.results import simulations_done
     from simulator.sweep.runner import progress_printer
     from simulator.sweep.search import search_layouts
 
-    _refuse_ignored_executor_flags(args)
+    check_executor_options(args.executor, args.workers, args.scheduler)
     out = output_folder(args.out, SEARCH_FOLDER)
     given = {name: getattr(args, name) for name in SPACE_FLAGS if getattr(args, name) is not None}
     executor = make_executor(args.executor, args.workers, args.scheduler)

@@ -406,6 +406,20 @@ def test_an_executor_flag_the_executor_would_ignore_is_refused(command, flags, e
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("name", "workers", "scheduler", "flag"), [
+    ("local", 0, "tcp://127.0.0.1:1", "--scheduler"), ("serial", 4, None, "--workers"),
+    ("dask", 4, "tcp://127.0.0.1:1", "--workers")])
+def test_make_executor_refuses_what_the_executor_would_ignore_as_the_commands_do(name, workers, scheduler, flag):
+    """The commands refused a scheduler or workers the executor ignores; `make_executor`, the Python API, still
+    ran a local pool given a scheduler. Both run one check."""
+    from simulator.errors import InputError
+    from simulator.sweep.executors import make_executor
+
+    with pytest.raises(InputError) as error:
+        make_executor(name, workers, scheduler)
+    assert error.value.field == flag
+
+
 def test_base_scenario_path_is_relative_to_the_sweep_file(tmp_path):
     (tmp_path / "sweep.yaml").write_text("base: ../nowhere.yaml\ngrid: {parallelism.pp: [1]}\n")
     with pytest.raises(ScenarioError, match="no scenario file"):

@@ -244,8 +244,27 @@ class DaskExecutor:
             self._cluster.close()
 
 
+def check_executor_options(name: ExecutorName, workers: int = 0, scheduler: str | None = None) -> None:
+    """Refuse a `--scheduler` or `--workers` the executor ``name`` would ignore, for the commands and
+    `make_executor` alike: a sweep given `--scheduler tcp://head:8786` without `--executor dask` ran every
+    point on this machine's cores without a word, and `make_executor` still ignored them."""
+    from simulator.console.paths import option_error
+
+    if scheduler is not None and name != "dask":
+        raise option_error("--scheduler", f"--executor {name} uses no Dask scheduler: the points would run on this "
+                           "machine", "--scheduler with --executor dask")
+    if workers and name == "serial":
+        raise option_error("--workers", "--executor serial runs every point in this process, one at a time",
+                           "--workers with --executor local, or dask without --scheduler")
+    if workers and scheduler is not None:
+        raise option_error("--workers", "a Dask scheduler's workers are the ones started with it (dask worker "
+                           "--nworkers)", "--workers with --executor local, or dask without --scheduler")
+
+
 def make_executor(name: ExecutorName, workers: int = 0, scheduler: str | None = None) -> Executor:
-    """The executor called ``name`` (one of sweep/options.EXECUTORS)."""
+    """The executor called ``name`` (one of sweep/options.EXECUTORS); a ``workers`` or ``scheduler`` it would
+    ignore is refused (`check_executor_options`)."""
+    check_executor_options(name, workers, scheduler)
     if name == "serial":
         return SerialExecutor()
     if name == "dask":
