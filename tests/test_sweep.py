@@ -541,6 +541,22 @@ def test_a_point_an_earlier_trainsim_recorded_ok_out_of_memory_is_reused_as_out_
     assert (row["status"], row["error"]) == ("out_of_memory", "out of memory: peak 85.6 GiB > 79.7 GiB per GPU")
 
 
+def test_the_journal_is_read_back_as_point_statuses_and_an_unknown_status_runs_again(tmp_path):
+    """Statuses are a PointStatus, read back from the journal as its members (they were strings compared raw);
+    a record of a status this trainsim does not know is not reused (it was, and its row carried the status)."""
+    from simulator.sweep.results import PointStatus, read_records
+
+    sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [8, 16]\n", "s.yaml")
+    run_sweep(sweep, tmp_path, SerialExecutor())
+    records = read_records(tmp_path)
+    assert [type(record.status) for record in records.values()] == [PointStatus, PointStatus]
+    lines = (tmp_path / "points.jsonl").read_bytes().splitlines()
+    (tmp_path / "points.jsonl").write_bytes(b"\n".join([lines[0].replace(b'"ok"', b'"done"'), lines[1]]) + b"\n")
+    executor = CountingExecutor()
+    assert run_sweep(sweep, tmp_path, executor).statuses == {"ok": 2}
+    assert executor.ran == [0]
+
+
 def test_the_end_line_gives_the_points_out_of_memory_one_reason_with_the_range_of_their_peaks(tmp_path, capsys):
     """Each point out of memory carried its own peak in its reason, so the end line gave a line per point; they
     share one line, with the range of peaks, and results.csv's error keeps each point's own."""
