@@ -252,7 +252,7 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
     # the tree's ten steps one a line (they were one line of 1,000 characters), none over 120 characters
     assert ("\ndecision tree (rules of thumb, docs/studies.md): ZeRO-1 over all 8 GPUs: out of memory: 664.3 GiB > "
             "79.6 GiB HBM\n"
-            "  -> tp1 recompute=none: no pp with m >= 4p fits: pp 1, 2, 4, 8 out of memory (pp8: 328.6 GiB > 79.6 GiB "
+            "  -> tp1 recompute=none: no pp with m >= 4p fits: pp 2, 4, 8 out of memory (pp8: 328.6 GiB > 79.6 GiB "
             "HBM)\n"
             "  -> PP + DP alone does not fit") in captured.out
     assert max(map(len, captured.out.splitlines()[:-1])) <= 120  # the last: where the files went
@@ -1407,9 +1407,11 @@ def test_the_trees_layer_holds_only_its_ranks_share_of_the_routed_experts(tmp_pa
 def test_the_trees_steps_say_the_bubble_rule_ruled_tp1_out_not_memory():
     """At tp 1 on 1,024 GPUs with global batch 1,024, m = p at every pp, so no pp above 1 meets m >= 4p and none
     is checked: the tree's steps blame the bubble rule, not memory (no pp fitting, or activations overflowing,
-    would not be what happened). Where pp are checked, the steps name every pp checked, by kind, with the
-    deepest's reason in full; where no pp splits the layers, GPUs and batch, neither the bubble rule nor memory
-    is blamed. Pp 1 has no bubble, so the rule lets it through and memory rules it out."""
+    would not be what happened). PP + DP starts at pp 2: its pp 1 is ZeRO-1 over every GPU, the first step's
+    layout, which it checked again and then blamed on memory and the bubble rule together. Where pp are
+    checked, the steps name every pp checked, by kind, with the deepest's reason in full; where no pp splits the
+    layers, GPUs and batch, neither the bubble rule nor memory is blamed. Pp 1 has no bubble, so at tp 2 the rule
+    lets it through and memory rules it out."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 
@@ -1422,10 +1424,8 @@ def test_the_trees_steps_say_the_bubble_rule_ruled_tp1_out_not_memory():
     choice = seed_tree_choice(1024, 8, 62, 1024, True, fits_at_tp4_pp16, ep=8, fewer_on_ends=True)
     assert choice.candidate == Candidate(4, 1, 16, 16, 1, 1, "zero1", "selective", 8)
     assert choice.steps[1:] == (
-        "tp1 recompute=none: no pp with m >= 4p fits: pp 1 out of memory (pp1: 5000.0 GiB > 79.6 GiB HBM); m < 4p at "
-        "pp 2, 4, 8, 16, 32, 64",
-        "PP + DP alone does not fit: every pp it checked is out of memory and the others give m < 4p (the bubble "
-        "rule), so TP + SP + recompute",
+        "tp1 recompute=none: no pp gives m >= 4p (m = p at pp 2, 4, 8, 16, 32, 64)",
+        "PP + DP alone gives no m >= 4p (the bubble rule, not memory), so TP + SP + recompute",
         "tp2 recompute=selective: no pp with m >= 4p fits: pp 1 out of memory (pp1: 2500.0 GiB > 79.6 GiB HBM); m < "
         "4p at pp2 m=4, pp4 m=8, pp8 m=16, pp16 m=32, pp32 m=64, pp64 m=128",
         "tp4 recompute=selective: pp16 fits (78.1 GiB) after pp 1, 2, 4, 8 out of memory (pp8: 156.2 GiB > 79.6 "

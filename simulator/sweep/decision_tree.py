@@ -93,12 +93,13 @@ def seed_tree_choice(world: int, domain_gpus: int, layers: int, global_batch: in
                      "ZeRO or TP)")
         return TreeChoice(None, tuple(steps))
     if layer_fits:
-        fit = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep, fewer_on_ends)
+        # pp 1 at tp 1 is the layout the first step checked (ZeRO-1 over every GPU): PP starts at 2, as eager's does
+        fit = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep, fewer_on_ends, smallest_pp=2)
         if fit.candidate is not None:
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
             return TreeChoice(fit.candidate, tuple(steps))
-        alone = fit.ruled_out() if not fit.over_memory else (
-            f"does not fit: {MEMORY_AND_BUBBLE}" if fit.bubbled_any else "does not fit: activations are what overflows")
+        # at tp 1, m / p is the same at every pp from 2: the bubble rule rules out all of them or none
+        alone = fit.ruled_out() if not fit.over_memory else "does not fit: activations are what overflows"
         steps.append(f"PP + DP alone {alone}, so TP + SP + recompute")
         recomputes = _recomputes(["selective", "full"], selective_saves_memory, steps)
     else:
