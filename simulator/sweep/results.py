@@ -140,7 +140,7 @@ def read_records(out_dir: Path) -> dict[int, PointRecord]:
     for line in path.read_bytes().splitlines():
         try:
             fields = {"summary_schema": 0, **orjson.loads(line)}
-            record = PointRecord(**{**fields, "status": PointStatus(fields.get("status"))})
+            record = PointRecord(**{**fields, "status": PointStatus(fields.get("status", ""))})
         except (orjson.JSONDecodeError, TypeError, ValueError):
             continue
         records[record.index] = record

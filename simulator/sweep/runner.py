@@ -209,9 +209,11 @@ def _out_of_memory_reason(records: list[PointRecord]) -> str:
     point per line where all ran out of memory."""
     peaks = [record.metrics.get("peak_memory_gib") for record in records]
     capacities = [record.metrics.get("memory_capacity_gib") for record in records]
-    if any(peak is None for peak in peaks) or not all(capacities):
+    known_peaks = [float(peak) for peak in peaks if peak is not None]
+    known_capacities = [float(capacity) for capacity in capacities if capacity]
+    if len(known_peaks) < len(records) or len(known_capacities) < len(records):
         return OUT_OF_MEMORY
-    return f"{OUT_OF_MEMORY}: peak {_gib_range(peaks)} > {_gib_range(capacities)} per GPU"
+    return f"{OUT_OF_MEMORY}: peak {_gib_range(known_peaks)} > {_gib_range(known_capacities)} per GPU"
 
 
 def _gib_range(values: list[float]) -> str:
