@@ -224,31 +224,15 @@ def test_analytic_mode_shares_a_link_among_the_transfers_of_one_phase():
         assert run_until_done(env, done) == pytest.approx(2e-6 + 0.3, rel=ROUNDING)
 
 
-def test_analytic_mode_shares_a_link_among_a_collective_and_its_mirrors_posted_together():
-    """A one-phase plan g0 -> g2 and its mirror g1 -> g3 run as one batch (1 GB each over the dumbbell's
-    10 GB/s core) take 0.2 s, the flow model's: the same traffic on the same wire, where each took the whole
-    core (0.1 s, 8 TP mirrors through one NIC charged an eighth of their time, reviewer74 #1)."""
+def test_analytic_mode_shares_among_one_collective_of_a_joined_batch_only():
+    """A batch joining two collectives (a collective and its mirror, `Transfers` ``collectives``), one 1 GB
+    transfer each over the core, takes 0.1 s: each collective alone on it."""
     topo = dumbbell_topology()
-    plans = [[Phase((PhaseTransfer(0, 2, 1 * GB),))], [Phase((PhaseTransfer(1, 3, 1 * GB),))]]
-    for mode in ("analytic", "flow"):
-        env = simpy.Environment()
-        net = Network(env, topo, mode=mode)
-        env.process(PlanRunner(net, topo).run_plans(env, plans, "x"))
-        env.run()
-        assert env.now == pytest.approx(0.2, rel=ROUNDING)
-
-
-def test_analytic_mode_runs_mirrors_of_several_phases_phase_by_phase_sharing_their_links():
-    """Two-phase plans g0 -> g2 and their mirrors g1 -> g3 (1 GB each phase over the 10 GB/s core) take 0.4 s,
-    the flow model's: each phase of both one batch, where each mirror ran on its own at the whole core (0.2 s)."""
-    topo = dumbbell_topology()
-    plans = [[Phase((PhaseTransfer(src, dst, 1 * GB),))] * 2 for src, dst in ((0, 2), (1, 3))]
-    for mode in ("analytic", "flow"):
-        env = simpy.Environment()
-        net = Network(env, topo, mode=mode)
-        env.process(PlanRunner(net, topo).run_plans(env, plans, "x"))
-        env.run()
-        assert env.now == pytest.approx(0.4, rel=ROUNDING)
+    path = topo.path(0, 2)
+    env = simpy.Environment()
+    net = Network(env, topo, mode="analytic")
+    done = net.run_phase(Transfers([(path, 1 * GB, 0.0)] * 2, collectives=((0, 1), (1, 2))))
+    assert run_until_done(env, done) == pytest.approx(0.1, rel=ROUNDING)
 
 
 def test_analytic_mode_uses_the_path_bottleneck_and_logs_each_transfer():

@@ -187,7 +187,7 @@ class PlanRunner:
                 spans.append((start, start + len(plan)))
                 start += len(plan)
             single = all(stop - start == 1 for start, stop in spans)
-            joined = Transfers([item for plan in plans for item in plan])
+            joined = Transfers([item for plan in plans for item in plan], spans if len(plans) > 1 else ())
             cached = cache[key] = (source, version, joined, None if single else spans)
         return cached[2], cached[3]
 
@@ -197,25 +197,13 @@ class PlanRunner:
         for phase in phases:
             yield self.network.run_phase(self.transfers(phase), key=key, load=self.load(key))
 
-    def _run_in_step(self, plans: list[list[Phase]], key: str):
-        """Generator of SimPy events (analytic model): run plans of several phases (a collective and its mirrors)
-        phase by phase, the same phase of every plan one batch, so that the mirrors share the links they have in
-        common, as the transfers of one phase do, where each alone would take a link's whole capacity."""
-        for index in range(max(map(len, plans))):
-            yield self.network.run_phase(self._joined([plan[index] for plan in plans if index < len(plan)]), key=key)
-
-    def _joined(self, phases: list[Phase]) -> Transfers:
-        """The transfers of ``phases`` run together as one batch, parsed once while the routes stay the same."""
-        return self._parsed(tuple(map(id, phases)), phases, lambda: [self.items(phase) for phase in phases])[0]
-
     def run_plans(self, env: simpy.Environment, plans: list[list[Phase]], key: str = "",
                   ends: list[float | None] | None = None):
         """Generator of SimPy events, as `run_plan`: run several independent plans at once (a collective and
         its mirrors) and finish when all have. Single-phase plans go to the network as one batch, which is the
         same as running them side by side; longer plans run as separate processes so none waits at another's
-        phase barrier (the analytic model runs them phase by phase, `_run_in_step`). ``ends`` (flow model), where
-        given empty, is then filled with when each plan ended, the last of its flows (None for a plan that sent
-        none here: a replica quotient's image)."""
+        phase barrier. ``ends`` (flow model), where given empty, is then filled with when each plan ended, the
+        last of its flows (None for a plan that sent none here: a replica quotient's image)."""
         if all(len(plan) == 1 for plan in plans):
             if len(plans) == 1 and ends is None:
                 yield self.network.run_phase(self.transfers(plans[0][0]), key=key)
@@ -229,9 +217,6 @@ class PlanRunner:
             yield self.network.run_phase(joined, key=key, ends=flows)
             ends += flows if spans is None else [max(flows[start:stop]) if stop > start else None
                                                  for start, stop in spans]
-            return
-        if ends is None and self.network.mode == "analytic":
-            yield from self._run_in_step(plans, key)
             return
         if ends is None:
             if self.quotient is not None:

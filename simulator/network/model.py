@@ -5,8 +5,7 @@ A transfer first waits its latency without using bandwidth, then becomes a fluid
 directed link and are re-solved only when flows start or end, only for the flows connected to the change
 through shared links, and once per simulated instant however many flows changed. In ``analytic`` mode a
 transfer never waits for other work: it takes its latency plus its bytes at its share of its path's links,
-each link split among the transfers of its own collective's phase (and its mirrors') that cross it
-(`analytic_seconds`).
+each link split among the transfers of its own collective's phase that cross it (`analytic_seconds`).
 """
 
 from __future__ import annotations
@@ -59,14 +58,16 @@ class Transfers:
     path, bytes and latency, which would keep its flow's state to the last bit and so ride along with it. The
     flows are listed in cohorts, one per size in first-seen order: flows that start together with the same
     bytes keep one state for as long as the solves give them equal rates. A plan runner keeps one per phase
-    of a collective (or per set of single-phase plans run together: a collective and its mirrors, whose
-    transfers the analytic model shares each link among, as the same traffic on the same wire) and posts it
-    again each time."""
+    of a collective (or per set of single-phase plans run together) and posts it again each time.
+    ``collectives`` says where the transfers of each collective lie (start, stop) where the batch joins several (a
+    collective and its mirrors); empty, all are one collective's: the analytic model shares a link among the
+    transfers of one collective only."""
 
-    __slots__ = ("channel", "count", "dst", "latency", "nbytes", "paths", "routes", "src", "starts")
+    __slots__ = ("channel", "collectives", "count", "dst", "latency", "nbytes", "paths", "routes", "src", "starts")
 
-    def __init__(self, items: Sequence[tuple]):
+    def __init__(self, items: Sequence[tuple], collectives: Sequence[tuple[int, int]] = ()):
         self.count = len(items)
+        self.collectives = tuple(collectives)
         paths: list[tuple[int, ...]] = []
         routes: list[tuple[int, ...]] = []
         nbytes_of: list[float] = []
@@ -360,8 +361,7 @@ class Network:
     def _run_analytic(self, transfers: Sequence[tuple] | Transfers, key: str, load: np.ndarray | None
                       ) -> simpy.Event:
         """A phase without contention from other work: each transfer takes `analytic_seconds`, its route's links
-        shared among the phase's transfers alone (a collective's, with the mirrors posted with it), or among its
-        exchange's (``load``). A phase
+        shared among its own collective's transfers alone, or among its exchange's (``load``). A phase
         posted as `Transfers` (a plan runner's, posted once per instance) is timed once while no capacity or route
         changes (`scale_capacity` and `take_down` forget the timings); each instance logs its
         flow rows as that block shifted to its start (`EventLog.replayed_flows`: the same rows, start + 0 and
@@ -374,8 +374,13 @@ class Network:
             posted = transfers
             transfers = posted if isinstance(posted, Transfers) else Transfers(posted)
             routes = FlowRoutes.of(list(transfers.routes))
+            collective = None
+            if transfers.collectives:
+                starts, stops = np.array(transfers.collectives, dtype=np.int64).T
+                collective = np.repeat(np.arange(starts.size), stops - starts)
             durations = analytic_seconds(routes, np.array(transfers.nbytes, dtype=float),
-                                         np.array(transfers.latency, dtype=float), self.capacity, load)
+                                         np.array(transfers.latency, dtype=float), self.capacity, collective,
+                                         load)
             block = (FlowBlock.of(transfers.src, transfers.dst, np.zeros(len(durations)), durations,
                                   transfers.nbytes, routes)
                      if self.log is not None else None)
@@ -774,12 +779,13 @@ def effective_capacity(topology: Topology, efficiency: Mapping[str, float]) -> n
 
 
 def analytic_seconds(routes: FlowRoutes, nbytes: np.ndarray, latency: np.ndarray, capacity: np.ndarray,
-                     load: np.ndarray | None = None) -> np.ndarray:
+                     collective: np.ndarray | None = None, load: np.ndarray | None = None) -> np.ndarray:
     """Each transfer's seconds on the analytic model: its ``latency``, then its bytes at its share of every link of
-    its route, a link's ``capacity`` split among the transfers of the phase (a collective's, with its mirrors
-    posted with it) that cross it, in proportion to their bytes, so that those a link bounds end together on it:
-    ``latency + max over its links of (the phase's bytes on the link) / capacity``. A collective's channels, peers
-    and mirrors over one NIC thus share its line rate, as on the wire, while other work never slows it. A transfer
+    its route, a link's ``capacity`` split among the transfers of its own collective (``collective[i]`` numbers
+    transfer i's; None: all of one) that cross it, in proportion to their bytes, so that those a link bounds end
+    together on it:
+    ``latency + max over its links of (its collective's bytes on the link) / capacity``. A collective's channels
+    and peers over one NIC thus share its line rate, as on the wire, while other work never slows it. A transfer
     alone on its links takes ``nbytes / narrowest capacity``, to the last bit; one without bytes or links, its
     latency alone. ``load`` (by link id; None: the collective's own) is the bytes every link carries in the
     exchange the transfers belong to (ops a program times as one collective, though each runs on its own: a
@@ -787,7 +793,8 @@ def analytic_seconds(routes: FlowRoutes, nbytes: np.ndarray, latency: np.ndarray
     lengths = routes.lengths
     entry_transfer = np.repeat(np.arange(lengths.size), lengths)
     if load is None:
-        shared, inverse = np.unique(routes.links, return_inverse=True)
+        key = routes.links if collective is None else collective[entry_transfer] * capacity.size + routes.links
+        shared, inverse = np.unique(key, return_inverse=True)
         on_link = np.bincount(inverse.reshape(-1), weights=nbytes[entry_transfer], minlength=shared.size)
         entry_load = on_link[inverse.reshape(-1)]
     else:
