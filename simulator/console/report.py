@@ -166,16 +166,16 @@ def oom_line(summary: dict, loaded: LoadedScenario, topology: Topology | None = 
 
 def tight_memory_line(summary: dict) -> str:
     """The warning of a summary whose peak fits with less room than the memory plan leaves out
-    (`memory_plan.tight_fit`), '' otherwise."""
-    from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES, tight_fit
+    (its `memory_tight`, `memory_plan.tight_fit`), '' otherwise."""
+    from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES
 
-    peak, capacity = summary.get("peak_memory_gib"), summary.get("memory_capacity_gib")
-    if not peak or not capacity or not tight_fit(peak, capacity):
+    if not summary.get("memory_tight"):
         return ""
+    peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
     return (f"{peak:,.2f} GiB of the GPU's {capacity:,.2f} GiB{_peak_place(summary)} leaves "
-            f"{capacity - peak:.2f} GiB, under the {UNMODELLED_BYTES / GIB:.0f} GiB the memory plan leaves out (the "
-            "CUDA context, NCCL's buffers, the allocator's fragmentation: docs/training-step.md): a real GPU may "
-            "run out of memory")
+            f"{capacity - peak:.2f} GiB, less than the memory plan leaves out (at least {UNMODELLED_BYTES / GIB:.0f} "
+            "GiB: the CUDA context, NCCL's buffers, the allocator's fragmentation: docs/training-step.md): a real GPU "
+            "may run out of memory")
 
 
 def _peak_place(summary: dict) -> str:

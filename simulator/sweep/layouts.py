@@ -51,7 +51,7 @@ from simulator.sweep.options import (
 )
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import contention_share
-from simulator.workload.memory_plan import stage_memory
+from simulator.workload.memory_plan import stage_memory, tight_fit
 from simulator.workload.stage_work import layers_per_stage, unsplit_layers_text
 from simulator.workload.training import TrainingStep, build_training_step, tp_domains
 
@@ -197,13 +197,15 @@ class Pruning:
 @dataclass(frozen=True)
 class Checked:
     """A candidate after the checks: its scenario data, why it was pruned (None if it survived), its peak memory
-    and estimated tokens/s (0 when not known)."""
+    and estimated tokens/s (0 when not known), and whether that peak fits with less room than the memory plan
+    leaves out (`memory_plan.tight_fit`; the memory model's peak is the simulation's)."""
 
     candidate: Candidate
     data: dict
     pruning: Pruning | None = None
     peak_memory_gib: float = 0.0
     estimate_tokens_per_s: float = 0.0
+    memory_tight: bool = False
 
     @property
     def reason(self) -> str:
@@ -355,7 +357,7 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
         return Checked(c, data, Pruning(Pruned.OUT_OF_MEMORY, f"out of memory: {needed}"), peak / GIB)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
     seconds = estimate_step_s(step, times, share)
-    return Checked(c, data, None, peak / GIB, step.tokens_per_step / seconds)
+    return Checked(c, data, None, peak / GIB, step.tokens_per_step / seconds, tight_fit(peak, step.gpu.hbm_bytes))
 
 
 def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare | None = None) -> float:

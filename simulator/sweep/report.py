@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import orjson
+import pandas as pd
 
 from simulator.report.run_folder import SEARCH_FOLDER, trainsim_version, write_run_folder
 from simulator.report.tables import csv_text
@@ -31,11 +32,14 @@ _TREE_MARKS = {True: " (tree)", False: " (tree, outside the space)"}
 
 
 def format_search(result: SearchResult, scenario: str) -> str:
-    """The best simulated layouts as a table, the status counts with the pruned ones by kind, the tree's steps
-    one a line (they were one line of up to a thousand characters), the comparison, wrapped, and the command
-    that runs the winner of the search of ``scenario`` (its outputs, as any run's)."""
+    """The best simulated layouts as a table (the searched space's ranked, then the tree's layout where it lies
+    outside the space: ranking tight layouts last put it above rank 1), the status counts with the pruned ones
+    by kind, the tree's steps one a line (they were one line of up to a thousand characters), the comparison,
+    wrapped, and the command that runs the winner of the search of ``scenario`` (its outputs, as any run's)."""
     table = result.table
-    rows = ranked(table[table["status"] == CandidateStatus.SIMULATED]).head(SHOWN).to_dict("records")
+    simulated = table[table["status"] == CandidateStatus.SIMULATED]
+    searched = simulated["searched"].astype(bool)
+    rows = pd.concat([ranked(simulated[searched]), ranked(simulated[~searched])]).head(SHOWN).to_dict("records")
     layouts = [row["label"] + (_TREE_MARKS[bool(row["searched"])] if row["tree_choice"] else "") for row in rows]
     width = max([48, *map(len, layouts)])
     lines = [f"{'rank':>4}  {'layout':<{width}} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"] if rows else []
@@ -46,9 +50,12 @@ def format_search(result: SearchResult, scenario: str) -> str:
         lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
                      f"{row['peak_memory_gib']:>8.1f}{tight} {row['bottleneck.verdict']}")
     if any(row["memory_tight"] for row in rows):
-        lines.append(f"{TIGHT_MARK} under {UNMODELLED_BYTES / GIB:.0f} GiB left, what the memory plan leaves out "
-                     "(the CUDA context, NCCL's buffers, the allocator's fragmentation): a real GPU may run out of "
-                     "memory; ranked after the layouts with that room")
+        roomy = (~simulated[searched]["memory_tight"].astype(bool)).any()
+        room = f"{UNMODELLED_BYTES / GIB:.0f} GiB"
+        lines.append(f"{TIGHT_MARK} under {room} left, less than the memory plan leaves out (at least {room}: the "
+                     "CUDA context, NCCL's buffers, the allocator's fragmentation): a real GPU may run out of "
+                     "memory; " + ("ranked after the layouts with that room" if roomy else
+                                              "no simulated layout of the space has that room"))
     counts = table["status"].value_counts().to_dict()
     lines.append(f"{len(table)} layouts: {counts.get(CandidateStatus.SIMULATED, 0)} simulated, "
                  f"{counts.get(CandidateStatus.PRUNED, 0)} pruned, {counts.get(CandidateStatus.FAILED, 0)} failed")

@@ -65,10 +65,10 @@ class SweepReport:
 
 OUT_OF_MEMORY = "out of memory"
 """The error of a point out of memory, before its figures, and the end line's reason for them all."""
-STEP_FIGURES = ("oom", "peak_memory_gib", "memory_capacity_gib", "warnings")
+STEP_FIGURES = ("oom", "memory_tight", "peak_memory_gib", "memory_capacity_gib", "warnings")
 """What a job point's row holds of its healthy step beside job_summary.json's figures: whether the step fits in
-GPU memory and its warnings, as a step point's row has them (a job's table could not tell a layout out of
-memory)."""
+GPU memory, and with less room than the memory plan leaves out (`memory_plan.tight_fit`), and its warnings, as a
+step point's row has them (a job's table could not tell a layout out of memory)."""
 
 
 def run_point(task: PointTask) -> PointRecord:

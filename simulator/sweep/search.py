@@ -50,7 +50,7 @@ from simulator.sweep.spec import point_key
 from simulator.units import counted
 from simulator.workload.experts import experts_split_problem
 from simulator.workload.memory import state_bytes_per_param
-from simulator.workload.memory_plan import rematerialized_activations, tight_fit
+from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES, rematerialized_activations
 from simulator.workload.training import resolve_model
 
 DEFAULT_TOP = 8
@@ -176,10 +176,8 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                             layer_fits, check, tree_ep, eager,
                             selective_saves_memory=rematerialized_activations(scenario.training) == "none",
                             fewer_on_ends=scenario.parallelism.pipeline.first_last_fewer_layers)
-    survivors = sorted((c for c in checked if not c.reason), key=lambda c: (-c.estimate_tokens_per_s, c.candidate))
-    chosen = survivors[:top]
-    rank_cut = chosen[-1].estimate_tokens_per_s if chosen else 0.0
-    checked = [replace(c, pruning=Pruning(Pruned.BELOW_TOP, below_top_reason(c.estimate_tokens_per_s, top, rank_cut)))
+    chosen = top_survivors(checked, top)
+    checked = [replace(c, pruning=Pruning(Pruned.BELOW_TOP, _not_chosen_reason(c, chosen, top)))
                if not c.reason and c not in chosen and c.candidate != tree.candidate else c for c in checked]
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
@@ -191,6 +189,25 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
         raise SearchStopped(_result(checked, runs, tree, space_layouts, overrides or [], schedule, turned_off),
                             terminated=isinstance(stop, Terminated)) from None
     return _result(checked, runs, tree, space_layouts, overrides or [], schedule, turned_off)
+
+
+def top_survivors(checked: list[Checked], top: int) -> list[Checked]:
+    """The ``top`` survivors the search simulates: by estimate, those whose memory model's peak (the simulation's)
+    leaves the room the memory plan leaves out before the `memory_tight` ones, which fill only places fewer
+    layouts with room leave (else `--top 1` simulated and crowned a layout at 79.4 of 79.65 GiB while one at
+    41.5 GiB went unsimulated), ties by layout."""
+    survivors = (c for c in checked if not c.reason)
+    return sorted(survivors, key=lambda c: (c.memory_tight, -c.estimate_tokens_per_s, c.candidate))[:top]
+
+
+def _not_chosen_reason(checked: Checked, chosen: list[Checked], top: int) -> str:
+    """Why a survivor outside the ``chosen`` top ``top`` was not simulated: a tight one where they all have room
+    (`top_survivors`), else its estimate ranks below theirs (`below_top_reason`)."""
+    if checked.memory_tight and not chosen[-1].memory_tight:
+        return (f"estimate {checked.estimate_tokens_per_s:,.0f} tokens/s, but its peak of "
+                f"{checked.peak_memory_gib:,.2f} GiB leaves under the {UNMODELLED_BYTES / GIB:.0f} GiB (at least) "
+                f"the memory plan leaves out, and the top {top} are layouts with that room; not simulated (--top)")
+    return below_top_reason(checked.estimate_tokens_per_s, top, chosen[-1].estimate_tokens_per_s)
 
 
 def below_top_reason(estimate: float, top: int, cut: float) -> str:
@@ -347,10 +364,10 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
            given: list[str], base_schedule: str) -> pd.DataFrame:
     """One row per candidate; `schedule` the pipeline schedule it runs (from the scenario's ``base_schedule``);
     `searched` says whether it is a layout of the searched space (the tree's layout, simulated for the
-    comparison, may lie outside it and never wins); `memory_tight` whether its simulated peak fits with less room
-    than the memory plan leaves out (`tight_fit`); `overrides`, for a layout that got as far as the memory
-    check, the `--set` values that run it (`run_overrides`, a JSON list, as a sweep's table holds its points'
-    overrides)."""
+    comparison, may lie outside it and never wins); `memory_tight` whether its simulated peak fits with less
+    room than the memory plan leaves out (the summary's `memory_tight`); `overrides`, for a layout that got as far
+    as the memory check, the `--set` values that run it (`run_overrides`, a JSON list, as a sweep's table holds
+    its points' overrides)."""
     rows = []
     for c in checked:
         schedule = c.candidate.schedule(base_schedule)
@@ -366,8 +383,7 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
                    searched=c.candidate in space)
         metrics = record.metrics if record is not None else {}
         row.update({name: metrics.get(name) for name in REPORTED_METRICS})
-        peak, capacity = metrics.get("peak_memory_gib"), metrics.get("memory_capacity_gib")
-        row["memory_tight"] = bool(peak and capacity and tight_fit(peak, capacity))
+        row["memory_tight"] = bool(metrics.get("memory_tight"))
         row["overrides"] = json.dumps(run_overrides(c.data, given)) if c.data else None
         rows.append(row)
     return pd.DataFrame(rows)

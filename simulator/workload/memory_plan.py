@@ -283,15 +283,17 @@ def breakdown_gib(held: MemoryBreakdown) -> dict[str, float]:
 
 def peak_memory_entries(peak: MemoryBreakdown, rank: int, capacity_bytes: float) -> dict:
     """The summary's memory keys of the fullest rank: its total and breakdown in GiB, the GPU's capacity,
-    which rank it is and whether it is out of memory."""
+    which rank it is, whether it is out of memory and whether it fits with less room than the plan leaves out
+    (`memory_tight`, `tight_fit`): the one record of it that run, validate, search and sweep read."""
     return {"peak_memory_gib": peak.total / GIB, "memory_breakdown_gib": breakdown_gib(peak),
-            "memory_capacity_gib": capacity_bytes / GIB, "peak_memory_rank": rank, "oom": peak.total > capacity_bytes}
+            "memory_capacity_gib": capacity_bytes / GIB, "peak_memory_rank": rank, "oom": peak.total > capacity_bytes,
+            "memory_tight": tight_fit(peak.total, capacity_bytes)}
 
 
-def tight_fit(peak_gib: float, capacity_gib: float) -> bool:
-    """Whether a peak that fits the GPU's capacity (both in GiB) leaves it less room than the plan leaves out
+def tight_fit(peak_bytes: float, capacity_bytes: float) -> bool:
+    """Whether a peak that fits the GPU's capacity leaves it less room than the plan leaves out
     (`UNMODELLED_BYTES`), so that a real GPU may run out of memory where the plan says the step fits."""
-    return peak_gib <= capacity_gib and (capacity_gib - peak_gib) * GIB < UNMODELLED_BYTES
+    return peak_bytes <= capacity_bytes and capacity_bytes - peak_bytes < UNMODELLED_BYTES
 
 
 def overlap_summary(step: TrainingStep) -> dict:
