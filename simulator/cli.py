@@ -494,9 +494,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
     on_healthy_step: Callable[[dict], None] | None = warn
     grids = {"checkpoint-interval": default_grid, "memory-interval": memory_grid}
-    if args.study in grids or args.intervals is not None:  # before the grid, which takes seconds
-        refuse_sets_on_varied_field(loaded, args.study)
     if args.study in grids and args.intervals is None:
+        refuse_sets_on_varied_field(loaded, args.study)  # before the grid, which takes seconds; else run_study's
         grid = grids[args.study](loaded, args.force, warn, multipliers)
         print(_grid_line(grid))
         intervals, on_healthy_step = grid.intervals_s, None

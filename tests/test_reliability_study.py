@@ -30,6 +30,7 @@ from shared import OOM_JOB, WAIT_JOB, inside, renewal_ettr, stderr_before_each_d
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.console.report import format_seconds
+from simulator.errors import InputError
 from simulator.reliability.study import write_study
 from simulator.report.run_folder import write_run_folder
 from simulator.units import durations_alike, expected_count, format_duration
@@ -978,12 +979,21 @@ def test_a_set_of_the_interval_the_study_varies_is_refused_naming_intervals(stud
     overrides as if it applied (usertest42 #2)."""
     import simulator.reliability.study as module
 
-    monkeypatch.setattr(module, "run_study", lambda *args, **kwargs: pytest.fail("ran the study"))
+    monkeypatch.setattr(module, "prepare_job", lambda *args, **kwargs: pytest.fail("prepared a job"))
     field = sets.split("=")[0]
     assert main(["study", study, "llama3-70b-2k-job", "--set", sets, *options, "--out", str(tmp_path / "s")]) == 2
     assert capsys.readouterr().err == (f"error: command line: trainsim study: --set {sets}: the {study} study sets "
                                        f"{field} at every point (allowed: a field the study does not vary; for "
                                        f"{field}: --intervals)\n")
+
+
+def test_run_study_refuses_a_set_of_the_interval_its_points_set():
+    """The library's study, called without the command line, refuses as `trainsim study` does: its points
+    would write over the `--set` and study.json keep it as applied."""
+    from simulator.reliability.study import run_study
+
+    with pytest.raises(InputError, match=r"the checkpoint-interval study sets checkpoint\.interval at every point"):
+        run_study("llama3-70b-2k-job", ["checkpoint.interval=5min"], [300.0, 600.0], [1.0])
 
 
 def test_an_mtbf_study_without_intervals_runs_at_the_interval_a_set_gives(tmp_path):
