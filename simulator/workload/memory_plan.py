@@ -20,9 +20,13 @@ from simulator.workload.transformer import ShardShape
 GIB = 2.0**30
 
 UNMODELLED_BYTES = GIB
-"""What the memory plan leaves out of every GPU's peak: the CUDA context, NCCL's buffers and the caching
-allocator's fragmentation, about a GiB together (docs/training-step.md, "Memory"; docs/cost-model.md puts the
-context and NCCL's buffers at a few hundred MiB). A layout that fits with less room than this is `tight_fit`."""
+"""The least the memory plan leaves out of every GPU's peak, a floor and not a model: the CUDA context (a few
+hundred MiB, docs/cost-model.md), NCCL's buffers and the caching allocator's fragmentation. NCCL's buffers grow
+with each communicator and linearly with its channels (NVIDIA/nccl#986, a maintainer's answer on #864, where one
+communicator's all-reduce took about 1.6 GB and three or more about 6 GB); #964 measured 544 MB per process
+group of two A100 and 688 MB of more, and #1685 a first all-to-all over 8 H100 taking NCCL from 1.06 to 4.34 GB.
+A job's TP, PP and DP groups each hold one (docs/training-step.md, "Memory"). A layout that fits with less room
+than this is `tight_fit`."""
 
 DDP_BUCKET_COPIES = 2.0
 """An approximation: DDP's communication buffers taken as two buckets' worth (one reduced, the next filled).
