@@ -500,10 +500,10 @@ def test_a_sweep_over_a_job_runs_the_job_simulation_at_every_point(tmp_path):
 def test_a_job_sweeps_rows_say_whether_the_step_fits_in_memory(tmp_path):
     """Llama 3 8B and 70B under TP 8 on one DGX H100: the 70B step needs more than the H100's 79.6 GiB (70.6e9
     parameters / 8 at 18 B of bf16 weights, fp32 gradients and Adam's 12 B are 147.8 GiB alone). A job point's row
-    holds the healthy step's `oom`, `memory_tight`, peak and capacity per GPU and `warnings` beside job_summary.json's figures, as a
-    step point's row does, equal to the step's summary.json, so the sweep's table tells the layout that does not
-    fit; that point has a status of its own, `out_of_memory`, not counted ok by the end line nor drawn in
-    `plot heatmap`'s cells as if it ran, and it keeps that status when a re-run reuses it."""
+    holds the healthy step's `oom`, `memory_tight`, peak and capacity per GPU and `warnings` beside
+    job_summary.json's figures, as a step point's row does, equal to the step's summary.json, so the sweep's table
+    tells the layout that does not fit; that point has a status of its own, `out_of_memory`, not counted ok by the
+    end line nor drawn in `plot heatmap`'s cells as if it ran, and it keeps that status when a re-run reuses it."""
     sweep = job_sweep("  model.preset: [llama3-8b, llama3-70b]\n", outputs=True)
     out = tmp_path / "out"
     report = run_sweep(sweep_from_text(sweep, "s.yaml"), out, SerialExecutor())
