@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 import simpy
-from shared import GB
+from shared import GB, SCENARIOS
 
 from simulator.collectives.execute import PlanRunner
 from simulator.collectives.phases import Phase
@@ -1153,3 +1153,23 @@ def test_idents_and_moves_leave_the_remembered_rates_their_room(monkeypatch, mov
     env.run(env.process(rounds()))
     assert (net.resolves, net.max_min_solves, net._solved_entries) == (220, 55, 1589)
     assert net._move_entries <= moves
+
+
+def test_analytic_warns_where_copies_of_one_collective_share_a_nic(capsys):
+    """fix82c: analytic gives each copy of a collective (the 8 TP ranks' DP all-reduces) a NIC's full rate; on
+    two one-NIC DGX H100 hosts at TP 8, DP 2 its comm_s.dp is 66.2 ms against the flow model's 514.8 ms. One
+    warning at `network.model` says so and names the 8 copies; with a NIC per GPU none share one, and none warns."""
+    from simulator.cli import main
+
+    step = ["--set", "cluster.topology=dgx-h100-cluster", "--set", "cluster.nodes=2", "--set", "parallelism.tp=8",
+            "--set", "parallelism.dp=2", "--set", "training.global_batch=8", "--set", "network.model=analytic"]
+    scenario = str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml")
+    assert main(["validate", scenario, *step, "--set", "cluster.nics_per_node=1", "--quiet"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "share a NIC" in line]
+    assert warned == [
+        "warning: command line: trainsim validate: --set network.model=analytic: analytic gives each copy of a "
+        "collective a link's full rate, and host 0's 8 DP groups leave it through 1 NIC: up to 8 copies of one "
+        "collective share a NIC, so the analytic figures overstate its rate by up to 8x (allowed: network.model: "
+        "flow, which shares each NIC among the copies that cross it)"]
+    assert main(["validate", scenario, *step, "--quiet"]) == 0
+    assert "share a NIC" not in capsys.readouterr().err
