@@ -571,7 +571,7 @@ def _grid_line(grid: IntervalGrid) -> str:
 
 FEW_REPLICATIONS = 3
 """Replications below which a study line says its 95% interval is too few to read: with 2, Student's t of one
-degree of freedom (12.7) spans ETTR 0% to 100% (usertest42)."""
+degree of freedom (12.7) spans ETTR 0% to 100%."""
 
 
 def _study_line(curve: dict) -> str:

@@ -144,8 +144,8 @@ def test_skewed_routing_makes_the_step_slower_than_uniform(run_yaml):
 
 
 def test_a_skew_under_uniform_routing_is_warned_of_as_changing_nothing(capsys):
-    """usertest41 9h: `routing.skew: 2` beside `balance: uniform` was taken without a word and routed every expert
-    k n / E tokens all the same; it is warned of as the other fields that change nothing, where it is set."""
+    """`routing.skew: 2` beside `balance: uniform` routes every expert k n / E tokens all the same: it is warned of
+    as the other fields that change nothing, where it is set."""
     from simulator.cli import main
 
     problem = ("balance uniform gives every expert exactly k n / E tokens whatever the skew (skew shapes zipf and "
@@ -164,8 +164,8 @@ def test_a_skew_under_uniform_routing_is_warned_of_as_changing_nothing(capsys):
 
 
 def test_a_sweep_over_balance_and_skew_is_not_warned_of_skew_under_uniform(tmp_path):
-    """reviewer74 #3: a grid over balance [uniform, zipf] x skew [1, 2] warned at each uniform point, even skew 1
-    (the default): the point's balance is in the sweep's table, as a microbatches axis's value is. A skew axis
+    """A grid over balance [uniform, zipf] x skew [1, 2] is not warned of at its uniform points: the point's
+    balance is in the sweep's table, as a microbatches axis's value is. A skew axis
     under the file's uniform balance is still warned of."""
     from simulator.config.loader import LoadedScenario, validate_as_json
     from simulator.config.schema import Scenario

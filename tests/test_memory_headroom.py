@@ -1,7 +1,7 @@
 """A layout whose peak fits the GPU with less room than the memory plan leaves out (the CUDA context, NCCL's
 buffers, the allocator's fragmentation: `memory_plan.UNMODELLED_BYTES`, 1 GiB) is warned of by `run` and
-`validate`, and the search marks it and ranks it after the layouts with that room (usertest42 #4: Llama 3 8B on
-512 H100 ranked first a layout at 79.40 GiB of 79.65, 0.24 GiB left, with no word)."""
+`validate`, and the search marks it and ranks it after the layouts with that room (Llama 3 8B on 512 H100: a
+layout at 79.40 GiB of 79.65, 0.24 GiB left, is not ranked first)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ model: {preset: llama3-8b}
 training: {seq_len: 8192, global_batch: 1024, precision: bf16, micro_batch: 2, recompute: none}
 parallelism: {tp: 1, pp: 1, dp: 512, fsdp: full_shard}
 """
-"""The search's winner of usertest42 #4: 79.40 GiB of the H100's 79.65."""
+"""A tight layout: 79.40 GiB of the H100's 79.65."""
 
 
 def test_validate_warns_of_a_peak_within_what_the_memory_plan_leaves_out(tmp_path, capsys):
@@ -106,8 +106,8 @@ ZERO1_OR_FSDP = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micr
 
 def test_top_one_simulates_a_layout_with_room_before_a_faster_tight_one(monkeypatch):
     """With the unmodelled memory taken as 10 GiB the ZeRO-1 layout is tight: `--top 1` simulates the FSDP one,
-    which wins, where it was pruned below the top and the tight layout crowned (usertest42's 8B on 512 GPUs:
-    DP512 mb2 fsdp at 79.4 GiB first, mb1 at 41.5 GiB never simulated). The tight ZeRO-1 layout, the decision
+    which wins, not pruned below the top with the tight layout crowned (the 8B on 512 GPUs: DP512 mb2 fsdp at
+    79.4 GiB, mb1 at 41.5 GiB). The tight ZeRO-1 layout, the decision
     tree's choice, is simulated for the comparison and ranked after it."""
     monkeypatch.setattr(memory_plan, "UNMODELLED_BYTES", 10 * memory_plan.GIB)
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=ZERO1_OR_FSDP, top=1)

@@ -74,13 +74,11 @@ ANALYTIC_EVEN = ("cluster: {topology: dgx-h100-cluster, nodes: 3}\nnetwork: {mod
 
 @pytest.mark.parametrize("servers", ["[1]", "2"])
 def test_analytic_pushes_and_pulls_share_the_worker_and_server_nics(run_yaml, servers):
-    """usertest41 #7: under the analytic model each (worker, server GPU) push took the worker NIC's whole rate,
-    8 stripes at once at 8x its line rate: an exchange of 23.7 ms where the NICs need 203 ms. An iteration's
-    pushes (and its pulls) now share every link as one collective's phase: a worker's NIC carries its whole
-    gradient P each way, a server GPU's NIC W x its stripe, and with no worker slower than another the exchange
-    is the busier of the two, twice, plus the server GPU's W sums and its update, plus a path latency each way
-    (13 us within a rail, 14 us across: 27 us in all). One server host of 16 workers: its NICs, 2 P each way;
-    two server hosts of 8 workers: the workers' NICs, P each way."""
+    """Under the analytic model an iteration's pushes (and its pulls) share every link as one collective's phase:
+    a worker's NIC carries its whole gradient P each way, a server GPU's NIC W x its stripe, and with no worker
+    slower than another the exchange is the busier of the two, twice, plus the server GPU's W sums and its
+    update, plus a path latency each way (13 us within a rail, 14 us across: 27 us in all). One server host of 16
+    workers: its NICs, 2 P each way; two server hosts of 8 workers: the workers' NICs, P each way."""
     result = run_yaml(ANALYTIC_EVEN.replace("SERVERS", servers))
     ps = result.summary["parameter_server"]
     P, W, striped = ps["parameter_bytes"], ps["workers"], max(ps["server_parameter_bytes"]) / 8
@@ -522,7 +520,7 @@ def test_the_workers_counted_before_building_are_those_place_makes(tmp_path, ser
 
 
 def test_analytic_warns_once_that_drifting_workers_pushes_are_timed_as_simultaneous(capsys):
-    """reviewer74 #2: under analytic each push is charged its iteration's whole exchange, as if every worker
+    """Under analytic each push is charged its iteration's whole exchange, as if every worker
     pushed at once (the bundled scenario under async: 428.1 ms against the flow model's 210.2 ms), where async,
     ssp, a straggler or drawn slowdowns let the workers drift apart: one warning says so. Workers that end
     together (sync, no straggler, no slowdown) are the flow model's figure, and are not warned."""

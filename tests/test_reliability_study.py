@@ -975,8 +975,8 @@ def test_an_mtbf_charts_ticks_are_at_its_points(mtbf):
 ])
 def test_a_set_of_the_interval_the_study_varies_is_refused_naming_intervals(study, sets, options, monkeypatch,
                                                                             capsys, tmp_path):
-    """`--set checkpoint.interval=5min` was accepted, written over at every point and kept in study.json's
-    overrides as if it applied (usertest42 #2)."""
+    """A `--set` of the interval the study sets at every point (`checkpoint.interval=5min`) is refused naming
+    `--intervals`, not written over at every point and kept in study.json's overrides as if it applied."""
     import simulator.reliability.study as module
 
     monkeypatch.setattr(module, "prepare_job", lambda *args, **kwargs: pytest.fail("prepared a job"))
@@ -1007,8 +1007,8 @@ def test_an_mtbf_study_without_intervals_runs_at_the_interval_a_set_gives(tmp_pa
 
 
 def test_a_study_of_two_replications_says_its_interval_is_too_few_to_read(tmp_path, capsys):
-    """With 2 replications Student's t of one degree of freedom (12.7) gave 'ETTR 79.54%, 95%: 0.00% to
-    100.00%' and nothing said why (usertest42 #7d); with 3 the interval is read as it is."""
+    """With 2 replications Student's t of one degree of freedom (12.7) spans 'ETTR 79.54%, 95%: 0.00% to
+    100.00%': the line says the replications are too few for an interval worth reading; with 3 it is read as it is."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 2"))
     assert main(["study", "mtbf", str(scenario), "--intervals", "20min", "--multipliers", "1",

@@ -38,9 +38,9 @@ def test_a_file_giving_microbatches_that_disagree_with_its_global_batch_is_refus
 
 
 def test_parameter_servers_count_their_workers_in_place_of_dp(tmp_path, capsys):
-    """usertest41 #4: a parameter-server file with global_batch 16 and microbatches 4 ran 32 sequences an
-    iteration (4 micro-batches on each of 8 workers) without a word; it is refused as a collective step is, the
-    workers in dp's place, and a global batch the workers do not divide names them too."""
+    """A parameter-server file with global_batch 16 and microbatches 4 (32 sequences an iteration: 4 micro-batches
+    on each of 8 workers) is refused as a collective step is, the workers in dp's place, and a global batch the
+    workers do not divide names them too."""
     path = tmp_path / "ps.yaml"
     path.write_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {preset: megatron-1.7b}\n"
                     "training: {seq_len: 2048, micro_batch: 1, global_batch: 16, microbatches: 4}\n"

@@ -1793,9 +1793,9 @@ def test_a_refused_set_for_zero2_says_how_a_search_gets_it(tmp_path, capsys, giv
 
 
 def test_the_bubble_rule_lets_pp_1_through_whatever_m():
-    """The tree applied m >= 4p at pp 1, where nothing is pipelined and the bubble is 0: on the 70B 2k-GPU step
-    (global batch 512) TP8 PP1 DP256 has m = 2 and fits (71.1 GiB), but the tree ruled it out and found no
-    layout at all (usertest42 finding 8)."""
+    """The bubble rule m >= 4p holds for pp above 1 only: at pp 1 nothing is pipelined and the bubble is 0, so on
+    the 70B 2k-GPU step (global batch 512) TP8 PP1 DP256, m = 2, is weighed by memory and fits (71.1 GiB), not
+    ruled out with no layout found."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Checked
 

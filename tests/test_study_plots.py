@@ -748,8 +748,8 @@ def test_a_narrow_heatmaps_title_fits_its_figure_clear_of_the_colour_bar():
 
 def test_the_front_of_a_search_stopped_before_any_simulation_is_refused_and_the_title_counts_the_stopped(
         tmp_path, capsys):
-    """A search stopped before its first simulation drew an empty chart titled '0 simulated, 3686 pruned', its 4
-    `stopped` layouts counted nowhere (usertest42 #7a)."""
+    """The front of a search stopped before its first simulation is refused, not drawn as an empty chart, and a
+    front's title counts its `stopped` layouts."""
     from simulator.report.study_plots import front_figure
 
     candidates = pd.DataFrame({"label": ["a", "b", "c"], "status": ["pruned", "stopped", "stopped"],
