@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -222,9 +223,19 @@ class JobProcess:
         restarted in): not the sub-states of its slow-step split, nor those a restart only looked at."""
         self.missing_until: dict[int, float] = {}
         """When each host out (a slot of the group) is back from repair, the latest of its failures'."""
-        self.stand_ins: list[int] = []
-        """The slots of the group a restart filled with a host other than their own (still in repair then), in the
-        order they were filled (`_form_group`)."""
+        self.stand_in_rack: dict[int, str] = {}
+        """The slots of the group whose host is a rack's out of the group, standing in for their own, with that rack
+        (`_form_group`): it stays there until the slot fails or a shrink drops it."""
+        self.rack_spares = {spare: plan.rack_hosts(spare) for spare in plan.spare_racks}
+        """The free hosts of each rack out of the group (a spare, a rack that left it), among the spare hosts; the
+        others (``spares`` less these) are hosts back from repair. A rack in repair has none."""
+        self.rack_back: dict[str, int] = {}
+        """The hosts each rack out of the group and in repair brings back to its free hosts with it: its free
+        ones and its stand-ins, taken by its failure, or all its hosts where it left the group."""
+        self.vacated: set[int] = set()
+        """The slots out whose stand-in went with its rack (`_fail`): they take any host, as stand-ins."""
+        self.rack_returns: list[tuple[float, str]] = []
+        """When a spare rack's host out alone (its stand-in's slot failed) is back from repair, and its rack."""
         self.group = list(plan.rack_names[:len(plan.racks)])
         """The physical racks (NVSwitch nodes) in the job's group, in place order: the i-th fills the place of
         ``plan.racks[i]`` (`_places`)."""
@@ -390,33 +401,29 @@ class JobProcess:
         return ()
 
     def _rack_stand_ins(self, rack: str, t: float) -> tuple[int, ...]:
-        """The slots whose hosts at ``t`` are those of ``rack``, a rack out of the group and free (an idle spare, a
-        repaired rack in the pool), standing in for hosts out: the stand-ins last placed, as many as the spare
-        hosts are short of the rack's hosts. The spare count does not tell a host back from repair from a rack's:
-        where it holds as many hosts as the rack, none of the rack's stands in."""
-        self._collect_repairs(t)
-        if dict((switch, at) for at, switch in self.pool)[rack] > t + EPS:
-            return ()
-        standing_in = [slot for slot in self.stand_ins if slot not in self.missing]
-        short = min(len(standing_in), max(0, self.plan.rack_hosts(rack) - self.spares))
-        return tuple(standing_in[len(standing_in) - short:])
+        """The slots whose hosts at ``t`` are those of ``rack``, a spare rack out of the group, standing in for
+        their own (`stand_in_rack`)."""
+        return tuple(sorted(slot for slot, spare in self.stand_in_rack.items()
+                            if spare == rack and slot < self.in_use and slot not in self.missing))
 
     def _rack_out_of_group_fails(self, rack: str, index: int, t: float, standing_in: int = 0) -> None:
         """Rack ``rack``, out of the group (a spare, a rack back from repair, one still in repair), fails at ``t``:
         it is in repair until the later of its repairs' ends, and no restart takes it before (`_places`). Free, its
-        hosts leave the spare hosts until then, as the rack does the pool, but for the ``standing_in`` ones that
-        stand in for hosts out: the job loses those (`_fail`), and all come back with the rack; in repair, they
-        come back then."""
+        free hosts (a spare rack's `rack_spares`, a cluster rack's all) leave the spare hosts until then, as the
+        rack does the pool; the ``standing_in`` ones that stand in for hosts out the job loses (`_fail`); all come
+        back with the rack. In repair, they come back then."""
         back = t + self.repair[index]
         free = {switch: at for at, switch in self.pool}
         self._collect_repairs(t)
-        hosts = self.plan.rack_hosts(rack)
         if free[rack] <= t + EPS:
-            self.spares -= hosts - standing_in
-            for _ in range(hosts):
+            hosts = self.rack_spares.get(rack, self.plan.rack_hosts(rack))
+            self.spares -= hosts
+            self.rack_spares[rack] = 0
+            self.rack_back[rack] = hosts + standing_in
+            for _ in range(hosts + standing_in):
                 heapq.heappush(self.repairs, back)
         elif back > free[rack]:
-            self._postpone_repairs(hosts, free[rack], back)
+            self._postpone_repairs(self.rack_back.get(rack, self.plan.rack_hosts(rack)), free[rack], back)
         free[rack] = max(free[rack], back)
         self.pool = self._pool_order(free)
 
@@ -561,6 +568,8 @@ class JobProcess:
         for switch, hosts in self._present_racks():
             if switch not in places:
                 free[switch] = max(self.missing_until[host] for host in hosts)
+                self.rack_spares[switch] = 0
+                self.rack_back[switch] = len(hosts)
         self.pool = self._pool_order(free)
         group, self.group = self.group, sorted(places, key=self.plan.rack_order.__getitem__)
         gone = {key for key in self.degraded
@@ -637,7 +646,11 @@ class JobProcess:
             self.lost_per_failure.append(lost)
         for host in lost_hosts:
             self.missing.add(host)
+            spare = self.stand_in_rack.pop(host, None)
+            if spare is not None and rack_out is None:  # a spare rack's host: back to its rack once repaired
+                heapq.heappush(self.rack_returns, (t + self.repair[index], spare))
             if rack_out is not None:  # its stand-in is in repair with its rack: the slot, not its own host, lacks one
+                self.vacated.add(host)
                 self.missing_until[host] = max(self.missing_until.get(host, 0.0), t)
                 continue
             self.missing_until[host] = max(self.missing_until.get(host, 0.0), t + self.repair[index])
@@ -647,9 +660,22 @@ class JobProcess:
                         hosts=len(lost_hosts), tier=self.clock.restored_from if rolls_back else "")
 
     def _collect_repairs(self, now: float) -> None:
+        """Hosts back from repair by ``now`` join the spare hosts: a spare rack's among its free hosts (with the
+        rack, where it is in repair then), and a rack's own once it is back, as many as are back (a host of a
+        rack that left the group may be back later than it)."""
         while self.repairs and self.repairs[0] <= now + EPS:
             heapq.heappop(self.repairs)
             self.spares += 1
+        while self.rack_returns and self.rack_returns[0][0] <= now + EPS:
+            _, spare = heapq.heappop(self.rack_returns)
+            if spare in self.rack_back:
+                self.rack_back[spare] += 1
+            elif spare in self.rack_spares:
+                self.rack_spares[spare] += 1
+        free = {switch: at for at, switch in self.pool}
+        for spare in [spare for spare in self.rack_back if free[spare] <= now + EPS]:
+            loose = self.spares - sum(self.rack_spares.values())
+            self.rack_spares[spare] = min(self.rack_back.pop(spare), loose)
 
     def _relaunch_plan(self, gate: float) -> tuple[float, float, int, SegmentCosts]:
         """When the restarting job has the hosts it needs, when it re-forms its group (its rendezvous: launch
@@ -818,13 +844,37 @@ class JobProcess:
         back = {host for host in self.missing if self.missing_until[host] <= rendezvous + EPS}
         self.missing -= back
         regrouped = self._regroup_degradations(replicas, rendezvous)
-        filled = sorted(self.missing)
-        self.stand_ins = [slot for slot in self.stand_ins if slot < self.in_use and slot not in filled]
-        self.stand_ins += [slot for slot in filled if slot < self.in_use]
+        self._place_stand_ins(sorted(slot for slot in self.missing | self.vacated if slot < self.in_use))
         self.missing.clear()
+        self.vacated.clear()
         self.missing_until.clear()
         if (regrouped or back) and replicas == self.replicas:
             self._refresh(rendezvous)
+
+    def _place_stand_ins(self, filled: list[int]) -> None:
+        """Record which spare rack's hosts stand in for the ``filled`` slots of the group just formed (their own
+        hosts out): hosts back from repair first, then the free racks' out of the group in pool order
+        (`stand_in_rack`). A shrink's dropped stand-ins go back to their racks; a rack that joined the group keeps
+        no spare hosts, stand-ins nor hosts to come back (its hosts are its place's). A rack's host the spare count
+        takes beyond those slots (a regrow's, or one standing in for a host the count has back while a failure
+        took its stand-in) stands in at the first slot without one."""
+        for slot in [slot for slot in self.stand_in_rack if slot >= self.in_use]:
+            self.rack_spares[self.stand_in_rack.pop(slot)] += 1
+        for spare in [spare for spare in self.rack_spares if spare in self.group]:
+            del self.rack_spares[spare]
+        self.stand_in_rack = {slot: spare for slot, spare in self.stand_in_rack.items() if spare not in self.group}
+        self.rack_returns = [(back, spare) for back, spare in self.rack_returns if spare not in self.group]
+        heapq.heapify(self.rack_returns)
+        short = sum(self.rack_spares.values()) - self.spares
+        others = (slot for slot in range(self.in_use) if slot not in self.stand_in_rack and slot not in filled)
+        slots = itertools.chain(filled, others)
+        for _, spare in self.pool:
+            while short > 0 and self.rack_spares.get(spare, 0) > 0:
+                self.rack_spares[spare] -= 1
+                short -= 1
+                slot = next(slots, None)
+                if slot is not None:
+                    self.stand_in_rack[slot] = spare
 
     def _relaunch(self, replicas: int, at: float) -> None:
         """A restart completed at ``at`` on ``replicas``: the job trains on that size (its group formed at the
