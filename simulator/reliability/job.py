@@ -872,9 +872,9 @@ class JobProcess:
             while short > 0 and self.rack_spares.get(spare, 0) > 0:
                 self.rack_spares[spare] -= 1
                 short -= 1
-                slot = next(slots, None)
-                if slot is not None:
-                    self.stand_in_rack[slot] = spare
+                taken = next(slots, None)
+                if taken is not None:
+                    self.stand_in_rack[taken] = spare
 
     def _relaunch(self, replicas: int, at: float) -> None:
         """A restart completed at ``at`` on ``replicas``: the job trains on that size (its group formed at the
