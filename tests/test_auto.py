@@ -507,17 +507,17 @@ def test_nccls_ll128_caps_by_gpu_hosts_and_channels():
 
 
 def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
-    """4 DGX B200-like hosts (8 B200s each, 8 NICs of 50 GB/s): NCCL caps the LL128 tree's busbw at 20 GB/s a
-    channel over more than 2 Blackwell hosts (16 channels, 2 per NIC: 320 GB/s) and at 120/128 of the tree's own cap
-    (its search's 8 channels x 24 GB/s: 180 GB/s), so a 1 GiB all-reduce is weighed at 14 us + 2 x 1 GiB / 180 GB/s
-    = 11.944 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)."""
+    """4 DGX B200-like hosts (8 B200s each, 8 NICs of 50 GB/s): NCCL caps the LL128 tree's busbw at 120/128 of the
+    tree's own cap (its search's 8 channels x 24 GB/s: 180 GB/s) and at 20 GB/s a channel over more than 2 Blackwell
+    hosts on those same 8 channels (160 GB/s; the kernel runs 16), so a 1 GiB all-reduce is weighed at
+    14 us + 2 x 1 GiB / 160 GB/s = 13.436 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 4, "node": {"gpu_model": "b200",
                                                                        "nvlink_bandwidth": "900 GB/s"}})
     efficiency = calibrated(topology.gpu_model)
     request = CollectiveRequest("all_reduce", tuple(range(32)), GIB, chunk_bytes="auto")
     assert nccl_channels(topology, request.ranks) == 16
     weighed = estimates(request, topology, efficiency, "ll128", algorithms=("tree",))["tree"]
-    assert weighed == pytest.approx(14e-6 + 2 * GIB / 180e9, rel=1e-12)
+    assert weighed == pytest.approx(14e-6 + 2 * GIB / 160e9, rel=1e-12)
     assert weighed > simulated(topology, request, "tree", protocol="ll128")
 
 
@@ -561,14 +561,17 @@ def test_the_tree_is_weighed_no_faster_than_nccls_cap_under_every_protocol():
 def test_the_nvls_tree_is_weighed_no_faster_than_nccls_cap():
     """16 DGX H100s: NCCL caps the NVLS tree's busbw at its 8 heads a host x 45.5 GB/s over more than 2 Hopper
     nodes (`perChMaxNVLSTreeBws`), 364 GB/s, so a 64 MiB all-reduce weighs `nvls` at its 192.2 us latency floor
-    plus 2 x 127/128 x 64 MiB / 364 GB/s = 558.0 us, above the 549.2 us of its plan's load, and `auto` takes the
-    LL128 tree (557.6 us) where it took `nvls`."""
+    plus 2 x 127/128 x 64 MiB / 364 GB/s = 558.0 us, above the 549.2 us of its plan's load; `auto` still takes
+    `nvls`, since NCCL caps the LL128 tree below it, at min(120/128 x 8 x 36 GB/s, 8 x 29 GB/s) = 232 GB/s on its
+    search's 8 channels (592.5 us)."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 16})
     efficiency = calibrated(topology.gpu_model)
     request = CollectiveRequest("all_reduce", tuple(range(128)), 64 * MIB, chunk_bytes="auto")
     weighed = estimates(request, topology, efficiency, algorithms=("nvls",))["nvls"]
     assert weighed == pytest.approx(25e-6 + 8 * 20.9e-6 + 2 * 127 / 128 * 64 * MIB / 364e9, rel=1e-12)
-    assert choose(request, topology, efficiency) == Choice("tree", "ll128")
+    tree_ll128 = estimates(request, topology, efficiency, "ll128", algorithms=("tree",))["tree"]
+    assert tree_ll128 == pytest.approx(protocols.base_latency("tree", "ll128") + 2 * 64 * MIB / 232e9, rel=1e-12)
+    assert choose(request, topology, efficiency) == Choice("nvls", "simple")
 
 
 def test_nccls_tree_caps_by_protocol_and_members_per_node():

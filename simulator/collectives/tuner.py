@@ -347,7 +347,7 @@ def ll_bus_cap(gpu_model: str, nodes: int) -> float:
 
 def ll128_bus_caps(gpu_model: str, nodes: int, channels: int) -> tuple[float, float]:
     """NCCL's caps on LL128's busbw (bytes/s) for the ring and the tree over NCCL's ``nodes`` (`nccl_nodes`) of
-    ``gpu_model`` GPUs on NCCL's ``channels`` (`nccl_channels`): the per-channel caps
+    ``gpu_model`` GPUs on NCCL's ``channels`` (`bus_caps` says which count): the per-channel caps
     (`LL128_RING_CAPS_PER_CHANNEL`, `LL128_TREE_CAPS_PER_CHANNEL`, its column by nodes as tuning.cc's index2)
     times the channels."""
     row = generation(gpu_model)
@@ -398,11 +398,13 @@ def bus_caps(ranks: tuple[int, ...], topology: Topology, names: tuple[AlgorithmN
     """NCCL's `BusCaps` for a group of ``ranks`` weighing ``names`` over NCCL's nodes (`nccl_nodes`), whose ring
     and tree run ``channels`` (ring.py `channel_count`: the channels of NCCL's search, which tuning.cc's
     `graphs[a]->nChannels` counts before init duplicates them): each cap is the busbw NCCL's tuner rates the pair
-    at however fast its own model of the links (`ll_bus_cap`; `ll128_bus_caps` on the kernel's channels,
-    `nccl_channels`; `tree_bus_caps` on the search's, across nodes; `nvls_tree_bus_cap` on the heads)."""
+    at however fast its own model of the links (`ll_bus_cap`; `ll128_bus_caps` and `tree_bus_caps` across nodes
+    on the search's channels, as tuning.cc multiplies both by that one count; `nvls_tree_bus_cap` on the heads).
+    Inside one node, where the ring model runs one channel, not NCCL's search's, the LL128 caps multiply the
+    kernel's channels (`nccl_channels`)."""
     gpu, nodes = topology.gpu_model, nccl_nodes(topology, ranks)
     ll_cap = ll_bus_cap(gpu, nodes)
-    ring_ll128, tree_ll128 = ll128_bus_caps(gpu, nodes, nccl_channels(topology, ranks))
+    ring_ll128, tree_ll128 = ll128_bus_caps(gpu, nodes, channels if nodes > 1 else nccl_channels(topology, ranks))
     lone = min(Counter(topology.gpu_domain[rank] for rank in ranks).values()) == 1
     nvls_tree = math.inf
     if "nvls" in names and nodes > 1:
@@ -434,8 +436,9 @@ def nvls_tree_bus_cap(gpu_model: str, nodes: int, heads: int) -> float:
 
 def nccl_channels(topology: Topology, ranks: tuple[int, ...]) -> int:
     """The channels NCCL runs a ring or tree kernel over ``ranks`` on (channels.py `kernel_channels`, the count
-    the SM contention model holds): the nChannels that NCCL's per-channel caps multiply. The GPU's SM table is
-    read here, not at import, so `trainsim collective` starts without the workload builders and the schema."""
+    the SM contention model holds), which NCCL's per-channel LL128 caps multiply inside one node (`bus_caps`;
+    across nodes they multiply the search's). The GPU's SM table is read here, not at import, so
+    `trainsim collective` starts without the workload builders and the schema."""
     from simulator.workload.calibrated import sm_share
 
     return kernel_channels(sm_share(topology.gpu_model), topology, ranks)
