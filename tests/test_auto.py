@@ -29,7 +29,6 @@ from simulator.collectives.tuner import (
     nccl_capped,
     nccl_channels,
     terms_estimates,
-    tree_bus_caps,
     tree_passes,
     weighed_group,
 )
@@ -70,14 +69,18 @@ def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=N
 
 
 def simulated_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
-    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request``, an LL ring's or
-    tree's and an LL128 one's no faster than NCCL's caps on those protocols' busbw let the tuner rate them
-    (`nccl_capped`), as `auto` weighs them."""
-    names = candidates(request, topology, group_by_host(request.ranks, topology))
+    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request`` (`raw_pairs`), each
+    no faster than NCCL's caps on its busbw let the tuner rate it (`nccl_capped`), as `auto` weighs them."""
     terms = group_terms(request, topology, calibrated(topology.gpu_model) if efficiency is None else efficiency)
-    times = {Choice(name, protocol): simulated(topology, request, name, efficiency, protocol) for name in names
-             for protocol in protocols.available(name, request.op, request.ranks, topology)}
-    return {pair: nccl_rated(request, terms, pair, seconds) for pair, seconds in times.items()}
+    return {pair: nccl_rated(request, terms, pair, seconds)
+            for pair, seconds in raw_pairs(topology, request, efficiency).items()}
+
+
+def raw_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
+    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request``, as it runs."""
+    names = candidates(request, topology, group_by_host(request.ranks, topology))
+    return {Choice(name, protocol): simulated(topology, request, name, efficiency, protocol) for name in names
+            for protocol in protocols.available(name, request.op, request.ranks, topology)}
 
 
 def nccl_rated(request: CollectiveRequest, terms, pair: Choice, seconds: float) -> float:
@@ -87,23 +90,28 @@ def nccl_rated(request: CollectiveRequest, terms, pair: Choice, seconds: float) 
 
 @pytest.mark.parametrize("name", ["dgx-h100-cluster", "dgx-a100-cluster"])
 @pytest.mark.parametrize("hosts", [1, 2, 4, 16])
-def test_auto_is_the_fastest_nccl_candidate_and_its_estimate_holds(name, hosts):
-    """On 16 DGX H100s auto took `hierarchical` (not an NCCL algorithm; 448 us at 1 MiB) over the tree (383 us),
-    whose estimate was far from its simulation (1,808 against 253 us at 16 MiB on two hosts), and it never
-    weighed NVLS across hosts (NCCL's NVLS tree, 197 us there). Every algorithm is weighed under each protocol
-    it runs with (LL and LL128 for the ring and the tree's all-reduce)."""
+def test_auto_is_the_fastest_nccl_candidate_and_its_estimate_holds(name, hosts, monkeypatch):
+    """Over every GPU of 1 to 16 DGX H100s or DGX A100s, 1 KiB to 4 GiB: `hierarchical` (not an NCCL algorithm) is
+    no candidate; every NCCL algorithm is weighed under each protocol it runs with (LL and LL128 for the ring and
+    the tree's all-reduce), and the pick's simulated time, rated no faster than NCCL's caps as `auto` weighs it,
+    is within `MARGIN` of the fastest candidate's so rated; the pick's estimate without the caps is its
+    simulated time as it runs (the caps weigh the choice only)."""
     topology = load_topology(name, {"nodes": hosts})
+    efficiency = calibrated(topology.gpu_model)
     ops = ["all_reduce", "reduce_scatter", "all_gather"] if hosts == 1 else ["all_reduce"]
     for op in ops:
         for nbytes in SIZES:
             request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes=CHUNK)
             assert "hierarchical" not in candidates(request, topology, group_by_host(request.ranks, topology))
-            times = simulated_pairs(topology, request)
-            efficiency = calibrated(topology.gpu_model)
+            raw = raw_pairs(topology, request)
+            terms = group_terms(request, topology, efficiency)
+            times = {pair: nccl_rated(request, terms, pair, seconds) for pair, seconds in raw.items()}
             pick = choose(request, topology, efficiency)
             assert times[pick] <= MARGIN * min(times.values()), (op, nbytes, pick, times)
-            estimate = estimates(request, topology, efficiency, pick.protocol)[pick.algorithm]
-            assert_estimate_holds(estimate, times[pick], pick.algorithm, (op, nbytes, pick))
+            with monkeypatch.context() as uncapped:
+                uncapped.setattr(tuner, "nccl_capped", lambda request, terms, name, protocol, seconds: seconds)
+                estimate = estimates(request, topology, efficiency, pick.protocol)[pick.algorithm]
+            assert_estimate_holds(estimate, raw[pick], pick.algorithm, (op, nbytes, pick))
 
 
 def test_tree_across_hosts_is_the_pick_for_small_messages_where_nccl_takes_it():
@@ -525,11 +533,12 @@ def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
 def test_nccls_caps_count_nvlink_domains_as_its_nodes(racks, trays, nodes):
     """Under MNNVL NCCL's nNodes, which indexes `llMaxBws` and `perChMaxTreeLL128Bws`, counts NVLink domains: a
     GB200 rack is one node to it (LL cap 282 GB/s, the LL128 tree's 55.6 GB/s a channel), not 18 trays (20.4
-    and 20 as the caps read while they counted the trays as hosts)."""
+    and 20 as the caps read while they counted the trays as hosts). The LL128 caps multiply the kernel's channels
+    inside one node, the search's across nodes."""
     topology = load_topology("gb200-nvl72", {"racks": racks, "trays": trays})
     ranks = tuple(range(topology.num_gpus))
     terms = group_terms(CollectiveRequest("all_reduce", ranks, MIB), topology, calibrated(topology.gpu_model))
-    channels = nccl_channels(topology, ranks)
+    channels = nccl_channels(topology, ranks) if nodes == 1 else terms.channels
     ring_ll128, tree_ll128 = ll128_bus_caps("gb200", nodes, channels)
     assert (terms.caps.of("ring", "ll"), terms.caps.of("ring", "ll128")) == (ll_bus_cap("gb200", nodes), ring_ll128)
     assert terms.caps.of("tree", "ll128") <= tree_ll128
@@ -574,14 +583,35 @@ def test_the_nvls_tree_is_weighed_no_faster_than_nccls_cap():
     assert choose(request, topology, efficiency) == Choice("nvls", "simple")
 
 
-def test_nccls_tree_caps_by_protocol_and_members_per_node():
-    """`perChMaxTreeBws` in GB/s per channel times the channels under Simple; LL128 no more than 120/128 of it
-    across nodes (7/9 inside one) nor its own cap; LL no more than 1/3.8 of it nor LL's cap; all at 0.85 where a
-    node holds one member (NCCL_TOPO_PATTERN_TREE)."""
-    assert [tuple(round(cap / 1e9, 6) for cap in tree_bus_caps(gpu, nodes, channels, lone, (caps[0] * 1e9,
-                                                                                           caps[1] * 1e9)))
-            for gpu, nodes, channels, lone, caps in [
-                ("gb200", 20, 16, False, (320.0, 282.0)), ("a100-80gb", 2, 8, False, (160.0, 22.5)),
-                ("h100-sxm", 1, 16, False, (1000.0, 1000.0)), ("h100-sxm", 4, 2, True, (80.0, 20.4))]] == [
-        (384.0, 320.0, 101.052632), (188.8, 160.0, 22.5), (619.2, 481.6, 162.947368),
-        (61.2, 57.375, 16.105263)]
+@pytest.mark.parametrize("name, over, step, caps", [
+    ("gb200-nvl72", {"racks": 20, "nvls": "none"}, 1, (384.0, 320.0, 20.4)),
+    ("dgx-a100-cluster", {"nodes": 2}, 1, (188.8, 160.0, 22.5)),
+    ("dgx-h100-cluster", {"nodes": 4}, 8, (61.2, 49.3, 16.105263))])
+def test_nccls_tree_caps_by_protocol_and_members_per_node(name, over, step, caps):
+    """The tree's caps (GB/s) under Simple, LL128 and LL as `bus_caps` finds them for every ``step``-th GPU of a
+    cluster, on the search's channels: `perChMaxTreeBws` times them under Simple; LL128 no more than 120/128 of
+    that nor its own cap; LL no more than 1/3.8 of it nor LL's cap; all at 0.85 where a node holds one member
+    (NCCL_TOPO_PATTERN_TREE). 20 GB200 racks: 16 channels x 24 GB/s, LL128's 16 x 20, LL's 20.4; 2 DGX A100s:
+    8 x 23.6, LL128's 8 x 20, LL's 22.5; one GPU on each of 4 DGX H100s: 2 channels x 36 x 0.85, LL128's
+    2 x 29 x 0.85, 1/3.8 of 72 x 0.85."""
+    topology = load_topology(name, over)
+    ranks = tuple(range(0, topology.num_gpus, step))
+    terms = group_terms(CollectiveRequest("all_reduce", ranks, MIB), topology, calibrated(topology.gpu_model))
+    assert tuple(round(cap / 1e9, 6) for cap in terms.caps.tree) == caps
+
+
+def test_the_lone_member_share_decides_the_tree_protocol(monkeypatch):
+    """9 GPUs, 8 on one DGX H100 and 1 on another: a node holds one member, so NCCL rates the tree at 0.85 of its
+    caps on the search's 2 channels (`LONE_TREE_SHARE`): a 64 MiB all-reduce weighs the Simple tree at 8.4 us +
+    2 x 64 MiB / (0.85 x 2 x 41.4 GB/s) = 1,915.4 us and the LL128 tree at 0.85 x 2 x 36.7 GB/s (2,165.3 us), and
+    `auto` takes the Simple tree; at the full caps the LL128 tree would be the pick."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2})
+    efficiency = calibrated(topology.gpu_model)
+    request = CollectiveRequest("all_reduce", tuple(range(9)), 64 * MIB, chunk_bytes="auto")
+    weighed = estimates(request, topology, efficiency, "simple", algorithms=("tree",))["tree"]
+    assert weighed == pytest.approx(NCCL_SIMPLE_BASE_S + 2 * 64 * MIB / (0.85 * 2 * 41.4e9), rel=1e-12)
+    assert choose(request, topology, efficiency) == Choice("tree", "simple")
+    monkeypatch.setattr(tuner, "LONE_TREE_SHARE", 1.0)
+    monkeypatch.setattr(tuner, "KEPT", {})
+    monkeypatch.setattr(tuner, "CHOICES", {})
+    assert choose(request, topology, efficiency) == Choice("tree", "ll128")

@@ -363,12 +363,15 @@ and more nodes (tuning.cc `perChMaxTreeBws`, NVIDIA/nccl master 5067397: `busBw 
 perChMaxTreeBw)`, before LL's and LL128's own caps)."""
 LL_TREE_SHARE = 1 / 3.8
 """The share of the tree's busbw NCCL rates its LL tree at (tuning.cc: `min(busBw * 1.0 / 3.8, llMaxBw)`)."""
-LL128_TREE_SHARES = (7 / 9, 120 / 128)
-"""The share of the tree's busbw NCCL rates its LL128 tree at, inside one node and across nodes (tuning.cc:
-`min(busBw * (nNodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0), nChannels * perChMaxTreeLL128Bw)`)."""
+LL128_TREE_SHARE = 120 / 128
+"""The share of the tree's busbw NCCL rates its LL128 tree at across nodes (tuning.cc: `min(busBw * (nNodes == 1 ?
+7.0 / 9.0 : 120.0 / 128.0), nChannels * perChMaxTreeLL128Bw)`; inside one node, where NCCL's tree is a chain,
+`bus_caps` weighs no tree cap, so its 7/9 is not read)."""
 LONE_TREE_SHARE = 0.85
-"""What NCCL rates the tree's busbw at where a node holds one member of the group (tuning.cc: `busBw *= .85` under
-`NCCL_TOPO_PATTERN_TREE`, the pattern search.cc gives a tree graph over one GPU, the highest any rank reports)."""
+"""What NCCL rates the tree's busbw at where its tree graph has the plain tree pattern (tuning.cc: `busBw *= .85`
+where `maxTreePattern == NCCL_TOPO_PATTERN_TREE`). search.cc gives that pattern to a tree graph over one GPU a node,
+and on compute capability 9.0 and up to a search that finds no balanced tree ("Try a simpler tree"); modelled: one
+member per node only, the fallback's search not being."""
 NVLS_TREE_CAPS_PER_CHANNEL: Mapping[str, tuple[float, float]] = {
     "ampere": (23.6 * GB, 17.8 * GB), "hopper": (57.7 * GB, 45.5 * GB), "blackwell": (96.0 * GB, 80.0 * GB)}
 """NCCL's cap on the NVLS tree's busbw per channel (a head), by the GPU's generation over 2 nodes and more
@@ -420,11 +423,12 @@ def tree_bus_caps(gpu_model: str, nodes: int, channels: int, lone: bool, caps: t
                   ) -> tuple[float, float, float]:
     """NCCL's caps on the tree all-reduce's busbw (bytes/s) under Simple, LL128 and LL over ``nodes`` of
     ``gpu_model`` GPUs on ``channels``: `TREE_CAPS_PER_CHANNEL` times the channels under every protocol, under LL128
-    and LL its share of that (`LL128_TREE_SHARES`, `LL_TREE_SHARE`) and no more than those protocols' own ``caps``
-    (the LL128 tree's, LL's), all at `LONE_TREE_SHARE` where some node holds one member (``lone``)."""
+    and LL its share of that (`LL128_TREE_SHARE`, `LL_TREE_SHARE`) and no more than those protocols' own ``caps``
+    (the LL128 tree's, LL's), all at `LONE_TREE_SHARE` where some node holds one member (``lone``; modelled: one
+    member per node only). ``nodes`` is 2 or more: inside one node `bus_caps` weighs no tree cap."""
     tree = channels * TREE_CAPS_PER_CHANNEL[generation(gpu_model)][min(nodes, 3) - 1]
     share = LONE_TREE_SHARE if lone else 1.0
-    ll128 = min(tree * LL128_TREE_SHARES[nodes > 1], caps[0])
+    ll128 = min(tree * LL128_TREE_SHARE, caps[0])
     return share * tree, share * ll128, share * min(tree * LL_TREE_SHARE, caps[1])
 
 
