@@ -764,6 +764,21 @@ def test_a_point_recorded_under_the_summed_wait_rule_runs_again(tmp_path):
     assert (report.ran, report.reused) == (1, 1)
 
 
+def test_a_point_recorded_before_the_host_constraint_runs_again(tmp_path):
+    """Schema 3's verdicts called a replayed trace's host time idle: such a point runs again on resume, so one
+    `bottleneck.constraint` column does not mix `idle` with `host` for the same kind of step."""
+    sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8]\n", "s.yaml")
+    run_sweep(sweep, tmp_path, SerialExecutor())
+    journal = tmp_path / "points.jsonl"
+    lines = journal.read_bytes().splitlines()
+    old = {**orjson.loads(lines[1]), "summary_schema": 3}
+    journal.write_bytes(b"\n".join([lines[0], orjson.dumps(old), *lines[2:]]) + b"\n")
+    executor = CountingExecutor()
+    report = run_sweep(sweep, tmp_path, executor)
+    assert executor.ran == [1]
+    assert (report.ran, report.reused) == (1, 1)
+
+
 def test_a_mapping_or_null_axis_value_is_written_as_json(tmp_path):
     """`checkpoint.memory: [null, {interval: 5 min}]` was written to results.csv as Python's `None` and
     `{'interval': '5 min'}`; JSON, as the overrides column is, reads back in any tool."""
