@@ -2296,6 +2296,25 @@ def test_kernels_overlapping_by_exactly_the_microsecond_of_rounding_do_not_warn(
     assert not [line for line in result.summary["warnings"] if "before the op ahead of it" in line]
 
 
+def test_kernels_back_to_back_at_epoch_timestamps_replay_with_no_host_gap_or_overlap(tmp_path):
+    """200 kernels of 500 us back to back stamped in microseconds since the epoch (16 digits, as Kineto writes
+    them): scaled to seconds before taking the first ts away, such a stamp resolves ~0.24 us, and the replay read
+    30 host gaps between them and a second pair a microsecond apart warned of a 1.2 us overlap."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+    first = 1621401187224009
+    events = [{"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": first + 500 * i, "dur": 500,
+               "args": {"stream": 7}} for i in range(200)]
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    overlapping = [{**event, "ts": ts} for event, ts in zip(events, (first, first + 499))]
+    (tmp_path / "rank1.json").write_text(json.dumps({"traceEvents": overlapping}))
+    for file in ("rank0", "rank1"):
+        text = f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{tmp_path}/{file}.json'}}\n"
+        (tmp_path / file).mkdir()
+        _, result = run(text, tmp_path / file)
+        assert not (result.timeline["name"] == "host gap").any()
+        assert not [line for line in result.summary["warnings"] if "before the op ahead of it" in line]
+
+
 def test_trace_files_after_a_symlinked_folder_are_read_by_their_path(tmp_path):
     """A scenario folder reached through a symlink ('d/lnk' to 'real/scen') whose trace is '../x/rank*.json':
     normalising the path first dropped 'lnk/..' and found no file where the operating system finds them, in

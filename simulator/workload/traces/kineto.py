@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import math
 import re
 import zlib
 from dataclasses import replace
@@ -212,6 +213,7 @@ class _Parsed:
         self.untold_peers: list[tuple[int, str, str, str]] = []
         self.lost_shapes: list[tuple[int, str]] = []
         self.repeated_gemms: list[tuple[int, str, str]] = []
+        origin = _origin_us(events)
         for index, event in enumerate(events):
             if not isinstance(event, dict):
                 raise trace_error(file, f"traceEvents[{index}]", "an event is not an object")
@@ -222,6 +224,7 @@ class _Parsed:
                 problem = "has no timestamp" if ts is None else f"has timestamp {ts!r}"
                 raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} {problem}",
                                   "a numeric ts in microseconds")
+            ts = event["ts"] = ts - origin
             if not isinstance(dur, (int, float)) or isinstance(dur, bool) or dur < 0:
                 raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} has duration {dur!r}",
                                   "a duration >= 0 microseconds")
@@ -498,6 +501,16 @@ class _Parsed:
             ops.append(TracedOp(index, str(event.get("name", "")), f"cpu thread {tid}", "compute", ts * US, dur * US,
                                 host=True, **gemm_fields(event)))
         return ops
+
+
+def _origin_us(events: list) -> int:
+    """The whole microsecond of the trace's first timestamp, which every timestamp is taken from while still in
+    microseconds: a timestamp since the epoch (16 digits) scaled to seconds first resolves only ~0.24 us, and
+    kernels back to back read as overlaps or host gaps of that size."""
+    stamps = [event["ts"] for event in events if isinstance(event, dict) and event.get("ph") == "X"
+              and isinstance(event.get("ts"), (int, float)) and not isinstance(event.get("ts"), bool)
+              and math.isfinite(event["ts"])]
+    return math.floor(min(stamps)) if stamps else 0
 
 
 def _replace_deps(op: TracedOp, deps: list[int]) -> TracedOp:
