@@ -4,6 +4,7 @@ bubble (no optimizer, no DP traffic: the step is the pipeline window), and is ne
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -11,7 +12,7 @@ from shared import SCENARIOS, cpu_only_profile
 
 from simulator import load_scenario, simulate
 from simulator.catalog.models import get_model
-from simulator.metrics.summary import WAIT_BOUND_SHARE
+from simulator.metrics.summary import WAIT_BOUND_SHARE, bottleneck
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -216,4 +217,29 @@ def test_a_step_of_host_time_is_host_bound(tmp_path):
     verdict = simulate(load_scenario(path)).summary["bottleneck"]
     assert verdict["evidence"]["wait_share"] == verdict["evidence"]["host_share"] == 1.0
     assert verdict["constraint"] == "host"
-    assert verdict["verdict"] == "host-bound; no measurable loss"
+    assert verdict["verdict"] == "host-bound; largest loss: host time, 100.0% of the step"
+
+
+@pytest.mark.parametrize(("exposed_s", "host_s", "constraint"), [
+    (0.125, 0.25, "host"), (0.125, 0.234375, "idle"), (0.25, 0.25, "host"), (0.25, 0.21875, "idle")])
+def test_host_binds_where_it_is_the_largest_part_of_the_wait(exposed_s, host_s, constraint):
+    """A step waiting 62.5% of its time: host time binds where it fills at least half of the idle time (the wait
+    less exposed communication) and is no less than the exposed communication, the largest of the three parts.
+    With 25% exposed, 21.9% of host time beside 15.6% of other idle read host-bound, though a faster network
+    gained more than faster host code; under half of the idle time it is idle-bound."""
+    comm = {"exposed_union_s": exposed_s, "wait_s": 0.625, "host_s": host_s}
+    assert bottleneck(1.0, comm, {}, 0.0, 0.0, pipeline_stages=1)["constraint"] == constraint
+
+
+def test_a_host_bound_trace_names_its_host_time_as_the_largest_loss(tmp_path):
+    """Two GPU kernels of 1 ms 2 ms apart, a host gap (a step of 4 ms): host-bound with 'no measurable loss', as the
+    losses held no host time; its host time is the step's largest loss."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+    events = [{"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": ts, "dur": 1000,
+               "args": {"stream": 7}} for ts in (0, 3000)]
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    path = tmp_path / "scenario.yaml"
+    path.write_text(f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{tmp_path / 'rank0.json'}'}}\n")
+    verdict = simulate(load_scenario(path)).summary["bottleneck"]
+    assert verdict["loss_shares"]["host"] == pytest.approx(2 / 4, rel=1e-9)
+    assert verdict["verdict"] == "host-bound; largest loss: host time, 50.0% of the step"

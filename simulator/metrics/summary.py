@@ -1,7 +1,8 @@
 """summary.json of a training step: step time, throughput, MFU/HFU, bubbles, communication, memory, the
 bottleneck among seed 000's constraints (compute, memory bandwidth, memory capacity, communication, and the
-pipeline bubble or, without a pipeline, compute idle: `Constraint`) and the largest loss of the step (pipeline
-bubble, exposed communication of one kind, optimizer step, a MoE step's routing skew)."""
+pipeline bubble or, without a pipeline, compute idle, and a replayed trace's host time: `Constraint`) and the
+largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step, a MoE step's routing
+skew, a replayed trace's host time)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
+               "host": "host time",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` names them."""
 IDLE_WITHOUT_PIPELINE = "compute idle"
@@ -53,15 +55,17 @@ its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or 
 
 
 def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float,
-                routing_skew_s: float | None = None) -> dict[str, float]:
+                routing_skew_s: float | None = None, host_s: float | None = None) -> dict[str, float]:
     """Each loss as a share of the step: idle time of the pipeline window (none without a pipeline,
     ``bubble_s`` None), exposed communication per kind (mean over ranks of communication time no compute
     overlaps), the optimizer step and, for a MoE step, the expert compute its routing skew adds to every rank
-    (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None)."""
+    (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None) and, for a replayed trace, its
+    host time on the compute stream (``host_s``, `host`; none for a modelled step, None)."""
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
                **({} if routing_skew_s is None else {"moe_imbalance": routing_skew_s}),
+               **({} if host_s is None else {"host": host_s}),
                **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_CATEGORIES}}
     return {name: value / step_time_s for name, value in seconds.items()}
 
@@ -79,11 +83,12 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     `exposed_union_s`, every kind counted once) over WAIT_BOUND_SHARE of the step binds; so does a step whose
     compute stream idles more than WAIT_BOUND_SHARE of it (``comm``'s `wait_s`), bound by the larger of its
     parts: exposed communication, else the time with neither compute nor communication, `bubble` (`idle` with
-    one stage), or `host` where a replayed trace's host ops fill at least half of that time (``comm``'s
-    `host_s`: a CPU-only profile, or a step of launch gaps). The pipeline bubble's loss is no part of it: at
-    pp = 1 it is mostly the compute stream waiting for ZeRO-3 gathers, exposed communication already. The
-    verdict names the time simulated by ``span``, as the console's first row does ('65.1% of the run' beside a
-    parameter server's run time)."""
+    one stage), or `host` where a replayed trace's host ops fill at least half of that time and no less than
+    the exposed communication (``comm``'s `host_s`: a CPU-only profile, or a step of launch gaps): host time is
+    then the largest of the three parts, so faster host code is the remedy, not a faster network. The pipeline
+    bubble's loss is no part of it: at pp = 1 it is mostly the compute stream waiting for ZeRO-3 gathers, exposed
+    communication already. The verdict names the time simulated by ``span``, as the console's first row does
+    ('65.1% of the run' beside a parameter server's run time)."""
     evidence = {
         "exposed_comm_share": comm["exposed_union_s"] / step_time_s if step_time_s else 0.0,
         "memory_bound_compute_share": memory_bound_share,
@@ -101,7 +106,8 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     elif evidence["wait_share"] > WAIT_BOUND_SHARE:
         idle_share = evidence["wait_share"] - evidence["exposed_comm_share"]
         binding = ("communication" if evidence["exposed_comm_share"] >= idle_share else
-                   "host" if 2 * evidence["host_share"] >= idle_share else
+                   "host" if 2 * evidence["host_share"] >= idle_share
+                   and evidence["host_share"] >= evidence["exposed_comm_share"] else
                    "bubble" if pipeline_stages > 1 else "idle")
     elif memory_bound_share > MEMORY_BANDWIDTH_BOUND_SHARE:
         binding = "memory_bandwidth"
@@ -168,7 +174,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         **memory,
     }
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
-                         optimizer_s(timed), routing_skew_s)
+                         optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span)
     return summary
