@@ -2350,8 +2350,20 @@ def test_a_missing_last_rank_that_a_traced_group_reaches_warns_naming_it(tmp_pat
     dp_partner_traces(tmp_path, (0, 1, 2))
     _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
     assert [line for line in result.summary["warnings"] if "no trace" in line] == [
-        f"{tmp_path / 'rank0.json'}: rank 3 of the traced job's 4 has no trace, beside traced ranks 0-2 (a file "
-        "missing from workload.trace?): the traced process groups or transfers reach rank 3, taken as ready"]
+        f"{tmp_path / 'rank0.json'}: rank 3 of the traced job's 4 has no trace, beside traced ranks 0-2: the "
+        "traced process groups or transfers reach rank 3, taken as ready"]
+
+
+def test_one_node_of_a_larger_job_is_not_taken_for_a_set_missing_files(tmp_path):
+    """Files of ranks 0 and 1 of a 4-rank job (one node profiled) whose groups [0, 2] and [1, 3] reach ranks 2 and
+    3: the warning guessed files missing from workload.trace, which a profile of one node is not; it says which
+    ranks the groups reach and that they are taken as ready, and guesses a missing file only for a hole between
+    traced ranks."""
+    dp_partner_traces(tmp_path, (0, 1))
+    _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
+    assert [line for line in result.summary["warnings"] if "no trace" in line] == [
+        f"{tmp_path / 'rank0.json'}: ranks 2-3 of the traced job's 4 have no trace, beside traced ranks 0-1: the "
+        "traced process groups or transfers reach ranks 2-3, taken as ready"]
 
 
 def test_one_file_of_a_job_does_not_warn_of_the_ranks_its_groups_reach(tmp_path):
