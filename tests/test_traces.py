@@ -2318,7 +2318,8 @@ def test_kernels_back_to_back_at_epoch_timestamps_replay_with_no_host_gap_or_ove
 def test_trace_files_after_a_symlinked_folder_are_read_by_their_path(tmp_path):
     """A scenario folder reached through a symlink ('d/lnk' to 'real/scen') whose trace is '../x/rank*.json':
     normalising the path first dropped 'lnk/..' and found no file where the operating system finds them, in
-    'real/x'; they are read by their path, and named normalised only where that is the same file."""
+    'real/x'; they are read by their path, and named normalised only where that is the same file: other files at
+    the normalised paths, 'd/x', are not they."""
     from simulator.workload.traces.program import trace_files
 
     traces = copy_traces(KINETO_2RANK, tmp_path / "real")
@@ -2326,6 +2327,10 @@ def test_trace_files_after_a_symlinked_folder_are_read_by_their_path(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "lnk").symlink_to(tmp_path / "real" / "scen")
     (tmp_path / "other").mkdir()
+    decoys = tmp_path / "d" / traces.name
+    decoys.mkdir()
+    for name in ("rank0.json", "rank1.json"):
+        (decoys / name).write_text('{"traceEvents": []}')
     base = tmp_path / "d" / "lnk"
     assert trace_files(f"../{traces.name}/rank*.json", base) == [base / ".." / traces.name / "rank0.json",
                                                                  base / ".." / traces.name / "rank1.json"]
