@@ -391,7 +391,7 @@ COLLECTIVE_QUOTES = [
                              "--topology dgx-a100-cluster --algorithm tree --protocol simple --sizes 512MiB"],
      "Simple ring from 256 MiB (512 MiB: {0[ms]:.2f} ms, where the Simple tree runs {1[ms]:.2f}, its chain steps"),
     ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=16 --sizes 1MiB"],
-     "(16 hosts, 1 MiB: {0[us]:.1f} us; up to 1 MiB), the LL128 tree from 2 to 64 MiB"),
+     "(16 hosts, 1 MiB: {0[us]:.1f} us; up to 1 MiB), the LL128 tree from 2 to 32 MiB"),
     ("docs/collectives.md", [f"{A100_16} --sizes 1KiB", f"{A100_16} --algorithm tree --protocol simple --sizes 1KiB",
                              f"{A100_16} --algorithm ring --protocol simple --sizes 1KiB", f"{A100_16} --sizes 1GiB",
                              f"{A100_16} --algorithm tree --protocol simple --sizes 1GiB"],
