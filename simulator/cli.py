@@ -111,16 +111,15 @@ def _warn(command: str, warnings: list[str] | tuple[str, ...], memory: dict, loa
           topology: Topology | None = None) -> None:
     """Layout warnings on stderr (one the library located at a flag on ``command``'s command line, as its errors
     are: `_at_command`), a peak that fits with less room than the memory plan leaves out (`tight_memory_line`),
-    and an out-of-memory verdict in bold red where stderr is a terminal (rich
-    imported only then), with the remedies computed for ``loaded`` on ``topology`` (built where not given:
+    and an out-of-memory verdict in bold red where stderr is a terminal (the console report, and rich, imported
+    only for those), with the remedies computed for ``loaded`` on ``topology`` (built where not given:
     `oom_line`)."""
     for warning in warnings:
         _stderr_line(f"warning: {on_command_line(warning, f'trainsim {command}', _flags(loaded))}")
-    from simulator.console.report import tight_memory_line
+    if memory.get("memory_tight"):
+        from simulator.console.report import tight_memory_line
 
-    tight = tight_memory_line(memory)
-    if tight:
-        _stderr_line(f"warning: {tight}")
+        _stderr_line(f"warning: {tight_memory_line(memory)}")
     if memory.get("oom"):
         from rich.console import Console
 
