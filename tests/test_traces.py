@@ -483,8 +483,8 @@ def distributed_info(path: Path, **info) -> None:
 
 def test_a_rank_missing_between_traced_ranks_warns_naming_it(tmp_path):
     """Files of ranks 0, 1 and 3 of a 4-rank job (world_size 4; seq-2rank's two traces twice), each rank
-    all-reducing with its data-parallel partner ([0, 2], [1, 3]): rank 2's file is missing from the set, and the
-    run said nothing of it. One line names it, and that rank 0's group reaches it."""
+    all-reducing with its data-parallel partner ([0, 2], [1, 3]): rank 2's file is missing from the set. One line
+    names it, and that rank 0's group reaches it."""
     dp_partner_traces(tmp_path, (0, 1, 3))
     _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
     assert [line for line in result.summary["warnings"] if "no trace, between" in line] == [
@@ -2351,7 +2351,7 @@ def dp_partner_traces(folder: Path, ranks: tuple[int, ...]) -> None:
 
 def test_a_missing_last_rank_that_a_traced_group_reaches_warns_naming_it(tmp_path):
     """Files of ranks 0, 1 and 2 of a 4-rank job whose group [1, 3] reaches rank 3: no hole between traced ranks,
-    and the run said nothing of the missing last file. One line names it."""
+    and the missing last file is named in one line."""
     dp_partner_traces(tmp_path, (0, 1, 2))
     _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
     assert [line for line in result.summary["warnings"] if "no trace" in line] == [
