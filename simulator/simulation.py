@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
+import numpy as np
 import simpy
 
 from simulator.collectives.chunking import ChunkSetting
@@ -377,7 +378,7 @@ def located_layout_warning(loaded: LoadedScenario, field: FieldPath, problem: st
 def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, ...]:
     """The warnings of the scenario's sections rather than of its step: the fields a run without a horizon
     ignores, those a synthetic model or parameter servers cannot be changed by, a routing skew under uniform
-    routing, MoE layouts no framework trains
+    routing, fields a replayed trace ignores, MoE layouts no framework trains
     (`moe_layouts_no_framework_trains`), a GPU changed without the NVLink bandwidth or NVLink SHARP that go with it
     (`kept_node_warning`), a `zero: 2` that runs as ZeRO-1 (`zero2_as_zero1_warning`), parameter servers whose
     workers drift apart under the analytic model (`analytic_drifting_pushes_warning`), a `--set` of the
@@ -450,8 +451,6 @@ def analytic_shared_nic_warning(loaded: LoadedScenario, topology: Topology) -> s
 def _most_copies_per_nic(layout: Layout, ep: int, topology: Topology) -> tuple[str, int, int, int] | None:
     """Where one NIC carries the most copies of a collective (a host's groups of one kind that leave its NVLink
     domain, over its NICs, rounded up), if more than 1: the kind, those groups, the host and its NICs; else None."""
-    import numpy as np
-
     from simulator.parallel.experts import expert_group_numbers
 
     ranks = np.arange(layout.world, dtype=np.int64)

@@ -51,9 +51,8 @@ CLOCK_ENTRY_BYTES = 4
 
 SHORT_CLOCK_ENTRY_BYTES = 2
 """Bytes of one clock-table entry where no component holds more than `SHORT_POSITIONS` ops (a 16-bit position):
-the clock table at half the bytes, the same clocks. The DeepSeek-V3-style search's CP 2 x PP 64 ZeRO-1 layout folds
-onto 128 ranks whose 320,742 ops on 504 components needed 645.3 MiB with 32-bit clocks, over the budget: unordered,
-none of its EP all-to-alls was proved alone and replayed."""
+the clock table at half the bytes, the same clocks (the DeepSeek-V3-style CP 2 x PP 64 ZeRO-1 step, 128 ranks of
+320,742 ops, comes under the budget so: docs/performance.md)."""
 
 SHORT_POSITIONS = int(np.iinfo(np.int16).max)
 """Most ops on one in-order component for 16-bit clock entries (positions 0 to 32,766, and -1: unreached)."""

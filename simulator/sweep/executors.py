@@ -246,8 +246,7 @@ class DaskExecutor:
 
 def check_executor_options(name: ExecutorName, workers: int = 0, scheduler: str | None = None) -> None:
     """Refuse a `--scheduler` or `--workers` the executor ``name`` would ignore, for the commands and
-    `make_executor` alike: a sweep given `--scheduler tcp://head:8786` without `--executor dask` ran every
-    point on this machine's cores without a word, and `make_executor` still ignored them."""
+    `make_executor` alike."""
     from simulator.console.paths import option_error
 
     if scheduler is not None and name != "dask":

@@ -68,7 +68,7 @@ OUT_OF_MEMORY = "out of memory"
 STEP_FIGURES = ("oom", "memory_tight", "peak_memory_gib", "memory_capacity_gib", "warnings")
 """What a job point's row holds of its healthy step beside job_summary.json's figures: whether the step fits in
 GPU memory, and with less room than the memory plan leaves out (`memory_plan.tight_fit`), and its warnings, as a
-step point's row has them (a job's table could not tell a layout out of memory)."""
+step point's row has them."""
 
 
 def run_point(task: PointTask) -> PointRecord:

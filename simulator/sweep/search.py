@@ -100,8 +100,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     section as written, but the ddp options its sharding cannot take; `ep` is the scenario's unless the space
     gives it); ``force`` simulates candidates beyond the scale limits.
     ``on_progress(done, total)`` hears of each candidate simulated (the simulations take nearly all the time),
-    ``on_phase`` of what the search does before and between its counts ('estimating 3,690 layouts': the memory
-    checks and estimates of Llama 3 8B's layouts on 512 GPUs took 3 minutes, with no count to show)."""
+    ``on_phase`` of what the search does before and between its counts ('estimating 3,690 layouts')."""
     phase = on_phase or (lambda activity: None)
     space = space or SearchSpace()
     if top < 1:
@@ -194,8 +193,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
 def top_survivors(checked: list[Checked], top: int) -> list[Checked]:
     """The ``top`` survivors the search simulates: by estimate, those whose memory model's peak (the simulation's)
     leaves the room the memory plan leaves out before the `memory_tight` ones, which fill only places fewer
-    layouts with room leave (else `--top 1` simulated and crowned a layout at 79.4 of 79.65 GiB while one at
-    41.5 GiB went unsimulated), ties by layout."""
+    layouts with room leave, ties by layout."""
     survivors = (c for c in checked if not c.reason)
     return sorted(survivors, key=lambda c: (c.memory_tight, -c.estimate_tokens_per_s, c.candidate))[:top]
 

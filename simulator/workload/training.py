@@ -200,8 +200,8 @@ def pipeline_depth(scenario: Scenario) -> int:
 
 
 DP_FILL_READS = ("cluster", "parallelism.tp", "parallelism.cp", "parallelism.pp")
-"""What the check that dp fills the cluster reads beside dp: the whole parallelism section named a `--set
-parallelism.zero=1` in its error, as if it had a part in the product."""
+"""What the check that dp fills the cluster reads beside dp (not the whole parallelism section: zero and the rest
+have no part in the product)."""
 
 
 def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
@@ -217,8 +217,7 @@ def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
                    f"cluster's {world:,} GPUs")
         if world % fixed:
             raise _invalid("parallelism", problem, f"degrees whose product is {world:,}", reads=("cluster",))
-        # tp x cp x pp divides the GPUs, so it is the given dp that does not fill them: the error is its (at the
-        # section, a sweep blamed the last axis under it, tp's line where dp's value was the one out)
+        # tp x cp x pp divides the GPUs, so it is the given dp that does not fill them: the error is dp's
         raise _invalid("parallelism.dp", problem, f"dp {world // fixed:,} at tp x cp x pp = {fixed:,}, or degrees "
                        f"whose product is {world:,}", reads=DP_FILL_READS)
     return Layout(tp=par.tp, cp=par.cp, pp=pp, dp=dp, order=tuple(par.order))

@@ -34,7 +34,7 @@ from simulator.collectives.names import Primitive
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import MathPrecision
 from simulator.errors import ScenarioError
-from simulator.program.ops import Category, CollectiveOp, ComputeOp, Op
+from simulator.program.ops import HOST_CATEGORY, Category, CollectiveOp, ComputeOp, Op
 from simulator.program.send_order import SendOrder
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import Unfolding, UnfoldingGuard
@@ -843,7 +843,7 @@ class _Builder:
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.op is None:
             duration, flops = self.move.duration(op), 0.0
-            category: Category = "host" if op.host else "compute"
+            category: Category = HOST_CATEGORY if op.host else "compute"
             if op.gemm:
                 batch, m, n, k = op.gemm
                 flops = 2.0 * batch * m * n * k
