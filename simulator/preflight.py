@@ -97,18 +97,13 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
                    unfolded_size_lines(loaded, topology.num_gpus, prepared.step, topology), trace_sizes)
 
 
-def unbuilt_memory_line(loaded: LoadedScenario) -> str:
+def unbuilt_step_text(loaded: LoadedScenario) -> str:
     """The memory line `validate` prints (`memory_line`) for the step of ``loaded`` planned on its cluster's
-    parameters, not built (`UnbuiltCluster`): given where a cluster beyond scale.MAX_GPUS is refused before it
-    is built, which left `validate` without one. '' where the parameters do not tell the cluster (a graph) or
-    the step models no memory (parameter servers, a trace, a workload list, synthetic costs)."""
-    return unbuilt_step_text(loaded, warnings=False)
-
-
-def unbuilt_step_text(loaded: LoadedScenario, warnings: bool = True) -> str:
-    """`unbuilt_memory_line`, followed where ``warnings`` by the layout warnings `validate` gives on the built
+    parameters, not built (`UnbuiltCluster`), followed by the layout warnings `validate` gives on the built
     cluster (workload/training.py `layout_warnings`: a TP group across NVLink domains, HSDP sharding nothing),
-    each '; warning: FIELD: problem': what `validate`'s refusal past scale.MAX_GPUS ends with."""
+    each '; warning: FIELD: problem': what `validate`'s refusal past scale.MAX_GPUS, before any cluster is built,
+    ends with. '' where the parameters do not tell the cluster (a graph) or the step models no memory (parameter
+    servers, a trace, a workload list, synthetic costs)."""
     from pathlib import Path
 
     from simulator.console.report import memory_line
@@ -130,8 +125,8 @@ def unbuilt_step_text(loaded: LoadedScenario, warnings: bool = True) -> str:
         return ""
     step = located(loaded, lambda: build_training_step(scenario, cluster, folder))
     line = memory_line({**step_memory(scenario, step), "layout": layout_summary(step, scenario.parallelism.fsdp)})
-    warned = step.warnings if warnings else ()
-    return "".join([line, *(f"; warning: {'.'.join(map(str, field))}: {problem}" for field, problem in warned)])
+    return "".join([line, *(f"; warning: {'.'.join(map(str, field))}: {problem}"
+                            for field, problem in step.warnings)])
 
 
 def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:

@@ -863,7 +863,7 @@ def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int, weigh: Callable[[], 
     per-GPU structures alone would take minutes, however few ops and flows a folded step posts. It is located
     at the size parameter the scenario set (else at `cluster`) and names the ones its topology kind has;
     ``weigh`` gives `validate`'s memory line of the step, planned without the cluster, which it then ends with
-    (`preflight.unbuilt_memory_line`; '' for none)."""
+    (`preflight.unbuilt_step_text`; '' for none)."""
     if gpus > MAX_GPUS:
         sizes = _size_parameters(loaded)
         memory = weigh() if weigh is not None else ""
