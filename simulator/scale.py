@@ -151,7 +151,7 @@ class ScaleEstimate:
             over.append(f"ops + flows {self.about}{self.events:,} over the limit of {MAX_EVENTS:,}")
         if self.memory_bytes > MAX_MEMORY_BYTES:
             over.append(f"memory {self.about}{self.memory_bytes / 2**30:,.1f} GiB over the limit of "
-                        f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB")
+                        f"{MAX_MEMORY_BYTES / 2**30:,.3g} GiB")
         return " and ".join(over)
 
     def describe(self) -> str:

@@ -1156,7 +1156,7 @@ def test_idents_and_moves_leave_the_remembered_rates_their_room(monkeypatch, mov
 
 
 def test_analytic_warns_where_copies_of_one_collective_share_a_nic(capsys):
-    """fix82c: analytic gives each copy of a collective (the 8 TP ranks' DP all-reduces) a NIC's full rate; on
+    """Analytic gives each copy of a collective (the 8 TP ranks' DP all-reduces) a NIC's full rate; on
     two one-NIC DGX H100 hosts at TP 8, DP 2 its comm_s.dp is 66.2 ms against the flow model's 514.8 ms. One
     warning at `network.model` says so and names the 8 copies; with a NIC per GPU none share one, and none warns."""
     from simulator.cli import main

@@ -355,6 +355,7 @@ def test_a_unit_repaired_in_place_starts_in_service_not_new():
     error = counts.std() / math.sqrt(units)
     assert counts.mean() == pytest.approx(5.60, abs=error)
     assert horizon / (mtbf + repair_s) - counts.mean() > 4 * error
+    assert counts.mean() < 6.94 - 4 * error
 
 
 @pytest.mark.parametrize("shape", [0.5, 0.8, 2.0])

@@ -397,8 +397,8 @@ def test_an_executor_that_cannot_start_is_one_line_and_status_1(command, tmp_pat
      "--workers: a Dask scheduler's workers are the ones started with it (dask worker --nworkers) (allowed: "
      "--workers with --executor local, or dask without --scheduler)")])
 def test_an_executor_flag_the_executor_would_ignore_is_refused(command, flags, error, tmp_path, capsys):
-    """`--scheduler tcp://...` without `--executor dask` ran every point on the local pool without a word, and
-    `--workers` under `--executor serial` was dropped (usertest42 finding 5)."""
+    """`--scheduler tcp://...` without `--executor dask`, and `--workers` under `--executor serial`, which the
+    executor would ignore, are refused in one line naming what is allowed."""
     given = str(tmp_path / "sweep.yaml") if command == "sweep" else "schedule-gpipe-p4-m8"
     (tmp_path / "sweep.yaml").write_text("base: schedule-gpipe-p4-m8\ngrid: {training.microbatches: [4]}\n")
     assert main([command, given, "--out", str(tmp_path / "out"), "--quiet", *flags]) == 2
@@ -1037,9 +1037,8 @@ def test_editing_the_constraints_judges_every_point_again(tmp_path):
 
 
 def test_the_end_line_gives_each_reason_its_own_points(tmp_path, capsys):
-    """The end line gave each status's first reason 'and N others' where the others broke other constraints
-    (usertest42 finding 3: 8 points skipped by one constraint, 12 by another, all put on the first); each
-    reason now has its line and its count, three of them at most, the rest counted."""
+    """The end line gives each reason of a status its own line and count (8 points skipped by one constraint, 12
+    by another), three of them at most, the rest counted."""
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + "grid:\n  training.microbatches: [2, 4, 6, 8, 10, 12]\n"
                     "constraints: ['training.microbatches > 2', 'training.microbatches % 4 != 2', "
@@ -1055,8 +1054,8 @@ def test_the_end_line_gives_each_reason_its_own_points(tmp_path, capsys):
 
 
 def test_a_point_whose_dp_does_not_fill_the_cluster_is_located_at_the_dp_axis(tmp_path):
-    """The product's error was the `parallelism` section's, which a sweep blamed on the last axis under it, here
-    the schedule's, where dp 3 is the value that does not fill the 8 GPUs (usertest42 finding 7f)."""
+    """A dp that does not fill the 8 GPUs (3) is the error of `parallelism.dp`, located at the dp axis, not of
+    the `parallelism` section, which a sweep would locate at the last axis under it (the schedule's)."""
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + "grid:\n  parallelism.dp: [2, 3]\n  parallelism.pipeline.schedule: [gpipe]\n")
     run_sweep(load_sweep(path), tmp_path / "out", SerialExecutor())
