@@ -481,15 +481,20 @@ def distributed_info(path: Path, **info) -> None:
     path.write_text(json.dumps(doc))
 
 
-def test_a_rank_missing_between_traced_ranks_warns_naming_it(tmp_path):
-    """Files of ranks 0, 1 and 3 of a 4-rank job (world_size 4; seq-2rank's two traces twice), each rank
-    all-reducing with its data-parallel partner ([0, 2], [1, 3]): rank 2's file is missing from the set. One line
-    names it, and that rank 0's group reaches it."""
-    dp_partner_traces(tmp_path, (0, 1, 3))
+@pytest.mark.parametrize(("traced", "named"), [
+    ((0, 1, 3), "rank 2 of the traced job's 4 has no trace, between traced ranks 0-1, 3 (a file missing from "
+                "workload.trace?): the traced process groups or transfers reach rank 2, taken as ready"),
+    ((0, 1, 2), "rank 3 of the traced job's 4 has no trace, beside traced ranks 0-2: the traced process groups or "
+                "transfers reach rank 3, taken as ready"),
+])
+def test_a_rank_missing_from_the_traced_set_that_a_traced_group_reaches_warns_naming_it(tmp_path, traced, named):
+    """Files of three ranks of a 4-rank job (world_size 4; seq-2rank's two traces twice), each rank all-reducing
+    with its data-parallel partner ([0, 2], [1, 3]): the missing file is named in one line, a hole between traced
+    ranks as a file perhaps missing from the set, the last rank as taken as ready."""
+    dp_partner_traces(tmp_path, traced)
     _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
-    assert [line for line in result.summary["warnings"] if "no trace, between" in line] == [
-        f"{tmp_path / 'rank0.json'}: rank 2 of the traced job's 4 has no trace, between traced ranks 0-1, 3 (a file "
-        "missing from workload.trace?): the traced process groups or transfers reach rank 2, taken as ready"]
+    assert [line for line in result.summary["warnings"] if "no trace" in line] == [
+        f"{tmp_path / 'rank0.json'}: {named}"]
 
 
 def test_chakra_process_group_metadata_as_a_list_holding_its_json_text_is_read(tmp_path):
@@ -2347,16 +2352,6 @@ def dp_partner_traces(folder: Path, ranks: tuple[int, ...]) -> None:
             event["args"] |= {"Process Group Name": f"dp{rank % 2}", "Process Group Ranks": f"[{rank % 2}, "
                               f"{rank % 2 + 2}]", "Process Group Description": "undefined"}
         (folder / f"rank{rank}.json").write_text(json.dumps(doc))
-
-
-def test_a_missing_last_rank_that_a_traced_group_reaches_warns_naming_it(tmp_path):
-    """Files of ranks 0, 1 and 2 of a 4-rank job whose group [1, 3] reaches rank 3: no hole between traced ranks,
-    and the missing last file is named in one line."""
-    dp_partner_traces(tmp_path, (0, 1, 2))
-    _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
-    assert [line for line in result.summary["warnings"] if "no trace" in line] == [
-        f"{tmp_path / 'rank0.json'}: rank 3 of the traced job's 4 has no trace, beside traced ranks 0-2: the "
-        "traced process groups or transfers reach rank 3, taken as ready"]
 
 
 def test_one_node_of_a_larger_job_is_not_taken_for_a_set_missing_files(tmp_path):
