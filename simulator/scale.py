@@ -16,7 +16,7 @@ collective counts as NCCL's ring would post it, but for the all-reduces that may
 groups across NVLink domains, a `workload:` item's; `may_run_trees`): before the cluster is built they count as
 rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as the plans the tuner picks for
 each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the published SC21
-7.5B step's estimate went from 29,280 flows to 656,485, against 662,908 simulated; a TP tree counts its copies
+7.5B step, 656,485 flows estimated, 662,908 simulated; a TP tree counts its copies
 in the other replicas for its all-reduces that run beside other dimensions' traffic joining them, `_tp_beside`:
 7.5B at TP 16, 7,943,776 of 7,977,584 flows, where its own tree alone counted 3,740,416). `--force` runs past
 the limits.

@@ -54,9 +54,8 @@ _YAML_1_2_INT = re.compile(rf"^(?:[-+]?[0-9]+|[-+]?{SEPARATED_WHOLE}|0o[0-7]+|0x
 _LineLoader.add_implicit_resolver(INT_TAG, _YAML_1_2_INT, list("-+0123456789"))
 """Whole numbers are YAML 1.2's: decimal (`010` is ten, `007` seven), `0o` octal and `0x` hexadecimal, and decimal
 with thousands separators as trainsim prints them (`4,096`; inside `{seq_len: 4,096}` or `[1,024]` the comma
-separates entries to YAML, which `_refuse_split_number` refuses). YAML 1.1 read `010` as octal 8, `1:30` as
-base-60 90, `0b101` as 5 and `1_0` as 10, silently (`spares: 010` ran with 8 spare hosts); those are now words,
-which a whole-number field refuses at their line."""
+separates entries to YAML, which `_refuse_split_number` refuses). `1:30`, `0b101` and `1_0` are words (not YAML
+1.1's base-60, binary and underscored ints), which a whole-number field refuses at their line."""
 _LineLoader.add_implicit_resolver(FLOAT_TAG, re.compile(
     r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|"
     r"^\.(?:nan|NaN|NAN)$"), list("-+0123456789."))

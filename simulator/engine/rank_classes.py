@@ -15,14 +15,14 @@ mirrors), the transfers inside the host: both ends' indices in the host and the 
 holds other hosts (a GB200 rack's trays), the transfers it sends to them and receives from them over NVLink: its own
 end's index and the bytes. A DP ring with two replicas per rack hops from one replica's tray to the other's over
 NVLink and on to the next rack over the NICs, so one replica's GPUs send it over their NVLink ports and the other's
-receive it there: read inside trays alone, one rank stood for both, and the TP collectives beside the ring fell out
-of step in the folded run (37 us in a 161 ms step, TP 8 x PP 4 on racks of 64 GPUs; tests/test_folding.py). For
+receive it there: read inside trays alone, one rank would stand for both and the TP collectives beside the ring
+fall out of step (TP 8 x PP 4 on racks of 64 GPUs; tests/test_folding.py). For
 a group with members on more than one host of some NVLink domain, each host is read also by the transfers leaving
 its domain over its NICs: its own end's index, the bytes and the host at the other end. With the rings built rack by
 rack every tray's NVLink ports and NICs carry alike, but each tray sends to and receives from its own peer tray of
 the next rack, and the fabric hashes each flow onto a spine by its hosts: read by NVLink alone one rank stood for
-every tray of its stage, and the DP reduce-scatter fell out of step by 171 us (TP 8 x PP 4 x DP 4 on two racks of
-16 trays; the 256-GPU Llama 3 70B step was refused as too large unfolded). So such a fold simulates one rank per
+every tray of its stage, and the DP reduce-scatter would fall out of step (TP 8 x PP 4 x DP 4 on two racks of 16
+trays; tests/test_folding.py). So such a fold simulates one rank per
 tray and stage (32 of 128 there, 8 of 32 where two replicas share a rack and fold exactly onto 2). Only
 collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those
 that may overlap (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where

@@ -211,9 +211,8 @@ def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[in
     every replication pass MAX_JOB_EVENTS (MAX_FORCED_JOB_EVENTS when ``force``), before any is drawn, naming
     the part that dominates and the field the user set that carries it (`_blamed_for_events`; a per-GPU MTBF of
     one second on 32 GPUs draws 28 million failures per 10-day replication). ``checkpoint_period_s`` is the
-    healthy cycle's time between checkpoints, the checkpoint's own time included (`Cycle.period_s`: a sync write
-    of 14 s after a 2.4 s step was counted as one checkpoint per step, 7 times too many); None where the step is
-    not simulated (`trainsim validate`), which counts the failures and maintenance windows alone;
+    healthy cycle's time between checkpoints, the checkpoint's own time included (`Cycle.period_s`); None where
+    the step is not simulated (`trainsim validate`), which counts the failures and maintenance windows alone;
     ``memory_period`` that of the in-memory snapshots."""
     replications = loaded.scenario.run.replications
     parts, per_class = job_event_parts(loaded, model, counts, checkpoint_period_s, memory_period)

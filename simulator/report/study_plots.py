@@ -135,8 +135,8 @@ def _ok(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _with_ok_points(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """``frame``, refused where no point of it has status ok: a chart of none was empty (axes -0.04..0.04), with
-    no word of why; the refusal counts the other statuses (an old folder's `ok` points out of memory among the
+    """``frame``, refused where no point of it has status ok (a chart of none would be empty): the refusal counts
+    the other statuses (an old folder's `ok` points out of memory among the
     out_of_memory)."""
     if "status" not in frame.columns or len(_ok(frame)):
         return frame
@@ -216,8 +216,7 @@ def _out_of_memory_line(frame: pd.DataFrame) -> str:
 def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell,
     which the title says); a cell whose points all lack ``value`` (the HFU of a trace without op shapes) reads
-    'n/a' and the title counts those points (the cell, and its row or column, had been dropped without a word), as
-    a cell whose points are all out of memory reads 'OOM' (it too was dropped);
+    'n/a' and the title counts those points, as a cell whose points are all out of memory reads 'OOM';
     refused when the three columns are not distinct or ``value`` holds something other than numbers (each was a
     pandas traceback)."""
     _check_columns(frame, {"--x": x, "--y": y, "--value": value})

@@ -33,8 +33,8 @@ _TREE_MARKS = {True: " (tree)", False: " (tree, outside the space)"}
 
 def format_search(result: SearchResult, scenario: str) -> str:
     """The best simulated layouts as a table (the searched space's ranked, then the tree's layout where it lies
-    outside the space: ranking tight layouts last put it above rank 1), the status counts with the pruned ones
-    by kind, the tree's steps one a line (they were one line of up to a thousand characters), the comparison,
+    outside the space, after them), the status counts with the pruned ones
+    by kind, the tree's steps one a line, the comparison,
     wrapped, and the command that runs the winner of the search of ``scenario`` (its outputs, as any run's)."""
     table = result.table
     simulated = table[table["status"] == CandidateStatus.SIMULATED]

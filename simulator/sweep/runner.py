@@ -205,8 +205,7 @@ def _reusable(previous: PointRecord, point: Point, force: bool, folder: Path | N
 
 def _out_of_memory_reason(records: list[PointRecord]) -> str:
     """The one reason of the end line's points out of memory: the range of their peaks and of the GPUs' memory
-    (each point's own is in its `error`). Each peak was a reason of its own, so that the end line gave one
-    point per line where all ran out of memory."""
+    (each point's own is in its `error`)."""
     peaks = [record.metrics.get("peak_memory_gib") for record in records]
     capacities = [record.metrics.get("memory_capacity_gib") for record in records]
     known_peaks = [float(peak) for peak in peaks if peak is not None]
@@ -224,13 +223,13 @@ def _gib_range(values: list[float]) -> str:
 
 def _memory_judged(record: PointRecord) -> PointRecord:
     """``record`` with status `out_of_memory` where its point simulated but its step does not fit in GPU memory
-    (`oom`): it was `ok`, so the end line counted it ok, `plot heatmap` averaged its throughput into a cell and a
-    table sorted by tokens/s put the layout that cannot run first. A record an earlier trainsim wrote `ok` is
-    judged again when reused."""
+    (`oom`), so that the end line, `plot heatmap` and a table sorted by tokens/s do not count it as run. A record
+    an earlier trainsim wrote `ok` is judged again when reused."""
     if record.status != PointStatus.OK or not record.metrics.get("oom"):
         return record
     peak, capacity = record.metrics.get("peak_memory_gib"), record.metrics.get("memory_capacity_gib")
-    figures = f": peak {peak:.1f} GiB > {capacity:.1f} GiB per GPU" if peak is not None and capacity else ""
+    figures = (f": peak {_gib_range([float(peak)])} > {_gib_range([float(capacity)])} per GPU"
+               if peak is not None and capacity else "")
     return replace(record, status=PointStatus.OUT_OF_MEMORY, error=f"{OUT_OF_MEMORY}{figures}")
 
 
