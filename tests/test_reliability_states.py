@@ -597,8 +597,11 @@ def test_ctrl_c_while_states_are_simulated_ahead_stops_the_workers_without_a_tra
     says 'interrupted' and exits 130, no process prints a traceback, no worker is left running, and the output
     folder holds nothing of the job."""
     job, out, _ = _interrupted_ahead(tmp_path, "worker")
-    _, stderr = job.communicate(timeout=300)
-    _ended_quietly(job, stderr, out)
+    try:
+        _, stderr = job.communicate(timeout=300)
+        _ended_quietly(job, stderr, out)
+    finally:
+        _killed_group(job.pid)
 
 
 def test_sigterm_to_the_jobs_process_while_states_are_simulated_ahead_ends_its_workers(tmp_path):

@@ -609,9 +609,8 @@ def test_a_heatmap_cell_whose_metric_is_unknown_reads_n_a_and_the_title_counts_i
 @pytest.mark.parametrize("statuses, oom", [(["ok", "ok", "out_of_memory"], [False, False, True]),
                                            (["ok", "ok", "ok"], [False, False, True])])
 def test_a_heatmap_cell_out_of_memory_reads_oom_and_the_title_counts_it(statuses, oom):
-    """A point out of memory has no throughput to chart: its cell, with its row and column, was dropped without
-    a word. It now reads 'OOM' and the title counts it; a folder written before the status out_of_memory (status
-    ok, `oom` true) is read the same (it was charted as if it ran)."""
+    """A point out of memory has no throughput to chart: its cell reads 'OOM' and the title counts it; a folder
+    written before the status out_of_memory (status ok, `oom` true) is read the same."""
     from simulator.report.study_plots import heatmap_figure, sweep_figure
 
     frame = pd.DataFrame({"status": statuses, "tp": [1, 2, 4], "mb": [1, 1, 2], "oom": oom,
@@ -630,7 +629,7 @@ def test_a_heatmap_cell_out_of_memory_reads_oom_and_the_title_counts_it(statuses
 @pytest.mark.parametrize("chart", [["sweep", "--x", "tp", "--y", "tokens_per_s"],
                                    ["heatmap", "--x", "tp", "--y", "mb", "--value", "tokens_per_s"]])
 def test_a_chart_of_a_sweep_without_an_ok_point_is_refused(tmp_path, capsys, chart):
-    """A sweep whose points are all out of memory wrote an empty chart (axes -0.04..0.04) and exit 0."""
+    """A sweep with no point of status ok is refused (exit 2), naming the statuses, not drawn as an empty chart."""
     pd.DataFrame({"point": [0, 1, 2], "status": ["out_of_memory", "ok", "skipped"], "error": "", "tp": [1, 2, 4],
                   "mb": [1, 1, 2], "oom": [True, True, None], "tokens_per_s": [100.0, 200.0, None]}
                  ).to_parquet(tmp_path / "results.parquet")
