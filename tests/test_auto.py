@@ -521,8 +521,8 @@ def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
 @pytest.mark.parametrize("racks, trays, nodes", [(1, 18, 1), (2, 4, 2), (4, 2, 4)])
 def test_nccls_caps_count_nvlink_domains_as_its_nodes(racks, trays, nodes):
     """Under MNNVL NCCL's nNodes, which indexes `llMaxBws` and `perChMaxTreeLL128Bws`, counts NVLink domains: a
-    GB200 rack is one node to it (LL cap 282 GB/s, the LL128 tree's 55.6 GB/s a channel), not 18 trays (20.4
-    and 20 as the caps read while they counted the trays as hosts)."""
+    GB200 rack is one node to it (LL cap 282 GB/s, the LL128 tree's 55.6 GB/s a channel), not 18 trays (whose
+    caps would read 20.4 and 20)."""
     topology = load_topology("gb200-nvl72", {"racks": racks, "trays": trays})
     ranks = tuple(range(topology.num_gpus))
     terms = group_terms(CollectiveRequest("all_reduce", ranks, MIB), topology, calibrated(topology.gpu_model))

@@ -458,7 +458,7 @@ def test_flow_and_analytic_agree_without_contention():
 def test_analytic_ring_on_one_nic_hosts_keeps_to_line_rate_as_the_flow_model_does(topology, overrides, line_rate):
     """A ring all-reduce over one-GPU hosts with one NIC each runs its two channels through that NIC: on the
     analytic model they share its line rate, as on the wire and in the flow model, and the busbw stays under it
-    (each channel took the NIC's full rate before: busbw 24.93 GB/s on 12.5 GB/s, 99.00 on 50)."""
+    (each channel at the NIC's full rate would read 24.93 GB/s on 12.5 GB/s, 99.00 on 50)."""
     rows = {mode: collective_sweep(topology, overrides, op="all_reduce", algorithm="ring", ranks=8, sizes=[GIB],
                                    efficiency="ideal", mode=mode)[0] for mode in ("flow", "analytic")}
     assert rows["analytic"]["busbw_GBps"] * 1e9 < line_rate

@@ -40,8 +40,8 @@ def crossings(op: str, algorithm: str) -> list:
 
 def test_ring_across_racks_runs_nccls_sixteen_channels_each_on_its_own_nics():
     """A rack is one node: the ring finds a channel per NIC its members drive there, at most the 16 NCCL's search
-    finds (`ring.RING_SEARCH_CHANNELS`). Planned by tray it ran min(4 rails, 4 GPUs per tray) = 4 channels, so the
-    144-GPU ring crossed between the racks on 4 NICs each way (busbw capped at 200 GB/s)."""
+    finds (`ring.RING_SEARCH_CHANNELS`), so the 144-GPU ring crosses between the racks on 16 NICs each way, not
+    on the 4 a tray's rails would give (busbw capped at 200 GB/s)."""
     across = crossings("all_reduce", "ring")
     assert len({transfer.channel for transfer in across}) == 16
     nic = TWO_RACKS.gpu_nic
@@ -166,7 +166,7 @@ def bytes_out_of_rack(algorithm: str, topology, racks: int) -> dict[int, float]:
 def test_nvls_across_two_racks_runs_nccls_tree_over_32_heads():
     """NCCL's NVLS tree across nodes is a double binary tree per head (connect.cc connectNvls), 32 heads a rack
     (search.cc: min(NCCL_MAX_NVLS_ARITY, GPUs), one per NIC): over 2 racks each head sends n/32 to its peer head,
-    n/64 on each tree. It was 72 rail rings, every GPU sending n/72 out of its rack."""
+    n/64 on each tree, not 72 rail rings with every GPU sending n/72 out of its rack."""
     sent = bytes_out_of_rack("nvls", TWO_RACKS, 2)
     local = TWO_RACKS.gpu_domain_local
     assert sorted({local[rank] for rank in sent}) == list(range(32))
@@ -186,7 +186,7 @@ def test_nvls_tree_over_four_racks_loads_an_interior_head_with_twice_its_slice()
 def test_auto_across_racks_takes_nccls_default_nvls_tree_and_the_ring_with_nvls_off():
     """NCCL enables NVLS wherever the GPUs report multicast (NCCL_NVLS_ENABLE=2) and runs NVLS_TREE across MNNVL
     cliques, so `auto` takes `nvls` over two racks; with NVLS off (`nvls: none`, the NCCL_NVLS_ENABLE=0 of the
-    CoreWeave 20-rack run) it takes the ring. A pin: it passed before the NVLS tree over heads too."""
+    CoreWeave 20-rack run) it takes the ring. A pin of the pick, whichever NVLS plan runs across racks."""
     request = CollectiveRequest("all_reduce", EVERY_GPU, GIB)
     assert choose(request, load_topology("gb200-nvl72", {"racks": 2})).algorithm == "nvls"
     assert choose(request, load_topology("gb200-nvl72", {"racks": 2, "nvls": "none"})).algorithm == "ring"
@@ -220,7 +220,7 @@ def test_a_group_uneven_on_racks_and_trays_is_refused_naming_the_rack():
 
 def test_ring_channels_across_racks_keep_to_nccls_search_when_the_channel_cap_is_raised(monkeypatch):
     """NCCL's ring across racks stops at 16 channels because their 45.1 GB/s each cover the GPU's 721.8 GB/s of
-    NVLink in its model, not at half the channel cap: raising the cap to 64 doubled them to 32 across racks."""
+    NVLink in its model, not at half the channel cap: raising the cap to 64 keeps them at 16 across racks."""
     monkeypatch.setattr(ring, "max_channels", lambda: 64)
     assert len({transfer.channel for transfer in crossings("all_reduce", "ring")}) == 16
 

@@ -528,7 +528,7 @@ def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, caps
                                        f"d: {problem} "
                                        "(allowed: a duration under 2 d for checkpoints to be written)\n")
     assert main(["validate", str(scenario), "--quiet", "--set", "checkpoint.interval=259208.6 s"]) == 0
-    assert "a checkpoint every 3 d is longer than run.horizon (2 d)" in capsys.readouterr().err  # was 259,208.6 s
+    assert "a checkpoint every 3 d is longer than run.horizon (2 d)" in capsys.readouterr().err
     short = tmp_path / "short.yaml"
     short.write_text(SPARE_JOB.replace("  interval: 30 min\n", "  mode: sync\n").replace("horizon: 2 d",
                                                                                         "horizon: 20 min"))

@@ -114,8 +114,7 @@ checkpoint: {{size: 270 MB, interval: 10 min}}
 
 def test_a_lone_racks_only_nvswitch_tray_interrupts_in_the_closed_forms():
     """One rack of one tray (MTBF 500 h, 4 h repairs): every tray failure leaves the rack without NVLink and no
-    route, so 720 / 504 = 1.429 interruptions a replication (none while the tray is in repair), M = 504 h
-    (before: 0, no MTBF, no Young or Daly)."""
+    route, so 720 / 504 = 1.429 interruptions a replication (none while the tray is in repair), M = 504 h."""
     summary = simulate_job(gb200_trace_job(1, 1, "auto", "{mtbf: 500 h, repair: 4 h}")).summary
     assert summary["failure_model"]["nvswitch_tray"]["interrupting_units"] == 1.0
     assert summary["expected_unexpected_interruptions"] == pytest.approx(720 / 504, rel=1e-12)

@@ -71,7 +71,7 @@ restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0}}
     failures, restarts = events[events["kind"] == "failure"], events[events["kind"] == "restart"]
     for failure, restart in zip(failures.itertuples(), restarts.itertuples()):
         resumed = checkpoints[checkpoints["end_s"] <= failure.start_s]["step"].max()
-        assert restart.step == failure.step == resumed > 0  # a restart's step was 0
+        assert restart.step == failure.step == resumed > 0
 
 
 def test_a_spine_repaired_during_a_restart_does_not_block_the_next_one(job_with):

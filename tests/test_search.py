@@ -1769,8 +1769,8 @@ def test_a_parameter_server_scenario_is_refused_at_its_strategy(tmp_path, capsys
 
 
 def test_a_trace_scenario_is_refused_at_its_trace(tmp_path, capsys):
-    """A replayed trace was refused at `model` ('a layout search needs a model', at line 1, the cluster's, of a
-    file with no model); it has no layout to search, which the refusal at `workload.trace` says."""
+    """A replayed trace has no layout to search, which the refusal at `workload.trace` says (not at `model`, which
+    the file does not have)."""
     from simulator.cli import main
 
     code = main(["search", "trace-allreduce-2rank", "--out", str(tmp_path / "s"), "--quiet"])

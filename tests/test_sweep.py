@@ -115,9 +115,8 @@ class ReversingExecutor(SerialExecutor):
 
 
 def test_a_skipped_point_is_journalled_at_the_end_not_appended_one_fsync_each(tmp_path, monkeypatch):
-    """No run reuses a skipped point (its constraints are judged again), yet each was appended and flushed to
-    disk on every run, a re-run of 798 skipped points of 800 twice as long; they are written with the journal's
-    rewrite at the end."""
+    """No run reuses a skipped point (its constraints are judged again), so skipped points are written with the
+    journal's rewrite at the end, not appended and flushed to disk one by one."""
     import simulator.sweep.runner as runner
 
     sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8, 16]\n"
@@ -543,8 +542,8 @@ def test_a_point_an_earlier_trainsim_recorded_ok_out_of_memory_is_reused_as_out_
 
 
 def test_the_journal_is_read_back_as_point_statuses_and_an_unknown_status_runs_again(tmp_path):
-    """Statuses are a PointStatus, read back from the journal as its members (they were strings compared raw);
-    a record of a status this trainsim does not know is not reused (it was, and its row carried the status)."""
+    """Statuses are a PointStatus, read back from the journal as its members; a record of a status this trainsim
+    does not know is not reused."""
     from simulator.sweep.results import PointStatus, read_records
 
     sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [8, 16]\n", "s.yaml")
@@ -559,8 +558,8 @@ def test_the_journal_is_read_back_as_point_statuses_and_an_unknown_status_runs_a
 
 
 def test_the_end_line_gives_the_points_out_of_memory_one_reason_with_the_range_of_their_peaks(tmp_path, capsys):
-    """Each point out of memory carried its own peak in its reason, so the end line gave a line per point; they
-    share one line, with the range of peaks, and results.csv's error keeps each point's own."""
+    """The points out of memory share one line of the end line, with the range of their peaks; results.csv's
+    error keeps each point's own."""
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + "grid:\n  training.microbatches: [8, 16, 32]\n")
     out = tmp_path / "out"

@@ -523,7 +523,8 @@ def test_chakra_files_whose_names_number_other_ranks_than_their_order_warn(tmp_p
 
 
 def test_trace_files_are_named_by_their_normalised_paths(tmp_path):
-    """A glob through a sibling folder ('other/../traces/rank*.json') named the files so in every warning."""
+    """A glob through a sibling folder ('other/../traces/rank*.json') finds the files by their normalised paths,
+    which the warnings name."""
     from simulator.workload.traces.program import trace_files
 
     traces = copy_traces(KINETO_2RANK, tmp_path)

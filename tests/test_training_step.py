@@ -429,8 +429,8 @@ parallelism: {tp: 1, pp: 2, dp: 4,
 
 
 def test_a_dp_that_does_not_fill_the_cluster_names_no_override_it_did_not_read():
-    """The dp check read the whole parallelism section, so its error named a `--set parallelism.zero=1` (or of
-    the pipeline's schedule) as if it had a part in the product; it reads tp, cp, pp and the cluster."""
+    """The dp check reads tp, cp, pp and the cluster, so its error names no `--set parallelism.zero=1` (or of the
+    pipeline's schedule), which has no part in the product."""
     text = """
 cluster: {topology: dgx-h100-cluster, nodes: 1}
 model: {preset: llama3-8b}

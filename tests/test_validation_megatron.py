@@ -74,8 +74,7 @@ def test_a_case_outside_its_tolerance_says_so_on_its_line_and_in_a_last_line(mon
 
 
 def test_an_unknown_case_is_refused_naming_the_cases(capsys):
-    """--case with a name no case file has is refused naming the cases, not run as nothing and exit 0, as if it had
-    passed."""
+    """--case with a name no case file has is refused naming the cases."""
     assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr",
                  "--case", "nccl-sendrecv"]) == 2
     captured = capsys.readouterr()

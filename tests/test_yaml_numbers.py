@@ -71,7 +71,8 @@ def test_a_separated_number_in_a_flow_mapping_says_yaml_splits_it(tmp_path, caps
 
 @pytest.mark.parametrize("text", ["0,032", "0,128", "01,024", "-0,500"])
 def test_a_leading_zero_is_no_thousands_group(text):
-    """`cluster.nodes=0,032` ran 32 nodes and `servers: 0,128`, a host list typed without brackets, read as 128."""
+    """`cluster.nodes=0,032` and `servers: 0,128` (a host list typed without brackets) are not read as 32 and
+    128."""
     assert parse_value(text) == text
     with pytest.raises(InputError, match=r"cannot read size|unknown unit"):
         parse_size(f"{text} GiB")
