@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.collectives.hierarchical import even_rows
 from simulator.collectives.names import run_choice
 from simulator.collectives.ring import cross_host_channels, domain_rails, usable_rails
 from simulator.collectives.tree import nccl_nodes
@@ -412,12 +413,19 @@ def _hierarchical_transfers(layout: Layout, kind: str, hosts: HostShape, all_red
     collectives/hierarchical.py plans it: a phase of one transfer per member for the rings inside its rows (two
     around an all-reduce, where a row holds two members or more), and one for the rails' rings across them
     (where the group spans rows). Its rows are NVLink domains (a GB200 rack's trays are one), or hosts where only
-    the hosts hold equal counts (`hierarchical.rows_by_domain_or_host`)."""
+    the hosts hold equal counts (`hierarchical.even_rows`)."""
     group = _first_group(layout, kind, ep, degree)
-    domains = Counter(rank // hosts.domain for rank in group)
-    rows = domains if len(set(domains.values())) == 1 else Counter(rank // hosts.gpus for rank in group)
-    spanned = len(rows)
+    spanned = len(even_rows(_members_by(group, hosts.domain), lambda: _members_by(group, hosts.gpus)))
     return len(group) * ((spanned > 1) + (len(group) > spanned) * (2 if all_reduce else 1))
+
+
+def _members_by(group: tuple[int, ...], size: int) -> list[list[int]]:
+    """``group``'s members per block of ``size`` consecutive GPUs (a host or an NVLink domain), blocks in order of
+    first appearance."""
+    blocks: dict[int, list[int]] = {}
+    for rank in group:
+        blocks.setdefault(rank // size, []).append(rank)
+    return list(blocks.values())
 
 
 TREE_ALGORITHMS = ("auto", "tree")

@@ -9,6 +9,8 @@ GPU's index in the domain. With g group members per domain and N domains, all-re
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.ring import group_by_domain, group_by_host, merge_parallel, ring_phase
@@ -35,14 +37,23 @@ def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hiera
     return hosts
 
 
-def rows_by_domain_or_host(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
-    """hierarchical's rows: by NVLink domain (`host_grid`), else by host where only the hosts hold equal counts (a
-    GB200 job whose last rack is partly used, `last_rack_trays`). NCCL has no hierarchical algorithm to follow."""
-    if len({len(members) for members in group_by_domain(request.ranks, topology)}) > 1:
-        hosts = group_by_host(request.ranks, topology)
+def even_rows(by_domain: list[list[int]], by_host: Callable[[], list[list[int]]]) -> list[list[int]]:
+    """hierarchical's rows of a group from its members per NVLink domain, ``by_domain``, and per host, ``by_host``
+    (asked only where the domains hold unequal counts): by domain, else by host where only the hosts hold equal
+    counts (a GB200 job whose last rack is partly used, `last_rack_trays`); the domains' where neither is even.
+    The plan (`rows_by_domain_or_host`) and the scale estimate before the build (scale.py) both group so."""
+    if len({len(members) for members in by_domain}) > 1:
+        hosts = by_host()
         if len({len(members) for members in hosts}) == 1:
             return hosts
-    return host_grid(request, topology)
+    return by_domain
+
+
+def rows_by_domain_or_host(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
+    """hierarchical's rows on ``topology`` (`even_rows`), refused where neither the NVLink domains nor the hosts
+    hold equal counts (`host_grid`). NCCL has no hierarchical algorithm to follow."""
+    rows = even_rows(group_by_domain(request.ranks, topology), lambda: group_by_host(request.ranks, topology))
+    return rows if len({len(members) for members in rows}) == 1 else host_grid(request, topology)
 
 
 def _rings(rings: list[list[int]], nbytes_per_step: float, steps: int, *, rails: bool) -> list[Phase]:
