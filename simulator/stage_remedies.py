@@ -13,6 +13,7 @@ blocker as pasted.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,7 +29,7 @@ MAX_TRIED = 24
 
 def aligned_stage_remedies(loaded: LoadedScenario) -> tuple[tuple[str, ...], ...]:
     """Per knob (pp, tp, then each of the cluster's size parameters), the `--set`s of the value nearest the
-    scenario's whose layout hands every stage on alike in every replica (`aligned`); none where the scenario
+    scenario's whose layout hands every stage on alike in every replica (`_aligned`); none where the scenario
     cannot be rebuilt from its data or has no layout."""
     from simulator.scale import scenario_gpus
     from simulator.topology.size import SIZE_PARAMETERS
@@ -46,9 +47,9 @@ def aligned_stage_remedies(loaded: LoadedScenario) -> tuple[tuple[str, ...], ...
     found = []
     for field, value, size in knobs:
         for candidate in _nearest(value):
-            settings = _settings(loaded, layout, gpus, field, candidate, size)
-            if settings is not None and aligned(rebuilt(loaded, list(settings))):
-                found.append(settings)
+            built = _candidate(loaded, layout, gpus, field, candidate, size)
+            if built is not None and _aligned(built.loaded, built.layout):
+                found.append(built.settings)
                 break
     return tuple(found)
 
@@ -58,16 +59,14 @@ def stage_remedies_text(remedies: tuple[tuple[str, ...], ...]) -> str:
     return "; ".join(" ".join(f"--set {setting}" for setting in settings) for settings in remedies)
 
 
-def aligned(loaded: LoadedScenario) -> bool:
-    """Whether every pipeline hand-off of ``loaded``'s layout (stage s to s + 1, the last to the first too) stays
-    inside one NVLink domain in every replica and lane, or leaves it in every one (`_domain_crossing`'s rule),
-    False where its layout or cluster cannot be read."""
-    from simulator.scale import scenario_gpus, scenario_hosts
+def _aligned(candidate: LoadedScenario, layout: Layout) -> bool:
+    """Whether every pipeline hand-off of ``layout``, ``candidate``'s (stage s to s + 1, the last to the first
+    too), stays inside one NVLink domain in every replica and lane, or leaves it in every one (`hands_on_alike`);
+    one domain where ``candidate``'s cluster is one host or its shape cannot be read."""
+    from simulator.scale import scenario_hosts
 
-    layout, hosts, gpus = _layout(loaded), scenario_hosts(loaded), scenario_gpus(loaded)
-    if layout is None or gpus is None:
-        return False
-    return hands_on_alike(layout, hosts.domain if hosts is not None else gpus)
+    hosts = scenario_hosts(candidate)
+    return hands_on_alike(layout, hosts.domain if hosts is not None else layout.world)
 
 
 def hands_on_alike(layout: Layout, domain: int) -> bool:
@@ -123,12 +122,21 @@ def _nearest(value: int) -> Iterator[int]:
     yield from tried[:MAX_TRIED]
 
 
-def _settings(loaded: LoadedScenario, layout: Layout, gpus: int, field: str, value: int, size: bool
-              ) -> tuple[str, ...] | None:
+@dataclass(frozen=True)
+class _Candidate:
+    """A remedy tried: its `--set`s, the scenario they build and its layout."""
+
+    settings: tuple[str, ...]
+    loaded: LoadedScenario
+    layout: Layout
+
+
+def _candidate(loaded: LoadedScenario, layout: Layout, gpus: int, field: str, value: int, size: bool
+               ) -> _Candidate | None:
     """The `--set`s that write ``value`` to ``field`` with the dp that keeps the cluster's GPUs (``size``: a
     cluster size parameter, which changes them) where the scenario gives dp, and the micro-batches that keep the
-    global batch where it gives the micro-batches (`memory_remedies.kept_batch`); None where the loader or the
-    layout's checks refuse them."""
+    global batch where it gives the micro-batches (`memory_remedies.kept_batch`), built once; None where the
+    loader or the layout's checks refuse them."""
     from simulator.scale import scenario_gpus
 
     try:
@@ -153,6 +161,8 @@ def _settings(loaded: LoadedScenario, layout: Layout, gpus: int, field: str, val
         return None
     settings += kept[0]
     try:
-        return settings if _layout(rebuilt(loaded, list(settings))) is not None else None
+        candidate = rebuilt(loaded, list(settings))
     except InputError:
         return None
+    new_layout = _layout(candidate)
+    return _Candidate(settings, candidate, new_layout) if new_layout is not None else None

@@ -12,11 +12,12 @@ import itertools
 import pytest
 from shared import star_graph
 
-from simulator import scale, simulation
+from simulator import scale, simulation, stage_remedies
 from simulator.cli import main
 from simulator.config.loader import load_scenario
 from simulator.errors import ScenarioError
 from simulator.faults.step import StepFaultPlan
+from simulator.memory_remedies import rebuilt
 from simulator.parallel.layout import Layout
 from simulator.program.unfolding import Unfolding
 from simulator.reliability.simulate import simulate_job
@@ -373,6 +374,20 @@ def test_stages_hand_on_alike_by_arithmetic_as_by_walking_every_rank():
                 assert hands_on_alike(layout, domain) == walked, (layout, domain)
                 answers.add(walked)
     assert answers == {True, False}
+
+
+def test_layouts_that_align_stages_build_each_candidate_once(monkeypatch, tmp_path):
+    """Each candidate layout's `--set`s are built into a scenario once, which both the layout's checks and the
+    alignment read (46 builds for the three remedies offered, none of them twice)."""
+    built: list[tuple[str, ...]] = []
+
+    def counted(loaded, settings):
+        built.append(tuple(settings))
+        return rebuilt(loaded, settings)
+
+    monkeypatch.setattr(stage_remedies, "rebuilt", counted)
+    assert len(aligned_stage_remedies(load_scenario(_write(tmp_path, UNALIGNED_STAGES)))) == 3
+    assert len(built) == len(set(built)) == 46
 
 
 def test_layouts_that_align_stages_keep_a_batch_given_by_its_micro_batches(tmp_path):
