@@ -32,7 +32,6 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,12 +46,12 @@ from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import grad_buffer_bytes
 from simulator.engine.replicas import shift_step
-from simulator.errors import InputError, ScenarioError
+from simulator.errors import ScenarioError
 from simulator.parallel.experts import ep_group, expert_shard_groups
 from simulator.parallel.layout import Layout
 from simulator.parallel.sharding import hybrid_degree, replica_group, shard_group
 from simulator.topology.graph import Topology
-from simulator.topology.loader import read_topology, scenario_topology
+from simulator.topology.loader import scenario_source_or_none, scenario_topology
 from simulator.topology.size import SIZE_PARAMETERS, HostShape, host_shape, topology_gpus
 from simulator.units import counted
 from simulator.workload.calibrated import tp_overlap
@@ -785,20 +784,14 @@ def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None
 
 def scenario_gpus(loaded: LoadedScenario) -> int | None:
     """The GPU count of the scenario's cluster from the topology file's parameters (None: unknown until built)."""
-    cluster = loaded.scenario.cluster
-    try:
-        return topology_gpus(read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent))
-    except InputError:  # the build reports it, located
-        return None
+    source = scenario_source_or_none(loaded)
+    return topology_gpus(source) if source is not None else None
 
 
 def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:
     """The host shape of the scenario's cluster from the topology file's parameters (None: one host, or unknown)."""
-    cluster = loaded.scenario.cluster
-    try:
-        return host_shape(read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent))
-    except InputError:  # the build reports it, located
-        return None
+    source = scenario_source_or_none(loaded)
+    return host_shape(source) if source is not None else None
 
 
 def advice(estimate: ScaleEstimate, scenario: Scenario, sizes: tuple[str, ...]) -> str:
@@ -858,12 +851,8 @@ def _cause(estimate: ScaleEstimate, loaded: LoadedScenario, sizes: tuple[str, ..
 def _size_parameters(loaded: LoadedScenario) -> tuple[str, ...]:
     """The parameters of the scenario's topology kind that set its GPU count (`SIZE_PARAMETERS`; none when the
     topology cannot be read, whose build reports it)."""
-    cluster = loaded.scenario.cluster
-    try:
-        kind = read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent).kind
-    except InputError:
-        return ()
-    return SIZE_PARAMETERS.get(kind, ())
+    source = scenario_source_or_none(loaded)
+    return SIZE_PARAMETERS.get(source.kind, ()) if source is not None else ()
 
 
 def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int, weigh: Callable[[], str] | None = None) -> None:

@@ -103,16 +103,10 @@ def _layout(loaded: LoadedScenario) -> Layout | None:
 def _topology(loaded: LoadedScenario) -> tuple[str, dict]:
     """The kind of ``loaded``'s topology and its parameters, defaults included (('', {}) where it cannot be
     read)."""
-    from pathlib import Path
+    from simulator.topology.loader import scenario_source_or_none
 
-    from simulator.topology.loader import read_topology
-
-    cluster = loaded.scenario.cluster
-    try:
-        source = read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
-    except InputError:
-        return "", {}
-    return source.kind, source.params
+    source = scenario_source_or_none(loaded)
+    return (source.kind, source.params) if source is not None else ("", {})
 
 
 def _nearest(value: int) -> Iterator[int]:

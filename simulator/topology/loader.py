@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 import simulator
 from simulator.config.yaml_source import FieldPath, line_of, parse_field, read_yaml
-from simulator.errors import TopologyError, yaml_spelling
+from simulator.errors import InputError, TopologyError, yaml_spelling
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.graph import Topology
 from simulator.topology.parameters import read_parameters
@@ -236,6 +236,16 @@ def scenario_topology_checked(loaded: LoadedScenario, file: TopologySource | Non
 def scenario_topology_file(loaded: LoadedScenario) -> TopologySource:
     """The scenario's topology file read, without its `cluster` overrides (relative to the scenario's folder)."""
     return read_topology(loaded.scenario.cluster.topology, folder=Path(loaded.source).parent)
+
+
+def scenario_source_or_none(loaded: LoadedScenario) -> TopologySource | None:
+    """The scenario's topology file read with its `cluster` overrides, before the cluster is built; None where
+    either is refused (the build reports why, located)."""
+    cluster = loaded.scenario.cluster
+    try:
+        return read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
+    except InputError:
+        return None
 
 
 def _scenario_source(loaded: LoadedScenario, use: Callable[[TopologySource], T],
