@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -90,17 +91,10 @@ def parse_value(text: str) -> object:
     """One YAML value as a scenario file reads it (`--set a.b=VALUE`): 1e8 is a float here too. Raises
     yaml.YAMLError for text that is no YAML value, or nests deeper than a scenario may, and SplitNumber for a
     number with thousands separators inside `{...}` or `[...]`, as a file's."""
-    loader = _LineLoader(text)  # safe: _LineLoader is a SafeLoader
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _refuse_split_numbers(node, (), set())
-        return loader.construct_document(node)
+        return _constructed(text, lambda node: _refuse_split_numbers(node, (), set()))
     except _TooLarge as exc:
         raise yaml.YAMLError(exc.problem) from None
-    finally:
-        loader.dispose()
 
 
 def override_value(text: str) -> object:
@@ -215,15 +209,15 @@ class DuplicateKey(Exception):
         self.path, self.line, self.first_line = path, line, first_line
 
 
-def _load(text: str, lines: dict[FieldPath, int]) -> object:
-    """The data of ``text``, parsed once: the lines of the node tree go into ``lines`` before it is
-    constructed."""
-    loader = _LineLoader(text)
+def _constructed(text: str, inspect: Callable[[yaml.Node], None]) -> object:
+    """The data of ``text`` (None for no document), parsed once: its node tree goes to ``inspect`` (a check, or
+    what records its lines) before it is constructed."""
+    loader = _LineLoader(text)  # safe: _LineLoader is a SafeLoader
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _compose_lines(node, (), lines)
+        inspect(node)
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -234,7 +228,7 @@ def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[ob
     in one mapping, nesting deeper than MAX_DEPTH and more than MAX_VALUES values are errors."""
     lines: dict[FieldPath, int] = {}
     try:
-        return _load(text, lines), lines
+        return _constructed(text, lambda node: _compose_lines(node, (), lines)), lines
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
