@@ -527,6 +527,20 @@ def test_hierarchical_across_nvl72_racks_counts_its_plan_by_rack():
         len(phase.transfers) for phase in plan) == 54
 
 
+@pytest.mark.parametrize("tp, transfers", [(1, 72), (2, 36), (4, 6)])
+def test_hierarchical_on_a_partly_used_last_rack_counts_its_plan_by_tray(tp, transfers):
+    """A rack of 4 trays and a last one of 2 hold unequal DP counts, so hierarchical plans by tray, which hold
+    equal ones (collectives/hierarchical.py `even_rows`, which the estimate groups with too): all-reduces in two
+    rings inside each tray where it holds two members or more and one across the trays, as many transfers as
+    the plan posts."""
+    params = {"racks": 2, "trays": 4, "last_rack_trays": 2}
+    layout, topology = Layout(tp=tp, dp=24 // tp), load_topology("gb200-nvl72", params)
+    plan = plan_collective(CollectiveRequest("all_reduce", layout.group("dp", 0), 2**30), topology, "hierarchical")
+    hosts = host_shape(read_topology("gb200-nvl72", params))
+    assert scale._hierarchical_transfers(layout, "dp", hosts, True, 1, 0) == sum(
+        len(phase.transfers) for phase in plan) == transfers
+
+
 HSDP_DENSE = """
 cluster: {topology: dgx-h100-cluster, nodes: 2}
 model: {preset: llama3-8b, layers: 4}
