@@ -107,8 +107,7 @@ def unbuilt_step_text(loaded: LoadedScenario) -> str:
     from pathlib import Path
 
     from simulator.console.report import memory_line
-    from simulator.errors import InputError
-    from simulator.topology.loader import read_topology
+    from simulator.topology.loader import scenario_source_or_none
     from simulator.topology.size import unbuilt_cluster
     from simulator.workload.memory_plan import layout_summary, step_memory
     from simulator.workload.training import build_training_step
@@ -116,13 +115,11 @@ def unbuilt_step_text(loaded: LoadedScenario) -> str:
     scenario = loaded.scenario
     if scenario.model is None or scenario.uses_parameter_servers:
         return ""
-    folder = Path(loaded.source).parent
-    try:
-        cluster = unbuilt_cluster(read_topology(scenario.cluster.topology, scenario.cluster.overrides(), folder))
-    except InputError:  # the build reports it, located
-        return ""
+    source = scenario_source_or_none(loaded)  # None: the build reports why, located
+    cluster = unbuilt_cluster(source) if source is not None else None
     if cluster is None:
         return ""
+    folder = Path(loaded.source).parent
     step = located(loaded, lambda: build_training_step(scenario, cluster, folder))
     line = memory_line({**step_memory(scenario, step), "layout": layout_summary(step, scenario.parallelism.fsdp)})
     return "".join([line, *(f"; warning: {'.'.join(map(str, field))}: {problem}"

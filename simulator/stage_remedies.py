@@ -155,7 +155,7 @@ def _candidate(loaded: LoadedScenario, layout: Layout, gpus: int, field: str, va
         return None
     settings += kept[0]
     try:
-        candidate = rebuilt(loaded, list(settings))
+        candidate = changed if len(settings) == 1 else rebuilt(loaded, list(settings))
     except InputError:
         return None
     new_layout = _layout(candidate)

@@ -532,7 +532,8 @@ def test_hierarchical_on_a_partly_used_last_rack_counts_its_plan_by_tray(tp, tra
     """A rack of 4 trays and a last one of 2 hold unequal DP counts, so hierarchical plans by tray, which hold
     equal ones (collectives/hierarchical.py `even_rows`, which the estimate groups with too): all-reduces in two
     rings inside each tray where it holds two members or more and one across the trays, as many transfers as
-    the plan posts."""
+    the plan posts. At tp 4 (one member a tray) counting by rack would give 18, not 6; at tp 1 and 2 both
+    groupings give the same count."""
     params = {"racks": 2, "trays": 4, "last_rack_trays": 2}
     layout, topology = Layout(tp=tp, dp=24 // tp), load_topology("gb200-nvl72", params)
     plan = plan_collective(CollectiveRequest("all_reduce", layout.group("dp", 0), 2**30), topology, "hierarchical")

@@ -376,9 +376,11 @@ def test_stages_hand_on_alike_by_arithmetic_as_by_walking_every_rank():
     assert answers == {True, False}
 
 
-def test_layouts_that_align_stages_build_each_candidate_once(monkeypatch, tmp_path):
+@pytest.mark.parametrize("given_dp", [True, False])
+def test_layouts_that_align_stages_build_each_candidate_once(monkeypatch, tmp_path, given_dp):
     """Each candidate layout's `--set`s are built into a scenario once, which both the layout's checks and the
-    alignment read (46 builds for the three remedies offered, none of them twice)."""
+    alignment read: 46 builds for the three remedies offered where the scenario gives dp, none of them twice; where
+    it gives no dp a candidate's `--set`s are its one field, built once too (31)."""
     built: list[tuple[str, ...]] = []
 
     def counted(loaded, settings):
@@ -386,8 +388,9 @@ def test_layouts_that_align_stages_build_each_candidate_once(monkeypatch, tmp_pa
         return rebuilt(loaded, settings)
 
     monkeypatch.setattr(stage_remedies, "rebuilt", counted)
-    assert len(aligned_stage_remedies(load_scenario(_write(tmp_path, UNALIGNED_STAGES)))) == 3
-    assert len(built) == len(set(built)) == 46
+    scenario = UNALIGNED_STAGES if given_dp else UNALIGNED_STAGES.replace(", dp: 3", "")
+    assert len(aligned_stage_remedies(load_scenario(_write(tmp_path, scenario)))) == 3
+    assert len(built) == len(set(built)) == (46 if given_dp else 31)
 
 
 def test_layouts_that_align_stages_keep_a_batch_given_by_its_micro_batches(tmp_path):
