@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import warnings as python_warnings
 from array import array
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
@@ -18,7 +17,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
-import numpy as np
 import simpy
 
 from simulator.collectives.chunking import ChunkSetting
@@ -140,6 +138,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     members = exchange_phases(ops, plans, exchanges) if exchanges and settings.mode == "analytic" else {}
     if members:
         private = private - {op.id for op in ops if isinstance(op, CollectiveOp) and op.key in members}
+    copies, sharing_copies = copy_phases(plans, shapes) if settings.mode == "analytic" else ({}, frozenset())
+    private = private - sharing_copies
     quotient = None
     if layout is not None and settings.mode == "flow" and (faults is None or faults.keeps_stages_alike(layout)):
         quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private, shapes=shapes)
@@ -147,7 +147,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             log.stand_for_orbits(quotient.representative, quotient.images)
     if faults is not None:
         faults.install(env, network)
-    runner = PlanRunner(network, topology, quotient, plans.parsed if own_plans else None, members)
+    runner = PlanRunner(network, topology, quotient, plans.parsed if own_plans else None, members, copies)
     contention = None
     if sm_share is not None:
         cache = plans
@@ -177,6 +177,31 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     if checked and result.stopped_at_s is None:
         result.lockstep = lockstep(log, ops, mirrors, topology, lanes, detours)
     return result, network
+
+
+def copy_phases(plans: PlanCache, shapes: CollectiveShapes) -> tuple[dict[int, list[Phase]], frozenset[int]]:
+    """Where a collective's copies (`CollectiveOp.copies`) cross a link its own plan crosses: by phase (its id;
+    the collective's over its group or over any copy's), that phase of the plans over the group and over every
+    copy, whose load on each link the analytic model shares the links by, as the copies meet there at once on the
+    wire; and the ids of those collectives' ops, never replayed alone. The same lists whichever of the groups are
+    simulated, so a run folded and one unfolded time them alike; a copy whose plan has fewer phases adds nothing
+    to the later ones."""
+    found: dict[int, list[Phase]] = {}
+    shared: set[int] = set()
+    for shape, op in enumerate(shapes.firsts):
+        if not op.copies:
+            continue
+        own = plans.links(op, op.group)
+        if all(own.isdisjoint(plans.links(op, copy)) for copy in op.copies):
+            continue
+        shared.add(shape)
+        groups = [plans.phases(op, group) for group in (op.group, *op.copies)]
+        for index in range(max(map(len, groups))):
+            column = [plan[index] for plan in groups if index < len(plan)]
+            for phase in column:
+                found.setdefault(id(phase), column)
+    ids = frozenset(op.id for op, shape in zip(shapes.ops, shapes.shape_of) if shape in shared)
+    return found, ids
 
 
 def exchange_phases(ops: Sequence[Op], plans: PlanCache, exchanges: Mapping[str, str]) -> dict[str, list[Phase]]:
@@ -392,7 +417,7 @@ def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, 
     gpus = topology.num_gpus
     found = (kept_node_warning(loaded, topology), zero2_as_zero1_warning(loaded, gpus),
              batch_override_warning(loaded, gpus, topology), interleaved_one_chunk_warning(loaded, gpus),
-             analytic_drifting_pushes_warning(loaded), analytic_shared_nic_warning(loaded, topology))
+             analytic_drifting_pushes_warning(loaded))
     return (*loaded.ignored_without_a_horizon(), *loaded.ignored_by_a_synthetic_model(),
             *loaded.ignored_by_parameter_servers(), *loaded.ignored_by_uniform_routing(),
             *loaded.ignored_by_a_trace(),
@@ -420,62 +445,6 @@ def analytic_drifting_pushes_warning(loaded: LoadedScenario) -> str | None:
         f"where {', '.join(drifts)} let the workers drift apart: its exchange times are pessimistic",
         "network.model: flow, which lets a late push have the links the early ones left",
         reads=(("ps", "mode"), ("ps", "iteration_slowdown"), ("faults", "step"))))
-
-
-def analytic_shared_nic_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
-    """The located warning for a training step under `network.model: analytic` whose groups of one kind (DP x CP,
-    CP, pipeline stages, EP) leave a host through fewer NICs than the host has such groups: those groups run copies
-    of one collective, and analytic gives each copy a NIC's full rate, where they share it (TP 8, DP 2 on two
-    one-NIC DGX H100 hosts: comm_s.dp 66.2 ms against the flow model's 514.8 ms); None otherwise."""
-    from simulator.workload.training import pipeline_depth, resolve_layout
-
-    scenario = loaded.scenario
-    if (scenario.network.model != "analytic" or scenario.model is None or scenario.ps is not None
-            or not isinstance(scenario.workload, list)):
-        return None
-    layout = resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario))
-    shared = _most_copies_per_nic(layout, scenario.parallelism.ep, topology)
-    if shared is None:
-        return None
-    kind, groups, host, nics = shared
-    copies = -(-groups // nics)
-    return str(loaded.error(
-        ("network", "model"),
-        f"analytic gives each copy of a collective a link's full rate, and host {host}'s {groups} {kind} groups "
-        f"leave it through {nics} NIC{'s' if nics > 1 else ''}: up to {copies} copies of one collective share a NIC, "
-        f"so the analytic figures overstate its rate by up to {copies}x",
-        "network.model: flow, which shares each NIC among the copies that cross it",
-        reads=(("parallelism",), ("cluster",))))
-
-
-def _most_copies_per_nic(layout: Layout, ep: int, topology: Topology) -> tuple[str, int, int, int] | None:
-    """Where one NIC carries the most copies of a collective (a host's groups of one kind that leave its NVLink
-    domain, over its NICs, rounded up), if more than 1: the kind, those groups, the host and its NICs; else None."""
-    from simulator.parallel.experts import expert_group_numbers
-
-    ranks = np.arange(layout.world, dtype=np.int64)
-    coords = {dim: (ranks // layout.stride(dim)) % layout.degree(dim) for dim in ("cp", "pp", "dp")}
-    kinds = {"DP": ranks - coords["dp"] * layout.stride("dp") - coords["cp"] * layout.stride("cp"),
-             "CP": ranks - coords["cp"] * layout.stride("cp"),
-             "pipeline": ranks - coords["pp"] * layout.stride("pp")}
-    if ep > 1:
-        kinds["EP"] = expert_group_numbers(layout, ep)[0]
-    domain = topology.gpu_domain_array[:layout.world]
-    host = np.array(topology.gpu_host[:layout.world], dtype=np.int64)
-    nics_of = Counter(h for h, nic in {(h, nic) for h, gpu, nic in zip(topology.gpu_host, topology.gpus,
-                                                                        topology.gpu_nic) if nic != gpu})
-    worst: tuple[str, int, int, int] | None = None
-    for kind, group in kinds.items():
-        spans = np.zeros(int(group.max()) + 1, dtype=bool)
-        pairs = np.unique(np.stack([group, domain], axis=1), axis=0)
-        counts = np.bincount(pairs[:, 0])
-        spans[:len(counts)] = counts > 1
-        leaving = np.unique(np.stack([host, group], axis=1)[spans[group]], axis=0)
-        for h, groups in zip(*np.unique(leaving[:, 0], return_counts=True)) if len(leaving) else ():
-            nics = nics_of[int(h)]
-            if nics and groups > nics and (worst is None or -(-groups // nics) > -(-worst[1] // worst[3])):
-                worst = (kind, int(groups), int(h), nics)
-    return worst
 
 
 def zero2_as_zero1_warning(loaded: LoadedScenario, gpus: int) -> str | None:

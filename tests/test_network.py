@@ -1155,21 +1155,40 @@ def test_idents_and_moves_leave_the_remembered_rates_their_room(monkeypatch, mov
     assert net._move_entries <= moves
 
 
-def test_analytic_warns_where_copies_of_one_collective_share_a_nic(capsys):
-    """Analytic gives each copy of a collective (the 8 TP ranks' DP all-reduces) a NIC's full rate; on
-    two one-NIC DGX H100 hosts at TP 8, DP 2 its comm_s.dp is 66.2 ms against the flow model's 514.8 ms. One
-    warning at `network.model` says so and names the 8 copies; with a NIC per GPU none share one, and none warns."""
+def _two_dgx_h100_step(tmp_path, capsys, *overrides: str) -> tuple[dict, str]:
+    """The summary and the warnings of the 2-host DGX H100 step of Llama 3 8B at TP 8 under ``overrides``."""
+    import json
+
     from simulator.cli import main
 
+    out = tmp_path / "-".join(overrides).replace("=", "_").replace(".", "_")
     step = ["--set", "cluster.topology=dgx-h100-cluster", "--set", "cluster.nodes=2", "--set", "parallelism.tp=8",
-            "--set", "parallelism.dp=2", "--set", "training.global_batch=8", "--set", "network.model=analytic"]
-    scenario = str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml")
-    assert main(["validate", scenario, *step, "--set", "cluster.nics_per_node=1", "--quiet"]) == 0
-    warned = [line for line in capsys.readouterr().err.splitlines() if "share a NIC" in line]
-    assert warned == [
-        "warning: command line: trainsim validate: --set network.model=analytic: analytic gives each copy of a "
-        "collective a link's full rate, and host 0's 8 DP groups leave it through 1 NIC: up to 8 copies of one "
-        "collective share a NIC, so the analytic figures overstate its rate by up to 8x (allowed: network.model: "
-        "flow, which shares each NIC among the copies that cross it)"]
-    assert main(["validate", scenario, *step, "--quiet"]) == 0
-    assert "share a NIC" not in capsys.readouterr().err
+            "--set", "training.global_batch=8", *[part for field in overrides for part in ("--set", field)]]
+    assert main(["run", str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"), *step, "--out", str(out), "--quiet"]) == 0
+    return json.loads((out / "summary.json").read_text()), capsys.readouterr().err
+
+
+@pytest.mark.parametrize("parallel, comm", [(("parallelism.dp=2",), "dp"),
+                                            (("parallelism.dp=1", "parallelism.pp=2"), "pp")], ids=["dp", "pp"])
+def test_analytic_shares_a_nic_among_a_collectives_copies_folded_or_not(tmp_path, capsys, parallel, comm):
+    """On two one-NIC DGX H100 hosts at TP 8 the 8 TP ranks' copies of each DP reduce-scatter and all-gather (DP 2:
+    514.8 ms of comm_s.dp) and of each pipeline hand-off (PP 2: 12.13 ms of comm_s.pp) leave through the one NIC
+    together: analytic shares it among them as the flow model does, to 1e-9, and the same whether the ranks fold or
+    not, without a warning."""
+    one_nic = ("cluster.nics_per_node=1", *parallel)
+    flow, _ = _two_dgx_h100_step(tmp_path, capsys, *one_nic, "network.model=flow")
+    folded, warned = _two_dgx_h100_step(tmp_path, capsys, *one_nic, "network.model=analytic")
+    unfolded, _ = _two_dgx_h100_step(tmp_path, capsys, *one_nic, "network.model=analytic", "run.fold=false")
+    assert folded["comm_s"][comm] == pytest.approx(flow["comm_s"][comm], rel=1e-9)
+    assert folded["comm_s"][comm] == pytest.approx({"dp": 0.5148, "pp": 0.01213}[comm], rel=1e-3)
+    assert (unfolded["comm_s"], unfolded["step_time_s"]) == (folded["comm_s"], folded["step_time_s"])
+    assert "network.model" not in warned
+
+
+def test_analytic_times_copies_on_their_own_nics_as_each_alone(tmp_path, capsys):
+    """With a NIC per GPU (the DGX H100's 8, one per rail) the 8 TP ranks' DP copies cross no link in common: each
+    takes the NIC's full rate, 66.2 ms of comm_s.dp, to the last bit whether the ranks fold or not."""
+    for fold in ("true", "false"):
+        summary, _ = _two_dgx_h100_step(tmp_path, capsys, "parallelism.dp=2", "network.model=analytic",
+                                        f"run.fold={fold}")
+        assert (summary["comm_s"]["dp"], summary["step_time_s"]) == (0.06620470314893676, 0.31670736345987566)

@@ -126,21 +126,26 @@ class PlanRunner:
     collective, and one list of plans for every instance of a collective with its mirrors. ``exchanges`` gives,
     by collective key, the phases of every collective of the exchange it belongs to (one list per exchange,
     shared by its keys and by exchanges of the same phases), whose load on each link the analytic model shares
-    the links by (`load`, worked out once per list)."""
+    the links by (`load`, worked out once per list); ``copies`` gives, by phase id, that phase of a collective
+    and of all its copies that cross its links (`simulation.copy_phases`), shared the same way."""
 
     def __init__(self, network: Network, topology: Topology, quotient: ReplicaQuotient | None = None,
-                 parsed: ParsedPhases | None = None, exchanges: Mapping[str, list[Phase]] | None = None):
+                 parsed: ParsedPhases | None = None, exchanges: Mapping[str, list[Phase]] | None = None,
+                 copies: Mapping[int, list[Phase]] | None = None):
         self.network = network
         self.topology = topology
         self.quotient = quotient
         self._parsed_phases = parsed if parsed is not None and quotient is None else ParsedPhases()
         self._exchanges = exchanges or {}
+        self._copies = copies or {}
         self._loads: dict[int, tuple[list[Phase], int, np.ndarray]] = {}
 
-    def load(self, key: str) -> np.ndarray | None:
-        """The bytes each link carries in the exchange of the collective ``key`` (None: it belongs to none),
-        under the current routes."""
+    def load(self, key: str, phase: Phase) -> np.ndarray | None:
+        """The bytes each link carries in the exchange of the collective ``key``, or else in ``phase`` run with
+        its copies (None: neither), under the current routes."""
         members = self._exchanges.get(key)
+        if members is None:
+            members = self._copies.get(id(phase))
         if members is None:
             return None
         version = self.topology.routes_version
@@ -195,7 +200,7 @@ class PlanRunner:
         """Generator of SimPy events (a process of its own, or `yield from` inside the engine's stepping
         generators, engine/stepping.py): run ``phases`` one after another, labelled ``key``."""
         for phase in phases:
-            yield self.network.run_phase(self.transfers(phase), key=key, load=self.load(key))
+            yield self.network.run_phase(self.transfers(phase), key=key, load=self.load(key, phase))
 
     def run_plans(self, env: simpy.Environment, plans: list[list[Phase]], key: str = "",
                   ends: list[float | None] | None = None):
@@ -205,13 +210,14 @@ class PlanRunner:
         phase barrier. ``ends`` (flow model), where given empty, is then filled with when each plan ended, the
         last of its flows (None for a plan that sent none here: a replica quotient's image)."""
         if all(len(plan) == 1 for plan in plans):
+            load = self.load(key, plans[0][0])
             if len(plans) == 1 and ends is None:
-                yield self.network.run_phase(self.transfers(plans[0][0]), key=key)
+                yield self.network.run_phase(self.transfers(plans[0][0]), key=key, load=load)
                 return
             joined, spans = self._parsed(tuple(id(plan[0]) for plan in plans), plans,
                                          lambda: [self.items(plan[0]) for plan in plans])
             if ends is None:
-                yield self.network.run_phase(joined, key=key)
+                yield self.network.run_phase(joined, key=key, load=load)
                 return
             flows = [0.0] * joined.count
             yield self.network.run_phase(joined, key=key, ends=flows)

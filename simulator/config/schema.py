@@ -114,7 +114,8 @@ class ClusterConfig(BaseModel):
 
 
 class NetworkConfig(Section):
-    """`model`: flow (max-min sharing) or analytic (each collective alone, its own transfers sharing the links);
+    """`model`: flow (max-min sharing) or analytic (each collective alone with its
+    copies on the equivalent ranks, their transfers sharing the links);
     `efficiency`: calibrated, ideal or per class."""
 
     model: NetworkMode = "flow"

@@ -5,7 +5,8 @@ A transfer first waits its latency without using bandwidth, then becomes a fluid
 directed link and are re-solved only when flows start or end, only for the flows connected to the change
 through shared links, and once per simulated instant however many flows changed. In ``analytic`` mode a
 transfer never waits for other work: it takes its latency plus its bytes at its share of its path's links,
-each link split among the transfers of its own collective's phase that cross it (`analytic_seconds`).
+each link split among the transfers of its own collective's phase that cross it, with its copies' on the
+equivalent ranks where the plan runner gives their load (`analytic_seconds`).
 """
 
 from __future__ import annotations
@@ -789,7 +790,8 @@ def analytic_seconds(routes: FlowRoutes, nbytes: np.ndarray, latency: np.ndarray
     alone on its links takes ``nbytes / narrowest capacity``, to the last bit; one without bytes or links, its
     latency alone. ``load`` (by link id; None: the collective's own) is the bytes every link carries in the
     exchange the transfers belong to (ops a program times as one collective, though each runs on its own: a
-    parameter-server iteration's pushes), which then stand for the collective's."""
+    parameter-server iteration's pushes), or in the phase with its copies on the equivalent ranks
+    (`simulation.copy_phases`), which then stand for the collective's."""
     lengths = routes.lengths
     entry_transfer = np.repeat(np.arange(lengths.size), lengths)
     if load is None:

@@ -8,5 +8,6 @@ from typing import Literal, get_args
 
 NetworkMode = Literal["flow", "analytic"]
 """flow: transfers share directed links max-min fairly; analytic: no contention with other work, each link split
-only among the transfers of one collective's phase that cross it (network/model.py `analytic_seconds`)."""
+only among the transfers of one collective's phase, and of its copies' (`CollectiveOp.copies`), that cross it
+(network/model.py `analytic_seconds`)."""
 NETWORK_MODES: tuple[NetworkMode, ...] = get_args(NetworkMode)

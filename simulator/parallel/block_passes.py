@@ -111,7 +111,7 @@ class BlockPasses(BuilderCore):
         ep = experts.ep
         group = ep_group(self.plan.layout, rank, ep)
         key = f"ep.{which}.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
-        mirrors = group_images(self.plan.layout, rank, ep, expert_dp=False) if self.fold else ()
+        mirrors = group_images(self.plan.layout, rank, ep, expert_dp=False) if self.images else ()
         pairs = experts.pairs(which, backward=phase.input_grads)
         return [self._collective(rank, COMPUTE_STREAM, f"ep {which} {block.name}", "all_to_all", group,
                                  experts.dispatch_bytes, key, deps, "ep", mb, mirrors=mirrors,
@@ -126,7 +126,7 @@ class BlockPasses(BuilderCore):
         if reduction is None:
             return []
         deps = [self._grad_ready[(rank, vs, id(block))] for vs, block, _ in blocks]
-        mirrors = group_images(self.plan.layout, rank, blocks[0][2].ep, expert_dp=True) if self.fold else ()
+        mirrors = group_images(self.plan.layout, rank, blocks[0][2].ep, expert_dp=True) if self.images else ()
         pp_rank = self.plan.layout.coords(rank)["pp"]
         return [self._collective(rank, stream, f"{reduction.op} expert grads", reduction.op, reduction.group,
                                  reduction.nbytes, f"edp.grads.pp{pp_rank}.{reduction.group[0]}", deps, "dp",
@@ -159,6 +159,6 @@ class BlockPasses(BuilderCore):
         gather = expert_param_gather(self.plan.layout, rank, experts, self.plan.sharding)
         if gather is None:
             return None
-        mirrors = group_images(self.plan.layout, rank, experts[0].ep, expert_dp=True) if self.fold else ()
+        mirrors = group_images(self.plan.layout, rank, experts[0].ep, expert_dp=True) if self.images else ()
         return self._collective(rank, EXPERT_DP_STREAM, "all_gather expert params", gather.op, gather.group,
                                 gather.nbytes, f"{key}.{gather.group[0]}", deps, "dp", mirrors=mirrors)

@@ -22,6 +22,7 @@ class BuilderCore(Protocol):
 
     plan: StepPlan
     fold: bool
+    images: bool
     _mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]]
     _grad_ready: dict[tuple[int, int, int], int]
     _param_gathers: dict[tuple[int, int, int], list[int]]

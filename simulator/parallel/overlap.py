@@ -229,8 +229,8 @@ class OverlapMixin(BuilderCore):
                       parts: Callable[[tuple[int, ...]], list[tuple[int, ...]]]) -> tuple[tuple[int, ...], ...] | None:
         """The folded replicas' copies of ``own``, a part of the TP group ``group`` (``parts`` splits a TP group
         into the parts of its kind): the other parts of ``group`` and of its mirror images, once per part (kept
-        in the builder's mirror cache); None unfolded."""
-        if not self.fold:
+        in the builder's mirror cache); None where collectives carry none (`ProgramBuilder.images`)."""
+        if not self.images:
             return None
         key = ("tp part", *own)
         mirrors = self._mirror_cache.get(key)

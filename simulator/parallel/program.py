@@ -84,9 +84,13 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     shared between replicas carry all of their traffic.
     """
 
-    def __init__(self, plan: StepPlan, *, fold: bool = False, classes: RankClasses | None = None):
+    def __init__(self, plan: StepPlan, *, fold: bool = False, classes: RankClasses | None = None,
+                 copies: bool = False):
         self.plan = plan
         self.fold = fold
+        self.images = fold or copies
+        """Whether collectives carry their copies' groups (`CollectiveOp.copies`): folded, or where ``copies``
+        asks (the analytic model shares links among them)."""
         self.classes = classes if fold else None
         self._classed: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
@@ -153,12 +157,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                     protocol: ProtocolChoice = "auto") -> int:
         deps = self._with_stream_wait(rank, stream, deps)
         if mirrors is None:
-            mirrors = self._mirrors(group) if self.fold else ()
+            mirrors = self._mirrors(group) if self.images else ()
+        copies = mirrors
+        if not self.fold:
+            mirrors = ()
         if self.classes is not None and mirrors:
             mirrors = self._class_mirrors(group, mirrors)
         # Fields by position, as in `_compute`.
         item = CollectiveOp(len(self.ops), rank, stream, name, tuple(deps), category, mb, self._vstage,
-                            op, group, nbytes, key, algorithm, protocol, 0, mirrors, pair_bytes, sms)
+                            op, group, nbytes, key, algorithm, protocol, 0, mirrors, pair_bytes, sms, copies)
         self.ops.append(item)
         if stream in (DP_STREAM, ALL_REDUCE_STREAM):
             self._dp_ops.setdefault(rank, []).append(item.id)
@@ -686,7 +693,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         group, _ = expert_shard_groups(self.plan.layout, rank, ep, degree)
         if len(group) == 1:
             return name, params, None
-        mirrors = expert_shard_images(self.plan.layout, rank, ep, degree) if self.fold else ()
+        mirrors = expert_shard_images(self.plan.layout, rank, ep, degree) if self.images else ()
         sharding = expert_sharding(self.plan.sharding, ep, self.plan.layout.tp)
         return name, params, self._gather_copied_in(rank, name, group, params, f"{key}.{name}.{group[0]}", deps,
                                                     category, mb, copy_in_stream, sharding, mirrors)
@@ -707,7 +714,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         name = f"L{layer}.experts"
         degree = self.plan.sharding.degree
         group, replicas = expert_shard_groups(self.plan.layout, rank, ep, degree)
-        mirrors = expert_shard_images(self.plan.layout, rank, ep, degree) if self.fold else ()
+        mirrors = expert_shard_images(self.plan.layout, rank, ep, degree) if self.images else ()
         reduced = self._reduce_scatter(rank, name, group, params, f"{key[0]}.{name}{key[1]}.{group[0]}", deps,
                                        mirrors)
         if not (final and replicas):

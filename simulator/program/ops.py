@@ -80,6 +80,9 @@ class CollectiveOp(Op):
     among folded replicas: their flows run alongside, so the fabric sees every replica's traffic (the engine
     runs those engine/sharing.py keeps). ``sms`` is how many SMs the collective's kernel holds on each member
     GPU while it runs (None: as many as NCCL launches channels for the group, engine/contention.py).
+    ``copies`` are the groups of every other copy of the collective that runs beside it (the same collective of
+    the equivalent ranks, `folding.mirror_images`), folded or not, where the builder names them: the analytic model
+    shares each link among all of their transfers (`simulation.copy_phases`); () where unknown (a trace's).
     ``algorithm`` and ``protocol`` are what the collective asks for (`auto`: the run's default). The program
     builder passes the fields by position, as `ComputeOp`'s.
     """
@@ -94,3 +97,4 @@ class CollectiveOp(Op):
     mirrors: tuple[tuple[int, ...], ...] = ()
     pair_bytes: tuple[tuple[float, ...], ...] = ()
     sms: int | None = None
+    copies: tuple[tuple[int, ...], ...] = ()

@@ -29,7 +29,8 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
     if blocker and guard is not None:
         guard(Unfolding("plan", blocker))
     fold = fold and not blocker
-    builder = ProgramBuilder(step.plan, fold=fold, classes=classes)
+    builder = ProgramBuilder(step.plan, fold=fold, classes=classes,
+                             copies=scenario.network.model == "analytic")
     ops = builder.build()
     layout = step.plan.layout
     ranks = tuple(builder.representatives())
