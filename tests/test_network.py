@@ -235,6 +235,28 @@ def test_analytic_mode_shares_among_one_collective_of_a_joined_batch_only():
     assert run_until_done(env, done) == pytest.approx(0.1, rel=ROUNDING)
 
 
+@pytest.mark.parametrize("phases", [1, 2])
+def test_analytic_mode_shares_links_among_a_collectives_copies_posted_together_or_apart(phases):
+    """A plan g0 -> g2 and its copy g1 -> g3 (1 GB a phase each over the dumbbell's 10 GB/s core), named copies
+    of each other phase by phase (`simulation.copy_phases`), take 0.2 s a phase, the flow model's: posted together
+    (a folded collective and its mirror) or each on its own (unfolded), where without copies each took the whole
+    core (0.1 s a phase)."""
+    topo = dumbbell_topology()
+    plans = [[Phase((PhaseTransfer(src, dst, 1 * GB),)) for _ in range(phases)] for src, dst in ((0, 2), (1, 3))]
+    copies = {id(phase): [plan[index] for plan in plans] for plan in plans for index, phase in enumerate(plan)}
+    for mode in ("analytic", "flow"):
+        for together in (True, False):
+            env = simpy.Environment()
+            runner = PlanRunner(Network(env, topo, mode=mode), topo, copies=copies)
+            if together:
+                env.process(runner.run_plans(env, plans, "x"))
+            else:
+                for plan in plans:
+                    env.process(runner.run_plan(env, plan, "x"))
+            env.run()
+            assert env.now == pytest.approx(0.2 * phases, rel=ROUNDING)
+
+
 def test_analytic_mode_uses_the_path_bottleneck_and_logs_each_transfer():
     """0 -> 2 takes 1 GB over the 1 GB/s b-c link; 0 -> 1 shares a-b (10 GB/s) with it, the 2 GB of the phase
     over it in 0.2 s (proportional shares: the transfers over a link end together)."""
@@ -832,9 +854,9 @@ def test_a_collective_with_mirrors_is_parsed_once_and_posted_at_every_instance()
     posted = []
     run_phase = net.run_phase
 
-    def recording(transfers, *, key=""):
+    def recording(transfers, *, key="", load=None):
         posted.append(transfers)
-        return run_phase(transfers, key=key)
+        return run_phase(transfers, key=key, load=load)
 
     net.run_phase = recording
 

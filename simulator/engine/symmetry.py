@@ -214,10 +214,11 @@ def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShape
                 return verdict
             if not _inside_domains(domains, op):
                 continue
-        own_s = _analytic_seconds(topology, capacity, plans.phases(op, op.group))
+        loads = _copy_loads(topology, capacity.size, [plans.phases(op, group) for group in (op.group, *op.copies)])
+        own_s = _analytic_seconds(topology, capacity, plans.phases(op, op.group), loads)
         for index in _class_firsts(plans, op):
             mirror = op.mirrors[index]
-            mirror_s = _analytic_seconds(topology, capacity, plans.phases(op, mirror))
+            mirror_s = _analytic_seconds(topology, capacity, plans.phases(op, mirror), loads)
             if not math.isclose(mirror_s, own_s, rel_tol=SAME_TIME):
                 own_ms, mirror_ms = apart_figures(own_s * 1e3, mirror_s * 1e3)
                 return (f"{op.op} {op.name!r} takes {own_ms} ms over GPUs {list(op.group)} but "
@@ -236,17 +237,36 @@ def apart_figures(first: float, second: float) -> tuple[str, str]:
     return shown
 
 
-def _analytic_seconds(topology: Topology, capacity: np.ndarray, phases: Sequence[Phase]) -> float:
+def _analytic_seconds(topology: Topology, capacity: np.ndarray, phases: Sequence[Phase],
+                      loads: Sequence[np.ndarray] = ()) -> float:
     """How long ``phases`` take one after another on the analytic model: per phase, its slowest transfer's
-    `analytic_seconds` on ``capacity``, the numbers network/model.py `_run_analytic` reads off the same items."""
+    `analytic_seconds` on ``capacity``, each link shared by the phase's load over the collective's copies where
+    ``loads`` gives it (`_copy_loads`), the numbers network/model.py `_run_analytic` reads off the same items."""
     total = 0.0
-    for phase in phases:
+    for index, phase in enumerate(phases):
         if not phase.transfers:
             continue
         arrays = phase_arrays(topology, phase)
-        seconds = analytic_seconds(FlowRoutes.of_matrix(arrays.routes), arrays.nbytes, arrays.latency, capacity)
+        seconds = analytic_seconds(FlowRoutes.of_matrix(arrays.routes), arrays.nbytes, arrays.latency, capacity,
+                                   load=loads[index] if index < len(loads) else None)
         total += float(seconds.max())
     return total
+
+
+def _copy_loads(topology: Topology, links: int, plans: Sequence[Sequence[Phase]]) -> list[np.ndarray]:
+    """Per phase index, the bytes each of the ``links`` carries in that phase of all ``plans`` (a collective's
+    over its group and over each of its copies, `simulation.copy_phases`); none for a collective without copies."""
+    if len(plans) < 2:
+        return []
+    loads = [np.zeros(links) for _ in range(max(map(len, plans)))]
+    for plan in plans:
+        for index, phase in enumerate(plan):
+            if phase.transfers:
+                arrays = phase_arrays(topology, phase)
+                on_route = arrays.routes >= 0
+                loads[index] += np.bincount(arrays.routes[on_route], minlength=links,
+                                            weights=np.broadcast_to(arrays.nbytes[:, None], on_route.shape)[on_route])
+    return loads
 
 
 def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.ndarray]:
