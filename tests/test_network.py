@@ -1207,6 +1207,19 @@ def test_analytic_shares_a_nic_among_a_collectives_copies_folded_or_not(tmp_path
     assert "network.model" not in warned
 
 
+def test_analytic_copies_share_a_nic_where_a_link_fault_unfolds_the_step(tmp_path, capsys):
+    """The one NIC's link to the leaf at 99.9% of its bandwidth unfolds the analytic step (link faults fold on the
+    flow model only): its 8 DP copies still share the NIC, so comm_s.dp moves by about that 0.1% (515.3 ms against
+    514.8), not back to one copy's time at the NIC's full rate (66.3 ms)."""
+    one_nic = ("cluster.nics_per_node=1", "parallelism.dp=2", "network.model=analytic")
+    healthy, _ = _two_dgx_h100_step(tmp_path, capsys, *one_nic)
+    faulty, _ = _two_dgx_h100_step(tmp_path, capsys, *one_nic,
+                                   "faults.step.links=[{link: [h1/nic0, leaf0.r0], capacity: 0.999}]")
+    assert "fold_off_reason" in faulty
+    assert faulty["comm_s"]["dp"] == pytest.approx(healthy["comm_s"]["dp"], rel=2e-3)
+    assert faulty["comm_s"]["dp"] == pytest.approx(0.5153, rel=1e-3)
+
+
 def test_analytic_times_copies_on_their_own_nics_as_each_alone(tmp_path, capsys):
     """With a NIC per GPU (the DGX H100's 8, one per rail) the 8 TP ranks' DP copies cross no link in common: each
     takes the NIC's full rate, 66.2 ms of comm_s.dp, to the last bit whether the ranks fold or not."""
