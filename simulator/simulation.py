@@ -189,10 +189,7 @@ def copy_phases(plans: PlanCache, shapes: CollectiveShapes) -> tuple[dict[int, l
     found: dict[int, list[Phase]] = {}
     shared: set[int] = set()
     for shape, op in enumerate(shapes.firsts):
-        if not op.copies:
-            continue
-        own = plans.links(op, op.group)
-        if all(own.isdisjoint(plans.links(op, copy)) for copy in op.copies):
+        if not plans.copies_meet(op):
             continue
         shared.add(shape)
         groups = [plans.phases(op, group) for group in (op.group, *op.copies)]

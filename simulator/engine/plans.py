@@ -165,6 +165,12 @@ class PlanCache:
                     unsent[t.src] += t.nbytes * (1.0 - t.sent_share) * phase.repeat
         return unsent if any(unsent.values()) else None
 
+    def copies_meet(self, op: CollectiveOp) -> bool:
+        """Whether the plan of any of ``op``'s copies (`CollectiveOp.copies`) crosses a link its own plan crosses:
+        where the analytic model shares the links among them."""
+        own = self.links(op, op.group)
+        return bool(own) and not all(own.isdisjoint(self.links(op, copy)) for copy in op.copies)
+
     def links(self, op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
         """The directed links the plan of ``op`` over ``group`` uses; they depend on the size only through the
         algorithm, so they are cached per algorithm. A send/recv is one transfer on channel 0 whatever the

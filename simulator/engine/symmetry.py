@@ -214,7 +214,8 @@ def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShape
                 return verdict
             if not _inside_domains(domains, op):
                 continue
-        loads = _copy_loads(topology, capacity.size, [plans.phases(op, group) for group in (op.group, *op.copies)])
+        loads = (_copy_loads(topology, capacity.size, [plans.phases(op, group) for group in (op.group, *op.copies)])
+                 if plans.copies_meet(op) else [])
         own_s = _analytic_seconds(topology, capacity, plans.phases(op, op.group), loads)
         for index in _class_firsts(plans, op):
             mirror = op.mirrors[index]
@@ -255,9 +256,7 @@ def _analytic_seconds(topology: Topology, capacity: np.ndarray, phases: Sequence
 
 def _copy_loads(topology: Topology, links: int, plans: Sequence[Sequence[Phase]]) -> list[np.ndarray]:
     """Per phase index, the bytes each of the ``links`` carries in that phase of all ``plans`` (a collective's
-    over its group and over each of its copies, `simulation.copy_phases`); none for a collective without copies."""
-    if len(plans) < 2:
-        return []
+    over its group and over each of its copies that meet it, `simulation.copy_phases`)."""
     loads = [np.zeros(links) for _ in range(max(map(len, plans)))]
     for plan in plans:
         for index, phase in enumerate(plan):
