@@ -18,7 +18,7 @@ INFO log of a one-GPU-per-node job shows "Channel 00/02" and "Channel 01/02". Th
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Hashable, Sequence
 
 from simulator.program.contention import SmShare
@@ -52,11 +52,20 @@ def channel_nic(members: list[int], nic_of: Sequence[Hashable], channel: int) ->
 
 def first_member(members: list[int], nic_of: Sequence[Hashable], channel: int) -> int:
     """The position in a host's ``members`` (in local order; ``nic_of[member]`` the NIC each drives) where
-    ``channel``'s ring enters the host, leaving it through the member before (cyclically): the last member of
-    the channel's NIC (`channel_nic`), so that where a NIC serves several members the ring leaves through it
-    too, as NCCL's ring returns to the NIC it started from. With one member per NIC it is position c."""
+    ``channel``'s ring enters the host, leaving it through the member before (cyclically), so that over a round
+    of channels (one per NIC, `channel_nic`) every NIC takes as many rings in as out. Where every NIC serves two
+    or more members the ring enters at the last member of the channel's NIC and leaves through the same NIC, as
+    NCCL's search first asks (src/graph/search.cc ncclTopoSearchCheckNet, crossNic 0: back to the NIC it
+    started from). Where some NIC serves one member only, that cannot hold for every NIC at once (the member
+    before a lone member's belongs to another NIC, which would then send two rings and some NIC none), so the
+    ring enters at the first member of the channel's NIC and leaves through the last member of the NIC before:
+    NCCL's search then lets a ring leave through another NIC (crossNic 2, the default of NCCL_CROSS_NIC), and
+    its next channel enters through the NIC this one left by and leaves through the one it entered by, so every
+    NIC still sends and receives as many rings as any other. With one member per NIC it is position c."""
     wanted = channel_nic(members, nic_of, channel)
-    return max(position for position, member in enumerate(members) if nic_of[member] == wanted)
+    positions = [position for position, member in enumerate(members) if nic_of[member] == wanted]
+    served = Counter(nic_of[member] for member in members)
+    return positions[-1] if min(served.values()) > 1 else positions[0]
 
 
 def tree_chain(members: list[int], nic_of: Sequence[Hashable], channel: int) -> list[int]:
