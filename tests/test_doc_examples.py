@@ -338,6 +338,10 @@ COLLECTIVE_QUOTES = [
                              "--sizes 1GiB"],
      "1 GiB takes {0[ms]:.1f} ms at line rate, busbw {0[busbw]:.0f} GB/s (`--efficiency ideal`; {1[ms]:.1f} ms and "
      "{1[busbw]:.0f} GB/s calibrated;"),
+    ("docs/collectives.md", [f"--topology dgx-h100-cluster --set nodes=4 --set nics_per_node={nics} --algorithm ring "
+                             "--protocol simple --sizes 8GiB --efficiency ideal" for nics in range(3, 9)],
+     "busbw is k NICs' worth: {0[busbw]:.1f}, {1[busbw]:.1f}, {2[busbw]:.1f}, {3[busbw]:.1f}, {4[busbw]:.1f} and "
+     "{5[busbw]:.1f} GB/s for"),
     *[("docs/collectives.md", [f"--topology dgx-h100-cluster --set nodes={hosts} --set nics_per_node={nics} "
                                "--algorithm tree --protocol simple --sizes 1MiB,64MiB,1GiB"],
        f"| {hosts} | {nics} | {{0[us]:.0f}} us | {{1[us]:,.0f}} us | {{2[ms]:.2f}} ms |")
