@@ -69,14 +69,18 @@ def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=N
 
 
 def simulated_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
-    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request``, an LL ring's or
-    tree's and an LL128 one's no faster than NCCL's caps on those protocols' busbw let the tuner rate them
-    (`nccl_capped`), as `auto` weighs them."""
-    names = candidates(request, topology, group_by_host(request.ranks, topology))
+    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request`` (`raw_pairs`), each
+    no faster than NCCL's caps on its busbw let the tuner rate it (`nccl_capped`), as `auto` weighs them."""
     terms = group_terms(request, topology, calibrated(topology.gpu_model) if efficiency is None else efficiency)
-    times = {Choice(name, protocol): simulated(topology, request, name, efficiency, protocol) for name in names
-             for protocol in protocols.available(name, request.op, request.ranks, topology)}
-    return {pair: nccl_rated(request, terms, pair, seconds) for pair, seconds in times.items()}
+    return {pair: nccl_rated(request, terms, pair, seconds)
+            for pair, seconds in raw_pairs(topology, request, efficiency).items()}
+
+
+def raw_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
+    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request``, as it runs."""
+    names = candidates(request, topology, group_by_host(request.ranks, topology))
+    return {Choice(name, protocol): simulated(topology, request, name, efficiency, protocol) for name in names
+            for protocol in protocols.available(name, request.op, request.ranks, topology)}
 
 
 def nccl_rated(request: CollectiveRequest, terms, pair: Choice, seconds: float) -> float:
@@ -86,23 +90,28 @@ def nccl_rated(request: CollectiveRequest, terms, pair: Choice, seconds: float) 
 
 @pytest.mark.parametrize("name", ["dgx-h100-cluster", "dgx-a100-cluster"])
 @pytest.mark.parametrize("hosts", [1, 2, 4, 16])
-def test_auto_is_the_fastest_nccl_candidate_and_its_estimate_holds(name, hosts):
-    """On 16 DGX H100s auto took `hierarchical` (not an NCCL algorithm; 448 us at 1 MiB) over the tree (383 us),
-    whose estimate was far from its simulation (1,808 against 253 us at 16 MiB on two hosts), and it never
-    weighed NVLS across hosts (NCCL's NVLS tree, 197 us there). Every algorithm is weighed under each protocol
-    it runs with (LL and LL128 for the ring and the tree's all-reduce)."""
+def test_auto_is_the_fastest_nccl_candidate_and_its_estimate_holds(name, hosts, monkeypatch):
+    """Over every GPU of 1 to 16 DGX H100s or DGX A100s, 1 KiB to 4 GiB: `hierarchical` (not an NCCL algorithm) is
+    no candidate; every NCCL algorithm is weighed under each protocol it runs with (LL and LL128 for the ring and
+    the tree's all-reduce), and the pick's simulated time, rated no faster than NCCL's caps as `auto` weighs it,
+    is within `MARGIN` of the fastest candidate's so rated; the pick's estimate without the caps is its
+    simulated time as it runs (the caps weigh the choice only)."""
     topology = load_topology(name, {"nodes": hosts})
+    efficiency = calibrated(topology.gpu_model)
     ops = ["all_reduce", "reduce_scatter", "all_gather"] if hosts == 1 else ["all_reduce"]
     for op in ops:
         for nbytes in SIZES:
             request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes=CHUNK)
             assert "hierarchical" not in candidates(request, topology, group_by_host(request.ranks, topology))
-            times = simulated_pairs(topology, request)
-            efficiency = calibrated(topology.gpu_model)
+            raw = raw_pairs(topology, request)
+            terms = group_terms(request, topology, efficiency)
+            times = {pair: nccl_rated(request, terms, pair, seconds) for pair, seconds in raw.items()}
             pick = choose(request, topology, efficiency)
             assert times[pick] <= MARGIN * min(times.values()), (op, nbytes, pick, times)
-            estimate = estimates(request, topology, efficiency, pick.protocol)[pick.algorithm]
-            assert_estimate_holds(estimate, times[pick], pick.algorithm, (op, nbytes, pick))
+            with monkeypatch.context() as uncapped:
+                uncapped.setattr(tuner, "nccl_capped", lambda request, terms, name, protocol, seconds: seconds)
+                estimate = estimates(request, topology, efficiency, pick.protocol)[pick.algorithm]
+            assert_estimate_holds(estimate, raw[pick], pick.algorithm, (op, nbytes, pick))
 
 
 def test_tree_across_hosts_is_the_pick_for_small_messages_where_nccl_takes_it():
@@ -209,13 +218,13 @@ def test_the_nvls_tree_is_weighed_only_on_gpus_that_drive_nvlink_sharp():
 
 @pytest.mark.parametrize(("nics", "ranks", "nvls_tree"), [(8, (0, 1, 8, 9), True), (4, (0, 1, 8, 9), False),
                                                           (4, (0, 2, 8, 10), True)])
-def test_the_nvls_tree_needs_two_heads_on_every_host(nics, ranks, nvls_tree):
+def test_the_nvls_tree_needs_two_heads_on_every_host(nics, ranks, nvls_tree, monkeypatch):
     """NCCL runs its NVLS tree only on an NVLS graph of 2 channels or more, one per head: a member GPU that is
     a NIC's local GPU, none twice (tuning.cc, search.cc). Two H100s per host on NICs of their own make 2 heads, and
-    NCCL weighs the tree there (the fastest at 256 MiB: 2.92 ms against the double tree's 2.97 and the ring's
-    4.34); two sharing a NIC (4 NICs per host) make one, and auto weighed the NVLS tree there all the same. The
-    ring's and the NVLS tree's estimates cross the NICs the members drive: with two members on one NIC the ring's
-    was half its simulated 8.62 ms (it counted 2 rails)."""
+    NCCL weighs the tree there (simulated at 256 MiB in 2.92 ms against the double tree's 2.97 and the ring's 4.34,
+    weighed at NCCL's cap of 2 heads x 57.7 GB/s, 3.56 ms); two sharing a NIC (4 NICs per host) make one, and auto
+    weighed the NVLS tree there all the same. The ring's and the NVLS tree's estimates cross the NICs the members
+    drive: with two members on one NIC the ring's was half its simulated 8.62 ms (it counted 2 rails)."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 2, "nics_per_node": nics})
     efficiency = calibrated(topology.gpu_model)
     request = CollectiveRequest("all_reduce", ranks, 256 * MIB, chunk_bytes=CHUNK)
@@ -224,6 +233,7 @@ def test_the_nvls_tree_needs_two_heads_on_every_host(nics, ranks, nvls_tree):
     times = simulated_pairs(topology, request)
     pick = choose(request, topology, efficiency)
     assert times[pick] <= MARGIN * min(times.values()), (pick, times)
+    monkeypatch.setattr(tuner, "nccl_capped", lambda request, terms, name, protocol, seconds: seconds)
     for algorithm, estimate in estimates(request, topology, efficiency, algorithms=("ring", "nvls")).items():
         assert estimate == pytest.approx(simulated(topology, request, algorithm), rel=1e-9), algorithm
 
@@ -505,16 +515,17 @@ def test_nccls_ll128_caps_by_gpu_hosts_and_channels():
 
 
 def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
-    """4 DGX B200-like hosts (8 B200s each, 8 NICs of 50 GB/s): NCCL runs 2 channels per NIC, 16, and caps the LL128
-    tree's busbw at 16 x 20 GB/s = 320 GB/s over more than 2 Blackwell hosts, so a 1 GiB all-reduce is weighed at 14
-    us + 2 x 1 GiB / 320 GB/s = 6.725 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)."""
+    """4 DGX B200-like hosts (8 B200s each, 8 NICs of 50 GB/s): NCCL caps the LL128 tree's busbw at 120/128 of the
+    tree's own cap (its search's 8 channels x 24 GB/s: 180 GB/s) and at 20 GB/s a channel over more than 2 Blackwell
+    hosts on those same 8 channels (160 GB/s; the kernel runs 16), so a 1 GiB all-reduce is weighed at
+    14 us + 2 x 1 GiB / 160 GB/s = 13.436 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 4, "node": {"gpu_model": "b200",
                                                                        "nvlink_bandwidth": "900 GB/s"}})
     efficiency = calibrated(topology.gpu_model)
     request = CollectiveRequest("all_reduce", tuple(range(32)), GIB, chunk_bytes="auto")
     assert nccl_channels(topology, request.ranks) == 16
     weighed = estimates(request, topology, efficiency, "ll128", algorithms=("tree",))["tree"]
-    assert weighed == pytest.approx(14e-6 + 2 * GIB / 320e9, rel=1e-12)
+    assert weighed == pytest.approx(14e-6 + 2 * GIB / 160e9, rel=1e-12)
     assert weighed > simulated(topology, request, "tree", protocol="ll128")
 
 
@@ -522,14 +533,17 @@ def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
 def test_nccls_caps_count_nvlink_domains_as_its_nodes(racks, trays, nodes):
     """Under MNNVL NCCL's nNodes, which indexes `llMaxBws` and `perChMaxTreeLL128Bws`, counts NVLink domains: a
     GB200 rack is one node to it (LL cap 282 GB/s, the LL128 tree's 55.6 GB/s a channel), not 18 trays (whose
-    caps would read 20.4 and 20)."""
+    caps would read 20.4 and 20). The LL128 caps multiply the kernel's channels inside one node, the search's
+    across nodes."""
     topology = load_topology("gb200-nvl72", {"racks": racks, "trays": trays})
     ranks = tuple(range(topology.num_gpus))
     terms = group_terms(CollectiveRequest("all_reduce", ranks, MIB), topology, calibrated(topology.gpu_model))
-    channels = nccl_channels(topology, ranks)
-    assert (terms.ll_cap, terms.ll128_caps) == (ll_bus_cap("gb200", nodes), ll128_bus_caps("gb200", nodes, channels))
+    channels = nccl_channels(topology, ranks) if nodes == 1 else terms.channels
+    ring_ll128, tree_ll128 = ll128_bus_caps("gb200", nodes, channels)
+    assert (terms.caps.of("ring", "ll"), terms.caps.of("ring", "ll128")) == (ll_bus_cap("gb200", nodes), ring_ll128)
+    assert terms.caps.of("tree", "ll128") <= tree_ll128
     if nodes == 1:
-        assert (terms.ll_cap, terms.ll128_caps[1]) == (282e9, channels * 55.6e9)
+        assert (terms.caps.of("ring", "ll"), tree_ll128) == (282e9, channels * 55.6e9)
 
 
 def test_nccls_ll_caps_by_gpu_and_hosts():
@@ -537,3 +551,67 @@ def test_nccls_ll_caps_by_gpu_and_hosts():
     assert [ll_bus_cap(gpu, hosts) / 1e9 for gpu, hosts in [
         ("a100-80gb", 1), ("a100-80gb", 2), ("a100-80gb", 4), ("h100-sxm", 1), ("h100-sxm", 2), ("h100-sxm", 16),
         ("b200", 1)]] == [87.7, 22.5, 19.0, 141.0, 39.0, 20.4, 282.0]
+
+
+def test_the_tree_is_weighed_no_faster_than_nccls_cap_under_every_protocol():
+    """12 GB200 racks with NVLS off: NCCL's tuner caps the tree all-reduce's busbw at its search's 16 channels x
+    24 GB/s over more than 2 Blackwell nodes (`perChMaxTreeBws`) under every protocol, so 4 GiB weighs the Simple
+    tree at 8.4 us + 2 x 4 GiB / 384 GB/s = 22.38 ms, not the 17.23 ms its plan simulates, and `auto` takes the
+    LL128 ring (19.57 ms) where it took the Simple tree, weighed no faster than the simulation while NCCL's caps
+    applied under LL and LL128 alone."""
+    topology = load_topology("gb200-nvl72", {"racks": 12, "nvls": "none"})
+    efficiency = calibrated(topology.gpu_model)
+    request = CollectiveRequest("all_reduce", tuple(range(topology.num_gpus)), 4 * GIB, chunk_bytes="auto")
+    weighed = estimates(request, topology, efficiency, "simple", algorithms=("tree",))["tree"]
+    assert weighed == pytest.approx(NCCL_SIMPLE_BASE_S + 2 * 4 * GIB / (16 * 24e9), rel=1e-12)
+    assert choose(request, topology, efficiency) == Choice("ring", "ll128")
+
+
+def test_the_nvls_tree_is_weighed_no_faster_than_nccls_cap():
+    """16 DGX H100s: NCCL caps the NVLS tree's busbw at its 8 heads a host x 45.5 GB/s over more than 2 Hopper
+    nodes (`perChMaxNVLSTreeBws`), 364 GB/s, so a 64 MiB all-reduce weighs `nvls` at its 192.2 us latency floor
+    plus 2 x 127/128 x 64 MiB / 364 GB/s = 558.0 us, above the 549.2 us of its plan's load; `auto` still takes
+    `nvls`, since NCCL caps the LL128 tree below it, at min(120/128 x 8 x 36 GB/s, 8 x 29 GB/s) = 232 GB/s on its
+    search's 8 channels (592.5 us)."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 16})
+    efficiency = calibrated(topology.gpu_model)
+    request = CollectiveRequest("all_reduce", tuple(range(128)), 64 * MIB, chunk_bytes="auto")
+    weighed = estimates(request, topology, efficiency, algorithms=("nvls",))["nvls"]
+    assert weighed == pytest.approx(25e-6 + 8 * 20.9e-6 + 2 * 127 / 128 * 64 * MIB / 364e9, rel=1e-12)
+    tree_ll128 = estimates(request, topology, efficiency, "ll128", algorithms=("tree",))["tree"]
+    assert tree_ll128 == pytest.approx(protocols.base_latency("tree", "ll128") + 2 * 64 * MIB / 232e9, rel=1e-12)
+    assert choose(request, topology, efficiency) == Choice("nvls", "simple")
+
+
+@pytest.mark.parametrize("name, over, step, caps", [
+    ("gb200-nvl72", {"racks": 20, "nvls": "none"}, 1, (384.0, 320.0, 20.4)),
+    ("dgx-a100-cluster", {"nodes": 2}, 1, (188.8, 160.0, 22.5)),
+    ("dgx-h100-cluster", {"nodes": 4}, 8, (61.2, 49.3, 16.105263))])
+def test_nccls_tree_caps_by_protocol_and_members_per_node(name, over, step, caps):
+    """The tree's caps (GB/s) under Simple, LL128 and LL as `bus_caps` finds them for every ``step``-th GPU of a
+    cluster, on the search's channels: `perChMaxTreeBws` times them under Simple; LL128 no more than 120/128 of
+    that nor its own cap; LL no more than 1/3.8 of it nor LL's cap; all at 0.85 where a node holds one member
+    (NCCL_TOPO_PATTERN_TREE). 20 GB200 racks: 16 channels x 24 GB/s, LL128's 16 x 20, LL's 20.4; 2 DGX A100s:
+    8 x 23.6, LL128's 8 x 20, LL's 22.5; one GPU on each of 4 DGX H100s: 2 channels x 36 x 0.85, LL128's
+    2 x 29 x 0.85, 1/3.8 of 72 x 0.85."""
+    topology = load_topology(name, over)
+    ranks = tuple(range(0, topology.num_gpus, step))
+    terms = group_terms(CollectiveRequest("all_reduce", ranks, MIB), topology, calibrated(topology.gpu_model))
+    assert tuple(round(cap / 1e9, 6) for cap in terms.caps.tree) == caps
+
+
+def test_the_lone_member_share_decides_the_tree_protocol(monkeypatch):
+    """9 GPUs, 8 on one DGX H100 and 1 on another: a node holds one member, so NCCL rates the tree at 0.85 of its
+    caps on the search's 2 channels (`LONE_TREE_SHARE`): a 64 MiB all-reduce weighs the Simple tree at 8.4 us +
+    2 x 64 MiB / (0.85 x 2 x 41.4 GB/s) = 1,915.4 us and the LL128 tree at 0.85 x 2 x 36.7 GB/s (2,165.3 us), and
+    `auto` takes the Simple tree; at the full caps the LL128 tree would be the pick."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2})
+    efficiency = calibrated(topology.gpu_model)
+    request = CollectiveRequest("all_reduce", tuple(range(9)), 64 * MIB, chunk_bytes="auto")
+    weighed = estimates(request, topology, efficiency, "simple", algorithms=("tree",))["tree"]
+    assert weighed == pytest.approx(NCCL_SIMPLE_BASE_S + 2 * 64 * MIB / (0.85 * 2 * 41.4e9), rel=1e-12)
+    assert choose(request, topology, efficiency) == Choice("tree", "simple")
+    monkeypatch.setattr(tuner, "LONE_TREE_SHARE", 1.0)
+    monkeypatch.setattr(tuner, "KEPT", {})
+    monkeypatch.setattr(tuner, "CHOICES", {})
+    assert choose(request, topology, efficiency) == Choice("tree", "ll128")

@@ -369,8 +369,10 @@ COLLECTIVE_QUOTES = [
      "On 4 DGX H100 hosts, 1 GiB takes {0[ms]:.2f} ms, busbw {0[busbw]:.0f} GB/s (`nvls` across hosts without "
      "SHARP, NCCL's NVLS tree over 8 heads a host, up to 2 n/8 per NIC: {1[ms]:.2f} ms, {1[busbw]:.0f} GB/s)"),
     ("docs/collectives.md",
-     [f"--topology dgx-h100-cluster --set nodes={hosts} --sizes 1GiB,4GiB" for hosts in (3, 4, 16)],
-     "3 hosts {0[busbw]:.1f} at 1 GiB; 4 hosts {2[busbw]:.1f} at 1 GiB ({2[ms]:.2f} ms; at line rate 380, "
+     [*(f"--topology dgx-h100-cluster --set nodes={hosts} --sizes 1GiB,4GiB" for hosts in (3, 4, 16)),
+      "--topology dgx-h100-cluster --set nodes=3 --algorithm nvls --sizes 1GiB"],
+     "3 hosts {0[busbw]:.1f} at 1 GiB, the ring, since `nvls`, which runs {6[busbw]:.1f} there (`--algorithm nvls`), "
+     "is weighed at NCCL's 364 GB/s; 4 hosts {2[busbw]:.1f} at 1 GiB ({2[ms]:.2f} ms; at line rate 380, "
      "`tests/test_nvls_tree.py`) and {3[busbw]:.1f} at 4 GiB, where `auto` takes the ring; 16 hosts "
      "{4[busbw]:.1f} at 1 GiB"),
     ("docs/collectives.md", ["--topology dgx-h100 --op broadcast --algorithm ring --protocol simple --sizes 1GiB",
@@ -390,16 +392,16 @@ COLLECTIVE_QUOTES = [
      "over its simulated {0[ms]:.2f} ms for 512 MiB over two DGX A100s in 4 MiB chunks (`--chunk 4MiB`: 8 chunks "
      "per pipeline, as many as GPUs per host) and picks the ring ({1[ms]:.2f} ms)"),
     ("docs/collectives.md", ["--topology dgx-a100-cluster --sizes 512MiB",
-                             "--topology dgx-a100-cluster --algorithm ring --sizes 512MiB"],
-     "tree (512 MiB: {0[ms]:.2f} ms against the ring's {1[ms]:.2f}: its chain steps"),
+                             "--topology dgx-a100-cluster --algorithm tree --protocol simple --sizes 512MiB"],
+     "Simple ring from 256 MiB (512 MiB: {0[ms]:.2f} ms, where the Simple tree runs {1[ms]:.2f}, its chain steps"),
     ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=16 --sizes 1MiB"],
      "(16 hosts, 1 MiB: {0[us]:.1f} us; up to 1 MiB), the LL128 tree from 2 to 32 MiB"),
     ("docs/collectives.md", [f"{A100_16} --sizes 1KiB", f"{A100_16} --algorithm tree --protocol simple --sizes 1KiB",
                              f"{A100_16} --algorithm ring --protocol simple --sizes 1KiB", f"{A100_16} --sizes 1GiB",
-                             f"{A100_16} --algorithm ring --sizes 1GiB"],
+                             f"{A100_16} --algorithm tree --protocol simple --sizes 1GiB"],
      "(1 KiB on 16 hosts: {0[us]:.0f} us, where the Simple tree takes {1[us]:.0f} and the Simple ring {2[us]:,.0f}; "
-     "up to 1 MiB), the LL128 tree from 2 to 256 MiB and the Simple tree from 512 MiB (1 GiB: {3[ms]:.1f} ms "
-     "against the ring's {4[ms]:.1f})"),
+     "up to 1 MiB), the LL128 tree from 2 to 128 MiB, the LL128 ring at 256 and 512 MiB and the Simple ring from "
+     "1 GiB (1 GiB: {3[ms]:.1f} ms; the Simple tree, {4[ms]:.1f} ms there, is weighed at NCCL's cap"),
     ("docs/collectives.md", [f"{GB200_NO_NVLS} --algorithm tree --protocol ll128 --sizes 1GiB",
                              f"{GB200_NO_NVLS} --sizes 1GiB", f"{GB200_NO_NVLS} --sizes 16MiB,256MiB,4GiB"],
      "takes the LL128 ring at 1 GiB, {1[ms]:.2f} ms, busbw {1[busbw]:.1f} GB/s (16 MiB: the LL ring, {2[us]:.1f} us; "

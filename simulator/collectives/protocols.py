@@ -31,9 +31,9 @@ for small point-to-point messages, below NCCL_P2P_LL_THRESHOLD, is not modelled)
 - the base latency: NCCL charges every collective, once per launch, a latency by algorithm and protocol on top of
   its hops' (tuning.cc `baseLatencies`: the kernel's start and the protocol's setup); `apply` puts it on the
   plan's first phase (`Phase.launch`) and the `auto` estimate adds the same `base_latency`.
-NCCL's caps on LL's busbw (`llMaxBws`) and on LL128's per channel (`perChMaxRingLL128Bws`,
-`perChMaxTreeLL128Bws`) weigh `auto`'s choice (tuner.py `nccl_capped`), not a plan's time. Not modelled: its
-rating of an LL tree at 1/3.8 of the tree's bandwidth rather than 1/2.
+NCCL's caps on LL's busbw (`llMaxBws`), on LL128's per channel (`perChMaxRingLL128Bws`, `perChMaxTreeLL128Bws`)
+and on the tree's under every protocol (`perChMaxTreeBws`, of which it rates the LL tree at 1/3.8 and the LL128
+tree at 120/128) weigh `auto`'s choice (tuner.py `nccl_capped`), not a plan's time.
 """
 
 from __future__ import annotations

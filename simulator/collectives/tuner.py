@@ -9,8 +9,9 @@ latency + size / bandwidth too, but from the shape of this simulator's own plan 
 topology's links at the bandwidths the network model gives them (the run's per-class efficiencies), with what
 the protocol changes (its latency per hop, its payload's share of the wire, the stall of Simple's window of
 chunk steps in flight, which the plans charge), so the pick is the pair the simulation ranks fastest and its
-estimate stays close to the simulated time (tests/test_auto.py bounds both); an LL or LL128 ring or tree is
-weighed no faster than NCCL's caps on those protocols' busbw (`nccl_capped`), as NCCL's tuner rates it.
+estimate stays close to the simulated time (tests/test_auto.py bounds both); an LL or LL128 ring, the tree
+all-reduce under every protocol and the NVLS tree across nodes are weighed no faster than NCCL's caps on their
+busbw (`nccl_capped`), as NCCL's tuner rates them.
 docs/collectives.md, "The `auto` rule", says it in prose.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import lru_cache
@@ -244,8 +246,8 @@ class GroupTerms(NamedTuple):
     nvls_domain: bool
     loads: tuple[tuple[AlgorithmName, PhaseLoad], ...]
     tree: TreeTerms | None
-    ll_cap: float
-    ll128_caps: tuple[float, float]
+    caps: BusCaps
+    """NCCL's caps on the ring's, the tree's and the NVLS tree's busbw (`bus_caps`)."""
     tree_nodes: tuple[int, float]
     """NCCL's nodes and members per node (`tree.tree_shape`), which size the LL128 tree's chunk."""
     nodes: int
@@ -286,8 +288,7 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     tree = tree_terms(request, topology, domains, channels, efficiency) if "tree" in names else None
     nodes = nccl_nodes(topology, request.ranks)
     return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, chain_hop, channels, nvls_rate,
-                      nvls_domain, tuple(loads), tree, ll_bus_cap(topology.gpu_model, nodes),
-                      ll128_bus_caps(topology.gpu_model, nodes, nccl_channels(topology, request.ranks)),
+                      nvls_domain, tuple(loads), tree, bus_caps(request.ranks, topology, names, channels),
                       tree_shape(request.ranks, topology), nodes)
 
 
@@ -346,7 +347,7 @@ def ll_bus_cap(gpu_model: str, nodes: int) -> float:
 
 def ll128_bus_caps(gpu_model: str, nodes: int, channels: int) -> tuple[float, float]:
     """NCCL's caps on LL128's busbw (bytes/s) for the ring and the tree over NCCL's ``nodes`` (`nccl_nodes`) of
-    ``gpu_model`` GPUs on NCCL's ``channels`` (`nccl_channels`): the per-channel caps
+    ``gpu_model`` GPUs on NCCL's ``channels`` (`bus_caps` says which count): the per-channel caps
     (`LL128_RING_CAPS_PER_CHANNEL`, `LL128_TREE_CAPS_PER_CHANNEL`, its column by nodes as tuning.cc's index2)
     times the channels."""
     row = generation(gpu_model)
@@ -354,10 +355,94 @@ def ll128_bus_caps(gpu_model: str, nodes: int, channels: int) -> tuple[float, fl
             channels * LL128_TREE_CAPS_PER_CHANNEL[row][min(nodes, 3) - 1])
 
 
+TREE_CAPS_PER_CHANNEL: Mapping[str, tuple[float, float, float]] = {
+    "ampere": (24.0 * GB, 23.6 * GB, 17.8 * GB), "hopper": (38.7 * GB, 41.4 * GB, 36.0 * GB),
+    "blackwell": (70.0 * GB, 42.8 * GB, 24.0 * GB)}
+"""NCCL's cap on the tree all-reduce's busbw per channel under every protocol, by the GPU's generation over 1, 2
+and more nodes (tuning.cc `perChMaxTreeBws`, NVIDIA/nccl master 5067397: `busBw = min(busBw * .92, nChannels *
+perChMaxTreeBw)`, before LL's and LL128's own caps)."""
+LL_TREE_SHARE = 1 / 3.8
+"""The share of the tree's busbw NCCL rates its LL tree at (tuning.cc: `min(busBw * 1.0 / 3.8, llMaxBw)`)."""
+LL128_TREE_SHARE = 120 / 128
+"""The share of the tree's busbw NCCL rates its LL128 tree at across nodes (tuning.cc: `min(busBw * (nNodes == 1 ?
+7.0 / 9.0 : 120.0 / 128.0), nChannels * perChMaxTreeLL128Bw)`; inside one node, where NCCL's tree is a chain,
+`bus_caps` weighs no tree cap, so its 7/9 is not read)."""
+LONE_TREE_SHARE = 0.85
+"""What NCCL rates the tree's busbw at where its tree graph has the plain tree pattern (tuning.cc: `busBw *= .85`
+where `maxTreePattern == NCCL_TOPO_PATTERN_TREE`). search.cc gives that pattern to a tree graph over one GPU a node,
+and on compute capability 9.0 and up to a search that finds no balanced tree ("Try a simpler tree"); modelled: one
+member per node only, the fallback's search not being."""
+NVLS_TREE_CAPS_PER_CHANNEL: Mapping[str, tuple[float, float]] = {
+    "ampere": (23.6 * GB, 17.8 * GB), "hopper": (57.7 * GB, 45.5 * GB), "blackwell": (96.0 * GB, 80.0 * GB)}
+"""NCCL's cap on the NVLS tree's busbw per channel (a head), by the GPU's generation over 2 nodes and more
+(tuning.cc `perChMaxNVLSTreeBws`, NVIDIA/nccl master 5067397: `bw = min({intraBw, interBw, perChMaxNVLSTreeBw})`,
+`busBw = nChannels * bw`, the NVLS graph's channels being its heads a node)."""
+
+
+class BusCaps(NamedTuple):
+    """NCCL's caps on busbw (bytes/s) that `auto` weighs (`nccl_capped`): the ring's under LL128 and LL, the tree
+    all-reduce's under Simple, LL128 and LL, the NVLS tree's (inf where NCCL sets none)."""
+
+    ring: tuple[float, float, float]
+    tree: tuple[float, float, float]
+    nvls_tree: float
+
+    def of(self, name: AlgorithmName, protocol: Protocol) -> float:
+        """The cap on ``name`` under ``protocol`` (inf: none)."""
+        if name == "nvls":
+            return self.nvls_tree
+        if name in ("ring", "tree"):
+            return getattr(self, name)[PROTOCOLS.index(protocol)]
+        return math.inf
+
+
+def bus_caps(ranks: tuple[int, ...], topology: Topology, names: tuple[AlgorithmName, ...], channels: int
+             ) -> BusCaps:
+    """NCCL's `BusCaps` for a group of ``ranks`` weighing ``names`` over NCCL's nodes (`nccl_nodes`), whose ring
+    and tree run ``channels`` (ring.py `channel_count`: the channels of NCCL's search, which tuning.cc's
+    `graphs[a]->nChannels` counts before init duplicates them): each cap is the busbw NCCL's tuner rates the pair
+    at however fast its own model of the links (`ll_bus_cap`; `ll128_bus_caps` and `tree_bus_caps` across nodes
+    on the search's channels, as tuning.cc multiplies both by that one count; `nvls_tree_bus_cap` on the heads).
+    Inside one node, where the ring model runs one channel, not NCCL's search's, the LL128 caps multiply the
+    kernel's channels (`nccl_channels`)."""
+    gpu, nodes = topology.gpu_model, nccl_nodes(topology, ranks)
+    ll_cap = ll_bus_cap(gpu, nodes)
+    ring_ll128, tree_ll128 = ll128_bus_caps(gpu, nodes, channels if nodes > 1 else nccl_channels(topology, ranks))
+    lone = min(Counter(topology.gpu_domain[rank] for rank in ranks).values()) == 1
+    nvls_tree = math.inf
+    if "nvls" in names and nodes > 1:
+        hosts = group_by_domain(ranks, topology)
+        nvls_tree = nvls_tree_bus_cap(gpu, nodes, len(nvls.domain_heads(hosts, topology)[0]))
+    # inside one node NCCL's tree is a chain (`candidates`), not the tree asked for by name here
+    tree = tree_bus_caps(gpu, nodes, channels, lone, (tree_ll128, ll_cap)) if nodes > 1 else (
+        math.inf, tree_ll128, ll_cap)
+    return BusCaps((math.inf, ring_ll128, ll_cap), tree, nvls_tree)
+
+
+def tree_bus_caps(gpu_model: str, nodes: int, channels: int, lone: bool, caps: tuple[float, float]
+                  ) -> tuple[float, float, float]:
+    """NCCL's caps on the tree all-reduce's busbw (bytes/s) under Simple, LL128 and LL over ``nodes`` of
+    ``gpu_model`` GPUs on ``channels``: `TREE_CAPS_PER_CHANNEL` times the channels under every protocol, under LL128
+    and LL its share of that (`LL128_TREE_SHARE`, `LL_TREE_SHARE`) and no more than those protocols' own ``caps``
+    (the LL128 tree's, LL's), all at `LONE_TREE_SHARE` where some node holds one member (``lone``; modelled: one
+    member per node only). ``nodes`` is 2 or more: inside one node `bus_caps` weighs no tree cap."""
+    tree = channels * TREE_CAPS_PER_CHANNEL[generation(gpu_model)][min(nodes, 3) - 1]
+    share = LONE_TREE_SHARE if lone else 1.0
+    ll128 = min(tree * LL128_TREE_SHARE, caps[0])
+    return share * tree, share * ll128, share * min(tree * LL_TREE_SHARE, caps[1])
+
+
+def nvls_tree_bus_cap(gpu_model: str, nodes: int, heads: int) -> float:
+    """NCCL's cap on the NVLS tree's busbw (bytes/s) over ``nodes`` (2 or more) of ``gpu_model`` GPUs with
+    ``heads`` a node: `NVLS_TREE_CAPS_PER_CHANNEL` times the heads."""
+    return heads * NVLS_TREE_CAPS_PER_CHANNEL[generation(gpu_model)][nodes > 2]
+
+
 def nccl_channels(topology: Topology, ranks: tuple[int, ...]) -> int:
     """The channels NCCL runs a ring or tree kernel over ``ranks`` on (channels.py `kernel_channels`, the count
-    the SM contention model holds): the nChannels that NCCL's per-channel caps multiply. The GPU's SM table is
-    read here, not at import, so `trainsim collective` starts without the workload builders and the schema."""
+    the SM contention model holds), which NCCL's per-channel LL128 caps multiply inside one node (`bus_caps`;
+    across nodes they multiply the search's). The GPU's SM table is read here, not at import, so
+    `trainsim collective` starts without the workload builders and the schema."""
     from simulator.workload.calibrated import sm_share
 
     return kernel_channels(sm_share(topology.gpu_model), topology, ranks)
@@ -365,16 +450,17 @@ def nccl_channels(topology: Topology, ranks: tuple[int, ...]) -> int:
 
 def nccl_capped(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, protocol: Protocol,
                 seconds: float) -> float:
-    """An LL or LL128 estimate of the ring or the tree no faster than NCCL's tuner allows: its base latency plus
-    the bytes NCCL's busbw counts (ring: the op's nccl-tests factor; the tree's all-reduce: twice the size,
-    tuning.cc's ratio of 0.5) at the protocol's cap (`ll_bus_cap`, `ll128_bus_caps`); ``seconds`` as they are
-    for Simple and the other algorithms. The cap weighs the choice only; the plan the choice runs is not
-    slowed."""
-    if protocol == "simple" or name not in ("ring", "tree"):
+    """An estimate no faster than NCCL's tuner allows (`BusCaps`): the LL and LL128 ring, the tree all-reduce under
+    every protocol and the NVLS tree across nodes weigh at least their base latency (the NVLS tree: its latency
+    floor, `nvls.tree_latency`) plus the bytes NCCL's busbw counts (the ring's and the NVLS tree's: the op's
+    nccl-tests factor; the tree's all-reduce: twice the size, tuning.cc's ratio of 0.5) at the cap; ``seconds`` as
+    they are for the others. The cap weighs the choice only; the plan the choice runs is not slowed."""
+    cap = terms.caps.of(name, protocol)
+    if cap == math.inf or (name == "nvls" and terms.nvls_domain):
         return seconds
-    cap = terms.ll_cap if protocol == "ll" else terms.ll128_caps[name == "tree"]
     factor = 2.0 if name == "tree" else bus_bandwidth_factor(request.op, terms.size)
-    return max(seconds, protocols.base_latency(name, protocol) + factor * request.nbytes / cap)
+    latency = nvls.tree_latency(terms.nodes) if name == "nvls" else protocols.base_latency(name, protocol)
+    return max(seconds, latency + factor * request.nbytes / cap)
 
 
 def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
@@ -389,8 +475,8 @@ def terms_estimates(request: CollectiveRequest, terms: GroupTerms, wanted: tuple
                     ) -> dict[Protocol, dict[AlgorithmName, float]]:
     """Per protocol in ``wanted``, latency + size / bandwidth estimates (seconds) of the algorithms of ``terms``
     that run under it, each with NCCL's base latency of the algorithm under the protocol
-    (`protocols.base_latency`), which its plan charges once, and an LL or LL128 ring's or tree's no faster than
-    NCCL's cap (`nccl_capped`). Of ``request`` only its op, size and chunk are
+    (`protocols.base_latency`), which its plan charges once, and each no faster than NCCL's caps
+    (`nccl_capped`). Of ``request`` only its op, size and chunk are
     read: the group's hops and channels are in ``terms``, found once for every protocol (only the hops'
     latency and payload share depend on it)."""
     loads = dict(terms.loads)
