@@ -15,11 +15,11 @@ the run's per-GPU structures does not, so clusters beyond MAX_GPUS are refused b
 collective counts as NCCL's ring would post it, but for the all-reduces that may run as trees (DDP buckets, TP
 groups across NVLink domains, a `workload:` item's; `may_run_trees`): before the cluster is built they count as
 rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as the plans the tuner picks for
-each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the published SC21
-7.5B step, 656,485 flows estimated, 662,908 simulated; a TP tree counts its copies
-in the other replicas for its all-reduces that run beside other dimensions' traffic joining them, `_tp_beside`:
-7.5B at TP 16, 7,943,776 of 7,977,584 flows, where its own tree alone counted 3,740,416). `--force` runs past
-the limits.
+each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the SC21 18.4B
+step, 15,740 flows estimated, 15,488 simulated). A TP all-reduce across hosts, ring or tree, counts its copies
+in the other replicas for its all-reduces that run beside other dimensions' traffic joining them (`_tp_beside`:
+SC21 7.5B at TP 16, rings under `auto`, 243,072 of 243,344 flows, where its own rings alone counted 118,528).
+`--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
@@ -32,7 +32,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -124,7 +124,8 @@ class ScaleEstimate:
     tp_order: bool = False
     """Whether TP groups cross domains because of `parallelism.order` (TP not innermost), not their degree."""
     trees: bool = False
-    """Whether all-reduces the tuner runs as trees post more transfers than rings would (`_planned_transfers`)."""
+    """Whether the tuner runs some all-reduce as a tree, whose plan posts a phase per stretch of its pipeline
+    (`_planned_transfers`)."""
     lower_bound: bool = False
     """Whether the count stopped once past the limits (`estimate_scale`'s ``stop_past_limits``): the run needs at
     least these flows and this memory."""
@@ -509,25 +510,29 @@ def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, l
     return max(shares)
 
 
+class PlannedCount(NamedTuple):
+    """`_planned_transfers`'s count of an all-reduce's plans over its sizes."""
+
+    transfers: float
+    """The transfers posted, on average over the sizes."""
+    lower_bound: bool
+    """Whether sizes were left uncounted (the count stopped at ``enough``)."""
+    trees: bool
+    """Whether the tuner runs some counted size as a tree."""
+
+
 def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
-                       item: CollectiveItem | None = None) -> float | None:
-    """`_planned_counted`'s average over every size."""
-    planned = _planned_counted(scenario, topology, group, sizes, item)
-    return None if planned is None else planned[0]
-
-
-def _planned_counted(scenario: Scenario, topology: Topology, group: tuple[int, ...], sizes: list[float],
-                     item: CollectiveItem | None = None, enough: float = math.inf) -> tuple[float, bool] | None:
+                       item: CollectiveItem | None = None, enough: float = math.inf) -> PlannedCount | None:
     """The transfers an all-reduce over ``group`` (a DP bucket's, a TP group's, or a `workload:` ``item``'s) posts
     on average over ``sizes`` bytes, as the run posts them: the algorithm and protocol the tuner picks for each
     size (`registry.resolve`, on the scenario's efficiencies, where the item or the scenario leaves them `auto`:
-    `run_choice`), and the transfers of that plan's phases (`registry.planned_transfers`); None for no size, or
-    where the choice or the plan is refused (the run's own checks report it, located at its field). NCCL's tree
-    posts each stretch of its pipeline's steps as a phase of its active edges, up and down, on every channel:
-    over 16 DGX A100 hosts, 2 members a host, 1,488 transfers where a ring per channel posts 64. Sizes are
-    counted most frequent first, and counting stops once the average reaches ``enough`` with the sizes not yet
-    counted as none: a lower bound from there (over 4,096 DGX A100 hosts each size took ~0.2 s of CPU), which
-    the second item tells (whether sizes were left uncounted)."""
+    `run_choice`), and the transfers of that plan's phases (`registry.planned_transfers`), a ring's where it
+    picks a ring; None for no size, or where the choice or the plan is refused (the run's own checks report it,
+    located at its field). NCCL's tree posts each stretch of its pipeline's steps as a phase of its active
+    edges, up and down, on every channel: over 16 DGX A100 hosts, 2 members a host, 1,488 transfers where a
+    ring per channel posts 64. Sizes are counted most frequent first, and counting stops once the average
+    reaches ``enough`` with the sizes not yet counted as none: a lower bound from there (over 4,096 DGX A100
+    hosts each size took ~0.2 s of CPU)."""
     from simulator.collectives.phases import CollectiveRequest
     from simulator.collectives.registry import planned_transfers, resolve
     from simulator.network.calibration import resolve_efficiency
@@ -536,7 +541,7 @@ def _planned_counted(scenario: Scenario, topology: Topology, group: tuple[int, .
     efficiency = {str(name): share
                   for name, share in resolve_efficiency(scenario.network.efficiency, topology.gpu_model).items()}
     counted = 0.0
-    skipped = False
+    skipped = trees = False
     for size, times in Counter(sizes).most_common():
         if counted >= enough * len(sizes):
             skipped = True
@@ -550,7 +555,8 @@ def _planned_counted(scenario: Scenario, topology: Topology, group: tuple[int, .
             counted += times * planned_transfers(request, topology, algorithm, protocol)
         except ScenarioError:
             return None
-    return (counted / len(sizes), skipped) if sizes else None
+        trees = trees or algorithm == "tree"
+    return PlannedCount(counted / len(sizes), skipped, trees) if sizes else None
 
 
 def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
@@ -667,22 +673,24 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         flows_per_transfer = (pp * comm["dp"] * shapes["dp"].replicas if fold
                               else gpus * comm["dp"] / shapes["dp"].members)
         enough = _limit_flows() / flows_per_transfer if stop_past_limits else math.inf
-        counted = _planned_counted(scenario, topology, _first_group(layout, "dp", par.ep, degree), sizes,
-                                   enough=enough)
+        counted = _planned_transfers(scenario, topology, _first_group(layout, "dp", par.ep, degree), sizes,
+                                     enough=enough)
         if counted is not None:
-            bucket_transfers, lower_bound = counted
-            trees = bucket_transfers > shapes["dp"].transfers
-            shapes["dp"] = replace(shapes["dp"], transfers=bucket_transfers)
+            lower_bound, trees = counted.lower_bound, counted.trees
+            shapes["dp"] = replace(shapes["dp"], transfers=counted.transfers)
     tp_group = layout.group("tp", 0)
-    if (topology is not None and comm["tp"] and _tp_may_run_trees(scenario) and not moe and synthetic is None
+    tp_all_reduces = comm["tp"] and not par.sequence_parallel and not moe and synthetic is None
+    beside = _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
+                        _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket))
+    if tp_all_reduces and shapes["tp"].joined:  # rings whose copies in other replicas another dimension joins
+        shapes["tp"] = replace(shapes["tp"], beside=beside)
+    if (topology is not None and tp_all_reduces and _tp_may_run_trees(scenario)
             and nccl_nodes(topology, tp_group) > 1):  # a MoE block's TP collective is an all-gather
         activation = training.micro_batch * training.seq_len / cp * spec.hidden * PRECISION_BYTES[training.precision]
         planned = _planned_transfers(scenario, topology, tp_group, [activation])
-        if planned is not None and planned > shapes["tp"].transfers:  # a tree, its copies met by others' traffic
+        if planned is not None and planned.trees:  # its copies met by others' traffic
             trees = True
-            shapes["tp"] = replace(shapes["tp"], transfers=planned,
-                                   beside=_tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
-                                                     _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket)))
+            shapes["tp"] = replace(shapes["tp"], transfers=planned.transfers, beside=beside)
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
@@ -738,8 +746,8 @@ def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
             topology is not None and item.op == "all_reduce" and _plannable(members, topology)
             and run_choice(item.algorithm, scenario.collectives.algorithm) in TREE_ALGORITHMS) else None
         if planned is not None:
-            trees = trees or planned > size * (2 if across else 1)
-            flows += item.repeat * planned
+            trees = trees or planned.trees
+            flows += item.repeat * planned.transfers
         elif item.op == "send_recv":
             flows += item.repeat
         elif item.op == "all_to_all":
