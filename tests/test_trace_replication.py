@@ -512,8 +512,9 @@ def test_a_replicated_job_too_big_for_the_cluster_is_refused_by_its_dp(tmp_path)
 def test_the_bytes_a_gpu_sends_are_a_whole_number(tmp_path):
     """EP 4 x DP 8 on eight Kineto ranks (an all-to-all of 2 MiB per rank in [0-3] and [4-7], then an 8 MiB
     all-reduce in each data-parallel pair [i, i + 4]), replicated to dp 16 on two DGX H100: each pair widens to
-    four ranks, whose NVLS all-reduce sends 1.5 x 8 MiB per GPU. The flows' shares and the folded run's
-    corrections summed to 12582911.999999998 bytes; the bytes sent are whole."""
+    four ranks, whose NVLS all-reduce on 8 channels sends 1.5 x 8 MiB per GPU (on NCCL's count, 2 x 8 MiB, a sum
+    without float noise). The flows' shares and the folded run's corrections summed to 12582911.999999998 bytes
+    a GPU; the bytes sent are whole."""
     for rank in range(8):
         kernels = [("sm90_xmma_gemm_bf16", 500, 7, {})]
         kernels += [("ncclDevKernel_AllToAll_bf16", 100, 20, {
@@ -528,7 +529,7 @@ def test_the_bytes_a_gpu_sends_are_a_whole_number(tmp_path):
                                         **args}} for number, (name, dur, stream, args) in enumerate(kernels)]
         doc = {"distributedInfo": {"rank": rank, "world_size": 8}, "traceEvents": events}
         (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
-    text = (f"cluster: {{topology: dgx-h100-cluster, nodes: 2}}\n"
+    text = (f"cluster: {{topology: dgx-h100-cluster, nodes: 2}}\ncollectives: {{channels: 8}}\n"
             f"workload: {{trace: '{tmp_path}/rank*.json', traced_ep: 4, traced_cp: 1, dp: 16}}\n")
     _, result = run(text, tmp_path)
     assert result.summary["traffic_bytes_per_gpu"]["dp"] == 1.5 * 8 * MIB
