@@ -777,7 +777,8 @@ def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None
     stay inside one host); None for a trace workload, whose size is its trace file's (a trace holds its ops
     already, so it cannot grow past them). Given the built cluster (``topology``), the all-reduces that may run
     as trees (`may_run_trees`) count the transfers of the plans the tuner picks (`_planned_transfers`); without
-    it they count as rings, fewer (the published SC21 7.5B step: 29,280 flows estimated, 662,908 simulated).
+    it they count as rings, fewer (the published SC21 7.5B step with `collectives.algorithm: tree`: 29,280 flows
+    estimated, 656,485 on the built cluster).
     ``stop_past_limits``: stop counting the DDP buckets' trees once their flows alone pass both limits
     (`_limit_flows`), for a refusal, which then gives a lower bound where sizes were left uncounted
     (`ScaleEstimate.lower_bound`)."""

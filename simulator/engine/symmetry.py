@@ -286,7 +286,7 @@ def _link_bytes(topology: Topology, phases: Sequence[Phase]) -> np.ndarray:
     depends only on what crosses the link, not on how the phases split it. A tree's chain inside a host carries
     the same chunks in every host, over phases of other lengths where the host's place in the tree differs, and
     summed phase by phase in float host 1's load came out three units in the last place above host 0's
-    (60442214.40000005 against ...03 bytes, SC21 3.6B), which refused the fold."""
+    (60442214.40000005 against ...03 bytes, SC21 3.6B's geometry under trees), which refused the fold."""
     transfers = [(t, phase.repeat) for phase in phases for t in phase.transfers]
     lengths, links = routed(topology, [t for t, _ in transfers])
     sizes, size_of = np.unique(np.array([t.nbytes for t, _ in transfers], dtype=np.float64), return_inverse=True)
