@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
+from simulator.collectives.names import ALGORITHM_OPS, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
 from simulator.console.paths import COMMAND_LINE, chosen_figure_file, command_line, on_command_line, output_folder
 from simulator.errors import (
@@ -1083,9 +1083,10 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--op", default="all_reduce", help=f"the collective: {', '.join(PRIMITIVES)} (default "
                                                          "all_reduce; send_recv: GPU 0 to the group's last)")
     coll.add_argument("--algorithm", default="auto",
-                      help=f"{', '.join(ALGORITHM_CHOICES)} (default auto: the rule's choice for each size)")
+                      help=f"auto (default: the rule's choice for each size) or one that implements the op: "
+                           f"{_implemented_ops()}")
     coll.add_argument("--protocol", default="auto",
-                      help=f"NCCL protocol: {', '.join(PROTOCOL_CHOICES)} (default auto)")
+                      help=f"NCCL protocol: {', '.join(PROTOCOL_CHOICES)} (default auto; send_recv runs simple)")
     coll.add_argument("--ranks", type=_at_least(2), default=0,
                       help="number of GPUs, 2 or more (default: all); send_recv runs two, GPU 0 to GPU RANKS-1")
     coll.add_argument("--sizes", default=COLLECTIVE_SIZES,
@@ -1231,6 +1232,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="describe or draw even beyond the size limit (minutes for a million GPUs)")
     topo.set_defaults(func=_cmd_topo)
     return parser
+
+
+def _implemented_ops() -> str:
+    """Each algorithm with the ops it implements, for `trainsim collective --help`."""
+    return "; ".join(f"{name} ({', '.join(ops)})" for name, ops in ALGORITHM_OPS.items())
 
 
 def _one_line(text: str) -> str:

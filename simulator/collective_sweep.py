@@ -59,7 +59,7 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
     plans = plan_cache(topology, settings)
     for nbytes in sizes:
         ops = [CollectiveOp(id=i, rank=rank, stream=COMM_STREAM, name=op, op=op, group=group, nbytes=nbytes,
-                            key=op, algorithm=algorithm) for i, rank in enumerate(group)]
+                            key=op, algorithm=algorithm, protocol=protocol) for i, rank in enumerate(group)]
         result, _ = run_ops(topology, ops, settings, plans=plans)
         time_s = result.makespan_s
         algbw = nbytes / time_s / 1e9

@@ -483,6 +483,10 @@ def test_bad_input_through_the_console_script(tmp_path):
     (["--set", "gpus=0"], "--set gpus=0", "0 must be positive", "a positive value"),
     (["--set", "gpus=1"], "--topology", "dgx-h100 has 1 GPU: a collective needs two or more",
      "a topology of 2 GPUs or more"),  # said 'allowed: 2..1'
+    (["--op", "send_recv", "--algorithm", "tree"], "--algorithm", "algorithm 'tree' does not implement send_recv",
+     "direct or auto"),
+    (["--op", "send_recv", "--protocol", "ll"], "--protocol",
+     "protocol 'll' does not run direct send_recv on this group", "simple or auto"),
 ])
 def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     assert main(["collective", "--topology", "dgx-h100", "--json", *args]) == 2
@@ -792,6 +796,14 @@ def test_the_collective_refusal_states_its_measured_cost(capsys):
         "collective on in seconds (at 65,536 GPUs an all-reduce of the default 11 sizes took 3 min and 3.1 GB, one "
         "1 GiB size 11 s with ring, 20 s with auto, and 0.7-0.8 GB) (allowed: at most 32,768 GPUs: a smaller cluster "
         "(--set), or pass --force)\n")
+
+
+def test_collective_help_names_the_ops_of_each_algorithm(capsys):
+    """`--algorithm`'s help says which ops each algorithm implements, so that a refusal is no surprise."""
+    assert main(["collective", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "tree (all_reduce, broadcast, reduce); " in text
+    assert "direct (all_to_all, all_gather, reduce_scatter, all_reduce, broadcast, reduce, send_recv)" in text
 
 
 def test_plot_help_names_every_command_that_writes_an_outdir(capsys):

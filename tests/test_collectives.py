@@ -23,6 +23,7 @@ from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import ALGORITHMS, plan_collective, runnable_algorithms
 from simulator.collectives.ring import group_by_host, ring_order
 from simulator.collectives.tree import double_binary_tree
+from simulator.cli import main
 from simulator.collectives.tuner import choose, estimates
 from simulator.config.loader import scenario_from_text
 from simulator.engine.stepping import run_all
@@ -513,7 +514,7 @@ def test_efficiency_scales_the_bandwidth_term():
 
 
 def test_send_recv_is_one_transfer():
-    phases = plan_collective(CollectiveRequest("send_recv", (3, 5), MIB), switch_topology(8), "ring")
+    phases = plan_collective(CollectiveRequest("send_recv", (3, 5), MIB), switch_topology(8), "direct")
     assert len(phases) == 1 and len(phases[0].transfers) == 1
     assert close(time_collective(switch_topology(8), "send_recv", "auto", (3, 5), MIB), ALPHA + MIB / BANDWIDTH)
 
@@ -553,6 +554,31 @@ def test_unsupported_primitive_names_the_algorithms_that_can():
     with pytest.raises(ScenarioError) as info:
         plan_collective(CollectiveRequest("all_to_all", (0, 1, 2), MIB), switch_topology(3), "ring")
     assert "does not implement all_to_all" in str(info.value) and "direct" in info.value.allowed
+
+
+SEND_RECV = "cluster: {topology: dgx-h100-cluster}\n%sworkload:\n  - {op: send_recv, src: 0, dst: 8, bytes: 1 MiB%s}\n"
+"""A scenario of one send_recv across two DGX H100 hosts: run-wide collectives settings, the item's own."""
+
+
+@pytest.mark.parametrize("own, field, problem, allowed", [
+    (", algorithm: tree", "workload[0].algorithm", "algorithm 'tree' does not implement send_recv", "direct or auto"),
+    (", protocol: ll", "workload[0].protocol", "protocol 'll' does not run direct send_recv on this group",
+     "simple or auto"),
+])
+def test_a_send_recv_refuses_an_algorithm_or_protocol_it_does_not_run(tmp_path, capsys, own, field, problem, allowed):
+    """A send_recv item's own algorithm or protocol is refused at load as an all_to_all's is, naming what runs."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SEND_RECV % ("", own))
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == f"error: {path}:3: {field}: {problem} (allowed: {allowed})\n"
+
+
+def test_a_send_recv_runs_under_any_run_wide_collectives_setting(tmp_path, capsys):
+    """The run-wide `collectives:` algorithm and protocol are the collectives': a send_recv (a pipeline's hand-off
+    too) runs point to point under them."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SEND_RECV % ("collectives: {algorithm: tree, protocol: ll}\n", ""))
+    assert main(["validate", str(path)]) == 0
 
 
 @pytest.mark.parametrize("asked, op", [("collnet_direct", "all_reduce"), ("nvls_sharp", "all_reduce"),
@@ -651,10 +677,9 @@ def test_busbw_factors_and_ring_busbw_reaches_link_speed():
     assert close(bus_bandwidth("all_reduce", 16, GIB, time_s), BANDWIDTH, tolerance=1e-6)
 
 
-def test_a_send_recv_names_the_direct_transfer_it_runs_whatever_was_asked():
-    """A send_recv is one direct transfer under any algorithm; `trainsim collective --op send_recv
-    --algorithm ring` named 'ring' in its algorithm column."""
+def test_a_send_recv_names_the_direct_transfer_it_runs():
+    """A send_recv under `auto` is one direct transfer under Simple, as its algorithm and protocol columns say."""
     from simulator.collective_sweep import collective_sweep
 
-    rows = collective_sweep("dgx-h100", {}, op="send_recv", algorithm="ring", ranks=2, sizes=[2**20, 2**24])
-    assert [row["resolved_algorithm"] for row in rows] == ["direct", "direct"]
+    rows = collective_sweep("dgx-h100", {}, op="send_recv", algorithm="auto", ranks=2, sizes=[2**20, 2**24])
+    assert [(row["resolved_algorithm"], row["resolved_protocol"]) for row in rows] == [("direct", "simple")] * 2

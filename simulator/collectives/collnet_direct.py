@@ -22,13 +22,13 @@ host has one NIC per GPU of the group; they are not modelled here (ring, direct 
 from __future__ import annotations
 
 from simulator.catalog.sharp import collnet_direct_latency
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.ring import group_by_host
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("all_reduce",)
+OPS = ALGORITHM_OPS["collnet_direct"]
 
 
 def refusal(ranks: tuple[int, ...], topology: Topology) -> str:

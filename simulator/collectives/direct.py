@@ -12,13 +12,12 @@ reduce-scatter run as p-1 phases of shifted pairs (in phase k, rank i sends to r
 
 from __future__ import annotations
 
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("all_to_all", "all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce",
-                              "send_recv")
+OPS = ALGORITHM_OPS["direct"]
 
 
 def shifted_pairs(ranks: tuple[int, ...], nbytes: float) -> list[Phase]:

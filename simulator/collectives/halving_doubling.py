@@ -6,12 +6,12 @@ In halving step k every rank exchanges half of what it still holds with the part
 
 from __future__ import annotations
 
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather")
+OPS = ALGORITHM_OPS["halving_doubling"]
 
 
 def exchange(ranks: tuple[int, ...], distance: int, nbytes: float) -> Phase:

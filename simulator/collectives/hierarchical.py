@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.ring import group_by_domain, group_by_host, merge_parallel, ring_phase
 from simulator.collectives.tree import binomial_phases
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+OPS = ALGORITHM_OPS["hierarchical"]
 
 
 def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hierarchical") -> list[list[int]]:

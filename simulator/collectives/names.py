@@ -15,6 +15,20 @@ PRIMITIVES: tuple[Primitive, ...] = get_args(Primitive)
 AlgorithmName = Literal["ring", "tree", "hierarchical", "direct", "halving_doubling", "nvls", "collnet_direct",
                         "nvls_sharp", "userbuffers", "ring_exchange"]
 """The registered algorithms (registry.py ALGORITHMS, in its order)."""
+ALGORITHM_OPS: dict[AlgorithmName, tuple[Primitive, ...]] = {
+    "ring": ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"),
+    "tree": ("all_reduce", "broadcast", "reduce"),
+    "hierarchical": ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"),
+    "direct": ("all_to_all", "all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce", "send_recv"),
+    "halving_doubling": ("all_reduce", "reduce_scatter", "all_gather"),
+    "nvls": ("all_reduce", "reduce_scatter", "all_gather"),
+    "collnet_direct": ("all_reduce",),
+    "nvls_sharp": ("all_reduce",),
+    "userbuffers": ("reduce_scatter", "all_gather"),
+    "ring_exchange": ("all_gather",),
+}
+"""The primitives each algorithm implements (each module's ``OPS``): `trainsim collective --help` lists them
+without loading the algorithms."""
 AlgorithmChoice = Literal[AlgorithmName, "auto"]
 """What a collective may ask for: a registered algorithm, or `auto` (registry.py choose_algorithm)."""
 ALGORITHM_CHOICES: tuple[AlgorithmChoice, ...] = get_args(AlgorithmChoice)

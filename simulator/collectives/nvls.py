@@ -34,13 +34,13 @@ from collections.abc import Sequence
 from simulator.catalog.calibration import nvls_efficiency
 from simulator.catalog.gpus import gpu_names
 from simulator.collectives.hierarchical import host_grid
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import ALGORITHM_OPS, Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.tree import double_binary_tree
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather")
+OPS = ALGORITHM_OPS["nvls"]
 LATENCY = 25e-6
 """NCCL's latency of an NVLS collective, Simple protocol (src/graph/tuning.cc, hwLatencies[NVLINK][NVLS])."""
 TREE_NET_LATENCY = 20.9e-6

@@ -16,12 +16,12 @@ from __future__ import annotations
 from simulator.catalog.sharp import NVLS_SHARP_NET_LATENCY
 from simulator.collectives import nvls
 from simulator.collectives.collnet_direct import check, sharp_transfers
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("all_reduce",)
+OPS = ALGORITHM_OPS["nvls_sharp"]
 LATENCY = nvls.LATENCY + NVLS_SHARP_NET_LATENCY
 """NCCL's NVLS latency across hosts: intra-host NVLS (25 us) + the network's NVLS latency (18 us)."""
 

@@ -55,7 +55,7 @@ ALGORITHMS: dict[AlgorithmName, Algorithm] = {
     "userbuffers": Algorithm(userbuffers.plan, userbuffers.OPS),
     "ring_exchange": Algorithm(userbuffers.ring_exchange, userbuffers.RING_EXCHANGE_OPS),
 }
-"""name -> algorithm, one per names.py AlgorithmName. send_recv is one transfer whatever the algorithm."""
+"""name -> algorithm, one per names.py AlgorithmName. send_recv is one transfer, `direct`'s."""
 
 def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice = "auto",
                     efficiency: Mapping[str, float] | None = None, protocol: ProtocolChoice = "simple"
@@ -67,10 +67,7 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
     if len(request.ranks) < 2 or request.nbytes == 0:
         return []
     name, resolved = resolve(request, topology, algorithm, protocol, efficiency)
-    chosen = ALGORITHMS[name]
-    if request.op not in chosen.ops:
-        raise ScenarioError(f"algorithm {name!r} does not implement {request.op}",
-                            field="collectives.algorithm", allowed=_offered(request, topology))
+    chosen = refuse_unimplemented(request, topology, name)
     try:
         phases = chosen.plan(replace(request, protocol=resolved), topology)
     except ScenarioError as refused:
@@ -78,6 +75,16 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
             raise
         raise refused.rebuilt(allowed=_offered(request, topology)) from None
     return protocols.apply(phases, name, resolved)
+
+
+def refuse_unimplemented(request: CollectiveRequest, topology: Topology, name: AlgorithmName) -> Algorithm:
+    """The algorithm ``name``, refused where it does not implement ``request``'s op, offering those that run it
+    here (`_offered`: direct or auto for an all_to_all or a send_recv)."""
+    chosen = ALGORITHMS[name]
+    if request.op not in chosen.ops:
+        raise ScenarioError(f"algorithm {name!r} does not implement {request.op}",
+                            field="collectives.algorithm", allowed=_offered(request, topology))
+    return chosen
 
 
 def planned_transfers(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmName,
@@ -119,11 +126,16 @@ def _offered(request: CollectiveRequest, topology: Topology) -> str:
 
 def resolve(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,
             protocol: ProtocolChoice = "simple", efficiency: Mapping[str, float] | None = None) -> Choice:
-    """The algorithm and protocol that run ``request``: a send_recv is one direct transfer whatever was asked;
-    otherwise `choose`'s choice of what is `auto` on links that reach ``efficiency`` (the network model's;
-    None: line rate), a protocol asked for checked against the algorithm (`protocols.check`). `direct` runs
-    point to point, as NCCL runs send/receive, under Simple whatever protocol was asked."""
+    """The algorithm and protocol that run ``request``: a send_recv is one direct transfer under Simple, what
+    else it asks refused as an algorithm that does not implement an op is (`refuse_unimplemented`) and a protocol
+    its algorithm does not run (`protocols.check`); otherwise `choose`'s choice of what is `auto` on links that
+    reach ``efficiency`` (the network model's; None: line rate), a protocol asked for checked against the
+    algorithm. `direct` chosen for a collective runs point to point under Simple whatever protocol was asked."""
     if request.op == "send_recv":
+        if algorithm != "auto":
+            refuse_unimplemented(request, topology, algorithm)
+        if protocol != "auto":
+            protocols.check("direct", request.op, protocol, request.ranks, topology)
         return Choice("direct", "simple")
     chosen = choose(request, topology, efficiency, algorithm, protocol)
     if chosen.algorithm == "direct":

@@ -19,13 +19,13 @@ from itertools import chain, repeat
 from simulator.catalog.calibration import max_channels, network_channels_per_nic
 from simulator.collectives.channels import first_member
 from simulator.collectives.chunking import ChunkSetting, pipeline_chunk
-from simulator.collectives.names import Primitive, Protocol
+from simulator.collectives.names import ALGORITHM_OPS, Protocol
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.tree import chunk_count, pipelined_phases
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+OPS = ALGORITHM_OPS["ring"]
 
 RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1, "all_gather": lambda n: n - 1}
 """Ring steps per op for n ranks; each step moves nbytes / n per rank (split over the channels)."""

@@ -17,12 +17,12 @@ from collections.abc import Hashable, Iterator, Sequence
 
 from simulator.collectives.channels import child_receivers, tree_chain
 from simulator.collectives.chunking import NCCL_STEPS, pipeline_chunk
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("all_reduce", "broadcast", "reduce")
+OPS = ALGORITHM_OPS["tree"]
 
 Edge = tuple[int, int, int, int]
 """(src GPU, dst GPU, channel, first step): the edge carries chunk j at step ``first step + j``."""

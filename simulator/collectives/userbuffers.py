@@ -31,14 +31,14 @@ the ring exchange's copies and flag kernels (one each per exchange) beyond the p
 
 from __future__ import annotations
 
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.ring import ring_phase
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS: tuple[Primitive, ...] = ("reduce_scatter", "all_gather")
-RING_EXCHANGE_OPS: tuple[Primitive, ...] = ("all_gather",)
+OPS = ALGORITHM_OPS["userbuffers"]
+RING_EXCHANGE_OPS = ALGORITHM_OPS["ring_exchange"]
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:

@@ -105,15 +105,18 @@ class PlanCache:
         return plan_key(op, group, op.pair_bytes)
 
     def resolved(self, op: CollectiveOp, group: tuple[int, ...]) -> Choice:
-        """The concrete algorithm and protocol for ``op`` over ``group``: its own, else the run's defaults, what is
-        `auto` chosen by size and topology (once per shape)."""
+        """The concrete algorithm and protocol for ``op`` over ``group``: its own, else the run's defaults (a
+        collective's: a send_recv takes its own alone, being point to point), what is `auto` chosen by size and
+        topology (once per shape)."""
         self._current()
         key = self.key(op, group)
         resolved = self._choices.get(key)
         if resolved is None:
-            resolved = self._choices[key] = resolve(self._request(op, group), self.topology,
-                                                    run_choice(op.algorithm, self.default_algorithm),
-                                                    run_choice(op.protocol, self.default_protocol), self.efficiency)
+            collective = op.op != "send_recv"
+            resolved = self._choices[key] = resolve(
+                self._request(op, group), self.topology,
+                run_choice(op.algorithm, self.default_algorithm if collective else "auto"),
+                run_choice(op.protocol, self.default_protocol if collective else "auto"), self.efficiency)
         return resolved
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> AlgorithmName:
