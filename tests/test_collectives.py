@@ -15,6 +15,7 @@ import simpy
 from networkx.algorithms.isomorphism import DiGraphMatcher, categorical_edge_match
 from shared import ALPHA, BANDWIDTH, GIB, KIB, MIB, NCCL_SIMPLE_BASE_S, switch_topology, two_level_topology
 
+from simulator.cli import main
 from simulator.collective_sweep import collective_sweep
 from simulator.collectives.busbw import BUS_FACTORS, bus_bandwidth, bus_bandwidth_factor
 from simulator.collectives.execute import run_plan, time_collective
@@ -23,7 +24,6 @@ from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import ALGORITHMS, plan_collective, runnable_algorithms
 from simulator.collectives.ring import group_by_host, ring_order
 from simulator.collectives.tree import double_binary_tree
-from simulator.cli import main
 from simulator.collectives.tuner import choose, estimates
 from simulator.config.loader import scenario_from_text
 from simulator.engine.stepping import run_all
