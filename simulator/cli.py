@@ -316,6 +316,8 @@ COLLECTIVE_COST = ("time a collective on in seconds (at 65,536 GPUs an all-reduc
 
 def _cmd_collective(args: argparse.Namespace) -> int:
     from simulator.collective_sweep import collective_sweep, format_table
+    from simulator.console.progress import RunProgress, clock
+    from simulator.scale import EVENTS_PER_MINUTE
     from simulator.topology.loader import build_source, read_topology
     from simulator.units import parse_size_range
 
@@ -329,9 +331,14 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         _refuse_large_cluster(cluster, "--topology", COLLECTIVE_COST, force=args.force)
         topology = build_source(cluster)
         sets.warn_kept_node(topology, "trainsim collective")
-        rows = collective_sweep(topology, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
-                                ranks=args.ranks,
-                                sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
+        seconds = _refuse_large_collective(args, cluster, topology.num_gpus)
+        if seconds >= SLOW_SIZE_S:
+            _stderr_line(f"trainsim collective: about {clock(seconds)} a size, {len(sizes)} size"
+                         f"{'s' if len(sizes) > 1 else ''} (~{EVENTS_PER_MINUTE:,} ops + flows a minute)")
+        with RunProgress(enabled=True, unit="sizes", description=f"timing {args.op}") as progress:
+            rows = collective_sweep(topology, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
+                                    ranks=args.ranks, sizes=sizes, efficiency=args.efficiency, mode=args.network,
+                                    chunk=args.chunk, progress=progress)
     except InputError as exc:
         if exc.file or exc.field not in COLLECTIVE_FLAGS:
             raise sets.located(exc) from None
@@ -379,6 +386,35 @@ def _published_workers(args: argparse.Namespace) -> int:
         raise option_error("--jobs", "the old name of --workers; give one of them", "--workers N alone")
     print("trainsim validate-published: --jobs is deprecated, use --workers", file=sys.stderr)
     return int(args.jobs)
+
+
+SLOW_SIZE_S = 5.0
+"""From this many seconds a size on (estimated at `scale.EVENTS_PER_MINUTE`), `trainsim collective` says how long
+each will take before it starts (1,024 ranks' all-to-all of 1 MiB, ~1 M flows, took 23 s of CPU and printed
+nothing)."""
+
+
+def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int) -> float:
+    """Refuse, before it runs, `trainsim collective`'s op over more ops and flows or memory a size than the scale
+    limits allow a run (scale.py `collective_estimate`, as a `workload:` item of it is counted), unless --force;
+    else return the seconds a size is expected to take. An op or a rank count the sweep refuses is left to it."""
+    from simulator.console.paths import option_error
+    from simulator.scale import EVENTS_PER_MINUTE, collective_estimate
+    from simulator.topology.size import SIZE_PARAMETERS, host_shape
+
+    ranks = args.ranks or gpus
+    if args.op not in PRIMITIVES or not 2 <= ranks <= gpus:
+        return 0.0
+    estimate = collective_estimate(args.op, ranks, gpus, host_shape(spec))
+    if estimate.over_limits() and not args.force:
+        hosts = " or ".join(f"--set {name}=N" for name in SIZE_PARAMETERS.get(spec.kind, ()))
+        raise option_error("--ranks" if args.ranks else "--topology",
+                           f"{args.op} over {estimate.simulated_ranks:,} GPUs is too large to simulate: "
+                           f"~{estimate.ops:,} ops, ~{estimate.flows:,} flows, "
+                           f"~{estimate.memory_bytes / 2**30:,.1f} GiB of memory a size; {estimate.beyond()}",
+                           f"fewer ranks (--ranks N{f', or fewer hosts: {hosts}' if hosts else ''}) or another "
+                           "--op; or pass --force")
+    return estimate.events / EVENTS_PER_MINUTE * 60
 
 
 def _refuse_large_cluster(spec, option: str, purpose: str, *, force: bool) -> None:
@@ -1101,7 +1137,8 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--chunk", default="auto",
                       help="pipelining chunk size (default auto: NCCL's for the protocol; 'none' = off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
-    coll.add_argument("--force", action="store_true", help="run even on more than 32,768 GPUs")
+    coll.add_argument("--force", action="store_true",
+                      help="run even on more than 32,768 GPUs or beyond the scale limits (memory, ops + flows)")
     coll.set_defaults(func=_cmd_collective, one_run=True)
 
     plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts",
@@ -1318,6 +1355,12 @@ def _at_command(exc: InputError, command: str) -> InputError:
     return exc.rebuilt(file=where, line=None)
 
 
+RUN_REMEDIES = "run.fold: true, fewer micro-batches or run.timeline: summary"
+"""What an out-of-memory error offers for a command that runs a scenario."""
+OUT_OF_MEMORY_REMEDIES = {"collective": "fewer ranks (--ranks, or a smaller cluster: --set) or another --op"}
+"""What an out-of-memory error offers for a command that takes no scenario, by command."""
+
+
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """Entry point of the `trainsim` console script: every failure ends as one line on stderr and an exit
     status (2 input, 1 runtime, 130 interrupted, 143 terminated), never a traceback. A stop that Python dropped
@@ -1359,7 +1402,7 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except MemoryError:
-        return _fail("error: out of memory (try run.fold: true, fewer micro-batches or run.timeline: summary)",
+        return _fail(f"error: out of memory (try {OUT_OF_MEMORY_REMEDIES.get(args.command, RUN_REMEDIES)})",
                      EXIT_RUNTIME)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.chunking import chunk_bytes
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
@@ -19,7 +21,8 @@ from simulator.units import format_size
 @collector_paused()
 def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
-                     chunk: str | None = "auto", protocol: str = "auto") -> list[dict]:
+                     chunk: str | None = "auto", protocol: str = "auto",
+                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the
     ones that ran: `auto`'s choice for this size, as NCCL_DEBUG=INFO names the algorithm and protocol NCCL's
     tuner picked), ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes); a send_recv's also its src and
@@ -28,7 +31,7 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
     line, so they are checked here, against the sets the schema checks a scenario's against. ``cluster``: a
     topology's name or path, its file already read, or built (`trainsim collective` reads it once, to count its
     GPUs before building, and builds it, to warn of a GPU changed without its NVLink); ``overrides`` replace the
-    parameters of a name, a path or a file read."""
+    parameters of a name, a path or a file read. ``progress(done, total)`` hears each size begin, and the end."""
     if op not in PRIMITIVES:
         raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(PRIMITIVES))
     if algorithm not in ALGORITHM_CHOICES:
@@ -56,10 +59,12 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
     if op == "send_recv":
         group = (0, ranks - 1)
     rows = []
-    plans = plan_cache(topology, settings)
-    for nbytes in sizes:
+    for done, nbytes in enumerate(sizes):
+        if progress is not None:
+            progress(done, len(sizes))
         ops = [CollectiveOp(id=i, rank=rank, stream=COMM_STREAM, name=op, op=op, group=group, nbytes=nbytes,
                             key=op, algorithm=algorithm, protocol=protocol) for i, rank in enumerate(group)]
+        plans = plan_cache(topology, settings)  # each size's own: kept, every size's plans held at once
         result, _ = run_ops(topology, ops, settings, plans=plans)
         time_s = result.makespan_s
         algbw = nbytes / time_s / 1e9
@@ -68,6 +73,8 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
         rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": ran.algorithm, "protocol": protocol,
                      "resolved_protocol": ran.protocol, "ranks": len(group), **ends, "bytes": nbytes,
                      "time_s": time_s, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
+    if progress is not None:
+        progress(len(sizes), len(sizes))
     return rows
 
 

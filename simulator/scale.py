@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from simulator.collectives.hierarchical import even_rows
-from simulator.collectives.names import run_choice
+from simulator.collectives.names import Primitive, run_choice
 from simulator.collectives.ring import cross_host_channels, domain_rails, usable_rails
 from simulator.collectives.tree import nccl_nodes
 from simulator.config.loader import LoadedScenario
@@ -748,13 +748,30 @@ def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
         if planned is not None:
             trees = trees or planned.trees
             flows += item.repeat * planned.transfers
-        elif item.op == "send_recv":
-            flows += item.repeat
-        elif item.op == "all_to_all":
-            flows += item.repeat * size * (size - 1)
         else:
-            flows += item.repeat * size * (2 if across and item.op == "all_reduce" else 1)
+            flows += item.repeat * _ring_flows(item.op, size, across)
     return replace(_estimate(scenario, gpus, gpus, ops, flows, 0.0, False), trees=trees)
+
+
+def _ring_flows(op: Primitive, members: int, across: bool) -> int:
+    """The transfers one ``op`` over ``members`` GPUs posts as `_comm_estimate` counts them without its plan:
+    one for a send_recv, p(p-1) for an all-to-all, else per member one of its ring (two for an all-reduce
+    ``across`` hosts)."""
+    if op == "send_recv":
+        return 1
+    if op == "all_to_all":
+        return members * (members - 1)
+    return members * (2 if across and op == "all_reduce" else 1)
+
+
+def collective_estimate(op: Primitive, ranks: int, gpus: int, hosts: HostShape | None) -> ScaleEstimate:
+    """What `trainsim collective` needs for one size of ``op`` over GPUs 0 .. ``ranks`` - 1 (a send_recv's two
+    ends) of a cluster of ``gpus`` GPUs made of ``hosts``: an op per member and the transfers a `workload:` item
+    of it posts (`_ring_flows`: an all-reduce counted as rings, a lower bound where the tuner picks trees), with
+    no timeline written."""
+    members = 2 if op == "send_recv" else ranks
+    across = hosts is not None and (ranks - 1) // hosts.gpus > 0
+    return _sized(gpus, members, members, _ring_flows(op, members, across), 0.0, False, 0.0)
 
 
 def _plannable(members: tuple[int, ...], topology: Topology) -> bool:
@@ -766,6 +783,12 @@ def _plannable(members: tuple[int, ...], topology: Topology) -> bool:
 def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: float, mirrors: float,
               fold: bool) -> ScaleEstimate:
     written = {"full": ops + flows, "per-stage": ops, "summary": 0.0}[scenario.run.timeline]
+    return _sized(gpus, ranks, ops, flows, mirrors, fold, written)
+
+
+def _sized(gpus: int, ranks: int, ops: float, flows: float, mirrors: float, fold: bool,
+           written: float) -> ScaleEstimate:
+    """The estimate of a run of these counts, its memory theirs with ``written`` timeline rows."""
     memory = (gpus * TOPOLOGY_BYTES_PER_GPU + ops * OP_BYTES + flows * FLOW_BYTES + mirrors * MIRROR_ENTRY_BYTES
               + written * TRACE_BYTES_PER_ROW)
     return ScaleEstimate(gpus, ranks, math.ceil(ops), math.ceil(flows), memory, fold)

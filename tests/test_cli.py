@@ -806,6 +806,52 @@ def test_collective_help_names_the_ops_of_each_algorithm(capsys):
     assert "direct (all_to_all, all_gather, reduce_scatter, all_reduce, broadcast, reduce, send_recv)" in text
 
 
+A2A_8K = ["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=1024", "--op", "all_to_all", "--sizes",
+          "1MiB"]
+"""An all-to-all over 8,192 GPUs: 67.1 M flows a size."""
+
+
+def test_the_collective_command_refuses_a_size_past_the_scale_limits_before_it_runs(capsys):
+    """An op whose flows or memory a size pass the limits a run has (scale.py) is refused with its estimate and what
+    to change, before anything is simulated."""
+    assert main(A2A_8K) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: trainsim collective: --topology: all_to_all over 8,192 GPUs is too large to simulate: "
+        "~8,192 ops, ~67,100,672 flows, ~43.8 GiB of memory a size; ops + flows ~67,108,864 over the limit of "
+        "20,000,000 and memory ~43.8 GiB over the limit of 16 GiB (allowed: fewer ranks (--ranks N, or fewer "
+        "hosts: --set nodes=N) or another --op; or pass --force)\n")
+
+
+def test_the_collective_command_runs_past_the_scale_limits_with_force(monkeypatch, capsys):
+    """--force runs what the limits refuse: 16 GPUs' all-to-all under a limit of 100 ops + flows."""
+    monkeypatch.setattr("simulator.scale.MAX_EVENTS", 100)
+    args = ["collective", "--topology", "dgx-h100-cluster", "--op", "all_to_all", "--sizes", "1MiB", "--ranks", "16"]
+    assert main(args) == 2
+    assert "--ranks: all_to_all over 16 GPUs is too large to simulate" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 0
+    assert "ranks=16" in capsys.readouterr().out
+
+
+def test_the_collective_command_says_how_long_a_slow_size_will_take(monkeypatch, capsys):
+    """Where a size is estimated at several seconds or more, the time a size takes is said before it starts: 16
+    GPUs' all-to-all, 256 ops + flows, at 256 a minute."""
+    monkeypatch.setattr("simulator.scale.EVENTS_PER_MINUTE", 256)
+    assert main(["collective", "--topology", "dgx-h100-cluster", "--op", "all_to_all", "--sizes", "1MiB,2MiB"]) == 0
+    assert capsys.readouterr().err == (
+        "trainsim collective: about 0:01:00 a size, 2 sizes (~256 ops + flows a minute)\n")
+
+
+def test_the_collective_command_out_of_memory_names_its_own_remedies(monkeypatch, capsys):
+    """Out of memory, `trainsim collective` names what it can change, not a scenario's fields."""
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr("simulator.collective_sweep.collective_sweep", exhausted)
+    assert main(["collective", "--topology", "dgx-h100", "--sizes", "1MiB"]) == 1
+    assert capsys.readouterr().err == (
+        "error: out of memory (try fewer ranks (--ranks, or a smaller cluster: --set) or another --op)\n")
+
+
 def test_plot_help_names_every_command_that_writes_an_outdir(capsys):
     """goodput is drawn from a `trainsim study` folder, so OUTDIR's help names study among the writers."""
     assert main(["plot", "--help"]) == 0

@@ -677,6 +677,13 @@ def test_busbw_factors_and_ring_busbw_reaches_link_speed():
     assert close(bus_bandwidth("all_reduce", 16, GIB, time_s), BANDWIDTH, tolerance=1e-6)
 
 
+def test_a_sweep_reports_each_size_as_it_begins_and_the_end():
+    heard = []
+    collective_sweep("dgx-h100", {}, op="all_gather", algorithm="auto", ranks=8, sizes=[MIB, 2 * MIB],
+                     progress=lambda done, total: heard.append((done, total)))
+    assert heard == [(0, 2), (1, 2), (2, 2)]
+
+
 def test_a_send_recv_names_the_direct_transfer_it_runs():
     """A send_recv under `auto` is one direct transfer under Simple, as its algorithm and protocol columns say."""
     from simulator.collective_sweep import collective_sweep

@@ -608,6 +608,21 @@ def test_a_workload_list_counts_an_all_to_all_as_a_transfer_to_every_other_membe
     assert estimate.flows == simulate(loaded).summary["flows_simulated"] == 2 * 16 * 15 + 48
 
 
+@pytest.mark.parametrize("op, group, flows", [("all_to_all", "all", 16 * 15), ("all_reduce", "all", 32),
+                                              ("all_gather", "0-7", 8), ("send_recv", None, 1)])
+def test_the_collective_command_counts_a_size_as_a_workload_item_of_it(op, group, flows):
+    """`trainsim collective`'s estimate of a size is a `workload:` item's of the op over the same GPUs (GPUs 0..k-1;
+    a send_recv's two ends) in ops, flows and memory, without the timeline a run writes."""
+    ends = "src: 0, dst: 15" if group is None else f"group: {group}"
+    loaded = scenario_from_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nrun: {timeline: summary}\n"
+                                f"workload:\n  - {{op: {op}, bytes: 1 MiB, {ends}}}\n", "s.yaml")
+    gpus, hosts = scale.scenario_gpus(loaded), scale.scenario_hosts(loaded)
+    ranks = 8 if group == "0-7" else 16
+    ours, item = scale.collective_estimate(op, ranks, gpus, hosts), scale.estimate_scale(loaded.scenario, gpus, hosts)
+    assert (ours.ops, ours.flows, ours.memory_bytes) == (item.ops, item.flows, item.memory_bytes)
+    assert ours.flows == flows
+
+
 JOB_16K = str(SCENARIOS / "llama3-405b-16k-job.yaml")
 PAST_MAX_GPUS = ["--set", "cluster.nodes=32769"]  # 262,152 GPUs: MAX_GPUS + 8
 
