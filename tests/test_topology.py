@@ -589,9 +589,24 @@ def test_describe_says_what_a_fabric_wired_for_more_hosts_is_wired_for():
     assert text.startswith("topology dgx-h100-cluster (cluster): 40 GPUs (h100-sxm) on 5 hosts, 8 GPUs per host, "
                            "8 rails, fabric wired for 12 hosts\n")
     assert re.search(r"\n  NIC-leaf +1 TB/s  \(whole fabric\)\n  leaf-spine +2\.4 TB/s  \(whole fabric, as wired "
-                     r"for 12 hosts\)\n  spine-core +2\.4 TB/s  \(whole fabric, as wired for 12 hosts\)$", text)
+                     r"for 12 hosts; under-subscribed: carries at most the NIC-leaf tier's 1 TB/s\)\n  spine-core +"
+                     r"2\.4 TB/s  \(whole fabric, as wired for 12 hosts; under-subscribed: carries at most the "
+                     r"NIC-leaf tier's 1 TB/s\)$", text)
     full = describe_topology(load_topology("dgx-h100-cluster", {**params, "nodes": 12}))
     assert "wired" not in full and re.search(r"\n  leaf-spine +2\.4 TB/s  \(whole fabric\)\n", full)
+
+
+@pytest.mark.parametrize("params, said", [
+    ({"nodes": 40}, "leaf-spine                12.8 TB/s  (whole fabric; under-subscribed: carries at most the "
+                    "NIC-leaf tier's 8 TB/s)\n"),
+    ({"nodes": 40, "oversubscription": 2}, "leaf-spine                 6.4 TB/s  (whole fabric)\n"),
+    ({"nodes": 64}, "leaf-spine                12.8 TB/s  (whole fabric)\n")])
+def test_describe_says_a_fabric_tier_above_what_the_tiers_below_carry_is_under_subscribed(params, said):
+    """A partly populated leaf group's uplinks are sized for every port: 40 DGX H100 hosts (8 in the second group of
+    32) have 12.8 TB/s of leaf-spine over 8 TB/s of NICs, which it is said to carry at most; 2:1 oversubscribed
+    (6.4 TB/s) or with both groups full, the leaf-spine tier carries all it has."""
+    text = describe_topology(load_topology("dgx-h100-cluster", params))
+    assert text.endswith(f"  {said}".rstrip("\n"))
 
 
 def test_draw_small_and_refuse_large(tmp_path):

@@ -16,6 +16,10 @@ _SWITCH_TIERS = {1: "leaf", 2: "spine", 3: "core"}
 _ROLE_ORDER = ("GPU", "NVSwitch", "PCIe switch", "host bridge", "NIC", "leaf", "spine", "core", "switch")
 _DRAW_LAYER = {"GPU": 0, "NVSwitch": -1, "PCIe switch": -1, "host bridge": -2, "NIC": 1, "leaf": 2, "spine": 3,
                "core": 4, "switch": 2}
+_FABRIC_ROLES = {"NIC", "leaf", "spine", "core"}
+"""The roles of the fabric's tiers, from the NICs up: a tier carries at most what the tiers below it carry."""
+_SAME = 1e-9
+"""Relative difference under which two tiers' bisections are the same (sums of link bandwidths)."""
 _CLASS_COLOURS = {"nvlink": "tab:green", "pcie": "tab:orange", "infiniband": "tab:blue", "ethernet": "tab:purple",
                   "c2c": "tab:red"}
 
@@ -73,7 +77,8 @@ def tier_bisection(topo: Topology) -> list[tuple[str, tuple[tuple[float, int], .
 def describe_topology(topo: Topology) -> str:
     """A multi-line text summary: GPUs and hosts (and the hosts a fabric is wired for, `fabric_hosts`), nodes per
     kind (with the first and last node name, the names `faults.step` links take), link groups, bisection
-    bandwidth per tier (the switch tiers' those of the wiring)."""
+    bandwidth per tier (the switch tiers' those of the wiring), a fabric tier above what the tiers below it carry
+    (a leaf group partly populated: its uplinks are sized for every port) said to be under-subscribed."""
     per_host = Counter(topo.gpu_host)
     sizes = sorted(set(per_host.values()))
     lines = [f"topology {topo.name} ({topo.params.get('kind', 'custom')}): {topo.num_gpus} GPUs ({topo.gpu_model})"
@@ -98,11 +103,17 @@ def describe_topology(topo: Topology) -> str:
     for (link_class, bandwidth, latency), count in sorted(groups.items()):
         lines.append(f"  {link_class:<11} {count:>7} x {format_bandwidth(bandwidth):>10}  {format_duration(latency)}")
     lines.append("bisection bandwidth per tier (per direction):")
+    below: tuple[str, float] | None = None
     for tier, values in tier_bisection(topo):
         (bandwidth, domains), *others = values
         scope = _scope(domains)
         if wired and set(tier.split("-")) <= set(_SWITCH_TIERS.values()):
             scope += f", as wired for {counted(wired, 'host')}"
+        if set(tier.split("-")) <= _FABRIC_ROLES:
+            if below is not None and bandwidth > below[1] * (1 + _SAME):
+                scope += f"; under-subscribed: carries at most the {below[0]} tier's {format_bandwidth(below[1])}"
+            if below is None or bandwidth < below[1]:
+                below = tier, bandwidth
         text = f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})"
         lines.append(", ".join([text, *(f"{format_bandwidth(each)} ({_scope(count)})" for each, count in others)]))
     return "\n".join(lines)
