@@ -145,11 +145,19 @@ class JobPlan:
             return 0
         return len(self.spare_racks) * (1 if klass.unit == "rack" else self.nvswitch_trays)
 
+    @cached_property
+    def whole_spare_rack(self) -> bool:
+        """Whether the spare pool holds a spare rack with a whole rack's hosts, which can take a failed rack's
+        place: the last spare rack holds the hosts left, so `restart.spares: 2` on 4-host racks is no spare rack
+        at hand and the job waits for the rack's repair."""
+        size = full_rack_hosts(self.racks) if self.racks else 0
+        return any(self.rack_hosts(rack) == size for rack in self.spare_racks)
+
     def failure_rate_s(self, klass: FailureClass) -> float:
-        """Failures per second the job meets of one unit of ``klass`` in use (`FailureClass.failure_rate_s`),
-        a spare at hand where the spare pool has one: a spare rack for a `rack` or `nvswitch_tray` class, a
-        spare host for another."""
-        spare_at_hand = bool(self.spare_racks) if klass.unit in RACK_UNITS else self.spares > 0
+        """Failures per second the job meets of one unit of ``klass`` in use over the horizon
+        (`FailureClass.failure_rate_s`), a spare at hand where the spare pool has one: a spare rack with a whole
+        rack's hosts (`whole_spare_rack`) for a `rack` or `nvswitch_tray` class, a spare host for another."""
+        spare_at_hand = self.whole_spare_rack if klass.unit in RACK_UNITS else self.spares > 0
         return klass.failure_rate_s(spare_at_hand)
 
     def drawn_units(self, counts: list[int]) -> list[int]:
