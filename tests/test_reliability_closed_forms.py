@@ -153,3 +153,32 @@ def test_every_failure_of_a_host_in_use_interrupts_the_renewal_count_of_them(dis
     assert summary["failure_model"]["gpu"]["expected_in_horizon"] == pytest.approx(144.0, rel=1e-12)
     assert summary["restart_waiting_for_hosts_s"]["mean"] == 0.0  # the spares never ran out
     assert inside(144.0, summary["interruptions"]["unexpected"], widest)  # today 146.1 (2.3) and 141.9 (5.3)
+
+
+WAITING_JOB = ONE_GPU_HOSTS.replace("interval: 1000 d", "interval: 10 min") + """
+run: {horizon: 30 d, replications: 40, seed: 0}
+faults: {components: {gpu: {mtbf: 20 h, repair: 1 d}}}
+restart: {detection: 1 min, reschedule: 0 s, launch: 1 min, warmup_steps: 0}
+"""
+
+
+def test_the_mtbf_while_training_counts_no_repair_wait():
+    """Four one-GPU hosts, GPU MTBF 20 h, 1 d repairs, no spare: the job waits for each repair, but while it
+    trains all four GPUs are up, so it meets a failure every 20 h / 4 = 5 h of training, the M of Young's and
+    Daly's intervals, whatever the repair (the horizon's 1 / (MTBF + repair) count says 44 h / 4 = 11 h). The
+    failures outside restarts over the time outside restarts: 4.78 h today, 625 failures, within 3 standard
+    errors (M / sqrt(failures)) of 5 h and 32 of them below 11 h."""
+    from simulator.reliability.simulate import simulate_job
+
+    result = simulate_job(scenario_from_text(WAITING_JOB, "waiting.yaml"))
+    summary, events = result.summary, result.events
+    assert summary["mtbf_s"] == pytest.approx(5 * 3600.0, rel=1e-12)
+    assert summary["failure_model"]["gpu"]["expected_interruptions"] == pytest.approx(4 * 720 / 44, rel=1e-12)
+    training, failures = 0.0, 0
+    for _, rows in events.groupby("replication"):
+        restarts = rows[rows["kind"] == "restart"]
+        starts, ends = restarts["start_s"].to_numpy(), restarts["end_s"].to_numpy()
+        times = rows.loc[rows["kind"] == "failure", "start_s"].to_numpy()[:, None]
+        failures += int((~((times > starts) & (times < ends)).any(axis=1)).sum())
+        training += summary["horizon_s"] - (ends - starts).sum()
+    assert abs(training / failures - summary["mtbf_s"]) < 3 * summary["mtbf_s"] / math.sqrt(failures)

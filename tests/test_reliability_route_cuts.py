@@ -5,8 +5,9 @@ Hand figures: the bundled trace job (8 single-GPU hosts under one 100 GbE leaf, 
 MTBF 2000 h, 4 h repairs, no spare, 30 d) with `leaf_switch: {mtbf: 200 h, repair: 4 h}` expects
 8 x 720 / 2004 = 2.874 host interruptions (no spare: the job waits for a host in repair, which does not fail) and
 1 x 720 / (200 + 4) = 3.529 leaf interruptions (a leaf repaired in place fails once per MTBF + repair), 6.404 in
-all: M = 720 h / 6.404 = 112.4 h (404,768 s), Young sqrt(2 x 1.35 ms x 404,768 s) = 33.06 s. A NIC
-degrading on those one-NIC hosts (MTBF 1000 h, 4 h repairs) expects 8 x 720 / 1004 = 5.737, M = 125.5 h. The
+all; while the job trains every host and the leaf are up, so M = 1 / (8 / 2000 h + 1 / 200 h) = 111.1 h
+(400,000 s), Young sqrt(2 x 1.35 ms x 400,000 s) = 32.86 s. A NIC degrading on those one-NIC hosts (MTBF
+1000 h, 4 h repairs) expects 8 x 720 / 1004 = 5.737, M = 125.0 h. The
 last spine of two (each MTBF 100 h, 12 h exponential repairs) over single-NIC hosts under two leaves interrupts
 when the other is down: 2 x 720 / 112 x 12 / 112 = 1.378 a replication.
 """
@@ -36,14 +37,14 @@ def trace_job(*settings: str) -> dict:
 def test_a_leaf_over_single_nic_hosts_counts_in_the_mtbf_and_young_daly():
     summary = trace_job("run.replications=40", "faults.components.leaf_switch={mtbf: 200 h, repair: 4 h}")
     expected = 8 * 720 / 2004 + 720 / 204
-    mtbf = 720 * 3600 / expected
+    mtbf = 3600 / (8 / 2000 + 1 / 200)  # while the job trains every host and the leaf are up: 111.1 h
     assert summary["expected_unexpected_interruptions"] == pytest.approx(expected, rel=1e-12)
     assert summary["failure_model"]["leaf_switch"]["interrupting_units"] == 1.0
     assert summary["mtbf_s"] == pytest.approx(mtbf, rel=1e-12)
     cost = summary["young_daly_cost_s"]
     assert cost == pytest.approx(1.35e-3, rel=1e-6)
-    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * mtbf), rel=1e-12)  # 33.06 s
-    assert summary["daly_interval_s"] == pytest.approx(33.06, abs=0.01)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * mtbf), rel=1e-12)  # 32.86 s
+    assert summary["daly_interval_s"] == pytest.approx(32.86, abs=0.01)
     assert inside(expected, summary["interruptions"]["unexpected"], 1.2)
     assert inside(720 / 204, summary["interruptions"]["by_cause"]["leaf_switch"], 1.0)
 
@@ -52,8 +53,8 @@ def test_a_nic_degrading_on_one_nic_hosts_interrupts_in_the_closed_forms():
     summary = trace_job("run.replications=20",
                         "faults.components={nic: {mtbf: 1000 h, repair: 4 h, effect: degrade}}")
     assert summary["expected_unexpected_interruptions"] == pytest.approx(8 * 720 / 1004, rel=1e-12)
-    assert summary["mtbf_s"] == pytest.approx(1004 / 8 * 3600.0, rel=1e-12)
-    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 1004 / 8 * 3600.0),
+    assert summary["mtbf_s"] == pytest.approx(1000 / 8 * 3600.0, rel=1e-12)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 1000 / 8 * 3600.0),
                                                         rel=1e-12)
     assert inside(8 * 720 / 1004, summary["interruptions"]["unexpected"], 1.5)
 
@@ -114,12 +115,13 @@ checkpoint: {{size: 270 MB, interval: 10 min}}
 
 def test_a_lone_racks_only_nvswitch_tray_interrupts_in_the_closed_forms():
     """One rack of one tray (MTBF 500 h, 4 h repairs): every tray failure leaves the rack without NVLink and no
-    route, so 720 / 504 = 1.429 interruptions a replication (none while the tray is in repair), M = 504 h."""
+    route, so 720 / 504 = 1.429 interruptions a replication (none while the tray is in repair), M = 500 h (the job
+    trains only with the tray up)."""
     summary = simulate_job(gb200_trace_job(1, 1, "auto", "{mtbf: 500 h, repair: 4 h}")).summary
     assert summary["failure_model"]["nvswitch_tray"]["interrupting_units"] == 1.0
     assert summary["expected_unexpected_interruptions"] == pytest.approx(720 / 504, rel=1e-12)
-    assert summary["mtbf_s"] == pytest.approx(504 * 3600.0, rel=1e-12)
-    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 504 * 3600.0),
+    assert summary["mtbf_s"] == pytest.approx(500 * 3600.0, rel=1e-12)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * summary["young_daly_cost_s"] * 500 * 3600.0),
                                                         rel=1e-12)
     assert inside(720 / 504, summary["interruptions"]["unexpected"], 1.0)
 

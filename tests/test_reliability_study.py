@@ -153,10 +153,10 @@ def test_a_curve_flat_within_its_intervals_says_so_instead_of_naming_a_best(tmp_
     assert curve["flat"] and min(ettr) >= best["ettr_ci95_low"] and max(ettr) - min(ettr) < 1e-4
     printed = capsys.readouterr().out
     assert "best interval" not in printed
-    assert (f"rate x 1 (MTBF 250.5 h, C 1.35 ms): flat within the 95% intervals: ETTR {100 * min(ettr):.2f}% to "
+    assert (f"rate x 1 (MTBF 250.0 h, C 1.35 ms): flat within the 95% intervals: ETTR {100 * min(ettr):.2f}% to "
             f"{100 * max(ettr):.2f}% over the 9 intervals tried, all inside the best's 95% interval "
-            f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at 49.34 s, "
-            "7,589 steps; Young 49.34 s, Daly 49.34 s\n") in printed
+            f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at 49.30 s, "
+            "7,582 steps; Young 49.30 s, Daly 49.29 s\n") in printed
 
 
 def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):

@@ -261,14 +261,25 @@ def idle_memory_tier_warning(loaded: LoadedScenario, states: dict[ClusterState, 
 
 def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
                       ) -> tuple[float | None, float | None, float | None]:
-    """The job's system MTBF M (horizon / unexpected interruptions expected) and Young's and Daly's intervals for
-    M and the healthy step's checkpoint costs (`young_daly_intervals`); all None without failures that interrupt
-    the job (`no_failure_text`)."""
+    """The job's system MTBF M (`training_mtbf_s`) and Young's and Daly's intervals for M and the healthy step's
+    checkpoint costs (`young_daly_intervals`); all None without failures that interrupt the job
+    (`no_failure_text`)."""
     expected, _ = expected_interruptions(plan, counts)
     if not expected:
         return None, None, None
-    mtbf = plan.horizon_s / expected
+    mtbf = training_mtbf_s(plan)
     return mtbf, *young_daly_intervals(healthy, mtbf)
+
+
+def training_mtbf_s(plan: JobPlan) -> float:
+    """The mean time between the interruptions the job meets while it trains, the M a checkpoint interval faces:
+    while the job trains, every unit whose failure interrupts it is up (a spare stands in for a unit in repair,
+    or the job waits for the repair), so each fails at its class's own rate, whatever the repair time; the
+    horizon's count (`expected_interruptions`) takes 1 / (MTBF + repair) with no spare at hand instead, as a
+    unit in repair fails no more (32 GPUs of MTBF 200 h, 1 d repairs, no spare: M = 200 h / 32 = 6.25 h, not
+    224 h / 32 = 7.0 h). At least one class interrupts the job."""
+    return 1.0 / sum(sum(shares) * klass.rate_per_unit_s for klass, shares in zip(plan.classes, plan.interrupting,
+                                                                                  strict=True))
 
 
 def replica_figures(loaded: LoadedScenario, sizes: ElasticSizes, totals: list[ReplicationTotals]) -> dict:

@@ -17,7 +17,7 @@ order (always so where C2 <= C1). Over real n, H_n(W_n) is least at n* = sqrt((C
 level's own Young interval (T1 = sqrt(2 C1 M1), T2 = sqrt(2 (C2 - C1) M2)); it and H_n at the floor are convex in
 n, so the whole numbers up to the larger of their minimisers hold the best. Without failures that need storage the
 optimum is snapshots alone at sqrt(2 C1 M1) where C1 < C2 (n without bound). The rates are the healthy state's
-(every host in use), as M's are.
+(every host in use), each unit failing at its class's own rate while the job trains, as M's are.
 """
 
 from __future__ import annotations
@@ -48,15 +48,16 @@ def tier_failure_rates(plan: JobPlan) -> tuple[float, float]:
     storage checkpoint, with every host in use: a unit whose failure takes out some host and all its peers
     (`checkpoint.snapshot_survives`) needs storage; a process restart takes no host. Each unit counts the share
     of its failures that interrupt (`JobPlan.interrupting`: a `degrade` unit that cuts a GPU off takes its blast
-    radius, as `replace`)."""
+    radius, as `replace`). Each at its class's own rate, as M's (`summary.training_mtbf_s`): the job trains with
+    every such unit up."""
     memory = storage = 0.0
     for klass, blast, shares in zip(plan.classes, plan.blast, plan.interrupting, strict=True):
         for hosts, share in zip(blast, shares, strict=True):
             lost = () if klass.effect is Effect.RESTART else hosts
             if snapshot_survives(lost, plan.hosts, plan.memory_replicas):
-                memory += share * plan.failure_rate_s(klass)
+                memory += share * klass.rate_per_unit_s
             else:
-                storage += share * plan.failure_rate_s(klass)
+                storage += share * klass.rate_per_unit_s
     return memory, storage
 
 
