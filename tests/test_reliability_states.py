@@ -736,8 +736,8 @@ def test_a_degraded_leaf_runs_at_the_step_time_of_its_links_down():
 def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch):
     """A leaf switch's state is simulated inline when a replication first meets it (minutes at 2,048 GPUs, on one core:
     on more they go ahead): the job's ``activity`` hears the replication, each state as its step starts (what is
-    down, unnumbered: no count of states heard here indexes the summary's sorted states) and when it is done, then ''
-    once the replications are."""
+    down and the CPU time its step is estimated to take; unnumbered: no count of states heard here indexes the
+    summary's sorted states) and when it is done, then '' once the replications are."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     heard: list[str] = []
@@ -746,7 +746,8 @@ def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch)
     simulating = [line for line in heard if ": simulating" in line]
     assert len(simulating) == job.summary["link_states"]["steps"] > 0  # one per class of rotations
     first = degraded[0]
-    assert simulating[0] == f"replication 1/2: simulating a new cluster state ({len(first['links_down'])} link(s) down)"
+    start = f"replication 1/2: simulating a new cluster state ({len(first['links_down'])} link(s) down), an estimated "
+    assert simulating[0].startswith(start) and simulating[0].endswith(" of CPU")  # the state's own estimate
     assert heard[0].startswith("merging the ") and heard[1:3] == ["", "replication 1/2"]  # the states foreseen
     assert heard[-1] == "" and "replication 2/2" in heard
     for line in simulating:

@@ -1023,7 +1023,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     events = JobEvents(tiered=scenario.checkpoint.memory is not None)
     replications = scenario.run.replications
     if activity is not None:
-        prepared.states.on_simulating = _state_activity(activity, events, replications)
+        prepared.states.on_simulating = _state_activity(activity, events, replications, prepared.link_sizes)
     totals: list[ReplicationTotals] = []
     trained_in: set[ClusterState] = set()
     met_by_job: set[ClusterState] = set()
@@ -1219,11 +1219,14 @@ def replication_text(replication: int, replications: int) -> str:
     return f"replication {replication + 1:,}/{replications:,}"
 
 
-def _state_activity(activity: Callable[[str], None], events: JobEvents, replications: int
-                    ) -> Callable[[ClusterState | None], None]:
+def _state_activity(activity: Callable[[str], None], events: JobEvents, replications: int,
+                    sizes: LinkStateSizes) -> Callable[[ClusterState | None], None]:
     """A `StepStates.on_simulating` that tells ``activity`` which state the replication now running (its
-    ``events``' replication) simulates, by what differs in it, and when it is done. Unnumbered: states simulated
-    ahead or cached are not heard, and job_summary.json sorts its states, so no count here indexes them."""
+    ``events``' replication) simulates, by what differs in it, and, for a state with links down, the CPU time its
+    step is estimated to take (``sizes``: `ahead.link_state_s`, as the job's up-front estimate sizes each state;
+    a leaf state of the 16,384-GPU job took minutes with no time on the line), and when it is done. Unnumbered:
+    states simulated ahead or cached are not heard, and job_summary.json sorts its states, so no count here
+    indexes them."""
 
     def on_simulating(state: ClusterState | None) -> None:
         replication = replication_text(events.replication, replications)
@@ -1231,7 +1234,9 @@ def _state_activity(activity: Callable[[str], None], events: JobEvents, replicat
             activity(replication)
             return
         differs = state.describe() or f"{state.replicas} replicas"
-        activity(f"{replication}: simulating a new cluster state ({differs})")
+        estimate = sizes.estimate(state) if state.links_down else None
+        took = "" if estimate is None else f", an estimated {format_duration(link_state_s(estimate))} of CPU"
+        activity(f"{replication}: simulating a new cluster state ({differs}){took}")
 
     return on_simulating
 
