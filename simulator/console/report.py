@@ -19,6 +19,7 @@ from simulator.report.layout_names import parallel_degrees, sharding_name
 from simulator.units import (
     ZERO_DURATION,
     counted,
+    expected_count,
     format_duration,
     format_memory,
     format_size,
@@ -643,22 +644,32 @@ def job_table(job: dict) -> Table:
                       f"{format_seconds(memory['stall_s'])} of training each, load {format_seconds(memory['load_s'])}"
                       f"; {means}{count(restores['memory']['mean'])} restores from memory, "
                       f"{count(restores['storage']['mean'])} from storage (Young and Daly: the storage tier alone)"
-                      + (f"; {two_level_text(memory['two_level'])}" if memory.get("two_level") else ""))
+                      + (f"; {two_level_text(memory['two_level'], storage_restores=restores['storage']['mean'])}"
+                         if memory.get("two_level") else ""))
     return table
 
 
-def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_alike) -> str:
+def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_alike,
+                   storage_restores: float = 0.0) -> str:
     """The first-order two-level optimum of a job_summary.json's `memory_checkpoint.two_level` (two_level.py): the
     two intervals and each tier's MTBF, or storage alone where the tier buys nothing and the one MTBF every failure
     then rolls back to storage with (not one "recovered from memory"); the intervals read as ``interval`` writes
-    them."""
+    them. Its MTBFs are those of the job at full size, so where no failure there needs storage it says so, and,
+    where the job's restores read storage all the same (``storage_restores`` a replication: a host and its peers
+    out at once while the job waited for hosts, or ran shrunk onto fewer hosts than its copies need), that those
+    need it: "as rarely as you like" would roll each of them back far."""
     memory, storage = optimum["memory_interval_s"], optimum["storage_interval_s"]
     if memory is None:
         rate = sum(1.0 / mtbf for mtbf in (optimum["memory_mtbf_s"], optimum["storage_mtbf_s"]) if mtbf is not None)
         mtbf = f"; MTBF {long_duration(1.0 / rate)}, every failure from storage" if rate > 0 else ""
         return f"two-level optimum storage alone every {interval(storage)} (the tier buys nothing to first order{mtbf})"
-    if storage is None:
-        text = f"memory every {interval(memory)}, storage as rarely as you like (no failure needs it)"
+    if storage is None and storage_restores > 0:
+        text = (f"memory every {interval(memory)}, storage as rarely as you like only at full size: "
+                f"{expected_count(storage_restores)} restores a replication read it (a host and its peers out while "
+                "the job waited for hosts or ran shrunk), each back to the last storage checkpoint")
+    elif storage is None:
+        text = (f"memory every {interval(memory)}, storage as rarely as you like at full size "
+                "(no failure there needs it)")
     else:
         text = f"memory every {interval(memory)}, storage every {interval(storage)}"
     mtbfs = ", ".join(f"{long_duration(mtbf)} {label}" for mtbf, label in (
