@@ -274,7 +274,8 @@ def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
 def training_mtbf_s(plan: JobPlan) -> float:
     """The mean time between the interruptions the job meets while it trains, the M a checkpoint interval faces:
     while the job trains, every unit whose failure interrupts it is up (a spare stands in for a unit in repair,
-    or the job waits for the repair), so each fails at its class's own rate, whatever the repair time; the
+    the job waits for the repair, or, elastic, runs on without the unit), so each fails at its class's own rate,
+    whatever the repair time (at full size: a shrunk job meets fewer); the
     horizon's count (`expected_interruptions`) takes 1 / (MTBF + repair) with no spare at hand instead, as a
     unit in repair fails no more (32 GPUs of MTBF 200 h, 1 d repairs, no spare: M = 200 h / 32 = 6.25 h, not
     224 h / 32 = 7.0 h). At least one class interrupts the job."""
