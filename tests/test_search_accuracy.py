@@ -86,6 +86,16 @@ def test_case_names_are_unique_and_select_by_pattern(script):
     assert not any(task.name == "deepseek-default" for task in script.selected([], long=False))
 
 
+def test_the_deepseek_ep16_layout_stays_with_its_copies_across_hosts(script):
+    """The cut DeepSeek EP 16 case still runs an EP group over two 8-GPU hosts beside a copy in its stage, and
+    its family says it is cut."""
+    cases = [case for case in script.CASES if case.candidate.ep == 16 and case.scenario == script.DEEPSEEK]
+    assert [case.name for case in cases] == ["deepseek-512-pp16-ep16-zero1-full"]
+    (case,) = cases
+    assert "cluster.nodes=64" in case.overrides and "512 H100" in case.family
+    assert case.candidate.dp // case.candidate.ep == 2 and case.candidate.ep > 8
+
+
 def test_a_search_row_says_when_the_tree_s_layout_has_no_simulated_figure(script):
     """The winner against the tree's layout: a ratio where the tree's layout was simulated, else what happened
     to it (no layout fits, or its status), never a 'nan'."""
