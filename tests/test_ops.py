@@ -18,7 +18,7 @@ def test_compute_op_fields_keep_the_order_the_builder_passes():
 
 def test_collective_op_fields_keep_the_order_the_builder_passes():
     assert [field.name for field in fields(CollectiveOp)] == [
-        *OP, "op", "group", "nbytes", "key", "algorithm", "protocol", "root", "mirrors", "pair_bytes", "sms"]
+        *OP, "op", "group", "nbytes", "key", "algorithm", "protocol", "root", "mirrors", "pair_bytes", "sms", "copies"]
 
 
 def test_the_defaults_the_builder_passes_by_position_are_the_fields_defaults():
