@@ -815,3 +815,29 @@ def test_gb200_trays_fold_apart_by_where_their_transfers_leave_the_rack(run_yaml
     assert folded["folded"] and "fold_given_up" not in folded
     assert folded["simulated_ranks"] == ranks
     assert folded["step_time_s"] == unfolded["step_time_s"]
+
+
+SPINE_HASHED_COPIES = ("cluster.topology=dgx-h100-cluster", "cluster.nics_per_node=1", "cluster.nodes=6",
+                       "cluster.leaf_ports=2", "cluster.oversubscription=8", "parallelism.tp=8", "parallelism.pp=3",
+                       "parallelism.dp=2", "training.global_batch=8", "model.layers=24", "run.timeline=summary")
+"""Six one-NIC DGX H100 hosts in leaf groups of two, a host a stage: each hand-off's 8 TP copies leave through
+the one NIC, and where they cross the spines the fabric's hash puts two of them on some uplinks and one on
+others, so copies over like hops take unlike times on the analytic model (5.725 ms over GPUs [8, 16], 11.44
+over [9, 17])."""
+
+
+def test_analytic_hand_off_copies_over_like_hops_unlike_loads_unfold():
+    """The stage fold stood for each hand-off's copies by its slowest kept mirror, and the hop refold classes ranks
+    by hops only: folded, comm_s.pp came out 77.44 ms against 59.79 unfolded (flow model 65.18). The fold check
+    times each mirror over like hops with its copies' load and unfolds: every figure is the unfolded run's, and
+    comm_s.pp lies within 9% of the flow model's."""
+    path = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
+    analytic = [*SPINE_HASHED_COPIES, "network.model=analytic"]
+    folded = simulate(load_scenario(path, analytic)).summary
+    unfolded = simulate(load_scenario(path, [*analytic, "run.fold=false"])).summary
+    flow = simulate(load_scenario(path, [*SPINE_HASHED_COPIES, "network.model=flow"])).summary
+    assert not folded["folded"]
+    assert ("takes 5.725 ms over GPUs [8, 16] but 11.44 ms over the equivalent [9, 17] on the analytic model"
+            in folded["fold_off_reason"])
+    assert (folded["comm_s"], folded["step_time_s"]) == (unfolded["comm_s"], unfolded["step_time_s"])
+    assert folded["comm_s"]["pp"] == pytest.approx(flow["comm_s"]["pp"], rel=0.09)

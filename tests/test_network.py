@@ -257,6 +257,44 @@ def test_analytic_mode_shares_links_among_a_collectives_copies_posted_together_o
             assert env.now == pytest.approx(0.2 * phases, rel=ROUNDING)
 
 
+def _opposite_copies(phases: int) -> list[list[Phase]]:
+    """Two copies of a plan, 1 GB a transfer, each slow (over the dumbbell's 10 GB/s core: 0.1 s) where the other
+    is fast (over one switch's 100 GB/s edges: 0.01 s), phase by phase: g0 -> g2 then g0 -> g1, and g1 -> g0 then
+    g1 -> g3 (the first phases only where ``phases`` is 1)."""
+    return [[Phase((PhaseTransfer(src, dst, 1 * GB),)) for src, dst in pairs[:phases]]
+            for pairs in (((0, 2), (0, 1)), ((1, 0), (1, 3)))]
+
+
+def test_analytic_copies_run_with_no_phase_barrier():
+    """Two-phase copies slow where the other is fast, named copies of each other: with no barrier between
+    phases each ends after its own sum, 0.11 s, posted together or apart; a barrier would hold both to 0.2 s."""
+    topo = dumbbell_topology()
+    plans = _opposite_copies(2)
+    copies = {id(phase): [plan[index] for plan in plans] for plan in plans for index, phase in enumerate(plan)}
+    for together in (True, False):
+        env = simpy.Environment()
+        runner = PlanRunner(Network(env, topo, mode="analytic"), topo, copies=copies)
+        for posted in [plans] if together else [[plan] for plan in plans]:
+            env.process(runner.run_plans(env, posted, "x"))
+        env.run()
+        assert env.now == pytest.approx(0.11, rel=ROUNDING)
+
+
+def test_analytic_folded_copies_take_the_groups_own_time():
+    """A collective posted with its mirror (folded) whose copies share the links (`simulation.copy_phases`)
+    takes its own plan's time, its mirror's bytes counted in the load: 0.01 s over the edges, not the mirror's
+    0.1 s over the core, as the collective posted alone (unfolded) takes."""
+    topo = dumbbell_topology()
+    plans = _opposite_copies(1)[::-1]
+    copies = {id(plan[0]): [plan[0] for plan in plans] for plan in plans}
+    for posted in (plans, plans[:1]):
+        env = simpy.Environment()
+        runner = PlanRunner(Network(env, topo, mode="analytic"), topo, copies=copies)
+        env.process(runner.run_plans(env, posted, "x"))
+        env.run()
+        assert env.now == pytest.approx(0.01, rel=ROUNDING)
+
+
 def test_analytic_mode_uses_the_path_bottleneck_and_logs_each_transfer():
     """0 -> 2 takes 1 GB over the 1 GB/s b-c link; 0 -> 1 shares a-b (10 GB/s) with it, the 2 GB of the phase
     over it in 0.2 s (proportional shares: the transfers over a link end together)."""
@@ -1222,7 +1260,9 @@ def test_analytic_copies_share_a_nic_where_a_link_fault_unfolds_the_step(tmp_pat
 
 def test_analytic_times_copies_on_their_own_nics_as_each_alone(tmp_path, capsys):
     """With a NIC per GPU (the DGX H100's 8, one per rail) the 8 TP ranks' DP copies cross no link in common: each
-    takes the NIC's full rate, 66.2 ms of comm_s.dp, to the last bit whether the ranks fold or not."""
+    takes the NIC's full rate, 66.2 ms of comm_s.dp, whether the ranks fold or not. The figures are a byte-for-byte
+    regression check: they are those of the run before copies shared links (no load given), which these copies,
+    meeting nowhere, must not move by a bit."""
     for fold in ("true", "false"):
         summary, _ = _two_dgx_h100_step(tmp_path, capsys, "parallelism.dp=2", "network.model=analytic",
                                         f"run.fold={fold}")

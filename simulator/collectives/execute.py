@@ -208,7 +208,13 @@ class PlanRunner:
         its mirrors) and finish when all have. Single-phase plans go to the network as one batch, which is the
         same as running them side by side; longer plans run as separate processes so none waits at another's
         phase barrier. ``ends`` (flow model), where given empty, is then filled with when each plan ended, the
-        last of its flows (None for a plan that sent none here: a replica quotient's image)."""
+        last of its flows (None for a plan that sent none here: a replica quotient's image). Where the
+        analytic model shares the links among the collective's copies (`copies`), the first plan (the group's) runs
+        alone: the others' bytes are in its load already, and a copy's plan takes its own time, not the slowest
+        mirror's (the fold check holds the mirrors to that time, engine/symmetry.py `unlike_alone`)."""
+        if self.network.mode == "analytic" and plans[0] and id(plans[0][0]) in self._copies:
+            yield from self.run_plan(env, plans[0], key)
+            return
         if all(len(plan) == 1 for plan in plans):
             load = self.load(key, plans[0][0])
             if len(plans) == 1 and ends is None:

@@ -187,6 +187,10 @@ def unlike_routes(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShap
     return ""
 
 
+COPIES_LOAD = ", or in the load that the collective's copies put on them"
+"""What `unlike_alone` adds to its reason where it timed the collective with its copies' load."""
+
+
 def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShapes) -> str:
     """Why folding would not be exact on the analytic model ('' when every collective's mirrors take the time
     its group takes): there no other work slows a collective, so its plan takes, phase after phase, its slowest
@@ -202,29 +206,42 @@ def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShape
     flow model: it and its mirrors must all stay inside one NVLink domain or all leave it (`_domain_crossing`),
     and pairs that all cross the fabric are not compared further (one inside a leaf group in one replica and
     across the spines in another differs by a hop's latency: 0.570753 against 0.571753 ms for SC21 1T's
-    hand-off, which unfolded that run into one of ~57.5 GiB)."""
+    hand-off, which unfolded that run into one of ~57.5 GiB). Where a collective's copies cross its links
+    (`PlanCache.copies_meet`), each phase is timed with the load of that phase of all of them on its links, and
+    such a hand-off across the fabric is compared with its mirrors over like hops (those over other hops are the
+    hop refold's, `fold_policy.hop_refold`): the fabric's spine hash can put two copies on one uplink, so copies
+    over like hops take unlike times there (tp 8, pp 3, dp 2 on six one-NIC DGX H100 hosts in leaf groups of two
+    with oversubscription 8: 5.725 ms over GPUs [8, 16], 11.44 over [9, 17]), which no class by hops parts."""
     topology = plans.topology
     domains = np.asarray(topology.gpu_domain)
     for op in shapes.firsts:
         if not op.mirrors:
             continue
+        meet = plans.copies_meet(op)
+        fabric = False
         if op.op == "send_recv":
             verdict = _domain_crossing(domains, op)
             if verdict:
                 return verdict
-            if not _inside_domains(domains, op):
+            fabric = not _inside_domains(domains, op)
+            if fabric and not meet:
                 continue
+        compared = _class_firsts(plans, op)
+        if fabric:
+            own_hops = topology.hop_signature(op.group[0], op.group[-1])
+            compared = [index for index in compared
+                        if topology.hop_signature(op.mirrors[index][0], op.mirrors[index][-1]) == own_hops]
         loads = (_copy_loads(topology, capacity.size, [plans.phases(op, group) for group in (op.group, *op.copies)])
-                 if plans.copies_meet(op) else [])
+                 if meet else [])
         own_s = _analytic_seconds(topology, capacity, plans.phases(op, op.group), loads)
-        for index in _class_firsts(plans, op):
+        for index in compared:
             mirror = op.mirrors[index]
             mirror_s = _analytic_seconds(topology, capacity, plans.phases(op, mirror), loads)
             if not math.isclose(mirror_s, own_s, rel_tol=SAME_TIME):
                 own_ms, mirror_ms = apart_figures(own_s * 1e3, mirror_s * 1e3)
                 return (f"{op.op} {op.name!r} takes {own_ms} ms over GPUs {list(op.group)} but "
                         f"{mirror_ms} ms over the equivalent {list(mirror)} on the analytic model: the "
-                        "replicas' routes differ in hops or bandwidth")
+                        f"replicas' routes differ in hops or bandwidth{COPIES_LOAD if meet else ''}")
     return ""
 
 
