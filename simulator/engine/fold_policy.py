@@ -511,7 +511,8 @@ def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     """On the analytic model, the stage fold ``folded`` that stands not exact before its run because its
     hand-offs' copies cross other hops (`unlike_hand_off_hops`), folded again by the route classes of hops alone
     (`route_classes` with ``hops_only``), the stage fold given up: there each transfer runs alone, so copies
-    over like hops take like times, and the refold is exact where none of its own hand-offs' copies crosses other
+    over like hops take like times (where copies share links, `symmetry.unlike_alone` holds those over like hops
+    to one time under their load), and the refold is exact where none of its own hand-offs' copies crosses other
     hops, which is asked of it before its run (a refold that still has some is given up, as is one beyond
     ``budget``, `scale.refold_refusal` whether forced or not, None for a job's states, or refused by
     `fold_verdict`). None where ``folded`` is not such a fold; given up unbuilt where its step faults leave some
