@@ -117,6 +117,24 @@ def test_unknown_catalog_names_are_refused_when_the_scenario_is_read(text, error
     assert str(refused.value).startswith(error)
 
 
+MODEL_KEYS = "preset, layers, hidden, ffn_hidden, heads, kv_heads, vocab, gated_mlp, norm, bias, moe, synthetic)"
+
+
+@pytest.mark.parametrize("text, overrides", [
+    ("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b, hiden: 4096}\n", []),
+    ("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\n", ["model.hiden=4096"]),
+], ids=["file", "set"])
+def test_an_unknown_model_key_lists_only_the_keys_a_user_writes(text, overrides):
+    """The keys a refusal offers leave out `experts_dropped`, which the loader stores for `moe: null`; a stored
+    scenario that holds it is still read."""
+    with pytest.raises(InputError) as refused:
+        scenario_from_text(text, "s.yaml", overrides)
+    assert str(refused.value).endswith(f"unknown key 'hiden' (allowed: {MODEL_KEYS}")
+    stored = scenario_from_text("cluster: {topology: dgx-h100}\nmodel: {preset: mixtral-8x7b, experts_dropped: true}\n",
+                                "s.yaml")
+    assert not stored.scenario.model.has_experts()
+
+
 @pytest.mark.parametrize("kind", [InputError, ScenarioError, TopologyError, TraceError])
 @pytest.mark.parametrize("line", [3, None])
 def test_an_input_error_comes_back_from_a_worker_exactly(kind, line):

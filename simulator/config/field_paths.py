@@ -11,6 +11,7 @@ from typing import get_args
 from pydantic import BaseModel
 
 from simulator.config.schema import Scenario
+from simulator.config.sections import user_keys
 from simulator.config.yaml_source import FieldPath, dotted
 
 OPEN_SECTIONS = ("cluster",)
@@ -59,7 +60,7 @@ def path_problem(parts: FieldPath, data: object = _ABSENT) -> PathProblem | None
         if fields is None:
             return PathProblem(parts[:depth + 1], f"{here} has no sub-fields", f"a value for {here} itself")
         if part not in fields:
-            return PathProblem(parts[:depth + 1], f"unknown key {part!r}", ", ".join(fields))
+            return PathProblem(parts[:depth + 1], f"unknown key {part!r}", ", ".join(user_keys(model_in(annotation))))
         annotation = fields[part].annotation
         node = node.get(part) if isinstance(node, dict) else (_ABSENT if node is _ABSENT else None)
     return None
@@ -67,9 +68,9 @@ def path_problem(parts: FieldPath, data: object = _ABSENT) -> PathProblem | None
 
 def _not_a_list(at: FieldPath, annotation: object) -> PathProblem:
     """An index under ``at``, which is a section or a single value there."""
-    fields = getattr(model_in(annotation), "model_fields", None)
-    if fields:
-        return PathProblem(at, f"{dotted(at)} is a section here, not a list", f"its keys: {', '.join(fields)}")
+    keys = user_keys(model_in(annotation))
+    if keys:
+        return PathProblem(at, f"{dotted(at)} is a section here, not a list", f"its keys: {', '.join(keys)}")
     return PathProblem(at, f"{dotted(at)} is a single value, not a list", f"a value for {dotted(at)} itself")
 
 

@@ -22,7 +22,7 @@ from simulator.config.field_paths import model_in, origin_in, path_problem
 from simulator.config.model_options import SYNTHETIC_NO_OPS
 from simulator.config.parameter_server import PARAMETER_SERVER_NO_OPS
 from simulator.config.schema import Scenario
-from simulator.config.sections import INT64_LIMIT, FieldProblem
+from simulator.config.sections import INT64_LIMIT, FieldProblem, user_keys
 from simulator.config.traces import TRACE_NO_OPS, TraceWorkload
 from simulator.config.yaml_source import (
     FIELD_PATH_EXAMPLE,
@@ -397,8 +397,7 @@ def _section_at(model: type[BaseModel], loc: tuple) -> object:
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> str:
     """The field names allowed at ``loc`` (the parent of an unknown key), walking the schema."""
-    fields = getattr(_section_at(model, loc), "model_fields", None)
-    return ", ".join(fields) if fields else ""
+    return ", ".join(user_keys(_section_at(model, loc)))
 
 
 def _what_it_takes(model: type[BaseModel], loc: tuple) -> str:
@@ -595,7 +594,7 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
     """Parsed YAML ``data`` (with its line table) as a validated scenario: the ``--set`` ``overrides`` and the
     option ``settings`` written into a copy first, each remembered for locating errors in what it wrote."""
     if not isinstance(data, dict):
-        raise ScenarioError("a scenario must be a mapping of sections", allowed=", ".join(Scenario.model_fields),
+        raise ScenarioError("a scenario must be a mapping of sections", allowed=", ".join(user_keys(Scenario)),
                             file=source, line=1)
     written: tuple[Override, ...] = ()
     if overrides:

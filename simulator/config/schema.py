@@ -21,7 +21,7 @@ from simulator.config.parameter_server import WORKER_PARALLELISM, ParameterServe
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
 from simulator.config.reliability import CheckpointConfig, Horizon, RestartConfig, StorageConfig
-from simulator.config.sections import UNSET, FieldProblem, Section, unset_by_none, user_value
+from simulator.config.sections import STORED_FIELD, UNSET, FieldProblem, Section, unset_by_none, user_value
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import (
     AUTOCAST_PRECISIONS,
@@ -236,7 +236,8 @@ class ModelConfig(Section):
     norm: Norm | None = None
     bias: bool | None = None
     moe: MoEConfig | None = None
-    experts_dropped: bool = Field(default=False, exclude_if=lambda dropped: not dropped)
+    experts_dropped: bool = Field(default=False, exclude_if=lambda dropped: not dropped,
+                                    json_schema_extra=STORED_FIELD)
     synthetic: SyntheticModel | None = None
 
     @model_validator(mode="before")

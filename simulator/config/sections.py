@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic.json_schema import JsonDict
 
 from simulator.errors import InputError, yaml_spelling
 
@@ -26,6 +27,18 @@ class Section(BaseModel):
     """Base of every section: frozen, unknown keys rejected, no type coercion, no infinite or NaN number."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True, allow_inf_nan=False)
+
+
+STORED_FIELD: JsonDict = {"stored": True}
+"""The `json_schema_extra` of a field the loader stores for itself (`model.experts_dropped`, what `moe: null`
+sets): read back from a stored scenario, but never offered to a user among a section's keys (`user_keys`)."""
+
+
+def user_keys(section: object) -> list[str]:
+    """The keys a user writes in ``section`` (a schema model; none for anything else), as a refusal lists them:
+    its fields but those the loader stores for itself (`STORED_FIELD`)."""
+    fields = getattr(section, "model_fields", None) or {}
+    return [name for name, info in fields.items() if info.json_schema_extra != STORED_FIELD]
 
 
 class FieldProblem(ValueError):
