@@ -558,8 +558,9 @@ def test_loader_override_errors():
 def test_describe_reports_counts_and_bisection():
     topo = load_topology("dgx-h100-cluster")
     bisection = dict(tier_bisection(topo))
-    assert bisection["GPU-NVSwitch"] == ((pytest.approx(4 * 4.5e11, rel=REL), 2),)
-    assert bisection["NIC-leaf"] == ((pytest.approx(8 * 5e10, rel=REL), 0),)
+    assert bisection["GPU-NVSwitch"] == ((pytest.approx(4 * 4.5e11, rel=REL), 2, "nvlink_domain"),)
+    assert bisection["GPU-NIC"] == ((pytest.approx(8 * 64e9 / 2, rel=REL), 2, "host"),)
+    assert bisection["NIC-leaf"] == ((pytest.approx(8 * 5e10, rel=REL), 0, ""),)
     assert bisection["leaf-spine"][0][0] == pytest.approx(8 * 16 * (32 * 5e10 / 16) / 2, rel=REL)
     text = describe_topology(topo)
     assert "1.8 TB/s" in text and re.search(r"infiniband +16 x +50 GB/s", text) and "spine " in text
@@ -567,17 +568,23 @@ def test_describe_reports_counts_and_bisection():
     assert re.search(r"GPU +16  h0/gpu0 \.\. h1/gpu7\n", text) and re.search(r"spine +16  spine0 \.\. spine15\n", text)
     assert re.search(r"leaf +8  leaf0\.r0 \.\. leaf0\.r7\n", text)
     one = describe_topology(load_topology("dgx-h100"))  # said '1 hosts', '1 rail(s)', 'each of 1 hosts/...'
-    assert "8 GPUs (h100-sxm) on 1 host, 8 GPUs per host, 1 rail\n" in one and "(each of 1 host/NVLink domain)" in one
+    assert "8 GPUs (h100-sxm) on 1 host, 8 GPUs per host, 1 rail\n" in one and "(each of 1 NVLink domain)" in one
 
 
 def test_describe_gives_a_partly_filled_last_rack_its_own_nvlink_bisection():
     """Three GB200 racks, the last of 5 trays (20 GPUs): each full rack's 72 x 900 GB/s / 2 = 32.4 TB/s and the
-    last rack's 20 x 900 GB/s / 2 = 9 TB/s, not their average 24.6 TB/s labelled 'each of 3'."""
+    last rack's 20 x 900 GB/s / 2 = 9 TB/s, not their average 24.6 TB/s labelled 'each of 3'. Each figure names
+    what it is each of: an NVLink domain (a rack) for the NVSwitch tier, a host (a tray) for its 4 GPUs' PCIe links
+    to their NICs, 4 x 64 GB/s / 2."""
     topo = load_topology("gb200-nvl72", {"racks": 3, "last_rack_trays": 5, "leaf_ports": 8})
-    assert dict(tier_bisection(topo))["GPU-NVSwitch"] == ((pytest.approx(72 * 9e11 / 2, rel=REL), 2),
-                                                          (pytest.approx(20 * 9e11 / 2, rel=REL), 1))
-    assert re.search(r"GPU-NVSwitch +32\.4 TB/s  \(each of 2 hosts/NVLink domains\), 9 TB/s \(each of 1 "
-                     r"host/NVLink domain\)\n", describe_topology(topo))
+    bisection = dict(tier_bisection(topo))
+    assert bisection["GPU-NVSwitch"] == ((pytest.approx(72 * 9e11 / 2, rel=REL), 2, "nvlink_domain"),
+                                         (pytest.approx(20 * 9e11 / 2, rel=REL), 1, "nvlink_domain"))
+    assert bisection["GPU-NIC"] == ((pytest.approx(4 * 64e9 / 2, rel=REL), 41, "host"),)
+    text = describe_topology(topo)
+    assert re.search(r"GPU-NVSwitch +32\.4 TB/s  \(each of 2 NVLink domains\), 9 TB/s \(each of 1 "
+                     r"NVLink domain\)\n", text)
+    assert re.search(r"GPU-NIC +128 GB/s  \(each of 41 hosts\)\n", text)
 
 
 def test_describe_says_what_a_fabric_wired_for_more_hosts_is_wired_for():

@@ -33,9 +33,14 @@ def _role(attrs: dict) -> str:
 
 
 
-def _shared_domain(a: dict, b: dict) -> object:
-    """The NVLink domain or host both ends of a link belong to, or None when the link leaves it."""
-    for key in ("nvlink_domain", "host"):
+_DOMAIN_NAMES = {"nvlink_domain": "NVLink domain", "host": "host"}
+"""What a tier's figure is each of, by the node attribute both ends of its links share (`_shared_domain`)."""
+
+
+def _shared_domain(a: dict, b: dict) -> tuple[str, object] | None:
+    """The NVLink domain or host both ends of a link belong to (the attribute and its value), or None when the
+    link leaves it."""
+    for key in _DOMAIN_NAMES:
         if key in a and key in b and a[key] == b[key]:
             return (key, a[key])
     return None
@@ -47,15 +52,16 @@ def physical_links(topo: Topology) -> list[tuple[str, str, dict]]:
     return [(u, v, data) for (u, v), data in topo.wiring.edges.items() if u < v]
 
 
-def tier_bisection(topo: Topology) -> list[tuple[str, tuple[tuple[float, int], ...]]]:
+def tier_bisection(topo: Topology) -> list[tuple[str, tuple[tuple[float, int, str], ...]]]:
     """Per link tier (e.g. 'GPU-NVSwitch', 'leaf-spine'): half its per-direction capacity, per domain where local.
 
     In a folded Clos with links spread evenly, half the links of a tier cross a cut that splits the GPUs in two,
     so this is the tier's bisection bandwidth. Tiers inside a host or NVLink domain are reported per domain:
-    each distinct value with the number of domains that have it, largest first (a partly filled last rack has
-    less than the full ones); a network tier is one value for the whole fabric, with a count of 0.
+    each distinct value with the number of domains that have it and what they are ('nvlink_domain' or 'host'),
+    largest first (a partly filled last rack has less than the full ones); a network tier is one value for the
+    whole fabric, with a count of 0 and ''.
     """
-    totals: dict[tuple[str, str], dict[object, float]] = {}
+    totals: dict[tuple[str, str], dict[tuple[str, object] | None, float]] = {}
     nodes = topo.wiring.nodes
     for u, v, data in physical_links(topo):
         first, second = sorted((_role(nodes[u]), _role(nodes[v])), key=_ROLE_ORDER.index)
@@ -66,10 +72,11 @@ def tier_bisection(topo: Topology) -> list[tuple[str, tuple[tuple[float, int], .
     for roles in sorted(totals, key=lambda r: (_ROLE_ORDER.index(r[1]), _ROLE_ORDER.index(r[0]))):
         per_domain = totals[roles]
         if None in per_domain:
-            values: tuple[tuple[float, int], ...] = ((sum(per_domain.values()) / 2, 0),)
+            values: tuple[tuple[float, int, str], ...] = ((sum(per_domain.values()) / 2, 0, ""),)
         else:
-            counts = Counter(total / 2 for total in per_domain.values())
-            values = tuple(sorted(counts.items(), reverse=True))
+            counts = Counter((total / 2, domain[0]) for domain, total in per_domain.items() if domain is not None)
+            values = tuple(sorted(((bandwidth, count, key) for (bandwidth, key), count in counts.items()),
+                                  reverse=True))
         result.append(("-".join(roles), values))
     return result
 
@@ -105,8 +112,8 @@ def describe_topology(topo: Topology) -> str:
     lines.append("bisection bandwidth per tier (per direction):")
     below: tuple[str, float] | None = None
     for tier, values in tier_bisection(topo):
-        (bandwidth, domains), *others = values
-        scope = _scope(domains)
+        (bandwidth, domains, key), *others = values
+        scope = _scope(domains, key)
         if wired and set(tier.split("-")) <= set(_SWITCH_TIERS.values()):
             scope += f", as wired for {counted(wired, 'host')}"
         if set(tier.split("-")) <= _FABRIC_ROLES:
@@ -115,15 +122,17 @@ def describe_topology(topo: Topology) -> str:
             if below is None or bandwidth < below[1]:
                 below = tier, bandwidth
         text = f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})"
-        lines.append(", ".join([text, *(f"{format_bandwidth(each)} ({_scope(count)})" for each, count in others)]))
+        lines.append(", ".join([text, *(f"{format_bandwidth(each)} ({_scope(count, key)})"
+                                        for each, count, key in others)]))
     return "\n".join(lines)
 
 
-def _scope(domains: int) -> str:
-    """What one bisection figure covers: each of ``domains`` hosts/NVLink domains, or the whole fabric (0)."""
+def _scope(domains: int, key: str) -> str:
+    """What one bisection figure covers: each of ``domains`` NVLink domains or hosts (``key``, the attribute its
+    links' ends share), or the whole fabric (0)."""
     if not domains:
         return "whole fabric"
-    return f"each of {counted(domains, 'host/NVLink domain', 'hosts/NVLink domains')}"
+    return f"each of {counted(domains, _DOMAIN_NAMES[key])}"
 
 
 def draw_topology(topo: Topology, path: str | Path) -> Path:
