@@ -223,6 +223,37 @@ def test_a_v_table_timed_in_the_loop_placement_names_the_placement_in_its_deadlo
     assert timing.bubble_fraction == pytest.approx(1 / 25, abs=EXACT)  # (p - 1) / (6m + p - 1) at p = 2, m = 4
 
 
+@pytest.mark.parametrize("name, row, problem, allowed", [
+    pytest.param("dualpipev", "", "deadlocks in the loop placement: no action can start (rank 0 at B0c1; rank 1 "
+                 "at F1c1), the default without a placement row; the table runs in the V placement",
+                 "placement,v as the first row", id="v-table-without-row"),
+    pytest.param("interleaved", "placement,v\n", "deadlocks in the V placement: no action can start (rank 0 at "
+                 "F1c1; rank 1 at BW0c1), as its placement row asks; the table runs in the loop placement",
+                 "no placement row, or placement,loop", id="loop-table-with-v-row"),
+])
+def test_a_table_that_runs_only_in_the_other_placement_is_refused_at_its_row(tmp_path: Path, capsys, name: str,
+                                                                              row: str, problem: str,
+                                                                              allowed: str) -> None:
+    """A table (p = 2, m = 4, v = 2) that deadlocks in the placement it asks for (none: loop) and runs in the
+    other is refused at its placement row, or its first row without one, in the CSV file, naming the row that
+    places it: a scenario's `validate` prints that one line."""
+    from simulator.cli import main
+
+    table = tmp_path / "order.csv"
+    table.write_text("# p = 2, m = 4\n" + row + schedule_to_csv(build_schedule(name, 2, 4, 2)))
+    with pytest.raises(ScenarioError) as caught:
+        load_schedule_csv(table)
+    assert (caught.value.file, caught.value.line) == (str(table), 2)
+    assert caught.value.problem.endswith(problem) and caught.value.allowed == allowed
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 2 ms, backward: 4 "
+                        "ms}}\ntraining: {microbatches: 4}\nparallelism: {pp: 2, dp: 4, pipeline: {schedule: custom, "
+                        "table: order.csv, virtual_stages: 2}}\n")
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == f"error: {table}:2: parallelism.pipeline.table: pipeline schedule {problem} " \
+                                      f"(allowed: {allowed})\n"
+
+
 def test_csv_slot_and_placement_errors(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("placement,zigzag\nF0,BW0\n")

@@ -22,6 +22,8 @@ ACTION_KINDS: dict[str, ActionKind] = {kind: kind for kind in get_args(ActionKin
 """Each action kind by its letters, as `parse_action` reads them."""
 Placement = Literal["loop", "v"]
 PLACEMENTS: tuple[Placement, ...] = ("loop", "v")
+PLACEMENT_NAMES: dict[Placement, str] = {"loop": "loop", "v": "V"}
+"""Each placement as errors and the docs name it (`the V placement`)."""
 
 STAGES_FIELD = "parallelism.pp"
 MICROBATCHES_FIELD = "training.microbatches"

@@ -14,8 +14,9 @@ import io
 from pathlib import Path
 
 from simulator.config.yaml_source import read_user_text
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, SimulationError
 from simulator.schedules.base import (
+    PLACEMENT_NAMES,
     PLACEMENTS,
     TABLE_FIELD,
     Placement,
@@ -25,6 +26,7 @@ from simulator.schedules.base import (
     slots,
     validate_schedule,
 )
+from simulator.schedules.timing import schedule_order
 
 PLACEMENT_ROW = "placement"
 BYTE_ORDER_MARK = "\ufeff"
@@ -52,6 +54,7 @@ def _read_table(text: str, source: str) -> tuple[Schedule, Placement]:
     schedule: Schedule = []
     rank_lines: list[int] = []
     placement: Placement = "loop"
+    placement_line: int | None = None
     for line_number, line in enumerate(text.removeprefix(BYTE_ORDER_MARK).splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -60,6 +63,7 @@ def _read_table(text: str, source: str) -> tuple[Schedule, Placement]:
             continue
         if cells[0].lower() == PLACEMENT_ROW and not schedule:
             placement = _placement(cells[1:], source, line_number)
+            placement_line = line_number
             continue
         actions = []
         for cell in cells:
@@ -75,7 +79,28 @@ def _read_table(text: str, source: str) -> tuple[Schedule, Placement]:
                             allowed="one row of actions per pipeline rank")
     m, v = table_size(schedule)
     validate_schedule(schedule, len(schedule), m, v, field=TABLE_FIELD, file=source, rank_lines=rank_lines)
+    _refuse_the_other_placement(schedule, v, placement, source, placement_line or rank_lines[0])
     return schedule, placement
+
+
+def _refuse_the_other_placement(schedule: Schedule, v: int, placement: Placement, source: str, line: int) -> None:
+    """Refuse a table of several chunks per rank that deadlocks in its ``placement`` and runs in the other one, at
+    its placement row (``line``; its first row where it has none), naming the row that places it (a V table
+    without `placement,v`). One that deadlocks in both is left to the scenario's check that the table runs."""
+    if v == 1:
+        return
+    try:
+        schedule_order(schedule, v, placement)
+    except SimulationError as exc:
+        other = next(each for each in PLACEMENTS if each != placement)
+        try:
+            schedule_order(schedule, v, other)
+        except SimulationError:
+            return
+        given = "the default without a placement row" if placement == "loop" else "as its placement row asks"
+        row = "no placement row, or placement,loop" if other == "loop" else f"placement,{other} as the first row"
+        raise ScenarioError(f"{exc}, {given}; the table runs in the {PLACEMENT_NAMES[other]} placement",
+                            field=TABLE_FIELD, file=source, line=line, allowed=row) from None
 
 
 def _placement(cells: list[str], source: str, line: int) -> Placement:

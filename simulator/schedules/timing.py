@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from simulator.errors import SimulationError
-from simulator.schedules.base import Action, Placement, Schedule, rank_stages
+from simulator.schedules.base import PLACEMENT_NAMES, Action, Placement, Schedule, rank_stages
 
 _Key = tuple[str, int, int]  # (kind, micro-batch, virtual stage)
 Durations = float | Sequence[float]
@@ -153,8 +153,8 @@ def schedule_order(schedule: Schedule, v: int, placement: Placement = "loop") ->
     stuck = [rank for rank in range(p) if next_index[rank] < len(schedule[rank])]
     if stuck:
         blocked = "; ".join(f"rank {r} at {schedule[r][next_index[r]]}" for r in stuck)
-        raise SimulationError(f"pipeline schedule deadlocks in the {placement} placement: no action can start "
-                              f"({blocked})")  # a V table run in the default loop placement deadlocks
+        raise SimulationError(f"pipeline schedule deadlocks in the {PLACEMENT_NAMES[placement]} placement: no action "
+                              f"can start ({blocked})")  # a V table run in the default loop placement deadlocks
     return ScheduleOrder(tuple(actions), tuple(ranks), tuple(kinds), tuple(action_stages), tuple(waits), p,
                          tuple(last))
 
