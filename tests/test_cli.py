@@ -549,6 +549,28 @@ def test_a_scenario_set_is_named_as_typed(override, error, capsys):
     assert capsys.readouterr().err == f"error: command line: trainsim validate: --set {override}: {error}\n"
 
 
+ALL_REDUCE_ON = "cluster: {{topology: {topology}, nodes: 2}}\nworkload:\n  - {{op: all_reduce, bytes: 64 MiB}}\n"
+
+
+def test_a_set_moves_a_file_s_dgx_cluster_to_gb200_racks_once_its_nodes_is_set_to_null(tmp_path, capsys):
+    """`--set cluster.nodes=null` drops the file's `nodes`, which gb200-nvl72 lacks; without it the file's
+    `nodes` is refused at its line, offering that `--set` and the rack's size parameter. A file that names
+    gb200-nvl72 itself is offered the rack's parameters alone; a null for a parameter the kind has stays its
+    value (`test_a_scenario_set_is_named_as_typed`)."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(ALL_REDUCE_ON.format(topology="dgx-h100-cluster"))
+    switch = ["validate", str(scenario), "--set", "cluster.topology=gb200-nvl72", "--set", "cluster.racks=2"]
+    refusal = f"error: {scenario}:1: cluster.nodes: unknown override 'nodes' for topology kind 'nvl72' (allowed: "
+    assert main(switch) == 2
+    assert capsys.readouterr().err.startswith(f"{refusal}--set cluster.nodes=null to drop the file's nodes, --set "
+                                              "cluster.racks=N to size gb200-nvl72; or its parameters: racks, trays, ")
+    assert main([*switch, "--set", "cluster.nodes=null"]) == 0
+    assert capsys.readouterr().out.startswith(f"{scenario}: valid (144 gb200 GPUs on gb200-nvl72)")
+    scenario.write_text(ALL_REDUCE_ON.format(topology="gb200-nvl72"))
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err.startswith(f"{refusal}racks, trays, ")
+
+
 @pytest.mark.parametrize("command", [["validate"], ["run", "--out", "{tmp}"]])
 @pytest.mark.parametrize("override, error", [
     ("cluster.nvlink_bandwidth=-1", "--set cluster.nvlink_bandwidth=-1: bandwidth -1 has no unit (allowed: "),

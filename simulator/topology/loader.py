@@ -157,11 +157,16 @@ def _refuse_scenario(cluster: dict, folder: Path, source: str) -> None:
 def with_overrides(spec: TopologySource, overrides: dict | None) -> TopologySource:
     """``spec`` read from its file with ``overrides`` replacing top-level parameters (one file read serves
     many overrides: a sweep's points). A mapping without a `kind` (a cluster's `node: {gpu_model: h200}`) is
-    merged into the file's: it replaced dgx-h100-cluster's whole node, whose NVSwitches lost `nvls` unsaid."""
+    merged into the file's: it replaced dgx-h100-cluster's whole node, whose NVSwitches lost `nvls` unsaid. A
+    null for a parameter the kind lacks is no value, which it has already: `--set cluster.nodes=null` drops the
+    scenario's `nodes` where `--set cluster.topology=gb200-nvl72` makes it a rack's (a null for a parameter the
+    kind has is its value, refused where the parameter is required)."""
     parameters = BUILDERS[spec.kind].parameters
     params = dict(spec.params)
     given = dict(spec.overrides)
     for key, value in (overrides or {}).items():
+        if key not in parameters and value is None:
+            continue
         if key not in parameters:
             raise TopologyError(f"unknown override {key!r} for topology kind {spec.kind!r}", field=str(key),
                                 allowed=", ".join(parameters), file=spec.source)
@@ -253,6 +258,7 @@ def _scenario_source(loaded: LoadedScenario, use: Callable[[TopologySource], T],
     """``use`` of the scenario's topology file (``file`` where already read) with its `cluster` overrides,
     errors in a value they override located at that field of the scenario."""
     cluster = loaded.scenario.cluster
+    read = file
     try:
         read = scenario_topology_file(loaded) if file is None else file
         return use(with_overrides(read, cluster.overrides()))
@@ -260,8 +266,28 @@ def _scenario_source(loaded: LoadedScenario, use: Callable[[TopologySource], T],
         path = scenario_field_of(exc, cluster.overrides())
         if path is None:
             raise
-        located = loaded.error(path, exc.problem, exc.allowed)
+        kind = read.kind if read is not None else ""
+        located = loaded.error(path, exc.problem, _leftover_fix(loaded, path, kind) + exc.allowed)
         raise located.rebuilt(TopologyError) from None
+
+
+def _leftover_fix(loaded: LoadedScenario, path: FieldPath, kind: str) -> str:
+    """How to drop a parameter the file's `cluster` gives that the topology a `--set cluster.topology` puts in
+    its place lacks (dgx-h100-cluster's `nodes` on gb200-nvl72), and to size that topology, as the start of the
+    refusal's allowed list: '--set cluster.nodes=null to drop the file's nodes, --set cluster.racks=N to size
+    gb200-nvl72; or its parameters: '. '' where the parameter is the kind's, or the file or no `--set` names
+    the topology."""
+    from simulator.topology.size import SIZE_PARAMETERS
+
+    switched = loaded.override_of(("cluster", "topology"))
+    key = str(path[-1])
+    if (len(path) != 2 or not kind or key in BUILDERS[kind].parameters or switched is None or not switched.typed
+            or loaded.override_of(path) is not None):
+        return ""
+    topology = loaded.scenario.cluster.topology
+    sizes = SIZE_PARAMETERS.get(kind, ())
+    sized = f", --set cluster.{sizes[0]}=N to size {topology}" if sizes else ""
+    return f"--set cluster.{key}=null to drop the file's {key}{sized}; or its parameters: "
 
 
 def kept_node_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
