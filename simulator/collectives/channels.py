@@ -58,10 +58,14 @@ def first_member(members: list[int], nic_of: Sequence[Hashable], channel: int) -
     NCCL's search first asks (src/graph/search.cc ncclTopoSearchCheckNet, crossNic 0: back to the NIC it
     started from). Where some NIC serves one member only, that cannot hold for every NIC at once (the member
     before a lone member's belongs to another NIC, which would then send two rings and some NIC none), so the
-    ring enters at the first member of the channel's NIC and leaves through the last member of the NIC before:
-    NCCL's search then lets a ring leave through another NIC (crossNic 2, the default of NCCL_CROSS_NIC), and
-    its next channel enters through the NIC this one left by and leaves through the one it entered by, so every
-    NIC still sends and receives as many rings as any other. With one member per NIC it is position c."""
+    ring enters at the first member of the channel's NIC and leaves through the last member of the NIC before,
+    so over a round each NIC takes in its own channel's ring and sends out the next NIC's. NCCL's search then
+    lets a ring leave through another NIC (crossNic 2, the default of NCCL_CROSS_NIC) and pairs its channels
+    instead: the next channel enters through the NIC this one left by and leaves through the one it entered by.
+    Both send and receive one ring through every NIC a round, all the flows see, and the rotation also holds
+    for an odd number of NICs. The rule reads the NICs of the group's members, not of the host, so a partial
+    group on a host (ranks 0-4 with 2 NICs: GPU 4 alone on NIC 1) takes it too. With one member per NIC it is
+    position c."""
     wanted = channel_nic(members, nic_of, channel)
     positions = [position for position, member in enumerate(members) if nic_of[member] == wanted]
     served = Counter(nic_of[member] for member in members)
