@@ -387,23 +387,31 @@ def test_rings_run_every_nic_both_ways_when_the_nics_do_not_divide_the_gpus():
         assert 1 <= busbw[nics] / (busbw[8] * nics / 8) < 1.005, busbw
 
 
-def test_a_group_filling_part_of_each_host_runs_each_nic_both_ways():
-    """2 DGX H100 hosts with 2 NICs (GPUs 0-3 on NIC 0, 4-7 on NIC 1), the group ranks 0-4 and 8-12: on each host
-    NIC 1 serves one GPU of the group, so the 2 rings enter at the first GPU of their NIC and leave through the NIC
-    before, and each NIC sends one ring and receives one. A step then moves n/(p ch) through each NIC each way at
-    50 GB/s, the time of 8 + 2 ranks on two NICs (`test_a_ring_over_a_partial_host_runs_each_of_its_nics_both_ways`):
-    19.43 ms. Rings that went back to the NIC they came in by sent both through NIC 0: 38.76 ms."""
-    ranks, n, channels = (0, 1, 2, 3, 4, 8, 9, 10, 11, 12), GIB, 2
-    topology = load_topology("dgx-h100-cluster", {"nodes": 2, "nics_per_node": 2})
-    phases = plan_collective(CollectiveRequest("all_reduce", ranks, n), topology, "ring")
+@pytest.mark.parametrize("nics, per_host, channels", [(2, 5, 2), (4, 3, 2), (6, 6, 4)])
+def test_a_group_filling_part_of_each_host_runs_one_ring_each_way_through_each_nic_it_drives(nics, per_host, channels):
+    """2 DGX H100 hosts with k NICs for 8 GPUs (GPU i on NIC i k // 8), the group the first m GPUs of each: 5 on 2
+    NICs, 3 on 4 and 6 on 6 drive 2, 2 and 4 NICs, one of which serves one GPU of the group, so the group runs one
+    ring per NIC it drives, as NCCL's search finds channels over the NICs local to the communicator's GPUs; each
+    enters at the first GPU of its NIC and leaves through the NIC before, and every NIC the group drives sends one
+    ring and receives one. A step moves n/(p ch) through each NIC each way at 50 GB/s, over p - 2 NVLink hops and 2
+    across hosts, as for 8 + 2 ranks (`test_a_ring_over_a_partial_host_runs_each_of_its_nics_both_ways`): 19.43,
+    17.97 and 9.96 ms, the estimate alike. Rings that went back to the NIC they came in by sent both of the
+    5-GPU group's through NIC 0: 38.76 ms; rings counted by the host's NICs (3 and 6 over 2 and 4 NICs) sent twice
+    through some NICs: 23.94 and 13.24 ms."""
+    ranks, n = (*range(per_host), *range(8, 8 + per_host)), GIB
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2, "nics_per_node": nics})
+    request = CollectiveRequest("all_reduce", ranks, n)
+    phases = plan_collective(request, topology, "ring")
+    assert {t.channel for phase in phases for t in phase.transfers} == set(range(channels))
     crossing = [t for phase in phases for t in phase.transfers if topology.gpu_host[t.src] != topology.gpu_host[t.dst]]
     for end in ("src", "dst"):
         counts = Counter(topology.gpu_nic[getattr(t, end)] for t in crossing)
-        assert len(counts) == 4 and len(set(counts.values())) == 1, (end, counts)
+        assert len(counts) == 2 * channels and set(counts.values()) == {1}, (end, counts)
     p = len(ranks)
     step = ((p - 2) * 3.4e-6 + 2 * 13e-6) / p + n / (p * channels * 50e9)
     simulated = time_collective(topology, "all_reduce", "ring", ranks, n)
     assert close(simulated, BASE + 2 * (p - 1) * step, 1e-6)
+    assert close(estimates(request, topology, algorithms=("ring",))["ring"], simulated, 1e-6)
 
 
 FSDP_TWO_HOSTS = """
