@@ -364,6 +364,19 @@ def test_rings_and_trees_spread_evenly_over_nics_that_two_gpus_share():
     assert close(estimates(request, topology, algorithms=("ring",))["ring"], simulated, 1e-6)
 
 
+@pytest.mark.parametrize("nodes, nics, op", [(8, 1, "broadcast"), (8, 4, "broadcast"), (4, 2, "reduce")])
+def test_an_unchunked_ring_chain_is_estimated_at_each_hops_own_speed(nodes, nics, op):
+    """With chunking off a ring's broadcast or reduce moves each channel's buffer one edge of its chain at a time,
+    over NVLink between members of a host and through a NIC between hosts, so the estimate charges every edge its
+    own link's speed and matches the simulation: 8 GiB from GPU 5 over 8 DGX H100 hosts takes 2424.6 ms with 1 NIC,
+    1737.6 ms with 4. Charging every edge the NICs' rate estimated 10823.6 ms (4.46x) and 2706.4 ms (1.56x)."""
+    ranks, n = tuple(range(8 * nodes)), 8 * GIB
+    topology = load_topology("dgx-h100-cluster", {"nodes": nodes, "nics_per_node": nics})
+    request = CollectiveRequest(op, ranks, n, root=5, chunk_bytes=None)
+    simulated = time_collective(topology, op, "ring", ranks, n, chunk_bytes=None, root=5)
+    assert close(estimates(request, topology, algorithms=("ring",))["ring"], simulated, 1e-6)
+
+
 def test_rings_run_every_nic_both_ways_when_the_nics_do_not_divide_the_gpus():
     """4 DGX H100 hosts with k = 3..8 NICs for 8 GPUs (GPU i on NIC i k // 8: with k = 6 NICs 0 and 3 serve two
     GPUs, the others one): the k rings of a 32-rank all-reduce leave and enter each host through every NIC once,

@@ -117,7 +117,9 @@ class PhaseLoad(NamedTuple):
     of which every member of each channel's ring sends n / (p ch) to its successor on that channel's route) and of
     the NVLS tree (the in-switch transfers and the level across domains at once): each transfer's path ``latencies``
     and hop ``kinds``, the bytes each link their routes use carries per byte of the collective (``load``, links in
-    order of first use) and those links' usable ``capacity`` (bytes/s). The transfers that share links are equal, so
+    order of first use) and those links' usable ``capacity`` (bytes/s); ``links``, the links each transfer's route
+    uses (-1 past its end), and ``nbytes``, the bytes each transfer carries per byte of the collective, for phases
+    whose transfers run a step at a time (`step_seconds`). The transfers that share links are equal, so
     under max-min sharing the phase lasts as long as its most loaded link takes (`seconds`): on an oversubscribed
     fabric the uplinks the channels' routes hash onto, which one route's bottleneck does not show (4 channels over 2
     spines share each uplink two by two). The load scales with the size, so it is found once per group and
@@ -127,11 +129,24 @@ class PhaseLoad(NamedTuple):
     kinds: np.ndarray
     load: np.ndarray
     capacity: np.ndarray
+    links: np.ndarray
+    nbytes: np.ndarray
 
     def seconds(self, nbytes: float, fraction: float = 1.0) -> float:
         """How long the phase of a collective of ``nbytes`` keeps its most loaded link busy, ``fraction`` of
         each link's capacity carrying payload."""
         return nbytes * float((self.load / (self.capacity * fraction)).max())
+
+    def step_seconds(self, nbytes: float, steps: int, fraction: float = 1.0) -> float:
+        """How long ``steps`` steps take end to end on their most loaded links where transfer i runs in step
+        i % ``steps`` with the others of that step only (an unchunked chain's edges, channel by channel:
+        `ring.chain_step`), for a collective of ``nbytes``."""
+        on_route = self.links >= 0
+        step = np.broadcast_to((np.arange(len(self.links)) % steps)[:, None], self.links.shape)[on_route]
+        weights = np.broadcast_to(self.nbytes[:, None], self.links.shape)[on_route]
+        load = np.bincount(step * self.capacity.size + self.links[on_route], weights=weights,
+                           minlength=steps * self.capacity.size).reshape(steps, self.capacity.size)
+        return nbytes * float((load / (self.capacity * fraction)).max(axis=1).sum())
 
     def latency(self, protocol: Protocol) -> float:
         """The mean of the transfers' latencies under ``protocol``, each scaled for its kind of hop (a ring step's,
@@ -166,8 +181,10 @@ def plan_load(topology: Topology, request: CollectiveRequest,
         used, link_of = first_use(routes[on_route])
         load = np.bincount(link_of, weights=np.broadcast_to(nbytes[:, None], routes.shape)[on_route],
                            minlength=used.size)
+        links = np.full(routes.shape, -1, dtype=np.int64)
+        links[on_route] = link_of
         return PhaseLoad(latencies, hop_kinds(topology, src, dst), load,
-                         effective_capacity(topology, efficiency or {})[used])
+                         effective_capacity(topology, efficiency or {})[used], links, nbytes)
 
     return kept(topology, (plan, request.ranks, request.channels, request.root, request.op == "reduce",
                            profile_of(efficiency)), build)
@@ -499,7 +516,7 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
         chunk = pipeline_chunk(request.chunk_bytes, protocol, request.nbytes / terms.channels)
         return chain_estimate(request.nbytes, terms.size, terms.channels, chunk, terms.inner.under(name, protocol),
                               (terms.chain_hop.under(name, protocol), load.scaled_latencies(protocol),
-                               load.seconds(1.0, fraction))
+                               load.seconds(1.0, fraction), load.step_seconds(1.0, terms.size - 1, fraction))
                               ) + protocols.base_latency(name, protocol)
     if name == "ring" and load is not None:
         step = load.latency(protocol) + load.seconds(request.nbytes, fraction)
@@ -533,21 +550,25 @@ def _transfer_estimate(request: CollectiveRequest, terms: GroupTerms, name: Algo
 
 
 def chain_estimate(n: float, size: int, channels: int, chunk_bytes: float | None, inner: Hop,
-                   outer: tuple[Hop, np.ndarray, float] | None) -> float:
+                   outer: tuple[Hop, np.ndarray, float, float] | None) -> float:
     """The ring's broadcast or reduce as ring.py plans it: a pipelined chain per channel over the p ranks, L chunks
     of c = n / (ch L), so p - 1 + L - 1 steps. The p - 1 steps that open a hop pay a latency (inside one host
     the hop's; across hosts the slowest of the edges carrying a chunk then, `chain_fill_latency`); the L - 1
     that continue open streams pay instead the 8-slot window's stall (`Hop.stall`), which is zero unless a chunk
     takes under a third of a hop's latency. A step lasts as long as c takes over NVLink, or across hosts as long
     as the most loaded link of the chains' routes takes for every channel's chunk. ``outer`` (None inside one
-    host): the slowest hop between hosts, the latencies of the chains' edges under the protocol and the step's
-    seconds per byte of the collective, from `ring.chain_step`'s `PhaseLoad`."""
+    host): the slowest hop between hosts, the latencies of the chains' edges under the protocol, the step's
+    seconds per byte of the collective, and the p - 1 steps' seconds per byte where each carries its own edges
+    only, from `ring.chain_step`'s `PhaseLoad`: with chunking off (``chunk_bytes`` None) the buffer moves one edge
+    at a time, each at its own link's speed (over NVLink between members of a host, a NIC's between hosts)."""
     chunks = chunk_count(n / channels, chunk_bytes)
     chunk = n / (channels * chunks)
     inside = chunk / inner.bandwidth
     if outer is None:
         return (size - 1) * (inner.latency + inside) + (chunks - 1) * (inside + inner.stall(chunk))
-    slowest, latencies, seconds_per_byte = outer
+    slowest, latencies, seconds_per_byte, unchunked_seconds_per_byte = outer
+    if chunk_bytes is None:
+        return chain_fill_latency(latencies.reshape(channels, size - 1), 1) + n * unchunked_seconds_per_byte
     across = chunk * channels * seconds_per_byte
     streamed = max(inside + inner.stall(chunk), across + slowest.stall(chunk))
     return (chain_fill_latency(latencies.reshape(channels, size - 1), chunks) + (size - 1) * max(inside, across)
