@@ -68,6 +68,14 @@ def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=N
                            chunk_bytes=request.chunk_bytes, protocol=protocol)
 
 
+def tree_line(request: CollectiveRequest, topology, efficiency, protocol: str, cap: float) -> float:
+    """The tree all-reduce weighed on one line at busbw ``cap`` (bytes/s): its own estimate's latency (the
+    estimate less its slope's share, `tuner.tree_seconds_per_byte`) plus twice the size at the cap."""
+    terms = group_terms(request, topology, efficiency, ("tree",))
+    own = tuner._estimate(request, terms, "tree", protocol, None)
+    return own + request.nbytes * (2 / cap - tuner.tree_seconds_per_byte(request, terms, protocol))
+
+
 def simulated_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
     """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request`` (`raw_pairs`), each
     no faster than NCCL's caps on its busbw let the tuner rate it (`nccl_capped`), as `auto` weighs them."""
@@ -293,11 +301,16 @@ def test_auto_ranks_h100_candidates_as_the_simulation_does(hosts, profile):
             assert times[pick] <= MARGIN * min(times.values()), (op, nbytes, pick, times)
 
 
-def test_auto_weighs_the_links_at_the_runs_efficiency():
+def test_auto_weighs_the_links_at_the_runs_efficiency(monkeypatch):
     """Two DGX A100s, a 32 MiB all-reduce: at line rate the tree is the faster (simulated 439 us against the ring's
     461); at the calibrated efficiencies the ring is (481 against 507 us): the tree leans on its NVLink chains, and
     NVLink keeps 0.77 of its line rate there, InfiniBand, which bounds the ring, 0.94. Estimating at nominal
-    bandwidths would take the tree under both. The scenario's efficiency reaches the run's plan cache."""
+    bandwidths would take the tree under both. The scenario's efficiency reaches the run's plan cache. NCCL's
+    caps are off here: they rate the tree at 188.8 GB/s busbw whatever the links' efficiency, and take the ring
+    under both."""
+    monkeypatch.setattr(tuner, "nccl_capped", lambda request, terms, name, protocol, seconds: seconds)
+    monkeypatch.setattr(tuner, "KEPT", {})
+    monkeypatch.setattr(tuner, "CHOICES", {})
     topology = load_topology("dgx-a100-cluster", {"nodes": 2})
     group = tuple(range(16))
     request = CollectiveRequest("all_reduce", group, 32 * MIB, chunk_bytes=CHUNK)
@@ -517,15 +530,16 @@ def test_nccls_ll128_caps_by_gpu_hosts_and_channels():
 def test_the_ll128_tree_is_weighed_no_faster_than_nccls_cap():
     """4 DGX B200-like hosts (8 B200s each, 8 NICs of 50 GB/s): NCCL caps the LL128 tree's busbw at 120/128 of the
     tree's own cap (its search's 8 channels x 24 GB/s: 180 GB/s) and at 20 GB/s a channel over more than 2 Blackwell
-    hosts on those same 8 channels (160 GB/s; the kernel runs 16), so a 1 GiB all-reduce is weighed at
-    14 us + 2 x 1 GiB / 160 GB/s = 13.436 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)."""
+    hosts on those same 8 channels (160 GB/s; the kernel runs 16), so a 1 GiB all-reduce is weighed at its own
+    estimate's latency + 2 x 1 GiB / 160 GB/s = 13.65 ms, above the 6.319 ms its plan simulates (busbw 340 GB/s)."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 4, "node": {"gpu_model": "b200",
                                                                        "nvlink_bandwidth": "900 GB/s"}})
     efficiency = calibrated(topology.gpu_model)
     request = CollectiveRequest("all_reduce", tuple(range(32)), GIB, chunk_bytes="auto")
     assert nccl_channels(topology, request.ranks) == 16
     weighed = estimates(request, topology, efficiency, "ll128", algorithms=("tree",))["tree"]
-    assert weighed == pytest.approx(14e-6 + 2 * GIB / 160e9, rel=1e-12)
+    assert weighed == pytest.approx(tree_line(request, topology, efficiency, "ll128", 160e9), rel=1e-12)
+    assert weighed * 1e3 == pytest.approx(13.65, abs=0.005)
     assert weighed > simulated(topology, request, "tree", protocol="ll128")
 
 
@@ -556,15 +570,36 @@ def test_nccls_ll_caps_by_gpu_and_hosts():
 def test_the_tree_is_weighed_no_faster_than_nccls_cap_under_every_protocol():
     """12 GB200 racks with NVLS off: NCCL's tuner caps the tree all-reduce's busbw at its search's 16 channels x
     24 GB/s over more than 2 Blackwell nodes (`perChMaxTreeBws`) under every protocol, so 4 GiB weighs the Simple
-    tree at 8.4 us + 2 x 4 GiB / 384 GB/s = 22.38 ms, not the 17.23 ms its plan simulates, and `auto` takes the
-    LL128 ring (19.57 ms) where it took the Simple tree, weighed no faster than the simulation while NCCL's caps
-    applied under LL and LL128 alone."""
+    tree on one line, its own estimate's latency plus 2 x 4 GiB / 384 GB/s (26.91 ms), not the 17.23 ms its plan
+    simulates, and `auto` takes the LL128 ring (19.57 ms) where it took the Simple tree, weighed no faster than
+    the simulation while NCCL's caps applied under LL and LL128 alone."""
     topology = load_topology("gb200-nvl72", {"racks": 12, "nvls": "none"})
     efficiency = calibrated(topology.gpu_model)
     request = CollectiveRequest("all_reduce", tuple(range(topology.num_gpus)), 4 * GIB, chunk_bytes="auto")
     weighed = estimates(request, topology, efficiency, "simple", algorithms=("tree",))["tree"]
-    assert weighed == pytest.approx(NCCL_SIMPLE_BASE_S + 2 * 4 * GIB / (16 * 24e9), rel=1e-12)
+    assert weighed == pytest.approx(tree_line(request, topology, efficiency, "simple", 16 * 24e9), rel=1e-12)
+    assert weighed * 1e3 == pytest.approx(26.91, abs=0.005)
     assert choose(request, topology, efficiency) == Choice("ring", "ll128")
+
+
+@pytest.mark.parametrize("name, over", [
+    ("gb200-nvl72", {"racks": 12, "nvls": "none"}), ("gb200-nvl72", {"racks": 20, "nvls": "none"}),
+    ("dgx-a100-cluster", {"nodes": 2}), ("dgx-a100-cluster", {"nodes": 16}),
+    ("dgx-h100-cluster", {"nodes": 2}), ("dgx-h100-cluster", {"nodes": 16})])
+def test_auto_picks_hold_unbroken_size_ranges_under_nccls_tree_caps(name, over):
+    """Under NCCL's model each candidate is one line (latency + size / capped busbw), so over increasing sizes
+    `auto` leaves an algorithm for another at most once: the capped tree is weighed on one line, its own
+    estimate's latency plus the size at the lower of its own busbw and the cap. Weighed at the larger of its own
+    estimate and the cap's line (a steeper line from a lower latency), 12 racks with NVLS off ran the tree at 128
+    MiB, the ring from 256 MiB to 1 GiB, the tree at 2 GiB and the ring at 4 GiB. All-reduce over every GPU,
+    1 MiB to 8 GiB."""
+    topology = load_topology(name, over)
+    efficiency = calibrated(topology.gpu_model)
+    ranks = tuple(range(topology.num_gpus))
+    picks = [choose(CollectiveRequest("all_reduce", ranks, MIB << k, chunk_bytes="auto"), topology,
+                    efficiency).algorithm for k in range(14)]
+    changes = [(a, b) for a, b in zip(picks, picks[1:]) if a != b]
+    assert len(changes) == len(set(map(frozenset, changes))), picks
 
 
 def test_the_nvls_tree_is_weighed_no_faster_than_nccls_cap():
@@ -579,7 +614,7 @@ def test_the_nvls_tree_is_weighed_no_faster_than_nccls_cap():
     weighed = estimates(request, topology, efficiency, algorithms=("nvls",))["nvls"]
     assert weighed == pytest.approx(25e-6 + 8 * 20.9e-6 + 2 * 127 / 128 * 64 * MIB / 364e9, rel=1e-12)
     tree_ll128 = estimates(request, topology, efficiency, "ll128", algorithms=("tree",))["tree"]
-    assert tree_ll128 == pytest.approx(protocols.base_latency("tree", "ll128") + 2 * 64 * MIB / 232e9, rel=1e-12)
+    assert tree_ll128 > protocols.base_latency("tree", "ll128") + 2 * 64 * MIB / 232e9
     assert choose(request, topology, efficiency) == Choice("nvls", "simple")
 
 
@@ -600,18 +635,21 @@ def test_nccls_tree_caps_by_protocol_and_members_per_node(name, over, step, caps
     assert tuple(round(cap / 1e9, 6) for cap in terms.caps.tree) == caps
 
 
-def test_the_lone_member_share_decides_the_tree_protocol(monkeypatch):
+def test_the_lone_member_share_lowers_the_trees_rating(monkeypatch):
     """9 GPUs, 8 on one DGX H100 and 1 on another: a node holds one member, so NCCL rates the tree at 0.85 of its
-    caps on the search's 2 channels (`LONE_TREE_SHARE`): a 64 MiB all-reduce weighs the Simple tree at 8.4 us +
-    2 x 64 MiB / (0.85 x 2 x 41.4 GB/s) = 1,915.4 us and the LL128 tree at 0.85 x 2 x 36.7 GB/s (2,165.3 us), and
-    `auto` takes the Simple tree; at the full caps the LL128 tree would be the pick."""
+    caps on the search's 2 channels (`LONE_TREE_SHARE`): a 64 MiB all-reduce weighs the Simple tree at its own
+    estimate's latency + 2 x 64 MiB / (0.85 x 2 x 41.4 GB/s) = 2,329.6 us and the LL128 tree at 0.85 x 2 x 36.7
+    GB/s (2,411.3 us), and `auto` takes the Simple tree; at the full caps the Simple tree weighs 2,043.6 us."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 2})
     efficiency = calibrated(topology.gpu_model)
     request = CollectiveRequest("all_reduce", tuple(range(9)), 64 * MIB, chunk_bytes="auto")
     weighed = estimates(request, topology, efficiency, "simple", algorithms=("tree",))["tree"]
-    assert weighed == pytest.approx(NCCL_SIMPLE_BASE_S + 2 * 64 * MIB / (0.85 * 2 * 41.4e9), rel=1e-12)
+    assert weighed == pytest.approx(tree_line(request, topology, efficiency, "simple", 0.85 * 2 * 41.4e9), rel=1e-12)
+    assert weighed * 1e6 == pytest.approx(2329.6, abs=0.05)
     assert choose(request, topology, efficiency) == Choice("tree", "simple")
     monkeypatch.setattr(tuner, "LONE_TREE_SHARE", 1.0)
     monkeypatch.setattr(tuner, "KEPT", {})
     monkeypatch.setattr(tuner, "CHOICES", {})
-    assert choose(request, topology, efficiency) == Choice("tree", "ll128")
+    full = estimates(request, topology, efficiency, "simple", algorithms=("tree",))["tree"]
+    assert full == pytest.approx(tree_line(request, topology, efficiency, "simple", 2 * 41.4e9), rel=1e-12)
+    assert full * 1e6 == pytest.approx(2043.6, abs=0.05)

@@ -475,9 +475,26 @@ def nccl_capped(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmNa
     cap = terms.caps.of(name, protocol)
     if cap == math.inf or (name == "nvls" and terms.nvls_domain):
         return seconds
-    factor = 2.0 if name == "tree" else bus_bandwidth_factor(request.op, terms.size)
+    if name == "tree":
+        return seconds + request.nbytes * max(0.0, 2.0 / cap - tree_seconds_per_byte(request, terms, protocol))
+    factor = bus_bandwidth_factor(request.op, terms.size)
     latency = nvls.tree_latency(terms.nodes) if name == "nvls" else protocols.base_latency(name, protocol)
     return max(seconds, latency + factor * request.nbytes / cap)
+
+
+SLOPE_BYTES = float(1 << 36)
+"""The size (64 GiB) from which `tree_seconds_per_byte` reads the slope of the tree's own estimate, far past
+where its fixed costs (hop latencies, the pipeline's fill and drain) weigh."""
+
+
+def tree_seconds_per_byte(request: CollectiveRequest, terms: GroupTerms, protocol: Protocol) -> float:
+    """The seconds a byte of the all-reduce adds to the tree's own estimate under ``protocol`` (`_estimate`) for
+    ``request``'s group: the slope of that estimate between `SLOPE_BYTES` and twice that, its reciprocal the
+    tree's own busbw over 2 (tuning.cc's ratio of 0.5)."""
+    def seconds(nbytes: float) -> float:
+        return _estimate(replace(request, nbytes=nbytes), terms, "tree", protocol, None)
+
+    return (seconds(2 * SLOPE_BYTES) - seconds(SLOPE_BYTES)) / SLOPE_BYTES
 
 
 def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
