@@ -244,6 +244,14 @@ def _tp_splits(par: ParallelismConfig, recompute: str, moe: bool) -> tuple[int, 
     return 2 * compute, Counter({plan: 2 * count for plan, count in plans.items()})
 
 
+def _tp_ends(par: ParallelismConfig) -> int:
+    """The TP collectives of the embedding and the head per micro-batch, which the first and the last stage post
+    beside the layers' (parallel/overlap.py `tp_op`, none of them recomputed): the embedding's all-reduce after its
+    forward and the head's after its backward; with sequence parallelism the embedding's reduce-scatter, the
+    head's all-gather before its forward and reduce-scatter after its backward."""
+    return 3 if par.sequence_parallel else 2
+
+
 TP_PLANS = ("ring", "userbuffers", "exchange", "pair")
 """How a TP collective posts its transfers: `ring`, NCCL's (the TP group's `CollectiveShape`); `userbuffers`,
 one phase of every member to every other (collectives/userbuffers.py); `exchange`, the ring exchange, one transfer
@@ -474,7 +482,8 @@ def _first_bucket_blocks(ready: Iterable[tuple[float, ...]], grad_bytes: float, 
 
 def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, first_bucket: int) -> float:
     """The share of a rank's TP all-reduces (`_tp_splits` without sequence parallelism: two in each forward,
-    backward and full recompute of a layer, one a block) that run while its data-parallel collectives do, which
+    backward and full recompute of a layer, one a block; and the embedding's and the head's, `_tp_ends`) that run
+    while its data-parallel collectives do, which
     join the TP group's copies in the other DP replicas to it: every one under ZeRO-3 (gathers in every pass)
     or gradients reduced every micro-batch (their reductions run on into the next one's passes), none where the
     gradients are reduced after the backward (`ddp.overlap: false`), else those of the last micro-batch's
@@ -491,7 +500,7 @@ def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, f
     if closing > 2 * layers:
         return 0.0
     after = per_block * 2 * layers if closing == 0 else 1 + per_block * (2 * layers - closing)
-    return after / (2 * per_block + 2) / layers / m
+    return after / ((2 * per_block + 2) * layers + _tp_ends(par)) / m
 
 
 def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int, first_bucket: int
@@ -583,13 +592,16 @@ def _quotient_shape(layout: Layout, step: int, kind: str, shape: CollectiveShape
                    replicas=min(shape.replicas, max(1, copies)))
 
 
-def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape]) -> int:
+def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape], tp_beside_dp_rings: bool) -> int:
     """Ranks a folded run simulates per stage: two where EP all-to-alls run beside rings across hosts, whose
     direction alternates from host to host (engine/rank_classes.py classes the hosts by it: the bundled MoE
-    runs simulate two ranks a stage), else one."""
+    runs simulate two ranks a stage), or where TP collectives inside a host, mirrored on the other hosts, run
+    beside DP rings across hosts of three members or more a host (``tp_beside_dp_rings``; with two, a host's
+    channels carry both directions alike: SC21 3.6B, TP 2 and 4 DP members a host, simulates two ranks, 7.5B,
+    TP 4 and 2, one), else one."""
     rings_across = any(shapes[kind].transfers > shapes[kind].members for kind, count in comm.items()
                        if count and kind not in ("ep", "pp"))
-    return 2 if comm["ep"] and rings_across else 1
+    return 2 if (comm["ep"] and rings_across) or tp_beside_dp_rings else 1
 
 
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None,
@@ -605,12 +617,14 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     ready: list[tuple[float, ...]] = []  # a rank's blocks' tensors as its last backward finishes them
     if synthetic is not None:
         layers, blocks = synthetic.stages, float(synthetic.stages * v)
+        recomputed = blocks
         moe = False
     else:
         from simulator.workload.stage_work import layer_tensors
 
         spec = resolve_model(scenario)
         layers, blocks = spec.layers, 2.0 * spec.layers + 2
+        recomputed = 2.0 * spec.layers  # the embedding and the head are not recomputed
         attention, mlp = layer_tensors(spec, tp)
         tensors = attention + mlp
         head = spec.head_params() - spec.norm_params()
@@ -623,14 +637,14 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                                else (0, Counter[str]()))
     if moe:  # a MoE block runs its routed experts as a part of their own in each pass that runs them
         split_compute += 2 + (training.recompute == "full")
-    compute = m * (blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
+    compute = m * (blocks_per_rank * (1 + backward) + recomputed / pp * RECOMPUTE_SHARE[training.recompute]
                    + layers_per_rank * split_compute)
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
     grad_bytes = grad_buffer_bytes(training.precision, training.gradient_buffer_dtype(par.deepspeed_zero3))
     degree = _hybrid_degree(layout, hosts) if par.hybrid_shard else 0
     dense_units, expert_units = (layers + 2.0) / pp, layers_per_rank if moe and par.gathers_per_unit else 0.0
     comm = {
-        "tp": m * layers_per_rank * sum(tp_plans.values()),
+        "tp": m * (layers_per_rank * sum(tp_plans.values()) + _tp_ends(par) / pp) if tp_plans else 0.0,
         "ep": m * layers_per_rank * _ep_all_to_alls(training.recompute) if moe and par.ep > 1 else 0.0,
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
@@ -658,13 +672,14 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         compute += comm["pp"] / 2 if synthetic.p2p_bytes <= 0 else 0.0  # a free hand-off per receive
         comm = {kind: count if kind == "pp" and synthetic.p2p_bytes > 0 else 0.0 for kind, count in comm.items()}
     shapes = _collective_shapes(layout, comm, hosts, par.ep, scenario.collectives.channels, degree)
-    ranks = pp * _rank_classes(comm, shapes) if fold else gpus
     if scenario.collectives.algorithm == "hierarchical" and hosts is not None:
         all_reduce = {"tp": not par.sequence_parallel, "cp": False, "dp": par.zero_stage == 0}
         shapes.update({kind: replace(shapes[kind], transfers=_hierarchical_transfers(layout, kind, hosts, reduce,
                                                                                    par.ep, degree))
                        for kind, reduce in all_reduce.items() if shapes[kind].members > 1})
-    shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_plans, shapes["tp"].transfers))
+    tp_collectives = Counter({plan: layers_per_rank * count for plan, count in tp_plans.items()})
+    tp_collectives["ring"] += _tp_ends(par) / pp if tp_plans else 0.0
+    shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_collectives, shapes["tp"].transfers))
     if par.cp_algorithm == "ring":  # a ring step posts one transfer a member, to the next (collectives/direct.py)
         shapes["cp"] = replace(shapes["cp"], transfers=cp)
     trees = lower_bound = False
@@ -682,6 +697,13 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     tp_all_reduces = comm["tp"] and not par.sequence_parallel and not moe and synthetic is None
     beside = _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
                         _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket))
+    dp_per_host = Counter(rank // hosts.gpus for rank in _first_group(layout, "dp", par.ep, degree)) if hosts else {}
+    tp_joined_inside = (hosts is not None and len(dp_per_host) > 1 and min(dp_per_host.values()) > 1 and tp > 1
+                        and len({rank // hosts.gpus for rank in tp_group}) == 1)
+    if tp_all_reduces and tp_joined_inside:  # DP rings across hosts hop on NVLink: they join every TP group
+        shapes["tp"] = replace(shapes["tp"], replicas=layout.world // pp // tp, joined=True)
+    ranks = pp * _rank_classes(comm, shapes, tp_joined_inside and beside > 0 and min(dp_per_host.values()) > 2
+                               ) if fold else gpus
     if tp_all_reduces and shapes["tp"].joined:  # rings whose copies in other replicas another dimension joins
         shapes["tp"] = replace(shapes["tp"], beside=beside)
     if (topology is not None and tp_all_reduces and _tp_may_run_trees(scenario)
