@@ -393,15 +393,15 @@ COLLECTIVE_QUOTES = [
      "per pipeline, as many as GPUs per host) and picks the ring ({1[ms]:.2f} ms)"),
     ("docs/collectives.md", ["--topology dgx-a100-cluster --sizes 512MiB",
                              "--topology dgx-a100-cluster --algorithm tree --protocol simple --sizes 512MiB"],
-     "Simple ring from 256 MiB (512 MiB: {0[ms]:.2f} ms, where the Simple tree runs {1[ms]:.2f}, its chain steps"),
-    ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=16 --sizes 1MiB"],
-     "(16 hosts, 1 MiB: {0[us]:.1f} us; up to 1 MiB), the LL128 tree from 2 to 32 MiB"),
+     "Simple ring from 128 MiB (512 MiB: {0[ms]:.2f} ms, where the Simple tree runs {1[ms]:.2f}, its chain steps"),
+    ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=16 --sizes 256KiB"],
+     "(16 hosts, 256 KiB: {0[us]:.1f} us; up to 256 KiB), the LL128 tree from 512 KiB to 8 MiB"),
     ("docs/collectives.md", [f"{A100_16} --sizes 1KiB", f"{A100_16} --algorithm tree --protocol simple --sizes 1KiB",
                              f"{A100_16} --algorithm ring --protocol simple --sizes 1KiB", f"{A100_16} --sizes 1GiB",
                              f"{A100_16} --algorithm tree --protocol simple --sizes 1GiB"],
      "(1 KiB on 16 hosts: {0[us]:.0f} us, where the Simple tree takes {1[us]:.0f} and the Simple ring {2[us]:,.0f}; "
-     "up to 1 MiB), the LL128 tree from 2 to 128 MiB, the LL128 ring at 256 and 512 MiB and the Simple ring from "
-     "1 GiB (1 GiB: {3[ms]:.1f} ms; the Simple tree, {4[ms]:.1f} ms there, is weighed at NCCL's cap"),
+     "up to 256 KiB), the LL128 tree from 512 KiB to 64 MiB, the LL128 ring from 128 to 512 MiB and the Simple ring "
+     "from 1 GiB (1 GiB: {3[ms]:.1f} ms; the Simple tree, {4[ms]:.1f} ms there, is weighed at NCCL's cap"),
     ("docs/collectives.md", [f"{GB200_NO_NVLS} --algorithm tree --protocol ll128 --sizes 1GiB",
                              f"{GB200_NO_NVLS} --sizes 1GiB", f"{GB200_NO_NVLS} --sizes 16MiB,256MiB,4GiB"],
      "takes the LL128 ring at 1 GiB, {1[ms]:.2f} ms, busbw {1[busbw]:.1f} GB/s (16 MiB: the LL ring, {2[us]:.1f} us; "
