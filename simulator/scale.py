@@ -18,7 +18,9 @@ rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as
 each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the SC21 18.4B
 step, 15,740 flows estimated, 15,488 simulated). A TP all-reduce across hosts, ring or tree, counts its copies
 in the other replicas for its all-reduces that run beside other dimensions' traffic joining them (`_tp_beside`:
-SC21 7.5B at TP 16, rings under `auto`, 243,072 of 243,344 flows, where its own rings alone counted 118,528).
+SC21 7.5B at TP 16, rings under `auto`, 244,096 of 243,344 flows). A TP all-reduce inside a host counts every
+copy of its stage beside DP rings across hosts that hop on NVLink, which join them all (SC21 7.5B: 47,770 of
+46,316 flows, 30,038 counting one group).
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
@@ -259,11 +261,11 @@ per member of its ring (every other TP rank where the overlap aggregates, else a
 overlap's pair swap, two transfers."""
 
 
-def _tp_transfers(par: ParallelismConfig, plans: Counter[str], ring: float) -> float:
+def _tp_transfers(par: ParallelismConfig, plans: dict[str, float], ring: float) -> float:
     """The transfers a TP collective posts on average over ``plans`` (`TP_PLANS`), NCCL's ring posting
     ``ring``."""
     tp = par.tp
-    exchange = tp // 2 if plans["pair"] else tp
+    exchange = tp // 2 if plans.get("pair") else tp
     per_plan = {"ring": ring, "userbuffers": tp * (tp - 1), "exchange": exchange, "pair": 2}
     return sum(count * per_plan[plan] for plan, count in plans.items()) / max(sum(plans.values()), 1)
 
@@ -677,8 +679,9 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         shapes.update({kind: replace(shapes[kind], transfers=_hierarchical_transfers(layout, kind, hosts, reduce,
                                                                                    par.ep, degree))
                        for kind, reduce in all_reduce.items() if shapes[kind].members > 1})
-    tp_collectives = Counter({plan: layers_per_rank * count for plan, count in tp_plans.items()})
-    tp_collectives["ring"] += _tp_ends(par) / pp if tp_plans else 0.0
+    tp_collectives = {plan: layers_per_rank * count for plan, count in tp_plans.items()}
+    if tp_plans:
+        tp_collectives["ring"] = tp_collectives.get("ring", 0.0) + _tp_ends(par) / pp
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_collectives, shapes["tp"].transfers))
     if par.cp_algorithm == "ring":  # a ring step posts one transfer a member, to the next (collectives/direct.py)
         shapes["cp"] = replace(shapes["cp"], transfers=cp)

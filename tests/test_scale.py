@@ -259,18 +259,18 @@ replicas the DP collectives join to it (the run that passed the check at 1,320 f
 
 
 @pytest.mark.parametrize("path, overrides, ratio", [
-    (TORCHTITAN_70B, ["model.layers=4", "training.global_batch=4"], 0.939),
+    (TORCHTITAN_70B, ["model.layers=4", "training.global_batch=4"], 0.986),
     (TORCHTITAN_70B, ["model.layers=4", "parallelism.tp=16", "parallelism.dp=1", "cluster.nodes=4",
-                      "training.global_batch=2"], 0.930),
-    (TORCHTITAN_70B, TP16_DP8, 1.139),
+                      "training.global_batch=2"], 0.980),
+    (TORCHTITAN_70B, TP16_DP8, 1.198),
     (SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml", ["model.layers=2", "parallelism.cp=4", "parallelism.dp=2",
                                                  "parallelism.cp_algorithm=all_gather"], 0.813),
     (SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml", ["model.layers=2", "parallelism.cp=4", "parallelism.dp=2"], 0.886),
-    (SCENARIOS / "megatron-sc21-18.4b.yaml", ["model.layers=4"], 1.038),
+    (SCENARIOS / "megatron-sc21-18.4b.yaml", ["model.layers=4"], 1.077),
 ])
 def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides, ratio):
-    """Estimate / flows_simulated, each held within 3% of its own ratio (measured 2026-12-06: 952 / 1,014,
-    14,344 / 15,424, 117,768 / 103,392, 410 / 504, 794 / 896, 1,728 / 1,664). The ring attention case counts
+    """Estimate / flows_simulated, each held within 3% of its own ratio (measured 2026-12-06, the embedding's and
+    the head's TP collectives counted: 0.939, 0.930, 1.139 and 1.038 without them). The ring attention case counts
     cp - 1 grouped send/receive steps a pass, each a transfer per CP rank; the pipelined FSDP runs two
     collectives a unit a step; DDP buckets filled tensor by tensor; a full recompute's TP collectives, and TP
     collectives as the builder posts them with sequence parallelism; TP 16 across hosts a ring per channel and
@@ -374,7 +374,7 @@ DP8_TWO_LAYERS = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     (["model.layers=2", "collectives.channels=32"], 0.038, 1.0),
     # GB200 NVL72: ring.py plans by NVLink domain, a rack (one ring inside it, up to 16 across racks)
     (["model.layers=2", "cluster.topology=gb200-nvl72", "parallelism.tp=8", "parallelism.dp=9",
-      "training.global_batch=18"], 0.18, 0.209),
+      "training.global_batch=18"], 0.18, 0.241),
     (["model.layers=2", "cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=8", "parallelism.dp=18",
       "training.global_batch=36"], 0.13, 0.410),
     (["model.layers=2", "cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=4", "parallelism.dp=36",
@@ -387,7 +387,8 @@ def test_the_estimate_reads_the_channels_and_nvl72_trays(overrides, before, afte
     and 0.426); with TP 4 the four TP lanes whose DP rings meet count as one. The rings run by rack
     (docs/collectives.md "Across NVLink domains"): one ring inside a rack, and across racks 16 channels over 18 (or
     9) members a rack, whose trays then carry unlike loads, so the stage fold gives up and every rank's flows are
-    simulated: the GB200 ratios are 0.209, 0.410 and 0.119 (0.417, 1.018 and 0.222 with the rings by tray; counting
+    simulated: the GB200 ratios are 0.241 (0.209 without the embedding's and the head's TP collectives), 0.410 and
+    0.119 (0.417, 1.018 and 0.222 with the rings by tray; counting
     by tray, the estimate would read 0.124 and 0.016)."""
     loaded = load_scenario(DP8_TWO_LAYERS, overrides)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
@@ -451,8 +452,8 @@ def test_a_tp_group_across_hosts_counts_a_ring_per_rail_and_its_replicas():
 
 
 def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_run(monkeypatch, tmp_path, capsys):
-    """With the limit at 50,000 events the TP-16 step (~117,768 flows estimated, 103,392 real; 123,912 while
-    pipelined FSDP's units counted three collectives a micro-batch) is refused at parallelism.tp before the
+    """With the limit at 50,000 events the TP-16 step (~123,912 flows estimated with the embedding's and the
+    head's TP collectives, 117,768 without, 103,392 real) is refused at parallelism.tp before the
     cluster is built; the old estimate (1,320 flows) let it run."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
     monkeypatch.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
@@ -461,7 +462,7 @@ def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_ru
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
     assert ("command line: trainsim run: --set parallelism.tp=16: this run is too large to simulate: 256 GPUs, 2 "
-            "simulated ranks (folded), ~268 ops, ~117,768 flows") in err
+            "simulated ranks (folded), ~270 ops, ~123,912 flows") in err
     assert "(allowed: TP inside one NVLink domain (parallelism.tp at most 8, the GPUs of a host or NVL72 rack);" in err
 
 
@@ -482,7 +483,7 @@ def test_a_synthetic_pipeline_counts_its_free_hand_offs_and_no_flows(name):
     ("published/megatron-sc21-1.7b", [], 1.018, 1.027),
     ("megatron-sc21-18.4b", [], 1.001, 1.004),
     # DP over rings asked for (counted without the built cluster, as rings whatever `auto` would pick)
-    ("published/megatron-sc21-7.5b", ["collectives.algorithm=ring"], 1.004, 0.632),
+    ("published/megatron-sc21-7.5b", ["collectives.algorithm=ring"], 1.004, 1.015),
 ])
 def test_the_estimate_fills_ddp_buckets_counts_recomputed_tp_and_dp_lanes(name, overrides, ops_ratio, flows_ratio):
     """Estimate / simulated ops and flows, within 3%. DDP buckets are filled tensor by tensor in the gradient
@@ -490,8 +491,8 @@ def test_the_estimate_fills_ddp_buckets_counts_recomputed_tp_and_dp_lanes(name, 
     alone): flows 1.39 and 1.63 for the first two when a layer's bytes over the bucket size were counted. A full
     recompute runs the forward's TP collectives again: ops 0.87 for SC21 18.4B without them. A DP ring with two
     or more members a host hops over NVLink through the GPUs of the TP groups there, so every TP lane's ring
-    meets the simulated one: SC21 7.5B (TP 4, two DP members a host) flows 0.21 counting one lane's; what is
-    left is its backward TP all-reduces, whose 32 copies a stage meet the DP rings too and count as one."""
+    meets the simulated one: SC21 7.5B (TP 4, two DP members a host) flows 0.21 counting one lane's; its TP
+    all-reduces' 32 copies a stage meet the DP rings too, counted beside the buckets (0.632 counting one)."""
     loaded = load_scenario(SCENARIOS / f"{name}.yaml", overrides)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     summary = simulate(loaded).summary
@@ -501,14 +502,15 @@ def test_the_estimate_fills_ddp_buckets_counts_recomputed_tp_and_dp_lanes(name, 
 
 @pytest.mark.parametrize("path, overrides, ratio", [
     (TORCHTITAN_70B, ["model.layers=4", "parallelism.tp=16", "parallelism.dp=1", "cluster.nodes=4",
-                      "training.global_batch=2"], 0.92),
+                      "training.global_batch=2"], 0.969),
     (SCENARIOS / "megatron-sc21-18.4b.yaml", [], 0.997),
 ])
 def test_hierarchical_collectives_count_their_phases(path, overrides, ratio):
     """`collectives.algorithm: hierarchical` posts a phase of one transfer per member for the rings inside the hosts
     (two around an all-reduce) and one for the rails' rings across them, not a ring per channel: the estimate counts
-    those phases, within 3% of the figures here (counted as NCCL's ring, estimate / simulated flows would read 3.67
-    for TP 16 over two hosts and 0.80 for SC21 18.4B, whose TP all-reduces inside a host run two phases)."""
+    those phases, within 3% of the figures here (0.92 for TP 16 without the embedding's and the head's; counted as
+    NCCL's ring, estimate / simulated flows would read 3.67 for TP 16 over two hosts and 0.80 for SC21 18.4B,
+    whose TP all-reduces inside a host run two phases)."""
     loaded = load_scenario(path, [*overrides, "collectives.algorithm=hierarchical"])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(ratio, rel=0.03)
@@ -554,15 +556,16 @@ run: {seed: 3, fold: false}
 def test_hierarchical_hsdp_counts_its_phases_over_the_shard_group():
     """Under hybrid_shard the hierarchical gathers and reduce-scatters run over the host's 4 DP ranks (one ring
     inside it, one transfer per member), not the whole DP group across both hosts: estimate / simulated flows
-    0.976, 1.84 (7,360 against 4,000) when they were counted over the DP group."""
+    1.024 (0.976 without the embedding's and the head's TP collectives), 1.84 (7,360 against 4,000) when they
+    were counted over the DP group."""
     loaded = scenario_from_text(HSDP_DENSE, "s.yaml")
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
-    assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(0.976, rel=0.03)
+    assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(1.024, rel=0.03)
 
 
 @pytest.mark.parametrize("overrides, ops_ratio, flows_ratio", [
-    ([], 0.962, 0.985),
-    (["cluster.nodes=4", "parallelism.dp=16", "collectives.algorithm=ring"], 0.962, 0.979),
+    ([], 0.962, 1.036),
+    (["cluster.nodes=4", "parallelism.dp=16", "collectives.algorithm=ring"], 0.962, 1.029),
 ])
 def test_folded_hsdp_counts_the_copies_its_shard_groups_reach_in_the_host(overrides, ops_ratio, flows_ratio):
     """HSDP_DENSE folded (tp 2; each host's 4 DP ranks a shard group; on two hosts, and on four with NCCL's
@@ -814,54 +817,57 @@ TREES = ["collectives.algorithm=tree"]
 
 
 @pytest.mark.parametrize("name, overrides, flows, ops", [
-    ("megatron-sc21-3.6b", [], 0.803, 0.502),
-    ("megatron-sc21-7.5b", [], 0.648, 1.004),
-    ("megatron-sc21-18.4b", [], 1.016, 1.001),
-    ("megatron-sc21-7.5b", ["collectives.algorithm=ring"], 0.632, 1.004),
-    ("megatron-sc21-7.5b", TP_ACROSS_HOSTS, 0.857, 1.0),
-    ("megatron-sc21-7.5b", ["parallelism.tp=16"], 0.999, 1.001),
-    ("megatron-sc21-7.5b", ["parallelism.tp=16", "parallelism.ddp.overlap=false"], 1.058, 1.001),
-    ("megatron-sc21-7.5b", [*TP_16_ONE_MICROBATCH, "model.layers=2"], 1.104, 1.061),
-    ("megatron-sc21-7.5b", [*TP_16_ONE_MICROBATCH, "model.layers=4"], 1.036, 1.034),
-    ("megatron-sc21-7.5b", [*TP_16_ONE_MICROBATCH, "model.layers=4", "training.recompute=none"], 1.059, 1.0),
+    ("megatron-sc21-3.6b", [], 1.041, 1.004),
+    ("megatron-sc21-7.5b", [], 1.031, 1.004),
+    ("megatron-sc21-18.4b", [], 1.020, 1.001),
+    ("megatron-sc21-7.5b", ["collectives.algorithm=ring"], 1.015, 1.004),
+    ("megatron-sc21-7.5b", TP_ACROSS_HOSTS, 1.0, 1.0),
+    ("megatron-sc21-7.5b", ["parallelism.tp=16"], 1.003, 1.001),
+    ("megatron-sc21-7.5b", ["parallelism.tp=16", "parallelism.ddp.overlap=false"], 1.067, 1.001),
+    ("megatron-sc21-7.5b", [*TP_16_ONE_MICROBATCH, "model.layers=2"], 1.158, 1.061),
+    ("megatron-sc21-7.5b", [*TP_16_ONE_MICROBATCH, "model.layers=4"], 1.054, 1.034),
+    ("megatron-sc21-7.5b", [*TP_16_ONE_MICROBATCH, "model.layers=4", "training.recompute=none"], 1.089, 1.047),
     ("megatron-sc21-7.5b", ["parallelism.tp=16", "parallelism.cp=8", "model.layers=4", "training.global_batch=32"],
-     0.995, 0.842),
+     1.605, 0.842),
     ("megatron-sc21-7.5b", ["parallelism.tp=16", "parallelism.cp=2", "parallelism.pp=4", "model.layers=8",
-                            "training.global_batch=64"], 0.981, 0.356),
+                            "training.global_batch=64"], 0.904, 0.356),
 ])
 def test_the_estimate_on_the_built_cluster_counts_the_plans_the_tuner_picks(name, overrides, flows, ops):
-    """Estimate on the built cluster / simulated flows and ops, each held within 3% of its ratio here (measured
-    2026-12-06). Under NCCL's tree caps `auto` runs the SC21 rows' DDP buckets of 16 MiB and more as rings (3.6B
-    and 7.5B: 2 DP members a host; 18.4B: one) and the estimate counts the rings' transfers: 7.5B 0.648, as
-    with rings asked for (0.632), short by the TP lanes its DP rings hop through on NVLink; 3.6B 0.803, whose run
-    simulates two ranks (engine/rank_classes.py classes its hosts by the DP rings' direction beside TP 2's
-    mirrors; ops 0.502), one to the estimate. A TP all-reduce across two hosts runs as a ring too: 1,536 of 1,792
-    flows. At TP 16 over 16 hosts the TP all-reduces run as rings (8 DP replicas, `auto` at 256 MiB) and their
-    copies in the other DP replicas run beside them while the DDP buckets do, from the first bucket on (139 of
-    872 all-reduces): 243,072 of 243,344 flows, the ring alone 118,528 (0.487), every copy beside 3.668; with the
-    buckets after the backward none does, 1.058. The all-reduces of the last backward before the first bucket
-    closes run alone: at 2 layers and one micro-batch 1.104 (every copy beside 2.801), 1.036 at 4 (1.869), 1.059
-    at 4 without recompute (2.117). Traffic of any other dimension joins the copies too, of trees where `auto`
-    picks them for smaller all-reduces: at DP 1 the gradients' buckets over CP 8 (0.995; 0.405 counting no
-    copy), and over CP 2 beside PP 4's hand-offs (0.981; 0.491 counting none; its ops 0.356, CP's ranks
-    simulated apart)."""
+    """Estimate on the built cluster / simulated flows and ops, both deterministic, pinned within 0.5% of the ratio
+    here (measured 2026-12-06). Under NCCL's tree caps `auto` runs the SC21 rows' DDP buckets of 16 MiB and more as
+    rings (3.6B and 7.5B: 2 DP members a host; 18.4B: one). Their DP rings cross hosts and hop on NVLink inside
+    each, so they join every TP group of the stage (TP 2 and 4 inside a host): the estimate counts those copies
+    for the TP all-reduces beside the buckets (`_tp_beside`), 7.5B 1.031 (0.648 counting one TP group), as with
+    rings asked for (1.015); 3.6B 1.041 (0.803), whose run simulates two ranks (engine/rank_classes.py classes
+    its hosts by the direction of its DP rings of 4 members a host beside TP 2's mirrors), as the estimate does
+    (ops 1.004; 0.502 with one). A TP all-reduce across two hosts runs as a ring too, the embedding's and the
+    head's counted beside the layers' (14 a step): 1,792 of 1,792 flows (1,536 counting 12). At TP 16 over 16
+    hosts the TP all-reduces run as rings (8 DP replicas, `auto` at 256 MiB) and their copies in the other DP
+    replicas run beside them while the DDP buckets do, from the first bucket on: 1.003; with the buckets after the
+    backward none does, 1.067. Known gaps, not worked out: at one micro-batch, where the last backward holds every
+    all-reduce, the share beside is over-counted (1.158 at 2 layers, 1.054 at 4, 1.089 at 4 without recompute,
+    whose ops count 2 DP buckets too many); the TP 16 all-reduces (32 MiB) beside CP's traffic run as rings
+    under NCCL's tree caps, where every copy is counted beside the CP 8 buckets (1.605; the run's rings meet
+    fewer) and over CP 2 beside PP 4's hand-offs 0.904 (its ops 0.356, CP's ranks simulated apart)."""
     loaded = load_scenario(PUBLISHED / f"{name}.yaml", overrides)
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
     summary = simulate(loaded).summary
-    assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows, rel=0.03)
-    assert estimate.ops / summary["ops_executed"] == pytest.approx(ops, rel=0.03)
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows, rel=0.005)
+    assert estimate.ops / summary["ops_executed"] == pytest.approx(ops, rel=0.005)
 
 
 def test_a_dp_ring_inside_an_nvlink_domain_joins_a_tp_trees_copies():
     """Two GB200 NVL72 racks, DP 18 innermost (inside a rack) and TP 8 across the racks: the DP buckets' ring
     crosses the GPUs' NVLink ports, which joins every TP group of the rack to rank 0's, so the copies of the TP
-    tree (`auto`'s for its 8 MiB all-reduces at sequence length 1,024) count beside the buckets as across hosts:
+    tree (asked for: weighing the capped tree on one line, `auto` runs its 8 MiB all-reduces as rings) count
+    beside the buckets as across hosts:
     the estimate is above the 11,022 flows of the step without those copies and at most the 211,536 the run
     simulates (37,902, 0.179 of it, short for other reasons)."""
     text = ("cluster: {topology: gb200-nvl72, racks: 2}\nmodel: {preset: megatron-7.5b, layers: 4}\n"
             "training: {seq_len: 1024, global_batch: 36, micro_batch: 1, precision: bf16, recompute: full}\n"
-            "parallelism: {tp: 8, order: [dp, tp, cp, pp], ddp: {overlap: true}}\nrun: {timeline: summary}\n")
+            "parallelism: {tp: 8, order: [dp, tp, cp, pp], ddp: {overlap: true}}\ncollectives: {algorithm: tree}\n"
+            "run: {timeline: summary}\n")
     loaded = scenario_from_text(text, "s.yaml")
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
@@ -884,8 +890,8 @@ def test_a_workload_all_reduce_counts_the_tree_the_tuner_picks():
 def test_a_step_whose_trees_pass_the_limits_is_refused_once_the_cluster_is_built(monkeypatch, capsys):
     """With the limit at 200,000 events the SC21 7.5B step with its DDP buckets as trees (`collectives.algorithm:
     tree`; 29,830 ops and flows counted as rings before the build) is refused on the built cluster, where the
-    trees count 656,485 flows, advised rings first. The refusal
-    stops counting once past the limit: the most frequent of the five bucket sizes alone is planned, 219,068 flows at
+    trees count 674,225 flows, advised rings first. The refusal
+    stops counting once past the limit: the most frequent of the five bucket sizes alone is planned, 236,808 flows at
     least (at 32,768 GPUs counting all five would take the refusal from 1.6 to 2.2 s of CPU)."""
     planned = []
     monkeypatch.setattr(registry, "planned_transfers",
@@ -895,24 +901,24 @@ def test_a_step_whose_trees_pass_the_limits_is_refused_once_the_cluster_is_built
     assert main(["validate", str(PUBLISHED / "megatron-sc21-7.5b.yaml"), "--set", "collectives.algorithm=tree"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert ("this run is too large to simulate: 128 GPUs, 1 simulated ranks (folded), ~550 ops, at least 219,068 "
+    assert ("this run is too large to simulate: 128 GPUs, 1 simulated ranks (folded), ~550 ops, at least 236,808 "
             "flows" in err)
     assert "(allowed: rings for the all-reduces (collectives.algorithm: ring; a tree posts a phase per stretch" in err
     assert planned == [32 * 2**20]
     loaded = load_scenario(PUBLISHED / "megatron-sc21-7.5b.yaml", TREES)
     topology = scenario_topology(loaded)
     whole = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
-    assert (whole.flows, whole.lower_bound, len(set(planned[1:]))) == (656_485, False, 5)
+    assert (whole.flows, whole.lower_bound, len(set(planned[1:]))) == (674_225, False, 5)
 
 
 @pytest.mark.parametrize("events, memory, flows, beyond", [
-    (200_000, int(0.3 * 2**30), "at least 649,414", "200,000 and memory at least 0.4 GiB over the limit of 0.3 GiB"),
-    (655_000, 0, "~656,485", "655,000 and memory ~0.4 GiB over the limit of 0 GiB"),
+    (200_000, int(0.3 * 2**30), "at least 667,154", "200,000 and memory at least 0.4 GiB over the limit of 0.3 GiB"),
+    (672_000, 0, "~674,225", "672,000 and memory ~0.4 GiB over the limit of 0 GiB"),
 ])
 def test_the_refusals_count_stops_past_both_limits(events, memory, flows, beyond, monkeypatch):
     """The refusal of the SC21 7.5B step (DDP buckets as trees) stops counting them only once their flows pass both
     limits, so that it names each limit the run passes (with 200,000 events and 0.3 GiB: not the events alone, at
-    219,068 flows and 0.1 GiB). It says 'at least' only where bucket sizes were left uncounted: at 655,000 events
+    236,808 flows and 0.1 GiB). It says 'at least' only where bucket sizes were left uncounted: at 672,000 events
     the last size takes the count past the limit, all counted."""
     monkeypatch.setattr(scale, "MAX_EVENTS", events)
     monkeypatch.setattr(scale, "MAX_MEMORY_BYTES", memory)
@@ -942,7 +948,7 @@ def test_an_items_explicit_auto_takes_the_runs_algorithm_in_the_estimate():
 def test_the_refold_and_class_estimates_count_the_trees_on_the_built_cluster(monkeypatch):
     """Given the built cluster, a refold's and a link-state fold's estimates count the SC21 7.5B step's DDP
     trees (`collectives.algorithm: tree`), as the unfolded one does: with the limit at 1,000,000 events a refold
-    onto 8 ranks is beyond it (8 x 656,485 flows), and the fold onto 64 of the 128 GPUs holds half the unfolded
+    onto 8 ranks is beyond it (8 x 674,225 flows), and the fold onto 64 of the 128 GPUs holds half the unfolded
     step's flows (they counted rings: 28,032 flows against 341,635)."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 1_000_000)
     loaded = load_scenario(PUBLISHED / "megatron-sc21-7.5b.yaml", TREES)
