@@ -138,6 +138,18 @@ def interrupting_shares(topology: Topology, units: ClusterUnits, classes: tuple[
     return tuple(shares)
 
 
+def training_shares(units: ClusterUnits, classes: tuple[FailureClass, ...]) -> tuple[float, ...]:
+    """Per class, the share of time the job can train as far as that class's outages go, the cluster otherwise
+    healthy: for a `degrade` spine or NVSwitch tray class, whose units interrupt only as the last of their group
+    (the spines, a rack's trays) goes, the chance they are not all down, 1 - (chance one is down)^(units in the
+    group); 1 for another class. A spine's interruptions while the job trains are its rate of failing as the
+    last one up (its share x 1 / (M + r)) over that share of time (2 spines of 10 h, 12 h repairs:
+    M (M + 2r) / 2r = 14.2 h while training, 14.4 h simulated; 9.2 h at share x 1 / M)."""
+    group = {"spine_switch": units.spines, "nvswitch_tray": units.nvswitch_trays}
+    return tuple(1.0 - _down_chance(classes, klass.unit) ** group[klass.unit]
+                 if klass.effect is Effect.DEGRADE and group.get(klass.unit) else 1.0 for klass in classes)
+
+
 def _down_chance(classes: tuple[FailureClass, ...], unit: str) -> float:
     """The chance that a given unit of kind ``unit`` (a spine switch, an NVSwitch tray) is down at an instant,
     from its `degrade` classes, each up for M / (M + r) of the time (`processes.py`): 1 - prod M / (M + r)."""

@@ -45,7 +45,7 @@ from simulator.reliability.checkpoint import (
     takes_no_snapshot,
 )
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
-from simulator.reliability.cuts import interrupting_shares
+from simulator.reliability.cuts import interrupting_shares, training_shares
 from simulator.reliability.elastic import (
     ElasticSizes,
     allowed_sizes,
@@ -907,6 +907,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                    launch_s=scenario.restart.launch, costs=costs, degradation=degradation, state_of=states.state_of,
                    interrupting=interrupting_shares(topology, units, model.classes, _own_links_down(loaded, topology),
                                                     nvls_forced(scenario)),
+                   trains=training_shares(units, model.classes),
                    memory_replicas=memory.replicas if (memory := scenario.checkpoint.memory) is not None else 0,
                    racks=racks, follow_links=LinksFollowRacks(topology, racks) if racks else None,
                    spare_racks=spare_racks, nvswitch_trays=units.nvswitch_trays)

@@ -14,7 +14,7 @@ from simulator.config.reliability import Effect
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.events import TIERS
-from simulator.reliability.job import JobPlan, ReplicationTotals
+from simulator.reliability.job import JobPlan, ReplicationTotals, rate_sum
 from simulator.reliability.states import ClusterState
 from simulator.reliability.stats import daly_interval, mean_interval, young_interval
 from simulator.reliability.two_level import two_level_optimum
@@ -273,14 +273,12 @@ def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
 
 def training_mtbf_s(plan: JobPlan) -> float:
     """The mean time between the interruptions the job meets while it trains, the M a checkpoint interval faces:
-    while the job trains, every unit whose failure interrupts it is up (a spare stands in for a unit in repair,
-    the job waits for the repair, or, elastic, runs on without the unit), so each fails at its class's own rate,
-    whatever the repair time (at full size: a shrunk job meets fewer); the
-    horizon's count (`expected_interruptions`) takes 1 / (MTBF + repair) with no spare at hand instead, as a
-    unit in repair fails no more (32 GPUs of MTBF 200 h, 1 d repairs, no spare: M = 200 h / 32 = 6.25 h, not
-    224 h / 32 = 7.0 h). At least one class interrupts the job."""
-    return 1.0 / sum(sum(shares) * klass.rate_per_unit_s for klass, shares in zip(plan.classes, plan.interrupting,
-                                                                                  strict=True))
+    1 / the sum of every unit's rate then (`JobPlan.training_rates_s`). A unit whose failure interrupts is up
+    while the job trains, so most fail at their class's own rate, whatever the repair time (at full size: a
+    shrunk job meets fewer); the horizon's count (`expected_interruptions`) takes 1 / (MTBF + repair) with no
+    spare at hand instead, as a unit in repair fails no more (32 GPUs of MTBF 200 h, 1 d repairs, no spare:
+    M = 200 h / 32 = 6.25 h, not 224 h / 32 = 7.0 h). At least one class interrupts the job."""
+    return 1.0 / rate_sum(plan.training_rates_s())
 
 
 def replica_figures(loaded: LoadedScenario, sizes: ElasticSizes, totals: list[ReplicationTotals]) -> dict:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from simulator.config.reliability import Effect
 from simulator.reliability.checkpoint import snapshot_survives
-from simulator.reliability.job import JobPlan
+from simulator.reliability.job import JobPlan, rate_sum
 from simulator.reliability.stats import young_interval
 
 
@@ -48,17 +48,17 @@ def tier_failure_rates(plan: JobPlan) -> tuple[float, float]:
     storage checkpoint, with every host in use: a unit whose failure takes out some host and all its peers
     (`checkpoint.snapshot_survives`) needs storage; a process restart takes no host. Each unit counts the share
     of its failures that interrupt (`JobPlan.interrupting`: a `degrade` unit that cuts a GPU off takes its blast
-    radius, as `replace`). Each at its class's own rate, as M's (`summary.training_mtbf_s`): the job trains with
-    every such unit up."""
-    memory = storage = 0.0
-    for klass, blast, shares in zip(plan.classes, plan.blast, plan.interrupting, strict=True):
-        for hosts, share in zip(blast, shares, strict=True):
+    radius, as `replace`). Each at its rate while the job trains, as M's (`JobPlan.training_rates_s`), summed as
+    M's (`rate_sum`): where every failure needs one tier, its MTBF is M to the last digit."""
+    memory: list[list[float]] = []
+    storage: list[list[float]] = []
+    for klass, blast, rates in zip(plan.classes, plan.blast, plan.training_rates_s(), strict=True):
+        memory.append([])
+        storage.append([])
+        for hosts, rate in zip(blast, rates, strict=True):
             lost = () if klass.effect is Effect.RESTART else hosts
-            if snapshot_survives(lost, plan.hosts, plan.memory_replicas):
-                memory += share * klass.rate_per_unit_s
-            else:
-                storage += share * klass.rate_per_unit_s
-    return memory, storage
+            (memory if snapshot_survives(lost, plan.hosts, plan.memory_replicas) else storage)[-1].append(rate)
+    return rate_sum(memory), rate_sum(storage)
 
 
 def two_level_optimum(plan: JobPlan, memory_stall_s: float, storage_cost_s: float, floor_s: float
