@@ -822,14 +822,11 @@ def test_a_partial_spare_rack_is_no_spare_at_hand_for_rack_failures(text_job):
     every 100 h (1 d repairs), 30 d, 40 replications: the partial spare cannot take a rack's place, so the job
     waits for the repair as with no spare and the closed forms count 2 x 720 h / 124 h = 11.61 rack
     interruptions (the rate alone, a whole spare rack's, says 14.4); the simulated mean is within 3 standard
-    errors of it, and M and Young's interval are the no-spare job's."""
+    errors of it."""
     text = gb200_job("rack: {mtbf: 100 h, repair: 1 d}", elastic=False).replace(
         "horizon: 12 h", "horizon: 30 d, replications: 40")
     partial = text_job(spared(text).replace("spares: 4,", "spares: 2,")).summary
-    none = text_job(text, "run.replications=1").summary
     expected = partial["failure_model"]["rack"]["expected_interruptions"]
     assert expected == pytest.approx(2 * 720 / 124)
     met = partial["interruptions"]["by_cause"]["rack"]
     assert abs(met["mean"] - expected) < 3 * met["std"] / 40 ** 0.5
-    for key in ("mtbf_s", "young_interval_s", "daly_interval_s"):
-        assert partial[key] == none[key]
