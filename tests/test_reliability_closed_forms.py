@@ -171,7 +171,7 @@ def test_the_mtbf_while_training_counts_no_repair_wait():
     from simulator.reliability.simulate import simulate_job
 
     result = simulate_job(scenario_from_text(WAITING_JOB, "waiting.yaml"))
-    summary, events = result.summary, result.events
+    summary = result.summary
     assert summary["mtbf_s"] == pytest.approx(5 * 3600.0, rel=1e-12)
     assert summary["failure_model"]["gpu"]["expected_interruptions"] == pytest.approx(4 * 720 / 44, rel=1e-12)
     measured, failures = measured_training_mtbf(result)
