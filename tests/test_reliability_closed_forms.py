@@ -195,7 +195,8 @@ def measured_training_mtbf(result) -> tuple[float, int]:
     ("nic: {mtbf: 40 h, repair: 12 h, effect: degrade}", 4, 52 / 4),
     ("nic: {mtbf: 40 h, repair: 12 h, effect: degrade}", 1, 40 * 88 / (4 * 76)),
     ("leaf_switch: {mtbf: 10 h, repair: 12 h, effect: degrade}", 2, 10 * 34 / 44),
-], ids=["spines", "nics-4-spares", "nics-1-spare", "leaves-2-spares"])
+    ("leaf_switch: {mtbf: 10 h, repair: 12 h, effect: degrade}", 0, 10 / 2),
+], ids=["spines", "nics-4-spares", "nics-1-spare", "leaves-2-spares", "leaves-no-spare"])
 def test_the_mtbf_while_training_of_units_repaired_in_place(component, spares, hours):
     """Units that stay in repair where they are, four one-GPU hosts, M = 10 or 40 h, r = 12 h, 30 d, 40
     replications: the failures outside restarts over the time outside restarts within 3 standard errors of M,
@@ -203,7 +204,9 @@ def test_the_mtbf_while_training_of_units_repaired_in_place(component, spares, h
     time they are not both down, 1 - (r / (M + r))^2: M (M + 2r) / 2r = 14.17 h (14.40 h simulated; share x 1 / M
     said 9.17 h). A NIC stays in repair while a spare host stands in: 4 spares, 52 h / 4 = 13 h (13.30 h; 1 / M
     said 10 h); 1 spare, the job training while at most one is down: M (M + 4r) / 4 (M + 3r) = 11.58 h (11.83 h).
-    A leaf cuts 2 hosts off, 2 spares cover one: (M + 2r) / 2 (M + r) x M = 7.73 h (7.74 h; 1 / M said 5 h)."""
+    A leaf cuts 2 hosts off, 2 spares cover one: (M + 2r) / 2 (M + r) x M = 7.73 h (7.74 h; 1 / M said 5 h); no
+    spare, the job waits for each leaf: M / 2 = 5 h (5.15 h; 5.86 h before a leaf failing again while the restart
+    waited on the other was honoured: its hosts rejoined in repair, failing no more)."""
     from simulator.reliability.simulate import simulate_job
 
     text = ONE_GPU_HOSTS + f"""

@@ -432,9 +432,28 @@ class JobProcess:
             return self._degrade(index, t, idle=True)
         hosts = self.plan.blast[self.klass[index]][self.unit[index]] if rack is None else self._place_hosts(rack)
         if hosts and not self._touches_job(hosts):
+            if rack is None and self.plan.classes[self.klass[index]].effect is Effect.DEGRADE:
+                self._idle_unit_fails(index, t, hosts)
             self.next_arrival += 1
             return True
         return self._degrade(index, t)
+
+    def _idle_unit_fails(self, index: int, t: float, hosts: tuple[int, ...]) -> None:
+        """A `degrade` unit that cuts ``hosts`` off, none of them in use, fails again (after its repair: it does
+        not fail in repair), as a restart waits on other hosts: one row, and the job's hosts among them, out
+        since an earlier failure, back only with this repair, which a restart planned on them waits for."""
+        back = t + self.repair[index]
+        later = [host for host in hosts if host in self.missing and self.missing_until[host] < back]
+        for host in later:
+            if self.missing_until[host] in self.repairs:
+                self.repairs.remove(self.missing_until[host])
+                heapq.heapify(self.repairs)
+            else:
+                self.spares -= 1
+            self.missing_until[host] = back
+            heapq.heappush(self.repairs, back)
+        self.events.add("failure", t, t, cause=self.plan.classes[self.klass[index]].name, step=self.clock.steps,
+                        hosts=len(later))
 
     def _rack(self, index: int) -> str | None:
         """The physical rack of arrival ``index``'s unit where it is a rack or one of its NVSwitch trays (None for
