@@ -191,9 +191,9 @@ class JobPlan:
                      ) -> float:
         """What turns a cutting `degrade` unit's 1 / (M + r) into its rate while the job trains: the job trains
         while the spares cover the hosts of the units in repair, k = spares // hosts a unit cuts off; each of the
-        n units cutting is down r / (M + r) of the time, on its own, so a unit is up and the job trains
-        B(n - 1, k) / B(n, k) x 1 / ((M + r) / M) of the time it trains, B(m, k) the chance that at most k of
-        m are down. 1 / M with no spare (k = 0), 1 / (M + r) where spares cover them all (4 NICs of 40 h,
+        n units cutting is down r / (M + r) of the time, on its own, so a unit is up M / (M + r) x B(n - 1, k) /
+        B(n, k) of the time the job trains, B(m, k) the chance that at most k of m are down, and fails at 1 / M
+        for that time. 1 / M with no spare (k = 0), 1 / (M + r) where spares cover them all (4 NICs of 40 h,
         12 h repairs, 4 spares: 52 h / 4 = 13.0 h, 13.3 h simulated; 2 leaves of 10 h, 12 h repairs over
         2 one-GPU hosts each, 2 spares: 7.73 h, 7.74 h simulated)."""
         cutting = [len(hosts) for hosts, share in zip(blast, shares, strict=True) if share]
