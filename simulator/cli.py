@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulator.collectives.names import ALGORITHM_OPS, PRIMITIVES, PROTOCOL_CHOICES
+from simulator.collectives.names import ALGORITHM_CHOICES, ALGORITHM_OPS, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
 from simulator.console.paths import COMMAND_LINE, chosen_figure_file, command_line, on_command_line, output_folder
 from simulator.errors import (
@@ -22,6 +22,7 @@ from simulator.errors import (
     ExecutorError,
     InputError,
     InterruptedWritten,
+    ScenarioError,
     SearchStopped,
     SimulationError,
     Terminated,
@@ -319,6 +320,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     from simulator.console.progress import RunProgress, clock
     from simulator.scale import EVENTS_PER_MINUTE
     from simulator.topology.loader import build_source, read_topology
+    from simulator.topology.size import topology_gpus
     from simulator.units import parse_size_range
 
     sets = TopologySets.read(args.set)
@@ -329,9 +331,10 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     try:
         cluster = read_topology(args.topology, sets.values)
         _refuse_large_cluster(cluster, "--topology", COLLECTIVE_COST, force=args.force)
+        _refuse_large_collective(args, cluster, topology_gpus(cluster))
         topology = build_source(cluster)
         sets.warn_kept_node(topology, "trainsim collective")
-        seconds = _refuse_large_collective(args, cluster, topology.num_gpus)
+        seconds = _refuse_large_collective(args, cluster, topology.num_gpus, _planned_flows(args, topology, sizes))
         if seconds >= SLOW_SIZE_S:
             _stderr_line(f"trainsim collective: about {clock(seconds)} a size, {len(sizes)} size"
                          f"{'s' if len(sizes) > 1 else ''} (~{EVENTS_PER_MINUTE:,} ops + flows a minute)")
@@ -388,33 +391,63 @@ def _published_workers(args: argparse.Namespace) -> int:
     return int(args.jobs)
 
 
+COLLECTIVE_REMEDIES = "fewer ranks (--ranks N, or a smaller cluster: {sizes}) or another --op"
+"""What `trainsim collective` offers where a size is too large, refused or out of memory; ``sizes``: the
+cluster's size parameters (`--set nodes=N`), or `--set` where they are not known."""
 SLOW_SIZE_S = 5.0
 """From this many seconds a size on (estimated at `scale.EVENTS_PER_MINUTE`), `trainsim collective` says how long
 each will take before it starts (1,024 ranks' all-to-all of 1 MiB, ~1 M flows, took 23 s of CPU and printed
 nothing)."""
 
 
-def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int) -> float:
+def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int | None, flows: int | None = None) -> float:
     """Refuse, before it runs, `trainsim collective`'s op over more ops and flows or memory a size than the scale
-    limits allow a run (scale.py `collective_estimate`, as a `workload:` item of it is counted), unless --force;
-    else return the seconds a size is expected to take. An op or a rank count the sweep refuses is left to it."""
+    limits allow a run (scale.py `collective_estimate`), unless --force; else return the seconds its slowest size
+    is expected to take. ``flows``: the most a size's plan posts (`_planned_flows`); without them (None) the
+    rings a `workload:` item of the op counts, fewer than a tree posts, so that from the GPU count alone (the
+    cluster not yet built) a refusal is already sure. An op or a rank count the sweep refuses is left to it."""
     from simulator.console.paths import option_error
     from simulator.scale import EVENTS_PER_MINUTE, collective_estimate
     from simulator.topology.size import SIZE_PARAMETERS, host_shape
 
+    if gpus is None:
+        return 0.0
     ranks = args.ranks or gpus
     if args.op not in PRIMITIVES or not 2 <= ranks <= gpus:
         return 0.0
-    estimate = collective_estimate(args.op, ranks, gpus, host_shape(spec))
+    estimate = collective_estimate(args.op, ranks, gpus, host_shape(spec), flows)
     if estimate.over_limits() and not args.force:
         hosts = " or ".join(f"--set {name}=N" for name in SIZE_PARAMETERS.get(spec.kind, ()))
         raise option_error("--ranks" if args.ranks else "--topology",
                            f"{args.op} over {estimate.simulated_ranks:,} GPUs is too large to simulate: "
                            f"~{estimate.ops:,} ops, ~{estimate.flows:,} flows, "
                            f"~{estimate.memory_bytes / 2**30:,.1f} GiB of memory a size; {estimate.beyond()}",
-                           f"fewer ranks (--ranks N{f', or fewer hosts: {hosts}' if hosts else ''}) or another "
-                           "--op; or pass --force")
+                           f"{COLLECTIVE_REMEDIES.format(sizes=hosts or '--set')}; or pass --force")
     return estimate.events / EVENTS_PER_MINUTE * 60
+
+
+def _planned_flows(args: argparse.Namespace, topology, sizes: list[float]) -> int | None:
+    """The most transfers a size of `trainsim collective`'s op posts on the built ``topology``, as the sweep plans
+    it: the algorithm and protocol the tuner picks for the size (`scale.chosen_transfers`: 262,112 for 8,192
+    GPUs' all-reduce of 1 MiB as a tree, where rings counted 16,384). None for an all-to-all and a send_recv,
+    whose counts need no plan, and where the sweep refuses the op, its choices or its ranks."""
+    from simulator.collectives.chunking import chunk_bytes
+    from simulator.collectives.phases import CollectiveRequest
+    from simulator.network.calibration import resolve_efficiency
+    from simulator.scale import chosen_transfers
+
+    ranks = args.ranks or topology.num_gpus
+    if (args.op not in PRIMITIVES or args.op in ("all_to_all", "send_recv") or not 2 <= ranks <= topology.num_gpus
+            or args.algorithm not in ALGORITHM_CHOICES or args.protocol not in PROTOCOL_CHOICES):
+        return None
+    efficiency = {str(name): share for name, share in
+                  resolve_efficiency(args.efficiency, topology.gpu_model, "--efficiency").items()}
+    chunk = chunk_bytes(args.chunk)
+    try:
+        return max(chosen_transfers(CollectiveRequest(args.op, tuple(range(ranks)), size, chunk_bytes=chunk),
+                                    topology, args.algorithm, args.protocol, efficiency)[1] for size in set(sizes))
+    except ScenarioError:
+        return None
 
 
 def _refuse_large_cluster(spec, option: str, purpose: str, *, force: bool) -> None:
@@ -1091,7 +1124,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     run.add_argument("--force", action="store_true", help="run even beyond the scale limits (memory, ops)")
     run.add_argument("--workers", type=_at_least(0), default=None, metavar="N", help=AHEAD_WORKERS_HELP)
-    run.set_defaults(func=_cmd_run, one_run=True)
+    run.set_defaults(func=_cmd_run, one_run=True, oom_remedies=RUN_REMEDIES)
 
     validate = sub.add_parser("validate", help="check a scenario and its topology without running it",
                               description="Check a scenario and its topology without running it: every check a "
@@ -1103,7 +1136,7 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--strict", action="store_true", help="a run that does not fit in memory is an error")
     validate.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     validate.add_argument("--force", action="store_true", help="check even beyond the scale limits")
-    validate.set_defaults(func=_cmd_validate)
+    validate.set_defaults(func=_cmd_validate, oom_remedies=RUN_REMEDIES)
 
     scenarios = sub.add_parser("scenarios", help="list the bundled scenarios (run them by name)",
                                description="List the bundled scenarios, each with the first sentence of its "
@@ -1139,7 +1172,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.add_argument("--force", action="store_true",
                       help="run even on more than 32,768 GPUs or beyond the scale limits (memory, ops + flows)")
-    coll.set_defaults(func=_cmd_collective, one_run=True)
+    coll.set_defaults(func=_cmd_collective, one_run=True, oom_remedies=COLLECTIVE_REMEDIES.format(sizes="--set"))
 
     plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts",
                           description="Draw a chart of a folder that trainsim wrote: gantt and memory of a "
@@ -1179,7 +1212,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--force", action="store_true",
                        help="run points even beyond the scale limits (and again those refused before)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
-    sweep.set_defaults(func=_cmd_sweep)
+    sweep.set_defaults(func=_cmd_sweep, oom_remedies=RUN_REMEDIES)
 
     published = sub.add_parser("validate-published",
                                 help="run every case of scenarios/published/ and regenerate docs/validation.md",
@@ -1196,7 +1229,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="deprecated: the old name of --workers")
     published.add_argument("--case", action="append", default=[], metavar="NAME",
                            help="run only this case (file name without .yaml); the report is not written")
-    published.set_defaults(func=_cmd_validate_published)
+    published.set_defaults(func=_cmd_validate_published, oom_remedies="one case at a time (--case)")
 
     search = sub.add_parser("search", help="search parallel layouts for a scenario's model, cluster and batch",
                             description="Search the parallel layouts of a scenario's model, cluster and batch: "
@@ -1227,7 +1260,7 @@ def _parser() -> argparse.ArgumentParser:
                              "parallelism.ddp.reduce_every_microbatch")
     search.add_argument("--recompute", type=_choice_list(RECOMPUTES), default=None, metavar=",".join(RECOMPUTES),
                         help=f"recompute options to try (default: {_listed(RECOMPUTES)})")
-    search.set_defaults(func=_cmd_search)
+    search.set_defaults(func=_cmd_search, oom_remedies=RUN_REMEDIES)
 
     study = sub.add_parser("study", help="job studies: ETTR and goodput against the checkpoint interval "
                                          "(and failure-rate multipliers), with Young's and Daly's intervals",
@@ -1253,7 +1286,7 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
     study.add_argument("--quiet", action="store_true", help="no progress bar (the results are printed all the same)")
     study.add_argument("--workers", type=_at_least(0), default=0, metavar="N", help=AHEAD_WORKERS_HELP)
-    study.set_defaults(func=_cmd_study)
+    study.set_defaults(func=_cmd_study, oom_remedies=RUN_REMEDIES)
 
     topo = sub.add_parser("topo", help="describe or draw a topology",
                           description="Describe a topology (its nodes with the names faults.step links use, its "
@@ -1267,7 +1300,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="topology parameter, e.g. nodes=16")
     topo.add_argument("--force", action="store_true",
                       help="describe or draw even beyond the size limit (minutes for a million GPUs)")
-    topo.set_defaults(func=_cmd_topo)
+    topo.set_defaults(func=_cmd_topo, oom_remedies="a smaller cluster (--set)")
     return parser
 
 
@@ -1356,9 +1389,7 @@ def _at_command(exc: InputError, command: str) -> InputError:
 
 
 RUN_REMEDIES = "run.fold: true, fewer micro-batches or run.timeline: summary"
-"""What an out-of-memory error offers for a command that runs a scenario."""
-OUT_OF_MEMORY_REMEDIES = {"collective": "fewer ranks (--ranks, or a smaller cluster: --set) or another --op"}
-"""What an out-of-memory error offers for a command that takes no scenario, by command."""
+"""What an out-of-memory error offers for a command that runs a scenario (each command's ``oom_remedies``)."""
 
 
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
@@ -1402,8 +1433,8 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except MemoryError:
-        return _fail(f"error: out of memory (try {OUT_OF_MEMORY_REMEDIES.get(args.command, RUN_REMEDIES)})",
-                     EXIT_RUNTIME)
+        remedies = getattr(args, "oom_remedies", None)
+        return _fail(f"error: out of memory{f' (try {remedies})' if remedies else ''}", EXIT_RUNTIME)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         return _fail(f"error: {where}{exc.strerror or exc}", EXIT_RUNTIME)

@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from simulator.collectives.hierarchical import even_rows
-from simulator.collectives.names import Primitive, run_choice
+from simulator.collectives.names import AlgorithmChoice, AlgorithmName, Primitive, ProtocolChoice, run_choice
 from simulator.collectives.ring import cross_host_channels, domain_rails, usable_rails
 from simulator.collectives.tree import nccl_nodes
 from simulator.config.loader import LoadedScenario
@@ -60,6 +60,7 @@ from simulator.workload.calibrated import tp_overlap
 from simulator.workload.training import PRECISION_BYTES, tp_domains
 
 if TYPE_CHECKING:
+    from simulator.collectives.phases import CollectiveRequest
     from simulator.config.yaml_source import FieldPath
     from simulator.engine.fold_policy import FoldedStep
     from simulator.program.step import StepProgram
@@ -545,7 +546,6 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
     reaches ``enough`` with the sizes not yet counted as none: a lower bound from there (over 4,096 DGX A100
     hosts each size took ~0.2 s of CPU)."""
     from simulator.collectives.phases import CollectiveRequest
-    from simulator.collectives.registry import planned_transfers, resolve
     from simulator.network.calibration import resolve_efficiency
 
     collectives = scenario.collectives
@@ -560,14 +560,25 @@ def _planned_transfers(scenario: Scenario, topology: Topology, group: tuple[int,
         request = CollectiveRequest("all_reduce", group, size, chunk_bytes=collectives.chunk,
                                     channels=collectives.channels)
         try:
-            algorithm, protocol = resolve(request, topology,
-                                          run_choice(item.algorithm if item else None, collectives.algorithm),
-                                          run_choice(item.protocol if item else None, collectives.protocol), efficiency)
-            counted += times * planned_transfers(request, topology, algorithm, protocol)
+            algorithm, transfers = chosen_transfers(
+                request, topology, run_choice(item.algorithm if item else None, collectives.algorithm),
+                run_choice(item.protocol if item else None, collectives.protocol), efficiency)
         except ScenarioError:
             return None
+        counted += times * transfers
         trees = trees or algorithm == "tree"
     return PlannedCount(counted / len(sizes), skipped, trees) if sizes else None
+
+
+def chosen_transfers(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,
+                     protocol: ProtocolChoice, efficiency: Mapping[str, float]) -> tuple[AlgorithmName, int]:
+    """The algorithm the tuner runs ``request`` as (``algorithm`` and ``protocol`` as asked, `auto` chosen by
+    `registry.resolve`) and the transfers its plan posts (`registry.planned_transfers`; a tree's in closed form);
+    a refused choice raises the plan's ScenarioError."""
+    from simulator.collectives.registry import planned_transfers, resolve
+
+    chosen, chosen_protocol = resolve(request, topology, algorithm, protocol, efficiency)
+    return chosen, planned_transfers(request, topology, chosen, chosen_protocol)
 
 
 def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
@@ -755,18 +766,14 @@ def _ps_estimate(scenario: Scenario, gpus: int) -> ScaleEstimate:
 
 def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
                    hosts: HostShape | None, topology: Topology | None = None) -> ScaleEstimate:
-    """A `workload:` list: an op per member of each item, and per member a transfer of its ring inside one host,
-    two across hosts (an all-reduce's channels), a transfer to every other member for an all-to-all (one phase
-    of p(p-1), collectives/direct.py), or one transfer for a send_recv. Given the built ``topology``, an
-    all-reduce that may run as a tree (`TREE_ALGORITHMS`) counts its plan's transfers (`_planned_transfers`)."""
+    """A `workload:` list: an op per member of each item, and the transfers it posts without its plan
+    (`_ring_flows`). Given the built ``topology``, an all-reduce that may run as a tree (`TREE_ALGORITHMS`)
+    counts its plan's transfers (`_planned_transfers`)."""
     ops = flows = 0.0
     trees = False
     for item in items:
-        group = (0, gpus - 1) if item.group == "all" else item.group  # "all": its ends tell the hosts it spans
-        size = 2 if item.op == "send_recv" else gpus if item.group == "all" else len(group)
-        across = hosts is not None and len({rank // hosts.gpus for rank in group}) > 1
-        ops += size * item.repeat
         members = tuple(range(gpus)) if item.group == "all" else tuple(item.group)
+        ops += (2 if item.op == "send_recv" else len(members)) * item.repeat
         planned = _planned_transfers(scenario, topology, members, [item.bytes], item) if (
             topology is not None and item.op == "all_reduce" and _plannable(members, topology)
             and run_choice(item.algorithm, scenario.collectives.algorithm) in TREE_ALGORITHMS) else None
@@ -774,29 +781,31 @@ def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
             trees = trees or planned.trees
             flows += item.repeat * planned.transfers
         else:
-            flows += item.repeat * _ring_flows(item.op, size, across)
+            flows += item.repeat * _ring_flows(item.op, members, hosts)
     return replace(_estimate(scenario, gpus, gpus, ops, flows, 0.0, False), trees=trees)
 
 
-def _ring_flows(op: Primitive, members: int, across: bool) -> int:
-    """The transfers one ``op`` over ``members`` GPUs posts as `_comm_estimate` counts them without its plan:
-    one for a send_recv, p(p-1) for an all-to-all, else per member one of its ring (two for an all-reduce
-    ``across`` hosts)."""
+def _ring_flows(op: Primitive, members: tuple[int, ...], hosts: HostShape | None) -> int:
+    """The transfers one ``op`` over ``members`` posts as counted without its plan: one for a send_recv, p(p-1)
+    for an all-to-all (one phase, collectives/direct.py), else one per member on each of its rings
+    (`_ring_channels`: one inside a host, or NVLink domain; across them ring.py's channels: 8 a member over DGX
+    H100 hosts, where 1 or 2 were counted)."""
     if op == "send_recv":
         return 1
     if op == "all_to_all":
-        return members * (members - 1)
-    return members * (2 if across and op == "all_reduce" else 1)
+        return len(members) * (len(members) - 1)
+    return len(members) * (_ring_channels(members, hosts) if hosts is not None else 1)
 
 
-def collective_estimate(op: Primitive, ranks: int, gpus: int, hosts: HostShape | None) -> ScaleEstimate:
+def collective_estimate(op: Primitive, ranks: int, gpus: int, hosts: HostShape | None,
+                        transfers: int | None = None) -> ScaleEstimate:
     """What `trainsim collective` needs for one size of ``op`` over GPUs 0 .. ``ranks`` - 1 (a send_recv's two
-    ends) of a cluster of ``gpus`` GPUs made of ``hosts``: an op per member and the transfers a `workload:` item
-    of it posts (`_ring_flows`: an all-reduce counted as rings, a lower bound where the tuner picks trees), with
-    no timeline written."""
-    members = 2 if op == "send_recv" else ranks
-    across = hosts is not None and (ranks - 1) // hosts.gpus > 0
-    return _sized(gpus, members, members, _ring_flows(op, members, across), 0.0, False, 0.0)
+    ends) of a cluster of ``gpus`` GPUs made of ``hosts``: an op per member and ``transfers``, the flows its plan
+    posts (`chosen_transfers`), else those a `workload:` item of it counts without the built cluster
+    (`_ring_flows`: rings, a lower bound where the tuner picks trees), with no timeline written."""
+    members = (0, ranks - 1) if op == "send_recv" else tuple(range(ranks))
+    flows = _ring_flows(op, members, hosts) if transfers is None else transfers
+    return _sized(gpus, len(members), len(members), flows, 0.0, False, 0.0)
 
 
 def _plannable(members: tuple[int, ...], topology: Topology) -> bool:

@@ -840,8 +840,26 @@ def test_the_collective_command_refuses_a_size_past_the_scale_limits_before_it_r
     assert capsys.readouterr().err == (
         "error: command line: trainsim collective: --topology: all_to_all over 8,192 GPUs is too large to simulate: "
         "~8,192 ops, ~67,100,672 flows, ~43.8 GiB of memory a size; ops + flows ~67,108,864 over the limit of "
-        "20,000,000 and memory ~43.8 GiB over the limit of 16 GiB (allowed: fewer ranks (--ranks N, or fewer "
-        "hosts: --set nodes=N) or another --op; or pass --force)\n")
+        "20,000,000 and memory ~43.8 GiB over the limit of 16 GiB (allowed: fewer ranks (--ranks N, or a smaller "
+        "cluster: --set nodes=N) or another --op; or pass --force)\n")
+
+
+def test_the_collective_command_refuses_from_the_gpu_count_before_it_builds_the_cluster(monkeypatch, capsys):
+    """Where the GPU count alone already passes the limits (an all-to-all's flows need no plan; rings are fewer
+    than a tree posts), the refusal comes before the cluster is built (seconds at 8,192 GPUs)."""
+    monkeypatch.setattr("simulator.topology.loader.build_source", lambda _spec: pytest.fail("the cluster was built"))
+    assert main(A2A_8K) == 2
+    assert "all_to_all over 8,192 GPUs is too large to simulate" in capsys.readouterr().err
+
+
+def test_the_collective_command_counts_a_size_with_the_transfers_its_plan_posts(monkeypatch, capsys):
+    """A size is counted with the plan the sweep runs, not as rings: 16 H100s' tree all-reduce of 1 MiB posts
+    960 transfers (measured: the run's flows_simulated), where 2 a member (32) were counted; under a limit of 200
+    ops + flows the rings' 144 passed."""
+    monkeypatch.setattr("simulator.scale.MAX_EVENTS", 200)
+    assert main(["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=2", "--algorithm", "tree",
+                 "--sizes", "1MiB"]) == 2
+    assert "all_reduce over 16 GPUs is too large to simulate: ~16 ops, ~960 flows" in capsys.readouterr().err
 
 
 def test_the_collective_command_runs_past_the_scale_limits_with_force(monkeypatch, capsys):
@@ -871,7 +889,21 @@ def test_the_collective_command_out_of_memory_names_its_own_remedies(monkeypatch
     monkeypatch.setattr("simulator.collective_sweep.collective_sweep", exhausted)
     assert main(["collective", "--topology", "dgx-h100", "--sizes", "1MiB"]) == 1
     assert capsys.readouterr().err == (
-        "error: out of memory (try fewer ranks (--ranks, or a smaller cluster: --set) or another --op)\n")
+        "error: out of memory (try fewer ranks (--ranks N, or a smaller cluster: --set) or another --op)\n")
+
+
+@pytest.mark.parametrize("command, args, line", [
+    ("_cmd_topo", ["topo", "describe", "dgx-h100"], "error: out of memory (try a smaller cluster (--set))\n"),
+    ("_cmd_plot", ["plot", "gantt", "out"], "error: out of memory\n")])
+def test_a_command_out_of_memory_names_its_own_remedies_or_none(command, args, line, monkeypatch, capsys):
+    """`topo` and `plot` offered a scenario's remedies (run.fold, micro-batches) out of memory: topo names a
+    smaller cluster, plot nothing."""
+    def exhausted(_args):
+        raise MemoryError
+
+    monkeypatch.setattr(f"simulator.cli.{command}", exhausted)
+    assert main(args) == 1
+    assert capsys.readouterr().err == line
 
 
 def test_plot_help_names_every_command_that_writes_an_outdir(capsys):

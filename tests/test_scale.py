@@ -583,13 +583,14 @@ def test_folded_hsdp_counts_the_copies_its_shard_groups_reach_in_the_host(overri
 
 
 @pytest.mark.parametrize("name, flows, planned", [
-    ("allreduce-2x-dgx-h100", 49, 65), ("published/nccl-allreduce-8x-h100", 8, 8),
+    ("allreduce-2x-dgx-h100", 145, 65), ("published/nccl-allreduce-8x-h100", 8, 8),
     ("published/nccl-sendrecv-ndr", 1, 1)])
 def test_a_workload_list_counts_a_ring_inside_a_host_once_and_a_send_as_one_transfer(name, flows, planned):
     """An all-reduce inside one host posts one ring (a transfer per member), a send_recv one transfer: the
     estimate counted two per member for every all-reduce and two for a send (66, 16 and 2 flows). Across the two
     hosts `auto` runs NCCL's NVLS tree (16 in-switch transfers and 32 on the heads' trees) where the estimate
-    without the built cluster counts a ring's 2 per member, fewer (`estimate_scale`); with it, the plan's own."""
+    without the built cluster counts a ring per channel, 8 a member (`estimate_scale`; it counted 2, fewer than a
+    ring posts); with it, the plan's own."""
     loaded = load_scenario(SCENARIOS / f"{name}.yaml")
     gpus, hosts = scale.scenario_gpus(loaded), scale.scenario_hosts(loaded)
     assert scale.estimate_scale(loaded.scenario, gpus, hosts).flows == flows
@@ -600,18 +601,18 @@ def test_a_workload_list_counts_a_ring_inside_a_host_once_and_a_send_as_one_tran
 def test_a_workload_list_counts_an_all_to_all_as_a_transfer_to_every_other_member():
     """An all-to-all posts one phase of p(p-1) transfers (collectives/direct.py): two of them over 16 GPUs on two
     hosts are 480 flows, beside the all-reduce's 48 (`auto`'s NCCL NVLS tree: 16 in-switch transfers and 32 on the
-    heads' trees; the estimate without the built cluster counts a ring's 32). The estimate counted a transfer
+    heads' trees; the estimate without the built cluster counts a ring per channel, 128). The estimate counted a transfer
     per member for the all-to-all, as for a ring: 64 flows for the 512 simulated."""
     loaded = scenario_from_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nworkload:\n"
                                 "  - {op: all_to_all, bytes: 64 MiB, repeat: 2}\n  - {op: all_reduce, bytes: 64 MiB}\n",
                                 "s.yaml")
     gpus, hosts = scale.scenario_gpus(loaded), scale.scenario_hosts(loaded)
-    assert scale.estimate_scale(loaded.scenario, gpus, hosts).flows == 2 * 16 * 15 + 32
+    assert scale.estimate_scale(loaded.scenario, gpus, hosts).flows == 2 * 16 * 15 + 128
     estimate = scale.estimate_scale(loaded.scenario, gpus, hosts, scenario_topology(loaded))
     assert estimate.flows == simulate(loaded).summary["flows_simulated"] == 2 * 16 * 15 + 48
 
 
-@pytest.mark.parametrize("op, group, flows", [("all_to_all", "all", 16 * 15), ("all_reduce", "all", 32),
+@pytest.mark.parametrize("op, group, flows", [("all_to_all", "all", 16 * 15), ("all_reduce", "all", 128),
                                               ("all_gather", "0-7", 8), ("send_recv", None, 1)])
 def test_the_collective_command_counts_a_size_as_a_workload_item_of_it(op, group, flows):
     """`trainsim collective`'s estimate of a size is a `workload:` item's of the op over the same GPUs (GPUs 0..k-1;
