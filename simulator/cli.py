@@ -1155,7 +1155,8 @@ def _parser() -> argparse.ArgumentParser:
                       help=f"auto (default: the rule's choice for each size) or one that implements the op: "
                            f"{_implemented_ops()}")
     coll.add_argument("--protocol", default="auto",
-                      help=f"NCCL protocol: {', '.join(PROTOCOL_CHOICES)} (default auto; send_recv runs simple)")
+                      help=f"NCCL protocol: {', '.join(PROTOCOL_CHOICES)} (default auto; send_recv and all_to_all run "
+                           "simple alone)")
     coll.add_argument("--ranks", type=_at_least(2), default=0,
                       help="number of GPUs, 2 or more (default: all); send_recv runs two, GPU 0 to GPU RANKS-1")
     coll.add_argument("--sizes", default=COLLECTIVE_SIZES,

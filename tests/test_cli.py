@@ -487,6 +487,8 @@ def test_bad_input_through_the_console_script(tmp_path):
      "direct or auto"),
     (["--op", "send_recv", "--protocol", "ll"], "--protocol",
      "protocol 'll' does not run direct send_recv on this group", "simple or auto"),
+    (["--op", "all_to_all", "--protocol", "ll128"], "--protocol",  # ran as Simple, the protocol ignored
+     "protocol 'll128' does not run direct all_to_all on this group", "simple or auto"),
 ])
 def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     assert main(["collective", "--topology", "dgx-h100", "--json", *args]) == 2

@@ -613,6 +613,23 @@ def test_a_send_recv_refuses_an_algorithm_or_protocol_it_does_not_run(tmp_path, 
     assert capsys.readouterr().err == f"error: {path}:3: {field}: {problem} (allowed: {allowed})\n"
 
 
+ALL_TO_ALL = "cluster: {topology: dgx-h100-cluster}\n%sworkload:\n  - {op: all_to_all, bytes: 1 MiB%s}\n"
+"""A scenario of one all_to_all over two DGX H100 hosts: run-wide collectives settings, the item's own."""
+
+
+def test_an_all_to_all_refuses_its_own_protocol_as_a_send_recv_does_and_runs_under_the_run_wide_one(tmp_path,
+                                                                                                     capsys):
+    """An all_to_all ran its own protocol 'll' as Simple, saying nothing, where a send_recv's is refused: both run
+    point to point under Simple (`names.POINT_TO_POINT`), the run-wide protocol the other collectives'."""
+    path = tmp_path / "s.yaml"
+    path.write_text(ALL_TO_ALL % ("", ", protocol: ll"))
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == (f"error: {path}:3: workload[0].protocol: protocol 'll' does not run direct "
+                                       "all_to_all on this group (allowed: simple or auto)\n")
+    path.write_text(ALL_TO_ALL % ("collectives: {protocol: ll}\n", ""))
+    assert main(["validate", str(path)]) == 0
+
+
 def test_a_send_recv_runs_under_any_run_wide_collectives_setting(tmp_path, capsys):
     """The run-wide `collectives:` algorithm and protocol are the collectives': a send_recv (a pipeline's hand-off
     too) runs point to point under them."""

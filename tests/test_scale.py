@@ -601,8 +601,8 @@ def test_a_workload_list_counts_a_ring_inside_a_host_once_and_a_send_as_one_tran
 def test_a_workload_list_counts_an_all_to_all_as_a_transfer_to_every_other_member():
     """An all-to-all posts one phase of p(p-1) transfers (collectives/direct.py): two of them over 16 GPUs on two
     hosts are 480 flows, beside the all-reduce's 48 (`auto`'s NCCL NVLS tree: 16 in-switch transfers and 32 on the
-    heads' trees; the estimate without the built cluster counts a ring per channel, 128). The estimate counted a transfer
-    per member for the all-to-all, as for a ring: 64 flows for the 512 simulated."""
+    heads' trees; the estimate without the built cluster counts a ring per channel, 128). The estimate counted a
+    transfer per member for the all-to-all, as for a ring: 64 flows for the 512 simulated."""
     loaded = scenario_from_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nworkload:\n"
                                 "  - {op: all_to_all, bytes: 64 MiB, repeat: 2}\n  - {op: all_reduce, bytes: 64 MiB}\n",
                                 "s.yaml")

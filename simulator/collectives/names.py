@@ -11,6 +11,10 @@ from typing import Literal, TypeVar, get_args
 
 Primitive = Literal["broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
 PRIMITIVES: tuple[Primitive, ...] = get_args(Primitive)
+POINT_TO_POINT: tuple[Primitive, ...] = ("send_recv", "all_to_all")
+"""The ops only `direct` runs, point to point under Simple: a protocol asked of one (its own: a workload item's,
+`trainsim collective --protocol`) other than simple is refused; the run-wide `collectives.protocol` is the other
+collectives' and does not reach them."""
 
 AlgorithmName = Literal["ring", "tree", "hierarchical", "direct", "halving_doubling", "nvls", "collnet_direct",
                         "nvls_sharp", "userbuffers", "ring_exchange"]

@@ -20,7 +20,14 @@ from simulator.collectives import (
     userbuffers,
 )
 from simulator.collectives.chunking import check_chunk
-from simulator.collectives.names import AlgorithmChoice, AlgorithmName, Primitive, Protocol, ProtocolChoice
+from simulator.collectives.names import (
+    POINT_TO_POINT,
+    AlgorithmChoice,
+    AlgorithmName,
+    Primitive,
+    Protocol,
+    ProtocolChoice,
+)
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.tuner import Choice, choose
 from simulator.errors import ScenarioError
@@ -131,11 +138,11 @@ def resolve(request: CollectiveRequest, topology: Topology, algorithm: Algorithm
     its algorithm does not run (`protocols.check`); otherwise `choose`'s choice of what is `auto` on links that
     reach ``efficiency`` (the network model's; None: line rate), a protocol asked for checked against the
     algorithm. `direct` chosen for a collective runs point to point under Simple whatever protocol was asked."""
+    if request.op in POINT_TO_POINT and protocol != "auto":
+        protocols.check("direct", request.op, protocol, request.ranks, topology)
     if request.op == "send_recv":
         if algorithm != "auto":
             refuse_unimplemented(request, topology, algorithm)
-        if protocol != "auto":
-            protocols.check("direct", request.op, protocol, request.ranks, topology)
         return Choice("direct", "simple")
     chosen = choose(request, topology, efficiency, algorithm, protocol)
     if chosen.algorithm == "direct":

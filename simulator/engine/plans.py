@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.collectives.chunking import ChunkSetting
 from simulator.collectives.execute import ParsedPhases
-from simulator.collectives.names import AlgorithmChoice, AlgorithmName, ProtocolChoice, run_choice
+from simulator.collectives.names import POINT_TO_POINT, AlgorithmChoice, AlgorithmName, ProtocolChoice, run_choice
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import plan_collective, resolve
 from simulator.collectives.tuner import Choice
@@ -116,7 +116,8 @@ class PlanCache:
             resolved = self._choices[key] = resolve(
                 self._request(op, group), self.topology,
                 run_choice(op.algorithm, self.default_algorithm if collective else "auto"),
-                run_choice(op.protocol, self.default_protocol if collective else "auto"), self.efficiency)
+                run_choice(op.protocol, "auto" if op.op in POINT_TO_POINT else self.default_protocol),
+                self.efficiency)
         return resolved
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> AlgorithmName:
