@@ -415,7 +415,7 @@ def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int | None, f
     ranks = args.ranks or gpus
     if args.op not in PRIMITIVES or not 2 <= ranks <= gpus:
         return 0.0
-    estimate = collective_estimate(args.op, ranks, gpus, host_shape(spec), flows)
+    estimate = collective_estimate(args.op, ranks, gpus, host_shape(spec), flows, args.network)
     if estimate.over_limits() and not args.force:
         hosts = " or ".join(f"--set {name}=N" for name in SIZE_PARAMETERS.get(spec.kind, ()))
         raise option_error("--ranks" if args.ranks else "--topology",

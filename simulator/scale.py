@@ -49,6 +49,7 @@ from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import grad_buffer_bytes
 from simulator.engine.replicas import shift_step
 from simulator.errors import ScenarioError
+from simulator.network.modes import NetworkMode
 from simulator.parallel.experts import ep_group, expert_shard_groups
 from simulator.parallel.layout import Layout
 from simulator.parallel.sharding import hybrid_degree, replica_group, shard_group
@@ -101,6 +102,12 @@ OP_BYTES = 1_000
 """An op object, its SimPy process state and its timeline row."""
 FLOW_BYTES = 700
 """A flow's network state and its timeline row."""
+COMM_FLOW_BYTES: dict[NetworkMode, int] = {"flow": FLOW_BYTES, "analytic": 1_500}
+"""A communication run's flow (a `workload:` list's, `trainsim collective`'s) under each network model: the
+analytic model holds about twice the flow model's, measured 2026-12-06 (shared 2-core machine, load 5-8) as the
+peak RSS of `trainsim collective --topology dgx-h100-cluster --op all_to_all --sizes 1MiB --network analytic`
+over 512 and 1,024 GPUs (261,632 and 1,047,552 flows: 452 and 1,596 MB, 1,455 B a flow between them; under
+flow, 269 MB at 512 GPUs)."""
 TRACE_BYTES_PER_ROW = 600
 """A row of trace.json while it is written (`run.timeline: full` writes every op and flow)."""
 MIRROR_ENTRY_BYTES = 8
@@ -782,7 +789,8 @@ def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
             flows += item.repeat * planned.transfers
         else:
             flows += item.repeat * _ring_flows(item.op, members, hosts)
-    return replace(_estimate(scenario, gpus, gpus, ops, flows, 0.0, False), trees=trees)
+    return replace(_estimate(scenario, gpus, gpus, ops, flows, 0.0, False, COMM_FLOW_BYTES[scenario.network.model]),
+                   trees=trees)
 
 
 def _ring_flows(op: Primitive, members: tuple[int, ...], hosts: HostShape | None) -> int:
@@ -798,14 +806,15 @@ def _ring_flows(op: Primitive, members: tuple[int, ...], hosts: HostShape | None
 
 
 def collective_estimate(op: Primitive, ranks: int, gpus: int, hosts: HostShape | None,
-                        transfers: int | None = None) -> ScaleEstimate:
+                        transfers: int | None = None, mode: NetworkMode = "flow") -> ScaleEstimate:
     """What `trainsim collective` needs for one size of ``op`` over GPUs 0 .. ``ranks`` - 1 (a send_recv's two
     ends) of a cluster of ``gpus`` GPUs made of ``hosts``: an op per member and ``transfers``, the flows its plan
     posts (`chosen_transfers`), else those a `workload:` item of it counts without the built cluster
-    (`_ring_flows`: rings, a lower bound where the tuner picks trees), with no timeline written."""
+    (`_ring_flows`: rings, a lower bound where the tuner picks trees), each flow held as the network ``mode``
+    holds it (`COMM_FLOW_BYTES`), with no timeline written."""
     members = (0, ranks - 1) if op == "send_recv" else tuple(range(ranks))
     flows = _ring_flows(op, members, hosts) if transfers is None else transfers
-    return _sized(gpus, len(members), len(members), flows, 0.0, False, 0.0)
+    return _sized(gpus, len(members), len(members), flows, 0.0, False, 0.0, COMM_FLOW_BYTES[mode])
 
 
 def _plannable(members: tuple[int, ...], topology: Topology) -> bool:
@@ -815,15 +824,16 @@ def _plannable(members: tuple[int, ...], topology: Topology) -> bool:
 
 
 def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: float, mirrors: float,
-              fold: bool) -> ScaleEstimate:
+              fold: bool, flow_bytes: int = FLOW_BYTES) -> ScaleEstimate:
     written = {"full": ops + flows, "per-stage": ops, "summary": 0.0}[scenario.run.timeline]
-    return _sized(gpus, ranks, ops, flows, mirrors, fold, written)
+    return _sized(gpus, ranks, ops, flows, mirrors, fold, written, flow_bytes)
 
 
 def _sized(gpus: int, ranks: int, ops: float, flows: float, mirrors: float, fold: bool,
-           written: float) -> ScaleEstimate:
-    """The estimate of a run of these counts, its memory theirs with ``written`` timeline rows."""
-    memory = (gpus * TOPOLOGY_BYTES_PER_GPU + ops * OP_BYTES + flows * FLOW_BYTES + mirrors * MIRROR_ENTRY_BYTES
+           written: float, flow_bytes: int = FLOW_BYTES) -> ScaleEstimate:
+    """The estimate of a run of these counts, its memory theirs with ``written`` timeline rows and
+    ``flow_bytes`` a flow."""
+    memory = (gpus * TOPOLOGY_BYTES_PER_GPU + ops * OP_BYTES + flows * flow_bytes + mirrors * MIRROR_ENTRY_BYTES
               + written * TRACE_BYTES_PER_ROW)
     return ScaleEstimate(gpus, ranks, math.ceil(ops), math.ceil(flows), memory, fold)
 

@@ -612,6 +612,17 @@ def test_a_workload_list_counts_an_all_to_all_as_a_transfer_to_every_other_membe
     assert estimate.flows == simulate(loaded).summary["flows_simulated"] == 2 * 16 * 15 + 48
 
 
+def test_a_workload_list_under_the_analytic_model_counts_its_flows_at_that_models_memory():
+    """The analytic model holds about twice the flow model's memory a flow (`COMM_FLOW_BYTES`, measured): the same
+    all-to-all list's estimate grows by 800 B for each of its 240 flows."""
+    text = ("cluster: {topology: dgx-h100-cluster, nodes: 2}\nrun: {timeline: summary}\nnetwork: {model: %s}\n"
+            "workload:\n  - {op: all_to_all, bytes: 1 MiB}\n")
+    flow, analytic = (scale.estimate_scale(scenario_from_text(text % model, "s.yaml").scenario, 16)
+                      for model in ("flow", "analytic"))
+    assert analytic.flows == flow.flows == 240
+    assert analytic.memory_bytes - flow.memory_bytes == 240 * 800
+
+
 @pytest.mark.parametrize("op, group, flows", [("all_to_all", "all", 16 * 15), ("all_reduce", "all", 128),
                                               ("all_gather", "0-7", 8), ("send_recv", None, 1)])
 def test_the_collective_command_counts_a_size_as_a_workload_item_of_it(op, group, flows):
