@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from simulator import simulate, simulation
 from simulator.collectives.execute import time_collective
+from simulator.collectives.names import POINT_TO_POINT
 from simulator.config.loader import scenario_from_text
 from simulator.simulation import network_settings
 from simulator.sweep.layouts import SPACE_FLAGS
@@ -413,10 +414,12 @@ def two_rank_scenario(nic: str, *, dp: str = "", nodes: int = 2, extra: str = ""
 
 
 def allreduce_time(loaded, nbytes: float, ranks: int, op: str = "all_reduce") -> float:
-    """``op``'s time over the first ``ranks`` GPUs of the scenario's cluster on an idle network."""
+    """``op``'s time over the first ``ranks`` GPUs of the scenario's cluster on an idle network (a point-to-point
+    op under `auto`: the run-wide `collectives.algorithm` does not apply to it, as in the run)."""
     topology = scenario_topology(loaded)
     settings = network_settings(loaded, topology)
-    return time_collective(topology, op, settings.algorithm, ranks, nbytes,
+    algorithm = "auto" if op in POINT_TO_POINT else settings.algorithm
+    return time_collective(topology, op, algorithm, ranks, nbytes,
                            efficiency=dict(settings.efficiency), chunk_bytes=settings.chunk_bytes,
                            channels=settings.channels)
 
