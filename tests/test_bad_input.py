@@ -13,9 +13,11 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import Field
 from shared import CLUSTER_TOPOLOGY, COMM_SCENARIO, TRAINING_SCENARIO, mutated
 
 from simulator.config.loader import scenario_from_text
+from simulator.config.sections import STORED_FIELD, Section, user_keys
 from simulator.errors import KEPT, InputError, ScenarioError, TopologyError, TraceError
 from simulator.preflight import validate
 from simulator.topology.builders import build_topology
@@ -133,6 +135,16 @@ def test_an_unknown_model_key_lists_only_the_keys_a_user_writes(text, overrides)
     stored = scenario_from_text("cluster: {topology: dgx-h100}\nmodel: {preset: mixtral-8x7b, experts_dropped: true}\n",
                                 "s.yaml")
     assert not stored.scenario.model.has_experts()
+
+
+def test_a_stored_field_with_other_schema_extras_is_still_not_a_user_key():
+    """`user_keys` hides a field marked `stored` whatever else its schema extras say."""
+
+    class Marked(Section):
+        given: int = 0
+        kept: bool = Field(False, json_schema_extra={**STORED_FIELD, "examples": [True]})
+
+    assert user_keys(Marked) == ["given"]
 
 
 @pytest.mark.parametrize("kind", [InputError, ScenarioError, TopologyError, TraceError])

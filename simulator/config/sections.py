@@ -36,9 +36,11 @@ sets): read back from a stored scenario, but never offered to a user among a sec
 
 def user_keys(section: object) -> list[str]:
     """The keys a user writes in ``section`` (a schema model; none for anything else), as a refusal lists them:
-    its fields but those the loader stores for itself (`STORED_FIELD`)."""
+    its fields but those the loader stores for itself (marked `stored` as `STORED_FIELD` marks them, beside any
+    other schema extras)."""
     fields = getattr(section, "model_fields", None) or {}
-    return [name for name, info in fields.items() if info.json_schema_extra != STORED_FIELD]
+    return [name for name, info in fields.items()
+            if not (isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("stored"))]
 
 
 class FieldProblem(ValueError):
