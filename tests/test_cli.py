@@ -573,6 +573,34 @@ def test_a_set_moves_a_file_s_dgx_cluster_to_gb200_racks_once_its_nodes_is_set_t
     assert capsys.readouterr().err.startswith(f"{refusal}racks, trays, ")
 
 
+@pytest.mark.parametrize("command", [["validate", "{scenario}", "--set", "cluster.nodez=null"],
+                                     ["topo", "describe", "dgx-h100-cluster", "--set", "nodez=null"]],
+                         ids=["scenario", "topology"])
+def test_a_null_on_a_misspelt_cluster_key_is_refused(command, tmp_path, capsys):
+    """A null drops only a key the scenario's file gives (`nodes` left over from another topology): on any other
+    key the topology lacks it is refused as the misspelt name it is, listing the kind's parameters."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(ALL_REDUCE_ON.format(topology="dgx-h100-cluster"))
+    assert main([part.format(scenario=scenario) for part in command]) == 2
+    assert "unknown override 'nodez' for topology kind 'cluster' (allowed: nodes, node, " in capsys.readouterr().err
+
+
+def test_every_key_a_set_topology_lacks_is_named_in_one_refusal(tmp_path, capsys):
+    """A GB200 file's `racks` and `last_rack_trays` moved to DGX servers are both offered a `--set ...=null` in
+    the refusal of the first, and both dropped run."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("cluster: {topology: gb200-nvl72, racks: 2, last_rack_trays: 9}\n"
+                        "workload:\n  - {op: all_reduce, bytes: 64 MiB}\n")
+    switch = ["validate", str(scenario), "--set", "cluster.topology=dgx-h100-cluster"]
+    assert main(switch) == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: {scenario}:1: cluster.racks: unknown override 'racks' for topology kind 'cluster' (allowed: --set "
+        "cluster.racks=null --set cluster.last_rack_trays=null to drop the file's racks and last_rack_trays, --set "
+        "cluster.nodes=N to size dgx-h100-cluster; or its parameters: nodes, node, ")
+    assert main([*switch, "--set", "cluster.racks=null", "--set", "cluster.last_rack_trays=null"]) == 0
+    assert capsys.readouterr().out.startswith(f"{scenario}: valid (16 h100-sxm GPUs on dgx-h100-cluster)")
+
+
 @pytest.mark.parametrize("command", [["validate"], ["run", "--out", "{tmp}"]])
 @pytest.mark.parametrize("override, error", [
     ("cluster.nvlink_bandwidth=-1", "--set cluster.nvlink_bandwidth=-1: bandwidth -1 has no unit (allowed: "),

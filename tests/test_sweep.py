@@ -1014,6 +1014,26 @@ def test_an_invalid_cluster_is_reported_before_a_constraint_on_the_dp_it_leaves_
     assert "sweep.yaml:8: grid.cluster.gpus: value 0: 0 must be positive" in capsys.readouterr().err
 
 
+def test_a_sweep_over_the_topology_offers_a_zip_that_nulls_the_base_s_leftover_size(tmp_path):
+    """A grid over `cluster.topology` that puts GB200 racks under a DGX base's `nodes` is refused at that line
+    offering a zip of `cluster.nodes` with null there (and `cluster.racks` null elsewhere), which then loads; a
+    misspelt key nulled by an axis at every point stays refused."""
+    (tmp_path / "s.yaml").write_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\n"
+                                     "workload:\n  - {op: all_reduce, bytes: 64 MiB}\n")
+    grid = "base: s.yaml\ngrid: {cluster.topology: [dgx-h100-cluster, gb200-nvl72]}\n"
+    with pytest.raises(ScenarioError) as refused:
+        sweep_from_text(grid, "sweep.yaml", tmp_path)
+    assert str(refused.value).startswith(
+        f"{tmp_path / 's.yaml'}:1: cluster.nodes: unknown override 'nodes' for topology kind 'nvl72' (allowed: a zip "
+        "of cluster.nodes with cluster.topology, null where it is gb200-nvl72, and of cluster.racks to size it, null "
+        "elsewhere; or its parameters: racks, ")
+    zipped = "base: s.yaml\nzip:\n  cluster.topology: [dgx-h100-cluster, gb200-nvl72]\n"
+    sweep = sweep_from_text(zipped + "  cluster.nodes: [2, null]\n  cluster.racks: [null, 2]\n", "sweep.yaml", tmp_path)
+    assert len(sweep.points) == 2
+    with pytest.raises(ScenarioError, match="unknown override 'nodez'"):
+        sweep_from_text(zipped + "  cluster.nodez: [null, null]\n", "sweep.yaml", tmp_path)
+
+
 def test_editing_the_constraints_judges_every_point_again(tmp_path):
     """A re-run after editing `constraints:` reused every point: a constraint removed kept its points skipped,
     one added left the points it breaks ok, so the same sweep file gave another table than into a fresh folder.

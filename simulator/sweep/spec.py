@@ -42,7 +42,6 @@ from simulator.config.loader import (
     LoadedScenario,
     Override,
     apply_overrides,
-    located_error,
     validate_as_json,
     validated_scenario,
     validation_error,
@@ -72,10 +71,11 @@ from simulator.sweep.options import DEFAULT_MAX_POINTS
 from simulator.topology.loader import (
     TopologySource,
     checked_parameters,
+    leftover_fix,
     read_topology,
     scenario_field_of,
+    scenario_overridden,
     scenario_topology,
-    with_overrides,
 )
 from simulator.units import QuantityKind, parse_quantity, shown_value
 
@@ -437,15 +437,17 @@ def _check_cluster(scenario: Scenario, base_source: str, base_lines: dict, writt
     that an unknown name or a bad unit on an axis is refused with the sweep instead of by every point. ``files``:
     the topology files read so far, by name."""
     cluster = scenario.cluster
+    loaded = LoadedScenario(scenario, base_source, base_lines, written)
     try:
         if cluster.topology not in files:
             files[cluster.topology] = read_topology(cluster.topology, None, Path(base_source).parent)
-        checked_parameters(with_overrides(files[cluster.topology], cluster.overrides()))
+        checked_parameters(scenario_overridden(loaded, files[cluster.topology]))
     except TopologyError as exc:
         field = scenario_field_of(exc, cluster.overrides())
         if field is None:
             raise
-        raise located_error(field, exc.problem, exc.allowed, base_source, base_lines, written) from None
+        kind = files[cluster.topology].kind if cluster.topology in files else ""
+        raise loaded.error(field, exc.problem, leftover_fix(loaded, field, kind) + exc.allowed) from None
 
 
 def _cluster_size(loaded: LoadedScenario) -> tuple[int | None, tuple[int, ...] | None]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard, TypeVar
@@ -154,18 +154,20 @@ def _refuse_scenario(cluster: dict, folder: Path, source: str) -> None:
                                 "parameters as --set name=value)", file=source, line=line)
 
 
-def with_overrides(spec: TopologySource, overrides: dict | None) -> TopologySource:
+def with_overrides(spec: TopologySource, overrides: dict | None,
+                   droppable: Collection[str] = ()) -> TopologySource:
     """``spec`` read from its file with ``overrides`` replacing top-level parameters (one file read serves
     many overrides: a sweep's points). A mapping without a `kind` (a cluster's `node: {gpu_model: h200}`) is
     merged into the file's: it replaced dgx-h100-cluster's whole node, whose NVSwitches lost `nvls` unsaid. A
-    null for a parameter the kind lacks is no value, which it has already: `--set cluster.nodes=null` drops the
-    scenario's `nodes` where `--set cluster.topology=gb200-nvl72` makes it a rack's (a null for a parameter the
-    kind has is its value, refused where the parameter is required)."""
+    null for a parameter the kind lacks is no value, which it has already, where ``droppable`` names the key
+    (`droppable_nulls`: `--set cluster.nodes=null` drops the scenario's `nodes` where `--set
+    cluster.topology=gb200-nvl72` makes it a rack's); any other key the kind lacks is refused, null or not (a
+    misspelt `nodez=null`). A null for a parameter the kind has is its value (`read_parameters`)."""
     parameters = BUILDERS[spec.kind].parameters
     params = dict(spec.params)
     given = dict(spec.overrides)
     for key, value in (overrides or {}).items():
-        if key not in parameters and value is None:
+        if key not in parameters and value is None and key in droppable:
             continue
         if key not in parameters:
             raise TopologyError(f"unknown override {key!r} for topology kind {spec.kind!r}", field=str(key),
@@ -246,9 +248,8 @@ def scenario_topology_file(loaded: LoadedScenario) -> TopologySource:
 def scenario_source_or_none(loaded: LoadedScenario) -> TopologySource | None:
     """The scenario's topology file read with its `cluster` overrides, before the cluster is built; None where
     either is refused (the build reports why, located)."""
-    cluster = loaded.scenario.cluster
     try:
-        return read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
+        return scenario_overridden(loaded, scenario_topology_file(loaded))
     except InputError:
         return None
 
@@ -261,33 +262,65 @@ def _scenario_source(loaded: LoadedScenario, use: Callable[[TopologySource], T],
     read = file
     try:
         read = scenario_topology_file(loaded) if file is None else file
-        return use(with_overrides(read, cluster.overrides()))
+        return use(scenario_overridden(loaded, read))
     except TopologyError as exc:
         path = scenario_field_of(exc, cluster.overrides())
         if path is None:
             raise
         kind = read.kind if read is not None else ""
-        located = loaded.error(path, exc.problem, _leftover_fix(loaded, path, kind) + exc.allowed)
+        located = loaded.error(path, exc.problem, leftover_fix(loaded, path, kind) + exc.allowed)
         raise located.rebuilt(TopologyError) from None
 
 
-def _leftover_fix(loaded: LoadedScenario, path: FieldPath, kind: str) -> str:
-    """How to drop a parameter the file's `cluster` gives that the topology a `--set cluster.topology` puts in
-    its place lacks (dgx-h100-cluster's `nodes` on gb200-nvl72), and to size that topology, as the start of the
-    refusal's allowed list: '--set cluster.nodes=null to drop the file's nodes, --set cluster.racks=N to size
-    gb200-nvl72; or its parameters: '. '' where the parameter is the kind's, or the file or no `--set` names
-    the topology."""
+def scenario_overridden(loaded: LoadedScenario, file: TopologySource) -> TopologySource:
+    """The scenario's topology ``file`` (read without overrides) with its `cluster` overrides, a null dropping
+    what `droppable_nulls` names where the kind lacks it."""
+    return with_overrides(file, loaded.scenario.cluster.overrides(), droppable_nulls(loaded))
+
+
+def droppable_nulls(loaded: LoadedScenario) -> frozenset[str]:
+    """The `cluster` keys whose null is dropped where the topology's kind lacks them (`with_overrides`): those the
+    scenario's file gives (its DGX `nodes` after `--set cluster.topology=gb200-nvl72`) and another topology's
+    parameters a sweep axis writes (a zip that sizes each topology by its own parameter, null at the other's
+    points). A null for any other key is refused as the key would be: a misspelt name."""
+    def droppable(key: str) -> bool:
+        override = loaded.override_of(("cluster", key))
+        return ("cluster", key) in loaded.lines or (override is not None and override.is_axis and any(
+            key in builder.parameters for builder in BUILDERS.values()))
+
+    return frozenset(key for key in loaded.scenario.cluster.overrides() if droppable(key))
+
+
+def leftover_fix(loaded: LoadedScenario, path: FieldPath, kind: str) -> str:
+    """How to drop every parameter the file's `cluster` gives that the topology a `--set cluster.topology` (or a
+    sweep axis) puts in its place lacks (dgx-h100-cluster's `nodes` on gb200-nvl72), and to size that topology,
+    as the start of the refusal of the one at ``path``'s allowed list: '--set cluster.nodes=null to drop the
+    file's nodes, --set cluster.racks=N to size gb200-nvl72; or its parameters: ', a zip with null for an axis.
+    '' where the parameter is the kind's or an override's, or the file names the topology."""
     from simulator.topology.size import SIZE_PARAMETERS
 
     switched = loaded.override_of(("cluster", "topology"))
-    key = str(path[-1])
-    if (len(path) != 2 or not kind or key in BUILDERS[kind].parameters or switched is None or not switched.typed
-            or loaded.override_of(path) is not None):
+    if len(path) != 2 or not kind or switched is None or not (switched.typed or switched.is_axis):
+        return ""
+    parameters = BUILDERS[kind].parameters
+    leftovers = [key for key in loaded.scenario.cluster.overrides() if key not in parameters
+                 and ("cluster", key) in loaded.lines and loaded.override_of(("cluster", key)) is None]
+    if str(path[-1]) not in leftovers:
         return ""
     topology = loaded.scenario.cluster.topology
-    sizes = SIZE_PARAMETERS.get(kind, ())
-    sized = f", --set cluster.{sizes[0]}=N to size {topology}" if sizes else ""
-    return f"--set cluster.{key}=null to drop the file's {key}{sized}; or its parameters: "
+    size = next(iter(SIZE_PARAMETERS.get(kind, ())), None)
+    if switched.is_axis:
+        zipped = ", ".join(f"cluster.{key}" for key in leftovers)
+        sized = f", and of cluster.{size} to size it, null elsewhere" if size else ""
+        return f"a zip of {zipped} with cluster.topology, null where it is {topology}{sized}; or its parameters: "
+    nulls = " ".join(f"--set cluster.{key}=null" for key in leftovers)
+    sized = f", --set cluster.{size}=N to size {topology}" if size else ""
+    return f"{nulls} to drop the file's {_listed(leftovers)}{sized}; or its parameters: "
+
+
+def _listed(names: list[str]) -> str:
+    """'nodes', 'racks and last_rack_trays', 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def kept_node_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
