@@ -223,6 +223,12 @@ def test_a_v_table_timed_in_the_loop_placement_names_the_placement_in_its_deadlo
     assert timing.bubble_fraction == pytest.approx(1 / 25, abs=EXACT)  # (p - 1) / (6m + p - 1) at p = 2, m = 4
 
 
+TABLE_SCENARIO = ("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 2 ms, backward: 4 ms}}\n"
+                  "training: {microbatches: 4}\nparallelism: {pp: 2, dp: 4, pipeline: {schedule: custom, table: "
+                  "order.csv, virtual_stages: 2}}\n")
+"""Two stages of two chunks each over four micro-batches, by the action table order.csv beside it."""
+
+
 @pytest.mark.parametrize("name, row, problem, allowed", [
     pytest.param("dualpipev", "", "deadlocks in the loop placement: no action can start (rank 0 at B0c1; rank 1 "
                  "at F1c1), the default without a placement row; the table runs in the V placement",
@@ -236,22 +242,41 @@ def test_a_table_that_runs_only_in_the_other_placement_is_refused_at_its_row(tmp
                                                                               allowed: str) -> None:
     """A table (p = 2, m = 4, v = 2) that deadlocks in the placement it asks for (none: loop) and runs in the
     other is refused at its placement row, or its first row without one, in the CSV file, naming the row that
-    places it: a scenario's `validate` prints that one line."""
+    places it: a scenario's `validate` prints that one line. Reading the table alone judges no placement
+    (`test_a_valid_table_is_ordered_once_by_a_scenario_s_validate`)."""
     from simulator.cli import main
 
     table = tmp_path / "order.csv"
     table.write_text("# p = 2, m = 4\n" + row + schedule_to_csv(build_schedule(name, 2, 4, 2)))
-    with pytest.raises(ScenarioError) as caught:
-        load_schedule_csv(table)
-    assert (caught.value.file, caught.value.line) == (str(table), 2)
-    assert caught.value.problem.endswith(problem) and caught.value.allowed == allowed
+    assert load_schedule_csv(table) == build_schedule(name, 2, 4, 2)
     scenario = tmp_path / "s.yaml"
-    scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 2 ms, backward: 4 "
-                        "ms}}\ntraining: {microbatches: 4}\nparallelism: {pp: 2, dp: 4, pipeline: {schedule: custom, "
-                        "table: order.csv, virtual_stages: 2}}\n")
+    scenario.write_text(TABLE_SCENARIO)
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == f"error: {table}:2: parallelism.pipeline.table: pipeline schedule {problem} " \
                                       f"(allowed: {allowed})\n"
+
+
+def test_a_valid_table_is_ordered_once_by_a_scenario_s_validate(tmp_path: Path, monkeypatch) -> None:
+    """A table that runs is ordered once, by the check that it runs: its reads (the schedule, its placement)
+    tried both placements each, three orderings per load of a scenario (2.05 s a load at p = 64, m = 512, v = 4,
+    reviewer86 #3). The other placement is tried only where the check finds a deadlock."""
+    from simulator.cli import main
+    from simulator.schedules import custom_csv, timing
+
+    orderings = []
+    order = timing.schedule_order
+
+    def counted(*args, **kwargs):
+        orderings.append(args[1:])
+        return order(*args, **kwargs)
+
+    monkeypatch.setattr(timing, "schedule_order", counted)
+    monkeypatch.setattr(custom_csv, "schedule_order", counted)
+    (tmp_path / "order.csv").write_text(schedule_to_csv(build_schedule("dualpipev", 2, 4, 2), "v"))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(TABLE_SCENARIO)
+    assert main(["validate", str(scenario)]) == 0
+    assert orderings == [(2, "v")]
 
 
 def test_csv_slot_and_placement_errors(tmp_path: Path) -> None:

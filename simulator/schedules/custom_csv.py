@@ -50,7 +50,8 @@ def parse_schedule_csv(text: str, source: str = "") -> Schedule:
     return _read_table(text, source)[0]
 
 
-def _read_table(text: str, source: str) -> tuple[Schedule, Placement]:
+def _read_table(text: str, source: str) -> tuple[Schedule, Placement, int]:
+    """The table's actions, its placement and the line of its placement row (its first row where it has none)."""
     schedule: Schedule = []
     rank_lines: list[int] = []
     placement: Placement = "loop"
@@ -79,28 +80,27 @@ def _read_table(text: str, source: str) -> tuple[Schedule, Placement]:
                             allowed="one row of actions per pipeline rank")
     m, v = table_size(schedule)
     validate_schedule(schedule, len(schedule), m, v, field=TABLE_FIELD, file=source, rank_lines=rank_lines)
-    _refuse_the_other_placement(schedule, v, placement, source, placement_line or rank_lines[0])
-    return schedule, placement
+    return schedule, placement, placement_line or rank_lines[0]
 
 
-def _refuse_the_other_placement(schedule: Schedule, v: int, placement: Placement, source: str, line: int) -> None:
-    """Refuse a table of several chunks per rank that deadlocks in its ``placement`` and runs in the other one, at
-    its placement row (``line``; its first row where it has none), naming the row that places it (a V table
-    without `placement,v`). One that deadlocks in both is left to the scenario's check that the table runs."""
+def refuse_the_other_placement(path: str | Path, deadlock: SimulationError) -> None:
+    """Refuse the table at ``path`` that deadlocks in its placement (``deadlock``, from the check that it runs:
+    a table that runs is never ordered twice) where it has several chunks per rank and runs in the other
+    placement, at its placement row (its first row where it has none), naming the row that places it (a V table
+    without `placement,v`). Nothing where it deadlocks in both."""
+    schedule, placement, line = _load_table(path)
+    _, v = table_size(schedule)
     if v == 1:
         return
+    other = next(each for each in PLACEMENTS if each != placement)
     try:
-        schedule_order(schedule, v, placement)
-    except SimulationError as exc:
-        other = next(each for each in PLACEMENTS if each != placement)
-        try:
-            schedule_order(schedule, v, other)
-        except SimulationError:
-            return
-        given = "the default without a placement row" if placement == "loop" else "as its placement row asks"
-        row = "no placement row, or placement,loop" if other == "loop" else f"placement,{other} as the first row"
-        raise ScenarioError(f"{exc}, {given}; the table runs in the {PLACEMENT_NAMES[other]} placement",
-                            field=TABLE_FIELD, file=source, line=line, allowed=row) from None
+        schedule_order(schedule, v, other)
+    except SimulationError:
+        return
+    given = "the default without a placement row" if placement == "loop" else "as its placement row asks"
+    row = "no placement row, or placement,loop" if other == "loop" else f"placement,{other} as the first row"
+    raise ScenarioError(f"{deadlock}, {given}; the table runs in the {PLACEMENT_NAMES[other]} placement",
+                        field=TABLE_FIELD, file=str(path), line=line, allowed=row) from None
 
 
 def _placement(cells: list[str], source: str, line: int) -> Placement:
@@ -127,7 +127,7 @@ def load_table_placement(path: str | Path) -> Placement:
     return _load_table(path)[1]
 
 
-def _load_table(path: str | Path) -> tuple[Schedule, Placement]:
+def _load_table(path: str | Path) -> tuple[Schedule, Placement, int]:
     text = read_user_text(path, ScenarioError, field=TABLE_FIELD, allowed="a readable UTF-8 CSV file")
     return _read_table(text, source=str(path))
 

@@ -35,6 +35,7 @@ from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
 from simulator.parallel.sharding import FP32_BYTES, Sharding, hybrid_degree
 from simulator.schedules.base import Placement, rank_stages
+from simulator.schedules.custom_csv import refuse_the_other_placement
 from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_placement
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.size import GpuPlacement
@@ -382,7 +383,7 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
         raise
     placement = schedule_placement(par.pipeline.schedule, table)
     if table is not None:
-        check_schedule_runs(schedule, placement)
+        check_schedule_runs(schedule, placement, table)
     precision_bytes = PRECISION_BYTES[training.precision]
     sharding = _sharding(scenario, layout, topology)
     _check_eager_shard_group(scenario, sharding)
@@ -460,11 +461,13 @@ def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> tuple[float, f
     return work.params / dense_ways, routed / expert_ways
 
 
-def check_schedule_runs(schedule, placement: Placement = "loop") -> None:
-    """A custom action table must run to completion: try it with unit costs in the exact schedule executor."""
+def check_schedule_runs(schedule, placement: Placement, table: Path) -> None:
+    """A custom action table (read from ``table``) must run to completion: try it with unit costs in the exact
+    schedule executor; one that deadlocks and runs in the other placement is refused at its CSV row."""
     try:
         simulate_schedule(schedule, 1.0, 1.0, 1.0, placement=placement)
     except SimulationError as exc:
+        refuse_the_other_placement(table, exc)
         raise _invalid("parallelism.pipeline.table", f"the schedule cannot run: {exc}",
                        "an action order in which every dependency can be met") from None
 
