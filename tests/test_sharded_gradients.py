@@ -83,3 +83,30 @@ def test_zero2_that_runs_as_zero1_says_so_naming_the_option(overrides, warned):
         "ZeRO-1's memory and sends its traffic (allowed: parallelism.ddp.reduce_every_microbatch: true for "
         "DeepSpeed's ZeRO-2 (each micro-batch's gradients reduce-scattered, only the shard kept), or zero: 1 for "
         "the same step)"] if warned else [])
+
+
+@pytest.mark.parametrize(("sharding", "pp", "every"), [
+    ("fsdp: shard_grad_op", 1, True),  # FSDP2 (and FSDP1 outside no_sync) reduce-scatters every backward
+    ("fsdp: shard_grad_op", 4, False),  # torch.distributed.pipelining's no-sync, reduced once per stage
+    ("fsdp: full_shard", 1, True),
+    ("fsdp: full_shard", 4, False),
+    ("zero: 2", 1, False),  # Megatron-LM's distributed optimizer accumulates
+    ("zero: 3", 4, True),  # DeepSpeed ZeRO-3
+])
+def test_reduce_every_microbatch_left_out_follows_the_framework(sharding, pp, every):
+    from simulator.config.loader import scenario_from_text
+
+    text = LLAMA_8B_ZERO2.replace("zero: 2", sharding).replace("pp: 1", f"pp: {pp}").replace("dp: 8", "dp: 2")
+    parallelism = scenario_from_text(text, "inline.yaml").scenario.parallelism
+    assert parallelism.reduce_every_microbatch(pp) is every
+
+
+def test_fsdp_shard_grad_op_holds_zero2_memory_by_default(run_yaml):
+    """PyTorch FSDP's SHARD_GRAD_OP without pipelining keeps only the gradient shard across micro-batches, as
+    `reduce_every_microbatch: true` asks, not the whole fp32 gradient as Megatron's ZeRO-2 does."""
+    fsdp = ("parallelism.zero=0", "parallelism.fsdp=shard_grad_op")
+    left_out = run_yaml(LLAMA_8B_ZERO2, *fsdp).summary
+    every = run_yaml(LLAMA_8B_ZERO2, *fsdp, "parallelism.ddp.reduce_every_microbatch=true").summary
+    assert left_out["memory_breakdown_gib"] == every["memory_breakdown_gib"]
+    assert left_out["traffic_bytes_per_gpu"] == every["traffic_bytes_per_gpu"]
+    assert left_out["memory_breakdown_gib"]["buffers"] < GRAD_BYTES / 8 / 2**30

@@ -476,14 +476,16 @@ class ParallelismConfig(Section):
     def reduce_every_microbatch(self, pp: int) -> bool:
         """Whether the step reduce-scatters each micro-batch's gradients (DDPConfig.reduce_every_microbatch),
         resolved for ``pp`` pipeline stages: the explicit choice, else the framework's: DeepSpeed ZeRO-3 every
-        micro-batch; PyTorch FSDP every micro-batch (FSDP2 syncs every backward) unless pipelined, where
+        micro-batch; PyTorch FSDP (`shard_grad_op` as well as `full_shard` / `hybrid_shard`) every micro-batch
+        (FSDP2 syncs every backward, as FSDP1 does outside `no_sync`) unless pipelined, where
         torch.distributed.pipelining turns the sync off (`set_requires_gradient_sync(False)`) on every backward
-        and reduces each stage's gradients once (`perform_reduce_grad`); ZeRO-2 never."""
+        and reduces each stage's gradients once (`perform_reduce_grad`); Megatron-LM's ZeRO-2 (`zero: 2`)
+        never."""
         if self.ddp.reduce_every_microbatch is not None:
             return self.ddp.reduce_every_microbatch
-        if self.zero_stage != 3:
-            return False
-        return not self.pipelined_fsdp(pp)
+        if self.fsdp is not None and self.zero_stage >= 2:
+            return pp == 1
+        return self.zero_stage == 3
 
     @model_validator(mode="after")
     def _one_sharding_choice(self) -> ParallelismConfig:
