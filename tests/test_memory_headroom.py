@@ -164,3 +164,15 @@ def test_the_published_405b_layout_is_tight():
     parts = memory["memory_breakdown_gib"]
     assert (parts["activations"], parts["buffers"]) == (pytest.approx(69.949, abs=0.001),
                                                        pytest.approx(2.969, abs=0.001))
+
+
+def test_a_peak_just_under_the_room_left_out_reads_under_it():
+    """0.996 GiB left under the 1 GiB floor reads 0.996, never 1.00 (Llama 3 8B on 8 H100s at seq 4864: 78.651
+    GiB of 79.647); a room well under it keeps two decimals."""
+    from simulator.console.report import tight_memory_line
+
+    close = tight_memory_line({"memory_tight": True, "peak_memory_gib": 78.6513, "memory_capacity_gib": 79.6472})
+    assert close.startswith("78.651 GiB of the GPU's 79.647 GiB leaves 0.996 GiB, less than the memory plan leaves "
+                            "out (at least 1 GiB:")
+    roomy = tight_memory_line({"memory_tight": True, "peak_memory_gib": 79.4, "memory_capacity_gib": 79.6472})
+    assert roomy.startswith("79.40 GiB of the GPU's 79.65 GiB leaves 0.25 GiB,")

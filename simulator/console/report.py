@@ -173,10 +173,21 @@ def tight_memory_line(summary: dict) -> str:
     if not summary.get("memory_tight"):
         return ""
     peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
-    return (f"{peak:,.2f} GiB of the GPU's {capacity:,.2f} GiB{_peak_place(summary)} leaves "
-            f"{capacity - peak:.2f} GiB, less than the memory plan leaves out (at least {UNMODELLED_BYTES / GIB:.0f} "
-            "GiB: the CUDA context, NCCL's buffers, the allocator's fragmentation: docs/training-step.md): a real GPU "
-            "may run out of memory")
+    floor = UNMODELLED_BYTES / GIB
+    digits = _digits_below(capacity - peak, floor)
+    return (f"{peak:,.{digits}f} GiB of the GPU's {capacity:,.{digits}f} GiB{_peak_place(summary)} leaves "
+            f"{capacity - peak:.{digits}f} GiB, less than the memory plan leaves out (at least {floor:.0f} GiB: the "
+            "CUDA context, NCCL's buffers, the allocator's fragmentation: docs/training-step.md): a real GPU may run "
+            "out of memory")
+
+
+def _digits_below(value: float, floor: float, least: int = 2, most: int = 6) -> int:
+    """The decimals, from ``least``, that print ``value`` (below ``floor``) as less than ``floor``: 0.998 GiB
+    left under a 1 GiB floor reads 0.998, not 1.00; ``most`` where even they round it up to the floor."""
+    digits = least
+    while digits < most and round(value, digits) >= floor:
+        digits += 1
+    return digits
 
 
 def _peak_place(summary: dict) -> str:
