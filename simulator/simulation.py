@@ -402,14 +402,14 @@ def located_layout_warning(loaded: LoadedScenario, field: FieldPath, problem: st
 def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, ...]:
     """The warnings of the scenario's sections rather than of its step: the fields a run without a horizon
     ignores, those a synthetic model or parameter servers cannot be changed by, a routing skew under uniform
-    routing, fields a replayed trace ignores, MoE layouts no framework trains
-    (`moe_layouts_no_framework_trains`), a GPU changed without the NVLink bandwidth or NVLink SHARP that go with it
-    (`kept_node_warning`), a `zero: 2` that runs as ZeRO-1 (`zero2_as_zero1_warning`), parameter servers whose
-    workers drift apart under the analytic model (`analytic_drifting_pushes_warning`), a `--set` of the
-    micro-batches that changes the file's global batch and an interleaved schedule on one chunk
-    (scenario_checks.py). Each command gives them once: every step program carried the NVLink SHARP one, a job's
-    each cluster state's too, and a job's healthy step cached from another file with the same step sections named
-    that file's line."""
+    routing, fields a replayed trace ignores, MoE layouts and pipelined DeepSpeed sharding no framework trains
+    (`moe_layouts_no_framework_trains`, `pipelined_deepspeed_no_framework_trains`), a GPU changed without the
+    NVLink bandwidth or NVLink SHARP that go with it (`kept_node_warning`), a `zero: 2` that runs as ZeRO-1
+    (`zero2_as_zero1_warning`), parameter servers whose workers drift apart under the analytic model
+    (`analytic_drifting_pushes_warning`), a `--set` of the micro-batches that changes the file's global batch and
+    an interleaved schedule on one chunk (scenario_checks.py). Each command gives them once: every step program
+    carried the NVLink SHARP one, a job's each cluster state's too, and a job's healthy step cached from another
+    file with the same step sections named that file's line."""
     from simulator.scenario_checks import batch_override_warning, interleaved_one_chunk_warning
     from simulator.topology.loader import kept_node_warning
 
@@ -421,6 +421,7 @@ def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, 
             *loaded.ignored_by_parameter_servers(), *loaded.ignored_by_uniform_routing(),
             *loaded.ignored_by_a_trace(),
             *loaded.moe_layouts_no_framework_trains(),
+            *loaded.pipelined_deepspeed_no_framework_trains(),
             *(warning for warning in found if warning is not None))
 
 
@@ -509,7 +510,8 @@ def zero2_as_zero1_warning(loaded: LoadedScenario, gpus: int) -> str | None:
     micro-batches (on ``gpus`` GPUs; called once the step is built, so its layout resolves): the default
     accumulates the whole gradient and reduce-scatters it once after the last micro-batch (Megatron-LM's
     distributed optimizer, which has no stage 2 of its own), so the step holds, sends and takes exactly what
-    `zero: 1` does, which a user asking for ZeRO-2 does not expect; None otherwise."""
+    `zero: 1` does, which a user asking for ZeRO-2 does not expect; None otherwise. Under pipelining it names
+    FSDP's shard_grad_op for ZeRO-2, not DeepSpeed's, which refuses pipelining."""
     from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
 
     scenario = loaded.scenario
@@ -517,14 +519,18 @@ def zero2_as_zero1_warning(loaded: LoadedScenario, gpus: int) -> str | None:
     if (parallelism.zero != 2 or parallelism.ddp.reduce_every_microbatch is not None or scenario.model is None
             or not isinstance(scenario.workload, list)):
         return None
-    if microbatch_count(scenario, resolve_layout(scenario, gpus, pipeline_depth(scenario)).dp) == 1:
+    layout = resolve_layout(scenario, gpus, pipeline_depth(scenario))
+    if microbatch_count(scenario, layout.dp) == 1:
         return None
+    zero2 = ("fsdp: shard_grad_op with parallelism.ddp.reduce_every_microbatch: true for ZeRO-2 under pipelining "
+             "(Llama 3's own runtime; DeepSpeed's ZeRO-2 refuses pipelining)" if layout.pp > 1 else
+             "parallelism.ddp.reduce_every_microbatch: true for DeepSpeed's ZeRO-2 (each micro-batch's gradients "
+             "reduce-scattered, only the shard kept)")
     return str(loaded.error(
         ("parallelism", "zero"),
         "zero: 2 with ddp.reduce_every_microbatch left out accumulates whole gradients and reduce-scatters them "
         "once per step (Megatron-LM's distributed optimizer), so it holds ZeRO-1's memory and sends its traffic",
-        "parallelism.ddp.reduce_every_microbatch: true for DeepSpeed's ZeRO-2 (each micro-batch's gradients "
-        "reduce-scattered, only the shard kept), or zero: 1 for the same step"))
+        f"{zero2}, or zero: 1 for the same step"))
 
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:

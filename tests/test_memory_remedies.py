@@ -331,3 +331,19 @@ def test_a_remedy_that_fits_without_more_compute_is_listed_before_recompute_that
     assert offered[0].settings == ("parallelism.pipeline.schedule=1f1b",) and offered[0].fits
     assert any(remedy.costs_compute and remedy.fits and remedy.saved_bytes > offered[0].saved_bytes
                for remedy in offered)
+
+
+PIPELINED = [(path, overrides) for path, overrides in GRID
+             if any(setting.startswith("parallelism.pp=") for setting in overrides)]
+
+
+@pytest.mark.parametrize("path,overrides", PIPELINED,
+                         ids=lambda value: ",".join(value) if isinstance(value, list) else Path(value).stem)
+def test_no_remedy_of_a_pipelined_step_is_a_layout_no_framework_trains(path, overrides):
+    """DeepSpeed's ZeRO-2 (`zero: 2` reducing every micro-batch) and ZeRO-3 refuse pipelining and Megatron-LM has
+    no ZeRO-3: a remedy that would make such a layout, which the run warns of, is not offered (both were, on the
+    interleaved and the GPipe steps)."""
+    from simulator.memory_remedies import unframed_choices
+
+    for settings in offered_settings(path, overrides):
+        assert not unframed_choices(load_scenario(path, [*overrides, *settings])), settings

@@ -110,3 +110,48 @@ def test_fsdp_shard_grad_op_holds_zero2_memory_by_default(run_yaml):
     assert left_out["memory_breakdown_gib"] == every["memory_breakdown_gib"]
     assert left_out["traffic_bytes_per_gpu"] == every["traffic_bytes_per_gpu"]
     assert left_out["memory_breakdown_gib"]["buffers"] < GRAD_BYTES / 8 / 2**30
+
+
+@pytest.mark.parametrize(("overrides", "field", "supported"), [
+    (("parallelism.zero=3",), "parallelism.zero",
+     "fsdp: full_shard (torchtitan runs FSDP under pipelining), zero: 0 to 2, or pp: 1"),
+    (("parallelism.ddp.reduce_every_microbatch=true",), "parallelism.ddp.reduce_every_microbatch",
+     "fsdp: shard_grad_op with this true for ZeRO-2 under pipelining (as Llama 3's own runtime runs it), left out "
+     "for Megatron-LM's ZeRO-2, or pp: 1"),
+    (("parallelism.zero=0", "parallelism.fsdp=shard_grad_op", "parallelism.ddp.reduce_every_microbatch=true"), None,
+     None),  # Llama 3's own runtime
+    (("parallelism.zero=3", "parallelism.pp=1", "parallelism.dp=8"), None, None),
+])
+def test_deepspeed_sharding_under_pipelining_is_warned_once_at_its_field(overrides, field, supported):
+    """DeepSpeed's PipelineEngine refuses ZeRO-2 and ZeRO-3 and Megatron-LM has no ZeRO-3: `zero: 3`, and `zero: 2`
+    reducing every micro-batch (DeepSpeed's ZeRO-2), with pp > 1 are simulated with one warning at the field that
+    names the route that trains."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.simulation import scenario_warnings
+    from simulator.topology.loader import scenario_topology
+
+    pipelined = LLAMA_8B_ZERO2.replace("pp: 1, dp: 8", "pp: 2, dp: 4")
+    loaded = scenario_from_text(pipelined, "inline.yaml", list(overrides))
+    warnings = [warning for warning in scenario_warnings(loaded, scenario_topology(loaded))
+                if "pipeline parallelism" in warning]
+    if field is None:
+        assert warnings == []
+        return
+    assert len(warnings) == 1
+    assert f"--set {field}=" in warnings[0] and "DeepSpeed refuses it with pipeline parallelism" in warnings[0]
+    assert warnings[0].endswith(f"(allowed: {supported})")
+
+
+def test_zero2_that_runs_as_zero1_under_pipelining_names_fsdp_for_zero2():
+    """Under pipelining DeepSpeed's ZeRO-2 is refused (see above): the ZeRO-1 warning names the route that trains."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.preflight import validate
+    from simulator.topology.loader import scenario_topology
+
+    loaded = scenario_from_text(LLAMA_8B_ZERO2.replace("pp: 1, dp: 8", "pp: 2, dp: 4"), "inline.yaml")
+    warnings = [warning for warning in validate(loaded, scenario_topology(loaded)).warnings
+                if "ZeRO-1's memory" in warning]
+    assert len(warnings) == 1
+    assert warnings[0].endswith(
+        "(allowed: fsdp: shard_grad_op with parallelism.ddp.reduce_every_microbatch: true for ZeRO-2 under "
+        "pipelining (Llama 3's own runtime; DeepSpeed's ZeRO-2 refuses pipelining), or zero: 1 for the same step)")

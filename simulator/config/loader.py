@@ -285,6 +285,33 @@ class LoadedScenario:
                 "fsdp: full_shard (torchtitan shards experts under FSDP2), or zero: 0 to 2"))
         return _in_file_order(errors)
 
+    def pipelined_deepspeed_no_framework_trains(self) -> tuple[str, ...]:
+        """A located warning for DeepSpeed's gradient sharding under pipeline parallelism (`pp` above 1), which
+        the step simulates all the same: `zero: 3` (of a dense model: a MoE one is warned of at the same field by
+        `moe_layouts_no_framework_trains`) and `zero: 2` with `ddp.reduce_every_microbatch: true`, DeepSpeed's
+        ZeRO-2. DeepSpeed's PipelineEngine asserts that ZeRO-2 and ZeRO-3 are incompatible with pipeline
+        parallelism; Megatron-LM has no ZeRO-3 and its ZeRO-2 accumulates (`reduce_every_microbatch` false)."""
+        scenario = self.scenario
+        model, par = scenario.model, scenario.parallelism
+        if model is None or par.pp == 1 or par.fsdp is not None:
+            return ()
+        refused = ("DeepSpeed refuses it with pipeline parallelism (its PipelineEngine asserts 'ZeRO-2 and ZeRO-3 "
+                   "are incompatible with pipeline parallelism')")
+        pp = ("parallelism", "pp")
+        if par.zero == 3 and not model.has_experts():
+            return (str(self.error(
+                ("parallelism", "zero"),
+                f"3 with pp {par.pp}: {refused} and Megatron-LM has no ZeRO-3; simulated all the same",
+                "fsdp: full_shard (torchtitan runs FSDP under pipelining), zero: 0 to 2, or pp: 1", reads=(pp,))),)
+        if par.zero == 2 and par.ddp.reduce_every_microbatch:
+            return (str(self.error(
+                ("parallelism", "ddp", "reduce_every_microbatch"),
+                f"true with zero: 2 and pp {par.pp} is DeepSpeed's ZeRO-2: {refused}, and Megatron-LM's "
+                "distributed optimizer reduces once per step; simulated all the same",
+                "fsdp: shard_grad_op with this true for ZeRO-2 under pipelining (as Llama 3's own runtime runs "
+                "it), left out for Megatron-LM's ZeRO-2, or pp: 1", reads=(pp, ("parallelism", "zero")))),)
+        return ()
+
     def _ignored(self, no_ops: dict[tuple[str, str], str]) -> tuple[str, ...]:
         """A located warning for each field of ``no_ops`` (each with why it changes nothing) the scenario sets,
         a section's fields named one by one; in the file's line order, the `--set`s last."""
