@@ -374,15 +374,16 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
 
         return located(loaded, lambda: trace_program(workload, read_traces(workload, base_dir), topology,
                                                      fold=fold, guard=guard))
-    from simulator.recompute_check import selective_recompute_warning
+    from simulator.recompute_check import full_recompute_warning, selective_recompute_warning
     from simulator.workload.transformer_program import transformer_program
 
     program = located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,
                                                           guard=guard, classes=classes))
-    warning = selective_recompute_warning(loaded, program)
-    warnings = (*program.warnings,
-                *(located_layout_warning(loaded, field, problem) for field, problem in program.layout_warnings))
-    return replace(program, warnings=warnings if warning is None else (*warnings, warning))
+    recompute = (selective_recompute_warning(loaded, program),
+                 full_recompute_warning(loaded, program, topology, base_dir))
+    layout = tuple(located_layout_warning(loaded, field, problem) for field, problem in program.layout_warnings)
+    return replace(program, warnings=(*program.warnings, *layout,
+                                      *(warning for warning in recompute if warning is not None)))
 
 
 LAYOUT_WARNING_READS: dict[FieldPath, tuple[FieldPath, ...]] = {
