@@ -447,7 +447,7 @@ def test_an_fsdp_step_runs_faster_with_every_nic_a_host_adds(run_yaml):
 @pytest.mark.parametrize("size, channels", [(10, 2), (12, 4)])
 def test_a_ring_over_a_partial_host_runs_each_of_its_nics_both_ways(size, channels):
     """2 DGX H100 hosts, the group 8 GPUs on one and 2 (or 4) on the other, so ch = 2 (4) rings. Each ring enters the
-    partial host at one of the local indices both hosts hold and leaves at the next, in turn, so each of its NICs
+    partial host at one of the local indices both hosts hold and leaves at the one before, in turn, so each of its NICs
     takes one ring in and one out and a step moves n/(p ch) through every NIC each way at 50 GB/s. A ring's p hops: p
     - 2 over NVLink (3.4 us), 2 across hosts (13 us), so t = 8.4 us + 2(p-1) (latency mean + n/(p ch 50 GB/s)): 19.43
     ms for p = 10 (busbw 99.5 GB/s), 9.96 ms for p = 12 (197.6 GB/s), in the flow and the analytic model alike. Rings
@@ -465,6 +465,30 @@ def test_a_ring_over_a_partial_host_runs_each_of_its_nics_both_ways(size, channe
         row, = collective_sweep("dgx-h100-cluster", {"nodes": 2}, op="all_reduce", algorithm="ring", ranks=size,
                                 sizes=[n], efficiency="ideal", mode=mode)
         assert close(row["time_s"], BASE + 2 * (size - 1) * step, 1e-6)
+
+
+@pytest.mark.parametrize("nics, size, channels", [(4, 12, 2), (6, 12, 3), (6, 14, 4)])
+def test_a_ring_over_a_partial_host_picks_its_ends_by_nic(nics, size, channels):
+    """2 DGX H100 hosts with k NICs for 8 GPUs (GPU i on NIC i k // 8), the group 8 GPUs on one and the rest on the
+    other: the partial host's GPUs drive ch NICs, one ring each (12 ranks: 2 of 4 NICs, 3 of 6; 14 ranks: 4 of 6).
+    Each ring enters a host at a GPU on its channel's NIC and leaves at one on the same NIC or the NIC before, so
+    every NIC the rings cross sends one and receives one, and a step moves n/(p ch) through each at 50 GB/s:
+    19.80, 13.24 and 10.10 ms, the estimate alike. Ends picked by GPU position (in at the c-th shared index, out at
+    the next) sent two rings out through NIC 0, GPUs 0 and 1 sharing it: 39.49, 26.37 and 20.07 ms; before the
+    ring count was capped at the NICs the group drives on a host, 19.80, 19.80 and 13.43 ms."""
+    ranks, n = tuple(range(size)), GIB
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2, "nics_per_node": nics})
+    request = CollectiveRequest("all_reduce", ranks, n)
+    phases = plan_collective(request, topology, "ring")
+    assert {t.channel for phase in phases for t in phase.transfers} == set(range(channels))
+    crossing = [t for phase in phases for t in phase.transfers if topology.gpu_host[t.src] != topology.gpu_host[t.dst]]
+    for end in ("src", "dst"):
+        counts = Counter(topology.gpu_nic[getattr(t, end)] for t in crossing)
+        assert len(counts) == 2 * channels and set(counts.values()) == {1}, (end, counts)
+    step = ((size - 2) * 3.4e-6 + 2 * 13e-6) / size + n / (size * channels * 50e9)
+    simulated = time_collective(topology, "all_reduce", "ring", ranks, n)
+    assert close(simulated, BASE + 2 * (size - 1) * step, 1e-6)
+    assert close(estimates(request, topology, algorithms=("ring",))["ring"], simulated, 1e-6)
 
 
 def two_spine_topology(hosts: int) -> Topology:
