@@ -40,7 +40,7 @@ import numpy as np
 
 from simulator.collectives.hierarchical import even_rows
 from simulator.collectives.names import AlgorithmChoice, AlgorithmName, Primitive, ProtocolChoice, run_choice
-from simulator.collectives.ring import cross_host_channels, domain_rails, usable_rails
+from simulator.collectives.ring import cross_host_channels, domain_rails, fewest_nics, usable_rails
 from simulator.collectives.tree import nccl_nodes
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
@@ -417,12 +417,14 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
 def _ring_channels(group: tuple[int, ...], hosts: HostShape) -> int:
     """The rings ring.py runs for ``group`` across hosts (`ring.channel_count` unasked), which it plans by NVLink
     domain: one inside one domain (the trays of one NVL72 rack); across domains one per NIC of the hosts its
-    members sit on in a domain, at most the fewest members of any domain (`ring.domain_rails`)."""
-    domains = Counter(rank // hosts.domain for rank in group)
+    members sit on in a domain, at most the fewest members of any domain and the fewest NICs they drive on one
+    (`ring.domain_rails`, `ring.fewest_nics`)."""
+    domains = _members_by(group, hosts.domain)
     if len(domains) == 1:
         return 1
-    trays = Counter(domain for domain, _ in {(rank // hosts.domain, rank // hosts.gpus) for rank in group})
-    return cross_host_channels(domain_rails(hosts.rails * min(trays.values()), min(domains.values())))
+    trays = min(len({rank // hosts.gpus for rank in members}) for members in domains)
+    nics = fewest_nics(map(hosts.nic, members) for members in domains)
+    return cross_host_channels(domain_rails(hosts.rails * trays, min(map(len, domains)), nics))
 
 
 def _hierarchical_transfers(layout: Layout, kind: str, hosts: HostShape, all_reduce: bool, ep: int,

@@ -14,13 +14,14 @@ from simulator.cli import main
 from simulator.collectives import registry
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
+from simulator.collectives.ring import channel_count, group_by_domain
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.parallel.layout import Layout
 from simulator.reliability.simulate import prepare_job
 from simulator.simulation import simulate, step_program
 from simulator.topology.builders import BUILDERS
 from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology, scenario_topology
-from simulator.topology.size import SIZE_PARAMETERS, host_shape, topology_gpus
+from simulator.topology.size import SIZE_PARAMETERS, HostShape, host_shape, topology_gpus
 
 LLAMA_405B = str(SCENARIOS / "llama3-405b-8192-gpus.yaml")
 MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192", "--set",
@@ -86,6 +87,20 @@ def test_a_range_group_is_counted_by_its_members():
                                                       [item % group]).scenario, 1024).ops
               for group in ("0-7", "[0, 1, 2, 3, 4, 5, 6, 7]", "all")]
     assert counts == [8000, 8000, 1024000]
+
+
+@pytest.mark.parametrize("nics", [1, 2, 3, 4, 6, 8])
+def test_the_estimate_counts_the_rings_ring_py_runs_on_hosts_whose_gpus_share_nics(nics):
+    """4 DGX H100 hosts with k NICs for 8 GPUs: the rings the estimate counts for a group across hosts are those
+    ring.py runs, capped at the fewest NICs the group drives on a host. Counted by the host's NICs, ranks 0-11
+    on 4 NICs (8 + 4, driving 2 NICs on the second host) made 4 rings to ring.py's 2."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 4, "nics_per_node": nics})
+    hosts = HostShape(gpus=8, rails=nics, domain=8)
+    for group in [(*range(4), *range(8, 12)), (0, 1, 8, 9), tuple(range(12)), tuple(range(0, 16, 2)),
+                  (0, 4, 8, 12), (*range(4, 8), *range(8, 12)), (*range(6), *range(8, 14))]:
+        request = CollectiveRequest("all_reduce", group, 1 << 30)
+        planned = channel_count(request, topology, group_by_domain(group, topology))
+        assert scale._ring_channels(group, hosts) == planned, (nics, group)
 
 
 @pytest.mark.parametrize("name", list_bundled_topologies())

@@ -13,7 +13,7 @@ NVLink once and leaves it through any of its members' NICs).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import replace
 from itertools import chain, repeat
 
@@ -69,14 +69,14 @@ def rails_used(topology: Topology, hosts: list[list[int]]) -> int:
     ring channels NCCL's search looks for (`ring_search_channels`)."""
     host = topology.gpu_host
     rails = topology.rails * min(len({host[rank] for rank in members}) for members in hosts)
-    return min(domain_rails(rails, min(len(members) for members in hosts)), nics_used(topology, hosts))
+    return domain_rails(rails, min(len(members) for members in hosts), nics_used(topology, hosts))
 
 
-def domain_rails(rails: int, fewest_members: int) -> int:
-    """`rails_used` from the NICs of the hosts the group's members sit on in a domain (the fewest of any domain)
-    and the fewest members any domain holds (also read by scale.py, which counts flows before the cluster is
-    built)."""
-    return min(usable_rails(rails, fewest_members), ring_search_channels())
+def domain_rails(rails: int, fewest_members: int, fewest_nics: int) -> int:
+    """`rails_used` from the NICs of the hosts the group's members sit on in a domain (the fewest of any domain),
+    the fewest members any domain holds and the fewest NICs they drive on one (`fewest_nics`); also read by
+    scale.py, which counts flows before the cluster is built."""
+    return min(usable_rails(rails, fewest_members), fewest_nics, ring_search_channels())
 
 
 RING_SEARCH_CHANNELS = 16
@@ -106,10 +106,16 @@ def cross_host_channels(rails: int) -> int:
 
 
 def nics_used(topology: Topology, hosts: list[list[int]]) -> int:
-    """The fewest distinct NICs the members of any one host drive (members may share a NIC: `nics_per_node`
-    below the GPUs per node)."""
+    """The fewest distinct NICs the members of any one host (or domain) drive (`fewest_nics`)."""
     nic = topology.gpu_nic
-    return min(len({nic[rank] for rank in members}) for members in hosts)
+    return fewest_nics([nic[rank] for rank in members] for members in hosts)
+
+
+def fewest_nics(nics_by_host: Iterable[Iterable[Hashable]]) -> int:
+    """The fewest distinct NICs among each host's (or domain's) members' NICs: members may share a NIC
+    (`nics_per_node` below the GPUs per node). Also read by scale.py, which names each member's NIC from the
+    host's shape (`HostShape.nic`) before the cluster is built."""
+    return min(len(set(nics)) for nics in nics_by_host)
 
 
 def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[list[int]]) -> int:

@@ -91,6 +91,11 @@ class HostShape:
     """GPU indices per period of the fabric's spine hash (`Fabric.shift_gpus`), whose whole multiples shift the
     data-parallel replicas onto each other (engine/replicas.py); 0: one period spans the cluster."""
 
+    def nic(self, rank: int) -> tuple[int, int]:
+        """The host of GPU ``rank`` and the NIC it drives there: GPU i of a host on NIC i rails // gpus, as the
+        topology builders wire them (`Topology.gpu_nic`)."""
+        return rank // self.gpus, rank % self.gpus * self.rails // self.gpus
+
 
 def _period(hosts: int, host_gpus: int, params: dict) -> int:
     """`HostShape.period` of ``hosts`` hosts of ``host_gpus`` GPUs (0 where one period holds every host)."""
