@@ -63,10 +63,12 @@ def group_by_domain(ranks: tuple[int, ...], topology: Topology) -> list[list[int
 def rails_used(topology: Topology, hosts: list[list[int]]) -> int:
     """Distinct rails a group spanning hosts (or NVLink domains) can leave each on: the NICs of the hosts its
     members sit on there (a host's ``topology.rails``; a GB200 rack's members on 18 trays: 72), at most its
-    smallest member count, since only that many distinct exit GPUs exist, at most the NICs its members drive
-    (`nics_used`: NCCL's search trims the GPUs outside the communicator, src/graph/topo.cc ncclTopoTrimSystem,
-    and finds its channels over the NICs local to the GPUs left, search.cc ncclTopoSelectNets), and at most the
-    ring channels NCCL's search looks for (`ring_search_channels`)."""
+    smallest member count, since only that many distinct exit GPUs exist, at most the fewest NICs its members
+    drive on any one host (`nics_used`: NCCL's topology holds only the communicator's GPUs, src/graph/topo.cc
+    ncclTopoGetSystem adding those of its ranks and never a GPU outside it, paths.cc ncclTopoTrimSystem removing
+    those of other NVLink domains, and its search finds the channels over the NICs local to those GPUs,
+    search.cc ncclTopoSelectNets, each host's count cut to the fewest of any rank's), and at most the ring
+    channels NCCL's search looks for (`ring_search_channels`)."""
     host = topology.gpu_host
     rails = topology.rails * min(len({host[rank] for rank in members}) for members in hosts)
     return domain_rails(rails, min(len(members) for members in hosts), nics_used(topology, hosts))
