@@ -883,13 +883,13 @@ def test_the_collective_command_refuses_from_the_gpu_count_before_it_builds_the_
 
 
 def test_the_collective_command_counts_a_size_with_the_transfers_its_plan_posts(monkeypatch, capsys):
-    """A size is counted with the plan the sweep runs, not as rings: 16 H100s' tree all-reduce of 1 MiB posts
-    960 transfers (measured: the run's flows_simulated), where 2 a member (32) were counted; under a limit of 200
-    ops + flows the rings' 144 passed."""
+    """A size is counted with the plan the sweep runs, not as rings: 16 H100s' tree all-reduce of 1 MiB (LL128,
+    auto's protocol for it) posts 1,920 transfers (measured: a workload run's flows_simulated), where 2 a member
+    (32) were counted; under a limit of 200 ops + flows the rings' 144 passed."""
     monkeypatch.setattr("simulator.scale.MAX_EVENTS", 200)
     assert main(["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=2", "--algorithm", "tree",
                  "--sizes", "1MiB"]) == 2
-    assert "all_reduce over 16 GPUs is too large to simulate: ~16 ops, ~960 flows" in capsys.readouterr().err
+    assert "all_reduce over 16 GPUs is too large to simulate: ~16 ops, ~1,920 flows" in capsys.readouterr().err
 
 
 def test_the_collective_command_runs_past_the_scale_limits_with_force(monkeypatch, capsys):
