@@ -1258,7 +1258,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--sharding", type=_choice_list(SHARDINGS), default=None, metavar=",".join(SHARDINGS),
                         help=f"shardings to try (default: {_listed(SEARCH_SHARDINGS)}); zero2 is DeepSpeed's, "
                              "reducing every micro-batch's gradients, unless the scenario sets "
-                             "parallelism.ddp.reduce_every_microbatch")
+                             "parallelism.ddp.reduce_every_microbatch; DeepSpeed refuses pipelining, so its layouts "
+                             "with pp > 1 are pruned")
     search.add_argument("--recompute", type=_choice_list(RECOMPUTES), default=None, metavar=",".join(RECOMPUTES),
                         help=f"recompute options to try (default: {_listed(RECOMPUTES)})")
     search.set_defaults(func=_cmd_search, oom_remedies=RUN_REMEDIES)

@@ -85,7 +85,8 @@ class Peak:
     """A scenario's peak memory per GPU and the GPU's capacity (bytes), with its resolved layout (None for a
     parameter-server run, which has no layout to change), its transformer layers (None without), the fields its
     step's warnings name (`parallelism.tp` for a TP group across NVLink domains), the most NVLink domains
-    one of its TP groups spans, and how many of its choices no framework trains (`unframed_choices`)."""
+    one of its TP groups spans, and the fields of its choices no framework trains
+    (`LoadedScenario.unframed_fields`)."""
 
     bytes: float
     capacity: float
@@ -93,7 +94,7 @@ class Peak:
     layers: int | None = None
     warned: frozenset[FieldPath] = frozenset()
     tp_domains: int = 1
-    unframed: int = 0
+    unframed: frozenset[str] = frozenset()
 
 
 def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
@@ -111,13 +112,7 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
     warned = frozenset(field for field, _ in step.warnings)
     layout = step.plan.layout
     return Peak(peak, step.gpu.hbm_bytes, layout, step.model.layers if step.model else None, warned,
-                tp_domains(layout, topology.gpu_domain_array), unframed_choices(loaded))
-
-
-def unframed_choices(loaded: LoadedScenario) -> int:
-    """How many of ``loaded``'s choices no framework trains, though the step is simulated (a MoE layout, DeepSpeed's
-    ZeRO-2/3 under pipelining): a remedy that adds one is not offered."""
-    return len(loaded.moe_layouts_no_framework_trains()) + len(loaded.pipelined_deepspeed_no_framework_trains())
+                tp_domains(layout, topology.gpu_domain_array), loaded.unframed_fields())
 
 
 def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
@@ -171,17 +166,18 @@ def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settin
            settings: tuple[str, ...]) -> Remedy | None:
     """``settings`` as a remedy, or None where the loader or the step's checks refuse them, where they save less
     than MIN_SAVING_BYTES, where the step warns of a field it did not warn of before (a TP group stretched
-    across NVLink domains fits, and crawls) or makes a choice no framework trains (DeepSpeed's ZeRO-2 under
-    pipelining, `unframed_choices`) or spreads its TP group over more NVLink domains than before (a
-    layout whose TP 16 spans two hosts already was offered TP 128 across sixteen first, as the remedy that saved
-    most), or where the whole job with them fails its elastic sizes' checks (`_check_job`)."""
+    across NVLink domains fits, and crawls) or warns of a choice no framework trains at a field it did not warn
+    of so before (DeepSpeed's ZeRO-2 under pipelining, `LoadedScenario.unframed_fields`) or spreads its TP group
+    over more NVLink domains than before (a layout whose TP 16 spans two hosts already was offered TP 128 across
+    sixteen first, as the remedy that saved most), or where the whole job with them fails its elastic sizes'
+    checks (`_check_job`)."""
     try:
         changed = rebuilt(loaded, [*base_settings, *settings])
         refuse_inconsistent_batch(changed, topology.num_gpus)
         after = peak_memory(changed, topology)
         saved = before.bytes - after.bytes
         if (saved < MIN_SAVING_BYTES or not after.warned <= before.warned or after.tp_domains > before.tp_domains
-                or after.unframed > before.unframed):
+                or not after.unframed <= before.unframed):
             return None
         if loaded.scenario.run.horizon is not None:
             _check_job(rebuilt(loaded, settings) if base_settings else changed, None if base_settings else topology)

@@ -2,10 +2,10 @@
 core-attention recompute) drops the attention's stored s x s scores; flash attention stores none, so under it
 selective recompute saves no memory (the memory model's own rule, `memory_plan.rematerialized_activations`) and
 still runs every layer's attention forward again in the backward. Full recompute under a schedule of deferred
-weight-gradient passes (zb-h1, zbv) saves little or no memory where the deferred W's set the peak: each keeps
-the inputs of its layer's GEMMs, which the recompute rebuilt. A run so set says so in one warning line with what
-the recompute costs, read from the step program's recompute ops, and, for full recompute, the memory plan's
-peaks with and without it."""
+weight-gradient passes (any schedule that runs W actions: zb-h1, zbv, interleaved-zb, dualpipev) saves little or
+no memory where the deferred W's set the peak: each keeps the inputs of its layer's GEMMs, which the recompute
+rebuilt. A run so set says so in one warning line with what the recompute costs, read from the step program's
+recompute ops, and, for full recompute, the memory plan's peaks with and without it."""
 
 from __future__ import annotations
 

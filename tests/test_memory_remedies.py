@@ -341,10 +341,23 @@ PIPELINED = [(path, overrides) for path, overrides in GRID
 @pytest.mark.parametrize("path,overrides", PIPELINED,
                          ids=lambda value: ",".join(value) if isinstance(value, list) else Path(value).stem)
 def test_no_remedy_of_a_pipelined_step_is_a_layout_no_framework_trains(path, overrides):
-    """DeepSpeed's ZeRO-2 (`zero: 2` reducing every micro-batch) and ZeRO-3 refuse pipelining and Megatron-LM has
-    no ZeRO-3: a remedy that would make such a layout, which the run warns of, is not offered (both were, on the
+    """DeepSpeed's ZeRO-2 (`zero: 2` reducing every micro-batch) and ZeRO-3 refuse pipelining and Megatron-FSDP does
+    not pipeline: a remedy that would make such a layout, which the run warns of, is not offered (both were, on the
     interleaved and the GPipe steps)."""
-    from simulator.memory_remedies import unframed_choices
-
     for settings in offered_settings(path, overrides):
-        assert not unframed_choices(load_scenario(path, [*overrides, *settings])), settings
+        assert not load_scenario(path, [*overrides, *settings]).unframed_fields(), settings
+
+
+def test_a_remedy_warned_of_at_another_unframed_field_is_not_offered(monkeypatch):
+    """The remedy filter compared how many choices no framework trains, so one that traded the warned `zero: 3`
+    for DeepSpeed's ZeRO-2 at `ddp.reduce_every_microbatch` (one each) was offered; it compares which fields."""
+    import simulator.memory_remedies as remedies
+
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8")
+    before = remedies.Peak(80 * GIB, 80 * GIB, None, unframed=frozenset({"parallelism.zero"}))
+    for warned, offered in ((frozenset({"parallelism.ddp.reduce_every_microbatch"}), False),
+                            (frozenset({"parallelism.zero"}), True)):
+        monkeypatch.setattr(remedies, "peak_memory", lambda *_, warned=warned: replace(
+            before, bytes=70 * GIB, unframed=warned))
+        remedy = remedies._tried(loaded, scenario_topology(loaded), before, (), ("training.micro_batch=1",))
+        assert (remedy is not None) == offered

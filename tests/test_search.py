@@ -1744,6 +1744,27 @@ def test_the_estimate_charges_deepspeed_zero2s_reduce_scatter_after_every_micro_
     assert 0.987 <= simulated / zero2.estimate_tokens_per_s <= 1.001
 
 
+@pytest.mark.parametrize(("ddp", "pruned"), [({}, True), ({"reduce_every_microbatch": False}, False)])
+def test_deepspeeds_zero2_under_pipelining_is_pruned_as_refused(ddp, pruned):
+    """`--sharding zero2` at pp > 1 was DeepSpeed's ZeRO-2, which DeepSpeed's PipelineEngine refuses, ranked first
+    with a command `validate` warns of; it is pruned saying why. Megatron-LM's ZeRO-2, accumulating because the
+    base says so, trains under pipelining and is kept."""
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import check_memory
+    from simulator.topology.loader import scenario_topology
+
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8")
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    base = search_base(loaded.source, [])
+    base["parallelism"]["ddp"] = {**(base["parallelism"].get("ddp") or {}), **ddp}
+    checked = check_memory(base, Candidate(1, 1, 2, 4, 1, 1, "zero2", "none"), "1f1b", times)
+    expected = Pruning(Pruned.REFUSED, "refused: zero2 with pp 2 is DeepSpeed's ZeRO-2: DeepSpeed refuses it with "
+                                       "pipeline parallelism (its PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are "
+                                       "incompatible with pipeline parallelism')")
+    assert checked.pruning == (expected if pruned else None)
+
+
 def test_a_tie_at_the_top_cut_is_worded_as_a_tie():
     """A layout whose estimate equals the last simulated one's is said to tie it, not to 'rank below' it."""
     from simulator.sweep.search import below_top_reason

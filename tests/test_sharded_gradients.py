@@ -112,26 +112,29 @@ def test_fsdp_shard_grad_op_holds_zero2_memory_by_default(run_yaml):
     assert left_out["memory_breakdown_gib"]["buffers"] < GRAD_BYTES / 8 / 2**30
 
 
-@pytest.mark.parametrize(("overrides", "field", "supported"), [
-    (("parallelism.zero=3",), "parallelism.zero",
+@pytest.mark.parametrize(("scenario", "overrides", "field", "supported"), [
+    (None, ("parallelism.zero=3",), "parallelism.zero",
      "fsdp: full_shard (torchtitan runs FSDP under pipelining), zero: 0 to 2, or pp: 1"),
-    (("parallelism.ddp.reduce_every_microbatch=true",), "parallelism.ddp.reduce_every_microbatch",
+    (None, ("parallelism.ddp.reduce_every_microbatch=true",), "parallelism.ddp.reduce_every_microbatch",
      "fsdp: shard_grad_op with this true for ZeRO-2 under pipelining (as Llama 3's own runtime runs it), left out "
      "for Megatron-LM's ZeRO-2, or pp: 1"),
-    (("parallelism.zero=0", "parallelism.fsdp=shard_grad_op", "parallelism.ddp.reduce_every_microbatch=true"), None,
-     None),  # Llama 3's own runtime
-    (("parallelism.zero=3", "parallelism.pp=1", "parallelism.dp=8"), None, None),
+    (None, ("parallelism.zero=0", "parallelism.fsdp=shard_grad_op", "parallelism.ddp.reduce_every_microbatch=true"),
+     None, None),  # Llama 3's own runtime
+    (None, ("parallelism.zero=3", "parallelism.pp=1", "parallelism.dp=8"), None, None),
+    ("schedule-1f1b-p4-m8", ("parallelism.zero=3",), None, None),  # a synthetic model: zero changes nothing
 ])
-def test_deepspeed_sharding_under_pipelining_is_warned_once_at_its_field(overrides, field, supported):
-    """DeepSpeed's PipelineEngine refuses ZeRO-2 and ZeRO-3 and Megatron-LM has no ZeRO-3: `zero: 3`, and `zero: 2`
+def test_deepspeed_sharding_under_pipelining_is_warned_once_at_its_field(scenario, overrides, field, supported):
+    """DeepSpeed's PipelineEngine refuses ZeRO-2 and ZeRO-3 and Megatron-FSDP does not pipeline: `zero: 3`, `zero: 2`
     reducing every micro-batch (DeepSpeed's ZeRO-2), with pp > 1 are simulated with one warning at the field that
-    names the route that trains."""
-    from simulator.config.loader import scenario_from_text
+    names the route that trains (``scenario`` None: Llama-3-8B at pp 2). A synthetic model's sharding changes
+    nothing, which is its one warning there, not this one besides."""
+    from simulator.config.loader import load_scenario, scenario_from_text
     from simulator.simulation import scenario_warnings
     from simulator.topology.loader import scenario_topology
 
-    pipelined = LLAMA_8B_ZERO2.replace("pp: 1, dp: 8", "pp: 2, dp: 4")
-    loaded = scenario_from_text(pipelined, "inline.yaml", list(overrides))
+    loaded = (scenario_from_text(LLAMA_8B_ZERO2.replace("pp: 1, dp: 8", "pp: 2, dp: 4"), "inline.yaml",
+                                 list(overrides))
+              if scenario is None else load_scenario(scenario, list(overrides)))
     warnings = [warning for warning in scenario_warnings(loaded, scenario_topology(loaded))
                 if "pipeline parallelism" in warning]
     if field is None:

@@ -21,7 +21,7 @@ from simulator.config.faults import JOB_FAULT_FIELDS
 from simulator.config.field_paths import model_in, origin_in, path_problem
 from simulator.config.model_options import SYNTHETIC_NO_OPS
 from simulator.config.parameter_server import PARAMETER_SERVER_NO_OPS
-from simulator.config.schema import Scenario
+from simulator.config.schema import ParallelismConfig, Scenario
 from simulator.config.sections import INT64_LIMIT, FieldProblem, user_keys
 from simulator.config.traces import TRACE_NO_OPS, TraceWorkload
 from simulator.config.yaml_source import (
@@ -135,6 +135,17 @@ class OptionSetting:
         which the command puts on its command line (a library text, such as a study's warning in study.json,
         knows no command)."""
         return Override(self.path, self.option, prefix=f"{self.shown}: ", at_flag=True)
+
+
+DEEPSPEED_REFUSES_PIPELINING = ("DeepSpeed refuses it with pipeline parallelism (its PipelineEngine asserts "
+                                "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism')")
+"""Why DeepSpeed's ZeRO-2 and ZeRO-3 under pipelining train in no framework, as the loader warns and a search prunes."""
+
+
+def deepspeed_zero2_under_pipelining(par: ParallelismConfig) -> bool:
+    """Whether ``par`` is DeepSpeed's ZeRO-2 (`zero: 2` reducing every micro-batch) under pipelining (pp > 1),
+    which DeepSpeed refuses (DEEPSPEED_REFUSES_PIPELINING) and Megatron-LM's accumulating ZeRO-2 is not."""
+    return par.pp > 1 and par.fsdp is None and par.zero == 2 and bool(par.ddp.reduce_every_microbatch)
 
 
 @dataclass(frozen=True)
@@ -260,15 +271,24 @@ class LoadedScenario:
             return ()
         return self._ignored(TRACE_NO_OPS)
 
+    def unframed_fields(self) -> frozenset[str]:
+        """The fields (dotted) of the choices no framework trains, which `moe_layouts_no_framework_trains` and
+        `pipelined_deepspeed_no_framework_trains` warn of: a remedy that warns of one more is not offered."""
+        return frozenset(error.field for error in (*self._moe_unframed(), *self._pipelined_deepspeed_unframed()))
+
     def moe_layouts_no_framework_trains(self) -> tuple[str, ...]:
+        """`_moe_unframed`'s warnings, in the file's line order, the `--set`s last."""
+        return _in_file_order(self._moe_unframed())
+
+    def _moe_unframed(self) -> list[ScenarioError]:
         """A located warning for each choice of a MoE scenario that the frameworks the step follows refuse to
         train, though the step is simulated all the same: `tp` above 1 without sequence parallelism (Megatron-Core's
         MoELayer raises for it in training) and DeepSpeed's `zero: 3` (its engine asserts that MoE is not
-        supported with stage 3; Megatron-LM has no ZeRO-3). In the file's line order, the `--set`s last."""
+        supported with stage 3; Megatron-LM has no ZeRO-3)."""
         scenario = self.scenario
         model, par = scenario.model, scenario.parallelism
         if model is None or not model.has_experts():
-            return ()
+            return []
         errors = []
         if par.tp > 1 and not par.sequence_parallel:
             errors.append(self.error(
@@ -283,34 +303,39 @@ class LoadedScenario:
                 "3 with experts: DeepSpeed, whose ZeRO-3 this is, refuses it (its engine asserts 'MoE not "
                 "supported with Stage 3') and Megatron-LM has no ZeRO-3; simulated all the same",
                 "fsdp: full_shard (torchtitan shards experts under FSDP2), or zero: 0 to 2"))
-        return _in_file_order(errors)
+        return errors
 
     def pipelined_deepspeed_no_framework_trains(self) -> tuple[str, ...]:
+        """`_pipelined_deepspeed_unframed`'s warning, if any."""
+        return tuple(str(error) for error in self._pipelined_deepspeed_unframed())
+
+    def _pipelined_deepspeed_unframed(self) -> list[ScenarioError]:
         """A located warning for DeepSpeed's gradient sharding under pipeline parallelism (`pp` above 1), which
         the step simulates all the same: `zero: 3` (of a dense model: a MoE one is warned of at the same field by
         `moe_layouts_no_framework_trains`) and `zero: 2` with `ddp.reduce_every_microbatch: true`, DeepSpeed's
         ZeRO-2. DeepSpeed's PipelineEngine asserts that ZeRO-2 and ZeRO-3 are incompatible with pipeline
-        parallelism; Megatron-LM has no ZeRO-3 and its ZeRO-2 accumulates (`reduce_every_microbatch` false)."""
+        parallelism; Megatron-LM's ZeRO-3, Megatron-FSDP, does not run under pipelining and its ZeRO-2 accumulates
+        (`reduce_every_microbatch` false)."""
         scenario = self.scenario
         model, par = scenario.model, scenario.parallelism
-        if model is None or par.pp == 1 or par.fsdp is not None:
-            return ()
-        refused = ("DeepSpeed refuses it with pipeline parallelism (its PipelineEngine asserts 'ZeRO-2 and ZeRO-3 "
-                   "are incompatible with pipeline parallelism')")
+        if model is None or model.synthetic is not None or par.pp == 1 or par.fsdp is not None:
+            return []  # a synthetic model's sharding changes nothing, as ignored_by_a_synthetic_model says
+        refused = DEEPSPEED_REFUSES_PIPELINING
         pp = ("parallelism", "pp")
         if par.zero == 3 and not model.has_experts():
-            return (str(self.error(
+            return [self.error(
                 ("parallelism", "zero"),
-                f"3 with pp {par.pp}: {refused} and Megatron-LM has no ZeRO-3; simulated all the same",
-                "fsdp: full_shard (torchtitan runs FSDP under pipelining), zero: 0 to 2, or pp: 1", reads=(pp,))),)
-        if par.zero == 2 and par.ddp.reduce_every_microbatch:
-            return (str(self.error(
+                f"3 with pp {par.pp}: {refused}, and Megatron-LM's ZeRO-3, Megatron-FSDP, does not run under "
+                "pipelining; simulated all the same",
+                "fsdp: full_shard (torchtitan runs FSDP under pipelining), zero: 0 to 2, or pp: 1", reads=(pp,))]
+        if deepspeed_zero2_under_pipelining(par):
+            return [self.error(
                 ("parallelism", "ddp", "reduce_every_microbatch"),
                 f"true with zero: 2 and pp {par.pp} is DeepSpeed's ZeRO-2: {refused}, and Megatron-LM's "
                 "distributed optimizer reduces once per step; simulated all the same",
                 "fsdp: shard_grad_op with this true for ZeRO-2 under pipelining (as Llama 3's own runtime runs "
-                "it), left out for Megatron-LM's ZeRO-2, or pp: 1", reads=(pp, ("parallelism", "zero")))),)
-        return ()
+                "it), left out for Megatron-LM's ZeRO-2, or pp: 1", reads=(pp, ("parallelism", "zero")))]
+        return []
 
     def _ignored(self, no_ops: dict[tuple[str, str], str]) -> tuple[str, ...]:
         """A located warning for each field of ``no_ops`` (each with why it changes nothing) the scenario sets,

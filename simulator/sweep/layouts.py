@@ -14,7 +14,12 @@ import numpy as np
 from pydantic import ValidationError
 
 from simulator.collectives.names import AlgorithmChoice, Primitive
-from simulator.config.loader import validate_as_json, validation_error
+from simulator.config.loader import (
+    DEEPSPEED_REFUSES_PIPELINING,
+    deepspeed_zero2_under_pipelining,
+    validate_as_json,
+    validation_error,
+)
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
@@ -179,7 +184,7 @@ class Pruned(StrEnum):
     LAYERS_DO_NOT_SPLIT = "layers_do_not_split", "layers do not split over pp x virtual stages"
     BATCH_DOES_NOT_DIVIDE = "batch_does_not_divide", "global batch not a multiple of dp x micro-batch"
     EP_DOES_NOT_DIVIDE = "ep_does_not_divide", "ep does not divide dp x cp"
-    REFUSED = "refused", "refused by the simulator's checks"
+    REFUSED = "refused", "refused by the simulator's checks, or by every framework"
     OUT_OF_MEMORY = "out_of_memory", "out of memory"
     SAME_LAYOUT = "same_layout", "the same layout as another sharding (dp x cp = 1)"
     DOMINATED = "dominated", "dominated by a lighter recompute that fits"
@@ -338,12 +343,16 @@ def structural_reason(c: Candidate, layers: int, global_batch: int, domains: np.
 
 def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes) -> Checked:
     """Build the candidate's step on ``times``' topology: refused by the simulator's own checks (among them the
-    schedule's own requirements), out of memory, or a survivor with its peak memory and estimated throughput
-    (``times`` the scenario's network, which times the candidate's collectives)."""
+    schedule's own requirements) or as DeepSpeed's ZeRO-2 under pipelining, which no framework trains (the
+    loader's warning, `deepspeed_zero2_under_pipelining`), out of memory, or a survivor with its peak memory and
+    estimated throughput (``times`` the scenario's network, which times the candidate's collectives)."""
     ddp = (base.get("parallelism") or {}).get("ddp") or {}
     data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule, ddp).items()})
     try:
         scenario = validate_as_json(Scenario, data)  # as the loader validates: YAML's strings fill enum fields
+        if deepspeed_zero2_under_pipelining(scenario.parallelism):
+            return Checked(c, data, Pruning(Pruned.REFUSED, f"refused: zero2 with pp {c.pp} is DeepSpeed's ZeRO-2: "
+                                                            f"{DEEPSPEED_REFUSES_PIPELINING}"))
         step = build_training_step(scenario, times.topology)
     except ValidationError as exc:  # a check across fields at load (pipelined FSDP's limits): its one line
         problem = validation_error(exc, Scenario, "", {}).problem
