@@ -643,6 +643,14 @@ def pipeline_transfer(folder: Path, **peers: dict) -> Path:
     return traces
 
 
+def four_rank_group_refusal(traces: Path, folder: Path) -> TraceError:
+    """The error replaying ``traces`` (a pipeline transfer in a 4-rank process group) on four 100 Gb/s hosts."""
+    text = two_rank_scenario("100 Gb/s", nodes=4).replace(str(KINETO_2RANK), str(traces))
+    with pytest.raises(TraceError) as caught:
+        run(text, folder)
+    return caught.value
+
+
 @pytest.mark.parametrize("peers", [{}, {"rank0": {"Rank": 1}, "rank1": {"Rank": 0}}, {"rank0": {}, "rank1": {}}],
                          ids=["global", "in-group", "two-rank-group"])
 def test_a_pipeline_transfer_is_recosted_and_a_slower_inter_host_link_adds_exactly_its_extra_time(tmp_path, peers):
@@ -694,11 +702,9 @@ def test_a_send_that_names_no_peer_is_blamed_for_its_receive_s_missing_partner(t
     for rank in (0, 1):
         comms_args(traces, rank, world=4, **{"Dst Rank": None, "Process Group Ranks": "[0, 1, 2, 3]",
                                              "Group size": 4})
-    text = two_rank_scenario("100 Gb/s", nodes=4).replace(str(KINETO_2RANK), str(traces))
-    with pytest.raises(TraceError) as caught:
-        run(text, tmp_path)
-    assert (caught.value.file, caught.value.field) == (str(traces / "rank0.json"), "traceEvents[8]")
-    assert caught.value.problem == (
+    caught = four_rank_group_refusal(traces, tmp_path)
+    assert (caught.file, caught.field) == (str(traces / "rank0.json"), "traceEvents[8]")
+    assert caught.problem == (
         "send 'ncclDevKernel_SendRecv' names no peer (no 'Dst Rank', nor 'Rank' in its process group), so it was "
         "kept as traced compute and rank 1's 1st recv from rank 0 in process group '0' "
         f"({traces / 'rank1.json'}: traceEvents[8]) has no matching send")
@@ -2395,11 +2401,9 @@ def test_a_send_that_names_no_peer_in_another_group_is_not_blamed_for_a_receive_
     comms_args(traces, 0, world=4, **{"Dst Rank": None, "Process Group Ranks": "[0, 1, 2, 3]", "Group size": 4,
                                       "Process Group Name": "other"})
     comms_args(traces, 1, world=4, **{"Process Group Ranks": "[0, 1, 2, 3]", "Group size": 4})
-    text = two_rank_scenario("100 Gb/s", nodes=4).replace(str(KINETO_2RANK), str(traces))
-    with pytest.raises(TraceError) as caught:
-        run(text, tmp_path)
-    assert (caught.value.file, caught.value.field) == (str(traces / "rank1.json"), "traceEvents[8]")
-    assert caught.value.problem == (
+    caught = four_rank_group_refusal(traces, tmp_path)
+    assert (caught.file, caught.field) == (str(traces / "rank1.json"), "traceEvents[8]")
+    assert caught.problem == (
         "recv 'ncclDevKernel_SendRecv' is rank 1's 1st recv from rank 0 in process group '0', but rank 0's trace "
         f"({traces / 'rank0.json'}) has 0 matching sends")
 
