@@ -1260,9 +1260,8 @@ def test_analytic_copies_share_a_nic_where_a_link_fault_unfolds_the_step(tmp_pat
 
 def test_analytic_times_copies_on_their_own_nics_as_each_alone(tmp_path, capsys):
     """With a NIC per GPU (the DGX H100's 8, one per rail) the 8 TP ranks' DP copies cross no link in common: each
-    takes the NIC's full rate, 66.2 ms of comm_s.dp, whether the ranks fold or not. The figures are a byte-for-byte
-    regression check: they are those of the run before copies shared links (no load given), which these copies,
-    meeting nowhere, must not move by a bit."""
+    takes the NIC's full rate, 66.2 ms of comm_s.dp, whether the ranks fold or not. The figures are pinned byte for
+    byte: these copies meet on no link, so sharing links must not move them."""
     for fold in ("true", "false"):
         summary, _ = _two_dgx_h100_step(tmp_path, capsys, "parallelism.dp=2", "network.model=analytic",
                                         f"run.fold={fold}")

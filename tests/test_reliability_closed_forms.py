@@ -166,8 +166,8 @@ def test_the_mtbf_while_training_counts_no_repair_wait():
     """Four one-GPU hosts, GPU MTBF 20 h, 1 d repairs, no spare: the job waits for each repair, but while it
     trains all four GPUs are up, so it meets a failure every 20 h / 4 = 5 h of training, the M of Young's and
     Daly's intervals, whatever the repair (the horizon's 1 / (MTBF + repair) count says 44 h / 4 = 11 h). The
-    failures outside restarts over the time outside restarts: 4.78 h today, 625 failures, within 3 standard
-    errors (M / sqrt(failures)) of 5 h and 32 of them below 11 h."""
+    failures outside restarts over the time outside restarts: 4.78 h, 625 failures, within 3 standard errors
+    (M / sqrt(failures)) of 5 h."""
     from simulator.reliability.simulate import simulate_job
 
     result = simulate_job(scenario_from_text(WAITING_JOB, "waiting.yaml"))
@@ -198,15 +198,13 @@ def measured_training_mtbf(result) -> tuple[float, int]:
     ("leaf_switch: {mtbf: 10 h, repair: 12 h, effect: degrade}", 0, 10 / 2),
 ], ids=["spines", "nics-4-spares", "nics-1-spare", "leaves-2-spares", "leaves-no-spare"])
 def test_the_mtbf_while_training_of_units_repaired_in_place(component, spares, hours):
-    """Units that stay in repair where they are, four one-GPU hosts, M = 10 or 40 h, r = 12 h, 30 d, 40
-    replications: the failures outside restarts over the time outside restarts within 3 standard errors of M,
-    M as derived by hand. Two spines interrupt as the last one up fails: 2 / (M + r) x r / (M + r) over the
-    time they are not both down, 1 - (r / (M + r))^2: M (M + 2r) / 2r = 14.17 h (14.40 h simulated; share x 1 / M
-    said 9.17 h). A NIC stays in repair while a spare host stands in: 4 spares, 52 h / 4 = 13 h (13.30 h; 1 / M
-    said 10 h); 1 spare, the job training while at most one is down: M (M + 4r) / 4 (M + 3r) = 11.58 h (11.83 h).
-    A leaf cuts 2 hosts off, 2 spares cover one: (M + 2r) / 2 (M + r) x M = 7.73 h (7.74 h; 1 / M said 5 h); no
-    spare, the job waits for each leaf: M / 2 = 5 h (5.15 h; 5.86 h before a leaf failing again while the restart
-    waited on the other was honoured: its hosts rejoined in repair, failing no more)."""
+    """Units that stay in repair where they are, four one-GPU hosts, M = 10 or 40 h, r = 12 h, 30 d, 40 replications:
+    the failures outside restarts over the time outside restarts within 3 standard errors of M, M as derived by
+    hand. Two spines interrupt as the last one up fails: 2 / (M + r) x r / (M + r) over the time they are not both
+    down, 1 - (r / (M + r))^2: M (M + 2r) / 2r = 14.17 h (14.40 h simulated). A NIC stays in repair while a spare
+    host stands in: 4 spares, 52 h / 4 = 13 h (13.30 h); 1 spare, the job training while at most one is down: M (M +
+    4r) / 4 (M + 3r) = 11.58 h (11.83 h). A leaf cuts 2 hosts off, 2 spares cover one: (M + 2r) / 2 (M + r) x M =
+    7.73 h (7.74 h); no spare, the job waits for each leaf: M / 2 = 5 h (5.15 h)."""
     from simulator.reliability.simulate import simulate_job
 
     text = ONE_GPU_HOSTS + f"""

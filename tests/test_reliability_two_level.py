@@ -248,8 +248,7 @@ def test_snapshots_alone_say_storage_is_needed_where_restores_read_it(storage_re
 
 def test_the_memory_tier_mtbf_is_m_to_the_last_digit_where_every_failure_is_recovered_from_memory():
     """32 GPUs of MTBF 200 h (1 d repairs, 4 spares), each host's snapshot on one peer: every failure is
-    recovered from memory, so M1 is M, 200 h / 32 = 22,500 s, to the last digit, and both print 6.3 h (before:
-    M1 summed 32 rates one by one, 22,500.000000000015 s, printed 6.2 h beside M's 6.3 h)."""
+    recovered from memory, so M1 is M, 200 h / 32 = 22,500 s, to the last digit, and both print 6.3 h."""
     text = LLAMA3_8B_ON_4_HOSTS + """run: {horizon: 1 d, replications: 1, seed: 0}
 faults: {components: {gpu: {mtbf: 200 h, repair: 1 d}}}
 checkpoint: {interval: 1000 steps, memory: {interval: 100 steps, replicas: 1}}

@@ -258,8 +258,8 @@ def test_a_table_that_runs_only_in_the_other_placement_is_refused_at_its_row(tmp
 
 def test_a_valid_table_is_ordered_once_by_a_scenario_s_validate(tmp_path: Path, monkeypatch) -> None:
     """A table that runs is ordered once, by the check that it runs: its reads (the schedule, its placement)
-    tried both placements each, three orderings per load of a scenario (2.05 s a load at p = 64, m = 512, v = 4,
-    reviewer86 #3). The other placement is tried only where the check finds a deadlock."""
+    tried both placements each, three orderings per load of a scenario (2.05 s a load at p = 64, m = 512,
+    v = 4). The other placement is tried only where the check finds a deadlock."""
     from simulator.cli import main
     from simulator.schedules import custom_csv, timing
 
