@@ -467,11 +467,12 @@ def nccl_channels(topology: Topology, ranks: tuple[int, ...]) -> int:
 
 def nccl_capped(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, protocol: Protocol,
                 seconds: float) -> float:
-    """An estimate no faster than NCCL's tuner allows (`BusCaps`): the LL and LL128 ring, the tree all-reduce under
-    every protocol and the NVLS tree across nodes weigh at least their base latency (the NVLS tree: its latency
-    floor, `nvls.tree_latency`) plus the bytes NCCL's busbw counts (the ring's and the NVLS tree's: the op's
-    nccl-tests factor; the tree's all-reduce: twice the size, tuning.cc's ratio of 0.5) at the cap; ``seconds`` as
-    they are for the others. The cap weighs the choice only; the plan the choice runs is not slowed."""
+    """An estimate no faster than NCCL's tuner allows (`BusCaps`): the LL and LL128 ring and the NVLS tree across
+    nodes weigh at least their base latency (the NVLS tree: its latency floor, `nvls.tree_latency`) plus the
+    bytes NCCL's busbw counts (the op's nccl-tests factor) at the cap; the tree all-reduce, under every protocol,
+    weighs on one line: its own estimate's latency plus twice the size (tuning.cc's ratio of 0.5) at the lower of
+    its own busbw and the cap (`tree_seconds_per_byte`); ``seconds`` as they are for the others. The cap weighs
+    the choice only; the plan the choice runs is not slowed."""
     cap = terms.caps.of(name, protocol)
     if cap == math.inf or (name == "nvls" and terms.nvls_domain):
         return seconds
