@@ -586,10 +586,9 @@ def test_the_tree_is_weighed_no_faster_than_nccls_cap_under_every_protocol():
     ("dgx-a100-cluster", {"nodes": 2}), ("dgx-a100-cluster", {"nodes": 16}),
     ("dgx-h100-cluster", {"nodes": 2}), ("dgx-h100-cluster", {"nodes": 16})])
 def test_auto_picks_hold_unbroken_size_ranges_under_nccls_tree_caps(name, over):
-    """Under NCCL's model each candidate is one line (latency + size / capped busbw), so over increasing sizes
-    `auto` leaves an algorithm for another at most once: the capped tree is weighed on one line, its own
-    estimate's latency plus the size at the lower of its own busbw and the cap: each algorithm picked holds one
-    unbroken range of sizes. All-reduce over every GPU, 1 MiB to 8 GiB."""
+    """Under NCCL's model each candidate is one line (latency + size / capped busbw), so from 1 MiB to 8 GiB each
+    algorithm `auto` picks holds one unbroken range of sizes: the capped tree is weighed on one line, its own
+    estimate's latency plus the size at the lower of its own busbw and the cap. All-reduce over every GPU."""
     topology = load_topology(name, over)
     efficiency = calibrated(topology.gpu_model)
     ranks = tuple(range(topology.num_gpus))
