@@ -491,11 +491,35 @@ where its fixed costs (hop latencies, the pipeline's fill and drain) weigh."""
 def tree_seconds_per_byte(request: CollectiveRequest, terms: GroupTerms, protocol: Protocol) -> float:
     """The seconds a byte of the all-reduce adds to the tree's own estimate under ``protocol`` (`_estimate`) for
     ``request``'s group: the slope of that estimate between `SLOPE_BYTES` and twice that, its reciprocal the
-    tree's own busbw over 2 (tuning.cc's ratio of 0.5)."""
+    tree's own busbw over 2 (tuning.cc's ratio of 0.5). The slope does not depend on the request's size, so it
+    is found once per `slope_key` (`SLOPES`): two estimates at 64 and 128 GiB cost three times the weighing of
+    one size."""
+    key = slope_key(request, terms, protocol)
+    found = SLOPES.get(key)
+    if found is not None:
+        return found
+
     def seconds(nbytes: float) -> float:
         return _estimate(replace(request, nbytes=nbytes), terms, "tree", protocol, None)
 
-    return (seconds(2 * SLOPE_BYTES) - seconds(SLOPE_BYTES)) / SLOPE_BYTES
+    if len(SLOPES) >= SLOPES_KEPT:
+        SLOPES.clear()
+    SLOPES[key] = slope = (seconds(2 * SLOPE_BYTES) - seconds(SLOPE_BYTES)) / SLOPE_BYTES
+    return slope
+
+
+def slope_key(request: CollectiveRequest, terms: GroupTerms, protocol: Protocol) -> tuple:
+    """All that the tree's own estimate (`_estimate`, `tree_estimate`) reads besides the size: the tree's terms
+    (by `TreeTerms.key`), the NVLink hop, NCCL's nodes and members per node, the request's chunk and
+    ``protocol``."""
+    return terms.tree.key() if terms.tree else None, terms.inner, terms.tree_nodes, request.chunk_bytes, protocol
+
+
+SLOPES: dict[tuple, float] = {}
+"""`tree_seconds_per_byte`'s slopes by `slope_key`: `auto` weighs many sizes of one group, each under every
+protocol."""
+SLOPES_KEPT = 4096
+"""Slopes kept before they are dropped."""
 
 
 def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
