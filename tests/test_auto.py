@@ -16,6 +16,8 @@ from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.ring import group_by_host
 from simulator.collectives.tuner import (
     CHOICES,
+    SLOPE_BYTES,
+    SLOPES,
     Choice,
     candidates,
     choice_key,
@@ -70,10 +72,17 @@ def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=N
 
 def tree_line(request: CollectiveRequest, topology, efficiency, protocol: str, cap: float) -> float:
     """The tree all-reduce weighed on one line at busbw ``cap`` (bytes/s): its own estimate's latency (the
-    estimate less its slope's share, `tuner.tree_seconds_per_byte`) plus twice the size at the cap."""
+    estimate less its slope's share, the slope read here from the estimate at `tuner.SLOPE_BYTES` and twice that)
+    plus twice the size at the cap. Written out apart from `nccl_capped` on purpose, the cap given by hand: calling
+    the tuner's own weighing would compare it with itself, where this fails if NCCL's caps, tuning.cc's ratio of
+    0.5 or the slope the tuner keeps (`tuner.SLOPES`) go wrong."""
     terms = group_terms(request, topology, efficiency, ("tree",))
-    own = tuner._estimate(request, terms, "tree", protocol, None)
-    return own + request.nbytes * (2 / cap - tuner.tree_seconds_per_byte(request, terms, protocol))
+
+    def own(nbytes: float) -> float:
+        return tuner._estimate(replace(request, nbytes=nbytes), terms, "tree", protocol, None)
+
+    slope = (own(2 * tuner.SLOPE_BYTES) - own(tuner.SLOPE_BYTES)) / tuner.SLOPE_BYTES
+    return own(request.nbytes) + request.nbytes * (2 / cap - slope)
 
 
 def simulated_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
@@ -401,11 +410,12 @@ def test_translated_groups_share_one_tree_shape():
 def choice_case(topology, request: CollectiveRequest, efficiency, algorithm: str = "auto", protocol: str = "auto"
                 ) -> tuple[tuple, dict, Choice]:
     """``choose``'s key for ``request`` (as `choose` builds it), the estimates of its own terms under every
-    protocol weighed, and its pick, the cache emptied first so that nothing is shared."""
+    protocol weighed, and its pick, the caches (`CHOICES`, `SLOPES`) emptied first so that nothing is shared."""
     names = (algorithm,) if algorithm != "auto" else None
     wanted = PROTOCOLS if protocol == "auto" else (protocol,)
     terms = group_terms(request, topology, efficiency, names)
     CHOICES.clear()
+    SLOPES.clear()
     return (choice_key(request, terms.key(), wanted), terms_estimates(request, terms, wanted),
             choose(request, topology, efficiency, algorithm, protocol))
 
@@ -437,6 +447,7 @@ def test_choices_are_shared_only_where_the_estimates_are_equal():
                     other = replace(request, ranks=tuple(range(40, 40 + len(group))), root=len(group) - 1,
                                     channels=3)
                     terms = group_terms(request, topology, efficiency)
+                    SLOPES.clear()
                     assert terms_estimates(other, terms, PROTOCOLS) == costs
                     assert by_key.setdefault(key, (costs, pick)) == (costs, pick), (group, op, nbytes)
                     cases += 1
@@ -579,6 +590,32 @@ def test_the_tree_is_weighed_no_faster_than_nccls_cap_under_every_protocol():
     assert weighed == pytest.approx(tree_line(request, topology, efficiency, "simple", 16 * 24e9), rel=1e-12)
     assert weighed * 1e3 == pytest.approx(26.91, abs=0.005)
     assert choose(request, topology, efficiency) == Choice("ring", "ll128")
+
+
+def test_the_trees_slope_is_found_once_per_group_chunk_and_protocol(monkeypatch):
+    """The capped tree's line takes its slope from the tree's own estimate at 64 and 128 GiB
+    (`tuner.tree_seconds_per_byte`), which no size changes: 16 DGX H100s weighing 14 sizes under 3 protocols
+    estimate the tree at those sizes 6 times (2 a protocol), not 84, and every weighing is the one found with the
+    slopes emptied first, bit for bit."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 16})
+    efficiency = calibrated(topology.gpu_model)
+    requests = [CollectiveRequest("all_reduce", tuple(range(128)), MIB << k, chunk_bytes="auto") for k in range(14)]
+    terms = group_terms(requests[0], topology, efficiency)
+    assert "tree" in terms.names
+    fresh = []
+    for request in requests:
+        SLOPES.clear()
+        fresh.append(terms_estimates(request, terms, PROTOCOLS))
+    estimate, far = tuner._estimate, []
+
+    def counted(request: CollectiveRequest, *rest) -> float:
+        far.extend([request.nbytes] if request.nbytes >= SLOPE_BYTES else [])
+        return estimate(request, *rest)
+
+    monkeypatch.setattr(tuner, "_estimate", counted)
+    SLOPES.clear()
+    assert [terms_estimates(request, terms, PROTOCOLS) for request in requests] == fresh
+    assert len(far) == 2 * len(PROTOCOLS)
 
 
 @pytest.mark.parametrize("name, over", [
