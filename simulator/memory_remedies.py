@@ -5,11 +5,11 @@ pipeline schedule of the same bubble). It is built the way `--set` builds a scen
 settings written over it, then the loader's validation), its step resolved and its memory plan computed (a few ms
 each once the run has costed its kernels); it is kept only where the loader, the step's checks and the batch check
 (`refuse_inconsistent_batch`) take it, its step warns of nothing new (nor spreads its TP group over more NVLink
-domains than the scenario's does), its peak is at least `MIN_SAVING_BYTES` lower and, for a job over weeks
-(`run.horizon`), the whole job with it passes the checks of the sizes an elastic job restarts on
-(`reliability/elastic.check_sizes`: min_replicas, each smaller size's step, a smaller size that fits). Nothing here
-restates what those checks refuse or what the memory plan computes. The job's other checks (spares, failures,
-checkpoint, the horizon against one step) are not run. """
+domains than the scenario's does), it lowers the peak by at least what the memory plan leaves out (`_tried`)
+and, for a job over weeks (`run.horizon`), the whole job with it passes the checks of the sizes an elastic job
+restarts on (`reliability/elastic.check_sizes`: min_replicas, each smaller size's step, a smaller size that fits).
+Nothing here restates what those checks refuse or what the memory plan computes. The job's other checks (spares,
+failures, checkpoint, the horizon against one step) are not run. """
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from simulator.parallel.layout import Layout
 from simulator.scenario_checks import refuse_inconsistent_batch
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
-from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES, stage_memory
+from simulator.workload import memory_plan
+from simulator.workload.memory_plan import GIB, stage_memory
 from simulator.workload.training import build_training_step, tp_domains
 
 SAME_BUBBLE_SCHEDULE: dict[tuple[BuiltinSchedule, bool], tuple[BuiltinSchedule, ...]] = {
@@ -44,12 +45,6 @@ multiple of p). Llama 3 70B on 256 H100 (TP 8, PP 4, 32 micro-batches): gpipe 19
 COMPUTE_FIELDS = ("training.recompute",)
 """The fields whose remedies run more compute (recompute runs a forward again: +33% for full): a remedy that fits
 without them is listed first."""
-
-MIN_SAVING_BYTES = UNMODELLED_BYTES
-"""The least a remedy must save to be offered: 1 GiB, what the memory plan leaves out (`UNMODELLED_BYTES`: the
-CUDA context, NCCL's buffers and the caching allocator's fragmentation), so a smaller saving (ZeRO-3 on a MoE
-model's long sequence saves 0.15 GiB of its 1,000) is within what it does not count and would not be seen in a
-real job."""
 
 LAYOUT_STEPS = 3
 """How many multiples of tp, pp or cp a layout remedy tries: the smallest factors of dp, which keep the GPUs."""
@@ -165,7 +160,10 @@ def rebuilt(loaded: LoadedScenario, settings: Sequence[str]) -> LoadedScenario:
 def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settings: Sequence[str],
            settings: tuple[str, ...]) -> Remedy | None:
     """``settings`` as a remedy, or None where the loader or the step's checks refuse them, where they save less
-    than MIN_SAVING_BYTES, where the step warns of a field it did not warn of before (a TP group stretched
+    than the memory plan leaves out (`memory_plan.UNMODELLED_BYTES`, 1 GiB, read from the plan at use: the CUDA
+    context, NCCL's buffers and the caching allocator's fragmentation; a smaller saving, such as ZeRO-3's 0.15 GiB of
+    a MoE model's 1,000 on a long sequence, is within what the plan does not count and would not be seen in a real
+    job), where the step warns of a field it did not warn of before (a TP group stretched
     across NVLink domains fits, and crawls) or warns of a choice no framework trains at a field it did not warn
     of so before (DeepSpeed's ZeRO-2 under pipelining, `LoadedScenario.unframed_fields`) or spreads its TP group
     over more NVLink domains than before (a layout whose TP 16 spans two hosts already was offered TP 128 across
@@ -176,8 +174,8 @@ def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settin
         refuse_inconsistent_batch(changed, topology.num_gpus)
         after = peak_memory(changed, topology)
         saved = before.bytes - after.bytes
-        if (saved < MIN_SAVING_BYTES or not after.warned <= before.warned or after.tp_domains > before.tp_domains
-                or not after.unframed <= before.unframed):
+        if (saved < memory_plan.UNMODELLED_BYTES or not after.warned <= before.warned
+                or after.tp_domains > before.tp_domains or not after.unframed <= before.unframed):
             return None
         if loaded.scenario.run.horizon is not None:
             _check_job(rebuilt(loaded, settings) if base_settings else changed, None if base_settings else topology)

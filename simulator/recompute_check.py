@@ -17,12 +17,9 @@ from simulator.program.ops import RECOMPUTE_CATEGORY, ComputeOp
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.units import format_duration
-from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES, rematerialized_activations, stage_memory
+from simulator.workload import memory_plan
+from simulator.workload.memory_plan import GIB, rematerialized_activations, stage_memory
 from simulator.workload.training import build_training_step
-
-FULL_RECOMPUTE_MIN_SAVING = UNMODELLED_BYTES
-"""What full recompute under deferred W's must save for the run not to warn: 1 GiB, what an out-of-memory remedy
-must save to be offered (memory_remedies.MIN_SAVING_BYTES)."""
 
 
 def recompute_seconds(program: StepProgram) -> tuple[float, float]:
@@ -61,8 +58,9 @@ def selective_recompute_warning(loaded: LoadedScenario, program: StepProgram) ->
 def full_recompute_warning(loaded: LoadedScenario, program: StepProgram, topology: Topology,
                            base_dir: Path) -> str | None:
     """The located warning for full recompute under a schedule of deferred W's (the step's pipeline schedule runs
-    W actions) where it saves less than FULL_RECOMPUTE_MIN_SAVING of the peak, which the memory plan weighs with
-    and without it (the fullest pipeline stage's), yet costs its time; None otherwise."""
+    W actions) where it saves less of the peak than the memory plan leaves out (`memory_plan.UNMODELLED_BYTES`,
+    1 GiB, what an out-of-memory remedy must save to be offered, `memory_remedies`), the peak the memory plan
+    weighs with and without it (the fullest pipeline stage's), yet costs its time; None otherwise."""
     scenario = loaded.scenario
     if scenario.training.recompute != "full" or scenario.model is None:
         return None
@@ -74,7 +72,7 @@ def full_recompute_warning(loaded: LoadedScenario, program: StepProgram, topolog
     peak_without = max(breakdown.total for breakdown, _ in
                        stage_memory(without, build_training_step(without, topology, base_dir)))
     seconds, compute = recompute_seconds(program)
-    if peak_without - peak >= FULL_RECOMPUTE_MIN_SAVING or not seconds:
+    if peak_without - peak >= memory_plan.UNMODELLED_BYTES or not seconds:
         return None
     schedule = scenario.parallelism.pipeline.schedule
     return str(loaded.error(

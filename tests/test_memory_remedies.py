@@ -1,8 +1,9 @@
 """Each out-of-memory remedy is computed, not ruled: every remedy offered over a grid of layouts is loaded as a user
 pastes it (its `--set`s over the same scenario), passes `trainsim validate`'s checks and lowers the validated
-peak memory per GPU by the amount its text prints, at least MIN_SAVING_BYTES. Hand-written rules that restated the
-loader and the memory plan had offered remedies that raised the peak (FSDP under pipelining), that the loader
-refused (cp leaving a dp that did not split the batch), or that saved 0.15 GiB (ZeRO-3 on a MoE long sequence)."""
+peak memory per GPU by the amount its text prints, at least what the memory plan leaves out
+(`memory_plan.UNMODELLED_BYTES`). Hand-written rules that restated the loader and the memory plan had offered
+remedies that raised the peak (FSDP under pipelining), that the loader refused (cp leaving a dp that did not split
+the batch), or that saved 0.15 GiB (ZeRO-3 on a MoE long sequence)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from shared import SCENARIOS
 from simulator import load_scenario
 from simulator.console.report import oom_line
 from simulator.errors import InputError
-from simulator.memory_remedies import MIN_SAVING_BYTES, candidates, memory_remedies, peak_memory, remedies_text
+from simulator.memory_remedies import candidates, memory_remedies, peak_memory, remedies_text
 from simulator.preflight import validate
 from simulator.reliability.elastic import shrunk_scenario, shrunk_settings
 from simulator.reliability.simulate import validate_job
 from simulator.scale import sized_topology
 from simulator.topology.loader import scenario_topology
+from simulator.workload import memory_plan
 from simulator.workload.memory_plan import GIB
 
 FUSED = str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml")
@@ -104,7 +106,7 @@ def test_every_remedy_loads_and_lowers_the_peak_by_what_it_prints(path, override
     for remedy in offered:
         after = validated_peak(path, [*overrides, *remedy.settings])
         saved = before["peak_memory_gib"] - after["peak_memory_gib"]
-        assert saved > 0 and saved >= MIN_SAVING_BYTES / GIB, (remedy.text, saved)
+        assert saved > 0 and saved >= memory_plan.UNMODELLED_BYTES / GIB, (remedy.text, saved)
         assert remedy.text == (" ".join(f"--set {setting}" for setting in remedy.settings)
                                + f" (-{saved:,.1f} GiB{', fits' if not after['oom'] else ''})")
 
@@ -122,12 +124,22 @@ def test_the_line_offers_the_remedies_that_fit_without_more_compute_first_then_t
 def test_a_moe_long_sequence_is_not_offered_zero_3_for_its_tenth_of_a_gib():
     """Mixtral at seq 131072 peaks on its 572 GiB of activations; ZeRO-3 shards only the dense weights' share
     of its 40 GiB of model state beyond ZeRO-1 (the experts are sharded over their expert-DP group either way):
-    a saving under MIN_SAVING_BYTES, which the line offered ('zero: 3 or fsdp: full_shard, ...')."""
+    a saving under what the memory plan leaves out, which the line offered ('zero: 3 or fsdp: full_shard, ...')."""
     before = validated_peak(MIXTRAL, MOE_LONG)["peak_memory_gib"]
     zero_3 = validated_peak(MIXTRAL, [*MOE_LONG, "parallelism.zero=3"])["peak_memory_gib"]
-    assert 0 < before - zero_3 < MIN_SAVING_BYTES / GIB
+    assert 0 < before - zero_3 < memory_plan.UNMODELLED_BYTES / GIB
     offered = offered_settings(MIXTRAL, MOE_LONG)
     assert offered and not any("parallelism.zero=3" in settings for settings in offered)
+
+
+def test_the_least_saving_is_what_the_memory_plan_leaves_out_as_it_stands(monkeypatch):
+    """The floor a remedy must save is the memory plan's figure read at use: with the plan leaving out 100 GiB,
+    Mixtral's long sequence is offered full recompute, cp 8 and tp 4 (287 to 531 GiB saved), no longer pp 2 nor
+    FSDP (19.8 and 17.1 GiB)."""
+    offered = offered_settings(MIXTRAL, MOE_LONG)
+    monkeypatch.setattr(memory_plan, "UNMODELLED_BYTES", 100 * GIB)
+    assert offered_settings(MIXTRAL, MOE_LONG) == [
+        ("training.recompute=full",), ("parallelism.cp=8",), ("parallelism.tp=4",)] == offered[:3]
 
 
 @pytest.mark.parametrize("path,overrides", [

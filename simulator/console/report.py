@@ -168,12 +168,12 @@ def oom_line(summary: dict, loaded: LoadedScenario, topology: Topology | None = 
 def tight_memory_line(summary: dict) -> str:
     """The warning of a summary whose peak fits with less room than the memory plan leaves out
     (its `memory_tight`, `memory_plan.tight_fit`), '' otherwise."""
-    from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES
+    from simulator.workload import memory_plan
 
     if not summary.get("memory_tight"):
         return ""
     peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
-    floor = UNMODELLED_BYTES / GIB
+    floor = memory_plan.UNMODELLED_BYTES / memory_plan.GIB
     digits = _digits_below(capacity - peak, floor)
     return (f"{peak:,.{digits}f} GiB of the GPU's {capacity:,.{digits}f} GiB{_peak_place(summary)} leaves "
             f"{capacity - peak:.{digits}f} GiB, less than the memory plan leaves out (at least {floor:.0f} GiB: the "

@@ -18,7 +18,8 @@ from simulator.sweep.layouts import Pruned
 from simulator.sweep.results import CandidateStatus, ranked, simulations_done
 from simulator.sweep.search import SearchResult
 from simulator.units import counted, format_memory
-from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES
+from simulator.workload import memory_plan
+from simulator.workload.memory_plan import GIB
 
 SHOWN = 10
 TIGHT_MARK = "!"
@@ -51,7 +52,7 @@ def format_search(result: SearchResult, scenario: str) -> str:
                      f"{row['peak_memory_gib']:>8.1f}{tight} {row['bottleneck.verdict']}")
     if any(row["memory_tight"] for row in rows):
         roomy = (~simulated[searched]["memory_tight"].astype(bool)).any()
-        room = f"{UNMODELLED_BYTES / GIB:.0f} GiB"
+        room = f"{memory_plan.UNMODELLED_BYTES / GIB:.0f} GiB"
         lines.append(f"{TIGHT_MARK} under {room} left, less than the memory plan leaves out (at least {room}: the "
                      "CUDA context, NCCL's buffers, the allocator's fragmentation): a real GPU may run out of "
                      "memory; " + ("ranked after the layouts with that room" if roomy else

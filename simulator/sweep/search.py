@@ -48,9 +48,10 @@ from simulator.sweep.results import CandidateStatus, PointStatus, ranked
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
 from simulator.units import counted
+from simulator.workload import memory_plan
 from simulator.workload.experts import experts_split_problem
 from simulator.workload.memory import state_bytes_per_param
-from simulator.workload.memory_plan import GIB, UNMODELLED_BYTES, rematerialized_activations
+from simulator.workload.memory_plan import GIB, rematerialized_activations
 from simulator.workload.training import resolve_model
 
 DEFAULT_TOP = 8
@@ -202,8 +203,9 @@ def _not_chosen_reason(checked: Checked, chosen: list[Checked], top: int) -> str
     """Why a survivor outside the ``chosen`` top ``top`` was not simulated: a tight one where they all have room
     (`top_survivors`), else its estimate ranks below theirs (`below_top_reason`)."""
     if checked.memory_tight and not chosen[-1].memory_tight:
+        room = memory_plan.UNMODELLED_BYTES / GIB
         return (f"estimate {checked.estimate_tokens_per_s:,.0f} tokens/s, but its peak of "
-                f"{checked.peak_memory_gib:,.2f} GiB leaves under the {UNMODELLED_BYTES / GIB:.0f} GiB (at least) "
+                f"{checked.peak_memory_gib:,.2f} GiB leaves under the {room:.0f} GiB (at least) "
                 f"the memory plan leaves out, and the top {top} are layouts with that room; not simulated (--top)")
     return below_top_reason(checked.estimate_tokens_per_s, top, chosen[-1].estimate_tokens_per_s)
 
