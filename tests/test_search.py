@@ -921,11 +921,11 @@ def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp, cp):
     """Llama-3-70B FSDP without pipelining on 64 DGX H100 (tests/data/llama3_70b_64_dgx_h100.yaml), where the
     gathers and reduce-scatters over the NICs take as long as the compute (tp 4, dp 128; tp 2 cp 2 dp 128, the
     default space's first by estimate) or longer (tp 8, dp 64): simulated over estimated tokens/s 0.997 to
-    1.008 (1.0010, 1.0075 and 0.9974, measured 2026-12-06). With 4 members of the DP x CP group in each host (2
+    1.008 (0.9990, 1.0075 and 0.9974, measured 2026-12-06). With 4 members of the DP x CP group in each host (2
     with tp 4) the gathers' rings cross NVLink, and a TP collective that starts while they move data there
     lasts up to 3.7 times its alone time: the estimate times the forward's TP collectives beside the gather
-    under way (`forward_sharing_s`; tp 2 cp 2: 0.146 s a step estimated against 0.160 s simulated; tp 4: 0.064
-    s against 0.064 s) and the backward's beside the reduce-scatter and the gather that start with each unit's
+    under way (`forward_sharing_s`; tp 2 cp 2: 88.5 ms a step estimated against 88.8 ms simulated; tp 4: 1.3
+    ms against 1.9 ms) and the backward's beside the reduce-scatter and the gather that start with each unit's
     backward (`backward_sharing_s`). tp 8 is bound by its collectives: its slot holds only the spans beside the
     compute (`spans_beside_compute`), since each forward's start waits for the first units' gathers and the
     last reduce-scatter, which `microbatch_starts_s` charges. tp 4 is bound by its compute: a unit's
@@ -937,7 +937,7 @@ def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp, cp):
     copy-outs are charged, but not the TP collectives they push beside the gathers on NVLink, as on four hosts
     (`test_the_estimate_follows_the_simulation_for_dense_layouts`); and tp 2 cp 2's backward sequence-parallel
     re-gathers, slowed by the FSDP pair on NVLink (0.65 ms against 0.10 ms alone), hold their SMs that much
-    longer (14.5 ms a micro-batch of simulated TP slowdown against 4.0 ms estimated), which is not estimated."""
+    longer (9.4 ms a micro-batch of simulated TP slowdown against 4.0 ms estimated), which is not estimated."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
@@ -1079,7 +1079,7 @@ def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
     data there share the GPUs' NVLink ports with it. The estimate walks the forward on its clock, each unit's
     gather started as FSDP2's prefetch starts it, and times each TP collective beside the gather under way
     (`forward_sharing_s`): m micro-batches of it are the simulated forward TP collectives' time beyond their
-    alone times within 3% (8.68 ms against 8.75 ms a step). With tp 8 (dp 4, one member a host) the gathers
+    alone times within 3% (18.0 ms against 17.9 ms a step). With tp 8 (dp 4, one member a host) the gathers
     cross only the NICs and the term is nothing."""
     from simulator.sweep.layouts import forward_sharing_s
 
