@@ -48,6 +48,7 @@ from simulator.sweep.options import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from simulator.collectives.names import AlgorithmName
     from simulator.config.loader import LoadedScenario
     from simulator.config.yaml_source import FieldPath
     from simulator.reliability.study import IntervalGrid
@@ -318,7 +319,6 @@ COLLECTIVE_COST = ("time a collective on in seconds (at 65,536 GPUs an all-reduc
 def _cmd_collective(args: argparse.Namespace) -> int:
     from simulator.collective_sweep import collective_sweep, format_table
     from simulator.console.progress import RunProgress, clock
-    from simulator.scale import EVENTS_PER_MINUTE
     from simulator.topology.loader import build_source, read_topology
     from simulator.topology.size import topology_gpus
     from simulator.units import parse_size_range
@@ -334,10 +334,12 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         _refuse_large_collective(args, cluster, topology_gpus(cluster))
         topology = build_source(cluster)
         sets.warn_kept_node(topology, "trainsim collective")
-        seconds = _refuse_large_collective(args, cluster, topology.num_gpus, _planned_flows(args, topology, sizes))
+        seconds, events = _refuse_large_collective(args, cluster, topology.num_gpus,
+                                                   _planned_flows(args, topology, sizes))
         if seconds >= SLOW_SIZE_S:
             _stderr_line(f"trainsim collective: about {clock(seconds)} a size, {len(sizes)} size"
-                         f"{'s' if len(sizes) > 1 else ''} (~{EVENTS_PER_MINUTE:,} ops + flows a minute)")
+                         f"{'s' if len(sizes) > 1 else ''} (~{events:,} ops + flows, "
+                         f"~{round(events / seconds * 60):,} a minute)")
         with RunProgress(enabled=True, unit="sizes", description=f"timing {args.op}") as progress:
             rows = collective_sweep(topology, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
                                     ranks=args.ranks, sizes=sizes, efficiency=args.efficiency, mode=args.network,
@@ -395,26 +397,30 @@ COLLECTIVE_REMEDIES = "fewer ranks (--ranks N, or a smaller cluster: {sizes}) or
 """What `trainsim collective` offers where a size is too large, refused or out of memory; ``sizes``: the
 cluster's size parameters (`--set nodes=N`), or `--set` where they are not known."""
 SLOW_SIZE_S = 5.0
-"""From this many seconds a size on (estimated at `scale.EVENTS_PER_MINUTE`), `trainsim collective` says how long
+"""From this many seconds a size on (estimated by `scale.collective_seconds`), `trainsim collective` says how long
 each will take before it starts (1,024 ranks' all-to-all of 1 MiB, ~1 M flows, took 23 s of CPU and printed
 nothing)."""
 
 
-def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int | None, flows: int | None = None) -> float:
+def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int | None,
+                             planned: tuple[int, AlgorithmName] | None = None) -> tuple[float, int]:
     """Refuse, before it runs, `trainsim collective`'s op over more ops and flows or memory a size than the scale
     limits allow a run (scale.py `collective_estimate`), unless --force; else return the seconds its slowest size
-    is expected to take. ``flows``: the most a size's plan posts (`_planned_flows`); without them (None) the
-    rings a `workload:` item of the op counts, fewer than a tree posts, so that from the GPU count alone (the
-    cluster not yet built) a refusal is already sure. An op or a rank count the sweep refuses is left to it."""
+    is expected to take (`scale.collective_seconds`) and its ops and flows. ``planned``: the most flows a size's
+    plan posts and the algorithm it runs (`_planned_flows`); without them (None) the rings a `workload:` item of
+    the op counts (an all-to-all's or a send_recv's direct transfers), fewer than a tree posts, so that from the
+    GPU count alone (the cluster not yet built) a refusal is already sure. An op or a rank count the sweep refuses
+    is left to it."""
     from simulator.console.paths import option_error
-    from simulator.scale import EVENTS_PER_MINUTE, collective_estimate
+    from simulator.scale import collective_estimate, collective_seconds
     from simulator.topology.size import SIZE_PARAMETERS, host_shape
 
     if gpus is None:
-        return 0.0
+        return 0.0, 0
     ranks = args.ranks or gpus
     if args.op not in PRIMITIVES or not 2 <= ranks <= gpus:
-        return 0.0
+        return 0.0, 0
+    flows, algorithm = planned or (None, "direct" if args.op in ("all_to_all", "send_recv") else "ring")
     estimate = collective_estimate(args.op, ranks, gpus, host_shape(spec), flows, args.network)
     if estimate.over_limits() and not args.force:
         hosts = " or ".join(f"--set {name}=N" for name in SIZE_PARAMETERS.get(spec.kind, ()))
@@ -423,14 +429,15 @@ def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int | None, f
                            f"~{estimate.ops:,} ops, ~{estimate.flows:,} flows, "
                            f"~{estimate.memory_bytes / 2**30:,.1f} GiB of memory a size; {estimate.beyond()}",
                            f"{COLLECTIVE_REMEDIES.format(sizes=hosts or '--set')}; or pass --force")
-    return estimate.events / EVENTS_PER_MINUTE * 60
+    return collective_seconds(estimate, algorithm, args.network), estimate.events
 
 
-def _planned_flows(args: argparse.Namespace, topology, sizes: list[float]) -> int | None:
+def _planned_flows(args: argparse.Namespace, topology, sizes: list[float]) -> tuple[int, AlgorithmName] | None:
     """The most transfers a size of `trainsim collective`'s op posts on the built ``topology``, as the sweep plans
-    it: the algorithm and protocol the tuner picks for the size (`scale.chosen_transfers`: 262,112 for 8,192
-    GPUs' all-reduce of 1 MiB as a tree, where rings counted 16,384). None for an all-to-all and a send_recv,
-    whose counts need no plan, and where the sweep refuses the op, its choices or its ranks."""
+    it, and the algorithm that plan runs: the algorithm and protocol the tuner picks for the size
+    (`scale.chosen_transfers`: 262,112 for 8,192 GPUs' all-reduce of 1 MiB as a tree, where rings counted 16,384).
+    None for an all-to-all and a send_recv, whose counts need no plan, and where the sweep refuses the op, its
+    choices or its ranks."""
     from simulator.collectives.chunking import chunk_bytes
     from simulator.collectives.phases import CollectiveRequest
     from simulator.network.calibration import resolve_efficiency
@@ -444,8 +451,11 @@ def _planned_flows(args: argparse.Namespace, topology, sizes: list[float]) -> in
                   resolve_efficiency(args.efficiency, topology.gpu_model, "--efficiency").items()}
     chunk = chunk_bytes(args.chunk)
     try:
-        return max(chosen_transfers(CollectiveRequest(args.op, tuple(range(ranks)), size, chunk_bytes=chunk),
-                                    topology, args.algorithm, args.protocol, efficiency)[1] for size in set(sizes))
+        algorithm, transfers = max((chosen_transfers(CollectiveRequest(args.op, tuple(range(ranks)), size,
+                                                                       chunk_bytes=chunk),
+                                                     topology, args.algorithm, args.protocol, efficiency)
+                                    for size in set(sizes)), key=lambda chosen: chosen[1])
+        return transfers, algorithm
     except ScenarioError:
         return None
 

@@ -108,6 +108,19 @@ analytic model holds about twice the flow model's, measured 2026-12-06 (shared 2
 peak RSS of `trainsim collective --topology dgx-h100-cluster --op all_to_all --sizes 1MiB --network analytic`
 over 512 and 1,024 GPUs (261,632 and 1,047,552 flows: 452 and 1,596 MB, 1,455 B a flow between them; under
 flow, 269 MB at 512 GPUs)."""
+COLLECTIVE_EVENT_S: dict[NetworkMode, float] = {"flow": 8e-6, "analytic": 18e-6}
+"""Seconds `trainsim collective` spends on each op and transfer of a size under each network model
+(`collective_seconds`), on the shared 2-core machine as `EVENTS_PER_MINUTE` is measured (30 us an event of a training
+run): a collective alone is planned once and its phases run back to back on an idle network, under flow those of 512
+transfers or more in the array form (network/isolated.py), with no engine ops between them. Measured by
+benchmarks/collective_cost.py (docs/performance.md; 2026-12-06, load 8, wall time 3 to 4 times the CPU time): trees
+over 64 and 128 DGX H100 hosts took 5.4 to 7.1 us an op or transfer under flow, 11 to 13 us under analytic, where
+all-to-alls took 26 to 29 us; rings and NVLS over 512 hosts, sizes under a second, 10 to 19 us under flow."""
+DIRECT_EVENT_S = 60e-6
+"""`COLLECTIVE_EVENT_S` of a direct plan under flow (an all-to-all's): it posts every member's transfer to every other
+in one phase, whose flows across leaves share links with all the others and finish at tens of instants (71 over 32
+DGX H100 hosts, 77 over 64), at each of which the rates of the whole phase are solved again: 51 and 58 us an op or
+transfer over 32 and 64 hosts (same measurement; within a leaf, 16 hosts, 4 instants and 13 us)."""
 TRACE_BYTES_PER_ROW = 600
 """A row of trace.json while it is written (`run.timeline: full` writes every op and flow)."""
 MIRROR_ENTRY_BYTES = 8
@@ -817,6 +830,15 @@ def collective_estimate(op: Primitive, ranks: int, gpus: int, hosts: HostShape |
     members = (0, ranks - 1) if op == "send_recv" else tuple(range(ranks))
     flows = _ring_flows(op, members, hosts) if transfers is None else transfers
     return _sized(gpus, len(members), len(members), flows, 0.0, False, 0.0, COMM_FLOW_BYTES[mode])
+
+
+def collective_seconds(estimate: ScaleEstimate, algorithm: AlgorithmName, mode: NetworkMode) -> float:
+    """About how many seconds `trainsim collective` takes on a size of ``estimate`` (`collective_estimate`) whose plan
+    runs as ``algorithm`` under the network ``mode``: its ops and transfers at `COLLECTIVE_EVENT_S`, a direct plan's
+    under flow at `DIRECT_EVENT_S`. A training run's rate (`EVENTS_PER_MINUTE`) would make 64 hosts' tree all-reduce of
+    64 MiB 6.9 s; it takes 1.3 s."""
+    rate = DIRECT_EVENT_S if algorithm == "direct" and mode == "flow" else COLLECTIVE_EVENT_S[mode]
+    return estimate.events * rate
 
 
 def _plannable(members: tuple[int, ...], topology: Topology) -> bool:
