@@ -48,6 +48,7 @@ import simpy
 
 from simulator.config.reliability import BuiltInCause, Effect, Regrow
 from simulator.errors import SimulationError
+from simulator.reliability import hosts_out
 from simulator.reliability.attribution import cause_shares
 from simulator.reliability.checkpoint import SegmentCosts, snapshot_survives
 from simulator.reliability.components import RACK_UNITS, FailureClass, Maintenance
@@ -162,6 +163,44 @@ class JobPlan:
         rack's hosts (`whole_spare_rack`) for a `rack` or `nvswitch_tray` class, a spare host for another."""
         return klass.failure_rate_s(self.spare_at_hand(klass))
 
+    def unit_rates_s(self, index: int) -> tuple[float, ...] | None:
+        """Failures per second the job meets of each unit of class ``index`` over the horizon, where they are not
+        all `failure_rate_s`: those of a `replace` class with no spare at hand (not a rack's). Such a unit fails
+        only while its hosts are in use, and with no spare they are out while any failure that took them is in
+        repair, whichever unit or class it was: the unit is up 1 / (1 + rho) of the time, rho the sum of rate x
+        mean repair over the `replace` units whose hosts hold its own (`repair_loads`: its own, its host's
+        other GPUs, the host, its NIC, ...), and fails at its rate then (one DGX H100 host, GPU MTBF 100 h,
+        12 h repairs, 30 d, 200 replications: 8 x 720 h / 100 h / 1.96 = 29.39, 29.79 simulated, 95% 29.25 to
+        30.33; a unit's own repair alone said 8 x 720 h / 112 h = 51.43). Exact, in the long run, for a job on
+        one host; on more the job waits for every host, a host back from repair waits idle too, and the count is
+        an upper bound. None for every other class."""
+        klass = self.classes[index]
+        if klass.effect is not Effect.REPLACE or klass.unit in RACK_UNITS or self.spare_at_hand(klass):
+            return None
+        rates = []
+        for hosts in self.blast[index]:
+            if not hosts:
+                rates.append(self.failure_rate_s(klass))
+                continue
+            covering = set(hosts)
+            load = math.fsum(part for held, part in self.repair_loads.get(min(hosts), ()) if covering <= held)
+            rates.append(klass.rate_per_unit_s / (1.0 + load))
+        return tuple(rates)
+
+    @cached_property
+    def repair_loads(self) -> dict[int, tuple[tuple[frozenset[int], float], ...]]:
+        """Per host, the `replace` units (not racks) that take it out, each as the hosts it takes and its rate x
+        mean repair."""
+        loads: dict[int, list[tuple[frozenset[int], float]]] = {}
+        for klass, blast in zip(self.classes, self.blast, strict=True):
+            if klass.effect is not Effect.REPLACE or klass.unit in RACK_UNITS:
+                continue
+            for hosts in blast:
+                entry = (frozenset(hosts), klass.rate_per_unit_s * klass.repair_s)
+                for host in hosts:
+                    loads.setdefault(host, []).append(entry)
+        return {host: tuple(entries) for host, entries in loads.items()}
+
     def spare_at_hand(self, klass: FailureClass) -> bool:
         """Whether the spare pool can stand in for a failed unit of ``klass``: a spare rack with a whole rack's
         hosts (`whole_spare_rack`) for a `rack` or `nvswitch_tray` class, a spare host for another."""
@@ -190,23 +229,54 @@ class JobPlan:
     def degrade_odds(self, klass: FailureClass, blast: tuple[tuple[int, ...], ...], shares: tuple[float, ...]
                      ) -> float:
         """What turns a cutting `degrade` unit's 1 / (M + r) into its rate while the job trains: the job trains
-        while the spares cover the hosts of the units in repair, k = spares // hosts a unit cuts off; each of the
-        n units cutting is down r / (M + r) of the time, on its own, so a unit is up M / (M + r) x B(n - 1, k) /
-        B(n, k) of the time the job trains, B(m, k) the chance that at most k of m are down, and fails at 1 / M
-        for that time. 1 / M with no spare (k = 0), 1 / (M + r) where spares cover them all (4 NICs of 40 h,
-        12 h repairs, 4 spares: 52 h / 4 = 13.0 h, 13.3 h simulated; 2 leaves of 10 h, 12 h repairs over
-        2 one-GPU hosts each, 2 spares: 7.73 h, 7.74 h simulated)."""
+        while the one spare pool covers every host out (`pool_load`: the hosts of the cutting units in repair,
+        each class's units counted as cutting its widest unit's hosts, and those of `replace` failures in
+        repair), X <= spares; each cutting unit is down r / (M + r) of the time, on its own, so a unit is up
+        M / (M + r) x P(X less it <= spares) / P(X <= spares) of the time the job trains, and fails at 1 / M for
+        that time. 1 / M with no spare, 1 / (M + r) where spares cover them all (4 NICs of 40 h, 12 h repairs,
+        4 spares: 52 h / 4 = 13.0 h, 13.3 h simulated; 2 leaves of 10 h, 12 h repairs over 2 one-GPU hosts
+        each, 2 spares: 7.73 h, 7.74 h simulated; with 4 GPUs of 40 h, 2 d repairs, drawing on the same 4
+        spares: 5.39 h, 5.39 h simulated, where a pool of its own for each class said 5.65 h). 1 / M too where
+        the pool covers the hosts out with no chance a float holds."""
         cutting = [len(hosts) for hosts, share in zip(blast, shares, strict=True) if share]
         if not cutting:
             return 1.0
-        covered = self.spares // max(cutting) if max(cutting) else 0
-        down = klass.repair_s * klass.rate_per_unit_s / (1.0 + klass.repair_s * klass.rate_per_unit_s)
+        units, batches = self.pool_load
+        unit = (self.down_share(klass), max(cutting))
+        others = Counter(units)
+        others[unit] -= 1
+        every = hosts_out.covered(units, batches, self.spares)
+        if every == 0.0:
+            return 1.0 / (1.0 - unit[0])
+        return hosts_out.covered(others, batches, self.spares) / every
 
-        def at_most_covered_down(units: int) -> float:
-            return math.fsum(math.comb(units, j) * down ** j * (1.0 - down) ** (units - j)
-                             for j in range(min(covered, units) + 1))
+    @staticmethod
+    def down_share(klass: FailureClass) -> float:
+        """The share of time a unit repaired in place is down, r / (M + r)."""
+        load = klass.repair_s * klass.rate_per_unit_s
+        return load / (1.0 + load)
 
-        return at_most_covered_down(len(cutting) - 1) / at_most_covered_down(len(cutting))
+    @cached_property
+    def pool_load(self) -> tuple[Counter[tuple[float, int]], dict[int, float]]:
+        """What the one spare pool must cover for the job to train, every class that takes hosts drawing on it
+        (hosts_out.py): the cutting `degrade` units, (their down share, the hosts their class's widest unit cuts
+        off) -> units, of every class whose job trains as far as it goes (`trains` 1: not a spine's), and the
+        `replace` failures in repair, hosts a failure takes -> mean failures in repair (rate x repair, summed over
+        units). A `rack` class's failures draw on whole spare racks, and are left out."""
+        units: Counter[tuple[float, int]] = Counter()
+        batches: dict[int, float] = {}
+        for klass, blast, shares, trains in zip(self.classes, self.blast, self.interrupting, self.trains,
+                                                strict=True):
+            if klass.effect is Effect.DEGRADE and trains == 1.0:
+                cutting = [len(hosts) for hosts, share in zip(blast, shares, strict=True) if share]
+                if cutting:
+                    units[(self.down_share(klass), max(cutting))] += len(cutting)
+            elif klass.effect is Effect.REPLACE and klass.unit not in RACK_UNITS:
+                for hosts, share in zip(blast, shares, strict=True):
+                    if hosts and share:
+                        batches[len(hosts)] = batches.get(len(hosts), 0.0) + (
+                            share * klass.rate_per_unit_s * klass.repair_s)
+        return units, batches
 
     def drawn_units(self, counts: list[int]) -> list[int]:
         """The units each class draws failures for: the cluster's (``counts``), and for a `rack` or `nvswitch_tray`

@@ -42,7 +42,8 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
     """Unexpected interruptions the failure model expects over the horizon (all units in use), and per class
     its figures with the failures it expects in the horizon (`expected_in_horizon`: units x rate x horizon, the
     one place that count is made; the rate `JobPlan.failure_rate_s`, 1 / (MTBF + repair) for a `degrade`
-    or `straggle` unit and an interrupting one with no spare at hand) and the part of them that interrupts
+    or `straggle` unit and an interrupting one with no spare at hand, a `replace` unit's there per unit,
+    `JobPlan.unit_rates_s`, out while any failure of its hosts is in repair) and the part of them that interrupts
     (`interrupting_units`, the units whose failures interrupt, a share of a unit counted as that share
     (cuts.py), x rate x horizon:
     `expected_interruptions`; a `degrade` unit that leaves some GPU without a route interrupts);
@@ -50,15 +51,21 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
     racks has `spare_units` too: the spares' units, drawn beside the cluster's (idle or standing in for a rack),
     not in `units` nor the expected counts."""
     per_class: dict[str, dict[str, Any]] = {}
-    for klass, units, shares in zip(plan.classes, counts, plan.interrupting, strict=True):
+    for index, (klass, units, shares) in enumerate(zip(plan.classes, counts, plan.interrupting, strict=True)):
         interrupting = sum(shares)
+        rates = plan.unit_rates_s(index)
+        if rates is None:
+            in_horizon = units * plan.failure_rate_s(klass) * plan.horizon_s
+            interrupted = interrupting * plan.failure_rate_s(klass) * plan.horizon_s
+        else:
+            in_horizon = math.fsum(rates) * plan.horizon_s
+            interrupted = math.fsum(share * rate for share, rate in zip(shares, rates, strict=True)) * plan.horizon_s
         per_class[klass.name] = {
             "label": klass.label, "unit": klass.unit, "units": units, "effect": klass.effect,
             "distribution": klass.distribution, "shape": klass.shape, "slowdown": klass.slowdown,
             "rate_per_unit_per_h": klass.rate_per_unit_s * 3600,
-            "repair_s": klass.repair_s, "expected_in_horizon": units * plan.failure_rate_s(klass) * plan.horizon_s,
-            "interrupting_units": interrupting,
-            "expected_interruptions": interrupting * plan.failure_rate_s(klass) * plan.horizon_s,
+            "repair_s": klass.repair_s, "expected_in_horizon": in_horizon, "interrupting_units": interrupting,
+            "expected_interruptions": interrupted,
         }
         if spare := plan.spare_units(klass):
             per_class[klass.name]["spare_units"] = spare
@@ -275,9 +282,10 @@ def training_mtbf_s(plan: JobPlan) -> float:
     """The mean time between the interruptions the job meets while it trains, the M a checkpoint interval faces:
     1 / the sum of every unit's rate then (`JobPlan.training_rates_s`). A unit whose failure interrupts is up
     while the job trains, so most fail at their class's own rate, whatever the repair time (at full size: a
-    shrunk job meets fewer); the horizon's count (`expected_interruptions`) takes 1 / (MTBF + repair) with no
-    spare at hand instead, as a unit in repair fails no more (32 GPUs of MTBF 200 h, 1 d repairs, no spare:
-    M = 200 h / 32 = 6.25 h, not 224 h / 32 = 7.0 h). At least one class interrupts the job."""
+    shrunk job meets fewer); the horizon's count (`expected_interruptions`) takes a unit's time out with no
+    spare at hand instead, as a unit whose host is in repair fails no more (32 GPUs of MTBF 200 h on 4 DGX
+    hosts, 1 d repairs, no spare: M = 200 h / 32 = 6.25 h, not 200 h x 1.96 / 32 = 12.25 h). At least one class
+    interrupts the job."""
     return 1.0 / rate_sum(plan.training_rates_s())
 
 
