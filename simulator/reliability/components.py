@@ -126,7 +126,8 @@ class FailureClass:
         2 x 720 h / 100 h = 14.4 a month, 14.45 simulated). Else 1 / (MTBF + mean repair), the unit up
         M / (M + r) of the time and not failing in repair: a `degrade` or `straggle` unit stays in the job while
         in repair, and with no spare the job waits for the unit (or runs on without it, elastic): 2 x 720 h /
-        124 h = 11.6, 11.6 simulated (the rate alone said 14.4). Where spares are too few for the failures at
+        124 h = 11.6, 11.6 simulated (the rate alone said 14.4); a `replace` unit sharing its host with others is
+        out for their repairs too (`JobPlan.unit_rates_s`). Where spares are too few for the failures at
         once, the plain rate assumes one at hand for each: a long-run upper bound (horizons past a few M + r; over
         a shorter one units repaired in place may draw more, see `expected_in_horizon` in docs/reliability.md)."""
         if Effect(self.effect) is Effect.RESTART or (Effect(self.effect).interrupts and spare_at_hand):
