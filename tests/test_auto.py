@@ -641,6 +641,23 @@ def test_kept_slopes_weigh_as_fresh_ones_across_groups_sizes_efficiencies_and_ch
     assert kept == fresh
 
 
+def test_the_slopes_hold_each_trees_key_once_and_a_bounded_size_of_keys(monkeypatch):
+    """`SLOPES` holds a tree's key (its links' bytes) once for all its chunks and protocols, and drops every slope
+    when the keys held would pass `SLOPE_KEY_BYTES_KEPT`: with room for the key of 16 DGX H100s' tree, weighing
+    it under two chunks keeps 6 slopes on one key, and then weighing a rail's tree keeps that key alone."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 16})
+    every, rail = (group_terms(CollectiveRequest("all_reduce", group, MIB), topology, None)
+                   for group in (tuple(range(128)), tuple(range(0, 128, 8))))
+    sizes = [tuner.held_bytes(terms.tree.key()) for terms in (every, rail)]
+    monkeypatch.setattr(tuner, "SLOPE_KEY_BYTES_KEPT", sizes[0])
+    SLOPES.clear()
+    for chunk in ("auto", None):
+        terms_estimates(CollectiveRequest("all_reduce", tuple(range(128)), MIB, chunk_bytes=chunk), every, PROTOCOLS)
+    assert [len(slopes) for slopes in SLOPES.by_tree.values()] == [6] and SLOPES.held == sizes[0]
+    terms_estimates(CollectiveRequest("all_reduce", tuple(range(0, 128, 8)), MIB), rail, PROTOCOLS)
+    assert list(SLOPES.by_tree) == [rail.tree.key()] and SLOPES.held == sizes[1] > 0
+
+
 @pytest.mark.parametrize("name, over", [
     ("gb200-nvl72", {"racks": 12, "nvls": "none"}), ("gb200-nvl72", {"racks": 20, "nvls": "none"}),
     ("dgx-a100-cluster", {"nodes": 2}), ("dgx-a100-cluster", {"nodes": 16}),

@@ -492,34 +492,67 @@ def tree_seconds_per_byte(request: CollectiveRequest, terms: GroupTerms, protoco
     """The seconds a byte of the all-reduce adds to the tree's own estimate under ``protocol`` (`_estimate`) for
     ``request``'s group: the slope of that estimate between `SLOPE_BYTES` and twice that, its reciprocal the
     tree's own busbw over 2 (tuning.cc's ratio of 0.5). The slope does not depend on the request's size, so it
-    is found once per `slope_key` (`SLOPES`): two estimates at 64 and 128 GiB cost three times the weighing of
-    one size."""
+    is found once per tree and `slope_key` (`SLOPES`): two estimates at 64 and 128 GiB cost three times the
+    weighing of one size."""
+    assert terms.tree is not None, "the tree is weighed with its terms"
+    slopes = SLOPES.of(terms.tree.key())
     key = slope_key(request, terms, protocol)
-    found = SLOPES.get(key)
+    found = slopes.get(key)
     if found is not None:
         return found
 
     def seconds(nbytes: float) -> float:
         return _estimate(replace(request, nbytes=nbytes), terms, "tree", protocol, None)
 
-    if len(SLOPES) >= SLOPES_KEPT:
-        SLOPES.clear()
-    SLOPES[key] = slope = (seconds(2 * SLOPE_BYTES) - seconds(SLOPE_BYTES)) / SLOPE_BYTES
+    slopes[key] = slope = (seconds(2 * SLOPE_BYTES) - seconds(SLOPE_BYTES)) / SLOPE_BYTES
     return slope
 
 
 def slope_key(request: CollectiveRequest, terms: GroupTerms, protocol: Protocol) -> tuple:
-    """All that the tree's own estimate (`_estimate`, `tree_estimate`) reads besides the size: the tree's terms
-    (by `TreeTerms.key`), the NVLink hop, NCCL's nodes and members per node, the request's chunk and
-    ``protocol``."""
-    return terms.tree.key() if terms.tree else None, terms.inner, terms.tree_nodes, request.chunk_bytes, protocol
+    """All that the tree's own estimate (`_estimate`, `tree_estimate`) reads besides the size and the tree's terms
+    (`SLOPES` keeps slopes by `TreeTerms.key` first): the NVLink hop, NCCL's nodes and members per node, the
+    request's chunk and ``protocol``."""
+    return terms.inner, terms.tree_nodes, request.chunk_bytes, protocol
 
 
-SLOPES: dict[tuple, float] = {}
-"""`tree_seconds_per_byte`'s slopes by `slope_key`: `auto` weighs many sizes of one group, each under every
-protocol."""
-SLOPES_KEPT = 4096
-"""Slopes kept before they are dropped."""
+class TreeSlopes:
+    """`tree_seconds_per_byte`'s slopes by tree (`TreeTerms.key`), then by `slope_key`: `auto` weighs many sizes
+    of one group, each under every protocol. A tree's key holds its links' bytes (43 KB for 128 GPUs, 361 KB for
+    1,024), so it is held once for every hop, chunk and protocol, and all slopes are dropped when the keys held
+    would pass `SLOPE_KEY_BYTES_KEPT`."""
+
+    def __init__(self) -> None:
+        self.by_tree: dict[tuple, dict[tuple, float]] = {}
+        self.held = 0
+
+    def of(self, tree: tuple) -> dict[tuple, float]:
+        """The slopes kept for ``tree`` (a `TreeTerms.key`), to be read and added to; empty when new."""
+        found = self.by_tree.get(tree)
+        if found is None:
+            size = held_bytes(tree)
+            if self.held + size > SLOPE_KEY_BYTES_KEPT:
+                self.clear()
+            self.held += size
+            found = self.by_tree[tree] = {}
+        return found
+
+    def clear(self) -> None:
+        """Drop every slope and key."""
+        self.by_tree.clear()
+        self.held = 0
+
+
+def held_bytes(key: object) -> int:
+    """The length of the `bytes` in ``key`` (nested tuples searched): what a key of arrays by contents holds."""
+    if isinstance(key, bytes):
+        return len(key)
+    return sum(map(held_bytes, key)) if isinstance(key, tuple) else 0
+
+
+SLOPES = TreeSlopes()
+"""The slopes `tree_seconds_per_byte` has found."""
+SLOPE_KEY_BYTES_KEPT = 32 << 20
+"""The bytes (32 MiB) of tree keys `SLOPES` holds before it drops them all."""
 
 
 def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
