@@ -16,11 +16,13 @@ collective counts as NCCL's ring would post it, but for the all-reduces that may
 groups across NVLink domains, a `workload:` item's; `may_run_trees`): before the cluster is built they count as
 rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as the plans the tuner picks for
 each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the SC21 18.4B
-step, 15,740 flows estimated, 15,488 simulated). A TP all-reduce across hosts, ring or tree, counts its copies
+step, 15,672 flows estimated, 15,488 simulated). A TP all-reduce across hosts, ring or tree, counts its copies
 in the other replicas for its all-reduces that run beside other dimensions' traffic joining them (`_tp_beside`:
-SC21 7.5B at TP 16, rings under `auto`, 244,096 of 243,344 flows). A TP all-reduce inside a host counts every
-copy of its stage beside DP rings across hosts that hop on NVLink, which join them all (SC21 7.5B: 47,770 of
-46,316 flows, 30,038 counting one group).
+SC21 7.5B at TP 16, rings under `auto`, 243,344 of 243,344 flows), and so do the DDP buckets' copies in the
+other TP lanes and CP's rings' copies, for those beside the traffic that joins them (`_dp_beside`,
+`_cp_ring_beside`). A TP all-reduce inside a host counts every
+copy of its stage beside DP rings across hosts that hop on NVLink, which join them all (SC21 7.5B: 47,244 of
+46,316 flows, 29,513 counting one group).
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
@@ -192,13 +194,18 @@ def _limit_flows() -> float:
     return max(MAX_EVENTS, MAX_MEMORY_BYTES / FLOW_BYTES)
 
 
-def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float) -> float:
+def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float,
+                    expert_dp: bool = False) -> float:
     """Data-parallel collectives of one rank per step: ZeRO-3 all-gathers each block (DeepSpeed) or each
     wrapped unit (PyTorch FSDP: a layer, a MoE layer's routed experts, the embedding, the head) in every
     forward and backward and reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets,
     or, where the step reduces every micro-batch's gradients (`ddp.reduce_every_microbatch`), each
     micro-batch's (PyTorch FSDP's per unit), and the optimizer's gather. PyTorch FSDP under pipelining gathers
-    each unit once a step and reduce-scatters it once, after its chunk's last backward."""
+    each unit once a step and reduce-scatters it once, after its chunk's last backward. Plain DDP's buckets
+    (`_ddp_buckets`: the embedding's and the head's tensors among them) are all it posts; ZeRO-1/2 gathers the
+    parameters once after the optimizer (parallel/program.py `_data_parallel`); with routed experts reduced over
+    an expert-data-parallel group of several ranks (``expert_dp``), their gradients' reduction and, under
+    ZeRO-1/2, their parameters' gather besides (parallel/block_passes.py)."""
     if par.pipelined_fsdp(par.pp):
         return units * 2
     if par.gathers_per_unit:
@@ -207,7 +214,8 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
         return blocks * 2 * m + units * m
     if par.reduce_every_microbatch(par.pp):
         return (units if par.fsdp is not None else buckets) * m + 2
-    return buckets + 2
+    gathers = par.zero_stage in (1, 2)
+    return buckets + gathers + expert_dp * (1 + gathers)
 
 
 def _fsdp_copies(par: ParallelismConfig, m: int, blocks: float, units: float) -> float:
@@ -240,6 +248,13 @@ def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
     if par.cp_algorithm == "ring":
         return (2 + (recompute == "full")) * (par.cp - 1)
     return 3 + (recompute == "full")
+
+
+def _cp_ring_splits(recompute: str) -> int:
+    """Compute ops ring attention adds per layer and micro-batch (parallel/block_passes.py `_context_pass`): each
+    pass that runs the K/V ring (`_cp_collectives`) splits its attention block into the rest, the core beside
+    the ring's steps and the core's last block after them, two parts more."""
+    return 2 * (2 + (recompute == "full"))
 
 
 def _tp_splits(par: ParallelismConfig, recompute: str, moe: bool) -> tuple[int, Counter[str]]:
@@ -275,6 +290,15 @@ def _tp_ends(par: ParallelismConfig) -> int:
     return 3 if par.sequence_parallel else 2
 
 
+def _tp_beyond_layers(par: ParallelismConfig, pp: int, v: int) -> float:
+    """The TP collectives of a rank per micro-batch beside its layers', on average over the ``pp`` stages: the
+    embedding's and the head's (`_tp_ends`) and, without sequence parallelism, Megatron's scatter-gather, an
+    all-gather of the slices of every hand-off a stage receives (parallel/program.py `_receive`; ``v`` virtual
+    stages a rank)."""
+    gathers = 2 * (pp * v - 1) / pp if pp > 1 and not par.sequence_parallel else 0.0
+    return _tp_ends(par) / pp + gathers
+
+
 TP_PLANS = ("ring", "userbuffers", "exchange", "pair")
 """How a TP collective posts its transfers: `ring`, NCCL's (the TP group's `CollectiveShape`); `userbuffers`,
 one phase of every member to every other (collectives/userbuffers.py); `exchange`, the ring exchange, one transfer
@@ -307,20 +331,45 @@ def _bucket_sizes(tensors: tuple[float, ...], layers: float, grad_bytes: float, 
     layer's, elements, in forward order) fill as parallel/work.gradient_buckets fills them, in reverse (a bucket
     closes at the tensor that brings it to ``bucket`` bytes, so a tensor larger than a bucket closes one alone;
     `ddp.bucket: 0 B`: one per tensor), and how many times their count repeats over ``layers``."""
-    walked = max(1, min(round(layers), BUCKET_LAYERS))
+    return _filled([], [], layers, tensors, grad_bytes, bucket), layers / _walked(layers)
+
+
+def _walked(layers: float) -> int:
+    """The layers of a stage `_bucket_sizes` walks: at most `BUCKET_LAYERS`."""
+    return max(1, min(round(layers), BUCKET_LAYERS))
+
+
+def _filled(first: list[float], last: list[float], layers: float,
+            tensors: tuple[float, ...], grad_bytes: float, bucket: float) -> list[float]:
+    """The bytes of the buckets that ``first``'s tensors, then `_walked` layers of ``tensors`` (each in
+    reverse), then ``last``'s fill, a bucket closing at the tensor that brings it to ``bucket`` bytes."""
     sizes, size = [], 0.0
-    for tensor in [tensor for tensor in reversed(tensors) if tensor > 0] * walked:
+    walk = [*first, *[tensor for tensor in reversed(tensors) if tensor > 0] * _walked(layers), *last]
+    for tensor in walk:
+        if tensor <= 0:
+            continue
         size += tensor * grad_bytes
         if size >= bucket:
             sizes.append(size)
             size = 0.0
-    return sizes + ([size] if size > 0 else []), layers / walked
+    return sizes + ([size] if size > 0 else [])
 
 
-def _buckets(tensors: tuple[float, ...], layers: float, grad_bytes: float, bucket: float) -> float:
-    """DDP buckets that ``layers`` layers of a rank's ``tensors`` fill (`_bucket_sizes`)."""
-    sizes, times = _bucket_sizes(tensors, layers, grad_bytes, bucket)
-    return len(sizes) * times
+def _ddp_buckets(tensors: tuple[float, ...], layers: float, grad_bytes: float, bucket: float, pp: int,
+                 head: tuple[float, ...], embedding: tuple[float, ...]) -> float:
+    """DDP buckets a rank fills on average over the ``pp`` stages (`_bucket_sizes`), as
+    parallel/work.gradient_buckets fills them in the order the last backward finishes the blocks: the last
+    stage's ``head`` tensors first, then ``layers`` layers' ``tensors``, the first stage's ``embedding`` last
+    (SC21 7.5B at TP 16, 2 layers: the head, the layers and the embedding fill 2 buckets, where 2 more were
+    counted for them)."""
+    def count(first: tuple[float, ...], last: tuple[float, ...]) -> float:
+        sizes, times = _bucket_sizes(tensors, layers, grad_bytes, bucket)
+        ends = len(_filled([*reversed(first)], [*reversed(last)], layers, tensors, grad_bytes, bucket))
+        return len(sizes) * times + ends - len(sizes)
+
+    if pp == 1:
+        return count(head, embedding)
+    return (count(head, ()) + count((), embedding) + (pp - 2) * count((), ())) / pp
 
 
 @dataclass(frozen=True)
@@ -358,8 +407,8 @@ def _first_group(layout: Layout, kind: str, ep: int, degree: int = 0, rank: int 
         return expert_shard_groups(layout, rank, ep, degree or size)[kind == "expert_replicas"]
     if kind == "replicas":
         return replica_group(layout, rank, degree or size)
-    if kind == "dp" and 0 < degree < size:
-        return shard_group(layout, rank, degree)
+    if kind == "dp":
+        return shard_group(layout, rank, degree) if 0 < degree < size else layout.combined_group(("dp", "cp"), rank)
     return ep_group(layout, rank, ep) if kind == "ep" else layout.group(kind, rank)
 
 
@@ -400,6 +449,8 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     per_host = {kind: Counter(rank // hosts.gpus for rank in group) if hosts is not None else Counter()
                 for kind, group in groups.items()}
     crossing = {kind: min(counts.values()) for kind, counts in per_host.items() if len(counts) > 1}
+    rails_of = {kind: _group_rails(groups[kind], hosts, fewest) for kind, fewest in crossing.items()
+                } if hosts is not None else {}
     shapes = {"pp": CollectiveShape(1, 1, 1)}
     inside = [kind for kind in groups if kind not in crossing]
     copies = _domain_copies(layout, inside, hosts, ep, degree) if hosts is not None else {}
@@ -409,12 +460,12 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
         if kind not in crossing or hosts is None:
             shapes[kind] = CollectiveShape(members, members * peers, copies.get(kind, 1))
             continue
-        rails = usable_rails(hosts.rails, crossing[kind])
+        rails = rails_of[kind]
         replicas = layout.world // layout.pp // members
         if len({rank // hosts.domain for rank in group}) == 1:  # trays of one NVL72 rack: no NIC shared
             kept = 1
         elif len(crossing) > 1:
-            rails_joined = max(usable_rails(hosts.rails, fewest) for fewest in crossing.values())
+            rails_joined = max(rails_of.values())
             kept = replicas * rails_joined // hosts.rails
         else:
             kept = hosts.gpus // crossing[kind] * rails // hosts.rails
@@ -425,6 +476,14 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
         transfers = members * (peers if kind == "ep" or channels else _ring_channels(group, hosts))
         shapes[kind] = CollectiveShape(members, transfers, min(replicas, max(1, kept)), len(crossing) > 1)
     return shapes
+
+
+def _group_rails(group: tuple[int, ...], hosts: HostShape, fewest: int) -> int:
+    """The rails a group across hosts drives, ``fewest`` members on some host: at most that many and the fewest
+    NICs its members drive on one host (members share a NIC where a host has fewer NICs than GPUs), as ring.py
+    counts them (`ring.domain_rails` without the search's cap)."""
+    return min(usable_rails(hosts.rails, fewest),
+               fewest_nics(map(hosts.nic, members) for members in _members_by(group, hosts.gpus)))
 
 
 def _ring_channels(group: tuple[int, ...], hosts: HostShape) -> int:
@@ -450,6 +509,11 @@ def _hierarchical_transfers(layout: Layout, kind: str, hosts: HostShape, all_red
     group = _first_group(layout, kind, ep, degree)
     spanned = len(even_rows(_members_by(group, hosts.domain), lambda: _members_by(group, hosts.gpus)))
     return len(group) * ((spanned > 1) + (len(group) > spanned) * (2 if all_reduce else 1))
+
+
+def _domains(group: tuple[int, ...], hosts: HostShape) -> int:
+    """The NVLink domains (hosts; GB200 NVL72 racks) ``group``'s members sit in."""
+    return len({rank // hosts.domain for rank in group})
 
 
 def _members_by(group: tuple[int, ...], size: int) -> list[list[int]]:
@@ -526,6 +590,36 @@ def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, f
         return 0.0
     after = per_block * 2 * layers if closing == 0 else 1 + per_block * (2 * layers - closing)
     return after / ((2 * per_block + 2) * layers + _tp_ends(par)) / m
+
+
+def _dp_beside(par: ParallelismConfig, collectives: float) -> float:
+    """The share of a one-stage rank's ``collectives`` data-parallel collectives (DDP buckets, and ZeRO-1/2's
+    parameter gather) that run beside the TP collectives across NVLink domains which join their copies in the
+    other TP lanes to them (CP's rings among them): with `ddp.overlap` every bucket but the last, which closes at
+    the embedding after the last backward's TP collectives and CP rings; none after the backward, nor the gather
+    after the optimizer. The others run
+    alone and post their own transfers only (engine/sharing.py `private_collectives`: SC21 7.5B at TP 16, one
+    micro-batch and 2 layers, the last of 2 buckets 16 flows, the first 256)."""
+    buckets = collectives - (par.zero_stage in (1, 2))
+    return (buckets - 1) / collectives if par.ddp.overlap else 0.0
+
+
+def _cp_ring_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int,
+                    first_bucket: int) -> float:
+    """The share of a rank's CP ring steps (`_cp_collectives`: the ring of each layer's forward, full recompute
+    and backward) that run beside traffic of another dimension, which joins the ring's copies to it: every one
+    beside a pipeline's hand-offs; beside the gradients' reductions (the TP all-reduces run between the rings,
+    never beside them) the same share as the TP all-reduces' (`_tp_beside_dp`): every one where the gradients
+    are reduced in every pass, none after the backward, else the last micro-batch's rings of the recompute and
+    the backward of the attention blocks after the one whose backward closes the first bucket (``first_bucket``:
+    `_first_bucket_blocks`). SC21 7.5B at TP 16 and CP 8 over 4 layers, 2 micro-batches: 42 of 168."""
+    if layout.pp > 1 or par.zero_stage == 3 or par.reduce_every_microbatch(par.pp):
+        return 1.0
+    closing = first_bucket - 1  # the layer block that closes it, after the head; attention blocks even
+    if not par.ddp.overlap or closing > 2 * layers:
+        return 0.0
+    full = recompute == "full"
+    return (layers - closing // 2) * (1 + full) / (layers * (2 + full)) / m
 
 
 def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int, first_bucket: int
@@ -627,16 +721,20 @@ def _quotient_shape(layout: Layout, step: int, kind: str, shape: CollectiveShape
                    replicas=min(shape.replicas, max(1, copies)))
 
 
-def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape], tp_beside_dp_rings: bool) -> int:
+def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape], tp_beside_dp_rings: bool,
+                  tp_stages_across: bool) -> int:
     """Ranks a folded run simulates per stage: two where EP all-to-alls run beside rings across hosts, whose
     direction alternates from host to host (engine/rank_classes.py classes the hosts by it: the bundled MoE
-    runs simulate two ranks a stage), or where TP collectives inside a host, mirrored on the other hosts, run
+    runs simulate two ranks a stage), where TP collectives inside a host, mirrored on the other hosts, run
     beside DP rings across hosts of three members or more a host (``tp_beside_dp_rings``; with two, a host's
     channels carry both directions alike: SC21 3.6B, TP 2 and 4 DP members a host, simulates two ranks, 7.5B,
-    TP 4 and 2, one), else one."""
+    TP 4 and 2, one), or where TP groups span hosts with several members on each, their rings hopping on
+    NVLink one way on one host and the other way on the next, on several pipeline stages whose TP collectives
+    run beside one another (``tp_stages_across``: SC21 7.5B at TP 16 and PP 2 simulates GPUs 0 and 8 of each
+    stage, one at PP 1), else one."""
     rings_across = any(shapes[kind].transfers > shapes[kind].members for kind, count in comm.items()
                        if count and kind not in ("ep", "pp"))
-    return 2 if (comm["ep"] and rings_across) or tp_beside_dp_rings else 1
+    return 2 if (comm["ep"] and rings_across) or tp_beside_dp_rings or tp_stages_across else 1
 
 
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None,
@@ -649,12 +747,15 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     dp = par.dp or max(gpus // (tp * cp * pp), 1)
     synthetic = model.synthetic if model is not None else None
     tensors: tuple[float, ...] = ()
+    head_tensors: tuple[float, ...] = ()
+    embedding_tensors: tuple[float, ...] = ()
     ready: list[tuple[float, ...]] = []  # a rank's blocks' tensors as its last backward finishes them
     if synthetic is not None:
         layers, blocks = synthetic.stages, float(synthetic.stages * v)
         recomputed = blocks
         moe = False
     else:
+        from simulator.workload.memory import embedding_rank_params
         from simulator.workload.stage_work import layer_tensors
 
         spec = resolve_model(scenario)
@@ -662,8 +763,9 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         recomputed = 2.0 * spec.layers  # the embedding and the head are not recomputed
         attention, mlp = layer_tensors(spec, tp)
         tensors = attention + mlp
-        head = spec.head_params() - spec.norm_params()
-        ready = [(float(spec.norm_params()), head / tp)] * (pp == 1) + [mlp, attention] * round(spec.layers / pp)
+        head_tensors = (float(spec.norm_params()), (spec.head_params() - spec.norm_params()) / tp)
+        embedding_tensors = (embedding_rank_params(spec, tp),)
+        ready = [head_tensors] * (pp == 1) + [mlp, attention] * round(spec.layers / pp)
         moe = spec.moe is not None
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
@@ -672,6 +774,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                                else (0, Counter[str]()))
     if moe:  # a MoE block runs its routed experts as a part of their own in each pass that runs them
         split_compute += 2 + (training.recompute == "full")
+    if cp > 1 and par.cp_algorithm == "ring" and synthetic is None:
+        split_compute += _cp_ring_splits(training.recompute)
     compute = m * (blocks_per_rank * (1 + backward) + recomputed / pp * RECOMPUTE_SHARE[training.recompute]
                    + layers_per_rank * split_compute)
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
@@ -679,12 +783,14 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     degree = _hybrid_degree(layout, hosts) if par.hybrid_shard else 0
     dense_units, expert_units = (layers + 2.0) / pp, layers_per_rank if moe and par.gathers_per_unit else 0.0
     comm = {
-        "tp": m * (layers_per_rank * sum(tp_plans.values()) + _tp_ends(par) / pp) if tp_plans else 0.0,
+        "tp": m * (layers_per_rank * sum(tp_plans.values()) + _tp_beyond_layers(par, pp, v)) if tp_plans else 0.0,
         "ep": m * layers_per_rank * _ep_all_to_alls(training.recompute) if moe and par.ep > 1 else 0.0,
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, dense_units,
-                              _buckets(tensors, layers_per_rank, grad_bytes, par.ddp.bucket)) if dp > 1 else 0.0,
+                              _ddp_buckets(tensors, layers_per_rank, grad_bytes, par.ddp.bucket, pp, head_tensors,
+                                           embedding_tensors), moe and tp * dp * cp > par.ep)
+        if dp * cp > 1 else 0.0,
     }
     if expert_units and dp > 1:  # FSDP2's expert units: over their own shard group, or copies in its place
         expert_collectives = _dp_collectives(par, m, 0.0, expert_units, 0.0)
@@ -714,7 +820,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                        for kind, reduce in all_reduce.items() if shapes[kind].members > 1})
     tp_collectives = {plan: layers_per_rank * count for plan, count in tp_plans.items()}
     if tp_plans:
-        tp_collectives["ring"] = tp_collectives.get("ring", 0.0) + _tp_ends(par) / pp
+        tp_collectives["ring"] = tp_collectives.get("ring", 0.0) + _tp_beyond_layers(par, pp, v)
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_collectives, shapes["tp"].transfers))
     if par.cp_algorithm == "ring":  # a ring step posts one transfer a member, to the next (collectives/direct.py)
         shapes["cp"] = replace(shapes["cp"], transfers=cp)
@@ -730,6 +836,14 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
             lower_bound, trees = counted.lower_bound, counted.trees
             shapes["dp"] = replace(shapes["dp"], transfers=counted.transfers)
     tp_group = layout.group("tp", 0)
+    if hosts is not None and _domains(tp_group, hosts) > 1:  # copies joined to rank 0's through TP's rings
+        if shapes["dp"].joined and pp == 1 and not moe and comm["dp"] and not (
+                par.zero_stage == 3 or par.reduce_every_microbatch(pp)):
+            shapes["dp"] = replace(shapes["dp"], beside=_dp_beside(par, comm["dp"]))
+        if shapes["cp"].joined and comm["cp"] and par.cp_algorithm == "ring":
+            shapes["cp"] = replace(shapes["cp"], beside=_cp_ring_beside(
+                par, layout, m, training.recompute, round(layers_per_rank),
+                _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket)))
     tp_all_reduces = comm["tp"] and not par.sequence_parallel and not moe and synthetic is None
     beside = _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
                         _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket))
@@ -738,8 +852,10 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                         and len({rank // hosts.gpus for rank in tp_group}) == 1)
     if tp_all_reduces and tp_joined_inside:  # DP rings across hosts hop on NVLink: they join every TP group
         shapes["tp"] = replace(shapes["tp"], replicas=layout.world // pp // tp, joined=True)
-    ranks = pp * _rank_classes(comm, shapes, tp_joined_inside and beside > 0 and min(dp_per_host.values()) > 2
-                               ) if fold else gpus
+    tp_per_host = Counter(rank // hosts.gpus for rank in tp_group) if hosts else Counter()
+    tp_stages_across = pp > 1 and bool(comm["tp"]) and len(tp_per_host) > 1 and min(tp_per_host.values()) > 1
+    ranks = pp * _rank_classes(comm, shapes, tp_joined_inside and beside > 0 and min(dp_per_host.values()) > 2,
+                               tp_stages_across) if fold else gpus
     if tp_all_reduces and shapes["tp"].joined:  # rings whose copies in other replicas another dimension joins
         shapes["tp"] = replace(shapes["tp"], beside=beside)
     if (topology is not None and tp_all_reduces and _tp_may_run_trees(scenario)
@@ -868,8 +984,8 @@ def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None
     stay inside one host); None for a trace workload, whose size is its trace file's (a trace holds its ops
     already, so it cannot grow past them). Given the built cluster (``topology``), the all-reduces that may run
     as trees (`may_run_trees`) count the transfers of the plans the tuner picks (`_planned_transfers`); without
-    it they count as rings, fewer (the published SC21 7.5B step with `collectives.algorithm: tree`: 29,280 flows
-    estimated, 656,485 on the built cluster).
+    it they count as rings, fewer (the published SC21 7.5B step with `collectives.algorithm: tree`: 46,508 flows
+    estimated, 662,412 on the built cluster).
     ``stop_past_limits``: stop counting the DDP buckets' trees once their flows alone pass both limits
     (`_limit_flows`), for a refusal, which then gives a lower bound where sizes were left uncounted
     (`ScaleEstimate.lower_bound`)."""
