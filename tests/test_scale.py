@@ -44,39 +44,39 @@ MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192",
     ("schedule-1f1b-p4-m8", ["parallelism.ddp.bucket=1 B"]),
 ])
 def test_the_estimate_counts_the_ops_within_a_sixth(name, overrides):
-    """Today's ratios estimate / real lie between 0.962 and 1.156 (measured 2026-12-06: ZB-H1's 148 / 128 the
-    highest)."""
+    """Today's ratios estimate / real lie between 0.981 and 1.156 (measured 2026-12-06: ZB-H1's 148 / 128 the
+    highest, TP 2 with sequence parallelism the lowest)."""
     loaded = load_scenario(SCENARIOS / f"{name}.yaml", overrides)
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded))
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
     assert estimate.gpus == topology.num_gpus
     assert estimate.simulated_ranks == len(program.ranks)
-    assert 0.96 <= estimate.ops / len(program.ops) <= 1.16
+    assert 0.98 <= estimate.ops / len(program.ops) <= 1.16
 
 
 def test_the_estimate_of_the_405b_run_is_near_its_real_flows_and_under_the_limits():
-    """The bundled 8,192-GPU run simulates 338,360 flows (its summary's flows_simulated); the estimate, 328,136:
+    """The bundled 8,192-GPU run simulates 338,360 flows (its summary's flows_simulated); the estimate, 327,899:
     the TP collectives count as the builder posts them with sequence parallelism, five a block and micro-batch,
     each as a ring of eight transfers in the host, and the DP rings (two channels of 64 transfers across 64
     hosts) only from the two replicas of the run's replica quotient (engine/replicas.py: DP outermost, one
     256-GPU leaf group a period of the spine hash); 441,472 (1.30) when every replica's DP transfers counted."""
     loaded = load_scenario(LLAMA_405B)
     estimate = scale.estimate_scale(loaded.scenario, 8192, scale.scenario_hosts(loaded))
-    assert 0.95 <= estimate.flows / 338_360 <= 1.0
+    assert 0.96 <= estimate.flows / 338_360 <= 0.98
     assert not estimate.over_limits() and estimate.memory_bytes < 2 * 2**30
 
 
 def test_the_16k_job_step_counts_the_flows_of_the_replicas_it_sends():
     """The 16,384-GPU job's step (DP 128) sends the flows of 2 of its 128 replicas, which the estimate counts: estimate
-    / simulated flows 1.004 (165,896 / 165,192), where counting every replica's DP ring would give 2.40 (396,224);
-    ops 0.992, PyTorch FSDP's gradient copies (one per block and micro-batch) counted."""
+    / simulated flows 1.001 (165,275 / 165,192), where counting every replica's DP ring would give 2.40 (396,224);
+    ops 0.993, PyTorch FSDP's gradient copies (one per block and micro-batch) counted."""
     loaded = load_scenario(SCENARIOS / "llama3-405b-16k-job.yaml", ["run.horizon=null"])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     summary = simulate(loaded).summary
     assert summary["replica_quotient"] == {"replicas": 128, "replicas_sent": 2}
-    assert estimate.flows / summary["flows_simulated"] == pytest.approx(1.004, rel=0.03)
-    assert estimate.ops / summary["ops_executed"] == pytest.approx(0.992, rel=0.03)
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(1.001, rel=0.005)
+    assert estimate.ops / summary["ops_executed"] == pytest.approx(0.993, rel=0.005)
 
 
 def test_a_range_group_is_counted_by_its_members():
@@ -296,12 +296,12 @@ def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides
 
 
 MOE_AND_OVERLAP = {
-    "mixtral": ("mixtral-8x7b-ep8", [], (1.045, 1.099)),
+    "mixtral": ("mixtral-8x7b-ep8", [], (1.051, 1.101)),
     "deepseek": ("deepseek-v3-style-1024-gpus", ["model.layers=14"], (1.004, 0.653)),
     "405b-tp-overlap": ("published/llama3-405b-8192-gpus", ["model.layers=14", "parallelism.pipeline.virtual_stages=1",
-                                                           "training.global_batch=1024"], (0.992, 0.987)),
+                                                           "training.global_batch=1024"], (0.996, 0.990)),
     "long-context": ("published/llama3-405b-long-context", ["model.layers=14",
-                                                            "parallelism.pipeline.virtual_stages=1"], (0.992, 0.953)),
+                                                            "parallelism.pipeline.virtual_stages=1"], (0.996, 0.955)),
 }
 """Estimate / simulated ops and flows of runs with EP all-to-alls, TP communication overlap and gradients reduced
 every micro-batch, each held within 3% of its ratio (measured 2026-12-06). The estimate counts the all-to-alls
@@ -506,14 +506,14 @@ def test_a_synthetic_pipeline_counts_its_free_hand_offs_and_no_flows(name):
 
 
 @pytest.mark.parametrize("name, overrides, ops_ratio, flows_ratio", [
-    ("llama3-8b-dgx-h100-dp8", [], 1.005, 1.0),
-    ("published/megatron-sc21-1.7b", [], 1.018, 1.027),
-    ("megatron-sc21-18.4b", [], 1.001, 1.004),
+    ("llama3-8b-dgx-h100-dp8", [], 1.0, 1.0),
+    ("published/megatron-sc21-1.7b", [], 1.0, 1.0),
+    ("megatron-sc21-18.4b", [], 1.0, 1.0),
     # DP over rings asked for (counted without the built cluster, as rings whatever `auto` would pick)
-    ("published/megatron-sc21-7.5b", ["collectives.algorithm=ring"], 1.004, 1.015),
+    ("published/megatron-sc21-7.5b", ["collectives.algorithm=ring"], 1.0, 1.004),
 ])
 def test_the_estimate_fills_ddp_buckets_counts_recomputed_tp_and_dp_lanes(name, overrides, ops_ratio, flows_ratio):
-    """Estimate / simulated ops and flows, within 3%. DDP buckets are filled tensor by tensor in the gradient
+    """Estimate / simulated ops and flows, within 0.5%. DDP buckets are filled tensor by tensor in the gradient
     buffer's bytes, as parallel/work.gradient_buckets fills them (a tensor over the bucket size closes one
     alone): flows 1.39 and 1.63 for the first two when a layer's bytes over the bucket size were counted. A full
     recompute runs the forward's TP collectives again: ops 0.87 for SC21 18.4B without them. A DP ring with two
@@ -523,8 +523,8 @@ def test_the_estimate_fills_ddp_buckets_counts_recomputed_tp_and_dp_lanes(name, 
     loaded = load_scenario(SCENARIOS / f"{name}.yaml", overrides)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     summary = simulate(loaded).summary
-    assert estimate.ops / summary["ops_executed"] == pytest.approx(ops_ratio, rel=0.03)
-    assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows_ratio, rel=0.03)
+    assert estimate.ops / summary["ops_executed"] == pytest.approx(ops_ratio, rel=0.005)
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows_ratio, rel=0.005)
 
 
 @pytest.mark.parametrize("path, overrides, ratio", [
