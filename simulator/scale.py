@@ -360,10 +360,11 @@ def _ddp_buckets(tensors: tuple[float, ...], layers: float, grad_bytes: float, b
     """DDP buckets a rank fills on average over the ``pp`` stages (`_bucket_sizes`), as
     parallel/work.gradient_buckets fills them in the order the last backward finishes the blocks: the last
     stage's ``head`` tensors first, then ``layers`` layers' ``tensors``, the first stage's ``embedding`` last
-    (SC21 7.5B at TP 16, 2 layers: the head, the layers and the embedding fill 2 buckets, where 2 more were
-    counted for them)."""
+    (SC21 7.5B at TP 16, 2 layers: the head, the layers and the embedding fill 2 buckets). Past `BUCKET_LAYERS`
+    the layers' buckets repeat and the ends add what they add to the walked ones."""
+    sizes, times = _bucket_sizes(tensors, layers, grad_bytes, bucket)
+
     def count(first: tuple[float, ...], last: tuple[float, ...]) -> float:
-        sizes, times = _bucket_sizes(tensors, layers, grad_bytes, bucket)
         ends = len(_filled([*reversed(first)], [*reversed(last)], layers, tensors, grad_bytes, bucket))
         return len(sizes) * times + ends - len(sizes)
 
@@ -597,9 +598,9 @@ def _dp_beside(par: ParallelismConfig, collectives: float) -> float:
     parameter gather) that run beside the TP collectives across NVLink domains which join their copies in the
     other TP lanes to them (CP's rings among them): with `ddp.overlap` every bucket but the last, which closes at
     the embedding after the last backward's TP collectives and CP rings; none after the backward, nor the gather
-    after the optimizer. The others run
-    alone and post their own transfers only (engine/sharing.py `private_collectives`: SC21 7.5B at TP 16, one
-    micro-batch and 2 layers, the last of 2 buckets 16 flows, the first 256)."""
+    after the optimizer. The others run alone and post their own transfers only (engine/sharing.py
+    `private_collectives`: SC21 7.5B at TP 16, one micro-batch and 2 layers, the last of 2 buckets 16 flows, the
+    first 256)."""
     buckets = collectives - (par.zero_stage in (1, 2))
     return (buckets - 1) / collectives if par.ddp.overlap else 0.0
 

@@ -880,7 +880,7 @@ def test_the_estimate_on_the_built_cluster_counts_the_plans_the_tuner_picks(name
     for the TP all-reduces beside the buckets (`_tp_beside`), 7.5B 1.020, as with rings asked for (1.004); 3.6B
     1.024, whose run simulates two ranks (engine/rank_classes.py classes its hosts by the direction of its DP
     rings of 4 members a host beside TP 2's mirrors), as the estimate does. The DDP buckets are filled with the
-    embedding's and the head's tensors too, and plain DDP posts nothing else (2 buckets more were counted). A TP
+    embedding's and the head's tensors too, and plain DDP posts nothing else beside them. A TP
     all-reduce across two hosts runs as a ring, the embedding's and the head's counted beside the layers' (14 a
     step). At TP 16 over 16 hosts the TP all-reduces run as rings (8 DP replicas, `auto` at 256 MiB) and their
     copies in the other DP replicas run beside them while the DDP buckets do, from the first bucket on, and the
