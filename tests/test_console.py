@@ -1214,6 +1214,25 @@ def test_a_moe_steps_routing_skew_has_its_row():
     assert "routing skew none" in lines
 
 
+def test_a_parameter_server_runs_worker_wait_has_its_row():
+    """The bundled parameter-server run's workers idle 229.3 ms of its 3.52 s with no transfer of their own
+    (`worker_wait`, 6.5%), which the console prints beside the exposed DP communication; a step without
+    parameter servers prints no such row."""
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    def rows(summary: dict) -> list[str]:
+        console = Console(width=200, record=True)
+        console.print(training_table({"step_time_s": 3.5195, **summary}))
+        return [" ".join(line.split()) for line in console.export_text().splitlines()]
+
+    losses = {"bottleneck": {"loss_shares": {"exposed_dp_comm": 0.6509, "worker_wait": 0.065154}}}
+    assert ("worker wait 229.3 ms (6.5%; idle with no transfer of its own: slower workers, server updates)"
+            in rows({**losses, "parameter_server": {"iterations": 6}}))
+    assert not any(line.startswith("worker wait") for line in rows(losses))
+
+
 def test_the_layout_search_tree_names_a_tiny_model_s_memory_in_mib():
     """The search's tree gives a tiny model's memory for DP over every GPU in MiB, not '(0.0 GiB)'."""
     from simulator.sweep.decision_tree import seed_tree_choice

@@ -105,6 +105,23 @@ def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(r
     assert bottleneck["verdict"].endswith(f"{100 * bottleneck['loss_shares']['exposed_dp_comm']:.1f}% of the run")
 
 
+def test_the_losses_and_compute_cover_the_run_and_the_worker_wait_grows_with_the_straggler():
+    """A worker's idle time with none of its own transfers running (its push done, the slowest worker's push or
+    the servers' update not) is the `worker_wait` loss, so the losses add up to the compute stream's idle share
+    and, with compute, to the whole run. Bundled scenario (GPU 5 at 1.5x): exposed DP 65.1%, worker wait 6.5%
+    (measured); with that straggler 3x slow the wait grows to 25.7% while exposed DP shrinks to 50.5%."""
+    shares = {}
+    for slowdown in (1.5, 3.0):
+        stragglers = f"faults.step.stragglers=[{{gpus: [5], slowdown: {slowdown}}}]"
+        bottleneck = simulate(load_scenario(BUNDLED, overrides=[stragglers])).summary["bottleneck"]
+        losses, wait = bottleneck["loss_shares"], bottleneck["evidence"]["wait_share"]
+        assert sum(losses.values()) == pytest.approx(wait, rel=1e-12)
+        assert losses["worker_wait"] == pytest.approx(wait - bottleneck["evidence"]["exposed_comm_share"], rel=1e-12)
+        shares[slowdown] = losses["worker_wait"]
+    assert shares[1.5] == pytest.approx(0.0652, abs=5e-4)
+    assert shares[3.0] == pytest.approx(0.2568, abs=5e-4)
+
+
 def test_rates_count_every_gpu_of_the_run_and_waiting_times_only_the_workers(run_yaml):
     """4 workers and 1 server GPU, 4 sync iterations. Per-GPU rates divide by the 5 GPUs the run holds: the server
     trains nothing, and charging it is what a comparison with an all-reduce on the same cluster needs. MFU: tokens (4

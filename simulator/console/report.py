@@ -311,9 +311,9 @@ def _label_table() -> Table:
 
 
 def training_table(summary: dict) -> Table:
-    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, a MoE step's routing skew, peak
-    memory, bottleneck, and where a fold was given up on the way or the one that stands is not exact, the ranks
-    simulated and why (`folding_text`)."""
+    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, a parameter-server worker's
+    wait beside it, a MoE step's routing skew, peak memory, bottleneck, and where a fold was given up on the way
+    or the one that stands is not exact, the ranks simulated and why (`folding_text`)."""
     table = _label_table()
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
@@ -354,6 +354,10 @@ def training_table(summary: dict) -> Table:
                  if (text := _exposed_text(kind, exposed.get(kind, 0.0), (summary.get("comm_s") or {}).get(kind, 0.0),
                                            step))]
         table.add_row("exposed communication", ", ".join(shown) or "none")
+    wait_share = ((summary.get("bottleneck") or {}).get("loss_shares") or {}).get("worker_wait")
+    if ps and step and wait_share is not None:
+        table.add_row("worker wait", f"{format_seconds(wait_share * step)} ({_share(wait_share)}; idle with no "
+                                     "transfer of its own: slower workers, server updates)")
     if summary.get("moe") and step:
         table.add_row("routing skew", _routing_skew_text(summary["moe"], step))
     if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:

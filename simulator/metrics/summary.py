@@ -2,7 +2,7 @@
 bottleneck among seed 000's constraints (compute, memory bandwidth, memory capacity, communication, and the
 pipeline bubble or, without a pipeline, compute idle, and a replayed trace's host time: `Constraint`) and the
 largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step, a MoE step's routing
-skew, a replayed trace's host time)."""
+skew, a replayed trace's host time, a parameter-server worker's wait for other workers and the servers)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
-               "host": "host time",
+               "host": "host time", "worker_wait": "worker wait",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` names them."""
 IDLE_WITHOUT_PIPELINE = "compute idle"
@@ -55,17 +55,22 @@ its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or 
 
 
 def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float,
-                routing_skew_s: float | None = None, host_s: float | None = None) -> dict[str, float]:
+                routing_skew_s: float | None = None, host_s: float | None = None,
+                worker_wait_s: float | None = None) -> dict[str, float]:
     """Each loss as a share of the step: idle time of the pipeline window (none without a pipeline,
     ``bubble_s`` None), exposed communication per kind (mean over ranks of communication time no compute
     overlaps), the optimizer step and, for a MoE step, the expert compute its routing skew adds to every rank
-    (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None) and, for a replayed trace, its
-    host time on the compute stream (``host_s``, `host`; none for a modelled step, None)."""
+    (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None), for a replayed trace, its
+    host time on the compute stream (``host_s``, `host`; none for a modelled step, None) and, for a step that
+    idles for another reason than a pipeline (a parameter-server run), the idle time with neither compute nor
+    communication (``worker_wait_s``, `worker_wait`: a worker's push done, the slowest worker's push or the
+    servers' update not; None with a pipeline)."""
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
                **({} if routing_skew_s is None else {"moe_imbalance": routing_skew_s}),
                **({} if host_s is None else {"host": host_s}),
+               **({} if worker_wait_s is None else {"worker_wait": worker_wait_s}),
                **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_CATEGORIES}}
     return {name: value / step_time_s for name, value in seconds.items()}
 
@@ -140,8 +145,9 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
     adds the nominal rates, top_k experts for every token, as Megatron-LM and papers count them. A step that is
-    not ``pipelined`` has no bubble (StepProgram.pipelined); the verdict of a step of one ``pipeline_stages``
-    calls its idle time compute idle. ``traffic_correction`` turns the flows into bytes
+    not ``pipelined`` has no bubble (StepProgram.pipelined): its idle time beside exposed communication is the
+    `worker_wait` loss instead, so the losses and compute cover the step; the verdict of a step of one
+    ``pipeline_stages`` calls its idle time compute idle. ``traffic_correction`` turns the flows into bytes
     sent (`traffic_bytes`). ``training_ranks`` (None: every rank) are the ranks whose times the communication
     figures and the losses average: the workers of a parameter-server run, whose waits are the run's losses
     (a server has no compute to hide a transfer behind, and its updates are what the workers wait for); the
@@ -174,7 +180,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         **memory,
     }
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
-                         optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None)
+                         optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None,
+                         None if pipelined else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"], 0.0))
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span)
     return summary
