@@ -428,6 +428,25 @@ parallelism: {tp: 1, pp: 2, dp: 4,
     assert error.value.render() == expected
 
 
+@pytest.mark.parametrize("overrides,expected", [
+    (["parallelism.tp=8"], "mixtral-8x7b-ep8.yaml:12: parallelism.ep: ep 8 does not divide dp x cp = 4 x 1 = 4 ranks "
+     "(with --set parallelism.tp=8) (allowed: divisors of 4)"),
+    (["cluster.nodes=1"], "mixtral-8x7b-ep8.yaml:12: parallelism.ep: ep 8 does not divide dp x cp = 4 x 1 = 4 ranks "
+     "(with --set cluster.nodes=1) (allowed: divisors of 4)"),
+    (["model.moe.experts=6"], "mixtral-8x7b-ep8.yaml:12: parallelism.ep: ep 8 does not divide the 6 experts "
+     "(with --set model.moe.experts=6) (allowed: divisors of 6)"),
+    (["model.ffn_hidden=14337"], "mixtral-8x7b-ep8.yaml:12: parallelism.tp: tp 2 does not divide ffn_hidden 14337 "
+     "(with --set model.ffn_hidden=14337) (allowed: a divisor of ffn_hidden)"),
+])
+def test_a_layout_check_names_the_override_that_changed_what_it_divides(overrides, expected):
+    """The layout's divisibility checks, located at the degree, name a `--set` of what they divide: the GPUs and
+    degrees dp x cp derives from (`ep` against dp x cp went unsaid with `--set parallelism.tp=8`), the expert
+    count and the MLP's width."""
+    with pytest.raises(ScenarioError) as error:
+        simulate(load_scenario("mixtral-8x7b-ep8", overrides))
+    assert error.value.render().endswith(expected)
+
+
 def test_a_dp_that_does_not_fill_the_cluster_names_no_override_it_did_not_read():
     """The dp check reads tp, cp, pp and the cluster, so its error names no `--set parallelism.zero=1` (or of the
     pipeline's schedule), which has no part in the product."""

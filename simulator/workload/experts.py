@@ -76,6 +76,13 @@ def experts_split_problem(moe: MoESpec, ep: int) -> tuple[str, str] | None:
     return None
 
 
+EXPERT_COUNT_READS = ("model.moe", "model.preset")
+"""Where the expert count the EP degree must divide comes from: an override of it is named with the refusal."""
+EP_GROUP_READS = ("cluster", "parallelism.tp", "parallelism.cp", "parallelism.pp", "parallelism.dp")
+"""What dp x cp, the group the EP degree must divide, is derived from (the GPUs and the other degrees): an override
+of any of them is named with the refusal at `ep` (`--set parallelism.tp=8` shrinking dp went unsaid)."""
+
+
 def check_expert_parallelism(scenario: Scenario, model: ModelSpec, layout: Layout) -> None:
     """Refuse an EP degree that the model's experts or the layout's DP x CP group do not split into."""
     ep = scenario.parallelism.ep
@@ -88,11 +95,11 @@ def check_expert_parallelism(scenario: Scenario, model: ModelSpec, layout: Layou
         return
     split = experts_split_problem(moe, ep)
     if split is not None:
-        raise ScenarioError(split[0], field="parallelism.ep", allowed=split[1])
+        raise ScenarioError(split[0], field="parallelism.ep", allowed=split[1], reads=EXPERT_COUNT_READS)
     ranks = layout.dp * layout.cp
     if ranks % ep:
         raise ScenarioError(f"ep {ep} does not divide dp x cp = {layout.dp} x {layout.cp} = {ranks} ranks",
-                            field="parallelism.ep", allowed=f"divisors of {ranks}")
+                            field="parallelism.ep", allowed=f"divisors of {ranks}", reads=EP_GROUP_READS)
 
 
 def plan_experts(scenario: Scenario, model: ModelSpec, layout: Layout, shard: ShardShape,

@@ -586,7 +586,14 @@ def _check_context(seq_len: int, cp: int, balanced: bool) -> None:
     if seq_len % chunks:
         what = f"2 x cp = {chunks} chunks (cp_load_balance)" if chunks != cp else f"cp {cp} shares"
         raise _invalid("parallelism.cp", f"seq_len {seq_len} does not split into {what}",
-                       f"cp with seq_len divisible by {'2 x cp' if chunks != cp else 'cp'}")
+                       f"cp with seq_len divisible by {'2 x cp' if chunks != cp else 'cp'}",
+                       reads=("training.seq_len", "parallelism.cp_load_balance"))
+
+
+SEQUENCE_SHARD_READS = ("parallelism.tp", "parallelism.cp", "parallelism.sequence_parallel", "model.moe",
+                        "model.preset")
+"""What the check that seq_len splits into cp x tp token shares reads beside seq_len: an override of any of them
+is named with its refusal at `training.seq_len`."""
 
 
 def _check_sequence_shards(seq_len: int, layout: Layout, sequence_parallel: bool, experts: bool) -> None:
@@ -598,16 +605,17 @@ def _check_sequence_shards(seq_len: int, layout: Layout, sequence_parallel: bool
         who = "sequence parallelism" if sequence_parallel else "the experts' routing"
         raise _invalid("training.seq_len", f"seq_len {seq_len} does not split into cp x tp = {layout.cp} x "
                        f"{layout.tp} = {shards} token shares, which {who} gives each TP rank",
-                       f"a multiple of {shards}")
+                       f"a multiple of {shards}", reads=SEQUENCE_SHARD_READS)
 
 
 def _check_heads(model: ModelSpec, layout: Layout) -> None:
+    """tp must split the attention heads, pair with the KV heads and split the MLP's hidden width."""
     if model.heads % layout.tp:
         raise _invalid("parallelism.tp", f"tp {layout.tp} does not divide {model.heads} attention heads",
-                       "a divisor of the head count")
+                       "a divisor of the head count", reads=("model.heads", "model.preset"))
     if model.kv_heads % layout.tp and layout.tp % model.kv_heads:
         raise _invalid("parallelism.tp", f"tp {layout.tp} and {model.kv_heads} KV heads do not divide "
-                       "each other", "a divisor or multiple of kv_heads")
+                       "each other", "a divisor or multiple of kv_heads", reads=("model.kv_heads", "model.preset"))
     if model.ffn_hidden % layout.tp:
         raise _invalid("parallelism.tp", f"tp {layout.tp} does not divide ffn_hidden {model.ffn_hidden}",
-                       "a divisor of ffn_hidden")
+                       "a divisor of ffn_hidden", reads=("model.ffn_hidden", "model.preset"))
