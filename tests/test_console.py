@@ -1214,6 +1214,22 @@ def test_a_moe_steps_routing_skew_has_its_row():
     assert "routing skew none" in lines
 
 
+def test_a_moe_step_at_ep_1_words_its_skew_as_uneven_expert_gemms():
+    """At ep 1 one rank holds every expert and waits for no hotter rank, so its routing skew (37.1 ms of
+    `mixtral-8x7b-ep8` at `parallelism.ep=1`) is its experts' uneven GEMM sizes, not 'hottest EP rank 1.00x'."""
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    moe = {"ep": 1, "hottest_rank_adds_s": 0.0371, "hottest_rank_load_over_mean": 1.0,
+           "hottest_expert_load_over_mean": 1.5362}
+    console = Console(width=200, record=True)
+    console.print(training_table({"step_time_s": 1.627, "moe": moe}))
+    lines = [" ".join(line.split()) for line in console.export_text().splitlines()]
+    assert ("routing skew 37.1 ms (2.3%; uneven expert GEMMs, no EP group: hottest expert 1.54x the mean load)"
+            in lines)
+
+
 def test_a_parameter_server_runs_worker_wait_has_its_row():
     """The bundled parameter-server run's workers idle 229.3 ms of its 3.52 s with no transfer of their own
     (`worker_wait`, 6.5%), which the console prints beside the exposed DP communication; a step without

@@ -47,6 +47,17 @@ def test_uniform_all_to_all_moves_2_k_n_d_elements_per_moe_layer_in_the_forward(
     assert float(flows["bytes"].sum()) == pytest.approx((EP - 1) / EP * 2 * k * TOKENS * hidden * 2, rel=1e-12)
 
 
+def test_ep_1_reports_no_all_to_all_bytes(run_yaml):
+    """At ep 1 a rank routes its tokens to its own experts and no all-to-all runs, so the summary's bytes per
+    layer are 0, not the 2 k n d of self-traffic the convention of ep > 1 counts on the diagonal, which read as
+    network bytes; ep 8 keeps that convention (the same step's 2 k n d)."""
+    hidden, k = get_model("mixtral-8x7b").hidden, 2
+    one = run_yaml(SCENARIO, "parallelism.ep=1").summary
+    assert one["moe"]["all_to_all_bytes_per_layer"] == 0.0 == one["traffic_bytes_per_gpu"]["ep"]
+    assert run_yaml(SCENARIO).summary["moe"]["all_to_all_bytes_per_layer"] == pytest.approx(
+        2 * k * TOKENS * hidden * 2, rel=1e-12)
+
+
 def test_expert_gemms_are_sized_by_the_tokens_each_expert_receives(run_yaml):
     """Every rank runs the hottest EP rank's expert GEMMs (its step waits for that rank at the combine); its
     expert op records the FLOPs of the group's mean rank (EP 8 holds one expert a rank), what a GPU executes on

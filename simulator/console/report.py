@@ -389,10 +389,14 @@ def _exposed_text(kind: str, exposed_s: float, comm_s: float, step_s: float) -> 
 def _routing_skew_text(moe: dict, step_s: float) -> str:
     """What a MoE step's routing skew adds to it, the expert compute every rank waits for on the hottest EP
     rank beyond the mean load: '383.4 ms (21.2%; hottest EP rank 1.54x the mean load)', 'none' where the load is
-    even."""
+    even; at ep 1, where one rank holds every expert and waits for no other, the uneven GEMM sizes of its
+    experts."""
     added_s = moe["hottest_rank_adds_s"]
     if added_s <= 0:
         return "none"
+    if moe.get("ep") == 1:
+        return (f"{format_seconds(added_s)} ({_share(added_s / step_s)}; uneven expert GEMMs, no EP group: "
+                f"hottest expert {moe['hottest_expert_load_over_mean']:.2f}x the mean load)")
     return (f"{format_seconds(added_s)} ({_share(added_s / step_s)}; hottest EP rank "
             f"{moe['hottest_rank_load_over_mean']:.2f}x the mean load)")
 

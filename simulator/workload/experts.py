@@ -232,7 +232,8 @@ def mean_load_share(sample: RoutingSample, ep: int) -> float:
 def moe_report(model: ModelSpec, shard: ShardShape, cost: CostContext, sample: RoutingSample, ep: int,
                layer: MoELayer, moe_layers_per_rank: int, microbatches: int, recompute: Recompute) -> dict:
     """The summary's `moe` entry: routing outcome and what the hottest EP rank costs, its recomputed forward
-    (``recompute`` full) included."""
+    (``recompute`` full) included. At ep 1 no all-to-all runs (a rank routes its tokens to its own experts), so
+    its bytes are 0, not the self-traffic the convention of ep > 1 counts on the diagonal."""
     moe = _moe_of(model)
     per_rank = moe.experts // ep
     loads = sample.expert_load()
@@ -250,7 +251,7 @@ def moe_report(model: ModelSpec, shard: ShardShape, cost: CostContext, sample: R
         "hottest_expert_load_over_mean": float(loads.max() / loads.mean()) if loads.mean() else 0.0,
         "hottest_ep_rank": sample.hottest_rank(ep),
         "hottest_rank_load_over_mean": float(rank_loads.max() / rank_loads.mean()) if rank_loads.mean() else 0.0,
-        "all_to_all_bytes_per_layer": 2.0 * work.dispatch_bytes,
+        "all_to_all_bytes_per_layer": 2.0 * work.dispatch_bytes if ep > 1 else 0.0,
         "expert_s_per_layer": hot_s,
         "expert_s_per_layer_at_mean_load": mean_s,
         "hottest_rank_adds_s": (hot_s - mean_s) * moe_layers_per_rank * microbatches,
