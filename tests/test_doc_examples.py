@@ -446,6 +446,10 @@ SERVER_STRAGGLER = "faults.step.stragglers=[{gpus: [24], slowdown: 3.0}]"
 CP_ACROSS_HOSTS = ("cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "training.seq_len=32768",
                    "training.global_batch=1", "training.recompute=full", "parallelism.dp=1")
 """docs/training-step.md's ring attention across 2 DGX H100 (the DP 8 scenario's ZeRO-1 kept), CP to be set."""
+NIC_800G = "cluster.nic_bandwidth=800Gb/s"
+"""docs/network.md's NIC what-if: twice the DGX H100's 400 Gb/s NICs."""
+WORKER_STRAGGLER = "faults.step.stragglers=[{gpus: [5], slowdown: 3.0}]"
+"""The bundled parameter-server scenario's straggler worker 5 at 3x, not 1.5x."""
 PS_EVEN = ("faults.step.stragglers=[]", "ps.iteration_slowdown=null")
 """The bundled parameter-server scenario with every worker computing alike."""
 SCENARIO_QUOTES = [
@@ -463,6 +467,13 @@ SCENARIO_QUOTES = [
      "`mixtral-8x7b-ep8`'s zipf routing adds {ms_routing_skew:.1f} ms ({s[bottleneck][loss_shares][moe_imbalance]:.1%})"
      " to its {s[step_time_s]:.3f} s step, more than its exposed EP communication "
      "({s[bottleneck][loss_shares][exposed_ep_comm]:.1%}), so its verdict reads `{s[bottleneck][verdict]}`"),
+    ("docs/training-step.md", ("mixtral-8x7b-ep8", ("parallelism.ep=1",)),
+     "hottest expert {s[moe][hottest_expert_load_over_mean]:.2f}x the mean load` (`mixtral-8x7b-ep8` at "
+     "`parallelism.ep=1`: {ms_routing_skew:.1f} ms)"),
+    ("docs/network.md", ("mixtral-8x7b-ep8", ()), "(`mixtral-8x7b-ep8`: exposed EP {ms_exposed_ep:.1f} ms to"),
+    ("docs/network.md", ("mixtral-8x7b-ep8", (NIC_800G,)), "ms to {ms_exposed_ep:.1f} ms) until"),
+    ("docs/network.md", ("mixtral-8x7b-ep8", (NIC_800G, "cluster.nic_pcie_bandwidth=128GB/s")),
+     "(`128GB/s`: {ms_exposed_ep:.1f} ms)"),
     ("docs/training-step.md", ("mixtral-8x7b-ep8", ("training.recompute=full",)),
      "the skew adds {ms_routing_skew:.1f} ms ({s[bottleneck][loss_shares][moe_imbalance]:.1%} of a "
      "{s[step_time_s]:.3f} s step"),
@@ -475,6 +486,11 @@ SCENARIO_QUOTES = [
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ()),
      "(sync: {ms_exchange:.0f} ms of exchange per iteration against a {ms_allreduce:.0f} ms all-reduce on an idle "
      "cluster; `busiest_link_bytes` {gib_busiest:.1f} GiB against {gib_allreduce_busiest:.1f} GiB)"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ()),
+     "exposed DP {s[exposed_comm_s][dp]:.3f} s ({s[bottleneck][loss_shares][exposed_dp_comm]:.1%} of the run) and "
+     "worker wait {ms_worker_wait:.1f} ms ({s[bottleneck][loss_shares][worker_wait]:.1%}), 6 x {ms_exchange:.1f} ms"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (WORKER_STRAGGLER,)),
+     "wait grows to {s[bottleneck][loss_shares][worker_wait]:.1%}"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "network.model=analytic")),
      "ps.iteration_slowdown=null`: exchange {ms_exchange:.1f} ms analytic,"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", PS_EVEN),
@@ -558,6 +574,9 @@ def quoted_figures(result: Result) -> dict:
                      "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
                      "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3,
                      "ms_exposed_cp": summary["exposed_comm_s"].get("cp", 0.0) * 1e3,
+                     "ms_exposed_ep": summary["exposed_comm_s"].get("ep", 0.0) * 1e3,
+                     "ms_worker_wait": summary["bottleneck"]["loss_shares"].get("worker_wait", 0.0)
+                     * summary["step_time_s"] * 1e3,
                      "ms_step": summary["step_time_s"] * 1e3, "m_tokens_per_s": summary["tokens_per_s"] / 1e6,
                      "ms_routing_skew": summary.get("moe", {}).get("hottest_rank_adds_s", 0) * 1e3,
                      "gib_model_state": sum(summary.get("memory_breakdown_gib", {}).get(part, 0.0)
