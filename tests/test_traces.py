@@ -2373,11 +2373,15 @@ def test_one_node_of_a_larger_job_is_not_taken_for_a_set_missing_files(tmp_path)
         "traced process groups or transfers reach ranks 2-3, taken as ready"]
 
 
-def test_one_file_of_a_job_does_not_warn_of_the_ranks_its_groups_reach(tmp_path):
-    """Rank 0's file alone (one rank profiled) is a trace of part of the job, not a set missing a file."""
+def test_one_file_of_a_job_warns_once_that_the_ranks_its_groups_reach_are_taken_as_ready(tmp_path):
+    """Rank 0's file alone (one rank profiled) is a trace of part of the job or a set missing a file, so it
+    guesses neither, but says once that the rank its group [0, 2] reaches has no trace and is taken as ready (a
+    forgotten file replayed silently, as if its rank were ready)."""
     dp_partner_traces(tmp_path, (0,))
     _, result = run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/rank*.json'}}\n", tmp_path)
-    assert not [line for line in result.summary["warnings"] if "no trace" in line]
+    assert [line for line in result.summary["warnings"] if "no trace" in line] == [
+        f"{tmp_path / 'rank0.json'}: rank 2 of the traced job's 4 has no trace, beside traced rank 0: the traced "
+        "process groups or transfers reach rank 2, taken as ready"]
 
 
 def test_a_missing_rank_that_transfers_reach_is_named_in_one_line(tmp_path):

@@ -225,15 +225,15 @@ def _renumbered_files(traced: list[TracedRank]) -> tuple[str, ...]:
 def _missing_ranks(traced: list[TracedRank], members: dict[str, tuple[int, ...]],
                    world: int) -> tuple[tuple[str, ...], frozenset[int]]:
     """The lines where ranks of the job have no trace, and those ranks: one for the ranks between traced ones
-    (files 0, 1 and 3 of a 4-rank job), which seem to be files missing from the set, and, where more than one
-    file is traced, one for the others that a traced process group of two or more reaches (files 0-1 of a 4-rank
-    job whose groups [0, 2] and [1, 3] reach 2 and 3: the profile of one node of a larger job as often as a
-    set missing its last files, so it guesses neither; a trace of part of a job is one rank or a run of them).
+    (files 0, 1 and 3 of a 4-rank job), which seem to be files missing from the set, and one for the others that
+    a traced process group of two or more reaches (files 0-1 of a 4-rank job whose groups [0, 2] and [1, 3]
+    reach 2 and 3, or rank 0's file alone of a 2-rank job: the profile of part of a larger job as often as a set
+    missing its last files, so it guesses neither; a trace of part of a job is one rank or a run of them).
     Each line names those of its ranks that the traced process groups and transfers reach: the replay takes
-    them as ready."""
+    them as ready, which a user who forgot a file hears."""
     ranks = sorted(rank.rank for rank in traced)
     grouped = {member for group in members.values() if len(group) > 1 for member in group}
-    edges = sorted(rank for rank in grouped if rank < ranks[0] or rank > ranks[-1]) if len(ranks) > 1 else []
+    edges = sorted(rank for rank in grouped if rank < ranks[0] or rank > ranks[-1])
     holes = sorted(set(range(ranks[0], ranks[-1] + 1)) - set(ranks))
     reached = {member for group in members.values() for member in group}
     reached |= {op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")}
@@ -242,8 +242,9 @@ def _missing_ranks(traced: list[TracedRank], members: dict[str, tuple[int, ...]]
         named = [rank for rank in untraced if rank in reached]
         reach = (f"the traced process groups or transfers reach rank{'s' if len(named) > 1 else ''} "
                  f"{_spans(named)}, taken as ready" if named else "no traced process group or transfer reaches them")
+        traced_ranks = f"traced rank{'s' if len(ranks) > 1 else ''} {_spans(ranks)}"
         return (f"{traced[0].file}: rank{'s' if len(untraced) > 1 else ''} {_spans(untraced)} of the traced job's "
-                f"{world} {'have' if len(untraced) > 1 else 'has'} no trace, {where} traced ranks {_spans(ranks)}"
+                f"{world} {'have' if len(untraced) > 1 else 'has'} no trace, {where} {traced_ranks}"
                 f"{' (a file missing from workload.trace?)' if where == 'between' else ''}: {reach}")
 
     lines = (*((line(holes, "between"),) if holes else ()), *((line(edges, "beside"),) if edges else ()))
