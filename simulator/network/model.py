@@ -48,7 +48,7 @@ CACHED_GROUPS = 4096
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 _number_of, _weight_of, _path_of = attrgetter("number"), attrgetter("weight"), attrgetter("path")
-_seq_of = attrgetter("seq")
+_seq_of, _rate_of, _joined_of = attrgetter("seq"), attrgetter("rate"), attrgetter("joined")
 
 
 class Transfers:
@@ -604,8 +604,10 @@ class Network:
     def _resolve(self, found: _Found) -> None:
         """New max-min rates for the ``found`` component. Every flow moves at its group's rate: only the flows
         whose group changed rate or which just joined can differ from their cohort's (all others agree with it
-        since the last solve), so only they are checked; those that differ leave their cohort, one new cohort
-        per rate (the whole cohort is repriced when all of it moves to one rate), brought up to date now.
+        since the last solve), so only they are checked, the groups that changed rate or hold such flows being
+        picked out by comparing the whole component's rates at once (an all-to-all's end leaves most of its
+        thousands of groups as they were); those that differ leave their cohort, one new cohort per rate (the
+        whole cohort is repriced when all of it moves to one rate), brought up to date now.
 
         The rates depend only on the groups' paths and sizes (the solve sums whole flow counts and takes
         minima, so the order of the groups does not move a bit): a component seen before (the same ident) with
@@ -619,22 +621,25 @@ class Network:
         group_rates = self._solved.get((ident, sizes)) if ident is not None else None
         if group_rates is None:
             self.max_min_solves += 1
-            group_rates = array("d", grouped_max_min_rates([group.path for group in component],
-                                                           np.array(sizes, dtype=float), self.capacity).tobytes())
+            group_rates = array("d", grouped_max_min_rates(list(map(_path_of, component)),
+                                                           np.fromiter(sizes, dtype=float, count=len(sizes)),
+                                                           self.capacity).tobytes())
             if ident is not None:
                 if self._solved_entries + len(component) > SOLVED_ENTRIES:
                     self._forget_solves()
                 self._solved[ident, sizes] = group_rates
                 self._solved_entries += len(component)
+        groups = len(component)
+        moved = np.fromiter(map(_rate_of, component), dtype=float, count=groups) != np.frombuffer(group_rates)
+        moved |= np.fromiter(map(bool, map(_joined_of, component)), dtype=bool, count=groups)
         changed: list[Iterable[_Flow]] = []
-        for group, rate in zip(component, group_rates):
+        for position in np.flatnonzero(moved).tolist():
+            group, rate = component[position], group_rates[position]
             if rate != group.rate:
                 group.rate = rate
                 changed.append(group.flows)
-            elif group.joined:
-                changed.append(group.joined)
             else:
-                continue
+                changed.append(group.joined)
             group.joined = []
         leaving: dict[_Cohort, dict[float, list[_Flow]]] = {}
         for flow in chain.from_iterable(changed):
