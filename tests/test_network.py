@@ -1094,6 +1094,21 @@ def test_groups_of_weight_zero_are_left_out_of_a_solve():
     assert solved[kept].tolist() == grouped_max_min_rates([paths[g] for g in kept], weight[kept], capacity).tolist()
 
 
+@pytest.mark.parametrize("links", [40, 200_000])
+def test_incidence_numbers_and_sorts_links_as_unique_and_a_stable_sort_do(links):
+    # The index numbers the crossed links by marking them and sorts entries by a 16-bit radix sort where the
+    # compact ids fit (a 64-bit sort where they do not: ~44,000 crossed links); both must give np.unique's ids
+    # and the one stable order.
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 6, size=20_000)
+    entry_link = rng.integers(0, links, size=int(lengths.sum()))
+    incidence = Incidence.of(lengths, entry_link)
+    ids, compact = np.unique(entry_link, return_inverse=True)
+    assert incidence.links.tolist() == ids.tolist()
+    assert incidence.entry_link.tolist() == compact.reshape(-1).tolist()
+    assert incidence.by_link.tolist() == np.argsort(compact.reshape(-1), kind="mergesort").tolist()
+
+
 def random_tree_topology(rng: np.random.Generator, nodes: int) -> Topology:
     """``nodes`` GPUs, each linked to a random earlier one (1-20 GB/s) and a few extra links (a graph with
     cycles whose routes share links unevenly)."""
