@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.config.yaml_source import FieldPath
     from simulator.reliability.study import IntervalGrid
+    from simulator.scale import CollectiveCost
     from simulator.topology.graph import Topology
 
 EXIT_INPUT = 2
@@ -334,12 +335,12 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         _refuse_large_collective(args, cluster, topology_gpus(cluster))
         topology = build_source(cluster)
         sets.warn_kept_node(topology, "trainsim collective")
-        seconds, events = _refuse_large_collective(args, cluster, topology.num_gpus,
-                                                   _planned_flows(args, topology, sizes))
-        if seconds >= SLOW_SIZE_S:
-            _stderr_line(f"trainsim collective: about {clock(seconds)} a size, {len(sizes)} size"
+        cost = _refuse_large_collective(args, cluster, topology.num_gpus, _planned_flows(args, topology, sizes))
+        if cost is not None and cost.seconds >= SLOW_SIZE_S:
+            events = cost.estimate.events
+            _stderr_line(f"trainsim collective: about {clock(cost.seconds)} of CPU a size, {len(sizes)} size"
                          f"{'s' if len(sizes) > 1 else ''} (~{events:,} ops + flows, "
-                         f"~{round(events / seconds * 60):,} a minute)")
+                         f"~{round(events / cost.seconds * 60):,} a CPU minute)")
         with RunProgress(enabled=True, unit="sizes", description=f"timing {args.op}") as progress:
             rows = collective_sweep(topology, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
                                     ranks=args.ranks, sizes=sizes, efficiency=args.efficiency, mode=args.network,
@@ -396,32 +397,31 @@ def _published_workers(args: argparse.Namespace) -> int:
 COLLECTIVE_REMEDIES = "fewer ranks (--ranks N, or a smaller cluster: {sizes}) or another --op"
 """What `trainsim collective` offers where a size is too large, refused or out of memory; ``sizes``: the
 cluster's size parameters (`--set nodes=N`), or `--set` where they are not known."""
-SLOW_SIZE_S = 5.0
-"""From this many seconds a size on (estimated by `scale.collective_seconds`), `trainsim collective` says how long
-each will take before it starts (1,024 ranks' all-to-all of 1 MiB, ~1 M flows, took 23 s of CPU and printed
-nothing)."""
+SLOW_SIZE_S = 2.0
+"""From this many CPU seconds a size on (`scale.collective_cost`), `trainsim collective` says how long each will
+take before it starts: on a core of its own a size takes about its CPU time, on a loaded machine several times it
+(1,024 ranks' all-to-all of 1 MiB, ~1 M flows, took 23 s of CPU and printed nothing)."""
 
 
 def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int | None,
-                             planned: tuple[int, AlgorithmName] | None = None) -> tuple[float, int]:
+                             planned: tuple[int, AlgorithmName] | None = None) -> CollectiveCost | None:
     """Refuse, before it runs, `trainsim collective`'s op over more ops and flows or memory a size than the scale
-    limits allow a run (scale.py `collective_estimate`), unless --force; else return the seconds its slowest size
-    is expected to take (`scale.collective_seconds`) and its ops and flows. ``planned``: the most flows a size's
-    plan posts and the algorithm it runs (`_planned_flows`); without them (None) the rings a `workload:` item of
-    the op counts (an all-to-all's or a send_recv's direct transfers), fewer than a tree posts, so that from the
-    GPU count alone (the cluster not yet built) a refusal is already sure. An op or a rank count the sweep refuses
-    is left to it."""
+    limits allow a run (scale.py `collective_cost`), unless --force; else return what its slowest size is expected
+    to cost. ``planned``: the most flows a size's plan posts and the algorithm it runs (`_planned_flows`); without
+    them (None) the rings a `workload:` item of the op counts (an all-to-all's or a send_recv's direct transfers),
+    fewer than a tree posts, so that from the GPU count alone (the cluster not yet built) a refusal is already sure.
+    An op or a rank count the sweep refuses is left to it (None)."""
     from simulator.console.paths import option_error
-    from simulator.scale import collective_estimate, collective_seconds
+    from simulator.scale import collective_cost
     from simulator.topology.size import SIZE_PARAMETERS, host_shape
 
     if gpus is None:
-        return 0.0, 0
+        return None
     ranks = args.ranks or gpus
     if args.op not in PRIMITIVES or not 2 <= ranks <= gpus:
-        return 0.0, 0
-    flows, algorithm = planned or (None, "direct" if args.op in ("all_to_all", "send_recv") else "ring")
-    estimate = collective_estimate(args.op, ranks, gpus, host_shape(spec), flows, args.network)
+        return None
+    cost = collective_cost(args.op, ranks, gpus, host_shape(spec), planned, args.network)
+    estimate = cost.estimate
     if estimate.over_limits() and not args.force:
         hosts = " or ".join(f"--set {name}=N" for name in SIZE_PARAMETERS.get(spec.kind, ()))
         raise option_error("--ranks" if args.ranks else "--topology",
@@ -429,33 +429,22 @@ def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int | None,
                            f"~{estimate.ops:,} ops, ~{estimate.flows:,} flows, "
                            f"~{estimate.memory_bytes / 2**30:,.1f} GiB of memory a size; {estimate.beyond()}",
                            f"{COLLECTIVE_REMEDIES.format(sizes=hosts or '--set')}; or pass --force")
-    return collective_seconds(estimate, algorithm, args.network), estimate.events
+    return cost
 
 
 def _planned_flows(args: argparse.Namespace, topology, sizes: list[float]) -> tuple[int, AlgorithmName] | None:
-    """The most transfers a size of `trainsim collective`'s op posts on the built ``topology``, as the sweep plans
-    it, and the algorithm that plan runs: the algorithm and protocol the tuner picks for the size
-    (`scale.chosen_transfers`: 262,112 for 8,192 GPUs' all-reduce of 1 MiB as a tree, where rings counted 16,384).
-    None for an all-to-all and a send_recv, whose counts need no plan, and where the sweep refuses the op, its
-    choices or its ranks."""
-    from simulator.collectives.chunking import chunk_bytes
-    from simulator.collectives.phases import CollectiveRequest
-    from simulator.network.calibration import resolve_efficiency
-    from simulator.scale import chosen_transfers
+    """`scale.planned_collective` of `trainsim collective`'s op on the built ``topology``: the most transfers a size
+    posts and the algorithm that plan runs; None where it needs no plan, and where the sweep refuses the op, its
+    choices or its ranks (the sweep names what it refuses)."""
+    from simulator.scale import planned_collective
 
     ranks = args.ranks or topology.num_gpus
-    if (args.op not in PRIMITIVES or args.op in ("all_to_all", "send_recv") or not 2 <= ranks <= topology.num_gpus
+    if (args.op not in PRIMITIVES or not 2 <= ranks <= topology.num_gpus
             or args.algorithm not in ALGORITHM_CHOICES or args.protocol not in PROTOCOL_CHOICES):
         return None
-    efficiency = {str(name): share for name, share in
-                  resolve_efficiency(args.efficiency, topology.gpu_model, "--efficiency").items()}
-    chunk = chunk_bytes(args.chunk)
     try:
-        algorithm, transfers = max((chosen_transfers(CollectiveRequest(args.op, tuple(range(ranks)), size,
-                                                                       chunk_bytes=chunk),
-                                                     topology, args.algorithm, args.protocol, efficiency)
-                                    for size in set(sizes)), key=lambda chosen: chosen[1])
-        return transfers, algorithm
+        return planned_collective(args.op, ranks, topology, sizes, args.algorithm, args.protocol, args.efficiency,
+                                  args.chunk)
     except ScenarioError:
         return None
 

@@ -75,9 +75,10 @@ MAX_EVENTS = 20_000_000
 """Refuse runs estimated to simulate more ops plus flows than this (about ten minutes of simulation; the
 8,192-GPU Llama 3 405B run has ~0.4 M)."""
 EVENTS_PER_MINUTE = MAX_EVENTS // 10
-"""Ops plus flows a run simulates in about a minute, as MAX_EVENTS assumes: from this many on, `validate` says how
-long a step that runs unfolded will take (the DeepSeek-V3-style step at ep 16, ~1.0 M ops and ~12 M flows
-unfolded, ran about 4 minutes on the shared 2-core machine)."""
+"""Ops plus flows a run simulates in about a minute, as MAX_EVENTS assumes: a conservative round figure (MAX_EVENTS
+// 10, 30 us an event), not a measured rate. From this many on, `validate` says how long a step that runs unfolded
+will take (the DeepSeek-V3-style step at ep 16, ~1.0 M ops and ~12 M flows unfolded, ran about 4 minutes on the
+shared 2-core machine, ~18 us an event of wall time)."""
 
 PS_EVENTS_PER_MINUTE = EVENTS_PER_MINUTE // 8
 """`EVENTS_PER_MINUTE` for a parameter-server run, whose pushes all share the server GPUs' NICs, so that each
@@ -110,19 +111,19 @@ analytic model holds about twice the flow model's, measured 2026-12-06 (shared 2
 peak RSS of `trainsim collective --topology dgx-h100-cluster --op all_to_all --sizes 1MiB --network analytic`
 over 512 and 1,024 GPUs (261,632 and 1,047,552 flows: 452 and 1,596 MB, 1,455 B a flow between them; under
 flow, 269 MB at 512 GPUs)."""
-COLLECTIVE_EVENT_S: dict[NetworkMode, float] = {"flow": 8e-6, "analytic": 18e-6}
-"""Seconds `trainsim collective` spends on each op and transfer of a size under each network model
-(`collective_seconds`), on the shared 2-core machine as `EVENTS_PER_MINUTE` is measured (30 us an event of a training
-run): a collective alone is planned once and its phases run back to back on an idle network, under flow those of 512
-transfers or more in the array form (network/isolated.py), with no engine ops between them. Measured by
-benchmarks/collective_cost.py (docs/performance.md; 2026-12-06, load 8, wall time 3 to 4 times the CPU time): trees
-over 64 and 128 DGX H100 hosts took 5.4 to 7.1 us an op or transfer under flow, 11 to 13 us under analytic, where
-all-to-alls took 26 to 29 us; rings and NVLS over 512 hosts, sizes under a second, 10 to 19 us under flow."""
-DIRECT_EVENT_S = 60e-6
-"""`COLLECTIVE_EVENT_S` of a direct plan under flow (an all-to-all's): it posts every member's transfer to every other
-in one phase, whose flows across leaves share links with all the others and finish at tens of instants (71 over 32
-DGX H100 hosts, 77 over 64), at each of which the rates of the whole phase are solved again: 51 and 58 us an op or
-transfer over 32 and 64 hosts (same measurement; within a leaf, 16 hosts, 4 instants and 13 us)."""
+COLLECTIVE_EVENT_S: dict[NetworkMode, float] = {"flow": 3e-6, "analytic": 4e-6}
+"""CPU seconds `trainsim collective` spends on each op and transfer of a size under each network model
+(`collective_seconds`): a collective alone is planned once and its phases run back to back on an idle network, under
+flow those of 512 transfers or more in the array form (network/isolated.py). Measured by
+benchmarks/collective_cost.py (docs/performance.md, which has the figures): trees, rings, NVLS and hierarchical plans
+over 16 to 512 DGX H100 hosts, trees, the largest, 2 to 5 us. CPU time, not wall time: it does not grow with the
+machine's load, where the wall time on a loaded shared machine is several times it and varies more between runs."""
+DIRECT_EVENT_S: dict[NetworkMode, float] = {"flow": 20e-6, "analytic": 10e-6}
+"""`COLLECTIVE_EVENT_S` of a direct plan (an all-to-all's): it posts every member's transfer to every other in one
+phase, whose flows across leaves share links with all the others and finish at tens of instants (71 over 32 DGX
+H100 hosts, 77 over 64), at each of which the flow model solves the rates of the whole phase again: 14 to 23 us an
+op or transfer across leaves under flow, 7 to 10 us under analytic (same measurement; within a leaf, 16 hosts, 4
+instants and about a tree's cost under flow)."""
 TRACE_BYTES_PER_ROW = 600
 """A row of trace.json while it is written (`run.timeline: full` writes every op and flow)."""
 MIRROR_ENTRY_BYTES = 8
@@ -950,12 +951,52 @@ def collective_estimate(op: Primitive, ranks: int, gpus: int, hosts: HostShape |
 
 
 def collective_seconds(estimate: ScaleEstimate, algorithm: AlgorithmName, mode: NetworkMode) -> float:
-    """About how many seconds `trainsim collective` takes on a size of ``estimate`` (`collective_estimate`) whose plan
-    runs as ``algorithm`` under the network ``mode``: its ops and transfers at `COLLECTIVE_EVENT_S`, a direct plan's
-    under flow at `DIRECT_EVENT_S`. A training run's rate (`EVENTS_PER_MINUTE`) would make 64 hosts' tree all-reduce of
-    64 MiB 6.9 s; it takes 1.3 s."""
-    rate = DIRECT_EVENT_S if algorithm == "direct" and mode == "flow" else COLLECTIVE_EVENT_S[mode]
-    return estimate.events * rate
+    """About how many CPU seconds `trainsim collective` takes on a size of ``estimate`` (`collective_estimate`) whose
+    plan runs as ``algorithm`` under the network ``mode``: its ops and transfers at `COLLECTIVE_EVENT_S`, a direct
+    plan's at `DIRECT_EVENT_S`."""
+    return estimate.events * (DIRECT_EVENT_S if algorithm == "direct" else COLLECTIVE_EVENT_S)[mode]
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """What `trainsim collective` expects a size to take: its `collective_estimate`, the algorithm its plan runs and
+    the CPU seconds it takes (`collective_seconds`)."""
+
+    estimate: ScaleEstimate
+    algorithm: AlgorithmName
+    seconds: float
+
+
+def planned_collective(op: Primitive, ranks: int, topology: Topology, sizes: Iterable[float],
+                       algorithm: AlgorithmChoice, protocol: ProtocolChoice, efficiency: str,
+                       chunk: object) -> tuple[int, AlgorithmName] | None:
+    """The most transfers a size of ``op`` over GPUs 0 .. ``ranks`` - 1 of the built ``topology`` posts, as
+    `trainsim collective`'s sweep plans it, and the algorithm that plan runs: the algorithm and protocol the tuner
+    picks for the size under the ``efficiency`` profile and the ``chunk`` given (`chosen_transfers`: 262,112 for
+    8,192 GPUs' all-reduce of 1 MiB as a tree, where rings counted 16,384). None for an all-to-all and a send_recv,
+    whose direct transfers `collective_estimate` counts without a plan; a refused choice raises ScenarioError."""
+    from simulator.collectives.chunking import chunk_bytes
+    from simulator.collectives.phases import CollectiveRequest
+    from simulator.network.calibration import resolve_efficiency
+
+    if op in ("all_to_all", "send_recv"):
+        return None
+    shares = {str(name): share for name, share in resolve_efficiency(efficiency, topology.gpu_model).items()}
+    chunking = chunk_bytes(chunk)
+    plans = (chosen_transfers(CollectiveRequest(op, tuple(range(ranks)), size, chunk_bytes=chunking), topology,
+                              algorithm, protocol, shares) for size in set(sizes))
+    chosen, transfers = max(plans, key=lambda plan: plan[1])
+    return transfers, chosen
+
+
+def collective_cost(op: Primitive, ranks: int, gpus: int, hosts: HostShape | None,
+                    planned: tuple[int, AlgorithmName] | None, mode: NetworkMode) -> CollectiveCost:
+    """The cost of `trainsim collective`'s slowest size of ``op`` over ``ranks`` of ``gpus`` GPUs under ``mode``:
+    with ``planned`` (`planned_collective`) its plan's transfers and algorithm; without, the flows a `workload:` item
+    of the op counts (`collective_estimate`), direct transfers for an all-to-all or a send_recv, else rings."""
+    flows, algorithm = planned or (None, "direct" if op in ("all_to_all", "send_recv") else "ring")
+    estimate = collective_estimate(op, ranks, gpus, hosts, flows, mode)
+    return CollectiveCost(estimate, algorithm, collective_seconds(estimate, algorithm, mode))
 
 
 def _plannable(members: tuple[int, ...], topology: Topology) -> bool:

@@ -913,22 +913,26 @@ def test_the_collective_command_counts_a_flow_of_the_analytic_model_at_its_own_m
     assert main([*args, "--network", "flow"]) == 0
 
 
-def test_the_collective_command_says_how_long_a_slow_size_will_take(monkeypatch, capsys):
-    """Where a size is estimated at several seconds or more, the time a size takes is said before it starts: 16
-    GPUs' all-to-all, 256 ops + flows, at 256 a minute (a direct plan's rate under flow, scale.DIRECT_EVENT_S)."""
-    monkeypatch.setattr("simulator.scale.DIRECT_EVENT_S", 60 / 256)
-    assert main(["collective", "--topology", "dgx-h100-cluster", "--op", "all_to_all", "--sizes", "1MiB,2MiB"]) == 0
+@pytest.mark.parametrize("network", ["flow", "analytic"])
+def test_the_collective_command_says_how_long_a_slow_size_will_take(monkeypatch, capsys, network):
+    """Where a size is estimated at several seconds or more, the CPU time a size takes is said before it starts: 16
+    GPUs' all-to-all, 256 ops + flows, at 256 a minute, a direct plan's rate under the network model
+    (scale.DIRECT_EVENT_S; the other model's and a tree's rates at zero would say nothing)."""
+    other = "analytic" if network == "flow" else "flow"
+    monkeypatch.setattr("simulator.scale.DIRECT_EVENT_S", {network: 60 / 256, other: 0.0})
+    monkeypatch.setattr("simulator.scale.COLLECTIVE_EVENT_S", {network: 0.0, other: 0.0})
+    assert main(["collective", "--topology", "dgx-h100-cluster", "--op", "all_to_all", "--sizes", "1MiB,2MiB",
+                 "--network", network]) == 0
     assert capsys.readouterr().err == (
-        "trainsim collective: about 0:01:00 a size, 2 sizes (~256 ops + flows, ~256 a minute)\n")
+        "trainsim collective: about 0:01:00 of CPU a size, 2 sizes (~256 ops + flows, ~256 a CPU minute)\n")
 
 
 @pytest.mark.parametrize("network", ["flow", "analytic"])
 def test_the_collective_command_times_a_tree_by_the_transfers_its_plan_posts(monkeypatch, capsys, network):
     """The time said before a tree all-reduce runs counts the transfers of the plan the sweep runs (16 H100s' tree of
     1 MiB under LL128, auto's protocol for it: 1,920 transfers, counted here from its phases, and 16 ops) at a
-    collective's own rate under the network model (scale.COLLECTIVE_EVENT_S), not a training run's, at which 64
-    hosts' tree of 64 MiB would be 6.9 s against the 1.3 s it takes; an all-to-all's direct plan under flow has a
-    rate of its own (scale.DIRECT_EVENT_S), untouched here."""
+    collective's own rate under the network model (scale.COLLECTIVE_EVENT_S), not a training run's; a direct plan (an
+    all-to-all's) has a rate of its own (scale.DIRECT_EVENT_S), untouched here."""
     from simulator.collectives.chunking import chunk_bytes
     from simulator.collectives.phases import CollectiveRequest
     from simulator.collectives.registry import plan_collective
@@ -942,7 +946,8 @@ def test_the_collective_command_times_a_tree_by_the_transfers_its_plan_posts(mon
     assert main(["collective", "--topology", "dgx-h100-cluster", "--algorithm", "tree", "--protocol", "ll128",
                  "--sizes", "1MiB", "--network", network]) == 0
     assert capsys.readouterr().err == (
-        f"trainsim collective: about 0:01:00 a size, 1 size (~{events:,} ops + flows, ~{events:,} a minute)\n")
+        f"trainsim collective: about 0:01:00 of CPU a size, 1 size (~{events:,} ops + flows, ~{events:,} a CPU "
+        "minute)\n")
 
 
 def test_the_collective_command_out_of_memory_names_its_own_remedies(monkeypatch, capsys):
