@@ -167,13 +167,16 @@ class JobPlan:
         """Failures per second the job meets of each unit of class ``index`` over the horizon, where they are not
         all `failure_rate_s`: those of a `replace` class with no spare at hand (not a rack's). Such a unit fails
         only while its hosts are in use, and with no spare they are out while any failure that took them is in
-        repair, whichever unit or class it was: the unit is up 1 / (1 + rho) of the time, rho the sum of rate x
-        mean repair over the `replace` units whose hosts hold its own (`repair_loads`: its own, its host's
-        other GPUs, the host, its NIC, ...), and fails at its rate then (one DGX H100 host, GPU MTBF 100 h,
-        12 h repairs, 30 d, 200 replications: 8 x 720 h / 100 h / 1.96 = 29.39, 29.79 simulated, 95% 29.25 to
-        30.33; a unit's own repair alone said 8 x 720 h / 112 h = 51.43). Exact, in the long run, for a job on
-        one host; on more the job waits for every host, a host back from repair waits idle too, and the count is
-        an upper bound. None for every other class."""
+        repair: the unit is up 1 / (1 + rho) of the time, rho the sum of rate x mean repair over the `replace`
+        units (not racks) whose hosts hold its own (`repair_loads`: its own, its host's other GPUs, the host, its
+        NIC, ...), and fails at its rate then (one DGX H100 host, GPU MTBF 100 h, 12 h repairs, 30 d, 200
+        replications: 8 x 720 h / 100 h / 1.96 = 29.39, 29.79 simulated, 95% 29.25 to 30.33; a unit's own
+        repair alone said 8 x 720 h / 112 h = 51.43). rho leaves out the repairs of cutting `degrade` units and
+        of racks, which keep the host out too: with those the count is higher than the job meets. Exact, in the
+        long run, for a job on one host; on more the job waits for every host, a host back from repair waits
+        idle too, and the count is a long-run upper bound. Over a horizon of a few MTBF + repair the job
+        meets more, its hosts starting up (`expected_in_horizon` in docs/reliability.md). None for every other
+        class."""
         klass = self.classes[index]
         if klass.effect is not Effect.REPLACE or klass.unit in RACK_UNITS or self.spare_at_hand(klass):
             return None
