@@ -22,7 +22,7 @@ def test_pipeline_bubble_is_the_largest_loss_with_its_closed_form_share(schedule
     assert verdict["constraint"] == "compute"
     assert verdict["largest_loss"]["name"] == "pipeline_bubble"
     assert verdict["largest_loss"]["share_of_step"] == pytest.approx(3 / 11, rel=1e-12)
-    assert verdict["verdict"] == "compute-bound; largest loss: pipeline bubble, 27.3% of the step"
+    assert verdict["verdict"] == "compute-bound; largest single loss: pipeline bubble, 27.3% of the step"
 
 
 def test_exposed_dp_communication_is_named_by_kind():
@@ -68,7 +68,7 @@ def test_idle_without_a_pipeline_is_named_compute_idle(tmp_path):
     assert verdict["largest_loss"]["name"] == "pipeline_bubble"
     share = verdict["largest_loss"]["share_of_step"]
     assert share > 0.1
-    assert verdict["verdict"] == f"compute-bound; largest loss: compute idle, {100 * share:.1f}% of the step"
+    assert verdict["verdict"] == f"compute-bound; largest single loss: compute idle, {100 * share:.1f}% of the step"
 
 
 def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():
@@ -80,7 +80,10 @@ def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():
     assert evidence["exposed_comm_share"] < WAIT_BOUND_SHARE < evidence["wait_share"]
     assert evidence["exposed_comm_share"] > evidence["wait_share"] - evidence["exposed_comm_share"]
     assert verdict["constraint"] == "communication"
-    assert verdict["verdict"].startswith("communication-bound; largest loss: exposed TP communication")
+    wait, exposed = evidence["wait_share"], evidence["exposed_comm_share"]
+    assert verdict["verdict"].startswith(
+        f"communication-bound (waits {wait:.1%} of the step: exposed communication {exposed:.1%} > other idle "
+        f"{wait - exposed:.1%}); largest single loss: exposed TP communication")
 
 
 def test_a_step_idle_in_its_bubble_beyond_the_share_is_bubble_bound():
@@ -92,7 +95,8 @@ def test_a_step_idle_in_its_bubble_beyond_the_share_is_bubble_bound():
     assert verdict["evidence"]["wait_share"] == pytest.approx(3 / 7, rel=1e-9)
     assert verdict["evidence"]["bubble_share"] == pytest.approx(3 / 7, rel=1e-9)
     assert verdict["constraint"] == "bubble"
-    assert verdict["verdict"] == "bubble-bound; largest loss: pipeline bubble, 42.9% of the step"
+    assert verdict["verdict"] == ("bubble-bound (waits 42.9% of the step: other idle 42.9% > exposed communication 0.0%); "
+                                  "largest single loss: pipeline bubble, 42.9% of the step")
 
 
 def _compute_stream_idle_share(result) -> float:
@@ -113,8 +117,10 @@ def _compute_stream_idle_share(result) -> float:
 
 
 @pytest.mark.parametrize(("seq_len", "verdict"), [
-    (256, "communication-bound; largest loss: exposed DP communication, 52.4% of the step"),
-    (512, "communication-bound; largest loss: exposed DP communication, 33.0% of the step")])
+    (256, "communication-bound (exposed communication 52.4% of the step > 30.0%); largest single loss: exposed DP "
+          "communication, 52.4% of the step"),
+    (512, "communication-bound (exposed communication 33.0% of the step > 30.0%); largest single loss: exposed DP "
+          "communication, 33.0% of the step")])
 def test_compute_idle_waiting_for_zero3_gathers_is_not_added_to_them(seq_len, verdict):
     """At pp = 1 the compute idle of a ZeRO-3 step is its compute stream waiting for the parameter gathers,
     exposed DP communication already: adding the two named the step idle-bound (seq 256: 48.4% exposed, 51.7%
@@ -152,7 +158,8 @@ def test_cp_ranks_waiting_for_the_busiest_one_are_idle_bound(tmp_path):
     assert evidence["wait_share"] - evidence["exposed_comm_share"] > max(WAIT_BOUND_SHARE,
                                                                          evidence["exposed_comm_share"])
     assert verdict["constraint"] == "idle"
-    assert verdict["verdict"].startswith("idle-bound; largest loss: compute idle, 34.")
+    assert verdict["verdict"].startswith("idle-bound (waits 39.2% of the step: other idle 33.3% > exposed "
+                                         "communication 5.9%); largest single loss: compute idle, 34.")
 
 
 TRAINING_SCENARIOS = sorted(path.name for path in SCENARIOS.glob("*.yaml") if not path.name.startswith("allreduce-"))
@@ -185,7 +192,7 @@ def test_the_routing_skew_of_a_moe_step_is_one_of_its_losses():
     assert verdict["loss_shares"]["moe_imbalance"] == pytest.approx(skew_s / summary["step_time_s"], rel=1e-12)
     assert verdict["loss_shares"]["moe_imbalance"] > verdict["loss_shares"]["exposed_ep_comm"]
     assert verdict["largest_loss"]["name"] == "moe_imbalance"
-    assert verdict["verdict"] == "compute-bound; largest loss: MoE routing skew, 21.2% of the step"
+    assert verdict["verdict"] == "compute-bound; largest single loss: MoE routing skew, 21.2% of the step"
 
 
 def test_the_routing_skew_counts_the_recomputed_expert_forward():
@@ -217,7 +224,8 @@ def test_a_step_of_host_time_is_host_bound(tmp_path):
     verdict = simulate(load_scenario(path)).summary["bottleneck"]
     assert verdict["evidence"]["wait_share"] == verdict["evidence"]["host_share"] == 1.0
     assert verdict["constraint"] == "host"
-    assert verdict["verdict"] == "host-bound; largest loss: host time, 100.0% of the step"
+    assert verdict["verdict"] == ("host-bound (waits 100.0% of the step: host time 100.0% > exposed communication 0.0%); "
+                                  "largest single loss: host time, 100.0% of the step")
 
 
 @pytest.mark.parametrize(("exposed_s", "host_s", "constraint"), [
@@ -242,4 +250,5 @@ def test_a_host_bound_trace_names_its_host_time_as_the_largest_loss(tmp_path):
     path.write_text(f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{tmp_path / 'rank0.json'}'}}\n")
     verdict = simulate(load_scenario(path)).summary["bottleneck"]
     assert verdict["loss_shares"]["host"] == pytest.approx(2 / 4, rel=1e-9)
-    assert verdict["verdict"] == "host-bound; largest loss: host time, 50.0% of the step"
+    assert verdict["verdict"] == ("host-bound (waits 50.0% of the step: host time 50.0% > exposed communication 0.0%); "
+                                  "largest single loss: host time, 50.0% of the step")

@@ -44,7 +44,7 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
     assert lines["step time"].endswith(f"{summary['step_time_s']:.4g} s")
     assert f"{summary['tokens_per_s']:,.0f} tokens/s" in lines["throughput"]
     assert f"{summary['tflops_per_gpu']:.1f} (MFU {100 * summary['mfu']:.1f}%" in lines["TFLOP/s per GPU"]
-    assert lines["compute idle"].endswith(f"{100 * summary['bubble_fraction']:.1f}%")
+    assert lines["compute idle"].endswith(f"{100 * summary['bubble_fraction']:.1f}% of the forward/backward window")
     dp_ms = summary["exposed_comm_s"]["dp"] * 1e3
     assert f"dp {dp_ms:.4g} ms" in lines["exposed communication"]
     assert (f"{summary['peak_memory_gib']:.1f} GiB of {summary['memory_capacity_gib']:.1f} GiB"
@@ -706,7 +706,7 @@ def test_a_long_step_reads_in_days_too_and_a_negligible_largest_loss_is_none():
 
     assert [verdict(share) for share in (0.00002, 0.0005, 0.0)] == [
         "compute-bound; no loss as large as 0.1% of the step",
-        "compute-bound; largest loss: optimizer step, 0.1% of the step", "compute-bound; no measurable loss"]
+        "compute-bound; largest single loss: optimizer step, 0.1% of the step", "compute-bound; no measurable loss"]
 
 
 def test_version(capsys):
@@ -1059,7 +1059,7 @@ def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():
     console.print(training_table(summary))
     text = console.export_text()
     assert "exposed communication    pp 828.2 us (<0.1%), dp 900 us (0.1%)" in text
-    assert "compute idle             0.0%" in text
+    assert "compute idle             0.0% of the forward/backward window" in text
 
 
 def test_communication_hidden_under_compute_is_shown_beside_the_exposed():

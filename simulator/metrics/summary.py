@@ -124,14 +124,39 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
         result["loss_shares"] = losses
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
-        bound = VERDICT_NAMES[binding]
+        bound = VERDICT_NAMES[binding] + _bound_reason(binding, evidence, span)
         if losses[name] >= SHOWN_LOSS_SHARE:
-            result["verdict"] = f"{bound}; largest loss: {label}, {100 * losses[name]:.1f}% of the {span}"
+            result["verdict"] = f"{bound}; largest single loss: {label}, {100 * losses[name]:.1f}% of the {span}"
         elif losses[name] > 0:  # a 'largest loss' of '0.0%' read as a loss; it is none worth naming
             result["verdict"] = f"{bound}; no loss as large as 0.1% of the {span}"
         else:
             result["verdict"] = f"{bound}; no measurable loss"
     return result
+
+
+def _bound_reason(binding: Constraint, evidence: dict, span: SimulatedSpan) -> str:
+    """Why the wait names the bound, for the verdict, where it does: ' (exposed communication 33.0% of the step >
+    30%)', ' (waits 61.6% of the step: exposed communication 27.2% > other idle 34.4%)'; '' for a bound the wait
+    does not name. The losses overlap, so a bound beside a larger loss of another name ('communication-bound;
+    largest single loss: pipeline bubble, 34.4% of the step') read as a contradiction without it."""
+    exposed, wait = evidence["exposed_comm_share"], evidence["wait_share"]
+    if binding == "communication" and exposed > WAIT_BOUND_SHARE:
+        return f" (exposed communication {_percent(exposed)} of the {span} > {_percent(WAIT_BOUND_SHARE)})"
+    parts = {"communication": [("exposed communication", exposed), ("other idle", wait - exposed)],
+             "host": [("host time", evidence["host_share"]), ("exposed communication", exposed)],
+             "bubble": [("other idle", wait - exposed), ("exposed communication", exposed)]}
+    parts["idle"] = parts["bubble"]
+    if binding not in parts:
+        return ""
+    (larger, larger_share), (smaller, smaller_share) = parts[binding]
+    larger_text, smaller_text = _percent(larger_share), _percent(smaller_share)
+    relation = ">" if larger_text != smaller_text else ">="
+    return f" (waits {_percent(wait)} of the {span}: {larger} {larger_text} {relation} {smaller} {smaller_text})"
+
+
+def _percent(share: float) -> str:
+    """A share of the step as the verdict gives it, to 0.1%: '27.2%'."""
+    return f"{100 * share:.1f}%"
 
 
 def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated: Sequence[int],
