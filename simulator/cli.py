@@ -601,10 +601,11 @@ def _point_name(point: dict) -> str:
 
 
 def _grid_line(grid: IntervalGrid) -> str:
-    """The default intervals of a checkpoint-interval study: the range they span over the Daly interval they are
-    built around, and each in whole steps with its duration; where rounding to whole steps merged points or
-    raised them to one step or the async write floor, how many, and the point added below that floor; how many
-    were left out past the horizon or not longer than the in-memory interval."""
+    """The default intervals of a checkpoint-interval study: how many run and the range they span over the Daly
+    interval they are built around, and each in whole steps with its duration; where they are not the 9 planned
+    points (`DEFAULT_GRID_FACTORS`), why: how many rounding to whole steps merged or raised to one step or the
+    async write floor, the point added below that floor, how many were left out past the horizon or not longer
+    than the in-memory interval."""
     from simulator.console.report import format_seconds
     from simulator.reliability.study import DEFAULT_GRID_FACTORS
     from simulator.units import counted
@@ -628,12 +629,14 @@ def _grid_line(grid: IntervalGrid) -> str:
         rounded.append(f"{grid.clamped} below half a step raised to one step")
     if grid.cliff_steps is not None:
         rounded.append(f"{counted(grid.cliff_steps, 'step')} kept below them: checkpoints that wait for the write")
-    how = f" ({', '.join(rounded)})" if rounded else ""
     rate = f" at rate x {grid.rate_multiplier:.3g}" if grid.rate_multiplier != 1 else ""
-    return (f"intervals (no --intervals): {low:.3g} to {high:.3g} times {grid.centre} "
-            f"{format_seconds(grid.centre_s)}{rate}, "
-            f"{len(DEFAULT_GRID_FACTORS)} points from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole steps "
-            f"of {format_seconds(grid.step_s)}{how}: {points} steps")
+    ran = (f"intervals (no --intervals): {counted(len(grid.steps), 'point')} from {low:.3g} to {high:.3g} times "
+           f"{grid.centre} {format_seconds(grid.centre_s)}{rate}")
+    rounding = f"in ratios of sqrt 2 rounded to whole steps of {format_seconds(grid.step_s)}"
+    if rounded or len(grid.steps) != len(DEFAULT_GRID_FACTORS):
+        rounding = (f"of {len(DEFAULT_GRID_FACTORS)} planned from 1/4 to 4 times it {rounding} "
+                    f"({', '.join(rounded)})")
+    return f"{ran}, {rounding}: {points} steps"
 
 
 FEW_REPLICATIONS = 3
