@@ -204,7 +204,11 @@ def test_shown_value_keeps_six_significant_digits_and_what_needs_no_rounding(val
     ("grid: {parallelism.ddp.bucket: [1 MiB, 25 parsecs]}", "value '25 parsecs'", 8),
     ("grid: {parallelism.tp: [1, two]}", "value 'two'", 8),
     ("grid: {training.seq_len.x: [1]}", "training.seq_len has no sub-fields", 8),
-    ("zip: {parallelism.pp: [1, 2], parallelism.tp: [1]}", "different lengths", 8),
+    ("zip: {parallelism.pp: [1, 2], parallelism.tp: [1]}", "zip: axes of different lengths: parallelism.pp has 2 "
+     "values, parallelism.tp 1 (allowed: lists of equal length)", 8),
+    # each axis named with its length, in file order: 'zip axes have different lengths [1, 2]' left it to the user
+    ("zip: {parallelism.tp: [1], parallelism.pp: [1, 2], training.microbatches: [4, 8]}",
+     "zip: axes of different lengths: parallelism.tp has 1 value, parallelism.pp 2, training.microbatches 2", 8),
     ("grid: {training.microbatches: [1, 2, 3, 4]}\ngrid2: 1", "unknown key 'grid2'", 9),
     ("grid: {training.microbatches: [1, 2]}\nconstraints: ['training.micro > 1']",
      "training.micro: unknown key 'micro' (allowed: seq_len,", 9),

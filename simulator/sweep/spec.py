@@ -77,7 +77,7 @@ from simulator.topology.loader import (
     scenario_overridden,
     scenario_topology,
 )
-from simulator.units import QuantityKind, parse_quantity, shown_value
+from simulator.units import QuantityKind, counted, parse_quantity, shown_value
 
 Axis = Annotated[list, Field(min_length=1)]
 _BASE_UNITS: dict[QuantityKind, str] = {"size": "B", "duration": "s", "bandwidth": "B/s"}
@@ -346,10 +346,16 @@ def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldPath]:
             if name in names:
                 raise locate(prefix + (name,), "axis given twice")
             names[name] = prefix + (name,)
-    lengths = {len(values) for values in spec.zip.values()}
-    if len(lengths) > 1:
-        raise locate(("zip",), f"zip axes have different lengths {sorted(lengths)}", "lists of equal length")
+    if len({len(values) for values in spec.zip.values()}) > 1:
+        raise locate(("zip",), f"axes of different lengths: {_lengths_text(spec.zip)}", "lists of equal length")
     return names
+
+
+def _lengths_text(zipped: dict[str, list]) -> str:
+    """Each zip axis with its count of values, in file order: 'parallelism.ddp.overlap has 3 values,
+    parallelism.ddp.bucket 1', which says which axis is short."""
+    (first, values), *rest = zipped.items()
+    return ", ".join([f"{first} has {counted(len(values), 'value')}", *(f"{name} {len(more)}" for name, more in rest)])
 
 
 def _refuse_sets_on_axes(set_by_hand: tuple[Override, ...], axes: dict[str, FieldPath], source: str,
