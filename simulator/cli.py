@@ -1013,15 +1013,6 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("trainsim")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "unknown (not installed)"
-
-
 class _VersionAction(argparse.Action):
     """`--version`, with the installed version looked up only when asked (importlib.metadata costs tens of
     milliseconds at every start otherwise)."""
@@ -1030,7 +1021,9 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(f"trainsim {_version()}")
+        from simulator.report.run_folder import trainsim_version
+
+        print(f"trainsim {trainsim_version()}")
         parser.exit()
 
 

@@ -714,6 +714,22 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("trainsim ")
 
 
+def test_an_uninstalled_tree_words_its_version_alike_in_version_and_the_manifest(capsys, monkeypatch):
+    """`--version` printed 'unknown (not installed)' where manifest.json recorded 'unknown': two lookups of one
+    fact. One function words it for both."""
+    import importlib.metadata
+
+    from simulator.report.run_folder import trainsim_version
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == "trainsim unknown (not installed)\n"
+    assert trainsim_version() == "unknown (not installed)"
+
+
 def test_bundled_scenarios_are_listed_with_their_descriptions(capsys):
     assert main(["scenarios"]) == 0
     text = capsys.readouterr().out

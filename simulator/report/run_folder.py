@@ -83,13 +83,14 @@ def other_kind(out_dir: Path, needed: tuple[str, ...]) -> str | None:
 
 
 def trainsim_version() -> str:
-    """The installed trainsim version ('unknown' when running from a tree that is not installed)."""
+    """The installed trainsim version, as `--version` prints it and manifest.json records it ('unknown (not
+    installed)' when running from a source tree that was never installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("trainsim")
     except PackageNotFoundError:
-        return "unknown"
+        return "unknown (not installed)"
 
 
 def file_digest(path: Path) -> str:
