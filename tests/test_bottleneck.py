@@ -95,8 +95,8 @@ def test_a_step_idle_in_its_bubble_beyond_the_share_is_bubble_bound():
     assert verdict["evidence"]["wait_share"] == pytest.approx(3 / 7, rel=1e-9)
     assert verdict["evidence"]["bubble_share"] == pytest.approx(3 / 7, rel=1e-9)
     assert verdict["constraint"] == "bubble"
-    assert verdict["verdict"] == ("bubble-bound (waits 42.9% of the step: other idle 42.9% > exposed communication 0.0%); "
-                                  "largest single loss: pipeline bubble, 42.9% of the step")
+    assert verdict["verdict"] == ("bubble-bound (waits 42.9% of the step: other idle 42.9% > exposed communication "
+                                  "0.0%); largest single loss: pipeline bubble, 42.9% of the step")
 
 
 def _compute_stream_idle_share(result) -> float:
@@ -224,8 +224,8 @@ def test_a_step_of_host_time_is_host_bound(tmp_path):
     verdict = simulate(load_scenario(path)).summary["bottleneck"]
     assert verdict["evidence"]["wait_share"] == verdict["evidence"]["host_share"] == 1.0
     assert verdict["constraint"] == "host"
-    assert verdict["verdict"] == ("host-bound (waits 100.0% of the step: host time 100.0% > exposed communication 0.0%); "
-                                  "largest single loss: host time, 100.0% of the step")
+    assert verdict["verdict"] == ("host-bound (waits 100.0% of the step: host time 100.0% > exposed communication "
+                                  "0.0%); largest single loss: host time, 100.0% of the step")
 
 
 @pytest.mark.parametrize(("exposed_s", "host_s", "constraint"), [

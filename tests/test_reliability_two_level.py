@@ -185,7 +185,8 @@ def test_a_memory_interval_study_without_intervals_runs_a_grid_around_the_two_le
     scenario.write_text(JOB.replace("replications: 8", "replications: 1").replace("30 d", "2 d"))
     assert main(["study", "memory-interval", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "intervals (no --intervals): 9 points from 0.25 to 4 times the two-level in-memory optimum 584.7 s, in" in out
+    assert ("intervals (no --intervals): 9 points from 0.25 to 4 times the two-level in-memory optimum 584.7 s, "
+            "in ratios" in out)
     assert "two-level optimum memory every 9.745 min, storage every 58.47 min (MTBF 1.5 h recovered from memory, " \
            "12.5 h needing storage)" in out
     study = json.loads((tmp_path / "out" / "study.json").read_text())
