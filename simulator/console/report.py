@@ -146,7 +146,7 @@ def _idle_text(fraction: float) -> str:
 
 def _bottleneck(value: object) -> str:
     """The bottleneck's own sentence (`verdict`) when the summary has one, else the binding constraint and the
-    largest loss with its share of the step."""
+    largest single loss with its share of the step, worded as the verdict is."""
     if not isinstance(value, dict):
         return str(value)
     if isinstance(value.get("verdict"), str):
@@ -155,7 +155,7 @@ def _bottleneck(value: object) -> str:
     loss = value.get("largest_loss")
     if isinstance(loss, dict) and "name" in loss:
         share = loss.get("share_of_step")
-        text += f"; largest loss: {loss['name']}" + (f" ({_share(share)} of the step)" if share is not None else "")
+        text += f"; largest single loss: {loss['name']}" + (f" ({_share(share)} of the step)" if share is not None else "")
     return text
 
 
