@@ -155,7 +155,8 @@ def _bottleneck(value: object) -> str:
     loss = value.get("largest_loss")
     if isinstance(loss, dict) and "name" in loss:
         share = loss.get("share_of_step")
-        text += f"; largest single loss: {loss['name']}" + (f" ({_share(share)} of the step)" if share is not None else "")
+        text += (f"; largest single loss: {loss['name']}"
+                 + (f" ({_share(share)} of the step)" if share is not None else ""))
     return text
 
 
