@@ -35,6 +35,30 @@ def test_every_gpu_constant_names_a_kernel_source():
     assert data["tp_comm_overlap"]["source"] in data["sources"]
 
 
+def test_the_h100s_clock_ratio_and_fp8_share_are_labelled_as_the_h200s():
+    """msmf and mamf measured no H100 sustained clock and no H100 fp8 GEMM: the h100-sxm entry holds the H200's
+    ratios (698.6 / 823.9 and 1453.4 / 1979) and names them as transfers, not as its own measurements."""
+    data = kernel_data()
+    h100 = data["gpus"]["h100-sxm"]
+    assert h100["clock"] == {"sustained_ratio": round(698.6 / 823.9, 3), "source": "msmf-h200-transfer"}
+    assert h100["gemm"]["achievable"]["fp8"] == round(1453.4 / 1979, 3)
+    assert h100["gemm"]["source"] == "mamf-h100"
+    for key in ("msmf-h200-transfer", "mamf-h100"):
+        assert "transfer, not an H100 measurement" in data["sources"][key]
+
+
+def test_only_infiniband_has_a_measured_link_efficiency():
+    """network/calibration.py's GPU-independent classes say which figure was measured (InfiniBand, nccl-tests)
+    and which assumed (Ethernet, PCIe); calibrated() takes their fractions and NVLink's for c2c."""
+    from simulator.network.calibration import FIXED, calibrated
+
+    assert {link_class for link_class, fixed in FIXED.items() if fixed.measured} == {"infiniband"}
+    efficiency = calibrated("h100-sxm")
+    assert {link_class: efficiency[link_class] for link_class in FIXED} == {
+        link_class: fixed.fraction for link_class, fixed in FIXED.items()}
+    assert efficiency["c2c"] == efficiency["nvlink"] == pytest.approx(370 / 450)
+
+
 def test_every_kernel_kind_has_a_ramp_that_names_its_source():
     """Each kind's launch and tail time (gemm, attention, memory: the roofline's matmul, attention and elementwise
     kernels) names where it comes from: a fit on that kind's kernel timings, or default-ramp, the unmeasured

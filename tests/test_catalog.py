@@ -32,7 +32,8 @@ def test_gpu_figures_match_datasheets():
         "a100-80gb": (312e12, None, 81920 * mib, 2.039e12),
         "h100-sxm": (989e12, 1979e12, 81559 * mib, 3.35e12),
         "h200": (989e12, 1979e12, 143771 * mib, 4.8e12),
-        "b200": (2250e12, 4500e12, 183359 * mib, 8.0e12),
+        # HBM: NVIDIA's current HGX B200 per-GPU figure, 7.7 TB/s (the driver's 7,680-bit bus, pytorch/ao#4002)
+        "b200": (2250e12, 4500e12, 183359 * mib, 7.7e12),
         # GB200 NVL72's rack totals over its 72 GPUs, sparse figures halved: 360 PFLOP/s sparse BF16 -> 2.5 P,
         # 720 sparse FP8 -> 5 P, 576 TB/s -> 8 TB/s; nvidia-smi's 189,471 MiB (the 186 GB part)
         "gb200": (2500e12, 5000e12, 189471 * mib, 8.0e12),
@@ -51,6 +52,9 @@ def test_gpu_figures_match_datasheets():
             assert "bf16" in info.value.allowed
         else:
             assert gpu.peak("fp8") == pytest.approx(fp8)
+    # TF32: the HGX B200's 2.2 PFLOP/s sparse, halved; the GB200 NVL72's 180 PFLOP/s sparse over 72, halved
+    assert get_gpu("b200").peak("tf32") == pytest.approx(1100e12)
+    assert get_gpu("gb200").peak("tf32") == pytest.approx(1250e12)
 
 
 def test_gb200_racks_run_the_gb200_not_the_hgx_b200():

@@ -221,7 +221,7 @@ TF32_KERNELS = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32",
 def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
     """An fp32 matmul under allow_tf32 runs a tensor-core TF32 kernel, but its `Input type` float won and the
     move took the fp32 CUDA-core peaks: 0.959 from the H100 SXM to the B200 (67 against 75 TFLOP/s) where the
-    tf32 peaks, at the calibrated bf16 plateau (tf32 has no `gemm.achievable` of its own), give 0.472. A kernel
+    tf32 peaks, at the calibrated bf16 plateau (tf32 has no `gemm.achievable` of its own), give 0.483. A kernel
     whose name says tf32, or CUTLASS's tensorop s1688gemm on fp32 inputs, is bounded at tf32."""
     from simulator.catalog.gpus import GPUS
     from simulator.workload.traces.gpu_move import GpuMove
@@ -232,8 +232,8 @@ def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
     op = TracedOp(0, name, "7", "compute", 0.0, 1e-3, dtype=dtype)
     # tf32 dense peaks x the bf16 plateau (tf32 has no MAMF of its own): kernels.yaml's achievable x sustained
     # clock, H100 SXM 0.801 x 0.848 (mamf, hpl-clock), B200 0.776 x 0.815 (mamf, msmf)
-    tf32 = 494.5e12 * 0.801 * 0.848 / (1125e12 * 0.776 * 0.815)
-    assert tf32 == pytest.approx(0.472, abs=5e-4)
+    tf32 = 494.5e12 * 0.801 * 0.848 / (1100e12 * 0.776 * 0.815)
+    assert tf32 == pytest.approx(0.483, abs=5e-4)
     assert move.bound(op).precision == "tf32"
     # the B200's ramp (8 us, fitted on its GEMMs) replaces the H100's (2 us) on the time beyond it
     assert move.duration(op) == pytest.approx(8e-6 + (1e-3 - 2e-6) * tf32, rel=EXACT)
@@ -319,14 +319,14 @@ def test_a_gemm_recosted_on_an_a100_takes_its_shapes_waves():
     assert expected == pytest.approx(modelled.flops / plateau + 2e-6, rel=EXACT)
 
 
-@pytest.mark.parametrize("name, ratio", [("Memset (Device)", (3.35e12 * 0.88) / (8e12 * 0.88)),
+@pytest.mark.parametrize("name, ratio", [("Memset (Device)", (3.35e12 * 0.88) / (7.7e12 * 0.88)),
                                          ("sdpa_sm90_flash_fprop", None), ("some_unnamed_kernel", 989 / 2250)],
                          ids=["memory-bound", "attention", "unknown"])
 def test_only_a_moved_gemm_takes_the_b200s_ramp_fitted_on_gemms(name, ratio):
     """kernels.yaml's B200 ramp, 8 us, was fitted on cuBLAS GEMM timings alone (gemm-shapes); no source times a B200
     memory-bound, attention or other kernel's launch and tail, so a kernel of those classes moved from the H100 SXM
     to a B200 keeps the 2 us ramp every GPU takes unfitted: one of 1 us stays 1 us, one of 100 us takes 2 us plus
-    its 98 us beyond the ramp moved by its class's ratio (HBM bandwidth x memory fraction, 3.35 against 8 TB/s; the
+    its 98 us beyond the ramp moved by its class's ratio (HBM bandwidth x memory fraction, 3.35 against 7.7 TB/s; the
     bf16 peaks, 989 against 2,250 TFLOP/s)."""
     from simulator.catalog.gpus import GPUS
     from simulator.workload.traces.gpu_move import GpuMove

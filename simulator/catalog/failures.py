@@ -6,7 +6,10 @@ plus 47 planned interruptions. Derivation: each cause's count is divided by the 
 on the reference cluster and by 54 days, so that a job on the same cluster expects exactly the published count
 in 54 days; on another cluster the expectation scales with its unit counts. The reference cluster is the
 bundled `dgx-h100-cluster` at 2,048 nodes (8 rails, 32 hosts per leaf, 16 spines): 16,384 GPUs and NICs,
-2,048 hosts, 16,384 NIC-leaf + 512 x 16 leaf-spine = 24,576 cables. Software causes (software bug, NCCL
+2,048 hosts, 16,384 NIC-leaf + 512 x 16 leaf-spine = 24,576 cables. A `cable` is one link of the simulator's
+topology, not a physical cable: each leaf-spine link of 100 GB/s stands for two bundled 400 Gb/s cables (32 NDR
+uplinks a leaf), so the physical count would be 16,384 + 16,384 = 32,768 and the per-cable rate here is 1.33x a
+per-physical-cable one (a fabric built of single 50 GB/s uplinks would see up to 1.33x too many). Software causes (software bug, NCCL
 watchdog, dependency) are counted per GPU (one training process each), so they too grow with the job.
 Repair times are not published; the values below are assumptions (a GPU-class fault takes its host out for a
 board swap and burn-in, a host part or a cable is quicker), stated here and in docs/reliability.md.
@@ -71,6 +74,7 @@ LLAMA3 = FailurePreset(
         PresetCause("system memory", "system_memory", 2, _HOST_PART_REPAIR_S),
     ),
     window_s=54 * DAY_S,
+    # "cable": the reference topology's links (NIC-leaf and leaf-spine), not physical cables (see above)
     reference_units=MappingProxyType({"gpu": 16384, "host": 2048, "nic": 16384, "cable": 24576,
                                       "leaf_switch": 512, "spine_switch": 16}),
     planned_interruptions=47,

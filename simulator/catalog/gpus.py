@@ -5,20 +5,24 @@ Figures are dense (no 2:4 sparsity) vendor peaks for the SXM/HGX parts:
   40GB, HBM2e 2,039 GB/s for 80GB). No FP8 tensor cores.
 - H100 SXM: NVIDIA H100 datasheet (989 BF16/FP16, 1,979 FP8, 494.5 TF32, 67 FP32; HBM3 3.35 TB/s).
 - H200 SXM: NVIDIA H200 datasheet (same compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s).
-- B200 (HGX): NVIDIA DGX/HGX B200 figures divided per GPU (2,250 BF16/FP16, 4,500 FP8, 1,125 TF32, ~75 FP32;
-  192 GB HBM3e at 8 TB/s).
+- B200 (HGX): NVIDIA DGX/HGX B200 figures divided per GPU (2,250 BF16/FP16, 4,500 FP8, ~75 FP32) and NVIDIA's
+  current per-GPU column for the HGX B200 (Blackwell datasheet: 180 GB HBM3e at 7.7 TB/s, TF32 2.2 PFLOPS with
+  sparsity, so 1,100 dense). The driver agrees on the bandwidth: a 7,680-bit bus at 3,996 MHz DDR is 7.67 TB/s
+  (pytorch/ao PR #4002); the earlier 8 TB/s assumed an 8,192-bit bus.
 - GB200 (the Blackwell GPU of a GB200 NVL72 rack, run at 1,200 W against the HGX B200's 1,000 W): NVIDIA's GB200
   NVL72 rack figures (https://www.nvidia.com/en-us/data-center/gb200-nvl72/: FP16/BF16 Tensor Core 360 PFLOPS,
   FP8 720, TF32 180, all with sparsity, FP32 5,760 TFLOPS, up to 13.4 TB HBM3e at 576 TB/s) divided by its 72
-  GPUs and the sparse figures by 2: 2,500 BF16/FP16, 5,000 FP8, 1,250 TF32, 80 FP32; 186 GB at 8 TB/s. G.
+  GPUs and the sparse figures by 2: 2,500 BF16/FP16, 5,000 FP8, 1,250 TF32, 80 FP32; 186 GB at 8 TB/s, which
+  NVIDIA's current per-GPU column for the GB200 also gives (against the HGX B200's 7.7 TB/s on the same chip). G.
   Lockwood's per-variant table (glennklockwood.com/garden/processors/B200) gives the same 2,500 for the GB200
   variant at 1,200 W and 2,250 for the HGX one at 1,000 W.
 HBM capacity is what the driver reports as the GPU's total memory (nvidia-smi ``memory.total``): A100-SXM4-40GB
 40,960 MiB, A100-SXM4-80GB 81,920 MiB, H100 80GB HBM3 81,559 MiB, H200 143,771 MiB, B200 183,359 MiB, GB200
-189,471 MiB (the 186 GB part; as nvidia-smi reports it on GB200 NVL72 and NVL4 nodes). The parts
-hold binary gigabytes (an "80 GB" H100 is five 16 GiB HBM3 stacks, S. Bekman, ml-engineering,
-compute/accelerator/README.md, "Accelerator memory size and speed"), so reading the marketed size as decimal
-bytes (80e9 = 74.5 GiB) would understate what a training job can allocate by 5 GiB.
+189,471 MiB (the 186 GB part; as nvidia-smi reports it on GB200 NVL72 and NVL4 nodes). The marketed sizes
+are no reliable unit: the H100's "80 GB" is binary (five 16 GiB HBM3 stacks, S. Bekman, ml-engineering,
+compute/accelerator/README.md, "Accelerator memory size and speed"; read as 80e9 bytes it would understate
+what a training job can allocate by 5 GiB), while the B200's "192 GB" is decimal (its 183,359 MiB are 179 GiB,
+192.3e9 bytes; NVIDIA's current "180 GB" is those 179 GiB), hence the driver's figure.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ GPUS: MappingProxyType = MappingProxyType({
         _spec("a100-80gb", 81920 * MIB, 2.039e12, **_A100_TFLOPS),
         _spec("h100-sxm", 81559 * MIB, 3.35e12, **_H100_TFLOPS),
         _spec("h200", 143771 * MIB, 4.8e12, **_H100_TFLOPS),
-        _spec("b200", 183359 * MIB, 8.0e12, fp8=4500.0, bf16=2250.0, fp16=2250.0, tf32=1125.0, fp32=75.0),
+        _spec("b200", 183359 * MIB, 7.7e12, fp8=4500.0, bf16=2250.0, fp16=2250.0, tf32=1100.0, fp32=75.0),
         _spec("gb200", 189471 * MIB, 8.0e12, fp8=5000.0, bf16=2500.0, fp16=2500.0, tf32=1250.0, fp32=80.0),
     )
 })
