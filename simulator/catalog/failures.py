@@ -9,8 +9,9 @@ bundled `dgx-h100-cluster` at 2,048 nodes (8 rails, 32 hosts per leaf, 16 spines
 2,048 hosts, 16,384 NIC-leaf + 512 x 16 leaf-spine = 24,576 cables. A `cable` is one link of the simulator's
 topology, not a physical cable: each leaf-spine link of 100 GB/s stands for two bundled 400 Gb/s cables (32 NDR
 uplinks a leaf), so the physical count would be 16,384 + 16,384 = 32,768 and the per-cable rate here is 1.33x a
-per-physical-cable one (a fabric built of single 50 GB/s uplinks would see up to 1.33x too many). Software causes (software bug, NCCL
-watchdog, dependency) are counted per GPU (one training process each), so they too grow with the job.
+per-physical-cable one (a fabric built of single 50 GB/s uplinks would see up to 1.33x too many). Software
+causes (software bug, NCCL watchdog, dependency) are counted per GPU (one training process each), so they too
+grow with the job.
 Repair times are not published; the values below are assumptions (a GPU-class fault takes its host out for a
 board swap and burn-in, a host part or a cable is quicker), stated here and in docs/reliability.md.
 """
