@@ -35,16 +35,19 @@ def test_every_gpu_constant_names_a_kernel_source():
     assert data["tp_comm_overlap"]["source"] in data["sources"]
 
 
-def test_the_h100s_clock_ratio_and_fp8_share_are_labelled_as_the_h200s():
-    """msmf and mamf measured no H100 sustained clock and no H100 fp8 GEMM: the h100-sxm entry holds the H200's
-    ratios (698.6 / 823.9 and 1453.4 / 1979) and names them as transfers, not as its own measurements."""
+def test_the_h100s_clock_ratio_is_the_h200s_and_its_fp8_share_its_own():
+    """msmf measured no H100 sustained clock: the h100-sxm entry holds the H200's ratio (698.6 / 823.9) and names
+    it as a transfer. mamf's v2 table has the H100's own fp8 row (1402.6 / 1979), which the entry takes."""
     data = kernel_data()
     h100 = data["gpus"]["h100-sxm"]
     assert h100["clock"] == {"sustained_ratio": round(698.6 / 823.9, 3), "source": "msmf-h200-transfer"}
-    assert h100["gemm"]["achievable"]["fp8"] == round(1453.4 / 1979, 3)
+    assert "transfer, not an H100 measurement" in data["sources"]["msmf-h200-transfer"]
+    assert h100["gemm"]["achievable"]["fp8"] == round(1402.6 / 1979, 3)
+    assert h100["gemm"]["achievable"]["bf16"] == round(792.1 / 989, 3)
     assert h100["gemm"]["source"] == "mamf-h100"
-    for key in ("msmf-h200-transfer", "mamf-h100"):
-        assert "transfer, not an H100 measurement" in data["sources"][key]
+    for figure in ("1402.6", "torch 2.7.0+cu126", "794.5"):
+        assert figure in data["sources"]["mamf-v2"]
+    assert "transfer" not in data["sources"]["mamf-h100"]
 
 
 def test_only_infiniband_has_a_measured_link_efficiency():
