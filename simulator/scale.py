@@ -196,7 +196,7 @@ def _limit_flows() -> float:
 
 
 def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float,
-                    expert_dp: bool = False) -> float:
+                    expert_dp: bool = False, gathers: float = 1.0, moe_layers: float = 0.0) -> float:
     """Data-parallel collectives of one rank per step: ZeRO-3 all-gathers each block (DeepSpeed) or each
     wrapped unit (PyTorch FSDP: a layer, a MoE layer's routed experts, the embedding, the head) in every
     forward and backward and reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets,
@@ -204,9 +204,11 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
     micro-batch's (PyTorch FSDP's per unit), and the optimizer's gather. PyTorch FSDP under pipelining gathers
     each unit once a step and reduce-scatters it once, after its chunk's last backward. Plain DDP's buckets
     (`_ddp_buckets`: the embedding's and the head's tensors among them) are all it posts; ZeRO-1/2 gathers the
-    parameters once after the optimizer (parallel/program.py `_data_parallel`); with routed experts reduced over
-    an expert-data-parallel group of several ranks (``expert_dp``), their gradients' reduction and, under
-    ZeRO-1/2, their parameters' gather besides (parallel/block_passes.py)."""
+    parameters once after the optimizer (parallel/program.py `_data_parallel`), or with
+    `ddp.overlap_param_gather` bucket by bucket in the next forward (``gathers``: `_param_gather_buckets`,
+    parallel/overlap.py `_deferred_param_gathers`); with routed experts reduced over an expert-data-parallel
+    group of several ranks (``expert_dp``), their gradients' reduction and, under ZeRO-1/2, their parameters'
+    gather besides, once or, deferred, once for each of the rank's ``moe_layers`` (parallel/block_passes.py)."""
     if par.pipelined_fsdp(par.pp):
         return units * 2
     if par.gathers_per_unit:
@@ -215,8 +217,24 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
         return blocks * 2 * m + units * m
     if par.reduce_every_microbatch(par.pp):
         return (units if par.fsdp is not None else buckets) * m + 2
-    gathers = par.zero_stage in (1, 2)
-    return buckets + gathers + expert_dp * (1 + gathers)
+    if par.zero_stage not in (1, 2):
+        return buckets + (1.0 if expert_dp else 0.0)
+    expert_gathers = moe_layers if par.ddp.overlap_param_gather else 1.0
+    return buckets + gathers + (1.0 + expert_gathers if expert_dp else 0.0)
+
+
+def _param_gather_buckets(par: ParallelismConfig, layer_blocks: tuple[float, float], layers: float,
+                          param_bytes: float, pp: int, embedding: float, head: float) -> float:
+    """The parameter gathers a rank posts per step under ZeRO-1/2 (one after the optimizer, or with
+    `ddp.overlap_param_gather` one per bucket that its stage's blocks fill in forward order, a bucket closing at
+    the block that brings it to `ddp.bucket` bytes: parallel/overlap.py `_deferred_param_gathers`), averaged over
+    the ``pp`` stages as `_ddp_buckets` averages the gradients' buckets: the first stage's ``embedding`` block
+    first, then ``layers`` layers of ``layer_blocks`` (a layer's attention and MLP parameters), the last stage's
+    ``head`` last."""
+    if not par.ddp.overlap_param_gather:
+        return 1.0
+    attention, mlp = layer_blocks
+    return _ddp_buckets((mlp, attention), layers, param_bytes, par.ddp.bucket, pp, (embedding,), (head,))
 
 
 def _fsdp_copies(par: ParallelismConfig, m: int, blocks: float, units: float) -> float:
@@ -464,7 +482,7 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
             continue
         rails = rails_of[kind]
         replicas = layout.world // layout.pp // members
-        if len({rank // hosts.domain for rank in group}) == 1:  # trays of one NVL72 rack: no NIC shared
+        if _domains(group, hosts) == 1:  # trays of one NVL72 rack: no NIC shared
             kept = 1
         elif len(crossing) > 1:
             rails_joined = max(rails_of.values())
@@ -571,7 +589,8 @@ def _first_bucket_blocks(ready: Iterable[tuple[float, ...]], grad_bytes: float, 
     return count + 1
 
 
-def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, first_bucket: int) -> float:
+def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, first_bucket: int,
+                  gathered_ahead: int) -> float:
     """The share of a rank's TP all-reduces (`_tp_splits` without sequence parallelism: two in each forward,
     backward and full recompute of a layer, one a block; and the embedding's and the head's, `_tp_ends`) that run
     while its data-parallel collectives do, which
@@ -580,30 +599,57 @@ def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, f
     gradients are reduced after the backward (`ddp.overlap: false`), else those of the last micro-batch's
     backward from the first bucket on: ``first_bucket`` (`_first_bucket_blocks`) counts the head and the blocks
     of the ``layers`` layers whose backward fills it, their all-reduces run alone but for the backward's of
-    the block that closes it (a full recompute's comes before its backward). The SC21 7.5B step at TP 16: 139
-    of 872 ran beside the buckets, the rest alone (with ZeRO-2 reducing every micro-batch 799 of 872)."""
+    the block that closes it (a full recompute's comes before its backward); and with
+    `ddp.overlap_param_gather` the first micro-batch's forward ones that run while the deferred parameter gathers
+    do (``gathered_ahead``, `_gathered_ahead`). The SC21 7.5B step at TP 16: 139 of 872 ran beside the buckets,
+    the rest alone (with ZeRO-2 reducing every micro-batch 799 of 872)."""
     if par.zero_stage == 3 or par.reduce_every_microbatch(par.pp):
         return 1.0
-    if not par.ddp.overlap:
-        return 0.0
     per_block = 1 + (recompute == "full")
+    per_microbatch = (2 * per_block + 2) * layers + _tp_ends(par)
     closing = first_bucket - 1  # the layer block that closes it, after the head
-    if closing > 2 * layers:
-        return 0.0
-    after = per_block * 2 * layers if closing == 0 else 1 + per_block * (2 * layers - closing)
-    return after / ((2 * per_block + 2) * layers + _tp_ends(par)) / m
+    if not par.ddp.overlap or closing > 2 * layers:
+        after = 0
+    else:
+        after = per_block * 2 * layers if closing == 0 else 1 + per_block * (2 * layers - closing)
+    return (after + gathered_ahead) / per_microbatch / m
 
 
-def _dp_beside(par: ParallelismConfig, collectives: float) -> float:
+def _gathered_ahead(par: ParallelismConfig, layer_blocks: tuple[float, float], layers: int, param_bytes: float,
+                    embedding: float, head: float) -> int:
+    """A one-stage rank's forward TP all-reduces (the embedding's and one a layer block's) that run while its
+    deferred parameter gathers do (`ddp.overlap_param_gather` under ZeRO-1/2: `_param_gather_buckets`), which
+    join the TP group's copies in the other DP replicas to it: those of the blocks ahead of the last bucket's, as
+    each block waits for its own bucket and the next one's gather runs beside it; the last bucket's blocks run
+    after every gather. Assumes the gathers keep pace with the forward."""
+    if not (par.ddp.overlap_param_gather and par.zero_stage in (1, 2)):
+        return 0
+    opened, size = 0, 0.0  # the block the last bucket opens at, and its bytes
+    for index, params in enumerate([embedding, *layer_blocks * layers, head]):
+        if params <= 0:
+            continue
+        opened = opened if size else index
+        size += params * param_bytes
+        if size >= par.ddp.bucket:
+            size = 0.0
+    return opened  # the blocks ahead of it each post one forward all-reduce (the head's follows its backward)
+
+
+def _dp_beside(par: ParallelismConfig, collectives: float, gathers: float) -> float:
     """The share of a one-stage rank's ``collectives`` data-parallel collectives (DDP buckets, and ZeRO-1/2's
-    parameter gather) that run beside the TP collectives across NVLink domains which join their copies in the
-    other TP lanes to them (CP's rings among them): with `ddp.overlap` every bucket but the last, which closes at
-    the embedding after the last backward's TP collectives and CP rings; none after the backward, nor the gather
-    after the optimizer. The others run alone and post their own transfers only (engine/sharing.py
+    ``gathers`` of the parameters) that run beside the TP collectives across NVLink domains which join their
+    copies in the other TP lanes to them (CP's rings among them): with `ddp.overlap` every bucket but the last,
+    which closes at the embedding after the last backward's TP collectives and CP rings, assuming the buckets'
+    reductions keep pace with the backward (small buckets that queue past its last TP collective run alone and
+    are over-counted: SC21 7.5B at TP 16, 4 layers, one micro-batch and 8 MiB buckets, flows 1.030); none after
+    the backward, nor the gather after the optimizer; with `ddp.overlap_param_gather` every deferred gather but
+    the first, which runs before the first forward's TP collective (parallel/overlap.py
+    `_deferred_param_gathers`). The others run alone and post their own transfers only (engine/sharing.py
     `private_collectives`: SC21 7.5B at TP 16, one micro-batch and 2 layers, the last of 2 buckets 16 flows, the
     first 256)."""
-    buckets = collectives - (par.zero_stage in (1, 2))
-    return (buckets - 1) / collectives if par.ddp.overlap else 0.0
+    buckets = collectives - gathers
+    deferred = gathers - 1 if par.ddp.overlap_param_gather else 0.0
+    return ((buckets - 1 if par.ddp.overlap else 0.0) + deferred) / collectives
 
 
 def _cp_ring_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int,
@@ -624,8 +670,8 @@ def _cp_ring_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: s
     return (layers - closing // 2) * (1 + full) / (layers * (2 + full)) / m
 
 
-def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int, first_bucket: int
-               ) -> float:
+def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int, first_bucket: int,
+               gathered_ahead: int = 0) -> float:
     """The share of a rank's TP all-reduces that run beside traffic of another dimension, which joins the TP
     group's copies to it (across hosts on the rails, inside an NVLink domain through the GPUs' ports: a GB200
     rack's DP ring joins every TP group of the rack): a pipeline's hand-offs through every pass, the gradients'
@@ -636,7 +682,7 @@ def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, l
     if layout.pp > 1:
         shares.append(1.0)
     if layout.dp * layout.cp > 1:
-        shares.append(_tp_beside_dp(par, m, recompute, layers, first_bucket))
+        shares.append(_tp_beside_dp(par, m, recompute, layers, first_bucket, gathered_ahead))
     return max(shares)
 
 
@@ -730,10 +776,11 @@ def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape], tp
     runs simulate two ranks a stage), where TP collectives inside a host, mirrored on the other hosts, run
     beside DP rings across hosts of three members or more a host (``tp_beside_dp_rings``; with two, a host's
     channels carry both directions alike: SC21 3.6B, TP 2 and 4 DP members a host, simulates two ranks, 7.5B,
-    TP 4 and 2, one), or where TP groups span hosts with several members on each, their rings hopping on
-    NVLink one way on one host and the other way on the next, on several pipeline stages whose TP collectives
-    run beside one another (``tp_stages_across``: SC21 7.5B at TP 16 and PP 2 simulates GPUs 0 and 8 of each
-    stage, one at PP 1), else one."""
+    TP 4 and 2, one), or where TP groups span NVLink domains with several members in each, their rings
+    hopping on NVLink one way in one domain and the other way in the next, on several pipeline stages whose TP
+    collectives run beside one another, which takes several micro-batches (``tp_stages_across``: SC21 7.5B at
+    TP 16 and PP 2 simulates GPUs 0 and 8 of each stage, one at PP 1 or with one micro-batch, whose stages run
+    one after the other; a TP group across the trays of one GB200 rack stays in its domain: one), else one."""
     rings_across = any(shapes[kind].transfers > shapes[kind].members for kind, count in comm.items()
                        if count and kind not in ("ep", "pp"))
     return 2 if (comm["ep"] and rings_across) or tp_beside_dp_rings or tp_stages_across else 1
@@ -752,6 +799,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     head_tensors: tuple[float, ...] = ()
     embedding_tensors: tuple[float, ...] = ()
     ready: list[tuple[float, ...]] = []  # a rank's blocks' tensors as its last backward finishes them
+    layer_blocks = (0.0, 0.0)  # a layer's attention and MLP parameters on a rank
     if synthetic is not None:
         layers, blocks = synthetic.stages, float(synthetic.stages * v)
         recomputed = blocks
@@ -765,6 +813,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         recomputed = 2.0 * spec.layers  # the embedding and the head are not recomputed
         attention, mlp = layer_tensors(spec, tp)
         tensors = attention + mlp
+        layer_blocks = (sum(attention), sum(mlp))
         head_tensors = (float(spec.norm_params()), (spec.head_params() - spec.norm_params()) / tp)
         embedding_tensors = (embedding_rank_params(spec, tp),)
         ready = [head_tensors] * (pp == 1) + [mlp, attention] * round(spec.layers / pp)
@@ -784,6 +833,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     grad_bytes = grad_buffer_bytes(training.precision, training.gradient_buffer_dtype(par.deepspeed_zero3))
     degree = _hybrid_degree(layout, hosts) if par.hybrid_shard else 0
     dense_units, expert_units = (layers + 2.0) / pp, layers_per_rank if moe and par.gathers_per_unit else 0.0
+    gathers = _param_gather_buckets(par, layer_blocks, layers_per_rank, PRECISION_BYTES[training.precision], pp,
+                                    sum(embedding_tensors), sum(head_tensors)) if par.zero_stage in (1, 2) else 0.0
     comm = {
         "tp": m * (layers_per_rank * sum(tp_plans.values()) + _tp_beyond_layers(par, pp, v)) if tp_plans else 0.0,
         "ep": m * layers_per_rank * _ep_all_to_alls(training.recompute) if moe and par.ep > 1 else 0.0,
@@ -791,10 +842,11 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, dense_units,
                               _ddp_buckets(tensors, layers_per_rank, grad_bytes, par.ddp.bucket, pp, head_tensors,
-                                           embedding_tensors), moe and tp * dp * cp > par.ep)
+                                           embedding_tensors), moe and tp * dp * cp > par.ep, gathers,
+                              layers_per_rank)
         if dp * cp > 1 else 0.0,
     }
-    if expert_units and dp > 1:  # FSDP2's expert units: over their own shard group, or copies in its place
+    if expert_units and dp * cp > 1:  # FSDP2's expert units: over their own shard group, or copies in its place
         expert_collectives = _dp_collectives(par, m, 0.0, expert_units, 0.0)
         if len(_first_group(layout, "experts", par.ep, degree)) > 1:
             comm["experts"] = expert_collectives
@@ -841,21 +893,24 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     if hosts is not None and _domains(tp_group, hosts) > 1:  # copies joined to rank 0's through TP's rings
         if shapes["dp"].joined and pp == 1 and not moe and comm["dp"] and not (
                 par.zero_stage == 3 or par.reduce_every_microbatch(pp)):
-            shapes["dp"] = replace(shapes["dp"], beside=_dp_beside(par, comm["dp"]))
+            shapes["dp"] = replace(shapes["dp"], beside=_dp_beside(par, comm["dp"], gathers))
         if shapes["cp"].joined and comm["cp"] and par.cp_algorithm == "ring":
             shapes["cp"] = replace(shapes["cp"], beside=_cp_ring_beside(
                 par, layout, m, training.recompute, round(layers_per_rank),
                 _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket)))
     tp_all_reduces = comm["tp"] and not par.sequence_parallel and not moe and synthetic is None
     beside = _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
-                        _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket))
+                        _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket),
+                        _gathered_ahead(par, layer_blocks, round(layers_per_rank), PRECISION_BYTES[training.precision],
+                                        sum(embedding_tensors), sum(head_tensors)) if pp == 1 else 0)
     dp_per_host = Counter(rank // hosts.gpus for rank in _first_group(layout, "dp", par.ep, degree)) if hosts else {}
     tp_joined_inside = (hosts is not None and len(dp_per_host) > 1 and min(dp_per_host.values()) > 1 and tp > 1
                         and len({rank // hosts.gpus for rank in tp_group}) == 1)
     if tp_all_reduces and tp_joined_inside:  # DP rings across hosts hop on NVLink: they join every TP group
         shapes["tp"] = replace(shapes["tp"], replicas=layout.world // pp // tp, joined=True)
-    tp_per_host = Counter(rank // hosts.gpus for rank in tp_group) if hosts else Counter()
-    tp_stages_across = pp > 1 and bool(comm["tp"]) and len(tp_per_host) > 1 and min(tp_per_host.values()) > 1
+    tp_per_domain = Counter(rank // hosts.domain for rank in tp_group) if hosts else Counter()
+    tp_stages_across = (pp > 1 and m > 1 and bool(comm["tp"]) and len(tp_per_domain) > 1
+                        and min(tp_per_domain.values()) > 1)
     ranks = pp * _rank_classes(comm, shapes, tp_joined_inside and beside > 0 and min(dp_per_host.values()) > 2,
                                tp_stages_across) if fold else gpus
     if tp_all_reduces and shapes["tp"].joined:  # rings whose copies in other replicas another dimension joins
