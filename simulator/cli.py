@@ -633,7 +633,7 @@ def _grid_line(grid: IntervalGrid) -> str:
     ran = (f"intervals (no --intervals): {counted(len(grid.steps), 'point')} from {low:.3g} to {high:.3g} times "
            f"{grid.centre} {format_seconds(grid.centre_s)}{rate}")
     rounding = f"in ratios of sqrt 2 rounded to whole steps of {format_seconds(grid.step_s)}"
-    if rounded or len(grid.steps) != len(DEFAULT_GRID_FACTORS):
+    if rounded:
         rounding = (f"of {len(DEFAULT_GRID_FACTORS)} planned from 1/4 to 4 times it {rounding} "
                     f"({', '.join(rounded)})")
     return f"{ran}, {rounding}: {points} steps"
