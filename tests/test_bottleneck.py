@@ -224,8 +224,8 @@ def test_a_step_of_host_time_is_host_bound(tmp_path):
     verdict = simulate(load_scenario(path)).summary["bottleneck"]
     assert verdict["evidence"]["wait_share"] == verdict["evidence"]["host_share"] == 1.0
     assert verdict["constraint"] == "host"
-    assert verdict["verdict"] == ("host-bound (waits 100.0% of the step: host time 100.0% > exposed communication "
-                                  "0.0%); largest single loss: host time, 100.0% of the step")
+    assert verdict["verdict"] == ("host-bound (waits 100.0% of the step: host time 100.0% > half of other idle 100.0%, "
+                                  "> exposed communication 0.0%); largest single loss: host time, 100.0% of the step")
 
 
 @pytest.mark.parametrize(("exposed_s", "host_s", "constraint"), [
@@ -250,5 +250,27 @@ def test_a_host_bound_trace_names_its_host_time_as_the_largest_loss(tmp_path):
     path.write_text(f"cluster: {{topology: dgx-h100, gpus: 1}}\nworkload: {{trace: '{tmp_path / 'rank0.json'}'}}\n")
     verdict = simulate(load_scenario(path)).summary["bottleneck"]
     assert verdict["loss_shares"]["host"] == pytest.approx(2 / 4, rel=1e-9)
-    assert verdict["verdict"] == ("host-bound (waits 50.0% of the step: host time 50.0% > exposed communication 0.0%); "
-                                  "largest single loss: host time, 50.0% of the step")
+    assert verdict["verdict"] == ("host-bound (waits 50.0% of the step: host time 50.0% > half of other idle 50.0%, > "
+                                  "exposed communication 0.0%); largest single loss: host time, 50.0% of the step")
+
+
+def test_a_host_bound_verdict_gives_the_comparisons_that_decided_it():
+    """Host binds where its time is at least half of the idle part of the wait and no less than the exposed
+    communication: the verdict printed only 'host time 20.0% > exposed communication 5.0%' beside a largest loss of
+    35.0% compute idle, leaving out the half that decided it."""
+    comm = {"exposed_union_s": 0.05, "wait_s": 0.40, "host_s": 0.20}
+    verdict = bottleneck(1.0, comm, {}, 0.0, 0.0, {"pipeline_bubble": 0.35}, pipeline_stages=1)["verdict"]
+    assert verdict == ("host-bound (waits 40.0% of the step: host time 20.0% > half of other idle 35.0%, > exposed "
+                       "communication 5.0%); largest single loss: compute idle, 35.0% of the step")
+
+
+@pytest.mark.parametrize(("exposed_s", "reason"), [
+    (0.3004, "(exposed communication 30.04% of the step > 30.00%)"),
+    (0.30004, "(exposed communication 30.004% of the step > 30.000%)"),
+    (0.3104, "(exposed communication 31.0% of the step > 30.0%)")])
+def test_a_share_just_over_the_bound_reads_over_it(exposed_s, reason):
+    """Exposed communication of 30.04% printed '30.0% of the step > 30.0%', a false comparison: the verdict gives
+    the decimals that tell the two apart."""
+    comm = {"exposed_union_s": exposed_s, "wait_s": exposed_s, "host_s": 0.0}
+    verdict = bottleneck(1.0, comm, {}, 0.0, 0.0, {"exposed_dp_comm": exposed_s}, pipeline_stages=1)["verdict"]
+    assert verdict.startswith(f"communication-bound {reason}; ")

@@ -122,6 +122,19 @@ def test_the_losses_and_compute_cover_the_run_and_the_worker_wait_grows_with_the
     assert shares[3.0] == pytest.approx(0.2568, abs=5e-4)
 
 
+def test_the_verdict_names_the_worker_wait_in_its_reason():
+    """With worker 5 10x slow the workers idle-wait most of the run: the verdict's reason called that part
+    'other idle' beside 'largest single loss: worker wait' of the same share, one figure under two names."""
+    stragglers = "faults.step.stragglers=[{gpus: [5], slowdown: 10.0}]"
+    bottleneck = simulate(load_scenario(BUNDLED, overrides=[stragglers])).summary["bottleneck"]
+    wait, exposed = bottleneck["evidence"]["wait_share"], bottleneck["evidence"]["exposed_comm_share"]
+    worker_wait = bottleneck["loss_shares"]["worker_wait"]
+    assert bottleneck["constraint"] == "idle"
+    assert bottleneck["verdict"] == (f"idle-bound (waits {wait:.1%} of the run: worker wait {wait - exposed:.1%} > "
+                                     f"exposed communication {exposed:.1%}); largest single loss: worker wait, "
+                                     f"{worker_wait:.1%} of the run")
+
+
 def test_rates_count_every_gpu_of_the_run_and_waiting_times_only_the_workers(run_yaml):
     """4 workers and 1 server GPU, 4 sync iterations. Per-GPU rates divide by the 5 GPUs the run holds: the server
     trains nothing, and charging it is what a comparison with an all-reduce on the same cluster needs. MFU: tokens (4

@@ -77,7 +77,7 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
 
 SHOWN_LOSS_SHARE = 0.0005
 """The least share of the step the verdict names a largest loss at: it gives shares to 0.1%, and a smaller
-one (a 17.9-day step's optimizer, 0.002%) read 'largest loss: optimizer step, 0.0% of the step'."""
+one (a 17.9-day step's optimizer, 0.002%) read 'largest single loss: optimizer step, 0.0% of the step'."""
 
 
 def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share: float, bubble: float,
@@ -124,39 +124,76 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
         result["loss_shares"] = losses
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
-        bound = VERDICT_NAMES[binding] + _bound_reason(binding, evidence, span)
+        bound = VERDICT_NAMES[binding] + _bound_reason(binding, evidence, span, losses)
         if losses[name] >= SHOWN_LOSS_SHARE:
             result["verdict"] = f"{bound}; largest single loss: {label}, {100 * losses[name]:.1f}% of the {span}"
-        elif losses[name] > 0:  # a 'largest loss' of '0.0%' read as a loss; it is none worth naming
+        elif losses[name] > 0:  # a 'largest single loss' of '0.0%' read as a loss; it is none worth naming
             result["verdict"] = f"{bound}; no loss as large as 0.1% of the {span}"
         else:
             result["verdict"] = f"{bound}; no measurable loss"
     return result
 
 
-def _bound_reason(binding: Constraint, evidence: dict, span: SimulatedSpan) -> str:
-    """Why the wait names the bound, for the verdict, where it does: ' (exposed communication 33.0% of the step >
-    30%)', ' (waits 61.6% of the step: exposed communication 27.2% > other idle 34.4%)'; '' for a bound the wait
-    does not name. The losses overlap, so a bound beside a larger loss of another name ('communication-bound;
-    largest single loss: pipeline bubble, 34.4% of the step') read as a contradiction without it."""
+IDLE_LOSSES = ("worker_wait",)
+"""The losses that are, together, the wait less its exposed communication where a step has them (a
+parameter-server run's): the verdict's reason names that part by them, as its largest single loss does.
+Without them it is 'other idle': a pipeline's bubble loss, measured over the pipeline window and overlapping
+exposed communication, is not that part."""
+
+
+def _bound_reason(binding: Constraint, evidence: dict, span: SimulatedSpan, losses: dict[str, float]) -> str:
+    """Why the wait names the bound, for the verdict, where it does, by the comparison that decided it:
+    ' (exposed communication 33.0% of the step > 30.0%)', ' (waits 61.6% of the step: exposed communication 27.2%
+    > other idle 34.4%)', ' (waits 40.0% of the step: host time 20.0% > half of other idle 35.0%, > exposed
+    communication 5.0%)'; '' for a bound the wait does not name. The losses overlap, so a bound beside a larger
+    loss of another name ('communication-bound; largest single loss: pipeline bubble, 34.4% of the step') read
+    as a contradiction without it. The idle part takes the names of the `IDLE_LOSSES` in ``losses``."""
     exposed, wait = evidence["exposed_comm_share"], evidence["wait_share"]
     if binding == "communication" and exposed > WAIT_BOUND_SHARE:
-        return f" (exposed communication {_percent(exposed)} of the {span} > {_percent(WAIT_BOUND_SHARE)})"
-    parts = {"communication": [("exposed communication", exposed), ("other idle", wait - exposed)],
-             "host": [("host time", evidence["host_share"]), ("exposed communication", exposed)],
-             "bubble": [("other idle", wait - exposed), ("exposed communication", exposed)]}
+        digits, relation = _resolution(exposed, WAIT_BOUND_SHARE)
+        return (f" (exposed communication {_percent(exposed, digits)} of the {span} {relation} "
+                f"{_percent(WAIT_BOUND_SHARE, digits)})")
+    idle = (" and ".join(LOSS_LABELS[name] for name in IDLE_LOSSES if name in losses) or "other idle",
+            wait - exposed)
+    waits = f" (waits {_percent(wait)} of the {span}: "
+    if binding == "host":
+        host = evidence["host_share"]
+        half_digits, half_relation = _resolution(host, idle[1] / 2)
+        digits, relation = _resolution(host, exposed)
+        return (f"{waits}host time {_percent(host, max(half_digits, digits))} {half_relation} half of {idle[0]} "
+                f"{_percent(idle[1], half_digits)}, {relation} exposed communication {_percent(exposed, digits)})")
+    parts = {"communication": [("exposed communication", exposed), idle],
+             "bubble": [idle, ("exposed communication", exposed)]}
     parts["idle"] = parts["bubble"]
     if binding not in parts:
         return ""
     (larger, larger_share), (smaller, smaller_share) = parts[binding]
-    larger_text, smaller_text = _percent(larger_share), _percent(smaller_share)
-    relation = ">" if larger_text != smaller_text else ">="
-    return f" (waits {_percent(wait)} of the {span}: {larger} {larger_text} {relation} {smaller} {smaller_text})"
+    digits, relation = _resolution(larger_share, smaller_share)
+    return (f"{waits}{larger} {_percent(larger_share, digits)} {relation} {smaller} "
+            f"{_percent(smaller_share, digits)})")
 
 
-def _percent(share: float) -> str:
-    """A share of the step as the verdict gives it, to 0.1%: '27.2%'."""
-    return f"{100 * share:.1f}%"
+def without_reason(verdict: str) -> str:
+    """A verdict without the bracketed reason of its bound ('communication-bound; largest single loss: exposed
+    DP communication, 52.4% of the step'), for a table of one line per step, where the reason ran its rows past
+    200 columns."""
+    bound, bracket, rest = verdict.partition(" (")
+    return bound + rest.partition(")")[2] if bracket else verdict
+
+
+def _resolution(larger: float, smaller: float) -> tuple[int, str]:
+    """The decimals of a percent (1 to 3) that tell ``larger`` from ``smaller``, and the relation the verdict
+    prints between them: '>' where they differ at those decimals, '>=' where they do not, so that exposed
+    communication of 30.04% reads '30.04% > 30.00%', not '30.0% > 30.0%'."""
+    for digits in (1, 2, 3):
+        if _percent(larger, digits) != _percent(smaller, digits):
+            return digits, ">"
+    return 1, ">="
+
+
+def _percent(share: float, digits: int = 1) -> str:
+    """A share of the step as the verdict gives it, to 0.1% unless told more ``digits``: '27.2%'."""
+    return f"{100 * share:.{digits}f}%"
 
 
 def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated: Sequence[int],
