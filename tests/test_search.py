@@ -424,6 +424,28 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     assert len({line.index("MFU") + 3 for line in lines[:1]} | {line.index("%") + 1 for line in lines[1:]}) == 1
 
 
+def test_the_ranking_gives_each_verdict_without_its_reason():
+    """A row ends with its layout's verdict, whose bracketed reason ran the row past 200 columns: the ranking
+    gives the bound and the largest single loss, the run's summary the reason too."""
+    import pandas as pd
+
+    from simulator.sweep.decision_tree import TreeChoice
+    from simulator.sweep.report import format_search
+    from simulator.sweep.search import SearchResult
+
+    verdicts = ["communication-bound (waits 61.6% of the step: exposed communication 27.2% > other idle 34.4%); "
+                "largest single loss: pipeline bubble, 34.4% of the step",
+                "compute-bound; largest single loss: pipeline bubble, 27.3% of the step"]
+    table = pd.DataFrame({"label": ["TP8 CP1 PP2 DP8 mb1 zero1 recompute=none", "TP8 CP1 PP4 DP4 mb1 zero1 "
+                                    "recompute=none"], "status": "simulated", "tokens_per_s": [2e5, 1e5],
+                          "mfu": [0.4, 0.2], "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": verdicts,
+                          "tree_choice": False, "searched": True, "reason_kind": None, "memory_tight": False})
+    rows = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""),
+                         "s.yaml").splitlines()[1:3]
+    assert rows[0].endswith(" communication-bound; largest single loss: pipeline bubble, 34.4% of the step")
+    assert rows[1].endswith(" compute-bound; largest single loss: pipeline bubble, 27.3% of the step")
+
+
 def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_layout():
     """Llama 3 405B on one DGX H100: the search prints no ranking header over no rows, and says how far the leanest
     layout is from fitting (each one's peak is in candidates.csv)."""

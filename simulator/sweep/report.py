@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 
+from simulator.metrics.summary import without_reason
 from simulator.report.run_folder import SEARCH_FOLDER, trainsim_version, write_run_folder
 from simulator.report.tables import csv_text
 from simulator.sweep.layouts import Pruned
@@ -49,7 +50,7 @@ def format_search(result: SearchResult, scenario: str) -> str:
         rank = next(ranks) if row["searched"] else "-"
         tight = TIGHT_MARK if row["memory_tight"] else " "
         lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
-                     f"{row['peak_memory_gib']:>8.1f}{tight} {row['bottleneck.verdict']}")
+                     f"{row['peak_memory_gib']:>8.1f}{tight} {without_reason(row['bottleneck.verdict'])}")
     if any(row["memory_tight"] for row in rows):
         roomy = (~simulated[searched]["memory_tight"].astype(bool)).any()
         room = f"{memory_plan.UNMODELLED_BYTES / GIB:.0f} GiB"
