@@ -1247,22 +1247,33 @@ def test_a_moe_step_at_ep_1_words_its_skew_as_uneven_expert_gemms():
 
 
 def test_a_parameter_server_runs_worker_wait_has_its_row():
-    """The bundled parameter-server run's workers idle 229.3 ms of its 3.52 s with no transfer of their own
-    (`worker_wait`, 6.5%), which the console prints beside the exposed DP communication; a step without
-    parameter servers prints no such row."""
+    """The bundled parameter-server run's workers idle 229.3 ms of its 3.52 s in their iterations with no transfer
+    of their own (`worker_wait`, 6.5%), which the console prints beside the exposed DP communication; under async
+    (2.527 s) they wait about 31.6 ms in their iterations and 266.8 ms after their last one (`finished_early`), its own
+    row, which a sync run, whose workers finish together, does not print; nor does a step without parameter
+    servers print either row."""
     from rich.console import Console
 
     from simulator.console.report import training_table
 
-    def rows(summary: dict) -> list[str]:
+    def rows(summary: dict, step: float = 3.5195) -> list[str]:
         console = Console(width=200, record=True)
-        console.print(training_table({"step_time_s": 3.5195, **summary}))
+        console.print(training_table({"step_time_s": step, **summary}))
         return [" ".join(line.split()) for line in console.export_text().splitlines()]
 
-    losses = {"bottleneck": {"loss_shares": {"exposed_dp_comm": 0.6509, "worker_wait": 0.065154}}}
-    assert ("worker wait 229.3 ms (6.5%; idle with no transfer of its own: slower workers, server updates)"
-            in rows({**losses, "parameter_server": {"iterations": 6}}))
-    assert not any(line.startswith("worker wait") for line in rows(losses))
+    ps = {"parameter_server": {"iterations": 6}}
+    losses = {"bottleneck": {"loss_shares": {"exposed_dp_comm": 0.6509, "worker_wait": 0.065154,
+                                             "finished_early": 1e-9}}}
+    sync = rows({**losses, **ps})
+    assert "worker wait 229.3 ms (6.5%; in its iterations, for slower workers or server updates)" in sync
+    assert not any(line.startswith("idle after last iteration") for line in sync)
+    asynchronous = {"bottleneck": {"loss_shares": {"exposed_dp_comm": 0.4865, "worker_wait": 0.0125,
+                                                   "finished_early": 0.10557}}}
+    lines = rows({**asynchronous, **ps}, 2.5272)
+    assert any(line.startswith("worker wait 31.59 ms (1.2%;") for line in lines), lines
+    assert ("idle after last iteration 266.8 ms (10.6%; waiting for the slowest worker, outside the throughput "
+            "window)" in lines)
+    assert not any(line.startswith(("worker wait", "idle after")) for line in rows(asynchronous))
 
 
 def test_the_layout_search_tree_names_a_tiny_model_s_memory_in_mib():

@@ -491,6 +491,13 @@ SCENARIO_QUOTES = [
      "worker wait {ms_worker_wait:.1f} ms ({s[bottleneck][loss_shares][worker_wait]:.1%}), 6 x {ms_exchange:.1f} ms"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (WORKER_STRAGGLER,)),
      "wait grows to {s[bottleneck][loss_shares][worker_wait]:.1%}"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async",)),
+     "ps.mode=async` the workers wait {s[bottleneck][loss_shares][worker_wait]:.1%} of the {s[step_time_s]:.3f} s "
+     "run in their iterations and idle {s[bottleneck][loss_shares][finished_early]:.1%} after them;"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async", WORKER_STRAGGLER)),
+     "straggler 3x slow too, {s[bottleneck][loss_shares][worker_wait]:.1%} and "
+     "{s[bottleneck][loss_shares][finished_early]:.1%}, and the verdict's largest loss is exposed DP communication, "
+     "{s[bottleneck][loss_shares][exposed_dp_comm]:.1%} of the run"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "network.model=analytic")),
      "ps.iteration_slowdown=null`: exchange {ms_exchange:.1f} ms analytic,"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", PS_EVEN),

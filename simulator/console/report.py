@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from simulator.metrics.summary import OOM_FIGURES
+from simulator.metrics.summary import OOM_FIGURES, SHOWN_LOSS_SHARE
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import parallel_degrees, sharding_name
 from simulator.units import (
@@ -362,10 +362,14 @@ def training_table(summary: dict) -> Table:
                  if (text := _exposed_text(kind, exposed.get(kind, 0.0), (summary.get("comm_s") or {}).get(kind, 0.0),
                                            step))]
         table.add_row("exposed communication", ", ".join(shown) or "none")
-    wait_share = ((summary.get("bottleneck") or {}).get("loss_shares") or {}).get("worker_wait")
-    if ps and step and wait_share is not None:
-        table.add_row("worker wait", f"{format_seconds(wait_share * step)} ({_share(wait_share)}; idle with no "
-                                     "transfer of its own: slower workers, server updates)")
+    shares = (summary.get("bottleneck") or {}).get("loss_shares") or {}
+    if ps and step and shares.get("worker_wait") is not None:
+        table.add_row("worker wait", f"{format_seconds(shares['worker_wait'] * step)} ({_share(shares['worker_wait'])}"
+                                     "; in its iterations, for slower workers or server updates)")
+    if ps and step and shares.get("finished_early", 0.0) >= SHOWN_LOSS_SHARE:
+        table.add_row("idle after last iteration", f"{format_seconds(shares['finished_early'] * step)} "
+                      f"({_share(shares['finished_early'])}; waiting for the slowest worker, outside the throughput "
+                      "window)")
     if summary.get("moe") and step:
         table.add_row("routing skew", _routing_skew_text(summary["moe"], step))
     if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:

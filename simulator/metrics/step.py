@@ -223,6 +223,16 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
     }
 
 
+def idle_after_last_op_s(rows: StepRows, step_time_s: float) -> float:
+    """The mean over ranks of the time from a rank's last op's end to the end of the step, seconds: 0 where
+    every rank works to the end, a parameter-server worker's idle time after its last iteration where it
+    finishes before the slowest (async, ssp)."""
+    ranks, inverse = np.unique(rows.ops["rank"], return_inverse=True)
+    last = np.full(len(ranks), -np.inf)
+    np.maximum.at(last, inverse, rows.ops["end_s"])
+    return _mean(np.maximum(step_time_s - last, 0.0).tolist(), rows.weights_of(ranks))
+
+
 def _mean(values: list[float], weights: np.ndarray | None = None) -> float:
     """The mean over ranks (weighed by ``weights`` where ranks weigh unlike), 0 where no rank has ops."""
     if not values:

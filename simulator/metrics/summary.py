@@ -14,6 +14,7 @@ from simulator.metrics.step import (
     bubble_fraction,
     communication_metrics,
     executed_flops,
+    idle_after_last_op_s,
     optimizer_s,
     pipeline_window_s,
     traffic_bytes,
@@ -47,8 +48,10 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
                "host": "host time", "worker_wait": "worker wait",
+               "finished_early": "idle after its last iteration",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
-"""The losses a step is charged with, by key, and how the bottleneck's `verdict` names them."""
+"""The losses a step is charged with, by key, and how the bottleneck's `verdict` names them (all but those
+of NOT_A_LARGEST_LOSS, which it never names)."""
 IDLE_WITHOUT_PIPELINE = "compute idle"
 """How the verdict names the `pipeline_bubble` loss of a step of one pipeline stage, as the console's row does:
 its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or stragglers, not for a pipeline."""
@@ -56,24 +59,31 @@ its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or 
 
 def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float,
                 routing_skew_s: float | None = None, host_s: float | None = None,
-                worker_wait_s: float | None = None) -> dict[str, float]:
+                worker_wait_s: float | None = None, finished_early_s: float | None = None) -> dict[str, float]:
     """Each loss as a share of the step: idle time of the pipeline window (none without a pipeline,
     ``bubble_s`` None), exposed communication per kind (mean over ranks of communication time no compute
     overlaps), the optimizer step and, for a MoE step, the expert compute its routing skew adds to every rank
     (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None), for a replayed trace, its
     host time on the compute stream (``host_s``, `host`; none for a modelled step, None) and, for a step that
     idles for another reason than a pipeline (a parameter-server run), the idle time with neither compute nor
-    communication (``worker_wait_s``, `worker_wait`: a worker's push done, the slowest worker's push or the
-    servers' update not; None with a pipeline)."""
+    communication, split in two: inside its iterations (``worker_wait_s``, `worker_wait`: a worker's push
+    done, the slowest worker's push or the servers' update not) and after its last one, until the slowest
+    worker finishes (``finished_early_s``, `finished_early`: async and ssp); None with a pipeline."""
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
                **({} if routing_skew_s is None else {"moe_imbalance": routing_skew_s}),
                **({} if host_s is None else {"host": host_s}),
                **({} if worker_wait_s is None else {"worker_wait": worker_wait_s}),
+               **({} if finished_early_s is None else {"finished_early": finished_early_s}),
                **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_CATEGORIES}}
     return {name: value / step_time_s for name, value in seconds.items()}
 
+
+NOT_A_LARGEST_LOSS = frozenset({"finished_early"})
+"""Losses the verdict never names as the largest: a parameter-server worker's idle time after its last
+iteration is the end of an async run, not of its iterations, and the throughput the run reports
+(`throughput_window_s`) leaves it out; a fast worker given more iterations would train through it."""
 
 SHOWN_LOSS_SHARE = 0.0005
 """The least share of the step the verdict names a largest loss at: it gives shares to 0.1%, and a smaller
@@ -120,7 +130,8 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         binding = "compute"
     result: dict = {"constraint": binding, "evidence": evidence}
     if losses:
-        name = max(losses, key=lambda key: (losses[key], key))
+        named = {key: share for key, share in losses.items() if key not in NOT_A_LARGEST_LOSS}
+        name = max(named, key=lambda key: (named[key], key))
         result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
         result["loss_shares"] = losses
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
@@ -208,7 +219,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
     adds the nominal rates, top_k experts for every token, as Megatron-LM and papers count them. A step that is
     not ``pipelined`` has no bubble (StepProgram.pipelined): its idle time beside exposed communication is the
-    `worker_wait` loss instead, so the losses and compute cover the step; the verdict of a step of one
+    `worker_wait` loss instead, and the idle time after a worker's last op the `finished_early` loss, so the
+    losses and compute cover the step; the verdict of a step of one
     ``pipeline_stages`` calls its idle time compute idle. ``traffic_correction`` turns the flows into bytes
     sent (`traffic_bytes`). ``training_ranks`` (None: every rank) are the ranks whose times the communication
     figures and the losses average: the workers of a parameter-server run, whose waits are the run's losses
@@ -241,9 +253,11 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         "traffic_bytes_per_gpu": traffic_bytes(rows, traffic_correction),
         **memory,
     }
+    tail_s = None if pipelined else idle_after_last_op_s(timed, step_time_s)
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
                          optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None,
-                         None if pipelined else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"], 0.0))
+                         None if tail_s is None
+                         else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span)
     return summary
