@@ -68,7 +68,7 @@ AXES_ATTR = "axes"
 sweep file names them: what `trainsim plot sweep` defaults --x to when there is one."""
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
-SUMMARY_SCHEMA = 4
+SUMMARY_SCHEMA = 5
 """The version of the summary's field names a record's metrics carry, raised when a field is renamed or changes
 meaning, so that a resumed sweep runs again the points recorded under earlier names rather than mixing both in
 one table (1: `memory_per_stage[i].total_gib`, which replaced `memory_per_stage_gib[i].total` in 8a86ad6; records
@@ -76,7 +76,10 @@ from before carry none, read as 0; 2: `hfu` and `hardware_tflops_per_gpu` null, 
 shapes; 3: `bottleneck.constraint` and `verdict` by the wait rule of the time with no compute op,
 `bottleneck.evidence.wait_share` and `bubble_share`, where bubble plus exposed communication had named steps
 idle- or bubble-bound; 4: `bottleneck.constraint` `host` and `bottleneck.evidence.host_share`, where a replayed
-trace's host time had named steps idle-bound)."""
+trace's host time had named steps idle-bound; 5: the losses `worker_wait` and `finished_early` of a
+parameter-server run (the first of which the verdict's largest loss may name), where its idle time had none;
+MoE at ep 1's `moe.all_to_all_bytes_per_layer` 0, where it counted self-traffic no all-to-all sends; and the
+verdict with a bracketed reason and 'largest single loss', where it read 'largest loss')."""
 
 
 @dataclass(frozen=True)
