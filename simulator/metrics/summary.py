@@ -145,11 +145,11 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     return result
 
 
-IDLE_LOSSES = ("worker_wait",)
+IDLE_LOSSES = ("worker_wait", "finished_early")
 """The losses that are, together, the wait less its exposed communication where a step has them (a
-parameter-server run's): the verdict's reason names that part by them, as its largest single loss does.
-Without them it is 'other idle': a pipeline's bubble loss, measured over the pipeline window and overlapping
-exposed communication, is not that part."""
+parameter-server run's): the verdict's reason names that part by those of them above zero, as its largest
+single loss does. Without them it is 'other idle': a pipeline's bubble loss, measured over the pipeline window
+and overlapping exposed communication, is not that part."""
 
 
 def _bound_reason(binding: Constraint, evidence: dict, span: SimulatedSpan, losses: dict[str, float]) -> str:
@@ -158,13 +158,13 @@ def _bound_reason(binding: Constraint, evidence: dict, span: SimulatedSpan, loss
     > other idle 34.4%)', ' (waits 40.0% of the step: host time 20.0% > half of other idle 35.0%, > exposed
     communication 5.0%)'; '' for a bound the wait does not name. The losses overlap, so a bound beside a larger
     loss of another name ('communication-bound; largest single loss: pipeline bubble, 34.4% of the step') read
-    as a contradiction without it. The idle part takes the names of the `IDLE_LOSSES` in ``losses``."""
+    as a contradiction without it. The idle part takes the names of the `IDLE_LOSSES` above zero in ``losses``."""
     exposed, wait = evidence["exposed_comm_share"], evidence["wait_share"]
     if binding == "communication" and exposed > WAIT_BOUND_SHARE:
         digits, relation = _resolution(exposed, WAIT_BOUND_SHARE)
         return (f" (exposed communication {_percent(exposed, digits)} of the {span} {relation} "
                 f"{_percent(WAIT_BOUND_SHARE, digits)})")
-    idle = (" and ".join(LOSS_LABELS[name] for name in IDLE_LOSSES if name in losses) or "other idle",
+    idle = (" and ".join(LOSS_LABELS[name] for name in IDLE_LOSSES if losses.get(name)) or "other idle",
             wait - exposed)
     waits = f" (waits {_percent(wait)} of the {span}: "
     if binding == "host":
