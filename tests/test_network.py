@@ -1094,15 +1094,17 @@ def test_groups_of_weight_zero_are_left_out_of_a_solve():
     assert solved[kept].tolist() == grouped_max_min_rates([paths[g] for g in kept], weight[kept], capacity).tolist()
 
 
-@pytest.mark.parametrize("links", [40, 200_000])
+@pytest.mark.parametrize("links", [40, 60_000, 2_000_000])
 def test_incidence_numbers_and_sorts_links_as_unique_and_a_stable_sort_do(links):
-    # The index numbers the crossed links by marking them and sorts entries by a 16-bit radix sort where the
-    # compact ids fit (a 64-bit sort where they do not: ~44,000 crossed links); both must give np.unique's ids
-    # and the one stable order.
+    # The index numbers the crossed links by marking them (ids dense in their range) or sorting them (spread
+    # thin) and sorts entries by an unsigned 16-bit radix sort where the compact ids fit (~48,000 crossed links
+    # use the top bit), a 64-bit sort where they do not (~97,000); all must give np.unique's ids and the one
+    # stable order.
     rng = np.random.default_rng(3)
-    lengths = rng.integers(0, 6, size=20_000)
+    lengths = rng.integers(0, 6, size=40_000)
     entry_link = rng.integers(0, links, size=int(lengths.sum()))
     incidence = Incidence.of(lengths, entry_link)
+    assert (incidence.links.size > 1 << 16) == (links > 100_000)
     ids, compact = np.unique(entry_link, return_inverse=True)
     assert incidence.links.tolist() == ids.tolist()
     assert incidence.entry_link.tolist() == compact.reshape(-1).tolist()

@@ -73,7 +73,7 @@ class Incidence:
         self.links = links
         self.entry_group = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
         self.group_start = np.concatenate(([0], np.cumsum(lengths)))
-        self.by_link = np.argsort(entry_link.astype(np.int16) if links.size <= 1 << 15 else entry_link,
+        self.by_link = np.argsort(entry_link.astype(np.uint16) if links.size <= 1 << 16 else entry_link,
                                   kind="stable")
         self.link_start = np.concatenate(([0], np.cumsum(np.bincount(entry_link, minlength=links.size))))
 
@@ -88,11 +88,14 @@ class Incidence:
     @classmethod
     def of(cls, lengths: np.ndarray, entry_link: np.ndarray) -> Incidence:
         """The incidence of groups whose links (ids into the capacity array) are flat in ``entry_link``: the
-        links crossed are marked and numbered in order of their ids, which costs no sort."""
-        crossed = np.bincount(entry_link, minlength=int(entry_link.max()) + 1 if entry_link.size else 0) > 0
-        links = np.flatnonzero(crossed)
-        compact = np.cumsum(crossed, dtype=np.int64)[entry_link] - 1
-        return cls(np.asarray(lengths, dtype=np.int64), compact, links)
+        links crossed are numbered in order of their ids, found by `distinct` (so a small component costs its
+        own size, not the cluster's link count) and looked up in a table over the id range whose only slots
+        written or read are the crossed links'."""
+        bound = int(entry_link.max()) + 1 if entry_link.size else 0
+        links = distinct(entry_link, bound)
+        compact = np.empty(bound, dtype=np.int64)
+        compact[links] = np.arange(links.size)
+        return cls(np.asarray(lengths, dtype=np.int64), compact[entry_link], links)
 
     def rates(self, weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
         """Max-min fair rate of each member of each group, ``weight[g]`` flows in group ``g`` (0: the group is
