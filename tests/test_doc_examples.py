@@ -498,6 +498,15 @@ SCENARIO_QUOTES = [
      "straggler 3x slow too, {s[bottleneck][loss_shares][worker_wait]:.1%} and "
      "{s[bottleneck][loss_shares][finished_early]:.1%}, and the verdict's largest loss is exposed DP communication, "
      "{s[bottleneck][loss_shares][exposed_dp_comm]:.1%} of the run"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async", "training.microbatches=8",
+                                                                     WORKER_STRAGGLER)),
+     "straggler 3x slow: a {s[bottleneck][evidence][wait_share]:.1%} wait, "
+     "{s[bottleneck][evidence][finished_early_share]:.1%} of it after the last iterations, "
+     "{s[bottleneck][evidence][exposed_comm_share]:.1%} exposed DP communication, compute-bound)"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (
+        "ps.mode=ssp", "ps.staleness=1", "training.microbatches=8",
+        "faults.step.stragglers=[{gpus: [5], slowdown: 4.0}]")),
+     "(`waits {wait_in_iterations:.1%} of the run in its iterations` under ssp, staleness 1"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "network.model=analytic")),
      "ps.iteration_slowdown=null`: exchange {ms_exchange:.1f} ms analytic,"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", PS_EVEN),
@@ -604,7 +613,9 @@ def quoted_figures(result: Result) -> dict:
         figures |= {"ms_exchange": servers["exchange_s"] * 1e3, "ms_allreduce": servers["allreduce"]["time_s"] * 1e3,
                     "ms_server_work": (per_iteration * 1e3).to_dict(),
                     "gib_busiest": servers["busiest_link_bytes_per_iteration"] / 2**30,
-                    "gib_allreduce_busiest": servers["allreduce"]["busiest_link_bytes"] / 2**30}
+                    "gib_allreduce_busiest": servers["allreduce"]["busiest_link_bytes"] / 2**30,
+                    "wait_in_iterations": summary["bottleneck"]["evidence"]["wait_share"]
+                    - summary["bottleneck"]["evidence"]["finished_early_share"]}
     return figures
 
 

@@ -14,6 +14,7 @@ from simulator.catalog.gpus import get_gpu
 from simulator.config.loader import scenario_from_text
 from simulator.config.parameter_server import ParameterServerConfig
 from simulator.errors import ScenarioError
+from simulator.metrics.summary import WAIT_BOUND_SHARE
 from simulator.parameter_server.placement import place, shard_tensors, stripe, worker_gpus
 from simulator.parameter_server.program import ps_program
 from simulator.program.ops import CollectiveOp
@@ -156,6 +157,37 @@ def test_the_verdict_names_the_worker_wait_in_its_reason():
     assert bottleneck["verdict"] == (f"idle-bound (waits {wait:.1%} of the run: worker wait {wait - exposed:.1%} > "
                                      f"exposed communication {exposed:.1%}); largest single loss: worker wait, "
                                      f"{worker_wait:.1%} of the run")
+
+
+def test_the_idle_time_after_a_workers_last_iteration_decides_no_bound():
+    """Async, 8 micro-batches, worker 5 3x slow: the fast workers idle 50.9% of the run after their last
+    iteration, outside its throughput; inside their iterations they wait 16.1%, 15.6% of it exposed DP
+    communication. Counting that tail, the wait (67.0%) read idle-bound over a compute-bound run."""
+    overrides = ["ps.mode=async", "training.microbatches=8", "faults.step.stragglers=[{gpus: [5], slowdown: 3.0}]"]
+    bottleneck = simulate(load_scenario(BUNDLED, overrides=overrides)).summary["bottleneck"]
+    evidence, losses = bottleneck["evidence"], bottleneck["loss_shares"]
+    assert evidence["finished_early_share"] == losses["finished_early"] == pytest.approx(0.5095, abs=5e-4)
+    inside = evidence["wait_share"] - evidence["finished_early_share"]
+    assert evidence["exposed_comm_share"] < inside < WAIT_BOUND_SHARE < evidence["wait_share"]
+    assert bottleneck["constraint"] == "compute"
+    assert bottleneck["verdict"] == ("compute-bound; largest single loss: exposed DP communication, "
+                                     f"{losses['exposed_dp_comm']:.1%} of the run")
+
+
+def test_an_ssp_runs_reason_names_the_wait_inside_its_iterations():
+    """SSP with staleness 1, 8 micro-batches, worker 5 4x slow: the workers wait 61.9% of the run inside their
+    iterations, over 30%, and idle 13.4% after them; the reason gives the former, whose idle part is the worker
+    wait alone (the whole wait, 75.3%, named the tail beside it)."""
+    overrides = ["ps.mode=ssp", "ps.staleness=1", "training.microbatches=8",
+                 "faults.step.stragglers=[{gpus: [5], slowdown: 4.0}]"]
+    bottleneck = simulate(load_scenario(BUNDLED, overrides=overrides)).summary["bottleneck"]
+    evidence, losses = bottleneck["evidence"], bottleneck["loss_shares"]
+    wait, exposed = evidence["wait_share"] - evidence["finished_early_share"], evidence["exposed_comm_share"]
+    assert evidence["finished_early_share"] == pytest.approx(0.134, abs=5e-4)
+    assert wait - exposed == pytest.approx(losses["worker_wait"], rel=1e-9)
+    assert bottleneck["verdict"] == (f"idle-bound (waits {wait:.1%} of the run in its iterations: worker wait "
+                                     f"{wait - exposed:.1%} > exposed communication {exposed:.1%}); largest single "
+                                     f"loss: worker wait, {losses['worker_wait']:.1%} of the run")
 
 
 def test_rates_count_every_gpu_of_the_run_and_waiting_times_only_the_workers(run_yaml):

@@ -102,7 +102,9 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     the exposed communication (``comm``'s `host_s`: a CPU-only profile, or a step of launch gaps): host time is
     then the largest of the three parts, so faster host code is the remedy, not a faster network. The pipeline
     bubble's loss is no part of it: at pp = 1 it is mostly the compute stream waiting for ZeRO-3 gathers, exposed
-    communication already. The verdict names the time simulated by ``span``, as the console's first row does
+    communication already. A parameter-server run's wait after a worker's last iteration (the `finished_early`
+    loss, `evidence.finished_early_share`) is outside the throughput it reports, so the rule reads the wait less
+    it (`iteration_wait_share`). The verdict names the time simulated by ``span``, as the console's first row does
     ('65.1% of the run' beside a parameter server's run time)."""
     evidence = {
         "exposed_comm_share": comm["exposed_union_s"] / step_time_s if step_time_s else 0.0,
@@ -112,14 +114,16 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         "bubble_share": (losses or {}).get("pipeline_bubble", 0.0),
         "wait_share": comm["wait_s"] / step_time_s if step_time_s else 0.0,
         "host_share": comm["host_s"] / step_time_s if step_time_s else 0.0,
+        **({"finished_early_share": losses["finished_early"]} if losses and "finished_early" in losses else {}),
     }
+    wait = iteration_wait_share(evidence)
     binding: Constraint
     if memory.get("oom"):
         binding = "memory_capacity"
     elif evidence["exposed_comm_share"] > WAIT_BOUND_SHARE:
         binding = "communication"
-    elif evidence["wait_share"] > WAIT_BOUND_SHARE:
-        idle_share = evidence["wait_share"] - evidence["exposed_comm_share"]
+    elif wait > WAIT_BOUND_SHARE:
+        idle_share = wait - evidence["exposed_comm_share"]
         binding = ("communication" if evidence["exposed_comm_share"] >= idle_share else
                    "host" if 2 * evidence["host_share"] >= idle_share
                    and evidence["host_share"] >= evidence["exposed_comm_share"] else
@@ -145,11 +149,18 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     return result
 
 
-IDLE_LOSSES = ("worker_wait", "finished_early")
-"""The losses that are, together, the wait less its exposed communication where a step has them (a
-parameter-server run's): the verdict's reason names that part by those of them above zero, as its largest
-single loss does. Without them it is 'other idle': a pipeline's bubble loss, measured over the pipeline window
-and overlapping exposed communication, is not that part."""
+def iteration_wait_share(evidence: dict) -> float:
+    """The wait the bound rules read: `wait_share` less a parameter-server run's idle time after a worker's
+    last iteration (`finished_early_share`, none in a run without it), which its throughput leaves out: an async
+    run whose fast workers finish early would otherwise read idle-bound for time no iteration spends."""
+    return evidence["wait_share"] - evidence.get("finished_early_share", 0.0)
+
+
+IDLE_LOSSES = ("worker_wait",)
+"""The losses that are, together, the wait the bound rules read (`iteration_wait_share`) less its exposed
+communication where a step has them (a parameter-server run's): the verdict's reason names that part by those
+of them above zero, as its largest single loss does. Without them it is 'other idle': a pipeline's bubble loss,
+measured over the pipeline window and overlapping exposed communication, is not that part."""
 
 
 def _bound_reason(binding: Constraint, evidence: dict, span: SimulatedSpan, losses: dict[str, float]) -> str:
@@ -158,15 +169,18 @@ def _bound_reason(binding: Constraint, evidence: dict, span: SimulatedSpan, loss
     > other idle 34.4%)', ' (waits 40.0% of the step: host time 20.0% > half of other idle 35.0%, > exposed
     communication 5.0%)'; '' for a bound the wait does not name. The losses overlap, so a bound beside a larger
     loss of another name ('communication-bound; largest single loss: pipeline bubble, 34.4% of the step') read
-    as a contradiction without it. The idle part takes the names of the `IDLE_LOSSES` above zero in ``losses``."""
-    exposed, wait = evidence["exposed_comm_share"], evidence["wait_share"]
+    as a contradiction without it. The idle part takes the names of the `IDLE_LOSSES` above zero in ``losses``;
+    a parameter-server run whose workers idle after their last iteration waits '... of the run in its
+    iterations', the wait its rule read (`iteration_wait_share`)."""
+    exposed, wait = evidence["exposed_comm_share"], iteration_wait_share(evidence)
     if binding == "communication" and exposed > WAIT_BOUND_SHARE:
         digits, relation = _resolution(exposed, WAIT_BOUND_SHARE)
         return (f" (exposed communication {_percent(exposed, digits)} of the {span} {relation} "
                 f"{_percent(WAIT_BOUND_SHARE, digits)})")
     idle = (" and ".join(LOSS_LABELS[name] for name in IDLE_LOSSES if losses.get(name)) or "other idle",
             wait - exposed)
-    waits = f" (waits {_percent(wait)} of the {span}: "
+    inside = " in its iterations" if evidence.get("finished_early_share") else ""
+    waits = f" (waits {_percent(wait)} of the {span}{inside}: "
     if binding == "host":
         host = evidence["host_share"]
         half_digits, half_relation = _resolution(host, idle[1] / 2)

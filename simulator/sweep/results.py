@@ -77,7 +77,8 @@ shapes; 3: `bottleneck.constraint` and `verdict` by the wait rule of the time wi
 `bottleneck.evidence.wait_share` and `bubble_share`, where bubble plus exposed communication had named steps
 idle- or bubble-bound; 4: `bottleneck.constraint` `host` and `bottleneck.evidence.host_share`, where a replayed
 trace's host time had named steps idle-bound; 5: the losses `worker_wait` and `finished_early` of a
-parameter-server run (the first of which the verdict's largest loss may name), where its idle time had none;
+parameter-server run (the first of which the verdict's largest loss may name), where its idle time had none,
+and `bottleneck.evidence.finished_early_share`, which its wait rule leaves out of the wait;
 MoE at ep 1's `moe.all_to_all_bytes_per_layer` 0, where it counted self-traffic no all-to-all sends; and the
 verdict with a bracketed reason and 'largest single loss', where it read 'largest loss')."""
 
