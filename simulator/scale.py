@@ -22,7 +22,9 @@ SC21 7.5B at TP 16, rings under `auto`, 243,344 of 243,344 flows), and so do the
 other TP lanes and CP's rings' copies, for those beside the traffic that joins them (`_dp_beside`,
 `_cp_ring_beside`). A TP all-reduce inside a host counts every
 copy of its stage beside DP rings across hosts that hop on NVLink, which join them all (SC21 7.5B: 47,244 of
-46,316 flows, 29,513 counting one group).
+46,316 flows, 29,513 counting one group). The trays of a GB200 NVL72 rack are one NVLink domain, counted as a
+host: a group across them keeps the copies the rack's other groups join to it (TP 8 x DP 9 on one rack: 4,056 of
+3,993 flows, 1,387 counting one copy).
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
@@ -461,14 +463,16 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     search reaches that share of every dimension's replicas; an EP group with several members on a host sends
     flows that turn rails between hosts, which the fabric hashes over every spine by the rails' difference
     (topology/builders.py `Fabric`), so they share spine links with every copy of the group, all kept (a bound:
-    Mixtral EP 8 keeps 0.90 of it); a group across the trays of one NVL72 rack meets no replica on a NIC. A
-    group inside one host keeps the copies there that the host's other groups join to it (`_domain_copies`).
+    Mixtral EP 8 keeps 0.90 of it). A group inside one NVLink domain (a host; the trays of a GB200 NVL72 rack,
+    whose NVSwitch joins them as a host's does) keeps the copies there that the domain's other groups join to it
+    (`_domain_copies`).
     ``channels`` (`collectives.channels`, 0: NCCL's choice) is the rings of every ring collective, inside a host
     too, as ring.py's `channel_count` reads it."""
     groups = {kind: _first_group(layout, kind, ep, degree) for kind in kinds if kind != "pp"}
     per_host = {kind: Counter(rank // hosts.gpus for rank in group) if hosts is not None else Counter()
                 for kind, group in groups.items()}
-    crossing = {kind: min(counts.values()) for kind, counts in per_host.items() if len(counts) > 1}
+    crossing = {kind: min(counts.values()) for kind, counts in per_host.items()
+                if len(counts) > 1 and hosts is not None and _domains(groups[kind], hosts) > 1}
     rails_of = {kind: _group_rails(groups[kind], hosts, fewest) for kind, fewest in crossing.items()
                 } if hosts is not None else {}
     shapes = {"pp": CollectiveShape(1, 1, 1)}
@@ -482,17 +486,16 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
             continue
         rails = rails_of[kind]
         replicas = layout.world // layout.pp // members
-        if _domains(group, hosts) == 1:  # trays of one NVL72 rack: no NIC shared
-            kept = 1
-        elif len(crossing) > 1:
+        if len(crossing) > 1:
             rails_joined = max(rails_of.values())
             kept = replicas * rails_joined // hosts.rails
         else:
             kept = hosts.gpus // crossing[kind] * rails // hosts.rails
         if kind == "ep" and crossing[kind] > 1 and hosts.rails > 1:
             kept = replicas  # its flows turn rails between hosts, hashed over every spine: they meet every copy
-        if crossing[kind] > 1 and any(len(other) > 1 for name, other in groups.items() if name not in crossing):
-            kept = max(kept, hosts.gpus // crossing[kind])  # its hops inside a host cross the lanes of a group there
+        in_domain = min(Counter(rank // hosts.domain for rank in group).values())
+        if in_domain > 1 and any(len(other) > 1 for name, other in groups.items() if name not in crossing):
+            kept = max(kept, hosts.domain // in_domain)  # its hops inside a domain cross the lanes of a group there
         transfers = members * (peers if kind == "ep" or channels else _ring_channels(group, hosts))
         shapes[kind] = CollectiveShape(members, transfers, min(replicas, max(1, kept)), len(crossing) > 1)
     return shapes
@@ -903,10 +906,13 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                         _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket),
                         _gathered_ahead(par, layer_blocks, round(layers_per_rank), PRECISION_BYTES[training.precision],
                                         sum(embedding_tensors), sum(head_tensors)) if pp == 1 else 0)
-    dp_per_host = Counter(rank // hosts.gpus for rank in _first_group(layout, "dp", par.ep, degree)) if hosts else {}
-    tp_joined_inside = (hosts is not None and len(dp_per_host) > 1 and min(dp_per_host.values()) > 1 and tp > 1
-                        and len({rank // hosts.gpus for rank in tp_group}) == 1)
+    dp_group = _first_group(layout, "dp", par.ep, degree)
+    dp_per_host = Counter(rank // hosts.gpus for rank in dp_group) if hosts else {}
+    dp_per_domain = Counter(rank // hosts.domain for rank in dp_group) if hosts else {}
+    tp_joined_inside = (hosts is not None and len(dp_per_host) > 1 and min(dp_per_domain.values()) > 1 and tp > 1
+                        and _domains(tp_group, hosts) == 1)
     if tp_all_reduces and tp_joined_inside:  # DP rings across hosts hop on NVLink: they join every TP group
+        # of the domain (a GB200 rack's DP ring over its trays, every TP group of the rack)
         shapes["tp"] = replace(shapes["tp"], replicas=layout.world // pp // tp, joined=True)
     tp_per_domain = Counter(rank // hosts.domain for rank in tp_group) if hosts else Counter()
     tp_stages_across = (pp > 1 and m > 1 and bool(comm["tp"]) and len(tp_per_domain) > 1
