@@ -501,12 +501,12 @@ SCENARIO_QUOTES = [
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("ps.mode=async", "training.microbatches=8",
                                                                      WORKER_STRAGGLER)),
      "straggler 3x slow: a {s[bottleneck][evidence][wait_share]:.1%} wait, "
-     "{s[bottleneck][evidence][finished_early_share]:.1%} of it after the last iterations, "
-     "{s[bottleneck][evidence][exposed_comm_share]:.1%} exposed DP communication, compute-bound)"),
+     "{s[bottleneck][evidence][finished_early_share]:.1%} of the run after the last iterations, "
+     "{s[bottleneck][evidence][exposed_comm_share]:.1%} exposed DP communication, `{bound}`)"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (
         "ps.mode=ssp", "ps.staleness=1", "training.microbatches=8",
         "faults.step.stragglers=[{gpus: [5], slowdown: 4.0}]")),
-     "(`waits {wait_in_iterations:.1%} of the run in its iterations` under ssp, staleness 1"),
+     "(`waits {wait_in_iterations:.1%} of the workers' iterations` under ssp, staleness 1"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "network.model=analytic")),
      "ps.iteration_slowdown=null`: exchange {ms_exchange:.1f} ms analytic,"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", PS_EVEN),
@@ -583,7 +583,8 @@ the text with its figures (`s` the summary, and the derived figures of `quoted_f
 
 
 def quoted_figures(result: Result) -> dict:
-    """The summary and the figures pages derive from it in other units, and from rank 0's ops (`rank_0_ms`)."""
+    """The summary and the figures pages derive from it in other units, and from rank 0's ops (`rank_0_ms`);
+    `bound`, the verdict's bound with its reason."""
     summary = result.summary
     figures: dict = {"s": summary, "gb_ep": summary["traffic_bytes_per_gpu"]["ep"] / 1e9,
                      "gb_dp": summary["traffic_bytes_per_gpu"]["dp"] / 1e9, **rank_0_ms(result.timeline),
@@ -594,6 +595,7 @@ def quoted_figures(result: Result) -> dict:
                      "ms_worker_wait": summary["bottleneck"]["loss_shares"].get("worker_wait", 0.0)
                      * summary["step_time_s"] * 1e3,
                      "ms_step": summary["step_time_s"] * 1e3, "m_tokens_per_s": summary["tokens_per_s"] / 1e6,
+                     "bound": summary["bottleneck"].get("verdict", "").partition(";")[0],
                      "ms_routing_skew": summary.get("moe", {}).get("hottest_rank_adds_s", 0) * 1e3,
                      "gib_model_state": sum(summary.get("memory_breakdown_gib", {}).get(part, 0.0)
                                             for part in ("params", "grads", "optimizer"))}
@@ -607,15 +609,15 @@ def quoted_figures(result: Result) -> dict:
         stage = summary["memory_per_stage"][0]
         figures["gib_static_stage_0"] = stage["total_gib"] - stage["activations_gib"]
     if "parameter_server" in summary:
-        servers = summary["parameter_server"]
+        servers, evidence = summary["parameter_server"], summary["bottleneck"]["evidence"]
         updates = result.timeline[(result.timeline["kind"] == "compute") & (result.timeline["category"] == "optimizer")]
         per_iteration = (updates["end_s"] - updates["start_s"]).groupby(updates["rank"]).sum() / servers["iterations"]
         figures |= {"ms_exchange": servers["exchange_s"] * 1e3, "ms_allreduce": servers["allreduce"]["time_s"] * 1e3,
                     "ms_server_work": (per_iteration * 1e3).to_dict(),
                     "gib_busiest": servers["busiest_link_bytes_per_iteration"] / 2**30,
                     "gib_allreduce_busiest": servers["allreduce"]["busiest_link_bytes"] / 2**30,
-                    "wait_in_iterations": summary["bottleneck"]["evidence"]["wait_share"]
-                    - summary["bottleneck"]["evidence"]["finished_early_share"]}
+                    "wait_in_iterations": (evidence["wait_share"] - evidence["finished_early_share"])
+                    / (1 - evidence["finished_early_share"])}
     return figures
 
 

@@ -7,6 +7,7 @@ skew, a replayed trace's host time, a parameter-server worker's wait for other w
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 from simulator.metrics.step import (
@@ -103,9 +104,9 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     then the largest of the three parts, so faster host code is the remedy, not a faster network. The pipeline
     bubble's loss is no part of it: at pp = 1 it is mostly the compute stream waiting for ZeRO-3 gathers, exposed
     communication already. A parameter-server run's wait after a worker's last iteration (the `finished_early`
-    loss, `evidence.finished_early_share`) is outside the throughput it reports, so the rule reads the wait less
-    it (`iteration_wait_share`). The verdict names the time simulated by ``span``, as the console's first row does
-    ('65.1% of the run' beside a parameter server's run time)."""
+    loss, `evidence.finished_early_share`) is outside the throughput it reports, so the rules read shares of the
+    workers' iterations, the run less that tail (`rule_shares`). The verdict names the time simulated by
+    ``span``, as the console's first row does ('65.1% of the run' beside a parameter server's run time)."""
     evidence = {
         "exposed_comm_share": comm["exposed_union_s"] / step_time_s if step_time_s else 0.0,
         "memory_bound_compute_share": memory_bound_share,
@@ -116,17 +117,16 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         "host_share": comm["host_s"] / step_time_s if step_time_s else 0.0,
         **({"finished_early_share": losses["finished_early"]} if losses and "finished_early" in losses else {}),
     }
-    wait = iteration_wait_share(evidence)
+    rule = rule_shares(evidence, span)
     binding: Constraint
     if memory.get("oom"):
         binding = "memory_capacity"
-    elif evidence["exposed_comm_share"] > WAIT_BOUND_SHARE:
+    elif rule.exposed > WAIT_BOUND_SHARE:
         binding = "communication"
-    elif wait > WAIT_BOUND_SHARE:
-        idle_share = wait - evidence["exposed_comm_share"]
-        binding = ("communication" if evidence["exposed_comm_share"] >= idle_share else
-                   "host" if 2 * evidence["host_share"] >= idle_share
-                   and evidence["host_share"] >= evidence["exposed_comm_share"] else
+    elif rule.wait > WAIT_BOUND_SHARE:
+        idle_share = rule.wait - rule.exposed
+        binding = ("communication" if rule.exposed >= idle_share else
+                   "host" if 2 * rule.host >= idle_share and rule.host >= rule.exposed else
                    "bubble" if pipeline_stages > 1 else "idle")
     elif memory_bound_share > MEMORY_BANDWIDTH_BOUND_SHARE:
         binding = "memory_bandwidth"
@@ -139,7 +139,7 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
         result["loss_shares"] = losses
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
-        bound = VERDICT_NAMES[binding] + _bound_reason(binding, evidence, span, losses)
+        bound = VERDICT_NAMES[binding] + _bound_reason(binding, rule, losses)
         if losses[name] >= SHOWN_LOSS_SHARE:
             result["verdict"] = f"{bound}; largest single loss: {label}, {100 * losses[name]:.1f}% of the {span}"
         elif losses[name] > 0:  # a 'largest single loss' of '0.0%' read as a loss; it is none worth naming
@@ -149,40 +149,62 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     return result
 
 
-def iteration_wait_share(evidence: dict) -> float:
-    """The wait the bound rules read: `wait_share` less a parameter-server run's idle time after a worker's
-    last iteration (`finished_early_share`, none in a run without it), which its throughput leaves out: an async
-    run whose fast workers finish early would otherwise read idle-bound for time no iteration spends."""
-    return evidence["wait_share"] - evidence.get("finished_early_share", 0.0)
+@dataclass(frozen=True)
+class RuleShares:
+    """The shares the bound rules read, of the time named by ``of``: exposed communication, the compute
+    stream's wait and its host time."""
+
+    exposed: float
+    wait: float
+    host: float
+    of: str
+
+
+ITERATIONS = "workers' iterations"
+"""What the bound rules' shares are of in a parameter-server run whose workers idle after their last iteration."""
+
+
+def rule_shares(evidence: dict, span: SimulatedSpan) -> RuleShares:
+    """The evidence's exposed communication, wait and host time as shares of the time the bound rules judge:
+    the ``span`` simulated, or, for a parameter-server run whose workers idle after their last iteration
+    (`finished_early_share` of at least SHOWN_LOSS_SHARE), its workers' iterations, the run less that tail,
+    which its throughput leaves out. An async run whose fast workers finish early would otherwise read
+    idle-bound for time no iteration spends, and its exposed communication be thinned by time it has none in.
+    A smaller tail (a synchronous run's float noise) leaves the shares of the ``span``."""
+    exposed, wait, host = evidence["exposed_comm_share"], evidence["wait_share"], evidence["host_share"]
+    tail = evidence.get("finished_early_share", 0.0)
+    if tail < SHOWN_LOSS_SHARE:
+        return RuleShares(exposed, wait, host, span)
+    iterations = 1.0 - tail
+    return RuleShares(exposed / iterations, (wait - tail) / iterations, host / iterations, ITERATIONS)
 
 
 IDLE_LOSSES = ("worker_wait",)
-"""The losses that are, together, the wait the bound rules read (`iteration_wait_share`) less its exposed
+"""The losses that are, together, the wait the bound rules read (`rule_shares`) less its exposed
 communication where a step has them (a parameter-server run's): the verdict's reason names that part by those
 of them above zero, as its largest single loss does. Without them it is 'other idle': a pipeline's bubble loss,
 measured over the pipeline window and overlapping exposed communication, is not that part."""
 
 
-def _bound_reason(binding: Constraint, evidence: dict, span: SimulatedSpan, losses: dict[str, float]) -> str:
-    """Why the wait names the bound, for the verdict, where it does, by the comparison that decided it:
-    ' (exposed communication 33.0% of the step > 30.0%)', ' (waits 61.6% of the step: exposed communication 27.2%
-    > other idle 34.4%)', ' (waits 40.0% of the step: host time 20.0% > half of other idle 35.0%, > exposed
-    communication 5.0%)'; '' for a bound the wait does not name. The losses overlap, so a bound beside a larger
-    loss of another name ('communication-bound; largest single loss: pipeline bubble, 34.4% of the step') read
-    as a contradiction without it. The idle part takes the names of the `IDLE_LOSSES` above zero in ``losses``;
-    a parameter-server run whose workers idle after their last iteration waits '... of the run in its
-    iterations', the wait its rule read (`iteration_wait_share`)."""
-    exposed, wait = evidence["exposed_comm_share"], iteration_wait_share(evidence)
+def _bound_reason(binding: Constraint, rule: RuleShares, losses: dict[str, float]) -> str:
+    """Why the wait names the bound, for the verdict, where it does, by the comparison that decided it, in the
+    shares the rules read (``rule``): ' (exposed communication 33.0% of the step > 30.0%)', ' (waits 61.6% of the
+    step: exposed communication 27.2% > other idle 34.4%)', ' (waits 40.0% of the step: host time 20.0% > half of
+    other idle 35.0%, > exposed communication 5.0%)', ' (waits 71.4% of the workers' iterations: worker wait
+    46.5% > exposed communication 24.9%)'; '' for a bound the wait does not name. The losses overlap, so a bound
+    beside a larger loss of another name ('communication-bound; largest single loss: pipeline bubble, 34.4% of
+    the step') read as a contradiction without it. The idle part takes the names of the `IDLE_LOSSES` above zero
+    in ``losses``."""
+    exposed, wait = rule.exposed, rule.wait
     if binding == "communication" and exposed > WAIT_BOUND_SHARE:
         digits, relation = _resolution(exposed, WAIT_BOUND_SHARE)
-        return (f" (exposed communication {_percent(exposed, digits)} of the {span} {relation} "
+        return (f" (exposed communication {_percent(exposed, digits)} of the {rule.of} {relation} "
                 f"{_percent(WAIT_BOUND_SHARE, digits)})")
     idle = (" and ".join(LOSS_LABELS[name] for name in IDLE_LOSSES if losses.get(name)) or "other idle",
             wait - exposed)
-    inside = " in its iterations" if evidence.get("finished_early_share") else ""
-    waits = f" (waits {_percent(wait)} of the {span}{inside}: "
+    waits = f" (waits {_percent(wait)} of the {rule.of}: "
     if binding == "host":
-        host = evidence["host_share"]
+        host = rule.host
         half_digits, half_relation = _resolution(host, idle[1] / 2)
         digits, relation = _resolution(host, exposed)
         return (f"{waits}host time {_percent(host, max(half_digits, digits))} {half_relation} half of {idle[0]} "

@@ -78,7 +78,7 @@ shapes; 3: `bottleneck.constraint` and `verdict` by the wait rule of the time wi
 idle- or bubble-bound; 4: `bottleneck.constraint` `host` and `bottleneck.evidence.host_share`, where a replayed
 trace's host time had named steps idle-bound; 5: the losses `worker_wait` and `finished_early` of a
 parameter-server run (the first of which the verdict's largest loss may name), where its idle time had none,
-and `bottleneck.evidence.finished_early_share`, which its wait rule leaves out of the wait;
+and `bottleneck.evidence.finished_early_share`, which its bound rules leave out of the time they judge;
 MoE at ep 1's `moe.all_to_all_bytes_per_layer` 0, where it counted self-traffic no all-to-all sends; and the
 verdict with a bracketed reason and 'largest single loss', where it read 'largest loss')."""
 
