@@ -400,7 +400,7 @@ cluster's size parameters (`--set nodes=N`), or `--set` where they are not known
 SLOW_SIZE_S = 2.0
 """From this many CPU seconds a size on (`scale.collective_cost`), `trainsim collective` says how long each will
 take before it starts: on a core of its own a size takes about its CPU time, on a loaded machine several times it
-(1,024 ranks' all-to-all of 1 MiB, ~1 M flows, took 23 s of CPU and printed nothing)."""
+(1,024 ranks' all-to-all of 1 MiB, ~1 M flows, is announced at about 20 s of CPU)."""
 
 
 def _refuse_large_collective(args: argparse.Namespace, spec, gpus: int | None,

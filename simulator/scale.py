@@ -377,12 +377,13 @@ def _filled(first: list[float], last: list[float], layers: float,
 
 
 def _ddp_buckets(tensors: tuple[float, ...], layers: float, grad_bytes: float, bucket: float, pp: int,
-                 head: tuple[float, ...], embedding: tuple[float, ...]) -> float:
-    """DDP buckets a rank fills on average over the ``pp`` stages (`_bucket_sizes`), as
-    parallel/work.gradient_buckets fills them in the order the last backward finishes the blocks: the last
-    stage's ``head`` tensors first, then ``layers`` layers' ``tensors``, the first stage's ``embedding`` last
-    (SC21 7.5B at TP 16, 2 layers: the head, the layers and the embedding fill 2 buckets). Past `BUCKET_LAYERS`
-    the layers' buckets repeat and the ends add what they add to the walked ones."""
+                 opening: tuple[float, ...], closing: tuple[float, ...]) -> float:
+    """Buckets a rank fills on average over the ``pp`` stages (`_bucket_sizes`), walking the last stage's
+    ``opening`` tensors first, then ``layers`` layers' ``tensors``, the first stage's ``closing`` ones last: the
+    gradients as parallel/work.gradient_buckets fills them in the order the last backward finishes the blocks
+    (the head opens, the embedding closes: SC21 7.5B at TP 16, 2 layers, fills 2 buckets), or the parameters'
+    deferred gathers in forward order (the embedding opens, the head closes). Past `BUCKET_LAYERS` the layers'
+    buckets repeat and the ends add what they add to the walked ones."""
     sizes, times = _bucket_sizes(tensors, layers, grad_bytes, bucket)
 
     def count(first: tuple[float, ...], last: tuple[float, ...]) -> float:
@@ -390,8 +391,8 @@ def _ddp_buckets(tensors: tuple[float, ...], layers: float, grad_bytes: float, b
         return len(sizes) * times + ends - len(sizes)
 
     if pp == 1:
-        return count(head, embedding)
-    return (count(head, ()) + count((), embedding) + (pp - 2) * count((), ())) / pp
+        return count(opening, closing)
+    return (count(opening, ()) + count((), closing) + (pp - 2) * count((), ())) / pp
 
 
 @dataclass(frozen=True)

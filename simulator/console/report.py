@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from simulator.metrics.summary import OOM_FIGURES, SHOWN_LOSS_SHARE
+from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import parallel_degrees, sharding_name
 from simulator.units import (
@@ -364,10 +364,10 @@ def training_table(summary: dict) -> Table:
         table.add_row("exposed communication", ", ".join(shown) or "none")
     shares = (summary.get("bottleneck") or {}).get("loss_shares") or {}
     if ps and step and shares.get("worker_wait") is not None:
-        table.add_row("worker wait", f"{format_seconds(shares['worker_wait'] * step)} ({_share(shares['worker_wait'])}"
-                                     "; in its iterations, for slower workers or server updates)")
+        table.add_row(LOSS_LABELS["worker_wait"], f"{format_seconds(shares['worker_wait'] * step)} "
+                      f"({_share(shares['worker_wait'])}; in its iterations, for slower workers or server updates)")
     if ps and step and shares.get("finished_early", 0.0) >= SHOWN_LOSS_SHARE:
-        table.add_row("idle after last iteration", f"{format_seconds(shares['finished_early'] * step)} "
+        table.add_row(LOSS_LABELS["finished_early"], f"{format_seconds(shares['finished_early'] * step)} "
                       f"({_share(shares['finished_early'])}; waiting for the slowest worker, outside the throughput "
                       "window)")
     if summary.get("moe") and step:

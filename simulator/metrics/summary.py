@@ -49,10 +49,10 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
                "host": "host time", "worker_wait": "worker wait",
-               "finished_early": "idle after its last iteration",
+               "finished_early": "idle after last iteration",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
-"""The losses a step is charged with, by key, and how the bottleneck's `verdict` names them (all but those
-of NOT_A_LARGEST_LOSS, which it never names)."""
+"""The losses a step is charged with, by key, and how the bottleneck's `verdict` and the console's rows name
+them (the verdict never names those of NOT_A_LARGEST_LOSS)."""
 IDLE_WITHOUT_PIPELINE = "compute idle"
 """How the verdict names the `pipeline_bubble` loss of a step of one pipeline stage, as the console's row does:
 its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or stragglers, not for a pipeline."""
