@@ -790,6 +790,57 @@ def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape], tp
     return 2 if (comm["ep"] and rings_across) or tp_beside_dp_rings or tp_stages_across else 1
 
 
+class TrayClasses(NamedTuple):
+    """What a step folded by its NVLink domains' trays simulates (`_tray_classes`)."""
+
+    classes: int
+    """Classes per pipeline stage: one per distinct column of hosts that a position of a stage sits on."""
+    held: dict[str, int]
+    """Per kind of collective, the groups per stage that hold a class's representative (its first position)."""
+
+
+def _folds_by_trays(scenario: Scenario, layout: Layout, hosts: HostShape | None, tp_inside: bool,
+                    dp_beside_tp: bool) -> bool:
+    """Whether a folded step runs folded by engine/rank_classes.py's classes of one rank per tray: on the flow
+    model (the analytic model runs no classed fold) without step faults, where an NVLink domain holds several hosts
+    (a GB200 NVL72 rack's trays) and the DP x CP group spans several domains with several trays in one, so that
+    each tray's NVLink ports and NICs carry its rings to and from trays of its own (rank_classes.py
+    `_carried`: a tray is read by the hosts at the other end), and where its collectives may overlap a TP
+    collective inside a tray, mirrored on the other trays (``tp_inside``, ``dp_beside_tp``: rank_classes.py
+    `_met_by_mirrored`; with `ddp.overlap: false` at PP 1 nothing mirrored meets the rings, and the stage fold
+    runs); and where each domain's trays are at most the rings' channels, every tray then entered or left by some
+    channel's ring: with more (18 trays a rack, 16 channels) trays that carry alike leave classes of unequal size,
+    which the fold does not use (the stage fold runs, and unfolds where its lanes fall out of step). MoE, HSDP
+    and synthetic steps are left to the stage fold's count (the guard, `refuse_unfolded`,
+    weighs the classes the run finds)."""
+    if (hosts is None or hosts.domain <= hosts.gpus or scenario.network.model != "flow"
+            or not scenario.faults.step.empty or not (tp_inside and dp_beside_tp)):
+        return False
+    group = _first_group(layout, "dp", 1)
+    trays: dict[int, set[int]] = {}
+    for rank in group:
+        trays.setdefault(rank // hosts.domain, set()).add(rank // hosts.gpus)
+    return len(trays) > 1 and 1 < max(map(len, trays.values())) <= _ring_channels(group, hosts)
+
+
+def _tray_classes(layout: Layout, hosts: HostShape) -> TrayClasses:
+    """The classes of a step folded by trays (`_folds_by_trays`): positions of a stage whose ranks sit on the
+    same hosts in every stage carry alike and share a class (rank_classes.py keys a position by its hosts'
+    loads), each host apart from every other; and the TP, CP and DP x CP groups per stage that hold a
+    representative, each simulated with its own transfers (the other copies are mirrors). The bundled GB200 job's
+    step at 4 racks: 36 classes a stage, every TP group held, one DP group of the stage's four."""
+    stages = np.array([layout.stage_ranks(stage) for stage in range(layout.pp)], dtype=np.int64)
+    firsts = np.sort(np.unique(stages.T // hosts.gpus, axis=0, return_index=True)[1])
+    representatives = stages[:, firsts].reshape(-1)
+    held = {"pp": len(firsts)}
+    for kind, dims in (("tp", ("tp",)), ("cp", ("cp",)), ("dp", ("dp", "cp"))):
+        base = representatives.copy()
+        for dim in dims:
+            base -= representatives // layout.stride(dim) % layout.degree(dim) * layout.stride(dim)
+        held[kind] = len(np.unique(base)) // layout.pp
+    return TrayClasses(len(firsts), held)
+
+
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None,
                        topology: Topology | None = None, stop_past_limits: bool = False) -> ScaleEstimate:
     from simulator.workload.training import resolve_model
@@ -920,6 +971,14 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                         and min(tp_per_domain.values()) > 1)
     ranks = pp * _rank_classes(comm, shapes, tp_joined_inside and beside > 0 and min(dp_per_host.values()) > 2,
                                tp_stages_across) if fold else gpus
+    tp_inside = bool(comm["tp"]) and hosts is not None and max(Counter(r // hosts.gpus for r in tp_group).values()) > 1
+    dp_beside_tp = pp > 1 or _tp_beside_dp(par, m, training.recompute, round(layers_per_rank),
+                                           _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket), 0) > 0
+    trays = (_tray_classes(layout, hosts) if fold and hosts is not None and comm["dp"] and synthetic is None
+             and not moe and not degree and _folds_by_trays(scenario, layout, hosts, tp_inside, dp_beside_tp)
+             else None)
+    if trays is not None:
+        ranks = pp * trays.classes
     if tp_all_reduces and shapes["tp"].joined:  # rings whose copies in other replicas another dimension joins
         shapes["tp"] = replace(shapes["tp"], beside=beside)
     if (topology is not None and tp_all_reduces and _tp_may_run_trees(scenario)
@@ -930,7 +989,12 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
             trees = True
             shapes["tp"] = replace(shapes["tp"], transfers=planned.transfers, beside=beside)
     ops = ranks * (compute + sum(comm.values()) + 1)
-    if fold:
+    if trays is not None:  # each representative's groups simulated, beside the copies that meet them
+        flows = pp * sum(count * shapes[kind].transfers * max(trays.held.get(kind, 1), shapes[kind].folded_transfers
+                                                              / max(shapes[kind].transfers, 1))
+                         for kind, count in comm.items())
+        mirrors = pp * sum(comm.values()) * tp * cp * dp * 2
+    elif fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
             and not _dp_may_run_trees(scenario) else 0
         if quotient:
@@ -1245,7 +1309,7 @@ def refuse_large_trace(loaded: LoadedScenario, gpus: int, program: StepProgram,
 UNFOLDING_FIELDS: dict[FoldCheck, tuple[str, ...]] = {
     "plan": ("parallelism", "cp_load_balance"), "copies": ("workload", "dp"), "cluster": ("cluster",),
     "stages": ("parallelism", "pp"), "collectives": ("cluster",),
-    "faults": ("faults", "step"), "links": ("faults", "step")}
+    "faults": ("faults", "step"), "links": ("faults", "step"), "classes": ("cluster",)}
 """The field blamed when a fold check unfolds a step too large unfolded (the collectives' replicas meet the
 cluster's links unevenly)."""
 UNFOLDING_ADVICE: dict[FoldCheck, str] = {
@@ -1258,6 +1322,7 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
     "faults": ("step faults that keep the replicas alike (links down from the step's start only; stragglers "
                "slowing whole stages)"),
     "links": "links down near fewer hosts (each rank of a host near them is simulated apart)",
+    "classes": "network.model: analytic (each collective alone: no ranks simulated apart by their NVLink loads)",
 }
 """What to change so that the check passes."""
 
@@ -1338,15 +1403,42 @@ def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep, top
 def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run",
                     topology: Topology | None = None) -> None:
     """Refuse the step of ``loaded``, asked to fold and estimated so, that ``unfolding`` runs unfolded, when its
-    estimate unfolded is beyond the limits (`unfolded_beyond_limits`): a located ScenarioError at the field of
-    the check that failed, naming why it unfolds, raised before the unfolded program is built. ``step`` names
+    estimate unfolded is beyond the limits (`unfolded_beyond_limits`), or that it runs folded by classes onto
+    `Unfolding.ranks` ranks, when that fold's estimate is (`_classes_estimate`): a located ScenarioError at the
+    field of the check that failed, naming why, raised before the program is built. ``step`` names
     it (a job's state); ``topology``: the built cluster (`estimate_scale`)."""
+    if unfolding.ranks is not None:
+        classed = _classes_estimate(loaded, gpus, unfolding.ranks, topology)
+        if classed is not None and classed.over_limits():
+            raise loaded.error(UNFOLDING_FIELDS[unfolding.check], f"{step} is too large to simulate folded by "
+                               f"classes ({unfolding.reason}): {classed.describe()}; {classed.beyond()}",
+                               f"{_unfolding_advice(loaded, unfolding)}; or pass --force")
+        return
     estimate = unfolded_beyond_limits(loaded, gpus, topology)
     if estimate is None:
         return
     raise loaded.error(UNFOLDING_FIELDS[unfolding.check],
                        f"{step} is too large to simulate unfolded ({unfolding.reason}): {estimate.describe()}; "
                        f"{estimate.beyond()}", f"{_unfolding_advice(loaded, unfolding)}; or pass --force")
+
+
+def _classes_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: Topology | None = None
+                      ) -> ScaleEstimate | None:
+    """The estimate of the step of ``loaded`` folded by classes of ranks onto ``ranks`` ranks (a job's step with
+    its step timeline off): the folded estimate where it counts those ranks (`_folds_by_trays`), else the
+    unfolded step's ops and memory in the share ``ranks`` of the GPUs simulates (`classed_estimate`) beside every
+    flow of it: each representative's groups are simulated with the copies that meet them (the GB200 job's step
+    at 4 racks, one rank a tray: 85,392 flows of the unfolded estimate's 86,544). None for a trace."""
+    scenario = loaded.scenario
+    run = scenario.run.model_copy(update={"timeline": "summary"}) if scenario.run.horizon is not None else scenario.run
+    folded = estimate_scale(scenario.model_copy(update={"run": run}), gpus, scenario_hosts(loaded), topology)
+    if folded is None or folded.simulated_ranks == ranks:
+        return folded
+    classed, unfolded = classed_estimate(loaded, gpus, ranks, topology), _unfolded_estimate(loaded, gpus, topology)
+    if classed is None or unfolded is None:
+        return classed
+    return replace(classed, flows=unfolded.flows,
+                   memory_bytes=classed.memory_bytes + (unfolded.flows - classed.flows) * FLOW_BYTES)
 
 
 def _unfolding_advice(loaded: LoadedScenario, unfolding: Unfolding) -> str:

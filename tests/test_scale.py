@@ -16,6 +16,7 @@ from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
 from simulator.collectives.ring import channel_count, group_by_domain
 from simulator.config.loader import load_scenario, scenario_from_text
+from simulator.errors import ScenarioError
 from simulator.parallel.layout import Layout
 from simulator.reliability.simulate import prepare_job
 from simulator.simulation import simulate, step_program
@@ -394,7 +395,7 @@ DP8_TWO_LAYERS = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     (["model.layers=2", "cluster.topology=gb200-nvl72", "parallelism.tp=8", "parallelism.dp=9",
       "training.global_batch=18"], 1.062),
     (["model.layers=2", "cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=8", "parallelism.dp=18",
-      "training.global_batch=36"], 0.430),
+      "training.global_batch=36"], 1.000),
     (["model.layers=2", "cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=4", "parallelism.dp=36",
       "training.global_batch=36"], 0.485),
 ])
@@ -403,10 +404,10 @@ def test_the_estimate_reads_the_channels_and_nvl72_trays(overrides, ratio):
     current ratio. Two racks send the flows of half their DP replicas (one 72-GPU leaf group a period of the spine
     hash), which the estimate counts as it counts the replica quotient (counting every replica's DP transfers: 1.288
     and 0.426). The rings run by rack
-    (docs/collectives.md "Across NVLink domains"): one ring inside a rack, and across racks 16 channels over 18 (or
-    9) members a rack, whose trays then carry unlike loads, so the stage fold gives up and every rank's flows are
-    simulated: the one-rack ratio is 1.062, the two racks' 0.430 and 0.485, short by the ranks (36 and 144
-    simulated, one counted).
+    (docs/collectives.md "Across NVLink domains"): one ring inside a rack, and across racks a channel per member a
+    rack (9 at TP 8), whose trays then carry unlike loads, so the run folds by trays (36 ranks), as the estimate
+    counts it (1.000); or 16 channels over 18 members a rack (TP 4), where the stage fold runs, falls out of step
+    and unfolds (144 ranks, one counted: 0.485). The one-rack ratio is 1.062.
     A rack's trays are one NVLink domain, so a group across them keeps every copy the rack's other groups join to
     it, and a DP ring with several members a rack hops on NVLink through every TP lane there."""
     loaded = load_scenario(DP8_TWO_LAYERS, overrides)
@@ -982,19 +983,64 @@ def test_groups_across_the_trays_of_one_rack_count_every_copy_the_rack_joins(lay
     assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows, rel=0.001)
 
 
-def test_the_gb200_job_step_is_estimated_at_the_stage_folds_ranks():
+def test_the_gb200_job_step_is_estimated_at_its_tray_classes():
     """The bundled GB200 job's step (TP 4 in a tray, PP 2, DP 36 over 4 racks; cut to 4 layers): its DP rings run
-    16 channels over 9 members a rack, whose trays then carry unlike loads, so the run's fold simulates 72 ranks
-    (engine/rank_classes.py, one a tray) where the estimate counts the stage fold's 2: ops 0.027 and flows 0.1113
-    of the run's, a shortfall that grows with the racks (docs/performance.md: a known gap). Pinned within 0.1% so
-    that a rule that counts those ranks moves it."""
+    9 channels over 9 trays a rack, whose trays then carry unlike loads, so the run's fold simulates 72 ranks
+    (engine/rank_classes.py, one a tray), as the estimate counts them (`scale._tray_classes`): ops 0.958 and flows
+    0.973 of the run's (counted at the stage fold's 2 ranks: 0.027 and 0.111). Pinned within 0.1%."""
     loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", "model.layers=4"])
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
     summary = simulate(loaded).summary
-    assert (estimate.simulated_ranks, summary["simulated_ranks"]) == (2, 72)
-    assert estimate.ops / summary["ops_executed"] == pytest.approx(0.027, abs=0.0005)
-    assert estimate.flows / summary["flows_simulated"] == pytest.approx(0.1113, rel=0.001)
+    assert (estimate.simulated_ranks, summary["simulated_ranks"]) == (72, 72)
+    assert estimate.ops / summary["ops_executed"] == pytest.approx(0.958, rel=0.001)
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(0.973, rel=0.001)
+
+
+@pytest.mark.parametrize("racks, overrides, ranks", [
+    (42, [], 756),  # one rank a tray: ~20.3 M ops and flows, refused
+    (41, [], 738),  # ~19.8 M, under the limit of events (its memory with the full timeline is not)
+    (48, ["network.model=analytic"], 2),  # the analytic model runs no classed fold
+    (24, ["parallelism.pp=1", "parallelism.ddp.overlap=false"], 1),  # 18 trays a rack: the stage fold
+])
+def test_a_gb200_job_step_counts_its_tray_classes_only_where_they_fold(racks, overrides, ranks):
+    """The GB200 job's step (80 layers) estimated at its size: one rank a tray where the run folds by trays, so
+    that from about 42 racks (3,024 GPUs) it is past MAX_EVENTS; the stage fold's ranks on the analytic model, and
+    where each rack holds more of a DP ring's trays than it has channels (PP 1, 18 a rack: the stage fold runs)."""
+    dp = racks * 72 // (4 * (1 if "parallelism.pp=1" in overrides else 2))
+    loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", f"cluster.racks={racks}",
+                                                                      f"parallelism.dp={dp}",
+                                                                      f"training.global_batch={dp * 8}", *overrides])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    assert estimate.simulated_ranks == ranks
+    assert (estimate.events > scale.MAX_EVENTS) == (ranks == 756)
+
+
+def test_a_fold_by_classes_past_the_limits_is_refused_before_it_is_built(monkeypatch):
+    """The guard hears of a fold by classes with its ranks (`Unfolding.ranks`) and refuses it beyond the limits
+    before its program is built, whatever the estimate before the build counted: the GB200 job's step at 4 racks
+    (4 layers), counted at the stage fold's 2 ranks (`_folds_by_trays` off) and the limit at 50,000 events, which
+    its stage fold (10,279) is within and its fold by trays past (~114,300: its share of the unfolded step's ops
+beside every flow of it, `scale._classes_estimate`)."""
+    monkeypatch.setattr(scale, "_folds_by_trays", lambda *args: False)
+    monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
+    loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", "model.layers=4"])
+    with pytest.raises(ScenarioError) as refused:
+        simulate(loaded)
+    assert refused.value.problem.startswith("this run is too large to simulate folded by classes")
+    assert "72 simulated ranks (folded)" in refused.value.problem
+
+
+def test_a_gb200_job_folded_by_trays_past_the_limits_is_refused_on_one_line(monkeypatch, capsys, tmp_path):
+    """`trainsim run` of the GB200 job (4 racks, 4 layers, one replication of an hour) with the limit at 50,000
+    events: its healthy step's fold by trays (~110,844 events) is refused before it is built, exit 2, one line."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
+    assert main(["run", str(SCENARIOS / "llama3-70b-gb200-job.yaml"), "--set", "model.layers=4", "--set",
+                 "run.horizon=1 h", "--set", "run.replications=1", "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "the job's step is too large to simulate folded by classes" in err
+    assert "72 simulated ranks (folded)" in err
 
 
 def test_a_workload_all_reduce_counts_the_tree_the_tuner_picks():

@@ -327,7 +327,7 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
         layout = program.layout
         given_up = (GivenUp("stage", None if layout is None else len(representatives(layout, True)), refused),)
     if program.folded and mode == "flow" and program.layout is not None and alike_in_stages(faults, program.layout):
-        classed = _classed_step(build, program, plans, mode, efficiency, faults, shapes, order)
+        classed = _classed_step(build, program, plans, mode, efficiency, faults, shapes, order, guard)
         if isinstance(classed, FoldedStep):
             return classed
         given_up = () if classed is None else (classed,)
@@ -600,7 +600,7 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
 
 def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mode: NetworkMode,
                   efficiency: Mapping[str, float], faults: StepFaultPlan, shapes: CollectiveShapes,
-                  order: ProgramOrder) -> FoldedStep | GivenUp | None:
+                  order: ProgramOrder, guard: UnfoldingGuard | None = None) -> FoldedStep | GivenUp | None:
     """The step folded with one representative per class of ranks (engine/rank_classes.py) where the folded
     ``program``'s ranks are not all alike and every class-mate keeps pace with its representative
     (`unlike_class_mates`) and the classed program passes `fold_verdict`; None where they are
@@ -608,14 +608,19 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     program with one rank per stage is then judged as before, and the lockstep check guards it after the run:
     the classed program's representatives of one stage have no order between their ops, so the check of
     unequal traffic sees more collectives that may overlap and can refuse a classed step whose single fold
-    keeps pace, as on the DeepSeek search's FSDP layouts)."""
+    keeps pace, as on the DeepSeek search's FSDP layouts). ``guard`` hears of the classed fold, with the ranks it
+    simulates, before its program is built (scale.refuse_unfolded refuses it beyond the limits: one rank per tray
+    of a GB200 job of 48 racks is ~18 M ops and flows at 80 layers)."""
     classes = rank_classes(program, plans, shapes, order)
     if classes is None:
         return None
+    assert program.layout is not None
+    ranks = len(representatives(program.layout, True, classes))
     unlike = unlike_class_mates(program, classes, shapes, order, plans, efficiency)
     if unlike:
-        assert program.layout is not None
-        return GivenUp("classes", len(representatives(program.layout, True, classes)), Unfolding("collectives", unlike))
+        return GivenUp("classes", ranks, Unfolding("collectives", unlike))
+    if guard is not None:
+        guard(Unfolding("classes", CLASSED_BY_NVLINK_LOADS, ranks))
     classed = build(True, classes)
     classed_shapes, classed_order = program_indexes(classed)
     slowdowns, unfolding = fold_verdict(classed, plans, mode, efficiency, faults, classed_shapes, classed_order)
@@ -623,6 +628,11 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
         return GivenUp("classes", len(classed.ranks), unfolding, unordered=_unordered(classed_order))
     return FoldedStep(classed, classed_shapes, classed_order, slowdowns, "", "classes", classes,
                       stage_fold=StageFold(program, shapes, order))
+
+
+CLASSED_BY_NVLINK_LOADS = ("the ranks of a stage whose hosts' NVLink links carry unlike loads are simulated apart, "
+                           "one rank per class (engine/rank_classes.py)")
+"""Why `_classed_step` folds a step by classes of ranks: what its guard hears (`Unfolding` ``classes``)."""
 
 
 def unlike_class_mates(stage_fold: StepProgram, classes: RankClasses, shapes: CollectiveShapes, order: ProgramOrder,

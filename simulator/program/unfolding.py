@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 FoldCheck = Literal["plan", "copies", "cluster", "stages", "collectives", "faults", "links", "hops", "size",
-                    "untried"]
+                    "untried", "classes"]
 """The check that unfolds a step: the plan's ranks of a stage doing different work
 (`parallel/program.plan_fold_blocker`), a replicated trace's copies whose own traffic meets the cluster unlike the
 traced ranks' (`workload/traces/program._copies_unlike`), the cluster (`engine/fold_policy.fold_blocker`), its
@@ -20,7 +20,9 @@ pipeline hand-offs over NVLink in one replica and over the NICs in another (``st
 each (`engine/fold_policy.link_fault_step`); or that leaves a folded step standing not exact: on the analytic
 model, hand-offs whose replicas' copies cross other hops (`engine/fold_policy.unlike_hand_off_hops`); or a refold
 beyond the refold budget, tried where the step may not unfold (`RefoldBudget`), or not proposed there
-(``untried``: route classes finer than by hops, `engine/fold_policy.route_steps`)."""
+(``untried``: route classes finer than by hops, `engine/fold_policy.route_steps`); or ``classes``: the step
+folded by classes of ranks whose NVLink loads differ (`engine/fold_policy._classed_step`), told with the ranks
+it simulates."""
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,14 @@ class Unfolding:
 
     check: FoldCheck
     reason: str
+    ranks: int | None = None
+    """The ranks the step then simulates where it runs folded by classes (check ``classes``); None where it
+    runs unfolded, every rank."""
 
 
 UnfoldingGuard = Callable[[Unfolding], None]
-"""Told of an unfolding before the unfolded program is built; raises to refuse the run."""
+"""Told of an unfolding before the unfolded program is built, and of a fold by classes before its program is built
+(`Unfolding.ranks`); raises to refuse the run."""
 
 RefoldBudget = Callable[[int], str]
 """Why a refold of a step that may not run unfolded, simulating the given number of ranks, is too large to run

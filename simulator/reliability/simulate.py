@@ -307,8 +307,8 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
 
     def guard(unfolding: Unfolding) -> None:
         """A fold check that unfolds the healthy step unfolds every straggler state; the plan's refuses the
-        job's step itself."""
-        if unfolding.check != "plan":
+        job's step itself, as a fold by classes beyond the limits does."""
+        if unfolding.check not in ("plan", "classes"):
             refuse(unfolding.reason)
         refuse_healthy(unfolding)
 
@@ -421,8 +421,9 @@ def tray_fold_blocker(loaded: LoadedScenario, units: ClusterUnits, down: int) ->
     class Unfolds(Exception):
         """The fold checked is given up (its reason the argument)."""
 
-    def unfolds(unfolding: Unfolding) -> NoReturn:
-        raise Unfolds(unfolding.reason)
+    def unfolds(unfolding: Unfolding) -> None:
+        if unfolding.ranks is None:  # a fold by classes is still a fold
+            raise Unfolds(unfolding.reason)
 
     own: StepFaults = loaded.scenario.faults.step
     topology = scenario_topology(loaded)
