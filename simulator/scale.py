@@ -24,7 +24,8 @@ other TP lanes and CP's rings' copies, for those beside the traffic that joins t
 copy of its stage beside DP rings across hosts that hop on NVLink, which join them all (SC21 7.5B: 47,244 of
 46,316 flows, 29,513 counting one group). The trays of a GB200 NVL72 rack are one NVLink domain, counted as a
 host: a group across them keeps the copies the rack's other groups join to it (TP 8 x DP 9 on one rack: 4,056 of
-3,993 flows, 1,387 counting one copy).
+3,993 flows, 1,387 counting one copy). Where a GB200 step's fold simulates one rank a tray (`_folds_by_trays`),
+those ranks are counted with every group they hold (the bundled job's step: 72 ranks, flows 0.973 of the run).
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
