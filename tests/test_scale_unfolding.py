@@ -247,6 +247,9 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
 
     path = _write(tmp_path, CLASSED_CP + THROTTLE)
     _limit_to_the_folded_step(monkeypatch, path, [])
+    classed_fold = scale._classes_estimate(load_scenario(path), 4, 2)  # the healthy step's fold by classes runs
+    assert classed_fold is not None
+    monkeypatch.setattr(scale, "MAX_EVENTS", classed_fold.events)
     drawn: list[int] = []
     monkeypatch.setattr(job_simulation, "draw_arrivals", lambda *args: drawn.append(1))
     with pytest.raises(ScenarioError) as refused:
