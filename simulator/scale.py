@@ -199,31 +199,35 @@ def _limit_flows() -> float:
 
 
 def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float,
-                    expert_dp: bool = False, gathers: float = 1.0, moe_layers: float = 0.0) -> float:
-    """Data-parallel collectives of one rank per step: ZeRO-3 all-gathers each block (DeepSpeed) or each
-    wrapped unit (PyTorch FSDP: a layer, a MoE layer's routed experts, the embedding, the head) in every
-    forward and backward and reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets,
-    or, where the step reduces every micro-batch's gradients (`ddp.reduce_every_microbatch`), each
-    micro-batch's (PyTorch FSDP's per unit), and the optimizer's gather. PyTorch FSDP under pipelining gathers
-    each unit once a step and reduce-scatters it once, after its chunk's last backward. Plain DDP's buckets
-    (`_ddp_buckets`: the embedding's and the head's tensors among them) are all it posts; ZeRO-1/2 gathers the
-    parameters once after the optimizer (parallel/program.py `_data_parallel`), or with
-    `ddp.overlap_param_gather` bucket by bucket in the next forward (``gathers``: `_param_gather_buckets`,
-    parallel/overlap.py `_deferred_param_gathers`); with routed experts reduced over an expert-data-parallel
-    group of several ranks (``expert_dp``), their gradients' reduction and, under ZeRO-1/2, their parameters'
-    gather besides, once or, deferred, once for each of the rank's ``moe_layers`` (parallel/block_passes.py)."""
+                    expert_dp: bool = False, gathers: float = 1.0, moe_layers: float = 0.0,
+                    head: bool = False) -> float:
+    """Data-parallel collectives of one rank per step. ZeRO-3 all-gathers each block (DeepSpeed) or each wrapped
+    unit (PyTorch FSDP: a layer, a MoE layer's routed experts, the embedding, the head) in every forward and
+    backward, but for the head's backward (where ``head``: its unit among ``units``, which stays gathered from
+    its forward to its backward, parallel/program.py `_zero3_gather`), and reduce-scatters each unit's
+    gradients every micro-batch, or, PyTorch FSDP without `ddp.reduce_every_microbatch` (its no-sync), once in
+    the last backward; under pipelining PyTorch FSDP gathers each unit once a step and reduce-scatters it once,
+    after its chunk's last backward. Plain DDP all-reduces its buckets (`_ddp_buckets`: the embedding's and
+    the head's tensors among them). ZeRO-1/2 reduce-scatters the buckets, or, where ZeRO-2 (`zero: 2`,
+    `fsdp: shard_grad_op`) reduces every micro-batch's gradients (`ddp.reduce_every_microbatch`), each unit
+    every micro-batch in their place (parallel/program.py `_grads_done`), and gathers the parameters once
+    after the optimizer (`_data_parallel`), or with `ddp.overlap_param_gather` bucket by bucket in the next
+    forward (``gathers``: `_param_gather_buckets`, parallel/overlap.py `_deferred_param_gathers`). With
+    routed experts reduced over an expert-data-parallel group of several ranks (``expert_dp``), their
+    gradients are reduced once a step besides and, under ZeRO-1/2, their parameters gathered once or,
+    deferred, once for each of the rank's ``moe_layers`` (parallel/block_passes.py)."""
     if par.pipelined_fsdp(par.pp):
         return units * 2
+    every = par.reduce_every_microbatch(par.pp)
     if par.gathers_per_unit:
-        return units * 3 * m
+        return units * 2 * m - (m if head else 0.0) + (units * m if every else units)
     if par.zero == 3:
         return blocks * 2 * m + units * m
-    if par.reduce_every_microbatch(par.pp):
-        return (units if par.fsdp is not None else buckets) * m + 2
     if par.zero_stage not in (1, 2):
         return buckets + (1.0 if expert_dp else 0.0)
+    reductions = units * m if every else buckets
     expert_gathers = moe_layers if par.ddp.overlap_param_gather else 1.0
-    return buckets + gathers + (1.0 + expert_gathers if expert_dp else 0.0)
+    return reductions + gathers + (1.0 + expert_gathers if expert_dp else 0.0)
 
 
 def _param_gather_buckets(par: ParallelismConfig, layer_blocks: tuple[float, float], layers: float,
@@ -240,14 +244,20 @@ def _param_gather_buckets(par: ParallelismConfig, layer_blocks: tuple[float, flo
     return _ddp_buckets((mlp, attention), layers, param_bytes, par.ddp.bucket, pp, (embedding,), (head,))
 
 
-def _fsdp_copies(par: ParallelismConfig, m: int, blocks: float, units: float) -> float:
+def _fsdp_copies(par: ParallelismConfig, m: int, blocks: float, units: float, same_bytes: bool) -> float:
     """PyTorch FSDP2's copies of one rank per step (parallel/program.py), compute ops beside its collectives:
-    each block's gradient copy every micro-batch (`_grad_copy`) and, under pipelining, its reduce copy once
-    (`_reduce_copies`); with `full_shard | hybrid_shard` a copy-in and a copy-out around each all-gather of
-    its ``units`` gathered over more than one rank (`_gather_copied_in`, `_copy_out`): every forward's and
-    every backward's but the head's, which stays gathered, or once a step under pipelining."""
+    each block's gradient copy every micro-batch (`_grad_copy`, Sharding.grad_copy_bytes), but for the first
+    micro-batch's where the gradients accumulate unsharded in the training precision (``same_bytes``: autograd's
+    gradient is the accumulator) unless that backward is also the one that reduces them, and, where they are
+    accumulated under pipelining, its reduce copy once (`_reduce_copies`); with `full_shard | hybrid_shard` a
+    copy-in and a copy-out around each all-gather of its ``units`` gathered over more than one rank
+    (`_gather_copied_in`, `_copy_out`): every forward's and every backward's but the head's, which stays
+    gathered, or once a step under pipelining."""
     pipelined = par.pipelined_fsdp(par.pp)
-    copies = blocks * (m + pipelined)
+    accumulated = not par.reduce_every_microbatch(par.pp)
+    reduce_copy = accumulated and par.pp > 1
+    first_skipped = accumulated and same_bytes and (m > 1 or reduce_copy)
+    copies = blocks * (m - first_skipped + reduce_copy)
     if par.gathers_per_unit:
         copies += 2 * (units if pipelined else units * 2 * m - m / par.pp)
     return copies
@@ -861,6 +871,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         recomputed = blocks
         moe = False
     else:
+        from simulator.workload.experts import moe_tensors
         from simulator.workload.memory import embedding_rank_params
         from simulator.workload.stage_work import layer_tensors
 
@@ -868,6 +879,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         layers, blocks = spec.layers, 2.0 * spec.layers + 2
         recomputed = 2.0 * spec.layers  # the embedding and the head are not recomputed
         attention, mlp = layer_tensors(spec, tp)
+        if spec.moe is not None:  # its buckets and gathers carry the MoE block's tensors but its routed experts'
+            mlp = moe_tensors(spec)
         tensors = attention + mlp
         layer_blocks = (sum(attention), sum(mlp))
         head_tensors = (float(spec.norm_params()), (spec.head_params() - spec.norm_params()) / tp)
@@ -899,7 +912,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         "dp": _dp_collectives(par, m, blocks_per_rank, dense_units,
                               _ddp_buckets(tensors, layers_per_rank, grad_bytes, par.ddp.bucket, pp, head_tensors,
                                            embedding_tensors), moe and tp * dp * cp > par.ep, gathers,
-                              layers_per_rank)
+                              layers_per_rank, synthetic is None)
         if dp * cp > 1 else 0.0,
     }
     if expert_units and dp * cp > 1:  # FSDP2's expert units: over their own shard group, or copies in its place
@@ -911,9 +924,9 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     if par.fsdp is not None and synthetic is None:
         sharded = len(shard_group(layout, 0, degree or dp * cp)) > 1
         gathered = dense_units * sharded + expert_units * ("experts" in comm)
-        compute += _fsdp_copies(par, m, blocks_per_rank, gathered)
+        compute += _fsdp_copies(par, m, blocks_per_rank, gathered, grad_bytes == PRECISION_BYTES[training.precision])
         if par.gathers_per_unit and not sharded:  # a one-rank shard group copies where it would gather or reduce
-            compute += _dp_collectives(par, m, blocks_per_rank, dense_units, 0.0)
+            compute += _dp_collectives(par, m, blocks_per_rank, dense_units, 0.0, head=True)
             comm["dp"] = 0.0
     if degree:  # HSDP: each unit's shards all-reduced across the replicas once a step
         comm["replicas"] = dense_units

@@ -216,10 +216,17 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: C
                       sm_bound_s=(sm_bound(routed.forward), sm_bound(routed.backward_input),
                                   sm_bound(routed.backward_weight), sm_bound(routed.recompute)),
                       mean_load_share=mean_load_share(sample, ep))
+    return MoELayer(kernels, moe_tensors(model), work)
+
+
+def moe_tensors(model: ModelSpec) -> tuple[float, ...]:
+    """A MoE MLP block's parameter tensors outside its routed experts, in forward order (norm, router, each
+    shared-expert matrix): what the DDP buckets and the ZeRO parameter gathers carry of it, the routed experts
+    being reduced and gathered over their own expert-data-parallel group."""
+    moe = _moe_of(model)
     matrices = 3 if model.gated_mlp else 2
     shared = (float(model.expert_params() // matrices * moe.shared_experts),) * matrices if moe.shared_experts else ()
-    tensors = (float(model.norm_params()), float(model.router_params()), *shared)
-    return MoELayer(kernels, tensors, work)
+    return (float(model.norm_params()), float(model.router_params()), *shared)
 
 
 def mean_load_share(sample: RoutingSample, ep: int) -> float:
