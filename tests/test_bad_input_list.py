@@ -295,8 +295,22 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "csv-missing-forward": ({"s.yaml": CUSTOM, "table.csv": "# p = 2\nF0,F1,BW0,BW1\n\nF0,BW0,BW1\n"}, RUN, 2,
                             "table.csv:4: parallelism.pipeline.table: rank 1 never runs F1"),
     "csv-missing-file": (scenario(CUSTOM), RUN, 2, "cannot read file"),
-    "csv-deadlock": ({"s.yaml": CUSTOM, "table.csv": "F0,BW0,F1,BW1\nF1,BW1,F0,BW0\n"}, RUN, 2,
-                     "the schedule cannot run"),
+    "csv-deadlock": ({"s.yaml": CUSTOM, "table.csv": "# p = 2\nF0,BW0,F1,BW1\nF1,BW1,F0,BW0\n"}, RUN, 2,
+                     "table.csv:2: parallelism.pipeline.table: the schedule cannot run: pipeline schedule deadlocks "
+                     "in the loop placement: no action can start (rank 0 at BW0; rank 1 at F1)"),
+    "csv-stray-chunk": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\nF0,B0,F1,B1,W0,W1c5\n"}, RUN, 2,
+                        "table.csv:1: parallelism.pipeline.table: rank 0 runs no action of chunk 1, though W1c5 on "
+                        "line 2 makes the table 6 chunks per rank (its largest chunk + 1)"),
+    "csv-stray-microbatch": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\nF0,BW0,F1,BW1,F5\n"}, RUN, 2,
+                             "table.csv:1: parallelism.pipeline.table: rank 0 runs no action of micro-batch 2, "
+                             "though F5 on line 2 makes the table 6 micro-batches"),
+    "csv-late-placement": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\nplacement,v\nF0,F1,BW0,BW1\n"}, RUN,
+                           2, "table.csv:2: parallelism.pipeline.table: the placement row must be the table's first "
+                           "row; rank 0's row on line 1 comes before it (allowed: one row placement,loop or "
+                           "placement,v, before the ranks' rows)"),
+    "csv-second-placement": ({"s.yaml": CUSTOM, "table.csv": "placement,v\nplacement,loop\nF0,F1,BW0,BW1\n"
+                              "F0,F1,BW0,BW1\n"}, RUN, 2, "table.csv:2: parallelism.pipeline.table: the placement "
+                             "row must be the table's first row; one on line 1 comes before it"),
     # topology files and overrides
     "self-loop-link": ({"t.yaml": GRAPH.replace("b: g1", "b: g0"), "s.yaml": COMM.replace("dgx-h100", "TMP/t.yaml")},
                        RUN, 2, "t.yaml:6: links[0].b: link from 'g0' to itself"),

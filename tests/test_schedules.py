@@ -22,6 +22,7 @@ from simulator.schedules import (
     simulate_schedule,
 )
 from simulator.schedules.base import validate_schedule
+from simulator.schedules.custom_csv import load_table_placement
 
 REFERENCE = DATA / "schedules_p4_m8.txt"
 
@@ -271,10 +272,53 @@ def test_custom_csv_skips_a_row_of_commas_and_a_byte_order_mark() -> None:
 
 
 def test_a_table_with_a_huge_micro_batch_index_is_refused_at_once() -> None:
-    """The largest index sets m = 10**8: the check names the first missing forward instead of walking m."""
+    """The largest index sets m = 10**8: the check names the first micro-batch missing instead of walking m."""
     with pytest.raises(ScenarioError) as caught:
         parse_schedule_csv("F99999999,BW99999999\nF99999999,BW99999999\n", source="t.csv")
-    assert caught.value.problem == "rank 0 never runs F0" and caught.value.line == 1
+    assert caught.value.problem == ("rank 0 runs no action of micro-batch 0, though F99999999 on line 1 makes the "
+                                    "table 100000000 micro-batches (its largest micro-batch + 1)")
+    assert caught.value.line == 1
+
+
+def test_a_stray_chunk_index_is_named_where_it_sets_the_tables_chunks(tmp_path: Path) -> None:
+    """A table's v is its largest chunk + 1 (as its m is its largest micro-batch + 1): a typo `W1c5` on rank 1's
+    row makes 6 chunks per rank, and the refusal of rank 0's row, which runs no chunk 1, names the action and the
+    line that set it."""
+    with pytest.raises(ScenarioError) as caught:
+        parse_schedule_csv("# p = 2\nF0,F1,BW0,BW1\nF0,B0,F1,B1,W0,W1c5\n", source="t.csv")
+    assert str(caught.value) == ("t.csv:2: parallelism.pipeline.table: rank 0 runs no action of chunk 1, though "
+                                 "W1c5 on line 3 makes the table 6 chunks per rank (its largest chunk + 1) (allowed: "
+                                 "F, then BW or B ... W, for every micro-batch and chunk; the largest micro-batch "
+                                 "and chunk + 1 set m and v)")
+    with pytest.raises(ScenarioError) as caught:
+        parse_schedule_csv("F0,F1,BW0,BW1\nF0,BW0,F1,BW1\nF0,BW0,F1,BW1c1\n")
+    assert caught.value.problem == ("rank 0 runs no action of chunk 1, though BW1c1 on line 3 makes the table 2 "
+                                    "chunks per rank (its largest chunk + 1)")
+
+
+def test_a_placement_row_after_the_first_row_is_refused_as_such() -> None:
+    """`placement,v` is the table's first row or none: later, it is refused as a misplaced placement row, not as
+    "'placement' is not an action"; a second one too."""
+    with pytest.raises(ScenarioError) as caught:
+        parse_schedule_csv("F0,F1,BW0,BW1\nplacement,v\nF0,F1,BW0,BW1\n", source="t.csv")
+    assert str(caught.value) == ("t.csv:2: parallelism.pipeline.table: the placement row must be the table's first "
+                                 "row; rank 0's row on line 1 comes before it (allowed: one row placement,loop or "
+                                 "placement,v, before the ranks' rows)")
+    with pytest.raises(ScenarioError, match="one on line 1 comes before it") as caught:
+        parse_schedule_csv("placement,v\n# again\nplacement,v\nF0,F1,BW0,BW1\nF0,F1,BW0,BW1\n")
+    assert caught.value.line == 3
+
+
+def test_a_table_reads_cells_in_either_case_quoted_and_spaced(tmp_path: Path) -> None:
+    """schedules.md: cells are CSV (quotes allowed), stripped of spaces and read in either case, the placement
+    row's too (`placement,V`, as the docs name the V placement)."""
+    path = tmp_path / "dualpipev.csv"
+    text = schedule_to_csv(build_schedule("dualpipev", 2, 4, 2), "v")
+    lenient = text.lower().replace("placement,v", "Placement, V").replace("\nf0,f1,", '\n"f0", F1 ,')
+    assert lenient.startswith('Placement, V\n"f0", F1 ,f2,')
+    path.write_text(lenient)
+    assert load_schedule_csv(path) == build_schedule("dualpipev", 2, 4, 2)
+    assert load_table_placement(path) == "v"
 
 
 def test_a_table_given_with_another_schedule_is_refused() -> None:

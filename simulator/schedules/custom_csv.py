@@ -3,22 +3,28 @@
 Cells are actions as ``str(Action)`` writes them: F3 (forward of micro-batch 3), B3 (input-grad backward),
 W3 (weight-grad), BW3 (whole backward), with an optional chunk suffix (F0c1), or an overlapped slot, a forward
 and a backward joined by '+' (F4+BW1c1). An optional first row ``placement,v`` puts the chunks in the V
-placement (default ``loop``). Blank lines, blank cells (a row of commas too) and lines starting with '#' are
-skipped, as is a leading byte-order mark. The table fixes p (rows), m and v (largest micro-batch and chunk + 1).
+placement (default ``loop``). Cells are read as CSV (a quoted cell is its text), without the spaces around them
+and in either case (``f0`` is F0, ``placement,V`` the V). Blank lines, blank cells (a row of commas too) and lines
+starting with '#' are skipped, as is a leading byte-order mark. The table fixes p (rows), m and v (largest
+micro-batch and chunk + 1).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from simulator.config.yaml_source import read_user_text
-from simulator.errors import ScenarioError, SimulationError
+from simulator.errors import ScenarioError
 from simulator.schedules.base import (
+    ORDER_RULE,
     PLACEMENT_NAMES,
     PLACEMENTS,
     TABLE_FIELD,
+    Action,
     Placement,
     Schedule,
     ScheduleBuilder,
@@ -26,9 +32,10 @@ from simulator.schedules.base import (
     slots,
     validate_schedule,
 )
-from simulator.schedules.timing import schedule_order
+from simulator.schedules.timing import ScheduleDeadlock, schedule_order
 
 PLACEMENT_ROW = "placement"
+_PLACEMENT_ROWS = f"{PLACEMENT_ROW},{f' or {PLACEMENT_ROW},'.join(PLACEMENTS)}"
 BYTE_ORDER_MARK = "\ufeff"
 """What spreadsheets put before the first cell of a CSV saved as UTF-8."""
 
@@ -47,11 +54,23 @@ def schedule_to_csv(schedule: Schedule, placement: Placement = "loop") -> str:
 
 def parse_schedule_csv(text: str, source: str = "") -> Schedule:
     """Read a CSV action table and check it is complete; ``source`` names the file in errors."""
-    return _read_table(text, source)[0]
+    return _read_table(text, source).schedule
 
 
-def _read_table(text: str, source: str) -> tuple[Schedule, Placement, int]:
-    """The table's actions, its placement and the line of its placement row (its first row where it has none)."""
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """A checked action table and where its rows are in its file."""
+
+    schedule: Schedule
+    placement: Placement
+    placement_line: int
+    """The line of its placement row (of its first row where it has none)."""
+    rank_lines: tuple[int, ...]
+    """The line of each rank's row."""
+
+
+def _read_table(text: str, source: str) -> _Table:
+    """The table in ``text``, checked complete (`validate_schedule`, after `_check_indices`)."""
     schedule: Schedule = []
     rank_lines: list[int] = []
     placement: Placement = "loop"
@@ -62,7 +81,12 @@ def _read_table(text: str, source: str) -> tuple[Schedule, Placement, int]:
         cells = [cell.strip() for cell in next(csv.reader([line])) if cell.strip()]
         if not cells:
             continue
-        if cells[0].lower() == PLACEMENT_ROW and not schedule:
+        if cells[0].lower() == PLACEMENT_ROW:
+            if schedule or placement_line is not None:
+                before = f"rank 0's row on line {rank_lines[0]}" if schedule else f"one on line {placement_line}"
+                raise ScenarioError(f"the placement row must be the table's first row; {before} comes before it",
+                                    field=TABLE_FIELD, file=source, line=line_number,
+                                    allowed=f"one row {_PLACEMENT_ROWS}, before the ranks' rows")
             placement = _placement(cells[1:], source, line_number)
             placement_line = line_number
             continue
@@ -79,36 +103,69 @@ def _read_table(text: str, source: str) -> tuple[Schedule, Placement, int]:
         raise ScenarioError("the schedule table has no actions", field=TABLE_FIELD, file=source,
                             allowed="one row of actions per pipeline rank")
     m, v = table_size(schedule)
+    _check_indices(schedule, rank_lines, source)
     validate_schedule(schedule, len(schedule), m, v, field=TABLE_FIELD, file=source, rank_lines=rank_lines)
-    return schedule, placement, placement_line or rank_lines[0]
+    return _Table(schedule, placement, placement_line or rank_lines[0], tuple(rank_lines))
 
 
-def refuse_the_other_placement(path: str | Path, deadlock: SimulationError) -> None:
+def _check_indices(schedule: Schedule, rank_lines: list[int], source: str) -> None:
+    """Every rank's row names each micro-batch and chunk index below the table's m and v, which its largest
+    indices set: a row that misses one is refused naming the action that set the size and its line (a stray
+    `W1c5` makes a table of 6 chunks per rank)."""
+    for name, index, unit in (("micro-batch", _microbatch, "micro-batches"), ("chunk", _chunk, "chunks per rank")):
+        rank, largest = max(((r, a) for r, rank_actions in enumerate(schedule) for a in rank_actions),
+                            key=lambda pair: index(pair[1]))
+        size = index(largest) + 1
+        for r, actions in enumerate(schedule):
+            named = sorted({index(a) for a in actions})  # walking these, not range(size): a stray F99999999
+            missing = next((i for i, each in enumerate(named) if each != i), len(named))
+            if missing < size:
+                raise ScenarioError(f"rank {r} runs no action of {name} {missing}, though {largest} on line "
+                                    f"{rank_lines[rank]} makes the table {size} {unit} (its largest {name} + 1)",
+                                    field=TABLE_FIELD, file=source, line=rank_lines[r],
+                                    allowed=f"{ORDER_RULE}; the largest micro-batch and chunk + 1 set m and v")
+
+
+def _microbatch(action: Action) -> int:
+    return action.microbatch
+
+
+def _chunk(action: Action) -> int:
+    return action.chunk
+
+
+def refuse_deadlocked_table(path: str | Path, deadlock: ScheduleDeadlock) -> NoReturn:
     """Refuse the table at ``path`` that deadlocks in its placement (``deadlock``, from the check that it runs:
-    a table that runs is never ordered twice) where it has several chunks per rank and runs in the other
-    placement, at its placement row (its first row where it has none), naming the row that places it (a V table
-    without `placement,v`). Nothing where it deadlocks in both."""
-    schedule, placement, line = _load_table(path)
-    _, v = table_size(schedule)
-    if v == 1:
-        return
-    other = next(each for each in PLACEMENTS if each != placement)
+    a table that runs is never ordered twice). One of several chunks per rank that runs in the other placement
+    is refused at its placement row (its first row where it has none), naming the row that places it (a V table
+    without `placement,v`); any other at the row of the first rank that is stuck."""
+    table = _load_table(path)
+    _, v = table_size(table.schedule)
+    other = next(each for each in PLACEMENTS if each != table.placement)
+    if v > 1 and _runs(table.schedule, v, other):
+        given = "the default without a placement row" if table.placement == "loop" else "as its placement row asks"
+        row = "no placement row, or placement,loop" if other == "loop" else f"placement,{other} as the first row"
+        raise ScenarioError(f"{deadlock}, {given}; the table runs in the {PLACEMENT_NAMES[other]} placement",
+                            field=TABLE_FIELD, file=str(path), line=table.placement_line, allowed=row) from None
+    raise ScenarioError(f"the schedule cannot run: {deadlock}", field=TABLE_FIELD, file=str(path),
+                        line=table.rank_lines[deadlock.stuck_ranks[0]],
+                        allowed="an action order in which every dependency can be met") from None
+
+
+def _runs(schedule: Schedule, v: int, placement: Placement) -> bool:
     try:
-        schedule_order(schedule, v, other)
-    except SimulationError:
-        return
-    given = "the default without a placement row" if placement == "loop" else "as its placement row asks"
-    row = "no placement row, or placement,loop" if other == "loop" else f"placement,{other} as the first row"
-    raise ScenarioError(f"{deadlock}, {given}; the table runs in the {PLACEMENT_NAMES[other]} placement",
-                        field=TABLE_FIELD, file=str(path), line=line, allowed=row) from None
+        schedule_order(schedule, v, placement)
+    except ScheduleDeadlock:
+        return False
+    return True
 
 
 def _placement(cells: list[str], source: str, line: int) -> Placement:
     for placement in PLACEMENTS:
-        if cells == [placement]:
+        if [cell.lower() for cell in cells] == [placement]:
             return placement
     raise ScenarioError(f"placement row names {', '.join(cells) or 'nothing'}", field=TABLE_FIELD, file=source,
-                        line=line, allowed=f"placement,{' or placement,'.join(PLACEMENTS)}")
+                        line=line, allowed=_PLACEMENT_ROWS)
 
 
 def table_size(schedule: Schedule) -> tuple[int, int]:
@@ -119,15 +176,15 @@ def table_size(schedule: Schedule) -> tuple[int, int]:
 
 def load_schedule_csv(path: str | Path) -> Schedule:
     """Read and check the CSV action table at ``path``."""
-    return _load_table(path)[0]
+    return _load_table(path).schedule
 
 
 def load_table_placement(path: str | Path) -> Placement:
     """The placement the CSV action table at ``path`` asks for ('loop' unless it has a placement row)."""
-    return _load_table(path)[1]
+    return _load_table(path).placement
 
 
-def _load_table(path: str | Path) -> tuple[Schedule, Placement, int]:
+def _load_table(path: str | Path) -> _Table:
     text = read_user_text(path, ScenarioError, field=TABLE_FIELD, allowed="a readable UTF-8 CSV file")
     return _read_table(text, source=str(path))
 

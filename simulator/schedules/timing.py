@@ -22,6 +22,19 @@ Durations = float | Sequence[float]
 """A duration per pipeline stage (split over its chunks), or one per virtual stage."""
 
 
+class ScheduleDeadlock(SimulationError):
+    """A schedule that cannot finish: no rank's next action can start. ``stuck_ranks``: the ranks with actions
+    left, in rank order (a custom table's error points at the first one's row)."""
+
+    def __init__(self, message: str, stuck_ranks: tuple[int, ...]):
+        super().__init__(message, stuck_ranks)  # both in args, so that a process pool's pickle rebuilds it
+        self.message = message
+        self.stuck_ranks = stuck_ranks
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @dataclass(frozen=True, slots=True)
 class TimedAction:
     """One action with the time it ran, in the same unit as the durations given."""
@@ -103,7 +116,7 @@ _KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
 
 
 def schedule_order(schedule: Schedule, v: int, placement: Placement = "loop") -> ScheduleOrder:
-    """``schedule`` (v chunks per rank, ``placement``) compiled for `execute`; SimulationError where it
+    """``schedule`` (v chunks per rank, ``placement``) compiled for `execute`; ScheduleDeadlock where it
     deadlocks."""
     p = len(schedule)
     stages = [rank_stages(r, p, v, placement) for r in range(p)]
@@ -150,11 +163,11 @@ def schedule_order(schedule: Schedule, v: int, placement: Placement = "loop") ->
                 action_stages.append(stage)
                 next_index[rank] += 1
                 progressed = True
-    stuck = [rank for rank in range(p) if next_index[rank] < len(schedule[rank])]
+    stuck = tuple(rank for rank in range(p) if next_index[rank] < len(schedule[rank]))
     if stuck:
         blocked = "; ".join(f"rank {r} at {schedule[r][next_index[r]]}" for r in stuck)
-        raise SimulationError(f"pipeline schedule deadlocks in the {PLACEMENT_NAMES[placement]} placement: no action "
-                              f"can start ({blocked})")  # a V table run in the default loop placement deadlocks
+        raise ScheduleDeadlock(f"pipeline schedule deadlocks in the {PLACEMENT_NAMES[placement]} placement: no "
+                               f"action can start ({blocked})", stuck)  # as a V table in the loop placement does
     return ScheduleOrder(tuple(actions), tuple(ranks), tuple(kinds), tuple(action_stages), tuple(waits), p,
                          tuple(last))
 

@@ -29,15 +29,15 @@ from simulator.config.training_options import (
     grad_buffer_bytes,
 )
 from simulator.config.yaml_source import FieldPath
-from simulator.errors import ScenarioError, SimulationError
+from simulator.errors import ScenarioError
 from simulator.parallel.experts import expert_sharding
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
 from simulator.parallel.sharding import FP32_BYTES, Sharding, hybrid_degree
 from simulator.schedules.base import Placement, rank_stages
-from simulator.schedules.custom_csv import refuse_the_other_placement
+from simulator.schedules.custom_csv import refuse_deadlocked_table
 from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_placement
-from simulator.schedules.timing import simulate_schedule
+from simulator.schedules.timing import ScheduleDeadlock, simulate_schedule
 from simulator.topology.size import GpuPlacement
 from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.experts import check_expert_parallelism, moe_report, plan_experts
@@ -463,13 +463,11 @@ def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> tuple[float, f
 
 def check_schedule_runs(schedule, placement: Placement, table: Path) -> None:
     """A custom action table (read from ``table``) must run to completion: try it with unit costs in the exact
-    schedule executor; one that deadlocks and runs in the other placement is refused at its CSV row."""
+    schedule executor; one that deadlocks is refused at its CSV row (custom_csv.refuse_deadlocked_table)."""
     try:
         simulate_schedule(schedule, 1.0, 1.0, 1.0, placement=placement)
-    except SimulationError as exc:
-        refuse_the_other_placement(table, exc)
-        raise _invalid("parallelism.pipeline.table", f"the schedule cannot run: {exc}",
-                       "an action order in which every dependency can be met") from None
+    except ScheduleDeadlock as exc:
+        refuse_deadlocked_table(table, exc)
 
 
 def layout_warnings(layout: Layout, topology: GpuPlacement, sharding: Sharding,
