@@ -414,3 +414,30 @@ def test_equal_stage_lists_run_as_the_stage_duration_split_over_chunks() -> None
         simulate_schedule(schedule, [1.0] * 4, 1.0)
     with pytest.raises(ValueError, match="duration w must be >= 0, got -1"):
         simulate_schedule(schedule, 1.0, 1.0, [1.0] * 7 + [-1.0])
+
+
+@pytest.mark.parametrize(("name", "p", "m", "v", "chunks"), [
+    ("1f1b", 4, 8, 1, [4, 3, 2, 1]),  # min(m, p - r)
+    ("1f1b", 4, 2, 1, [2, 2, 2, 1]),
+    ("gpipe", 4, 8, 1, [8] * 4),  # m
+    ("interleaved", 4, 8, 2, [11, 9, 7, 5]),  # min(2(p-r-1) + (v-1)p + 1, m v)
+    ("interleaved", 4, 4, 2, [8] * 4),  # m v at m = p
+    ("dualpipev", 4, 8, 2, [9] * 4),  # 2p + 1 on every rank
+])
+def test_a_synthetic_step_reports_its_schedules_in_flight_micro_batches(name: str, p: int, m: int, v: int,
+                                                                        chunks: list[int]) -> None:
+    """A synthetic step holds no bytes, but `memory_per_stage[].in_flight_microbatches` still counts what its
+    schedule keeps in flight at the peak, in micro-batches' worth (chunks / v), by the closed forms of
+    docs/schedules.md: 0.0, as a count, would read as a schedule that holds nothing."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.memory_plan import step_memory
+    from simulator.workload.training import build_training_step
+
+    text = (f"cluster: {{topology: dgx-h100}}\nmodel: {{synthetic: {{stages: {p}, forward: 1 ms, "
+            f"backward: 2 ms}}}}\ntraining: {{microbatches: {m}}}\nparallelism: {{pp: {p}, dp: {8 // p}, "
+            f"pipeline: {{schedule: {name}, virtual_stages: {v}}}}}\n")
+    loaded = scenario_from_text(text, "inline.yaml", [])
+    memory = step_memory(loaded.scenario, build_training_step(loaded.scenario, scenario_topology(loaded)))
+    assert [entry["in_flight_microbatches"] for entry in memory["memory_per_stage"]] == [c / v for c in chunks]
+    assert all(entry["total_gib"] == 0.0 for entry in memory["memory_per_stage"])

@@ -63,8 +63,9 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     deferred W's set the peak after a B (zero-bubble schedules)."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, scenario.training, scenario.parallelism
-    if model is None:
-        return [(MemoryBreakdown(0.0, 0.0, 0.0), 0.0) for _ in range(layout.pp)]
+    if model is None:  # a synthetic step holds no bytes, but its schedule still keeps micro-batches in flight
+        return [(MemoryBreakdown(0.0, 0.0, 0.0), peak_in_flight(plan.schedule[pp_rank]) / plan.virtual_stages)
+                for pp_rank in range(layout.pp)]
     counts = layers_per_stage(model.layers, layout.pp * plan.virtual_stages, par.pipeline.first_last_fewer_layers)
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
                        dtype_bytes=int(plan.sharding.param_bytes), eager=training.kernels == "eager",
