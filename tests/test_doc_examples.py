@@ -453,6 +453,8 @@ WORKER_STRAGGLER = "faults.step.stragglers=[{gpus: [5], slowdown: 3.0}]"
 PS_EVEN = ("faults.step.stragglers=[]", "ps.iteration_slowdown=null")
 """The bundled parameter-server scenario with every worker computing alike."""
 SCENARIO_QUOTES = [
+    ("docs/schedules.md", ("schedule-zb-h1-p4-m8", ()),
+     "`zb-h1`'s summary reads `bubble_fraction` {s[bubble_fraction]!r} and `step_time_s` {s[step_time_s]!r}"),
     ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "(`mixtral-8x7b-ep8`: {mb_all_to_all:.1f} MB of the"),
     ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
