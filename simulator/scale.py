@@ -18,7 +18,8 @@ rings too, a lower bound, and once it is built (`sized_topology`, `validate`) as
 each size post them (`_planned_transfers`; a tree posts a phase per stretch of its pipeline: the SC21 18.4B
 step, 15,672 flows estimated, 15,488 simulated). A TP all-reduce across hosts, ring or tree, counts its copies
 in the other replicas for its all-reduces that run beside other dimensions' traffic joining them (`_tp_beside`:
-SC21 7.5B at TP 16, rings under `auto`, 243,344 of 243,344 flows), and so do the DDP buckets' copies in the
+SC21 7.5B at TP 16, rings under `auto`, 243,344 of 243,344 flows; under pipelining those of the schedule's
+actions that may run beside a hand-off, `_tp_beside_pipeline`), and so do the DDP buckets' copies in the
 other TP lanes and CP's rings' copies, for those beside the traffic that joins them (`_dp_beside`,
 `_cp_ring_beside`). A TP all-reduce inside a host counts every
 copy of its stage beside DP rings across hosts that hop on NVLink, which join them all (SC21 7.5B: 47,244 of
@@ -622,12 +623,19 @@ def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, f
         return 1.0
     per_block = 1 + (recompute == "full")
     per_microbatch = (2 * per_block + 2) * layers + _tp_ends(par)
+    return (_tp_after_first_bucket(par, recompute, layers, first_bucket) + gathered_ahead) / per_microbatch / m
+
+
+def _tp_after_first_bucket(par: ParallelismConfig, recompute: str, layers: int, first_bucket: int) -> int:
+    """The TP all-reduces of a rank's last backward over its ``layers`` layers that run while its DDP buckets
+    are reduced (`ddp.overlap`): those of the blocks after the one whose backward closes the first bucket
+    (``first_bucket``: `_first_bucket_blocks`, the head counted first), a full recompute's with them, and the
+    backward's of the block that closes it; none without the overlap or where no bucket closes in it."""
+    per_block = 1 + (recompute == "full")
     closing = first_bucket - 1  # the layer block that closes it, after the head
     if not par.ddp.overlap or closing > 2 * layers:
-        after = 0
-    else:
-        after = per_block * 2 * layers if closing == 0 else 1 + per_block * (2 * layers - closing)
-    return (after + gathered_ahead) / per_microbatch / m
+        return 0
+    return per_block * 2 * layers if closing == 0 else 1 + per_block * (2 * layers - closing)
 
 
 def _gathered_ahead(par: ParallelismConfig, layer_blocks: tuple[float, float], layers: int, param_bytes: float,
@@ -689,16 +697,61 @@ def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, l
                gathered_ahead: int = 0) -> float:
     """The share of a rank's TP all-reduces that run beside traffic of another dimension, which joins the TP
     group's copies to it (across hosts on the rails, inside an NVLink domain through the GPUs' ports: a GB200
-    rack's DP ring joins every TP group of the rack): a pipeline's hand-offs through every pass, the gradients'
-    reductions over the DP x CP group (parallel/program.py's, over CP alone at DP 1) the share of
-    `_tp_beside_dp`; the most of those. A CP ring's steps end before the attention block's all-reduce, so they
-    join none (SC21 7.5B at TP 16 and CP 8, DP 1: 11 of 48 ran beside, all after the first bucket)."""
-    shares = [0.0]
+    rack's DP ring joins every TP group of the rack): under pipelining those of the actions beside a hand-off
+    or the buckets (`_tp_beside_pipeline`), else the gradients' reductions over the DP x CP group
+    (parallel/program.py's, over CP alone at DP 1) the share of `_tp_beside_dp`. A CP ring's steps end before
+    the attention block's all-reduce, so they join none (SC21 7.5B at TP 16 and CP 8, DP 1: 11 of 48 ran beside,
+    all after the first bucket)."""
     if layout.pp > 1:
-        shares.append(1.0)
-    if layout.dp * layout.cp > 1:
-        shares.append(_tp_beside_dp(par, m, recompute, layers, first_bucket, gathered_ahead))
-    return max(shares)
+        return _tp_beside_pipeline(par, layout, m, recompute, layers, first_bucket)
+    return _tp_beside_dp(par, m, recompute, layers, first_bucket, gathered_ahead) if layout.dp * layout.cp > 1 else 0.0
+
+
+def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int,
+                        first_bucket: int) -> float:
+    """`_tp_beside` under pipelining: the TP all-reduces (and Megatron's scatter-gathers) of the schedule's
+    actions that may run while a hand-off into or out of their rank is in flight (schedules/handoff_overlap.py),
+    and of the actions beside none, a rank's last backward's from its first DDP bucket on
+    (`_tp_after_first_bucket`, a pipelined rank's blocks counted without the head, as its first stage holds
+    none), on a rank whose last backward is not the first stage's at least the last layer's backward all-reduce,
+    which follows the gradients that close the last bucket (the first stage's embedding closes it after every
+    TP all-reduce); every one under ZeRO-3 or gradients reduced every micro-batch, or where the schedule is a
+    table or does not take the layout (its own check reports it). Without sequence parallelism a
+    forward posts two a layer and one more (the embedding's all-reduce on the first stage, the gather of the
+    received activation on the others), a backward two a layer and block recomputed and one more (the head's,
+    or the gather of the received gradient). With one micro-batch the stages run one after the other and only
+    the buckets join them: SC21 7.5B at TP 16 and PP 2, 4 layers, 6 of 28 beside the buckets."""
+    from simulator.schedules.base import rank_stages
+    from simulator.schedules.handoff_overlap import named_beside_handoffs
+    from simulator.schedules.registry import build_schedule, schedule_placement
+
+    buckets = layout.dp * layout.cp > 1
+    if (buckets and (par.zero_stage == 3 or par.reduce_every_microbatch(par.pp))) or par.pipeline.table is not None:
+        return 1.0
+    name, pp, v = par.pipeline.schedule, layout.pp, par.pipeline.virtual_stages
+    try:
+        schedule, flags = build_schedule(name, pp, m, v), named_beside_handoffs(name, pp, m, v)
+    except ScenarioError:
+        return 1.0
+    chunk_layers = layers / v
+    per_block = 1 + (recompute == "full")
+    placement = schedule_placement(name)
+    after = _tp_after_first_bucket(par, recompute, layers, first_bucket + 1) if buckets else 0  # no head counted
+    total = beside = 0.0
+    for rank, (actions, row) in enumerate(zip(schedule, flags, strict=True)):
+        backwards = [index for index, action in enumerate(actions) if action.kind in ("B", "BW")]
+        last = backwards[-1] if backwards else -1
+        ends_on_layer = buckets and last >= 0 and rank_stages(rank, pp, v, placement)[actions[last].chunk] > 0
+        for index, (action, flag) in enumerate(zip(actions, row, strict=True)):
+            if action.kind == "W":
+                continue
+            count = 2 * chunk_layers * (1 if action.kind == "F" else per_block) + 1
+            total += count
+            if flag:
+                beside += count
+            elif index == last:
+                beside += min(max(after, int(ends_on_layer)), count)
+    return beside / total if total else 0.0
 
 
 class PlannedCount(NamedTuple):
@@ -968,15 +1021,16 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                 par, layout, m, training.recompute, round(layers_per_rank),
                 _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket)))
     tp_all_reduces = comm["tp"] and not par.sequence_parallel and not moe and synthetic is None
-    beside = _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
-                        _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket),
-                        _gathered_ahead(par, layer_blocks, round(layers_per_rank), PRECISION_BYTES[training.precision],
-                                        sum(embedding_tensors), sum(head_tensors)) if pp == 1 else 0)
     dp_group = _first_group(layout, "dp", par.ep, degree)
     dp_per_host = Counter(rank // hosts.gpus for rank in dp_group) if hosts else {}
     dp_per_domain = Counter(rank // hosts.domain for rank in dp_group) if hosts else {}
     tp_joined_inside = (hosts is not None and len(dp_per_host) > 1 and min(dp_per_domain.values()) > 1 and tp > 1
                         and _domains(tp_group, hosts) == 1)
+    beside = _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
+                        _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket),
+                        _gathered_ahead(par, layer_blocks, round(layers_per_rank), PRECISION_BYTES[training.precision],
+                                        sum(embedding_tensors), sum(head_tensors)) if pp == 1 else 0
+                        ) if tp_all_reduces or tp_joined_inside else 0.0  # read only for those (a pipeline's costs)
     if tp_all_reduces and tp_joined_inside:  # DP rings across hosts hop on NVLink: they join every TP group
         # of the domain (a GB200 rack's DP ring over its trays, every TP group of the rack)
         shapes["tp"] = replace(shapes["tp"], replicas=layout.world // pp // tp, joined=True)
