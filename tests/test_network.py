@@ -18,7 +18,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.faults.rerouting import Rerouter
 from simulator.metrics.events import EventLog
-from simulator.network import model
+from simulator.network import maxmin, model
 from simulator.network.maxmin import Incidence, grouped_max_min_rates, max_min_rates
 from simulator.network.model import Network, Transfers
 from simulator.network.modes import NETWORK_MODES
@@ -959,7 +959,7 @@ def test_a_link_shared_by_many_touched_groups_is_merged_once():
             return super().__getitem__(key)
 
     net._link_groups = CountedSets(set, net._link_groups)
-    assert net._component(set(groups), set()).groups == sorted(groups, key=lambda group: group.number)
+    assert net._search(set(groups), set()) == sorted(groups, key=lambda group: group.number)
     assert len(taken) == gpus and set(taken.values()) == {1}
 
 
@@ -1305,3 +1305,109 @@ def test_analytic_warns_where_different_stages_collectives_share_a_nic(capsys, t
         f"host 0's DP groups of {stages} pipeline stages leave it through 1 NIC: up to {stages} stages' collectives "
         f"share a NIC uncounted, so the analytic figures may overstate its rate by up to {stages}x (allowed: "
         "network.model: flow, which shares each NIC among all the traffic that crosses it)"])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rounds_over_masks_and_over_index_ranges_give_the_same_rates_to_the_bit(monkeypatch, seed):
+    # Few distinct capacities (ties within a round), one degraded to an odd fraction; whole, zero and fractional
+    # weights (the last leave residues on links whose groups are all frozen).
+    rng = np.random.default_rng(seed)
+    for trial in range(30):
+        links = int(rng.integers(5, 80))
+        capacity = rng.choice([50 * GB, 25 * GB, 450 * GB], size=links)
+        capacity[int(rng.integers(links))] *= 0.37
+        paths = [tuple(rng.choice(links, size=int(rng.integers(0, min(links, 6))), replace=False).tolist())
+                 for _ in range(int(rng.integers(1, 300)))]
+        weight = rng.integers(0, 9, size=len(paths)).astype(float)
+        if trial % 3 == 0:
+            weight *= rng.uniform(0.1, 1.0, size=len(paths))
+        solved = {}
+        for entries in (1 << 30, -1):
+            monkeypatch.setattr(maxmin, "DENSE_ENTRIES", entries)
+            solved[entries] = grouped_max_min_rates(paths, weight, capacity).tobytes()
+        assert solved[1 << 30] == solved[-1]
+
+
+def plain_reach(paths: list[tuple[int, ...]], seeds: list[int], active: list[bool]) -> set[int]:
+    """The active groups the seeds' links reach, one link and one group at a time."""
+    links = {link for seed in seeds for link in paths[seed]}
+    reached: set[int] = set()
+    while True:
+        fresh = {g for g, path in enumerate(paths) if active[g] and g not in reached and links.intersection(path)}
+        if not fresh:
+            return reached
+        reached |= fresh
+        links.update(link for g in fresh for link in paths[g])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_incidence_cut_to_some_groups_solves_and_reaches_as_one_built_for_them(seed):
+    # Sparse random paths over 200 links split the groups into several components; a cut keeps a random part
+    # of the groups (its index keeps the links no kept group crosses).
+    rng = np.random.default_rng(seed)
+    capacity = rng.choice([50 * GB, 12.5 * GB, 100 * GB], size=200) * rng.uniform(0.5, 1.0, size=200)
+    paths = [tuple(rng.choice(200, size=int(rng.integers(1, 4)), replace=False).tolist()) for _ in range(150)]
+    lengths = np.array([len(path) for path in paths])
+    whole = Incidence.of(lengths, np.concatenate(paths))
+    for _ in range(20):
+        kept = rng.random(150) < rng.uniform(0.2, 1.0)
+        kept_paths = [path for path, keep in zip(paths, kept) if keep]
+        cut = whole.subset(kept)
+        built = Incidence.of(lengths[kept], np.concatenate(kept_paths))
+        weight = rng.integers(1, 5, size=len(kept_paths)).astype(float)
+        assert cut.rates(weight, capacity).tobytes() == built.rates(weight, capacity).tobytes()
+        active = rng.random(len(kept_paths)) < 0.8
+        seeds = rng.choice(len(kept_paths), size=3).tolist()
+        reached = cut.reached(np.array(seeds), active)
+        assert set(np.flatnonzero(reached).tolist()) == plain_reach(kept_paths, seeds, active.tolist())
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_components_found_within_their_home_give_the_plain_searches_rows_to_the_bit(monkeypatch, seed):
+    # All-to-all-like shapes (4-7 GPUs of 24, each pair's bytes drawn) posted one after another by three
+    # streams at other offsets: components meet, split and join. Where every touched group has one home, the
+    # component is found within the home's incidence and solved on the home's incidence cut to it; finding it
+    # by the set search and solving on an index built from its paths must give every row to the last bit.
+    rng = np.random.default_rng(seed)
+    topo = random_tree_topology(rng, 24)
+    shapes = []
+    for _ in range(5):
+        gpus = rng.choice(24, size=int(rng.integers(4, 8)), replace=False).tolist()
+        pairs = [(a, b) for a in gpus for b in gpus if a != b and rng.random() < 0.7]
+        shapes.append([(topo.path(a, b), float(rng.uniform(0.1, 2)) * GB, 0.0, a, b) for a, b in pairs])
+    streams = [(rng.permutation(5).tolist() * 2, float(rng.uniform(0, 0.3))) for _ in range(3)]
+
+    def run() -> list[tuple]:
+        env = simpy.Environment()
+        log = EventLog()
+        net = Network(env, topo, log=log)
+
+        def stream(order: list[int], offset: float, name: int):
+            yield env.timeout(offset)
+            for step, shape in enumerate(order):
+                yield net.run_phase(shapes[shape], key=f"{name}.{step}")
+
+        for name, (order, offset) in enumerate(streams):
+            env.process(stream(order, offset, name))
+        env.run()
+        frame = log.to_frame()
+        return sorted(zip(frame["key"], frame["src"], frame["dst"], frame["start_s"], frame["end_s"]))
+
+    within = Counter()
+    found_within = Network._within
+
+    def counted(self, home, touched):
+        within["calls"] += 1
+        return found_within(self, home, touched)
+
+    monkeypatch.setattr(Network, "_within", counted)
+    fast = run()
+
+    def searched(self, home, touched):
+        found = set(self._search(touched, set()))
+        return np.array([group in found for group in home.groups], dtype=bool)
+
+    monkeypatch.setattr(Network, "_within", searched)
+    monkeypatch.setattr(model, "_cut", lambda home, kept: None)
+    assert within["calls"] > 100
+    assert fast == run()

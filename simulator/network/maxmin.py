@@ -67,14 +67,17 @@ class Incidence:
 
     __slots__ = ("by_link", "entry_group", "entry_link", "group_start", "lengths", "link_start", "links")
 
-    def __init__(self, lengths: np.ndarray, entry_link: np.ndarray, links: np.ndarray):
+    def __init__(self, lengths: np.ndarray, entry_link: np.ndarray, links: np.ndarray,
+                 by_link: np.ndarray | None = None):
         self.lengths = lengths
         self.entry_link = entry_link
         self.links = links
         self.entry_group = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
         self.group_start = np.concatenate(([0], np.cumsum(lengths)))
-        self.by_link = np.argsort(entry_link.astype(np.uint16) if links.size <= 1 << 16 else entry_link,
-                                  kind="stable")
+        if by_link is None:
+            by_link = np.argsort(entry_link.astype(np.uint16) if links.size <= 1 << 16 else entry_link,
+                                 kind="stable")
+        self.by_link = by_link
         self.link_start = np.concatenate(([0], np.cumsum(np.bincount(entry_link, minlength=links.size))))
 
     def groups_on(self, links: np.ndarray) -> np.ndarray:
@@ -84,6 +87,33 @@ class Incidence:
     def entries_of(self, groups: np.ndarray) -> np.ndarray:
         """The entries (indices into ``entry_link``) of ``groups``, group after group."""
         return spans(self.group_start[groups], self.group_start[groups + 1])
+
+    def subset(self, kept: np.ndarray) -> Incidence:
+        """The incidence of the groups where the mask ``kept`` is true, in their order, over the same links (those
+        no kept group crosses stay, unloaded: a solve never reads them): the entries sorted by link are these
+        less the dropped ones, so no sort is needed. A solve over it gives the rates a fresh `of` gives, to the
+        bit, as a solve's arithmetic does not depend on how its links are numbered."""
+        kept_entry = kept[self.entry_group]
+        renumbered = np.cumsum(kept_entry) - 1
+        by_link = self.by_link[kept_entry[self.by_link]]
+        return Incidence(self.lengths[kept], self.entry_link[kept_entry], self.links, renumbered[by_link])
+
+    def reached(self, seeds: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """Which groups (a mask) the links of the groups ``seeds`` reach through ``active`` groups (a mask): the
+        active groups on those links, then on the links those cross, and so on, a level at a time over every
+        entry at once."""
+        entry_group, entry_link = self.entry_group, self.entry_link
+        link_reached = np.zeros(self.links.size, dtype=bool)
+        link_reached[entry_link[self.entries_of(seeds)]] = True
+        group_reached = np.zeros(self.lengths.size, dtype=bool)
+        while True:
+            hit = np.zeros(self.lengths.size, dtype=bool)
+            hit[entry_group[link_reached[entry_link]]] = True
+            fresh = hit & active & ~group_reached
+            if not fresh.any():
+                return group_reached
+            group_reached |= fresh
+            link_reached[entry_link[fresh[entry_group]]] = True
 
     @classmethod
     def of(cls, lengths: np.ndarray, entry_link: np.ndarray) -> Incidence:
@@ -124,6 +154,12 @@ def spans(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - sizes), sizes) + np.arange(int(ends[-1]) if ends.size else 0)
 
 
+DENSE_ENTRIES = 4096
+"""Largest solve (link crossings) whose rounds take masks over all its crossings rather than index ranges of the
+saturated links and freezing groups: a round of an all-to-all's component of a few hundred groups is then a
+dozen numpy calls, not some forty; past it, the ranges' cost in the touched entries alone wins."""
+
+
 def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """Progressive filling: each round, the fair share of each link still loaded is its remaining capacity over
     the weight of the unfrozen groups on it; the groups on the links at the smallest share (within a relative
@@ -143,11 +179,18 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
     rate = np.zeros(weight.size)
     frozen = (weight <= 0) | (incidence.lengths == 0)
     unfrozen = weight.size - int(np.count_nonzero(frozen))
+    dense = entry_link.size <= DENSE_ENTRIES
     while unfrozen:
         level = share.min()
-        saturated = np.flatnonzero(share <= level * (1.0 + TIE_TOLERANCE))
-        crossing = incidence.groups_on(saturated)
-        freezing = distinct(crossing[~frozen[crossing]], weight.size)
+        saturated = share <= level * (1.0 + TIE_TOLERANCE)
+        if dense:
+            crossed = np.zeros(weight.size, dtype=bool)
+            crossed[entry_group[saturated[entry_link]]] = True
+            crossed &= ~frozen
+            freezing = np.flatnonzero(crossed)
+        else:
+            crossing = incidence.groups_on(np.flatnonzero(saturated))
+            freezing = distinct(crossing[~frozen[crossing]], weight.size)
         if not freezing.size:  # only frozen groups left there: a residue of fractional weights' subtractions
             share[saturated] = np.inf
             continue
@@ -156,7 +199,7 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
         if not unfrozen:
             break
         frozen[freezing] = True
-        entries = incidence.entries_of(freezing)
+        entries = crossed[entry_group] if dense else incidence.entries_of(freezing)
         freed = entry_link[entries]
         touched = distinct(freed, capacity.size)
         leaving = np.bincount(freed, weights=entry_weight[entries], minlength=capacity.size)[touched]

@@ -27,7 +27,7 @@ from simpy.events import NORMAL, EventPriority
 
 from simulator.config.link_classes import LINK_CLASSES
 from simulator.metrics.events import EventLog, FlowBlock, FlowRoutes
-from simulator.network.maxmin import grouped_max_min_rates
+from simulator.network.maxmin import Incidence
 from simulator.network.modes import NetworkMode
 from simulator.topology.graph import Topology
 
@@ -49,6 +49,7 @@ _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 _number_of, _weight_of, _path_of = attrgetter("number"), attrgetter("weight"), attrgetter("path")
 _seq_of, _rate_of, _joined_of = attrgetter("seq"), attrgetter("rate"), attrgetter("joined")
+_flows_of, _position_of = attrgetter("flows"), attrgetter("position")
 
 
 class Transfers:
@@ -216,7 +217,7 @@ class _PathGroup:
     solves are forgotten; its ``number`` is never reused (a component's groups are ordered and remembered by
     their numbers)."""
 
-    __slots__ = ("flows", "home", "joined", "link_sets", "number", "path", "rate", "weight")
+    __slots__ = ("flows", "home", "joined", "link_sets", "number", "path", "position", "rate", "weight")
 
     def __init__(self, number: int, path: tuple[int, ...], link_sets: list[set[_PathGroup]]):
         self.number = number
@@ -227,18 +228,39 @@ class _PathGroup:
         self.rate = 0.0
         self.weight = 0
         self.home: _Found | None = None
+        self.position = 0
 
 
 class _Found:
     """The answer of a component search: the active ``groups`` connected to the touched ones, ordered by
-    number. ``ident`` names one set only (never given to another set; a group's path never changes), though a
-    set may get a new ident after the solves are forgotten; None for a set too large to remember."""
+    number (each group's ``position`` its place there). ``ident`` names one set only (never given to another
+    set; a group's path never changes), though a set may get a new ident after the solves are forgotten; None
+    for a set too large to remember. ``basis`` gives the groups' `Incidence`: itself once built; the incidence
+    of the home the groups were found in and the mask of those kept, which the incidence is cut from; or None,
+    built from the groups' paths."""
 
-    __slots__ = ("groups", "ident")
+    __slots__ = ("basis", "groups", "ident")
 
-    def __init__(self, groups: list[_PathGroup], ident: int | None):
+    def __init__(self, groups: list[_PathGroup], ident: int | None,
+                 basis: Incidence | tuple[Incidence, np.ndarray] | None = None):
         self.groups = groups
         self.ident = ident
+        self.basis = basis
+
+    def incidence(self) -> Incidence:
+        """The groups' links indexed for a solve and for `Incidence.reached`, made on first use."""
+        basis = self.basis
+        if isinstance(basis, Incidence):
+            return basis
+        if basis is not None:
+            made = basis[0].subset(basis[1])
+        else:
+            paths = list(map(_path_of, self.groups))
+            lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+            made = Incidence.of(lengths, np.fromiter(chain.from_iterable(paths), dtype=np.int64,
+                                                     count=int(lengths.sum())))
+        self.basis = made
+        return made
 
 
 def _without(groups: list[_PathGroup], left_out: tuple[int, ...]) -> list[_PathGroup]:
@@ -250,6 +272,11 @@ def _without(groups: list[_PathGroup], left_out: tuple[int, ...]) -> list[_PathG
         start = position + 1
     kept += groups[start:]
     return kept
+
+
+def _cut(home: _Found, kept: np.ndarray) -> tuple[Incidence, np.ndarray] | None:
+    """The basis of the groups ``kept`` (a mask) of ``home``: its incidence and the mask, where it was built."""
+    return (home.basis, kept) if isinstance(home.basis, Incidence) else None
 
 
 class _EndOfInstant(simpy.Event):
@@ -524,26 +551,29 @@ class Network:
         if not links:
             homes = {group.home for group in touched}
             home = homes.pop() if len(homes) == 1 else None
+        if home is None:
+            component = self._search(touched, links)
+            return self._found(component, self._ident(component), touched)
         move = None
-        if home is not None and home.ident is not None:
+        if home.ident is not None:
             move = (home.ident, tuple(sorted((group.number, not group.flows) for group in touched)))
             known = self._moves.get(move)
             if known is not None:
                 left_out, ident = known
                 if not left_out:
                     return home
-                return self._found(_without(home.groups, left_out), ident, touched)
-        component = self._search(touched, links)
+                kept = np.ones(len(home.groups), dtype=bool)
+                kept[list(left_out)] = False
+                return self._found(_without(home.groups, left_out), ident, touched, _cut(home, kept))
+        kept = self._within(home, touched)
+        left_out = tuple(np.flatnonzero(~kept).tolist())
+        component = _without(home.groups, left_out)
         ident = self._ident(component)
         if move is not None:
-            assert home is not None
-            kept = set(component)
-            left_out = tuple(position for position, group in enumerate(home.groups) if group not in kept)
-            assert len(kept) + len(left_out) == len(home.groups), "a component search left its home"
             self._remember_move(move, left_out, ident)
-            if not left_out:
-                return home
-        return self._found(component, ident, touched)
+        if not left_out:
+            return home
+        return self._found(component, ident, touched, _cut(home, kept))
 
     def _remember_move(self, move: tuple[int, tuple[tuple[int, bool], ...]], left_out: tuple[int, ...],
                        ident: int | None) -> None:
@@ -569,17 +599,31 @@ class Network:
         return ident
 
     @staticmethod
-    def _found(component: list[_PathGroup], ident: int | None, touched: set[_PathGroup]) -> _Found | None:
-        """Make ``component`` the home of its groups (None if it has none); the ``touched`` groups that left
-        their links have none."""
+    def _found(component: list[_PathGroup], ident: int | None, touched: set[_PathGroup],
+               basis: tuple[Incidence, np.ndarray] | None = None) -> _Found | None:
+        """Make ``component`` the home of its groups (None if it has none), cut from ``basis`` where given
+        (`_Found`); the ``touched`` groups that left their links have none."""
         for group in touched:
             group.home = None
         if not component:
             return None
-        found = _Found(component, ident)
-        for group in component:
+        found = _Found(component, ident, basis)
+        for position, group in enumerate(component):
             group.home = found
+            group.position = position
         return found
+
+    def _within(self, home: _Found, touched: set[_PathGroup]) -> np.ndarray:
+        """`_component` where every touched group has the same ``home`` and no link was touched: the mask of the
+        home's groups that the touched groups' links reach through active groups (`Incidence.reached`, over
+        the home's incidence, kept for its solve and cut for the answer's), the groups `_search` finds (none
+        outside the home: a group joining links beside it would be touched and have none), at a few numpy
+        passes over the home's link crossings where the search takes a set union per group and per link."""
+        self.searches += 1
+        groups = home.groups
+        active = np.fromiter(map(bool, map(_flows_of, groups)), dtype=bool, count=len(groups))
+        seeds = np.fromiter(map(_position_of, touched), dtype=np.int64, count=len(touched))
+        return home.incidence().reached(seeds, active)
 
     def _search(self, touched: set[_PathGroup], links: set[int]) -> list[_PathGroup]:
         """`_component` searched: a breadth-first search, a level at a time, over whole sets
@@ -621,9 +665,8 @@ class Network:
         group_rates = self._solved.get((ident, sizes)) if ident is not None else None
         if group_rates is None:
             self.max_min_solves += 1
-            group_rates = array("d", grouped_max_min_rates(list(map(_path_of, component)),
-                                                           np.fromiter(sizes, dtype=float, count=len(sizes)),
-                                                           self.capacity).tobytes())
+            group_rates = array("d", found.incidence().rates(np.fromiter(sizes, dtype=float, count=len(sizes)),
+                                                             self.capacity).tobytes())
             if ident is not None:
                 if self._solved_entries + len(component) > SOLVED_ENTRIES:
                     self._forget_solves()
