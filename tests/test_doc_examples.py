@@ -43,12 +43,15 @@ from simulator import load_scenario, simulate
 from simulator.cli import _parser, main
 from simulator.config import schema
 from simulator.config.loader import scenario_from_text
-from simulator.errors import InputError
+from simulator.errors import InputError, ScenarioError
 from simulator.preflight import validate
 from simulator.program.ops import COMPUTE_STREAM, PIPELINE_CATEGORIES
 from simulator.scale import sized_topology
+from simulator.schedules import load_schedule_csv
+from simulator.schedules.custom_csv import load_table_placement
 from simulator.simulation import Result
 from simulator.units import parse_bandwidth, parse_duration, parse_size
+from simulator.workload.training import check_schedule_runs
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
@@ -327,6 +330,31 @@ def test_the_csv_table_of_schedules_md_is_what_schedule_to_csv_writes():
     expression = re.search(r"what (schedule_to_csv\(.*\)) writes", block)[1]
     table = "".join(line + "\n" for line in block.splitlines() if not line.startswith("#"))
     assert eval(expression, vars(schedules)) == table
+
+
+def test_the_deadlock_refusals_of_schedules_md_are_what_a_scenario_says(tmp_path):
+    """The CSV section quotes three refusals of a deadlocked table: a p = 2 one's (whole), a p = 4 one's line and
+    message end, and the DualPipeV table's without its placement row (whole)."""
+    text = (REPO / "docs" / "schedules.md").read_text()
+    page = " ".join(text.split())
+
+    def refusal(name: str, text: str) -> ScenarioError:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ScenarioError) as caught:
+            check_schedule_runs(load_schedule_csv(tmp_path / name), load_table_placement(tmp_path / name),
+                                tmp_path / name)
+        return caught.value
+
+    first, second, quote = re.search(r"`(F0[^`]*)` over `([^`]*)` says `(deadlock\.csv:1: [^`]*)`", page).groups()
+    assert str(refusal("deadlock.csv", f"{first}\n{second}\n")).replace(f"{tmp_path}/", "") == quote
+    twice, third, fourth, line, end = re.search(r"at p = 4, rows `([^`]*)` twice, then `([^`]*)` and `([^`]*)`, "
+                                                r"it is refused at line (\d+), rank \d's \(`\.\.\. ([^`]*)`\)",
+                                                page).groups()
+    refused = refusal("dl4.csv", f"{twice}\n{twice}\n{third}\n{fourth}\n")
+    assert refused.line == int(line) and refused.problem.endswith(end)
+    quote = re.search(r"says `(dualpipev\.csv:3: [^`]*)`", page)[1]
+    block = next(block for block in FENCE.findall(text) if "placement,v\n" in block)
+    assert str(refusal("dualpipev.csv", block.replace("placement,v\n", ""))).replace(f"{tmp_path}/", "") == quote
 
 
 A100_16 = "--topology dgx-a100-cluster --set nodes=16"

@@ -23,6 +23,7 @@ from simulator.schedules import (
 )
 from simulator.schedules.base import validate_schedule
 from simulator.schedules.custom_csv import load_table_placement
+from simulator.workload.training import check_schedule_runs
 
 REFERENCE = DATA / "schedules_p4_m8.txt"
 
@@ -223,6 +224,26 @@ def test_deadlock_names_ranks() -> None:
     table = parse_schedule_csv("F0,BW0,F1,BW1\nF1,F0,BW0,BW1\n")
     with pytest.raises(SimulationError, match=r"rank 0 at BW0; rank 1 at F1"):
         simulate_schedule(table, 1, 2)
+
+
+def test_a_deadlocked_table_is_refused_at_a_row_of_its_wait_cycle(tmp_path: Path) -> None:
+    """Only rows 3 and 4 of this p = 4 table disagree: rank 2 runs BW0 before F1, and rank 3 F1 before BW0, so
+    rank 2's BW0 waits for rank 3's BW0, behind rank 3's F1, which waits for rank 2's F1, behind rank 2's BW0.
+    Ranks 0 and 1 are stuck at BW0 too, but only wait down the chain (rank 0 for rank 1, rank 1 for rank 2):
+    the refusal names the row of the cycle's lowest rank, 2 (line 3), not rank 0's line 1. A rank waiting for
+    its own later action (F0c1 before F0 at p = 1) is a cycle of one."""
+    table = tmp_path / "dl4.csv"
+    table.write_text("F0,F1,BW0,BW1\nF0,F1,BW0,BW1\nF0,BW0,F1,BW1\nF0,F1,BW1,BW0\n")
+    with pytest.raises(ScenarioError) as caught:
+        check_schedule_runs(load_schedule_csv(table), "loop", table)
+    assert caught.value.line == 3
+    assert caught.value.problem == ("the schedule cannot run: pipeline schedule deadlocks in the loop placement: no "
+                                    "action can start (rank 0 at BW0; rank 1 at BW0; rank 2 at BW0; rank 3 at F1); "
+                                    "rank 2's BW0 waits for rank 3's BW0, and rank 3's F1 for rank 2's F1")
+    table.write_text("F0c1,F0,BW0c1,BW0\n")
+    with pytest.raises(ScenarioError) as caught:
+        check_schedule_runs(load_schedule_csv(table), "loop", table)
+    assert caught.value.problem.endswith("(rank 0 at F0c1); rank 0's F0c1 waits for rank 0's F0")
 
 
 def test_unknown_schedule_and_bad_sizes() -> None:

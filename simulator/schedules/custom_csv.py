@@ -138,7 +138,9 @@ def refuse_deadlocked_table(path: str | Path, deadlock: ScheduleDeadlock) -> NoR
     """Refuse the table at ``path`` that deadlocks in its placement (``deadlock``, from the check that it runs:
     a table that runs is never ordered twice). One of several chunks per rank that runs in the other placement
     is refused at its placement row (its first row where it has none), naming the row that places it (a V table
-    without `placement,v`); any other at the row of the first rank that is stuck."""
+    without `placement,v`); any other at the row of the lowest rank in the wait cycle that the first stuck rank's
+    waits reach (`ScheduleDeadlock.cycle`), naming the cycle's waits: rank 0, which holds stage 0, is stuck in
+    every deadlock, though often only waiting on the ranks at fault."""
     table = _load_table(path)
     _, v = table_size(table.schedule)
     other = next(each for each in PLACEMENTS if each != table.placement)
@@ -147,9 +149,21 @@ def refuse_deadlocked_table(path: str | Path, deadlock: ScheduleDeadlock) -> NoR
         row = "no placement row, or placement,loop" if other == "loop" else f"placement,{other} as the first row"
         raise ScenarioError(f"{deadlock}, {given}; the table runs in the {PLACEMENT_NAMES[other]} placement",
                             field=TABLE_FIELD, file=str(path), line=table.placement_line, allowed=row) from None
-    raise ScenarioError(f"the schedule cannot run: {deadlock}", field=TABLE_FIELD, file=str(path),
-                        line=table.rank_lines[deadlock.stuck_ranks[0]],
+    cycle = deadlock.cycle()
+    raise ScenarioError(f"the schedule cannot run: {deadlock}; {_wait_cycle(deadlock, cycle)}", field=TABLE_FIELD,
+                        file=str(path), line=table.rank_lines[cycle[0]],
                         allowed="an action order in which every dependency can be met") from None
+
+
+def _wait_cycle(deadlock: ScheduleDeadlock, cycle: tuple[int, ...]) -> str:
+    """The waits of ``cycle`` in words: "rank 2's BW0 waits for rank 3's BW0, and rank 3's F1 for rank 2's F1"."""
+    waits = dict(zip(deadlock.stuck_ranks, deadlock.waits, strict=True))
+    phrases: list[str] = []
+    for rank in cycle:
+        action, waited, other = waits[rank]
+        verb = "" if phrases else " waits"
+        phrases.append(f"rank {rank}'s {action}{verb} for rank {waited}'s {other}")
+    return phrases[0] if len(phrases) == 1 else f"{', '.join(phrases[:-1])}, and {phrases[-1]}"
 
 
 def _runs(schedule: Schedule, v: int, placement: Placement) -> bool:

@@ -15,24 +15,42 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from simulator.errors import SimulationError
-from simulator.schedules.base import PLACEMENT_NAMES, Action, Placement, Schedule, rank_stages
+from simulator.schedules.base import PLACEMENT_NAMES, Action, ActionKind, Placement, Schedule, rank_stages
 
-_Key = tuple[str, int, int]  # (kind, micro-batch, virtual stage)
+_Key = tuple[ActionKind, int, int]  # (kind, micro-batch, virtual stage)
 Durations = float | Sequence[float]
 """A duration per pipeline stage (split over its chunks), or one per virtual stage."""
 
 
 class ScheduleDeadlock(SimulationError):
     """A schedule that cannot finish: no rank's next action can start. ``stuck_ranks``: the ranks with actions
-    left, in rank order (a custom table's error points at the first one's row)."""
+    left, in rank order; ``waits``: for each of them, its next action, the rank that must first run an action
+    that one waits for, and that action (the first of its dependencies not run)."""
 
-    def __init__(self, message: str, stuck_ranks: tuple[int, ...]):
-        super().__init__(message, stuck_ranks)  # both in args, so that a process pool's pickle rebuilds it
+    def __init__(self, message: str, stuck_ranks: tuple[int, ...], waits: tuple[tuple[Action, int, Action], ...]):
+        super().__init__(message, stuck_ranks, waits)  # all in args, so that a process pool's pickle rebuilds it
         self.message = message
         self.stuck_ranks = stuck_ranks
+        self.waits = waits
 
     def __str__(self) -> str:
         return self.message
+
+    def cycle(self) -> tuple[int, ...]:
+        """The ranks of the wait cycle that the first stuck rank's chain of waits reaches (each rank waiting for
+        the next, the last for the first), from its lowest rank: ranks outside it only wait on it. Empty where
+        the chain reaches a rank that never runs the action awaited (a table that validate_schedule refuses)."""
+        waits_for = {rank: waited for rank, (_, waited, _) in zip(self.stuck_ranks, self.waits, strict=True)}
+        chain: list[int] = []
+        rank = self.stuck_ranks[0]
+        while rank in waits_for and rank not in chain:
+            chain.append(rank)
+            rank = waits_for[rank]
+        if rank not in chain:
+            return ()
+        loop = chain[chain.index(rank):]
+        lowest = loop.index(min(loop))
+        return tuple(loop[lowest:] + loop[:lowest])
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +184,15 @@ def schedule_order(schedule: Schedule, v: int, placement: Placement = "loop") ->
     stuck = tuple(rank for rank in range(p) if next_index[rank] < len(schedule[rank]))
     if stuck:
         blocked = "; ".join(f"rank {r} at {schedule[r][next_index[r]]}" for r in stuck)
+        awaited: list[tuple[Action, int, Action]] = []
+        for r in stuck:
+            action = schedule[r][next_index[r]]
+            kind, mb, stage = next(dep for dep in dependencies(action, stages[r][action.chunk])
+                                   if dep not in index_of)
+            awaited.append((action, owner[stage], Action(kind, mb, stages[owner[stage]].index(stage))))
+        # naming the placement: a V table deadlocks in the loop one
         raise ScheduleDeadlock(f"pipeline schedule deadlocks in the {PLACEMENT_NAMES[placement]} placement: no "
-                               f"action can start ({blocked})", stuck)  # as a V table in the loop placement does
+                               f"action can start ({blocked})", stuck, tuple(awaited))
     return ScheduleOrder(tuple(actions), tuple(ranks), tuple(kinds), tuple(action_stages), tuple(waits), p,
                          tuple(last))
 
