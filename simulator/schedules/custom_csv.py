@@ -1,12 +1,12 @@
 """Custom schedules from a CSV action table: one row per pipeline rank, one action per cell, run left to right.
 
-Cells are actions as ``str(Action)`` writes them: F3 (forward of micro-batch 3), B3 (input-grad backward),
-W3 (weight-grad), BW3 (whole backward), with an optional chunk suffix (F0c1), or an overlapped slot, a forward
-and a backward joined by '+' (F4+BW1c1). An optional first row ``placement,v`` puts the chunks in the V
-placement (default ``loop``). Cells are read as CSV (a quoted cell is its text), without the spaces around them
-and in either case (``f0`` is F0, ``placement,V`` the V). Blank lines, blank cells (a row of commas too) and lines
-starting with '#' are skipped, as is a leading byte-order mark. The table fixes p (rows), m and v (largest
-micro-batch and chunk + 1).
+Cells are actions as ``str(Action)`` writes them: F3 (forward of micro-batch 3), B3 (input-grad backward), W3
+(weight-grad), BW3 (whole backward), with an optional chunk suffix (F0c1), or an overlapped slot, a forward and a
+backward joined by '+' (F4+BW1c1). An optional first row ``placement,v`` puts the chunks in the V placement (default
+``loop``). Cells are read as CSV (a quoted cell is its text), without the spaces around them or around a '+', in
+either case (``f0`` is F0, ``placement,V`` the V) and with or without chunk 0's suffix (F0c0). Blank lines, blank
+cells (a row of commas too) and lines starting with '#' are skipped, as is a leading byte-order mark. The table
+fixes p (rows), m and v (largest micro-batch and chunk + 1).
 """
 
 from __future__ import annotations
