@@ -72,6 +72,9 @@ BAD = {
     "a class named as the elastic shrink": (("    gpu:", "    elastic_shrink:\n      unit: gpu"), 15,
                                             "faults.components.elastic_shrink"),
     "a rate per a bare unit": (("      mtbf: 1000 h", "      rate: 0.5 per h"), 16, "faults.components.gpu.rate"),
+    # size won and bytes_per_param was dropped without a word
+    "size beside bytes per parameter": (("  interval: 30 min", "  interval: 30 min\n  size: 1 TB\n  bytes_per_param: 16"),
+                                        18, "checkpoint"),
     "maintenance without a period or a preset": (("  components:", "  maintenance: {duration: 10 min}\n"
                                                   "  components:"), 14, "faults.maintenance.every"),
 }
@@ -89,6 +92,22 @@ def test_bad_job_input_is_one_located_line(case, tmp_path, capsys):
     assert len(err.splitlines()) == 1
     assert re.match(rf"^error: {re.escape(str(scenario))}:{line}: {re.escape(field)}: ", err), err
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize(("in_file", "told"), [(None, ["checkpoint.size=1TB", "checkpoint.bytes_per_param=16"]),
+                                               ("  size: 1 TB", ["checkpoint.bytes_per_param=16"]),
+                                               ("  bytes_per_param: 16", ["checkpoint.size=1TB"])])
+def test_a_checkpoint_size_beside_bytes_per_param_is_refused(tmp_path, capsys, in_file, told):
+    """`size` and `bytes_per_param` both give the checkpoint's size: either from the file or from --set, the pair is
+    refused at the checkpoint section's line, as `mtbf` beside `rate` is."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SPARE_JOB.replace("  interval: 30 min", f"  interval: 30 min\n{in_file}" if in_file
+                                          else "  interval: 30 min"))
+    settings = [arg for setting in told for arg in ("--set", setting)]
+    assert main(["validate", str(scenario), *settings]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {scenario}:18: checkpoint: give one of size and bytes_per_param, not both"), err
 
 
 def test_a_checkpoint_larger_than_the_storage_reads_in_decimal_units(tmp_path, capsys):

@@ -345,6 +345,13 @@ class CheckpointConfig(Section):
     snapshot_bandwidth: Bandwidth = 50e9
     memory: MemoryCheckpointConfig | None = None
 
+    @model_validator(mode="after")
+    def _one_size(self) -> CheckpointConfig:
+        if self.size is not None and self.bytes_per_param is not None:
+            raise ValueError("give one of size and bytes_per_param, not both: the size is the model's parameters "
+                             "times bytes_per_param (allowed: size: '6.48 TB', bytes_per_param: 16)")
+        return self
+
 
 class StorageConfig(Section):
     """The checkpoint store: per-host write/read bandwidth, aggregate caps and capacity. Defaults: Meta's
