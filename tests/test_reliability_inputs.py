@@ -475,7 +475,11 @@ def test_a_job_of_a_workload_list_is_refused(tmp_path, capsys):
     # 1e300 s / 30 min = 5.556e296 checkpoints were refused under the default checkpoint.interval, each count
     # printed with 297 digits at first
     (("  horizon: 2 d", "  horizon: 1e300 s"),
-     "run.horizon: horizon 1e+300 s is more than 36,500 d (a century), longer than any training job (allowed: a "
+     "run.horizon: horizon 1.1574e+295 d is more than 36,500 d (a century), longer than any training job (allowed: "
+     "a duration up to 36500 d, e.g. 54 d)"),
+    # a horizon typed in days is answered in days, as the limit is (it read 'horizon 3.154e+09 s')
+    (("  horizon: 2 d", "  horizon: 36501 d"),
+     "run.horizon: horizon 36,501 d is more than 36,500 d (a century), longer than any training job (allowed: a "
      "duration up to 36500 d, e.g. 54 d)"),
     # 16 GPUs at 1 / 1000 h over 36,500 d: 16 x 876,000 h / 1000 h = 14,016 failures; 36,500 d / 30 min =
     # 1,752,000 checkpoints at most (1,749,813.8: 30 min rounds to whole steps, and each cycle adds its

@@ -25,6 +25,7 @@ from simulator.units import (
     parse_bandwidth,
     parse_duration,
     parse_size,
+    texts_apart,
 )
 
 UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable", "rack", "nvswitch_tray"]
@@ -234,9 +235,13 @@ checkpoints; the job's clock in float seconds still resolves half a microsecond 
 
 
 def _within_horizon(seconds: float) -> float:
+    """``seconds`` if at most MAX_HORIZON_DAYS; the refusal says the horizon in days, as the limit is, with the
+    digits that tell the two apart ('36,501 d is more than 36,500 d', not '3.154e+09 s')."""
     if seconds > MAX_HORIZON_DAYS * 86_400.0:
-        raise ValueError(f"horizon {seconds:.4g} s is more than {MAX_HORIZON_DAYS:,} d (a century), longer than any "
-                         f"training job (allowed: a duration up to {MAX_HORIZON_DAYS} d, e.g. 54 d)")
+        given, limit = texts_apart([seconds / 86_400.0, MAX_HORIZON_DAYS], lambda days, digits: f"{days:,.{digits}g}",
+                                   least=5)
+        raise ValueError(f"horizon {given} d is more than {limit} d (a century), longer than any training job "
+                         f"(allowed: a duration up to {MAX_HORIZON_DAYS} d, e.g. 54 d)")
     return seconds
 
 
