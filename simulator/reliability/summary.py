@@ -91,17 +91,22 @@ def no_failure_text(plan: JobPlan, counts: list[int]) -> str:
     return "no failure"
 
 
-def write_floor_steps(costs: SegmentCosts) -> int:
-    """The fewest whole steps between async checkpoints within which the background write ends (its steps slowed
-    by the write take 1 + sigma times longer: k step (1 + sigma) >= W, `SegmentCosts.cycle`'s test); 0 for sync.
-    A shorter interval waits for the write at each trigger. A checkpoint falls at a step's end, so the write's
-    W / (1 + sigma) rounds up: 3.19 steps is 4 (3 wait for the write)."""
-    if costs.mode != "async":
-        return 0
+def steps_holding_write(costs: SegmentCosts) -> int:
+    """The fewest whole steps between checkpoints that train at least as long as the checkpoint's write lasts
+    (an async write's steps slowed by it take 1 + sigma times longer: k step (1 + sigma) >= W, `SegmentCosts.cycle`'s
+    test; sync steps run at their own speed, sigma 0). A checkpoint falls at a step's end, so the write's
+    W / (1 + sigma) rounds up: 3.19 steps is 4. Below it an async checkpoint waits for the previous write at each
+    trigger, and a sync job stalls for each write longer than it trains (`write_wait_warning`)."""
     steps = max(1, math.ceil(costs.write_s / (costs.step_s * (1.0 + costs.slowdown))))
     while steps > 1 and costs.write_s <= (steps - 1) * costs.step_s * (1.0 + costs.slowdown):
         steps -= 1
     return steps
+
+
+def write_floor_steps(costs: SegmentCosts) -> int:
+    """The fewest whole steps between async checkpoints within which the background write ends
+    (`steps_holding_write`); 0 for sync, whose write stalls the training and so never waits."""
+    return steps_holding_write(costs) if costs.mode == "async" else 0
 
 
 def young_daly_cost_s(costs: SegmentCosts) -> float:
@@ -192,20 +197,25 @@ def _sync_young_warning(cost_s: float, mtbf_s: float) -> str | None:
 
 
 def write_wait_warning(costs: SegmentCosts) -> str | None:
-    """A warning when an async interval is shorter than its write floor (`write_floor_steps`): each checkpoint
-    waits for the previous write, which the cost per checkpoint shows against that at the floor; None when the
-    interval holds its write, or for sync."""
-    steps = write_floor_steps(costs)
+    """A warning when the interval trains for less time than the checkpoint's write lasts (`steps_holding_write`),
+    sync or async alike: async, each checkpoint waits for the previous write, which the cost per checkpoint shows
+    against that at the floor; sync, the job stalls for each write longer than it trains between them (a 987.8 s
+    write every 601.6 s ran at ETTR 36.9% without a word). None when the interval holds its write."""
+    steps = steps_holding_write(costs)
     if costs.interval_steps >= steps:
         return None
+    trained = costs.interval_steps * costs.step_s
+    short = (f"{costs.mode} checkpoints every {counted(costs.interval_steps, 'step')} ({format_duration(trained)}) "
+             f"do not hold their write of {format_duration(costs.write_s)} (the fewest that do: {steps:,}, "
+             f"{format_duration(steps * costs.step_s)})")
+    if costs.mode == "sync":
+        return (f"{short}: training stalls for each write longer than it trains between them, "
+                f"{costs.write_s / costs.cycle.period_s:.0%} of each checkpoint cycle (checkpoint.interval, or "
+                "checkpoint.mode: async)")
     waiting = checkpoint_cost_s(costs)
     holding = checkpoint_cost_s(replace(costs, interval_steps=steps))
-    return (f"async checkpoints every {counted(costs.interval_steps, 'step')} "
-            f"({format_duration(costs.interval_steps * costs.step_s)}) do not hold their write of "
-            f"{format_duration(costs.write_s)} (the fewest that do: {steps:,}, "
-            f"{format_duration(steps * costs.step_s)}): each checkpoint waits for the previous write and costs "
-            f"{format_duration(waiting)} of training, against "
-            f"{format_duration(holding)} from {counted(steps, 'step')} (checkpoint.interval)")
+    return (f"{short}: each checkpoint waits for the previous write and costs {format_duration(waiting)} of "
+            f"training, against {format_duration(holding)} from {counted(steps, 'step')} (checkpoint.interval)")
 
 
 MEMORY_STALL_SHARE = 0.1
