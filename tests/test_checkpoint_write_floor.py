@@ -155,5 +155,6 @@ def test_a_sync_interval_shorter_than_its_write_warns_as_an_async_one_does():
     waits = [w for w in below.step_summary["warnings"] if "do not hold their write" in w]
     assert len(waits) == 1, below.step_summary["warnings"]
     assert waits[0].startswith("sync checkpoints every 324 steps") and "the fewest that do: 325," in waits[0]
-    assert f"longer than it trains between them, {write / (324 * step + write):.0%} of each checkpoint cycle" in waits[0]
+    share = write / (324 * step + write)
+    assert f"longer than it trains between them, {share:.0%} of each checkpoint cycle" in waits[0]
     assert not any("do not hold their write" in w for w in held.step_summary.get("warnings", []))

@@ -73,8 +73,8 @@ BAD = {
                                             "faults.components.elastic_shrink"),
     "a rate per a bare unit": (("      mtbf: 1000 h", "      rate: 0.5 per h"), 16, "faults.components.gpu.rate"),
     # size won and bytes_per_param was dropped without a word
-    "size beside bytes per parameter": (("  interval: 30 min", "  interval: 30 min\n  size: 1 TB\n  bytes_per_param: 16"),
-                                        18, "checkpoint"),
+    "size beside bytes per parameter": (("  interval: 30 min",
+                                         "  interval: 30 min\n  size: 1 TB\n  bytes_per_param: 16"), 18, "checkpoint"),
     "maintenance without a period or a preset": (("  components:", "  maintenance: {duration: 10 min}\n"
                                                   "  components:"), 14, "faults.maintenance.every"),
 }

@@ -32,9 +32,9 @@ import simulator
 from simulator.catalog.failures import LLAMA3
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
-from simulator.console.report import format_seconds
 from simulator.metrics.summary import OOM_FIGURES
 from simulator.report.run_folder import checked_manifest
+from simulator.units import durations_alike
 
 LLAMA3_JOB = SCENARIOS / "llama3-405b-16k-job.yaml"
 
@@ -301,9 +301,11 @@ def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys)
     assert f"interruptions    means: {job['interruptions']['unexpected']['mean']:,.1f} (95%:" in printed
     assert "time lost        restarts" in printed and "job_failure" in printed
     lost = job["lost_work_per_failure_s"]  # a failure every 3 h, a checkpoint every 30 min: about 15 min
-    assert (f"per failure {format_seconds(lost['mean'])} (95%: {format_seconds(lost['ci95_low'])} to "
-            f"{format_seconds(lost['ci95_high'])}) of work redone, then a restart of 1.0 min with its hosts at hand "
-            "(no spares; detection 1.0 min, load 1 ms)") in " ".join(printed.split())
+    alike = durations_alike([lost["mean"], lost["ci95_low"], lost["ci95_high"]])
+    assert (f"per failure {alike(lost['mean'])} (95%: {alike(lost['ci95_low'])} to {alike(lost['ci95_high'])}) of "
+            "work redone, then a restart of 1.0 min with its hosts at hand (no spares; detection 1.0 min, load 1 ms)"
+            ) in " ".join(printed.split())
+    assert re.search(r"per failure \d+\.\d+ min \(95%: \d+\.\d+ min to \d+\.\d+ min\)", " ".join(printed.split()))
     assert main(["run", str(scenario), "--out", str(tmp_path / "spares"), "--set", "restart.spares=1"]) == 0
     assert "then a restart of 1.0 min with spares at hand (detection 1.0 min, load 1 ms)" in " ".join(
         capsys.readouterr().out.split())
@@ -615,6 +617,25 @@ def test_the_job_table_reads_a_step_of_a_minute_or_more_in_its_unit_too():
     assert re.search(r"healthy step +90 s \(1\.5 min\), ", console.export_text())
 
 
+def test_the_job_table_reads_the_interval_young_and_daly_in_one_fitting_unit():
+    """The checkpoint interval, Young's and Daly's intervals read side by side in one unit that fits them
+    (`durations_alike`): the 2k job writing at 1 GB/s read 'every 185 steps (601.6 s) ... Young 13,266 s, Daly
+    12,615 s'; its figures are '10.03 min' and '221.1 min, 210.2 min'."""
+    from rich.console import Console
+
+    from simulator.console.report import job_table
+
+    text = SEED003.replace("replications: 10", "replications: 2").replace("54 d", "1 d")
+    summary = simulate_job(scenario_from_text(text)).summary
+    summary = {**summary, "checkpoint": {**summary["checkpoint"], "interval_s": 601.6}, "young_interval_s": 13_266.0,
+               "daly_interval_s": 12_615.0}
+    console = Console(width=300, record=True)
+    console.print(job_table(summary))
+    printed = console.export_text()
+    assert re.search(r" \(10\.03 min\), .* of training each; Young 221\.1 min, Daly 210\.2 min *$", printed,
+                     re.MULTILINE), printed
+
+
 HOST_FAILURES = """cluster: {topology: dgx-h100-cluster, nodes: 4}
 model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
 training: {seq_len: 1024, microbatches: 2}
@@ -636,3 +657,27 @@ def test_hosts_without_a_spare_are_met_once_per_mtbf_and_repair_at_most(text_job
     expected = summary["failure_model"]["host"]["expected_interruptions"]
     assert expected == pytest.approx(4 * 720 / 124, rel=1e-12)
     assert 0.9 * expected < summary["interruptions"]["by_cause"]["host"]["mean"] < expected
+
+
+def test_the_job_table_counts_degradations_and_their_slower_step():
+    """A NIC-degrade job (32 NICs at MTBF 200 h over 2 d: 32 x 48 / 204 = 7.53) says how many degradations it
+    expects and how much slower its degraded step is (0.803 s against 0.745 s, +7.8%), not only 'slow steps'."""
+    from simulator.console.report import slowdowns_text
+
+    job = {"step_time_s": 0.745, "failure_model": {"nic": {
+        "label": "nic", "effect": "degrade", "expected_in_horizon": 32 * 48 / 204, "expected_interruptions": 0.0}},
+        "states": [{"replicas": 32, "step_time_s": 0.745}, {"replicas": 32, "step_time_s": 0.803}]}
+    assert slowdowns_text(job) == ("expected over the horizon: nic 7.53; slowed step 803 ms (+7.8% over the healthy "
+                                   "745 ms)")
+    assert slowdowns_text({**job, "failure_model": {}}) == ""
+
+
+def test_a_weibull_jobs_expected_interruptions_are_named_the_exponential_closed_form():
+    """With a Weibull shape other than 1 the expected count is the exponential closed form's (72.0 against 68.1
+    simulated at shape 0.5): the interruptions row says so; with the exponential it adds nothing."""
+    from simulator.console.report import _weibull_expectation
+
+    job = {"expected_unexpected_interruptions": 72.0, "failure_model": {"gpu": {"shape": 0.5}}}
+    assert _weibull_expectation(job) == ("; 72 by the exponential closed form, which a Weibull shape other than 1 "
+                                         "departs from")
+    assert _weibull_expectation({**job, "failure_model": {"gpu": {"shape": 1.0}}}) == ""
