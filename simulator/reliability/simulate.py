@@ -918,7 +918,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     _refuse_unused_memory_tier(loaded, healthy)
     mtbf, _, _ = optimum_intervals(plan, counts, healthy)
     warnings = (fixed_size_warning(loaded, checks.sizes), interval_past_horizon(loaded, healthy),
-                write_past_horizon(loaded, healthy, size), write_wait_warning(healthy),
+                write_past_horizon(loaded, healthy, size), write_wait_warning(healthy, horizon),
                 young_daly_warning(healthy, mtbf, horizon), memory_stall_warning(healthy),
                 memory_near_storage_warning(healthy))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,

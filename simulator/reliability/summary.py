@@ -196,13 +196,14 @@ def _sync_young_warning(cost_s: float, mtbf_s: float) -> str | None:
             "applies (checkpoint.interval)")
 
 
-def write_wait_warning(costs: SegmentCosts) -> str | None:
+def write_wait_warning(costs: SegmentCosts, horizon_s: float | None = None) -> str | None:
     """A warning when the interval trains for less time than the checkpoint's write lasts (`steps_holding_write`),
     sync or async alike: async, each checkpoint waits for the previous write, which the cost per checkpoint shows
     against that at the floor; sync, the job stalls for each write longer than it trains between them (a 987.8 s
-    write every 601.6 s ran at ETTR 36.9% without a word). None when the interval holds its write."""
+    write every 601.6 s ran at ETTR 36.9% without a word). None when the interval holds its write, and where the
+    write outlasts the horizon ``horizon_s``: then no interval holds it (`simulate.write_past_horizon` says so)."""
     steps = steps_holding_write(costs)
-    if costs.interval_steps >= steps:
+    if costs.interval_steps >= steps or (horizon_s is not None and costs.write_s >= horizon_s):
         return None
     trained = costs.interval_steps * costs.step_s
     short = (f"{costs.mode} checkpoints every {counted(costs.interval_steps, 'step')} ({format_duration(trained)}) "
