@@ -678,6 +678,6 @@ def test_a_weibull_jobs_expected_interruptions_are_named_the_exponential_closed_
     from simulator.console.report import _weibull_expectation
 
     job = {"expected_unexpected_interruptions": 72.0, "failure_model": {"gpu": {"shape": 0.5}}}
-    assert _weibull_expectation(job) == ("; 72 by the exponential closed form, which a Weibull shape other than 1 "
-                                         "departs from")
+    assert _weibull_expectation(job) == ("; the exponential closed form expects 72 (a Weibull shape other than 1 "
+                                         "departs from it)")
     assert _weibull_expectation({**job, "failure_model": {"gpu": {"shape": 1.0}}}) == ""

@@ -610,8 +610,8 @@ def _weibull_expectation(job: dict) -> str:
     shapes = {entry.get("shape", 1.0) for entry in job.get("failure_model", {}).values()}
     if shapes <= {1.0} or job.get("expected_unexpected_interruptions") is None:
         return ""
-    return (f"; {expected_count(job['expected_unexpected_interruptions'])} by the exponential closed form, "
-            "which a Weibull shape other than 1 departs from")
+    return (f"; the exponential closed form expects {expected_count(job['expected_unexpected_interruptions'])} (a "
+            "Weibull shape other than 1 departs from it)")
 
 
 def slowdowns_text(job: dict) -> str:
