@@ -245,22 +245,24 @@ def _param_gather_buckets(par: ParallelismConfig, layer_blocks: tuple[float, flo
     return _ddp_buckets((mlp, attention), layers, param_bytes, par.ddp.bucket, pp, (embedding,), (head,))
 
 
-def _fsdp_copies(par: ParallelismConfig, m: int, blocks: float, units: float, same_bytes: bool) -> float:
+def _fsdp_copies(par: ParallelismConfig, m: int, blocks: float, units: float, same_bytes: bool,
+                 head: bool) -> float:
     """PyTorch FSDP2's copies of one rank per step (parallel/program.py), compute ops beside its collectives:
     each block's gradient copy every micro-batch (`_grad_copy`, Sharding.grad_copy_bytes), but for the first
     micro-batch's where the gradients accumulate unsharded in the training precision (``same_bytes``: autograd's
     gradient is the accumulator) unless that backward is also the one that reduces them, and, where they are
     accumulated under pipelining, its reduce copy once (`_reduce_copies`); with `full_shard | hybrid_shard` a
     copy-in and a copy-out around each all-gather of its ``units`` gathered over more than one rank
-    (`_gather_copied_in`, `_copy_out`): every forward's and every backward's but the head's, which stays
-    gathered, or once a step under pipelining."""
+    (`_gather_copied_in`, `_copy_out`): every forward's and every backward's, or once a step under pipelining;
+    where the dense units are gathered (``head``), none in the head's backward, its unit staying gathered from its
+    forward."""
     pipelined = par.pipelined_fsdp(par.pp)
     accumulated = not par.reduce_every_microbatch(par.pp)
     reduce_copy = accumulated and par.pp > 1
     first_skipped = accumulated and same_bytes and (m > 1 or reduce_copy)
     copies = blocks * (m - first_skipped + reduce_copy)
     if par.gathers_per_unit:
-        copies += 2 * (units if pipelined else units * 2 * m - m / par.pp)
+        copies += 2 * (units if pipelined else units * 2 * m - (m if head else 0.0))
     return copies
 
 
@@ -968,7 +970,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                               layers_per_rank, synthetic is None)
         if dp * cp > 1 else 0.0,
     }
-    if expert_units and dp * cp > 1:  # FSDP2's expert units: over their own shard group, or copies in its place
+    if expert_units:  # FSDP2's expert units, at DP 1 too: over their own shard group, or copies in its place
         expert_collectives = _dp_collectives(par, m, 0.0, expert_units, 0.0)
         if len(_first_group(layout, "experts", par.ep, degree)) > 1:
             comm["experts"] = expert_collectives
@@ -977,7 +979,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     if par.fsdp is not None and synthetic is None:
         sharded = len(shard_group(layout, 0, degree or dp * cp)) > 1
         gathered = dense_units * sharded + expert_units * ("experts" in comm)
-        compute += _fsdp_copies(par, m, blocks_per_rank, gathered, grad_bytes == PRECISION_BYTES[training.precision])
+        compute += _fsdp_copies(par, m, blocks_per_rank, gathered, grad_bytes == PRECISION_BYTES[training.precision],
+                                sharded)
         if par.gathers_per_unit and not sharded:  # a one-rank shard group copies where it would gather or reduce
             compute += _dp_collectives(par, m, blocks_per_rank, dense_units, 0.0, head=True)
             comm["dp"] = 0.0
