@@ -934,7 +934,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         layers, blocks = spec.layers, 2.0 * spec.layers + 2
         recomputed = 2.0 * spec.layers  # the embedding and the head are not recomputed
         attention, mlp = layer_tensors(spec, tp)
-        if spec.moe is not None:  # its buckets and gathers carry the MoE block's tensors but its routed experts'
+        if spec.moe is not None:  # its buckets and gathers carry all but its routed experts
             mlp = moe_tensors(spec)
         tensors = attention + mlp
         layer_blocks = (sum(attention), sum(mlp))
