@@ -122,10 +122,10 @@ def replayed_durations(result, part: str) -> list[float]:
 
 
 # The ratios of the bounding rates, H200 over H100 SXM (vendor datasheets: 989 TFLOP/s dense bf16 both, HBM 4.8
-# and 3.35 TB/s; kernels.yaml: sustained clocks 1.0 and 0.848, matmul achievable 0.710 and 0.801, memory
+# and 3.35 TB/s; kernels.yaml: sustained clocks 1.0 and 0.848, matmul achievable 0.710 and 0.803, memory
 # fractions 0.890 and 0.88, and the causal attention tables in TFLOP/s by key length, the H100's backward its
 # non-causal one times cuDNN's causal / non-causal ratio, that at 4k keys held below 4k)
-MATMUL = 0.710 * 1.0 / (0.801 * 0.848)
+MATMUL = 0.710 * 1.0 / (0.803 * 0.848)
 MEMORY = 4.8e12 * 0.890 / (3.35e12 * 0.88)
 H100_CAUSAL = 443.6 / 517.3
 FORWARD_2K = 461.5 / (484 * 0.848)
@@ -193,14 +193,14 @@ def test_the_printed_table_of_a_moved_trace_says_from_which_gpu_and_by_how_much(
     assert main(["run", str(SCENARIO), "--set", "cluster.gpu_model=h100-sxm", "--set", "workload.traced_gpu=h200",
                  "--out", str(tmp_path / "out")]) == 0
     words = " ".join(capsys.readouterr().out.split())  # the row as a terminal of any width wraps it
-    assert ("step time 20.22 ms moved from h200 to h100-sxm: 51 GEMMs x1.045, 8 attention x1.099-1.124, "
+    assert ("step time 20.21 ms moved from h200 to h100-sxm: 51 GEMMs x1.043, 8 attention x1.099-1.124, "
             "267 memory-bound x1.449 throughput") in words
     assert main(["run", str(SCENARIO), "--out", str(tmp_path / "plain")]) == 0
     assert " moved " not in capsys.readouterr().out
 
 
 def test_a_moved_trace_with_recost_gemms_counts_its_gemms_as_re_costed_not_scaled(tmp_path, capsys):
-    """With `recost_gemms` the 51 GEMMs take the H100's kernel model, not their H200 time x1.045, yet the moved
+    """With `recost_gemms` the 51 GEMMs take the H100's kernel model, not their H200 time x1.043, yet the moved
     row and summary.json's `trace.gpu_move` counted them as scaled: the move counts only what it scales, and the
     row says how many were re-costed."""
     from simulator.cli import main
@@ -348,7 +348,7 @@ def test_a_replay_on_the_traced_gpu_is_unchanged_by_naming_it():
 
 def test_a_trace_replayed_on_another_gpu_without_traced_gpu_warns_naming_the_gpu_it_ran_on():
     """The bundled trace's header names its GPU (`deviceProperties: [{'name': 'NVIDIA H200', ...}]`). Replayed on an
-    H100 SXM without `traced_gpu` it keeps the H200's kernel times (16.23 ms, where moved it takes 20.22 ms) under
+    H100 SXM without `traced_gpu` it keeps the H200's kernel times (16.23 ms, where moved it takes 20.21 ms) under
     the H100's name: it warns at that field, naming the GPU and the setting that moves the kernels; nothing is said
     on an H200 or with `traced_gpu` given."""
     text = SCENARIO.read_text()

@@ -154,7 +154,7 @@ def test_a_trace_moved_to_another_gpu_scales_each_kernel_by_what_bounds_it(tmp_p
     sustained clock), its Adam kernel by HBM bandwidth x memory fraction, not both by the dense bf16 peaks (3.17x),
     which would overstate the optimizer's slowdown."""
     loaded, result = run(two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm"), tmp_path)
-    matmul = 989e12 * 0.801 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
+    matmul = 989e12 * 0.803 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
     assert result.summary["trace"]["compute_scale"] == 1.0
     classes = result.summary["trace"]["gpu_move"]["classes"]
     assert [rates["precision"] for rates in classes["matmul"]["rates"]] == ["bf16"]
@@ -181,7 +181,7 @@ def test_a_moved_fp32_gemm_takes_the_fp32_peaks(tmp_path, kernel, launcher):
     edit_event(traces / "rank1.json", 0, **launcher)  # the aten::mm that launched it
     text = two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm").replace(str(KINETO_2RANK), str(traces))
     loaded, result = run(text, tmp_path)
-    fp32 = 67e12 * 0.801 * 0.848 / (19.5e12 * 0.859 * 0.926)  # fp32 peak x the (bf16) achievable x sustained clock
+    fp32 = 67e12 * 0.803 * 0.848 / (19.5e12 * 0.859 * 0.926)  # fp32 peak x the (bf16) achievable x sustained clock
     if launcher:  # its recorded 4096^3 shape: 512 tiles of 256x128 in 5 waves of the A100's 108 SMs
         fp32 *= 540 / 512
     rates = result.summary["trace"]["gpu_move"]["classes"]["matmul"]["rates"]
@@ -202,7 +202,7 @@ def test_a_gemm_whose_recorded_shape_has_an_empty_side_moves_by_the_plateaus(tmp
     edit_event(traces / "rank1.json", 0, args={"Input Dims": dims, "Input type": ["c10::BFloat16"] * 2})
     text = two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm").replace(str(KINETO_2RANK), str(traces))
     loaded, result = run(text, tmp_path)
-    matmul = 989e12 * 0.801 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
+    matmul = 989e12 * 0.803 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
     rates = result.summary["trace"]["gpu_move"]["classes"]["matmul"]["rates"]
     assert [("shape" in entry, entry["ops"]) for entry in rates] == [(False, 2)]
     expected = moved_gemm_s(matmul) + MOVED_ADAM_S + allreduce_time(loaded, ALLREDUCE_BYTES, 2)
@@ -220,8 +220,8 @@ TF32_KERNELS = ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32",
 @pytest.mark.parametrize("dtype", ["float", ""], ids=["fp32 aten::mm", "no Input type"])
 def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
     """An fp32 matmul under allow_tf32 runs a tensor-core TF32 kernel, but its `Input type` float won and the
-    move took the fp32 CUDA-core peaks: 0.959 from the H100 SXM to the B200 (67 against 75 TFLOP/s) where the
-    tf32 peaks, at the calibrated bf16 plateau (tf32 has no `gemm.achievable` of its own), give 0.483. A kernel
+    move took the fp32 CUDA-core peaks: 0.962 from the H100 SXM to the B200 (67 against 75 TFLOP/s) where the
+    tf32 peaks, at the calibrated bf16 plateau (tf32 has no `gemm.achievable` of its own), give 0.484. A kernel
     whose name says tf32, or CUTLASS's tensorop s1688gemm on fp32 inputs, is bounded at tf32."""
     from simulator.catalog.gpus import GPUS
     from simulator.workload.traces.gpu_move import GpuMove
@@ -231,16 +231,16 @@ def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
     move = GpuMove(1.0, h100, b200)
     op = TracedOp(0, name, "7", "compute", 0.0, 1e-3, dtype=dtype)
     # tf32 dense peaks x the bf16 plateau (tf32 has no MAMF of its own): kernels.yaml's achievable x sustained
-    # clock, H100 SXM 0.801 x 0.848 (mamf-h100, msmf-h200-transfer), B200 0.776 x 0.815 (mamf, msmf)
-    tf32 = 494.5e12 * 0.801 * 0.848 / (1100e12 * 0.776 * 0.815)
-    assert tf32 == pytest.approx(0.483, abs=5e-4)
+    # clock, H100 SXM 0.803 x 0.848 (mamf-v2, msmf-h200-transfer), B200 0.776 x 0.815 (mamf, msmf)
+    tf32 = 494.5e12 * 0.803 * 0.848 / (1100e12 * 0.776 * 0.815)
+    assert tf32 == pytest.approx(0.484, abs=5e-4)
     assert move.bound(op).precision == "tf32"
     # the B200's ramp (8 us, fitted on its GEMMs) replaces the H100's (2 us) on the time beyond it
     assert move.duration(op) == pytest.approx(8e-6 + (1e-3 - 2e-6) * tf32, rel=EXACT)
 
 
-@pytest.mark.parametrize("cluster, short, long", [("a100-80gb", 1e-6, 2e-6 + 98e-6 * 2.707),
-                                                   ("b200", 4e-6, 8e-6 + 98e-6 * 0.472)])
+@pytest.mark.parametrize("cluster, short, long", [("a100-80gb", 1e-6, 2e-6 + 98e-6 * 2.714),
+                                                   ("b200", 4e-6, 8e-6 + 98e-6 * 0.473)])
 def test_a_moved_gemm_keeps_its_ramp_and_moves_the_time_beyond_it(cluster, short, long):
     """The roofline runs every kernel for its time at its rate plus its GPU's ramp (2 us; the B200's 8 us, fitted on its
     GEMMs). A bf16 GEMM of 100 us moved from the H100 SXM keeps the ramp, the cluster GPU's, and moves the 98 us
@@ -275,7 +275,7 @@ def test_a_gemm_moved_to_or_from_an_a100_takes_its_shapes_waves(traced, cluster)
     from simulator.workload.transformer import Kernel
 
     move = GpuMove(1.0, GPUS[traced], GPUS[cluster])
-    plateaus = 989e12 * 0.801 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
+    plateaus = 989e12 * 0.803 * 0.848 / (312e12 * 0.859 * 0.926)  # dense bf16 x achievable x sustained clock
     waves = 2560 * 1408 / (2 * 108 * 256 * 128)
     assert waves == pytest.approx(0.509, abs=5e-4)
     expected = plateaus / waves if cluster.startswith("a100") else waves / plateaus

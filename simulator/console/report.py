@@ -113,7 +113,7 @@ MOVED_CLASSES = {"matmul": "GEMMs", "attention": "attention", "memory-bound": "m
 
 def gpu_move_text(move: dict, recosted: int = 0) -> str | None:
     """A trace moved to another GPU (summary.json's `trace.gpu_move`) in one line: from which GPU to which and
-    each class's kernels with the factor on their durations, 'from h200 to h100-sxm: 51 GEMMs x1.045, 8 attention
+    each class's kernels with the factor on their durations, 'from h200 to h100-sxm: 51 GEMMs x1.043, 8 attention
     x1.099-1.124, 267 memory-bound x1.449'; the table read only 'trace on dgx-h100 (1 h100-sxm GPU)'. None where
     nothing moved: traced on the cluster's GPU ('from h200 to h200'), or no class with both ops and rates (the
     row ended 'from h200 to h100-sxm: '). GEMMs re-costed from their shapes (`recosted`, `recost_gemms`) are not
