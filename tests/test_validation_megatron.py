@@ -23,8 +23,8 @@ SMALL_SC21 = ("1.7b", "3.6b", "7.5b", "18.4b", "39.1b")
 
 @pytest.mark.parametrize("size", SMALL_SC21)
 def test_megatron_sc21_throughput(size):
-    # Today's errors: +4.3%, +4.3%, +4.9%, +3.5%, -1.2% (docs/validation.md; the larger rows run in
-    # `trainsim validate-published`: +7.4% for 76.1B, the rest within 2.7%). The first four rows ran PyTorch
+    # Their errors: +4.2%, +4.0%, +4.5%, +3.4%, -1.3% (docs/validation.md; the larger rows run in
+    # `trainsim validate-published`: +7.3% for 76.1B, the rest within 2.5%). The first four rows ran PyTorch
     # DDP, whose all-reduce hides behind the backward (examples/sc21/run_table_1.sh), hence their larger errors.
     result = run_case(FOLDER / f"megatron-sc21-{size}.yaml")
     assert result.metric == "megatron_tflops_per_gpu" and result.fitted == "no"
