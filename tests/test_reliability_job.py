@@ -485,7 +485,7 @@ def test_a_job_whose_step_is_out_of_memory_marks_its_ettr_invalid(tmp_path, caps
     assert json.loads((tmp_path / "job" / "job_summary.json").read_text())["oom"] is True
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min", "--quiet",
                  "--out", str(tmp_path / "study")]) == 0
-    assert f"1,266 steps; {OOM_FIGURES}; Young" in " ".join(capsys.readouterr().out.split())
+    assert f"1,267 steps; {OOM_FIGURES}; Young" in " ".join(capsys.readouterr().out.split())
     assert json.loads((tmp_path / "study" / "study.json").read_text())["curves"][0]["oom"] is True
     assert list(pd.read_csv(tmp_path / "study" / "study.csv")["oom"]) == [True, True]
     from simulator.reliability.plots import goodput_figure, load_study
