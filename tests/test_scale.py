@@ -1116,7 +1116,7 @@ def test_a_fold_by_classes_past_the_limits_is_refused_before_it_is_built(monkeyp
     before its program is built, whatever the estimate before the build counted: the GB200 job's step at 4 racks
     (4 layers), counted at the stage fold's 2 ranks (`_folds_by_trays` off) and the limit at 50,000 events, which
     its stage fold (10,279) is within and its fold by trays past (~114,300: its share of the unfolded step's ops
-beside every flow of it, `scale._classes_estimate`)."""
+    beside every flow of it, `scale._classes_estimate`)."""
     monkeypatch.setattr(scale, "_folds_by_trays", lambda *args: False)
     monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
     loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", "model.layers=4"])
