@@ -105,11 +105,26 @@ MAX_GPUS = 2**18
 """Refuse clusters of more GPUs than this, whatever the folding: 262,144 GPUs, the largest measured, cost ~35 s
 and ~2 GiB before the step's own ops and flows; a million would take over two minutes and ~8 GiB
 (`CLUSTER_SECONDS_PER_GPU`, `TOPOLOGY_BYTES_PER_GPU`), while a folded run's ops and flows stay few."""
-OP_BYTES = 1_000
-"""An op object, its SimPy process state and its timeline row."""
-FLOW_BYTES = 700
-"""A flow's network state and its timeline row."""
-COMM_FLOW_BYTES: dict[NetworkMode, int] = {"flow": FLOW_BYTES, "analytic": 1_500}
+PROCESS_BYTES = 200 * 2**20
+"""Memory a run holds whatever it simulates, beside its cluster: Python, numpy, pandas, the simulator's modules and
+the reports' writers (a 116-op step with its full timeline peaked at 110 MiB; the GB200 step's peaks with its full
+timeline, fitted against its ops and flows, meet none at ~210 MiB). `OP_BYTES` has the measurements."""
+OP_BYTES = 650
+"""An op object, its SimPy process state and its log record, without its timeline row. `OP_BYTES`, `FLOW_BYTES`,
+`TRACE_BYTES_PER_ROW` and `PROCESS_BYTES` come from the peak RSS (`/usr/bin/time -v`) of `trainsim run` against
+the estimate's ops and flows, one step a run, `run.timeline` summary and full, measured 2026-12-07 on the shared
+2-core machine at a load of 8 to 11 (docs/performance.md has the table). An event's cost between two sizes: the
+GB200 job's step (TP 4, PP 2, one rank a tray) the costliest, 661 B between 4 racks of 8 layers (207,252 ops and
+flows, 194 MiB) and 16 racks of 16 (742,896, 532 MiB) with no timeline, ~630 B with it; a dense DGX H100 step
+unfolded (Llama 3 8B, DP 64 to 512) 357 B with no timeline and 579 B with it; the 405B step folded 600 B with it;
+a MoE step's all-to-alls (DeepSeek-V3-style, 32 ranks folded) ~230 B an event its run posts with no timeline. An
+op and a flow are charged alike: the cost differs more between kinds of run than between ops and flows. With the
+full timeline the estimate is 1.1 to 1.4 times the measured peaks from 200,000 events on (1.3 at 1.3 M), 1.3 to
+2.2 times without it, but for the DeepSeek-V3-style step's full timeline, 0.99: its estimate counts 0.56 of the
+flows its run posts."""
+FLOW_BYTES = 650
+"""A flow's network state and its log record, without its timeline row (`OP_BYTES` has the measurements)."""
+COMM_FLOW_BYTES: dict[NetworkMode, int] = {"flow": 700, "analytic": 1_500}
 """A communication run's flow (a `workload:` list's, `trainsim collective`'s) under each network model: the
 analytic model holds about twice the flow model's, measured 2026-12-06 (shared 2-core machine, load 5-8) as the
 peak RSS of `trainsim collective --topology dgx-h100-cluster --op all_to_all --sizes 1MiB --network analytic`
@@ -128,8 +143,11 @@ phase, whose flows across leaves share links with all the others and finish at t
 H100 hosts, 77 over 64), at each of which the flow model solves the rates of the whole phase again: 14 to 23 us an
 op or transfer across leaves under flow, 7 to 10 us under analytic (same measurement; within a leaf, 16 hosts, 4
 instants and about a tree's cost under flow)."""
-TRACE_BYTES_PER_ROW = 600
-"""A row of trace.json while it is written (`run.timeline: full` writes every op and flow)."""
+TRACE_BYTES_PER_ROW = 150
+"""A row of the timeline while timeline.parquet and trace.json are written (`run.timeline: full` writes every op
+and flow): the dense step unfolded peaked 68 MiB higher with its full timeline than without for 323,072 more rows
+(221 B a row, beside ~95 MiB whatever the rows), the GB200 step 102 MiB for 805,032 (~130 B), the
+DeepSeek-V3-style step 360 MiB for 966,967 (~390 B; `OP_BYTES` has the measurements)."""
 MIRROR_ENTRY_BYTES = 8
 """One rank index in a folded collective's mirror groups."""
 RECOMPUTE_SHARE = {"none": 0.0, "selective": 0.5, "full": 1.0}
@@ -1212,9 +1230,14 @@ def _sized(gpus: int, ranks: int, ops: float, flows: float, mirrors: float, fold
            written: float, flow_bytes: int = FLOW_BYTES) -> ScaleEstimate:
     """The estimate of a run of these counts, its memory theirs with ``written`` timeline rows and
     ``flow_bytes`` a flow."""
-    memory = (gpus * TOPOLOGY_BYTES_PER_GPU + ops * OP_BYTES + flows * flow_bytes + mirrors * MIRROR_ENTRY_BYTES
+    memory = (_fixed_bytes(gpus) + ops * OP_BYTES + flows * flow_bytes + mirrors * MIRROR_ENTRY_BYTES
               + written * TRACE_BYTES_PER_ROW)
     return ScaleEstimate(gpus, ranks, math.ceil(ops), math.ceil(flows), memory, fold)
+
+
+def _fixed_bytes(gpus: int) -> float:
+    """Memory a run on ``gpus`` GPUs holds however few ops and flows it simulates: the process and the cluster."""
+    return PROCESS_BYTES + gpus * TOPOLOGY_BYTES_PER_GPU
 
 
 def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None,
@@ -1440,13 +1463,13 @@ def classed_estimator(loaded: LoadedScenario, gpus: int, topology: Topology | No
     if unfolded is None or folded is None:
         return None
     whole = unfolded
-    cluster = gpus * TOPOLOGY_BYTES_PER_GPU
-    mirrors = max(folded.memory_bytes - cluster - folded.ops * OP_BYTES - folded.flows * FLOW_BYTES, 0.0)
+    fixed = _fixed_bytes(gpus)
+    mirrors = max(folded.memory_bytes - fixed - folded.ops * OP_BYTES - folded.flows * FLOW_BYTES, 0.0)
 
     def estimate(ranks: int) -> ScaleEstimate:
         share = ranks / gpus
         return ScaleEstimate(gpus, ranks, math.ceil(whole.ops * share), math.ceil(whole.flows * share),
-                             cluster + (whole.memory_bytes - cluster) * share + mirrors, True)
+                             fixed + (whole.memory_bytes - fixed) * share + mirrors, True)
 
     return estimate
 
@@ -1538,12 +1561,12 @@ def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = 
                    topology: Topology | None = None) -> str:
     """Why a refold of the step of ``loaded`` (asked to fold and estimated so) that simulates ``ranks`` ranks is
     not tried, '' where it is: more than `REFOLD_COST_MULTIPLE` times the ranks the fold simulates, or the folded
-    estimate's ops, flows and memory beyond the cluster's, each times ``ranks`` over the ranks it simulates, beyond
-    the limits. Flows grow with the ranks too: a refold's representatives send their own copies of what the fold
-    mirrored, pruned or replayed (the long-context row by CP lane, 16 times the stage fold's ranks, posted or
-    replayed 24.1 M flows against its 1.74 M). The budget of refolds tried where the step may not run unfolded
-    (`program/unfolding.RefoldBudget`); where both refuse it, the reason names each (it named the multiple
-    alone). ``force`` (--force) skips the limits but not the multiple: the analytic
+    estimate's ops, flows and memory beyond the process's and the cluster's, each times ``ranks`` over the ranks it
+    simulates, beyond the limits. Flows grow with the ranks too: a refold's representatives send their own copies
+    of what the fold mirrored, pruned or replayed (the long-context row by CP lane, 16 times the stage fold's
+    ranks, posted or replayed 24.1 M flows against its 1.74 M). The budget of refolds tried where the step may not
+    run unfolded (`program/unfolding.RefoldBudget`); where both refuse it, the reason names each (it named the
+    multiple alone). ``force`` (--force) skips the limits but not the multiple: the analytic
     model's hop refold (`fold_policy.hop_refold`) runs in place of the stage fold whose estimate --force let
     through, and unbounded it simulated 320 of the published SC21 1T row's 3,072 ranks on that model (5 x its
     stage fold: 118 s of CPU and 7.1 GB against 19.6 s and 1.5 GB), a cost the forced estimate never showed.
@@ -1565,12 +1588,13 @@ def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = 
 
 def refold_estimate(folded: ScaleEstimate, gpus: int, ranks: int) -> ScaleEstimate:
     """The ``folded`` estimate of a step on ``gpus`` GPUs refolded to simulate ``ranks`` ranks: its ops, flows
-    and memory beyond the cluster's, each times ``ranks`` over the ranks the fold simulates."""
+    and memory beyond the process's and the cluster's (`_fixed_bytes`), each times ``ranks`` over the ranks the
+    fold simulates."""
     times = ranks / max(folded.simulated_ranks, 1)
-    cluster = gpus * TOPOLOGY_BYTES_PER_GPU
+    fixed = _fixed_bytes(gpus)
     return replace(folded, simulated_ranks=ranks, ops=math.ceil(folded.ops * times),
                    flows=math.ceil(folded.flows * times),
-                   memory_bytes=cluster + (folded.memory_bytes - cluster) * times)
+                   memory_bytes=fixed + (folded.memory_bytes - fixed) * times)
 
 
 def sized_topology(loaded: LoadedScenario, force: bool = False, weigh: Callable[[], str] | None = None

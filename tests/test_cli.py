@@ -869,8 +869,8 @@ def test_the_collective_command_refuses_a_size_past_the_scale_limits_before_it_r
     assert main(A2A_8K) == 2
     assert capsys.readouterr().err == (
         "error: command line: trainsim collective: --topology: all_to_all over 8,192 GPUs is too large to simulate: "
-        "~8,192 ops, ~67,100,672 flows, ~43.8 GiB of memory a size; ops + flows ~67,108,864 over the limit of "
-        "20,000,000 and memory ~43.8 GiB over the limit of 16 GiB (allowed: fewer ranks (--ranks N, or a smaller "
+        "~8,192 ops, ~67,100,672 flows, ~44.0 GiB of memory a size; ops + flows ~67,108,864 over the limit of "
+        "20,000,000 and memory ~44.0 GiB over the limit of 16 GiB (allowed: fewer ranks (--ranks N, or a smaller "
         "cluster: --set nodes=N) or another --op; or pass --force)\n")
 
 

@@ -326,7 +326,7 @@ def test_a_trace_jobs_straggler_states_are_refused_where_their_unfolded_copies_p
         simulate_job(load_scenario(SCENARIOS / "trace-job.yaml"))
     assert str(caught.value) == (
         f"{SCENARIOS / 'trace-job.yaml'}:21: faults.components.throttle: a throttle failure's states replay the trace "
-        "unfolded (a trace has no layout to fold them by): 24 ops on 8 ranks (~0.0 GiB before their flows); ops + "
+        "unfolded (a trace has no layout to fold them by): 24 ops on 8 ranks (~0.2 GiB before their flows); ops + "
         "flows ~24 over the limit of 12 (allowed: a smaller workload.dp, or --force)")
 
 

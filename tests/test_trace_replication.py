@@ -320,7 +320,7 @@ def test_copies_simulated_beyond_the_limits_are_refused_at_workload_dp(tmp_path,
         run(scenario(tmp_path, knobs, 4, cluster), tmp_path)
     assert caught.value.field == "workload.dp"
     assert caught.value.problem == ("this run is too large to simulate: its traces replay 28 ops on 12 simulated "
-                                    "ranks of 16 GPUs (~0.0 GiB before their flows); ops + flows ~28 over the "
+                                    "ranks of 16 GPUs (~0.2 GiB before their flows); ops + flows ~28 over the "
                                     "limit of 20")
     assert caught.value.allowed.startswith("a smaller dp, ")
 
