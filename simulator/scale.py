@@ -108,20 +108,21 @@ and ~2 GiB before the step's own ops and flows; a million would take over two mi
 PROCESS_BYTES = 200 * 2**20
 """Memory a run holds whatever it simulates, beside its cluster: Python, numpy, pandas, the simulator's modules and
 the reports' writers (a 116-op step with its full timeline peaked at 110 MiB; the GB200 step's peaks with its full
-timeline, fitted against its ops and flows, meet none at ~210 MiB). `OP_BYTES` has the measurements."""
+timeline, a line through its ops and flows, meet none at ~230 MiB). `OP_BYTES` has the measurements."""
 OP_BYTES = 650
 """An op object, its SimPy process state and its log record, without its timeline row. `OP_BYTES`, `FLOW_BYTES`,
 `TRACE_BYTES_PER_ROW` and `PROCESS_BYTES` come from the peak RSS (`/usr/bin/time -v`) of `trainsim run` against
 the estimate's ops and flows, one step a run, `run.timeline` summary and full, measured 2026-12-07 on the shared
-2-core machine at a load of 8 to 11 (docs/performance.md has the table). An event's cost between two sizes: the
+2-core machine at a load of 8 to 15 (docs/performance.md has the table). An event's cost between two sizes: the
 GB200 job's step (TP 4, PP 2, one rank a tray) the costliest, 661 B between 4 racks of 8 layers (207,252 ops and
-flows, 194 MiB) and 16 racks of 16 (742,896, 532 MiB) with no timeline, ~630 B with it; a dense DGX H100 step
-unfolded (Llama 3 8B, DP 64 to 512) 357 B with no timeline and 579 B with it; the 405B step folded 600 B with it;
-a MoE step's all-to-alls (DeepSeek-V3-style, 32 ranks folded) ~230 B an event its run posts with no timeline. An
-op and a flow are charged alike: the cost differs more between kinds of run than between ops and flows. With the
-full timeline the estimate is 1.1 to 1.4 times the measured peaks from 200,000 events on (1.3 at 1.3 M), 1.3 to
-2.2 times without it, but for the DeepSeek-V3-style step's full timeline, 0.99: its estimate counts 0.56 of the
-flows its run posts."""
+flows, 194 MiB) and 16 racks of 16 (742,896, 532 MiB) with no timeline, 542 B with it (4 racks of 8 layers to 16
+of 32: 338 and 981 MiB); a dense DGX H100 step unfolded (Llama 3 8B, DP 64 to 512) 357 B with no timeline and
+579 B with it; the 405B step folded 600 B with it; a MoE step's all-to-alls (DeepSeek-V3-style, 32 ranks folded)
+~230 B an event its run posts with no timeline. An op and a flow are charged alike: the cost differs more between
+kinds of run than between ops and flows. With the full timeline the estimate is 1.07 to 1.40 times the measured
+peaks (1.35 at 1.45 M events of the GB200 step), 1.27 to 2.65 times without it, but for the 405B step folded
+(1.6 to 2.1 with the timeline, 3.4 without, ~335 MiB of it its mirror entries) and the DeepSeek-V3-style step's
+full timeline, 0.96: its estimate counts 0.56 of the flows its run posts."""
 FLOW_BYTES = 650
 """A flow's network state and its log record, without its timeline row (`OP_BYTES` has the measurements)."""
 COMM_FLOW_BYTES: dict[NetworkMode, int] = {"flow": 700, "analytic": 1_500}
@@ -146,8 +147,8 @@ instants and about a tree's cost under flow)."""
 TRACE_BYTES_PER_ROW = 150
 """A row of the timeline while timeline.parquet and trace.json are written (`run.timeline: full` writes every op
 and flow): the dense step unfolded peaked 68 MiB higher with its full timeline than without for 323,072 more rows
-(221 B a row, beside ~95 MiB whatever the rows), the GB200 step 102 MiB for 805,032 (~130 B), the
-DeepSeek-V3-style step 360 MiB for 966,967 (~390 B; `OP_BYTES` has the measurements)."""
+(221 B a row, beside ~95 MiB whatever the rows), the GB200 step 132 MiB higher at 513,864 rows (8 racks of 16
+layers), the DeepSeek-V3-style step 360 MiB at 966,967 (`OP_BYTES` has the measurements)."""
 MIRROR_ENTRY_BYTES = 8
 """One rank index in a folded collective's mirror groups."""
 RECOMPUTE_SHARE = {"none": 0.0, "selective": 0.5, "full": 1.0}
@@ -211,10 +212,10 @@ class ScaleEstimate:
 
 
 def _limit_flows() -> float:
-    """Flows past both limits whatever else a run holds (MAX_EVENTS, and MAX_MEMORY_BYTES at FLOW_BYTES a flow):
-    where the DDP buckets' trees alone pass them, a refusal stops counting (`estimate_scale`'s
+    """Flows past both limits whatever else a run holds (MAX_EVENTS, and MAX_MEMORY_BYTES beyond PROCESS_BYTES at
+    FLOW_BYTES a flow): where the DDP buckets' trees alone pass them, a refusal stops counting (`estimate_scale`'s
     ``stop_past_limits``) and names both."""
-    return max(MAX_EVENTS, MAX_MEMORY_BYTES / FLOW_BYTES)
+    return max(MAX_EVENTS, (MAX_MEMORY_BYTES - PROCESS_BYTES) / FLOW_BYTES)
 
 
 def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float,

@@ -25,6 +25,7 @@ from shared import DATA, REPO, SCENARIOS
 
 from simulator.cli import main
 from simulator.config.loader import as_typed
+from simulator.scale import PROCESS_BYTES
 
 SCENARIO = SCENARIOS / "allreduce-2x-dgx-h100.yaml"
 OUTPUTS = {"summary.json", "timeline.parquet", "trace.json", "manifest.json"}
@@ -905,8 +906,8 @@ def test_the_collective_command_runs_past_the_scale_limits_with_force(monkeypatc
 def test_the_collective_command_counts_a_flow_of_the_analytic_model_at_its_own_memory(monkeypatch, capsys):
     """The analytic model holds about twice the memory a flow (scale.COMM_FLOW_BYTES: 1,024 GPUs' all-to-all of
     1 MiB peaked at 1.6 GB where 0.78 GiB was estimated): 16 GPUs' all-to-all, 240 flows, 0.51 MB under analytic,
-    0.31 MB under flow, against a limit of 0.4 MB."""
-    monkeypatch.setattr("simulator.scale.MAX_MEMORY_BYTES", 400_000)
+    0.31 MB under flow beyond the process's `PROCESS_BYTES`, against a limit of 0.4 MB beyond them."""
+    monkeypatch.setattr("simulator.scale.MAX_MEMORY_BYTES", PROCESS_BYTES + 400_000)
     args = ["collective", "--topology", "dgx-h100-cluster", "--op", "all_to_all", "--sizes", "1MiB"]
     assert main([*args, "--network", "analytic"]) == 2
     assert "all_to_all over 16 GPUs is too large to simulate" in capsys.readouterr().err

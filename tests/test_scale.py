@@ -1103,7 +1103,7 @@ def test_a_gb200_job_step_counts_its_tray_classes_only_where_they_fold(racks, ov
     that from about 42 racks (3,024 GPUs) it is past MAX_EVENTS; the stage fold's ranks on the analytic model, and
     where each rack holds more of a DP ring's trays than it has channels (PP 1, 18 a rack: the stage fold runs).
     Below 42 racks its memory with the full timeline is within MAX_MEMORY_BYTES too (`OP_BYTES`, measured: the
-    step of 16 racks cut to 16 layers peaked at 532 MiB without its timeline, estimated at 669 MiB)."""
+    step of 16 racks cut to 16 layers peaked at 532 MiB without its timeline, estimated at 673 MiB)."""
     dp = racks * 72 // (4 * (1 if "parallelism.pp=1" in overrides else 2))
     loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", f"cluster.racks={racks}",
                                                                       f"parallelism.dp={dp}",
@@ -1163,7 +1163,7 @@ def test_a_step_whose_trees_pass_the_limits_is_refused_once_the_cluster_is_built
     monkeypatch.setattr(registry, "planned_transfers",
                         lambda request, *rest: planned.append(request.nbytes) or PLANNED(request, *rest))
     monkeypatch.setattr(scale, "MAX_EVENTS", 200_000)
-    monkeypatch.setattr(scale, "MAX_MEMORY_BYTES", 200_000 * scale.FLOW_BYTES)
+    monkeypatch.setattr(scale, "MAX_MEMORY_BYTES", scale.PROCESS_BYTES + 200_000 * scale.FLOW_BYTES)
     assert main(["validate", str(PUBLISHED / "megatron-sc21-7.5b.yaml"), "--set", "collectives.algorithm=tree"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -1178,13 +1178,13 @@ def test_a_step_whose_trees_pass_the_limits_is_refused_once_the_cluster_is_built
 
 
 @pytest.mark.parametrize("events, memory, flows, beyond", [
-    (200_000, int(0.3 * 2**30), "at least 655,468", "200,000 and memory at least 0.4 GiB over the limit of 0.3 GiB"),
-    (660_000, 0, "~662,412", "660,000 and memory ~0.4 GiB over the limit of 0 GiB"),
+    (200_000, int(0.5 * 2**30), "at least 655,468", "200,000 and memory at least 0.6 GiB over the limit of 0.5 GiB"),
+    (660_000, 0, "~662,412", "660,000 and memory ~0.6 GiB over the limit of 0 GiB"),
 ])
 def test_the_refusals_count_stops_past_both_limits(events, memory, flows, beyond, monkeypatch):
     """The refusal of the SC21 7.5B step (DDP buckets as trees) stops counting them only once their flows pass both
-    limits, so that it names each limit the run passes (with 200,000 events and 0.3 GiB: not the events alone, at
-    232,876 flows and 0.1 GiB). It says 'at least' only where bucket sizes were left uncounted: at 660,000 events
+    limits, so that it names each limit the run passes (with 200,000 events and 0.5 GiB: not the events alone, at
+    232,876 flows and 0.3 GiB). It says 'at least' only where bucket sizes were left uncounted: at 660,000 events
     the last size takes the count past the limit, all counted."""
     monkeypatch.setattr(scale, "MAX_EVENTS", events)
     monkeypatch.setattr(scale, "MAX_MEMORY_BYTES", memory)
