@@ -1798,3 +1798,64 @@ def test_a_job_names_its_rounds_ahead_and_counts_the_states_it_simulates_before_
     counted = [entry[1:] for entry in before if isinstance(entry, tuple) and entry[0] == "counted"]
     simulated_ahead = sum(1 for entry in before if isinstance(entry, tuple) and entry[0] == "simulated")
     assert simulated_ahead == 8 and counted == [(done, 8) for done in range(9)]
+
+
+UNFOLDED_STRAGGLER_JOB = JOB64.replace("nodes: 8", "nodes: 4").replace("{tp: 2, pp: 4, dp: 8}",
+                                                                     "{tp: 2, pp: 8, dp: 2}")
+"""TP 2, PP 8, DP 2 on 32 GPUs: the slow replica's classes are every rank, so each straggler state runs unfolded."""
+
+
+def test_a_job_says_the_estimated_cpu_time_of_each_straggler_state(monkeypatch):
+    """A straggler state's step is announced as a state with links down is, with its estimated CPU time
+    (`ahead.link_state_s` of `scale.classed_estimate` on the ranks it simulates: here all 32, unfolded), as the
+    replication meets it; and told up front, once foreseen (on one core too, STRAGGLER_FORESIGHT_S brought down to
+    0), how many there are, their time and how each is simulated: a straggling GPU on the 2,048-GPU Llama 3 70B
+    job unfolded for minutes with no time on the line. Folded by the slow GPU's classes on JOB64 (4 stages x 4)."""
+    from simulator.scale import classed_estimate
+    from simulator.units import format_duration
+
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    monkeypatch.setattr(reliability_simulate, "_STRAGGLER_FOLDS", {})
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
+    monkeypatch.setattr(ahead, "cores", lambda workers=0: 1)
+    monkeypatch.setattr(reliability_simulate, "STRAGGLER_FORESIGHT_S", 0.0)
+    monkeypatch.setattr(reliability_simulate, "LONG_AHEAD_S", 0.0)
+    loaded = scenario_from_text(UNFOLDED_STRAGGLER_JOB, "job.yaml")
+    heard: list[str] = []
+    warned: list[str] = []
+    job = simulate_job(loaded, activity=heard.append, workers_warning=warned.append)
+    each = ahead.link_state_s(classed_estimate(loaded, 32, 32))
+    simulating = [line for line in heard if ": simulating" in line]
+    slow = [state for state in job.summary["states"] if state["slow_gpus"]]
+    assert len(simulating) == len(slow) > 1
+    assert all(line.endswith(f"straggling GPU(s)), an estimated {format_duration(each)} of CPU")
+               for line in simulating)
+    assert warned == [f"the {len(slow)} cluster states with straggling GPUs foreseen take an estimated "
+                      f"{format_duration(each * len(slow))} of CPU on one core, each unfolded onto 32 ranks "
+                      "(stragglers in one pipeline replica: one rank per class by the slow replica's coordinates is "
+                      "every rank): fewer run.replications, a shorter run.horizon, a rarer throttle failure, more "
+                      "cores (--workers) cut it"]
+    folded = scenario_from_text(JOB64, "job64.yaml")
+    warned.clear()
+    slow = [state for state in simulate_job(folded, workers_warning=warned.append).summary["states"]
+            if state["slow_gpus"]]
+    each = ahead.link_state_s(classed_estimate(folded, 64, 16))
+    assert warned == [f"the {len(slow)} cluster states with straggling GPUs foreseen take an estimated "
+                      f"{format_duration(each * len(slow))} of CPU on one core, each folded by the slow GPU's classes "
+                      "onto 16 ranks: fewer run.replications, a shorter run.horizon, a rarer throttle failure, more "
+                      "cores (--workers) cut it"]
+
+
+def test_a_job_whose_straggler_states_take_past_the_limit_is_refused_unless_forced(tmp_path, capsys, monkeypatch):
+    """Past MAX_AHEAD_S (brought down to 0.01 s) a job's straggler states are refused in one located line before
+    any is simulated, as its states with links down are, with nothing written; --force runs it, telling the
+    time."""
+    monkeypatch.setattr(reliability_simulate, "MAX_AHEAD_S", 0.01)
+    monkeypatch.setattr(reliability_simulate, "STRAGGLER_FORESIGHT_S", 0.0)
+    monkeypatch.setattr(reliability_simulate, "_STRAGGLER_FOLDS", {})
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    scenario, out, err = _refused_in_one_line(tmp_path, capsys, UNFOLDED_STRAGGLER_JOB)
+    assert f"{scenario}:" in err and ": the " in err and " cluster states with straggling GPUs foreseen " in err
+    assert ", over the limit of 10 ms" in err and "more cores (--workers); or pass --force" in err
+    assert main(["run", str(scenario), "--quiet", "--force", "--out", str(out)]) == 0
+    assert " cluster states with straggling GPUs foreseen take an estimated " in capsys.readouterr().err

@@ -57,6 +57,11 @@ AHEAD_MIN_STATES = 16
 """Fewer straggler states than this foreseen are simulated as the job meets them: forking the job's process costs
 about as much as a straggler state's step (a degraded state's takes far longer: any number of them goes ahead
 where two workers can share them)."""
+STRAGGLER_FORESIGHT_S = 1.0
+"""From this many CPU seconds estimated for a straggler state's step on, a job foresees its straggler states on
+one core too, to tell their time up front (`simulate._told_straggler_time`): a forecast runs the replications
+once more without simulating any step (~0.15 s a replication of the 16,384-GPU job), which a job of states of
+milliseconds need not pay."""
 LONG_AHEAD_S = 600.0
 """From this many seconds of wall time on, the states with links down a job foresees are warned of as it begins,
 with their estimated time (`TimeAhead.line`), before any is simulated: the 16,384-GPU Llama 3 405B job with a
@@ -236,6 +241,24 @@ class LinkStateSizes:
         self._sizes: dict[ClusterState | None, _Size] = {}
         self._estimators: dict[ClusterState | None, Callable[[int], ScaleEstimate] | None] = {}
         self._ranks: dict[ClusterState, int] = {}
+        self.straggler_ranks: int | None = None
+        """How many ranks the step of a state of straggling GPUs alone on the job's replicas simulates, set by the
+        job (`simulate.sized_straggler_states`): every rank where the engine unfolds such a step, else the slow
+        replica's classes in each stage; None without a straggle class, or for a trace."""
+        self.straggler_each = ""
+        """How such a step is simulated, as `TimeAhead.each` says it ('unfolded onto {ranks:,} ranks (why)')."""
+
+    def state_estimate(self, state: ClusterState, healthy: ClusterState) -> ScaleEstimate | None:
+        """The estimate of what the step of ``state`` simulates (the job's healthy state ``healthy``): its fold
+        by the hosts near its links down (`estimate`), or for straggling GPUs alone on the job's replicas the
+        `straggler_ranks` of the healthy job; None for any other state (spines down, a shrunk job), a trace, or
+        a job without those sized."""
+        if state.links_down:
+            return self.estimate(state)
+        if self.straggler_ranks is None or not straggling(state, healthy):
+            return None
+        estimator = self.estimator(None)
+        return None if estimator is None else estimator(self.straggler_ranks)
 
     def ranks(self, state: ClusterState) -> int:
         """How many ranks the step of ``state`` (with some links down) simulates."""
@@ -463,23 +486,25 @@ def _counted(progress: Callable[[int, int], None] | None, sharing: Callable[[int
 
 @dataclass(frozen=True)
 class TimeAhead:
-    """The estimated time of a job's states with links down, before any is simulated: ``states`` of them,
+    """The estimated time of a job's states of one kind, before any is simulated: ``states`` of them,
     ``cpu_s`` CPU seconds in all, ``wall_s`` on ``cores`` cores (the first in the job's process, the rest
     shared by the workers, as `simulate_ahead` runs them; all on one core where fewer than two would share
-    them), the largest ``largest_ranks`` ranks."""
+    them), the largest ``largest_ranks`` ranks. ``kind``: what the states have ('with links down'), ``each``:
+    how each is simulated, its ranks to be formatted in ('folded ... onto at most {ranks:,} ranks')."""
 
     states: int
     cpu_s: float
     wall_s: float
     cores: int
     largest_ranks: int
+    kind: str = "with links down"
+    each: str = "folded by the hosts near its links down onto at most {ranks:,} ranks"
 
     def line(self) -> str:
         """The estimate in words, with what cuts it."""
         on = f", {format_duration(self.wall_s)} on {self.cores} cores" if self.cores > 1 else " on one core"
-        return (f"the {self.states:,} cluster states with links down foreseen take an estimated "
-                f"{format_duration(self.cpu_s)} of CPU{on}, each folded by the hosts near its links down onto at "
-                f"most {self.largest_ranks:,} ranks")
+        return (f"the {self.states:,} cluster states {self.kind} foreseen take an estimated "
+                f"{format_duration(self.cpu_s)} of CPU{on}, each {self.each.format(ranks=self.largest_ranks)}")
 
 
 def link_state_s(estimate: ScaleEstimate) -> float:
@@ -497,15 +522,25 @@ def with_links_down(kinds: Sequence[Sequence[ClusterState]]) -> list[ClusterStat
 
 def time_ahead(down: Sequence[ClusterState], ranks: Callable[[ClusterState], int],
                state_s: Callable[[ClusterState], float], workers: int = 0) -> TimeAhead | None:
-    """The time of the states with links down ``down`` (`with_links_down`): each ``state_s``, the first in this
-    process and the rest over min(`cores`, their count) workers where two or more share them (`simulate_ahead`),
-    else all here; the largest by ``ranks``. None where there are none."""
+    """The time of the states with links down ``down`` (`with_links_down`), or of straggler states with
+    `LinkStateSizes.straggler_each` in `TimeAhead`'s: each ``state_s``, the first in this process and the rest over
+    min(`cores`, their count) workers where two or more share them (`simulate_ahead`), else all here (``workers``
+    1: straggler states fewer than AHEAD_MIN_STATES, simulated as met); the largest by ``ranks``. None where
+    there are none."""
     if not down:
         return None
     times = [state_s(state) for state in down]
     pool = min(cores(workers), len(down) - 1)
     wall = times[0] + sum(times[1:]) / pool if pool >= 2 else sum(times)
     return TimeAhead(len(down), sum(times), wall, pool if pool >= 2 else 1, max(map(ranks, down)))
+
+
+def slow_states(states: StepStates, wanted: Sequence[ClusterState]) -> list[ClusterState]:
+    """The straggler states of ``wanted`` (`straggling`) whose steps the job simulates and ``states`` has not,
+    once each, in order: those the job sizes and times up front beside its states with links down, whether or
+    not they are simulated ahead (`states_ahead` leaves out fewer than AHEAD_MIN_STATES)."""
+    merged = dict.fromkeys(states.merged(state) for state in wanted)
+    return [state for state in merged if not states.settled(state) and straggling(state, states.healthy)]
 
 
 def _simulated_in_workers(states: StepStates, rest: Sequence[ClusterState], total: int, pool_size: int,

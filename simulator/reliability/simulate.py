@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, NoReturn
 
@@ -22,14 +22,17 @@ from simulator.config.yaml_source import FieldPath
 from simulator.engine.stepping import run_all
 from simulator.errors import ScenarioError, StepAborted
 from simulator.reliability.ahead import (
+    AHEAD_MIN_STATES,
     LONG_AHEAD_S,
     MAX_AHEAD_S,
+    STRAGGLER_FORESIGHT_S,
     Foreseen,
     LinkStateSizes,
     cores,
     link_state_s,
     simulate_ahead,
     simulate_known,
+    slow_states,
     states_ahead,
     states_foreseen,
     time_ahead,
@@ -64,6 +67,7 @@ from simulator.reliability.states import (
     StepStates,
     nvls_forced,
     state_guard,
+    step_key,
 )
 from simulator.reliability.summary import (
     idle_memory_tier_warning,
@@ -538,6 +542,53 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topolo
                            f"{refold.describe()}; {refold.beyond()}", "a smaller cluster, or --force")
 
 
+_STRAGGLER_FOLDS: dict[tuple[str, float], tuple[bool, str]] = {}
+"""Per step (`states.step_key`) and straggler factor, whether its straggler states unfold and why
+(`sized_straggler_states`): a study's points share the healthy step, which the process's state cache keeps, so
+each would otherwise build it again to ask."""
+
+
+def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology: Topology,
+                           prepared: PreparedStep | None, sizes: LinkStateSizes, force: bool) -> PreparedStep | None:
+    """Set on ``sizes`` how many ranks a straggler state's step simulates (`LinkStateSizes.straggler_ranks`),
+    for the estimate of its CPU time that the job tells as it meets each one and up front (`_told_time_ahead`):
+    every rank where the engine's folding rule unfolds such a step (`fold_policy.straggler_blocker`, asked of
+    the healthy step ``prepared``, built here where the job's checks did not, and returned for the job to run:
+    `run.fold: false`, a healthy step that unfolds, or, on the flow model, the slow replica's traffic sharing
+    links with the others': a straggling GPU on the 2,048-GPU Llama 3 70B job, whose state unfolded ran for
+    minutes unannounced), or the one rank per class that `fold_policy.straggler_step` simulates. Nothing for a
+    job without a straggle class, or a trace."""
+    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, straggler_blocker
+    from simulator.simulation import prepare_training, step_faults
+
+    straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
+    layout = sizes.size(None).layout
+    if not straggling or layout is None:
+        return prepared
+    key = (step_key(loaded), straggling[0].slowdown)
+    if key not in _STRAGGLER_FOLDS:
+        if not loaded.scenario.run.fold:
+            why = "run.fold: false"
+        else:
+            faults = step_faults(loaded, topology)
+            if prepared is None:
+                prepared = prepare_training(loaded, topology, faults,
+                                            None if force else state_guard(loaded, topology, None))
+            healthy = prepared
+            why = healthy.step.off_reason or ("" if healthy.step.program.folded else "the healthy step unfolds")
+            why = why or located(loaded, lambda: straggler_blocker(healthy.step, healthy.build, healthy.plans,
+                                                            healthy.settings.mode, faults, straggling[0].slowdown))
+            if not why and _every_rank_a_class(loaded, topology.num_gpus):
+                why = EVERY_RANK_A_CLASS
+        _STRAGGLER_FOLDS[key] = bool(why), why
+    unfolds, why = _STRAGGLER_FOLDS[key]
+    classes = layout.pp * _slow_replica_classes(loaded, topology.num_gpus)[1]
+    sizes.straggler_ranks = layout.world if unfolds else classes
+    sizes.straggler_each = (f"unfolded onto {{ranks:,}} ranks ({why})" if unfolds
+                            else "folded by the slow GPU's classes onto {ranks:,} ranks")
+    return prepared
+
+
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     """Refuse a job of a list of collectives, which is no training step, and more in-memory copies than the job
     has peer hosts (each host's copies go to other hosts in use). A spare pool larger than the job is a pool that
@@ -872,6 +923,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
             _refuse_unfolded_trace_states(loaded, model, topology, step.step.program)
     else:
         prepared = None if force else _refuse_unfolded_steps(loaded, model, topology, link_sizes, activity)
+        prepared = sized_straggler_states(loaded, model, topology, prepared, link_sizes, force)
     states = StepStates(loaded, topology, force=force, healthy=prepared, merge_rotations=merge_rotations)
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
@@ -1006,7 +1058,9 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                              plan.drawn_units(counts), horizon)
 
     linked, parallel = _link_classes(model), cores(workers) > 1
-    if linked or (parallel and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE) for klass in model.classes)):
+    slow_timed = _straggler_state_s(prepared.link_sizes, prepared.states.healthy) >= STRAGGLER_FORESIGHT_S
+    if linked or slow_timed or (parallel and any(klass.effect in (Effect.STRAGGLE, Effect.DEGRADE)
+                                                 for klass in model.classes)):
         rounds = _rounds_ahead(model, scenario.restart.elastic)
         round_one = _in_round(activity, 1, rounds)
         first = _foreseen_ahead(loaded, prepared, arrivals, linked, parallel, workers, force, foresight_progress,
@@ -1025,7 +1079,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     events = JobEvents(tiered=scenario.checkpoint.memory is not None)
     replications = scenario.run.replications
     if activity is not None:
-        prepared.states.on_simulating = _state_activity(activity, events, replications, prepared.link_sizes)
+        prepared.states.on_simulating = _state_activity(activity, events, replications, prepared.link_sizes,
+                                                        prepared.states.healthy)
     totals: list[ReplicationTotals] = []
     trained_in: set[ClusterState] = set()
     met_by_job: set[ClusterState] = set()
@@ -1103,6 +1158,11 @@ def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Cal
     if linked:
         _told_time_ahead(loaded, states, linked, with_links_down(kinds), sizes, workers, force or split,
                          workers_warning)
+    slow = slow_states(states, foreseen.states)
+    if slow and sizes.straggler_ranks is not None:
+        shared = workers if parallel and len(slow) >= AHEAD_MIN_STATES else 1
+        _told_straggler_time(loaded, prepared.model, slow, sizes, states.healthy, shared, force or split,
+                             workers_warning)
     if activity is not None:
         activity("")
     if parallel:
@@ -1198,6 +1258,43 @@ def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequenc
         warning(f"{told.line()}: {cuts} cut it")
 
 
+def _straggler_state_s(sizes: LinkStateSizes, healthy: ClusterState) -> float:
+    """The estimated CPU seconds of the step of a state of straggling GPUs alone (`LinkStateSizes.state_estimate`
+    of a state slowing GPU 0 of the job's ``healthy`` replicas, `ahead.link_state_s`), 0 where not sized."""
+    estimate = sizes.state_estimate(replace(healthy, slow_gpus=((0, 2.0),)), healthy)
+    return 0.0 if estimate is None else link_state_s(estimate)
+
+
+def _told_straggler_time(loaded: LoadedScenario, model: FailureModel, slow: Sequence[ClusterState],
+                         sizes: LinkStateSizes, healthy: ClusterState, workers: int, force: bool,
+                         warning: Callable[[str], None] | None) -> None:
+    """Tell the estimated time of the straggler states ``slow`` (`ahead.slow_states`) before any is simulated, as
+    `_told_time_ahead` tells the states with links down: each `_straggler_state_s` (the ranks
+    `LinkStateSizes.straggler_ranks`), the first here and the rest over ``workers`` (1: simulated as met, on one
+    core), refused past `ahead.MAX_AHEAD_S` unless ``force`` (at run.replications where one replication's share
+    fits, else at the first straggle class) and told to ``warning`` from `ahead.LONG_AHEAD_S` on."""
+    state_s = _straggler_state_s(sizes, healthy)
+    ranks = sizes.straggler_ranks
+    assert ranks is not None
+    told = time_ahead(slow, lambda _state: ranks, lambda _state: state_s, workers)
+    assert told is not None
+    from simulator.engine.fold_policy import SHARED_LINKS
+
+    told = replace(told, kind="with straggling GPUs", each=sizes.straggler_each)
+    culprit = next(klass for klass in model.classes if klass.effect is Effect.STRAGGLE)
+    analytic = ("network.model: analytic (each collective alone: the slow replica meets no other's traffic and "
+                "its states fold), " if SHARED_LINKS in sizes.straggler_each else "")
+    cuts = (f"fewer run.replications, a shorter run.horizon, a rarer {culprit.name} failure, {analytic}"
+            f"more cores (--workers)")
+    if told.wall_s > MAX_AHEAD_S and not force:
+        one = told.wall_s / loaded.scenario.run.replications <= MAX_AHEAD_S
+        field = ("run", "replications") if one else _class_field(loaded, culprit)
+        raise loaded.error(field, f"{told.line()}, over the limit of {format_duration(MAX_AHEAD_S)}",
+                           f"{cuts}; or pass --force")
+    if (told.wall_s >= LONG_AHEAD_S or told.wall_s > MAX_AHEAD_S) and warning is not None:
+        warning(f"{told.line()}: {cuts} cut it")
+
+
 def _class_of(state: ClusterState, linked: Sequence[FailureClass], units: ClusterUnits) -> FailureClass:
     """The class of ``linked`` whose units hold the most of the links ``state`` has down (the first of those
     tied)."""
@@ -1222,11 +1319,13 @@ def replication_text(replication: int, replications: int) -> str:
 
 
 def _state_activity(activity: Callable[[str], None], events: JobEvents, replications: int,
-                    sizes: LinkStateSizes) -> Callable[[ClusterState | None], None]:
+                    sizes: LinkStateSizes, healthy: ClusterState) -> Callable[[ClusterState | None], None]:
     """A `StepStates.on_simulating` that tells ``activity`` which state the replication now running (its
-    ``events``' replication) simulates, by what differs in it, and, for a state with links down, the CPU time its
-    step is estimated to take (``sizes``: `ahead.link_state_s`, as the job's up-front estimate sizes each state;
-    a leaf state of the 16,384-GPU job took minutes with no time on the line), and when it is done. Unnumbered:
+    ``events``' replication) simulates, by what differs in it, and, for a state with links down or straggling
+    GPUs alone (the job's healthy state ``healthy`` otherwise), the CPU time its step is estimated to take
+    (``sizes``: `ahead.link_state_s` of `LinkStateSizes.state_estimate`, as the job's up-front estimate sizes
+    each state; a leaf state of the 16,384-GPU job took minutes with no time on the line, a straggler state of
+    the 2,048-GPU job too), and when it is done. Unnumbered:
     states simulated ahead or cached are not heard, and job_summary.json sorts its states, so no count here
     indexes them."""
 
@@ -1236,7 +1335,7 @@ def _state_activity(activity: Callable[[str], None], events: JobEvents, replicat
             activity(replication)
             return
         differs = state.describe() or f"{state.replicas} replicas"
-        estimate = sizes.estimate(state) if state.links_down else None
+        estimate = sizes.state_estimate(state, healthy)
         took = "" if estimate is None else f", an estimated {format_duration(link_state_s(estimate))} of CPU"
         activity(f"{replication}: simulating a new cluster state ({differs}){took}")
 
