@@ -1807,7 +1807,7 @@ UNFOLDED_STRAGGLER_JOB = JOB64.replace("nodes: 8", "nodes: 4").replace("{tp: 2, 
 
 def test_a_job_says_the_estimated_cpu_time_of_each_straggler_state(monkeypatch):
     """A straggler state's step is announced as a state with links down is, with its estimated CPU time
-    (`ahead.link_state_s` of `scale.classed_estimate` on the ranks it simulates: here all 32, unfolded), as the
+    (`ahead.straggler_state_s` of `scale.classed_estimate` on the ranks it simulates: here all 32, unfolded), as the
     replication meets it; and told up front, once foreseen (on one core too, STRAGGLER_FORESIGHT_S brought down to
     0), how many there are, their time and how each is simulated: a straggling GPU on the 2,048-GPU Llama 3 70B
     job unfolded for minutes with no time on the line. Folded by the slow GPU's classes on JOB64 (4 stages x 4)."""
@@ -1824,7 +1824,7 @@ def test_a_job_says_the_estimated_cpu_time_of_each_straggler_state(monkeypatch):
     heard: list[str] = []
     warned: list[str] = []
     job = simulate_job(loaded, activity=heard.append, workers_warning=warned.append)
-    each = ahead.link_state_s(classed_estimate(loaded, 32, 32))
+    each = ahead.straggler_state_s(classed_estimate(loaded, 32, 32, scale.capped_topology(loaded)), folded=False)
     simulating = [line for line in heard if ": simulating" in line]
     slow = [state for state in job.summary["states"] if state["slow_gpus"]]
     assert len(simulating) == len(slow) > 1
@@ -1839,7 +1839,9 @@ def test_a_job_says_the_estimated_cpu_time_of_each_straggler_state(monkeypatch):
     warned.clear()
     slow = [state for state in simulate_job(folded, workers_warning=warned.append).summary["states"]
             if state["slow_gpus"]]
-    each = ahead.link_state_s(classed_estimate(folded, 64, 16))
+    estimate = classed_estimate(folded, 64, 16, scale.capped_topology(folded))
+    each = ahead.straggler_state_s(estimate, folded=True)
+    assert each < ahead.link_state_s(estimate)  # a state sharing the job's fold costs less
     assert warned == [f"the {len(slow)} cluster states with straggling GPUs foreseen take an estimated "
                       f"{format_duration(each * len(slow))} of CPU on one core, each folded by the slow GPU's classes "
                       "onto 16 ranks: fewer run.replications, a shorter run.horizon, a rarer throttle failure, more "

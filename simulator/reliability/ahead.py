@@ -97,6 +97,15 @@ LINK_STATE_S_PER_EVENT_GPU = 2.8e-9
 """CPU seconds each op + flow of a state with links down takes per GPU of the cluster, beside
 LINK_STATE_S_PER_EVENT (the same fit: its routes, detours and mirrors span the whole cluster)."""
 
+FOLDED_STRAGGLER_S_PER_EVENT = 6.8e-6
+"""CPU seconds a straggler state whose step folds by the slow GPU's classes takes per op + flow of that fold
+(`scale.classed_estimate`): such states share the job's programs, plans and fold (`StepStates._shared_fold`), so
+they cost less than a state with links down: fitted to docs/reliability.md's throttling example on the
+16,384-GPU Llama 3 405B job on the analytic model, ~1.75 s of CPU a state for ~258,385 ops + flows (64 ranks),
+where LINK_STATE_S_PER_EVENT and LINK_STATE_S_PER_EVENT_GPU give 15.1 s. A straggler state that unfolds is
+timed as a state with links down (`link_state_s`): on the 2,048-GPU Llama 3 70B job cut down to 64 GPUs 1.02
+times its measured time, to 256 GPUs 0.72 times (2026-12-07)."""
+
 _FORKED: StepStates | None = None
 """The job's states, as the workers inherit them (set only while they run)."""
 
@@ -259,6 +268,16 @@ class LinkStateSizes:
             return None
         estimator = self.estimator(None)
         return None if estimator is None else estimator(self.straggler_ranks)
+
+    def state_s(self, state: ClusterState, healthy: ClusterState) -> float | None:
+        """The estimated CPU seconds of the step of ``state`` (`state_estimate`): `link_state_s` for one with
+        links down, `straggler_state_s` for straggling GPUs alone; None where it has no estimate."""
+        estimate = self.state_estimate(state, healthy)
+        if estimate is None:
+            return None
+        if state.links_down:
+            return link_state_s(estimate)
+        return straggler_state_s(estimate, folded=self.straggler_ranks != self.size(None).topology.num_gpus)
 
     def ranks(self, state: ClusterState) -> int:
         """How many ranks the step of ``state`` (with some links down) simulates."""
@@ -512,6 +531,13 @@ def link_state_s(estimate: ScaleEstimate) -> float:
     (`scale.classed_estimate`): LINK_STATE_S_FIXED, and each op and flow LINK_STATE_S_PER_EVENT and
     LINK_STATE_S_PER_EVENT_GPU for each GPU of the cluster."""
     return LINK_STATE_S_FIXED + estimate.events * (LINK_STATE_S_PER_EVENT + estimate.gpus * LINK_STATE_S_PER_EVENT_GPU)
+
+
+def straggler_state_s(estimate: ScaleEstimate, folded: bool) -> float:
+    """The CPU seconds of a straggler state whose step is estimated as ``estimate`` (`scale.classed_estimate` on
+    `LinkStateSizes.straggler_ranks`): FOLDED_STRAGGLER_S_PER_EVENT each op and flow where it ``folded`` by the
+    slow GPU's classes, else as a state with links down (`link_state_s`), unfolded."""
+    return LINK_STATE_S_FIXED + estimate.events * FOLDED_STRAGGLER_S_PER_EVENT if folded else link_state_s(estimate)
 
 
 def with_links_down(kinds: Sequence[Sequence[ClusterState]]) -> list[ClusterState]:

@@ -1259,10 +1259,10 @@ def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequenc
 
 
 def _straggler_state_s(sizes: LinkStateSizes, healthy: ClusterState) -> float:
-    """The estimated CPU seconds of the step of a state of straggling GPUs alone (`LinkStateSizes.state_estimate`
-    of a state slowing GPU 0 of the job's ``healthy`` replicas, `ahead.link_state_s`), 0 where not sized."""
-    estimate = sizes.state_estimate(replace(healthy, slow_gpus=((0, 2.0),)), healthy)
-    return 0.0 if estimate is None else link_state_s(estimate)
+    """The estimated CPU seconds of the step of a state of straggling GPUs alone (`LinkStateSizes.state_s` of a
+    state slowing GPU 0 of the job's ``healthy`` replicas), 0 where not sized."""
+    state_s = sizes.state_s(replace(healthy, slow_gpus=((0, 2.0),)), healthy)
+    return 0.0 if state_s is None else state_s
 
 
 def _told_straggler_time(loaded: LoadedScenario, model: FailureModel, slow: Sequence[ClusterState],
@@ -1323,11 +1323,10 @@ def _state_activity(activity: Callable[[str], None], events: JobEvents, replicat
     """A `StepStates.on_simulating` that tells ``activity`` which state the replication now running (its
     ``events``' replication) simulates, by what differs in it, and, for a state with links down or straggling
     GPUs alone (the job's healthy state ``healthy`` otherwise), the CPU time its step is estimated to take
-    (``sizes``: `ahead.link_state_s` of `LinkStateSizes.state_estimate`, as the job's up-front estimate sizes
-    each state; a leaf state of the 16,384-GPU job took minutes with no time on the line, a straggler state of
-    the 2,048-GPU job too), and when it is done. Unnumbered:
-    states simulated ahead or cached are not heard, and job_summary.json sorts its states, so no count here
-    indexes them."""
+    (``sizes``: `LinkStateSizes.state_s`, as the job's up-front estimate sizes each state; a leaf state of the
+    16,384-GPU job took minutes with no time on the line, a straggler state of the 2,048-GPU job too), and when
+    it is done. Unnumbered: states simulated ahead or cached are not heard, and job_summary.json sorts its
+    states, so no count here indexes them."""
 
     def on_simulating(state: ClusterState | None) -> None:
         replication = replication_text(events.replication, replications)
@@ -1335,8 +1334,8 @@ def _state_activity(activity: Callable[[str], None], events: JobEvents, replicat
             activity(replication)
             return
         differs = state.describe() or f"{state.replicas} replicas"
-        estimate = sizes.state_estimate(state, healthy)
-        took = "" if estimate is None else f", an estimated {format_duration(link_state_s(estimate))} of CPU"
+        state_s = sizes.state_s(state, healthy)
+        took = "" if state_s is None else f", an estimated {format_duration(state_s)} of CPU"
         activity(f"{replication}: simulating a new cluster state ({differs}){took}")
 
     return on_simulating
