@@ -1340,10 +1340,13 @@ def plain_reach(paths: list[tuple[int, ...]], seeds: list[int], active: list[boo
         links.update(link for g in fresh for link in paths[g])
 
 
+@pytest.mark.parametrize("entries", [1 << 30, -1])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_an_incidence_cut_to_some_groups_solves_and_reaches_as_one_built_for_them(seed):
+def test_an_incidence_cut_to_some_groups_solves_and_reaches_as_one_built_for_them(monkeypatch, seed, entries):
     # Sparse random paths over 200 links split the groups into several components; a cut keeps a random part
-    # of the groups (its index keeps the links no kept group crosses).
+    # of the groups (its index keeps the links no kept group crosses). Solved by rounds over masks and over
+    # index ranges (the latter read the cut's entries sorted by link).
+    monkeypatch.setattr(maxmin, "DENSE_ENTRIES", entries)
     rng = np.random.default_rng(seed)
     capacity = rng.choice([50 * GB, 12.5 * GB, 100 * GB], size=200) * rng.uniform(0.5, 1.0, size=200)
     paths = [tuple(rng.choice(200, size=int(rng.integers(1, 4)), replace=False).tolist()) for _ in range(150)]
@@ -1362,12 +1365,15 @@ def test_an_incidence_cut_to_some_groups_solves_and_reaches_as_one_built_for_the
         assert set(np.flatnonzero(reached).tolist()) == plain_reach(kept_paths, seeds, active.tolist())
 
 
+@pytest.mark.parametrize("entries", [1 << 30, -1])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_components_found_within_their_home_give_the_plain_searches_rows_to_the_bit(monkeypatch, seed):
+def test_components_found_within_their_home_give_the_plain_searches_rows_to_the_bit(monkeypatch, seed, entries):
     # All-to-all-like shapes (4-7 GPUs of 24, each pair's bytes drawn) posted one after another by three
     # streams at other offsets: components meet, split and join. Where every touched group has one home, the
     # component is found within the home's incidence and solved on the home's incidence cut to it; finding it
-    # by the set search and solving on an index built from its paths must give every row to the last bit.
+    # by the set search and solving on an index built from its paths must give every row to the last bit,
+    # whether rounds take masks or index ranges (the latter read the cut's entries sorted by link).
+    monkeypatch.setattr(maxmin, "DENSE_ENTRIES", entries)
     rng = np.random.default_rng(seed)
     topo = random_tree_topology(rng, 24)
     shapes = []
@@ -1405,6 +1411,7 @@ def test_components_found_within_their_home_give_the_plain_searches_rows_to_the_
 
     def searched(self, home, touched):
         found = set(self._search(touched, set()))
+        assert found <= set(home.groups), "a component search left its home"
         return np.array([group in found for group in home.groups], dtype=bool)
 
     monkeypatch.setattr(Network, "_within", searched)
