@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import re
+import signal
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -1326,6 +1328,29 @@ def test_rounds_over_masks_and_over_index_ranges_give_the_same_rates_to_the_bit(
             monkeypatch.setattr(maxmin, "DENSE_ENTRIES", entries)
             solved[entries] = grouped_max_min_rates(paths, weight, capacity).tobytes()
         assert solved[1 << 30] == solved[-1]
+
+
+@pytest.mark.parametrize("entries", [1 << 30, -1])
+@pytest.mark.parametrize(("weight", "capacity", "cause"), [
+    ([1, 2], [1e9, np.nan], "capacity of link id 1 is nan"),
+    ([np.inf, 2], [np.inf, 1e9], "capacity of link id 0 is inf; weight of group 0 is inf"),
+])
+def test_a_fill_whose_lowest_share_is_nan_names_the_cause_instead_of_looping(monkeypatch, entries, weight,
+                                                                               capacity, cause):
+    # A NaN share saturates no link; an alarm turns a fill that never ends into a failure.
+    monkeypatch.setattr(maxmin, "DENSE_ENTRIES", entries)
+
+    def stuck(signum, frame):
+        raise TimeoutError("the fill was still running after 5 s")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(5)
+    try:
+        with pytest.raises(ValueError, match=re.escape(f"at the lowest fair share (nan bytes/s): {cause} (")):
+            grouped_max_min_rates([(0, 1), (1,)], np.array(weight, dtype=float), np.array(capacity))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def plain_reach(paths: list[tuple[int, ...]], seeds: list[int], active: list[bool]) -> set[int]:

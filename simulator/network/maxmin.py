@@ -41,8 +41,7 @@ def grouped_max_min_rates(group_paths: Sequence[Sequence[int]], weight: np.ndarr
                           capacity: np.ndarray) -> np.ndarray:
     """Max-min fair rate of each member of each group; ``weight[g]`` flows share group ``g``'s links.
 
-    Each group's links must be distinct. This is the form the network model calls directly once it has
-    grouped its active flows by route.
+    Each group's links must be distinct.
     """
     lengths = np.fromiter(map(len, group_paths), dtype=np.int64, count=len(group_paths))
     entry_link = np.fromiter(chain.from_iterable(group_paths), dtype=np.int64, count=int(lengths.sum()))
@@ -169,7 +168,8 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
     and a comparison). Where weights are whole flow counts (every caller in the engine) loads are exact in
     floating point, so they equal a recount of the unfrozen entries each round to the last bit. The round that
     freezes the last groups ends the solve; a link left with load but no unfrozen group (fractional weights'
-    rounding) leaves the search instead of looping."""
+    rounding) leaves the search instead of looping. A round where no link saturates (the lowest share is NaN)
+    raises `ValueError` rather than loop."""
     entry_group, entry_link = incidence.entry_group, incidence.entry_link
     entry_weight = weight[entry_group]
     load = np.bincount(entry_link, weights=entry_weight, minlength=capacity.size)
@@ -192,6 +192,8 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
             crossing = incidence.groups_on(np.flatnonzero(saturated))
             freezing = distinct(crossing[~frozen[crossing]], weight.size)
         if not freezing.size:  # only frozen groups left there: a residue of fractional weights' subtractions
+            if not saturated.any():
+                raise ValueError(_unsolvable(level, incidence, weight, capacity))
             share[saturated] = np.inf
             continue
         rate[freezing] = level
@@ -209,3 +211,17 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
         kept = touched[load[touched] > 0]
         share[kept] = np.maximum(remaining[kept], 0.0) / load[kept]
     return rate
+
+
+def _unsolvable(level: float, incidence: Incidence, weight: np.ndarray, capacity: np.ndarray) -> str:
+    """Why a round saturated no link: the capacities (by link id) and weights (by group) that are NaN, infinite
+    or negative, any of which can make the lowest fair share NaN."""
+    causes = [f"capacity of link id {int(incidence.links[i])} is {capacity[i]}" for i in _improper(capacity)]
+    causes += [f"weight of group {g} is {weight[g]}" for g in _improper(weight)]
+    return (f"max-min fill: no link saturates at the lowest fair share ({level} bytes/s): "
+            f"{'; '.join(causes[:5]) or 'a share went NaN'} (allowed: finite, non-negative capacities and weights)")
+
+
+def _improper(values: np.ndarray) -> list[int]:
+    """Positions of the NaN, infinite or negative ``values``."""
+    return np.flatnonzero(~(np.isfinite(values) & (values >= 0))).tolist()
