@@ -661,7 +661,7 @@ def _tp_after_first_bucket(par: ParallelismConfig, recompute: str, layers: int, 
 
 def _gathered_ahead(par: ParallelismConfig, layer_blocks: tuple[float, float], layers: int, param_bytes: float,
                     embedding: float, head: float) -> int:
-    """A one-stage rank's forward TP all-reduces (the embedding's and one a layer block's) that run while its
+    """A rank's first forward's TP all-reduces (the embedding's and one a layer block's) that run while its
     deferred parameter gathers do (`ddp.overlap_param_gather` under ZeRO-1/2: `_param_gather_buckets`), which
     join the TP group's copies in the other DP replicas to it: those of the blocks ahead of the last bucket's, as
     each block waits for its own bucket and the next one's gather runs beside it; the last bucket's blocks run
@@ -724,12 +724,12 @@ def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, l
     the attention block's all-reduce, so they join none (SC21 7.5B at TP 16 and CP 8, DP 1: 11 of 48 ran beside,
     all after the first bucket)."""
     if layout.pp > 1:
-        return _tp_beside_pipeline(par, layout, m, recompute, layers, first_bucket)
+        return _tp_beside_pipeline(par, layout, m, recompute, layers, first_bucket, gathered_ahead)
     return _tp_beside_dp(par, m, recompute, layers, first_bucket, gathered_ahead) if layout.dp * layout.cp > 1 else 0.0
 
 
 def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int,
-                        first_bucket: int) -> float:
+                        first_bucket: int, gathered_ahead: int = 0) -> float:
     """`_tp_beside` under pipelining: the TP all-reduces (and Megatron's scatter-gathers) of the schedule's
     actions that may run while a hand-off into or out of their rank is in flight (schedules/handoff_overlap.py),
     and of the actions beside none, a rank's last backward's from its first DDP bucket on
@@ -741,7 +741,10 @@ def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recomput
     forward posts two a layer and one more (the embedding's all-reduce on the first stage, the gather of the
     received activation on the others), a backward two a layer and block recomputed and one more (the head's,
     or the gather of the received gradient). With one micro-batch the stages run one after the other and only
-    the buckets join them: SC21 7.5B at TP 16 and PP 2, 4 layers, 6 of 28 beside the buckets."""
+    the buckets join them: SC21 7.5B at TP 16 and PP 2, 4 layers, 6 of 28 beside the buckets. With
+    `ddp.overlap_param_gather` a rank's first forwards (of its first micro-batch, one a chunk) post
+    ``gathered_ahead`` (`_gathered_ahead` over the rank's layers) beside its deferred parameter gathers too,
+    each forward at most its own."""
     from simulator.schedules.base import rank_stages
     from simulator.schedules.handoff_overlap import named_beside_handoffs
     from simulator.schedules.registry import build_schedule, schedule_placement
@@ -763,15 +766,20 @@ def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recomput
         backwards = [index for index, action in enumerate(actions) if action.kind in ("B", "BW")]
         last = backwards[-1] if backwards else -1
         ends_on_layer = buckets and last >= 0 and rank_stages(rank, pp, v, placement)[actions[last].chunk] > 0
+        ahead = float(gathered_ahead if buckets else 0)  # first forwards' all-reduces left beside the gathers
         for index, (action, flag) in enumerate(zip(actions, row, strict=True)):
             if action.kind == "W":
                 continue
             count = 2 * chunk_layers * (1 if action.kind == "F" else per_block) + 1
             total += count
+            gathering = min(ahead, count) if action.kind == "F" and action.microbatch == 0 else 0
+            ahead -= gathering
             if flag:
                 beside += count
             elif index == last:
                 beside += min(max(after, int(ends_on_layer)), count)
+            else:
+                beside += gathering
     return beside / total if total else 0.0
 
 
@@ -1051,7 +1059,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     beside = _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
                         _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket),
                         _gathered_ahead(par, layer_blocks, round(layers_per_rank), PRECISION_BYTES[training.precision],
-                                        sum(embedding_tensors), sum(head_tensors)) if pp == 1 else 0
+                                        sum(embedding_tensors), sum(head_tensors))
                         ) if tp_all_reduces or tp_joined_inside else 0.0  # read only for those (a pipeline's costs)
     if tp_all_reduces and tp_joined_inside:  # DP rings across hosts hop on NVLink: they join every TP group
         # of the domain (a GB200 rack's DP ring over its trays, every TP group of the rack)
