@@ -40,6 +40,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -760,7 +761,8 @@ def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recomput
     chunk_layers = layers / v
     per_block = 1 + (recompute == "full")
     placement = schedule_placement(name)
-    after = _tp_after_first_bucket(par, recompute, layers, first_bucket + 1) if buckets else 0  # no head counted
+    blocks_to_first_bucket = first_bucket + 1  # a pipelined rank's blocks hold no head, which the count starts at
+    after = _tp_after_first_bucket(par, recompute, layers, blocks_to_first_bucket) if buckets else 0
     total = beside = 0.0
     for rank, (actions, row) in enumerate(zip(schedule, flags, strict=True)):
         backwards = [index for index, action in enumerate(actions) if action.kind in ("B", "BW")]
@@ -1056,18 +1058,23 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     dp_per_domain = Counter(rank // hosts.domain for rank in dp_group) if hosts else {}
     tp_joined_inside = (hosts is not None and len(dp_per_host) > 1 and min(dp_per_domain.values()) > 1 and tp > 1
                         and _domains(tp_group, hosts) == 1)
-    beside = _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
-                        _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket),
-                        _gathered_ahead(par, layer_blocks, round(layers_per_rank), PRECISION_BYTES[training.precision],
-                                        sum(embedding_tensors), sum(head_tensors))
-                        ) if tp_all_reduces or tp_joined_inside else 0.0  # read only for those (a pipeline's costs)
+
+    @cache
+    def beside() -> float:
+        """`_tp_beside` of the layout, worked out only where it is read (a pipeline's costs CPU for its schedule)."""
+        return _tp_beside(par, layout, m, training.recompute, round(layers_per_rank),
+                          _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket),
+                          _gathered_ahead(par, layer_blocks, round(layers_per_rank),
+                                          PRECISION_BYTES[training.precision], sum(embedding_tensors),
+                                          sum(head_tensors)))
+
     if tp_all_reduces and tp_joined_inside:  # DP rings across hosts hop on NVLink: they join every TP group
         # of the domain (a GB200 rack's DP ring over its trays, every TP group of the rack)
         shapes["tp"] = replace(shapes["tp"], replicas=layout.world // pp // tp, joined=True)
     tp_per_domain = Counter(rank // hosts.domain for rank in tp_group) if hosts else Counter()
     tp_stages_across = (pp > 1 and m > 1 and bool(comm["tp"]) and len(tp_per_domain) > 1
                         and min(tp_per_domain.values()) > 1)
-    ranks = pp * _rank_classes(comm, shapes, tp_joined_inside and beside > 0 and min(dp_per_host.values()) > 2,
+    ranks = pp * _rank_classes(comm, shapes, tp_joined_inside and min(dp_per_host.values()) > 2 and beside() > 0,
                                tp_stages_across) if fold else gpus
     tp_inside = bool(comm["tp"]) and hosts is not None and max(Counter(r // hosts.gpus for r in tp_group).values()) > 1
     dp_beside_tp = pp > 1 or _tp_beside_dp(par, m, training.recompute, round(layers_per_rank),
@@ -1078,14 +1085,14 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     if trays is not None:
         ranks = pp * trays.classes
     if tp_all_reduces and shapes["tp"].joined:  # rings whose copies in other replicas another dimension joins
-        shapes["tp"] = replace(shapes["tp"], beside=beside)
+        shapes["tp"] = replace(shapes["tp"], beside=beside())
     if (topology is not None and tp_all_reduces and _tp_may_run_trees(scenario)
             and nccl_nodes(topology, tp_group) > 1):  # a MoE block's TP collective is an all-gather
         activation = training.micro_batch * training.seq_len / cp * spec.hidden * PRECISION_BYTES[training.precision]
         planned = _planned_transfers(scenario, topology, tp_group, [activation])
         if planned is not None and planned.trees:  # its copies met by others' traffic
             trees = True
-            shapes["tp"] = replace(shapes["tp"], transfers=planned.transfers, beside=beside)
+            shapes["tp"] = replace(shapes["tp"], transfers=planned.transfers, beside=beside())
     ops = ranks * (compute + sum(comm.values()) + 1)
     if trays is not None:  # each representative's groups simulated, beside the copies that meet them
         flows = pp * sum(count * shapes[kind].transfers * max(trays.held.get(kind, 1), shapes[kind].folded_transfers
