@@ -10,27 +10,34 @@ estimate counts the copies of the TP collectives that the hand-offs join to the 
 (scale.py `_tp_beside_pipeline`): with one micro-batch the stages run one after the other and no action runs
 beside a hand-off; with more, all but the first stage's first forward and last backward do under 1F1B.
 
-Actions are ordered by vector clocks, one entry per pipeline rank, filled in one pass over the schedule:
-O(actions x ranks), about 1 s of CPU for 1F1B over 16 ranks and 2,048 micro-batches (65,536 actions), worked out
-once per schedule shape (`named_beside_handoffs`).
+Actions are ordered by vector clocks, one entry per pipeline rank, filled in one pass over the schedule's actions
+in dependency order (schedules/timing.py `schedule_order`, whose cross-rank waits are the hand-offs); a rank's
+clock changes only at a receiving action, so each rank's rows are stored between receives and expanded once:
+O(actions x ranks) memory, worked out once per schedule shape (`named_beside_handoffs`).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
 
 import numpy as np
 
-from simulator.schedules.base import Placement, Schedule, rank_stages, stage_rank
+from simulator.schedules.base import Placement, Schedule
 from simulator.schedules.registry import build_schedule, schedule_placement
+from simulator.schedules.timing import schedule_order
 
 
-class _Handoff(NamedTuple):
-    """A P2P hand-off: its producing and receiving actions, each as (rank, index in the rank's actions)."""
+@dataclass(frozen=True, slots=True)
+class _Handoffs:
+    """The P2P hand-offs of a schedule, in the order of their producers on each rank: the producing and
+    receiving actions' ranks and indices in their rank's actions."""
 
-    producer: tuple[int, int]
-    receiver: tuple[int, int]
+    producer_rank: np.ndarray
+    producer_index: np.ndarray
+    receiver_rank: np.ndarray
+    receiver_index: np.ndarray
 
 
 def beside_handoffs(schedule: Schedule, v: int, placement: Placement) -> list[list[bool]]:
@@ -38,20 +45,15 @@ def beside_handoffs(schedule: Schedule, v: int, placement: Placement) -> list[li
     whether a hand-off that the rank sends or receives may be in flight while it runs. A hand-off between
     chunks on one rank is free (no transfer) and counts for none."""
     p = len(schedule)
-    handoffs = _handoffs(schedule, p, v, placement)
-    clocks = _clocks(schedule, handoffs)
+    clocks, handoffs = _clocks(schedule, v, placement)
     starts = np.cumsum([0] + [len(actions) for actions in schedule])
-    table = np.concatenate(clocks) if clocks else np.zeros((0, p), dtype=np.int64)
-    receivers = _receivers_in_send_order(handoffs)
-    producer = np.array([starts[rank] + index for (rank, index), _ in handoffs], dtype=np.int64)
-    receiver_rank = np.array([rank for rank, _ in receivers], dtype=np.int64)
-    receiver_index = np.array([index for _, index in receivers], dtype=np.int64)
-    ends = {"producer": np.array([rank for (rank, _), _ in handoffs], dtype=np.int64),
-            "receiver": np.array([receiver.receiver[0] for receiver in handoffs], dtype=np.int64)}
+    table = np.concatenate(clocks) if clocks else np.zeros((0, p), dtype=np.int32)
+    receiver_rank, receiver_index = _receivers_in_send_order(handoffs)
+    producer = starts[handoffs.producer_rank] + handoffs.producer_index
     flags = []
     for rank, actions in enumerate(schedule):
-        touching = (ends["producer"] == rank) | (ends["receiver"] == rank)
-        after = table[producer[touching], rank]  # the rank's last action before each hand-off starts
+        touching = (handoffs.producer_rank == rank) | (handoffs.receiver_rank == rank)
+        after = table[producer[touching], rank].astype(np.int64)  # the rank's last action before each hand-off
         before = np.zeros(touching.sum(), dtype=np.int64)  # and its first one after the hand-off has ended
         for other in range(p):
             chosen = receiver_rank[touching] == other
@@ -72,67 +74,50 @@ def named_beside_handoffs(name: str, p: int, m: int, v: int) -> tuple[tuple[bool
     return tuple(map(tuple, flags))
 
 
-def _handoffs(schedule: Schedule, p: int, v: int, placement: Placement) -> list[_Handoff]:
-    """The P2P hand-offs of ``schedule``: each forward's activation to the next virtual stage and each input
-    gradient (a B or BW action's) to the one before, where the two stages sit on different ranks; in the order of
-    their producers on each rank."""
-    where: dict[tuple[str, int, int], tuple[int, int]] = {}
-    for rank, actions in enumerate(schedule):
-        stages = rank_stages(rank, p, v, placement)
-        for index, action in enumerate(actions):
-            if action.kind != "W":
-                where[("F" if action.kind == "F" else "B", action.microbatch, stages[action.chunk])] = (rank, index)
-    last = p * v - 1
-    handoffs = []
-    for (kind, microbatch, stage), producer in sorted(where.items(), key=lambda item: item[1]):
-        target = stage + 1 if kind == "F" else stage - 1
-        if 0 <= target <= last and stage_rank(target, p, placement) != producer[0]:
-            handoffs.append(_Handoff(producer, where[(kind, microbatch, target)]))
-    return handoffs
-
-
-def _clocks(schedule: Schedule, handoffs: list[_Handoff]) -> list[np.ndarray]:
+def _clocks(schedule: Schedule, v: int, placement: Placement) -> tuple[list[np.ndarray], _Handoffs]:
     """Per rank, the vector clock of each of its actions (a row): for each rank the index of its last action
     that happens before the action's end (the action's own index on its rank; -1 where none), through the
-    ranks' action order and the hand-offs (a receiving action after its producer). A row changes from the one
-    before only at a receiving action, so the rows between receives are filled as one block."""
-    p = len(schedule)
-    waits = {handoff.receiver: handoff.producer for handoff in handoffs}
-    clocks = [np.full((len(actions), p), -1, dtype=np.int64) for actions in schedule]
-    done = [0] * p
-    current = [np.full(p, -1, dtype=np.int64) for _ in schedule]
-    progressed = True
-    while progressed:
-        progressed = False
-        for rank, actions in enumerate(schedule):
-            while done[rank] < len(actions):
-                producer = waits.get((rank, done[rank]))
-                if producer is not None:
-                    if done[producer[0]] <= producer[1]:
-                        break
-                    np.maximum(current[rank], clocks[producer[0]][producer[1]], out=current[rank])
-                stop = next((index for index in range(done[rank] + 1, len(actions)) if (rank, index) in waits),
-                            len(actions))
-                block = clocks[rank][done[rank]:stop]
-                block[:] = current[rank]
-                block[:, rank] = np.arange(done[rank], stop)
-                current[rank][rank] = stop - 1
-                done[rank] = stop
-                progressed = True
-    if any(count < len(actions) for count, actions in zip(done, schedule, strict=True)):
-        raise ValueError("the schedule's hand-offs wait on one another in a cycle")
-    return clocks
+    ranks' action order and the hand-offs (a receiving action after its producer); and the hand-offs."""
+    order = schedule_order(schedule, v, placement)
+    p = order.p
+    index_on_rank = np.zeros(len(order.actions), dtype=np.int64)
+    counts = [0] * p
+    rows: list[list[np.ndarray]] = [[np.full(p, -1, dtype=np.int32)] for _ in range(p)]
+    row_starts: list[list[int]] = [[0] for _ in range(p)]
+    handoffs: list[tuple[int, int, int, int]] = []
+    for position, (rank, waits) in enumerate(zip(order.ranks, order.dependencies, strict=True)):
+        index = index_on_rank[position] = counts[rank]
+        counts[rank] += 1
+        for dependency, crosses in waits:
+            if not crosses:
+                continue
+            source, source_index = order.ranks[dependency], int(index_on_rank[dependency])
+            handoffs.append((source, source_index, rank, index))
+            seen = rows[source][bisect_right(row_starts[source], source_index) - 1].copy()
+            seen[source] = source_index
+            if row_starts[rank][-1] != index:
+                rows[rank].append(rows[rank][-1].copy())
+                row_starts[rank].append(index)
+            np.maximum(rows[rank][-1], seen, out=rows[rank][-1])
+    clocks = []
+    for rank in range(p):
+        lengths = np.diff([*row_starts[rank], counts[rank]])
+        clock = np.repeat(np.array(rows[rank], dtype=np.int32), lengths, axis=0)
+        clock[:, rank] = np.arange(counts[rank], dtype=np.int32)
+        clocks.append(clock)
+    table = np.array(sorted(handoffs), dtype=np.int64).reshape(-1, 4)
+    return clocks, _Handoffs(*table.T)
 
 
-def _receivers_in_send_order(handoffs: list[_Handoff]) -> list[tuple[int, int]]:
-    """For each hand-off, the earliest receiving action that waits for it to have ended: its own, or that of a
-    later hand-off between the same two ranks, which leaves only after it (sends to one peer in issue order)."""
-    earliest: dict[tuple[int, int], tuple[int, int]] = {}
-    receivers: list[tuple[int, int]] = [(0, 0)] * len(handoffs)
-    for position in reversed(range(len(handoffs))):
-        handoff = handoffs[position]
-        pair = (handoff.producer[0], handoff.receiver[0])
-        known = earliest.get(pair)
-        receiver = handoff.receiver if known is None or handoff.receiver[1] <= known[1] else known
-        earliest[pair] = receivers[position] = receiver
-    return receivers
+def _receivers_in_send_order(handoffs: _Handoffs) -> tuple[np.ndarray, np.ndarray]:
+    """For each hand-off, the earliest receiving action that waits for it to have ended (its rank and index): its
+    own, or that of a later hand-off between the same two ranks, which leaves only after it (sends to one peer
+    in issue order)."""
+    earliest: dict[tuple[int, int], int] = {}
+    count = len(handoffs.producer_rank)
+    receiver_index = np.zeros(count, dtype=np.int64)
+    for position in reversed(range(count)):
+        pair = (int(handoffs.producer_rank[position]), int(handoffs.receiver_rank[position]))
+        own = int(handoffs.receiver_index[position])
+        earliest[pair] = receiver_index[position] = min(own, earliest.get(pair, own))
+    return handoffs.receiver_rank, receiver_index
