@@ -672,12 +672,29 @@ def test_the_job_table_counts_degradations_and_their_slower_step():
     assert slowdowns_text({**job, "failure_model": {}}) == ""
 
 
+def test_a_weibull_class_that_only_slows_the_job_is_named_in_the_slowdowns_row_alone():
+    """A NIC-degrade class of Weibull shape 0.5 and no class that interrupts: the interruptions row expects
+    nothing to depart from (0 interruptions, no closed-form remark), and the slowdowns row names its 7.53
+    degradations the exponential closed form's."""
+    from simulator.console.report import _weibull_expectation, slowdowns_text
+
+    job = {"step_time_s": 0.745, "expected_unexpected_interruptions": 0.0, "failure_model": {"nic": {
+        "label": "nic", "effect": "degrade", "shape": 0.5, "expected_in_horizon": 32 * 48 / 204,
+        "interrupting_units": 0, "expected_interruptions": 0.0}},
+        "states": [{"replicas": 32, "step_time_s": 0.745}, {"replicas": 32, "step_time_s": 0.803}]}
+    assert _weibull_expectation(job) == ""
+    assert slowdowns_text(job) == ("expected over the horizon: nic 7.53 (the exponential closed form: a Weibull "
+                                   "shape other than 1 departs from it); slowed step 803 ms (+7.8% over the "
+                                   "healthy 745 ms)")
+
+
 def test_a_weibull_jobs_expected_interruptions_are_named_the_exponential_closed_form():
     """With a Weibull shape other than 1 the expected count is the exponential closed form's (72.0 against 68.1
     simulated at shape 0.5): the interruptions row says so; with the exponential it adds nothing."""
     from simulator.console.report import _weibull_expectation
 
-    job = {"expected_unexpected_interruptions": 72.0, "failure_model": {"gpu": {"shape": 0.5}}}
+    job = {"expected_unexpected_interruptions": 72.0, "failure_model": {"gpu": {"shape": 0.5,
+                                                                              "interrupting_units": 8}}}
     assert _weibull_expectation(job) == ("; the exponential closed form expects 72 (a Weibull shape other than 1 "
                                          "departs from it)")
-    assert _weibull_expectation({**job, "failure_model": {"gpu": {"shape": 1.0}}}) == ""
+    assert _weibull_expectation({**job, "failure_model": {"gpu": {"shape": 1.0, "interrupting_units": 8}}}) == ""

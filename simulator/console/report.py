@@ -7,7 +7,7 @@ Reads only summary.json's keys and shows those present, so a summary that gains 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -602,13 +602,20 @@ def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float 
             f"holds {capacity_gib:.1f} GiB")
 
 
+def _weibull(entries: Iterable[dict]) -> bool:
+    """Whether any of these `failure_model` classes fails by a Weibull of shape other than 1."""
+    return any(entry.get("shape", 1.0) != 1.0 for entry in entries)
+
+
 def _weibull_expectation(job: dict) -> str:
-    """Where a class fails by a Weibull of shape other than 1, the interruptions the exponential closed form
-    expects (job_summary.json's `expected_unexpected_interruptions`, units x rate x horizon), named as that: the
-    simulated count departs from it (shape 0.5 on 8 GPUs at MTBF 80 h: 68.1 simulated, 72.0 by the closed form,
-    read as a miss outside the 95% interval); '' otherwise."""
-    shapes = {entry.get("shape", 1.0) for entry in job.get("failure_model", {}).values()}
-    if shapes <= {1.0} or job.get("expected_unexpected_interruptions") is None:
+    """Where a class that interrupts (`interrupting_units` above 0) fails by a Weibull of shape other than 1, the
+    interruptions the exponential closed form expects (job_summary.json's `expected_unexpected_interruptions`,
+    units x rate x horizon), named as that: the simulated count departs from it (shape 0.5 on 8 GPUs at MTBF
+    80 h: 68.1 simulated, 72.0 by the closed form, read as a miss outside the 95% interval); '' otherwise, as
+    where only classes that slow the job are Weibull (`slowdowns_text` names theirs)."""
+    interrupting = (entry for entry in job.get("failure_model", {}).values()
+                    if entry.get("interrupting_units", 0) > 0)
+    if not _weibull(interrupting) or job.get("expected_unexpected_interruptions") is None:
         return ""
     return (f"; the exponential closed form expects {expected_count(job['expected_unexpected_interruptions'])} (a "
             "Weibull shape other than 1 departs from it)")
@@ -618,14 +625,18 @@ def slowdowns_text(job: dict) -> str:
     """The degradations and stragglers the job's classes expect over the horizon (`failure_model`'s
     `expected_in_horizon` less its `expected_interruptions`, per class) and how much slower the slowed steps are
     than the healthy one (`states` at full size), where a class only slows the job: a NIC-degrade job read
-    'interruptions 0.0' and 'slow steps 1.2 h (2.5%)' alone. '' without such classes."""
-    expected = {(entry.get("label") or name): entry["expected_in_horizon"] - entry["expected_interruptions"]
-                for name, entry in job.get("failure_model", {}).items()
-                if entry["effect"] in ("degrade", "straggle")}
-    expected = {label: value for label, value in expected.items() if value > 0}
-    if not expected:
+    'interruptions 0.0' and 'slow steps 1.2 h (2.5%)' alone. Where such a class is Weibull of shape other than 1
+    the count is named the exponential closed form's, which the simulation departs from. '' without such
+    classes."""
+    slowing = {(entry.get("label") or name): entry for name, entry in job.get("failure_model", {}).items()
+               if entry["effect"] in ("degrade", "straggle")
+               and entry["expected_in_horizon"] > entry["expected_interruptions"]}
+    if not slowing:
         return ""
-    classes = ", ".join(f"{label} {expected_count(value)}" for label, value in expected.items())
+    classes = ", ".join(f"{label} {expected_count(entry['expected_in_horizon'] - entry['expected_interruptions'])}"
+                        for label, entry in slowing.items())
+    if _weibull(slowing.values()):
+        classes += " (the exponential closed form: a Weibull shape other than 1 departs from it)"
     healthy, full = job["step_time_s"], max((state["replicas"] for state in job.get("states", [])), default=0)
     slowed = sorted(state["step_time_s"] for state in job.get("states", [])
                     if state["replicas"] == full and state["step_time_s"] > healthy)
