@@ -689,7 +689,7 @@ def test_a_weibull_class_that_only_slows_the_job_is_named_in_the_slowdowns_row_a
 
 
 def test_a_weibull_jobs_expected_interruptions_are_named_the_exponential_closed_form():
-    """With a Weibull shape other than 1 the expected count is the exponential closed form's (72.0 against 68.1
+    """With a Weibull shape other than 1 the expected count is the exponential closed form's (72.0 against 61.2
     simulated at shape 0.5): the interruptions row says so; with the exponential it adds nothing."""
     from simulator.console.report import _weibull_expectation
 
