@@ -715,7 +715,7 @@ def job_table(job: dict) -> Table:
                       f"{'; ' + skipped if skipped else ''}; {replicas['elastic_batch']}, "
                       f"regrow {replicas['regrow']}); running on " + (running or "none"))
     checkpoint = job["checkpoint"]
-    interval: Callable[[float], str] = format_seconds
+    interval: Callable[[float], str] = format_duration
     optimum = ""
     if job.get("young_interval_s") is not None:
         interval = durations_alike([checkpoint["interval_s"], job["young_interval_s"], job["daly_interval_s"]])
