@@ -200,19 +200,23 @@ def write_wait_warning(costs: SegmentCosts, horizon_s: float | None = None) -> s
     """A warning when the interval trains for less time than the checkpoint's write lasts (`steps_holding_write`),
     sync or async alike: async, each checkpoint waits for the previous write, which the cost per checkpoint shows
     against that at the floor; sync, the job stalls for each write longer than it trains between them (a 987.8 s
-    write every 601.6 s ran at ETTR 36.9% without a word). None when the interval holds its write, and where the
-    write outlasts the horizon ``horizon_s``: then no interval holds it (`simulate.write_past_horizon` says so)."""
+    write every 601.6 s ran at ETTR 36.9% without a word), and about half of each cycle still at the fewest steps
+    that hold the write, so only a longer interval or an async write is the remedy there. None when the interval
+    holds its write, and where the write outlasts the horizon ``horizon_s``: then no interval holds it
+    (`simulate.write_past_horizon` says so)."""
     steps = steps_holding_write(costs)
     if costs.interval_steps >= steps or (horizon_s is not None and costs.write_s >= horizon_s):
         return None
     trained = costs.interval_steps * costs.step_s
     short = (f"{costs.mode} checkpoints every {counted(costs.interval_steps, 'step')} ({format_duration(trained)}) "
-             f"do not hold their write of {format_duration(costs.write_s)} (the fewest that do: {steps:,}, "
-             f"{format_duration(steps * costs.step_s)})")
+             f"do not hold their write of {format_duration(costs.write_s)}")
+    fewest = f"{steps:,}, {format_duration(steps * costs.step_s)}"
     if costs.mode == "sync":
+        held_share = costs.write_s / (steps * costs.step_s + costs.write_s)
         return (f"{short}: training stalls for each write longer than it trains between them, "
-                f"{costs.write_s / costs.cycle.period_s:.0%} of each checkpoint cycle (checkpoint.interval, or "
-                "checkpoint.mode: async)")
+                f"{costs.write_s / costs.cycle.period_s:.0%} of each checkpoint cycle, and still {held_share:.0%} at "
+                f"the fewest steps that hold it ({fewest}) (a longer checkpoint.interval, or checkpoint.mode: async)")
+    short += f" (the fewest that do: {fewest})"
     waiting = checkpoint_cost_s(costs)
     holding = checkpoint_cost_s(replace(costs, interval_steps=steps))
     return (f"{short}: each checkpoint waits for the previous write and costs {format_duration(waiting)} of "
