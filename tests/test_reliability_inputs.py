@@ -99,7 +99,8 @@ def test_bad_job_input_is_one_located_line(case, tmp_path, capsys):
                                                ("  bytes_per_param: 16", ["checkpoint.size=1TB"])])
 def test_a_checkpoint_size_beside_bytes_per_param_is_refused(tmp_path, capsys, in_file, told):
     """`size` and `bytes_per_param` both give the checkpoint's size: either from the file or from --set, the pair is
-    refused at the checkpoint section's line, as `mtbf` beside `rate` is."""
+    refused at the checkpoint section's line, as `mtbf` beside `rate` is; its example is Llama 3 405B's 14 B
+    checkpoint, 5.68 TB, as docs/reliability.md's scenario comment gives it."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB.replace("  interval: 30 min", f"  interval: 30 min\n{in_file}" if in_file
                                           else "  interval: 30 min"))
@@ -108,6 +109,7 @@ def test_a_checkpoint_size_beside_bytes_per_param_is_refused(tmp_path, capsys, i
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1
     assert err.startswith(f"error: {scenario}:18: checkpoint: give one of size and bytes_per_param, not both"), err
+    assert "(allowed: size: '5.68 TB', bytes_per_param: 14)" in err, err
 
 
 def test_a_checkpoint_larger_than_the_storage_reads_in_decimal_units(tmp_path, capsys):

@@ -354,7 +354,7 @@ class CheckpointConfig(Section):
     def _one_size(self) -> CheckpointConfig:
         if self.size is not None and self.bytes_per_param is not None:
             raise ValueError("give one of size and bytes_per_param, not both: the size is the model's parameters "
-                             "times bytes_per_param (allowed: size: '6.48 TB', bytes_per_param: 16)")
+                             "times bytes_per_param (allowed: size: '5.68 TB', bytes_per_param: 14)")
         return self
 
 
