@@ -480,7 +480,7 @@ def test_the_layout_search_tree_under_eager_shards_with_fsdp_where_plain_ddp_doe
     the tree, as it shards with ZeRO-1 elsewhere, shards with FSDP where plain DDP does not fit: recompute is tried
     outermost, lightest first, and for each DDP and FSDP over every GPU come before the pipelined layouts (PP + DDP,
     then PP + FSDP). Recompute inside would pick pp4 dp2 DDP with full recompute over FSDP dp8 with the same
-    recompute (seq 16384, global batch 32: 37,399 against 52,405 tokens/s)."""
+    recompute (seq 16384, global batch 32: 37,451 against 52,481 tokens/s)."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Candidate, Checked, Pruned, Pruning
 
