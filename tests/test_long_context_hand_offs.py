@@ -76,9 +76,10 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     built, and the route classes by hops
     are none (every lane's hand-off crosses the spines over the same hops), so the finer route classes are listed
     as not tried; no collective other than a hand-off falls out of step. With every CP lane simulated (256 ranks, what
-    --force runs, not run here: 225 s of CPU, 10.6 GiB) no mirror falls out of step, the step is 11.296940 s and
-    the exposed pipeline communication 453.1 ms per GPU (the stage fold 3.3e-6 short). Measured 2026-12-03; a
-    change to the network model, the spine hash or the program moves these figures, and should be looked at here."""
+    --force runs, not run here: 225 s of CPU, 10.6 GiB) no mirror falls out of step; measured 2026-12-03 with the
+    H100's bf16 GEMM share at 0.801, that step took 11.296940 s and its exposed pipeline communication 453.1 ms per
+    GPU (the stage fold's 11.296903 s, 3.3e-6 short, and 487.1 ms). A change to the network model, the spine hash
+    or the program moves these figures, and should be looked at here."""
     summary = simulate(load_scenario(LONG_CONTEXT)).summary
     assert summary["folded"] and "fold_off_reason" not in summary
     (warning,) = summary["warnings"]
