@@ -124,8 +124,8 @@ def test_large_restart_cost_moves_the_optimum_only_for_weibull(distribution, sha
     (244.6, "24 steps", ", the longest tried: the optimum may be longer"),
 ])
 def test_the_study_line_gives_the_best_intervals_steps_and_whether_it_is_at_the_edge(best, steps, edge):
-    """'--intervals 1min,2min,4min': the line gives the best interval with its steps (1 min rounds to 6 steps of 10.19
-    s, 61.17 s) and says the best is the shortest tried, where Young's interval (13.6 s) says the optimum lies below."""
+    """'--intervals 1min,2min,4min': the line gives the best interval with its steps (1 min rounds to 6 steps of 10.18
+    s, 61.06 s) and says the best is the shortest tried, where Young's interval (13.6 s) says the optimum lies below."""
     from simulator.cli import _steps_and_edge
 
     points = [{"interval_s": 61.2, "interval_steps": 6}, {"interval_s": 122.3, "interval_steps": 12},

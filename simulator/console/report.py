@@ -769,7 +769,7 @@ def young_daly_text(figures: dict, interval: Callable[[float], str] = seconds_al
     """Young's and Daly's intervals of a job_summary.json or study curve, and, where an async write takes more
     than a step, the cost C they take and the write floor they stop at (`summary.young_daly_cost_s`,
     `summary.write_floor_steps`): the scenario's cost per checkpoint beside them is that of its own interval,
-    which may wait for the write (22.28 s against C 8.3 ms on the 405B job checkpointing every step). The
+    which may wait for the write (22.30 s against C 8.3 ms on the 405B job checkpointing every step). The
     intervals read as ``interval`` writes them (a study line: in the unit of the interval it tried)."""
     text = f"Young {interval(figures['young_interval_s'])}, Daly {interval(figures['daly_interval_s'])}"
     steps = figures.get("write_floor_steps") or 0

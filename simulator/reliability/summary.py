@@ -121,7 +121,7 @@ def young_daly_cost_s(costs: SegmentCosts) -> float:
 def young_daly_intervals(costs: SegmentCosts, mtbf_s: float) -> tuple[float, float]:
     """Young's and Daly's intervals for system MTBF ``mtbf_s`` and the cost C of the intervals they pick
     (`young_daly_cost_s`), each at least the write floor in whole steps (`write_floor_steps`: 32.47 s of write is
-    4 steps of 10.19 s, 40.78 s, where 3 steps wait 1.9 s a checkpoint for it)."""
+    4 steps of 10.18 s, 40.70 s, where 3 steps wait 1.9 s a checkpoint for it)."""
     floor, cost = write_floor_steps(costs) * costs.step_s, young_daly_cost_s(costs)
     return max(floor, young_interval(cost, mtbf_s)), max(floor, daly_interval(cost, mtbf_s))
 
