@@ -1837,15 +1837,39 @@ def test_a_job_says_the_estimated_cpu_time_of_each_straggler_state(monkeypatch):
                       "cores (--workers) cut it"]
     folded = scenario_from_text(JOB64, "job64.yaml")
     warned.clear()
-    slow = [state for state in simulate_job(folded, workers_warning=warned.append).summary["states"]
-            if state["slow_gpus"]]
+    heard.clear()
+    slow = [state for state in simulate_job(folded, activity=heard.append,
+                                            workers_warning=warned.append).summary["states"] if state["slow_gpus"]]
     estimate = classed_estimate(folded, 64, 16, scale.capped_topology(folded))
     each = ahead.straggler_state_s(estimate, folded=True)
-    assert each < ahead.link_state_s(estimate)  # a state sharing the job's fold costs less
+    first = ahead.straggler_state_s(estimate, folded=True, first=True)
+    assert each < first and each < ahead.link_state_s(estimate)  # a state sharing the job's fold costs less
+    told = [line.rsplit(", an estimated ", 1)[1] for line in heard if ": simulating" in line]
+    assert told == [f"{format_duration(first)} of CPU"] + [f"{format_duration(each)} of CPU"] * (len(slow) - 1)
     assert warned == [f"the {len(slow)} cluster states with straggling GPUs foreseen take an estimated "
-                      f"{format_duration(each * len(slow))} of CPU on one core, each folded by the slow GPU's classes "
+                      f"{format_duration(first + each * (len(slow) - 1))} of CPU on one core, each folded by the "
+                      "slow GPU's classes "
                       "onto 16 ranks: fewer run.replications, a shorter run.horizon, a rarer throttle failure, more "
                       "cores (--workers) cut it"]
+
+
+def test_a_folded_straggler_state_is_estimated_a_fixed_cost_and_a_rate_near_its_measured_times():
+    """A folded straggler state's estimate is FOLDED_STRAGGLER_S_FIXED plus FOLDED_STRAGGLER_S_PER_EVENT an op +
+    flow, the first of a job FOLDED_STRAGGLER_FOLD_S_PER_EVENT more for the fold it builds; and it lies within
+    1.35 times of the median CPU times measured one state at a time (analytic model, a 1.3 slowdown): 1.0 s after
+    the first (1.4 s more for the first) on the 2,048-GPU Llama 3 70B job's 83,524 ops + flows, 3.0 s (7.2 s
+    more) on the 16,384-GPU Llama 3 405B job's 259,401."""
+    from simulator.scale import ScaleEstimate
+
+    def estimate(events: int) -> ScaleEstimate:
+        return ScaleEstimate(gpus=2048, simulated_ranks=16, ops=events, flows=0, memory_bytes=0.0, folded=True)
+
+    for events, later_s, fold_s in ((83_524, 1.0, 1.4), (259_401, 3.0, 7.2)):
+        each = ahead.straggler_state_s(estimate(events), folded=True)
+        first = ahead.straggler_state_s(estimate(events), folded=True, first=True)
+        assert each == pytest.approx(ahead.FOLDED_STRAGGLER_S_FIXED + events * ahead.FOLDED_STRAGGLER_S_PER_EVENT)
+        assert first - each == pytest.approx(events * ahead.FOLDED_STRAGGLER_FOLD_S_PER_EVENT)
+        assert 1 / 1.35 < each / later_s < 1.35 and 1 / 1.35 < (first - each) / fold_s < 1.35
 
 
 def test_a_job_whose_straggler_states_take_past_the_limit_is_refused_unless_forced(tmp_path, capsys, monkeypatch):

@@ -1,27 +1,25 @@
 """A job's cluster states simulated ahead of its replications, on the machine's other cores.
 
 A job with straggling GPUs meets many states one after another as its replications run (docs/reliability.md's
-throttling example on the 16,384-GPU job: 1,685 sets of slowed stages over 100 replications, each a step of
-~1.75 s of CPU), on one core. Which states a replication meets is set by its failures, drawn before it runs,
-and by what the job does about them; a state's step only sets how fast it trains meanwhile, except where a
-state has no route (no step) or an elastic job picks its size. So a first pass runs every replication with the
-healthy step standing in for each state not simulated yet, noting the states it asks for (`states_foreseen`;
-the states it trains or restarts in first, then, those simulated, the sub-states their slow-step split asks);
-those are simulated in worker processes forked from the job's, which inherit the fold, programs and plan cache
-its states share (the first is simulated before the fork, building them), and the replications then run as
-before, each state's step taken from there (`StepStates.simulated_ahead`). A job with degraded units (a leaf
-switch, a cable, a NIC, a spine) meets states with links down, each an unfolded step of its own (the engine
-folds no step with link faults, and a leaf down slows only its rail's collectives): 41 of them on the 2,048-GPU
-job with a leaf-switch class over 2 replications, ~223 s of CPU and 5.2 GB each; those are simulated ahead too,
-the first with links down in the job's process, whose peak memory then sizes the pool. A state the first pass
-did not foresee is simulated when met, as before. The steps simulated ahead are kept for the job's life,
-whatever the budget of the process's state cache, and an error one of them raised (a state refused) is kept as
-its result, raised where the job meets the state, not simulated again (`StepStates.simulated_ahead`). A
-state's step is the same function of the state in whichever process it is simulated, so the job's outputs are
-byte-identical to a run on one core. States with links down that are rotations of each other by whole
-data-parallel replicas are one step where the job's step is proven to rotate (reliability/symmetry.py): only
-one of each class is simulated (`states_ahead`).
-"""
+throttling example on the 16,384-GPU job: 1,685 sets of slowed stages over 100 replications, each a step of ~3.0 s
+of CPU at a load of ~4.5 on 2 cores, ~1.7 s on idle ones), on one core. Which states a replication meets is set by
+its failures, drawn before it runs, and by what the job does about them; a state's step only sets how fast it trains
+meanwhile, except where a state has no route (no step) or an elastic job picks its size. So a first pass runs every
+replication with the healthy step standing in for each state not simulated yet, noting the states it asks for
+(`states_foreseen`; the states it trains or restarts in first, then, those simulated, the sub-states their slow-step
+split asks); those are simulated in worker processes forked from the job's, which inherit the fold, programs and
+plan cache its states share (the first is simulated before the fork, building them), and the replications then run
+as before, each state's step taken from there (`StepStates.simulated_ahead`). A job with degraded units (a leaf
+switch, a cable, a NIC, a spine) meets states with links down, each an unfolded step of its own (the engine folds no
+step with link faults, and a leaf down slows only its rail's collectives): 41 of them on the 2,048-GPU job with a
+leaf-switch class over 2 replications, ~223 s of CPU and 5.2 GB each; those are simulated ahead too, the first with
+links down in the job's process, whose peak memory then sizes the pool. A state the first pass did not foresee is
+simulated when met, as before. The steps simulated ahead are kept for the job's life, whatever the budget of the
+process's state cache, and an error one of them raised (a state refused) is kept as its result, raised where the job
+meets the state, not simulated again (`StepStates.simulated_ahead`). A state's step is the same function of the
+state in whichever process it is simulated, so the job's outputs are byte-identical to a run on one core. States
+with links down that are rotations of each other by whole data-parallel replicas are one step where the job's step
+is proven to rotate (reliability/symmetry.py): only one of each class is simulated (`states_ahead`)."""
 
 from __future__ import annotations
 
@@ -97,14 +95,24 @@ LINK_STATE_S_PER_EVENT_GPU = 2.8e-9
 """CPU seconds each op + flow of a state with links down takes per GPU of the cluster, beside
 LINK_STATE_S_PER_EVENT (the same fit: its routes, detours and mirrors span the whole cluster)."""
 
-FOLDED_STRAGGLER_S_PER_EVENT = 6.8e-6
-"""CPU seconds a straggler state whose step folds by the slow GPU's classes takes per op + flow of that fold
-(`scale.classed_estimate`): such states share the job's programs, plans and fold (`StepStates._shared_fold`), so
-they cost less than a state with links down: fitted to docs/reliability.md's throttling example on the
-16,384-GPU Llama 3 405B job on the analytic model, ~1.75 s of CPU a state for ~258,385 ops + flows (64 ranks),
-where LINK_STATE_S_PER_EVENT and LINK_STATE_S_PER_EVENT_GPU give 15.1 s. A straggler state that unfolds is
-timed as a state with links down (`link_state_s`): on the 2,048-GPU Llama 3 70B job cut down to 64 GPUs 1.02
-times its measured time, to 256 GPUs 0.72 times (2026-12-07)."""
+FOLDED_STRAGGLER_S_FIXED = 0.05
+"""CPU seconds a straggler state whose step folds by the slow GPU's classes takes whatever its size, beside
+FOLDED_STRAGGLER_S_PER_EVENT each op + flow of that fold (`scale.classed_estimate`). Such states share the job's
+programs, plans and fold (`StepStates._shared_fold`), so they cost less than a state with links down. Fitted to
+states timed one by one (CPU time of `StepStates._fresh` in the job's process, `--workers 1`, network.model:
+analytic, a `throttling` class `{unit: gpu, effect: straggle, slowdown: 1.3, repair: 1 d}`, 1 d, 1 replication;
+2026-12-07, the 2 shared cores at a load of ~3.5-5): the 2,048-GPU Llama 3 70B job (mtbf 5000 h, 83,524 ops +
+flows on 16 ranks) 0.72-1.33 s a state after the first, median ~1.0 s; the 16,384-GPU Llama 3 405B job (mtbf
+200000 h, 259,401 on 64 ranks) 2.78-3.33 s, median ~3.0 s. The line through the two medians: 11.4 us an op + flow
+and 0.05 s fixed. A straggler state that unfolds is timed as a state with links down (`link_state_s`): on the
+2,048-GPU Llama 3 70B job cut down to 64 GPUs 1.02 times its measured time, to 256 GPUs 0.72 times."""
+FOLDED_STRAGGLER_S_PER_EVENT = 1.14e-5
+"""CPU seconds each op + flow of a folded straggler state takes (the fit of FOLDED_STRAGGLER_S_FIXED)."""
+FOLDED_STRAGGLER_FOLD_S_PER_EVENT = 2.2e-5
+"""CPU seconds each op + flow adds to the first folded straggler state of a job, which builds the fold the later
+ones share (`StepStates.fold_built`). Measured in the runs of FOLDED_STRAGGLER_S_FIXED as the first state's time
+less the later ones' (in its run): 1.1-1.8 s on the 2,048-GPU job (first states 1.81-2.84 s), 13-22 us an op + flow;
+7.0-7.4 s on the 16,384-GPU job (first states 10.1-10.2 s), 27-29 us; 22 us is within 1.4 times of their medians."""
 
 _FORKED: StepStates | None = None
 """The job's states, as the workers inherit them (set only while they run)."""
@@ -269,15 +277,16 @@ class LinkStateSizes:
         estimator = self.estimator(None)
         return None if estimator is None else estimator(self.straggler_ranks)
 
-    def state_s(self, state: ClusterState, healthy: ClusterState) -> float | None:
+    def state_s(self, state: ClusterState, healthy: ClusterState, first: bool = False) -> float | None:
         """The estimated CPU seconds of the step of ``state`` (`state_estimate`): `link_state_s` for one with
-        links down, `straggler_state_s` for straggling GPUs alone; None where it has no estimate."""
+        links down, `straggler_state_s` for straggling GPUs alone (the ``first`` of the job's, which builds
+        their shared fold); None where it has no estimate."""
         estimate = self.state_estimate(state, healthy)
         if estimate is None:
             return None
         if state.links_down:
             return link_state_s(estimate)
-        return straggler_state_s(estimate, folded=self.straggler_ranks != self.size(None).topology.num_gpus)
+        return straggler_state_s(estimate, self.straggler_ranks != self.size(None).topology.num_gpus, first)
 
     def ranks(self, state: ClusterState) -> int:
         """How many ranks the step of ``state`` (with some links down) simulates."""
@@ -533,11 +542,16 @@ def link_state_s(estimate: ScaleEstimate) -> float:
     return LINK_STATE_S_FIXED + estimate.events * (LINK_STATE_S_PER_EVENT + estimate.gpus * LINK_STATE_S_PER_EVENT_GPU)
 
 
-def straggler_state_s(estimate: ScaleEstimate, folded: bool) -> float:
+def straggler_state_s(estimate: ScaleEstimate, folded: bool, first: bool = False) -> float:
     """The CPU seconds of a straggler state whose step is estimated as ``estimate`` (`scale.classed_estimate` on
-    `LinkStateSizes.straggler_ranks`): FOLDED_STRAGGLER_S_PER_EVENT each op and flow where it ``folded`` by the
-    slow GPU's classes, else as a state with links down (`link_state_s`), unfolded."""
-    return LINK_STATE_S_FIXED + estimate.events * FOLDED_STRAGGLER_S_PER_EVENT if folded else link_state_s(estimate)
+    `LinkStateSizes.straggler_ranks`): where it ``folded`` by the slow GPU's classes, FOLDED_STRAGGLER_S_FIXED
+    and FOLDED_STRAGGLER_S_PER_EVENT each op and flow, and FOLDED_STRAGGLER_FOLD_S_PER_EVENT more each where it
+    is the ``first`` (building the fold the later ones share); else as a state with links down
+    (`link_state_s`), unfolded."""
+    if not folded:
+        return link_state_s(estimate)
+    per_event = FOLDED_STRAGGLER_S_PER_EVENT + (FOLDED_STRAGGLER_FOLD_S_PER_EVENT if first else 0.0)
+    return FOLDED_STRAGGLER_S_FIXED + estimate.events * per_event
 
 
 def with_links_down(kinds: Sequence[Sequence[ClusterState]]) -> list[ClusterState]:

@@ -1080,7 +1080,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     replications = scenario.run.replications
     if activity is not None:
         prepared.states.on_simulating = _state_activity(activity, events, replications, prepared.link_sizes,
-                                                        prepared.states.healthy)
+                                                        prepared.states)
     totals: list[ReplicationTotals] = []
     trained_in: set[ClusterState] = set()
     met_by_job: set[ClusterState] = set()
@@ -1161,8 +1161,7 @@ def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Cal
     slow = slow_states(states, foreseen.states)
     if slow and sizes.straggler_ranks is not None:
         shared = workers if parallel and len(slow) >= AHEAD_MIN_STATES else 1
-        _told_straggler_time(loaded, prepared.model, slow, sizes, states.healthy, shared, force or split,
-                             workers_warning)
+        _told_straggler_time(loaded, prepared.model, slow, sizes, states, shared, force or split, workers_warning)
     if activity is not None:
         activity("")
     if parallel:
@@ -1258,25 +1257,28 @@ def _told_time_ahead(loaded: LoadedScenario, states: StepStates, linked: Sequenc
         warning(f"{told.line()}: {cuts} cut it")
 
 
-def _straggler_state_s(sizes: LinkStateSizes, healthy: ClusterState) -> float:
+def _straggler_state_s(sizes: LinkStateSizes, healthy: ClusterState, first: bool = False) -> float:
     """The estimated CPU seconds of the step of a state of straggling GPUs alone (`LinkStateSizes.state_s` of a
-    state slowing GPU 0 of the job's ``healthy`` replicas), 0 where not sized."""
-    state_s = sizes.state_s(replace(healthy, slow_gpus=((0, 2.0),)), healthy)
+    state slowing GPU 0 of the job's ``healthy`` replicas; the ``first``, building their fold), 0 where not
+    sized."""
+    state_s = sizes.state_s(replace(healthy, slow_gpus=((0, 2.0),)), healthy, first)
     return 0.0 if state_s is None else state_s
 
 
 def _told_straggler_time(loaded: LoadedScenario, model: FailureModel, slow: Sequence[ClusterState],
-                         sizes: LinkStateSizes, healthy: ClusterState, workers: int, force: bool,
+                         sizes: LinkStateSizes, states: StepStates, workers: int, force: bool,
                          warning: Callable[[str], None] | None) -> None:
     """Tell the estimated time of the straggler states ``slow`` (`ahead.slow_states`) before any is simulated, as
     `_told_time_ahead` tells the states with links down: each `_straggler_state_s` (the ranks
-    `LinkStateSizes.straggler_ranks`), the first here and the rest over ``workers`` (1: simulated as met, on one
-    core), refused past `ahead.MAX_AHEAD_S` unless ``force`` (at run.replications where one replication's share
-    fits, else at the first straggle class) and told to ``warning`` from `ahead.LONG_AHEAD_S` on."""
-    state_s = _straggler_state_s(sizes, healthy)
+    `LinkStateSizes.straggler_ranks`), the first here, building the fold the rest share where ``states`` has none
+    yet (`StepStates.fold_built`), and the rest over ``workers`` (1: simulated as met, on one core), refused
+    past `ahead.MAX_AHEAD_S` unless ``force`` (at run.replications where one replication's share fits, else at
+    the first straggle class) and told to ``warning`` from `ahead.LONG_AHEAD_S` on."""
+    state_s = _straggler_state_s(sizes, states.healthy)
+    first_s = _straggler_state_s(sizes, states.healthy, first=not states.fold_built)
     ranks = sizes.straggler_ranks
     assert ranks is not None
-    told = time_ahead(slow, lambda _state: ranks, lambda _state: state_s, workers)
+    told = time_ahead(slow, lambda _state: ranks, lambda state: first_s if state == slow[0] else state_s, workers)
     assert told is not None
     from simulator.engine.fold_policy import SHARED_LINKS
 
@@ -1319,10 +1321,11 @@ def replication_text(replication: int, replications: int) -> str:
 
 
 def _state_activity(activity: Callable[[str], None], events: JobEvents, replications: int,
-                    sizes: LinkStateSizes, healthy: ClusterState) -> Callable[[ClusterState | None], None]:
+                    sizes: LinkStateSizes, states: StepStates) -> Callable[[ClusterState | None], None]:
     """A `StepStates.on_simulating` that tells ``activity`` which state the replication now running (its
     ``events``' replication) simulates, by what differs in it, and, for a state with links down or straggling
-    GPUs alone (the job's healthy state ``healthy`` otherwise), the CPU time its step is estimated to take
+    GPUs alone (the job's healthy state otherwise; the first of those builds the fold of ``states`` the later
+    ones share, `StepStates.fold_built`), the CPU time its step is estimated to take
     (``sizes``: `LinkStateSizes.state_s`, as the job's up-front estimate sizes each state; a leaf state of the
     16,384-GPU job took minutes with no time on the line, a straggler state of the 2,048-GPU job too), and when
     it is done. Unnumbered: states simulated ahead or cached are not heard, and job_summary.json sorts its
@@ -1334,7 +1337,7 @@ def _state_activity(activity: Callable[[str], None], events: JobEvents, replicat
             activity(replication)
             return
         differs = state.describe() or f"{state.replicas} replicas"
-        state_s = sizes.state_s(state, healthy)
+        state_s = sizes.state_s(state, states.healthy, first=not states.fold_built)
         took = "" if state_s is None else f", an estimated {format_duration(state_s)} of CPU"
         activity(f"{replication}: simulating a new cluster state ({differs}){took}")
 

@@ -612,6 +612,12 @@ class StepStates:
             step = refaulted(step, faults)
         return PreparedStep(settings, plans, step, build)
 
+    @property
+    def fold_built(self) -> bool:
+        """Whether a straggler state has folded the job's step yet (`_shared_fold`): the first one builds that
+        fold, which `ahead.FOLDED_STRAGGLER_FOLD_S_PER_EVENT` times; later ones take it."""
+        return bool(self._folds)
+
     @staticmethod
     def _store(key: tuple[str, ClusterState | None], entry: tuple[StepState | None, dict]
                ) -> tuple[StepState | None, dict]:
