@@ -262,6 +262,11 @@ class LinkStateSizes:
         """How many ranks the step of a state of straggling GPUs alone on the job's replicas simulates, set by the
         job (`simulate.sized_straggler_states`): every rank where the engine unfolds such a step, else the slow
         replica's classes in each stage; None without a straggle class, or for a trace."""
+        self.straggler_why = ""
+        """Why such a step unfolds ('' where it folds by the slow replica's classes), as the engine's folding
+        rule says it (`fold_policy.straggler_blocker`, `fold_policy.SHARED_LINKS` among its answers)."""
+        self.straggler_folded = False
+        """Whether such a step folds by the slow replica's classes (`straggler_state_s`'s ``folded``)."""
         self.straggler_each = ""
         """How such a step is simulated, as `TimeAhead.each` says it ('unfolded onto {ranks:,} ranks (why)')."""
 
@@ -286,7 +291,7 @@ class LinkStateSizes:
             return None
         if state.links_down:
             return link_state_s(estimate)
-        return straggler_state_s(estimate, self.straggler_ranks != self.size(None).topology.num_gpus, first)
+        return straggler_state_s(estimate, self.straggler_folded, first)
 
     def ranks(self, state: ClusterState) -> int:
         """How many ranks the step of ``state`` (with some links down) simulates."""

@@ -19,6 +19,13 @@ from simulator.config.locate import located
 from simulator.config.reliability import UNIT_KINDS, Effect, ElasticBatch
 from simulator.config.schema import TraceWorkload
 from simulator.config.yaml_source import FieldPath
+from simulator.engine.fold_policy import (
+    EVERY_RANK_A_CLASS,
+    EVERY_RANK_NEAR,
+    SHARED_LINKS,
+    link_fault_blocker,
+    straggler_blocker,
+)
 from simulator.engine.stepping import run_all
 from simulator.errors import ScenarioError, StepAborted
 from simulator.reliability.ahead import (
@@ -272,7 +279,6 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
     job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers."""
-    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, SHARED_LINKS, straggler_blocker
     from simulator.program.unfolding import Unfolding
     from simulator.scale import unfolded_beyond_limits
     from simulator.simulation import prepare_training, step_faults
@@ -349,7 +355,6 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     refused when the job meets it where the unfolded step passes the limits (at 16,384 GPUs ~66 million ops +
     flows and ~55 GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job
     was refused up front although its states fold. ``activity``: `first_tray_fold_blocker`'s."""
-    from simulator.engine.fold_policy import EVERY_RANK_NEAR, link_fault_blocker
     from simulator.simulation import step_faults
 
     blocker = link_fault_blocker(step_faults(loaded, topology), loaded.scenario.network.model)
@@ -450,7 +455,6 @@ def _refuse_folded_link_state(loaded: LoadedScenario, sized: LoadedScenario, top
     ``folded`` estimates it (`scale.classed_estimate`), passes the scale limits; where those are every rank of
     the ``world`` (the job's GPUs on the state's cluster, ``sized`` built as ``topology``: a shrunk one's), the
     unfolded step's estimate. At the class's field."""
-    from simulator.engine.fold_policy import EVERY_RANK_NEAR
     from simulator.scale import unfolded_beyond_limits
 
     if ranks >= world:
@@ -542,10 +546,10 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topolo
                            f"{refold.describe()}; {refold.beyond()}", "a smaller cluster, or --force")
 
 
-_STRAGGLER_FOLDS: dict[tuple[str, float], tuple[bool, str]] = {}
-"""Per step (`states.step_key`) and straggler factor, whether its straggler states unfold and why
-(`sized_straggler_states`): a study's points share the healthy step, which the process's state cache keeps, so
-each would otherwise build it again to ask."""
+_STRAGGLER_FOLDS: dict[str, tuple[bool, str]] = {}
+"""Per step (`states.step_key`), whether its straggler states unfold and why (`sized_straggler_states`; the
+engine's rule reads which ranks are slowed, not by how much: `fold_policy.refaulted`): a study's points share the
+healthy step, which the process's state cache keeps, so each would otherwise build it again to ask."""
 
 
 def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology: Topology,
@@ -558,14 +562,13 @@ def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology
     links with the others': a straggling GPU on the 2,048-GPU Llama 3 70B job, whose state unfolded ran for
     minutes unannounced), or the one rank per class that `fold_policy.straggler_step` simulates. Nothing for a
     job without a straggle class, or a trace."""
-    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, straggler_blocker
     from simulator.simulation import prepare_training, step_faults
 
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
     layout = sizes.size(None).layout
     if not straggling or layout is None:
         return prepared
-    key = (step_key(loaded), straggling[0].slowdown)
+    key = step_key(loaded)
     if key not in _STRAGGLER_FOLDS:
         if not loaded.scenario.run.fold:
             why = "run.fold: false"
@@ -584,6 +587,7 @@ def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology
     unfolds, why = _STRAGGLER_FOLDS[key]
     classes = layout.pp * _slow_replica_classes(loaded, topology.num_gpus)[1]
     sizes.straggler_ranks = layout.world if unfolds else classes
+    sizes.straggler_why, sizes.straggler_folded = why, not unfolds
     sizes.straggler_each = (f"unfolded onto {{ranks:,}} ranks ({why})" if unfolds
                             else "folded by the slow GPU's classes onto {ranks:,} ranks")
     return prepared
@@ -1280,12 +1284,10 @@ def _told_straggler_time(loaded: LoadedScenario, model: FailureModel, slow: Sequ
     assert ranks is not None
     told = time_ahead(slow, lambda _state: ranks, lambda state: first_s if state == slow[0] else state_s, workers)
     assert told is not None
-    from simulator.engine.fold_policy import SHARED_LINKS
-
     told = replace(told, kind="with straggling GPUs", each=sizes.straggler_each)
     culprit = next(klass for klass in model.classes if klass.effect is Effect.STRAGGLE)
     analytic = ("network.model: analytic (each collective alone: the slow replica meets no other's traffic and "
-                "its states fold), " if SHARED_LINKS in sizes.straggler_each else "")
+                "its states fold), " if sizes.straggler_why == SHARED_LINKS else "")
     cuts = (f"fewer run.replications, a shorter run.horizon, a rarer {culprit.name} failure, {analytic}"
             f"more cores (--workers)")
     if told.wall_s > MAX_AHEAD_S and not force:
