@@ -108,8 +108,8 @@ and ~2 GiB before the step's own ops and flows; a million would take over two mi
 (`CLUSTER_SECONDS_PER_GPU`, `TOPOLOGY_BYTES_PER_GPU`), while a folded run's ops and flows stay few."""
 PROCESS_BYTES = 200 * 2**20
 """Memory a run holds whatever it simulates, beside its cluster: Python, numpy, pandas, the simulator's modules and
-the reports' writers (a 116-op step with its full timeline peaked at 110 MiB; the GB200 step's peaks with its full
-timeline, a line through its ops and flows, meet none at ~230 MiB). `OP_BYTES` has the measurements."""
+the reports' writers (a 116-op step with its full timeline peaked at 110 MiB; a line fitted through the GB200
+step's peaks (full timeline) against its ops and flows meets zero at ~230 MiB). `OP_BYTES` has the measurements."""
 OP_BYTES = 650
 """An op object, its SimPy process state and its log record, without its timeline row. `OP_BYTES`, `FLOW_BYTES`,
 `TRACE_BYTES_PER_ROW` and `PROCESS_BYTES` come from the peak RSS (`/usr/bin/time -v`) of `trainsim run` against

@@ -624,10 +624,9 @@ def _weibull_expectation(job: dict) -> str:
 def slowdowns_text(job: dict) -> str:
     """The degradations and stragglers the job's classes expect over the horizon (`failure_model`'s
     `expected_in_horizon` less its `expected_interruptions`, per class) and how much slower the slowed steps are
-    than the healthy one (`states` at full size), where a class only slows the job: a NIC-degrade job read
-    'interruptions 0.0' and 'slow steps 1.2 h (2.5%)' alone. Where such a class is Weibull of shape other than 1
-    the count is named the exponential closed form's, which the simulation departs from. '' without such
-    classes."""
+    than the healthy one (`states` at full size), where a class only slows the job. Where such a class is
+    Weibull of shape other than 1 the count is named the exponential closed form's, which the simulation departs
+    from. '' without such classes."""
     slowing = {(entry.get("label") or name): entry for name, entry in job.get("failure_model", {}).items()
                if entry["effect"] in ("degrade", "straggle")
                and entry["expected_in_horizon"] > entry["expected_interruptions"]}

@@ -162,14 +162,15 @@ dozen numpy calls, not some forty; past it, the ranges' cost in the touched entr
 def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """Progressive filling: each round, the fair share of each link still loaded is its remaining capacity over
     the weight of the unfrozen groups on it; the groups on the links at the smallest share (within a relative
-    `TIE_TOLERANCE`) freeze at it, and their weight and usage leave their links. Only the entries of the links
-    that saturate and of the groups that freeze are visited, each once, and only the links those groups cross
-    change share, so a solve costs O(entries + rounds x links) with a small constant on the links (a minimum
-    and a comparison). Where weights are whole flow counts (every caller in the engine) loads are exact in
-    floating point, so they equal a recount of the unfrozen entries each round to the last bit. The round that
-    freezes the last groups ends the solve; a link left with load but no unfrozen group (fractional weights'
-    rounding) leaves the search instead of looping. A round where no link saturates (the lowest share is NaN)
-    raises `ValueError` rather than loop."""
+    `TIE_TOLERANCE`) freeze at it, and their weight and usage leave their links. Past `DENSE_ENTRIES` crossings
+    only the entries of the links that saturate and of the groups that freeze are visited, each once, and only
+    the links those groups cross change share, so a solve costs O(entries + rounds x links) with a small
+    constant on the links (a minimum and a comparison); at or below it each round masks every crossing
+    (O(rounds x entries), a dozen numpy calls a round). Where weights are whole flow counts (every caller in the
+    engine) loads are exact in floating point, so they equal a recount of the unfrozen entries each round to the
+    last bit. The round that freezes the last groups ends the solve; a link left with load but no unfrozen group
+    (fractional weights' rounding) leaves the search instead of looping. A round where no link saturates (the
+    lowest share is NaN) raises `ValueError` rather than loop."""
     entry_group, entry_link = incidence.entry_group, incidence.entry_link
     entry_weight = weight[entry_group]
     load = np.bincount(entry_link, weights=entry_weight, minlength=capacity.size)

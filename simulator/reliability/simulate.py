@@ -546,21 +546,22 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topolo
                            f"{refold.describe()}; {refold.beyond()}", "a smaller cluster, or --force")
 
 
-_STRAGGLER_FOLDS: dict[str, tuple[bool, str]] = {}
-"""Per step (`states.step_key`), whether its straggler states unfold and why (`sized_straggler_states`; the
-engine's rule reads which ranks are slowed, not by how much: `fold_policy.refaulted`): a study's points share the
-healthy step, which the process's state cache keeps, so each would otherwise build it again to ask."""
+_STRAGGLER_FOLDS: dict[tuple[str, bool], tuple[bool, str]] = {}
+"""Per step (`states.step_key`) and `run.fold` (which the key leaves out), whether its straggler states
+unfold and why (`sized_straggler_states`; the engine's rule reads which ranks are slowed, not by how much:
+`fold_policy.refaulted`): a study's points share the healthy step, which the process's state cache keeps, so
+each would otherwise build it again to ask."""
 
 
 def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology: Topology,
                            prepared: PreparedStep | None, sizes: LinkStateSizes, force: bool) -> PreparedStep | None:
     """Set on ``sizes`` how many ranks a straggler state's step simulates (`LinkStateSizes.straggler_ranks`),
-    for the estimate of its CPU time that the job tells as it meets each one and up front (`_told_time_ahead`):
+    for the estimate of its CPU time that the job tells as it meets each one and up front (`_told_straggler_time`):
     every rank where the engine's folding rule unfolds such a step (`fold_policy.straggler_blocker`, asked of
     the healthy step ``prepared``, built here where the job's checks did not, and returned for the job to run:
     `run.fold: false`, a healthy step that unfolds, or, on the flow model, the slow replica's traffic sharing
-    links with the others': a straggling GPU on the 2,048-GPU Llama 3 70B job, whose state unfolded ran for
-    minutes unannounced), or the one rank per class that `fold_policy.straggler_step` simulates. Nothing for a
+    links with the others': a straggling GPU on the 2,048-GPU Llama 3 70B job, whose unfolded state takes ~3.2 min
+    of CPU), or the one rank per class that `fold_policy.straggler_step` simulates. Nothing for a
     job without a straggle class, or a trace."""
     from simulator.simulation import prepare_training, step_faults
 
@@ -568,7 +569,7 @@ def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology
     layout = sizes.size(None).layout
     if not straggling or layout is None:
         return prepared
-    key = step_key(loaded)
+    key = step_key(loaded), loaded.scenario.run.fold
     if key not in _STRAGGLER_FOLDS:
         if not loaded.scenario.run.fold:
             why = "run.fold: false"
@@ -1329,7 +1330,7 @@ def _state_activity(activity: Callable[[str], None], events: JobEvents, replicat
     GPUs alone (the job's healthy state otherwise; the first of those builds the fold of ``states`` the later
     ones share, `StepStates.fold_built`), the CPU time its step is estimated to take
     (``sizes``: `LinkStateSizes.state_s`, as the job's up-front estimate sizes each state; a leaf state of the
-    16,384-GPU job took minutes with no time on the line, a straggler state of the 2,048-GPU job too), and when
+    16,384-GPU job takes minutes, a straggler state of the 2,048-GPU job ~3 min), and when
     it is done. Unnumbered: states simulated ahead or cached are not heard, and job_summary.json sorts its
     states, so no count here indexes them."""
 

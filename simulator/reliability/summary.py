@@ -200,7 +200,7 @@ def write_wait_warning(costs: SegmentCosts, horizon_s: float | None = None) -> s
     """A warning when the interval trains for less time than the checkpoint's write lasts (`steps_holding_write`),
     sync or async alike: async, each checkpoint waits for the previous write, which the cost per checkpoint shows
     against that at the floor; sync, the job stalls for each write longer than it trains between them (a 987.8 s
-    write every 601.6 s ran at ETTR 36.9% without a word), and about half of each cycle still at the fewest steps
+    write every 601.6 s runs at ETTR 36.9%), and about half of each cycle still at the fewest steps
     that hold the write, so only a longer interval or an async write is the remedy there. None when the interval
     holds its write, and where the write outlasts the horizon ``horizon_s``: then no interval holds it
     (`simulate.write_past_horizon` says so)."""

@@ -150,8 +150,9 @@ def refuse_deadlocked_table(path: str | Path, deadlock: ScheduleDeadlock) -> NoR
         raise ScenarioError(f"{deadlock}, {given}; the table runs in the {PLACEMENT_NAMES[other]} placement",
                             field=TABLE_FIELD, file=str(path), line=table.placement_line, allowed=row) from None
     cycle = deadlock.cycle()
-    raise ScenarioError(f"the schedule cannot run: {deadlock}; {_wait_cycle(deadlock, cycle)}", field=TABLE_FIELD,
-                        file=str(path), line=table.rank_lines[cycle[0]],
+    waits = f"; {_wait_cycle(deadlock, cycle)}" if cycle else ""
+    raise ScenarioError(f"the schedule cannot run: {deadlock}{waits}", field=TABLE_FIELD, file=str(path),
+                        line=table.rank_lines[cycle[0] if cycle else deadlock.stuck_ranks[0]],
                         allowed="an action order in which every dependency can be met") from None
 
 

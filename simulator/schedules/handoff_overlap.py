@@ -53,15 +53,15 @@ def beside_handoffs(schedule: Schedule, v: int, placement: Placement) -> list[li
     flags = []
     for rank, actions in enumerate(schedule):
         touching = (handoffs.producer_rank == rank) | (handoffs.receiver_rank == rank)
-        after = table[producer[touching], rank].astype(np.int64)  # the rank's last action before each hand-off
-        before = np.zeros(touching.sum(), dtype=np.int64)  # and its first one after the hand-off has ended
+        last_before = table[producer[touching], rank].astype(np.int64)  # the rank's last action before each
+        first_after = np.zeros(touching.sum(), dtype=np.int64)  # hand-off, and its first one after it has ended
         for other in range(p):
             chosen = receiver_rank[touching] == other
-            before[chosen] = np.searchsorted(clocks[rank][:, other], receiver_index[touching][chosen])
-        spans = after + 1 < before
+            first_after[chosen] = np.searchsorted(clocks[rank][:, other], receiver_index[touching][chosen])
+        spans = last_before + 1 < first_after
         marks = np.zeros(len(actions) + 1, dtype=np.int64)
-        np.add.at(marks, after[spans] + 1, 1)
-        np.add.at(marks, before[spans], -1)
+        np.add.at(marks, last_before[spans] + 1, 1)
+        np.add.at(marks, first_after[spans], -1)
         flags.append((np.cumsum(marks[:-1]) > 0).tolist())
     return flags
 
