@@ -72,7 +72,7 @@ BAD = {
     "a class named as the elastic shrink": (("    gpu:", "    elastic_shrink:\n      unit: gpu"), 15,
                                             "faults.components.elastic_shrink"),
     "a rate per a bare unit": (("      mtbf: 1000 h", "      rate: 0.5 per h"), 16, "faults.components.gpu.rate"),
-    # size won and bytes_per_param was dropped without a word
+    # both give the checkpoint's size
     "size beside bytes per parameter": (("  interval: 30 min",
                                          "  interval: 30 min\n  size: 1 TB\n  bytes_per_param: 16"), 18, "checkpoint"),
     "maintenance without a period or a preset": (("  components:", "  maintenance: {duration: 10 min}\n"
@@ -479,7 +479,7 @@ def test_a_job_of_a_workload_list_is_refused(tmp_path, capsys):
     (("  horizon: 2 d", "  horizon: 1e300 s"),
      "run.horizon: horizon 1.1574e+295 d is more than 36,500 d (a century), longer than any training job (allowed: "
      "a duration up to 36500 d, e.g. 54 d)"),
-    # a horizon typed in days is answered in days, as the limit is (it read 'horizon 3.154e+09 s')
+    # a horizon typed in days is answered in days, as the limit is
     (("  horizon: 2 d", "  horizon: 36501 d"),
      "run.horizon: horizon 36,501 d is more than 36,500 d (a century), longer than any training job (allowed: a "
      "duration up to 36500 d, e.g. 54 d)"),

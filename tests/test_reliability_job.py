@@ -619,9 +619,9 @@ def test_the_job_table_reads_a_step_of_a_minute_or_more_in_its_unit_too():
 
 def test_the_job_table_reads_the_interval_young_and_daly_in_one_fitting_unit():
     """The checkpoint interval, Young's and Daly's intervals read side by side in one unit that fits them
-    (`durations_alike`): the 2k job writing at 1 GB/s read 'every 185 steps (601.6 s) ... Young 13,266 s, Daly
-    12,615 s'; its figures are '10.03 min' and '221.1 min, 210.3 min' (the 12,615.0 s pinned here reads 210.2).
-    Without Young's and Daly's the interval reads as a duration too: '(30 min)', not '(1,800 s)'."""
+    (`durations_alike`): the 601.6 s interval, Young 13,266 s and Daly 12,615 s pinned here read '(10.03 min) ...
+    Young 221.1 min, Daly 210.2 min' (the 2k job writing at 1 GB/s prints Daly 210.3 min). Without Young's and
+    Daly's the interval reads as a duration too: '(30 min)'."""
     from rich.console import Console
 
     from simulator.console.report import job_table

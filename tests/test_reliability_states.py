@@ -1809,8 +1809,8 @@ def test_a_job_says_the_estimated_cpu_time_of_each_straggler_state(monkeypatch):
     """A straggler state's step is announced as a state with links down is, with its estimated CPU time
     (`ahead.straggler_state_s` of `scale.classed_estimate` on the ranks it simulates: here all 32, unfolded), as the
     replication meets it; and told up front, once foreseen (on one core too, STRAGGLER_FORESIGHT_S brought down to
-    0), how many there are, their time and how each is simulated: a straggling GPU on the 2,048-GPU Llama 3 70B
-    job unfolded for minutes with no time on the line. Folded by the slow GPU's classes on JOB64 (4 stages x 4)."""
+    0), how many there are, their time and how each is simulated. Folded by the slow GPU's classes on JOB64 (4
+    stages x 4)."""
     from simulator.scale import classed_estimate
     from simulator.units import format_duration
 
