@@ -71,9 +71,11 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "links": "every class by the hosts near the links down holds one rank",
                                  "hops": "the replicas' hand-offs cross other hops",
                                  "size": "the refold is too large to simulate",
-                                 "untried": "finer refolds are not tried where the step may not unfold"}
+                                 "untried": "finer refolds are not tried where the step may not unfold",
+                                 "classes": "the fold by classes is too large to simulate"}
 """Why a fold is refused before its run, by the check that refused it (`Unfolding.check`), or stands not exact
-(``hops``): the stable short text of a `GivenUp`."""
+(``hops``): the stable short text of a `GivenUp`. ``classes`` is told to the caller's guard alone, which refuses
+the run past the scale limits (`_classed_step`): no `GivenUp` carries it, but every check has its text."""
 
 
 @dataclass(frozen=True)
