@@ -161,15 +161,15 @@ def test_the_verdict_names_the_worker_wait_in_its_reason():
 
 def test_the_bound_rules_read_shares_of_the_workers_iterations():
     """Async, 8 micro-batches, worker 5 3x slow: the fast workers idle 50.9% of the run after their last
-    iteration, outside its throughput; exposed DP communication is 15.6% of the run, 31.9% of the workers'
+    iteration, outside its throughput; exposed DP communication is 15.7% of the run, 32.0% of the workers'
     iterations (the run less that tail). Counting the tail, the wait (67.0%) read idle-bound; leaving it out of
     the wait alone, the exposed communication it thinned read under 30% and the run compute-bound."""
     overrides = ["ps.mode=async", "training.microbatches=8", "faults.step.stragglers=[{gpus: [5], slowdown: 3.0}]"]
     bottleneck = simulate(load_scenario(BUNDLED, overrides=overrides)).summary["bottleneck"]
     evidence, losses = bottleneck["evidence"], bottleneck["loss_shares"]
-    assert evidence["finished_early_share"] == losses["finished_early"] == pytest.approx(0.5095, abs=5e-4)
+    assert evidence["finished_early_share"] == losses["finished_early"] == pytest.approx(0.5092, abs=5e-4)
     exposed = evidence["exposed_comm_share"] / (1 - evidence["finished_early_share"])
-    assert evidence["exposed_comm_share"] < WAIT_BOUND_SHARE < exposed == pytest.approx(0.319, abs=5e-4)
+    assert evidence["exposed_comm_share"] < WAIT_BOUND_SHARE < exposed == pytest.approx(0.3196, abs=5e-4)
     assert bottleneck["constraint"] == "communication"
     assert bottleneck["verdict"] == (f"communication-bound (exposed communication {exposed:.1%} of the workers' "
                                      "iterations > 30.0%); largest single loss: exposed DP communication, "
