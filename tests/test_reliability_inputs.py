@@ -484,12 +484,12 @@ def test_a_job_of_a_workload_list_is_refused(tmp_path, capsys):
      "run.horizon: horizon 36,501 d is more than 36,500 d (a century), longer than any training job (allowed: a "
      "duration up to 36500 d, e.g. 54 d)"),
     # 16 GPUs at 1 / 1000 h over 36,500 d: 16 x 876,000 h / 1000 h = 14,016 failures; 36,500 d / 30 min =
-    # 1,752,000 checkpoints at most (1,749,813.8: 30 min rounds to whole steps, and each cycle adds its
-    # snapshot stall); ~1.76 M per replication, within the limit, and 12 x 1,763,830 = 21.2 M over 12
+    # 1,752,000 checkpoints at most (1,749,870.0: 30 min rounds to whole steps, and each cycle adds its
+    # snapshot stall); ~1.76 M per replication, within the limit, and 12 x 1,763,886 = 21.2 M over 12
     # replications, beyond it: the replications carry the excess
     (("  horizon: 2 d", "  horizon: 36500 d\n  replications: 12"),
-     "run.replications: the job would handle ~21,165,958 events over 12 replications (168,192 failures, 0 "
-     "maintenance windows, 20,997,766 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
+     "run.replications: the job would handle ~21,166,632 events over 12 replications (168,192 failures, 0 "
+     "maintenance windows, 20,998,440 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
      "checkpoint.interval or faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass "
      "--force)"),
     (("    gpu:", "    elastic_shrink:\n      unit: gpu"),
