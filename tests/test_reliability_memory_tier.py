@@ -350,8 +350,8 @@ def test_an_in_memory_interval_near_the_storage_one_is_warned_of(tmp_path, capsy
 
 
 def test_a_state_whose_in_memory_interval_reaches_the_storage_one_is_warned_of(tmp_path, capsys):
-    """Snapshots every 50 s (864 healthy steps of 57.9 ms) beside storage every 4,000 steps: shrunk to one
-    one-GPU host the step is 5.08 ms, 50 s is 9,834 steps, and no snapshot is taken there (each storage checkpoint
+    """Snapshots every 50 s (916 healthy steps of 54.6 ms) beside storage every 4,000 steps: shrunk to one
+    one-GPU host the step is 5.08 ms, 50 s is 9,841 steps, and no snapshot is taken there (each storage checkpoint
     restarts their count); the job says so after the run, at checkpoint.memory's line. On 2 hosts (24.2 ms)
     50 s is 2,064 steps, under 4,000."""
     scenario = tmp_path / "job.yaml"
@@ -360,13 +360,13 @@ def test_a_state_whose_in_memory_interval_reaches_the_storage_one_is_warned_of(t
     err = capsys.readouterr().err
     assert err == (f"warning: {scenario}:7: checkpoint.memory.interval: in 1 cluster state the job met, the "
                    "in-memory interval is not shorter than the storage one in that state's steps (1 replica: "
-                   "9,834 steps against 4,000): each storage checkpoint restarts the snapshots' count, so the tier "
+                   "9,841 steps against 4,000): each storage checkpoint restarts the snapshots' count, so the tier "
                    "took no snapshot there (allowed: both intervals in one unit (durations, or steps), shorter by "
                    "more than a step)\n")
     summary = json.loads((tmp_path / "out" / "job_summary.json").read_text())
     assert [state["replicas"] for state in summary["states"]] == [1, 2, 3, 4]
     one_host, two_hosts = (state["step_time_s"] for state in summary["states"][:2])
-    assert round(50 / one_host) == 9_834 and round(50 / two_hosts) == 2_064
+    assert round(50 / one_host) == 9_841 and round(50 / two_hosts) == 2_064
     events = pd.read_parquet(tmp_path / "out" / "job_events.parquet")
     snapshots = events[(events["kind"] == "checkpoint") & (events["tier"] == "memory")]
     assert not (snapshots["end_s"] == snapshots["start_s"]).any()  # on one host a snapshot would stall nothing
@@ -406,11 +406,11 @@ def test_a_study_s_default_grid_leaves_out_intervals_not_longer_than_the_memory_
 
 
 @pytest.mark.parametrize("arguments, message, in_steps", [
-    (["--intervals", "5s,10s,30s"], "5 s = 18 steps of 276.1 ms is not longer than checkpoint.memory.interval "
+    (["--intervals", "5s,10s,30s"], "5 s = 18 steps of 275.9 ms is not longer than checkpoint.memory.interval "
      "(30 steps): each storage checkpoint restarts the snapshots' count, so none would be taken (allowed: intervals "
      "longer than 30 steps)", {5.0: 18}),
     (["--set", "checkpoint.memory.interval=10 s", "--intervals", "20 s,10 steps"],
-     "10 steps is not longer than checkpoint.memory.interval (10 s = 36 steps of 276.1 ms): each storage checkpoint "
+     "10 steps is not longer than checkpoint.memory.interval (10 s = 36 steps of 275.9 ms): each storage checkpoint "
      "restarts the snapshots' count, so none would be taken (allowed: intervals longer than 10 s)", {10.0: 36}),
     (["--set", "checkpoint.memory.interval=1 min"], "Daly's interval (13.13 s) x 4 is not longer than "
      "checkpoint.memory.interval (1 min), so every default point would be refused (allowed: intervals longer than "
