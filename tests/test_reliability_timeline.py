@@ -549,8 +549,8 @@ def test_a_shrunk_job_keeps_its_global_or_its_per_replica_batch(job_with, batch)
     assert summary["ettr"]["mean"] * 8 * H == pytest.approx(min(equivalent, shrunk), rel=1e-9)
     slow = summary["slow_steps_by_cause_s"].get("elastic_shrink", {"mean": 0.0})["mean"]
     assert slow == pytest.approx(max(shrunk - equivalent, 0.0), rel=1e-9, abs=1e-9)
-    if batch == "keep_global":  # same tokens in a longer step: 1 - 26.6 / 27.1 ms of the time is slow
-        assert slow == pytest.approx(shrunk * 0.0173, rel=0.01)
+    if batch == "keep_global":  # same tokens in a longer step: 1 - 26.72 / 27.18 ms of the time is slow
+        assert slow == pytest.approx(shrunk * 0.0171, rel=0.01)
     assert summary["replicas"]["elastic_batch"] == batch
 
 
