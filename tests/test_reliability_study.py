@@ -260,9 +260,9 @@ def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, cap
     assert curves[0]["young_interval_s"] == pytest.approx(math.sqrt(2 * C * M / 2), rel=1e-12)
     lines = capsys.readouterr().out.splitlines()
     ettr = [100 * curve["points"][0]["ettr"] for curve in curves]
-    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h, C 60 s): interval 20.00 min, 3,888 steps (ETTR {ettr[0]:.2f}%); "
+    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h, C 60 s): interval 20.00 min, 3,893 steps (ETTR {ettr[0]:.2f}%); "
                          "Young 13.42 min, Daly 12.76 min",  # sqrt(2 C M) and Daly's for C = 60 s, M = 1.5 h
-                         f"rate x 2 (MTBF 45.0 min, C 60 s): interval 20.00 min, 3,888 steps (ETTR {ettr[1]:.2f}%); "
+                         f"rate x 2 (MTBF 45.0 min, C 60 s): interval 20.00 min, 3,893 steps (ETTR {ettr[1]:.2f}%); "
                          "Young 9.487 min, Daly 8.832 min"]
 
 
@@ -719,7 +719,7 @@ def test_job_and_study_progress_count_replications_and_points(tmp_path):
 
 def test_a_checkpoint_interval_study_without_intervals_runs_a_grid_around_daly(tmp_path, capsys):
     """Without --intervals a checkpoint-interval study runs the whole steps nearest Daly's interval (1,098.8 s for C =
-    60 s, M = 3 h) times 2^(k/2), k = -4 to 4, each once, and prints them first: 890 to 14,242 steps of 0.3086 s. The
+    60 s, M = 3 h) times 2^(k/2), k = -4 to 4, each once, and prints them first: 891 to 14,258 steps of 0.3083 s. The
     fitted optimum lies inside the grid (1,071 s, 2.5% below Daly; 10 replications of 54 d)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 10"))
@@ -732,7 +732,7 @@ def test_a_checkpoint_interval_study_without_intervals_runs_a_grid_around_daly(t
     step = points[0]["interval_s"] / points[0]["interval_steps"]
     expected = sorted({round(daly * 2 ** (k / 2) / step) for k in range(-4, 5)})
     assert [point["interval_steps"] for point in points] == expected
-    assert (expected[0], expected[-1]) == (890, 14242)
+    assert (expected[0], expected[-1]) == (891, 14258)
     assert [point["interval_s"] for point in points] == pytest.approx([n * step for n in expected], rel=1e-12)
     assert points[0]["interval_s"] < curve["fitted_optimum_s"] < points[-1]["interval_s"]
     assert curve["fitted_optimum_s"] == pytest.approx(daly, rel=0.05)
