@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator
@@ -167,15 +168,7 @@ def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput:
         goodput_axis.plot(minutes, [scale * p[goodput] for p in points], "o-", color=color)
         _band(goodput_axis, minutes, points, goodput, scale, color)
         for axis in (ettr_axis, goodput_axis):
-            if in_memory:
-                optimum = (curve.get("two_level") or {}).get("memory_interval_s")
-                if optimum:
-                    axis.axvline(optimum / 60, color=color, linestyle="--", linewidth=0.9)
-                continue
-            if curve["young_interval_s"]:
-                axis.axvline(curve["young_interval_s"] / 60, color=color, linestyle="--", linewidth=0.9)
-            if curve["daly_interval_s"]:
-                axis.axvline(curve["daly_interval_s"] / 60, color=color, linestyle=":", linewidth=1.2)
+            _interval_lines(axis, curve, color, in_memory)
         if len(points) > 1:
             ettr_axis.plot([curve["best_interval_s"] / 60], [100 * curve["best_ettr"]], "*", color=color,
                            markersize=14)
@@ -186,6 +179,22 @@ def _against_interval(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput:
     if any(len(curve["points"]) > 1 for curve in study["curves"]):
         ettr_axis.plot([], [], "k*", markersize=10, linestyle="none", label="simulated best")
     return "in-memory interval (min)" if in_memory else "checkpoint interval (min)"
+
+
+def _interval_lines(axis: Axes, curve: dict, color: str, in_memory: bool) -> None:
+    """Young's and Daly's intervals of ``curve`` as vertical lines (a memory-interval study's: the two-level
+    optimum's in-memory interval). Over a curve of one point the axis's data range is a single x, which
+    matplotlib (3.11) inverts with a division by zero while it updates the limits for such a line: a warning of
+    no consequence to the chart (the line's limits are read in axes coordinates), silenced here."""
+    if in_memory:
+        optimum = (curve.get("two_level") or {}).get("memory_interval_s")
+        lines = [(optimum, "--", 0.9)] if optimum else []
+    else:
+        lines = [(curve["young_interval_s"], "--", 0.9), (curve["daly_interval_s"], ":", 1.2)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for interval_s, style, width in lines:
+            if interval_s:
+                axis.axvline(interval_s / 60, color=color, linestyle=style, linewidth=width)
 
 
 def _against_mtbf(study: dict, ettr_axis: Axes, goodput_axis: Axes, goodput: str, scale: float) -> str:
