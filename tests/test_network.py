@@ -1147,33 +1147,39 @@ def test_remembered_component_moves_give_the_searches_rows_to_the_bit(monkeypatc
     streams += [(order, offset + float(rng.uniform(0.05, 0.5))) for order, offset in streams]
     degraded = int(rng.integers(0, topo.link_bandwidth.size))
 
-    def run() -> tuple[list[tuple], Network]:
-        env = simpy.Environment()
-        log = EventLog()
-        net = Network(env, topo, log=log)
-
-        def stream(order: list[int], offset: float, name: int):
-            yield env.timeout(offset)
-            for step, shape in enumerate(order):
-                yield net.run_phase(shapes[shape], key=f"{name}.{step}")
-
-        def degrade():
-            yield env.timeout(1.0)
-            net.scale_capacity([degraded], 0.5)
-
-        for name, (order, offset) in enumerate(streams):
-            env.process(stream(order, offset, name))
-        env.process(degrade())
-        env.run()
-        frame = log.to_frame()
-        return sorted(zip(frame["key"], frame["src"], frame["dst"], frame["start_s"], frame["end_s"])), net
-
-    remembered, net = run()
+    remembered, net = _streamed(topo, shapes, streams, degraded)
     monkeypatch.setattr(model, "CACHED_GROUPS", 0)
-    searched, plain = run()
+    searched, plain = _streamed(topo, shapes, streams, degraded)
     assert plain.max_min_solves == plain.resolves == net.resolves > net.max_min_solves
     assert net.searches < 0.9 * plain.searches
     assert remembered == searched
+
+
+def _streamed(topo, shapes: list[list[tuple]], streams: list[tuple[list[int], float]],
+              degraded: int | None = None) -> tuple[list[tuple], Network]:
+    """Run ``streams`` (each an order of ``shapes`` posted one after another from its offset) on ``topo``, with
+    link ``degraded`` halved at 1 s where given: the log's rows (key, src, dst, start, end) sorted, and the
+    network, for its counters."""
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+
+    def stream(order: list[int], offset: float, name: int):
+        yield env.timeout(offset)
+        for step, shape in enumerate(order):
+            yield net.run_phase(shapes[shape], key=f"{name}.{step}")
+
+    def degrade(link: int):
+        yield env.timeout(1.0)
+        net.scale_capacity([link], 0.5)
+
+    for name, (order, offset) in enumerate(streams):
+        env.process(stream(order, offset, name))
+    if degraded is not None:
+        env.process(degrade(degraded))
+    env.run()
+    frame = log.to_frame()
+    return sorted(zip(frame["key"], frame["src"], frame["dst"], frame["start_s"], frame["end_s"])), net
 
 
 @pytest.mark.parametrize("cached_groups", [model.CACHED_GROUPS, 0])
@@ -1409,20 +1415,7 @@ def test_components_found_within_their_home_give_the_plain_searches_rows_to_the_
     streams = [(rng.permutation(5).tolist() * 2, float(rng.uniform(0, 0.3))) for _ in range(3)]
 
     def run() -> list[tuple]:
-        env = simpy.Environment()
-        log = EventLog()
-        net = Network(env, topo, log=log)
-
-        def stream(order: list[int], offset: float, name: int):
-            yield env.timeout(offset)
-            for step, shape in enumerate(order):
-                yield net.run_phase(shapes[shape], key=f"{name}.{step}")
-
-        for name, (order, offset) in enumerate(streams):
-            env.process(stream(order, offset, name))
-        env.run()
-        frame = log.to_frame()
-        return sorted(zip(frame["key"], frame["src"], frame["dst"], frame["start_s"], frame["end_s"]))
+        return _streamed(topo, shapes, streams)[0]
 
     within = Counter()
     found_within = Network._within
