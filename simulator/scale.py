@@ -26,7 +26,7 @@ copy of its stage beside DP rings across hosts that hop on NVLink, which join th
 46,316 flows, 29,513 counting one group). The trays of a GB200 NVL72 rack are one NVLink domain, counted as a
 host: a group across them keeps the copies the rack's other groups join to it (TP 8 x DP 9 on one rack: 4,056 of
 3,993 flows, 1,387 counting one copy). Where a GB200 step's fold simulates one rank a tray (`_folds_by_trays`),
-those ranks are counted with every group they hold (the bundled job's step: 72 ranks, flows 0.973 of the run).
+those ranks are counted with every group they hold (the bundled job's step: 72 ranks, flows 0.987 of the run).
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
@@ -341,8 +341,26 @@ def _tp_ends(par: ParallelismConfig) -> int:
     """The TP collectives of the embedding and the head per micro-batch, which the first and the last stage post
     beside the layers' (parallel/overlap.py `tp_op`, none of them recomputed): the embedding's all-reduce after its
     forward and the head's after its backward; with sequence parallelism the embedding's reduce-scatter, the
-    head's all-gather before its forward and reduce-scatter after its backward."""
-    return 3 if par.sequence_parallel else 2
+    head's all-gather before its forward and reduce-scatter after its backward, and the all-gather of its input
+    again in its backward (`_head_splits`)."""
+    return 4 if par.sequence_parallel else 2
+
+
+def _head_splits(par: ParallelismConfig, backward: int) -> int:
+    """Compute ops the head's backward adds per micro-batch with sequence parallelism, which saves its input
+    sharded (parallel/overlap.py `_column_backward`): the pass split into the rest and the input-gradient GEMM
+    beside the input's all-gather, then the weight-gradient GEMM after it, two parts more; one where the backward
+    is split (``backward`` 2: the weight gradients are a pass of their own)."""
+    if par.tp < 2 or not par.sequence_parallel:
+        return 0
+    return 2 if backward == 1 else 1
+
+
+def _head_bulk(par: ParallelismConfig) -> int:
+    """The head's TP collectives per micro-batch that `tp_comm_overlap` runs as userbuffers kernels beside its
+    backward's GEMMs (parallel/overlap.py `_column_backward`: the input's all-gather again and the input
+    gradient's reduce-scatter); its forward's all-gather stays NCCL's, as the embedding's reduce-scatter."""
+    return 2 if par.tp_comm_overlap and par.sequence_parallel else 0
 
 
 def _tp_beyond_layers(par: ParallelismConfig, pp: int, v: int) -> float:
@@ -981,7 +999,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     if cp > 1 and par.cp_algorithm == "ring" and synthetic is None:
         split_compute += _cp_ring_splits(training.recompute)
     compute = m * (blocks_per_rank * (1 + backward) + recomputed / pp * RECOMPUTE_SHARE[training.recompute]
-                   + layers_per_rank * split_compute)
+                   + layers_per_rank * split_compute + (_head_splits(par, backward) / pp if synthetic is None else 0))
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
     grad_bytes = grad_buffer_bytes(training.precision, training.gradient_buffer_dtype(par.deepspeed_zero3))
     degree = _hybrid_degree(layout, hosts) if par.hybrid_shard else 0
@@ -1028,7 +1046,10 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                        for kind, reduce in all_reduce.items() if shapes[kind].members > 1})
     tp_collectives = {plan: layers_per_rank * count for plan, count in tp_plans.items()}
     if tp_plans:
-        tp_collectives["ring"] = tp_collectives.get("ring", 0.0) + _tp_beyond_layers(par, pp, v)
+        bulk = _head_bulk(par) / pp
+        tp_collectives["ring"] = tp_collectives.get("ring", 0.0) + _tp_beyond_layers(par, pp, v) - bulk
+        if bulk:
+            tp_collectives["userbuffers"] = tp_collectives.get("userbuffers", 0.0) + bulk
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_collectives, shapes["tp"].transfers))
     if par.cp_algorithm == "ring":  # a ring step posts one transfer a member, to the next (collectives/direct.py)
         shapes["cp"] = replace(shapes["cp"], transfers=cp)
