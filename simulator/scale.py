@@ -26,7 +26,7 @@ copy of its stage beside DP rings across hosts that hop on NVLink, which join th
 46,316 flows, 29,513 counting one group). The trays of a GB200 NVL72 rack are one NVLink domain, counted as a
 host: a group across them keeps the copies the rack's other groups join to it (TP 8 x DP 9 on one rack: 4,056 of
 3,993 flows, 1,387 counting one copy). Where a GB200 step's fold simulates one rank a tray (`_folds_by_trays`),
-those ranks are counted with every group they hold (the bundled job's step: 72 ranks, flows 0.987 of the run).
+those ranks are counted with every group they hold (the bundled job's step: 72 ranks, flows 0.980 of the run).
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
@@ -518,7 +518,9 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     (topology/builders.py `Fabric`), so they share spine links with every copy of the group, all kept (a bound:
     Mixtral EP 8 keeps 0.90 of it). A group inside one NVLink domain (a host; the trays of a GB200 NVL72 rack,
     whose NVSwitch joins them as a host's does) keeps the copies there that the domain's other groups join to it
-    (`_domain_copies`).
+    (`_domain_copies`), and so does a pipeline's hand-off inside one domain, every copy sent, one flow for its send
+    op and its receive op together (TP 8 PP 3 on one GB200 rack: 13,640 of 13,619 flows, 12,584 counting one copy
+    at both ends).
     ``channels`` (`collectives.channels`, 0: NCCL's choice) is the rings of every ring collective, inside a host
     too, as ring.py's `channel_count` reads it."""
     groups = {kind: _first_group(layout, kind, ep, degree) for kind in kinds if kind != "pp"}
@@ -531,6 +533,10 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     shapes = {"pp": CollectiveShape(1, 1, 1)}
     inside = [kind for kind in groups if kind not in crossing]
     copies = _domain_copies(layout, inside, hosts, ep, degree) if hosts is not None else {}
+    if layout.pp > 1 and hosts is not None and _domains(layout.group("pp", 0), hosts) == 1:
+        joined = _domain_copies(layout, [*inside, "pp"], hosts, ep, degree)["pp"]
+        if joined > 1:  # every copy of a hand-off joined to it is sent, each once for its send and receive
+            shapes["pp"] = CollectiveShape(1, 0.5, joined)
     for kind, group in groups.items():
         members = len(group)
         peers = members - 1 if kind == "ep" else channels or 1

@@ -1079,9 +1079,9 @@ ONE_RACK = ("cluster: {topology: gb200-nvl72, racks: 1}\nmodel: {preset: megatro
 
 
 @pytest.mark.parametrize("layout, ranks, flows", [
-    ("{tp: 8, pp: 3}", 3, 0.924),
+    ("{tp: 8, pp: 3}", 3, 1.0015),
     ("{tp: 8, pp: 1}", 1, 1.016),
-    ("{tp: 4, pp: 2}", 2, 0.962),
+    ("{tp: 4, pp: 2}", 2, 1.0042),
 ])
 def test_groups_across_the_trays_of_one_rack_count_every_copy_the_rack_joins(layout, ranks, flows):
     """Estimate on the built cluster / simulated flows of layouts inside one GB200 NVL72 rack, pinned within 0.1%
@@ -1089,10 +1089,11 @@ def test_groups_across_the_trays_of_one_rack_count_every_copy_the_rack_joins(lay
     every group crosses its GPUs' NVLink ports, so the copies of a group that another dimension's groups join to it
     all meet its traffic, as inside a DGX host (`scale._domain_copies`). At TP 8 PP 1 the DP buckets' ring joins
     every TP group of the rack only while the buckets run (`scale._tp_beside`). At TP 8 PP 3 the pipeline's
-    sends, joined to all 24 copies of the stage through the TP and DP groups, are counted as one (1,056 flows
-    short; 12,584 of 13,619: 0.924), at TP 4 PP 2 likewise (272 short; 6,208 of 6,453: 0.962); the TP
-    collectives' flows are exact in both, those of the actions beside the hand-offs or the buckets counted with
-    their copies (`scale._tp_beside_pipeline`). A TP group across two trays of the rack stays in its domain, so
+    sends are joined to all 24 copies of the stage through the TP and DP groups, every copy sent, each hand-off
+    once for its send and its receive (13,640 of 13,619 flows; counting one copy at both ends, 12,584: 0.924), at
+    TP 4 PP 2 all 36 (6,480 of 6,453; 6,208 counting one: 0.962); the TP collectives' flows are exact in both,
+    those of the actions beside the hand-offs or the buckets counted with their copies
+    (`scale._tp_beside_pipeline`). A TP group across two trays of the rack stays in its domain, so
     the fold simulates one rank a stage as the run does."""
     loaded = scenario_from_text(ONE_RACK + layout + "\n", "s.yaml")
     topology = scenario_topology(loaded)
@@ -1103,19 +1104,32 @@ def test_groups_across_the_trays_of_one_rack_count_every_copy_the_rack_joins(lay
     assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows, rel=0.001)
 
 
+def test_hand_offs_inside_a_dgx_host_count_the_copies_its_tp_groups_join():
+    """Llama 3 8B cut to 4 layers on two DGX H100 at TP 4, PP 2 inside each host and DP 2 across them: a hand-off
+    crosses the NVLink ports of both stages' TP groups, which join the host's 4 copies of it, every one sent, each
+    once for its send and its receive: 788 of 788 flows (756 counting one copy at both ends)."""
+    loaded = load_scenario(DP8_TWO_LAYERS, ["cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "model.layers=4",
+                                            "parallelism.pp=2", "parallelism.dp=2", "parallelism.tp=4",
+                                            "training.global_batch=16"])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    summary = simulate(loaded).summary
+    assert (estimate.ops, estimate.flows) == (summary["ops_executed"], summary["flows_simulated"]) == (375, 788)
+
+
 def test_the_gb200_job_step_is_estimated_at_its_tray_classes():
     """The bundled GB200 job's step (TP 4 in a tray, PP 2, DP 36 over 4 racks; cut to 4 layers): its DP rings run
     9 channels over 9 trays a rack, whose trays then carry unlike loads, so the run's fold simulates 72 ranks
     (engine/rank_classes.py, one a tray), as the estimate counts them (`scale._tray_classes`): ops exact (28,980)
-    and flows 0.987 of the run's (counted at the stage fold's 2 ranks: 0.027 and 0.111; without the head's
-    backward split around its input's all-gather, 0.970 and 0.973). Pinned within 0.1%."""
+    and flows 0.980 of the run's, its 2,304 hand-off flows exact (counted at the stage fold's 2 ranks: 0.027 and
+    0.111; without the head's backward split around its input's all-gather, 0.970 and 0.973). Pinned within
+    0.1%."""
     loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", "model.layers=4"])
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
     summary = simulate(loaded).summary
     assert (estimate.simulated_ranks, summary["simulated_ranks"]) == (72, 72)
     assert estimate.ops == summary["ops_executed"]
-    assert estimate.flows / summary["flows_simulated"] == pytest.approx(0.9865, rel=0.001)
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(0.980, rel=0.001)
 
 
 @pytest.mark.parametrize("racks, overrides, ranks", [
