@@ -29,7 +29,10 @@ host: a group across them keeps the copies the rack's other groups join to it (T
 those ranks are counted with every group they hold (the bundled job's step: 72 ranks, flows 0.980 of the run).
 `--force` runs past the limits.
 
-A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
+A step asked to fold is estimated folded, but for a MoE step whose gathers meet a skewed router's all-to-alls
+unlike their mirrors, which the fold check will unfold and which is estimated unfolded (`_skew_unfolds`: the
+deferred expert gathers of `mixtral-8x7b-ep8` cut to 2 layers, 6,016 of 6,016 ops, where the stage fold counted
+352); when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
 `refuse_unfolded` estimates it again unfolded before the unfolded program is built.
 """
@@ -176,6 +179,9 @@ class ScaleEstimate:
     trees: bool = False
     """Whether the tuner runs some all-reduce as a tree, whose plan posts a phase per stretch of its pipeline
     (`_planned_transfers`)."""
+    unfolded_by: FieldPath | None = None
+    """The field whose gathers the fold check will find meeting a skewed router's all-to-alls unlike their
+    mirrors, running a step asked to fold unfolded, as estimated (`_skew_unfolds`); None where it folds as asked."""
     lower_bound: bool = False
     """Whether the count stopped once past the limits (`estimate_scale`'s ``stop_past_limits``): the run needs at
     least these flows and this memory."""
@@ -960,6 +966,51 @@ def _tray_classes(layout: Layout, hosts: HostShape) -> TrayClasses:
     return TrayClasses(len(firsts), held)
 
 
+def _skew_unfolds(scenario: Scenario, layout: Layout, hosts: HostShape | None, degree: int,
+                  moe_layers: int) -> FieldPath | None:
+    """The field whose gathers unfold a folded MoE step on the flow model, None where none does: a skewed router
+    (`model.moe.routing.balance` other than uniform) makes the EP all-to-alls load each EP position's GPUs
+    unlike, and a gather that overlaps them (ZeRO-1/2's deferred expert gathers, `ddp.overlap_param_gather`,
+    and PyTorch FSDP's of the experts, each of a rank's ``moe_layers`` in the forward after the previous layer's
+    all-to-alls, so two at least; FSDP's of its dense shard group, every unit's in every pass) meets that load
+    otherwise over a copy whose members hold other EP positions (the routed experts' groups hold one position
+    each; an HSDP shard group of a host's DP ranks holds others than the next host's) wherever it crosses links
+    the all-to-alls load: GPUs' NVLink ports where both groups have members sharing a domain, their NICs where
+    both span domains. The fold check then runs the step unfolded (engine/symmetry.py `unequally_met`)."""
+    par, moe = scenario.parallelism, scenario.model.moe if scenario.model is not None else None
+    if (moe is None or moe.routing.balance == "uniform" or par.ep < 2 or scenario.network.model != "flow"
+            or layout.dp * layout.cp < 2):
+        return None
+    kinds: list[tuple[str, FieldPath]] = []
+    if moe_layers > 1 and layout.tp * layout.dp * layout.cp > par.ep and (
+            par.gathers_per_unit or (par.zero_stage in (1, 2) and par.ddp.overlap_param_gather)):
+        kinds.append(("experts", ("parallelism", "fsdp") if par.gathers_per_unit
+                      else ("parallelism", "ddp", "overlap_param_gather")))
+    if par.gathers_per_unit:
+        kinds.append(("dp", ("parallelism", "fsdp")))
+    domain = hosts.domain if hosts is not None else layout.world
+
+    def positions(group: tuple[int, ...]) -> list[int]:
+        return sorted(ep_group(layout, rank, par.ep).index(rank) for rank in group)
+
+    def spread(group: tuple[int, ...]) -> tuple[bool, bool]:
+        """Whether ``group`` has members sharing a domain, and whether it spans domains."""
+        per_domain = Counter(rank // domain for rank in group)
+        return max(per_domain.values()) > 1, len(per_domain) > 1
+
+    ep_inside, ep_across = spread(_first_group(layout, "ep", par.ep))
+    for kind, field in kinds:
+        group = _first_group(layout, kind, par.ep, degree)
+        inside, across = spread(group)
+        if len(group) < 2 or not ((inside and ep_inside) or (across and ep_across)):
+            continue
+        held = positions(group)
+        if any(positions(_first_group(layout, kind, par.ep, degree, rank)) != held
+               for rank in layout.stage_ranks(0)):
+            return field
+    return None
+
+
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None,
                        topology: Topology | None = None, stop_past_limits: bool = False) -> ScaleEstimate:
     from simulator.workload.training import resolve_model
@@ -1010,6 +1061,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     grad_bytes = grad_buffer_bytes(training.precision, training.gradient_buffer_dtype(par.deepspeed_zero3))
     degree = _hybrid_degree(layout, hosts) if par.hybrid_shard else 0
     dense_units, expert_units = (layers + 2.0) / pp, layers_per_rank if moe and par.gathers_per_unit else 0.0
+    skewed = _skew_unfolds(scenario, layout, hosts, degree, round(layers_per_rank)) if fold else None
+    fold = fold and skewed is None
     gathers = _param_gather_buckets(par, layer_blocks, layers_per_rank, PRECISION_BYTES[training.precision], pp,
                                     sum(embedding_tensors), sum(head_tensors)) if par.zero_stage in (1, 2) else 0.0
     comm = {
@@ -1138,7 +1191,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())
         mirrors = 0.0
     estimate = replace(_estimate(scenario, gpus, ranks, ops, flows, mirrors, fold), trees=trees,
-                       lower_bound=lower_bound)
+                       lower_bound=lower_bound, unfolded_by=skewed)
     if hosts is not None and tp_domains(layout, np.arange(layout.world) // hosts.domain) > 1:
         return replace(estimate, tp_host_gpus=hosts.domain, tp_order=tp <= hosts.domain)
     return estimate
@@ -1315,6 +1368,11 @@ def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:
     return host_shape(source) if source is not None else None
 
 
+SKEW_UNFOLDING_ADVICE = {"overlap_param_gather": "false, gathering after the optimizer",
+                         "fsdp": "shard_grad_op, gathering once a step"}
+"""What to set the field of `ScaleEstimate.unfolded_by` to so that its gathers leave the all-to-alls alone."""
+
+
 def advice(estimate: ScaleEstimate, scenario: Scenario, sizes: tuple[str, ...]) -> str:
     """What to change to bring a run under the limits, most effective first; ``sizes``: the cluster's size
     parameters (`_size_parameters`)."""
@@ -1327,6 +1385,10 @@ def advice(estimate: ScaleEstimate, scenario: Scenario, sizes: tuple[str, ...]) 
                      "a host or NVL72 rack)" + ("" if scenario.parallelism.order[0] == "tp" else f" and {innermost}"))
     if scenario.uses_parameter_servers:
         steps.append("fewer iterations (ps.iterations)")
+    elif estimate.unfolded_by is not None:
+        steps.append(f"gathers beside the all-to-alls that fold ({'.'.join(estimate.unfolded_by)}: "
+                     f"{SKEW_UNFOLDING_ADVICE[estimate.unfolded_by[-1]]}; or model.moe.routing.balance: uniform, or "
+                     "network.model: analytic)")
     elif not estimate.folded and scenario.model is not None:
         steps.append("fold the ranks (run.fold: true)")
     if estimate.trees:
@@ -1360,6 +1422,8 @@ def _cause(estimate: ScaleEstimate, loaded: LoadedScenario, sizes: tuple[str, ..
     scenario = loaded.scenario
     if scenario.uses_parameter_servers:
         return ("ps", "iterations")
+    if estimate.unfolded_by is not None:
+        return estimate.unfolded_by
     if not estimate.folded and scenario.model is not None:
         return ("run", "fold")
     if estimate.tp_host_gpus:

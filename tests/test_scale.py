@@ -330,6 +330,48 @@ def test_the_estimate_counts_all_to_alls_tp_overlap_and_per_microbatch_reduction
     assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows_ratio, rel=0.03)
 
 
+@pytest.mark.parametrize("overrides, unfolded_by, flows_ratio", [
+    (["parallelism.ddp.overlap_param_gather=true"], ("parallelism", "ddp", "overlap_param_gather"), 1.0189),
+    (["parallelism.ddp.overlap_param_gather=true", "parallelism.tp=1", "cluster.nodes=2", "parallelism.ep=4"],
+     ("parallelism", "ddp", "overlap_param_gather"), 1.0989),
+    (["parallelism.zero=0", "parallelism.fsdp=hybrid_shard", "model.layers=1"], ("parallelism", "fsdp"), 1.0),
+    (["parallelism.ddp.overlap_param_gather=true", "parallelism.tp=1", "cluster.nodes=4"], None, 0.8186),
+    (["parallelism.ddp.overlap_param_gather=true", "model.layers=1"], None, 0.9941),
+    (["parallelism.ddp.overlap_param_gather=true", "model.moe.routing.balance=uniform"], None, 0.9837),
+], ids=["deferred-expert-gathers", "deferred-expert-gathers-ep4-in-host", "hsdp-shard-groups",
+        "expert-gathers-on-nics-only", "one-moe-layer", "uniform-routing"])
+def test_gathers_beside_skewed_all_to_alls_are_estimated_unfolded_where_the_fold_check_unfolds(
+        overrides, unfolded_by, flows_ratio):
+    """mixtral-8x7b-ep8 cut to 2 layers (Zipf routing): a gather that overlaps the EP all-to-alls over a group
+    whose copies hold other EP positions meets their unlike loads otherwise than its mirrors wherever it crosses
+    the links they load (the deferred expert gathers over GPUs 0, 1, 16, 17 beside the all-to-alls of EP groups
+    across hosts; at TP 1 EP 4 over 0, 4, 8, 12 through the NVLink ports of EP groups inside a host; HSDP's
+    shard group of host 0's DP ranks, EP positions 0-3, against host 1's, 4-7), and the fold check runs the step
+    unfolded: the estimate is unfolded too, ops exact (folded: 352 of 6,016, 0.059), flows held within 0.1%. It
+    stays folded, as the run, where the gathers cross only NICs that the all-to-alls inside a host leave alone,
+    where one MoE layer a rank leaves no all-to-all beside its gather, and under uniform routing."""
+    loaded = load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", ["model.layers=2", *overrides])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    summary = simulate(loaded).summary
+    assert estimate.unfolded_by == unfolded_by
+    assert estimate.folded == (unfolded_by is None) == (summary.get("fold_off_reason") is None)
+    assert estimate.simulated_ranks == summary["simulated_ranks"]
+    assert estimate.ops == summary["ops_executed"]
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows_ratio, rel=0.001)
+
+
+def test_a_step_the_skew_unfolds_is_refused_at_the_field_of_its_gathers(monkeypatch):
+    """Past the limits, the step estimated unfolded by its deferred expert gathers is refused at
+    `parallelism.ddp.overlap_param_gather`, with what folds it, not told to set `run.fold`, already true."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 1_000)
+    loaded = load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml",
+                           ["model.layers=2", "parallelism.ddp.overlap_param_gather=true"])
+    with pytest.raises(ScenarioError) as refused:
+        scale.refuse_if_too_large(loaded, scale.scenario_gpus(loaded))
+    message = str(refused.value)
+    assert "overlap_param_gather" in message and "not folded" in message and "run.fold" not in message
+
+
 @pytest.mark.parametrize("overrides", [
     ["parallelism.tp=2", "parallelism.dp=4", "parallelism.sequence_parallel=true"],
     ["parallelism.tp=2", "parallelism.dp=2", "parallelism.pp=2", "parallelism.sequence_parallel=true",
