@@ -51,6 +51,18 @@ def test_the_h100s_clock_ratio_is_the_h200s_and_its_gemm_shares_its_own():
     assert "transfer" not in data["sources"]["mamf-v2"]
 
 
+def test_the_b200s_gemm_shares_are_its_rows_of_the_mamf_v2_tables():
+    """The B200's bf16 and fp8 MAMF rows (1745.0 / 2250 and 3432.5 / 4500, torch 2.7.1+cu128) are rows of the
+    table's v2 revision, the H100's revision: the entry names mamf-v2, which cites them."""
+    data = kernel_data()
+    gemm = data["gpus"]["b200"]["gemm"]
+    assert gemm["achievable"] == {"bf16": round(1745.0 / 2250, 3), "fp16": round(1745.0 / 2250, 3),
+                                  "fp8": round(3432.5 / 4500, 3)}
+    assert gemm["source"] == "mamf-v2"
+    for figure in ("1745.0 of 2250", "3432.5 of 4500", "torch 2.7.1+cu128"):
+        assert figure in data["sources"]["mamf-v2"]
+
+
 def test_only_infiniband_has_a_measured_link_efficiency():
     """network/calibration.py's GPU-independent classes say which figure was measured (InfiniBand, nccl-tests)
     and which assumed (Ethernet, PCIe); calibrated() takes their fractions and NVLink's for c2c."""

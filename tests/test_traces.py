@@ -231,7 +231,7 @@ def test_a_moved_tf32_gemm_takes_the_tf32_peaks(name, dtype):
     move = GpuMove(1.0, h100, b200)
     op = TracedOp(0, name, "7", "compute", 0.0, 1e-3, dtype=dtype)
     # tf32 dense peaks x the bf16 plateau (tf32 has no MAMF of its own): kernels.yaml's achievable x sustained
-    # clock, H100 SXM 0.803 x 0.848 (mamf-v2, msmf-h200-transfer), B200 0.776 x 0.815 (mamf, msmf)
+    # clock, H100 SXM 0.803 x 0.848 (mamf-v2, msmf-h200-transfer), B200 0.776 x 0.815 (mamf-v2, msmf)
     tf32 = 494.5e12 * 0.803 * 0.848 / (1100e12 * 0.776 * 0.815)
     assert tf32 == pytest.approx(0.484, abs=5e-4)
     assert move.bound(op).precision == "tf32"
