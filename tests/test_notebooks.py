@@ -1,10 +1,13 @@
 """Every notebook in notebooks/ runs top to bottom with nbclient (cwd notebooks/, a fresh kernel) and draws its
 figures; the pipeline notebook also asserts its bubble fractions against the closed forms inside the notebook,
 and the Llama 3 405B notebook its table (TFLOP/s per GPU from 6N + causal attention over the step time, MFU,
-the error against the published figure, the losses) against each run's summary, so a wrong figure fails here."""
+the error against the published figure, the losses) against each run's summary, so a wrong figure fails here.
+The notebooks run side by side, each in its own kernel: the two long ones (the 405B steps, the MTBF study) take
+most of the module's time, and the suite around them runs on one core."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import nbformat
@@ -21,11 +24,27 @@ def _images(notebook) -> int:
                if "image/png" in output.get("data", {}))
 
 
+@pytest.fixture(scope="module")
+def executed() -> dict[Path, nbformat.NotebookNode | BaseException]:
+    """Each notebook executed top to bottom in a fresh kernel, or the error that stopped it."""
+    async def execute(path: Path) -> nbformat.NotebookNode:
+        notebook = nbformat.read(path, as_version=4)
+        await NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                             resources={"metadata": {"path": str(NOTEBOOKS)}}).async_execute()
+        return notebook
+
+    async def execute_all() -> list[nbformat.NotebookNode | BaseException]:
+        return await asyncio.gather(*map(execute, paths), return_exceptions=True)
+
+    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    return dict(zip(paths, asyncio.run(execute_all())))
+
+
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda path: path.stem)
-def test_notebook_runs_and_draws(path):
-    notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+def test_notebook_runs_and_draws(path, executed):
+    notebook = executed[path]
+    if isinstance(notebook, BaseException):
+        raise notebook
     assert _images(notebook) >= 1, f"{path.name} drew no figure"
 
 
