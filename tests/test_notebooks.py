@@ -25,8 +25,9 @@ def _images(notebook) -> int:
 
 
 @pytest.fixture(scope="module")
-def executed() -> dict[Path, nbformat.NotebookNode | BaseException]:
-    """Each notebook executed top to bottom in a fresh kernel, or the error that stopped it."""
+def executed(request) -> dict[Path, nbformat.NotebookNode | BaseException]:
+    """Each notebook that a selected test runs, executed top to bottom in a fresh kernel, or the error that stopped
+    it (`-k pipeline` runs the pipeline notebook alone)."""
     async def execute(path: Path) -> nbformat.NotebookNode:
         notebook = nbformat.read(path, as_version=4)
         await NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
@@ -36,7 +37,8 @@ def executed() -> dict[Path, nbformat.NotebookNode | BaseException]:
     async def execute_all() -> list[nbformat.NotebookNode | BaseException]:
         return await asyncio.gather(*map(execute, paths), return_exceptions=True)
 
-    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    paths = sorted({item.callspec.params["path"] for item in request.session.items
+                    if getattr(item, "originalname", None) == "test_notebook_runs_and_draws"})
     return dict(zip(paths, asyncio.run(execute_all())))
 
 
