@@ -110,7 +110,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             sm_share: SmShare | None = None, layout: Layout | None = None, shapes: CollectiveShapes | None = None,
             order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None,
             stops: Callable[[OutOfStep], bool] | None = None,
-            exchanges: Mapping[str, str] | None = None) -> tuple[EngineResult, Network]:
+            exchanges: Mapping[str, str] | None = None, every_mirror: bool = False
+            ) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
     slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` plays link and
     GPU events (collectives are then never replayed while the network changes); ``slowdowns`` slows the compute
@@ -127,7 +128,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     stops there (engine/lockstep.py `LockstepWatch`: where its fold is then given up, flow model only).
     ``exchanges`` (`StepProgram.exchanges`) names the exchange of the collectives (by key) that the analytic
     model times as one collective, each link shared among all their transfers; none of them is replayed alone
-    (the flow model ignores it)."""
+    (the flow model ignores it). ``every_mirror``: keep every mirror of a folded program, none pruned
+    (`program_sharing`), so that the lockstep check compares every copy."""
     env = simpy.Environment()
     log = EventLog()
     plans = plans or plan_cache(topology, settings)
@@ -136,7 +138,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
                       timings=plans.analytic if own_plans else None)
     shapes = shapes or CollectiveShapes.of(ops)
     replays = faults is None or not faults.changes_during_step
-    mirrors, private = program_sharing(ops, plans, async_streams, shapes, order, replays)
+    mirrors, private = program_sharing(ops, plans, async_streams, shapes, order, replays, every_mirror)
     members = exchange_phases(ops, plans, exchanges) if exchanges and settings.mode == "analytic" else {}
     if members:
         private = private - {op.id for op in ops if isinstance(op, CollectiveOp) and op.key in members}
@@ -218,13 +220,16 @@ def exchange_phases(ops: Sequence[Op], plans: PlanCache, exchanges: Mapping[str,
     return {key: shared[name] for key, name in exchanges.items() if name in shared}
 
 
-_SHARING: WeakKeyDictionary[ProgramOrder, dict[tuple[PlanCache, bool], tuple[Mapping[int, Mirrors], array[int]]]] = (
-    WeakKeyDictionary())
+_SHARING: WeakKeyDictionary[ProgramOrder, dict[tuple[PlanCache, bool, bool],
+                                               tuple[Mapping[int, Mirrors], array[int]]]] = WeakKeyDictionary()
 
 
 def program_sharing(ops: Sequence[Op], plans: PlanCache, async_streams: frozenset[str], shapes: CollectiveShapes,
-                    order: ProgramOrder | None, replays: bool) -> tuple[Mapping[int, Mirrors], frozenset[int]]:
-    """The mirrors each collective of ``ops`` keeps (`kept_mirrors`) and, where the run replays collectives
+                    order: ProgramOrder | None, replays: bool, every_mirror: bool = False
+                    ) -> tuple[Mapping[int, Mirrors], frozenset[int]]:
+    """The mirrors each collective of ``ops`` keeps (`kept_mirrors`; all of them with ``every_mirror``, where the
+    lockstep check after the run must compare every copy: `fold_policy.FoldedStep.every_mirror`) and, where the
+    run replays collectives
     (``replays``: no link event changes the network), those that run alone on their links
     (`private_collectives`). Neither reads a duration or a slowdown, only the program, its ordering and the
     plans' links, so runs of one ``order`` (one per program) on one plan cache share one analysis: a job's
@@ -234,15 +239,16 @@ def program_sharing(ops: Sequence[Op], plans: PlanCache, async_streams: frozense
     from it: the set's table, kept as long as the order (through the run's summary), raised the peak RSS of the
     1,024-GPU 70B unfolded step (1.65 M private ids) by ~65 MiB."""
     known = _SHARING.setdefault(order, {}) if order is not None else {}
-    found = known.get((plans, replays))
+    found = known.get((plans, replays, every_mirror))
     if found is not None:
         mirrors, ids = found
         return mirrors, frozenset(ids)
-    mirrors = MappingProxyType(kept_mirrors(ops, plans, shapes))
+    mirrors = MappingProxyType({op.id: op.mirrors for op in shapes.ops if op.mirrors} if every_mirror
+                               else kept_mirrors(ops, plans, shapes))
     private = (private_collectives(ops, plans.links, async_streams, mirrors, plans.mirror_links, shapes=shapes,
                                    order=order, timed_apart=partial(copies_apart, plans))
                if replays else frozenset())
-    known[(plans, replays)] = mirrors, array("q", private)
+    known[(plans, replays, every_mirror)] = mirrors, array("q", private)
     return mirrors, private
 
 
@@ -546,7 +552,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
              slowdowns: Mapping[int, Slowdown] | None = None, progress: Progress | None = None,
              plans: PlanCache | None = None, shapes: CollectiveShapes | None = None,
              order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None,
-             stops: Callable[[OutOfStep], bool] | None = None) -> tuple[dict | None, EventLog, Lockstep]:
+             stops: Callable[[OutOfStep], bool] | None = None, every_mirror: bool = False
+             ) -> tuple[dict | None, EventLog, Lockstep]:
     """Execute a step program and summarise it: the metrics see only the program and the log's columns (the
     log comes back for the timeline and the flows' routes, with whether a folded run's mirrors kept pace with
     their groups: engine/lockstep.py); no summary (None) where ``stops`` stopped the run at its first collective
@@ -555,7 +562,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     as the program places it (`FoldedStep.slowdowns`: onto the representatives when folded); ``shapes``: the
     index of the program's collectives, and ``order`` its ordering, when the caller has them; ``weights``: how
     many ranks each simulated rank stands for, where a program folded by classes of unequal size simulates them
-    (`FoldedStep.weights`), which the per-GPU figures weigh them by (None: the plain mean)."""
+    (`FoldedStep.weights`), which the per-GPU figures weigh them by (None: the plain mean); ``every_mirror``:
+    no mirror pruned (`FoldedStep.every_mirror`)."""
     from simulator.metrics.step import StepRows
     from simulator.metrics.summary import sm_contention_summary, training_summary
 
@@ -567,7 +575,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                               faults=faults, slowdowns=slowdowns, progress=progress,
                               serial_streams=program.serial_streams, plans=plans, sm_share=program.sm_share,
                               layout=program.layout if program.folded else None, shapes=shapes, order=order,
-                              weights=weights, stops=stops, exchanges=program.exchanges)
+                              weights=weights, stops=stops, exchanges=program.exchanges, every_mirror=every_mirror)
     if result.stopped_at_s is not None:
         return None, result.log, result.lockstep
     summary = training_summary(StepRows.of(result.log, weights), step_time_s=result.makespan_s, gpus=program.world,
@@ -675,7 +683,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     def run(step: FoldedStep, stops: Callable[[OutOfStep], bool] | None = None
             ) -> tuple[dict | None, EventLog, Lockstep]:
         return located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
-                                                plans, step.shapes, step.order, step.weights, stops))
+                                                plans, step.shapes, step.order, step.weights, stops,
+                                                step.every_mirror))
 
     def unfolds(found: OutOfStep) -> bool:
         """Whether ``guard`` lets the step run unfolded for the first instance out of step of its folded run

@@ -19,6 +19,7 @@ from simulator.reliability.blast import cluster_units
 from simulator.reliability.components import FailureClass
 from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.simulate import _refuse_unfolded_steps, check_job
+from simulator import scale
 from simulator.scale import capped_topology, classed_estimate, unfolded_beyond_limits
 from simulator.topology.loader import load_topology
 from simulator.units import format_bandwidth, format_decimal_size, format_duration
@@ -813,19 +814,23 @@ def test_an_unfolded_job_beyond_the_scale_limits_is_refused(tmp_path, capsys):
     assert "(allowed: true, a smaller cluster, or --force)" in err
 
 
-def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_path, capsys):
+def test_straggler_states_that_keep_every_mirror_are_sized_so(tmp_path, capsys, monkeypatch):
     """The docs' throttling class on the 16,384-GPU job: a straggler state slows one replica's stage, whose
-    data-parallel traffic shares links with the other replicas', so each distinct set of stages slowed is an
-    unfolded step past the limits a plain run has. The job is refused in one located line (it ran on for hours
-    without a word), naming the ways past: the analytic network model, on which a slow replica's traffic meets
-    no other's and the states fold (it named only a smaller cluster and `--force`)."""
+    data-parallel traffic shares links with the other replicas', so each state refolds by the slow GPU's classes
+    (64 ranks) with every mirror kept, and is sized with every copy of its collectives (~1.5 million ops + flows;
+    the share of the unfolded step would count ~0.26 million). It passes the limits a plain run has (each such
+    state was an unfolded step of ~66 million and refused); with them lowered to a million ops + flows, above the
+    healthy fold's ~0.21 million, it is refused in one located line naming that fold and the analytic model first
+    among the ways past."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 1_000_000)
     err = refused_16k_job(tmp_path, capsys, "faults.components={throttling: {unit: gpu, effect: straggle, "
                                             "slowdown: 1.3, mtbf: 5000 h, repair: 1 d}}")
-    assert "faults.components.throttling: a throttling failure slows a pipeline stage" in err
-    assert "shares links with the other replicas'" in err
-    assert "16,384 simulated ranks (not folded)" in err
-    assert err.endswith("(allowed: network.model: analytic (each collective alone, so the slow replica meets no "
-                        "other's traffic and its states fold), a smaller cluster, or --force)")
+    assert "faults.components.throttling: a throttling failure slows one GPU of a pipeline stage" in err
+    assert ("refolded by the slow GPU's classes (16 stages x 4, every mirror kept: the slow replica's traffic "
+            "shares links with the other replicas'): 16,384 GPUs, 64 simulated ranks (folded), ~169,428 ops, "
+            "~1,329,152 flows") in err
+    assert err.endswith("(allowed: network.model: analytic (each collective alone: the slow replica meets no "
+                        "other's traffic, so its states keep no mirror), a smaller cluster, or --force)")
 
 
 def test_more_spares_than_hosts_is_a_pool_that_never_runs_dry():

@@ -82,19 +82,21 @@ SHARED_NICS = ["cluster.nics_per_node=4", "cluster.oversubscription=2", "collect
 
 @pytest.mark.parametrize("overrides, own, reason", [
     ([], "", ""),
-    (PIPELINED, "", "stragglers in one replica whose traffic shares links with the other replicas'"),
+    (PIPELINED, "", ""),
     ([], "{gpus: [9], slowdown: 2}", "stragglers in more than one pipeline replica"),
     ([*PIPELINED, "network.model=analytic"], "", ""),
     (SHARED_NICS, "", "their flows share the fabric's links unevenly"),
 ], ids=["folds", "shares-links", "own-straggler-in-replica-1", "analytic", "asymmetric-replicas"])
 def test_the_refusal_of_straggler_states_follows_the_engine(monkeypatch, overrides, own, reason):
     """A job with a straggle class whose states are beyond the scale limits unfolded (lowered here to the
-    ops + flows of the state's straggler refold, which runs) is refused exactly when the engine runs its straggler
-    state unfolded, for the reason that state's own run
+    ops + flows of the state's straggler refold, which runs: with every mirror kept where the slow replica's
+    traffic shares links with the others', `scale.every_mirror_refold`) is refused exactly when the engine runs
+    its straggler state unfolded, for the reason that state's own run
     gives (`fold_off_reason`: the state is `simulate()` of the scenario with the representative GPU 0 slowed).
     Asking only whether one straggler's replica shares links would let through a state that the scenario's own
-    straggler in replica 1 unfolds (two slow replicas), refuse analytic-model states that fold exactly (each
-    transfer runs alone there), and name another reason than the symmetry check's."""
+    straggler in replica 1 unfolds (two slow replicas), and name another reason than the symmetry check's; a
+    slow replica whose traffic shares links with the others' refolds by its classes with every mirror kept
+    (`fold_policy.straggler_step`), as on the analytic model, where each transfer runs alone."""
     stragglers = ", ".join(entry for entry in (own, "{gpus: [0], slowdown: 1.5}") if entry)
     state = simulate(scenario_from_text(RAILS, "inline.yaml",
                                         [*overrides, f"faults.step.stragglers=[{stragglers}]"])).summary
@@ -107,7 +109,10 @@ faults:
 """, "inline.yaml", [*overrides, f"faults.step.stragglers=[{own}]"])
     folded = scale.estimate_scale(job.scenario, 32, scale.scenario_hosts(job))
     assert folded is not None
-    monkeypatch.setattr(scale, "MAX_EVENTS", scale.refold_estimate(folded, 32, 4 * folded.simulated_ranks).events)
+    refold = (scale.every_mirror_refold(job, 32, 4 * folded.simulated_ranks) if overrides == PIPELINED
+              else scale.refold_estimate(folded, 32, 4 * folded.simulated_ranks))
+    assert refold is not None
+    monkeypatch.setattr(scale, "MAX_EVENTS", refold.events)
     if reason:
         with pytest.raises(ScenarioError) as refused:
             simulate_job(job)

@@ -219,15 +219,16 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
     stage or per straggler class only, so a straggler on GPU 0 is not folded on the classed program. A straggler
     state slows one rank of a stage, which `folded_step` never classes by NVLink loads: it judges one rank per stage,
     rank 0, whose CP ring (0, 1) is mirrored by (2, 3) on host 1, whose NVLink links the all-reduce's ring also
-    takes: the slow replica's traffic meets another's, so the state runs unfolded, all 4 ranks. The blocker, asked of
-    the one-rank-per-stage program, names the reason the state's own run gives, and a job whose unfolded states are
-    beyond the scale limits is refused at its straggle class before it draws a failure, not when a replication meets
-    the state."""
+    takes: the slow replica's traffic meets another's, so the state refolds by the slow replica's classes, which are
+    every rank (CP 2 x DP 2), and runs unfolded, all 4 ranks. The blocker, asked of the one-rank-per-stage program,
+    names the sharing, the state's own run the classes, and a job whose unfolded states are beyond the scale limits
+    is refused at its straggle class, for the reason the state's run gives, before it draws a failure, not when a
+    replication meets the state."""
     from dataclasses import replace
 
     import simulator.reliability.simulate as job_simulation
     from simulator.config.loader import scenario_from_text
-    from simulator.engine.fold_policy import fold_with_faults, straggler_blocker
+    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, fold_with_faults, straggler_blocker
     from simulator.faults.step import Slowdown
 
     loaded = scenario_from_text(CLASSED_CP)
@@ -243,7 +244,7 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
     assert why == SHARES_LINKS
     state = simulation.simulate(scenario_from_text(
         CLASSED_CP + "faults: {step: {stragglers: [{gpus: [0], slowdown: 1.5}]}}\n")).summary
-    assert (state["folded"], state["fold_off_reason"], state["simulated_ranks"]) == (False, why, 4)
+    assert (state["folded"], state["fold_off_reason"], state["simulated_ranks"]) == (False, EVERY_RANK_A_CLASS, 4)
 
     path = _write(tmp_path, CLASSED_CP + THROTTLE)
     _limit_to_the_folded_step(monkeypatch, path, [])
@@ -256,7 +257,7 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
         simulate_job(load_scenario(path))
     assert refused.value.field == "faults.components.throttle" and not drawn
     assert refused.value.problem.startswith(f"a throttle failure slows a pipeline stage, and each such state is "
-                                            f"simulated as an unfolded step ({why}): ")
+                                            f"simulated as an unfolded step ({EVERY_RANK_A_CLASS}): ")
 
 
 def test_validate_says_a_step_runs_unfolded_for_minutes_with_its_size_and_why(capsys):

@@ -21,6 +21,7 @@ from simulator import simulate
 from simulator.cli import main
 from simulator.config.faults import GpuFailure, LinkFault, StepFaults, Straggler
 from simulator.config.loader import scenario_from_text
+from simulator.engine.fold_policy import SHARED_LINKS
 from simulator.errors import StepAborted
 from simulator.parallel.layout import Layout
 from simulator.reliability.perturbed import perturbed_step
@@ -175,22 +176,55 @@ def test_a_gpu_failure_after_the_step_keeps_the_classes_and_the_replica_quotient
     assert aborted[0] == aborted[1] == "step aborted at 0.01 s: GPU 9 (h1/gpu1) failed"
 
 
-def test_stragglers_that_break_replica_symmetry_switch_folding_off():
-    pipeline = ["parallelism.pp=2", "parallelism.dp=2", "training.microbatches=4"]
-    straggler = "faults.step.stragglers=[{gpus: [8], slowdown: 2}]"
-    one = simulate(scenario_from_text(TP_DP, "inline.yaml", pipeline + [straggler]))
-    assert one.summary["folded"] is False
-    assert "shares links" in one.summary["fold_off_reason"]
+SHARED_NICS = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, nics_per_node: 2}
+model: {layers: 4, hidden: 4096, heads: 32, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {tp: 4, pp: 4, dp: 4, order: [tp, cp, pp, dp]}
+"""
+"""Two stages on each host, each TP group of four GPUs behind one NIC, which its hand-offs and DP rings share."""
+UNEVEN_SPINES = ("cluster.leaf_ports=2", "cluster.spines=2")
+"""SHARED_NICS in leaf groups of two hosts: the DP rings' flows hash onto the two spines unevenly."""
+
+
+@pytest.mark.parametrize("text, overrides, gpu, ranks", [
+    (TP_DP, ("parallelism.pp=2", "parallelism.dp=2", "training.microbatches=4"), 8, 8),
+    (SHARED_NICS, (), 5, 16),
+    (SHARED_NICS, UNEVEN_SPINES, 5, None),
+], ids=["pp-dp", "shared-nics", "out-of-step"])
+def test_a_slow_replica_whose_traffic_shares_links_refolds_by_its_classes(text, overrides, gpu, ranks):
+    """Stragglers in one replica whose hand-offs and DP rings share NICs with the other replicas' traffic: one rank
+    per stage cannot play the slow replica (its mirrors meet the slow traffic), so the stage fold is given up and the
+    step refolds by the slow replica's classes with every mirror kept, the lockstep check after the run comparing
+    every copy. Where each kept pace, every figure is the unfolded run's (TP 8 x PP 2 x DP 2: 8 of 32 ranks;
+    TP 4 x PP 4 x DP 4 on 2 NICs a host: 16 of 64); where one fell out of step (in leaf groups of two hosts a DP
+    all-reduce's copies ended 15.33 and 16.86 ms in: class-mates met the slow replica's flows unlike), the step runs
+    unfolded, saying so."""
+    setup = [*overrides, f"faults.step.stragglers=[{{gpus: [{gpu}], slowdown: 1.5}}]"]
+    folded = simulate(scenario_from_text(text, "inline.yaml", setup)).summary
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", [*setup, "run.fold=false"])).summary
+    healthy = simulate(scenario_from_text(text, "inline.yaml", list(overrides))).summary
+    assert folded["fold_given_up"][0]["reason"] == SHARED_LINKS
+    if ranks is None:
+        assert folded["folded"] is False and folded["fold_given_up"][1]["fold"] == "stragglers"
+        assert folded["fold_given_up"][1]["why"] == "a collective fell out of step in its run"
+    else:
+        assert folded["folded"] is True and folded["simulated_ranks"] == ranks and "fold_off_reason" not in folded
+    assert_same_figures(folded, unfolded, rel=1e-12, absolute=1e-12, reason="" if ranks else "fold_off_reason")
+    assert folded["step_time_s"] > healthy["step_time_s"]
+
+
+def test_stragglers_in_two_replicas_switch_folding_off():
     two = simulate(scenario_from_text(TP_DP, "inline.yaml", ["faults.step.stragglers=[{gpus: [9, 10], slowdown: 2}]"]))
     assert two.summary["fold_off_reason"] == "stragglers in more than one pipeline replica"
 
 
 def test_stragglers_in_one_replica_fold_on_the_analytic_model():
-    """The layout whose slow replica shares links with the other's unfolds on the flow model (above); on the
-    analytic model every transfer runs alone, so the other ranks only wait for the slow one at the collectives
-    they share, and the step folded by the slow replica's classes (its rank, its TP group's others, its DP
-    group's, the rest: 4 per stage) gives every figure of the unfolded run (folded by stage, bubble 0.344 against
-    0.504)."""
+    """The layout whose slow replica shares links with the other's refolds with every mirror kept on the flow
+    model (above); on the analytic model every transfer runs alone, so the other ranks only wait for the slow one
+    at the collectives they share, and the step folded by the slow replica's classes (its rank, its TP group's
+    others, its DP group's, the rest: 4 per stage) gives every figure of the unfolded run (folded by stage, bubble
+    0.344 against 0.504)."""
     setup = ["parallelism.pp=2", "parallelism.dp=2", "training.microbatches=4", "network.model=analytic",
              "faults.step.stragglers=[{gpus: [8], slowdown: 2}]"]
     folded = simulate(scenario_from_text(TP_DP, "inline.yaml", setup)).summary

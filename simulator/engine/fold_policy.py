@@ -5,8 +5,9 @@ the cluster (`fold_blocker`: an explicit graph, or hosts of unequal size), the f
 (`engine/symmetry.py`: on the flow model a mirror that would meet the links differently, on the analytic model
 one whose plan alone takes another time), and the step's
 faults (`fold_with_faults`: link faults other than links down from the start, which fold by classes of the hosts
-near them, `link_fault_step`; or stragglers that do not slow a stage alike or stay in one replica whose traffic
-meets no other's on the flow model). A check that fails rebuilds the program unfolded and gives
+near them, `link_fault_step`; or stragglers that do not slow a stage alike or stay in one replica: one rank per
+stage then plays the slow replica, exact on the flow model only where its traffic meets no other's, and the step is
+refolded by the slow replica's classes, `straggler_step`). A check that fails rebuilds the program unfolded and gives
 the reason, which the summary reports as `fold_off_reason`. `fold_verdict` is the rule the engine applies to a
 folded program; a job asks it of its straggler states before it meets them (`straggler_blocker`). The caller's
 guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
@@ -21,7 +22,8 @@ step classed by NVLink loads (with those classes): the unfolded run
 where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` before its run,
 as the first fold is (`_refined_step`), and the lockstep check after its run certifies it. Classed folds and
 refolds are tried without step faults or under stragglers alike on every rank of a stage (faults/step.py
-`alike_in_stages`); stragglers in one replica refold by the slow replica's coordinates (`straggler_step`).
+`alike_in_stages`); stragglers in one replica refold by the slow replica's coordinates (`straggler_step`), with
+every mirror kept where that replica's traffic shares links with the others' (`FoldedStep.every_mirror`).
 """
 
 from __future__ import annotations
@@ -150,6 +152,10 @@ class FoldedStep:
     stage_fold: StageFold | None = None
     """The stage fold this step was classed from (`_classed_step`); None where the step is that fold, or unfolded,
     or was refolded from a fold the caller holds."""
+    every_mirror: bool = False
+    """Whether its run keeps every mirror (none pruned, engine/sharing.py), so that the lockstep check after it
+    compares every copy of every collective with its group: a fold by the slow replica's classes whose traffic
+    shares links with the other replicas' (`straggler_step`)."""
 
     @property
     def weights(self) -> dict[int, int] | None:
@@ -170,8 +176,9 @@ def fold_blocker(topology: Topology) -> str:
 
 
 SHARED_LINKS = "stragglers in one replica whose traffic shares links with the other replicas'"
-"""Why stragglers in one replica unfold a step on the flow model (`fold_with_faults`); the analytic model, which
-runs each collective alone, folds them."""
+"""Why one rank per stage cannot play the slow replica of stragglers in one replica on the flow model
+(`fold_with_faults`; the analytic model, which runs each collective alone, lets it): the step is then refolded by
+the slow replica's classes with every mirror kept (`straggler_step`), or unfolded."""
 
 
 def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache, mode: NetworkMode,
@@ -179,10 +186,12 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
     ``({}, reason)``. Link faults break the replicas' symmetry unless they are links down from the start
     (`link_fault_blocker`), which the checks see over the detoured routes. Stragglers fold when every rank of a stage is
-    slowed alike, or when they lie in one replica whose traffic meets no other replica's (on the flow model: no
-    mirror survives pruning; the analytic model runs each collective alone, so no traffic meets another's): the
-    other replicas then only wait for it at the collectives they share. ``shapes``: the index of the program's
-    collectives, when the caller has it."""
+    slowed alike; stragglers in one replica fold onto the slow replica's classes, each slow rank simulated as
+    itself (faults/step.py `folded_slowdowns`; their class-mates are held to their representatives as in any
+    classed fold), and onto one rank per stage playing the slow replica only where its traffic meets no other
+    replica's (on the flow model: no mirror survives pruning, else `SHARED_LINKS`; the analytic model runs each
+    collective alone, so no traffic meets another's): the other replicas then only wait for it at the collectives
+    they share. ``shapes``: the index of the program's collectives, when the caller has it."""
     if plan.links:
         return {}, link_fault_blocker(plan, mode) or (LINKS_WITHOUT_LAYOUT if program.layout is None else "")
     if not plan.slowdowns:
@@ -249,7 +258,8 @@ def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, effi
 
 def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mode: NetworkMode,
                       faults: StepFaultPlan, factor: float) -> str:
-    """Why a job's straggler states would run unfolded ('' when every one folds), by the engine's rule, asked
+    """Why a job's straggler states would not fold as one rank per stage playing the slow replica ('' when every
+    one does, by the slow replica's classes where a stage has more than one rank), by the engine's rule, asked
     of its healthy ``step`` (with the scenario's own ``faults``) as `folded_step` made it, folded: a state adds
     stragglers on the representatives of some pipeline stages (reliability/states.py), all in the first
     replica. Each such state unfolds when the step without them does (the cluster, the symmetry check, link
@@ -257,7 +267,9 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     which `folded_step`'s guard hears before this is asked; otherwise all of them fold exactly when one slowed
     representative does (its stage is unlike unless it has one rank, and the answer is then whether that
     replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the first stage asks
-    it. A step folded by classes of ranks is asked as ``build`` folds it with one rank per stage: where a stage
+    it: where it does (`SHARED_LINKS`), the states refold by the slow replica's classes with every mirror kept
+    (`straggler_step`), any other answer unfolds them. A step folded by classes of ranks is asked as ``build``
+    folds it with one rank per stage: where a stage
     has more than one rank, a state's stragglers slow one of them and not its mates (not `alike_in_stages`), and
     `folded_step` judges such a step by its stage fold, then refolds it by the slow replica's classes
     (`straggler_step`) or, where those are every rank (at most 2 per dimension), runs it unfolded."""
@@ -338,6 +350,10 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     not_exact = None
     if program.folded:
         slowdowns, unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
+        if unfolding is not None and unfolding.reason == SHARED_LINKS:
+            shared = GivenUp("stage", len(program.ranks), unfolding)
+            stage = FoldedStep(program, shapes, order, {}, "", "stage", given_up=(*given_up, shared))
+            return straggler_step(build, stage, plans, mode, efficiency, faults, guard, shared=True)
         if unfolding is not None:
             refused_stage = GivenUp("stage", len(program.ranks), unfolding, unordered=_unordered(order))
             return replace(unfolded_step(build, faults, unfolding, guard), given_up=(*given_up, refused_stage))
@@ -401,8 +417,8 @@ every host near them, or every class of far ranks holding one rank beside a near
 
 
 def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode: NetworkMode,
-                   efficiency: Mapping[str, float], faults: StepFaultPlan, guard: UnfoldingGuard | None = None
-                   ) -> FoldedStep:
+                   efficiency: Mapping[str, float], faults: StepFaultPlan, guard: UnfoldingGuard | None = None,
+                   shared: bool = False) -> FoldedStep:
     """The ``stage`` fold (one rank per stage, passed by `fold_verdict`) refolded by the classes of ranks that
     stragglers in one pipeline replica part (faults/step.py `straggler_classes`), each slow rank simulated as
     itself beside one rank of every other class, weighted by its class's size: in the stage fold the
@@ -410,7 +426,17 @@ def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode
     communication, loss shares, SM contention) is the slow replica's, not the mean over the GPUs (TP 8, DP 4, GPU
     9 slowed x2: bubble 0.0 against 0.378 unfolded). ``stage`` itself where no such stragglers are; the step
     unfolded where the refold simulates every rank, or its class-mates would not keep pace (`unlike_class_mates`),
-    or `fold_verdict` refuses it. The lockstep check after its run certifies it, as any classed fold."""
+    or `fold_verdict` refuses it. The lockstep check after its run certifies it, as any classed fold.
+
+    ``shared``: ``stage`` was refused for `SHARED_LINKS` (its mirrors' traffic meets the slow replica's, so one
+    rank per stage playing it is not exact). The refold then keeps every mirror (`FoldedStep.every_mirror`), and
+    the lockstep check compares every copy: where each copy of every collective instance ends with its group, each
+    class-mate starts its next op when its representative does (alike slowed, alike programs), the run holds every
+    flow of the unfolded run at its times, and the two are one trajectory; a copy out of step unfolds the step. A
+    pruned mirror would go unchecked, and where the slow replica's timing shifts the classes apart, a class-mate
+    whose links carry another class's traffic than its representative's meets other loads unseen. 8 hosts of 8
+    H100, TP 4 x PP 4 x DP 4, 2 NICs a host (sends and DP rings share NICs), GPU 5 x1.5: 16 ranks, the step and
+    every figure the unfolded run's (tests/test_step_faults.py)."""
     layout = stage.program.layout
     classes = None if layout is None else straggler_classes(faults, layout)
     if classes is None or layout is None:
@@ -425,7 +451,7 @@ def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode
         if isinstance(refold, FoldedStep):
             unlike = unlike_hand_off_hops(refold.shapes, plans.topology) if mode == "analytic" else ""
             not_exact = GivenUp("stragglers", ranks, Unfolding("hops", unlike)) if unlike else None
-            return replace(refold, given_up=stage.given_up, not_exact=not_exact)
+            return replace(refold, given_up=stage.given_up, not_exact=not_exact, every_mirror=shared)
         assert refold is not None
         refused = refold
     return replace(unfolded_step(build, faults, refused.unfolding, guard), given_up=(*stage.given_up, refused))

@@ -311,7 +311,8 @@ def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) 
     fold onto one representative per stage, which then play the slow replica: the others wait for it at every
     collective they share, so the step time is exact when their traffic never meets it elsewhere (checked on the
     program's links by the caller), but the per-GPU figures are the slow replica's; folded by the classes of
-    `straggler_classes`, the slow replica's ranks are simulated as themselves beside a rank of each other class.
+    `straggler_classes`, the slow replica's ranks are simulated as themselves beside a rank of each other class,
+    which asks no such isolation: the class-mates are held to their representatives as in any classed fold.
     Other simulated ranks are refused (a guard: the step builds no others under such stragglers)."""
     slowed = plan.slowdown_of()
     if alike_in_stages(plan, layout):
@@ -320,7 +321,7 @@ def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) 
     if replica is None:
         return {}, False, "stragglers in more than one pipeline replica"
     if list(ranks) == folding_representatives(layout, True, straggler_classes(plan, layout)):
-        return {rank: slowed[rank] for rank in ranks if rank in slowed}, True, ""
+        return {rank: slowed[rank] for rank in ranks if rank in slowed}, False, ""
     if list(ranks) != folding_representatives(layout, True):
         return {}, False, "stragglers in one pipeline replica fold onto one rank per stage or per class only"
     return ({rank: slowed[gpu] for rank, gpu in ((rank, replica.rank_in(layout, stage))

@@ -264,21 +264,27 @@ class LinkStateSizes:
         replica's classes in each stage; None without a straggle class, or for a trace."""
         self.straggler_why = ""
         """Why such a step unfolds ('' where it folds by the slow replica's classes), as the engine's folding
-        rule says it (`fold_policy.straggler_blocker`, `fold_policy.SHARED_LINKS` among its answers)."""
+        rule says it (`fold_policy.straggler_blocker`)."""
         self.straggler_folded = False
         """Whether such a step folds by the slow replica's classes (`straggler_state_s`'s ``folded``)."""
+        self.straggler_every_mirror = False
+        """Whether that fold keeps every mirror (`fold_policy.SHARED_LINKS`: the slow replica's traffic shares
+        links with the other replicas'), estimated with every copy of its collectives (`scale.every_mirror_refold`)."""
+        self._every_mirror: dict[int, ScaleEstimate | None] = {}
         self.straggler_each = ""
         """How such a step is simulated, as `TimeAhead.each` says it ('unfolded onto {ranks:,} ranks (why)')."""
 
     def state_estimate(self, state: ClusterState, healthy: ClusterState) -> ScaleEstimate | None:
         """The estimate of what the step of ``state`` simulates (the job's healthy state ``healthy``): its fold
         by the hosts near its links down (`estimate`), or for straggling GPUs alone on the job's replicas the
-        `straggler_ranks` of the healthy job; None for any other state (spines down, a shrunk job), a trace, or
-        a job without those sized."""
+        `straggler_ranks` of the healthy job (`every_mirror` where its fold keeps every mirror); None for any
+        other state (spines down, a shrunk job), a trace, or a job without those sized."""
         if state.links_down:
             return self.estimate(state)
         if self.straggler_ranks is None or not straggling(state, healthy):
             return None
+        if self.straggler_every_mirror:
+            return self.every_mirror(self.straggler_ranks)
         estimator = self.estimator(None)
         return None if estimator is None else estimator(self.straggler_ranks)
 
@@ -314,6 +320,15 @@ class LinkStateSizes:
         trace."""
         estimator = self.estimator(state)
         return None if estimator is None else estimator(self.ranks(state))
+
+    def every_mirror(self, ranks: int) -> ScaleEstimate | None:
+        """`scale.every_mirror_refold` of the healthy job onto ``ranks`` ranks, worked out once."""
+        from simulator.scale import every_mirror_refold
+
+        if ranks not in self._every_mirror:
+            size = self.size(None)
+            self._every_mirror[ranks] = every_mirror_refold(size.loaded, size.topology.num_gpus, ranks, size.topology)
+        return self._every_mirror[ranks]
 
     def estimator(self, state: ClusterState | None) -> Callable[[int], ScaleEstimate] | None:
         """`scale.classed_estimator` of the job in ``state`` (None: the healthy job)."""
@@ -549,10 +564,10 @@ def link_state_s(estimate: ScaleEstimate) -> float:
 
 def straggler_state_s(estimate: ScaleEstimate, folded: bool, first: bool = False) -> float:
     """The CPU seconds of a straggler state whose step is estimated as ``estimate`` (`scale.classed_estimate` on
-    `LinkStateSizes.straggler_ranks`): where it ``folded`` by the slow GPU's classes, FOLDED_STRAGGLER_S_FIXED
-    and FOLDED_STRAGGLER_S_PER_EVENT each op and flow, and FOLDED_STRAGGLER_FOLD_S_PER_EVENT more each where it
-    is the ``first`` (building the fold the later ones share); else as a state with links down
-    (`link_state_s`), unfolded."""
+    `LinkStateSizes.straggler_ranks`, or `scale.every_mirror_refold` where its fold keeps every mirror): where it
+    ``folded`` by the slow GPU's classes, FOLDED_STRAGGLER_S_FIXED and FOLDED_STRAGGLER_S_PER_EVENT each op and
+    flow, and FOLDED_STRAGGLER_FOLD_S_PER_EVENT more each where it is the ``first`` (building the fold the later
+    ones share); else as a state with links down (`link_state_s`), unfolded."""
     if not folded:
         return link_state_s(estimate)
     per_event = FOLDED_STRAGGLER_S_PER_EVENT + (FOLDED_STRAGGLER_FOLD_S_PER_EVENT if first else 0.0)

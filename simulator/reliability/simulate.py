@@ -278,7 +278,9 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
 
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
-    job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers."""
+    job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers, and where
+    its answer is that the slow replica's traffic shares links with the others' (`fold_policy.SHARED_LINKS`) the
+    states refold with every mirror kept, sized so (`_refuse_straggler_refold`)."""
     from simulator.program.unfolding import Unfolding
     from simulator.scale import unfolded_beyond_limits
     from simulator.simulation import prepare_training, step_faults
@@ -304,11 +306,9 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
         """Refuse the states of class ``culprit`` (by default the first that degrades links, else straggles)."""
         problem = "degrades the cluster" if linked else "slows a pipeline stage"
         restart = "effect: replace (the job restarts without the unit), " if linked else ""
-        analytic = ("network.model: analytic (each collective alone, so the slow replica meets no other's "
-                    "traffic and its states fold), " if why == SHARED_LINKS else "")
         raise loaded.error(_class_field(loaded, culprit), f"a {culprit.name} failure {problem}, and each such state "
                            f"is simulated as an unfolded step ({why}): {limits}",
-                           f"{restart}{analytic}a smaller cluster, or --force")
+                           f"{restart}a smaller cluster, or --force")
 
     if linked:
         _refuse_unfolded_link_states(loaded, topology, linked, bool(straggling), refuse, sizes, activity)
@@ -326,11 +326,13 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     healthy = prepare_training(loaded, topology, faults, guard)
     why = located(loaded, lambda: straggler_blocker(healthy.step, healthy.build, healthy.plans,
                                                     healthy.settings.mode, faults, klass.slowdown))
+    every_mirror = why == SHARED_LINKS
+    why = "" if every_mirror else why
     if not why and _every_rank_a_class(loaded, topology.num_gpus):
         why = EVERY_RANK_A_CLASS
     if why:
         refuse(why)
-    _refuse_straggler_refold(loaded, klass, topology)
+    _refuse_straggler_refold(loaded, klass, topology, every_mirror)
     return healthy
 
 
@@ -519,15 +521,18 @@ def _every_rank_a_class(loaded: LoadedScenario, gpus: int) -> bool:
     return layout.pp * classes >= layout.world
 
 
-def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topology: Topology) -> None:
+def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topology: Topology,
+                             every_mirror: bool = False) -> None:
     """Refuse, before the healthy step runs, a job whose straggler states of class ``klass`` fold and would each
     simulate a refold beyond the limits a plain run has: a state slows one GPU of the first replica in each stage
     its unit's GPUs serve, and its step is refolded by the slow replica's classes (`_slow_replica_classes`), the
     folded estimate scaled by those ranks (`scale.refold_estimate`). Where those classes are every rank the state
     runs unfolded, and the unfolded estimate (`_refuse_unfolded_steps`) is the one that holds: the linear refold
-    overstates it (TP 2, CP 2, PP 4, DP 2: ~14,528 ops + flows against 10,880 unfolded). The refusal names the
-    class, what its unit slows and the limit passed, its value against it."""
-    from simulator.scale import estimate_scale, refold_estimate, scenario_hosts
+    overstates it (TP 2, CP 2, PP 4, DP 2: ~14,528 ops + flows against 10,880 unfolded). ``every_mirror``: the
+    slow replica's traffic shares links with the other replicas', so the refold keeps every mirror and is
+    estimated with every copy of its collectives (`scale.every_mirror_refold`). The refusal names the class, what
+    its unit slows and the limit passed, its value against it."""
+    from simulator.scale import estimate_scale, every_mirror_refold, refold_estimate, scenario_hosts
 
     scenario = loaded.scenario
     gpus = topology.num_gpus
@@ -535,15 +540,24 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topolo
     if folded is None or not folded.folded or _every_rank_a_class(loaded, gpus):
         return
     layout, classes = _slow_replica_classes(loaded, gpus)
-    refold = refold_estimate(folded, gpus, layout.pp * classes)
-    if refold.over_limits():
+    refold = (every_mirror_refold(loaded, gpus, layout.pp * classes, topology) if every_mirror
+              else refold_estimate(folded, gpus, layout.pp * classes))
+    if refold is not None and refold.over_limits():
         name, unit = klass.name, klass.unit.replace("_", " ")
         slowed = ("one GPU of a pipeline stage" if klass.unit == "gpu" else
                   f"a {unit}'s GPUs (a state: one GPU of each pipeline stage they serve)")
         field = ("faults", "components", name) if name in scenario.faults.components else ("faults",)
         raise loaded.error(field, f"a {name} failure slows {slowed}, and each such state is "
-                           f"simulated refolded by the slow GPU's classes ({layout.pp} stages x {classes}): "
-                           f"{refold.describe()}; {refold.beyond()}", "a smaller cluster, or --force")
+                           f"simulated refolded by the slow GPU's classes ({layout.pp} stages x {classes}"
+                           f"{EVERY_MIRROR if every_mirror else ''}): {refold.describe()}; {refold.beyond()}",
+                           f"{ANALYTIC_STRAGGLERS if every_mirror else ''}a smaller cluster, or --force")
+
+
+EVERY_MIRROR = ", every mirror kept: the slow replica's traffic shares links with the other replicas'"
+"""How a straggler state's refold is simulated where `fold_policy.SHARED_LINKS` holds (`fold_policy.straggler_step`)."""
+ANALYTIC_STRAGGLERS = ("network.model: analytic (each collective alone: the slow replica meets no other's traffic, "
+                       "so its states keep no mirror), ")
+"""The cut a refusal or warning of straggler states that keep every mirror names first."""
 
 
 _STRAGGLER_FOLDS: dict[tuple[str, bool], tuple[bool, str]] = {}
@@ -559,10 +573,11 @@ def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology
     for the estimate of its CPU time that the job tells as it meets each one and up front (`_told_straggler_time`):
     every rank where the engine's folding rule unfolds such a step (`fold_policy.straggler_blocker`, asked of
     the healthy step ``prepared``, built here where the job's checks did not, and returned for the job to run:
-    `run.fold: false`, a healthy step that unfolds, or, on the flow model, the slow replica's traffic sharing
-    links with the others': a straggling GPU on the 2,048-GPU Llama 3 70B job, whose unfolded state takes ~3.2 min
-    of CPU), or the one rank per class that `fold_policy.straggler_step` simulates. Nothing for a
-    job without a straggle class, or a trace."""
+    `run.fold: false`, a healthy step that unfolds, classes of one rank each), or the one rank per class that
+    `fold_policy.straggler_step` simulates, with every mirror kept where on the flow model the slow replica's
+    traffic shares links with the others' (`LinkStateSizes.straggler_every_mirror`: a straggling GPU on the
+    2,048-GPU Llama 3 70B job, 16 ranks, ~5 s of CPU against ~3.2 min unfolded). Nothing for a job without a
+    straggle class, or a trace."""
     from simulator.simulation import prepare_training, step_faults
 
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
@@ -582,15 +597,18 @@ def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology
             why = healthy.step.off_reason or ("" if healthy.step.program.folded else "the healthy step unfolds")
             why = why or located(loaded, lambda: straggler_blocker(healthy.step, healthy.build, healthy.plans,
                                                             healthy.settings.mode, faults, straggling[0].slowdown))
-            if not why and _every_rank_a_class(loaded, topology.num_gpus):
+            if why in ("", SHARED_LINKS) and _every_rank_a_class(loaded, topology.num_gpus):
                 why = EVERY_RANK_A_CLASS
-        _STRAGGLER_FOLDS[key] = bool(why), why
+        _STRAGGLER_FOLDS[key] = why not in ("", SHARED_LINKS), why
     unfolds, why = _STRAGGLER_FOLDS[key]
+    every_mirror = why == SHARED_LINKS
     classes = layout.pp * _slow_replica_classes(loaded, topology.num_gpus)[1]
     sizes.straggler_ranks = layout.world if unfolds else classes
-    sizes.straggler_why, sizes.straggler_folded = why, not unfolds
+    sizes.straggler_why = "" if every_mirror else why
+    sizes.straggler_folded, sizes.straggler_every_mirror = not unfolds, every_mirror
     sizes.straggler_each = (f"unfolded onto {{ranks:,}} ranks ({why})" if unfolds
-                            else "folded by the slow GPU's classes onto {ranks:,} ranks")
+                            else "folded by the slow GPU's classes onto {ranks:,} ranks"
+                            + (EVERY_MIRROR if every_mirror else ""))
     return prepared
 
 
@@ -1287,8 +1305,7 @@ def _told_straggler_time(loaded: LoadedScenario, model: FailureModel, slow: Sequ
     assert told is not None
     told = replace(told, kind="with straggling GPUs", each=sizes.straggler_each)
     culprit = next(klass for klass in model.classes if klass.effect is Effect.STRAGGLE)
-    analytic = ("network.model: analytic (each collective alone: the slow replica meets no other's traffic and "
-                "its states fold), " if sizes.straggler_why == SHARED_LINKS else "")
+    analytic = ANALYTIC_STRAGGLERS if sizes.straggler_every_mirror else ""
     cuts = (f"fewer run.replications, a shorter run.horizon, a rarer {culprit.name} failure, {analytic}"
             f"more cores (--workers)")
     if told.wall_s > MAX_AHEAD_S and not force:
