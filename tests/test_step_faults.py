@@ -26,6 +26,8 @@ from simulator.errors import StepAborted
 from simulator.parallel.layout import Layout
 from simulator.reliability.perturbed import perturbed_step
 from simulator.schedules.registry import build_schedule
+from simulator.simulation import prepare_training, step_faults
+from simulator.topology.loader import scenario_topology
 
 F, B = 1e-3, 2e-3
 PIPELINE = """
@@ -210,6 +212,9 @@ def test_a_slow_replica_whose_traffic_shares_links_refolds_by_its_classes(text, 
         assert folded["fold_given_up"][1]["why"] == "a collective fell out of step in its run"
     else:
         assert folded["folded"] is True and folded["simulated_ranks"] == ranks and "fold_off_reason" not in folded
+        loaded = scenario_from_text(text, "inline.yaml", setup)
+        topology = scenario_topology(loaded)
+        assert prepare_training(loaded, topology, step_faults(loaded, topology)).step.every_mirror
     assert_same_figures(folded, unfolded, rel=1e-12, absolute=1e-12, reason="" if ranks else "fold_off_reason")
     assert folded["step_time_s"] > healthy["step_time_s"]
 
