@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from shared import ONE_GPU_HOSTS, SPARE_JOB
 
+from simulator import scale
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.reliability import simulate as job_simulation
@@ -19,7 +20,6 @@ from simulator.reliability.blast import cluster_units
 from simulator.reliability.components import FailureClass
 from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.simulate import _refuse_unfolded_steps, check_job
-from simulator import scale
 from simulator.scale import capped_topology, classed_estimate, unfolded_beyond_limits
 from simulator.topology.loader import load_topology
 from simulator.units import format_bandwidth, format_decimal_size, format_duration
