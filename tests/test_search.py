@@ -470,6 +470,30 @@ def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_l
                          "least memory of any layout: tp8 pp1, 853.0 GiB per GPU by the memory model"]
 
 
+def test_a_space_with_nothing_simulated_beside_the_trees_outside_layout_counts_the_space_and_names_the_leanest():
+    """Llama 3 8B on one DGX H100, the space TP1 DP8 mb2 zero0 alone (172.6 GiB): the tree's TP1 DP8 mb1 zero1,
+    outside the space, simulates for the comparison. The count line counts the one layout of the space, the
+    tree's apart, and the least-memory line names the space's leanest though a row (the tree's) is shown."""
+    import pandas as pd
+
+    from simulator.sweep.decision_tree import TreeChoice
+    from simulator.sweep.report import format_search
+    from simulator.sweep.search import SearchResult
+
+    table = pd.DataFrame({"label": ["TP1 DP8 mb2 zero0", "TP1 DP8 mb1 zero1"], "status": ["pruned", "simulated"],
+                          "reason": ["out of memory: 172.6 GiB > 79.6 GiB HBM", ""],
+                          "reason_kind": ["out_of_memory", None], "memory_model_peak_gib": [172.6, 75.1],
+                          "tokens_per_s": [None, 91219.0], "mfu": [None, 0.556], "peak_memory_gib": [None, 75.1],
+                          "bottleneck.verdict": [None, "compute-bound"], "tree_choice": [False, True],
+                          "searched": [True, False], "memory_tight": False})
+    lines = format_search(SearchResult(table, None, TreeChoice(None, ("one GPU holds it",)), None, ""),
+                          "s.yaml").splitlines()
+    assert lines[2:5] == ["1 layout: 0 simulated, 1 pruned, 0 failed (+ the tree's TP1 DP8 mb1 zero1, outside the "
+                          "space: simulated)",
+                          "  pruned, out of memory: 1 layout",
+                          "least memory of any layout: TP1 DP8 mb2 zero0, 172.6 GiB per GPU by the memory model"]
+
+
 def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     """The published Llama 3 405B rows set `ddp.overlap_param_gather` and `ddp.reduce_every_microbatch`, which
     ZeRO-0 layouts refuse; the search turns off, in each layout, the options its sharding cannot take
