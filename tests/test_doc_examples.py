@@ -436,6 +436,14 @@ COLLECTIVE_QUOTES = [
      "256 MiB: the LL128 ring, {3[ms]:.2f} ms; 4 GiB: the Simple ring, {4[ms]:.2f} ms; measured, estimates equal to "
      "the simulated times); the `tree` asked for there (`trainsim collective --topology gb200-nvl72 --set nvls=none "
      "--algorithm tree --protocol ll128 --sizes 1GiB`, measured) takes {0[ms]:.2f} ms, busbw {0[busbw]:.1f} GB/s."),
+    ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=16 --sizes 16MiB,8GiB",
+                             "--topology dgx-h100-cluster --set nodes=16 --algorithm tree --sizes 16MiB",
+                             "--topology dgx-h100-cluster --set nodes=16 --algorithm nvls --sizes 8GiB"],
+     "`auto` takes `nvls` at 16 MiB, {0[us]:.2f} us, where `--algorithm tree` runs the LL128 tree in {2[us]:.2f} us "
+     "(3.4% faster; weighed at NCCL's LL128 tree cap, 8 x 29 GB/s, 321.49 us), and the Simple ring at 8 GiB, "
+     "{1[us]:,.2f} us, where `--algorithm nvls` runs {3[us]:,.2f} us (1.4% faster, busbw {3[busbw]:.2f} GB/s;"),
+    ("docs/collectives.md", ["--topology dgx-h100 --algorithm nvls --sizes 1GiB,4GiB,64GiB"],
+     "prints {0[busbw]:.2f} GB/s at 1 GiB, {1[busbw]:.2f} at 4 GiB, {2[busbw]:.2f} at 64 GiB"),
     ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --sizes 1KiB",
                              "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1KiB"],
      "({0[us]:.1f} us at 1 KiB, against `nvls_sharp`'s {1[us]:.0f} us without base latency)"),
