@@ -23,15 +23,16 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
                      chunk: str | None = "auto", protocol: str = "auto",
                      progress: Callable[[int, int], None] | None = None) -> list[dict]:
-    """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the
-    ones that ran: `auto`'s choice for this size, as NCCL_DEBUG=INFO names the algorithm and protocol NCCL's
-    tuner picked), ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes); a send_recv's also its src and
-    dst GPUs (GPU 0 to GPU ``ranks`` - 1: ``ranks`` picks the receiver, two ranks run). The cyclic garbage collector
-    is paused meanwhile (simulator/collector.py). ``op``, ``algorithm`` and ``protocol`` come from the command
-    line, so they are checked here, against the sets the schema checks a scenario's against. ``cluster``: a
-    topology's name or path, its file already read, or built (`trainsim collective` reads it once, to count its
-    GPUs before building, and builds it, to warn of a GPU changed without its NVLink); ``overrides`` replace the
-    parameters of a name, a path or a file read. ``progress(done, total)`` hears each size begin, and the end."""
+    """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the ones
+    that ran: `auto`'s choice for this size, as NCCL_DEBUG=INFO names the algorithm and protocol NCCL's tuner
+    picked), ranks, bytes (a whole number; ``sizes`` are whole bytes), time_s, algbw_GBps, busbw_GBps (GB = 1e9
+    bytes); a send_recv's also its src and dst GPUs (GPU 0 to GPU ``ranks`` - 1: ``ranks`` picks the receiver, two
+    ranks run). The cyclic garbage collector is paused meanwhile (simulator/collector.py). ``op``, ``algorithm`` and
+    ``protocol`` come from the command line, so they are checked here, against the sets the schema checks a
+    scenario's against. ``cluster``: a topology's name or path, its file already read, or built (`trainsim
+    collective` reads it once, to count its GPUs before building, and builds it, to warn of a GPU changed without
+    its NVLink); ``overrides`` replace the parameters of a name, a path or a file read. ``progress(done, total)``
+    hears each size begin, and the end."""
     if op not in PRIMITIVES:
         raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(PRIMITIVES))
     if algorithm not in ALGORITHM_CHOICES:
@@ -71,7 +72,7 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
         ran = plans.resolved(ops[0], group)
         ends = {"src": group[0], "dst": group[-1]} if op == "send_recv" else {}
         rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": ran.algorithm, "protocol": protocol,
-                     "resolved_protocol": ran.protocol, "ranks": len(group), **ends, "bytes": nbytes,
+                     "resolved_protocol": ran.protocol, "ranks": len(group), **ends, "bytes": int(nbytes),
                      "time_s": time_s, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
     if progress is not None:
         progress(len(sizes), len(sizes))

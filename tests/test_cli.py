@@ -284,6 +284,7 @@ def test_collective_json_keys(capsys):
     assert main(["collective", "--topology", "dgx-h100", "--sizes", "4MiB,16MiB", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [row["bytes"] for row in rows] == [4 * 2**20, 16 * 2**20]
+    assert all(isinstance(row["bytes"], int) for row in rows)  # a byte count, not 4194304.0
     for row in rows:
         assert set(row) == {"op", "algorithm", "resolved_algorithm", "protocol", "resolved_protocol", "ranks", "bytes",
                             "time_s", "algbw_GBps", "busbw_GBps"}

@@ -346,6 +346,20 @@ def test_the_front_labels_the_best_of_the_searched_space_not_the_trees_layout_ou
     assert texts == ["tree: tree"]
 
 
+def test_a_front_of_one_point_is_drawn():
+    """One layout beats the other on both memory and throughput: the front is that point alone, which a line
+    draws nothing of, while the legend names the front; its points are ringed."""
+    from simulator.report.study_plots import front_figure
+
+    candidates = pd.DataFrame({"label": ["lean", "heavy"], "status": ["simulated"] * 2,
+                               "peak_memory_gib": [50.0, 70.0], "tokens_per_s": [400_000.0, 300_000.0],
+                               "tree_choice": False, "searched": True})
+    front, = [line for line in front_figure(candidates).axes[0].lines
+              if line.get_label() == "throughput-memory front"]
+    assert list(front.get_xdata()) == [50.0]
+    assert front.get_marker() not in (None, "None", "", " ") and front.get_markersize() > 0
+
+
 @pytest.mark.parametrize("best_memory_gib", [10.0, 90.0])
 def test_the_front_labels_stay_inside_the_axes(best_memory_gib):
     """The best layout's label sat left of its point, over the tick labels when the best was the leftmost point

@@ -362,9 +362,9 @@ def _label_inwards(ax, text: str, x: float, y: float, xs: pd.Series, rise: float
 
 
 def front_figure(candidates: pd.DataFrame) -> Figure:
-    """The layout search's simulated layouts: tokens/s against peak memory, the Pareto front joined, the
-    winner (the best of the searched space, none where nothing of it simulated) and the decision tree's choice
-    labelled (a search folder's candidates.parquet)."""
+    """The layout search's simulated layouts: tokens/s against peak memory, the Pareto front's points ringed and
+    joined, the winner (the best of the searched space, none where nothing of it simulated) and the decision
+    tree's choice labelled (a search folder's candidates.parquet)."""
     for column in ("status", "peak_memory_gib", "tokens_per_s", "label", "tree_choice", "searched"):
         _check_columns(candidates, {"OUTDIR": column})
     simulated = candidates[candidates["status"] == CandidateStatus.SIMULATED]
@@ -374,7 +374,8 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     simulated = simulated.assign(shown_rate=rate.scaled(simulated["tokens_per_s"]))
     ax.scatter(simulated["peak_memory_gib"], simulated["shown_rate"], color="#4C72B0", label="simulated layouts")
     front = pareto_front(simulated, "peak_memory_gib", "shown_rate")
-    ax.plot(front["peak_memory_gib"], front["shown_rate"], color="#C44E52", label="throughput-memory front")
+    ax.plot(front["peak_memory_gib"], front["shown_rate"], color="#C44E52", marker="o", markersize=10,
+            fillstyle="none", label="throughput-memory front")  # ringed: a front of one point draws no line
     memories = simulated["peak_memory_gib"]
     searched = simulated[simulated["searched"].astype(bool)]
     if len(searched):

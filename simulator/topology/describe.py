@@ -129,10 +129,10 @@ def describe_topology(topo: Topology) -> str:
 
 def _scope(domains: int, key: str) -> str:
     """What one bisection figure covers: each of ``domains`` NVLink domains or hosts (``key``, the attribute its
-    links' ends share), or the whole fabric (0)."""
+    links' ends share; 'each of' above one), or the whole fabric (0)."""
     if not domains:
         return "whole fabric"
-    return f"each of {counted(domains, _DOMAIN_NAMES[key])}"
+    return f"each of {counted(domains, _DOMAIN_NAMES[key])}" if domains > 1 else f"1 {_DOMAIN_NAMES[key]}"
 
 
 def draw_topology(topo: Topology, path: str | Path) -> Path:
