@@ -68,6 +68,23 @@ def test_every_mamf_gemm_share_is_a_row_of_the_v2_tables(gpu, shares, figures):
         assert figure in data["sources"]["mamf-v2"]
 
 
+
+def test_the_gb200s_gemm_shares_are_the_b200s_and_its_source_says_so():
+    """The MAMF tables' GB200 row (1822.0 of 2500 bf16, 3615.6 of 5000 fp8, a pre-release torch) is not taken: the
+    gb200 entry holds the B200's v2 shares under a source of its own that names them and how far the GB200's own
+    row reads below them."""
+    data = kernel_data()
+    gemm, b200 = data["gpus"]["gb200"]["gemm"], data["gpus"]["b200"]["gemm"]
+    assert gemm["achievable"] == b200["achievable"] and b200["source"] == "mamf-v2"
+    assert gemm["source"] == "mamf-b200-for-gb200"
+    source = data["sources"][gemm["source"]]
+    shares = b200["achievable"]
+    assert f"bf16 and fp16 {shares['bf16']:.3f}, fp8 {shares['fp8']:.3f}" in source
+    for precision, row in (("bf16", "1822.0 of 2500"), ("fp8", "3615.6 of 5000")):
+        measured, peak = (float(part) for part in row.split(" of "))
+        assert row in source
+        assert f"{1 - measured / peak / shares[precision]:.1%} below" in source
+
 def test_only_infiniband_has_a_measured_link_efficiency():
     """network/calibration.py's GPU-independent classes say which figure was measured (InfiniBand, nccl-tests)
     and which assumed (Ethernet, PCIe); calibrated() takes their fractions and NVLink's for c2c."""
