@@ -60,7 +60,7 @@ from simulator.config.training_options import grad_buffer_bytes
 from simulator.engine.replicas import shift_step
 from simulator.errors import ScenarioError
 from simulator.network.modes import NetworkMode
-from simulator.parallel.experts import ep_group, expert_shard_groups
+from simulator.parallel.experts import ep_group, expert_group_numbers, expert_shard_groups
 from simulator.parallel.layout import Layout
 from simulator.parallel.sharding import hybrid_degree, replica_group, shard_group
 from simulator.topology.graph import Topology
@@ -989,9 +989,7 @@ def _skew_unfolds(scenario: Scenario, layout: Layout, hosts: HostShape | None, d
     if par.gathers_per_unit:
         kinds.append(("dp", ("parallelism", "fsdp")))
     domain = hosts.domain if hosts is not None else layout.world
-
-    def positions(group: tuple[int, ...]) -> list[int]:
-        return sorted(ep_group(layout, rank, par.ep).index(rank) for rank in group)
+    position = expert_group_numbers(layout, par.ep)[1] % par.ep  # each rank's place in its EP group
 
     def spread(group: tuple[int, ...]) -> tuple[bool, bool]:
         """Whether ``group`` has members sharing a domain, and whether it spans domains."""
@@ -1004,10 +1002,13 @@ def _skew_unfolds(scenario: Scenario, layout: Layout, hosts: HostShape | None, d
         inside, across = spread(group)
         if len(group) < 2 or not ((inside and ep_inside) or (across and ep_across)):
             continue
-        held = positions(group)
-        if any(positions(_first_group(layout, kind, par.ep, degree, rank)) != held
-               for rank in layout.stage_ranks(0)):
-            return field
+        held, seen = sorted(position[list(group)].tolist()), set(group)
+        for rank in layout.stage_ranks(0):  # the stage's groups of this kind, each once
+            if rank not in seen:
+                copy = _first_group(layout, kind, par.ep, degree, rank)
+                seen.update(copy)
+                if sorted(position[list(copy)].tolist()) != held:
+                    return field
     return None
 
 

@@ -372,6 +372,20 @@ def test_a_step_the_skew_unfolds_is_refused_at_the_field_of_its_gathers(monkeypa
     assert "overlap_param_gather" in message and "not folded" in message and "run.fold" not in message
 
 
+def test_the_skew_check_visits_each_group_of_the_stage_once(monkeypatch):
+    """Mixtral EP 8 at TP 2 under FSDP on 16 DGX H100 (DP 64, one MoE layer a rank, so the dense shard groups
+    alone are compared): rank 0's EP group, then the stage's two shard groups (one a TP rank, every EP position
+    each) once each, not a group a rank of the stage's 128."""
+    loaded = load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml",
+                           ["parallelism.zero=0", "parallelism.fsdp=full_shard", "cluster.nodes=16"])
+    scenario, asked = loaded.scenario, []
+    first_group = scale._first_group
+    monkeypatch.setattr(scale, "_first_group", lambda *args: asked.append(args[1]) or first_group(*args))
+    layout = Layout(tp=2, dp=64, order=tuple(scenario.parallelism.order))
+    assert scale._skew_unfolds(scenario, layout, scale.scenario_hosts(loaded), 0, 1) is None
+    assert asked == ["ep", "dp", "dp"]
+
+
 @pytest.mark.parametrize("overrides", [
     ["parallelism.tp=2", "parallelism.dp=4", "parallelism.sequence_parallel=true"],
     ["parallelism.tp=2", "parallelism.dp=2", "parallelism.pp=2", "parallelism.sequence_parallel=true",
