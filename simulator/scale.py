@@ -524,9 +524,9 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     (topology/builders.py `Fabric`), so they share spine links with every copy of the group, all kept (a bound:
     Mixtral EP 8 keeps 0.90 of it). A group inside one NVLink domain (a host; the trays of a GB200 NVL72 rack,
     whose NVSwitch joins them as a host's does) keeps the copies there that the domain's other groups join to it
-    (`_domain_copies`), and so does a pipeline's hand-off inside one domain, every copy sent, one flow for its send
-    op and its receive op together (TP 8 PP 3 on one GB200 rack: 13,640 of 13,619 flows, 12,584 counting one copy
-    at both ends).
+    (`_domain_copies`), and so does a pipeline's hand-off inside one domain, every copy sent. A hand-off is one
+    flow for its send op and its receive op together, inside a domain or across (TP 8 PP 3 on one GB200 rack:
+    13,640 of 13,619 flows; Llama 3 8B on two DGX H100 at TP 8 PP 2 across them: 2,592 of 2,592).
     ``channels`` (`collectives.channels`, 0: NCCL's choice) is the rings of every ring collective, inside a host
     too, as ring.py's `channel_count` reads it."""
     groups = {kind: _first_group(layout, kind, ep, degree) for kind in kinds if kind != "pp"}
@@ -536,13 +536,12 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
                 if len(counts) > 1 and hosts is not None and _domains(groups[kind], hosts) > 1}
     rails_of = {kind: _group_rails(groups[kind], hosts, fewest) for kind, fewest in crossing.items()
                 } if hosts is not None else {}
-    shapes = {"pp": CollectiveShape(1, 1, 1)}
+    shapes = {"pp": CollectiveShape(1, 0.5, 1)}  # a hand-off's send and receive ops post one flow together
     inside = [kind for kind in groups if kind not in crossing]
     copies = _domain_copies(layout, inside, hosts, ep, degree) if hosts is not None else {}
     if layout.pp > 1 and hosts is not None and _domains(layout.group("pp", 0), hosts) == 1:
         joined = _domain_copies(layout, [*inside, "pp"], hosts, ep, degree)["pp"]
-        if joined > 1:  # every copy of a hand-off joined to it is sent, each once for its send and receive
-            shapes["pp"] = CollectiveShape(1, 0.5, joined)
+        shapes["pp"] = CollectiveShape(1, 0.5, joined)  # every copy of a hand-off joined to it is sent
     for kind, group in groups.items():
         members = len(group)
         peers = members - 1 if kind == "ep" else channels or 1

@@ -306,8 +306,8 @@ MOE_AND_OVERLAP = {
                                                             "parallelism.pipeline.virtual_stages=1"], (1.000, 0.964)),
 }
 """Estimate / simulated ops and flows of runs with EP all-to-alls, TP communication overlap and gradients reduced
-every micro-batch, each held within 3% of its ratio (measured 2026-12-07; the TP runs' ops exact with the head's
-backward split around the all-gather of its input, 0.995 and 0.996 without). The estimate counts the all-to-alls
+every micro-batch, each held within 3% of its ratio (measured 2026-12-07; the TP runs' ops exact, the head's
+backward split around the all-gather of its input counted). The estimate counts the all-to-alls
 (four a MoE layer and micro-batch, six with a full recompute, each a transfer to every other member of the EP
 group), the two ranks a stage the MoE runs fold to, the overlap's GEMM steps and chunks (a userbuffers
 reduce-scatter or all-gather sends from every member to every other, a ring exchange one per member of its ring, a
@@ -403,6 +403,18 @@ def test_the_heads_backward_under_sequence_parallelism_is_counted_split_around_i
     assert estimate.ops == simulate(loaded).summary["ops_executed"]
 
 
+def test_the_heads_backward_collectives_under_tp_comm_overlap_are_counted_as_userbuffers_kernels():
+    """Llama 3 8B cut to 4 layers on one DGX H100 at TP 4 DP 2 with sequence parallelism and tp_comm_overlap
+    (buckets after the backward): the head's backward gathers its input again and reduce-scatters its input
+    gradient as userbuffers kernels, every member sending to every other (`scale._head_bulk`), so the estimate
+    counts the run's 10,790 flows exactly."""
+    loaded = load_scenario(DP8_TWO_LAYERS, ["model.layers=4", "parallelism.tp=4", "parallelism.dp=2",
+                                            "parallelism.sequence_parallel=true", "parallelism.tp_comm_overlap=true",
+                                            "parallelism.ddp.overlap=false"])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    assert estimate.flows == simulate(loaded).summary["flows_simulated"] == 10_790
+
+
 MIXTRAL_FSDP = ["model.layers=4", "run.fold=false", "parallelism.zero=0"]
 """mixtral-8x7b-ep8 (tp 2, dp 16 on four DGX H100, 4 micro-batches) cut to 4 layers under PyTorch FSDP2, unfolded
 so that every rank's collectives are counted as the program posts them."""
@@ -483,9 +495,9 @@ HSDP_TWO_HOSTS = [*ONE_RANK_SHARDS, "parallelism.fsdp=hybrid_shard", "cluster.to
     (DP8_TWO_LAYERS, ["model.layers=2", "parallelism.zero=0", "parallelism.fsdp=full_shard",
                       "parallelism.ddp.reduce_every_microbatch=false"], 1.0),
     (DP8_TWO_LAYERS, ["model.layers=4", "parallelism.pp=2", "parallelism.dp=4", "parallelism.zero=2",
-                      "parallelism.ddp.reduce_every_microbatch=true"], 232 / 261),
+                      "parallelism.ddp.reduce_every_microbatch=true"], 216 / 261),
     (DP8_TWO_LAYERS, ["model.layers=4", "parallelism.pp=2", "parallelism.dp=4", "parallelism.zero=0",
-                      "parallelism.fsdp=shard_grad_op"], 132 / 116),
+                      "parallelism.fsdp=shard_grad_op"], 1.0),
     (DP8_TWO_LAYERS, ["model.layers=2", "parallelism.zero=0", "parallelism.fsdp=shard_grad_op",
                       "parallelism.ddp.reduce_every_microbatch=false", "training.grad_reduce_dtype=bf16"], 1.0),
     (DP8_TWO_LAYERS, HSDP_TWO_HOSTS, 1.0),
@@ -500,7 +512,7 @@ HSDP_TWO_HOSTS = [*ONE_RANK_SHARDS, "parallelism.fsdp=hybrid_shard", "cluster.to
                                            "parallelism.ddp.overlap_param_gather=true"], 1.0),
     (SCENARIOS / "mixtral-8x7b-ep8.yaml", [*MIXTRAL_ONE_HOST, "model.layers=8", "parallelism.pp=8",
                                            "parallelism.dp=1", "parallelism.ep=1", "parallelism.zero=0",
-                                           "parallelism.fsdp=full_shard", "training.global_batch=4"], 112 / 56),
+                                           "parallelism.fsdp=full_shard", "training.global_batch=4"], 1.0),
 ], ids=["shard_grad_op", "zero2-every-microbatch", "zero2-every-microbatch-deferred-gathers", "full_shard",
         "full_shard-no-sync", "zero2-every-microbatch-pp2", "shard_grad_op-pp2", "shard_grad_op-bf16-accumulated",
         "hybrid_shard-one-rank-shards", "hybrid_shard-one-rank-shards-no-sync", "full_shard-dp1", "moe-buckets",
@@ -518,13 +530,13 @@ def test_the_estimate_counts_the_data_parallel_collectives_the_program_posts(pat
     copy-in or copy-out around gathers it does not post (taking the head's off them read 153, 141 and 149 ops for 161,
     149 and 157). Gradients accumulated in the training precision (bf16 reduce) leave out each block's first copy (80
     ops, 86 counting it); under pipelining `shard_grad_op` copies each block's gradients into the reduce-scatter input
-    once more, after the chunk's last backward (309 ops). The pipelined rows' flows are held at their ratios, not exact:
-    the estimate counts a hand-off's flow at both ends (`comm["pp"]`, 16 a rank at PP 2, DP 4, 8 micro-batches: 64 over
-    unfolded), and the folded run simulates either the representatives' hand-offs alone (each timed on links no
-    overlapping traffic uses and replayed without its mirrors: `shard_grad_op` 16 hand-off flows of 116, 32 estimated;
-    Mixtral at PP 8 and DP 1, without replicas, 56 for 112) or, where reduce-scatters every micro-batch share the DP
-    ranks' links with them, every replica's but the first forward's, which nothing overlaps (`zero: 2` every
-    micro-batch: 61 hand-off flows of 261, 32 estimated, an under-count). A MoE block's buckets and deferred gathers
+    once more, after the chunk's last backward (309 ops). The estimate counts a hand-off's send and receive as one
+    flow (`comm["pp"]`, 16 ops and 8 flows a rank at PP 2, DP 4, 8 micro-batches), as the folded run simulates the
+    representatives' hand-offs where each is timed on links no overlapping traffic uses and replayed without its mirrors
+    (`shard_grad_op`: 16 hand-off flows of 116; Mixtral at PP 8 and DP 1, without replicas, 56 of 56). Where
+    reduce-scatters every micro-batch share the DP ranks' links with them, the run simulates every replica's but the
+    first forward's, which nothing overlaps (`zero: 2` every micro-batch: 61 hand-off flows of 261, 16 estimated, an
+    under-count held at its ratio, 216 / 261). A MoE block's buckets and deferred gathers
     carry its norm, router and shared experts, not its routed experts (counted with them: 64 ops / 1,016 flows for 56 /
     952, and 576 / 568 for 496 / 488), which the expert-data-parallel group (2 ranks at EP 4) reduces once and gathers
     once a MoE layer; at DP 1 FSDP2 still gathers them over their shard group, or copies in its place (one rank at TP 1:
@@ -637,10 +649,9 @@ def test_the_copies_of_a_group_that_share_its_nics_are_counted_by_the_nics_it_dr
 
 
 def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_run(monkeypatch, tmp_path, capsys):
-    """With the limit at 50,000 events the TP-16 step (~125,960 flows estimated with the embedding's and the
-    head's TP collectives, the head's input gathered again in its backward among them, 117,768 without, 103,392
-    real; its 552 ops exact) is refused at parallelism.tp before the cluster is built; the old estimate (1,320
-    flows) let it run."""
+    """With the limit at 50,000 events the TP-16 step (~125,956 flows estimated with the embedding's and the
+    head's TP collectives, the head's input gathered again in its backward among them, 103,392 real; its 552 ops
+    exact) is refused at parallelism.tp before the cluster is built."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
     monkeypatch.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
     args = [str(TORCHTITAN_70B), *(word for item in TP16_DP8 for word in ("--set", item))]
@@ -648,7 +659,7 @@ def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_ru
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
     assert ("command line: trainsim run: --set parallelism.tp=16: this run is too large to simulate: 256 GPUs, 4 "
-            "simulated ranks (folded), ~552 ops, ~125,960 flows") in err
+            "simulated ranks (folded), ~552 ops, ~125,956 flows") in err
     assert "(allowed: TP inside one NVLink domain (parallelism.tp at most 8, the GPUs of a host or NVL72 rack);" in err
 
 
@@ -756,11 +767,10 @@ def test_hierarchical_hsdp_counts_its_phases_over_the_shard_group():
 def test_folded_hsdp_counts_the_copies_its_shard_groups_reach_in_the_host(overrides, ops_ratio, flows_ratio):
     """HSDP_DENSE folded (tp 2; each host's 4 DP ranks a shard group; on two hosts, and on four with NCCL's
     rings): its shard group's ring crosses the NVLink ports of the host's other TP pairs, and they those of the
-    host's other shard group, so the run keeps every copy of both inside the host (engine/sharing.py); the
-    estimate kept one of each: estimate / simulated flows 0.331 (632 / 1,908) and 0.337 (656 / 1,944). Its ops
-    read 0.721 in both before FSDP2's copies (a copy-in and a copy-out around each gather, a gradient copy per
-    block and micro-batch) were counted, 0.962 before the head's backward split around its input's all-gather
-    under sequence parallelism."""
+    host's other shard group, so the run keeps every copy of both inside the host (engine/sharing.py), and so
+    does the estimate (`scale._domain_copies`): flows 1.036 and 1.029 of the run's. Its ops count FSDP2's copies
+    (a copy-in and a copy-out around each gather, a gradient copy per block and micro-batch) and the head's
+    backward split around its input's all-gather under sequence parallelism, exact in both."""
     loaded = scenario_from_text(HSDP_DENSE, "s.yaml", ["run.fold=true", *overrides])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     summary = simulate(loaded).summary
@@ -1146,10 +1156,9 @@ def test_groups_across_the_trays_of_one_rack_count_every_copy_the_rack_joins(lay
     all meet its traffic, as inside a DGX host (`scale._domain_copies`). At TP 8 PP 1 the DP buckets' ring joins
     every TP group of the rack only while the buckets run (`scale._tp_beside`). At TP 8 PP 3 the pipeline's
     sends are joined to all 24 copies of the stage through the TP and DP groups, every copy sent, each hand-off
-    once for its send and its receive (13,640 of 13,619 flows; counting one copy at both ends, 12,584: 0.924), at
-    TP 4 PP 2 all 36 (6,480 of 6,453; 6,208 counting one: 0.962); the TP collectives' flows are exact in both,
-    those of the actions beside the hand-offs or the buckets counted with their copies
-    (`scale._tp_beside_pipeline`). A TP group across two trays of the rack stays in its domain, so
+    once for its send and its receive (13,640 of 13,619 flows), at TP 4 PP 2 all 36 (6,480 of 6,453); the TP
+    collectives' flows are exact in both, those of the actions beside the hand-offs or the buckets counted with
+    their copies (`scale._tp_beside_pipeline`). A TP group across two trays of the rack stays in its domain, so
     the fold simulates one rank a stage as the run does."""
     loaded = scenario_from_text(ONE_RACK + layout + "\n", "s.yaml")
     topology = scenario_topology(loaded)
@@ -1163,7 +1172,7 @@ def test_groups_across_the_trays_of_one_rack_count_every_copy_the_rack_joins(lay
 def test_hand_offs_inside_a_dgx_host_count_the_copies_its_tp_groups_join():
     """Llama 3 8B cut to 4 layers on two DGX H100 at TP 4, PP 2 inside each host and DP 2 across them: a hand-off
     crosses the NVLink ports of both stages' TP groups, which join the host's 4 copies of it, every one sent, each
-    once for its send and its receive: 788 of 788 flows (756 counting one copy at both ends)."""
+    once for its send and its receive: 788 of 788 flows."""
     loaded = load_scenario(DP8_TWO_LAYERS, ["cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "model.layers=4",
                                             "parallelism.pp=2", "parallelism.dp=2", "parallelism.tp=4",
                                             "training.global_batch=16"])
@@ -1172,13 +1181,29 @@ def test_hand_offs_inside_a_dgx_host_count_the_copies_its_tp_groups_join():
     assert (estimate.ops, estimate.flows) == (summary["ops_executed"], summary["flows_simulated"]) == (375, 788)
 
 
+@pytest.mark.parametrize("overrides, ranks, ops, flows", [
+    (["parallelism.tp=8", "parallelism.dp=1"], 2, 706, 2592),
+    (["parallelism.tp=1", "parallelism.dp=8", "parallelism.order=[tp,cp,dp,pp]", "run.fold=false"], 16, 600, 232),
+    (["parallelism.tp=8", "parallelism.dp=1", "run.fold=false"], 16, 5648, 2816),
+], ids=["tp8-folded", "tp1-dp8-unfolded", "tp8-unfolded"])
+def test_hand_offs_across_hosts_count_one_flow_a_send_and_its_receive(overrides, ranks, ops, flows):
+    """Llama 3 8B cut to 4 layers on two DGX H100 at PP 2, a stage a host (TP 8, or TP 1 DP 8 with PP outermost):
+    each hand-off crosses the hosts' NICs as one flow for its send op and its receive op together, so the
+    estimate's ops and flows are the run's."""
+    loaded = load_scenario(DP8_TWO_LAYERS, ["cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "model.layers=4",
+                                            "parallelism.pp=2", "training.global_batch=16", *overrides])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    summary = simulate(loaded).summary
+    assert estimate.simulated_ranks == summary["simulated_ranks"] == ranks
+    assert (estimate.ops, estimate.flows) == (summary["ops_executed"], summary["flows_simulated"]) == (ops, flows)
+
+
 def test_the_gb200_job_step_is_estimated_at_its_tray_classes():
     """The bundled GB200 job's step (TP 4 in a tray, PP 2, DP 36 over 4 racks; cut to 4 layers): its DP rings run
     9 channels over 9 trays a rack, whose trays then carry unlike loads, so the run's fold simulates 72 ranks
     (engine/rank_classes.py, one a tray), as the estimate counts them (`scale._tray_classes`): ops exact (28,980)
     and flows 0.980 of the run's, its 2,304 hand-off flows exact (counted at the stage fold's 2 ranks: 0.027 and
-    0.111; without the head's backward split around its input's all-gather, 0.970 and 0.973). Pinned within
-    0.1%."""
+    0.111). Pinned within 0.1%."""
     loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", "model.layers=4"])
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
