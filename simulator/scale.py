@@ -31,10 +31,11 @@ those ranks are counted with every group they hold (the bundled job's step: 72 r
 
 A step asked to fold is estimated folded, but for a MoE step whose gathers meet a skewed router's all-to-alls
 unlike their mirrors, which the fold check will unfold and which is estimated unfolded (`_skew_unfolds`: the
-deferred expert gathers of `mixtral-8x7b-ep8` cut to 2 layers, 6,016 of 6,016 ops, where the stage fold counted
+deferred expert gathers of `mixtral-8x7b-ep8` cut to 2 layers, 6,016 of 6,016 ops; the stage fold's ranks post
 352); when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
-`refuse_unfolded` estimates it again unfolded before the unfolded program is built.
+`refuse_unfolded` estimates it again unfolded before the unfolded program is built, refusing it at the gathers'
+field with the same advice where they are why.
 """
 
 from __future__ import annotations
@@ -965,6 +966,21 @@ def _tray_classes(layout: Layout, hosts: HostShape) -> TrayClasses:
     return TrayClasses(len(firsts), held)
 
 
+DEFERRED_GATHERS: FieldPath = ("parallelism", "ddp", "overlap_param_gather")
+FSDP_GATHERS: FieldPath = ("parallelism", "fsdp")
+SKEW_UNFOLDING_ADVICE: dict[FieldPath, str] = {DEFERRED_GATHERS: "false, gathering after the optimizer",
+                                               FSDP_GATHERS: "shard_grad_op, gathering once a step"}
+"""The fields whose gathers `_skew_unfolds` names, each with what to set it to so that its gathers leave the
+all-to-alls alone."""
+
+
+def skew_advice(field: FieldPath) -> str:
+    """What folds a step whose gathers at ``field`` meet a skewed router's all-to-alls unlike their mirrors, as
+    both the estimate's refusal and the fold check's give it."""
+    return (f"gathers beside the all-to-alls that fold ({'.'.join(field)}: {SKEW_UNFOLDING_ADVICE[field]}; or "
+            "model.moe.routing.balance: uniform, or network.model: analytic)")
+
+
 def _skew_unfolds(scenario: Scenario, layout: Layout, hosts: HostShape | None, degree: int,
                   moe_layers: int) -> FieldPath | None:
     """The field whose gathers unfold a folded MoE step on the flow model, None where none does: a skewed router
@@ -983,10 +999,9 @@ def _skew_unfolds(scenario: Scenario, layout: Layout, hosts: HostShape | None, d
     kinds: list[tuple[str, FieldPath]] = []
     if moe_layers > 1 and layout.tp * layout.dp * layout.cp > par.ep and (
             par.gathers_per_unit or (par.zero_stage in (1, 2) and par.ddp.overlap_param_gather)):
-        kinds.append(("experts", ("parallelism", "fsdp") if par.gathers_per_unit
-                      else ("parallelism", "ddp", "overlap_param_gather")))
+        kinds.append(("experts", FSDP_GATHERS if par.gathers_per_unit else DEFERRED_GATHERS))
     if par.gathers_per_unit:
-        kinds.append(("dp", ("parallelism", "fsdp")))
+        kinds.append(("dp", FSDP_GATHERS))
     domain = hosts.domain if hosts is not None else layout.world
     position = expert_group_numbers(layout, par.ep)[1] % par.ep  # each rank's place in its EP group
 
@@ -1011,6 +1026,25 @@ def _skew_unfolds(scenario: Scenario, layout: Layout, hosts: HostShape | None, d
     return None
 
 
+def _layout(par: ParallelismConfig, gpus: int) -> Layout:
+    """The layout of a step of ``par`` on ``gpus`` GPUs: DP fills what TP x CP x PP leave where it is not set."""
+    dp = par.dp or max(gpus // (par.tp * par.cp * par.pp), 1)
+    return Layout(tp=par.tp, cp=par.cp, pp=par.pp, dp=dp, order=tuple(par.order))
+
+
+def _skew_field(loaded: LoadedScenario, gpus: int) -> FieldPath | None:
+    """The field whose gathers meet a skewed router's all-to-alls unlike their mirrors in the step of ``loaded``
+    on ``gpus`` GPUs (`_skew_unfolds`), None where none does."""
+    from simulator.workload.training import resolve_model
+
+    scenario = loaded.scenario
+    if scenario.model is None or scenario.model.synthetic is not None or scenario.model.moe is None:
+        return None
+    hosts, layout = scenario_hosts(loaded), _layout(scenario.parallelism, gpus)
+    degree = _hybrid_degree(layout, hosts) if scenario.parallelism.hybrid_shard else 0
+    return _skew_unfolds(scenario, layout, hosts, degree, round(resolve_model(scenario).layers / layout.pp))
+
+
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None,
                        topology: Topology | None = None, stop_past_limits: bool = False,
                        replica_quotient: bool = True) -> ScaleEstimate:
@@ -1019,7 +1053,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     par, training = scenario.parallelism, scenario.training
     model = scenario.model
     tp, cp, pp, v = par.tp, par.cp, par.pp, par.pipeline.virtual_stages
-    dp = par.dp or max(gpus // (tp * cp * pp), 1)
+    layout = _layout(par, gpus)
+    dp = layout.dp
     synthetic = model.synthetic if model is not None else None
     tensors: tuple[float, ...] = ()
     head_tensors: tuple[float, ...] = ()
@@ -1058,7 +1093,6 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         split_compute += _cp_ring_splits(training.recompute)
     compute = m * (blocks_per_rank * (1 + backward) + recomputed / pp * RECOMPUTE_SHARE[training.recompute]
                    + layers_per_rank * split_compute + (_head_splits(par, backward) / pp if synthetic is None else 0))
-    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
     grad_bytes = grad_buffer_bytes(training.precision, training.gradient_buffer_dtype(par.deepspeed_zero3))
     degree = _hybrid_degree(layout, hosts) if par.hybrid_shard else 0
     dense_units, expert_units = (layers + 2.0) / pp, layers_per_rank if moe and par.gathers_per_unit else 0.0
@@ -1374,11 +1408,6 @@ def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:
     return host_shape(source) if source is not None else None
 
 
-SKEW_UNFOLDING_ADVICE = {"overlap_param_gather": "false, gathering after the optimizer",
-                         "fsdp": "shard_grad_op, gathering once a step"}
-"""What to set the field of `ScaleEstimate.unfolded_by` to so that its gathers leave the all-to-alls alone."""
-
-
 def advice(estimate: ScaleEstimate, scenario: Scenario, sizes: tuple[str, ...]) -> str:
     """What to change to bring a run under the limits, most effective first; ``sizes``: the cluster's size
     parameters (`_size_parameters`)."""
@@ -1392,9 +1421,7 @@ def advice(estimate: ScaleEstimate, scenario: Scenario, sizes: tuple[str, ...]) 
     if scenario.uses_parameter_servers:
         steps.append("fewer iterations (ps.iterations)")
     elif estimate.unfolded_by is not None:
-        steps.append(f"gathers beside the all-to-alls that fold ({'.'.join(estimate.unfolded_by)}: "
-                     f"{SKEW_UNFOLDING_ADVICE[estimate.unfolded_by[-1]]}; or model.moe.routing.balance: uniform, or "
-                     "network.model: analytic)")
+        steps.append(skew_advice(estimate.unfolded_by))
     elif not estimate.folded and scenario.model is not None:
         steps.append("fold the ranks (run.fold: true)")
     if estimate.trees:
@@ -1612,21 +1639,32 @@ def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, ste
     """Refuse the step of ``loaded``, asked to fold and estimated so, that ``unfolding`` runs unfolded, when its
     estimate unfolded is beyond the limits (`unfolded_beyond_limits`), or that it runs folded by classes onto
     `Unfolding.ranks` ranks, when that fold's estimate is (`_classes_estimate`): a located ScenarioError at the
-    field of the check that failed, naming why, raised before the program is built. ``step`` names
+    field of the check that failed (`_unfolding_blame`), naming why, raised before the program is built. ``step`` names
     it (a job's state); ``topology``: the built cluster (`estimate_scale`)."""
     if unfolding.ranks is not None:
         classed = _classes_estimate(loaded, gpus, unfolding.ranks, topology)
         if classed is not None and classed.over_limits():
-            raise loaded.error(UNFOLDING_FIELDS[unfolding.check], f"{step} is too large to simulate folded by "
-                               f"classes ({unfolding.reason}): {classed.describe()}; {classed.beyond()}",
-                               f"{_unfolding_advice(loaded, unfolding)}; or pass --force")
+            field, fix = _unfolding_blame(loaded, gpus, unfolding)
+            raise loaded.error(field, f"{step} is too large to simulate folded by classes ({unfolding.reason}): "
+                               f"{classed.describe()}; {classed.beyond()}", f"{fix}; or pass --force")
         return
     estimate = unfolded_beyond_limits(loaded, gpus, topology)
     if estimate is None:
         return
-    raise loaded.error(UNFOLDING_FIELDS[unfolding.check],
-                       f"{step} is too large to simulate unfolded ({unfolding.reason}): {estimate.describe()}; "
-                       f"{estimate.beyond()}", f"{_unfolding_advice(loaded, unfolding)}; or pass --force")
+    field, fix = _unfolding_blame(loaded, gpus, unfolding)
+    raise loaded.error(field, f"{step} is too large to simulate unfolded ({unfolding.reason}): "
+                       f"{estimate.describe()}; {estimate.beyond()}", f"{fix}; or pass --force")
+
+
+def _unfolding_blame(loaded: LoadedScenario, gpus: int, unfolding: Unfolding) -> tuple[FieldPath, str]:
+    """The field a step that ``unfolding`` runs unfolded is refused at, and what to change: where its mirrored
+    collectives meet unlike traffic because gathers overlap a skewed router's all-to-alls (`_skew_field`), the
+    gathers' field and `skew_advice`, as the estimate's refusal gives them; else the check's (`UNFOLDING_FIELDS`,
+    `_unfolding_advice`)."""
+    skewed = _skew_field(loaded, gpus) if unfolding.check == "collectives" else None
+    if skewed is not None:
+        return skewed, f"{skew_advice(skewed)}; a smaller cluster{_named(_size_parameters(loaded))}"
+    return UNFOLDING_FIELDS[unfolding.check], _unfolding_advice(loaded, unfolding)
 
 
 def _classes_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: Topology | None = None

@@ -18,6 +18,7 @@ from simulator.collectives.ring import channel_count, group_by_domain
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.parallel.layout import Layout
+from simulator.program.unfolding import Unfolding
 from simulator.reliability.simulate import prepare_job
 from simulator.simulation import simulate, step_program
 from simulator.topology.builders import BUILDERS
@@ -370,6 +371,23 @@ def test_a_step_the_skew_unfolds_is_refused_at_the_field_of_its_gathers(monkeypa
         scale.refuse_if_too_large(loaded, scale.scenario_gpus(loaded))
     message = str(refused.value)
     assert "overlap_param_gather" in message and "not folded" in message and "run.fold" not in message
+
+
+def test_a_fold_check_that_unfolds_a_skewed_step_blames_the_field_the_estimate_blames(monkeypatch):
+    """The same step unfolded by the collectives' symmetry check (`Unfolding("collectives")`, as the fold check
+    reports it) is refused at the gathers' field with the estimate's advice, not at `cluster` with the analytic
+    model alone."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 1_000)
+    loaded = load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml",
+                           ["model.layers=2", "parallelism.ddp.overlap_param_gather=true"])
+    gpus = scale.scenario_gpus(loaded)
+    with pytest.raises(ScenarioError) as estimated:
+        scale.refuse_if_too_large(loaded, gpus)
+    with pytest.raises(ScenarioError) as checked:
+        scale.refuse_unfolded(loaded, gpus, Unfolding("collectives", "mirrors meet unlike loads"))
+    assert checked.value.field == estimated.value.field == "parallelism.ddp.overlap_param_gather"
+    advice = scale.skew_advice(("parallelism", "ddp", "overlap_param_gather"))
+    assert advice in estimated.value.allowed and advice in checked.value.allowed
 
 
 def test_the_skew_check_visits_each_group_of_the_stage_once(monkeypatch):
