@@ -22,6 +22,7 @@ from simulator.config.loader import LoadedScenario, scenario_from_data
 from simulator.config.parallelism_options import SCHEDULE_FIELD, VIRTUAL_STAGES_FIELD, BuiltinSchedule
 from simulator.config.yaml_source import FieldPath, parse_field, parse_value
 from simulator.errors import InputError
+from simulator.parallel.experts import expert_sharding
 from simulator.parallel.layout import Layout
 from simulator.scenario_checks import refuse_inconsistent_batch
 from simulator.topology.graph import Topology
@@ -53,15 +54,27 @@ MAX_LAYOUT_FACTOR = 8
 """The most a layout remedy multiplies tp, pp or cp by: beyond it the layout is another job's, and weighing it
 costs seconds (pp 315 for the 529.6B row's 105 layers built its schedule for 6 s before the step refused it)."""
 
+CLUSTER_FACTORS = (2, 4)
+"""The multiples of the cluster's size a MoE remedy tries where one rank holds the routed experts' state whole:
+twice the GPUs at the same ep put it over two ranks, halving it, four times over four."""
+
 
 @dataclass(frozen=True)
 class Remedy:
-    """One change that lowers the peak: its `--set`s (``a.b=value``, as typed), what it saves (bytes), and whether
-    the peak it leaves fits in the GPU."""
+    """One change that lowers the peak: its `--set`s (``a.b=value``, as typed), what it saves (bytes), the peak it
+    leaves and the GPU's capacity (bytes), and what it changes beyond the settings where they do not say it
+    (``note``: the expert-data-parallel group a larger cluster gives)."""
 
     settings: tuple[str, ...]
     saved_bytes: float
-    fits: bool
+    peak_bytes: float
+    capacity_bytes: float
+    note: str = ""
+
+    @property
+    def fits(self) -> bool:
+        """Whether the peak it leaves fits in the GPU."""
+        return self.peak_bytes <= self.capacity_bytes
 
     @property
     def costs_compute(self) -> bool:
@@ -70,9 +83,12 @@ class Remedy:
 
     @property
     def text(self) -> str:
-        """The settings as a user pastes them and what they save: '--set parallelism.zero=3 (-12.4 GiB)'."""
+        """The settings as a user pastes them, what they save and what they leave: '--set parallelism.zero=3
+        (-12.4 GiB, fits)', '--set parallelism.cp=8 (-3.0 GiB, still 83.1 of 79.6 GiB)'."""
         sets = " ".join(f"--set {setting}" for setting in self.settings)
-        return f"{sets} (-{self.saved_bytes / GIB:,.1f} GiB{', fits' if self.fits else ''})"
+        left = ("fits" if self.fits
+                else f"still {self.peak_bytes / GIB:,.1f} of {self.capacity_bytes / GIB:,.1f} GiB")
+        return f"{sets} (-{self.saved_bytes / GIB:,.1f} GiB, {left}{f': {self.note}' if self.note else ''})"
 
 
 @dataclass(frozen=True)
@@ -80,8 +96,9 @@ class Peak:
     """A scenario's peak memory per GPU and the GPU's capacity (bytes), with its resolved layout (None for a
     parameter-server run, which has no layout to change), its transformer layers (None without), the fields its
     step's warnings name (`parallelism.tp` for a TP group across NVLink domains), the most NVLink domains
-    one of its TP groups spans, and the fields of its choices no framework trains
-    (`LoadedScenario.unframed_fields`)."""
+    one of its TP groups spans, the fields of its choices no framework trains
+    (`LoadedScenario.unframed_fields`), and the ranks that shard its routed experts' state (the expert-data-parallel
+    group, `parallel/experts.expert_sharding`; None without routed experts)."""
 
     bytes: float
     capacity: float
@@ -90,6 +107,7 @@ class Peak:
     warned: frozenset[FieldPath] = frozenset()
     tp_domains: int = 1
     unframed: frozenset[str] = frozenset()
+    expert_dp: int | None = None
 
 
 def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
@@ -106,19 +124,23 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
     peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
     warned = frozenset(field for field, _ in step.warnings)
     layout = step.plan.layout
+    expert_dp = (expert_sharding(step.plan.sharding, scenario.parallelism.ep, layout.tp).degree
+                 if step.model is not None and step.model.moe is not None else None)
     return Peak(peak, step.gpu.hbm_bytes, layout, step.model.layers if step.model else None, warned,
-                tp_domains(layout, topology.gpu_domain_array), loaded.unframed_fields())
+                tp_domains(layout, topology.gpu_domain_array), loaded.unframed_fields(), expert_dp)
 
 
 def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
                     base_settings: Sequence[str] = ()) -> tuple[Remedy, ...] | None:
-    """The remedies for ``loaded``'s layout on ``topology`` (its cluster, built here when not given): those that
-    fit without more compute first (not recompute, COMPUTE_FIELDS), then the others, each the one that saves most
-    first. Of each knob's candidates (`candidates`, smallest change first) the first whose peak
-    fits, else the one that saves most. ``base_settings``: `--set`s that make the scenario whose memory is
-    weighed (an elastic job shrunk to fewer replicas); a remedy never touches the fields they set, and they are
-    not printed. None (nothing weighed) where the scenario cannot be rebuilt from its data
-    (`LoadedScenario.written`), or has no modelled memory (a trace, a communication-only workload)."""
+    """The remedies for ``loaded``'s layout on ``topology`` (its cluster, built here when not given): those that fit
+    without more compute first (not recompute, COMPUTE_FIELDS), then those that fit with more, then those that do
+    not fit, with more compute or without, each the one that saves most first. Of each knob's candidates
+    (`candidates`, smallest change first) the first whose peak fits, else the one that saves most.
+    ``base_settings``: `--set`s that make the scenario whose memory is weighed (an elastic job shrunk to fewer
+    replicas); a remedy never touches the fields they set, and they are not printed. Where the routed experts' state
+    is sharded over one rank, also the larger cluster that shards it (`_expert_remedy`). None (nothing weighed)
+    where the scenario cannot be rebuilt from its data (`LoadedScenario.written`), or has no modelled memory (a
+    trace, a communication-only workload)."""
     if loaded.written is None or loaded.scenario.workload or loaded.scenario.model is None:
         return None
     base = rebuilt(loaded, base_settings) if base_settings else loaded
@@ -137,18 +159,26 @@ def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
             if best is not None and best.fits:
                 break
         if best is not None:
-            found.append((not best.fits or best.costs_compute, -best.saved_bytes, index, best))
-    return tuple(remedy for *_, remedy in sorted(found, key=lambda item: item[:3]))
+            found.append((not best.fits, best.fits and best.costs_compute, -best.saved_bytes, index, best))
+    expert = _expert_remedy(loaded, before) if not base_settings else None
+    if expert is not None:
+        found.append((not expert.fits, expert.fits and expert.costs_compute, -expert.saved_bytes, len(found),
+                      expert))
+    return tuple(remedy for *_, remedy in sorted(found, key=lambda item: item[:4]))
 
 
 def remedies_text(remedies: Sequence[Remedy] | None) -> str:
-    """The remedies joined for one line, or what to do where none is found, or where none was weighed (None)."""
+    """The remedies joined for one line, each with the peak it leaves, led by a larger GPU or more GPUs where
+    none fits; or what to do where none is found, or where none was weighed (None)."""
     if remedies is None:
         return ("sharding further, recompute, a smaller micro-batch, another pipeline schedule, a larger GPU or more "
                 "GPUs: no setting weighed")
     if not remedies:
         return "no single setting the checks take saves 1 GiB or more: a larger GPU, or more GPUs"
-    return "; ".join(remedy.text for remedy in remedies)
+    listed = "; ".join(remedy.text for remedy in remedies)
+    if any(remedy.fits for remedy in remedies):
+        return listed
+    return f"a larger GPU or more GPUs: no single setting weighed fits, the most each saves: {listed}"
 
 
 def rebuilt(loaded: LoadedScenario, settings: Sequence[str]) -> LoadedScenario:
@@ -157,8 +187,8 @@ def rebuilt(loaded: LoadedScenario, settings: Sequence[str]) -> LoadedScenario:
     return scenario_from_data(loaded.written, loaded.lines, loaded.source, list(settings))
 
 
-def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settings: Sequence[str],
-           settings: tuple[str, ...]) -> Remedy | None:
+def _tried(loaded: LoadedScenario, topology: Topology | None, before: Peak, base_settings: Sequence[str],
+           settings: tuple[str, ...], note: str = "") -> Remedy | None:
     """``settings`` as a remedy, or None where the loader or the step's checks refuse them, where they save less
     than the memory plan leaves out (`memory_plan.UNMODELLED_BYTES`, 1 GiB, read from the plan at use: the CUDA
     context, NCCL's buffers and the caching allocator's fragmentation; a smaller saving, such as ZeRO-3's 0.15 GiB of
@@ -168,9 +198,11 @@ def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settin
     of so before (DeepSpeed's ZeRO-2 under pipelining, `LoadedScenario.unframed_fields`) or spreads its TP group
     over more NVLink domains than before (a layout whose TP 16 spans two hosts already was offered TP 128 across
     sixteen first, as the remedy that saved most), or where the whole job with them fails its elastic sizes'
-    checks (`_check_job`)."""
+    checks (`_check_job`). ``topology``: the cluster the settings leave (None: the one they build, for a
+    settings of the cluster's size)."""
     try:
         changed = rebuilt(loaded, [*base_settings, *settings])
+        topology = topology if topology is not None else scenario_topology(changed)
         refuse_inconsistent_batch(changed, topology.num_gpus)
         after = peak_memory(changed, topology)
         saved = before.bytes - after.bytes
@@ -181,7 +213,42 @@ def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settin
             _check_job(rebuilt(loaded, settings) if base_settings else changed, None if base_settings else topology)
     except InputError:
         return None
-    return Remedy(settings, saved, after.bytes <= after.capacity)
+    return Remedy(settings, saved, after.bytes, after.capacity, note)
+
+
+def _expert_remedy(loaded: LoadedScenario, peak: Peak) -> Remedy | None:
+    """Where the routed experts' state is sharded over an expert-data-parallel group of one rank (tp x dp x cp /
+    ep = 1, `parallel/experts.expert_sharding`), the cluster of the smallest multiple (`CLUSTER_FACTORS`) of its size
+    parameter (`topology/size.SIZE_PARAMETERS`, when it has one) that fits, else the one that saves most, each
+    with dp multiplied by as much where the scenario gives dp, the same ep and the micro-batches that keep the
+    global batch (`kept_batch`). No setting on the same GPUs shards that state: a smaller ep or ZeRO-3 and FSDP
+    over an expert group of one rank leave each rank the same optimizer state and more weights (the DeepSeek-V3-
+    style step on 16 H100, ep 8: 86.1 GiB; ep 4 109.7, ep 2 157.0, zero 3 112.5, full_shard 102.6 GiB). None
+    without such a group, a cluster size to change, or a multiple the checks take."""
+    from simulator.topology.loader import scenario_source_or_none
+    from simulator.topology.size import SIZE_PARAMETERS
+
+    source = scenario_source_or_none(loaded)
+    layout = peak.layout
+    if peak.expert_dp != 1 or layout is None or source is None:
+        return None
+    names = [name for name in SIZE_PARAMETERS.get(source.kind, ()) if isinstance(source.params.get(name), int)]
+    if len(names) != 1:
+        return None
+    size, scenario = source.params[names[0]], loaded.scenario
+    note = (f"the routed experts' state is sharded over an expert-data-parallel group of 1 rank (tp x dp x cp / ep "
+            f"= {layout.tp} x {layout.dp} x {layout.cp} / {scenario.parallelism.ep}), which more GPUs at the same "
+            "ep shard")
+    best: Remedy | None = None
+    for factor in CLUSTER_FACTORS:
+        dp = (f"parallelism.dp={layout.dp * factor}",) if scenario.parallelism.dp is not None else ()
+        for batch in kept_batch(loaded, layout.dp, layout.dp * factor, scenario.training.micro_batch):
+            remedy = _tried(loaded, None, peak, (), (f"cluster.{names[0]}={size * factor}", *dp, *batch), note)
+            if remedy is not None and (best is None or remedy.saved_bytes > best.saved_bytes):
+                best = remedy
+        if best is not None and best.fits:
+            break
+    return best
 
 
 def _check_job(job: LoadedScenario, topology: Topology | None) -> None:

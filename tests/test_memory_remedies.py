@@ -107,18 +107,49 @@ def test_every_remedy_loads_and_lowers_the_peak_by_what_it_prints(path, override
         after = validated_peak(path, [*overrides, *remedy.settings])
         saved = before["peak_memory_gib"] - after["peak_memory_gib"]
         assert saved > 0 and saved >= memory_plan.UNMODELLED_BYTES / GIB, (remedy.text, saved)
+        left = ("fits" if not after["oom"]
+                else f"still {after['peak_memory_gib']:,.1f} of {after['memory_capacity_gib']:,.1f} GiB")
         assert remedy.text == (" ".join(f"--set {setting}" for setting in remedy.settings)
-                               + f" (-{saved:,.1f} GiB{', fits' if not after['oom'] else ''})")
+                               + f" (-{saved:,.1f} GiB, {left}{f': {remedy.note}' if remedy.note else ''})")
 
 
 def test_the_line_offers_the_remedies_that_fit_without_more_compute_first_then_the_most_saving():
     overrides = ["parallelism.zero=0", *BATCH]
     memory = validated_peak(FUSED, overrides)
     offered = memory_remedies(load_scenario(FUSED, overrides))
-    order = [(not remedy.fits or remedy.costs_compute, -remedy.saved_bytes) for remedy in offered]
+    order = [(not remedy.fits, remedy.fits and remedy.costs_compute, -remedy.saved_bytes) for remedy in offered]
     assert order == sorted(order)
     assert oom_line(memory, load_scenario(FUSED, overrides)).endswith(
         f"(try {'; '.join(remedy.text for remedy in offered)})")
+
+
+DEEPSEEK_CUT = ["cluster.nodes=2", "parallelism.pp=2", "model.layers=6", "training.global_batch=16"]
+"""The DeepSeek-V3-style step on 16 H100 (PP 2, DP 8, EP 8): its expert-data-parallel group is one rank, which holds
+the routed experts' optimizer state whole (86.1 GiB of 79.6); cp 8 saves 3.0 GiB and leaves 83.1."""
+
+
+def test_where_one_rank_holds_the_experts_state_more_gpus_at_the_same_ep_are_offered_first():
+    path = str(SCENARIOS / "deepseek-v3-style-1024-gpus.yaml")
+    before = validated_peak(path, DEEPSEEK_CUT)
+    offered = memory_remedies(load_scenario(path, DEEPSEEK_CUT))
+    assert offered[0].settings == ("cluster.nodes=4",) and offered[0].fits
+    assert "expert-data-parallel group of 1 rank (tp x dp x cp / ep = 1 x 8 x 1 / 8)" in offered[0].text
+    after = validated_peak(path, [*DEEPSEEK_CUT, "cluster.nodes=4"])
+    assert offered[0].saved_bytes / GIB == pytest.approx(before["peak_memory_gib"] - after["peak_memory_gib"],
+                                                         abs=0.01)
+    assert all(not remedy.fits for remedy in offered[1:])
+    assert "(-3.0 GiB, still 83.1 of 79.6 GiB)" in remedies_text(offered)
+
+
+def test_where_no_single_setting_fits_the_line_says_so_with_what_each_leaves():
+    """Llama 3 70B as the parameter-server run's workers: 305.7 GiB of 79.6; full recompute saves 38.9 GiB and
+    leaves 266.8, no remedy to paste and expect to fit."""
+    loaded = load_scenario(SERVERS, ["model.preset=llama3-70b"])
+    offered = memory_remedies(loaded)
+    assert offered and not any(remedy.fits for remedy in offered)
+    text = remedies_text(offered)
+    assert text.startswith("a larger GPU or more GPUs: no single setting weighed fits, the most each saves: ")
+    assert "--set training.recompute=full (-38.9 GiB, still 266.8 of 79.6 GiB)" in text
 
 
 def test_a_moe_long_sequence_is_not_offered_zero_3_for_its_tenth_of_a_gib():
