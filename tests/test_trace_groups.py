@@ -134,20 +134,20 @@ def collective_rank(folder: Path, rank: int, groups: list[dict] | None, launched
     (folder / f"rank{rank}.json").write_text(json.dumps([*nodes, reduce]))
 
 
-@pytest.mark.parametrize(("groups", "launched", "kind"), [(MESH, "1", "tp"), (MESH, "0", "dp"),
-                                                          ([MESH[1]], None, "tp")],
+@pytest.mark.parametrize(("groups", "launched", "group"), [(MESH, "1", "1"), (MESH, "0", "0"), ([MESH[1]], None, "1")],
                          ids=["launcher-tp", "launcher-default", "only-group"])
 def test_a_chakra_collective_without_pg_name_takes_its_launcher_s_group_else_the_metadata_s_only_one(
-        tmp_path, groups, launched, kind):
+        tmp_path, groups, launched, group):
     """An all-reduce node without pg_name is in the group its launching record_param_comms node records ('1', described
-    mesh_tp: TP traffic; '0', default_pg: DP), else in the only group its rank's metadata lists ('1'): 64 MiB per GPU
-    of that kind, not a group named 'default' counted as DP."""
+    mesh_tp; '0', default_pg), else in the only group its rank's metadata lists ('1'): 64 MiB per GPU of TP traffic
+    (mesh_tp's two ranks are the whole job, which leaves the default group no data parallelism), matched in that
+    group, not in a group named 'default'."""
     for rank in (0, 1):
         collective_rank(tmp_path, rank, groups, launched)
     _, result = run(chakra_scenario(tmp_path), tmp_path)
     assert result.summary["traffic_bytes_per_gpu"] == pytest.approx(
-        {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0, "ep": 0.0, kind: ALL_REDUCE_BYTES}, rel=EXACT)
-    assert result.summary["trace"]["collective_matching"] == {"1" if kind == "tp" else "0": "order"}
+        {"tp": ALL_REDUCE_BYTES, "cp": 0.0, "pp": 0.0, "dp": 0.0, "ep": 0.0}, rel=EXACT)
+    assert result.summary["trace"]["collective_matching"] == {group: "order"}
 
 
 def test_a_chakra_collective_whose_group_the_traces_leave_open_is_refused(tmp_path):

@@ -355,7 +355,8 @@ def test_a_trace_without_data_parallelism_is_refused(tmp_path):
     assert refusal_line(text, tmp_path) == (
         f"{tmp_path / 'scenario.yaml'}:2: workload.dp: the traced job has no data parallelism (its 4 ranks are TP 2 "
         "x CP 1 x PP 2), so the trace cannot tell the gradients' traffic of more replicas (allowed: leave dp out, "
-        "or trace a job of 2 or more data-parallel replicas)")
+        "workload.traced_pp, traced_tp or traced_cp where that layout (PP read from the point-to-point transfers) is "
+        "not the traced job's, or a trace of 2 or more data-parallel replicas)")
 
 
 def test_a_data_parallel_group_neither_across_nor_inside_the_replicas_is_refused(tmp_path):

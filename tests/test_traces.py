@@ -440,7 +440,12 @@ def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
     # rank 1's compute (1750 us) gates the all-reduce; optimizer 400 us; the transfer; 100 us after it
     assert result.summary["step_time_s"] == pytest.approx(1750e-6 + all_reduce + 400e-6 + transfer + 100e-6,
                                                           rel=EXACT)
-    assert result.summary["traffic_bytes_per_gpu"]["pp"] == pytest.approx(8 * 2**20 / 2, rel=EXACT)
+    # the send 0 -> 1 reads as two pipeline stages of one rank, leaving no data parallelism: the all-reduce over
+    # both stages counts as pp (2 x 1/2 x 64 MiB per GPU), as the traced dp of 1 and workload.dp's refusal say
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert traffic["pp"] == pytest.approx(64 * 2**20 + 8 * 2**20 / 2, rel=EXACT) and traffic["dp"] == 0
+    assert result.summary["trace"]["traced_dp"] == 1
+    assert result.summary["bottleneck"]["largest_loss"]["name"] == "exposed_pp_comm"
 
 
 def rank_five(folder: Path, **info) -> Path:
@@ -710,11 +715,12 @@ def test_a_send_that_names_no_peer_is_blamed_for_its_receive_s_missing_partner(t
         f"({traces / 'rank1.json'}: traceEvents[8]) has no matching send")
 
 
-@pytest.mark.parametrize(("groups", "pg_name", "kind"), [(MESH, "1", "tp"), (MESH, "0", "dp"), (None, "tp", "tp"),
+@pytest.mark.parametrize(("groups", "pg_name", "kind"), [(MESH, "1", "tp"), (MESH, "0", "tp"), (None, "tp", "tp"),
                                                         (None, "1", "dp")])
 def test_a_chakra_collective_counts_as_the_dimension_its_process_group_names(tmp_path, groups, pg_name, kind):
     """A Chakra collective counts as the dimension its group's description names (pg_desc of PyTorch's process-group
-    metadata, else its name), as a Kineto trace's does, not as data-parallel whatever it is."""
+    metadata, else its name), as a Kineto trace's does, not as data-parallel whatever it is. The default group of
+    a job whose mesh_tp spans both ranks (TP 2, no data parallelism: traced dp 1) varies along TP alone: tp."""
     for rank in (0, 1):
         chakra_step(tmp_path, rank, groups, pg_name)
     _, result = run(chakra_scenario(tmp_path), tmp_path)
@@ -758,12 +764,12 @@ def test_an_all_reduce_reports_the_bytes_its_gpus_send_not_the_load_that_times_i
 
 def test_a_two_gpu_nvls_all_reduce_reports_the_bytes_each_gpu_sends(tmp_path):
     """Both ranks simulated: NVLS over p = 2 GPUs sends (p+1)/p n = 1.5 n from each (its flows carry 1.5/0.85 n),
-    where the ring sends 2 (p-1)/p n = n."""
+    where the ring sends 2 (p-1)/p n = n (the default group of this TP 2 job counts as tp)."""
     for rank in (0, 1):
         chakra_step(tmp_path, rank, MESH, "0")
     _, result = run(chakra_scenario(tmp_path, algorithm="nvls"), tmp_path)
     assert result.summary["simulated_ranks"] == 2
-    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(1.5 * 64 * 2**20, rel=EXACT)
+    assert result.summary["traffic_bytes_per_gpu"]["tp"] == pytest.approx(1.5 * 64 * 2**20, rel=EXACT)
 
 
 def test_a_chakra_file_outside_the_group_its_metadata_lists_says_how_it_got_its_rank(tmp_path):

@@ -152,7 +152,7 @@ def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[
     _check_declared_room(declared, listed, world, stage, tensor, sizes.cp)
     if sizes.tp is None and tensor == 1:
         _refuse_idle_tp(stated, stage)
-    return Dimensions(_group_kinds(named, unnamed, world, stage, tensor, declared, sizes, all_to_alls, identified),
+    return Dimensions(_group_kinds(named, unnamed, world, stage, tensor, sizes, all_to_alls, identified),
                       kinds, TracedSizes(tensor, world // stage, sizes.cp, sizes.ep))
 
 
@@ -194,17 +194,17 @@ def _identified(listed: list[ProcessGroup], exchanging: list[tuple[ProcessGroup,
 
 
 def _group_kinds(named: dict[str, CommCategory | None], unnamed: dict[str, tuple[int, ...]], world: int, stage: int,
-                 tensor: int, declared: TracedSizes, sizes: TracedSizes, all_to_alls: Mapping[str, bool],
+                 tensor: int, sizes: TracedSizes, all_to_alls: Mapping[str, bool],
                  identified: frozenset[CommCategory]) -> dict[str, CommCategory]:
     """The dimension each group counts as: the one its description ``named``, else its ranks' in pipeline stages
     of ``stage`` ranks with TP ``tensor`` (``unnamed``: those groups' ranks); ``identified``: the dimensions among
     CP and EP whose groups the trace tells apart (_identified). The group of every rank is dp (the default group)
-    but where the declared TP or PP, or the CP size, leave the job no data parallelism (TP x CP x PP = its
-    ranks): it is then classified as any group, so a CP that spans the job is refused as one that fills a stage
-    is (_varying_kind)."""
+    but where the TP, PP and CP sizes, declared or read, leave the job no data parallelism (TP x CP x PP = its
+    ranks, as the traced dp in the summary and `workload.dp`'s refusal read them): it is then classified as any
+    group (over two pipeline stages of one rank each, pp), so a CP that spans the job is refused as one that fills
+    a stage is (_varying_kind)."""
     kinds = dict(named)
-    no_dp = (any(size is not None for size in (declared.tp, declared.pp, sizes.cp))
-             and tensor * (sizes.cp or 1) * (world // stage) == world)
+    no_dp = tensor * (sizes.cp or 1) * (world // stage) == world
     for name, ranks in unnamed.items():
         default = len(set(ranks)) == world and name not in all_to_alls
         kinds[name] = (_varying_kind(name, tuple(sorted(ranks)), tensor, stage, sizes, all_to_alls.get(name),

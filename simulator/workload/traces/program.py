@@ -612,8 +612,9 @@ def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimens
         raise ScenarioError(f"the traced job has no data parallelism (its {counted(world, 'rank')} "
                             f"{'is' if world == 1 else 'are'} TP {tp} x CP {cp} x PP {pp}), so the trace cannot tell "
                             "the gradients' traffic of more replicas",
-                            field="workload.dp", allowed="leave dp out, or trace a job of 2 or more data-parallel "
-                            "replicas")
+                            field="workload.dp", allowed="leave dp out, workload.traced_pp, traced_tp or traced_cp "
+                            "where that layout (PP read from the point-to-point transfers) is not the traced job's, "
+                            "or a trace of 2 or more data-parallel replicas")
     if not widened:
         raise ScenarioError(f"the traced job has data parallelism of {degree} (its {world} ranks over TP {tp} x CP "
                             f"{cp} x PP {pp}) but no process group spans its data-parallel places, so the trace cannot "
