@@ -2442,3 +2442,22 @@ def test_traced_gpu_on_a_cpu_only_trace_warns_that_it_changes_nothing(tmp_path):
     assert [line for line in result.summary["warnings"] if "traced_gpu" in line] == [
         f"{tmp_path / 'rank0.json'}: traced_gpu: the trace's ops ran on the host (it records no GPU activity), so "
         "traced_gpu changes nothing: host time keeps its traced durations"]
+
+
+def test_a_replay_that_leaves_whole_hosts_idle_warns_with_the_dp_that_uses_them(tmp_path):
+    """The two-rank Kineto trace (DP 2) on 8 single-GPU hosts runs on 2 GPUs: one warning names the 6 idle hosts and
+    the workload.dp that replays it on all 8; with that dp, or on the 2 hosts it needs, none."""
+    _, idle = run(two_rank_scenario("100 Gb/s", nodes=8), tmp_path)
+    assert [line for line in idle.summary["warnings"] if "idle" in line] == [
+        "the replay runs on 2 of the cluster's 8 GPUs; 6 of its 8 hosts idle: workload.dp: 8 replicates the traced "
+        "job over 8 GPUs"]
+    for text in (two_rank_scenario("100 Gb/s", nodes=8, dp=", dp: 8"), two_rank_scenario("100 Gb/s")):
+        assert not [line for line in run(text, tmp_path)[1].summary["warnings"] if "idle" in line]
+
+
+def test_a_replay_without_data_parallelism_on_idle_hosts_says_dp_cannot_use_them(tmp_path):
+    text = (f"cluster: {{topology: dgx-h100-cluster, nodes: 2}}\n"
+            f"workload: {{trace: '{CHAKRA_2RANK}/rank*.json', format: chakra-json}}\n")
+    assert "the replay runs on 2 of the cluster's 16 GPUs; 1 of its 2 hosts idle: the traced job has no data " \
+           "parallelism for workload.dp to replicate, so its step is the same on 1 host" in \
+           run(text, tmp_path)[1].summary["warnings"]

@@ -178,6 +178,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     warnings += _device_warnings(traced, config, gpu.name)
     warnings += _renumbered_files(traced) + missing
     warnings += settled + assumed + untraced
+    warnings += _idle_hosts_warning(topology, world, traced_world, traced_dp, config)
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
@@ -267,6 +268,27 @@ def _stream_overlaps(rank: TracedRank) -> list[tuple[TracedOp, float]]:
             overlapping.append((op, ends[op.stream] - op.start_s))
         ends[op.stream] = max(ends.get(op.stream, op.end_s), op.end_s)
     return overlapping
+
+
+def _idle_hosts_warning(topology: Topology, world: int, traced_world: int, traced_dp: int | None,
+                        config: TraceWorkload) -> tuple[str, ...]:
+    """A warning where the replay leaves whole hosts of the cluster idle (its ``world`` ranks on the first GPUs),
+    with the `workload.dp` that replicates the traced job (of ``traced_world`` ranks, data parallelism
+    ``traced_dp``) over the most of them; none where a host is partly used (a two-rank trace on one 8-GPU host)."""
+    used_hosts = topology.gpu_host[world - 1] + 1
+    idle = topology.num_hosts - used_hosts
+    if idle < 1:
+        return ()
+    used = (f"the replay runs on {world} of the cluster's {topology.num_gpus} GPUs; "
+            f"{idle} of its {topology.num_hosts} hosts idle")
+    if traced_dp is None or traced_dp < 2:
+        return (f"{used}: the traced job has no data parallelism for workload.dp to replicate, so its step is the "
+                f"same on {used_hosts} host{'s' if used_hosts > 1 else ''}",)
+    per_replica = traced_world // traced_dp
+    dp = topology.num_gpus // per_replica // traced_dp * traced_dp
+    if dp <= (config.dp or traced_dp):
+        return ()
+    return (f"{used}: workload.dp: {dp} replicates the traced job over {dp * per_replica} GPUs",)
 
 
 def _stream_overlap_warnings(traced: list[TracedRank], host_gaps: bool) -> tuple[str, ...]:
