@@ -617,3 +617,15 @@ def test_a_moe_layout_no_framework_trains_is_warned_at_its_field(override, frame
     for fine in (load_scenario("mixtral-8x7b-ep8"),
                  load_scenario("mixtral-8x7b-ep8", ["parallelism.sequence_parallel=false", "parallelism.tp=1"])):
         assert scenario_warnings(fine, scenario_topology(fine)) == ()
+
+
+def test_a_capacity_that_drops_more_than_half_the_assignments_warns_with_the_share(run_yaml):
+    """Uniform routing, 512 assignments per expert and source rank: CF 0.5 keeps 256 (half dropped, at the
+    threshold: no warning), CF 0.4 keeps ceil(0.4 x 2048 x 2 / 8) = 205, dropping 1 - 205/512 = 60.0%."""
+    def dropping(summary: dict) -> list[str]:
+        return [line for line in summary["warnings"] if "token-expert assignments" in line]
+
+    assert dropping(run_yaml(SCENARIO, "model.moe.capacity_factor=0.5").summary) == []
+    warned = dropping(run_yaml(SCENARIO, "model.moe.capacity_factor=0.4").summary)
+    assert len(warned) == 1 and ("model.moe.capacity_factor=0.4: the capacity (205 assignments per expert and "
+                                 "source rank) drops 60.0% of the token-expert assignments, more than 50%") in warned[0]
