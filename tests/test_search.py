@@ -363,6 +363,9 @@ def test_the_trees_data_parallel_step_says_what_fits_and_its_memory():
     assert choice.steps == ("every GPU holds the whole model with ZeRO-1 over all 8 GPUs (75.1 GiB): "
                             "DP over every GPU",)
     assert choice.candidate == Candidate(1, 1, 1, 8, 1, 1, "zero1", "none", 1)
+    moe = seed_tree_choice(32, 8, 32, 32, True, lambda candidate: Checked(candidate, {}, None, 21.0), ep=8)
+    assert moe.steps == ("every GPU holds the dense layers and 1/8 of the routed experts (EP 8) with ZeRO-1 over all "
+                         "32 GPUs (21.0 GiB): DP over every GPU",)
 
 
 def test_where_selective_recompute_saves_no_memory_the_tree_tries_none_in_its_place():

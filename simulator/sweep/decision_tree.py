@@ -80,8 +80,9 @@ def seed_tree_choice(world: int, domain_gpus: int, layers: int, global_batch: in
     single = check(Candidate(1, 1, 1, world, 1, 1, sharding, "none", ep))
     whole = f"plain DDP over all {world} GPUs" if eager else f"ZeRO-1 over all {world} GPUs"
     if not single.reason:
-        steps.append(f"every GPU holds the whole model with {whole} "
-                     f"({format_memory(single.peak_memory_gib)}): DP over every GPU")
+        held = ("every GPU holds the whole model" if ep == 1
+                else f"every GPU holds the dense layers and 1/{ep} of the routed experts (EP {ep})")
+        steps.append(f"{held} with {whole} ({format_memory(single.peak_memory_gib)}): DP over every GPU")
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"{whole}: {single.reason}")  # the layout tried, as the eager branch names its FSDP one
     if eager:
