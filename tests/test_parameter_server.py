@@ -379,6 +379,15 @@ def test_the_console_prints_the_parameter_server_figures(tmp_path, capsys):
     assert len({value_column(label) for label in labels}) == 1, out
 
 
+def test_the_console_counts_one_iteration_in_the_singular(tmp_path, capsys):
+    from simulator.cli import main
+
+    path = tmp_path / "ps.yaml"
+    path.write_text(scenario("mode: sync", iterations=1))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert "run time (1 iteration) " in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("restart", ["", "restart: {elastic: true, min_replicas: 2}\n"], ids=["plain", "elastic"])
 def test_no_job_simulation_over_parameter_server_iterations(tmp_path, capsys, restart):
     """Refused at load, an elastic job too: the memory check of an elastic job's smaller sizes

@@ -327,7 +327,7 @@ def training_table(summary: dict) -> Table:
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
     if step is not None:
-        table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", step_seconds(step))
+        table.add_row(f"run time ({counted(ps['iterations'], 'iteration')})" if ps else "step time", step_seconds(step))
     move = (summary.get("trace") or {}).get("gpu_move")
     moved = gpu_move_text(move, summary["trace"].get("recosted_gemms") or 0) if move else None
     if moved:
