@@ -660,3 +660,12 @@ def test_analytic_warns_once_that_drifting_workers_pushes_are_timed_as_simultane
     assert main(["validate", str(BUNDLED), *analytic, *together, "--quiet"]) == 0
     assert main(["validate", str(BUNDLED), "--set", "ps.mode=async", "--quiet"]) == 0
     assert "every worker sent at once" not in capsys.readouterr().err
+
+
+def test_a_cluster_of_one_host_is_refused_naming_the_set_that_made_it(capsys):
+    """The file's line says nodes: 4; the refusal names the `--set` that left one host, as the EP check's does."""
+    from simulator.cli import main
+
+    assert main(["validate", str(BUNDLED), "--set", "cluster.nodes=1"]) == 2
+    assert ("cluster.topology: the cluster has 1 host; parameter servers need a server host and a worker host (with "
+            "--set cluster.nodes=1) (allowed: a cluster of 2 or more hosts)") in capsys.readouterr().err

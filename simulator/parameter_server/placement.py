@@ -40,7 +40,7 @@ def server_hosts(config: ParameterServerConfig, hosts: int) -> tuple[int, ...]:
     allowed = f"1 to {hosts - 1} server hosts, or a list of host indices 0..{hosts - 1}"
     if hosts < 2:
         raise ScenarioError(f"the cluster has {hosts} host; parameter servers need a server host and a worker host",
-                            field="cluster.topology", allowed="a cluster of 2 or more hosts")
+                            field="cluster.topology", allowed="a cluster of 2 or more hosts", reads=("cluster",))
     if isinstance(config.servers, int):
         if config.servers < 1:
             raise ScenarioError(f"{config.servers} server hosts: a parameter-server run needs at least one",
