@@ -1005,6 +1005,25 @@ def test_a_truncated_gzip_trace_names_the_file(tmp_path):
     assert caught.value.file.endswith("rank1.json.gz") and "not a complete gzip file" in caught.value.problem
 
 
+@pytest.mark.parametrize("garbled", [b"plain text", b"\x1f\x8b\x05" + bytes(20)], ids=["not-gzip", "unknown-method"])
+def test_a_json_gz_that_gzip_did_not_write_says_what_is_allowed(tmp_path, garbled):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "rank0.json.gz").write_bytes(gzip_of(KINETO_2RANK / "rank0.json"))
+    (traces / "rank1.json.gz").write_bytes(garbled)
+    text = two_rank_scenario("100 Gb/s").replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank*.json.gz")
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert caught.value.file.endswith("rank1.json.gz") and caught.value.problem.startswith("not a gzip file (")
+    assert caught.value.allowed == "a .json.gz file gzip wrote, or the JSON file named without .gz"
+
+
+def gzip_of(path: Path) -> bytes:
+    import gzip
+
+    return gzip.compress(path.read_bytes())
+
+
 def test_process_group_ranks_that_are_not_numbers(tmp_path):
     traces = copy_traces(KINETO_2RANK, tmp_path)
     doc = json.loads((traces / "rank0.json").read_text())
@@ -1827,10 +1846,10 @@ def test_a_group_over_the_rest_of_a_stage_that_ep_spans_unseen_is_refused_naming
     with pytest.raises(ScenarioError) as caught:
         kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [(0, 4)], tp=1, ep=4)
     assert caught.value.problem == (
-        "process group 'ep' (ranks [0, 1, 2, 3]) spans the whole rest of its pipeline stage, as expert parallelism "
-        "of 4 does beside data parallelism, and runs no all-to-all: the EP group's (a token dispatch by all-gather), "
-        "or the DP group's, is unknown")
-    assert caught.value.allowed.startswith("workload.traced_ep: the traced job's EP size, if not 4")
+        "process group 'ep' (ranks [0, 1, 2, 3]) spans its pipeline stage, as EP of 4 does beside DP, and runs no "
+        "all-to-all: whether it is the EP group or the DP group is unknown")
+    assert caught.value.allowed == ("workload.traced_ep where the traced job's EP is not 4, or a Process Group "
+                                    "Description naming the group's dimension")
 
 
 MESH_TP2_DP2 = {"tp0": ProcessGroup("mesh_tp", (0, 1)), "tp1": ProcessGroup("mesh_tp", (2, 3)),
@@ -1866,7 +1885,7 @@ def test_a_numbered_group_over_cp_ranks_that_fill_a_job_without_dp_is_refused_as
     sizes = TracedSizes(tp=1, cp=2, ep=1, **declared)
     with pytest.raises(ScenarioError) as caught:
         dimensions(groups, world, [], sizes)
-    assert (caught.value.field, caught.value.allowed.split(":")[0]) == ("workload.trace", "workload.traced_cp")
+    assert (caught.value.field, caught.value.allowed.split(" ")[0]) == ("workload.trace", "workload.traced_cp")
     described = {"6": ProcessGroup("CONTEXT_PARALLEL_GROUP", (0, 1))}
     assert dimensions(groups, world, [], sizes, described).groups == {"5": "dp"}
 
@@ -1878,29 +1897,26 @@ def test_an_ep_dispatch_of_the_cp_size_does_not_tell_the_cp_groups_apart():
     CP too)."""
     with pytest.raises(ScenarioError) as caught:
         kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [], {"ep": True}, tp=1, pp=2, cp=4, ep=4)
-    assert caught.value.problem.startswith("process group 'dp' (ranks [0, 1, 2, 3]) spans the whole rest of its "
-                                           "pipeline stage, which context parallelism of 4 fills")
+    assert caught.value.problem.startswith("process group 'dp' (ranks [0, 1, 2, 3]) spans its pipeline stage, as CP "
+                                           "of 4 does (no DP)")
     assert kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [], {"ep": True}, tp=1, pp=2, cp=1, ep=4) == {
         "ep": "ep", "dp": "dp"}
 
 
 @pytest.mark.parametrize(("declared", "transfers", "allowed", "telling", "told"), [
-    ({"tp": 1, "pp": 4, "cp": 2}, [], "workload.traced_cp: the traced job's CP size, if not 2; or Process Group "
-     "Descriptions naming the group's dimension (a group described as CP alone, or one of 2 ranks running evenly "
-     "split all-to-alls where the traced job's EP size is told and is not 2, tells the others apart)",
-     ({"ep": 1}, False, "cp"), ({}, True, None)),
-    ({"tp": 1, "ep": 4}, [(0, 4)], "workload.traced_ep: the traced job's EP size, if not 4; or Process Group "
-     "Descriptions naming the group's dimension (a group described as EP alone, or one of 4 ranks running "
-     "all-to-alls that split unevenly, or where the traced job's CP size is told and is not 4, tells the others "
-     "apart)", ({"cp": 1}, False, "ep"), ({"cp": 4}, True, None)),
+    ({"tp": 1, "pp": 4, "cp": 2}, [], "workload.traced_cp where the traced job's CP is not 2, or a Process Group "
+     "Description naming the group's dimension", ({"ep": 1}, False, "cp"), ({}, True, None)),
+    ({"tp": 1, "ep": 4}, [(0, 4)], "workload.traced_ep where the traced job's EP is not 4, or a Process Group "
+     "Description naming the group's dimension", ({"cp": 1}, False, "ep"), ({"cp": 4}, True, None)),
 ])
-def test_a_group_the_gradients_may_share_is_refused_naming_the_all_to_alls_that_tell_it_apart(
+def test_a_group_the_gradients_may_share_is_refused_unless_its_dimensions_all_to_alls_tell_it_apart(
         declared, transfers, allowed, telling, told):
     """The numbered group [0, 1] (CP 2 filling stages of 2 ranks) or [0, 1, 2, 3] (EP 4 beside DP in stages of 4) runs
-    no all-to-all and may be that dimension's or the gradients': refused, and the allowed text says which all-to-all
-    group tells them apart (not any all-to-all group of that size whatever it reads as). The one it names does: the
-    group then counts as DP. One it does not name does not: with EP 4 and CP 4 an uneven dispatch reads as EP, not
-    CP's; with CP 2 an uneven one reads as EP's: each leaves the numbered group refused."""
+    no all-to-all and may be that dimension's or the gradients': refused, the allowed text naming the size and the
+    descriptions a user can give. An all-to-all group of that dimension tells them apart (not any all-to-all group
+    of that size whatever it reads as): the group then counts as DP. One of the other reading does not: with EP 4
+    and CP 4 an uneven dispatch reads as EP, not CP's; with CP 2 an uneven one reads as EP's: each leaves the
+    numbered group refused."""
     size = 2 if "cp" in declared else 4
     ranks = tuple(range(size))
     with pytest.raises(ScenarioError) as caught:
@@ -2041,12 +2057,10 @@ def test_a_numbered_reduction_over_the_cp_ranks_of_a_job_without_dp_is_refused_u
     text = chakra_scenario(tmp_path).replace("format: chakra-json",
                                              "format: chakra-json, traced_tp: 2, traced_cp: 2, traced_ep: 1")
     assert str(refusal(text, tmp_path)) == (
-        f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '3' (ranks [0, 2]) spans the whole rest of "
-        "its pipeline stage, which context parallelism of 2 fills (no data parallelism), and runs no all-to-all: the "
-        "CP group's, or the gradients' reduced over the CP ranks (Megatron-LM's DATA_PARALLEL_GROUP_WITH_CP), is "
-        "unknown (allowed: workload.traced_cp: the traced job's CP size, if not 2; or Process Group Descriptions "
-        "naming the group's dimension (a group described as CP alone, or one of 2 ranks running evenly split "
-        "all-to-alls where the traced job's EP size is told and is not 2, tells the others apart))")
+        f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '3' (ranks [0, 2]) spans its pipeline "
+        "stage, as CP of 2 does (no DP), and runs no all-to-all: whether it is the CP group or the gradients' is "
+        "unknown (allowed: workload.traced_cp where the traced job's CP is not 2, or a Process Group Description "
+        "naming the group's dimension)")
     pairs_job(tmp_path, {"6": ("CONTEXT_PARALLEL_GROUP", [0, 2]), "7": ("CONTEXT_PARALLEL_GROUP", [1, 3])})
     _, result = run(text, tmp_path)
     traffic = result.summary["traffic_bytes_per_gpu"]
@@ -2461,3 +2475,12 @@ def test_a_replay_without_data_parallelism_on_idle_hosts_says_dp_cannot_use_them
     assert "the replay runs on 2 of the cluster's 16 GPUs; 1 of its 2 hosts idle: the traced job has no data " \
            "parallelism for workload.dp to replicate, so its step is the same on 1 host" in \
            run(text, tmp_path)[1].summary["warnings"]
+
+
+def test_a_cp_size_that_leaves_the_default_group_unread_is_refused_in_one_line_naming_the_set(capsys):
+    assert main(["validate", "trace-allreduce-2rank", "--set", "workload.traced_cp=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err[err.index("workload.trace: "):]) < 350
+    assert ("whether it is the CP group or the gradients' is unknown (with --set workload.traced_cp=2) (allowed: "
+            "workload.traced_cp where the traced job's CP is not 2, or a Process Group Description naming the "
+            "group's dimension)") in err

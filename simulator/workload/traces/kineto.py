@@ -99,6 +99,9 @@ def load_json(path: Path) -> object:
         if path.suffix == ".gz":
             data = gzip.decompress(data)
         return orjson.loads(data)
+    except gzip.BadGzipFile as exc:
+        raise trace_error(str(path), "", f"not a gzip file ({exc})",
+                          "a .json.gz file gzip wrote, or the JSON file named without .gz") from None
     except OSError as exc:
         raise trace_error(str(path), "", f"cannot read the file ({exc.strerror or exc})") from None
     except (EOFError, zlib.error) as exc:

@@ -380,26 +380,18 @@ def _gradients_or(name: str, ranks: tuple[int, ...], length: int, kind: CommCate
     loss's all-reduce; where EP spans a stage's data-parallel ranks, its all-gather token dispatcher runs
     all-gathers and reduce-scatters over the DP group's ranks. What tells the others apart (they are then the
     gradients') is what _identified reads: a group described as that dimension alone, or one running all-to-alls
-    that its description, else its size and splits (_run_reading), give that dimension; the allowed text says
-    which all-to-alls those are for ``kind``."""
-    group = f"process group {name!r} (ranks {list(ranks)}) spans the whole rest of its pipeline stage"
+    that its description, else its size and splits (_run_reading), give that dimension; the allowed text names
+    the two a user can give: the size, or the descriptions."""
+    group = f"process group {name!r} (ranks {list(ranks)}) spans its pipeline stage"
     if kind == "cp":
-        problem = (f"{group}, which context parallelism of {length} fills (no data parallelism), and runs no "
-                   "all-to-all: the CP group's, or the gradients' reduced over the CP ranks (Megatron-LM's "
-                   "DATA_PARALLEL_GROUP_WITH_CP), is unknown")
+        problem = (f"{group}, as CP of {length} does (no DP), and runs no all-to-all: whether it is the CP group or "
+                   "the gradients' is unknown")
     else:
-        problem = (f"{group}, as expert parallelism of {length} does beside data parallelism, and runs no "
-                   "all-to-all: the EP group's (a token dispatch by all-gather), or the DP group's, is unknown")
-    if kind == "cp":
-        reads = (f"one of {length} ranks running evenly split all-to-alls where the traced job's EP size is told "
-                 f"and is not {length}")
-    else:
-        reads = (f"one of {length} ranks running all-to-alls that split unevenly, or where the traced job's CP size "
-                 f"is told and is not {length}")
+        problem = (f"{group}, as EP of {length} does beside DP, and runs no all-to-all: whether it is the EP group or "
+                   "the DP group is unknown")
     return ScenarioError(problem, field="workload.trace",
-                         allowed=f"workload.traced_{kind}: the traced job's {kind.upper()} size, if not {length}; or "
-                         "Process Group Descriptions naming the group's dimension (a group described as "
-                         f"{kind.upper()} alone, or {reads}, tells the others apart)")
+                         allowed=f"workload.traced_{kind} where the traced job's {kind.upper()} is not {length}, or a "
+                         "Process Group Description naming the group's dimension", reads=(f"workload.traced_{kind}",))
 
 
 def _run_reading(length: int, sizes: TracedSizes, uneven: bool) -> CommCategory | None:
