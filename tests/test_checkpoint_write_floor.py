@@ -161,3 +161,21 @@ def test_a_sync_interval_shorter_than_its_write_warns_as_an_async_one_does():
             "the fewest steps that hold it (325, ") in waits[0]
     assert waits[0].endswith("(a longer checkpoint.interval, or checkpoint.mode: async)")
     assert not any("do not hold their write" in w for w in held.step_summary.get("warnings", []))
+
+
+def test_a_host_writes_and_reads_the_remote_store_at_most_at_its_nics():
+    """trace-job's 270 MB checkpoint from 8 hosts of one 100 GbE NIC: the store's 25 GB/s per host is more than the
+    NIC's 12.5 GB/s, so the write and the load take 270 MB / (8 x 12.5 GB/s) = 2.7 ms, not 1.35 ms; hosts of 400 GB/s
+    write at the store's 25 GB/s."""
+    from dataclasses import replace
+
+    from simulator.config.reliability import CheckpointConfig, RestartConfig, StorageConfig
+    from simulator.reliability.checkpoint import StepState, segment_costs
+
+    step = StepState(step_s=6.5e-3, tokens_per_step=1.0, microbatches=1, exposed_network_share=0.5, hosts=8, gpus=8,
+                     host_network_bandwidth=12.5e9)
+    costs = segment_costs(step, step, 270e6, CheckpointConfig(), StorageConfig(), RestartConfig())
+    assert (costs.write_s, costs.load_s) == pytest.approx((2.7e-3, 2.7e-3), rel=1e-12)
+    wide = replace(step, host_network_bandwidth=400e9)
+    costs = segment_costs(wide, wide, 270e6, CheckpointConfig(), StorageConfig(), RestartConfig())
+    assert (costs.write_s, costs.load_s) == pytest.approx((1.35e-3, 1.35e-3), rel=1e-12)

@@ -137,10 +137,13 @@ def checkpoint_bytes(scenario: Scenario, params: float) -> float:
 
 def segment_costs(step: StepState, healthy: StepState, size: float, config: CheckpointConfig,
                   storage: StorageConfig, restart: RestartConfig) -> SegmentCosts:
-    """Checkpoint interval, stall, background write, slowdown and restart costs in state ``step``."""
-    write_rate = min(step.hosts * storage.host_write, storage.write)
+    """Checkpoint interval, stall, background write, slowdown and restart costs in state ``step``. The store is
+    remote (StorageConfig: Tectonic), so each host writes and reads its shard over its NICs: at most
+    `host_write` (`host_read`) and at most its network bandwidth, where the state knows it (a cluster of
+    several NVLink domains)."""
+    write_rate = min(step.hosts * _over_nics(storage.host_write, step), storage.write)
     write_s = size / write_rate
-    load_s = size / min(step.hosts * storage.host_read, storage.read)
+    load_s = size / min(step.hosts * _over_nics(storage.host_read, step), storage.read)
     interval = interval_steps(config.interval, step.step_s)
     share = 0.0
     if step.host_network_bandwidth > 0:
@@ -164,6 +167,11 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
                         slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s,
                         memory_interval_steps=memory_interval, memory_stall_s=memory_stall,
                         memory_load_s=memory_load)
+
+
+def _over_nics(rate: float, step: StepState) -> float:
+    """A host's storage ``rate`` bounded by its network bandwidth (its NICs), where ``step`` knows it."""
+    return min(rate, step.host_network_bandwidth) if step.host_network_bandwidth > 0 else rate
 
 
 def peer_copies(replicas: int, hosts: int) -> int:
