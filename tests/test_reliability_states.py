@@ -1878,6 +1878,28 @@ def test_a_folded_straggler_state_is_estimated_a_fixed_cost_and_a_rate_near_its_
         assert 1 / 1.35 < each / later_s < 1.35 and 1 / 1.35 < (first - each) / fold_s < 1.35
 
 
+def test_a_straggler_state_keeping_every_mirror_is_estimated_by_its_ops_and_flows_near_its_measured_times():
+    """A folded straggler state that keeps every mirror (its slow replica's traffic shares links with the others')
+    is estimated at FOLDED_STRAGGLER_S_FIXED, EVERY_MIRROR_S_PER_OP an op and EVERY_MIRROR_S_PER_FLOW a flow, the
+    first of a job EVERY_MIRROR_FOLD_S_PER_OP more an op; on the ops and flows those states ran it lies within 1.1
+    times of the median CPU times measured one state at a time (flow model, a 1.3 slowdown), and the first's extra
+    within 1.6 times: the 2,048-GPU Llama 3 70B job (54,268 ops, 384,800 flows) 1.80 s after the first (0.87-1.2 s
+    more for the first), cut to 32 hosts 0.70 s (0.60 s more), to 32 hosts and 40 layers 0.38 s (0.37 s more), to
+    8 hosts 0.65 s (0.52 s more). The rate of the analytic model's folds (an op + flow alike, 11.4 us) put the
+    2,048-GPU job's states at 5.1 s."""
+    from simulator.scale import ScaleEstimate
+
+    for ops, flows, later_s, fold_s in ((54_268, 384_800, 1.80, 1.03), (54_268, 118_592, 0.70, 0.60),
+                                        (27_548, 60_992, 0.38, 0.37), (54_268, 106_856, 0.65, 0.52)):
+        estimate = ScaleEstimate(gpus=2048, simulated_ranks=16, ops=ops, flows=flows, memory_bytes=0.0, folded=True)
+        each = ahead.straggler_state_s(estimate, folded=True, every_mirror=True)
+        first = ahead.straggler_state_s(estimate, folded=True, first=True, every_mirror=True)
+        assert each == pytest.approx(ahead.FOLDED_STRAGGLER_S_FIXED + ops * ahead.EVERY_MIRROR_S_PER_OP
+                                     + flows * ahead.EVERY_MIRROR_S_PER_FLOW)
+        assert first - each == pytest.approx(ops * ahead.EVERY_MIRROR_FOLD_S_PER_OP)
+        assert 1 / 1.1 < each / later_s < 1.1 and 1 / 1.6 < (first - each) / fold_s < 1.6
+
+
 def test_a_job_whose_straggler_states_take_past_the_limit_is_refused_unless_forced(tmp_path, capsys, monkeypatch):
     """Past MAX_AHEAD_S (brought down to 0.01 s) a job's straggler states are refused in one located line before
     any is simulated, as its states with links down are, with nothing written; --force runs it, telling the

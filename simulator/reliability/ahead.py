@@ -113,6 +113,28 @@ FOLDED_STRAGGLER_FOLD_S_PER_EVENT = 2.2e-5
 ones share (`StepStates.fold_built`). Measured in the runs of FOLDED_STRAGGLER_S_FIXED as the first state's time
 less the later ones' (in its run): 1.1-1.8 s on the 2,048-GPU job (first states 1.81-2.84 s), 13-22 us an op + flow;
 7.0-7.4 s on the 16,384-GPU job (first states 10.1-10.2 s), 27-29 us; 22 us is within 1.4 times of their medians."""
+EVERY_MIRROR_S_PER_OP = 3.0e-6
+"""CPU seconds each op of a folded straggler state that keeps every mirror takes (the slow replica's traffic shares
+links with the other replicas', fold_policy.straggler_step), beside FOLDED_STRAGGLER_S_FIXED and
+EVERY_MIRROR_S_PER_FLOW each flow: there flows are most of the events (the 2,048-GPU Llama 3 70B job: 54,268 ops,
+384,800 flows), each cheaper than an op, and the fold checks no mirror for pruning. Fitted to states timed one by
+one as FOLDED_STRAGGLER_S_FIXED's, on the flow model (2026-12-07, the 2 shared cores at a load of ~3.7-4.3), states
+after the first, with the ops and flows each ran: that job 1.70-1.84 s (16 ranks, 54,268 ops, 384,800 flows); cut to
+32 hosts (DP 8, global batch 64, 10 d) 0.70-0.73 s (54,268, 118,592), and with 40 layers 0.36-0.40 s (27,548,
+60,992); cut to 8 hosts (DP 2, global batch 16, 7 d) 0.65 s (54,268, 106,856). The two 32-host cases give the ops'
+share with the fixed 0.05 s, the 2,048-GPU job against the 32-host one the flows': 3.0 us an op, 4.1 us a flow, within
+5% of every median. `scale.every_mirror_refold` counts more flows than run where few replicas share the links
+(232,192 for 118,592 on 32 hosts, 415,424 for 384,800 on 2,048 GPUs), so the estimate is up to ~1.7 times the
+state's time on small jobs, ~1.1 times on the 2,048-GPU one."""
+EVERY_MIRROR_S_PER_FLOW = 4.1e-6
+"""CPU seconds each flow of a folded straggler state that keeps every mirror takes (the fit of
+EVERY_MIRROR_S_PER_OP)."""
+EVERY_MIRROR_FOLD_S_PER_OP = 1.4e-5
+"""CPU seconds each op adds to the first folded straggler state of a job that keeps every mirror, which builds the
+fold the later ones share (`StepStates.fold_built`): the fold is built from the ops, before any flow. Measured in the
+runs of EVERY_MIRROR_S_PER_OP as the first state's time less the later ones' median: 0.37 s on 27,548 ops, 0.52 and
+0.60 s on 54,268 (8 and 32 hosts), 0.87 and 1.2 s on 54,268 (2,048 GPUs, two runs): 9.6-22 us an op; 14 us is
+within 1.6 times of each."""
 
 _FORKED: StepStates | None = None
 """The job's states, as the workers inherit them (set only while they run)."""
@@ -297,7 +319,7 @@ class LinkStateSizes:
             return None
         if state.links_down:
             return link_state_s(estimate)
-        return straggler_state_s(estimate, self.straggler_folded, first)
+        return straggler_state_s(estimate, self.straggler_folded, first, self.straggler_every_mirror)
 
     def ranks(self, state: ClusterState) -> int:
         """How many ranks the step of ``state`` (with some links down) simulates."""
@@ -562,14 +584,20 @@ def link_state_s(estimate: ScaleEstimate) -> float:
     return LINK_STATE_S_FIXED + estimate.events * (LINK_STATE_S_PER_EVENT + estimate.gpus * LINK_STATE_S_PER_EVENT_GPU)
 
 
-def straggler_state_s(estimate: ScaleEstimate, folded: bool, first: bool = False) -> float:
+def straggler_state_s(estimate: ScaleEstimate, folded: bool, first: bool = False, every_mirror: bool = False
+                      ) -> float:
     """The CPU seconds of a straggler state whose step is estimated as ``estimate`` (`scale.classed_estimate` on
     `LinkStateSizes.straggler_ranks`, or `scale.every_mirror_refold` where its fold keeps every mirror): where it
     ``folded`` by the slow GPU's classes, FOLDED_STRAGGLER_S_FIXED and FOLDED_STRAGGLER_S_PER_EVENT each op and
     flow, and FOLDED_STRAGGLER_FOLD_S_PER_EVENT more each where it is the ``first`` (building the fold the later
-    ones share); else as a state with links down (`link_state_s`), unfolded."""
+    ones share); where that fold keeps ``every_mirror``, FOLDED_STRAGGLER_S_FIXED, EVERY_MIRROR_S_PER_OP each op
+    and EVERY_MIRROR_S_PER_FLOW each flow, and EVERY_MIRROR_FOLD_S_PER_OP more each op where it is the ``first``;
+    else as a state with links down (`link_state_s`), unfolded."""
     if not folded:
         return link_state_s(estimate)
+    if every_mirror:
+        per_op = EVERY_MIRROR_S_PER_OP + (EVERY_MIRROR_FOLD_S_PER_OP if first else 0.0)
+        return FOLDED_STRAGGLER_S_FIXED + estimate.ops * per_op + estimate.flows * EVERY_MIRROR_S_PER_FLOW
     per_event = FOLDED_STRAGGLER_S_PER_EVENT + (FOLDED_STRAGGLER_FOLD_S_PER_EVENT if first else 0.0)
     return FOLDED_STRAGGLER_S_FIXED + estimate.events * per_event
 
