@@ -238,7 +238,8 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
     classed = healthy.step.program
     assert classed.ranks == (0, 2) and not any(getattr(op, "mirrors", ()) for op in classed.ops)
     slowed = replace(faults, slowdowns=((0, Slowdown(1.5)),))
-    assert fold_with_faults(slowed, classed, healthy.plans, healthy.settings.mode, healthy.step.shapes)[1] == (
+    unfolding = fold_with_faults(slowed, classed, healthy.plans, healthy.settings.mode, healthy.step.shapes)[1]
+    assert unfolding is not None and unfolding.reason == (
         "stragglers in one pipeline replica fold onto one rank per stage or per class only")
     why = straggler_blocker(healthy.step, healthy.build, healthy.plans, healthy.settings.mode, faults, 1.5)
     assert why == SHARES_LINKS

@@ -182,10 +182,11 @@ the slow replica's classes with every mirror kept (`straggler_step`), or unfolde
 
 
 def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache, mode: NetworkMode,
-                     shapes: CollectiveShapes | None = None) -> tuple[dict[int, Slowdown], str]:
-    """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
-    ``({}, reason)``. Link faults break the replicas' symmetry unless they are links down from the start
-    (`link_fault_blocker`), which the checks see over the detoured routes. Stragglers fold when every rank of a stage is
+                     shapes: CollectiveShapes | None = None) -> tuple[dict[int, Slowdown], Unfolding | None]:
+    """Each representative's slowdown and None when folding ``program`` stays exact under the step's faults, else
+    ``({}, why)`` (check ``faults``; `Unfolding.shares_links` where the reason is `SHARED_LINKS`). Link faults
+    break the replicas' symmetry unless they are links down from the start (`link_fault_blocker`), which the
+    checks see over the detoured routes. Stragglers fold when every rank of a stage is
     slowed alike; stragglers in one replica fold onto the slow replica's classes, each slow rank simulated as
     itself (faults/step.py `folded_slowdowns`; their class-mates are held to their representatives as in any
     classed fold), and onto one rank per stage playing the slow replica only where its traffic meets no other
@@ -193,17 +194,18 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     collective alone, so no traffic meets another's): the other replicas then only wait for it at the collectives
     they share. ``shapes``: the index of the program's collectives, when the caller has it."""
     if plan.links:
-        return {}, link_fault_blocker(plan, mode) or (LINKS_WITHOUT_LAYOUT if program.layout is None else "")
+        reason = link_fault_blocker(plan, mode) or (LINKS_WITHOUT_LAYOUT if program.layout is None else "")
+        return {}, Unfolding("faults", reason) if reason else None
     if not plan.slowdowns:
-        return {}, ""
+        return {}, None
     if program.layout is None:
-        return {}, "stragglers in a step without a parallel layout"
+        return {}, Unfolding("faults", "stragglers in a step without a parallel layout")
     slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout, program.ranks)
-    if reason or not needs_isolation:
-        return slowdowns, reason
-    if mode == "flow" and any(kept_mirrors(program.ops, plans, shapes).values()):
-        return {}, SHARED_LINKS
-    return slowdowns, ""
+    if reason:
+        return slowdowns, Unfolding("faults", reason)
+    if needs_isolation and mode == "flow" and any(kept_mirrors(program.ops, plans, shapes).values()):
+        return {}, Unfolding("faults", SHARED_LINKS, shares_links=True)
+    return slowdowns, None
 
 
 LINKS_DURING_STEP = "link faults (replicas no longer see the same links)"
@@ -252,8 +254,8 @@ def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, effi
     if blocker:
         stages = isinstance(blocker, UnalignedHandOff)
         return faults.slowdown_of(), Unfolding("stages" if stages else "collectives", blocker)
-    folded, blocker = fold_with_faults(faults, program, plans, mode, shapes)
-    return (faults.slowdown_of(), Unfolding("faults", blocker)) if blocker else (folded, None)
+    folded, unfolding = fold_with_faults(faults, program, plans, mode, shapes)
+    return (faults.slowdown_of(), unfolding) if unfolding is not None else (folded, None)
 
 
 def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mode: NetworkMode,
@@ -283,7 +285,8 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     slowed = faults.slowdown_of()
     slowed[representative] = slowed.get(representative, NOMINAL).times(Slowdown(factor))
     state = replace(faults, slowdowns=tuple(sorted(slowed.items())))
-    return fold_with_faults(state, program, plans, mode, shapes)[1]
+    unfolding = fold_with_faults(state, program, plans, mode, shapes)[1]
+    return "" if unfolding is None else unfolding.reason
 
 
 def refaulted(step: FoldedStep, faults: StepFaultPlan) -> FoldedStep:
@@ -350,7 +353,7 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     not_exact = None
     if program.folded:
         slowdowns, unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
-        if unfolding is not None and unfolding.reason == SHARED_LINKS:
+        if unfolding is not None and unfolding.shares_links:
             shared = GivenUp("stage", len(program.ranks), unfolding)
             stage = FoldedStep(program, shapes, order, {}, "", "stage", given_up=(*given_up, shared))
             return straggler_step(build, stage, plans, mode, efficiency, faults, guard, shared=True)
@@ -429,16 +432,23 @@ def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode
     or `fold_verdict` refuses it. The lockstep check after its run certifies it, as any classed fold.
 
     ``shared``: ``stage`` was refused for `SHARED_LINKS` (its mirrors' traffic meets the slow replica's, so one
-    rank per stage playing it is not exact). The refold then keeps every mirror (`FoldedStep.every_mirror`), and
-    the lockstep check compares every copy: where each copy of every collective instance ends with its group, each
-    class-mate starts its next op when its representative does (alike slowed, alike programs), the run holds every
-    flow of the unfolded run at its times, and the two are one trajectory; a copy out of step unfolds the step. A
-    pruned mirror would go unchecked, and where the slow replica's timing shifts the classes apart, a class-mate
-    whose links carry another class's traffic than its representative's meets other loads unseen. 8 hosts of 8
-    H100, TP 4 x PP 4 x DP 4, 2 NICs a host (sends and DP rings share NICs), GPU 5 x1.5: 16 ranks, the step and
-    every figure the unfolded run's (tests/test_step_faults.py)."""
+    rank per stage playing it is not exact; `Unfolding.shares_links`), and the step has such stragglers. The
+    refold then keeps every mirror (`FoldedStep.every_mirror`), and the lockstep check compares every copy: where
+    each copy of every collective instance ends with its group's end (within `lockstep.IN_STEP`, 1e-9 relative),
+    each class-mate starts its next op when its representative does (alike slowed, alike programs), so the run
+    holds the unfolded run's flows at their times up to that tolerance; a copy out of step unfolds the step. The
+    collectives that the refold replays with no mirror rest on the checks before the run instead (the ordering of
+    engine/ordering.py, the symmetry check of engine/symmetry.py). Exact to the bit is what the cases tried
+    measured: 8 hosts of 8 H100, TP 4 x PP 4 x DP 4, 2 NICs a host (sends and DP rings share NICs), GPU 5 x1.5:
+    16 ranks, the step and every figure the unfolded run's (tests/test_step_faults.py); 32 to 2,048 GPUs in
+    docs/faults.md. Keeping every mirror buys that certificate, not a measured difference: a pruned mirror would
+    go unchecked, where a class-mate whose links carry another class's traffic than its representative's could
+    meet other loads unseen, yet the refold with mirrors pruned gave the same figures on every layout tried, with
+    fewer flows (the 2,048-GPU Llama 3 70B step with GPU 0 x1.3: 384,800 flows and 4.1 s of CPU every mirror
+    kept, 212,768 and 3.4 s pruned)."""
     layout = stage.program.layout
     classes = None if layout is None else straggler_classes(faults, layout)
+    assert not (shared and classes is None), "a stage fold refused for SHARED_LINKS has stragglers in one replica"
     if classes is None or layout is None:
         return stage
     ranks = len(representatives(layout, True, classes))

@@ -34,6 +34,10 @@ class Unfolding:
     ranks: int | None = None
     """The ranks the step then simulates where it runs folded by classes (check ``classes``); None where it
     runs unfolded, every rank."""
+    shares_links: bool = False
+    """Whether the reason is stragglers in one replica whose traffic shares links with the other replicas'
+    (engine/fold_policy.py `SHARED_LINKS`): the stage fold is then refolded by the slow replica's classes with every
+    mirror kept (`straggler_step`) rather than unfolded."""
 
 
 UnfoldingGuard = Callable[[Unfolding], None]
