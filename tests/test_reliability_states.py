@@ -1900,6 +1900,33 @@ def test_a_straggler_state_keeping_every_mirror_is_estimated_by_its_ops_and_flow
         assert 1 / 1.1 < each / later_s < 1.1 and 1 / 1.6 < (first - each) / fold_s < 1.6
 
 
+def test_a_job_announces_its_every_mirror_straggler_states_at_the_every_mirror_rates(monkeypatch):
+    """A job whose slow replica's traffic shares links with the others' (pipeline sends and DP rings on the rails'
+    NICs) announces each straggler state at `straggler_state_s` of its every-mirror refold with ``every_mirror``
+    (ops and flows apart), not at the one op + flow rate of the folds that prune mirrors."""
+    from simulator.units import format_duration
+
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    monkeypatch.setattr(reliability_simulate, "_STRAGGLER_FOLDS", {})
+    job = scenario_from_text(RAILS + """run: {horizon: 1 d, replications: 1}
+faults:
+  components:
+    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 h, repair: 6 h}
+""", "inline.yaml", PIPELINED)
+    folded = scale.estimate_scale(job.scenario, 32, scale.scenario_hosts(job))
+    assert folded is not None
+    refold = scale.every_mirror_refold(job, 32, 4 * folded.simulated_ranks)
+    assert refold is not None
+    heard: list[str] = []
+    simulate_job(job, activity=heard.append)
+    told = [line.rsplit(", an estimated ", 1)[1] for line in heard if ": simulating" in line]
+    first, each = (ahead.straggler_state_s(refold, folded=True, first=building, every_mirror=True)
+                   for building in (True, False))
+    assert told
+    assert told == [f"{format_duration(first)} of CPU"] + [f"{format_duration(each)} of CPU"] * (len(told) - 1)
+    assert each != ahead.straggler_state_s(refold, folded=True)
+
+
 def test_a_job_whose_straggler_states_take_past_the_limit_is_refused_unless_forced(tmp_path, capsys, monkeypatch):
     """Past MAX_AHEAD_S (brought down to 0.01 s) a job's straggler states are refused in one located line before
     any is simulated, as its states with links down are, with nothing written; --force runs it, telling the
