@@ -824,7 +824,10 @@ def test_the_estimate_times_the_last_backwards_tp_collectives_beside_the_gradien
     share the GPUs' NVLink ports with the buckets' rings (a 64 MiB all-gather, 0.102 ms alone, takes 0.375 ms
     0.123 ms into the 1 GiB head bucket). Timed alone, the estimate was 1.8% optimistic (309,514 tokens/s
     against 303,888 simulated) and ranked it above micro-batches of one (305,915 against 303,941); timed beside
-    the buckets under way (`TpBesideBuckets`), both are within 0.15% and in the simulation's order."""
+    the buckets under way (`TpBesideBuckets`), both are within 0.15% and in the simulation's order. Under
+    selective recompute each block's backward opens with its recompute, then the TP collective: walked with the
+    collective first, at the block's start, the estimate of micro-batches of 2 was 1.4% pessimistic (296,664
+    against 300,843); walked in the program's order, sim/est 1.0024, and 0.9995 for micro-batches of one."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
@@ -835,14 +838,16 @@ def test_the_estimate_times_the_last_backwards_tp_collectives_beside_the_gradien
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     base = search_base(loaded.source, overrides)
-    figures = {}
-    for micro_batch in (1, 2):
-        checked = check_memory(base, Candidate(2, 1, 1, 16, 1, micro_batch, "zero1", "none"), "1f1b", times)
-        summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
-        assert summary["layout"]["microbatches"] == 2 // micro_batch
-        figures[micro_batch] = (checked.estimate_tokens_per_s, summary["tokens_per_s"])
-        assert summary["tokens_per_s"] / checked.estimate_tokens_per_s == pytest.approx(1.0, abs=0.0015), micro_batch
-    assert (figures[1][0] > figures[2][0]) == (figures[1][1] > figures[2][1])
+    for recompute, within in (("none", 0.0015), ("selective", 0.003)):
+        figures = {}
+        for micro_batch in (1, 2):
+            checked = check_memory(base, Candidate(2, 1, 1, 16, 1, micro_batch, "zero1", recompute), "1f1b", times)
+            summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
+            assert summary["layout"]["microbatches"] == 2 // micro_batch
+            figures[micro_batch] = (checked.estimate_tokens_per_s, summary["tokens_per_s"])
+            assert summary["tokens_per_s"] / checked.estimate_tokens_per_s == pytest.approx(1.0, abs=within), (
+                recompute, micro_batch)
+        assert (figures[1][0] > figures[2][0]) == (figures[1][1] > figures[2][1]), recompute
 
 
 def _free_hand_offs(step):

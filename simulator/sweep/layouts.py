@@ -1062,12 +1062,12 @@ def _cool_down(plan: StepPlan, times: CollectiveTimes, rank: int, share: SmShare
         for block in blocks if action.kind == "F" else reversed(blocks):
             kernels = sum(block.pass_seconds(phase) for phase in passes)
             talking = tuple(phase for phase in passes if phase.sends_activations)
-            start = clock
-            clock += kernels + (blocking_collectives_s(plan, times, block, rank, talking, share) if talking else 0.0)
             final = index == finals[action.chunk]
             if buckets is not None and action.kind != "F":
-                clock += buckets.excess_s(block, start, kernels, any(phase.input_grads for phase in talking),
-                                          len(ready) if final else None)
+                clock = buckets.walk(block, clock, passes, share, len(ready) if final else None)
+            else:
+                clock += kernels + (blocking_collectives_s(plan, times, block, rank, talking, share)
+                                    if talking else 0.0)
             compute += kernels
             sm_bound += sum(block.sm_bound_seconds(phase) for phase in passes)
             if final:
@@ -1093,6 +1093,7 @@ class TpBesideBuckets:
         self.waiting = list(buckets)
         self.sent: list[tuple[float, float, tuple[CollectiveShape, ...]]] = []
         self.beside = BesideGathers(times, self.sent)
+        self.shared = 0.0  # seconds the TP collectives walked so far outlast their alone times by
 
     def _finished(self, index: int, clock: float) -> None:
         """Send every bucket whose last block is the ``index``-th finished, at ``clock``."""
@@ -1102,23 +1103,50 @@ class TpBesideBuckets:
             start = max(self.sent[-1][1] if self.sent else 0.0, clock)
             self.sent.append((start, start + self.times.seconds(*shape), (shape,)))
 
-    def excess_s(self, block: Block, start: float, kernels: float, talks: bool, final: int | None) -> float:
-        """Seconds ``block``'s backward TP collectives (where its action computes input gradients, ``talks``),
-        the one before its kernels at ``start`` and the one after them, outlast their alone times by beside the
-        buckets under way; where its gradients are the ``final``-th finished, the buckets that waited for them
-        are sent as its kernels end, before the TP collective after them (as the program sends them)."""
-        group, clock, excess = self.plan.layout.group("tp", self.rank), start, 0.0
-        for before in (True, False):
-            op = tp_op(block.tp_pattern, True, before, self.plan.sequence_parallel) if talks else None
-            if op is not None and block.tp_bytes > 0:
-                took, alone = self.beside.time(clock, (op, group, block.tp_bytes))
-                excess += took - alone
-                clock += took
-            if before:
-                clock += kernels
-                if final is not None:
-                    self._finished(final, clock)
-        return excess
+    def walk(self, block: Block, clock: float, passes: tuple[Pass, ...], share: SmShare | None,
+             final: int | None) -> float:
+        """When ``block``'s ``passes`` of a backward action started at ``clock`` end, walked in the program's
+        order: the recompute (with its CP gather and TP collectives where the recompute runs them), then the
+        backward's CP gather, the TP collective before its kernels, the kernels, the one after them, what the
+        input's re-gather adds (`regather_s`) and the CP reduce-scatter; the TP collectives timed beside the
+        buckets under way (what they outlast their alone times by added to ``shared``), the rest alone
+        (`blocking_collectives_s`). Where its gradients are the ``final``-th finished, the buckets that waited
+        for them are sent as its weight-gradient kernels end, before the TP collective after them (as the
+        program sends them)."""
+        plan, times = self.plan, self.times
+        ring = block.context if block.context is not None and block.context.ring else None
+        gathers = plan.layout.cp > 1 and block.cp_bytes > 0 and ring is None
+        tp = plan.layout.tp > 1 and block.tp_bytes > 0
+        cp_group = plan.layout.group("cp", self.rank)
+        for phase in sorted(passes, key=lambda phase: phase is not Pass.RECOMPUTE):
+            talks = phase.sends_activations and (
+                phase is not Pass.RECOMPUTE or (plan.recompute_comm and block.recompute_s > 0))
+            if talks and gathers:
+                clock += times.seconds(gathered_kv_op(phase, gather=phase.input_grads), cp_group, block.cp_bytes)
+            if talks and tp:
+                clock = self._tp(block, phase, True, clock)
+            clock += block.pass_seconds(phase)
+            if ring is not None and phase.sends_activations:
+                clock += ring_exposed_s(plan, times, ring, self.rank, phase)
+            if phase.weight_grads and final is not None:
+                self._finished(final, clock)
+            if talks and tp:
+                clock = self._tp(block, phase, False, clock)
+            if phase is Pass.BACKWARD and tp:
+                clock += regather_s(plan, times, block, self.rank, share)
+            if phase is Pass.BACKWARD and gathers:
+                clock += times.seconds(gathered_kv_op(phase, gather=False), cp_group, block.cp_bytes)
+        return clock
+
+    def _tp(self, block: Block, phase: Pass, before: bool, clock: float) -> float:
+        """When the TP collective ``block``'s TP pattern puts ``before`` (or after) pass ``phase``, started at
+        ``clock`` beside the buckets under way, ends (none: ``clock``)."""
+        op = tp_op(block.tp_pattern, phase.input_grads, before, self.plan.sequence_parallel)
+        if op is None:
+            return clock
+        took, alone = self.beside.time(clock, (op, self.plan.layout.group("tp", self.rank), block.tp_bytes))
+        self.shared += took - alone
+        return clock + took
 
 
 def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int,
