@@ -5,7 +5,7 @@ beside their copies in the stage's other EP groups), that ranks the survivors be
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
@@ -996,13 +996,21 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: S
     (`estimate_step_s`), and stages without weights have nothing to reduce: no tail there. With DDP's overlap
     and tp above 1 the cool-down's TP collectives share NVLink with the buckets under way (`TpBesideBuckets`):
     what they outlast their alone times by moves the rank's last action later (`ReductionTail.shared`), and the
-    buckets leave as that walk sends them."""
+    buckets leave as that walk sends them (one walk: the buckets are filled from the cool-down's actions
+    first, `_cool_down_actions`)."""
     layout, sharding = plan.layout, plan.sharding
     group = shard_group(layout, rank, sharding.degree)
     if sharding.stage_reduces_grads or (len(group) == 1 and sharding.stage != 3):
         return ReductionTail(0.0)
-    ready, finished, clock, compute, sm_bound = _cool_down(plan, times, rank, share)
-    replicated = shared = 0.0
+    beside = None
+    if not sharding.sharded_grad_steps and sharding.overlap and layout.tp > 1 and plan.tp_overlap is None:
+        finishing = [block for _, _, blocks, final in _cool_down_actions(plan, rank) if final for block in blocks]
+        beside = TpBesideBuckets(plan, times, rank, group,
+                                 gradient_buckets(enumerate(finishing), sharding.grad_bytes, sharding.bucket_bytes))
+    ready, finished, clock, compute, sm_bound = _cool_down(plan, times, rank, share, beside)
+    shared = beside.shared if beside is not None else 0.0
+    clock -= shared
+    replicated = 0.0
     if sharding.sharded_grad_steps:
         units = layer_units(reversed(ready))
         firsts = {block.layer: index for index, block in enumerate(ready) if block.params > 0}
@@ -1016,9 +1024,7 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: S
     else:
         buckets = gradient_buckets(enumerate(ready), sharding.grad_bytes, sharding.bucket_bytes)
         queue = [(finished[keys[-1]] if sharding.overlap else clock, nbytes) for keys, nbytes in buckets]
-        if sharding.overlap and plan.layout.tp > 1 and plan.tp_overlap is None:
-            beside = TpBesideBuckets(plan, times, rank, group, buckets)
-            shared = _cool_down(plan, times, rank, share, beside)[2] - clock
+        if beside is not None:
             queue = [(start, nbytes) for (start, _, _), (_, nbytes) in zip(beside.sent, buckets, strict=True)]
     if not queue:  # stages without weights (a synthetic model's), or a one-rank shard group: its chain alone
         return ReductionTail(max(replicated, 0.0))
@@ -1050,20 +1056,13 @@ def _cool_down(plan: StepPlan, times: CollectiveTimes, rank: int, share: SmShare
     each finishes, the actions' seconds, their kernels' seconds, the SM-bound seconds of these). With
     ``buckets``, each block's backward TP collectives take what they outlast their alone times by beside the
     gradient buckets' reductions under way (`TpBesideBuckets`), each bucket sent as its last block's kernels end."""
-    pp_rank = plan.layout.coords(rank)["pp"]
-    actions, stages = plan.schedule[pp_rank], plan.rank_stages(pp_rank)
-    finals = {action.chunk: index for index, action in enumerate(actions) if action.kind in ("W", "BW")}
     ready: list[Block] = []
     finished, clock, compute, sm_bound = [], 0.0, 0.0, 0.0
-    for index in range(min(finals.values()), len(actions)):
-        action = actions[index]
-        passes = _ACTION_PASSES[action.kind]
-        blocks = plan.stages[stages[action.chunk]].blocks
-        for block in blocks if action.kind == "F" else reversed(blocks):
+    for kind, passes, blocks, final in _cool_down_actions(plan, rank):
+        for block in blocks:
             kernels = sum(block.pass_seconds(phase) for phase in passes)
             talking = tuple(phase for phase in passes if phase.sends_activations)
-            final = index == finals[action.chunk]
-            if buckets is not None and action.kind != "F":
+            if buckets is not None and kind != "F":
                 clock = buckets.walk(block, clock, passes, share, len(ready) if final else None)
             else:
                 clock += kernels + (blocking_collectives_s(plan, times, block, rank, talking, share)
@@ -1076,16 +1075,39 @@ def _cool_down(plan: StepPlan, times: CollectiveTimes, rank: int, share: SmShare
     return ready, finished, clock, compute, sm_bound
 
 
+def _cool_down_actions(plan: StepPlan, rank: int
+                       ) -> Iterator[tuple[str, tuple[Pass, ...], list[Block], bool]]:
+    """The actions of ``rank`` from the first that finishes a chunk's gradients to its last (`_cool_down`):
+    each action's kind, passes, blocks in the order it runs them, and whether it finishes its chunk's
+    gradients."""
+    pp_rank = plan.layout.coords(rank)["pp"]
+    actions, stages = plan.schedule[pp_rank], plan.rank_stages(pp_rank)
+    finals = {action.chunk: index for index, action in enumerate(actions) if action.kind in ("W", "BW")}
+    for index in range(min(finals.values()), len(actions)):
+        action = actions[index]
+        blocks = list(plan.stages[stages[action.chunk]].blocks)
+        yield (action.kind, _ACTION_PASSES[action.kind], blocks if action.kind == "F" else blocks[::-1],
+               index == finals[action.chunk])
+
+
+def shares_a_domain(topology: Topology, group: tuple[int, ...]) -> bool:
+    """Whether two members of ``group`` (ranks, GPU r for rank r) share an NVLink domain, so that a collective
+    over the group crosses that domain's NVLink."""
+    domains = topology.gpu_domain_array[list(group)]
+    return len(set(domains.tolist())) < len(group)
+
+
 class TpBesideBuckets:
     """A rank's blocking TP collectives in its last backward timed beside the gradient buckets' reductions over
     its DP x CP group under way (DDP's, and ZeRO's reducing once a step, with overlap, on the data-parallel
     stream; `BesideGathers`, the engine's flow model): where the group has several members in a host the
     reduction's ring crosses NVLink, and a TP collective that starts while a bucket moves data there shares the
-    GPUs' NVLink ports with it. Llama 3 8B, tp 2 dp 16 over four DGX H100s, one micro-batch of 2 sequences: the
-    step's TP collectives take 9.3 ms more than with the reduction after the backward (exposed TP 35.8 ms against
-    26.5), all of it in the backward the buckets run beside. Each bucket is sent once its last block's gradients
-    are finished and the bucket before it has ended (``buckets``: `gradient_buckets` over the cool-down's
-    finished blocks by index)."""
+    GPUs' NVLink ports with it (where no two members share an NVLink domain, nothing does: the TP collectives
+    take their alone times, and the walk only sends the buckets). Llama 3 8B, tp 2 dp 16 over four DGX H100s,
+    one micro-batch of 2 sequences: the step's TP collectives take 9.3 ms more than with the reduction after the
+    backward (exposed TP 35.8 ms against 26.5), all of it in the backward the buckets run beside. Each bucket is
+    sent once its last block's gradients are finished and the bucket before it has ended (``buckets``:
+    `gradient_buckets` over the cool-down's finished blocks by index)."""
 
     def __init__(self, plan: StepPlan, times: CollectiveTimes, rank: int, group: tuple[int, ...],
                  buckets: list[tuple[list[int], float]]) -> None:
@@ -1093,6 +1115,7 @@ class TpBesideBuckets:
         self.waiting = list(buckets)
         self.sent: list[tuple[float, float, tuple[CollectiveShape, ...]]] = []
         self.beside = BesideGathers(times, self.sent)
+        self.crossed = shares_a_domain(times.topology, group)  # else the TP collectives take their alone times
         self.shared = 0.0  # seconds the TP collectives walked so far outlast their alone times by
 
     def _finished(self, index: int, clock: float) -> None:
@@ -1144,7 +1167,8 @@ class TpBesideBuckets:
         op = tp_op(block.tp_pattern, phase.input_grads, before, self.plan.sequence_parallel)
         if op is None:
             return clock
-        took, alone = self.beside.time(clock, (op, self.plan.layout.group("tp", self.rank), block.tp_bytes))
+        shape: CollectiveShape = (op, self.plan.layout.group("tp", self.rank), block.tp_bytes)
+        took, alone = self.beside.time(clock, shape) if self.crossed else (self.times.seconds(*shape),) * 2
         self.shared += took - alone
         return clock + took
 
