@@ -822,7 +822,7 @@ def test_the_estimate_times_the_last_backwards_tp_collectives_beside_the_gradien
     """Llama-3-8B, TP2 DP16 on four DGX H100s at global batch 32: with micro-batches of 2 sequences the step has
     one, whose whole backward runs beside the gradient buckets' reduce-scatters, and the TP collectives there
     share the GPUs' NVLink ports with the buckets' rings (a 64 MiB all-gather, 0.102 ms alone, takes 0.375 ms
-    0.123 ms into the 1 GiB head bucket). Timed alone, the estimate was 1.8% optimistic (309,514 tokens/s
+    0.123 ms into the 1.05 GB, 0.98 GiB, head bucket). Timed alone, the estimate was 1.8% optimistic (309,514 tokens/s
     against 303,888 simulated) and ranked it above micro-batches of one (305,915 against 303,941); timed beside
     the buckets under way (`TpBesideBuckets`), both are within 0.15% and in the simulation's order. Under
     selective recompute each block's backward opens with its recompute, then the TP collective: walked with the

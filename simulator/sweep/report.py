@@ -58,8 +58,9 @@ def format_search(result: SearchResult, scenario: str) -> str:
                      "CUDA context, NCCL's buffers, the allocator's fragmentation): a real GPU may run out of "
                      "memory; " + ("ranked after the layouts with that room" if roomy else
                                               "no simulated layout of the space has that room"))
-    space = table[table["searched"].astype(bool)]
-    lines.append(status_counts(table))
+    in_space = table["searched"].astype(bool)
+    space = table[in_space]
+    lines.append(status_counts(space, table[~in_space]))
     lines.extend(f"  pruned, {kind.label}: {counted(count, 'layout')}" for kind, count in pruned_by_kind(table).items())
     if not searched.any() and "memory_model_peak_gib" in space and space["memory_model_peak_gib"].notna().any():
         leanest = space.sort_values(["memory_model_peak_gib", "label"]).iloc[0]  # no figure (NaN) sorts last
@@ -108,14 +109,12 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
     return write_run_folder(out_dir, identity, write, SEARCH_FOLDER)
 
 
-def status_counts(table: pd.DataFrame) -> str:
-    """The searched space's layouts by status in one line, and the decision tree's layout apart where it lies
-    outside the space (simulated for the comparison, never one of the space's)."""
-    space = table[table["searched"].astype(bool)]
+def status_counts(space: pd.DataFrame, outside: pd.DataFrame) -> str:
+    """The searched ``space``'s layouts by status in one line, and the decision tree's layout apart where it lies
+    ``outside`` the space (simulated for the comparison, never one of the space's)."""
     counts = space["status"].value_counts().to_dict()
     line = (f"{counted(len(space), 'layout')}: {counts.get(CandidateStatus.SIMULATED, 0)} simulated, "
             f"{counts.get(CandidateStatus.PRUNED, 0)} pruned, {counts.get(CandidateStatus.FAILED, 0)} failed")
-    outside = table[~table["searched"].astype(bool)]
     return line + "".join(f" (+ the tree's {row['label']}, outside the space: {row['status']})"
                           for row in outside.to_dict("records"))
 
