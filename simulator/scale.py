@@ -1743,7 +1743,7 @@ def every_mirror_refold(loaded: LoadedScenario, gpus: int, ranks: int, topology:
     kept (a straggler state whose slow replica's traffic shares links with the other replicas',
     fold_policy.straggler_step): the stage fold counting every copy of its collectives (no replica quotient, which
     such stragglers rule out), times ``ranks`` over its ranks (`refold_estimate`). A job writes no step timeline.
-    The 2,048-GPU Llama 3 70B job, 16 ranks: ~54,172 ops and ~415,360 flows, against 54,268 and 384,800 run (the
+    The 2,048-GPU Llama 3 70B job, 16 ranks: ~54,268 ops and ~415,424 flows, against 54,268 and 384,800 run (the
     share of the unfolded step, `classed_estimate`, counts 29,352 flows). None for a trace."""
     scenario = loaded.scenario
     folded = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(

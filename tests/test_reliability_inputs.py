@@ -827,8 +827,8 @@ def test_straggler_states_that_keep_every_mirror_are_sized_so(tmp_path, capsys, 
                                             "slowdown: 1.3, mtbf: 5000 h, repair: 1 d}}")
     assert "faults.components.throttling: a throttling failure slows one GPU of a pipeline stage" in err
     assert ("refolded by the slow GPU's classes (16 stages x 4, every mirror kept: the slow replica's traffic "
-            "shares links with the other replicas'): 16,384 GPUs, 64 simulated ranks (folded), ~169,428 ops, "
-            "~1,329,152 flows") in err
+            "shares links with the other replicas'): 16,384 GPUs, 64 simulated ranks (folded), ~169,620 ops, "
+            "~1,327,744 flows") in err
     assert err.endswith("(allowed: network.model: analytic (each collective alone: the slow replica meets no "
                         "other's traffic, so its states keep no mirror), a smaller cluster, or --force)")
 
