@@ -6,7 +6,8 @@ MTBF 2000 h, 4 h repairs, no spare, 30 d) with `leaf_switch: {mtbf: 200 h, repai
 8 x 720 / 2004 = 2.874 host interruptions (no spare: the job waits for a host in repair, which does not fail) and
 1 x 720 / (200 + 4) = 3.529 leaf interruptions (a leaf repaired in place fails once per MTBF + repair), 6.404 in
 all; while the job trains every host and the leaf are up, so M = 1 / (8 / 2000 h + 1 / 200 h) = 111.1 h
-(400,000 s), Young sqrt(2 x 1.35 ms x 400,000 s) = 32.86 s. A NIC degrading on those one-NIC hosts (MTBF
+(400,000 s); the 270 MB checkpoint leaves the 8 hosts at their one NIC's 12.5 GB/s, C = 270 MB / (8 x 12.5 GB/s)
+= 2.7 ms, so Young sqrt(2 x 2.7 ms x 400,000 s) = 46.48 s. A NIC degrading on those one-NIC hosts (MTBF
 1000 h, 4 h repairs) expects 8 x 720 / 1004 = 5.737, M = 125.0 h. The
 last spine of two (each MTBF 100 h, 12 h exponential repairs) over single-NIC hosts under two leaves interrupts
 when the other is down: 2 x 720 / 112 x 12 / 112 = 1.378 a replication.
@@ -42,9 +43,9 @@ def test_a_leaf_over_single_nic_hosts_counts_in_the_mtbf_and_young_daly():
     assert summary["failure_model"]["leaf_switch"]["interrupting_units"] == 1.0
     assert summary["mtbf_s"] == pytest.approx(mtbf, rel=1e-12)
     cost = summary["young_daly_cost_s"]
-    assert cost == pytest.approx(1.35e-3, rel=1e-6)
-    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * mtbf), rel=1e-12)  # 32.86 s
-    assert summary["daly_interval_s"] == pytest.approx(32.86, abs=0.01)
+    assert cost == pytest.approx(270e6 / (8 * 12.5e9), rel=1e-6)
+    assert summary["young_interval_s"] == pytest.approx(math.sqrt(2 * cost * mtbf), rel=1e-12)  # 46.48 s
+    assert summary["daly_interval_s"] == pytest.approx(46.47, abs=0.01)
     assert inside(expected, summary["interruptions"]["unexpected"], 1.2)
     assert inside(720 / 204, summary["interruptions"]["by_cause"]["leaf_switch"], 1.0)
 

@@ -137,10 +137,10 @@ def test_the_study_line_gives_the_best_intervals_steps_and_whether_it_is_at_the_
 
 
 def test_a_curve_flat_within_its_intervals_says_so_instead_of_naming_a_best(tmp_path, capsys):
-    """trace-job's study (4 replications, restarts waiting for hosts) has every point within 0.01% of the best (ETTR
-    97.94% at 49.3 s) and 95% intervals of +-2%: a curve whose every point lies inside the best point's 95% interval
-    says it is flat, with the spread of the points and that interval, not 'best interval 49.3 s'; study.json's `flat`
-    says it too."""
+    """trace-job's study (4 replications, restarts waiting for hosts) has every point within 0.02% of the best (ETTR
+    97.94% at 49.29 s) and 95% intervals of +-2%: a curve whose every point lies inside the best point's 95% interval
+    says it is flat, with the spread of the points and that interval, not 'best interval 49.29 s'; study.json's
+    `flat` says it too."""
     from simulator.reliability.study import curve_is_flat
 
     assert curve_is_flat([0.97, 0.975, 0.98], 0.96) and not curve_is_flat([0.95, 0.975, 0.98], 0.96)
@@ -150,13 +150,13 @@ def test_a_curve_flat_within_its_intervals_says_so_instead_of_naming_a_best(tmp_
     curve = json.loads((out / "study.json").read_text())["curves"][0]
     ettr = [point["ettr"] for point in curve["points"]]
     best = next(point for point in curve["points"] if point["interval_s"] == curve["best_interval_s"])
-    assert curve["flat"] and min(ettr) >= best["ettr_ci95_low"] and max(ettr) - min(ettr) < 1e-4
+    assert curve["flat"] and min(ettr) >= best["ettr_ci95_low"] and max(ettr) - min(ettr) < 2e-4
     printed = capsys.readouterr().out
     assert "best interval" not in printed
-    assert (f"rate x 1 (MTBF 250.0 h, C 1.35 ms): flat within the 95% intervals: ETTR {100 * min(ettr):.2f}% to "
+    assert (f"rate x 1 (MTBF 250.0 h, C 2.7 ms): flat within the 95% intervals: ETTR {100 * min(ettr):.2f}% to "
             f"{100 * max(ettr):.2f}% over the 9 intervals tried, all inside the best's 95% interval "
-            f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at 49.30 s, "
-            "7,582 steps; Young 49.30 s, Daly 49.29 s\n") in printed
+            f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%); highest at 49.29 s, "
+            "7,581 steps; Young 69.71 s, Daly 69.71 s\n") in printed
 
 
 def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
