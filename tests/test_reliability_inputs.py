@@ -919,6 +919,25 @@ def test_a_write_past_the_horizon_names_the_storage_not_the_interval(tmp_path, c
     assert err == f"warning: command line: trainsim run: {warning}\n"
 
 
+def test_a_write_past_the_horizon_bound_by_the_hosts_nics_names_the_nic_fields(tmp_path, capsys):
+    """trace-job's 8 hosts of one 12.5 GB/s NIC write below the store's 25 GB/s a host: 1 PB takes 1 PB / (8 x 12.5
+    GB/s) = 10,000 s = 2.778 h, past a 1 h horizon. The warning says the NICs bound the write and points at their
+    fields, not at `storage.host_write` alone: 1 PB / 1 h = 277.8 GB/s, 34.72 GB/s a host, which also needs a
+    host_write above its 25 GB/s; or a size under 100 GB/s x 1 h = 360 TB."""
+    out = tmp_path / "out"
+    assert main(["run", "scenarios/trace-job.yaml", "--out", str(out), "--quiet", "--set", "checkpoint.size=1PB",
+                 "--set", "run.horizon=1h", "--set", "run.replications=1"]) == 0
+    assert json.loads((out / "job_summary.json").read_text())["checkpoint"]["write_s"] == pytest.approx(1e4,
+                                                                                                       rel=1e-12)
+    warning = ("scenarios/trace-job.yaml:7: cluster.nic_bandwidth: one checkpoint write takes 2.778 h (1 PB at 100 "
+               "GB/s: the hosts' NICs bound it, 8 x 12.5 GB/s, below storage.host_write's 25 GB/s a host), longer "
+               "than run.horizon (1 h): no checkpoint.interval lets a checkpoint finish, so the job writes none, and "
+               "each failure loses the work since its start or the last maintenance stop (allowed: a write rate "
+               "above 277.8 GB/s, 34.72 GB/s a host (more cluster.nic_bandwidth x cluster.nics_per_node and a "
+               "higher storage.host_write), or a checkpoint.size under 360 TB)")
+    assert f"warning: {warning}\n" in capsys.readouterr().err
+
+
 def test_a_whole_number_past_its_bound_reads_with_thousands_separators(capsys):
     """`run.replications=10001` is refused as `10,001 is above 10,000`, with thousands separators as every other
     figure."""

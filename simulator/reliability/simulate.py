@@ -798,24 +798,45 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
                             "written"))
 
 
-def write_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts, size: float) -> str | None:
-    """A warning when one checkpoint write (of ``size`` bytes) in the ``healthy`` state outlasts the horizon: no
-    interval lets a checkpoint finish, so the job writes none whatever `checkpoint.interval` says. It is located at
-    the bandwidth that sets the write, `storage.write` (the store's), or `storage.host_write` where the hosts' sum
-    is lower, and names the rate or size that would let one finish (before, the warning blamed the interval)."""
+def write_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts, step: StepState, nic_count: str,
+                       size: float) -> str | None:
+    """A warning when one checkpoint write (of ``size`` bytes) in the ``healthy`` state (of step ``step``) outlasts
+    the horizon: no interval lets a checkpoint finish, so the job writes none whatever `checkpoint.interval` says.
+    It is located at the bandwidth that sets the write: `storage.write` (the store's), `cluster.nic_bandwidth`
+    where the hosts' NICs (that and ``nic_count``, the topology's NICs-per-host field) are below
+    `storage.host_write`, else `storage.host_write`; it names the rate or size that would let one finish."""
     horizon = loaded.scenario.run.horizon
     if horizon is None or healthy.write_s < horizon:
         return None
     storage = loaded.scenario.storage
     rate = size / healthy.write_s
-    field = "write" if math.isclose(rate, storage.write, rel_tol=1e-9) else "host_write"
-    return str(loaded.error(("storage", field), f"one checkpoint write takes {format_duration(healthy.write_s)} "
-                            f"({format_decimal_size(size)} at {format_bandwidth(rate)}), longer than run.horizon "
-                            f"({format_duration(horizon)}): no checkpoint.interval lets a checkpoint finish, so the "
-                            "job writes none, and each failure loses the work since its start or the last "
-                            "maintenance stop",
-                            f"a write rate above {format_bandwidth(size / horizon)}, or a checkpoint.size under "
-                            f"{format_decimal_size(rate * horizon)}"))
+    bound = ""
+    if math.isclose(rate, storage.write, rel_tol=1e-9):
+        path: FieldPath = ("storage", "write")
+    elif 0 < step.host_network_bandwidth < storage.host_write:
+        path = ("cluster", "nic_bandwidth")
+        bound = (f": the hosts' NICs bound it, {step.hosts:,} x {format_bandwidth(step.host_network_bandwidth)}, "
+                 f"below storage.host_write's {format_bandwidth(storage.host_write)} a host")
+    else:
+        path = ("storage", "host_write")
+    faster = f"a write rate above {format_bandwidth(size / horizon)}"
+    if bound:
+        needed = size / horizon
+        fields = [f"more cluster.nic_bandwidth x cluster.{nic_count}",
+                  *(["a higher storage.host_write"] if needed / step.hosts > storage.host_write else []),
+                  *(["a higher storage.write"] if needed > storage.write else [])]
+        faster += f", {format_bandwidth(needed / step.hosts)} a host ({' and '.join(fields)})"
+    return str(loaded.error(path, f"one checkpoint write takes {format_duration(healthy.write_s)} "
+                            f"({format_decimal_size(size)} at {format_bandwidth(rate)}{bound}), longer than "
+                            f"run.horizon ({format_duration(horizon)}): no checkpoint.interval lets a checkpoint "
+                            "finish, so the job writes none, and each failure loses the work since its start or "
+                            "the last maintenance stop",
+                            f"{faster}, or a checkpoint.size under {format_decimal_size(rate * horizon)}"))
+
+
+def _nic_count_field(topology: Topology) -> str:
+    """The topology's field for NICs per host: an NVL72 rack's compute tray, else a cluster's node."""
+    return "nics_per_tray" if "nics_per_tray" in topology.params else "nics_per_node"
 
 
 def fixed_size_warning(loaded: LoadedScenario, sizes: ElasticSizes) -> str | None:
@@ -993,7 +1014,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     _refuse_unused_memory_tier(loaded, healthy)
     mtbf, _, _ = optimum_intervals(plan, counts, healthy)
     warnings = (fixed_size_warning(loaded, checks.sizes), interval_past_horizon(loaded, healthy),
-                write_past_horizon(loaded, healthy, size), write_wait_warning(healthy, horizon),
+                write_past_horizon(loaded, healthy, states.healthy_step, _nic_count_field(topology), size),
+                write_wait_warning(healthy, horizon),
                 young_daly_warning(healthy, mtbf, horizon), memory_stall_warning(healthy),
                 memory_near_storage_warning(healthy))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
