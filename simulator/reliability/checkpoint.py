@@ -2,13 +2,14 @@
 
 Size: the model's parameters times `bytes_per_param`, by default what the scenario's framework saves for its layout
 and precision (`layout_bytes_per_param`: 14 B for bf16 with Adam under Megatron-LM or DeepSpeed, 12 B under PyTorch
-FSDP2), unless `checkpoint.size` is given. Every host of the job writes its shard: write time = size / min(hosts x
-per-host write bandwidth, aggregate write cap); a restart reads it back the same way. `sync`: training stalls for
-the write. `async`: it stalls for the snapshot of each GPU's shard from HBM to host memory (size / GPUs / snapshot
-bandwidth), then the write runs in the background and shares the host's network links with training traffic: the
-write takes a share f = per-host write rate / host network bandwidth of every link, so the step's exposed network
-communication (every category but tensor-parallel, which stays on NVLink) stretches by 1 / (1 - f) while a write
-runs; the step slows by sigma = exposed network share x f / (1 - f).
+FSDP2), unless `checkpoint.size` is given. Every host of the job writes its shard to the remote store over its NICs:
+write time = size / min(hosts x min(per-host write bandwidth, the host's NIC bandwidth), aggregate write cap); a
+restart reads it back the same way. `sync`: training stalls for the write. `async`: it stalls for the snapshot of
+each GPU's shard from HBM to host memory (size / GPUs / snapshot bandwidth), then the write runs in the background
+and shares the host's network links with training traffic: the write takes a share f = per-host write rate / host
+network bandwidth of every link (at most `MAX_WRITE_NETWORK_SHARE`, which a host whose NICs bound the write
+reaches), so the step's exposed network communication (every category but tensor-parallel, which stays on NVLink)
+stretches by 1 / (1 - f) while a write runs; the step slows by sigma = exposed network share x f / (1 - f).
 
 In-memory tier (`checkpoint.memory`): every `interval` each GPU's shard (size / GPUs) goes to host RAM and to
 `replicas` peer hosts at the tier's `bandwidth`, a stall of size / GPUs x copies / bandwidth, copies the peers the
