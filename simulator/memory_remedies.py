@@ -167,18 +167,21 @@ def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
     return tuple(remedy for *_, remedy in sorted(found, key=lambda item: item[:4]))
 
 
-def remedies_text(remedies: Sequence[Remedy] | None) -> str:
+def remedies_text(remedies: Sequence[Remedy] | None, whole_model: bool = False) -> str:
     """The remedies joined for one line, each with the peak it leaves, led by a larger GPU or more GPUs where
-    none fits; or what to do where none is found, or where none was weighed (None)."""
+    none fits; or what to do where none is found, or where none was weighed (None). ``whole_model``: each GPU
+    holds the whole model (a parameter-server worker, with no layout to spread it over), so more GPUs do not
+    help and a smaller model takes their place."""
+    other = "a smaller model" if whole_model else "more GPUs"
     if remedies is None:
-        return ("sharding further, recompute, a smaller micro-batch, another pipeline schedule, a larger GPU or more "
-                "GPUs: no setting weighed")
+        return (f"sharding further, recompute, a smaller micro-batch, another pipeline schedule, a larger GPU or "
+                f"{other}: no setting weighed")
     if not remedies:
-        return "no single setting the checks take saves 1 GiB or more: a larger GPU, or more GPUs"
+        return f"no single setting the checks take saves 1 GiB or more: a larger GPU, or {other}"
     listed = "; ".join(remedy.text for remedy in remedies)
     if any(remedy.fits for remedy in remedies):
         return listed
-    return f"a larger GPU or more GPUs: no single setting weighed fits, the most each saves: {listed}"
+    return f"a larger GPU or {other}: no single setting weighed fits, the most each saves: {listed}"
 
 
 def rebuilt(loaded: LoadedScenario, settings: Sequence[str]) -> LoadedScenario:

@@ -143,13 +143,19 @@ def test_where_one_rank_holds_the_experts_state_more_gpus_at_the_same_ep_are_off
 
 def test_where_no_single_setting_fits_the_line_says_so_with_what_each_leaves():
     """Llama 3 70B as the parameter-server run's workers: 305.7 GiB of 79.6; full recompute saves 38.9 GiB and
-    leaves 266.8, no remedy to paste and expect to fit."""
-    loaded = load_scenario(SERVERS, ["model.preset=llama3-70b"])
+    leaves 266.8, no remedy to paste and expect to fit. Each worker holds the whole model, so more GPUs do not
+    lower its peak: the line asks for a larger GPU or a smaller model, where a run with a layout asks for more
+    GPUs."""
+    overrides = ["model.preset=llama3-70b"]
+    loaded = load_scenario(SERVERS, overrides)
     offered = memory_remedies(loaded)
     assert offered and not any(remedy.fits for remedy in offered)
-    text = remedies_text(offered)
-    assert text.startswith("a larger GPU or more GPUs: no single setting weighed fits, the most each saves: ")
-    assert "--set training.recompute=full (-38.9 GiB, still 266.8 of 79.6 GiB)" in text
+    line = oom_line(validated_peak(SERVERS, overrides), loaded)
+    assert line.startswith("OUT OF MEMORY: 305.7 GiB needed on rank 0, the GPU holds 79.6 GiB (try a larger GPU or "
+                           "a smaller model: no single setting weighed fits, the most each saves: ")
+    assert "--set training.recompute=full (-38.9 GiB, still 266.8 of 79.6 GiB)" in line
+    assert "more GPUs" not in line
+    assert remedies_text(offered).startswith("a larger GPU or more GPUs: no single setting weighed fits")
 
 
 def test_a_moe_long_sequence_is_not_offered_zero_3_for_its_tenth_of_a_gib():

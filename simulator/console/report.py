@@ -169,7 +169,7 @@ def oom_line(summary: dict, loaded: LoadedScenario, topology: Topology | None = 
         return ""
     from simulator.memory_remedies import memory_remedies, remedies_text
 
-    tried = remedies_text(memory_remedies(loaded, topology))
+    tried = remedies_text(memory_remedies(loaded, topology), whole_model=loaded.scenario.uses_parameter_servers)
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{_peak_place(summary)}, the GPU holds "
             f"{summary['memory_capacity_gib']:.1f} GiB (try {tried})")
 
