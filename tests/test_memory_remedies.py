@@ -129,6 +129,10 @@ the routed experts' optimizer state whole (86.1 GiB of 79.6); cp 8 saves 3.0 GiB
 
 
 def test_where_one_rank_holds_the_experts_state_more_gpus_at_the_same_ep_are_offered_first():
+    """`DEEPSEEK_CUT`'s one-rank expert-data-parallel group holds the routed experts' state whole (86.1 GiB of
+    79.6): twice the nodes at the same ep put it over two ranks and fit (-24.8 GiB, 61.3 GiB), so that comes first,
+    saving what validate's peak says, with the group it gives; every other remedy leaves the peak over the GPU
+    (cp 8: -3.0 GiB, 83.1 GiB)."""
     path = str(SCENARIOS / "deepseek-v3-style-1024-gpus.yaml")
     before = validated_peak(path, DEEPSEEK_CUT)
     offered = memory_remedies(load_scenario(path, DEEPSEEK_CUT))
