@@ -801,7 +801,7 @@ def test_degraded_states_whose_fold_is_refused_up_front_are_refused(tmp_path, ca
                           "network.model=analytic")
     assert "faults.components.leaf_switch: a leaf_switch failure degrades the cluster" in err
     assert "link faults on the analytic model (no lockstep check after the run" in err
-    assert "16,384 simulated ranks (not folded), ~43,422,464 ops, ~23,049,728 flows" in err
+    assert "16,384 simulated ranks (not folded), ~43,422,464 ops, ~22,558,208 flows" in err
     assert "or --force)" in err
 
 
