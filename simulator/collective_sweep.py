@@ -72,7 +72,7 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
         ran = plans.resolved(ops[0], group)
         ends = {"src": group[0], "dst": group[-1]} if op == "send_recv" else {}
         rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": ran.algorithm, "protocol": protocol,
-                     "resolved_protocol": ran.protocol, "ranks": len(group), **ends, "bytes": int(nbytes),
+                     "resolved_protocol": ran.protocol, "ranks": len(group), **ends, "bytes": round(nbytes),
                      "time_s": time_s, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
     if progress is not None:
         progress(len(sizes), len(sizes))

@@ -138,9 +138,9 @@ def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
     (`candidates`, smallest change first) the first whose peak fits, else the one that saves most.
     ``base_settings``: `--set`s that make the scenario whose memory is weighed (an elastic job shrunk to fewer
     replicas); a remedy never touches the fields they set, and they are not printed. Where the routed experts' state
-    is sharded over one rank, also the larger cluster that shards it (`_expert_remedy`). None (nothing weighed)
-    where the scenario cannot be rebuilt from its data (`LoadedScenario.written`), or has no modelled memory (a
-    trace, a communication-only workload)."""
+    is sharded over one rank, also the larger cluster that shards it (`_expert_remedy`; not for an elastic job's
+    shrunk sizes, `base_settings`). None (nothing weighed) where the scenario cannot be rebuilt from its data
+    (`LoadedScenario.written`), or has no modelled memory (a trace, a communication-only workload)."""
     if loaded.written is None or loaded.scenario.workload or loaded.scenario.model is None:
         return None
     base = rebuilt(loaded, base_settings) if base_settings else loaded
@@ -226,7 +226,7 @@ def _expert_remedy(loaded: LoadedScenario, peak: Peak) -> Remedy | None:
     with dp multiplied by as much where the scenario gives dp, the same ep and the micro-batches that keep the
     global batch (`kept_batch`). No setting on the same GPUs shards that state: a smaller ep or ZeRO-3 and FSDP
     over an expert group of one rank leave each rank the same optimizer state and more weights (the DeepSeek-V3-
-    style step on 16 H100, ep 8: 86.1 GiB; ep 4 109.7, ep 2 157.0, zero 3 112.5, full_shard 102.6 GiB). None
+    style step on 16 H100, ep 8: 86.1 GiB; ep 4 109.7, ep 2 156.9, zero 3 112.5, full_shard 102.6 GiB). None
     without such a group, a cluster size to change, or a multiple the checks take."""
     from simulator.topology.loader import scenario_source_or_none
     from simulator.topology.size import SIZE_PARAMETERS

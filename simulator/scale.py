@@ -1744,7 +1744,7 @@ def every_mirror_refold(loaded: LoadedScenario, gpus: int, ranks: int, topology:
     fold_policy.straggler_step): the stage fold counting every copy of its collectives (no replica quotient, which
     such stragglers rule out), times ``ranks`` over its ranks (`refold_estimate`). A job writes no step timeline.
     The 2,048-GPU Llama 3 70B job, 16 ranks: ~54,268 ops and ~415,424 flows, against 54,268 and 384,800 run (the
-    share of the unfolded step, `classed_estimate`, counts 29,352 flows). None for a trace."""
+    share of the unfolded step, `classed_estimate`, counts 29,192 flows). None for a trace."""
     scenario = loaded.scenario
     folded = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(
         update={"fold": True, "timeline": "summary"})}), gpus, scenario_hosts(loaded), topology,

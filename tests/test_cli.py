@@ -281,10 +281,11 @@ def test_a_bad_topology_set_is_refused_at_that_set(capsys, command, sets, messag
 
 
 def test_collective_json_keys(capsys):
-    assert main(["collective", "--topology", "dgx-h100", "--sizes", "4MiB,16MiB", "--json"]) == 0
+    assert main(["collective", "--topology", "dgx-h100", "--sizes", "4MiB,8.2MB,16MiB", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [row["bytes"] for row in rows] == [4 * 2**20, 16 * 2**20]
-    assert all(isinstance(row["bytes"], int) for row in rows)  # a byte count, not 4194304.0
+    # a byte count, not 4194304.0, and 8.2 MB (8199999.999999999 parsed) rounded, not cut to 8,199,999
+    assert [row["bytes"] for row in rows] == [4 * 2**20, 8_200_000, 16 * 2**20]
+    assert all(isinstance(row["bytes"], int) for row in rows)
     for row in rows:
         assert set(row) == {"op", "algorithm", "resolved_algorithm", "protocol", "resolved_protocol", "ranks", "bytes",
                             "time_s", "algbw_GBps", "busbw_GBps"}

@@ -1881,7 +1881,7 @@ def test_a_folded_straggler_state_is_estimated_a_fixed_cost_and_a_rate_near_its_
 def test_a_straggler_state_keeping_every_mirror_is_estimated_by_its_ops_and_flows_near_its_measured_times():
     """A folded straggler state that keeps every mirror (its slow replica's traffic shares links with the others')
     is estimated at FOLDED_STRAGGLER_S_FIXED, EVERY_MIRROR_S_PER_OP an op and EVERY_MIRROR_S_PER_FLOW a flow, the
-    first of a job EVERY_MIRROR_FOLD_S_PER_OP more an op; on the ops and flows those states ran it lies within 1.1
+    first of a job EVERY_MIRROR_FOLD_S_PER_OP more an op; on the ops and flows those states ran it lies within 1.05
     times of the median CPU times measured one state at a time (flow model, a 1.3 slowdown), and the first's extra
     within 1.6 times: the 2,048-GPU Llama 3 70B job (54,268 ops, 384,800 flows) 1.80 s after the first (0.87-1.2 s
     more for the first), cut to 32 hosts 0.70 s (0.60 s more), to 32 hosts and 40 layers 0.38 s (0.37 s more), to
@@ -1897,7 +1897,7 @@ def test_a_straggler_state_keeping_every_mirror_is_estimated_by_its_ops_and_flow
         assert each == pytest.approx(ahead.FOLDED_STRAGGLER_S_FIXED + ops * ahead.EVERY_MIRROR_S_PER_OP
                                      + flows * ahead.EVERY_MIRROR_S_PER_FLOW)
         assert first - each == pytest.approx(ops * ahead.EVERY_MIRROR_FOLD_S_PER_OP)
-        assert 1 / 1.1 < each / later_s < 1.1 and 1 / 1.6 < (first - each) / fold_s < 1.6
+        assert 1 / 1.05 < each / later_s < 1.05 and 1 / 1.6 < (first - each) / fold_s < 1.6
 
 
 def test_a_job_announces_its_every_mirror_straggler_states_at_the_every_mirror_rates(monkeypatch):

@@ -7,8 +7,9 @@ one whose plan alone takes another time), and the step's
 faults (`fold_with_faults`: link faults other than links down from the start, which fold by classes of the hosts
 near them, `link_fault_step`; or stragglers that do not slow a stage alike or stay in one replica: one rank per
 stage then plays the slow replica, exact on the flow model only where its traffic meets no other's, and the step is
-refolded by the slow replica's classes, `straggler_step`). A check that fails rebuilds the program unfolded and gives
-the reason, which the summary reports as `fold_off_reason`. `fold_verdict` is the rule the engine applies to a
+refolded by the slow replica's classes, `straggler_step`). A check that fails rebuilds the program unfolded (but
+for the shared-links refusal, which refolds by the slow replica's classes with every mirror kept) and gives the
+reason, which the summary reports as `fold_off_reason`. `fold_verdict` is the rule the engine applies to a
 folded program; a job asks it of its straggler states before it meets them (`straggler_blocker`). The caller's
 guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
 so that a step too large unfolded is refused (scale.py) before it takes minutes or memory. Where a folded run's
@@ -260,10 +261,10 @@ def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, effi
 
 def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mode: NetworkMode,
                       faults: StepFaultPlan, factor: float) -> str:
-    """Why a job's straggler states would not fold as one rank per stage playing the slow replica ('' when every
-    one does, by the slow replica's classes where a stage has more than one rank), by the engine's rule, asked
-    of its healthy ``step`` (with the scenario's own ``faults``) as `folded_step` made it, folded: a state adds
-    stragglers on the representatives of some pipeline stages (reliability/states.py), all in the first
+    """Why a job's straggler states would not fold with one rank per stage playing the slow replica ('' where they
+    do; where a stage has more than one rank they then refold by the slow replica's classes), by the engine's
+    rule, asked of its healthy ``step`` (with the scenario's own ``faults``) as `folded_step` made it, folded: a
+    state adds stragglers on the representatives of some pipeline stages (reliability/states.py), all in the first
     replica. Each such state unfolds when the step without them does (the cluster, the symmetry check, link
     faults, the scenario's own stragglers across replicas: a state keeps every slowed GPU of the scenario's),
     which `folded_step`'s guard hears before this is asked; otherwise all of them fold exactly when one slowed

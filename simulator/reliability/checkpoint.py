@@ -33,8 +33,9 @@ NO_SNAPSHOT_TAKEN = "each storage checkpoint restarts the snapshots' count, so n
 
 MAX_WRITE_NETWORK_SHARE = 0.99
 """The most of a host's network bandwidth a background checkpoint write is taken to hold. The exposed network
-time of a step grows by f / (1 - f) at share f, without bound as f nears 1 (a write rate at or above the host's
-links); capped here, such a write slows that time at most 99-fold instead of dividing by zero."""
+time of a step grows by f / (1 - f) at share f, without bound as f nears 1 (a write at the host's full network
+bandwidth, the most `_over_nics` allows); capped here, such a write slows that time at most 99-fold instead of
+dividing by zero."""
 
 
 @dataclass(frozen=True)

@@ -540,7 +540,7 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topolo
     if folded is None or not folded.folded or _every_rank_a_class(loaded, gpus):
         return
     layout, classes = _slow_replica_classes(loaded, gpus)
-    refold = (every_mirror_refold(loaded, gpus, layout.pp * classes, topology) if every_mirror
+    refold = (located(loaded, lambda: every_mirror_refold(loaded, gpus, layout.pp * classes, topology)) if every_mirror
               else refold_estimate(folded, gpus, layout.pp * classes))
     if refold is not None and refold.over_limits():
         name, unit = klass.name, klass.unit.replace("_", " ")
