@@ -117,7 +117,7 @@ EVERY_MIRROR_S_PER_OP = 3.0e-6
 """CPU seconds each op of a folded straggler state that keeps every mirror takes (the slow replica's traffic shares
 links with the other replicas', fold_policy.straggler_step), beside FOLDED_STRAGGLER_S_FIXED and
 EVERY_MIRROR_S_PER_FLOW each flow: there flows are most of the events (the 2,048-GPU Llama 3 70B job: 54,268 ops,
-384,800 flows), each cheaper than an op, and the fold checks no mirror for pruning. Fitted to states timed one by
+384,800 flows), though each costs more than an op here, and the fold checks no mirror for pruning. Fitted to states timed one by
 one as FOLDED_STRAGGLER_S_FIXED's, on the flow model (2026-12-07, the 2 shared cores at a load of ~3.7-4.3), states
 after the first, with the ops and flows each ran: that job 1.70-1.84 s (16 ranks, 54,268 ops, 384,800 flows); cut to
 32 hosts (DP 8, global batch 64, 10 d) 0.70-0.73 s (54,268, 118,592), and with 40 layers 0.36-0.40 s (27,548,
