@@ -115,17 +115,17 @@ less the later ones' (in its run): 1.1-1.8 s on the 2,048-GPU job (first states 
 7.0-7.4 s on the 16,384-GPU job (first states 10.1-10.2 s), 27-29 us; 22 us is within 1.4 times of their medians."""
 EVERY_MIRROR_S_PER_OP = 3.0e-6
 """CPU seconds each op of a folded straggler state that keeps every mirror takes (the slow replica's traffic shares
-links with the other replicas', fold_policy.straggler_step), beside FOLDED_STRAGGLER_S_FIXED and
-EVERY_MIRROR_S_PER_FLOW each flow: there flows are most of the events (the 2,048-GPU Llama 3 70B job: 54,268 ops,
-384,800 flows), though each costs more than an op here, and the fold checks no mirror for pruning. Fitted to states timed one by
-one as FOLDED_STRAGGLER_S_FIXED's, on the flow model (2026-12-07, the 2 shared cores at a load of ~3.7-4.3), states
-after the first, with the ops and flows each ran: that job 1.70-1.84 s (16 ranks, 54,268 ops, 384,800 flows); cut to
-32 hosts (DP 8, global batch 64, 10 d) 0.70-0.73 s (54,268, 118,592), and with 40 layers 0.36-0.40 s (27,548,
-60,992); cut to 8 hosts (DP 2, global batch 16, 7 d) 0.65 s (54,268, 106,856). The two 32-host cases give the ops'
-share with the fixed 0.05 s, the 2,048-GPU job against the 32-host one the flows': 3.0 us an op, 4.1 us a flow, within
-5% of every median. `scale.every_mirror_refold` counts more flows than run where few replicas share the links
-(232,192 for 118,592 on 32 hosts, 415,424 for 384,800 on 2,048 GPUs), so the estimate is up to ~1.7 times the
-state's time on small jobs, ~1.1 times on the 2,048-GPU one."""
+links with the other replicas', fold_policy.straggler_step), beside FOLDED_STRAGGLER_S_FIXED and EVERY_MIRROR_S_PER_FLOW
+each flow: there flows are most of the events (the 2,048-GPU Llama 3 70B job: 54,268 ops, 384,800 flows), each costing a
+little more than an op, and the fold checks no mirror for pruning. Fitted to states timed one by one as
+FOLDED_STRAGGLER_S_FIXED's, on the flow model (2026-12-07, the 2 shared cores at a load of ~3.7-4.3), states after the
+first, with the ops and flows each ran: that job 1.70-1.84 s (16 ranks, 54,268 ops, 384,800 flows); cut to 32 hosts (DP
+8, global batch 64, 10 d) 0.70-0.73 s (54,268, 118,592), and with 40 layers 0.36-0.40 s (27,548, 60,992); cut to 8 hosts
+(DP 2, global batch 16, 7 d) 0.65 s (54,268, 106,856). The two 32-host cases give the ops' share with the fixed 0.05 s,
+the 2,048-GPU job against the 32-host one the flows': 3.0 us an op, 4.1 us a flow, within 5% of every median.
+`scale.every_mirror_refold` counts more flows than run where few replicas share the links (232,192 for 118,592 on 32
+hosts, 415,424 for 384,800 on 2,048 GPUs), so the estimate is up to ~1.7 times the state's time on small jobs, ~1.1
+times on the 2,048-GPU one."""
 EVERY_MIRROR_S_PER_FLOW = 4.1e-6
 """CPU seconds each flow of a folded straggler state that keeps every mirror takes (the fit of
 EVERY_MIRROR_S_PER_OP)."""
