@@ -68,7 +68,6 @@ def test_every_mamf_gemm_share_is_a_row_of_the_v2_tables(gpu, shares, figures):
         assert figure in data["sources"]["mamf-v2"]
 
 
-
 def test_the_gb200s_gemm_shares_are_the_b200s_and_its_source_says_so():
     """The MAMF tables' GB200 row (1822.0 of 2500 bf16, 3615.6 of 5000 fp8, a pre-release torch) is not taken: the
     gb200 entry holds the B200's v2 shares under a source of its own that names them and how far the GB200's own
@@ -84,6 +83,7 @@ def test_the_gb200s_gemm_shares_are_the_b200s_and_its_source_says_so():
         measured, peak = (float(part) for part in row.split(" of "))
         assert row in source
         assert f"{1 - measured / peak / shares[precision]:.1%} below" in source
+
 
 def test_only_infiniband_has_a_measured_link_efficiency():
     """network/calibration.py's GPU-independent classes say which figure was measured (InfiniBand, nccl-tests)

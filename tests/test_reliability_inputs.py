@@ -818,8 +818,8 @@ def test_straggler_states_that_keep_every_mirror_are_sized_so(tmp_path, capsys, 
     """The docs' throttling class on the 16,384-GPU job: a straggler state slows one replica's stage, whose
     data-parallel traffic shares links with the other replicas', so each state refolds by the slow GPU's classes
     (64 ranks) with every mirror kept, and is sized with every copy of its collectives (~1.5 million ops + flows;
-    the share of the unfolded step would count ~0.26 million). It passes the limits a plain run has (each such
-    state was an unfolded step of ~66 million and refused); with them lowered to a million ops + flows, above the
+    the share of the unfolded step would count ~0.26 million). It passes the limits a plain run has (as an unfolded
+    step each would count ~66 million); with them lowered to a million ops + flows, above the
     healthy fold's ~0.21 million, it is refused in one located line naming that fold and the analytic model first
     among the ways past."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 1_000_000)

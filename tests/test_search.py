@@ -787,8 +787,8 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       host is estimated 0.05% slow and tp 2 dp 4 0.18%, so the estimate is not a lower bound; TP 8's backward
       sequence-parallel re-gather of each column-parallel input, `regather_s`, slows the input-gradient GEMMs by
       its SMs; the last backward's TP collectives are timed beside the gradient buckets under way,
-      `TpBesideBuckets`: tp 2 dp 4 on one host 5.4 ms a step where the simulation's take 4.8 ms more than
-      alone). FSDP 1.0005 to 1.007
+      `TpBesideBuckets`: the estimate charges tp 2 dp 4 on one host 5.4 ms a step for them, where the
+      simulation's take 4.8 ms more than alone). FSDP 1.0005 to 1.007
       (1.0011 to 1.0063): the backward's gather and reduce-scatter are charged both kernels' SMs
       (`sharded_toll_s`); the compute's waits for the previous unit's reduce-scatter (`backward_waits_s`) and at
       each forward's start (`microbatch_starts_s`, `spans_beside_compute`) are estimated; the forward's and the
@@ -819,15 +819,15 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
 
 
 def test_the_estimate_times_the_last_backwards_tp_collectives_beside_the_gradient_buckets():
-    """Llama-3-8B, TP2 DP16 on four DGX H100s at global batch 32: with micro-batches of 2 sequences the step has
-    one, whose whole backward runs beside the gradient buckets' reduce-scatters, and the TP collectives there
-    share the GPUs' NVLink ports with the buckets' rings (a 64 MiB all-gather, 0.102 ms alone, takes 0.375 ms
-    0.123 ms into the 1.05 GB, 0.98 GiB, head bucket). Timed alone, the estimate was 1.8% optimistic (309,514 tokens/s
-    against 303,888 simulated) and ranked it above micro-batches of one (305,915 against 303,941); timed beside
-    the buckets under way (`TpBesideBuckets`), both are within 0.15% and in the simulation's order. Under
-    selective recompute each block's backward opens with its recompute, then the TP collective: walked with the
-    collective first, at the block's start, the estimate of micro-batches of 2 was 1.4% pessimistic (296,664
-    against 300,843); walked in the program's order, sim/est 1.0024, and 0.9995 for micro-batches of one."""
+    """Llama-3-8B, TP2 DP16 on four DGX H100s at global batch 32: with micro-batches of 2 sequences the step has one,
+    whose whole backward runs beside the gradient buckets' reduce-scatters, and the TP collectives there share the GPUs'
+    NVLink ports with the buckets' rings (a 64 MiB all-gather, 0.102 ms alone, takes 0.375 ms started 0.123 ms into the
+    head bucket of 1.05 GB, 0.98 GiB). Timed alone, the estimate would be 1.8% optimistic (309,514 tokens/s against
+    303,888 simulated) and ranked it above micro-batches of one (305,915 against 303,941); timed beside the buckets
+    under way (`TpBesideBuckets`), both are within 0.15% and in the simulation's order. Under selective recompute each
+    block's backward opens with its recompute, then the TP collective: walked with the collective first, at the block's
+    start, the estimate of micro-batches of 2 would be 1.4% pessimistic (296,664 against 300,843); walked in the
+    program's order, sim/est 1.0024, and 0.9995 for micro-batches of one."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
