@@ -23,7 +23,7 @@ from shared import DATA, DP_INNERMOST_DGX, GIB, ONE_GPU_HOSTS, RAILS, REPO, STEP
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
-from simulator.config.loader import scenario_from_text
+from simulator.config.loader import LoadedScenario, scenario_from_text
 from simulator.errors import InputError, ScenarioError
 from simulator.reliability import ahead, states
 from simulator.reliability import simulate as reliability_simulate
@@ -80,6 +80,19 @@ PIPELINED = ["parallelism.pp=2", "parallelism.dp=2", "training.microbatches=4"]
 SHARED_NICS = ["cluster.nics_per_node=4", "cluster.oversubscription=2", "collectives.channels=2"]
 
 
+def throttled_rails_job(overrides: list[str]) -> tuple[LoadedScenario, scale.ScaleEstimate]:
+    """RAILS as a 1-day job of one replication with a GPU straggle class (x1.5, mtbf 1000 h), and its healthy
+    step's folded scale estimate on the 32 GPUs."""
+    job = scenario_from_text(RAILS + """run: {horizon: 1 d, replications: 1}
+faults:
+  components:
+    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 h, repair: 6 h}
+""", "inline.yaml", overrides)
+    folded = scale.estimate_scale(job.scenario, 32, scale.scenario_hosts(job))
+    assert folded is not None
+    return job, folded
+
+
 @pytest.mark.parametrize("overrides, own, reason", [
     ([], "", ""),
     (PIPELINED, "", ""),
@@ -102,13 +115,7 @@ def test_the_refusal_of_straggler_states_follows_the_engine(monkeypatch, overrid
                                         [*overrides, f"faults.step.stragglers=[{stragglers}]"])).summary
     assert state["folded"] == (not reason)
     assert reason in state["fold_off_reason"] if reason else "fold_off_reason" not in state
-    job = scenario_from_text(RAILS + """run: {horizon: 1 d, replications: 1}
-faults:
-  components:
-    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 h, repair: 6 h}
-""", "inline.yaml", [*overrides, f"faults.step.stragglers=[{own}]"])
-    folded = scale.estimate_scale(job.scenario, 32, scale.scenario_hosts(job))
-    assert folded is not None
+    job, folded = throttled_rails_job([*overrides, f"faults.step.stragglers=[{own}]"])
     refold = (scale.every_mirror_refold(job, 32, 4 * folded.simulated_ranks) if overrides == PIPELINED
               else scale.refold_estimate(folded, 32, 4 * folded.simulated_ranks))
     assert refold is not None
@@ -1908,13 +1915,7 @@ def test_a_job_announces_its_every_mirror_straggler_states_at_the_every_mirror_r
 
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "_STRAGGLER_FOLDS", {})
-    job = scenario_from_text(RAILS + """run: {horizon: 1 d, replications: 1}
-faults:
-  components:
-    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 h, repair: 6 h}
-""", "inline.yaml", PIPELINED)
-    folded = scale.estimate_scale(job.scenario, 32, scale.scenario_hosts(job))
-    assert folded is not None
+    job, folded = throttled_rails_job(PIPELINED)
     refold = scale.every_mirror_refold(job, 32, 4 * folded.simulated_ranks)
     assert refold is not None
     heard: list[str] = []
