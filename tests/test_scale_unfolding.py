@@ -241,8 +241,8 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
     unfolding = fold_with_faults(slowed, classed, healthy.plans, healthy.settings.mode, healthy.step.shapes)[1]
     assert unfolding is not None and unfolding.reason == (
         "stragglers in one pipeline replica fold onto one rank per stage or per class only")
-    why = straggler_blocker(healthy.step, healthy.build, healthy.plans, healthy.settings.mode, faults, 1.5)
-    assert why == SHARES_LINKS
+    shared = straggler_blocker(healthy.step, healthy.build, healthy.plans, healthy.settings.mode, faults, 1.5)
+    assert shared is not None and shared.shares_links and shared.reason == SHARES_LINKS
     state = simulation.simulate(scenario_from_text(
         CLASSED_CP + "faults: {step: {stragglers: [{gpus: [0], slowdown: 1.5}]}}\n")).summary
     assert (state["folded"], state["fold_off_reason"], state["simulated_ranks"]) == (False, EVERY_RANK_A_CLASS, 4)

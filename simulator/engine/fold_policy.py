@@ -178,8 +178,12 @@ def fold_blocker(topology: Topology) -> str:
 
 SHARED_LINKS = "stragglers in one replica whose traffic shares links with the other replicas'"
 """Why one rank per stage cannot play the slow replica of stragglers in one replica on the flow model
-(`fold_with_faults`; the analytic model, which runs each collective alone, lets it): the step is then refolded by
-the slow replica's classes with every mirror kept (`straggler_step`), or unfolded."""
+(`fold_with_faults`; the analytic model, which runs each collective alone, lets it), as the summary and the
+job's announcements tell it: the text of the `Unfolding` marked `shares_links`, which is what callers branch on
+(the step is then refolded by the slow replica's classes with every mirror kept, `straggler_step`, or unfolded)."""
+
+STRAGGLERS_WITHOUT_LAYOUT = "stragglers in a step without a parallel layout"
+"""Why stragglers unfold a step without a layout (a trace): no replicas or stages to fold them by."""
 
 
 def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache, mode: NetworkMode,
@@ -200,7 +204,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     if not plan.slowdowns:
         return {}, None
     if program.layout is None:
-        return {}, Unfolding("faults", "stragglers in a step without a parallel layout")
+        return {}, Unfolding("faults", STRAGGLERS_WITHOUT_LAYOUT)
     slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout, program.ranks)
     if reason:
         return slowdowns, Unfolding("faults", reason)
@@ -260,9 +264,9 @@ def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, effi
 
 
 def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mode: NetworkMode,
-                      faults: StepFaultPlan, factor: float) -> str:
-    """Why a job's straggler states would not fold with one rank per stage playing the slow replica ('' where they
-    do; where a stage has more than one rank they then refold by the slow replica's classes), by the engine's
+                      faults: StepFaultPlan, factor: float) -> Unfolding | None:
+    """Why a job's straggler states would not fold with one rank per stage playing the slow replica (None where
+    they do; where a stage has more than one rank they then refold by the slow replica's classes), by the engine's
     rule, asked of its healthy ``step`` (with the scenario's own ``faults``) as `folded_step` made it, folded: a
     state adds stragglers on the representatives of some pipeline stages (reliability/states.py), all in the first
     replica. Each such state unfolds when the step without them does (the cluster, the symmetry check, link
@@ -270,15 +274,15 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     which `folded_step`'s guard hears before this is asked; otherwise all of them fold exactly when one slowed
     representative does (its stage is unlike unless it has one rank, and the answer is then whether that
     replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the first stage asks
-    it: where it does (`SHARED_LINKS`), the states refold by the slow replica's classes with every mirror kept
-    (`straggler_step`), any other answer unfolds them. A step folded by classes of ranks is asked as ``build``
-    folds it with one rank per stage: where a stage
-    has more than one rank, a state's stragglers slow one of them and not its mates (not `alike_in_stages`), and
-    `folded_step` judges such a step by its stage fold, then refolds it by the slow replica's classes
-    (`straggler_step`) or, where those are every rank (at most 2 per dimension), runs it unfolded."""
+    it: where it does (`Unfolding.shares_links`), the states refold by the slow replica's classes with every
+    mirror kept (`straggler_step`), any other answer unfolds them. A step folded by classes of ranks is asked as
+    ``build`` folds it with one rank per stage: where a stage has more than one rank, a state's stragglers slow
+    one of them and not its mates (not `alike_in_stages`), and `folded_step` judges such a step by its stage fold,
+    then refolds it by the slow replica's classes (`straggler_step`) or, where those are every rank (at most 2 per
+    dimension), runs it unfolded."""
     program, shapes, layout = step.program, step.shapes, step.program.layout
     if layout is None:
-        return "stragglers in a step without a parallel layout"
+        return Unfolding("faults", STRAGGLERS_WITHOUT_LAYOUT)
     if program.folded and list(program.ranks) != representatives(layout, True):
         stage_fold = stage_fold_of(step, build)
         program, shapes = stage_fold.program, stage_fold.shapes
@@ -286,8 +290,7 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     slowed = faults.slowdown_of()
     slowed[representative] = slowed.get(representative, NOMINAL).times(Slowdown(factor))
     state = replace(faults, slowdowns=tuple(sorted(slowed.items())))
-    unfolding = fold_with_faults(state, program, plans, mode, shapes)[1]
-    return "" if unfolding is None else unfolding.reason
+    return fold_with_faults(state, program, plans, mode, shapes)[1]
 
 
 def refaulted(step: FoldedStep, faults: StepFaultPlan) -> FoldedStep:

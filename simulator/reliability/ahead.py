@@ -290,7 +290,7 @@ class LinkStateSizes:
         self.straggler_folded = False
         """Whether such a step folds by the slow replica's classes (`straggler_state_s`'s ``folded``)."""
         self.straggler_every_mirror = False
-        """Whether that fold keeps every mirror (`fold_policy.SHARED_LINKS`: the slow replica's traffic shares
+        """Whether that fold keeps every mirror (`Unfolding.shares_links`: the slow replica's traffic shares
         links with the other replicas'), estimated with every copy of its collectives (`scale.every_mirror_refold`)."""
         self._every_mirror: dict[int, ScaleEstimate | None] = {}
         self.straggler_each = ""

@@ -22,7 +22,6 @@ from simulator.config.yaml_source import FieldPath
 from simulator.engine.fold_policy import (
     EVERY_RANK_A_CLASS,
     EVERY_RANK_NEAR,
-    SHARED_LINKS,
     link_fault_blocker,
     straggler_blocker,
 )
@@ -103,6 +102,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from simulator.faults.step import StepFaultPlan
     from simulator.parallel.layout import Layout
     from simulator.program.step import StepProgram
     from simulator.simulation import PreparedStep
@@ -279,7 +279,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
     job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers, and where
-    its answer is that the slow replica's traffic shares links with the others' (`fold_policy.SHARED_LINKS`) the
+    its answer is that the slow replica's traffic shares links with the others' (`Unfolding.shares_links`) the
     states refold with every mirror kept, sized so (`_refuse_straggler_refold`)."""
     from simulator.program.unfolding import Unfolding
     from simulator.scale import unfolded_beyond_limits
@@ -324,12 +324,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
 
     faults = step_faults(loaded, topology)
     healthy = prepare_training(loaded, topology, faults, guard)
-    why = located(loaded, lambda: straggler_blocker(healthy.step, healthy.build, healthy.plans,
-                                                    healthy.settings.mode, faults, klass.slowdown))
-    every_mirror = why == SHARED_LINKS
-    why = "" if every_mirror else why
-    if not why and _every_rank_a_class(loaded, topology.num_gpus):
-        why = EVERY_RANK_A_CLASS
+    why, every_mirror = _straggler_refold(loaded, topology, healthy, faults, klass.slowdown)
     if why:
         refuse(why)
     _refuse_straggler_refold(loaded, klass, topology, every_mirror)
@@ -514,6 +509,22 @@ def _slow_replica_classes(loaded: LoadedScenario, gpus: int) -> tuple[Layout, in
     return layout, 2 ** sum(1 for degree in (layout.tp, layout.cp, layout.dp) if degree > 1)
 
 
+def _straggler_refold(loaded: LoadedScenario, topology: Topology, healthy: PreparedStep, faults: StepFaultPlan,
+                      factor: float) -> tuple[str, bool]:
+    """Why the job's straggler states (a slowdown of ``factor``) unfold, by the engine's folding rule asked of the
+    ``healthy`` step under the scenario's own ``faults`` (`fold_policy.straggler_blocker`), or '' where they refold
+    by the slow replica's classes; and whether that refold keeps every mirror (the slow replica's traffic shares
+    links with the others', `Unfolding.shares_links`). Classes of one rank each unfold the states
+    (`EVERY_RANK_A_CLASS`)."""
+    unfolding = located(loaded, lambda: straggler_blocker(healthy.step, healthy.build, healthy.plans,
+                                                          healthy.settings.mode, faults, factor))
+    if unfolding is not None and not unfolding.shares_links:
+        return unfolding.reason, False
+    if _every_rank_a_class(loaded, topology.num_gpus):
+        return EVERY_RANK_A_CLASS, False
+    return "", unfolding is not None
+
+
 def _every_rank_a_class(loaded: LoadedScenario, gpus: int) -> bool:
     """Whether the slow replica's classes hold one rank each (every degree but PP at most 2), so that
     `fold_policy.straggler_step` runs each straggler state unfolded rather than refolded."""
@@ -554,15 +565,17 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topolo
 
 
 EVERY_MIRROR = ", every mirror kept: the slow replica's traffic shares links with the other replicas'"
-"""How a straggler state's refold is simulated where `fold_policy.SHARED_LINKS` holds (`fold_policy.straggler_step`)."""
+"""How a straggler state's refold is simulated where the slow replica's traffic shares links with the others'
+(`Unfolding.shares_links`, `fold_policy.straggler_step`)."""
 ANALYTIC_STRAGGLERS = ("network.model: analytic (each collective alone: the slow replica meets no other's traffic, "
                        "so its states keep no mirror), ")
 """The cut a refusal or warning of straggler states that keep every mirror names first."""
 
 
-_STRAGGLER_FOLDS: dict[tuple[str, bool], tuple[bool, str]] = {}
-"""Per step (`states.step_key`) and `run.fold` (which the key leaves out), whether its straggler states
-unfold and why (`sized_straggler_states`; the engine's rule reads which ranks are slowed, not by how much:
+_STRAGGLER_FOLDS: dict[tuple[str, bool], tuple[str, bool]] = {}
+"""Per step (`states.step_key`) and `run.fold` (which the key leaves out), why its straggler states unfold ('' where
+they refold) and whether their refold keeps every mirror (`sized_straggler_states`; the engine's rule reads which
+ranks are slowed, not by how much:
 `fold_policy.refaulted`): a study's points share the healthy step, which the process's state cache keeps, so
 each would otherwise build it again to ask."""
 
@@ -587,24 +600,20 @@ def sized_straggler_states(loaded: LoadedScenario, model: FailureModel, topology
     key = step_key(loaded), loaded.scenario.run.fold
     if key not in _STRAGGLER_FOLDS:
         if not loaded.scenario.run.fold:
-            why = "run.fold: false"
+            _STRAGGLER_FOLDS[key] = "run.fold: false", False
         else:
             faults = step_faults(loaded, topology)
             if prepared is None:
                 prepared = prepare_training(loaded, topology, faults,
                                             None if force else state_guard(loaded, topology, None))
-            healthy = prepared
-            why = healthy.step.off_reason or ("" if healthy.step.program.folded else "the healthy step unfolds")
-            why = why or located(loaded, lambda: straggler_blocker(healthy.step, healthy.build, healthy.plans,
-                                                            healthy.settings.mode, faults, straggling[0].slowdown))
-            if why in ("", SHARED_LINKS) and _every_rank_a_class(loaded, topology.num_gpus):
-                why = EVERY_RANK_A_CLASS
-        _STRAGGLER_FOLDS[key] = why not in ("", SHARED_LINKS), why
-    unfolds, why = _STRAGGLER_FOLDS[key]
-    every_mirror = why == SHARED_LINKS
+            why = prepared.step.off_reason or ("" if prepared.step.program.folded else "the healthy step unfolds")
+            _STRAGGLER_FOLDS[key] = ((why, False) if why
+                                     else _straggler_refold(loaded, topology, prepared, faults, straggling[0].slowdown))
+    why, every_mirror = _STRAGGLER_FOLDS[key]
+    unfolds = bool(why)
     classes = layout.pp * _slow_replica_classes(loaded, topology.num_gpus)[1]
     sizes.straggler_ranks = layout.world if unfolds else classes
-    sizes.straggler_why = "" if every_mirror else why
+    sizes.straggler_why = why
     sizes.straggler_folded, sizes.straggler_every_mirror = not unfolds, every_mirror
     sizes.straggler_each = (f"unfolded onto {{ranks:,}} ranks ({why})" if unfolds
                             else "folded by the slow GPU's classes onto {ranks:,} ranks"
