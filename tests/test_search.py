@@ -497,6 +497,46 @@ def test_a_space_with_nothing_simulated_beside_the_trees_outside_layout_counts_t
                           "least memory of any layout: TP1 DP8 mb2 zero0, 172.6 GiB per GPU by the memory model"]
 
 
+@pytest.mark.parametrize("tree_status", ["simulated", "pruned"])
+def test_search_json_counts_the_space_as_the_text_does_and_the_trees_outside_layout_apart(tmp_path, tree_status):
+    """The space of two layouts (one pruned out of memory, one simulated) beside the tree's layout outside it,
+    simulated or pruned out of memory: search.json's `layouts`, `status_counts` and `pruned_by_kind` are the
+    count line's and the pruned lines' (the space's: 2 layouts, 1 pruned), the tree's layout in
+    `tree_outside_space` alone, where they counted it with the space (3 layouts, 2 pruned out of memory)."""
+    from simulator.sweep.report import format_search
+
+    outside_pruned = tree_status == "pruned"
+    table = pd.DataFrame({
+        "label": ["TP1 DP8 mb2 zero0", "TP2 DP4 mb1 zero1", "TP1 DP8 mb1 zero1"],
+        "status": ["pruned", "simulated", tree_status],
+        "reason": ["out of memory: 172.6 GiB > 79.6 GiB HBM", "",
+                   "out of memory: 80.1 GiB > 79.6 GiB HBM" if outside_pruned else ""],
+        "reason_kind": ["out_of_memory", None, "out_of_memory" if outside_pruned else None],
+        "memory_model_peak_gib": [172.6, 60.2, 80.1 if outside_pruned else 75.1],
+        "tokens_per_s": [None, 84102.0, None if outside_pruned else 91219.0],
+        "mfu": [None, 0.512, None if outside_pruned else 0.556],
+        "peak_memory_gib": [None, 60.2, None if outside_pruned else 75.1],
+        "bottleneck.verdict": [None, "compute-bound", None if outside_pruned else "compute-bound"],
+        "tree_choice": [False, False, True], "searched": [True, True, False], "memory_tight": False})
+    result = SearchResult(table, table.iloc[1].to_dict(), TreeChoice(None, ("one GPU holds it",)),
+                          table.iloc[2].to_dict(), "")
+    text = format_search(result, "s.yaml")
+    write_search(tmp_path / "out", result, "s.yaml", [])
+    summary = json.loads((tmp_path / "out" / "search.json").read_text())
+
+    count = re.search(r"^(\d+) layouts?: (\d+) simulated, (\d+) pruned, (\d+) failed \(\+ the tree's (.+), outside "
+                      r"the space: (\w+)\)$", text, re.MULTILINE)
+    assert count is not None, text
+    layouts, simulated, pruned, failed = map(int, count.groups()[:4])
+    assert (layouts, simulated, pruned, failed) == (2, 1, 1, 0)
+    assert summary["layouts"] == layouts
+    assert summary["status_counts"] == {"pruned": pruned, "simulated": simulated}
+    assert summary["tree_outside_space"] == {"label": count[5], "status": count[6]} == {
+        "label": "TP1 DP8 mb1 zero1", "status": tree_status}
+    by_kind = re.findall(r"^  pruned, out of memory: (\d+) layouts?$", text, re.MULTILINE)
+    assert by_kind == ["1"] and summary["pruned_by_kind"] == {"out_of_memory": 1}
+
+
 def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     """The published Llama 3 405B rows set `ddp.overlap_param_gather` and `ddp.reduce_every_microbatch`, which
     ZeRO-0 layouts refuse; the search turns off, in each layout, the options its sharding cannot take

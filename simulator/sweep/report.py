@@ -58,10 +58,9 @@ def format_search(result: SearchResult, scenario: str) -> str:
                      "CUDA context, NCCL's buffers, the allocator's fragmentation): a real GPU may run out of "
                      "memory; " + ("ranked after the layouts with that room" if roomy else
                                               "no simulated layout of the space has that room"))
-    in_space = table["searched"].astype(bool)
-    space = table[in_space]
-    lines.append(status_counts(space, table[~in_space]))
-    lines.extend(f"  pruned, {kind.label}: {counted(count, 'layout')}" for kind, count in pruned_by_kind(table).items())
+    space, outside = split_by_space(table)
+    lines.append(status_counts(space, outside))
+    lines.extend(f"  pruned, {kind.label}: {counted(count, 'layout')}" for kind, count in pruned_by_kind(space).items())
     if not searched.any() and "memory_model_peak_gib" in space and space["memory_model_peak_gib"].notna().any():
         leanest = space.sort_values(["memory_model_peak_gib", "label"]).iloc[0]  # no figure (NaN) sorts last
         least = format_memory(leanest["memory_model_peak_gib"])
@@ -86,6 +85,7 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
     the names written, manifest last."""
     statuses = result.table["status"]
     simulated, of = simulations_done(statuses)
+    space, outside = split_by_space(result.table)
     summary = {
         "stopped": bool((statuses == CandidateStatus.STOPPED).any()),
         "simulated": simulated,
@@ -94,9 +94,11 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
         "tree_choice": _clean(result.tree_row),
         "tree_steps": list(result.tree.steps),
         "comparison": result.comparison,
-        "layouts": len(result.table),
-        "status_counts": result.table["status"].value_counts().sort_index().to_dict(),
-        "pruned_by_kind": {kind.value: count for kind, count in pruned_by_kind(result.table).items()},
+        "layouts": len(space),
+        "status_counts": space["status"].value_counts().sort_index().to_dict(),
+        "pruned_by_kind": {kind.value: count for kind, count in pruned_by_kind(space).items()},
+        "tree_outside_space": next(({"label": row["label"], "status": row["status"]}
+                                    for row in outside.to_dict("records")), None),
         "ddp_turned_off": result.ddp_turned_off,
     }
 
@@ -107,6 +109,14 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
 
     identity = {"scenario": scenario, "overrides": list(overrides), "trainsim_version": trainsim_version()}
     return write_run_folder(out_dir, identity, write, SEARCH_FOLDER)
+
+
+def split_by_space(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of a search's ``table`` that are layouts of the searched space, and those outside it (the decision
+    tree's layout, simulated for the comparison where the space leaves it out): what the counts of the text and
+    of search.json count, and what they tell apart."""
+    in_space = table["searched"].astype(bool)
+    return table[in_space], table[~in_space]
 
 
 def status_counts(space: pd.DataFrame, outside: pd.DataFrame) -> str:
