@@ -57,7 +57,7 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.config.traces import TraceWorkload
-from simulator.config.training_options import grad_buffer_bytes
+from simulator.config.training_options import Recompute, grad_buffer_bytes
 from simulator.engine.replicas import shift_step
 from simulator.errors import ScenarioError
 from simulator.network.modes import NetworkMode
@@ -303,7 +303,7 @@ def _hybrid_degree(layout: Layout, hosts: HostShape | None) -> int:
     return degree if degree < layout.dp * layout.cp else 0
 
 
-def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
+def _cp_collectives(par: ParallelismConfig, recompute: Recompute) -> int:
     """Context-parallel collectives of one rank per layer and micro-batch (parallel/context.py): a ring of cp - 1
     steps (or one K/V all-gather) for the forward, another for a full recompute (a selective one keeps the
     gathered K/V), and for the backward a ring, or an all-gather and the gradients' reduce-scatter."""
@@ -312,14 +312,14 @@ def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
     return 3 + (recompute == "full")
 
 
-def _cp_ring_splits(recompute: str) -> int:
+def _cp_ring_splits(recompute: Recompute) -> int:
     """Compute ops ring attention adds per layer and micro-batch (parallel/block_passes.py `_context_pass`): each
     pass that runs the K/V ring (`_cp_collectives`) splits its attention block into the rest, the core beside
     the ring's steps and the core's last block after them, two parts more."""
     return 2 * (2 + (recompute == "full"))
 
 
-def _tp_splits(par: ParallelismConfig, recompute: str, moe: bool) -> tuple[int, Counter[str]]:
+def _tp_splits(par: ParallelismConfig, recompute: Recompute, moe: bool) -> tuple[int, Counter[str]]:
     """Per layer and micro-batch (two blocks, attention and MLP), the compute ops TP adds by splitting a block's
     pass around its collectives, and the TP collectives by the plan that posts them (`TP_PLANS`), as the builder
     posts them (parallel/overlap.py). Without sequence parallelism an all-reduce after each block's forward and
@@ -395,7 +395,7 @@ def _tp_transfers(par: ParallelismConfig, plans: dict[str, float], ring: float) 
     return sum(count * per_plan[plan] for plan, count in plans.items()) / max(sum(plans.values()), 1)
 
 
-def _ep_all_to_alls(recompute: str) -> int:
+def _ep_all_to_alls(recompute: Recompute) -> int:
     """EP all-to-alls of one rank per MoE layer and micro-batch (parallel/experts.py): the dispatch and the
     combine in the forward and again, reversed, in the backward, and in a full recompute's forward."""
     return 4 + 2 * (recompute == "full")
@@ -657,7 +657,7 @@ def _first_bucket_blocks(ready: Iterable[tuple[float, ...]], grad_bytes: float, 
     return count + 1
 
 
-def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, first_bucket: int,
+def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: Recompute, layers: int, first_bucket: int,
                   gathered_ahead: int) -> float:
     """The share of a rank's TP all-reduces (`_tp_splits` without sequence parallelism: two in each forward,
     backward and full recompute of a layer, one a block; and the embedding's and the head's, `_tp_ends`) that run
@@ -678,7 +678,7 @@ def _tp_beside_dp(par: ParallelismConfig, m: int, recompute: str, layers: int, f
     return (_tp_after_first_bucket(par, recompute, layers, first_bucket) + gathered_ahead) / per_microbatch / m
 
 
-def _tp_after_first_bucket(par: ParallelismConfig, recompute: str, layers: int, first_bucket: int) -> int:
+def _tp_after_first_bucket(par: ParallelismConfig, recompute: Recompute, layers: int, first_bucket: int) -> int:
     """The TP all-reduces of a rank's last backward over its ``layers`` layers that run while its DDP buckets
     are reduced (`ddp.overlap`): those of the blocks after the one whose backward closes the first bucket
     (``first_bucket``: `_first_bucket_blocks`, the head counted first), a full recompute's with them, and the
@@ -727,7 +727,7 @@ def _dp_beside(par: ParallelismConfig, collectives: float, gathers: float) -> fl
     return ((buckets - 1 if par.ddp.overlap else 0.0) + deferred) / collectives
 
 
-def _cp_ring_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int,
+def _cp_ring_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: Recompute, layers: int,
                     first_bucket: int) -> float:
     """The share of a rank's CP ring steps (`_cp_collectives`: the ring of each layer's forward, full recompute
     and backward) that run beside traffic of another dimension, which joins the ring's copies to it: every one
@@ -745,7 +745,7 @@ def _cp_ring_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: s
     return (layers - closing // 2) * (1 + full) / (layers * (2 + full)) / m
 
 
-def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int, first_bucket: int,
+def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: Recompute, layers: int, first_bucket: int,
                gathered_ahead: int = 0) -> float:
     """The share of a rank's TP all-reduces that run beside traffic of another dimension, which joins the TP
     group's copies to it (across hosts on the rails, inside an NVLink domain through the GPUs' ports: a GB200
@@ -759,7 +759,7 @@ def _tp_beside(par: ParallelismConfig, layout: Layout, m: int, recompute: str, l
     return _tp_beside_dp(par, m, recompute, layers, first_bucket, gathered_ahead) if layout.dp * layout.cp > 1 else 0.0
 
 
-def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recompute: str, layers: int,
+def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recompute: Recompute, layers: int,
                         first_bucket: int, gathered_ahead: int = 0) -> float:
     """`_tp_beside` under pipelining: the TP all-reduces (and Megatron's scatter-gathers) of the schedule's
     actions that may run while a hand-off into or out of their rank is in flight (schedules/handoff_overlap.py),
