@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simulator.config.reliability import BuiltInCause
+from simulator.reliability.events import EventKind
 from simulator.reliability.simulate import JobResult, simulate_job
 from simulator.report.run_folder import RUN_FOLDER, write_run_folder
 from simulator.report.trace import trace_name
@@ -34,7 +35,7 @@ RESTART_NAMES = {BuiltInCause.FAILURE: "restart after a failure", BuiltInCause.M
                  BuiltInCause.REGROW: "restart to regrow"}
 
 
-def event_name(kind: str, cause: str, labels: dict[str, str]) -> str:
+def event_name(kind: EventKind, cause: str, labels: dict[str, str]) -> str:
     """A trace slice's name: the failure class's label where the event has one, as the printed table names
     causes ('failure: GPU SRAM memory', not 'failure gpu_sram'), and what a restart follows in words ('restart
     after a failure', not 'restart failure')."""
