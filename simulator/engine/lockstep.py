@@ -26,6 +26,7 @@ from typing import overload
 
 import numpy as np
 
+from simulator.collectives.names import Primitive
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Mirrors
 from simulator.engine.symmetry import apart_figures
@@ -59,7 +60,7 @@ class OutOfStep:
     (`LockstepWatch`: its fold certainly given up), that instance alone (``instances`` 1, ``widest_s`` its own
     gap) and when the run stopped."""
 
-    op: str
+    op: Primitive
     name: str
     group: tuple[int, ...]
     earliest_s: float
