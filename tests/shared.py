@@ -5,6 +5,7 @@ test module."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import shutil
@@ -13,11 +14,11 @@ from pathlib import Path
 import numpy as np
 from hypothesis import strategies as st
 
-from simulator import simulate, simulation
+from simulator import load_scenario, simulate, simulation
 from simulator.collectives.execute import time_collective
 from simulator.collectives.names import POINT_TO_POINT
 from simulator.config.loader import scenario_from_text
-from simulator.simulation import network_settings
+from simulator.simulation import Result, network_settings
 from simulator.sweep.layouts import SPACE_FLAGS
 from simulator.topology.graph import Topology, Wiring, add_link
 from simulator.topology.loader import scenario_topology
@@ -66,6 +67,18 @@ restart: {elastic: true}
 """An elastic job on 4 DGX hosts, DP innermost (order [dp, tp, cp, pp]), a host per pipeline stage: with TP 2
 each of the full job's TP groups (ranks r, r + 4) stays in a host, and the job shrunk to 3 replicas puts one
 across two hosts (test_elastic_nvl72.py writes the TP into the file, test_reliability_states.py sets it)."""
+
+
+def bundled_result(name: str, overrides: tuple[str, ...] = ()) -> Result:
+    """A bundled scenario's run with ``overrides``, once per session: the tests that read the same run share it,
+    and none changes it."""
+    return _bundled_run(name, overrides)
+
+
+@functools.cache
+def _bundled_run(name: str, overrides: tuple[str, ...]) -> Result:
+    """`bundled_result`'s cache, keyed the same whether or not a caller names the empty overrides."""
+    return simulate(load_scenario(name, list(overrides)))
 
 
 def _figures(summary: dict, path: str = "") -> dict[str, object]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import functools
 import itertools
 import json
 import re
@@ -37,9 +36,9 @@ import pandas as pd
 import pytest
 import yaml
 from pydantic import BaseModel
-from shared import REPO, SCENARIOS
+from shared import REPO, SCENARIOS, bundled_result
 
-from simulator import load_scenario, simulate
+from simulator import load_scenario
 from simulator.cli import _parser, main
 from simulator.config import schema
 from simulator.config.loader import scenario_from_text
@@ -173,7 +172,7 @@ def test_the_summary_excerpt_of_training_step_md_is_the_runs():
     it shows holds what the run writes."""
     page = (REPO / "docs" / "training-step.md").read_text()
     excerpt = json.loads(re.findall(r"```json\n(.*?)```", page, re.S)[-1])
-    summary = json.loads(json.dumps(simulate(load_scenario("llama3-8b-dgx-h100-dp8")).summary))
+    summary = json.loads(json.dumps(bundled_result("llama3-8b-dgx-h100-dp8").summary))
     assert shown_part(summary, excerpt) == excerpt
 
 
@@ -676,12 +675,6 @@ def rank_0_ms(timeline: pd.DataFrame) -> dict:
                           ("ms_grad_copies", ("fsdp grad copy", "fsdp reduce copy"))):
         figures[figure] = seconds[ops["name"].str.startswith(names)].sum() * 1e3
     return figures
-
-
-@functools.cache
-def bundled_result(name: str, overrides: tuple[str, ...]) -> Result:
-    """A bundled scenario's run with ``overrides``, once per session."""
-    return simulate(load_scenario(name, list(overrides)))
 
 
 @pytest.mark.parametrize(("page", "scenario", "quote"), SCENARIO_QUOTES,

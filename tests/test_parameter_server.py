@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from shared import GIB, NCCL_SIMPLE_BASE_S, SCENARIOS, UNEQUAL_HOSTS_GRAPH
+from shared import GIB, NCCL_SIMPLE_BASE_S, SCENARIOS, UNEQUAL_HOSTS_GRAPH, bundled_result
 
 from simulator import load_scenario, simulate
 from simulator.catalog.gpus import get_gpu
@@ -211,7 +211,7 @@ def test_an_ssp_runs_reason_names_the_wait_inside_its_iterations():
 def test_a_sync_runs_float_noise_after_its_last_iteration_leaves_its_reason_a_share_of_the_run():
     """A sync run's workers end together, but its `finished_early` loss is ~1e-9 of the run (float noise): below
     SHOWN_LOSS_SHARE it changes neither the rules' shares nor the reason's 'of the run'."""
-    bottleneck = simulate(load_scenario(BUNDLED)).summary["bottleneck"]
+    bottleneck = bundled_result(BUNDLED.stem).summary["bottleneck"]
     evidence = bottleneck["evidence"]
     assert 0 < evidence["finished_early_share"] < SHOWN_LOSS_SHARE
     assert bottleneck["verdict"].startswith(f"communication-bound (exposed communication "

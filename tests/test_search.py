@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from shared import DATA, SCENARIOS, one_layout
+from shared import DATA, SCENARIOS, bundled_result, one_layout
 
 from simulator import load_scenario, simulate
 from simulator.errors import Terminated
@@ -86,7 +86,7 @@ def test_search_takes_a_bundled_scenario_by_name():
                         recompute=("none",))
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1)
     rows = result.table.set_index("label")
-    bundled = simulate(load_scenario("llama3-8b-dgx-h100-dp8")).summary["tokens_per_s"]
+    bundled = bundled_result("llama3-8b-dgx-h100-dp8").summary["tokens_per_s"]
     assert rows.loc["TP1 CP1 PP1 DP8 mb1 zero1 recompute=none", "tokens_per_s"] == pytest.approx(bundled, rel=1e-12)
 
 
@@ -576,7 +576,7 @@ def test_a_moe_search_keeps_the_scenarios_expert_parallelism():
     result = search_layouts("mixtral-8x7b-ep8", SerialExecutor(), space=space, top=1)
     rows = result.table.set_index("label")
     assert set(rows["ep"]) == {8}
-    bundled = simulate(load_scenario("mixtral-8x7b-ep8")).summary["tokens_per_s"]
+    bundled = bundled_result("mixtral-8x7b-ep8").summary["tokens_per_s"]
     assert rows.loc["TP2 CP1 PP1 DP16 EP8 mb1 zero1 recompute=none", "tokens_per_s"] == pytest.approx(bundled,
                                                                                                        rel=1e-12)
     assert result.tree.candidate is not None and result.tree.candidate.ep == 8
