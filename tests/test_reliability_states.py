@@ -4,6 +4,7 @@ a leaf that cannot be routed around interrupting the job instead."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import pickle
@@ -28,7 +29,7 @@ from simulator.errors import InputError, ScenarioError
 from simulator.reliability import ahead, states
 from simulator.reliability import simulate as reliability_simulate
 from simulator.reliability.elastic import allowed_sizes
-from simulator.reliability.simulate import simulate_job
+from simulator.reliability.simulate import JobResult, simulate_job
 from simulator.reliability.summary import TIME_PARTS
 from simulator.sweep.executors import SerialExecutor
 from simulator.sweep.runner import run_sweep
@@ -277,14 +278,21 @@ def test_a_straggler_state_run_again_shares_its_plans_parsed_and_timed_with_the_
     assert again[1] == first[1]
 
 
+@functools.cache
+def _one_core_job(text: str) -> JobResult:
+    """The job of ``text`` run on one core (its states simulated as met) with a fresh state cache, once per session:
+    the tests compare their runs against it and none changes it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(states, "_CACHE", states.StateCache())
+        patch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
+        return simulate_job(scenario_from_text(text, "job64.yaml"))
+
+
 def _one_core_job_then_two_cores(monkeypatch, text: str = JOB64):
-    """The 64-GPU job (or ``text``'s) run on one core (its states simulated as met), then the machine set to two
-    cores and the ahead path opened from 2 states, each run with a fresh state cache: the loaded job and the
-    one-core result."""
+    """The 64-GPU job (or ``text``'s) run on one core (`_one_core_job`), then the machine set to two cores and the
+    ahead path opened from 2 states, with a fresh state cache: the loaded job and the one-core result."""
     loaded = scenario_from_text(text, "job64.yaml")
-    monkeypatch.setattr(states, "_CACHE", states.StateCache())
-    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
-    one_core = simulate_job(loaded)
+    one_core = _one_core_job(text)
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
