@@ -164,10 +164,10 @@ def test_cp_ranks_waiting_for_the_busiest_one_are_idle_bound(tmp_path):
 
 TRAINING_SCENARIOS = sorted(path.name for path in SCENARIOS.glob("*.yaml") if not path.name.startswith("allreduce-"))
 FEWER_LAYERS = {"megatron-sc21-76.1b.yaml": ("model.layers=12",), "llama3-70b-gb200-job.yaml": ("model.layers=4",)}
-"""The two bundled steps slowest to simulate (106 and 119 s on two cores at load 9), with fewer layers on the same
-cluster and layout (11 and 8 s so): a layer per interleaved chunk of the 76.1B's PP 4 x 3, two per stage of the GB200
-job's PP 2. Their TP and DP collectives still run at once, their kinds' exposed seconds summing past the exposed
-share: the case the wait test is about."""
+"""The two bundled steps slowest to simulate (the 76.1B 119 s, the GB200 job 106 s on two cores at load 9), with fewer
+layers on the same cluster and layout (8 and 11 s): a layer per interleaved chunk of the 76.1B's PP 4 x 3, two per
+stage of the GB200 job's PP 2. Their TP and DP collectives still run at once, their kinds' exposed seconds summing
+past the exposed share: the case the wait test is about."""
 
 
 @pytest.mark.parametrize("name", TRAINING_SCENARIOS)
