@@ -158,8 +158,6 @@ MIRROR_ENTRY_BYTES = 8
 """One rank index in a folded collective's mirror groups."""
 RECOMPUTE_SHARE = {"none": 0.0, "selective": 0.5, "full": 1.0}
 """Recompute ops per block and micro-batch: selective recomputes the attention core, full every block."""
-SPLIT_BACKWARD_SCHEDULES = ("zb-h1",)
-"""Schedules that split every backward into an input-grad and a weight-grad op."""
 
 
 @dataclass(frozen=True)
@@ -353,14 +351,32 @@ def _tp_ends(par: ParallelismConfig) -> int:
     return 4 if par.sequence_parallel else 2
 
 
-def _head_splits(par: ParallelismConfig, backward: int) -> int:
+def _backward_passes(par: ParallelismConfig, m: int) -> float:
+    """Backward ops per block and micro-batch, on average over the pipeline's ranks: one for a whole backward
+    (BW), two where the schedule splits it into its input-grad (B) and weight-grad (W) passes, as the schedule
+    of ``m`` micro-batches does for each rank (ZB-H1 splits the head's and the tail's backwards of every rank but
+    the first: p 4, m 8, 1.375, the step's 128 ops; zbv and interleaved-zb split every one). One where the
+    schedule cannot be built (its own check reports it)."""
+    from simulator.schedules.registry import build_schedule
+
+    pp, v = par.pp, par.pipeline.virtual_stages
+    try:
+        schedule = build_schedule(par.pipeline.schedule, pp, m, v, par.pipeline.table)
+    except ScenarioError:
+        return 1.0
+    backwards = sum(action.kind in ("B", "W", "BW") for actions in schedule for action in actions)
+    return backwards / (pp * m * v)
+
+
+def _head_splits(par: ParallelismConfig, backward: float) -> float:
     """Compute ops the head's backward adds per micro-batch with sequence parallelism, which saves its input
     sharded (parallel/overlap.py `_column_backward`): the pass split into the rest and the input-gradient GEMM
     beside the input's all-gather, then the weight-gradient GEMM after it, two parts more; one where the backward
-    is split (``backward`` 2: the weight gradients are a pass of their own)."""
+    is split (the weight gradients are a pass of their own), for the share ``backward`` - 1 of the backwards
+    (`_backward_passes`)."""
     if par.tp < 2 or not par.sequence_parallel:
         return 0
-    return 2 if backward == 1 else 1
+    return 3 - backward
 
 
 def _head_bulk(par: ParallelismConfig) -> int:
@@ -1084,7 +1100,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         moe = spec.moe is not None
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
-    backward = 2 if par.pipeline.schedule in SPLIT_BACKWARD_SCHEDULES else 1
+    backward = _backward_passes(par, m)
     split_compute, tp_plans = (_tp_splits(par, training.recompute, moe) if tp > 1 and synthetic is None
                                else (0, Counter[str]()))
     if moe:  # a MoE block runs its routed experts as a part of their own in each pass that runs them
