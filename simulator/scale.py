@@ -555,9 +555,10 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
                 } if hosts is not None else {}
     shapes = {"pp": CollectiveShape(1, 0.5, 1)}  # a hand-off's send and receive ops post one flow together
     inside = [kind for kind in groups if kind not in crossing]
-    copies = _domain_copies(layout, inside, hosts, ep, degree) if hosts is not None else {}
-    if layout.pp > 1 and hosts is not None and _domains(layout.group("pp", 0), hosts) == 1:
-        joined = _domain_copies(layout, [*inside, "pp"], hosts, ep, degree)["pp"]
+    domain = hosts or _pipelined_host(layout)
+    copies = _domain_copies(layout, inside, domain, ep, degree) if domain is not None else {}
+    if layout.pp > 1 and domain is not None and _domains(layout.group("pp", 0), domain) == 1:
+        joined = _domain_copies(layout, [*inside, "pp"], domain, ep, degree)["pp"]
         shapes["pp"] = CollectiveShape(1, 0.5, joined)  # every copy of a hand-off joined to it is sent
     for kind, group in groups.items():
         members = len(group)
@@ -580,6 +581,17 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
         transfers = members * (peers if kind == "ep" or channels else _ring_channels(group, hosts))
         shapes[kind] = CollectiveShape(members, transfers, min(replicas, max(1, kept)), len(crossing) > 1)
     return shapes
+
+
+def _pipelined_host(layout: Layout) -> HostShape | None:
+    """A cluster of one host as one NVLink domain, where its pipeline's hand-offs run beside TP or CP
+    collectives throughout the step: they meet on the GPUs' NVLink ports, so the copies the host's groups join
+    are kept (TP 2 DP 2 PP 2 on a DGX H100: 2,612 flows estimated, 2,588 run, 1,274 counting one copy); None
+    elsewhere, where a lone stage's collectives or hand-offs without TP meet their copies only beside the DP
+    buckets at the step's end (PP 2 DP 4: 202 flows run, 196 estimated)."""
+    if layout.pp > 1 and layout.tp * layout.cp > 1:
+        return HostShape(layout.world, 1, layout.world)
+    return None
 
 
 def _group_rails(group: tuple[int, ...], hosts: HostShape, fewest: int) -> int:
