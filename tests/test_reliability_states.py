@@ -1936,6 +1936,20 @@ def test_a_job_announces_its_every_mirror_straggler_states_at_the_every_mirror_r
     assert each != ahead.straggler_state_s(refold, folded=True)
 
 
+def test_an_every_mirror_refold_counts_each_copy_once():
+    """The every-mirror refold of a straggler state posts each copy of a collective once, whichever
+    representative's group or mirror it is: at most the unfolded step's flows. RAILS at TP 8 PP 2 DP 2 with GPU 0
+    slowed refolds onto 8 ranks and runs 1,816 flows; its estimate 1,888, the unfolded step's (the stage fold's
+    708 scaled by the 4 x its ranks counted 2,832, 1.56 times)."""
+    state = simulate(scenario_from_text(RAILS, "inline.yaml",
+                                        [*PIPELINED, "faults.step.stragglers=[{gpus: [0], slowdown: 1.5}]"])).summary
+    job, folded = throttled_rails_job(PIPELINED)
+    refold = scale.every_mirror_refold(job, 32, state["simulated_ranks"])
+    assert refold is not None and state["simulated_ranks"] == 4 * folded.simulated_ranks
+    assert refold.ops == state["ops_executed"]
+    assert state["flows_simulated"] == 1816
+    assert 1.0 <= refold.flows / state["flows_simulated"] <= 1.05
+
 def test_a_job_whose_straggler_states_take_past_the_limit_is_refused_unless_forced(tmp_path, capsys, monkeypatch):
     """Past MAX_AHEAD_S (brought down to 0.01 s) a job's straggler states are refused in one located line before
     any is simulated, as its states with links down are, with nothing written; --force runs it, telling the
