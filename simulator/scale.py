@@ -355,13 +355,16 @@ def _backward_passes(par: ParallelismConfig, m: int) -> float:
     """Backward ops per block and micro-batch, on average over the pipeline's ranks: one for a whole backward
     (BW), two where the schedule splits it into its input-grad (B) and weight-grad (W) passes, as the schedule
     of ``m`` micro-batches does for each rank (ZB-H1 splits the head's and the tail's backwards of every rank but
-    the first: p 4, m 8, 1.375, the step's 128 ops; zbv and interleaved-zb split every one). One where the
-    schedule cannot be built (its own check reports it)."""
+    the first: p 4, m 8, 1.375, the step's 128 ops; zbv and interleaved-zb split every one). One for a table,
+    read from the scenario's folder, which the estimate does not know, or a schedule that cannot be built (its
+    own check reports it)."""
     from simulator.schedules.registry import build_schedule
 
     pp, v = par.pp, par.pipeline.virtual_stages
+    if par.pipeline.table is not None:
+        return 1.0
     try:
-        schedule = build_schedule(par.pipeline.schedule, pp, m, v, par.pipeline.table)
+        schedule = build_schedule(par.pipeline.schedule, pp, m, v)
     except ScenarioError:
         return 1.0
     backwards = sum(action.kind in ("B", "W", "BW") for actions in schedule for action in actions)
