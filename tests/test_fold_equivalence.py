@@ -309,6 +309,26 @@ def test_hand_offs_beside_dp_trees_fold_with_the_roots_apart():
     assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
 
 
+def test_hand_offs_beside_dp_trees_refold_by_place_in_the_trees():
+    """Interleaved (v = 2), the refold by the loads the hand-offs meet falls out of step as well ('recv bwd mb3'
+    over GPUs [3, 2], 0.29 ms apart), and the refold by each host's place in the trees (`_place_signatures`:
+    its transfers per phase of the trees' plans, which tree aside) keeps pace: 10 of 64 ranks, one per root and
+    one per height shared by the two trees in each stage, every figure the unfolded run's. One leaf per rail here:
+    on two leaves the spine hash parts hosts in like places, that refold falls out of step by 2.5 us, and the
+    step runs unfolded."""
+    text = TREE_HAND_OFFS.replace("nics_per_node: 1}", "nics_per_node: 1, leaf_ports: 64}").replace(
+        "parallelism: {pp: 2}", "parallelism: {pp: 2, pipeline: {schedule: interleaved, virtual_stages: 2}}")
+    folded = simulate(scenario_from_text(text, "inline.yaml")).summary
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"])).summary
+    assert [(entry["fold"], entry["simulated_ranks"]) for entry in folded["fold_given_up"]] == [("stage", 2),
+                                                                                                ("routes", 4)]
+    assert folded["folded"] and folded["simulated_ranks"] == 10
+    assert folded["rank_weights"] == {"0": 2, "1": 2, "2": 16, "3": 16, "6": 8, "7": 8, "14": 4, "15": 4,
+                                      "30": 2, "31": 2}
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+
+
 SC21_LIKE = """
 cluster: {topology: dgx-a100-cluster, nodes: 24}
 model: {layers: 16, hidden: 2048, heads: 16, vocab: 32000}

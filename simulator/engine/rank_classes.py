@@ -50,6 +50,7 @@ hosts take detours.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -107,7 +108,8 @@ def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShap
     nvlink = _nvlink_signatures(plans, shapes, order, host)
     keys: list[tuple] = [tuple(nvlink.get(h, ()) for h in column) for column in columns]
     proposed: list[RankClasses] = []
-    signatures = (lambda: _hop_signatures(plans, shapes, host), lambda: _route_signatures(plans, shapes, order, host))
+    signatures = (lambda: _hop_signatures(plans, shapes, host), lambda: _route_signatures(plans, shapes, order, host),
+                  lambda: _place_signatures(plans, shapes, host))
     for signature_of in signatures[:1] if hops_only else signatures:
         signature = signature_of()
         keys = [(key, tuple(signature.get(h, b"") for h in column)) for key, column in zip(keys, columns)]
@@ -349,6 +351,34 @@ def _hop_signatures(plans: PlanCache, shapes: CollectiveShapes, host: np.ndarray
             found.setdefault(int(host[copy[0]]), []).append(("s", *entry))
             found.setdefault(int(host[copy[-1]]), []).append(("r", *entry))
     return {h: tuple(sorted(entries)) for h, entries in found.items()}
+
+
+def _place_signatures(plans: PlanCache, shapes: CollectiveShapes, host: np.ndarray) -> dict[int, tuple]:
+    """Per host, its place in the plans of the collectives other than hand-offs that span several hosts: per such
+    shape and phase of its plan over its group, how many transfers between hosts of each size the host sends and
+    receives (empty where every host of the group sends and receives alike in every phase). A ring loads every
+    host alike; NCCL's double binary tree does not (collectives/tree.py `double_binary_tree`): a root's NICs
+    carry 2 tree edges where the others' carry 4, and an edge starts at its child's height (up) or its parent's
+    depth (down), so a host's phases tell its heights and depths in both trees, which tree aside (the second
+    mirrors the first, and each carries half the bytes). Hosts whose hand-offs meet the trees' flows at other
+    times are then simulated apart, while hosts of like places in the trees (a leaf of one tree that is a parent
+    of leaves in the other, 16 of 32 hosts) keep one representative."""
+    found: dict[int, Counter] = {}
+    for shape, op in enumerate(shapes.firsts):
+        members = host[np.array(op.group, dtype=np.int64)]
+        if op.op == "send_recv" or not op.nbytes or len(np.unique(members)) == 1:
+            continue
+        loads: dict[int, Counter] = {int(h): Counter() for h in members.tolist()}
+        for number, phase in enumerate(plans.phases(op, op.group)):
+            for transfer in phase.transfers:
+                src, dst = int(host[transfer.src]), int(host[transfer.dst])
+                if src != dst:
+                    loads[src][(shape, number, "s", transfer.nbytes, phase.repeat)] += 1
+                    loads[dst][(shape, number, "r", transfer.nbytes, phase.repeat)] += 1
+        if len({frozenset(load.items()) for load in loads.values()}) > 1:
+            for h, load in loads.items():
+                found.setdefault(h, Counter()).update(load)
+    return {h: tuple(sorted(load.items())) for h, load in found.items()}
 
 
 def _copy_routes(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
