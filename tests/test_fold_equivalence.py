@@ -298,7 +298,8 @@ def test_hand_offs_beside_dp_trees_fold_with_the_roots_apart():
     host's carry 4: folded by stage, replica 0's hand-off (the representative's) ends 0.89 ms before its mirrors'.
     The refold by the loads the hand-offs' copies meet keeps the roots' replicas (0 and 31) apart from the other 30
     and keeps pace: 4 of 64 ranks, every figure the unfolded run's. With an interleaved schedule that refold falls
-    out of step too, and the step runs unfolded (docs/performance.md, megatron-76b)."""
+    out of step too, and so does the refold by place in the trees on these two leaves, and the step runs unfolded
+    (one leaf per rail: below)."""
     folded = simulate(scenario_from_text(TREE_HAND_OFFS, "inline.yaml")).summary
     unfolded = simulate(scenario_from_text(TREE_HAND_OFFS, "inline.yaml", ["run.fold=false"])).summary
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in folded["fold_given_up"]] == [("stage", 2)]
