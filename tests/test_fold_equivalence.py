@@ -414,8 +414,9 @@ def test_a_step_that_may_not_unfold_says_which_refolds_it_did_not_try():
     (untried,) = summary["fold_given_up"]
     assert (untried["fold"], untried["simulated_ranks"], untried["why"]) == (
         "routes", None, "finer refolds are not tried where the step may not unfold")
-    assert untried["reason"].startswith("route classes by the loads the hand-offs' copies meet on their hops, and "
-                                        "by host, are not proposed where the step may not unfold")
+    assert untried["reason"].startswith("route classes by the loads the hand-offs' copies meet on their hops, by "
+                                        "place in the other collectives' plans, and by host, are not proposed where "
+                                        "the step may not unfold")
 
 
 SPINE_CROSSING_REPLICA = """

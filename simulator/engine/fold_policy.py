@@ -541,9 +541,10 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
         yield GivenUp("routes", None, Unfolding("untried", UNTRIED_ROUTES))
 
 
-UNTRIED_ROUTES = ("route classes by the loads the hand-offs' copies meet on their hops, and by host, are not "
-                  "proposed where the step may not unfold (the loads' signature alone took 183 s on the published "
-                  "SC21 529.6B row), and no class by hops alone ran and kept pace")
+UNTRIED_ROUTES = ("route classes by the loads the hand-offs' copies meet on their hops, by place in the other "
+                  "collectives' plans, and by host, are not proposed where the step may not unfold (the loads' "
+                  "signature alone took 183 s on the published SC21 529.6B row), and no class by hops alone ran and "
+                  "kept pace")
 """Why `route_steps` gives up the finer route classes of a step that may not unfold."""
 
 
