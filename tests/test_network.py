@@ -1371,6 +1371,35 @@ def plain_reach(paths: list[tuple[int, ...]], seeds: list[int], active: list[boo
         links.update(link for g in fresh for link in paths[g])
 
 
+def test_solves_within_the_mask_rounds_limit_never_sort_the_crossings_by_link(monkeypatch):
+    # Rounds over masks read no entries sorted by link, so neither the index nor its cuts sort them (one sort
+    # per re-solve of an unfolded EP 16 all-to-all's component); past DENSE_ENTRIES crossings the rounds over
+    # index ranges sort them once, and a cut of that index derives its own without sorting again.
+    sorts = Counter()
+    argsort = np.argsort
+
+    def counted(*args, **kwargs):
+        sorts["argsort"] += 1
+        return argsort(*args, **kwargs)
+
+    monkeypatch.setattr(np, "argsort", counted)
+    rng = np.random.default_rng(5)
+    capacity = rng.choice([50 * GB, 12.5 * GB], size=60)
+    paths = [tuple(rng.choice(60, size=3, replace=False).tolist()) for _ in range(120)]
+    lengths = np.full(len(paths), 3)
+    weight = rng.integers(1, 5, size=len(paths)).astype(float)
+    kept = rng.random(len(paths)) < 0.7
+    whole = Incidence.of(lengths, np.concatenate(paths))
+    whole.rates(weight, capacity)
+    whole.subset(kept).rates(weight[kept], capacity)
+    assert sorts["argsort"] == 0
+    monkeypatch.setattr(maxmin, "DENSE_ENTRIES", 100)
+    whole = Incidence.of(lengths, np.concatenate(paths))
+    whole.rates(weight, capacity)
+    whole.subset(kept).rates(weight[kept], capacity)
+    assert sorts["argsort"] == 1
+
+
 @pytest.mark.parametrize("entries", [1 << 30, -1])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_an_incidence_cut_to_some_groups_solves_and_reaches_as_one_built_for_them(monkeypatch, seed, entries):

@@ -58,13 +58,14 @@ def flat_grouped_max_min_rates(lengths: np.ndarray, entry_link: np.ndarray, weig
 class Incidence:
     """Groups and the links they cross, indexed both ways: ``entry_link`` lists each group's links one group
     after another (compact link ids, ``links`` their ids in the capacity array), ``group_start`` where each
-    group's begin, ``by_link`` the entries sorted by link and ``link_start`` where each link's begin. The
-    entries are sorted stably, so in one order whatever the algorithm: by numpy's radix sort where the compact
-    ids fit in 16 bits (a tenth of a comparison sort's cost on an unfolded all-to-all's thousands of groups,
-    which every end of its flows solves again). Built once, it solves any weights over the same groups (a
-    phase's routes, `network/isolated.py`)."""
+    group's begin, ``by_link`` the entries sorted by link and ``link_start`` where each link's begin, these two
+    made on first use (only a solve past `DENSE_ENTRIES` crossings reads them, and the subsets cut from one that
+    has them). The entries are sorted stably, so in one order whatever the algorithm: by numpy's radix sort
+    where the compact ids fit in 16 bits (a tenth of a comparison sort's cost on an unfolded all-to-all's
+    thousands of groups, which every end of its flows solves again). Built once, it solves any weights over the
+    same groups (a phase's routes, `network/isolated.py`)."""
 
-    __slots__ = ("by_link", "entry_group", "entry_link", "group_start", "lengths", "link_start", "links")
+    __slots__ = ("_by_link", "_link_start", "entry_group", "entry_link", "group_start", "lengths", "links")
 
     def __init__(self, lengths: np.ndarray, entry_link: np.ndarray, links: np.ndarray,
                  by_link: np.ndarray | None = None):
@@ -73,15 +74,30 @@ class Incidence:
         self.links = links
         self.entry_group = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
         self.group_start = np.concatenate(([0], np.cumsum(lengths)))
-        if by_link is None:
-            by_link = np.argsort(entry_link.astype(np.uint16) if links.size <= 1 << 16 else entry_link,
-                                 kind="stable")
-        self.by_link = by_link
-        self.link_start = np.concatenate(([0], np.cumsum(np.bincount(entry_link, minlength=links.size))))
+        self._by_link = by_link
+        self._link_start: np.ndarray | None = None
+
+    @property
+    def by_link(self) -> np.ndarray:
+        """The entries sorted stably by link."""
+        if self._by_link is None:
+            entry_link = self.entry_link
+            self._by_link = np.argsort(entry_link.astype(np.uint16) if self.links.size <= 1 << 16 else entry_link,
+                                       kind="stable")
+        return self._by_link
+
+    @property
+    def link_start(self) -> np.ndarray:
+        """Where each link's entries begin in `by_link`, and past the last, where they end."""
+        if self._link_start is None:
+            counts = np.bincount(self.entry_link, minlength=self.links.size)
+            self._link_start = np.concatenate(([0], np.cumsum(counts)))
+        return self._link_start
 
     def groups_on(self, links: np.ndarray) -> np.ndarray:
         """The groups crossing each of ``links`` (compact ids), link after link (a group once per link)."""
-        return self.entry_group[self.by_link[spans(self.link_start[links], self.link_start[links + 1])]]
+        link_start = self.link_start
+        return self.entry_group[self.by_link[spans(link_start[links], link_start[links + 1])]]
 
     def entries_of(self, groups: np.ndarray) -> np.ndarray:
         """The entries (indices into ``entry_link``) of ``groups``, group after group."""
@@ -90,29 +106,39 @@ class Incidence:
     def subset(self, kept: np.ndarray) -> Incidence:
         """The incidence of the groups where the mask ``kept`` is true, in their order, over the same links (those
         no kept group crosses stay, unloaded: a solve never reads them): the entries sorted by link are these
-        less the dropped ones, so no sort is needed. A solve over it gives the rates a fresh `of` gives, to the
-        bit, as a solve's arithmetic does not depend on how its links are numbered."""
+        less the dropped ones, so no sort is needed; they are cut only where this incidence has them and the
+        subset has more than `DENSE_ENTRIES` crossings (a smaller solve never reads them). A solve over it gives
+        the rates a fresh `of` gives, to the bit, as a solve's arithmetic does not depend on how its links are
+        numbered."""
         kept_entry = kept[self.entry_group]
-        renumbered = np.cumsum(kept_entry) - 1
-        by_link = self.by_link[kept_entry[self.by_link]]
-        return Incidence(self.lengths[kept], self.entry_link[kept_entry], self.links, renumbered[by_link])
+        entry_link = self.entry_link[kept_entry]
+        by_link = None
+        if self._by_link is not None and entry_link.size > DENSE_ENTRIES:
+            renumbered = np.cumsum(kept_entry) - 1
+            by_link = renumbered[self._by_link[kept_entry[self._by_link]]]
+        return Incidence(self.lengths[kept], entry_link, self.links, by_link)
 
     def reached(self, seeds: np.ndarray, active: np.ndarray) -> np.ndarray:
         """Which groups (a mask) the links of the groups ``seeds`` reach through ``active`` groups (a mask): the
         active groups on those links, then on the links those cross, and so on, a level at a time over every
-        entry at once."""
+        entry at once, until a level adds none or every active group is reached."""
         entry_group, entry_link = self.entry_group, self.entry_link
         link_reached = np.zeros(self.links.size, dtype=bool)
         link_reached[entry_link[self.entries_of(seeds)]] = True
         group_reached = np.zeros(self.lengths.size, dtype=bool)
-        while True:
+        unreached = int(np.count_nonzero(active))
+        while unreached:  # once every active group is reached, no level can add one
             hit = np.zeros(self.lengths.size, dtype=bool)
             hit[entry_group[link_reached[entry_link]]] = True
             fresh = hit & active & ~group_reached
-            if not fresh.any():
-                return group_reached
+            found = int(np.count_nonzero(fresh))
+            if not found:
+                break
+            unreached -= found
             group_reached |= fresh
-            link_reached[entry_link[fresh[entry_group]]] = True
+            if unreached:
+                link_reached[entry_link[fresh[entry_group]]] = True
+        return group_reached
 
     @classmethod
     def of(cls, lengths: np.ndarray, entry_link: np.ndarray) -> Incidence:
@@ -165,52 +191,62 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
     `TIE_TOLERANCE`) freeze at it, and their weight and usage leave their links. Past `DENSE_ENTRIES` crossings
     only the entries of the links that saturate and of the groups that freeze are visited, each once, and only
     the links those groups cross change share, so a solve costs O(entries + rounds x links) with a small
-    constant on the links (a minimum and a comparison); at or below it each round masks every crossing
-    (O(rounds x entries), a dozen numpy calls a round). Where weights are whole flow counts (every caller in the
-    engine) loads are exact in floating point, so they equal a recount of the unfrozen entries each round to the
-    last bit. The round that freezes the last groups ends the solve; a link left with load but no unfrozen group
-    (fractional weights' rounding) leaves the search instead of looping. A round where no link saturates (the
-    lowest share is NaN) raises `ValueError` rather than loop."""
+    constant on the links (a minimum and a comparison); at or below it each round masks every crossing and
+    recomputes every link's share from whole arrays (O(rounds x entries), a dozen numpy calls a round: a link
+    no frozen group leaves keeps its remaining capacity and load, so its share is the one it had, to the bit).
+    Where weights are whole flow counts (every caller in the engine) loads are exact in floating point, so they
+    equal a recount of the unfrozen entries each round to the last bit. The round that freezes the last groups
+    ends the solve; a link left with load but no unfrozen group (fractional weights' rounding) leaves the search
+    instead of looping. A round where no link saturates (the lowest share is NaN) raises `ValueError` rather
+    than loop."""
     entry_group, entry_link = incidence.entry_group, incidence.entry_link
     entry_weight = weight[entry_group]
     load = np.bincount(entry_link, weights=entry_weight, minlength=capacity.size)
     remaining = capacity.copy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(load > 0, np.maximum(remaining, 0.0) / load, np.inf)
     rate = np.zeros(weight.size)
     frozen = (weight <= 0) | (incidence.lengths == 0)
     unfrozen = weight.size - int(np.count_nonzero(frozen))
     dense = entry_link.size <= DENSE_ENTRIES
-    while unfrozen:
-        level = share.min()
-        saturated = share <= level * (1.0 + TIE_TOLERANCE)
-        if dense:
-            crossed = np.zeros(weight.size, dtype=bool)
-            crossed[entry_group[saturated[entry_link]]] = True
-            crossed &= ~frozen
-            freezing = np.flatnonzero(crossed)
-        else:
-            crossing = incidence.groups_on(np.flatnonzero(saturated))
-            freezing = distinct(crossing[~frozen[crossing]], weight.size)
-        if not freezing.size:  # only frozen groups left there: a residue of fractional weights' subtractions
-            if not saturated.any():
-                raise ValueError(_unsolvable(level, incidence, weight, capacity))
-            share[saturated] = np.inf
-            continue
-        rate[freezing] = level
-        unfrozen -= freezing.size
-        if not unfrozen:
-            break
-        frozen[freezing] = True
-        entries = crossed[entry_group] if dense else incidence.entries_of(freezing)
-        freed = entry_link[entries]
-        touched = distinct(freed, capacity.size)
-        leaving = np.bincount(freed, weights=entry_weight[entries], minlength=capacity.size)[touched]
-        remaining[touched] -= level * leaving
-        load[touched] -= leaving
-        share[touched] = np.inf
-        kept = touched[load[touched] > 0]
-        share[kept] = np.maximum(remaining[kept], 0.0) / load[kept]
+    with np.errstate(divide="ignore", invalid="ignore"):  # entered once: it costs as much as a round's update
+        share = np.where(load > 0, np.maximum(remaining, 0.0) / load, np.inf)
+        while unfrozen:
+            level = np.minimum.reduce(share)
+            saturated = share <= level * (1.0 + TIE_TOLERANCE)
+            if dense:
+                crossed = np.zeros(weight.size, dtype=bool)
+                crossed[entry_group[saturated[entry_link]]] = True
+                crossed &= ~frozen
+                freezing = crossed.nonzero()[0]
+            else:
+                crossing = incidence.groups_on(np.flatnonzero(saturated))
+                freezing = distinct(crossing[~frozen[crossing]], weight.size)
+            if not freezing.size:  # only frozen groups left there: a residue of fractional weights' subtractions
+                if not saturated.any():
+                    raise ValueError(_unsolvable(level, incidence, weight, capacity))
+                share[saturated] = np.inf
+                load[saturated] = 0.0  # no unfrozen group on them: their share stays inf when every share is recomputed
+                continue
+            rate[freezing] = level
+            unfrozen -= freezing.size
+            if not unfrozen:
+                break
+            frozen[freezing] = True
+            if dense:
+                entries = crossed[entry_group]
+                leaving = np.bincount(entry_link[entries], weights=entry_weight[entries], minlength=capacity.size)
+                remaining -= level * leaving
+                load -= leaving
+                share = np.where(load > 0, np.maximum(remaining, 0.0) / load, np.inf)
+                continue
+            entries = incidence.entries_of(freezing)
+            freed = entry_link[entries]
+            touched = distinct(freed, capacity.size)
+            leaving = np.bincount(freed, weights=entry_weight[entries], minlength=capacity.size)[touched]
+            remaining[touched] -= level * leaving
+            load[touched] -= leaving
+            share[touched] = np.inf
+            kept = touched[load[touched] > 0]
+            share[kept] = np.maximum(remaining[kept], 0.0) / load[kept]
     return rate
 
 
