@@ -48,7 +48,7 @@ CACHED_GROUPS = 4096
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 _number_of, _weight_of, _path_of = attrgetter("number"), attrgetter("weight"), attrgetter("path")
-_seq_of, _rate_of, _joined_of = attrgetter("seq"), attrgetter("rate"), attrgetter("joined")
+_seq_of = attrgetter("seq")
 _flows_of, _position_of = attrgetter("flows"), attrgetter("position")
 
 
@@ -237,15 +237,23 @@ class _Found:
     set; a group's path never changes), though a set may get a new ident after the solves are forgotten; None
     for a set too large to remember. ``basis`` gives the groups' `Incidence`: itself once built; the incidence
     of the home the groups were found in and the mask of those kept, which the incidence is cut from; or None,
-    built from the groups' paths."""
+    built from the groups' paths. ``numbers``: the groups' numbers as an array, cut from the home's where the
+    groups were found in one, else made on first use (`number_array`)."""
 
-    __slots__ = ("basis", "groups", "ident")
+    __slots__ = ("basis", "groups", "ident", "numbers")
 
     def __init__(self, groups: list[_PathGroup], ident: int | None,
-                 basis: Incidence | tuple[Incidence, np.ndarray] | None = None):
+                 basis: Incidence | tuple[Incidence, np.ndarray] | None = None, numbers: np.ndarray | None = None):
         self.groups = groups
         self.ident = ident
         self.basis = basis
+        self.numbers = numbers
+
+    def number_array(self) -> np.ndarray:
+        """The groups' numbers, in their order, made on first use."""
+        if self.numbers is None:
+            self.numbers = np.fromiter(map(_number_of, self.groups), dtype=np.int64, count=len(self.groups))
+        return self.numbers
 
     def incidence(self) -> Incidence:
         """The groups' links indexed for a solve and for `Incidence.reached`, made on first use."""
@@ -277,6 +285,10 @@ def _without(groups: list[_PathGroup], left_out: tuple[int, ...]) -> list[_PathG
 def _cut(home: _Found, kept: np.ndarray) -> tuple[Incidence, np.ndarray] | None:
     """The basis of the groups ``kept`` (a mask) of ``home``: its incidence and the mask, where it was built."""
     return (home.basis, kept) if isinstance(home.basis, Incidence) else None
+
+
+GROUP_RATES = 1 << 10
+"""First length of `Network`'s array of rates by group number, doubled whenever a number passes it."""
 
 
 class _EndOfInstant(simpy.Event):
@@ -338,6 +350,12 @@ class Network:
         self._move_entries = 0
         self._solved_entries = 0
         self._group_numbers = count()
+        self._group_rates = np.zeros(GROUP_RATES)
+        """Each path group's ``rate`` by its number (0 until solved), read by `_resolve` for a whole component at
+        once."""
+        self._joined_groups: list[_PathGroup] = []
+        """The groups that flows joined since the last solve (repeated, or left since: `_resolve` reads their
+        ``joined``)."""
         self._active = 0
         self._starting: list[_Flow] = []
         self._touched_groups: set[_PathGroup] = set()
@@ -526,12 +544,15 @@ class Network:
             if group is None:
                 group = groups[flow.path] = _PathGroup(next(self._group_numbers), flow.path,
                                                        [link_groups[link] for link in flow.path])
+                if group.number == self._group_rates.size:
+                    self._group_rates = np.concatenate((self._group_rates, np.zeros(self._group_rates.size)))
             if not group.flows:
                 for members in group.link_sets:
                     members.add(group)
             group.flows.add(flow)
             group.weight += 1 + len(flow.twins)
             group.joined.append(flow)
+            self._joined_groups.append(group)
             flow.group = group
             touched.add(group)
 
@@ -564,7 +585,8 @@ class Network:
                     return home
                 kept = np.ones(len(home.groups), dtype=bool)
                 kept[list(left_out)] = False
-                return self._found(_without(home.groups, left_out), ident, touched, _cut(home, kept))
+                return self._found(_without(home.groups, left_out), ident, touched, _cut(home, kept),
+                                   home.number_array()[kept])
         kept = self._within(home, touched)
         left_out = tuple(np.flatnonzero(~kept).tolist())
         component = _without(home.groups, left_out)
@@ -573,7 +595,7 @@ class Network:
             self._remember_move(move, left_out, ident)
         if not left_out:
             return home
-        return self._found(component, ident, touched, _cut(home, kept))
+        return self._found(component, ident, touched, _cut(home, kept), home.number_array()[kept])
 
     def _remember_move(self, move: tuple[int, tuple[tuple[int, bool], ...]], left_out: tuple[int, ...],
                        ident: int | None) -> None:
@@ -600,14 +622,15 @@ class Network:
 
     @staticmethod
     def _found(component: list[_PathGroup], ident: int | None, touched: set[_PathGroup],
-               basis: tuple[Incidence, np.ndarray] | None = None) -> _Found | None:
-        """Make ``component`` the home of its groups (None if it has none), cut from ``basis`` where given
-        (`_Found`); the ``touched`` groups that left their links have none."""
+               basis: tuple[Incidence, np.ndarray] | None = None, numbers: np.ndarray | None = None
+               ) -> _Found | None:
+        """Make ``component`` the home of its groups (None if it has none), cut from ``basis`` where given, its
+        groups' ``numbers`` where known (`_Found`); the ``touched`` groups that left their links have none."""
         for group in touched:
             group.home = None
         if not component:
             return None
-        found = _Found(component, ident, basis)
+        found = _Found(component, ident, basis, numbers)
         for position, group in enumerate(component):
             group.home = found
             group.position = position
@@ -672,14 +695,19 @@ class Network:
                     self._forget_solves()
                 self._solved[ident, sizes] = group_rates
                 self._solved_entries += len(component)
-        groups = len(component)
-        moved = np.fromiter(map(_rate_of, component), dtype=float, count=groups) != np.frombuffer(group_rates)
-        moved |= np.fromiter(map(bool, map(_joined_of, component)), dtype=bool, count=groups)
+        moved = self._group_rates[found.number_array()] != np.frombuffer(group_rates)
+        unsolved = []
+        for group in self._joined_groups:
+            if group.joined and group.home is found:  # found, so at its position there
+                moved[group.position] = True
+            elif group.joined:
+                unsolved.append(group)
+        self._joined_groups = unsolved
         changed: list[Iterable[_Flow]] = []
         for position in np.flatnonzero(moved).tolist():
             group, rate = component[position], group_rates[position]
             if rate != group.rate:
-                group.rate = rate
+                group.rate = self._group_rates[group.number] = rate
                 changed.append(group.flows)
             else:
                 changed.append(group.joined)
