@@ -823,8 +823,9 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
     gives each pipeline stage its own slot in the fill and drain. The bands, each just wider than the spread
     measured on 2026-12-06:
 
-    - without pipelining, DDP and ZeRO-1 0.994 to 1.002 (0.9952 to 1.0018, measured 2026-12-07; dp 8 on one
-      host is estimated 0.05% slow and tp 2 dp 4 0.18%, so the estimate is not a lower bound; TP 8's backward
+    - without pipelining, DDP and ZeRO-1 0.998 to 1.002 (0.9983 to 1.0018, measured 2026-12-07; dp 8 on one
+      host is estimated 0.05% slow and tp 2 dp 4 0.18%, so the estimate is not a lower bound; cp 2's attention
+      beside each K/V ring step is slowed by the SMs the step holds, `ring_exposed_s`; TP 8's backward
       sequence-parallel re-gather of each column-parallel input, `regather_s`, slows the input-gradient GEMMs by
       its SMs; the last backward's TP collectives are timed beside the gradient buckets under way,
       `TpBesideBuckets`: the estimate charges tp 2 dp 4 on one host 5.4 ms a step for them, where the
@@ -851,7 +852,7 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
         if candidate.pp > 1:
             low, high = (0.9945, 1.001) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
         else:
-            low, high = (1.0005, 1.007) if candidate.sharding == "fsdp" else (0.994, 1.002)
+            low, high = (1.0005, 1.007) if candidate.sharding == "fsdp" else (0.998, 1.002)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:
@@ -1402,10 +1403,11 @@ def test_search_files_are_written_as_one_set_or_not_at_all(tmp_path, monkeypatch
 def test_the_estimate_charges_what_ring_attentions_ring_outlasts():
     """Ring attention runs the CP group's K/V ring beside the attention of every block but the last, which waits
     for it (`ring_exposed_s`): Llama-3-8B at 1,024 tokens a sequence on one DGX H100 (where the short attention
-    covers less of the ring the wider the group), simulated over estimated tokens/s 0.997 to 1.0 with cp 2, 4
-    and 8 (0.9977, 0.9993, 0.9996 measured 2026-12-06, the ring's point-to-point steps each holding a
-    send/receive pair's SMs). Its ring term is at least the simulated exposed CP time (cp 8: 0.0648 s against
-    0.0632 s a step): the simulation counts as exposed only the time no compute runs."""
+    covers less of the ring the wider the group), simulated over estimated tokens/s 0.999 to 1.0 with cp 2, 4
+    and 8 (0.9993, 0.9993, 0.9996 measured 2026-12-07, the ring's point-to-point steps each holding a
+    send/receive pair's SMs, which slow the attention beside them). Its ring term is at least the simulated
+    exposed CP time (cp 8: 0.0648 s against 0.0632 s a step): the simulation counts as exposed only the time no
+    compute runs."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.parallel.passes import Pass
@@ -1426,8 +1428,33 @@ def test_the_estimate_charges_what_ring_attentions_ring_outlasts():
                                        for block in plan.stages[0].blocks if block.context is not None
                                        for phase in (Pass.FORWARD, Pass.BACKWARD))
         summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
-        assert 0.997 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.0, cp
+        assert 0.999 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.0, cp
         assert ring >= summary["exposed_comm_s"]["cp"], cp
+
+
+def test_the_estimate_charges_the_sms_ring_attentions_steps_take_from_the_attention_beside_them():
+    """Llama-3-8B at 4,096 tokens a sequence on four DGX H100s: with tp 2 cp 2 the K/V ring's one step runs over
+    NVLink under the attention beside it (forward: 15 us beside 40 us), so neither the estimate nor the
+    simulation exposes CP time; but each step's kernel holds a send/receive pair's SMs (32 of the H100's 132
+    inside a host), and the attention beside it runs slower by the engine's rule (`ring_exposed_s`,
+    `SmShare.overlap_delay`). Charged nothing for them, tp 2 cp 2 dp 8 was estimated at 307,275 tokens/s
+    against 306,435 simulated (sim/est 0.9973) and tp 1 cp 4 dp 8, whose three steps outlast the attention, at
+    323,841 against 321,066 (0.9914); charged, both are within 0.001% (measured 2026-12-07)."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import check_memory
+    from simulator.topology.loader import scenario_topology
+
+    overrides = ["cluster.topology=dgx-h100-cluster", "cluster.nodes=4", "training.global_batch=64"]
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    base = search_base(loaded.source, overrides)
+    for tp, cp in ((2, 2), (1, 4)):
+        checked = check_memory(base, Candidate(tp, cp, 1, 32 // (tp * cp), 1, 1, "zero1", "none"), "1f1b", times)
+        summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
+        assert (summary["exposed_comm_s"]["cp"] == 0.0) == (cp == 2), (tp, cp)
+        assert summary["tokens_per_s"] / checked.estimate_tokens_per_s == pytest.approx(1.0, abs=1e-4), (tp, cp)
 
 
 @pytest.mark.parametrize("name, step_ms", [

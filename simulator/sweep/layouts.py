@@ -38,7 +38,7 @@ from simulator.parallel.overlap import regathers_input, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import StepPlan
 from simulator.parallel.sharding import replica_group, shard_group
-from simulator.parallel.work import Block, TpPattern, gradient_buckets, layer_units
+from simulator.parallel.work import Block, TpPattern, bound_share, gradient_buckets, layer_units
 from simulator.program.contention import SmShare
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
 from simulator.schedules.base import Action, Placement, stage_rank
@@ -1150,7 +1150,7 @@ class TpBesideBuckets:
                 clock = self._tp(block, phase, True, clock)
             clock += block.pass_seconds(phase)
             if ring is not None and phase.sends_activations:
-                clock += ring_exposed_s(plan, times, ring, self.rank, phase)
+                clock += ring_exposed_s(plan, times, ring, self.rank, phase, share)
             if phase.weight_grads and final is not None:
                 self._finished(final, clock)
             if talks and tp:
@@ -1194,7 +1194,7 @@ def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block,
         if Pass.BACKWARD in wanted:
             seconds += regather_s(plan, times, block, rank, share)
     if block.context is not None and block.context.ring:
-        seconds += sum(ring_exposed_s(plan, times, block.context, rank, phase) for phase in wanted)
+        seconds += sum(ring_exposed_s(plan, times, block.context, rank, phase, share) for phase in wanted)
     elif layout.cp > 1 and block.cp_bytes > 0:
         group = layout.group("cp", rank)
         cp_ops = [gathered_kv_op(phase, gather=phase.input_grads) for phase in passes]
@@ -1226,22 +1226,29 @@ def regather_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int, 
 
 
 def ring_exposed_s(plan: StepPlan, times: CollectiveTimes, context: ContextAttention, rank: int,
-                   phase: Pass) -> float:
+                   phase: Pass, share: SmShare | None = None) -> float:
     """Seconds ring attention's K/V ring adds to pass ``phase`` of a block on ``rank``: the program runs the
     ring's cp - 1 steps one after another, each a grouped send/receive of one block (K/V, with their gradients
     twice the bytes in the backward) from every CP rank to the next over the path between the two
     (`ring_step_pairs`: one NIC between hosts), beside the attention on every block but the last, which waits
-    for the last step (`BlockPasses._context_pass`), so what the ring outlasts that attention by is exposed."""
-    core_s = context.core(phase)[0]
+    for the last step (`BlockPasses._context_pass`), so what the ring, or the attention beside it, outlasts that
+    attention timed alone by is exposed. Each step's kernel holds the SMs of a send/receive pair
+    (`CollectiveTimes.sms`), which slow that attention by the engine's rule (`SmShare.overlap_delay`; ``share``
+    None: not at all)."""
+    core_s, _, core_sm_s = context.core(phase)
     if core_s <= 0:
         return 0.0
     cp_rank = plan.layout.coords(rank)["cp"]
     beside = core_s * context.share(cp_rank) * (1 - context.last_step_share(cp_rank))
     group = plan.layout.group("cp", rank)
     block_bytes = context.ring_block_bytes(phase)
-    step = times.seconds("all_to_all", group, block_bytes, pair_bytes=ring_step_pairs(len(group), block_bytes),
-                         algorithm="direct")
-    return max((context.cp - 1) * step - beside, 0.0)
+    pairs = ring_step_pairs(len(group), block_bytes)
+    ring_s = (context.cp - 1) * times.seconds("all_to_all", group, block_bytes, pair_bytes=pairs, algorithm="direct")
+    slowed = beside
+    if share is not None and beside > 0:
+        held = times.sms("all_to_all", group, block_bytes, share, pair_bytes=pairs, algorithm="direct")
+        slowed += share.overlap_delay(ring_s, held, beside, bound_share(core_sm_s, core_s))
+    return max(ring_s, slowed) - beside
 
 
 def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, op: Primitive, units: list[float],
@@ -1792,6 +1799,7 @@ class CollectiveTimes:
         self._beside: dict[tuple[tuple[CollectiveShape, ...], tuple[tuple[float, CollectiveShape | Exchange], ...]],
                            float] = {}
         self._channels: dict[SmShare, NcclChannels] = {}
+        self._sms: dict[tuple, int] = {}
 
     def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
                 pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto") -> float:
@@ -1847,15 +1855,20 @@ class CollectiveTimes:
         op, group, nbytes = shape[:3]
         return self._plans.phases(_collective(op, group, nbytes, shape[3] if len(shape) > 3 else ()), group)
 
-    def sms(self, op: Primitive, group: tuple[int, ...], nbytes: float, share: SmShare) -> int:
+    def sms(self, op: Primitive, group: tuple[int, ...], nbytes: float, share: SmShare,
+            pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto") -> int:
         """The SMs the kernel of collective ``op`` over ``group``, ``nbytes`` per rank, holds on each member, as
-        the engine counts them (`NcclChannels`, with the algorithm the run would choose)."""
-        channels = self._channels.get(share)
-        if channels is None:
-            plans = self._plans
-            channels = self._channels[share] = NcclChannels(share, self.topology,
-                                                            lambda item: plans.resolved_algorithm(item, item.group))
-        return channels(_collective(op, group, nbytes))
+        the engine counts them (`NcclChannels`, with the algorithm the run would choose; ``pair_bytes`` and
+        ``algorithm`` as `seconds` takes them: a CP ring step holds a send/receive pair's)."""
+        key = (share, op, group, nbytes, pair_bytes, algorithm)
+        if key not in self._sms:
+            channels = self._channels.get(share)
+            if channels is None:
+                plans = self._plans
+                channels = self._channels[share] = NcclChannels(
+                    share, self.topology, lambda item: plans.resolved_algorithm(item, item.group))
+            self._sms[key] = channels(_collective(op, group, nbytes, pair_bytes, algorithm))
+        return self._sms[key]
 
 
 def _collective(op: Primitive, group: tuple[int, ...], nbytes: float,
