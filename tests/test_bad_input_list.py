@@ -294,7 +294,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "csv-bad-cell": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\nF0,X1\n"}, RUN, 2, "table.csv:2:"),
     "csv-missing-forward": ({"s.yaml": CUSTOM, "table.csv": "# p = 2\nF0,F1,BW0,BW1\n\nF0,BW0,BW1\n"}, RUN, 2,
                             "table.csv:4: parallelism.pipeline.table: rank 1 never runs F1"),
-    "csv-missing-file": (scenario(CUSTOM), RUN, 2, "cannot read file"),
+    "csv-missing-file": (scenario(CUSTOM), RUN, 2, "s.yaml:4: parallelism.pipeline.table: cannot read "),
+    "csv-more-ranks-than-pp": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\n" * 3}, RUN, 2,
+                               "s.yaml:4: parallelism.pipeline.table: the schedule table "),
+    "csv-other-v": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,F0c1,F1c1,BW0c1,BW1c1,BW0,BW1\n" * 2}, RUN, 2,
+                    "s.yaml:4: parallelism.pipeline.table: the schedule table "),
     "csv-deadlock": ({"s.yaml": CUSTOM, "table.csv": "# p = 2\nF0,BW0,F1,BW1\nF1,BW1,F0,BW0\n"}, RUN, 2,
                      "table.csv:2: parallelism.pipeline.table: the schedule cannot run: pipeline schedule deadlocks "
                      "in the loop placement: no action can start (rank 0 at BW0; rank 1 at F1)"),
@@ -942,3 +946,17 @@ def test_checks_across_the_fields_of_a_scenario_are_made_when_it_is_read(text, l
     with pytest.raises(ScenarioError) as caught:
         scenario_from_text(text, "s.yaml")
     assert (caught.value.line, caught.value.field) == (line, field)
+
+
+def test_a_table_of_another_size_names_its_rows_and_the_overrides_that_sized_the_step(tmp_path, capsys):
+    """The fault is the scenario's pairing of a table with its sizes: the error is at the scenario's table line,
+    names the table's rows and every override that set p, m or v."""
+    argv = materialise(tmp_path, {"s.yaml": CUSTOM, "table.csv": "# p = 2\n" + "F0,F1,BW0,BW1\n" * 2},
+                       [*VALIDATE, "--set", "training.microbatches=4"])
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path}/s.yaml:4: parallelism.pipeline.table: the schedule table is for p = 2, m = 2, v = 1 "
+        f"({tmp_path}/table.csv, its rows on lines 2-3); the scenario asks for p = 2, m = 4, v = 1 (with --set "
+        "training.microbatches=4) (allowed: parallelism.pp: 2, 2 micro-batches (training.microbatches, or a "
+        "global_batch of dp x micro_batch x 2) and parallelism.pipeline.virtual_stages: 1; or a table for p = 2, "
+        "m = 4, v = 1)\n")

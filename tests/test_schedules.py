@@ -213,8 +213,9 @@ def test_a_table_of_other_sizes_names_the_fields_that_give_its_sizes(tmp_path: P
     path.write_text(schedule_to_csv(build_schedule("dualpipev", 2, 4, 2), "v"))
     with pytest.raises(ScenarioError) as caught:
         get_schedule("custom", table=path)(2, 16, 2)
-    assert caught.value.problem == ("the schedule table is for p = 2, m = 4, v = 2; the scenario asks for p = 2, "
-                                    "m = 16, v = 2")
+    assert caught.value.problem == (f"the schedule table is for p = 2, m = 4, v = 2 ({path}, its rows on lines 2-3); "
+                                    "the scenario asks for p = 2, m = 16, v = 2")
+    assert caught.value.file == ""  # the scenario's table line locates it
     assert caught.value.allowed == ("parallelism.pp: 2, 4 micro-batches (training.microbatches, or a global_batch of "
                                     "dp x micro_batch x 4) and parallelism.pipeline.virtual_stages: 2; or a table "
                                     "for p = 2, m = 16, v = 2")

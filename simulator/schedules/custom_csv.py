@@ -200,20 +200,40 @@ def load_table_placement(path: str | Path) -> Placement:
 
 
 def _load_table(path: str | Path) -> _Table:
-    text = read_user_text(path, ScenarioError, field=TABLE_FIELD, allowed="a readable UTF-8 CSV file")
+    """The checked table at ``path``. A file that cannot be read is refused without a file of its own, so that
+    the scenario's line of `parallelism.pipeline.table` names it (`config/locate.located`); a fault inside the
+    file, at the file's line."""
+    try:
+        text = read_user_text(path, ScenarioError, field=TABLE_FIELD, allowed="a readable UTF-8 CSV file")
+    except ScenarioError as exc:
+        if exc.line is not None:
+            raise
+        raise exc.rebuilt(problem=f"cannot read {path}: {exc.problem.removeprefix('cannot read file: ')}",
+                          file="") from None
     return _read_table(text, source=str(path))
 
 
+SIZE_FIELDS = ("parallelism.pp", "training.microbatches", "training.global_batch", "training.micro_batch",
+               "parallelism.pipeline.virtual_stages")
+"""The scenario's fields that set the (p, m, v) a table must cover, which an error of a table of another size
+reads: the overrides that wrote them are named beside the scenario's line of the table."""
+
+
 def csv_schedule(path: str | Path) -> ScheduleBuilder:
-    """A schedule builder serving the table at ``path``; it refuses a (p, m, v) the table does not cover."""
-    schedule = load_schedule_csv(path)
+    """A schedule builder serving the table at ``path``; it refuses a (p, m, v) the table does not cover,
+    without a file of its own: the fault is the scenario's pairing of the table with its sizes, located at its
+    `parallelism.pipeline.table` line (`config/locate.located`), and the message names the table's rows."""
+    table = _load_table(path)
+    schedule = table.schedule
     m_table, v_table = table_size(schedule)
+    rows = f"{table.rank_lines[0]}-{table.rank_lines[-1]}" if len(schedule) > 1 else str(table.rank_lines[0])
 
     def build(p: int, m: int, v: int = 1) -> Schedule:
         if (p, m, v) != (len(schedule), m_table, v_table):
-            raise ScenarioError(f"the schedule table is for p = {len(schedule)}, m = {m_table}, v = {v_table}; "
-                                f"the scenario asks for p = {p}, m = {m}, v = {v}", field=TABLE_FIELD,
-                                file=str(path), allowed=f"parallelism.pp: {len(schedule)}, {m_table} micro-batches "
+            raise ScenarioError(f"the schedule table is for p = {len(schedule)}, m = {m_table}, v = {v_table} "
+                                f"({path}, its rows on lines {rows}); the scenario asks for p = {p}, m = {m}, v = {v}",
+                                field=TABLE_FIELD, reads=SIZE_FIELDS,
+                                allowed=f"parallelism.pp: {len(schedule)}, {m_table} micro-batches "
                                 "(training.microbatches, or a global_batch of dp x micro_batch x "
                                 f"{m_table}) and parallelism.pipeline.virtual_stages: {v_table}; or a table for "
                                 f"p = {p}, m = {m}, v = {v}")
