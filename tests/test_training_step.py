@@ -428,6 +428,24 @@ parallelism: {tp: 1, pp: 2, dp: 4,
     assert error.value.render() == expected
 
 
+def test_a_cross_field_check_at_an_override_names_the_overrides_of_the_fields_it_read():
+    """Located at the override of the field it fails at (pp), the layers' split still names the override of the
+    virtual stages, which makes the 12 stages with it, and not the one of dp, which it does not read."""
+    text = """
+cluster: {topology: dgx-h100-cluster, nodes: 1}
+model: {preset: llama3-8b}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 1, pp: 2, dp: 4, pipeline: {schedule: interleaved}}
+"""
+    overrides = ["parallelism.dp=2", "parallelism.pp=4", "parallelism.pipeline.virtual_stages=3"]
+    with pytest.raises(ScenarioError) as error:
+        simulate(scenario_from_text(text, "inline.yaml", overrides))
+    assert error.value.render() == (
+        "--set parallelism.pp=4: 32 layers do not split evenly over pp x virtual_stages = 12 stages (with --set "
+        "parallelism.pipeline.virtual_stages=3) (allowed: pp x virtual_stages dividing the layers (or layers + 2 "
+        "with first_last_fewer_layers))")
+
+
 @pytest.mark.parametrize("overrides,expected", [
     (["parallelism.tp=8"], "mixtral-8x7b-ep8.yaml:12: parallelism.ep: ep 8 does not divide dp x cp = 4 x 1 = 4 ranks "
      "(with --set parallelism.tp=8) (allowed: divisors of 4)"),

@@ -357,7 +357,9 @@ class LoadedScenario:
 def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
                   overrides: tuple[Override, ...], error: type[ScenarioError] = ScenarioError,
                   named: tuple[Override, ...] | None = None, reads: tuple[FieldPath, ...] = ()) -> ScenarioError:
-    """The error in the value at ``path``: at the override that wrote it, else at the file's line, naming the
+    """The error in the value at ``path``: at the override that wrote it, naming the other overrides that wrote
+    a field the check ``reads`` (with `--set parallelism.pp=4`, the `--set parallelism.pipeline.virtual_stages=3`
+    that makes the stages 12 with it), else at the file's line, naming the
     overrides that wrote under ``path`` or under a field the check ``reads`` (a check across fields,
     `parallelism`'s product against the cluster's GPUs, may fail because of one of them, and the file's line
     alone shows other values than the ones checked), or ``named`` where given. An override above a field read
@@ -366,13 +368,19 @@ def located_error(path: FieldPath, problem: str, allowed: str, source: str, line
     if found is None:
         fields = (_text(path), *(_text(field) for field in reads))
         under = [override.where for override in (overrides if named is None else named)
-                 if named is not None or any(_text(override.path[:len(field)]) == field
-                                             or field[:len(override.path)] == _text(override.path)
-                                             for field in fields)]
+                 if named is not None or _wrote_under(override, fields)]
         if under:
             problem += f" (with {', '.join(under)})"
         return error(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))
-    return found.error(problem, dotted(path), allowed, error)
+    read = [override.where for override in overrides
+            if not _wrote_under(override, (_text(path),)) and _wrote_under(override, tuple(map(_text, reads)))]
+    return found.error(problem + (f" (with {', '.join(read)})" if read else ""), dotted(path), allowed, error)
+
+
+def _wrote_under(override: Override, fields: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether ``override`` wrote one of ``fields``, under one, or a section above one."""
+    return any(_text(override.path[:len(field)]) == field or field[:len(override.path)] == _text(override.path)
+               for field in fields)
 
 
 def _blamed_override(path: FieldPath, lines: dict, overrides: tuple[Override, ...]) -> Override | None:
