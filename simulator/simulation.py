@@ -578,6 +578,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                               weights=weights, stops=stops, exchanges=program.exchanges, every_mirror=every_mirror)
     if result.stopped_at_s is not None:
         return None, result.log, result.lockstep
+    contention = (sm_contention_summary(result.sm_lost_s, ranks_stood_for(program.ranks, weights))
+                  if program.sm_share is not None else None)
     summary = training_summary(StepRows.of(result.log, weights), step_time_s=result.makespan_s, gpus=program.world,
                                simulated=program.ranks, tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
@@ -586,6 +588,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                span="run" if program.parameter_server is not None else "step",
                                traced="trace" in program.details,
                                routing_skew_s=_routing_skew_s(program.details),
+                               sm_contention_s=None if contention is None else contention["total_compute_slowdown_s"],
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
                                pipeline_stages=program.layout.pp if program.layout is not None else 1,
@@ -603,8 +606,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                        "replicas_sent": program.layout.dp // result.log.flow_images}
     if weights is not None:
         summary["rank_weights"] = {str(rank): weight for rank, weight in sorted(weights.items())}
-    if program.sm_share is not None:
-        summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, ranks_stood_for(program.ranks, weights))
+    if contention is not None:
+        summary["sm_contention"] = contention
     return summary, result.log, result.lockstep
 
 

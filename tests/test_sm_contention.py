@@ -168,3 +168,36 @@ def test_a_step_without_communication_loses_no_compute_seconds_as_a_float(run_ya
                     "training: {seq_len: 1024, microbatches: 1}\n").summary["sm_contention"]
     assert lost == {"compute_slowdown_s": {}, "total_compute_slowdown_s": 0.0}
     assert isinstance(lost["total_compute_slowdown_s"], float)
+
+
+SYNTHETIC_SENDS = """
+cluster: {topology: dgx-h100}
+model: {synthetic: {stages: 4, forward: 2 ms, backward: 4 ms, p2p_bytes: 256MiB}}
+training: {microbatches: 8}
+parallelism: {pp: 4, dp: 2, pipeline: {schedule: looped-bfs, virtual_stages: 2}}
+"""
+
+
+def test_the_compute_sends_stretch_is_a_loss_and_a_console_row(run_yaml):
+    """A synthetic study's sends slow the forwards they overlap: the compute seconds lost are a share of the step
+    among the losses, and the console prints them, as it does for every model."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.console.report import format_seconds, training_table
+
+    paid = run_yaml(SYNTHETIC_SENDS)
+    lost_s = paid.summary["sm_contention"]["total_compute_slowdown_s"]
+    step_s = paid.summary["step_time_s"]
+    assert lost_s > 0.1 * step_s  # the 1 ms forwards beside a 256 MiB send run ~1.18 ms
+    shares = paid.summary["bottleneck"]["loss_shares"]
+    assert shares["sm_contention"] == pytest.approx(lost_s / step_s, rel=1e-12)
+    console = Console(file=io.StringIO(), width=400)
+    console.print(training_table(paid.summary))
+    rows = [" ".join(line.split()) for line in console.file.getvalue().splitlines()]
+    assert [row for row in rows if row.startswith("SM contention")] == [
+        f"SM contention {format_seconds(lost_s)} of compute per GPU ({100 * lost_s / step_s:.1f}%; "
+        f"pp {format_seconds(lost_s)})"]
+    free = run_yaml(SYNTHETIC_SENDS, "collectives.sm_contention=none")
+    assert "sm_contention" not in free.summary["bottleneck"]["loss_shares"]

@@ -363,6 +363,9 @@ def training_table(summary: dict) -> Table:
                  if (text := _exposed_text(kind, exposed.get(kind, 0.0), (summary.get("comm_s") or {}).get(kind, 0.0),
                                            step))]
         table.add_row("exposed communication", ", ".join(shown) or "none")
+    contention = summary.get("sm_contention") or {}
+    if step and contention.get("total_compute_slowdown_s", 0.0) > 0:
+        table.add_row(LOSS_LABELS["sm_contention"], _contention_text(contention, step))
     shares = (summary.get("bottleneck") or {}).get("loss_shares") or {}
     if ps and step and shares.get("worker_wait") is not None:
         table.add_row(LOSS_LABELS["worker_wait"], f"{format_seconds(shares['worker_wait'] * step)} "
@@ -397,6 +400,16 @@ def _exposed_text(kind: str, exposed_s: float, comm_s: float, step_s: float) -> 
         return f"{kind} none ({format_seconds(comm_s)} hidden)" if comm_s > 0 else ""
     return (f"{kind} {format_seconds(exposed_s)} ({_share(exposed_s / step_s)}"
             f"{f'; {format_seconds(hidden)} hidden' if shows_hidden else ''})")
+
+
+def _contention_text(contention: dict, step_s: float) -> str:
+    """The compute time per GPU that communication kernels stretched by holding SMs, in all and by the kind of
+    the holding communication: '8.907 ms of compute per GPU (12.2%; pp 8.907 ms)'. Kernel seconds: a stretch
+    that a pipeline bubble absorbs counts, and the step may grow by less or by more (docs/cost-model.md)."""
+    total = contention["total_compute_slowdown_s"]
+    kinds = ", ".join(f"{kind} {format_seconds(seconds)}"
+                      for kind, seconds in contention["compute_slowdown_s"].items() if seconds > 0)
+    return f"{format_seconds(total)} of compute per GPU ({_share(total / step_s)}; {kinds})"
 
 
 def _routing_skew_text(moe: dict, step_s: float) -> str:

@@ -48,7 +48,7 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
-               "host": "host time", "worker_wait": "worker wait",
+               "sm_contention": "SM contention", "host": "host time", "worker_wait": "worker wait",
                "finished_early": "idle after last iteration",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` and the console's rows name
@@ -60,7 +60,8 @@ its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or 
 
 def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float,
                 routing_skew_s: float | None = None, host_s: float | None = None,
-                worker_wait_s: float | None = None, finished_early_s: float | None = None) -> dict[str, float]:
+                worker_wait_s: float | None = None, finished_early_s: float | None = None,
+                sm_contention_s: float | None = None) -> dict[str, float]:
     """Each loss as a share of the step: idle time of the pipeline window (none without a pipeline,
     ``bubble_s`` None), exposed communication per kind (mean over ranks of communication time no compute
     overlaps), the optimizer step and, for a MoE step, the expert compute its routing skew adds to every rank
@@ -69,11 +70,14 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
     idles for another reason than a pipeline (a parameter-server run), the idle time with neither compute nor
     communication, split in two: inside its iterations (``worker_wait_s``, `worker_wait`: a worker's push
     done, the slowest worker's push or the servers' update not) and after its last one, until the slowest
-    worker finishes (``finished_early_s``, `finished_early`: async and ssp); None with a pipeline."""
+    worker finishes (``finished_early_s``, `finished_early`: async and ssp); None with a pipeline; and, with the
+    SM-contention model on, the compute time per GPU that communication kernels holding SMs stretched
+    (``sm_contention_s``, `sm_contention`: `total_compute_slowdown_s`; none with `sm_contention: none`, None)."""
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
                **({} if routing_skew_s is None else {"moe_imbalance": routing_skew_s}),
+               **({} if sm_contention_s is None else {"sm_contention": sm_contention_s}),
                **({} if host_s is None else {"host": host_s}),
                **({} if worker_wait_s is None else {"worker_wait": worker_wait_s}),
                **({} if finished_early_s is None else {"finished_early": finished_early_s}),
@@ -249,7 +253,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      traffic_correction: Mapping[str, float] | None = None,
                      nominal_model_flops_per_step: float | None = None,
                      training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step",
-                     traced: bool = False, routing_skew_s: float | None = None) -> dict:
+                     traced: bool = False, routing_skew_s: float | None = None,
+                     sm_contention_s: float | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
@@ -265,7 +270,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     ``span`` is what ``step_time_s`` spans, which the bottleneck's verdict names (`SimulatedSpan`). A replayed
     trace (``traced``) whose ops carry no shapes counts no executed FLOPs: its hardware rate and HFU are unknown,
     None (null in summary.json, empty in a sweep's table), not the 0 a script or a chart reads as measured.
-    ``routing_skew_s`` (experts only) is what the hottest EP rank's load adds to the step, a loss (`loss_shares`)."""
+    ``routing_skew_s`` (experts only) is what the hottest EP rank's load adds to the step, a loss (`loss_shares`);
+    so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     comm = communication_metrics(timed, step_time_s)
     bubble = bubble_fraction(timed) if pipelined else 0.0
@@ -293,7 +299,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
                          optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None,
                          None if tail_s is None
-                         else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s)
+                         else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s,
+                         sm_contention_s)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span)
     return summary
