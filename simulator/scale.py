@@ -809,7 +809,7 @@ def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recomput
     each forward at most its own."""
     from simulator.schedules.base import rank_stages
     from simulator.schedules.handoff_overlap import named_beside_handoffs
-    from simulator.schedules.registry import build_schedule, schedule_placement
+    from simulator.schedules.registry import build_schedule
 
     buckets = layout.dp * layout.cp > 1
     if (buckets and (par.zero_stage == 3 or par.reduce_every_microbatch(par.pp))) or par.pipeline.table is not None:
@@ -821,7 +821,7 @@ def _tp_beside_pipeline(par: ParallelismConfig, layout: Layout, m: int, recomput
         return 1.0
     chunk_layers = layers / v
     per_block = 1 + (recompute == "full")
-    placement = schedule_placement(name)
+    placement = schedule.placement
     blocks_to_first_bucket = first_bucket + 1  # a pipelined rank's blocks hold no head, which the count starts at
     after = _tp_after_first_bucket(par, recompute, layers, blocks_to_first_bucket) if buckets else 0
     total = beside = 0.0

@@ -218,9 +218,22 @@ def test_a_v_table_timed_in_the_loop_placement_names_the_placement_in_its_deadlo
     path = tmp_path / "dualpipev.csv"
     path.write_text(schedule_to_csv(build_schedule("dualpipev", 2, 4, 2), "v"))
     with pytest.raises(SimulationError, match=r"deadlocks in the loop placement: no action can start \(rank 0 at "):
-        simulate_schedule(load_schedule_csv(path), 1, 1, 1)
-    timing = simulate_schedule(load_schedule_csv(path), 1, 1, 1, placement=load_table_placement(path))
+        simulate_schedule(load_schedule_csv(path), 1, 1, 1, placement="loop")
+    timing = simulate_schedule(load_schedule_csv(path), 1, 1, 1)  # the table's own placement, its placement row's
     assert timing.bubble_fraction == pytest.approx(1 / 25, abs=EXACT)  # (p - 1) / (6m + p - 1) at p = 2, m = 4
+
+
+@pytest.mark.parametrize("name, placement", [("zbv", "v"), ("dualpipev", "v"), ("interleaved", "loop"),
+                                             ("1f1b", "loop")])
+def test_a_built_schedule_carries_its_placement_to_the_executor_and_the_csv(name: str, placement: str) -> None:
+    """`build_schedule("zbv", 4, 8, 2)` timed without a placement deadlocked in the loop placement: the schedule
+    carries its own, which `simulate_schedule` and `schedule_to_csv` take when none is given."""
+    v = 1 if name == "1f1b" else 2
+    schedule = build_schedule(name, 4, 8, v)
+    assert schedule.placement == placement == schedule_placement(name)
+    assert simulate_schedule(schedule, 2, 2, 2) == simulate_schedule(schedule, 2, 2, 2, placement=placement)
+    assert schedule_to_csv(schedule).startswith("placement,v\n") == (placement == "v")
+    assert schedule_to_csv(schedule) == schedule_to_csv(schedule, placement)
 
 
 TABLE_SCENARIO = ("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 2 ms, backward: 4 ms}}\n"
@@ -247,7 +260,7 @@ def test_a_table_that_runs_only_in_the_other_placement_is_refused_at_its_row(tmp
     from simulator.cli import main
 
     table = tmp_path / "order.csv"
-    table.write_text("# p = 2, m = 4\n" + row + schedule_to_csv(build_schedule(name, 2, 4, 2)))
+    table.write_text("# p = 2, m = 4\n" + row + schedule_to_csv(build_schedule(name, 2, 4, 2), "loop"))  # no row
     assert load_schedule_csv(table) == build_schedule(name, 2, 4, 2)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(TABLE_SCENARIO)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -52,8 +52,34 @@ class Action:
         return f"{self.kind}{self.microbatch}{suffix}"
 
 
-Schedule = list[list[Action]]
-ScheduleBuilder = Callable[[int, int, int], Schedule]
+RankActions = list[list[Action]]
+"""Each pipeline rank's actions, in the order it runs them."""
+
+
+class Schedule(RankActions):
+    """Each pipeline rank's action list, and the placement of its chunks (`rank_stages`), which the builder
+    fixes: the V schedules and a table with `placement,v` are 'v', the others 'loop'. `simulate_schedule` and
+    `schedule_to_csv` read it, so that a V schedule runs in its V without the caller naming it. Equal to any
+    list of the same actions (the placement is no part of ``==``)."""
+
+    __slots__ = ("_placement",)
+
+    def __init__(self, ranks: Iterable[list[Action]] = (), placement: Placement = "loop") -> None:
+        super().__init__(ranks)
+        self._placement: Placement = placement
+
+    @property
+    def placement(self) -> Placement:
+        """Which virtual stage each chunk holds: 'loop' (chunk c of rank r is stage c p + r) or 'v'."""
+        return self._placement
+
+
+def placement_of(schedule: RankActions) -> Placement:
+    """The placement a schedule carries; 'loop' for a plain list of action lists."""
+    return schedule.placement if isinstance(schedule, Schedule) else "loop"
+
+
+ScheduleBuilder = Callable[[int, int, int], RankActions]
 
 
 def parse_action(text: str) -> Action:
@@ -87,7 +113,7 @@ def slots(actions: list[Action]) -> list[str]:
     return words
 
 
-def format_schedule(schedule: Schedule) -> str:
+def format_schedule(schedule: RankActions) -> str:
     """The schedule as text, one line per rank ("r0: F0 F1 B0 ..."), for logs, docs and failure messages."""
     return "\n".join(f"r{rank}: " + " ".join(slots(actions)) for rank, actions in enumerate(schedule))
 
@@ -123,7 +149,7 @@ def require_single_chunk(name: str, v: int) -> None:
                             reads=(SCHEDULE_FIELD,))
 
 
-def validate_schedule(schedule: Schedule, p: int, m: int, v: int = 1, *, field: str = SCHEDULE_FIELD,
+def validate_schedule(schedule: RankActions, p: int, m: int, v: int = 1, *, field: str = SCHEDULE_FIELD,
                       file: str = "", rank_lines: list[int] | None = None) -> None:
     """Check that a table has p ranks and runs, on every rank, each (micro-batch, chunk) once forward and once
     backward (one BW, or one B followed later by one W), backward after forward. ``rank_lines`` gives the file
@@ -143,7 +169,7 @@ class _RankError(Exception):
         self.rank, self.problem, self.allowed = rank, problem, allowed
 
 
-def _validate_ranks(schedule: Schedule, p: int, m: int, v: int, field: str, file: str) -> None:
+def _validate_ranks(schedule: RankActions, p: int, m: int, v: int, field: str, file: str) -> None:
     if len(schedule) != p:
         raise ScenarioError(f"the schedule has {len(schedule)} ranks, the pipeline has {p} stages",
                             field=field, allowed=f"{p} rows", file=file)

@@ -26,9 +26,11 @@ from simulator.schedules.base import (
     TABLE_FIELD,
     Action,
     Placement,
+    RankActions,
     Schedule,
     ScheduleBuilder,
     parse_slot,
+    placement_of,
     slots,
     validate_schedule,
 )
@@ -40,9 +42,10 @@ BYTE_ORDER_MARK = "\ufeff"
 """What spreadsheets put before the first cell of a CSV saved as UTF-8."""
 
 
-def schedule_to_csv(schedule: Schedule, placement: Placement = "loop") -> str:
+def schedule_to_csv(schedule: RankActions, placement: Placement | None = None) -> str:
     """The schedule as CSV text that parse_schedule_csv reads back unchanged (with its placement row when the
-    chunks sit in the V placement)."""
+    chunks sit in the V placement: ``placement``, else the schedule's own)."""
+    placement = placement_of(schedule) if placement is None else placement
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     if placement != "loop":
@@ -53,7 +56,8 @@ def schedule_to_csv(schedule: Schedule, placement: Placement = "loop") -> str:
 
 
 def parse_schedule_csv(text: str, source: str = "") -> Schedule:
-    """Read a CSV action table and check it is complete; ``source`` names the file in errors."""
+    """Read a CSV action table and check it is complete, with its placement row's placement ('loop' without
+    one); ``source`` names the file in errors."""
     return _read_table(text, source).schedule
 
 
@@ -71,7 +75,7 @@ class _Table:
 
 def _read_table(text: str, source: str) -> _Table:
     """The table in ``text``, checked complete (`validate_schedule`, after `_check_indices`)."""
-    schedule: Schedule = []
+    schedule: RankActions = []
     rank_lines: list[int] = []
     placement: Placement = "loop"
     placement_line: int | None = None
@@ -105,10 +109,10 @@ def _read_table(text: str, source: str) -> _Table:
     m, v = table_size(schedule)
     _check_indices(schedule, rank_lines, source)
     validate_schedule(schedule, len(schedule), m, v, field=TABLE_FIELD, file=source, rank_lines=rank_lines)
-    return _Table(schedule, placement, placement_line or rank_lines[0], tuple(rank_lines))
+    return _Table(Schedule(schedule, placement), placement, placement_line or rank_lines[0], tuple(rank_lines))
 
 
-def _check_indices(schedule: Schedule, rank_lines: list[int], source: str) -> None:
+def _check_indices(schedule: RankActions, rank_lines: list[int], source: str) -> None:
     """Every rank's row names each micro-batch and chunk index below the table's m and v, which its largest
     indices set: a row that misses one is refused naming the action that set the size and its line (a stray
     `W1c5` makes a table of 6 chunks per rank)."""
@@ -167,7 +171,7 @@ def _wait_cycle(deadlock: ScheduleDeadlock, cycle: tuple[int, ...]) -> str:
     return phrases[0] if len(phrases) == 1 else f"{', '.join(phrases[:-1])}, and {phrases[-1]}"
 
 
-def _runs(schedule: Schedule, v: int, placement: Placement) -> bool:
+def _runs(schedule: RankActions, v: int, placement: Placement) -> bool:
     try:
         schedule_order(schedule, v, placement)
     except ScheduleDeadlock:
@@ -183,7 +187,7 @@ def _placement(cells: list[str], source: str, line: int) -> Placement:
                         line=line, allowed=_PLACEMENT_ROWS)
 
 
-def table_size(schedule: Schedule) -> tuple[int, int]:
+def table_size(schedule: RankActions) -> tuple[int, int]:
     """(micro-batches, chunks per rank) that a table covers: largest index + 1 of each."""
     actions = [a for rank in schedule for a in rank]
     return max(a.microbatch for a in actions) + 1, max(a.chunk for a in actions) + 1
@@ -228,7 +232,7 @@ def csv_schedule(path: str | Path) -> ScheduleBuilder:
     m_table, v_table = table_size(schedule)
     rows = f"{table.rank_lines[0]}-{table.rank_lines[-1]}" if len(schedule) > 1 else str(table.rank_lines[0])
 
-    def build(p: int, m: int, v: int = 1) -> Schedule:
+    def build(p: int, m: int, v: int = 1) -> RankActions:
         if (p, m, v) != (len(schedule), m_table, v_table):
             raise ScenarioError(f"the schedule table is for p = {len(schedule)}, m = {m_table}, v = {v_table} "
                                 f"({path}, its rows on lines {rows}); the scenario asks for p = {p}, m = {m}, v = {v}",
@@ -237,6 +241,6 @@ def csv_schedule(path: str | Path) -> ScheduleBuilder:
                                 "(training.microbatches, or a global_batch of dp x micro_batch x "
                                 f"{m_table}) and parallelism.pipeline.virtual_stages: {v_table}; or a table for "
                                 f"p = {p}, m = {m}, v = {v}")
-        return [list(actions) for actions in schedule]
+        return Schedule([list(actions) for actions in schedule], table.placement)
 
     return build

@@ -6,10 +6,10 @@ Both orders give the same bubble, (p - 1)(F + B), but every rank holds all m mic
 
 from __future__ import annotations
 
-from simulator.schedules.base import Action, Schedule, check_shape, require_single_chunk
+from simulator.schedules.base import Action, RankActions, check_shape, require_single_chunk
 
 
-def gpipe(p: int, m: int, v: int = 1) -> Schedule:
+def gpipe(p: int, m: int, v: int = 1) -> RankActions:
     """All-forward-all-backward order: F0..F(m-1) then BW0..BW(m-1) on every rank."""
     check_shape(p, m, v)
     require_single_chunk("gpipe", v)

@@ -24,8 +24,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from simulator.schedules.base import Placement, Schedule
-from simulator.schedules.registry import build_schedule, schedule_placement
+from simulator.schedules.base import Placement, RankActions
+from simulator.schedules.registry import build_schedule
 from simulator.schedules.timing import schedule_order
 
 
@@ -40,7 +40,7 @@ class _Handoffs:
     receiver_index: np.ndarray
 
 
-def beside_handoffs(schedule: Schedule, v: int, placement: Placement) -> list[list[bool]]:
+def beside_handoffs(schedule: RankActions, v: int, placement: Placement) -> list[list[bool]]:
     """Per pipeline rank of ``schedule`` (``v`` chunks a rank, placed by ``placement``), for each of its actions,
     whether a hand-off that the rank sends or receives may be in flight while it runs. A hand-off between
     chunks on one rank is free (no transfer) and counts for none."""
@@ -70,11 +70,12 @@ def beside_handoffs(schedule: Schedule, v: int, placement: Placement) -> list[li
 def named_beside_handoffs(name: str, p: int, m: int, v: int) -> tuple[tuple[bool, ...], ...]:
     """`beside_handoffs` of the named schedule ``name`` for p ranks, m micro-batches and v chunks a rank, worked
     out once: the scale estimate asks it of every layout a search weighs."""
-    flags = beside_handoffs(build_schedule(name, p, m, v), v, schedule_placement(name))
+    schedule = build_schedule(name, p, m, v)
+    flags = beside_handoffs(schedule, v, schedule.placement)
     return tuple(map(tuple, flags))
 
 
-def _clocks(schedule: Schedule, v: int, placement: Placement) -> tuple[list[np.ndarray], _Handoffs]:
+def _clocks(schedule: RankActions, v: int, placement: Placement) -> tuple[list[np.ndarray], _Handoffs]:
     """Per rank, the vector clock of each of its actions (a row): for each rank the index of its last action
     that happens before the action's end (the action's own index on its rank; -1 where none), through the
     ranks' action order and the hand-offs (a receiving action after its producer); and the hand-offs."""

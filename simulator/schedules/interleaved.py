@@ -16,7 +16,7 @@ the end), so weight grads fill the slots where the plain form waits on its neigh
 from __future__ import annotations
 
 from simulator.errors import ScenarioError
-from simulator.schedules.base import MICROBATCHES_FIELD, Action, ActionKind, Schedule, check_shape
+from simulator.schedules.base import MICROBATCHES_FIELD, Action, ActionKind, RankActions, check_shape
 
 
 def _slot_action(kind: ActionKind, slot: int, p: int, v: int) -> Action:
@@ -62,13 +62,13 @@ def _check_groups(p: int, m: int, v: int) -> None:
                             field=MICROBATCHES_FIELD, allowed=f"a multiple of {p}")
 
 
-def interleaved(p: int, m: int, v: int = 2) -> Schedule:
+def interleaved(p: int, m: int, v: int = 2) -> RankActions:
     """Interleaved 1F1B with whole backwards (BW); needs m a multiple of p."""
     _check_groups(p, m, v)
     return [_rank_order(p, m, v, rank, zero_bubble=False) for rank in range(p)]
 
 
-def interleaved_zero_bubble(p: int, m: int, v: int = 2) -> Schedule:
+def interleaved_zero_bubble(p: int, m: int, v: int = 2) -> RankActions:
     """Interleaved zero bubble (ZB1P) with split backwards (B then W); needs m a multiple of p."""
     _check_groups(p, m, v)
     return [_rank_order(p, m, v, rank, zero_bubble=True) for rank in range(p)]

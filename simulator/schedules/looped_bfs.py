@@ -8,10 +8,10 @@ bubble is (p - 1)(F + B) / v, and each chunk's gradients are complete early, whi
 
 from __future__ import annotations
 
-from simulator.schedules.base import Action, Schedule, check_shape
+from simulator.schedules.base import Action, RankActions, check_shape
 
 
-def looped_bfs(p: int, m: int, v: int = 1) -> Schedule:
+def looped_bfs(p: int, m: int, v: int = 1) -> RankActions:
     """The breadth-first order: every forward of chunk 0, then of chunk 1, ...; backwards in reverse."""
     check_shape(p, m, v)
     order = [Action("F", mb, c) for c in range(v) for mb in range(m)]

@@ -6,7 +6,7 @@ The bubble is the same as GPipe's, (p - 1)(F + B), but rank r holds at most p - 
 
 from __future__ import annotations
 
-from simulator.schedules.base import Action, Schedule, check_shape, require_single_chunk
+from simulator.schedules.base import Action, RankActions, check_shape, require_single_chunk
 
 
 def warmup_forwards(p: int, m: int, rank: int) -> int:
@@ -25,7 +25,7 @@ def one_f_one_b_order(p: int, m: int, rank: int) -> list[tuple[str, int]]:
     return order
 
 
-def one_f_one_b(p: int, m: int, v: int = 1) -> Schedule:
+def one_f_one_b(p: int, m: int, v: int = 1) -> RankActions:
     """Megatron's non-interleaved 1F1B order with whole backwards (BW)."""
     check_shape(p, m, v)
     require_single_chunk("1f1b", v)

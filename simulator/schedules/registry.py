@@ -7,7 +7,7 @@ from pathlib import Path
 
 from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_FIELD, SCHEDULE_NAMES
 from simulator.errors import ScenarioError, lookup
-from simulator.schedules.base import TABLE_FIELD, Action, Placement, Schedule, ScheduleBuilder
+from simulator.schedules.base import TABLE_FIELD, Action, Placement, Schedule, ScheduleBuilder, placement_of
 from simulator.schedules.custom_csv import csv_schedule, load_table_placement
 from simulator.schedules.gpipe import gpipe
 from simulator.schedules.interleaved import interleaved, interleaved_zero_bubble
@@ -74,11 +74,12 @@ def serves_chunks(name: str, v: int) -> bool:
 
 def build_schedule(name: str, p: int, m: int, v: int = 1, table: str | Path | None = None) -> Schedule:
     """The per-rank action lists of schedule ``name`` for p stages, m micro-batches and v chunks per rank, each
-    call its own lists. A named schedule is built once per (name, p, m, v): a layout search asks for the same
-    ones for many candidates."""
+    call its own lists, with their placement (`schedule_placement`). A named schedule is built once per
+    (name, p, m, v): a layout search asks for the same ones for many candidates."""
     if table is not None:
-        return get_schedule(name, table)(p, m, v)
-    return [list(actions) for actions in _named_schedule(name, p, m, v)]
+        built = get_schedule(name, table)(p, m, v)
+        return Schedule(built, placement_of(built))
+    return Schedule([list(actions) for actions in _named_schedule(name, p, m, v)], schedule_placement(name))
 
 
 @lru_cache(maxsize=256)

@@ -15,7 +15,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from simulator.errors import SimulationError
-from simulator.schedules.base import PLACEMENT_NAMES, Action, ActionKind, Placement, Schedule, rank_stages
+from simulator.schedules.base import (
+    PLACEMENT_NAMES,
+    Action,
+    ActionKind,
+    Placement,
+    RankActions,
+    placement_of,
+    rank_stages,
+)
 
 _Key = tuple[ActionKind, int, int]  # (kind, micro-batch, virtual stage)
 Durations = float | Sequence[float]
@@ -73,10 +81,11 @@ class ScheduleTiming:
     peak_in_flight: tuple[int, ...]
 
 
-def simulate_schedule(schedule: Schedule, f: Durations, b: Durations, w: Durations = 0.0, p2p: float = 0.0,
-                      v: int | None = None, placement: Placement = "loop") -> ScheduleTiming:
+def simulate_schedule(schedule: RankActions, f: Durations, b: Durations, w: Durations = 0.0, p2p: float = 0.0,
+                      v: int | None = None, placement: Placement | None = None) -> ScheduleTiming:
     """Run ``schedule`` with durations f (forward), b (input grad) and w (weight grad); BW lasts b + w.
-    ``placement`` says which virtual stage each chunk of a rank holds (see schedules.base.rank_stages).
+    ``placement`` says which virtual stage each chunk of a rank holds (see schedules.base.rank_stages); left out,
+    the schedule's own (`Schedule.placement`: 'v' for zbv and dualpipev as built, 'loop' for a plain list).
 
     A number is one pipeline stage's duration: with v chunks per rank (inferred from the largest chunk index when
     not given) every chunk action lasts 1/v of it. A sequence gives each virtual stage's own duration (p v of
@@ -90,7 +99,7 @@ def simulate_schedule(schedule: Schedule, f: Durations, b: Durations, w: Duratio
     if v is None:
         v = 1 + max((a.chunk for rank in schedule for a in rank), default=0)
     f_s, b_s, w_s = (_per_stage(value, name, p, v) for value, name in ((f, "f"), (b, "b"), (w, "w")))
-    order = schedule_order(schedule, v, placement)
+    order = schedule_order(schedule, v, placement_of(schedule) if placement is None else placement)
     starts, ends = execute(order, f_s, b_s, w_s, p2p)
     timelines: list[list[TimedAction]] = [[] for _ in range(p)]
     for index, action in enumerate(order.actions):
@@ -133,7 +142,7 @@ class ScheduleOrder:
 _KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
 
 
-def schedule_order(schedule: Schedule, v: int, placement: Placement = "loop") -> ScheduleOrder:
+def schedule_order(schedule: RankActions, v: int, placement: Placement = "loop") -> ScheduleOrder:
     """``schedule`` (v chunks per rank, ``placement``) compiled for `execute`; ScheduleDeadlock where it
     deadlocks."""
     p = len(schedule)
@@ -221,7 +230,7 @@ def execute(order: ScheduleOrder, f: list[float], b: list[float], w: list[float]
     return starts, ends
 
 
-def _summarise(schedule: Schedule, timelines: list[list[TimedAction]]) -> ScheduleTiming:
+def _summarise(schedule: RankActions, timelines: list[list[TimedAction]]) -> ScheduleTiming:
     makespan = max((t.end for rank in timelines for t in rank), default=0.0)
     idle = tuple(makespan - sum(t.end - t.start for t in rank) for rank in timelines)
     bubble = sum(idle) / (len(idle) * makespan) if makespan > 0 else 0.0

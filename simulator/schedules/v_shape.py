@@ -113,7 +113,7 @@ def zbv(p: int, m: int, v: int = 2) -> Schedule:
     order built for max(m, 2p - 1), as PyTorch does."""
     check_shape(p, m, v)
     require_two_chunks("zbv", v)
-    return [_zbv_rank(p, m, rank) for rank in range(p)]
+    return Schedule([_zbv_rank(p, m, rank) for rank in range(p)], "v")
 
 
 def _dualpipe_v_rank(p: int, m: int, rank: int) -> list[Action]:
@@ -159,4 +159,4 @@ def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
     if m < 2 * p:
         raise ScenarioError(f"DualPipeV needs at least as many micro-batches as stages, 2p = {2 * p}, got {m}",
                             field=MICROBATCHES_FIELD, allowed=f">= {2 * p}")
-    return [_dualpipe_v_rank(p, m, rank) for rank in range(p)]
+    return Schedule([_dualpipe_v_rank(p, m, rank) for rank in range(p)], "v")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from simulator.schedules.base import Action, Schedule, check_shape, require_single_chunk
+from simulator.schedules.base import Action, RankActions, check_shape, require_single_chunk
 from simulator.schedules.one_f_one_b import one_f_one_b_order
 
 
@@ -54,7 +54,7 @@ def _merge_adjacent_backwards(actions: list[Action]) -> list[Action]:
     return merged
 
 
-def zb_h1(p: int, m: int, v: int = 1) -> Schedule:
+def zb_h1(p: int, m: int, v: int = 1) -> RankActions:
     """The ZB-H1 order for p ranks and m micro-batches (one chunk per rank)."""
     check_shape(p, m, v)
     require_single_chunk("zb-h1", v)

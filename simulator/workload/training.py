@@ -36,7 +36,7 @@ from simulator.parallel.program import StepPlan
 from simulator.parallel.sharding import FP32_BYTES, Sharding, hybrid_degree
 from simulator.schedules.base import Placement, rank_stages
 from simulator.schedules.custom_csv import refuse_deadlocked_table
-from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_placement
+from simulator.schedules.registry import SINGLE_STAGE, build_schedule
 from simulator.schedules.timing import ScheduleDeadlock, simulate_schedule
 from simulator.topology.size import GpuPlacement
 from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
@@ -387,7 +387,7 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
             raise _invalid("training.global_batch", f"{exc.problem} (micro-batches = global_batch / "
                            f"(micro_batch x dp) = {m})", exc.allowed) from None
         raise
-    placement = schedule_placement(par.pipeline.schedule, table)
+    placement = schedule.placement
     if table is not None:
         check_schedule_runs(schedule, placement, table)
     precision_bytes = PRECISION_BYTES[training.precision]
