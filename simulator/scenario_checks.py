@@ -1,5 +1,6 @@
 """Checks across a scenario's fields that need its layout's data-parallel degree (from the cluster's GPUs): the
-global batch against the micro-batches that override it, and the interleaved schedule on one chunk per rank.
+global batch against the micro-batches that override it, the interleaved schedule on one chunk per rank, and a
+pipeline of fewer micro-batches than stages.
 
 A `training.global_batch` and `training.microbatches` that disagree are refused where the file gives both (or
 `--set`s give both): microbatches, which win, made the step run another global batch than the file says without a
@@ -126,6 +127,44 @@ def batch_override_warning(loaded: LoadedScenario, gpus: int, topology: Topology
         return None
     return str(loaded.error(MICROBATCHES, f"{conflict.product} sequences {conflict.unit}, overriding the file's "
                             f"global_batch {conflict.global_batch:,}"))
+
+
+UNFILLED_COSTS = (1.0, 1.0, 1.0)
+"""The forward, input-grad and weight-grad times per stage that an unfilled pipeline's warning times its schedule
+with: uniform stages, the backward twice the forward (the bundled schedule studies' F = 1 ms, B = 2 ms)."""
+
+
+def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
+    """The located warning for a pipelined step of fewer micro-batches than stages, which never fills its
+    pipeline: each rank idles while the micro-batches pass the others. It gives the bubble the schedule has at
+    uniform stages (`UNFILLED_COSTS`, timed by `simulate_schedule`: 1F1B's (p-1)/(m+p-1), 60.0% at p = 4, m = 2);
+    a schedule that refuses so few micro-batches (interleaved, dualpipev) or a custom table is refused or timed
+    elsewhere, and warned of here not at all."""
+    from simulator.errors import InputError
+    from simulator.schedules.registry import build_schedule
+    from simulator.schedules.timing import simulate_schedule
+    from simulator.units import counted
+    from simulator.workload.training import microbatch_count
+
+    scenario = loaded.scenario
+    pipeline, stages = scenario.parallelism.pipeline, scenario.pipeline_stages
+    if stages == 1 or pipeline.table is not None or not _is_modelled_step(loaded):
+        return None
+    m = located(loaded, lambda: microbatch_count(scenario, data_parallel(loaded, gpus)))
+    if m >= stages:
+        return None
+    try:
+        schedule = build_schedule(pipeline.schedule, stages, m, pipeline.virtual_stages)
+    except InputError:
+        return None
+    bubble = simulate_schedule(schedule, *UNFILLED_COSTS).bubble_fraction
+    field = ("training", "microbatches") if scenario.training.microbatches is not None else ("training",
+                                                                                              "global_batch")
+    return str(loaded.error(
+        field, f"the pipeline never fills with {counted(m, 'micro-batch', 'micro-batches')} over {stages} stages: "
+        f"each rank idles while the others run, a {pipeline.schedule} bubble of {bubble:.1%} at uniform stages "
+        "(backward 2x forward)",
+        f"at least {stages} micro-batches to fill it", reads=(("parallelism", "pp"),)))
 
 
 def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | None:

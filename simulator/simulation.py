@@ -413,16 +413,21 @@ def scenario_warnings(loaded: LoadedScenario, topology: Topology) -> tuple[str, 
     (`moe_layouts_no_framework_trains`, `pipelined_deepspeed_no_framework_trains`), a GPU changed without the
     NVLink bandwidth or NVLink SHARP that go with it (`kept_node_warning`), a `zero: 2` that runs as ZeRO-1
     (`zero2_as_zero1_warning`), parameter servers whose workers drift apart under the analytic model
-    (`analytic_drifting_pushes_warning`), a `--set` of the micro-batches that changes the file's global batch and
-    an interleaved schedule on one chunk (scenario_checks.py). Each command gives them once: every step program
-    carried the NVLink SHARP one, a job's each cluster state's too, and a job's healthy step cached from another
-    file with the same step sections named that file's line."""
-    from simulator.scenario_checks import batch_override_warning, interleaved_one_chunk_warning
+    (`analytic_drifting_pushes_warning`), a `--set` of the micro-batches that changes the file's global batch, an
+    interleaved schedule on one chunk and a pipeline of fewer micro-batches than stages (scenario_checks.py).
+    Each command gives them once: every step program carried the NVLink SHARP one, a job's each cluster state's
+    too, and a job's healthy step cached from another file with the same step sections named that file's line."""
+    from simulator.scenario_checks import (
+        batch_override_warning,
+        interleaved_one_chunk_warning,
+        unfilled_pipeline_warning,
+    )
     from simulator.topology.loader import kept_node_warning
 
     gpus = topology.num_gpus
     found = (kept_node_warning(loaded, topology), zero2_as_zero1_warning(loaded, gpus),
              batch_override_warning(loaded, gpus, topology), interleaved_one_chunk_warning(loaded, gpus),
+             unfilled_pipeline_warning(loaded, gpus),
              analytic_drifting_pushes_warning(loaded), analytic_shared_nic_warning(loaded, topology))
     return (*loaded.ignored_without_a_horizon(), *loaded.ignored_by_a_synthetic_model(),
             *loaded.ignored_by_parameter_servers(), *loaded.ignored_by_uniform_routing(),

@@ -103,3 +103,25 @@ def test_interleaved_on_one_chunk_per_rank_is_warned_of_naming_1f1b(tmp_path, ca
         path.write_text(PIPELINED.replace("SCHEDULE", schedule).replace("V", chunks))
         assert main(["validate", str(path), "--quiet"]) == 0
         assert capsys.readouterr().err == ""
+
+
+def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they_give(tmp_path, capsys):
+    """1F1B at p = 4 over 2 micro-batches never fills its pipeline: (p-1)/(m+p-1) = 60% of it idles at uniform
+    stages, and the step ran without a word; at m = p it fills, and nothing is said."""
+    path = tmp_path / "pp4.yaml"
+    path.write_text(PIPELINED.replace("SCHEDULE", "1f1b").replace("V", "1"))
+    assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=4"]) == 0
+    assert capsys.readouterr().err == (
+        "warning: command line: trainsim validate: --set training.global_batch=4: the pipeline never fills with 2 "
+        "micro-batches over 4 stages: each rank idles while the others run, a 1f1b bubble of 60.0% at uniform stages "
+        "(backward 2x forward) (allowed: at least 4 micro-batches to fill it)\n")
+    synthetic = tmp_path / "synthetic.yaml"
+    synthetic.write_text("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 4, forward: 1 ms, backward: "
+                         "2 ms}}\ntraining: {microbatches: 1}\nparallelism: {dp: 2, pipeline: {schedule: gpipe}}\n")
+    assert main(["validate", str(synthetic), "--quiet"]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: {synthetic}:3: training.microbatches: the pipeline never fills with 1 micro-batch over 4 stages: "
+        "each rank idles while the others run, a gpipe bubble of 75.0% at uniform stages (backward 2x forward) "
+        "(allowed: at least 4 micro-batches to fill it)\n")
+    assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=8"]) == 0
+    assert capsys.readouterr().err == ""
