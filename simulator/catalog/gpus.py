@@ -18,7 +18,9 @@ Figures are dense (no 2:4 sparsity) vendor peaks for the SXM/HGX parts:
   variant at 1,200 W and 2,250 for the HGX one at 1,000 W.
 HBM capacity is what the driver reports as the GPU's total memory (nvidia-smi ``memory.total``): A100-SXM4-40GB
 40,960 MiB, A100-SXM4-80GB 81,920 MiB, H100 80GB HBM3 81,559 MiB, H200 143,771 MiB, B200 183,359 MiB, GB200
-189,471 MiB (the 186 GB part; as nvidia-smi reports it on GB200 NVL72 and NVL4 nodes). The marketed sizes
+189,471 MiB (198,674,743,296 B = 185.0 GiB: the total nvidia-smi prints for each GPU of GB200 NVL72 compute
+trays and NVL4 boards in public listings of driver 580; NVIDIA's 186 GB per GPU, the rack's "up to 13.4 TB" over
+72, is within 0.6% of it read as GiB, not as 1e9 B, as the H100's "80 GB" is). The marketed sizes
 are no reliable unit: the H100's "80 GB" is binary (five 16 GiB HBM3 stacks, S. Bekman, ml-engineering,
 compute/accelerator/README.md, "Accelerator memory size and speed"; read as 80e9 bytes it would understate
 what a training job can allocate by 5 GiB), while the B200's "192 GB" is decimal (its 183,359 MiB are 179 GiB,
