@@ -106,6 +106,31 @@ def test_a_class_taking_out_every_peer_falls_back_to_storage(text_job):
     assert lost["ci95_low"] <= exact <= lost["ci95_high"]
 
 
+def test_storage_restores_say_why_they_did_not_read_memory(text_job):
+    """A host crash leaves its peer's copy: while training, a failure rolls back to storage only where its
+    checkpoint is the newer (at most one in-memory interval of work lost); one finds no copy only during a
+    restart, its host's peer already out. A leaf switch over every host takes each host and its peer, so any
+    failure with a newer snapshot finds no copy. Each storage row says which, and the summary counts the
+    completed restores by it."""
+    for klass in (HOST_CRASH, LEAF_DOWN):
+        job = text_job(JOB.replace("CLASS", klass))
+        tau = 2000 * job.summary["step_time_s"]
+        frame = job.events
+        rows = failure_rows(job)
+        storage = rows[rows["tier"] == "storage"]
+        assert set(storage["storage_because"]) == {"newer", "copies_lost"}
+        assert (rows[rows["tier"] == "memory"]["storage_because"] == "").all()
+        assert (storage[storage["storage_because"] == "newer"]["lost_work_s"] <= tau + 1e-6).all()
+        restarts = frame[frame["kind"] == "restart"]
+        in_restart = [((restarts["replication"] == row.replication) & (restarts["start_s"] < row.start_s)
+                       & (row.start_s < restarts["end_s"])).any()
+                      for row in storage[storage["storage_because"] == "copies_lost"].itertuples()]
+        assert all(in_restart) == (klass == HOST_CRASH)
+        because = job.summary["memory_checkpoint"]["storage_because"]
+        restores = job.summary["memory_checkpoint"]["restores"]["storage"]["mean"]
+        assert because["newer"]["mean"] + because["copies_lost"]["mean"] == pytest.approx(restores)
+
+
 def test_a_restart_loads_from_the_tier_it_restores(text_job):
     """Detection 1 min, nothing else but the load: the restart rows' lengths are 60 s plus the tier's load."""
     job = text_job(JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1"))
@@ -178,8 +203,14 @@ def test_the_job_report_names_the_tier_and_its_restores(tmp_path, capsys):
     scenario.write_text(JOB.replace("CLASS", HOST_CRASH).replace("replications: 10", "replications: 1")
                         .replace("30 d", "2 d"))
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
-    row = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("in memory")]
+    out = capsys.readouterr().out
+    row = [line for line in out.splitlines() if line.strip().startswith("in memory")]
     assert row and "every 2,000 steps" in row[0] and "to 1 peer host" in row[0]
+    # Host crashes leave every snapshot a copy: both storage restores are of the newer storage checkpoint, which
+    # no failure at full size needs (not "a host and its peers out").
+    said = " ".join(out.split())
+    assert "2 from storage (2 where it was the newer, 0 where no in-memory copy survived;" in said
+    assert "storage as rarely as you like at full size (no failure there needs it)" in said
     trace = json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
     tiers = {event["args"].get("tier") for event in trace if event.get("cat") == "checkpoint"}
     assert tiers == {"memory", "storage"}

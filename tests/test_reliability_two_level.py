@@ -231,19 +231,20 @@ def test_storage_alone_names_the_mtbf_every_failure_rolls_back_to_storage_with(m
                                        f"first order; MTBF {mtbf}, every failure from storage)")
 
 
-@pytest.mark.parametrize("storage_restores, says", [
+@pytest.mark.parametrize("copies_lost, says", [
     (0.0, "storage as rarely as you like at full size (no failure there needs it)"),
-    (6.0, "storage as rarely as you like only at full size: 6 restores a replication read it (a host and its peers "
-          "out while the job waited for hosts or ran shrunk), each back to the last storage checkpoint")])
-def test_snapshots_alone_say_storage_is_needed_where_restores_read_it(storage_restores, says):
+    (6.0, "storage as rarely as you like only at full size: 6 restores a replication found no in-memory copy (a host "
+          "and its peers out at once, during a restart or with the job shrunk), each back to the last storage "
+          "checkpoint")])
+def test_snapshots_alone_say_storage_is_needed_where_restores_found_no_copy(copies_lost, says):
     """Where no failure at full size needs storage the optimum takes snapshots alone, but the MTBFs are the full
     job's: one waiting for hosts loses a host's peers too, and an elastic job shrunk to one host has no peer at all,
-    so where the job's own restores read storage the line says so and never that no failure needs it."""
+    so where the job's own restores found no in-memory copy the line says so and never that no failure needs it."""
     from simulator.console.report import two_level_text
 
     optimum = {"memory_interval_s": 94.09, "storage_interval_s": None, "memory_mtbf_s": 22_500.0,
                "storage_mtbf_s": None}
-    text = two_level_text(optimum, storage_restores=storage_restores)
+    text = two_level_text(optimum, copies_lost=copies_lost)
     assert text == f"two-level optimum memory every 94.09 s, {says} (MTBF 6.2 h recovered from memory)"
 
 

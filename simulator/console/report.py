@@ -737,35 +737,38 @@ def job_table(job: dict) -> Table:
                   "each" + optimum)
     memory = job.get("memory_checkpoint")
     if memory is not None:
-        restores = memory["restores"]
+        restores, because = memory["restores"], memory["storage_because"]
         table.add_row("in memory", f"every {counted(memory['interval_steps'], 'step')} "
                       f"({format_seconds(memory['interval_s'])}) to {counted(memory['replicas'], 'peer host')}, "
                       f"{format_seconds(memory['stall_s'])} of training each, load {format_seconds(memory['load_s'])}"
                       f"; {means}{count(restores['memory']['mean'])} restores from memory, "
-                      f"{count(restores['storage']['mean'])} from storage (Young and Daly: the storage tier alone)"
-                      + (f"; {two_level_text(memory['two_level'], storage_restores=restores['storage']['mean'])}"
+                      f"{count(restores['storage']['mean'])} from storage ({count(because['newer']['mean'])} "
+                      f"where it was the newer, {count(because['copies_lost']['mean'])} where no in-memory copy "
+                      "survived; Young and Daly: the storage tier alone)"
+                      + (f"; {two_level_text(memory['two_level'], copies_lost=because['copies_lost']['mean'])}"
                          if memory.get("two_level") else ""))
     return table
 
 
 def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_alike,
-                   storage_restores: float = 0.0) -> str:
+                   copies_lost: float = 0.0) -> str:
     """The first-order two-level optimum of a job_summary.json's `memory_checkpoint.two_level` (two_level.py): the
     two intervals and each tier's MTBF, or storage alone where the tier buys nothing and the one MTBF every failure
     then rolls back to storage with (not one "recovered from memory"); the intervals read as ``interval`` writes
     them. Its MTBFs are those of the job at full size, so where no failure there needs storage it says so, and,
-    where the job's restores read storage all the same (``storage_restores`` a replication: a host and its peers
-    out at once while the job waited for hosts, or ran shrunk onto fewer hosts than its copies need), that those
-    need it: "as rarely as you like" would roll each of them back far."""
+    where the job's restores found no in-memory copy all the same (``copies_lost`` a replication, its
+    `storage_because.copies_lost`: a host and its peers out at once during a restart, or the job shrunk onto
+    fewer hosts than its copies need), that those need it: "as rarely as you like" would roll each of them back
+    far. Restores from storage because it was the newer copy need nothing of it, and are not counted here."""
     memory, storage = optimum["memory_interval_s"], optimum["storage_interval_s"]
     if memory is None:
         rate = sum(1.0 / mtbf for mtbf in (optimum["memory_mtbf_s"], optimum["storage_mtbf_s"]) if mtbf is not None)
         mtbf = f"; MTBF {long_duration(1.0 / rate)}, every failure from storage" if rate > 0 else ""
         return f"two-level optimum storage alone every {interval(storage)} (the tier buys nothing to first order{mtbf})"
-    if storage is None and storage_restores > 0:
+    if storage is None and copies_lost > 0:
         text = (f"memory every {interval(memory)}, storage as rarely as you like only at full size: "
-                f"{expected_count(storage_restores)} restores a replication read it (a host and its peers out while "
-                "the job waited for hosts or ran shrunk), each back to the last storage checkpoint")
+                f"{expected_count(copies_lost)} restores a replication found no in-memory copy (a host and its peers "
+                "out at once, during a restart or with the job shrunk), each back to the last storage checkpoint")
     elif storage is None:
         text = (f"memory every {interval(memory)}, storage as rarely as you like at full size "
                 "(no failure there needs it)")

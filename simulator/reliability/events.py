@@ -3,8 +3,9 @@ maintenance), degradation and straggler (from its start to its repair). Single r
 checkpoints of many identical cycles as one arithmetic block (start = a + j p, end = b + j p, step = s + j k),
 expanded with numpy when the table is built. The table is built as Arrow columns (the strings as codes into
 their few distinct values), so that writing job_events.parquet never goes through a million Python strings.
-A job with an in-memory checkpoint tier has one more column, `tier`: a checkpoint's (written or lost), and the tier
-a failure rolled back to and a restart loaded from (`memory` or `storage`)."""
+A job with an in-memory checkpoint tier has two more columns, `tier`: a checkpoint's (written or lost), and the tier
+a failure rolled back to and a restart loaded from (`memory` or `storage`); and `storage_because`: on those that
+rolled back to or loaded storage, why (`StorageReason`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ TIER_COLUMN = "tier"
 Tier = Literal["memory", "storage"]
 """A checkpoint tier: the in-memory one (`checkpoint.memory`) or storage."""
 TIERS: tuple[Tier, ...] = get_args(Tier)
+STORAGE_COLUMN = "storage_because"
+StorageReason = Literal["newer", "copies_lost"]
+"""Why a failure rolled back to storage with an in-memory tier: `newer`, no in-memory snapshot was newer than the
+last completed storage checkpoint (or a planned stop wrote the newest); `copies_lost`, a newer snapshot existed but
+the hosts out held every copy of some host's (a host and all its peers)."""
+STORAGE_REASONS: tuple[StorageReason, ...] = get_args(StorageReason)
 
 
 class JobEvents:
@@ -35,10 +42,13 @@ class JobEvents:
         self.blocks: list[tuple] = []
 
     def add(self, kind: EventKind, start: float, end: float, *, cause: str = "", began: str = "",
-            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0, tier: Tier | Literal[""] = "") -> None:
+            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0, tier: Tier | Literal[""] = "",
+            storage_because: StorageReason | Literal[""] = "") -> None:
         """One row; ``began``, a restart's alone, is what began it (its ``cause`` is what it restarted from);
-        ``tier`` the checkpoint tier it wrote, lost or restored from ('' for none)."""
-        self.rows.append((self.replication, kind, cause, began, start, end, step, lost_work_s, hosts, tier))
+        ``tier`` the checkpoint tier it wrote, lost or restored from ('' for none); ``storage_because`` why it
+        restored from storage ('' for none)."""
+        self.rows.append((self.replication, kind, cause, began, start, end, step, lost_work_s, hosts, tier,
+                          storage_because))
 
     def add_checkpoints(self, start: float, end: float, step: float, period: float, steps: float,
                         count: int) -> None:
@@ -53,7 +63,7 @@ class JobEvents:
         The columns are allocated once at full length, single rows first, and the checkpoint blocks expanded
         into them in place: a long job has millions of checkpoints, and concatenating temporaries of that
         length costs more than the expansion itself."""
-        columns = list(zip(*self.rows)) if self.rows else [()] * (len(COLUMNS) + 1)
+        columns = list(zip(*self.rows)) if self.rows else [()] * (len(COLUMNS) + 2)
         names = sorted({"", *columns[2], *columns[3]})
         code_of = {name: code for code, name in enumerate(names)}
         blocks = [np.asarray(c) for c in zip(*self.blocks)] if self.blocks else []
@@ -94,6 +104,10 @@ class JobEvents:
             tier[:single] = columns[9]
             arrays.append(pa.array(tier[order], type=pa.string()).dictionary_encode())
             names_out.append(TIER_COLUMN)
+            because = np.full(single + total, "", dtype=object)
+            because[:single] = columns[10]
+            arrays.append(pa.array(because[order], type=pa.string()).dictionary_encode())
+            names_out.append(STORAGE_COLUMN)
         return pa.Table.from_arrays(arrays, names=names_out)
 
 

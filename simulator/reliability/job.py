@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Literal
 
 import simpy
 
@@ -53,7 +54,7 @@ from simulator.reliability.attribution import cause_shares
 from simulator.reliability.checkpoint import SegmentCosts, snapshot_survives
 from simulator.reliability.components import RACK_UNITS, FailureClass, Maintenance
 from simulator.reliability.elastic import ElasticSizes, hosts_at
-from simulator.reliability.events import JobEvents
+from simulator.reliability.events import JobEvents, StorageReason, Tier
 from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, Degradation
 from simulator.reliability.training import EPS, CheckpointClock
@@ -333,6 +334,8 @@ class ReplicationTotals:
     """The time of both, up to their end or the failure (a part of `restart_s`)."""
     restores: Counter = field(default_factory=Counter)
     """Restarts after a failure, completed, by the checkpoint tier they loaded (`memory`, `storage`)."""
+    storage_because: Counter = field(default_factory=Counter)
+    """Those that loaded storage, by why (`StorageReason`: `newer`, `copies_lost`)."""
 
 
 class JobProcess:
@@ -396,6 +399,7 @@ class JobProcess:
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
         self.restores: Counter = Counter()
+        self.storage_because: Counter = Counter()
         self.shares: dict[tuple, tuple[tuple[str, float], ...]] = {}
         """Each state's `_cause_shares`, by what they depend on: its replicas, the degradations in force, the racks
         in each place and the racks out in their order, which a full-size sub-state places (not when they are
@@ -454,7 +458,7 @@ class JobProcess:
         restart) or written. An async one still being written is not durable, and does not spare the write."""
         if not self.clock.saved:
             self.clock.stop_cleanly(t, t + self.running.write_s, self.running)
-        self.clock.restored_from = "storage"
+        self.clock.restored_from, self.clock.storage_because = "storage", "newer"
 
     def _regrow_due(self, now: float) -> float:
         """When a shrunk job with `regrow: on_repair` restarts to grow: now if the hosts in use, spare and back
@@ -810,8 +814,14 @@ class JobProcess:
             self.missing_until[host] = max(self.missing_until.get(host, 0.0), t + self.repair[index])
             heapq.heappush(self.repairs, t + self.repair[index])
         self.interruptions[klass.name] += 1
+        tier, because = self._restored() if rolls_back else ("", "")
         self.events.add("failure", t, t, cause=klass.name, step=self.clock.steps, lost_work_s=lost,
-                        hosts=len(lost_hosts), tier=self.clock.restored_from if rolls_back else "")
+                        hosts=len(lost_hosts), tier=tier, storage_because=because)
+
+    def _restored(self) -> tuple[Tier, StorageReason | Literal[""]]:
+        """The tier the last roll-back restored from, and why it was storage ('' for memory)."""
+        tier = self.clock.restored_from
+        return tier, self.clock.storage_because if tier == "storage" else ""
 
     def _collect_repairs(self, now: float) -> None:
         """Hosts back from repair by ``now`` join the spare hosts: a spare rack's among its free hosts (with the
@@ -923,9 +933,10 @@ class JobProcess:
             if cause is BuiltInCause.REGROW:
                 self.regrow_restart_s += stop - now
             self.clock.settle_stop(stop)
-            tier = self.clock.restored_from
+            tier, because = self._restored()
             if stop >= horizon:
-                self.events.add("restart", begin, stop, cause=cause, began=began, step=self.clock.steps, tier=tier)
+                self.events.add("restart", begin, stop, cause=cause, began=began, step=self.clock.steps, tier=tier,
+                                storage_because=because)
                 return
             if stop == rejoin:
                 detects = False
@@ -943,7 +954,10 @@ class JobProcess:
             self.lost_since_restore.clear()
             if cause is BuiltInCause.FAILURE:
                 self.restores[tier] += 1
-            self.events.add("restart", begin, end, cause=cause, began=began, step=self.clock.steps, tier=tier)
+                if because:
+                    self.storage_because[because] += 1
+            self.events.add("restart", begin, end, cause=cause, began=began, step=self.clock.steps, tier=tier,
+                            storage_because=because)
             return
 
     def _skip_arrivals(self, until: float) -> int | None:
@@ -1058,4 +1072,4 @@ class JobProcess:
             slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,
             running_by_replicas_s=dict(self.running_s), regrow_restarts=self.regrow_restarts,
             regrow_restarts_cut_short=self.regrow_restarts_cut_short, regrow_restart_s=self.regrow_restart_s,
-            restores=self.restores)
+            restores=self.restores, storage_because=self.storage_because)

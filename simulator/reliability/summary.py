@@ -13,7 +13,7 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.reliability import Effect
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.elastic import ElasticSizes
-from simulator.reliability.events import TIERS
+from simulator.reliability.events import STORAGE_REASONS, TIERS
 from simulator.reliability.job import JobPlan, ReplicationTotals, rate_sum
 from simulator.reliability.states import ClusterState
 from simulator.reliability.stats import daly_interval, mean_interval, young_interval
@@ -394,7 +394,8 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
 def memory_tier_figures(loaded: LoadedScenario, plan: JobPlan, healthy: SegmentCosts,
                         totals: list[ReplicationTotals]) -> dict:
     """The in-memory checkpoint tier's figures, under `memory_checkpoint`: its interval, peer copies, snapshot
-    stall and restore load in the healthy state, the restarts after a failure that loaded each tier, and the
+    stall and restore load in the healthy state, the restarts after a failure that loaded each tier (those from
+    storage by why, `StorageReason`), and the
     first-order two-level optimum (`two_level_figures`); nothing without that tier, so that a job without it
     writes the summary it always did."""
     memory = loaded.scenario.checkpoint.memory
@@ -405,6 +406,8 @@ def memory_tier_figures(loaded: LoadedScenario, plan: JobPlan, healthy: SegmentC
         "interval_s": healthy.memory_interval_steps * healthy.step_s, "replicas": memory.replicas,
         "stall_s": healthy.memory_stall_s, "load_s": healthy.memory_load_s,
         "restores": {tier: mean_interval([t.restores.get(tier, 0) for t in totals]) for tier in TIERS},
+        "storage_because": {reason: mean_interval([t.storage_because.get(reason, 0) for t in totals])
+                            for reason in STORAGE_REASONS},
         "two_level": two_level_figures(plan, healthy),
     }}
 

@@ -27,7 +27,7 @@ import math
 from typing import Literal, NamedTuple
 
 from simulator.reliability.checkpoint import SegmentCosts
-from simulator.reliability.events import JobEvents, Tier
+from simulator.reliability.events import JobEvents, StorageReason, Tier
 
 StallKind = Literal["write", "wait", "snapshot", "memory"]
 """What a checkpoint stall is: a sync write, the wait for an async write still running, an async write's
@@ -79,6 +79,8 @@ class CheckpointClock:
         by in-memory restores: a fall-back to it loses only the rest."""
         self.restored_from: Tier = "storage"
         """The tier the last roll-back restored from: `storage` or `memory`."""
+        self.storage_because: StorageReason = "newer"
+        """Why the last roll-back to storage did not restore from memory (read where `restored_from` is storage)."""
 
     def advance(self, t: float, t_end: float, c: SegmentCosts, shares: tuple[tuple[str, float], ...] = ()) -> None:
         """Train from ``t`` to ``t_end`` in one cluster state, slower than healthy by ``shares``: each cause's
@@ -264,8 +266,8 @@ class CheckpointClock:
 
     def fail(self, t: float, memory_survives: bool = False) -> float:
         """A failure at ``t``: roll back to the newest in-memory snapshot where ``memory_survives`` (every lost
-        host has a peer left) and it is newer than the last completed checkpoint, else to that checkpoint;
-        return the work lost (s)."""
+        host has a peer left) and it is newer than the last completed checkpoint, else to that checkpoint, noting
+        why (`storage_because`); return the work lost (s)."""
         self._finish_write_ended_in_snapshot(t)
         marks: tuple[tuple[Mark | None, Tier], ...] = (
             (self.stall_mark, "memory" if self.stall_kind == "memory" else "storage"), (self.write_mark, "storage"),
@@ -274,10 +276,12 @@ class CheckpointClock:
             if mark is not None:
                 self.events.add("checkpoint_lost", mark.time, t, step=mark.steps, tier=tier)
         memory = self.memory_mark
-        if memory_survives and memory is not None and memory.steps > self.mark.steps:
+        newer = memory is not None and memory.steps > self.mark.steps
+        if memory_survives and memory is not None and newer:
             lost = self._restore_memory(memory)
         else:
             lost = self._roll_back(self.mark)
+            self.storage_because = "copies_lost" if newer else "newer"
         # The storage tier keeps its clock across a memory restore: its checkpoint and the steps since it hold.
         self.since = self.steps - self.mark.steps
         self.since_memory = 0.0
