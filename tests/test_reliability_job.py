@@ -536,7 +536,8 @@ def test_the_progress_line_names_the_replication_running_not_one_counted_done():
     """Off a terminal the line printed at a replication's end must not read '134/1,000 replications (13%),
     replication 134/1000', the count holding replication 134 while the activity names it as the one running.
     Each of the two calls may print the line, so after each the
-    count and the activity must agree: the activity names the replication after those counted, or none."""
+    count and the activity must agree: the activity names the replication after those counted, or none (after
+    the two that name the healthy step while it is simulated, then nothing)."""
     from simulator.reliability.simulate import simulate_job as simulate
 
     seen: list[tuple[int, str]] = []
@@ -554,9 +555,22 @@ def test_the_progress_line_names_the_replication_running_not_one_counted_done():
 
     loaded = load_scenario(DATA / "small-job.yaml", ["run.replications=1001"])
     simulate(loaded, progress=counted, activity=heard)
-    for value, text in seen:
+    for value, text in seen[2:]:
         assert text in ("", f"replication {value + 1:,}/1,001"), (value, text)
     assert (999, "replication 1,000/1,001") in seen and seen[-1] == (1001, "")
+
+
+def test_the_progress_line_names_the_healthy_step_while_it_is_simulated():
+    """Before any replication the job simulates its healthy step (~34 s of CPU on the 288-GPU GB200 job), and the
+    line says so, with the cluster's GPUs, until it is done; it said nothing but the time elapsed."""
+    from simulator.reliability.simulate import simulate_job as simulate
+
+    heard: list[str] = []
+    loaded = load_scenario(DATA / "small-job.yaml", ["run.replications=2"])
+    simulate(loaded, activity=heard.append)
+    done = heard.index("")
+    assert done > 0 and set(heard[:done]) == {"simulating the healthy step (8 GPUs)"}
+    assert heard[done + 1].startswith("replication 1/2")
 
 
 def test_an_os_error_in_a_replication_keeps_its_filename(tmp_path, capsys, monkeypatch):

@@ -954,7 +954,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     collector paused; refused as `simulate_job` says, except for the job-event limit, which needs the interval
     the job runs. A layout the model or cluster cannot take is refused first, as `scale.sized_topology` does for a
     run: the estimate of an unfolded step named the job's size for a layout that could never be built.
-    ``sizes_progress``: check_job's; ``merge_rotations``: `StepStates`'; ``activity`` hears the NVSwitch tray
+    ``sizes_progress``: check_job's; ``merge_rotations``: `StepStates`'; ``activity`` hears that the healthy step
+    is being simulated (`healthy_step_activity`; a replayed trace's is simulated before) and the NVSwitch tray
     states' fold checks (`first_tray_fold_blocker`)."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
@@ -975,9 +976,16 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
         if not force:
             _refuse_unfolded_trace_states(loaded, model, topology, step.step.program)
     else:
+        simulating = healthy_step_activity(topology.num_gpus)
+        if activity is not None:
+            activity(simulating)
         prepared = None if force else _refuse_unfolded_steps(loaded, model, topology, link_sizes, activity)
         prepared = sized_straggler_states(loaded, model, topology, prepared, link_sizes, force)
+        if activity is not None:  # the tray states' checks may have said something else meanwhile
+            activity(simulating)
     states = StepStates(loaded, topology, force=force, healthy=prepared, merge_rotations=merge_rotations)
+    if activity is not None:
+        activity("")
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 
@@ -1030,6 +1038,12 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
                        states, link_sizes, step_costs)
+
+
+def healthy_step_activity(gpus: int) -> str:
+    """What a job's progress says while its healthy step is simulated, before any replication runs: minutes on a
+    large cluster (the 288-GPU GB200 job's took ~34 s of CPU), during which the line said nothing but the time."""
+    return f"simulating the healthy step ({gpus:,} GPUs)"
 
 
 def _own_links_down(loaded: LoadedScenario, topology: Topology) -> set[tuple[str, str]]:
