@@ -718,3 +718,35 @@ def test_a_weibull_jobs_expected_interruptions_are_named_the_exponential_closed_
     assert _weibull_expectation(job) == ("; the exponential closed form expects 72 (a Weibull shape other than 1 "
                                          "departs from it)")
     assert _weibull_expectation({**job, "failure_model": {"gpu": {"shape": 1.0, "interrupting_units": 8}}}) == ""
+
+
+def test_the_step_in_flight_at_the_horizon_is_not_work_done(text_job):
+    """Tokens count per completed step: a horizon of 2.5 steps without a failure keeps 2 steps of work, ETTR
+    2 step / horizon to the last digit, and the half step cut is lost work (the time parts still add to the
+    horizon). It counted 2.5 steps, ETTR 100%."""
+    from shared import LLAMA3_8B_ON_4_HOSTS
+
+    job = text_job(LLAMA3_8B_ON_4_HOSTS + "run: {horizon: 1 h, replications: 1}\n"
+                   "faults: {components: {gpu: {mtbf: 1000000 h, repair: 1 h}}}\n")
+    step = job.summary["step_time_s"]
+    summary = text_job(LLAMA3_8B_ON_4_HOSTS + f"run: {{horizon: {2.5 * step!r} s, replications: 1}}\n"
+                       "faults: {components: {gpu: {mtbf: 1000000 h, repair: 1 h}}}\n").summary
+    assert summary["ettr"]["mean"] == pytest.approx(2 * step / (2.5 * step), rel=1e-9)
+    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(0.5 * step, rel=1e-9)
+    assert sum(part["mean"] for part in summary["time_s"].values()) == pytest.approx(2.5 * step, rel=1e-12)
+
+
+def test_young_and_daly_past_the_horizon_are_said_to_be(tmp_path, capsys):
+    """A horizon shorter than Young's and Daly's intervals: the checkpoints row says both are longer than it, and
+    the warning counts one step in the singular."""
+    from shared import LLAMA3_8B_ON_4_HOSTS
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(LLAMA3_8B_ON_4_HOSTS + "run: {horizon: 0.5 s, replications: 1}\n"
+                        "faults: {components: {gpu: {mtbf: 1000 h, repair: 1 h}}}\n"
+                        "checkpoint: {interval: 10 min, size: 16 GB}\n"
+                        "storage: {host_write: 1 TB/s, host_read: 1 TB/s, write: 1 TB/s, read: 1 TB/s}\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert "both longer than the 500 ms horizon: no checkpoint pays within it" in " ".join(captured.out.split())
+    assert "at most 1 step (about" in captured.err

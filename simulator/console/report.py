@@ -732,6 +732,8 @@ def job_table(job: dict) -> Table:
     if job.get("young_interval_s") is not None:
         interval = durations_alike([checkpoint["interval_s"], job["young_interval_s"], job["daly_interval_s"]])
         optimum = f"; {young_daly_text(job, interval)}"
+        if min(job["young_interval_s"], job["daly_interval_s"]) > horizon:
+            optimum += f", both longer than the {horizon_span(horizon)} horizon: no checkpoint pays within it"
     table.add_row("checkpoints", f"{checkpoint['mode']} every {counted(checkpoint['interval_steps'], 'step')} "
                   f"({interval(checkpoint['interval_s'])}), {format_seconds(checkpoint['cost_s'])} of training "
                   "each" + optimum)

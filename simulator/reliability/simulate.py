@@ -800,7 +800,7 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
                f"{_end_past(first_s, horizon)}")
     most = ""
     if healthy is not None and (steps := math.ceil((horizon - write_s) / healthy.step_s) - 1) >= 1:
-        most = f"at most {steps:,} steps (about {format_duration(steps * healthy.step_s)})"
+        most = f"at most {counted(steps, 'step')} (about {format_duration(steps * healthy.step_s)})"
     return str(loaded.error(("checkpoint", "interval"), f"a checkpoint every {every} {why}: the job writes none, "
                             "and each failure loses the work since its start or the last maintenance stop",
                             f"{most or f'a duration under {format_duration(horizon)}'} for checkpoints to be "
