@@ -815,7 +815,8 @@ class JobProcess:
             self.missing_until[host] = max(self.missing_until.get(host, 0.0), t + self.repair[index])
             heapq.heappush(self.repairs, t + self.repair[index])
         self.interruptions[klass.name] += 1
-        tier, because = self._restored() if rolls_back else ("", "")
+        restored: tuple[Tier | Literal[""], StorageReason | Literal[""]] = self._restored() if rolls_back else ("", "")
+        tier, because = restored
         self.events.add("failure", t, t, cause=klass.name, step=self.clock.steps, lost_work_s=lost,
                         hosts=len(lost_hosts), tier=tier, storage_because=because)
 
