@@ -508,8 +508,9 @@ def test_the_job_table_says_one_day_and_one_step_in_the_singular(tmp_path, capsy
 def test_a_planned_stop_checkpoints_whole_steps_and_loses_the_step_in_flight():
     """Maintenance every 1 h (10 min) over 6 h, no failures, a 1 ms sync write every 30 min of 0.31 s steps: a stop
     checkpoints the whole steps trained, and the part of the step in flight is lost work. By hand from each training
-    segment (from 0 or a restart's end to the next stop, cycles of k steps + the write): the part of a step trained
-    at the stop, times the step, summed over the stops, is `lost_work_s` (1e-9)."""
+    segment (from 0 or a restart's end to the next stop or the horizon, which cuts its step in flight too, cycles of
+    k steps + the write): the part of a step trained at the stop, times the step, summed over the stops and the
+    horizon, is `lost_work_s` (1e-9)."""
     text = SEED003.replace("run: {horizon: 54 d, replications: 10, seed: 3}", "run: {horizon: 6 h, seed: 3}")
     text = text.replace("faults:\n  components:\n    job_failure: {unit: host, effect: restart, mtbf: 3 h}\n",
                         "faults: {maintenance: {every: 1 h, duration: 10 min}}\n")
@@ -520,9 +521,9 @@ def test_a_planned_stop_checkpoints_whole_steps_and_loses_the_step_in_flight():
     assert checkpoint["mode"] == "sync" and (events["step"] % 1 == 0).all()
     stops = events[(events["kind"] == "restart") & (events["cause"] == "maintenance")]
     assert len(stops) == 6
-    begins = [0.0, *stops["end_s"][:-1]]
+    begins = [0.0, *stops["end_s"]]
     cut = 0.0
-    for begin, stop in zip(begins, stops["start_s"], strict=True):
+    for begin, stop in zip(begins, [*stops["start_s"], summary["horizon_s"]], strict=True):
         elapsed = stop - begin
         within = elapsed - math.floor(elapsed / cycle) * cycle
         steps = min(within, k * step) / step
