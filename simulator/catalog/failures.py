@@ -43,6 +43,10 @@ class FailurePreset:
     reference_units: MappingProxyType
     planned_interruptions: int
     source: str
+    gpu_model: str
+    """The GPU (catalog name) of the cluster the table was seen on."""
+    host_gpus: int
+    """The GPUs of one of its hosts: a per-host rate is that of such a host."""
 
     def rate_per_unit_s(self, cause: PresetCause, unit: str) -> float:
         """Failures per unit per second of ``cause`` counted in ``unit``."""
@@ -80,6 +84,8 @@ LLAMA3 = FailurePreset(
                                       "leaf_switch": 512, "spine_switch": 16}),
     planned_interruptions=47,
     source="Llama 3 paper (Dubey et al. 2024), Table 5: 419 unexpected interruptions in 54 days on 16,384 H100",
+    gpu_model="h100-sxm",
+    host_gpus=8,
 )
 
 FAILURE_PRESETS: MappingProxyType = MappingProxyType({"llama3": LLAMA3})

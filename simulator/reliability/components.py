@@ -245,3 +245,22 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
                                 c.slowdown)
                    for c in classes.values())
     return FailureModel(scaled, maintenance)
+
+
+def preset_system_warning(faults: FaultsConfig, gpu_model: str, host_gpus: int) -> tuple[str, str] | None:
+    """The problem and the advice where `faults.preset`'s table was seen on another system than the job's cluster
+    (its GPU, ``gpu_model``, or GPUs a host, ``host_gpus``): its rates apply per unit as they are, so a GB200
+    tray of 4 GPUs gets the per-host rate of an 8-GPU DGX H100 host, and a B200 an H100's per-GPU rate. None
+    without a preset or on its own system."""
+    if faults.preset is None:
+        return None
+    preset = FAILURE_PRESETS[faults.preset]
+    if gpu_model == preset.gpu_model and host_gpus == preset.host_gpus:
+        return None
+    per_host = [cause.label for cause in preset.causes if COMPONENT_CLASSES[cause.component].unit == "host"]
+    per_gpu = [cause.label for cause in preset.causes if COMPONENT_CLASSES[cause.component].unit == "gpu"]
+    return (f"the {faults.preset} preset's rates were measured on hosts of {preset.host_gpus} {preset.gpu_model} "
+            f"GPUs, and this cluster's hosts hold {host_gpus} {gpu_model} GPUs: they apply unchanged, per GPU "
+            f"({len(per_gpu)} causes: {', '.join(per_gpu[:2])}, ...) at the {preset.gpu_model} rate and per host "
+            f"({len(per_host)} causes: {', '.join(per_host[:2])}, ...) at the {preset.host_gpus}-GPU host rate",
+            "faults.components rates measured on this system, to replace the preset's")

@@ -53,7 +53,7 @@ from simulator.reliability.checkpoint import (
     segment_costs,
     takes_no_snapshot,
 )
-from simulator.reliability.components import FailureClass, FailureModel, failure_model
+from simulator.reliability.components import FailureClass, FailureModel, failure_model, preset_system_warning
 from simulator.reliability.cuts import interrupting_shares, training_shares
 from simulator.reliability.elastic import (
     ElasticSizes,
@@ -1034,10 +1034,18 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                 write_past_horizon(loaded, healthy, states.healthy_step, _nic_count_field(topology), size),
                 write_wait_warning(healthy, horizon),
                 young_daly_warning(healthy, mtbf, horizon), memory_stall_warning(healthy),
-                memory_near_storage_warning(healthy))
+                memory_near_storage_warning(healthy), preset_warning(loaded, topology))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
                        states, link_sizes, step_costs)
+
+
+def preset_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
+    """A warning at `faults.preset` where its table was seen on another GPU or host size than the cluster's
+    (`components.preset_system_warning`)."""
+    found = preset_system_warning(loaded.scenario.faults, topology.gpu_model,
+                                  topology.num_gpus // max(topology.num_hosts, 1))
+    return None if found is None else str(loaded.error(("faults", "preset"), *found))
 
 
 def healthy_step_activity(gpus: int) -> str:
