@@ -202,15 +202,20 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     warnings = list(verdict.warnings)
     if loaded.scenario.run.horizon is not None:
         from simulator.console.progress import RunProgress
-        from simulator.reliability.simulate import (fixed_size_warning, interval_past_horizon, preset_warning,
-                                                    validate_job)
+        from simulator.reliability.simulate import (
+            fixed_size_warning,
+            interval_past_horizon,
+            preset_warning,
+            validate_job,
+        )
 
         with RunProgress(enabled=not args.quiet, unit="sizes", description=CHECKING_SIZES) as progress:
             sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes, force=args.force,
                                  sizes_progress=progress)
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
-        known = (fixed_size_warning(loaded, sizes), interval_past_horizon(loaded, None), preset_warning(loaded, topology))
+        known = (fixed_size_warning(loaded, sizes), interval_past_horizon(loaded, None),
+                 preset_warning(loaded, topology))
         warnings += [warning for warning in known if warning is not None]
     if args.strict and verdict.memory.get("oom"):
         line = oom_line(dict(verdict.memory), loaded, topology)
