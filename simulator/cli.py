@@ -683,9 +683,24 @@ def _study_line(curve: dict) -> str:
                   f"({100 * best['ettr_ci95_low']:.2f}% to {100 * best['ettr_ci95_high']:.2f}%{few}); highest at "
                   f"{interval}, {steps}")
     else:
-        result = f"best interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}"
+        result = (f"best interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}"
+                  f"{_paired_text(curve, in_unit)}")
     invalid = f"; {OOM_FIGURES}" if curve.get("oom") else ""
     return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}{invalid}; {_optimum_text(curve, in_unit)}"
+
+
+def _paired_text(curve: dict, interval: Callable[[float], str]) -> str:
+    """The neighbours the best point is not told apart from by the paired 95% interval of their ETTR difference
+    (`study.paired_differences`), with the fitted optimum, the better figure then; '' where it is told apart
+    from both."""
+    close = [point for point in curve.get("best_against_neighbours", ()) if not point["told_apart"]]
+    if not close:
+        return ""
+    spans = ", ".join(f"{interval(point['interval_s'])} ({100 * point['ci95_low']:+.3f}% to "
+                      f"{100 * point['ci95_high']:+.3f}%)" for point in close)
+    fitted = curve.get("fitted_optimum_s")
+    read = f"; read the fitted optimum, {interval(fitted)}" if fitted is not None else ""
+    return f", not told apart from {spans} by the paired 95% interval of its ETTR less theirs{read}"
 
 
 def _printed_intervals(curve: dict) -> list[float]:

@@ -1019,3 +1019,35 @@ def test_a_study_of_two_replications_says_its_interval_is_too_few_to_read(tmp_pa
     assert main(["study", "mtbf", str(scenario), "--intervals", "20min", "--multipliers", "1", "--set",
                  "run.replications=3", "--out", str(tmp_path / "three")]) == 0
     assert "too few" not in capsys.readouterr().out
+
+
+def test_the_best_point_is_compared_with_its_neighbours_replication_by_replication():
+    """Every point runs the same seeds, so its replications pair with its neighbours': a neighbour 0.1% below in
+    every replication is told apart although the points' own 95% intervals (replications spread by 3%) overlap,
+    and one whose differences straddle 0 is not. The study line names the latter with its paired interval and
+    the fitted optimum beside it; it named the best alone."""
+    from simulator.cli import _study_line
+    from simulator.reliability.study import StudyPoint, paired_differences
+
+    best = (0.90, 0.95, 0.92, 0.97)
+    below = tuple(value - 0.001 for value in best)
+    straddling = (0.901, 0.949, 0.9205, 0.9695)
+    points = [StudyPoint(100.0, 1.0, {}, None, ettrs=below), StudyPoint(200.0, 1.0, {}, None, ettrs=best),
+              StudyPoint(400.0, 1.0, {}, None, ettrs=straddling)]
+    shorter, longer = paired_differences(points, points[1])
+    assert shorter["interval_s"] == 100.0 and shorter["told_apart"]
+    assert shorter["ettr_difference"] == pytest.approx(0.001) and shorter["ci95_low"] == pytest.approx(0.001)
+    assert longer["interval_s"] == 400.0 and not longer["told_apart"]
+    assert longer["ci95_low"] < 0 < longer["ci95_high"]
+    assert paired_differences([StudyPoint(1.0, 1.0, {}, None, ettrs=(0.9,)), StudyPoint(2.0, 1.0, {}, None,
+                                                                                        ettrs=(0.8,))],
+                              StudyPoint(1.0, 1.0, {}, None, ettrs=(0.9,))) == []
+    row = {"interval_s": 200.0, "interval_steps": 20, "ettr": 0.935, "ettr_ci95_low": 0.90, "ettr_ci95_high": 0.97}
+    curve = {"rate_multiplier": 1.0, "mtbf_s": None, "replications": 4, "best_interval_s": 200.0, "best_ettr": 0.935,
+             "flat": False, "points": [{**row, "interval_s": 100.0}, row, {**row, "interval_s": 400.0}],
+             "young_interval_s": None, "expected_slowdowns": 0, "write_floor_steps": 0, "fitted_optimum_s": 231.0,
+             "best_against_neighbours": [shorter, longer]}
+    line = _study_line(curve)
+    assert (f"best interval 3.333 min, 20 steps (ETTR 93.50%), not told apart from 6.667 min "
+            f"({100 * longer['ci95_low']:+.3f}% to {100 * longer['ci95_high']:+.3f}%) by the paired 95% interval of "
+            "its ETTR less theirs; read the fitted optimum, 3.850 min;") in line

@@ -129,6 +129,8 @@ class JobResult:
     split_evenly: str | None = None
     """The cluster states whose slow-step time split evenly between their causes, a sub-state refused
     (`split_evenly_warning`)."""
+    ettr_by_replication: tuple[float, ...] = ()
+    """Each replication's ETTR, in order: a study pairs its points' replications, which share their seeds."""
 
     @cached_property
     def table(self) -> pa.Table:
@@ -1191,7 +1193,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     evenly = split_evenly_warning(split_evenly)
     warnings = prepared.warnings + tuple(warning for warning in (waiting, idle, evenly) if warning is not None)
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle,
-                     evenly)
+                     evenly, tuple(t.productive_s / plan.horizon_s for t in totals))
 
 
 def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Callable[[int], Arrivals],
