@@ -437,7 +437,6 @@ class JobProcess:
             self.running_s[self.replicas] = self.running_s.get(self.replicas, 0.0) + t - now
             yield env.timeout(t - now)
             if t >= horizon:
-                clock.cut_at_horizon(self.running)
                 break
             if t == arrival:
                 if self._skip(self.next_arrival, t):

@@ -310,19 +310,6 @@ class CheckpointClock:
         else:
             self.stop_mark, self.stop_written = kept, written
 
-    def cut_at_horizon(self, c: SegmentCosts) -> None:
-        """The horizon ends training: the step in flight there is cut, its part trained lost work, as a planned
-        stop's is (tokens count per completed step; a 5 s horizon of 3.247 s steps counted 1.54 steps of work)."""
-        whole = float(math.floor(self.steps + STEP_EPS))
-        cut = max(self.steps - whole, 0.0)
-        if cut == 0.0:
-            return
-        self.lost_wall += cut * c.step_s
-        self.lost_equiv += cut * c.equivalent_step_s
-        if self.slow_spans:
-            self.lost_spans.append((self.wall - cut * c.step_s, self.wall))
-        self.steps = whole
-
     @property
     def saved(self) -> bool:
         """Whether the last completed checkpoint holds every step trained: none since it was loaded (a restart
