@@ -772,8 +772,39 @@ def test_the_front_of_a_search_stopped_before_any_simulation_is_refused_and_the_
                      lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
     assert main(["plot", "front", str(tmp_path / "search")]) == 2
     assert capsys.readouterr().err == (
-        f"error: {tmp_path / 'search'}: OUTDIR: no layout was simulated (0 simulated, 1 pruned, 2 stopped) (allowed: "
+        f"error: {tmp_path / 'search'}: OUTDIR: no layout was simulated (3 layouts: 0 simulated, 1 pruned, 0 failed, "
+        "2 stopped) (allowed: "
         "a folder written by `trainsim search ... --out DIR` (candidates.parquet and its manifest.json) where at "
         "least one layout simulated)\n")
     one = candidates.assign(status=["pruned", "simulated", "stopped"], tokens_per_s=[None, 1e5, None])
-    assert front_figure(one).axes[0].get_title() == "layout search: 1 simulated, 1 pruned, 1 stopped"
+    assert front_figure(one).axes[0].get_title() == (
+        "layout search of 3 layouts: 1 simulated, 1 pruned, 0 failed, 1 stopped")
+
+
+def test_the_front_counts_the_searched_space_and_names_the_trees_layout_outside_it_apart(tmp_path, capsys):
+    """The searched space of two layouts, both pruned, and the decision tree's layout outside it, simulated for
+    the comparison: the title counts the space as the search's text does (2 layouts, 0 simulated) and names the
+    tree's layout apart, on lines that stay inside the chart; where the tree's layout was not simulated either,
+    the refusal counts the same way."""
+    from simulator.report.study_plots import front_figure
+
+    tree = "TP1 CP1 PP1 DP8 mb1 zero1 recompute=none"
+    candidates = pd.DataFrame({"label": ["TP1 CP1 PP1 DP8 mb1 zero0 recompute=none",
+                                         "TP1 CP1 PP1 DP8 mb2 zero0 recompute=none", tree],
+                               "status": ["pruned", "pruned", "simulated"], "peak_memory_gib": [None, None, 75.1],
+                               "tokens_per_s": [None, None, 91219.0], "tree_choice": [False, False, True],
+                               "searched": [True, True, False]})
+    figure = front_figure(candidates)
+    title = figure.axes[0].title
+    assert title.get_text().replace("\n", " ") == (
+        f"layout search of 2 layouts: 0 simulated, 2 pruned, 0 failed (+ the tree's {tree}, outside the space: "
+        "simulated)")
+    figure.savefig(tmp_path / "front.png")
+    extent = title.get_window_extent()
+    assert 0 <= extent.x0 and extent.x1 <= figure.bbox.width
+    write_run_folder(tmp_path / "search", {"scenario": "s.yaml"}, lambda stage: candidates.assign(
+        status=["pruned", "stopped", "pruned"], tokens_per_s=None).to_parquet(stage / "candidates.parquet"))
+    assert main(["plot", "front", str(tmp_path / "search")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: {tmp_path / 'search'}: OUTDIR: no layout was simulated (2 layouts: 0 simulated, 1 pruned, 0 failed, "
+        f"1 stopped (+ the tree's {tree}, outside the space: pruned)) (allowed: ")

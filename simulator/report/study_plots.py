@@ -5,6 +5,7 @@ of another axis), a heat map over two axes, collective bus bandwidth against mes
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from simulator.report.column_units import (
 )
 from simulator.report.run_folder import checked_manifest, other_kind, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
+from simulator.sweep.report import split_by_space, status_counts
 from simulator.sweep.results import AXES_ATTR, RESULTS_CSV, CandidateStatus, PointStatus, ranked
 from simulator.units import format_size, magnitude, shown_value
 
@@ -39,6 +41,8 @@ they are written in black there."""
 SHOWN_COLUMNS = 24
 """Columns a refusal names; a sweep's table has its axes first (after point, status, error), then 100 or so
 metrics, which results.csv's header lists."""
+FRONT_TITLE_WIDTH = 80
+"""Characters a line of the front's title holds: an 8-inch chart's width at matplotlib's title size."""
 
 
 def _check_columns(frame: pd.DataFrame, named: dict[str, str | None]) -> None:
@@ -391,18 +395,15 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     ax.yaxis.set_major_formatter(PlainFormatter())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
-    ax.set_title(f"layout search: {_status_counts(candidates)}")
+    ax.set_title(_front_title(candidates))
     return figure
 
 
-def _status_counts(candidates: pd.DataFrame) -> str:
-    """How many layouts have each status, simulated and pruned always, failed and stopped where there are any
-    (a stopped search's 'stopped' were missing from its 'N simulated, M pruned'): '0 simulated, 3,686 pruned,
-    4 stopped'."""
-    counts = candidates["status"].value_counts()
-    shown = [CandidateStatus.SIMULATED, CandidateStatus.PRUNED,
-             *(status for status in (CandidateStatus.FAILED, CandidateStatus.STOPPED) if counts.get(status.value))]
-    return ", ".join(f"{int(counts.get(status.value, 0)):,} {status.value}" for status in shown)
+def _front_title(candidates: pd.DataFrame) -> str:
+    """The front's title: the searched space's layouts by status, the decision tree's layout outside it apart, as
+    the search's text counts them (`sweep.report.status_counts`), wrapped to the chart's width."""
+    return textwrap.fill(f"layout search of {status_counts(*split_by_space(candidates))}", FRONT_TITLE_WIDTH,
+                         break_long_words=False)
 
 
 def _read_table(path: Path, name: str, manifest_allowed: str | None = None) -> pd.DataFrame:
@@ -452,8 +453,9 @@ def study_figure(chart: StudyChart, path: Path, *, x: str | None = None, y: str 
     """The figure of one study chart read from ``path`` (a sweep or search folder, or collective JSON)."""
     if chart == "front":
         candidates = _read_table(path, "candidates.parquet", SEARCH_ALLOWED)
-        if "status" in candidates and not (candidates["status"] == CandidateStatus.SIMULATED).any():
-            raise outdir_error(path, f"no layout was simulated ({_status_counts(candidates)})",
+        countable = {"status", "searched"} <= set(candidates)  # else front_figure names the column missing
+        if countable and not (candidates["status"] == CandidateStatus.SIMULATED).any():
+            raise outdir_error(path, f"no layout was simulated ({status_counts(*split_by_space(candidates))})",
                                f"{SEARCH_ALLOWED} where at least one layout simulated")
         return front_figure(candidates)
     if chart == "busbw":

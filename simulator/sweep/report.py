@@ -120,11 +120,13 @@ def split_by_space(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def status_counts(space: pd.DataFrame, outside: pd.DataFrame) -> str:
-    """The searched ``space``'s layouts by status in one line, and the decision tree's layout apart where it lies
-    ``outside`` the space (simulated for the comparison, never one of the space's)."""
+    """The searched ``space``'s layouts by status in one line (simulated, pruned and failed always, stopped where
+    a stopped search left any), and the decision tree's layout apart where it lies ``outside`` the space
+    (simulated for the comparison, never one of the space's): the search's text, and the front chart's title."""
     counts = space["status"].value_counts().to_dict()
-    line = (f"{counted(len(space), 'layout')}: {counts.get(CandidateStatus.SIMULATED, 0)} simulated, "
-            f"{counts.get(CandidateStatus.PRUNED, 0)} pruned, {counts.get(CandidateStatus.FAILED, 0)} failed")
+    shown = [CandidateStatus.SIMULATED, CandidateStatus.PRUNED, CandidateStatus.FAILED,
+             *([CandidateStatus.STOPPED] if counts.get(CandidateStatus.STOPPED) else [])]
+    line = f"{counted(len(space), 'layout')}: " + ", ".join(f"{counts.get(status, 0):,} {status}" for status in shown)
     return line + "".join(f" (+ the tree's {row['label']}, outside the space: {row['status']})"
                           for row in outside.to_dict("records"))
 
