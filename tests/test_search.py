@@ -499,10 +499,11 @@ def test_a_space_with_nothing_simulated_beside_the_trees_outside_layout_counts_t
 
 @pytest.mark.parametrize("tree_status", ["simulated", "pruned"])
 def test_search_json_counts_the_space_as_the_text_does_and_the_trees_outside_layout_apart(tmp_path, tree_status):
-    """The space of two layouts (one pruned out of memory, one simulated) beside the tree's layout outside it,
-    simulated or pruned out of memory: search.json's `layouts`, `status_counts` and `pruned_by_kind` are the
-    count line's and the pruned lines' (the space's: 2 layouts, 1 pruned), the tree's layout in
-    `tree_outside_space` alone, where they counted it with the space (3 layouts, 2 pruned out of memory)."""
+    """The space of two layouts (one pruned out of memory, one simulated) beside the tree's layout outside it:
+    search.json's `layouts`, `status_counts` and `pruned_by_kind` are the count line's and the pruned lines' (the
+    space's: 2 layouts, 1 simulated, 1 pruned out of memory) and the tree's layout is in `tree_outside_space`
+    alone, both where it simulated (counted with the space: 2 simulated) and where it was pruned out of memory
+    (counted with the space: 2 pruned out of memory)."""
     from simulator.sweep.report import format_search
 
     outside_pruned = tree_status == "pruned"
