@@ -317,7 +317,8 @@ def _cp_ring_splits(recompute: Recompute) -> int:
     return 2 * (2 + (recompute == "full"))
 
 
-def _tp_splits(par: ParallelismConfig, recompute: Recompute, moe: bool) -> tuple[int, Counter[str]]:
+def _tp_splits(par: ParallelismConfig, recompute: Recompute, moe: bool,
+               backward: float) -> tuple[float, Counter[str]]:
     """Per layer and micro-batch (two blocks, attention and MLP), the compute ops TP adds by splitting a block's
     pass around its collectives, and the TP collectives by the plan that posts them (`TP_PLANS`), as the builder
     posts them (parallel/overlap.py). Without sequence parallelism an all-reduce after each block's forward and
@@ -328,16 +329,19 @@ def _tp_splits(par: ParallelismConfig, recompute: Recompute, moe: bool) -> tuple
     a GEMM is a ring exchange (and a pair swap where it aggregates) beside the GEMM's first steps and then its
     last step, the forward's reduce-scatter a userbuffers kernel each of `chunks` GEMM chunks, and the
     backward's input all-gather and reduce-scatter userbuffers kernels too. A full recompute runs the forward's
-    collectives again (counted without the overlap; with it they are not)."""
+    collectives again (counted without the overlap; with it they are not). A split backward (``backward``
+    passes a block, `_backward_passes`) runs the same three parts, the rest and the input-gradient GEMM in its
+    B and the weight-gradient GEMM as its W, so the parts its W pass adds are taken off."""
     again = recompute == "full"
     if not par.sequence_parallel:
         return 0, Counter(ring=4 + 2 * again)
+    split = 3 - backward  # the parts beyond the block's `1 + backward` passes
     if not par.tp_comm_overlap:
         blocks = 1 if moe else 2
-        return 2 * blocks, Counter(ring=blocks * (5 + 2 * again))
+        return blocks * split, Counter(ring=blocks * (5 + 2 * again))
     overlap = tp_overlap()
     aggregate = overlap.aggregate and par.tp % 2 == 0 and par.tp > 2
-    compute = 2 + 2 + overlap.chunks + 2  # the split pass; GEMM steps of both exchanges; the RS chunks
+    compute = split + 2 + overlap.chunks + 2  # the split pass; GEMM steps of both exchanges; the RS chunks
     plans = Counter(exchange=2, userbuffers=overlap.chunks + 2, **({"pair": 2} if aggregate else {}))
     return 2 * compute, Counter({plan: 2 * count for plan, count in plans.items()})
 
@@ -375,8 +379,9 @@ def _head_splits(par: ParallelismConfig, backward: float) -> float:
     """Compute ops the head's backward adds per micro-batch with sequence parallelism, which saves its input
     sharded (parallel/overlap.py `_column_backward`): the pass split into the rest and the input-gradient GEMM
     beside the input's all-gather, then the weight-gradient GEMM after it, two parts more; one where the backward
-    is split (the weight gradients are a pass of their own), for the share ``backward`` - 1 of the backwards
-    (`_backward_passes`)."""
+    is split (the weight gradients are a pass of their own). ``backward`` is `_backward_passes`' average over
+    the pipeline's ranks, so the head's backwards count as split in the pipeline-wide share ``backward`` - 1,
+    not as its own stage's schedule splits them."""
     if par.tp < 2 or not par.sequence_parallel:
         return 0
     return 3 - backward
@@ -1116,8 +1121,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
     backward = _backward_passes(par, m)
-    split_compute, tp_plans = (_tp_splits(par, training.recompute, moe) if tp > 1 and synthetic is None
-                               else (0, Counter[str]()))
+    split_compute, tp_plans = (_tp_splits(par, training.recompute, moe, backward) if tp > 1 and synthetic is None
+                               else (0.0, Counter[str]()))
     if moe:  # a MoE block runs its routed experts as a part of their own in each pass that runs them
         split_compute += 2 + (training.recompute == "full")
     if cp > 1 and par.cp_algorithm == "ring" and synthetic is None:
