@@ -45,6 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -355,22 +356,26 @@ def _tp_ends(par: ParallelismConfig) -> int:
     return 4 if par.sequence_parallel else 2
 
 
-def _backward_passes(par: ParallelismConfig, m: int) -> float:
+def _backward_passes(par: ParallelismConfig, m: int, table: Path | None = None) -> float:
     """Backward ops per block and micro-batch, on average over the pipeline's ranks: one for a whole backward
     (BW), two where the schedule splits it into its input-grad (B) and weight-grad (W) passes, as the schedule
     of ``m`` micro-batches does for each rank (ZB-H1 splits the head's and the tail's backwards of every rank but
-    the first: p 4, m 8, 1.375, the step's 128 ops; zbv and interleaved-zb split every one). One for a table,
-    read from the scenario's folder, which the estimate does not know, or a schedule that cannot be built (its
-    own check reports it)."""
+    the first: p 4, m 8, 1.375, the step's 128 ops; zbv and interleaved-zb split every one). A custom table's
+    own actions are read from ``table``, its path resolved from the scenario's folder; where that path is not
+    known, or the table cannot be read, every backward counts as split, an upper bound (its own check reports a
+    table that cannot be read). One for a named schedule that cannot be built (its own check reports it)."""
     from simulator.schedules.registry import build_schedule
 
     pp, v = par.pp, par.pipeline.virtual_stages
-    if par.pipeline.table is not None:
-        return 1.0
     try:
-        schedule = build_schedule(par.pipeline.schedule, pp, m, v)
+        if par.pipeline.table is not None:
+            if table is None:
+                return 2.0
+            schedule = build_schedule(par.pipeline.schedule, pp, m, v, table)
+        else:
+            schedule = build_schedule(par.pipeline.schedule, pp, m, v)
     except ScenarioError:
-        return 1.0
+        return 2.0 if par.pipeline.table is not None else 1.0
     backwards = sum(action.kind in ("B", "W", "BW") for actions in schedule for action in actions)
     return backwards / (pp * m * v)
 
@@ -1083,7 +1088,7 @@ def _skew_field(loaded: LoadedScenario, gpus: int) -> FieldPath | None:
 
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None,
                        topology: Topology | None = None, stop_past_limits: bool = False,
-                       replica_quotient: bool = True) -> ScaleEstimate:
+                       replica_quotient: bool = True, table: Path | None = None) -> ScaleEstimate:
     from simulator.workload.training import resolve_model
 
     par, training = scenario.parallelism, scenario.training
@@ -1120,7 +1125,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         moe = spec.moe is not None
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
-    backward = _backward_passes(par, m)
+    backward = _backward_passes(par, m, table)
     split_compute, tp_plans = (_tp_splits(par, training.recompute, moe, backward) if tp > 1 and synthetic is None
                                else (0.0, Counter[str]()))
     if moe:  # a MoE block runs its routed experts as a part of their own in each pass that runs them
@@ -1411,7 +1416,7 @@ def _fixed_bytes(gpus: int) -> float:
 
 def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None,
                    topology: Topology | None = None, stop_past_limits: bool = False,
-                   replica_quotient: bool = True) -> ScaleEstimate | None:
+                   replica_quotient: bool = True, table: Path | None = None) -> ScaleEstimate | None:
     """The estimate of a run of ``scenario`` on a cluster of ``gpus`` GPUs made of ``hosts`` (None: collectives
     stay inside one host); None for a trace workload, whose size is its trace file's (a trace holds its ops
     already, so it cannot grow past them). Given the built cluster (``topology``), the all-reduces that may run
@@ -1422,12 +1427,13 @@ def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None
     (`_limit_flows`), for a refusal, which then gives a lower bound where sizes were left uncounted
     (`ScaleEstimate.lower_bound`). ``replica_quotient``: a folded flow-model step without step faults counts the
     replica quotient's flows (engine/replicas.py); False counts every copy, as a step that stragglers in one
-    replica keep from the quotient (`every_mirror_refold`)."""
+    replica keep from the quotient (`every_mirror_refold`). ``table``: a custom schedule table's path
+    (`scenario_table`), whose backward actions are counted (`_backward_passes`)."""
     if scenario.uses_parameter_servers:
         return _ps_estimate(scenario, gpus)
     if scenario.model is not None:
         return _training_estimate(scenario, gpus, scenario.run.fold, hosts, topology, stop_past_limits,
-                                  replica_quotient)
+                                  replica_quotient, table)
     if isinstance(scenario.workload, list):
         return _comm_estimate(scenario, scenario.workload, gpus, hosts, topology)
     return None
@@ -1437,6 +1443,13 @@ def scenario_gpus(loaded: LoadedScenario) -> int | None:
     """The GPU count of the scenario's cluster from the topology file's parameters (None: unknown until built)."""
     source = scenario_source_or_none(loaded)
     return topology_gpus(source) if source is not None else None
+
+
+def scenario_table(loaded: LoadedScenario) -> Path | None:
+    """The path of the scenario's custom schedule table, resolved from the scenario file's folder as the step's
+    build resolves it (workload/training.py `build_training_step`); None without a table."""
+    table = loaded.scenario.parallelism.pipeline.table
+    return Path(loaded.source).parent / table if table is not None else None
 
 
 def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:
@@ -1534,7 +1547,8 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int, topology: Topology | 
     estimate and advice, beyond the limits (counted only until past them: `estimate_scale`'s
     ``stop_past_limits``)."""
     scenario = loaded.scenario
-    estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded), topology, stop_past_limits=True)
+    estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded), topology, stop_past_limits=True,
+                              table=scenario_table(loaded))
     if estimate is not None and estimate.over_limits():
         sizes = _size_parameters(loaded)
         raise loaded.error(_cause(estimate, loaded, sizes), f"this run is too large to simulate: "
@@ -1615,7 +1629,7 @@ def _unfolded_estimate(loaded: LoadedScenario, gpus: int, topology: Topology | N
     scenario = loaded.scenario
     unfolded = {"fold": False, **({"timeline": "summary"} if scenario.run.horizon is not None else {})}
     return estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus,
-                          scenario_hosts(loaded), topology)
+                          scenario_hosts(loaded), topology, table=scenario_table(loaded))
 
 
 def classed_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: Topology | None = None
@@ -1636,7 +1650,8 @@ def classed_estimator(loaded: LoadedScenario, gpus: int, topology: Topology | No
     unfolded = _unfolded_estimate(loaded, gpus, topology)
     scenario = loaded.scenario
     folded = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(
-        update={"fold": True, "timeline": "summary"})}), gpus, scenario_hosts(loaded), topology)
+        update={"fold": True, "timeline": "summary"})}), gpus, scenario_hosts(loaded), topology,
+        table=scenario_table(loaded))
     if unfolded is None or folded is None:
         return None
     whole = unfolded
@@ -1713,7 +1728,8 @@ def _classes_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: T
     at 4 racks, one rank a tray: 85,392 flows of the unfolded estimate's 86,544). None for a trace."""
     scenario = loaded.scenario
     run = scenario.run.model_copy(update={"timeline": "summary"}) if scenario.run.horizon is not None else scenario.run
-    folded = estimate_scale(scenario.model_copy(update={"run": run}), gpus, scenario_hosts(loaded), topology)
+    folded = estimate_scale(scenario.model_copy(update={"run": run}), gpus, scenario_hosts(loaded), topology,
+                            table=scenario_table(loaded))
     if folded is None or folded.simulated_ranks == ranks:
         return folded
     classed, unfolded = classed_estimate(loaded, gpus, ranks, topology), _unfolded_estimate(loaded, gpus, topology)
@@ -1759,7 +1775,7 @@ def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = 
     through, and unbounded it simulated 320 of the published SC21 1T row's 3,072 ranks on that model (5 x its
     stage fold: 118 s of CPU and 7.1 GB against 19.6 s and 1.5 GB), a cost the forced estimate never showed.
     ``topology``: the built cluster (`estimate_scale`)."""
-    folded = estimate_scale(loaded.scenario, gpus, scenario_hosts(loaded), topology)
+    folded = estimate_scale(loaded.scenario, gpus, scenario_hosts(loaded), topology, table=scenario_table(loaded))
     if folded is None or not folded.folded:
         return ""
     times = ranks / max(folded.simulated_ranks, 1)
@@ -1790,7 +1806,7 @@ def every_mirror_refold(loaded: LoadedScenario, gpus: int, ranks: int, topology:
     def estimated(fold: bool) -> ScaleEstimate | None:
         return estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(
             update={"fold": fold, "timeline": "summary"})}), gpus, scenario_hosts(loaded), topology,
-            replica_quotient=False)
+            replica_quotient=False, table=scenario_table(loaded))
 
     folded = estimated(True)
     if folded is None:

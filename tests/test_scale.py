@@ -1430,6 +1430,25 @@ def test_the_estimate_counts_the_backwards_the_schedule_splits(name, overrides, 
     assert estimate.ops == estimated
 
 
+@pytest.mark.parametrize("table, ops", [("F0,F1,B0,B1,W0,W1\nF0,B0,F1,B1,W0,W1\n", 235),
+                                        ("F0,F1,BW0,BW1\nF0,BW0,F1,BW1\n", 199)])
+def test_the_estimate_counts_the_backwards_a_custom_table_splits(tmp_path, table, ops):
+    """A custom table's backwards are read off the table, at the path the step resolves from the scenario's
+    folder: Llama 3 8B (8 layers) TP 2 PP 2 DP 2, m 2, `F0,F1,B0,B1,W0,W1` / `F0,B0,F1,B1,W0,W1` runs 235 ops,
+    estimated 235 (199 counting whole backwards, 0.847), and with whole backwards 199 of 199; without the path
+    every backward counts as split, 235, an upper bound."""
+    (tmp_path / "table.csv").write_text(table)
+    (tmp_path / "s.yaml").write_text(
+        "cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b, layers: 8}\n"
+        "training: {seq_len: 4096, microbatches: 2, micro_batch: 1, precision: bf16, recompute: none}\n"
+        "parallelism: {tp: 2, pp: 2, dp: 2, zero: 1, pipeline: {schedule: custom, table: table.csv}}\n")
+    loaded = load_scenario(tmp_path / "s.yaml")
+    hosts = scale.scenario_hosts(loaded)
+    assert len(step_program(loaded, scenario_topology(loaded), fold=True).ops) == ops
+    assert scale.estimate_scale(loaded.scenario, 8, hosts, table=scale.scenario_table(loaded)).ops == ops
+    assert scale.estimate_scale(loaded.scenario, 8, hosts).ops == 235
+
+
 def test_a_moe_step_on_the_analytic_model_is_estimated_on_one_rank_a_stage():
     """The analytic model runs no classed fold: Mixtral (2 layers) on it simulates one rank, 184 ops, where the
     flow model's fold classes the hosts by their rings' direction (2 ranks, 368 ops)."""

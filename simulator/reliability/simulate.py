@@ -545,11 +545,12 @@ def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, topolo
     slow replica's traffic shares links with the other replicas', so the refold keeps every mirror and is
     estimated with every copy of its collectives (`scale.every_mirror_refold`). The refusal names the class, what
     its unit slows and the limit passed, its value against it."""
-    from simulator.scale import estimate_scale, every_mirror_refold, refold_estimate, scenario_hosts
+    from simulator.scale import estimate_scale, every_mirror_refold, refold_estimate, scenario_hosts, scenario_table
 
     scenario = loaded.scenario
     gpus = topology.num_gpus
-    folded = located(loaded, lambda: estimate_scale(scenario, gpus, scenario_hosts(loaded), topology))
+    folded = located(loaded, lambda: estimate_scale(scenario, gpus, scenario_hosts(loaded), topology,
+                                                    table=scenario_table(loaded)))
     if folded is None or not folded.folded or _every_rank_a_class(loaded, gpus):
         return
     layout, classes = _slow_replica_classes(loaded, gpus)
