@@ -1230,9 +1230,13 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     tp_per_domain = Counter(rank // hosts.domain for rank in tp_group) if hosts else Counter()
     tp_stages_across = (pp > 1 and m > 1 and bool(comm["tp"]) and len(tp_per_domain) > 1
                         and min(tp_per_domain.values()) > 1)
-    classed = fold and scenario.network.model == "flow"  # the analytic model runs no classed fold
-    ranks = (pp * _rank_classes(comm, shapes, tp_joined_inside and min(dp_per_host.values()) > 2 and beside() > 0,
-                                tp_stages_across) if classed else pp) if fold else gpus
+    if not fold:
+        ranks = gpus
+    elif scenario.network.model == "flow":
+        ranks = pp * _rank_classes(comm, shapes, tp_joined_inside and min(dp_per_host.values()) > 2 and beside() > 0,
+                                   tp_stages_across)
+    else:  # the analytic model runs no classed fold
+        ranks = pp
     tp_inside = bool(comm["tp"]) and hosts is not None and max(Counter(r // hosts.gpus for r in tp_group).values()) > 1
     dp_beside_tp = pp > 1 or _tp_beside_dp(par, m, training.recompute, round(layers_per_rank),
                                            _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket), 0) > 0
