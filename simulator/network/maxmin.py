@@ -59,11 +59,12 @@ class Incidence:
     """Groups and the links they cross, indexed both ways: ``entry_link`` lists each group's links one group
     after another (compact link ids, ``links`` their ids in the capacity array), ``group_start`` where each
     group's begin, ``by_link`` the entries sorted by link and ``link_start`` where each link's begin, these two
-    made on first use (only a solve past `DENSE_ENTRIES` crossings reads them, and the subsets cut from one that
-    has them). The entries are sorted stably, so in one order whatever the algorithm: by numpy's radix sort
-    where the compact ids fit in 16 bits (a tenth of a comparison sort's cost on an unfolded all-to-all's
-    thousands of groups, which every end of its flows solves again). Built once, it solves any weights over the
-    same groups (a phase's routes, `network/isolated.py`)."""
+    made on first use (among solves, only the index-range rounds of one past `DENSE_ENTRIES` crossings read
+    them, and the subsets cut from one that has them; a phase's route index in `network/isolated.py` reads
+    them whatever its size, to search and to drop shadowed links). The entries are sorted stably, so in one
+    order whatever the algorithm: by numpy's radix sort where the compact ids fit in 16 bits (a tenth of a
+    comparison sort's cost on an unfolded all-to-all's thousands of groups, which every end of its flows solves
+    again). Built once, it solves any weights over the same groups (a phase's routes, `network/isolated.py`)."""
 
     __slots__ = ("_by_link", "_link_start", "entry_group", "entry_link", "group_start", "lengths", "links")
 
