@@ -45,6 +45,8 @@ full: one per touched group of a move's key and one per position its answer leav
 CACHED_GROUPS = 4096
 """Largest component whose solve and moves are remembered: larger ones (unfolded all-to-alls over spines, of
 60 k-1 M groups) would fill the memory and seldom meet the same sizes again."""
+GROUP_RATES = 1 << 10
+"""First length of `Network`'s array of rates by group number, doubled whenever a number passes it."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 _number_of, _weight_of, _path_of = attrgetter("number"), attrgetter("weight"), attrgetter("path")
@@ -285,10 +287,6 @@ def _without(groups: list[_PathGroup], left_out: tuple[int, ...]) -> list[_PathG
 def _cut(home: _Found, kept: np.ndarray) -> tuple[Incidence, np.ndarray] | None:
     """The basis of the groups ``kept`` (a mask) of ``home``: its incidence and the mask, where it was built."""
     return (home.basis, kept) if isinstance(home.basis, Incidence) else None
-
-
-GROUP_RATES = 1 << 10
-"""First length of `Network`'s array of rates by group number, doubled whenever a number passes it."""
 
 
 class _EndOfInstant(simpy.Event):
