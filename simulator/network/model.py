@@ -240,22 +240,22 @@ class _Found:
     for a set too large to remember. ``basis`` gives the groups' `Incidence`: itself once built; the incidence
     of the home the groups were found in and the mask of those kept, which the incidence is cut from; or None,
     built from the groups' paths. ``numbers``: the groups' numbers as an array, cut from the home's where the
-    groups were found in one, else made on first use (`number_array`)."""
+    groups were found in one, else made on first use; read them through `number_array`."""
 
-    __slots__ = ("basis", "groups", "ident", "numbers")
+    __slots__ = ("_numbers", "basis", "groups", "ident")
 
     def __init__(self, groups: list[_PathGroup], ident: int | None,
                  basis: Incidence | tuple[Incidence, np.ndarray] | None = None, numbers: np.ndarray | None = None):
         self.groups = groups
         self.ident = ident
         self.basis = basis
-        self.numbers = numbers
+        self._numbers = numbers
 
     def number_array(self) -> np.ndarray:
         """The groups' numbers, in their order, made on first use."""
-        if self.numbers is None:
-            self.numbers = np.fromiter(map(_number_of, self.groups), dtype=np.int64, count=len(self.groups))
-        return self.numbers
+        if self._numbers is None:
+            self._numbers = np.fromiter(map(_number_of, self.groups), dtype=np.int64, count=len(self.groups))
+        return self._numbers
 
     def incidence(self) -> Incidence:
         """The groups' links indexed for a solve and for `Incidence.reached`, made on first use."""
