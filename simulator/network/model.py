@@ -353,7 +353,8 @@ class Network:
         once."""
         self._joined_groups: list[_PathGroup] = []
         """The groups that flows joined since the last solve (repeated, or left since: `_resolve` reads their
-        ``joined``)."""
+        ``joined``). Each one whose ``joined`` is not empty holds flows and was touched since the last batch (a
+        join touches its group), so the batch's search finds it: it is in the component solved, its home."""
         self._active = 0
         self._starting: list[_Flow] = []
         self._touched_groups: set[_PathGroup] = set()
@@ -694,13 +695,10 @@ class Network:
                 self._solved[ident, sizes] = group_rates
                 self._solved_entries += len(component)
         moved = self._group_rates[found.number_array()] != np.frombuffer(group_rates)
-        unsolved = []
         for group in self._joined_groups:
-            if group.joined and group.home is found:  # found, so at its position there
+            if group.joined:  # in ``found``, at its position there (`_joined_groups`)
                 moved[group.position] = True
-            elif group.joined:
-                unsolved.append(group)
-        self._joined_groups = unsolved
+        self._joined_groups = []
         changed: list[Iterable[_Flow]] = []
         for position in np.flatnonzero(moved).tolist():
             group, rate = component[position], group_rates[position]
