@@ -211,13 +211,13 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
     with np.errstate(divide="ignore", invalid="ignore"):  # entered once: it costs as much as a round's update
         share = np.where(load > 0, np.maximum(remaining, 0.0) / load, np.inf)
         while unfrozen:
-            level = np.minimum.reduce(share)
+            level = share.min()
             saturated = share <= level * (1.0 + TIE_TOLERANCE)
             if dense:
                 crossed = np.zeros(weight.size, dtype=bool)
                 crossed[entry_group[saturated[entry_link]]] = True
                 crossed &= ~frozen
-                freezing = crossed.nonzero()[0]
+                freezing = crossed.nonzero()[0]  # 1 us a call on ~180 groups, np.flatnonzero 5 us
             else:
                 crossing = incidence.groups_on(np.flatnonzero(saturated))
                 freezing = distinct(crossing[~frozen[crossing]], weight.size)
