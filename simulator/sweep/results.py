@@ -68,7 +68,7 @@ AXES_ATTR = "axes"
 sweep file names them: what `trainsim plot sweep` defaults --x to when there is one."""
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
-SUMMARY_SCHEMA = 5
+SUMMARY_SCHEMA = 6
 """The version of the summary's field names a record's metrics carry, raised when a field is renamed or changes
 meaning, so that a resumed sweep runs again the points recorded under earlier names rather than mixing both in
 one table (1: `memory_per_stage[i].total_gib`, which replaced `memory_per_stage_gib[i].total` in 8a86ad6; records
@@ -80,7 +80,10 @@ trace's host time had named steps idle-bound; 5: the losses `worker_wait` and `f
 parameter-server run (the first of which the verdict's largest loss may name), where its idle time had none,
 and `bottleneck.evidence.finished_early_share`, which its bound rules leave out of the time they judge;
 MoE at ep 1's `moe.all_to_all_bytes_per_layer` 0, where it counted self-traffic no all-to-all sends; and the
-verdict with a bracketed reason and 'largest single loss', where it read 'largest loss')."""
+verdict with a bracketed reason and 'largest single loss', where it read 'largest loss'; 6: the loss
+`sm_contention` (compute time lost to communication kernels holding SMs), in `bottleneck.loss_shares` and
+among the losses the verdict's largest may name, where that time had no loss of its own: the ZeRO-3 example's
+largest single loss reads 'SM contention, 10.1%' where it read 'exposed DP communication, 1.9%')."""
 
 
 @dataclass(frozen=True)
