@@ -13,9 +13,9 @@ from shared import DATA, EXACT, SCENARIOS
 
 from simulator.errors import ScenarioError
 from simulator.schedules import Action, build_schedule, load_schedule_csv, schedule_to_csv, simulate_schedule
-from simulator.schedules.base import rank_stages, stage_rank
+from simulator.schedules.base import Schedule, rank_stages, stage_rank
 from simulator.schedules.custom_csv import load_table_placement
-from simulator.schedules.registry import schedule_placement
+from simulator.schedules.registry import ONE_CHUNK, SCHEDULES, V_PLACED, schedule_placement
 from simulator.workload.memory_plan import MEMORY_PARTS
 
 PYTORCH_ORDERS = DATA / "pytorch_schedules.txt"
@@ -203,7 +203,7 @@ def test_csv_with_v_placement_reproduces(tmp_path: Path, name: str) -> None:
     path = tmp_path / f"{name}.csv"
     path.write_text(text)
     assert load_schedule_csv(path) == schedule
-    assert load_table_placement(path) == "v"
+    assert load_schedule_csv(path).placement == schedule.placement == load_table_placement(path) == "v"
     assert schedule_placement("custom", path) == "v"
     assert simulate_schedule(load_schedule_csv(path), 2, 2, 2, placement="v").makespan == pytest.approx(
         51, abs=EXACT)
@@ -234,6 +234,16 @@ def test_a_built_schedule_carries_its_placement_to_the_executor_and_the_csv(name
     assert simulate_schedule(schedule, 2, 2, 2) == simulate_schedule(schedule, 2, 2, 2, placement=placement)
     assert schedule_to_csv(schedule).startswith("placement,v\n") == (placement == "v")
     assert schedule_to_csv(schedule) == schedule_to_csv(schedule, placement)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_a_named_schedules_placement_comes_from_the_registry_alone(name: str) -> None:
+    """Every builder returns plain action lists: the registry's `V_PLACED` is the one place a named schedule's
+    placement is set, where the V builders fixed theirs as well."""
+    v = 1 if name in ONE_CHUNK else 2
+    built = SCHEDULES[name](4, 8, v)
+    assert not isinstance(built, Schedule)
+    assert build_schedule(name, 4, 8, v).placement == ("v" if name in V_PLACED else "loop")
 
 
 TABLE_SCENARIO = ("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 2 ms, backward: 4 ms}}\n"

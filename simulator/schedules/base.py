@@ -57,10 +57,10 @@ RankActions = list[list[Action]]
 
 
 class Schedule(RankActions):
-    """Each pipeline rank's action list, and the placement of its chunks (`rank_stages`), which the builder
-    fixes: the V schedules and a table with `placement,v` are 'v', the others 'loop'. `simulate_schedule` and
-    `schedule_to_csv` read it, so that a V schedule runs in its V without the caller naming it. Equal to any
-    list of the same actions (the placement is no part of ``==``)."""
+    """Each pipeline rank's action list, and the placement of its chunks (`rank_stages`): `build_schedule`
+    gives a named schedule the registry's (`V_PLACED` are 'v', the others 'loop'), a table its placement row's.
+    `simulate_schedule` and `schedule_to_csv` read it, so that a V schedule runs in its V without the caller
+    naming it. Equal to any list of the same actions (the placement is no part of ``==``)."""
 
     __slots__ = ("_placement",)
 

@@ -23,7 +23,7 @@ from simulator.schedules.base import (
     VIRTUAL_STAGES_FIELD,
     Action,
     ActionKind,
-    Schedule,
+    RankActions,
     check_shape,
 )
 
@@ -108,12 +108,12 @@ def _zbv_rank(p: int, m: int, rank: int) -> list[Action]:
     return [a for a in order.actions if a.microbatch < m]
 
 
-def zbv(p: int, m: int, v: int = 2) -> Schedule:
+def zbv(p: int, m: int, v: int = 2) -> RankActions:
     """The ZB-V order (two chunks per rank, V placement); micro-batches beyond m are dropped from the
     order built for max(m, 2p - 1), as PyTorch does."""
     check_shape(p, m, v)
     require_two_chunks("zbv", v)
-    return Schedule([_zbv_rank(p, m, rank) for rank in range(p)], "v")
+    return [_zbv_rank(p, m, rank) for rank in range(p)]
 
 
 def _dualpipe_v_rank(p: int, m: int, rank: int) -> list[Action]:
@@ -152,11 +152,11 @@ def _dualpipe_v_rank(p: int, m: int, rank: int) -> list[Action]:
     return order.actions
 
 
-def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
+def dualpipe_v(p: int, m: int, v: int = 2) -> RankActions:
     """The DualPipeV order (two chunks per rank, V placement, overlapped F&B slots); needs m >= 2p."""
     check_shape(p, m, v)
     require_two_chunks("dualpipev", v)
     if m < 2 * p:
         raise ScenarioError(f"DualPipeV needs at least as many micro-batches as stages, 2p = {2 * p}, got {m}",
                             field=MICROBATCHES_FIELD, allowed=f">= {2 * p}")
-    return Schedule([_dualpipe_v_rank(p, m, rank) for rank in range(p)], "v")
+    return [_dualpipe_v_rank(p, m, rank) for rank in range(p)]
