@@ -4,6 +4,7 @@ closed forms of published-results.md section 3, the CSV round trip, and the erro
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from simulator.schedules import (
     schedule_to_csv,
     simulate_schedule,
 )
-from simulator.schedules.base import validate_schedule
+from simulator.schedules.base import Schedule, placement_of, validate_schedule
 from simulator.schedules.custom_csv import load_table_placement
 from simulator.workload.training import check_schedule_runs
 
@@ -185,10 +186,29 @@ def test_custom_csv_round_trip(tmp_path: Path, name: str, v: int) -> None:
     path = tmp_path / "table.csv"
     path.write_text("# my schedule\n" + schedule_to_csv(schedule))
     assert load_schedule_csv(path) == schedule
+    assert load_schedule_csv(path).placement == schedule.placement == "loop"
     custom = get_schedule("custom", table=path)
     assert custom(4, 8, v) == schedule
+    assert placement_of(custom(4, 8, v)) == "loop"
     with pytest.raises(ScenarioError, match="table is for p = 4"):
         custom(4, 16, v)
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_schedule_pickles_with_its_placement_under_every_protocol(protocol: int) -> None:
+    """Protocols 0 and 1 refused a list subclass with ``__slots__`` (a process pool may pickle either way); the
+    placement comes back too, as ``==`` does not compare it."""
+    schedule = build_schedule("dualpipev", 2, 4, 2)
+    copied = pickle.loads(pickle.dumps(schedule, protocol))
+    assert isinstance(copied, Schedule)
+    assert (copied, copied.placement) == (schedule, "v")
+
+
+def test_a_schedules_repr_names_its_placement() -> None:
+    """Two schedules equal as lists but placed apart print apart."""
+    actions = [[Action("F", 0), Action("F", 0, 1), Action("BW", 0, 1), Action("BW", 0)]]
+    assert repr(Schedule(actions, "v")) == f"Schedule({actions!r}, placement='v')"
+    assert repr(Schedule(actions)).endswith(", placement='loop')")
 
 
 def test_custom_csv_errors(tmp_path: Path) -> None:
@@ -340,7 +360,7 @@ def test_a_table_reads_cells_in_either_case_quoted_and_spaced(tmp_path: Path) ->
     assert lenient.startswith('Placement, V\n"f0", F1 ,f2,')
     path.write_text(lenient)
     assert load_schedule_csv(path) == build_schedule("dualpipev", 2, 4, 2)
-    assert load_table_placement(path) == "v"
+    assert load_schedule_csv(path).placement == load_table_placement(path) == "v"
 
 
 def test_a_table_given_with_another_schedule_is_refused() -> None:

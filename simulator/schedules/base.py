@@ -73,6 +73,14 @@ class Schedule(RankActions):
         """Which virtual stage each chunk holds: 'loop' (chunk c of rank r is stage c p + r) or 'v'."""
         return self._placement
 
+    def __reduce__(self) -> tuple[type[Schedule], tuple[list[list[Action]], Placement]]:
+        """Pickle and copy as the rank lists and the placement: every pickle protocol, 0 and 1 too, which a
+        class with ``__slots__`` refuses without it."""
+        return Schedule, (list(self), self._placement)
+
+    def __repr__(self) -> str:
+        return f"Schedule({list.__repr__(self)}, placement={self._placement!r})"
+
 
 def placement_of(schedule: RankActions) -> Placement:
     """The placement a schedule carries; 'loop' for a plain list of action lists."""
