@@ -1,8 +1,9 @@
 """summary.json of a training step: step time, throughput, MFU/HFU, bubbles, communication, memory, the
 bottleneck among seed 000's constraints (compute, memory bandwidth, memory capacity, communication, and the
 pipeline bubble or, without a pipeline, compute idle, and a replayed trace's host time: `Constraint`) and the
-largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step, a MoE step's routing
-skew, a replayed trace's host time, a parameter-server worker's wait for other workers and the servers)."""
+largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step, compute time lost
+to SM contention with communication kernels, a MoE step's routing skew, a replayed trace's host time, a
+parameter-server worker's wait for other workers and the servers)."""
 
 from __future__ import annotations
 
