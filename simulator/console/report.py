@@ -404,12 +404,13 @@ def _exposed_text(kind: str, exposed_s: float, comm_s: float, step_s: float) -> 
 
 def _contention_text(contention: dict, step_s: float) -> str:
     """The compute time per GPU that communication kernels stretched by holding SMs, in all and by the kind of
-    the holding communication: '8.907 ms of compute per GPU (12.2%; pp 8.907 ms)'. Kernel seconds: a stretch
-    that a pipeline bubble absorbs counts, and the step may grow by less or by more (docs/cost-model.md)."""
+    the holding communication: '8.907 ms compute lost per GPU (12.2%; pp 8.907 ms)'. Kernel seconds, not a step
+    saving: a stretch that a pipeline bubble absorbs counts, and the step may grow by less or by more
+    (docs/cost-model.md)."""
     total = contention["total_compute_slowdown_s"]
     kinds = ", ".join(f"{kind} {format_seconds(seconds)}"
                       for kind, seconds in contention["compute_slowdown_s"].items() if seconds > 0)
-    return f"{format_seconds(total)} of compute per GPU ({_share(total / step_s)}; {kinds})"
+    return f"{format_seconds(total)} compute lost per GPU ({_share(total / step_s)}; {kinds})"
 
 
 def _routing_skew_text(moe: dict, step_s: float) -> str:
