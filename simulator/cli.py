@@ -691,13 +691,13 @@ def _study_line(curve: dict) -> str:
 
 def _paired_text(curve: dict, interval: Callable[[float], str]) -> str:
     """The neighbours the best point is not told apart from by the paired 95% interval of their ETTR difference
-    (`study.paired_differences`), with the fitted optimum, the better figure then; '' where it is told apart
-    from both."""
+    (`study.paired_differences`), in percentage points of ETTR (pp: a difference of two percentages), with the
+    fitted optimum, the better figure then; '' where it is told apart from both."""
     close = [point for point in curve.get("best_against_neighbours", ()) if not point["told_apart"]]
     if not close:
         return ""
-    spans = ", ".join(f"{interval(point['interval_s'])} ({100 * point['ci95_low']:+.3f}% to "
-                      f"{100 * point['ci95_high']:+.3f}%)" for point in close)
+    spans = ", ".join(f"{interval(point['interval_s'])} ({100 * point['ci95_low']:+.3f} to "
+                      f"{100 * point['ci95_high']:+.3f} pp)" for point in close)
     fitted = curve.get("fitted_optimum_s")
     read = f"; read the fitted optimum, {interval(fitted)}" if fitted is not None else ""
     return f", not told apart from {spans} by the paired 95% interval of its ETTR less theirs{read}"

@@ -1049,5 +1049,25 @@ def test_the_best_point_is_compared_with_its_neighbours_replication_by_replicati
              "best_against_neighbours": [shorter, longer]}
     line = _study_line(curve)
     assert (f"best interval 3.333 min, 20 steps (ETTR 93.50%), not told apart from 6.667 min "
-            f"({100 * longer['ci95_low']:+.3f}% to {100 * longer['ci95_high']:+.3f}%) by the paired 95% interval of "
+            f"({100 * longer['ci95_low']:+.3f} to {100 * longer['ci95_high']:+.3f} pp) by the paired 95% interval of "
             "its ETTR less theirs; read the fitted optimum, 3.850 min;") in line
+
+
+def test_each_replications_ettr_is_written_so_that_runs_pair(tmp_path):
+    """job_summary.json's `ettr.by_replication` and each study point's `ettrs` in study.json hold every
+    replication's ETTR in order, so that two runs of the same seeds pair replication by replication (a sweep's
+    rows and a study's points gave only the mean and its interval); study.csv keeps one scalar per cell."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 3"))
+    out = tmp_path / "study"
+    assert main(["study", "mtbf", str(scenario), "--intervals", "20min,40min", "--multipliers", "1", "--out",
+                 str(out), "--quiet"]) == 0
+    point = json.loads((out / "study.json").read_text())["curves"][0]["points"][0]
+    assert len(point["ettrs"]) == 3 and len(set(point["ettrs"])) == 3
+    assert point["ettr"] == pytest.approx(sum(point["ettrs"]) / 3, rel=1e-12)
+    assert "ettrs" not in pd.read_csv(out / "study.csv").columns
+    assert main(["run", str(scenario), "--set", "checkpoint.interval=20min", "--out", str(tmp_path / "job"),
+                 "--quiet"]) == 0
+    ettr = json.loads((tmp_path / "job" / "job_summary.json").read_text())["ettr"]
+    assert ettr["by_replication"] == point["ettrs"]
+    assert ettr["mean"] == pytest.approx(sum(ettr["by_replication"]) / 3, rel=1e-12)

@@ -1194,7 +1194,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     evenly = split_evenly_warning(split_evenly)
     warnings = prepared.warnings + tuple(warning for warning in (waiting, idle, evenly) if warning is not None)
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle,
-                     evenly, tuple(t.productive_s / plan.horizon_s for t in totals))
+                     evenly, tuple(summary["ettr"]["by_replication"]))
 
 
 def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Callable[[int], Arrivals],

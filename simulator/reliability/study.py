@@ -409,7 +409,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "best_against_neighbours": paired_differences(points, best),
         "fitted_optimum_s": fitted_optimum([p.interval_s for p in points],
                                            [p.summary["ettr"]["mean"] for p in points], first["write_floor_s"]),
-        "points": [p.row() for p in points],
+        "points": [{**p.row(), "ettrs": list(p.ettrs)} for p in points],
         "warnings": [] if waited is None or waited.waiting is None else [waited.waiting],
         "warnings_interval_s": None if waited is None else waited.interval_s,
     }
@@ -581,9 +581,10 @@ def refuse_long_study(base: LoadedScenario, points: list[tuple[float, LoadedScen
 
 
 def write_study(out_dir: Path, study: dict) -> list[str]:
-    """study.json (every curve with its points) and study.csv (one row per point), written as one run folder
-    with a manifest (report/run_folder.py): a chart `trainsim plot goodput` saved into an earlier study's
-    folder is removed with that study's files; returns the names written, manifest last."""
+    """study.json (every curve with its points) and study.csv (one row per point, without the per-replication
+    `ettrs`, which study.json holds), written as one run folder with a manifest (report/run_folder.py): a chart
+    `trainsim plot goodput` saved into an earlier study's folder is removed with that study's files; returns the
+    names written, manifest last."""
     import pandas as pd
 
     from simulator.report.run_folder import STUDY_FOLDER, trainsim_version, write_run_folder
@@ -591,7 +592,8 @@ def write_study(out_dir: Path, study: dict) -> list[str]:
     from simulator.report.writers import write_summary
 
     def write(stage: Path) -> None:
-        rows = [point for curve in study["curves"] for point in curve["points"]]
+        rows = [{key: value for key, value in point.items() if key != "ettrs"}
+                for curve in study["curves"] for point in curve["points"]]
         (stage / "study.csv").write_bytes(csv_text(pd.DataFrame(rows)).encode())
         write_summary(study, stage / "study.json")
 

@@ -366,7 +366,8 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "young_daly_cost_s": young_daly_cost_s(healthy),
         "write_floor_steps": write_floor_steps(healthy),
         "write_floor_s": write_floor_steps(healthy) * healthy.step_s,
-        "ettr": mean_interval([t.productive_s / horizon for t in totals], bounds=(0.0, 1.0)),
+        "ettr": {**mean_interval([t.productive_s / horizon for t in totals], bounds=(0.0, 1.0)),
+                 "by_replication": [t.productive_s / horizon for t in totals]},
         "goodput_tokens_per_s": mean_interval([t.equivalent_steps * tokens / horizon for t in totals]) if tokens
         else None,
         "goodput_steps_per_s": mean_interval([t.equivalent_steps / horizon for t in totals]),
