@@ -583,7 +583,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         ahead = progress.counting("states", "simulating cluster states ahead", eta=True)
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
-                          on_healthy_step=on_healthy_step, on_point_warnings=warn_points, workers=args.workers,
+                          on_healthy_step=on_healthy_step, on_point_warnings=warn_points,
+                          on_scenario_warnings=lambda warned: _warn("study", warned, {}, loaded), workers=args.workers,
                           states_progress=ahead, states_sharing=ahead.sharing,
                           foresight_progress=progress.counting("replications", FORESEEING),
                           workers_warning=_warn_line, study=args.study)

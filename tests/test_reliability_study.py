@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from shared import OOM_JOB, WAIT_JOB, inside, renewal_ettr, stderr_before_each_draw
+from shared import OOM_JOB, SPARE_JOB, WAIT_JOB, inside, renewal_ettr, stderr_before_each_draw
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -1071,3 +1071,20 @@ def test_each_replications_ettr_is_written_so_that_runs_pair(tmp_path):
     ettr = json.loads((tmp_path / "job" / "job_summary.json").read_text())["ettr"]
     assert ettr["by_replication"] == point["ettrs"]
     assert ettr["mean"] == pytest.approx(sum(ettr["by_replication"]) / 3, rel=1e-12)
+
+
+def test_a_scenario_wide_warning_is_given_once_of_no_point(tmp_path, capsys):
+    """A failure preset measured on another system is the scenario's, not one point's: a study prints it once
+    without a point's label and study.json keeps it as `scenario_warnings`, out of `point_warnings` (it read
+    'rate x 1, interval 10 min: ...: faults.preset: ...', and was tied to that point's interval)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SPARE_JOB.replace("  components:", "  preset: llama3\n  components:").replace(
+        "  nodes: 2\n", "  nodes: 2\n  node: {gpu_model: a100-80gb}\n").replace("horizon: 2 d", "horizon: 2 h"))
+    out = tmp_path / "study"
+    assert main(["study", "mtbf", str(scenario), "--intervals", "10min,20min", "--multipliers", "1,2",
+                 "--set", "run.replications=1", "--out", str(out), "--quiet"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "faults.preset" in line]
+    assert len(warned) == 1 and warned[0].startswith(f"warning: {scenario}:15: faults.preset: the llama3 preset's")
+    study = json.loads((out / "study.json").read_text())
+    assert [warning.split(": ")[1] for warning in study["scenario_warnings"]] == ["faults.preset"]
+    assert not any("faults.preset" in point["warning"] for point in study["point_warnings"])

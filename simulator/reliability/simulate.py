@@ -947,6 +947,10 @@ class PreparedJob:
     """The sizes of its states with links down, those its checks built kept for its forecast."""
     step_costs: Callable[[StepState | None], SegmentCosts | None]
     """The costs of a state with a step (None: one without a route), as ``plan.costs`` works them out."""
+    scenario_wide: tuple[str, ...] = ()
+    """Those of ``warnings`` that turn on neither the checkpoint intervals nor the failure rates (the job's one
+    size, `fixed_size_warning`, `preset_warning`): every study point gives them word for word, so a study gives
+    them once, of no point."""
 
 
 @collector_paused()
@@ -1033,14 +1037,16 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     assert healthy is not None
     _refuse_unused_memory_tier(loaded, healthy)
     mtbf, _, _ = optimum_intervals(plan, counts, healthy)
-    warnings = (fixed_size_warning(loaded, checks.sizes), interval_past_horizon(loaded, healthy),
+    fixed, preset = fixed_size_warning(loaded, checks.sizes), preset_warning(loaded, topology)
+    warnings = (fixed, interval_past_horizon(loaded, healthy),
                 write_past_horizon(loaded, healthy, states.healthy_step, _nic_count_field(topology), size),
                 write_wait_warning(healthy, horizon),
                 young_daly_warning(healthy, mtbf, horizon), memory_stall_warning(healthy),
-                memory_near_storage_warning(healthy), preset_warning(loaded, topology))
+                memory_near_storage_warning(healthy), preset)
+    scenario_wide = (*shrinking, *(warning for warning in (fixed, preset) if warning is not None))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        (*shrinking, *(warning for warning in warnings if warning is not None)), topology.gpu_model,
-                       states, link_sizes, step_costs)
+                       states, link_sizes, step_costs, scenario_wide)
 
 
 def preset_warning(loaded: LoadedScenario, topology: Topology) -> str | None:

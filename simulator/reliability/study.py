@@ -419,6 +419,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
               multipliers: list[float], force: bool = False,
               on_healthy_step: Callable[[dict], None] | None = None,
               on_point_warnings: Callable[[list[dict]], None] | None = None,
+              on_scenario_warnings: Callable[[list[str]], None] | None = None,
               progress: Callable[[int, int], None] | None = None, workers: int = 0,
               states_progress: Callable[[int, int], None] | None = None,
               states_sharing: Callable[[int], None] | None = None,
@@ -433,9 +434,10 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
     point is checked, and checked against the job-event limit, before any runs (`refuse_long_study`); ``force`` runs
     points beyond it and beyond the scale limits (degraded or straggling states that would be unfolded steps past
     them). Then, before the first point's job is simulated, ``on_healthy_step`` gets the healthy step's summary once
-    (the points change no step) and ``on_point_warnings`` the warnings each point gives before it runs
-    (`point_warnings`: an interval that writes no checkpoint), which `trainsim study` prints, and study.json keeps
-    as `point_warnings`. ``progress(done, total)`` hears of each point simulated. The points run one after another
+    (the points change no step), ``on_scenario_warnings`` the warnings every point gives alike
+    (`PreparedJob.scenario_wide`: a failure preset measured on another system) and ``on_point_warnings`` the others
+    each point gives before it runs (`point_warnings`: an interval that writes no checkpoint), which `trainsim
+    study` prints, and study.json keeps as `scenario_warnings` and `point_warnings`. ``progress(done, total)`` hears of each point simulated. The points run one after another
     in this process, so each simulates its cluster states ahead on the other cores as `trainsim run` does (at most
     ``workers`` processes where not 0; ``foresight_progress`` hears of each replication of the pass that foresees
     them, ``states_progress`` of each state, ``states_sharing`` how many workers share those left,
@@ -462,6 +464,9 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
     refuse_long_study(base, points, jobs, force)
     if on_healthy_step is not None:
         on_healthy_step(jobs[0].step_summary)
+    scenario_wide = list(jobs[0].scenario_wide)
+    if on_scenario_warnings is not None:
+        on_scenario_warnings(scenario_wide)
     warned = point_warnings(points, jobs, varies)
     if on_point_warnings is not None:
         on_point_warnings(warned)
@@ -480,7 +485,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
                 progress(finished + 1, len(points))
         curves.append(curve_summary(done))
     return {"scenario": str(scenario), "overrides": list(overrides), "study": study, "varies": ".".join(varies),
-            "point_warnings": warned, "curves": curves}
+            "scenario_warnings": scenario_wide, "point_warnings": warned, "curves": curves}
 
 
 def refuse_same_steps(intervals: Sequence[float | str], jobs: list[PreparedJob],
@@ -521,12 +526,13 @@ def point_warnings(points: list[tuple[float, LoadedScenario]], jobs: list[Prepar
                    varies: FieldPath = STORAGE_INTERVAL) -> list[dict]:
     """The warnings each study point gives before it runs (`PreparedJob.warnings`), with its rate multiplier and
     the interval ``varies`` it runs (in whole steps), in the study's order; a warning its multiplier's earlier
-    point gave word for word (`summary.young_daly_warning`, the same at every interval) only there."""
+    point gave word for word (`summary.young_daly_warning`, the same at every interval) only there; none of the
+    job's scenario-wide ones (`PreparedJob.scenario_wide`), which are no point's."""
     told: set[tuple[float, str]] = set()
     warned = []
     for (multiplier, _), job in zip(points, jobs, strict=True):
         for warning in job.warnings:
-            if (multiplier, warning) not in told:
+            if warning not in job.scenario_wide and (multiplier, warning) not in told:
                 told.add((multiplier, warning))
                 warned.append({"rate_multiplier": multiplier,
                                "interval_s": interval_steps_of(job, varies) * job.healthy.step_s, "warning": warning})
