@@ -1058,8 +1058,8 @@ def preset_warning(loaded: LoadedScenario, topology: Topology) -> str | None:
 
 
 def healthy_step_activity(gpus: int) -> str:
-    """What a job's progress says while its healthy step is simulated, before any replication runs: minutes on a
-    large cluster (the 288-GPU GB200 job's took ~34 s of CPU), during which the line said nothing but the time."""
+    """What a job's progress line names while its healthy step is simulated, before any replication runs, with
+    the cluster's GPU count: the step takes minutes on a large cluster (the 288-GPU GB200 job's ~34 s of CPU)."""
     return f"simulating the healthy step ({gpus:,} GPUs)"
 
 

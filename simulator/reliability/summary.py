@@ -396,9 +396,8 @@ def memory_tier_figures(loaded: LoadedScenario, plan: JobPlan, healthy: SegmentC
                         totals: list[ReplicationTotals]) -> dict:
     """The in-memory checkpoint tier's figures, under `memory_checkpoint`: its interval, peer copies, snapshot
     stall and restore load in the healthy state, the restarts after a failure that loaded each tier (those from
-    storage by why, `StorageReason`), and the
-    first-order two-level optimum (`two_level_figures`); nothing without that tier, so that a job without it
-    writes the summary it always did."""
+    storage by why, `StorageReason`), and the first-order two-level optimum (`two_level_figures`); nothing
+    without that tier, whose job's summary has no `memory_checkpoint` key."""
     memory = loaded.scenario.checkpoint.memory
     if memory is None:
         return {}
