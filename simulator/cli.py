@@ -716,7 +716,8 @@ def _printed_intervals(curve: dict) -> list[float]:
 
 
 def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:
-    """Young's and Daly's intervals (and with an in-memory tier the two-level optimum), or why there are none: no
+    """Young's and Daly's intervals (and with an in-memory tier the two-level optimum, with the restores of the
+    best point that found no in-memory copy), or why there are none: no
     failure interrupts the job. Its degradations and
     stragglers, where it expects some, are named with their count: they cost time though they take no restart
     (the line said "no failures expected" of a job losing time to them)."""
@@ -725,7 +726,9 @@ def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:
 
     if curve["young_interval_s"] is not None:
         two_level = curve.get("two_level")
-        return young_daly_text(curve, interval) + (f"; {two_level_text(two_level, interval)}" if two_level else "")
+        lost = curve.get("copies_lost") or 0.0
+        return young_daly_text(curve, interval) + (f"; {two_level_text(two_level, interval, lost)}" if two_level
+                                                   else "")
     if not curve["expected_slowdowns"]:
         return "no failures expected, so no Young or Daly interval"
     expected = expected_count(curve["expected_slowdowns"], "degradation or straggler", "degradations or stragglers")

@@ -258,3 +258,21 @@ restart: {spares: 4}
 """
     summary = simulate_job(scenario_from_text(text, "memory.yaml")).summary
     assert summary["memory_checkpoint"]["two_level"]["memory_mtbf_s"] == summary["mtbf_s"] == 22_500.0
+
+
+def test_a_study_line_names_the_restores_that_found_no_copy(tmp_path, capsys):
+    """An elastic job without spares shrinks onto hosts whose peers are out, so its restores find no in-memory
+    copy although no failure at full size needs storage: a study's line says so with the count of its best point,
+    as the job's table does, and never that no failure needs storage."""
+    scenario = tmp_path / "elastic.yaml"
+    scenario.write_text(LLAMA3_8B_ON_4_HOSTS + """run: {horizon: 10 d, replications: 2}
+faults: {components: {gpu: {mtbf: 200 h, repair: 1 d}}}
+checkpoint: {memory: {interval: 2 min, replicas: 1}}
+restart: {elastic: true, spares: 0}
+""")
+    out = tmp_path / "study"
+    assert main(["study", "mtbf", str(scenario), "--multipliers", "1", "--out", str(out), "--quiet"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rate x 1"))
+    lost = json.loads((out / "study.json").read_text())["curves"][0]["copies_lost"]
+    assert lost > 0 and "(no failure there needs it)" not in line
+    assert f"storage as rarely as you like only at full size: {lost:g} restores a replication found no" in line

@@ -377,6 +377,13 @@ def paired_differences(points: list[StudyPoint], best: StudyPoint) -> list[dict]
     return found
 
 
+def copies_lost(summary: dict) -> float | None:
+    """The restores a replication of a job found no in-memory copy for (job_summary.json's
+    `memory_checkpoint.storage_because.copies_lost` mean); None without the tier."""
+    memory = summary.get("memory_checkpoint")
+    return None if memory is None else memory["storage_because"]["copies_lost"]["mean"]
+
+
 def curve_summary(points: list[StudyPoint]) -> dict:
     """Best grid point, whether the curve is flat (`curve_is_flat`), fitted optimum, Young and Daly of one
     multiplier's interval curve, whether its healthy step is out of memory (`oom`: its figures are invalid), and
@@ -401,6 +408,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "daly_interval_s": first["daly_interval_s"],
         "young_daly_cost_s": first["young_daly_cost_s"],
         "two_level": (first.get("memory_checkpoint") or {}).get("two_level"),
+        "copies_lost": copies_lost(best.summary),
         "write_floor_steps": first["write_floor_steps"],
         "write_floor_s": first["write_floor_s"],
         "best_interval_s": best.interval_s,
