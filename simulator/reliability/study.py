@@ -445,13 +445,14 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[fl
     (the points change no step), ``on_scenario_warnings`` the warnings every point gives alike
     (`PreparedJob.scenario_wide`: a failure preset measured on another system) and ``on_point_warnings`` the others
     each point gives before it runs (`point_warnings`: an interval that writes no checkpoint), which `trainsim
-    study` prints, and study.json keeps as `scenario_warnings` and `point_warnings`. ``progress(done, total)`` hears of each point simulated. The points run one after another
-    in this process, so each simulates its cluster states ahead on the other cores as `trainsim run` does (at most
-    ``workers`` processes where not 0; ``foresight_progress`` hears of each replication of the pass that foresees
-    them, ``states_progress`` of each state, ``states_sharing`` how many workers share those left,
-    ``workers_warning`` of a worker that ended early or was not forked),
-    unless this process is itself a worker; a later point finds the states an earlier one simulated (the points
-    change no step; the state cache holds `states.CACHE_BYTES`, ~4,000 states of a 64-GPU job)."""
+    study` prints, and study.json keeps as `scenario_warnings` and `point_warnings`. ``progress(done, total)``
+    hears of each point simulated. The points run one after another in this process, so each simulates its
+    cluster states ahead on the other cores as `trainsim run` does (at most ``workers`` processes where not 0;
+    ``foresight_progress`` hears of each replication of the pass that foresees them, ``states_progress`` of each
+    state, ``states_sharing`` how many workers share those left, ``workers_warning`` of a worker that ended early
+    or was not forked), unless this process is itself a worker; a later point finds the states an earlier one
+    simulated (the points change no step; the state cache holds `states.CACHE_BYTES`, ~4,000 states of a 64-GPU
+    job)."""
     base = load_scenario(scenario, overrides)
     require_horizon(base)
     refuse_no_memory_tier(base, study)
