@@ -494,6 +494,7 @@ def test_a_sweep_over_a_job_runs_the_job_simulation_at_every_point(tmp_path):
     for point, multiplier in enumerate((1, 4)):
         expected = simulate_job(scenario_from_text(base, "job.yaml", [f"faults.rate_multiplier={multiplier}"]))
         assert rows["ettr.mean"].iloc[point] == expected.summary["ettr"]["mean"]
+        assert orjson.loads(rows["ettr.by_replication"].iloc[point]) == list(expected.ettr_by_replication)
         written = orjson.loads((out / "points" / f"{point:05d}" / "job_summary.json").read_bytes())
         assert written["ettr"] == expected.summary["ettr"]
     assert rows["interruptions.unexpected.mean"].iloc[1] > 2 * rows["interruptions.unexpected.mean"].iloc[0]
