@@ -1298,8 +1298,8 @@ def test_analytic_warns_where_different_stages_collectives_share_a_nic(capsys, t
     """Analytic shares a NIC among one collective's copies (one stage's groups), not among different pipeline
     stages' collectives: on two one-NIC DGX H100 hosts at tp 1, pp 8, dp 2 each host's 8 stages' DP groups
     leave through its one NIC, comm_s.dp 64.5 ms against the flow model's 309.3 ms. One warning at
-    `network.model` names the stages per NIC; with a NIC per GPU, or one stage a host (TP 8, whose 8 DP groups
-    are copies, counted), none."""
+    `network.model` names the stages per NIC and the other overrides the check read; with a NIC per GPU, or one
+    stage a host (TP 8, whose 8 DP groups are copies, counted), none."""
     from simulator.cli import main
 
     step = ["--set", "cluster.topology=dgx-h100-cluster", "--set", "cluster.nodes=2", "--set",
@@ -1311,8 +1311,10 @@ def test_analytic_warns_where_different_stages_collectives_share_a_nic(capsys, t
         "warning: command line: trainsim validate: --set network.model=analytic: analytic shares a link among the "
         "copies of one collective (one pipeline stage's groups) but not among different stages' collectives, and "
         f"host 0's DP groups of {stages} pipeline stages leave it through 1 NIC: up to {stages} stages' collectives "
-        f"share a NIC uncounted, so the analytic figures may overstate its rate by up to {stages}x (allowed: "
-        "network.model: flow, which shares each NIC among all the traffic that crosses it)"])
+        f"share a NIC uncounted, so the analytic figures may overstate its rate by up to {stages}x (with --set "
+        f"cluster.topology=dgx-h100-cluster, --set cluster.nodes=2, --set cluster.nics_per_node={nics}, --set "
+        f"parallelism.tp={tp}, --set parallelism.pp={pp}, --set parallelism.dp=2) (allowed: network.model: flow, "
+        "which shares each NIC among all the traffic that crosses it)"])
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -1821,9 +1821,11 @@ def test_a_job_names_its_rounds_ahead_and_counts_the_states_it_simulates_before_
     assert simulated_ahead == 8 and counted == [(done, 8) for done in range(9)]
 
 
-UNFOLDED_STRAGGLER_JOB = JOB64.replace("nodes: 8", "nodes: 4").replace("{tp: 2, pp: 4, dp: 8}",
-                                                                     "{tp: 2, pp: 8, dp: 2}")
-"""TP 2, PP 8, DP 2 on 32 GPUs: the slow replica's classes are every rank, so each straggler state runs unfolded."""
+UNFOLDED_STRAGGLER_JOB = (JOB64.replace("nodes: 8", "nodes: 4")
+                          .replace("{tp: 2, pp: 4, dp: 8}", "{tp: 2, pp: 8, dp: 2}")
+                          .replace("microbatches: 4", "microbatches: 8"))
+"""TP 2, PP 8, DP 2 on 32 GPUs, 8 micro-batches (one a stage, so that no warning of a pipeline that cannot fill
+joins its refusal's line): the slow replica's classes are every rank, so each straggler state runs unfolded."""
 
 
 def test_a_job_says_the_estimated_cpu_time_of_each_straggler_state(monkeypatch):
