@@ -483,10 +483,11 @@ def layer_reductions_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int
     """Seconds per micro-batch ``rank``'s backward TP collectives outlast their alone times by beside ZeRO-2's
     reduce-scatters of each layer's gradients over ``group`` under way, which cross NVLink where the group has
     several members in a host (`TpBesideBuckets`, each layer's sent as its last block's weight-gradient kernels
-    end, `ProgramBuilder._grads_done`); each chunk's backward walked on its own (0 without TP, or under
-    Transformer Engine's TP overlap, whose collectives are not walked)."""
+    end, `ProgramBuilder._grads_done`); each chunk's backward walked on its own (0 without TP, under
+    Transformer Engine's TP overlap, whose collectives are not walked, or where no two members of ``group``
+    share an NVLink domain, `shares_a_domain`: the TP collectives then take their alone times)."""
     layout = plan.layout
-    if layout.tp == 1 or plan.tp_overlap is not None:
+    if layout.tp == 1 or plan.tp_overlap is not None or not shares_a_domain(times.topology, group):
         return 0.0
     shared = 0.0
     for vstage in plan.rank_stages(layout.coords(rank)["pp"]):
@@ -1257,7 +1258,7 @@ def regather_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int, 
 
 
 def ring_exposed_s(plan: StepPlan, times: CollectiveTimes, context: ContextAttention, rank: int,
-                   phase: Pass, share: SmShare | None = None) -> float:
+                   phase: Pass, share: SmShare | None) -> float:
     """Seconds ring attention's K/V ring adds to pass ``phase`` of a block on ``rank``: the program runs the
     ring's cp - 1 steps one after another, each a grouped send/receive of one block (K/V, with their gradients
     twice the bytes in the backward) from every CP rank to the next over the path between the two
@@ -1650,7 +1651,7 @@ def forward_steps(plan: StepPlan, times: CollectiveTimes, block: Block, rank: in
                      for side in (True, False))
     if before is not None:
         steps.append((before, layout.group("tp", rank), block.tp_bytes))
-    ring = (ring_exposed_s(plan, times, block.context, rank, Pass.FORWARD)
+    ring = (ring_exposed_s(plan, times, block.context, rank, Pass.FORWARD, None)
             if block.context is not None and block.context.ring else 0.0)
     steps.append(block.forward_s + ring)
     if after is not None:
@@ -1830,7 +1831,8 @@ class CollectiveTimes:
         self._beside: dict[tuple[tuple[CollectiveShape, ...], tuple[tuple[float, CollectiveShape | Exchange], ...]],
                            float] = {}
         self._channels: dict[SmShare, NcclChannels] = {}
-        self._sms: dict[tuple, int] = {}
+        self._sms: dict[tuple[SmShare, Primitive, tuple[int, ...], float, tuple[tuple[float, ...], ...],
+                              AlgorithmChoice], int] = {}
 
     def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
                 pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto") -> float:
