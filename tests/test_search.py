@@ -1415,6 +1415,7 @@ def test_the_estimate_charges_what_ring_attentions_ring_outlasts():
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory, ring_exposed_s
     from simulator.topology.loader import scenario_topology
+    from simulator.workload.calibrated import contention_share
     from simulator.workload.training import build_training_step
 
     overrides = ["training.seq_len=1024"]
@@ -1424,8 +1425,10 @@ def test_the_estimate_charges_what_ring_attentions_ring_outlasts():
     base = search_base(loaded.source, overrides)
     for cp in (2, 4, 8):
         checked = check_memory(base, Candidate(1, cp, 1, 8 // cp, 1, 1, "zero1", "none"), "1f1b", times)
-        plan = build_training_step(Scenario.model_validate(checked.data), topology).plan
-        ring = plan.microbatches * sum(ring_exposed_s(plan, times, block.context, 0, phase)
+        scenario = Scenario.model_validate(checked.data)
+        step = build_training_step(scenario, topology)
+        plan, share = step.plan, contention_share(scenario.collectives.sm_contention, step.gpu.name)
+        ring = plan.microbatches * sum(ring_exposed_s(plan, times, block.context, 0, phase, share)
                                        for block in plan.stages[0].blocks if block.context is not None
                                        for phase in (Pass.FORWARD, Pass.BACKWARD))
         summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
@@ -1890,7 +1893,7 @@ def test_the_estimate_charges_deepspeed_zero2s_reduce_scatter_after_every_micro_
     the backward, whose kernels their SMs slow and whose TP collectives share NVLink with their rings
     (`layer_reductions_sharing_s`), which the estimate charges rather than ranking it as ZeRO-1: simulated over
     estimated tokens/s 0.9997 (TP1 DP8), 1.0057 (TP2 DP4) and 1.0105 (TP4 DP2) on one DGX H100, measured
-    2026-12-07; with the TP collectives timed alone TP2 DP4 was 0.9922 and TP4 DP2 0.9730. The TP collectives'
+    2026-12-07; with the TP collectives timed alone: TP2 DP4 0.9922 and TP4 DP2 0.9730. The TP collectives'
     excess is the simulation's: TP4 DP2's 70.7 ms a step estimated, where the run exposes 68.6 ms more TP time
     than ZeRO-1's."""
     from simulator.config.loader import scenario_from_data
