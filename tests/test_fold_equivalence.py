@@ -299,7 +299,7 @@ def test_hand_offs_beside_dp_trees_fold_with_the_roots_apart():
     The refold by the loads the hand-offs' copies meet keeps the roots' replicas (0 and 31) apart from the other 30
     and keeps pace: 4 of 64 ranks, every figure the unfolded run's. With an interleaved schedule that refold falls
     out of step too, and so does the refold by place in the trees on these two leaves, and the step runs unfolded
-    (one leaf per rail: below)."""
+    (`test_hand_offs_beside_dp_trees_on_two_leaves_run_unfolded`; one leaf per rail: below)."""
     folded = simulate(scenario_from_text(TREE_HAND_OFFS, "inline.yaml")).summary
     unfolded = simulate(scenario_from_text(TREE_HAND_OFFS, "inline.yaml", ["run.fold=false"])).summary
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in folded["fold_given_up"]] == [("stage", 2)]
@@ -316,7 +316,7 @@ def test_hand_offs_beside_dp_trees_refold_by_place_in_the_trees():
     its transfers per phase of the trees' plans, which tree aside) keeps pace: 10 of 64 ranks, one per root and
     one per height shared by the two trees in each stage, every figure the unfolded run's. One leaf per rail here:
     on two leaves the spine hash parts hosts in like places, that refold falls out of step by 2.5 us, and the
-    step runs unfolded."""
+    step runs unfolded (`test_hand_offs_beside_dp_trees_on_two_leaves_run_unfolded`)."""
     text = TREE_HAND_OFFS.replace("nics_per_node: 1}", "nics_per_node: 1, leaf_ports: 64}").replace(
         "parallelism: {pp: 2}", "parallelism: {pp: 2, pipeline: {schedule: interleaved, virtual_stages: 2}}")
     folded = simulate(scenario_from_text(text, "inline.yaml")).summary
@@ -328,6 +328,24 @@ def test_hand_offs_beside_dp_trees_refold_by_place_in_the_trees():
                                       "30": 2, "31": 2}
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+
+
+def test_hand_offs_beside_dp_trees_on_two_leaves_run_unfolded():
+    """Interleaved (v = 2) on the default two leaves, the spine hash sends the flows of hosts in like places in the
+    trees over other spines: after the stage fold (2 ranks) and the refold by loads (4), the refold by place in the
+    trees (10) falls out of step too ('send bwd mb2' over GPUs [2, 3], 2.5 us apart), and the step runs unfolded,
+    every figure the run with `run.fold=false`'s to the bit."""
+    text = TREE_HAND_OFFS.replace(
+        "parallelism: {pp: 2}", "parallelism: {pp: 2, pipeline: {schedule: interleaved, virtual_stages: 2}}")
+    folded = simulate(scenario_from_text(text, "inline.yaml")).summary
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"])).summary
+    assert [(entry["fold"], entry["simulated_ranks"]) for entry in folded["fold_given_up"]] == [
+        ("stage", 2), ("routes", 4), ("routes", 10)]
+    place = folded["fold_given_up"][-1]["out_of_step"]
+    assert (place["name"], place["group"]) == ("send bwd mb2", [2, 3])
+    assert place["widest_s"] == pytest.approx(2.5e-6)
+    assert not folded["folded"] and folded["simulated_ranks"] == unfolded["simulated_ranks"] == 64
+    assert_same_figures(folded, unfolded, 0.0, 0.0, "fold_off_reason")
 
 
 SC21_LIKE = """
