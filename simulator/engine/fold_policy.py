@@ -14,10 +14,11 @@ folded program; a job asks it of its straggler states before it meets them (`str
 guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
 so that a step too large unfolded is refused (scale.py) before it takes minutes or memory. Where a folded run's
 only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP lane of each stage,
-classes keyed by CP lane) and `route_steps` (ranks classed also by their hand-offs' routes: the hops, then the
-loads on them, then by host, coarsest first; classes of unequal size weighted, `FoldedStep.weights`) are tried before
-unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`:
-in the first instance out of step where the run stopped there, `LockstepWatch`, else in the whole run),
+classes keyed by CP lane) and `route_steps` (ranks classed also by their hand-offs' routes: the hops, then the loads
+on them, then by place in the other collectives' plans, then by host, coarsest first; classes of unequal size
+weighted, `FoldedStep.weights`) are tried before unfolding, lanes first unless copies of one CP lane's hand-off
+ended apart (`Lockstep.hand_offs_within_lanes`: in the first instance out of step where the run stopped there,
+`LockstepWatch`, else in the whole run),
 then `meet_step` where both ran (their meet: one rank per CP lane of each class by route), or only lanes on a
 step classed by NVLink loads (with those classes): the unfolded run
 where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` before its run,
@@ -514,11 +515,12 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
                 efficiency: Mapping[str, float], faults: StepFaultPlan, budget: RefoldBudget | None = None
                 ) -> Iterator[FoldedStep | GivenUp | None]:
     """The step with its ranks classed also by the routes of their pipeline hand-offs (engine/rank_classes.py
-    `route_classes`: by the hops the copies take, then also by the loads they meet on them, then by host), the
-    coarsest first, the next to be drawn only where the one before fell out of step in its run; for a ``folded``
-    step whose only mirrors out of step were hand-offs (the fabric hashes each flow onto a spine by its hosts and
-    rails, so one host's hand-off can share an uplink that its mirrors' do not, and one replica's may cross the
-    spines where another's stays in its leaf group). Nothing where no such classes refine its own: no layout
+    `route_classes`: by the hops the copies take, then also by the loads they meet on them, then also by place in
+    the other collectives' plans, then by host), the coarsest first, the next to be drawn only where the one before
+    fell out of step in its run; for a ``folded`` step whose only mirrors out of step were hand-offs (the fabric
+    hashes each flow onto a spine by its hosts and rails, so one host's hand-off can share an uplink that its
+    mirrors' do not, and one replica's may cross the spines where another's stays in its leaf group). Nothing where
+    no such classes refine its own: no layout
     (a trace), step faults that leave some stage's ranks unlike (not `alike_in_stages`), or ranks all alike. The
     classes refine those of ``folded`` (hosts classed by their NVLink loads too); `_refined_step` judges each
     before its run, ordered or not, and against ``budget``: none is drawn after one beyond it, each being finer
