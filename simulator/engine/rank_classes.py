@@ -361,13 +361,14 @@ def _hop_signatures(plans: PlanCache, shapes: CollectiveShapes, host: np.ndarray
 def _place_signatures(plans: PlanCache, shapes: CollectiveShapes, host: np.ndarray) -> dict[int, tuple]:
     """Per host, its place in the plans of the collectives other than hand-offs that span several hosts: per such
     shape and phase of its plan over its group, how many transfers between hosts of each size the host sends and
-    receives (empty where every host of the group sends and receives alike in every phase). A ring loads every
-    host alike; NCCL's double binary tree does not (collectives/tree.py `double_binary_tree`): a root's NICs
-    carry 2 tree edges where the others' carry 4, and an edge starts at its child's height (up) or its parent's
-    depth (down), so a host's phases tell its heights and depths in both trees, which tree aside (the second
-    mirrors the first, and each carries half the bytes). Hosts whose hand-offs meet the trees' flows at other
-    times are then simulated apart, while hosts of like places in the trees (a leaf of one tree that is a parent
-    of leaves in the other, 16 of 32 hosts) keep one representative."""
+    receives (nothing where every host of the group sends and receives alike in every phase; a host in no group that
+    differs is absent, which `route_classes` keys as b""). A ring loads every host alike; NCCL's double binary tree
+    does not (collectives/tree.py `double_binary_tree`): a root's NICs carry 2 tree edges where the others' carry 4,
+    and an edge starts at its child's height (up) or its parent's depth (down), so a host's phases tell its heights
+    and depths in both trees, which tree aside (the second mirrors the first, and each carries half the bytes).
+    Hosts whose hand-offs meet the trees' flows at other times are then simulated apart, while hosts of like places
+    in the trees (a leaf of one tree that is a parent of leaves in the other, 16 of 32 hosts) keep one
+    representative."""
     found: dict[int, Counter] = {}
     for shape, op in enumerate(shapes.firsts):
         members = host[np.array(op.group, dtype=np.int64)]
