@@ -437,6 +437,7 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
     assert no_worker.table.equals(one_core.table)
 
 
+def test_the_pass_that_foresees_the_states_reports_its_replications_before_the_states_and_the_job(monkeypatch):
     """The 64-GPU job on two cores reports three phases in order: the first pass over its 2 replications
     (``foresight_progress``, 0 to 2), the 9 states simulated ahead (0 to 9), then its replications (0 to 2), so
     the bar moves through the first pass too (~15 s on the 16,384-GPU throttling job)."""
