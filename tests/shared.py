@@ -69,6 +69,11 @@ each of the full job's TP groups (ranks r, r + 4) stays in a host, and the job s
 across two hosts (test_elastic_nvl72.py writes the TP into the file, test_reliability_states.py sets it)."""
 
 
+GB200_JOB_FOUR_LAYERS = ("run.horizon=null", "model.layers=4")
+"""The bundled GB200 job's step cut to 4 layers on the same cluster and layout (two a stage of its PP 2), as a step:
+the wait test (test_bottleneck.py) and the tray-class estimate (test_scale.py) read the one run."""
+
+
 def bundled_result(name: str, overrides: tuple[str, ...] = ()) -> Result:
     """A bundled scenario's run with ``overrides``, once per session: the tests that read the same run share it,
     and none changes it."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from shared import SCENARIOS
+from shared import GB200_JOB_FOUR_LAYERS, SCENARIOS, bundled_result
 
 from simulator import scale, simulation
 from simulator.cli import main
@@ -1230,10 +1230,10 @@ def test_the_gb200_job_step_is_estimated_at_its_tray_classes():
     (engine/rank_classes.py, one a tray), as the estimate counts them (`scale._tray_classes`): ops exact (28,980)
     and flows 0.980 of the run's (counted at the stage fold's 2 ranks: 0.027 and
     0.111). Flows pinned within 0.1%."""
-    loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", "model.layers=4"])
+    loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", list(GB200_JOB_FOUR_LAYERS))
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
-    summary = simulate(loaded).summary
+    summary = bundled_result("llama3-70b-gb200-job", GB200_JOB_FOUR_LAYERS).summary
     assert (estimate.simulated_ranks, summary["simulated_ranks"]) == (72, 72)
     assert estimate.ops == summary["ops_executed"] == 28_980
     assert estimate.flows / summary["flows_simulated"] == pytest.approx(0.980, rel=0.001)
