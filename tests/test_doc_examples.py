@@ -47,7 +47,6 @@ from simulator.preflight import validate
 from simulator.program.ops import COMPUTE_STREAM, PIPELINE_CATEGORIES
 from simulator.scale import sized_topology
 from simulator.schedules import load_schedule_csv
-from simulator.schedules.custom_csv import load_table_placement
 from simulator.simulation import Result
 from simulator.units import parse_bandwidth, parse_duration, parse_size
 from simulator.workload.training import check_schedule_runs
@@ -340,8 +339,8 @@ def test_the_deadlock_refusals_of_schedules_md_are_what_a_scenario_says(tmp_path
     def refusal(name: str, text: str) -> ScenarioError:
         (tmp_path / name).write_text(text)
         with pytest.raises(ScenarioError) as caught:
-            check_schedule_runs(load_schedule_csv(tmp_path / name), load_table_placement(tmp_path / name),
-                                tmp_path / name)
+            table = load_schedule_csv(tmp_path / name)
+            check_schedule_runs(table, table.placement, tmp_path / name)
         return caught.value
 
     first, second, quote = re.search(r"`(F0[^`]*)` over `([^`]*)` says `(deadlock\.csv:1: [^`]*)`", page).groups()

@@ -23,7 +23,6 @@ from simulator.schedules import (
     simulate_schedule,
 )
 from simulator.schedules.base import Schedule, placement_of, validate_schedule
-from simulator.schedules.custom_csv import load_table_placement
 from simulator.workload.training import check_schedule_runs
 
 REFERENCE = DATA / "schedules_p4_m8.txt"
@@ -360,7 +359,7 @@ def test_a_table_reads_cells_in_either_case_quoted_and_spaced(tmp_path: Path) ->
     assert lenient.startswith('Placement, V\n"f0", F1 ,f2,')
     path.write_text(lenient)
     assert load_schedule_csv(path) == build_schedule("dualpipev", 2, 4, 2)
-    assert load_schedule_csv(path).placement == load_table_placement(path) == "v"
+    assert load_schedule_csv(path).placement == "v"
 
 
 def test_a_table_given_with_another_schedule_is_refused() -> None:

@@ -14,7 +14,6 @@ from shared import DATA, EXACT, SCENARIOS
 from simulator.errors import ScenarioError
 from simulator.schedules import Action, build_schedule, load_schedule_csv, schedule_to_csv, simulate_schedule
 from simulator.schedules.base import Schedule, rank_stages, stage_rank
-from simulator.schedules.custom_csv import load_table_placement
 from simulator.schedules.registry import ONE_CHUNK, SCHEDULES, V_PLACED, schedule_placement
 from simulator.workload.memory_plan import MEMORY_PARTS
 
@@ -203,8 +202,7 @@ def test_csv_with_v_placement_reproduces(tmp_path: Path, name: str) -> None:
     path = tmp_path / f"{name}.csv"
     path.write_text(text)
     assert load_schedule_csv(path) == schedule
-    assert load_schedule_csv(path).placement == schedule.placement == load_table_placement(path) == "v"
-    assert schedule_placement("custom", path) == "v"
+    assert load_schedule_csv(path).placement == schedule.placement == "v"
     assert simulate_schedule(load_schedule_csv(path), 2, 2, 2, placement="v").makespan == pytest.approx(
         51, abs=EXACT)
 

@@ -198,11 +198,6 @@ def load_schedule_csv(path: str | Path) -> Schedule:
     return _load_table(path).schedule
 
 
-def load_table_placement(path: str | Path) -> Placement:
-    """The placement the CSV action table at ``path`` asks for ('loop' unless it has a placement row)."""
-    return _load_table(path).placement
-
-
 def _load_table(path: str | Path) -> _Table:
     """The checked table at ``path``. A file that cannot be read is refused without a file of its own, so that
     the scenario's line of `parallelism.pipeline.table` names it (`config/locate.located`); a fault inside the

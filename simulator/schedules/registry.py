@@ -8,7 +8,7 @@ from pathlib import Path
 from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_FIELD, SCHEDULE_NAMES
 from simulator.errors import ScenarioError, lookup
 from simulator.schedules.base import TABLE_FIELD, Action, Placement, Schedule, ScheduleBuilder, placement_of
-from simulator.schedules.custom_csv import csv_schedule, load_table_placement
+from simulator.schedules.custom_csv import csv_schedule
 from simulator.schedules.gpipe import gpipe
 from simulator.schedules.interleaved import interleaved, interleaved_zero_bubble
 from simulator.schedules.looped_bfs import looped_bfs
@@ -53,11 +53,9 @@ def get_schedule(name: str, table: str | Path | None = None) -> ScheduleBuilder:
     return lookup(SCHEDULES, name, "schedule", SCHEDULE_FIELD, schedule_names())
 
 
-def schedule_placement(name: str, table: str | Path | None = None) -> Placement:
-    """Which virtual stage each chunk holds for schedule ``name``: 'v' or 'loop'; a custom table says in its
-    optional placement row."""
-    if name == CUSTOM_SCHEDULE and table is not None:
-        return load_table_placement(table)
+def schedule_placement(name: str) -> Placement:
+    """Which virtual stage each chunk holds for the registered schedule ``name``: 'v' or 'loop' (a custom table's
+    is its `Schedule.placement`, from its optional placement row)."""
     return "v" if name in V_PLACED else "loop"
 
 
