@@ -105,7 +105,8 @@ def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShap
     spines) hops give two classes per stage, 16 of 1,536 ranks, and that run keeps pace; loads give seven
     (replicas 0 and 23 and each crossing replica apart), 56 ranks; hosts 192. On the SC21 76.1B step (DP trees
     over 32 hosts, interleaved) the loads give two classes per stage, which fall out of step, and places five (the
-    two roots, and the hosts of each height shared by the two trees), 20 of 1,024 ranks, which keep pace."""
+    two roots together, then per height 1 to 4 in one tree the hosts that are leaves in the other: 16, 8, 4 and 2
+    hosts), 20 of 1,024 ranks, which keep pace."""
     host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
     columns = _stage_hosts(program, host)
     if columns is None:
