@@ -359,8 +359,9 @@ def _tp_ends(par: ParallelismConfig) -> int:
 def _backward_passes(par: ParallelismConfig, m: int, table: Path | None = None) -> float:
     """Backward ops per block and micro-batch, on average over the pipeline's ranks: one for a whole backward
     (BW), two where the schedule splits it into its input-grad (B) and weight-grad (W) passes, as the schedule
-    of ``m`` micro-batches does for each rank (ZB-H1 splits the head's and the tail's backwards of every rank but
-    the first: p 4, m 8, 1.375, the step's 128 ops; zbv and interleaved-zb split every one). A custom table's
+    of ``m`` micro-batches does for each rank (ZB-H1 splits p of the m backwards on every rank but rank 0, rank
+    r's first r and last p - r, zero_bubble.py's head and tail: p 4, m 8, 1.375, the step's 128 ops; zbv and
+    interleaved-zb split every one). A custom table's
     own actions are read from ``table``, its path resolved from the scenario's folder; where that path is not
     known, or the table cannot be read, every backward counts as split, an upper bound (its own check reports a
     table that cannot be read). One for a named schedule that cannot be built (its own check reports it)."""
