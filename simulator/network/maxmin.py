@@ -217,7 +217,7 @@ def _progressive_fill(incidence: Incidence, weight: np.ndarray, capacity: np.nda
                 crossed = np.zeros(weight.size, dtype=bool)
                 crossed[entry_group[saturated[entry_link]]] = True
                 crossed &= ~frozen
-                freezing = crossed.nonzero()[0]  # 1 us a call on ~180 groups, np.flatnonzero 5 us
+                freezing = crossed.nonzero()[0]  # under 1 us a call on ~180 groups, about a third of np.flatnonzero's
             else:
                 crossing = incidence.groups_on(np.flatnonzero(saturated))
                 freezing = distinct(crossing[~frozen[crossing]], weight.size)
