@@ -1001,7 +1001,7 @@ def test_the_event_limit_counts_in_memory_snapshots_per_storage_cycle(tmp_path, 
 def test_a_preset_applied_to_another_system_is_warned_of(tmp_path, capsys):
     """The llama3 table was seen on DGX H100 hosts of 8 H100s: on such a cluster no word; on hosts of other GPUs
     (or another count a host) one warning at faults.preset naming the system it was measured on and how its rates
-    apply (per GPU, per host), the rates unchanged."""
+    apply (per GPU, per host, per NIC, per cable), the rates unchanged."""
     scenario = tmp_path / "job.yaml"
     own = SPARE_JOB.replace("  components:", "  preset: llama3\n  components:")
     scenario.write_text(own)
@@ -1012,6 +1012,7 @@ def test_a_preset_applied_to_another_system_is_warned_of(tmp_path, capsys):
     warnings = [line for line in capsys.readouterr().err.splitlines() if "faults.preset" in line]
     assert warnings == [
         f"warning: {scenario}:15: faults.preset: the llama3 preset's rates were measured on hosts of 8 h100-sxm "
-        "GPUs, and this cluster's hosts hold 8 a100-80gb GPUs: they apply unchanged, per GPU (9 causes: faulty GPU, "
-        "GPU HBM3 memory, ...) at the h100-sxm rate and per host (7 causes: host maintenance, SSD, ...) at the "
-        "8-GPU host rate (allowed: faults.components rates measured on this system, to replace the preset's)"]
+        "GPUs, and this cluster's hosts hold 8 a100-80gb GPUs: they apply unchanged, at that system's rate per unit: "
+        "per GPU (9 causes: faulty GPU, GPU HBM3 memory, ...), per host (7 causes: host maintenance, SSD, ...), per "
+        "NIC (1 cause: NIC) and per cable (1 cause: network switch/cable) (allowed: faults.components rates measured "
+        "on this system, to replace the preset's)"]

@@ -22,6 +22,7 @@ from simulator.config.reliability import (
     EFFECT_UNITS,
     MAINTENANCE_ALLOWED,
     RATE_ALLOWED,
+    UNIT_KINDS,
     ComponentSpec,
     Effect,
     FailureDistribution,
@@ -30,7 +31,7 @@ from simulator.config.reliability import (
     no_time_to_train,
 )
 from simulator.errors import ScenarioError
-from simulator.units import format_duration
+from simulator.units import counted, format_duration
 
 
 @dataclass(frozen=True)
@@ -247,20 +248,34 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
     return FailureModel(scaled, maintenance)
 
 
+UNIT_WORDS: MappingProxyType[UnitKind, str] = MappingProxyType({
+    "gpu": "GPU", "host": "host", "nic": "NIC", "leaf_switch": "leaf switch", "spine_switch": "spine switch",
+    "cable": "cable", "rack": "rack", "nvswitch_tray": "NVSwitch tray"})
+"""Each unit as a message names it."""
+
+
 def preset_system_warning(faults: FaultsConfig, gpu_model: str, host_gpus: int) -> tuple[str, str] | None:
     """The problem and the advice where `faults.preset`'s table was seen on another system than the job's cluster
     (its GPU, ``gpu_model``, or GPUs a host, ``host_gpus``): its rates apply per unit as they are, so a GB200
-    tray of 4 GPUs gets the per-host rate of an 8-GPU DGX H100 host, and a B200 an H100's per-GPU rate. None
+    tray of 4 GPUs gets the per-host rate of an 8-GPU DGX H100 host, and a B200 an H100's per-GPU rate. The
+    causes are named by unit, every unit the preset counts in (the llama3 table's: GPU, host, NIC, cable). None
     without a preset or on its own system."""
     if faults.preset is None:
         return None
     preset = FAILURE_PRESETS[faults.preset]
     if gpu_model == preset.gpu_model and host_gpus == preset.host_gpus:
         return None
-    per_host = [cause.label for cause in preset.causes if COMPONENT_CLASSES[cause.component].unit == "host"]
-    per_gpu = [cause.label for cause in preset.causes if COMPONENT_CLASSES[cause.component].unit == "gpu"]
+    by_unit = [(unit, [cause.label for cause in preset.causes if COMPONENT_CLASSES[cause.component].unit == unit])
+               for unit in UNIT_KINDS]
+    groups = [f"per {UNIT_WORDS[unit]} ({_named_causes(labels)})" for unit, labels in by_unit if labels]
+    listed = " and ".join(filter(None, (", ".join(groups[:-1]), groups[-1])))
     return (f"the {faults.preset} preset's rates were measured on hosts of {preset.host_gpus} {preset.gpu_model} "
-            f"GPUs, and this cluster's hosts hold {host_gpus} {gpu_model} GPUs: they apply unchanged, per GPU "
-            f"({len(per_gpu)} causes: {', '.join(per_gpu[:2])}, ...) at the {preset.gpu_model} rate and per host "
-            f"({len(per_host)} causes: {', '.join(per_host[:2])}, ...) at the {preset.host_gpus}-GPU host rate",
+            f"GPUs, and this cluster's hosts hold {host_gpus} {gpu_model} GPUs: they apply unchanged, at that "
+            f"system's rate per unit: {listed}",
             "faults.components rates measured on this system, to replace the preset's")
+
+
+def _named_causes(labels: list[str]) -> str:
+    """A unit's causes: their count and the first two labels (then '...' where there are more)."""
+    more = ", ..." if len(labels) > 2 else ""
+    return f"{counted(len(labels), 'cause')}: {', '.join(labels[:2])}{more}"
