@@ -25,7 +25,8 @@ def row(name: str) -> str:
     path = SCENARIOS / f"{name}.yaml"
     loaded = load_scenario(path)
     gpus = scale.scenario_gpus(loaded) or 0
-    estimate = scale.estimate_scale(loaded.scenario, gpus, scale.scenario_hosts(loaded))
+    estimate = scale.estimate_scale(loaded.scenario, gpus, scale.scenario_hosts(loaded),
+                                    table=scale.scenario_table(loaded))
     if loaded.scenario.run.horizon is not None:
         loaded = load_scenario(path, ["run.horizon=null"])
     start = time.perf_counter()
