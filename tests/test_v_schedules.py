@@ -15,6 +15,7 @@ from simulator.errors import ScenarioError
 from simulator.schedules import Action, build_schedule, load_schedule_csv, schedule_to_csv, simulate_schedule
 from simulator.schedules.base import Schedule, rank_stages, stage_rank
 from simulator.schedules.registry import ONE_CHUNK, SCHEDULES, V_PLACED, schedule_placement
+from simulator.schedules.timing import ScheduleDeadlock, schedule_order
 from simulator.workload.memory_plan import MEMORY_PARTS
 
 PYTORCH_ORDERS = DATA / "pytorch_schedules.txt"
@@ -143,6 +144,15 @@ def test_v_placement() -> None:
     assert [rank_stages(r, 4, 2) for r in range(4)] == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert schedule_placement("zbv") == schedule_placement("dualpipev") == "v"
     assert schedule_placement("interleaved") == "loop"
+
+
+def test_a_schedule_is_ordered_in_its_own_placement_unless_given() -> None:
+    """schedule_order without a placement takes the schedule's own, as simulate_schedule does: ZBV as built runs
+    in its V, and deadlocks in the loop placement."""
+    schedule = build_schedule("zbv", 4, 8, 2)
+    assert schedule_order(schedule, 2) == schedule_order(schedule, 2, "v")
+    with pytest.raises(ScheduleDeadlock, match="in the loop placement"):
+        schedule_order(schedule, 2, "loop")
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])

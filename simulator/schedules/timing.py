@@ -99,7 +99,7 @@ def simulate_schedule(schedule: RankActions, f: Durations, b: Durations, w: Dura
     if v is None:
         v = 1 + max((a.chunk for rank in schedule for a in rank), default=0)
     f_s, b_s, w_s = (_per_stage(value, name, p, v) for value, name in ((f, "f"), (b, "b"), (w, "w")))
-    order = schedule_order(schedule, v, placement_of(schedule) if placement is None else placement)
+    order = schedule_order(schedule, v, placement)
     starts, ends = execute(order, f_s, b_s, w_s, p2p)
     timelines: list[list[TimedAction]] = [[] for _ in range(p)]
     for index, action in enumerate(order.actions):
@@ -142,9 +142,10 @@ class ScheduleOrder:
 _KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
 
 
-def schedule_order(schedule: RankActions, v: int, placement: Placement = "loop") -> ScheduleOrder:
-    """``schedule`` (v chunks per rank, ``placement``) compiled for `execute`; ScheduleDeadlock where it
-    deadlocks."""
+def schedule_order(schedule: RankActions, v: int, placement: Placement | None = None) -> ScheduleOrder:
+    """``schedule`` (v chunks per rank, ``placement``; left out, the schedule's own, `placement_of`) compiled for
+    `execute`; ScheduleDeadlock where it deadlocks."""
+    placement = placement_of(schedule) if placement is None else placement
     p = len(schedule)
     stages = [rank_stages(r, p, v, placement) for r in range(p)]
     owner = {stage: r for r in range(p) for stage in stages[r]}
