@@ -164,7 +164,9 @@ def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
         field, f"the pipeline never fills with {counted(m, 'micro-batch', 'micro-batches')} over {stages} stages: "
         f"each rank idles while the others run, a {pipeline.schedule} bubble of {bubble:.1%} at uniform stages "
         "(backward 2x forward)",
-        f"at least {stages} micro-batches to fill it", reads=(("parallelism", "pp"),)))
+        f"at least {stages} micro-batches to fill it",
+        reads=(("parallelism", "pp"), ("parallelism", "pipeline", "schedule"),
+               ("parallelism", "pipeline", "virtual_stages"))))
 
 
 def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | None:

@@ -107,7 +107,8 @@ def test_interleaved_on_one_chunk_per_rank_is_warned_of_naming_1f1b(tmp_path, ca
 
 def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they_give(tmp_path, capsys):
     """1F1B at p = 4 over 2 micro-batches never fills its pipeline: (p-1)/(m+p-1) = 60% of it idles at uniform
-    stages, and the step ran without a word; at m = p it fills, and nothing is said."""
+    stages, and the step ran without a word; the bubble is the schedule's, so a --set of the schedule or of its
+    virtual stages is named beside the micro-batches'; at m = p it fills, and nothing is said."""
     path = tmp_path / "pp4.yaml"
     path.write_text(PIPELINED.replace("SCHEDULE", "1f1b").replace("V", "1"))
     assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=4"]) == 0
@@ -115,6 +116,13 @@ def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they
         "warning: command line: trainsim validate: --set training.global_batch=4: the pipeline never fills with 2 "
         "micro-batches over 4 stages: each rank idles while the others run, a 1f1b bubble of 60.0% at uniform stages "
         "(backward 2x forward) (allowed: at least 4 micro-batches to fill it)\n")
+    assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=4", "--set",
+                 "parallelism.pipeline.schedule=zbv", "--set", "parallelism.pipeline.virtual_stages=2"]) == 0
+    assert capsys.readouterr().err == (
+        "warning: command line: trainsim validate: --set training.global_batch=4: the pipeline never fills with 2 "
+        "micro-batches over 4 stages: each rank idles while the others run, a zbv bubble of 45.5% at uniform stages "
+        "(backward 2x forward) (with --set parallelism.pipeline.schedule=zbv, --set "
+        "parallelism.pipeline.virtual_stages=2) (allowed: at least 4 micro-batches to fill it)\n")
     synthetic = tmp_path / "synthetic.yaml"
     synthetic.write_text("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 4, forward: 1 ms, backward: "
                          "2 ms}}\ntraining: {microbatches: 1}\nparallelism: {dp: 2, pipeline: {schedule: gpipe}}\n")
