@@ -313,10 +313,11 @@ def test_hand_offs_beside_dp_trees_fold_with_the_roots_apart():
 def test_hand_offs_beside_dp_trees_refold_by_place_in_the_trees():
     """Interleaved (v = 2), the refold by the loads the hand-offs meet falls out of step as well ('recv bwd mb3'
     over GPUs [3, 2], 0.29 ms apart), and the refold by each host's place in the trees (`_place_signatures`:
-    its transfers per phase of the trees' plans, which tree aside) keeps pace: 10 of 64 ranks, one per root and
-    one per height shared by the two trees in each stage, every figure the unfolded run's. One leaf per rail here:
-    on two leaves the spine hash parts hosts in like places, that refold falls out of step by 2.5 us, and the
-    step runs unfolded (`test_hand_offs_beside_dp_trees_on_two_leaves_run_unfolded`)."""
+    its transfers per phase of the trees' plans, which tree aside) keeps pace: 10 of 64 ranks, one for the two roots
+    together and one per height (16, 8, 4 and 2 hosts) shared by the two trees in each stage, every figure the
+    unfolded run's. One leaf per rail here: on two leaves the spine hash parts hosts in like places, that refold
+    falls out of step by 2.5 us, and the step runs unfolded
+    (`test_hand_offs_beside_dp_trees_on_two_leaves_run_unfolded`)."""
     text = TREE_HAND_OFFS.replace("nics_per_node: 1}", "nics_per_node: 1, leaf_ports: 64}").replace(
         "parallelism: {pp: 2}", "parallelism: {pp: 2, pipeline: {schedule: interleaved, virtual_stages: 2}}")
     folded = simulate(scenario_from_text(text, "inline.yaml")).summary
