@@ -1025,7 +1025,7 @@ def test_the_best_point_is_compared_with_its_neighbours_replication_by_replicati
     """Every point runs the same seeds, so its replications pair with its neighbours': a neighbour 0.1% below in
     every replication is told apart although the points' own 95% intervals (replications spread by 3%) overlap,
     and one whose differences straddle 0 is not. The study line names the latter with its paired interval and
-    the fitted optimum beside it; it named the best alone."""
+    the fitted optimum beside it."""
     from simulator.cli import _study_line
     from simulator.reliability.study import StudyPoint, paired_differences
 
@@ -1055,8 +1055,8 @@ def test_the_best_point_is_compared_with_its_neighbours_replication_by_replicati
 
 def test_each_replications_ettr_is_written_so_that_runs_pair(tmp_path):
     """job_summary.json's `ettr.by_replication` and each study point's `ettrs` in study.json hold every
-    replication's ETTR in order, so that two runs of the same seeds pair replication by replication (a sweep's
-    rows and a study's points gave only the mean and its interval); study.csv keeps one scalar per cell."""
+    replication's ETTR in order, so that two runs of the same seeds pair replication by replication; study.csv
+    keeps one scalar per cell."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 3"))
     out = tmp_path / "study"
@@ -1075,8 +1075,7 @@ def test_each_replications_ettr_is_written_so_that_runs_pair(tmp_path):
 
 def test_a_scenario_wide_warning_is_given_once_of_no_point(tmp_path, capsys):
     """A failure preset measured on another system is the scenario's, not one point's: a study prints it once
-    without a point's label and study.json keeps it as `scenario_warnings`, out of `point_warnings` (it read
-    'rate x 1, interval 10 min: ...: faults.preset: ...', and was tied to that point's interval)."""
+    without a point's label and study.json keeps it as `scenario_warnings`, out of `point_warnings`."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SPARE_JOB.replace("  components:", "  preset: llama3\n  components:").replace(
         "  nodes: 2\n", "  nodes: 2\n  node: {gpu_model: a100-80gb}\n").replace("horizon: 2 d", "horizon: 2 h"))

@@ -107,7 +107,7 @@ def test_interleaved_on_one_chunk_per_rank_is_warned_of_naming_1f1b(tmp_path, ca
 
 def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they_give(tmp_path, capsys):
     """1F1B at p = 4 over 2 micro-batches never fills its pipeline: (p-1)/(m+p-1) = 60% of it idles at uniform
-    stages, and the step ran without a word; the bubble is the schedule's, so a --set of the schedule or of its
+    stages, and validate warns of it once; the bubble is the schedule's, so a --set of the schedule or of its
     virtual stages is named beside the micro-batches'; at m = p it fills, and nothing is said."""
     path = tmp_path / "pp4.yaml"
     path.write_text(PIPELINED.replace("SCHEDULE", "1f1b").replace("V", "1"))

@@ -195,8 +195,8 @@ def test_custom_csv_round_trip(tmp_path: Path, name: str, v: int) -> None:
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
 def test_a_schedule_pickles_with_its_placement_under_every_protocol(protocol: int) -> None:
-    """Protocols 0 and 1 refused a list subclass with ``__slots__`` (a process pool may pickle either way); the
-    placement comes back too, as ``==`` does not compare it."""
+    """A list subclass with ``__slots__`` pickles under protocols 0 and 1 too (a process pool may pickle either
+    way), and its placement comes back, as ``==`` does not compare it."""
     schedule = build_schedule("dualpipev", 2, 4, 2)
     copied = pickle.loads(pickle.dumps(schedule, protocol))
     assert isinstance(copied, Schedule)

@@ -234,8 +234,8 @@ def test_a_v_table_timed_in_the_loop_placement_names_the_placement_in_its_deadlo
 @pytest.mark.parametrize("name, placement", [("zbv", "v"), ("dualpipev", "v"), ("interleaved", "loop"),
                                              ("1f1b", "loop")])
 def test_a_built_schedule_carries_its_placement_to_the_executor_and_the_csv(name: str, placement: str) -> None:
-    """`build_schedule("zbv", 4, 8, 2)` timed without a placement deadlocked in the loop placement: the schedule
-    carries its own, which `simulate_schedule` and `schedule_to_csv` take when none is given."""
+    """`build_schedule("zbv", 4, 8, 2)` deadlocks in the loop placement: the schedule carries its own, which
+    `simulate_schedule` and `schedule_to_csv` take when none is given."""
     v = 1 if name == "1f1b" else 2
     schedule = build_schedule(name, 4, 8, v)
     assert schedule.placement == placement == schedule_placement(name)
@@ -247,7 +247,7 @@ def test_a_built_schedule_carries_its_placement_to_the_executor_and_the_csv(name
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
 def test_a_named_schedules_placement_comes_from_the_registry_alone(name: str) -> None:
     """Every builder returns plain action lists: the registry's `V_PLACED` is the one place a named schedule's
-    placement is set, where the V builders fixed theirs as well."""
+    placement is set."""
     v = 1 if name in ONE_CHUNK else 2
     built = SCHEDULES[name](4, 8, v)
     assert not isinstance(built, Schedule)
