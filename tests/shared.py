@@ -18,6 +18,7 @@ from simulator import load_scenario, simulate, simulation
 from simulator.collectives.execute import time_collective
 from simulator.collectives.names import POINT_TO_POINT
 from simulator.config.loader import scenario_from_text
+from simulator.reliability.simulate import healthy_step_activity
 from simulator.simulation import Result, network_settings
 from simulator.sweep.layouts import SPACE_FLAGS
 from simulator.topology.graph import Topology, Wiring, add_link
@@ -72,6 +73,30 @@ across two hosts (test_elastic_nvl72.py writes the TP into the file, test_reliab
 GB200_JOB_FOUR_LAYERS = ("run.horizon=null", "model.layers=4")
 """The bundled GB200 job's step cut to 4 layers on the same cluster and layout (two a stage of its PP 2), as a step:
 the wait test (test_bottleneck.py) and the tray-class estimate (test_scale.py) read the one run."""
+
+
+HEALTHY_STEP = healthy_step_activity(0).split("(")[0]
+"""The start of every healthy-step line, whatever the cluster's GPUs."""
+
+
+def after_the_healthy_step(heard: list) -> list:
+    """What a job's ``activity`` heard, less the line naming its healthy step while it is simulated
+    (`reliability.simulate.healthy_step_activity`, tested on its own in test_reliability_job) and the blank that
+    clears it: the later phases' lines, as the tests of those phases read them. Entries other than text (a test's
+    own markers) are kept and pass the blank through."""
+    kept: list = []
+    after_healthy = False
+    for entry in heard:
+        if isinstance(entry, str) and entry.startswith(HEALTHY_STEP):
+            after_healthy = True
+            continue
+        if entry == "" and after_healthy:
+            after_healthy = False
+            continue
+        if isinstance(entry, str):
+            after_healthy = False
+        kept.append(entry)
+    return kept
 
 
 def bundled_result(name: str, overrides: tuple[str, ...] = ()) -> Result:

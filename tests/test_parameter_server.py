@@ -644,7 +644,8 @@ def test_the_workers_counted_before_building_are_those_place_makes(tmp_path, ser
 def test_analytic_warns_once_that_drifting_workers_pushes_are_timed_as_simultaneous(capsys):
     """Under analytic each push is charged its iteration's whole exchange, as if every worker
     pushed at once (the bundled scenario under async: 428.2 ms against the flow model's 210.4 ms), where async,
-    ssp, a straggler or drawn slowdowns let the workers drift apart: one warning says so. Workers that end
+    ssp, a straggler or drawn slowdowns let the workers drift apart: one warning says so, naming the --set of the
+    mode it read. Workers that end
     together (sync, no straggler, no slowdown) are the flow model's figure, and are not warned."""
     from simulator.cli import main
 
@@ -654,8 +655,8 @@ def test_analytic_warns_once_that_drifting_workers_pushes_are_timed_as_simultane
     assert warned == [
         "warning: command line: trainsim validate: --set network.model=analytic: analytic times each "
         "parameter-server iteration's pushes (and pulls) as if every worker sent at once, where mode async, "
-        "stragglers, iteration_slowdown let the workers drift apart: its exchange times are pessimistic (allowed: "
-        "network.model: flow, which lets a late push have the links the early ones left)"]
+        "stragglers, iteration_slowdown let the workers drift apart: its exchange times are pessimistic (with --set "
+        "ps.mode=async) (allowed: network.model: flow, which lets a late push have the links the early ones left)"]
     together = ["--set", "faults.step.stragglers=[]", "--set", "ps.iteration_slowdown=null"]
     assert main(["validate", str(BUNDLED), *analytic, *together, "--quiet"]) == 0
     assert main(["validate", str(BUNDLED), "--set", "ps.mode=async", "--quiet"]) == 0

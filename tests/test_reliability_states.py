@@ -20,7 +20,18 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
-from shared import DATA, DP_INNERMOST_DGX, GIB, ONE_GPU_HOSTS, RAILS, REPO, STEP_ONLY, ZERO3_JOB, inside
+from shared import (
+    DATA,
+    DP_INNERMOST_DGX,
+    GIB,
+    ONE_GPU_HOSTS,
+    RAILS,
+    REPO,
+    STEP_ONLY,
+    ZERO3_JOB,
+    after_the_healthy_step,
+    inside,
+)
 
 from simulator import scale, simulate, simulation
 from simulator.cli import main
@@ -762,8 +773,9 @@ def test_a_job_says_which_degraded_state_each_replication_simulates(monkeypatch)
     summary's sorted states) and when it is done, then '' once the replications are."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
-    heard: list[str] = []
-    job = simulate_job(scenario_from_text(LEAF_SWITCH_JOB), activity=heard.append)
+    told: list[str] = []
+    job = simulate_job(scenario_from_text(LEAF_SWITCH_JOB), activity=told.append)
+    heard = after_the_healthy_step(told)
     degraded = [state for state in job.summary["states"] if state["links_down"]]
     simulating = [line for line in heard if ": simulating" in line]
     assert len(simulating) == job.summary["link_states"]["steps"] > 0  # one per class of rotations
@@ -820,8 +832,9 @@ def test_a_job_says_which_state_it_simulates_before_its_workers_start(monkeypatc
     GPUs): ``activity`` hears that state (what is down) before any replication (after the states foreseen are merged
     and sized), so the bar says more than '0/41 states' meanwhile, and '' once it is done."""
     loaded, _ = _one_core_job_then_two_cores(monkeypatch, LEAF_SWITCH_JOB)
-    heard: list[str] = []
-    job = simulate_job(loaded, activity=heard.append)
+    told: list[str] = []
+    job = simulate_job(loaded, activity=told.append)
+    heard = after_the_healthy_step(told)
     first = heard.index("replication 1/2")
     links = {len(state["links_down"]) for state in job.summary["states"] if state["links_down"]}
     assert len(links) == 1
@@ -1810,6 +1823,7 @@ def test_a_job_names_its_rounds_ahead_and_counts_the_states_it_simulates_before_
         heard.append(("simulated", state)) or simulated(self, state, *args)))
     simulate_job(scenario_from_text(ELASTIC_LEAF_JOB, "job.yaml"), activity=heard.append,
                  states_progress=lambda done, total: heard.append(("counted", done, total)))
+    heard = after_the_healthy_step(heard)
     before = heard[heard.index(("simulated", None)) + 1:heard.index("replication 1/2")]
     lines = [entry for entry in before if isinstance(entry, str)]
     first, second = reliability_simulate.round_text(1), reliability_simulate.round_text(2)

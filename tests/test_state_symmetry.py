@@ -8,7 +8,7 @@ from itertools import combinations
 
 import orjson
 import pytest
-from shared import RAILS
+from shared import RAILS, after_the_healthy_step
 
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
@@ -172,4 +172,4 @@ def test_a_job_says_it_merges_and_sizes_the_states_foreseen(monkeypatch):
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     heard: list[str] = []
     simulate_job(scenario_from_text(LEAF_JOB), activity=heard.append)
-    assert heard[:3] == [sizing_text(17), "", "replication 1/3"]
+    assert after_the_healthy_step(heard)[:3] == [sizing_text(17), "", "replication 1/3"]
