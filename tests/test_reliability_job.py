@@ -575,8 +575,8 @@ def test_the_progress_line_names_the_healthy_step_while_it_is_simulated():
 
 
 def test_an_os_error_in_a_replication_keeps_its_filename(tmp_path, capsys, monkeypatch):
-    """A replication's loop lets an error out as raised: an OSError names its file. That loop ran on `env.run()`,
-    whose copy, made of the error's args, lost the filename (`error: No such file or directory`)."""
+    """A replication's loop lets an error out as raised: an OSError names its file, which a copy made of the
+    error's args (as `env.run()` makes) would lose (`error: No such file or directory`)."""
     from simulator.reliability.job import JobProcess
 
     def failing_run(self, env):

@@ -63,8 +63,9 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
                 routing_skew_s: float | None = None, host_s: float | None = None,
                 worker_wait_s: float | None = None, finished_early_s: float | None = None,
                 sm_contention_s: float | None = None) -> dict[str, float]:
-    """Each loss as a share of the step: idle time of the pipeline window (none without a pipeline,
-    ``bubble_s`` None), exposed communication per kind (mean over ranks of communication time no compute
+    """Each loss as a share of the step: idle time of the pipeline window (one stage's too, where it waits on
+    a collective; ``bubble_s`` None for a step that is not a pipeline program, `StepProgram.pipelined`: a
+    parameter-server run), exposed communication per kind (mean over ranks of communication time no compute
     overlaps), the optimizer step and, for a MoE step, the expert compute its routing skew adds to every rank
     (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None), for a replayed trace, its
     host time on the compute stream (``host_s``, `host`; none for a modelled step, None) and, for a step that
