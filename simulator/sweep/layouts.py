@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 from pydantic import ValidationError
 
-from simulator.collectives.names import AlgorithmChoice, Primitive
+from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.config.loader import (
     DEEPSPEED_REFUSES_PIPELINING,
     deepspeed_zero2_under_pipelining,
@@ -55,6 +55,7 @@ from simulator.sweep.options import (
     Recompute,
     Sharding,
 )
+from simulator.sweep.tp_overlap import overlapped_tp_s
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import contention_share
 from simulator.workload.memory_plan import stage_memory, tight_fit
@@ -1218,7 +1219,9 @@ def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block,
     passes = [phase for phase in wanted
               if phase is not Pass.RECOMPUTE or (plan.recompute_comm and block.recompute_s > 0)]
     seconds = 0.0
-    if layout.tp > 1 and block.tp_bytes > 0:
+    if plan.tp_overlap is not None:
+        seconds += sum(overlapped_tp_s(plan, times, block, rank, phase, share) for phase in passes)
+    elif layout.tp > 1 and block.tp_bytes > 0:
         group = layout.group("tp", rank)
         tp_ops = (tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel)
                   for phase in passes for before in (True, False))
@@ -1835,12 +1838,13 @@ class CollectiveTimes:
                               AlgorithmChoice], int] = {}
 
     def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
-                pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto") -> float:
+                pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto",
+                protocol: ProtocolChoice = "auto") -> float:
         """Seconds of collective ``op`` over ``group``, ``nbytes`` per rank (``pair_bytes``: an uneven
-        all-to-all's bytes per pair; ``algorithm``: the one the program asks for)."""
-        key = (op, group, nbytes, pair_bytes, algorithm)
+        all-to-all's bytes per pair; ``algorithm`` and ``protocol``: the ones the program asks for)."""
+        key = (op, group, nbytes, pair_bytes, algorithm, protocol)
         if key not in self._seconds:
-            item = _collective(op, group, nbytes, pair_bytes, algorithm)
+            item = _collective(op, group, nbytes, pair_bytes, algorithm, protocol)
             self._seconds[key] = alone_seconds(self.topology, self.settings, self._plans.phases(item, group))
         return self._seconds[key]
 
@@ -1905,7 +1909,8 @@ class CollectiveTimes:
 
 
 def _collective(op: Primitive, group: tuple[int, ...], nbytes: float,
-                pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto") -> CollectiveOp:
+                pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto",
+                protocol: ProtocolChoice = "auto") -> CollectiveOp:
     """The program's op for collective ``op`` over ``group`` (what `CollectiveTimes` plans and counts)."""
     return CollectiveOp(id=0, rank=group[0], stream=COMPUTE_STREAM, name=op, op=op, group=group, nbytes=nbytes,
-                        pair_bytes=pair_bytes, algorithm=algorithm)
+                        pair_bytes=pair_bytes, algorithm=algorithm, protocol=protocol)
