@@ -208,12 +208,13 @@ def schedule_order(schedule: RankActions, v: int, placement: Placement | None = 
 
 
 def execute(order: ScheduleOrder, f: list[float], b: list[float], w: list[float],
-            p2p: float = 0.0, slower: dict[int, float] | None = None) -> tuple[list[float], list[float]]:
+            p2p: float = 0.0, slower: dict[int, float] | None = None,
+            whole: list[float] | None = None) -> tuple[list[float], list[float]]:
     """(start, end) of every action of ``order``, each virtual stage's forward, input-grad and weight-grad
-    actions lasting ``f``, ``b`` and ``w`` of it (BW the sum), a dependency on another rank's action arriving
-    ``p2p`` after it ends (``slower``: after the actions it holds, by their index in ``order``, that long):
-    each action starts when its rank is free and its dependencies have arrived."""
-    durations = (f, b, w, [grad + weight for grad, weight in zip(b, w, strict=True)])
+    actions lasting ``f``, ``b`` and ``w`` of it (BW ``whole``, by default the sum of the two), a dependency on
+    another rank's action arriving ``p2p`` after it ends (``slower``: after the actions it holds, by their index
+    in ``order``, that long): each action starts when its rank is free and its dependencies have arrived."""
+    durations = (f, b, w, whole if whole is not None else [grad + weight for grad, weight in zip(b, w, strict=True)])
     hops = slower or {}
     starts: list[float] = []
     ends: list[float] = []

@@ -55,7 +55,7 @@ from simulator.sweep.options import (
     Recompute,
     Sharding,
 )
-from simulator.sweep.tp_overlap import overlapped_tp_s
+from simulator.sweep.tp_overlap import overlapped_tp_s, split_backward_excess_s
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import contention_share
 from simulator.workload.memory_plan import stage_memory, tight_fit
@@ -405,6 +405,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     layout, sharding = plan.layout, plan.sharding
     slots, tails, gathers, starts = [], [], [], []
     actions: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)] * len(plan.stages)
+    split_grads = [0.0] * len(plan.stages)
     chunk_reductions = ([chunk_reductions_s(plan, times, pp_rank) for pp_rank in range(layout.pp)]
                         if sharding.stage_reduces_grads else [])
     for pp_rank in range(layout.pp):
@@ -416,6 +417,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
         own = {vstage: stage_actions_s(plan, times, vstage, rank, share) for vstage in plan.rank_stages(pp_rank)}
         for vstage, stage_actions in with_hand_off_toll(own, toll).items():
             actions[vstage] = stage_actions
+            split_grads[vstage] = split_backward_excess_s(plan, times, plan.stages[vstage].blocks, rank, share)
         work = plain = sum(sum(actions[vstage]) for vstage in plan.rank_stages(pp_rank))
         params = sum(block.params for block in blocks)
         gather = (data_parallel_s(plan, times, rank, "all_gather", [params], sharding.param_bytes)
@@ -441,7 +443,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
                                                   (work + last_slot) / plain if plain > 0 else 1.0).seconds
                      + (chunk_reductions[pp_rank][0] if chunk_reductions else 0.0))
         gathers.append(gather)
-    ends = pipeline_ends_s(plan, times, actions, slots)
+    ends = pipeline_ends_s(plan, times, actions, slots, split_grads)
     pipeline = max(ends)
     # a rank that ends before the last has that long for its gradient reduction's tail
     exposed = max(end + tail for end, tail in zip(ends, tails, strict=True)) - pipeline
@@ -786,7 +788,7 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
 
 
 def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, actions: list[tuple[float, float, float]],
-                    slots: list[float]) -> list[float]:
+                    slots: list[float], split_grads: list[float] | None = None) -> list[float]:
     """When each pipeline rank's last action ends: the plan's schedule, the per-rank actions the program runs,
     on the ideal executor (schedules/timing.py), each virtual stage's forward, input-grad and weight-grad
     actions lasting ``actions`` of it (`stage_actions_s`, with the hand-offs' toll, `with_hand_off_toll`)
@@ -798,18 +800,23 @@ def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, actions: list[tuple[
     input grads, not in the weight grads a zero-bubble schedule postpones into its bubbles. So the fill, drain
     and exposed hand-offs are the schedule's own: a zero-bubble schedule's W fills what 1F1B leaves idle, and
     where one stage is heavier the others wait for it rather than for their hand-offs. The schedule's order
-    is compiled once per schedule (`_compiled_order`): a search times the same ones many times."""
+    is compiled once per schedule (`_compiled_order`): a search times the same ones many times. An input-grad
+    action apart from its weight grads (a zero-bubble B) lasts ``split_grads`` of its virtual stage longer than
+    the input grads of a whole backward (`split_backward_excess_s`), stretched as the rest."""
     f, b, w = [0.0] * len(plan.stages), [0.0] * len(plan.stages), [0.0] * len(plan.stages)
+    whole = [0.0] * len(plan.stages)
     for pp_rank, slot in enumerate(slots):
         vstages = plan.rank_stages(pp_rank)
         raw = sum(sum(actions[vstage]) for vstage in vstages)
         stretch = slot / raw if raw > 0 else 0.0
         for vstage in vstages:
             f[vstage], b[vstage], w[vstage] = (seconds * stretch for seconds in actions[vstage])
+            whole[vstage] = b[vstage] + w[vstage]
+            b[vstage] += (split_grads[vstage] if split_grads else 0.0) * stretch
     order = _compiled_order(tuple(tuple(rank) for rank in plan.schedule), plan.virtual_stages, plan.placement)
     hop = hand_off_s(plan, times)
     slower = {index: hop + excess for index, excess in hand_offs_beside_buckets_s(plan, times, order).items()}
-    _, ends = execute(order, f, b, w, hop, slower)
+    _, ends = execute(order, f, b, w, hop, slower, whole)
     return [ends[last] if last >= 0 else 0.0 for last in order.last]
 
 

@@ -118,3 +118,15 @@ def column_backward_s(overlap: TPOverlap, times: CollectiveTimes, group: tuple[i
     wgrad = block.column_wgrad_s
     reduce = times.seconds(scatter, group, nbytes, algorithm="userbuffers", protocol="simple")
     return seconds + max(slowed_s(share, reduce, overlap.bulk_reduce_scatter_sms, wgrad), reduce) - wgrad[0]
+
+
+def split_backward_excess_s(plan: StepPlan, times: CollectiveTimes, blocks: tuple[Block, ...], rank: int,
+                            share: SmShare | None) -> float:
+    """Seconds the input grads of ``blocks`` on ``rank`` take apart from their weight grads (a zero-bubble B)
+    beyond the input grads of a whole backward (`overlapped_tp_s`): under the TP overlap the backward's
+    reduce-scatter of a sharded input's gradient runs beside the weight-gradient GEMMs of a whole backward and
+    blocks a B (nothing without the overlap, where it blocks both)."""
+    if plan.tp_overlap is None:
+        return 0.0
+    return sum(overlapped_tp_s(plan, times, block, rank, Pass.BACKWARD, share, weight_grads=False)
+               - overlapped_tp_s(plan, times, block, rank, Pass.BACKWARD, share) for block in blocks)
