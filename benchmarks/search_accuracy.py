@@ -48,6 +48,8 @@ from simulator.topology.loader import scenario_topology  # noqa: E402
 
 LLAMA_8B = "llama3-8b-dgx-h100-dp8"
 FOUR_HOSTS = ("cluster.topology=dgx-h100-cluster", "cluster.nodes=4", "training.global_batch=64")
+TE_OVERLAP = ("parallelism.tp_comm_overlap=true",)
+"""Transformer Engine's TP overlap (sequence parallelism is on at every tp above 1 of the search's layouts)."""
 LLAMA_70B = "tests/data/llama3_70b_64_dgx_h100.yaml"
 MIXTRAL = "mixtral-8x7b-ep8"
 DEEPSEEK = "deepseek-v3-style-1024-gpus"
@@ -157,6 +159,14 @@ def dense_8b() -> list[Case]:
     return cases
 
 
+def te_overlap_8b() -> list[Case]:
+    """Llama-3-8B ZeRO-1 at tp 2, 4 and 8 under Transformer Engine's TP overlap, on one DGX H100 and on four."""
+    return [case for prefix, overrides, gpus in (("8b-1host-te", TE_OVERLAP, 8),
+                                                 ("8b-4hosts-te", FOUR_HOSTS + TE_OVERLAP, 32))
+            for case in family_cases(prefix, "Llama-3-8B ZeRO-1, Transformer Engine's TP overlap", LLAMA_8B,
+                                     overrides, [layout(tp, 1, 1, gpus) for tp in (2, 4, 8)])]
+
+
 def deepseek_search_layouts() -> list[Candidate]:
     """Ten layouts of deepseek-v3-style-1024-gpus (EP 8, every one tp 1): the default search space's first ten by
     estimate when this list was made, the 8 its `trainsim search` simulates and the two next to them."""
@@ -170,6 +180,7 @@ def deepseek_search_layouts() -> list[Candidate]:
 
 CASES: tuple[Case, ...] = (
     *dense_8b(),
+    *te_overlap_8b(),
     *family_cases("8b-seq1024", "Llama-3-8B ring attention (seq 1,024, one DGX H100)", LLAMA_8B,
                   ("training.seq_len=1024",), [layout(1, cp, 1, 8) for cp in (2, 4, 8)]),
     *family_cases("mixtral", "mixtral-8x7b-ep8 (32 H100)", MIXTRAL, (),

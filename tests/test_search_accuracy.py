@@ -86,6 +86,18 @@ def test_case_names_are_unique_and_select_by_pattern(script):
     assert not any(task.name == "deepseek-default" for task in script.selected([], long=False))
 
 
+def test_the_tp_overlap_family_runs_transformer_engines_overlap_at_each_tp(script):
+    """The report's family under `parallelism.tp_comm_overlap`: Llama-3-8B ZeRO-1 at tp 2, 4 and 8 on one DGX H100
+    and on four, each case's scenario loading with the overlap on."""
+    cases = [case for case in script.CASES if "parallelism.tp_comm_overlap=true" in case.overrides]
+    assert [case.name for case in cases] == [f"8b-{hosts}-te-tp{tp}-zero1" for hosts in ("1host", "4hosts")
+                                             for tp in (2, 4, 8)]
+    assert {case.family for case in cases} == {"Llama-3-8B ZeRO-1, Transformer Engine's TP overlap"}
+    for case in cases[::3]:
+        loaded = load_scenario(case.scenario, list(case.overrides))
+        assert loaded.scenario.parallelism.tp_comm_overlap
+
+
 def test_the_deepseek_ep16_layout_stays_with_its_copies_across_hosts(script):
     """The cut DeepSeek EP 16 case still runs an EP group over two 8-GPU hosts beside a copy in its stage, and
     its family says it is cut."""
