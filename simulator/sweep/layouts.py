@@ -377,7 +377,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     stage's other EP groups (`CollectiveTimes.with_copies`); contention between collectives, and with the other groups'
     copies of the rest, is left to the simulator; the SMs that overlapped data-parallel collectives take from the
     compute are charged by the engine's rule (`SmShare.overlap_delay`; ``share`` None: not at all). Per micro-batch,
-    each pipeline rank's kernels plus its blocking TP and CP collectives (`blocking_collectives_s`) and its MoE blocks'
+    each pipeline rank's kernels plus its blocking TP and CP collectives (`blocking_collectives_s`; under Transformer
+    Engine's TP overlap what the overlapped TP collectives add, `overlapped_tp_s`) and its MoE blocks'
     all-to-alls (`expert_exchange_s`); under ZeRO-3 its units' parameter gathers and per-micro-batch reduce-scatters
     (`sharded_microbatch_spans`) run beside that work, slowing its kernels by the SMs of every collective running
     (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`), its compute's waits in the backward for the previous
@@ -1252,7 +1253,7 @@ def regather_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int, 
     the gather on the `tp` stream beside the input-gradient GEMMs, whose kernels it slows by its SMs (the
     engine's rule, `SmShare.overlap_delay`; ``share`` None: not at all), and the weight-gradient GEMMs wait
     for it: the longer of the gather and the slowed GEMMs, less the GEMMs. Under Transformer Engine's TP
-    overlap (`tp_overlap`) the bulk overlap runs it with other SMs and is not estimated."""
+    overlap (`tp_overlap`) the bulk overlap runs it with other SMs, timed by `overlapped_tp_s` instead."""
     layout = plan.layout
     if (layout.tp == 1 or block.tp_bytes <= 0 or plan.tp_overlap is not None
             or not regathers_input(block.tp_pattern, plan.sequence_parallel)):
@@ -1651,7 +1652,7 @@ def forward_steps(plan: StepPlan, times: CollectiveTimes, block: Block, rank: in
     blocking collectives (`CollectiveShape`s: CP's gathered K/V, then the TP collective its pattern puts before
     the kernels) and its kernels' seconds (with what ring attention's ring outlasts the attention by,
     `ring_exposed_s`), then the TP collective after. Under Transformer Engine's TP overlap the TP collectives run
-    against GEMMs and are left out, as `blocking_collectives_s` leaves their overlap."""
+    against GEMMs, timed alone by `overlapped_tp_s`, and are left out."""
     layout = plan.layout
     steps: list[float | CollectiveShape] = []
     if layout.cp > 1 and block.cp_bytes > 0 and not (block.context is not None and block.context.ring):
