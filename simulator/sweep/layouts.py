@@ -789,7 +789,7 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
 
 
 def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, actions: list[tuple[float, float, float]],
-                    slots: list[float], split_grads: list[float] | None = None) -> list[float]:
+                    slots: list[float], split_grads: list[float]) -> list[float]:
     """When each pipeline rank's last action ends: the plan's schedule, the per-rank actions the program runs,
     on the ideal executor (schedules/timing.py), each virtual stage's forward, input-grad and weight-grad
     actions lasting ``actions`` of it (`stage_actions_s`, with the hand-offs' toll, `with_hand_off_toll`)
@@ -813,7 +813,7 @@ def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, actions: list[tuple[
         for vstage in vstages:
             f[vstage], b[vstage], w[vstage] = (seconds * stretch for seconds in actions[vstage])
             whole[vstage] = b[vstage] + w[vstage]
-            b[vstage] += (split_grads[vstage] if split_grads else 0.0) * stretch
+            b[vstage] += split_grads[vstage] * stretch
     order = _compiled_order(tuple(tuple(rank) for rank in plan.schedule), plan.virtual_stages, plan.placement)
     hop = hand_off_s(plan, times)
     slower = {index: hop + excess for index, excess in hand_offs_beside_buckets_s(plan, times, order).items()}
@@ -1222,7 +1222,9 @@ def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block,
     over the rank's TP group, and with CP's ``all_gather`` algorithm the K/V gathers before and the
     gradients' reduce-scatter after (`gathered_kv_op`) over its CP group; with ring attention, what of the K/V
     ring the attention beside it does not cover (`ring_exposed_s`); with sequence parallelism, what the
-    backward's re-gather of the block's input adds (`regather_s`; ``share`` the SM rule it is charged by)."""
+    backward's re-gather of the block's input adds (`regather_s`; ``share`` the SM rule it is charged by).
+    Under Transformer Engine's TP overlap, what the overlapped TP collectives add beside their GEMMs
+    (`overlapped_tp_s`) takes the place of the TP collectives and the re-gather."""
     layout = plan.layout
     passes = [phase for phase in wanted
               if phase is not Pass.RECOMPUTE or (plan.recompute_comm and block.recompute_s > 0)]
