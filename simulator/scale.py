@@ -1451,10 +1451,9 @@ def scenario_gpus(loaded: LoadedScenario) -> int | None:
 
 
 def scenario_table(loaded: LoadedScenario) -> Path | None:
-    """The path of the scenario's custom schedule table, resolved from the scenario file's folder as the step's
-    build resolves it (workload/training.py `build_training_step`); None without a table."""
-    table = loaded.scenario.parallelism.pipeline.table
-    return Path(loaded.source).parent / table if table is not None else None
+    """The path of the scenario's custom schedule table from the scenario file's folder (`PipelineConfig.table_path`,
+    as the step's build reads it); None without a table."""
+    return loaded.scenario.parallelism.pipeline.table_path(Path(loaded.source).parent)
 
 
 def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:

@@ -6,6 +6,7 @@ Sections grow with features; each is optional except `cluster`. Quantities stay 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -385,6 +386,11 @@ class PipelineConfig(Section):
     virtual_stages: int = Field(default=1, ge=1)
     table: str | None = None
     first_last_fewer_layers: bool = False
+
+    def table_path(self, folder: Path) -> Path | None:
+        """Where the custom schedule table is: ``table`` read from ``folder``, the scenario file's, as a relative
+        path in a scenario reads; None without a table."""
+        return folder / self.table if self.table is not None else None
 
     @model_validator(mode="after")
     def _table_only_for_custom(self) -> PipelineConfig:

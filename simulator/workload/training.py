@@ -379,7 +379,7 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
     gpu = get_gpu(topology.gpu_model)
     m = microbatch_count(scenario, layout.dp)
     v = par.pipeline.virtual_stages
-    table = base_dir / par.pipeline.table if par.pipeline.table is not None else None
+    table = par.pipeline.table_path(base_dir)
     try:
         schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, table)
     except ScenarioError as exc:
