@@ -717,18 +717,18 @@ def _printed_intervals(curve: dict) -> list[float]:
 
 def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:
     """Young's and Daly's intervals (and with an in-memory tier the two-level optimum, with the restores of the
-    best point that found no in-memory copy), or why there are none: no
-    failure interrupts the job. Its degradations and
-    stragglers, where it expects some, are named with their count: they cost time though they take no restart
-    (the line said "no failures expected" of a job losing time to them)."""
+    best point that found no in-memory copy, said to be the best interval's, not the curve's), or why there are
+    none: no failure interrupts the job. Its degradations and stragglers, where it expects some, are named with
+    their count: they cost time though they take no restart (the line said "no failures expected" of a job losing
+    time to them)."""
     from simulator.console.report import horizon_span, two_level_text, young_daly_text
     from simulator.units import expected_count
 
     if curve["young_interval_s"] is not None:
         two_level = curve.get("two_level")
-        lost = curve.get("copies_lost") or 0.0
-        return young_daly_text(curve, interval) + (f"; {two_level_text(two_level, interval, lost)}" if two_level
-                                                   else "")
+        lost = curve.get("best_copies_lost") or 0.0
+        return young_daly_text(curve, interval) + (
+            f"; {two_level_text(two_level, interval, lost, ' at the best interval')}" if two_level else "")
     if not curve["expected_slowdowns"]:
         return "no failures expected, so no Young or Daly interval"
     expected = expected_count(curve["expected_slowdowns"], "degradation or straggler", "degradations or stragglers")
@@ -1261,7 +1261,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("scenario", help=SCENARIO_HELP + "; its model, cluster and training batch")
     search.add_argument("--out", required=True,
                         help="output folder: candidates.parquet/.csv, search.json, manifest.json")
-    search.add_argument("--top", type=_at_least(1), default=8,
+    search.add_argument("--top", type=_at_least(1), default=8, metavar="N",
                         help="survivors simulated, best estimates first (default 8)")
     search.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0], help=EXECUTOR_HELP)

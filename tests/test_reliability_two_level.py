@@ -273,6 +273,7 @@ restart: {elastic: true, spares: 0}
     out = tmp_path / "study"
     assert main(["study", "mtbf", str(scenario), "--multipliers", "1", "--out", str(out), "--quiet"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("rate x 1"))
-    lost = json.loads((out / "study.json").read_text())["curves"][0]["copies_lost"]
+    lost = json.loads((out / "study.json").read_text())["curves"][0]["best_copies_lost"]
     assert lost > 0 and "(no failure there needs it)" not in line
-    assert f"storage as rarely as you like only at full size: {lost:g} restores a replication found no" in line
+    assert (f"storage as rarely as you like only at full size: {lost:g} restores a replication at the best interval "
+            "found no" in line)

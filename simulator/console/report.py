@@ -754,7 +754,7 @@ def job_table(job: dict) -> Table:
 
 
 def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_alike,
-                   copies_lost: float = 0.0) -> str:
+                   copies_lost: float = 0.0, lost_where: str = "") -> str:
     """The first-order two-level optimum of a job_summary.json's `memory_checkpoint.two_level` (two_level.py): the
     two intervals and each tier's MTBF, or storage alone where the tier buys nothing and the one MTBF every failure
     then rolls back to storage with (not one "recovered from memory"); the intervals read as ``interval`` writes
@@ -762,7 +762,8 @@ def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_ali
     where the job's restores found no in-memory copy all the same (``copies_lost`` a replication, its
     `storage_because.copies_lost`: a host and its peers out at once during a restart, or the job shrunk onto
     fewer hosts than its copies need), that those need it: "as rarely as you like" would roll each of them back
-    far. Restores from storage because it was the newer copy need nothing of it, and are not counted here."""
+    far; ``lost_where`` says whose restores they are where the line is not one job's (a study's ' at the best
+    interval'). Restores from storage because it was the newer copy need nothing of it, and are not counted here."""
     memory, storage = optimum["memory_interval_s"], optimum["storage_interval_s"]
     if memory is None:
         rate = sum(1.0 / mtbf for mtbf in (optimum["memory_mtbf_s"], optimum["storage_mtbf_s"]) if mtbf is not None)
@@ -770,8 +771,9 @@ def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_ali
         return f"two-level optimum storage alone every {interval(storage)} (the tier buys nothing to first order{mtbf})"
     if storage is None and copies_lost > 0:
         text = (f"memory every {interval(memory)}, storage as rarely as you like only at full size: "
-                f"{expected_count(copies_lost)} restores a replication found no in-memory copy (a host and its peers "
-                "out at once, during a restart or with the job shrunk), each back to the last storage checkpoint")
+                f"{expected_count(copies_lost)} restores a replication{lost_where} found no in-memory copy (a host and "
+                "its peers out at once, during a restart or with the job shrunk), each back to the last storage "
+                "checkpoint")
     elif storage is None:
         text = (f"memory every {interval(memory)}, storage as rarely as you like at full size "
                 "(no failure there needs it)")

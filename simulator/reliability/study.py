@@ -408,7 +408,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "daly_interval_s": first["daly_interval_s"],
         "young_daly_cost_s": first["young_daly_cost_s"],
         "two_level": (first.get("memory_checkpoint") or {}).get("two_level"),
-        "copies_lost": copies_lost(best.summary),
+        "best_copies_lost": copies_lost(best.summary),
         "write_floor_steps": first["write_floor_steps"],
         "write_floor_s": first["write_floor_s"],
         "best_interval_s": best.interval_s,
