@@ -135,11 +135,12 @@ with: uniform stages, the backward twice the forward (the bundled schedule studi
 
 
 def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
-    """The located warning for a pipelined step of fewer micro-batches than stages, which never fills its
-    pipeline: each rank idles while the micro-batches pass the others. It gives the bubble the schedule has at
-    uniform stages (`UNFILLED_COSTS`, timed by `simulate_schedule`: 1F1B's (p-1)/(m+p-1), 60.0% at p = 4, m = 2);
-    a schedule that refuses so few micro-batches (interleaved, dualpipev) or a custom table is refused or timed
-    elsewhere, and warned of here not at all."""
+    """The located warning for a pipelined step of fewer micro-batches than pipeline ranks, which never fills its
+    pipeline: each rank idles while the micro-batches pass the others. It names the ranks and, where each holds
+    more than one chunk, the virtual stages and their placement (zbv at p = 4: 8 virtual stages in a V), and
+    gives the bubble the schedule has at uniform stages (`UNFILLED_COSTS`, timed by `simulate_schedule`: 1F1B's
+    (p-1)/(m+p-1), 60.0% at p = 4, m = 2); a schedule that refuses so few micro-batches (interleaved, dualpipev)
+    or a custom table is refused or timed elsewhere, and warned of here not at all."""
     from simulator.errors import InputError
     from simulator.schedules.registry import build_schedule
     from simulator.schedules.timing import simulate_schedule
@@ -161,12 +162,24 @@ def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
     field = ("training", "microbatches") if scenario.training.microbatches is not None else ("training",
                                                                                               "global_batch")
     return str(loaded.error(
-        field, f"the pipeline never fills with {counted(m, 'micro-batch', 'micro-batches')} over {stages} stages: "
-        f"each rank idles while the others run, a {pipeline.schedule} bubble of {bubble:.1%} at uniform stages "
-        "(backward 2x forward)",
-        f"at least {stages} micro-batches to fill it",
+        field, f"the pipeline never fills with {counted(m, 'micro-batch', 'micro-batches')} over "
+        f"{_pipeline_depth(stages, pipeline.virtual_stages, schedule.placement)}: each rank idles while the others "
+        f"run, a {pipeline.schedule} bubble of {bubble:.1%} at uniform stages (backward 2x forward)",
+        f"at least {stages} micro-batches, one a rank, to fill it",
         reads=(("parallelism", "pp"), ("parallelism", "pipeline", "schedule"),
                ("parallelism", "pipeline", "virtual_stages"))))
+
+
+def _pipeline_depth(ranks: int, chunks: int, placement: str) -> str:
+    """A pipeline's ranks and, where each holds more than one chunk, its virtual stages and how they sit:
+    '4 stages', '4 ranks (8 virtual stages, 2 a rank, looped)', '4 ranks (8 virtual stages, 2 a rank in a V)'."""
+    if chunks == 1:
+        return f"{ranks} stages"
+    return f"{ranks} ranks ({ranks * chunks} virtual stages, {chunks} a rank{_SITTING[placement]})"
+
+
+_SITTING = {"loop": ", looped", "v": " in a V"}
+"""How a rank's chunks sit in the pipeline, by placement (schedules/base.py), as the unfilled warning says it."""
 
 
 def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | None:

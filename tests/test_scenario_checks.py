@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from shared import SCENARIOS
 
 from simulator.cli import main
@@ -115,14 +116,15 @@ def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they
     assert capsys.readouterr().err == (
         "warning: command line: trainsim validate: --set training.global_batch=4: the pipeline never fills with 2 "
         "micro-batches over 4 stages: each rank idles while the others run, a 1f1b bubble of 60.0% at uniform stages "
-        "(backward 2x forward) (allowed: at least 4 micro-batches to fill it)\n")
+        "(backward 2x forward) (allowed: at least 4 micro-batches, one a rank, to fill it)\n")
     assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=4", "--set",
                  "parallelism.pipeline.schedule=zbv", "--set", "parallelism.pipeline.virtual_stages=2"]) == 0
     assert capsys.readouterr().err == (
         "warning: command line: trainsim validate: --set training.global_batch=4: the pipeline never fills with 2 "
-        "micro-batches over 4 stages: each rank idles while the others run, a zbv bubble of 45.5% at uniform stages "
+        "micro-batches over 4 ranks (8 virtual stages, 2 a rank in a V): each rank idles while the others run, a zbv "
+        "bubble of 45.5% at uniform stages "
         "(backward 2x forward) (with --set parallelism.pipeline.schedule=zbv, --set "
-        "parallelism.pipeline.virtual_stages=2) (allowed: at least 4 micro-batches to fill it)\n")
+        "parallelism.pipeline.virtual_stages=2) (allowed: at least 4 micro-batches, one a rank, to fill it)\n")
     synthetic = tmp_path / "synthetic.yaml"
     synthetic.write_text("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 4, forward: 1 ms, backward: "
                          "2 ms}}\ntraining: {microbatches: 1}\nparallelism: {dp: 2, pipeline: {schedule: gpipe}}\n")
@@ -130,6 +132,24 @@ def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they
     assert capsys.readouterr().err == (
         f"warning: {synthetic}:3: training.microbatches: the pipeline never fills with 1 micro-batch over 4 stages: "
         "each rank idles while the others run, a gpipe bubble of 75.0% at uniform stages (backward 2x forward) "
-        "(allowed: at least 4 micro-batches to fill it)\n")
+        "(allowed: at least 4 micro-batches, one a rank, to fill it)\n")
     assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=8"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(("schedule", "chunks", "depth"), [
+    ("1f1b", 1, "4 stages"),
+    ("looped-bfs", 2, "4 ranks (8 virtual stages, 2 a rank, looped)"),
+    ("looped-bfs", 4, "4 ranks (16 virtual stages, 4 a rank, looped)"),
+    ("zbv", 2, "4 ranks (8 virtual stages, 2 a rank in a V)"),
+])
+def test_an_unfilled_pipeline_names_its_ranks_and_virtual_stages(tmp_path, capsys, schedule, chunks, depth):
+    """Under 2 micro-batches, a pipeline of 4 ranks is said to be one of 4 stages where each rank holds one,
+    and of 4 ranks with their virtual stages and how they sit where each holds more (zbv's V, looped-bfs's loop):
+    it needs a micro-batch a rank to fill, whatever its chunks."""
+    path = tmp_path / "pp4.yaml"
+    path.write_text(PIPELINED.replace("SCHEDULE", schedule).replace("V", str(chunks)))
+    assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=4"]) == 0
+    err = capsys.readouterr().err
+    assert f"the pipeline never fills with 2 micro-batches over {depth}: each rank idles" in err
+    assert err.endswith("(allowed: at least 4 micro-batches, one a rank, to fill it)\n")
