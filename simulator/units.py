@@ -372,6 +372,31 @@ def durations_alike(seconds: Iterable[float]) -> Callable[[float], str]:
     return lambda value: f"{four_digits(value / scale, zeros=True)} {unit}"
 
 
+SECOND_STEPS = DURATION_STEPS[3:]
+"""The units of a time inside a run, as the console gives it: seconds and below, never minutes."""
+
+
+def durations_apart(first: float, second: float) -> tuple[str, str]:
+    """Two times read side by side (when a collective's copies ended, how long a group and its mirror take) in
+    one unit of `SECOND_STEPS`, the one the shorter reaches, to four significant digits or as many more as they
+    need to read differently (`texts_apart`), with thousands separators and never an exponent: 12.78 s and
+    12.79 s, not '1.278e+04 ms' beside '12785.01 ms'."""
+    shorter = min(abs(first), abs(second)) or max(abs(first), abs(second))
+    unit, scale = fitting_unit(shorter, SECOND_STEPS) if shorter else ("s", 1.0)
+    first_text, second_text = texts_apart([first / scale, second / scale], _plain_digits)
+    return f"{first_text} {unit}", f"{second_text} {unit}"
+
+
+def _plain_digits(value: float, digits: int) -> str:
+    """``value`` to ``digits`` significant digits in fixed point (thousands separators, no exponent, no trailing
+    zeros after the point): 12785.01 to 7 digits is '12,785.01', 119.6 to 6 digits '119.6'."""
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def format_bandwidth(bytes_per_s: float) -> str:
     """A human-readable bandwidth in bytes per second: 5e10 -> '50 GB/s'."""
     return _scaled(bytes_per_s, BANDWIDTH_STEPS)

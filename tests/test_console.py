@@ -89,18 +89,24 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why():
 
 @pytest.mark.parametrize(("fold", "ranks", "out_of_step", "said"), [
     # A run read to its end: its first instance's two ends with as many digits as tell them apart
-    # (engine/symmetry.py `apart_figures`, as its reason does; SC21 310.1B's hop refold, 1 us apart) and how many
+    # (units.py `durations_apart`, as its reason does; SC21 310.1B's hop refold, 1 us apart) and how many
     # instances fell out of step.
     ("routes", 64, {"op": "send_recv", "name": "send fwd mb0", "group": [0, 128],
                     "ended_s": [0.1195998, 0.1196008], "instances": 3, "widest_s": 1e-6},
-     "send_recv 'send fwd mb0' over GPUs [0, 128] ended between 119.6 and 119.601 ms, 3 instances out of step by "
+     "send_recv 'send fwd mb0' over GPUs [0, 128] ended between 119.6 ms and 119.601 ms, 3 instances out of step by "
      "up to 1 us"),
     # A run stopped at its first instance out of step (`stopped_at_s`, no `instances`: engine/lockstep.py
     # `LockstepWatch`): that instance's own gap where the run stopped, not a count of instances it never reached
     # (the DeepSeek-V3-style DualPipeV class fold's figures).
     ("classes", 32, {"op": "send_recv", "name": "recv bwd mb0", "group": [512, 448],
                      "ended_s": [2.289274, 2.289308], "stopped_at_s": 2.289308, "widest_s": 3.4e-5},
-     "send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 2289.27 and 2289.31 ms, out of step by 34 us, "
+     "send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 2.28927 s and 2.28931 s, out of step by 34 us, "
+     "where its run stopped"),
+    # Ends from 1 s on read in seconds, both in one unit and never with an exponent ('1.278e+04' read beside
+    # '12785.01' in ms).
+    ("classes", 32, {"op": "send_recv", "name": "recv bwd mb0", "group": [512, 448],
+                     "ended_s": [12.7845, 12.78501], "stopped_at_s": 12.78501, "widest_s": 5.1e-4},
+     "send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 12.78 s and 12.79 s, out of step by 510 us, "
      "where its run stopped"),
 ])
 def test_a_fold_out_of_step_on_the_ranks_row_shows_its_first_instance(fold, ranks, out_of_step, said):

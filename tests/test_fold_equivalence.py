@@ -70,7 +70,7 @@ to host 1. The ranks fell into classes by NVLink loads ({0, 1}, {2, 3}, {4, 5} o
 a representative, so no mirror was compared, and the folded step came out 0.39% slow (exposed pp 3.18 against
 2.49 ms), reported exact. Each class-mate's copy is now compared as a mirror (`fold_policy.unlike_class_mates`)
 and the step unfolds."""
-STRADDLING_PAIRS = ("'cp ring step 1 L0.attn' takes 0.02607 ms over GPUs [0, 3] but 0.1915 ms over the equivalent "
+STRADDLING_PAIRS = ("'cp ring step 1 L0.attn' takes 26.07 us over GPUs [0, 3] but 191.5 us over the equivalent "
                     "[1, 4]")
 TREE_CLASSES = """
 cluster: {topology: dgx-h100-cluster, nodes: 6, nics_per_node: 4, leaf_ports: 3, spines: 1, oversubscription: 2,
@@ -500,22 +500,22 @@ def test_representatives_of_unequal_classes_weigh_as_many_ranks_as_they_stand_fo
 def test_out_of_step_reasons_say_what_differs_and_tell_the_two_times_apart():
     """A reason names what differs: for a hand-off, its copies' routes (other hops, or as many links under other
     flows), for another collective the loads the lanes of a stage met; the two ends are printed with as many digits
-    as tell them apart (`symmetry.apart_figures`: 1234.5671 and 1234.5674 ms, both 1234.57 at six digits)."""
+    as tell them apart (`units.durations_apart`: 1.2345671 s and 1.2345674 s, both 1.23457 s at six digits)."""
     apart = OutOfStep("send_recv", "send fwd mb0", (24, 32), 1.2345671, 1.2345674, 2, 3e-7, ((24, 32), (152, 160)),
                       (4, 6))
     assert apart.reason() == (
-        "send_recv 'send fwd mb0' over GPUs [24, 32] ended on its mirrors between 1234.5671 and 1234.5674 ms in the "
-        "folded run (2 instances out of step, by up to 0.0003 ms): its copy over GPUs [24, 32] crosses 4 links and "
+        "send_recv 'send fwd mb0' over GPUs [24, 32] ended on its mirrors between 1.2345671 s and 1.2345674 s in the "
+        "folded run (2 instances out of step, by up to 300 ns): its copy over GPUs [24, 32] crosses 4 links and "
         "the one over [152, 160] 6: the replicas' hand-offs take routes of other hops (as one inside a leaf group "
         "and one across the spines), so one rank cannot stand for both")
     same_hops = OutOfStep("send_recv", "send fwd mb0", (7, 8), 4.60056e-3, 5.55246e-3, 8, 9.5e-4, ((7, 8), (55, 56)),
                           (6, 6))
     assert same_hops.reason().endswith(
-        "between 4.601 and 5.552 ms in the folded run (8 instances out of step, by up to 0.95 ms): its copies over "
+        "between 4.601 ms and 5.552 ms in the folded run (8 instances out of step, by up to 950 us): its copies over "
         "GPUs [7, 8] and [55, 56] cross as many links (6) but met other flows on them (the fabric hashes each flow "
         "onto a spine by its hosts, their rails' difference and its channel), so one rank cannot stand for both")
     ring = OutOfStep("all_reduce", "dp all_reduce", (0, 8), 0.05, 0.0501, 1, 1e-4, ((0, 8), (1, 9)))
     assert ring.reason().endswith(
-        "(1 instance out of step, by up to 0.1 ms): the lanes of a stage met the fabric's traffic unlike (as flows "
+        "(1 instance out of step, by up to 100 us): the lanes of a stage met the fabric's traffic unlike (as flows "
         "hashed onto the spines unevenly, or a ring that runs the other way round through every other host), so one "
         "rank cannot stand for its stage")

@@ -293,7 +293,7 @@ def test_hand_offs_whose_copies_meet_one_another_fold_by_route_class(run_yaml, t
 def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
     """Cross-rail PP pairs over 3:1 spine links (8 hosts, 4 per leaf group, 3 spines, TP 4 x PP 4 x DP 4): the hand-offs
     of the lanes of a stage meet the DP rings of the rails they leave and enter unlike, so in the folded run the
-    backward receive of micro-batch 3 on the representative's mirrors ends between 8.279 and 8.313 ms. The folded
+    backward receive of micro-batch 3 on the representative's mirrors ends between 8.279 ms and 8.313 ms. The folded
     run's mirrors are checked to keep pace with their groups (engine/lockstep.py), and the step runs again with its
     ranks classed also by the loads their hand-offs meet on their routes (two representatives per stage, 8 of 32
     ranks), which is the unfolded run. (On 2 spines the fabric's hash, which reads the rails a flow turns between,
@@ -303,7 +303,7 @@ def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
         "parallelism.tp=4", "parallelism.pp=4", "parallelism.dp=4")
     assert folded["folded"] and folded["simulated_ranks"] == 8 and "fold_off_reason" not in folded
     assert folded["fold_routes_reason"].startswith(
-        "send_recv 'recv bwd mb3' over GPUs [8, 4] ended on its mirrors between 8.279 and 8.313 ms")
+        "send_recv 'recv bwd mb3' over GPUs [8, 4] ended on its mirrors between 8.279 ms and 8.313 ms")
     assert folded["step_time_s"] == unfolded["step_time_s"]
     for kind, seconds in unfolded["exposed_comm_s"].items():
         assert folded["exposed_comm_s"][kind] == pytest.approx(seconds, rel=EXACT, abs=1e-15)
@@ -380,8 +380,8 @@ CROSS_RAIL_UNFOLDED = {
         "mixtral-8x7b-ep8", ["model.layers=4", "model.moe.experts=16", "cluster.nodes=8", "cluster.leaf_ports=4",
                              "cluster.spines=5", "parallelism.tp=1", "parallelism.ep=16", "parallelism.dp=64",
                              "training.global_batch=64"], 64,
-        "all_to_all 'ep dispatch L0.mlp' takes 0.9157 ms over GPUs [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
-        "14, 15] but 0.9054 ms over the equivalent [16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]"),
+        "all_to_all 'ep dispatch L0.mlp' takes 915.7 us over GPUs [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
+        "14, 15] but 905.4 us over the equivalent [16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]"),
 }
 """Layouts whose copies meet unlike contention on flows that turn rails between hosts, so they run unfolded: not
 because a check misses a symmetry, but because those flows spread over the spines by the rails' difference
@@ -583,7 +583,7 @@ def test_cp_all_gather_over_two_replicas_on_an_oversubscribed_fabric_folds_by_la
     0.44% slow; hashing the source's place in its leaf group and the destination's offset makes the replicas
     images of each other, and the folded step was the unfolded one. But the lanes' pipeline hand-offs meet the
     K/V all-gathers' cross-leaf flows unevenly: the backward receive of micro-batch 3 ended on the mirrors
-    between 37.83 and 38.00 ms (37.47 and 37.65 since `nvls` across hosts runs NCCL's tree over heads), so the
+    between 37.83 ms and 38.00 ms (37.47 and 37.65 since `nvls` across hosts runs NCCL's tree over heads), so the
     stage-folded run (step equal to the bit) reported 1.904 ms of exposed pipeline communication per GPU against
     the unfolded 1.815 (measured before that change). The step runs again with one rank per CP lane
     (classes keyed by CP lane: 2 stages x 4 lanes), whose mirrors keep pace, and gives the unfolded figures; it
@@ -595,7 +595,7 @@ def test_cp_all_gather_over_two_replicas_on_an_oversubscribed_fabric_folds_by_la
     unfolded = run_yaml(CP_FABRIC_TEMPLATE, *overrides, "run.fold=false").summary
     assert folded["folded"] and folded["simulated_ranks"] == 8 and "fold_off_reason" not in folded
     assert folded["fold_lanes_reason"].startswith("send_recv 'recv bwd mb3' over GPUs [16, 0] ended on its mirrors "
-                                                  "between 37.47 and 37.65 ms")
+                                                  "between 37.47 ms and 37.65 ms")
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert folded["exposed_comm_s"] == pytest.approx(unfolded["exposed_comm_s"], rel=1e-12)
     assert folded["exposed_comm_s"]["pp"] == pytest.approx(0.0018145, rel=1e-4)
@@ -746,7 +746,7 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
 
 def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_cannot_unfold():
     """LEAF_GROUPS_OF_THREE with tp 1, pp 16, dp 3 where the step may not run unfolded: the folded run stands, its
-    forward sends out of step (stage 7's to stage 8 ended between 4.59 and 5.55 ms on its copies), with the
+    forward sends out of step (stage 7's to stage 8 ended between 4.59 ms and 5.55 ms on its copies), with the
     warning and `fold_not_exact`, not silently (it stood as exact at 81.11 ms, the unfolded step 82.06). No refold
     applies there: its copies cross the same hops in every replica (they meet one another), and where the step
     may not unfold route classes are proposed by hops only (`fold_policy.route_steps`), which part none: the finer
@@ -756,7 +756,7 @@ def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("routes", None)]
     (warning,) = summary["warnings"]
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
-                              "over GPUs [7, 8] ended on its mirrors between 4.594 and 5.546 ms")
+                              "over GPUs [7, 8] ended on its mirrors between 4.594 ms and 5.546 ms")
     entry = summary["fold_not_exact"]
     assert (entry["fold"], entry["simulated_ranks"], entry["why"]) == (
         "stage", 16, "a hand-off fell out of step in its run")

@@ -66,7 +66,7 @@ def test_hand_offs_across_leaf_groups_hash_several_lanes_onto_one_uplink():
 
 def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_step():
     """Folded, a hand-off ends when its slowest lane's does (collectives/execute.py `run_plans`): the first one
-    out of step, stage 3's forward send of micro-batch 3, ends on its lanes between 173.1 and 173.2 ms, and
+    out of step, stage 3's forward send of micro-batch 3, ends on its lanes between 173.1 ms and 173.2 ms, and
     1,328 hand-off instances do, by up to 1.07 ms (lanes 5, 7, 13 and 14 behind the others on every forward send
     across a leaf group). The folded step is 11.302001 s and its exposed pipeline communication 495.0 ms per GPU
     (11.299570 s and 488.8 ms before a rank's sends to one peer left in issue order, parallel/program.py
@@ -85,8 +85,8 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     (warning,) = summary["warnings"]
     assert warning.startswith(
         "folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb3' over GPUs [384, 512] "
-        "ended on its mirrors between 173.1 and 173.2 ms in the folded run (1328 instances out of step, by up "
-        "to 1.07 ms)")
+        "ended on its mirrors between 173.1 ms and 173.2 ms in the folded run (1328 instances out of step, by up "
+        "to 1.071 ms)")
     lanes, untried = summary["fold_given_up"]
     assert (untried["fold"], untried["simulated_ranks"], untried["why"]) == (
         "routes", None, "finer refolds are not tried where the step may not unfold")
@@ -207,8 +207,8 @@ def test_without_sm_contention_the_folded_step_replayed_lane_by_lane_is_the_unfo
     communication ratio and bubble: the folded run holds what an exact per-lane account needs."""
     summary, log, kept_pace, program, unfolded = _folded_and_unfolded("collectives.sm_contention=none")
     assert not kept_pace.collectives and kept_pace.hand_offs.startswith(
-        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.323 and 4.473 ms in the "
-        "folded run (24 instances out of step, by up to 0.166 ms)")
+        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.323 ms and 4.473 ms in the "
+        "folded run (24 instances out of step, by up to 165.7 us)")
     assert summary["step_time_s"] == unfolded.summary["step_time_s"]
     assert summary["exposed_comm_s"]["pp"] == pytest.approx(0.0121004, abs=1e-7)
     assert unfolded.summary["exposed_comm_s"]["pp"] == pytest.approx(0.0119727, abs=1e-7)
@@ -236,7 +236,7 @@ def test_the_step_folded_by_lane_is_the_unfolded_one_row_for_row_with_sm_content
     unfolded = simulate(scenario_from_text(SMALL_ANALOGUE, "inline.yaml", ["run.fold=false"]))
     assert lanes.summary["folded"] and lanes.summary["simulated_ranks"] == 16 and not lanes.summary["warnings"]
     assert lanes.summary["fold_lanes_reason"].startswith(
-        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.426 and 4.576 ms")
+        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.426 ms and 4.576 ms")
     assert lanes.summary["step_time_s"] == unfolded.summary["step_time_s"]
     columns = (*MATCHED, "start_s", "end_s")
     rows = lanes.log.op_columns(columns)
@@ -265,7 +265,7 @@ def test_sm_contention_makes_a_lanes_compute_depend_on_its_own_hand_offs():
     latency), and the compute the pipeline kernels cost 69.97 us per GPU against 68.81 us (+1.7%; 69.48 against
     68.32 while the TP overlap's ring exchange paid NCCL's base latency)."""
     summary, log, kept_pace, program, unfolded = _folded_and_unfolded()
-    assert "(24 instances out of step, by up to 0.166 ms)" in kept_pace.hand_offs
+    assert "(24 instances out of step, by up to 165.7 us)" in kept_pace.hand_offs
     assert summary["step_time_s"] / unfolded.summary["step_time_s"] - 1 == pytest.approx(-1.106e-9, abs=5e-11)
     lost = summary["sm_contention"]["compute_slowdown_s"]["pp"], unfolded.summary["sm_contention"][
         "compute_slowdown_s"]["pp"]

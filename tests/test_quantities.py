@@ -7,7 +7,7 @@ import pytest
 from simulator.cli import main
 from simulator.config.reliability import parse_rate
 from simulator.errors import InputError
-from simulator.units import parse_bandwidth, parse_duration, parse_size
+from simulator.units import durations_apart, parse_bandwidth, parse_duration, parse_size
 
 DURATIONS = "(allowed: ns, us, ms, s, min, h, d)"
 
@@ -59,3 +59,15 @@ def test_the_command_line_takes_a_separated_interval_and_names_min_for_m(tmp_pat
         "error: command line: trainsim validate: --set checkpoint.interval=30m: unknown unit 'm' in '30m': durations "
         "write 'min' for 'm' (allowed: a number of steps, e.g. '200 steps', or a duration in ns, us, ms, s, min, h, "
         "d, e.g. '30 min')\n")
+
+
+def test_two_times_print_in_one_unit_with_as_many_digits_as_tell_them_apart():
+    """Times read side by side share the unit the shorter reaches, with four digits or as many more as tell
+    them apart, and never an exponent (12.78 s beside 12.79 s, not '1.278e+04 ms')."""
+    assert durations_apart(6.04e-3, 6.0400001e-3) == ("6.04 ms", "6.0400001 ms")
+    assert durations_apart(0.03447e-3, 0.1999e-3) == ("34.47 us", "199.9 us")
+    assert durations_apart(1e-3, 1e-3) == ("1 ms", "1 ms")
+    assert durations_apart(12.7845, 12.78501) == ("12.78 s", "12.79 s")
+    assert durations_apart(12784.4, 12785.01) == ("12,784 s", "12,785 s")
+    assert durations_apart(0.999, 1.2) == ("999 ms", "1,200 ms")
+    assert durations_apart(0.0, 0.0) == ("0 s", "0 s")

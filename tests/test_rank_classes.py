@@ -107,7 +107,7 @@ def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_the
 
 BY_HOST = RankClasses((0,) * 8 + (1,) * 8)
 """Positions 0-7 (hosts 0 and 2) in one class, 8-15 (hosts 1 and 3) in the other."""
-OUT_OF_STEP = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 56.87 and 57.05 ms"
+OUT_OF_STEP = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 56.87 ms and 57.05 ms"
 
 
 def test_the_wrap_hand_off_meets_the_dp_ring_on_one_hosts_spine_uplink_only():
@@ -131,7 +131,7 @@ def test_the_wrap_hand_off_meets_the_dp_ring_on_one_hosts_spine_uplink_only():
     _, _, kept_pace = run_step(program, topology, settings, plans=plans)
     assert kept_pace.collectives == ""
     assert kept_pace.hand_offs.startswith(OUT_OF_STEP + " in the folded run (3 instances out of step, by up to "
-                                          "0.178 ms)")
+                                          "178.5 us)")
     shapes, order = program_indexes(program)
     assert rank_classes(program, plans, shapes, order) is None
     assert list(route_classes(program, plans, shapes, order)) == [BY_HOST]
@@ -164,7 +164,7 @@ WRAP_OVER_SHARED_NICS = WRAP_ON_UNLIKE_SPINES.replace(
 """The wrap case with two GPUs per NIC and four spines: host 0's wraps to host 2 leave its even GPUs over spine 3
 and its odd GPUs over spine 1, so the TP rails of one host meet the fabric unlike, which classes of whole hosts
 cannot tell apart."""
-WRAP_LATE = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 57.8 and 58.15 ms"
+WRAP_LATE = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 57.8 ms and 58.15 ms"
 
 
 def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
@@ -190,18 +190,18 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     _, _, kept_pace = run_step(routed.program, topology, settings, plans=prepared.plans)
     assert kept_pace.collectives == ""
     assert kept_pace.hand_offs.startswith(WRAP_LATE + " in the folded run (10 instances out of step, by up to "
-                                          "0.357 ms)")
+                                          "357 us)")
     folded = simulate(loaded).summary
     unfolded = simulate(scenario_from_text(WRAP_OVER_SHARED_NICS, "inline.yaml", ["run.fold=false"])).summary
     assert not folded["folded"] and folded["simulated_ranks"] == 32 and "fold_routes_reason" not in folded
-    stopped = " in the folded run (the run stopped there, its first instance out of step, by 0.357 ms)"
+    stopped = " in the folded run (the run stopped there, its first instance out of step, by 357 us)"
     assert folded.pop("fold_off_reason").startswith(WRAP_LATE + stopped)
     assert folding_text(folded) == (
         "32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 ranks and copy them to the others, "
         "because a hand-off fell out of step in its run: send_recv 'send bwd mb6' over GPUs [0, 16] ended between "
-        "57.8 and 58.15 ms, out of step by 357 us, where its run stopped; gave up the routes fold, which would "
+        "57.8 ms and 58.15 ms, out of step by 357 us, where its run stopped; gave up the routes fold, which would "
         "simulate 4 ranks and copy them to the others, because a hand-off fell out of step in its run: send_recv "
-        "'send bwd mb6' over GPUs [0, 16] ended between 57.8 and 58.15 ms, out of step by 357 us, where its run "
+        "'send bwd mb6' over GPUs [0, 16] ended between 57.8 ms and 58.15 ms, out of step by 357 us, where its run "
         "stopped")
     stage, routes = folded.pop("fold_given_up")
     for entry, ranks in ((stage, 2), (routes, 4)):
@@ -238,8 +238,8 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ..
 
 
 @pytest.mark.parametrize("tp, cp, lanes, ended", [
-    (4, 2, (0, 4, 16, 20), "45.72 and 45.9 ms"),
-    (2, 4, (0, 2, 4, 6, 16, 18, 20, 22), "38.94 and 39.29 ms")])
+    (4, 2, (0, 4, 16, 20), "45.72 ms and 45.9 ms"),
+    (2, 4, (0, 2, 4, 6, 16, 18, 20, 22), "38.94 ms and 39.29 ms")])
 def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkeypatch, tp, cp, lanes, ended):
     """The wrap case with TP x CP on each host: folded by stage, the wrap's copies in CP lane 0 on hosts 0 and 1
     ended apart (the spine hash tells the hosts apart, not the lanes), so route classes run first (4 of 32 ranks:
@@ -284,7 +284,7 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     each stopped at the wrap's first instance out of step (it fell out of step 5 times by stage, 10 by route class
     and by lane, 14 by their meet, when each ran to its end). Every instance before it kept pace, so each folded
     run is the unfolded one up to there and stops where the unfolded run's last copy of that wrap ends (its 16
-    copies, `pp.bwd.mb6.vs2.*`, end between 46.66 and 47.01 ms)."""
+    copies, `pp.bwd.mb6.vs2.*`, end between 46.66 ms and 47.01 ms)."""
     text = WRAP_OVER_SHARED_NICS.replace("tp: 8,", "tp: 4, cp: 2,")
     tried = _recording(monkeypatch)
     folded = simulate(scenario_from_text(text, "inline.yaml", [])).summary
@@ -298,7 +298,7 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     assert not folded["folded"] and folded["simulated_ranks"] == 32
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & folded.keys()
     assert folded.pop("fold_off_reason").startswith(
-        "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 46.66 and 47.01 ms in the "
+        "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 46.66 ms and 47.01 ms in the "
         "folded run (the run stopped there")
     given_up = folded.pop("fold_given_up")
     assert [(entry["fold"], entry["simulated_ranks"], entry["out_of_step"]["ended_s"],
@@ -327,7 +327,8 @@ def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monke
     assert not summary["folded"] and summary["simulated_ranks"] == 32
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & summary.keys()
     assert summary["fold_off_reason"].startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
-                                                 "between 45.72 and 45.9 ms in the folded run (the run stopped there")
+                                                 "between 45.72 ms and 45.9 ms in the folded run (the run stopped "
+                                                 "there")
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("stage", 2),
                                                                                                 ("routes", 4)]
 

@@ -16,7 +16,7 @@ from shared import CP_FABRIC, SHARED_NICS, step_program_and_plans
 
 from simulator.collectives.phases import Phase, Transfer
 from simulator.engine import symmetry
-from simulator.engine.symmetry import apart_figures, link_kind_codes, route_shapes
+from simulator.engine.symmetry import link_kind_codes, route_shapes
 from simulator.network.model import effective_capacity
 from simulator.program.ops import CollectiveOp
 from simulator.topology.builders import build_topology
@@ -377,9 +377,3 @@ def test_an_order_through_another_rank_hides_no_mirror_image_loads(monkeypatch, 
     folded, unfolded = (run_ops(topology, _handoff_ops(ranks, folded), NetworkSettings())[0].makespan_s
                         for ranks, folded in (((0, 3), True), (range(8), False)))
     assert folded / unfolded - 1 == pytest.approx(0.0757, abs=1e-3)
-
-
-def test_two_times_print_with_as_many_digits_as_tell_them_apart():
-    assert apart_figures(6.04, 6.0400001) == ("6.04", "6.0400001")
-    assert apart_figures(0.03447, 0.1999) == ("0.03447", "0.1999")
-    assert apart_figures(1.0, 1.0) == ("1", "1")

@@ -20,6 +20,7 @@ from simulator.units import (
     ZERO_DURATION,
     counted,
     durations_alike,
+    durations_apart,
     expected_count,
     format_duration,
     format_memory,
@@ -265,13 +266,11 @@ def _given_up_text(entry: dict, before: dict | None = None) -> str:
     head = f"gave up the {entry['fold']} fold{shortcut}, because {entry['why']}"
     if not apart:
         return f"{head}: {entry['reason']}"
-    from simulator.engine.symmetry import apart_figures
-
-    first, last = apart_figures(*(ended * 1e3 for ended in apart["ended_s"]))
+    first, last = durations_apart(*apart["ended_s"])
     found = (f"out of step by {format_seconds(apart['widest_s'])}, where its run stopped" if "stopped_at_s" in apart
              else f"{counted(apart['instances'], 'instance')} out of step by up to {format_seconds(apart['widest_s'])}")
     return (f"{head}: {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between {first} and "
-            f"{last} ms, {found}")
+            f"{last}, {found}")
 
 
 def _fold_head(entry: dict) -> str:

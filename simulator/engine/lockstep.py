@@ -29,10 +29,10 @@ import numpy as np
 from simulator.collectives.names import Primitive
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Mirrors
-from simulator.engine.symmetry import apart_figures
 from simulator.metrics.events import EventLog
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
+from simulator.units import durations_apart, format_duration
 
 IN_STEP = 1e-9
 """Relative difference of two plans' ends below which they ended together (float rounding of a differently
@@ -84,14 +84,14 @@ class OutOfStep:
 
     def reason(self) -> str:
         """The sentence a summary's fold reasons give (`fold_off_reason` and the refolds' keys): the instance, when
-        its copies ended (as many digits as tell the two apart, symmetry.py `apart_figures`), and what differs."""
-        earliest, latest = apart_figures(self.earliest_s * 1e3, self.latest_s * 1e3)
-        found = (f"the run stopped there, its first instance out of step, by {self.widest_s * 1e3:.3g} ms"
+        its copies ended (as many digits as tell the two apart, units.py `durations_apart`), and what differs."""
+        earliest, latest = durations_apart(self.earliest_s, self.latest_s)
+        found = (f"the run stopped there, its first instance out of step, by {format_duration(self.widest_s)}"
                  if self.stopped_at_s is not None else
                  f"{self.instances} instance{'s' if self.instances > 1 else ''} out of step, by up to "
-                 f"{self.widest_s * 1e3:.3g} ms")
+                 f"{format_duration(self.widest_s)}")
         return (f"{self.op} {self.name!r} over GPUs {list(self.group)} ended on its mirrors between {earliest} and "
-                f"{latest} ms in the folded run ({found}): {self._cause()}")
+                f"{latest} in the folded run ({found}): {self._cause()}")
 
     def _cause(self) -> str:
         """What made the copies end apart: for a hand-off, the routes its copies take in other replicas (other

@@ -37,6 +37,7 @@ from simulator.network.isolated import run_isolated
 from simulator.network.model import analytic_seconds
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
+from simulator.units import durations_apart
 
 SAME_TIME = 1e-9
 """Relative difference below which two isolated timings are the same (float rounding of a differently ordered
@@ -238,21 +239,11 @@ def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShape
             mirror = op.mirrors[index]
             mirror_s = _analytic_seconds(topology, capacity, plans.phases(op, mirror), loads)
             if not math.isclose(mirror_s, own_s, rel_tol=SAME_TIME):
-                own_ms, mirror_ms = apart_figures(own_s * 1e3, mirror_s * 1e3)
-                return (f"{op.op} {op.name!r} takes {own_ms} ms over GPUs {list(op.group)} but "
-                        f"{mirror_ms} ms over the equivalent {list(mirror)} on the analytic model: the "
+                own, mirror_takes = durations_apart(own_s, mirror_s)
+                return (f"{op.op} {op.name!r} takes {own} over GPUs {list(op.group)} but "
+                        f"{mirror_takes} over the equivalent {list(mirror)} on the analytic model: the "
                         f"replicas' routes differ in hops or bandwidth{COPIES_LOAD if meet else ''}")
     return ""
-
-
-def apart_figures(first: float, second: float) -> tuple[str, str]:
-    """``first`` and ``second`` printed with as few significant digits as show them apart, four at least: times
-    that differ by more than SAME_TIME can agree in their first six digits ('6.04 ms ... but 6.04')."""
-    for digits in range(4, 18):
-        shown = f"{first:.{digits}g}", f"{second:.{digits}g}"
-        if shown[0] != shown[1]:
-            return shown
-    return shown
 
 
 def _analytic_seconds(topology: Topology, capacity: np.ndarray, phases: Sequence[Phase],
@@ -576,9 +567,9 @@ def _mirror_verdict(plans: PlanCache, op: CollectiveOp, phases: list[Phase], ref
                 timings[reference] = alone_s = run_isolated(topology, capacity, phases).duration_s
             mirror_s = timings[mirror_shapes] = run_isolated(topology, capacity, mirrored).duration_s
             if not math.isclose(mirror_s, alone_s, rel_tol=SAME_TIME):
-                own_ms, mirror_ms = apart_figures(alone_s * 1e3, mirror_s * 1e3)
-                return (f"{op.op} {op.name!r} takes {own_ms} ms over GPUs {list(op.group)} but "
-                        f"{mirror_ms} ms over the equivalent {list(op.mirrors[compared[index]])}: "
+                own, mirror_takes = durations_apart(alone_s, mirror_s)
+                return (f"{op.op} {op.name!r} takes {own} over GPUs {list(op.group)} but "
+                        f"{mirror_takes} over the equivalent {list(op.mirrors[compared[index]])}: "
                         "their flows share the fabric's links unevenly (each flow hashed onto a spine by its "
                         "ends)")
     return ""
