@@ -1289,8 +1289,8 @@ def _parser() -> argparse.ArgumentParser:
                                          "(and failure-rate multipliers), with Young's and Daly's intervals",
                            description="Rerun a job simulation (a scenario with run.horizon) for every checkpoint "
                                        "interval and failure-rate multiplier: ETTR and goodput of each, the best "
-                                       "interval, Young's and Daly's (docs/reliability.md); draw it with "
-                                       "trainsim plot goodput.")
+                                       "interval, and Young's and Daly's intervals (docs/reliability.md); draw it "
+                                       "with trainsim plot goodput.")
     study.add_argument("study", choices=STUDIES, metavar="kind",
                        help="checkpoint-interval: against --intervals; memory-interval: against --intervals as "
                             "checkpoint.memory.interval (the in-memory tier's); mtbf: for each of --multipliers")

@@ -87,6 +87,41 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why():
                                     "a hand-off fell out of step in its run (see the warning)")
 
 
+@pytest.mark.parametrize(("slowest_s", "iteration", "traffic"), [
+    # A synchronous run's workers end their iterations nanoseconds apart: the one time, not a range of two alike.
+    (0.5863364984739692, "iteration time 586.3 ms on every worker (to four digits)",
+     "server traffic 147.7 GiB per iteration, server links 33.8% busy"),
+    (0.61, "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
+     "server traffic 147.7 GiB per iteration, server links 33.8% busy"),
+])
+def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_with_their_unit(slowest_s, iteration,
+                                                                                                traffic):
+    """The parameter-server rows give the iteration time's range over workers only where its ends read apart,
+    and the bytes per iteration as the collective table writes sizes (147.7 GiB and 9.233 GiB, not 147.72 and
+    9.23 GiB beside the training table's one-decimal memory)."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.console.report import _label_table, add_parameter_server_rows
+
+    ps = {"mode": "sync", "server_hosts": ["h3"], "server_gpus": list(range(24, 32)), "workers": 24,
+          "iterations": 6, "iteration_s": {"min": 0.5863364930148045, "mean": 0.5863364977915736, "max": slowest_s},
+          "samples_per_s": 163.7, "tokens_per_s": 335_316.0, "throughput_window_s": 3.518,
+          "server_traffic_bytes_per_iteration": 158_614_142_976.0, "server_links": {"mean_utilisation": 0.3381},
+          "exchange_s": 0.4201, "allreduce": {"time_s": 0.01707, "busiest_link_bytes": 5_540_000_000.0},
+          "busiest_link_bytes_per_iteration": 9_913_383_936.0, "staleness_histogram": [144], "lag_histogram": [144]}
+    table = _label_table()
+    add_parameter_server_rows(table, ps)
+    console = Console(file=io.StringIO(), width=400)
+    console.print(table)
+    lines = [" ".join(line.split()) for line in console.file.getvalue().splitlines()]
+    assert lines[1] == iteration
+    assert lines[3] == traffic
+    assert lines[4] == ("vs ring all-reduce exchange 420.1 ms against 17.07 ms alone; busiest link 9.233 GiB "
+                        "against 5.16 GiB per iteration")
+
+
 @pytest.mark.parametrize(("fold", "ranks", "out_of_step", "said"), [
     # A run read to its end: its first instance's two ends with as many digits as tell them apart
     # (units.py `durations_apart`, as its reason does; SC21 310.1B's hop refold, 1 us apart) and how many

@@ -477,24 +477,26 @@ def _histogram(counts: list[int], unit: str, counted_things: str) -> str:
 
 def add_parameter_server_rows(table: Table, ps: dict) -> None:
     """A parameter-server run's rows, added to its training table so that the two read as one, aligned: mode and
-    placement, iteration times, throughput, server links, staleness, lag."""
+    placement, iteration times (the mean and range over workers, or the one time where every worker's reads alike),
+    throughput, server links and bytes (as the collective table writes sizes), staleness, lag."""
     mode = ps["mode"] + (f" (staleness {ps['staleness']})" if "staleness" in ps else "")
     table.add_row("parameter servers", f"{mode}, {counted(len(ps['server_hosts']), 'server host')} "
                   f"({counted(len(ps['server_gpus']), 'GPU')}), {counted(ps['workers'], 'worker')}, "
                   f"{counted(ps['iterations'], 'iteration')}")
     times = ps["iteration_s"]
-    table.add_row("iteration time", f"{format_seconds(times['mean'])} mean over workers "
-                  f"({format_seconds(times['min'])} to {format_seconds(times['max'])})")
+    fastest, slowest = format_seconds(times["min"]), format_seconds(times["max"])
+    table.add_row("iteration time", f"{format_seconds(times['mean'])} mean over workers ({fastest} to {slowest})"
+                  if fastest != slowest else f"{slowest} on every worker (to four digits)")
     table.add_row("throughput", f"{ps['samples_per_s']:,.1f} samples/s, {ps['tokens_per_s']:,.0f} tokens/s "
                   f"(first {format_seconds(ps['throughput_window_s'])}, every worker training)")
-    table.add_row("server traffic", f"{ps['server_traffic_bytes_per_iteration'] / 2**30:,.2f} GiB per iteration, "
+    table.add_row("server traffic", f"{format_size(ps['server_traffic_bytes_per_iteration'])} per iteration, "
                   f"server links {_share(ps['server_links']['mean_utilisation'])} busy")
     ring = ps.get("allreduce")
     if ring:
         table.add_row("vs ring all-reduce", f"exchange {format_seconds(ps['exchange_s'])} against "
                       f"{format_seconds(ring['time_s'])} alone; busiest link "
-                      f"{ps['busiest_link_bytes_per_iteration'] / 2**30:,.2f} GiB against "
-                      f"{ring['busiest_link_bytes'] / 2**30:,.2f} GiB per iteration")
+                      f"{format_size(ps['busiest_link_bytes_per_iteration'])} against "
+                      f"{format_size(ring['busiest_link_bytes'])} per iteration")
     table.add_row("staleness", _histogram(ps["staleness_histogram"], "updates", "gradients"))
     table.add_row("lag behind slowest", _histogram(ps["lag_histogram"], "iterations", "worker iterations"))
 
