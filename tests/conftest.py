@@ -1,9 +1,11 @@
-"""Shared helpers: run a scenario given as YAML text, as a step or as a job."""
+"""Shared helpers: run a scenario given as YAML text, as a step or as a job; the session's notebooks started once
+its tests are collected (tests/notebook_runs.py)."""
 
 from __future__ import annotations
 
 import math
 
+import notebook_runs
 import numpy as np
 import pytest
 import yaml
@@ -12,6 +14,22 @@ from shared import DATA
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
 from simulator.console import progress
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the notebooks that the selected tests run (`-k pipeline`: the pipeline notebook alone), beside the
+    tests before them."""
+    paths = sorted({item.callspec.params["path"] for item in session.items
+                    if getattr(item, "originalname", None) == "test_notebook_runs_and_draws"})
+    if paths and not session.config.option.collectonly:
+        session.config.stash[notebook_runs.RUNS] = notebook_runs.start(paths)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """End the notebooks' runner where the session ends before their tests read it, and remove what it wrote."""
+    runs = session.config.stash.get(notebook_runs.RUNS, None)
+    if runs is not None:
+        runs.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -2,21 +2,20 @@
 figures; the pipeline notebook also asserts its bubble fractions against the closed forms inside the notebook,
 and the Llama 3 405B notebook its table (TFLOP/s per GPU from 6N + causal attention over the step time, MFU,
 the error against the published figure, the losses) against each run's summary, so a wrong figure fails here.
-The notebooks run side by side, each in its own kernel: the two long ones (the 405B steps, the MTBF study) take
-most of the module's time, and the suite around them runs on one core."""
+The notebooks run side by side, each in its own kernel, in a process that starts once the session's tests are
+collected (tests/notebook_runs.py, started by tests/conftest.py): they run beside the tests before this file's,
+which read what they left."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import nbformat
+import notebook_runs
 import pytest
-from nbclient import NotebookClient
 from shared import REPO
 
 NOTEBOOKS = REPO / "notebooks"
-CELL_TIMEOUT_S = 300
 
 
 def _images(notebook) -> int:
@@ -25,28 +24,17 @@ def _images(notebook) -> int:
 
 
 @pytest.fixture(scope="module")
-def executed(request) -> dict[Path, nbformat.NotebookNode | BaseException]:
+def executed(request) -> dict[Path, nbformat.NotebookNode | str]:
     """Each notebook that a selected test runs, executed top to bottom in a fresh kernel, or the error that stopped
-    it (`-k pipeline` runs the pipeline notebook alone)."""
-    async def execute(path: Path) -> nbformat.NotebookNode:
-        notebook = nbformat.read(path, as_version=4)
-        await NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                             resources={"metadata": {"path": str(NOTEBOOKS)}}).async_execute()
-        return notebook
-
-    async def execute_all() -> list[nbformat.NotebookNode | BaseException]:
-        return await asyncio.gather(*map(execute, paths), return_exceptions=True)
-
-    paths = sorted({item.callspec.params["path"] for item in request.session.items
-                    if getattr(item, "originalname", None) == "test_notebook_runs_and_draws"})
-    return dict(zip(paths, asyncio.run(execute_all())))
+    it (`-k pipeline` runs the pipeline notebook alone), once the session's runner has ended."""
+    return request.config.stash[notebook_runs.RUNS].results()
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda path: path.stem)
 def test_notebook_runs_and_draws(path, executed):
     notebook = executed[path]
-    if isinstance(notebook, BaseException):
-        raise notebook
+    if isinstance(notebook, str):
+        pytest.fail(f"{path.name} stopped:\n{notebook}", pytrace=False)
     assert _images(notebook) >= 1, f"{path.name} drew no figure"
 
 

@@ -1,0 +1,93 @@
+"""The notebooks a test session runs, executed by a process of their own that starts once the tests are collected:
+each notebook top to bottom with nbclient in a fresh kernel (cwd notebooks/), all of them side by side. The suite
+runs its tests on one core; the notebooks run beside the tests before tests/test_notebooks.py on the other cores,
+and that file's tests read what they left instead of stopping the suite for them (the module's fixture took
+~111 s of a quiet 1,100 s run on 2 cores, the tests around it waiting).
+
+Run as a script, it executes the notebooks named after its output folder and writes, for each, the executed
+notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+CELL_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class NotebookRuns:
+    """The process executing ``paths`` and the folder it writes them to."""
+
+    paths: tuple[Path, ...]
+    folder: Path
+    process: subprocess.Popen
+
+    def results(self) -> dict[Path, nbformat.NotebookNode | str]:
+        """Each notebook executed, or the error that stopped it, once the process has ended."""
+        self.process.wait()
+        found: dict[Path, nbformat.NotebookNode | str] = {}
+        for path in self.paths:
+            executed, error = self.folder / f"{path.stem}.ipynb", self.folder / f"{path.stem}.error"
+            if executed.exists():
+                found[path] = nbformat.read(executed, as_version=4)
+            elif error.exists():
+                found[path] = error.read_text()
+            else:
+                log = (self.folder / "runner.log").read_text()
+                found[path] = f"the notebook runner ended (exit status {self.process.returncode}) first:\n{log}"
+        return found
+
+    def stop(self) -> None:
+        """End the runner and its kernels where the session ends before the notebooks' tests read them, and remove
+        its folder."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+RUNS = pytest.StashKey[NotebookRuns]()
+"""The session's notebooks executing, where it selected tests/test_notebooks.py's (its config's stash)."""
+
+
+def start(paths: list[Path]) -> NotebookRuns:
+    """Start executing ``paths`` in a process of their own (a session of its own, so that `stop` ends its kernels
+    too), its output and its kernels' in the folder's runner.log rather than in a test's captured output."""
+    folder = Path(tempfile.mkdtemp(prefix="trainsim-notebooks-"))
+    with (folder / "runner.log").open("w") as log:
+        process = subprocess.Popen([sys.executable, __file__, str(folder), *map(str, paths)], stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return NotebookRuns(tuple(paths), folder, process)
+
+
+async def _execute(path: Path, folder: Path) -> None:
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    try:
+        await NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                             resources={"metadata": {"path": str(path.parent)}}).async_execute()
+    except Exception:
+        (folder / f"{path.stem}.error").write_text(traceback.format_exc())
+    else:
+        nbformat.write(notebook, folder / f"{path.stem}.ipynb")
+
+
+async def _execute_all(folder: Path, paths: list[Path]) -> None:
+    await asyncio.gather(*(_execute(path, folder) for path in paths))
+
+
+if __name__ == "__main__":
+    asyncio.run(_execute_all(Path(sys.argv[1]), [Path(argument) for argument in sys.argv[2:]]))
