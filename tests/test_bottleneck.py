@@ -163,10 +163,13 @@ def test_cp_ranks_waiting_for_the_busiest_one_are_idle_bound(tmp_path):
 
 
 TRAINING_SCENARIOS = sorted(path.name for path in SCENARIOS.glob("*.yaml") if not path.name.startswith("allreduce-"))
-FEWER_LAYERS = {"megatron-sc21-76.1b.yaml": ("model.layers=12",), "llama3-70b-gb200-job.yaml": GB200_JOB_FOUR_LAYERS}
-"""The two bundled steps slowest to simulate, with fewer layers on the same cluster and layout: a layer per
-interleaved chunk of the 76.1B's PP 4 x 3, two per stage of the GB200 job's PP 2. Their TP and DP collectives still
-run at once, their kinds' exposed seconds summing past the exposed share: the case the wait test is about."""
+FEWER_LAYERS = {"megatron-sc21-76.1b.yaml": ("model.layers=12",), "llama3-70b-gb200-job.yaml": GB200_JOB_FOUR_LAYERS,
+                **dict.fromkeys(("deepseek-v3-style-1024-gpus.yaml", "llama3-405b-8192-gpus.yaml",
+                                 "llama3-405b-16k-job.yaml"), ("model.layers=30",))}
+"""The five bundled steps slowest to simulate, with fewer layers on the same cluster and layout: a layer per
+interleaved chunk of the 76.1B's PP 4 x 3, two per stage of the GB200 job's PP 2, two per stage of the DeepSeek and
+405B steps' PP 16 (one on the first and last). Their TP and DP collectives still run at once, their kinds' exposed
+seconds summing past the exposed share: the case the wait test is about."""
 
 SHARED_RUNS = {"llama3-8b-dgx-h100-dp8.yaml", "llama3-70b-gb200-job.yaml", "llama3-70b-torchtitan-pp-fsdp.yaml",
                "mixtral-8x7b-ep8.yaml", "parameter-server-vs-allreduce.yaml", "schedule-1f1b-p4-m8.yaml",
