@@ -1578,7 +1578,7 @@ def test_link_states_count_the_states_a_job_only_restarted_in():
     assert summary["link_states"]["states"] == linked == 20
 
 
-MIXED_ELASTIC_JOB = RAILS + """run: {horizon: 4 d, replications: 2, seed: 1}
+MIXED_ELASTIC_JOB = RAILS + """run: {horizon: 3 d, replications: 2, seed: 1}
 restart: {elastic: true}
 faults:
   components:
@@ -1616,7 +1616,7 @@ def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_s
 def test_a_job_on_one_core_foresees_the_states_it_simulates_no_more(monkeypatch):
     """The second round of the forecast knows the first round's steps (`ahead.simulate_known`), so it asks only the
     sub-states the job's splits ask, not all the sub-states of each state with two causes (on the healthy costs, the
-    mixed elastic job on one core would foresee and size 201 states and simulate 174): the states foreseen are the
+    mixed elastic job on one core would foresee and size 234 states and simulate 135): the states foreseen are the
     states simulated, none over (margin 0: a state foreseen on the healthy costs that the job's own costs steer clear
     of would be one over)."""
     monkeypatch.setattr(states, "_CACHE", states.StateCache())
