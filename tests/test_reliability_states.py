@@ -1527,32 +1527,40 @@ def _elastic_leaf_job(monkeypatch, text: str = ELASTIC_LEAF_JOB):
     return job, told, simulated, trained
 
 
-def test_the_time_up_front_counts_the_states_of_a_shrunk_elastic_job(monkeypatch):
+@functools.cache
+def _elastic_leaf_job_once():
+    """`_elastic_leaf_job` of ELASTIC_LEAF_JOB, nothing else patched, once per session: the three tests that read
+    its job, estimates and states share it, and none changes them."""
+    with pytest.MonkeyPatch.context() as patch:
+        return _elastic_leaf_job(patch)
+
+
+def test_the_time_up_front_counts_the_states_of_a_shrunk_elastic_job():
     """The estimate and the sizing of the states with links down wanted them on the job's full replica count:
     this elastic job's estimate counted 7 states (its sub-states on 4 replicas) while it simulated 14, the 7
     shrunk ones left out. It counts the states the job simulates, shrunk ones each on its own cluster: the 7
     shrunk states it trains in, then the 7 sub-states their splits ask, in a second round."""
-    _, told, simulated, _ = _elastic_leaf_job(monkeypatch)
+    _, told, simulated, _ = _elastic_leaf_job_once()
     assert len(simulated) == len(set(simulated)) == 14
     assert [round_told.states for round_told in told] == [7, 7]
     assert sum(1 for state in simulated if state.replicas < 4) == 7
 
 
-def test_the_time_up_front_of_a_small_job_is_near_its_states_measured_time(monkeypatch):
+def test_the_time_up_front_of_a_small_job_is_near_its_states_measured_time():
     """Without a fixed cost per state the estimate of small states was 1.8-2.7 times low (and here, with the
     shrunk states left out too, 0.225 s of CPU for 14 states that took 0.739 s). The estimate lies within a
     factor of 1.6 of the count simulated times their measured mean (ELASTIC_LEAF_STATE_S; 1.101 s against
     0.739 s today)."""
-    _, told, simulated, _ = _elastic_leaf_job(monkeypatch)
+    _, told, simulated, _ = _elastic_leaf_job_once()
     measured = len(simulated) * ELASTIC_LEAF_STATE_S
     assert measured / 1.6 < sum(round_told.cpu_s for round_told in told) < measured * 1.6
 
 
-def test_link_states_count_only_the_states_the_job_trained_in(monkeypatch):
+def test_link_states_count_only_the_states_the_job_trained_in():
     """The sub-states of the slow-step split (the 7 on all 4 replicas, with links down, which the shrunk job never
     trained in) were counted in job_summary.json's `link_states` as states met: 14. Only the 7 it trained in
     are; `states` still lists every state simulated."""
-    job, _, simulated, trained = _elastic_leaf_job(monkeypatch)
+    job, _, simulated, trained = _elastic_leaf_job_once()
     met = {state for state in trained if state.links_down}
     assert len(met) == 7 and met < set(simulated)
     assert job.summary["link_states"]["states"] == len(met)
