@@ -86,7 +86,14 @@ async def _execute(path: Path, folder: Path) -> None:
 
 
 async def _execute_all(folder: Path, paths: list[Path]) -> None:
-    await asyncio.gather(*(_execute(path, folder) for path in paths))
+    """Execute ``paths`` side by side; end at once where the session that started them has gone (killed before
+    `NotebookRuns.stop` could end this process), its kernels ending with it (they watch their parent)."""
+    session = os.getppid()
+    running = asyncio.gather(*(_execute(path, folder) for path in paths))
+    while not running.done():
+        await asyncio.wait([running], timeout=1.0)
+        if os.getppid() != session:
+            os._exit(1)
 
 
 if __name__ == "__main__":
