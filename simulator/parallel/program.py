@@ -93,6 +93,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         asks (the analytic model shares links among them)."""
         self.classes = classes if fold else None
         self._classed: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self._classed_by_id: dict[tuple[int, int], tuple[tuple, tuple, tuple[tuple[int, ...], ...]]] = {}
         self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._peers: dict[tuple[int, int], int] = {}
         self.ops: list[Op] = []
@@ -184,13 +185,18 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _class_mirrors(self, group: tuple[int, ...], images: tuple[tuple[int, ...], ...]
                        ) -> tuple[tuple[int, ...], ...]:
-        """Of ``images``, the copies of ``group`` that its class stands for (folding.class_images), cached."""
+        """Of ``images``, the copies of ``group`` that its class stands for (folding.class_images), cached by
+        value and found first by the two tuples' identity: the builder passes the same cached objects for most
+        collectives, and hashing the images by value (hundreds of ranks) took 0.2 s of the 76.1B step's refolded
+        builds. An identity entry holds its tuples, so their ids stay unique."""
         assert self.classes is not None
-        key = (group, images)
-        found = self._classed.get(key)
-        if found is None:
-            found = self._classed[key] = class_images(self.plan.layout, self.classes, group, images)
-        return found
+        known = self._classed_by_id.get((id(group), id(images)))
+        if known is None:
+            found = self._classed.get((group, images))
+            if found is None:
+                found = self._classed[group, images] = class_images(self.plan.layout, self.classes, group, images)
+            known = self._classed_by_id[id(group), id(images)] = (group, images, found)
+        return known[2]
 
     def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         mirrors = self._mirror_cache.get(group)
