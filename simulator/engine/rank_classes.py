@@ -56,7 +56,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from simulator.engine.lockstep import hop_signature
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
@@ -337,9 +336,10 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
 
 
 def _hop_signatures(plans: PlanCache, shapes: CollectiveShapes, host: np.ndarray) -> dict[int, tuple]:
-    """Per host, the hops its pipeline hand-offs' copies take (`hop_signature`), where the copies of a hand-off
-    (its group and mirrors) take unlike hops: per such hand-off shape, for each copy with an end on the host, that
-    end's role and index in the host and the copy's hops (empty where every hand-off's copies take the same hops).
+    """Per host, the hops its pipeline hand-offs' copies take (`Topology.hop_signatures`), where the copies of a
+    hand-off (its group and mirrors) take unlike hops: per such hand-off shape, for each copy with an end on the
+    host, that end's role and index in the host and the copy's hops (empty where every hand-off's copies take the
+    same hops).
     A copy routed inside its leaf group crosses fewer hops than one across the spines, and ends a switch hop's
     latency sooner alone."""
     topology = plans.topology
@@ -349,7 +349,7 @@ def _hop_signatures(plans: PlanCache, shapes: CollectiveShapes, host: np.ndarray
         if op.op != "send_recv" or not op.nbytes or not op.mirrors:
             continue
         copies = (op.group, *op.mirrors)
-        hops = [tuple(hop_signature(topology, copy)) for copy in copies]
+        hops = topology.hop_signatures([copy[0] for copy in copies], [copy[-1] for copy in copies])
         if len(set(hops)) == 1:
             continue
         for copy, route in zip(copies, hops):
