@@ -666,6 +666,24 @@ def test_routes_at_once_are_the_routes_one_by_one(kind, params):
         topo.forget_routes()
 
 
+@pytest.mark.parametrize("kind, params", [
+    ("cluster", {"nodes": 96, "leaf_ports": 4, "tiers": 3, "pods": 3, "spines": 4}),
+    ("cluster", {"nodes": 12, "node": {"kind": "pcie_node"}, "nics_per_node": 2, "leaf_ports": 4}),
+    ("nvswitch_node", {}),
+])
+def test_hop_signatures_at_once_are_the_hop_signatures_one_by_one(kind, params):
+    """`Topology.hop_signatures` gives each pair the hops `hop_signature` reads off its route, within a domain,
+    across leaves, spines and pods, and from a GPU to itself (no hops); also where a rerouter routes."""
+    topo = build_topology(kind, params)
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, topo.num_gpus, 500).tolist(), rng.integers(0, topo.num_gpus, 500).tolist()
+    src[:10] = dst[:10]
+    for _ in range(2):
+        assert topo.hop_signatures(src, dst) == [tuple(topo.hop_signature(*ends)) for ends in zip(src, dst)]
+        Rerouter(topo)
+        topo.forget_routes()
+
+
 def test_links_added_in_bulk_wire_as_one_by_one():
     """`add_links` (the builders' bulk path) gives the nodes, edges, attributes and order of `add_link` per pair,
     refuses a bad bandwidth as it does, and a later `add_edge` changes one edge, not the others sharing its dict."""
