@@ -96,8 +96,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from simulator.console.progress import RunProgress
     from simulator.report.writers import write_outputs
 
+    from simulator.console.report import rerun_line
+
     with RunProgress(enabled=not args.quiet) as progress:
-        result = simulate(loaded, force=args.force, progress=progress)
+        result = simulate(loaded, force=args.force, progress=progress,
+                          on_rerun=lambda rerun: progress.say(rerun_line(rerun)))
         progress.doing("writing outputs")
         files = write_outputs(out, result, loaded)
     _warn("run", result.summary.get("warnings", []), result.summary, loaded, result.topology)

@@ -1681,13 +1681,32 @@ def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep, top
     if program.folded or isinstance(loaded.scenario.workload, TraceWorkload):
         return ()
     estimate = _unfolded_estimate(loaded, gpus, topology)
-    events = len(program.ops) + (estimate.flows if estimate is not None else 0)
-    minutes = events / (PS_EVENTS_PER_MINUTE if loaded.scenario.uses_parameter_servers else EVENTS_PER_MINUTE)
-    if estimate is None or minutes < 1:
+    if estimate is None or _minutes(loaded, len(program.ops) + estimate.flows) < 1:
         return ()
-    return (f"runs unfolded: {len(program.ranks):,} of {counted(gpus, 'rank')}, {len(program.ops):,} ops and "
-            f"~{estimate.flows:,} flows (estimated), about {counted(round(minutes), 'minute')}",
+    return (f"runs unfolded: {run_size_text(loaded, gpus, len(program.ranks), len(program.ops), topology)}",
             *([f"not folded: {step.off_reason}"] if step.off_reason else []))
+
+
+def _minutes(loaded: LoadedScenario, events: int) -> float:
+    """About how many minutes a run of ``events`` ops and flows takes (`EVENTS_PER_MINUTE`, or
+    `PS_EVENTS_PER_MINUTE` for parameter servers)."""
+    return events / (PS_EVENTS_PER_MINUTE if loaded.scenario.uses_parameter_servers else EVENTS_PER_MINUTE)
+
+
+def run_size_text(loaded: LoadedScenario, gpus: int, ranks: int, ops: int, topology: Topology | None = None
+                  ) -> str:
+    """A run of the step of ``loaded`` on ``gpus`` GPUs simulating ``ranks`` ranks and ``ops`` ops (its built
+    program's), in words: '2,048 of 2,048 ranks, 70,465 ops and ~4,053,119 flows (estimated), about 2 minutes'
+    ('under a minute' below one). The flows are the unfolded estimate's, in the share ``ranks`` of the GPUs
+    simulates where fewer (`classed_estimate`); the ops and ranks alone for a trace, which no estimate sizes."""
+    estimate = (_unfolded_estimate(loaded, gpus, topology) if ranks >= gpus
+                else classed_estimate(loaded, gpus, ranks, topology))
+    size = f"{ranks:,} of {counted(gpus, 'rank')}, {ops:,} ops"
+    if estimate is None:
+        return size
+    minutes = _minutes(loaded, ops + estimate.flows)
+    when = f"about {counted(round(minutes), 'minute')}" if minutes >= 0.5 else "under a minute"
+    return f"{size} and ~{estimate.flows:,} flows (estimated), {when}"
 
 
 def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run",

@@ -660,9 +660,26 @@ def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFau
     return PreparedStep(settings, plans, step, build)
 
 
+@dataclass(frozen=True)
+class Rerun:
+    """A training step simulated again because the fold of its run before fell out of step and is given up: that
+    fold's `fold_given_up` entry, whether the run now starting is unfolded (else refolded onto more ranks) and its
+    size in words (`scale.run_size_text`). `trainsim run` says so on stderr as the run starts: unfolded, the
+    2,048-GPU Llama 3 70B step at 4:1 oversubscription ran 2 min 30 s where its fold would have taken seconds."""
+
+    given_up: dict
+    unfolded: bool
+    size: str
+
+
+RerunNotice = Callable[[Rerun], None]
+"""Hears of each `Rerun` before it starts."""
+
+
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
                       progress: Progress | None = None, guard: UnfoldingGuard | None = None,
-                      prepared: PreparedStep | None = None, budget: RefoldBudget | None = None) -> Result:
+                      prepared: PreparedStep | None = None, budget: RefoldBudget | None = None,
+                      on_rerun: RerunNotice | None = None) -> Result:
     """One training step (modelled or traced): the step ``prepared`` (`prepare_training` with ``guard`` when
     None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
     groups (engine/lockstep.py) is run again unfolded, or where only pipeline hand-offs did, first with one
@@ -680,7 +697,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     whose fold is given up if it falls out of step (a refold's, or the first one's where ``guard`` lets the step
     unfold) stops at its first collective instance out of step (`run_ops` ``stops``), whose kind (a hand-off or
     another collective) decides what is tried next; its entry gives that instance's figures, not the whole run's.
-    The DeepSeek-V3-style DualPipeV step at global batch 2048: its class fold's run stops at 2.289 of 8.087 s."""
+    The DeepSeek-V3-style DualPipeV step at global batch 2048: its class fold's run stops at 2.289 of 8.087 s.
+    ``on_rerun`` hears of each run that starts after a fold given up for falling out of step (`Rerun`)."""
     from simulator.engine.fold_policy import FoldedStep, fell_out_of_step, hop_refold, unfolded_step
     from simulator.program.unfolding import Unfolding
 
@@ -693,6 +711,17 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         return located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
                                                 plans, step.shapes, step.order, step.weights, stops,
                                                 step.every_mirror))
+
+    def rerun(step: FoldedStep, stops: Callable[[OutOfStep], bool] | None, given_up: list[GivenUp]
+              ) -> tuple[dict | None, EventLog, Lockstep]:
+        """``run`` of a step that follows the folds ``given_up``, the last out of step announced to ``on_rerun``."""
+        if on_rerun is not None:
+            from simulator.scale import run_size_text
+
+            last = next(entry for entry in reversed(given_up) if entry.out_of_step is not None)
+            size = run_size_text(loaded, topology.num_gpus, len(step.program.ranks), len(step.program.ops), topology)
+            on_rerun(Rerun(last.summary(), step.kind is None, size))
+        return run(step, stops)
 
     def unfolds(found: OutOfStep) -> bool:
         """Whether ``guard`` lets the step run unfolded for the first instance out of step of its folded run
@@ -728,7 +757,12 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             may_unfold = False
         refolds_given_up: list[GivenUp] = []
         refolds = not kept_pace.collectives and (may_unfold or budget is not None)
-        refolded = _refolded(loaded, prepared, faults.plan, run, kept_pace, refolds_given_up,
+
+        def run_refold(step: FoldedStep, stops: Callable[[OutOfStep], bool]) -> tuple[dict | None, EventLog, Lockstep]:
+            """A refold's run; announced where the fold is given up for good (the step may unfold)."""
+            return rerun(step, stops, [fell_out, *refolds_given_up]) if may_unfold else run(step, stops)
+
+        refolded = _refolded(loaded, prepared, faults.plan, run_refold, kept_pace, refolds_given_up,
                              None if may_unfold else budget) if refolds else None
         if refolded is not None or may_unfold:
             given_up += [fell_out, *refolds_given_up]
@@ -737,7 +771,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                 summary[reason_key] = out_of_step
             else:
                 step = located(loaded, lambda: unfolded_step(build, faults.plan, unfolding))
-                summary, log, _ = run(step)
+                summary, log, _ = rerun(step, None, [fell_out, *refolds_given_up])
         else:
             given_up += refolds_given_up
             not_exact = fell_out
@@ -834,11 +868,13 @@ def _each_located(loaded: LoadedScenario, items: Iterator[FoldedStep | GivenUp |
 
 
 @collector_paused()
-def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress | None = None) -> Result:
+def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress | None = None,
+             on_rerun: RerunNotice | None = None) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
     list. Runs estimated beyond the scale limits are refused unless ``force``, folded steps that a fold check
     unfolds too before they are built unfolded, and a replayed trace's step once built, before it runs;
-    ``progress(done, total)`` hears of the ops executed. The cyclic garbage collector is paused meanwhile
+    ``progress(done, total)`` hears of the ops executed, ``on_rerun`` of a step simulated again after its fold
+    fell out of step (`Rerun`). The cyclic garbage collector is paused meanwhile
     (simulator/collector.py). The summary's `warnings` hold every warning the run gives, the Python warning that a
     job scenario's step ignores its job (`one_step_of_a_job`) first."""
     from simulator.engine.faults import FaultHooks
@@ -853,7 +889,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
         prepared = prepare_training(loaded, topology, faults.plan, guard)
         if not force:
             refuse_large_trace(loaded, topology.num_gpus, prepared.step.program)
-        run = simulate_training(loaded, topology, faults, progress, guard, prepared, budget)
+        run = simulate_training(loaded, topology, faults, progress, guard, prepared, budget, on_rerun)
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)
     job = one_step_of_a_job(loaded)

@@ -135,6 +135,46 @@ def test_run_into_existing_folder_twice_is_identical(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1].startswith(f"wrote {out}")
 
 
+OUT_OF_STEP_FOLD = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 3, oversubscription: 3}
+collectives: {channels: 2, protocol: simple}
+model: {layers: 12, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {tp: 4, pp: 4, dp: 4}
+"""
+"""Cross-rail PP pairs over 3:1 spine links: the stage fold's run falls out of step at a hand-off and the step
+runs again by route class (tests/test_folding.py)."""
+
+
+def test_a_fold_given_up_mid_run_is_said_on_stderr_as_the_next_run_starts(tmp_path, capsys, monkeypatch):
+    """The moment a run gives up its fold (its mirrors out of step) and starts again on more ranks, one line on
+    stderr says which fold, why and what the run now simulates, before that run, whatever --quiet; stdout and the
+    outputs are those of a run that says nothing (the 2,048-GPU 70B step at 4:1 ran 2 min 30 s unfolded with no
+    word, and piped to a log looked hung)."""
+    import simulator.simulation as simulation
+
+    scenario = tmp_path / "cross_rail.yaml"
+    scenario.write_text(OUT_OF_STEP_FOLD)
+    said_before_runs: list[str] = []
+    run_step = simulation.run_step
+
+    def watched(*args, **kwargs):
+        said_before_runs.append(sys.stderr.getvalue())
+        return run_step(*args, **kwargs)
+
+    monkeypatch.setattr(simulation, "run_step", watched)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    note = ("note: gave up the stage fold, which would simulate 4 ranks and copy them to the others, because a "
+            "hand-off fell out of step in its run: send_recv 'recv bwd mb3' over GPUs [8, 4] ended between 8.279 "
+            "and 8.313 ms, out of step by 33.47 us, where its run stopped; simulating the step again refolded, "
+            "8 of 64 ranks, 1,010 ops and ~1,028 flows (estimated), under a minute\n")
+    assert said_before_runs == ["", note]
+    assert capsys.readouterr() == ("", note)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "again")]) == 0
+    assert capsys.readouterr().err == note
+    assert snapshot(tmp_path / "again") == snapshot(tmp_path / "out")
+
+
 # ------------------------------------------------------------------------------------- validate, topo, collective
 
 def test_run_resumes_the_collector_unless_the_process_exits_after_it(tmp_path, capsys):

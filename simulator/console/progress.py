@@ -333,6 +333,15 @@ class RunProgress:
             self.bar.update(self.task, completed=done, total=total, description=self.status.label(), unit=unit,
                             left=self._left())
 
+    def say(self, line: str) -> None:
+        """``line`` on stderr as it happens, above the bar where one is drawn (whatever --quiet: it is news of
+        the run, not its progress)."""
+        if self.bar is not None:
+            self.bar.console.print(line, highlight=False, soft_wrap=True, markup=False)
+        else:
+            sys.stderr.write(f"{line}\n")
+            sys.stderr.flush()
+
     def _left(self) -> str:
         """The bar's estimate of the time left, '' where the count has none."""
         return "" if self.status.left_s is None else f"about {clock(self.status.left_s)} left"

@@ -31,6 +31,7 @@ from simulator.units import (
 
 if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
+    from simulator.simulation import Rerun
     from simulator.topology.graph import Topology
 
 
@@ -271,6 +272,13 @@ def _given_up_text(entry: dict, before: dict | None = None) -> str:
              else f"{counted(apart['instances'], 'instance')} out of step by up to {format_seconds(apart['widest_s'])}")
     return (f"{head}: {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between {first} and "
             f"{last}, {found}")
+
+
+def rerun_line(rerun: Rerun) -> str:
+    """The line on stderr as a step is simulated again after its fold fell out of step (`simulation.Rerun`): the
+    fold given up and why, as the run's `ranks` line gives it, and what the run now starting simulates."""
+    how = "unfolded" if rerun.unfolded else "refolded"
+    return f"note: {_given_up_text(rerun.given_up)}; simulating the step again {how}, {rerun.size}"
 
 
 def _fold_head(entry: dict) -> str:
