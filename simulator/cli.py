@@ -921,10 +921,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     note = shared_steps_note(sweep.shared_steps, args.executor, executor.workers)
     if note:
         _stderr_line(note)
-    update, stop = progress_printer(args.quiet)
+    update, stop, say = progress_printer(args.quiet)
     try:
         report = run_sweep(sweep, out, executor, point_outputs=args.point_outputs, force=args.force,
-                           on_progress=update)
+                           on_progress=update, on_point=say)
     except KeyboardInterrupt as exc:
         stop()
         word, code = _stopped_by(exc)
@@ -1013,7 +1013,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     out = output_folder(args.out, SEARCH_FOLDER)
     given = {name: getattr(args, name) for name in SPACE_FLAGS if getattr(args, name) is not None}
     executor = make_executor(args.executor, args.workers, args.scheduler)
-    update, stop = progress_printer(args.quiet, "search")
+    update, stop, _ = progress_printer(args.quiet, "search")
     stopped: SearchStopped | None = None
     try:
         result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,

@@ -473,7 +473,7 @@ def test_a_piped_sweep_or_search_prints_while_a_point_runs(label, capsys, monkey
 
     monkeypatch.setattr(progress_module, "BEAT_S", 0.001)
     monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
-    update, stop = progress_printer(False, label)
+    update, stop, _ = progress_printer(False, label)
     assert isinstance(update, RunProgress)
     line = rf"{label}: 0/9 points \(0%\), \d+:\d\d:\d\d elapsed\n"
     try:
@@ -654,7 +654,7 @@ def test_a_sweep_bar_keeps_no_thread_of_rich_and_redraws_while_the_pool_runs_its
     with os.fdopen(slave, "w") as terminal:
         monkeypatch.setattr(sys, "stderr", terminal)
         monkeypatch.setenv("TERM", "xterm-256color")
-        update, stop = progress_printer(False)
+        update, stop, _ = progress_printer(False)
         pool = PoolExecutor(2)
         results: list[int] = []
         try:

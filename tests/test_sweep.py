@@ -4,6 +4,7 @@ line with exit status 2 (an unreachable scheduler: status 1 with its address).""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -316,6 +317,22 @@ def test_the_command_says_why_points_did_not_run(tmp_path, capsys):
     assert lines[1:] == [f"  invalid: point 3: {path}:9: grid.parallelism.pp: value 3: pp 3 differs from the "
                          "synthetic model's 4 stages (allowed: 4 (or leave it out))",
                          "  skipped: point 0 (and 1 other): constraint: training.microbatches > 2"]
+
+
+def test_the_sweep_says_on_stderr_which_point_it_simulates_and_its_wall_time(tmp_path, capsys):
+    """Each point is said on stderr as it starts and as it finishes with its status and wall time (a slow point
+    among six at 2,048 GPUs could be found only by watching); the table and journal hold no wall time, so
+    two runs of the sweep write them byte for byte alike."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  parallelism.pp: [4, 3]\n")
+    for out in ("a", "b"):
+        assert main(["sweep", str(path), "--out", str(tmp_path / out), "--executor", "serial"]) == 0
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep: ")]
+        assert [re.sub(r"in \d+\.\d s wall$", "in S s wall", line) for line in lines] == [
+            "sweep: simulating point 0 (parallelism.pp=4)", "sweep: point 0 (parallelism.pp=4) ok in S s wall",
+            "sweep: simulating point 1 (parallelism.pp=3)", "sweep: point 1 (parallelism.pp=3) invalid in S s wall"]
+    for name in ("results.csv", "results.parquet", "points.jsonl"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
 @pytest.mark.parametrize("axis, message", [

@@ -6,6 +6,7 @@ recorded with its error and never stops the sweep."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +48,29 @@ class PointTask:
     inline_base: dict | None = None
     """The sweep's inline base (`Sweep.inline_base`), written as `scenario.yaml` into the point's folder, which its
     manifest then names; None for a base file."""
+    label: str = ""
+    """The point's axis values in words ('parallelism.tp=4, parallelism.pp=8'); where not '', the worker says on
+    stderr that it simulates the point as it starts (`timed_point`)."""
+
+
+@dataclass(frozen=True)
+class TimedPoint:
+    """A finished point's record and the wall seconds it took: said on stderr as it finishes, never written to
+    the journal or the table, whose bytes must not depend on the machine's load."""
+
+    record: PointRecord
+    wall_s: float
+
+
+def timed_point(task: PointTask) -> TimedPoint:
+    """`run_point` timed by the wall clock, said on stderr first where ``task`` has a label (a sweep of six
+    points at 2,048 GPUs took 3 min 14 s, one of them over 100 s, with nothing to say which)."""
+    if task.label:
+        sys.stderr.write(f"sweep: simulating point {task.index} ({task.label})\n")
+        sys.stderr.flush()
+    started = time.monotonic()
+    record = run_point(task)
+    return TimedPoint(record, time.monotonic() - started)
 
 
 @dataclass(frozen=True)
@@ -120,14 +144,16 @@ def _write_inline_base(folder: Path, base: dict) -> Path:
 
 
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False, force: bool = False,
-              on_progress: Callable[[int, int], None] | None = None) -> SweepReport:
+              on_progress: Callable[[int, int], None] | None = None,
+              on_point: Callable[[str], None] | None = None) -> SweepReport:
     """Run every point of ``sweep`` not already finished in ``out_dir`` (same index, same scenario key, metrics
     under the current `SUMMARY_SCHEMA`) and write the results table. The constraints are judged first, at every
     run (they cost nothing): a point the sweep's constraints now rule out is skipped whatever an earlier run
     recorded, and one an earlier run skipped runs, so that editing `constraints:` gives the table a fresh
     folder would. ``force`` runs points beyond the scale limits, and runs again those an earlier run
     found invalid (a point refused for its size is one). ``on_progress(done, total)`` is called after each
-    point. A skipped point is journalled with the rest when the journal is rewritten at the end, not appended at
+    point; where ``on_point`` is given, each worker says on stderr which point it starts, and ``on_point`` hears
+    a line for each point finished: its status and wall time (`point_done_line`). A skipped point is journalled with the rest when the journal is rewritten at the end, not appended at
     once: no run reuses it (its constraints are judged again), and 798 skipped points appended one fsync each
     took a re-run of 800 points from 5.4 to 10.9 s (a loaded 2-core machine). Each finished point, once
     journalled, is a safe point (simulator/stops.py): a stop Python dropped while it ran ends the sweep there."""
@@ -149,13 +175,17 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
         else:
             todo.append(point)
     values = {point.index: point.values for point in sweep.points}
+    labels = {point.index: point_label(point) if on_point is not None else "" for point in todo}
     tasks = [PointTask(p.index, p.key, p.data, sweep.base_source, sweep.base_lines,
                        str(point_folder(out_dir, p.index)) if outputs else None, p.overrides, force,
-                       sweep.inline_base) for p in todo]
+                       sweep.inline_base, labels[p.index]) for p in todo]
     try:
         if on_progress:
             on_progress(len(records), len(sweep.points))
-        for record in map(_memory_judged, executor.map_unordered(run_point, tasks)):
+        for timed in executor.map_unordered(timed_point, tasks):
+            record = _memory_judged(timed.record)
+            if on_point is not None:
+                on_point(point_done_line(record, labels[record.index], timed.wall_s))
             records[record.index] = record
             append_record(out_dir, record)
             raise_dropped()
@@ -178,6 +208,17 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     return SweepReport(len(todo), reused, dict(sorted(statuses.items())),
                        {status: tuple((reason, tuple(points)) for reason, points in by_reason.items())
                         for status, by_reason in sorted(reasons.items())})
+
+
+def point_label(point: Point) -> str:
+    """A point's axis values in words: 'parallelism.tp=4, parallelism.pp=8'."""
+    return ", ".join(f"{field}={value}" for field, value in point.values)
+
+
+def point_done_line(record: PointRecord, label: str, wall_s: float) -> str:
+    """The line on stderr as a point finishes: 'sweep: point 3 (parallelism.tp=4, parallelism.pp=8) ok in 101.3 s
+    wall'."""
+    return f"sweep: point {record.index} ({label}) {record.status} in {wall_s:.1f} s wall"
 
 
 def point_folder(out_dir: Path, index: int) -> Path:
@@ -247,19 +288,21 @@ def _has_outputs(folder: Path, point: Point) -> bool:
     return manifest.get("scenario_sha256") == point.digest
 
 
-def progress_printer(quiet: bool, label: str = "sweep") -> tuple[Callable[[int, int], None], Callable[[], None]]:
+def progress_printer(quiet: bool, label: str = "sweep"
+                     ) -> tuple[Callable[[int, int], None], Callable[[], None], Callable[[str], None] | None]:
     """A rich progress bar named ``label`` with ETA on a terminal, plain lines off one (a run's `RunProgress`:
     every PLAIN_EVERY_S while a point runs too, where before a line came only as a point finished, and a search
     printed nothing for its first minute), nothing when quiet: (update, stop). The bar is redrawn by a
     `Heartbeat`, which no fork of the pool's workers runs beside: rich's own refresh thread stayed alive across
-    them, and a worker forked while it wrote held stderr's lock for ever."""
+    them, and a worker forked while it wrote held stderr's lock for ever. The third is how a line is said on
+    stderr above the bar (None when quiet)."""
     if quiet:
-        return (lambda done, total: None), (lambda: None)
+        return (lambda done, total: None), (lambda: None), None
     if not sys.stderr.isatty():
         from simulator.console.progress import RunProgress
 
         plain = RunProgress(True, "points", label)
-        return plain, plain.close
+        return plain, plain.close, plain.say
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
@@ -280,4 +323,7 @@ def progress_printer(quiet: bool, label: str = "sweep") -> tuple[Callable[[int, 
         heartbeat.stop()
         progress.stop()
 
-    return update, stop
+    def say(line: str) -> None:
+        progress.console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+    return update, stop, say
