@@ -261,6 +261,16 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "gpu-out-of-range": (scenario(COMM.replace("64 MiB}", "64 MiB, group: [0, 9]}")), RUN, 2, "do not exist"),
     "send-to-self": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}", "send_recv, bytes: 1 MiB, src: 1, dst: 1}")),
                      RUN, 2, "two different GPUs"),
+    "send-recv-with-group": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}", "send_recv, bytes: 1 GiB, group: [0, 4]}")),
+                             RUN, 2, "s.yaml:3: workload[0].group: group is not a field of send_recv, which sends "
+                             "from src to dst (allowed: src and dst GPU indices, e.g. {op: send_recv, bytes: 1 GiB, "
+                             "src: 0, dst: 8})\n"),
+    "send-recv-without-dst": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}", "send_recv, bytes: 1 GiB, src: 0}")),
+                              RUN, 2, "s.yaml:3: workload[0].dst: send_recv needs dst, a GPU index (allowed: src and "
+                              "dst GPU indices"),
+    "dst-on-a-collective": (scenario(COMM.replace("64 MiB}", "64 MiB, dst: 3}")), RUN, 2,
+                            "s.yaml:3: workload[0].dst: dst applies to send_recv only, not all_reduce (allowed: "
+                            "group: all, a list of GPU indices or a range A-B for all_reduce)\n"),
     "after-unknown": (scenario(COMM.replace("64 MiB}", "64 MiB, after: [nope]}")), RUN, 2, "not an earlier item"),
     "efficiency-above-one": (scenario(COMM + "network: {efficiency: {nvlink: 2}}\n"), RUN, 2,
                              "network.efficiency.nvlink: 2 is above 1 (allowed: a value <= 1)"),  # was '1.0'

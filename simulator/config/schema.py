@@ -201,10 +201,22 @@ class CollectiveItem(Section):
 
     @model_validator(mode="after")
     def _send_recv_endpoints(self) -> CollectiveItem:
-        if self.op == "send_recv" and (self.src is None or self.dst is None):
-            raise ValueError("send_recv needs src and dst GPU indices")
-        if self.op != "send_recv" and (self.src is not None or self.dst is not None):
-            raise ValueError("src/dst apply to send_recv only; use group for collectives")
+        """A send_recv names its two GPUs by src and dst and takes no group but the default (a full dump of the
+        item holds it); a collective takes a group and neither: each refusal at the field to change, with what it
+        takes."""
+        endpoints = "src and dst GPU indices, e.g. {op: send_recv, bytes: 1 GiB, src: 0, dst: 8}"
+        if self.op == "send_recv":
+            if self.group != "all":
+                raise FieldProblem(("group",), "group is not a field of send_recv, which sends from src to dst",
+                                   endpoints)
+            missing = next((name for name in ("src", "dst") if getattr(self, name) is None), None)
+            if missing is not None:
+                raise FieldProblem((missing,), f"send_recv needs {missing}, a GPU index", endpoints)
+        else:
+            given = next((name for name in ("src", "dst") if getattr(self, name) is not None), None)
+            if given is not None:
+                raise FieldProblem((given,), f"{given} applies to send_recv only, not {self.op}",
+                                   f"group: all, a list of GPU indices or a range A-B for {self.op}")
         return self
 
 
