@@ -427,6 +427,27 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     assert len({line.index("MFU") + 3 for line in lines[:1]} | {line.index("%") + 1 for line in lines[1:]}) == 1
 
 
+def test_the_ranking_gives_each_layouts_estimate_and_the_simulation_over_it():
+    """The printed table gives the estimated tokens/s beside the simulated and their ratio, so the estimate's
+    accuracy reads off it (it was in candidates.parquet only); a row without an estimate shows '-'."""
+    import pandas as pd
+
+    from simulator.sweep.decision_tree import TreeChoice
+    from simulator.sweep.report import format_search
+    from simulator.sweep.search import SearchResult
+
+    table = pd.DataFrame({"label": ["TP8 CP1 PP4 DP64 mb1 zero1 recompute=none", "TP8 CP1 PP8 DP32 mb1 zero1 "
+                                    "recompute=none"], "status": "simulated", "tokens_per_s": [1_389_706.0, 1e6],
+                          "estimate_tokens_per_s": [1_392_491.0, None], "mfu": [0.308, 0.2],
+                          "peak_memory_gib": [34.1, 30.0], "bottleneck.verdict": "compute-bound",
+                          "tree_choice": False, "searched": True, "reason_kind": None, "memory_tight": False})
+    head, first, second = format_search(SearchResult(table, None, TreeChoice(None, ("none",)), None, ""),
+                                        "s.yaml").splitlines()[:3]
+    assert " tokens/s est tokens/s sim/est    MFU peak GiB  verdict" in head
+    assert "   1,389,706    1,392,491  0.9980  30.8% " in first
+    assert "   1,000,000            -       -  20.0% " in second
+
+
 def test_the_ranking_gives_each_verdict_without_its_reason():
     """A row ends with its layout's verdict, whose bracketed reason ran the row past 200 columns: the ranking
     gives the bound and the largest single loss, the run's summary the reason too."""

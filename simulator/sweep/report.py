@@ -44,13 +44,15 @@ def format_search(result: SearchResult, scenario: str) -> str:
     rows = pd.concat([ranked(simulated[searched]), ranked(simulated[~searched])]).head(SHOWN).to_dict("records")
     layouts = [row["label"] + (_TREE_MARKS[bool(row["searched"])] if row["tree_choice"] else "") for row in rows]
     width = max([48, *map(len, layouts)])
-    lines = [f"{'rank':>4}  {'layout':<{width}} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"] if rows else []
+    lines = [f"{'rank':>4}  {'layout':<{width}} {'tokens/s':>11} {'est tokens/s':>12} {'sim/est':>7} {'MFU':>6} "
+             f"{'peak GiB':>8}  verdict"] if rows else []
     ranks = iter(range(1, len(rows) + 1))  # the tree's layout outside the searched space is shown, not ranked
     for row, layout in zip(rows, layouts):
         rank = next(ranks) if row["searched"] else "-"
         tight = TIGHT_MARK if row["memory_tight"] else " "
-        lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
-                     f"{row['peak_memory_gib']:>8.1f}{tight} {without_reason(row['bottleneck.verdict'])}")
+        lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {_estimate_cells(row)} "
+                     f"{100 * row['mfu']:>5.1f}% {row['peak_memory_gib']:>8.1f}{tight} "
+                     f"{without_reason(row['bottleneck.verdict'])}")
     if any(row["memory_tight"] for row in rows):
         roomy = (~simulated[searched]["memory_tight"].astype(bool)).any()
         room = f"{memory_plan.UNMODELLED_BYTES / GIB:.0f} GiB"
@@ -76,6 +78,16 @@ def format_search(result: SearchResult, scenario: str) -> str:
         sets = [word for item in json.loads(result.winner["overrides"]) for word in ("--set", item)]
         lines.append(f"run the best: {shlex.join(['trainsim', 'run', scenario, *sets, '--out', 'DIR'])}")
     return "\n".join(lines)
+
+
+def _estimate_cells(row: dict) -> str:
+    """A ranked row's estimated tokens/s (the search's model, before simulating) and the simulation's over it,
+    to four decimals, so that the estimate's accuracy (docs/search-accuracy.md) reads off the table; '-' in both
+    where the row has no estimate."""
+    estimate = row.get("estimate_tokens_per_s")
+    if estimate is None or not estimate or math.isnan(estimate):
+        return f"{'-':>12} {'-':>7}"
+    return f"{estimate:>12,.0f} {row['tokens_per_s'] / estimate:>7.4f}"
 
 
 def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: list[str]) -> list[str]:
