@@ -82,8 +82,8 @@ def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():
     assert verdict["constraint"] == "communication"
     wait, exposed = evidence["wait_share"], evidence["exposed_comm_share"]
     assert verdict["verdict"].startswith(
-        f"communication-bound (waits {wait:.1%} of the step: exposed communication {exposed:.1%} > other idle "
-        f"{wait - exposed:.1%}); largest single loss: exposed TP communication")
+        f"communication-bound (waits {wait:.1%} of the step: exposed communication {exposed:.1%} > bubble and other "
+        f"idle {wait - exposed:.1%}); largest single loss: exposed TP communication")
 
 
 def test_a_step_idle_in_its_bubble_beyond_the_share_is_bubble_bound():
@@ -95,8 +95,8 @@ def test_a_step_idle_in_its_bubble_beyond_the_share_is_bubble_bound():
     assert verdict["evidence"]["wait_share"] == pytest.approx(3 / 7, rel=1e-9)
     assert verdict["evidence"]["bubble_share"] == pytest.approx(3 / 7, rel=1e-9)
     assert verdict["constraint"] == "bubble"
-    assert verdict["verdict"] == ("bubble-bound (waits 42.9% of the step: other idle 42.9% > exposed communication "
-                                  "0.0%); largest single loss: pipeline bubble, 42.9% of the step")
+    assert verdict["verdict"] == ("bubble-bound (waits 42.9% of the step: bubble and other idle 42.9% > exposed "
+                                  "communication 0.0%); largest single loss: pipeline bubble, 42.9% of the step")
 
 
 def _compute_stream_idle_share(result) -> float:

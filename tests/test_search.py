@@ -450,7 +450,8 @@ def test_the_ranking_gives_each_layouts_estimate_and_the_simulation_over_it():
 
 def test_the_ranking_gives_each_verdict_without_its_reason():
     """A row ends with its layout's verdict, whose bracketed reason ran the row past 200 columns: the ranking
-    gives the bound and the largest single loss, the run's summary the reason too."""
+    gives the bound and the largest single loss, the run's summary the reason too; a communication bound keeps
+    the exposed communication it sums, which beside a larger bubble loss read as a contradiction without it."""
     import pandas as pd
 
     from simulator.sweep.decision_tree import TreeChoice
@@ -466,7 +467,8 @@ def test_the_ranking_gives_each_verdict_without_its_reason():
                           "tree_choice": False, "searched": True, "reason_kind": None, "memory_tight": False})
     rows = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""),
                          "s.yaml").splitlines()[1:3]
-    assert rows[0].endswith(" communication-bound; largest single loss: pipeline bubble, 34.4% of the step")
+    assert rows[0].endswith(" communication-bound (all exposed communication 27.2%); largest single loss: pipeline "
+                            "bubble, 34.4% of the step")
     assert rows[1].endswith(" compute-bound; largest single loss: pipeline bubble, 27.3% of the step")
 
 

@@ -68,7 +68,7 @@ AXES_ATTR = "axes"
 sweep file names them: what `trainsim plot sweep` defaults --x to when there is one."""
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
-SUMMARY_SCHEMA = 6
+SUMMARY_SCHEMA = 7
 """The version of the summary's field names a record's metrics carry, raised when a field is renamed or changes
 meaning, so that a resumed sweep runs again the points recorded under earlier names rather than mixing both in
 one table (1: `memory_per_stage[i].total_gib`, which replaced `memory_per_stage_gib[i].total` in 8a86ad6; records
@@ -83,7 +83,8 @@ MoE at ep 1's `moe.all_to_all_bytes_per_layer` 0, where it counted self-traffic 
 verdict with a bracketed reason and 'largest single loss', where it read 'largest loss'; 6: the loss
 `sm_contention` (compute time lost to communication kernels holding SMs), in `bottleneck.loss_shares` and
 among the losses the verdict's largest may name, where that time had no loss of its own: the ZeRO-3 example's
-largest single loss reads 'SM contention, 10.1%' where it read 'exposed DP communication, 1.9%')."""
+largest single loss reads 'SM contention, 10.1%' where it read 'exposed DP communication, 1.9%'; 7: the verdict's
+reason names a pipelined step's idle part 'bubble and other idle', where it read 'other idle')."""
 
 
 @dataclass(frozen=True)
