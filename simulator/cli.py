@@ -79,13 +79,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """One run, the cyclic garbage collector paused throughout: loading and writing keep the run's large
     heap alive as well (simulator/collector.py)."""
     from simulator import load_scenario
-    from simulator.report.run_folder import RUN_FOLDER
+    from simulator.report.run_folder import RUN_FOLDER, earlier_files
 
     out = output_folder(args.out, RUN_FOLDER)
     loaded = load_scenario(args.scenario, args.set)
+    earlier = earlier_files(out)
     if loaded.scenario.run.horizon is not None:
-        return _run_job(loaded, out, quiet=args.quiet, force=args.force,
+        code = _run_job(loaded, out, quiet=args.quiet, force=args.force,
                         workers=0 if args.workers is None else args.workers)
+        _replaced_line(out, earlier)
+        return code
     if args.workers is not None:
         from simulator.console.paths import option_error
 
@@ -103,6 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           on_rerun=lambda rerun: progress.say(rerun_line(rerun)))
         progress.doing("writing outputs")
         files = write_outputs(out, result, loaded)
+    _replaced_line(out, earlier)
     _warn("run", result.summary.get("warnings", []), result.summary, loaded, result.topology)
     if not args.quiet:
         from rich.console import Console
@@ -112,6 +116,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print_run_report(result.summary, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
         print(f"wrote {args.out}: {', '.join(files)} ({len(result.log):,} events simulated)")
     return 0
+
+
+def _replaced_line(out: Path, earlier: set[str] | None) -> None:
+    """Say on stderr that the run replaced an earlier run's results in ``out`` (``earlier``: its files, None where
+    the folder held none), naming those it removed that this run does not write: a rerun replaces its own
+    command's results as a search, a study and a sweep do theirs, and said nothing of it."""
+    from simulator.report.run_folder import earlier_files
+
+    if earlier is None:
+        return
+    removed = sorted(earlier - (earlier_files(out) or set()))
+    gone = f"; removed its {', '.join(removed)}, which this run does not write" if removed else ""
+    _stderr_line(f"note: replaced the earlier run's results in {out}{gone}")
 
 
 def _warn(command: str, warnings: list[str] | tuple[str, ...], memory: dict, loaded: LoadedScenario,

@@ -175,6 +175,21 @@ def test_a_fold_given_up_mid_run_is_said_on_stderr_as_the_next_run_starts(tmp_pa
     assert snapshot(tmp_path / "again") == snapshot(tmp_path / "out")
 
 
+def test_a_run_into_its_own_earlier_folder_says_it_replaced_it_and_what_it_removed(tmp_path, capsys):
+    """A rerun replaces `trainsim run`'s own results, as a search, a study and a sweep reuse theirs (another
+    command's are refused), and says so on stderr with the earlier files it removed: a summary-only rerun leaves
+    no timeline of the earlier run beside its summary; a first run into a new folder says nothing."""
+    out = tmp_path / "out"
+    assert main(["run", str(SCENARIO), "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["run", str(SCENARIO), "--out", str(out), "--quiet", "--set", "run.timeline=summary"]) == 0
+    assert capsys.readouterr().err == (f"note: replaced the earlier run's results in {out}; removed its "
+                                       "timeline.parquet, trace.json, which this run does not write\n")
+    assert sorted(path.name for path in out.iterdir()) == ["manifest.json", "summary.json"]
+    assert main(["run", str(SCENARIO), "--out", str(out), "--quiet", "--set", "run.timeline=summary"]) == 0
+    assert capsys.readouterr().err == f"note: replaced the earlier run's results in {out}\n"
+
+
 # ------------------------------------------------------------------------------------- validate, topo, collective
 
 def test_run_resumes_the_collector_unless_the_process_exits_after_it(tmp_path, capsys):

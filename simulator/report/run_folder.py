@@ -151,6 +151,12 @@ def _previous_files(out_dir: Path) -> set[str]:
     return {name for name in listed if isinstance(name, str) and name == Path(name).name and not name.startswith(".")}
 
 
+def earlier_files(out_dir: Path) -> set[str] | None:
+    """The files of the results ``out_dir`` holds by its manifest (the files and figures it lists, the manifest
+    included), which a rerun of the same command replaces; None where it has no readable manifest."""
+    return ({*_previous_files(out_dir), MANIFEST} if _manifest(out_dir) else None)
+
+
 def folder_kind(out_dir: Path) -> tuple[FolderKind, list[str]] | None:
     """The kind of results ``out_dir`` holds with their files: a search's, a study's or a run's where its manifest
     lists their files (the manifest included), a sweep's where it has no manifest and its points.jsonl holds a
