@@ -97,9 +97,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                            "--workers with a scenario that sets run.horizon, none for a step")
     from simulator import simulate
     from simulator.console.progress import RunProgress
-    from simulator.report.writers import write_outputs
-
     from simulator.console.report import rerun_line
+    from simulator.report.writers import write_outputs
 
     with RunProgress(enabled=not args.quiet) as progress:
         result = simulate(loaded, force=args.force, progress=progress,

@@ -153,10 +153,11 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     folder would. ``force`` runs points beyond the scale limits, and runs again those an earlier run
     found invalid (a point refused for its size is one). ``on_progress(done, total)`` is called after each
     point; where ``on_point`` is given, each worker says on stderr which point it starts, and ``on_point`` hears
-    a line for each point finished: its status and wall time (`point_done_line`). A skipped point is journalled with the rest when the journal is rewritten at the end, not appended at
-    once: no run reuses it (its constraints are judged again), and 798 skipped points appended one fsync each
-    took a re-run of 800 points from 5.4 to 10.9 s (a loaded 2-core machine). Each finished point, once
-    journalled, is a safe point (simulator/stops.py): a stop Python dropped while it ran ends the sweep there."""
+    a line for each point finished: its status and wall time (`point_done_line`). A skipped point is journalled
+    with the rest when the journal is rewritten at the end, not appended at once: no run reuses it (its
+    constraints are judged again), and 798 skipped points appended one fsync each took a re-run of 800 points
+    from 5.4 to 10.9 s (a loaded 2-core machine). Each finished point, once journalled, is a safe point
+    (simulator/stops.py): a stop Python dropped while it ran ends the sweep there."""
     out_dir.mkdir(parents=True, exist_ok=True)
     earlier = read_records(out_dir)
     records: dict[int, PointRecord] = {}
