@@ -111,6 +111,16 @@ def test_tokens_and_model_flops_give_throughput_and_mfu(tmp_path):
     assert result.summary["mfu"] == pytest.approx(tokens * 4.8e10 / 64 / step / peak, rel=EXACT)
 
 
+def test_rates_a_trace_states_nothing_for_are_null_not_zero(tmp_path):
+    """Without tokens the throughput and the model FLOP rates are unknown, null (as `hfu` without shapes): they
+    were 0.0, which a script averaging `mfu` over trace runs takes as measured; tokens alone give throughput."""
+    _, untold = run(two_rank_scenario("100 Gb/s"), tmp_path)
+    assert [untold.summary[key] for key in ("tokens_per_s", "tflops_per_gpu", "mfu")] == [None, None, None]
+    _, tokens_only = run(two_rank_scenario("100 Gb/s", dp=", tokens_per_step: 8192"), tmp_path)
+    assert tokens_only.summary["tokens_per_s"] == pytest.approx(8192 / tokens_only.summary["step_time_s"], rel=EXACT)
+    assert tokens_only.summary["tflops_per_gpu"] is None and tokens_only.summary["mfu"] is None
+
+
 def test_an_mfu_above_100_percent_is_warned_about(tmp_path):
     """Replicated or not, each GPU keeps its traced work and tokens scale with the GPUs, so MFU is right by
     construction; above 100% it showed with no warning, though the tokens or FLOPs given must be wrong."""

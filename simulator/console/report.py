@@ -339,7 +339,7 @@ def training_table(summary: dict) -> Table:
     moved = gpu_move_text(move, summary["trace"].get("recosted_gemms") or 0) if move else None
     if moved:
         table.add_row("moved", moved)
-    untold = "trace" in summary and not summary.get("tokens_per_s")
+    untold = "trace" in summary and summary.get("tokens_per_s") is None
     synthetic = (summary.get("layout") or {}).get("model") == "synthetic"
     if untold:
         table.add_row("throughput", "n/a (the trace states no tokens: set workload.tokens_per_step and "
@@ -348,7 +348,7 @@ def training_table(summary: dict) -> Table:
         table.add_row("throughput", "n/a (synthetic stage costs: no tokens, FLOPs or memory)")
     elif "tokens_per_s" in summary and not ps:
         table.add_row("throughput", f"{summary['tokens_per_s']:,.0f} tokens/s")
-    if "tflops_per_gpu" in summary and not synthetic and not ("trace" in summary and not summary["tflops_per_gpu"]):
+    if summary.get("tflops_per_gpu") is not None and not synthetic:
         rates = [f"MFU {_share(summary['mfu'])}" if "mfu" in summary else "",
                  _hfu(summary) if "hfu" in summary else ""]
         extra = ", ".join(rate for rate in rates if rate)

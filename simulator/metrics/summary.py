@@ -289,7 +289,9 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     FLOP rates and the traffic stay per GPU of the whole run, servers included, which the run occupies.
     ``span`` is what ``step_time_s`` spans, which the bottleneck's verdict names (`SimulatedSpan`). A replayed
     trace (``traced``) whose ops carry no shapes counts no executed FLOPs: its hardware rate and HFU are unknown,
-    None (null in summary.json, empty in a sweep's table), not the 0 a script or a chart reads as measured.
+    None (null in summary.json, empty in a sweep's table), not the 0 a script or a chart reads as measured; so
+    are its `tokens_per_s` where the scenario states no tokens, and its `tflops_per_gpu` and MFU where it states
+    no tokens or no model FLOPs per token.
     ``routing_skew_s`` (experts only) is what the hottest EP rank's load adds to the step, a loss (`loss_shares`);
     so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
@@ -297,14 +299,18 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     bubble = bubble_fraction(timed) if pipelined else 0.0
     flops_per_gpu = executed_flops(rows) / max(ranks_stood_for(simulated, rows.weights), 1)
     flops_known = not traced or flops_per_gpu > 0
+    tokens_known = not traced or tokens_per_step > 0
+    model_flops_known = not traced or model_flops_per_step > 0
     model_flops_per_gpu = model_flops_per_step / gpus
     summary = {
         "step_time_s": step_time_s,
-        "tokens_per_s": tokens_per_step / step_time_s if step_time_s else 0.0,
-        "tflops_per_gpu": model_flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0,
+        "tokens_per_s": (tokens_per_step / step_time_s if step_time_s else 0.0) if tokens_known else None,
+        "tflops_per_gpu": (model_flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0) if model_flops_known
+        else None,
         "hardware_tflops_per_gpu": (flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0) if flops_known
         else None,
-        "mfu": model_flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0,
+        "mfu": (model_flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0) if model_flops_known
+        else None,
         "hfu": (flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0) if flops_known else None,
         **(_nominal_rates(nominal_model_flops_per_step / gpus, step_time_s, peak_flops)
            if nominal_model_flops_per_step is not None else {}),

@@ -165,8 +165,9 @@ def _step_state(summary: dict, topology: Topology) -> StepState:
     host_bandwidth = topology.host_nic_bandwidth if len(set(topology.gpu_domain)) > 1 else 0.0
     step_s = summary["step_time_s"]
     replicas, microbatches = _replicas_and_microbatches(summary)
-    # The tokens of a step are whole: the rate times the step time, rounded back (4194303.9999999995 otherwise).
-    return StepState(step_s=step_s, tokens_per_step=float(round(summary["tokens_per_s"] * step_s)),
+    # The tokens of a step are whole: the rate times the step time, rounded back (4194303.9999999995 otherwise);
+    # a trace that states none (`tokens_per_s` null) has 0, which the job's summary reports as n/a.
+    return StepState(step_s=step_s, tokens_per_step=float(round((summary["tokens_per_s"] or 0.0) * step_s)),
                      microbatches=replicas * microbatches,
                      exposed_network_share=network / step_s if step_s else 0.0, hosts=topology.num_hosts,
                      gpus=topology.num_gpus, host_network_bandwidth=float(host_bandwidth))

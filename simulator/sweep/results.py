@@ -84,7 +84,9 @@ verdict with a bracketed reason and 'largest single loss', where it read 'larges
 `sm_contention` (compute time lost to communication kernels holding SMs), in `bottleneck.loss_shares` and
 among the losses the verdict's largest may name, where that time had no loss of its own: the ZeRO-3 example's
 largest single loss reads 'SM contention, 10.1%' where it read 'exposed DP communication, 1.9%'; 7: the verdict's
-reason names a pipelined step's idle part 'bubble and other idle', where it read 'other idle')."""
+reason names a pipelined step's idle part 'bubble and other idle', where it read 'other idle', and
+`tokens_per_s`, `tflops_per_gpu` and `mfu` are null, not 0, for a trace whose scenario states no tokens or no
+model FLOPs per token).
 
 
 @dataclass(frozen=True)
