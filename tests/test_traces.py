@@ -843,6 +843,22 @@ def test_bad_events_name_the_event_index(tmp_path, change, problem):
     assert error.file.endswith("rank1.json") and error.field == "traceEvents[2]" and problem in error.problem
 
 
+def test_a_kernel_without_a_duration_is_refused_not_replayed_as_zero(tmp_path, capsys):
+    """A complete event carries its `dur`; a kernel without one (a hand-edited or corrupt file) replayed as 0 us
+    without a word, where every other malformed field is refused."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    doc = json.loads((traces / "rank1.json").read_text())
+    del doc["traceEvents"][2]["dur"]
+    (traces / "rank1.json").write_text(json.dumps(doc))
+    error = kineto_error(traces)
+    assert error.file.endswith("rank1.json") and error.field == "traceEvents[2]"
+    assert "has no duration (dur)" in error.problem and "a complete event (ph X) carries its dur" in error.allowed
+    scenario = tmp_path / "nodur.yaml"
+    scenario.write_text(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
 def test_ranks_disagreeing_on_a_collective_size(tmp_path):
     traces = copy_traces(KINETO_2RANK, tmp_path)
     doc = json.loads((traces / "rank1.json").read_text())

@@ -222,15 +222,16 @@ class _Parsed:
                 raise trace_error(file, f"traceEvents[{index}]", "an event is not an object")
             if event.get("ph") != "X":
                 continue
-            ts, dur = event.get("ts"), event.get("dur", 0)
+            ts, dur = event.get("ts"), event.get("dur")
             if not isinstance(ts, (int, float)) or isinstance(ts, bool):
                 problem = "has no timestamp" if ts is None else f"has timestamp {ts!r}"
                 raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} {problem}",
                                   "a numeric ts in microseconds")
             ts = event["ts"] = ts - origin
             if not isinstance(dur, (int, float)) or isinstance(dur, bool) or dur < 0:
-                raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} has duration {dur!r}",
-                                  "a duration >= 0 microseconds")
+                problem = "has no duration (dur)" if dur is None else f"has duration {dur!r}"
+                raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} {problem}",
+                                  "a duration >= 0 microseconds: a complete event (ph X) carries its dur")
             checked_duration(dur * US, file, f"traceEvents[{index}]", str(event.get("name", "")))
             category = event.get("cat", "")
             args = event.get("args") or {}
@@ -278,7 +279,7 @@ class _Parsed:
                 launch = self.launches.get(args.get("correlation"))
                 fields = launchers.fields(launch, name) if kind == "matmul" else \
                     {"key_length": key_length(cpu, launch)} if kind == "attention" else {}
-                op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US, **fields)
+                op = TracedOp(index, name, stream, "compute", event["ts"] * US, event["dur"] * US, **fields)
             by_stream.setdefault(stream, []).append(len(ops))
             ops.append(op)
         low, high = self.step_window or (float("-inf"), float("inf"))
@@ -331,7 +332,7 @@ class _Parsed:
         size = _whole(info.get("Group size")) or len(members)
         nbytes = self._message_bytes(info, primitive, dtype, name, where)
         shares = self._shares(info, nbytes, size, name, where) if primitive == "all_to_all" else _Shares()
-        return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
+        return TracedOp(index, name, stream, "collective", event["ts"] * US, event["dur"] * US,
                         op=primitive, nbytes=nbytes, group=group, members=members, group_size=size,
                         size_field="Group size",
                         description=description, group_inferred=inferred, seq=_sequence(info),
@@ -406,7 +407,7 @@ class _Parsed:
             pair = members if peer is None and len(set(members)) == 2 else ()
         if peer is None and not pair:
             return None
-        return TracedOp(index, name, stream, kind, event["ts"] * US, event.get("dur", 0) * US, op="send_recv",
+        return TracedOp(index, name, stream, kind, event["ts"] * US, event["dur"] * US, op="send_recv",
                         nbytes=self._message_bytes(info, "send_recv", dtype, name, where), group=group,
                         description=description, group_inferred=inferred, peer=-1 if peer is None else peer,
                         members=pair)
@@ -461,7 +462,7 @@ class _Parsed:
         extra: dict[int, list[int]] = {}
         for event in self.syncs:
             args = event.get("args") or {}
-            returned = event["ts"] + event.get("dur", 0)
+            returned = event["ts"] + event["dur"]
             call = self.launches.get(args.get("correlation"))
             synced = cuda_stream(args.get("stream"))
             sources = [synced] if event.get("name") == "Stream Sync" and synced in by_stream else list(by_stream)
@@ -495,9 +496,9 @@ class _Parsed:
         ops: list[TracedOp] = []
         ends: dict[object, float] = {}
         low, high = self.step_window or (float("-inf"), float("inf"))
-        for index, event in sorted(self.cpu, key=lambda item: (item[1]["ts"], -item[1].get("dur", 0), item[0])):
+        for index, event in sorted(self.cpu, key=lambda item: (item[1]["ts"], -item[1]["dur"], item[0])):
             tid = event.get("tid", 0)
-            ts, dur = event["ts"], event.get("dur", 0)
+            ts, dur = event["ts"], event["dur"]
             if ts < ends.get(tid, float("-inf")) or not low <= ts * US <= high:
                 continue
             ends[tid] = ts + dur
