@@ -46,7 +46,7 @@ from shared import (
     two_rank_scenario,
 )
 
-from simulator import simulate
+from simulator import load_scenario, simulate
 from simulator.cli import main
 from simulator.collectives.execute import time_collective
 from simulator.config.loader import scenario_from_text
@@ -456,6 +456,22 @@ def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
     assert traffic["pp"] == pytest.approx(64 * 2**20 + 8 * 2**20 / 2, rel=EXACT) and traffic["dp"] == 0
     assert result.summary["trace"]["traced_dp"] == 1
     assert result.summary["bottleneck"]["largest_loss"]["name"] == "exposed_pp_comm"
+    # an inference, not a declaration: the run says so, naming what declares it
+    assert result.summary["warnings"] == [
+        "the traced job's pipeline stages are inferred from its transfer from rank 0 to rank 1, not declared: 2 stages "
+        "of 1 rank, so process group '0' (2 ranks) counts as pp; set workload.traced_pp to the traced job's stages "
+        "(1 where it has no pipeline and the transfer is no pipeline hand-off)"]
+
+
+def test_the_bundled_chakra_scenario_declares_its_data_parallel_job_and_its_gradients_count_as_dp(tmp_path):
+    """Its all-reduce is the gradients' (the trace names it so): read as pp from the send's two "stages", it
+    printed `exposed communication pp 222.6 us`; declared `traced_pp: 1`, it is dp, the send pp, no warning."""
+    loaded = load_scenario(SCENARIOS / "trace-chakra-2rank.yaml")
+    assert loaded.scenario.workload.traced_pp == 1
+    summary = simulate(loaded).summary
+    assert summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(64 * 2**20, rel=EXACT)
+    assert summary["traffic_bytes_per_gpu"]["pp"] == pytest.approx(8 * 2**20 / 2, rel=EXACT)
+    assert summary["trace"]["traced_dp"] == 2 and summary["warnings"] == []
 
 
 def rank_five(folder: Path, **info) -> Path:
@@ -1150,7 +1166,7 @@ def test_one_chakra_stage_traced_alone_sends_to_the_untraced_stage_over_the_netw
     path = tmp_path / "rank0.json"
     path.write_text(chakra_stage(gemm_us))
     text = (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
-            f"workload: {{trace: '{path}', format: chakra-json}}\n")
+            f"workload: {{trace: '{path}', format: chakra-json, traced_pp: 2}}\n")
     _, result = run(text, tmp_path)
     # the GEMM, the 32 MiB send between the two hosts (closed form), the 100 us after it
     expected = (gemm_us + 100) * 1e-6 + transfer_s(25e9) if gemm_us else transfer_s(25e9)

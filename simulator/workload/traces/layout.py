@@ -91,6 +91,9 @@ class Dimensions:
     sizes: TracedSizes = TracedSizes()
     """The traced job's layout as it was read: TP and pipeline stages (declared, told or inferred), CP and EP
     (declared or told; None where neither)."""
+    stages_from: Transfer | None = None
+    """The pipeline transfer whose ends' distance gave the stage size, where `traced_pp` does not declare it
+    (None: declared, or no pipeline transfer, one stage): an inference the run warns of."""
 
 
 def _transfer_kind(transfer: Transfer, sizes: TracedSizes, cp_groups: tuple[frozenset[int], ...]) -> CommCategory:
@@ -136,13 +139,13 @@ def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[
     sizes = _told_sizes(declared, listed)
     cp_groups = tuple(frozenset(group.members) for group in listed if named_kinds(group.description) == {"cp"})
     kinds = {transfer: _transfer_kind(transfer, sizes, cp_groups) for transfer in dict.fromkeys(transfers)}
-    pipeline = [(transfer.src, transfer.dst) for transfer, kind in kinds.items() if kind == "pp"]
+    pipeline = [transfer for transfer, kind in kinds.items() if kind == "pp"]
     all_to_alls = all_to_alls or {}
     identified = _identified(listed, [(groups[name], uneven) for name, uneven in all_to_alls.items() if name in groups],
                              sizes)
     named = {name: named_kind(group.description) for name, group in groups.items()}
     unnamed = {name: group.members for name, group in groups.items() if named[name] is None}
-    stage = _stage_size(world, pipeline, sizes.pp)
+    stage, stages_from = _stage_size(world, pipeline, sizes.pp)
     if declared.pp is not None and declared.tp is None and sizes.tp is not None and stage % sizes.tp:
         raise ScenarioError(f"{declared.pp} pipeline stages of {_ranks(stage)} cannot hold the trace's TP groups of "
                             f"{_ranks(sizes.tp)}", field="workload.traced_pp",
@@ -153,7 +156,7 @@ def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[
     if sizes.tp is None and tensor == 1:
         _refuse_idle_tp(stated, stage)
     return Dimensions(_group_kinds(named, unnamed, world, stage, tensor, sizes, all_to_alls, identified),
-                      kinds, TracedSizes(tensor, world // stage, sizes.cp, sizes.ep))
+                      kinds, TracedSizes(tensor, world // stage, sizes.cp, sizes.ep), stages_from)
 
 
 def _check_declared_room(declared: TracedSizes, listed: list[ProcessGroup], world: int, stage: int, tensor: int,
@@ -240,23 +243,25 @@ def _told_sizes(declared: TracedSizes, groups: list[ProcessGroup]) -> TracedSize
     return TracedSizes(**sizes)
 
 
-def _stage_size(world: int, transfers: list[tuple[int, int]], pp: int | None) -> int:
+def _stage_size(world: int, transfers: list[Transfer], pp: int | None) -> tuple[int, Transfer | None]:
     """Ranks per pipeline stage: the job's share of `traced_pp` stages, else the nearest pair of ranks that
-    exchange point-to-point transfers (neighbouring stages), else the whole job."""
+    exchange point-to-point transfers (neighbouring stages), else the whole job; with the transfer that told it
+    (None where none did)."""
     if pp is not None:
         if world % pp:
             raise ScenarioError(f"the traced job spans {world} ranks, which do not split into {pp} pipeline stages",
                                 field="workload.traced_pp", allowed=f"a divisor of {world}")
-        return world // pp
-    distances = [abs(src - dst) for src, dst in transfers if src != dst]
-    if not distances:
-        return world
-    stage = min(distances)
+        return world // pp, None
+    apart = [transfer for transfer in transfers if transfer.src != transfer.dst]
+    if not apart:
+        return world, None
+    nearest = min(apart, key=lambda transfer: (abs(transfer.src - transfer.dst), transfer.src, transfer.dst))
+    stage = abs(nearest.src - nearest.dst)
     if world % stage:
         raise ScenarioError(f"the trace's nearest point-to-point transfer is {stage} ranks apart, which does not split "
                             f"its {world} ranks into pipeline stages, so its process groups' dimensions are unknown",
                             field="workload.trace", allowed=LAYOUT_ALLOWED)
-    return stage
+    return stage, nearest
 
 
 def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: TracedSizes,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from glob import has_magic
 from pathlib import Path
@@ -179,6 +179,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     warnings += _renumbered_files(traced) + missing
     warnings += settled + assumed + untraced
     warnings += _idle_hosts_warning(topology, world, traced_world, traced_dp, config)
+    warnings += _inferred_stages_warning(kinds, used)
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
@@ -268,6 +269,25 @@ def _stream_overlaps(rank: TracedRank) -> list[tuple[TracedOp, float]]:
             overlapping.append((op, ends[op.stream] - op.start_s))
         ends[op.stream] = max(ends.get(op.stream, op.end_s), op.end_s)
     return overlapping
+
+
+def _inferred_stages_warning(kinds: Dimensions, groups: Mapping[str, ProcessGroup]) -> tuple[str, ...]:
+    """A warning where the traced job's pipeline stages are read from a point-to-point transfer, not declared
+    by `workload.traced_pp` (layout.py): a data-parallel job that sends between ranks reads as a pipeline, and
+    its gradients' all-reduce over both "stages" as `pp`; it names the groups counted as `pp`."""
+    transfer = kinds.stages_from
+    if transfer is None:
+        return ()
+    stages = kinds.sizes.pp or 1
+    per_stage = abs(transfer.src - transfer.dst)
+    pipelined = [name for name, kind in sorted(kinds.groups.items()) if kind == "pp"]
+    as_pp = (f", so process group{'s' if len(pipelined) > 1 else ''} "
+             + ", ".join(f"{name!r} ({counted(len(groups[name].members), 'rank')})" for name in pipelined)
+             + f" count{'' if len(pipelined) > 1 else 's'} as pp") if pipelined else ""
+    return (f"the traced job's pipeline stages are inferred from its transfer from rank {transfer.src} to rank "
+            f"{transfer.dst}, not declared: {stages} stages of {counted(per_stage, 'rank')}{as_pp}; set "
+            "workload.traced_pp to the traced job's stages (1 where it has no pipeline and the transfer is no "
+            "pipeline hand-off)",)
 
 
 def _idle_hosts_warning(topology: Topology, world: int, traced_world: int, traced_dp: int | None,
