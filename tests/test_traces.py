@@ -1257,6 +1257,21 @@ def test_a_chakra_transfer_of_a_two_rank_group_without_the_file_s_rank_is_refuse
                                     "group '3' of ranks [0, 1], whose other member would be the peer")
 
 
+def test_a_chakra_error_spells_the_field_as_the_file_and_names_the_node_id(tmp_path):
+    """The jsonizer writes camelCase (`dataDeps`); the error named the schema's `data_deps`, which a grep of the
+    file does not find, and only `nodes[2]`, which a reader counting the metadata header reads as another node."""
+    traces = copy_traces(CHAKRA_2RANK, tmp_path)
+    path = traces / "rank0.json"
+    path.write_text(path.read_text().replace('"dataDeps": ["2"]', '"dataDeps": ["99"]'))
+    error = chakra_error(traces)
+    assert error.file.endswith("rank0.json") and error.field == "nodes[2].dataDeps"
+    assert error.problem == "node id 3: dependency '99' is not a node of the trace"
+    path.write_text(path.read_text().replace('"dataDeps": ["99"]', '"dataDeps": ["2"]')
+                    .replace('"durationMicros": "400"', '"durationMicros": "-4"'))
+    error = chakra_error(traces)
+    assert (error.field, error.problem) == ("nodes[2].durationMicros", "node id 3: -4 is negative")
+
+
 def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
     """A send whose receive is missing is refused naming the node, not run into the engine's deadlock report (exit
     status 1)."""

@@ -136,10 +136,17 @@ def _nodes(file: str, documents: list) -> list[dict]:
 
 def _get(node: dict, snake: str) -> object:
     """A field by its proto name or its protobuf-JSON camelCase name."""
+    return node.get(_spelled(node, snake))
+
+
+def _spelled(node: dict, snake: str) -> str:
+    """A field's name as ``node`` spells it: the proto name, or the camelCase one that protobuf JSON (the
+    jsonizer's output) writes, so that an error names `dataDeps` where the file has `dataDeps`."""
     if snake in node:
-        return node[snake]
+        return snake
     head, *rest = snake.split("_")
-    return node.get(head + "".join(part.title() for part in rest))
+    camel = head + "".join(part.title() for part in rest)
+    return camel if camel in node else snake
 
 
 def _int(file: str, position: int, node: dict, name: str, default: int | None = None) -> int:
@@ -150,10 +157,20 @@ def _int(file: str, position: int, node: dict, name: str, default: int | None = 
         number = as_int(value)
     except (TypeError, ValueError):
         problem = "missing" if value is None else f"{value!r} is not an integer"
-        raise trace_error(file, f"nodes[{position}].{name}", problem, "a whole number") from None
+        raise trace_error(file, f"nodes[{position}].{_spelled(node, name)}",
+                          problem if name == "id" else _of_node(node, problem), "a whole number") from None
     if number < 0:
-        raise trace_error(file, f"nodes[{position}].{name}", f"{number} is negative", "a value >= 0")
+        raise trace_error(file, f"nodes[{position}].{_spelled(node, name)}", _of_node(node, f"{number} is negative"),
+                          "a value >= 0")
     return number
+
+
+def _of_node(node: dict, problem: str) -> str:
+    """``problem`` led by the node's id where it has one: `nodes[i]` counts the nodes from 0, without the
+    jsonizer's metadata header, which a reader of the file may count, while the id is what the file spells."""
+    node_id = node.get("id")
+    return f"node id {node_id}: {problem}" if isinstance(node_id, (str, int)) and not isinstance(node_id, bool) \
+        else problem
 
 
 def _attrs(node: dict) -> dict[str, object]:
@@ -170,13 +187,14 @@ def _parents(file: str, position: int, node: dict, by_id: dict[int, int]) -> lis
     parents = []
     for name in ("data_deps", "ctrl_deps"):
         deps = _get(node, name) or []
+        field = f"nodes[{position}].{_spelled(node, name)}"
         if not isinstance(deps, list):
-            raise trace_error(file, f"nodes[{position}].{name}", f"{deps!r} is not a list of node ids")
+            raise trace_error(file, field, _of_node(node, f"{deps!r} is not a list of node ids"))
         for dep in deps:
             try:
                 parents.append(by_id[as_int(dep)])
             except (KeyError, TypeError, ValueError):
-                raise trace_error(file, f"nodes[{position}].{name}", f"dependency {dep!r} is not a node of the trace",
+                raise trace_error(file, field, _of_node(node, f"dependency {dep!r} is not a node of the trace"),
                                   "ids of nodes in the same file") from None
     return parents
 
