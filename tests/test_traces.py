@@ -691,14 +691,31 @@ def test_a_pipeline_transfer_is_recosted_and_a_slower_inter_host_link_adds_exact
     where neither is told, the other member of that two-rank group (as for a Chakra trace; it was kept as
     traced compute)."""
     traces = pipeline_transfer(tmp_path, **peers)
-    _, fast = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
-    _, slow = run(two_rank_scenario("25 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    declared = ", traced_pp: 2"  # two stages, which the transfer alone would leave to inference, with its warning
+    _, fast = run(two_rank_scenario("100 Gb/s", dp=declared).replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    _, slow = run(two_rank_scenario("25 Gb/s", dp=declared).replace(str(KINETO_2RANK), str(traces)), tmp_path)
     fast_p2p, slow_p2p = transfer_s(100e9), transfer_s(25e9)  # 2.870 and 11.437 ms
     # rank 1's GEMM (1100 us) posts the receive last; the optimizer kernel (200 us) follows the transfer
     assert fast.summary["step_time_s"] == pytest.approx(1100e-6 + fast_p2p + 200e-6, rel=EXACT)
     assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_p2p - fast_p2p, rel=EXACT)
     assert fast.summary["traffic_bytes_per_gpu"]["pp"] == pytest.approx(ALLREDUCE_BYTES / 2, rel=EXACT)
     assert fast.summary["warnings"] == []
+
+
+def test_stages_read_off_a_transfer_are_warned_of_unless_its_group_is_described_as_a_pipeline(tmp_path):
+    """A transfer in a group named only by number may be a data-parallel job's send: the stages it gives are an
+    inference, warned of; one in a group whose description names the pipeline tells them, with no warning."""
+    traces = pipeline_transfer(tmp_path, rank0={"Dst Rank": 1, "Process Group Description": "undefined"},
+                               rank1={"Src Rank": 0, "Process Group Description": "undefined"})
+    text = two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces))
+    (warning,) = run(text, tmp_path)[1].summary["warnings"]
+    assert warning.startswith("the traced job's pipeline stages are inferred from its transfer from rank 0 to rank "
+                              "1, not declared: 2 stages of 1 rank; set workload.traced_pp")
+    for rank in (0, 1):
+        edit = traces / f"rank{rank}.json"
+        edit.write_text(edit.read_text().replace('"undefined"', '"PIPELINE_MODEL_PARALLEL_GROUP"'))
+    _, described = run(text, tmp_path)
+    assert described.summary["warnings"] == [] and described.summary["trace"]["traced_dp"] == 1
 
 
 def test_one_pipeline_stage_traced_alone_runs_its_transfer_to_the_untraced_stage_on_the_network(tmp_path):

@@ -92,8 +92,9 @@ class Dimensions:
     """The traced job's layout as it was read: TP and pipeline stages (declared, told or inferred), CP and EP
     (declared or told; None where neither)."""
     stages_from: Transfer | None = None
-    """The pipeline transfer whose ends' distance gave the stage size, where `traced_pp` does not declare it
-    (None: declared, or no pipeline transfer, one stage): an inference the run warns of."""
+    """The transfer, in a group whose description names no pipeline, whose ends' distance gave the stage size,
+    where `traced_pp` does not declare it (None: declared, told by a pipeline group's transfer, or no pipeline
+    transfer, one stage): an inference the run warns of."""
 
 
 def _transfer_kind(transfer: Transfer, sizes: TracedSizes, cp_groups: tuple[frozenset[int], ...]) -> CommCategory:
@@ -246,7 +247,7 @@ def _told_sizes(declared: TracedSizes, groups: list[ProcessGroup]) -> TracedSize
 def _stage_size(world: int, transfers: list[Transfer], pp: int | None) -> tuple[int, Transfer | None]:
     """Ranks per pipeline stage: the job's share of `traced_pp` stages, else the nearest pair of ranks that
     exchange point-to-point transfers (neighbouring stages), else the whole job; with the transfer that told it
-    (None where none did)."""
+    where its group's description does not name a pipeline (None where none did, or one that did)."""
     if pp is not None:
         if world % pp:
             raise ScenarioError(f"the traced job spans {world} ranks, which do not split into {pp} pipeline stages",
@@ -261,7 +262,7 @@ def _stage_size(world: int, transfers: list[Transfer], pp: int | None) -> tuple[
         raise ScenarioError(f"the trace's nearest point-to-point transfer is {stage} ranks apart, which does not split "
                             f"its {world} ranks into pipeline stages, so its process groups' dimensions are unknown",
                             field="workload.trace", allowed=LAYOUT_ALLOWED)
-    return stage, nearest
+    return stage, None if named_kind(nearest.description) == "pp" else nearest
 
 
 def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: TracedSizes,
