@@ -570,12 +570,14 @@ def p2p_node(node_id: int, kind: str, peer: int, nbytes: int, *, tag: int | None
             "ctrlDeps": list(deps)}
 
 
-def two_host_chakra_job(folder: Path, ranks: dict[int, list[dict]]) -> str:
-    """Chakra traces of ``ranks`` (each rank's nodes) on the two single-GPU hosts of 25 Gb/s Ethernet."""
+def two_host_chakra_job(folder: Path, ranks: dict[int, list[dict]], traced_pp: int | None = None) -> str:
+    """Chakra traces of ``ranks`` (each rank's nodes) on the two single-GPU hosts of 25 Gb/s Ethernet, with the
+    traced job's stages declared where ``traced_pp`` gives them (else read off its transfers, with a warning)."""
     for rank, nodes in ranks.items():
         (folder / f"rank{rank}.json").write_text(json.dumps(nodes))
+    declared = f", traced_pp: {traced_pp}" if traced_pp is not None else ""
     return (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
-            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
+            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json{declared}}}\n")
 
 
 def comms_args(folder: Path, rank: int, world: int | None = None, **args) -> None:

@@ -52,7 +52,8 @@ def test_a_receive_that_names_no_group_pairs_with_the_send_that_names_one(tmp_pa
     between the two hosts, not refused for '0 matching receives' in group '3'."""
     text = two_host_chakra_job(tmp_path, {
         0: [metadata(TWO_GROUPS), p2p_node(1, "send", 1, MIB, group="3")],
-        1: [*([metadata(receiver_metadata)] if receiver_metadata else []), p2p_node(1, "recv", 0, MIB)]})
+        1: [*([metadata(receiver_metadata)] if receiver_metadata else []), p2p_node(1, "recv", 0, MIB)]},
+        traced_pp=2)
     _, result = run(text, tmp_path)
     flows = result.timeline[result.timeline["kind"] == "flow"]
     assert list(zip(flows["src"], flows["dst"], flows["bytes"], strict=True)) == [(0, 1, MIB)]
@@ -65,7 +66,7 @@ def test_a_group_named_by_the_other_end_prevails_over_the_metadata_s_only_group_
     rank 0's send names '3': they did not pair. The send's own record names the communicator; the receive is
     taken in '3' (the closed-form transfer), and a warning names the node and both groups."""
     text = two_host_chakra_job(tmp_path, {0: [metadata(TWO_GROUPS), p2p_node(1, "send", 1, MIB, group="3")],
-                                          1: [metadata(ONLY_DEFAULT), p2p_node(1, "recv", 0, MIB)]})
+                                          1: [metadata(ONLY_DEFAULT), p2p_node(1, "recv", 0, MIB)]}, traced_pp=2)
     _, result = run(text, tmp_path)
     assert result.summary["step_time_s"] == pytest.approx(transfer_s(25e9, MIB), rel=EXACT)
     assert result.summary["warnings"] == [
@@ -79,7 +80,8 @@ def test_the_ends_taken_in_a_group_the_other_ends_name_are_one_warning_per_file_
     warning counts them, citing the first, not one warning per receive."""
     sends = [p2p_node(node, "send", 1, MIB, group="3", deps=(node - 1,) if node > 1 else ()) for node in (1, 2, 3)]
     receives = [p2p_node(node, "recv", 0, MIB, deps=(node - 1,) if node > 1 else ()) for node in (1, 2, 3)]
-    text = two_host_chakra_job(tmp_path, {0: [metadata(TWO_GROUPS), *sends], 1: [metadata(ONLY_DEFAULT), *receives]})
+    text = two_host_chakra_job(tmp_path, {0: [metadata(TWO_GROUPS), *sends], 1: [metadata(ONLY_DEFAULT), *receives]},
+                               traced_pp=2)
     _, result = run(text, tmp_path)
     assert result.summary["step_time_s"] == pytest.approx(3 * transfer_s(25e9, MIB), rel=EXACT)
     assert result.summary["warnings"] == [
@@ -106,7 +108,7 @@ def test_ends_whose_metadata_give_different_only_groups_are_refused_where_they_d
     Which is their communicator is unknown: refused at rank 1's receive, naming both groups and both metadata
     nodes (it failed later, as rank 1 having '0 matching receives' in group '3')."""
     text = two_host_chakra_job(tmp_path, {0: [metadata(TWO_GROUPS[1:]), p2p_node(1, "send", 1, MIB)],
-                                          1: [metadata(ONLY_DEFAULT), p2p_node(1, "recv", 0, MIB)]})
+                                          1: [metadata(ONLY_DEFAULT), p2p_node(1, "recv", 0, MIB)]}, traced_pp=2)
     with pytest.raises(TraceError) as caught:
         run(text, tmp_path)
     assert (Path(caught.value.file).name, caught.value.field) == ("rank1.json", "nodes[1]")
