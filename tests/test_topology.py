@@ -670,15 +670,21 @@ def test_routes_at_once_are_the_routes_one_by_one(kind, params):
     ("cluster", {"nodes": 96, "leaf_ports": 4, "tiers": 3, "pods": 3, "spines": 4}),
     ("cluster", {"nodes": 12, "node": {"kind": "pcie_node"}, "nics_per_node": 2, "leaf_ports": 4}),
     ("nvswitch_node", {}),
+    ("nvl72", {"racks": 3, "leaf_ports": 8}),
+    ("nvl72", {"racks": 3, "leaf_ports": 8, "last_rack_trays": 5}),
 ])
 def test_hop_signatures_at_once_are_the_hop_signatures_one_by_one(kind, params):
     """`Topology.hop_signatures` gives each pair the hops `hop_signature` reads off its route, within a domain,
-    across leaves, spines and pods, and from a GPU to itself (no hops); also where a rerouter routes."""
+    across leaves, spines, pods and racks, and from a GPU to itself (no hops); also with every seventh link
+    degraded to half its rate (the hops carry the link's bandwidth, not its line rate) and where a rerouter
+    routes."""
     topo = build_topology(kind, params)
     rng = np.random.default_rng(1)
     src, dst = rng.integers(0, topo.num_gpus, 500).tolist(), rng.integers(0, topo.num_gpus, 500).tolist()
     src[:10] = dst[:10]
-    for _ in range(2):
+    for degraded in (False, True, True):
+        if degraded:
+            topo.degrade(range(0, len(topo.link_bandwidth), 7), 0.5)
         assert topo.hop_signatures(src, dst) == [tuple(topo.hop_signature(*ends)) for ends in zip(src, dst)]
         Rerouter(topo)
         topo.forget_routes()

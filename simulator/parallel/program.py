@@ -187,7 +187,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                        ) -> tuple[tuple[int, ...], ...]:
         """Of ``images``, the copies of ``group`` that its class stands for (folding.class_images), cached by
         value and found first by the two tuples' identity: the builder passes the same cached objects for most
-        collectives, and hashing the images by value (hundreds of ranks) took 0.2 s of the 76.1B step's refolded
+        collectives, and hashing the images by value (hundreds of ranks) costs ~0.2 s of the 76.1B step's refolded
         builds. An identity entry holds its tuples, so their ids stay unique."""
         assert self.classes is not None
         known = self._classed_by_id.get((id(group), id(images)))

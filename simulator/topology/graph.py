@@ -297,7 +297,7 @@ class Topology:
     def hop_signatures(self, src: Sequence[int], dst: Sequence[int]) -> list[tuple[tuple[float, str], ...]]:
         """`hop_signature` of each pair ``src[i]`` to ``dst[i]``, as a tuple: the routes found together (`routes`,
         channel 0), each link's hop made once. For speed: routed pair by pair, the hops of the copies of Llama 3
-        405B's long-context hand-offs took ~0.48 s of its fold checks' CPU, found together ~0.30 s."""
+        405B's long-context hand-offs cost ~0.48 s of its fold checks' CPU, found together ~0.30 s."""
         ends = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
         matrix, _ = self.routes(*ends, np.zeros(len(ends[0]), dtype=np.int64))
         used = np.unique(matrix[matrix >= 0]).tolist()
