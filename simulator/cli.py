@@ -27,6 +27,7 @@ from simulator.errors import (
     SimulationError,
     Terminated,
     WorkerKilled,
+    did_you_mean,
 )
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
@@ -1107,8 +1108,9 @@ class _Parser(argparse.ArgumentParser):
         namespace, extras = self.parse_known_args(args, namespace)
         refusing = vars(namespace).pop(UNRECOGNIZED_IN, self)
         if extras:
+            options = refusing._options(namespace)
             refusing.exit(EXIT_INPUT, f"error: {command_line(refusing.prog)}: unrecognized arguments: "
-                                      f"{' '.join(extras)} (allowed: {refusing._options(namespace)})\n")
+                                      f"{' '.join(extras)}{did_you_mean(extras[0], options)} (allowed: {options})\n")
         return namespace
 
     def _options(self, namespace: argparse.Namespace) -> str:
@@ -1130,7 +1132,9 @@ class _Parser(argparse.ArgumentParser):
         field, problem = argument["field"], argument["problem"]
         choice = CHOICES.fullmatch(problem)
         if choice is not None:
-            problem = f"invalid choice {choice['value']} (allowed: {choice['choices'].replace(chr(39), '')})"
+            choices = choice['choices'].replace(chr(39), '')
+            hint = did_you_mean(choice['value'].strip(chr(39)), choices)
+            problem = f"invalid choice {choice['value']}{hint} (allowed: {choices})"
         self.exit(EXIT_INPUT, f"error: {command_line(self.prog)}: {field}: {problem}\n")
 
 

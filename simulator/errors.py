@@ -1,12 +1,15 @@
 """Errors a user can cause (bad scenario or topology) and errors the simulation can hit (deadlock).
 
 User errors render as one line, ``FILE:LINE: field.path: problem (allowed: ...)``, which the CLI prints
-before exiting with status 2.
+before exiting with status 2; where the value the problem quotes is close to names the allowed list gives, the line
+names them: ``unknown key 'global_bacth' (did you mean global_batch?) (allowed: ...)``.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 import signal
 from collections.abc import Iterable, Mapping
 from enum import Enum
@@ -25,6 +28,53 @@ def yaml_spelling(value: object) -> str:
     if value is None or isinstance(value, (bool, dict, list, tuple)):
         return json.dumps(value, default=str)
     return repr(value)
+
+
+QUOTED = re.compile(r"'([^'\n]+)'")
+"""A value a problem quotes as the user wrote it (`unknown key 'global_bacth'`, `'h100' is not supported`)."""
+ALLOWED_NAME = re.compile(r"[\w.+/-]+")
+"""One name of an allowed list (a key, an option's value, a flag), not the prose some lists end with ('or a path to
+a YAML file')."""
+SIMILAR = 0.75
+"""The least `difflib` ratio of a close name: 'llama3-7b' finds llama3-8b (0.89) and llama3-70b (0.84), '1f1f'
+finds 1f1b (0.75), 'tp' finds neither cp nor pp (0.5); the two best are named."""
+SHORTEST_PREFIX = 3
+"""The fewest letters a value (or a name) is a prefix of the other with: 'h100' finds h100-sxm, 'gpu' gpu_model."""
+
+
+def _folded(name: str) -> str:
+    """A name as its spellings compare: case, '-', '_', '.' and spaces ignored ('allreduce' is all_reduce)."""
+    return re.sub(r"[-_. ]", "", name.casefold())
+
+
+def close_names(given: str, allowed: str) -> list[str]:
+    """The names of the ``allowed`` list (comma- or 'or'-separated) that ``given`` most likely misspells: those it
+    equals but for case and separators; else those it is a prefix of, or that are a prefix of it (the shortest
+    such); else those `difflib` finds at least SIMILAR alike, best first. Empty where none is close or ``given``
+    is one of them."""
+    names = [name for name in (part.strip() for part in re.split(r",|\bor\b", allowed))
+             if ALLOWED_NAME.fullmatch(name)]
+    folded = _folded(given)
+    if not folded or given in names:
+        return []
+    same = [name for name in names if _folded(name) == folded]
+    if same:
+        return same
+    prefixed = [name for name in names if min(len(folded), len(_folded(name))) >= SHORTEST_PREFIX
+                and (_folded(name).startswith(folded) or folded.startswith(_folded(name)))]
+    if prefixed:
+        shortest = min(len(_folded(name)) for name in prefixed)
+        return [name for name in prefixed if len(_folded(name)) == shortest]
+    return difflib.get_close_matches(given, names, n=2, cutoff=SIMILAR)
+
+
+def did_you_mean(given: str, allowed: str) -> str:
+    """' (did you mean X?)' naming the close names of ``given`` in ``allowed`` ('X or Y' for two or more), or
+    nothing where none is close."""
+    meant = close_names(given, allowed)
+    if not meant:
+        return ""
+    return f" (did you mean {' or '.join(meant)}?)"
 
 
 class Kept(Enum):
@@ -101,13 +151,16 @@ class InputError(TrainsimError):
         return "" if named else self.field
 
     def render(self) -> str:
-        """The one line the user sees: ``FILE:LINE: field: problem (allowed: ...)``."""
+        """The one line the user sees: ``FILE:LINE: field: problem (allowed: ...)``, with the names of the allowed
+        list close to the value the problem quotes first (`did_you_mean`)."""
         where = self.file or "<input>"
         if self.line is not None:
             where = f"{where}:{self.line}"
         field = self.shown_field
         text = f"{where}: {field}: {self.problem}" if field else f"{where}: {self.problem}"
         if self.allowed:
+            quoted = QUOTED.search(self.problem)
+            text += did_you_mean(quoted[1], self.allowed) if quoted else ""
             text += f" (allowed: {self.allowed})"
         return text
 

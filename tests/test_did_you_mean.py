@@ -1,0 +1,71 @@
+"""A misspelt key or value is refused in its one line with the allowed names close to it named first:
+`errors.close_names` and the rendering of every `InputError` and argparse refusal that lists what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+from shared import SCENARIOS
+
+from simulator.cli import main
+from simulator.errors import ScenarioError, close_names
+
+SCENARIO = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
+
+
+@pytest.mark.parametrize(("given", "allowed", "meant"), [
+    ("allreduce", "broadcast, reduce, all_reduce, reduce_scatter", ["all_reduce"]),
+    ("h100", "a100-40gb, a100-80gb, h100-sxm, h200, b200, gb200", ["h100-sxm"]),
+    ("a100", "a100-40gb, a100-80gb, h100-sxm, h200", ["a100-40gb", "a100-80gb"]),
+    ("dgx-h10", "dgx-a100, dgx-h100, dgx-h100-cluster, or a path to a YAML file", ["dgx-h100"]),
+    ("1f1f", "gpipe, 1f1b, interleaved, zb-h1", ["1f1b"]),
+    ("global_bacth", "seq_len, global_batch, micro_batch", ["global_batch"]),
+    ("tp", "cp, ep, pp", []),
+    ("ring", "ring, tree", []),
+    ("banana", "ring, tree, auto", []),
+])
+def test_close_names_are_the_likely_meant_ones(given, allowed, meant):
+    assert close_names(given, allowed) == meant
+
+
+def test_an_error_names_the_close_name_before_the_allowed_list():
+    error = ScenarioError("unknown collective 'allreduce'", field="op", allowed="broadcast, all_reduce, all_gather")
+    assert str(error) == ("<input>: op: unknown collective 'allreduce' (did you mean all_reduce?) "
+                          "(allowed: broadcast, all_reduce, all_gather)")
+    far = ScenarioError("unknown collective 'shuffle'", field="op", allowed="broadcast, all_reduce, all_gather")
+    assert "did you mean" not in str(far)
+
+
+def test_a_misspelt_key_in_a_file_is_named(tmp_path, capsys):
+    scenario = tmp_path / "misspelt.yaml"
+    scenario.write_text(SCENARIO.read_text().replace("global_batch", "global_bacth"))
+    assert main(["validate", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert ": training.global_bacth: unknown key 'global_bacth' (did you mean global_batch?) (allowed: seq_len, " in err
+
+
+@pytest.mark.parametrize(("setting", "hint"), [
+    ("cluster.gpu_model=h100", "'h100' is not supported (did you mean h100-sxm?) (allowed: a100-40gb"),
+    ("cluster.topology=dgx-h10", "unknown topology 'dgx-h10' (did you mean dgx-h100?) (allowed: dgx-a100"),
+    ("model.preset=llama3-7b", "unknown model preset 'llama3-7b' (did you mean llama3-70b or llama3-8b?) (allowed"),
+    ("parallelism.pipeline.schedule=1f1f", "unknown schedule '1f1f' (did you mean 1f1b?) (allowed: gpipe"),
+    ("parallelism.pipelin.schedule=1f1b", "unknown key 'pipelin' (did you mean pipeline?) (allowed: strategy"),
+])
+def test_a_misspelt_set_is_named(setting, hint, capsys):
+    assert main(["validate", str(SCENARIO), "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--set {setting}: {hint}" in err
+
+
+@pytest.mark.parametrize(("arguments", "hint"), [
+    (["collective", "--topology", "dgx-h100", "--op", "allreduce"],
+     "--op: unknown collective 'allreduce' (did you mean all_reduce?) (allowed: broadcast"),
+    (["collective", "--topology", "dgx-h100", "--efficiency", "calibrate"],
+     "--efficiency: invalid choice 'calibrate' (did you mean calibrated?) (allowed: "),
+    (["run", str(SCENARIO), "--out", "x", "--wrokers", "2"],
+     "unrecognized arguments: --wrokers 2 (did you mean --workers?) (allowed: --help"),
+    (["plt", "gantt"], "command: invalid choice 'plt' (did you mean plot?) (allowed: run"),
+])
+def test_a_misspelt_flag_or_flag_value_is_named(arguments, hint, capsys):
+    assert main(arguments) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and hint in err
