@@ -201,6 +201,39 @@ def named_in_map(module: str, rows: list[tuple[str, str]]) -> bool:
     return any(f"`{file}`" in row for first, row in rows if f"`{folder}/`" in first)
 
 
+README = REPO / "README.md"
+
+
+def test_readme_names_every_bundled_scenario():
+    """README's list of bundled scenarios names each one `trainsim scenarios` lists (a scenario added without a
+    word in README, as three were, fails here)."""
+    text = README.read_text()
+    bundled = [path.stem for path in sorted(SCENARIOS.glob("*.yaml"))]
+    assert len(bundled) > 20
+    assert not [name for name in bundled if f"`{name}`" not in text]
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The `trainsim` subcommands by name, with their parsers."""
+    action = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_readme_command_table_names_every_flag_of_every_subcommand():
+    """Each subcommand's options (less --help) are named in the rows of README's command table that show that
+    subcommand (`run --workers` and `validate --set/--quiet/--force` went unsaid)."""
+    rows = [line for line in README.read_text().splitlines() if line.startswith("| `trainsim ")]
+    unnamed = {}
+    for name, parser in subcommands(_parser()).items():
+        text = " ".join(row for row in rows if re.search(rf"`trainsim {re.escape(name)}(?![\w-])", row.split(" | ")[0]))
+        assert text, name
+        unnamed[name] = [action.option_strings[-1] for action in parser._actions
+                         if action.option_strings and "--help" not in action.option_strings
+                         and not any(re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text)
+                                     for flag in action.option_strings)]
+    assert unnamed == {name: [] for name in unnamed}
+
+
 def test_the_module_map_names_every_module_and_no_other():
     rows = module_map()
     package = REPO / "simulator"
