@@ -39,7 +39,7 @@ SIMILAR = 0.75
 """The least `difflib` ratio of a close name: 'llama3-7b' finds llama3-8b (0.89) and llama3-70b (0.84), '1f1f'
 finds 1f1b (0.75), 'tp' finds neither cp nor pp (0.5); the two best are named."""
 SHORTEST_PREFIX = 3
-"""The fewest letters a value (or a name) is a prefix of the other with: 'h100' finds h100-sxm, 'gpu' gpu_model."""
+"""The fewest letters of a value cut short that find the names it begins: 'h100' finds h100-sxm, 'gpu' gpus."""
 
 
 def _folded(name: str) -> str:
@@ -47,21 +47,29 @@ def _folded(name: str) -> str:
     return re.sub(r"[-_. ]", "", name.casefold())
 
 
+def allowed_names(allowed: str) -> list[str]:
+    """The names an ``allowed`` text lists ('a, b or c'; 'a, b, or a path to a YAML file' ends in prose, left
+    out), or none where it is not such a list ('distinct values, durations with units, e.g. 5min,10min')."""
+    parts = [part.strip() for part in allowed.split(",")]
+    head, _, tail = parts[-1].rpartition(" or ")
+    parts[-1:] = [part for part in (head.strip(), tail.strip()) if part] if " or " in parts[-1] else parts[-1:]
+    if parts and not ALLOWED_NAME.fullmatch(parts[-1]) and " or " in allowed.split(",")[-1]:
+        parts.pop()  # a prose alternative after the names: 'or a path to a YAML file'
+    return parts if parts and all(ALLOWED_NAME.fullmatch(part) for part in parts) else []
+
+
 def close_names(given: str, allowed: str) -> list[str]:
-    """The names of the ``allowed`` list (comma- or 'or'-separated) that ``given`` most likely misspells: those it
-    equals but for case and separators; else those it is a prefix of, or that are a prefix of it (the shortest
-    such); else those `difflib` finds at least SIMILAR alike, best first. Empty where none is close or ``given``
-    is one of them."""
-    names = [name for name in (part.strip() for part in re.split(r",|\bor\b", allowed))
-             if ALLOWED_NAME.fullmatch(name)]
+    """The names of the ``allowed`` list (`allowed_names`) that ``given`` most likely misspells: those it equals
+    but for case and separators; else the shortest it is the beginning of (cut short); else the two `difflib`
+    finds at least SIMILAR alike, best first. Empty where none is close or ``given`` is one of them."""
+    names = allowed_names(allowed)
     folded = _folded(given)
     if not folded or given in names:
         return []
     same = [name for name in names if _folded(name) == folded]
     if same:
         return same
-    prefixed = [name for name in names if min(len(folded), len(_folded(name))) >= SHORTEST_PREFIX
-                and (_folded(name).startswith(folded) or folded.startswith(_folded(name)))]
+    prefixed = [name for name in names if len(folded) >= SHORTEST_PREFIX and _folded(name).startswith(folded)]
     if prefixed:
         shortest = min(len(_folded(name)) for name in prefixed)
         return [name for name in prefixed if len(_folded(name)) == shortest]

@@ -107,9 +107,11 @@ def test_mutated_topologies_fail_cleanly(kind, base):
 
 @pytest.mark.parametrize("text, error", [
     ("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-9b, layers: 4}\n",
-     "s.yaml:2: model.preset: unknown model preset 'llama3-9b' (allowed: llama3-8b, llama3-70b,"),
+     "s.yaml:2: model.preset: unknown model preset 'llama3-9b' (did you mean llama3-8b or llama3-70b?) "
+     "(allowed: llama3-8b, llama3-70b,"),
     ("cluster: {topology: dgx-h100}\nworkload: {trace: 'rank*.json', traced_gpu: h100}\n",
-     "s.yaml:2: workload.traced_gpu: unknown GPU 'h100' (allowed: a100-40gb, a100-80gb, h100-sxm,"),
+     "s.yaml:2: workload.traced_gpu: unknown GPU 'h100' (did you mean h100-sxm?) (allowed: a100-40gb, "
+     "a100-80gb, h100-sxm,"),
 ])
 def test_unknown_catalog_names_are_refused_when_the_scenario_is_read(text, error):
     """Both were caught only when the step was built, so a sweep's points (validated, never built) admitted
@@ -131,7 +133,7 @@ def test_an_unknown_model_key_lists_only_the_keys_a_user_writes(text, overrides)
     scenario that holds it is still read."""
     with pytest.raises(InputError) as refused:
         scenario_from_text(text, "s.yaml", overrides)
-    assert str(refused.value).endswith(f"unknown key 'hiden' (allowed: {MODEL_KEYS}")
+    assert str(refused.value).endswith(f"unknown key 'hiden' (did you mean hidden?) (allowed: {MODEL_KEYS}")
     stored = scenario_from_text("cluster: {topology: dgx-h100}\nmodel: {preset: mixtral-8x7b, experts_dropped: true}\n",
                                 "s.yaml")
     assert not stored.scenario.model.has_experts()

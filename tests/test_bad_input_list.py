@@ -336,7 +336,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                               "t.yaml:1: kind: unknown topology kind 'torus'"),
     "unknown-nvls-in-file": ({"t.yaml": "kind: nvswitch_node\ngpus: 8\nnvls: nvswitch4\n",
                               "s.yaml": COMM.replace("dgx-h100", "TMP/t.yaml")}, RUN, 2,
-                             "t.yaml:3: nvls: 'nvswitch4' is not supported (allowed: none, nvswitch3)"),
+                             "t.yaml:3: nvls: 'nvswitch4' is not supported (did you mean nvswitch3?) "
+                             "(allowed: none, nvswitch3)"),
     "group-range-unicode-digit": (scenario(COMM.replace("64 MiB}", "64 MiB, group: '²-3'}")), RUN, 2,
                                   "s.yaml:3: workload[0].group: cannot read group '²-3'"),
     "group-a-number": (scenario(COMM.replace("64 MiB}", "64 MiB, group: 5}")), RUN, 2,
@@ -353,7 +354,7 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "unknown-sharp-override": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster}")),
                                RUN + ["--set", "cluster.sharp=sharpv2"], 2,
                                "command line: trainsim run: --set cluster.sharp=sharpv2: 'sharpv2' is not supported "
-                               "(allowed: none, sharpv3)"),
+                               "(did you mean sharpv3?) (allowed: none, sharpv3)"),
     "too-many-nodes": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster, nodes: 200000}")), RUN, 2,
                        "cluster.nodes: 200000 is beyond what a cluster holds"),
     "negative-latency-override": (scenario(COMM), RUN + ["--set", "cluster.nvlink_latency=-1us"], 2,

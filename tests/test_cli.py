@@ -427,11 +427,13 @@ def test_a_scenario_file_named_like_a_flag_keeps_its_line_and_field(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     Path("--x.yaml").write_text("cluster:\n  topology: dgx-h100\nparallelism:\n  tpp: 2\n")
     assert main(["validate", "--", "--x.yaml"]) == 2
-    assert capsys.readouterr().err.startswith("error: --x.yaml:4: parallelism.tpp: unknown key 'tpp' (allowed: ")
+    assert capsys.readouterr().err.startswith(
+        "error: --x.yaml:4: parallelism.tpp: unknown key 'tpp' (did you mean tp or pp?) (allowed: ")
     Path("--x.yaml").write_text("cluster:\n  topology: dgx-h100\n")
     assert main(["validate", "--set", "parallelism.tpp=2", "--", "--x.yaml"]) == 2
     assert capsys.readouterr().err.startswith(
-        "error: command line: trainsim validate: --set parallelism.tpp=2: unknown key 'tpp' (allowed: ")
+        "error: command line: trainsim validate: --set parallelism.tpp=2: unknown key 'tpp' (did you mean tp or pp?) "
+        "(allowed: ")
 
 GOOD_WORKLOAD = "workload:\n  - {op: all_reduce, bytes: 1 GiB}\n"
 BAD_INPUTS = {
@@ -640,7 +642,8 @@ def test_a_null_on_a_misspelt_cluster_key_is_refused(command, tmp_path, capsys):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(ALL_REDUCE_ON.format(topology="dgx-h100-cluster"))
     assert main([part.format(scenario=scenario) for part in command]) == 2
-    assert "unknown override 'nodez' for topology kind 'cluster' (allowed: nodes, node, " in capsys.readouterr().err
+    assert ("unknown override 'nodez' for topology kind 'cluster' (did you mean node or nodes?) (allowed: nodes, "
+            "node, ") in capsys.readouterr().err
 
 
 def test_every_key_a_set_topology_lacks_is_named_in_one_refusal(tmp_path, capsys):
@@ -763,7 +766,8 @@ def test_chunking_off_reads_as_yaml_writes_it():
     (["search", "S", "--out", "OUT", "--sharding", "zero1,zero9"],
      "trainsim search: --sharding: 'zero9' is not a choice (allowed: a comma list of zero0, zero1, zero2, fsdp)"),
     (["study", "mtbf2", "S", "--out", "OUT"],  # was 'study: study:'
-     "trainsim study: kind: invalid choice 'mtbf2' (allowed: checkpoint-interval, memory-interval, mtbf)"),
+     "trainsim study: kind: invalid choice 'mtbf2' (did you mean mtbf?) (allowed: checkpoint-interval, "
+     "memory-interval, mtbf)"),
 ])
 def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
     """Counts on the command line are checked: --ranks 0 (else every GPU runs, as if the flag were absent), --workers -3

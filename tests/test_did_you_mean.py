@@ -19,7 +19,10 @@ SCENARIO = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     ("dgx-h10", "dgx-a100, dgx-h100, dgx-h100-cluster, or a path to a YAML file", ["dgx-h100"]),
     ("1f1f", "gpipe, 1f1b, interleaved, zb-h1", ["1f1b"]),
     ("global_bacth", "seq_len, global_batch, micro_batch", ["global_batch"]),
+    ("nodez", "nodes, node, nics_per_node", ["node", "nodes"]),
+    ("mtbf2", "checkpoint-interval, memory-interval, mtbf", ["mtbf"]),
     ("tp", "cp, ep, pp", []),
+    ("10min,600s", "distinct values, durations with units or whole steps, e.g. 5min,10min,30min,1h", []),
     ("ring", "ring, tree", []),
     ("banana", "ring, tree, auto", []),
 ])
