@@ -8,11 +8,13 @@ link, an override that sets a bad topology value), and the common mistakes aroun
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +22,9 @@ import pytest
 from shared import REPO
 
 from simulator.cli import main
+from simulator.console.paths import output_folder
+from simulator.errors import InputError
+from simulator.report.run_folder import RUN_FOLDER
 
 COMM = "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
 SYNTHETIC = ("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 1 ms, backward: 2 ms}}\n"
@@ -460,9 +465,12 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "out-empty": (scenario(COMM), ["run", "TMP/s.yaml", "--out", ""], 2, "--out: the output folder is empty"),
     "out-is-file": ({**scenario(COMM), "out": "x"}, RUN, 2, "exists and is not a folder"),
     "out-unwritable": (scenario(COMM), ["run", "TMP/s.yaml", "--out", "/proc/trainsim-out"], 2,
-                       "--out: cannot write into /proc"),
+                       "--out: cannot write /proc/trainsim-out: /proc is not writable (allowed: a path inside a "
+                       "writable folder)"),
     "plot-unknown-extension": ({}, ["plot", "gantt", "TMP/out", "-o", "TMP/g.xyz"], 2, "unknown image format '.xyz'"),
-    "plot-unwritable": ({}, ["plot", "gantt", "TMP/out", "-o", "/proc/g.png"], 2, "cannot write into /proc"),
+    "plot-unwritable": ({}, ["plot", "gantt", "TMP/out", "-o", "/proc/g.png"], 2,
+                        "--output: cannot write /proc/g.png: /proc is not writable (allowed: a path inside a writable "
+                        "folder)"),
     "plot-missing-folder": ({}, ["plot", "gantt", "TMP/out"], 2, "OUTDIR: no such folder"),
     # a file as OUTDIR was blamed on the default --output inside it, which no one gave
     "plot-outdir-is-file": ({"out": "x"}, ["plot", "gantt", "TMP/out"], 2, "OUTDIR: is a file, not a run folder"),
@@ -972,3 +980,19 @@ def test_a_table_of_another_size_names_its_rows_and_the_overrides_that_sized_the
         "training.microbatches=4) (allowed: parallelism.pp: 2, 2 micro-batches (training.microbatches, or a "
         "global_batch of dp x micro_batch x 2) and parallelism.pipeline.virtual_stages: 1; or a table for p = 2, "
         "m = 4, v = 1)\n")
+
+
+@pytest.mark.parametrize(("error", "shown"), [
+    (OSError(errno.EROFS, "Read-only file system"), "cannot write OUT: it is not writable (Read-only file system)"),
+    (OSError(errno.ENOENT, "No such file or directory"), "cannot write OUT: it is not writable (allowed"),
+])
+def test_an_unwritable_out_names_the_path_given_and_why(error, shown, tmp_path, monkeypatch):
+    """An --out folder that exists but takes no new entry is refused naming the path given and that it is not
+    writable, with the system's reason where that says more (a read-only mount), not where it misleads (/proc's
+    'No such file or directory' of a folder that exists)."""
+    def refuse(**_):
+        raise error
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    with pytest.raises(InputError) as refused:
+        output_folder(str(tmp_path), RUN_FOLDER)
+    assert shown.replace("OUT", str(tmp_path)) in str(refused.value)

@@ -3,6 +3,7 @@ its result is refused in one line instead of failing after minutes of simulation
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterable
@@ -54,15 +55,19 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
-def _check_writable(folder: Path, option: str) -> None:
-    """Create and remove an empty probe folder in ``folder``: the only test that holds for every user (root
-    included) and every file system (read-only mounts, /proc)."""
+def _check_writable(folder: Path, given: str, option: str) -> None:
+    """Create and remove an empty probe folder in ``folder``, the nearest existing folder of the path ``given``:
+    the only test that holds for every user (root included) and every file system (read-only mounts, /proc,
+    which takes no new entry and says that no such file exists). Refused, the line names the path given and
+    that ``folder`` is not writable, with the system's reason where it says more than that."""
     if not folder.is_dir():
         raise option_error(option, f"{folder} is not a folder", WRITABLE)
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".trainsim-probe-", dir=folder))
     except OSError as exc:
-        raise option_error(option, f"cannot write into {folder}: {exc.strerror}", WRITABLE) from None
+        reason = "" if exc.errno == errno.ENOENT or not exc.strerror else f" ({exc.strerror})"
+        where = "it" if Path(given).absolute() == folder else str(folder)
+        raise option_error(option, f"cannot write {given}: {where} is not writable{reason}", WRITABLE) from None
 
 
 def output_folder(text: str, kind: FolderKind, option: str = "--out") -> Path:
@@ -75,7 +80,7 @@ def output_folder(text: str, kind: FolderKind, option: str = "--out") -> Path:
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise option_error(option, f"{text} exists and is not a folder", "a folder path")
-    _check_writable(_nearest_existing(path), option)
+    _check_writable(_nearest_existing(path), text, option)
     refused = other_results(path, kind)
     if refused is not None:
         raise option_error(option, *refused)
@@ -98,5 +103,5 @@ def figure_file(text: str, option: str = "--output") -> Path:
         raise option_error(option, problem, ", ".join(f".{name}" for name in FIGURE_FORMATS))
     if path.is_dir():
         raise option_error(option, f"{text} is a folder", "an image file path such as gantt.png")
-    _check_writable(_nearest_existing(path.parent), option)
+    _check_writable(_nearest_existing(path.parent), text, option)
     return path
