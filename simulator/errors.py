@@ -76,10 +76,11 @@ def close_names(given: str, allowed: str) -> list[str]:
     return difflib.get_close_matches(given, names, n=2, cutoff=SIMILAR)
 
 
-def did_you_mean(given: str, allowed: str) -> str:
-    """' (did you mean X?)' naming the close names of ``given`` in ``allowed`` ('X or Y' for two or more), or
-    nothing where none is close."""
-    meant = close_names(given, allowed)
+def did_you_mean(given: str, allowed: str, said: str = "") -> str:
+    """' (did you mean X?)' naming the close names of ``given`` in ``allowed`` ('X or Y' for two), less those the
+    problem ``said`` names already (`units are case-sensitive (GiB)`), or nothing where none is left."""
+    meant = [name for name in close_names(given, allowed)
+             if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", said)]
     if not meant:
         return ""
     return f" (did you mean {' or '.join(meant)}?)"
@@ -168,7 +169,7 @@ class InputError(TrainsimError):
         text = f"{where}: {field}: {self.problem}" if field else f"{where}: {self.problem}"
         if self.allowed:
             quoted = QUOTED.search(self.problem)
-            text += did_you_mean(quoted[1], self.allowed) if quoted else ""
+            text += did_you_mean(quoted[1], self.allowed, self.problem) if quoted else ""
             text += f" (allowed: {self.allowed})"
         return text
 

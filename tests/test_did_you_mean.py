@@ -34,6 +34,9 @@ def test_an_error_names_the_close_name_before_the_allowed_list():
     error = ScenarioError("unknown collective 'allreduce'", field="op", allowed="broadcast, all_reduce, all_gather")
     assert str(error) == ("<input>: op: unknown collective 'allreduce' (did you mean all_reduce?) "
                           "(allowed: broadcast, all_reduce, all_gather)")
+    said = ScenarioError("unknown unit 'gib' in '1 gib': units are case-sensitive (GiB)", field="size",
+                         allowed="B, KB, MB, GB, KiB, MiB, GiB")
+    assert "did you mean" not in str(said)
     far = ScenarioError("unknown collective 'shuffle'", field="op", allowed="broadcast, all_reduce, all_gather")
     assert "did you mean" not in str(far)
 

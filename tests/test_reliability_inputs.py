@@ -296,8 +296,8 @@ def test_a_misspelt_key_of_a_failure_class_names_the_class_fields(tmp_path, caps
     scenario.write_text(SPARE_JOB.replace("      repair: 4 h", "      repiar: 4 h"))
     assert main(["validate", str(scenario)]) == 2
     assert capsys.readouterr().err == (
-        f"error: {scenario}:17: faults.components.gpu.repiar: unknown key 'repiar' (allowed: unit, effect, "
-        "slowdown, mtbf, rate, distribution, shape, repair, repair_distribution)\n")
+        f"error: {scenario}:17: faults.components.gpu.repiar: unknown key 'repiar' (did you mean repair?) "
+        "(allowed: unit, effect, slowdown, mtbf, rate, distribution, shape, repair, repair_distribution)\n")
 
 
 def test_units_and_blast_radius_on_the_graph():
