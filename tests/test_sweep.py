@@ -197,7 +197,8 @@ def test_shown_value_keeps_six_significant_digits_and_what_needs_no_rounding(val
 
 
 @pytest.mark.parametrize("axes, problem, line", [
-    ("grid: {parallelism.ppp: [1, 2]}", "grid.parallelism.ppp: unknown key 'ppp' (allowed: strategy, tp,", 8),
+    ("grid: {parallelism.ppp: [1, 2]}",
+     "grid.parallelism.ppp: unknown key 'ppp' (did you mean pp?) (allowed: strategy, tp,", 8),
     ("grid: {parallelism.pp: []}", "grid.parallelism.pp: [] is empty (allowed: at least 1 item)", 8),
     ("random: {samples: 2, axes: {parallelism.pp: []}}",
      "random.axes.parallelism.pp: [] is empty (allowed: at least 1 item)", 8),  # was '.RandomRange: expected..'
