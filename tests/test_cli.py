@@ -164,10 +164,10 @@ def test_a_fold_given_up_mid_run_is_said_on_stderr_as_the_next_run_starts(tmp_pa
 
     monkeypatch.setattr(simulation, "run_step", watched)
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
-    note = ("note: gave up the stage fold, which would simulate 4 ranks and copy them to the others, because a "
-            "hand-off fell out of step in its run: send_recv 'recv bwd mb3' over GPUs [8, 4] ended between 8.279 "
-            "and 8.313 ms, out of step by 33.47 us, where its run stopped; simulating the step again refolded, "
-            "8 of 64 ranks, 1,010 ops and ~1,028 flows (estimated), under a minute\n")
+    note = ("note: the stage fold given up: a hand-off fell out of step in its run (send_recv 'recv bwd mb3' over "
+            "GPUs [8, 4] ended between 8.279 ms and 8.313 ms, out of step by 33.47 us, where its run stopped); "
+            "simulating the step again refolded, 8 of 64 ranks, 1,010 ops and ~1,028 flows (estimated), under a "
+            "minute\n")
     assert said_before_runs == ["", note]
     assert capsys.readouterr() == ("", note)
     assert main(["run", str(scenario), "--out", str(tmp_path / "again")]) == 0

@@ -57,18 +57,20 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
     assert all(line == line.rstrip() for line in captured.out.splitlines()), "trailing blanks in a pipe"
 
 
-def test_a_ranks_row_says_which_folds_were_given_up_and_why():
+def test_a_ranks_row_says_which_folds_were_given_up_and_why_in_one_line():
     """The report's `ranks` row, only where the summary lists folds given up (`fold_given_up`) or a fold that
     stands though not exact (`fold_not_exact`): the ranks simulated of the GPUs, then each fold given up with its
-    ranks, why and the check's reason, and the one not exact with its ranks and why."""
+    short why, or the one not exact with how many hand-offs fell out of step by up to how much. The checks'
+    sentences and the first instance's figures stay in summary.json: the published long-context run's row was a
+    12-line paragraph of them."""
     import io
 
     from rich.console import Console
 
     from simulator.console.report import training_table
 
-    def printed(summary: dict) -> list[str]:
-        console = Console(file=io.StringIO(), width=400)
+    def printed(summary: dict, width: int = 400) -> list[str]:
+        console = Console(file=io.StringIO(), width=width)
         console.print(training_table(summary))
         return [" ".join(line.split()) for line in console.file.getvalue().splitlines()]
 
@@ -76,15 +78,24 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why():
     assert printed(summary) == ["step time 1 s"]
     summary["fold_given_up"] = [{"fold": "stage", "simulated_ranks": 2, "why": "the cluster is not symmetric",
                                  "reason": "hosts with different GPU counts"}]
-    assert printed(summary)[1] == ("ranks 32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 "
-                                   "ranks and copy them to the others, because the cluster is not symmetric: hosts "
-                                   "with different GPU counts")
-    standing = {"step_time_s": 1.0, "simulated_ranks": 4, "gpus": 32, "folded": True,
-                "fold_not_exact": {"fold": "stage", "simulated_ranks": 4,
-                                   "why": "a hand-off fell out of step in its run",
-                                   "reason": "send_recv 'send fwd mb0' ..."}}
-    assert printed(standing)[1] == ("ranks 4 of 32 ranks simulated (folded); not exact: stage fold (4 ranks): "
-                                    "a hand-off fell out of step in its run (see the warning)")
+    assert printed(summary)[1] == ("ranks 32 of 32 ranks simulated; the stage fold given up: the cluster is not "
+                                   "symmetric")
+    long_context = {"step_time_s": 11.3, "simulated_ranks": 16, "gpus": 16_384, "folded": True,
+                    "fold_given_up": [{"fold": "lanes", "simulated_ranks": 32, "why": "the refold is too large to "
+                                       "simulate", "reason": "the refold would simulate 32 ranks ..."},
+                                      {"fold": "routes", "simulated_ranks": None, "why": "finer refolds are not "
+                                       "tried where the step may not unfold", "reason": "route classes by ..."}],
+                    "fold_not_exact": {"fold": "stage", "simulated_ranks": 16,
+                                       "why": "a hand-off fell out of step in its run", "reason": "send_recv ...",
+                                       "out_of_step": {"op": "send_recv", "name": "send fwd mb3", "group": [3, 4],
+                                                       "ended_s": [0.5, 0.50107], "instances": 1328,
+                                                       "widest_s": 1.07e-3}}}
+    row = "ranks 16 of 16,384 ranks simulated; folded by stage, not exact: 1,328 hand-offs out of step by up to 1.07 ms"
+    assert printed(long_context, width=120)[1:] == [row]  # one line on a terminal
+    analytic = {**long_context, "fold_given_up": [], "fold_not_exact": {
+        "fold": "stage", "simulated_ranks": 16, "why": "the replicas' hand-offs cross other hops", "reason": "..."}}
+    assert printed(analytic)[1] == ("ranks 16 of 16,384 ranks simulated; folded by stage, not exact: the replicas' "
+                                    "hand-offs cross other hops")
 
 
 @pytest.mark.parametrize(("slowest_s", "iteration", "traffic"), [
@@ -144,15 +155,17 @@ def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_w
      "send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 12.78 s and 12.79 s, out of step by 510 us, "
      "where its run stopped"),
 ])
-def test_a_fold_out_of_step_on_the_ranks_row_shows_its_first_instance(fold, ranks, out_of_step, said):
-    """The ranks row says where a fold given up out of step fell apart, in the shape its run left: read to the
-    end, or stopped at the first instance."""
-    from simulator.console.report import folding_text
+def test_a_rerun_note_shows_the_first_instance_out_of_step(fold, ranks, out_of_step, said):
+    """The stderr note of a step run again says where the fold given up out of step fell apart, in the shape its
+    run left (read to the end, or stopped at the first instance), after the short why the `ranks` row gives."""
+    from simulator.console.report import rerun_line
+    from simulator.simulation import Rerun
 
-    summary = {"simulated_ranks": 16, "gpus": 1920, "folded": True, "fold_given_up": [
-        {"fold": fold, "simulated_ranks": ranks, "why": "a hand-off fell out of step in its run", "reason": "...",
-         "out_of_step": out_of_step}]}
-    assert folding_text(summary).endswith(said)
+    entry = {"fold": fold, "simulated_ranks": ranks, "why": "a hand-off fell out of step in its run", "reason": "...",
+             "out_of_step": out_of_step}
+    assert rerun_line(Rerun(entry, True, "1,920 of 1,920 ranks")) == (
+        f"note: the {fold} fold given up: a hand-off fell out of step in its run ({said}); simulating the step "
+        "again unfolded, 1,920 of 1,920 ranks")
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
@@ -1167,9 +1180,8 @@ def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
     assert row.split("step faults")[1].strip() == ("GPU 1 compute x2 slower; leaf0.r0-spine0 down from 5 ms "
                                                    "(4 routes rerouted)")
     ranks = next(index for index, line in enumerate(lines) if line.strip().startswith("ranks "))
-    assert " ".join(" ".join(lines[ranks:ranks + 3]).split()) == (
-        "ranks 4 of 4 ranks simulated; gave up the stage fold, which would simulate 1 rank and copy it to the "
-        "others, because the step's faults differ across replicas: link faults (replicas no longer see the same links)")
+    assert " ".join(lines[ranks].split()) == (
+        "ranks 4 of 4 ranks simulated; the stage fold given up: the step's faults differ across replicas")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["fold_given_up"] == [{"fold": "stage", "simulated_ranks": 1, "why": "the step's faults differ "
                                          "across replicas", "reason": "link faults (replicas no longer see the same "

@@ -14,7 +14,7 @@ from shared import CP_FABRIC_TEMPLATE, EXACT, NCCL_SIMPLE_BASE_S, SCENARIOS, ref
 
 from simulator.collector import collector_paused
 from simulator.config.loader import load_scenario, scenario_from_text
-from simulator.console.report import folding_text
+from simulator.console.report import folding_text, format_seconds
 from simulator.engine import fold_policy, symmetry
 from simulator.engine.engine import Engine, EngineResult
 from simulator.faults.step import StepFaultPlan
@@ -35,6 +35,7 @@ from simulator.simulation import (
     step_program,
 )
 from simulator.topology.loader import scenario_topology
+from simulator.units import counted
 
 LAYOUT = Layout(tp=2, cp=1, pp=2, dp=2)  # rank = tp + 2 * pp + 4 * dp
 
@@ -719,8 +720,8 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     before the run); where only pipeline hand-offs did (ONE_NIC: 'send fwd mb0' and no other), the folded run stands,
     where no refold applies (a stage's ranks share a host, whose hand-offs all take one route), with a warning that
     says why it is not exact (the published long-context row), and its stage fold is `fold_not_exact` with the
-    figures of the hand-off out of step, not in `fold_given_up` (it ran and stands); the `ranks` line says 'not
-    exact' of it, not 'given up', and leaves its figures to the warning."""
+    figures of the hand-off out of step, not in `fold_given_up` (it ran and stands); the `ranks` row says 'folded
+    by stage, not exact' with how many hand-offs fell out of step by up to how much, not 'given up'."""
     from simulator.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="too large unfolded: all_reduce 'tp all_reduce"):
@@ -738,10 +739,10 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     assert entry["reason"] == warning.removeprefix("folded step not exact, and too large to simulate unfolded: ")
     assert (entry["out_of_step"]["op"], entry["out_of_step"]["name"]) == ("send_recv", "send fwd mb0")
     assert entry["out_of_step"]["group"] == [4, 8]
+    apart = entry["out_of_step"]
     assert folding_text(summary) == (
-        f"4 of {summary['gpus']} ranks simulated (folded); gave up the routes fold, because finer refolds are not "
-        f"tried where the step may not unfold: {untried['reason']}; not exact: stage fold (4 ranks): a hand-off fell "
-        "out of step in its run (see the warning)")
+        f"4 of {summary['gpus']} ranks simulated; folded by stage, not exact: "
+        f"{counted(apart['instances'], 'hand-off')} out of step by up to {format_seconds(apart['widest_s'])}")
 
 
 def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_cannot_unfold():

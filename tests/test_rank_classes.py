@@ -91,8 +91,8 @@ def test_the_all_to_all_beside_the_alternating_ring_folds_exactly_by_class():
 def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_them(monkeypatch):
     """With `fold_verdict` refusing every program, the alternating case's classed fold (ranks 0 and 8) and then
     its stage fold (rank 0) are given up before any run: the summary lists both, in that order, with the check's
-    short text and its reason, and the step runs unfolded with the stage fold's reason; the `ranks` line prints
-    the reason once, the stage fold given up 'for the same reason'."""
+    short text and its reason, and the step runs unfolded with the stage fold's reason; the one-line `ranks` row
+    gives the short why once, the stage fold given up 'for the same reason'."""
     monkeypatch.setattr(fold_policy, "fold_verdict", lambda *args: ({}, Unfolding("collectives", "refused")))
     summary = simulate(scenario_from_text(ALTERNATING, "inline.yaml", [])).summary
     assert not summary["folded"] and summary["simulated_ranks"] == 32 and summary["fold_off_reason"] == "refused"
@@ -100,9 +100,8 @@ def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_the
     assert summary["fold_given_up"] == [{"fold": "classes", "simulated_ranks": 2, **refused},
                                         {"fold": "stage", "simulated_ranks": 1, **refused}]
     assert folding_text(summary) == (
-        "32 of 32 ranks simulated; gave up the classes fold, which would simulate 2 ranks and copy them to the "
-        "others, because mirrored collectives would load the links differently: refused; gave up the stage fold, "
-        "which would simulate 1 rank and copy it to the others, for the same reason")
+        "32 of 32 ranks simulated; the classes fold given up: mirrored collectives would load the links "
+        "differently; the stage fold given up for the same reason")
 
 
 BY_HOST = RankClasses((0,) * 8 + (1,) * 8)
@@ -197,12 +196,8 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     stopped = " in the folded run (the run stopped there, its first instance out of step, by 357 us)"
     assert folded.pop("fold_off_reason").startswith(WRAP_LATE + stopped)
     assert folding_text(folded) == (
-        "32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 ranks and copy them to the others, "
-        "because a hand-off fell out of step in its run: send_recv 'send bwd mb6' over GPUs [0, 16] ended between "
-        "57.8 ms and 58.15 ms, out of step by 357 us, where its run stopped; gave up the routes fold, which would "
-        "simulate 4 ranks and copy them to the others, because a hand-off fell out of step in its run: send_recv "
-        "'send bwd mb6' over GPUs [0, 16] ended between 57.8 ms and 58.15 ms, out of step by 357 us, where its run "
-        "stopped")
+        "32 of 32 ranks simulated; the stage fold given up: a hand-off fell out of step in its run; the routes fold "
+        "given up for the same reason")
     stage, routes = folded.pop("fold_given_up")
     for entry, ranks in ((stage, 2), (routes, 4)):
         assert entry["fold"] == ("stage" if ranks == 2 else "routes") and entry["simulated_ranks"] == ranks

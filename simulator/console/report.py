@@ -252,39 +252,45 @@ def _layout_line(summary: dict) -> str:
 
 
 def _given_up_text(entry: dict, before: dict | None = None) -> str:
-    """One fold given up (an entry of summary.json's `fold_given_up`) in words a new user reads: which
-    shortcut was dropped, how many ranks it would have simulated for all, why, then the check's reason or,
-    where its run fell out of step, the first collective out of step with its figures (where the run stopped at
-    it, its own gap; else how many were out of step and by up to how much); 'for the same reason'
-    where the entry ``before`` it was refused before its run as it was (a classed fold and then the stage fold)."""
-    ranks = entry.get("simulated_ranks")
-    shortcut = "" if ranks is None else (f", which would simulate {counted(ranks, 'rank')} and copy "
-                                         f"{'it' if ranks == 1 else 'them'} to the others")
-    apart = entry.get("out_of_step")
-    if not apart and before is not None and not before.get("out_of_step") and (
-            before["why"], before["reason"]) == (entry["why"], entry["reason"]):
-        return f"gave up the {entry['fold']} fold{shortcut}, for the same reason"
-    head = f"gave up the {entry['fold']} fold{shortcut}, because {entry['why']}"
-    if not apart:
-        return f"{head}: {entry['reason']}"
+    """One fold given up (an entry of summary.json's `fold_given_up`) in a clause: which, and its short `why`
+    ('the stage fold given up: the step's faults differ across replicas'); 'for the same reason' where the entry
+    ``before`` it gave the same why. The check's sentence and the figures of a run out of step stay in
+    summary.json, where a 12-line `ranks` row of them hid the row's point."""
+    if before is not None and before["why"] == entry["why"]:
+        return f"the {entry['fold']} fold given up for the same reason"
+    return f"the {entry['fold']} fold given up: {entry['why']}"
+
+
+def _out_of_step_text(apart: dict) -> str:
+    """The first collective instance out of step of a fold's run (an entry's `out_of_step`) with its figures:
+    when its copies ended and, where the run stopped at it, its own gap, else how many instances were out of step
+    and by up to how much."""
     first, last = durations_apart(*apart["ended_s"])
     found = (f"out of step by {format_seconds(apart['widest_s'])}, where its run stopped" if "stopped_at_s" in apart
              else f"{counted(apart['instances'], 'instance')} out of step by up to {format_seconds(apart['widest_s'])}")
-    return (f"{head}: {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between {first} and "
-            f"{last}, {found}")
+    return f"{apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between {first} and {last}, {found}"
 
 
 def rerun_line(rerun: Rerun) -> str:
     """The line on stderr as a step is simulated again after its fold fell out of step (`simulation.Rerun`): the
-    fold given up and why, as the run's `ranks` line gives it, and what the run now starting simulates."""
+    fold given up with its why, as the run's `ranks` row gives it, then the instance out of step with its figures
+    (the moment the user asks why the run starts again), and what the run now starting simulates."""
     how = "unfolded" if rerun.unfolded else "refolded"
-    return f"note: {_given_up_text(rerun.given_up)}; simulating the step again {how}, {rerun.size}"
+    entry = rerun.given_up
+    return (f"note: {_given_up_text(entry)} ({_out_of_step_text(entry['out_of_step'])}); simulating the step "
+            f"again {how}, {rerun.size}")
 
 
-def _fold_head(entry: dict) -> str:
-    """Which fold an entry of `fold_given_up` or `fold_not_exact` is, and how many ranks it simulates."""
-    ranks = entry.get("simulated_ranks")
-    return f"{entry['fold']} fold" + (f" ({counted(ranks, 'rank')})" if ranks is not None else "")
+def _not_exact_text(entry: dict) -> str:
+    """The fold that ran and stands though not exact (summary.json's `fold_not_exact`) in a clause: 'folded by
+    stage, not exact: 1,328 hand-offs out of step by up to 1.071 ms', or with its why where its run did not fall
+    out of step (known before the run: its hand-offs' copies cross other hops)."""
+    apart = entry.get("out_of_step")
+    if not apart:
+        return f"folded by {entry['fold']}, not exact: {entry['why']}"
+    noun = "hand-off" if apart["op"] == "send_recv" else f"{apart['op']} instance"
+    count = counted(apart["instances"], noun) if "instances" in apart else f"a {noun}"
+    return f"folded by {entry['fold']}, not exact: {count} out of step by up to {format_seconds(apart['widest_s'])}"
 
 
 def _weights_text(weights: dict[str, int] | None) -> str:
@@ -302,20 +308,21 @@ def _weights_text(weights: dict[str, int] | None) -> str:
 
 
 def folding_text(summary: dict) -> str:
-    """How many ranks the run simulated of its GPUs, each fold given up on the way with why (the summary's
-    `fold_given_up`), and the fold that ran and stands though not exact (`fold_not_exact`: only which and why,
-    its figures are in the run's warning); '' for a summary without simulated ranks."""
+    """The `ranks` row, one line: how many ranks the run simulated of its GPUs (with the GPUs each stands for
+    under `rank_weights`), then the fold that stands though not exact (`fold_not_exact`) with how many hand-offs
+    fell out of step by up to how much, else each fold given up on the way (`fold_given_up`) with its short why.
+    The refolds given up before a fold that stands not exact, the checks' sentences and the first instance out
+    of step are in summary.json (and the run's warning). '' for a summary without simulated ranks."""
     ranks = summary.get("simulated_ranks")
     if ranks is None:
         return ""
-    text = f"{ranks:,} of {counted(summary.get('gpus', '?'), 'rank')} simulated" + (
-        " (folded)" if summary.get("folded") else "") + _weights_text(summary.get("rank_weights"))
-    given_up = summary.get("fold_given_up") or []
-    text += "".join(f"; {_given_up_text(entry, before)}" for entry, before in zip(given_up, [None, *given_up]))
     not_exact = summary.get("fold_not_exact")
+    text = f"{ranks:,} of {counted(summary.get('gpus', '?'), 'rank')} simulated" + (
+        " (folded)" if summary.get("folded") and not not_exact else "") + _weights_text(summary.get("rank_weights"))
     if not_exact:
-        text += f"; not exact: {_fold_head(not_exact)}: {not_exact['why']} (see the warning)"
-    return text
+        return f"{text}; {_not_exact_text(not_exact)}"
+    given_up = summary.get("fold_given_up") or []
+    return text + "".join(f"; {_given_up_text(entry, before)}" for entry, before in zip(given_up, [None, *given_up]))
 
 
 def _label_table() -> Table:
