@@ -907,8 +907,8 @@ def test_unknown_kernels_are_kept_as_compute_and_warned(tmp_path):
     edit_event(traces / "rank0.json", 2, name="my_custom_op_kernel")
     _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
     assert result.summary["trace"]["unknown_kernels"] == 1
-    assert any("rank0.json: traceEvents[2]" in warning and "my_custom_op_kernel" in warning
-               for warning in result.summary["warnings"])
+    assert any("rank0.json: traceEvents[2]: 1 kernel of unknown kind kept as compute" in warning
+               and "my_custom_op_kernel" in warning for warning in result.summary["warnings"])
     assert result.summary["step_time_s"] > 1300e-6
 
 
@@ -1124,7 +1124,7 @@ def test_a_kineto_trace_with_nothing_to_replay(tmp_path):
     (traces / "rank1.json").write_text('{"traceEvents": [{"ph": "i", "name": "marker", "ts": 5}]}')
     error = kineto_error(traces)
     assert error.file.endswith("rank1.json") and error.field == "traceEvents"
-    assert error.problem.startswith("nothing to replay in 1 events")
+    assert error.problem.startswith("nothing to replay in 1 event:")
 
 
 def test_a_chakra_trace_of_metadata_alone_has_nothing_to_replay(tmp_path):
@@ -1133,7 +1133,7 @@ def test_a_chakra_trace_of_metadata_alone_has_nothing_to_replay(tmp_path):
     text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{path}', format: chakra-json}}\n"
     with pytest.raises(TraceError) as caught:
         run(text, tmp_path)
-    assert caught.value.field == "nodes" and caught.value.problem.startswith("nothing to replay in 1 nodes")
+    assert caught.value.field == "nodes" and caught.value.problem.startswith("nothing to replay in 1 node:")
 
 
 def test_an_unknown_trace_key_lists_the_trace_fields(tmp_path):

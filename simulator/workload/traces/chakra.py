@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simulator.collectives.names import Primitive
+from simulator.units import counted
 from simulator.workload.traces.model import (
     ATTENTION_KEYS,
     CPU_STREAM,
@@ -84,8 +85,8 @@ def read_chakra(path: Path) -> TracedRank:
         op_of[position] = (len(ops),)
         ops.append(op)
     if not ops:
-        raise trace_error(file, "nodes", f"nothing to replay in {len(nodes)} nodes: no COMP_NODE, COMM_COLL_NODE, "
-                          "COMM_SEND_NODE or COMM_RECV_NODE", "an execution trace of one training step")
+        raise trace_error(file, "nodes", f"nothing to replay in {counted(len(nodes), 'node')}: no COMP_NODE, "
+                          "COMM_COLL_NODE, COMM_SEND_NODE or COMM_RECV_NODE", "an execution trace of one training step")
     everyone = next((name for name, group in groups.items()
                      if group.description == DEFAULT_GROUP and group.members == tuple(range(len(group.members)))), None)
     return TracedRank(file=file, rank=-1, ops=tuple(ops), timed=False, events=len(nodes), events_field="nodes",
@@ -394,8 +395,9 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...], groups: dic
         members = groups[group].members if group in groups else ()
         size, stated = _recorded_size(file, where, attrs, launcher)
         if members and size and size != len(members):
-            raise trace_error(file, where, f"{name!r} records a process group of {size} ranks ({stated}), but the "
-                              f"process-group metadata lists {len(members)} ranks {list(members)} for {group!r}",
+            raise trace_error(file, where, f"{name!r} records a process group of {counted(size, 'rank')} ({stated}), "
+                              f"but the process-group metadata lists {counted(len(members), 'rank')} {list(members)} "
+                              f"for {group!r}",
                               "a group size equal to the number of the group's ranks in the metadata")
         return TracedOp(position, name, "comm", "collective", start, duration, op=primitive, nbytes=nbytes,
                         group=group, members=members, group_size=len(members) or size, size_field=stated,
@@ -457,7 +459,8 @@ def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[s
     if place is not None and members:
         if place >= len(members):
             raise trace_error(file, where, f"{missing}, and its record_param_comms node (id {_launcher_id(launcher)}) "
-                              f"names rank {place} of process group {group!r}, which has {len(members)} ranks",
+                              f"names rank {place} of process group {group!r}, which has "
+                              f"{counted(len(members), 'rank')}",
                               PEER_ALLOWED)
         return members[place], ()
     if len(set(members)) == 2:
@@ -465,7 +468,8 @@ def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[s
     if not group:
         named = (f"its record_param_comms node (id {_launcher_id(launcher)}) names none" if launcher is not None
                  else "no record_param_comms node that launched it names one")
-        listed = f"the process-group metadata lists {len(groups)} groups" if groups else "no process-group metadata"
+        listed = (f"the process-group metadata lists {counted(len(groups), 'group')}" if groups
+                  else "no process-group metadata")
         why = f"and no process group: no pg_name, {named}, and {listed}"
     elif not members:
         why = f"and the trace lists no members of its process group {group!r} (no process-group metadata for it)"

@@ -29,7 +29,7 @@ from typing import Literal, NamedTuple
 import orjson
 
 from simulator.collectives.names import Primitive
-from simulator.units import MAX_STEP_DURATION_S
+from simulator.units import MAX_STEP_DURATION_S, counted
 from simulator.workload.traces.launchers import GemmLaunchers, Spans, enclosing, gemm_depth, gemm_fields, key_length
 from simulator.workload.traces.model import (
     OpKind,
@@ -150,8 +150,8 @@ def read_kineto(path: Path) -> TracedRank:
     parsed = _Parsed(file, events, groups, only)
     ops, unknown = parsed.gpu_ops() if parsed.gpu else (parsed.cpu_ops(), [])
     if not ops:
-        raise trace_error(file, "traceEvents", f"nothing to replay in {len(events)} events: no GPU kernel, memcpy "
-                          "or memset, and no CPU op (cat cpu_op) in the profiled step",
+        raise trace_error(file, "traceEvents", f"nothing to replay in {counted(len(events), 'event')}: no GPU "
+                          "kernel, memcpy or memset, and no CPU op (cat cpu_op) in the profiled step",
                           "a profiler trace of one training step")
     traced = TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events), unknown=tuple(unknown),
                         untold_peers=tuple(parsed.untold_peers), lost_shapes=tuple(parsed.lost_shapes),

@@ -250,7 +250,7 @@ def _stage_size(world: int, transfers: list[Transfer], pp: int | None) -> tuple[
     where its group's description does not name a pipeline (None where none did, or one that did)."""
     if pp is not None:
         if world % pp:
-            raise ScenarioError(f"the traced job spans {world} ranks, which do not split into {pp} pipeline stages",
+            raise ScenarioError(f"the traced job spans {_ranks(world)}, which do not split into {pp} pipeline stages",
                                 field="workload.traced_pp", allowed=f"a divisor of {world}")
         return world // pp, None
     apart = [transfer for transfer in transfers if transfer.src != transfer.dst]
@@ -277,7 +277,7 @@ def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: 
     if tp is not None:
         if stage % tp:
             raise ScenarioError(f"tensor parallelism of {tp} does not divide the traced job's pipeline stages of "
-                                f"{stage} ranks", field="workload.traced_tp", allowed=f"a divisor of {stage}")
+                                f"{_ranks(stage)}", field="workload.traced_tp", allowed=f"a divisor of {stage}")
         return tp
     runs = {group: len(ranks) for group, ranks in groups.items() if group not in all_to_alls
             and len(ranks) > 1 and _stride(ranks) == 1 and min(ranks) // stage == max(ranks) // stage}

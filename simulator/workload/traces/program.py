@@ -167,7 +167,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     untraced = builder.check_transfers_matched(missing_ranks)
     builder.check_collectives_matched()
     builder.settle_exchanges()
-    warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
+    warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: "
+                     f"{counted(len(rank.unknown), 'kernel')} of "
                      f"unknown kind kept as compute (first: {rank.unknown[0][1]!r})" for rank in traced if rank.unknown)
     warnings += tuple(f"{rank.file}: {rank.events_field}[{rank.untold_peers[0][0]}]: {len(rank.untold_peers)} "
                       f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
