@@ -497,4 +497,38 @@ def test_route_classes_come_from_the_signature_and_fall_back_to_hosts(monkeypatc
                                                                   by_host]
     monkeypatch.setattr("simulator.engine.rank_classes._route_signatures", lambda *args: {})
     monkeypatch.setattr("simulator.engine.rank_classes._hop_signatures", lambda *args: {})
+    assert list(route_classes(program, plans, shapes, order)) == [RankClasses((0, 0, 0, 0, 1, 1, 1, 1) * 2),
+                                                                  by_host]
+    monkeypatch.setattr("simulator.engine.rank_classes._period_signatures", lambda *args: {})
     assert list(route_classes(program, plans, shapes, order)) == [by_host]
+
+
+RING_ACROSS_OVERSUBSCRIBED_SPINES = """
+cluster: {topology: dgx-h100-cluster, nodes: 16, leaf_ports: 4, spines: 4, oversubscription: 4}
+model: {layers: 8, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 4096, microbatches: 8, precision: bf16}
+parallelism: {tp: 8, pp: 2, zero: 1, order: [tp, cp, pp, dp]}
+"""
+"""16 DGX H100 in leaf groups of four over spines at 4:1; TP 8 in a host, PP 2, DP 8: replica r on hosts 2r and
+2r + 1, two replicas per leaf group. Each stage's DP ring runs over its hosts in turn and crosses the spines from
+the last replica of every leaf group only, a hop that outlasts those inside a leaf group: replica 1's backward
+hand-off from host 3 shares its NIC's uplink with the ring's hop from host 3 to host 5 (103 us unfolded), where
+replica 0's from host 1 has it to itself (58 us)."""
+
+
+def test_hand_offs_apart_by_place_in_the_leaf_group_fold_exactly_by_that_place(monkeypatch):
+    """The stage fold's backward hand-off falls out of step (replica 1's copy meets its DP ring's crossing of the
+    spines, replica 0's does not); hops, loads and places in the ring part no hosts, so the hosts' places in their
+    leaf group (the period of the spine hash) are proposed before one class per host: 4 of 128 ranks, which keep
+    pace, every figure of the summary the unfolded run's within 1e-12 (by host it would be 16 ranks); the fold's
+    flows are sent for two of the eight replicas, the first leaf group's (engine/replicas.py)."""
+    tried = _recording(monkeypatch)
+    loaded = scenario_from_text(RING_ACROSS_OVERSUBSCRIBED_SPINES, "inline.yaml", [])
+    folded = simulate(loaded).summary
+    unfolded = simulate(scenario_from_text(RING_ACROSS_OVERSUBSCRIBED_SPINES, "inline.yaml", ["run.fold=false"]))
+    assert [entry for entry in tried if entry[1] is not None] == [("route_step", (0, 16, 8, 24))]
+    assert folded["folded"] and folded["simulated_ranks"] == 4 and "fold_off_reason" not in folded
+    assert folded["fold_routes_reason"].startswith("send_recv 'recv bwd mb7' over GPUs [8, 0] ended on its mirrors")
+    assert folded.pop("replica_quotient") == {"replicas": 8, "replicas_sent": 2}
+    assert folded["step_time_s"] == unfolded.summary["step_time_s"]
+    assert_same_figures(folded, unfolded.summary, 1e-12, 1e-15, "fold_routes_reason")

@@ -516,9 +516,10 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
                 ) -> Iterator[FoldedStep | GivenUp | None]:
     """The step with its ranks classed also by the routes of their pipeline hand-offs (engine/rank_classes.py
     `route_classes`: by the hops the copies take, then also by the loads they meet on them, then also by place in
-    the other collectives' plans, then by host), the coarsest first, the next to be drawn only where the one before
-    fell out of step in its run; for a ``folded`` step whose only mirrors out of step were hand-offs (the fabric
-    hashes each flow onto a spine by its hosts and rails, so one host's hand-off can share an uplink that its
+    the other collectives' plans, then by place in the period of the spine hash, then by host), the coarsest
+    first, the next to be drawn only where the one before fell out of step in its run; for a ``folded`` step
+    whose only mirrors out of step were hand-offs (the fabric hashes each flow onto a spine by its hosts and
+    rails, so one host's hand-off can share an uplink that its
     mirrors' do not, and one replica's may cross the spines where another's stays in its leaf group). Nothing where
     no such classes refine its own: no layout
     (a trace), step faults that leave some stage's ranks unlike (not `alike_in_stages`), or ranks all alike. The

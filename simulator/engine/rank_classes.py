@@ -37,7 +37,10 @@ plans between hosts (`route_classes`): a replica's hand-off may cross the
 spines where another's stays in its leaf group, and the fabric hashes each flow onto a spine by its hosts, their
 rails' difference and its channel, so one host's hand-off can share a leaf's uplink with another collective's
 flows where its mirrors' do not (the DeepSeek search's interleaved wrap from stage 15 to stage 0,
-docs/architecture.md). Those classes may be of unequal size: each representative then stands for its class's
+docs/architecture.md), then also by their places in the period of the spine hash, whose translates route
+alike, where the classes before are alike at every place (a DP ring leaves every leaf group from its last
+hosts, over the spines). Those classes may be of
+unequal size: each representative then stands for its class's
 size of ranks (parallel/folding.py `rank_weights`), which the summary's per-GPU means weigh it by. The finest
 are hosts: where two ranks of one host hand on between the same two hosts over other rails, their flows climb
 other leaves' uplinks and meet other collectives' cross-rail flows unlike, no refold holds and the step runs
@@ -94,8 +97,10 @@ def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShap
     representative per kind of hand-off route, weighted by how many ranks it stands for), then also by the loads
     the copies meet on those hops (`_route_signatures`, which took 183 s on the published SC21 529.6B row against
     none for the hops), then also by their places in the plans of the other collectives between hosts
-    (`_place_signatures`: a DP tree's heights and depths), then one class per host of each stage (route loads
-    counted before the run need not tell apart hosts whose hand-offs meet other flows at other times); each
+    (`_place_signatures`: a DP tree's heights and depths), then also by their places in the period of the spine
+    hash where the classes before are alike at every place (`_period_classes`), then one class per host of each
+    stage (route loads counted before the run need not tell apart hosts whose hand-offs meet other flows at other
+    times); each
     beside the hosts' NVLink loads (`_nvlink_signatures`), each proposal finer than or equal to the one before
     (keyed by its signatures and the earlier ones'; by host the finest), so that none simulates fewer ranks than
     the one before; classes of unequal size allowed but for the last, a proposal equal to an earlier one left
@@ -105,7 +110,8 @@ def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShap
     (replicas 0 and 23 and each crossing replica apart), 56 ranks; hosts 192. On the SC21 76.1B step (DP trees
     over 32 hosts, interleaved) the loads give two classes per stage, which fall out of step, and places five (the
     two roots together, then per height 1 to 4 in one tree the hosts that are leaves in the other: 16, 8, 4 and 2
-    hosts), 20 of 1,024 ranks, which keep pace."""
+    hosts), 20 of 1,024 ranks, which keep pace. On the Llama 3 70B step on 2,048 GPUs with TP 8 x PP 4 and the
+    spines at 4:1, only the places in the leaf group part hosts: 32 ranks against 256 by host."""
     host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
     columns = _stage_hosts(program, host)
     if columns is None:
@@ -122,6 +128,10 @@ def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShap
         if classes is not None and classes not in proposed:
             proposed.append(classes)
             yield classes
+    by_period = None if hops_only else _period_classes(plans, host, columns, keys)
+    if by_period is not None and by_period not in proposed:
+        proposed.append(by_period)
+        yield by_period
     by_host = None if hops_only else RankClasses.keyed(columns)
     if by_host is not None and by_host not in proposed:
         yield by_host
@@ -386,6 +396,39 @@ def _place_signatures(plans: PlanCache, shapes: CollectiveShapes, host: np.ndarr
             for h, load in loads.items():
                 found.setdefault(h, Counter()).update(load)
     return {h: tuple(sorted(load.items())) for h, load in found.items()}
+
+
+def _period_classes(plans: PlanCache, host: np.ndarray, columns: Sequence[tuple[int, ...]], keys: Sequence[tuple]
+                    ) -> RankClasses | None:
+    """The positions (``columns``: their hosts in every stage) classed by their hosts' places in the period of the
+    spine hash beside their ``keys`` (the signatures before), where those keys are alike at every place (so the
+    step's hand-offs and collectives between hosts look alike under a translation by whole periods, as far as the
+    signatures tell); None where the fabric has no period or the keys part hosts at one place (NCCL's trees number
+    hosts from the first, so a host's place in them is not its translate's: classed by both, 52 of 64 ranks fell
+    out of step on tests/test_fold_equivalence.py's trees on two leaves)."""
+    place = _period_signatures(plans, host)
+    if not place:
+        return None
+    alone = [tuple(place[h] for h in column) for column in columns]
+    classes = RankClasses.keyed(list(zip(keys, alone)), unequal=True)
+    return classes if classes == RankClasses.keyed(alone, unequal=True) else None
+
+
+def _period_signatures(plans: PlanCache, host: np.ndarray) -> dict[int, int]:
+    """Per host, its place in the period of the fabric's spine hash (a leaf group, a pod with three tiers): its
+    first GPU's index modulo the period's GPUs (nothing where the fabric has no translations or one period only).
+    A translation by whole periods moves every route onto its translate's links (topology/periods.py), so hosts at
+    one place of their periods meet the same loads wherever the step is alike under that translation (a DP ring
+    over hosts in turn, whose hops across the spines leave every period from its last host), which the lockstep
+    check after the run certifies; hosts at other places need not: with oversubscribed spines a DP ring's hop
+    across them is slower than those inside a leaf group, so the hand-offs of a period's last hosts meet it longer."""
+    periods = plans.translations()
+    gpus = len(host)
+    if periods is None or periods.period >= gpus:
+        return {}
+    first = np.full(int(host.max()) + 1, gpus, dtype=np.int64)
+    np.minimum.at(first, host, np.arange(gpus, dtype=np.int64))
+    return {h: int(gpu % periods.period) for h, gpu in enumerate(first.tolist())}
 
 
 def _copy_routes(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
