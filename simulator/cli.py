@@ -634,9 +634,8 @@ def _grid_line(grid: IntervalGrid) -> str:
     points (`DEFAULT_GRID_FACTORS`), why: how many rounding to whole steps merged or raised to one step or the
     async write floor, the point added below that floor, how many were left out past the horizon or not longer
     than the in-memory interval."""
-    from simulator.console.report import format_seconds
     from simulator.reliability.study import DEFAULT_GRID_FACTORS
-    from simulator.units import counted
+    from simulator.units import counted, format_seconds
 
     points = ", ".join(f"{steps:,} ({format_seconds(steps * grid.step_s)})" for steps in grid.steps)
     low, high = (steps * grid.step_s / grid.centre_s for steps in (grid.steps[0], grid.steps[-1]))
@@ -679,9 +678,9 @@ def _study_line(curve: dict) -> str:
     intervals, all of these
     intervals in one unit (`durations_alike`: 'interval 20 min; Young 805 s' had them compared across units);
     the ETTR marked invalid where the healthy step is out of memory, as a job's table marks it."""
-    from simulator.console.report import format_seconds, long_duration
+    from simulator.console.report import long_duration
     from simulator.metrics.summary import OOM_FIGURES
-    from simulator.units import durations_alike
+    from simulator.units import durations_alike, format_seconds
 
     cost = (f", C {format_seconds(curve['young_daly_cost_s'])}" if curve.get("young_daly_cost_s") is not None
             and curve["young_interval_s"] is not None else "")

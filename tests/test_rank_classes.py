@@ -24,7 +24,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.console.report import folding_text
 from simulator.engine import fold_policy
 from simulator.engine.fold_policy import FoldedStep, GivenUp, lane_step, meet_step, program_indexes, route_steps
-from simulator.engine.lockstep import Lockstep
+from simulator.engine.lockstep import Lockstep, OutOfStep
 from simulator.engine.rank_classes import rank_classes, route_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.faults.step import StepFaultPlan
@@ -209,6 +209,18 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
         assert apart["stopped_at_s"] == apart["ended_s"][1] and "instances" not in apart
         assert apart["widest_s"] == pytest.approx(0.357e-3, abs=5e-7)
     assert folded == unfolded
+
+
+@pytest.mark.parametrize("widest, shown", [(0.00099999, "1 ms"), (1234.5, "1,234 s")])
+def test_an_out_of_step_gap_reads_as_the_console_writes_it(widest, shown):
+    """The gap a fold reason gives (engine/lockstep.py `OutOfStep.reason`) is written as the console's ranks row
+    writes it (units.py `format_seconds`): 0.99999 ms as '1 ms', not '1000 us'; 1234.5 s as '1,234 s', not
+    '20.57 min'."""
+    apart = OutOfStep(op="send_recv", name="send fwd mb0", group=(0, 16), earliest_s=1.0, latest_s=1.0 + widest,
+                      instances=2, widest_s=widest, copies=((0, 16), (8, 24)), links=(2, 4))
+    assert f"(2 instances out of step, by up to {shown})" in apart.reason()
+    stopped = replace(apart, instances=1, stopped_at_s=1.0 + widest)
+    assert f"(the run stopped there, its first instance out of step, by {shown})" in stopped.reason()
 
 
 def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ...] | None]]:

@@ -29,11 +29,10 @@ from shared import OOM_JOB, SPARE_JOB, WAIT_JOB, inside, renewal_ettr, stderr_be
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
-from simulator.console.report import format_seconds
 from simulator.errors import InputError
 from simulator.reliability.study import write_study
 from simulator.report.run_folder import write_run_folder
-from simulator.units import durations_alike, expected_count, format_duration
+from simulator.units import durations_alike, expected_count, format_duration, format_seconds
 
 M, C = 3 * 3600.0, 60.0
 JOB = """

@@ -17,31 +17,23 @@ from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import parallel_degrees, sharding_name
 from simulator.units import (
-    ZERO_DURATION,
     counted,
     durations_alike,
     durations_apart,
     expected_count,
     format_duration,
     format_memory,
+    format_seconds,
     format_size,
-    four_digits,
     number_ranges,
+    rounds_to,
+    seconds_alike,
 )
 
 if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.simulation import Rerun
     from simulator.topology.graph import Topology
-
-
-def format_seconds(value: float) -> str:
-    """A duration with a unit that keeps three or four significant digits (whole seconds with thousands
-    separators from 1,000 s on, as `four_digits` writes them: 'per failure 1040 s' read beside '31,942 s'; four
-    significant digits from 10^15 s on, as format_count: Young's interval at a failure rate x 1e-300 had 307
-    digits). The unit and the form are chosen by the value as rounded: a checkpoint's 0.99999999999998 ms cost
-    printed as '1000 us', 9999.99 s as '1e+04 s', 999,999,999,999,999 s with 15 digits."""
-    return _seconds(value, zeros=False)
 
 
 def step_seconds(value: float) -> str:
@@ -52,31 +44,6 @@ def step_seconds(value: float) -> str:
 
 MINUTE_S = 60.0
 """From this long on, a step's time is given in minutes, hours or days too."""
-
-
-def seconds_alike(value: float) -> str:
-    """`format_seconds` with its trailing zeros kept (49.30 s, 46.00 s), for figures read side by side, a mean and
-    its 95% interval, Young's and Daly's intervals: 'Young 49.3 s, Daly 49.29 s' and '46.9 s (95%: 46 s to
-    47.81 s)' read as if one figure were known to fewer digits than the other."""
-    return _seconds(value, zeros=True)
-
-
-def _seconds(value: float, zeros: bool) -> str:
-    """`format_seconds` and, with ``zeros``, `seconds_alike`; zero in seconds (`ZERO_DURATION`)."""
-    if value == 0:
-        return ZERO_DURATION
-    if _rounds_to(value, 1e15):
-        return f"{value:.4g} s"
-    if _rounds_to(value, 1):
-        return f"{four_digits(value, zeros)} s"
-    if _rounds_to(value, 1e-3):
-        return f"{four_digits(value * 1e3, zeros)} ms"
-    return f"{four_digits(value * 1e6, zeros)} us"
-
-
-def _rounds_to(value: float, bound: float) -> bool:
-    """Whether ``value`` to four significant digits is ``bound`` or more."""
-    return float(f"{value:.4g}") >= bound
 
 
 def _share(value: float) -> str:
@@ -593,7 +560,7 @@ def long_duration(seconds: float) -> str:
     rounded (a restart of 3,597 s printed '60.0 min', 59.9996 s '60 s': they are '1.0 h' and '1.0 min')."""
     if float(f"{seconds / 60:.1f}") >= 60:
         return f"{seconds / 3600:,.1f} h"
-    if _rounds_to(seconds, 60):
+    if rounds_to(seconds, 60):
         return f"{seconds / 60:.1f} min"
     return format_seconds(seconds)
 
