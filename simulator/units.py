@@ -415,18 +415,23 @@ def durations_apart(first: float, second: float) -> tuple[str, str]:
     """Two times read side by side (when a collective's copies ended, how long a group and its mirror take) in
     one unit of `SECOND_STEPS`, the one the shorter reaches, to four significant digits or as many more as they
     need to read differently (`texts_apart`), with thousands separators and never an exponent: 12.78 s and
-    12.79 s, not '1.278e+04 ms' beside '12785.01 ms'."""
-    shorter = min(abs(first), abs(second)) or max(abs(first), abs(second))
-    unit, scale = fitting_unit(shorter, SECOND_STEPS) if shorter else ("s", 1.0)
-    first_text, second_text = texts_apart([first / scale, second / scale], _plain_digits)
-    return f"{first_text} {unit}", f"{second_text} {unit}"
+    12.79 s, not '1.278e+04 ms' beside '12785.01 ms'. Zero is `ZERO_DURATION` beside any other time, and a time
+    that is not finite reads as Python writes it ('inf s')."""
+    sized = [abs(value) for value in (first, second) if value and math.isfinite(value)]
+    unit, scale = fitting_unit(min(sized), SECOND_STEPS) if sized else ("s", 1.0)
+    first_text, second_text = (ZERO_DURATION if value == 0 else f"{text} {unit}" for value, text in zip(
+        (first, second), texts_apart([first / scale, second / scale], _plain_digits), strict=True))
+    return first_text, second_text
 
 
 def _plain_digits(value: float, digits: int) -> str:
-    """``value`` to ``digits`` significant digits in fixed point (thousands separators, no exponent, no trailing
-    zeros after the point): 12785.01 to 7 digits is '12,785.01', 119.6 to 6 digits '119.6'."""
+    """``value`` in fixed point to ``digits`` significant digits, or to every whole digit where it has more
+    (thousands separators, no exponent, no trailing zeros after the point): 12785.01 to 7 digits is
+    '12,785.01', to 4 digits '12,785'; 119.6 to 6 digits '119.6'; inf and nan as Python writes them."""
     if value == 0:
         return "0"
+    if not math.isfinite(value):
+        return str(value)
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
     text = f"{value:,.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from simulator.cli import main
@@ -71,3 +73,13 @@ def test_two_times_print_in_one_unit_with_as_many_digits_as_tell_them_apart():
     assert durations_apart(12784.4, 12785.01) == ("12,784 s", "12,785 s")
     assert durations_apart(0.999, 1.2) == ("999 ms", "1,200 ms")
     assert durations_apart(0.0, 0.0) == ("0 s", "0 s")
+
+
+def test_zero_and_times_that_are_not_finite_read_plainly_beside_another():
+    """Zero beside another time is '0 s', as every zero duration reads (units.py `ZERO_DURATION`), and the other
+    keeps its own unit; a time that is not finite reads 'inf' or 'nan' in the other's unit, not an error."""
+    assert durations_apart(0.0, 5e-6) == ("0 s", "5 us")
+    assert durations_apart(2.5e-3, 0.0) == ("2.5 ms", "0 s")
+    assert durations_apart(1.0, math.inf) == ("1 s", "inf s")
+    assert durations_apart(math.nan, 2e-3) == ("nan ms", "2 ms")
+    assert durations_apart(math.inf, math.inf) == ("inf s", "inf s")
