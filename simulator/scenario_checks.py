@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
+from simulator.schedules.base import PLACEMENT_SITTING, Placement
 
 if TYPE_CHECKING:
     from simulator.topology.graph import Topology
@@ -170,16 +171,12 @@ def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
                ("parallelism", "pipeline", "virtual_stages"))))
 
 
-def _pipeline_depth(ranks: int, chunks: int, placement: str) -> str:
+def _pipeline_depth(ranks: int, chunks: int, placement: Placement) -> str:
     """A pipeline's ranks and, where each holds more than one chunk, its virtual stages and how they sit:
     '4 stages', '4 ranks (8 virtual stages, 2 a rank, looped)', '4 ranks (8 virtual stages, 2 a rank in a V)'."""
     if chunks == 1:
         return f"{ranks} stages"
-    return f"{ranks} ranks ({ranks * chunks} virtual stages, {chunks} a rank{_SITTING[placement]})"
-
-
-_SITTING = {"loop": ", looped", "v": " in a V"}
-"""How a rank's chunks sit in the pipeline, by placement (schedules/base.py), as the unfilled warning says it."""
+    return f"{ranks} ranks ({ranks * chunks} virtual stages, {chunks} a rank{PLACEMENT_SITTING[placement]})"
 
 
 def interleaved_one_chunk_warning(loaded: LoadedScenario, gpus: int) -> str | None:

@@ -12,6 +12,7 @@ import pytest
 from shared import SCENARIOS
 
 from simulator.cli import main
+from simulator.schedules.base import PLACEMENT_NAMES, PLACEMENT_SITTING, PLACEMENTS
 
 DP8 = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
 """global_batch: 32, micro_batch: 1 on dp 8: 4 micro-batches a step."""
@@ -135,6 +136,12 @@ def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they
         "(allowed: at least 4 micro-batches, one a rank, to fill it)\n")
     assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=8"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_every_placement_has_its_name_and_its_wording_beside_the_option_set():
+    """The unfilled warning words how a rank's chunks sit from the placements' own table (schedules/base.py),
+    beside their names: a placement added there is worded there."""
+    assert set(PLACEMENT_SITTING) == set(PLACEMENT_NAMES) == set(PLACEMENTS)
 
 
 @pytest.mark.parametrize(("schedule", "chunks", "depth"), [

@@ -24,6 +24,9 @@ Placement = Literal["loop", "v"]
 PLACEMENTS: tuple[Placement, ...] = ("loop", "v")
 PLACEMENT_NAMES: dict[Placement, str] = {"loop": "loop", "v": "V"}
 """Each placement as errors and the docs name it (`the V placement`)."""
+PLACEMENT_SITTING: dict[Placement, str] = {"loop": ", looped", "v": " in a V"}
+"""How a rank's chunks sit in the pipeline, by placement, as a warning words it after their count ('2 a rank,
+looped', '2 a rank in a V')."""
 
 STAGES_FIELD = "parallelism.pp"
 MICROBATCHES_FIELD = "training.microbatches"
