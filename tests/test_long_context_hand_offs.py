@@ -67,7 +67,7 @@ def test_hand_offs_across_leaf_groups_hash_several_lanes_onto_one_uplink():
 def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_step():
     """Folded, a hand-off ends when its slowest lane's does (collectives/execute.py `run_plans`): the first one
     out of step, stage 3's forward send of micro-batch 3, ends on its lanes between 173.1 ms and 173.2 ms, and
-    1,328 hand-off instances do, by up to 1.07 ms (lanes 5, 7, 13 and 14 behind the others on every forward send
+    1,328 hand-off instances do, by up to 1.071 ms (lanes 5, 7, 13 and 14 behind the others on every forward send
     across a leaf group). The folded step is 11.302001 s and its exposed pipeline communication 495.0 ms per GPU
     (11.299570 s and 488.8 ms before a rank's sends to one peer left in issue order, parallel/program.py
     `_send`). Unfolded the step is far beyond the scale limits, so the folded run stands with this warning and
@@ -196,7 +196,7 @@ def _in_order(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def test_without_sm_contention_the_folded_step_replayed_lane_by_lane_is_the_unfolded_one():
-    """The small analogue without SM contention: 24 hand-offs end on their lanes up to 0.166 ms apart, the
+    """The small analogue without SM contention: 24 hand-offs end on their lanes up to 165.7 us apart, the
     representative goes on when its slowest lane does, and the next collective that touches shared links
     gathers every lane (the CP K/V all-gather after a forward receive; after a backward one, the CP collectives
     or the DP x CP gradient reduction), so the folded step is the unfolded one to the bit: each lane waits there
