@@ -619,6 +619,24 @@ def test_a_job_sweep_of_a_synthetic_model_writes_no_column_of_nothing(tmp_path):
     assert list(rows["goodput_steps_per_s.mean"]) == pytest.approx(list(rows["ettr.mean"] / 0.033), rel=1e-9)
 
 
+def test_a_schedule_sweep_of_a_synthetic_model_has_no_token_or_flop_figures(tmp_path):
+    """A synthetic model states no tokens and no FLOPs: its summary's throughput, FLOP rates, MFU and HFU are
+    null, not 0 (docs/outputs.md), so a sweep over schedules writes no column of them, and its steps are
+    (m + p - 1)(F + B) = 33 ms for both GPipe and 1F1B."""
+    from simulator.config.loader import load_scenario
+    from simulator.simulation import simulate
+
+    unknown = ("tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "hardware_tflops_per_gpu")
+    summary = simulate(load_scenario(SCENARIOS / "schedule-1f1b-p4-m8.yaml", [])).summary
+    assert {key: summary[key] for key in unknown} == dict.fromkeys(unknown)
+    out = tmp_path / "out"
+    sweep = sweep_from_text(BASE + "grid:\n  parallelism.pipeline.schedule: [gpipe, 1f1b]\n", "s.yaml")
+    assert run_sweep(sweep, out, SerialExecutor()).statuses == {"ok": 2}
+    rows = pd.read_parquet(out / "results.parquet")
+    assert not set(unknown) & set(rows.columns)
+    assert list(rows["step_time_s"]) == pytest.approx([0.033, 0.033], rel=1e-12)
+
+
 def test_force_runs_a_job_point_refused_for_its_size(tmp_path, monkeypatch, capsys):
     """A point over the job-event limit says "or pass --force", and `trainsim sweep --force` runs it, and runs again the
     point an earlier run refused."""

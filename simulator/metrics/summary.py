@@ -287,20 +287,18 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     figures and the losses average: the workers of a parameter-server run, whose waits are the run's losses
     (a server has no compute to hide a transfer behind, and its updates are what the workers wait for); the
     FLOP rates and the traffic stay per GPU of the whole run, servers included, which the run occupies.
-    ``span`` is what ``step_time_s`` spans, which the bottleneck's verdict names (`SimulatedSpan`). A replayed
-    trace (``traced``) whose ops carry no shapes counts no executed FLOPs: its hardware rate and HFU are unknown,
-    None (null in summary.json, empty in a sweep's table), not the 0 a script or a chart reads as measured; so
-    are its `tokens_per_s` where the scenario states no tokens, and its `tflops_per_gpu` and MFU where it states
-    no tokens or no model FLOPs per token.
+    ``span`` is what ``step_time_s`` spans, which the bottleneck's verdict names (`SimulatedSpan`). A step that
+    counts no executed FLOPs (a synthetic model's, a replayed trace's whose ops carry no shapes) has its hardware
+    rate and HFU unknown, None (null in summary.json, empty in a sweep's table), not the 0 a script or a chart
+    reads as measured; so are its `tokens_per_s` where it states no tokens (a synthetic model, a trace without
+    `tokens_per_step`), and its `tflops_per_gpu` and MFU where it states no model FLOPs.
     ``routing_skew_s`` (experts only) is what the hottest EP rank's load adds to the step, a loss (`loss_shares`);
     so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     comm = communication_metrics(timed, step_time_s)
     bubble = bubble_fraction(timed) if pipelined else 0.0
     flops_per_gpu = executed_flops(rows) / max(ranks_stood_for(simulated, rows.weights), 1)
-    flops_known = not traced or flops_per_gpu > 0
-    tokens_known = not traced or tokens_per_step > 0
-    model_flops_known = not traced or model_flops_per_step > 0
+    flops_known, tokens_known, model_flops_known = flops_per_gpu > 0, tokens_per_step > 0, model_flops_per_step > 0
     model_flops_per_gpu = model_flops_per_step / gpus
     summary = {
         "step_time_s": step_time_s,

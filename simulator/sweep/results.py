@@ -86,7 +86,7 @@ among the losses the verdict's largest may name, where that time had no loss of 
 largest single loss reads 'SM contention, 10.1%' where it read 'exposed DP communication, 1.9%'; 7: the verdict's
 reason names a pipelined step's idle part 'bubble and other idle', where it read 'other idle', and
 `tokens_per_s`, `tflops_per_gpu` and `mfu` are null, not 0, for a trace whose scenario states no tokens or no
-model FLOPs per token)."""
+model FLOPs per token, and so are they and `hardware_tflops_per_gpu` and `hfu` for a synthetic model)."""
 
 
 @dataclass(frozen=True)
