@@ -718,6 +718,15 @@ def test_stages_read_off_a_transfer_are_warned_of_unless_its_group_is_described_
     assert described.summary["warnings"] == [] and described.summary["trace"]["traced_dp"] == 1
 
 
+def test_a_tie_for_the_nearest_transfer_goes_to_the_one_in_a_group_described_as_a_pipeline():
+    """Two transfers as near (2 ranks apart), one in a group named only by number from the lower rank and one in
+    the pipeline's described group: the described one tells the stages, so they are no inference to warn of."""
+    transfers = [Transfer(0, 2, ""), Transfer(1, 3, "PIPELINE_MODEL_PARALLEL_GROUP")]
+    found = dimensions({}, 4, transfers, TracedSizes())
+    assert found.stages_from is None and found.sizes.pp == 2
+    assert dimensions({}, 4, transfers[:1], TracedSizes()).stages_from == transfers[0]
+
+
 def test_one_pipeline_stage_traced_alone_runs_its_transfer_to_the_untraced_stage_on_the_network(tmp_path):
     """Rank 0's trace alone (one stage's profile): rank 1 is not simulated, the send still runs over the network
     between the two hosts once rank 0 reaches it, as a collective's untraced members' transfers do."""

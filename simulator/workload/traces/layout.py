@@ -246,7 +246,8 @@ def _told_sizes(declared: TracedSizes, groups: list[ProcessGroup]) -> TracedSize
 
 def _stage_size(world: int, transfers: list[Transfer], pp: int | None) -> tuple[int, Transfer | None]:
     """Ranks per pipeline stage: the job's share of `traced_pp` stages, else the nearest pair of ranks that
-    exchange point-to-point transfers (neighbouring stages), else the whole job; with the transfer that told it
+    exchange point-to-point transfers (neighbouring stages; of pairs as near, one in a group described as a
+    pipeline first), else the whole job; with the transfer that told it
     where its group's description does not name a pipeline (None where none did, or one that did)."""
     if pp is not None:
         if world % pp:
@@ -256,7 +257,8 @@ def _stage_size(world: int, transfers: list[Transfer], pp: int | None) -> tuple[
     apart = [transfer for transfer in transfers if transfer.src != transfer.dst]
     if not apart:
         return world, None
-    nearest = min(apart, key=lambda transfer: (abs(transfer.src - transfer.dst), transfer.src, transfer.dst))
+    nearest = min(apart, key=lambda transfer: (abs(transfer.src - transfer.dst),
+                                               named_kind(transfer.description) != "pp", transfer.src, transfer.dst))
     stage = abs(nearest.src - nearest.dst)
     if world % stage:
         raise ScenarioError(f"the trace's nearest point-to-point transfer is {stage} ranks apart, which does not split "
