@@ -112,8 +112,8 @@ def test_tokens_and_model_flops_give_throughput_and_mfu(tmp_path):
 
 
 def test_rates_a_trace_states_nothing_for_are_null_not_zero(tmp_path):
-    """Without tokens the throughput and the model FLOP rates are unknown, null (as `hfu` without shapes): they
-    were 0.0, which a script averaging `mfu` over trace runs takes as measured; tokens alone give throughput."""
+    """Without tokens the throughput and the model FLOP rates are unknown, null (as `hfu` without shapes), not
+    the 0.0 a script averaging `mfu` over trace runs would take as measured; tokens alone give throughput."""
     _, untold = run(two_rank_scenario("100 Gb/s"), tmp_path)
     assert [untold.summary[key] for key in ("tokens_per_s", "tflops_per_gpu", "mfu")] == [None, None, None]
     _, tokens_only = run(two_rank_scenario("100 Gb/s", dp=", tokens_per_step: 8192"), tmp_path)
@@ -464,8 +464,8 @@ def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
 
 
 def test_the_bundled_chakra_scenario_declares_its_data_parallel_job_and_its_gradients_count_as_dp(tmp_path):
-    """Its all-reduce is the gradients' (the trace names it so): read as pp from the send's two "stages", it
-    printed `exposed communication pp 222.6 us`; declared `traced_pp: 1`, it is dp, the send pp, no warning."""
+    """Its all-reduce is the gradients' (the trace names it so), which read as pp from the send's two "stages"
+    would be exposed pp communication; declared `traced_pp: 1`, it is dp, the send pp, with no warning."""
     loaded = load_scenario(SCENARIOS / "trace-chakra-2rank.yaml")
     assert loaded.scenario.workload.traced_pp == 1
     summary = simulate(loaded).summary
@@ -544,7 +544,7 @@ def test_chakra_process_group_metadata_as_a_list_holding_its_json_text_is_read(t
 
 def test_chakra_files_whose_names_number_other_ranks_than_their_order_warn(tmp_path):
     """Chakra files rank0, rank1 and rank3 (no file states its rank, so ranks are the files' order): rank3.json
-    became rank 2 without a word; one line says so."""
+    is rank 2, which one line says."""
     chakra_job(tmp_path, {"0": [0, 1, 2]}, {rank: [("all_reduce", "0", MIB)] for rank in (0, 1, 2)})
     (tmp_path / "rank2.json").rename(tmp_path / "rank3.json")
     _, result = run(chakra_scenario(tmp_path), tmp_path)
@@ -565,8 +565,8 @@ def test_trace_files_are_named_by_their_normalised_paths(tmp_path):
 
 
 def test_sm_contention_beside_a_trace_warns_that_it_changes_nothing(tmp_path):
-    """`collectives.sm_contention` set beside a trace was dropped without a word (the traced durations include
-    any slowdown already); it warns at its line, as a parameter-server run's ignored fields do."""
+    """`collectives.sm_contention` set beside a trace changes nothing (the traced durations include any
+    slowdown already); it warns at its line, as a parameter-server run's ignored fields do."""
     text = two_rank_scenario("100 Gb/s").replace("{algorithm: ring}", "{algorithm: ring, sm_contention: nccl}")
     _, result = run(text, tmp_path)
     assert [line for line in result.summary["warnings"] if "sm_contention" in line] == [
@@ -685,11 +685,11 @@ def four_rank_group_refusal(traces: Path, folder: Path) -> TraceError:
 @pytest.mark.parametrize("peers", [{}, {"rank0": {"Rank": 1}, "rank1": {"Rank": 0}}, {"rank0": {}, "rank1": {}}],
                          ids=["global", "in-group", "two-rank-group"])
 def test_a_pipeline_transfer_is_recosted_and_a_slower_inter_host_link_adds_exactly_its_extra_time(tmp_path, peers):
-    """Kineto's NCCL send and receive kernels kept their traced 2700 us on any network, so a trace moved to a
-    slower cluster kept its pipeline transfers' time while its collectives were re-costed. The peer is the
+    """Kineto's NCCL send and receive kernels run on the cluster's network, not for their traced 2700 us, so a
+    trace moved to a slower cluster re-costs its pipeline transfers as it does its collectives. The peer is the
     global `Dst Rank` / `Src Rank`, or (older PyTorch) `Rank` within the process group's ranks [0, 1], or,
-    where neither is told, the other member of that two-rank group (as for a Chakra trace; it was kept as
-    traced compute)."""
+    where neither is told, the other member of that two-rank group (as for a Chakra trace), not traced
+    compute."""
     traces = pipeline_transfer(tmp_path, **peers)
     declared = ", traced_pp: 2"  # two stages, which the transfer alone would leave to inference, with its warning
     _, fast = run(two_rank_scenario("100 Gb/s", dp=declared).replace(str(KINETO_2RANK), str(traces)), tmp_path)
@@ -886,8 +886,8 @@ def test_bad_events_name_the_event_index(tmp_path, change, problem):
 
 
 def test_a_kernel_without_a_duration_is_refused_not_replayed_as_zero(tmp_path, capsys):
-    """A complete event carries its `dur`; a kernel without one (a hand-edited or corrupt file) replayed as 0 us
-    without a word, where every other malformed field is refused."""
+    """A complete event carries its `dur`; a kernel without one (a hand-edited or corrupt file) is refused, as
+    every other malformed field is, not replayed as 0 us."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     doc = json.loads((traces / "rank1.json").read_text())
     del doc["traceEvents"][2]["dur"]
@@ -1284,8 +1284,9 @@ def test_a_chakra_transfer_of_a_two_rank_group_without_the_file_s_rank_is_refuse
 
 
 def test_a_chakra_error_spells_the_field_as_the_file_and_names_the_node_id(tmp_path):
-    """The jsonizer writes camelCase (`dataDeps`); the error named the schema's `data_deps`, which a grep of the
-    file does not find, and only `nodes[2]`, which a reader counting the metadata header reads as another node."""
+    """The jsonizer writes camelCase (`dataDeps`): the error spells the field as the file does (a grep for the
+    schema's `data_deps` finds nothing) and names the node by its id beside `nodes[2]`, an index a reader counting
+    the metadata header reads as another node."""
     traces = copy_traces(CHAKRA_2RANK, tmp_path)
     path = traces / "rank0.json"
     path.write_text(path.read_text().replace('"dataDeps": ["2"]', '"dataDeps": ["99"]'))
@@ -2367,9 +2368,9 @@ def name_devices(traces: Path, devices: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("traced_gpu", ["h200", "a100-80gb"])
 def test_a_traced_gpu_the_trace_contradicts_is_warned_naming_both(tmp_path, traced_gpu):
-    """A trace whose files say they ran on an H100 SXM, given `traced_gpu: h200`, moved every kernel by the
-    H200's rates, and given the cluster's A100 kept the H100's times under the A100's name, both without a word
-   : `_device_warnings` returned nothing once `traced_gpu` was set."""
+    """A trace whose files say they ran on an H100 SXM, given `traced_gpu: h200` (every kernel moved by the
+    H200's rates) or the cluster's A100 (the H100's times kept under the A100's name), is warned of naming both:
+    `_device_warnings` checks the files' devices where `traced_gpu` is set too."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     name_devices(traces, {"rank0.json": "NVIDIA H100 80GB HBM3", "rank1.json": "NVIDIA H100 80GB HBM3"})
     text = two_rank_scenario("100 Gb/s", dp=f", traced_gpu: {traced_gpu}").replace(str(KINETO_2RANK), str(traces))
@@ -2381,8 +2382,8 @@ def test_a_traced_gpu_the_trace_contradicts_is_warned_naming_both(tmp_path, trac
 
 
 def test_every_files_device_is_checked_not_only_the_first_ones(tmp_path):
-    """Rank 0 names the cluster's A100 and rank 1 an H100: only the first file naming a device was read, so the
-    H100 rank's kernels kept their durations without a word."""
+    """Rank 0 names the cluster's A100 and rank 1 an H100: every file's device is read, not only the first
+    one's, so the H100 rank's kernels are warned of rather than kept at their durations in silence."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     name_devices(traces, {"rank0.json": "NVIDIA A100-SXM4-80GB", "rank1.json": "NVIDIA H100 80GB HBM3"})
     _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
