@@ -251,12 +251,14 @@ def rerun_line(rerun: Rerun) -> str:
 def _not_exact_text(entry: dict) -> str:
     """The fold that ran and stands though not exact (summary.json's `fold_not_exact`) in a clause: 'folded by
     stage, not exact: 1,328 hand-offs out of step by up to 1.071 ms', or with its why where its run did not fall
-    out of step (known before the run: its hand-offs' copies cross other hops)."""
+    out of step (known before the run: its hand-offs' copies cross other hops). A fold whose run fell out of step
+    stands only for hand-offs, and only where that run went to its end (simulation.py: other collectives out of
+    step unfold the step or refuse it, and a run stops only where its fold is given up), so its figures count
+    hand-off instances."""
     apart = entry.get("out_of_step")
     if not apart:
         return f"folded by {entry['fold']}, not exact: {entry['why']}"
-    noun = "hand-off" if apart["op"] == "send_recv" else f"{apart['op']} instance"
-    count = counted(apart["instances"], noun) if "instances" in apart else f"a {noun}"
+    count = counted(apart["instances"], "hand-off")
     return f"folded by {entry['fold']}, not exact: {count} out of step by up to {format_seconds(apart['widest_s'])}"
 
 
