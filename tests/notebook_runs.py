@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,10 +49,11 @@ class NotebookRuns:
         return found
 
     def stop(self) -> None:
-        """End the runner and its kernels where the session ends before the notebooks' tests read them, and remove
-        its folder."""
+        """End the runner where the session ends before the notebooks' tests read them, and remove its folder.
+        SIGKILL, since nbclient catches SIGTERM and would finish the notebooks first; the kernels, each in a session
+        of its own, end within ~2 s of the runner (ipykernel watches its parent's pid)."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.kill()
             self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -63,8 +63,8 @@ RUNS = pytest.StashKey[NotebookRuns]()
 
 
 def start(paths: list[Path]) -> NotebookRuns:
-    """Start executing ``paths`` in a process of their own (a session of its own, so that `stop` ends its kernels
-    too), its output and its kernels' in the folder's runner.log rather than in a test's captured output."""
+    """Start executing ``paths`` in a process of their own (a session of its own, away from the terminal's
+    Ctrl-C), its output and its kernels' in the folder's runner.log rather than in a test's captured output."""
     folder = Path(tempfile.mkdtemp(prefix="trainsim-notebooks-"))
     with (folder / "runner.log").open("w") as log:
         process = subprocess.Popen([sys.executable, __file__, str(folder), *map(str, paths)], stdin=subprocess.DEVNULL,
