@@ -86,13 +86,15 @@ async def _execute(path: Path, folder: Path) -> None:
 
 
 async def _execute_all(folder: Path, paths: list[Path]) -> None:
-    """Execute ``paths`` side by side; end at once where the session that started them has gone (killed before
-    `NotebookRuns.stop` could end this process), its kernels ending with it (they watch their parent)."""
+    """Execute ``paths`` side by side; where the session that started them has gone (killed before
+    `NotebookRuns.stop` could end this process), remove ``folder`` and end at once, the kernels ending with this
+    process (they watch their parent)."""
     session = os.getppid()
     running = asyncio.gather(*(_execute(path, folder) for path in paths))
     while not running.done():
         await asyncio.wait([running], timeout=1.0)
         if os.getppid() != session:
+            shutil.rmtree(folder, ignore_errors=True)
             os._exit(1)
 
 
