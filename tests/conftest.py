@@ -18,10 +18,12 @@ from simulator.console import progress
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the notebooks that the selected tests run (`-k pipeline`: the pipeline notebook alone), beside the
-    tests before them."""
-    paths = sorted({item.callspec.params["path"] for item in session.items
-                    if getattr(item, "originalname", None) == "test_notebook_runs_and_draws"})
-    if paths and not session.config.option.collectonly:
+    tests before them. Not in a pytest-xdist worker: each worker collects every test, so each would run every
+    notebook; there a worker starts them when one of their tests needs them (tests/test_notebooks.py)."""
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
+        return
+    paths = notebook_runs.selected(session)
+    if paths:
         session.config.stash[notebook_runs.RUNS] = notebook_runs.start(paths)
 
 

@@ -62,6 +62,21 @@ RUNS = pytest.StashKey[NotebookRuns]()
 """The session's notebooks executing, where it selected tests/test_notebooks.py's (its config's stash)."""
 
 
+def selected(session: pytest.Session) -> list[Path]:
+    """The notebooks that the session's selected tests run (`-k pipeline`: the pipeline notebook alone)."""
+    return sorted({item.callspec.params["path"] for item in session.items
+                   if getattr(item, "originalname", None) == "test_notebook_runs_and_draws"})
+
+
+def started(session: pytest.Session) -> NotebookRuns:
+    """The session's notebooks executing: those started once its tests were collected, or, in a pytest-xdist
+    worker, which starts none then, those started now."""
+    runs = session.config.stash.get(RUNS, None)
+    if runs is None:
+        runs = session.config.stash[RUNS] = start(selected(session))
+    return runs
+
+
 def start(paths: list[Path]) -> NotebookRuns:
     """Start executing ``paths`` in a process of their own (a session of its own, away from the terminal's
     Ctrl-C), its output and its kernels' in the folder's runner.log rather than in a test's captured output."""
