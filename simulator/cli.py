@@ -100,10 +100,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from simulator.console.progress import RunProgress
     from simulator.console.report import rerun_line
     from simulator.report.writers import write_outputs
+    from simulator.simulation import FoldDropped, Rerun
 
     with RunProgress(enabled=not args.quiet) as progress:
-        result = simulate(loaded, force=args.force, progress=progress,
-                          on_rerun=lambda rerun: progress.say(rerun_line(rerun)))
+        def rerunning(notice: FoldDropped | Rerun) -> None:
+            progress.say(rerun_line(notice))
+            progress.anew("" if isinstance(notice, Rerun) else "building the step again")
+
+        result = simulate(loaded, force=args.force, progress=progress, on_rerun=rerunning)
         progress.doing("writing outputs")
         files = write_outputs(out, result, loaded)
     _replaced_line(out, earlier)

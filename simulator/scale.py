@@ -1693,20 +1693,26 @@ def _minutes(loaded: LoadedScenario, events: int) -> float:
     return events / (PS_EVENTS_PER_MINUTE if loaded.scenario.uses_parameter_servers else EVENTS_PER_MINUTE)
 
 
-def run_size_text(loaded: LoadedScenario, gpus: int, ranks: int, ops: int, topology: Topology | None = None
-                  ) -> str:
+def run_size_text(loaded: LoadedScenario, gpus: int, ranks: int, ops: int, topology: Topology | None = None,
+                  flows_per_op: float | None = None) -> str:
     """A run of the step of ``loaded`` on ``gpus`` GPUs simulating ``ranks`` ranks and ``ops`` ops (its built
     program's), in words: '2,048 of 2,048 ranks, 70,465 ops and ~4,053,119 flows (estimated), about 2 minutes'
-    ('under a minute' below one). The flows are the unfolded estimate's, in the share ``ranks`` of the GPUs
-    simulates where fewer (`classed_estimate`); the ops and ranks alone for a trace, which no estimate sizes."""
-    estimate = (_unfolded_estimate(loaded, gpus, topology) if ranks >= gpus
-                else classed_estimate(loaded, gpus, ranks, topology))
+    ('under a minute' below one). Unfolded, the flows are the unfolded estimate's; folded onto fewer ranks, they
+    are ``ops`` times ``flows_per_op``, the rate of the run given up before it, as the share of the unfolded
+    estimate falls far short of a refold's (the 70B step at 4:1 refolded onto 256 of 2,048 ranks simulates
+    3,348,608 flows, 7.2 times that share). The ranks and ops alone where no rate or estimate sizes the flows
+    (a trace, a fold onto fewer ranks without ``flows_per_op``)."""
     size = f"{ranks:,} of {counted(gpus, 'rank')}, {ops:,} ops"
-    if estimate is None:
+    if ranks < gpus:
+        flows = None if flows_per_op is None else math.ceil(ops * flows_per_op)
+    else:
+        estimate = _unfolded_estimate(loaded, gpus, topology)
+        flows = None if estimate is None else estimate.flows
+    if flows is None:
         return size
-    minutes = _minutes(loaded, ops + estimate.flows)
+    minutes = _minutes(loaded, ops + flows)
     when = f"about {counted(round(minutes), 'minute')}" if minutes >= 0.5 else "under a minute"
-    return f"{size} and ~{estimate.flows:,} flows (estimated), {when}"
+    return f"{size} and ~{flows:,} flows (estimated), {when}"
 
 
 def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run",

@@ -661,19 +661,29 @@ def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFau
 
 
 @dataclass(frozen=True)
-class Rerun:
-    """A training step simulated again because the fold of its run before fell out of step and is given up: that
-    fold's `fold_given_up` entry, whether the run now starting is unfolded (else refolded onto more ranks) and its
-    size in words (`scale.run_size_text`). `trainsim run` says so on stderr as the run starts: unfolded, the
-    2,048-GPU Llama 3 70B step at 4:1 oversubscription ran 2 min 30 s where its fold would have taken seconds."""
+class FoldDropped:
+    """A fold given up because its run fell out of step (its `fold_given_up` entry), said before the next run's
+    program is built: that build takes most of a minute on the 2,048-GPU Llama 3 70B step at 4:1
+    oversubscription, whose stage fold falls out of step at a hand-off."""
 
     given_up: dict
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A training step simulated again after a fold given up for falling out of step (`FoldDropped`), as its
+    run starts: whether it is unfolded (else refolded onto more ranks) and its size in words
+    (`scale.run_size_text`). `trainsim run` prints, for that 70B step: 'note: simulating the step again
+    refolded, 256 of 2,048 ranks, 774,976 ops and ~3,563,322 flows (estimated), about 2 minutes' (it simulates
+    3,348,608)."""
+
     unfolded: bool
     size: str
 
 
-RerunNotice = Callable[[Rerun], None]
-"""Hears of each `Rerun` before it starts."""
+RerunNotice = Callable[[FoldDropped | Rerun], None]
+"""Hears of each fold given up for falling out of step before the next run is built (`FoldDropped`), and of each
+run that follows it as it starts (`Rerun`)."""
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
@@ -706,21 +716,39 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         prepared = prepare_training(loaded, topology, faults.plan, guard)
     settings, plans, step, build = prepared.settings, prepared.plans, prepared.step, prepared.build
 
+    pace: list[float] = []
+    """The flows per op of each run so far (`EventLog.flows_per_op`)."""
+
     def run(step: FoldedStep, stops: Callable[[OutOfStep], bool] | None = None
             ) -> tuple[dict | None, EventLog, Lockstep]:
-        return located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
-                                                plans, step.shapes, step.order, step.weights, stops,
-                                                step.every_mirror))
+        ran = located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
+                                               plans, step.shapes, step.order, step.weights, stops,
+                                               step.every_mirror))
+        pace.append(ran[1].flows_per_op())
+        return ran
+
+    dropped: list[int] = []
+    """The `id` of each fold given up that ``on_rerun`` has heard of."""
+
+    def dropping(given_up: list[GivenUp]) -> None:
+        """Tell ``on_rerun`` of the last fold in ``given_up`` that fell out of step, once, as the next run's
+        program is built (`build_again`) and as that run starts (``rerun``)."""
+        last = next((entry for entry in reversed(given_up) if entry.out_of_step is not None), None)
+        if on_rerun is not None and last is not None and id(last) not in dropped:
+            dropped.append(id(last))
+            on_rerun(FoldDropped(last.summary()))
 
     def rerun(step: FoldedStep, stops: Callable[[OutOfStep], bool] | None, given_up: list[GivenUp]
               ) -> tuple[dict | None, EventLog, Lockstep]:
-        """``run`` of a step that follows the folds ``given_up``, the last out of step announced to ``on_rerun``."""
+        """``run`` of a step that follows the folds ``given_up``, announced to ``on_rerun`` with its size, its
+        flows at the rate of the run given up before it (`scale.run_size_text`)."""
         if on_rerun is not None:
             from simulator.scale import run_size_text
 
-            last = next(entry for entry in reversed(given_up) if entry.out_of_step is not None)
-            size = run_size_text(loaded, topology.num_gpus, len(step.program.ranks), len(step.program.ops), topology)
-            on_rerun(Rerun(last.summary(), step.kind is None, size))
+            dropping(given_up)
+            size = run_size_text(loaded, topology.num_gpus, len(step.program.ranks), len(step.program.ops),
+                                 topology, pace[-1])
+            on_rerun(Rerun(step.kind is None, size))
         return run(step, stops)
 
     def unfolds(found: OutOfStep) -> bool:
@@ -759,18 +787,23 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         refolds = not kept_pace.collectives and (may_unfold or budget is not None)
 
         def run_refold(step: FoldedStep, stops: Callable[[OutOfStep], bool]) -> tuple[dict | None, EventLog, Lockstep]:
-            """A refold's run; announced where the fold is given up for good (the step may unfold)."""
-            return rerun(step, stops, [fell_out, *refolds_given_up]) if may_unfold else run(step, stops)
+            """A refold's run, announced: each run of the step again says so, whether or not it may unfold."""
+            return rerun(step, stops, [fell_out, *refolds_given_up])
 
-        refolded = _refolded(loaded, prepared, faults.plan, run_refold, kept_pace, refolds_given_up,
-                             None if may_unfold else budget) if refolds else None
+        def build_again(fold: bool, classes: RankClasses | None) -> StepProgram:
+            """``build`` of a refold or of the unfolded step, the fold last given up said first."""
+            dropping([fell_out, *refolds_given_up])
+            return build(fold, classes)
+
+        refolded = _refolded(loaded, replace(prepared, build=build_again), faults.plan, run_refold, kept_pace,
+                             refolds_given_up, None if may_unfold else budget) if refolds else None
         if refolded is not None or may_unfold:
             given_up += [fell_out, *refolds_given_up]
             if refolded is not None:
                 step, summary, log, reason_key = refolded
                 summary[reason_key] = out_of_step
             else:
-                step = located(loaded, lambda: unfolded_step(build, faults.plan, unfolding))
+                step = located(loaded, lambda: unfolded_step(build_again, faults.plan, unfolding))
                 summary, log, _ = rerun(step, None, [fell_out, *refolds_given_up])
         else:
             given_up += refolds_given_up
@@ -874,7 +907,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     list. Runs estimated beyond the scale limits are refused unless ``force``, folded steps that a fold check
     unfolds too before they are built unfolded, and a replayed trace's step once built, before it runs;
     ``progress(done, total)`` hears of the ops executed, ``on_rerun`` of a step simulated again after its fold
-    fell out of step (`Rerun`). The cyclic garbage collector is paused meanwhile
+    fell out of step (`FoldDropped`, `Rerun`). The cyclic garbage collector is paused meanwhile
     (simulator/collector.py). The summary's `warnings` hold every warning the run gives, the Python warning that a
     job scenario's step ignores its job (`one_step_of_a_job`) first."""
     from simulator.engine.faults import FaultHooks

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from shared import DATA, REPO, SCENARIOS
+from shared import CP_FABRIC_TEMPLATE, DATA, REPO, SCENARIOS
 
 from simulator.cli import main
 from simulator.config.loader import as_typed
@@ -146,33 +146,75 @@ parallelism: {tp: 4, pp: 4, dp: 4}
 runs again by route class (tests/test_folding.py)."""
 
 
-def test_a_fold_given_up_mid_run_is_said_on_stderr_as_the_next_run_starts(tmp_path, capsys, monkeypatch):
-    """The moment a run gives up its fold (its mirrors out of step) and starts again on more ranks, one line on
-    stderr says which fold, why and what the run now simulates, before that run, whatever --quiet; stdout and the
-    outputs are those of a run that says nothing (the 2,048-GPU 70B step at 4:1 ran 2 min 30 s unfolded with no
-    word, and piped to a log looked hung)."""
+def test_a_fold_given_up_mid_run_is_said_on_stderr_before_the_next_build_and_run(tmp_path, capsys, monkeypatch):
+    """The moment a run gives up its fold (its mirrors out of step), one line on stderr says which fold and why,
+    before the next program is built (the 2,048-GPU 70B step at 4:1 builds its refold for most of a minute), and
+    one more what the run then simulates, as it starts, whatever --quiet; stdout and the outputs are those of a
+    run that says nothing. The refold's flows are estimated at the given-up run's flows per op: ~2,248 against
+    the 2,212 it simulates (1.02 times; the unfolded estimate's share of the ranks gave 1,028, 0.46 times)."""
     import simulator.simulation as simulation
 
     scenario = tmp_path / "cross_rail.yaml"
     scenario.write_text(OUT_OF_STEP_FOLD)
-    said_before_runs: list[str] = []
-    run_step = simulation.run_step
+    said_at: list[tuple[str, str]] = []
+    run_step, step_program = simulation.run_step, simulation.step_program
 
-    def watched(*args, **kwargs):
-        said_before_runs.append(sys.stderr.getvalue())
+    def watched_run(*args, **kwargs):
+        said_at.append(("run", sys.stderr.getvalue()))
         return run_step(*args, **kwargs)
 
-    monkeypatch.setattr(simulation, "run_step", watched)
+    def watched_build(*args, **kwargs):
+        said_at.append(("build", sys.stderr.getvalue()))
+        return step_program(*args, **kwargs)
+
+    monkeypatch.setattr(simulation, "run_step", watched_run)
+    monkeypatch.setattr(simulation, "step_program", watched_build)
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
-    note = ("note: the stage fold given up: a hand-off fell out of step in its run (send_recv 'recv bwd mb3' over "
-            "GPUs [8, 4] ended between 8.279 ms and 8.313 ms, out of step by 33.47 us, where its run stopped); "
-            "simulating the step again refolded, 8 of 64 ranks, 1,010 ops and ~1,028 flows (estimated), under a "
-            "minute\n")
-    assert said_before_runs == ["", note]
-    assert capsys.readouterr() == ("", note)
+    gave_up = ("note: the stage fold given up: a hand-off fell out of step in its run (send_recv 'recv bwd mb3' "
+               "over GPUs [8, 4] ended between 8.279 ms and 8.313 ms, out of step by 33.47 us, where its run "
+               "stopped)\n")
+    again = "note: simulating the step again refolded, 8 of 64 ranks, 1,010 ops and ~2,248 flows (estimated), " \
+            "under a minute\n"
+    assert said_at == [("build", ""), ("run", ""), ("build", gave_up), ("run", gave_up + again)]
+    assert capsys.readouterr() == ("", gave_up + again)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["flows_simulated"] == 2212
     assert main(["run", str(scenario), "--out", str(tmp_path / "again")]) == 0
-    assert capsys.readouterr().err == note
+    assert capsys.readouterr().err == gave_up + again
     assert snapshot(tmp_path / "again") == snapshot(tmp_path / "out")
+
+
+def test_a_refold_of_a_step_too_large_to_unfold_is_said_on_stderr_too(tmp_path, capsys, monkeypatch):
+    """Where the step may not run unfolded (its estimate beyond the limits: here the guard refuses every unfolded
+    step) and the refold budget lets a refold run (a multiple of 4 takes the CP lanes' 8 ranks against the class
+    fold's 4), that run of the step again is said as every other one is, as the README promises. Its flows are
+    estimated at the class fold's flows per op, which ran to its end: ~22,128 against 13,376 (1.65 times)."""
+    import simulator.scale as scale
+
+    refuse_unfolded = scale.refuse_unfolded
+
+    def too_large_unfolded(loaded, gpus, unfolding, *args, **kwargs):
+        if unfolding.ranks is None:
+            raise loaded.error(("cluster",), "this run is too large to simulate unfolded")
+        return refuse_unfolded(loaded, gpus, unfolding, *args, **kwargs)
+
+    monkeypatch.setattr(scale, "refuse_unfolded", too_large_unfolded)
+    monkeypatch.setattr(scale, "REFOLD_COST_MULTIPLE", 4)
+    scenario = tmp_path / "cp_fabric.yaml"
+    scenario.write_text(CP_FABRIC_TEMPLATE)
+    overrides = ("cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4",
+                 "parallelism.pp=2", "parallelism.dp=2", "parallelism.cp_algorithm=all_gather",
+                 "collectives.protocol=simple")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet",
+                 *(part for setting in overrides for part in ("--set", setting))]) == 0
+    assert capsys.readouterr().err == (
+        "note: gave up the classes fold, which would simulate 4 ranks and copy them to the others, because a "
+        "hand-off fell out of step in its run: send_recv 'recv bwd mb3' over GPUs [16, 0] ended between 37.47 ms "
+        "and 37.65 ms, 2 instances out of step by up to 178.5 us\n"
+        "note: simulating the step again refolded, 8 of 64 ranks, 2,980 ops and ~22,128 flows (estimated), under a "
+        "minute\n")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["simulated_ranks"], summary["flows_simulated"]) == (8, 13376)
 
 
 def test_a_run_into_its_own_earlier_folder_says_it_replaced_it_and_what_it_removed(tmp_path, capsys):

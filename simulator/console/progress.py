@@ -298,6 +298,13 @@ class RunProgress:
         self.status.activity = activity
         self._shown()
 
+    def anew(self, activity: str) -> None:
+        """A new run of the step: the last run's count leaves the status, ``activity`` says what is done until the
+        new run counts its own ops (a refold's build, after its fold was given up)."""
+        self.status.counts = None
+        self.status.left_s = None
+        self.doing(activity)
+
     def _shown(self) -> None:
         """The status as it now is: the plain line if due, or the bar (started once the run has gone on for
         SHOW_AFTER_S and has a count), which the heartbeat redraws; the heartbeat started again if a fork ended

@@ -32,7 +32,7 @@ from simulator.units import (
 
 if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
-    from simulator.simulation import Rerun
+    from simulator.simulation import FoldDropped, Rerun
     from simulator.topology.graph import Topology
 
 
@@ -238,14 +238,17 @@ def _out_of_step_text(apart: dict) -> str:
     return f"{apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between {first} and {last}, {found}"
 
 
-def rerun_line(rerun: Rerun) -> str:
-    """The line on stderr as a step is simulated again after its fold fell out of step (`simulation.Rerun`): the
-    fold given up with its why, as the run's `ranks` row gives it, then the instance out of step with its figures
-    (the moment the user asks why the run starts again), and what the run now starting simulates."""
-    how = "unfolded" if rerun.unfolded else "refolded"
-    entry = rerun.given_up
-    return (f"note: {_given_up_text(entry)} ({_out_of_step_text(entry['out_of_step'])}); simulating the step "
-            f"again {how}, {rerun.size}")
+def rerun_line(notice: FoldDropped | Rerun) -> str:
+    """The line on stderr as a fold is given up for falling out of step (`simulation.FoldDropped`: which fold and
+    why, as the run's `ranks` row gives it, then the instance out of step with its figures, the moment the user
+    asks why the run starts again), and as the run after it starts (`simulation.Rerun`: what it simulates)."""
+    from simulator.simulation import Rerun
+
+    if isinstance(notice, Rerun):
+        return f"note: simulating the step again {'unfolded' if notice.unfolded else 'refolded'}, {notice.size}"
+    entry = notice.given_up
+    apart = entry.get("out_of_step")
+    return f"note: {_given_up_text(entry)}" + (f" ({_out_of_step_text(apart)})" if apart else "")
 
 
 def _not_exact_text(entry: dict) -> str:

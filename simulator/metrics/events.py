@@ -246,6 +246,12 @@ class EventLog:
     def _ops(self) -> int:
         return len(self._op_rows)
 
+    def flows_per_op(self) -> float:
+        """The flows logged per op logged so far (0 before any op): what sizes the next run of a step whose run
+        is given up part way (simulation.py), whose flows no estimate counts."""
+        ops = self._ops()
+        return (len(self._flows) + self._replayed_rows) / ops if ops else 0.0
+
     def _op_column(self, name: str) -> np.ndarray:
         """Column ``name`` of the op rows (numbers as arrays, text as object arrays), read-only: kept by the log
         for the next reader (the step metrics read some that the timeline then reads again); a row recorded
