@@ -266,11 +266,15 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "gpu-out-of-range": (scenario(COMM.replace("64 MiB}", "64 MiB, group: [0, 9]}")), RUN, 2, "do not exist"),
     "send-to-self": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}", "send_recv, bytes: 1 MiB, src: 1, dst: 1}")),
                      RUN, 2, "two different GPUs"),
-    "send-recv-with-group": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}",
-                                                   "send_recv, bytes: 1 GiB, group: [0, 4]}")),
-                             RUN, 2, "s.yaml:3: workload[0].group: group is not a field of send_recv, which sends "
-                             "from src to dst (allowed: src and dst GPU indices, e.g. {op: send_recv, bytes: 1 GiB, "
-                             "src: 0, dst: 8})\n"),
+    "send-recv-with-another-group": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}",
+                                                           "send_recv, bytes: 1 GiB, group: [0, 4], src: 0, dst: 5}")),
+                                     RUN, 2, "s.yaml:3: workload[0].group: group [0, 4] contradicts src 0 and dst 5: "
+                                     "a send_recv's group is the two GPUs it sends between (allowed: all, or "
+                                     "[0, 5])\n"),
+    "send-recv-with-group-alone": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}",
+                                                         "send_recv, bytes: 1 GiB, group: [0, 4]}")),
+                                   RUN, 2, "s.yaml:3: workload[0].src: send_recv needs src, a GPU index (allowed: src "
+                                   "and dst GPU indices"),
     "send-recv-without-dst": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}", "send_recv, bytes: 1 GiB, src: 0}")),
                               RUN, 2, "s.yaml:3: workload[0].dst: send_recv needs dst, a GPU index (allowed: src and "
                               "dst GPU indices"),

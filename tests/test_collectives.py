@@ -4,6 +4,7 @@ mode, efficiency 1, on small hand-built topologies."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import replace
@@ -650,6 +651,19 @@ def test_a_send_recv_runs_under_any_run_wide_collectives_setting(tmp_path, capsy
     path = tmp_path / "s.yaml"
     path.write_text(SEND_RECV % ("collectives: {algorithm: tree, protocol: ll}\n", ""))
     assert main(["validate", str(path)]) == 0
+
+
+@pytest.mark.parametrize("group", ["[0, 8]", "[8, 0]", "all"])
+def test_a_send_recv_takes_a_group_that_names_its_src_and_dst(tmp_path, capsys, group):
+    """A send_recv's group, where given, names the two GPUs it sends between (in either order) or is `all`: such a
+    workload runs as one with no group (a group that contradicts src and dst is refused: test_bad_input_list)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SEND_RECV % ("", f", group: {group}"))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    path.write_text(SEND_RECV % ("", ""))
+    assert main(["run", str(path), "--out", str(tmp_path / "plain"), "--quiet"]) == 0
+    summary, plain = (json.loads((tmp_path / out / "summary.json").read_text()) for out in ("out", "plain"))
+    assert summary["collectives"] == plain["collectives"] and summary["makespan_s"] == plain["makespan_s"] > 0
 
 
 @pytest.mark.parametrize("asked, op", [("collnet_direct", "all_reduce"), ("nvls_sharp", "all_reduce"),

@@ -201,17 +201,18 @@ class CollectiveItem(Section):
 
     @model_validator(mode="after")
     def _send_recv_endpoints(self) -> CollectiveItem:
-        """A send_recv names its two GPUs by src and dst and takes no group but the default (a full dump of the
-        item holds it); a collective takes a group and neither: each refusal at the field to change, with what it
-        takes."""
+        """A send_recv names its two GPUs by src and dst, and a group, where given, names those two (`all`, the
+        default, stands for them: a full dump of the item holds it); a collective takes a group and neither: each
+        refusal at the field to change, with what it takes."""
         endpoints = "src and dst GPU indices, e.g. {op: send_recv, bytes: 1 GiB, src: 0, dst: 8}"
         if self.op == "send_recv":
-            if self.group != "all":
-                raise FieldProblem(("group",), "group is not a field of send_recv, which sends from src to dst",
-                                   endpoints)
             missing = next((name for name in ("src", "dst") if getattr(self, name) is None), None)
             if missing is not None:
                 raise FieldProblem((missing,), f"send_recv needs {missing}, a GPU index", endpoints)
+            if self.group != "all" and sorted(self.group) != sorted({self.src, self.dst}):
+                raise FieldProblem(("group",), f"group {self.group} contradicts src {self.src} and dst {self.dst}: "
+                                   "a send_recv's group is the two GPUs it sends between",
+                                   f"all, or [{self.src}, {self.dst}]")
         else:
             given = next((name for name in ("src", "dst") if getattr(self, name) is not None), None)
             if given is not None:
