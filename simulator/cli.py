@@ -125,7 +125,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _replaced_line(out: Path, earlier: set[str] | None) -> None:
     """Say on stderr that the run replaced an earlier run's results in ``out`` (``earlier``: its files, None where
     the folder held none), naming those it removed that this run does not write: a rerun replaces its own
-    command's results as a search, a study and a sweep do theirs, and said nothing of it."""
+    command's results as a search, a study and a sweep do theirs, and a user who reruns into a folder learns
+    that its earlier files are gone."""
     from simulator.report.run_folder import earlier_files
 
     if earlier is None:

@@ -1,13 +1,13 @@
 """Progress of a long run on stderr, unless the user asked for --quiet: on a terminal a rich bar for runs longer
 than a second; off one (a pipe, a log file, a batch job's output) a plain line every PLAIN_EVERY_S seconds, so
 that a job of minutes shows it is alive without filling a log with a bar's redraws (nor importing rich's
-progress module). Before, off a terminal a job printed nothing until its end. Both are read from one `Status`
-(the last count, and what the run does between counts: the cluster state a job's replication is simulating,
-writing its outputs), and a `Heartbeat` thread keeps them coming while no count arrives: it redraws the bar,
-or prints the plain line when due (a 2,048-GPU job's first replication spent minutes simulating its degraded
-leaf states with nothing printed). The heartbeat is ended before the process forks and started again once the
-forker is done forking (`resume_heartbeats`), or at the run's next report, so that a worker forked from a job
-(reliability/ahead.py) or a sweep's pool never inherits a lock it held."""
+progress module). Both are read from one `Status` (the last count, and what the run does between counts: the
+cluster state a job's replication is simulating, writing its outputs), and a `Heartbeat` thread keeps them
+coming while no count arrives: it redraws the bar, or prints the plain line when due (a 2,048-GPU job's first
+replication spends minutes simulating its degraded leaf states between counts). The heartbeat is ended before
+the process forks and started again once the forker is done forking (`resume_heartbeats`), or at the run's next
+report, so that a worker forked from a job (reliability/ahead.py) or a sweep's pool never inherits a lock it
+held."""
 
 from __future__ import annotations
 

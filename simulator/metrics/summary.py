@@ -197,7 +197,7 @@ that part."""
 IDLE_PART = "other idle"
 """How the verdict's reason names the wait less exposed communication of a step without a pipeline."""
 PIPELINED_IDLE_PART = "bubble and other idle"
-"""How it names that part of a pipelined step: mostly its bubble, which the tester read as 'other idle' beside a
+"""How it names that part of a pipelined step: mostly its bubble, which 'other idle' alone hides beside a
 'pipeline bubble' loss of another figure (27.5% and 27.3% of the 2,048-GPU Llama 3 70B step)."""
 
 

@@ -63,8 +63,8 @@ class TimedPoint:
 
 
 def timed_point(task: PointTask) -> TimedPoint:
-    """`run_point` timed by the wall clock, said on stderr first where ``task`` has a label (a sweep of six
-    points at 2,048 GPUs took 3 min 14 s, one of them over 100 s, with nothing to say which)."""
+    """`run_point` timed by the wall clock, said on stderr first where ``task`` has a label: a sweep of six
+    points at 2,048 GPUs takes 3 min 14 s, one of them over 100 s, and the line says which one runs."""
     if task.label:
         sys.stderr.write(f"sweep: simulating point {task.index} ({task.label})\n")
         sys.stderr.flush()
