@@ -73,7 +73,8 @@ def test_idle_without_a_pipeline_is_named_compute_idle(tmp_path):
 
 def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():
     """The torchtitan PP x FSDP step's compute stream idles 34.7% of it, more than WAIT_BOUND_SHARE, 23.4% of it exposed
-    communication: the larger wait, communication, binds, not compute."""
+    communication: the larger wait, communication, binds, not compute. The exposed share the verdict gives is
+    its own field, which a search's table reads."""
     summary = bundled_result("llama3-70b-torchtitan-pp-fsdp").summary
     verdict = summary["bottleneck"]
     evidence = verdict["evidence"]
@@ -84,6 +85,7 @@ def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():
     assert verdict["verdict"].startswith(
         f"communication-bound (waits {wait:.1%} of the step: exposed communication {exposed:.1%} > bubble and other "
         f"idle {wait - exposed:.1%}); largest single loss: exposed TP communication")
+    assert verdict["verdict_exposed_share"] == exposed
 
 
 def test_a_step_idle_in_its_bubble_beyond_the_share_is_bubble_bound():

@@ -458,16 +458,17 @@ def test_the_ranking_gives_each_verdict_without_its_reason():
     from simulator.sweep.report import format_search
     from simulator.sweep.search import SearchResult
 
-    verdicts = ["communication-bound (waits 61.6% of the step: exposed communication 27.2% > other idle 34.4%); "
-                "largest single loss: pipeline bubble, 34.4% of the step",
+    verdicts = ["communication-bound (waits 36.2% of the step: exposed communication 28.5% > bubble and other idle "
+                "7.7%); largest single loss: pipeline bubble, 34.4% of the step",
                 "compute-bound; largest single loss: pipeline bubble, 27.3% of the step"]
     table = pd.DataFrame({"label": ["TP8 CP1 PP2 DP8 mb1 zero1 recompute=none", "TP8 CP1 PP4 DP4 mb1 zero1 "
                                     "recompute=none"], "status": "simulated", "tokens_per_s": [2e5, 1e5],
                           "mfu": [0.4, 0.2], "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": verdicts,
+                          "bottleneck.verdict_exposed_share": [0.28504, 0.05],
                           "tree_choice": False, "searched": True, "reason_kind": None, "memory_tight": False})
     rows = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""),
                          "s.yaml").splitlines()[1:3]
-    assert rows[0].endswith(" communication-bound (all exposed communication 27.2%); largest single loss: pipeline "
+    assert rows[0].endswith(" communication-bound (all exposed communication 28.5%); largest single loss: pipeline "
                             "bubble, 34.4% of the step")
     assert rows[1].endswith(" compute-bound; largest single loss: pipeline bubble, 27.3% of the step")
 

@@ -7,7 +7,6 @@ parameter-server worker's wait for other workers and the servers)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -145,6 +144,7 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         name = max(named, key=lambda key: (named[key], key))
         result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
         result["loss_shares"] = losses
+        result["verdict_exposed_share"] = rule.exposed
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
         bound = VERDICT_NAMES[binding] + _bound_reason(binding, rule, losses, pipeline_stages)
         if losses[name] >= SHOWN_LOSS_SHARE:
@@ -236,19 +236,19 @@ def _bound_reason(binding: Constraint, rule: RuleShares, losses: dict[str, float
             f"{_percent(smaller_share, digits)})")
 
 
-def without_reason(verdict: str) -> str:
+def without_reason(verdict: str, exposed_share: float | None) -> str:
     """A verdict without the bracketed reason of its bound, for a table of one line per step, where the reason
     ran its rows past 200 columns; a communication bound keeps the figure it sums, every kind's exposed
-    communication together, so that it does not read as a contradiction beside a larger single loss of another
-    name ('communication-bound (all exposed communication 31.2%); largest single loss: pipeline bubble, 17.4% of
-    the step')."""
+    communication together (``exposed_share``: the bottleneck's `verdict_exposed_share`, None where a record
+    lacks it), so that it does not read as a contradiction beside a larger single loss of another name
+    ('communication-bound (all exposed communication 31.2%); largest single loss: pipeline bubble, 17.4% of the
+    step')."""
     bound, bracket, rest = verdict.partition(" (")
     if not bracket:
         return verdict
-    reason, _, after = rest.partition(")")
-    summed = re.search(r"exposed communication (\d+(?:\.\d+)?%)", reason)
-    if bound == VERDICT_NAMES["communication"] and summed is not None:
-        return f"{bound} (all exposed communication {summed.group(1)}){after}"
+    _, _, after = rest.partition(")")
+    if bound == VERDICT_NAMES["communication"] and exposed_share is not None:
+        return f"{bound} (all exposed communication {_percent(exposed_share)}){after}"
     return bound + after
 
 

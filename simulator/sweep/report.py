@@ -52,7 +52,7 @@ def format_search(result: SearchResult, scenario: str) -> str:
         tight = TIGHT_MARK if row["memory_tight"] else " "
         lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {_estimate_cells(row)} "
                      f"{100 * row['mfu']:>5.1f}% {row['peak_memory_gib']:>8.1f}{tight} "
-                     f"{without_reason(row['bottleneck.verdict'])}")
+                     f"{without_reason(row['bottleneck.verdict'], _exposed_share(row))}")
     if any(row["memory_tight"] for row in rows):
         roomy = (~simulated[searched]["memory_tight"].astype(bool)).any()
         room = f"{memory_plan.UNMODELLED_BYTES / GIB:.0f} GiB"
@@ -78,6 +78,13 @@ def format_search(result: SearchResult, scenario: str) -> str:
         sets = [word for item in json.loads(result.winner["overrides"]) for word in ("--set", item)]
         lines.append(f"run the best: {shlex.join(['trainsim', 'run', scenario, *sets, '--out', 'DIR'])}")
     return "\n".join(lines)
+
+
+def _exposed_share(row: dict) -> float | None:
+    """The exposed-communication share a row's verdict reads (`bottleneck.verdict_exposed_share`), None where
+    its table has none."""
+    share = row.get("bottleneck.verdict_exposed_share")
+    return None if share is None or pd.isna(share) else float(share)
 
 
 def _estimate_cells(row: dict) -> str:

@@ -59,7 +59,7 @@ CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "virtual_stages", "micro_batc
 STOPPED_REASON = "not simulated: the search was stopped (Ctrl-C or SIGTERM) first"
 """The reason of a layout the search would have simulated, in the table a stopped search writes."""
 REPORTED_METRICS = ("tokens_per_s", "mfu", "step_time_s", "peak_memory_gib", "bubble_fraction",
-                    "bottleneck.verdict")
+                    "bottleneck.verdict", "bottleneck.verdict_exposed_share")
 
 
 @dataclass(frozen=True)
