@@ -336,6 +336,24 @@ def test_the_sweep_says_on_stderr_which_point_it_simulates_and_its_wall_time(tmp
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+def test_a_pooled_sweep_says_each_point_it_starts_from_the_parent(tmp_path, capsys):
+    """With a pool of workers the line that a point starts comes from this process as it hands the point out,
+    above its own progress bar: a forked worker printing it through rich's stderr proxy redrew a stale copy of
+    the bar on a terminal (and its line never reached this process's stderr as the tests capture it)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  parallelism.pp: [4, 3]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "local", "--workers", "2"]) == 0
+    lines = [re.sub(r"in \d+\.\d s wall$", "in S s wall", line) for line in capsys.readouterr().err.splitlines()
+             if line.startswith("sweep: ")]
+    assert sorted(lines) == ["sweep: point 0 (parallelism.pp=4) ok in S s wall",
+                             "sweep: point 1 (parallelism.pp=3) invalid in S s wall",
+                             "sweep: simulating point 0 (parallelism.pp=4)", "sweep: simulating point 1 (parallelism.pp=3)"]
+    for index in (0, 1):
+        started, done = (next(at for at, line in enumerate(lines) if line.startswith(head))
+                         for head in (f"sweep: simulating point {index} ", f"sweep: point {index} "))
+        assert started < done
+
+
 @pytest.mark.parametrize("axis, message", [
     ("parallelism.order[0]", "grid.parallelism.order[0]: parallelism.order has no item [0] (the scenario gives no "
                              "parallelism.order) (allowed: a whole list as parallelism.order)"),  # expected a list,

@@ -28,11 +28,12 @@ DASK_CONNECT_TIMEOUT_S = 10
 
 
 class Executor(Protocol):
-    """Runs ``fn`` over tasks and yields the results in the order they finish."""
+    """Runs ``fn`` over tasks and yields the results in the order they finish; ``starting``, where given, hears
+    of each task in this process as it is handed to a worker (a Dask scheduler hands them out on its own: never)."""
 
     workers: int
 
-    def map_unordered(self, fn: Callable, tasks: Iterable) -> Iterator: ...
+    def map_unordered(self, fn: Callable, tasks: Iterable, starting: Callable | None = None) -> Iterator: ...
 
     def close(self) -> None:
         """Release the workers; tasks still running (the caller stopped reading: Ctrl-C, SIGTERM, an error)
@@ -44,8 +45,11 @@ class SerialExecutor:
 
     workers = 1
 
-    def map_unordered(self, fn: Callable, tasks: Iterable) -> Iterator:
-        return (fn(task) for task in tasks)
+    def map_unordered(self, fn: Callable, tasks: Iterable, starting: Callable | None = None) -> Iterator:
+        for task in tasks:
+            if starting is not None:
+                starting(task)
+            yield fn(task)
 
     def close(self) -> None:
         pass
@@ -69,21 +73,21 @@ class PoolExecutor:
         self._owner = os.getpid()
         weakref.finalize(self, _end_workers, self._workers, self._owner)
 
-    def map_unordered(self, fn: Callable, tasks: Iterable) -> Iterator:
-        """Each task's result as it finishes; a task's exception is raised here, with the worker's traceback as
-        its cause. A worker ended from outside (the out-of-memory killer, `kill -9`) is a WorkerKilled, not a
+    def map_unordered(self, fn: Callable, tasks: Iterable, starting: Callable | None = None) -> Iterator:
+        """Each task's result as it finishes, ``starting`` told of each as it goes down a worker's pipe; a task's
+        exception is raised here, with the worker's traceback as its cause. A worker ended from outside (the out-of-memory killer, `kill -9`) is a WorkerKilled, not a
         traceback: its end of the pipe closes, which this process sees even in the middle of a result."""
         todo = list(tasks)
         self.close()
         self._start(fn, min(self.workers, len(todo)))
         waiting = iter(todo)
-        busy = [pipe for _, pipe in self._workers if _hand_out(pipe, waiting)]
+        busy = [pipe for _, pipe in self._workers if _hand_out(pipe, waiting, starting)]
         while busy:
             ready = wait(busy)
             for pipe in [pipe for pipe in busy if pipe in ready]:
                 try:
                     failed, value, remote_traceback = pipe.recv()
-                    if not _hand_out(pipe, waiting):
+                    if not _hand_out(pipe, waiting, starting):
                         busy.remove(pipe)
                 except (EOFError, OSError):
                     raise WorkerKilled("a worker process was killed (out of memory?)") from None
@@ -146,12 +150,14 @@ MAIN_THREAD_ONLY = ("the local executor starts its worker processes from the mai
                     "the thread that started it ends); map from the main thread, or use the serial executor")
 
 
-def _hand_out(pipe: Connection, waiting: Iterator) -> bool:
-    """Send the next waiting task down ``pipe``; False when none is left."""
+def _hand_out(pipe: Connection, waiting: Iterator, starting: Callable | None = None) -> bool:
+    """Send the next waiting task down ``pipe``, ``starting`` told of it; False when none is left."""
     task = next(waiting, _NONE_LEFT)
     if task is _NONE_LEFT:
         return False
     pipe.send(task)
+    if starting is not None:
+        starting(task)
     return True
 
 
@@ -231,7 +237,7 @@ class DaskExecutor:
             self._client = Client(self._cluster, set_as_default=False)
         self.workers = max(len(self._client.scheduler_info().get("workers", {})), 1)
 
-    def map_unordered(self, fn: Callable, tasks: Iterable) -> Iterator:
+    def map_unordered(self, fn: Callable, tasks: Iterable, starting: Callable | None = None) -> Iterator:
         from distributed import as_completed
 
         futures = self._client.map(fn, list(tasks), pure=False)

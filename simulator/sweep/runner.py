@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from simulator.config.loader import LoadedScenario, Override, sets_typed
@@ -48,9 +49,6 @@ class PointTask:
     inline_base: dict | None = None
     """The sweep's inline base (`Sweep.inline_base`), written as `scenario.yaml` into the point's folder, which its
     manifest then names; None for a base file."""
-    label: str = ""
-    """The point's axis values in words ('parallelism.tp=4, parallelism.pp=8'); where not '', the worker says on
-    stderr that it simulates the point as it starts (`timed_point`)."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +61,8 @@ class TimedPoint:
 
 
 def timed_point(task: PointTask) -> TimedPoint:
-    """`run_point` timed by the wall clock, said on stderr first where ``task`` has a label: a sweep of six
-    points at 2,048 GPUs takes 3 min 14 s, one of them over 100 s, and the line says which one runs."""
-    if task.label:
-        sys.stderr.write(f"sweep: simulating point {task.index} ({task.label})\n")
-        sys.stderr.flush()
+    """`run_point` timed by the wall clock: a sweep of six points at 2,048 GPUs takes 3 min 14 s, one of them
+    over 100 s, and its line says so as it finishes (`point_done_line`)."""
     started = time.monotonic()
     record = run_point(task)
     return TimedPoint(record, time.monotonic() - started)
@@ -152,8 +147,9 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     recorded, and one an earlier run skipped runs, so that editing `constraints:` gives the table a fresh
     folder would. ``force`` runs points beyond the scale limits, and runs again those an earlier run
     found invalid (a point refused for its size is one). ``on_progress(done, total)`` is called after each
-    point; where ``on_point`` is given, each worker says on stderr which point it starts, and ``on_point`` hears
-    a line for each point finished: its status and wall time (`point_done_line`). A skipped point is journalled
+    point; ``on_point``, where given, hears a line for each point as it is handed to a worker ('sweep: simulating
+    point 0 (parallelism.pp=4)', said by this process, whose progress bar it is printed above) and for each
+    point finished: its status and wall time (`point_done_line`). A skipped point is journalled
     with the rest when the journal is rewritten at the end, not appended at once: no run reuses it (its
     constraints are judged again), and 798 skipped points appended one fsync each took a re-run of 800 points
     from 5.4 to 10.9 s (a loaded 2-core machine). Each finished point, once journalled, is a safe point
@@ -179,11 +175,12 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     labels = {point.index: point_label(point) if on_point is not None else "" for point in todo}
     tasks = [PointTask(p.index, p.key, p.data, sweep.base_source, sweep.base_lines,
                        str(point_folder(out_dir, p.index)) if outputs else None, p.overrides, force,
-                       sweep.inline_base, labels[p.index]) for p in todo]
+                       sweep.inline_base) for p in todo]
     try:
         if on_progress:
             on_progress(len(records), len(sweep.points))
-        for timed in executor.map_unordered(timed_point, tasks):
+        for timed in executor.map_unordered(timed_point, tasks, None if on_point is None else partial(
+                _starting, on_point, labels)):
             record = _memory_judged(timed.record)
             if on_point is not None:
                 on_point(point_done_line(record, labels[record.index], timed.wall_s))
@@ -209,6 +206,11 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     return SweepReport(len(todo), reused, dict(sorted(statuses.items())),
                        {status: tuple((reason, tuple(points)) for reason, points in by_reason.items())
                         for status, by_reason in sorted(reasons.items())})
+
+
+def _starting(on_point: Callable[[str], None], labels: dict[int, str], task: PointTask) -> None:
+    """Tell ``on_point`` that ``task``'s point is handed to a worker, by its axis values (``labels``)."""
+    on_point(f"sweep: simulating point {task.index} ({labels[task.index]})")
 
 
 def point_label(point: Point) -> str:
