@@ -347,7 +347,8 @@ def test_a_pooled_sweep_says_each_point_it_starts_from_the_parent(tmp_path, caps
              if line.startswith("sweep: ")]
     assert sorted(lines) == ["sweep: point 0 (parallelism.pp=4) ok in S s wall",
                              "sweep: point 1 (parallelism.pp=3) invalid in S s wall",
-                             "sweep: simulating point 0 (parallelism.pp=4)", "sweep: simulating point 1 (parallelism.pp=3)"]
+                             "sweep: simulating point 0 (parallelism.pp=4)",
+                             "sweep: simulating point 1 (parallelism.pp=3)"]
     for index in (0, 1):
         started, done = (next(at for at, line in enumerate(lines) if line.startswith(head))
                          for head in (f"sweep: simulating point {index} ", f"sweep: point {index} "))

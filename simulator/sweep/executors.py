@@ -75,8 +75,9 @@ class PoolExecutor:
 
     def map_unordered(self, fn: Callable, tasks: Iterable, starting: Callable | None = None) -> Iterator:
         """Each task's result as it finishes, ``starting`` told of each as it goes down a worker's pipe; a task's
-        exception is raised here, with the worker's traceback as its cause. A worker ended from outside (the out-of-memory killer, `kill -9`) is a WorkerKilled, not a
-        traceback: its end of the pipe closes, which this process sees even in the middle of a result."""
+        exception is raised here, with the worker's traceback as its cause. A worker ended from outside (the
+        out-of-memory killer, `kill -9`) is a WorkerKilled, not a traceback: its end of the pipe closes, which
+        this process sees even in the middle of a result."""
         todo = list(tasks)
         self.close()
         self._start(fn, min(self.workers, len(todo)))
