@@ -1696,8 +1696,8 @@ def _minutes(loaded: LoadedScenario, events: int) -> float:
 def run_size_text(loaded: LoadedScenario, gpus: int, ranks: int, ops: int, topology: Topology | None = None,
                   flows_per_op: float | None = None) -> str:
     """A run of the step of ``loaded`` on ``gpus`` GPUs simulating ``ranks`` ranks and ``ops`` ops (its built
-    program's), in words: '2,048 of 2,048 ranks, 70,465 ops and ~4,053,119 flows (estimated), about 2 minutes'
-    ('under a minute' below one). Unfolded, the flows are the unfolded estimate's; folded onto fewer ranks, they
+    program's), in words: '512 of 512 ranks, 280,576 ops and ~3,690,455 flows (estimated), about 2 minutes'
+    (`validate` of the 7.5B step unfolded on 64 DGX A100 hosts; 'under a minute' below one). Unfolded, the flows are the unfolded estimate's; folded onto fewer ranks, they
     are ``ops`` times ``flows_per_op``, the rate of the run given up before it, as the share of the unfolded
     estimate falls far short of a refold's (the 70B step at 4:1 refolded onto 256 of 2,048 ranks simulates
     3,348,608 flows, 7.2 times that share). The ranks and ops alone where no rate or estimate sizes the flows

@@ -663,8 +663,8 @@ def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFau
 @dataclass(frozen=True)
 class FoldDropped:
     """A fold given up because its run fell out of step (its `fold_given_up` entry), said before the next run's
-    program is built: that build takes most of a minute on the 2,048-GPU Llama 3 70B step at 4:1
-    oversubscription, whose stage fold falls out of step at a hand-off."""
+    program is built: that build takes 20 to 50 s on the 2,048-GPU Llama 3 70B step at 4:1 oversubscription,
+    whose stage fold falls out of step at a hand-off."""
 
     given_up: dict
 
@@ -732,7 +732,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
     def dropping(given_up: list[GivenUp]) -> None:
         """Tell ``on_rerun`` of the last fold in ``given_up`` that fell out of step, once, as the next run's
-        program is built (`build_again`) and as that run starts (``rerun``)."""
+        program is built (`build_again`), or as that run starts (``rerun``) where no build came first."""
         last = next((entry for entry in reversed(given_up) if entry.out_of_step is not None), None)
         if on_rerun is not None and last is not None and id(last) not in dropped:
             dropped.append(id(last))
