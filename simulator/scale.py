@@ -1697,11 +1697,12 @@ def run_size_text(loaded: LoadedScenario, gpus: int, ranks: int, ops: int, topol
                   flows_per_op: float | None = None) -> str:
     """A run of the step of ``loaded`` on ``gpus`` GPUs simulating ``ranks`` ranks and ``ops`` ops (its built
     program's), in words: '512 of 512 ranks, 280,576 ops and ~3,690,455 flows (estimated), about 2 minutes'
-    (`validate` of the 7.5B step unfolded on 64 DGX A100 hosts; 'under a minute' below one). Unfolded, the flows are the unfolded estimate's; folded onto fewer ranks, they
-    are ``ops`` times ``flows_per_op``, the rate of the run given up before it, as the share of the unfolded
-    estimate falls far short of a refold's (the 70B step at 4:1 refolded onto 256 of 2,048 ranks simulates
-    3,348,608 flows, 7.2 times that share). The ranks and ops alone where no rate or estimate sizes the flows
-    (a trace, a fold onto fewer ranks without ``flows_per_op``)."""
+    (`validate` of the 7.5B step unfolded on 64 DGX A100 hosts; 'under a minute' below one). Unfolded, the flows
+    are the unfolded estimate's; folded onto fewer ranks, they are ``ops`` times ``flows_per_op``, the rate of
+    the run given up before it, as the share of the unfolded estimate falls far short of a refold's (the 70B
+    step at 4:1 refolded onto 256 of 2,048 ranks simulates 3,348,608 flows, 7.2 times that share). The ranks
+    and ops alone where no rate or estimate sizes the flows (a trace, a fold onto fewer ranks without
+    ``flows_per_op``)."""
     size = f"{ranks:,} of {counted(gpus, 'rank')}, {ops:,} ops"
     if ranks < gpus:
         flows = None if flows_per_op is None else math.ceil(ops * flows_per_op)
