@@ -209,7 +209,7 @@ class CollectiveItem(Section):
             missing = next((name for name in ("src", "dst") if getattr(self, name) is None), None)
             if missing is not None:
                 raise FieldProblem((missing,), f"send_recv needs {missing}, a GPU index", endpoints)
-            if self.group != "all" and sorted(self.group) != sorted({self.src, self.dst}):
+            if self.group != "all" and (len(self.group) != 2 or set(self.group) != {self.src, self.dst}):
                 raise FieldProblem(("group",), f"group {self.group} contradicts src {self.src} and dst {self.dst}: "
                                    "a send_recv's group is the two GPUs it sends between",
                                    f"all, or [{self.src}, {self.dst}]")
