@@ -57,9 +57,11 @@ class CountingExecutor(SerialExecutor):
     def __init__(self):
         self.ran: list[int] = []
 
-    def map_unordered(self, fn, tasks):
+    def map_unordered(self, fn, tasks, starting=None):
         for task in tasks:
             self.ran.append(task.index)
+            if starting is not None:
+                starting(task)
             yield fn(task)
 
 
@@ -111,8 +113,8 @@ def test_interrupted_sweep_keeps_finished_points_and_resumes(tmp_path):
 class ReversingExecutor(SerialExecutor):
     """Finishes the points last to first, as a pool may."""
 
-    def map_unordered(self, fn, tasks):
-        return (fn(task) for task in reversed(list(tasks)))
+    def map_unordered(self, fn, tasks, starting=None):
+        return super().map_unordered(fn, reversed(list(tasks)), starting)
 
 
 def test_a_skipped_point_is_journalled_at_the_end_not_appended_one_fsync_each(tmp_path, monkeypatch):
