@@ -81,7 +81,7 @@ def test_an_unknown_case_is_refused_naming_the_cases(capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("error: command line: trainsim validate-published: --case: no case "
-                                   f"'nccl-sendrecv' in {FOLDER} (allowed: ")
+                                   f"'nccl-sendrecv' in {FOLDER} (did you mean nccl-sendrecv-ndr?) (allowed: ")
     assert "nccl-sendrecv-ndr" in captured.err and captured.err.count("\n") == 1
 
 
