@@ -39,12 +39,25 @@ SIMILAR = 0.75
 """The least `difflib` ratio of a close name: 'llama3-7b' finds llama3-8b (0.89) and llama3-70b (0.84), '1f1f'
 finds 1f1b (0.75), 'tp' finds neither cp nor pp (0.5); the two best are named."""
 SHORTEST_PREFIX = 3
-"""The fewest letters of a value cut short that find the names it begins: 'h100' finds h100-sxm, 'gpu' gpus."""
+"""The fewest letters of a value cut short that find the names it begins: 'h100' finds h100-sxm, 'gpu' gpu_model."""
+MOST_COMPLETIONS = 3
+"""The most names a value cut short is the beginning of that are named: 'llama3' names llama3-8b, llama3-70b and
+llama3-405b; a value that begins more names says too little to name any."""
+SEPARATORS = "-_. "
+"""The characters that split a name into words ('gpu_model', 'h100-sxm'): a value cut short ends before one."""
 
 
 def _folded(name: str) -> str:
     """A name as its spellings compare: case, '-', '_', '.' and spaces ignored ('allreduce' is all_reduce)."""
     return re.sub(r"[-_. ]", "", name.casefold())
+
+
+def _completes(name: str, given: str) -> bool:
+    """Whether ``name`` is ``given`` (case aside) going on at a separator: 'gpu_model' completes 'gpu', 'gpus' (a
+    word of its own) does not."""
+    head = name.casefold()
+    cut = given.casefold()
+    return len(head) > len(cut) and head.startswith(cut) and head[len(cut)] in SEPARATORS
 
 
 def allowed_names(allowed: str) -> list[str]:
@@ -60,8 +73,9 @@ def allowed_names(allowed: str) -> list[str]:
 
 def close_names(given: str, allowed: str) -> list[str]:
     """The names of the ``allowed`` list (`allowed_names`) that ``given`` most likely misspells: those it equals
-    but for case and separators; else the shortest it is the beginning of (cut short); else the two `difflib`
-    finds at least SIMILAR alike, best first. Empty where none is close or ``given`` is one of them."""
+    but for case and separators; else those it is the beginning of up to a separator (cut short), in the list's
+    order, none where more than MOST_COMPLETIONS are; else the two `difflib` finds at least SIMILAR alike, best
+    first. Empty where none is close or ``given`` is one of them."""
     names = allowed_names(allowed)
     folded = _folded(given)
     if not folded or given in names:
@@ -69,21 +83,22 @@ def close_names(given: str, allowed: str) -> list[str]:
     same = [name for name in names if _folded(name) == folded]
     if same:
         return same
-    prefixed = [name for name in names if len(folded) >= SHORTEST_PREFIX and _folded(name).startswith(folded)]
-    if prefixed:
-        shortest = min(len(_folded(name)) for name in prefixed)
-        return [name for name in prefixed if len(_folded(name)) == shortest]
+    completions = [name for name in names if len(folded) >= SHORTEST_PREFIX and _completes(name, given)]
+    if completions:
+        return completions if len(completions) <= MOST_COMPLETIONS else []
     return difflib.get_close_matches(given, names, n=2, cutoff=SIMILAR)
 
 
 def did_you_mean(given: str, allowed: str, said: str = "") -> str:
-    """' (did you mean X?)' naming the close names of ``given`` in ``allowed`` ('X or Y' for two), less those the
-    problem ``said`` names already (`units are case-sensitive (GiB)`), or nothing where none is left."""
+    """' (did you mean X?)' naming the close names of ``given`` in ``allowed`` ('X or Y' for two, 'X, Y or Z' for
+    three), less those the problem ``said`` names already (`units are case-sensitive (GiB)`), or nothing where none
+    is left."""
     meant = [name for name in close_names(given, allowed)
              if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", said)]
     if not meant:
         return ""
-    return f" (did you mean {' or '.join(meant)}?)"
+    listed = ", ".join(meant[:-1]) + " or " + meant[-1] if len(meant) > 1 else meant[0]
+    return f" (did you mean {listed}?)"
 
 
 class Kept(Enum):

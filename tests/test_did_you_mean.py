@@ -16,7 +16,11 @@ SCENARIO = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     ("allreduce", "broadcast, reduce, all_reduce, reduce_scatter", ["all_reduce"]),
     ("h100", "a100-40gb, a100-80gb, h100-sxm, h200, b200, gb200", ["h100-sxm"]),
     ("a100", "a100-40gb, a100-80gb, h100-sxm, h200", ["a100-40gb", "a100-80gb"]),
-    ("dgx-h10", "dgx-a100, dgx-h100, dgx-h100-cluster, or a path to a YAML file", ["dgx-h100"]),
+    ("dgx-h10", "dgx-a100, dgx-h100, dgx-h100-cluster, or a path to a YAML file", ["dgx-h100", "dgx-a100"]),
+    ("gpu", "gpus, nvlink_bandwidth, nvlink_latency, gpu_model, nvls", ["gpu_model"]),
+    ("gpus", "gpu, hbm, gpu_sram, gpu_system_processor, nic", ["gpu"]),
+    ("llama3", "llama3-8b, llama3-70b, llama3-405b, gpt3-175b", ["llama3-8b", "llama3-70b", "llama3-405b"]),
+    ("megatron", "megatron-1.7b, megatron-3.6b, megatron-7.5b, megatron-18.4b, llama3-8b", []),
     ("1f1f", "gpipe, 1f1b, interleaved, zb-h1", ["1f1b"]),
     ("global_bacth", "seq_len, global_batch, micro_batch", ["global_batch"]),
     ("nodez", "nodes, node, nics_per_node", ["node", "nodes"]),
@@ -51,10 +55,14 @@ def test_a_misspelt_key_in_a_file_is_named(tmp_path, capsys):
 
 @pytest.mark.parametrize(("setting", "hint"), [
     ("cluster.gpu_model=h100", "'h100' is not supported (did you mean h100-sxm?) (allowed: a100-40gb"),
-    ("cluster.topology=dgx-h10", "unknown topology 'dgx-h10' (did you mean dgx-h100?) (allowed: dgx-a100"),
+    ("cluster.topology=dgx-h10", "unknown topology 'dgx-h10' (did you mean dgx-h100 or dgx-a100?) (allowed"),
     ("model.preset=llama3-7b", "unknown model preset 'llama3-7b' (did you mean llama3-70b or llama3-8b?) (allowed"),
     ("parallelism.pipeline.schedule=1f1f", "unknown schedule '1f1f' (did you mean 1f1b?) (allowed: gpipe"),
     ("parallelism.pipelin.schedule=1f1b", "unknown key 'pipelin' (did you mean pipeline?) (allowed: strategy"),
+    ("cluster.gpu=h100-sxm", "unknown override 'gpu' for topology kind 'nvswitch_node' (did you mean gpu_model?)"),
+    ("faults.components.gpus.mtbf=1h", "unknown component class 'gpus'; a class of your own needs a unit "
+     "(did you mean gpu?)"),
+    ("model.preset=llama3", "unknown model preset 'llama3' (did you mean llama3-8b, llama3-70b or llama3-405b?)"),
 ])
 def test_a_misspelt_set_is_named(setting, hint, capsys):
     assert main(["validate", str(SCENARIO), "--set", setting]) == 2
@@ -75,3 +83,10 @@ def test_a_misspelt_flag_or_flag_value_is_named(arguments, hint, capsys):
     assert main(arguments) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and hint in err
+
+
+def test_a_case_cut_short_names_each_case_it_begins(capsys):
+    folder = SCENARIOS / "published"
+    assert main(["validate-published", "--folder", str(folder), "--case", "llama3-405b"]) == 2
+    assert ("no case 'llama3-405b' in " f"{folder} (did you mean llama3-405b-16384-gpus, llama3-405b-8192-gpus or "
+            "llama3-405b-long-context?) (allowed: ") in capsys.readouterr().err
