@@ -74,8 +74,8 @@ def allowed_names(allowed: str) -> list[str]:
 def close_names(given: str, allowed: str) -> list[str]:
     """The names of the ``allowed`` list (`allowed_names`) that ``given`` most likely misspells: those it equals
     but for case and separators; else those it is the beginning of up to a separator (cut short), in the list's
-    order, none where more than MOST_COMPLETIONS are; else the two `difflib` finds at least SIMILAR alike, best
-    first. Empty where none is close or ``given`` is one of them."""
+    order, none where more than MOST_COMPLETIONS are; else the two `difflib` finds at least SIMILAR alike (case
+    aside), best first. Empty where none is close or ``given`` is one of them."""
     names = allowed_names(allowed)
     folded = _folded(given)
     if not folded or given in names:
@@ -86,7 +86,10 @@ def close_names(given: str, allowed: str) -> list[str]:
     completions = [name for name in names if len(folded) >= SHORTEST_PREFIX and _completes(name, given)]
     if completions:
         return completions if len(completions) <= MOST_COMPLETIONS else []
-    return difflib.get_close_matches(given, names, n=2, cutoff=SIMILAR)
+    spelt: dict[str, str] = {}
+    for name in names:
+        spelt.setdefault(name.casefold(), name)
+    return [spelt[match] for match in difflib.get_close_matches(given.casefold(), list(spelt), n=2, cutoff=SIMILAR)]
 
 
 def did_you_mean(given: str, allowed: str, said: str = "") -> str:

@@ -21,6 +21,7 @@ SCENARIO = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     ("gpus", "gpu, hbm, gpu_sram, gpu_system_processor, nic", ["gpu"]),
     ("llama3", "llama3-8b, llama3-70b, llama3-405b, gpt3-175b", ["llama3-8b", "llama3-70b", "llama3-405b"]),
     ("megatron", "megatron-1.7b, megatron-3.6b, megatron-7.5b, megatron-18.4b, llama3-8b", []),
+    ("LL128x", "simple, ll128, ll or auto", ["ll128"]),
     ("1f1f", "gpipe, 1f1b, interleaved, zb-h1", ["1f1b"]),
     ("global_bacth", "seq_len, global_batch, micro_batch", ["global_batch"]),
     ("nodez", "nodes, node, nics_per_node", ["node", "nodes"]),
@@ -63,6 +64,7 @@ def test_a_misspelt_key_in_a_file_is_named(tmp_path, capsys):
     ("faults.components.gpus.mtbf=1h", "unknown component class 'gpus'; a class of your own needs a unit "
      "(did you mean gpu?)"),
     ("model.preset=llama3", "unknown model preset 'llama3' (did you mean llama3-8b, llama3-70b or llama3-405b?)"),
+    ("collectives.protocol=LL128x", "'LL128x' is not a valid choice (did you mean ll128?) (allowed: simple"),
 ])
 def test_a_misspelt_set_is_named(setting, hint, capsys):
     assert main(["validate", str(SCENARIO), "--set", setting]) == 2
