@@ -18,6 +18,7 @@ from simulator.collectives.names import ALGORITHM_CHOICES, ALGORITHM_OPS, PRIMIT
 from simulator.collector import collector_paused
 from simulator.console.paths import COMMAND_LINE, chosen_figure_file, command_line, on_command_line, output_folder
 from simulator.errors import (
+    LIST_OF,
     STOP_SIGNALS,
     ExecutorError,
     InputError,
@@ -1015,7 +1016,8 @@ def _choice_list(choices: tuple[str, ...]):
         values = tuple(text.split(","))
         bad = [value for value in values if value not in choices]
         if bad:
-            raise _refused(f"{bad[0]!r} is not a choice", f"a comma list of {', '.join(choices)}")
+            allowed = f"{LIST_OF}{', '.join(choices)}"
+            raise _refused(f"{bad[0]!r} is not a choice{did_you_mean(bad[0], allowed)}", allowed)
         return values
     return parse
 

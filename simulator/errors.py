@@ -35,6 +35,8 @@ QUOTED = re.compile(r"'([^'\n]+)'")
 ALLOWED_NAME = re.compile(r"[\w.+/-]+")
 """One name of an allowed list (a key, an option's value, a flag), not the prose some lists end with ('or a path to
 a YAML file')."""
+LIST_OF = "a comma list of "
+"""The words before the names of an option that takes several ('a comma list of none, selective, full')."""
 SIMILAR = 0.75
 """The least `difflib` ratio of a close name: 'llama3-7b' finds llama3-8b (0.89) and llama3-70b (0.84), '1f1f'
 finds 1f1b (0.75), 'tp' finds neither cp nor pp (0.5); the two best are named."""
@@ -61,9 +63,10 @@ def _completes(name: str, given: str) -> bool:
 
 
 def allowed_names(allowed: str) -> list[str]:
-    """The names an ``allowed`` text lists ('a, b or c'; 'a, b, or a path to a YAML file' ends in prose, left
-    out), or none where it is not such a list ('distinct values, durations with units, e.g. 5min,10min')."""
-    parts = [part.strip() for part in allowed.split(",")]
+    """The names an ``allowed`` text lists ('a, b or c'; 'a comma list of a, b, c' too; 'a, b, or a path to a YAML
+    file' ends in prose, left out), or none where it is not such a list ('distinct values, durations with units,
+    e.g. 5min,10min')."""
+    parts = [part.strip() for part in allowed.removeprefix(LIST_OF).split(",")]
     head, _, tail = parts[-1].rpartition(" or ")
     parts[-1:] = [part for part in (head.strip(), tail.strip()) if part] if " or " in parts[-1] else parts[-1:]
     if parts and not ALLOWED_NAME.fullmatch(parts[-1]) and " or " in allowed.split(",")[-1]:

@@ -821,7 +821,9 @@ def test_an_unknown_scenario_name_lists_the_bundled_ones(tmp_path, capsys, monke
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "llama3-8b"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: llama3-8b: no such file, and no bundled scenario of that name (allowed: ")
+    assert err.startswith("error: llama3-8b: no such file, and no bundled scenario named 'llama3-8b' (did you "
+                          "mean llama3-8b-dgx-h100-dp8, llama3-8b-dgx-h100-eager-fsdp or llama3-8b-dgx-h100-zero3?) "
+                          "(allowed: ")
     assert LLAMA_8B in err
 
 

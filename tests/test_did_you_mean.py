@@ -22,6 +22,7 @@ SCENARIO = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     ("llama3", "llama3-8b, llama3-70b, llama3-405b, gpt3-175b", ["llama3-8b", "llama3-70b", "llama3-405b"]),
     ("megatron", "megatron-1.7b, megatron-3.6b, megatron-7.5b, megatron-18.4b, llama3-8b", []),
     ("LL128x", "simple, ll128, ll or auto", ["ll128"]),
+    ("ful", "a comma list of none, selective, full", ["full"]),
     ("1f1f", "gpipe, 1f1b, interleaved, zb-h1", ["1f1b"]),
     ("global_bacth", "seq_len, global_batch, micro_batch", ["global_batch"]),
     ("nodez", "nodes, node, nics_per_node", ["node", "nodes"]),
@@ -80,6 +81,10 @@ def test_a_misspelt_set_is_named(setting, hint, capsys):
     (["run", str(SCENARIO), "--out", "x", "--wrokers", "2"],
      "unrecognized arguments: --wrokers 2 (did you mean --workers?) (allowed: --help"),
     (["plt", "gantt"], "command: invalid choice 'plt' (did you mean plot?) (allowed: run"),
+    (["search", str(SCENARIO), "--recompute", "none,ful"],
+     "--recompute: 'ful' is not a choice (did you mean full?) (allowed: a comma list of none, selective, full)"),
+    (["run", "llama3-8b-dgx-h100-dp9", "--out", "x"], "error: llama3-8b-dgx-h100-dp9: no such file, and no bundled "
+     "scenario named 'llama3-8b-dgx-h100-dp9' (did you mean llama3-8b-dgx-h100-dp8 or llama3-8b-dgx-h100-zero3?)"),
 ])
 def test_a_misspelt_flag_or_flag_value_is_named(arguments, hint, capsys):
     assert main(arguments) == 2

@@ -53,7 +53,8 @@ def resolve_scenario(name_or_path: str | Path) -> Path:
         return bundled
     if path.exists():
         return path
-    raise ScenarioError("no such file, and no bundled scenario of that name", file=str(name_or_path),
+    name = path.stem if path.suffix in (".yaml", ".yml") else path.name
+    raise ScenarioError(f"no such file, and no bundled scenario named {name!r}", file=str(name_or_path),
                         allowed=", ".join(bundled_scenarios()) + ", or a path to a YAML file")
 
 
