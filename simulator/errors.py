@@ -39,7 +39,7 @@ LIST_OF = "a comma list of "
 """The words before the names of an option that takes several ('a comma list of none, selective, full')."""
 SIMILAR = 0.75
 """The least `difflib` ratio of a close name: 'llama3-7b' finds llama3-8b (0.89) and llama3-70b (0.84), '1f1f'
-finds 1f1b (0.75), 'tp' finds neither cp nor pp (0.5); the two best are named."""
+finds 1f1b (0.75), 'tp' finds neither cp nor pp (0.5); the names at the two best ratios are named."""
 SHORTEST_PREFIX = 3
 """The fewest letters of a value cut short that find the names it begins: 'h100' finds h100-sxm, 'gpu' gpu_model."""
 MOST_COMPLETIONS = 3
@@ -77,8 +77,8 @@ def allowed_names(allowed: str) -> list[str]:
 def close_names(given: str, allowed: str) -> list[str]:
     """The names of the ``allowed`` list (`allowed_names`) that ``given`` most likely misspells: those it equals
     but for case and separators; else those it is the beginning of up to a separator (cut short), in the list's
-    order, none where more than MOST_COMPLETIONS are; else the two `difflib` finds at least SIMILAR alike (case
-    aside), best first. Empty where none is close or ``given`` is one of them."""
+    order, none where more than MOST_COMPLETIONS are; else those `difflib` finds most alike (`_alike`). Empty where
+    none is close or ``given`` is one of them."""
     names = allowed_names(allowed)
     folded = _folded(given)
     if not folded or given in names:
@@ -89,10 +89,28 @@ def close_names(given: str, allowed: str) -> list[str]:
     completions = [name for name in names if len(folded) >= SHORTEST_PREFIX and _completes(name, given)]
     if completions:
         return completions if len(completions) <= MOST_COMPLETIONS else []
+    return _alike(given, names)
+
+
+def _alike(given: str, names: list[str]) -> list[str]:
+    """The names `difflib` finds at least SIMILAR alike to ``given``, case aside, at the two best ratios, best first
+    and in the list's order within a ratio; a ratio that more names share than MOST_COMPLETIONS allows with those
+    before it is left out ('zero9' names zero0, zero1 and zero2, each 0.8 alike, not two of them)."""
     spelt: dict[str, str] = {}
     for name in names:
         spelt.setdefault(name.casefold(), name)
-    return [spelt[match] for match in difflib.get_close_matches(given.casefold(), list(spelt), n=2, cutoff=SIMILAR)]
+    matcher = difflib.SequenceMatcher(b=given.casefold())
+    ratios: dict[str, float] = {}
+    for folded_name in spelt:
+        matcher.set_seq1(folded_name)
+        ratios[folded_name] = matcher.ratio()
+    meant: list[str] = []
+    for best in sorted({ratio for ratio in ratios.values() if ratio >= SIMILAR}, reverse=True)[:2]:
+        tied = [spelt[name] for name, ratio in ratios.items() if ratio == best]
+        if len(meant) + len(tied) > MOST_COMPLETIONS:
+            break
+        meant += tied
+    return meant
 
 
 def did_you_mean(given: str, allowed: str, said: str = "") -> str:

@@ -806,7 +806,8 @@ def test_chunking_off_reads_as_yaml_writes_it():
      "trainsim search: --tp: '2,x' is not a comma list of whole numbers (allowed: whole numbers of 1 or more, "
      "comma-separated, e.g. 1,2,4)"),
     (["search", "S", "--out", "OUT", "--sharding", "zero1,zero9"],
-     "trainsim search: --sharding: 'zero9' is not a choice (allowed: a comma list of zero0, zero1, zero2, fsdp)"),
+     "trainsim search: --sharding: 'zero9' is not a choice (did you mean zero0, zero1 or zero2?) (allowed: a comma "
+     "list of zero0, zero1, zero2, fsdp)"),
     (["study", "mtbf2", "S", "--out", "OUT"],  # was 'study: study:'
      "trainsim study: kind: invalid choice 'mtbf2' (did you mean mtbf?) (allowed: checkpoint-interval, "
      "memory-interval, mtbf)"),

@@ -23,6 +23,8 @@ SCENARIO = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     ("megatron", "megatron-1.7b, megatron-3.6b, megatron-7.5b, megatron-18.4b, llama3-8b", []),
     ("LL128x", "simple, ll128, ll or auto", ["ll128"]),
     ("ful", "a comma list of none, selective, full", ["full"]),
+    ("zero9", "a comma list of zero0, zero1, zero2, fsdp", ["zero0", "zero1", "zero2"]),
+    ("zero9", "zero0, zero1, zero2, zero3, fsdp", []),
     ("1f1f", "gpipe, 1f1b, interleaved, zb-h1", ["1f1b"]),
     ("global_bacth", "seq_len, global_batch, micro_batch", ["global_batch"]),
     ("nodez", "nodes, node, nics_per_node", ["node", "nodes"]),
