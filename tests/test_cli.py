@@ -208,9 +208,8 @@ def test_a_refold_of_a_step_too_large_to_unfold_is_said_on_stderr_too(tmp_path, 
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet",
                  *(part for setting in overrides for part in ("--set", setting))]) == 0
     assert capsys.readouterr().err == (
-        "note: gave up the classes fold, which would simulate 4 ranks and copy them to the others, because a "
-        "hand-off fell out of step in its run: send_recv 'recv bwd mb3' over GPUs [16, 0] ended between 37.47 ms "
-        "and 37.65 ms, 2 instances out of step by up to 178.5 us\n"
+        "note: the classes fold given up: a hand-off fell out of step in its run (send_recv 'recv bwd mb3' over GPUs "
+        "[16, 0] ended between 37.47 ms and 37.65 ms, 2 instances out of step by up to 178.5 us)\n"
         "note: simulating the step again refolded, 8 of 64 ranks, 2,980 ops and ~22,128 flows (estimated), under a "
         "minute\n")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

@@ -463,8 +463,8 @@ def test_a_weighted_fold_says_how_many_gpus_each_shown_rank_stands_for(tmp_path,
     scenario = tmp_path / "spines.yaml"
     scenario.write_text(SPINE_CROSSING_REPLICA)
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--set", "run.timeline=per-stage"]) == 0
-    assert ("4 of 48 ranks simulated (folded), ranks 0, 8 standing for 16 GPUs each, 16, 24 for 8; gave up"
-            in " ".join(capsys.readouterr().out.split()))
+    assert ("4 of 48 ranks simulated (folded), ranks 0, 8 standing for 16 GPUs each, 16, 24 for 8; the stage fold "
+            "given up" in " ".join(capsys.readouterr().out.split()))
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["rank_weights"] == {"0": 16, "8": 16, "16": 8, "24": 8}
     events = json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
