@@ -18,9 +18,8 @@ from simulator.console import progress
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the notebooks that the selected tests run (`-k pipeline`: the pipeline notebook alone), beside the
-    tests before them. Not in a pytest-xdist worker: each worker collects every test, so each would run every
-    notebook; there a worker starts them when one of their tests needs them (tests/test_notebooks.py)."""
-    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
+    tests before them."""
+    if session.config.option.collectonly:
         return
     paths = notebook_runs.selected(session)
     if paths:

@@ -1,11 +1,10 @@
 """The notebooks a test session runs, executed by a process of their own that starts once the tests are collected:
 each notebook top to bottom with nbclient in a fresh kernel (cwd notebooks/), all of them side by side. The suite
 runs its tests on one core; the notebooks run beside the tests before tests/test_notebooks.py on the other cores,
-and that file's tests read what they left instead of stopping the suite for them (the module's fixture took
-~111 s of a quiet 1,100 s run on 2 cores, the tests around it waiting).
+and that file's tests read what they left instead of stopping the suite for them while the notebooks run.
 
-Run as a script, it executes the notebooks named after its output folder and writes, for each, the executed
-notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`)."""
+Run as a script, it executes the notebooks named after the pid of the session that started it and its output
+folder and writes, for each, the executed notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`)."""
 
 from __future__ import annotations
 
@@ -69,12 +68,8 @@ def selected(session: pytest.Session) -> list[Path]:
 
 
 def started(session: pytest.Session) -> NotebookRuns:
-    """The session's notebooks executing: those started once its tests were collected, or, in a pytest-xdist
-    worker, which starts none then, those started now."""
-    runs = session.config.stash.get(RUNS, None)
-    if runs is None:
-        runs = session.config.stash[RUNS] = start(selected(session))
-    return runs
+    """The session's notebooks executing, started once its tests were collected."""
+    return session.config.stash[RUNS]
 
 
 def start(paths: list[Path]) -> NotebookRuns:
@@ -82,8 +77,9 @@ def start(paths: list[Path]) -> NotebookRuns:
     Ctrl-C), its output and its kernels' in the folder's runner.log rather than in a test's captured output."""
     folder = Path(tempfile.mkdtemp(prefix="trainsim-notebooks-"))
     with (folder / "runner.log").open("w") as log:
-        process = subprocess.Popen([sys.executable, __file__, str(folder), *map(str, paths)], stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen([sys.executable, __file__, str(os.getpid()), str(folder), *map(str, paths)],
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     return NotebookRuns(tuple(paths), folder, process)
 
 
@@ -100,11 +96,11 @@ async def _execute(path: Path, folder: Path) -> None:
         nbformat.write(notebook, folder / f"{path.stem}.ipynb")
 
 
-async def _execute_all(folder: Path, paths: list[Path]) -> None:
-    """Execute ``paths`` side by side; where the session that started them has gone (killed before
+async def _execute_all(session: int, folder: Path, paths: list[Path]) -> None:
+    """Execute ``paths`` side by side; where the ``session`` that started them (its pid, given by `start`, so
+    that a session killed while this process imports counts as gone) is no longer its parent (killed before
     `NotebookRuns.stop` could end this process), remove ``folder`` and end at once, the kernels ending with this
     process (they watch their parent)."""
-    session = os.getppid()
     running = asyncio.gather(*(_execute(path, folder) for path in paths))
     while not running.done():
         await asyncio.wait([running], timeout=1.0)
@@ -114,4 +110,4 @@ async def _execute_all(folder: Path, paths: list[Path]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(_execute_all(Path(sys.argv[1]), [Path(argument) for argument in sys.argv[2:]]))
+    asyncio.run(_execute_all(int(sys.argv[1]), Path(sys.argv[2]), [Path(argument) for argument in sys.argv[3:]]))

@@ -3,8 +3,7 @@ figures; the pipeline notebook also asserts its bubble fractions against the clo
 and the Llama 3 405B notebook its table (TFLOP/s per GPU from 6N + causal attention over the step time, MFU,
 the error against the published figure, the losses) against each run's summary, so a wrong figure fails here.
 The notebooks run side by side, each in its own kernel, in a process that starts once the session's tests are
-collected (tests/notebook_runs.py, started by tests/conftest.py; under pytest-xdist, by each worker that runs a
-notebook's test, when it does: `--dist loadfile` keeps them on one): they run beside the tests before this file's,
+collected (tests/notebook_runs.py, started by tests/conftest.py): they run beside the tests before this file's,
 which read what they left."""
 
 from __future__ import annotations
