@@ -416,7 +416,8 @@ def durations_apart(first: float, second: float) -> tuple[str, str]:
     one unit of `SECOND_STEPS`, the one the shorter reaches, to four significant digits or as many more as they
     need to read differently (`texts_apart`), with thousands separators and never an exponent: 12.78 s and
     12.79 s, not '1.278e+04 ms' beside '12785.01 ms'. Zero is `ZERO_DURATION` beside any other time, and a time
-    that is not finite reads as Python writes it ('inf s')."""
+    that is not finite reads as Python writes it, in the other's unit ('inf ms' beside '1 ms'; 'inf s' where
+    neither is finite)."""
     sized = [abs(value) for value in (first, second) if value and math.isfinite(value)]
     unit, scale = fitting_unit(min(sized), SECOND_STEPS) if sized else ("s", 1.0)
     first_text, second_text = (ZERO_DURATION if value == 0 else f"{text} {unit}" for value, text in zip(

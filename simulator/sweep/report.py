@@ -92,7 +92,7 @@ def _estimate_cells(row: dict) -> str:
     to four decimals, so that the estimate's accuracy (docs/search-accuracy.md) reads off the table; '-' in both
     where the row has no estimate."""
     estimate = row.get("estimate_tokens_per_s")
-    if estimate is None or not estimate or math.isnan(estimate):
+    if not estimate or math.isnan(estimate):
         return f"{'-':>12} {'-':>7}"
     return f"{estimate:>12,.0f} {row['tokens_per_s'] / estimate:>7.4f}"
 

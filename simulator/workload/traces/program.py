@@ -1060,8 +1060,8 @@ def throughput_warnings(summary: dict, peak_flops: float) -> list[str]:
     """An MFU above 100%: the model FLOPs the scenario claims for a step (workload.tokens_per_step x
     model_flops_per_token) exceed what the GPUs' dense bf16 peak executes in the replayed step. The replay keeps
     each GPU's traced work, so the figure is right by construction (replication adds GPUs and tokens alike);
-    the numbers given, or the peak they are counted against, are not. None where the scenario states no model
-    FLOPs (`mfu` null)."""
+    the numbers given, or the peak they are counted against, are not. Empty where the MFU is at most 100% or
+    the scenario states no model FLOPs (`mfu` null)."""
     if summary["mfu"] is None or summary["mfu"] <= 1:
         return []
     return [f"MFU {summary['mfu']:.0%} is above 100%: workload.tokens_per_step x model_flops_per_token claim "
