@@ -516,20 +516,19 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
                 ) -> Iterator[FoldedStep | GivenUp | None]:
     """The step with its ranks classed also by the routes of their pipeline hand-offs (engine/rank_classes.py
     `route_classes`: by the hops the copies take, then also by the loads they meet on them, then also by place in
-    the other collectives' plans, then by place in the period of the spine hash, then by host), the coarsest
-    first, the next to be drawn only where the one before fell out of step in its run; for a ``folded`` step
-    whose only mirrors out of step were hand-offs (the fabric hashes each flow onto a spine by its hosts and
-    rails, so one host's hand-off can share an uplink that its
-    mirrors' do not, and one replica's may cross the spines where another's stays in its leaf group). Nothing where
-    no such classes refine its own: no layout
-    (a trace), step faults that leave some stage's ranks unlike (not `alike_in_stages`), or ranks all alike. The
-    classes refine those of ``folded`` (hosts classed by their NVLink loads too); `_refined_step` judges each
-    before its run, ordered or not, and against ``budget``: none is drawn after one beyond it, each being finer
-    than the one before. Where a ``budget`` is given (the step may not unfold), only the classes by hops are
-    proposed: the loads' signature took 183 s on the published SC21 529.6B row and 4 s on the long-context row,
-    whose classes by it (240 ranks) were then beyond the budget. There, where the hops' classes ran and fell out
-    of step, or part no ranks ``folded`` did not (copies that cross as many links but meet other flows there),
-    the classes not proposed are given up unbuilt (`UNTRIED_ROUTES`), so the summary says what was not tried."""
+    the other collectives' plans, then by place in the period of the spine hash, then by host), the coarsest first,
+    the next to be drawn only where the one before fell out of step in its run; for a ``folded`` step whose only
+    mirrors out of step were hand-offs (the fabric hashes each flow onto a spine by its hosts and rails, so one
+    host's hand-off can share an uplink that its mirrors' do not, and one replica's may cross the spines where
+    another's stays in its leaf group). Nothing where no such classes refine its own: no layout (a trace), step
+    faults that leave some stage's ranks unlike (not `alike_in_stages`), or ranks all alike. The classes refine
+    those of ``folded`` (hosts classed by their NVLink loads too); `_refined_step` judges each before its run,
+    ordered or not, and against ``budget``: none is drawn after one beyond it, each being finer than the one before.
+    Where a ``budget`` is given (the step may not unfold), only the classes by hops are proposed: the loads'
+    signature took 183 s on the published SC21 529.6B row and 4 s on the long-context row, whose classes by it (240
+    ranks) were then beyond the budget. There, where the hops' classes ran and fell out of step, or part no ranks
+    ``folded`` did not (copies that cross as many links but meet other flows there), the classes not proposed are
+    given up unbuilt (`UNTRIED_ROUTES`), so the summary says what was not tried."""
     layout = folded.program.layout
     if layout is None or not alike_in_stages(faults, layout):
         return

@@ -32,19 +32,17 @@ simulate a rank of every host of a large job. Classes of unequal size are not us
 rank per stage, as the lockstep check after the run (engine/lockstep.py) guards.
 
 Where that check finds only pipeline hand-offs out of step, hosts are classed also by the hops their hand-offs
-between hosts take, then also by what they meet on them, then also by their places in the other collectives'
-plans between hosts (`route_classes`): a replica's hand-off may cross the
-spines where another's stays in its leaf group, and the fabric hashes each flow onto a spine by its hosts, their
-rails' difference and its channel, so one host's hand-off can share a leaf's uplink with another collective's
-flows where its mirrors' do not (the DeepSeek search's interleaved wrap from stage 15 to stage 0,
-docs/architecture.md), then also by their places in the period of the spine hash, whose translates route
-alike, where the classes before are alike at every place (a DP ring leaves every leaf group from its last
-hosts, over the spines). Those classes may be of
-unequal size: each representative then stands for its class's
-size of ranks (parallel/folding.py `rank_weights`), which the summary's per-GPU means weigh it by. The finest
-are hosts: where two ranks of one host hand on between the same two hosts over other rails, their flows climb
-other leaves' uplinks and meet other collectives' cross-rail flows unlike, no refold holds and the step runs
-unfolded (tests/test_folding.py `test_cross_rail_contention_unlike_between_lanes_or_groups_runs_unfolded`).
+between hosts take, then also by what they meet on them, then also by their places in the other collectives' plans
+between hosts (`route_classes`): a replica's hand-off may cross the spines where another's stays in its leaf group,
+and the fabric hashes each flow onto a spine by its hosts, their rails' difference and its channel, so one host's
+hand-off can share a leaf's uplink with another collective's flows where its mirrors' do not (the DeepSeek search's
+interleaved wrap from stage 15 to stage 0, docs/architecture.md), then also by their places in the period of the
+spine hash, whose translates route alike, where the classes before are alike at every place (a DP ring leaves every
+leaf group from its last hosts, over the spines). Those classes may be of unequal size: each representative then
+stands for its class's size of ranks (parallel/folding.py `rank_weights`), which the summary's per-GPU means weigh
+it by. The finest are hosts: where two ranks of one host hand on between the same two hosts over other rails, their
+flows climb other leaves' uplinks and meet other collectives' cross-rail flows unlike, no refold holds and the step
+runs unfolded (tests/test_folding.py `test_cross_rail_contention_unlike_between_lanes_or_groups_runs_unfolded`).
 
 Under links down from the step's start, ranks are classed by their rail and, on the hosts near the links down,
 by host, elsewhere also by the near ranks their groups hold (`link_fault_classes`): only flows to or from those
@@ -92,26 +90,24 @@ def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShape
 def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder,
                   hops_only: bool = False) -> Iterator[RankClasses]:
     """The classes to fold ``program`` (folded, one representative per stage) again by where its run's hand-offs
-    fell out of step, coarsest first, each worked out only when drawn, where the one before fell out of step in
-    its run: hosts classed by the hops their pipeline hand-offs' copies take (`_hop_signatures`: one
-    representative per kind of hand-off route, weighted by how many ranks it stands for), then also by the loads
-    the copies meet on those hops (`_route_signatures`, which took 183 s on the published SC21 529.6B row against
-    none for the hops), then also by their places in the plans of the other collectives between hosts
-    (`_place_signatures`: a DP tree's heights and depths), then also by their places in the period of the spine
-    hash where the classes before are alike at every place (`_period_classes`), then one class per host of each
-    stage (route loads counted before the run need not tell apart hosts whose hand-offs meet other flows at other
-    times); each
-    beside the hosts' NVLink loads (`_nvlink_signatures`), each proposal finer than or equal to the one before
-    (keyed by its signatures and the earlier ones'; by host the finest), so that none simulates fewer ranks than
-    the one before; classes of unequal size allowed but for the last, a proposal equal to an earlier one left
-    out. With ``hops_only``, the
+    fell out of step, coarsest first, each worked out only when drawn, where the one before fell out of step in its
+    run: hosts classed by the hops their pipeline hand-offs' copies take (`_hop_signatures`: one representative per
+    kind of hand-off route, weighted by how many ranks it stands for), then also by the loads the copies meet on
+    those hops (`_route_signatures`, which took 183 s on the published SC21 529.6B row against none for the hops),
+    then also by their places in the plans of the other collectives between hosts (`_place_signatures`: a DP tree's
+    heights and depths), then also by their places in the period of the spine hash where the classes before are
+    alike at every place (`_period_classes`), then one class per host of each stage (route loads counted before the
+    run need not tell apart hosts whose hand-offs meet other flows at other times); each beside the hosts' NVLink
+    loads (`_nvlink_signatures`), each proposal finer than or equal to the one before (keyed by its signatures and
+    the earlier ones'; by host the finest), so that none simulates fewer ranks than the one before; classes of
+    unequal size allowed but for the last, a proposal equal to an earlier one left out. With ``hops_only``, the
     classes by hops alone, if any. On the published SC21 145.6B row (24 replicas, 5 of which hand on across the
-    spines) hops give two classes per stage, 16 of 1,536 ranks, and that run keeps pace; loads give seven
-    (replicas 0 and 23 and each crossing replica apart), 56 ranks; hosts 192. On the SC21 76.1B step (DP trees
-    over 32 hosts, interleaved) the loads give two classes per stage, which fall out of step, and places five (the
-    two roots together, then per height 1 to 4 in one tree the hosts that are leaves in the other: 16, 8, 4 and 2
-    hosts), 20 of 1,024 ranks, which keep pace. On the Llama 3 70B step on 2,048 GPUs with TP 8 x PP 4 and the
-    spines at 4:1, only the places in the leaf group part hosts: 32 ranks against 256 by host."""
+    spines) hops give two classes per stage, 16 of 1,536 ranks, and that run keeps pace; loads give seven (replicas
+    0 and 23 and each crossing replica apart), 56 ranks; hosts 192. On the SC21 76.1B step (DP trees over 32 hosts,
+    interleaved) the loads give two classes per stage, which fall out of step, and places five (the two roots
+    together, then per height 1 to 4 in one tree the hosts that are leaves in the other: 16, 8, 4 and 2 hosts), 20
+    of 1,024 ranks, which keep pace. On the Llama 3 70B step on 2,048 GPUs with TP 8 x PP 4 and the spines at 4:1,
+    only the places in the leaf group part hosts: 32 ranks against 256 by host."""
     host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
     columns = _stage_hosts(program, host)
     if columns is None:
