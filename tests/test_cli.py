@@ -151,7 +151,7 @@ def test_a_fold_given_up_mid_run_is_said_on_stderr_before_the_next_build_and_run
     before the next program is built (the 2,048-GPU 70B step at 4:1 builds its refold for most of a minute), and
     one more what the run then simulates, as it starts, whatever --quiet; stdout and the outputs are those of a
     run that says nothing. The refold's flows are estimated at the given-up run's flows per op: ~2,248 against
-    the 2,212 it simulates (1.02 times; the unfolded estimate's share of the ranks gave 1,028, 0.46 times)."""
+    the 2,212 it simulates (1.02 times)."""
     import simulator.simulation as simulation
 
     scenario = tmp_path / "cross_rail.yaml"

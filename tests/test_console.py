@@ -61,8 +61,8 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why_in_one_line():
     """The report's `ranks` row, only where the summary lists folds given up (`fold_given_up`) or a fold that
     stands though not exact (`fold_not_exact`): the ranks simulated of the GPUs, then each fold given up with its
     short why, or the one not exact with how many hand-offs fell out of step by up to how much. The checks'
-    sentences and the first instance's figures stay in summary.json: the published long-context run's row was a
-    12-line paragraph of them."""
+    sentences and the first instance's figures stay in summary.json, so that the published long-context run's row
+    stays one line."""
     import io
 
     from rich.console import Console

@@ -206,7 +206,7 @@ README = REPO / "README.md"
 
 def test_readme_names_every_bundled_scenario():
     """README's list of bundled scenarios names each one `trainsim scenarios` lists (a scenario added without a
-    word in README, as three were, fails here)."""
+    word in README fails here)."""
     text = README.read_text()
     bundled = [path.stem for path in sorted(SCENARIOS.glob("*.yaml"))]
     assert len(bundled) > 20

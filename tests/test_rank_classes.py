@@ -171,8 +171,9 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     357 us), route classes give one representative per host of each stage (4 of 32 ranks), and that run's
     mirrors fall out of step too (10 instances, by up to 357 us), so the step runs unfolded: every summary
     figure is the unfolded run's, the reason is the stage fold's, and no route reason is reported; both folds are
-    listed as given up, with the wrap's figures, in the summary and in the printed line: each run stops at the
-    wrap's first instance out of step (engine/lockstep.py `LockstepWatch`), so both give that instance."""
+    listed as given up in the summary, each with the wrap's figures (each run stops at the wrap's first instance
+    out of step, engine/lockstep.py `LockstepWatch`, so both give that instance), and in the printed line, each
+    with its short why."""
     loaded = scenario_from_text(WRAP_OVER_SHARED_NICS, "inline.yaml", [])
     topology = scenario_topology(loaded)
 

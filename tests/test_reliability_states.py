@@ -1536,9 +1536,8 @@ def _elastic_leaf_job_once():
 
 
 def test_the_time_up_front_counts_the_states_of_a_shrunk_elastic_job():
-    """The estimate and the sizing of the states with links down wanted them on the job's full replica count:
-    this elastic job's estimate counted 7 states (its sub-states on 4 replicas) while it simulated 14, the 7
-    shrunk ones left out. It counts the states the job simulates, shrunk ones each on its own cluster: the 7
+    """The estimate and the sizing of the states with links down count the states the job simulates, shrunk ones
+    each on its own cluster, not only those on the job's full replica count (7 of this elastic job's 14): the 7
     shrunk states it trains in, then the 7 sub-states their splits ask, in a second round."""
     _, told, simulated, _ = _elastic_leaf_job_once()
     assert len(simulated) == len(set(simulated)) == 14
@@ -1547,19 +1546,17 @@ def test_the_time_up_front_counts_the_states_of_a_shrunk_elastic_job():
 
 
 def test_the_time_up_front_of_a_small_job_is_near_its_states_measured_time():
-    """Without a fixed cost per state the estimate of small states was 1.8-2.7 times low (and here, with the
-    shrunk states left out too, 0.225 s of CPU for 14 states that took 0.739 s). The estimate lies within a
-    factor of 1.6 of the count simulated times their measured mean (ELASTIC_LEAF_STATE_S; 1.101 s against
-    0.739 s today)."""
+    """The estimate, with its fixed cost per state (without it small states' estimates are 1.8-2.7 times low),
+    lies within a factor of 1.6 of the count simulated times their measured mean (ELASTIC_LEAF_STATE_S)."""
     _, told, simulated, _ = _elastic_leaf_job_once()
     measured = len(simulated) * ELASTIC_LEAF_STATE_S
     assert measured / 1.6 < sum(round_told.cpu_s for round_told in told) < measured * 1.6
 
 
 def test_link_states_count_only_the_states_the_job_trained_in():
-    """The sub-states of the slow-step split (the 7 on all 4 replicas, with links down, which the shrunk job never
-    trained in) were counted in job_summary.json's `link_states` as states met: 14. Only the 7 it trained in
-    are; `states` still lists every state simulated."""
+    """job_summary.json's `link_states` counts as met only the 7 states with links down the job trained in, not
+    the sub-states of the slow-step split (the 7 on all 4 replicas, which the shrunk job never trains in);
+    `states` lists every state simulated, 14 with links down."""
     job, _, simulated, trained = _elastic_leaf_job_once()
     met = {state for state in trained if state.links_down}
     assert len(met) == 7 and met < set(simulated)
@@ -1602,9 +1599,9 @@ than healthy."""
 def test_states_ahead_are_the_states_trained_in_then_only_the_sub_states_their_split_needs(monkeypatch):
     """The states the job trains or restarts in are foreseen, told and simulated first, then the sub-states their steps
     ask (a state no slower than healthy asks none), not every sub-state of a forecast made on the healthy costs: each
-    state simulated ahead is one the job uses (in `states`), and the time up front counts those of the first round
-    (splitting in one round on the healthy costs, the mixed elastic job's 3 days told 229 states with links down in
-    a single round)."""
+    state simulated ahead is one the job uses (in `states`), and the time up front is told in two rounds, which
+    together count every state simulated ahead with links down (one round of splits on the healthy costs would
+    tell the mixed elastic job's 3 days 229 such states)."""
     loaded, one_core = _one_core_job_then_two_cores(monkeypatch, MIXED_ELASTIC_JOB)
     told: list = []
     time_ahead = reliability_simulate.time_ahead

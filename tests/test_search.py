@@ -429,7 +429,7 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
 
 def test_the_ranking_gives_each_layouts_estimate_and_the_simulation_over_it():
     """The printed table gives the estimated tokens/s beside the simulated and their ratio, so the estimate's
-    accuracy reads off it (it was in candidates.parquet only); a row without an estimate shows '-'."""
+    accuracy reads off it, not only off candidates.parquet; a row without an estimate shows '-'."""
     import pandas as pd
 
     from simulator.sweep.decision_tree import TreeChoice

@@ -222,7 +222,7 @@ def _given_up_text(entry: dict, before: dict | None = None) -> str:
     """One fold given up (an entry of summary.json's `fold_given_up`) in a clause: which, and its short `why`
     ('the stage fold given up: the step's faults differ across replicas'); 'for the same reason' where the entry
     ``before`` it gave the same why. The check's sentence and the figures of a run out of step stay in
-    summary.json, where a 12-line `ranks` row of them hid the row's point."""
+    summary.json, so that the `ranks` row stays one line."""
     if before is not None and before["why"] == entry["why"]:
         return f"the {entry['fold']} fold given up for the same reason"
     return f"the {entry['fold']} fold given up: {entry['why']}"
