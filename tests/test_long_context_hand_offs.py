@@ -85,7 +85,7 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     (warning,) = summary["warnings"]
     assert warning.startswith(
         "folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb3' over GPUs [384, 512] "
-        "ended on its mirrors between 173.1 ms and 173.2 ms in the folded run (1328 instances out of step, by up "
+        "ended on its mirrors between 173.1 ms and 173.2 ms in the folded run (1,328 instances out of step, by up "
         "to 1.071 ms)")
     lanes, untried = summary["fold_given_up"]
     assert (untried["fold"], untried["simulated_ranks"], untried["why"]) == (

@@ -32,7 +32,7 @@ from simulator.engine.sharing import Mirrors
 from simulator.metrics.events import EventLog
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
-from simulator.units import durations_apart, format_seconds
+from simulator.units import counted, durations_apart, format_seconds
 
 IN_STEP = 1e-9
 """Relative difference of two plans' ends below which they ended together (float rounding of a differently
@@ -88,7 +88,7 @@ class OutOfStep:
         earliest, latest = durations_apart(self.earliest_s, self.latest_s)
         found = (f"the run stopped there, its first instance out of step, by {format_seconds(self.widest_s)}"
                  if self.stopped_at_s is not None else
-                 f"{self.instances} instance{'s' if self.instances > 1 else ''} out of step, by up to "
+                 f"{counted(self.instances, 'instance')} out of step, by up to "
                  f"{format_seconds(self.widest_s)}")
         return (f"{self.op} {self.name!r} over GPUs {list(self.group)} ended on its mirrors between {earliest} and "
                 f"{latest} in the folded run ({found}): {self._cause()}")
