@@ -744,8 +744,7 @@ def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:
     """Young's and Daly's intervals (and with an in-memory tier the two-level optimum, with the restores of the
     best point that found no in-memory copy, said to be the best interval's, not the curve's), or why there are
     none: no failure interrupts the job. Its degradations and stragglers, where it expects some, are named with
-    their count: they cost time though they take no restart (the line said "no failures expected" of a job losing
-    time to them)."""
+    their count: they cost time though they take no restart, so "no failures expected" alone would mislead."""
     from simulator.console.report import horizon_span, two_level_text, young_daly_text
     from simulator.units import expected_count
 

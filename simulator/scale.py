@@ -1674,8 +1674,8 @@ def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep, top
                         ) -> tuple[str, ...]:
     """Where the run of ``step`` (the program `validate` built, folded where the run folds it) simulates every
     rank and its estimate reaches EVENTS_PER_MINUTE (`PS_EVENTS_PER_MINUTE` for parameter servers): what it
-    simulates (ranks, ops, the estimate's flows), about how long, and why it is not folded. `validate` said
-    only `valid` for the DeepSeek-V3-style step at ep 16, whose run then took minutes unfolded. Nothing for a
+    simulates (ranks, ops, the estimate's flows), about how long, and why it is not folded (the DeepSeek-V3-style
+    step at ep 16 runs minutes unfolded). Nothing for a
     folded step or a trace (its size is its files'). ``topology``: the built cluster (`estimate_scale`)."""
     program = step.program
     if program.folded or isinstance(loaded.scenario.workload, TraceWorkload):
@@ -1697,7 +1697,7 @@ def run_size_text(loaded: LoadedScenario, gpus: int, ranks: int, ops: int, topol
                   flows_per_op: float | None = None) -> str:
     """A run of the step of ``loaded`` on ``gpus`` GPUs simulating ``ranks`` ranks and ``ops`` ops (its built
     program's), in words: '512 of 512 ranks, 280,576 ops and ~3,690,455 flows (estimated), about 2 minutes'
-    (`validate` of the 7.5B step unfolded on 64 DGX A100 hosts; 'under a minute' below one). Unfolded, the flows
+    (`validate` of the 7.5B step unfolded on 64 DGX A100 hosts; 'under a minute' below half of one). Unfolded, the flows
     are the unfolded estimate's; folded onto fewer ranks, they are ``ops`` times ``flows_per_op``, the rate of
     the run given up before it, as the share of the unfolded estimate falls far short of a refold's (the 70B
     step at 4:1 refolded onto 256 of 2,048 ranks simulates 3,348,608 flows, 7.2 times that share). The ranks

@@ -201,8 +201,7 @@ PIPELINED_IDLE_PART = "bubble and other idle"
 'pipeline bubble' loss of another figure (27.5% and 27.3% of the 2,048-GPU Llama 3 70B step)."""
 
 
-def _bound_reason(binding: Constraint, rule: RuleShares, losses: dict[str, float], pipeline_stages: int = 1
-                  ) -> str:
+def _bound_reason(binding: Constraint, rule: RuleShares, losses: dict[str, float], pipeline_stages: int) -> str:
     """Why the wait names the bound, for the verdict, where it does, by the comparison that decided it, in the
     shares the rules read (``rule``): ' (exposed communication 33.0% of the step > 30.0%)', ' (waits 61.6% of the
     step: exposed communication 27.2% > other idle 34.4%)', ' (waits 40.0% of the step: host time 20.0% > half of

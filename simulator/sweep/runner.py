@@ -294,11 +294,11 @@ def _has_outputs(folder: Path, point: Point) -> bool:
 def progress_printer(quiet: bool, label: str = "sweep"
                      ) -> tuple[Callable[[int, int], None], Callable[[], None], Callable[[str], None] | None]:
     """A rich progress bar named ``label`` with ETA on a terminal, plain lines off one (a run's `RunProgress`:
-    every PLAIN_EVERY_S while a point runs too, where before a line came only as a point finished, and a search
-    printed nothing for its first minute), nothing when quiet: (update, stop). The bar is redrawn by a
-    `Heartbeat`, which no fork of the pool's workers runs beside: rich's own refresh thread stayed alive across
-    them, and a worker forked while it wrote held stderr's lock for ever. The third is how a line is said on
-    stderr above the bar (None when quiet)."""
+    every PLAIN_EVERY_S while a point runs too, so that a search says something in its first minute), nothing
+    when quiet: (update, stop, say). The bar is redrawn by a `Heartbeat`, which no fork of the pool's workers
+    runs beside: rich's own refresh thread would stay alive across them, and a worker forked while it wrote
+    would hold stderr's lock for ever. The third is how a line is said on stderr above the bar (None when
+    quiet)."""
     if quiet:
         return (lambda done, total: None), (lambda: None), None
     if not sys.stderr.isatty():
