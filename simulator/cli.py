@@ -99,12 +99,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
                            "--workers with a scenario that sets run.horizon, none for a step")
     from simulator import simulate
     from simulator.console.progress import RunProgress
-    from simulator.console.report import rerun_line
     from simulator.report.writers import write_outputs
     from simulator.simulation import FoldDropped, Rerun
 
     with RunProgress(enabled=not args.quiet) as progress:
         def rerunning(notice: FoldDropped | Rerun) -> None:
+            from simulator.console.report import rerun_line  # rich, imported only where a fold is given up
+
             progress.say(rerun_line(notice))
             progress.anew("" if isinstance(notice, Rerun) else "building the step again")
 

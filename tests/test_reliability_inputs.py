@@ -558,7 +558,7 @@ def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, caps
     short = tmp_path / "short.yaml"
     short.write_text(SPARE_JOB.replace("  interval: 30 min\n", "  mode: sync\n").replace("horizon: 2 d",
                                                                                         "horizon: 20 min"))
-    assert main(["run", str(short), "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(short), "--out", str(tmp_path / "short"), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
 
 
@@ -578,9 +578,10 @@ def test_an_interval_whose_first_write_ends_at_the_horizon_warns_and_the_bound_i
     step, write = job["step_time_s"], job["checkpoint"]["write_s"]
     most = math.ceil((2 * 86400 - write) / step) - 1
     given = {"2 d": "2 d", "one step more": f"{most + 1} steps", "the most steps": f"{most} steps"}[interval]
-    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", f"checkpoint.interval={given}"]) == 0
+    again = tmp_path / "again"
+    assert main(["run", str(scenario), "--out", str(again), "--quiet", "--set", f"checkpoint.interval={given}"]) == 0
     err = capsys.readouterr().err
-    written = (pd.read_parquet(out / "job_events.parquet")["kind"].astype(str) == "checkpoint").sum()
+    written = (pd.read_parquet(again / "job_events.parquet")["kind"].astype(str) == "checkpoint").sum()
     if interval == "the most steps":
         assert (err, written) == ("", 1)
         return
