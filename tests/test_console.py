@@ -156,16 +156,15 @@ def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_w
      "where its run stopped"),
 ])
 def test_a_rerun_note_shows_the_first_instance_out_of_step(fold, ranks, out_of_step, said):
-    """The stderr note of a step run again says where the fold given up out of step fell apart, in the shape its
+    """The stderr note of a fold given up out of step says where it fell apart, in the shape its
     run left (read to the end, or stopped at the first instance), after the short why the `ranks` row gives."""
     from simulator.console.report import rerun_line
-    from simulator.simulation import Rerun
+    from simulator.simulation import FoldDropped
 
     entry = {"fold": fold, "simulated_ranks": ranks, "why": "a hand-off fell out of step in its run", "reason": "...",
              "out_of_step": out_of_step}
-    assert rerun_line(Rerun(entry, True, "1,920 of 1,920 ranks")) == (
-        f"note: the {fold} fold given up: a hand-off fell out of step in its run ({said}); simulating the step "
-        "again unfolded, 1,920 of 1,920 ranks")
+    assert rerun_line(FoldDropped(entry)) == (
+        f"note: the {fold} fold given up: a hand-off fell out of step in its run ({said})")
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):

@@ -663,7 +663,7 @@ def quoted_figures(result: Result) -> dict:
                      "ms_exposed_ep": summary["exposed_comm_s"].get("ep", 0.0) * 1e3,
                      "ms_worker_wait": summary["bottleneck"]["loss_shares"].get("worker_wait", 0.0)
                      * summary["step_time_s"] * 1e3,
-                     "ms_step": summary["step_time_s"] * 1e3, "m_tokens_per_s": summary["tokens_per_s"] / 1e6,
+                     "ms_step": summary["step_time_s"] * 1e3, "m_tokens_per_s": (summary["tokens_per_s"] or 0.0) / 1e6,
                      "bound": summary["bottleneck"].get("verdict", "").partition(";")[0],
                      "ms_routing_skew": summary.get("moe", {}).get("hottest_rank_adds_s", 0) * 1e3,
                      "gib_model_state": sum(summary.get("memory_breakdown_gib", {}).get(part, 0.0)

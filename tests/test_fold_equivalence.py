@@ -505,7 +505,7 @@ def test_out_of_step_reasons_say_what_differs_and_tell_the_two_times_apart():
                       (4, 6))
     assert apart.reason() == (
         "send_recv 'send fwd mb0' over GPUs [24, 32] ended on its mirrors between 1.2345671 s and 1.2345674 s in the "
-        "folded run (2 instances out of step, by up to 300 ns): its copy over GPUs [24, 32] crosses 4 links and "
+        "folded run (2 instances out of step, by up to 0.3 us): its copy over GPUs [24, 32] crosses 4 links and "
         "the one over [152, 160] 6: the replicas' hand-offs take routes of other hops (as one inside a leaf group "
         "and one across the spines), so one rank cannot stand for both")
     same_hops = OutOfStep("send_recv", "send fwd mb0", (7, 8), 4.60056e-3, 5.55246e-3, 8, 9.5e-4, ((7, 8), (55, 56)),
