@@ -354,7 +354,8 @@ def _killed(_task):
 @pytest.mark.parametrize("command", ["sweep", "search"])
 def test_a_killed_worker_is_one_line_and_status_1(command, tmp_path, capsys, monkeypatch):
     """A worker ended from outside (the out-of-memory killer, `kill -9`): sweep and search print one line saying what
-    happened and what is kept, and exit 1, without a BrokenProcessPool traceback."""
+    happened and what is kept, and exit 1, without a BrokenProcessPool traceback (a sweep's lines before it name
+    the points it handed out)."""
     from simulator.cli import main
     from simulator.sweep import runner, search
 
@@ -364,4 +365,7 @@ def test_a_killed_worker_is_one_line_and_status_1(command, tmp_path, capsys, mon
     kept = (f"the finished points are in {tmp_path / 'out'}/results.parquet; run again to resume"
             if command == "sweep" else
             "the search wrote nothing; run it again, with fewer --workers if memory is short")
-    assert capsys.readouterr().err == f"error: a worker process was killed (out of memory?); {kept}\n"
+    *handed_out, error = capsys.readouterr().err.splitlines()
+    assert error == f"error: a worker process was killed (out of memory?); {kept}"
+    assert all(line.startswith("sweep: simulating point ") for line in handed_out) and (command == "sweep") == bool(
+        handed_out)
