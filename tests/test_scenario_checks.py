@@ -125,7 +125,8 @@ def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they
         "micro-batches over 4 ranks (8 virtual stages, 2 a rank in a V): each rank idles while the others run, a zbv "
         "bubble of 45.5% at uniform stages "
         "(backward 2x forward) (with --set parallelism.pipeline.schedule=zbv, --set "
-        "parallelism.pipeline.virtual_stages=2) (allowed: at least 4 micro-batches, one a rank, to fill it)\n")
+        "parallelism.pipeline.virtual_stages=2) (allowed: at least 6 micro-batches, 3p/2 rounded down for zbv, to "
+        "fill it)\n")
     synthetic = tmp_path / "synthetic.yaml"
     synthetic.write_text("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 4, forward: 1 ms, backward: "
                          "2 ms}}\ntraining: {microbatches: 1}\nparallelism: {dp: 2, pipeline: {schedule: gpipe}}\n")
@@ -159,4 +160,40 @@ def test_an_unfilled_pipeline_names_its_ranks_and_virtual_stages(tmp_path, capsy
     assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=4"]) == 0
     err = capsys.readouterr().err
     assert f"the pipeline never fills with 2 micro-batches over {depth}: each rank idles" in err
-    assert err.endswith("(allowed: at least 4 micro-batches, one a rank, to fill it)\n")
+    filling = "6 micro-batches, 3p/2 rounded down for zbv" if schedule == "zbv" else "4 micro-batches, one a rank"
+    assert err.endswith(f"(allowed: at least {filling}, to fill it)\n")
+
+
+@pytest.mark.parametrize("p", [3, 4, 5, 6, 8])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "zb-h1", "looped-bfs", "zbv"])
+def test_a_pipeline_fills_where_more_micro_batches_stop_shortening_its_idle(schedule, p):
+    """`filling_microbatches` is where the ideal executor's idle time per rank, at uniform stages, stops falling
+    as micro-batches are added: one a rank for every schedule the unfilled warning times, 3p/2 rounded down for
+    zbv (at p = 4: 3, 2, 1.5, 1.5 units of idle at m = 4, 5, 6, 7)."""
+    from simulator.scenario_checks import UNFILLED_COSTS
+    from simulator.schedules.registry import build_schedule, filling_microbatches
+    from simulator.schedules.timing import simulate_schedule
+
+    v = 2 if schedule in ("zbv", "looped-bfs") else 1
+
+    def idle(m: int) -> float:
+        return max(simulate_schedule(build_schedule(schedule, p, m, v), *UNFILLED_COSTS).idle_per_rank)
+
+    filling = filling_microbatches(schedule, p)
+    assert idle(filling + 1) == pytest.approx(idle(filling), abs=1e-12)
+    assert all(idle(m) > idle(m + 1) for m in range(1, filling)) or schedule in ("gpipe", "1f1b")
+
+
+def test_zbv_is_warned_of_below_three_halves_of_its_ranks_in_micro_batches(tmp_path, capsys):
+    """zbv's idle per rank keeps falling past m = p, to m = 3p/2: at p = 4, m = 5 is warned of with the 11.8%
+    bubble the executor gives it (1.5 of idle a rank from m = 6 on, 2 at m = 5), m = 6 is not."""
+    path = tmp_path / "pp4.yaml"
+    path.write_text(PIPELINED.replace("SCHEDULE", "zbv").replace("V", "2"))
+    assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=10"]) == 0
+    assert capsys.readouterr().err == (
+        "warning: command line: trainsim validate: --set training.global_batch=10: the pipeline never fills with 5 "
+        "micro-batches over 4 ranks (8 virtual stages, 2 a rank in a V): each rank idles while the others run, a zbv "
+        "bubble of 11.8% at uniform stages (backward 2x forward) (allowed: at least 6 micro-batches, 3p/2 rounded "
+        "down for zbv, to fill it)\n")
+    assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=12"]) == 0
+    assert capsys.readouterr().err == ""

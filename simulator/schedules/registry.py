@@ -38,6 +38,14 @@ SINGLE_STAGE = frozenset({"gpipe", "1f1b"})
 the backward sends before the stage reduces its gradients; every other one runs on _PipelineScheduleRuntime."""
 
 
+def filling_microbatches(name: str, p: int) -> int:
+    """The fewest micro-batches that fill schedule ``name``'s pipeline of p ranks, from where more micro-batches
+    no longer shorten a rank's idle time (the ideal executor at uniform stages): one a rank, p, for every
+    schedule but zbv, whose idle per rank keeps falling to 3p/2 rounded down (at p = 4, F = B = W = 1 per
+    stage: 3 at m = 4, 2 at m = 5, 1.5 from m = 6 on)."""
+    return p + p // 2 if name == "zbv" else p
+
+
 def schedule_names() -> list[str]:
     """Every name get_schedule accepts: the registered schedules and 'custom' (a CSV table)."""
     return list(SCHEDULE_NAMES)
