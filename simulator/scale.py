@@ -1683,8 +1683,8 @@ def unfolded_size_lines(loaded: LoadedScenario, gpus: int, step: FoldedStep, top
     estimate = _unfolded_estimate(loaded, gpus, topology)
     if estimate is None or _minutes(loaded, len(program.ops) + estimate.flows) < 1:
         return ()
-    return (f"runs unfolded: {run_size_text(loaded, gpus, len(program.ranks), len(program.ops), topology)}",
-            *([f"not folded: {step.off_reason}"] if step.off_reason else []))
+    size = run_size_text(loaded, gpus, len(program.ranks), len(program.ops), topology, unfolded=estimate)
+    return (f"runs unfolded: {size}", *([f"not folded: {step.off_reason}"] if step.off_reason else []))
 
 
 def _minutes(loaded: LoadedScenario, events: int) -> float:
@@ -1694,7 +1694,7 @@ def _minutes(loaded: LoadedScenario, events: int) -> float:
 
 
 def run_size_text(loaded: LoadedScenario, gpus: int, ranks: int, ops: int, topology: Topology | None = None,
-                  flows_per_op: float | None = None) -> str:
+                  flows_per_op: float | None = None, unfolded: ScaleEstimate | None = None) -> str:
     """A run of the step of ``loaded`` on ``gpus`` GPUs simulating ``ranks`` ranks and ``ops`` ops (its built
     program's), in words: '512 of 512 ranks, 280,576 ops and ~3,690,455 flows (estimated), about 2 minutes'
     (`validate` of the 7.5B step unfolded on 64 DGX A100 hosts; 'under a minute' below half of one). Unfolded, the flows
@@ -1702,12 +1702,13 @@ def run_size_text(loaded: LoadedScenario, gpus: int, ranks: int, ops: int, topol
     the run given up before it, as the share of the unfolded estimate falls far short of a refold's (the 70B
     step at 4:1 refolded onto 256 of 2,048 ranks simulates 3,348,608 flows, 7.2 times that share). The ranks
     and ops alone where no rate or estimate sizes the flows (a trace, a fold onto fewer ranks without
-    ``flows_per_op``)."""
+    ``flows_per_op``). ``unfolded``: the unfolded estimate where the caller has made it (`unfolded_size_lines`),
+    not made again."""
     size = f"{ranks:,} of {counted(gpus, 'rank')}, {ops:,} ops"
     if ranks < gpus:
         flows = None if flows_per_op is None else math.ceil(ops * flows_per_op)
     else:
-        estimate = _unfolded_estimate(loaded, gpus, topology)
+        estimate = unfolded if unfolded is not None else _unfolded_estimate(loaded, gpus, topology)
         flows = None if estimate is None else estimate.flows
     if flows is None:
         return size
