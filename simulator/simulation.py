@@ -595,7 +595,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                routing_skew_s=_routing_skew_s(program.details),
                                sm_contention_s=None if contention is None else contention["total_compute_slowdown_s"],
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
-                               pipelined=program.pipelined,
+                               pipelined=program.pipelined, schedule=program.schedule,
                                pipeline_stages=program.layout.pp if program.layout is not None else 1,
                                traffic_correction=traffic_correction(ops, plans, shapes, weights))
     summary.update(topology=topology.name, gpu_model=topology.gpu_model, gpus=program.world, **program.details,

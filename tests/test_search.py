@@ -451,7 +451,8 @@ def test_the_ranking_gives_each_layouts_estimate_and_the_simulation_over_it():
 def test_the_ranking_gives_each_verdict_without_its_reason():
     """A row ends with its layout's verdict, whose bracketed reason ran the row past 200 columns: the ranking
     gives the bound and the largest single loss, the run's summary the reason too; a communication bound keeps
-    the exposed communication it sums, which beside a larger bubble loss read as a contradiction without it."""
+    the exposed communication it sums, which beside a larger bubble loss read as a contradiction without it. A
+    bubble loss keeps its share of the pipeline window beside the schedule's, with a bound bracket or without."""
     import pandas as pd
 
     from simulator.sweep.decision_tree import TreeChoice
@@ -459,8 +460,10 @@ def test_the_ranking_gives_each_verdict_without_its_reason():
     from simulator.sweep.search import SearchResult
 
     verdicts = ["communication-bound (waits 36.2% of the step: exposed communication 28.5% > bubble and other idle "
-                "7.7%); largest single loss: pipeline bubble, 34.4% of the step",
-                "compute-bound; largest single loss: pipeline bubble, 27.3% of the step"]
+                "7.7%); largest single loss: pipeline bubble, 34.4% of the step (34.6% of the pipeline window, the "
+                "schedule alone 10.7%)",
+                "compute-bound; largest single loss: pipeline bubble, 27.3% of the step (30.0% of the pipeline window, "
+                "the schedule alone 27.3%)"]
     table = pd.DataFrame({"label": ["TP8 CP1 PP2 DP8 mb1 zero1 recompute=none", "TP8 CP1 PP4 DP4 mb1 zero1 "
                                     "recompute=none"], "status": "simulated", "tokens_per_s": [2e5, 1e5],
                           "mfu": [0.4, 0.2], "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": verdicts,
@@ -469,8 +472,9 @@ def test_the_ranking_gives_each_verdict_without_its_reason():
     rows = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""),
                          "s.yaml").splitlines()[1:3]
     assert rows[0].endswith(" communication-bound (all exposed communication 28.5%); largest single loss: pipeline "
-                            "bubble, 34.4% of the step")
-    assert rows[1].endswith(" compute-bound; largest single loss: pipeline bubble, 27.3% of the step")
+                            "bubble, 34.4% of the step (34.6% of the pipeline window, the schedule alone 10.7%)")
+    assert rows[1].endswith(" compute-bound; largest single loss: pipeline bubble, 27.3% of the step (30.0% of the "
+                            "pipeline window, the schedule alone 27.3%)")
 
 
 def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_layout():

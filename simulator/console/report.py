@@ -100,9 +100,14 @@ def gpu_move_text(move: dict, recosted: int = 0) -> str | None:
 
 def _bubble_text(summary: dict) -> str:
     """The pipeline bubble on both its bases: of the pipeline window (up to the last forward or backward; the
-    closed forms' measure) and of the step (the bottleneck row's). 'pipeline bubble 50.0% of the pipeline
-    window' above 'largest single loss: pipeline bubble, 45.9% of the step' read as two answers to one question."""
-    text = f"{_share(summary['bubble_fraction'])} of the pipeline window (forward/backward span)"
+    closed forms' measure) beside the schedule's own bubble (`schedule_bubble_fraction`: the ideal executor's
+    with the run's pass times, no waits), and of the step (the bottleneck row's). 'pipeline bubble 50.0% of the
+    pipeline window' above 'largest single loss: pipeline bubble, 45.9% of the step' read as two answers to one
+    question, and a Llama 3 405B step's 20.2% of the window as its schedule's, whose closed form is 5.5%."""
+    schedule = summary.get("schedule_bubble_fraction")
+    alone = f"; the schedule alone {_share(schedule)}" if schedule is not None else ""
+    text = (f"{_share(summary['bubble_fraction'])} of the pipeline window (idle on the compute stream, waits "
+            f"included{alone})")
     step_share = ((summary.get("bottleneck") or {}).get("loss_shares") or {}).get("pipeline_bubble")
     return text + (f", {_share(step_share)} of the whole step" if step_share is not None else "")
 

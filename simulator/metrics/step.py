@@ -17,16 +17,22 @@ from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND
 from simulator.metrics.intervals import covered, uncovered
 from simulator.parallel.folding import ranks_stood_for
 from simulator.program.ops import (
+    BACKWARD_CATEGORY,
     COMM_CATEGORIES,
     COMPUTE_STREAM,
+    FORWARD_CATEGORY,
     HOST_CATEGORY,
     OPTIMIZER_CATEGORY,
     PIPELINE_CATEGORIES,
+    RECOMPUTE_CATEGORY,
+    WEIGHT_GRAD_CATEGORY,
     Category,
 )
+from simulator.schedules.timing import simulate_schedule
 
 if TYPE_CHECKING:
     from simulator.metrics.events import EventLog
+    from simulator.schedules.base import Schedule
 
 STAGE_WORK_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
 """What keeps a stage busy inside an action: its kernels and the blocking TP/CP/EP collectives between them."""
@@ -40,7 +46,7 @@ traced one, where `stream_compute` counts it."""
 SIDE_STREAM_COMPUTE = "side-stream kernel"
 """The category `communication_metrics` gives a built program's kernels off the compute stream (FSDP's copy-in
 on `fsdp_copy_in`): the compute stream waits for them, as the bubble counts it."""
-OP_COLUMNS = ("kind", "rank", "stream", "category", "start_s", "end_s", "flops", "key")
+OP_COLUMNS = ("kind", "rank", "stream", "category", "chunk", "start_s", "end_s", "flops", "key")
 """The op rows' columns the step metrics read."""
 
 
@@ -138,15 +144,67 @@ def bubble_fraction(rows: StepRows) -> float:
     window = float(ops["end_s"][pipeline].max())
     if window <= 0:
         return 0.0
-    stage_work = np.isin(ops["category"], STAGE_WORK_CATEGORIES)
-    work = stage_work & ((ops["stream"] == COMPUTE_STREAM) | np.isin(ops["category"], STAGE_COLLECTIVE_CATEGORIES))
-    work &= ops["start_s"] < window
+    work = _stage_work(ops) & (ops["start_s"] < window)
     order = np.argsort(ops["rank"][work], kind="stable")
     ranks = ops["rank"][work][order]
     starts, ends = ops["start_s"][work][order], np.minimum(ops["end_s"][work], window)[order]
     bounds = np.flatnonzero(np.diff(ranks)) + 1
     idle = [1.0 - covered(s, e) / window for s, e in zip(np.split(starts, bounds), np.split(ends, bounds))]
     return _mean(np.clip(idle, 0.0, None).tolist(), rows.weights_of(ranks[np.append(0, bounds)])) if len(ranks) else 0.0
+
+
+def _stage_work(ops: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Which op rows keep a stage busy, as `bubble_fraction` counts them: its passes and the other stage work on
+    the compute stream, and the TP/CP collectives on any stream."""
+    stage_work = np.isin(ops["category"], STAGE_WORK_CATEGORIES)
+    return stage_work & ((ops["stream"] == COMPUTE_STREAM) | np.isin(ops["category"], STAGE_COLLECTIVE_CATEGORIES))
+
+
+PASS_ACTIONS: dict[Category, int] = {FORWARD_CATEGORY: 0, BACKWARD_CATEGORY: 1, RECOMPUTE_CATEGORY: 1,
+                                     WEIGHT_GRAD_CATEGORY: 2}
+"""The schedule action each pass's ops run in, as an index into (F, B, W): the recompute runs in the backward
+(B, or BW, whose weight gradients are `backward` ops too); a zero-bubble W's are `weight_grad` ops."""
+
+
+def stage_action_seconds(rows: StepRows, virtual_stages: int, microbatches: int) -> list[list[float]]:
+    """Each virtual stage's forward, input-grad backward and weight-grad seconds per micro-batch in this run, as
+    three lists in stage order: its ranks' busy time on it (the union of its stage work, `_stage_work`, the
+    bubble's busy time), split between F, B and W as the time of its passes' ops is, over ``microbatches``;
+    the mean over the ranks holding the stage (weighed by `StepRows.weights`)."""
+    ops = rows.ops
+    work = _stage_work(ops) & (ops["chunk"] >= 0)
+    action = np.fromiter((PASS_ACTIONS.get(category, -1) for category in ops["category"][work].tolist()),
+                         dtype=np.int64, count=int(work.sum()))
+    ranks, chunks = ops["rank"][work], ops["chunk"][work]
+    starts, ends = ops["start_s"][work], ops["end_s"][work]
+    order = np.lexsort((chunks, ranks))
+    bounds = np.flatnonzero((np.diff(ranks[order]) != 0) | (np.diff(chunks[order]) != 0)) + 1
+    held: dict[int, list[tuple[int, list[float]]]] = {}
+    for group in np.split(order, bounds) if len(order) else []:
+        busy = covered(starts[group], ends[group])
+        passes = group[action[group] >= 0]
+        pass_s = np.bincount(action[passes], weights=ends[passes] - starts[passes], minlength=3)
+        total = float(pass_s.sum())
+        split = [busy * float(share) / total for share in pass_s] if total > 0 else [busy, 0.0, 0.0]
+        held.setdefault(int(chunks[group[0]]), []).append((int(ranks[group[0]]), split))
+    seconds: list[list[float]] = [[0.0] * virtual_stages for _ in range(3)]
+    for stage, entries in held.items():
+        weights = rows.weights_of(np.array([rank for rank, _ in entries], dtype=np.int64))
+        for kind in range(3):
+            seconds[kind][stage] = _mean([split[kind] for _, split in entries], weights) / microbatches
+    return seconds
+
+
+def schedule_bubble_fraction(rows: StepRows, schedule: Schedule) -> float:
+    """The bubble of the schedule alone: `schedules.timing.simulate_schedule`'s, running ``schedule`` (its p,
+    m, v and placement) with each virtual stage's F, B and W seconds of this run (`stage_action_seconds`) and no
+    wait besides the schedule's: no hand-off time, no exposed communication, no straggler. The closed forms are
+    its figure at uniform stages ((p-1)/(m+p-1) for 1F1B, (p-1)/(m v+p-1) interleaved); `bubble_fraction` less
+    it is the waits' share of the pipeline window."""
+    chunks = 1 + max((action.chunk for actions in schedule for action in actions), default=0)
+    microbatches = sum(action.kind == "F" for action in schedule[0]) // chunks
+    forward, backward, weight = stage_action_seconds(rows, len(schedule) * chunks, max(microbatches, 1))
+    return simulate_schedule(schedule, forward, backward, weight, v=chunks).bubble_fraction
 
 
 def pipeline_window_s(rows: StepRows) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from simulator.metrics.step import (
     StepRows,
@@ -19,10 +19,14 @@ from simulator.metrics.step import (
     idle_after_last_op_s,
     optimizer_s,
     pipeline_window_s,
+    schedule_bubble_fraction,
     traffic_bytes,
 )
 from simulator.parallel.folding import ranks_stood_for
 from simulator.program.ops import COMM_CATEGORIES
+
+if TYPE_CHECKING:
+    from simulator.schedules.base import Schedule
 
 SimulatedSpan = Literal["step", "run"]
 """What a training summary's simulated time spans: one training step, or a parameter-server run of several
@@ -98,7 +102,8 @@ one (a 17.9-day step's optimizer, 0.002%) read 'largest single loss: optimizer s
 
 
 def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share: float, bubble: float,
-               losses: dict[str, float] | None = None, *, pipeline_stages: int, span: SimulatedSpan = "step") -> dict:
+               losses: dict[str, float] | None = None, *, pipeline_stages: int, span: SimulatedSpan = "step",
+               schedule_bubble: float | None = None) -> dict:
     """Which constraint binds, with the evidence that decided it, and the step's largest loss with its share
     of the step, so that a compute-bound step that idles 27% in its pipeline bubble says so (with one
     ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE). Exposed communication (``comm``'s
@@ -112,7 +117,9 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     communication already. A parameter-server run's wait after a worker's last iteration (the `finished_early`
     loss, `evidence.finished_early_share`) is outside the throughput it reports, so the rules read shares of the
     workers' iterations, the run less that tail (`rule_shares`). The verdict names the time simulated by
-    ``span``, as the console's first row does ('65.1% of the run' beside a parameter server's run time)."""
+    ``span``, as the console's first row does ('65.1% of the run' beside a parameter server's run time). A
+    pipeline bubble named as the largest loss gives its share of the pipeline window beside the schedule's own
+    (``schedule_bubble``, `schedule_bubble_fraction`) where the two differ at 0.1% (`_schedule_note`)."""
     evidence = {
         "exposed_comm_share": comm["exposed_union_s"] / step_time_s if step_time_s else 0.0,
         "memory_bound_compute_share": memory_bound_share,
@@ -148,12 +155,24 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
         bound = VERDICT_NAMES[binding] + _bound_reason(binding, rule, losses, pipeline_stages)
         if losses[name] >= SHOWN_LOSS_SHARE:
-            result["verdict"] = f"{bound}; largest single loss: {label}, {100 * losses[name]:.1f}% of the {span}"
+            note = _schedule_note(bubble, schedule_bubble) if name == "pipeline_bubble" and pipeline_stages > 1 else ""
+            result["verdict"] = (f"{bound}; largest single loss: {label}, {100 * losses[name]:.1f}% of the {span}"
+                                 + note)
         elif losses[name] > 0:  # a 'largest single loss' of '0.0%' read as a loss; it is none worth naming
             result["verdict"] = f"{bound}; no loss as large as 0.1% of the {span}"
         else:
             result["verdict"] = f"{bound}; no measurable loss"
     return result
+
+
+def _schedule_note(bubble: float, schedule_bubble: float | None) -> str:
+    """The verdict's note on a pipeline bubble named as the largest loss: the bubble's share of the pipeline
+    window beside the schedule's own, ' (20.2% of the pipeline window, the schedule alone 5.5%)', so that a
+    bubble mostly of waits (hand-offs, exposed communication, stragglers) does not read as the schedule's; ''
+    where the two read alike at 0.1% (the waits add nothing shown) or the schedule's is not known."""
+    if schedule_bubble is None or _percent(bubble) == _percent(schedule_bubble):
+        return ""
+    return f" ({_percent(bubble)} of the pipeline window, the schedule alone {_percent(schedule_bubble)})"
 
 
 @dataclass(frozen=True)
@@ -241,9 +260,9 @@ def without_reason(verdict: str, exposed_share: float | None) -> str:
     communication together (``exposed_share``: the bottleneck's `verdict_exposed_share`, None where a record
     lacks it), so that it does not read as a contradiction beside a larger single loss of another name
     ('communication-bound (all exposed communication 31.2%); largest single loss: pipeline bubble, 17.4% of the
-    step')."""
+    step'). The loss's own bracket (a bubble's share of the pipeline window beside the schedule's) stays."""
     bound, bracket, rest = verdict.partition(" (")
-    if not bracket:
+    if not bracket or ";" in bound:
         return verdict
     _, _, after = rest.partition(")")
     if bound == VERDICT_NAMES["communication"] and exposed_share is not None:
@@ -273,7 +292,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      nominal_model_flops_per_step: float | None = None,
                      training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step",
                      traced: bool = False, routing_skew_s: float | None = None,
-                     sm_contention_s: float | None = None) -> dict:
+                     sm_contention_s: float | None = None, schedule: Schedule | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
@@ -292,10 +311,14 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     reads as measured; so are its `tokens_per_s` where it states no tokens (a synthetic model, a trace without
     `tokens_per_step`), and its `tflops_per_gpu` and MFU where it states no model FLOPs.
     ``routing_skew_s`` (experts only) is what the hottest EP rank's load adds to the step, a loss (`loss_shares`);
-    so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off)."""
+    so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off).
+    ``schedule`` (a pipelined step of more than one stage) gives `schedule_bubble_fraction`, the bubble the
+    schedule alone leaves with this run's pass times (`metrics.step.schedule_bubble_fraction`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     comm = communication_metrics(timed, step_time_s)
     bubble = bubble_fraction(timed) if pipelined else 0.0
+    schedule_bubble = (schedule_bubble_fraction(timed, schedule)
+                       if pipelined and pipeline_stages > 1 and schedule is not None else None)
     flops_per_gpu = executed_flops(rows) / max(ranks_stood_for(simulated, rows.weights), 1)
     flops_known, tokens_known, model_flops_known = flops_per_gpu > 0, tokens_per_step > 0, model_flops_per_step > 0
     model_flops_per_gpu = model_flops_per_step / gpus
@@ -312,6 +335,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         **(_nominal_rates(nominal_model_flops_per_step / gpus, step_time_s, peak_flops)
            if nominal_model_flops_per_step is not None else {}),
         "bubble_fraction": bubble,
+        **({} if schedule_bubble is None else {"schedule_bubble_fraction": schedule_bubble}),
         "comm_ratio": comm["comm_ratio"],
         "exposed_comm_s": comm["exposed_comm_s"],
         "comm_s": comm["comm_s"],
@@ -325,7 +349,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                          else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s,
                          sm_contention_s)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
-                                       pipeline_stages=pipeline_stages, span=span)
+                                       pipeline_stages=pipeline_stages, span=span, schedule_bubble=schedule_bubble)
     return summary
 
 

@@ -13,6 +13,7 @@ from simulator.program.contention import SmShare
 from simulator.program.ops import Op
 from simulator.program.ps_plan import PsPlan
 from simulator.program.unfolding import FoldCheck
+from simulator.schedules.base import Schedule
 
 
 @dataclass(frozen=True)
@@ -66,4 +67,8 @@ class StepProgram:
     training_ranks: tuple[int, ...] | None = None
     fold_off_check: FoldCheck = "plan"
     exchanges: Mapping[str, str] = field(default_factory=dict)
+    schedule: Schedule | None = None
+    """The pipeline's action lists (p, m, v and placement in them), which the metrics run in the ideal executor
+    with the run's own pass times for the schedule's own bubble (`schedule_bubble_fraction`); None where no
+    pipeline schedule runs the step (a replayed trace, a parameter-server run)."""
 

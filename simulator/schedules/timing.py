@@ -1,7 +1,8 @@
 """An exact, dependency-driven "ideal executor" of pipeline schedules: fixed durations, optional fixed P2P delay.
 
-Used as the closed-form reference for tests and quick studies, and as the layout search's pipeline term with each
-virtual stage's own durations (sweep/layouts.py); the SimPy engine runs schedules for real.
+Used as the closed-form reference for tests and quick studies, as the layout search's pipeline term with each
+virtual stage's own durations (sweep/layouts.py) and for a run's `schedule_bubble_fraction` with its own pass times
+(metrics/step.py); the SimPy engine runs schedules for real.
 Dependencies, with s the virtual stage an action's chunk holds under the placement and S = p v stages:
 F(mb, s) needs F(mb, s - 1); the input-grad backward (B or BW) of (mb, s) needs that of (mb, s + 1), or
 F(mb, S - 1) on the last stage, and its own forward; W needs its own B. Each rank runs its list in order; an

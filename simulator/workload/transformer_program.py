@@ -48,5 +48,5 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                                                                          scenario.run.seed)}
                                    if scenario.training.loss_scaling else {}),
                                 **({"fold_off_reason": blocker} if blocker else {})},
-                       layout=layout,
+                       layout=layout, schedule=step.plan.schedule,
                        sm_share=contention_share(scenario.collectives.sm_contention, step.gpu.name))

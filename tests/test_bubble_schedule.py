@@ -1,0 +1,67 @@
+"""The schedule's own bubble beside the measured one: `schedule_bubble_fraction` is the ideal executor's bubble
+(schedules/timing.py) for the run's schedule with the run's pass times, so it is the closed form at uniform
+stages, and the measured `bubble_fraction` exceeds it by the waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.console.report import _bubble_text
+from simulator.metrics.summary import bottleneck
+
+SYNTHETIC = """
+cluster: {{topology: dgx-h100-cluster, nodes: 1}}
+model: {{synthetic: {{stages: 4, forward: 1 ms, backward: 2 ms{p2p}}}}}
+training: {{microbatches: 8}}
+parallelism: {{pp: 4, dp: 2, pipeline: {{schedule: {schedule}, virtual_stages: {v}}}}}
+collectives: {{sm_contention: none}}
+run: {{timeline: summary}}
+"""
+
+
+@pytest.mark.parametrize(("schedule", "v", "closed_form"), [("1f1b", 1, 3 / 11), ("interleaved", 2, 3 / 19)])
+def test_the_schedules_bubble_is_the_closed_form_at_uniform_stages(run_yaml, schedule, v, closed_form):
+    """1F1B at p = 4, m = 8: (p-1)/(m+p-1) = 3/11; interleaved at v = 2: (p-1)/(m v+p-1) = 3/19. Hand-offs are
+    free, so nothing waits and the measured bubble is the schedule's."""
+    summary = run_yaml(SYNTHETIC.format(p2p="", schedule=schedule, v=v)).summary
+    assert summary["schedule_bubble_fraction"] == pytest.approx(closed_form, rel=1e-9)
+    assert summary["bubble_fraction"] == pytest.approx(closed_form, rel=1e-9)
+
+
+def test_waits_on_hand_offs_make_the_measured_bubble_larger_than_the_schedules(run_yaml):
+    """512 MB hand-offs between stages over NVLink: the stages wait on them, which the measured bubble counts
+    and the schedule's (the executor without hand-off time) does not: still 3/11 with the same passes. The
+    console row and the verdict give both."""
+    summary = run_yaml(SYNTHETIC.format(p2p=", p2p_bytes: 512 MB", schedule="1f1b", v=1)).summary
+    assert summary["schedule_bubble_fraction"] == pytest.approx(3 / 11, rel=1e-9)
+    assert summary["bubble_fraction"] > summary["schedule_bubble_fraction"] + 0.2
+    measured, alone = (f"{100 * summary[key]:.1f}%" for key in ("bubble_fraction", "schedule_bubble_fraction"))
+    assert _bubble_text(summary).startswith(
+        f"{measured} of the pipeline window (idle on the compute stream, waits included; the schedule alone {alone})")
+    assert summary["bottleneck"]["largest_loss"]["name"] == "pipeline_bubble"
+    assert summary["bottleneck"]["verdict"].endswith(
+        f"of the step ({measured} of the pipeline window, the schedule alone {alone})")
+
+
+def test_the_verdict_names_the_schedules_bubble_only_where_it_reads_apart():
+    """A bubble the schedule alone accounts for at 0.1% needs no note ('27.3% of the step' of GPipe's 3/11
+    stays as it was); one larger by waits gives both shares of the window; one pipeline stage has no schedule's."""
+    comm = {"exposed_union_s": 0.0, "wait_s": 0.2, "host_s": 0.0}
+    losses = {"pipeline_bubble": 0.198, "optimizer": 0.01}
+
+    def verdict(bubble: float, schedule: float | None, stages: int = 16) -> str:
+        return bottleneck(1.0, comm, {}, 0.0, bubble, losses, pipeline_stages=stages,
+                          schedule_bubble=schedule)["verdict"]
+
+    assert verdict(0.202, 0.0553) == ("compute-bound; largest single loss: pipeline bubble, 19.8% of the step (20.2% "
+                                      "of the pipeline window, the schedule alone 5.5%)")
+    assert verdict(0.2021, 0.2024) == "compute-bound; largest single loss: pipeline bubble, 19.8% of the step"
+    assert verdict(0.202, None) == "compute-bound; largest single loss: pipeline bubble, 19.8% of the step"
+    assert verdict(0.202, 0.0553, stages=1) == "compute-bound; largest single loss: compute idle, 19.8% of the step"
+
+
+def test_a_summary_without_the_schedules_bubble_still_prints_its_row():
+    """summary.json from before `schedule_bubble_fraction` prints the measured bubble alone."""
+    summary = {"bubble_fraction": 0.202, "bottleneck": {"loss_shares": {"pipeline_bubble": 0.198}}}
+    assert _bubble_text(summary) == ("20.2% of the pipeline window (idle on the compute stream, waits included), "
+                                     "19.8% of the whole step")
