@@ -289,6 +289,9 @@ def test_hand_offs_whose_copies_meet_one_another_fold_by_route_class(run_yaml, t
     for kind, seconds in unfolded["exposed_comm_s"].items():
         assert folded["exposed_comm_s"][kind] == pytest.approx(seconds, rel=EXACT, abs=1e-15)
     assert folded["bubble_fraction"] == pytest.approx(unfolded["bubble_fraction"], rel=EXACT)
+    # the schedule's own bubble too: each virtual stage's pass times are the mean over its ranks, weighed by the
+    # ranks each representative stands for
+    assert folded["schedule_bubble_fraction"] == pytest.approx(unfolded["schedule_bubble_fraction"], rel=EXACT)
 
 
 def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
