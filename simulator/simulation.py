@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from simulator.config.schema import CollectiveItem
     from simulator.config.yaml_source import FieldPath
     from simulator.engine.faults import FaultHooks
-    from simulator.engine.fold_policy import FoldedStep, GivenUp, StepBuilder
+    from simulator.engine.fold_policy import Deferred, FoldedStep, GivenUp, StepBuilder
     from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.folding import RankClasses
     from simulator.parallel.layout import Layout
@@ -796,7 +796,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             return build(fold, classes)
 
         refolded = _refolded(loaded, replace(prepared, build=build_again), faults.plan, run_refold, kept_pace,
-                             refolds_given_up, None if may_unfold else budget) if refolds else None
+                             refolds_given_up, None if may_unfold else budget, step.program) if refolds else None
         if refolded is not None or may_unfold:
             given_up += [fell_out, *refolds_given_up]
             if refolded is not None:
@@ -840,7 +840,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultPlan,
               run: Callable[[FoldedStep, Callable[[OutOfStep], bool]], tuple[dict | None, EventLog, Lockstep]],
               kept_pace: Lockstep,
-              given_up: list[GivenUp], budget: RefoldBudget | None = None
+              given_up: list[GivenUp], budget: RefoldBudget | None = None, ran: StepProgram | None = None
               ) -> tuple[FoldedStep, dict, EventLog, str] | None:
     """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs (``kept_pace``,
     its lockstep report), run again with one rank per CP lane (`fold_policy.lane_step`), else with its ranks
@@ -853,33 +853,87 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     the step unfolds), the rule the first folded run follows: refolds are made for hand-offs out of step, not for
     other collectives. Each refold refused before its run (by the fold checks, or by ``budget`` where the step
     may not unfold) or out of step in it is appended to ``given_up``. A refold's run stops at its first instance
-    out of step (`_given_up`), whose kind (a hand-off or another collective) then decides whether tries go on."""
-    from simulator.engine.fold_policy import GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
+    out of step (`_given_up`), whose kind (a hand-off or another collective) then decides whether tries go on.
+    A refold whose class-mates' copies of a hand-off ended apart in a run stopped there before it (the first,
+    ``ran``'s, or a refold's: engine/refold_evidence.py `predicted_apart`) is deferred unbuilt
+    (`fold_policy.Deferred`), the next one run first; where one keeps pace, each deferred refold that its run
+    refutes (`refuted`: its class-mates' copies end apart in the unfolded run) is given up unbuilt, and the
+    others are built and run in the order proposed, the first to keep pace standing: the fold that stands is the
+    one the refolds run in order give, with one build and run less for each refuted (the SC21 76.1B step: 2 runs
+    where 3 ran, the route classes by loads refuted)."""
+    from simulator.engine.fold_policy import Deferred, GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
+    from simulator.engine.refold_evidence import StoppedHandOff, predicted_apart, refuted, stopped_hand_off
+    from simulator.program.unfolding import Unfolding
 
     build, folded = prepared.build, prepared.step
+    layout = folded.program.layout
+    known: list[StoppedHandOff] = []
+    deferred: list[tuple[str, Deferred]] = []
+
+    def learn(program: StepProgram, pace: Lockstep) -> None:
+        """Keep the hand-off at which ``program``'s run stopped out of step (``pace``), with its copies' ends."""
+        for found in pace.apart:
+            stopped = stopped_hand_off(program.ops, found)
+            if stopped is not None:
+                known.append(stopped)
+
+    def defer(classes: RankClasses) -> bool:
+        """Whether the refold by ``classes`` waits behind the next: the runs stopped so far predict it apart."""
+        return predicted_apart(classes, layout, known)
+
+    def settle(kept: tuple[FoldedStep, dict, EventLog, str] | None) -> tuple[FoldedStep, dict, EventLog, str] | None:
+        """The first of the deferred refolds to keep pace, built and run in order, those that ``kept`` (the refold
+        that kept pace after them; None: none did) refutes given up unbuilt, the tries ending at one whose other
+        collectives fell out of step; else ``kept``."""
+        for reason_key, later in deferred:
+            if kept is not None:
+                reason = refuted(later.classes, layout, known, kept[0].classes, kept[0].program.ops, kept[2])
+                if reason:
+                    given_up.append(GivenUp(later.kind, len(later.ranks), Unfolding("ended", reason)))
+                    continue
+            step = located(loaded, later.built)
+            if step is None or isinstance(step, GivenUp):
+                given_up.extend(() if step is None else (step,))
+                continue
+            summary, log, pace = run(step, _given_up)
+            if not pace.apart:
+                assert summary is not None, "a run that kept pace ran to its end"
+                return step, summary, log, reason_key
+            given_up.append(fell_out_of_step(step, pace))
+            if pace.collectives:
+                break
+        return kept
+
+    if ran is not None:
+        learn(ran, kept_pace)
     judged = (prepared.plans, prepared.settings.mode, dict(prepared.settings.efficiency))
-    tried: dict[str, FoldedStep] = {}
-    tries: list[tuple[str, Callable[[], Iterator[FoldedStep | GivenUp | None]]]] = [
-        ("fold_lanes_reason", lambda: iter([lane_step(build, folded, *judged, faults, budget)])),
-        ("fold_routes_reason", lambda: route_steps(build, folded, *judged, faults, budget))]
+    tried: dict[str, FoldedStep | Deferred] = {}
+    tries: list[tuple[str, Callable[[], Iterator[FoldedStep | GivenUp | Deferred | None]]]] = [
+        ("fold_lanes_reason", lambda: iter([lane_step(build, folded, *judged, faults, budget, defer)])),
+        ("fold_routes_reason", lambda: route_steps(build, folded, *judged, faults, budget, defer))]
     if kept_pace.hand_offs_within_lanes:
         tries.reverse()
     tries.append(("fold_meet_reason", lambda: iter([meet_step(build, folded, list(tried.values()), *judged,
-                                                               faults, budget)])))
+                                                               faults, budget, defer)])))
     for reason_key, refolds in tries:
         for step in _each_located(loaded, located(loaded, refolds)):
             if step is None or isinstance(step, GivenUp):
                 given_up.extend(() if step is None else (step,))
                 continue
+            if isinstance(step, Deferred):
+                deferred.append((reason_key, step))
+                tried[reason_key] = step
+                continue
             summary, log, refolded_pace = run(step, _given_up)
             if not refolded_pace.apart:
                 assert summary is not None, "a run that kept pace ran to its end"
-                return step, summary, log, reason_key
+                return settle((step, summary, log, reason_key))
             given_up.append(fell_out_of_step(step, refolded_pace))
+            learn(step.program, refolded_pace)
             if refolded_pace.collectives:
-                return None
+                return settle(None)
             tried[reason_key] = step
-    return None
+    return settle(None)
 
 
 def _given_up(_found: OutOfStep) -> bool:
@@ -888,8 +942,8 @@ def _given_up(_found: OutOfStep) -> bool:
     return True
 
 
-def _each_located(loaded: LoadedScenario, items: Iterator[FoldedStep | GivenUp | None]
-                  ) -> Iterator[FoldedStep | GivenUp | None]:
+def _each_located(loaded: LoadedScenario, items: Iterator[FoldedStep | GivenUp | Deferred | None]
+                  ) -> Iterator[FoldedStep | GivenUp | Deferred | None]:
     """The ``items`` (refolds, each worked out as it is drawn), each drawn with its errors located at the
     scenario's field (config/locate.py)."""
     while True:

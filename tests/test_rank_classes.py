@@ -23,7 +23,15 @@ from simulator import simulation
 from simulator.config.loader import scenario_from_text
 from simulator.console.report import folding_text
 from simulator.engine import fold_policy
-from simulator.engine.fold_policy import FoldedStep, GivenUp, lane_step, meet_step, program_indexes, route_steps
+from simulator.engine.fold_policy import (
+    Deferred,
+    FoldedStep,
+    GivenUp,
+    lane_step,
+    meet_step,
+    program_indexes,
+    route_steps,
+)
 from simulator.engine.lockstep import Lockstep, OutOfStep
 from simulator.engine.rank_classes import rank_classes, route_classes
 from simulator.engine.shapes import CollectiveShapes
@@ -139,12 +147,14 @@ def test_the_wrap_hand_off_meets_the_dp_ring_on_one_hosts_spine_uplink_only():
     assert routed is not None and routed.program.ranks == (0, 8, 16, 24)
 
 
-def test_the_wrap_on_unlike_spines_folds_exactly_by_route_class():
+def test_the_wrap_on_unlike_spines_folds_exactly_by_route_class(monkeypatch):
     """The folded run, after its stage fold's hand-offs fell out of step, runs again classed by route loads (4 of
     32 ranks): step time equal to the unfolded run's to the bit, every figure of the summary to 1e-9, and the
     representatives' ops start and end when they do unfolded, to the bit."""
     text = WRAP_ON_UNLIKE_SPINES + "run: {timeline: full}\n"
+    runs = _counting_runs(monkeypatch)
     folded = simulate(scenario_from_text(text, "inline.yaml", []))
+    assert runs == [(0, 16), (0, 8, 16, 24)]  # the stage fold's ends refute none: the route classes run
     unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"]))
     assert folded.summary["folded"] and folded.summary["simulated_ranks"] == 4
     assert folded.summary["fold_routes_reason"].startswith(OUT_OF_STEP)
@@ -224,14 +234,28 @@ def test_an_out_of_step_gap_reads_as_the_console_writes_it(widest, shown):
     assert f"(the run stopped there, its first instance out of step, by {shown})" in stopped.reason()
 
 
+def _counting_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The simulated ranks of each run of a step that `simulate` makes, in order."""
+    runs: list[tuple[int, ...]] = []
+    real = simulation.run_step
+
+    def counted(program: StepProgram, *args, **kwargs):
+        runs.append(program.ranks)
+        return real(program, *args, **kwargs)
+
+    monkeypatch.setattr(simulation, "run_step", counted)
+    return runs
+
+
 def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ...] | None]]:
     """The refolds `simulate` tries after a folded run's hand-offs fell out of step, in order, each with the
     ranks it simulates (None where it did not apply); route classes as `route_step`, one entry per proposal
     drawn from `route_steps`."""
     tried: list[tuple[str, tuple[int, ...] | None]] = []
 
-    def record(name: str, found: FoldedStep | None) -> FoldedStep | None:
-        tried.append((name, None if found is None else found.program.ranks))
+    def record(name: str, found: FoldedStep | Deferred | None) -> FoldedStep | Deferred | None:
+        tried.append((name, None if found is None else found.ranks if isinstance(found, Deferred)
+                      else found.program.ranks))
         return found
 
     def recorded(name: str, step: Callable[..., FoldedStep | None]) -> Callable[..., FoldedStep | None]:
@@ -250,11 +274,13 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ..
     (2, 4, (0, 2, 4, 6, 16, 18, 20, 22), "38.94 ms and 39.29 ms")])
 def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkeypatch, tp, cp, lanes, ended):
     """The wrap case with TP x CP on each host: folded by stage, the wrap's copies in CP lane 0 on hosts 0 and 1
-    ended apart (the spine hash tells the hosts apart, not the lanes), so route classes run first (4 of 32 ranks:
-    0 and 8, 16 and 24); their run falls out of step too (a host's lanes apart), then the lanes' (the hosts
-    apart), then their meet, one rank per lane of each host (8 or 16 of 32 ranks), which keeps pace: the step is
-    the unfolded one to the bit, as are the representatives' ops, and every figure of the summary is within 1e-12
-    (per-GPU averages summed over the simulated ranks and over all 32)."""
+    ended apart (the spine hash tells the hosts apart, not the lanes), so route classes are proposed first (4 of
+    32 ranks: 0 and 8, 16 and 24), then the lanes, then their meet, one rank per lane of each host (8 or 16 of 32
+    ranks). The stage fold's run showed a host's lanes' copies of the wrap ending apart, and each host's, so the
+    route classes and the lanes are deferred (run, each fell out of step at that wrap) and the meet runs first,
+    keeps pace, and refutes both by its ends: two runs where four ran. The step is the unfolded one to the bit,
+    as are the representatives' ops, and every figure of the summary is within 1e-12 (per-GPU averages summed
+    over the simulated ranks and over all 32)."""
     text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", f"tp: {tp}, cp: {cp},")
     loaded = scenario_from_text(text, "inline.yaml", [])
     topology = scenario_topology(loaded)
@@ -267,9 +293,14 @@ def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkey
     met = RankClasses((0,) * 8 + (1,) * 8).meet(lane_classes(layout))
     assert met == RankClasses(tuple(position // tp for position in range(16)))  # one per lane (TP group) of a host
     tried = _recording(monkeypatch)
+    runs = _counting_runs(monkeypatch)
     folded = simulate(scenario_from_text(text + "run: {timeline: full}\n", "inline.yaml", []))
     simulated = tuple(range(0, 32, tp))
     assert tried == [("route_step", (0, 8, 16, 24)), ("lane_step", lanes), ("meet_step", simulated)]
+    assert runs == [(0, 16), simulated]
+    refuted = "class-mates' hand-offs end apart unfolded"
+    assert [(entry["fold"], entry["simulated_ranks"], entry["why"]) for entry in folded.summary["fold_given_up"]] == [
+        ("stage", 2, "a hand-off fell out of step in its run"), ("routes", 4, refuted), ("lanes", len(lanes), refuted)]
     unfolded = simulate(scenario_from_text(text + "run: {timeline: full}\n", "inline.yaml", ["run.fold=false"]))
     assert folded.summary["folded"] and folded.summary["simulated_ranks"] == len(simulated)
     assert folded.summary["fold_meet_reason"].startswith(
@@ -317,10 +348,12 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
 
 
 def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monkeypatch):
-    """The rule of the first folded run holds for refolds: on the wrap case with TP 4 x CP 2, where route classes,
-    lanes and their meet run in turn and the meet keeps pace (above), a route run reported with a collective
-    other than a hand-off out of step ends the tries, and the step runs unfolded with the stage fold's reason."""
-    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,")
+    """The rule of the first folded run holds for refolds: on the wrap over shared NICs with TP 4 x CP 2, where
+    route classes, lanes and their meet run in turn (above; each deferred when drawn, the stage fold's run having
+    shown class-mates' copies of the wrap ending apart, then run in order as none keeps pace), a route run
+    reported with a collective other than a hand-off out of step ends the tries, and the step runs unfolded with
+    the stage fold's reason."""
+    text = WRAP_OVER_SHARED_NICS.replace("tp: 8,", "tp: 4, cp: 2,")
     real = simulation.run_step
 
     def drifting(program: StepProgram, *args, **kwargs) -> tuple[dict, object, Lockstep]:
@@ -331,11 +364,12 @@ def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monke
     monkeypatch.setattr(simulation, "run_step", drifting)
     tried = _recording(monkeypatch)
     summary = simulate(scenario_from_text(text, "inline.yaml", [])).summary
-    assert tried == [("route_step", (0, 8, 16, 24))]
+    assert tried == [("route_step", (0, 8, 16, 24)), ("lane_step", (0, 4, 16, 20)),
+                     ("meet_step", (0, 4, 8, 12, 16, 20, 24, 28))]
     assert not summary["folded"] and summary["simulated_ranks"] == 32
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & summary.keys()
     assert summary["fold_off_reason"].startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
-                                                 "between 45.72 ms and 45.9 ms in the folded run (the run stopped "
+                                                 "between 46.66 ms and 47.01 ms in the folded run (the run stopped "
                                                  "there")
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("stage", 2),
                                                                                                 ("routes", 4)]
@@ -408,9 +442,10 @@ def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monke
     """End to end, the same rule: the wrap case with TP 4 x CP 2, no program ordered (`ORDERING_BUDGET_BYTES` 0, as
     beyond the ordering's budget) and a check that passes the stage fold but refuses every refold, asking for their
     ordering as the real check does. The stage fold runs and its wrap falls out of step; route classes and lanes are
-    each refused before their run (unjudged, route classes would keep pace), no meet is tried (none ran), and the
-    step runs unfolded: the folds given up say so in the order tried, the refused ones `unordered`, not only the
-    program that ran in `ordering_skipped`."""
+    deferred unbuilt (the stage fold's run showed class-mates' copies of the wrap ending apart in each), so their
+    meet is proposed first and refused before its run, then each of them is built and refused (unjudged, route
+    classes would keep pace), and the step runs unfolded: the folds given up say so in the order tried, the
+    refused ones `unordered`, not only the program that ran in `ordering_skipped`."""
     from simulator.engine import ordering
 
     real = fold_policy.fold_verdict
@@ -429,6 +464,7 @@ def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monke
     assert [(entry["fold"], entry["simulated_ranks"], entry["why"], entry.get("unordered", False))
             for entry in summary["fold_given_up"]] == [
         ("stage", 2, "a hand-off fell out of step in its run", False),
+        ("meet", 8, "mirrored collectives would load the links differently", True),
         ("routes", 4, "mirrored collectives would load the links differently", True),
         ("lanes", 4, "mirrored collectives would load the links differently", True)]
 

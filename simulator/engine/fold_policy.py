@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal
 
 from simulator.engine.lockstep import Lockstep, OutOfStep, hop_signature
@@ -76,7 +77,8 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "hops": "the replicas' hand-offs cross other hops",
                                  "size": "the refold is too large to simulate",
                                  "untried": "finer refolds are not tried where the step may not unfold",
-                                 "classes": "the fold by classes is too large to simulate"}
+                                 "classes": "the fold by classes is too large to simulate",
+                                 "ended": "class-mates' hand-offs end apart unfolded"}
 """Why a fold is refused before its run, by the check that refused it (`Unfolding.check`), or stands not exact
 (``hops``): the stable short text of a `GivenUp`. ``classes`` is told to the caller's guard alone, which refuses
 the run past the scale limits (`_classed_step`): no `GivenUp` carries it, but every check has its text."""
@@ -499,8 +501,8 @@ def unlike_hand_off_hops(shapes: CollectiveShapes, topology: Topology) -> str:
 
 
 def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
-              efficiency: Mapping[str, float], faults: StepFaultPlan, budget: RefoldBudget | None = None
-              ) -> FoldedStep | GivenUp | None:
+              efficiency: Mapping[str, float], faults: StepFaultPlan, budget: RefoldBudget | None = None,
+              defer: Deferring | None = None) -> FoldedStep | GivenUp | Deferred | None:
     """The step with one rank per CP lane of each stage (``build`` with parallel/folding.py `lane_classes`), to
     run where the ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
     stand for them: no CP lanes, no layout (a trace), step faults that leave some stage's ranks unlike (not
@@ -508,12 +510,13 @@ def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: Ne
     layout = folded.program.layout
     if layout is None or layout.cp == 1 or not alike_in_stages(faults, layout):
         return None
-    return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency, faults, "lanes", budget)
+    return _proposed_step(build, folded, lane_classes(layout), plans, mode, efficiency, faults, "lanes", budget,
+                          defer)
 
 
 def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
-                efficiency: Mapping[str, float], faults: StepFaultPlan, budget: RefoldBudget | None = None
-                ) -> Iterator[FoldedStep | GivenUp | None]:
+                efficiency: Mapping[str, float], faults: StepFaultPlan, budget: RefoldBudget | None = None,
+                defer: Deferring | None = None) -> Iterator[FoldedStep | GivenUp | Deferred | None]:
     """The step with its ranks classed also by the routes of their pipeline hand-offs (engine/rank_classes.py
     `route_classes`: by the hops the copies take, then also by the loads they meet on them, then also by place in
     the other collectives' plans, then by place in the period of the spine hash, then by host), the coarsest first,
@@ -535,7 +538,7 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     stage_fold = stage_fold_of(folded, build)
     for classes in route_classes(stage_fold.program, plans, stage_fold.shapes, stage_fold.order,
                                  hops_only=budget is not None):
-        refold = _refined_step(build, folded, classes, plans, mode, efficiency, faults, "routes", budget)
+        refold = _proposed_step(build, folded, classes, plans, mode, efficiency, faults, "routes", budget, defer)
         yield refold
         if isinstance(refold, GivenUp) and refold.unfolding.check == "size":
             return
@@ -585,26 +588,60 @@ UNREFOLDED_STRAGGLERS = ("stragglers slow some ranks of a stage and not others, 
 """Why `hop_refold` gives up refolding a step whose hand-offs cross other hops under such stragglers."""
 
 
-def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep], plans: PlanCache,
+def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep | Deferred], plans: PlanCache,
               mode: NetworkMode, efficiency: Mapping[str, float], faults: StepFaultPlan,
-              budget: RefoldBudget | None = None) -> FoldedStep | GivenUp | None:
+              budget: RefoldBudget | None = None, defer: Deferring | None = None
+              ) -> FoldedStep | GivenUp | Deferred | None:
     """The step classed by the meet of the classes of the two refolds of ``folded`` that ran and fell out of
     step (``tried``: `lane_step`'s and the last of `route_steps`', in the order they ran): one rank per CP lane of
     each class of hosts by route, where route classes part the hosts but not a host's lanes and lanes the
     reverse. Where only one ran and ``folded`` is classed (by NVLink loads, which route classes may add nothing
     to), ``folded``'s classes stand for the hosts' side. None where fewer than two sides remain, or their meet is
     one of them (one refines the other); its classes may be of unequal size (`FoldedStep.weights`)."""
-    sides = [*tried] if len(tried) == 2 or folded.classes is None else [folded, *tried]
+    sides: list[FoldedStep | Deferred] = [*tried] if len(tried) == 2 or folded.classes is None else [folded, *tried]
     if len(sides) != 2 or sides[0].classes is None or sides[1].classes is None:
         return None
     met = sides[0].classes.meet(sides[1].classes)
-    return None if met in (sides[0].classes, sides[1].classes) else _refined_step(build, folded, met, plans, mode,
-                                                                                 efficiency, faults, "meet", budget)
+    return None if met in (sides[0].classes, sides[1].classes) else _proposed_step(build, folded, met, plans, mode,
+                                                                                  efficiency, faults, "meet", budget,
+                                                                                  defer)
+
+
+Deferring = Callable[[RankClasses], bool]
+"""Whether a refold by the given classes is deferred behind the next (engine/refold_evidence.predicted_apart)."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A refold proposed but not built, deferred behind the next (simulation.py `_refolded`): which (``kind``), its
+    ``classes`` and the ranks it would simulate, and how to build and judge it (`_refined_step`) where it is still
+    to run."""
+
+    kind: FoldKind
+    classes: RankClasses
+    ranks: tuple[int, ...]
+    built: Callable[[], FoldedStep | GivenUp | None]
 
 
 def _unordered(order: ProgramOrder) -> bool:
     """Whether a check asked for the ordering of ``order``'s program and went without it (too large)."""
     return order.skipped_when_asked is not None
+
+
+def _proposed_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,
+                   mode: NetworkMode, efficiency: Mapping[str, float], faults: StepFaultPlan, kind: FoldKind,
+                   budget: RefoldBudget | None = None, defer: Deferring | None = None
+                   ) -> FoldedStep | GivenUp | Deferred | None:
+    """`_refined_step`, or where ``defer`` picks its ``classes`` (engine/refold_evidence.py) and ``budget`` lets
+    it run, the refold unbuilt, to be built later if at all (`Deferred`)."""
+    layout = folded.program.layout
+    if defer is not None and classes is not None and layout is not None:
+        ranks = representatives(layout, True, classes)
+        if (list(folded.program.ranks) != ranks and len(ranks) != layout.world
+                and defer(classes) and not (budget is not None and budget(len(ranks)))):
+            return Deferred(kind, classes, tuple(ranks), partial(_refined_step, build, folded, classes, plans, mode,
+                                                               efficiency, faults, kind, budget))
+    return _refined_step(build, folded, classes, plans, mode, efficiency, faults, kind, budget)
 
 
 def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,

@@ -76,6 +76,11 @@ class OutOfStep:
     detours: bool = False
     """Whether the run had links down, its flows to or from the hosts near them detoured (the links fold,
     fold_policy.link_fault_step): its copies then end apart by the detours, not by the lanes of a stage."""
+    ends: tuple[tuple[tuple[int, ...], float], ...] = ()
+    """Where the run stopped at it, each copy that sent (the group, then each kept mirror) and when its plan ended
+    (engine/refold_evidence.py); empty otherwise."""
+    members: tuple[int, ...] = ()
+    """Where the run stopped at it, the ids of its ops (one per simulated member); empty otherwise."""
 
     @property
     def hand_off(self) -> bool:
@@ -187,7 +192,8 @@ class LockstepWatch:
         links = (len(hop_signature(self.topology, ended[0])), len(hop_signature(self.topology, ended[1]))
                  ) if hand_off else None
         found = OutOfStep(op.op, op.name, op.group, earliest, latest, 1, latest - earliest, ended, links, now,
-                          self.detours)
+                          self.detours, tuple((copy, end) for end, copy in timed),
+                          tuple(member.id for member in members.values()))
         if not self.stops(found):
             return
         within = hand_off and self.lanes is not None and _apart_in_a_lane(timed, self.lanes)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 FoldCheck = Literal["plan", "copies", "cluster", "stages", "collectives", "faults", "links", "hops", "size",
-                    "untried", "classes"]
+                    "untried", "classes", "ended"]
 """The check that unfolds a step: the plan's ranks of a stage doing different work
 (`parallel/program.plan_fold_blocker`), a replicated trace's copies whose own traffic meets the cluster unlike the
 traced ranks' (`workload/traces/program._copies_unlike`), the cluster (`engine/fold_policy.fold_blocker`), its
@@ -22,7 +22,8 @@ model, hand-offs whose replicas' copies cross other hops (`engine/fold_policy.un
 beyond the refold budget, tried where the step may not unfold (`RefoldBudget`), or not proposed there
 (``untried``: route classes finer than by hops, `engine/fold_policy.route_steps`); or ``classes``: the step
 folded by classes of ranks whose NVLink loads differ (`engine/fold_policy._classed_step`), told with the ranks
-it simulates."""
+it simulates; or ``ended``: a refold whose class-mates' copies of a hand-off end apart in the unfolded run, as a
+refold that kept pace shows (`engine/refold_evidence.refuted`), given up unrun."""
 
 
 @dataclass(frozen=True)
