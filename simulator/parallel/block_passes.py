@@ -32,6 +32,7 @@ class BlockPasses(BuilderCore):
     def _pass(self, rank: int, block: Block, phase: Pass, name: str, duration: float, flops: float, deps: list[int],
               category: Category, mb: int, vstage: int, sm_bound_s: float) -> int:
         """``duration`` seconds of the pass, ``sm_bound_s`` of them in kernels SMs limit."""
+        self._start_pass(block, phase)
         if block.context is not None:
             return self._context_pass(rank, block, block.context, phase, name, (duration, flops, sm_bound_s), deps,
                                       category, mb, vstage)
@@ -39,13 +40,13 @@ class BlockPasses(BuilderCore):
             return self._expert_pass(rank, block, block.experts, phase, name, (duration, flops, sm_bound_s), deps,
                                      category, mb, vstage)
         return self._compute(rank, name, duration, deps, category, flops, mb=mb,
-                             sm_bound_share=bound_share(sm_bound_s, duration))
+                             sm_bound_share=bound_share(sm_bound_s, duration), hbm_bytes=self._pass_bytes(duration))
 
     def _part(self, rank: int, name: str, seconds: float, flops: float, sm_bound_s: float, deps: list[int],
               category: Category, mb: int) -> int:
         """A compute op of one part of a pass, slowing under SM contention by that part's own SM-bound share."""
         return self._compute(rank, name, seconds, deps, category, max(flops, 0.0), mb=mb,
-                             sm_bound_share=bound_share(sm_bound_s, seconds))
+                             sm_bound_share=bound_share(sm_bound_s, seconds), hbm_bytes=self._pass_bytes(seconds))
 
     def _context_pass(self, rank: int, block: Block, context: ContextAttention, phase: Pass, name: str,
                       whole: tuple[float, float, float], deps: list[int], category: Category, mb: int,

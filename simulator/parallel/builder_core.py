@@ -29,9 +29,17 @@ class BuilderCore(Protocol):
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: Category,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
-                 reserved_sms: int = 0) -> int:
+                 reserved_sms: int = 0, hbm_bytes: float = 0.0) -> int:
         """Append a compute op (``sm_bound_share``: of its time, what SMs rather than HBM limit;
-        ``reserved_sms``: launched without them); returns its id."""
+        ``reserved_sms``: launched without them; ``hbm_bytes``: the HBM traffic it is costed by); returns its id."""
+        ...
+
+    def _start_pass(self, block: Block, phase: Pass) -> None:
+        """Make ``phase`` of ``block`` the pass whose HBM bytes the next compute ops share."""
+        ...
+
+    def _pass_bytes(self, seconds: float) -> float:
+        """The HBM bytes of ``seconds`` of the pass being built."""
         ...
 
     def _collective(self, rank: int, stream: str, name: str, op: Primitive, group: tuple[int, ...],

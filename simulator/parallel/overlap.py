@@ -90,13 +90,14 @@ class OverlapMixin(BuilderCore):
         ``compute_phase`` names the pass for the compute when it differs from ``phase``, the pass whose TP
         collectives bracket it (input gradients only, between the full backward's collectives)."""
         (before_gemm, before_sm), (after_gemm, after_sm) = self._adjacent_gemms(block, phase)
+        pass_phase = compute_phase or phase
+        self._start_pass(block, pass_phase)
         if not before_gemm:
             deps = self._tp_collective(rank, block, phase, deps, mb, vstage, before=True)
         else:
             deps = self._ring_exchange(rank, block, phase, deps, mb, vstage, name=name,
                                        gemm=(before_gemm, before_sm), flops=flops * before_gemm / duration,
                                        category=category)
-        pass_phase = compute_phase or phase
         if self._regathers(block, phase):
             left = duration - before_gemm
             whole = (left, flops * left / duration if duration > 0 else 0.0,
@@ -150,11 +151,11 @@ class OverlapMixin(BuilderCore):
             gather = self._userbuffers(rank, gather_name, "all_gather", group, block.tp_bytes, gather_key, [rest], mb,
                                        overlap.bulk_all_gather_sms)
         dgrad = self._compute(rank, f"{name} dgrad", dgrad_s, [rest], category, rate * dgrad_s, mb=mb,
-                              sm_bound_share=bound_share(dgrad_sm, dgrad_s))
+                              sm_bound_share=bound_share(dgrad_sm, dgrad_s), hbm_bytes=self._pass_bytes(dgrad_s))
         if not phase.weight_grads:
             return self._tp_collective(rank, block, Pass.BACKWARD, [dgrad, gather], mb, vstage, before=False), dgrad
         wgrad = self._compute(rank, f"{name} wgrad", wgrad_s, [dgrad, gather], category, rate * wgrad_s, mb=mb,
-                              sm_bound_share=bound_share(wgrad_sm, wgrad_s))
+                              sm_bound_share=bound_share(wgrad_sm, wgrad_s), hbm_bytes=self._pass_bytes(wgrad_s))
         if overlap is None:
             return self._tp_collective(rank, block, Pass.BACKWARD, [wgrad], mb, vstage, before=False), wgrad
         op = tp_op(block.tp_pattern, backward=True, before=False, sequence_parallel=True)
@@ -220,10 +221,11 @@ class OverlapMixin(BuilderCore):
                                         ring, block.tp_bytes, f"{key}.ring.{ring[0]}", deps, "tp", mb,
                                         algorithm="ring_exchange", protocol="simple", mirrors=mirrors, sms=sms)
             first = self._compute(rank, f"{name} gemm (first steps)", gemm_s * (steps - 1) / steps, deps, category,
-                                  flops * (steps - 1) / steps, mb=mb, sm_bound_share=share)
+                                  flops * (steps - 1) / steps, mb=mb, sm_bound_share=share,
+                                  hbm_bytes=self._pass_bytes(gemm_s * (steps - 1) / steps))
             deps = [first, exchange]
         return [self._compute(rank, f"{name} gemm (last step)", gemm_s / steps, deps, category, flops / steps, mb=mb,
-                              sm_bound_share=share)]
+                              sm_bound_share=share, hbm_bytes=self._pass_bytes(gemm_s / steps))]
 
     def _part_mirrors(self, group: tuple[int, ...], own: tuple[int, ...],
                       parts: Callable[[tuple[int, ...]], list[tuple[int, ...]]]) -> tuple[tuple[int, ...], ...] | None:
@@ -258,7 +260,8 @@ class OverlapMixin(BuilderCore):
         scatter: list[int] = []
         for index in range(1, chunks + 1):
             deps = [self._compute(rank, f"{name} gemm (chunk {index} of {chunks})", gemm_s / chunks, deps, category,
-                                  flops / chunks, mb=mb, sm_bound_share=share, reserved_sms=sms)]
+                                  flops / chunks, mb=mb, sm_bound_share=share, reserved_sms=sms,
+                                  hbm_bytes=self._pass_bytes(gemm_s / chunks))]
             scatter = [self._userbuffers(rank, f"tp reduce_scatter {block.name} (chunk {index} of {chunks})",
                                          "reduce_scatter", group, block.tp_bytes / chunks, f"{key}.{index}",
                                          [*deps, *scatter], mb, sms)]

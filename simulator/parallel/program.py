@@ -50,6 +50,8 @@ class StepPlan:
     sequence_parallel: bool
     sharding: Sharding
     optimizer_s: tuple[float, ...]
+    optimizer_bytes: tuple[float, ...] = ()
+    """The optimizer step's HBM bytes per pipeline rank, which its duration is costed by (empty: none stated)."""
     recompute_comm: bool = False
     tp_overlap: TPOverlap | None = None
     placement: Placement = "loop"
@@ -132,17 +134,20 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Per rank, the reduce-scatter the next forward's first all-gather waits for (`_end_backward`)."""
         self._vstage = -1
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
+        self._hbm_rate = 0.0
+        """HBM bytes per second of the block pass being built (`_start_pass`): an op of the pass carries the
+        pass's bytes in proportion to its time, as the ops of a split pass share its FLOPs."""
         self._layer_experts: dict[int, dict[int, tuple[float, int]]] = {}
         """Per virtual stage, its layers' routed experts (`_experts_of`)."""
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: Category,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
-                 reserved_sms: int = 0) -> int:
+                 reserved_sms: int = 0, hbm_bytes: float = 0.0) -> int:
         deps = self._with_stream_wait(rank, stream, deps)
         # Fields by position (their order and the defaults written here are pinned by tests/test_ops.py): keywords
         # took a fifth of the build.
         op = ComputeOp(len(self.ops), rank, stream, name, tuple(deps), category, mb, self._vstage,
-                       duration, flops, 0.0, sm_bound_share, reserved_sms)
+                       duration, flops, hbm_bytes, sm_bound_share, reserved_sms)
         self.ops.append(op)
         if stream == COMPUTE_STREAM:
             recent = self._recent_compute.setdefault(rank, [])
@@ -171,6 +176,25 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if stream in (DP_STREAM, ALL_REDUCE_STREAM):
             self._dp_ops.setdefault(rank, []).append(item.id)
         return item.id
+
+    def _start_pass(self, block: Block, phase: Pass) -> None:
+        """Make ``phase`` of ``block`` the pass whose HBM bytes its compute ops share (`_pass_bytes`)."""
+        seconds = block.pass_seconds(phase)
+        self._hbm_rate = block.pass_hbm_bytes(phase) / seconds if seconds > 0 else 0.0
+
+    def _pass_bytes(self, seconds: float) -> float:
+        """The HBM bytes of ``seconds`` of the pass being built: its cost model's bytes shared by time."""
+        return self._hbm_rate * seconds
+
+    def _hbm_copy(self, rank: int, name: str, nbytes: float, deps: list[int], category: Category,
+                  stream: str = COMPUTE_STREAM, mb: int = -1, rate: float | None = None) -> int:
+        """An FSDP copy of ``nbytes`` in HBM, memory-bound at ``rate`` (by default the sharding's
+        ``grad_copy_rate``); free (no time, no bytes) where none is charged (a synthetic model's FSDP, which has no
+        rate)."""
+        rate = self.plan.sharding.grad_copy_rate if rate is None else rate
+        charged = nbytes if rate > 0 else 0.0
+        return self._compute(rank, name, charged / rate if rate > 0 else 0.0, deps, category, stream=stream, mb=mb,
+                             sm_bound_share=0.0, hbm_bytes=charged)
 
     def _with_stream_wait(self, rank: int, stream: str, deps: list[int]) -> list[int]:
         """``deps`` plus the reduce-scatter the compute stream was told to wait for, on its next op."""
@@ -425,7 +449,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """PyTorch FSDP's copies of a block's fresh weight gradients in its backward (Sharding.grad_copy_bytes)
         as a memory-bound op on the compute stream once the ops ``after`` (the one that wrote them, and the
         input gradient's TP collective) are done; returns (that op, or None when there is nothing to copy in
-        the backward; the seconds of the reduce's copy that a pipelined stage runs after the action). FSDP2
+        the backward; the bytes of the reduce's copy that a pipelined stage runs after the action). FSDP2
         runs them once per unit, in its post-backward when the unit's input gradient is done: the same bytes
         on the same stream, here block by block; a MoE block's routed experts' with it where FSDP2 shards them
         (Sharding.shards_experts)."""
@@ -437,18 +461,17 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._copied.add(key)
         now, at_reduce = sharding.grad_copy_bytes(first, final, self.plan.layout.pp > 1)
         params = block.params + (block.experts.params if block.experts and sharding.shards_experts else 0.0)
-        later = params * at_reduce / sharding.grad_copy_rate
+        later = params * at_reduce
         if now <= 0:
             return None, later
-        return self._compute(rank, f"fsdp grad copy mb{mb} {block.name}", params * now / sharding.grad_copy_rate,
-                             after, category, mb=mb, sm_bound_share=0.0), later
+        return self._hbm_copy(rank, f"fsdp grad copy mb{mb} {block.name}", params * now, after, category, mb=mb), later
 
-    def _grads_or_copy(self, rank: int, vstage: int, block: Block, op_id: int, final: bool, seconds: float,
+    def _grads_or_copy(self, rank: int, vstage: int, block: Block, op_id: int, final: bool, nbytes: float,
                        pending: list[tuple[Block, int, float]]) -> None:
         """Record a block's gradients as done after ``op_id`` (_grads_done), or when the pipelined stage's
-        reduce copies them first (``seconds`` > 0), keep them in ``pending`` for _reduce_copies."""
-        if seconds > 0:
-            pending.append((block, op_id, seconds))
+        reduce copies them first (``nbytes`` > 0), keep them in ``pending`` for _reduce_copies."""
+        if nbytes > 0:
+            pending.append((block, op_id, nbytes))
         else:
             self._grads_done(rank, vstage, block, op_id, final)
 
@@ -456,12 +479,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                        mb: int, waits: list[int]) -> list[int]:
         """The pipelined stage's copies of the accumulated gradients into the reduce-scatter input (its
         REDUCE_GRAD, after the action and its send; under Schedule1F1B and ScheduleGPipe once the backward
-        sends ``waits`` are done), ``pending`` as (block, op its gradients were written by, copy seconds), each
+        sends ``waits`` are done), ``pending`` as (block, op its gradients were written by, bytes copied), each
         block's gradients done after its copy (_grads_done); returns the copy ops."""
         ops = []
-        for block, op_id, seconds in pending:
-            copy = self._compute(rank, f"fsdp reduce copy {block.name}", seconds, [op_id, *waits], "backward",
-                                 mb=mb, sm_bound_share=0.0)
+        for block, op_id, nbytes in pending:
+            copy = self._hbm_copy(rank, f"fsdp reduce copy {block.name}", nbytes, [op_id, *waits], "backward", mb=mb)
             self._grads_done(rank, vstage, block, copy, final)
             ops.append(copy)
         return ops
@@ -563,17 +585,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if len(group) > 1:
             return self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
                                     params * sharding.grad_bytes, key, deps, "dp", mirrors=mirrors)
-        copy = self._compute(rank, f"fsdp reduce copy-out {name}",
-                             self._copy_s(params, sharding.one_rank_reduce_bytes()), deps, "backward",
-                             stream=DP_STREAM, sm_bound_share=0.0)
+        copy = self._hbm_copy(rank, f"fsdp reduce copy-out {name}", params * sharding.one_rank_reduce_bytes(), deps,
+                              "backward", stream=DP_STREAM)
         self._dp_ops.setdefault(rank, []).append(copy)
         return copy
-
-    def _copy_s(self, params: float, bytes_per_param: float) -> float:
-        """Seconds of an FSDP copy of ``bytes_per_param`` over ``params`` parameters at the sharding's
-        ``grad_copy_rate``; 0 where none is charged (a synthetic model's FSDP, which has no rate)."""
-        rate = self.plan.sharding.grad_copy_rate
-        return params * bytes_per_param / rate if rate > 0 else 0.0
 
     def _layer_blocks(self, vstage: int, layer: int) -> int:
         """How many blocks with parameters layer ``layer`` has on virtual stage ``vstage``."""
@@ -677,8 +692,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         sharding = sharding or self.plan.sharding
         copy_in, _ = sharding.gather_copy_bytes()
         if copy_in > 0:
-            deps = [self._compute(rank, f"fsdp copy-in {name}", params * copy_in / sharding.grad_copy_rate, deps,
-                                  category, stream=copy_in_stream, mb=mb, sm_bound_share=0.0)]
+            deps = [self._hbm_copy(rank, f"fsdp copy-in {name}", params * copy_in, deps, category, copy_in_stream, mb,
+                                   sharding.grad_copy_rate)]
         return self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
                                 params * sharding.param_bytes, key, deps, "dp", mb, mirrors=mirrors)
 
@@ -746,13 +761,12 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         (Sharding.unshard_copy_bytes)."""
         sharding = self.plan.sharding
         if gather is None:
-            return self._compute(rank, f"fsdp unshard copy {name}", self._copy_s(params, sharding.unshard_copy_bytes()),
-                                 [], category, mb=mb, sm_bound_share=0.0)
+            return self._hbm_copy(rank, f"fsdp unshard copy {name}", params * sharding.unshard_copy_bytes(), [],
+                                  category, mb=mb)
         _, copy_out = sharding.gather_copy_bytes()
         if copy_out <= 0:
             return gather
-        return self._compute(rank, f"fsdp copy-out {name}", params * copy_out / sharding.grad_copy_rate, [gather],
-                             category, mb=mb, sm_bound_share=0.0)
+        return self._hbm_copy(rank, f"fsdp copy-out {name}", params * copy_out, [gather], category, mb=mb)
 
     def _unshard_chunks(self, rank: int, vstages: list[int]) -> None:
         """Pipelined FSDP on _PipelineScheduleRuntime: the UNSHARD actions ``_add_unshard_reshard`` puts before
@@ -815,7 +829,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if sharding.sharded_grad_steps and self._reduces_units():
             optimizer_deps = self._dp_ops.get(rank, [])
         step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer",
-                             sm_bound_share=0.0)
+                             sm_bound_share=0.0,
+                             hbm_bytes=plan.optimizer_bytes[pp_rank] if plan.optimizer_bytes else 0.0)
         if sharding.stage == 0 or sharding.overlap_param_gather:
             return
         if self._dp_size() > 1 and sharding.stage in (1, 2):

@@ -57,6 +57,8 @@ class Block:
     (``overlap.regathers_input``). ``experts`` is a MoE block's routed-expert part (parallel/experts.py): its ``params``
     are reduced over the expert-data-parallel group, not counted in ``params``; a MoE block's ``tp_pattern`` is
     ``experts`` (tokens split over TP: an all-gather after forward and backward, none with SP).
+    ``hbm_bytes`` holds, per pass in the order of ``sm_bound_s``, the HBM bytes its kernels move, the figure
+    their roofline times are costed by (0: a synthetic block, which has no kernels).
     """
 
     name: str
@@ -81,6 +83,7 @@ class Block:
     experts: ExpertWork | None = None
     overlap_gemm_sm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     column_wgrad_s: tuple[float, float] = (0.0, 0.0)
+    hbm_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     def pass_seconds(self, phase: Pass) -> float:
         """Kernel seconds of pass ``phase``."""
@@ -95,6 +98,22 @@ class Block:
                 return self.backward_input_s
             case Pass.BACKWARD_WEIGHT:
                 return self.backward_weight_s
+        assert_never(phase)
+
+    def pass_hbm_bytes(self, phase: Pass) -> float:
+        """HBM bytes of pass ``phase``."""
+        forward, backward_input, backward_weight, recompute = self.hbm_bytes
+        match phase:
+            case Pass.FORWARD:
+                return forward
+            case Pass.RECOMPUTE:
+                return recompute
+            case Pass.BACKWARD:
+                return backward_input + backward_weight
+            case Pass.BACKWARD_INPUT:
+                return backward_input
+            case Pass.BACKWARD_WEIGHT:
+                return backward_weight
         assert_never(phase)
 
     def sm_bound_seconds(self, phase: Pass) -> float:

@@ -25,6 +25,7 @@ from simulator.catalog.models import ModelSpec
 from simulator.config.parameter_server import ParameterServerConfig
 from simulator.config.schema import Scenario
 from simulator.faults.step import draw_factors
+from simulator.parallel.passes import Pass
 from simulator.parameter_server.memory import memory_entries, pushed_grad_dtype, server_memory, worker_memory
 from simulator.parameter_server.placement import Placement, place, shard_tensors, stripe
 from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
@@ -110,8 +111,8 @@ def comparison_allreduce(workers: tuple[int, ...], nbytes: int) -> tuple[Op, ...
 
 @dataclass(frozen=True)
 class WorkerCost:
-    """One worker's iteration: forward and backward of the whole model over its micro-batches (seconds and
-    FLOPs), the model's parameter tensors and the micro-batches per iteration."""
+    """One worker's iteration: forward and backward of the whole model over its micro-batches (seconds, FLOPs
+    and HBM bytes), the model's parameter tensors and the micro-batches per iteration."""
 
     forward_s: float
     backward_s: float
@@ -119,6 +120,8 @@ class WorkerCost:
     backward_flops: float
     tensors: tuple[int, ...]
     microbatches: int
+    forward_bytes: float = 0.0
+    backward_bytes: float = 0.0
 
 
 def worker_cost(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, workers: int) -> WorkerCost:
@@ -135,7 +138,10 @@ def worker_cost(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, workers: int
                       backward_s=m * sum(b.backward_input_s + b.backward_weight_s + b.recompute_s for b in blocks),
                       forward_flops=m * sum(b.forward_flops for b in blocks),
                       backward_flops=m * sum(b.backward_flops + b.recompute_flops for b in blocks),
-                      tensors=tuple(round(size) for b in blocks for size in b.tensors), microbatches=m)
+                      tensors=tuple(round(size) for b in blocks for size in b.tensors), microbatches=m,
+                      forward_bytes=m * sum(b.pass_hbm_bytes(Pass.FORWARD) for b in blocks),
+                      backward_bytes=m * sum(b.pass_hbm_bytes(Pass.BACKWARD) + b.pass_hbm_bytes(Pass.RECOMPUTE)
+                                             for b in blocks))
 
 
 def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
@@ -227,9 +233,9 @@ def build_ops(config: ParameterServerConfig, placement: Placement, cost: WorkerC
         for index, w in enumerate(workers):
             factor = float(slowdown[index, i])
             forward = ops.compute(w, COMPUTE_STREAM, "forward", cost.forward_s * factor, pulled[w], "forward", i,
-                                  flops=cost.forward_flops)
+                                  flops=cost.forward_flops, hbm_bytes=cost.forward_bytes)
             backward = ops.compute(w, COMPUTE_STREAM, "backward", cost.backward_s * factor, [forward], "backward",
-                                   i, flops=cost.backward_flops)
+                                   i, flops=cost.backward_flops, hbm_bytes=cost.backward_bytes)
             for e in endpoints:
                 push, recv = ops.transfer(False, i, w, e, server.stripe_bytes[e], [backward], [])
                 pushed[(w, e)] = push

@@ -23,6 +23,7 @@ from simulator.workload.transformer import (
     embedding_kernels,
     grad_accumulation,
     head_kernels,
+    kernel_bytes,
     kernel_flops,
     kv_heads_per_rank,
     layer_kernels,
@@ -97,7 +98,9 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  tensors=tensors, tp_pattern=tp_pattern, context=context,
                  overlap_gemm_s=(seconds(gemms[0]), seconds(gemms[1]), seconds(gemms[2]), seconds(gemms[3])),
                  overlap_gemm_sm_s=(sm_bound(gemms[0]), sm_bound(gemms[1]), sm_bound(gemms[2]), sm_bound(gemms[3])),
-                 experts=experts, column_wgrad_s=(seconds(column_wgrads), sm_bound(column_wgrads)))
+                 experts=experts, column_wgrad_s=(seconds(column_wgrads), sm_bound(column_wgrads)),
+                 hbm_bytes=(kernel_bytes(kernels.forward), kernel_bytes(kernels.backward_input),
+                            kernel_bytes(kernels.backward_weight), kernel_bytes(kernels.recompute)))
 
 
 def _split(kernels: PassKernels, attention: bool) -> PassKernels:

@@ -425,12 +425,16 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
     expert_fp32 = sharding.fp32_shards and sharding.shards_experts
-    dense_s, expert_s = (optimizer_bytes_per_param(training.optimizer, training.precision,
-                                                   training.grad_reduce_dtype, training.kernels,
-                                                   training.optimizer_step, fp32) / (
-        gpu.hbm_bandwidth * cost.efficiency.memory_peak) for fp32 in (sharding.fp32_shards, expert_fp32))
+    dense_bytes, expert_bytes = (optimizer_bytes_per_param(training.optimizer, training.precision,
+                                                           training.grad_reduce_dtype, training.kernels,
+                                                           training.optimizer_step, fp32)
+                                 for fp32 in (sharding.fp32_shards, expert_fp32))
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
-    optimizer_s = tuple(sum(dense * dense_s + routed * expert_s for dense, routed in
+    optimizer_bytes = tuple(sum(dense * dense_bytes + routed * expert_bytes for dense, routed in
+                                (sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage]))
+                            for stage in range(layout.pp))
+    rate = gpu.hbm_bandwidth * cost.efficiency.memory_peak
+    optimizer_s = tuple(sum(dense * (dense_bytes / rate) + routed * (expert_bytes / rate) for dense, routed in
                             (sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage]))
                         for stage in range(layout.pp))
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
@@ -439,7 +443,8 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
     _check_tp_overlap_domains(par.tp_comm_overlap, layout, topology)
     overlap = tp_overlap() if par.tp_comm_overlap else None
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
-                    recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement,
+                    optimizer_bytes=optimizer_bytes, recompute_comm=training.recompute == "full", tp_overlap=overlap,
+                    placement=placement,
                     single_stage_loop=par.pipeline.schedule in SINGLE_STAGE)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     nominal_flops = model_flops_per_token(model, training.seq_len) * tokens

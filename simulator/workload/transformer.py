@@ -90,6 +90,11 @@ def kernel_flops(kernels: Iterable[Kernel]) -> float:
     return sum(kernel.flops for kernel in kernels)
 
 
+def kernel_bytes(kernels: Iterable[Kernel]) -> float:
+    """The HBM bytes of ``kernels`` together, summed in order: the traffic their roofline times are costed by."""
+    return sum(kernel.hbm_bytes for kernel in kernels)
+
+
 @dataclass(frozen=True)
 class ShardShape:
     """How one rank sees a micro-batch: ``micro_batch`` sequences of ``seq_len`` tokens split by tp/cp (and SP),
