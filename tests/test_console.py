@@ -1152,6 +1152,27 @@ def test_communication_hidden_under_compute_is_shown_beside_the_exposed():
             "hidden)") in console.export_text()
 
 
+def test_the_exposed_row_gives_the_verdict_s_figure_where_kinds_overlap():
+    """llama3-70b-torchtitan-pp-fsdp: TP 20.5% + PP 0.1% + DP 3.7% of the step exposed read as 24.3% beside the
+    verdict's 23.4% (TP and DP exposed at once counted once): the row gives that figure too, and leaves it out where
+    the kinds' shares add up to it."""
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    exposed = {"tp": 1.347, "pp": 5.617e-3, "dp": 0.2406, "cp": 0.0, "ep": 0.0}
+
+    def row(union_s: float) -> str:
+        summary = {"step_time_s": 6.585, "bubble_fraction": 0.0, "exposed_comm_s": exposed,
+                   "bottleneck": {"evidence": {"exposed_comm_share": union_s / 6.585}}}
+        console = Console(width=300, record=True)
+        console.print(training_table(summary))
+        return next(line.rstrip() for line in console.export_text().splitlines() if "exposed communication" in line)
+
+    assert row(1.541).endswith("dp 240.6 ms (3.7%); 23.4% of the step in all, overlaps counted once")
+    assert row(sum(exposed.values())).endswith("dp 240.6 ms (3.7%)")
+
+
 def test_a_long_duration_takes_the_unit_of_its_rounded_value():
     """A duration takes the unit of its value rounded to the digits shown: 3,597 s reads in hours (not '60.0 min') and
     59.9996 s in minutes (not '60 s')."""
