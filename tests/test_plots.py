@@ -101,7 +101,7 @@ def test_gantt_idle_share_is_the_bubble_fraction(synthetic_1f1b):
     assert f"bubble {100 * summary['bubble_fraction']:.1f}%" in figure.axes[0].get_title()
     # Titled by the scenario's file name: the summary's path (absolute for a bundled scenario run by name)
     # filled half the title.
-    assert figure.axes[0].get_title().startswith("1f1b.yaml: TP1 CP1 PP4 DP2, ")
+    assert figure.axes[0].get_title().startswith("1f1b.yaml: TP1 CP1 PP4 DP2 DDP, ")
     assert memory_figure(synthetic_1f1b.timeline, summary).axes[0].get_title().startswith("1f1b.yaml: memory")
 
 
@@ -118,6 +118,19 @@ def test_gantt_title_names_the_layout_as_the_console_does(layout, moe, degrees):
     summary = {"layout": layout, **({"moe": moe} if moe else {})}
     assert parallel_degrees(summary) == degrees
     assert f", {degrees}, " in _layout_line(summary)
+
+
+@pytest.mark.parametrize("sharding,name", [({"zero_stage": 3, "fsdp": "full_shard"}, "FSDP full_shard (ZeRO-3)"),
+                                           ({"zero_stage": 1}, "ZeRO-1")])
+def test_gantt_title_names_the_sharding_as_the_console_does(synthetic_1f1b, sharding, name):
+    """An FSDP full_shard run was titled 'TP1 CP1 PP1 DP8', where its console line says 'FSDP full_shard (ZeRO-3)',
+    which explains the gathers the chart draws: both name the layout by one function."""
+    from simulator.console.report import _layout_line
+
+    summary = {**synthetic_1f1b.summary, "layout": {**synthetic_1f1b.summary["layout"], **sharding}}
+    title = gantt_figure(synthetic_1f1b.timeline, summary).axes[0].get_title()
+    assert title.startswith(f"1f1b.yaml: TP1 CP1 PP4 DP2 {name}, ")
+    assert f", TP1 CP1 PP4 DP2 {name}, " in _layout_line(summary)
 
 
 def test_gantt_by_rank_and_row_limit(synthetic_1f1b):

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE
 from simulator.program.ops import COMM_CATEGORIES
-from simulator.report.layout_names import parallel_degrees, sharding_name
+from simulator.report.layout_names import layout_name
 from simulator.units import (
     counted,
     durations_alike,
@@ -218,9 +218,7 @@ def _layout_line(summary: dict) -> str:
         return head + ")"
     kernels = f", {layout['kernels']} kernels" if "kernels" in layout else ""
     microbatches = counted(layout.get("microbatches", "?"), "micro-batch", "micro-batches")
-    sharding = sharding_name(summary)
-    degrees = f"{parallel_degrees(summary)} {sharding}" if sharding else parallel_degrees(summary)
-    return f"{head}, {degrees}, {microbatches} per step{kernels})"
+    return f"{head}, {layout_name(summary)}, {microbatches} per step{kernels})"
 
 
 def _given_up_text(entry: dict, before: dict | None = None) -> str:

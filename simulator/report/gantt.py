@@ -27,7 +27,7 @@ from simulator.program.ops import (
     Category,
     PipelineCategory,
 )
-from simulator.report.layout_names import parallel_degrees
+from simulator.report.layout_names import layout_name
 from simulator.report.outputs import (
     compute_stream_work,
     held_stages,
@@ -352,7 +352,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     chunks = f", {virtual_stages} chunks per rank" if virtual_stages > 1 else ""
     pipelined = int(info.get("pp", 1)) > 1
     idle = "bubble" if pipelined else IDLE_WITHOUT_PIPELINE
-    ax.set_title(f"{run_name(summary)}: {parallel_degrees(summary)}, {info.get('microbatches', '?')} "
+    ax.set_title(f"{run_name(summary)}: {layout_name(summary)}, {info.get('microbatches', '?')} "
                  f"micro-batches{chunks} — {idle} "
                  f"{100 * summary['bubble_fraction']:.1f}%{shown}")
     figure.legend(handles=_legend(used, virtual_stages, pipelined), loc="outside lower center", ncol=6,

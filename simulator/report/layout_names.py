@@ -26,6 +26,13 @@ def parallel_degrees(summary: dict) -> str:
     return degrees_name(layout.tp, layout.cp, layout.pp, layout.dp, int((summary.get("moe") or {}).get("ep", 1)))
 
 
+def layout_name(summary: dict) -> str:
+    """The run's layout as its first line and a Gantt chart's title both name it: the parallel degrees, then the
+    sharding where the layout names one ('TP1 CP1 PP1 DP8 FSDP full_shard (ZeRO-3)')."""
+    sharding = sharding_name(summary)
+    return f"{parallel_degrees(summary)} {sharding}" if sharding else parallel_degrees(summary)
+
+
 def sharding_name(summary: dict) -> str:
     """How the run shards its data-parallel state, as its first line names it: 'DDP', 'ZeRO-1' .. 'ZeRO-3'
     (`ZERO_STAGE_NAMES`), or PyTorch FSDP by the scenario's strategy with the ZeRO stage it runs as ('FSDP
