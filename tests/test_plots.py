@@ -133,6 +133,22 @@ def test_gantt_title_names_the_sharding_as_the_console_does(synthetic_1f1b, shar
     assert f", TP1 CP1 PP4 DP2 {name}, " in _layout_line(summary)
 
 
+def test_memory_title_says_fsdp_buffers_are_drawn_from_the_start(synthetic_1f1b):
+    """llama3-70b-torchtitan-pp-fsdp's curves held FSDP's 24.9 GiB of unsharded parameters and gradient
+    accumulators from t = 0, before any gather or gradient, with nothing saying so: the title says it where the run
+    shards by FSDP (or ZeRO-3) and its drawn stages hold buffers, and not otherwise."""
+    summary = synthetic_1f1b.summary
+    stages = [{**entry, "buffers_gib": 24.889 if int(entry["stage"]) == 0 else 1.0}
+              for entry in summary["memory_per_stage"]]
+    fsdp = {**summary, "memory_per_stage": stages,
+            "layout": {**summary["layout"], "zero_stage": 3, "fsdp": "full_shard"}}
+    note = "working buffers, up to 24.9 GiB, drawn from t = 0, though allocated at first use"
+    assert note in memory_figure(synthetic_1f1b.timeline, fsdp).axes[0].get_title()
+    assert "up to 1.0 GiB" in memory_figure(synthetic_1f1b.timeline, fsdp, ranks=[3]).axes[0].get_title()
+    ddp = {**fsdp, "layout": {**summary["layout"], "zero_stage": 0}}
+    assert "buffers" not in memory_figure(synthetic_1f1b.timeline, ddp).axes[0].get_title()
+
+
 def test_gantt_by_rank_and_row_limit(synthetic_1f1b):
     figure = gantt_figure(synthetic_1f1b.timeline, synthetic_1f1b.summary, by="rank", max_rows=3)
     labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]

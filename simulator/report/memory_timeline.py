@@ -141,12 +141,26 @@ def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("memory in use (GiB)")
     ax.set_title(f"{run_name(summary)}: memory per rank\n(static state + activations of "
-                 f"in-flight micro-batches)")
+                 f"in-flight micro-batches{_buffers_note(summary, ranks)})")
     ax.grid(color="#DDDDDD", linewidth=0.5)
     # Beside the axes (the title, on two lines, stays above them): inside, it hid the curves of the later
     # stages, which sit low and run to the right end (16 stages: half the plot).
     figure.legend(loc="outside right upper", fontsize=8, frameon=False)
     return figure
+
+
+def _buffers_note(summary: dict, ranks: list[int]) -> str:
+    """Under FSDP or ZeRO-3, whose buffers (the summary's ``buffers_gib``: the unsharded parameters, gradient
+    accumulators, the largest transient) the program allocates at their first gather or backward, that the curves
+    draw them from the step's start: the summary says how large they grow, not when
+    (llama3-70b-torchtitan-pp-fsdp's 24.9 GiB sat under its curve from t = 0, before any gather or gradient)."""
+    layout = summary.get("layout") or {}
+    if "fsdp" not in layout and int(layout.get("zero_stage", 0)) != 3:
+        return ""
+    largest = max(float(_stage_entry(summary, stage_of(summary, rank))["buffers_gib"]) for rank in ranks)
+    if largest <= 0:
+        return ""
+    return f";\nworking buffers, up to {format_memory(largest)}, drawn from t = 0, though allocated at first use"
 
 
 def _curve_colours(count: int) -> list:
