@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import get_args
 
 import pytest
-from shared import CP_FABRIC_TEMPLATE, EXACT, NCCL_SIMPLE_BASE_S, SCENARIOS, refused_unfolded
+from shared import CP_FABRIC_TEMPLATE, EXACT, NCCL_SIMPLE_BASE_S, SCENARIOS, assert_same_figures, refused_unfolded
 
 from simulator.collector import collector_paused
 from simulator.config.loader import load_scenario, scenario_from_text
@@ -819,6 +819,36 @@ def test_gb200_trays_fold_apart_by_where_their_transfers_leave_the_rack(run_yaml
     assert folded["folded"] and "fold_given_up" not in folded
     assert folded["simulated_ranks"] == ranks
     assert folded["step_time_s"] == unfolded["step_time_s"]
+
+
+FOUR_RACKS_A_LEAF_GROUP_EACH = """
+cluster: {topology: gb200-nvl72, racks: 4, trays: 4, leaf_ports: 4}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 2048, global_batch: 32, micro_batch: 1, precision: bf16, recompute: none}
+parallelism: {tp: 4, pp: 2, dp: 8, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
+              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
+run: {timeline: summary}
+"""
+
+
+@pytest.mark.parametrize(("racks", "ranks"), [(4, 8), (5, 20)], ids=["four-racks", "five-racks"])
+def test_gb200_trays_of_racks_a_rotation_apart_share_a_class(run_yaml, racks, ranks):
+    """Racks of 4 trays (two replicas of TP 4 x PP 2), each its own leaf group, so the spine hash repeats rack by
+    rack: the DP rings run one way through one rack's trays and the other way through the next's, so on four racks
+    the step rotated by two racks is its own image, and the trays at one place of racks 0 and 2 (1 and 3) carry
+    alike, their rings leaving to like offsets at like places of the hash's period (engine/rank_classes.py
+    `_placed`): one rank a tray of two racks, 8 of 64, where keyed by the hosts at the other ends each of the 16
+    trays a stage was its own class. On five racks no rotation maps the step onto itself, and every tray is
+    simulated apart (20 of 80; keyed without their places in the rotation, the trays part into classes of unequal
+    size and the step folds onto 2 ranks). Every figure is the unfolded step's."""
+    scenario = FOUR_RACKS_A_LEAF_GROUP_EACH.replace("racks: 4", f"racks: {racks}").replace(
+        "dp: 8", f"dp: {2 * racks}").replace("global_batch: 32", f"global_batch: {8 * racks}")
+    folded = run_yaml(scenario).summary
+    unfolded = run_yaml(scenario, "run.fold=false").summary
+    assert folded["folded"] and "fold_given_up" not in folded
+    assert folded["simulated_ranks"] == ranks
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    assert_same_figures(folded, unfolded, EXACT, 1e-15)
 
 
 SPINE_HASHED_COPIES = ("cluster.topology=dgx-h100-cluster", "cluster.nics_per_node=1", "cluster.nodes=6",

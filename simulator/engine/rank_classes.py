@@ -18,12 +18,17 @@ NVLink and on to the next rack over the NICs, so one replica's GPUs send it over
 receive it there: read inside trays alone, one rank would stand for both and the TP collectives beside the ring
 fall out of step (TP 8 x PP 4 on racks of 64 GPUs; tests/test_folding.py). For
 a group with members on more than one host of some NVLink domain, each host is read also by the transfers leaving
-its domain over its NICs: its own end's index, the bytes and the host at the other end. With the rings built rack by
+its domain over its NICs: its own end's index, the bytes and what the fabric hashes the route by (`_flow_codes`: the
+sender's place in the period of the spine hash, the other end's offset, the channel). With the rings built rack by
 rack every tray's NVLink ports and NICs carry alike, but each tray sends to and receives from its own peer tray of
 the next rack, and the fabric hashes each flow onto a spine by its hosts: read by NVLink alone one rank stood for
 every tray of its stage, and the DP reduce-scatter would fall out of step (TP 8 x PP 4 x DP 4 on two racks of 16
 trays; tests/test_folding.py). So such a fold simulates one rank per
-tray and stage (32 of 128 there, 8 of 32 where two replicas share a rack and fold exactly onto 2). Only
+tray and stage (32 of 128 there, 8 of 32 where two replicas share a rack and fold exactly onto 2), but for trays
+that a rotation of the whole step by whole periods of the hash maps onto each other, which share a class (`_placed`:
+the rings run one way through one rack and the other way through the next, so on an even number of racks, each its
+own period, the step rotated by two racks is its own image; the bundled GB200 job, TP 4 x PP 2 x DP 36 on four
+racks, folds onto 36 of 288 ranks, where keyed by the hosts at the other ends it simulated 72). Only
 collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those
 that may overlap (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where
 nothing mirrored meets a ring on NVLink, its direction changes no simulated time. What else the NICs carry is left
@@ -66,7 +71,9 @@ from simulator.parallel.folding import RankClasses, representatives
 from simulator.parallel.layout import Layout
 from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
+from simulator.topology.builders import Fabric
 from simulator.topology.graph import Topology
+from simulator.topology.periods import Rotation
 
 
 def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder,
@@ -282,22 +289,48 @@ def _stage_hosts(program: StepProgram, host: np.ndarray) -> list[tuple[int, ...]
 
 
 def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray,
-                       between_hosts: bool = True) -> dict[int, tuple[bytes, ...]]:
+                       between_hosts: bool = True) -> dict[int, tuple]:
     """Per host, what its NVLink links carry of the collectives that span hosts and load them unlike, where
     something mirrored on other hosts may meet them (empty where none do); ``between_hosts``: also what it sends
     to and receives from the other hosts of its NVLink domain."""
     topology = plans.topology
     domain = np.asarray(topology.gpu_domain) if between_hosts else host
     kinds = _multi_host_kinds(shapes, plans, host, domain)
+    several_a_domain = between_hosts and bool(kinds) and domain.max() < host.max()
+    fabric = _rotating_fabric(topology) if several_a_domain else None
     carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local), domain,
-                              between_hosts) for kind, shapes_of in kinds.items()}
-    unlike = {kind: loads for kind, loads in carried.items() if len(set(loads.values())) > 1}
+                              between_hosts, fabric) for kind, shapes_of in kinds.items()}
+    unlike = {kind: loads for kind, (loads, _) in carried.items() if len(set(loads.values())) > 1}
     if not unlike:
         return {}
     met = _met_by_mirrored(shapes, order, [shape for kind in unlike for shape in kinds[kind]], host)
     relevant = [kind for kind in unlike if met.intersection(kinds[kind])]
-    return {h: tuple(unlike[kind].get(h, b"") for kind in relevant) for h in range(int(host.max()) + 1)
-            } if relevant else {}
+    signatures = {h: tuple(unlike[kind].get(h, b"") for kind in relevant) for h in range(int(host.max()) + 1)}
+    leaving = set().union(*(carried[kind][1] for kind in relevant))
+    return _placed(signatures, leaving, fabric, host) if relevant else {}
+
+
+def _placed(signatures: dict[int, tuple[bytes, ...]], leaving: set[int], fabric: Fabric | None, host: np.ndarray
+            ) -> dict[int, tuple]:
+    """``signatures`` with each host of ``leaving`` (those whose transfers leave their NVLink domain) keyed also
+    by its place in the step's rotation period: the fewest whole periods of ``fabric``'s spine hash whose rotation
+    maps every host's signature onto its image's, every host where none does or there is no such fabric (each
+    such host then apart from every other). The signatures read the routes leaving a domain by their codes
+    (`_flow_codes`), which a rotation keeps, so hosts a rotation of the step maps onto each other are keyed
+    alike, and only they: on four GB200 racks the DP rings run one way through one rack and the other way
+    through the next, and rotated by two racks the step is its own image (36 of 288 ranks at TP 4 x PP 2 x
+    DP 36); on five none is, and every tray is simulated apart (90 ranks; the signatures alone part them into
+    classes of unequal size, which the fold does not use, and it would run one rank per stage)."""
+    if not leaving:
+        return signatures
+    hosts = len(signatures)
+    shift = hosts
+    if fabric is not None:
+        period = int(host[fabric.shift_gpus])
+        turns = hosts // period
+        shift = next((k * period for k in range(1, turns) if turns % k == 0
+                      and all(signatures[h] == signatures[(h + k * period) % hosts] for h in range(hosts))), hosts)
+    return {h: (*signature, h % shift) if h in leaving else signature for h, signature in signatures.items()}
 
 
 def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray
@@ -467,13 +500,13 @@ def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarr
 
 
 def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.ndarray, domain: np.ndarray,
-             between_hosts: bool) -> dict[int, bytes]:
+             between_hosts: bool, fabric: Fabric | None = None) -> tuple[dict[int, bytes], set[int]]:
     """What each host's NVLink links carry of ``op`` over its group and every mirror: per phase, the transfers
     inside the host as (phase, sender's index in the host, receiver's, bytes), and those to or from another host
     of its NVLink domain with -1 for the index of the end there, and with ``between_hosts`` where ``op``'s group
-    has members on more than one host of some domain, those leaving the domain with -2 - the other end's host
-    for the index of that end, sorted, as bytes (empty for a host the collective crosses without such a
-    transfer)."""
+    has members on more than one host of some domain, those leaving the domain with -2 - the route's code
+    (`_flow_codes` over ``fabric``) for the index of the other end, sorted, as bytes (empty for a host the
+    collective crosses without such a transfer); and the hosts with transfers leaving their domain."""
     parts = [np.zeros((0, 5))]
     copies = (op.group, *op.mirrors)
     members = np.array(op.group, dtype=np.int64)
@@ -496,15 +529,50 @@ def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.nda
                                           transfers[:, 2]))[across])
             if nic_ends:
                 leaving = domain[src] != domain[dst]
-                parts.append(np.column_stack((host[src], phase_of, local[src], -2 - host[dst],
+                sent, received = _flow_codes(fabric, src, dst, transfers[:, 3].astype(np.int64), host, local)
+                parts.append(np.column_stack((host[src], phase_of, local[src], -2 - received,
                                               transfers[:, 2]))[leaving])
-                parts.append(np.column_stack((host[dst], phase_of, -2 - host[src], local[dst],
-                                              transfers[:, 2]))[leaving])
+                parts.append(np.column_stack((host[dst], phase_of, -2 - sent, local[dst], transfers[:, 2]))[leaving])
     table = np.concatenate(parts)
     table = table[np.lexsort(table.T[::-1])]
     bounds = np.flatnonzero(np.diff(table[:, 0], prepend=-1, append=-1))
     carried.update((int(table[start, 0]), table[start:end, 1:].tobytes()) for start, end in zip(bounds, bounds[1:]))
-    return carried
+    leaving = np.minimum(table[:, 2], table[:, 3]) <= -2
+    return carried, set(np.unique(table[leaving, 0]).astype(np.int64).tolist())
+
+
+CHANNEL_CODES = 1 << 16
+"""Channels a route's code (`_flow_codes`) tells apart, far beyond NCCL's 32."""
+
+
+def _rotating_fabric(topology: Topology) -> Fabric | None:
+    """``topology``'s router where its rotations by whole periods of the spine hash map the wiring onto itself
+    (topology/periods.py `Rotation`) and the hash's offsets wrap around its hosts alone (no hosts wired beyond
+    them, `fabric_hosts`): a route's code (`_flow_codes`) then tells it from its rotations' routes by nothing
+    but its place; None elsewhere."""
+    fabric = topology.router
+    if not isinstance(fabric, Fabric) or Rotation.of(topology) is None:
+        return None
+    return fabric if fabric.flow_keys == max(fabric.flow_key) + 1 else None
+
+
+def _flow_codes(fabric: Fabric | None, src: np.ndarray, dst: np.ndarray, channel: np.ndarray, host: np.ndarray,
+                local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per transfer between hosts, what its route over ``fabric`` depends on beside its own end (`_carried`):
+    the source's place in the period of the spine hash, the destination's offset from it and the channel, as
+    the `Fabric` router mixes them, with the index in its host of the source's end (the code its receiver keys
+    by) and of the destination's (its sender's); each end's host instead where ``fabric`` is None (no rotation,
+    `_rotating_fabric`). A rotation by whole periods moves such a route onto its image's links, so two trays at
+    one place of their racks that send their rings to like offsets carry alike, where the hosts themselves part
+    every tray of a job of several racks (72 of 288 ranks on four GB200 racks at TP 4 x PP 2 x DP 36: every DP
+    replica apart)."""
+    if fabric is None:
+        return host[src], host[dst]
+    key = np.asarray(fabric.flow_key, dtype=np.int64)
+    route = ((key[src] % fabric.shift_period) * fabric.flow_keys + (key[dst] - key[src]) % fabric.flow_keys
+             ) * CHANNEL_CODES + channel
+    ends = int(local.max()) + 1
+    return route * ends + local[src], route * ends + local[dst]
 
 
 def _met_by_mirrored(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int], host: np.ndarray
