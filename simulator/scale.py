@@ -26,7 +26,8 @@ copy of its stage beside DP rings across hosts that hop on NVLink, which join th
 46,316 flows, 29,513 counting one group). The trays of a GB200 NVL72 rack are one NVLink domain, counted as a
 host: a group across them keeps the copies the rack's other groups join to it (TP 8 x DP 9 on one rack: 4,056 of
 3,993 flows, 1,387 counting one copy). Where a GB200 step's fold simulates one rank a tray (`_folds_by_trays`),
-those ranks are counted with every group they hold (the bundled job's step: 72 ranks, flows 0.980 of the run).
+those ranks are counted with every group they hold (the bundled job's step cut to 4 layers: 36 ranks, one a tray of
+two racks, flows 0.997 of the run).
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded, but for a MoE step whose gathers meet a skewed router's all-to-alls
@@ -992,11 +993,14 @@ def _folds_by_trays(scenario: Scenario, layout: Layout, hosts: HostShape | None,
 
 def _tray_classes(layout: Layout, hosts: HostShape) -> TrayClasses:
     """The classes of a step folded by trays (`_folds_by_trays`): positions of a stage whose ranks sit on the
-    same hosts in every stage carry alike and share a class (rank_classes.py keys a position by its hosts'
-    loads), each host apart from every other; and the TP, CP and DP x CP groups per stage that hold a
-    representative, each simulated with its own transfers (the other copies are mirrors). The bundled GB200 job's
-    step at 4 racks: 36 classes a stage, every TP group held, one DP group of the stage's four."""
+    same hosts in every stage, or on hosts that the step's rotation (`_step_rotation`) maps onto each other, carry
+    alike and share a class (rank_classes.py keys a position by its hosts' loads and their places in that
+    rotation); and the TP, CP and DP x CP groups per stage that a position of each tray holds, each simulated with
+    its own transfers: a class-mate's copies of a representative's, which the DP rings over NVLink meet, run as
+    its kept mirrors (the other copies are mirrors too). The bundled GB200 job's step at 4 racks: 18 classes a
+    stage (the trays of two racks), every TP group counted, one DP group of the stage's four."""
     stages = np.array([layout.stage_ranks(stage) for stage in range(layout.pp)], dtype=np.int64)
+    classes = len(np.unique(stages.T % _step_rotation(layout, hosts) // hosts.gpus, axis=0))
     firsts = np.sort(np.unique(stages.T // hosts.gpus, axis=0, return_index=True)[1])
     representatives = stages[:, firsts].reshape(-1)
     held = {"pp": len(firsts)}
@@ -1005,7 +1009,21 @@ def _tray_classes(layout: Layout, hosts: HostShape) -> TrayClasses:
         for dim in dims:
             base -= representatives // layout.stride(dim) % layout.degree(dim) * layout.stride(dim)
         held[kind] = len(np.unique(base)) // layout.pp
-    return TrayClasses(len(firsts), held)
+    return TrayClasses(classes, held)
+
+
+def _step_rotation(layout: Layout, hosts: HostShape) -> int:
+    """The GPUs by which a step folded by trays shifts onto itself, as engine/rank_classes.py `_placed` finds it on
+    the built cluster: the fewest whole periods of the spine hash that span an even number of NVLink domains (the
+    DP rings run one way through a rack's trays and the other way through the next rack's), divide the GPUs and
+    move each rank onto a rank of its own TP, CP and pipeline coordinates (DP outermost); every GPU where none does
+    (an odd number of racks: every tray apart)."""
+    world = layout.world
+    stride = layout.stride("dp")
+    if not hosts.period or stride * layout.degree("dp") != world:
+        return world
+    shift = math.lcm(hosts.period, 2 * hosts.domain, stride)
+    return shift if shift < world and world % shift == 0 else world
 
 
 DEFERRED_GATHERS: FieldPath = ("parallelism", "ddp", "overlap_param_gather")
@@ -1756,7 +1774,7 @@ def _classes_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: T
     its step timeline off): the folded estimate where it counts those ranks (`_folds_by_trays`), else the
     unfolded step's ops and memory in the share ``ranks`` of the GPUs simulates (`classed_estimate`) beside every
     flow of it: each representative's groups are simulated with the copies that meet them (the GB200 job's step
-    at 4 racks, one rank a tray: 85,392 flows of the unfolded estimate's 86,544). None for a trace."""
+    at 4 racks, one rank a tray of two racks: 83,880 flows of the unfolded estimate's 86,544). None for a trace."""
     scenario = loaded.scenario
     run = scenario.run.model_copy(update={"timeline": "summary"}) if scenario.run.horizon is not None else scenario.run
     folded = estimate_scale(scenario.model_copy(update={"run": run}), gpus, scenario_hosts(loaded), topology,

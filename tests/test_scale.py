@@ -1226,28 +1226,31 @@ def test_hand_offs_across_hosts_count_one_flow_a_send_and_its_receive(overrides,
 
 def test_the_gb200_job_step_is_estimated_at_its_tray_classes():
     """The bundled GB200 job's step (TP 4 in a tray, PP 2, DP 36 over 4 racks; cut to 4 layers): its DP rings run
-    9 channels over 9 trays a rack, whose trays then carry unlike loads, so the run's fold simulates 72 ranks
-    (engine/rank_classes.py, one a tray), as the estimate counts them (`scale._tray_classes`): ops exact (28,980)
-    and flows 0.980 of the run's (counted at the stage fold's 2 ranks: 0.027 and
-    0.111). Flows pinned within 0.1%."""
+    9 channels over 9 trays a rack, whose trays then carry unlike loads, and run one way through one rack and the
+    other way through the next, so the run's fold simulates one rank a tray of two racks, 36 ranks
+    (engine/rank_classes.py: the step rotated by two racks is its own image), as the estimate counts them
+    (`scale._tray_classes`): ops exact (14,490) and flows 0.997 of the run's (counted at the stage fold's 2 ranks:
+    0.027 and 0.111). Flows pinned within 0.1%."""
     loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", list(GB200_JOB_FOUR_LAYERS))
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
     summary = bundled_result("llama3-70b-gb200-job", GB200_JOB_FOUR_LAYERS).summary
-    assert (estimate.simulated_ranks, summary["simulated_ranks"]) == (72, 72)
-    assert estimate.ops == summary["ops_executed"] == 28_980
-    assert estimate.flows / summary["flows_simulated"] == pytest.approx(0.980, rel=0.001)
+    assert (estimate.simulated_ranks, summary["simulated_ranks"]) == (36, 36)
+    assert estimate.ops == summary["ops_executed"] == 14_490
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(0.997, rel=0.001)
 
 
 @pytest.mark.parametrize("racks, overrides, ranks", [
-    (42, [], 756),  # one rank a tray: ~20.3 M ops and flows, refused
+    (43, [], 774),  # one rank a tray (an odd number of racks: no rotation of the step onto itself): refused
     (41, [], 738),  # ~19.8 M, under the limit of events, and ~15.2 GiB with the full timeline
+    (42, [], 36),  # an even number: one rank a tray of two racks, ~15.5 M events
     (48, ["network.model=analytic"], 2),  # the analytic model runs no classed fold
     (24, ["parallelism.pp=1", "parallelism.ddp.overlap=false"], 1),  # 18 trays a rack: the stage fold
 ])
 def test_a_gb200_job_step_counts_its_tray_classes_only_where_they_fold(racks, overrides, ranks):
     """The GB200 job's step (80 layers) estimated at its size: one rank a tray where the run folds by trays, so
-    that from about 42 racks (3,024 GPUs) it is past MAX_EVENTS; the stage fold's ranks on the analytic model, and
+    that on an odd number of racks from about 42 (3,024 GPUs) it is past MAX_EVENTS (on an even number one rank a
+    tray of two racks); the stage fold's ranks on the analytic model, and
     where each rack holds more of a DP ring's trays than it has channels (PP 1, 18 a rack: the stage fold runs).
     Below 42 racks its memory with the full timeline is within MAX_MEMORY_BYTES too (`OP_BYTES`, measured: the
     step of 16 racks cut to 16 layers peaked at 532 MiB without its timeline, estimated at 673 MiB)."""
@@ -1257,7 +1260,7 @@ def test_a_gb200_job_step_counts_its_tray_classes_only_where_they_fold(racks, ov
                                                                       f"training.global_batch={dp * 8}", *overrides])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     assert estimate.simulated_ranks == ranks
-    assert (estimate.events > scale.MAX_EVENTS) == estimate.over_limits() == (ranks == 756)
+    assert (estimate.events > scale.MAX_EVENTS) == estimate.over_limits() == (ranks == 774)
 
 
 def test_a_fold_by_classes_past_the_limits_is_refused_before_it_is_built(monkeypatch):
@@ -1272,7 +1275,7 @@ def test_a_fold_by_classes_past_the_limits_is_refused_before_it_is_built(monkeyp
     with pytest.raises(ScenarioError) as refused:
         simulate(loaded)
     assert refused.value.problem.startswith("this run is too large to simulate folded by classes")
-    assert "72 simulated ranks (folded)" in refused.value.problem
+    assert "36 simulated ranks (folded)" in refused.value.problem
 
 
 def test_a_gb200_job_folded_by_trays_past_the_limits_is_refused_on_one_line(monkeypatch, capsys, tmp_path):
@@ -1284,7 +1287,7 @@ def test_a_gb200_job_folded_by_trays_past_the_limits_is_refused_on_one_line(monk
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "the job's step is too large to simulate folded by classes" in err
-    assert "72 simulated ranks (folded)" in err
+    assert "36 simulated ranks (folded)" in err
 
 
 def test_a_workload_all_reduce_counts_the_tree_the_tuner_picks():

@@ -692,7 +692,7 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     unequal traffic sees more collectives that may overlap and can refuse a classed step whose single fold
     keeps pace, as on the DeepSeek search's FSDP layouts). ``guard`` hears of the classed fold, with the ranks it
     simulates, before its program is built (scale.refuse_unfolded refuses it beyond the limits: one rank per tray
-    of a GB200 job of 48 racks is ~18 M ops and flows at 80 layers)."""
+    of a GB200 job of 47 racks is ~23 M ops and flows at 80 layers)."""
     classes = rank_classes(program, plans, shapes, order)
     if classes is None:
         return None
