@@ -27,6 +27,7 @@ import ast
 import contextlib
 import itertools
 import json
+import math
 import re
 import shlex
 from enum import Enum
@@ -765,6 +766,41 @@ def test_the_gb200_elastic_figures_reliability_md_quotes_are_llama3_70b_gb200_jo
              f"{runs['spares']['ettr']['mean']:.1%}.")
     page = flowing((REPO / "docs" / "reliability.md").read_text())
     assert quote in page, f"docs/reliability.md should now read: {quote}"
+
+
+def llama3_405b_job(tmp_path: Path, *sets: str) -> dict:
+    """job_summary.json of the bundled 405B job over 2 days, one replication, with ``sets``: its checkpoint costs,
+    M and Young's and Daly's intervals are the 54-day run's (they take the failure rates, not the draws)."""
+    out = tmp_path / "-".join(sets or ("default",)).replace("/", "")
+    overrides = [part for setting in ("run.replications=1", "run.horizon=2d", *sets) for part in ("--set", setting)]
+    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--quiet", *overrides]) == 0
+    return json.loads((out / "job_summary.json").read_text())
+
+
+def test_the_async_checkpoint_figures_reliability_md_quotes_are_the_405b_jobs(tmp_path):
+    """docs/reliability.md's snapshot stall, slowdown sigma, cost C and Young's and Daly's intervals of the 405B
+    job, where it describes the async mode and in its worked example, and sqrt(2 C M) of the job with its store at
+    175 GB/s, whose C is that of the write floor, are the job's figures."""
+    job = llama3_405b_job(tmp_path)
+    checkpoint, mtbf = job["checkpoint"], job["mtbf_s"]
+    stall, sigma = f"{checkpoint['stall_s'] * 1e3:.3f} ms", f"{checkpoint['slowdown'] * 1e4:.4f}e-4"
+    cost = f"{job['young_daly_cost_s'] * 1e3:.3f} ms"
+    slow = job["young_daly_cost_s"] - checkpoint["stall_s"]
+    quotes = [f"`snapshot_bandwidth`: {stall} for 405B on 16,384 GPUs)",
+              f"and sigma is {sigma} (`checkpoint.slowdown` in job_summary.json)",
+              f"S = 5.682 TB / 16,384 / 50 GB/s = {stall};",
+              f"/ (1 - 0.002441) = {sigma}.",
+              f"C = {stall} + 2.841 s x {sigma} / {1 + checkpoint['slowdown']:.5f} = {stall} + {slow * 1e3:.3f} ms = "
+              f"{cost}",
+              f"with M = {mtbf:,.0f} s ({mtbf / 3600:.2f} h) Young's interval is sqrt(2 x {cost} x {mtbf:,.0f} s) = "
+              f"{job['young_interval_s']:.2f} s and Daly's {job['daly_interval_s']:.2f} s"]
+    at_175 = llama3_405b_job(tmp_path, "storage.write=175GB/s")
+    young = math.sqrt(2 * at_175["young_daly_cost_s"] * at_175["mtbf_s"])
+    quotes.append(f"sqrt(2 x {at_175['young_daly_cost_s'] * 1e3:.3f} ms x {at_175['mtbf_s']:,.0f} s) = {young:.2f} s "
+                  f"is shorter than the write, so both are the floor, {at_175['write_floor_steps']} steps "
+                  f"({at_175['write_floor_s']:.2f} s)")
+    page = flowing((REPO / "docs" / "reliability.md").read_text())
+    assert [quote for quote in quotes if quote not in page] == []
 
 
 def test_the_memory_training_step_md_quotes_for_deepseek_without_recompute_is_what_validate_gives():
