@@ -732,13 +732,14 @@ def _paired_text(curve: dict, interval: Callable[[float], str]) -> str:
 
 def _printed_intervals(curve: dict) -> list[float]:
     """The intervals a study curve's line prints: the best tried, Young's and Daly's where failures interrupt the
-    job, the async write floor where it is more than a step (`young_daly_text`), and the two-level optimum's
+    job and the write floor where the line names it (`young_daly_durations`), and the two-level optimum's
     intervals with an in-memory tier (`two_level_text`)."""
-    young_daly = [curve["young_interval_s"], curve["daly_interval_s"]] if curve["young_interval_s"] is not None else []
-    floor = [curve["write_floor_s"]] if young_daly and (curve["write_floor_steps"] or 0) > 1 else []
+    from simulator.console.report import young_daly_durations
+
+    young_daly = young_daly_durations(curve) if curve["young_interval_s"] is not None else []
     two_level = curve.get("two_level") or {}
     tiers = [two_level[key] for key in ("memory_interval_s", "storage_interval_s") if two_level.get(key) is not None]
-    return [curve["best_interval_s"], *young_daly, *floor, *tiers]
+    return [curve["best_interval_s"], *young_daly, *tiers]
 
 
 def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:

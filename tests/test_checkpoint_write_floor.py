@@ -17,6 +17,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.console.report import young_daly_text
 from simulator.reliability.simulate import simulate_job
 from simulator.reliability.study import default_grid, fitted_optimum, run_study
+from simulator.units import seconds_alike
 
 JOB = """
 cluster: {topology: dgx-h100, gpus: 8}
@@ -59,8 +60,13 @@ def test_young_and_daly_on_the_write_floor_are_the_fewest_whole_steps_that_hold_
     assert (summary["write_floor_steps"], summary["write_floor_s"]) == (steps, pytest.approx(steps * step))
     snapshot, write, sigma = (summary["checkpoint"][key] for key in ("stall_s", "write_s", "slowdown"))
     assert summary["young_daly_cost_s"] == pytest.approx(snapshot + write * sigma / (1 + sigma), rel=1e-9)
-    assert math.sqrt(2 * summary["young_daly_cost_s"] * summary["mtbf_s"]) < steps * step / 4
-    assert "(for C " in young_daly_text(summary) and f"{steps} steps, " in young_daly_text(summary)
+    young = math.sqrt(2 * summary["young_daly_cost_s"] * summary["mtbf_s"])
+    assert young < steps * step / 4
+    assert summary["young_formula_s"] == pytest.approx(young, rel=1e-12)
+    assert summary["daly_formula_s"] < summary["young_formula_s"]
+    assert young_daly_text(summary).startswith(f"Young {seconds_alike(summary['young_formula_s'])}, Daly "
+                                               f"{seconds_alike(summary['daly_formula_s'])} (for C ")
+    assert f": both floored to its {steps} steps, " in young_daly_text(summary)
 
     below = simulate_job(scenario_from_text(job(f"{steps - 1} steps")))
     held = simulate_job(scenario_from_text(job(f"{steps} steps")))

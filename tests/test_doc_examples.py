@@ -803,6 +803,22 @@ def test_the_async_checkpoint_figures_reliability_md_quotes_are_the_405b_jobs(tm
     assert [quote for quote in quotes if quote not in page] == []
 
 
+def test_the_async_young_intervals_reliability_md_quotes_across_failure_rates_are_the_405b_studys(tmp_path):
+    """docs/reliability.md's Young's intervals of the 405B job's async checkpoints at x 2, 1 and 0.5 its failure
+    rates are a study's, sqrt(2 C M) as the formula gives it and, where one step is longer, the step it is floored
+    to (x 2: 8.991 s, floored to 10.18 s)."""
+    assert main(["study", "checkpoint-interval", "llama3-405b-16k-job", "--intervals", "1steps", "--multipliers",
+                 "2,1,0.5", "--set", "run.replications=1", "--set", "run.horizon=2d", "--out", str(tmp_path),
+                 "--quiet"]) == 0
+    curves = json.loads((tmp_path / "study.json").read_text())["curves"]
+    assert curves[0]["young_formula_s"] < curves[0]["young_interval_s"] == curves[0]["write_floor_s"]
+    youngs = [f"{curves[0]['young_formula_s']:.3f} s (floored to one step, {curves[0]['young_interval_s']:.2f} s)",
+              *(f"{curve['young_formula_s']:.2f} s" for curve in curves[1:])]
+    quote = (f"whose C of {curves[0]['young_daly_cost_s'] * 1e3:.3f} ms puts Young's interval at {youngs[0]}, "
+             f"{youngs[1]} and {youngs[2]} for x 2, 1 and 0.5")
+    assert quote in flowing((REPO / "docs" / "reliability.md").read_text()), quote
+
+
 def test_the_memory_training_step_md_quotes_for_deepseek_without_recompute_is_what_validate_gives():
     loaded = load_scenario("deepseek-v3-style-1024-gpus", ["training.recompute=none"])
     stage = validate(loaded, sized_topology(loaded, force=False)).memory["memory_per_stage"][1]

@@ -644,7 +644,7 @@ def test_the_job_table_reads_the_interval_young_and_daly_in_one_fitting_unit():
     text = SEED003.replace("replications: 10", "replications: 2").replace("54 d", "1 d")
     summary = simulate_job(scenario_from_text(text)).summary
     summary = {**summary, "checkpoint": {**summary["checkpoint"], "interval_s": 601.6}, "young_interval_s": 13_266.0,
-               "daly_interval_s": 12_615.0}
+               "daly_interval_s": 12_615.0, "young_formula_s": 13_266.0, "daly_formula_s": 12_615.0}
     console = Console(width=300, record=True)
     console.print(job_table(summary))
     printed = console.export_text()

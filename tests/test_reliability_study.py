@@ -606,6 +606,23 @@ def test_figures_read_side_by_side_keep_their_trailing_zeros():
     assert [durations_alike([49.3, 49.29])(value) for value in (49.3, 49.29)] == ["49.30 s", "49.29 s"]
 
 
+def test_young_and_daly_below_one_step_print_as_the_formulas_give_them_and_say_they_are_floored():
+    """x 2 the 405B job's failure rates Young's sqrt(2 x 7.26 ms x 5,567 s) is 8.991 s, under its one 10.18 s step:
+    the line read 'Young 10.18 s, Daly 10.18 s', not what the formula gives by hand. It prints the formulas' figures
+    and says which the step floors; above the step it prints them alone."""
+    from simulator.console.report import young_daly_text
+
+    step = {"write_floor_steps": 1, "write_floor_s": 10.1761}
+    both = {**step, "young_interval_s": 10.1761, "daly_interval_s": 10.1761, "young_formula_s": 8.9906,
+            "daly_formula_s": 8.9857}
+    assert young_daly_text(both) == "Young 8.991 s, Daly 8.986 s (both floored to 1 step, 10.18 s)"
+    daly = {**both, "young_interval_s": 10.5, "young_formula_s": 10.5, "daly_formula_s": 9.9}
+    assert young_daly_text(daly) == "Young 10.50 s, Daly 9.900 s (Daly's floored to 1 step, 10.18 s)"
+    above = {**both, "young_interval_s": 12.7151, "daly_interval_s": 12.7103, "young_formula_s": 12.7151,
+             "daly_formula_s": 12.7103}
+    assert young_daly_text(above) == "Young 12.72 s, Daly 12.71 s"
+
+
 def test_a_duration_takes_the_unit_of_its_rounded_value():
     """A duration takes the unit of its rounded value: a 1 ms checkpoint cost computed as 0.0009999999999763531 s reads
     '1 ms' (not '1000 us of training each'), 0.99999 s '1 s' (not '1000 ms') and 9999.99 s '10,000 s' (not '1e+04

@@ -735,7 +735,7 @@ def job_table(job: dict) -> Table:
     interval: Callable[[float], str] = format_duration
     optimum = ""
     if job.get("young_interval_s") is not None:
-        interval = durations_alike([checkpoint["interval_s"], job["young_interval_s"], job["daly_interval_s"]])
+        interval = durations_alike([checkpoint["interval_s"], *young_daly_durations(job)])
         optimum = f"; {young_daly_text(job, interval)}"
         if min(job["young_interval_s"], job["daly_interval_s"]) > horizon:
             optimum += f", both longer than the {horizon_span(horizon)} horizon: no checkpoint pays within it"
@@ -790,17 +790,48 @@ def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_ali
 
 
 def young_daly_text(figures: dict, interval: Callable[[float], str] = seconds_alike) -> str:
-    """Young's and Daly's intervals of a job_summary.json or study curve, and, where an async write takes more
-    than a step, the cost C they take and the write floor they stop at (`summary.young_daly_cost_s`,
-    `summary.write_floor_steps`): the scenario's cost per checkpoint beside them is that of its own interval,
-    which may wait for the write (22.30 s against C 8.3 ms on the 405B job checkpointing every step). The
-    intervals read as ``interval`` writes them (a study line: in the unit of the interval it tried)."""
-    text = f"Young {interval(figures['young_interval_s'])}, Daly {interval(figures['daly_interval_s'])}"
+    """Young's and Daly's intervals of a job_summary.json or study curve as their formulas give them
+    (`summary.formula_intervals`), each said to be floored where it falls below the async write floor
+    (`summary.write_floor_steps`, one step at least: x 2 the 405B job's rates, 'Young 8.991 s, Daly 8.986 s (both
+    floored to 1 step, 10.18 s)', where 10.18 s alone read as sqrt(2 C M)), and, where the write takes more than
+    a step, the cost C they take (`summary.young_daly_cost_s`): the scenario's cost per checkpoint beside them is
+    that of its own interval, which may wait for the write (22.30 s against C 8.3 ms on the 405B job
+    checkpointing every step). The intervals read as ``interval`` writes them (a study line: in the unit of the
+    interval it tried)."""
+    young, daly = formula_figures(figures)
+    text = f"Young {interval(young)}, Daly {interval(daly)}"
     steps = figures.get("write_floor_steps") or 0
+    floored = floored_names(figures)
+    which = "both" if len(floored) == 2 else "".join(floored)
     if steps > 1:
+        floor = f"{counted(steps, 'step')}, {interval(figures['write_floor_s'])}"
+        held = f"{which} floored to its {floor}" if floored else f"{floor}, or more"
         text += (f" (for C {seconds_alike(figures['young_daly_cost_s'])} a checkpoint once the interval holds the "
-                 f"write: {counted(steps, 'step')}, {interval(figures['write_floor_s'])}, or more)")
+                 f"write: {held})")
+    elif floored:
+        text += f" ({which} floored to 1 step, {interval(figures['write_floor_s'])})"
     return text
+
+
+def formula_figures(figures: dict) -> tuple[float, float]:
+    """Young's and Daly's intervals of a job_summary.json or study curve before the write floor
+    (`young_formula_s`, `daly_formula_s`), or, in a file written without them, as floored."""
+    young, daly = figures.get("young_formula_s"), figures.get("daly_formula_s")
+    return (figures["young_interval_s"] if young is None else young,
+            figures["daly_interval_s"] if daly is None else daly)
+
+
+def floored_names(figures: dict) -> list[str]:
+    """Which of Young's and Daly's intervals of a job_summary.json or study curve the write floor raised."""
+    young, daly = formula_figures(figures)
+    return [name for name, value, used in (("Young's", young, figures["young_interval_s"]),
+                                           ("Daly's", daly, figures["daly_interval_s"])) if value < used]
+
+
+def young_daly_durations(figures: dict) -> list[float]:
+    """The durations `young_daly_text` prints: Young's and Daly's intervals and the floor where it names it."""
+    named = (figures.get("write_floor_steps") or 0) > 1 or floored_names(figures)
+    return [*formula_figures(figures), *([figures["write_floor_s"]] if named else [])]
 
 
 def horizon_span(horizon_s: float) -> str:

@@ -116,7 +116,8 @@ class StudyPoint:
                 "goodput_steps_per_s_ci95_high": s["goodput_steps_per_s"]["ci95_high"],
                 "interruptions": s["interruptions"]["unexpected"]["mean"],
                 "restart_waiting_for_hosts_s": s["restart_waiting_for_hosts_s"]["mean"], "mtbf_s": s["mtbf_s"],
-                "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"], "oom": s["oom"]}
+                "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"],
+                "young_formula_s": s["young_formula_s"], "daly_formula_s": s["daly_formula_s"], "oom": s["oom"]}
 
 
 def parse_list(text: str, parse, option: str, example: str) -> list:
@@ -406,6 +407,8 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "restart_s": first["restart"]["total_s"],
         "young_interval_s": first["young_interval_s"],
         "daly_interval_s": first["daly_interval_s"],
+        "young_formula_s": first["young_formula_s"],
+        "daly_formula_s": first["daly_formula_s"],
         "young_daly_cost_s": first["young_daly_cost_s"],
         "two_level": (first.get("memory_checkpoint") or {}).get("two_level"),
         "best_copies_lost": copies_lost(best.summary),

@@ -118,12 +118,21 @@ def young_daly_cost_s(costs: SegmentCosts) -> float:
     return checkpoint_cost_s(replace(costs, interval_steps=max(costs.interval_steps, write_floor_steps(costs))))
 
 
+def formula_intervals(costs: SegmentCosts, mtbf_s: float) -> tuple[float, float]:
+    """Young's sqrt(2 C M) and Daly's interval as the formulas give them for system MTBF ``mtbf_s`` and the cost
+    C of the intervals they pick (`young_daly_cost_s`), before the write floor: the figures a reader checks by
+    hand (x 2 the 405B job's failure rates: sqrt(2 x 7.26 ms x 5,567 s) = 8.99 s, floored to its 10.18 s step)."""
+    cost = young_daly_cost_s(costs)
+    return young_interval(cost, mtbf_s), daly_interval(cost, mtbf_s)
+
+
 def young_daly_intervals(costs: SegmentCosts, mtbf_s: float) -> tuple[float, float]:
-    """Young's and Daly's intervals for system MTBF ``mtbf_s`` and the cost C of the intervals they pick
-    (`young_daly_cost_s`), each at least the write floor in whole steps (`write_floor_steps`: 32.47 s of write is
-    4 steps of 10.18 s, 40.70 s, where 3 steps wait 1.9 s a checkpoint for it)."""
-    floor, cost = write_floor_steps(costs) * costs.step_s, young_daly_cost_s(costs)
-    return max(floor, young_interval(cost, mtbf_s)), max(floor, daly_interval(cost, mtbf_s))
+    """Young's and Daly's intervals (`formula_intervals`), each at least the write floor in whole steps
+    (`write_floor_steps`: 32.47 s of write is 4 steps of 10.18 s, 40.70 s, where 3 steps wait 1.9 s a checkpoint
+    for it)."""
+    floor = write_floor_steps(costs) * costs.step_s
+    young, daly = formula_intervals(costs, mtbf_s)
+    return max(floor, young), max(floor, daly)
 
 
 WRITE_NEAR_MTBF_SHARE = 0.5
@@ -333,6 +342,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
     horizon = plan.horizon_s
     expected, per_class = expected_interruptions(plan, counts)
     mtbf, young, daly = optimum_intervals(plan, counts, healthy)
+    young_formula, daly_formula = (None, None) if mtbf is None else formula_intervals(healthy, mtbf)
     cost = checkpoint_cost_s(healthy)
     causes = sorted({name for t in totals for name in t.interruptions} | set(per_class))
     lost = [value for t in totals for value in t.lost_per_failure_s]
@@ -363,6 +373,8 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "mtbf_s": mtbf,
         "young_interval_s": young,
         "daly_interval_s": daly,
+        "young_formula_s": young_formula,
+        "daly_formula_s": daly_formula,
         "young_daly_cost_s": young_daly_cost_s(healthy),
         "write_floor_steps": write_floor_steps(healthy),
         "write_floor_s": write_floor_steps(healthy) * healthy.step_s,
