@@ -657,6 +657,28 @@ def test_the_job_table_reads_the_interval_young_and_daly_in_one_fitting_unit():
     assert re.search(r"checkpoints +\S+ every .* \(30 min\), ", console.export_text()), console.export_text()
 
 
+def test_the_checkpoints_row_says_none_is_written_where_the_interval_outlasts_the_horizon():
+    """An interval longer than the horizon (2 d in 1 d) writes no checkpoint: the row says so beside it, where
+    'every 5,598 steps (2 d)' alone read as a job that checkpoints; with planned stops, that they write theirs. An
+    interval within the horizon (30 min) says nothing of it."""
+    from rich.console import Console
+
+    from simulator.console.report import job_table
+
+    def row(summary: dict) -> str:
+        console = Console(width=300, record=True)
+        console.print(job_table(summary))
+        return next(line for line in console.export_text().splitlines() if "checkpoints" in line)
+
+    text = SEED003.replace("replications: 10", "replications: 2").replace("54 d", "1 d")
+    summary = simulate_job(scenario_from_text(text.replace("interval: 30 min", "interval: 2 d"))).summary
+    assert re.search(r"every [\d,]+ steps \(2 d; none written in the 1 day horizon\), ", row(summary)), row(summary)
+    planned = {**summary["interruptions"], "planned": {**summary["interruptions"]["planned"], "mean": 47.0}}
+    assert "(2 d; none written in the 1 day horizon but at its 47 planned stops), " in row(
+        {**summary, "interruptions": planned})
+    assert "none written" not in row(simulate_job(scenario_from_text(text)).summary)
+
+
 HOST_FAILURES = """cluster: {topology: dgx-h100-cluster, nodes: 4}
 model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000}
 training: {seq_len: 1024, microbatches: 2}

@@ -740,8 +740,8 @@ def job_table(job: dict) -> Table:
         if min(job["young_interval_s"], job["daly_interval_s"]) > horizon:
             optimum += f", both longer than the {horizon_span(horizon)} horizon: no checkpoint pays within it"
     table.add_row("checkpoints", f"{checkpoint['mode']} every {counted(checkpoint['interval_steps'], 'step')} "
-                  f"({interval(checkpoint['interval_s'])}), {format_seconds(checkpoint['cost_s'])} of training "
-                  "each" + optimum)
+                  f"({interval(checkpoint['interval_s'])}{_none_written(job)}), "
+                  f"{format_seconds(checkpoint['cost_s'])} of training each" + optimum)
     memory = job.get("memory_checkpoint")
     if memory is not None:
         restores, because = memory["restores"], memory["storage_because"]
@@ -755,6 +755,18 @@ def job_table(job: dict) -> Table:
                       + (f"; {two_level_text(memory['two_level'], copies_lost=because['copies_lost']['mean'])}"
                          if memory.get("two_level") else ""))
     return table
+
+
+def _none_written(job: dict) -> str:
+    """Where the checkpoint interval and its write outlast the horizon, that the job writes no checkpoint in it but
+    at its planned stops (their mean): 'every 849,049 steps (100 d)' read as a job that checkpoints, beside the
+    warning that it writes none (`simulate.interval_past_horizon`)."""
+    checkpoint, horizon = job["checkpoint"], job["horizon_s"]
+    if checkpoint["interval_s"] + checkpoint["write_s"] < horizon:
+        return ""
+    planned = job["interruptions"]["planned"]["mean"]
+    stops = f" but at its {expected_count(planned, 'planned stop')}" if planned else ""
+    return f"; none written in the {horizon_span(horizon)} horizon{stops}"
 
 
 def two_level_text(optimum: dict, interval: Callable[[float], str] = seconds_alike,
