@@ -640,11 +640,12 @@ def _grid_line(grid: IntervalGrid) -> str:
     interval they are built around, and each in whole steps with its duration; where they are not the 9 planned
     points (`DEFAULT_GRID_FACTORS`), why: how many rounding to whole steps merged or raised to one step or the
     async write floor, the point added below that floor, how many were left out past the horizon or not longer
-    than the in-memory interval."""
+    than the in-memory interval. Its durations are read side by side, so keep their trailing zeros
+    (`seconds_alike`: '591.0 s' beside '295.5 s', not '591 s')."""
     from simulator.reliability.study import DEFAULT_GRID_FACTORS
-    from simulator.units import counted, format_seconds
+    from simulator.units import counted, seconds_alike
 
-    points = ", ".join(f"{steps:,} ({format_seconds(steps * grid.step_s)})" for steps in grid.steps)
+    points = ", ".join(f"{steps:,} ({seconds_alike(steps * grid.step_s)})" for steps in grid.steps)
     low, high = (steps * grid.step_s / grid.centre_s for steps in (grid.steps[0], grid.steps[-1]))
     merged = (len(DEFAULT_GRID_FACTORS) - len(grid.steps) + (grid.cliff_steps is not None) - grid.past_horizon
               - grid.past_storage - grid.under_memory)
@@ -665,8 +666,8 @@ def _grid_line(grid: IntervalGrid) -> str:
         rounded.append(f"{counted(grid.cliff_steps, 'step')} kept below them: checkpoints that wait for the write")
     rate = f" at rate x {grid.rate_multiplier:.3g}" if grid.rate_multiplier != 1 else ""
     ran = (f"intervals (no --intervals): {counted(len(grid.steps), 'point')} from {low:.3g} to {high:.3g} times "
-           f"{grid.centre} {format_seconds(grid.centre_s)}{rate}")
-    rounding = f"in ratios of sqrt 2 rounded to whole steps of {format_seconds(grid.step_s)}"
+           f"{grid.centre} {seconds_alike(grid.centre_s)}{rate}")
+    rounding = f"in ratios of sqrt 2 rounded to whole steps of {seconds_alike(grid.step_s)}"
     if rounded:
         rounding = (f"of {len(DEFAULT_GRID_FACTORS)} planned from 1/4 to 4 times it {rounding} "
                     f"({', '.join(rounded)})")

@@ -32,7 +32,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import InputError
 from simulator.reliability.study import write_study
 from simulator.report.run_folder import write_run_folder
-from simulator.units import durations_alike, expected_count, format_duration, format_seconds
+from simulator.units import durations_alike, expected_count, format_duration, format_seconds, seconds_alike
 
 M, C = 3 * 3600.0, 60.0
 JOB = """
@@ -753,12 +753,23 @@ def test_a_checkpoint_interval_study_without_intervals_runs_a_grid_around_daly(t
     assert points[0]["interval_s"] < curve["fitted_optimum_s"] < points[-1]["interval_s"]
     assert curve["fitted_optimum_s"] == pytest.approx(daly, rel=0.05)
     printed = capsys.readouterr().out.splitlines()[0]
-    shown = ", ".join(f"{n:,} ({format_seconds(n * step)})" for n in expected)
+    shown = ", ".join(f"{n:,} ({seconds_alike(n * step)})" for n in expected)
     low, high = expected[0] * step / daly, expected[-1] * step / daly  # 0.25 and 4 to three digits
     assert printed == (f"intervals (no --intervals): 9 points from {low:.3g} to {high:.3g} times Daly's "
-                       f"{format_seconds(daly)}, in ratios of sqrt 2 rounded to whole steps of {format_seconds(step)}: "
+                       f"{seconds_alike(daly)}, in ratios of sqrt 2 rounded to whole steps of {seconds_alike(step)}: "
                        f"{shown} steps")
     assert (f"{low:.3g}", f"{high:.3g}") == ("0.25", "4")
+
+
+def test_the_grid_lines_durations_keep_their_trailing_zeros():
+    """The 2k job's grid read '182 (591 s)' beside '(295.5 s)' and '(837.8 s)': side by side each keeps four
+    significant digits, '591.0 s'."""
+    from simulator.cli import _grid_line
+    from simulator.reliability.study import IntervalGrid
+
+    grid = IntervalGrid(centre_s=591.0, step_s=3.2473, steps=(91, 182, 258), clamped=0, past_horizon=0)
+    assert _grid_line(grid).endswith(": 91 (295.5 s), 182 (591.0 s), 258 (837.8 s) steps")
+    assert "times Daly's 591.0 s, " in _grid_line(grid)
 
 
 TINY_CHECKPOINT_JOB = (job_text("exponential", 1.0, "10 s").replace("size: 60 GB", "size: 8 KB")
@@ -789,12 +800,12 @@ def test_a_default_grid_over_the_job_event_limit_is_refused_before_any_point_run
     monkeypatch.setattr(study, "simulate_job", ran)
     assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "study"), "--quiet"]) == 2
     printed = capsys.readouterr()
-    shown = ", ".join(f"{n} ({format_seconds(n * grid.step_s)})" for n in range(1, 6))
+    shown = ", ".join(f"{n} ({seconds_alike(n * grid.step_s)})" for n in range(1, 6))
     low, high = grid.step_s / grid.centre_s, 5 * grid.step_s / grid.centre_s
     assert printed.out.splitlines() == [
         f"intervals (no --intervals): 5 points from {low:.3g} to {high:.3g} times Daly's "
-        f"{format_seconds(grid.centre_s)}, of 9 planned from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole "
-        f"steps of {format_seconds(grid.step_s)} (4 points merged in rounding, 2 below half a step raised to one "
+        f"{seconds_alike(grid.centre_s)}, of 9 planned from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole "
+        f"steps of {seconds_alike(grid.step_s)} (4 points merged in rounding, 2 below half a step raised to one "
         f"step): {shown} steps"]
     events = [40 + 5 * 86400 / (n * grid.step_s + 8e-6) for n in range(1, 6)]  # each cycle with its 8 us write
     assert [20 * count > 20e6 for count in events] == [True, False, False, False, False]

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
-from shared import LLAMA3_8B_ON_4_HOSTS, ONE_GPU_HOSTS
+from shared import LLAMA3_8B_ON_4_HOSTS, ONE_GPU_HOSTS, REPO
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -180,7 +181,8 @@ def test_a_memory_interval_study_without_the_tier_is_refused_at_checkpoint(tmp_p
 
 def test_a_memory_interval_study_without_intervals_runs_a_grid_around_the_two_level_optimum(tmp_path, capsys):
     """Without --intervals: T1 = 584.7 s x 1/4 to 4 in ratios of sqrt 2, in whole steps, all below the storage
-    interval (12,200 steps); the line of the curve prints the two-level optimum beside Young and Daly."""
+    interval (12,200 steps); the line of the curve prints the two-level optimum beside Young and Daly, and the grid
+    line is the one docs/reliability.md quotes (it had kept 276.1 ms steps and '529 (146 s)')."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(JOB.replace("replications: 8", "replications: 1").replace("30 d", "2 d"))
     assert main(["study", "memory-interval", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
@@ -189,6 +191,10 @@ def test_a_memory_interval_study_without_intervals_runs_a_grid_around_the_two_le
             "in ratios" in out)
     assert "two-level optimum memory every 9.745 min, storage every 58.47 min (MTBF 1.5 h recovered from memory, " \
            "12.5 h needing storage)" in out
+    step, grid = re.search(r"whole steps of (\S+ \S+): (.*?) steps", out).groups()
+    points = re.findall(r"[\d,]+ \([^)]*\)", grid)
+    quote = f"whole steps of {step}: {points[0]}, {points[1]}, ..., {points[-1]} steps"
+    assert quote in " ".join((REPO / "docs" / "reliability.md").read_text().split()), quote
     study = json.loads((tmp_path / "out" / "study.json").read_text())
     assert study["varies"] == "checkpoint.memory.interval"
     step = study["curves"][0]["points"][0]["interval_s"] / study["curves"][0]["points"][0]["interval_steps"]
