@@ -5,7 +5,7 @@ that pandas' groupby made are made as it makes them (`grouped_sums`), so the fig
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from math import isfinite
@@ -28,11 +28,12 @@ from simulator.program.ops import (
     WEIGHT_GRAD_CATEGORY,
     Category,
 )
+from simulator.schedules.base import stage_action_counts
 from simulator.schedules.timing import simulate_schedule
 
 if TYPE_CHECKING:
     from simulator.metrics.events import EventLog
-    from simulator.schedules.base import Schedule
+    from simulator.schedules.base import ActionKind, Schedule
 
 STAGE_WORK_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
 """What keeps a stage busy inside an action: its kernels and the blocking TP/CP/EP collectives between them."""
@@ -162,15 +163,19 @@ def _stage_work(ops: Mapping[str, np.ndarray]) -> np.ndarray:
 
 PASS_ACTIONS: dict[Category, int] = {FORWARD_CATEGORY: 0, BACKWARD_CATEGORY: 1, RECOMPUTE_CATEGORY: 1,
                                      WEIGHT_GRAD_CATEGORY: 2}
-"""The schedule action each pass's ops run in, as an index into (F, B, W): the recompute runs in the backward
-(B, or BW, whose weight gradients are `backward` ops too); a zero-bubble W's are `weight_grad` ops."""
+"""Which of a stage's pass times each pass's ops count in, as an index into (forward, backward, weight grad): the
+recompute runs in the backward (B or BW), a fused BW's weight gradients are `backward` ops, a split W's are
+`weight_grad` ops."""
 
 
-def stage_action_seconds(rows: StepRows, virtual_stages: int, microbatches: int) -> list[list[float]]:
-    """Each virtual stage's forward, input-grad backward and weight-grad seconds per micro-batch in this run, as
-    three lists in stage order: its ranks' busy time on it (the union of its stage work, `_stage_work`, the
-    bubble's busy time), split between F, B and W as the time of its passes' ops is, over ``microbatches``;
-    the mean over the ranks holding the stage (weighed by `StepRows.weights`)."""
+def stage_action_seconds(rows: StepRows, counts: Sequence[Mapping[ActionKind, int]]) -> list[list[float]]:
+    """Each virtual stage's F, B and W action seconds in this run, as three lists in stage order, from its ranks'
+    busy time on it (the union of its stage work, `_stage_work`, the bubble's busy time) split between forward,
+    backward and weight-grad as the time of its passes' ops is; the mean over the ranks holding the stage
+    (weighed by `StepRows.weights`). ``counts`` gives the stage's actions of each kind (`stage_action_counts`):
+    F is the forward time over its F actions, W the weight-grad time over its W actions, and B the backward
+    time less its BW actions' weight gradients (W each) over its B and BW actions, so that a stage mixing BW
+    with B and W (zb-h1, DualPipeV) gives B only the input-grad part; a BW lasts B + W."""
     ops = rows.ops
     work = _stage_work(ops) & (ops["chunk"] >= 0)
     action = np.fromiter((PASS_ACTIONS.get(category, -1) for category in ops["category"][work].tolist()),
@@ -187,11 +192,15 @@ def stage_action_seconds(rows: StepRows, virtual_stages: int, microbatches: int)
         total = float(pass_s.sum())
         split = [busy * float(share) / total for share in pass_s] if total > 0 else [busy, 0.0, 0.0]
         held.setdefault(int(chunks[group[0]]), []).append((int(ranks[group[0]]), split))
-    seconds: list[list[float]] = [[0.0] * virtual_stages for _ in range(3)]
+    seconds: list[list[float]] = [[0.0] * len(counts) for _ in range(3)]
     for stage, entries in held.items():
         weights = rows.weights_of(np.array([rank for rank, _ in entries], dtype=np.int64))
-        for kind in range(3):
-            seconds[kind][stage] = _mean([split[kind] for _, split in entries], weights) / microbatches
+        forward, backward, weight = (_mean([split[kind] for _, split in entries], weights) for kind in range(3))
+        count = counts[stage]
+        per_weight = weight / count["W"] if count["W"] else 0.0
+        seconds[0][stage] = forward / max(count["F"], 1)
+        seconds[1][stage] = (backward - count["BW"] * per_weight) / max(count["B"] + count["BW"], 1)
+        seconds[2][stage] = per_weight
     return seconds
 
 
@@ -202,8 +211,7 @@ def schedule_bubble_fraction(rows: StepRows, schedule: Schedule) -> float:
     its figure at uniform stages ((p-1)/(m+p-1) for 1F1B, (p-1)/(m v+p-1) interleaved); `bubble_fraction` less
     it is the waits' share of the pipeline window."""
     chunks = 1 + max((action.chunk for actions in schedule for action in actions), default=0)
-    microbatches = sum(action.kind == "F" for action in schedule[0]) // chunks
-    forward, backward, weight = stage_action_seconds(rows, len(schedule) * chunks, max(microbatches, 1))
+    forward, backward, weight = stage_action_seconds(rows, stage_action_counts(schedule, chunks))
     return simulate_schedule(schedule, forward, backward, weight, v=chunks).bubble_fraction
 
 

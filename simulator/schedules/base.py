@@ -136,6 +136,19 @@ def rank_stages(rank: int, p: int, v: int, placement: Placement = "loop") -> lis
     return [c * p + rank for c in range(v)]
 
 
+def stage_action_counts(schedule: RankActions, v: int) -> list[Counter[ActionKind]]:
+    """How many actions of each kind (F, B, W, BW) run on each virtual stage, in stage order: each rank's
+    actions on the stage its chunk holds under the schedule's placement (`rank_stages`)."""
+    p = len(schedule)
+    placement = placement_of(schedule)
+    counts: list[Counter[ActionKind]] = [Counter() for _ in range(p * v)]
+    for rank, actions in enumerate(schedule):
+        stages = rank_stages(rank, p, v, placement)
+        for action in actions:
+            counts[stages[action.chunk]][action.kind] += 1
+    return counts
+
+
 def stage_rank(stage: int, p: int, placement: Placement = "loop") -> int:
     """The pipeline rank holding virtual stage ``stage``."""
     if placement == "v" and (stage // p) % 2:
