@@ -137,10 +137,10 @@ with: uniform stages, the backward twice the forward (the bundled schedule studi
 
 def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
     """The located warning for a pipelined step of fewer micro-batches than fill its pipeline
-    (`filling_microbatches`: one a rank, 3p/2 rounded down for zbv): each rank idles while the micro-batches pass
-    the others, longer than with more of them. It names the ranks and, where each holds more than one chunk, the
-    virtual stages and their placement (zbv at p = 4: 8 virtual stages in a V), and
-    gives the bubble the schedule has at uniform stages (`UNFILLED_COSTS`, timed by `simulate_schedule`: 1F1B's
+    (`filling_microbatches`, which words its rule for the allowed text): each rank idles while the micro-batches
+    pass the others, a larger share of the step than with more of them. It names the ranks and, where each holds
+    more than one chunk, the virtual stages and their placement (zbv at p = 4: 8 virtual stages in a V), and gives
+    the bubble the schedule has at uniform stages (`UNFILLED_COSTS`, timed by `simulate_schedule`: 1F1B's
     (p-1)/(m+p-1), 60.0% at p = 4, m = 2); a schedule that refuses so few micro-batches (interleaved, dualpipev)
     or a custom table is refused or timed elsewhere, and warned of here not at all."""
     from simulator.errors import InputError
@@ -155,7 +155,7 @@ def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
         return None
     m = located(loaded, lambda: microbatch_count(scenario, data_parallel(loaded, gpus)))
     filling = filling_microbatches(pipeline.schedule, stages)
-    if m >= filling:
+    if m >= filling.microbatches:
         return None
     try:
         schedule = build_schedule(pipeline.schedule, stages, m, pipeline.virtual_stages)
@@ -168,8 +168,7 @@ def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
         field, f"the pipeline never fills with {counted(m, 'micro-batch', 'micro-batches')} over "
         f"{_pipeline_depth(stages, pipeline.virtual_stages, schedule.placement)}: each rank idles while the others "
         f"run, a {pipeline.schedule} bubble of {bubble:.1%} at uniform stages (backward 2x forward)",
-        f"at least {filling} micro-batches, {'one a rank' if filling == stages else '3p/2 rounded down for zbv'}, "
-        "to fill it",
+        f"at least {filling.microbatches} micro-batches, {filling.rule}, to fill it",
         reads=(("parallelism", "pp"), ("parallelism", "pipeline", "schedule"),
                ("parallelism", "pipeline", "virtual_stages"))))
 

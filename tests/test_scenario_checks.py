@@ -164,24 +164,50 @@ def test_an_unfilled_pipeline_names_its_ranks_and_virtual_stages(tmp_path, capsy
     assert err.endswith(f"(allowed: at least {filling}, to fill it)\n")
 
 
-@pytest.mark.parametrize("p", [3, 4, 5, 6, 8])
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "zb-h1", "looped-bfs", "zbv"])
-def test_a_pipeline_fills_where_more_micro_batches_stop_shortening_its_idle(schedule, p):
-    """`filling_microbatches` is where the ideal executor's idle time per rank, at uniform stages, stops falling
-    as micro-batches are added: one a rank for every schedule the unfilled warning times, 3p/2 rounded down for
-    zbv (at p = 4: 3, 2, 1.5, 1.5 units of idle at m = 4, 5, 6, 7)."""
+def _uniform_timing(schedule: str, p: int, m: int):
+    """The ideal executor's run of ``schedule`` at the unfilled warning's uniform stages."""
     from simulator.scenario_checks import UNFILLED_COSTS
-    from simulator.schedules.registry import build_schedule, filling_microbatches
+    from simulator.schedules.registry import build_schedule
     from simulator.schedules.timing import simulate_schedule
 
     v = 2 if schedule in ("zbv", "looped-bfs") else 1
+    return simulate_schedule(build_schedule(schedule, p, m, v), *UNFILLED_COSTS)
+
+
+@pytest.mark.parametrize("p", [3, 4, 5, 6, 8])
+@pytest.mark.parametrize("schedule", ["zb-h1", "looped-bfs", "zbv"])
+def test_a_pipeline_fills_where_more_micro_batches_stop_shortening_its_idle(schedule, p):
+    """`filling_microbatches` is where the ideal executor's idle time per rank, at uniform stages, stops falling
+    as micro-batches are added: one a rank for zb-h1 and looped-bfs, 3p/2 rounded down for zbv (at p = 4: 3, 2,
+    1.5, 1.5 units of idle at m = 4, 5, 6, 7)."""
+    from simulator.schedules.registry import filling_microbatches
 
     def idle(m: int) -> float:
-        return max(simulate_schedule(build_schedule(schedule, p, m, v), *UNFILLED_COSTS).idle_per_rank)
+        return max(_uniform_timing(schedule, p, m).idle_per_rank)
+
+    filling = filling_microbatches(schedule, p).microbatches
+    assert idle(filling + 1) == pytest.approx(idle(filling), abs=1e-12)
+    assert all(idle(m) > idle(m + 1) for m in range(1, filling))
+
+
+@pytest.mark.parametrize("p", [3, 4, 5, 6, 8])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_gpipe_and_1f1b_fill_at_one_micro_batch_a_rank_by_convention(schedule, p):
+    """GPipe's and 1F1B's idle per rank is (p-1)(F+B+W) at every m, so no m stops shortening it: their threshold
+    is p by convention, the fewest micro-batches that keep every rank busy at some instant (below it, some rank
+    holds no micro-batch at every instant)."""
+    from simulator.schedules.registry import filling_microbatches
+
+    def every_rank_busy_at_once(m: int) -> bool:
+        lines = _uniform_timing(schedule, p, m).timeline
+        starts = [action.start for line in lines for action in line]
+        return any(all(any(action.start <= t < action.end for action in line) for line in lines) for t in starts)
 
     filling = filling_microbatches(schedule, p)
-    assert idle(filling + 1) == pytest.approx(idle(filling), abs=1e-12)
-    assert all(idle(m) > idle(m + 1) for m in range(1, filling)) or schedule in ("gpipe", "1f1b")
+    assert {max(_uniform_timing(schedule, p, m).idle_per_rank) for m in range(1, 2 * p)} == {3.0 * (p - 1)}
+    assert filling.rule == "one a rank"
+    assert not every_rank_busy_at_once(filling.microbatches - 1)
+    assert every_rank_busy_at_once(filling.microbatches)
 
 
 def test_zbv_is_warned_of_below_three_halves_of_its_ranks_in_micro_batches(tmp_path, capsys):

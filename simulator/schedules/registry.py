@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,12 +39,25 @@ SINGLE_STAGE = frozenset({"gpipe", "1f1b"})
 the backward sends before the stage reduces its gradients; every other one runs on _PipelineScheduleRuntime."""
 
 
-def filling_microbatches(name: str, p: int) -> int:
-    """The fewest micro-batches that fill schedule ``name``'s pipeline of p ranks, from where more micro-batches
-    no longer shorten a rank's idle time (the ideal executor at uniform stages): one a rank, p, for every
-    schedule but zbv, whose idle per rank keeps falling to 3p/2 rounded down (at p = 4, F = B = W = 1 per
-    stage: 3 at m = 4, 2 at m = 5, 1.5 from m = 6 on)."""
-    return p + p // 2 if name == "zbv" else p
+@dataclass(frozen=True)
+class Filling:
+    """The fewest micro-batches that fill a schedule's pipeline, and the rule that gives them as a warning's
+    allowed text words it ('one a rank', '3p/2 rounded down for zbv')."""
+
+    microbatches: int
+    rule: str
+
+
+def filling_microbatches(name: str, p: int) -> Filling:
+    """The fewest micro-batches that fill schedule ``name``'s pipeline of p ranks. For zb-h1, looped-bfs and
+    zbv it is where more micro-batches stop shortening a rank's idle time (the ideal executor at uniform
+    stages): one a rank, p, but zbv's idle per rank keeps falling to 3p/2 rounded down (at p = 4,
+    F = B = W = 1 per stage: 3 at m = 4, 2 at m = 5, 1.5 from m = 6 on). GPipe and 1F1B idle the same at every
+    m ((p-1)(F+B+W) a rank: 9 at p = 4), so theirs, and every other schedule's, is p by convention: a
+    micro-batch is on one stage at a time, so with fewer than p some rank holds none at every instant and idles."""
+    if name == "zbv":
+        return Filling(p + p // 2, "3p/2 rounded down for zbv")
+    return Filling(p, "one a rank")
 
 
 def schedule_names() -> list[str]:
