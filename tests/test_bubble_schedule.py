@@ -83,11 +83,11 @@ def test_the_verdict_names_the_schedules_bubble_only_where_it_reads_apart():
         return bottleneck(1.0, comm, {}, 0.0, bubble, losses, pipeline_stages=stages,
                           schedule_bubble=schedule)["verdict"]
 
-    assert verdict(0.202, 0.0553) == ("compute-bound; largest single loss: pipeline bubble, 19.8% of the step (20.2% "
-                                      "of the pipeline window, the schedule alone 5.5%)")
+    assert verdict(0.202, 0.0617) == ("compute-bound; largest single loss: pipeline bubble, 19.8% of the step (20.2% "
+                                      "of the pipeline window, the schedule alone 6.2%)")
     assert verdict(0.2021, 0.2024) == "compute-bound; largest single loss: pipeline bubble, 19.8% of the step"
     assert verdict(0.202, None) == "compute-bound; largest single loss: pipeline bubble, 19.8% of the step"
-    assert verdict(0.202, 0.0553, stages=1) == "compute-bound; largest single loss: compute idle, 19.8% of the step"
+    assert verdict(0.202, 0.0617, stages=1) == "compute-bound; largest single loss: compute idle, 19.8% of the step"
 
 
 def test_a_summary_without_the_schedules_bubble_still_prints_its_row():
