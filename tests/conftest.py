@@ -4,6 +4,8 @@ its tests are collected (tests/notebook_runs.py)."""
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import notebook_runs
 import numpy as np
@@ -15,15 +17,43 @@ from simulator import simulate
 from simulator.config.loader import scenario_from_text
 from simulator.console import progress
 
+FOLDER = pytest.StashKey[Path]()
+"""The folder an xdist controller hands its workers for the session's notebooks (its config's stash)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The notebooks' tests last (a stable order, the same in every xdist worker), so that the notebooks run beside
+    every other test before those read what they left."""
+    items.sort(key=lambda item: item.path.name == "test_notebooks.py")
+
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the notebooks that the selected tests run (`-k pipeline`: the pipeline notebook alone), beside the
-    tests before them."""
-    if session.config.option.collectonly:
+    tests before them; under pytest-xdist the controller starts them (pytest_xdist_node_collection_finished)."""
+    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
         return
-    paths = notebook_runs.selected(session)
+    paths = notebook_runs.selected([item.nodeid for item in session.items])
     if paths:
-        session.config.stash[notebook_runs.RUNS] = notebook_runs.start(paths)
+        session.config.stash[notebook_runs.RUNS] = notebook_runs.start(paths, notebook_runs.new_folder())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Hand every xdist worker the one folder the session's notebooks are written to."""
+    config = node.config
+    if FOLDER not in config.stash:
+        config.stash[FOLDER] = notebook_runs.new_folder()
+    node.workerinput[notebook_runs.WORKER_FOLDER] = str(config.stash[FOLDER])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """Start the notebooks that the selected tests run once, when the first xdist worker has collected them (every
+    worker collects the same tests, and none runs one before all have collected)."""
+    config = node.config
+    paths = notebook_runs.selected(ids)
+    if paths and notebook_runs.RUNS not in config.stash:
+        config.stash[notebook_runs.RUNS] = notebook_runs.start(paths, config.stash[FOLDER])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -31,6 +61,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     runs = session.config.stash.get(notebook_runs.RUNS, None)
     if runs is not None:
         runs.stop()
+    folder = session.config.stash.get(FOLDER, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

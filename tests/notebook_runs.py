@@ -1,15 +1,19 @@
 """The notebooks a test session runs, executed by a process of their own that starts once the tests are collected:
-each notebook top to bottom with nbclient in a fresh kernel (cwd notebooks/), all of them side by side. The suite
-runs its tests on one core; the notebooks run beside the tests before tests/test_notebooks.py on the other cores,
-and that file's tests read what they left instead of stopping the suite for them while the notebooks run.
+each notebook top to bottom with nbclient in a fresh kernel (cwd notebooks/), all of them side by side, beside the
+tests, whose workers (pytest-xdist) take the cores the notebooks leave; tests/test_notebooks.py's tests, collected
+last, read what the notebooks left instead of stopping the suite for them while they run. Under pytest-xdist the
+session's controller starts them, once, into a folder it hands to every worker; without xdist the session itself.
 
 Run as a script, it executes the notebooks named after the pid of the session that started it and its output
-folder and writes, for each, the executed notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`)."""
+folder and writes, for each, the executed notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`);
+while it lives it holds the lock on the folder's `runner.lock`, which `start` takes for it."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,30 +26,18 @@ import nbformat
 import pytest
 
 CELL_TIMEOUT_S = 300
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+TEST_NAME = "test_notebook_runs_and_draws"
+WORKER_FOLDER = "trainsim_notebooks"
+"""The key of the notebooks' folder in an xdist worker's `workerinput`."""
 
 
 @dataclass(frozen=True)
 class NotebookRuns:
-    """The process executing ``paths`` and the folder it writes them to."""
+    """The process executing a session's notebooks and the folder it writes them to."""
 
-    paths: tuple[Path, ...]
     folder: Path
     process: subprocess.Popen
-
-    def results(self) -> dict[Path, nbformat.NotebookNode | str]:
-        """Each notebook executed, or the error that stopped it, once the process has ended."""
-        self.process.wait()
-        found: dict[Path, nbformat.NotebookNode | str] = {}
-        for path in self.paths:
-            executed, error = self.folder / f"{path.stem}.ipynb", self.folder / f"{path.stem}.error"
-            if executed.exists():
-                found[path] = nbformat.read(executed, as_version=4)
-            elif error.exists():
-                found[path] = error.read_text()
-            else:
-                log = (self.folder / "runner.log").read_text()
-                found[path] = f"the notebook runner ended (exit status {self.process.returncode}) first:\n{log}"
-        return found
 
     def stop(self) -> None:
         """End the runner where the session ends before the notebooks' tests read them, and remove its folder.
@@ -58,29 +50,54 @@ class NotebookRuns:
 
 
 RUNS = pytest.StashKey[NotebookRuns]()
-"""The session's notebooks executing, where it selected tests/test_notebooks.py's (its config's stash)."""
+"""The session's notebooks executing, where it selected tests/test_notebooks.py's (the starting config's stash)."""
 
 
-def selected(session: pytest.Session) -> list[Path]:
-    """The notebooks that the session's selected tests run (`-k pipeline`: the pipeline notebook alone)."""
-    return sorted({item.callspec.params["path"] for item in session.items
-                   if getattr(item, "originalname", None) == "test_notebook_runs_and_draws"})
+def result(folder: Path, path: Path) -> nbformat.NotebookNode | str:
+    """The notebook ``path`` executed, or the error that stopped it, once the runner writing ``folder`` has ended
+    (its lock file free: a process's locks go with it, however it ends)."""
+    with (folder / "runner.lock").open() as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+    executed, error = folder / f"{path.stem}.ipynb", folder / f"{path.stem}.error"
+    if executed.exists():
+        return nbformat.read(executed, as_version=4)
+    if error.exists():
+        return error.read_text()
+    return f"the notebook runner ended first:\n{(folder / 'runner.log').read_text()}"
 
 
-def started(session: pytest.Session) -> NotebookRuns:
-    """The session's notebooks executing, started once its tests were collected."""
-    return session.config.stash[RUNS]
+def folder_of(config: pytest.Config) -> Path:
+    """The folder the session's notebooks are written to: the one the controller handed to this xdist worker, or
+    the one this session started them into."""
+    worker = getattr(config, "workerinput", None)
+    return Path(worker[WORKER_FOLDER]) if worker is not None else config.stash[RUNS].folder
 
 
-def start(paths: list[Path]) -> NotebookRuns:
-    """Start executing ``paths`` in a process of their own (a session of its own, away from the terminal's
-    Ctrl-C), its output and its kernels' in the folder's runner.log rather than in a test's captured output."""
-    folder = Path(tempfile.mkdtemp(prefix="trainsim-notebooks-"))
-    with (folder / "runner.log").open("w") as log:
-        process = subprocess.Popen([sys.executable, __file__, str(os.getpid()), str(folder), *map(str, paths)],
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    return NotebookRuns(tuple(paths), folder, process)
+def selected(nodeids: list[str]) -> list[Path]:
+    """The notebooks that the tests ``nodeids`` run (`-k pipeline`: the pipeline notebook alone)."""
+    pattern = re.compile(rf"::{TEST_NAME}\[(.+)\]$")
+    return sorted({NOTEBOOKS / f"{found.group(1)}.ipynb" for found in map(pattern.search, nodeids) if found})
+
+
+def start(paths: list[Path], folder: Path) -> NotebookRuns:
+    """Start executing ``paths`` into ``folder`` in a process of their own (a session of its own, away from the
+    terminal's Ctrl-C), its output and its kernels' in the folder's runner.log rather than in a test's captured
+    output. The runner's lock is taken here, before any test can ask for it, and handed to the runner alone."""
+    lock = os.open(folder / "runner.lock", os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with (folder / "runner.log").open("w") as log:
+            process = subprocess.Popen([sys.executable, __file__, str(os.getpid()), str(folder), *map(str, paths)],
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True, pass_fds=(lock,))
+    finally:
+        os.close(lock)
+    return NotebookRuns(folder, process)
+
+
+def new_folder() -> Path:
+    """An empty folder for a session's notebooks."""
+    return Path(tempfile.mkdtemp(prefix="trainsim-notebooks-"))
 
 
 async def _execute(path: Path, folder: Path) -> None:

@@ -3,8 +3,8 @@ figures; the pipeline notebook also asserts its bubble fractions against the clo
 and the Llama 3 405B notebook its table (TFLOP/s per GPU from 6N + causal attention over the step time, MFU,
 the error against the published figure, the losses) against each run's summary, so a wrong figure fails here.
 The notebooks run side by side, each in its own kernel, in a process that starts once the session's tests are
-collected (tests/notebook_runs.py, started by tests/conftest.py): they run beside the tests before this file's,
-which read what they left."""
+collected (tests/notebook_runs.py, started by tests/conftest.py, once for all pytest-xdist workers): they run
+beside the tests before this file's, which run last and read what they left."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from pathlib import Path
 import nbformat
 import notebook_runs
 import pytest
-from shared import REPO
 
-NOTEBOOKS = REPO / "notebooks"
+NOTEBOOKS = notebook_runs.NOTEBOOKS
 
 
 def _images(notebook) -> int:
@@ -23,16 +22,10 @@ def _images(notebook) -> int:
                if "image/png" in output.get("data", {}))
 
 
-@pytest.fixture(scope="module")
-def executed(request) -> dict[Path, nbformat.NotebookNode | str]:
-    """Each notebook that a selected test runs, executed top to bottom in a fresh kernel, or the error that stopped
-    it (`-k pipeline` runs the pipeline notebook alone), once the session's runner has ended."""
-    return notebook_runs.started(request.session).results()
-
-
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda path: path.stem)
-def test_notebook_runs_and_draws(path, executed):
-    notebook = executed[path]
+def test_notebook_runs_and_draws(path, request):
+    """The notebook executed top to bottom in a fresh kernel, read once the session's runner has ended."""
+    notebook = notebook_runs.result(notebook_runs.folder_of(request.config), path)
     if isinstance(notebook, str):
         pytest.fail(f"{path.name} stopped:\n{notebook}", pytrace=False)
     assert _images(notebook) >= 1, f"{path.name} drew no figure"
