@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from shared import SCENARIOS
 
 from simulator.cli import main
-from simulator.schedules.base import PLACEMENT_NAMES, PLACEMENT_SITTING, PLACEMENTS
+from simulator.schedules.base import PLACEMENT_NAMES, PLACEMENT_SITTING, PLACEMENTS, Placement
 
 DP8 = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
 """global_batch: 32, micro_batch: 1 on dp 8: 4 micro-batches a step."""
@@ -139,10 +140,13 @@ def test_fewer_micro_batches_than_stages_are_warned_of_once_with_the_bubble_they
     assert capsys.readouterr().err == ""
 
 
-def test_every_placement_has_its_name_and_its_wording_beside_the_option_set():
-    """The unfilled warning words how a rank's chunks sit from the placements' own table (schedules/base.py),
-    beside their names: a placement added there is worded there."""
-    assert set(PLACEMENT_SITTING) == set(PLACEMENT_NAMES) == set(PLACEMENTS)
+def test_every_placement_is_listed_named_and_worded_apart():
+    """Every placement a pipeline's chunks can sit in (the `Placement` type, which the schedules and a custom
+    table's placement row draw from) is in the option set, named and worded (schedules/base.py), and no two share
+    a name or a wording, so that errors and the unfilled warning tell them apart."""
+    placements = set(get_args(Placement))
+    assert set(PLACEMENTS) == set(PLACEMENT_NAMES) == set(PLACEMENT_SITTING) == placements
+    assert len(set(PLACEMENT_NAMES.values())) == len(set(PLACEMENT_SITTING.values())) == len(placements)
 
 
 @pytest.mark.parametrize(("schedule", "chunks", "depth"), [
