@@ -372,6 +372,18 @@ replicas), stage 1 on hosts 2 and 3, interleaved with two chunks per rank, so st
 gradients back to stage 1 (the wrap) over the spines while the stage's DP ring crosses them too."""
 
 
+CROSS_RAIL_PP = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 3, oversubscription: 3}
+collectives: {channels: 2, protocol: simple}
+model: {layers: 12, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {tp: 4, pp: 4, dp: 4}
+"""
+"""Eight DGX hosts, TP 4 x PP 4 x DP 4, cross-rail PP pairs over 3:1 spine links: each of a stage's four DP replicas
+is a TP group of four GPUs on its own host (stage 0 on hosts 0, 2, 4 and 6); the stage fold's run falls out of step
+at a hand-off and the step runs again by route class (tests/test_folding.py, tests/test_rank_classes.py)."""
+
+
 THREE_SIGMA_IN_HALF_WIDTHS = 3 / 1.96
 
 

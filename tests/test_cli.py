@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from shared import CP_FABRIC_TEMPLATE, DATA, REPO, SCENARIOS
+from shared import CP_FABRIC_TEMPLATE, CROSS_RAIL_PP, DATA, REPO, SCENARIOS
 
 from simulator.cli import main
 from simulator.config.loader import as_typed
@@ -135,17 +135,6 @@ def test_run_into_existing_folder_twice_is_identical(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1].startswith(f"wrote {out}")
 
 
-OUT_OF_STEP_FOLD = """
-cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 3, oversubscription: 3}
-collectives: {channels: 2, protocol: simple}
-model: {layers: 12, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 4}
-parallelism: {tp: 4, pp: 4, dp: 4}
-"""
-"""Cross-rail PP pairs over 3:1 spine links: the stage fold's run falls out of step at a hand-off and the step
-runs again by route class (tests/test_folding.py)."""
-
-
 def test_a_fold_given_up_mid_run_is_said_on_stderr_before_the_next_build_and_run(tmp_path, capsys, monkeypatch):
     """The moment a run gives up its fold (its mirrors out of step), one line on stderr says which fold and why,
     before the next program is built (the 2,048-GPU 70B step at 4:1 builds its refold for most of a minute), and
@@ -155,7 +144,7 @@ def test_a_fold_given_up_mid_run_is_said_on_stderr_before_the_next_build_and_run
     import simulator.simulation as simulation
 
     scenario = tmp_path / "cross_rail.yaml"
-    scenario.write_text(OUT_OF_STEP_FOLD)
+    scenario.write_text(CROSS_RAIL_PP)
     said_at: list[tuple[str, str]] = []
     run_step, step_program = simulation.run_step, simulation.step_program
 

@@ -17,7 +17,7 @@ from typing import cast
 
 import numpy as np
 import pytest
-from shared import ALTERNATING, CP_FABRIC_TEMPLATE, WRAP_ON_UNLIKE_SPINES, assert_same_figures
+from shared import ALTERNATING, CP_FABRIC_TEMPLATE, CROSS_RAIL_PP, WRAP_ON_UNLIKE_SPINES, assert_same_figures
 
 from simulator import simulation
 from simulator.config.loader import scenario_from_text
@@ -516,17 +516,6 @@ def test_a_classed_steps_route_refolds_class_the_stage_fold_it_was_classed_from(
     rebuilt = [step if not isinstance(step, FoldedStep) else step.program.ranks
                for step in route_steps(build, replace(folded, stage_fold=None), *judged)]
     assert built[0] is None and rebuilt == kept
-
-
-CROSS_RAIL_PP = """
-cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 3, oversubscription: 3}
-collectives: {channels: 2, protocol: simple}
-model: {layers: 12, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 4}
-parallelism: {tp: 4, pp: 4, dp: 4}
-"""
-"""tests/test_folding.py's cross-rail hand-offs (8 hosts, TP 4 x PP 4 x DP 4): each of a stage's four DP replicas
-is a TP group of four GPUs on its own host (stage 0 on hosts 0, 2, 4 and 6)."""
 
 
 def test_route_classes_come_from_the_signature_and_fall_back_to_hosts(monkeypatch):
