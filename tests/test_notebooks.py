@@ -51,3 +51,24 @@ def test_a_notebook_finds_the_repository_root_from_either_folder(path, cwd, monk
     exec(definition, namespace)
     assert namespace["REPO"].resolve() == NOTEBOOKS.parent
 
+
+
+def test_the_notebooks_a_session_runs_are_read_off_its_test_ids():
+    """An xdist controller sees its workers' test ids alone: the notebooks it starts are those ids name."""
+    ids = ["tests/test_notebooks.py::test_notebook_runs_and_draws[pipeline_bubbles]",
+           "tests/test_notebooks.py::test_the_studies_notebooks_are_there",
+           "tests/test_cli.py::test_run[pipeline_bubbles]"]
+    assert notebook_runs.selected(ids) == [NOTEBOOKS / "pipeline_bubbles.ipynb"]
+    assert (NOTEBOOKS / "pipeline_bubbles.ipynb").exists()
+
+
+def test_a_runner_that_ends_without_a_notebook_says_why(tmp_path):
+    """A notebook's test waits on the runner's lock, which the runner's end frees however it ends; a runner that
+    ended before writing the notebook leaves its log as the test's failure, rather than a test waiting forever."""
+    runs = notebook_runs.start([tmp_path / "missing.ipynb"], tmp_path)
+    try:
+        said = notebook_runs.result(tmp_path, tmp_path / "missing.ipynb")
+    finally:
+        runs.stop()
+    assert isinstance(said, str) and said.startswith("the notebook runner ended first:")
+    assert "FileNotFoundError" in said and "missing.ipynb" in said
