@@ -9,8 +9,9 @@ ended first, as the TP gather of a received gradient, goes on at once unfolded a
 such a refold is not given up but deferred (`predicted_apart`): the next refold runs first. Where one keeps pace,
 its run is the unfolded run, in which each copy ends when its class's representative does; a deferred refold
 whose class-mates' copies end apart there by more than the lockstep check's rounding could not have kept pace, and
-is given up unrun (`refuted`). One that this does not refute still runs, in the order it was proposed, so the fold
-that stands is the one the refolds run in order would give.
+is given up unrun (`refuted`). One that this does not refute still runs, in the order it was proposed. The fold
+that stands kept pace in its own run either way; it is the one the refolds run in order would give except where
+a refold put off would have ended the tries (simulation.py `_refolded`).
 
 On the SC21 76.1B step (1,024 A100, TP 8 x PP 4 x DP 32, NCCL's double binary trees over the 32 replicas for every
 gradient bucket) the stage fold stops at stage 3's last hand-off, 'recv bwd mb27', while the stage's last
@@ -61,22 +62,18 @@ def stopped_hand_off(ops: Sequence[Op], found: OutOfStep) -> StoppedHandOff | No
     return StoppedHandOff(found, first.name, first.microbatch, first.chunk)
 
 
-def predicted_apart(classes: RankClasses | None, layout: Layout | None, known: Sequence[StoppedHandOff]) -> bool:
+def predicted_apart(classes: RankClasses, layout: Layout, known: Sequence[StoppedHandOff]) -> bool:
     """Whether a refold by ``classes`` holds two copies of a stopped hand-off in ``known`` that ended apart in the
     run stopped there (so that its run will most likely stop there too)."""
-    if classes is None or layout is None:
-        return False
     return any(_class_apart(classes, layout, stopped.found.ends, IN_STEP) for stopped in known)
 
 
-def refuted(classes: RankClasses | None, layout: Layout | None, known: Sequence[StoppedHandOff],
-            kept: RankClasses | None, kept_ops: Sequence[Op], log: EventLog) -> str:
+def refuted(classes: RankClasses, layout: Layout, known: Sequence[StoppedHandOff], kept: RankClasses,
+            kept_ops: Sequence[Op], log: EventLog) -> str:
     """Why a refold by ``classes`` could not have kept pace ('' where the run that kept pace does not show it):
     in that run (by ``kept``, of ``kept_ops``, logged in ``log``: the unfolded run), two copies of a stopped
     hand-off in ``known`` of one class of ``classes`` ended apart by more than `CERTAIN`, each copy at its
     ``kept`` class's representative's end."""
-    if classes is None or layout is None or kept is None:
-        return ""
     position = _positions(layout)
     kept_of = np.array(kept.of_position, dtype=np.int64)
     for stopped in known:
