@@ -592,12 +592,14 @@ def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep
               mode: NetworkMode, efficiency: Mapping[str, float], faults: StepFaultPlan,
               budget: RefoldBudget | None = None, defer: Deferring | None = None
               ) -> FoldedStep | GivenUp | Deferred | None:
-    """The step classed by the meet of the classes of the two refolds of ``folded`` that ran and fell out of
-    step (``tried``: `lane_step`'s and the last of `route_steps`', in the order they ran): one rank per CP lane of
-    each class of hosts by route, where route classes part the hosts but not a host's lanes and lanes the
-    reverse. Where only one ran and ``folded`` is classed (by NVLink loads, which route classes may add nothing
-    to), ``folded``'s classes stand for the hosts' side. None where fewer than two sides remain, or their meet is
-    one of them (one refines the other); its classes may be of unequal size (`FoldedStep.weights`)."""
+    """The step classed by the meet of the classes of the two refolds of ``folded`` tried before it that did not
+    keep pace (``tried``: `lane_step`'s and the last of `route_steps`', in the order proposed, each either run and
+    fallen out of step or deferred unbuilt, `Deferred`, its class-mates' copies of a hand-off having ended apart
+    in a run stopped there): one rank per CP lane of each class of hosts by route, where route classes part the
+    hosts but not a host's lanes and lanes the reverse. Where only one was tried and ``folded`` is classed (by
+    NVLink loads, which route classes may add nothing to), ``folded``'s classes stand for the hosts' side.
+    None where fewer than two sides remain, or their meet is one of them (one refines the other); its classes may
+    be of unequal size (`FoldedStep.weights`)."""
     sides: list[FoldedStep | Deferred] = [*tried] if len(tried) == 2 or folded.classes is None else [folded, *tried]
     if len(sides) != 2 or sides[0].classes is None or sides[1].classes is None:
         return None
@@ -614,7 +616,7 @@ Deferring = Callable[[RankClasses], bool]
 @dataclass(frozen=True)
 class Deferred:
     """A refold proposed but not built, deferred behind the next (simulation.py `_refolded`): which (``kind``), its
-    ``classes`` and the ranks it would simulate, and how to build and judge it (`_refined_step`) where it is still
+    ``classes`` and the ranks it would simulate, and how to build and judge it (`_built_step`) where it is still
     to run."""
 
     kind: FoldKind
@@ -632,16 +634,32 @@ def _proposed_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses 
                    mode: NetworkMode, efficiency: Mapping[str, float], faults: StepFaultPlan, kind: FoldKind,
                    budget: RefoldBudget | None = None, defer: Deferring | None = None
                    ) -> FoldedStep | GivenUp | Deferred | None:
-    """`_refined_step`, or where ``defer`` picks its ``classes`` (engine/refold_evidence.py) and ``budget`` lets
-    it run, the refold unbuilt, to be built later if at all (`Deferred`)."""
+    """`_refined_step`, or where the refold applies (`_refold_ranks`) and ``defer`` picks its ``classes``
+    (engine/refold_evidence.py), the refold unbuilt, to be built later if at all (`Deferred`)."""
+    ranks = _refold_ranks(folded, classes, kind, budget)
+    if not isinstance(ranks, tuple):
+        return ranks
+    if classes is not None and defer is not None and defer(classes):
+        return Deferred(kind, classes, ranks, partial(_built_step, build, folded, classes, plans, mode, efficiency,
+                                                      faults, kind))
+    return _built_step(build, folded, classes, plans, mode, efficiency, faults, kind)
+
+
+def _refold_ranks(folded: FoldedStep, classes: RankClasses | None, kind: FoldKind, budget: RefoldBudget | None
+                  ) -> tuple[int, ...] | GivenUp | None:
+    """The ranks a refold of ``folded`` (as ``kind``) by ``classes`` simulates, one representative per class,
+    where it applies: None where there are no such classes or they simulate the ranks ``folded`` did or every
+    rank, given up (`GivenUp`) where beyond ``budget``."""
     layout = folded.program.layout
-    if defer is not None and classes is not None and layout is not None:
-        ranks = representatives(layout, True, classes)
-        if (list(folded.program.ranks) != ranks and len(ranks) != layout.world
-                and defer(classes) and not (budget is not None and budget(len(ranks)))):
-            return Deferred(kind, classes, tuple(ranks), partial(_refined_step, build, folded, classes, plans, mode,
-                                                               efficiency, faults, kind, budget))
-    return _refined_step(build, folded, classes, plans, mode, efficiency, faults, kind, budget)
+    if classes is None or layout is None:
+        return None
+    ranks = representatives(layout, True, classes)
+    if list(folded.program.ranks) == ranks or len(ranks) == layout.world:
+        return None
+    too_large = budget(len(ranks)) if budget is not None else ""
+    if too_large:
+        return GivenUp(kind, len(ranks), Unfolding("size", too_large))
+    return tuple(ranks)
 
 
 def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,
@@ -663,15 +681,17 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     stage is). Where the step
     may not run unfolded, ``budget`` says whether the refold may (`program/unfolding.RefoldBudget`); one beyond it
     is given up before its program is built."""
-    layout = folded.program.layout
-    if classes is None or layout is None:
-        return None
-    ranks = representatives(layout, True, classes)
-    if list(folded.program.ranks) == ranks or len(ranks) == layout.world:
-        return None
-    too_large = budget(len(ranks)) if budget is not None else ""
-    if too_large:
-        return GivenUp(kind, len(ranks), Unfolding("size", too_large))
+    ranks = _refold_ranks(folded, classes, kind, budget)
+    if not isinstance(ranks, tuple):
+        return ranks
+    return _built_step(build, folded, classes, plans, mode, efficiency, faults, kind)
+
+
+def _built_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,
+                mode: NetworkMode, efficiency: Mapping[str, float], faults: StepFaultPlan, kind: FoldKind
+                ) -> FoldedStep | GivenUp:
+    """The refold of ``folded`` by ``classes`` (one that applies, `_refold_ranks`) built and judged by
+    `fold_verdict`: given up (`GivenUp`) where it refuses it."""
     refined = build(True, classes)
     shapes, order = program_indexes(refined)
     slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, faults, shapes, order)
