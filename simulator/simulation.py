@@ -858,9 +858,14 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     ``ran``'s, or a refold's: engine/refold_evidence.py `predicted_apart`) is deferred unbuilt
     (`fold_policy.Deferred`), the next one run first; where one keeps pace, each deferred refold that its run
     refutes (`refuted`: its class-mates' copies end apart in the unfolded run) is given up unbuilt, and the
-    others are built and run in the order proposed, the first to keep pace standing: the fold that stands is the
-    one the refolds run in order give, with one build and run less for each refuted (the SC21 76.1B step: 2 runs
-    where 3 ran, the route classes by loads refuted)."""
+    others are built and run in the order proposed, the first to keep pace standing (the SC21 76.1B step runs
+    the stage fold and the place refold; the route classes by loads are neither built nor run). A fold stands
+    only where it kept pace in its own run, so its figures are the unfolded run's; which one stands is the one
+    the refolds run in order would give, except where a refold put off (deferred, or refuted unrun) would have
+    ended the tries: a refuted one whose run would have stopped on a collective other than a hand-off (in order,
+    the step unfolds), a deferred one that falls out of step so after a later one kept pace, or a meet of two
+    deferred sides that the check refuses once built. There a fold that kept pace stands instead of the
+    unfolded run, with the same figures. Each refold given up goes into ``given_up`` in the order proposed."""
     from simulator.engine.fold_policy import Deferred, GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
     from simulator.engine.refold_evidence import StoppedHandOff, predicted_apart, refuted, stopped_hand_off
     from simulator.program.unfolding import Unfolding
@@ -868,7 +873,15 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     build, folded = prepared.build, prepared.step
     layout = folded.program.layout
     known: list[StoppedHandOff] = []
-    deferred: list[tuple[str, Deferred]] = []
+    deferred: list[tuple[str, int, Deferred]] = []
+    places: list[int] = []
+    """The place in the order proposed of each refold given up in ``given_up`` (its proposal's)."""
+
+    def give_up(entry: GivenUp | None, place: int) -> None:
+        """Append ``entry`` (if any), the refold proposed ``place``-th, to ``given_up``."""
+        if entry is not None:
+            given_up.append(entry)
+            places.append(place)
 
     def learn(program: StepProgram, pace: Lockstep) -> None:
         """Keep the hand-off at which ``program``'s run stopped out of step (``pace``), with its copies' ends."""
@@ -879,30 +892,36 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
 
     def defer(classes: RankClasses) -> bool:
         """Whether the refold by ``classes`` waits behind the next: the runs stopped so far predict it apart."""
+        assert layout is not None, "a refold applies to a step with a layout"
         return predicted_apart(classes, layout, known)
 
     def settle(kept: tuple[FoldedStep, dict, EventLog, str] | None) -> tuple[FoldedStep, dict, EventLog, str] | None:
         """The first of the deferred refolds to keep pace, built and run in order, those that ``kept`` (the refold
         that kept pace after them; None: none did) refutes given up unbuilt, the tries ending at one whose other
-        collectives fell out of step; else ``kept``."""
-        for reason_key, later in deferred:
+        collectives fell out of step; else ``kept``. ``given_up`` is then put in the order the refolds were
+        proposed."""
+        stands = kept
+        for reason_key, place, later in deferred:
             if kept is not None:
+                assert layout is not None and kept[0].classes is not None, "a refold that ran is classed"
                 reason = refuted(later.classes, layout, known, kept[0].classes, kept[0].program.ops, kept[2])
                 if reason:
-                    given_up.append(GivenUp(later.kind, len(later.ranks), Unfolding("ended", reason)))
+                    give_up(GivenUp(later.kind, len(later.ranks), Unfolding("ended", reason)), place)
                     continue
             step = located(loaded, later.built)
             if step is None or isinstance(step, GivenUp):
-                given_up.extend(() if step is None else (step,))
+                give_up(step, place)
                 continue
             summary, log, pace = run(step, _given_up)
             if not pace.apart:
                 assert summary is not None, "a run that kept pace ran to its end"
-                return step, summary, log, reason_key
-            given_up.append(fell_out_of_step(step, pace))
+                stands = step, summary, log, reason_key
+                break
+            give_up(fell_out_of_step(step, pace), place)
             if pace.collectives:
                 break
-        return kept
+        given_up[:] = [entry for _, entry in sorted(zip(places, given_up), key=lambda placed: placed[0])]
+        return stands
 
     if ran is not None:
         learn(ran, kept_pace)
@@ -915,20 +934,22 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
         tries.reverse()
     tries.append(("fold_meet_reason", lambda: iter([meet_step(build, folded, list(tried.values()), *judged,
                                                                faults, budget, defer)])))
+    proposed = 0
     for reason_key, refolds in tries:
         for step in _each_located(loaded, located(loaded, refolds)):
+            proposed += 1
             if step is None or isinstance(step, GivenUp):
-                given_up.extend(() if step is None else (step,))
+                give_up(step, proposed)
                 continue
             if isinstance(step, Deferred):
-                deferred.append((reason_key, step))
+                deferred.append((reason_key, proposed, step))
                 tried[reason_key] = step
                 continue
             summary, log, refolded_pace = run(step, _given_up)
             if not refolded_pace.apart:
                 assert summary is not None, "a run that kept pace ran to its end"
                 return settle((step, summary, log, reason_key))
-            given_up.append(fell_out_of_step(step, refolded_pace))
+            give_up(fell_out_of_step(step, refolded_pace), proposed)
             learn(step.program, refolded_pace)
             if refolded_pace.collectives:
                 return settle(None)

@@ -154,7 +154,7 @@ def test_the_wrap_on_unlike_spines_folds_exactly_by_route_class(monkeypatch):
     text = WRAP_ON_UNLIKE_SPINES + "run: {timeline: full}\n"
     runs = _counting_runs(monkeypatch)
     folded = simulate(scenario_from_text(text, "inline.yaml", []))
-    assert runs == [(0, 16), (0, 8, 16, 24)]  # the stage fold's ends refute none: the route classes run
+    assert runs == [(0, 16), (0, 8, 16, 24)]  # the stage fold's ends predict none apart: the route classes run
     unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"]))
     assert folded.summary["folded"] and folded.summary["simulated_ranks"] == 4
     assert folded.summary["fold_routes_reason"].startswith(OUT_OF_STEP)
@@ -278,7 +278,8 @@ def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkey
     32 ranks: 0 and 8, 16 and 24), then the lanes, then their meet, one rank per lane of each host (8 or 16 of 32
     ranks). The stage fold's run showed a host's lanes' copies of the wrap ending apart, and each host's, so the
     route classes and the lanes are deferred (run, each fell out of step at that wrap) and the meet runs first,
-    keeps pace, and refutes both by its ends: two runs where four ran. The step is the unfolded one to the bit,
+    keeps pace, and refutes both by its ends: the stage fold and the meet run, route classes and lanes neither
+    built nor run. The step is the unfolded one to the bit,
     as are the representatives' ops, and every figure of the summary is within 1e-12 (per-GPU averages summed
     over the simulated ranks and over all 32)."""
     text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", f"tp: {tp}, cp: {cp},")
@@ -315,11 +316,61 @@ def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkey
     assert np.array_equal(ops[columns].sort_values(columns).to_numpy(), same[columns].sort_values(columns).to_numpy())
 
 
+def _meet_stands_as_unfolded(summary: dict, text: str) -> None:
+    """The wrap case's meet (8 of 32 ranks) stands, every figure of ``summary`` the unfolded run's of ``text``."""
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"])).summary
+    assert summary["folded"] and summary["simulated_ranks"] == 8
+    assert summary["step_time_s"] == unfolded["step_time_s"]
+    assert_same_figures(summary, unfolded, 1e-12, 1e-18, "fold_meet_reason")
+
+
+def test_a_refuted_refold_that_would_have_unfolded_the_step_leaves_the_meet_standing(monkeypatch):
+    """The wrap case with TP 4 x CP 2, its route classes' run made to report a collective other than a hand-off
+    out of step. Run in order, the route classes run first and so end the tries: the step unfolds (32 ranks).
+    Deferred, they are refuted by the meet's run and never run, so the meet stands instead: a fold that kept pace
+    in its own run, every figure the unfolded run's."""
+    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,")
+    real = simulation.run_step
+
+    def drifting(program: StepProgram, *args, **kwargs) -> tuple[dict, object, Lockstep]:
+        summary, log, kept_pace = real(program, *args, **kwargs)
+        return summary, log, replace(kept_pace, collectives="drifted") if program.ranks == (0, 8, 16, 24) \
+            else kept_pace
+
+    monkeypatch.setattr(simulation, "run_step", drifting)
+    runs = _counting_runs(monkeypatch)
+    summary = simulate(scenario_from_text(text, "inline.yaml", [])).summary
+    met = tuple(range(0, 32, 4))
+    assert runs == [(0, 16), met]
+    assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [
+        ("stage", 2), ("routes", 4), ("lanes", 4)]
+    _meet_stands_as_unfolded(summary, text)
+
+
+def test_a_deferred_refold_not_refuted_runs_after_the_one_that_kept_pace(monkeypatch):
+    """The wrap case with TP 4 x CP 2, the meet's ends made to refute nothing (`refold_evidence.refuted`): after
+    the meet keeps pace, the deferred route classes and lanes are built and run in the order proposed, each falls
+    out of step at the wrap, and the meet stands, every figure the unfolded run's; the folds given up are those
+    the refolds run in order give, in that order."""
+    from simulator.engine import refold_evidence
+
+    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,")
+    monkeypatch.setattr(refold_evidence, "refuted", lambda *args: "")
+    runs = _counting_runs(monkeypatch)
+    summary = simulate(scenario_from_text(text, "inline.yaml", [])).summary
+    met = tuple(range(0, 32, 4))
+    assert runs == [(0, 16), met, (0, 8, 16, 24), (0, 4, 16, 20)]
+    assert [(entry["fold"], entry["simulated_ranks"], entry["why"]) for entry in summary["fold_given_up"]] == [
+        (fold, ranks, "a hand-off fell out of step in its run") for fold, ranks in (("stage", 2), ("routes", 4),
+                                                                                    ("lanes", 4))]
+    _meet_stands_as_unfolded(summary, text)
+
+
 def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     """The wrap over shared NICs with TP 4 x CP 2: a host's even and odd GPUs hash their wraps onto two spines,
     which neither hosts nor lanes (GPUs 0-3 and 4-7) part, so route classes, lanes and their meet (8 of 32 ranks)
     each fall out of step and the step runs unfolded: every summary figure is the unfolded run's, the reason is
-    the stage fold's, and no refold's reason is reported; the folds given up are listed in the order they ran,
+    the stage fold's, and no refold's reason is reported; the folds given up are listed in the order proposed,
     each stopped at the wrap's first instance out of step (it fell out of step 5 times by stage, 10 by route class
     and by lane, 14 by their meet, when each ran to its end). Every instance before it kept pace, so each folded
     run is the unfolded one up to there and stops where the unfolded run's last copy of that wrap ends (its 16
@@ -444,7 +495,7 @@ def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monke
     ordering as the real check does. The stage fold runs and its wrap falls out of step; route classes and lanes are
     deferred unbuilt (the stage fold's run showed class-mates' copies of the wrap ending apart in each), so their
     meet is proposed first and refused before its run, then each of them is built and refused (unjudged, route
-    classes would keep pace), and the step runs unfolded: the folds given up say so in the order tried, the
+    classes would keep pace), and the step runs unfolded: the folds given up say so in the order proposed, the
     refused ones `unordered`, not only the program that ran in `ordering_skipped`."""
     from simulator.engine import ordering
 
@@ -464,9 +515,9 @@ def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monke
     assert [(entry["fold"], entry["simulated_ranks"], entry["why"], entry.get("unordered", False))
             for entry in summary["fold_given_up"]] == [
         ("stage", 2, "a hand-off fell out of step in its run", False),
-        ("meet", 8, "mirrored collectives would load the links differently", True),
         ("routes", 4, "mirrored collectives would load the links differently", True),
-        ("lanes", 4, "mirrored collectives would load the links differently", True)]
+        ("lanes", 4, "mirrored collectives would load the links differently", True),
+        ("meet", 8, "mirrored collectives would load the links differently", True)]
 
 
 def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the_hosts():
