@@ -731,12 +731,13 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     """The `id` of each fold given up that ``on_rerun`` has heard of."""
 
     def dropping(given_up: list[GivenUp]) -> None:
-        """Tell ``on_rerun`` of the last fold in ``given_up`` that fell out of step, once, as the next run's
-        program is built (`build_again`), or as that run starts (``rerun``) where no build came first."""
-        last = next((entry for entry in reversed(given_up) if entry.out_of_step is not None), None)
-        if on_rerun is not None and last is not None and id(last) not in dropped:
-            dropped.append(id(last))
-            on_rerun(FoldDropped(last.summary()))
+        """Tell ``on_rerun`` of each fold in ``given_up`` that fell out of step, once, as the next run's program
+        is built (`build_again`), or as that run starts (``rerun``) where no build came first: the one that ran
+        last, since each run's is told before the next."""
+        for entry in given_up:
+            if on_rerun is not None and entry.out_of_step is not None and id(entry) not in dropped:
+                dropped.append(id(entry))
+                on_rerun(FoldDropped(entry.summary()))
 
     def rerun(step: FoldedStep, stops: Callable[[OutOfStep], bool] | None, given_up: list[GivenUp]
               ) -> tuple[dict | None, EventLog, Lockstep]:

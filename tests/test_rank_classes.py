@@ -398,6 +398,28 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     assert folded == unfolded
 
 
+def test_each_fold_dropped_is_told_once_as_the_next_run_is_built(monkeypatch):
+    """The wrap over shared NICs with TP 4 x CP 2, the meet not deferred (`refold_evidence.predicted_apart`
+    made to pass it): route classes and lanes are deferred, the meet runs first and falls out of step, then route
+    classes and lanes run in order and do too, and the step runs unfolded. `fold_given_up` lists them in the order
+    proposed (routes, lanes, meet), while `on_rerun` hears of each fold dropped once, in the order the runs fell
+    out of step, before each next run: the lanes' too, which run last."""
+    from simulator.engine import refold_evidence
+    from simulator.simulation import FoldDropped, Rerun
+
+    real = refold_evidence.predicted_apart
+    monkeypatch.setattr(refold_evidence, "predicted_apart",
+                        lambda classes, *args: len(set(classes.of_position)) != 4 and real(classes, *args))
+    heard: list[FoldDropped | Rerun] = []
+    loaded = scenario_from_text(WRAP_OVER_SHARED_NICS.replace("tp: 8,", "tp: 4, cp: 2,"), "inline.yaml", [])
+    summary = simulate(loaded, on_rerun=heard.append).summary
+    assert not summary["folded"]
+    assert [entry["fold"] for entry in summary["fold_given_up"]] == ["stage", "routes", "lanes", "meet"]
+    told = [(notice.given_up["fold"], notice.given_up["simulated_ranks"]) if isinstance(notice, FoldDropped)
+            else notice.unfolded for notice in heard]
+    assert told == [("stage", 2), False, ("meet", 8), False, ("routes", 4), False, ("lanes", 4), True]
+
+
 def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monkeypatch):
     """The rule of the first folded run holds for refolds: on the wrap over shared NICs with TP 4 x CP 2, where
     route classes, lanes and their meet run in turn (above; each deferred when drawn, the stage fold's run having
