@@ -1153,9 +1153,9 @@ def test_communication_hidden_under_compute_is_shown_beside_the_exposed():
 
 
 def test_the_exposed_row_gives_the_verdict_s_figure_where_kinds_overlap():
-    """llama3-70b-torchtitan-pp-fsdp: TP 20.5% + PP 0.1% + DP 3.7% of the step exposed read as 24.3% beside the
-    verdict's 23.4% (TP and DP exposed at once counted once): the row gives that figure too, and leaves it out where
-    the kinds' shares add up to it."""
+    """llama3-70b-torchtitan-pp-fsdp: TP 20.5% + PP 0.1% + DP 3.7% of the step exposed add up to 24.3%, while the
+    verdict's 23.4% counts TP and DP exposed at once a single time: the row gives that figure too, and leaves it out
+    where the kinds' shares add up to it."""
     from rich.console import Console
 
     from simulator.console.report import training_table

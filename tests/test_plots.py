@@ -123,8 +123,9 @@ def test_gantt_title_names_the_layout_as_the_console_does(layout, moe, degrees):
 @pytest.mark.parametrize("sharding,name", [({"zero_stage": 3, "fsdp": "full_shard"}, "FSDP full_shard (ZeRO-3)"),
                                            ({"zero_stage": 1}, "ZeRO-1")])
 def test_gantt_title_names_the_sharding_as_the_console_does(synthetic_1f1b, sharding, name):
-    """An FSDP full_shard run was titled 'TP1 CP1 PP1 DP8', where its console line says 'FSDP full_shard (ZeRO-3)',
-    which explains the gathers the chart draws: both name the layout by one function."""
+    """The Gantt title names an FSDP full_shard run's sharding ('FSDP full_shard (ZeRO-3)', which explains the
+    gathers the chart draws) as its console line does, not the bare 'TP1 CP1 PP1 DP8': both name the layout by one
+    function."""
     from simulator.console.report import _layout_line
 
     summary = {**synthetic_1f1b.summary, "layout": {**synthetic_1f1b.summary["layout"], **sharding}}
@@ -134,9 +135,9 @@ def test_gantt_title_names_the_sharding_as_the_console_does(synthetic_1f1b, shar
 
 
 def test_memory_title_says_fsdp_buffers_are_drawn_from_the_start(synthetic_1f1b):
-    """llama3-70b-torchtitan-pp-fsdp's curves held FSDP's 24.9 GiB of unsharded parameters and gradient
-    accumulators from t = 0, before any gather or gradient, with nothing saying so: the title says it where the run
-    shards by FSDP (or ZeRO-3) and its drawn stages hold buffers, and not otherwise."""
+    """llama3-70b-torchtitan-pp-fsdp's curves hold FSDP's 24.9 GiB of unsharded parameters and gradient
+    accumulators from t = 0, before any gather or gradient: the title says so where the run shards by FSDP (or
+    ZeRO-3) and its drawn stages hold buffers, and not otherwise."""
     summary = synthetic_1f1b.summary
     stages = [{**entry, "buffers_gib": 24.889 if int(entry["stage"]) == 0 else 1.0}
               for entry in summary["memory_per_stage"]]
