@@ -50,8 +50,8 @@ class StepPlan:
     sequence_parallel: bool
     sharding: Sharding
     optimizer_s: tuple[float, ...]
-    optimizer_bytes: tuple[float, ...] = ()
-    """The optimizer step's HBM bytes per pipeline rank, which its duration is costed by (empty: none stated)."""
+    optimizer_bytes: tuple[float, ...]
+    """The optimizer step's HBM bytes per pipeline rank, which its duration is costed by."""
     recompute_comm: bool = False
     tp_overlap: TPOverlap | None = None
     placement: Placement = "loop"
@@ -830,7 +830,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             optimizer_deps = self._dp_ops.get(rank, [])
         step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer",
                              sm_bound_share=0.0,
-                             hbm_bytes=plan.optimizer_bytes[pp_rank] if plan.optimizer_bytes else 0.0)
+                             hbm_bytes=plan.optimizer_bytes[pp_rank])
         if sharding.stage == 0 or sharding.overlap_param_gather:
             return
         if self._dp_size() > 1 and sharding.stage in (1, 2):

@@ -401,6 +401,7 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
         _check_synthetic_splits(layout)
         stages = synthetic_stages(layout.pp, v, source.forward, source.backward, source.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp,
+                        optimizer_bytes=(0.0,) * layout.pp,
                         placement=placement)
         return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch, warnings)
     model = source
@@ -430,13 +431,12 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
                                                            training.optimizer_step, fp32)
                                  for fp32 in (sharding.fp32_shards, expert_fp32))
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
-    optimizer_bytes = tuple(sum(dense * dense_bytes + routed * expert_bytes for dense, routed in
-                                (sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage]))
-                            for stage in range(layout.pp))
     rate = gpu.hbm_bandwidth * cost.efficiency.memory_peak
-    optimizer_s = tuple(sum(dense * (dense_bytes / rate) + routed * (expert_bytes / rate) for dense, routed in
-                            (sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage]))
-                        for stage in range(layout.pp))
+    optimizer_bytes, optimizer_s = zip(*(
+        (sum(dense * dense_bytes + routed * expert_bytes for dense, routed in params),
+         sum(dense * (dense_bytes / rate) + routed * (expert_bytes / rate) for dense, routed in params))
+        for params in ([sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage]]
+                       for stage in range(layout.pp))))
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
         raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
                        "Megatron-LM)", "sequence_parallel: true, or tp_comm_overlap: false")
