@@ -30,44 +30,44 @@ class BlockPasses(BuilderCore):
     """Ops of a block pass ``phase`` (forward, recompute, backward, or its input or weight gradients alone)."""
 
     def _pass(self, rank: int, block: Block, phase: Pass, name: str, duration: float, flops: float, deps: list[int],
-              category: Category, mb: int, vstage: int, sm_bound_s: float) -> int:
-        """``duration`` seconds of the pass, ``sm_bound_s`` of them in kernels SMs limit."""
-        self._start_pass(block, phase)
+              category: Category, mb: int, vstage: int, sm_bound_s: float, hbm_bytes: float) -> int:
+        """``duration`` seconds of the pass, ``sm_bound_s`` of them in kernels SMs limit, moving ``hbm_bytes``."""
+        whole = (duration, flops, sm_bound_s, hbm_bytes)
         if block.context is not None:
-            return self._context_pass(rank, block, block.context, phase, name, (duration, flops, sm_bound_s), deps,
-                                      category, mb, vstage)
+            return self._context_pass(rank, block, block.context, phase, name, whole, deps, category, mb, vstage)
         if block.experts is not None:
-            return self._expert_pass(rank, block, block.experts, phase, name, (duration, flops, sm_bound_s), deps,
-                                     category, mb, vstage)
-        return self._compute(rank, name, duration, deps, category, flops, mb=mb,
-                             sm_bound_share=bound_share(sm_bound_s, duration), hbm_bytes=self._pass_bytes(duration))
+            return self._expert_pass(rank, block, block.experts, phase, name, whole, deps, category, mb, vstage)
+        return self._part(rank, name, *whole, deps, category, mb)
 
-    def _part(self, rank: int, name: str, seconds: float, flops: float, sm_bound_s: float, deps: list[int],
-              category: Category, mb: int) -> int:
-        """A compute op of one part of a pass, slowing under SM contention by that part's own SM-bound share."""
+    def _part(self, rank: int, name: str, seconds: float, flops: float, sm_bound_s: float, hbm_bytes: float,
+              deps: list[int], category: Category, mb: int) -> int:
+        """A compute op of one part of a pass, slowing under SM contention by that part's own SM-bound share and
+        carrying its own kernels' HBM bytes (a whole less its other parts, so never below 0 by rounding)."""
         return self._compute(rank, name, seconds, deps, category, max(flops, 0.0), mb=mb,
-                             sm_bound_share=bound_share(sm_bound_s, seconds), hbm_bytes=self._pass_bytes(seconds))
+                             sm_bound_share=bound_share(sm_bound_s, seconds), hbm_bytes=max(hbm_bytes, 0.0))
 
     def _context_pass(self, rank: int, block: Block, context: ContextAttention, phase: Pass, name: str,
-                      whole: tuple[float, float, float], deps: list[int], category: Category, mb: int,
+                      whole: tuple[float, float, float, float], deps: list[int], category: Category, mb: int,
                       vstage: int) -> int:
         """Under context parallelism the attention core takes this CP rank's share of the causal work, and with
         ring attention runs beside the K/V ring, cp - 1 steps one after another, each a grouped send/receive
         between CP neighbours: the core of the first cp - 1 blocks overlaps the ring, the last block waits for
         its last step (parallel/context.py). ``whole``: the pass's (seconds, FLOPs, SM-bound
-        seconds)."""
-        duration, flops, sm_bound_s = whole
+        seconds, HBM bytes)."""
+        duration, flops, sm_bound_s, hbm_bytes = whole
         core_s, core_flops, core_sm_s = context.core(phase)
+        core_bytes = context.core_bytes(phase)
         if core_s <= 0:
-            return self._part(rank, name, duration, flops, sm_bound_s, deps, category, mb)
+            return self._part(rank, name, *whole, deps, category, mb)
         layout = self.plan.layout
         cp_rank = layout.coords(rank)["cp"]
         share = context.share(cp_rank)
         if not context.ring:
             return self._part(rank, name, duration + core_s * (share - 1), flops + core_flops * (share - 1),
-                              sm_bound_s + core_sm_s * (share - 1), deps, category, mb)
-        rest = self._part(rank, name, duration - core_s, flops - core_flops, sm_bound_s - core_sm_s, deps, category,
-                          mb)
+                              sm_bound_s + core_sm_s * (share - 1), hbm_bytes + core_bytes * (share - 1), deps,
+                              category, mb)
+        rest = self._part(rank, name, duration - core_s, flops - core_flops, sm_bound_s - core_sm_s,
+                          hbm_bytes - core_bytes, deps, category, mb)
         group = layout.group("cp", rank)
         block_bytes = context.ring_block_bytes(phase)
         pairs = ring_step_pairs(len(group), block_bytes)
@@ -78,28 +78,29 @@ class BlockPasses(BuilderCore):
                                     block_bytes, key, [ring], "cp", mb, algorithm="direct", pair_bytes=pairs)
         last = context.last_step_share(cp_rank)
         head = self._part(rank, f"{name} attention", core_s * share * (1 - last), core_flops * share * (1 - last),
-                          core_sm_s * share * (1 - last), [rest], category, mb)
+                          core_sm_s * share * (1 - last), core_bytes * share * (1 - last), [rest], category, mb)
         return self._part(rank, f"{name} attention last block", core_s * share * last, core_flops * share * last,
-                          core_sm_s * share * last, [head, ring], category, mb)
+                          core_sm_s * share * last, core_bytes * share * last, [head, ring], category, mb)
 
     def _expert_pass(self, rank: int, block: Block, experts: ExpertWork, phase: Pass, name: str,
-                     whole: tuple[float, float, float], deps: list[int], category: Category, mb: int,
+                     whole: tuple[float, float, float, float], deps: list[int], category: Category, mb: int,
                      vstage: int) -> int:
         """Forward (and recompute): router and shared experts, dispatch, routed experts, combine. Backward: the
         combine's gradient all-to-all, the experts' backward, the dispatch's, then the rest of the block; a
         weight-gradient pass (W) runs the experts' weight gradients, then the rest's, with no all-to-all.
-        ``whole``: the pass's (seconds, FLOPs, SM-bound seconds)."""
-        duration, flops, sm_bound_s = whole
+        ``whole``: the pass's (seconds, FLOPs, SM-bound seconds, HBM bytes)."""
+        duration, flops, sm_bound_s, hbm_bytes = whole
         expert_s, expert_flops, expert_sm_s = experts.part(phase)
+        expert_bytes = experts.part_bytes(phase)
         if expert_s <= 0:
-            return self._part(rank, name, duration, flops, sm_bound_s, deps, category, mb)
+            return self._part(rank, name, *whole, deps, category, mb)
         backward = phase.input_grads or phase.weight_grads
-        rest = (duration - expert_s, flops - expert_flops, sm_bound_s - expert_sm_s)
+        rest = (duration - expert_s, flops - expert_flops, sm_bound_s - expert_sm_s, hbm_bytes - expert_bytes)
         if not backward:
             deps = [self._part(rank, name, *rest, deps, category, mb)]
         deps = self._all_to_all(rank, block, experts, "combine" if backward else "dispatch", phase, deps, mb, vstage)
         deps = [self._part(rank, f"{name} experts", expert_s, expert_flops * experts.mean_load_share, expert_sm_s,
-                           deps, category, mb)]
+                           expert_bytes, deps, category, mb)]
         deps = self._all_to_all(rank, block, experts, "dispatch" if backward else "combine", phase, deps, mb, vstage)
         if backward:
             return self._part(rank, name, *rest, deps, category, mb)

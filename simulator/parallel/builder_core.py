@@ -34,14 +34,6 @@ class BuilderCore(Protocol):
         ``reserved_sms``: launched without them; ``hbm_bytes``: the HBM traffic it is costed by); returns its id."""
         ...
 
-    def _start_pass(self, block: Block, phase: Pass) -> None:
-        """Make ``phase`` of ``block`` the pass whose HBM bytes the next compute ops share."""
-        ...
-
-    def _pass_bytes(self, seconds: float) -> float:
-        """The HBM bytes of ``seconds`` of the pass being built."""
-        ...
-
     def _collective(self, rank: int, stream: str, name: str, op: Primitive, group: tuple[int, ...],
                     nbytes: float, key: str, deps: list[int], category: Category, mb: int = -1,
                     algorithm: AlgorithmChoice = "auto",
@@ -59,9 +51,9 @@ class BuilderCore(Protocol):
         ...
 
     def _pass(self, rank: int, block: Block, phase: Pass, name: str, duration: float, flops: float, deps: list[int],
-              category: Category, mb: int, vstage: int, sm_bound_s: float) -> int:
-        """The compute of one block pass, ``sm_bound_s`` of its seconds SM-bound (block_passes.py); returns its
-        last op."""
+              category: Category, mb: int, vstage: int, sm_bound_s: float, hbm_bytes: float) -> int:
+        """The compute of one block pass, ``sm_bound_s`` of its seconds SM-bound, moving ``hbm_bytes`` of HBM
+        (block_passes.py); returns its last op."""
         ...
 
     def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:

@@ -56,7 +56,8 @@ class ContextAttention:
 
     ``forward_s``/``backward_s``/``recompute_s`` and the FLOPs are the core's part of the block's figures (the
     block's own figures include them), ``sm_bound_s`` the seconds of them that SMs limit (forward, backward,
-    recompute); ``kv_bytes`` is the K/V of the whole sequence for this rank's heads;
+    recompute), ``hbm_bytes`` the HBM bytes its kernels move (the same passes); ``kv_bytes`` is the K/V of the
+    whole sequence for this rank's heads;
     ``causal`` says masked blocks are skipped (flash attention), which is what makes unbalanced splits uneven.
     """
 
@@ -72,6 +73,7 @@ class ContextAttention:
     recompute_flops: float
     kv_bytes: float
     sm_bound_s: tuple[float, float, float]
+    hbm_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def core(self, phase: Pass) -> tuple[float, float, float]:
         """(seconds, FLOPs, SM-bound seconds) of the core in pass ``phase``; the core has no weights, so its
@@ -86,6 +88,20 @@ class ContextAttention:
                 return self.backward_s, self.backward_flops, backward
             case Pass.BACKWARD_WEIGHT:
                 return 0.0, 0.0, 0.0
+        assert_never(phase)
+
+    def core_bytes(self, phase: Pass) -> float:
+        """HBM bytes of the core's kernels in pass ``phase`` (none in a weight-gradient pass, as in ``core``)."""
+        forward, backward, recompute = self.hbm_bytes
+        match phase:
+            case Pass.FORWARD:
+                return forward
+            case Pass.RECOMPUTE:
+                return recompute
+            case Pass.BACKWARD | Pass.BACKWARD_INPUT:
+                return backward
+            case Pass.BACKWARD_WEIGHT:
+                return 0.0
         assert_never(phase)
 
     def share(self, cp_rank: int) -> float:

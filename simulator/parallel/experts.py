@@ -45,7 +45,8 @@ class ExpertWork:
     included on the diagonal), ``combine_pairs`` its transpose; ``dispatch_bytes``: their mean per rank (k n d
     elements for uniform routing);
     ``params``: routed-expert parameters this rank holds; ``sm_bound_s``: the seconds of the experts' kernels that
-    SMs limit (forward, backward input, backward weight, recompute). The seconds and FLOPs are the hottest EP
+    SMs limit (forward, backward input, backward weight, recompute), ``hbm_bytes`` the HBM bytes they move (the
+    same passes). The seconds and FLOPs are the hottest EP
     rank's, which every rank of the group waits for; ``mean_load_share`` (the group's mean rank load over the
     hottest's, 1 for an even routing) is the share of those FLOPs an average rank executes, which its expert ops
     record, so that HFU counts what the GPUs executed, not the hottest rank's work on every GPU.
@@ -66,6 +67,7 @@ class ExpertWork:
     params: float
     sm_bound_s: tuple[float, float, float, float]
     mean_load_share: float = 1.0
+    hbm_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     def pairs(self, which: AllToAll, backward: bool) -> tuple[tuple[float, ...], ...]:
         """Bytes per (sender, receiver) of the ``which`` (dispatch or combine) all-to-all: the dispatch matrix
@@ -96,6 +98,22 @@ class ExpertWork:
                 return self.backward_input_s, self.backward_input_flops, backward_input
             case Pass.BACKWARD_WEIGHT:
                 return self.backward_weight_s, self.backward_weight_flops, backward_weight
+        assert_never(phase)
+
+    def part_bytes(self, phase: Pass) -> float:
+        """HBM bytes of the experts' kernels in pass ``phase``."""
+        forward, backward_input, backward_weight, recompute = self.hbm_bytes
+        match phase:
+            case Pass.FORWARD:
+                return forward
+            case Pass.RECOMPUTE:
+                return recompute
+            case Pass.BACKWARD:
+                return backward_input + backward_weight
+            case Pass.BACKWARD_INPUT:
+                return backward_input
+            case Pass.BACKWARD_WEIGHT:
+                return backward_weight
         assert_never(phase)
 
 

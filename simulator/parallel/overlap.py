@@ -89,29 +89,30 @@ class OverlapMixin(BuilderCore):
         a reduce-scatter after one pipelined in chunks behind it.
         ``compute_phase`` names the pass for the compute when it differs from ``phase``, the pass whose TP
         collectives bracket it (input gradients only, between the full backward's collectives)."""
-        (before_gemm, before_sm), (after_gemm, after_sm) = self._adjacent_gemms(block, phase)
+        before, after = self._adjacent_gemms(block, phase)
+        before_gemm, before_sm, before_bytes = before
+        after_gemm, after_sm, after_bytes = after
         pass_phase = compute_phase or phase
-        self._start_pass(block, pass_phase)
+        pass_bytes = block.pass_hbm_bytes(pass_phase)
         if not before_gemm:
             deps = self._tp_collective(rank, block, phase, deps, mb, vstage, before=True)
         else:
-            deps = self._ring_exchange(rank, block, phase, deps, mb, vstage, name=name,
-                                       gemm=(before_gemm, before_sm), flops=flops * before_gemm / duration,
-                                       category=category)
+            deps = self._ring_exchange(rank, block, phase, deps, mb, vstage, name=name, gemm=before,
+                                       flops=flops * before_gemm / duration, category=category)
         if self._regathers(block, phase):
             left = duration - before_gemm
             whole = (left, flops * left / duration if duration > 0 else 0.0,
-                     block.sm_bound_seconds(pass_phase) - before_sm)
+                     block.sm_bound_seconds(pass_phase) - before_sm, pass_bytes - before_bytes)
             return self._column_backward(rank, block, pass_phase, deps, mb, vstage, name, category, whole)
         rest = duration - before_gemm - after_gemm
         share = rest / duration if duration > 0 else 1.0
         last = self._pass(rank, block, pass_phase, name, rest, flops * share, deps, category, mb, vstage,
-                          block.sm_bound_seconds(pass_phase) - before_sm - after_sm)
+                          block.sm_bound_seconds(pass_phase) - before_sm - after_sm,
+                          pass_bytes - before_bytes - after_bytes)
         if not after_gemm:
             return self._tp_collective(rank, block, phase, [last], mb, vstage, before=False), last
-        return self._pipelined_reduce_scatter(rank, block, phase, [last], mb, vstage, name=name,
-                                              gemm=(after_gemm, after_sm), flops=flops * after_gemm / duration,
-                                              category=category)
+        return self._pipelined_reduce_scatter(rank, block, phase, [last], mb, vstage, name=name, gemm=after,
+                                              flops=flops * after_gemm / duration, category=category)
 
     def _regathers(self, block: Block, phase: Pass) -> bool:
         """Whether ``phase`` of ``block`` all-gathers the block's input again (``regathers_input``)."""
@@ -119,7 +120,8 @@ class OverlapMixin(BuilderCore):
                 and regathers_input(block.tp_pattern, self.plan.sequence_parallel))
 
     def _column_backward(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
-                         name: str, category: Category, whole: tuple[float, float, float]) -> tuple[list[int], int]:
+                         name: str, category: Category,
+                         whole: tuple[float, float, float, float]) -> tuple[list[int], int]:
         """The backward of a block whose input the column-parallel linears saved sharded (``regathers_input``),
         after its leading TP collective, as Megatron-LM runs it: the compute up to those linears' input-gradient
         GEMMs; then the input's all-gather on the `tp` stream beside those GEMMs (``async_op=True``; with
@@ -130,17 +132,20 @@ class OverlapMixin(BuilderCore):
         the weight-gradient GEMMs (bulk qkv_wgrad / fc1_wgrad), otherwise blocking after them, as every TP
         collective on the compute stream. A pass without weight gradients (a zero-bubble B) waits for the gather
         too, then its reduce-scatter blocks (Megatron-LM waits right after the input-gradient GEMM; the zero-bubble
-        fork keeps the gathered input for the W). ``whole``: the pass's (seconds, FLOPs, SM-bound seconds) after the
-        leading collective; the FLOPs are shared by time, as for the chunked overlap. Returns (what the next op
+        fork keeps the gathered input for the W). ``whole``: the pass's (seconds, FLOPs, SM-bound seconds, HBM bytes)
+        after the leading collective; the FLOPs are shared by time, as for the chunked overlap, while the dgrad and
+        wgrad GEMMs carry their own kernels' bytes and the rest of the pass the others'. Returns (what the next op
         waits for, the last compute op)."""
-        duration, flops, sm_bound_s = whole
+        duration, flops, sm_bound_s, hbm_bytes = whole
         overlap = self.plan.tp_overlap
         rate = flops / duration if duration > 0 else 0.0
         dgrad_s, dgrad_sm = block.overlap_gemm_s[3], block.overlap_gemm_sm_s[3]
+        dgrad_bytes = block.overlap_gemm_bytes[3]
         wgrad_s, wgrad_sm = block.column_wgrad_s if phase.weight_grads else (0.0, 0.0)
+        wgrad_bytes = block.column_wgrad_bytes if phase.weight_grads else 0.0
         rest_s = duration - dgrad_s - wgrad_s
         rest = self._pass(rank, block, phase, name, rest_s, rate * rest_s, deps, category, mb, vstage,
-                          sm_bound_s - dgrad_sm - wgrad_sm)
+                          sm_bound_s - dgrad_sm - wgrad_sm, hbm_bytes - dgrad_bytes - wgrad_bytes)
         group = self.plan.layout.group("tp", rank)
         key = f"tp.{Pass.BACKWARD}.{{}}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         gather_name, gather_key = f"tp all_gather {block.name} (input again)", key.format("regather")
@@ -151,11 +156,11 @@ class OverlapMixin(BuilderCore):
             gather = self._userbuffers(rank, gather_name, "all_gather", group, block.tp_bytes, gather_key, [rest], mb,
                                        overlap.bulk_all_gather_sms)
         dgrad = self._compute(rank, f"{name} dgrad", dgrad_s, [rest], category, rate * dgrad_s, mb=mb,
-                              sm_bound_share=bound_share(dgrad_sm, dgrad_s), hbm_bytes=self._pass_bytes(dgrad_s))
+                              sm_bound_share=bound_share(dgrad_sm, dgrad_s), hbm_bytes=dgrad_bytes)
         if not phase.weight_grads:
             return self._tp_collective(rank, block, Pass.BACKWARD, [dgrad, gather], mb, vstage, before=False), dgrad
         wgrad = self._compute(rank, f"{name} wgrad", wgrad_s, [dgrad, gather], category, rate * wgrad_s, mb=mb,
-                              sm_bound_share=bound_share(wgrad_sm, wgrad_s), hbm_bytes=self._pass_bytes(wgrad_s))
+                              sm_bound_share=bound_share(wgrad_sm, wgrad_s), hbm_bytes=wgrad_bytes)
         if overlap is None:
             return self._tp_collective(rank, block, Pass.BACKWARD, [wgrad], mb, vstage, before=False), wgrad
         op = tp_op(block.tp_pattern, backward=True, before=False, sequence_parallel=True)
@@ -164,24 +169,25 @@ class OverlapMixin(BuilderCore):
                                     [dgrad], mb, overlap.bulk_reduce_scatter_sms)
         return [scatter, wgrad], wgrad
 
-    def _adjacent_gemms(self, block: Block, phase: Pass) -> tuple[tuple[float, float], tuple[float, float]]:
-        """(seconds, SM-bound seconds) of the GEMMs the block's leading all-gather (ring exchange) and trailing
-        reduce-scatter (pipelined) overlap (0: not overlapped). Transformer Engine's userbuffers serve the
+    def _adjacent_gemms(self, block: Block, phase: Pass
+                        ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """(seconds, SM-bound seconds, HBM bytes) of the GEMMs the block's leading all-gather (ring exchange) and
+        trailing reduce-scatter (pipelined) overlap (0: not overlapped). Transformer Engine's userbuffers serve the
         transformer layers' linears alone (qkv, proj, fc1, fc2: module/base.py names no others); the output layer
         is Megatron-core's own ColumnParallelLinear (GPTModel.output_layer), whose forward all-gather blocks."""
         plan = self.plan
         if (plan.tp_overlap is None or plan.layout.tp == 1 or block.tp_bytes <= 0
                 or block.tp_pattern is not TpPattern.LAYER):
-            return (0.0, 0.0), (0.0, 0.0)
-        gemms = tuple(zip(block.overlap_gemm_s, block.overlap_gemm_sm_s))
+            return (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)
+        gemms = tuple(zip(block.overlap_gemm_s, block.overlap_gemm_sm_s, block.overlap_gemm_bytes))
         pairs = (gemms[2], gemms[3]) if phase.input_grads else (gemms[0], gemms[1])
         sides = [tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel) for before in (True, False)]
-        leading, trailing = (gemm if side == overlapped else (0.0, 0.0)
+        leading, trailing = (gemm if side == overlapped else (0.0, 0.0, 0.0)
                              for gemm, side, overlapped in zip(pairs, sides, ("all_gather", "reduce_scatter")))
         return leading, trailing
 
     def _ring_exchange(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int, *,
-                       name: str, gemm: tuple[float, float], flops: float, category: Category) -> list[int]:
+                       name: str, gemm: tuple[float, float, float], flops: float, category: Category) -> list[int]:
         """The all-gather before a column-parallel GEMM as Transformer Engine's ring exchange runs it
         (CommOverlapP2PBase::split_overlap_ag): the GEMM in ``steps`` steps, step k on the input chunks present
         while the chunks for step k + 1 move one exchange along the ring; step k + 1 waits for both. With
@@ -194,13 +200,13 @@ class OverlapMixin(BuilderCore):
         swap is a userbuffers kernel (collectives/userbuffers.py: one latency, no NCCL base latency); the
         exchanges are userbuffers sends and receives, one after the other (the `ring_exchange` algorithm: a
         latency per exchange, none of NCCL's). Returns the last GEMM step.
-        ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
+        ``gemm``: the GEMM's (seconds, SM-bound seconds, HBM bytes)."""
         overlap, layout = self.plan.tp_overlap, self.plan.layout
         assert overlap is not None
         group = layout.group("tp", rank)
         size, position = len(group), group.index(rank)
         key = f"tp.{phase}.all_gather.mb{mb}.vs{vstage}.{block.name}"
-        gemm_s, gemm_sm_s = gemm
+        gemm_s, gemm_sm_s, gemm_bytes = gemm
         share = bound_share(gemm_sm_s, gemm_s)
         sms = overlap.all_gather_sms
         aggregate = overlap.aggregate and size % 2 == 0 and size > 2
@@ -222,10 +228,10 @@ class OverlapMixin(BuilderCore):
                                         algorithm="ring_exchange", protocol="simple", mirrors=mirrors, sms=sms)
             first = self._compute(rank, f"{name} gemm (first steps)", gemm_s * (steps - 1) / steps, deps, category,
                                   flops * (steps - 1) / steps, mb=mb, sm_bound_share=share,
-                                  hbm_bytes=self._pass_bytes(gemm_s * (steps - 1) / steps))
+                                  hbm_bytes=gemm_bytes * (steps - 1) / steps)
             deps = [first, exchange]
         return [self._compute(rank, f"{name} gemm (last step)", gemm_s / steps, deps, category, flops / steps, mb=mb,
-                              sm_bound_share=share, hbm_bytes=self._pass_bytes(gemm_s / steps))]
+                              sm_bound_share=share, hbm_bytes=gemm_bytes / steps)]
 
     def _part_mirrors(self, group: tuple[int, ...], own: tuple[int, ...],
                       parts: Callable[[tuple[int, ...]], list[tuple[int, ...]]]) -> tuple[tuple[int, ...], ...] | None:
@@ -242,26 +248,26 @@ class OverlapMixin(BuilderCore):
         return mirrors
 
     def _pipelined_reduce_scatter(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
-                                  *, name: str, gemm: tuple[float, float], flops: float,
+                                  *, name: str, gemm: tuple[float, float, float], flops: float,
                                   category: Category) -> tuple[list[int], int]:
         """The reduce-scatter after a row-parallel GEMM as Transformer Engine pipelines it
         (CommOverlapBase::split_overlap_rs): the GEMM in ``chunks`` chunks back to back on the SMs the
         userbuffers kernels leave, chunk k's reduce-scatter on the `tp` stream once GEMM chunk k and the
         reduce-scatter before it have ended: one op per GEMM chunk and one userbuffers kernel per chunk, each
         paying its own latency, as TE launches them. Returns (the last reduce-scatter, the last GEMM chunk).
-        ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
+        ``gemm``: the GEMM's (seconds, SM-bound seconds, HBM bytes)."""
         overlap = self.plan.tp_overlap
         assert overlap is not None
         group = self.plan.layout.group("tp", rank)
         key = f"tp.{phase}.reduce_scatter.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
-        gemm_s, gemm_sm_s = gemm
+        gemm_s, gemm_sm_s, gemm_bytes = gemm
         share = bound_share(gemm_sm_s, gemm_s)
         chunks, sms = overlap.chunks, overlap.reduce_scatter_sms
         scatter: list[int] = []
         for index in range(1, chunks + 1):
             deps = [self._compute(rank, f"{name} gemm (chunk {index} of {chunks})", gemm_s / chunks, deps, category,
                                   flops / chunks, mb=mb, sm_bound_share=share, reserved_sms=sms,
-                                  hbm_bytes=self._pass_bytes(gemm_s / chunks))]
+                                  hbm_bytes=gemm_bytes / chunks)]
             scatter = [self._userbuffers(rank, f"tp reduce_scatter {block.name} (chunk {index} of {chunks})",
                                          "reduce_scatter", group, block.tp_bytes / chunks, f"{key}.{index}",
                                          [*deps, *scatter], mb, sms)]

@@ -134,9 +134,6 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Per rank, the reduce-scatter the next forward's first all-gather waits for (`_end_backward`)."""
         self._vstage = -1
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
-        self._hbm_rate = 0.0
-        """HBM bytes per second of the block pass being built (`_start_pass`): an op of the pass carries the
-        pass's bytes in proportion to its time, as the ops of a split pass share its FLOPs."""
         self._layer_experts: dict[int, dict[int, tuple[float, int]]] = {}
         """Per virtual stage, its layers' routed experts (`_experts_of`)."""
 
@@ -176,15 +173,6 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if stream in (DP_STREAM, ALL_REDUCE_STREAM):
             self._dp_ops.setdefault(rank, []).append(item.id)
         return item.id
-
-    def _start_pass(self, block: Block, phase: Pass) -> None:
-        """Make ``phase`` of ``block`` the pass whose HBM bytes its compute ops share (`_pass_bytes`)."""
-        seconds = block.pass_seconds(phase)
-        self._hbm_rate = block.pass_hbm_bytes(phase) / seconds if seconds > 0 else 0.0
-
-    def _pass_bytes(self, seconds: float) -> float:
-        """The HBM bytes of ``seconds`` of the pass being built: its cost model's bytes shared by time."""
-        return self._hbm_rate * seconds
 
     def _hbm_copy(self, rank: int, name: str, nbytes: float, deps: list[int], category: Category,
                   stream: str = COMPUTE_STREAM, mb: int = -1, rate: float | None = None) -> int:
@@ -389,7 +377,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                 else:
                     deps = [self._pass(rank, block, Pass.RECOMPUTE, name, block.recompute_s,
                                        block.recompute_flops, deps, "recompute", mb, vstage,
-                                       block.sm_bound_seconds(Pass.RECOMPUTE))]
+                                       block.sm_bound_seconds(Pass.RECOMPUTE),
+                                       block.pass_hbm_bytes(Pass.RECOMPUTE))]
             deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage, gather=True)
             weights = phase.weight_grads
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
@@ -436,7 +425,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         for block in reversed(work.blocks):
             op_id = self._pass(rank, block, phase, phase.op_name(mb, block.name), block.backward_weight_s,
                                block.backward_weight_flops, [], "weight_grad", mb, vstage,
-                               block.sm_bound_seconds(phase))
+                               block.sm_bound_seconds(phase), block.pass_hbm_bytes(phase))
             copy, reduce_copy = self._grad_copy(rank, vstage, block, [op_id], final, mb, "weight_grad")
             op_id = op_id if copy is None else copy
             self._grads_or_copy(rank, vstage, block, op_id, final, reduce_copy, reduce_copies)

@@ -58,7 +58,9 @@ class Block:
     are reduced over the expert-data-parallel group, not counted in ``params``; a MoE block's ``tp_pattern`` is
     ``experts`` (tokens split over TP: an all-gather after forward and backward, none with SP).
     ``hbm_bytes`` holds, per pass in the order of ``sm_bound_s``, the HBM bytes its kernels move, the figure
-    their roofline times are costed by (0: a synthetic block, which has no kernels).
+    their roofline times are costed by (0: a synthetic block, which has no kernels); ``overlap_gemm_bytes`` and
+    ``column_wgrad_bytes`` those of the ``overlap_gemm_s`` and ``column_wgrad_s`` GEMMs, so that each op a pass is
+    split into carries its own kernels' bytes.
     """
 
     name: str
@@ -83,6 +85,8 @@ class Block:
     experts: ExpertWork | None = None
     overlap_gemm_sm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     column_wgrad_s: tuple[float, float] = (0.0, 0.0)
+    overlap_gemm_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    column_wgrad_bytes: float = 0.0
     hbm_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     def pass_seconds(self, phase: Pass) -> float:

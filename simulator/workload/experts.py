@@ -26,6 +26,7 @@ from simulator.workload.transformer import (
     Kernel,
     PassKernels,
     ShardShape,
+    kernel_bytes,
     kernel_flops,
     matmul_kernels,
     norm_kernels,
@@ -215,7 +216,9 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: C
                       params=float(per_rank * model.expert_params()),
                       sm_bound_s=(sm_bound(routed.forward), sm_bound(routed.backward_input),
                                   sm_bound(routed.backward_weight), sm_bound(routed.recompute)),
-                      mean_load_share=mean_load_share(sample, ep))
+                      mean_load_share=mean_load_share(sample, ep),
+                      hbm_bytes=(kernel_bytes(routed.forward), kernel_bytes(routed.backward_input),
+                                 kernel_bytes(routed.backward_weight), kernel_bytes(routed.recompute)))
     return MoELayer(kernels, moe_tensors(model), work)
 
 

@@ -98,7 +98,10 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  tensors=tensors, tp_pattern=tp_pattern, context=context,
                  overlap_gemm_s=(seconds(gemms[0]), seconds(gemms[1]), seconds(gemms[2]), seconds(gemms[3])),
                  overlap_gemm_sm_s=(sm_bound(gemms[0]), sm_bound(gemms[1]), sm_bound(gemms[2]), sm_bound(gemms[3])),
+                 overlap_gemm_bytes=(kernel_bytes(gemms[0]), kernel_bytes(gemms[1]), kernel_bytes(gemms[2]),
+                                     kernel_bytes(gemms[3])),
                  experts=experts, column_wgrad_s=(seconds(column_wgrads), sm_bound(column_wgrads)),
+                 column_wgrad_bytes=kernel_bytes(column_wgrads),
                  hbm_bytes=(kernel_bytes(kernels.forward), kernel_bytes(kernels.backward_input),
                             kernel_bytes(kernels.backward_weight), kernel_bytes(kernels.recompute)))
 
@@ -169,7 +172,9 @@ def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape
                             forward_flops=flops(kernels.forward), backward_flops=flops(kernels.backward_input),
                             recompute_flops=flops(kernels.recompute), kv_bytes=kv_bytes,
                             sm_bound_s=(sm_bound(kernels.forward), sm_bound(kernels.backward_input),
-                                        sm_bound(kernels.recompute)))
+                                        sm_bound(kernels.recompute)),
+                            hbm_bytes=(kernel_bytes(core(kernels.forward)), kernel_bytes(core(kernels.backward_input)),
+                                       kernel_bytes(core(kernels.recompute))))
 
 
 def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: CostContext,
