@@ -11,7 +11,9 @@ slice per network flow on the sending GPU's `net` thread. `run.trace_compress` g
 
 Times lie on a nanosecond grid: a slice's start and end are each rounded to the nanosecond and its duration is
 their difference, so slices that meet in the run meet in the trace (Perfetto reads times to the nanosecond).
-Bytes and FLOPs are integers, left out where zero. A rank whose kernels all work on one virtual stage (no
+Bytes and FLOPs are integers, left out where zero; a compute slice carries its FLOPs, not its HBM bytes, which
+timeline.parquet holds (where they are analysed) and which would add a distinct args object to nearly every
+compute slice. A rank whose kernels all work on one virtual stage (no
 interleaving) names it in its thread names, where the run has more than one (a run without a pipeline has only
 stage 0, and every thread of it would say so), and only its slices of another stage carry `chunk`.
 
@@ -87,7 +89,8 @@ class _Slices:
             shown &= ~_matches(*kind, FLOW_KIND)
         rows = np.flatnonzero(shown)
         rank, chunk = columns["rank"][0][rows], columns["chunk"][0][rows]
-        single = _single_stages(rank, chunk, _matches(*kind, COMPUTE_KIND)[rows])
+        compute = _matches(*kind, COMPUTE_KIND)[rows]
+        single = _single_stages(rank, chunk, compute)
         self.start_ns = np.rint(columns["start_s"][0][rows] * 1e9)
         self.end_ns = np.rint(columns["end_s"][0][rows] * 1e9)
         named = single if (chunk > 0).any() else np.full_like(single, -1)  # one stage in all: nothing to tell
@@ -97,7 +100,8 @@ class _Slices:
         own_category = ~_matches(*category, "")[rows]
         cat, cat_rows = _combos(own_category, category[0][rows], kind[0][rows])
         cats = [_value(category if own_category[row] else kind, rows[row]) for row in cat_rows.tolist()]
-        args = {"bytes": _integers(columns["bytes"][0][rows]), "flops": _integers(columns["flops"][0][rows]),
+        args = {"bytes": np.where(compute, 0, _integers(columns["bytes"][0][rows])),
+                "flops": _integers(columns["flops"][0][rows]),
                 "chunk": np.where(chunk == single[rank], -1, chunk), "src": columns["src"][0][rows],
                 "dst": columns["dst"][0][rows]}
         arg, arg_rows = _combos(*args.values())
