@@ -1,9 +1,11 @@
 """Every op name the program builders make matches a pattern docs/outputs.md ("Op names") lists, read from the
-doc, so a name the doc does not list fails here."""
+doc, so a name the doc does not list fails here; and every pattern the doc lists is matched by a name one of the
+cases makes, so the doc holds no pattern no program makes."""
 
 from __future__ import annotations
 
 import re
+from functools import cache
 
 import pytest
 from shared import REPO, SCENARIOS
@@ -42,7 +44,36 @@ model: {preset: llama3-8b, layers: 4}
 training: {seq_len: 8192, global_batch: 4, micro_batch: 1}
 parallelism: {tp: 2, cp: 2, dp: 2, sequence_parallel: true}
 """,
+    "context-all-gather": """
+cluster: {topology: dgx-h100}
+model: {preset: llama3-8b, layers: 2}
+training: {seq_len: 8192, global_batch: 4, micro_batch: 1}
+parallelism: {tp: 2, cp: 2, dp: 2, sequence_parallel: true, cp_algorithm: all_gather}
+""",
+    "hybrid-shard-one-rank-groups": """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: llama3-8b, layers: 2}
+training: {seq_len: 1024, global_batch: 4, micro_batch: 1}
+parallelism: {tp: 8, dp: 2, fsdp: hybrid_shard}
+""",
+    "zero1-overlap-param-gather": """
+cluster: {topology: dgx-h100}
+model: {preset: llama3-8b, layers: 2}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 2, dp: 4, zero: 1, ddp: {overlap_param_gather: true}}
+""",
+    "parameter-server-async": """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: megatron-1.7b}
+training: {seq_len: 1024, micro_batch: 1, microbatches: 2}
+parallelism: {strategy: parameter_server}
+ps: {servers: 1, mode: async, iterations: 2}
+""",
 }
+"""Each inline case makes names the scenario files do not: the K/V all-gather (`cp_algorithm: all_gather`);
+FSDP's one-rank shard groups inside each 8-GPU TP domain (their unshard copies and reduce copy-outs, and the
+all-reduce of each shard across the two replicas); ZeRO-1's parameter gathers per bucket deferred to the next
+forward; an asynchronous parameter server's per-worker updates."""
 SCENARIO_FILES = ["llama3-70b-torchtitan-pp-fsdp", "llama3-8b-dgx-h100-zero3", "mixtral-8x7b-ep8",
                   "megatron-sc21-76.1b", "schedule-dualpipev-p4-m8", "parameter-server-vs-allreduce"]
 
@@ -70,10 +101,23 @@ def test_the_doc_lists_patterns_with_known_placeholders_only():
     assert not [p.pattern for p in patterns if "<" in p.pattern.replace("(?:", "")]
 
 
-@pytest.mark.parametrize("case", [*INLINE, *SCENARIO_FILES])
-def test_every_op_name_matches_a_pattern_the_doc_lists(case):
+@cache
+def op_names(case: str) -> frozenset[str]:
+    """The names of the ops case ``case``'s step program makes, with a parameter-server run's ring all-reduce
+    it is compared with."""
     loaded = (scenario_from_text(INLINE[case], "inline.yaml") if case in INLINE
               else load_scenario(SCENARIOS / f"{case}.yaml"))
-    names = {op.name for op in step_program(loaded, scenario_topology(loaded), fold=True).ops}
+    program = step_program(loaded, scenario_topology(loaded), fold=True)
+    compared = program.parameter_server.comparison if program.parameter_server is not None else ()
+    return frozenset(op.name for op in (*program.ops, *compared))
+
+
+@pytest.mark.parametrize("case", [*INLINE, *SCENARIO_FILES])
+def test_every_op_name_matches_a_pattern_the_doc_lists(case):
     patterns = doc_patterns()
-    assert not sorted(name for name in names if not any(p.fullmatch(name) for p in patterns))
+    assert not sorted(name for name in op_names(case) if not any(p.fullmatch(name) for p in patterns))
+
+
+def test_every_pattern_the_doc_lists_names_an_op_of_some_case():
+    names = set().union(*(op_names(case) for case in [*INLINE, *SCENARIO_FILES]))
+    assert not [p.pattern for p in doc_patterns() if not any(p.fullmatch(name) for name in names)]
