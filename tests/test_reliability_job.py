@@ -659,8 +659,11 @@ def test_the_job_table_reads_the_interval_young_and_daly_in_one_fitting_unit():
 
 def test_the_checkpoints_row_says_none_is_written_where_the_interval_outlasts_the_horizon():
     """An interval longer than the horizon (2 d in 1 d) writes no checkpoint: the row says so beside it, where
-    'every 5,598 steps (2 d)' alone read as a job that checkpoints; with planned stops, that they write theirs. An
-    interval within the horizon (30 min) says nothing of it."""
+    'every 5,598 steps (2 d)' alone read as a job that checkpoints; with planned stops (every 1 h over 6 h), the
+    checkpoints of theirs that completed, as `checkpoints_written` counts them, and none where a stop's write
+    (1 GB at 40 kB/s, 6.9 h) cannot finish within the horizon: 'but at its 1 planned stop' read as a
+    checkpoint written, beside an event log without one. An interval within the horizon (30 min) says nothing
+    of it."""
     from rich.console import Console
 
     from simulator.console.report import job_table
@@ -673,10 +676,31 @@ def test_the_checkpoints_row_says_none_is_written_where_the_interval_outlasts_th
     text = SEED003.replace("replications: 10", "replications: 2").replace("54 d", "1 d")
     summary = simulate_job(scenario_from_text(text.replace("interval: 30 min", "interval: 2 d"))).summary
     assert re.search(r"every [\d,]+ steps \(2 d; none written in the 1 day horizon\), ", row(summary)), row(summary)
-    planned = {**summary["interruptions"], "planned": {**summary["interruptions"]["planned"], "mean": 47.0}}
-    assert "(2 d; none written in the 1 day horizon but at its 47 planned stops), " in row(
-        {**summary, "interruptions": planned})
     assert "none written" not in row(simulate_job(scenario_from_text(text)).summary)
+    stops = SEED003.replace("run: {horizon: 54 d, replications: 10, seed: 3}", "run: {horizon: 6 h, seed: 3}")
+    stops = stops.replace("faults:\n  components:\n    job_failure: {unit: host, effect: restart, mtbf: 3 h}\n",
+                          "faults: {maintenance: {every: 1 h, duration: 10 min}}\n").replace("30 min", "2 d")
+    job = simulate_job(scenario_from_text(stops))
+    written = int((job.events["kind"] == "checkpoint").sum())
+    assert job.summary["checkpoints_written"]["mean"] == written > 1
+    assert f"(2 d; none written in the 6.0 h horizon but {written} at planned stops), " in row(job.summary)
+    slow = simulate_job(scenario_from_text(stops.replace("write: 1 TB/s", "write: 40 kB/s")))
+    assert slow.summary["interruptions"]["planned"]["mean"] >= 1
+    assert slow.summary["checkpoints_written"]["mean"] == (slow.events["kind"] == "checkpoint").sum() == 0
+    assert "(2 d; none written in the 6.0 h horizon), " in row(slow.summary), row(slow.summary)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_checkpoints_written_counts_the_event_logs_checkpoints(mode):
+    """`checkpoints_written` is each replication's completed storage checkpoints, the event log's `checkpoint`
+    rows, whole cycles jumped at once (sync and async: the async write of a jump's last cycle ends after it)
+    and single ones alike: 30 min checkpoints over 1 d, failures every 3 h."""
+    text = SEED003.replace("replications: 10", "replications: 3").replace("54 d", "1 d")
+    job = simulate_job(scenario_from_text(text.replace("checkpoint: {", f"checkpoint: {{mode: {mode}, ")))
+    rows = job.events[job.events["kind"] == "checkpoint"].groupby("replication").size()
+    counts = [int(rows.get(r, 0)) for r in range(3)]
+    assert job.summary["checkpoints_written"]["mean"] == pytest.approx(sum(counts) / 3, rel=1e-12)
+    assert min(counts) > 10
 
 
 HOST_FAILURES = """cluster: {topology: dgx-h100-cluster, nodes: 4}

@@ -760,13 +760,14 @@ def job_table(job: dict) -> Table:
 
 def _none_written(job: dict) -> str:
     """Where the checkpoint interval and its write outlast the horizon, that the job writes no checkpoint in it but
-    at its planned stops (their mean): 'every 849,049 steps (100 d)' read as a job that checkpoints, beside the
-    warning that it writes none (`simulate.interval_past_horizon`)."""
+    those of its planned stops that completed (`checkpoints_written`, a replication's mean): 'every 849,049 steps
+    (100 d)' read as a job that checkpoints, beside the warning that it writes none
+    (`simulate.interval_past_horizon`); a stop's write that no failure lets finish writes none either."""
     checkpoint, horizon = job["checkpoint"], job["horizon_s"]
     if checkpoint["interval_s"] + checkpoint["write_s"] < horizon:
         return ""
-    planned = job["interruptions"]["planned"]["mean"]
-    stops = f" but at its {expected_count(planned, 'planned stop')}" if planned else ""
+    written = job["checkpoints_written"]["mean"]
+    stops = f" but {expected_count(written, 'at a planned stop', 'at planned stops')}" if written else ""
     return f"; none written in the {horizon_span(horizon)} horizon{stops}"
 
 

@@ -319,6 +319,8 @@ class ReplicationTotals:
     work; times the healthy step's tokens, the tokens trained."""
     interruptions: Counter
     planned: int
+    checkpoints_written: int
+    """Storage checkpoints completed, periodic and at planned stops (the `checkpoint` rows of the event log)."""
     lost_per_failure_s: tuple[float, ...]
     slow_by_cause_s: dict[str, float]
     shrinks: int
@@ -1069,7 +1071,7 @@ class JobProcess:
             checkpoint_stall_s=clock.stall_s, checkpoint_slowdown_s=clock.slow_s, restart_s=self.restart_s,
             waiting_for_hosts_s=self.waiting_for_hosts_s, maintenance_s=self.maintenance_s, steps=clock.steps,
             equivalent_steps=kept_equiv / healthy.step_s, interruptions=self.interruptions,
-            planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
+            planned=self.planned, checkpoints_written=clock.written, lost_per_failure_s=tuple(self.lost_per_failure),
             slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,
             running_by_replicas_s=dict(self.running_s), regrow_restarts=self.regrow_restarts,
             regrow_restarts_cut_short=self.regrow_restarts_cut_short, regrow_restart_s=self.regrow_restart_s,

@@ -388,6 +388,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
             "planned": mean_interval([t.planned for t in totals]),
             "by_cause": {name: mean_interval([t.interruptions.get(name, 0) for t in totals]) for name in causes},
         },
+        "checkpoints_written": mean_interval([t.checkpoints_written for t in totals]),
         "time_s": {part: mean_interval([getattr(t, part) for t in totals]) for part in TIME_PARTS},
         "restart_waiting_for_hosts_s": mean_interval([t.waiting_for_hosts_s for t in totals]),
         "slow_steps_by_cause_s": {name: mean_interval([t.slow_by_cause_s.get(name, 0.0) for t in totals])

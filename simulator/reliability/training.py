@@ -70,6 +70,8 @@ class CheckpointClock:
         self.write_mark: Mark | None = None
         self.stop_mark: Mark | None = None
         self.stop_written = 0.0
+        self.written = 0
+        """Storage checkpoints completed (periodic and at planned stops): those its event log holds."""
         self.slow_spans: list[tuple[float, float, tuple[tuple[str, float], ...]]] = []
         self.lost_spans: list[tuple[float, float]] = []
         self.since_memory = 0.0
@@ -195,6 +197,7 @@ class CheckpointClock:
     def _complete(self, mark: Mark, t: float) -> None:
         self.mark = mark
         self.lost_since_mark = []
+        self.written += 1
         self.events.add("checkpoint", mark.time, t, step=mark.steps, tier="storage")
 
     def _jump_cycles(self, t: float, t_end: float, c: SegmentCosts) -> float:
@@ -207,12 +210,14 @@ class CheckpointClock:
         last = self._after_cycles(cycles, t, c)
         if c.mode == "sync":
             self.events.add_checkpoints(t + train, t + period, self.steps + k, period, k, cycles)
+            self.written += cycles
             self.mark = last
         else:
             assert self.write_mark is not None
             first = self.write_mark
             self._complete(first, t + c.write_s)
             self.events.add_checkpoints(t + train, t + period + c.write_s, self.steps + k, period, k, cycles - 1)
+            self.written += cycles - 1
             if cycles > 1:
                 self.mark = self._after_cycles(cycles - 1, t, c)
             self.write_mark = last
