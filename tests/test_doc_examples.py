@@ -768,20 +768,41 @@ def test_the_gb200_elastic_figures_reliability_md_quotes_are_llama3_70b_gb200_jo
     assert quote in page, f"docs/reliability.md should now read: {quote}"
 
 
-def llama3_405b_job(tmp_path: Path, *sets: str) -> dict:
-    """job_summary.json of the bundled 405B job over 2 days, one replication, with ``sets``: its checkpoint costs,
-    M and Young's and Daly's intervals are the 54-day run's (they take the failure rates, not the draws)."""
-    out = tmp_path / "-".join(sets or ("default",)).replace("/", "")
-    overrides = [part for setting in ("run.replications=1", "run.horizon=2d", *sets) for part in ("--set", setting)]
-    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--quiet", *overrides]) == 0
-    return json.loads((out / "job_summary.json").read_text())
+W175_BLOCK = re.compile(r"```\n\$ trainsim run llama3-405b-16k-job --set storage\.write=175GB/s [^\n]*\n(.*?)```", re.S)
+"""docs/reliability.md's console block of the 405B job with its store at 175 GB/s and checkpoints every 3 steps."""
 
 
-def test_the_async_checkpoint_figures_reliability_md_quotes_are_the_405b_jobs(tmp_path):
-    """docs/reliability.md's snapshot stall, slowdown sigma, cost C and Young's and Daly's intervals of the 405B
-    job, where it describes the async mode and in its worked example, and sqrt(2 C M) of the job with its store at
-    175 GB/s, whose C is that of the write floor, are the job's figures."""
-    job = llama3_405b_job(tmp_path)
+def w175_rows(printed: str) -> list[str]:
+    """The rows of a printed job table that do not depend on the horizon or the draws: the healthy step, the
+    restart's parts and the checkpoints row (its wrapped lines joined, as `flowing` reads them)."""
+    text = flowing(printed)
+    return [re.search(r"healthy step \S+ s, [\d,]+ tokens/s", text)[0], re.search(r"\(detection [^)]*\)", text)[0],
+            re.search(r"checkpoints async .*?40\.\d+ s\)", text)[0]]
+
+
+def test_the_async_checkpoint_figures_reliability_md_quotes_are_the_405b_jobs(tmp_path, monkeypatch, capsys):
+    """docs/reliability.md's snapshot stall, slowdown sigma, cost C, M and Young's and Daly's intervals of the 405B
+    job, where it describes the async mode and in its worked example, are its x 1 point of a study over 2 days, one
+    replication (they take the failure rates, not the draws; the study's point at one step has the default run's
+    step, write and rates); its Young's intervals at x 2, 1 and 0.5 the failure rates are the study's, as the
+    formula gives them and, where one step is longer, the step it is floored to (x 2: 8.991 s, floored to
+    10.18 s). With its store at 175 GB/s and checkpoints every 3 steps, one 2-day run gives sqrt(2 C M), the
+    write floor, the console block's rows that the horizon does not change and the warning beside them."""
+    from simulator.reliability import study as study_module
+
+    summaries: list[dict] = []
+    simulate = study_module.simulate_job
+
+    def kept(loaded, **options):
+        result = simulate(loaded, **options)
+        summaries.append(result.summary)
+        return result
+
+    monkeypatch.setattr(study_module, "simulate_job", kept)
+    curves = study_module.run_study("llama3-405b-16k-job", ["run.replications=1", "run.horizon=2d"], ["1 steps"],
+                                    [2.0, 1.0, 0.5])["curves"]
+    job = summaries[1]
+    assert [curve["rate_multiplier"] for curve in curves] == [2.0, 1.0, 0.5] and len(summaries) == 3
     checkpoint, mtbf = job["checkpoint"], job["mtbf_s"]
     stall, sigma = f"{checkpoint['stall_s'] * 1e3:.3f} ms", f"{checkpoint['slowdown'] * 1e4:.4f}e-4"
     cost = f"{job['young_daly_cost_s'] * 1e3:.3f} ms"
@@ -794,29 +815,28 @@ def test_the_async_checkpoint_figures_reliability_md_quotes_are_the_405b_jobs(tm
               f"{cost}",
               f"with M = {mtbf:,.0f} s ({mtbf / 3600:.2f} h) Young's interval is sqrt(2 x {cost} x {mtbf:,.0f} s) = "
               f"{job['young_interval_s']:.2f} s and Daly's {job['daly_interval_s']:.2f} s"]
-    at_175 = llama3_405b_job(tmp_path, "storage.write=175GB/s")
+    assert curves[0]["young_formula_s"] < curves[0]["young_interval_s"] == curves[0]["write_floor_s"]
+    youngs = [f"{curves[0]['young_formula_s']:.3f} s (floored to one step, {curves[0]['young_interval_s']:.2f} s)",
+              *(f"{curve['young_formula_s']:.2f} s" for curve in curves[1:])]
+    quotes.append(f"whose C of {curves[0]['young_daly_cost_s'] * 1e3:.3f} ms puts Young's interval at {youngs[0]}, "
+                  f"{youngs[1]} and {youngs[2]} for x 2, 1 and 0.5")
+    out = tmp_path / "w175"
+    capsys.readouterr()
+    assert main(["run", "llama3-405b-16k-job", "--set", "storage.write=175GB/s", "--set", "checkpoint.interval=3 steps",
+                 "--set", "run.replications=1", "--set", "run.horizon=2d", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    at_175 = json.loads((out / "job_summary.json").read_text())
     young = math.sqrt(2 * at_175["young_daly_cost_s"] * at_175["mtbf_s"])
     quotes.append(f"sqrt(2 x {at_175['young_daly_cost_s'] * 1e3:.3f} ms x {at_175['mtbf_s']:,.0f} s) = {young:.2f} s "
                   f"is shorter than the write, so both are the floor, {at_175['write_floor_steps']} steps "
                   f"({at_175['write_floor_s']:.2f} s)")
-    page = flowing((REPO / "docs" / "reliability.md").read_text())
+    warning = re.search(r"warning: async checkpoints every 3 steps .*?\(checkpoint\.interval\)", flowing(printed.err))
+    assert warning is not None, printed.err
+    quotes.append(f"(and on stderr, first, `{warning[0]}`)")
+    text = (REPO / "docs" / "reliability.md").read_text()
+    page = flowing(text)
     assert [quote for quote in quotes if quote not in page] == []
-
-
-def test_the_async_young_intervals_reliability_md_quotes_across_failure_rates_are_the_405b_studys(tmp_path):
-    """docs/reliability.md's Young's intervals of the 405B job's async checkpoints at x 2, 1 and 0.5 its failure
-    rates are a study's, sqrt(2 C M) as the formula gives it and, where one step is longer, the step it is floored
-    to (x 2: 8.991 s, floored to 10.18 s)."""
-    assert main(["study", "checkpoint-interval", "llama3-405b-16k-job", "--intervals", "1steps", "--multipliers",
-                 "2,1,0.5", "--set", "run.replications=1", "--set", "run.horizon=2d", "--out", str(tmp_path),
-                 "--quiet"]) == 0
-    curves = json.loads((tmp_path / "study.json").read_text())["curves"]
-    assert curves[0]["young_formula_s"] < curves[0]["young_interval_s"] == curves[0]["write_floor_s"]
-    youngs = [f"{curves[0]['young_formula_s']:.3f} s (floored to one step, {curves[0]['young_interval_s']:.2f} s)",
-              *(f"{curve['young_formula_s']:.2f} s" for curve in curves[1:])]
-    quote = (f"whose C of {curves[0]['young_daly_cost_s'] * 1e3:.3f} ms puts Young's interval at {youngs[0]}, "
-             f"{youngs[1]} and {youngs[2]} for x 2, 1 and 0.5")
-    assert quote in flowing((REPO / "docs" / "reliability.md").read_text()), quote
+    assert w175_rows(printed.out) == w175_rows(W175_BLOCK.findall(text)[0])
 
 
 def test_the_memory_training_step_md_quotes_for_deepseek_without_recompute_is_what_validate_gives():
