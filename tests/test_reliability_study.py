@@ -601,7 +601,7 @@ def test_figures_read_side_by_side_keep_their_trailing_zeros():
 
     assert [seconds_alike(value) for value in (46.9, 46.0, 47.81, 0.0015, 1040.2, 0.0)] == [
         "46.90 s", "46.00 s", "47.81 s", "1.500 ms", "1,040 s", "0 s"]
-    figures = {"young_interval_s": 49.3, "daly_interval_s": 49.29}
+    figures = {"young_interval_s": 49.3, "daly_interval_s": 49.29, "young_formula_s": 49.3, "daly_formula_s": 49.29}
     assert young_daly_text(figures) == "Young 49.30 s, Daly 49.29 s"
     assert [durations_alike([49.3, 49.29])(value) for value in (49.3, 49.29)] == ["49.30 s", "49.29 s"]
 

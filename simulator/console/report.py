@@ -829,10 +829,8 @@ def young_daly_text(figures: dict, interval: Callable[[float], str] = seconds_al
 
 def formula_figures(figures: dict) -> tuple[float, float]:
     """Young's and Daly's intervals of a job_summary.json or study curve before the write floor
-    (`young_formula_s`, `daly_formula_s`), or, in a file written without them, as floored."""
-    young, daly = figures.get("young_formula_s"), figures.get("daly_formula_s")
-    return (figures["young_interval_s"] if young is None else young,
-            figures["daly_interval_s"] if daly is None else daly)
+    (`young_formula_s`, `daly_formula_s`)."""
+    return figures["young_formula_s"], figures["daly_formula_s"]
 
 
 def floored_names(figures: dict) -> list[str]:
