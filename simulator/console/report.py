@@ -762,7 +762,7 @@ def _none_written(job: dict) -> str:
     """Where the checkpoint interval and its write outlast the horizon, that the job writes no checkpoint in it but
     those of its planned stops that completed (`checkpoints_written`, a replication's mean): 'every 849,049 steps
     (100 d)' read as a job that checkpoints, beside the warning that it writes none
-    (`simulate.interval_past_horizon`); a stop's write that no failure lets finish writes none either."""
+    (`simulate.interval_past_horizon`); a stop whose write the horizon or a failure cuts writes none either."""
     checkpoint, horizon = job["checkpoint"], job["horizon_s"]
     if checkpoint["interval_s"] + checkpoint["write_s"] < horizon:
         return ""
