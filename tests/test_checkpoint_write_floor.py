@@ -66,7 +66,7 @@ def test_young_and_daly_on_the_write_floor_are_the_fewest_whole_steps_that_hold_
     assert summary["daly_formula_s"] < summary["young_formula_s"]
     assert young_daly_text(summary).startswith(f"Young {seconds_alike(summary['young_formula_s'])}, Daly "
                                                f"{seconds_alike(summary['daly_formula_s'])} (for C ")
-    assert f": both floored to its {steps} steps, " in young_daly_text(summary)
+    assert f": both floored to the write's {steps} steps, " in young_daly_text(summary)
 
     below = simulate_job(scenario_from_text(job(f"{steps - 1} steps")))
     held = simulate_job(scenario_from_text(job(f"{steps} steps")))

@@ -819,7 +819,7 @@ def young_daly_text(figures: dict, interval: Callable[[float], str] = seconds_al
     which = "both" if len(floored) == 2 else "".join(floored)
     if steps > 1:
         floor = f"{counted(steps, 'step')}, {interval(figures['write_floor_s'])}"
-        held = f"{which} floored to its {floor}" if floored else f"{floor}, or more"
+        held = f"{which} floored to the write's {floor}" if floored else f"{floor}, or more"
         text += (f" (for C {seconds_alike(figures['young_daly_cost_s'])} a checkpoint once the interval holds the "
                  f"write: {held})")
     elif floored:
