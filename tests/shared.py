@@ -381,7 +381,7 @@ parallelism: {tp: 4, pp: 4, dp: 4}
 """
 """Eight DGX hosts, TP 4 x PP 4 x DP 4, cross-rail PP pairs over 3:1 spine links: each of a stage's four DP replicas
 is a TP group of four GPUs on its own host (stage 0 on hosts 0, 2, 4 and 6); the stage fold's run falls out of step
-at a hand-off and the step runs again by route class (tests/test_folding.py, tests/test_rank_classes.py)."""
+at a hand-off and the step runs again by route class (tests/test_cli.py, tests/test_rank_classes.py)."""
 
 
 THREE_SIGMA_IN_HALF_WIDTHS = 3 / 1.96
