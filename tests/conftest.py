@@ -4,7 +4,6 @@ its tests are collected (tests/notebook_runs.py)."""
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import notebook_runs
@@ -18,7 +17,8 @@ from simulator.config.loader import scenario_from_text
 from simulator.console import progress
 
 FOLDER = pytest.StashKey[Path]()
-"""The folder an xdist controller hands its workers for the session's notebooks (its config's stash)."""
+"""The folder an xdist controller hands its workers for the session's notebooks, made where it starts them (its
+config's stash)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,15 +34,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     paths = notebook_runs.selected([item.nodeid for item in session.items])
     if paths:
-        session.config.stash[notebook_runs.RUNS] = notebook_runs.start(paths, notebook_runs.new_folder())
+        _start(session.config, paths, notebook_runs.folder_name())
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """Hand every xdist worker the one folder the session's notebooks are written to."""
+    """Hand every xdist worker the name of the one folder the session's notebooks are written to (made where they
+    start, so that a controller killed before its end leaves none behind where no notebook runs)."""
     config = node.config
     if FOLDER not in config.stash:
-        config.stash[FOLDER] = notebook_runs.new_folder()
+        config.stash[FOLDER] = notebook_runs.folder_name()
     node.workerinput[notebook_runs.WORKER_FOLDER] = str(config.stash[FOLDER])
 
 
@@ -53,17 +54,21 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     config = node.config
     paths = notebook_runs.selected(ids)
     if paths and notebook_runs.RUNS not in config.stash:
-        config.stash[notebook_runs.RUNS] = notebook_runs.start(paths, config.stash[FOLDER])
+        _start(config, paths, config.stash[FOLDER])
+
+
+def _start(config: pytest.Config, paths: list[Path], folder: Path) -> None:
+    """Start the session's notebooks, ended early where `-x` or `--maxfail` stops the session."""
+    runs = config.stash[notebook_runs.RUNS] = notebook_runs.start(paths, folder)
+    if config.option.maxfail:
+        config.pluginmanager.register(notebook_runs.EndAtMaxfail(runs, config.option.maxfail))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """End the notebooks' runner where the session ends before their tests read it, and remove what it wrote."""
+    """End the notebooks' runner, whether or not their tests read it, and remove what it wrote."""
     runs = session.config.stash.get(notebook_runs.RUNS, None)
     if runs is not None:
         runs.stop()
-    folder = session.config.stash.get(FOLDER, None)
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

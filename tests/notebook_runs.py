@@ -4,9 +4,11 @@ tests, whose workers (pytest-xdist) take the cores the notebooks leave; tests/te
 last, read what the notebooks left instead of stopping the suite for them while they run. Under pytest-xdist the
 session's controller starts them, once, into a folder it hands to every worker; without xdist the session itself.
 
-Run as a script, it executes the notebooks named after the pid of the session that started it and its output
-folder and writes, for each, the executed notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`);
-while it lives it holds the lock on the folder's `runner.lock`, which `start` takes for it."""
+Run as a script, it executes the notebooks named after the pid of the session that started it, its output folder
+and the descriptor of the lock on the folder's `runner.lock` that `start` takes for it, and writes, for each, the
+executed notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`); it holds the lock until it has
+written them all, then waits for the session, and removes the folder where the session is gone before ending it
+(a controller killed by SIGKILL or SIGTERM)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import asyncio
 import fcntl
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -39,14 +42,34 @@ class NotebookRuns:
     folder: Path
     process: subprocess.Popen
 
-    def stop(self) -> None:
-        """End the runner where the session ends before the notebooks' tests read them, and remove its folder.
-        SIGKILL, since nbclient catches SIGTERM and would finish the notebooks first; the kernels, each in a session
-        of its own, end within ~2 s of the runner (ipykernel watches its parent's pid)."""
+    def end(self) -> None:
+        """End the runner, freeing its lock: the notebooks' tests waiting on it read its log at once. SIGKILL, since
+        nbclient catches SIGTERM and would finish the notebooks first; the kernels, each in a session of its own,
+        end within ~2 s of the runner (ipykernel watches its parent's pid)."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+    def stop(self) -> None:
+        """End the runner as the session ends, whether or not the notebooks' tests read them, and remove its
+        folder."""
+        self.end()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class EndAtMaxfail:
+    """A plugin of the session that started the runner, ending it once as many tests failed as `-x` or
+    `--maxfail` allow: under pytest-xdist a worker already waiting on the runner's lock would otherwise keep the
+    stopping session alive until the notebooks finish (its test then fails, the runner having ended first)."""
+
+    def __init__(self, runs: NotebookRuns, maxfail: int) -> None:
+        self.runs, self.maxfail, self.failed = runs, maxfail, 0
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Count the failed reports as pytest-xdist's controller does, and end the runner at ``maxfail``."""
+        self.failed += report.failed
+        if self.failed >= self.maxfail:
+            self.runs.end()
 
 
 RUNS = pytest.StashKey[NotebookRuns]()
@@ -80,14 +103,17 @@ def selected(nodeids: list[str]) -> list[Path]:
 
 
 def start(paths: list[Path], folder: Path) -> NotebookRuns:
-    """Start executing ``paths`` into ``folder`` in a process of their own (a session of its own, away from the
-    terminal's Ctrl-C), its output and its kernels' in the folder's runner.log rather than in a test's captured
-    output. The runner's lock is taken here, before any test can ask for it, and handed to the runner alone."""
+    """Make ``folder`` and start executing ``paths`` into it in a process of their own (a session of its own, away
+    from the terminal's Ctrl-C), its output and its kernels' in the folder's runner.log rather than in a test's
+    captured output. The runner's lock is taken here, before any test can ask for it, and handed to the runner
+    alone."""
+    folder.mkdir()
     lock = os.open(folder / "runner.lock", os.O_CREAT | os.O_WRONLY, 0o644)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with (folder / "runner.log").open("w") as log:
-            process = subprocess.Popen([sys.executable, __file__, str(os.getpid()), str(folder), *map(str, paths)],
+            process = subprocess.Popen([sys.executable, __file__, str(os.getpid()), str(folder), str(lock),
+                                        *map(str, paths)],
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True, pass_fds=(lock,))
     finally:
@@ -95,9 +121,10 @@ def start(paths: list[Path], folder: Path) -> NotebookRuns:
     return NotebookRuns(folder, process)
 
 
-def new_folder() -> Path:
-    """An empty folder for a session's notebooks."""
-    return Path(tempfile.mkdtemp(prefix="trainsim-notebooks-"))
+def folder_name() -> Path:
+    """A folder, not yet made, for a session's notebooks: `start` makes it, so that a session that runs none makes
+    none (its controller hands the name to its workers before they collect)."""
+    return Path(tempfile.gettempdir()) / f"trainsim-notebooks-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 async def _execute(path: Path, folder: Path) -> None:
@@ -113,18 +140,25 @@ async def _execute(path: Path, folder: Path) -> None:
         nbformat.write(notebook, folder / f"{path.stem}.ipynb")
 
 
-async def _execute_all(session: int, folder: Path, paths: list[Path]) -> None:
-    """Execute ``paths`` side by side; where the ``session`` that started them (its pid, given by `start`, so
-    that a session killed while this process imports counts as gone) is no longer its parent (killed before
-    `NotebookRuns.stop` could end this process), remove ``folder`` and end at once, the kernels ending with this
-    process (they watch their parent)."""
+async def _execute_all(session: int, folder: Path, lock: int, paths: list[Path]) -> None:
+    """Execute ``paths`` side by side, then free the ``lock`` (a notebook that cannot be read ends this process
+    instead) and wait; where the ``session`` that started them (its pid, given by `start`, so that a session killed
+    while this process imports counts as gone) is no longer its parent (killed before `NotebookRuns.stop` could
+    end this process), remove ``folder`` and end at once, the kernels ending with this process (they watch their
+    parent)."""
     running = asyncio.gather(*(_execute(path, folder) for path in paths))
-    while not running.done():
+    while os.getppid() == session and not running.done():
         await asyncio.wait([running], timeout=1.0)
-        if os.getppid() != session:
-            shutil.rmtree(folder, ignore_errors=True)
-            os._exit(1)
+    if running.done():
+        running.result()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+    while os.getppid() == session:
+        await asyncio.sleep(1.0)
+    shutil.rmtree(folder, ignore_errors=True)
+    os._exit(1)
 
 
 if __name__ == "__main__":
-    asyncio.run(_execute_all(int(sys.argv[1]), Path(sys.argv[2]), [Path(argument) for argument in sys.argv[3:]]))
+    asyncio.run(_execute_all(int(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]),
+                             [Path(argument) for argument in sys.argv[4:]]))

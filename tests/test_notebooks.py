@@ -8,7 +8,12 @@ beside the tests before this file's, which run last and read what they left."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import notebook_runs
@@ -65,10 +70,59 @@ def test_the_notebooks_a_session_runs_are_read_off_its_test_ids():
 def test_a_runner_that_ends_without_a_notebook_says_why(tmp_path):
     """A notebook's test waits on the runner's lock, which the runner's end frees however it ends; a runner that
     ended before writing the notebook leaves its log as the test's failure, rather than a test waiting forever."""
-    runs = notebook_runs.start([tmp_path / "missing.ipynb"], tmp_path)
+    runs = notebook_runs.start([tmp_path / "missing.ipynb"], tmp_path / "runs")
     try:
-        said = notebook_runs.result(tmp_path, tmp_path / "missing.ipynb")
+        said = notebook_runs.result(runs.folder, tmp_path / "missing.ipynb")
     finally:
         runs.stop()
     assert isinstance(said, str) and said.startswith("the notebook runner ended first:")
     assert "FileNotFoundError" in said and "missing.ipynb" in said
+
+
+def _report(outcome: str) -> pytest.TestReport:
+    return pytest.TestReport("tests/test_x.py::test_x", ("tests/test_x.py", 0, "test_x"), {}, outcome, None, "call")
+
+
+def test_a_session_stopped_by_maxfail_ends_its_runner_at_once(tmp_path):
+    """Under `-x` a worker waiting on the runner's lock would keep the session alive until the notebooks finish:
+    the session's failures reaching --maxfail end the runner, and the waiting test fails at once."""
+    sleeping = tmp_path / "sleeps.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(120)")]),
+                   sleeping)
+    runs = notebook_runs.start([sleeping], tmp_path / "runs")
+    try:
+        ending = notebook_runs.EndAtMaxfail(runs, maxfail=2)
+        ending.pytest_runtest_logreport(_report("failed"))
+        ending.pytest_runtest_logreport(_report("passed"))
+        assert runs.process.poll() is None
+        ending.pytest_runtest_logreport(_report("failed"))
+        runs.process.wait(timeout=10)
+        said = notebook_runs.result(runs.folder, sleeping)
+    finally:
+        runs.stop()
+    assert isinstance(said, str) and said.startswith("the notebook runner ended first:")
+
+
+def test_a_controller_makes_no_folder_for_a_selection_without_notebooks(tmp_path, monkeypatch):
+    """An xdist controller hands its workers the notebooks' folder before they collect, by name: only starting
+    the notebooks makes it, so a controller killed (SIGKILL, `timeout`) where none runs leaves no folder."""
+    import conftest
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    node = SimpleNamespace(config=SimpleNamespace(stash=pytest.Stash()), workerinput={})
+    conftest.pytest_configure_node(node)
+    named = Path(node.workerinput[notebook_runs.WORKER_FOLDER])
+    assert named.parent == tmp_path and list(tmp_path.iterdir()) == []
+
+
+def test_a_finished_runner_removes_its_folder_once_its_session_is_gone(tmp_path):
+    """A runner whose notebooks are written frees its lock and waits for the session that started it, which ends
+    it; where that session was killed instead, the runner removes the folder itself."""
+    folder = tmp_path / "runs"
+    starting = f"import notebook_runs, pathlib; notebook_runs.start([], pathlib.Path({str(folder)!r}))"
+    subprocess.run([sys.executable, "-c", starting], cwd=Path(__file__).parent, check=True)
+    deadline = time.monotonic() + 30
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not folder.exists()
+
