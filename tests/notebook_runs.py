@@ -6,9 +6,9 @@ session's controller starts them, once, into a folder it hands to every worker; 
 
 Run as a script, it executes the notebooks named after the pid of the session that started it, its output folder
 and the descriptor of the lock on the folder's `runner.lock` that `start` takes for it, and writes, for each, the
-executed notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`); it holds the lock until it has
-written them all, then waits for the session, and removes the folder where the session is gone before ending it
-(a controller killed by SIGKILL or SIGTERM)."""
+executed notebook (`<stem>.ipynb`) or the error that stopped it (`<stem>.error`, without the traceback's colour
+codes); it holds the lock until it has written them all, then waits for the session, and removes the folder where
+the session is gone before ending it (a controller killed by SIGKILL or SIGTERM)."""
 
 from __future__ import annotations
 
@@ -127,6 +127,11 @@ def folder_name() -> Path:
     return Path(tempfile.gettempdir()) / f"trainsim-notebooks-{os.getpid()}-{secrets.token_hex(4)}"
 
 
+def without_colours(text: str) -> str:
+    """``text`` without the ANSI colour codes that IPython puts in a cell's traceback."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 async def _execute(path: Path, folder: Path) -> None:
     from nbclient import NotebookClient
 
@@ -135,7 +140,7 @@ async def _execute(path: Path, folder: Path) -> None:
         await NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                              resources={"metadata": {"path": str(path.parent)}}).async_execute()
     except Exception:
-        (folder / f"{path.stem}.error").write_text(traceback.format_exc())
+        (folder / f"{path.stem}.error").write_text(without_colours(traceback.format_exc()))
     else:
         nbformat.write(notebook, folder / f"{path.stem}.ipynb")
 

@@ -126,3 +126,7 @@ def test_a_finished_runner_removes_its_folder_once_its_session_is_gone(tmp_path)
         time.sleep(0.2)
     assert not folder.exists()
 
+
+def test_a_failing_notebooks_message_has_no_colour_codes():
+    traceback = "\x1b[0;31mValueError\x1b[0m: boom\n\x1b[1;32m----> 1\x1b[0m raise ValueError('boom')"
+    assert notebook_runs.without_colours(traceback) == "ValueError: boom\n----> 1 raise ValueError('boom')"
