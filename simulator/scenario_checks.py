@@ -137,12 +137,15 @@ with: uniform stages, the backward twice the forward (the bundled schedule studi
 
 def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
     """The located warning for a pipelined step of fewer micro-batches than fill its pipeline
-    (`filling_microbatches`, which words its rule for the allowed text): each rank idles while the micro-batches
-    pass the others, a larger share of the step than with more of them. It names the ranks and, where each holds
-    more than one chunk, the virtual stages and their placement (zbv at p = 4: 8 virtual stages in a V), and gives
-    the bubble the schedule has at uniform stages (`UNFILLED_COSTS`, timed by `simulate_schedule`: 1F1B's
-    (p-1)/(m+p-1), 60.0% at p = 4, m = 2); a schedule that refuses so few micro-batches (interleaved, dualpipev)
-    or a custom table is refused or timed elsewhere, and warned of here not at all."""
+    (`filling_microbatches`, which words its rule for the allowed text). Under one a rank (m < p) the pipeline
+    never fills: each rank idles while the micro-batches pass the others. From p up to the threshold (zbv's 3p/2
+    rounded down) every rank is busy at some instant, but each idles longer than at the threshold: the warning
+    gives both idle times, from the same executor (zbv at p = 4: 2 forwards' time at m = 5, 1.5 at m = 6). It
+    names the ranks and, where each holds more than one chunk, the virtual stages and their placement (zbv at
+    p = 4: 8 virtual stages in a V), and gives the bubble the schedule has at uniform stages (`UNFILLED_COSTS`,
+    timed by `simulate_schedule`: 1F1B's (p-1)/(m+p-1), 60.0% at p = 4, m = 2); a schedule that refuses so few
+    micro-batches (interleaved, dualpipev) or a custom table is refused or timed elsewhere, and warned of here
+    not at all."""
     from simulator.errors import InputError
     from simulator.schedules.registry import build_schedule, filling_microbatches
     from simulator.schedules.timing import simulate_schedule
@@ -161,14 +164,23 @@ def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
         schedule = build_schedule(pipeline.schedule, stages, m, pipeline.virtual_stages)
     except InputError:
         return None
-    bubble = simulate_schedule(schedule, *UNFILLED_COSTS).bubble_fraction
+    timing = simulate_schedule(schedule, *UNFILLED_COSTS)
+    depth = _pipeline_depth(stages, pipeline.virtual_stages, schedule.placement)
+    bubble = f"a {pipeline.schedule} bubble of {timing.bubble_fraction:.1%} at uniform stages (backward 2x forward)"
+    if m < stages:
+        what = (f"the pipeline never fills with {counted(m, 'micro-batch', 'micro-batches')} over {depth}: each "
+                f"rank idles while the others run, {bubble}")
+        allowed = f"at least {filling.microbatches} micro-batches, {filling.rule}, to fill it"
+    else:
+        filled = build_schedule(pipeline.schedule, stages, filling.microbatches, pipeline.virtual_stages)
+        idle_filled = max(simulate_schedule(filled, *UNFILLED_COSTS).idle_per_rank)
+        what = (f"{m} micro-batches over {depth} leave each rank idle for {max(timing.idle_per_rank):g} forwards' "
+                f"time where {filling.microbatches} leave it {idle_filled:g}, {bubble}")
+        allowed = f"at least {filling.microbatches} micro-batches, {filling.rule}, past which more idle no less"
     field = ("training", "microbatches") if scenario.training.microbatches is not None else ("training",
                                                                                               "global_batch")
     return str(loaded.error(
-        field, f"the pipeline never fills with {counted(m, 'micro-batch', 'micro-batches')} over "
-        f"{_pipeline_depth(stages, pipeline.virtual_stages, schedule.placement)}: each rank idles while the others "
-        f"run, a {pipeline.schedule} bubble of {bubble:.1%} at uniform stages (backward 2x forward)",
-        f"at least {filling.microbatches} micro-batches, {filling.rule}, to fill it",
+        field, what, allowed,
         reads=(("parallelism", "pp"), ("parallelism", "pipeline", "schedule"),
                ("parallelism", "pipeline", "virtual_stages"))))
 

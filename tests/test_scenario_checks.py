@@ -215,15 +215,17 @@ def test_gpipe_and_1f1b_fill_at_one_micro_batch_a_rank_by_convention(schedule, p
 
 
 def test_zbv_is_warned_of_below_three_halves_of_its_ranks_in_micro_batches(tmp_path, capsys):
-    """zbv's idle per rank keeps falling past m = p, to m = 3p/2: at p = 4, m = 5 is warned of with the 11.8%
-    bubble the executor gives it (1.5 of idle a rank from m = 6 on, 2 at m = 5), m = 6 is not."""
+    """zbv's idle per rank keeps falling past m = p, to m = 3p/2: at p = 4, m = 4 and 5 fill the pipeline (every
+    rank is busy at some instant) but leave each rank idle for 3 and 2 forwards' time where m = 6 leaves 1.5, and
+    are warned of so, with the 20.0% and 11.8% bubbles the executor gives them; m = 6 is not warned of."""
     path = tmp_path / "pp4.yaml"
     path.write_text(PIPELINED.replace("SCHEDULE", "zbv").replace("V", "2"))
-    assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=10"]) == 0
-    assert capsys.readouterr().err == (
-        "warning: command line: trainsim validate: --set training.global_batch=10: the pipeline never fills with 5 "
-        "micro-batches over 4 ranks (8 virtual stages, 2 a rank in a V): each rank idles while the others run, a zbv "
-        "bubble of 11.8% at uniform stages (backward 2x forward) (allowed: at least 6 micro-batches, 3p/2 rounded "
-        "down for zbv, to fill it)\n")
+    for batch, m, idle, bubble in ((8, 4, 3, "20.0%"), (10, 5, 2, "11.8%")):
+        assert main(["validate", str(path), "--quiet", "--set", f"training.global_batch={batch}"]) == 0
+        assert capsys.readouterr().err == (
+            f"warning: command line: trainsim validate: --set training.global_batch={batch}: {m} micro-batches over "
+            f"4 ranks (8 virtual stages, 2 a rank in a V) leave each rank idle for {idle} forwards' time where 6 "
+            f"leave it 1.5, a zbv bubble of {bubble} at uniform stages (backward 2x forward) (allowed: at least 6 "
+            "micro-batches, 3p/2 rounded down for zbv, past which more idle no less)\n")
     assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=12"]) == 0
     assert capsys.readouterr().err == ""
