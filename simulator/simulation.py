@@ -731,9 +731,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     """The `id` of each fold given up that ``on_rerun`` has heard of."""
 
     def dropping(given_up: list[GivenUp]) -> None:
-        """Tell ``on_rerun`` of each fold in ``given_up`` that fell out of step, once, as the next run's program
-        is built (`build_again`), or as that run starts (``rerun``) where no build came first: the one that ran
-        last, since each run's is told before the next."""
+        """Tell ``on_rerun`` of each fold in ``given_up`` that fell out of step and is not yet told, once, as the
+        next run's program is built (`build_again`), or as that run starts (``rerun``) where no build came first."""
         for entry in given_up:
             if on_rerun is not None and entry.out_of_step is not None and id(entry) not in dropped:
                 dropped.append(id(entry))
@@ -866,7 +865,7 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     ended the tries: a refuted one whose run would have stopped on a collective other than a hand-off (in order,
     the step unfolds), a deferred one that falls out of step so after a later one kept pace, or a meet of two
     deferred sides that the check refuses once built. There a fold that kept pace stands instead of the
-    unfolded run, with the same figures. Each refold given up goes into ``given_up`` in the order proposed."""
+    unfolded run, with the same figures. Each refold given up goes into ``given_up``, after what it held, in the order proposed."""
     from simulator.engine.fold_policy import Deferred, GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
     from simulator.engine.refold_evidence import StoppedHandOff, predicted_apart, refuted, stopped_hand_off
     from simulator.program.unfolding import Unfolding
@@ -875,8 +874,10 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     layout = folded.program.layout
     known: list[StoppedHandOff] = []
     deferred: list[tuple[str, int, Deferred]] = []
+    entered = len(given_up)
+    """The entries ``given_up`` held before this call, which stay first and in their order."""
     places: list[int] = []
-    """The place in the order proposed of each refold given up in ``given_up`` (its proposal's)."""
+    """The place in the order proposed of each refold this call appends to ``given_up`` (its proposal's)."""
 
     def give_up(entry: GivenUp | None, place: int) -> None:
         """Append ``entry`` (if any), the refold proposed ``place``-th, to ``given_up``."""
@@ -899,8 +900,8 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     def settle(kept: tuple[FoldedStep, dict, EventLog, str] | None) -> tuple[FoldedStep, dict, EventLog, str] | None:
         """The first of the deferred refolds to keep pace, built and run in order, those that ``kept`` (the refold
         that kept pace after them; None: none did) refutes given up unbuilt, the tries ending at one whose other
-        collectives fell out of step; else ``kept``. ``given_up`` is then put in the order the refolds were
-        proposed."""
+        collectives fell out of step; else ``kept``. The entries this call appended to ``given_up`` are then put
+        in the order the refolds were proposed."""
         stands = kept
         for reason_key, place, later in deferred:
             if kept is not None:
@@ -921,7 +922,8 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
             give_up(fell_out_of_step(step, pace), place)
             if pace.collectives:
                 break
-        given_up[:] = [entry for _, entry in sorted(zip(places, given_up), key=lambda placed: placed[0])]
+        appended = sorted(zip(places, given_up[entered:], strict=True), key=lambda placed: placed[0])
+        given_up[entered:] = [entry for _, entry in appended]
         return stands
 
     if ran is not None:
