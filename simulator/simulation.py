@@ -865,7 +865,8 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     ended the tries: a refuted one whose run would have stopped on a collective other than a hand-off (in order,
     the step unfolds), a deferred one that falls out of step so after a later one kept pace, or a meet of two
     deferred sides that the check refuses once built. There a fold that kept pace stands instead of the
-    unfolded run, with the same figures. Each refold given up goes into ``given_up``, after what it held, in the order proposed."""
+    unfolded run, with the same figures. Each refold given up goes into ``given_up``, after what it held, in the
+    order proposed."""
     from simulator.engine.fold_policy import Deferred, GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
     from simulator.engine.refold_evidence import StoppedHandOff, predicted_apart, refuted, stopped_hand_off
     from simulator.program.unfolding import Unfolding

@@ -18,9 +18,11 @@ classes keyed by CP lane) and `route_steps` (ranks classed also by their hand-of
 on them, then by place in the other collectives' plans, then by host, coarsest first; classes of unequal size
 weighted, `FoldedStep.weights`) are tried before unfolding, lanes first unless copies of one CP lane's hand-off
 ended apart (`Lockstep.hand_offs_within_lanes`: in the first instance out of step where the run stopped there,
-`LockstepWatch`, else in the whole run),
-then `meet_step` where both ran (their meet: one rank per CP lane of each class by route), or only lanes on a
-step classed by NVLink loads (with those classes): the unfolded run
+`LockstepWatch`, else in the whole run); a refold whose class-mates' hand-offs the runs stopped so far predict
+apart (the caller's ``defer``) is put off unbuilt behind the next (`Deferred`), built and run after them unless
+the run of one that kept pace refutes it (engine/refold_evidence.py `refuted`),
+then `meet_step` where both ran or were deferred (their meet: one rank per CP lane of each class by route), or only
+lanes on a step classed by NVLink loads (with those classes): the unfolded run
 where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` before its run,
 as the first fold is (`_refined_step`), and the lockstep check after its run certifies it. Classed folds and
 refolds are tried without step faults or under stragglers alike on every rank of a stage (faults/step.py
@@ -520,7 +522,8 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     """The step with its ranks classed also by the routes of their pipeline hand-offs (engine/rank_classes.py
     `route_classes`: by the hops the copies take, then also by the loads they meet on them, then also by place in
     the other collectives' plans, then by place in the period of the spine hash, then by host), the coarsest first,
-    the next to be drawn only where the one before fell out of step in its run; for a ``folded`` step whose only
+    the next to be drawn only where the one before fell out of step in its run or was deferred unbuilt (`Deferred`:
+    ``defer`` predicts its class-mates' hand-offs apart from the runs stopped so far); for a ``folded`` step whose only
     mirrors out of step were hand-offs (the fabric hashes each flow onto a spine by its hosts and rails, so one
     host's hand-off can share an uplink that its mirrors' do not, and one replica's may cross the spines where
     another's stays in its leaf group). Nothing where no such classes refine its own: no layout (a trace), step

@@ -8,10 +8,10 @@ run up to the first of those ends, and stays close to it after. Close is not pro
 ended first, as the TP gather of a received gradient, goes on at once unfolded and later in the stopped run), so
 such a refold is not given up but deferred (`predicted_apart`): the next refold runs first. Where one keeps pace,
 its run is the unfolded run, in which each copy ends when its class's representative does; a deferred refold
-whose class-mates' copies end apart there by more than the lockstep check's rounding could not have kept pace, and
-is given up unrun (`refuted`). One that this does not refute still runs, in the order it was proposed. The fold
-that stands kept pace in its own run either way; it is the one the refolds run in order would give except where
-a refold put off would have ended the tries (simulation.py `_refolded`).
+whose class-mates' copies end apart there by more than three times the lockstep check's rounding (`CERTAIN`) could
+not have kept pace, and is given up unrun (`refuted`). One that this does not refute still runs, in the order it
+was proposed. The fold that stands kept pace in its own run either way; it is the one the refolds run in order
+would give except where a refold put off would have ended the tries (simulation.py `_refolded`).
 
 On the SC21 76.1B step (1,024 A100, TP 8 x PP 4 x DP 32, NCCL's double binary trees over the 32 replicas for every
 gradient bucket) the stage fold stops at stage 3's last hand-off, 'recv bwd mb27', while the stage's last

@@ -56,9 +56,9 @@ class Op:
 
 @dataclass(slots=True)
 class ComputeOp(Op):
-    """A kernel (or fused run of kernels) lasting ``duration`` seconds, doing ``flops`` and moving HBM ``bytes``.
-    ``sm_bound_share`` is the share of its nominal time in kernels that SMs, not HBM, limit: only those slow
-    down while communication kernels hold SMs (0: memory-bound throughout); ``reserved_sms`` are SMs it is
+    """A kernel (or fused run of kernels) lasting ``duration`` seconds, doing ``flops`` and moving ``hbm_bytes``
+    through HBM. ``sm_bound_share`` is the share of its nominal time in kernels that SMs, not HBM, limit: only those
+    slow down while communication kernels hold SMs (0: memory-bound throughout); ``reserved_sms`` are SMs it is
     launched without, left to the communication overlapping it. The program builder passes the fields by
     position (parallel/program.py), so their order is kept (tests/test_ops.py)."""
 
