@@ -1053,8 +1053,8 @@ def test_a_synthetic_model_says_so_instead_of_zero_throughput(tmp_path, capsys):
     assert "TFLOP/s per GPU" not in out and "tokens/s" not in out and "peak memory" not in out
     # 3/11, the closed form for GPipe-like fill and drain at p = 4, m = 8, of the window the forwards and
     # backwards span, beside the schedule's own (the same: nothing waits); the bottleneck row gives the same idle
-    # time as a share of the step, which the bubble's row says beside it (a deeper run printed 50.0% of the window
-    # above 45.9% of the step, read as contradicting).
+    # time as a share of the step, which the bubble's row says beside it, so that two shares of one idle time (50.0%
+    # of the window above 45.9% of the step on a deeper run) read as the same time, not as contradicting.
     assert ("pipeline bubble          27.3% of the pipeline window (idle on the compute stream, waits included; the"
             in out)
     assert "alone 27.3%), 27.3% of the whole step" in out

@@ -478,8 +478,8 @@ def test_a_folder_without_a_timeline_says_why_and_what_to_run(tmp_path, capsys):
 
 
 def test_cli_plot_names_a_run_folder_of_an_earlier_version(tmp_path, capsys):
-    """summary.json's memory_per_stage_gib became memory_per_stage: a folder written before is read as the
-    training-step run it is, not refused as 'summary.json has no memory_per_stage (not a training-step run?)'."""
+    """A run folder whose summary.json names memory_per_stage_gib (an earlier version's memory_per_stage) is read as
+    the training-step run it is, not refused as 'summary.json has no memory_per_stage (not a training-step run?)'."""
     out = tmp_path / "run"
     scenario = tmp_path / "1f1b.yaml"
     scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))

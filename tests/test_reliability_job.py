@@ -658,12 +658,11 @@ def test_the_job_table_reads_the_interval_young_and_daly_in_one_fitting_unit():
 
 
 def test_the_checkpoints_row_says_none_is_written_where_the_interval_outlasts_the_horizon():
-    """An interval longer than the horizon (2 d in 1 d) writes no checkpoint: the row says so beside it, where
-    'every 5,598 steps (2 d)' alone read as a job that checkpoints; with planned stops (every 1 h over 6 h), the
-    checkpoints of theirs that completed, as `checkpoints_written` counts them, and none where a stop's write
-    (1 GB at 40 kB/s, 6.9 h) cannot finish within the horizon: 'but at its 1 planned stop' read as a
-    checkpoint written, beside an event log without one. An interval within the horizon (30 min) says nothing
-    of it."""
+    """An interval longer than the horizon (2 d in 1 d) writes no checkpoint: the row says so beside it, so that
+    'every 5,598 steps (2 d)' does not stand alone as a job that checkpoints; with planned stops (every 1 h over
+    6 h), the checkpoints of theirs that completed, as `checkpoints_written` counts them, and none where a stop's
+    write (1 GB at 40 kB/s, 6.9 h) cannot finish within the horizon. An interval within the horizon (30 min) says
+    nothing of it."""
     from rich.console import Console
 
     from simulator.console.report import job_table

@@ -608,8 +608,8 @@ def test_figures_read_side_by_side_keep_their_trailing_zeros():
 
 def test_young_and_daly_below_one_step_print_as_the_formulas_give_them_and_say_they_are_floored():
     """x 2 the 405B job's failure rates Young's sqrt(2 x 7.26 ms x 5,567 s) is 8.991 s, under its one 10.18 s step:
-    the line read 'Young 10.18 s, Daly 10.18 s', not what the formula gives by hand. It prints the formulas' figures
-    and says which the step floors; above the step it prints them alone."""
+    the line prints the formulas' figures as they come by hand, not the floored 'Young 10.18 s, Daly 10.18 s', and
+    says which the step floors; above the step it prints them alone."""
     from simulator.console.report import young_daly_text
 
     step = {"write_floor_steps": 1, "write_floor_s": 10.1761}
@@ -762,8 +762,8 @@ def test_a_checkpoint_interval_study_without_intervals_runs_a_grid_around_daly(t
 
 
 def test_the_grid_lines_durations_keep_their_trailing_zeros():
-    """The 2k job's grid read '182 (591 s)' beside '(295.5 s)' and '(837.8 s)': side by side each keeps four
-    significant digits, '591.0 s'."""
+    """The 2k job's grid line gives each interval's duration to four significant digits, trailing zeros kept:
+    '182 (591.0 s)' beside '(295.5 s)' and '(837.8 s)', not '591 s'."""
     from simulator.cli import _grid_line
     from simulator.reliability.study import IntervalGrid
 
