@@ -432,7 +432,8 @@ def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode
                    efficiency: Mapping[str, float], faults: StepFaultPlan, guard: UnfoldingGuard | None = None,
                    shared: bool = False) -> FoldedStep:
     """The ``stage`` fold (one rank per stage, passed by `fold_verdict`) refolded by the classes of ranks that
-    stragglers in one pipeline replica part (faults/step.py `straggler_classes`), each slow rank simulated as
+    stragglers in one pipeline replica part (faults/step.py `straggler_classes`; by TP coordinate too where TP
+    all-gathers run as ring exchanges, whose ranks wait by their places along the ring), each slow rank simulated as
     itself beside one rank of every other class, weighted by its class's size: in the stage fold the
     representatives play the slow replica, so the step time is right but every per-GPU figure (bubble, exposed
     communication, loss shares, SM contention) is the slow replica's, not the mean over the GPUs (TP 8, DP 4, GPU
@@ -456,7 +457,8 @@ def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode
     fewer flows (the 2,048-GPU Llama 3 70B step with GPU 0 x1.3: 384,800 flows and 4.1 s of CPU every mirror
     kept, 212,768 and 3.4 s pruned)."""
     layout = stage.program.layout
-    classes = None if layout is None else straggler_classes(faults, layout)
+    parted = any(op.algorithm == "ring_exchange" for op in stage.shapes.firsts)
+    classes = None if layout is None else straggler_classes(faults, layout, parted)
     assert not (shared and classes is None), "a stage fold refused for SHARED_LINKS has stragglers in one replica"
     if classes is None or layout is None:
         return stage

@@ -288,16 +288,25 @@ def fold_shape(plan: StepFaultPlan, layout: Layout) -> FoldShape:
     return bool(plan.links), alike, None if alike else slow_replica(plan, layout)
 
 
-def straggler_classes(plan: StepFaultPlan, layout: Layout) -> RankClasses | None:
+def straggler_classes(plan: StepFaultPlan, layout: Layout, tp_apart: bool = False) -> RankClasses | None:
     """The classes of a stage's ranks that a step with stragglers in one pipeline replica simulates apart: keyed
     by which of the slow replica's coordinates each rank shares (`slow_replica`: one GPU's rank a class of one;
     a rank of its TP group waits for it at every TP collective, one of its DP group at every gradient reduction,
     the rest only through those). The summary's per-GPU means then weigh each representative by its class's size
-    (parallel/folding.py `rank_weights`), the slow rank as one GPU. None where there is no such replica."""
+    (parallel/folding.py `rank_weights`), the slow rank as one GPU. None where there is no such replica.
+
+    ``tp_apart``: key every rank also by its TP coordinate, for a step whose TP all-gathers run as ring exchanges
+    against their GEMMs (`tp_comm_overlap`, parallel/overlap.py): each rank then trades chunks with its own
+    neighbours (a pair, then every other rank along the ring), so a TP rank waits for the slow GPU, or for a rank
+    waiting on it at a DP reduction, by where it sits along the ring, not alike with its TP mates (4 racks of GB200
+    trays, TP 4 x PP 2 x DP 8, GPU 5 x1.5: keyed without it, 8 ranks, the step time exact and bubble 0.48226
+    against 0.48161 unfolded, exposed TP 0.714 against 0.725 ms; keyed only in the slow GPU's own TP group, the DP
+    communication still 3.6 us off)."""
     replica = slow_replica(plan, layout)
     if replica is None:
         return None
-    return RankClasses.keyed([replica.key(layout, rank) for rank in layout.stage_ranks(0)], unequal=True)
+    return RankClasses.keyed([(*replica.key(layout, rank), layout.coords(rank)["tp"] if tp_apart else 0)
+                              for rank in layout.stage_ranks(0)], unequal=True)
 
 
 def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) -> tuple[dict[int, Slowdown], bool,
@@ -311,8 +320,9 @@ def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) 
     fold onto one representative per stage, which then play the slow replica: the others wait for it at every
     collective they share, so the step time is exact when their traffic never meets it elsewhere (checked on the
     program's links by the caller), but the per-GPU figures are the slow replica's; folded by the classes of
-    `straggler_classes`, the slow replica's ranks are simulated as themselves beside a rank of each other class,
-    which asks no such isolation: the class-mates are held to their representatives as in any classed fold.
+    `straggler_classes` (or its finer classes by TP coordinate too, ``tp_apart``, whose representatives include
+    theirs), the slow replica's ranks are simulated as themselves beside a rank of each other
+    class, which asks no such isolation: the class-mates are held to their representatives as in any classed fold.
     Other simulated ranks are refused (a guard: the step builds no others under such stragglers)."""
     slowed = plan.slowdown_of()
     if alike_in_stages(plan, layout):
@@ -320,7 +330,7 @@ def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) 
     replica = slow_replica(plan, layout)
     if replica is None:
         return {}, False, "stragglers in more than one pipeline replica"
-    if list(ranks) == folding_representatives(layout, True, straggler_classes(plan, layout)):
+    if set(folding_representatives(layout, True, straggler_classes(plan, layout))) <= set(ranks):
         return {rank: slowed[rank] for rank in ranks if rank in slowed}, False, ""
     if list(ranks) != folding_representatives(layout, True):
         return {}, False, "stragglers in one pipeline replica fold onto one rank per stage or per class only"
