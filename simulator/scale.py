@@ -1774,7 +1774,7 @@ def _classes_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: T
     its step timeline off): the folded estimate where it counts those ranks (`_folds_by_trays`), else the
     unfolded step's ops and memory in the share ``ranks`` of the GPUs simulates (`classed_estimate`) beside every
     flow of it: each representative's groups are simulated with the copies that meet them (the GB200 job's step
-    at 4 racks, one rank a tray of two racks: 83,880 flows of the unfolded estimate's 86,544). None for a trace."""
+    at 4 racks, one rank a tray of two racks: 83,664 flows of the unfolded estimate's 86,544). None for a trace."""
     scenario = loaded.scenario
     run = scenario.run.model_copy(update={"timeline": "summary"}) if scenario.run.horizon is not None else scenario.run
     folded = estimate_scale(scenario.model_copy(update={"run": run}), gpus, scenario_hosts(loaded), topology,

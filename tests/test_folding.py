@@ -837,8 +837,8 @@ def test_gb200_trays_of_racks_a_rotation_apart_share_a_class(run_yaml, racks, ra
     rack: the DP rings run one way through one rack's trays and the other way through the next's, so on four racks
     the step rotated by two racks is its own image, and the trays at one place of racks 0 and 2 (1 and 3) carry
     alike, their rings leaving to like offsets at like places of the hash's period (engine/rank_classes.py
-    `_placed`): one rank a tray of two racks, 8 of 64, where keyed by the hosts at the other ends each of the 16
-    trays a stage was its own class. On five racks no rotation maps the step onto itself, and every tray is
+    `_placed`): one rank a tray of two racks, 8 of 64 (keyed by the hosts at the other ends, each of the 16 trays
+    a stage is its own class). On five racks no rotation maps the step onto itself, and every tray is
     simulated apart (20 of 80; keyed without their places in the rotation, the trays part into classes of unequal
     size and the step folds onto 2 ranks). Every figure is the unfolded step's."""
     scenario = FOUR_RACKS_A_LEAF_GROUP_EACH.replace("racks: 4", f"racks: {racks}").replace(

@@ -1249,7 +1249,7 @@ def test_the_gb200_job_step_is_estimated_at_its_tray_classes():
 ])
 def test_a_gb200_job_step_counts_its_tray_classes_only_where_they_fold(racks, overrides, ranks):
     """The GB200 job's step (80 layers) estimated at its size: one rank a tray where the run folds by trays, so
-    that on an odd number of racks from about 42 (3,024 GPUs) it is past MAX_EVENTS (on an even number one rank a
+    that on an odd number of racks from 43 (3,096 GPUs) it is past MAX_EVENTS (on an even number one rank a
     tray of two racks); the stage fold's ranks on the analytic model, and
     where each rack holds more of a DP ring's trays than it has channels (PP 1, 18 a rack: the stage fold runs).
     Below 42 racks its memory with the full timeline is within MAX_MEMORY_BYTES too (`OP_BYTES`, measured: the

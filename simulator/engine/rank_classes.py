@@ -28,7 +28,7 @@ tray and stage (32 of 128 there, 8 of 32 where two replicas share a rack and fol
 that a rotation of the whole step by whole periods of the hash maps onto each other, which share a class (`_placed`:
 the rings run one way through one rack and the other way through the next, so on an even number of racks, each its
 own period, the step rotated by two racks is its own image; the bundled GB200 job, TP 4 x PP 2 x DP 36 on four
-racks, folds onto 36 of 288 ranks, where keyed by the hosts at the other ends it simulated 72). Only
+racks, folds onto 36 of 288 ranks, 72 where keyed by the hosts at the other ends). Only
 collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those
 that may overlap (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where
 nothing mirrored meets a ring on NVLink, its direction changes no simulated time. What else the NICs carry is left
@@ -289,7 +289,7 @@ def _stage_hosts(program: StepProgram, host: np.ndarray) -> list[tuple[int, ...]
 
 
 def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray,
-                       between_hosts: bool = True) -> dict[int, tuple]:
+                       between_hosts: bool = True) -> dict[int, tuple[bytes | int, ...]]:
     """Per host, what its NVLink links carry of the collectives that span hosts and load them unlike, where
     something mirrored on other hosts may meet them (empty where none do); ``between_hosts``: also what it sends
     to and receives from the other hosts of its NVLink domain."""
@@ -311,7 +311,7 @@ def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Progra
 
 
 def _placed(signatures: dict[int, tuple[bytes, ...]], leaving: set[int], fabric: Fabric | None, host: np.ndarray
-            ) -> dict[int, tuple]:
+            ) -> dict[int, tuple[bytes | int, ...]]:
     """``signatures`` with each host of ``leaving`` (those whose transfers leave their NVLink domain) keyed also
     by its place in the step's rotation period: the fewest whole periods of ``fabric``'s spine hash whose rotation
     maps every host's signature onto its image's, every host where none does or there is no such fabric (each
@@ -529,10 +529,11 @@ def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.nda
                                           transfers[:, 2]))[across])
             if nic_ends:
                 leaving = domain[src] != domain[dst]
-                sent, received = _flow_codes(fabric, src, dst, transfers[:, 3].astype(np.int64), host, local)
-                parts.append(np.column_stack((host[src], phase_of, local[src], -2 - received,
+                source, destination = _flow_codes(fabric, src, dst, transfers[:, 3].astype(np.int64), host, local)
+                parts.append(np.column_stack((host[src], phase_of, local[src], -2 - destination,
                                               transfers[:, 2]))[leaving])
-                parts.append(np.column_stack((host[dst], phase_of, -2 - sent, local[dst], transfers[:, 2]))[leaving])
+                parts.append(np.column_stack((host[dst], phase_of, -2 - source, local[dst],
+                                              transfers[:, 2]))[leaving])
     table = np.concatenate(parts)
     table = table[np.lexsort(table.T[::-1])]
     bounds = np.flatnonzero(np.diff(table[:, 0], prepend=-1, append=-1))
