@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -289,7 +289,7 @@ def _stage_hosts(program: StepProgram, host: np.ndarray) -> list[tuple[int, ...]
 
 
 def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray,
-                       between_hosts: bool = True) -> dict[int, tuple[bytes | int, ...]]:
+                       between_hosts: bool = True) -> Mapping[int, tuple[bytes | int, ...]]:
     """Per host, what its NVLink links carry of the collectives that span hosts and load them unlike, where
     something mirrored on other hosts may meet them (empty where none do); ``between_hosts``: also what it sends
     to and receives from the other hosts of its NVLink domain."""
@@ -311,7 +311,7 @@ def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Progra
 
 
 def _placed(signatures: dict[int, tuple[bytes, ...]], leaving: set[int], fabric: Fabric | None, host: np.ndarray
-            ) -> dict[int, tuple[bytes | int, ...]]:
+            ) -> Mapping[int, tuple[bytes | int, ...]]:
     """``signatures`` with each host of ``leaving`` (those whose transfers leave their NVLink domain) keyed also
     by its place in the step's rotation period: the fewest whole periods of ``fabric``'s spine hash whose rotation
     maps every host's signature onto its image's, every host where none does or there is no such fabric (each
