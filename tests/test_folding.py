@@ -876,6 +876,17 @@ def test_a_straggler_s_tp_mates_under_ring_exchanges_fold_apart(run_yaml, scenar
     assert_same_figures(folded, unfolded, 1e-12, 1e-15)
 
 
+def test_a_slow_tp_group_under_ring_exchanges_keeps_its_classes(run_yaml):
+    """A whole TP group slow (GPUs 4-7, one host of the eight, under `tp_comm_overlap`): every rank of a ring waits
+    alike, so the TP coordinate parts no class: one rank of the slow group and one of the rest a stage, 8 of 64
+    (keyed by TP coordinate too, 32), every figure the unfolded run's."""
+    slow_host = "faults.step.stragglers=[{gpus: [4, 5, 6, 7], slowdown: 1.5}]"
+    folded = run_yaml(EIGHT_HOSTS_TP_OVERLAP, slow_host).summary
+    unfolded = run_yaml(EIGHT_HOSTS_TP_OVERLAP, slow_host, "run.fold=false").summary
+    assert folded["folded"] and folded["simulated_ranks"] == 8
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+
+
 SPINE_HASHED_COPIES = ("cluster.topology=dgx-h100-cluster", "cluster.nics_per_node=1", "cluster.nodes=6",
                        "cluster.leaf_ports=2", "cluster.oversubscription=8", "parallelism.tp=8", "parallelism.pp=3",
                        "parallelism.dp=2", "training.global_batch=8", "model.layers=24", "run.timeline=summary")

@@ -301,11 +301,13 @@ def straggler_classes(plan: StepFaultPlan, layout: Layout, tp_apart: bool = Fals
     waiting on it at a DP reduction, by where it sits along the ring, not alike with its TP mates (4 racks of GB200
     trays, TP 4 x PP 2 x DP 8, GPU 5 x1.5: keyed without it, 8 ranks, the step time exact and bubble 0.48226
     against 0.48161 unfolded, exposed TP 0.714 against 0.725 ms; keyed only in the slow GPU's own TP group, the DP
-    communication still 3.6 us off)."""
+    communication still 3.6 us off). Where the slow replica is a whole TP group (a slow host: `SlowReplica.dims`
+    without TP), every rank of a ring waits alike and the TP coordinate parts no class."""
     replica = slow_replica(plan, layout)
     if replica is None:
         return None
-    return RankClasses.keyed([(*replica.key(layout, rank), layout.coords(rank)["tp"] if tp_apart else 0)
+    by_tp = tp_apart and "tp" in replica.dims
+    return RankClasses.keyed([(*replica.key(layout, rank), layout.coords(rank)["tp"] if by_tp else 0)
                               for rank in layout.stage_ranks(0)], unequal=True)
 
 
