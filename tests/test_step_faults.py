@@ -532,3 +532,21 @@ def test_step_fault_resolution_raises_a_plain_field_error_that_the_top_locates()
     with pytest.raises(ScenarioError) as caught:
         resolve_step_faults(StepFaults(stragglers=(Straggler(gpus=[3, 8], slowdown=2),)), topology, seed=0)
     assert (caught.value.field, caught.value.file, caught.value.line) == ("faults.step.stragglers[0].gpus", "", None)
+
+
+def test_stragglers_fold_onto_their_classes_representatives_only():
+    """One slow GPU of TP 4 x PP 2 x DP 4 folds onto the representatives of its straggler classes, keyed by the slow
+    replica's coordinates or by TP coordinate too (`tp_apart`), and onto no other set of ranks: one stray rank
+    beside either set is refused, naming the ranks it folds onto."""
+    from simulator.faults.step import Slowdown, StepFaultPlan, folded_slowdowns, straggler_classes
+    from simulator.parallel.folding import representatives
+    from simulator.parallel.layout import Layout
+
+    layout = Layout(tp=4, pp=2, dp=4, order=("tp", "cp", "pp", "dp"))
+    plan = StepFaultPlan(slowdowns=((5, Slowdown(1.5)),))
+    refused = "stragglers in one pipeline replica fold onto one rank per stage or per class only"
+    for tp_apart in (False, True):
+        ranks = representatives(layout, True, straggler_classes(plan, layout, tp_apart))
+        assert folded_slowdowns(plan, layout, ranks) == ({5: Slowdown(1.5)}, False, "")
+        stray = next(rank for rank in range(layout.world) if rank not in ranks)
+        assert folded_slowdowns(plan, layout, sorted([*ranks, stray]))[2] == refused

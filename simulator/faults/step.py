@@ -322,9 +322,9 @@ def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) 
     fold onto one representative per stage, which then play the slow replica: the others wait for it at every
     collective they share, so the step time is exact when their traffic never meets it elsewhere (checked on the
     program's links by the caller), but the per-GPU figures are the slow replica's; folded by the classes of
-    `straggler_classes` (or its finer classes by TP coordinate too, ``tp_apart``, whose representatives include
-    theirs), the slow replica's ranks are simulated as themselves beside a rank of each other
-    class, which asks no such isolation: the class-mates are held to their representatives as in any classed fold.
+    `straggler_classes` (or its finer classes by TP coordinate too, ``tp_apart``), the slow replica's ranks are
+    simulated as themselves beside a rank of each other class, which asks no such isolation: the class-mates are
+    held to their representatives as in any classed fold.
     Other simulated ranks are refused (a guard: the step builds no others under such stragglers)."""
     slowed = plan.slowdown_of()
     if alike_in_stages(plan, layout):
@@ -332,7 +332,8 @@ def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) 
     replica = slow_replica(plan, layout)
     if replica is None:
         return {}, False, "stragglers in more than one pipeline replica"
-    if set(folding_representatives(layout, True, straggler_classes(plan, layout))) <= set(ranks):
+    if any(list(ranks) == folding_representatives(layout, True, straggler_classes(plan, layout, tp_apart))
+           for tp_apart in (False, True)):
         return {rank: slowed[rank] for rank in ranks if rank in slowed}, False, ""
     if list(ranks) != folding_representatives(layout, True):
         return {}, False, "stragglers in one pipeline replica fold onto one rank per stage or per class only"
