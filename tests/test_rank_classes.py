@@ -324,12 +324,8 @@ def _meet_stands_as_unfolded(summary: dict, text: str) -> None:
     assert_same_figures(summary, unfolded, 1e-12, 1e-18, "fold_meet_reason")
 
 
-def test_a_refuted_refold_that_would_have_unfolded_the_step_leaves_the_meet_standing(monkeypatch):
-    """The wrap case with TP 4 x CP 2, its route classes' run made to report a collective other than a hand-off
-    out of step. Run in order, the route classes run first and so end the tries: the step unfolds (32 ranks).
-    Deferred, they are refuted by the meet's run and never run, so the meet stands instead: a fold that kept pace
-    in its own run, every figure the unfolded run's."""
-    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,")
+def _route_run_drifting(monkeypatch) -> None:
+    """Make the route classes' run (ranks 0, 8, 16, 24) report a collective other than a hand-off out of step."""
     real = simulation.run_step
 
     def drifting(program: StepProgram, *args, **kwargs) -> tuple[dict, object, Lockstep]:
@@ -338,6 +334,15 @@ def test_a_refuted_refold_that_would_have_unfolded_the_step_leaves_the_meet_stan
             else kept_pace
 
     monkeypatch.setattr(simulation, "run_step", drifting)
+
+
+def test_a_refuted_refold_that_would_have_unfolded_the_step_leaves_the_meet_standing(monkeypatch):
+    """The wrap case with TP 4 x CP 2, its route classes' run made to report a collective other than a hand-off
+    out of step. Run in order, the route classes run first and so end the tries: the step unfolds (32 ranks).
+    Deferred, they are refuted by the meet's run and never run, so the meet stands instead: a fold that kept pace
+    in its own run, every figure the unfolded run's."""
+    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,")
+    _route_run_drifting(monkeypatch)
     runs = _counting_runs(monkeypatch)
     summary = simulate(scenario_from_text(text, "inline.yaml", [])).summary
     met = tuple(range(0, 32, 4))
@@ -427,14 +432,7 @@ def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monke
     reported with a collective other than a hand-off out of step ends the tries, and the step runs unfolded with
     the stage fold's reason."""
     text = WRAP_OVER_SHARED_NICS.replace("tp: 8,", "tp: 4, cp: 2,")
-    real = simulation.run_step
-
-    def drifting(program: StepProgram, *args, **kwargs) -> tuple[dict, object, Lockstep]:
-        summary, log, kept_pace = real(program, *args, **kwargs)
-        return summary, log, replace(kept_pace, collectives="drifted") if program.ranks == (0, 8, 16, 24) \
-            else kept_pace
-
-    monkeypatch.setattr(simulation, "run_step", drifting)
+    _route_run_drifting(monkeypatch)
     tried = _recording(monkeypatch)
     summary = simulate(scenario_from_text(text, "inline.yaml", [])).summary
     assert tried == [("route_step", (0, 8, 16, 24)), ("lane_step", (0, 4, 16, 20)),

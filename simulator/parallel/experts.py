@@ -28,7 +28,7 @@ import numpy as np
 from simulator.collectives.names import Primitive
 from simulator.parallel.folding import mirror_images
 from simulator.parallel.layout import Layout
-from simulator.parallel.passes import Pass
+from simulator.parallel.passes import Pass, pass_figure
 
 if TYPE_CHECKING:
     from simulator.parallel.sharding import Sharding
@@ -102,19 +102,7 @@ class ExpertWork:
 
     def part_bytes(self, phase: Pass) -> float:
         """HBM bytes of the experts' kernels in pass ``phase``."""
-        forward, backward_input, backward_weight, recompute = self.hbm_bytes
-        match phase:
-            case Pass.FORWARD:
-                return forward
-            case Pass.RECOMPUTE:
-                return recompute
-            case Pass.BACKWARD:
-                return backward_input + backward_weight
-            case Pass.BACKWARD_INPUT:
-                return backward_input
-            case Pass.BACKWARD_WEIGHT:
-                return backward_weight
-        assert_never(phase)
+        return pass_figure(self.hbm_bytes, phase)
 
 
 @lru_cache(maxsize=4096)

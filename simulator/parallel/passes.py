@@ -10,6 +10,7 @@ builder; the names of a pass's compute ops start with its ``op_prefix``, which t
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import assert_never
 
 
 class Pass(StrEnum):
@@ -55,3 +56,24 @@ _INPUT_GRADS = frozenset({Pass.BACKWARD, Pass.BACKWARD_INPUT})
 _WEIGHT_GRADS = frozenset({Pass.BACKWARD, Pass.BACKWARD_WEIGHT})
 _OP_PREFIXES = {Pass.FORWARD: "F", Pass.RECOMPUTE: "R", Pass.BACKWARD: "B", Pass.BACKWARD_INPUT: "Bi",
                 Pass.BACKWARD_WEIGHT: "W"}
+
+
+PassFigures = tuple[float, float, float, float]
+"""One figure of a block's work per part of a pass: (forward, input gradients, weight gradients, recompute)."""
+
+
+def pass_figure(figures: PassFigures, phase: Pass) -> float:
+    """Pass ``phase``'s figure of ``figures``: the whole backward's is its input- and weight-gradient parts'."""
+    forward, backward_input, backward_weight, recompute = figures
+    match phase:
+        case Pass.FORWARD:
+            return forward
+        case Pass.RECOMPUTE:
+            return recompute
+        case Pass.BACKWARD:
+            return backward_input + backward_weight
+        case Pass.BACKWARD_INPUT:
+            return backward_input
+        case Pass.BACKWARD_WEIGHT:
+            return backward_weight
+    assert_never(phase)

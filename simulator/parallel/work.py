@@ -14,7 +14,7 @@ from typing import TypeVar, assert_never
 
 from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
-from simulator.parallel.passes import Pass
+from simulator.parallel.passes import Pass, pass_figure
 
 Key = TypeVar("Key")
 
@@ -106,36 +106,12 @@ class Block:
 
     def pass_hbm_bytes(self, phase: Pass) -> float:
         """HBM bytes of pass ``phase``."""
-        forward, backward_input, backward_weight, recompute = self.hbm_bytes
-        match phase:
-            case Pass.FORWARD:
-                return forward
-            case Pass.RECOMPUTE:
-                return recompute
-            case Pass.BACKWARD:
-                return backward_input + backward_weight
-            case Pass.BACKWARD_INPUT:
-                return backward_input
-            case Pass.BACKWARD_WEIGHT:
-                return backward_weight
-        assert_never(phase)
+        return pass_figure(self.hbm_bytes, phase)
 
     def sm_bound_seconds(self, phase: Pass) -> float:
         """SM-bound seconds of pass ``phase``."""
-        forward, backward_input, backward_weight, recompute = self.sm_bound_s or (
-            self.forward_s, self.backward_input_s, self.backward_weight_s, self.recompute_s)
-        match phase:
-            case Pass.FORWARD:
-                return forward
-            case Pass.RECOMPUTE:
-                return recompute
-            case Pass.BACKWARD:
-                return backward_input + backward_weight
-            case Pass.BACKWARD_INPUT:
-                return backward_input
-            case Pass.BACKWARD_WEIGHT:
-                return backward_weight
-        assert_never(phase)
+        return pass_figure(self.sm_bound_s or (self.forward_s, self.backward_input_s, self.backward_weight_s,
+                                                self.recompute_s), phase)
 
 
 def layer_units(blocks: Iterable[Block]) -> dict[int, tuple[str, str, float]]:
