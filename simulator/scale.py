@@ -1616,7 +1616,8 @@ def refuse_large_trace(loaded: LoadedScenario, gpus: int, program: StepProgram,
 UNFOLDING_FIELDS: dict[FoldCheck, tuple[str, ...]] = {
     "plan": ("parallelism", "cp_load_balance"), "copies": ("workload", "dp"), "cluster": ("cluster",),
     "stages": ("parallelism", "pp"), "collectives": ("cluster",),
-    "faults": ("faults", "step"), "links": ("faults", "step"), "classes": ("cluster",)}
+    "faults": ("faults", "step"), "links": ("faults", "step"), "classes": ("cluster",),
+    "aligned": ("faults", "step")}
 """The field blamed when a fold check unfolds a step too large unfolded (the collectives' replicas meet the
 cluster's links unevenly)."""
 UNFOLDING_ADVICE: dict[FoldCheck, str] = {
@@ -1630,6 +1631,7 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
                "slowing whole stages)"),
     "links": "links down near fewer hosts (each rank of a host near them is simulated apart)",
     "classes": "network.model: analytic (each collective alone: no ranks simulated apart by their NVLink loads)",
+    "aligned": "stragglers slowing whole stages (no ranks of a stage classed apart)",
 }
 """What to change so that the check passes."""
 

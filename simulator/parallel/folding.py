@@ -146,6 +146,34 @@ def class_images(layout: Layout, classes: RankClasses, group: tuple[int, ...],
                  if own and not simulated[np.array(image, dtype=np.int64)].any())
 
 
+def unlike_images(layout: Layout, classes: RankClasses, group: tuple[int, ...],
+                  images: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """Per image of ``group``, whether its ranks span other classes than the group's (classes by stage position,
+    `_stage_positions`; a class held more or fewer times, or at other places, is alike). A folded collective starts
+    every copy when its simulated members are ready and releases them all when the last copy ends
+    (collectives/execute.py `run_plans`), so a mirror is its unfolded copy exactly where that copy would start
+    with its group: where its ranks' classes are the group's, the last of them is ready when the group's last is.
+    An image of another class than any of the group's, or lacking one of them, holds ranks that the unfolded run
+    may ready at other times, which the lockstep check, comparing the copies' ends, cannot see. Vectorised over the
+    images: O(their ranks)."""
+    if not images:
+        return np.zeros(0, dtype=bool)
+    own = np.unique(classes_of(layout, classes, group))
+    theirs = classes_of(layout, classes, images)
+    slot = np.full(len(classes.sizes), -1, dtype=np.int64)
+    slot[own] = np.arange(own.size)
+    at = slot[theirs]
+    held = np.zeros((len(images), own.size), dtype=bool)
+    rows = np.broadcast_to(np.arange(len(images))[:, None], at.shape)
+    held[rows[at >= 0], at[at >= 0]] = True
+    return np.asarray((at < 0).any(axis=1) | ~held.all(axis=1))
+
+
+def classes_of(layout: Layout, classes: RankClasses, ranks: Sequence[int] | Sequence[Sequence[int]]) -> np.ndarray:
+    """The class of each of ``ranks`` (any shape) under ``classes``: its stage position's."""
+    return np.asarray(classes.of_position, dtype=np.int64)[_stage_positions(layout, np.asarray(ranks, dtype=np.int64))]
+
+
 def class_copies(layout: Layout, classes: RankClasses, orbit: Sequence[tuple[int, ...]]
                  ) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
     """Per representative under ``classes`` that ``orbit`` (every copy of one collective: a group and its mirrors

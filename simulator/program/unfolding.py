@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 FoldCheck = Literal["plan", "copies", "cluster", "stages", "collectives", "faults", "links", "hops", "size",
-                    "untried", "classes", "ended"]
+                    "untried", "classes", "ended", "aligned"]
 """The check that unfolds a step: the plan's ranks of a stage doing different work
 (`parallel/program.plan_fold_blocker`), a replicated trace's copies whose own traffic meets the cluster unlike the
 traced ranks' (`workload/traces/program._copies_unlike`), the cluster (`engine/fold_policy.fold_blocker`), its
@@ -23,7 +23,9 @@ beyond the refold budget, tried where the step may not unfold (`RefoldBudget`), 
 (``untried``: route classes finer than by hops, `engine/fold_policy.route_steps`); or ``classes``: the step
 folded by classes of ranks whose NVLink loads differ (`engine/fold_policy._classed_step`), told with the ranks
 it simulates; or ``ended``: a refold whose class-mates' copies of a hand-off end apart in the unfolded run, as a
-refold that kept pace shows (`engine/refold_evidence.refuted`), given up unrun."""
+refold that kept pace shows (`engine/refold_evidence.refuted`), given up unrun; or ``aligned``: a fold by classes
+that keeps a mirror whose ranks span other classes than its group's (`engine/fold_policy.misaligned_mirror`), given up
+unrun."""
 
 
 @dataclass(frozen=True)
