@@ -763,14 +763,16 @@ def misaligned_mirror(program: StepProgram, classes: RankClasses) -> str:
     compares the copies' ends, cannot see one whose ranks the unfolded run readies at other times. HSDP on two
     hosts (PP 2 x DP 8, shards of 4 DP ranks a host) with GPU 2 x2: the straggler classes keep the other host's
     shard group as a mirror of the slow GPU's, and the folded run's DP communication came out 25.1 against 27.1 ms
-    unfolded, reported exact. Each group's mirrors are read once (the builder shares their tuples)."""
+    unfolded, reported exact. Each group's mirrors are read once, by the group's value and the mirrors' identity
+    (the builder shares one tuple of mirrors among a group's collectives; the group tuples are built anew): on
+    the SC21 145.6B row's refold by hops 56 pairs where by identity alone 5,792, 0.02 s of its 6.6 s of CPU."""
     layout = program.layout
     assert layout is not None, "a program folded by classes has a layout"
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[tuple[int, ...], int]] = set()
     for op in program.ops:
-        if not isinstance(op, CollectiveOp) or not op.mirrors or (id(op.group), id(op.mirrors)) in seen:
+        if not isinstance(op, CollectiveOp) or not op.mirrors or (op.group, id(op.mirrors)) in seen:
             continue
-        seen.add((id(op.group), id(op.mirrors)))
+        seen.add((op.group, id(op.mirrors)))
         unlike = np.flatnonzero(unlike_images(layout, classes, op.group, op.mirrors))
         if unlike.size:
             image = op.mirrors[int(unlike[0])]
