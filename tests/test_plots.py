@@ -77,12 +77,12 @@ def test_gantt_has_one_row_per_stage_busy_for_m_times_f_plus_b(synthetic_1f1b):
 
 
 @pytest.mark.parametrize("window_ms, legend", [
-    (None, ["forward (F)", "backward (B)", "idle (bubble)"]),
+    (None, ["forward (F)", "full backward (BW)", "idle (bubble)"]),
     # 1F1B, p = 4, F = 1 ms, B = 2 ms: stage 0's first backward starts after p forwards and p - 1 hand-offs
     # down and back (stage 3's F0 ends at 4 ms, its B0 at 6 ms, stage 0's B0 starts at 4 F + 3 B = 10 ms)
     ((0.0, 2.0), ["forward (F)", "idle (bubble)"]),
     # the last 3 ms, (m + p - 1)(F + B) = 33 ms: the stages drain with backward passes only
-    ((30.0, 33.0), ["backward (B)", "idle (bubble)"]),
+    ((30.0, 33.0), ["full backward (BW)", "idle (bubble)"]),
 ])
 def test_gantt_legend_lists_what_the_window_shows(synthetic_1f1b, window_ms, legend):
     """`plot gantt --window 0:2ms` listed backward passes in its legend, drawn only outside the window."""
@@ -132,6 +132,37 @@ def test_gantt_title_names_the_sharding_as_the_console_does(synthetic_1f1b, shar
     title = gantt_figure(synthetic_1f1b.timeline, summary).axes[0].get_title()
     assert title.startswith(f"1f1b.yaml: TP1 CP1 PP4 DP2 {name}, ")
     assert f", TP1 CP1 PP4 DP2 {name}, " in _layout_line(summary)
+
+
+@pytest.mark.parametrize("pipeline,pp,named", [
+    ("{schedule: dualpipev, virtual_stages: 2}", STAGES, "dualpipev v2"),
+    ("{schedule: custom, table: order.csv}", STAGES, "custom: order.csv"),
+    ("{schedule: 1f1b}", 1, "1f1b"),
+    ("{virtual_stages: 1}", 1, None),
+])
+def test_the_schedule_is_named_in_the_summary_console_line_and_gantt_title(tmp_path, pipeline, pp, named):
+    """A dualpipev run made with --set over a zb-h1 scenario named its schedule nowhere: summary.json's layout, the
+    run's first line and the Gantt title (which names the scenario file) left it out. They name it, with its chunks
+    per rank where above 1, or the custom table's file, wherever the step is pipelined or the scenario names a
+    schedule."""
+    from simulator.console.report import _layout_line
+    from simulator.schedules import build_schedule, schedule_to_csv
+
+    (tmp_path / "order.csv").write_text(schedule_to_csv(build_schedule("1f1b", STAGES, MICROBATCHES)))
+    path = tmp_path / "run.yaml"
+    dp = 8 // pp
+    path.write_text(SYNTHETIC.replace(f"stages: {STAGES}", f"stages: {pp}")
+                    .replace(f"pp: {STAGES}, dp: 2", f"pp: {pp}, dp: {dp}").replace("{schedule: {schedule}}", pipeline))
+    result = simulator.simulate(simulator.load_scenario(str(path)))
+    title = gantt_figure(result.timeline, result.summary).axes[0].get_title()
+    layout = f"TP1 CP1 PP{pp} DP{dp} DDP"
+    if named is None:
+        assert "schedule" not in result.summary["layout"]
+        assert f"{layout}, {MICROBATCHES} micro-batches per step" in _layout_line(result.summary)
+        return
+    assert result.summary["layout"]["schedule"] == named.split(" v")[0]
+    assert f"{layout}, {named}, {MICROBATCHES} micro-batches per step" in _layout_line(result.summary)
+    assert title.startswith(f"run.yaml: {layout}, {named}, {MICROBATCHES} micro-batches — ")
 
 
 def test_memory_title_says_fsdp_buffers_are_drawn_from_the_start(synthetic_1f1b):

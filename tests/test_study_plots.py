@@ -83,8 +83,8 @@ def test_interleaved_chunks_are_numbered_and_shaded():
     assert backward.groupby("microbatch")["chunk"].apply(list).tolist() == [[1, 0]] * 8
     figure = gantt_figure(result.timeline, result.summary)
     labels = [text.get_text() for text in figure.legends[0].get_texts()]
-    assert {"forward (F) chunk 0", "forward (F) chunk 1", "backward (B) chunk 1"} <= set(labels)
-    assert "bubble 15.8%" in figure.axes[0].get_title()
+    assert {"forward (F) chunk 0", "forward (F) chunk 1", "full backward (BW) chunk 1"} <= set(labels)
+    assert ", interleaved v2, 8 micro-batches — bubble 15.8%" in figure.axes[0].get_title()
 
 
 def test_zero_bubble_chunks_shade_their_input_and_weight_gradients():
@@ -99,7 +99,7 @@ def test_zero_bubble_chunks_shade_their_input_and_weight_gradients():
             assert chunks.tolist() == [[1, 0]] * 8
     figure = gantt_figure(result.timeline, result.summary)
     labels = [text.get_text() for text in figure.legends[0].get_texts()]
-    assert {f"{kind} chunk {chunk}" for kind in ("input-grad backward (Bi)", "weight-grad (W)")
+    assert {f"{kind} chunk {chunk}" for kind in ("input-grad backward (B)", "weight-grad (W)")
             for chunk in (0, 1)} <= set(labels)
 
 

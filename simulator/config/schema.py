@@ -405,6 +405,10 @@ class PipelineConfig(Section):
         path in a scenario reads; None without a table."""
         return folder / self.table if self.table is not None else None
 
+    def schedule_label(self) -> str:
+        """The schedule as a run's outputs name it: its registry name, or 'custom: TABLE' for a CSV table."""
+        return f"{CUSTOM_SCHEDULE}: {self.table}" if self.schedule == CUSTOM_SCHEDULE else self.schedule
+
     @model_validator(mode="after")
     def _table_only_for_custom(self) -> PipelineConfig:
         if self.table is not None and self.schedule != CUSTOM_SCHEDULE:

@@ -55,6 +55,9 @@ class StepPlan:
     recompute_comm: bool = False
     tp_overlap: TPOverlap | None = None
     placement: Placement = "loop"
+    schedule_name: str = ""
+    """The schedule as the summary's `layout.schedule` names it ('dualpipev', 'custom: table.csv'); '' where the
+    step has one stage and the scenario names no schedule."""
     single_stage_loop: bool = False
     """Whether torch.distributed.pipelining runs the schedule with its own loop (ScheduleGPipe, Schedule1F1B)
     rather than _PipelineScheduleRuntime. Under pipelined FSDP the loop lets FSDP's hooks gather each unit

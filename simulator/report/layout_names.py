@@ -28,9 +28,23 @@ def parallel_degrees(summary: dict) -> str:
 
 def layout_name(summary: dict) -> str:
     """The run's layout as its first line and a Gantt chart's title both name it: the parallel degrees, then the
-    sharding where the layout names one ('TP1 CP1 PP1 DP8 FSDP full_shard (ZeRO-3)')."""
+    sharding where the layout names one ('TP1 CP1 PP1 DP8 FSDP full_shard (ZeRO-3)'), then the pipeline schedule
+    where it names one ('TP1 CP1 PP4 DP2 DDP, dualpipev v2')."""
     sharding = sharding_name(summary)
-    return f"{parallel_degrees(summary)} {sharding}" if sharding else parallel_degrees(summary)
+    named = f"{parallel_degrees(summary)} {sharding}" if sharding else parallel_degrees(summary)
+    schedule = schedule_name(summary)
+    return f"{named}, {schedule}" if schedule else named
+
+
+def schedule_name(summary: dict) -> str:
+    """The pipeline schedule the run ran: summary['layout']'s `schedule` ('1f1b', 'custom: table.csv'), then its
+    chunks per rank where above 1 ('interleaved v2'); '' where the layout names no schedule (one pipeline stage
+    and none given, a parameter server, a trace)."""
+    layout = summary.get("layout") or {}
+    if "schedule" not in layout:
+        return ""
+    chunks = int(layout.get("virtual_stages", 1))
+    return f"{layout['schedule']} v{chunks}" if chunks > 1 else str(layout["schedule"])
 
 
 def sharding_name(summary: dict) -> str:

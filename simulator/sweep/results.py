@@ -68,7 +68,7 @@ AXES_ATTR = "axes"
 sweep file names them: what `trainsim plot sweep` defaults --x to when there is one."""
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
-SUMMARY_SCHEMA = 8
+SUMMARY_SCHEMA = 9
 """The version of the summary's field names a record's metrics carry, raised when a field is renamed or changes
 meaning, so that a resumed sweep runs again the points recorded under earlier names rather than mixing both in
 one table (1: `memory_per_stage[i].total_gib`, which replaced `memory_per_stage_gib[i].total` in 8a86ad6; records
@@ -88,7 +88,8 @@ reason names a pipelined step's idle part 'bubble and other idle', where it read
 `tokens_per_s`, `tflops_per_gpu` and `mfu` are null, not 0, for a trace whose scenario states no tokens or no
 model FLOPs per token, and so are they and `hardware_tflops_per_gpu` and `hfu` for a synthetic model; 8:
 `schedule_bubble_fraction`, the schedule's own bubble with the run's pass times, and the verdict whose largest
-loss is the pipeline bubble gives its share of the pipeline window beside that one where they differ)."""
+loss is the pipeline bubble gives its share of the pipeline window beside that one where they differ; 9:
+`layout.schedule`, the pipeline schedule that ran, where a pipelined step's layout named none)."""
 
 
 @dataclass(frozen=True)

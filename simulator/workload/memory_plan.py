@@ -229,12 +229,14 @@ def layout_summary(step: TrainingStep, fsdp: FsdpStrategy | None) -> dict:
     kernel era other than the default ``fused`` also ``kernels`` (so a default step's summary is unchanged);
     with hybrid sharding over fewer ranks than DP x CP also ``shard_ranks``, its shard group's size (what an
     out-of-memory message weighs `fsdp: full_shard` against); under PyTorch FSDP also ``fsdp``, the scenario's
-    strategy (``fsdp``, `FsdpStrategy`), which the run's first line names beside the ZeRO stage it runs as."""
+    strategy (``fsdp``, `FsdpStrategy`), which the run's first line names beside the ZeRO stage it runs as; with
+    more than one pipeline stage, or a schedule the scenario names, also ``schedule`` (`StepPlan.schedule_name`)."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     entry = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
-             "microbatches": plan.microbatches, "virtual_stages": plan.virtual_stages, "placement": plan.placement,
-             "zero_stage": sharding.stage, "sequence_parallel": plan.sequence_parallel,
+             "microbatches": plan.microbatches, **({"schedule": plan.schedule_name} if plan.schedule_name else {}),
+             "virtual_stages": plan.virtual_stages, "placement": plan.placement, "zero_stage": sharding.stage,
+             "sequence_parallel": plan.sequence_parallel,
              "model": step.model.name if step.model else "synthetic", "gpu": step.gpu.name}
     if sharding.stage == 3 and (layout.pp > 1 or sharding.defers_unit_grads):
         entry["grad_sync"] = sharding.grad_sync

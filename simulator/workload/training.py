@@ -388,6 +388,8 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
                            f"(micro_batch x dp) = {m})", exc.allowed) from None
         raise
     placement = schedule.placement
+    named = layout.pp > 1 or "schedule" in par.pipeline.model_fields_set
+    schedule_name = par.pipeline.schedule_label() if named else ""
     if table is not None:
         check_schedule_runs(schedule, placement, table)
     precision_bytes = PRECISION_BYTES[training.precision]
@@ -402,7 +404,7 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
         stages = synthetic_stages(layout.pp, v, source.forward, source.backward, source.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp,
                         optimizer_bytes=(0.0,) * layout.pp,
-                        placement=placement)
+                        placement=placement, schedule_name=schedule_name)
         return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch, warnings)
     model = source
     counts = check_model_layout(scenario, model, layout)
@@ -444,7 +446,7 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
     overlap = tp_overlap() if par.tp_comm_overlap else None
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
                     optimizer_bytes=optimizer_bytes, recompute_comm=training.recompute == "full", tp_overlap=overlap,
-                    placement=placement,
+                    placement=placement, schedule_name=schedule_name,
                     single_stage_loop=par.pipeline.schedule in SINGLE_STAGE)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     nominal_flops = model_flops_per_token(model, training.seq_len) * tokens
