@@ -27,7 +27,7 @@ from simulator.program.ops import (
     Category,
     PipelineCategory,
 )
-from simulator.report.layout_names import layout_name
+from simulator.report.layout_names import layout_name, schedule_name
 from simulator.report.outputs import (
     compute_stream_work,
     held_stages,
@@ -62,8 +62,8 @@ class Bar(StrEnum):
 
 BAR_CLASSES: dict[Bar, tuple[str, str]] = {
     Bar.FORWARD: ("forward (F)", "#4C72B0"),
-    Bar.BACKWARD: ("backward (B)", "#DD8452"),
-    Bar.BACKWARD_INPUT: ("input-grad backward (Bi)", "#F2C14E"),
+    Bar.BACKWARD: ("full backward (BW)", "#DD8452"),
+    Bar.BACKWARD_INPUT: ("input-grad backward (B)", "#F2C14E"),
     Bar.WEIGHT_GRAD: ("weight-grad (W)", "#55A868"),
     Bar.RECOMPUTE: ("recompute (R)", "#8172B3"),
     Bar.OPTIMIZER: ("optimizer", "#937860"),
@@ -349,7 +349,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     ax.set_axisbelow(True)
     info = summary["layout"]
     shown = f" (first {len(rows)} of {total_rows} rows)" if total_rows > len(rows) else ""
-    chunks = f", {virtual_stages} chunks per rank" if virtual_stages > 1 else ""
+    chunks = f", {virtual_stages} chunks per rank" if virtual_stages > 1 and not schedule_name(summary) else ""
     pipelined = int(info.get("pp", 1)) > 1
     idle = "bubble" if pipelined else IDLE_WITHOUT_PIPELINE
     ax.set_title(f"{run_name(summary)}: {layout_name(summary)}, {info.get('microbatches', '?')} "
