@@ -40,7 +40,7 @@ SAME_BUBBLE_SCHEDULE: dict[tuple[BuiltinSchedule, bool], tuple[BuiltinSchedule, 
 step takes: one of the same bubble (docs/schedules.md: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(m v+p-1) for
 looped-bfs and interleaved), so about the same step, with about p micro-batches' activations in flight instead of
 all m (GPipe and looped-BFS run every forward first); 1F1B on one chunk where interleaved is refused (m not a
-multiple of p). Llama 3 70B on 256 H100 (TP 8, PP 4, 32 micro-batches): gpipe 199.1 GiB, 7.876 s; 1f1b
+multiple of max(1, m // p)). Llama 3 70B on 256 H100 (TP 8, PP 4, 32 micro-batches): gpipe 199.1 GiB, 7.876 s; 1f1b
 36.8 GiB, 7.871 s."""
 
 COMPUTE_FIELDS = ("training.recompute",)

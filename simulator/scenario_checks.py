@@ -144,8 +144,7 @@ def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
     names the ranks and, where each holds more than one chunk, the virtual stages and their placement (zbv at
     p = 4: 8 virtual stages in a V), and gives the bubble the schedule has at uniform stages (`UNFILLED_COSTS`,
     timed by `simulate_schedule`: 1F1B's (p-1)/(m+p-1), 60.0% at p = 4, m = 2); a schedule that refuses so few
-    micro-batches (interleaved, dualpipev) or a custom table is refused or timed elsewhere, and warned of here
-    not at all."""
+    micro-batches (dualpipev) or a custom table is refused or timed elsewhere, and warned of here not at all."""
     from simulator.errors import InputError
     from simulator.schedules.registry import build_schedule, filling_microbatches
     from simulator.schedules.timing import simulate_schedule
@@ -166,7 +165,9 @@ def unfilled_pipeline_warning(loaded: LoadedScenario, gpus: int) -> str | None:
         return None
     timing = simulate_schedule(schedule, *UNFILLED_COSTS)
     depth = _pipeline_depth(stages, pipeline.virtual_stages, schedule.placement)
-    bubble = f"a {pipeline.schedule} bubble of {timing.bubble_fraction:.1%} at uniform stages (backward 2x forward)"
+    article = "an" if pipeline.schedule[0] in "aeiou" else "a"
+    bubble = (f"{article} {pipeline.schedule} bubble of {timing.bubble_fraction:.1%} at uniform stages (backward 2x "
+              "forward)")
     if m < stages:
         what = (f"the pipeline never fills with {counted(m, 'micro-batch', 'micro-batches')} over {depth}: each "
                 f"rank idles while the others run, {bubble}")

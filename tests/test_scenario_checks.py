@@ -154,16 +154,19 @@ def test_every_placement_is_listed_named_and_worded_apart():
     ("looped-bfs", 2, "4 ranks (8 virtual stages, 2 a rank, looped)"),
     ("looped-bfs", 4, "4 ranks (16 virtual stages, 4 a rank, looped)"),
     ("zbv", 2, "4 ranks (8 virtual stages, 2 a rank in a V)"),
+    ("interleaved", 2, "4 ranks (8 virtual stages, 2 a rank, looped)"),
 ])
 def test_an_unfilled_pipeline_names_its_ranks_and_virtual_stages(tmp_path, capsys, schedule, chunks, depth):
     """Under 2 micro-batches, a pipeline of 4 ranks is said to be one of 4 stages where each rank holds one,
     and of 4 ranks with their virtual stages and how they sit where each holds more (zbv's V, looped-bfs's loop):
-    it needs a micro-batch a rank to fill, whatever its chunks."""
+    it needs a micro-batch a rank to fill, whatever its chunks. Interleaved runs them as PyTorch does (one round
+    of 2), where it refused m not a multiple of p, and its bubble reads 'an interleaved bubble'."""
     path = tmp_path / "pp4.yaml"
     path.write_text(PIPELINED.replace("SCHEDULE", schedule).replace("V", str(chunks)))
     assert main(["validate", str(path), "--quiet", "--set", "training.global_batch=4"]) == 0
     err = capsys.readouterr().err
     assert f"the pipeline never fills with 2 micro-batches over {depth}: each rank idles" in err
+    assert f" {'an' if schedule == 'interleaved' else 'a'} {schedule} bubble of " in err
     filling = "6 micro-batches, 3p/2 rounded down for zbv" if schedule == "zbv" else "4 micro-batches, one a rank"
     assert err.endswith(f"(allowed: at least {filling}, to fill it)\n")
 

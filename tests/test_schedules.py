@@ -274,8 +274,9 @@ def test_unknown_schedule_and_bad_sizes() -> None:
     assert caught.value.allowed == "gpipe, 1f1b, interleaved, zb-h1, interleaved-zb, looped-bfs, zbv, dualpipev, custom"
     assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "looped-bfs", "zbv",
                               "dualpipev"}
-    with pytest.raises(ScenarioError, match="multiple of 4"):
-        build_schedule("interleaved", 4, 6, 2)
+    # PyTorch's rounds rule: m a multiple of max(1, m // p), 2 rounds at p = 4, m = 9 (m = 6 runs in one round)
+    with pytest.raises(ScenarioError, match=r"\(allowed: a multiple of 2 \(of p = 4 for Megatron-LM's order\)"):
+        build_schedule("interleaved", 4, 9, 2)
     with pytest.raises(ScenarioError, match="two chunks per rank"):
         build_schedule("zbv", 4, 8, 1)
     with pytest.raises(ScenarioError, match="one chunk per rank"):

@@ -333,8 +333,9 @@ def test_a_v_schedule_is_not_held_to_the_interleaved_groups_of_pp():
     rows = result.table.set_index("label")
     assert rows.loc["TP1 CP1 PP2 DP4 zbv v2 mb1 zero1 recompute=selective", "status"] == "simulated"
     assert rows.loc["TP1 CP1 PP2 DP4 v4 mb1 zero1 recompute=selective", "reason"] == (
-        "refused: interleaved schedules need micro-batches in whole groups of p = 2, got 5 (micro-batches = "
-        "global_batch / (micro_batch x dp) = 5)")
+        "refused: interleaved schedules run micro-batches in rounds of equal size, max(1, m // p) = 2 rounds at "
+        "p = 2, m = 5 (PyTorch's rule; Megatron-LM's asks for a multiple of p) (micro-batches = global_batch / "
+        "(micro_batch x dp) = 5)")
 
 
 def test_a_candidate_refused_when_its_scenario_is_read_keeps_the_one_line_reason():

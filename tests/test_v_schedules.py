@@ -101,7 +101,8 @@ def test_orders_equal_pytorch(key: tuple[str, int, int, int]) -> None:
 
 def test_pytorch_file_covers_the_v_schedules() -> None:
     assert {("zbv", 4, 8, 2), ("dualpipev", 4, 8, 2), ("looped-bfs", 4, 8, 2), ("interleaved-zb", 4, 8, 2),
-            ("interleaved", 4, 8, 1)} <= set(PYTORCH)
+            ("interleaved", 4, 8, 1), ("interleaved", 4, 6, 2), ("interleaved", 4, 10, 2),
+            ("interleaved-zb", 4, 6, 2)} <= set(PYTORCH)
 
 
 @pytest.mark.parametrize("name, v", [("zbv", 2), ("dualpipev", 2), ("interleaved-zb", 2), ("looped-bfs", 2),

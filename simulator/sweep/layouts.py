@@ -325,8 +325,8 @@ def structural_reason(c: Candidate, layers: int, global_batch: int, domains: np.
                       fewer_on_ends: bool, order: tuple[str, ...] = DIMENSIONS) -> Pruning | None:
     """Why a layout cannot run, from arithmetic alone (None when it may): ``domains`` each GPU's NVLink domain
     (`Topology.gpu_domain_array`), ``order`` the scenario's placement order. What the pipeline schedule needs of
-    the micro-batch count (groups of pp for the looping interleaved ones, m >= 2p for DualPipeV) is left to the
-    schedule itself, which check_memory builds."""
+    the micro-batch count (a multiple of max(1, m // pp) for the looping interleaved ones, m >= 2p for DualPipeV)
+    is left to the schedule itself, which check_memory builds."""
     spans = tp_spans_domains(Layout(c.tp, c.cp, c.pp, c.dp, order), domains)
     if spans is not None:
         return spans
@@ -1022,7 +1022,7 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: S
     reduce-scatter of each FSDP unit (its first block's backward finishes it), a chunk's in the action that
     finishes its gradients. The rank's actions from the first of those on run back to back (`_cool_down`),
     each block with its blocking TP and CP collectives: under interleaving a chunk's last backward is followed
-    by p more of the chunk before it (Megatron-LM's groups of p micro-batches), so the later chunks' buckets
+    by a round more of the chunk before it (p micro-batches where m is a multiple of p), so the later chunks' buckets
     go out well before the end. The kernels' SMs slow the kernels beside them
     (`SmShare.overlap_delay`): the last reduction starts that much later, unless the queue already ended
     later. Where every micro-batch reduce-scatters, its slot holds the reductions and their toll: only the

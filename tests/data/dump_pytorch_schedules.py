@@ -17,6 +17,8 @@ from torch.distributed.pipelining import schedules
 CLASSES = ("ScheduleLoopedBFS", "ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble", "ScheduleZBVZeroBubble",
            "ScheduleDualPipeV")
 SIZES = ((4, 8, 2), (3, 6, 2), (4, 8, 1))
+ROUND_SIZES = {"ScheduleInterleaved1F1B": ((4, 6, 2), (4, 10, 2)), "ScheduleInterleavedZeroBubble": ((4, 6, 2),)}
+"""Sizes whose m is not a multiple of p, which the interleaved classes run in rounds of m / max(1, m // p)."""
 COMPUTE = {"F": "F", "I": "B", "W": "W", "B": "BW"}
 
 
@@ -55,7 +57,7 @@ def main() -> None:
     print("# (PyTorch's I), W weight grad, BW full backward (PyTorch's B); '@s' the global virtual stage;")
     print("# 'X+Y' an OVERLAP_F_B action with sub-actions X then Y.")
     for name in CLASSES:
-        for p, m, v in SIZES:
+        for p, m, v in SIZES + ROUND_SIZES.get(name, ()):
             if v == 1 and name in ("ScheduleZBVZeroBubble", "ScheduleDualPipeV"):
                 continue
             try:
