@@ -323,10 +323,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                      "table.csv:2: parallelism.pipeline.table: the schedule cannot run: pipeline schedule deadlocks "
                      "in the loop placement: no action can start (rank 0 at BW0; rank 1 at F1)"),
     "csv-stray-chunk": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\nF0,B0,F1,B1,W0,W1c5\n"}, RUN, 2,
-                        "table.csv:1: parallelism.pipeline.table: rank 0 runs no action of chunk 1, though W1c5 on "
+                        "table.csv:2: parallelism.pipeline.table: rank 1 runs no action of chunk 1, though W1c5 on "
                         "line 2 makes the table 6 chunks per rank (its largest chunk + 1)"),
     "csv-stray-microbatch": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\nF0,BW0,F1,BW1,F5\n"}, RUN, 2,
-                             "table.csv:1: parallelism.pipeline.table: rank 0 runs no action of micro-batch 2, "
+                             "table.csv:2: parallelism.pipeline.table: rank 1 runs no action of micro-batch 2, "
                              "though F5 on line 2 makes the table 6 micro-batches"),
     "csv-late-placement": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\nplacement,v\nF0,F1,BW0,BW1\n"}, RUN,
                            2, "table.csv:2: parallelism.pipeline.table: the placement row must be the table's first "

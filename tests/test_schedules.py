@@ -324,11 +324,12 @@ def test_a_table_with_a_huge_micro_batch_index_is_refused_at_once() -> None:
 
 def test_a_stray_chunk_index_is_named_where_it_sets_the_tables_chunks(tmp_path: Path) -> None:
     """A table's v is its largest chunk + 1 (as its m is its largest micro-batch + 1): a typo `W1c5` on rank 1's
-    row makes 6 chunks per rank, and the refusal of rank 0's row, which runs no chunk 1, names the action and the
-    line that set it."""
+    row makes 6 chunks per rank, and the refusal names the action and the line that set it, prefixed with that
+    line, its own row running no chunk 1 either (it was prefixed with rank 0's line 2, whose row is right); a row
+    that misses a chunk the others run is the one refused."""
     with pytest.raises(ScenarioError) as caught:
         parse_schedule_csv("# p = 2\nF0,F1,BW0,BW1\nF0,B0,F1,B1,W0,W1c5\n", source="t.csv")
-    assert str(caught.value) == ("t.csv:2: parallelism.pipeline.table: rank 0 runs no action of chunk 1, though "
+    assert str(caught.value) == ("t.csv:3: parallelism.pipeline.table: rank 1 runs no action of chunk 1, though "
                                  "W1c5 on line 3 makes the table 6 chunks per rank (its largest chunk + 1) (allowed: "
                                  "F, then BW or B ... W, for every micro-batch and chunk; the largest micro-batch "
                                  "and chunk + 1 set m and v)")
@@ -336,6 +337,7 @@ def test_a_stray_chunk_index_is_named_where_it_sets_the_tables_chunks(tmp_path: 
         parse_schedule_csv("F0,F1,BW0,BW1\nF0,BW0,F1,BW1\nF0,BW0,F1,BW1c1\n")
     assert caught.value.problem == ("rank 0 runs no action of chunk 1, though BW1c1 on line 3 makes the table 2 "
                                     "chunks per rank (its largest chunk + 1)")
+    assert caught.value.line == 1
 
 
 def test_a_placement_row_after_the_first_row_is_refused_as_such() -> None:

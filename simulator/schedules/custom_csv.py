@@ -115,13 +115,14 @@ def _read_table(text: str, source: str) -> _Table:
 def _check_indices(schedule: RankActions, rank_lines: list[int], source: str) -> None:
     """Every rank's row names each micro-batch and chunk index below the table's m and v, which its largest
     indices set: a row that misses one is refused naming the action that set the size and its line (a stray
-    `W1c5` makes a table of 6 chunks per rank)."""
+    `W1c5` makes a table of 6 chunks per rank). The row holding that action is checked first, so that a stray
+    one's own line prefixes the error."""
     for name, index, unit in (("micro-batch", _microbatch, "micro-batches"), ("chunk", _chunk, "chunks per rank")):
         rank, largest = max(((r, a) for r, rank_actions in enumerate(schedule) for a in rank_actions),
                             key=lambda pair: index(pair[1]))
         size = index(largest) + 1
-        for r, actions in enumerate(schedule):
-            named = sorted({index(a) for a in actions})  # walking these, not range(size): a stray F99999999
+        for r in (rank, *(other for other in range(len(schedule)) if other != rank)):
+            named = sorted({index(a) for a in schedule[r]})  # walking these, not range(size): a stray F99999999
             missing = next((i for i, each in enumerate(named) if each != i), len(named))
             if missing < size:
                 raise ScenarioError(f"rank {r} runs no action of {name} {missing}, though {largest} on line "
