@@ -142,8 +142,8 @@ def test_zbv_gantt_rows_name_the_rank_and_its_stages(run_yaml):
     figure = gantt_figure(result.timeline, result.summary)
     rows = [label.get_text() for label in figure.axes[0].get_yticklabels()]
     assert rows == ["rank 0: stages 0, 7", "rank 1: stages 1, 6", "rank 2: stages 2, 5", "rank 3: stages 3, 4"]
-    # two chunks on each rank, one on each stage: the title said "2 chunks/stage"
-    assert ", 8 micro-batches, 2 chunks per rank — bubble " in figure.axes[0].get_title()
+    # two chunks on each rank, one on each stage (the title said "2 chunks/stage"): the schedule's v2
+    assert ", zbv v2, 8 micro-batches — bubble " in figure.axes[0].get_title()
     assert gantt_figure(result.timeline, result.summary, by="rank", ranks=[5]).axes[0].get_yticklabels()[
         0].get_text() == "rank 5: stages 1, 6"
     work = compute_stream_work(result.timeline, 1)
