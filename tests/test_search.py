@@ -332,7 +332,7 @@ def test_a_v_schedule_is_not_held_to_the_interleaved_groups_of_pp():
                                        "training.global_batch=20"])
     rows = result.table.set_index("label")
     assert rows.loc["TP1 CP1 PP2 DP4 zbv v2 mb1 zero1 recompute=selective", "status"] == "simulated"
-    assert rows.loc["TP1 CP1 PP2 DP4 v4 mb1 zero1 recompute=selective", "reason"] == (
+    assert rows.loc["TP1 CP1 PP2 DP4 interleaved v4 mb1 zero1 recompute=selective", "reason"] == (
         "refused: interleaved schedules run micro-batches in rounds of equal size, max(1, m // p) = 2 rounds at "
         "p = 2, m = 5 (PyTorch's rule; Megatron-LM's asks for a multiple of p) (micro-batches = global_batch / "
         "(micro_batch x dp) = 5)")
@@ -1888,16 +1888,18 @@ def test_with_fewer_layers_on_the_ends_the_reason_names_the_number_that_does_not
 
 def test_a_layouts_label_and_row_name_its_pipeline_schedule():
     """From a DualPipeV base, the v2 rows run DualPipeV and the v4 rows interleaved 1F1B: the labels and
-    candidates.csv's schedule column name the schedule, so two algorithms do not read as two depths of one."""
+    candidates.csv's schedule column name the schedule, so two algorithms do not read as two depths of one; the
+    rows that fall back from the base's schedule name theirs (the v1 and v4 rows read 'mb1' and 'v4', though
+    the scenario asked for DualPipeV)."""
     space = SearchSpace(tp=(1,), cp=(1,), pp=(2,), virtual_stages=(1, 2, 4), micro_batch=(1,), sharding=("zero1",),
                         recompute=("none",))
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1, overrides=[
         "parallelism.pipeline.schedule=dualpipev", "parallelism.pipeline.virtual_stages=2"])
     rows = result.table[result.table["searched"]].set_index("virtual_stages")
     assert rows["schedule"].to_dict() == {1: "1f1b", 2: "dualpipev", 4: "interleaved"}
-    assert rows["label"].to_dict() == {1: "TP1 CP1 PP2 DP4 mb1 zero1 recompute=none",
+    assert rows["label"].to_dict() == {1: "TP1 CP1 PP2 DP4 1f1b mb1 zero1 recompute=none",
                                        2: "TP1 CP1 PP2 DP4 dualpipev v2 mb1 zero1 recompute=none",
-                                       4: "TP1 CP1 PP2 DP4 v4 mb1 zero1 recompute=none"}
+                                       4: "TP1 CP1 PP2 DP4 interleaved v4 mb1 zero1 recompute=none"}
 
 
 def test_the_ddp_options_a_layout_turns_off_are_said_and_not_set_twice_in_the_run_command(tmp_path, capsys):

@@ -150,13 +150,15 @@ class Candidate:
         v = self.virtual_stages
         return base if serves_chunks(base, v) else "interleaved" if v > 1 else "1f1b"
 
-    def label(self, schedule: str = "1f1b") -> str:
+    def label(self, schedule: str = "1f1b", base: str | None = None) -> str:
         """The layout in one line: its degrees spelled as `trainsim run` spells them (`degrees_name`), then the
-        pipeline ``schedule`` it runs where that is not 1F1B or, with virtual stages, interleaved 1F1B (a V
-        schedule's v2 and interleaved v4 are different algorithms), the interleaving depth, micro-batch size,
-        sharding and recompute: 'TP1 CP1 PP2 DP4 v2 mb1 zero1 recompute=none', 'TP2 CP1 PP2 DP8 dualpipev v2 mb1
-        zero1 recompute=none'."""
-        named = f" {schedule}" if self.pp > 1 and schedule not in ("1f1b", "interleaved") else ""
+        pipeline ``schedule`` it runs where that is neither 1F1B nor, with virtual stages, interleaved 1F1B (a V
+        schedule's v2 and interleaved v4 are different algorithms) or differs from the scenario's ``base`` (the
+        fallback `schedule` gives), the interleaving depth, micro-batch size, sharding and recompute: 'TP1 CP1
+        PP2 DP4 v2 mb1 zero1 recompute=none', 'TP2 CP1 PP2 DP8 dualpipev v2 mb1 zero1 recompute=none', from a
+        DualPipeV base 'TP2 CP1 PP2 DP8 interleaved v4 mb1 zero1 recompute=none'."""
+        differs = schedule not in ("1f1b", "interleaved") or (base is not None and schedule != base)
+        named = f" {schedule}" if self.pp > 1 and differs else ""
         interleave = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
         return (f"{degrees_name(self.tp, self.cp, self.pp, self.dp, self.ep)}{named}{interleave} "
                 f"mb{self.micro_batch} {self.sharding} recompute={self.recompute}")

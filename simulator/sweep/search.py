@@ -371,7 +371,7 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: se
     rows = []
     for c in checked:
         schedule = c.candidate.schedule(base_schedule)
-        row: dict = {"label": c.candidate.label(schedule),
+        row: dict = {"label": c.candidate.label(schedule, base_schedule),
                      **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}, "schedule": schedule}
         record = runs.get(c.candidate)
         status = (CandidateStatus.PRUNED if c.reason else CandidateStatus.STOPPED if record is None else
