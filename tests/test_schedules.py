@@ -15,6 +15,7 @@ from simulator.schedules import (
     SCHEDULES,
     Action,
     build_schedule,
+    format_schedule,
     get_schedule,
     load_schedule_csv,
     parse_action,
@@ -135,6 +136,16 @@ def test_zb_h1_bubble(p: int, f: float, b: float, w: float) -> None:
 def test_zb_h1_reference_makespan() -> None:
     timing = simulate_schedule(build_schedule("zb-h1", 4, 8), 1, 1, 1)
     assert timing.makespan == pytest.approx(8 * 3 + 3 * 1, abs=EXACT)  # m (F + B + W) + (p - 1)(F + B - W)
+
+
+def test_zb_h1_splits_every_backward_of_ranks_past_the_first_when_m_is_under_p() -> None:
+    """With m < p the paper's authors' ZB-H1 (sail-sg's Megatron-LM, WeightGradStore) runs every backward of rank
+    r > 0 as B with its W deferred (all of them fall in the cool-down, whose W's are popped only from the r-th
+    backward on): ranks 1 and 2 ran F0 F1 BW0 BW1, a makespan of 13 at F = B = W = 1, where the split gives 11."""
+    schedule = build_schedule("zb-h1", 4, 2)
+    assert format_schedule(schedule).splitlines() == [
+        "r0: F0 F1 BW0 BW1", "r1: F0 F1 B0 B1 W0 W1", "r2: F0 F1 B0 B1 W0 W1", "r3: F0 B0 F1 B1 W0 W1"]
+    assert simulate_schedule(schedule, 1, 1, 1).makespan == pytest.approx(11, abs=EXACT)
 
 
 @pytest.mark.parametrize("p, m", [(4, 8), (8, 32), (3, 2)])

@@ -1,11 +1,13 @@
 """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B with the weight-grad pass split out.
 
 The backward splits into B (input grad, on the critical path between stages) and W (weight grad, local only).
-Starting from the 1F1B order of rank r:
+Starting from the 1F1B order of rank r > 0 (rank 0 runs 1F1B's), as the paper's authors' Megatron-LM code
+(sail-sg/zero-bubble-pipeline-parallelism, WeightGradStore) runs it:
 - head: the first r backwards run as B alone; their W's are deferred (a FIFO), so gradients reach upstream ranks
   sooner and rank r keeps pace with its neighbours in the steady state;
-- tail: the last min(p - r, m) backwards (the last steady one and the cool-down, where 1F1B waits on downstream
-  ranks) each run B alone followed by the oldest deferred W, which fills the wait;
+- tail: the backwards from the steady state's last one on (the cool-down, where 1F1B waits on downstream ranks)
+  run as B alone too, each from the r-th backward on followed by the oldest deferred W, which fills the wait;
+  with m >= p that is the last p - r backwards, each followed by a W; with m < p every backward of rank r is a B;
 - remaining deferred W's run at the end; every other backward is whole (BW), and a B directly followed by its own
   W is written as one BW.
 The bubble drops from (p - 1)(F + B + W) to (p - 1)(F + B - W); activations held stay within p (rank 0's 1F1B
@@ -21,22 +23,19 @@ from simulator.schedules.one_f_one_b import one_f_one_b_order
 
 
 def _zb_h1_rank(p: int, m: int, rank: int) -> list[Action]:
-    tail_start = m - min(p - rank, m)
-    head_end = min(rank, tail_start)
+    last_steady = m - min(p - rank - 1, m) - 1  # the steady state's last backward (-1 where there is none)
     deferred: deque[int] = deque()
     actions: list[Action] = []
     for kind, mb in one_f_one_b_order(p, m, rank):
         if kind == "F":
             actions.append(Action("F", mb))
-        elif mb < head_end:
-            actions.append(Action("B", mb))
-            deferred.append(mb)
-        elif mb >= tail_start:
-            actions.append(Action("B", mb))
-            deferred.append(mb)
-            actions.append(Action("W", deferred.popleft()))
-        else:
+        elif rank == 0 or rank <= mb < last_steady:
             actions.append(Action("BW", mb))
+        else:
+            actions.append(Action("B", mb))
+            deferred.append(mb)
+            if mb >= max(last_steady, rank):
+                actions.append(Action("W", deferred.popleft()))
     actions.extend(Action("W", mb) for mb in deferred)
     return _merge_adjacent_backwards(actions)
 
