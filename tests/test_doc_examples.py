@@ -407,6 +407,9 @@ def test_the_deadlock_refusals_of_schedules_md_are_what_a_scenario_says(tmp_path
 
 A100_16 = "--topology dgx-a100-cluster --set nodes=16"
 GB200_NO_NVLS = "--topology gb200-nvl72 --set nvls=none"
+NVLS_SIZES = "--topology dgx-h100 --algorithm nvls --sizes 1GiB,4GiB,64GiB"
+ALL_TO_ALL_8 = "--topology dgx-h100 --op all_to_all --sizes 8B,4GiB"
+GB200_TREE = "--topology gb200-nvl72 --set racks=2 --op all_reduce --algorithm tree --protocol ll128 --sizes 16MiB,1GiB"
 COLLECTIVE_QUOTES = [
     ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=2 --set nics_per_node=4 --algorithm ring "
                              "--sizes 1GiB --efficiency ideal",
@@ -490,14 +493,19 @@ COLLECTIVE_QUOTES = [
      "`auto` takes `nvls` at 16 MiB, {0[us]:.2f} us, where `--algorithm tree` runs the LL128 tree in {2[us]:.2f} us "
      "(3.4% faster; weighed at NCCL's LL128 tree cap, 8 x 29 GB/s, 321.49 us), and the Simple ring at 8 GiB, "
      "{1[us]:,.2f} us, where `--algorithm nvls` runs {3[us]:,.2f} us (1.4% faster, busbw {3[busbw]:.2f} GB/s;"),
-    ("docs/collectives.md", ["--topology dgx-h100 --algorithm nvls --sizes 1GiB,4GiB,64GiB"],
-     "prints {0[busbw]:.2f} GB/s at 1 GiB, {1[busbw]:.2f} at 4 GiB, {2[busbw]:.2f} at 64 GiB"),
+    ("docs/collectives.md", [NVLS_SIZES], f"`trainsim collective {NVLS_SIZES}` prints {{0[busbw]:.2f}} GB/s at 1 GiB, "
+     "{1[busbw]:.2f} at 4 GiB, {2[busbw]:.2f} at 64 GiB"),
+    ("docs/collectives.md", [ALL_TO_ALL_8], f"(`trainsim collective {ALL_TO_ALL_8}`, 8 H100s, 4 GiB: {{1[ms]:.2f}} ms, "
+     "busbw {1[busbw]:.1f} GB/s; 8 B: {0[us]:.1f} us, one path latency)"),
+    ("docs/collectives.md", [GB200_TREE], f"`trainsim collective {GB200_TREE}` (calibrated, the LL128 tree, measured) "
+     "takes {0[us]:.1f} us at 16 MiB (busbw {0[busbw]:.1f} GB/s) and {1[ms]:.2f} ms at 1 GiB ({1[busbw]:.1f} GB/s)"),
     ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --sizes 1KiB",
                              "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1KiB"],
      "({0[us]:.1f} us at 1 KiB, against `nvls_sharp`'s {1[us]:.0f} us without base latency)"),
 ]
 """Figures docs/collectives.md quotes from `trainsim collective` runs: the commands, and the text with the
-figures of their rows (every command's rows, in order: `ms` and `us` the time, `busbw` in GB/s)."""
+figures of their rows (every command's rows, in order: `ms` and `us` the time, `busbw` in GB/s); where the text
+shows the command beside its figures, the quote holds it too, so that the command as shown prints them."""
 
 
 def flowing(text: str) -> str:
@@ -617,6 +625,8 @@ SCENARIO_QUOTES = [
      "exposed CP {ms_exposed_cp:.1f} ms (204.3 ms with the group's 16 SMs a step), step {ms_step:.1f} ms."),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.cp=16")),
      "6.7 ms of the {ms_step:.1f} ms step"),
+    ("docs/collectives.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.cp=16")),
+     "simulates 43,904 flows and 45,896 events, a {ms_step:.1f} ms step."),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.tp=8", "parallelism.cp=2")),
      "0.191 ms, step {ms_step:.1f} ms"),
     ("docs/plots.md", ("llama3-8b-dgx-h100-dp8", ("parallelism.pp=4", "parallelism.dp=2")),
