@@ -2063,7 +2063,8 @@ def test_numbered_groups_next_to_tp_count_as_the_cp_or_ep_the_declared_sizes_lea
 
 @pytest.mark.parametrize(("declared", "problem", "allowed"), [
     ("traced_tp: 1", "context or expert parallelism is unknown",
-     "workload.traced_cp and traced_ep: the traced job's CP and EP sizes (1 where it has none; 2 for this group's)"),
+     "workload.traced_cp and traced_ep together (one alone leaves the other unknown): the traced job's CP and EP "
+     "sizes (1 where it has none; 2 for this group's)"),
     ("traced_tp: 1, traced_ep: 2", "expert parallelism of 2, or context parallelism, whose size is not told",
      "workload.traced_cp: the traced job's CP size (1 where it has none)"),
     ("traced_tp: 1, traced_cp: 2, traced_ep: 2", "context and expert parallelism are both 2, so which it is is "
@@ -2250,8 +2251,9 @@ def test_an_evenly_split_all_to_all_of_untold_cp_and_ep_is_refused_naming_both(t
     assert str(refusal(text, tmp_path)) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '5' (ranks [0, 1]) spans 2 consecutive places "
         "next to tensor parallelism in its pipeline stage: context or expert parallelism is unknown (allowed: "
-        "workload.traced_cp and traced_ep: the traced job's CP and EP sizes (1 where it has none; 2 for this "
-        "group's), or Process Group Descriptions naming the group's dimension)")
+        "workload.traced_cp and traced_ep together (one alone leaves the other unknown): the traced job's CP and EP "
+        "sizes (1 where it has none; 2 for this group's), or Process Group Descriptions naming the group's "
+        "dimension)")
 
 
 def test_even_all_to_alls_of_different_sizes_are_refused_as_other_collectives_are(tmp_path):

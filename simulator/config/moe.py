@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from simulator.config.sections import FieldProblem, Section
 
@@ -19,6 +19,15 @@ class RoutingConfig(Section):
 
     balance: RoutingBalance = "uniform"
     skew: float = Field(default=1.0, gt=0)
+
+    @field_validator("skew", mode="before")
+    @classmethod
+    def _skew_above_zero(cls, value: object) -> object:
+        """A skew of 0 or below refused pointing at `balance: uniform`, the routing without skew it may mean."""
+        if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+            raise ValueError(f"{value:g} is not above 0 (allowed: a value > 0, or balance: uniform for routing "
+                             "without skew)")
+        return value
 
 
 class MoEConfig(Section):

@@ -438,8 +438,8 @@ def _run_kind(name: str, ranks: tuple[int, ...], length: int, sizes: TracedSizes
                                 "told", field="workload.trace", allowed=f"workload.traced_{untold}: the traced job's "
                                 f"{untold.upper()} size (1 where it has none), or {describe}")
     raise ScenarioError(f"{group}: context or expert parallelism is unknown", field="workload.trace",
-                        allowed=f"workload.traced_cp and traced_ep: the traced job's CP and EP sizes (1 where it has "
-                        f"none; {length} for this group's), or {describe}")
+                        allowed=f"workload.traced_cp and traced_ep together (one alone leaves the other unknown): the "
+                        f"traced job's CP and EP sizes (1 where it has none; {length} for this group's), or {describe}")
 
 
 def _ranks(count: int) -> str:
