@@ -819,13 +819,14 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
         summary["warnings"] += throughput_warnings(summary, program.peak_flops)
     if program.parameter_server is not None:
-        from simulator.parameter_server.summary import ps_report
+        from simulator.parameter_server.summary import ps_report, with_binding_links
 
         plan = program.parameter_server
         healthy = scenario_topology(loaded) if faults.changes_network else topology  # links down stay down
         comparison, _ = run_ops(healthy, plan.comparison, settings)
         summary["parameter_server"] = ps_report(plan, result.timeline, result.flow_routes.tolist(), topology,
                                                 summary["step_time_s"], comparison)
+        summary["bottleneck"] = with_binding_links(summary["bottleneck"], summary["parameter_server"])
     if blocker:
         summary["fold_off_reason"] = blocker
     if given_up:

@@ -101,9 +101,11 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why_in_one_line():
 @pytest.mark.parametrize(("slowest_s", "iteration", "traffic"), [
     # A synchronous run's workers end their iterations nanoseconds apart: the one time, not a range of two alike.
     (0.5863364984739692, "iteration time 586.3 ms on every worker (to four digits)",
-     "server traffic 147.7 GiB per iteration, server links 33.8% busy"),
+     "server traffic 147.7 GiB per iteration, server links 33.8% busy over the run, 94.0% while pushes and pulls "
+     "cross them (worker links 31.3%); server links bind"),
     (0.61, "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
-     "server traffic 147.7 GiB per iteration, server links 33.8% busy"),
+     "server traffic 147.7 GiB per iteration, server links 33.8% busy over the run, 94.0% while pushes and pulls "
+     "cross them (worker links 31.3%); server links bind"),
 ])
 def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_with_their_unit(slowest_s, iteration,
                                                                                                 traffic):
@@ -119,7 +121,9 @@ def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_w
     ps = {"mode": "sync", "server_hosts": ["h3"], "server_gpus": list(range(24, 32)), "workers": 24,
           "iterations": 6, "iteration_s": {"min": 0.5863364930148045, "mean": 0.5863364977915736, "max": slowest_s},
           "samples_per_s": 163.7, "tokens_per_s": 335_316.0, "throughput_window_s": 3.518,
-          "server_traffic_bytes_per_iteration": 158_614_142_976.0, "server_links": {"mean_utilisation": 0.3381},
+          "server_traffic_bytes_per_iteration": 158_614_142_976.0, "server_links": {"mean_utilisation": 0.3381, "mean_utilisation_in_transfers": 0.9399},
+          "worker_links": {"mean_utilisation": 0.1127, "mean_utilisation_in_transfers": 0.3133},
+          "binding_links": "server",
           "exchange_s": 0.4201, "allreduce": {"time_s": 0.01707, "busiest_link_bytes": 5_540_000_000.0},
           "busiest_link_bytes_per_iteration": 9_913_383_936.0, "staleness_histogram": [144], "lag_histogram": [144]}
     table = _label_table()

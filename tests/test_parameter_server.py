@@ -103,7 +103,8 @@ def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(r
     assert bottleneck["loss_shares"]["exposed_dp_comm"] == pytest.approx(
         summary["exposed_comm_s"]["dp"] / summary["step_time_s"], rel=1e-12)
     # the run's time is its iterations' ('run time (6 iterations) 3.52 s'), and its verdict said '% of the step'
-    assert bottleneck["verdict"].endswith(f"{100 * bottleneck['loss_shares']['exposed_dp_comm']:.1f}% of the run")
+    assert (f"{100 * bottleneck['loss_shares']['exposed_dp_comm']:.1f}% of the run; the server links bind"
+            in bottleneck["verdict"])
 
 
 def _idle_of_workers(result) -> tuple[float, float]:
@@ -173,7 +174,8 @@ def test_the_bound_rules_read_shares_of_the_workers_iterations():
     assert bottleneck["constraint"] == "communication"
     assert bottleneck["verdict"] == (f"communication-bound (exposed communication {exposed:.1%} of the workers' "
                                      "iterations > 30.0%); largest single loss: exposed DP communication, "
-                                     f"{losses['exposed_dp_comm']:.1%} of the run")
+                                     f"{losses['exposed_dp_comm']:.1%} of the run; the worker links bind: 79.6% of "
+                                     "line rate while pushes and pulls cross them, the servers' 41.7%")
 
 
 def test_an_async_run_without_a_straggler_reads_its_exposed_communication_over_its_iterations():
@@ -567,6 +569,29 @@ def test_server_links_degraded_from_the_start_are_of_their_line_rate():
     assert start["bandwidth_bytes_per_s"] == later["bandwidth_bytes_per_s"] == NIC
     assert start["ingress_utilisation"] == pytest.approx(later["ingress_utilisation"], rel=1e-6)
     assert start["ingress_utilisation"] < 0.5
+
+
+@pytest.mark.parametrize(("servers", "side", "note"), [
+    (1, "server", "the server links bind: 100.0% of line rate while pushes and pulls cross them, the workers' 25.0%"),
+    (4, "worker", "the worker links bind: 99.9% of line rate while pushes and pulls cross them, the servers' 40.2%"),
+])
+def test_the_verdict_names_the_side_whose_links_bind_the_exchange(servers, side, note):
+    """Four workers pushing into one server GPU's 100 GbE link at line rate (`efficiency: ideal`): the server link
+    runs full while the pushes and pulls cross it, each worker's at a quarter of it; over the whole run both read
+    far lower, so that figure alone read as headroom. One worker pushing to four server GPUs: its own link binds.
+    The verdict names the side, beside its communication bound."""
+    text = scenario().replace("faults: {step: {stragglers: [{gpus: [1], slowdown: 4.0}]}}\n", "")
+    summary = simulate(scenario_from_text(text.replace("servers: 1", f"servers: {servers}"), "ps.yaml")).summary
+    ps = summary["parameter_server"]
+    bound, spare = (ps[f"{name}_links"] for name in ("server", "worker")) if side == "server" else (
+        ps[f"{name}_links"] for name in ("worker", "server"))
+    assert ps["binding_links"] == side
+    assert bound["mean_utilisation_in_transfers"] == pytest.approx(1.0, rel=2e-3)
+    assert bound["mean_utilisation"] < 0.5 * bound["mean_utilisation_in_transfers"]
+    if servers == 1:
+        assert spare["mean_utilisation_in_transfers"] == pytest.approx(0.25, rel=2e-3)
+    assert summary["bottleneck"]["constraint"] == "communication"
+    assert summary["bottleneck"]["verdict"].endswith(note)
 
 
 NO_OP_SETTINGS = {"training.grad_reduce_dtype=fp32": "a parameter-server run pushes its gradients in the training "

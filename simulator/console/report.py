@@ -482,7 +482,8 @@ def _histogram(counts: list[int], unit: str, counted_things: str) -> str:
 def add_parameter_server_rows(table: Table, ps: dict) -> None:
     """A parameter-server run's rows, added to its training table so that the two read as one, aligned: mode and
     placement, iteration times (the mean and range over workers, or the one time where every worker's reads alike),
-    throughput, server links and bytes (as the collective table writes sizes), staleness, lag."""
+    throughput, server links and bytes (as the collective table writes sizes), the links' busy shares over the run
+    and while the pushes and pulls cross them, and which side's links bind, staleness, lag."""
     mode = ps["mode"] + (f" (staleness {ps['staleness']})" if "staleness" in ps else "")
     table.add_row("parameter servers", f"{mode}, {counted(len(ps['server_hosts']), 'server host')} "
                   f"({counted(len(ps['server_gpus']), 'GPU')}), {counted(ps['workers'], 'worker')}, "
@@ -493,8 +494,12 @@ def add_parameter_server_rows(table: Table, ps: dict) -> None:
                   if fastest != slowest else f"{slowest} on every worker (to four digits)")
     table.add_row("throughput", f"{ps['samples_per_s']:,.1f} samples/s, {ps['tokens_per_s']:,.0f} tokens/s "
                   f"(first {format_seconds(ps['throughput_window_s'])}, every worker training)")
+    servers, workers = ps["server_links"], ps["worker_links"]
     table.add_row("server traffic", f"{format_size(ps['server_traffic_bytes_per_iteration'])} per iteration, "
-                  f"server links {_share(ps['server_links']['mean_utilisation'])} busy")
+                  f"server links {_share(servers['mean_utilisation'])} busy over the run, "
+                  f"{_share(servers['mean_utilisation_in_transfers'])} while pushes and pulls cross them "
+                  f"(worker links {_share(workers['mean_utilisation_in_transfers'])}); "
+                  f"{ps['binding_links']} links bind")
     ring = ps.get("allreduce")
     if ring:
         table.add_row("vs ring all-reduce", f"exchange {format_seconds(ps['exchange_s'])} against "

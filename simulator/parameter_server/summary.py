@@ -98,6 +98,8 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
     staleness = _staleness(ops, pulls, workers, endpoints, n, plan.update_owner)
     lag = _lag(ops, forwards, workers, n, plan.sync, plan.update_owner)
     means = [float(np.mean(times)) for times in iteration_s.values()]
+    servers = _server_links(flows[is_ps], routes, carried, topology, endpoints, makespan_s)
+    workers_links = _worker_links(flows[is_ps], routes, carried, topology, workers, makespan_s)
     return {
         **plan.entries,
         "samples_per_s": samples / first_done if first_done > 0 else 0.0,
@@ -108,7 +110,9 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
         "exchange_s": float(np.mean(exchange_s)),
         "server_traffic_bytes_per_iteration": per_iteration,
         "busiest_link_bytes_per_iteration": max(carried.values(), default=0.0) / n,
-        "server_links": _server_links(flows[is_ps], routes, carried, topology, endpoints, makespan_s),
+        "server_links": servers,
+        "worker_links": workers_links,
+        "binding_links": binding_links(servers, workers_links),
         "staleness_histogram": histogram(staleness),
         "max_staleness": max(staleness),
         "lag_histogram": histogram(lag),
@@ -179,22 +183,85 @@ def _lag(ops: pd.DataFrame, forwards: pd.Series, workers: list[int], n: int, syn
 def _server_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
                   endpoints: list[int], makespan_s: float) -> dict:
     """Per server GPU the slowest link (by line rate) on every push's route into it and its reverse, with their
-    utilisation of line rate, degraded or not (``flows`` are the pushes and pulls, numbered by their position
-    among every flow row in ``flow``). Pushes rerouted around a failed link may share none: then the slowest of
-    the last links they arrive by."""
-    per_gpu, shares = {}, []
-    for e in endpoints:
-        into = flows[flows["dst"] == e]["flow"]
-        if into.empty:
+    utilisation of line rate, degraded or not, over the run and while their transfers run (``flows`` are the
+    pushes and pulls, numbered by their position among every flow row in ``flow``). Pushes rerouted around a
+    failed link may share none: then the slowest of the last links they arrive by."""
+    return _gpu_links(flows, routes, carried, topology, {e: flows["dst"] == e for e in endpoints}, -1, makespan_s,
+                      ("ingress", "egress"), "per_server_gpu")
+
+
+def _worker_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
+                  workers: list[int], makespan_s: float) -> dict:
+    """Per worker GPU the slowest link on every push's route out of it and its reverse, as `_server_links`
+    gives the servers' (the first links its pushes leave by where they share none)."""
+    return _gpu_links(flows, routes, carried, topology, {w: flows["src"] == w for w in workers}, 0, makespan_s,
+                      ("egress", "ingress"), "per_worker_gpu")
+
+
+def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
+               pushes: Mapping[int, pd.Series], end: int, makespan_s: float, directions: tuple[str, str],
+               key: str) -> dict:
+    """Per GPU the slowest link every one of its ``pushes`` (a mask of ``flows`` per GPU) crosses, the one
+    nearest the GPU (route position ``end``) among equally slow ones, so that the NIC of a lone worker that
+    every push to a server crosses is the worker's link, not the server's; else the slowest of their links at
+    route position ``end``; and its reverse, which the pulls cross; their utilisation
+    named by ``directions`` (the push's, the pull's), over the run (`*_utilisation`) and while a transfer runs
+    over them (`*_utilisation_in_transfers`: bytes over line rate x the time some push or pull is under way on
+    the link), with the means of both over every entry."""
+    per_gpu, shares, busy = {}, [], []
+    starts, ends = flows["start_s"].to_numpy(), flows["end_s"].to_numpy()
+    for gpu, mask in pushes.items():
+        own = flows[mask]["flow"]
+        if own.empty:
             continue
-        arrivals = [routes[index] for index in into]
-        common = set.intersection(*(set(route) for route in arrivals)) or {route[-1] for route in arrivals}
-        link = min(common, key=lambda k: (topology.line_rate[k], k))
+        taken = [routes[index] for index in own]
+        common = set.intersection(*(set(route) for route in taken)) or {route[end] for route in taken}
+        route = taken[0]
+        hops = {k: len(route) - 1 - position if end < 0 else position for position, k in enumerate(route)}
+        link = min(common, key=lambda k: (topology.line_rate[k], hops.get(k, 0), k))
         u, v = topology.link_ends[link]
         back = topology.link_index[(v, u)]
-        capacity = topology.line_rate[link] * makespan_s
-        ingress, egress = (carried[link] / capacity, carried[back] / capacity) if capacity else (0.0, 0.0)
-        per_gpu[str(e)] = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(topology.line_rate[link]),
-                           "ingress_utilisation": ingress, "egress_utilisation": egress}
-        shares += [ingress, egress]
-    return {"mean_utilisation": float(np.mean(shares)) if shares else 0.0, "per_server_gpu": per_gpu}
+        rate = topology.line_rate[link]
+        entry = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(rate)}
+        for direction, crossed in zip(directions, (link, back), strict=True):
+            over = [row for row, index in enumerate(flows["flow"]) if crossed in routes[index]]
+            window = _covered(starts[over], ends[over])
+            entry[f"{direction}_utilisation"] = carried[crossed] / (rate * makespan_s) if rate * makespan_s else 0.0
+            entry[f"{direction}_utilisation_in_transfers"] = carried[crossed] / (rate * window) if rate * window else 0.0
+        per_gpu[str(gpu)] = entry
+        shares += [entry["ingress_utilisation"], entry["egress_utilisation"]]
+        busy += [entry["ingress_utilisation_in_transfers"], entry["egress_utilisation_in_transfers"]]
+    return {"mean_utilisation": float(np.mean(shares)) if shares else 0.0,
+            "mean_utilisation_in_transfers": float(np.mean(busy)) if busy else 0.0, key: per_gpu}
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray) -> float:
+    """The length of the union of the intervals [start, end)."""
+    covered, reach = 0.0, -np.inf
+    for start, stop in sorted(zip(starts.tolist(), ends.tolist(), strict=True)):
+        if stop > reach:
+            covered += stop - max(start, reach)
+            reach = stop
+    return covered
+
+
+def binding_links(server_links: Mapping, worker_links: Mapping) -> str:
+    """Which side's links bind the exchange: the servers' or the workers', whichever runs nearer its line rate
+    while the pushes and pulls cross it (`mean_utilisation_in_transfers`): a link that sets the pace stays near
+    full while its transfers run, the other side's links wait on it, part used."""
+    servers, workers = (links["mean_utilisation_in_transfers"] for links in (server_links, worker_links))
+    return "server" if servers >= workers else "worker"
+
+
+def with_binding_links(bottleneck: dict, report: Mapping) -> dict:
+    """The run's bottleneck with the links that bind its exchange named in its verdict where communication
+    binds ('...; the server links bind: 94.0% of line rate while pushes and pulls cross them, the workers'
+    31.3%'), so that a run held by one server host's NICs does not read like one held by the workers' own."""
+    if bottleneck.get("constraint") != "communication" or "verdict" not in bottleneck:
+        return bottleneck
+    side = report["binding_links"]
+    other = "worker" if side == "server" else "server"
+    bound, spare = (report[f"{name}_links"]["mean_utilisation_in_transfers"] for name in (side, other))
+    note = (f"; the {side} links bind: {100 * bound:.1f}% of line rate while pushes and pulls cross them, the "
+            f"{other}s' {100 * spare:.1f}%")
+    return {**bottleneck, "verdict": bottleneck["verdict"] + note}

@@ -89,7 +89,10 @@ reason names a pipelined step's idle part 'bubble and other idle', where it read
 model FLOPs per token, and so are they and `hardware_tflops_per_gpu` and `hfu` for a synthetic model; 8:
 `schedule_bubble_fraction`, the schedule's own bubble with the run's pass times, and the verdict whose largest
 loss is the pipeline bubble gives its share of the pipeline window beside that one where they differ; 9:
-`layout.schedule`, the pipeline schedule that ran, where a pipelined step's layout named none)."""
+`layout.schedule`, the pipeline schedule that ran, where a pipelined step's layout named none; a
+parameter-server run's `parameter_server.worker_links`, `binding_links` and `*_utilisation_in_transfers`, the
+server links chosen nearest the GPU among equally slow ones, and its communication-bound verdict ending with the
+side whose links bind)."""
 
 
 @dataclass(frozen=True)
