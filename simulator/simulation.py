@@ -593,6 +593,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                span="run" if program.parameter_server is not None else "step",
                                traced="trace" in program.details,
                                routing_skew_s=_routing_skew_s(program.details),
+                               cp_imbalance_s=_cp_imbalance_s(program.details),
                                sm_contention_s=None if contention is None else contention["total_compute_slowdown_s"],
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined, schedule=program.schedule,
@@ -621,6 +622,13 @@ def _routing_skew_s(details: Mapping[str, object]) -> float | None:
     for a step without experts."""
     moe = details.get("moe")
     return float(moe["hottest_rank_adds_s"]) if isinstance(moe, Mapping) else None
+
+
+def _cp_imbalance_s(details: Mapping[str, object]) -> float | None:
+    """What the slowest CP rank's causal attention adds to every rank's step (its `cp_imbalance` entry's
+    `slowest_rank_adds_s`), None for a step whose CP ranks' work is even."""
+    imbalance = details.get("cp_imbalance")
+    return float(imbalance["slowest_rank_adds_s"]) if isinstance(imbalance, Mapping) else None
 
 
 @dataclass(frozen=True)

@@ -54,21 +54,22 @@ def test_waits_for_overlapped_tp_collectives_are_not_pipeline_bubble(tmp_path):
     assert summary["bottleneck"]["loss_shares"]["pipeline_bubble"] == 0.0
 
 
-def test_idle_without_a_pipeline_is_named_compute_idle(tmp_path):
+def test_cp_ranks_waiting_at_one_stage_are_named_for_their_cause_not_a_pipeline(tmp_path):
     """At pp = 1 the compute stream's waits are no pipeline bubble: here CP ranks without load balancing wait for the
-    rank holding the end of the sequence, (2i + 1)/cp of the mean attention. The console's row (`compute idle 19.6%`)
-    and the verdict below it both say compute idle, not 'pipeline bubble' (the loss keeps its key,
-    `pipeline_bubble`)."""
+    rank holding the end of the sequence, (2i + 1)/cp of the mean attention. The verdict names that wait's cause,
+    the CP causal imbalance, as its largest loss (it named compute idle, with no loss naming CP); the idle time
+    stays the `pipeline_bubble` loss, which the imbalance is part of."""
     path = tmp_path / "cp4.yaml"
     path.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 1024, heads: 8, vocab: 32000}\n"
                     "training: {seq_len: 16384, global_batch: 2, micro_batch: 1, precision: bf16}\n"
                     "parallelism: {tp: 1, cp: 4, dp: 2, cp_load_balance: false}\n")
     summary = simulate(load_scenario(path)).summary
     verdict = summary["bottleneck"]
-    assert verdict["largest_loss"]["name"] == "pipeline_bubble"
+    assert verdict["largest_loss"]["name"] == "cp_imbalance"
     share = verdict["largest_loss"]["share_of_step"]
-    assert share > 0.1
-    assert verdict["verdict"] == f"compute-bound; largest single loss: compute idle, {100 * share:.1f}% of the step"
+    assert share == summary["cp_imbalance"]["slowest_rank_adds_s"] / summary["step_time_s"] > 0.1
+    assert verdict["loss_shares"]["pipeline_bubble"] > 0.1
+    assert verdict["verdict"] == f"compute-bound; largest single loss: CP causal imbalance, {100 * share:.1f}% of the step"
 
 
 def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():
@@ -150,7 +151,7 @@ def test_a_pipeline_wait_counts_communication_in_its_bubble_once():
 def test_cp_ranks_waiting_for_the_busiest_one_are_idle_bound(tmp_path):
     """CP 8 without load balancing over 64k tokens: rank i runs (2i + 1)/8 of the mean attention, and the others
     wait for rank 7 with no compute and no communication in flight. The compute stream idles 39.3% of the step,
-    5.9% exposed communication: idle-bound."""
+    5.9% exposed communication: idle-bound, its largest loss the attention rank 7 runs beyond the mean."""
     path = tmp_path / "cp8.yaml"
     path.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 1024, heads: 8, vocab: 32000}\n"
                     "training: {seq_len: 65536, global_batch: 1, micro_batch: 1, precision: bf16}\n"
@@ -161,7 +162,8 @@ def test_cp_ranks_waiting_for_the_busiest_one_are_idle_bound(tmp_path):
                                                                          evidence["exposed_comm_share"])
     assert verdict["constraint"] == "idle"
     assert verdict["verdict"].startswith("idle-bound (waits 39.2% of the step: other idle 33.3% > exposed "
-                                         "communication 5.9%); largest single loss: compute idle, 34.")
+                                         "communication 5.9%); largest single loss: CP causal imbalance, 37.3% of "
+                                         "the step")
 
 
 TRAINING_SCENARIOS = sorted(path.name for path in SCENARIOS.glob("*.yaml") if not path.name.startswith("allreduce-"))

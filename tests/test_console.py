@@ -1327,6 +1327,22 @@ def test_a_moe_step_at_ep_1_words_its_skew_as_uneven_expert_gemms():
             in lines)
 
 
+def test_cp_ranks_of_uneven_causal_work_have_their_row():
+    """Llama 3 8B over CP 4 without load balancing (16k tokens, 2 layers, DP 2 on one DGX H100): the attention
+    the slowest CP rank adds beyond the mean, 6.908 ms of the 72.71 ms step, prints as its own row,
+    where it showed only as compute idle."""
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    imbalance = {"cp": 4, "slowest_cp_rank": 3, "slowest_rank_adds_s": 0.006908, "slowest_rank_load_over_mean": 1.75}
+    console = Console(width=200, record=True)
+    console.print(training_table({"step_time_s": 0.07271, "cp_imbalance": imbalance}))
+    lines = [" ".join(line.split()) for line in console.export_text().splitlines()]
+    assert ("CP imbalance 6.908 ms (9.5%; CP rank 3 1.75x the mean attention, parallelism.cp_load_balance: true "
+            "evens it)" in lines)
+
+
 def test_a_parameter_server_runs_worker_wait_has_its_row():
     """The bundled parameter-server run's workers idle 229.3 ms of its 3.52 s in their iterations with no transfer
     of their own (`worker_wait`, 6.5%), which the console prints beside the exposed DP communication; under async

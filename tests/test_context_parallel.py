@@ -221,3 +221,35 @@ def test_without_sequence_parallelism_or_experts_tp_holds_the_whole_cp_share():
 
     loaded = scenario_from_text(SCENARIO, "inline.yaml", ["training.seq_len=8196", "parallelism.cp_load_balance=false"])
     validate(loaded, scenario_topology(loaded))
+
+
+TESTER_CASE = ["cluster.topology=dgx-h100-cluster", "cluster.nodes=1", "model.layers=2", "training.seq_len=16384",
+               "training.global_batch=2", "parallelism.cp=4", "parallelism.dp=2", "parallelism.zero=1",
+               "collectives.sm_contention=none"]
+"""Llama 3 8B, 2 layers, 16k tokens over CP 4 x DP 2 on one DGX H100 (a user tester's case), SM contention off so
+that every attention op runs for the seconds its rank's share gives it."""
+
+
+def test_the_cp_imbalance_loss_is_what_the_slowest_cp_ranks_attention_adds_beyond_the_mean():
+    """Without load balancing, CP rank i's attention is (2i + 1) / cp of the mean: the loss is the slowest CP
+    rank's attention seconds less the mean over the CP group, summed over its layers and passes as the timeline
+    runs them, its own loss and console row (it was booked only as the pipeline bubble at pp = 1, 9.46%, with
+    no loss naming CP); a balanced split has none."""
+    from simulator import load_scenario, simulate
+    from shared import SCENARIOS
+
+    path = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
+    result = simulate(load_scenario(path, overrides=[*TESTER_CASE, "parallelism.cp_load_balance=false"]))
+    frame, summary = result.timeline, result.summary
+    attention = frame[(frame["kind"] == "compute") & frame["name"].str.contains(" attention")]
+    per_rank = (attention["end_s"] - attention["start_s"]).groupby(attention["rank"]).sum()
+    group = [0, 1, 2, 3]  # the CP ranks of DP replica 0
+    seconds = [float(per_rank[rank]) for rank in group]
+    assert seconds == pytest.approx([seconds[0] * (2 * i + 1) for i in range(CP)], rel=1e-9)
+    added = max(seconds) - sum(seconds) / CP
+    assert summary["cp_imbalance"]["slowest_rank_adds_s"] == pytest.approx(added, rel=1e-9)
+    assert summary["cp_imbalance"]["attention_s_per_cp_rank"] == pytest.approx(seconds, rel=1e-9)
+    assert summary["bottleneck"]["loss_shares"]["cp_imbalance"] == pytest.approx(added / summary["step_time_s"],
+                                                                                   rel=1e-9)
+    balanced = simulate(load_scenario(path, overrides=TESTER_CASE)).summary
+    assert "cp_imbalance" not in balanced and "cp_imbalance" not in balanced["bottleneck"]["loss_shares"]

@@ -2,7 +2,8 @@
 bottleneck among seed 000's constraints (compute, memory bandwidth, memory capacity, communication, and the
 pipeline bubble or, without a pipeline, compute idle, and a replayed trace's host time: `Constraint`) and the
 largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step, compute time lost
-to SM contention with communication kernels, a MoE step's routing skew, a replayed trace's host time, a
+to SM contention with communication kernels, a MoE step's routing skew, the causal attention work of CP ranks
+split without load balancing, a replayed trace's host time, a
 parameter-server worker's wait for other workers and the servers)."""
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
+               "cp_imbalance": "CP causal imbalance",
                "sm_contention": "SM contention", "host": "host time", "worker_wait": "worker wait",
                "finished_early": "idle after last iteration",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
@@ -66,12 +68,16 @@ its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or 
 def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float,
                 routing_skew_s: float | None = None, host_s: float | None = None,
                 worker_wait_s: float | None = None, finished_early_s: float | None = None,
-                sm_contention_s: float | None = None) -> dict[str, float]:
+                sm_contention_s: float | None = None, cp_imbalance_s: float | None = None) -> dict[str, float]:
     """Each loss as a share of the step: idle time of the pipeline window (one stage's too, where it waits on
     a collective; ``bubble_s`` None for a step that is not a pipeline program, `StepProgram.pipelined`: a
     parameter-server run), exposed communication per kind (mean over ranks of communication time no compute
     overlaps), the optimizer step and, for a MoE step, the expert compute its routing skew adds to every rank
-    (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None), for a replayed trace, its
+    (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None), for a step whose CP ranks do
+    different causal attention work, the attention its slowest CP rank adds beyond the mean, which every rank
+    waits for (``cp_imbalance_s``, `cp_imbalance.slowest_rank_adds_s`: part of the bubble's idle time, compute
+    idle at pp = 1, which it overlaps as the routing skew does; none where the work is even, None), for a
+    replayed trace, its
     host time on the compute stream (``host_s``, `host`; none for a modelled step, None) and, for a step that
     idles for another reason than a pipeline (a parameter-server run), the idle time with neither compute nor
     communication, split in two: inside its iterations (``worker_wait_s``, `worker_wait`: a worker's push
@@ -83,6 +89,7 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
                **({} if routing_skew_s is None else {"moe_imbalance": routing_skew_s}),
+               **({} if cp_imbalance_s is None else {"cp_imbalance": cp_imbalance_s}),
                **({} if sm_contention_s is None else {"sm_contention": sm_contention_s}),
                **({} if host_s is None else {"host": host_s}),
                **({} if worker_wait_s is None else {"worker_wait": worker_wait_s}),
@@ -293,7 +300,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      nominal_model_flops_per_step: float | None = None,
                      training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step",
                      traced: bool = False, routing_skew_s: float | None = None,
-                     sm_contention_s: float | None = None, schedule: Schedule | None = None) -> dict:
+                     sm_contention_s: float | None = None, schedule: Schedule | None = None,
+                     cp_imbalance_s: float | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
@@ -312,7 +320,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     reads as measured; so are its `tokens_per_s` where it states no tokens (a synthetic model, a trace without
     `tokens_per_step`), and its `tflops_per_gpu` and MFU where it states no model FLOPs.
     ``routing_skew_s`` (experts only) is what the hottest EP rank's load adds to the step, a loss (`loss_shares`);
-    so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off).
+    so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off), and
+    ``cp_imbalance_s``, what the slowest CP rank's causal attention adds (None: the CP ranks' work is even).
     ``schedule`` (a pipelined step of more than one stage) gives `schedule_bubble_fraction`, the bubble the
     schedule alone leaves with this run's pass times (`metrics.step.schedule_bubble_fraction`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
@@ -348,7 +357,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                          optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None,
                          None if tail_s is None
                          else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s,
-                         sm_contention_s)
+                         sm_contention_s, cp_imbalance_s)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span, schedule_bubble=schedule_bubble)
     return summary

@@ -130,6 +130,22 @@ class ContextAttention:
         return self.algorithm == "ring" and self.cp > 1
 
 
+def imbalance_report(context: ContextAttention, layers_per_rank: int, microbatches: int) -> dict | None:
+    """The summary's `cp_imbalance` entry of a step whose CP ranks do different attention work (causal, not load
+    balanced; None where every rank's share is the mean's): each CP rank's attention core seconds in the step,
+    the forward, recompute and backward of its ``layers_per_rank`` layers over the ``microbatches`` at its
+    share of the causal work, the figures its ops run for, and what the slowest rank's adds beyond the mean,
+    which every rank of its group waits for, as a MoE step's ranks wait for the hottest EP rank."""
+    if context.share(0) == context.share(context.cp - 1):
+        return None
+    per_layer = (context.forward_s + context.recompute_s + context.backward_s) * layers_per_rank * microbatches
+    seconds = [per_layer * context.share(cp_rank) for cp_rank in range(context.cp)]
+    mean = sum(seconds) / context.cp
+    slowest = max(seconds)
+    return {"cp": context.cp, "attention_s_per_cp_rank": seconds, "slowest_cp_rank": seconds.index(slowest),
+            "slowest_rank_load_over_mean": slowest / mean if mean else 0.0, "slowest_rank_adds_s": slowest - mean}
+
+
 def context_fold_blocker(context: ContextAttention | None) -> str:
     """Why folding (one rank per stage for all its CP peers) would not be exact: ranks of an unbalanced causal
     CP group do different work."""

@@ -92,7 +92,8 @@ loss is the pipeline bubble gives its share of the pipeline window beside that o
 `layout.schedule`, the pipeline schedule that ran, where a pipelined step's layout named none; a
 parameter-server run's `parameter_server.worker_links`, `binding_links` and `*_utilisation_in_transfers`, the
 server links chosen nearest the GPU among equally slow ones, and its communication-bound verdict ending with the
-side whose links bind)."""
+side whose links bind; and the loss `cp_imbalance` with the `cp_imbalance` entry, the attention the slowest CP
+rank adds where the ranks' causal work differs, among the losses the verdict's largest may name)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from simulator.config.training_options import (
 )
 from simulator.config.yaml_source import FieldPath
 from simulator.errors import ScenarioError
+from simulator.parallel.context import imbalance_report
 from simulator.parallel.experts import expert_sharding
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
@@ -140,6 +141,9 @@ class TrainingStep:
     (``model_flops_per_step`` counts only the token-expert assignments the capacity kept); None without."""
     kernels: KernelEra = "fused"
     """The kernel era the step's kernels were built for (`training.kernels`)."""
+    cp_imbalance: Mapping[str, object] | None = None
+    """Where the CP ranks' attention work differs, the summary's `cp_imbalance` entry
+    (`parallel.context.imbalance_report`); None where it does not."""
 
 
 def resolve_model(scenario: Scenario) -> ModelSpec:
@@ -451,16 +455,18 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     nominal_flops = model_flops_per_token(model, training.seq_len) * tokens
     model_flops, report, routed_tokens, nominal = nominal_flops, None, None, None
+    layers_per_rank = max(sum(counts[vstage] for vstage in stages_of_rank) for stages_of_rank in held)
     if experts is not None:
         routed_tokens = float(experts.sample.rank_load(experts.ep)[experts.sample.hottest_rank(experts.ep)])
-        report = moe_report(model, shard, cost, experts.sample, experts.ep, experts.layer,
-                            max(sum(counts[vstage] for vstage in stages_of_rank) for stages_of_rank in held), m,
+        report = moe_report(model, shard, cost, experts.sample, experts.ep, experts.layer, layers_per_rank, m,
                             training.recompute)
         model_flops -= experts.sample.dropped_fraction * routed_flops_per_token(model) * tokens
         nominal = nominal_flops
         warnings += _dropping_warning(experts.sample.dropped_fraction, experts.sample.capacity)
+    context = next((block.context for stage in stages for block in stage.blocks if block.context is not None), None)
+    imbalance = None if context is None else imbalance_report(context, layers_per_rank, m)
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
-                        warnings, report, routed_tokens, nominal, training.kernels)
+                        warnings, report, routed_tokens, nominal, training.kernels, imbalance)
 
 
 def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> tuple[float, float]:

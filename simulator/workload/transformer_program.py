@@ -44,6 +44,7 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                        details={"layout": layout_summary(step, scenario.parallelism.fsdp),
                                 "overlaps": overlap_summary(step),
                                 **({"moe": dict(step.moe)} if step.moe else {}),
+                                **({"cp_imbalance": dict(step.cp_imbalance)} if step.cp_imbalance else {}),
                                 **({"loss_scaling": loss_scaling_summary(scenario.training.loss_scaling,
                                                                          scenario.run.seed)}
                                    if scenario.training.loss_scaling else {}),
