@@ -69,7 +69,8 @@ def test_cp_ranks_waiting_at_one_stage_are_named_for_their_cause_not_a_pipeline(
     share = verdict["largest_loss"]["share_of_step"]
     assert share == summary["cp_imbalance"]["slowest_rank_adds_s"] / summary["step_time_s"] > 0.1
     assert verdict["loss_shares"]["pipeline_bubble"] > 0.1
-    assert verdict["verdict"] == f"compute-bound; largest single loss: CP causal imbalance, {100 * share:.1f}% of the step"
+    assert verdict["verdict"] == (f"compute-bound; largest single loss: CP causal imbalance, {100 * share:.1f}% of "
+                                  "the step")
 
 
 def test_a_step_waiting_a_third_of_it_is_bound_by_its_larger_wait():

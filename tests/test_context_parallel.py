@@ -5,7 +5,9 @@ unbalanced causal split gives CP rank i the strip (2i + 1) / cp of the mean atte
 from __future__ import annotations
 
 import pytest
+from shared import SCENARIOS
 
+from simulator import load_scenario, simulate
 from simulator.catalog.models import get_model
 
 CP = 4
@@ -235,9 +237,6 @@ def test_the_cp_imbalance_loss_is_what_the_slowest_cp_ranks_attention_adds_beyon
     rank's attention seconds less the mean over the CP group, summed over its layers and passes as the timeline
     runs them, its own loss and console row (it was booked only as the pipeline bubble at pp = 1, 9.46%, with
     no loss naming CP); a balanced split has none."""
-    from simulator import load_scenario, simulate
-    from shared import SCENARIOS
-
     path = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     result = simulate(load_scenario(path, overrides=[*TESTER_CASE, "parallelism.cp_load_balance=false"]))
     frame, summary = result.timeline, result.summary

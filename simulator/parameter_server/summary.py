@@ -204,11 +204,13 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
     """Per GPU the slowest link every one of its ``pushes`` (a mask of ``flows`` per GPU) crosses, the one
     nearest the GPU (route position ``end``) among equally slow ones, so that the NIC of a lone worker that
     every push to a server crosses is the worker's link, not the server's; else the slowest of their links at
-    route position ``end``; and its reverse, which the pulls cross; their utilisation
-    named by ``directions`` (the push's, the pull's), over the run (`*_utilisation`) and while a transfer runs
-    over them (`*_utilisation_in_transfers`: bytes over line rate x the time some push or pull is under way on
-    the link), with the means of both over every entry."""
-    per_gpu, shares, busy = {}, [], []
+    route position ``end``; and its reverse, which the pulls cross; their utilisation named by ``directions``
+    (the push's, the pull's), over the run (`*_utilisation`) and while a transfer runs over them
+    (`*_utilisation_in_transfers`: bytes over line rate x the time some push or pull is under way on the
+    link), with the means of both over every entry."""
+    per_gpu: dict[str, dict] = {}
+    shares: list[float] = []
+    busy: list[float] = []
     starts, ends = flows["start_s"].to_numpy(), flows["end_s"].to_numpy()
     for gpu, mask in pushes.items():
         own = flows[mask]["flow"]
@@ -222,15 +224,14 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
         u, v = topology.link_ends[link]
         back = topology.link_index[(v, u)]
         rate = topology.line_rate[link]
-        entry = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(rate)}
+        figures: dict[str, float] = {}
         for direction, crossed in zip(directions, (link, back), strict=True):
             over = [row for row, index in enumerate(flows["flow"]) if crossed in routes[index]]
-            window = _covered(starts[over], ends[over])
-            entry[f"{direction}_utilisation"] = carried[crossed] / (rate * makespan_s) if rate * makespan_s else 0.0
-            entry[f"{direction}_utilisation_in_transfers"] = carried[crossed] / (rate * window) if rate * window else 0.0
-        per_gpu[str(gpu)] = entry
-        shares += [entry["ingress_utilisation"], entry["egress_utilisation"]]
-        busy += [entry["ingress_utilisation_in_transfers"], entry["egress_utilisation_in_transfers"]]
+            for name, span in (("", makespan_s), ("_in_transfers", _covered(starts[over], ends[over]))):
+                figures[f"{direction}_utilisation{name}"] = carried[crossed] / (rate * span) if rate * span else 0.0
+        per_gpu[str(gpu)] = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(rate), **figures}
+        shares += [figures["ingress_utilisation"], figures["egress_utilisation"]]
+        busy += [figures["ingress_utilisation_in_transfers"], figures["egress_utilisation_in_transfers"]]
     return {"mean_utilisation": float(np.mean(shares)) if shares else 0.0,
             "mean_utilisation_in_transfers": float(np.mean(busy)) if busy else 0.0, key: per_gpu}
 
