@@ -544,6 +544,10 @@ WORKER_STRAGGLER = "faults.step.stragglers=[{gpus: [5], slowdown: 3.0}]"
 """The bundled parameter-server scenario's straggler worker 5 at 3x, not 1.5x."""
 PS_EVEN = ("faults.step.stragglers=[]", "ps.iteration_slowdown=null")
 """The bundled parameter-server scenario with every worker computing alike."""
+CP_UNBALANCED = ("cluster.topology=dgx-h100-cluster", "cluster.nodes=1", "model.layers=2", "training.seq_len=16384",
+                 "training.global_batch=2", "parallelism.cp=4", "parallelism.dp=2",
+                 "parallelism.cp_load_balance=false", "parallelism.zero=1")
+"""docs/training-step.md's CP 4 x DP 2 without load balancing on one DGX H100 (2 layers, 16k tokens)."""
 SCENARIO_QUOTES = [
     ("docs/schedules.md", ("schedule-zb-h1-p4-m8", ()),
      "`zb-h1`'s summary reads `bubble_fraction` {s[bubble_fraction]!r} and `step_time_s` {s[step_time_s]!r}"),
@@ -621,8 +625,36 @@ SCENARIO_QUOTES = [
      "and the exchange {ms_exchange:.1f} ms against"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ("faults.step.stragglers=[]",)),
      "ms against {ms_exchange:.1f} ms with no straggler"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "ps.iterations=3")),
+     "the server links are {s[parameter_server][server_links][mean_utilisation]:.1%} busy over the "
+     "{s[step_time_s]:.3f} s run but {s[parameter_server][server_links][mean_utilisation_in_transfers]:.1%} while the "
+     "pushes and pulls cross them, the workers' "
+     "{s[parameter_server][worker_links][mean_utilisation_in_transfers]:.1%}, and the verdict ends `{binding_note}`"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "ps.iterations=3", "ps.servers=3")),
+     "the worker links bind, {s[parameter_server][worker_links][mean_utilisation_in_transfers]:.1%} against the "
+     "servers' {s[parameter_server][server_links][mean_utilisation_in_transfers]:.1%}."),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", CP_UNBALANCED),
+     "tokens over CP 4 x DP 2 on one DGX H100 adds {ms_cp_imbalance:.3f} ms "
+     "({s[bottleneck][loss_shares][cp_imbalance]:.1%}) to a {ms_step:.2f} ms step"),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", CP_UNBALANCED),
+     "(compute idle at pp = 1: {s[bottleneck][loss_shares][pipeline_bubble]:.2%} against "
+     "{s[bottleneck][loss_shares][cp_imbalance]:.2%} of the {ms_step:.2f} ms step above)"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.cp=16")),
      "exposed CP {ms_exposed_cp:.1f} ms (204.3 ms with the group's 16 SMs a step), step {ms_step:.1f} ms."),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "ps.iterations=3")),
+     "the server links are {s[parameter_server][server_links][mean_utilisation]:.1%} busy over the "
+     "{s[step_time_s]:.3f} s run but {s[parameter_server][server_links][mean_utilisation_in_transfers]:.1%} while the "
+     "pushes and pulls cross them, the workers' "
+     "{s[parameter_server][worker_links][mean_utilisation_in_transfers]:.1%}, and the verdict ends `{binding_note}`"),
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "ps.iterations=3", "ps.servers=3")),
+     "the worker links bind, {s[parameter_server][worker_links][mean_utilisation_in_transfers]:.1%} against the "
+     "servers' {s[parameter_server][server_links][mean_utilisation_in_transfers]:.1%}."),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", CP_UNBALANCED),
+     "tokens over CP 4 x DP 2 on one DGX H100 adds {ms_cp_imbalance:.3f} ms "
+     "({s[bottleneck][loss_shares][cp_imbalance]:.1%}) to a {ms_step:.2f} ms step"),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", CP_UNBALANCED),
+     "(compute idle at pp = 1: {s[bottleneck][loss_shares][pipeline_bubble]:.2%} against "
+     "{s[bottleneck][loss_shares][cp_imbalance]:.2%} of the {ms_step:.2f} ms step above)"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.cp=16")),
      "6.7 ms of the {ms_step:.1f} ms step"),
     ("docs/collectives.md", ("llama3-8b-dgx-h100-dp8", (*CP_ACROSS_HOSTS, "parallelism.cp=16")),
@@ -693,6 +725,8 @@ def quoted_figures(result: Result) -> dict:
                      "ms_step": summary["step_time_s"] * 1e3, "m_tokens_per_s": (summary["tokens_per_s"] or 0.0) / 1e6,
                      "bound": summary["bottleneck"].get("verdict", "").partition(";")[0],
                      "ms_routing_skew": summary.get("moe", {}).get("hottest_rank_adds_s", 0) * 1e3,
+                     "ms_cp_imbalance": summary.get("cp_imbalance", {}).get("slowest_rank_adds_s", 0) * 1e3,
+                     "binding_note": summary["bottleneck"].get("verdict", "").rpartition("; ")[2],
                      "gib_model_state": sum(summary.get("memory_breakdown_gib", {}).get(part, 0.0)
                                             for part in ("params", "grads", "optimizer"))}
     if summary.get("tokens_per_s"):
