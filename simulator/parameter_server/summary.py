@@ -26,7 +26,7 @@ Definitions (docs/parameter_server.md):
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -212,6 +212,10 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
     shares: list[float] = []
     busy: list[float] = []
     starts, ends = flows["start_s"].to_numpy(), flows["end_s"].to_numpy()
+    crossing: defaultdict[int, list[int]] = defaultdict(list)  # the rows of ``flows`` over each link
+    for row, index in enumerate(flows["flow"].tolist()):
+        for link in routes[index]:
+            crossing[link].append(row)
     for gpu, mask in pushes.items():
         own = flows[mask]["flow"]
         if own.empty:
@@ -226,7 +230,7 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
         rate = topology.line_rate[link]
         figures: dict[str, float] = {}
         for direction, crossed in zip(directions, (link, back), strict=True):
-            over = [row for row, index in enumerate(flows["flow"]) if crossed in routes[index]]
+            over = crossing[crossed]
             for name, span in (("", makespan_s), ("_in_transfers", _covered(starts[over], ends[over]))):
                 figures[f"{direction}_utilisation{name}"] = carried[crossed] / (rate * span) if rate * span else 0.0
         per_gpu[str(gpu)] = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(rate), **figures}
