@@ -1,6 +1,7 @@
 """What a parameter-server run reports, read back from its event log: throughput while every worker trains,
-each worker's iteration times, the traffic the servers moved per iteration, how busy the servers' network links
-were, how stale the applied gradients were and how far workers ran ahead of the slowest.
+each worker's iteration times, the traffic the servers moved per iteration, how busy the servers' and the
+workers' network links were and which of the two bind the exchange, how stale the applied gradients were and
+how far workers ran ahead of the slowest.
 
 Definitions (docs/parameter_server.md):
 - iteration time of a worker: from the start of its forward to the end of its last pull of that iteration;
@@ -14,9 +15,12 @@ Definitions (docs/parameter_server.md):
   GPUs. Sync applies one update per iteration after every push is in, so its staleness is 0.
 - lag: when a worker starts iteration j, j minus the iterations the slowest worker has completed (its update
   applied on every server GPU); SSP keeps it at most k.
-- server link: per server GPU the slowest network link every push to it crosses (and its reverse for pulls;
-  where pushes rerouted around a failed link share none, the slowest of the last links they arrive by);
-  utilisation is the bytes the run moved over it divided by what its line rate carries in the run.
+- server link: per server GPU the slowest network link every push to it crosses, the nearest the GPU among
+  equally slow ones (and its reverse for pulls; where pushes rerouted around a failed link share none, the
+  slowest of the last links they arrive by); utilisation is the bytes the run moved over it divided by what its
+  line rate carries in the run, and in transfers, in the time some push or pull is under way on it. A worker
+  link is the same from a worker GPU's pushes. The links that bind the exchange are the side's, servers' or
+  workers', that run nearer line rate in transfers.
 - the all-reduce it is compared with: one ring all-reduce of the same gradient over the same workers, simulated
   alone on the same cluster, as built (a step's link faults do not carry over), and network settings (the
   program's `PsPlan.comparison`, which simulation.py runs after the step and hands in); its bytes in total,
