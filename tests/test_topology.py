@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared import NCCL_SIMPLE_BASE_S
 
 from simulator.cli import main
 from simulator.collectives.execute import time_collective
@@ -395,6 +396,49 @@ def test_oversubscription_halves_spine_bandwidth():
     assert full_bw == {32 * 5e10 / 8} and half_bw == {32 * 5e10 / 8 / 2}
 
 
+THREE_TIERS = {"nodes": 8, "leaf_ports": 2, "spines": 2, "tiers": 3, "pods": 2}
+"""Two pods of two leaf groups of two DGX hosts: 16 rail leaves a pod, 2 spines a pod, 2 cores."""
+
+
+def test_core_oversubscription_divides_the_spine_core_links_only():
+    """Spine-core links carry a pod's leaf-spine capacity over the cores (16 leaves x 50 GB/s / 2 cores = 400 GB/s
+    each), divided by `core_oversubscription`; the leaf-spine links keep 2 x 50 GB/s / 2 spines."""
+    def bandwidths(params):
+        topo = build_topology("cluster", params)
+        return ({d["bandwidth"] for d in links_between(topo, "switch1", "switch2")},
+                {d["bandwidth"] for d in links_between(topo, "switch2", "switch3")})
+
+    assert bandwidths(THREE_TIERS) == ({50e9}, {400e9})
+    assert bandwidths({**THREE_TIERS, "core_oversubscription": "4:1"}) == ({50e9}, {100e9})
+    assert bandwidths({**THREE_TIERS, "core_oversubscription": 7, "oversubscription": 2}) == ({25e9}, {200e9 / 7})
+
+
+def test_a_ring_across_4_to_1_oversubscribed_pods_runs_at_a_quarter_of_the_nic_rate():
+    """One-GPU hosts, two per pod on one leaf, one spine a pod and one core: a ring whose every hop crosses the pods
+    (0, 2, 1, 3) has both NICs of each pod send through its spine-core link of 2 x 50 GB/s / 4 at once, 12.5 GB/s a
+    hop; a ring inside a pod runs at the NIC's 50 GB/s. Alpha-beta: NCCL's base latency, then 2 (p - 1) steps of
+    the path latency (15 us across the core, 13 us under one leaf) and n / p bytes."""
+    params = {"nodes": 4, "node": {"kind": "nvswitch_node", "gpus": 1}, "leaf_ports": 2, "spines": 1, "cores": 1,
+              "tiers": 3, "pods": 2, "core_oversubscription": 4}
+    topo = build_topology("cluster", params)
+    n = 1e9
+    across = time_collective(topo, "all_reduce", "ring", [0, 2, 1, 3], n)
+    assert across == pytest.approx(NCCL_SIMPLE_BASE_S + 6 * (15e-6 + n / 4 / (50e9 / 4)), rel=1e-9)
+    inside = time_collective(topo, "all_reduce", "ring", [0, 1], n)
+    assert inside == pytest.approx(NCCL_SIMPLE_BASE_S + 2 * (13e-6 + n / 2 / 50e9), rel=1e-9)
+
+
+def test_describe_says_each_oversubscribed_tier_and_what_a_pod_has_to_the_others():
+    text = describe_topology(load_topology("dgx-h100-cluster", {**THREE_TIERS, "oversubscription": 2,
+                                                                "core_oversubscription": 4}))
+    assert text.endswith(
+        "  NIC-leaf                   1.6 TB/s  (whole fabric)\n"
+        "  leaf-spine                 800 GB/s  (whole fabric; oversubscribed 2:1 against the NIC-leaf tier's "
+        "1.6 TB/s)\n"
+        "  spine-core                 200 GB/s  (whole fabric; oversubscribed 4:1 against the leaf-spine tier's "
+        "800 GB/s; pod to pod: 200 GB/s out of each of 2 pods)")
+
+
 # ------------------------------------------------------------------------------------------------ explicit graph
 
 def graph_params(links):
@@ -484,6 +528,19 @@ def test_a_count_is_ascii_digits(text):
     with pytest.raises(TopologyError) as error:
         load_topology("dgx-h100", {"gpus": text})
     assert error.value.field == "gpus" and error.value.problem == f"expected a whole number, got {text!r}"
+
+
+@pytest.mark.parametrize("params, problem, allowed", [
+    ({**THREE_TIERS, "core_oversubscription": 0}, "0 must be positive", "a positive value"),
+    ({**THREE_TIERS, "core_oversubscription": "4:0"}, "cannot read ratio '4:0'",
+     "a positive number such as 2 or '2:1'"),
+    ({"nodes": 64, "core_oversubscription": 4}, "core_oversubscription sizes the spine-core links of tiers: 3",
+     "1 (or leave it out) with tiers: 2, or tiers: 3")])
+def test_a_bad_core_oversubscription_is_refused_saying_what_it_takes(params, problem, allowed):
+    with pytest.raises(TopologyError) as error:
+        build_topology("cluster", params)
+    assert (error.value.field, error.value.problem, error.value.allowed) == ("core_oversubscription", problem,
+                                                                             allowed)
 
 
 def test_three_tiers_over_one_leaf_group_names_the_tiers():
@@ -607,12 +664,13 @@ def test_describe_says_what_a_fabric_wired_for_more_hosts_is_wired_for():
 @pytest.mark.parametrize("params, said", [
     ({"nodes": 40}, "leaf-spine                12.8 TB/s  (whole fabric; under-subscribed: carries at most the "
                     "NIC-leaf tier's 8 TB/s)\n"),
-    ({"nodes": 40, "oversubscription": 2}, "leaf-spine                 6.4 TB/s  (whole fabric)\n"),
+    ({"nodes": 40, "oversubscription": 2}, "leaf-spine                 6.4 TB/s  (whole fabric; oversubscribed 1.25:1 "
+                                           "against the NIC-leaf tier's 8 TB/s)\n"),
     ({"nodes": 64}, "leaf-spine                12.8 TB/s  (whole fabric)\n")])
 def test_describe_says_a_fabric_tier_above_what_the_tiers_below_carry_is_under_subscribed(params, said):
     """A partly populated leaf group's uplinks are sized for every port: 40 DGX H100 hosts (8 in the second group of
     32) have 12.8 TB/s of leaf-spine over 8 TB/s of NICs, which it is said to carry at most; 2:1 oversubscribed
-    (6.4 TB/s) or with both groups full, the leaf-spine tier carries all it has."""
+    they have 6.4 TB/s, 1.25:1 against the NICs' bisection; with both groups full, the tiers are even."""
     text = describe_topology(load_topology("dgx-h100-cluster", params))
     assert text.endswith(f"  {said}".rstrip("\n"))
 

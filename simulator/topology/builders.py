@@ -440,6 +440,8 @@ FABRIC_PARAMETERS = {
     "tiers": Param("count", 2, "switch tiers: 2 = leaf/spine, 3 = leaf/spine/core in pods", choices=(2, 3)),
     "pods": Param("count", 1, "pods (with tiers: 3); leaf groups are split evenly over them"),
     "cores": Param("count", None, "core switches (tiers: 3); default = spines", optional=True),
+    "core_oversubscription": Param("ratio", 1, "a pod's leaf-spine : spine-core bandwidth (tiers: 3), e.g. 7 or "
+                                   "'7:1'"),
     "sharp": Param("text", "none", "in-network reduction in the InfiniBand switches: sharpv3 (Quantum-2 NDR "
                    "SHARPv3 streaming aggregation) or none", choices=NetworkReduction),
     "fabric_hosts": Param("count", None, "hosts the fat tree is wired for: its leaves, pods, spines, cores and "
@@ -475,8 +477,8 @@ def _pod_counts_filled(groups: int) -> list[int]:
 
 def _check_network(attached: int, p: dict) -> None:
     """Refuse fabric parameters ``p`` that cannot wire ``attached`` hosts: a fabric wired for fewer
-    (`fabric_hosts`), pods or cores without a third tier, a third tier over one leaf group or over pods some of
-    which its leaf groups leave empty (of the hosts it is wired for), SHARP off InfiniBand."""
+    (`fabric_hosts`), pods, cores or core oversubscription without a third tier, a third tier over one leaf group or
+    over pods some of which its leaf groups leave empty (of the hosts it is wired for), SHARP off InfiniBand."""
     hosts = wired_hosts(attached, p)
     if hosts < attached:
         raise TopologyError(f"a fabric wired for {hosts} hosts cannot attach {attached}", field="fabric_hosts",
@@ -486,6 +488,9 @@ def _check_network(attached: int, p: dict) -> None:
     if p["tiers"] == 2 and (pods > 1 or p["cores"]):
         raise TopologyError("pods and cores need tiers: 3", field="pods" if pods > 1 else "cores",
                             allowed="tiers: 3, or leave pods and cores out")
+    if p["tiers"] == 2 and p["core_oversubscription"] != 1:
+        raise TopologyError("core_oversubscription sizes the spine-core links of tiers: 3",
+                            field="core_oversubscription", allowed="1 (or leave it out) with tiers: 2, or tiers: 3")
     if p["tiers"] == 3 and groups < 2:
         raise TopologyError(f"3 splits leaf groups into pods, but {hosts} hosts make one leaf group "
                             f"(up to {p['leaf_ports']} hosts)", field="tiers",
@@ -561,7 +566,7 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
         for core in fabric.core_names:
             wiring.add_node(core, kind="switch", tier=3)
         for pod, spines in enumerate(fabric.spine_names):
-            core_bandwidth = fabric.leaf_pod.count(pod) * uplink / cores
+            core_bandwidth = fabric.leaf_pod.count(pod) * uplink / cores / p["core_oversubscription"]
             add_links(wiring, ((spine, core) for spine in spines for core in fabric.core_names),
                       bandwidth=core_bandwidth, latency=p["switch_latency"], link_class=link_class)
         derived["cores"] = cores

@@ -85,7 +85,9 @@ def describe_topology(topo: Topology) -> str:
     """A multi-line text summary: GPUs and hosts (and the hosts a fabric is wired for, `fabric_hosts`), nodes per
     kind (with the first and last node name, the names `faults.step` links take), link groups, bisection
     bandwidth per tier (the switch tiers' those of the wiring), a fabric tier above what the tiers below it carry
-    (a leaf group partly populated: its uplinks are sized for every port) said to be under-subscribed."""
+    (a leaf group partly populated: its uplinks are sized for every port) said to be under-subscribed, one below
+    it oversubscribed (by the ratio of the two bisections), and an oversubscribed spine-core tier what each pod
+    has to the others."""
     per_host = Counter(topo.gpu_host)
     sizes = sorted(set(per_host.values()))
     lines = [f"topology {topo.name} ({topo.params.get('kind', 'custom')}): {topo.num_gpus} GPUs ({topo.gpu_model})"
@@ -119,12 +121,32 @@ def describe_topology(topo: Topology) -> str:
         if set(tier.split("-")) <= _FABRIC_ROLES:
             if below is not None and bandwidth > below[1] * (1 + _SAME):
                 scope += f"; under-subscribed: carries at most the {below[0]} tier's {format_bandwidth(below[1])}"
+            elif below is not None and bandwidth < below[1] * (1 - _SAME):
+                scope += (f"; oversubscribed {below[1] / bandwidth:.3g}:1 against the {below[0]} tier's "
+                          f"{format_bandwidth(below[1])}")
+                if tier == "spine-core":
+                    scope += f"; pod to pod: {_pod_uplinks(topo)}"
             if below is None or bandwidth < below[1]:
                 below = tier, bandwidth
         text = f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})"
         lines.append(", ".join([text, *(f"{format_bandwidth(each)} ({_scope(count, key)})"
                                         for each, count, key in others)]))
     return "\n".join(lines)
+
+
+def _pod_uplinks(topo: Topology) -> str:
+    """Each pod's spine-core capacity per direction (what all its GPUs share to reach the other pods), each distinct
+    value with the number of pods that have it, largest first."""
+    per_pod: dict[object, float] = {}
+    nodes = topo.wiring.nodes
+    for u, v, data in physical_links(topo):
+        spine = next((end for end in (u, v) if _role(nodes[end]) == "spine"), None)
+        if spine is not None and "core" in (_role(nodes[u]), _role(nodes[v])):
+            per_pod[nodes[spine]["pod"]] = per_pod.get(nodes[spine]["pod"], 0.0) + data["bandwidth"]
+    counts = Counter(per_pod.values())
+    return ", ".join(f"{format_bandwidth(bandwidth)} out of each of {counted(count, 'pod')}" if count > 1
+                     else f"{format_bandwidth(bandwidth)} out of 1 pod"
+                     for bandwidth, count in sorted(counts.items(), reverse=True))
 
 
 def _scope(domains: int, key: str) -> str:
