@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -408,6 +409,23 @@ def test_too_many_random_samples_are_blamed_at_samples(tmp_path, capsys):
     assert capsys.readouterr().err == (f"error: {path}:4: random.samples: 1,000,000 points is more than "
                                        "--max-points 10,000 (allowed: fewer axis values or samples, or a larger "
                                        "--max-points)\n")
+
+
+def test_a_local_dask_cluster_starts_beside_another_that_holds_port_8787():
+    """Two sweeps on one machine (or a sweep beside a notebook's cluster) each start their own LocalCluster: the
+    second must not trip over the first's HTTP port (a warning, which fails under filterwarnings = error)."""
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            holder.bind(("", 8787))
+        except OSError:
+            pass
+        holder.listen()
+        dask = DaskExecutor(workers=1)
+        try:
+            assert sorted(dask.map_unordered(abs, [-2, -1])) == [1, 2]
+        finally:
+            dask.close()
 
 
 def test_unreachable_scheduler_names_its_address():

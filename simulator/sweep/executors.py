@@ -218,7 +218,9 @@ PR_SET_PDEATHSIG = 1
 
 class DaskExecutor:
     """Dask distributed: connect to ``scheduler`` (tcp://HOST:8786) or start a LocalCluster of ``workers``
-    single-threaded worker processes. An unreachable scheduler is an ExecutorError naming the address."""
+    single-threaded worker processes, without a dashboard and with the scheduler's HTTP routes on a free port (the
+    scheduler serves them on 8787 by default, so a second cluster on the machine warned of the port in use). An
+    unreachable scheduler is an ExecutorError naming the address."""
 
     def __init__(self, scheduler: str | None = None, workers: int = 0, timeout_s: float = DASK_CONNECT_TIMEOUT_S):
         try:
@@ -234,6 +236,7 @@ class DaskExecutor:
         else:
             self._cluster = LocalCluster(n_workers=workers or usable_cores(), threads_per_worker=1,
                                          processes=True, dashboard_address=None,
+                                         scheduler_kwargs={"dashboard_address": ":0"},
                                          silence_logs=logging.ERROR)
             self._client = Client(self._cluster, set_as_default=False)
         self.workers = max(len(self._client.scheduler_info().get("workers", {})), 1)
