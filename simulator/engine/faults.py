@@ -75,6 +75,8 @@ class FaultHooks:
         self.topology = topology
         self.plan = plan
         self.rerouter: Rerouter | None = None
+        self.down_labels: list[str] = []
+        """The link faults that took links down so far, in order: those that together may split the job."""
         if any(e.capacity == 0 for e in plan.links):
             from simulator.faults.rerouting import Rerouter  # networkx, needed only when links fail
 
@@ -123,9 +125,10 @@ class FaultHooks:
     def _take_down(self, event: LinkEvent) -> None:
         assert self.rerouter is not None
         self.rerouter.take_down(list(event.edges))
+        self.down_labels.append(event.label)
         split = self.rerouter.split()
         if split:
-            raise StepAborted(event.at_s, f"{event.label} down: {split}")
+            raise StepAborted(event.at_s, f"{', '.join(self.down_labels)} down: {split}")
 
     def _link_event(self, env: simpy.Environment, network: Network, event: LinkEvent):
         yield env.timeout(event.at_s)

@@ -184,6 +184,10 @@ def _link_event(entry: LinkFault, path: str, topology: Topology) -> LinkEvent:
         return LinkEvent(entry.at, ((a, b),), entry.capacity, f"{a}-{b}")
     switch = entry.uplinks_of or ""
     tier = graph.nodes[switch].get("tier") if switch in graph else None
+    if tier is None and topology.explicit_graph and switch in graph and graph.nodes[switch].get("kind") == "switch":
+        raise ScenarioError(f"{switch!r} is a switch of a graph topology, and a graph's switches have no tiers to "
+                            "tell its uplinks by", field=f"{path}.uplinks_of",
+                            allowed=f"one entry per link, link: [{switch}, <neighbour>]")
     if tier is None:
         switches = sorted(n for n, data in graph.nodes(data=True) if data.get("tier") is not None)
         raise ScenarioError(f"{switch!r} is not a switch of the topology", field=f"{path}.uplinks_of",

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 
 from simulator.catalog.gpus import gpu_names
 from simulator.config.link_classes import LINK_CLASSES
 from simulator.errors import TopologyError
+from simulator.topology.ecmp import GraphRouter, Hashed, avalanche
 from simulator.topology.graph import (
     NODE_KINDS,
     NetworkReduction,
@@ -72,10 +72,6 @@ PCIE_NODE_PARAMETERS = {
     "gpu_model": Param("text", "a100-80gb", "GPU model name in the catalog", choices=gpu_names()),
 }
 
-Hashed = TypeVar("Hashed", int, np.ndarray)
-"""One flow's integer (a bool for a flag), or an array of many flows' (`Fabric._spine_and_core`, `_avalanche`)."""
-
-
 @dataclass
 class Fabric:
     """Flat routing tables shared by every builder: each GPU's way up to its domain root and into the network.
@@ -96,7 +92,7 @@ class Fabric:
     route onto the shifted switches, so replicas are exact images of each other (engine/replicas.py). Among the
     flows that share any one leaf or spine link, (position, offset, rail difference) and (source, destination)
     determine each other, and the key is mixed by an
-    avalanche hash (`_avalanche`), so each of them lands on a spine as if drawn at random, like ECMP's hash of a
+    avalanche hash (topology/ecmp.py `avalanche`), so each of them lands on a spine as if drawn at random, like ECMP's hash of a
     flow's header. But every period repeats the same draw: a cross-replica collective's flows out of each leaf
     group collide on the spines as the first group's do, where per-flow ECMP draws each group independently
     and a synchronized collective waits for the worst of them. This is optimistic for such collectives on a
@@ -266,11 +262,11 @@ class Fabric:
         two leaves, ``turn`` the destination's rail less the source's, ``spines`` the spine count of the
         source's pod and ``across`` whether the leaves lie in different pods (core 0 when not): one flow as ints
         (`_hops`), or many as int64 arrays (`_fill_across`), where the products wrap modulo 2^64 and keep the
-        low 32 bits `_avalanche` reads. The turn (modulo the rails) is the most significant digit of the mixed
+        low 32 bits `avalanche` reads. The turn (modulo the rails) is the most significant digit of the mixed
         index, so a same-rail flow (turn 0) hashes as it did before the turn was mixed in."""
         offset = (other - key) % self.flow_keys
         place = (turn % self.rails) * self.shift_period + key % self.shift_period
-        mix = _avalanche((place * self.flow_keys + offset) * 0x9E3779B1 + channel)
+        mix = avalanche((place * self.flow_keys + offset) * 0x9E3779B1 + channel)
         return mix % spines, (mix // spines) % max(len(self.core_names), 1) * across
 
     def _switch_hops(self, low: int, high: int, spine: int = 0, core: int = 0) -> list[str]:
@@ -344,17 +340,6 @@ class _FabricArrays:
         self.descent = np.full((gpus, levels), -1, dtype=np.int64)
         self.leaf_up = np.full((gpus, 2), -1, dtype=np.int64)
         self.leaf_down = np.full((gpus, 2), -1, dtype=np.int64)
-
-
-def _avalanche(value: Hashed) -> Hashed:
-    """A 32-bit integer hash in which every input bit flips every output bit with probability about 1/2
-    (MurmurHash3's finalizer): keys that differ by a little, such as neighbouring hosts at one offset, land on
-    spines as if drawn at random, as ECMP's hash of a flow's header does. Only the low 32 bits of ``value`` count
-    (an int, or an int64 array, whose wrapped products keep them)."""
-    value = value & 0xFFFFFFFF
-    value = ((value ^ (value >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
-    value = ((value ^ (value >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
-    return value ^ (value >> 16)
 
 
 def _add_nvswitch_domain(wiring: Wiring, fabric: Fabric, prefix: str, host: int, domain: int, p: dict,
@@ -760,7 +745,8 @@ def _build_graph(p: dict, name: str) -> Topology:
         gpu_local.append(seen.get(host, 0))
         seen[host] = gpu_local[-1] + 1
     return Topology(name=name or "graph", wiring=wiring, gpus=gpus, gpu_host=gpu_hosts, gpu_local=gpu_local,
-                    rails=p["rails"], gpu_model=p["gpu_model"], router=None, params={"kind": "graph", **p},
+                    rails=p["rails"], gpu_model=p["gpu_model"], router=GraphRouter(wiring),
+                    params={"kind": "graph", **p},
                     explicit_graph=True)
 
 
@@ -772,7 +758,7 @@ BUILDERS: dict[str, Builder] = {
     "cluster": Builder(_build_cluster, CLUSTER_PARAMETERS, "servers on a leaf/spine(/core) fat tree, rail-optimized",
                        _check_cluster),
     "nvl72": Builder(_build_nvl72, NVL72_PARAMETERS, "GB200 NVL72 racks: 72 GPUs per NVLink domain", _check_nvl72),
-    "graph": Builder(_build_graph, GRAPH_PARAMETERS, "explicit nodes and links, shortest-path routing"),
+    "graph": Builder(_build_graph, GRAPH_PARAMETERS, "explicit nodes and links, equal-cost multi-path routing"),
 }
 
 

@@ -1,0 +1,110 @@
+"""Equal-cost multi-path routing on `graph` topologies, and the messages of link faults on them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import yaml
+
+from simulator.config.faults import LinkFault
+from simulator.engine.faults import FaultHooks
+from simulator.errors import ScenarioError, StepAborted
+from simulator.faults.rerouting import Rerouter
+from simulator.faults.step import LinkEvent, StepFaultPlan, _link_event
+from simulator.topology.builders import build_topology
+from simulator.topology.graph import Topology
+
+CORE_UP = [("p0.spine0", "core0"), ("p0.spine1", "core0")]
+
+
+def two_pods() -> dict:
+    """2 pods of 2 DGX-like hosts, a rail leaf per pod and rail, two pod spines, one core reached from each pod by
+    two 100 GB/s links (4:1 against the pod's 16 x 50 GB/s NICs)."""
+    nodes, links = [], []
+
+    def link(a: str, b: str, bandwidth: str, latency: str, kind: str) -> None:
+        links.append({"a": a, "b": b, "bandwidth": bandwidth, "latency": latency, "class": kind})
+
+    for host in range(4):
+        nodes.append({"name": f"h{host}/nvswitch", "kind": "nvswitch"})
+        for gpu in range(8):
+            nodes += [{"name": f"h{host}/gpu{gpu}", "kind": "gpu", "host": host},
+                      {"name": f"h{host}/nic{gpu}", "kind": "nic"}]
+    for pod in range(2):
+        nodes += [{"name": f"p{pod}.leaf.r{rail}", "kind": "switch"} for rail in range(8)]
+        nodes += [{"name": f"p{pod}.spine{spine}", "kind": "switch"} for spine in range(2)]
+    nodes.append({"name": "core0", "kind": "switch"})
+    for host in range(4):
+        for gpu in range(8):
+            link(f"h{host}/gpu{gpu}", f"h{host}/nvswitch", "450 GB/s", "1.7 us", "nvlink")
+            link(f"h{host}/gpu{gpu}", f"h{host}/nic{gpu}", "64 GB/s", "3.25 us", "pcie")
+            link(f"h{host}/nic{gpu}", f"p{host // 2}.leaf.r{gpu}", "400 Gb/s", "3.25 us", "infiniband")
+    for pod in range(2):
+        for rail in range(8):
+            for spine in range(2):
+                link(f"p{pod}.leaf.r{rail}", f"p{pod}.spine{spine}", "50 GB/s", "0.5 us", "infiniband")
+        for spine in range(2):
+            link(f"p{pod}.spine{spine}", "core0", "100 GB/s", "0.5 us", "infiniband")
+    return {"nodes": nodes, "links": links, "rails": 8}
+
+
+def cross_pod_routes(topology: Topology) -> dict[tuple[int, int, int], list[tuple[str, str]]]:
+    """Every route from a pod-0 GPU to a pod-1 GPU on channels 0 and 1, as node pairs."""
+    return {(src, dst, channel): [topology.link_ends[link] for link in topology.path(src, dst, channel)]
+            for src in range(16) for dst in range(16, 32) for channel in range(2)}
+
+
+def core_uplink_counts(routes: dict) -> Counter:
+    return Counter(edge for route in routes.values() for edge in route if edge in CORE_UP)
+
+
+def test_cross_pod_routes_spread_over_both_core_links_on_fewest_links() -> None:
+    topology = build_topology("graph", two_pods())
+    routes = cross_pod_routes(topology)
+    counts = core_uplink_counts(routes)
+    assert set(counts) == set(CORE_UP)
+    assert min(counts.values()) > 0.4 * len(routes)
+    same_rail = [route for (src, dst, _), route in routes.items() if src % 8 == dst % 8]
+    assert {len(route) for route in same_rail} == {8}
+    assert cross_pod_routes(build_topology("graph", two_pods())) == routes
+
+
+def test_link_down_moves_its_routes_onto_the_other_core_link() -> None:
+    topology = build_topology("graph", two_pods())
+    before = cross_pod_routes(topology)
+    assert all(core_uplink_counts(before)[edge] > 0 for edge in CORE_UP)
+    rerouter = Rerouter(topology)
+    rerouter.take_down([CORE_UP[0]])
+    after = cross_pod_routes(topology)
+    assert core_uplink_counts(after) == Counter({CORE_UP[1]: len(after)})
+    assert all(after[key] == route for key, route in before.items() if CORE_UP[1] in route)
+    assert rerouter.rerouted == core_uplink_counts(before)[CORE_UP[0]]
+
+
+def test_ring_all_reduce_uses_both_core_links(tmp_path) -> None:
+    """One 100 GB/s link for all 16 cross-pod flows each way: 2 * 31/32 * (4 GiB / 8) / 12.5 GB/s per ring = 83.3
+    ms; both links evenly, 41.6 ms. The hash splits the flows unevenly, between the two."""
+    path = tmp_path / "pods.yaml"
+    path.write_text(yaml.safe_dump({"name": "pods", "kind": "graph", **two_pods()}))
+    out = subprocess.run([sys.executable, "-m", "simulator.cli", "collective", "--topology", str(path), "--op",
+                          "all_reduce", "--algorithm", "ring", "--sizes", "4GiB", "--efficiency", "ideal"],
+                         capture_output=True, text=True, check=True).stdout
+    time_s = float(out.strip().splitlines()[-1].split()[3]) * 1e-6
+    one_link = 2 * 31 / 32 * (4 * 2**30 / 8) / 12.5e9
+    assert one_link / 2 < time_s < 0.8 * one_link
+
+
+def test_uplinks_of_a_graph_switch_says_graph_switches_have_no_tiers() -> None:
+    topology = build_topology("graph", two_pods())
+    with pytest.raises(ScenarioError, match="graph topology.*no tiers"):
+        _link_event(LinkFault(uplinks_of="p0.spine0"), "faults.step.links[0]", topology)
+
+
+def test_partition_abort_names_every_link_fault_that_cut_the_route() -> None:
+    topology = build_topology("graph", two_pods())
+    plan = StepFaultPlan(links=tuple(LinkEvent(0.0, (edge,), 0.0, f"{edge[0]}-{edge[1]}") for edge in CORE_UP))
+    with pytest.raises(StepAborted, match="p0.spine0-core0, p0.spine1-core0 down: .* cannot reach"):
+        FaultHooks(topology, plan)
