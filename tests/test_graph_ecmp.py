@@ -99,12 +99,12 @@ def test_ring_all_reduce_uses_both_core_links(tmp_path) -> None:
 
 def test_uplinks_of_a_graph_switch_says_graph_switches_have_no_tiers() -> None:
     topology = build_topology("graph", two_pods())
-    with pytest.raises(ScenarioError, match="graph topology.*no tiers"):
+    with pytest.raises(ScenarioError, match=r"graph topology.*no tiers"):
         _link_event(LinkFault(uplinks_of="p0.spine0"), "faults.step.links[0]", topology)
 
 
 def test_partition_abort_names_every_link_fault_that_cut_the_route() -> None:
     topology = build_topology("graph", two_pods())
     plan = StepFaultPlan(links=tuple(LinkEvent(0.0, (edge,), 0.0, f"{edge[0]}-{edge[1]}") for edge in CORE_UP))
-    with pytest.raises(StepAborted, match="p0.spine0-core0, p0.spine1-core0 down: .* cannot reach"):
+    with pytest.raises(StepAborted, match=r"p0\.spine0-core0, p0\.spine1-core0 down: .* cannot reach"):
         FaultHooks(topology, plan)

@@ -91,11 +91,11 @@ class Fabric:
     both ends by whole periods (another data-parallel replica, placed on the leaf groups of its own) moves the
     route onto the shifted switches, so replicas are exact images of each other (engine/replicas.py). Among the
     flows that share any one leaf or spine link, (position, offset, rail difference) and (source, destination)
-    determine each other, and the key is mixed by an
-    avalanche hash (topology/ecmp.py `avalanche`), so each of them lands on a spine as if drawn at random, like ECMP's hash of a
-    flow's header. But every period repeats the same draw: a cross-replica collective's flows out of each leaf
-    group collide on the spines as the first group's do, where per-flow ECMP draws each group independently
-    and a synchronized collective waits for the worst of them. This is optimistic for such collectives on a
+    determine each other, and the key is mixed by an avalanche hash (topology/ecmp.py `avalanche`), so each of
+    them lands on a spine as if drawn at random, like ECMP's hash of a flow's header. But every period repeats
+    the same draw: a cross-replica collective's flows out of each leaf group collide on the spines as the first
+    group's do, where per-flow ECMP draws each group independently and a synchronized collective waits for the
+    worst of them. This is optimistic for such collectives on a
     contended spine tier (Llama 3 405B at 8,192 GPUs in an experiment of 2 December: 475 TFLOP/s per GPU, about
     408 with independent draws; docs/architecture.md, rank folding).
     """
