@@ -28,6 +28,7 @@ from simulator.reliability.perturbed import perturbed_step
 from simulator.schedules.registry import build_schedule
 from simulator.simulation import prepare_training, step_faults
 from simulator.topology.loader import scenario_topology
+from simulator.units import format_seconds
 
 F, B = 1e-3, 2e-3
 PIPELINE = """
@@ -386,6 +387,41 @@ def test_a_degraded_link_slows_the_flows_crossing_it():
     degraded = simulate(scenario_from_text(SPINES, "inline.yaml", [faults])).summary
     assert degraded["comm_s"]["dp"] > healthy * 1.2
     assert degraded["faults"]["rerouted_routes"] == 0
+
+
+RAILS = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 2}, nics_per_node: 2,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {tp: 2, dp: 4}
+"""
+"""TP 2 in each of four 2-GPU hosts with a NIC per GPU, DP 4 across them: one rail's DP ring crosses h1/nic0."""
+
+
+def test_ranks_waiting_for_a_faulted_rail_are_a_named_loss_that_closes_the_wait():
+    """With h1/nic0's cable down, rail 0's DP collectives slow and the other rail's ranks, done with their own
+    work, idle to the step's end with no transfer of their own: the `peer_wait` loss holds that time, so the
+    compute stream's wait is the exposed communication and it (no bubble idles without communication here), to
+    float rounding; the console prints it. A healthy step has no such time and no such key."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    healthy = simulate(scenario_from_text(RAILS)).summary
+    assert "peer_wait" not in healthy["bottleneck"]["loss_shares"]
+    fault = ["faults.step.links=[{link: [h1/nic0, leaf0.r0]}]"]
+    summary = simulate(scenario_from_text(RAILS, "inline.yaml", fault)).summary
+    step, bottleneck = summary["step_time_s"], summary["bottleneck"]
+    evidence, peer_wait = bottleneck["evidence"], bottleneck["loss_shares"]["peer_wait"]
+    assert summary["step_time_s"] > 1.5 * healthy["step_time_s"]
+    assert peer_wait > 0.05
+    assert (evidence["wait_share"] - evidence["exposed_comm_share"] - peer_wait) * step == pytest.approx(0, abs=1e-9)
+    console = Console(file=io.StringIO(), width=400)
+    console.print(training_table(summary))
+    assert f"waiting for slower ranks {format_seconds(peer_wait * step)}" in " ".join(console.file.getvalue().split())
 
 
 PIPELINE_OVER_SPINES = """

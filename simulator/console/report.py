@@ -358,6 +358,10 @@ def training_table(summary: dict) -> Table:
     if step and contention.get("total_compute_slowdown_s", 0.0) > 0:
         table.add_row(LOSS_LABELS["sm_contention"], _contention_text(contention, step))
     shares = (summary.get("bottleneck") or {}).get("loss_shares") or {}
+    if step and shares.get("peer_wait", 0.0) >= SHOWN_LOSS_SHARE:
+        table.add_row(LOSS_LABELS["peer_wait"], f"{format_seconds(shares['peer_wait'] * step)} "
+                      f"({_share(shares['peer_wait'])}; mean per rank: its own work done, idle until the slowest rank "
+                      "ends the step)")
     if ps and step and shares.get("worker_wait") is not None:
         table.add_row(LOSS_LABELS["worker_wait"], f"{format_seconds(shares['worker_wait'] * step)} "
                       f"({_share(shares['worker_wait'])}; in its iterations, for slower workers or server updates)")

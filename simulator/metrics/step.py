@@ -250,14 +250,19 @@ def stream_compute(ops: Mapping[str, np.ndarray]) -> np.ndarray:
     return built | (ops["category"] == TRACED_COMPUTE_CATEGORY)
 
 
-def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
+def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | None = None) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time), exposed
     communication per kind (mean over ranks of communication time not overlapped by compute, `stream_compute`),
     ``exposed_union_s``, the mean over ranks of the time some communication is exposed (every kind counted
     once, at most the sum of the kinds), ``wait_s``, the mean over ranks of the compute stream's idle time
     in the step (the exposed communication and the time with neither compute nor communication: a bubble, a
     wait for a slower rank or for FSDP's copy-in), and ``host_s``, the part of that idle time with a replayed
-    trace's host op in flight and no communication (host gaps, a CPU-only profile's ops), seconds."""
+    trace's host op in flight and no communication (host gaps, a CPU-only profile's ops), and, given the pipeline
+    window's end ``window_s`` (`pipeline_window_s`), ``peer_wait_s``, the mean over ranks of the idle time after
+    it with neither compute nor communication of the rank's own in flight: a rank done with its DP tail and
+    optimizer step that waits for slower ranks to end the step (their DP collectives slowed by a faulted link, a
+    slower stage's tail), which neither the bubble (up to the window) nor exposed communication (a transfer of
+    the rank's own) holds; 0 without ``window_s``, seconds."""
     side = np.isin(rows.ops["category"], COMPUTE_CATEGORIES) & ~stream_compute(rows.ops)
     arrays = _rank_arrays({**rows.ops, "category": np.where(side, SIDE_STREAM_COMPUTE, rows.ops["category"])})
     weights = rows.weights_of(np.fromiter(arrays, dtype=np.int64, count=len(arrays)))
@@ -265,6 +270,7 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
     waits: list[float] = []
     hosts: list[float] = []
     unions: list[float] = []
+    peer_waits: list[float] = []
     exposed: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     totals: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     for per_category in arrays.values():
@@ -275,6 +281,9 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
         hs, he = _cat(per_category, (HOST_CATEGORY,))
         hosts.append(uncovered(hs, he, np.concatenate((cs, all_s)), np.concatenate((ce, all_e))) if len(hs) else 0.0)
         unions.append(uncovered(all_s, all_e, cs, ce))
+        peer_waits.append(uncovered(np.array([window_s]), np.array([step_time_s]), np.concatenate((cs, all_s)),
+                                    np.concatenate((ce, all_e))) if window_s is not None and window_s < step_time_s
+                          else 0.0)
         for kind in COMM_CATEGORIES:
             ks, ke = _cat(per_category, (kind,))
             totals[kind].append(covered(ks, ke))
@@ -286,6 +295,7 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
         "exposed_union_s": _mean(unions, weights),
         "wait_s": _mean(waits, weights),
         "host_s": _mean(hosts, weights),
+        "peer_wait_s": _mean(peer_waits, weights),
     }
 
 

@@ -3,8 +3,8 @@ bottleneck among seed 000's constraints (compute, memory bandwidth, memory capac
 pipeline bubble or, without a pipeline, compute idle, and a replayed trace's host time: `Constraint`) and the
 largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step, compute time lost
 to SM contention with communication kernels, a MoE step's routing skew, the causal attention work of CP ranks
-split without load balancing, a replayed trace's host time, a
-parameter-server worker's wait for other workers and the servers)."""
+split without load balancing, a replayed trace's host time, a parameter-server worker's wait for other workers and
+the servers, a rank's wait for slower ranks to end the step)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
                "cp_imbalance": "CP causal imbalance",
                "sm_contention": "SM contention", "host": "host time", "worker_wait": "worker wait",
-               "finished_early": "idle after last iteration",
+               "finished_early": "idle after last iteration", "peer_wait": "waiting for slower ranks",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` and the console's rows name
 them (the verdict never names those of NOT_A_LARGEST_LOSS)."""
@@ -68,7 +68,8 @@ its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or 
 def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float,
                 routing_skew_s: float | None = None, host_s: float | None = None,
                 worker_wait_s: float | None = None, finished_early_s: float | None = None,
-                sm_contention_s: float | None = None, cp_imbalance_s: float | None = None) -> dict[str, float]:
+                sm_contention_s: float | None = None, cp_imbalance_s: float | None = None,
+                peer_wait_s: float | None = None) -> dict[str, float]:
     """Each loss as a share of the step: idle time of the pipeline window (one stage's too, where it waits on
     a collective; ``bubble_s`` None for a step that is not a pipeline program, `StepProgram.pipelined`: a
     parameter-server run), exposed communication per kind (mean over ranks of communication time no compute
@@ -84,7 +85,11 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
     done, the slowest worker's push or the servers' update not) and after its last one, until the slowest
     worker finishes (``finished_early_s``, `finished_early`: async and ssp); None with a pipeline; and, with the
     SM-contention model on, the compute time per GPU that communication kernels holding SMs stretched
-    (``sm_contention_s``, `sm_contention`: `total_compute_slowdown_s`; none with `sm_contention: none`, None)."""
+    (``sm_contention_s``, `sm_contention`: `total_compute_slowdown_s`; none with `sm_contention: none`, None);
+    and, for a pipeline program whose ranks idle after the pipeline window with no communication of their own,
+    waiting for slower ranks to end the step (``peer_wait_s``, `peer_wait`: the communication figures'
+    `peer_wait_s`; none where it is 0 or None): so the wait is the exposed communication, the bubble's idle time
+    without communication and this."""
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
@@ -94,6 +99,7 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
                **({} if host_s is None else {"host": host_s}),
                **({} if worker_wait_s is None else {"worker_wait": worker_wait_s}),
                **({} if finished_early_s is None else {"finished_early": finished_early_s}),
+               **({"peer_wait": peer_wait_s} if peer_wait_s else {}),
                **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_CATEGORIES}}
     return {name: value / step_time_s for name, value in seconds.items()}
 
@@ -325,7 +331,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     ``schedule`` (a pipelined step of more than one stage) gives `schedule_bubble_fraction`, the bubble the
     schedule alone leaves with this run's pass times (`metrics.step.schedule_bubble_fraction`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
-    comm = communication_metrics(timed, step_time_s)
+    comm = communication_metrics(timed, step_time_s, pipeline_window_s(timed) if pipelined else None)
     bubble = bubble_fraction(timed) if pipelined else 0.0
     schedule_bubble = (schedule_bubble_fraction(timed, schedule)
                        if pipelined and pipeline_stages > 1 and schedule is not None else None)
@@ -357,7 +363,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                          optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None,
                          None if tail_s is None
                          else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s,
-                         sm_contention_s, cp_imbalance_s)
+                         sm_contention_s, cp_imbalance_s, comm["peer_wait_s"] if pipelined else None)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span, schedule_bubble=schedule_bubble)
     return summary
