@@ -86,10 +86,10 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
     worker finishes (``finished_early_s``, `finished_early`: async and ssp); None with a pipeline; and, with the
     SM-contention model on, the compute time per GPU that communication kernels holding SMs stretched
     (``sm_contention_s``, `sm_contention`: `total_compute_slowdown_s`; none with `sm_contention: none`, None);
-    and, for a pipeline program whose ranks idle after the pipeline window with no communication of their own,
-    waiting for slower ranks to end the step (``peer_wait_s``, `peer_wait`: the communication figures'
-    `peer_wait_s`; none where it is 0 or None): so the wait is the exposed communication, the bubble's idle time
-    without communication and this."""
+    and, for a built pipeline program (not a replayed trace) whose ranks idle after the pipeline window with no
+    communication of their own, waiting for slower ranks to end the step (``peer_wait_s``, `peer_wait`: the
+    communication figures' `peer_wait_s`; none where it is 0 or None): so the wait is the exposed communication,
+    the bubble's idle time without communication and this."""
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
@@ -331,7 +331,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     ``schedule`` (a pipelined step of more than one stage) gives `schedule_bubble_fraction`, the bubble the
     schedule alone leaves with this run's pass times (`metrics.step.schedule_bubble_fraction`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
-    comm = communication_metrics(timed, step_time_s, pipeline_window_s(timed) if pipelined else None)
+    built_pipeline = pipelined and not traced  # a replayed trace's kernels are no forward/backward passes
+    comm = communication_metrics(timed, step_time_s, pipeline_window_s(timed) if built_pipeline else None)
     bubble = bubble_fraction(timed) if pipelined else 0.0
     schedule_bubble = (schedule_bubble_fraction(timed, schedule)
                        if pipelined and pipeline_stages > 1 and schedule is not None else None)
@@ -363,7 +364,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                          optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None,
                          None if tail_s is None
                          else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s,
-                         sm_contention_s, cp_imbalance_s, comm["peer_wait_s"] if pipelined else None)
+                         sm_contention_s, cp_imbalance_s, comm["peer_wait_s"] if built_pipeline else None)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span, schedule_bubble=schedule_bubble)
     return summary
