@@ -56,7 +56,7 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
                "cp_imbalance": "CP causal imbalance",
                "sm_contention": "SM contention", "host": "host time", "worker_wait": "worker wait",
-               "finished_early": "idle after last iteration", "peer_wait": "waiting for slower ranks",
+               "finished_early": "idle after last iteration", "peer_wait": "wait for slower ranks",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` and the console's rows name
 them (the verdict never names those of NOT_A_LARGEST_LOSS)."""
