@@ -63,6 +63,7 @@ from simulator.parallel.folding import (
     lane_classes,
     rank_weights,
     representatives,
+    unheld_representative,
     unlike_images,
 )
 from simulator.program.ops import CollectiveOp
@@ -92,7 +93,7 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "untried": "finer refolds are not tried where the step may not unfold",
                                  "classes": "the fold by classes is too large to simulate",
                                  "ended": "class-mates' hand-offs end apart unfolded",
-                                 "aligned": "a mirror's ranks are of other classes than its group's"}
+                                 "aligned": "a group or mirror holds ranks its folded collective does not wait for"}
 """Why a fold is refused before its run, by the check that refused it (`Unfolding.check`), or stands not exact
 (``hops``): the stable short text of a `GivenUp`. ``classes`` is told to the caller's guard alone, which refuses
 the run past the scale limits (`_classed_step`): no `GivenUp` carries it, but every check has its text."""
@@ -711,7 +712,7 @@ def _built_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | N
     `fold_verdict`: given up (`GivenUp`) where it refuses it."""
     refined = build(True, classes)
     assert classes is not None and refined.layout is not None, "a refold has classes and a layout"
-    misaligned = misaligned_mirror(refined, classes)
+    misaligned = misaligned_copy(refined, classes)
     if misaligned:
         return GivenUp(kind, len(refined.ranks), Unfolding("aligned", misaligned))
     shapes, order = program_indexes(refined)
@@ -745,7 +746,7 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     if guard is not None:
         guard(Unfolding("classes", CLASSED_BY_NVLINK_LOADS, ranks))
     classed = build(True, classes)
-    misaligned = misaligned_mirror(classed, classes)
+    misaligned = misaligned_copy(classed, classes)
     if misaligned:
         return GivenUp("classes", len(classed.ranks), Unfolding("aligned", misaligned))
     classed_shapes, classed_order = program_indexes(classed)
@@ -756,21 +757,29 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
                       stage_fold=StageFold(program, shapes, order))
 
 
-def misaligned_mirror(program: StepProgram, classes: RankClasses) -> str:
-    """Why ``program``, folded by ``classes``, is not exact because a kept mirror's ranks span other classes than
-    its group's ('' where no mirror's do: parallel/folding.py `unlike_images`): a mirror is kept by the class of
-    its lowest rank alone (`class_images`), and starts with its group, so the lockstep check after the run, which
-    compares the copies' ends, cannot see one whose ranks the unfolded run readies at other times. HSDP on two
-    hosts (PP 2 x DP 8, shards of 4 DP ranks a host) with GPU 2 x2: the straggler classes keep the other host's
-    shard group as a mirror of the slow GPU's, and the folded run's DP communication came out 25.1 against 27.1 ms
-    unfolded, reported exact. Each group's mirrors are read once, by the group's value and the mirrors' identity
-    (the builder shares one tuple of mirrors among a group's collectives; the group tuples are built anew): on
-    the SC21 145.6B row's refold by hops 56 pairs where by identity alone 5,792, 0.02 s of its 6.6 s of CPU."""
+def misaligned_copy(program: StepProgram, classes: RankClasses) -> str:
+    """Why ``program``, folded by ``classes``, is not exact because one of its groups or kept mirrors holds ranks
+    that the folded collective does not time as they are timed unfolded ('' where none does). A simulated group
+    waits for its simulated members only (program/ops.py), so a member whose class's representative in its stage
+    is outside the group is not waited for (`folding.unheld_representative`): HSDP on two hosts (PP 2 x DP 8,
+    shards of 4 DP ranks a host) with GPU 10 x2 left the slow GPU's shard group, GPUs 8 to 14, waiting for GPU
+    10 alone (the others' representative is GPU 0), and the DP communication came out 25.1 against 27.1 ms
+    unfolded, reported exact. A mirror is kept by the class of its lowest rank alone (`class_images`) and starts
+    with its group, so the lockstep check after the run, which compares the copies' ends, cannot see one whose
+    ranks span other classes than its group's (`folding.unlike_images`): with GPU 2 x2 instead, the other host's
+    shard group mirrored the slow GPU's, with the same error. Each group is read once by value, and each group's
+    mirrors once by the group's value and the mirrors' identity (the builder shares one tuple of mirrors among a
+    group's collectives; the group tuples are built anew): on the SC21 145.6B row's refold by hops, 56 pairs,
+    0.03 s of its 5.6 s of CPU."""
     layout = program.layout
     assert layout is not None, "a program folded by classes has a layout"
+    groups: dict[tuple[int, ...], CollectiveOp] = {}
     seen: set[tuple[tuple[int, ...], int]] = set()
     for op in program.ops:
-        if not isinstance(op, CollectiveOp) or not op.mirrors or (op.group, id(op.mirrors)) in seen:
+        if not isinstance(op, CollectiveOp):
+            continue
+        groups.setdefault(op.group, op)
+        if not op.mirrors or (op.group, id(op.mirrors)) in seen:
             continue
         seen.add((op.group, id(op.mirrors)))
         unlike = np.flatnonzero(unlike_images(layout, classes, op.group, op.mirrors))
@@ -781,7 +790,14 @@ def misaligned_mirror(program: StepProgram, classes: RankClasses) -> str:
                     f"mirror, whose ranks are of classes {theirs} where its group's are of {own}: the unfolded run "
                     "may ready that copy's ranks at other times than the group's, which a replay started with the "
                     "group cannot show")
-    return ""
+    unheld = unheld_representative(layout, classes, list(groups))
+    if unheld is None:
+        return ""
+    index, member, representative = unheld
+    op = list(groups.values())[index]
+    return (f"{op.op} {op.name!r} over GPUs {list(op.group)} holds GPU {member}, whose class's representative GPU "
+            f"{representative} is outside the group: the folded collective does not wait for GPU {member}, which "
+            "the unfolded run may ready at another time")
 
 
 CLASSED_BY_NVLINK_LOADS = ("the ranks of a stage whose hosts' NVLink links carry unlike loads are simulated apart, "

@@ -169,6 +169,27 @@ def unlike_images(layout: Layout, classes: RankClasses, group: tuple[int, ...],
     return np.asarray((at < 0).any(axis=1) | ~held.all(axis=1))
 
 
+def unheld_representative(layout: Layout, classes: RankClasses, groups: Sequence[tuple[int, ...]]
+                          ) -> tuple[int, int, int] | None:
+    """The first member of ``groups`` whose class's representative in its stage is not in its group, as (the
+    group's index, the member, the representative); None where every member's is. A folded collective starts when
+    its simulated members are ready and does not wait for a member with no op on the simulated ranks
+    (program/ops.py), so it times such a member as its representative only where that representative is in the
+    group. Vectorised over the groups: O(their ranks)."""
+    if not groups:
+        return None
+    members = np.concatenate([np.array(group, dtype=np.int64) for group in groups])
+    index = np.repeat(np.arange(len(groups)), [len(group) for group in groups])
+    of_position = np.array(classes.of_position, dtype=np.int64)
+    heads = np.array(classes.firsts, dtype=np.int64)[of_position[_stage_positions(layout, members)]]
+    chosen = _at_position(layout, members, heads)
+    outside = np.flatnonzero(~np.isin(index * layout.world + chosen, index * layout.world + members))
+    if not outside.size:
+        return None
+    first = int(outside[0])
+    return int(index[first]), int(members[first]), int(chosen[first])
+
+
 def classes_of(layout: Layout, classes: RankClasses, ranks: Sequence[int] | Sequence[Sequence[int]]) -> np.ndarray:
     """The class of each of ``ranks`` (any shape) under ``classes``: its stage position's."""
     return np.asarray(classes.of_position, dtype=np.int64)[_stage_positions(layout, np.asarray(ranks, dtype=np.int64))]

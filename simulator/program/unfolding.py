@@ -24,8 +24,8 @@ beyond the refold budget, tried where the step may not unfold (`RefoldBudget`), 
 folded by classes of ranks whose NVLink loads differ (`engine/fold_policy._classed_step`), told with the ranks
 it simulates; or ``ended``: a refold whose class-mates' copies of a hand-off end apart in the unfolded run, as a
 refold that kept pace shows (`engine/refold_evidence.refuted`), given up unrun; or ``aligned``: a fold by classes
-that keeps a mirror whose ranks span other classes than its group's (`engine/fold_policy.misaligned_mirror`), given up
-unrun."""
+with a group that holds a rank whose class's representative is outside it, or that keeps a mirror whose ranks span
+other classes than its group's (`engine/fold_policy.misaligned_copy`), given up unrun."""
 
 
 @dataclass(frozen=True)
