@@ -1631,7 +1631,8 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
                "slowing whole stages)"),
     "links": "links down near fewer hosts (each rank of a host near them is simulated apart)",
     "classes": "network.model: analytic (each collective alone: no ranks simulated apart by their NVLink loads)",
-    "aligned": "stragglers slowing whole stages (no ranks of a stage classed apart)",
+    "aligned": ("step faults that leave each stage's ranks alike (stragglers or links down that slow or reach "
+                "whole stages: no ranks of a stage classed apart)"),
 }
 """What to change so that the check passes."""
 
