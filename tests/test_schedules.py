@@ -277,6 +277,15 @@ def test_a_deadlocked_table_is_refused_at_a_row_of_its_wait_cycle(tmp_path: Path
     assert caught.value.problem.endswith("(rank 0 at F0c1); rank 0's F0c1 waits for rank 0's F0")
 
 
+def _accepts(name: str, p: int, m: int) -> bool:
+    """Whether ``name`` builds at p ranks and m micro-batches, two chunks per rank."""
+    try:
+        build_schedule(name, p, m, 2)
+    except ScenarioError:
+        return False
+    return True
+
+
 def test_unknown_schedule_and_bad_sizes() -> None:
     with pytest.raises(ScenarioError) as caught:
         get_schedule("pipedream")
@@ -285,9 +294,15 @@ def test_unknown_schedule_and_bad_sizes() -> None:
     assert caught.value.allowed == "gpipe, 1f1b, interleaved, zb-h1, interleaved-zb, looped-bfs, zbv, dualpipev, custom"
     assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "looped-bfs", "zbv",
                               "dualpipev"}
-    # PyTorch's rounds rule: m a multiple of max(1, m // p), 2 rounds at p = 4, m = 9 (m = 6 runs in one round)
-    with pytest.raises(ScenarioError, match=r"\(allowed: a multiple of 2 \(of p = 4 for Megatron-LM's order\)"):
-        build_schedule("interleaved", 4, 9, 2)
+    # PyTorch's rounds rule: m a multiple of max(1, m // p), 2 rounds at p = 4, m = 9 (m = 6 runs in one round);
+    # the refusal names the nearest counts the rule accepts: 1-8, 10, 12, 15, 16 and multiples of 4 at p = 4
+    accepted = [m for m in range(1, 41) if _accepts("interleaved", 4, m)]
+    assert accepted == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 16, 20, 24, 28, 32, 36, 40]
+    for m, below, above in ((9, 8, 10), (13, 12, 15), (14, 12, 15), (18, 16, 20), (17, 16, 20)):
+        with pytest.raises(ScenarioError) as caught:
+            build_schedule("interleaved", 4, m, 2)
+        assert caught.value.allowed == (f"{below} or {above} (m a multiple of max(1, m // p) rounds, PyTorch's rule); "
+                                        "a multiple of p = 4 for Megatron-LM's order")
     with pytest.raises(ScenarioError, match="two chunks per rank"):
         build_schedule("zbv", 4, 8, 1)
     with pytest.raises(ScenarioError, match="one chunk per rank"):

@@ -62,17 +62,31 @@ def _rank_order(p: int, m: int, v: int, rank: int, zero_bubble: bool) -> list[Ac
     return actions
 
 
+def _fits_rounds(p: int, m: int) -> bool:
+    """Whether m splits into max(1, m // p) rounds of equal size (PyTorch's rule)."""
+    return m % max(1, m // p) == 0
+
+
+def _nearest_accepted(p: int, m: int) -> tuple[int, int]:
+    """The micro-batch counts nearest m, below and above, that PyTorch's rounds rule accepts at p (1 and every
+    multiple of p always fit)."""
+    below = next(count for count in range(m - 1, 0, -1) if _fits_rounds(p, count))
+    above = next(count for count in range(m + 1, m + p + 1) if _fits_rounds(p, count))
+    return below, above
+
+
 def _check_rounds(p: int, m: int, v: int) -> None:
     """PyTorch's rule: m a multiple of its number of rounds, max(1, m // p) (Megatron-LM's stricter one asks for
     m a multiple of p)."""
     check_shape(p, m, v)
     rounds = max(1, m // p)
-    if m % rounds:
+    if not _fits_rounds(p, m):
+        below, above = _nearest_accepted(p, m)
         raise ScenarioError(f"interleaved schedules run micro-batches in rounds of equal size, max(1, m // p) = "
                             f"{rounds} rounds at p = {p}, m = {m} (PyTorch's rule; Megatron-LM's asks for a "
                             f"multiple of p)", field=MICROBATCHES_FIELD,
-                            allowed=f"a multiple of {rounds} (of p = {p} for Megatron-LM's order), or fewer than "
-                                    f"{2 * p}")
+                            allowed=f"{below} or {above} (m a multiple of max(1, m // p) rounds, PyTorch's rule); "
+                                    f"a multiple of p = {p} for Megatron-LM's order")
 
 
 def interleaved(p: int, m: int, v: int = 2) -> RankActions:
