@@ -1164,3 +1164,24 @@ def test_a_point_whose_dp_does_not_fill_the_cluster_is_located_at_the_dp_axis(tm
     assert frame["error"][1] == (f"{path}:9: grid.parallelism.dp: value 3: tp x cp x pp x dp = 1 x 1 x 4 x 3 = 12 does "
                                  "not equal the cluster's 8 GPUs (allowed: dp 2 at tp x cp x pp = 4, or degrees whose "
                                  "product is 8)")
+
+
+def test_a_custom_schedule_is_labelled_alike_whichever_folder_the_sweep_runs_from(tmp_path):
+    """A custom table's label in results.parquet names the table's file, not the absolute path the sweep makes of
+    it, so the same sweep run from two folders writes the same rows but for `scenario`, the sweep file's path."""
+    from simulator.schedules.custom_csv import schedule_to_csv
+    from simulator.schedules.registry import build_schedule
+
+    table = schedule_to_csv(build_schedule("1f1b", 4, 8, 1))
+    frames = []
+    for name in ("first", "second"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "order.csv").write_text(table)
+        sweep = folder / "s.yaml"
+        sweep.write_text(BASE.replace("schedule: gpipe", "schedule: custom, table: order.csv")
+                         + "grid:\n  run.seed: [1]\n")
+        run_sweep(load_sweep(sweep), folder / "out", SerialExecutor())
+        frames.append(pd.read_parquet(folder / "out" / "results.parquet").drop(columns="scenario"))
+    assert frames[0]["layout.schedule"].tolist() == ["custom: order.csv"]
+    pd.testing.assert_frame_equal(frames[0], frames[1])

@@ -406,8 +406,11 @@ class PipelineConfig(Section):
         return folder / self.table if self.table is not None else None
 
     def schedule_label(self) -> str:
-        """The schedule as a run's outputs name it: its registry name, or 'custom: TABLE' for a CSV table."""
-        return f"{CUSTOM_SCHEDULE}: {self.table}" if self.schedule == CUSTOM_SCHEDULE else self.schedule
+        """The schedule as a run's outputs name it: its registry name, or 'custom: FILE' for a CSV table, FILE its
+        file's name (not its folder, which a sweep makes absolute, so one sweep run from two folders writes alike)."""
+        if self.schedule != CUSTOM_SCHEDULE:
+            return self.schedule
+        return f"{CUSTOM_SCHEDULE}: {Path(self.table).name}" if self.table is not None else CUSTOM_SCHEDULE
 
     @model_validator(mode="after")
     def _table_only_for_custom(self) -> PipelineConfig:
