@@ -46,7 +46,8 @@ ALL_IN_FLIGHT = ["parallelism.zero=1", "parallelism.pp=2", "parallelism.dp=4", "
 interleaved about 2 at the same bubble."""
 
 UNEVEN_IN_FLIGHT = [*ALL_IN_FLIGHT[:-1], "training.global_batch=120"]
-"""15 micro-batches on 2 stages: interleaved refuses a count that is no multiple of the stages."""
+"""15 micro-batches on 2 stages: interleaved runs them in max(1, 15 // 2) = 7 rounds and refuses them, 15 being
+no multiple of 7."""
 
 
 def validated_peak(path: str, overrides: list[str]) -> dict:
@@ -365,8 +366,9 @@ def test_a_schedule_holding_every_micro_batch_is_offered_the_one_of_its_bubble(s
 
 
 def test_looped_bfs_with_micro_batches_interleaved_refuses_is_offered_1f1b_before_recompute():
-    """Interleaved needs m a multiple of p: with 15 micro-batches on 2 stages looped-BFS is offered 1F1B on one chunk,
-    which fits at about its bubble, before recompute (+33% compute) and sharding."""
+    """Interleaved needs m a multiple of its max(1, m // p) rounds: 15 micro-batches on 2 stages make 7 rounds, which
+    15 is no multiple of, so looped-BFS is offered 1F1B on one chunk, which fits at about its bubble, before recompute
+    (+33% compute) and sharding."""
     overrides = [*UNEVEN_IN_FLIGHT, "parallelism.pipeline.schedule=looped-bfs", "parallelism.pipeline.virtual_stages=2"]
     offered = memory_remedies(load_scenario(FUSED, overrides))
     settings = [remedy.settings for remedy in offered]

@@ -211,7 +211,8 @@ def cluster_gpus(summary: dict) -> str:
 
 
 def _layout_line(summary: dict) -> str:
-    """A run's first line: its model, cluster, GPUs, parallel degrees, sharding and micro-batches per step."""
+    """A run's first line: its model, cluster, GPUs, parallel degrees, sharding, pipeline schedule (where the
+    summary names one) and micro-batches per step."""
     layout = summary.get("layout") or {}
     what = layout.get("model") or ("trace" if "trace" in summary else "model")
     head = f"{what} on {summary.get('topology', '?')} ({cluster_gpus(summary)}"
