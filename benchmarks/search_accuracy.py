@@ -99,6 +99,14 @@ class Measured:
     """The simulated scenario's `scenario_key`."""
     kept: dict = field(default_factory=dict)
     """The simulated figures with the files the simulation read, for `--reuse`."""
+    base_schedule: str = "1f1b"
+    """The pipeline schedule the case's scenario names, from which the layout's own follows (`Candidate.schedule`)."""
+
+    def label(self) -> str:
+        """The layout as `trainsim search`'s table labels it, from the same base schedule, so that a case and a
+        search's winner of the same layout read alike ('TP4 CP2 PP2 DP32 interleaved v4 ...' from a 1F1B base)."""
+        candidate = self.case.candidate
+        return candidate.label(candidate.schedule(self.base_schedule), self.base_schedule)
 
     @property
     def ratio(self) -> float:
@@ -218,9 +226,10 @@ def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     base = search_base(loaded.source, list(case.overrides))
-    checked = check_memory(base, case.candidate, loaded.scenario.parallelism.pipeline.schedule, times)
+    base_schedule = loaded.scenario.parallelism.pipeline.schedule
+    checked = check_memory(base, case.candidate, base_schedule, times)
     if checked.reason:
-        return Measured(case, 0.0, 0.0, 0.0, checked.reason)
+        return Measured(case, 0.0, 0.0, 0.0, checked.reason, base_schedule=base_schedule)
     key = scenario_key(checked.data, loaded.source)
     kept = (known or {}).get(key)
     if kept is None or kept["files"] != FILES_AT_START:
@@ -228,7 +237,7 @@ def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
         kept = {"tokens_per_s": summary["tokens_per_s"], "step_time_s": summary["step_time_s"],
                 "files": FILES_AT_START}
     return Measured(case, checked.estimate_tokens_per_s, kept["tokens_per_s"], kept["step_time_s"], key=key,
-                    kept=kept)
+                    kept=kept, base_schedule=base_schedule)
 
 
 def scenario_key(data: dict, source: str) -> str:
@@ -315,10 +324,10 @@ def cases_table(rows: Sequence[Measured]) -> list[str]:
              "simulated step s | sim/est |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for m in rows:
         if m.reason:
-            lines.append(f"| {m.case.name} | {m.case.family} | {m.case.candidate.label()} | {m.reason} "
+            lines.append(f"| {m.case.name} | {m.case.family} | {m.label()} | {m.reason} "
                          "| | | | |")
             continue
-        lines.append(f"| {m.case.name} | {m.case.family} | {m.case.candidate.label()} | "
+        lines.append(f"| {m.case.name} | {m.case.family} | {m.label()} | "
                      f"{m.estimate_tokens_per_s:,.0f} | {m.tokens_per_s:,.0f} | {m.estimate_step_s:.4f} | "
                      f"{m.step_time_s:.4f} | {m.ratio:.4f} |")
     return lines

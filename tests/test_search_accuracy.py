@@ -48,7 +48,7 @@ def test_the_reports_row_is_the_estimate_and_the_simulation_called_directly(scri
     estimate_s = estimate_step_s(step, CollectiveTimes(topology, network_settings(loaded, topology)),
                                  contention_share(loaded.scenario.collectives.sm_contention, step.gpu.name))
     summary = simulate(loaded).summary
-    assert measured.reason == ""
+    assert (measured.reason, measured.base_schedule) == ("", "1f1b")
     assert measured.estimate_tokens_per_s == pytest.approx(step.tokens_per_step / estimate_s, rel=1e-12)
     assert measured.tokens_per_s == pytest.approx(summary["tokens_per_s"], rel=1e-12)
     assert measured.step_time_s == pytest.approx(summary["step_time_s"], rel=1e-12)
@@ -195,3 +195,15 @@ def test_a_negative_worker_count_is_refused(script, capsys):
         script.main(["--workers", "-1", "--case", script.selected([], long=True)[0].name])
     assert refused.value.code == 2
     assert "--workers -1 is below 0 (allowed: a whole number, 0 or more" in capsys.readouterr().err
+
+
+def test_a_case_s_layout_is_labelled_as_the_search_labels_it_from_the_scenario_s_schedule(script):
+    """The cases table names the schedule a layout runs where `trainsim search`'s table does (from the case's
+    scenario's schedule), so a case and a search's winner of the same layout read alike."""
+    case = script.Case("70b-tp4-cp2-pp2-v4-zero1", "Llama-3-70B", script.LLAMA_70B, (), script.layout(4, 2, 2, 512, 4))
+    rows = [script.Measured(case, 0.0, 0.0, 0.0, "refused: a row of the test", base_schedule=base)
+            for base in ("1f1b", "interleaved", "dualpipev")]
+    labels = [line.split(" | ")[2] for line in script.cases_table(rows)[2:]]
+    assert labels == ["TP4 CP2 PP2 DP32 interleaved v4 mb1 zero1 recompute=none",
+                      "TP4 CP2 PP2 DP32 v4 mb1 zero1 recompute=none",
+                      "TP4 CP2 PP2 DP32 interleaved v4 mb1 zero1 recompute=none"]
