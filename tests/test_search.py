@@ -2081,3 +2081,24 @@ def test_the_bubble_rule_lets_pp_1_through_whatever_m():
         "tp4 recompute=none: no pp with m >= 4p fits: pp 1 out of memory (pp1: 200.0 GiB > 79.6 GiB HBM); m < 4p at "
         "pp 2, 4, 8, 16",
         "tp8 recompute=none: pp1 fits (71.1 GiB)")
+
+
+@pytest.mark.parametrize(("given", "pp", "named"), [([], 1, ""), (["parallelism.pipeline.schedule=1f1b"], 1, "1f1b"),
+                                                    ([], 2, "1f1b")])
+def test_a_one_stage_candidate_names_a_schedule_only_where_the_scenario_does(given, pp, named):
+    """A candidate's run names its pipeline schedule (summary `layout.schedule`, its first line) only with more
+    than one stage or where the searched scenario names one, as `trainsim run` of the scenario names it."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.sweep.layouts import check_memory
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.training import build_training_step
+
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", given)
+    topology = scenario_topology(loaded)
+    base = search_base(loaded.source, given)
+    candidate = Candidate(1, 1, pp, 8 // pp, 1, 1, "zero1", "none")
+    checked = check_memory(base, candidate, loaded.scenario.parallelism.pipeline.schedule,
+                           CollectiveTimes(topology, NetworkSettings()))
+    assert checked.reason == ""
+    step = build_training_step(scenario_from_data(checked.data, {}, loaded.source, None).scenario, topology)
+    assert step.plan.schedule_name == named

@@ -21,6 +21,7 @@ from simulator.config.loader import (
     validate_as_json,
     validation_error,
 )
+from simulator.config.parallelism_options import SCHEDULE_FIELD
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
@@ -110,16 +111,18 @@ class Candidate:
     recompute: Recompute
     ep: int = 1
 
-    def overrides(self, schedule: str, ddp: dict | None = None) -> dict[str, object]:
+    def overrides(self, schedule: str, ddp: dict | None = None, named: bool = True) -> dict[str, object]:
         """The scenario fields this layout sets: ``schedule`` (the scenario's) where it runs this many chunks
-        per rank, else Megatron's 1F1B, interleaved with virtual stages; sequence parallelism whenever tp > 1
-        (Megatron's practice); and of the base's ``ddp`` section, the sharding options its sharding cannot take
-        turned off (`sharding_options`). The base's other `parallelism` fields stay as written; its `ep` is the
-        space's default (`SearchSpace.ep`)."""
+        per rank, else Megatron's 1F1B, interleaved with virtual stages, left to the scenario where one stage runs
+        the default 1F1B and the scenario names no schedule (``named`` false), so that the run's outputs name no
+        schedule the scenario does not; sequence parallelism whenever tp > 1 (Megatron's practice); and of the
+        base's ``ddp`` section, the sharding options its sharding cannot take turned off (`sharding_options`). The
+        base's other `parallelism` fields stay as written; its `ep` is the space's default (`SearchSpace.ep`)."""
+        runs = self.schedule(schedule)
         return {
             "parallelism.tp": self.tp, "parallelism.cp": self.cp, "parallelism.pp": self.pp,
             "parallelism.dp": self.dp, "parallelism.ep": self.ep, "parallelism.sequence_parallel": self.tp > 1,
-            "parallelism.pipeline.schedule": self.schedule(schedule),
+            **({SCHEDULE_FIELD: runs} if self.pp > 1 or named or runs != "1f1b" else {}),
             "parallelism.pipeline.virtual_stages": self.virtual_stages,
             "parallelism.zero": int(self.sharding[-1]) if self.sharding != "fsdp" else 0,
             "parallelism.fsdp": "full_shard" if self.sharding == "fsdp" else None,
@@ -351,7 +354,9 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
     loader's warning, `deepspeed_zero2_under_pipelining`), out of memory, or a survivor with its peak memory and
     estimated throughput (``times`` the scenario's network, which times the candidate's collectives)."""
     ddp = (base.get("parallelism") or {}).get("ddp") or {}
-    data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule, ddp).items()})
+    named = "schedule" in ((base.get("parallelism") or {}).get("pipeline") or {})
+    overrides = c.overrides(schedule, ddp, named)
+    data = with_values(base, {parse_field(name): value for name, value in overrides.items()})
     try:
         scenario = validate_as_json(Scenario, data)  # as the loader validates: YAML's strings fill enum fields
         if deepspeed_zero2_under_pipelining(scenario.parallelism):
