@@ -351,7 +351,7 @@ def test_a_table_with_a_huge_micro_batch_index_is_refused_at_once() -> None:
 def test_a_stray_chunk_index_is_named_where_it_sets_the_tables_chunks(tmp_path: Path) -> None:
     """A table's v is its largest chunk + 1 (as its m is its largest micro-batch + 1): a typo `W1c5` on rank 1's
     row makes 6 chunks per rank, and the refusal names the action and the line that set it, prefixed with that
-    line, its own row running no chunk 1 either (it was prefixed with rank 0's line 2, whose row is right); a row
+    line, its own row running no chunk 1 either (not rank 0's line 2, whose row is right); a row
     that misses a chunk the others run is the one refused."""
     with pytest.raises(ScenarioError) as caught:
         parse_schedule_csv("# p = 2\nF0,F1,BW0,BW1\nF0,B0,F1,B1,W0,W1c5\n", source="t.csv")

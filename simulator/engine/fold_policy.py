@@ -763,8 +763,8 @@ def misaligned_copy(program: StepProgram, classes: RankClasses) -> str:
     waits for its simulated members only (program/ops.py), so a member whose class's representative in its stage
     is outside the group is not waited for (`folding.unheld_representative`): HSDP on two hosts (PP 2 x DP 8,
     shards of 4 DP ranks a host) with GPU 10 x2 left the slow GPU's shard group, GPUs 8 to 14, waiting for GPU
-    10 alone (the others' representative is GPU 0), and the DP communication came out 25.1 against 27.1 ms
-    unfolded, reported exact. A mirror is kept by the class of its lowest rank alone (`class_images`) and starts
+    10 alone (the others' representative is GPU 0): folded without this check, its DP communication is 25.1
+    against 27.1 ms unfolded. A mirror is kept by the class of its lowest rank alone (`class_images`) and starts
     with its group, so the lockstep check after the run, which compares the copies' ends, cannot see one whose
     ranks span other classes than its group's (`folding.unlike_images`): with GPU 2 x2 instead, the other host's
     shard group mirrored the slow GPU's, with the same error. Each group is read once by value, and each group's

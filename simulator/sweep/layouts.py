@@ -158,8 +158,9 @@ class Candidate:
         pipeline ``schedule`` it runs where that is neither 1F1B nor, with virtual stages, interleaved 1F1B (a V
         schedule's v2 and interleaved v4 are different algorithms) or differs from the scenario's ``base`` (the
         fallback `schedule` gives), the interleaving depth, micro-batch size, sharding and recompute: 'TP1 CP1
-        PP2 DP4 v2 mb1 zero1 recompute=none', 'TP2 CP1 PP2 DP8 dualpipev v2 mb1 zero1 recompute=none', from a
-        DualPipeV base 'TP2 CP1 PP2 DP8 interleaved v4 mb1 zero1 recompute=none'."""
+        PP2 DP4 v2 mb1 zero1 recompute=none' from an interleaved base ('... interleaved v2 ...' from a 1F1B one),
+        'TP2 CP1 PP2 DP8 dualpipev v2 mb1 zero1 recompute=none', from a DualPipeV base 'TP2 CP1 PP2 DP8
+        interleaved v4 mb1 zero1 recompute=none'."""
         differs = schedule not in ("1f1b", "interleaved") or (base is not None and schedule != base)
         named = f" {schedule}" if self.pp > 1 and differs else ""
         interleave = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
