@@ -433,10 +433,10 @@ def test_describe_says_each_oversubscribed_tier_and_what_a_pod_has_to_the_others
                                                                 "core_oversubscription": 4}))
     assert text.endswith(
         "  NIC-leaf                   1.6 TB/s  (whole fabric)\n"
-        "  leaf-spine                 800 GB/s  (whole fabric; oversubscribed 2:1 against the NIC-leaf tier's "
-        "1.6 TB/s)\n"
-        "  spine-core                 200 GB/s  (whole fabric; oversubscribed 4:1 against the leaf-spine tier's "
-        "800 GB/s; pod to pod: 200 GB/s out of each of 2 pods)")
+        "  leaf-spine                 800 GB/s  (whole fabric; oversubscribed 2:1 at its leaves, the fabric's "
+        "bisection 2:1 against the NIC-leaf tier's 1.6 TB/s)\n"
+        "  spine-core                 200 GB/s  (whole fabric; oversubscribed 4:1 at its spines, the fabric's "
+        "bisection 4:1 against the leaf-spine tier's 800 GB/s; pod to pod: 200 GB/s out of each of 2 pods)")
 
 
 # ------------------------------------------------------------------------------------------------ explicit graph
@@ -663,16 +663,55 @@ def test_describe_says_what_a_fabric_wired_for_more_hosts_is_wired_for():
 
 @pytest.mark.parametrize("params, said", [
     ({"nodes": 40}, "leaf-spine                12.8 TB/s  (whole fabric; under-subscribed: carries at most the "
-                    "NIC-leaf tier's 8 TB/s)\n"),
-    ({"nodes": 40, "oversubscription": 2}, "leaf-spine                 6.4 TB/s  (whole fabric; oversubscribed 1.25:1 "
-                                           "against the NIC-leaf tier's 8 TB/s)\n"),
-    ({"nodes": 64}, "leaf-spine                12.8 TB/s  (whole fabric)\n")])
+                    "NIC-leaf tier's 8 TB/s)"),
+    ({"nodes": 64}, "leaf-spine                12.8 TB/s  (whole fabric)")])
 def test_describe_says_a_fabric_tier_above_what_the_tiers_below_carry_is_under_subscribed(params, said):
     """A partly populated leaf group's uplinks are sized for every port: 40 DGX H100 hosts (8 in the second group of
-    32) have 12.8 TB/s of leaf-spine over 8 TB/s of NICs, which it is said to carry at most; 2:1 oversubscribed
-    they have 6.4 TB/s, 1.25:1 against the NICs' bisection; with both groups full, the tiers are even."""
+    32) have 12.8 TB/s of leaf-spine over 8 TB/s of NICs, which it is said to carry at most, no leaf having more
+    below it than above; with both groups full, the tiers are even."""
     text = describe_topology(load_topology("dgx-h100-cluster", params))
-    assert text.endswith(f"  {said}".rstrip("\n"))
+    assert text.endswith(f"  {said}")
+
+
+@pytest.mark.parametrize("params, said", [
+    ({"nodes": 40, "oversubscription": 2},
+     "leaf-spine                 6.4 TB/s  (whole fabric; oversubscribed 2:1 at its leaves, the fabric's bisection "
+     "1.25:1 against the NIC-leaf tier's 8 TB/s)"),
+    ({"nodes": 36, "oversubscription": 2},
+     "leaf-spine                 6.4 TB/s  (whole fabric; oversubscribed 2:1 at its leaves, the fabric's bisection "
+     "1.125:1 against the NIC-leaf tier's 7.2 TB/s)"),
+    ({"nodes": 64, "oversubscription": 1024},
+     "leaf-spine                12.5 GB/s  (whole fabric; oversubscribed 1,024:1 at its leaves, the fabric's "
+     "bisection 1,024:1 against the NIC-leaf tier's 12.8 TB/s)"),
+    ({"nodes": 40, "tiers": 3, "pods": 2, "core_oversubscription": 4},
+     "spine-core                 3.2 TB/s  (whole fabric; oversubscribed 4:1 at its spines, the fabric's bisection "
+     "2.5:1 against the NIC-leaf tier's 8 TB/s; pod to pod: 3.2 TB/s out of each of 2 pods)"),
+    ({"nodes": 40, "tiers": 3, "pods": 2, "core_oversubscription": 1.25},
+     "spine-core               10.24 TB/s  (whole fabric; oversubscribed 1.25:1 at its spines, the fabric's "
+     "bisection above the NIC-leaf tier's 8 TB/s; pod to pod: 10.24 TB/s out of each of 2 pods)")])
+def test_describe_says_the_worst_switchs_downlink_to_uplink_ratio_apart_from_the_bisection(params, said):
+    """`oversubscription` sets each leaf's downlink : uplink ratio, which a partly filled leaf group or pod leaves
+    unlike the whole fabric's bisection ratio: 40 DGX H100 hosts 2:1 have full-group leaves at 2:1 (32 NICs of
+    50 GB/s under 800 GB/s of uplinks) and a bisection of 1.25:1; 36 hosts 1.125:1, written whole; 1,024:1 without
+    an exponent; three tiers in 2 pods of one leaf group each, `core_oversubscription: 4`, have spines at 4:1 over
+    a bisection of 2.5:1, and at 1.25:1 spines oversubscribed though the spine-core tier exceeds the NICs."""
+    text = describe_topology(load_topology("dgx-h100-cluster", params))
+    assert text.endswith(f"  {said}")
+
+
+@pytest.mark.parametrize("uplink, said", [
+    ("50 GB/s", "oversubscribed 4:1 at sw, the worst of 2 switches with uplinks"),
+    ("200 GB/s", "none oversubscribed, 2 switches with uplinks")])
+def test_describe_gives_a_graph_switchs_ratio_by_hops_from_the_gpus(uplink, said):
+    """Graph switches have no tiers: below and above are by hops from the nearest GPU, so `sw` with GPUs a and b
+    (100 GB/s each) under it and a 50 GB/s link to the top switch is 4:1, and `edge` (GPU c, 100 GB/s up) 1:1."""
+    nodes = [{"name": "a", "kind": "gpu"}, {"name": "b", "kind": "gpu"}, {"name": "c", "kind": "gpu"},
+             {"name": "sw", "kind": "switch"}, {"name": "edge", "kind": "switch"}, {"name": "top", "kind": "switch"}]
+    links = [{"a": a, "b": b, "bandwidth": bandwidth, "latency": "1 us", "class": "ethernet"}
+             for a, b, bandwidth in [("a", "sw", "100 GB/s"), ("b", "sw", "100 GB/s"), ("c", "edge", "100 GB/s"),
+                                     ("sw", "top", uplink), ("edge", "top", "100 GB/s")]]
+    text = describe_topology(build_topology("graph", {"nodes": nodes, "links": links}))
+    assert text.endswith(f"\nswitch downlink : uplink (below and above by hops from the GPUs): {said}")
 
 
 def test_draw_small_and_refuse_large(tmp_path):

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from simulator.errors import TopologyError
 from simulator.topology.graph import Topology
-from simulator.units import counted, format_bandwidth, format_duration
+from simulator.units import counted, format_bandwidth, format_duration, four_digits
 
 MAX_DRAWN_NODES = 512
 _SWITCH_TIERS = {1: "leaf", 2: "spine", 3: "core"}
@@ -18,6 +18,8 @@ _DRAW_LAYER = {"GPU": 0, "NVSwitch": -1, "PCIe switch": -1, "host bridge": -2, "
                "core": 4, "switch": 2}
 _FABRIC_ROLES = {"NIC", "leaf", "spine", "core"}
 """The roles of the fabric's tiers, from the NICs up: a tier carries at most what the tiers below it carry."""
+_PLURAL = {"leaf": "leaves", "spine": "spines"}
+"""The switch roles with uplinks, as a tier's oversubscription names them."""
 _SAME = 1e-9
 """Relative difference under which two tiers' bisections are the same (sums of link bandwidths)."""
 _CLASS_COLOURS = {"nvlink": "tab:green", "pcie": "tab:orange", "infiniband": "tab:blue", "ethernet": "tab:purple",
@@ -81,13 +83,62 @@ def tier_bisection(topo: Topology) -> list[tuple[str, tuple[tuple[float, int, st
     return result
 
 
+def _levels(topo: Topology) -> tuple[dict[str, int], bool]:
+    """Each node's height in the fabric and whether it comes from the switches' tiers: a built fabric's leaf,
+    spine and core tiers (1, 2, 3; every other node 0), or, where a switch has no tier (a `graph` file), hops
+    from the nearest GPU (a breadth-first search over the links)."""
+    nodes = topo.wiring.nodes
+    if all(attrs.get("tier") for attrs in nodes.values() if attrs["kind"] == "switch"):
+        return {name: int(attrs.get("tier") or 0) for name, attrs in nodes.items()}, True
+    neighbours: dict[str, list[str]] = {}
+    for u, v in topo.wiring.edges:
+        neighbours.setdefault(u, []).append(v)
+    hops = {name: 0 for name, attrs in nodes.items() if attrs["kind"] == "gpu"}
+    frontier = list(hops)
+    while frontier:
+        reached = []
+        for node in frontier:
+            for other in neighbours.get(node, ()):
+                if other not in hops:
+                    hops[other] = hops[node] + 1
+                    reached.append(other)
+        frontier = reached
+    return hops, False
+
+
+def switch_subscription(topo: Topology) -> tuple[dict[str, float], bool]:
+    """Each switch's downlink : uplink ratio from the wiring, the capacity of its links to nodes below it over
+    that of its links to nodes above it (a switch with no uplinks, the top tier, has none), and whether the
+    heights are the switches' tiers (else hops from the GPUs, `_levels`). A partly filled leaf group's leaves
+    have their hosts' NICs below and uplinks sized for every port above."""
+    levels, tiered = _levels(topo)
+    down: dict[str, float] = {}
+    up: dict[str, float] = {}
+    nodes = topo.wiring.nodes
+    for u, v, data in physical_links(topo):
+        if u not in levels or v not in levels or levels[u] == levels[v]:
+            continue
+        low, high = (u, v) if levels[u] < levels[v] else (v, u)
+        if nodes[low]["kind"] == "switch":
+            up[low] = up.get(low, 0.0) + data["bandwidth"]
+        if nodes[high]["kind"] == "switch":
+            down[high] = down.get(high, 0.0) + data["bandwidth"]
+    return {switch: down.get(switch, 0.0) / capacity for switch, capacity in up.items()}, tiered
+
+
+def _ratio(value: float) -> str:
+    """A ratio N:1 to four significant digits, without an exponent: 2 -> '2:1', 1024 -> '1,024:1'."""
+    return f"{four_digits(value)}:1"
+
+
 def describe_topology(topo: Topology) -> str:
     """A multi-line text summary: GPUs and hosts (and the hosts a fabric is wired for, `fabric_hosts`), nodes per
     kind (with the first and last node name, the names `faults.step` links take), link groups, bisection
-    bandwidth per tier (the switch tiers' those of the wiring), a fabric tier above what the tiers below it carry
-    (a leaf group partly populated: its uplinks are sized for every port) said to be under-subscribed, one below
-    it oversubscribed (by the ratio of the two bisections), and an oversubscribed spine-core tier what each pod
-    has to the others."""
+    bandwidth per tier (the switch tiers' those of the wiring), a fabric tier whose switches have more below than
+    above them oversubscribed (by the worst switch's downlink : uplink ratio, with the fabric's bisection against
+    the narrowest tier below), one with no switch oversubscribed above what the tiers below it carry (a leaf
+    group partly populated: its uplinks are sized for every port) under-subscribed, an oversubscribed spine-core
+    tier what each pod has to the others, and for switches without tiers (a `graph` file's) the worst ratio."""
     per_host = Counter(topo.gpu_host)
     sizes = sorted(set(per_host.values()))
     lines = [f"topology {topo.name} ({topo.params.get('kind', 'custom')}): {topo.num_gpus} GPUs ({topo.gpu_model})"
@@ -112,26 +163,63 @@ def describe_topology(topo: Topology) -> str:
     for (link_class, bandwidth, latency), count in sorted(groups.items()):
         lines.append(f"  {link_class:<11} {count:>7} x {format_bandwidth(bandwidth):>10}  {format_duration(latency)}")
     lines.append("bisection bandwidth per tier (per direction):")
+    ratios, tiered = switch_subscription(topo)
+    worst: dict[str, float] = {}
+    for switch, ratio in ratios.items():
+        role = _role(topo.wiring.nodes[switch])
+        worst[role] = max(worst.get(role, 0.0), ratio)
     below: tuple[str, float] | None = None
     for tier, values in tier_bisection(topo):
         (bandwidth, domains, key), *others = values
         scope = _scope(domains, key)
         if wired and set(tier.split("-")) <= set(_SWITCH_TIERS.values()):
             scope += f", as wired for {counted(wired, 'host')}"
-        if set(tier.split("-")) <= _FABRIC_ROLES:
-            if below is not None and bandwidth > below[1] * (1 + _SAME):
-                scope += f"; under-subscribed: carries at most the {below[0]} tier's {format_bandwidth(below[1])}"
-            elif below is not None and bandwidth < below[1] * (1 - _SAME):
-                scope += (f"; oversubscribed {below[1] / bandwidth:.3g}:1 against the {below[0]} tier's "
-                          f"{format_bandwidth(below[1])}")
-                if tier == "spine-core":
-                    scope += f"; pod to pod: {_pod_uplinks(topo)}"
-            if below is None or bandwidth < below[1]:
+        if set(tier.split("-")) <= _FABRIC_ROLES and below is not None:
+            scope += _subscription(tier, bandwidth, below, worst.get(tier.split("-")[0], 0.0), topo)
+            if bandwidth < below[1]:
                 below = tier, bandwidth
+        elif set(tier.split("-")) <= _FABRIC_ROLES:
+            below = tier, bandwidth
         text = f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})"
         lines.append(", ".join([text, *(f"{format_bandwidth(each)} ({_scope(count, key)})"
                                         for each, count, key in others)]))
+    if not tiered and ratios:
+        lines.append(_untiered_subscription(topo, ratios))
     return "\n".join(lines)
+
+
+def _subscription(tier: str, bandwidth: float, below: tuple[str, float], worst: float, topo: Topology) -> str:
+    """How a fabric tier's switches and bisection compare with what the tiers below carry: oversubscribed by its
+    worst switch's downlink : uplink ratio (the ratio `oversubscription` sets), with the fabric's bisection
+    against the narrowest tier below, which differs when a leaf group or pod is partly filled; under-subscribed
+    where no switch is oversubscribed and the tier's bisection exceeds the one below."""
+    against = f"the {below[0]} tier's {format_bandwidth(below[1])}"
+    if worst > 1 + _SAME:
+        if bandwidth < below[1] * (1 - _SAME):
+            bisection = f"the fabric's bisection {_ratio(below[1] / bandwidth)} against {against}"
+        elif bandwidth > below[1] * (1 + _SAME):
+            bisection = f"the fabric's bisection above {against}"
+        else:
+            bisection = f"the fabric's bisection even with {against}"
+        text = f"; oversubscribed {_ratio(worst)} at its {_PLURAL[tier.split('-')[0]]}, {bisection}"
+        return text + (f"; pod to pod: {_pod_uplinks(topo)}" if tier == "spine-core" else "")
+    if bandwidth > below[1] * (1 + _SAME):
+        return f"; under-subscribed: carries at most {against}"
+    if bandwidth < below[1] * (1 - _SAME):
+        return f"; no switch oversubscribed, the fabric's bisection {_ratio(below[1] / bandwidth)} against {against}"
+    return ""
+
+
+def _untiered_subscription(topo: Topology, ratios: dict[str, float]) -> str:
+    """The worst downlink : uplink ratio of switches without tiers (a `graph` file's), below and above by hops
+    from the nearest GPU: the switch and its ratio, or that none is oversubscribed."""
+    switch = max(sorted(ratios), key=ratios.__getitem__)
+    counts = counted(len(ratios), "switch", "switches")
+    if ratios[switch] > 1 + _SAME:
+        return (f"switch downlink : uplink (below and above by hops from the GPUs): oversubscribed "
+                f"{_ratio(ratios[switch])} at {switch}, the worst of {counts} with uplinks")
+    return (f"switch downlink : uplink (below and above by hops from the GPUs): none oversubscribed, "
+            f"{counts} with uplinks")
 
 
 def _pod_uplinks(topo: Topology) -> str:
