@@ -421,7 +421,7 @@ def test_ranks_waiting_for_a_faulted_rail_are_a_named_loss_that_closes_the_wait(
     assert (evidence["wait_share"] - evidence["exposed_comm_share"] - peer_wait) * step == pytest.approx(0, abs=1e-9)
     console = Console(file=io.StringIO(), width=400)
     console.print(training_table(summary))
-    assert f"wait for slower ranks {format_seconds(peer_wait * step)}" in " ".join(console.file.getvalue().split())
+    assert f"idle after own work {format_seconds(peer_wait * step)}" in " ".join(console.file.getvalue().split())
 
 
 PIPELINE_OVER_SPINES = """

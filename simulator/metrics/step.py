@@ -260,9 +260,11 @@ def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | 
     trace's host op in flight and no communication (host gaps, a CPU-only profile's ops), and, given the pipeline
     window's end ``window_s`` (`pipeline_window_s`), ``peer_wait_s``, the mean over ranks of the idle time after
     it with neither compute nor communication of the rank's own in flight: a rank done with its DP tail and
-    optimizer step that waits for slower ranks to end the step (their DP collectives slowed by a faulted link, a
-    slower stage's tail), which neither the bubble (up to the window) nor exposed communication (a transfer of
-    the rank's own) holds; 0 without ``window_s``, seconds."""
+    optimizer step that waits for the step to end, for slower ranks of its stage (their DP collectives slowed by
+    a faulted link, a straggler) or, with pp > 1, for stages whose DP tail and optimizer step end later (the
+    window ends at stage 0's last backward, so stage 0's tail comes after it, the other stages' during the
+    drain), which neither the bubble (up to the window) nor exposed communication (a transfer of the rank's own)
+    holds; 0 without ``window_s``, seconds."""
     side = np.isin(rows.ops["category"], COMPUTE_CATEGORIES) & ~stream_compute(rows.ops)
     arrays = _rank_arrays({**rows.ops, "category": np.where(side, SIDE_STREAM_COMPUTE, rows.ops["category"])})
     weights = rows.weights_of(np.fromiter(arrays, dtype=np.int64, count=len(arrays)))

@@ -4,7 +4,7 @@ pipeline bubble or, without a pipeline, compute idle, and a replayed trace's hos
 largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step, compute time lost
 to SM contention with communication kernels, a MoE step's routing skew, the causal attention work of CP ranks
 split without load balancing, a replayed trace's host time, a parameter-server worker's wait for other workers and
-the servers, a rank's wait for slower ranks to end the step)."""
+the servers, a rank's idle time after its own work until the step ends)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
                "cp_imbalance": "CP causal imbalance",
                "sm_contention": "SM contention", "host": "host time", "worker_wait": "worker wait",
-               "finished_early": "idle after last iteration", "peer_wait": "wait for slower ranks",
+               "finished_early": "idle after last iteration", "peer_wait": "idle after own work",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` and the console's rows name
 them (the verdict never names those of NOT_A_LARGEST_LOSS)."""
@@ -87,7 +87,8 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
     SM-contention model on, the compute time per GPU that communication kernels holding SMs stretched
     (``sm_contention_s``, `sm_contention`: `total_compute_slowdown_s`; none with `sm_contention: none`, None);
     and, for a built pipeline program (not a replayed trace) whose ranks idle after the pipeline window with no
-    communication of their own, waiting for slower ranks to end the step (``peer_wait_s``, `peer_wait`: the
+    communication of their own until the step ends (``peer_wait_s``, `peer_wait`: a wait for slower ranks of the
+    rank's stage or, with pp > 1, for later-ending stages' DP tails and optimizer steps; the
     communication figures' `peer_wait_s`; none where it is 0 or None): so the wait is the exposed communication,
     the bubble's idle time without communication and this."""
     if step_time_s <= 0:
