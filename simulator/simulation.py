@@ -598,6 +598,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined, schedule=program.schedule,
                                pipeline_stages=program.layout.pp if program.layout is not None else 1,
+                               stages=None if program.layout is None
+                               else {rank: program.layout.coords(rank)["pp"] for rank in program.ranks},
                                traffic_correction=traffic_correction(ops, plans, shapes, weights))
     summary.update(topology=topology.name, gpu_model=topology.gpu_model, gpus=program.world, **program.details,
                    ops_executed=result.ops_executed,

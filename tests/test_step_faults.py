@@ -3,6 +3,7 @@ aborting the step, GPU failures, the Python API for the job simulation, and bad 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from shared import (
     ALLREDUCE_BYTES,
@@ -417,11 +418,11 @@ def test_ranks_waiting_for_a_faulted_rail_are_a_named_loss_that_closes_the_wait(
     step, bottleneck = summary["step_time_s"], summary["bottleneck"]
     evidence, peer_wait = bottleneck["evidence"], bottleneck["loss_shares"]["peer_wait"]
     assert summary["step_time_s"] > 1.5 * healthy["step_time_s"]
-    assert peer_wait > 0.05
+    assert peer_wait > 0.05 and "stage_tail_wait" not in bottleneck["loss_shares"]
     assert (evidence["wait_share"] - evidence["exposed_comm_share"] - peer_wait) * step == pytest.approx(0, abs=1e-9)
     console = Console(file=io.StringIO(), width=400)
     console.print(training_table(summary))
-    assert f"idle after own work {format_seconds(peer_wait * step)}" in " ".join(console.file.getvalue().split())
+    assert f"wait for slower ranks {format_seconds(peer_wait * step)}" in " ".join(console.file.getvalue().split())
 
 
 PIPELINE_OVER_SPINES = """
@@ -586,3 +587,56 @@ def test_stragglers_fold_onto_their_classes_representatives_only():
         assert folded_slowdowns(plan, layout, ranks) == ({5: Slowdown(1.5)}, False, "")
         stray = next(rank for rank in range(layout.world) if rank not in ranks)
         assert folded_slowdowns(plan, layout, sorted([*ranks, stray]))[2] == refused
+
+
+PIPELINED = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: llama3-8b, layers: 8}
+training: {seq_len: 4096, global_batch: 32, micro_batch: 1, precision: bf16, recompute: none}
+parallelism: {tp: 1, pp: 4, dp: 4, zero: 1, ddp: {bucket: 25 MiB, overlap: true}, pipeline: {schedule: 1f1b}}
+"""
+"""A healthy pp 4 x dp 4 step: stage 0's DP tail and optimizer step end after the pipeline window, the other
+stages' during the drain."""
+
+
+def test_a_healthy_pipeline_waits_for_other_stages_not_for_slower_ranks():
+    """With no fault, every rank of a stage ends with its stage: the idle time after the pipeline window is the
+    wait for the stage that ends last (`stage_tail_wait`), none of it a wait for slower ranks (`peer_wait`); the
+    compute stream's wait is the exposed communication, the idle time in the window without communication and
+    these two, to 1e-9 s; folded and unfolded runs agree; the console prints it."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+    from simulator.metrics.intervals import uncovered
+    from simulator.metrics.step import (
+        COMPUTE_CATEGORIES,
+        StepRows,
+        communication_metrics,
+        pipeline_window_s,
+        stream_compute,
+    )
+    from simulator.program.ops import COMM_CATEGORIES
+
+    folded = simulate(scenario_from_text(PIPELINED)).summary
+    result = simulate(scenario_from_text(PIPELINED, "inline.yaml", ["run.fold=false"]))
+    summary, step = result.summary, result.summary["step_time_s"]
+    shares = summary["bottleneck"]["loss_shares"]
+    assert "peer_wait" not in shares and "peer_wait" not in folded["bottleneck"]["loss_shares"]
+    assert shares["stage_tail_wait"] > 0.05
+    assert folded["bottleneck"]["loss_shares"]["stage_tail_wait"] * folded["step_time_s"] == pytest.approx(
+        shares["stage_tail_wait"] * step, abs=1e-9)
+    rows = StepRows.of(result.log)
+    window = pipeline_window_s(rows)
+    comm = communication_metrics(rows, step, window)
+    ops, compute = rows.ops, stream_compute(rows.ops) & np.isin(rows.ops["category"], COMPUTE_CATEGORIES)
+    busy = compute | np.isin(ops["category"], COMM_CATEGORIES)
+    in_window = np.mean([uncovered(np.array([0.0]), np.array([window]), ops["start_s"][busy & (ops["rank"] == rank)],
+                                   ops["end_s"][busy & (ops["rank"] == rank)]) for rank in np.unique(ops["rank"])])
+    closed = comm["exposed_union_s"] + in_window + shares["stage_tail_wait"] * step
+    assert summary["bottleneck"]["evidence"]["wait_share"] * step == pytest.approx(closed, abs=1e-9)
+    console = Console(file=io.StringIO(), width=400)
+    console.print(training_table(summary))
+    assert f"wait for other stages {format_seconds(shares['stage_tail_wait'] * step)}" in " ".join(
+        console.file.getvalue().split())

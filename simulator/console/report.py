@@ -361,8 +361,12 @@ def training_table(summary: dict) -> Table:
     shares = (summary.get("bottleneck") or {}).get("loss_shares") or {}
     if step and shares.get("peer_wait", 0.0) >= SHOWN_LOSS_SHARE:
         table.add_row(LOSS_LABELS["peer_wait"], f"{format_seconds(shares['peer_wait'] * step)} "
-                      f"({_share(shares['peer_wait'])}; mean per rank: its own work done, idle until the step ends: "
-                      "slower ranks, stages ending later)")
+                      f"({_share(shares['peer_wait'])}; mean per rank: its own work done, idle until the slowest rank "
+                      "of its stage ends)")
+    if step and shares.get("stage_tail_wait", 0.0) >= SHOWN_LOSS_SHARE:
+        table.add_row(LOSS_LABELS["stage_tail_wait"], f"{format_seconds(shares['stage_tail_wait'] * step)} "
+                      f"({_share(shares['stage_tail_wait'])}; mean per rank: its stage done, idle until the stage "
+                      "whose DP tail and optimizer step end last ends the step)")
     if ps and step and shares.get("worker_wait") is not None:
         table.add_row(LOSS_LABELS["worker_wait"], f"{format_seconds(shares['worker_wait'] * step)} "
                       f"({_share(shares['worker_wait'])}; in its iterations, for slower workers or server updates)")

@@ -250,7 +250,8 @@ def stream_compute(ops: Mapping[str, np.ndarray]) -> np.ndarray:
     return built | (ops["category"] == TRACED_COMPUTE_CATEGORY)
 
 
-def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | None = None) -> dict:
+def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | None = None,
+                          stages: Mapping[int, int] | None = None) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time), exposed
     communication per kind (mean over ranks of communication time not overlapped by compute, `stream_compute`),
     ``exposed_union_s``, the mean over ranks of the time some communication is exposed (every kind counted
@@ -259,12 +260,14 @@ def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | 
     wait for a slower rank or for FSDP's copy-in), and ``host_s``, the part of that idle time with a replayed
     trace's host op in flight and no communication (host gaps, a CPU-only profile's ops), and, given the pipeline
     window's end ``window_s`` (`pipeline_window_s`), ``peer_wait_s``, the mean over ranks of the idle time after
-    it with neither compute nor communication of the rank's own in flight: a rank done with its DP tail and
-    optimizer step that waits for the step to end, for slower ranks of its stage (their DP collectives slowed by
-    a faulted link, a straggler) or, with pp > 1, for stages whose DP tail and optimizer step end later (the
-    window ends at stage 0's last backward, so stage 0's tail comes after it, the other stages' during the
-    drain), which neither the bubble (up to the window) nor exposed communication (a transfer of the rank's own)
-    holds; 0 without ``window_s``, seconds."""
+    it with neither compute nor communication of the rank's own in flight, up to the last end of an op of the
+    ranks of its pipeline stage (``stages``: rank -> stage; None: one stage): a rank done with its DP tail and
+    optimizer step that waits for slower ranks of its stage (their DP collectives slowed by a faulted link, a
+    straggler), and ``stage_tail_wait_s``, the same after that end until the step's: a wait for stages whose DP
+    tail and optimizer step end later (the window ends at the last backward of any rank, stage 0's in 1F1B, so
+    stage 0's tail comes after it while the other stages ran theirs during the drain). Neither the bubble (up to
+    the window) nor exposed communication (a transfer of the rank's own) holds them; 0 without ``window_s``,
+    seconds."""
     side = np.isin(rows.ops["category"], COMPUTE_CATEGORIES) & ~stream_compute(rows.ops)
     arrays = _rank_arrays({**rows.ops, "category": np.where(side, SIDE_STREAM_COMPUTE, rows.ops["category"])})
     weights = rows.weights_of(np.fromiter(arrays, dtype=np.int64, count=len(arrays)))
@@ -273,9 +276,15 @@ def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | 
     hosts: list[float] = []
     unions: list[float] = []
     peer_waits: list[float] = []
+    stage_tail_waits: list[float] = []
+    stage_ends: dict[int, float] = {}
+    for rank, per_category in arrays.items() if window_s is not None else ():
+        stage = 0 if stages is None else stages[rank]
+        last = max(float(ends.max()) for _, ends in per_category.values() if len(ends))
+        stage_ends[stage] = max(stage_ends.get(stage, last), last)
     exposed: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     totals: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
-    for per_category in arrays.values():
+    for rank, per_category in arrays.items():
         cs, ce = _cat(per_category, COMPUTE_CATEGORIES)
         all_s, all_e = _cat(per_category, COMM_CATEGORIES)
         ratios.append(covered(all_s, all_e) / step_time_s if step_time_s > 0 else 0.0)
@@ -283,9 +292,14 @@ def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | 
         hs, he = _cat(per_category, (HOST_CATEGORY,))
         hosts.append(uncovered(hs, he, np.concatenate((cs, all_s)), np.concatenate((ce, all_e))) if len(hs) else 0.0)
         unions.append(uncovered(all_s, all_e, cs, ce))
-        peer_waits.append(uncovered(np.array([window_s]), np.array([step_time_s]), np.concatenate((cs, all_s)),
-                                    np.concatenate((ce, all_e))) if window_s is not None and window_s < step_time_s
-                          else 0.0)
+        busy_s, busy_e = np.concatenate((cs, all_s)), np.concatenate((ce, all_e))
+        if window_s is not None and window_s < step_time_s:
+            stage_end = min(max(stage_ends[0 if stages is None else stages[rank]], window_s), step_time_s)
+            peer_waits.append(uncovered(np.array([window_s]), np.array([stage_end]), busy_s, busy_e))
+            stage_tail_waits.append(uncovered(np.array([stage_end]), np.array([step_time_s]), busy_s, busy_e))
+        else:
+            peer_waits.append(0.0)
+            stage_tail_waits.append(0.0)
         for kind in COMM_CATEGORIES:
             ks, ke = _cat(per_category, (kind,))
             totals[kind].append(covered(ks, ke))
@@ -298,6 +312,7 @@ def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | 
         "wait_s": _mean(waits, weights),
         "host_s": _mean(hosts, weights),
         "peer_wait_s": _mean(peer_waits, weights),
+        "stage_tail_wait_s": _mean(stage_tail_waits, weights),
     }
 
 

@@ -4,7 +4,7 @@ pipeline bubble or, without a pipeline, compute idle, and a replayed trace's hos
 largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step, compute time lost
 to SM contention with communication kernels, a MoE step's routing skew, the causal attention work of CP ranks
 split without load balancing, a replayed trace's host time, a parameter-server worker's wait for other workers and
-the servers, a rank's idle time after its own work until the step ends)."""
+the servers, a rank's wait for slower ranks of its stage or for other stages to end the step)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ VERDICT_NAMES: dict[Constraint, str] = {name: f"{name.replace('_', ' ')}-bound" 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step", "moe_imbalance": "MoE routing skew",
                "cp_imbalance": "CP causal imbalance",
                "sm_contention": "SM contention", "host": "host time", "worker_wait": "worker wait",
-               "finished_early": "idle after last iteration", "peer_wait": "idle after own work",
+               "finished_early": "idle after last iteration", "peer_wait": "wait for slower ranks",
+               "stage_tail_wait": "wait for other stages",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` and the console's rows name
 them (the verdict never names those of NOT_A_LARGEST_LOSS)."""
@@ -69,7 +70,7 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
                 routing_skew_s: float | None = None, host_s: float | None = None,
                 worker_wait_s: float | None = None, finished_early_s: float | None = None,
                 sm_contention_s: float | None = None, cp_imbalance_s: float | None = None,
-                peer_wait_s: float | None = None) -> dict[str, float]:
+                peer_wait_s: float | None = None, stage_tail_wait_s: float | None = None) -> dict[str, float]:
     """Each loss as a share of the step: idle time of the pipeline window (one stage's too, where it waits on
     a collective; ``bubble_s`` None for a step that is not a pipeline program, `StepProgram.pipelined`: a
     parameter-server run), exposed communication per kind (mean over ranks of communication time no compute
@@ -87,10 +88,11 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
     SM-contention model on, the compute time per GPU that communication kernels holding SMs stretched
     (``sm_contention_s``, `sm_contention`: `total_compute_slowdown_s`; none with `sm_contention: none`, None);
     and, for a built pipeline program (not a replayed trace) whose ranks idle after the pipeline window with no
-    communication of their own until the step ends (``peer_wait_s``, `peer_wait`: a wait for slower ranks of the
-    rank's stage or, with pp > 1, for later-ending stages' DP tails and optimizer steps; the
-    communication figures' `peer_wait_s`; none where it is 0 or None): so the wait is the exposed communication,
-    the bubble's idle time without communication and this."""
+    communication of their own, until the last rank of their stage ends (``peer_wait_s``, `peer_wait`: a wait for
+    slower ranks of the stage) and after that until the step ends (``stage_tail_wait_s``, `stage_tail_wait`: with
+    pp > 1, a wait for stages whose DP tail and optimizer step end later), the communication figures' keys of
+    those names, none where 0 or None: so the wait is the exposed communication, the bubble's idle time without
+    communication and these two."""
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
@@ -101,6 +103,7 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
                **({} if worker_wait_s is None else {"worker_wait": worker_wait_s}),
                **({} if finished_early_s is None else {"finished_early": finished_early_s}),
                **({"peer_wait": peer_wait_s} if peer_wait_s else {}),
+               **({"stage_tail_wait": stage_tail_wait_s} if stage_tail_wait_s else {}),
                **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_CATEGORIES}}
     return {name: value / step_time_s for name, value in seconds.items()}
 
@@ -308,7 +311,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step",
                      traced: bool = False, routing_skew_s: float | None = None,
                      sm_contention_s: float | None = None, schedule: Schedule | None = None,
-                     cp_imbalance_s: float | None = None) -> dict:
+                     cp_imbalance_s: float | None = None, stages: Mapping[int, int] | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
@@ -330,10 +333,12 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off), and
     ``cp_imbalance_s``, what the slowest CP rank's causal attention adds (None: the CP ranks' work is even).
     ``schedule`` (a pipelined step of more than one stage) gives `schedule_bubble_fraction`, the bubble the
-    schedule alone leaves with this run's pass times (`metrics.step.schedule_bubble_fraction`)."""
+    schedule alone leaves with this run's pass times (`metrics.step.schedule_bubble_fraction`). ``stages`` (rank ->
+    pipeline stage; None: one stage) splits the idle time after the pipeline window into the waits for slower
+    ranks of a rank's stage and for other stages (`communication_metrics`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     built_pipeline = pipelined and not traced  # a replayed trace's kernels are no forward/backward passes
-    comm = communication_metrics(timed, step_time_s, pipeline_window_s(timed) if built_pipeline else None)
+    comm = communication_metrics(timed, step_time_s, pipeline_window_s(timed) if built_pipeline else None, stages)
     bubble = bubble_fraction(timed) if pipelined else 0.0
     schedule_bubble = (schedule_bubble_fraction(timed, schedule)
                        if pipelined and pipeline_stages > 1 and schedule is not None else None)
@@ -365,7 +370,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                          optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None,
                          None if tail_s is None
                          else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s,
-                         sm_contention_s, cp_imbalance_s, comm["peer_wait_s"] if built_pipeline else None)
+                         sm_contention_s, cp_imbalance_s, comm["peer_wait_s"] if built_pipeline else None,
+                         comm["stage_tail_wait_s"] if built_pipeline else None)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
                                        pipeline_stages=pipeline_stages, span=span, schedule_bubble=schedule_bubble)
     return summary
