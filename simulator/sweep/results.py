@@ -93,7 +93,9 @@ loss is the pipeline bubble gives its share of the pipeline window beside that o
 parameter-server run's `parameter_server.worker_links`, `binding_links` and `*_utilisation_in_transfers`, the
 server links chosen nearest the GPU among equally slow ones, and its communication-bound verdict ending with the
 side whose links bind; and the loss `cp_imbalance` with the `cp_imbalance` entry, the attention the slowest CP
-rank adds where the ranks' causal work differs, among the losses the verdict's largest may name)."""
+rank adds where the ranks' causal work differs, and the losses `peer_wait` and `stage_tail_wait`, a rank's idle
+time after the pipeline window waiting for slower ranks of its stage and then for other stages, among the losses
+the verdict's largest may name)."""
 
 
 @dataclass(frozen=True)
