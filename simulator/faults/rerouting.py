@@ -1,14 +1,16 @@
 """Routing around failed links, and the check that a failure has not split the job's GPUs.
 
-Routes that avoid every failed link keep the topology's own router (a structured fabric router or shortest
-paths). A route that crosses a failed link is recomputed on the networkx graph without the failed links: one
-of the shortest remaining paths, picked by a hash of (src, dst, channel) as ECMP would spread flows. A GPU
+Routes that avoid every failed link keep the topology's own router. On an explicit `graph` topology a route that
+crosses a failed link is its `GraphRouter`'s route on the graph without the failed links: the fewest-link routes
+left, picked hop by hop by the same flow hash, through any node, and alike in every order the file lists its
+links in. On a built fabric such a route is recomputed on the networkx graph without the failed links: one of
+the shortest remaining paths, picked by a hash of (src, dst, channel) as ECMP would spread flows. A GPU
 forwards traffic only for the GPUs of its own NVLink domain (NCCL's PXN: a GPU whose NIC or leaf is down sends
 over NVLink to a peer and out through the peer's NIC, on another rail), so a detour passes through third GPUs
-only in the source's or the destination's domain; explicit `graph` topologies route plain shortest paths
-through any node. On a fabric whose rotation by one period of its spine hash maps it onto itself
-(topology/periods.py `Rotation`), a detour is picked in the source's period's frame: the route rotated back
-until its source lies in the first period, around the failed links rotated back alike, then rotated forward.
+only in the source's or the destination's domain. On a fabric whose rotation by one period of its spine hash
+maps it onto itself (topology/periods.py `Rotation`), a detour is picked in the source's period's frame: the
+route rotated back until its source lies in the first period, around the failed links rotated back alike, then
+rotated forward.
 So the detours rotate with the links down, as the fabric's own routes rotate with their ends, and a job's
 states whose links down are rotations of each other are the same step (reliability/symmetry.py); picked from
 the absolute ends, a leaf down in one leaf group slowed the step 27% more than the same leaf in the next. On a
@@ -26,12 +28,14 @@ from itertools import islice
 
 import networkx as nx
 
-from simulator.errors import SimulationError
+from simulator.errors import SimulationError, TopologyError
+from simulator.topology.ecmp import GraphRouter
 from simulator.topology.graph import Topology, both_ways
 from simulator.topology.periods import RailRotation, Rotation
 
 MAX_DETOURS = 64
-"""Equal-cost detours considered per route (the hash picks among the first ones networkx lists)."""
+"""Equal-cost detours considered per route on a built fabric (the hash picks among the first ones networkx
+lists)."""
 
 
 def _mix(src: int, dst: int, channel: int) -> int:
@@ -47,6 +51,7 @@ class Rerouter:
         self.topology = topology
         self.base = topology.router
         self.down: set[tuple[str, str]] = set()
+        self._down_frozen: frozenset[tuple[str, str]] = frozenset()
         self.rerouted = 0
         self.gpus_forward = topology.explicit_graph
         self._rotation: Rotation | None = None
@@ -58,20 +63,26 @@ class Rerouter:
     def take_down(self, edges: list[tuple[str, str]]) -> None:
         """Mark the links between the node pairs ``edges`` down, both directions, and drop the cached routes."""
         self.down.update(both_ways(edges))
+        self._down_frozen = frozenset(self.down)
         self._down_by_turns.clear()
         self.topology.forget_routes()
 
     def __call__(self, topology: Topology, src: int, dst: int, channel: int) -> list[str]:
         """The base router's route, or where it crosses a link that is down one of the shortest detours around the
-        failed links, picked by a hash of the ends and the channel in the frame of the source's period and rail
-        (a SimulationError where none is left)."""
+        failed links: a graph's `GraphRouter` route without them, else one picked by a hash of the ends and the
+        channel in the frame of the source's period and rail (a SimulationError where none is left)."""
         if self.base is not None:
             nodes = self.base(topology, src, dst, channel)
-        else:
+        else:  # a topology built by hand without a router (every builder gives one)
             nodes = nx.shortest_path(topology.graph, topology.gpus[src], topology.gpus[dst])
         if not any(edge in self.down for edge in zip(nodes, nodes[1:])):
             return nodes
         self.rerouted += 1
+        if isinstance(self.base, GraphRouter):
+            try:
+                return self.base(topology, src, dst, channel, self._down_frozen)
+            except TopologyError:
+                raise self._no_route(src, dst) from None
         shifts = self.shifts()
         turns = tuple(shift.frame(src) for shift in shifts)
         if not any(turns):

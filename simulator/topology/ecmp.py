@@ -43,10 +43,11 @@ def avalanche(value: Hashed) -> Hashed:
 class GraphRouter:
     """Routes of an explicit graph: one of the fewest-link routes per flow, picked hop by hop by the flow hash.
 
-    The next hops on fewest-link routes from a source to a destination (the equal-cost graph of the pair) are
-    worked out once per (source, destination) GPU pair, by a breadth-first search back from the destination that
-    stops at the source's distance, and kept: every channel of the pair picks its route in that table. Next hops
-    are taken in the order of their names, so the routes do not depend on the order the file lists the links in.
+    A node's next hops towards a destination are its neighbours one link closer to it, so one breadth-first
+    search back from each destination (its `Towards`) serves every source and channel: found once and kept.
+    Next hops are taken in the order of their names, so the routes do not depend on the order the file lists the
+    links in. With links down (``down``, directed node pairs) the same search skips them, so a detour around
+    failed links is the route the hash picks on the graph without them, alike in every listing of the links.
     """
 
     def __init__(self, wiring: Wiring):
@@ -57,17 +58,23 @@ class GraphRouter:
             predecessors.setdefault(v, []).append(u)
         self._successors = successors
         self._predecessors = predecessors
-        self._next_hops: dict[tuple[int, int], dict[str, tuple[str, ...]]] = {}
+        self._towards: dict[frozenset[tuple[str, str]], dict[str, Towards]] = {frozenset(): {}}
+        """Per set of links down (the healthy graph's and the latest other), each destination's search."""
 
-    def __call__(self, topology: Topology, src: int, dst: int, channel: int) -> list[str]:
-        """Node names from GPU ``src`` to GPU ``dst``: at each node with several equal-cost next hops, the one
-        the hash of the flow (``src``, ``dst``, ``channel``) and the branch point's order picks."""
-        next_hops = self.next_hops(topology, src, dst)
+    def __call__(self, topology: Topology, src: int, dst: int, channel: int,
+                 down: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
+        """Node names from GPU ``src`` to GPU ``dst`` without the links ``down``: at each node with several
+        equal-cost next hops, the one the hash of the flow (``src``, ``dst``, ``channel``) and the branch point's
+        order picks."""
+        towards = self.towards(topology.gpus[dst], down)
+        source = topology.gpus[src]
+        if source not in towards.distance:
+            raise TopologyError(f"GPU {towards.target} cannot be reached from {source}",
+                                allowed="a graph where every GPU reaches every other")
         key = (src * topology.num_gpus + dst) * 0x9E3779B1 + channel
-        node, route, branch = topology.gpus[src], [topology.gpus[src]], 0
-        target = topology.gpus[dst]
-        while node != target:
-            choices = next_hops[node]
+        node, route, branch = source, [source], 0
+        while node != towards.target:
+            choices = towards.next_hops(node)
             if len(choices) > 1:
                 node = choices[avalanche(key + branch * BRANCH_STEP) % len(choices)]
                 branch += 1
@@ -76,35 +83,45 @@ class GraphRouter:
             route.append(node)
         return route
 
-    def next_hops(self, topology: Topology, src: int, dst: int) -> dict[str, tuple[str, ...]]:
-        """Each node on a fewest-link route from GPU ``src`` to GPU ``dst`` (but ``dst``) and its next hops on
-        such routes, in name order; found once per pair."""
-        pair = (src, dst)
-        found = self._next_hops.get(pair)
+    def towards(self, target: str, down: frozenset[tuple[str, str]] = frozenset()) -> Towards:
+        """The search back from node ``target`` without the links ``down``, found once per destination and
+        set of links down (the searches of an older set of links down are dropped)."""
+        searches = self._towards.get(down)
+        if searches is None:
+            self._towards = {frozenset(): self._towards[frozenset()], down: {}}
+            searches = self._towards[down]
+        found = searches.get(target)
         if found is None:
-            found = self._next_hops[pair] = self._equal_cost(topology.gpus[src], topology.gpus[dst])
+            found = searches[target] = Towards(target, self._successors, self._predecessors, down)
         return found
 
-    def _equal_cost(self, source: str, target: str) -> dict[str, tuple[str, ...]]:
+
+class Towards:
+    """The fewest-link distance of every node to ``target`` without the links ``down`` (a breadth-first search
+    back from it), and each node's next hops on fewest-link routes there, in name order, found when first asked."""
+
+    def __init__(self, target: str, successors: dict[str, list[str]], predecessors: dict[str, list[str]],
+                 down: frozenset[tuple[str, str]]):
+        self.target = target
+        self._successors = successors
+        self._down = down
         distance = {target: 0}
         frontier = deque([target])
-        while frontier and source not in distance:
+        while frontier:
             node = frontier.popleft()
-            for previous in self._predecessors.get(node, ()):
-                if previous not in distance:
+            for previous in predecessors.get(node, ()):
+                if previous not in distance and (previous, node) not in down:
                     distance[previous] = distance[node] + 1
                     frontier.append(previous)
-        if source not in distance:
-            raise TopologyError(f"GPU {target} cannot be reached from {source}",
-                                allowed="a graph where every GPU reaches every other")
-        next_hops: dict[str, tuple[str, ...]] = {}
-        pending = [source]
-        while pending:
-            node = pending.pop()
-            if node == target or node in next_hops:
-                continue
-            closer = distance[node] - 1
-            hops = tuple(sorted(v for v in self._successors[node] if distance.get(v, -1) == closer))
-            next_hops[node] = hops
-            pending.extend(hops)
-        return next_hops
+        self.distance = distance
+        self._next_hops: dict[str, tuple[str, ...]] = {}
+
+    def next_hops(self, node: str) -> tuple[str, ...]:
+        """The neighbours of ``node`` one link closer to the target over links not down, in name order (the
+        successor lists are sorted)."""
+        hops = self._next_hops.get(node)
+        if hops is None:
+            closer, distance, down = self.distance[node] - 1, self.distance, self._down
+            hops = self._next_hops[node] = tuple(v for v in self._successors[node]
+                                                 if distance.get(v, -1) == closer and (node, v) not in down)
+        return hops
