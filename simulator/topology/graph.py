@@ -371,6 +371,7 @@ class Topology:
             return [self.gpus[src]]
         if self.router is not None:
             return self.router(self, src, dst, channel)
+        # Every builder gives its topology a router: networkx serves only topologies built by hand without one.
         import networkx as nx
 
         try:
