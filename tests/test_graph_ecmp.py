@@ -181,3 +181,20 @@ def test_partition_abort_names_every_link_fault_that_cut_the_route() -> None:
     plan = StepFaultPlan(links=tuple(LinkEvent(0.0, (edge,), 0.0, f"{edge[0]}-{edge[1]}") for edge in CORE_UP))
     with pytest.raises(StepAborted, match=r"p0\.spine0-core0, p0\.spine1-core0 down: .* cannot reach"):
         FaultHooks(topology, plan)
+
+
+def test_a_nic_no_gpu_reaches_is_warned_of_at_its_line(tmp_path) -> None:
+    spec = two_pods()
+    spec["links"] = [link for link in spec["links"] if (link["a"], link["b"]) != ("h3/gpu7", "h3/nic7")]
+    path = tmp_path / "pods.yaml"
+    path.write_text(yaml.safe_dump({"name": "pods", "kind": "graph", **spec}, default_flow_style=None, width=200))
+    line = 1 + path.read_text().splitlines().index("- {kind: nic, name: h3/nic7}")
+    done = subprocess.run([sys.executable, "-m", "simulator.cli", "topo", "describe", str(path)],
+                          capture_output=True, text=True, check=True)
+    index = next(i for i, node in enumerate(spec["nodes"]) if node["name"] == "h3/nic7")
+    assert done.stderr == (f"warning: {path}:{line}: nodes[{index}]: NIC 'h3/nic7' has no link to a GPU, directly or "
+                           "through PCIe switches, so no GPU sends through it (allowed: a link from the NIC to its "
+                           "GPU or PCIe switch)\n")
+    path.write_text(yaml.safe_dump({"name": "pods", "kind": "graph", **two_pods()}))
+    assert subprocess.run([sys.executable, "-m", "simulator.cli", "topo", "describe", str(path)],
+                          capture_output=True, text=True, check=True).stderr == ""

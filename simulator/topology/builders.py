@@ -708,6 +708,39 @@ def _add_graph_nodes(wiring: Wiring, raw_nodes: list) -> tuple[list[str], list[i
     return [node["name"] for node in gpus], [wiring.nodes[node["name"]]["host"] for node in gpus]
 
 
+HOST_SIDE = ("pcie_switch", "host_bridge")
+"""Node kinds between a GPU and its NIC inside a host."""
+
+
+def graph_nics_without_a_gpu(p: dict) -> list[TopologyError]:
+    """Each NIC of a graph (parameters as read) that reaches no GPU, directly or through PCIe switches, as a
+    problem at its node: no GPU sends through it, and the GPU it was meant for (its PCIe link left out of the
+    file, say) sends through a peer's NIC instead. A GPU needs no NIC of its own (it may link straight to a
+    switch, or reach other hosts through its NVLink peers), so this warns and refuses nothing."""
+    nodes = read_graph_nodes(p["nodes"])
+    kind = {node["name"]: node["kind"] for node in nodes}
+    neighbours: dict[str, set[str]] = {}
+    for link in p["links"]:
+        neighbours.setdefault(link["a"], set()).add(link["b"])
+        neighbours.setdefault(link["b"], set()).add(link["a"])
+    problems = []
+    for index, node in enumerate(nodes):
+        if node["kind"] != "nic":
+            continue
+        seen, pending, reaches_gpu = {node["name"]}, [node["name"]], False
+        while pending and not reaches_gpu:
+            for near in neighbours.get(pending.pop(), ()):
+                reaches_gpu = reaches_gpu or kind[near] == "gpu"
+                if near not in seen and kind[near] in HOST_SIDE:
+                    seen.add(near)
+                    pending.append(near)
+        if not reaches_gpu:
+            problems.append(TopologyError(
+                f"NIC {node['name']!r} has no link to a GPU, directly or through PCIe switches, so no GPU sends "
+                "through it", field=f"nodes[{index}]", allowed="a link from the NIC to its GPU or PCIe switch"))
+    return problems
+
+
 def _build_graph(p: dict, name: str) -> Topology:
     wiring = Wiring()
     gpus, gpu_hosts = _add_graph_nodes(wiring, p["nodes"])

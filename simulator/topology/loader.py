@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeGuard, TypeVar
 import simulator
 from simulator.config.yaml_source import FieldPath, line_of, parse_field, read_yaml
 from simulator.errors import InputError, TopologyError, yaml_spelling
-from simulator.topology.builders import BUILDERS, build_topology
+from simulator.topology.builders import BUILDERS, build_topology, graph_nics_without_a_gpu
 from simulator.topology.graph import Topology
 from simulator.topology.parameters import read_parameters
 
@@ -204,10 +204,21 @@ def load_topology(name_or_path: str, overrides: dict | None = None, folder: Path
 
 
 def build_source(spec: TopologySource) -> Topology:
-    """Build a topology file already read (``read_topology``), with its errors located as `load_topology`'s."""
+    """Build a topology file already read (``read_topology``), with its errors located as `load_topology`'s and
+    its warnings (`graph_nics_without_a_gpu`) on stderr, located alike, once per process."""
     topology = _located_in_file(spec, lambda: build_topology(spec.kind, spec.params, spec.name))
     topology.params["description"] = spec.description
+    if spec.kind == "graph":
+        for problem in graph_nics_without_a_gpu(spec.params):
+            line = f"warning: {_located(spec, problem)}"
+            if line not in _WARNED:
+                _WARNED.add(line)
+                sys.stderr.write(line + "\n")
     return topology
+
+
+_WARNED: set[str] = set()
+"""The topology warnings written so far: a file built again (a sweep's points, a study's states) warns once."""
 
 
 def check_source(spec: TopologySource) -> bool:
@@ -221,10 +232,15 @@ def _located_in_file(spec: TopologySource, action: Callable[[], T]) -> T:
     try:
         return action()
     except TopologyError as exc:
-        field_path = parse_field(exc.field)
-        if set_by(spec.overrides, field_path):
-            raise exc.located(file=f"{spec.source} (override)") from None
-        raise exc.located(file=spec.source, line=line_of(spec.lines, field_path)) from None
+        raise _located(spec, exc) from None
+
+
+def _located(spec: TopologySource, exc: TopologyError) -> InputError:
+    """``exc`` located at the file's line of its field, or at the override that set it."""
+    field_path = parse_field(exc.field)
+    if set_by(spec.overrides, field_path):
+        return exc.located(file=f"{spec.source} (override)")
+    return exc.located(file=spec.source, line=line_of(spec.lines, field_path))
 
 
 def scenario_topology(loaded: LoadedScenario) -> Topology:
