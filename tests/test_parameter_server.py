@@ -15,6 +15,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.config.parameter_server import ParameterServerConfig
 from simulator.errors import ScenarioError
 from simulator.metrics.summary import SHOWN_LOSS_SHARE, WAIT_BOUND_SHARE
+from simulator.parameter_server.summary import BINDING_MARGIN
 from simulator.parameter_server.placement import place, shard_tensors, stripe, worker_gpus
 from simulator.parameter_server.program import ps_program
 from simulator.program.ops import CollectiveOp
@@ -572,8 +573,10 @@ def test_server_links_degraded_from_the_start_are_of_their_line_rate():
 
 
 @pytest.mark.parametrize(("servers", "side", "note"), [
-    (1, "server", "the server links bind: 100.0% of line rate while pushes and pulls cross them, the workers' 25.0%"),
-    (4, "worker", "the worker links bind: 99.9% of line rate while pushes and pulls cross them, the servers' 40.2%"),
+    (1, "server", "the server links bind: their busiest runs at 100.0% of line rate while pushes and pulls cross it, "
+                  "the workers' busiest 25.0%"),
+    (4, "worker", "the worker links bind: their busiest runs at 99.9% of line rate while pushes and pulls cross it, "
+                  "the servers' busiest 49.9%"),
 ])
 def test_the_verdict_names_the_side_whose_links_bind_the_exchange(servers, side, note):
     """Four workers pushing into one server GPU's 100 GbE link at line rate (`efficiency: ideal`): the server link
@@ -586,11 +589,35 @@ def test_the_verdict_names_the_side_whose_links_bind_the_exchange(servers, side,
     bound, spare = (ps[f"{name}_links"] for name in ("server", "worker")) if side == "server" else (
         ps[f"{name}_links"] for name in ("worker", "server"))
     assert ps["binding_links"] == side
-    assert bound["mean_utilisation_in_transfers"] == pytest.approx(1.0, rel=2e-3)
+    assert bound["busiest_utilisation_in_transfers"] == pytest.approx(1.0, rel=2e-3)
+    assert ps["peak_link"]["utilisation_in_transfers"] == bound["busiest_utilisation_in_transfers"]
     assert bound["mean_utilisation"] < 0.5 * bound["mean_utilisation_in_transfers"]
     if servers == 1:
-        assert spare["mean_utilisation_in_transfers"] == pytest.approx(0.25, rel=2e-3)
+        assert spare["busiest_utilisation_in_transfers"] == pytest.approx(0.25, rel=2e-3)
     assert summary["bottleneck"]["constraint"] == "communication"
+    assert summary["bottleneck"]["verdict"].endswith(note)
+
+
+@pytest.mark.parametrize(("overrides", "side", "note"), [
+    (("ps.servers=2",), "both",
+     "the server and worker links both bind: their busiest run at 94.0% and 93.7% of line rate while pushes and "
+     "pulls cross them"),
+    (("cluster.leaf_ports=2", "cluster.oversubscription=8"), "neither",
+     "neither side's links bind: the busiest server link runs at 11.7% of line rate while pushes and pulls cross "
+     "it, the workers' 3.9%, and the fabric between them binds (spine12->leaf1.r0 at 94.0%)"),
+])
+def test_the_verdict_names_both_sides_or_the_fabric_where_no_one_side_binds(overrides, side, note):
+    """The bundled scenario, 2 iterations without the straggler or the slowdowns. Two server hosts for 16 workers:
+    each side's busiest NIC runs within a point of the other's, both near line rate, so both bind. Leaves of 2
+    ports with 8:1 oversubscribed uplinks: a spine downlink runs at 94.0% while every server and worker NIC waits
+    on it, at most 11.7%, so neither side's links bind and the verdict names that link."""
+    settings = ["faults.step.stragglers=[]", "ps.iteration_slowdown=null", "ps.iterations=2", *overrides]
+    summary = simulate(load_scenario(BUNDLED, overrides=settings)).summary
+    ps = summary["parameter_server"]
+    assert ps["binding_links"] == side
+    busiest = [ps[f"{name}_links"]["busiest_utilisation_in_transfers"] for name in ("server", "worker")]
+    peak = ps["peak_link"]["utilisation_in_transfers"]
+    assert all((peak - share <= BINDING_MARGIN) == (side == "both") for share in busiest)
     assert summary["bottleneck"]["verdict"].endswith(note)
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE
+from simulator.parameter_server.summary import binding_phrase
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import layout_name
 from simulator.units import (
@@ -520,7 +521,7 @@ def add_parameter_server_rows(table: Table, ps: dict) -> None:
                   f"server links {_share(servers['mean_utilisation'])} busy over the run, "
                   f"{_share(servers['mean_utilisation_in_transfers'])} while pushes and pulls cross them "
                   f"(worker links {_share(workers['mean_utilisation_in_transfers'])}); "
-                  f"{ps['binding_links']} links bind")
+                  f"{binding_phrase(ps['binding_links'])}")
     ring = ps.get("allreduce")
     if ring:
         table.add_row("vs ring all-reduce", f"exchange {format_seconds(ps['exchange_s'])} against "

@@ -19,8 +19,9 @@ Definitions (docs/parameter_server.md):
   equally slow ones (and its reverse for pulls; where pushes rerouted around a failed link share none, the
   slowest of the last links they arrive by); utilisation is the bytes the run moved over it divided by what its
   line rate carries in the run, and in transfers, in the time some push or pull is under way on it. A worker
-  link is the same from a worker GPU's pushes. The links that bind the exchange are the side's, servers' or
-  workers', that run nearer line rate in transfers.
+  link is the same from a worker GPU's pushes. A side's links bind the exchange where its busiest one runs
+  within `BINDING_MARGIN` of the peak link, the link any push or pull crosses that runs nearest line rate in
+  transfers: one side, both, or neither (then the fabric between them binds, the peak link named).
 - the all-reduce it is compared with: one ring all-reduce of the same gradient over the same workers, simulated
   alone on the same cluster, as built (a step's link faults do not carry over), and network settings (the
   program's `PsPlan.comparison`, which simulation.py runs after the step and hands in); its bytes in total,
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -104,6 +105,7 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
     means = [float(np.mean(times)) for times in iteration_s.values()]
     servers = _server_links(flows[is_ps], routes, carried, topology, endpoints, makespan_s)
     workers_links = _worker_links(flows[is_ps], routes, carried, topology, workers, makespan_s)
+    peak = peak_link(flows[is_ps], routes, carried, topology)
     return {
         **plan.entries,
         "samples_per_s": samples / first_done if first_done > 0 else 0.0,
@@ -116,7 +118,8 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
         "busiest_link_bytes_per_iteration": max(carried.values(), default=0.0) / n,
         "server_links": servers,
         "worker_links": workers_links,
-        "binding_links": binding_links(servers, workers_links),
+        "peak_link": peak,
+        "binding_links": binding_links(servers, workers_links, peak),
         "staleness_histogram": histogram(staleness),
         "max_staleness": max(staleness),
         "lag_histogram": histogram(lag),
@@ -216,10 +219,7 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
     shares: list[float] = []
     busy: list[float] = []
     starts, ends = flows["start_s"].to_numpy(), flows["end_s"].to_numpy()
-    crossing: defaultdict[int, list[int]] = defaultdict(list)  # the rows of ``flows`` over each link
-    for row, index in enumerate(flows["flow"].tolist()):
-        for link in routes[index]:
-            crossing[link].append(row)
+    crossing = _crossing(flows, routes)
     for gpu, mask in pushes.items():
         own = flows[mask]["flow"]
         if own.empty:
@@ -241,7 +241,31 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
         shares += [figures["ingress_utilisation"], figures["egress_utilisation"]]
         busy += [figures["ingress_utilisation_in_transfers"], figures["egress_utilisation_in_transfers"]]
     return {"mean_utilisation": float(np.mean(shares)) if shares else 0.0,
-            "mean_utilisation_in_transfers": float(np.mean(busy)) if busy else 0.0, key: per_gpu}
+            "mean_utilisation_in_transfers": float(np.mean(busy)) if busy else 0.0,
+            "busiest_utilisation_in_transfers": max(busy, default=0.0), key: per_gpu}
+
+
+def _crossing(flows: pd.DataFrame, routes: list[tuple[int, ...]]) -> defaultdict[int, list[int]]:
+    """The rows of ``flows`` over each directed link (``flows["flow"]`` numbers them among ``routes``)."""
+    crossing: defaultdict[int, list[int]] = defaultdict(list)
+    for row, index in enumerate(flows["flow"].tolist()):
+        for link in routes[index]:
+            crossing[link].append(row)
+    return crossing
+
+
+def peak_link(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology) -> dict:
+    """Of every directed link the pushes and pulls (``flows``) cross, the one that runs nearest its line rate while
+    they are under way on it: its name and that utilisation (the figure `_gpu_links` gives a GPU's link)."""
+    starts, ends = flows["start_s"].to_numpy(), flows["end_s"].to_numpy()
+    best, name = 0.0, ""
+    for link, over in sorted(_crossing(flows, routes).items()):
+        span = topology.line_rate[link] * _covered(starts[over], ends[over])
+        share = carried[link] / span if span else 0.0
+        if share > best:
+            u, v = topology.link_ends[link]
+            best, name = float(share), f"{u}->{v}"
+    return {"link": name, "utilisation_in_transfers": best}
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -254,23 +278,55 @@ def _covered(starts: np.ndarray, ends: np.ndarray) -> float:
     return covered
 
 
-def binding_links(server_links: Mapping, worker_links: Mapping) -> str:
-    """Which side's links bind the exchange: the servers' or the workers', whichever runs nearer its line rate
-    while the pushes and pulls cross it (`mean_utilisation_in_transfers`): a link that sets the pace stays near
-    full while its transfers run, the other side's links wait on it, part used."""
-    servers, workers = (links["mean_utilisation_in_transfers"] for links in (server_links, worker_links))
-    return "server" if servers >= workers else "worker"
+BINDING_MARGIN = 0.05
+"""How far below the peak link's utilisation in transfers (a fraction of line rate) a side's busiest link may run
+and still bind the exchange: flows that share the link setting their pace keep it within a few percent of full,
+and a link that waits on another runs far below it."""
+
+BindingSide = Literal["server", "worker", "both", "neither"]
+
+
+def binding_links(server_links: Mapping, worker_links: Mapping, peak: Mapping) -> BindingSide:
+    """Which side's links bind the exchange: a side whose busiest link runs within `BINDING_MARGIN` of the peak
+    link (``peak``, the link nearest line rate while pushes and pulls cross it) sets the exchange's pace; both
+    sides where both do; neither where only links in the fabric between them come that near. The busiest link,
+    not the mean: shards of unequal size load one server GPU's link more than the others'."""
+    near = [side for side, links in (("server", server_links), ("worker", worker_links))
+            if links["busiest_utilisation_in_transfers"] >= peak["utilisation_in_transfers"] - BINDING_MARGIN]
+    if len(near) == 2:
+        return "both"
+    if not near:
+        return "neither"
+    return "server" if near == ["server"] else "worker"
 
 
 def with_binding_links(bottleneck: dict, report: Mapping) -> dict:
     """The run's bottleneck with the links that bind its exchange named in its verdict where communication
-    binds ('...; the server links bind: 94.0% of line rate while pushes and pulls cross them, the workers'
-    31.3%'), so that a run held by one server host's NICs does not read like one held by the workers' own."""
+    binds ('...; the server links bind: their busiest runs at 94.0% of line rate while pushes and pulls cross it,
+    the workers' busiest 31.3%'), so that a run held by one server host's NICs does not read like one held by
+    the workers' own, or by the fabric between them."""
     if bottleneck.get("constraint") != "communication" or "verdict" not in bottleneck:
         return bottleneck
     side = report["binding_links"]
-    other = "worker" if side == "server" else "server"
-    bound, spare = (report[f"{name}_links"]["mean_utilisation_in_transfers"] for name in (side, other))
-    note = (f"; the {side} links bind: {100 * bound:.1f}% of line rate while pushes and pulls cross them, the "
-            f"{other}s' {100 * spare:.1f}%")
-    return {**bottleneck, "verdict": bottleneck["verdict"] + note}
+    servers, workers = (report[f"{name}_links"]["busiest_utilisation_in_transfers"] for name in ("server", "worker"))
+    if side == "both":
+        note = (f"the server and worker links both bind: their busiest run at {servers:.1%} and {workers:.1%} of "
+                "line rate while pushes and pulls cross them")
+    elif side == "neither":
+        peak = report["peak_link"]
+        note = (f"neither side's links bind: the busiest server link runs at {servers:.1%} of line rate while pushes "
+                f"and pulls cross it, the workers' {workers:.1%}, and the fabric between them binds "
+                f"({peak['link']} at {peak['utilisation_in_transfers']:.1%})")
+    else:
+        bound, spare = (servers, workers) if side == "server" else (workers, servers)
+        other = "worker" if side == "server" else "server"
+        note = (f"the {side} links bind: their busiest runs at {bound:.1%} of line rate while pushes and pulls "
+                f"cross it, the {other}s' busiest {spare:.1%}")
+    return {**bottleneck, "verdict": f"{bottleneck['verdict']}; {note}"}
+
+
+def binding_phrase(side: str) -> str:
+    """``binding_links`` as a clause: 'server links bind', 'server and worker links bind', 'neither side's links
+    bind'."""
+    return {"both": "server and worker links bind", "neither": "neither side's links bind"}.get(
+        side, f"{side} links bind")
