@@ -247,6 +247,9 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "zipf-without-skew": (scenario(SMALL_MOE.replace("14336}", "14336, routing: {balance: zipf, skew: 0}}")), RUN, 2,
                           "s.yaml:2: model.moe.routing.skew: 0 is not above 0 (allowed: a value > 0, or balance: "
                           "uniform for routing without skew)"),
+    "uniform-with-skew-0": (scenario(SMALL_MOE.replace("14336}", "14336, routing: {balance: uniform, skew: 0}}")), RUN,
+                            2, "s.yaml:2: model.moe.routing.skew: 0 is not above 0 (allowed: a value > 0, balance "
+                            "uniform ignores the skew: leave it out)"),
     "synthetic-with-moe": (scenario(SYNTHETIC.replace("2 ms}}", "2 ms}, moe: {experts: 8}}")), RUN, 2,
                            "s.yaml:2: model: give either synthetic costs or a model (preset/dimensions/moe)"),
     "hsdp-shard-does-not-divide": (scenario(HSDP_3_HOSTS + "parallelism: {pp: 3, dp: 8, fsdp: hybrid_shard}\n"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from simulator.config.sections import FieldProblem, Section
 
@@ -18,15 +18,17 @@ class RoutingConfig(Section):
     token then picks top_k distinct experts with these probabilities, drawn from the run's seeded generator."""
 
     balance: RoutingBalance = "uniform"
-    skew: float = Field(default=1.0, gt=0)
+    skew: float = 1.0
 
-    @field_validator("skew", mode="before")
+    @field_validator("skew")
     @classmethod
-    def _skew_above_zero(cls, value: object) -> object:
-        """A skew of 0 or below refused pointing at `balance: uniform`, the routing without skew it may mean."""
-        if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
-            raise ValueError(f"{value:g} is not above 0 (allowed: a value > 0, or balance: uniform for routing "
-                             "without skew)")
+    def _skew_above_zero(cls, value: float, info: ValidationInfo) -> float:
+        """The one rule on the skew, above 0; its refusal points a skewed balance at `balance: uniform`, the
+        routing without skew a 0 may mean, and says under `uniform` that the skew is ignored there."""
+        if value <= 0:
+            hint = ("balance uniform ignores the skew: leave it out" if info.data.get("balance") == "uniform"
+                    else "or balance: uniform for routing without skew")
+            raise ValueError(f"{value:g} is not above 0 (allowed: a value > 0, {hint})")
         return value
 
 
