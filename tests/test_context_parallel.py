@@ -252,3 +252,16 @@ def test_the_cp_imbalance_loss_is_what_the_slowest_cp_ranks_attention_adds_beyon
                                                                                    rel=1e-9)
     balanced = simulate(load_scenario(path, overrides=TESTER_CASE)).summary
     assert "cp_imbalance" not in balanced and "cp_imbalance" not in balanced["bottleneck"]["loss_shares"]
+
+
+def test_at_pp_2_the_cp_imbalance_lengthens_the_step_by_m_plus_p_minus_1_over_m_times_the_entry():
+    """CP 4 x PP 2, 4 layers, 4 micro-batches, SM contention off: the entry is the slowest CP rank's extra attention
+    over its passes (27.63 ms); the step grows by (m + p - 1)/m = 5/4 times it (34.54 ms), the pipeline's fill
+    and drain carrying the slower passes too, as docs/training-step.md says."""
+    case = [*TESTER_CASE, "model.layers=4", "training.global_batch=4", "parallelism.pp=2", "parallelism.dp=1"]
+    path = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
+    unbalanced = simulate(load_scenario(path, overrides=[*case, "parallelism.cp_load_balance=false"])).summary
+    balanced = simulate(load_scenario(path, overrides=case)).summary
+    added = unbalanced["cp_imbalance"]["slowest_rank_adds_s"]
+    assert added == pytest.approx(27.63e-3, abs=5e-6)
+    assert unbalanced["step_time_s"] - balanced["step_time_s"] == pytest.approx(added * (4 + 2 - 1) / 4, rel=1e-9)

@@ -647,6 +647,8 @@ SCENARIO_QUOTES = [
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", CP_UNBALANCED),
      "tokens over CP 4 x DP 2 on one DGX H100 adds {ms_cp_imbalance:.3f} ms "
      "({s[bottleneck][loss_shares][cp_imbalance]:.1%}) to a {ms_step:.2f} ms step"),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", (*CP_UNBALANCED, "collectives.sm_contention=none")),
+     "same {ms_cp_imbalance:.3f} ms with SM contention off"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", CP_UNBALANCED),
      "(compute idle at pp = 1: {s[bottleneck][loss_shares][pipeline_bubble]:.2%} against "
      "{s[bottleneck][loss_shares][cp_imbalance]:.2%} of the {ms_step:.2f} ms step above)"),

@@ -77,8 +77,9 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
     overlaps), the optimizer step and, for a MoE step, the expert compute its routing skew adds to every rank
     (``routing_skew_s``, `moe.hottest_rank_adds_s`; none without experts, None), for a step whose CP ranks do
     different causal attention work, the attention its slowest CP rank adds beyond the mean, which every rank
-    waits for (``cp_imbalance_s``, `cp_imbalance.slowest_rank_adds_s`: part of the bubble's idle time, compute
-    idle at pp = 1, which it overlaps as the routing skew does; none where the work is even, None), for a
+    waits for (``cp_imbalance_s``, `cp_imbalance.slowest_rank_adds_s`: the wait shows in the bubble's idle time
+    and in exposed CP communication, which it overlaps as the routing skew does; none where the work is even,
+    None; at pp > 1 both skews lengthen the step by more, (m + p - 1)/m times them with uniform stages), for a
     replayed trace, its
     host time on the compute stream (``host_s``, `host`; none for a modelled step, None) and, for a step that
     idles for another reason than a pipeline (a parameter-server run), the idle time with neither compute nor

@@ -134,8 +134,10 @@ def imbalance_report(context: ContextAttention, layers_per_rank: int, microbatch
     """The summary's `cp_imbalance` entry of a step whose CP ranks do different attention work (causal, not load
     balanced; None where every rank's share is the mean's): each CP rank's attention core seconds in the step,
     the forward, recompute and backward of its ``layers_per_rank`` layers over the ``microbatches`` at its
-    share of the causal work, the figures its ops run for, and what the slowest rank's adds beyond the mean,
-    which every rank of its group waits for, as a MoE step's ranks wait for the hottest EP rank."""
+    share of the causal work, as the cost model gives them before SM contention stretches an op, and what the
+    slowest rank's adds beyond the mean, which every rank of its group waits for, as a MoE step's ranks wait for
+    the hottest EP rank. At pp > 1 the step grows by more, (m + p - 1)/m times it with uniform stages: the
+    pipeline's fill and drain carry the slower passes too."""
     if context.share(0) == context.share(context.cp - 1):
         return None
     per_layer = (context.forward_s + context.recompute_s + context.backward_s) * layers_per_rank * microbatches
