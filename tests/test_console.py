@@ -98,20 +98,23 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why_in_one_line():
                                     "hand-offs cross other hops")
 
 
-@pytest.mark.parametrize(("slowest_s", "iteration", "traffic"), [
+@pytest.mark.parametrize(("slowest_s", "binding", "iteration", "traffic"), [
     # A synchronous run's workers end their iterations nanoseconds apart: the one time, not a range of two alike.
-    (0.5863364984739692, "iteration time 586.3 ms on every worker (to four digits)",
+    (0.5863364984739692, "server", "iteration time 586.3 ms on every worker (to four digits)",
      "server traffic 147.7 GiB per iteration, server links 33.8% busy over the run, 94.0% while pushes and pulls "
      "cross them (worker links 31.3%); server links bind"),
-    (0.61, "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
+    (0.61, "neither", "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
      "server traffic 147.7 GiB per iteration, server links 33.8% busy over the run, 94.0% while pushes and pulls "
-     "cross them (worker links 31.3%); server links bind"),
+     "cross them (worker links 31.3%); neither side's links bind"),
+    (0.61, "both", "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
+     "server traffic 147.7 GiB per iteration, server links 33.8% busy over the run, 94.0% while pushes and pulls "
+     "cross them (worker links 31.3%); server and worker links bind"),
 ])
-def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_with_their_unit(slowest_s, iteration,
-                                                                                                traffic):
+def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_with_their_unit(slowest_s, binding,
+                                                                                                iteration, traffic):
     """The parameter-server rows give the iteration time's range over workers only where its ends read apart,
     and the bytes per iteration as the collective table writes sizes (147.7 GiB and 9.233 GiB, not 147.72 and
-    9.23 GiB beside the training table's one-decimal memory)."""
+    9.23 GiB beside the training table's one-decimal memory), and whose links bind as a clause (`both`, `neither`)."""
     import io
 
     from rich.console import Console
@@ -124,7 +127,7 @@ def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_w
           "server_traffic_bytes_per_iteration": 158_614_142_976.0,
           "server_links": {"mean_utilisation": 0.3381, "mean_utilisation_in_transfers": 0.9399},
           "worker_links": {"mean_utilisation": 0.1127, "mean_utilisation_in_transfers": 0.3133},
-          "binding_links": "server",
+          "binding_links": binding,
           "exchange_s": 0.4201, "allreduce": {"time_s": 0.01707, "busiest_link_bytes": 5_540_000_000.0},
           "busiest_link_bytes_per_iteration": 9_913_383_936.0, "staleness_histogram": [144], "lag_histogram": [144]}
     table = _label_table()

@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE
-from simulator.parameter_server.summary import binding_phrase
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import layout_name
 from simulator.units import (
@@ -521,7 +520,7 @@ def add_parameter_server_rows(table: Table, ps: dict) -> None:
                   f"server links {_share(servers['mean_utilisation'])} busy over the run, "
                   f"{_share(servers['mean_utilisation_in_transfers'])} while pushes and pulls cross them "
                   f"(worker links {_share(workers['mean_utilisation_in_transfers'])}); "
-                  f"{binding_phrase(ps['binding_links'])}")
+                  f"{_binding_clause(ps['binding_links'])}")
     ring = ps.get("allreduce")
     if ring:
         table.add_row("vs ring all-reduce", f"exchange {format_seconds(ps['exchange_s'])} against "
@@ -530,6 +529,12 @@ def add_parameter_server_rows(table: Table, ps: dict) -> None:
                       f"{format_size(ring['busiest_link_bytes'])} per iteration")
     table.add_row("staleness", _histogram(ps["staleness_histogram"], "updates", "gradients"))
     table.add_row("lag behind slowest", _histogram(ps["lag_histogram"], "iterations", "worker iterations"))
+
+def _binding_clause(side: str) -> str:
+    """`parameter_server.binding_links` as a clause: 'server links bind', 'server and worker links bind',
+    'neither side's links bind'."""
+    return {"both": "server and worker links bind", "neither": "neither side's links bind"}.get(
+        side, f"{side} links bind")
 
 
 def collective_table(summary: dict) -> Table:

@@ -324,9 +324,3 @@ def with_binding_links(bottleneck: dict, report: Mapping) -> dict:
                 f"cross it, the {other}s' busiest {spare:.1%}")
     return {**bottleneck, "verdict": f"{bottleneck['verdict']}; {note}"}
 
-
-def binding_phrase(side: str) -> str:
-    """``binding_links`` as a clause: 'server links bind', 'server and worker links bind', 'neither side's links
-    bind'."""
-    return {"both": "server and worker links bind", "neither": "neither side's links bind"}.get(
-        side, f"{side} links bind")

@@ -243,8 +243,9 @@ def moe_report(model: ModelSpec, shard: ShardShape, cost: CostContext, sample: R
                layer: MoELayer, moe_layers_per_rank: int, microbatches: int, recompute: Recompute) -> dict:
     """The summary's `moe` entry: routing outcome and what the hottest EP rank costs, its recomputed forward
     (``recompute`` full) included; `hottest_rank_adds_s` is its extra expert compute over its passes, which a
-    pp > 1 step's fill and drain lengthen to (m + p - 1)/m times it with uniform stages. At ep 1 no all-to-all runs (a rank routes its tokens to its own experts), so
-    its bytes are 0, not the self-traffic the convention of ep > 1 counts on the diagonal."""
+    pp > 1 step's fill and drain lengthen to (m + p - 1)/m times it with uniform stages. At ep 1 no all-to-all
+    runs (a rank routes its tokens to its own experts), so its bytes are 0, not the self-traffic the convention of
+    ep > 1 counts on the diagonal."""
     moe = _moe_of(model)
     per_rank = moe.experts // ep
     loads = sample.expert_load()
