@@ -90,12 +90,13 @@ model FLOPs per token, and so are they and `hardware_tflops_per_gpu` and `hfu` f
 `schedule_bubble_fraction`, the schedule's own bubble with the run's pass times, and the verdict whose largest
 loss is the pipeline bubble gives its share of the pipeline window beside that one where they differ; 9:
 `layout.schedule`, the pipeline schedule that ran, where a pipelined step's layout named none; a
-parameter-server run's `parameter_server.worker_links`, `binding_links` and `*_utilisation_in_transfers`, the
-server links chosen nearest the GPU among equally slow ones, and its communication-bound verdict ending with the
-side whose links bind; and the loss `cp_imbalance` with the `cp_imbalance` entry, the attention the slowest CP
-rank adds where the ranks' causal work differs, and the losses `peer_wait` and `stage_tail_wait`, a rank's idle
-time after the pipeline window waiting for slower ranks of its stage and then for other stages, among the losses
-the verdict's largest may name)."""
+parameter-server run's `parameter_server.worker_links`, `binding_links` (server, worker, both or neither, by
+each side's busiest link against `peak_link`), `peak_link` and `*_utilisation_in_transfers`, the server links
+chosen nearest the GPU among equally slow ones, and its communication-bound verdict ending with whose links bind;
+and the loss `cp_imbalance` with the `cp_imbalance` entry, the attention the slowest CP rank adds where the ranks'
+causal work differs, and the losses `peer_wait` and `stage_tail_wait`, a rank's idle time after the pipeline
+window waiting for slower ranks of its stage and then for other stages, among the losses the verdict's largest
+may name)."""
 
 
 @dataclass(frozen=True)
