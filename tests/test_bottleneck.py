@@ -57,8 +57,8 @@ def test_waits_for_overlapped_tp_collectives_are_not_pipeline_bubble(tmp_path):
 def test_cp_ranks_waiting_at_one_stage_are_named_for_their_cause_not_a_pipeline(tmp_path):
     """At pp = 1 the compute stream's waits are no pipeline bubble: here CP ranks without load balancing wait for the
     rank holding the end of the sequence, (2i + 1)/cp of the mean attention. The verdict names that wait's cause,
-    the CP causal imbalance, as its largest loss (it named compute idle, with no loss naming CP); the idle time
-    stays the `pipeline_bubble` loss, which the imbalance is part of."""
+    the CP causal imbalance, as its largest loss, not compute idle; the idle time stays the `pipeline_bubble` loss,
+    which the imbalance overlaps."""
     path = tmp_path / "cp4.yaml"
     path.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 1024, heads: 8, vocab: 32000}\n"
                     "training: {seq_len: 16384, global_batch: 2, micro_batch: 1, precision: bf16}\n"

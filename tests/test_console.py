@@ -1333,8 +1333,8 @@ def test_a_moe_step_at_ep_1_words_its_skew_as_uneven_expert_gemms():
 
 def test_cp_ranks_of_uneven_causal_work_have_their_row():
     """Llama 3 8B over CP 4 without load balancing (16k tokens, 2 layers, DP 2 on one DGX H100): the attention
-    the slowest CP rank adds beyond the mean, 6.908 ms of the 72.71 ms step, prints as its own row,
-    where it showed only as compute idle."""
+    the slowest CP rank adds beyond the mean, 6.908 ms of the 72.71 ms step, prints as its own row, not only
+    as compute idle."""
     from rich.console import Console
 
     from simulator.console.report import training_table

@@ -80,10 +80,10 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
     waits for (``cp_imbalance_s``, `cp_imbalance.slowest_rank_adds_s`: the wait shows in the bubble's idle time
     and in exposed CP communication, which it overlaps as the routing skew does; none where the work is even,
     None; at pp > 1 both skews lengthen the step by more, (m + p - 1)/m times them with uniform stages), for a
-    replayed trace, its
-    host time on the compute stream (``host_s``, `host`; none for a modelled step, None) and, for a step that
-    idles for another reason than a pipeline (a parameter-server run), the idle time with neither compute nor
-    communication, split in two: inside its iterations (``worker_wait_s``, `worker_wait`: a worker's push
+    replayed trace, its host time on the compute stream (``host_s``, `host`; none for a modelled step, None)
+    and, for a step that idles for another reason than a pipeline (a parameter-server run), the idle time with
+    neither compute nor communication, split in two: inside its iterations (``worker_wait_s``, `worker_wait`: a
+    worker's push
     done, the slowest worker's push or the servers' update not) and after its last one, until the slowest
     worker finishes (``finished_early_s``, `finished_early`: async and ssp); None with a pipeline; and, with the
     SM-contention model on, the compute time per GPU that communication kernels holding SMs stretched

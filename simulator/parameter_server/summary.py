@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND, FLOW_KIND
+from simulator.metrics.intervals import covered
 from simulator.program.ops import BACKWARD_CATEGORY, FORWARD_CATEGORY
 from simulator.program.ps_plan import PsPlan
 from simulator.topology.graph import Topology
@@ -235,7 +236,7 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
         figures: dict[str, float] = {}
         for direction, crossed in zip(directions, (link, back), strict=True):
             over = crossing[crossed]
-            for name, span in (("", makespan_s), ("_in_transfers", _covered(starts[over], ends[over]))):
+            for name, span in (("", makespan_s), ("_in_transfers", covered(starts[over], ends[over]))):
                 figures[f"{direction}_utilisation{name}"] = carried[crossed] / (rate * span) if rate * span else 0.0
         per_gpu[str(gpu)] = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(rate), **figures}
         shares += [figures["ingress_utilisation"], figures["egress_utilisation"]]
@@ -260,22 +261,12 @@ def peak_link(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Count
     starts, ends = flows["start_s"].to_numpy(), flows["end_s"].to_numpy()
     best, name = 0.0, ""
     for link, over in sorted(_crossing(flows, routes).items()):
-        span = topology.line_rate[link] * _covered(starts[over], ends[over])
+        span = topology.line_rate[link] * covered(starts[over], ends[over])
         share = carried[link] / span if span else 0.0
         if share > best:
             u, v = topology.link_ends[link]
             best, name = float(share), f"{u}->{v}"
     return {"link": name, "utilisation_in_transfers": best}
-
-
-def _covered(starts: np.ndarray, ends: np.ndarray) -> float:
-    """The length of the union of the intervals [start, end)."""
-    covered, reach = 0.0, -np.inf
-    for start, stop in sorted(zip(starts.tolist(), ends.tolist(), strict=True)):
-        if stop > reach:
-            covered += stop - max(start, reach)
-            reach = stop
-    return covered
 
 
 BINDING_MARGIN = 0.05
