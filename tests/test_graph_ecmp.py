@@ -193,8 +193,8 @@ def test_a_nic_no_gpu_reaches_is_warned_of_at_its_line(tmp_path) -> None:
                           capture_output=True, text=True, check=True)
     index = next(i for i, node in enumerate(spec["nodes"]) if node["name"] == "h3/nic7")
     assert done.stderr == (f"warning: {path}:{line}: nodes[{index}]: NIC 'h3/nic7' has no link to a GPU, directly or "
-                           "through PCIe switches, so no GPU sends through it (allowed: a link from the NIC to its "
-                           "GPU or PCIe switch)\n")
+                           "through PCIe switches or host bridges, so no GPU sends through it (allowed: a link from "
+                           "the NIC to its GPU or PCIe switch)\n")
     path.write_text(yaml.safe_dump({"name": "pods", "kind": "graph", **two_pods()}))
     assert subprocess.run([sys.executable, "-m", "simulator.cli", "topo", "describe", str(path)],
                           capture_output=True, text=True, check=True).stderr == ""

@@ -53,7 +53,6 @@ class Rerouter:
         self.down: set[tuple[str, str]] = set()
         self._down_frozen: frozenset[tuple[str, str]] = frozenset()
         self.rerouted = 0
-        self.gpus_forward = topology.explicit_graph
         self._rotation: Rotation | None = None
         self._shifts: list[Rotation | RailRotation] | None = None
         """The fabric's `Rotation` and `RailRotation` where it has them (None: not looked for yet)."""
@@ -108,8 +107,8 @@ class Rerouter:
     def shifts(self) -> list[Rotation | RailRotation]:
         """The topology's `Rotation` and `RailRotation`, those it has, found once (at the first detour)."""
         if self._shifts is None:
-            self._rotation = None if self.gpus_forward else Rotation.of(self.topology, self.base)
-            rails = None if self.gpus_forward else RailRotation.of(self.topology, self.base)
+            self._rotation = Rotation.of(self.topology, self.base)
+            rails = RailRotation.of(self.topology, self.base)
             self._shifts = [shift for shift in (self._rotation, rails) if shift is not None]
         return self._shifts
 
@@ -141,11 +140,9 @@ class Rerouter:
         return SimulationError(f"no route from {gpus[src]} to {gpus[dst]} around the failed links")
 
     def _view(self, ends: set[str], down: set[tuple[str, str]]) -> nx.DiGraph:
-        """The graph without the failed links ``down`` and, unless GPUs forward, without GPUs outside the NVLink
-        domains of ``ends``."""
+        """The graph without the failed links ``down`` and without GPUs outside the NVLink domains of ``ends``
+        (a built fabric's GPUs forward nothing; a `graph` file's detours come from its `GraphRouter`)."""
         graph = self.topology.graph
-        if self.gpus_forward:
-            return nx.subgraph_view(graph, filter_edge=lambda u, v: (u, v) not in down)
         domains = {graph.nodes[n].get("nvlink_domain") for n in ends} - {None}
 
         def kept(node: str) -> bool:

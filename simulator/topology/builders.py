@@ -713,9 +713,9 @@ HOST_SIDE = ("pcie_switch", "host_bridge")
 
 
 def graph_nics_without_a_gpu(p: dict) -> list[TopologyError]:
-    """Each NIC of a graph (parameters as read) that reaches no GPU, directly or through PCIe switches, as a
-    problem at its node: no GPU sends through it, and the GPU it was meant for (its PCIe link left out of the
-    file, say) sends through a peer's NIC instead. A GPU needs no NIC of its own (it may link straight to a
+    """Each NIC of a graph (parameters as read) that reaches no GPU, directly or through PCIe switches or host
+    bridges, as a problem at its node: no GPU sends through it, and the GPU it was meant for (its PCIe link left
+    out of the file, say) sends through a peer's NIC instead. A GPU needs no NIC of its own (it may link straight to a
     switch, or reach other hosts through its NVLink peers), so this warns and refuses nothing."""
     nodes = read_graph_nodes(p["nodes"])
     kind = {node["name"]: node["kind"] for node in nodes}
@@ -736,8 +736,9 @@ def graph_nics_without_a_gpu(p: dict) -> list[TopologyError]:
                     pending.append(near)
         if not reaches_gpu:
             problems.append(TopologyError(
-                f"NIC {node['name']!r} has no link to a GPU, directly or through PCIe switches, so no GPU sends "
-                "through it", field=f"nodes[{index}]", allowed="a link from the NIC to its GPU or PCIe switch"))
+                f"NIC {node['name']!r} has no link to a GPU, directly or through PCIe switches or host bridges, so "
+                "no GPU sends through it", field=f"nodes[{index}]",
+                allowed="a link from the NIC to its GPU or PCIe switch"))
     return problems
 
 

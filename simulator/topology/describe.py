@@ -184,7 +184,7 @@ def describe_topology(topo: Topology) -> str:
         lines.append(", ".join([text, *(f"{format_bandwidth(each)} ({_scope(count, key)})"
                                         for each, count, key in others)]))
     if not tiered and ratios:
-        lines.append(_untiered_subscription(topo, ratios))
+        lines.append(_untiered_subscription(ratios))
     return "\n".join(lines)
 
 
@@ -210,7 +210,7 @@ def _subscription(tier: str, bandwidth: float, below: tuple[str, float], worst: 
     return ""
 
 
-def _untiered_subscription(topo: Topology, ratios: dict[str, float]) -> str:
+def _untiered_subscription(ratios: dict[str, float]) -> str:
     """The worst downlink : uplink ratio of switches without tiers (a `graph` file's), below and above by hops
     from the nearest GPU: the switch and its ratio, or that none is oversubscribed."""
     switch = max(sorted(ratios), key=ratios.__getitem__)
