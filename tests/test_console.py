@@ -101,14 +101,14 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why_in_one_line():
 @pytest.mark.parametrize(("slowest_s", "binding", "iteration", "traffic"), [
     # A synchronous run's workers end their iterations nanoseconds apart: the one time, not a range of two alike.
     (0.5863364984739692, "server", "iteration time 586.3 ms on every worker (to four digits)",
-     "server traffic 147.7 GiB per iteration, server links 33.8% busy over the run, 94.0% while pushes and pulls "
-     "cross them (worker links 31.3%); server links bind"),
+     "server traffic 147.7 GiB per iteration, server links' mean 33.8% busy over the run, 94.0% while pushes and pulls "
+     "cross them (worker links' mean 31.3%); server links bind"),
     (0.61, "neither", "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
-     "server traffic 147.7 GiB per iteration, server links 33.8% busy over the run, 94.0% while pushes and pulls "
-     "cross them (worker links 31.3%); neither side's links bind"),
+     "server traffic 147.7 GiB per iteration, server links' mean 33.8% busy over the run, 94.0% while pushes and pulls "
+     "cross them (worker links' mean 31.3%); neither side's links bind"),
     (0.61, "both", "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
-     "server traffic 147.7 GiB per iteration, server links 33.8% busy over the run, 94.0% while pushes and pulls "
-     "cross them (worker links 31.3%); server and worker links bind"),
+     "server traffic 147.7 GiB per iteration, server links' mean 33.8% busy over the run, 94.0% while pushes and pulls "
+     "cross them (worker links' mean 31.3%); server and worker links bind"),
 ])
 def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_with_their_unit(slowest_s, binding,
                                                                                                 iteration, traffic):

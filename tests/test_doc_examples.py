@@ -641,7 +641,8 @@ SCENARIO_QUOTES = [
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", (*PS_EVEN, "ps.iterations=2",
                                                                      "cluster.leaf_ports=2",
                                                                      "cluster.oversubscription=8")),
-     "no server or worker link passes {s[parameter_server][server_links][busiest_utilisation_in_transfers]:.1%} "
+     "the busiest server or worker link runs at "
+     "{s[parameter_server][server_links][busiest_utilisation_in_transfers]:.1%} "
      "while {s[parameter_server][peak_link][link]} runs at "
      "{s[parameter_server][peak_link][utilisation_in_transfers]:.1%}, and the verdict ends `{fabric_note}`"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", CP_UNBALANCED),

@@ -583,7 +583,7 @@ def test_server_links_degraded_from_the_start_are_of_their_line_rate():
 def test_the_verdict_names_the_side_whose_links_bind_the_exchange(servers, side, note):
     """Four workers pushing into one server GPU's 100 GbE link at line rate (`efficiency: ideal`): the server link
     runs full while the pushes and pulls cross it, each worker's at a quarter of it; over the whole run both read
-    far lower, so that figure alone read as headroom. One worker pushing to four server GPUs: its own link binds.
+    far lower, so that figure alone reads as headroom. One worker pushing to four server GPUs: its own link binds.
     The verdict names the side, beside its communication bound."""
     text = scenario().replace("faults: {step: {stragglers: [{gpus: [1], slowdown: 4.0}]}}\n", "")
     summary = simulate(scenario_from_text(text.replace("servers: 1", f"servers: {servers}"), "ps.yaml")).summary

@@ -141,7 +141,8 @@ def test_zb_h1_reference_makespan() -> None:
 def test_zb_h1_splits_every_backward_of_ranks_past_the_first_when_m_is_under_p() -> None:
     """With m < p the paper's authors' ZB-H1 (sail-sg's Megatron-LM, WeightGradStore) runs every backward of rank
     r > 0 as B with its W deferred (all of them fall in the cool-down, whose W's are popped only from the r-th
-    backward on): ranks 1 and 2 ran F0 F1 BW0 BW1, a makespan of 13 at F = B = W = 1, where the split gives 11."""
+    backward on): 1F1B's whole backwards on ranks 1 and 2 (F0 F1 BW0 BW1) give 13 at F = B = W = 1; the split
+    gives 11."""
     schedule = build_schedule("zb-h1", 4, 2)
     assert format_schedule(schedule).splitlines() == [
         "r0: F0 F1 BW0 BW1", "r1: F0 F1 B0 B1 W0 W1", "r2: F0 F1 B0 B1 W0 W1", "r3: F0 B0 F1 B1 W0 W1"]
@@ -351,7 +352,7 @@ def test_a_table_with_a_huge_micro_batch_index_is_refused_at_once() -> None:
 def test_a_stray_chunk_index_is_named_where_it_sets_the_tables_chunks(tmp_path: Path) -> None:
     """A table's v is its largest chunk + 1 (as its m is its largest micro-batch + 1): a typo `W1c5` on rank 1's
     row makes 6 chunks per rank, and the refusal names the action and the line that set it, prefixed with that
-    line, its own row running no chunk 1 either (not rank 0's line 2, whose row is right); a row
+    line, its own row running no chunk 1 either (rank 0's line 2 is right); a row
     that misses a chunk the others run is the one refused."""
     with pytest.raises(ScenarioError) as caught:
         parse_schedule_csv("# p = 2\nF0,F1,BW0,BW1\nF0,B0,F1,B1,W0,W1c5\n", source="t.csv")

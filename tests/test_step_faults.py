@@ -404,7 +404,7 @@ def test_ranks_waiting_for_a_faulted_rail_are_a_named_loss_that_closes_the_wait(
     """With h1/nic0's cable down, rail 0's DP collectives slow and the other rail's ranks, done with their own
     work, idle to the step's end with no transfer of their own: the `peer_wait` loss holds that time, so the
     compute stream's wait is the exposed communication and it (no bubble idles without communication here), to
-    float rounding; the console prints it. A healthy step has no such time and no such key."""
+    1e-9 s; the console prints it. A healthy step has no such time and no such key."""
     import io
 
     from rich.console import Console

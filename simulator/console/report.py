@@ -312,8 +312,9 @@ def _label_table() -> Table:
 
 def training_table(summary: dict) -> Table:
     """Step time, throughput, FLOP rates, bubble, exposed communication per kind, a parameter-server worker's
-    wait beside it, a MoE step's routing skew, uneven CP ranks' attention, peak memory, bottleneck, and where a
-    fold was given up on the way or the one that stands is not exact, the ranks simulated and why (`folding_text`)."""
+    wait beside it, a MoE step's routing skew, uneven CP ranks' attention, the waits for slower ranks and for
+    other stages after the pipeline window, peak memory, bottleneck, and where a fold was given up on the way or
+    the one that stands is not exact, the ranks simulated and why (`folding_text`)."""
     table = _label_table()
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
@@ -517,9 +518,9 @@ def add_parameter_server_rows(table: Table, ps: dict) -> None:
                   f"(first {format_seconds(ps['throughput_window_s'])}, every worker training)")
     servers, workers = ps["server_links"], ps["worker_links"]
     table.add_row("server traffic", f"{format_size(ps['server_traffic_bytes_per_iteration'])} per iteration, "
-                  f"server links {_share(servers['mean_utilisation'])} busy over the run, "
+                  f"server links' mean {_share(servers['mean_utilisation'])} busy over the run, "
                   f"{_share(servers['mean_utilisation_in_transfers'])} while pushes and pulls cross them "
-                  f"(worker links {_share(workers['mean_utilisation_in_transfers'])}); "
+                  f"(worker links' mean {_share(workers['mean_utilisation_in_transfers'])}); "
                   f"{_binding_clause(ps['binding_links'])}")
     ring = ps.get("allreduce")
     if ring:
@@ -529,6 +530,7 @@ def add_parameter_server_rows(table: Table, ps: dict) -> None:
                       f"{format_size(ring['busiest_link_bytes'])} per iteration")
     table.add_row("staleness", _histogram(ps["staleness_histogram"], "updates", "gradients"))
     table.add_row("lag behind slowest", _histogram(ps["lag_histogram"], "iterations", "worker iterations"))
+
 
 def _binding_clause(side: str) -> str:
     """`parameter_server.binding_links` as a clause: 'server links bind', 'server and worker links bind',
