@@ -17,7 +17,7 @@ from simulator.errors import ScenarioError, StepAborted
 from simulator.faults.rerouting import Rerouter
 from simulator.faults.step import LinkEvent, StepFaultPlan, _link_event
 from simulator.topology.builders import build_topology
-from simulator.topology.ecmp import BRANCH_STEP, avalanche
+from simulator.topology.ecmp import flow_key, hashed_walk
 from simulator.topology.graph import Topology
 
 CORE_UP = [("p0.spine0", "core0"), ("p0.spine1", "core0")]
@@ -129,20 +129,15 @@ def leaf_spine(hosts: int) -> dict:
 
 
 def pair_by_pair(topology: Topology, src: int, dst: int, channel: int) -> list[str]:
-    """The route the hash picks among the pair's own fewest-link routes, as networkx measures them."""
+    """The route the hash picks among the pair's own fewest-link routes, with next hops from networkx's distances
+    rather than the router's search back from the destination."""
     graph, target = topology.graph, topology.gpus[dst]
     distance = nx.shortest_path_length(graph, target=target)
-    key = (src * topology.num_gpus + dst) * 0x9E3779B1 + channel
-    node, route, branch = topology.gpus[src], [topology.gpus[src]], 0
-    while node != target:
-        choices = sorted(v for v in graph.successors(node) if distance.get(v) == distance[node] - 1)
-        if len(choices) > 1:
-            node = choices[avalanche(key + branch * BRANCH_STEP) % len(choices)]
-            branch += 1
-        else:
-            node = choices[0]
-        route.append(node)
-    return route
+
+    def next_hops(node: str) -> list[str]:
+        return sorted(v for v in graph.successors(node) if distance.get(v) == distance[node] - 1)
+
+    return hashed_walk(topology.gpus[src], target, next_hops, flow_key(topology.num_gpus, src, dst, channel))
 
 
 @pytest.mark.parametrize("spec", [two_pods(), leaf_spine(64)], ids=["two-pods", "64-hosts"])

@@ -13,6 +13,7 @@ every run.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -71,17 +72,7 @@ class GraphRouter:
         if source not in towards.distance:
             raise TopologyError(f"GPU {towards.target} cannot be reached from {source}",
                                 allowed="a graph where every GPU reaches every other")
-        key = (src * topology.num_gpus + dst) * 0x9E3779B1 + channel
-        node, route, branch = source, [source], 0
-        while node != towards.target:
-            choices = towards.next_hops(node)
-            if len(choices) > 1:
-                node = choices[avalanche(key + branch * BRANCH_STEP) % len(choices)]
-                branch += 1
-            else:
-                node = choices[0]
-            route.append(node)
-        return route
+        return hashed_walk(source, towards.target, towards.next_hops, flow_key(topology.num_gpus, src, dst, channel))
 
     def towards(self, target: str, down: frozenset[tuple[str, str]] = frozenset()) -> Towards:
         """The search back from node ``target`` without the links ``down``, found once per destination and
@@ -94,6 +85,26 @@ class GraphRouter:
         if found is None:
             found = searches[target] = Towards(target, self._successors, self._predecessors, down)
         return found
+
+
+def flow_key(gpus: int, src: int, dst: int, channel: int) -> int:
+    """The integer a flow's route is drawn from: its ends among ``gpus`` GPUs and its channel."""
+    return (src * gpus + dst) * 0x9E3779B1 + channel
+
+
+def hashed_walk(source: str, target: str, next_hops: Callable[[str], Sequence[str]], key: int) -> list[str]:
+    """The route from ``source`` to ``target`` taking at each node one of its ``next_hops`` (in name order): the
+    only one, or where there are several the one `avalanche` of ``key`` and the branch point's order picks."""
+    node, route, branch = source, [source], 0
+    while node != target:
+        choices = next_hops(node)
+        if len(choices) > 1:
+            node = choices[avalanche(key + branch * BRANCH_STEP) % len(choices)]
+            branch += 1
+        else:
+            node = choices[0]
+        route.append(node)
+    return route
 
 
 class Towards:
