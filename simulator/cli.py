@@ -274,6 +274,22 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_gpus(args: argparse.Namespace) -> int:
+    from simulator.catalog.gpus import get_gpu
+    from simulator.console.paths import option_error
+    from simulator.report.gpu_catalog import gpu_detail, gpu_table
+
+    if args.name is None:
+        print(gpu_table())
+        return 0
+    try:
+        get_gpu(args.name, "NAME")
+    except ScenarioError as exc:
+        raise option_error("NAME", exc.problem, exc.allowed) from None
+    print(gpu_detail(args.name))
+    return 0
+
+
 @dataclass(frozen=True)
 class TopologySets:
     """`trainsim topo` and `collective`'s `--set NAME=VALUE`s: their values read as `trainsim run --set`'s (YAML, a
@@ -1195,6 +1211,14 @@ def _parser() -> argparse.ArgumentParser:
                                            "description; any command that takes a scenario takes one of these "
                                            "names, from any folder.")
     scenarios.set_defaults(func=_cmd_scenarios)
+
+    gpus = sub.add_parser("gpus", help="list the catalog's GPUs: peaks, HBM, NVLink, kernel efficiencies, sources",
+                          description="List the GPUs a scenario's gpu_model takes, with the dense peaks MFU is "
+                                      "measured against, HBM capacity and bandwidth, NVLink per direction and the "
+                                      "kernel efficiencies the cost model uses, each naming its source; with NAME, "
+                                      "one GPU and the full citations of its sources.")
+    gpus.add_argument("name", nargs="?", metavar="NAME", help="one catalog GPU (h100-sxm, h200, b200, ...)")
+    gpus.set_defaults(func=_cmd_gpus)
 
     coll = sub.add_parser("collective", help="time one collective over a size range, like nccl-tests",
                           description="Time one collective alone on an idle cluster, once per size, and print "
