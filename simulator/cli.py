@@ -553,6 +553,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     from simulator.errors import TopologyError
     from simulator.topology.describe import describe_topology, draw_topology
     from simulator.topology.loader import build_source, read_topology
+    from simulator.topology.size import SIZE_PARAMETERS
 
     TOPO_OPTIONS.refuse_unread(args)
     sets = TopologySets.read(args.set)
@@ -570,7 +571,9 @@ def _cmd_topo(args: argparse.Namespace) -> int:
         raise sets.located(exc) from None
     sets.warn_kept_node(topology, "trainsim topo")
     if args.action == "describe":
-        print(describe_topology(topology))
+        sizes = SIZE_PARAMETERS.get(str(topology.params.get("kind")), ())
+        changed = tuple(name for name in (item.split("=", 1)[0].strip() for item in args.set) if name not in sizes)
+        print(describe_topology(topology, changed))
     else:
         try:
             output = chosen_figure_file(args.output, TOPO_PICTURE)

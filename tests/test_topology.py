@@ -56,8 +56,27 @@ def route_kinds(topo, src, dst, channel=0) -> list[str]:
 # ------------------------------------------------------------------------------------------------ bundled files
 
 def test_bundled_names():
-    assert list_bundled_topologies() == ["dgx-a100", "dgx-a100-cluster", "dgx-h100", "dgx-h100-cluster",
-                                         "dgx-h100-superpod", "ethernet-100g", "gb200-nvl72"]
+    assert list_bundled_topologies() == ["dgx-a100", "dgx-a100-cluster", "dgx-b200", "dgx-b200-cluster", "dgx-h100",
+                                         "dgx-h100-cluster", "dgx-h100-superpod", "dgx-h200", "dgx-h200-cluster",
+                                         "ethernet-100g", "gb200-nvl72"]
+
+
+@pytest.mark.parametrize("name, gpu, nvlink", [("dgx-h200", "h200", 450e9), ("dgx-h200-cluster", "h200", 450e9),
+                                               ("dgx-b200", "b200", 900e9), ("dgx-b200-cluster", "b200", 900e9)])
+def test_bundled_h200_and_b200_servers_carry_their_gpu_and_nvlink(name, gpu, nvlink):
+    """A DGX H200 or B200 by name, not a DGX H100 with `--set`s (whose NVLink a B200 would halve: a warning only)."""
+    topo = load_topology(name)
+    assert topo.gpu_model == gpu
+    rates = {data["bandwidth"] for data in topo.wiring.edges.values() if data["link_class"] == "nvlink"}
+    assert rates == {nvlink}
+
+
+def test_describe_says_the_description_is_the_files_where_a_set_changed_more_than_the_size(capsys):
+    """`--set gpu_model=b200` on a DGX H100 printed its '8 H100 SXM GPUs' text unmarked beside '(b200)'."""
+    assert main(["topo", "describe", "dgx-h100-cluster", "--set", "nodes=4", "--set", "node.gpu_model=h200"]) == 0
+    assert "\n  the file's description, before --set node.gpu_model: DGX H100 servers" in capsys.readouterr().out
+    assert main(["topo", "describe", "dgx-h100-cluster", "--set", "nodes=4"]) == 0
+    assert "\n  DGX H100 servers on a rail-optimized" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name, gpu_model, nvlink", [("dgx-a100", "a100-80gb", 3.0e11),

@@ -131,8 +131,11 @@ def _ratio(value: float) -> str:
     return f"{four_digits(value)}:1"
 
 
-def describe_topology(topo: Topology) -> str:
-    """A multi-line text summary: GPUs and hosts (and the hosts a fabric is wired for, `fabric_hosts`), nodes per
+def describe_topology(topo: Topology, changed: tuple[str, ...] = ()) -> str:
+    """A multi-line text summary: the file's description (said to be the file's where ``changed`` names the
+    parameters other than its size that a `--set` changed, which it may no longer fit: a DGX H100's text over
+    B200 GPUs), GPUs and hosts
+    (and the hosts a fabric is wired for, `fabric_hosts`), nodes per
     kind (with the first and last node name, the names `faults.step` links take), link groups, bisection
     bandwidth per tier (the switch tiers' those of the wiring), a fabric tier whose switches have more below than
     above them oversubscribed (by the worst switch's downlink : uplink ratio, with the fabric's bisection against
@@ -148,7 +151,8 @@ def describe_topology(topo: Topology) -> str:
     if wired:
         lines[0] += f", fabric wired for {counted(wired, 'host')}"
     if topo.params.get("description"):
-        lines.append(f"  {' '.join(str(topo.params['description']).split())}")
+        text = ' '.join(str(topo.params['description']).split())
+        lines.append(f"  the file's description, before --set {', '.join(changed)}: {text}" if changed else f"  {text}")
     roles: Counter[str] = Counter()
     names: dict[str, list[str]] = {}
     for name, attrs in topo.wiring.nodes.items():
