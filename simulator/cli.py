@@ -252,7 +252,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         gpus = counted(topology.num_gpus, f"{topology.gpu_model} GPU")
         if verdict.gpus not in (None, topology.num_gpus):  # a trace of fewer ranks than the cluster has
             gpus = f"{verdict.gpus:,} of the {gpus}"
-        print(f"{args.scenario}: valid ({gpus} on {topology.name})")
+        fits = ", but it does not fit in GPU memory (--strict refuses it)" if verdict.memory.get("oom") else ""
+        print(f"{args.scenario}: valid ({gpus} on {topology.name}){fits}")
         memory = memory_line(dict(verdict.memory))
         if memory:
             print(f"  {memory}")

@@ -184,9 +184,13 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     assert captured.err.startswith("warning: OUT OF MEMORY: 153.6 GiB needed on pipeline stage 0 (rank 0), "
                                    "the GPU holds 79.6 GiB")
     assert "OUT OF MEMORY" in captured.out  # and in the table's memory row
+    # the catalog GPUs that hold the same layout's 153.6 GiB (an H200's 140.4 does not)
+    assert "; the same layout fits b200 (179.1 GiB), gb200 (185.0 GiB) (trainsim gpus)\n" in captured.err
     assert main(["validate", scenario, *oom]) == 0
     captured = capsys.readouterr()
-    assert captured.err.startswith("warning: OUT OF MEMORY: 153.6 GiB") and "valid (8 h100-sxm GPUs" in captured.out
+    assert captured.err.startswith("warning: OUT OF MEMORY: 153.6 GiB")
+    said = "valid (8 h100-sxm GPUs on dgx-h100), but it does not fit in GPU memory (--strict refuses it)\n"
+    assert said in captured.out
     assert main(["validate", scenario, "--strict", *oom]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1

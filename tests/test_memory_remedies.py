@@ -160,6 +160,7 @@ def test_where_no_single_setting_fits_the_line_says_so_with_what_each_leaves():
                            "a smaller model: no single setting weighed fits, the most each saves: ")
     assert "--set training.recompute=full (-38.9 GiB, still 266.8 of 79.6 GiB)" in line
     assert "more GPUs" not in line
+    assert "the same layout fits" not in line  # no catalog GPU holds 305.7 GiB
     assert remedies_text(offered).startswith("a larger GPU or more GPUs: no single setting weighed fits")
 
 

@@ -145,8 +145,21 @@ def oom_line(summary: dict, loaded: LoadedScenario, topology: Topology | None = 
     from simulator.memory_remedies import memory_remedies, remedies_text
 
     tried = remedies_text(memory_remedies(loaded, topology), whole_model=loaded.scenario.uses_parameter_servers)
+    larger = _larger_gpus(summary["peak_memory_gib"], topology.gpu_model if topology else summary.get("gpu_model"))
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{_peak_place(summary)}, the GPU holds "
-            f"{summary['memory_capacity_gib']:.1f} GiB (try {tried})")
+            f"{summary['memory_capacity_gib']:.1f} GiB (try {tried}){larger}")
+
+
+def _larger_gpus(peak_gib: float, current: str | None) -> str:
+    """The catalog GPUs that hold a peak of ``peak_gib`` (a layout's memory per GPU does not depend on the GPU), as
+    a clause of the out-of-memory line: '; the same layout fits h200 (140.4 GiB), b200 (179.1 GiB) (trainsim
+    gpus)', '' where none does."""
+    from simulator.catalog.gpus import GPUS
+    from simulator.workload.memory_plan import GIB
+
+    fitting = [f"{name} ({spec.hbm_bytes / GIB:.1f} GiB)" for name, spec in GPUS.items()
+               if name != current and spec.hbm_bytes / GIB >= peak_gib]
+    return f"; the same layout fits {', '.join(fitting)} (trainsim gpus)" if fitting else ""
 
 
 def tight_memory_line(summary: dict) -> str:
