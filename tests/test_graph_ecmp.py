@@ -13,7 +13,7 @@ import yaml
 
 from simulator.config.faults import LinkFault
 from simulator.engine.faults import FaultHooks
-from simulator.errors import ScenarioError, StepAborted
+from simulator.errors import ScenarioError, StepAborted, TopologyError
 from simulator.faults.rerouting import Rerouter
 from simulator.faults.step import LinkEvent, StepFaultPlan, _link_event
 from simulator.topology.builders import build_topology
@@ -130,8 +130,12 @@ def leaf_spine(hosts: int) -> dict:
 
 def pair_by_pair(topology: Topology, src: int, dst: int, channel: int) -> list[str]:
     """The route the hash picks among the pair's own fewest-link routes, with next hops from networkx's distances
-    rather than the router's search back from the destination."""
-    graph, target = topology.graph, topology.gpus[dst]
+    rather than the router's search back from the destination, on the graph without the other GPUs (which forward
+    nothing; these graphs' NICs have one port on each side, so no route crosses one from a side to the same)."""
+    ends = {topology.gpus[src], topology.gpus[dst]}
+    graph = topology.graph.subgraph(node for node, kind in topology.graph.nodes(data="kind")
+                                    if kind != "gpu" or node in ends)
+    target = topology.gpus[dst]
     distance = nx.shortest_path_length(graph, target=target)
 
     def next_hops(node: str) -> list[str]:
@@ -149,6 +153,50 @@ def test_one_search_per_destination_gives_each_pairs_fewest_link_routes(spec: di
             for channel in range(2):
                 if src != dst:
                     assert topology.router(topology, src, dst, channel) == pair_by_pair(topology, src, dst, channel)
+
+
+def test_no_route_passes_through_a_third_gpu_on_the_two_pods() -> None:
+    topology = build_topology("graph", two_pods())
+    kinds = dict(topology.graph.nodes(data="kind"))
+    routes = all_routes(topology)
+    assert len(routes) == 1984
+    assert not [route for route in routes.values() if any(kinds[u] == "gpu" for u, _ in route[1:])]
+
+
+def shortcut_graph(shortcut: str) -> dict:
+    """GPUs g0 and g1 on switches a and b, which reach each other over two more switches (a-c-d-b), and a shorter
+    way between them through a node that forwards nothing: ``shortcut`` 'gpu', a third GPU g2 cabled to both by
+    NVLink; 'nic', a NIC x of g2's with a port on each switch."""
+    def link(a: str, b: str, kind: str = "ethernet") -> dict:
+        return {"a": a, "b": b, "bandwidth": "50 GB/s", "latency": "1 us", "class": kind}
+
+    nodes = [{"name": name, "kind": "switch"} for name in "abcd"]
+    nodes += [{"name": f"g{index}", "kind": "gpu", "host": index} for index in range(3)]
+    links = [link("g0", "a"), link("g1", "b"), link("a", "c"), link("c", "d"), link("d", "b")]
+    if shortcut == "gpu":
+        links += [link("g2", "a", "nvlink"), link("g2", "b", "nvlink")]
+    else:
+        nodes.append({"name": "x", "kind": "nic"})
+        links += [link("g2", "x", "pcie"), link("x", "a"), link("x", "b")]
+    return {"nodes": nodes, "links": links}
+
+
+@pytest.mark.parametrize("shortcut", ["gpu", "nic"])
+def test_a_route_takes_the_switches_where_a_gpu_or_a_nic_would_be_shorter(shortcut: str) -> None:
+    topology = build_topology("graph", shortcut_graph(shortcut))
+    for channel in range(4):
+        assert topology.router(topology, 0, 1, channel) == ["g0", "a", "c", "d", "b", "g1"]
+        assert topology.router(topology, 1, 0, channel) == ["g1", "b", "d", "c", "a", "g0"]
+    assert topology.router(topology, 0, 2, 0) == ["g0", "a", "g2"] if shortcut == "gpu" else ["g0", "a", "x", "g2"]
+
+
+def test_a_gpu_reached_only_through_another_gpu_is_relayed_by_it() -> None:
+    spec = shortcut_graph("gpu")
+    spec["nodes"].append({"name": "g3", "kind": "gpu", "host": 3})
+    spec["links"].append({"a": "g3", "b": "g2", "bandwidth": "50 GB/s", "latency": "1 us", "class": "nvlink"})
+    topology = build_topology("graph", spec)
+    assert topology.router(topology, 3, 1, 0) == ["g3", "g2", "b", "g1"]
+    assert topology.router(topology, 0, 1, 0) == ["g0", "a", "c", "d", "b", "g1"]
 
 
 def test_ring_all_reduce_takes_the_time_of_its_busiest_core_link(tmp_path) -> None:

@@ -9,7 +9,6 @@ arithmetic) so a 16k-GPU cluster builds in a fraction of a second and routes in 
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -760,26 +759,20 @@ def _build_graph(p: dict, name: str) -> Topology:
                  link_class=link["class"])
     if not gpus:
         raise TopologyError("the graph has no GPU", field="nodes", allowed="at least one node with kind: gpu")
-    successors: dict[str, list[str]] = {}
-    for u, v in wiring.edges:
-        successors.setdefault(u, []).append(v)
-    reached, queue = {gpus[0]}, deque([gpus[0]])
-    while queue:
-        for succ in successors.get(queue.popleft(), ()):
-            if succ not in reached:
-                reached.add(succ)
-                queue.append(succ)
-    stranded = [gpu for gpu in gpus if gpu not in reached]
+    router = GraphRouter(wiring)
+    reached = router.towards(gpus[0], relay=True).distance
+    stranded = [gpu for gpu in gpus if (gpu, False) not in reached]
     if stranded:
         raise TopologyError(f"GPU {stranded[0]!r} cannot be reached from {gpus[0]!r}", field="links",
-                            allowed="links that connect every GPU to every other")
+                            allowed="links that connect every GPU to every other, a NIC from its host's side to the "
+                                    "network")
     gpu_local: list[int] = []
     seen: dict[object, int] = {}
     for host in gpu_hosts:
         gpu_local.append(seen.get(host, 0))
         seen[host] = gpu_local[-1] + 1
     return Topology(name=name or "graph", wiring=wiring, gpus=gpus, gpu_host=gpu_hosts, gpu_local=gpu_local,
-                    rails=p["rails"], gpu_model=p["gpu_model"], router=GraphRouter(wiring),
+                    rails=p["rails"], gpu_model=p["gpu_model"], router=router,
                     params={"kind": "graph", **p},
                     explicit_graph=True)
 

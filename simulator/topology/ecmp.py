@@ -7,7 +7,12 @@ from a GPU to another, each switch on the way picks one of its next hops that st
 by `avalanche` of the flow (source, destination, channel: each of NCCL's connections has a header of its own)
 and the branch point's order along the route. So flows over a tier of parallel links land on them as if drawn
 at random, as with a real hash a few more on one link than on another, and one flow's route is the same in
-every run.
+every run. Only forwarding nodes carry a route through: a GPU is a route's end and not on its way, and a NIC
+passes traffic only between its host's side (GPU, NVSwitch, PCIe switch, host bridge) and the network (a switch,
+or a NIC cabled to it), so a fewest-link route never turns through a third GPU's NVLink or a NIC's two ports. A GPU
+that reaches a destination only through another GPU (one without a NIC of its own, whose NVLink peers hold the
+host's NICs) is relayed by its peers, as NCCL's PXN relays a GPU's traffic to a peer's NIC: its routes are the
+fewest-link routes that may pass through GPUs.
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from simulator.errors import TopologyError
 
 if TYPE_CHECKING:
     from simulator.topology.graph import Topology, Wiring
+
+NETWORK_SIDE = frozenset(("switch", "nic"))
+"""Node kinds on a NIC's network side; every other kind is on its host's side."""
+
+State = tuple[str, bool]
+"""A node on a route and, for a NIC, whether its next hop is on its network side (False for other nodes)."""
 
 Hashed = TypeVar("Hashed", int, np.ndarray)
 """One flow's integer (a bool for a flag), or an array of many flows' (`Fabric._spine_and_core`, `avalanche`)."""
@@ -47,7 +58,8 @@ class GraphRouter:
     A node's next hops towards a destination are its neighbours one link closer to it, so one breadth-first
     search back from each destination (its `Towards`) serves every source and channel: found once and kept.
     Next hops are taken in the order of their names, so the routes do not depend on the order the file lists the
-    links in. With links down (``down``, directed node pairs) the same search skips them, so a detour around
+    links in. The search passes through no GPU but its destination (where the source reaches it so; else through
+    GPUs too, a peer's relay), and through a NIC only from one side to the other (`Towards`). With links down (``down``, directed node pairs) the same search skips them, so a detour around
     failed links is the route the hash picks on the graph without them, alike in every listing of the links.
     """
 
@@ -59,8 +71,10 @@ class GraphRouter:
             predecessors.setdefault(v, []).append(u)
         self._successors = successors
         self._predecessors = predecessors
-        self._towards: dict[frozenset[tuple[str, str]], dict[str, Towards]] = {frozenset(): {}}
-        """Per set of links down (the healthy graph's and the latest other), each destination's search."""
+        self._kinds = {node: attributes.get("kind", "") for node, attributes in wiring.nodes.items()}
+        self._towards: dict[frozenset[tuple[str, str]], dict[tuple[str, bool], Towards]] = {frozenset(): {}}
+        """Per set of links down (the healthy graph's and the latest other), each destination's search, with GPUs
+        relaying or not."""
 
     def __call__(self, topology: Topology, src: int, dst: int, channel: int,
                  down: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
@@ -69,21 +83,27 @@ class GraphRouter:
         order picks."""
         towards = self.towards(topology.gpus[dst], down)
         source = topology.gpus[src]
-        if source not in towards.distance:
+        if (source, False) not in towards.distance:
+            towards = self.towards(topology.gpus[dst], down, relay=True)
+        if (source, False) not in towards.distance:
             raise TopologyError(f"GPU {towards.target} cannot be reached from {source}",
                                 allowed="a graph where every GPU reaches every other")
-        return hashed_walk(source, towards.target, towards.next_hops, flow_key(topology.num_gpus, src, dst, channel))
+        walk = hashed_walk((source, False), (towards.target, False), towards.next_hops,
+                           flow_key(topology.num_gpus, src, dst, channel))
+        return [node for node, _ in walk]
 
-    def towards(self, target: str, down: frozenset[tuple[str, str]] = frozenset()) -> Towards:
-        """The search back from node ``target`` without the links ``down``, found once per destination and
-        set of links down (the searches of an older set of links down are dropped)."""
+    def towards(self, target: str, down: frozenset[tuple[str, str]] = frozenset(), relay: bool = False) -> Towards:
+        """The search back from node ``target`` without the links ``down``, through GPUs where ``relay``, found
+        once per destination, set of links down and ``relay`` (the searches of an older set of links down are
+        dropped)."""
         searches = self._towards.get(down)
         if searches is None:
             self._towards = {frozenset(): self._towards[frozenset()], down: {}}
             searches = self._towards[down]
-        found = searches.get(target)
+        found = searches.get((target, relay))
         if found is None:
-            found = searches[target] = Towards(target, self._successors, self._predecessors, down)
+            found = searches[target, relay] = Towards(target, self._successors, self._predecessors, self._kinds, down,
+                                                      relay)
         return found
 
 
@@ -92,7 +112,11 @@ def flow_key(gpus: int, src: int, dst: int, channel: int) -> int:
     return (src * gpus + dst) * 0x9E3779B1 + channel
 
 
-def hashed_walk(source: str, target: str, next_hops: Callable[[str], Sequence[str]], key: int) -> list[str]:
+Node = TypeVar("Node", str, State)
+"""A node of a walk: a name, or a `State` of one."""
+
+
+def hashed_walk(source: Node, target: Node, next_hops: Callable[[Node], Sequence[Node]], key: int) -> list[Node]:
     """The route from ``source`` to ``target`` taking at each node one of its ``next_hops`` (in name order): the
     only one, or where there are several the one `avalanche` of ``key`` and the branch point's order picks."""
     node, route, branch = source, [source], 0
@@ -108,31 +132,57 @@ def hashed_walk(source: str, target: str, next_hops: Callable[[str], Sequence[st
 
 
 class Towards:
-    """The fewest-link distance of every node to ``target`` without the links ``down`` (a breadth-first search
-    back from it), and each node's next hops on fewest-link routes there, in name order, found when first asked."""
+    """The fewest-link distance of every `State` to ``target`` without the links ``down`` (a breadth-first search
+    back from it), and each state's next hops on fewest-link routes there, in name order, found when first asked.
+    The search goes on from no GPU but the target (a GPU forwards nothing) unless ``relay``, and from a NIC only to
+    neighbours on the other side of it than its next hop (`NETWORK_SIDE`): a NIC forwards between its host and the
+    network only.
+    A NIC's state says which side its next hop lies on, so one NIC may be on the fewest-link routes both ways."""
 
     def __init__(self, target: str, successors: dict[str, list[str]], predecessors: dict[str, list[str]],
-                 down: frozenset[tuple[str, str]]):
+                 kinds: dict[str, str], down: frozenset[tuple[str, str]], relay: bool = False):
         self.target = target
+        self._relay = relay
         self._successors = successors
+        self._kinds = kinds
         self._down = down
-        distance = {target: 0}
-        frontier = deque([target])
+        distance: dict[State, int] = {(target, False): 0}
+        frontier = deque([(target, False)])
         while frontier:
-            node = frontier.popleft()
+            state = frontier.popleft()
+            node, onward = state
+            kind = kinds.get(node)
+            if kind == "gpu" and node != target and not relay:
+                continue
             for previous in predecessors.get(node, ()):
-                if previous not in distance and (previous, node) not in down:
-                    distance[previous] = distance[node] + 1
-                    frontier.append(previous)
+                if (previous, node) in down or (kind == "nic" and self.network_side(previous) == onward):
+                    continue
+                before = (previous, kinds.get(previous) == "nic" and self.network_side(node))
+                if before not in distance:
+                    distance[before] = distance[state] + 1
+                    frontier.append(before)
         self.distance = distance
-        self._next_hops: dict[str, tuple[str, ...]] = {}
+        self._next_hops: dict[State, tuple[State, ...]] = {}
 
-    def next_hops(self, node: str) -> tuple[str, ...]:
-        """The neighbours of ``node`` one link closer to the target over links not down, in name order (the
-        successor lists are sorted)."""
-        hops = self._next_hops.get(node)
+    def network_side(self, node: str) -> bool:
+        """Whether ``node`` lies on a NIC's network side."""
+        return self._kinds.get(node) in NETWORK_SIDE
+
+    def next_hops(self, state: State) -> tuple[State, ...]:
+        """The states one link closer to the target than ``state`` over links not down that a route may pass
+        through from it, in name order (the successor lists are sorted)."""
+        hops = self._next_hops.get(state)
         if hops is None:
-            closer, distance, down = self.distance[node] - 1, self.distance, self._down
-            hops = self._next_hops[node] = tuple(v for v in self._successors[node]
-                                                 if distance.get(v, -1) == closer and (node, v) not in down)
+            node, onward = state
+            closer, distance, down = self.distance[state] - 1, self.distance, self._down
+            found = []
+            for v in self._successors[node]:
+                if (node, v) in down or (self._kinds.get(node) == "nic" and self.network_side(v) != onward):
+                    continue
+                if self._kinds.get(v) == "gpu" and v != self.target and not self._relay:
+                    continue
+                after = (v, self._kinds.get(v) == "nic" and not self.network_side(node))
+                if distance.get(after, -1) == closer:
+                    found.append(after)
+            hops = self._next_hops[state] = tuple(found)
         return hops
