@@ -197,16 +197,17 @@ def test_no_two_hosts_hold_the_same_place_in_both_trees(hosts):
 
 @pytest.mark.parametrize("size,nbytes", [(2, 1 * KIB), (6, 64 * MIB), (16, 1 * GIB), (48, 8 * MIB)])
 def test_all_to_all_sends_to_every_peer_at_once(size, nbytes):
-    """a + n_sent b, with n_sent = (p-1)/p of the nccl-tests buffer (the own slice stays home): NCCL posts the
-    sends to every peer together, so each pays its latency once, side by side, and they share the GPU's link."""
-    expected = ALPHA + (size - 1) / size * nbytes / BANDWIDTH
+    """L + a + n_sent b, with n_sent = (p-1)/p of the nccl-tests buffer (the own slice stays home): NCCL posts the
+    sends to every peer together in one kernel, which pays the Simple base latency L once; each send pays its path
+    latency once, side by side, and they share the GPU's link."""
+    expected = NCCL_SIMPLE_BASE_S + ALPHA + (size - 1) / size * nbytes / BANDWIDTH
     assert close(time_collective(switch_topology(size), "all_to_all", "direct", size, nbytes), expected)
 
 
 def test_an_all_to_all_with_nothing_to_send_still_pays_one_handshake():
     """A pair with no bytes posts no transfer beside pairs that carry some, but where no pair has any, every pair's
     count-0 send runs as NCCL 2.14 and later run it, one empty step (docs/collectives.md, direct): the all-to-all
-    lasts one path latency, not nothing."""
+    lasts the kernel's base latency and one path latency, not nothing."""
     size, topology = 4, switch_topology(4)
     own_slices_only = tuple(tuple(MIB if i == j else 0.0 for j in range(size)) for i in range(size))
     phases = plan_collective(CollectiveRequest("all_to_all", tuple(range(size)), size * MIB,
@@ -215,7 +216,7 @@ def test_an_all_to_all_with_nothing_to_send_still_pays_one_handshake():
     env = simpy.Environment()
     env.process(run_plan(env, Network(env, topology), topology, phases))
     run_all(env)
-    assert close(env.now, ALPHA)
+    assert close(env.now, NCCL_SIMPLE_BASE_S + ALPHA)
 
 
 @pytest.mark.parametrize("hosts", [2, 4, 6])
@@ -223,12 +224,12 @@ def test_all_to_all_across_hosts_is_bound_by_its_cross_host_bytes(hosts):
     """nccl-tests alltoall on DGX H100 hosts (one 400G NIC per GPU): the busbw tends to N/(N-1) x a NIC's rate
     (S. Jeaugey, NVIDIA/nccl-tests issue #130). By hand: each GPU sends (hosts - 1)/hosts of the buffer through
     its own NIC at the calibrated 47 GB/s, while its NVLink share (1/hosts, at ~370 GB/s) moves beside it; the
-    phase-per-peer plan ran every peer at NIC speed (busbw ~46.9 on 2 hosts). The 13 us path latency is the rest
-    (2.8e-4 of the time on 2 hosts)."""
+    phase-per-peer plan ran every peer at NIC speed (busbw ~46.9 on 2 hosts). The grouped kernel's 8.4 us base
+    latency comes first; the 13 us path latency is the rest (2.8e-4 of the time on 2 hosts)."""
     nbytes, size = 4 * GIB, 8 * hosts
     row, = collective_sweep("dgx-h100-cluster", {"nodes": hosts}, op="all_to_all", algorithm="auto", ranks=size,
                             sizes=[nbytes])
-    seconds = (hosts - 1) / hosts * nbytes / 47e9
+    seconds = NCCL_SIMPLE_BASE_S + (hosts - 1) / hosts * nbytes / 47e9
     assert math.isclose(row["time_s"], seconds, rel_tol=3e-4)
     assert math.isclose(row["busbw_GBps"], (size - 1) / size * nbytes / seconds / 1e9, rel_tol=3e-4)
 

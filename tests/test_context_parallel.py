@@ -60,9 +60,9 @@ def test_ring_moves_cp_minus_one_over_cp_of_the_sequence_kv_per_rank_per_layer(r
 
 NIC_BYTES_PER_S = 47e9
 """One NDR 400 Gb/s NIC at the efficiency trainsim measures it at (network/calibration.py, 47 of 50 GB/s)."""
-P2P_LATENCY_S = 15e-6
-"""Above a cross-host transfer's line time: its path's latency (14.0 us measured from GPU 7 to GPU 8, 13.0 us
-from GPU 0 to GPU 8 on 2 DGX H100)."""
+P2P_LATENCY_S = 24e-6
+"""Above a cross-host transfer's line time: the grouped send/receive kernel's base latency (NCCL's Simple 8.4 us)
+and its path's latency (14.0 us measured from GPU 7 to GPU 8, 13.0 us from GPU 0 to GPU 8 on 2 DGX H100)."""
 ACROSS = """
 cluster: {topology: dgx-h100-cluster, nodes: 2}
 model: {preset: llama3-8b, layers: 1}
@@ -78,10 +78,10 @@ def test_ring_steps_are_point_to_point_transfers_across_hosts_bounded_by_one_nic
     """Ring attention's K/V ring is cp - 1 steps in which each CP rank sends its block to the next CP rank
     (Megatron-Core's cp_comm_type p2p). TP1 CP16 on 2 DGX H100: only the pairs 7->8 and 15->0 cross hosts, each on
     one NIC, so a step of the 4 MiB block (K/V of 16,384 tokens / 16) lasts its time over one NIC, 89.2 us, plus
-    latency (103.2 us), and the forward's ring 15 of them, 1.55 ms (run as a ring all-gather, whose 8 channels cross
-    the hosts on all 8 NICs, it would take 0.245 ms). TP8 CP2 (each CP pair on its own rail, the same bytes a step):
-    one step over one NIC either way, up to the ring all-gather's own overheads (0.102 ms as the pair's transfer,
-    0.111 ms as a ring all-gather)."""
+    latency (111.6 us, 8.4 us of it the grouped kernel's base latency), and the forward's ring 15 of them, 1.67 ms
+    (run as a ring all-gather, whose 8 channels cross the hosts on all 8 NICs, it would take 0.245 ms). TP8 CP2
+    (each CP pair on its own rail, the same bytes a step): one step over one NIC either way, up to the ring
+    all-gather's own overheads (0.1106 ms as the pair's transfer, 0.111 ms as a ring all-gather)."""
     frame = run_yaml(ACROSS, f"parallelism.tp={tp}", f"parallelism.cp={cp}").timeline
     model = get_model("llama3-8b")
     block = 2 * 16384 * (model.kv_heads // tp) * model.head_dim * 2 / cp

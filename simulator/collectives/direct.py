@@ -4,14 +4,16 @@ All-to-all runs as NCCL runs it, grouped sends and receives to every peer at onc
 ncclSend and one ncclRecv per peer inside ncclGroupStart/End; NCCL's enqueue.cc scheduleP2pTasksToPlan puts
 every peer's round in one kernel, on channels of their own, up to 8 peers at once per channel, with no barrier
 between peers): one phase of p(p-1) transfers of nbytes/p each (an uneven all-to-all, ``pair_bytes``, of what
-each pair exchanges; a pair with nothing to send posts none), each paying its own path latency once, which
-share the NICs and NVLink as the network model shares any flows: a + (p-1)/p n b on one switch. All-gather and
+each pair exchanges; a pair with nothing to send posts none), each paying its own path latency once after the
+kernel's base latency (`protocols.GROUPED_P2P_BASE_LATENCY_US`, NCCL's Simple kernel start and setup), which
+share the NICs and NVLink as the network model shares any flows: L + a + (p-1)/p n b on one switch. All-gather and
 reduce-scatter run as p-1 phases of shifted pairs (in phase k, rank i sends to rank i+k), each moving nbytes/p:
 (p-1) a + (p-1)/p n b. Broadcast and reduce are a star around the root.
 """
 
 from __future__ import annotations
 
+from simulator.collectives import protocols
 from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
@@ -32,7 +34,8 @@ def all_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...])
     transfers to rank i+1 first, then to rank i+2...), as NCCL's all-to-all posts them. A pair with nothing to
     send posts no transfer (a CP ring step sends only to the next rank; docs/collectives.md, direct), unless no
     pair has anything: then every pair posts its empty handshake, as NCCL 2.14 and later run count-0 sends, and
-    the all-to-all lasts a path latency rather than nothing."""
+    the all-to-all lasts a path latency rather than nothing. The phase starts after the grouped kernel's base
+    latency (`protocols.GROUPED_P2P_BASE_LATENCY_US`)."""
     size = len(ranks)
     if len(pair_bytes) != size or any(len(row) != size for row in pair_bytes):
         raise ScenarioError(f"an all-to-all over {size} ranks needs a {size} x {size} byte matrix",
@@ -40,7 +43,7 @@ def all_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...])
     pairs = [(i, (i + shift) % size) for shift in range(1, size) for i in range(size)]
     carrying = [(i, j) for i, j in pairs if pair_bytes[i][j] > 0] or pairs
     transfers = tuple(Transfer(ranks[i], ranks[j], pair_bytes[i][j]) for i, j in carrying)
-    return [Phase(transfers)] if transfers else []
+    return [Phase(transfers, launch=protocols.GROUPED_P2P_BASE_LATENCY_US * 1e-6)] if transfers else []
 
 
 def star(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_root: bool) -> list[Phase]:

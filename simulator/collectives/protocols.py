@@ -64,11 +64,18 @@ BASE_LATENCY_US: dict[str, dict[Protocol, float]] = {
 2026-06-11. NVLS, the NVLS tree and CollNet have none there: their fixed cost is in their own latencies (nvls.py
 `LATENCY`, catalog/sharp.py)."""
 
+GROUPED_P2P_BASE_LATENCY_US = BASE_LATENCY_US["ring"]["simple"]
+"""The base latency (us) of an all-to-all, NCCL's grouped sends and receives in one kernel under Simple
+(enqueue.cc `scheduleP2pTasksToPlan`): NCCL's tuner costs no point-to-point kernel, so this is what it charges a
+Simple kernel's start and the protocol's setup in a collective (`BASE_LATENCY_US`, the ring's and the tree's
+8.4 us), paid once by the kernel, its peers' transfers then each paying their own path latency at once."""
+
 BASE_LATENCY_ALGORITHMS: dict[AlgorithmName, str] = {
     "ring": "ring", "tree": "tree", "hierarchical": "ring", "halving_doubling": "ring"}
 """The algorithms that pay a base latency, by the row of `BASE_LATENCY_US` they read: NCCL's ring and tree, and the
-collective kernels NCCL does not have, launched as one kernel like its ring. `direct` (send/receive, NCCL's
-point-to-point, which its tuner does not cost) and the algorithms with their own fixed latency pay none."""
+collective kernels NCCL does not have, launched as one kernel like its ring. `direct` pays none here
+(send/receive, NCCL's point-to-point, which its tuner does not cost; its all-to-all pays
+`GROUPED_P2P_BASE_LATENCY_US`, direct.py), nor do the algorithms with their own fixed latency."""
 
 PROTOCOL_ALGORITHMS: dict[AlgorithmName, tuple[Primitive, ...]] = {
     "ring": ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"), "tree": ("all_reduce",)}
