@@ -395,7 +395,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         with RunProgress(enabled=True, unit="sizes", description=f"timing {args.op}") as progress:
             rows = collective_sweep(topology, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
                                     ranks=args.ranks, sizes=sizes, efficiency=args.efficiency, mode=args.network,
-                                    chunk=args.chunk, progress=progress)
+                                    chunk=args.chunk, progress=progress, explain=args.explain)
     except InputError as exc:
         if exc.file or exc.field not in COLLECTIVE_FLAGS:
             raise sets.located(exc) from None
@@ -1250,6 +1250,9 @@ def _parser() -> argparse.ArgumentParser:
                            "collectives)")
     coll.add_argument("--chunk", default="auto",
                       help="pipelining chunk size (default auto: NCCL's for the protocol; 'none' = off)")
+    coll.add_argument("--explain", action="store_true",
+                      help="say why auto picked each size's algorithm and protocol: every candidate's estimated time "
+                           "and the rule (the lowest wins); in --json each row's 'auto'")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.add_argument("--force", action="store_true",
                       help="run even on more than 32,768 GPUs or beyond the scale limits (memory, ops + flows)")

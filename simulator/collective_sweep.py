@@ -22,7 +22,7 @@ from simulator.units import format_size
 def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
                      chunk: str | None = "auto", protocol: str = "auto",
-                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
+                     progress: Callable[[int, int], None] | None = None, explain: bool = False) -> list[dict]:
     """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the ones
     that ran: `auto`'s choice for this size, as NCCL_DEBUG=INFO names the algorithm and protocol NCCL's tuner
     picked), ranks, bytes (a whole number; ``sizes`` are whole bytes), time_s, algbw_GBps, busbw_GBps (GB = 1e9
@@ -32,7 +32,9 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
     scenario's against. ``cluster``: a topology's name or path, its file already read, or built (`trainsim
     collective` reads it once, to count its GPUs before building, and builds it, to warn of a GPU changed without
     its NVLink); ``overrides`` replace the parameters of a name, a path or a file read. ``progress(done, total)``
-    hears each size begin, and the end."""
+    hears each size begin, and the end. With ``explain``, each row's `auto` says why `auto` picked what ran
+    (`Weighing.report`: the rule, every candidate's estimate, the pick), None where nothing was weighed (a
+    send_recv, an all_to_all left to `auto`: point to point; an algorithm and protocol given)."""
     if op not in PRIMITIVES:
         raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(PRIMITIVES))
     if algorithm not in ALGORITHM_CHOICES:
@@ -70,7 +72,10 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
         time_s = result.makespan_s
         algbw = nbytes / time_s / 1e9
         ran = plans.resolved(ops[0], group)
-        ends = {"src": group[0], "dst": group[-1]} if op == "send_recv" else {}
+        ends: dict[str, object] = {"src": group[0], "dst": group[-1]} if op == "send_recv" else {}
+        if explain:
+            weighing = plans.weighing(ops[0], group)
+            ends["auto"] = None if weighing is None else weighing.report()
         rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": ran.algorithm, "protocol": protocol,
                      "resolved_protocol": ran.protocol, "ranks": len(group), **ends, "bytes": round(nbytes),
                      "time_s": time_s, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
@@ -89,7 +94,29 @@ def format_table(rows: list[dict]) -> str:
         lines.append(f"{format_size(row['bytes']):>12} {int(row['bytes']):>14d} {row['time_s'] * 1e6:>12.2f} "
                      f"{row['algbw_GBps']:>13.2f} {row['busbw_GBps']:>13.2f}  {row['resolved_algorithm']:<16} "
                      f"{row['resolved_protocol']}")
+    if rows and "auto" in rows[0]:
+        lines += explanation(rows)
     return "\n".join(lines)
+
+
+def explanation(rows: list[dict]) -> list[str]:
+    """`--explain`'s table under the sweep's: the rule `auto` picks by, then per size every candidate algorithm
+    and protocol with its estimate (us), the pick marked, or what ran without weighing and why."""
+    weighed = next((row["auto"] for row in rows if row["auto"] is not None), None)
+    lines = ["", f"# why auto picked: {weighed['rule'] if weighed else 'nothing weighed'}",
+             f"{'size':>12}  {'algorithm':<16} {'protocol':<9} {'estimate (us)':>14}"]
+    for row in rows:
+        size = format_size(row["bytes"])
+        if row["auto"] is None:
+            why = "point to point" if row["op"] in ("all_to_all", "send_recv") else "asked for"
+            lines.append(f"{size:>12}  {row['resolved_algorithm']:<16} {row['resolved_protocol']:<9} "
+                         f"{'-':>14}  nothing weighed: {why}")
+            continue
+        picked = (row["auto"]["algorithm"], row["auto"]["protocol"])
+        lines += [f"{size:>12}  {each['algorithm']:<16} {each['protocol']:<9} {each['estimate_s'] * 1e6:>14.2f}"
+                  + ("  <- picked" if (each["algorithm"], each["protocol"]) == picked else "")
+                  for each in row["auto"]["candidates"]]
+    return lines
 
 
 def _title(row: dict) -> str:

@@ -31,7 +31,7 @@ from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.faults import compute_hook
 from simulator.engine.lockstep import Lockstep, LockstepWatch, OutOfStep, copies_apart, lockstep
 from simulator.engine.ordering import ProgramOrder
-from simulator.engine.plans import PlanCache, traffic_correction
+from simulator.engine.plans import PlanCache, auto_choices, traffic_correction
 from simulator.engine.replicas import replica_quotient
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Mirrors, Sharing, kept_mirrors, private_collectives
@@ -616,6 +616,9 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
         summary["rank_weights"] = {str(rank): weight for rank, weight in sorted(weights.items())}
     if contention is not None:
         summary["sm_contention"] = contention
+    choices = auto_choices(shapes, plans)
+    if choices:
+        summary["auto_choices"] = choices
     return summary, result.log, result.lockstep
 
 
@@ -1063,6 +1066,9 @@ def simulate_workload(loaded: LoadedScenario, workload: list[CollectiveItem], to
         "flows_simulated": int(network.flows_simulated + result.replayed_flows),
         "seed": loaded.scenario.run.seed,
     })
+    choices = auto_choices(CollectiveShapes.of(ops), plans)
+    if choices:
+        run.summary["auto_choices"] = choices
     if not faults.plan.empty:
         run.summary["faults"] = faults.describe()
     return run

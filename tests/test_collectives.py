@@ -204,6 +204,17 @@ def test_all_to_all_sends_to_every_peer_at_once(size, nbytes):
     assert close(time_collective(switch_topology(size), "all_to_all", "direct", size, nbytes), expected)
 
 
+def test_a_1_mib_all_to_all_on_a_dgx_h100_pays_the_kernels_base_latency_by_hand():
+    """8 H100s on one NVSwitch, 1 MiB: the grouped send/receive kernel's 8.4 us (NCCL's Simple base latency), one
+    3.4 us NVLink path latency (1.7 us a link, two links), and 7/8 MiB through each GPU's NVLink at the calibrated
+    370 GB/s (2.48 us): 14.28 us, where the peers' transfers alone took 5.88 us."""
+    row, = collective_sweep("dgx-h100", {}, op="all_to_all", algorithm="auto", ranks=8, sizes=[MIB])
+    by_hand = 8.4e-6 + 3.4e-6 + 7 / 8 * MIB / 370e9
+    assert row["resolved_algorithm"] == "direct"
+    assert math.isclose(row["time_s"], by_hand, rel_tol=1e-9)
+    assert f"{row['time_s'] * 1e6:.2f}" == "14.28"
+
+
 def test_an_all_to_all_with_nothing_to_send_still_pays_one_handshake():
     """A pair with no bytes posts no transfer beside pairs that carry some, but where no pair has any, every pair's
     count-0 send runs as NCCL 2.14 and later run it, one empty step (docs/collectives.md, direct): the all-to-all
@@ -776,3 +787,55 @@ def test_a_send_recv_names_the_direct_transfer_it_runs():
 
     rows = collective_sweep("dgx-h100", {}, op="send_recv", algorithm="auto", ranks=2, sizes=[2**20, 2**24])
     assert [(row["resolved_algorithm"], row["resolved_protocol"]) for row in rows] == [("direct", "simple")] * 2
+
+
+def cheapest_by_the_rule(candidates: list[dict]) -> tuple[str, str]:
+    """The documented rule (docs/collectives.md, "The `auto` rule"): the first candidate listed whose estimate is
+    within 1e-9 of the lowest."""
+    lowest = min(each["estimate_s"] for each in candidates)
+    first = next(each for each in candidates if each["estimate_s"] <= lowest * (1 + 1e-9))
+    return first["algorithm"], first["protocol"]
+
+
+def test_collective_explain_lists_every_candidate_and_picks_the_cheapest_by_the_rule(capsys):
+    """`--explain` on 2 DGX A100 hosts: the ring and the tree, each under Simple, LL128 and LL, with their estimates;
+    the pair that ran is the one the rule picks from them, at every size; the table marks it."""
+    args = ["collective", "--topology", "dgx-a100-cluster", "--set", "nodes=2", "--sizes", "64KiB,4MiB,256MiB",
+            "--explain"]
+    assert main([*args, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    for row in rows:
+        candidates = row["auto"]["candidates"]
+        assert [(each["algorithm"], each["protocol"]) for each in candidates] == [
+            (name, protocol) for name in ("ring", "tree") for protocol in ("simple", "ll128", "ll")]
+        assert all(each["estimate_s"] > 0 for each in candidates)
+        picked = (row["auto"]["algorithm"], row["auto"]["protocol"])
+        assert picked == cheapest_by_the_rule(candidates) == (row["resolved_algorithm"], row["resolved_protocol"])
+    assert [row["resolved_algorithm"] for row in rows] == ["tree", "ring", "ring"]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "# why auto picked: the lowest estimate" in table
+    assert len([line for line in table.splitlines() if line.endswith("<- picked")]) == 3
+    assert len([line for line in table.splitlines() if line.lstrip().startswith(("64 KiB", "4 MiB", "256 MiB"))]) \
+        == 3 + 3 * 6
+
+
+def test_collective_explain_says_an_all_to_all_weighs_nothing(capsys):
+    assert main(["collective", "--topology", "dgx-h100", "--op", "all_to_all", "--sizes", "1MiB", "--explain",
+                 "--json"]) == 0
+    row, = json.loads(capsys.readouterr().out)
+    assert row["auto"] is None and row["resolved_algorithm"] == "direct"
+
+
+def test_a_runs_summary_says_why_auto_picked_per_kind_of_collective(run_yaml):
+    """summary.json's `auto_choices`: one entry per kind of collective left to `auto`, at its largest size, with
+    the candidates' estimates and the pick by the rule, which is what ran; the all_to_all, run point to point,
+    weighs nothing and has none."""
+    summary = run_yaml("cluster: {topology: dgx-h100-cluster}\nworkload:\n  - {op: all_reduce, bytes: 1 MiB}\n"
+                       "  - {op: all_reduce, bytes: 1 GiB}\n  - {op: all_to_all, bytes: 1 MiB}\n").summary
+    entry, = summary["auto_choices"]
+    assert (entry["op"], entry["bytes"], entry["ranks"]) == ("all_reduce", GIB, 16)
+    assert (entry["algorithm"], entry["protocol"]) == cheapest_by_the_rule(entry["candidates"])
+    assert {each["algorithm"] for each in entry["candidates"]} >= {"ring", "tree"}
+    row, = collective_sweep("dgx-h100-cluster", {}, op="all_reduce", algorithm="auto", ranks=16, sizes=[GIB])
+    assert (entry["algorithm"], entry["protocol"]) == (row["resolved_algorithm"], row["resolved_protocol"])

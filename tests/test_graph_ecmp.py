@@ -13,7 +13,7 @@ import yaml
 
 from simulator.config.faults import LinkFault
 from simulator.engine.faults import FaultHooks
-from simulator.errors import ScenarioError, StepAborted, TopologyError
+from simulator.errors import ScenarioError, StepAborted
 from simulator.faults.rerouting import Rerouter
 from simulator.faults.step import LinkEvent, StepFaultPlan, _link_event
 from simulator.topology.builders import build_topology

@@ -886,30 +886,78 @@ def choose(request: CollectiveRequest, topology: Topology, efficiency: Mapping[s
     an all_to_all left to `auto` (point to point, as NCCL runs them); otherwise, of the `candidates` (or the
     algorithm asked for) under each protocol they run with (`protocols.available`, or the one asked for), the pair
     with the lowest estimate on links that reach ``efficiency``, ties (`TIE`) going to the first listed:
-    algorithms in `candidates` order, each under Simple, LL128, LL in turn. Nothing is weighed where nothing is
-    `auto`, nor for an algorithm asked for that runs under Simple alone."""
-    if request.op == "send_recv" or (request.op == "all_to_all" and algorithm == "auto"):
-        return Choice("direct", "simple")
-    if algorithm != "auto":
-        able = protocols.available(algorithm, request.op, request.ranks, topology)
-        if protocol != "auto" or len(able) == 1:
-            return Choice(algorithm, able[0] if protocol == "auto" else protocol)
+    algorithms in `candidates` order, each under Simple, LL128, LL in turn (`weigh`). Nothing is weighed where
+    nothing is `auto`, nor for an algorithm asked for that runs under Simple alone."""
+    fixed = unweighed(request, topology, algorithm, protocol)
+    if fixed is not None:
+        return fixed
     wanted: tuple[Protocol, ...] = PROTOCOLS if protocol == "auto" else (protocol,)
     terms, group_key = weighed_group(request, topology, efficiency, algorithm)
     key = choice_key(request, group_key, wanted)
     found = CHOICES.get(key)
     if found is not None:
         return found
+    if len(CHOICES) >= CHOICES_KEPT:
+        CHOICES.clear()
+    CHOICES[key] = chosen = weighing(request, topology, terms, wanted).choice
+    return chosen
+
+
+def unweighed(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,
+              protocol: ProtocolChoice) -> Choice | None:
+    """What runs ``request`` without weighing anything (`choose`), None where `auto` weighs its candidates."""
+    if request.op == "send_recv" or (request.op == "all_to_all" and algorithm == "auto"):
+        return Choice("direct", "simple")
+    if algorithm != "auto":
+        able = protocols.available(algorithm, request.op, request.ranks, topology)
+        if protocol != "auto" or len(able) == 1:
+            return Choice(algorithm, able[0] if protocol == "auto" else protocol)
+    return None
+
+
+AUTO_RULE = ("the lowest estimate, latency + size / bandwidth of each algorithm's plan on these links under the "
+             "protocol; ties within 1e-9 go to the first listed")
+"""`weighing`'s rule in words, as `trainsim collective --explain` and summary.json's `auto_choices` state it."""
+
+
+class Weighing(NamedTuple):
+    """What `auto` weighed for one collective: each candidate algorithm and protocol with its estimate (seconds),
+    in tie-breaking order, and the pair picked, the first within `TIE` of the lowest."""
+
+    estimates: tuple[tuple[Choice, float], ...]
+    choice: Choice
+
+    def report(self) -> dict:
+        """The weighing as plain data: the rule, each candidate's algorithm, protocol and estimate (seconds) in
+        tie-breaking order, and the algorithm and protocol picked."""
+        return {"rule": AUTO_RULE,
+                "candidates": [{"algorithm": pair.algorithm, "protocol": pair.protocol, "estimate_s": seconds}
+                               for pair, seconds in self.estimates],
+                "algorithm": self.choice.algorithm, "protocol": self.choice.protocol}
+
+
+def weigh(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
+          algorithm: AlgorithmChoice = "auto", protocol: ProtocolChoice = "auto") -> Weighing | None:
+    """`choose`'s candidates for ``request`` with their estimates and its pick, for saying why it picked; None
+    where it weighs nothing (`unweighed`: a send_recv, an all_to_all left to `auto`, nothing `auto`)."""
+    if unweighed(request, topology, algorithm, protocol) is not None:
+        return None
+    wanted: tuple[Protocol, ...] = PROTOCOLS if protocol == "auto" else (protocol,)
+    return weighing(request, topology, weighed_group(request, topology, efficiency, algorithm).terms, wanted)
+
+
+def weighing(request: CollectiveRequest, topology: Topology, terms: GroupTerms, wanted: tuple[Protocol, ...]
+             ) -> Weighing:
+    """The estimates of ``terms``' algorithms under the protocols ``wanted`` (`terms_estimates`) and the pick: the
+    first pair within `TIE` of the lowest, algorithms in their order, each under the protocols in ``wanted``'s."""
     names = terms.names
     by_protocol = terms_estimates(request, terms, wanted)
-    costs = {(name, each): by_protocol[each][name] for name in names for each in wanted if name in by_protocol[each]}
+    costs = {Choice(name, each): by_protocol[each][name] for name in names for each in wanted
+             if name in by_protocol[each]}
     if not costs:
         protocols.check(names[0], request.op, wanted[0], request.ranks, topology)
     lowest = min(costs.values())
-    if len(CHOICES) >= CHOICES_KEPT:
-        CHOICES.clear()
-    CHOICES[key] = chosen = Choice(*next(pair for pair, cost in costs.items() if cost <= lowest * TIE))
-    return chosen
+    return Weighing(tuple(costs.items()), next(pair for pair, cost in costs.items() if cost <= lowest * TIE))
 
 
 class WeighedGroup(NamedTuple):

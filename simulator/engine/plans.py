@@ -13,7 +13,7 @@ from simulator.collectives.execute import ParsedPhases
 from simulator.collectives.names import POINT_TO_POINT, AlgorithmChoice, AlgorithmName, ProtocolChoice, run_choice
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import plan_collective, resolve
-from simulator.collectives.tuner import Choice
+from simulator.collectives.tuner import Choice, Weighing, weigh
 from simulator.engine.shapes import CollectiveShapes, plan_key
 from simulator.metrics.events import FlowBlock
 from simulator.network.model import AnalyticTimings
@@ -112,13 +112,23 @@ class PlanCache:
         key = self.key(op, group)
         resolved = self._choices.get(key)
         if resolved is None:
-            collective = op.op != "send_recv"
-            resolved = self._choices[key] = resolve(
-                self._request(op, group), self.topology,
-                run_choice(op.algorithm, self.default_algorithm if collective else "auto"),
-                run_choice(op.protocol, "auto" if op.op in POINT_TO_POINT else self.default_protocol),
-                self.efficiency)
+            resolved = self._choices[key] = resolve(self._request(op, group), self.topology, *self._asked(op),
+                                                    self.efficiency)
         return resolved
+
+    def _asked(self, op: CollectiveOp) -> tuple[AlgorithmChoice, ProtocolChoice]:
+        """The algorithm and protocol ``op`` asks for: its own, else the run's defaults (a send_recv takes its own
+        alone, being point to point)."""
+        collective = op.op != "send_recv"
+        return (run_choice(op.algorithm, self.default_algorithm if collective else "auto"),
+                run_choice(op.protocol, "auto" if op.op in POINT_TO_POINT else self.default_protocol))
+
+    def weighing(self, op: CollectiveOp, group: tuple[int, ...]) -> Weighing | None:
+        """What `auto` weighed to pick `resolved`'s algorithm and protocol for ``op`` over ``group``: the
+        candidates' estimates and the pick (tuner.py `weigh`); None where nothing was weighed (a point-to-point
+        op, an all_to_all left to `auto`, an algorithm and protocol given)."""
+        self._current()
+        return weigh(self._request(op, group), self.topology, self.efficiency, *self._asked(op))
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> AlgorithmName:
         """The algorithm of `resolved`."""
@@ -294,6 +304,25 @@ class PlanCache:
         if not self._periods_found:
             self._periods, self._periods_found = Periods.of(self.topology), True
         return None if self.topology.routes_version else self._periods
+
+
+def auto_choices(shapes: CollectiveShapes, plans: PlanCache) -> list[dict]:
+    """Why `auto` picked what ran, per kind of collective (its category and op): at the kind's largest size (its
+    first collective of that size), the group's size, the rule, the candidates' estimates and the pick
+    (`PlanCache.weighing`), for the kinds whose largest collective was weighed (its algorithm or protocol left to
+    `auto`; an all_to_all, run point to point, never is). Sorted by category and op."""
+    largest: dict[tuple[str, str], CollectiveOp] = {}
+    for op in shapes.firsts:
+        known = largest.get((op.category, op.op))
+        if known is None or op.nbytes > known.nbytes:
+            largest[op.category, op.op] = op
+    found = []
+    for (category, name), op in sorted(largest.items()):
+        weighing = plans.weighing(op, op.group)
+        if weighing is not None:
+            found.append({"category": category, "op": name, "bytes": round(op.nbytes), "ranks": len(op.group),
+                          **weighing.report()})
+    return found
 
 
 def traffic_correction(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None,

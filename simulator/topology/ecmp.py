@@ -59,8 +59,9 @@ class GraphRouter:
     search back from each destination (its `Towards`) serves every source and channel: found once and kept.
     Next hops are taken in the order of their names, so the routes do not depend on the order the file lists the
     links in. The search passes through no GPU but its destination (where the source reaches it so; else through
-    GPUs too, a peer's relay), and through a NIC only from one side to the other (`Towards`). With links down (``down``, directed node pairs) the same search skips them, so a detour around
-    failed links is the route the hash picks on the graph without them, alike in every listing of the links.
+    GPUs too, a peer's relay), and through a NIC only from one side to the other (`Towards`). With links down
+    (``down``, directed node pairs) the same search skips them, so a detour around failed links is the route the
+    hash picks on the graph without them, alike in every listing of the links.
     """
 
     def __init__(self, wiring: Wiring):
