@@ -408,7 +408,7 @@ def test_the_deadlock_refusals_of_schedules_md_are_what_a_scenario_says(tmp_path
 A100_16 = "--topology dgx-a100-cluster --set nodes=16"
 GB200_NO_NVLS = "--topology gb200-nvl72 --set nvls=none"
 NVLS_SIZES = "--topology dgx-h100 --algorithm nvls --sizes 1GiB,4GiB,64GiB"
-ALL_TO_ALL_8 = "--topology dgx-h100 --op all_to_all --sizes 8B,4GiB"
+ALL_TO_ALL_8 = "--topology dgx-h100 --op all_to_all --sizes 8B,1MiB,4GiB"
 GB200_TREE = "--topology gb200-nvl72 --set racks=2 --op all_reduce --algorithm tree --protocol ll128 --sizes 16MiB,1GiB"
 COLLECTIVE_QUOTES = [
     ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=2 --set nics_per_node=4 --algorithm ring "
@@ -495,8 +495,8 @@ COLLECTIVE_QUOTES = [
      "{1[us]:,.2f} us, where `--algorithm nvls` runs {3[us]:,.2f} us (1.4% faster, busbw {3[busbw]:.2f} GB/s;"),
     ("docs/collectives.md", [NVLS_SIZES], f"`trainsim collective {NVLS_SIZES}` prints {{0[busbw]:.2f}} GB/s at 1 GiB, "
      "{1[busbw]:.2f} at 4 GiB, {2[busbw]:.2f} at 64 GiB"),
-    ("docs/collectives.md", [ALL_TO_ALL_8], f"(`trainsim collective {ALL_TO_ALL_8}`, 8 H100s, 4 GiB: {{1[ms]:.2f}} ms, "
-     "busbw {1[busbw]:.1f} GB/s; 8 B: {0[us]:.1f} us, one path latency)"),
+    ("docs/collectives.md", [ALL_TO_ALL_8], f"(`trainsim collective {ALL_TO_ALL_8}`, 8 H100s, 4 GiB: {{2[ms]:.2f}} ms, "
+     "busbw {2[busbw]:.1f} GB/s; 1 MiB: {1[us]:.2f} us; 8 B: {0[us]:.1f} us, the base latency and one path latency)"),
     ("docs/collectives.md", [GB200_TREE], f"`trainsim collective {GB200_TREE}` (calibrated, the LL128 tree, measured) "
      "takes {0[us]:.1f} us at 16 MiB (busbw {0[busbw]:.1f} GB/s) and {1[ms]:.2f} ms at 1 GiB ({1[busbw]:.1f} GB/s)"),
     ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --sizes 1KiB",

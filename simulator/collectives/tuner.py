@@ -889,18 +889,7 @@ def choose(request: CollectiveRequest, topology: Topology, efficiency: Mapping[s
     algorithms in `candidates` order, each under Simple, LL128, LL in turn (`weigh`). Nothing is weighed where
     nothing is `auto`, nor for an algorithm asked for that runs under Simple alone."""
     fixed = unweighed(request, topology, algorithm, protocol)
-    if fixed is not None:
-        return fixed
-    wanted: tuple[Protocol, ...] = PROTOCOLS if protocol == "auto" else (protocol,)
-    terms, group_key = weighed_group(request, topology, efficiency, algorithm)
-    key = choice_key(request, group_key, wanted)
-    found = CHOICES.get(key)
-    if found is not None:
-        return found
-    if len(CHOICES) >= CHOICES_KEPT:
-        CHOICES.clear()
-    CHOICES[key] = chosen = weighing(request, topology, terms, wanted).choice
-    return chosen
+    return fixed if fixed is not None else weighed(request, topology, efficiency, algorithm, protocol).choice
 
 
 def unweighed(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,
@@ -915,8 +904,8 @@ def unweighed(request: CollectiveRequest, topology: Topology, algorithm: Algorit
     return None
 
 
-AUTO_RULE = ("the lowest estimate, latency + size / bandwidth of each algorithm's plan on these links under the "
-             "protocol; ties within 1e-9 go to the first listed")
+AUTO_RULE = ("the lowest estimate (latency + size / bandwidth of its plan on these links) wins, ties within 1e-9 to "
+             "the first listed")
 """`weighing`'s rule in words, as `trainsim collective --explain` and summary.json's `auto_choices` state it."""
 
 
@@ -938,12 +927,26 @@ class Weighing(NamedTuple):
 
 def weigh(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
           algorithm: AlgorithmChoice = "auto", protocol: ProtocolChoice = "auto") -> Weighing | None:
-    """`choose`'s candidates for ``request`` with their estimates and its pick, for saying why it picked; None
-    where it weighs nothing (`unweighed`: a send_recv, an all_to_all left to `auto`, nothing `auto`)."""
+    """`choose`'s candidates for ``request`` with their estimates and its pick (kept in `CHOICES`), which also say
+    why it picked; None where it weighs nothing (`unweighed`: a send_recv, an all_to_all left to `auto`, nothing
+    `auto`)."""
     if unweighed(request, topology, algorithm, protocol) is not None:
         return None
+    return weighed(request, topology, efficiency, algorithm, protocol)
+
+
+def weighed(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None,
+            algorithm: AlgorithmChoice, protocol: ProtocolChoice) -> Weighing:
+    """The `weighing` of ``request`` where something is `auto`, found once per `choice_key` (`CHOICES`)."""
     wanted: tuple[Protocol, ...] = PROTOCOLS if protocol == "auto" else (protocol,)
-    return weighing(request, topology, weighed_group(request, topology, efficiency, algorithm).terms, wanted)
+    terms, group_key = weighed_group(request, topology, efficiency, algorithm)
+    key = choice_key(request, group_key, wanted)
+    found = CHOICES.get(key)
+    if found is None:
+        if len(CHOICES) >= CHOICES_KEPT:
+            CHOICES.clear()
+        found = CHOICES[key] = weighing(request, topology, terms, wanted)
+    return found
 
 
 def weighing(request: CollectiveRequest, topology: Topology, terms: GroupTerms, wanted: tuple[Protocol, ...]
@@ -1005,8 +1008,8 @@ def choice_key(request: CollectiveRequest, group_key: tuple, wanted: tuple[Proto
     return request.op, request.nbytes, request.chunk_bytes, wanted, group_key
 
 
-CHOICES: dict[tuple, Choice] = {}
-"""`choose`'s picks by `choice_key`: a run asks for thousands of groups placed alike (the 16k-GPU job: 4,872
-group and size pairs, 12 keys), whichever topology they lie on."""
+CHOICES: dict[tuple, Weighing] = {}
+"""`weigh`'s weighings, and so `choose`'s picks, by `choice_key`: a run asks for thousands of groups placed alike
+(the 16k-GPU job: 4,872 group and size pairs, 12 keys), whichever topology they lie on."""
 CHOICES_KEPT = 4096
-"""Picks kept before they are dropped."""
+"""Weighings kept before they are dropped."""

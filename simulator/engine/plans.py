@@ -54,6 +54,9 @@ class PlanCache:
         self.chunk_bytes = chunk_bytes
         self.channels = channels
         self.efficiency = efficiency
+        self._weighings: dict[tuple, Weighing | None] = {}
+        """What `auto` weighed for each collective when `resolved` chose for it, kept across `_forget`: the
+        choice of a collective made before links degraded stands as it was made."""
         self._forget()
 
     def _forget(self) -> None:
@@ -112,8 +115,9 @@ class PlanCache:
         key = self.key(op, group)
         resolved = self._choices.get(key)
         if resolved is None:
-            resolved = self._choices[key] = resolve(self._request(op, group), self.topology, *self._asked(op),
-                                                    self.efficiency)
+            request, asked = self._request(op, group), self._asked(op)
+            resolved = self._choices[key] = resolve(request, self.topology, *asked, self.efficiency)
+            self._weighings[key] = weigh(request, self.topology, self.efficiency, *asked)
         return resolved
 
     def _asked(self, op: CollectiveOp) -> tuple[AlgorithmChoice, ProtocolChoice]:
@@ -124,11 +128,11 @@ class PlanCache:
                 run_choice(op.protocol, "auto" if op.op in POINT_TO_POINT else self.default_protocol))
 
     def weighing(self, op: CollectiveOp, group: tuple[int, ...]) -> Weighing | None:
-        """What `auto` weighed to pick `resolved`'s algorithm and protocol for ``op`` over ``group``: the
-        candidates' estimates and the pick (tuner.py `weigh`); None where nothing was weighed (a point-to-point
-        op, an all_to_all left to `auto`, an algorithm and protocol given)."""
-        self._current()
-        return weigh(self._request(op, group), self.topology, self.efficiency, *self._asked(op))
+        """What `auto` weighed when `resolved` picked the algorithm and protocol for ``op`` over ``group``: the
+        candidates' estimates and the pick (tuner.py `weigh`), as the links stood then (weighed again now, a
+        run's faults would have moved them, and its detours counted again); None where nothing was weighed (a
+        point-to-point op, an all_to_all left to `auto`, an algorithm and protocol given) or nothing chosen."""
+        return self._weighings.get(self.key(op, group))
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> AlgorithmName:
         """The algorithm of `resolved`."""
@@ -307,22 +311,18 @@ class PlanCache:
 
 
 def auto_choices(shapes: CollectiveShapes, plans: PlanCache) -> list[dict]:
-    """Why `auto` picked what ran, per kind of collective (its category and op): at the kind's largest size (its
-    first collective of that size), the group's size, the rule, the candidates' estimates and the pick
-    (`PlanCache.weighing`), for the kinds whose largest collective was weighed (its algorithm or protocol left to
-    `auto`; an all_to_all, run point to point, never is). Sorted by category and op."""
-    largest: dict[tuple[str, str], CollectiveOp] = {}
+    """Why `auto` picked what ran, per kind of collective (its category and op): at the kind's largest size among
+    its collectives whose algorithm or protocol `auto` weighed (the first of that size; an all_to_all, run point to
+    point, never is), the group's size, the rule, the candidates' estimates and the pick, as weighed when chosen
+    (`PlanCache.weighing`). Sorted by category and op."""
+    largest: dict[tuple[str, str], tuple[CollectiveOp, Weighing]] = {}
     for op in shapes.firsts:
-        known = largest.get((op.category, op.op))
-        if known is None or op.nbytes > known.nbytes:
-            largest[op.category, op.op] = op
-    found = []
-    for (category, name), op in sorted(largest.items()):
         weighing = plans.weighing(op, op.group)
-        if weighing is not None:
-            found.append({"category": category, "op": name, "bytes": round(op.nbytes), "ranks": len(op.group),
-                          **weighing.report()})
-    return found
+        known = largest.get((op.category, op.op))
+        if weighing is not None and (known is None or op.nbytes > known[0].nbytes):
+            largest[op.category, op.op] = op, weighing
+    return [{"category": category, "op": name, "bytes": round(op.nbytes), "ranks": len(op.group),
+             **weighing.report()} for (category, name), (op, weighing) in sorted(largest.items())]
 
 
 def traffic_correction(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None,

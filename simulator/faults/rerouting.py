@@ -2,7 +2,7 @@
 
 Routes that avoid every failed link keep the topology's own router. On an explicit `graph` topology a route that
 crosses a failed link is its `GraphRouter`'s route on the graph without the failed links: the fewest-link routes
-left, picked hop by hop by the same flow hash, through any node, and alike in every order the file lists its
+left, picked hop by hop by the same flow hash, through forwarding nodes only, alike in every order the file lists its
 links in. On a built fabric such a route is recomputed on the networkx graph without the failed links: one of
 the shortest remaining paths, picked by a hash of (src, dst, channel) as ECMP would spread flows. A GPU
 forwards traffic only for the GPUs of its own NVLink domain (NCCL's PXN: a GPU whose NIC or leaf is down sends
