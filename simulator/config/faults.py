@@ -22,9 +22,9 @@ from simulator.config.reliability import (
     SlowdownFactor,
     StragglerSlowdown,
 )
-from simulator.config.sections import Section, user_value
+from simulator.config.sections import FieldProblem, Section, user_value
 from simulator.errors import yaml_spelling
-from simulator.units import parse_duration, parse_step_duration
+from simulator.units import format_seconds, parse_duration, parse_step_duration
 
 StepDuration = Annotated[float, BeforeValidator(user_value(parse_step_duration)), Field(ge=0)]
 """A time inside one step (at most a day): when a fault strikes, from the start of the step; a synthetic
@@ -98,20 +98,25 @@ class Straggler(Section):
 
 
 class LinkFault(Section):
-    """A link (both directions) that loses capacity at time `at`: named by its two endpoints in the topology
-    graph (`link: [leaf0.r0, spine3]`), or every uplink of a switch (`uplinks_of: leaf0.r0`: its links to
-    switches of a higher tier). `capacity` is the fraction of line rate left; 0 (default) takes the link down,
-    and routes are recomputed around it."""
+    """A link (both directions) that loses capacity at time `at`, until time `until` (None: to the step's end), when
+    it comes back at its full capacity: named by its two endpoints in the topology graph (`link: [leaf0.r0,
+    spine3]`), or every uplink of a switch (`uplinks_of: leaf0.r0`: its links to switches of a higher tier).
+    `capacity` is the fraction of line rate left; 0 (default) takes the link down, and routes are recomputed
+    around it."""
 
     link: tuple[str, str] | None = None
     uplinks_of: str | None = None
     capacity: float = Field(default=0.0, ge=0, lt=1)
     at: StepDuration = 0.0
+    until: StepDuration | None = None
 
     @model_validator(mode="after")
     def _one_selection(self) -> LinkFault:
         if (self.link is None) == (self.uplinks_of is None):
             raise ValueError("name a link or a switch's uplinks (allowed: link, uplinks_of)")
+        if self.until is not None and self.until <= self.at:
+            raise FieldProblem(("until",), f"{format_seconds(self.until)} is not after at ({format_seconds(self.at)})",
+                               f"a time after {format_seconds(self.at)}, e.g. {format_seconds(self.at + 0.01)}")
         return self
 
 

@@ -11,6 +11,7 @@ aborts the step at that time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -48,13 +49,13 @@ def directed_links(topology: Topology, event: LinkEvent) -> list[int]:
 
 
 def degrade_from_start(topology: Topology, plan: StepFaultPlan) -> None:
-    """Degrade on ``topology`` the links ``plan`` degrades from the step's start, before anything reads its
-    bandwidths: `prepare_training` does it before it plans the step, `FaultHooks` before it runs it. Faults on
-    the same link stack: each directed link keeps the product of its faults' capacities, set once from its line
-    rate (`Topology.degrade`), so doing it again changes nothing."""
+    """Degrade on ``topology`` the links ``plan`` degrades for the whole step (from its start, with no `until`),
+    before anything reads its bandwidths: `prepare_training` does it before it plans the step, `FaultHooks` before
+    it runs it. Faults on the same link stack: each directed link keeps the product of its faults' capacities, set
+    once from its line rate (`Topology.degrade`), so doing it again changes nothing."""
     kept: dict[int, float] = {}
     for event in plan.links:
-        if event.at_s == 0 and event.capacity > 0:
+        if event.from_start and event.capacity > 0:
             for link in directed_links(topology, event):
                 kept[link] = kept.get(link, 1.0) * event.capacity
     by_fraction: dict[float, list[int]] = {}
@@ -66,9 +67,10 @@ def degrade_from_start(topology: Topology, plan: StepFaultPlan) -> None:
 
 class FaultHooks:
     """The link and GPU events of a step's fault ``plan`` on ``topology``. Create it before any route of
-    ``topology`` is computed: it installs the rerouter and fails the links that are down from the start, and
-    degrades those degraded from it, which changes ``topology``'s routing and bandwidths for good (give every
-    run its own topology, as `simulate` does). The plan's slowdowns reach the engine through `compute_hook`,
+    ``topology`` is computed: it installs the rerouter and fails the links that are down for the whole step, and
+    degrades those degraded for it, which changes ``topology``'s routing and bandwidths for good (give every
+    run its own topology, as `simulate` does). Faults with an `until` (or after the start) are played on the
+    network at their times, from the start at 0. The plan's slowdowns reach the engine through `compute_hook`,
     once folding has placed them."""
 
     def __init__(self, topology: Topology, plan: StepFaultPlan):
@@ -76,14 +78,20 @@ class FaultHooks:
         self.plan = plan
         self.rerouter: Rerouter | None = None
         self.down_labels: list[str] = []
-        """The link faults that took links down so far, in order: those that together may split the job."""
+        """The link faults that hold links down now, in the order they took them down: those that together may
+        split the job."""
+        self._down: list[LinkEvent] = []
+        """The faults holding links down now, in the order they took them down."""
+        self._degraded: dict[int, list[float]] = {}
+        """Each directed link's capacities kept under the timed faults degrading it now, in their order."""
+        self._env: simpy.Environment | None = None
         if any(e.capacity == 0 for e in plan.links):
             from simulator.faults.rerouting import Rerouter  # networkx, needed only when links fail
 
             self.rerouter = Rerouter(topology)
         for event in plan.links:
-            if event.at_s == 0 and event.capacity == 0:
-                self._take_down(event)
+            if event.from_start and event.capacity == 0:
+                self._take_down(event, 0.0)
         degrade_from_start(topology, plan)
 
     @property
@@ -94,9 +102,9 @@ class FaultHooks:
 
     @property
     def changes_during_step(self) -> bool:
-        """Whether link capacities or routes change after the step's start (collectives cannot be timed once and
-        replayed then); links degraded or down from the start are the topology's already."""
-        return any(event.at_s > 0 for event in self.plan.links)
+        """Whether link capacities or routes change during the step (collectives cannot be timed once and replayed
+        then); links degraded or down for the whole step are the topology's already."""
+        return any(event.timed for event in self.plan.links)
 
     def keeps_stages_alike(self, layout: Layout) -> bool:
         """Whether the plan leaves the ranks of every pipeline stage of ``layout`` alike (faults/step.py
@@ -112,9 +120,10 @@ class FaultHooks:
                 "rerouted_routes": self.rerouter.rerouted if self.rerouter is not None else 0}
 
     def install(self, env: simpy.Environment, network: Network) -> None:
-        """Schedule every link event after the start (those at it are the topology's already)."""
+        """Schedule every timed link event (those for the whole step are the topology's already)."""
+        self._env = env
         for event in self.plan.links:
-            if event.at_s > 0:
+            if event.timed:
                 env.process(self._link_event(env, network, event))
         for failure in self.plan.gpu_failures:
             env.process(self._gpu_failure(env, failure.at_s, failure.gpu))
@@ -122,21 +131,74 @@ class FaultHooks:
     def _directed(self, event: LinkEvent) -> list[int]:
         return directed_links(self.topology, event)
 
-    def _take_down(self, event: LinkEvent) -> None:
+    def _take_down(self, event: LinkEvent, now: float) -> None:
+        """Route around ``event``'s links from ``now``. A split of the GPUs aborts the step now where it lasts the
+        step; one that heals (every fault splitting them comes back) aborts it only when a transfer needs a route
+        across it while it lasts (the rerouter's `partition`)."""
         assert self.rerouter is not None
         self.rerouter.take_down(list(event.edges))
+        self._down.append(event)
         self.down_labels.append(event.label)
-        split = self.rerouter.split()
-        if split:
-            raise StepAborted(event.at_s, f"{', '.join(self.down_labels)} down: {split}")
+        self._watch_partition(now)
+
+    def _bring_up(self, event: LinkEvent, now: float) -> list[int]:
+        """``event``'s links come back at ``now`` where no other fault holds them down: their directed links."""
+        assert self.rerouter is not None
+        self._down.remove(event)
+        self.down_labels.remove(event.label)
+        held = {edge for other in self._down for edge in both_ways(other.edges)}
+        up = [edge for edge in event.edges if edge not in held]
+        self.rerouter.bring_up(up)
+        self._watch_partition(now)
+        index = self.topology.link_index
+        return [index[edge] for edge in both_ways(up)]
+
+    def _watch_partition(self, now: float) -> None:
+        """Abort the step at ``now`` where the links down for the rest of the step split the GPUs; where only
+        faults that come back split them, have the rerouter abort the step at the first transfer with no route."""
+        from simulator.faults.rerouting import split  # loaded with the rerouter
+
+        assert self.rerouter is not None
+        self.rerouter.partition = None
+        cut = self.rerouter.split()
+        if not cut:
+            return
+        labels = ", ".join(self.down_labels)
+        lasting = {edge for event in self._down if event.until_s is None for edge in both_ways(event.edges)}
+        if lasting == self.rerouter.down or split(self.topology, lasting):
+            raise StepAborted(now, f"{labels} down: {cut}")
+        env = self._env
+        assert env is not None, "faults that come back are played in the run"
+        self.rerouter.partition = lambda a, b: StepAborted(env.now, f"{labels} down: {a} cannot reach {b}")
 
     def _link_event(self, env: simpy.Environment, network: Network, event: LinkEvent):
         yield env.timeout(event.at_s)
+        links = self._directed(event)
         if event.capacity > 0:
-            network.scale_capacity(self._directed(event), event.capacity)
+            for link in links:
+                self._degraded.setdefault(link, []).append(event.capacity)
+            network.scale_capacity(links, event.capacity)
         else:
-            self._take_down(event)
-            network.take_down(self._directed(event))
+            self._take_down(event, env.now)
+            network.take_down(links)
+        if event.until_s is None:
+            return
+        yield env.timeout(event.until_s - env.now)
+        if event.capacity > 0:
+            self._restore(network, links, event.capacity)
+        else:
+            network.bring_up(self._bring_up(event, env.now))
+
+    def _restore(self, network: Network, links: list[int], capacity: float) -> None:
+        """``links`` come back from a fault that kept ``capacity`` of them: each keeps the product of the timed
+        faults still degrading it."""
+        by_kept: dict[float, list[int]] = {}
+        for link in links:
+            held = self._degraded[link]
+            held.remove(capacity)
+            by_kept.setdefault(math.prod(held), []).append(link)
+        for kept, restored in by_kept.items():
+            network.restore_capacity(restored, kept)
 
     def _gpu_failure(self, env: simpy.Environment, at_s: float, gpu: int):
         yield env.timeout(at_s)

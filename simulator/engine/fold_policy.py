@@ -232,9 +232,9 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
 
 
 LINKS_DURING_STEP = "link faults (replicas no longer see the same links)"
-"""Why link faults unfold a step unless every one takes its links down or degrades them from the start
-(`link_fault_blocker`): a link failing or degraded mid-step changes routes or capacities that the fold checks,
-which read the routes and capacities at the step's start, do not see."""
+"""Why link faults unfold a step unless every one takes its links down or degrades them for the whole step
+(`link_fault_blocker`): a link failing, degraded or coming back mid-step changes routes or capacities that the
+fold checks, which read the routes and capacities at the step's start, do not see."""
 
 
 LINKS_WITHOUT_LAYOUT = "link faults in a step without a parallel layout (a trace: no hosts' classes to fold by)"
@@ -248,10 +248,11 @@ def link_fault_blocker(plan: StepFaultPlan, mode: NetworkMode) -> str:
     every mirror over the routes the run takes (the fabric's translations are off once routes change,
     `PlanCache.translations`); links degraded from the start are the topology's at their bandwidth
     (`Topology.degrade`) before any check reads a capacity, and the translations map no link onto one of
-    another bandwidth (topology/periods.py); a link failing or degraded mid-step changes capacities or routes
-    the checks do not see. The analytic model has no lockstep check to certify a fold that meets detours, and
-    stragglers beside link faults are not refolded (`link_fault_step` classes by hosts, not slowdowns)."""
-    if any(event.at_s > 0 for event in plan.links):
+    another bandwidth (topology/periods.py); a link failing, degraded or coming back (`until`) mid-step changes
+    capacities or routes the checks do not see. The analytic model has no lockstep check to certify a fold that
+    meets detours, and stragglers beside link faults are not refolded (`link_fault_step` classes by hosts, not
+    slowdowns)."""
+    if any(event.timed for event in plan.links):
         return LINKS_DURING_STEP
     if mode != "flow":
         return "link faults on the analytic model (no lockstep check after the run to certify a fold over detours)"

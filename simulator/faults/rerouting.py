@@ -57,11 +57,21 @@ class Rerouter:
         self._shifts: list[Rotation | RailRotation] | None = None
         """The fabric's `Rotation` and `RailRotation` where it has them (None: not looked for yet)."""
         self._down_by_turns: dict[tuple[int, ...], set[tuple[str, str]]] = {}
+        self.partition: Callable[[str, str], SimulationError] | None = None
+        """Where the links down split the GPUs until some of them come back: the error a route from one GPU to
+        another (by name) that has none raises (the step aborted then); None: a plain SimulationError."""
         topology.router = self
 
     def take_down(self, edges: list[tuple[str, str]]) -> None:
         """Mark the links between the node pairs ``edges`` down, both directions, and drop the cached routes."""
         self.down.update(both_ways(edges))
+        self._down_frozen = frozenset(self.down)
+        self._down_by_turns.clear()
+        self.topology.forget_routes()
+
+    def bring_up(self, edges: list[tuple[str, str]]) -> None:
+        """The links between the node pairs ``edges`` work again, both directions; drop the cached routes."""
+        self.down.difference_update(both_ways(edges))
         self._down_frozen = frozenset(self.down)
         self._down_by_turns.clear()
         self.topology.forget_routes()
@@ -137,6 +147,8 @@ class Rerouter:
 
     def _no_route(self, src: int, dst: int) -> SimulationError:
         gpus = self.topology.gpus
+        if self.partition is not None:
+            return self.partition(gpus[src], gpus[dst])
         return SimulationError(f"no route from {gpus[src]} to {gpus[dst]} around the failed links")
 
     def _view(self, ends: set[str], down: set[tuple[str, str]]) -> nx.DiGraph:

@@ -60,12 +60,24 @@ NOMINAL = Slowdown()
 
 @dataclass(frozen=True)
 class LinkEvent:
-    """At ``at_s`` the links between the node pairs ``edges`` keep ``capacity`` of their bandwidth (0: down)."""
+    """From ``at_s`` the links between the node pairs ``edges`` keep ``capacity`` of their bandwidth (0: down),
+    until ``until_s`` when they come back at full bandwidth (None: to the step's end)."""
 
     at_s: float
     edges: tuple[tuple[str, str], ...]
     capacity: float
     label: str
+    until_s: float | None = None
+
+    @property
+    def from_start(self) -> bool:
+        """Whether the fault holds for the whole step: the cluster's own link, for every plan and check."""
+        return self.at_s == 0 and self.until_s is None
+
+    @property
+    def timed(self) -> bool:
+        """Whether the fault changes the network during the step: it strikes after the start or comes back."""
+        return not self.from_start
 
 
 @dataclass(frozen=True)
@@ -97,8 +109,8 @@ class StepFaultPlan:
         return {
             "slowed_gpus": {str(gpu): {"factor": s.factor, "swings": [list(w) for w in s.swings]}
                             for gpu, s in self.slowdowns},
-            "links": [{"link": event.label, "at_s": event.at_s, "capacity": event.capacity}
-                      for event in self.links],
+            "links": [{"link": event.label, "at_s": event.at_s, "until_s": event.until_s,
+                       "capacity": event.capacity} for event in self.links],
             "gpu_failures": [{"gpu": event.gpu, "name": topology.gpus[event.gpu], "at_s": event.at_s}
                              for event in self.gpu_failures],
         }
@@ -181,7 +193,7 @@ def _link_event(entry: LinkFault, path: str, topology: Topology) -> LinkEvent:
             neighbours = ", ".join(sorted(graph.successors(a))[:8])
             raise ScenarioError(f"no link between {a} and {b}", field=f"{path}.link",
                                 allowed=f"a neighbour of {a}: {neighbours}")
-        return LinkEvent(entry.at, ((a, b),), entry.capacity, f"{a}-{b}")
+        return LinkEvent(entry.at, ((a, b),), entry.capacity, f"{a}-{b}", entry.until)
     switch = entry.uplinks_of or ""
     tier = graph.nodes[switch].get("tier") if switch in graph else None
     if tier is None and topology.explicit_graph and switch in graph and graph.nodes[switch].get("kind") == "switch":
@@ -197,7 +209,7 @@ def _link_event(entry: LinkFault, path: str, topology: Topology) -> LinkEvent:
     if not up:
         raise ScenarioError(f"{switch} has no uplinks (it is a top-tier switch)", field=f"{path}.uplinks_of",
                             allowed="a leaf or spine below another tier")
-    return LinkEvent(entry.at, up, entry.capacity, f"uplinks of {switch}")
+    return LinkEvent(entry.at, up, entry.capacity, f"uplinks of {switch}", entry.until)
 
 
 def alike_in_stages(plan: StepFaultPlan, layout: Layout) -> bool:

@@ -327,6 +327,8 @@ class Network:
         self.mode = mode
         self.log = log
         self.capacity = effective_capacity(topology, efficiency or {})
+        self._start_capacity = self.capacity
+        """The capacities the run starts with (shared, read-only), which links coming back return to."""
         self.flows_simulated = 0
         self.resolves = 0
         self.searches = 0
@@ -482,6 +484,18 @@ class Network:
         if not self.capacity.flags.writeable:
             self.capacity = self.capacity.copy()
         self.capacity[list(links)] *= fraction
+        self._capacity_changed(links)
+
+    def restore_capacity(self, links: Sequence[int], kept: float) -> None:
+        """``links`` come back from a fault: from now on they keep ``kept`` of the capacity they started the run
+        with (1: all of it; less while other faults still hold them); the flows crossing them are re-solved."""
+        if not self.capacity.flags.writeable:
+            self.capacity = self.capacity.copy()
+        self.capacity[list(links)] = self._start_capacity[list(links)] * kept
+        self._capacity_changed(links)
+
+    def _capacity_changed(self, links: Sequence[int]) -> None:
+        """Forget what the old capacities of ``links`` decided, and re-solve the flows crossing them."""
         self._forget_timings()
         self._forget_solves()
         self._touched_links.update(links)
@@ -515,6 +529,13 @@ class Network:
             flow.reroute(self.topology.path(*flow.endpoints()))
         self._join(members)
         self._request_batch()
+
+    def bring_up(self, links: Sequence[int]) -> None:
+        """``links`` work again (the topology already routes over them): transfers posted from now on take their
+        own routes; flows in flight on a detour finish on it, and flows still in their latency keep the route they
+        were posted with."""
+        self._down.difference_update(links)
+        self._forget_timings()
 
     def _request_batch(self) -> None:
         if not self._batch_pending:
