@@ -1,12 +1,14 @@
 """The engine's fault hooks: how long a kernel takes on a slowed GPU (`compute_hook`), and the link and GPU
 events of `faults.step` played at their times on the network and the routes (`FaultHooks`).
 
-A degraded link keeps a fraction of its capacity from its time on; the flows crossing it are re-solved at
-once. One degraded from the start is the topology's link at that bandwidth (`Topology.degrade`), which every
-plan, fold check and `auto` choice reads. A failed link is removed from routing: transfers posted afterwards
-take a detour, flows in flight on it move to their new route with the bytes they have left. A failure that
-leaves some GPU unable to reach another (through switches and NICs; GPUs forward nothing), or a failed GPU,
-aborts the step at that time.
+A degraded link keeps a fraction of its capacity from its time on, until its `until` where it has one; the flows
+crossing it are re-solved at each change. One degraded for the whole step is the topology's link at that
+bandwidth (`Topology.degrade`), which every plan, fold check and `auto` choice reads. A failed link is removed
+from routing: transfers posted afterwards take a detour, flows in flight on it move to their new route with the
+bytes they have left; when it comes back, transfers posted afterwards take their own routes again and flows on
+detours finish there. A failure that leaves some GPU unable to reach another (through switches and NICs; GPUs
+forward nothing) for the rest of the step, or a failed GPU, aborts the step at that time; a split that heals
+aborts it only when a transfer needs a route across it before then.
 """
 
 from __future__ import annotations
