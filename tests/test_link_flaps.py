@@ -1,6 +1,6 @@
-"""Link faults that come back (`until`): each interval's rates and the completion times by hand on two leaf groups
-joined by two spines, routes back for the transfers posted after, windows that miss the traffic, partitions that
-heal, folding, refusals and the console's fault line."""
+"""Link faults that come back (`until`) and flap (`every`): each interval's rates and the completion times by hand on
+two leaf groups joined by two spines, routes back for the transfers posted after, windows that miss the traffic,
+partitions that heal, folding, refusals and the console's fault line."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from simulator import simulate
 from simulator.cli import main
+from simulator.console.report import _step_faults
 from simulator.config.loader import scenario_from_text
 from simulator.errors import StepAborted
 
@@ -56,9 +57,25 @@ def test_a_link_down_for_a_window_detours_its_flow_and_gives_later_transfers_the
     assert run(TWO_STREAMS)["makespan_s"] == pytest.approx(2 * (LATENCY + GB / RATE), rel=1e-12)
     flap = run(TWO_STREAMS, "{link: [leaf0.r0, spine0], at: 10 ms, until: 20 ms}")
     assert flap["makespan_s"] == pytest.approx(shared_end + LATENCY + GB / RATE, rel=1e-12)
-    assert flap["faults"]["links"] == [{"link": "leaf0.r0-spine0", "at_s": 0.01, "until_s": 0.02, "capacity": 0.0}]
+    assert flap["faults"]["links"] == [{"link": "leaf0.r0-spine0", "at_s": 0.01, "until_s": 0.02, "every_s": None,
+                                        "count": None, "capacity": 0.0}]
     lasting = run(TWO_STREAMS, "{link: [leaf0.r0, spine0], at: 10 ms}")
     assert lasting["makespan_s"] == pytest.approx(shared_end + LATENCY + 2 * GB / RATE, rel=1e-12)
+
+
+def test_a_flapping_link_costs_each_window_and_repeats_to_the_step_end_without_a_count():
+    """Half the link from 5 to 10 ms and again 10 ms later: each window costs RATE / 2 x 5 ms, 2.5 ms at RATE.
+    Without a count every 10 ms period from 5 ms on carries RATE x (5 ms / 2 + 5 ms) = 176.25 MB: the flow has
+    RATE x (5 ms - LATENCY) by 5 ms, five periods to 55 ms, and the rest at RATE / 2."""
+    flap = "{link: [leaf0.r0, spine0], capacity: 0.5, at: 5 ms, until: 10 ms, every: 10 ms"
+    twice = run(ONE_FLOW, flap + ", count: 2}")
+    assert twice["makespan_s"] == pytest.approx(LATENCY + GB / RATE + 2 * 2.5e-3, rel=1e-12)
+    assert twice["faults"]["links"][0] | {"link": ""} == {"link": "", "at_s": 5e-3, "until_s": 10e-3, "every_s": 10e-3,
+                                                         "count": 2, "capacity": 0.5}
+    period = RATE * 7.5e-3
+    left = GB - RATE * (5e-3 - LATENCY) - 5 * period
+    assert 0 < left < RATE / 2 * 5e-3
+    assert run(ONE_FLOW, flap + "}")["makespan_s"] == pytest.approx(55e-3 + left / (RATE / 2), rel=1e-12)
 
 
 SPINES_STEP = """
@@ -133,6 +150,12 @@ def test_a_partition_aborts_the_step_only_when_a_transfer_needs_it_while_it_last
     ("{uplinks_of: leaf0.r0, at: 5 ms, until: 2 ms}",
      "faults.step.links[0].until: 2 ms is not after at (5 ms) (allowed: a time after 5 ms, e.g. 15 ms)"),
     ("{link: [leaf0.r0, spine0], until: 5}", "faults.step.links[0].until: "),
+    ("{link: [leaf0.r0, spine0], at: 5 ms, every: 10 ms}", "faults.step.links[0].every: a fault repeats only once it "
+     "has ended (allowed: until, the end of its first time, e.g. until: 15 ms)"),
+    ("{link: [leaf0.r0, spine0], at: 5 ms, until: 10 ms, every: 5 ms}", "faults.step.links[0].every: 5 ms is not "
+     "longer than the fault (5 ms): the link would never come back (allowed: a period longer than 5 ms)"),
+    ("{link: [leaf0.r0, spine0], until: 10 ms, count: 2}", "faults.step.links[0].count: count is how many times a "
+     "fault repeats every period (allowed: every, a period, e.g. every: 100 ms)"),
 ])
 def test_a_bad_until_is_one_located_line(tmp_path, capsys, fault, problem):
     scenario = tmp_path / "bad.yaml"
@@ -151,3 +174,8 @@ def test_the_fault_line_says_when_a_link_comes_back(tmp_path, capsys):
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("step faults:"))
     assert line == "step faults: leaf0.r0-spine0 down from 10 ms to 20 ms (1 route rerouted)"
+    flaps = {"links": [{"link": "leaf0.r0-spine0", "at_s": 5e-3, "until_s": 10e-3, "every_s": 0.1, "count": count,
+                        "capacity": 0.5} for count in (3, None)]}
+    assert _step_faults(flaps) == ("leaf0.r0-spine0 degraded to 50.0% from 5 ms to 10 ms, every 100 ms (3 times), "
+                                   "leaf0.r0-spine0 degraded to 50.0% from 5 ms to 10 ms, every 100 ms to the step's "
+                                   "end")

@@ -99,7 +99,8 @@ class Straggler(Section):
 
 class LinkFault(Section):
     """A link (both directions) that loses capacity at time `at`, until time `until` (None: to the step's end), when
-    it comes back at its full capacity: named by its two endpoints in the topology graph (`link: [leaf0.r0,
+    it comes back at its full capacity, and again every `every` after each (a flapping link: `count` times, None: to
+    the step's end): named by its two endpoints in the topology graph (`link: [leaf0.r0,
     spine3]`), or every uplink of a switch (`uplinks_of: leaf0.r0`: its links to switches of a higher tier).
     `capacity` is the fraction of line rate left; 0 (default) takes the link down, and routes are recomputed
     around it."""
@@ -109,6 +110,8 @@ class LinkFault(Section):
     capacity: float = Field(default=0.0, ge=0, lt=1)
     at: StepDuration = 0.0
     until: StepDuration | None = None
+    every: Period | None = None
+    count: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _one_selection(self) -> LinkFault:
@@ -117,6 +120,16 @@ class LinkFault(Section):
         if self.until is not None and self.until <= self.at:
             raise FieldProblem(("until",), f"{format_seconds(self.until)} is not after at ({format_seconds(self.at)})",
                                f"a time after {format_seconds(self.at)}, e.g. {format_seconds(self.at + 0.01)}")
+        if self.every is not None and self.until is None:
+            raise FieldProblem(("every",), "a fault repeats only once it has ended", "until, the end of its first "
+                               f"time, e.g. until: {format_seconds(self.at + 0.01)}")
+        if self.every is not None and self.until is not None and self.every <= self.until - self.at:
+            raise FieldProblem(("every",), f"{format_seconds(self.every)} is not longer than the fault "
+                               f"({format_seconds(self.until - self.at)}): the link would never come back",
+                               f"a period longer than {format_seconds(self.until - self.at)}")
+        if self.count is not None and self.every is None:
+            raise FieldProblem(("count",), "count is how many times a fault repeats every period",
+                               "every, a period, e.g. every: 100 ms")
         return self
 
 

@@ -477,11 +477,19 @@ def _factor_range(low: float, high: float) -> str:
     return low_text if low_text == high_text else f"{low_text} to x{high_text}"
 
 
+def _repeats(link: dict) -> str:
+    """How a link fault repeats, as the `step faults` row says it ('' for one that does not)."""
+    if link.get("every_s") is None:
+        return ""
+    return f", every {format_seconds(link['every_s'])} " + (f"({counted(link['count'], 'time')})" if link["count"]
+                                                            else "to the step's end")
+
+
 def _step_faults(faults: dict) -> str:
     """What `faults.step` did to the step (summary.json's `faults`), so that a run with a straggler and a failed
     link does not print as a healthy one: the slowdown factors of a few slowed GPUs by index, of many as a count
-    and range; each link's state and times (from, and to where it comes back; a few, then a count) and the routes
-    that took a detour; GPU failures after the step's end (one before it aborts the step)."""
+    and range; each link's state and times (from, to where it comes back, how it repeats; a few, then a count) and
+    the routes that took a detour; GPU failures after the step's end (one before it aborts the step)."""
     parts = []
     slowed = sorted((int(gpu), entry) for gpu, entry in (faults.get("slowed_gpus") or {}).items())
     if slowed:
@@ -494,7 +502,7 @@ def _step_faults(faults: dict) -> str:
     shown = [f"{link['link']} {'down' if link['capacity'] == 0 else 'degraded to ' + _share(link['capacity'])} "
              + (f"from {format_seconds(link['at_s'])}" if link["at_s"] else "from the start")
              + (f" to {format_seconds(link['until_s'])}" if link.get("until_s") is not None else "")
-             for link in links[:SHOWN_FAULTS]]
+             + _repeats(link) for link in links[:SHOWN_FAULTS]]
     if len(links) > SHOWN_FAULTS:
         shown.append(f"{len(links) - SHOWN_FAULTS:,} more links")
     if shown:

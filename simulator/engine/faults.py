@@ -174,22 +174,23 @@ class FaultHooks:
         self.rerouter.partition = lambda a, b: StepAborted(env.now, f"{labels} down: {a} cannot reach {b}")
 
     def _link_event(self, env: simpy.Environment, network: Network, event: LinkEvent):
-        yield env.timeout(event.at_s)
         links = self._directed(event)
-        if event.capacity > 0:
-            for link in links:
-                self._degraded.setdefault(link, []).append(event.capacity)
-            network.scale_capacity(links, event.capacity)
-        else:
-            self._take_down(event, env.now)
-            network.take_down(links)
-        if event.until_s is None:
-            return
-        yield env.timeout(event.until_s - env.now)
-        if event.capacity > 0:
-            self._restore(network, links, event.capacity)
-        else:
-            network.bring_up(self._bring_up(event, env.now))
+        for start, end in event.times():
+            yield env.timeout(start - env.now)
+            if event.capacity > 0:
+                for link in links:
+                    self._degraded.setdefault(link, []).append(event.capacity)
+                network.scale_capacity(links, event.capacity)
+            else:
+                self._take_down(event, env.now)
+                network.take_down(links)
+            if end is None:
+                return
+            yield env.timeout(end - env.now)
+            if event.capacity > 0:
+                self._restore(network, links, event.capacity)
+            else:
+                network.bring_up(self._bring_up(event, env.now))
 
     def _restore(self, network: Network, links: list[int], capacity: float) -> None:
         """``links`` come back from a fault that kept ``capacity`` of them: each keeps the product of the timed

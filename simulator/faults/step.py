@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -61,13 +61,29 @@ NOMINAL = Slowdown()
 @dataclass(frozen=True)
 class LinkEvent:
     """From ``at_s`` the links between the node pairs ``edges`` keep ``capacity`` of their bandwidth (0: down),
-    until ``until_s`` when they come back at full bandwidth (None: to the step's end)."""
+    until ``until_s`` when they come back at full bandwidth (None: to the step's end); where ``every_s`` is set, the
+    same again from each ``at_s + k every_s`` to ``until_s + k every_s``, ``count`` times in all (None: to the step's
+    end)."""
 
     at_s: float
     edges: tuple[tuple[str, str], ...]
     capacity: float
     label: str
     until_s: float | None = None
+    every_s: float | None = None
+    count: int | None = None
+
+    def times(self) -> Iterator[tuple[float, float | None]]:
+        """Each (start, end) of the fault in turn (end None: to the step's end); endless where it repeats to the
+        step's end."""
+        if self.every_s is None:
+            yield self.at_s, self.until_s
+            return
+        assert self.until_s is not None, "a repeating fault ends each time"
+        k = 0
+        while self.count is None or k < self.count:
+            yield self.at_s + k * self.every_s, self.until_s + k * self.every_s
+            k += 1
 
     @property
     def from_start(self) -> bool:
@@ -109,8 +125,8 @@ class StepFaultPlan:
         return {
             "slowed_gpus": {str(gpu): {"factor": s.factor, "swings": [list(w) for w in s.swings]}
                             for gpu, s in self.slowdowns},
-            "links": [{"link": event.label, "at_s": event.at_s, "until_s": event.until_s,
-                       "capacity": event.capacity} for event in self.links],
+            "links": [{"link": event.label, "at_s": event.at_s, "until_s": event.until_s, "every_s": event.every_s,
+                       "count": event.count, "capacity": event.capacity} for event in self.links],
             "gpu_failures": [{"gpu": event.gpu, "name": topology.gpus[event.gpu], "at_s": event.at_s}
                              for event in self.gpu_failures],
         }
@@ -193,7 +209,7 @@ def _link_event(entry: LinkFault, path: str, topology: Topology) -> LinkEvent:
             neighbours = ", ".join(sorted(graph.successors(a))[:8])
             raise ScenarioError(f"no link between {a} and {b}", field=f"{path}.link",
                                 allowed=f"a neighbour of {a}: {neighbours}")
-        return LinkEvent(entry.at, ((a, b),), entry.capacity, f"{a}-{b}", entry.until)
+        return LinkEvent(entry.at, ((a, b),), entry.capacity, f"{a}-{b}", entry.until, entry.every, entry.count)
     switch = entry.uplinks_of or ""
     tier = graph.nodes[switch].get("tier") if switch in graph else None
     if tier is None and topology.explicit_graph and switch in graph and graph.nodes[switch].get("kind") == "switch":
@@ -209,7 +225,7 @@ def _link_event(entry: LinkFault, path: str, topology: Topology) -> LinkEvent:
     if not up:
         raise ScenarioError(f"{switch} has no uplinks (it is a top-tier switch)", field=f"{path}.uplinks_of",
                             allowed="a leaf or spine below another tier")
-    return LinkEvent(entry.at, up, entry.capacity, f"uplinks of {switch}", entry.until)
+    return LinkEvent(entry.at, up, entry.capacity, f"uplinks of {switch}", entry.until, entry.every, entry.count)
 
 
 def alike_in_stages(plan: StepFaultPlan, layout: Layout) -> bool:
