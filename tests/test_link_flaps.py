@@ -4,13 +4,20 @@ partitions that heal, folding, refusals and the console's fault line."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from simulator import simulate
 from simulator.cli import main
-from simulator.console.report import _step_faults
 from simulator.config.loader import scenario_from_text
-from simulator.errors import StepAborted
+from simulator.console.report import _step_faults
+from simulator.engine.faults import FaultHooks
+from simulator.errors import SimulationError, StepAborted
+from simulator.faults.step import LinkEvent, StepFaultPlan
+from simulator.program.ops import CollectiveOp
+from simulator.simulation import NetworkSettings, run_ops
+from simulator.topology.loader import load_topology
 
 FABRIC = """
 cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
@@ -76,6 +83,28 @@ def test_a_flapping_link_costs_each_window_and_repeats_to_the_step_end_without_a
     left = GB - RATE * (5e-3 - LATENCY) - 5 * period
     assert 0 < left < RATE / 2 * 5e-3
     assert run(ONE_FLOW, flap + "}")["makespan_s"] == pytest.approx(55e-3 + left / (RATE / 2), rel=1e-12)
+
+
+def test_a_link_flapping_to_the_step_end_leaves_a_deadlock_reported():
+    """GPU 0 runs X then Y, GPU 1 Y then X: the engine runs out of events and says so, though the flap could
+    repeat for ever (it repeats only while anything else is left to run)."""
+    topology = load_topology("dgx-h100")
+    ops = [CollectiveOp(id=index, rank=rank, stream="comm", name=key, op="all_reduce", group=(0, 1), nbytes=2**20,
+                        key=key) for index, (rank, key) in enumerate([(0, "X"), (0, "Y"), (1, "Y"), (1, "X")])]
+    flap = LinkEvent(1e-3, (("h0/gpu0", "h0/nvswitch"),), 0.5, "h0/gpu0-h0/nvswitch", 2e-3, 10e-3)
+    previous = signal.signal(signal.SIGALRM, _never_ends)
+    signal.alarm(20)
+    try:
+        with pytest.raises(SimulationError, match="deadlock"):
+            run_ops(topology, ops, NetworkSettings(), faults=FaultHooks(topology, StepFaultPlan(links=(flap,))))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _never_ends(_signum: int, _frame: object) -> None:
+    """A run still going after the alarm fails the test rather than hang it."""
+    raise TimeoutError("the run never ended")
 
 
 SPINES_STEP = """

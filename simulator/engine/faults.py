@@ -175,8 +175,10 @@ class FaultHooks:
 
     def _link_event(self, env: simpy.Environment, network: Network, event: LinkEvent):
         links = self._directed(event)
-        for start, end in event.times():
+        for index, (start, end) in enumerate(event.times()):
             yield env.timeout(start - env.now)
+            if index and env.peek() == math.inf:
+                return  # nothing but this fault was left to run: the step has ended, or stalled (a deadlock report)
             if event.capacity > 0:
                 for link in links:
                     self._degraded.setdefault(link, []).append(event.capacity)
