@@ -45,7 +45,7 @@ from simulator.network.model import Network, effective_capacity
 from simulator.network.modes import NetworkMode
 from simulator.parallel.folding import cp_lanes, ranks_stood_for
 from simulator.program.contention import SmShare
-from simulator.program.ops import CollectiveOp, Op
+from simulator.program.ops import COMM_CATEGORIES, CollectiveOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
@@ -622,6 +622,21 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     return summary, result.log, result.lockstep
 
 
+def link_tiers_entry(result: Result, settings: NetworkSettings, makespan_s: float) -> dict:
+    """The run's `link_tiers` entry (metrics/link_tiers.py): each link tier's busiest link, over every flow and
+    over each kind of communication's, read off the log's flows and their routes."""
+    from simulator.metrics.link_tiers import step_link_tiers
+
+    topology = result.topology
+    ops = result.log.op_columns(("key", "category"))
+    categories = {key: category for key, category in zip(ops["key"].tolist(), ops["category"].tolist())
+                  if key and category in COMM_CATEGORIES}
+    line_rate = np.asarray(topology.line_rate, dtype=float)
+    usable = effective_capacity(topology, dict(settings.efficiency)) / line_rate
+    return step_link_tiers(result.flow_routes, result.log.flow_columns(("key", "start_s", "end_s", "bytes")),
+                           categories, topology, makespan_s, usable)
+
+
 def _routing_skew_s(details: Mapping[str, object]) -> float | None:
     """What a MoE step's routing skew adds to every rank's step (its `moe` entry's `hottest_rank_adds_s`), None
     for a step without experts."""
@@ -831,6 +846,10 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         from simulator.workload.traces.program import throughput_warnings
 
         summary["warnings"] += throughput_warnings(summary, program.peak_flops)
+    from simulator.metrics.link_tiers import with_binding_tier
+
+    summary["link_tiers"] = link_tiers_entry(result, settings, summary["step_time_s"])
+    summary["bottleneck"] = with_binding_tier(summary["bottleneck"], summary["link_tiers"], topology.params)
     if program.parameter_server is not None:
         from simulator.parameter_server.summary import ps_report, with_binding_links
 

@@ -49,7 +49,7 @@ def link_load(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, src: n
     candidates = np.unique(link_ids[shown])
     if candidates.size == 0:
         return empty
-    keys, shares = _load_keys(routes, flow_of, line_rate.size)
+    keys, shares = load_keys(routes, flow_of, line_rate.size)
     carried = np.bincount(keys, weights=nbytes[flow_of], minlength=2 * line_rate.size)
     carried = carried[candidates] + carried[shares(candidates)]
     busiest = np.lexsort((candidates, -carried))[:MAX_LINKS]
@@ -84,7 +84,7 @@ def within_line_rate(utilisation: np.ndarray) -> np.ndarray:
     return spread
 
 
-def _load_keys(routes: FlowRoutes, flow_of: np.ndarray, count: int):
+def load_keys(routes: FlowRoutes, flow_of: np.ndarray, count: int):
     """The key each (flow, link) pair loads: the link itself, or ``count`` + its orbit representative for a
     flow standing for its orbit; and the function giving each link's orbit key (``count`` + the link when there
     is no quotient: a key no pair loads, so it adds nothing)."""

@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+from simulator.metrics.link_tiers import TIER_DETAIL
 from simulator.metrics.step import (
     StepRows,
     bubble_fraction,
@@ -279,7 +280,11 @@ def without_reason(verdict: str, exposed_share: float | None) -> str:
     communication together (``exposed_share``: the bottleneck's `verdict_exposed_share`, None where a record
     lacks it), so that it does not read as a contradiction beside a larger single loss of another name
     ('communication-bound (all exposed communication 31.2%); largest single loss: pipeline bubble, 17.4% of the
-    step'). The loss's own bracket (a bubble's share of the pipeline window beside the schedule's) stays."""
+    step'). The loss's own bracket (a bubble's share of the pipeline window beside the schedule's) stays; the
+    binding tier's (metrics/link_tiers.py `TIER_DETAIL`) goes, its name and oversubscription staying."""
+    head, detail, tail = verdict.partition(TIER_DETAIL)
+    if detail:
+        verdict = head + tail.partition(")")[2]
     bound, bracket, rest = verdict.partition(" (")
     if not bracket or ";" in bound:
         return verdict

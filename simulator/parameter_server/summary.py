@@ -40,6 +40,7 @@ import pandas as pd
 
 from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND, FLOW_KIND
 from simulator.metrics.intervals import covered
+from simulator.metrics.link_tiers import BINDING_MARGIN
 from simulator.program.ops import BACKWARD_CATEGORY, FORWARD_CATEGORY
 from simulator.program.ps_plan import PsPlan
 from simulator.topology.graph import Topology
@@ -268,11 +269,6 @@ def peak_link(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Count
             best, name = float(share), f"{u}->{v}"
     return {"link": name, "utilisation_in_transfers": best}
 
-
-BINDING_MARGIN = 0.05
-"""How far below the peak link's utilisation in transfers (a fraction of line rate) a side's busiest link may run
-and still bind the exchange: flows that share the link setting their pace keep it within a few percent of full,
-and a link that waits on another runs far below it."""
 
 BindingSide = Literal["server", "worker", "both", "neither"]
 

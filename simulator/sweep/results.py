@@ -68,7 +68,7 @@ AXES_ATTR = "axes"
 sweep file names them: what `trainsim plot sweep` defaults --x to when there is one."""
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
-SUMMARY_SCHEMA = 9
+SUMMARY_SCHEMA = 10
 """The version of the summary's field names a record's metrics carry, raised when a field is renamed or changes
 meaning, so that a resumed sweep runs again the points recorded under earlier names rather than mixing both in
 one table (1: `memory_per_stage[i].total_gib`, which replaced `memory_per_stage_gib[i].total` in 8a86ad6; records
@@ -96,7 +96,10 @@ chosen nearest the GPU among equally slow ones, and its communication-bound verd
 and the loss `cp_imbalance` with the `cp_imbalance` entry, the attention the slowest CP rank adds where the ranks'
 causal work differs, and the losses `peer_wait` and `stage_tail_wait`, a rank's idle time after the pipeline
 window waiting for slower ranks of its stage and then for other stages, among the losses the verdict's largest
-may name)."""
+may name; 10: `link_tiers`, each link tier's busiest link over every flow and each kind of communication's, with
+the tiers that bind each kind, and the verdict whose largest loss is a kind's exposed communication ending with
+the tier that binds it, `bottleneck.binding_tier`: the 2:1 rail fabric's 'DP transfers bound by the leaf-spine
+links, oversubscribed 2:1 (...)')."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,139 @@
+"""summary.json's `link_tiers`: each link tier's busiest link, the tier that binds a kind of communication, and the
+verdict naming it where that kind's exposed communication is the step's largest loss."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from shared import EXACT
+
+from simulator import simulate
+from simulator.config.loader import scenario_from_text
+from simulator.metrics.summary import without_reason
+
+RAIL_STEP = """
+cluster: {{topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2, oversubscription: {ratio}}}
+model: {{preset: llama3-8b, layers: 8}}
+training: {{seq_len: 4096, global_batch: 8, micro_batch: 1, precision: bf16, recompute: none}}
+parallelism: {{tp: 8, dp: 4, zero: 1, ddp: {{bucket: 25 MiB, overlap: true}}}}
+"""
+"""Llama 3 8B cut to 8 layers, TP 8 in a host x DP 4 across four DGX hosts in two leaf groups of two: every DP ring
+crosses the spines twice, its exposed DP communication the step's largest loss."""
+
+NVLINK_STEP = """
+cluster: {{topology: dgx-h100}}
+model: {{layers: 2, hidden: 8192, heads: 64, vocab: 32000}}
+training: {{seq_len: {seq_len}, microbatches: {microbatches}}}
+parallelism: {{tp: 8}}
+collectives: {{algorithm: ring}}
+"""
+"""One DGX host, TP 8 with ring all-reduces on NVLink: at 32k tokens their 512 MiB transfers run near line rate,
+at 1k tokens the ring steps' latencies hold them."""
+
+
+@functools.cache
+def summary_of(text: str, *overrides: str) -> dict:
+    loaded = scenario_from_text(text, source="step.yaml", overrides=list(overrides))
+    return simulate(loaded).summary
+
+
+def test_the_leaf_spine_tier_carries_the_dp_ring_bytes_per_link_by_hand():
+    """The leaf-spine tier's busiest link carries what a ring link carries in the step's ZeRO-1 exchange: per DP
+    rank, 3/4 of its fp32 gradient shard reduce-scattered and 3/4 of its bf16 parameter shard gathered, the shard
+    the parameters TP splits over 8 plus the norms each TP rank holds whole."""
+    hidden, ffn, kv, vocab, layers = 4096, 14336, 1024, 128256, 8
+    norms = 2 * hidden * layers + hidden
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * ffn
+    shard = (layers * per_layer + 2 * vocab * hidden) / 8 + norms
+    ring_link_bytes = 3 / 4 * (4 + 2) * shard
+    for ratio in (1, 2):
+        tiers = summary_of(RAIL_STEP.format(ratio=ratio))["link_tiers"]
+        dp = tiers["by_kind"]["dp"]["tiers"]
+        assert dp["leaf-spine"]["bytes"] == pytest.approx(ring_link_bytes, rel=EXACT)
+        assert dp["nic-leaf"]["bytes"] == pytest.approx(ring_link_bytes, rel=EXACT)
+        assert dp["leaf-spine"]["line_rate_bytes_per_s"] == pytest.approx(50e9 / ratio)
+        assert tiers["tiers"]["leaf-spine"]["bytes"] == pytest.approx(ring_link_bytes, rel=EXACT)
+        assert tiers["tiers"]["gpu-nvswitch"]["busiest_link"].startswith("h0/")
+
+
+def test_at_2_to_1_the_leaf_spine_uplinks_run_near_line_rate_and_the_verdict_names_them():
+    """At 2:1 the DP transfers hold the leaf-spine links at line rate (less InfiniBand's 94% efficiency and the
+    ring's latencies) for as long as they run, and the NICs' links at half that: the verdict names the leaf-spine
+    tier alone, its oversubscription and its busiest link. At 1:1 the NIC-leaf and leaf-spine links run alike, and
+    the NIC's is named, the fabric's within 5 points of it."""
+    oversubscribed = summary_of(RAIL_STEP.format(ratio=2))
+    dp = oversubscribed["link_tiers"]["by_kind"]["dp"]
+    assert dp["binding"] == ["leaf-spine"]
+    assert 0.9 < dp["tiers"]["leaf-spine"]["utilisation_in_transfers"] <= 0.94
+    assert dp["tiers"]["nic-leaf"]["utilisation_in_transfers"] == pytest.approx(
+        dp["tiers"]["leaf-spine"]["utilisation_in_transfers"] / 2, rel=EXACT)
+    verdict = oversubscribed["bottleneck"]["verdict"]
+    assert oversubscribed["bottleneck"]["largest_loss"]["name"] == "exposed_dp_comm"
+    link = dp["tiers"]["leaf-spine"]["busiest_link"]
+    assert (f"DP transfers bound by the leaf-spine links, oversubscribed 2:1 (the busiest, {link}, at "
+            f"{100 * dp['tiers']['leaf-spine']['utilisation_in_transfers']:.1f}% of line rate") in verdict
+    assert oversubscribed["bottleneck"]["binding_tier"]["tier"] == "leaf-spine"
+    balanced = summary_of(RAIL_STEP.format(ratio=1))
+    assert balanced["link_tiers"]["by_kind"]["dp"]["binding"] == ["nic-leaf", "leaf-spine"]
+    assert "DP transfers bound by the NIC-leaf links (the busiest" in balanced["bottleneck"]["verdict"]
+    assert "the leaf-spine links within 5 points of it)" in balanced["bottleneck"]["verdict"]
+    assert "oversubscribed" not in balanced["bottleneck"]["verdict"]
+
+
+def test_a_table_of_one_line_per_step_keeps_the_tier_and_drops_its_figures():
+    bottleneck = summary_of(RAIL_STEP.format(ratio=2))["bottleneck"]
+    short = without_reason(bottleneck["verdict"], bottleneck["verdict_exposed_share"])
+    assert short.endswith("; DP transfers bound by the leaf-spine links, oversubscribed 2:1")
+    assert short.startswith("communication-bound (all exposed communication")
+
+
+def test_nvlink_bound_tensor_parallelism_names_the_nvswitch_tier():
+    summary = summary_of(NVLINK_STEP.format(seq_len=32768, microbatches=1))
+    tp = summary["link_tiers"]["by_kind"]["tp"]
+    assert tp["binding"] == ["gpu-nvswitch"]
+    assert summary["bottleneck"]["largest_loss"]["name"] == "exposed_tp_comm"
+    assert "TP transfers bound by the GPU-NVSwitch links (the busiest" in summary["bottleneck"]["verdict"]
+
+
+def test_latency_bound_transfers_name_no_tier():
+    """At 1,024 tokens a TP all-reduce is 16 MiB, a ring step 2 MiB, which NVLink carries in about the time of a
+    step's latencies: the links run at 56% of line rate while the transfers cross them, well below the 82% NVLink
+    carries, and the verdict claims no tier binds though exposed TP communication is the largest loss."""
+    summary = summary_of(NVLINK_STEP.format(seq_len=1024, microbatches=8))
+    tp = summary["link_tiers"]["by_kind"]["tp"]
+    figures = tp["tiers"]["gpu-nvswitch"]
+    assert figures["utilisation_in_transfers"] < figures["usable_fraction"] - 0.05
+    assert tp["binding"] == []
+    assert summary["bottleneck"]["largest_loss"]["name"] == "exposed_tp_comm"
+    assert "bound by the" not in summary["bottleneck"]["verdict"]
+    assert "binding_tier" not in summary["bottleneck"]
+
+
+CP_STEP = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {layers: 8, hidden: 2048, heads: 16, kv_heads: 4, vocab: 32000}
+training: {seq_len: 16384, microbatches: 4, precision: bf16}
+parallelism: {tp: 4, cp: 4, pp: 2, dp: 2, order: [tp, cp, pp, dp], sequence_parallel: true, cp_algorithm: all_gather}
+collectives: {algorithm: ring}
+"""
+
+
+@pytest.mark.parametrize("text", [RAIL_STEP.format(ratio=2), CP_STEP], ids=["rails-2to1", "cp-pp-dp"])
+def test_a_folded_step_gives_the_tiers_of_the_unfolded_one(text):
+    folded, unfolded = summary_of(text), summary_of(text, "run.fold=false")
+    assert folded["folded"] and not unfolded["folded"]
+    assert folded["link_tiers"].keys() == unfolded["link_tiers"].keys()
+    _assert_same(folded["link_tiers"], unfolded["link_tiers"])
+    assert folded["bottleneck"]["verdict"] == unfolded["bottleneck"]["verdict"]
+
+
+def _assert_same(folded: object, unfolded: object) -> None:
+    if isinstance(folded, dict):
+        assert isinstance(unfolded, dict) and folded.keys() == unfolded.keys()
+        for key in folded:
+            _assert_same(folded[key], unfolded[key])
+    elif isinstance(folded, float):
+        assert folded == pytest.approx(unfolded, rel=EXACT)
+    else:
+        assert folded == unfolded
