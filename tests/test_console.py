@@ -75,7 +75,7 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why_in_one_line():
         return [" ".join(line.split()) for line in console.file.getvalue().splitlines()]
 
     summary = {"step_time_s": 1.0, "simulated_ranks": 32, "gpus": 32, "folded": False}
-    assert printed(summary) == ["step time 1 s"]
+    assert printed(summary) == ["step time 1.000 s"]
     summary["fold_given_up"] = [{"fold": "stage", "simulated_ranks": 2, "why": "the cluster is not symmetric",
                                  "reason": "hosts with different GPU counts"}]
     assert printed(summary)[1] == ("ranks 32 of 32 ranks simulated; the stage fold given up: the cluster is not "
@@ -1388,3 +1388,20 @@ def test_the_layout_search_tree_names_a_tiny_model_s_memory_in_mib():
 
     choice = seed_tree_choice(8, 8, 2, 8, True, lambda candidate: Checked(candidate, {}, None, 0.044))
     assert choice.steps[0].endswith("(45.1 MiB): DP over every GPU"), choice.steps
+
+
+def test_the_step_table_keeps_trailing_zeros_so_its_times_read_alike():
+    """Every time in the step's table keeps four significant digits, zeros included: a 227 ms step read '227 ms'
+    above exposed communication of '103.7 ms', as if known to fewer digits."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    summary = {"step_time_s": 0.227, "exposed_comm_s": {"dp": 0.1037, "tp": 0.02}, "comm_s": {"dp": 0.13, "tp": 0.02}}
+    console = Console(file=io.StringIO(), width=300)
+    console.print(training_table(summary))
+    lines = [" ".join(line.split()) for line in console.file.getvalue().splitlines()]
+    assert lines[0] == "step time 227.0 ms"
+    assert lines[1] == "exposed communication tp 20.00 ms (8.8%), dp 103.7 ms (45.7%; 26.30 ms hidden)"

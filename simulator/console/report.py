@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 
 
 def step_seconds(value: float) -> str:
-    """A step's time in seconds (`format_seconds`), and from a minute on in the unit that reads it at a glance
+    """A step's time in seconds with its trailing zeros (`seconds_alike`, as every time of the step's table reads:
+    '227.0 ms' above 'dp 103.7 ms'), and from a minute on in the unit that reads it at a glance
     (`format_duration`, as the job's figures are): a 1,546,021 s step read only in seconds, now '(17.89 d)'."""
-    return format_seconds(value) + (f" ({format_duration(value)})" if value >= MINUTE_S else "")
+    return seconds_alike(value) + (f" ({format_duration(value)})" if value >= MINUTE_S else "")
 
 
 MINUTE_S = 60.0
@@ -374,18 +375,18 @@ def training_table(summary: dict) -> Table:
         table.add_row(LOSS_LABELS["sm_contention"], _contention_text(contention, step))
     shares = (summary.get("bottleneck") or {}).get("loss_shares") or {}
     if step and shares.get("peer_wait", 0.0) >= SHOWN_LOSS_SHARE:
-        table.add_row(LOSS_LABELS["peer_wait"], f"{format_seconds(shares['peer_wait'] * step)} "
+        table.add_row(LOSS_LABELS["peer_wait"], f"{seconds_alike(shares['peer_wait'] * step)} "
                       f"({_share(shares['peer_wait'])}; mean per rank: its own work done, idle until the slowest rank "
                       "of its stage ends)")
     if step and shares.get("stage_tail_wait", 0.0) >= SHOWN_LOSS_SHARE:
-        table.add_row(LOSS_LABELS["stage_tail_wait"], f"{format_seconds(shares['stage_tail_wait'] * step)} "
+        table.add_row(LOSS_LABELS["stage_tail_wait"], f"{seconds_alike(shares['stage_tail_wait'] * step)} "
                       f"({_share(shares['stage_tail_wait'])}; mean per rank: its stage done, idle until the stage "
                       "whose DP tail and optimizer step end last ends the step)")
     if ps and step and shares.get("worker_wait") is not None:
-        table.add_row(LOSS_LABELS["worker_wait"], f"{format_seconds(shares['worker_wait'] * step)} "
+        table.add_row(LOSS_LABELS["worker_wait"], f"{seconds_alike(shares['worker_wait'] * step)} "
                       f"({_share(shares['worker_wait'])}; in its iterations, for slower workers or server updates)")
     if ps and step and shares.get("finished_early", 0.0) >= SHOWN_LOSS_SHARE:
-        table.add_row(LOSS_LABELS["finished_early"], f"{format_seconds(shares['finished_early'] * step)} "
+        table.add_row(LOSS_LABELS["finished_early"], f"{seconds_alike(shares['finished_early'] * step)} "
                       f"({_share(shares['finished_early'])}; waiting for the slowest worker, outside the throughput "
                       "window)")
     if summary.get("moe") and step:
@@ -413,9 +414,9 @@ def _exposed_text(kind: str, exposed_s: float, comm_s: float, step_s: float) -> 
     hidden = comm_s - exposed_s
     shows_hidden = hidden > 0 and format_seconds(comm_s) != format_seconds(exposed_s)
     if not exposed_s:
-        return f"{kind} none ({format_seconds(comm_s)} hidden)" if comm_s > 0 else ""
-    return (f"{kind} {format_seconds(exposed_s)} ({_share(exposed_s / step_s)}"
-            f"{f'; {format_seconds(hidden)} hidden' if shows_hidden else ''})")
+        return f"{kind} none ({seconds_alike(comm_s)} hidden)" if comm_s > 0 else ""
+    return (f"{kind} {seconds_alike(exposed_s)} ({_share(exposed_s / step_s)}"
+            f"{f'; {seconds_alike(hidden)} hidden' if shows_hidden else ''})")
 
 
 def _exposed_union_text(summary: dict, exposed: dict, step_s: float) -> str:
@@ -436,9 +437,9 @@ def _contention_text(contention: dict, step_s: float) -> str:
     saving: a stretch that a pipeline bubble absorbs counts, and the step may grow by less or by more
     (docs/cost-model.md)."""
     total = contention["total_compute_slowdown_s"]
-    kinds = ", ".join(f"{kind} {format_seconds(seconds)}"
+    kinds = ", ".join(f"{kind} {seconds_alike(seconds)}"
                       for kind, seconds in contention["compute_slowdown_s"].items() if seconds > 0)
-    return f"{format_seconds(total)} compute lost per GPU ({_share(total / step_s)}; {kinds})"
+    return f"{seconds_alike(total)} compute lost per GPU ({_share(total / step_s)}; {kinds})"
 
 
 def _routing_skew_text(moe: dict, step_s: float) -> str:
@@ -450,9 +451,9 @@ def _routing_skew_text(moe: dict, step_s: float) -> str:
     if added_s <= 0:
         return "none"
     if moe.get("ep") == 1:
-        return (f"{format_seconds(added_s)} ({_share(added_s / step_s)}; uneven expert GEMMs, no EP group: "
+        return (f"{seconds_alike(added_s)} ({_share(added_s / step_s)}; uneven expert GEMMs, no EP group: "
                 f"hottest expert {moe['hottest_expert_load_over_mean']:.2f}x the mean load)")
-    return (f"{format_seconds(added_s)} ({_share(added_s / step_s)}; hottest EP rank "
+    return (f"{seconds_alike(added_s)} ({_share(added_s / step_s)}; hottest EP rank "
             f"{moe['hottest_rank_load_over_mean']:.2f}x the mean load)")
 
 
@@ -461,7 +462,7 @@ def _cp_imbalance_text(imbalance: dict, step_s: float) -> str:
     rank waits for on the slowest CP rank beyond the mean: '6.908 ms (9.5%; CP rank 3 1.75x the mean attention,
     parallelism.cp_load_balance: true evens it)'."""
     added_s = imbalance["slowest_rank_adds_s"]
-    return (f"{format_seconds(added_s)} ({_share(added_s / step_s)}; CP rank {imbalance['slowest_cp_rank']} "
+    return (f"{seconds_alike(added_s)} ({_share(added_s / step_s)}; CP rank {imbalance['slowest_cp_rank']} "
             f"{imbalance['slowest_rank_load_over_mean']:.2f}x the mean attention, parallelism.cp_load_balance: true "
             "evens it)")
 
@@ -508,7 +509,7 @@ def _step_faults(faults: dict) -> str:
     if shown:
         rerouted = faults.get("rerouted_routes", 0)
         parts.append(", ".join(shown) + (f" ({counted(rerouted, 'route')} rerouted)" if rerouted else ""))
-    parts += [f"GPU {failure['gpu']} ({failure['name']}) fails at {format_seconds(failure['at_s'])}, after the "
+    parts += [f"GPU {failure['gpu']} ({failure['name']}) fails at {seconds_alike(failure['at_s'])}, after the "
               "step's end" for failure in faults.get("gpu_failures") or []]
     return "; ".join(parts) or "none"
 
@@ -533,11 +534,11 @@ def add_parameter_server_rows(table: Table, ps: dict) -> None:
                   f"({counted(len(ps['server_gpus']), 'GPU')}), {counted(ps['workers'], 'worker')}, "
                   f"{counted(ps['iterations'], 'iteration')}")
     times = ps["iteration_s"]
-    fastest, slowest = format_seconds(times["min"]), format_seconds(times["max"])
-    table.add_row("iteration time", f"{format_seconds(times['mean'])} mean over workers ({fastest} to {slowest})"
+    fastest, slowest = seconds_alike(times["min"]), seconds_alike(times["max"])
+    table.add_row("iteration time", f"{seconds_alike(times['mean'])} mean over workers ({fastest} to {slowest})"
                   if fastest != slowest else f"{slowest} on every worker (to four digits)")
     table.add_row("throughput", f"{ps['samples_per_s']:,.1f} samples/s, {ps['tokens_per_s']:,.0f} tokens/s "
-                  f"(first {format_seconds(ps['throughput_window_s'])}, every worker training)")
+                  f"(first {seconds_alike(ps['throughput_window_s'])}, every worker training)")
     servers, workers = ps["server_links"], ps["worker_links"]
     table.add_row("server traffic", f"{format_size(ps['server_traffic_bytes_per_iteration'])} per iteration, "
                   f"server links' mean {_share(servers['mean_utilisation'])} busy over the run, "
@@ -546,8 +547,8 @@ def add_parameter_server_rows(table: Table, ps: dict) -> None:
                   f"{_binding_clause(ps['binding_links'])}")
     ring = ps.get("allreduce")
     if ring:
-        table.add_row("vs ring all-reduce", f"exchange {format_seconds(ps['exchange_s'])} against "
-                      f"{format_seconds(ring['time_s'])} alone; busiest link "
+        table.add_row("vs ring all-reduce", f"exchange {seconds_alike(ps['exchange_s'])} against "
+                      f"{seconds_alike(ring['time_s'])} alone; busiest link "
                       f"{format_size(ps['busiest_link_bytes_per_iteration'])} against "
                       f"{format_size(ring['busiest_link_bytes'])} per iteration")
     table.add_row("staleness", _histogram(ps["staleness_histogram"], "updates", "gradients"))
