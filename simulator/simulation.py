@@ -631,10 +631,12 @@ def link_tiers_entry(result: Result, settings: NetworkSettings, makespan_s: floa
     ops = result.log.op_columns(("key", "category"))
     categories = {key: category for key, category in zip(ops["key"].tolist(), ops["category"].tolist())
                   if key and category in COMM_CATEGORIES}
+    codes, keys = result.log.flow_keys()
+    kinds = np.array([categories.get(key, "") for key in keys] or [""], dtype=object)[codes]
     line_rate = np.asarray(topology.line_rate, dtype=float)
     usable = effective_capacity(topology, dict(settings.efficiency)) / line_rate
-    return step_link_tiers(result.flow_routes, result.log.flow_columns(("key", "start_s", "end_s", "bytes")),
-                           categories, topology, makespan_s, usable)
+    return step_link_tiers(result.flow_routes, result.log.flow_columns(("start_s", "end_s", "bytes")), kinds,
+                           topology, makespan_s, usable)
 
 
 def _routing_skew_s(details: Mapping[str, object]) -> float | None:

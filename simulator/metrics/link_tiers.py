@@ -122,14 +122,13 @@ OVERSUBSCRIPTION = {"leaf-spine": "oversubscription", "spine-core": "core_oversu
 """The builder parameter that oversubscribes each tier, which the verdict quotes where it is not 1:1."""
 
 
-def step_link_tiers(routes: FlowRoutes, flows: Mapping[str, np.ndarray], categories: Mapping[str, str],
-                    topology: Topology, makespan_s: float, usable: np.ndarray) -> dict:
-    """A step's `link_tiers` entry, its flows' tiers (``flows``: the log's flow columns, key included, aligned
-    with ``routes``), with the flows of each kind of communication apart (``categories``: collective key ->
-    category) under `by_kind`, each with the tiers that bind it (`binding_tiers`)."""
+def step_link_tiers(routes: FlowRoutes, flows: Mapping[str, np.ndarray], kinds: np.ndarray, topology: Topology,
+                    makespan_s: float, usable: np.ndarray) -> dict:
+    """A step's `link_tiers` entry, its flows' tiers (``flows``: the log's flow columns, aligned with ``routes``),
+    with the flows of each kind of communication apart (``kinds``: each flow's collective's category, '' for
+    none) under `by_kind`, each with the tiers that bind it (`binding_tiers`)."""
     start, end, nbytes = flows["start_s"], flows["end_s"], flows["bytes"]
     entry: dict = {"tiers": link_tiers(routes, nbytes, start, end, topology, makespan_s, usable), "by_kind": {}}
-    kinds = np.array([categories.get(key, "") for key in flows["key"].tolist()], dtype=object)
     for kind in sorted(set(kinds.tolist()) - {""}):
         rows = np.flatnonzero(kinds == kind)
         taken = routes.taken(rows)
