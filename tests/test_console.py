@@ -104,10 +104,10 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why_in_one_line():
     (0.5863364984739692, "server", "iteration time 586.3 ms on every worker (to four digits)",
      "server traffic 147.7 GiB per iteration, server links' mean 33.8% busy over the run, 94.0% while pushes and pulls "
      "cross them (worker links' mean 31.3%); server links bind"),
-    (0.61, "neither", "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
+    (0.61, "neither", "iteration time 586.3 ms mean over workers (586.3 ms to 610.0 ms)",
      "server traffic 147.7 GiB per iteration, server links' mean 33.8% busy over the run, 94.0% while pushes and pulls "
      "cross them (worker links' mean 31.3%); neither side's links bind"),
-    (0.61, "both", "iteration time 586.3 ms mean over workers (586.3 ms to 610 ms)",
+    (0.61, "both", "iteration time 586.3 ms mean over workers (586.3 ms to 610.0 ms)",
      "server traffic 147.7 GiB per iteration, server links' mean 33.8% busy over the run, 94.0% while pushes and pulls "
      "cross them (worker links' mean 31.3%); server and worker links bind"),
 ])
@@ -764,7 +764,7 @@ def test_a_long_step_reads_in_days_too_and_a_negligible_largest_loss_is_none():
     from simulator.console.report import step_seconds
     from simulator.metrics.summary import bottleneck
 
-    assert [step_seconds(value) for value in (1.5, 59.0, 1_546_021.0)] == ["1.5 s", "59 s", "1,546,021 s (17.89 d)"]
+    assert [step_seconds(value) for value in (1.5, 59.0, 1_546_021.0)] == ["1.500 s", "59.00 s", "1,546,021 s (17.89 d)"]
     comm = {"exposed_comm_s": {"dp": 0.0}, "exposed_union_s": 0.0, "wait_s": 0.0, "host_s": 0.0}
 
     def verdict(share: float) -> str:
@@ -1144,7 +1144,7 @@ def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():
     console = Console(width=200, record=True)
     console.print(training_table(summary))
     text = console.export_text()
-    assert "exposed communication    pp 828.2 us (<0.1%), dp 900 us (0.1%)" in text
+    assert "exposed communication    pp 828.2 us (<0.1%), dp 900.0 us (0.1%)" in text
     assert "compute idle             0.0% of the forward/backward window" in text
 
 
@@ -1332,7 +1332,7 @@ def test_a_moe_step_at_ep_1_words_its_skew_as_uneven_expert_gemms():
     console = Console(width=200, record=True)
     console.print(training_table({"step_time_s": 1.627, "moe": moe}))
     lines = [" ".join(line.split()) for line in console.export_text().splitlines()]
-    assert ("routing skew 37.1 ms (2.3%; uneven expert GEMMs, no EP group: hottest expert 1.54x the mean load)"
+    assert ("routing skew 37.10 ms (2.3%; uneven expert GEMMs, no EP group: hottest expert 1.54x the mean load)"
             in lines)
 
 

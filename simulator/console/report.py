@@ -509,7 +509,7 @@ def _step_faults(faults: dict) -> str:
     if shown:
         rerouted = faults.get("rerouted_routes", 0)
         parts.append(", ".join(shown) + (f" ({counted(rerouted, 'route')} rerouted)" if rerouted else ""))
-    parts += [f"GPU {failure['gpu']} ({failure['name']}) fails at {seconds_alike(failure['at_s'])}, after the "
+    parts += [f"GPU {failure['gpu']} ({failure['name']}) fails at {format_seconds(failure['at_s'])}, after the "
               "step's end" for failure in faults.get("gpu_failures") or []]
     return "; ".join(parts) or "none"
 
