@@ -764,7 +764,8 @@ def test_a_long_step_reads_in_days_too_and_a_negligible_largest_loss_is_none():
     from simulator.console.report import step_seconds
     from simulator.metrics.summary import bottleneck
 
-    assert [step_seconds(value) for value in (1.5, 59.0, 1_546_021.0)] == ["1.500 s", "59.00 s", "1,546,021 s (17.89 d)"]
+    assert [step_seconds(value) for value in (1.5, 59.0, 1_546_021.0)] == ["1.500 s", "59.00 s",
+                                                                           "1,546,021 s (17.89 d)"]
     comm = {"exposed_comm_s": {"dp": 0.0}, "exposed_union_s": 0.0, "wait_s": 0.0, "host_s": 0.0}
 
     def verdict(share: float) -> str:

@@ -185,7 +185,7 @@ def test_the_compute_sends_stretch_is_a_loss_and_a_console_row(run_yaml):
 
     from rich.console import Console
 
-    from simulator.console.report import format_seconds, training_table
+    from simulator.console.report import seconds_alike, training_table
 
     paid = run_yaml(SYNTHETIC_SENDS)
     lost_s = paid.summary["sm_contention"]["total_compute_slowdown_s"]
@@ -197,7 +197,7 @@ def test_the_compute_sends_stretch_is_a_loss_and_a_console_row(run_yaml):
     console.print(training_table(paid.summary))
     rows = [" ".join(line.split()) for line in console.file.getvalue().splitlines()]
     assert [row for row in rows if row.startswith("SM contention")] == [
-        f"SM contention {format_seconds(lost_s)} compute lost per GPU ({100 * lost_s / step_s:.1f}%; "
-        f"pp {format_seconds(lost_s)})"]
+        f"SM contention {seconds_alike(lost_s)} compute lost per GPU ({100 * lost_s / step_s:.1f}%; "
+        f"pp {seconds_alike(lost_s)})"]
     free = run_yaml(SYNTHETIC_SENDS, "collectives.sm_contention=none")
     assert "sm_contention" not in free.summary["bottleneck"]["loss_shares"]

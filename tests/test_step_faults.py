@@ -29,7 +29,7 @@ from simulator.reliability.perturbed import perturbed_step
 from simulator.schedules.registry import build_schedule
 from simulator.simulation import prepare_training, step_faults
 from simulator.topology.loader import scenario_topology
-from simulator.units import format_seconds
+from simulator.units import seconds_alike
 
 F, B = 1e-3, 2e-3
 PIPELINE = """
@@ -422,7 +422,7 @@ def test_ranks_waiting_for_a_faulted_rail_are_a_named_loss_that_closes_the_wait(
     assert (evidence["wait_share"] - evidence["exposed_comm_share"] - peer_wait) * step == pytest.approx(0, abs=1e-9)
     console = Console(file=io.StringIO(), width=400)
     console.print(training_table(summary))
-    assert f"wait for slower ranks {format_seconds(peer_wait * step)}" in " ".join(console.file.getvalue().split())
+    assert f"wait for slower ranks {seconds_alike(peer_wait * step)}" in " ".join(console.file.getvalue().split())
 
 
 PIPELINE_OVER_SPINES = """
@@ -639,5 +639,5 @@ def test_a_healthy_pipeline_waits_for_other_stages_not_for_slower_ranks():
     assert summary["bottleneck"]["evidence"]["wait_share"] * step == pytest.approx(closed, abs=1e-9)
     console = Console(file=io.StringIO(), width=400)
     console.print(training_table(summary))
-    assert f"wait for other stages {format_seconds(shares['stage_tail_wait'] * step)}" in " ".join(
+    assert f"wait for other stages {seconds_alike(shares['stage_tail_wait'] * step)}" in " ".join(
         console.file.getvalue().split())
