@@ -11,10 +11,12 @@ utilisation is over the step, and in transfers, over the time some flow crosses 
 figures are kept: a folded step simulates one rank per stage with its collectives' mirrors, so its busiest links
 carry what the unfolded step's do, where the tier's total would count only the simulated ranks' traffic.
 
-A tier binds a kind of communication (the flows of the collectives of that category) where its busiest link in
-those transfers runs within `BINDING_MARGIN` of the busiest of every tier and that peak is itself within
-`BINDING_MARGIN` of what the link can carry (its class's efficiency of line rate, degraded or not): transfers
-that spend their time in latency leave every link far below it, and then no link binds.
+A tier binds a kind of communication (the flows of the collectives of that category) where its busiest link runs,
+over the time that kind's transfers run, within `BINDING_MARGIN` of the busiest of every tier, and that peak is
+itself within `BINDING_MARGIN` of what the link can carry (its class's efficiency of line rate, degraded or not):
+transfers that spend their time in latency leave every link far below it, and then no link binds. Over the
+kind's time rather than each link's own: at 2:1 a NIC's link that carries a ring hop inside its leaf runs at line
+rate while its flow lasts, then idles while the hops across the spines finish, and does not bind.
 """
 
 from __future__ import annotations
