@@ -29,6 +29,7 @@ reports.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 from simulator.catalog.calibration import nvls_efficiency
@@ -76,10 +77,10 @@ def switches_up(ranks: Sequence[int], topology: Topology) -> bool:
     (every NVSwitch tray of a GB200 NVL72 rack down, or `faults.step.links` at capacity 0 from the start: the
     rerouter's links down) no switch is left to reduce in, and NCCL runs another algorithm. Links degraded but up
     (some trays down) keep NVLS, slowed as every transfer over them is by the capacity left."""
-    from simulator.faults.rerouting import Rerouter  # networkx; only a topology with links down has one
-
+    # Loaded wherever a Rerouter was made; not imported here: it loads networkx, ~0.1 s that a healthy run spares.
+    rerouting = sys.modules.get("simulator.faults.rerouting")
     router = topology.router
-    if not isinstance(router, Rerouter):
+    if rerouting is None or not isinstance(router, rerouting.Rerouter):
         return True
     nodes, graph = topology.wiring.nodes, topology.graph
     return all(any(nodes[peer].get("kind") == "nvswitch" and (gpu, peer) not in router.down
