@@ -148,26 +148,33 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     member: dict[int, int] = {}
     footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]] = {}
     apart: set[tuple] = set()
+    made: dict[tuple[int, int], tuple] = {}
+    """Each shape by its index in ``shapes`` (which fixes every field of it but the mirrors) and its mirrors'
+    identity: made and hashed once, not once per op."""
     for op, index in zip(shapes.ops, shapes.shape_of):
         kept = mirrors.get(op.id, ())
         gid = group_of_shape[index]
-        shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept), op.protocol)
+        shape = made.get((index, id(kept)))
+        if shape is None:
+            shape = made[index, id(kept)] = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept), op.protocol)
+            if shape not in footprints:
+                mirrored = (mirror_links(op, kept) if mirror_links is not None
+                            else frozenset().union(*(links_of(op, mirror) for mirror in kept)))
+                footprints[shape] = (links_of(op, op.group), mirrored)
+                if kept and timed_apart is not None and timed_apart(op, kept):
+                    apart.add(shape)
         shape_of.setdefault(op.key, shape)
         streams.setdefault(gid, set()).add(op.stream)
         member.setdefault(gid, op.rank)
-        if shape not in footprints:
-            mirrored = (mirror_links(op, kept) if mirror_links is not None
-                        else frozenset().union(*(links_of(op, mirror) for mirror in kept)))
-            footprints[shape] = (links_of(op, op.group), mirrored)
-            if kept and timed_apart is not None and timed_apart(op, kept):
-                apart.add(shape)
     shapes_on: dict[int, dict[tuple, None]] = {}
     for shape, (own, mirrored) in footprints.items():
         for link in own | mirrored:
             shapes_on.setdefault(link, {})[shape] = None
     private = _private_instances(order or ProgramOrder(ops, async_streams), shape_of, streams, footprints, shapes_on,
                                  member)
-    return frozenset(op.id for op in shapes.ops if op.key in private and shape_of[op.key] not in apart)
+    if apart:
+        private = {key for key in private if shape_of[key] not in apart}
+    return frozenset(op.id for op in shapes.ops if op.key in private)
 
 
 def _private_instances(order: ProgramOrder, shape_of: dict[str, tuple], streams: dict[int, set[str]],
