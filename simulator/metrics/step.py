@@ -354,7 +354,8 @@ def traffic_bytes(rows: StepRows, correction: Mapping[str, float] | None = None)
     for kind, extra in (correction or {}).items():
         if extra:
             sums[kind] = sums.get(kind, 0.0) + extra
-    return {kind: _whole_if_noise(sums.get(kind, 0.0)) / rows.ranks_weight() for kind in COMM_CATEGORIES}
+    weight = rows.ranks_weight()
+    return {kind: _whole_if_noise(sums.get(kind, 0.0)) / weight for kind in COMM_CATEGORIES}
 
 
 SUM_NOISE_REL = 1e-12
