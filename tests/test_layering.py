@@ -97,3 +97,11 @@ def test_the_logs_rows_are_selected_by_the_defined_kinds_and_streams():
     found = [f"{path.relative_to(REPO)}:{node.lineno}" for path in sorted((REPO / "simulator").rglob("*.py"))
              for node in ast.walk(ast.parse(path.read_text())) if _compares_column_to(node, spelt)]
     assert found == []
+
+
+def test_a_step_without_links_down_never_loads_networkx():
+    """networkx serves the detours around links down alone (faults/rerouting.py), so a healthy step's simulate()
+    spares its import (~0.1 s of CPU): the NVLS check looks for a rerouter without importing its module."""
+    loaded = modules_loaded_by("import simulator\n"
+                               "simulator.simulate(simulator.load_scenario('scenarios/llama3-8b-dgx-h100-dp8.yaml'))")
+    assert loaded_under(loaded, "networkx") == []
