@@ -397,14 +397,15 @@ def durations_alike(seconds: Iterable[float]) -> Callable[[float], str]:
     """A formatter for durations read side by side: one unit, the largest the shortest of ``seconds`` reaches, to
     four significant digits (a study line read 'interval 20 min ...; Young 805 s', two figures to compare in two
     units), where the longest then reads in at most four digits; figures further apart than that each in their
-    own unit, as `format_duration` writes them (a 60 d interval beside Young's 19 min read '86,400 min')."""
+    own unit, as `format_duration` writes them (a 60 d interval beside Young's 19 min read '86,400 min'); zero is
+    `ZERO_DURATION` in any company ('0 s to 2.406 min')."""
     positive = [value for value in seconds if value > 0]
     if not positive:
         return format_duration
     unit, scale = fitting_unit(min(positive), DURATION_STEPS)
     if float(f"{max(positive) / scale:.4g}") >= 1e4:
         return format_duration
-    return lambda value: f"{four_digits(value / scale, zeros=True)} {unit}"
+    return lambda value: ZERO_DURATION if value == 0 else f"{four_digits(value / scale, zeros=True)} {unit}"
 
 
 SECOND_STEPS = DURATION_STEPS[3:]

@@ -645,6 +645,13 @@ def test_durations_read_side_by_side_share_the_unit_the_shortest_reaches():
     assert durations_alike([])(1.5) == "1.5 s"
 
 
+def test_a_zero_duration_beside_minutes_reads_zero_seconds():
+    """A mean and its 95% bounds share the unit the shortest positive one reaches, but a zero bound has no magnitude
+    to share one: it reads '0 s' (docs/reliability.md), not '0 min' beside '2.406 min'."""
+    alike = durations_alike([64.2, 0.0, 144.36])
+    assert [alike(value) for value in (64.2, 0.0, 144.36)] == ["1.070 min", "0 s", "2.406 min"]
+
+
 def test_an_astronomical_duration_prints_four_significant_digits():
     """Young's interval of a study at failure rates x 1e-300 is sqrt(2 x cost x MTBF), ~1.4e153 s: from 10^15 s on it
     prints four significant digits, as format_count does, not 154 digits with separators; the boundary is decided on
