@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from simulator.metrics.events import FLOW_KIND
@@ -27,7 +28,8 @@ from simulator.program.ops import (
     Category,
     PipelineCategory,
 )
-from simulator.report.layout_names import layout_name, schedule_name
+from simulator.report.fault_marks import FaultKind, FaultMark, fault_marks, slowdown_notes
+from simulator.report.layout_names import layout_name, schedule_name, stands_for
 from simulator.report.outputs import (
     compute_stream_work,
     held_stages,
@@ -193,7 +195,8 @@ def _row_ranks(timeline: pd.DataFrame, summary: dict, by: GanttRows, ranks) -> t
     """The rank drawn in each row and the row's label; a rank holding several virtual stages (interleaved or V
     placement) is labelled by rank with its stages, chunk 0 first ("rank 1: stages 1, 6"). Where a fold by
     classes of unequal size makes one row stand for more GPUs than another (the summary's `rank_weights`), each
-    label says how many ("rank 0 (stage 0, stands for 152 GPUs)"): drawn alike, the rows are not alike."""
+    label says how many ("rank 0 (stage 0, stands for 152 GPUs)"): drawn alike, the rows are not alike. A
+    straggler's row says its factor ("rank 8 (stage 1, x1.3 slower)"): its wider bars are the fault's."""
     if by not in GANTT_ROWS:
         raise ValueError(f"by must be one of {', '.join(GANTT_ROWS)}, not {by!r}")
     if ranks is not None:
@@ -202,7 +205,9 @@ def _row_ranks(timeline: pd.DataFrame, summary: dict, by: GanttRows, ranks) -> t
         chosen = stage_representatives(timeline, summary) if by == "stage" else simulated_ranks(timeline)
     pp_ranks = [stage_of(summary, r) for r in chosen]
     weights = {int(rank): weight for rank, weight in summary.get("rank_weights", {}).items()}
-    stood = [f"stands for {weights[r]} GPUs" if r in weights else "" for r in chosen]
+    slowed = slowdown_notes(summary)
+    stood = [", ".join(([stands_for(weights[r])] if r in weights else []) + ([slowed[r]] if r in slowed else []))
+             for r in chosen]
     if int(summary["layout"].get("virtual_stages", 1)) > 1:
         labels = [f"rank {r}: stages {', '.join(map(str, held_stages(summary, s)))}" + (f" ({w})" if w else "")
                   for r, s, w in zip(chosen, pp_ranks, stood)]
@@ -289,6 +294,31 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     return actions, drawn
 
 
+FAULT_LINES: dict[FaultKind, tuple[str, str]] = {"link down": ("#D62728", "--"),
+                                                 "link degraded": ("#FF7F0E", ":"),
+                                                 "GPU failure": ("#000000", "-")}
+"""Colour and line style of each kind of fault line."""
+SHOWN_FAULT_NAMES = 3
+"""A legend entry names the links or GPUs of up to this many faults of its kind, and counts more."""
+
+
+def _draw_faults(ax, marks: list[FaultMark], scale: float, unit: str, shown: tuple[float, float]) -> list[Line2D]:
+    """A vertical line at each fault in the ``shown`` window (gid 'fault:KIND'), and one legend entry per kind
+    drawn, naming what it struck and when ("link down: leaf0.r0-spine0 at 5 ms")."""
+    handles = []
+    for kind, (colour, style) in FAULT_LINES.items():
+        visible = [mark for mark in marks if mark.kind == kind and shown[0] <= mark.at_s <= shown[1]]
+        for mark in visible:
+            ax.axvline(mark.at_s * scale, color=colour, linestyle=style, linewidth=1.2, zorder=6, gid=f"fault:{kind}")
+        if not visible:
+            continue
+        named = [f"{mark.what} at {mark.at_s * scale:.4g} {unit}" for mark in visible[:SHOWN_FAULT_NAMES]]
+        more = len(visible) - len(named)
+        handles.append(Line2D([], [], color=colour, linestyle=style, linewidth=1.2,
+                              label=f"{kind}: {', '.join(named)}" + (f" and {more} more" if more else "")))
+    return handles
+
+
 WINDOW_RULE = "0 <= START < END"
 """What a zoom window (start, end) must satisfy, in seconds from the step's start (`window_problem`)."""
 
@@ -308,7 +338,8 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     bars are forward and backward passes labelled with their micro-batch (one shade per chunk when
     interleaved; a pass's recompute as its own bar at its start), idle time within the pipeline window is grey,
     ``window`` (start, end) in seconds zooms in (only the bars that reach into it are drawn), the legend lists
-    what is visible and the title gives the run's bubble fraction."""
+    what is visible and the title gives the run's bubble fraction; a link fault or GPU failure in the window is a
+    vertical line with its own legend entry, and a straggler's row label gives its factor."""
     rows, labels = _row_ranks(timeline, summary, by, ranks)
     total_rows = len(rows)
     rows, labels = rows[:max_rows], labels[:max_rows]
@@ -355,8 +386,9 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     ax.set_title(f"{run_name(summary)}: {layout_name(summary)}, {info.get('microbatches', '?')} "
                  f"micro-batches{chunks} — {idle} "
                  f"{100 * summary['bubble_fraction']:.1f}%{shown}")
-    figure.legend(handles=_legend(used, virtual_stages, pipelined), loc="outside lower center", ncol=6,
-                  fontsize=8, frameon=False)
+    faults = _draw_faults(ax, fault_marks(summary), scale, unit, (low, high))
+    figure.legend(handles=[*_legend(used, virtual_stages, pipelined), *faults], loc="outside lower center",
+                  ncol=6, fontsize=8, frameon=False)
     return figure
 
 

@@ -60,3 +60,8 @@ def sharding_name(summary: dict) -> str:
         return stage
     shards = f", HSDP shards of {counted(layout['shard_ranks'], 'rank')}" if "shard_ranks" in layout else ""
     return f"FSDP {layout['fsdp']} ({stage}{shards})"
+
+
+def stands_for(weight: int) -> str:
+    """How many GPUs a folded rank stands for, in words ("stands for 1 GPU", "stands for 152 GPUs")."""
+    return f"stands for {counted(weight, 'GPU')}"

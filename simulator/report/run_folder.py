@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MANIFEST = "manifest.json"
-RUN_OUTPUTS = ("summary.json", "timeline.parquet", "trace.json", "trace.json.gz", "job_summary.json",
+RUN_OUTPUTS = ("summary.json", "timeline.parquet", "faults.parquet", "trace.json", "trace.json.gz", "job_summary.json",
                "job_events.parquet")
 """Files `trainsim run` may write (a step or a job); any of them not written by the latest run is stale and
 removed."""

@@ -6,7 +6,8 @@ A process per host (server) and a thread per GPU stream carry the op slices, wit
 where a stream's ops overlap in time; times are in microseconds.
 `run.trace` chooses what else goes in: `ops` nothing; `ops+links` (the default) a process "network links"
 with one counter track per busy link (its utilisation in time bins, metrics/link_load.py); `full` also one
-slice per network flow on the sending GPU's `net` thread. `run.trace_compress` gzips the stream
+slice per network flow on the sending GPU's `net` thread. A step with link faults or GPU failures has a process
+"faults" with an instant event at each, and a slowed GPU's threads say its factor. `run.trace_compress` gzips the stream
 (trace.json.gz; the gzip header carries no time stamp or name, so the bytes stay deterministic).
 
 Times lie on a nanosecond grid: a slice's start and end are each rounded to the nanosecond and its duration is
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import gzip
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -36,6 +37,8 @@ import orjson
 
 from simulator.metrics.events import COMPUTE_KIND, FLOW_KIND, Columns
 from simulator.metrics.link_load import LinkLoad
+from simulator.report.fault_marks import FaultMark
+from simulator.report.layout_names import stands_for
 
 if TYPE_CHECKING:
     from simulator.topology.graph import Topology
@@ -56,18 +59,22 @@ def trace_name(compress: bool) -> str:
 
 
 def write_trace(path: Path, columns: Columns, topology: Topology, *, flows: bool, load: LinkLoad | None,
-                compress: bool, weights: Mapping[int, int] | None = None) -> None:
+                compress: bool, weights: Mapping[int, int] | None = None, slowed: Mapping[int, str] | None = None,
+                faults: Sequence[FaultMark] = ()) -> None:
     """Stream the trace of the timeline ``columns`` (kind, rank, stream, name, category, chunk, start_s, end_s,
-    bytes, flops, src and dst at least) to ``path``: op slices, flow slices when ``flows``, and link counter
-    tracks when ``load`` is given; each GPU's threads named with how many GPUs it stands for where ``weights``
-    (a fold by classes of unequal size, the summary's `rank_weights`) gives it."""
-    slices = _Slices(columns, topology.gpu_host, flows, weights or {})
+    bytes, flops, src and dst at least) to ``path``: op slices, flow slices when ``flows``, link counter
+    tracks when ``load`` is given, and an instant event per fault of ``faults`` on a "faults" track; each GPU's
+    threads named with how many GPUs it stands for where ``weights`` (a fold by classes of unequal size, the
+    summary's `rank_weights`) gives it, and with its slowdown where ``slowed`` gives one ("x1.3 slower")."""
+    slices = _Slices(columns, topology.gpu_host, flows, weights or {}, slowed or {})
 
     def blobs() -> Iterator[bytes]:
         yield slices.metadata()
         yield from slices.encoded()
         if load is not None:
             yield _counters(load, topology, pid=topology.num_hosts)
+        if faults:
+            yield _fault_events(faults, pid=topology.num_hosts + 1)
 
     with open(path, "wb") as raw:
         if compress:
@@ -82,7 +89,8 @@ class _Slices:
     of encoded text for each of its name, category, thread and args, and its start and end on the nanosecond
     grid."""
 
-    def __init__(self, columns: Columns, gpu_host: list[int], flows: bool, weights: Mapping[int, int]):
+    def __init__(self, columns: Columns, gpu_host: list[int], flows: bool, weights: Mapping[int, int],
+                 slowed: Mapping[int, str]):
         kind, category = columns["kind"], columns["category"]
         shown = columns["rank"][0] >= 0
         if not flows:
@@ -95,7 +103,7 @@ class _Slices:
         self.end_ns = np.rint(columns["end_s"][0][rows] * 1e9)
         named = single if (chunk > 0).any() else np.full_like(single, -1)  # one stage in all: nothing to tell
         thread, thread_table, self.metadata_events = _threads(rank, columns["stream"], rows, named, gpu_host,
-                                                              (self.start_ns, self.end_ns), weights)
+                                                              (self.start_ns, self.end_ns), weights, slowed)
         name, names = _used(columns["name"][0][rows], columns["name"][1] or [])
         own_category = ~_matches(*category, "")[rows]
         cat, cat_rows = _combos(own_category, category[0][rows], kind[0][rows])
@@ -126,13 +134,13 @@ class _Slices:
 
 
 def _threads(rank: np.ndarray, stream: tuple[np.ndarray, list[str] | None], rows: np.ndarray, single: np.ndarray,
-             gpu_host: list[int], times_ns: tuple[np.ndarray, np.ndarray], weights: Mapping[int, int]
-             ) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+             gpu_host: list[int], times_ns: tuple[np.ndarray, np.ndarray], weights: Mapping[int, int],
+             slowed: Mapping[int, str]) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     """Each row's thread (an index into the table), the table of each thread's pid, tid and ts key as text, and
     the process and thread name events: a process per host, a thread per GPU stream and lane (tids from 1 in
     (rank, stream, lane) order; `_lanes`), named with the rank's virtual stage where it has one (``single``,
-    else -1) and how many GPUs it stands for where ``weights`` gives it ('GPU 16 pp (virtual stage 0, stands for
-    8 GPUs)')."""
+    else -1), how many GPUs it stands for where ``weights`` gives it ('GPU 16 pp (virtual stage 0, stands for
+    8 GPUs)') and its slowdown where ``slowed`` gives one ('GPU 8 compute (x1.3 slower)')."""
     codes, values = stream[0][rows], stream[1] or []
     order = {value: position for position, value in enumerate(sorted(set(values)))}
     stream_order = np.array([order[value] for value in values] or [0])[codes]
@@ -149,7 +157,7 @@ def _threads(rank: np.ndarray, stream: tuple[np.ndarray, list[str] | None], rows
             events.append({"ph": "M", "name": "process_name", "pid": host, "tid": 0,
                            "args": {"name": f"host {host}"}})
         notes = ([f"virtual stage {single[gpu]}"] if single[gpu] >= 0 else []) + (
-            [f"stands for {weights[gpu]} GPUs"] if gpu in weights else [])
+            [stands_for(weights[gpu])] if gpu in weights else []) + ([slowed[gpu]] if gpu in slowed else [])
         extra = f", lane {lane[row] + 1}" if lane[row] else ""
         noted = f" ({', '.join(notes)})" if notes else ""
         events.append({"ph": "M", "name": "thread_name", "pid": host, "tid": tid,
@@ -219,6 +227,16 @@ def _counters(load: LinkLoad, topology: Topology, pid: int) -> bytes:
     pieces = (_objects(names)[link].tolist(), _numbers(times_us[index]), ',"args":{"util":',
               _numbers(values[link, index]))
     return process + b"," + _interleaved(pieces, len(link), end="}}")
+
+
+def _fault_events(faults: Sequence[FaultMark], pid: int) -> bytes:
+    """The "faults" process: one thread-scoped instant event per link fault or GPU failure, at its time, named by
+    its kind and what it struck ("link down leaf0.r0-spine0")."""
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "faults"}},
+                          {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "faults"}}]
+    events += [{"ph": "i", "s": "t", "name": f"{mark.kind} {mark.what}", "cat": "fault", "pid": pid, "tid": 1,
+                "ts": float(np.rint(mark.at_s * 1e9)) / 1e3} for mark in faults]
+    return orjson.dumps(events)[1:-1]
 
 
 def _interleaved(pieces: tuple, rows: int, end: str = "") -> bytes:

@@ -1,4 +1,4 @@
-"""Writers for a run's outputs: summary.json, timeline.parquet and trace.json (report/trace.py), written
+"""Writers for a run's outputs: summary.json, timeline.parquet, faults.parquet and trace.json (report/trace.py), written
 together into a temporary folder and moved into `--out` with a manifest only when all are done
 (report/run_folder.py), so a failed or interrupted run never leaves a mix of two runs."""
 
@@ -22,6 +22,7 @@ from simulator.metrics.events import (
     frame_columns,
 )
 from simulator.metrics.link_load import LinkLoad, link_load
+from simulator.report.fault_marks import fault_marks, fault_rows, slowdown_notes
 from simulator.report.run_folder import RUN_FOLDER, trainsim_version, write_run_folder
 from simulator.report.trace import trace_name, write_trace
 
@@ -90,6 +91,22 @@ def scenario_digest(loaded: LoadedScenario) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
+def write_faults(summary: dict, path: Path) -> bool:
+    """faults.parquet, the step's faults one row each (report/fault_marks.py `FAULT_COLUMNS`), where it has any;
+    returns whether it wrote one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = fault_rows(summary)
+    if not rows["kind"]:
+        return False
+    types = {"kind": pa.string(), "at_s": pa.float64(), "what": pa.string(), "gpu": pa.int64(),
+             "factor": pa.float64(), "capacity": pa.float64()}
+    pq.write_table(pa.table({column: pa.array(values, type=types[column]) for column, values in rows.items()}),
+                   path)
+    return True
+
+
 def link_tracks(result: Result) -> LinkLoad:
     """The trace's per-link utilisation: links of the flows sent by ranks that ran ops, over the whole run (read
     off the log's columns)."""
@@ -106,7 +123,8 @@ def link_tracks(result: Result) -> LinkLoad:
 def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list[str]:
     """Write a run's outputs into ``out_dir`` (created if needed) as one unit, and return their names:
     summary.json always; timeline.parquet and the trace with every row (`run.timeline: full`), one rank per
-    stage without flows (`per-stage`), or not at all (`summary`); manifest.json last."""
+    stage without flows (`per-stage`), or not at all (`summary`), with faults.parquet beside them where the step
+    has faults; manifest.json last."""
     run = loaded.scenario.run
 
     def write(stage: Path) -> None:
@@ -116,7 +134,8 @@ def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list
             weights = {int(rank): weight for rank, weight in result.summary.get("rank_weights", {}).items()}
             write_trace(stage / trace_name(run.trace_compress), columns, result.topology, flows=run.trace == "full",
                         load=None if run.trace == "ops" else link_tracks(result), compress=run.trace_compress,
-                        weights=weights)
+                        weights=weights, slowed=slowdown_notes(result.summary), faults=fault_marks(result.summary))
+            write_faults(result.summary, stage / "faults.parquet")
         write_summary(result.summary, stage / "summary.json")
 
     return write_run_folder(out_dir, run_identity(loaded), write, RUN_FOLDER)

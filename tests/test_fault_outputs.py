@@ -1,0 +1,100 @@
+"""A step's faults as its outputs show them: the Gantt chart's fault lines and straggler labels, the trace's
+"faults" track and slowed GPUs' thread names, and faults.parquet beside the timeline."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+import pandas as pd
+import pytest
+from shared import SCENARIOS
+
+from simulator import load_scenario, simulate
+from simulator.cli import main
+from simulator.report.gantt import gantt_figure
+from simulator.report.outputs import load_run_outputs
+
+matplotlib.use("Agg")
+
+FAULTS_SCENARIO = SCENARIOS / "faults-straggler-and-spine-link.yaml"
+"""Four one-GPU servers in data parallel: GPU 1 at x2, leaf0.r0-spine0 down 5 ms into the step."""
+LINK_DOWN_S = 5e-3
+
+
+@pytest.fixture(scope="module")
+def faulted_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults") / "run"
+    assert main(["run", str(FAULTS_SCENARIO), "--out", str(out)]) == 0
+    return out
+
+
+def test_the_gantt_draws_a_line_at_a_link_fault_and_labels_the_slowed_rank(faulted_run):
+    """The link going down at 5 ms is a vertical line at 5 (the axis is in ms) with a legend entry naming it, and
+    GPU 1's row gives its factor; the healthy rows say nothing of one. Zoomed to the first 4 ms, the fault is
+    outside: no line and no legend entry."""
+    outputs = load_run_outputs(faulted_run)
+    figure = gantt_figure(outputs.timeline, outputs.summary, by="rank")
+    ax = figure.axes[0]
+    lines = [line for line in ax.get_lines() if line.get_gid() == "fault:link down"]
+    assert [list(line.get_xdata()) for line in lines] == [[5.0, 5.0]]
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert "link down: leaf0.r0-spine0 at 5 ms" in legend
+    labels = [label.get_text() for label in ax.get_yticklabels()]
+    assert labels == ["rank 0 (stage 0)", "rank 1 (stage 0, x2 slower)", "rank 2 (stage 0)", "rank 3 (stage 0)"]
+    zoomed = gantt_figure(outputs.timeline, outputs.summary, by="rank", window=(0.0, 4e-3))
+    assert not [line for line in zoomed.axes[0].get_lines() if str(line.get_gid()).startswith("fault:")]
+    assert not any("link down" in text.get_text() for text in zoomed.legends[0].get_texts())
+
+
+def test_the_trace_has_an_instant_event_at_the_fault_and_names_the_slowed_gpu(faulted_run):
+    """trace.json holds a "faults" process with one instant event at 5,000 us, and GPU 1's threads say x2."""
+    events = json.loads((faulted_run / "trace.json").read_text())["traceEvents"]
+    instants = [event for event in events if event["ph"] == "i"]
+    assert [(event["name"], event["ts"]) for event in instants] == [("link down leaf0.r0-spine0", LINK_DOWN_S * 1e6)]
+    processes = {event["pid"]: event["args"]["name"] for event in events if event["name"] == "process_name"}
+    assert processes[instants[0]["pid"]] == "faults"
+    threads = [event["args"]["name"] for event in events if event["name"] == "thread_name"]
+    assert "GPU 1 compute (x2 slower)" in threads
+    assert "GPU 0 compute" in threads
+
+
+def test_faults_parquet_lists_the_straggler_and_the_link_fault(faulted_run, tmp_path):
+    """faults.parquet beside the timeline: the straggler from 0 s with its factor, the link at 5 ms at capacity
+    0; timeline.parquet keeps only ops and flows. A healthy run writes none, and no "faults" process in its
+    trace."""
+    faults = pd.read_parquet(faulted_run / "faults.parquet")
+    assert faults.to_dict("records") == [
+        {"kind": "straggler", "at_s": 0.0, "what": "GPU 1", "gpu": 1, "factor": 2.0, "capacity": 1.0},
+        {"kind": "link down", "at_s": LINK_DOWN_S, "what": "leaf0.r0-spine0", "gpu": -1, "factor": 1.0,
+         "capacity": 0.0}]
+    timeline = pd.read_parquet(faulted_run / "timeline.parquet")
+    assert set(timeline["kind"]) == {"compute", "collective", "flow"}
+    healthy = tmp_path / "healthy"
+    overrides = ["--set", "faults.step.links=[]", "--set", "faults.step.stragglers=[]"]
+    assert main(["run", str(FAULTS_SCENARIO), *overrides, "--out", str(healthy)]) == 0
+    assert not (healthy / "faults.parquet").exists()
+    events = json.loads((healthy / "trace.json").read_text())["traceEvents"]
+    assert not [event for event in events if event["ph"] == "i"]
+
+
+FOLDED_STRAGGLERS = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {layers: 8, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 2048, micro_batch: 1, microbatches: 8}
+parallelism: {tp: 2, pp: 2, dp: 4, order: [tp, cp, dp, pp], pipeline: {schedule: 1f1b}}
+faults: {step: {stragglers: [{gpus: [0, 8], slowdown: 1.3}]}}
+"""
+
+
+def test_a_folded_gantt_row_of_one_gpu_says_so_in_the_singular_beside_its_factor(tmp_path):
+    """GPUs 0 and 8 (replica 0's two stages) at x1.3 fold the other replicas onto classes of unequal size: the
+    straggler's row reads 'stands for 1 GPU, x1.3 slower', a class of three 'stands for 3 GPUs'."""
+    path = tmp_path / "pp.yaml"
+    path.write_text(FOLDED_STRAGGLERS)
+    result = simulate(load_scenario(str(path)))
+    figure = gantt_figure(result.timeline, result.summary, by="rank")
+    labels = [label.get_text() for label in figure.axes[0].get_yticklabels()]
+    assert labels[0] == "rank 0 (stage 0, stands for 1 GPU, x1.3 slower)"
+    assert labels[1] == "rank 1 (stage 0, stands for 1 GPU)"
+    assert labels[2] == "rank 2 (stage 0, stands for 3 GPUs)"
