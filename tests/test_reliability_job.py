@@ -452,6 +452,32 @@ def test_a_jobs_layout_warning_names_its_own_file_after_another_files_job(tmp_pa
                                                                for name in ("first", "second")]
 
 
+MTBF_IN_SECONDS = """cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {layers: 2, hidden: 1024, heads: 8, vocab: 32000}
+training: {seq_len: 1024, micro_batch: 1, microbatches: 2}
+parallelism: {tp: 8, dp: 2}
+run: {horizon: 1 d, replications: 2, seed: 0}
+faults: {components: {gpu: {mtbf: 1e3 s, repair: 8 h}}}
+checkpoint: {interval: 30 min, mode: sync}
+restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 10, spares: 1}
+"""
+
+
+def test_a_system_mtbf_shorter_than_a_restart_and_the_interval_warns_that_the_job_cannot_progress(tmp_path,
+                                                                                                   capsys):
+    """`gpu: {mtbf: 1e3 s}` (meant as hours) on 16 GPUs: M = 1000 s / 16 = 62.5 s = 1.042 min, shorter than the
+    10 min restart (2 + 3 + 5 min, the 25 ms load and 23 ms warm-up round away) and the 30 min interval: one
+    warning line says so, on stderr and in summary.json's warnings."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(MTBF_IN_SECONDS)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job"), "--quiet"]) == 0
+    expected = ("the system MTBF (1.042 min) is shorter than one restart with its checkpoint load (10 min) and the "
+                "checkpoint interval (30 min): failures come before the job is back or has saved its work, so it "
+                "makes little or no progress (are the faults.components' mtbf units right, h not s?)")
+    assert f"warning: {expected}" in capsys.readouterr().err.splitlines()
+    assert expected in json.loads((tmp_path / "job" / "summary.json").read_text())["warnings"]
+
+
 def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, capsys, monkeypatch):
     """48 layers of Llama 3 70B under TP 8 with hybrid_shard, whose shard group is one GPU (a layout
     warning): 43.2e9 parameters / 8 at 16 B of FSDP2's unsharded fp32 state (fp32 weights and gradients, Adam's

@@ -80,6 +80,7 @@ from simulator.reliability.summary import (
     job_summary,
     memory_near_storage_warning,
     memory_stall_warning,
+    no_progress_warning,
     optimum_intervals,
     waiting_warning,
     write_wait_warning,
@@ -1041,7 +1042,8 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     warnings = (fixed, interval_past_horizon(loaded, healthy),
                 write_past_horizon(loaded, healthy, states.healthy_step, _nic_count_field(topology), size),
                 write_wait_warning(healthy, horizon),
-                young_daly_warning(healthy, mtbf, horizon), memory_stall_warning(healthy),
+                young_daly_warning(healthy, mtbf, horizon), no_progress_warning(plan, healthy, mtbf),
+                memory_stall_warning(healthy),
                 memory_near_storage_warning(healthy), preset)
     scenario_wide = (*shrinking, *(warning for warning in (fixed, preset) if warning is not None))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,

@@ -189,6 +189,25 @@ def young_daly_warning(costs: SegmentCosts, mtbf_s: float | None, horizon_s: flo
             "the optimum is a study's (`trainsim study checkpoint-interval`)")
 
 
+def no_progress_warning(plan: JobPlan, healthy: SegmentCosts, mtbf_s: float | None) -> str | None:
+    """A warning when the system MTBF ``mtbf_s`` is shorter than one restart into the healthy state (detection,
+    rescheduling, launch, the checkpoint's load and the warm-up steps) or than the checkpoint interval's training:
+    failures then come before the job is back or before it saves any work, so it makes little or no progress
+    (`gpu: {mtbf: 1e3 s}`, meant as hours, gave a 1 min MTBF against a 10 min restart and ETTR 0.0%); None
+    otherwise and without failures that interrupt the job."""
+    if mtbf_s is None:
+        return None
+    restart = plan.detection_s + plan.reschedule_s + plan.launch_s + healthy.load_s + healthy.warmup_s
+    interval = healthy.interval_steps * healthy.step_s
+    longer = [f"{what} ({format_duration(value)})" for what, value in (
+        ("one restart with its checkpoint load", restart), ("the checkpoint interval", interval)) if mtbf_s < value]
+    if not longer:
+        return None
+    return (f"the system MTBF ({format_duration(mtbf_s)}) is shorter than {' and '.join(longer)}: failures come "
+            "before the job is back or has saved its work, so it makes little or no progress (are the "
+            "faults.components' mtbf units right, h not s?)")
+
+
 def _sync_young_warning(cost_s: float, mtbf_s: float) -> str | None:
     """The sync case of `young_daly_warning`."""
     if cost_s <= 0:
