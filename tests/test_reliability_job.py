@@ -350,6 +350,31 @@ def test_a_study_of_a_job_that_only_straggles_counts_its_stragglers(tmp_path, ca
     assert curve["points"][0]["ettr"] < 1  # the stragglers cost time
 
 
+def test_a_job_counts_the_stragglers_it_simulated_and_names_their_gpus_and_step(tmp_path, capsys):
+    """Throttling at 500 h MTBF and 1 d repairs on 8 GPUs over 54 d expects 8 x 1296 h / 524 h = 19.8 stragglers;
+    the replications' own mean is the `straggling` rows of job_events over the replications, in job_summary.json
+    and beside the expected count in the `slowdowns` row. Each such row names its GPU and the step time of the
+    state it began (TP 8: one slow GPU holds every rank, so the step is slower than the healthy one, by at most
+    the factor 1.3)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 3").replace(
+        "job_failure: {unit: host, effect: restart, mtbf: 3 h}",
+        "throttling: {unit: gpu, effect: straggle, slowdown: 1.3, mtbf: 500 h, repair: 1 d}"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    job = json.loads((tmp_path / "job" / "job_summary.json").read_text())
+    events = pd.read_parquet(tmp_path / "job" / "job_events.parquet")
+    straggling = events[events["kind"] == "straggling"]
+    simulated = job["failure_model"]["throttling"]["simulated_slowdowns"]
+    assert len(straggling) > 0 and simulated["mean"] == pytest.approx(len(straggling) / 3, rel=1e-12)
+    assert f"(simulated {len(straggling) / 3:.3g})" in printed
+    assert set(straggling["gpus"]) <= {str(gpu) for gpu in range(8)}
+    healthy = job["step_time_s"]
+    assert ((straggling["step_s"] > healthy) & (straggling["step_s"] <= 1.3 * healthy * (1 + 1e-9))).all()
+    others = events[events["kind"] != "straggling"]
+    assert (others["gpus"] == "").all() and (others["step_s"] == 0).all()
+
+
 def test_one_replications_counts_print_as_whole_numbers(tmp_path, capsys):
     """`trainsim run llama3-8b-dgx-h100-dp8 --set run.horizon=1d`: one replication's counts are counts, not means, and
     print as whole numbers (not 'interruptions 0.0 unexpected, 0.0 planned')."""

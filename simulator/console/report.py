@@ -697,9 +697,17 @@ def _weibull_expectation(job: dict) -> str:
             "Weibull shape other than 1 departs from it)")
 
 
+def _simulated_slowdowns(entry: dict) -> str:
+    """A class's mean simulated count of degradations or stragglers per replication (`simulated_slowdowns`), to
+    read beside the count it expects: ' (simulated 6.34)'; '' where the summary has none."""
+    simulated = (entry.get("simulated_slowdowns") or {}).get("mean")
+    return "" if simulated is None else f" (simulated {expected_count(simulated)})"
+
+
 def slowdowns_text(job: dict) -> str:
     """The degradations and stragglers the job's classes expect over the horizon (`failure_model`'s
-    `expected_in_horizon` less its `expected_interruptions`, per class) and how much slower the slowed steps are
+    `expected_in_horizon` less its `expected_interruptions`, per class) beside the mean count the replications
+    met (`simulated_slowdowns`), and how much slower the slowed steps are
     than the healthy one (`states` at full size), where a class only slows the job. Where such a class is
     Weibull of shape other than 1 the count is named the exponential closed form's, which the simulation departs
     from. '' without such classes."""
@@ -709,7 +717,7 @@ def slowdowns_text(job: dict) -> str:
     if not slowing:
         return ""
     classes = ", ".join(f"{label} {expected_count(entry['expected_in_horizon'] - entry['expected_interruptions'])}"
-                        for label, entry in slowing.items())
+                        + _simulated_slowdowns(entry) for label, entry in slowing.items())
     if _weibull(slowing.values()):
         classes += " (the exponential closed form: a Weibull shape other than 1 departs from it)"
     healthy, full = job["step_time_s"], max((state["replicas"] for state in job.get("states", [])), default=0)

@@ -19,7 +19,11 @@ EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 """A planned maintenance stop is a `restart` that `began` with `maintenance` (its `cause` is `failure` when a failure
 struck it)."""
 KIND_CODE: dict[EventKind, int] = {kind: code for code, kind in enumerate(EVENT_KINDS)}
-COLUMNS = ("replication", "kind", "cause", "began", "start_s", "end_s", "step", "lost_work_s", "hosts")
+COLUMNS = ("replication", "kind", "cause", "began", "start_s", "end_s", "step", "lost_work_s", "hosts", "gpus",
+           "step_s")
+"""`gpus`: the GPU indices a `degraded` or `straggling` row's unit slows, comma-separated ('' on other rows and
+where it slows none: links down); `step_s`: the step time in the state it brought about, with every other
+degradation then in force (0 on other rows, and while no GPU has a route: the job waits for a repair)."""
 TIER_COLUMN = "tier"
 Tier = Literal["memory", "storage"]
 """A checkpoint tier: the in-memory one (`checkpoint.memory`) or storage."""
@@ -42,13 +46,14 @@ class JobEvents:
         self.blocks: list[tuple] = []
 
     def add(self, kind: EventKind, start: float, end: float, *, cause: str = "", began: str = "",
-            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0, tier: Tier | Literal[""] = "",
+            step: float = 0.0, lost_work_s: float = 0.0, hosts: int = 0, gpus: tuple[int, ...] = (),
+            step_s: float = 0.0, tier: Tier | Literal[""] = "",
             storage_because: StorageReason | Literal[""] = "") -> None:
         """One row; ``began``, a restart's alone, is what began it (its ``cause`` is what it restarted from);
-        ``tier`` the checkpoint tier it wrote, lost or restored from ('' for none); ``storage_because`` why it
-        restored from storage ('' for none)."""
-        self.rows.append((self.replication, kind, cause, began, start, end, step, lost_work_s, hosts, tier,
-                          storage_because))
+        ``gpus`` and ``step_s`` a degradation's or straggler's (COLUMNS); ``tier`` the checkpoint tier it wrote,
+        lost or restored from ('' for none); ``storage_because`` why it restored from storage ('' for none)."""
+        self.rows.append((self.replication, kind, cause, began, start, end, step, lost_work_s, hosts,
+                          ",".join(map(str, gpus)), step_s, tier, storage_because))
 
     def add_checkpoints(self, start: float, end: float, step: float, period: float, steps: float,
                         count: int) -> None:
@@ -64,22 +69,24 @@ class JobEvents:
         into them in place: a long job has millions of checkpoints, and concatenating temporaries of that
         length costs more than the expansion itself."""
         columns = list(zip(*self.rows)) if self.rows else [()] * (len(COLUMNS) + 2)
-        names = sorted({"", *columns[2], *columns[3]})
+        names = sorted({"", *columns[2], *columns[3], *columns[9]})
         code_of = {name: code for code, name in enumerate(names)}
         blocks = [np.asarray(c) for c in zip(*self.blocks)] if self.blocks else []
         counts = blocks[-1].astype(np.int64) if blocks else np.zeros(0, dtype=np.int64)
         single, total = len(self.rows), int(counts.sum())
         replication = np.empty(single + total, dtype=np.int32)
         kind = np.full(single + total, KIND_CODE["checkpoint"], dtype=np.int8)
-        cause, began = (np.full(single + total, code_of[""], dtype=np.int32) for _ in range(2))
-        start, end, step, lost = (np.zeros(single + total) for _ in range(4))
+        cause, began, gpus = (np.full(single + total, code_of[""], dtype=np.int32) for _ in range(3))
+        start, end, step, lost, step_s = (np.zeros(single + total) for _ in range(5))
         hosts = np.zeros(single + total, dtype=np.int64)
         replication[:single] = columns[0]
         kind[:single] = [KIND_CODE[k] for k in columns[1]]
         cause[:single] = [code_of[c] for c in columns[2]]
         began[:single] = [code_of[c] for c in columns[3]]
-        for column, values in zip((start, end, step, lost, hosts), columns[4:]):
+        gpus[:single] = [code_of[c] for c in columns[9]]
+        for column, values in zip((start, end, step, lost, hosts), columns[4:9]):
             column[:single] = values
+        step_s[:single] = columns[10]
         if blocks:
             rep, a, b, s, p, k, _ = blocks
             checkpoints = slice(single, None)
@@ -97,15 +104,16 @@ class JobEvents:
             pa.DictionaryArray.from_arrays(kind[order], pa.array(EVENT_KINDS)),
             *(pa.DictionaryArray.from_arrays(codes[order], pa.array(names)) for codes in (cause, began)),
             *(pa.array(column[order]) for column in (start, end, step, lost, hosts)),
+            pa.DictionaryArray.from_arrays(gpus[order], pa.array(names)), pa.array(step_s[order]),
         ]
         names_out = list(COLUMNS)
         if self.tiered:
             tier = np.full(single + total, "storage", dtype=object)
-            tier[:single] = columns[9]
+            tier[:single] = columns[11]
             arrays.append(pa.array(tier[order], type=pa.string()).dictionary_encode())
             names_out.append(TIER_COLUMN)
             because = np.full(single + total, "", dtype=object)
-            because[:single] = columns[10]
+            because[:single] = columns[12]
             arrays.append(pa.array(because[order], type=pa.string()).dictionary_encode())
             names_out.append(STORAGE_COLUMN)
         return pa.Table.from_arrays(arrays, names=names_out)

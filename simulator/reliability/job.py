@@ -338,6 +338,9 @@ class ReplicationTotals:
     """Restarts after a failure, completed, by the checkpoint tier they loaded (`memory`, `storage`)."""
     storage_because: Counter = field(default_factory=Counter)
     """Those that loaded storage, by why (`StorageReason`: `newer`, `copies_lost`)."""
+    slowdowns: Counter = field(default_factory=Counter)
+    """Degradations and stragglers that began, by class name: the `degraded` and `straggling` rows of the event
+    log."""
 
 
 class JobProcess:
@@ -392,6 +395,7 @@ class JobProcess:
         self.waiting_for_hosts_s = 0.0
         self.maintenance_s = 0.0
         self.interruptions: Counter = Counter()
+        self.slowdowns: Counter = Counter()
         self.planned = 0
         self.lost_per_failure: list[float] = []
         self.shrinks = 0
@@ -629,8 +633,10 @@ class JobProcess:
         end = t + self.repair[index]
         self.degraded[key] = self.degraded.get(key, 0) + 1
         heapq.heappush(self.degraded_repairs, (end, index + 1, key))
-        self.events.add("straggling" if klass.effect is Effect.STRAGGLE else "degraded", t, end, cause=klass.name)
         self._refresh(t)
+        self.events.add("straggling" if klass.effect is Effect.STRAGGLE else "degraded", t, end, cause=klass.name,
+                        gpus=key[1].gpus, step_s=self.costs.step_s if self.costs is not None else 0.0)
+        self.slowdowns[klass.name] += 1
         if self.costs is None and klass.effect is Effect.DEGRADE and not idle:
             return False
         self.next_arrival += 1
@@ -1075,4 +1081,4 @@ class JobProcess:
             slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,
             running_by_replicas_s=dict(self.running_s), regrow_restarts=self.regrow_restarts,
             regrow_restarts_cut_short=self.regrow_restarts_cut_short, regrow_restart_s=self.regrow_restart_s,
-            restores=self.restores, storage_because=self.storage_because)
+            restores=self.restores, storage_because=self.storage_because, slowdowns=self.slowdowns)

@@ -363,6 +363,9 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
     mtbf, young, daly = optimum_intervals(plan, counts, healthy)
     young_formula, daly_formula = (None, None) if mtbf is None else formula_intervals(healthy, mtbf)
     cost = checkpoint_cost_s(healthy)
+    for name, entry in per_class.items():
+        if entry["effect"] in (Effect.DEGRADE, Effect.STRAGGLE):
+            entry["simulated_slowdowns"] = mean_interval([t.slowdowns.get(name, 0) for t in totals])
     causes = sorted({name for t in totals for name in t.interruptions} | set(per_class))
     lost = [value for t in totals for value in t.lost_per_failure_s]
     restart_s = plan.detection_s + plan.reschedule_s + plan.launch_s + healthy.load_s + healthy.warmup_s
