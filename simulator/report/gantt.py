@@ -6,7 +6,7 @@ under the row, and the idle time (pipeline bubbles)."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -294,9 +294,10 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     return actions, drawn
 
 
-FAULT_LINES: dict[FaultKind, tuple[str, str]] = {"link down": ("#D62728", "--"),
-                                                 "link degraded": ("#FF7F0E", ":"),
-                                                 "GPU failure": ("#000000", "-")}
+LineStyle = Literal["-", "--", ":"]
+FAULT_LINES: dict[FaultKind, tuple[str, LineStyle]] = {"link down": ("#D62728", "--"),
+                                                       "link degraded": ("#FF7F0E", ":"),
+                                                       "GPU failure": ("#000000", "-")}
 """Colour and line style of each kind of fault line."""
 SHOWN_FAULT_NAMES = 3
 """A legend entry names the links or GPUs of up to this many faults of its kind, and counts more."""
