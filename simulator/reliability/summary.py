@@ -194,13 +194,16 @@ def no_progress_warning(plan: JobPlan, healthy: SegmentCosts, mtbf_s: float | No
     rescheduling, launch, the checkpoint's load and the warm-up steps) or than the checkpoint interval's training:
     failures then come before the job is back or before it saves any work, so it makes little or no progress
     (`gpu: {mtbf: 1e3 s}`, meant as hours, gave a 1 min MTBF against a 10 min restart and ETTR 0.0%); None
-    otherwise and without failures that interrupt the job."""
+    otherwise and without failures that interrupt the job. An interval at least the horizon writes no checkpoint
+    by choice (a baseline; `interval_past_horizon` says so), so only the restart is weighed then."""
     if mtbf_s is None:
         return None
     restart = plan.detection_s + plan.reschedule_s + plan.launch_s + healthy.load_s + healthy.warmup_s
     interval = healthy.interval_steps * healthy.step_s
-    longer = [f"{what} ({format_duration(value)})" for what, value in (
-        ("one restart with its checkpoint load", restart), ("the checkpoint interval", interval)) if mtbf_s < value]
+    weighed = [("one restart with its checkpoint load", restart)]
+    if interval < plan.horizon_s:
+        weighed.append(("the checkpoint interval", interval))
+    longer = [f"{what} ({format_duration(value)})" for what, value in weighed if mtbf_s < value]
     if not longer:
         return None
     return (f"the system MTBF ({format_duration(mtbf_s)}) is shorter than {' and '.join(longer)}: failures come "
