@@ -395,7 +395,8 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         with RunProgress(enabled=True, unit="sizes", description=f"timing {args.op}") as progress:
             rows = collective_sweep(topology, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
                                     ranks=args.ranks, sizes=sizes, efficiency=args.efficiency, mode=args.network,
-                                    chunk=args.chunk, progress=progress, explain=args.explain)
+                                    chunk=args.chunk, pxn=args.pxn == "on", progress=progress,
+                                    explain=args.explain)
     except InputError as exc:
         if exc.file or exc.field not in COLLECTIVE_FLAGS:
             raise sets.located(exc) from None
@@ -1248,6 +1249,10 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--network", default="flow", choices=NETWORK_MODES,
                       help="flow (default: flows share links max-min fairly) or analytic (no contention between "
                            "collectives)")
+    coll.add_argument("--pxn", default="on", choices=("on", "off"),
+                      help="on (default, as NCCL): an all_to_all's cross-rail transfers between hosts go over "
+                           "NVLink to the GPU on the destination's rail and out of its NIC; off: from the "
+                           "sender's own NIC (network.pxn in a scenario)")
     coll.add_argument("--chunk", default="auto",
                       help="pipelining chunk size (default auto: NCCL's for the protocol; 'none' = off)")
     coll.add_argument("--explain", action="store_true",

@@ -21,7 +21,7 @@ from simulator.units import format_size
 @collector_paused()
 def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
-                     chunk: str | None = "auto", protocol: str = "auto",
+                     chunk: str | None = "auto", protocol: str = "auto", pxn: bool = True,
                      progress: Callable[[int, int], None] | None = None, explain: bool = False) -> list[dict]:
     """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the ones
     that ran: `auto`'s choice for this size, as NCCL_DEBUG=INFO names the algorithm and protocol NCCL's tuner
@@ -31,10 +31,11 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
     ``protocol`` come from the command line, so they are checked here, against the sets the schema checks a
     scenario's against. ``cluster``: a topology's name or path, its file already read, or built (`trainsim
     collective` reads it once, to count its GPUs before building, and builds it, to warn of a GPU changed without
-    its NVLink); ``overrides`` replace the parameters of a name, a path or a file read. ``progress(done, total)``
-    hears each size begin, and the end. With ``explain``, each row's `auto` says why `auto` picked what ran
-    (`Weighing.report`: the rule, every candidate's estimate, the pick), None where nothing was weighed (a
-    send_recv, an all_to_all left to `auto`: point to point; an algorithm and protocol given)."""
+    its NVLink); ``overrides`` replace the parameters of a name, a path or a file read. ``pxn`` lets an all-to-all's
+    cross-rail transfers between hosts go through PXN relays (`--pxn`). ``progress(done, total)`` hears each size
+    begin, and the end. With ``explain``, each row's `auto` says why `auto` picked what ran (`Weighing.report`: the
+    rule, every candidate's estimate, the pick), None where nothing was weighed (a send_recv, an all_to_all left to
+    `auto`: point to point; an algorithm and protocol given)."""
     if op not in PRIMITIVES:
         raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(PRIMITIVES))
     if algorithm not in ALGORITHM_CHOICES:
@@ -57,7 +58,7 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
                             field="--ranks", allowed=f"2..{topology.num_gpus:,}")
     fractions = resolve_efficiency(efficiency, topology.gpu_model, "--efficiency")
     settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(fractions.items())), algorithm=algorithm,
-                               chunk_bytes=chunk_bytes(chunk), protocol=protocol)
+                               chunk_bytes=chunk_bytes(chunk), protocol=protocol, pxn=pxn)
     group = tuple(range(ranks))
     if op == "send_recv":
         group = (0, ranks - 1)

@@ -101,6 +101,7 @@ class NetworkSettings:
     chunk_bytes: ChunkSetting = None
     channels: int = 0
     protocol: ProtocolChoice = "auto"
+    pxn: bool = True
 
 
 def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
@@ -257,7 +258,8 @@ def program_sharing(ops: Sequence[Op], plans: PlanCache, async_streams: frozense
 def plan_cache(topology: Topology, settings: NetworkSettings) -> PlanCache:
     """The run's one cache of collective plans, with the scenario's collective defaults and link efficiencies."""
     return PlanCache(topology, algorithm=settings.algorithm, chunk_bytes=settings.chunk_bytes,
-                     channels=settings.channels, efficiency=dict(settings.efficiency), protocol=settings.protocol)
+                     channels=settings.channels, efficiency=dict(settings.efficiency), protocol=settings.protocol,
+                     pxn=settings.pxn)
 
 
 def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[float, FlowBlock]:
@@ -339,7 +341,8 @@ def network_settings(loaded: LoadedScenario, topology: Topology) -> NetworkSetti
     efficiency = located(loaded, lambda: resolve_efficiency(scenario.network.efficiency, topology.gpu_model))
     return NetworkSettings(mode=scenario.network.model, efficiency=tuple(sorted(efficiency.items())),
                            algorithm=scenario.collectives.algorithm, chunk_bytes=scenario.collectives.chunk,
-                           channels=scenario.collectives.channels, protocol=scenario.collectives.protocol)
+                           channels=scenario.collectives.channels, protocol=scenario.collectives.protocol,
+                           pxn=scenario.network.pxn)
 
 
 def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plans: PlanCache) -> None:

@@ -9,6 +9,13 @@ kernel's base latency (`protocols.GROUPED_P2P_BASE_LATENCY_US`, NCCL's Simple ke
 share the NICs and NVLink as the network model shares any flows: L + a + (p-1)/p n b on one switch. All-gather and
 reduce-scatter run as p-1 phases of shifted pairs (in phase k, rank i sends to rank i+k), each moving nbytes/p:
 (p-1) a + (p-1)/p n b. Broadcast and reduce are a star around the root.
+
+An all-to-all's transfer between hosts whose ends sit on different rails goes through PXN, as NCCL (2.12 and
+later, NCCL_PXN_DISABLE=0) sends a point-to-point message from the NIC the destination uses: over NVLink to
+the source host's GPU on the destination's rail, then from that GPU's NIC along the rail (`Topology.pxn_relay`),
+so a rail-optimized leaf group's all-to-all never crosses its spines. NCCL picks the relay among the
+communicator's own GPUs, so only a relay inside the group forwards: a pipeline send, a group of two, never has
+one.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from simulator.collectives import protocols
 from simulator.collectives.names import ALGORITHM_OPS
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
-from simulator.topology.graph import Topology
+from simulator.topology.graph import PXN_CHANNEL, Topology
 
 OPS = ALGORITHM_OPS["direct"]
 
@@ -29,9 +36,11 @@ def shifted_pairs(ranks: tuple[int, ...], nbytes: float) -> list[Phase]:
             for shift in range(1, size)]
 
 
-def all_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...]) -> list[Phase]:
+def all_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...],
+              topology: Topology | None = None) -> list[Phase]:
     """One phase: every rank i sends ``pair_bytes[i][j]`` to every other rank j at once, listed by shift (the
-    transfers to rank i+1 first, then to rank i+2...), as NCCL's all-to-all posts them. A pair with nothing to
+    transfers to rank i+1 first, then to rank i+2...), as NCCL's all-to-all posts them, each through its PXN
+    relay (`PXN_CHANNEL`) where ``topology`` (None: no PXN) gives one that is in the group. A pair with nothing to
     send posts no transfer (a CP ring step sends only to the next rank; docs/collectives.md, direct), unless no
     pair has anything: then every pair posts its empty handshake, as NCCL 2.14 and later run count-0 sends, and
     the all-to-all lasts a path latency rather than nothing. The phase starts after the grouped kernel's base
@@ -42,7 +51,11 @@ def all_pairs(ranks: tuple[int, ...], pair_bytes: tuple[tuple[float, ...], ...])
                             field="pair_bytes", allowed=f"{size} rows of {size} sizes")
     pairs = [(i, (i + shift) % size) for shift in range(1, size) for i in range(size)]
     carrying = [(i, j) for i, j in pairs if pair_bytes[i][j] > 0] or pairs
-    transfers = tuple(Transfer(ranks[i], ranks[j], pair_bytes[i][j]) for i, j in carrying)
+    members = set(ranks)
+    relays = ({(i, j): topology.pxn_relay(ranks[i], ranks[j]) for i, j in carrying} if topology is not None
+              else {})
+    transfers = tuple(Transfer(ranks[i], ranks[j], pair_bytes[i][j],
+                               PXN_CHANNEL if relays.get((i, j)) in members else 0) for i, j in carrying)
     return [Phase(transfers, launch=protocols.GROUPED_P2P_BASE_LATENCY_US * 1e-6)] if transfers else []
 
 
@@ -61,7 +74,8 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
         return [Phase((Transfer(ranks[0], ranks[1], n),))]
     if request.op == "all_to_all":
         size = len(ranks)
-        return all_pairs(ranks, request.pair_bytes or ((n / size,) * size,) * size)
+        return all_pairs(ranks, request.pair_bytes or ((n / size,) * size,) * size,
+                         topology if request.pxn else None)
     if request.op in ("all_gather", "reduce_scatter"):
         return shifted_pairs(ranks, n / len(ranks))
     if request.op == "all_reduce":

@@ -131,7 +131,7 @@ class CollectiveRequest:
     chunk (None = no chunking; `auto`: NCCL's for ``protocol``, the protocol the plan runs under, which
     `registry.plan_collective` sets once it is resolved); ``channels`` is how many parallel rings/trees to use
     (0 = one per rail the group can use); ``pair_bytes`` sizes each pair of an uneven all_to_all (row = sender,
-    group order).
+    group order); ``pxn`` lets an all_to_all's cross-rail transfers go through a PXN relay (`direct.all_pairs`).
     """
 
     op: Primitive
@@ -142,3 +142,4 @@ class CollectiveRequest:
     channels: int = 0
     pair_bytes: tuple[tuple[float, ...], ...] = ()
     protocol: Protocol = "simple"
+    pxn: bool = True

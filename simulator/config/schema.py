@@ -117,10 +117,12 @@ class ClusterConfig(BaseModel):
 class NetworkConfig(Section):
     """`model`: flow (max-min sharing) or analytic (each collective alone with its
     copies on the equivalent ranks, their transfers sharing the links);
-    `efficiency`: calibrated, ideal or per class."""
+    `efficiency`: calibrated, ideal or per class;
+    `pxn`: whether an all-to-all's cross-rail transfers between hosts go through NCCL's PXN relay (docs/network.md)."""
 
     model: NetworkMode = "flow"
     efficiency: EfficiencyProfile | dict[LinkClass, Annotated[float, Field(gt=0, le=1)]] = "calibrated"
+    pxn: bool = True
 
 
 SmContention = Literal["nccl", "none"]

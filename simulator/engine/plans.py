@@ -42,13 +42,16 @@ class LinkTable:
 
 class PlanCache:
     """Plans collectives on ``topology`` with the run's defaults: the algorithm and the protocol for ops that say
-    `auto`, the pipelining chunk and the channel count, and the per-class link ``efficiency`` the run's network
-    applies, by which `auto` weighs its candidates. Plans are cached by what they depend on, the message size
-    included, since `auto` picks different algorithms (and links) and protocols for small and large messages."""
+    `auto`, the pipelining chunk and the channel count, whether all-to-alls use PXN (``pxn``), and the per-class
+    link ``efficiency`` the run's network applies, by which `auto` weighs its candidates. Plans are cached by what
+    they depend on, the message size included, since `auto` picks different algorithms (and links) and protocols
+    for small and large messages."""
 
     def __init__(self, topology: Topology, *, algorithm: AlgorithmChoice = "auto", chunk_bytes: ChunkSetting = None,
-                 channels: int = 0, efficiency: Mapping[str, float] | None = None, protocol: ProtocolChoice = "auto"):
+                 channels: int = 0, efficiency: Mapping[str, float] | None = None, protocol: ProtocolChoice = "auto",
+                 pxn: bool = True):
         self.topology = topology
+        self.pxn = pxn
         self.default_algorithm = algorithm
         self.default_protocol = protocol
         self.chunk_bytes = chunk_bytes
@@ -100,7 +103,8 @@ class PlanCache:
 
     def _request(self, op: CollectiveOp, group: tuple[int, ...]) -> CollectiveRequest:
         return CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
-                                 chunk_bytes=self.chunk_bytes, channels=self.channels, pair_bytes=op.pair_bytes)
+                                 chunk_bytes=self.chunk_bytes, channels=self.channels, pair_bytes=op.pair_bytes,
+                                 pxn=self.pxn)
 
     @staticmethod
     def key(op: CollectiveOp, group: Hashable) -> tuple:

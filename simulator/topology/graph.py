@@ -51,6 +51,11 @@ with a ``route_links`` method of the same arguments returning the link ids direc
 one with a ``route_arrays`` method (topology and arrays of src, dst, channel, src != dst) for many routes at once
 (`Topology.routes`: a matrix of link ids, a route per row, -1 after its end)."""
 
+PXN_CHANNEL = -1
+"""The channel of a point-to-point transfer that NCCL sends through PXN (`Topology.pxn_relay`): over NVLink to
+the source host's GPU on the destination's rail, then from that GPU's NIC along its rail. `Topology.route`
+joins the two routes (channel 0 each); the router is never asked for this channel."""
+
 
 class Wiring:
     """The nodes (name -> attributes) and directed edges ((u, v) -> attributes) of a cluster, in the order they
@@ -226,6 +231,34 @@ class Topology:
         return nic
 
     @cached_property
+    def gpu_rail(self) -> list[int | None]:
+        """The rail of the NIC each GPU drives (None where the GPU drives none, or its NIC has no rail: an
+        explicit graph's)."""
+        nodes = self.wiring.nodes
+        return [nodes[nic].get("rail") if nic != gpu else None for gpu, nic in zip(self.gpus, self.gpu_nic)]
+
+    @cached_property
+    def _rail_gpus(self) -> dict[tuple[int, int], int]:
+        """(host, rail) -> the host's first GPU (by local index) driving that rail's NIC, among GPUs with NVLink."""
+        first: dict[tuple[int, int], int] = {}
+        order = sorted(range(self.num_gpus), key=lambda gpu: (self.gpu_host[gpu], self.gpu_local[gpu]))
+        for gpu in order:
+            rail = self.gpu_rail[gpu]
+            if rail is not None and self.gpu_nvlink[gpu]:
+                first.setdefault((self.gpu_host[gpu], rail), gpu)
+        return first
+
+    def pxn_relay(self, src: int, dst: int) -> int | None:
+        """The GPU that forwards a point-to-point message from ``src`` to ``dst`` under NCCL's PXN: where the two
+        sit in different NVLink domains on different rails, the source's host's first GPU on the destination's
+        rail, reached from the source over NVLink (None where there is no such GPU, or no need for one)."""
+        rail = self.gpu_rail[dst]
+        if (rail is None or self.gpu_rail[src] in (None, rail) or self.gpu_domain[src] == self.gpu_domain[dst]
+                or not self.gpu_nvlink[src]):
+            return None
+        return self._rail_gpus.get((self.gpu_host[src], rail))
+
+    @cached_property
     def gpu_nvlink(self) -> list[bool]:
         """Whether each GPU has an NVLink (to a peer or an NVSwitch); PCIe-only hosts' GPUs have none."""
         linked = {u for (u, _), data in self.wiring.edges.items() if data["link_class"] == "nvlink"}
@@ -271,14 +304,18 @@ class Topology:
         return [i for i, h in enumerate(self.gpu_host) if h == host]
 
     def route(self, src: int, dst: int, channel: int = 0) -> tuple[tuple[int, ...], float]:
-        """The directed link ids from GPU ``src`` to GPU ``dst`` (``channel`` picks among parallel routes) and
-        the sum of their latencies, added in path order; worked out once per (src, dst, channel) and kept, both
-        in one entry (one lookup per read)."""
+        """The directed link ids from GPU ``src`` to GPU ``dst`` (``channel`` picks among parallel routes;
+        `PXN_CHANNEL`: through the `pxn_relay`, where there is one) and the sum of their latencies, added in path
+        order; worked out once per (src, dst, channel) and kept, both in one entry (one lookup per read)."""
         key = (src, dst, channel)
         route = self._routes.get(key)
         if route is None:
             route_links = getattr(self.router, "route_links", None)
-            if route_links is not None and src != dst:
+            if channel == PXN_CHANNEL:
+                relay = self.pxn_relay(src, dst)
+                links = (self.route(src, dst)[0] if relay is None
+                         else self.route(src, relay)[0] + self.route(relay, dst)[0])
+            elif route_links is not None and src != dst:
                 links = route_links(self, src, dst, channel)
             else:
                 links = self.link_ids(self._route_nodes(src, dst, channel))
@@ -322,12 +359,12 @@ class Topology:
     def routes(self, src: np.ndarray, dst: np.ndarray, channel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`route` of many (src, dst, channel) at once: a matrix of link ids (at least one column), one route
         per row from its first column on (-1 after its end), and each route's latency, its links' added in
-        path order as `route` adds them. The router's array form where it has one (a 16k-GPU ring's 131k
-        routes in numpy), which keeps nothing in the route cache (a large phase's routes are asked for once);
-        else `route` per row, which keeps each."""
+        path order as `route` adds them. The router's array form where it has one and no route goes through a
+        PXN relay (a 16k-GPU ring's 131k routes in numpy), which keeps nothing in the route cache (a large
+        phase's routes are asked for once); else `route` per row, which keeps each."""
         route_arrays = getattr(self.router, "route_arrays", None)
         moving = np.flatnonzero(src != dst)
-        if route_arrays is not None:
+        if route_arrays is not None and PXN_CHANNEL not in channel:
             found = route_arrays(self, src[moving], dst[moving], channel[moving])
             matrix = np.full((src.size, found.shape[1]), -1, dtype=np.int64)
             matrix[moving] = found
