@@ -115,3 +115,25 @@ def test_network_pxn_is_a_yes_or_no():
     with pytest.raises(ScenarioError) as refused:
         scenario_from_text(base % "sometimes")
     assert str(refused.value) == "<text>:2: network.pxn: expected true or false, got 'sometimes' (allowed: true, false)"
+
+
+EP_ACROSS_HOSTS = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: mixtral-8x7b, layers: 2, moe: {experts: 8, top_k: 2, routing: {balance: zipf}}}
+training: {seq_len: 4096, microbatches: 1, precision: bf16}
+parallelism: {tp: 2, pp: 1, ep: 8, sequence_parallel: true}
+run: {seed: 3}
+"""
+"""EP 8 over the DP ranks of TP 2 on two DGX H100: each EP group holds four GPUs of each host on even rails, so its
+cross-host transfers between different rails go through relays of its own."""
+
+
+def test_a_folded_expert_parallel_step_with_pxn_is_the_unfolded_one(run_yaml):
+    """The relayed dispatch and combine fold as the rest of the step: folded and unfolded agree to the bit in
+    step time and traffic, and the relays change the step (without them the cross-rail flows take the spines)."""
+    folded = run_yaml(EP_ACROSS_HOSTS).summary
+    unfolded = run_yaml(EP_ACROSS_HOSTS, "run.fold=false").summary
+    assert folded["simulated_ranks"] < unfolded["simulated_ranks"] == 16
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    assert folded["traffic_bytes_per_gpu"] == pytest.approx(unfolded["traffic_bytes_per_gpu"], rel=1e-12)
+    assert run_yaml(EP_ACROSS_HOSTS, "network.pxn=false").summary["comm_s"]["ep"] != folded["comm_s"]["ep"]
