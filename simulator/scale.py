@@ -546,17 +546,20 @@ def _domain_copies(layout: Layout, kinds: Iterable[str], hosts: HostShape, ep: i
 
 
 def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | None,
-                       ep: int = 1, channels: int = 0, degree: int = 0) -> dict[str, CollectiveShape]:
+                       ep: int = 1, channels: int = 0, degree: int = 0, pxn: bool = True
+                       ) -> dict[str, CollectiveShape]:
     """The `CollectiveShape` of each kind's collectives (a P2P send is one transfer; an EP all-to-all posts one
     to every other member, collectives/direct.py, on no extra channel). A group across hosts keeps the replicas
     that share its NICs; when another dimension crosses hosts too, its collectives join replicas on other hosts
     to the simulated ones, on the rails they use (on every rail when one of them uses them all), so the sharing
     search reaches that share of every dimension's replicas; an EP group with several members on a host sends
-    flows that turn rails between hosts, which the fabric hashes over every spine by the rails' difference
-    (topology/builders.py `Fabric`), so they share spine links with every copy of the group, all kept (a bound:
-    Mixtral EP 8 keeps 0.90 of it). A group inside one NVLink domain (a host; the trays of a GB200 NVL72 rack,
-    whose NVSwitch joins them as a host's does) keeps the copies there that the domain's other groups join to it
-    (`_domain_copies`), and so does a pipeline's hand-off inside one domain, every copy sent. A hand-off is one
+    flows that turn rails between hosts: through its own members on the destination's rail under PXN
+    (``pxn``, `network.pxn`; collectives/direct.py), staying on its rails as the other groups' do, and without
+    PXN over every spine, hashed by the rails' difference (topology/builders.py `Fabric`), so that they share
+    spine links with every copy of the group, all kept (a bound: Mixtral EP 8 keeps 0.90 of it). A group inside
+    one NVLink domain (a host; the trays of a GB200 NVL72 rack, whose NVSwitch joins them as a host's does) keeps
+    the copies there that the domain's other groups join to it (`_domain_copies`), and so does a pipeline's
+    hand-off inside one domain, every copy sent. A hand-off is one
     flow for its send op and its receive op together, inside a domain or across (TP 8 PP 3 on one GB200 rack:
     13,640 of 13,619 flows; Llama 3 8B on two DGX H100 at TP 8 PP 2 across them: 2,592 of 2,592).
     ``channels`` (`collectives.channels`, 0: NCCL's choice) is the rings of every ring collective, inside a host
@@ -588,7 +591,7 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
             kept = replicas * rails_joined // hosts.rails
         else:
             kept = hosts.gpus // crossing[kind] * rails // hosts.rails
-        if kind == "ep" and crossing[kind] > 1 and hosts.rails > 1:
+        if kind == "ep" and crossing[kind] > 1 and hosts.rails > 1 and not pxn:
             kept = replicas  # its flows turn rails between hosts, hashed over every spine: they meet every copy
         in_domain = min(Counter(rank // hosts.domain for rank in group).values())
         if in_domain > 1 and any(len(other) > 1 for name, other in groups.items() if name not in crossing):
@@ -1192,7 +1195,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     if synthetic is not None:  # fixed costs: no TP, CP or DP traffic, and P2P free unless it has bytes
         compute += comm["pp"] / 2 if synthetic.p2p_bytes <= 0 else 0.0  # a free hand-off per receive
         comm = {kind: count if kind == "pp" and synthetic.p2p_bytes > 0 else 0.0 for kind, count in comm.items()}
-    shapes = _collective_shapes(layout, comm, hosts, par.ep, scenario.collectives.channels, degree)
+    shapes = _collective_shapes(layout, comm, hosts, par.ep, scenario.collectives.channels, degree,
+                                scenario.network.pxn)
     if scenario.collectives.algorithm == "hierarchical" and hosts is not None:
         all_reduce = {"tp": not par.sequence_parallel, "cp": False, "dp": par.zero_stage == 0}
         shapes.update({kind: replace(shapes[kind], transfers=_hierarchical_transfers(layout, kind, hosts, reduce,
