@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import simpy
 from shared import GIB
 
+from simulator import simulate
 from simulator.cli import main
 from simulator.collective_sweep import collective_sweep
 from simulator.collectives.execute import phase_items, run_plan
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
-from simulator.config.loader import scenario_from_text
+from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.engine.stepping import run_all
 from simulator.errors import ScenarioError
 from simulator.network.model import Network
@@ -137,3 +139,17 @@ def test_a_folded_expert_parallel_step_with_pxn_is_the_unfolded_one(run_yaml):
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert folded["traffic_bytes_per_gpu"] == pytest.approx(unfolded["traffic_bytes_per_gpu"], rel=1e-12)
     assert run_yaml(EP_ACROSS_HOSTS, "network.pxn=false").summary["comm_s"]["ep"] != folded["comm_s"]["ep"]
+
+
+def test_pxn_lets_groups_of_one_leaf_group_fold_that_collide_on_the_spines_without_it():
+    """EP 16 over two whole hosts, two groups a leaf group (8 DGX H100, leaf_ports 4, 5 spines): without PXN their
+    cross-rail flows collide unlike on the spines and the step runs all 64 ranks (tests/test_folding.py); through
+    the relays they stay on their rails, and the step folds to 2 ranks, equal to the unfolded step to the bit."""
+    overrides = ["model.layers=4", "model.moe.experts=16", "cluster.nodes=8", "cluster.leaf_ports=4",
+                 "cluster.spines=5", "parallelism.tp=1", "parallelism.ep=16", "parallelism.dp=64",
+                 "training.global_batch=64"]
+    scenario = Path(__file__).parents[1] / "scenarios" / "mixtral-8x7b-ep8.yaml"
+    folded = simulate(load_scenario(scenario, overrides)).summary
+    unfolded = simulate(load_scenario(scenario, [*overrides, "run.fold=false"])).summary
+    assert (folded["folded"], folded["simulated_ranks"]) == (True, 2)
+    assert folded["step_time_s"] == unfolded["step_time_s"]

@@ -338,7 +338,7 @@ def test_a_program_over_the_ordering_budget_says_so_and_runs_the_same_step(monke
     streams, 1.4 MiB)
     it is ordered; a byte less and no ordering is built, each collective is judged on one rank's ops, and the
     summary's `ordering_skipped` and a warning say so, with what it costs: the same step, but fewer collectives
-    proved alone and replayed, so more flows on the network (124,524 -> 140,288)."""
+    proved alone and replayed, so more flows on the network (49,260 -> 140,288)."""
     from simulator import simulate
     from simulator.config.loader import load_scenario
     from simulator.engine import ordering
@@ -354,7 +354,7 @@ def test_a_program_over_the_ordering_budget_says_so_and_runs_the_same_step(monke
     assert unordered["warnings"][-1].startswith("collectives not ordered: 4,508 ops on 8 in-order streams need "
                                                 "1.4 MiB to order, over the budget of 1.4 MiB")
     assert unordered["step_time_s"] == pytest.approx(ordered["step_time_s"], rel=1e-12)
-    assert (ordered["flows_simulated"], unordered["flows_simulated"]) == (124_524, 140_288)
+    assert (ordered["flows_simulated"], unordered["flows_simulated"]) == (49_260, 140_288)
 
 
 @pytest.mark.parametrize(("scenario", "fold", "overrides"), [
