@@ -85,18 +85,20 @@ def test_a_flapping_link_costs_each_window_and_repeats_to_the_step_end_without_a
     assert run(ONE_FLOW, flap + "}")["makespan_s"] == pytest.approx(55e-3 + left / (RATE / 2), rel=1e-12)
 
 
-def test_a_link_flapping_to_the_step_end_leaves_a_deadlock_reported():
-    """GPU 0 runs X then Y, GPU 1 Y then X: the engine runs out of events and says so, though the flap could
-    repeat for ever (it repeats only while anything else is left to run)."""
+@pytest.mark.parametrize("gpus", [["gpu0"], ["gpu0", "gpu1"]])
+def test_a_link_flapping_to_the_step_end_leaves_a_deadlock_reported(gpus):
+    """GPU 0 runs X then Y, GPU 1 Y then X: the engine runs out of events and says so, though the flaps could
+    repeat for ever (they repeat only while anything but their own timers is left to run)."""
     topology = load_topology("dgx-h100")
     ops = [CollectiveOp(id=index, rank=rank, stream="comm", name=key, op="all_reduce", group=(0, 1), nbytes=2**20,
                         key=key) for index, (rank, key) in enumerate([(0, "X"), (0, "Y"), (1, "Y"), (1, "X")])]
-    flap = LinkEvent(1e-3, (("h0/gpu0", "h0/nvswitch"),), 0.5, "h0/gpu0-h0/nvswitch", 2e-3, 10e-3)
+    flaps = tuple(LinkEvent(1e-3, ((f"h0/{gpu}", "h0/nvswitch"),), 0.5, f"h0/{gpu}-h0/nvswitch", 2e-3, 10e-3)
+                  for gpu in gpus)
     previous = signal.signal(signal.SIGALRM, _never_ends)
     signal.alarm(20)
     try:
         with pytest.raises(SimulationError, match="deadlock"):
-            run_ops(topology, ops, NetworkSettings(), faults=FaultHooks(topology, StepFaultPlan(links=(flap,))))
+            run_ops(topology, ops, NetworkSettings(), faults=FaultHooks(topology, StepFaultPlan(links=flaps)))
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)

@@ -79,11 +79,11 @@ class FaultHooks:
         self.topology = topology
         self.plan = plan
         self.rerouter: Rerouter | None = None
-        self.down_labels: list[str] = []
-        """The link faults that hold links down now, in the order they took them down: those that together may
-        split the job."""
         self._down: list[LinkEvent] = []
         """The faults holding links down now, in the order they took them down."""
+        self._timers: set[simpy.Event] = set()
+        """The timeouts of the link faults' processes not processed yet: where nothing else is queued, the step
+        has ended or stalled, and a fault that repeats to the step's end stops."""
         self._degraded: dict[int, list[float]] = {}
         """Each directed link's capacities kept under the timed faults degrading it now, in their order."""
         self._env: simpy.Environment | None = None
@@ -95,6 +95,12 @@ class FaultHooks:
             if event.from_start and event.capacity == 0:
                 self._take_down(event, 0.0)
         degrade_from_start(topology, plan)
+
+    @property
+    def down_labels(self) -> list[str]:
+        """The labels of the link faults that hold links down now, in the order they took them down: those that
+        together may split the job."""
+        return [event.label for event in self._down]
 
     @property
     def changes_network(self) -> bool:
@@ -140,14 +146,12 @@ class FaultHooks:
         assert self.rerouter is not None
         self.rerouter.take_down(list(event.edges))
         self._down.append(event)
-        self.down_labels.append(event.label)
         self._watch_partition(now)
 
     def _bring_up(self, event: LinkEvent, now: float) -> list[int]:
         """``event``'s links come back at ``now`` where no other fault holds them down: their directed links."""
         assert self.rerouter is not None
         self._down.remove(event)
-        self.down_labels.remove(event.label)
         held = {edge for other in self._down for edge in both_ways(other.edges)}
         up = [edge for edge in event.edges if edge not in held]
         self.rerouter.bring_up(up)
@@ -176,9 +180,9 @@ class FaultHooks:
     def _link_event(self, env: simpy.Environment, network: Network, event: LinkEvent):
         links = self._directed(event)
         for index, (start, end) in enumerate(event.times()):
-            yield env.timeout(start - env.now)
-            if index and env.peek() == math.inf:
-                return  # nothing but this fault was left to run: the step has ended, or stalled (a deadlock report)
+            yield from self._wait(env, start)
+            if index and self._only_own_timers_left(env):
+                return  # nothing but the faults was left to run: the step has ended, or stalled (a deadlock report)
             if event.capacity > 0:
                 for link in links:
                     self._degraded.setdefault(link, []).append(event.capacity)
@@ -188,11 +192,23 @@ class FaultHooks:
                 network.take_down(links)
             if end is None:
                 return
-            yield env.timeout(end - env.now)
+            yield from self._wait(env, end)
             if event.capacity > 0:
                 self._restore(network, links, event.capacity)
             else:
                 network.bring_up(self._bring_up(event, env.now))
+
+    def _wait(self, env: simpy.Environment, until_s: float):
+        """Wait until ``until_s`` on a timeout kept among the faults' own while it is queued."""
+        timer = env.timeout(until_s - env.now)
+        self._timers.add(timer)
+        yield timer
+        self._timers.discard(timer)
+
+    def _only_own_timers_left(self, env: simpy.Environment) -> bool:
+        """Whether every event queued on ``env`` is a link fault's timeout (SimPy's private queue, as
+        `run_until` reads it)."""
+        return all(event in self._timers for *_, event in env._queue)
 
     def _restore(self, network: Network, links: list[int], capacity: float) -> None:
         """``links`` come back from a fault that kept ``capacity`` of them: each keeps the product of the timed
