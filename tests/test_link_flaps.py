@@ -4,18 +4,21 @@ partitions that heal, folding, refusals and the console's fault line."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
+from shared import SCENARIOS
 
 from simulator import simulate
 from simulator.cli import main
-from simulator.config.loader import scenario_from_text
+from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.console.report import _step_faults
 from simulator.engine.faults import FaultHooks
 from simulator.errors import SimulationError, StepAborted
 from simulator.faults.step import LinkEvent, StepFaultPlan
 from simulator.program.ops import CollectiveOp
+from simulator.report.writers import scenario_digest
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
 
@@ -64,8 +67,7 @@ def test_a_link_down_for_a_window_detours_its_flow_and_gives_later_transfers_the
     assert run(TWO_STREAMS)["makespan_s"] == pytest.approx(2 * (LATENCY + GB / RATE), rel=1e-12)
     flap = run(TWO_STREAMS, "{link: [leaf0.r0, spine0], at: 10 ms, until: 20 ms}")
     assert flap["makespan_s"] == pytest.approx(shared_end + LATENCY + GB / RATE, rel=1e-12)
-    assert flap["faults"]["links"] == [{"link": "leaf0.r0-spine0", "at_s": 0.01, "until_s": 0.02, "every_s": None,
-                                        "count": None, "capacity": 0.0}]
+    assert flap["faults"]["links"] == [{"link": "leaf0.r0-spine0", "at_s": 0.01, "until_s": 0.02, "capacity": 0.0}]
     lasting = run(TWO_STREAMS, "{link: [leaf0.r0, spine0], at: 10 ms}")
     assert lasting["makespan_s"] == pytest.approx(shared_end + LATENCY + 2 * GB / RATE, rel=1e-12)
 
@@ -205,8 +207,20 @@ def test_the_fault_line_says_when_a_link_comes_back(tmp_path, capsys):
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("step faults:"))
     assert line == "step faults: leaf0.r0-spine0 down from 10 ms to 20 ms (1 route rerouted)"
-    flaps = {"links": [{"link": "leaf0.r0-spine0", "at_s": 5e-3, "until_s": 10e-3, "every_s": 0.1, "count": count,
-                        "capacity": 0.5} for count in (3, None)]}
+    flaps = {"links": [{"link": "leaf0.r0-spine0", "at_s": 5e-3, "until_s": 10e-3, "every_s": 0.1, **count,
+                        "capacity": 0.5} for count in ({"count": 3}, {})]}
     assert _step_faults(flaps) == ("leaf0.r0-spine0 degraded to 50.0% from 5 ms to 10 ms, every 100 ms (3 times), "
                                    "leaf0.r0-spine0 degraded to 50.0% from 5 ms to 10 ms, every 100 ms to the step's "
                                    "end")
+
+
+def test_a_link_fault_without_until_reads_and_hashes_as_one_before_them(tmp_path):
+    """summary.json names until_s, every_s and count only where set, and a scenario without them keeps the
+    scenario_sha256 it had before they existed (a resumed sweep reuses its points)."""
+    scenario = SCENARIOS / "faults-straggler-and-spine-link.yaml"
+    assert main(["run", str(scenario), "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["faults"]["links"] == [{"link": "leaf0.r0-spine0", "at_s": 5e-3, "capacity": 0.0}]
+    digest = scenario_digest(load_scenario(scenario))
+    assert digest == "24b726407b379c17c4aead1dd97febdfd885729d01ac4929fb39b58f7e77db7d"
+    assert scenario_digest(load_scenario(scenario, ["faults.step.links[0].until=10 ms"])) != digest

@@ -97,6 +97,12 @@ class Straggler(Section):
         return self
 
 
+def _unset(value: object) -> bool:
+    """Whether an optional field is left out of the section's dump: unset, it is no part of the scenario, so a
+    scenario that does not use it keeps its digest (manifest.json's scenario_sha256) and cache keys."""
+    return value is None
+
+
 class LinkFault(Section):
     """A link (both directions) that loses capacity at time `at`, until time `until` (None: to the step's end), when
     it comes back at its full capacity, and again every `every` after each (a flapping link: `count` times, None: to
@@ -109,9 +115,9 @@ class LinkFault(Section):
     uplinks_of: str | None = None
     capacity: float = Field(default=0.0, ge=0, lt=1)
     at: StepDuration = 0.0
-    until: StepDuration | None = None
-    every: Period | None = None
-    count: int | None = Field(default=None, ge=1)
+    until: StepDuration | None = Field(default=None, exclude_if=_unset)
+    every: Period | None = Field(default=None, exclude_if=_unset)
+    count: int | None = Field(default=None, ge=1, exclude_if=_unset)
 
     @model_validator(mode="after")
     def _one_selection(self) -> LinkFault:

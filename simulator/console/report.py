@@ -482,7 +482,7 @@ def _repeats(link: dict) -> str:
     """How a link fault repeats, as the `step faults` row says it ('' for one that does not)."""
     if link.get("every_s") is None:
         return ""
-    return f", every {format_seconds(link['every_s'])} " + (f"({counted(link['count'], 'time')})" if link["count"]
+    return f", every {format_seconds(link['every_s'])} " + (f"({counted(link['count'], 'time')})" if link.get("count")
                                                             else "to the step's end")
 
 

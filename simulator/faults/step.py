@@ -85,6 +85,13 @@ class LinkEvent:
             yield self.at_s + k * self.every_s, self.until_s + k * self.every_s
             k += 1
 
+    def describe(self) -> dict:
+        """The fault as the summary reports it, with `until_s`, `every_s` and `count` only where set (`every_s`
+        without `count`: it repeats to the step's end)."""
+        timing = {"until_s": self.until_s, "every_s": self.every_s, "count": self.count}
+        return {"link": self.label, "at_s": self.at_s, **{key: value for key, value in timing.items()
+                                                           if value is not None}, "capacity": self.capacity}
+
     @property
     def from_start(self) -> bool:
         """Whether the fault holds for the whole step: the cluster's own link, for every plan and check."""
@@ -125,8 +132,7 @@ class StepFaultPlan:
         return {
             "slowed_gpus": {str(gpu): {"factor": s.factor, "swings": [list(w) for w in s.swings]}
                             for gpu, s in self.slowdowns},
-            "links": [{"link": event.label, "at_s": event.at_s, "until_s": event.until_s, "every_s": event.every_s,
-                       "count": event.count, "capacity": event.capacity} for event in self.links],
+            "links": [event.describe() for event in self.links],
             "gpu_failures": [{"gpu": event.gpu, "name": topology.gpus[event.gpu], "at_s": event.at_s}
                              for event in self.gpu_failures],
         }
