@@ -25,7 +25,7 @@ from simulator.faults.rerouting import split
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.components import failure_model
 from simulator.reliability.cuts import RouteCuts, both_ways, interrupting_shares
-from simulator.reliability.simulate import simulate_job
+from simulator.reliability.simulate import _own_links_down, simulate_job
 from simulator.topology.loader import scenario_topology
 
 TRACE_JOB = SCENARIOS / "trace-job.yaml"
@@ -33,6 +33,15 @@ TRACE_JOB = SCENARIOS / "trace-job.yaml"
 
 def trace_job(*settings: str) -> dict:
     return simulate_job(load_scenario(TRACE_JOB, list(settings))).summary
+
+
+def test_the_scenarios_links_down_with_a_units_are_those_that_stay_down():
+    """A unit's links split the GPUs in every state with the scenario's lasting link faults down beside them; a
+    fault that comes back (`until`) aborts a state's step only where a transfer crosses the split meanwhile."""
+    loaded = load_scenario(SCENARIOS / "faults-straggler-and-spine-link.yaml",
+                           ["faults.step.links=[{link: [leaf0.r0, spine0], at: 5 ms}, "
+                            "{link: [leaf1.r0, spine1], at: 1 ms, until: 2 ms}]"])
+    assert _own_links_down(loaded, scenario_topology(loaded)) == set(both_ways([("leaf0.r0", "spine0")]))
 
 
 def test_a_leaf_over_single_nic_hosts_counts_in_the_mtbf_and_young_daly():

@@ -105,7 +105,7 @@ class RouteCuts:
 def interrupting_shares(topology: Topology, units: ClusterUnits, classes: tuple[FailureClass, ...],
                         down: set[Edge], nvls: bool) -> tuple[tuple[float, ...], ...]:
     """Per class, per unit, the share of the unit's failures that interrupt the job with the cluster otherwise
-    healthy (module docstring); ``down``: the links the scenario's own `faults.step` take down, both ways;
+    healthy (module docstring); ``down``: the links the scenario's own `faults.step` take down for good, both ways;
     ``nvls``: whether the scenario forces NVLS (a rack with every NVSwitch tray down then has no step)."""
     cuts: RouteCuts | None = None
     every_spine_cuts = None

@@ -1066,12 +1066,14 @@ def healthy_step_activity(gpus: int) -> str:
 
 
 def _own_links_down(loaded: LoadedScenario, topology: Topology) -> set[tuple[str, str]]:
-    """The links the scenario's own `faults.step` take down at some time of the step, both ways: a state's step
-    has them down with its own (`split` is checked as each goes down, so with all of them at the last)."""
+    """The links the scenario's own `faults.step` take down for the rest of the step, both ways: a state's step
+    has them down with its own, and aborts where they split the GPUs together (`split` is checked as each goes
+    down, so with all of them at the last). Those that come back (`until`) are left out: a split they make with
+    the state's links aborts its step only where a transfer needs a route across it while it lasts."""
     from simulator.simulation import step_faults
 
-    return set(both_ways(edge for event in step_faults(loaded, topology).links if event.capacity == 0
-                         for edge in event.edges))
+    return set(both_ways(edge for event in step_faults(loaded, topology).links
+                         if event.capacity == 0 and event.until_s is None for edge in event.edges))
 
 
 def _unused_memory_tier(memory: str, storage: str, *, in_steps: bool) -> tuple[str, str]:
