@@ -605,6 +605,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                pipeline_stages=program.layout.pp if program.layout is not None else 1,
                                stages=None if program.layout is None
                                else {rank: program.layout.coords(rank)["pp"] for rank in program.ranks},
+                               replicas=None if program.layout is None
+                               else {rank: program.layout.coords(rank)["dp"] for rank in program.ranks},
                                traffic_correction=traffic_correction(ops, plans, shapes, weights))
     summary.update(topology=topology.name, gpu_model=topology.gpu_model, gpus=program.world, **program.details,
                    ops_executed=result.ops_executed,
@@ -873,7 +875,10 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     if not_exact is not None:
         summary["fold_not_exact"] = not_exact.summary()
     if not faults.plan.empty:
+        from simulator.metrics.summary import with_stragglers
+
         summary["faults"] = faults.describe()
+        summary["bottleneck"] = with_stragglers(summary["bottleneck"], summary["faults"]["slowed_gpus"])
     return result
 
 

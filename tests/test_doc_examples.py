@@ -702,9 +702,10 @@ SCENARIO_QUOTES = [
     ("docs/traces.md", TRACE_REPLICATED,
      "{m_tokens_per_s:.1f} M tokens/s and {s[tflops_per_gpu]:.1f} TFLOP/s per GPU (MFU {s[mfu]:.1%} of the A100's "
      "312)"),
-    ("docs/faults.md", STRAIGHT_FAULTS, "reports {s[bubble_fraction]:.1%} compute idle folded and"),
+    ("docs/faults.md", STRAIGHT_FAULTS,
+     "reports {s[bottleneck][loss_shares][peer_wait]:.1%} of the step waiting for slower ranks folded and"),
     ("docs/faults.md", (STRAIGHT_FAULTS[0], (*STRAIGHT_FAULTS[1], "run.fold=false")),
-     "compute idle folded and {s[bubble_fraction]:.1%} with `--set run.fold=false`"),
+     "waiting for slower ranks folded and {s[bottleneck][loss_shares][peer_wait]:.1%} with `--set run.fold=false`"),
 ]
 """Figures pages quote from a bundled scenario's summary: the scenario with the overrides the page names, and
 the text with its figures (`s` the summary, and the derived figures of `quoted_figures`)."""

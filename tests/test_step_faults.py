@@ -632,6 +632,7 @@ def test_a_healthy_pipeline_waits_for_other_stages_not_for_slower_ranks():
         StepRows,
         communication_metrics,
         pipeline_window_s,
+        replica_windows_s,
         stream_compute,
     )
     from simulator.program.ops import COMM_CATEGORIES
@@ -646,7 +647,7 @@ def test_a_healthy_pipeline_waits_for_other_stages_not_for_slower_ranks():
         shares["stage_tail_wait"] * step, abs=1e-9)
     rows = StepRows.of(result.log)
     window = pipeline_window_s(rows)
-    comm = communication_metrics(rows, step, window)
+    comm = communication_metrics(rows, step, replica_windows_s(rows))
     ops, compute = rows.ops, stream_compute(rows.ops) & np.isin(rows.ops["category"], COMPUTE_CATEGORIES)
     busy = compute | np.isin(ops["category"], COMM_CATEGORIES)
     in_window = np.mean([uncovered(np.array([0.0]), np.array([window]), ops["start_s"][busy & (ops["rank"] == rank)],

@@ -129,29 +129,71 @@ def _cat(arrays: dict[str, tuple[np.ndarray, np.ndarray]], categories) -> tuple[
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-def bubble_fraction(rows: StepRows) -> float:
-    """Mean over ranks of the compute stream's idle share of the pipeline window.
+@dataclass(frozen=True)
+class Bubble:
+    """A pipelined step's bubble: ``fraction``, the mean over ranks of the compute stream's idle share of its
+    replica's pipeline window (`replica_windows_s`), and ``seconds``, the mean over ranks of that idle time."""
 
-    The window runs from 0 to the end of the last forward/backward op of any rank, so pipeline fill, drain
-    and waits all count, and the optimizer and the data-parallel tail do not: with uniform stages this is
-    (p-1)/(m+p-1) for 1F1B. TP and CP collectives count as busy on whichever stream they run: they are part of
-    a stage's work, and the compute stream's waits for the ones on their own streams (tp_comm_overlap's last
-    chunks, the sequence-parallel re-gathers, the CP ring) are the stage's exposed communication, not bubble.
-    """
+    fraction: float
+    seconds: float
+
+
+def pipeline_bubble(rows: StepRows, replicas: Mapping[int, int] | None = None) -> Bubble:
+    """The compute stream's idle time in each rank's pipeline window, from 0 to the end of the last
+    forward/backward op of any rank of its data-parallel replica (`replica_windows_s`), so pipeline fill, drain
+    and the waits inside the replica's own schedule count, and the optimizer, the data-parallel tail and a wait
+    for a slower replica do not (that wait is `communication_metrics`' ``peer_wait_s``): with uniform stages the
+    fraction is (p-1)/(m+p-1) for 1F1B, and at pp = 1 a replica's window is its own passes. TP and CP
+    collectives count as busy on whichever stream they run: they are part of a stage's work, and the compute
+    stream's waits for the ones on their own streams (tp_comm_overlap's last chunks, the sequence-parallel
+    re-gathers, the CP ring) are the stage's exposed communication, not bubble. The seconds are the fraction
+    times the step's pipeline window (`pipeline_window_s`) less, for a rank whose replica's window ends before
+    it, its share times the difference: exactly the fraction times the window where every replica ends
+    together."""
     ops = rows.ops
-    pipeline = np.isin(ops["category"], PIPELINE_CATEGORIES)
-    if not pipeline.any():
-        return 0.0
-    window = float(ops["end_s"][pipeline].max())
-    if window <= 0:
-        return 0.0
-    work = _stage_work(ops) & (ops["start_s"] < window)
+    windows = replica_windows_s(rows, replicas)
+    if not windows or max(windows.values()) <= 0:
+        return Bubble(0.0, 0.0)
+    ranks_with_ops, inverse = np.unique(ops["rank"], return_inverse=True)
+    row_window = np.fromiter(map(windows.__getitem__, ranks_with_ops.tolist()), dtype=np.float64,
+                             count=len(ranks_with_ops))[inverse]
+    work = _stage_work(ops) & (ops["start_s"] < row_window)
     order = np.argsort(ops["rank"][work], kind="stable")
     ranks = ops["rank"][work][order]
-    starts, ends = ops["start_s"][work][order], np.minimum(ops["end_s"][work], window)[order]
+    if not len(ranks):
+        return Bubble(0.0, 0.0)
+    starts, ends = ops["start_s"][work][order], np.minimum(ops["end_s"][work], row_window[work])[order]
     bounds = np.flatnonzero(np.diff(ranks)) + 1
-    idle = [1.0 - covered(s, e) / window for s, e in zip(np.split(starts, bounds), np.split(ends, bounds))]
-    return _mean(np.clip(idle, 0.0, None).tolist(), rows.weights_of(ranks[np.append(0, bounds)])) if len(ranks) else 0.0
+    firsts = ranks[np.append(0, bounds)]
+    spans = np.fromiter(map(windows.__getitem__, firsts.tolist()), dtype=np.float64, count=len(firsts))
+    idle = np.clip([1.0 - covered(s, e) / window
+                    for s, e, window in zip(np.split(starts, bounds), np.split(ends, bounds), spans)], 0.0, None)
+    weights = rows.weights_of(firsts)
+    fraction = _mean(idle.tolist(), weights)
+    longest = max(windows.values())
+    return Bubble(fraction, fraction * longest - _mean((idle * (longest - spans)).tolist(), weights))
+
+
+def bubble_fraction(rows: StepRows, replicas: Mapping[int, int] | None = None) -> float:
+    """Mean over ranks of the compute stream's idle share of its replica's pipeline window (`pipeline_bubble`)."""
+    return pipeline_bubble(rows, replicas).fraction
+
+
+def replica_windows_s(rows: StepRows, replicas: Mapping[int, int] | None = None) -> dict[int, float]:
+    """Per rank with ops, the end of its replica's pipeline window: the last end of a forward/backward/recompute
+    op of any rank of its data-parallel replica (``replicas``: rank -> replica; None: one replica, so every rank
+    has the step's `pipeline_window_s`), 0 for a replica without such ops. A replica ahead of a slower one (a
+    straggler's) ends its window before the step's."""
+    ops = rows.ops
+    ranks, inverse = np.unique(ops["rank"], return_inverse=True)
+    passes = np.isin(ops["category"], PIPELINE_CATEGORIES)
+    last = np.full(len(ranks), -np.inf)
+    np.maximum.at(last, inverse[passes], ops["end_s"][passes])
+    ends: dict[int, float] = {}
+    for rank, end in zip(ranks.tolist(), last.tolist()):
+        replica = 0 if replicas is None else replicas[rank]
+        ends[replica] = max(ends.get(replica, end), end)
+    return {rank: max(ends[0 if replicas is None else replicas[rank]], 0.0) for rank in ranks.tolist()}
 
 
 def _stage_work(ops: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -250,7 +292,7 @@ def stream_compute(ops: Mapping[str, np.ndarray]) -> np.ndarray:
     return built | (ops["category"] == TRACED_COMPUTE_CATEGORY)
 
 
-def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | None = None,
+def communication_metrics(rows: StepRows, step_time_s: float, windows_s: Mapping[int, float] | None = None,
                           stages: Mapping[int, int] | None = None) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time), exposed
     communication per kind (mean over ranks of communication time not overlapped by compute, `stream_compute`),
@@ -258,16 +300,16 @@ def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | 
     once, at most the sum of the kinds), ``wait_s``, the mean over ranks of the compute stream's idle time
     in the step (the exposed communication and the time with neither compute nor communication: a bubble, a
     wait for a slower rank or for FSDP's copy-in), and ``host_s``, the part of that idle time with a replayed
-    trace's host op in flight and no communication (host gaps, a CPU-only profile's ops), and, given the pipeline
-    window's end ``window_s`` (`pipeline_window_s`), ``peer_wait_s``, the mean over ranks of the idle time after
-    it with neither compute nor communication of the rank's own in flight, up to the last end of an op of the
-    ranks of its pipeline stage (``stages``: rank -> stage; None: one stage): a rank done with its DP tail and
-    optimizer step that waits for slower ranks of its stage (their DP collectives slowed by a faulted link, a
-    straggler), and ``stage_tail_wait_s``, the same after that end until the step's: a wait for stages whose DP
-    tail and optimizer step end later (the window ends at the last backward of any rank, stage 0's in 1F1B, so
-    stage 0's tail comes after it while the other stages ran theirs during the drain). Neither the bubble (up to
-    the window) nor exposed communication (a transfer of the rank's own) holds them; 0 without ``window_s``,
-    seconds."""
+    trace's host op in flight and no communication (host gaps, a CPU-only profile's ops), and, given each rank's
+    pipeline window's end ``windows_s`` (`replica_windows_s`), ``peer_wait_s``, the mean over ranks of the idle
+    time after it with neither compute nor communication of the rank's own in flight, up to the last end of an op
+    of the ranks of its pipeline stage (``stages``: rank -> stage; None: one stage): a rank done with its passes,
+    DP tail or optimizer step that waits for slower ranks of its stage (their DP collectives slowed by a faulted
+    link, a straggler's replica still in its passes), and ``stage_tail_wait_s``, the same after that end until the
+    step's: a wait for stages whose DP tail and optimizer step end later (a replica's window ends at its last
+    backward, stage 0's in 1F1B, so stage 0's tail comes after it while the other stages ran theirs during the
+    drain). Neither the bubble (up to the window) nor exposed communication (a transfer of the rank's own) holds
+    them; 0 without ``windows_s``, seconds."""
     side = np.isin(rows.ops["category"], COMPUTE_CATEGORIES) & ~stream_compute(rows.ops)
     arrays = _rank_arrays({**rows.ops, "category": np.where(side, SIDE_STREAM_COMPUTE, rows.ops["category"])})
     weights = rows.weights_of(np.fromiter(arrays, dtype=np.int64, count=len(arrays)))
@@ -278,7 +320,7 @@ def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | 
     peer_waits: list[float] = []
     stage_tail_waits: list[float] = []
     stage_ends: dict[int, float] = {}
-    for rank, per_category in arrays.items() if window_s is not None else ():
+    for rank, per_category in arrays.items() if windows_s is not None else ():
         stage = 0 if stages is None else stages[rank]
         last = max(float(ends.max()) for _, ends in per_category.values() if len(ends))
         stage_ends[stage] = max(stage_ends.get(stage, last), last)
@@ -293,6 +335,7 @@ def communication_metrics(rows: StepRows, step_time_s: float, window_s: float | 
         hosts.append(uncovered(hs, he, np.concatenate((cs, all_s)), np.concatenate((ce, all_e))) if len(hs) else 0.0)
         unions.append(uncovered(all_s, all_e, cs, ce))
         busy_s, busy_e = np.concatenate((cs, all_s)), np.concatenate((ce, all_e))
+        window_s = None if windows_s is None else windows_s[rank]
         if window_s is not None and window_s < step_time_s:
             stage_end = min(max(stage_ends[0 if stages is None else stages[rank]], window_s), step_time_s)
             peer_waits.append(uncovered(np.array([window_s]), np.array([stage_end]), busy_s, busy_e))

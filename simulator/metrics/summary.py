@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Literal, get_args
 from simulator.metrics.link_tiers import TIER_DETAIL
 from simulator.metrics.step import (
     StepRows,
-    bubble_fraction,
     communication_metrics,
     executed_flops,
     idle_after_last_op_s,
     optimizer_s,
-    pipeline_window_s,
+    pipeline_bubble,
+    replica_windows_s,
     schedule_bubble_fraction,
     traffic_bytes,
 )
@@ -195,6 +195,33 @@ def _schedule_note(bubble: float, schedule_bubble: float | None) -> str:
     return f" ({_percent(bubble)} of the pipeline window, the schedule alone {_percent(schedule_bubble)})"
 
 
+SHOWN_STRAGGLERS = 2
+"""The most slowed GPUs the verdict's straggler note names one by one; more read as a count and a range."""
+
+
+def with_stragglers(bottleneck: dict, slowed_gpus: Mapping[str, Mapping]) -> dict:
+    """The step's bottleneck with its wait for slower ranks and the GPUs slowed beyond nominal named in its
+    verdict, where that wait is at least SHOWN_LOSS_SHARE of the step ('...; wait for slower ranks 9.2% of the
+    step, for GPU 8's compute x1.3'; where that wait is the largest loss, the GPUs follow it: '...; largest single
+    loss: wait for slower ranks, 43.8% of the step, for GPU 1's compute x2'), so that a straggler's cost beside a
+    larger bubble or exposed communication does not read as the schedule's or the network's. ``slowed_gpus`` is
+    summary.json's `faults.slowed_gpus` (GPU index -> `factor`); the slowest come first."""
+    share = bottleneck.get("loss_shares", {}).get("peer_wait", 0.0)
+    slowed = sorted(((entry["factor"], int(gpu)) for gpu, entry in slowed_gpus.items() if entry["factor"] > 1),
+                    key=lambda pair: (-pair[0], pair[1]))
+    if share < SHOWN_LOSS_SHARE or not slowed or "verdict" not in bottleneck:
+        return bottleneck
+    if len(slowed) <= SHOWN_STRAGGLERS:
+        whose = " and ".join(f"GPU {gpu}'s compute x{factor:.3g}" for factor, gpu in slowed)
+    else:
+        low, high = f"{slowed[-1][0]:.3g}", f"{slowed[0][0]:.3g}"
+        whose = f"{len(slowed):,} GPUs' compute x{low if low == high else f'{low} to x{high}'}"
+    if bottleneck.get("largest_loss", {}).get("name") == "peer_wait":
+        return {**bottleneck, "verdict": f"{bottleneck['verdict']}, for {whose}"}
+    note = f"{LOSS_LABELS['peer_wait']} {_percent(share)} of the step, for {whose}"
+    return {**bottleneck, "verdict": f"{bottleneck['verdict']}; {note}"}
+
+
 @dataclass(frozen=True)
 class RuleShares:
     """The shares the bound rules read, of the time named by ``of``: exposed communication, the compute
@@ -238,6 +265,10 @@ IDLE_PART = "other idle"
 PIPELINED_IDLE_PART = "bubble and other idle"
 """How it names that part of a pipelined step: mostly its bubble, which 'other idle' alone hides beside a
 'pipeline bubble' loss of another figure (27.5% and 27.3% of the 2,048-GPU Llama 3 70B step)."""
+PEER_WAIT_IDLE_PARTS = {IDLE_PART: "wait for slower ranks and other idle",
+                        PIPELINED_IDLE_PART: "bubble, wait for slower ranks and other idle"}
+"""How it names that part where the step's wait for slower ranks (`peer_wait`, a straggler's or a slowed link's)
+is at least SHOWN_LOSS_SHARE of it, so that the straggler's share of the idle time is not read as bubble."""
 
 
 def _bound_reason(binding: Constraint, rule: RuleShares, losses: dict[str, float], pipeline_stages: int) -> str:
@@ -248,13 +279,16 @@ def _bound_reason(binding: Constraint, rule: RuleShares, losses: dict[str, float
     46.5% > exposed communication 24.9%)'; '' for a bound the wait does not name. The losses overlap, so a bound
     beside a larger loss of another name ('communication-bound; largest single loss: pipeline bubble, 34.4% of
     the step') read as a contradiction without it. The idle part takes the names of the `IDLE_LOSSES` above zero
-    in ``losses``, else `PIPELINED_IDLE_PART` with more than one of ``pipeline_stages``, else `IDLE_PART`."""
+    in ``losses``, else `PIPELINED_IDLE_PART` with more than one of ``pipeline_stages``, else `IDLE_PART`, each
+    naming the wait for slower ranks too where it is shown (`PEER_WAIT_IDLE_PARTS`)."""
     exposed, wait = rule.exposed, rule.wait
     if binding == "communication" and exposed > WAIT_BOUND_SHARE:
         digits, relation = _resolution(exposed, WAIT_BOUND_SHARE)
         return (f" (exposed communication {_percent(exposed, digits)} of the {rule.of} {relation} "
                 f"{_percent(WAIT_BOUND_SHARE, digits)})")
     unnamed = PIPELINED_IDLE_PART if pipeline_stages > 1 else IDLE_PART
+    if losses.get("peer_wait", 0.0) >= SHOWN_LOSS_SHARE:
+        unnamed = PEER_WAIT_IDLE_PARTS[unnamed]
     idle = (" and ".join(LOSS_LABELS[name] for name in IDLE_LOSSES if losses.get(name)) or unnamed, wait - exposed)
     waits = f" (waits {_percent(wait)} of the {rule.of}: "
     if binding == "host":
@@ -317,7 +351,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step",
                      traced: bool = False, routing_skew_s: float | None = None,
                      sm_contention_s: float | None = None, schedule: Schedule | None = None,
-                     cp_imbalance_s: float | None = None, stages: Mapping[int, int] | None = None) -> dict:
+                     cp_imbalance_s: float | None = None, stages: Mapping[int, int] | None = None,
+                     replicas: Mapping[int, int] | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
@@ -341,11 +376,15 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     ``schedule`` (a pipelined step of more than one stage) gives `schedule_bubble_fraction`, the bubble the
     schedule alone leaves with this run's pass times (`metrics.step.schedule_bubble_fraction`). ``stages`` (rank ->
     pipeline stage; None: one stage) splits the idle time after the pipeline window into the waits for slower
-    ranks of a rank's stage and for other stages (`communication_metrics`)."""
+    ranks of a rank's stage and for other stages (`communication_metrics`); ``replicas`` (rank -> data-parallel
+    replica; None: one replica) ends each rank's pipeline window with its replica's passes, so that a replica's
+    wait for a slower one (a straggler's) is that wait for slower ranks, not its bubble (`pipeline_bubble`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     built_pipeline = pipelined and not traced  # a replayed trace's kernels are no forward/backward passes
-    comm = communication_metrics(timed, step_time_s, pipeline_window_s(timed) if built_pipeline else None, stages)
-    bubble = bubble_fraction(timed) if pipelined else 0.0
+    comm = communication_metrics(timed, step_time_s, replica_windows_s(timed, replicas) if built_pipeline else None,
+                                 stages)
+    window_bubble = pipeline_bubble(timed, replicas) if pipelined else None
+    bubble = 0.0 if window_bubble is None else window_bubble.fraction
     schedule_bubble = (schedule_bubble_fraction(timed, schedule)
                        if pipelined and pipeline_stages > 1 and schedule is not None else None)
     flops_per_gpu = executed_flops(rows) / max(ranks_stood_for(simulated, rows.weights), 1)
@@ -372,7 +411,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         **memory,
     }
     tail_s = None if pipelined else idle_after_last_op_s(timed, step_time_s)
-    losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
+    losses = loss_shares(step_time_s, comm, None if window_bubble is None else window_bubble.seconds,
                          optimizer_s(timed), routing_skew_s, comm["host_s"] if traced else None,
                          None if tail_s is None
                          else max(comm["wait_s"] - comm["exposed_union_s"] - comm["host_s"] - tail_s, 0.0), tail_s,
