@@ -1235,10 +1235,29 @@ def test_many_slowed_gpus_and_links_print_as_counts():
                               for gpu in range(10)},
               "links": [{"link": f"leaf{i}.r0-spine0", "at_s": 0.0, "capacity": 0.5} for i in range(6)],
               "gpu_failures": [], "rerouted_routes": 0}
-    assert _step_faults(faults) == (
+    assert _step_faults(faults, 0.04) == (
         "10 GPUs' compute x1 to x1.09 slower (with a swing); leaf0.r0-spine0 degraded to 50.0% from the start, "
         "leaf1.r0-spine0 degraded to 50.0% from the start, leaf2.r0-spine0 degraded to 50.0% from the start, "
         "leaf3.r0-spine0 degraded to 50.0% from the start, 2 more links")
+
+
+def test_faster_gpus_and_link_events_after_the_step_say_so():
+    """A drawn factor below 1 is a faster GPU, not 'x0.939 slower'; a link event at or after the step's end
+    changed nothing, and says so as a GPU failure then does."""
+    from simulator.console.report import _step_faults
+
+    faults = {"slowed_gpus": {"2": {"factor": 0.9391, "swings": []}, "10": {"factor": 1.3, "swings": []}},
+              "links": [{"link": "h0/nic0-leaf0.r0", "at_s": 10.0, "capacity": 0.5},
+                        {"link": "h1/nic0-leaf0.r1", "at_s": 0.02, "capacity": 0.0}],
+              "gpu_failures": [], "rerouted_routes": 0}
+    assert _step_faults(faults, 0.0407) == (
+        "GPU 2 compute x0.939 (faster), GPU 10 compute x1.3 slower; h0/nic0-leaf0.r0 degraded to 50.0% from 10 s, "
+        "after the step's end, h1/nic0-leaf0.r1 down from 20 ms")
+    many = {"slowed_gpus": {str(gpu): {"factor": 0.9 + gpu / 20, "swings": []} for gpu in range(6)},
+            "links": [], "gpu_failures": []}
+    assert _step_faults(many, 0.04) == "6 GPUs' compute x0.9 to x1.15 (some faster)"
+    fewer = {**many, "slowed_gpus": {str(gpu): {"factor": 0.9 - gpu / 100, "swings": []} for gpu in range(6)}}
+    assert _step_faults(fewer, 0.04) == "6 GPUs' compute x0.85 to x0.9 (faster)"
 
 
 def test_a_communication_only_run_with_a_link_fault_prints_it(tmp_path, capsys):

@@ -398,7 +398,7 @@ def training_table(summary: dict) -> Table:
         text = f"{format_memory(peak)} of {capacity:.1f} GiB ({_share(peak / capacity)})"
         table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
     if summary.get("faults"):
-        table.add_row("step faults", _step_faults(summary["faults"]))
+        table.add_row("step faults", _step_faults(summary["faults"], summary["step_time_s"]))
     if "bottleneck" in summary:
         table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
     if summary.get("fold_given_up") or summary.get("fold_not_exact") or summary.get("rank_weights"):
@@ -486,24 +486,36 @@ def _repeats(link: dict) -> str:
                                                             else "to the step's end")
 
 
-def _step_faults(faults: dict) -> str:
+def _pace(low: float, high: float) -> str:
+    """How compute at factors from ``low`` to ``high`` compares with nominal, as the `step faults` row says it:
+    'slower' from 1 up, '(faster)' below 1 (a drawn factor under the median), '(some faster)' across 1."""
+    return "slower" if low >= 1 else "(faster)" if high <= 1 else "(some faster)"
+
+
+def _step_faults(faults: dict, end_s: float) -> str:
     """What `faults.step` did to the step (summary.json's `faults`), so that a run with a straggler and a failed
     link does not print as a healthy one: the slowdown factors of a few slowed GPUs by index, of many as a count
-    and range; each link's state and times (from, to where it comes back, how it repeats; a few, then a count) and
-    the routes that took a detour; GPU failures after the step's end (one before it aborts the step)."""
+    and range, each said slower or faster (`_pace`); each link's state and times (from, to where it comes back,
+    how it repeats; a few, then a count), a time at or after the step's end ``end_s`` said so (the link changed
+    nothing), and the routes that took a detour; GPU failures after the step's end (one before it aborts the
+    step)."""
     parts = []
     slowed = sorted((int(gpu), entry) for gpu, entry in (faults.get("slowed_gpus") or {}).items())
     if slowed:
         factors = sorted(entry["factor"] for _, entry in slowed)
-        text = (", ".join(f"GPU {gpu} compute x{entry['factor']:.3g} slower" for gpu, entry in slowed)
+        text = (", ".join(f"GPU {gpu} compute x{entry['factor']:.3g} {_pace(entry['factor'], entry['factor'])}"
+                          for gpu, entry in slowed)
                 if len(slowed) <= SHOWN_FAULTS
-                else f"{len(slowed):,} GPUs' compute x{_factor_range(factors[0], factors[-1])} slower")
+                else f"{len(slowed):,} GPUs' compute x{_factor_range(factors[0], factors[-1])} "
+                     f"{_pace(factors[0], factors[-1])}")
         parts.append(text + (" (with a swing)" if any(entry["swings"] for _, entry in slowed) else ""))
     links = faults.get("links") or []
     shown = [f"{link['link']} {'down' if link['capacity'] == 0 else 'degraded to ' + _share(link['capacity'])} "
              + (f"from {format_seconds(link['at_s'])}" if link["at_s"] else "from the start")
              + (f" to {format_seconds(link['until_s'])}" if link.get("until_s") is not None else "")
-             + _repeats(link) for link in links[:SHOWN_FAULTS]]
+             + _repeats(link)
+             + (", after the step's end" if link["at_s"] and link["at_s"] >= end_s else "")
+             for link in links[:SHOWN_FAULTS]]
     if len(links) > SHOWN_FAULTS:
         shown.append(f"{len(links) - SHOWN_FAULTS:,} more links")
     if shown:
@@ -612,7 +624,8 @@ def print_run_report(summary: dict, console: Console) -> None:
         console.print(f"{summary.get('topology', '?')} ({cluster_gpus(summary)}), makespan "
                       f"{format_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
         if summary.get("faults"):
-            console.print(f"step faults: {_step_faults(summary['faults'])}", highlight=False)
+            console.print(f"step faults: {_step_faults(summary['faults'], summary.get('makespan_s', 0.0))}",
+                          highlight=False)
         _print_table(console, collective_table(summary), whole=True)
 
 
