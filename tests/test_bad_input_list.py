@@ -425,7 +425,28 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "straggler-slowdown-1e300": (scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [0], slowdown: 1e300}]}}\n"),
                                  RUN, 2, "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 1e+300 is more than "
                                  "1000: a GPU that much slower than its peers has failed (model it as a GPU failure) "
-                                 "(allowed: a factor up to 1000, e.g. 1.5)"),
+                                 "(allowed: a factor from 1 to 1000, e.g. 2 for half speed)"),
+    # every refusal of one slowdown field gives the one range it allows: -2 read "a value > 0", 0.5 "a factor from
+    # 1 to 1000"; a straggle class's 0.7 read "a value > 1", its 1e300 "a factor up to 1000"
+    "straggler-slowdown-negative": (
+        scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [0], slowdown: -2}]}}\n"), RUN, 2,
+        "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown -2 is below 1: a straggler's kernels last slowdown "
+        "times their nominal time (allowed: a factor from 1 to 1000, e.g. 2 for half speed)\n"),
+    "straggle-class-slowdown-below-one": (
+        scenario(SYNTHETIC + "run: {horizon: 2 d}\nfaults: {components: {x: {unit: gpu, effect: straggle, "
+                 "slowdown: 0.7, mtbf: 9 d, repair: 1 h}}}\n"), RUN, 2,
+        "s.yaml:5: faults.components.x.slowdown: slowdown 0.7 does not slow the GPU: a straggle class's GPUs run "
+        "their compute slowdown times longer (allowed: a factor above 1, up to 1000, e.g. 1.3)\n"),
+    "straggle-class-slowdown-one": (
+        scenario(SYNTHETIC + "run: {horizon: 2 d}\nfaults: {components: {x: {unit: gpu, effect: straggle, "
+                 "slowdown: 1, mtbf: 9 d, repair: 1 h}}}\n"), RUN, 2,
+        "s.yaml:5: faults.components.x.slowdown: slowdown 1 does not slow the GPU: a straggle class's GPUs run "
+        "their compute slowdown times longer (allowed: a factor above 1, up to 1000, e.g. 1.3)\n"),
+    "straggle-class-slowdown-1e300": (
+        scenario(SYNTHETIC + "run: {horizon: 2 d}\nfaults: {components: {x: {unit: gpu, effect: straggle, "
+                 "slowdown: 1e300, mtbf: 9 d, repair: 1 h}}}\n"), RUN, 2,
+        "s.yaml:5: faults.components.x.slowdown: slowdown 1e+300 is more than 1000: a GPU that much slower than its "
+        "peers has failed (model it as a GPU failure) (allowed: a factor above 1, up to 1000, e.g. 1.3)\n"),
     "straggler-draw-high-1e300": (
         scenario(SYNTHETIC + "faults:\n  step:\n    stragglers:\n      - gpus: [0]\n"
                  "        draw: {distribution: uniform, low: 1, high: 1e300}\n"), RUN, 2,

@@ -493,8 +493,12 @@ def test_the_job_simulation_api_returns_outcomes_and_caches_by_faults():
 
 @pytest.mark.parametrize("faults,line,field,problem", [
     ("stragglers: [{gpus: [40], slowdown: 2}]", 9, "faults.step.stragglers[0].gpus", "unknown GPU index 40"),
-    ("stragglers: [{gpus: [1], slowdown: 0}]", 9, "faults.step.stragglers[0].slowdown", "is not above 0"),
-    ("stragglers: [{gpus: [1], slowdown: -2}]", 9, "faults.step.stragglers[0].slowdown", "is not above 0"),
+    ("stragglers: [{gpus: [1], slowdown: 0}]", 9, "faults.step.stragglers[0].slowdown",
+     "slowdown 0 is below 1: a straggler's kernels last slowdown times their nominal time (allowed: a factor from 1 "
+     "to 1000, e.g. 2 for half speed)"),
+    ("stragglers: [{gpus: [1], slowdown: -2}]", 9, "faults.step.stragglers[0].slowdown",
+     "slowdown -2 is below 1: a straggler's kernels last slowdown times their nominal time (allowed: a factor from 1 "
+     "to 1000, e.g. 2 for half speed)"),
     ("links: [{link: [leaf0.r0, spine9]}]", 9, "faults.step.links[0].link", "unknown node 'spine9'"),
     ("links: [{link: [leaf0.r0, leaf1.r0]}]", 9, "faults.step.links[0].link", "no link between"),
     ("links: [{uplinks_of: spine0}]", 9, "faults.step.links[0].uplinks_of", "no uplinks"),

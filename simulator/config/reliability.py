@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Literal, get_args
 
@@ -53,23 +54,6 @@ deviations from median 1 stays within [MIN_SLOWDOWN, MAX_SLOWDOWN]. Measured GPU
 percent; sigma 50 drew factors of 1e-56 beside ones capped at 1000, nothing a cluster shows."""
 
 
-def _within_slowdown_bounds(factor: float) -> float:
-    """``factor`` if it is within [MIN_SLOWDOWN, MAX_SLOWDOWN] (see there)."""
-    if factor > MAX_SLOWDOWN:
-        raise ValueError(f"slowdown {factor:g} is more than {MAX_SLOWDOWN:g}: a GPU that much slower than its peers "
-                         f"has failed (model it as a GPU failure) (allowed: a factor up to {MAX_SLOWDOWN:g}, e.g. 1.5)")
-    if factor < MIN_SLOWDOWN:
-        raise ValueError(f"slowdown {factor:g} is less than {MIN_SLOWDOWN:g}: no GPU runs a thousand times faster "
-                         f"than its nominal kernels (allowed: a factor from {MIN_SLOWDOWN:g} to {MAX_SLOWDOWN:g}, "
-                         "e.g. 1.5)")
-    return factor
-
-
-SlowdownFactor = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_within_slowdown_bounds)]
-"""A compute slowdown factor from MIN_SLOWDOWN (below 1 is faster than nominal, as a drawn jitter can be) to
-MAX_SLOWDOWN."""
-
-
 def _apart_from_one(value: float) -> str:
     """``value`` to three significant digits, or as many more as it takes not to read as 1: slowdown 0.999 made
     the GPU '1 times faster'."""
@@ -80,21 +64,52 @@ def _apart_from_one(value: float) -> str:
     return repr(value)
 
 
-def _not_faster_than_nominal(factor: float) -> float:
-    """``factor`` if it slows the GPU (at least 1): a given straggler factor below 1 made the GPU faster, which a
-    user who means "runs at half speed" by `slowdown: 0.5` gets the opposite of."""
-    if factor < 1:
-        raise ValueError(f"slowdown {_apart_from_one(factor)} is below 1: a straggler's kernels last slowdown times "
-                         f"their nominal time, so {_apart_from_one(factor)} would make the GPU "
-                         f"{_apart_from_one(1 / factor)} times faster (allowed: a factor from 1 to {MAX_SLOWDOWN:g}, "
-                         "e.g. 2 for half speed)")
-    return factor
+def _slowdown_rule(lowest: float, allowed: str, below: Callable[[float], str], *, lowest_refused: bool = False
+                   ) -> AfterValidator:
+    """The one check of a slowdown field: a factor from ``lowest`` (above it with ``lowest_refused``) to
+    MAX_SLOWDOWN, every refusal ending in the field's one ``allowed`` text, ``below`` saying why a factor under
+    the lowest is wrong."""
+
+    def check(factor: float) -> float:
+        if factor > MAX_SLOWDOWN:
+            raise ValueError(f"slowdown {factor:g} is more than {MAX_SLOWDOWN:g}: a GPU that much slower than its "
+                             f"peers has failed (model it as a GPU failure) (allowed: {allowed})")
+        if factor < lowest or (lowest_refused and factor == lowest):
+            shown = "1" if factor == 1 else _apart_from_one(factor)
+            raise ValueError(f"slowdown {shown} {below(factor)} (allowed: {allowed})")
+        return factor
+
+    return AfterValidator(check)
 
 
-StragglerSlowdown = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_not_faster_than_nominal),
-                              AfterValidator(_within_slowdown_bounds)]
+def _faster_than_a_thousandth(factor: float) -> str:
+    return (f"is less than {MIN_SLOWDOWN:g}: no GPU runs a thousand times faster than its nominal kernels"
+            if factor > 0 else "is not above 0: a GPU's kernels last slowdown times their nominal time")
+
+
+def _faster_than_nominal(factor: float) -> str:
+    """Why a given straggler factor below 1 is refused: it makes the GPU faster, which a user who means "runs at
+    half speed" by `slowdown: 0.5` gets the opposite of."""
+    faster = (f", so {_apart_from_one(factor)} would make the GPU {_apart_from_one(1 / factor)} times faster"
+              if factor > 0 else "")
+    return f"is below 1: a straggler's kernels last slowdown times their nominal time{faster}"
+
+
+def _no_slower(factor: float) -> str:
+    return "does not slow the GPU: a straggle class's GPUs run their compute slowdown times longer"
+
+
+SlowdownFactor = Annotated[float, Field(allow_inf_nan=False), _slowdown_rule(
+    MIN_SLOWDOWN, f"a factor from {MIN_SLOWDOWN:g} to {MAX_SLOWDOWN:g}, e.g. 1.5", _faster_than_a_thousandth)]
+"""A drawn compute slowdown's bound or median: from MIN_SLOWDOWN (below 1 is faster than nominal, as a drawn
+jitter can be) to MAX_SLOWDOWN."""
+StragglerSlowdown = Annotated[float, Field(allow_inf_nan=False), _slowdown_rule(
+    1.0, f"a factor from 1 to {MAX_SLOWDOWN:g}, e.g. 2 for half speed", _faster_than_nominal)]
 """A straggler's given slowdown factor: from 1 (nominal) to MAX_SLOWDOWN; only a drawn factor (a jitter around 1)
 may fall below 1."""
+ClassSlowdown = Annotated[float, Field(allow_inf_nan=False), _slowdown_rule(
+    1.0, f"a factor above 1, up to {MAX_SLOWDOWN:g}, e.g. 1.3", _no_slower, lowest_refused=True)]
+"""A `straggle` class's compute factor: above 1 (a class that slows nothing is no class) up to MAX_SLOWDOWN."""
 
 
 class Effect(StrEnum):
@@ -266,7 +281,7 @@ class ComponentSpec(Section):
 
     unit: UnitKind | None = None
     effect: Effect | None = None
-    slowdown: Annotated[SlowdownFactor, Field(gt=1)] | None = None
+    slowdown: ClassSlowdown | None = None
     mtbf: PositiveDuration | None = None
     rate: Rate | None = None
     distribution: FailureDistribution = "exponential"
