@@ -243,7 +243,7 @@ that every attention op runs for the seconds its rank's share gives it."""
 def test_the_cp_imbalance_loss_is_what_the_slowest_cp_ranks_attention_adds_beyond_the_mean():
     """Without load balancing, CP rank i's attention is (2i + 1) / cp of the mean: the loss is the slowest CP
     rank's attention seconds less the mean over the CP group, summed over its layers and passes as the timeline
-    runs them, its own loss and console row beside the pipeline bubble it overlaps at pp = 1 (9.46%); a balanced
+    runs them, its own loss and console row beside the pipeline bubble it overlaps at pp = 1 (9.43%); a balanced
     split has none."""
     path = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
     result = simulate(load_scenario(path, overrides=[*TESTER_CASE, "parallelism.cp_load_balance=false"]))
