@@ -13,7 +13,7 @@ import yaml
 
 from simulator.config.faults import LinkFault
 from simulator.engine.faults import FaultHooks
-from simulator.errors import ScenarioError, StepAborted
+from simulator.errors import ScenarioError, StepAborted, TopologyError
 from simulator.faults.rerouting import Rerouter
 from simulator.faults.step import LinkEvent, StepFaultPlan, _link_event
 from simulator.topology.builders import build_topology
@@ -187,16 +187,56 @@ def test_a_route_takes_the_switches_where_a_gpu_or_a_nic_would_be_shorter(shortc
     for channel in range(4):
         assert topology.router(topology, 0, 1, channel) == ["g0", "a", "c", "d", "b", "g1"]
         assert topology.router(topology, 1, 0, channel) == ["g1", "b", "d", "c", "a", "g0"]
-    assert topology.router(topology, 0, 2, 0) == ["g0", "a", "g2"] if shortcut == "gpu" else ["g0", "a", "x", "g2"]
+    assert topology.router(topology, 0, 2, 0) == (["g0", "a", "g2"] if shortcut == "gpu" else ["g0", "a", "x", "g2"])
 
 
 def test_a_gpu_reached_only_through_another_gpu_is_relayed_by_it() -> None:
     spec = shortcut_graph("gpu")
-    spec["nodes"].append({"name": "g3", "kind": "gpu", "host": 3})
+    spec["nodes"].append({"name": "g3", "kind": "gpu", "host": 2})
     spec["links"].append({"a": "g3", "b": "g2", "bandwidth": "50 GB/s", "latency": "1 us", "class": "nvlink"})
     topology = build_topology("graph", spec)
     assert topology.router(topology, 3, 1, 0) == ["g3", "g2", "b", "g1"]
+    assert topology.router(topology, 1, 3, 0) == ["g1", "b", "g2", "g3"]
     assert topology.router(topology, 0, 1, 0) == ["g0", "a", "c", "d", "b", "g1"]
+
+
+def test_only_gpus_of_the_two_ends_hosts_relay() -> None:
+    """GPU h of host 0 has no way out but its NVLink peer g0: its routes to g1 and back go through g0 and the
+    switches, not through g2 of host 2, whose NVLinks to both switches are a shorter way that a GPU of a third
+    host does not forward on (NCCL's PXN relays through a peer of the sender's host only)."""
+    spec = shortcut_graph("gpu")
+    spec["nodes"].append({"name": "h", "kind": "gpu", "host": 0})
+    spec["links"].append({"a": "h", "b": "g0", "bandwidth": "50 GB/s", "latency": "1 us", "class": "nvlink"})
+    topology = build_topology("graph", spec)
+    h = topology.gpus.index("h")
+    for channel in range(4):
+        assert topology.router(topology, h, 1, channel) == ["h", "g0", "a", "c", "d", "b", "g1"]
+        assert topology.router(topology, 1, h, channel) == ["g1", "b", "d", "c", "a", "g0", "h"]
+
+
+def test_a_gpu_whose_only_way_out_is_another_hosts_gpu_is_refused_at_load() -> None:
+    spec = shortcut_graph("gpu")
+    spec["nodes"].append({"name": "g3", "kind": "gpu", "host": 3})
+    spec["links"].append({"a": "g3", "b": "g2", "bandwidth": "50 GB/s", "latency": "1 us", "class": "nvlink"})
+    with pytest.raises(TopologyError, match="'g3' cannot be reached from 'g0'"):
+        build_topology("graph", spec)
+
+
+def test_gpus_sharing_a_nic_reach_each_other_through_it_not_through_the_switch() -> None:
+    """g0 and g1 of host 0 hang off NIC x, g2 and g3 of host 1 off NIC y, both NICs on switch sw: a NIC forwards
+    between the GPUs of its host, as the PCIe path it hangs off does, so g0 to g1 does not leave the host, and
+    between hosts a route enters and leaves each NIC once."""
+    def link(a: str, b: str, kind: str = "pcie") -> dict:
+        return {"a": a, "b": b, "bandwidth": "50 GB/s", "latency": "1 us", "class": kind}
+
+    nodes = [{"name": "sw", "kind": "switch"}, {"name": "x", "kind": "nic"}, {"name": "y", "kind": "nic"}]
+    nodes += [{"name": f"g{index}", "kind": "gpu", "host": index // 2} for index in range(4)]
+    links = [link("g0", "x"), link("g1", "x"), link("g2", "y"), link("g3", "y"), link("x", "sw", "ethernet"),
+             link("y", "sw", "ethernet")]
+    topology = build_topology("graph", {"nodes": nodes, "links": links})
+    assert topology.router(topology, 0, 1, 0) == ["g0", "x", "g1"]
+    assert topology.router(topology, 3, 2, 0) == ["g3", "y", "g2"]
+    assert topology.router(topology, 0, 3, 0) == ["g0", "x", "sw", "y", "g3"]
 
 
 def test_ring_all_reduce_takes_the_time_of_its_busiest_core_link(tmp_path) -> None:

@@ -760,12 +760,11 @@ def _build_graph(p: dict, name: str) -> Topology:
     if not gpus:
         raise TopologyError("the graph has no GPU", field="nodes", allowed="at least one node with kind: gpu")
     router = GraphRouter(wiring)
-    reached = router.towards(gpus[0], relay=True).distance
-    stranded = [gpu for gpu in gpus if (gpu, False) not in reached]
+    stranded = [gpu for gpu in gpus[1:] if router.reaching(gpu, gpus[0]) is None]
     if stranded:
         raise TopologyError(f"GPU {stranded[0]!r} cannot be reached from {gpus[0]!r}", field="links",
                             allowed="links that connect every GPU to every other, a NIC from its host's side to the "
-                                    "network")
+                                    "network, a GPU without one to a GPU of its host that has")
     gpu_local: list[int] = []
     seen: dict[object, int] = {}
     for host in gpu_hosts:
