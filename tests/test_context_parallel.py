@@ -5,10 +5,12 @@ unbalanced causal split gives CP rank i the strip (2i + 1) / cp of the mean atte
 from __future__ import annotations
 
 import pytest
-from shared import SCENARIOS
+from shared import NCCL_SIMPLE_BASE_S, SCENARIOS
 
 from simulator import load_scenario, simulate
 from simulator.catalog.models import get_model
+from simulator.topology.graph import PXN_CHANNEL
+from simulator.topology.loader import load_topology
 
 CP = 4
 SEQ = 8192
@@ -60,15 +62,6 @@ def test_ring_moves_cp_minus_one_over_cp_of_the_sequence_kv_per_rank_per_layer(r
 
 NIC_BYTES_PER_S = 47e9
 """One NDR 400 Gb/s NIC at the efficiency trainsim measures it at (network/calibration.py, 47 of 50 GB/s)."""
-GROUPED_BASE_S = 8.4e-6
-"""The grouped send/receive kernel's base latency (NCCL's Simple), paid once per ring step."""
-PATH_FLOOR_S = 12e-6
-"""Below the least path latency between two DGX H100 hosts (13.0 us from GPU 0 to GPU 8, through its own NIC and
-the rail leaf), so a step without the base latency falls under the bound."""
-P2P_LATENCY_S = 26e-6
-"""Above a cross-host transfer's line time: the grouped send/receive kernel's base latency (NCCL's Simple 8.4 us)
-and its path's latency (16.4 us measured from GPU 7 to GPU 8 through the PXN relay GPU 0, 14.0 us from GPU 7's own
-NIC, 13.0 us from GPU 0 to GPU 8 on 2 DGX H100)."""
 ACROSS = """
 cluster: {topology: dgx-h100-cluster, nodes: 2}
 model: {preset: llama3-8b, layers: 1}
@@ -88,17 +81,22 @@ def test_ring_steps_are_point_to_point_transfers_across_hosts_bounded_by_one_nic
     latency), and the forward's ring 15 of them, 1.71 ms (run as a ring all-gather, whose 8 channels cross the
     hosts on all 8 NICs, it would take 0.245 ms). TP8 CP2 (each CP pair on its own rail, the same bytes a step): one
     step over one NIC either way, up to the ring all-gather's own overheads (0.1106 ms as the pair's transfer,
-    0.111 ms as a ring all-gather)."""
+    0.111 ms as a ring all-gather). A step lasts its line time, the grouped kernel's base latency and its slowest
+    pair's path latency (16.4 us from GPU 7 to GPU 8 through the PXN relay GPU 0, 13.0 us from GPU 0 to GPU 8),
+    exactly."""
     frame = run_yaml(ACROSS, f"parallelism.tp={tp}", f"parallelism.cp={cp}").timeline
     model = get_model("llama3-8b")
     block = 2 * 16384 * (model.kv_heads // tp) * model.head_dim * 2 / cp
     steps = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "cp")
                   & frame["key"].str.startswith("cp.ring.fwd.mb0.vs0.L0.attn.")]
     assert len(steps) == cp - 1
-    for seconds in (steps["end_s"] - steps["start_s"]).tolist():
-        line = block / NIC_BYTES_PER_S
-        assert line + GROUPED_BASE_S + PATH_FLOOR_S < seconds < line + P2P_LATENCY_S
     flows = frame[(frame["kind"] == "flow") & (frame["name"] == "cp.ring.fwd.mb0.vs0.L0.attn.step1.0")]
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2})
+    members = set(flows["src"])
+    path_latency = max(topology.route(src, dst, PXN_CHANNEL if topology.pxn_relay(src, dst) in members else 0)[1]
+                       for src, dst in zip(flows["src"], flows["dst"]))
+    for seconds in (steps["end_s"] - steps["start_s"]).tolist():
+        assert seconds == pytest.approx(block / NIC_BYTES_PER_S + NCCL_SIMPLE_BASE_S + path_latency, rel=1e-9)
     cp_stride = tp
     assert sorted(zip(flows["src"], flows["dst"], flows["bytes"])) == sorted(
         (cp_rank * cp_stride, (cp_rank + 1) % cp * cp_stride, block) for cp_rank in range(cp))
