@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.chunking import chunk_bytes
-from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
+from simulator.collectives.names import ALGORITHM_CHOICES, POINT_TO_POINT, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
 from simulator.errors import ScenarioError
 from simulator.network.calibration import resolve_efficiency
@@ -73,12 +73,12 @@ def collective_sweep(cluster: str | TopologySource | Topology, overrides: dict, 
         time_s = result.makespan_s
         algbw = nbytes / time_s / 1e9
         ran = plans.resolved(ops[0], group)
-        ends: dict[str, object] = {"src": group[0], "dst": group[-1]} if op == "send_recv" else {}
+        optional: dict[str, object] = {"src": group[0], "dst": group[-1]} if op == "send_recv" else {}
         if explain:
             weighing = plans.weighing(ops[0], group)
-            ends["auto"] = None if weighing is None else weighing.report()
+            optional["auto"] = None if weighing is None else weighing.report()
         rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": ran.algorithm, "protocol": protocol,
-                     "resolved_protocol": ran.protocol, "ranks": len(group), **ends, "bytes": round(nbytes),
+                     "resolved_protocol": ran.protocol, "ranks": len(group), **optional, "bytes": round(nbytes),
                      "time_s": time_s, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
     if progress is not None:
         progress(len(sizes), len(sizes))
@@ -109,7 +109,7 @@ def explanation(rows: list[dict]) -> list[str]:
     for row in rows:
         size = format_size(row["bytes"])
         if row["auto"] is None:
-            why = "point to point" if row["op"] in ("all_to_all", "send_recv") else "asked for"
+            why = "point to point" if row["op"] in POINT_TO_POINT else "asked for"
             lines.append(f"{size:>12}  {row['resolved_algorithm']:<16} {row['resolved_protocol']:<9} "
                          f"{'-':>14}  nothing weighed: {why}")
             continue

@@ -828,13 +828,18 @@ def test_collective_explain_says_an_all_to_all_weighs_nothing(capsys):
 
 
 def test_a_runs_summary_says_why_auto_picked_per_kind_of_collective(run_yaml):
-    """summary.json's `auto_choices`: one entry per kind of collective left to `auto`, at its largest size, with
-    the candidates' estimates and the pick by the rule, which is what ran; the all_to_all, run point to point,
-    weighs nothing and has none."""
+    """summary.json's `auto_choices`: one entry per kind of collective left to `auto` and group size, at its
+    largest size, with the candidates' estimates and the pick by the rule, which is what ran; the all_to_all, run
+    point to point, weighs nothing and has none. The 8-rank all-reduce inside one host, of a smaller size, has an
+    entry of its own, and picks otherwise than the 16 ranks across hosts."""
     summary = run_yaml("cluster: {topology: dgx-h100-cluster}\nworkload:\n  - {op: all_reduce, bytes: 1 MiB}\n"
-                       "  - {op: all_reduce, bytes: 1 GiB}\n  - {op: all_to_all, bytes: 1 MiB}\n").summary
-    entry, = summary["auto_choices"]
+                       "  - {op: all_reduce, bytes: 1 GiB}\n  - {op: all_to_all, bytes: 1 MiB}\n"
+                       "  - {op: all_reduce, bytes: 256 KiB, group: [0, 1, 2, 3, 4, 5, 6, 7]}\n").summary
+    host, entry = summary["auto_choices"]
+    assert (host["op"], host["bytes"], host["ranks"]) == ("all_reduce", 256 * KIB, 8)
     assert (entry["op"], entry["bytes"], entry["ranks"]) == ("all_reduce", GIB, 16)
+    assert (host["algorithm"], host["protocol"]) == cheapest_by_the_rule(host["candidates"])
+    assert (host["algorithm"], host["protocol"]) != (entry["algorithm"], entry["protocol"])
     assert (entry["algorithm"], entry["protocol"]) == cheapest_by_the_rule(entry["candidates"])
     assert {each["algorithm"] for each in entry["candidates"]} >= {"ring", "tree"}
     row, = collective_sweep("dgx-h100-cluster", {}, op="all_reduce", algorithm="auto", ranks=16, sizes=[GIB])

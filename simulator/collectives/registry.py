@@ -29,7 +29,7 @@ from simulator.collectives.names import (
     ProtocolChoice,
 )
 from simulator.collectives.phases import CollectiveRequest, Phase
-from simulator.collectives.tuner import Choice, choose
+from simulator.collectives.tuner import Choice, Weighing, unweighed, weighed
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
@@ -138,18 +138,30 @@ def resolve(request: CollectiveRequest, topology: Topology, algorithm: Algorithm
     its algorithm does not run (`protocols.check`); otherwise `choose`'s choice of what is `auto` on links that
     reach ``efficiency`` (the network model's; None: line rate), a protocol asked for checked against the
     algorithm. `direct` chosen for a collective runs point to point under Simple whatever protocol was asked."""
+    return resolve_weighing(request, topology, algorithm, protocol, efficiency)[0]
+
+
+def resolve_weighing(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,
+                     protocol: ProtocolChoice = "simple", efficiency: Mapping[str, float] | None = None
+                     ) -> tuple[Choice, Weighing | None]:
+    """`resolve`'s choice and what `auto` weighed to make it (tuner.py `weighed`; None where nothing was weighed,
+    `unweighed`), from one weighing."""
     if request.op in POINT_TO_POINT and protocol != "auto":
         protocols.check("direct", request.op, protocol, request.ranks, topology)
     if request.op == "send_recv":
         if algorithm != "auto":
             refuse_unimplemented(request, topology, algorithm)
-        return Choice("direct", "simple")
-    chosen = choose(request, topology, efficiency, algorithm, protocol)
+        return Choice("direct", "simple"), None
+    weighing: Weighing | None = None
+    chosen = unweighed(request, topology, algorithm, protocol)
+    if chosen is None:
+        weighing = weighed(request, topology, efficiency, algorithm, protocol)
+        chosen = weighing.choice
     if chosen.algorithm == "direct":
-        return Choice("direct", "simple")
+        return Choice("direct", "simple"), weighing
     if protocol != "auto":
         protocols.check(chosen.algorithm, request.op, protocol, request.ranks, topology)
-    return chosen
+    return chosen, weighing
 
 
 def check_request(request: CollectiveRequest, topology: Topology) -> None:

@@ -868,9 +868,11 @@ def tree_passes(hosts: tuple[tuple[int, ...], ...], nics: tuple[int, ...], chann
     return tuple(found)
 
 
-TIE = 1 + 1e-9
-"""Estimates within this factor of the lowest tie with it: equal closed forms computed in a different order differ
-in the last bits (the ring's and the tree's over two ranks on two hosts are both 2 a + n / b)."""
+TIE_MARGIN = 1e-9
+"""How far above the lowest estimate, as a share of it, an estimate ties with it: equal closed forms computed in a
+different order differ in the last bits (the ring's and the tree's over two ranks on two hosts are both 2 a + n / b)."""
+TIE = 1 + TIE_MARGIN
+"""Estimates within this factor of the lowest tie with it (`TIE_MARGIN`)."""
 
 
 class Choice(NamedTuple):
@@ -886,7 +888,7 @@ def choose(request: CollectiveRequest, topology: Topology, efficiency: Mapping[s
     an all_to_all left to `auto` (point to point, as NCCL runs them); otherwise, of the `candidates` (or the
     algorithm asked for) under each protocol they run with (`protocols.available`, or the one asked for), the pair
     with the lowest estimate on links that reach ``efficiency``, ties (`TIE`) going to the first listed:
-    algorithms in `candidates` order, each under Simple, LL128, LL in turn (`weigh`). Nothing is weighed where
+    algorithms in `candidates` order, each under Simple, LL128, LL in turn (`weighing`). Nothing is weighed where
     nothing is `auto`, nor for an algorithm asked for that runs under Simple alone."""
     fixed = unweighed(request, topology, algorithm, protocol)
     return fixed if fixed is not None else weighed(request, topology, efficiency, algorithm, protocol).choice
@@ -904,8 +906,8 @@ def unweighed(request: CollectiveRequest, topology: Topology, algorithm: Algorit
     return None
 
 
-AUTO_RULE = ("the lowest estimate (latency + size / bandwidth of its plan on these links) wins, ties within 1e-9 to "
-             "the first listed")
+AUTO_RULE = ("the lowest estimate (latency + size / bandwidth of its plan on these links) wins, ties within "
+             f"{TIE_MARGIN:.0e} to the first listed")
 """`weighing`'s rule in words, as `trainsim collective --explain` and summary.json's `auto_choices` state it."""
 
 
@@ -923,16 +925,6 @@ class Weighing(NamedTuple):
                 "candidates": [{"algorithm": pair.algorithm, "protocol": pair.protocol, "estimate_s": seconds}
                                for pair, seconds in self.estimates],
                 "algorithm": self.choice.algorithm, "protocol": self.choice.protocol}
-
-
-def weigh(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
-          algorithm: AlgorithmChoice = "auto", protocol: ProtocolChoice = "auto") -> Weighing | None:
-    """`choose`'s candidates for ``request`` with their estimates and its pick (kept in `CHOICES`), which also say
-    why it picked; None where it weighs nothing (`unweighed`: a send_recv, an all_to_all left to `auto`, nothing
-    `auto`)."""
-    if unweighed(request, topology, algorithm, protocol) is not None:
-        return None
-    return weighed(request, topology, efficiency, algorithm, protocol)
 
 
 def weighed(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None,
@@ -1009,7 +1001,7 @@ def choice_key(request: CollectiveRequest, group_key: tuple, wanted: tuple[Proto
 
 
 CHOICES: dict[tuple, Weighing] = {}
-"""`weigh`'s weighings, and so `choose`'s picks, by `choice_key`: a run asks for thousands of groups placed alike
+"""`weighed`'s weighings, and so `choose`'s picks, by `choice_key`: a run asks for thousands of groups placed alike
 (the 16k-GPU job: 4,872 group and size pairs, 12 keys), whichever topology they lie on."""
 CHOICES_KEPT = 4096
 """Weighings kept before they are dropped."""

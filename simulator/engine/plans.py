@@ -12,8 +12,8 @@ from simulator.collectives.chunking import ChunkSetting
 from simulator.collectives.execute import ParsedPhases
 from simulator.collectives.names import POINT_TO_POINT, AlgorithmChoice, AlgorithmName, ProtocolChoice, run_choice
 from simulator.collectives.phases import CollectiveRequest, Phase
-from simulator.collectives.registry import plan_collective, resolve
-from simulator.collectives.tuner import Choice, Weighing, weigh
+from simulator.collectives.registry import plan_collective, resolve_weighing
+from simulator.collectives.tuner import Choice, Weighing
 from simulator.engine.shapes import CollectiveShapes, plan_key
 from simulator.metrics.events import FlowBlock
 from simulator.network.model import AnalyticTimings
@@ -58,8 +58,9 @@ class PlanCache:
         self.channels = channels
         self.efficiency = efficiency
         self._weighings: dict[tuple, Weighing | None] = {}
-        """What `auto` weighed for each collective when `resolved` chose for it, kept across `_forget`: the
-        choice of a collective made before links degraded stands as it was made."""
+        """What `auto` weighed for each collective when `resolved` last chose for it, kept across `_forget`: a
+        collective chosen for again on degraded links has the weighing of its new choice, one not asked for
+        since keeps the weighing of its choice on the links of before."""
         self._forget()
 
     def _forget(self) -> None:
@@ -119,9 +120,9 @@ class PlanCache:
         key = self.key(op, group)
         resolved = self._choices.get(key)
         if resolved is None:
-            request, asked = self._request(op, group), self._asked(op)
-            resolved = self._choices[key] = resolve(request, self.topology, *asked, self.efficiency)
-            self._weighings[key] = weigh(request, self.topology, self.efficiency, *asked)
+            resolved, self._weighings[key] = resolve_weighing(self._request(op, group), self.topology,
+                                                              *self._asked(op), self.efficiency)
+            self._choices[key] = resolved
         return resolved
 
     def _asked(self, op: CollectiveOp) -> tuple[AlgorithmChoice, ProtocolChoice]:
@@ -133,7 +134,7 @@ class PlanCache:
 
     def weighing(self, op: CollectiveOp, group: tuple[int, ...]) -> Weighing | None:
         """What `auto` weighed when `resolved` picked the algorithm and protocol for ``op`` over ``group``: the
-        candidates' estimates and the pick (tuner.py `weigh`), as the links stood then (weighed again now, a
+        candidates' estimates and the pick (tuner.py `weighed`), as the links stood then (weighed again now, a
         run's faults would have moved them, and its detours counted again); None where nothing was weighed (a
         point-to-point op, an all_to_all left to `auto`, an algorithm and protocol given) or nothing chosen."""
         return self._weighings.get(self.key(op, group))
@@ -315,18 +316,20 @@ class PlanCache:
 
 
 def auto_choices(shapes: CollectiveShapes, plans: PlanCache) -> list[dict]:
-    """Why `auto` picked what ran, per kind of collective (its category and op): at the kind's largest size among
-    its collectives whose algorithm or protocol `auto` weighed (the first of that size; an all_to_all, run point to
-    point, never is), the group's size, the rule, the candidates' estimates and the pick, as weighed when chosen
-    (`PlanCache.weighing`). Sorted by category and op."""
-    largest: dict[tuple[str, str], tuple[CollectiveOp, Weighing]] = {}
+    """Why `auto` picked what ran, per kind of collective (its category, op and group size: groups of other sizes
+    may pick otherwise, a model's 4-rank expert-data-parallel all-reduces beside its 16-rank data-parallel ones): at
+    the kind's largest size among its collectives whose algorithm or protocol `auto` weighed (the first of that
+    size; an all_to_all, run point to point, never is), the rule, the candidates' estimates and the pick, as
+    weighed when chosen (`PlanCache.weighing`). Sorted by category, op and group size."""
+    largest: dict[tuple[str, str, int], tuple[CollectiveOp, Weighing]] = {}
     for op in shapes.firsts:
         weighing = plans.weighing(op, op.group)
-        known = largest.get((op.category, op.op))
+        kind = (op.category, op.op, len(op.group))
+        known = largest.get(kind)
         if weighing is not None and (known is None or op.nbytes > known[0].nbytes):
-            largest[op.category, op.op] = op, weighing
-    return [{"category": category, "op": name, "bytes": round(op.nbytes), "ranks": len(op.group),
-             **weighing.report()} for (category, name), (op, weighing) in sorted(largest.items())]
+            largest[kind] = op, weighing
+    return [{"category": category, "op": name, "bytes": round(op.nbytes), "ranks": ranks, **weighing.report()}
+            for (category, name, ranks), (op, weighing) in sorted(largest.items())]
 
 
 def traffic_correction(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None,
