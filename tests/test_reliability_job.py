@@ -355,7 +355,8 @@ def test_a_job_counts_the_stragglers_it_simulated_and_names_their_gpus_and_step(
     the replications' own mean is the `straggling` rows of job_events over the replications, in job_summary.json
     and beside the expected count in the `slowdowns` row. Each such row names its GPU and the step time of the
     state it began (TP 8: one slow GPU holds every rank, so the step is slower than the healthy one, by at most
-    the factor 1.3)."""
+    the factor 1.3). The GPU lists have a dictionary of their own: `cause` and `began` keep theirs to the
+    causes met, with no GPU index among them."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SEED003.replace("replications: 10", "replications: 3").replace(
         "job_failure: {unit: host, effect: restart, mtbf: 3 h}",
@@ -373,6 +374,9 @@ def test_a_job_counts_the_stragglers_it_simulated_and_names_their_gpus_and_step(
     assert ((straggling["step_s"] > healthy) & (straggling["step_s"] <= 1.3 * healthy * (1 + 1e-9))).all()
     others = events[events["kind"] != "straggling"]
     assert (others["gpus"] == "").all() and (others["step_s"] == 0).all()
+    categories = {column: set(events[column].cat.categories) for column in ("cause", "began", "gpus")}
+    assert categories["cause"] == {"", "throttling"} and categories["began"] == {""}
+    assert categories["gpus"] == {"", *straggling["gpus"]}
 
 
 def test_one_replications_counts_print_as_whole_numbers(tmp_path, capsys):
@@ -492,15 +496,50 @@ def test_a_system_mtbf_shorter_than_a_restart_and_the_interval_warns_that_the_jo
                                                                                                    capsys):
     """`gpu: {mtbf: 1e3 s}` (meant as hours) on 16 GPUs: M = 1000 s / 16 = 62.5 s = 1.042 min, shorter than the
     10 min restart (2 + 3 + 5 min, the 25 ms load and 23 ms warm-up round away) and the 30 min interval: one
-    warning line says so, on stderr and in summary.json's warnings."""
+    warning line names both causes, on stderr and in summary.json's warnings."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(MTBF_IN_SECONDS)
     assert main(["run", str(scenario), "--out", str(tmp_path / "job"), "--quiet"]) == 0
-    expected = ("the system MTBF (1.042 min) is shorter than one restart with its checkpoint load (10 min) and the "
-                "checkpoint interval (30 min): failures come before the job is back or has saved its work, so it "
-                "makes little or no progress (are the faults.components' mtbf units right, h not s?)")
+    expected = ("the system MTBF is 1.042 min: one restart with its checkpoint load (10 min) outlasts it, so failures "
+                "come before the job is back (are the faults.components' mtbf units right, h not s?); and the "
+                "checkpoint interval (30 min) is 28.8 x it, so failures come before the job saves its work: the "
+                "interval should be near Young's sqrt(2 C M) (1.782 s; checkpoint.interval); the job makes little "
+                "or no progress (ETTR about 0.0% by the renewal formula, below 5% warns)")
     assert f"warning: {expected}" in capsys.readouterr().err.splitlines()
     assert expected in json.loads((tmp_path / "job" / "summary.json").read_text())["warnings"]
+
+
+HOURLY_MTBF = (MTBF_IN_SECONDS.replace("mtbf: 1e3 s, repair: 8 h", "mtbf: 16 h, repair: 1 min")
+               .replace("interval: 30 min, mode: sync", "interval: 6 h, mode: sync"))
+
+
+@pytest.mark.parametrize(("memory", "warns"), [("", True), (", memory: {interval: 1 min}", False)])
+def test_an_interval_far_past_the_mtbf_warns_unless_an_in_memory_tier_saves_often(tmp_path, capsys, memory, warns):
+    """M = 16 h / 16 GPUs = 1 h against a 6 h storage interval and a 10 min restart: the renewal ETTR
+    6 e^(-1/6) / (e^6 - 1) = 1.3% (1.8% simulated) warns, naming the interval and Young's sqrt(2 x 25.4 ms x 1 h);
+    with in-memory snapshots every minute the job saves its work (ETTR 61% simulated): no warning."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(HOURLY_MTBF.replace("mode: sync}", f"mode: sync{memory}}}"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job"), "--quiet"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "little or no progress" in line]
+    expected = ("warning: the system MTBF is 1 h: the checkpoint interval (6 h) is 6 x it, so failures come before "
+                "the job saves its work: the interval should be near Young's sqrt(2 C M) (13.52 s; "
+                "checkpoint.interval); the job makes little or no progress (ETTR about 1.3% by the renewal "
+                "formula, below 5% warns)")
+    assert warned == ([expected] if warns else [])
+
+
+def test_an_mtbf_near_the_restart_and_interval_does_not_warn_of_no_progress(tmp_path, capsys):
+    """gpu mtbf 400 min on 16 GPUs, M = 25 min, shorter than the 30 min interval, with a 10 min restart: the
+    renewal ETTR is 1.2 e^(-0.4) / (e^1.2 - 1) = 34.7%, a job that progresses: no warning."""
+    from simulator.reliability.summary import NO_PROGRESS_ETTR, renewal_ettr
+
+    assert renewal_ettr(1800.0, 600.0, 1500.0) == pytest.approx(1.2 * math.exp(-0.4) / math.expm1(1.2))
+    assert renewal_ettr(1800.0, 600.0, 1500.0) > NO_PROGRESS_ETTR
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(MTBF_IN_SECONDS.replace("mtbf: 1e3 s, repair: 8 h", "mtbf: 400 min, repair: 1 min"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job"), "--quiet"]) == 0
+    assert "little or no progress" not in capsys.readouterr().err
 
 
 def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, capsys, monkeypatch):

@@ -64,26 +64,30 @@ class JobEvents:
 
     def table(self) -> pa.Table:
         """All rows, sorted by replication and start time (stable: logging order breaks ties); `kind`, `cause`
-        and `began` dictionary columns (over EVENT_KINDS and the causes met, sorted), written to Parquet as they are.
+        and `began` dictionary columns (over EVENT_KINDS and the causes met, sorted), `gpus` one over its own GPU
+        lists (sorted), written to Parquet as they are.
         The columns are allocated once at full length, single rows first, and the checkpoint blocks expanded
         into them in place: a long job has millions of checkpoints, and concatenating temporaries of that
         length costs more than the expansion itself."""
         columns = list(zip(*self.rows)) if self.rows else [()] * (len(COLUMNS) + 2)
-        names = sorted({"", *columns[2], *columns[3], *columns[9]})
+        names = sorted({"", *columns[2], *columns[3]})
         code_of = {name: code for code, name in enumerate(names)}
+        gpu_lists = sorted({"", *columns[9]})
+        gpu_code = {name: code for code, name in enumerate(gpu_lists)}
         blocks = [np.asarray(c) for c in zip(*self.blocks)] if self.blocks else []
         counts = blocks[-1].astype(np.int64) if blocks else np.zeros(0, dtype=np.int64)
         single, total = len(self.rows), int(counts.sum())
         replication = np.empty(single + total, dtype=np.int32)
         kind = np.full(single + total, KIND_CODE["checkpoint"], dtype=np.int8)
-        cause, began, gpus = (np.full(single + total, code_of[""], dtype=np.int32) for _ in range(3))
+        cause, began = (np.full(single + total, code_of[""], dtype=np.int32) for _ in range(2))
+        gpus = np.full(single + total, gpu_code[""], dtype=np.int32)
         start, end, step, lost, step_s = (np.zeros(single + total) for _ in range(5))
         hosts = np.zeros(single + total, dtype=np.int64)
         replication[:single] = columns[0]
         kind[:single] = [KIND_CODE[k] for k in columns[1]]
         cause[:single] = [code_of[c] for c in columns[2]]
         began[:single] = [code_of[c] for c in columns[3]]
-        gpus[:single] = [code_of[c] for c in columns[9]]
+        gpus[:single] = [gpu_code[c] for c in columns[9]]
         for column, values in zip((start, end, step, lost, hosts), columns[4:9]):
             column[:single] = values
         step_s[:single] = columns[10]
@@ -104,7 +108,7 @@ class JobEvents:
             pa.DictionaryArray.from_arrays(kind[order], pa.array(EVENT_KINDS)),
             *(pa.DictionaryArray.from_arrays(codes[order], pa.array(names)) for codes in (cause, began)),
             *(pa.array(column[order]) for column in (start, end, step, lost, hosts)),
-            pa.DictionaryArray.from_arrays(gpus[order], pa.array(names)), pa.array(step_s[order]),
+            pa.DictionaryArray.from_arrays(gpus[order], pa.array(gpu_lists)), pa.array(step_s[order]),
         ]
         names_out = list(COLUMNS)
         if self.tiered:
