@@ -98,3 +98,27 @@ def test_a_folded_gantt_row_of_one_gpu_says_so_in_the_singular_beside_its_factor
     assert labels[0] == "rank 0 (stage 0, stands for 1 GPU, x1.3 slower)"
     assert labels[1] == "rank 1 (stage 0, stands for 1 GPU)"
     assert labels[2] == "rank 2 (stage 0, stands for 3 GPUs)"
+
+
+def test_faults_timed_after_the_step_are_not_marked(tmp_path):
+    """A GPU failure at 1 s and a second link down at 1 s, both after the 65.89 ms step's end, changed nothing (a
+    GPU failure before the end aborts the step, which writes no outputs): faults.parquet, the trace's instants and
+    the Gantt chart's lines (zoomed out to 2 s) hold the 5 ms link alone, and the trace ends with the step (a 1 s
+    instant stretched it 15 times), while summary.json's `faults` still lists both."""
+    out = tmp_path / "run"
+    overrides = ["--set", "faults.step.gpu_failures=[{gpu: 2, at: 1 s}]", "--set",
+                 "faults.step.links=[{link: [leaf0.r0, spine0], at: 5 ms}, {link: [leaf1.r0, spine1], at: 1 s}]"]
+    assert main(["run", str(FAULTS_SCENARIO), *overrides, "--out", str(out), "--quiet"]) == 0
+    outputs = load_run_outputs(out)
+    step_s = outputs.summary["step_time_s"]
+    assert step_s < 0.1
+    assert [failure["at_s"] for failure in outputs.summary["faults"]["gpu_failures"]] == [1.0]
+    assert [link["at_s"] for link in outputs.summary["faults"]["links"]] == [LINK_DOWN_S, 1.0]
+    faults = pd.read_parquet(out / "faults.parquet")
+    assert list(faults["kind"]) == ["straggler", "link down"] and list(faults["at_s"]) == [0.0, LINK_DOWN_S]
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert [event["ts"] for event in events if event["ph"] == "i"] == [LINK_DOWN_S * 1e6]
+    assert max(event.get("ts", 0) for event in events) <= step_s * 1e6 * (1 + 1e-9)
+    figure = gantt_figure(outputs.timeline, outputs.summary, by="rank", window=(0.0, 2.0))
+    lines = [line for line in figure.axes[0].get_lines() if str(line.get_gid()).startswith("fault:")]
+    assert [list(line.get_xdata()) for line in lines] == [[LINK_DOWN_S, LINK_DOWN_S]]  # a window in s: the axis too

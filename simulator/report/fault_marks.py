@@ -1,34 +1,38 @@
 """The step's faults as the charts and files of a run mark them, read off the summary's `faults`: each slowed
-GPU's factor, the moments links fail or degrade and GPUs fail, and the faults.parquet table of both (kept apart
-from timeline.parquet, whose every row is an op or a flow)."""
+GPU's factor, the moments links fail or degrade within the step, and the faults.parquet table of both (kept apart
+from timeline.parquet, whose every row is an op or a flow). Only faults that struck the finished step are marked:
+a link fault timed after its end changed nothing, and a GPU failure at or before it aborts the step, which then
+has no outputs, so no GPU failure is ever marked (the summary's `faults.gpu_failures` lists those after the end)."""
 
 from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-FaultKind = Literal["link down", "link degraded", "GPU failure"]
+FaultKind = Literal["link down", "link degraded"]
 
 
 class FaultMark(NamedTuple):
-    """A fault at a moment of the step: its time in seconds from the step's start, its kind, what it struck (a
-    link's label, 'GPU 3'), the GPU's index (-1 for a link) and the fraction of line rate a link keeps (1 for a
-    GPU)."""
+    """A link fault at a moment of the step: its time in seconds from the step's start, its kind, the link's label
+    and the fraction of line rate it keeps."""
 
     at_s: float
     kind: FaultKind
     what: str
-    gpu: int = -1
-    capacity: float = 1.0
+    capacity: float
+
+
+def step_end_s(summary: dict) -> float:
+    """When the step ends, in seconds from its start: a training step's time, a communication-only run's
+    makespan."""
+    return float(summary.get("step_time_s", summary.get("makespan_s", 0.0)))
 
 
 def fault_marks(summary: dict) -> list[FaultMark]:
-    """The link faults and GPU failures of the step (the summary's `faults`), in order of time."""
-    faults = summary.get("faults") or {}
-    marks = [FaultMark(link["at_s"], "link down" if link["capacity"] == 0 else "link degraded", link["link"],
-                       capacity=link["capacity"]) for link in faults.get("links") or []]
-    marks += [FaultMark(failure["at_s"], "GPU failure", f"GPU {failure['gpu']}", gpu=failure["gpu"])
-              for failure in faults.get("gpu_failures") or []]
-    return sorted(marks)
+    """The link faults of the step (the summary's `faults`) that struck at or before its end, in order of time."""
+    links = (summary.get("faults") or {}).get("links") or []
+    end = step_end_s(summary)
+    return sorted(FaultMark(link["at_s"], "link down" if link["capacity"] == 0 else "link degraded", link["link"],
+                            link["capacity"]) for link in links if link["at_s"] <= end)
 
 
 def slowdown_notes(summary: dict) -> dict[int, str]:
@@ -46,10 +50,10 @@ the compute slowdown factor (1 but for a straggler) and the fraction of line rat
 
 
 def fault_rows(summary: dict) -> dict[str, list]:
-    """faults.parquet's columns (FAULT_COLUMNS): the stragglers by GPU index, then the link faults and GPU
-    failures in order of time; empty lists when the step has no faults."""
+    """faults.parquet's columns (FAULT_COLUMNS): the stragglers by GPU index, then the link faults that struck the
+    step (`fault_marks`) in order of time; empty lists when it has none."""
     faults = summary.get("faults") or {}
     slowed = sorted((int(gpu), entry["factor"]) for gpu, entry in (faults.get("slowed_gpus") or {}).items())
     rows: list[tuple] = [("straggler", 0.0, f"GPU {gpu}", gpu, factor, 1.0) for gpu, factor in slowed]
-    rows += [(mark.kind, mark.at_s, mark.what, mark.gpu, 1.0, mark.capacity) for mark in fault_marks(summary)]
+    rows += [(mark.kind, mark.at_s, mark.what, -1, 1.0, mark.capacity) for mark in fault_marks(summary)]
     return {column: [row[index] for row in rows] for index, column in enumerate(FAULT_COLUMNS)}

@@ -296,8 +296,7 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
 
 LineStyle = Literal["-", "--", ":"]
 FAULT_LINES: dict[FaultKind, tuple[str, LineStyle]] = {"link down": ("#D62728", "--"),
-                                                       "link degraded": ("#FF7F0E", ":"),
-                                                       "GPU failure": ("#000000", "-")}
+                                                       "link degraded": ("#FF7F0E", ":")}
 """Colour and line style of each kind of fault line."""
 SHOWN_FAULT_NAMES = 3
 """A legend entry names the links or GPUs of up to this many faults of its kind, and counts more."""
@@ -339,7 +338,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     bars are forward and backward passes labelled with their micro-batch (one shade per chunk when
     interleaved; a pass's recompute as its own bar at its start), idle time within the pipeline window is grey,
     ``window`` (start, end) in seconds zooms in (only the bars that reach into it are drawn), the legend lists
-    what is visible and the title gives the run's bubble fraction; a link fault or GPU failure in the window is a
+    what is visible and the title gives the run's bubble fraction; a link fault in the window is a
     vertical line with its own legend entry, and a straggler's row label gives its factor."""
     rows, labels = _row_ranks(timeline, summary, by, ranks)
     total_rows = len(rows)

@@ -6,7 +6,7 @@ A process per host (server) and a thread per GPU stream carry the op slices, wit
 where a stream's ops overlap in time; times are in microseconds.
 `run.trace` chooses what else goes in: `ops` nothing; `ops+links` (the default) a process "network links"
 with one counter track per busy link (its utilisation in time bins, metrics/link_load.py); `full` also one
-slice per network flow on the sending GPU's `net` thread. A step with link faults or GPU failures has a process
+slice per network flow on the sending GPU's `net` thread. A step struck by link faults has a process
 "faults" with an instant event at each, and a slowed GPU's threads say its factor. `run.trace_compress` gzips the stream
 (trace.json.gz; the gzip header carries no time stamp or name, so the bytes stay deterministic).
 
@@ -230,8 +230,8 @@ def _counters(load: LinkLoad, topology: Topology, pid: int) -> bytes:
 
 
 def _fault_events(faults: Sequence[FaultMark], pid: int) -> bytes:
-    """The "faults" process: one thread-scoped instant event per link fault or GPU failure, at its time, named by
-    its kind and what it struck ("link down leaf0.r0-spine0")."""
+    """The "faults" process: one thread-scoped instant event per link fault that struck the step, at its time,
+    named by its kind and the link ("link down leaf0.r0-spine0")."""
     events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "faults"}},
                           {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "faults"}}]
     events += [{"ph": "i", "s": "t", "name": f"{mark.kind} {mark.what}", "cat": "fault", "pid": pid, "tid": 1,

@@ -22,7 +22,7 @@ from simulator.metrics.events import (
     frame_columns,
 )
 from simulator.metrics.link_load import LinkLoad, link_load
-from simulator.report.fault_marks import fault_marks, fault_rows, slowdown_notes
+from simulator.report.fault_marks import fault_marks, fault_rows, slowdown_notes, step_end_s
 from simulator.report.run_folder import RUN_FOLDER, trainsim_version, write_run_folder
 from simulator.report.trace import trace_name, write_trace
 
@@ -115,7 +115,7 @@ def link_tracks(result: Result) -> LinkLoad:
     shown = set(np.unique(ranks[ranks >= 0]).tolist())
     flows = result.log.flow_columns(("start_s", "end_s", "bytes", "src"))
     start, end, nbytes, src = (flows[column] for column in ("start_s", "end_s", "bytes", "src"))
-    makespan = float(summary.get("step_time_s", summary.get("makespan_s", 0.0)))
+    makespan = step_end_s(summary)
     return link_load(start, end, nbytes, src, result.flow_routes, np.asarray(result.topology.line_rate), shown,
                      makespan)
 
