@@ -195,7 +195,7 @@ NO_PROGRESS_ETTR = 0.05
 lowers it), is below this share. Its restart factor e^(-R/M) alone reaches it at R = 3 M, its interval factor
 (T/M) / (e^(T/M) - 1) alone at T = 4.5 M; below both R = M and T = M the product stays above 21%, so each warning
 has a restart or an interval at least the MTBF to name (gpu mtbf 400 min on 16 GPUs, M = 25 min, a 10 min restart
-and a 30 min interval: 34.7% by the formula, 34.1% simulated, no warning)."""
+and a 30 min interval: 34.7% by the formula, no warning)."""
 
 
 def restart_s(plan: JobPlan, healthy: SegmentCosts) -> float:
