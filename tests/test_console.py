@@ -1325,7 +1325,7 @@ def test_a_zero_duration_reads_0_s_in_a_range(interval, text):
 
 
 def test_a_moe_steps_routing_skew_has_its_row():
-    """The routing skew of mixtral-8x7b-ep8 adds 382.5 ms to its 1.794 s step, which summary.json's `moe` gives, and
+    """The routing skew of mixtral-8x7b-ep8 adds 382.5 ms to its 1.798 s step, which summary.json's `moe` gives, and
     the console prints it in a row of its own; an even load prints none."""
     from rich.console import Console
 
@@ -1333,8 +1333,8 @@ def test_a_moe_steps_routing_skew_has_its_row():
 
     moe = {"hottest_rank_adds_s": 0.3825358988709303, "hottest_rank_load_over_mean": 1.5417}
     console = Console(width=200, record=True)
-    console.print(training_table({"step_time_s": 1.794, "moe": moe}))
-    console.print(training_table({"step_time_s": 1.794, "moe": {**moe, "hottest_rank_adds_s": 0.0}}))
+    console.print(training_table({"step_time_s": 1.798, "moe": moe}))
+    console.print(training_table({"step_time_s": 1.798, "moe": {**moe, "hottest_rank_adds_s": 0.0}}))
     lines = [" ".join(line.split()) for line in console.export_text().splitlines()]
     assert "routing skew 382.5 ms (21.3%; hottest EP rank 1.54x the mean load)" in lines
     assert "routing skew none" in lines
