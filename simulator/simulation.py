@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
+from itertools import repeat
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -87,7 +88,8 @@ class Result:
     @cached_property
     def flow_routes(self) -> FlowRoutes:
         """The route (directed link ids) of each flow row of the timeline, in flow-row order, as flat arrays;
-        read off the log on first use, since only the trace's link tracks and reports by link need them."""
+        read off the log on first use, since only the trace's link tracks, reports by link and the parameter
+        server's report need them (`link_tiers` reads the log's routes once per replayed block instead)."""
         return self.log.route_table()
 
 
@@ -629,21 +631,39 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     return summary, result.log, result.lockstep
 
 
-def link_tiers_entry(result: Result, settings: NetworkSettings, makespan_s: float) -> dict:
+def link_tiers_entry(result: Result, settings: NetworkSettings, makespan_s: float, faults: FaultHooks) -> dict:
     """The run's `link_tiers` entry (metrics/link_tiers.py): each link tier's busiest link, over every flow and
-    over each kind of communication's, read off the log's flows and their routes."""
+    over each kind of communication's, read off the log's flows and their routes (a replayed block's once), each
+    flow's kind its collective's category, looked up once per distinct key; `approximate_because` says why its
+    figures are not exact where the step's link faults make them so (`approximation`), else null."""
     from simulator.metrics.link_tiers import step_link_tiers
 
     topology = result.topology
     ops = result.log.op_columns(("key", "category"))
-    categories = {key: category for key, category in zip(ops["key"].tolist(), ops["category"].tolist())
-                  if key and category in COMM_CATEGORIES}
-    codes, keys = result.log.flow_keys()
-    kinds = np.array([categories.get(key, "") for key in keys] or [""], dtype=object)[codes]
+    names = ["", *sorted(COMM_CATEGORIES)]
+    comm = np.isin(ops["category"], names[1:])
+    code_of = {category: code for code, category in enumerate(names)}
+    kind_of = dict(zip(ops["key"][comm].tolist(), map(code_of.__getitem__, ops["category"][comm].tolist())))
+    parts = result.log.flow_parts()
+    kind_of_key = np.fromiter(map(kind_of.get, parts.keys, repeat(0)), dtype=np.int64, count=len(parts.keys))
     line_rate = np.asarray(topology.line_rate, dtype=float)
     usable = effective_capacity(topology, dict(settings.efficiency)) / line_rate
-    return step_link_tiers(result.flow_routes, result.log.flow_columns(("start_s", "end_s", "bytes")), kinds,
-                           topology, makespan_s, usable)
+    entry = step_link_tiers(parts, kind_of_key, names, topology, makespan_s, usable)
+    return {**entry, "approximate_because": approximation(faults)}
+
+
+def approximation(faults: FaultHooks) -> str | None:
+    """Why a step's `link_tiers` are approximate, None where they are exact: a flow rerouted around a link that
+    went down keeps one row, with its detour's route and all its bytes, so the links it left and those it took
+    are credited wrongly; a link whose capacity changes during the step has no one usable fraction. Links
+    degraded for the whole step are exact: the topology is built degraded, and its usable fractions say so."""
+    rerouted = faults.rerouter.rerouted if faults.rerouter is not None else 0
+    if rerouted:
+        return (f"{rerouted} routes took a detour around links down: a rerouted flow's bytes all count on its "
+                "detour")
+    if faults.changes_during_step:
+        return "link capacities change during the step, which a link's one usable fraction does not follow"
+    return None
 
 
 def _routing_skew_s(details: Mapping[str, object]) -> float | None:
@@ -726,9 +746,11 @@ run that follows it as it starts (`Rerun`)."""
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
                       progress: Progress | None = None, guard: UnfoldingGuard | None = None,
                       prepared: PreparedStep | None = None, budget: RefoldBudget | None = None,
-                      on_rerun: RerunNotice | None = None) -> Result:
+                      on_rerun: RerunNotice | None = None, link_tiers: bool = True) -> Result:
     """One training step (modelled or traced): the step ``prepared`` (`prepare_training` with ``guard`` when
-    None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
+    None), run under the step's faults, summarised, with its `link_tiers` and the verdict's binding tier where
+    ``link_tiers`` (a job's states other than its healthy one leave them out: nothing reads them, and over a
+    large step's millions of flows they cost a tenth of the run). A folded run whose mirrors fell out of step with their
     groups (engine/lockstep.py) is run again unfolded, or where only pipeline hand-offs did, first with one
     rank per CP lane (`fold_policy.lane_step`) and with ranks classed by their hand-offs' routes
     (`fold_policy.route_steps`), route classes first where copies of one lane's hand-off ended apart, then by
@@ -857,8 +879,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         summary["warnings"] += throughput_warnings(summary, program.peak_flops)
     from simulator.metrics.link_tiers import with_binding_tier
 
-    summary["link_tiers"] = link_tiers_entry(result, settings, summary["step_time_s"])
-    summary["bottleneck"] = with_binding_tier(summary["bottleneck"], summary["link_tiers"], topology.params)
+    if link_tiers:
+        summary["link_tiers"] = link_tiers_entry(result, settings, summary["step_time_s"], faults)
+        summary["bottleneck"] = with_binding_tier(summary["bottleneck"], summary["link_tiers"], topology.params)
     if program.parameter_server is not None:
         from simulator.parameter_server.summary import ps_report, with_binding_links
 

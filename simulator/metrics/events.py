@@ -142,6 +142,25 @@ class FlowRoutes:
         return [tuple(route.tolist()) for route in np.split(self.links, np.cumsum(self.lengths)[:-1])]
 
 
+@dataclass(frozen=True)
+class FlowParts:
+    """The flow rows as logged, replays not copied out: the single flows (``routes``, which carry the replica
+    quotient's marks, and their times, bytes and key codes) and each replay's block (an index into ``blocks``),
+    time shift and key code; key codes index ``keys``. What reads every flow's links once per block rather than
+    once per replayed row (metrics/link_tiers.py)."""
+
+    routes: FlowRoutes
+    start_s: np.ndarray
+    end_s: np.ndarray
+    nbytes: np.ndarray
+    key_codes: np.ndarray
+    blocks: tuple[FlowBlock, ...]
+    replay_block: np.ndarray
+    replay_shift_s: np.ndarray
+    replay_key: np.ndarray
+    keys: list[str]
+
+
 class _Rows:
     """Rows of one kind (the fields ``fields``) appended as tuples to ``pending`` and moved every `ROWS_PER_CHUNK`
     into one read-only array per field (numbers typed, text and routes as object arrays), so that a run holds
@@ -288,6 +307,24 @@ class EventLog:
             return routes
         for_orbit = layout.merged(np.ones(singles, dtype=bool), np.zeros(len(layout.gather), dtype=bool))
         return replace(routes, representative=self._orbit_representative, for_orbit=for_orbit)
+
+    def flow_parts(self) -> FlowParts:
+        """The flow rows as logged, single flows apart from the replayed blocks (`FlowParts`)."""
+        table = self._flow_table()
+        singles, layout = table.logged[0], table.layout
+        codes, keys = table.keys()
+        code_of = {key: code for code, key in enumerate(keys)}
+        routes = FlowRoutes.of(table.routes())
+        if self._orbit_representative is not None:
+            routes = replace(routes, representative=self._orbit_representative,
+                             for_orbit=np.ones(singles, dtype=bool))
+        blocks = np.fromiter((replay[0] for replay in self._replays), dtype=np.int64, count=len(self._replays))
+        flows = self._flows
+        return FlowParts(routes, flows.column("start_s")[:singles], flows.column("end_s")[:singles],
+                         flows.column("bytes")[:singles], codes[layout.single_rows], tuple(self._blocks), blocks,
+                         layout.shifts,
+                         np.fromiter(map(code_of.__getitem__, layout.keys), dtype=np.int64, count=len(layout.keys)),
+                         keys)
 
     def op_columns(self, names: tuple[str, ...] = COLUMNS) -> dict[str, np.ndarray]:
         """The op rows alone (compute and collective), in recording order: the columns of COLUMNS among

@@ -2,21 +2,22 @@
 network element behind exposed communication ('the leaf-spine links bind'), where the losses name only the
 parallelism dimension.
 
-A tier is the kinds of a link's two ends, in both directions: GPU-NVSwitch, GPU-NIC, NIC-leaf, leaf-spine,
-spine-core (switches by their tier; a graph's switches, which have none, are `switch`). A link carries the bytes
-of every flow whose route crosses it (under a replica quotient, the flows that stand for their orbit load every
-link of their links' orbits, as the trace's link tracks count them: metrics/link_load.py). A tier's busiest link
-is the one that carries the most bytes over its line rate, the first by link order among equal ones; its
-utilisation is over the step, and in transfers, over the time some flow crosses it. Only the busiest link's
-figures are kept: a folded step simulates one rank per stage with its collectives' mirrors, so its busiest links
-carry what the unfolded step's do, where the tier's total would count only the simulated ranks' traffic.
+A tier is the kinds of a link's two ends, each directed link counted on its own: GPU-NVSwitch, GPU-NIC, NIC-leaf,
+leaf-spine, spine-core (switches by their tier; a graph's switches, which have none, are `switch`). A link carries
+the bytes of every flow whose route crosses it (under a replica quotient, the flows that stand for their orbit load
+every link of their links' orbits, as the trace's link tracks count them: metrics/link_load.py). A tier's busiest
+link is the one that carries the most bytes over its line rate, the first by link order among equal ones; its
+utilisation is over the step, and in transfers, over the time some flow crosses it. Only the busiest link's figures
+are kept: a folded step simulates one rank per stage with its collectives' mirrors, so its busiest links carry what
+the unfolded step's do, where the tier's total would count only the simulated ranks' traffic.
 
 A tier binds a kind of communication (the flows of the collectives of that category) where its busiest link runs,
 over the time that kind's transfers run, within `BINDING_MARGIN` of the busiest of every tier, and that peak is
 itself within `BINDING_MARGIN` of what the link can carry (its class's efficiency of line rate, degraded or not):
-transfers that spend their time in latency leave every link far below it, and then no link binds. Over the
-kind's time rather than each link's own: at 2:1 a NIC's link that carries a ring hop inside its leaf runs at line
-rate while its flow lasts, then idles while the hops across the spines finish, and does not bind.
+where every link runs below what it carries, no link binds. Over the kind's time rather than each link's own: at 2:1
+a NIC's link that carries a ring hop inside its leaf runs at line rate while its flow lasts, then idles while the
+hops across the spines finish, and does not bind. Where the step's link faults make the figures approximate
+(simulation.py `approximation`), no tier is named.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from simulator.metrics.events import FlowRoutes
-from simulator.metrics.intervals import covered
+from simulator.metrics.events import FlowParts, FlowRoutes
+from simulator.metrics.intervals import covered, merge
 from simulator.metrics.link_load import load_keys
 from simulator.topology.graph import Topology
 from simulator.units import four_digits
@@ -50,8 +51,11 @@ TIER_LABELS = {"gpu": "GPU", "nvswitch": "NVSwitch", "pcie_switch": "PCIe switch
 
 def link_tier(topology: Topology, link: int) -> str:
     """The tier of a directed link: its ends' kinds from the GPU outwards, 'leaf-spine', 'gpu-nvswitch'."""
-    ends = sorted((_end_kind(topology, node) for node in topology.link_ends[link]), key=END_ORDER.index)
-    return "-".join(ends)
+    return _tier_name(_end_kind(topology, node) for node in topology.link_ends[link])
+
+
+def _tier_name(ends) -> str:
+    return "-".join(sorted(ends, key=END_ORDER.index))
 
 
 def _end_kind(topology: Topology, node: str) -> str:
@@ -60,45 +64,42 @@ def _end_kind(topology: Topology, node: str) -> str:
     return SWITCH_TIERS.get(attributes.get("tier", 0), "switch") if kind == "switch" else kind
 
 
+def link_tier_codes(topology: Topology) -> tuple[np.ndarray, list[str]]:
+    """Each directed link's tier as a code into the tier names (in order of first appearance): the ends' kinds
+    looked up once per node and once per pair of kinds, not once per link."""
+    end_kind = {node: _end_kind(topology, node) for node in topology.wiring.nodes}
+    code_of: dict[tuple[str, str], int] = {}
+    codes = np.fromiter((code_of.setdefault((end_kind[u], end_kind[v]), len(code_of))
+                         for u, v in topology.link_ends), dtype=np.int64, count=len(topology.link_ends))
+    names = [_tier_name(pair) for pair in code_of]
+    distinct = sorted(set(names))
+    return np.array([distinct.index(name) for name in names], dtype=np.int64)[codes], distinct
+
+
 def tier_words(tier: str) -> str:
     """A tier as the verdict names it: 'leaf-spine', 'GPU-NVSwitch'."""
     return "-".join(TIER_LABELS.get(end, end) for end in tier.split("-"))
 
 
-def link_tiers(routes: FlowRoutes, nbytes: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, topology: Topology,
-               makespan_s: float, usable: np.ndarray, window_s: float | None = None) -> dict[str, dict]:
-    """Per tier crossed by the flows (``routes`` and the flow arrays aligned), its busiest link (the most bytes
-    over line rate, the first by link order among equal ones): its name, line rate, bytes, utilisation over
-    ``makespan_s`` and in transfers, over the time its own flows cross it or, given ``window_s``, over that time
-    (a kind's transfers), and what it can carry (``usable``: each directed link's usable bytes/s over its line
-    rate); keyed by tier in name order."""
-    count = len(topology.line_rate)
-    if not len(routes) or makespan_s <= 0:
-        return {}
-    flow_of = np.repeat(np.arange(len(routes)), routes.lengths)
-    keys, shares = load_keys(routes, flow_of, count)
-    carried = np.bincount(keys, weights=nbytes[flow_of], minlength=2 * count)
-    per_link = carried[:count] + carried[shares(np.arange(count))]
-    line_rate = np.asarray(topology.line_rate, dtype=float)
+def _busiest(per_link: np.ndarray, line_rate: np.ndarray, tier_of: np.ndarray, makespan_s: float) -> list[int]:
+    """Per tier whose links carry bytes, its busiest link (the most bytes over line rate, the first by link order
+    among equal ones), in tier-code order."""
     used = np.flatnonzero(per_link > 0)
     load = np.round(per_link[used] / line_rate[used] / makespan_s, LOAD_DIGITS)
-    tiers: dict[str, dict] = {}
-    for link in used[np.lexsort((used, -load))].tolist():
-        tier = link_tier(topology, link)
-        if tier in tiers:
-            continue
-        u, v = topology.link_ends[link]
-        rate, carried_bytes = float(line_rate[link]), float(per_link[link])
-        if window_s is None:
-            pairs = (keys == link) | (keys == shares(np.array([link]))[0])
-            busy = covered(start_s[flow_of[pairs]], end_s[flow_of[pairs]])
-        else:
-            busy = window_s
-        tiers[tier] = {"busiest_link": f"{u}->{v}", "line_rate_bytes_per_s": rate, "bytes": carried_bytes,
-                       "utilisation": carried_bytes / (rate * makespan_s),
-                       "utilisation_in_transfers": carried_bytes / (rate * busy) if busy > 0 else 0.0,
-                       "usable_fraction": float(usable[link])}
-    return dict(sorted(tiers.items()))
+    tiers = tier_of[used]
+    order = np.lexsort((used, -load, tiers))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = tiers[order][1:] != tiers[order][:-1]
+    return used[order[first]].tolist()
+
+
+def _tier_figures(link: int, topology: Topology, rate: float, carried: float, makespan_s: float, busy_s: float,
+                  usable: float) -> dict:
+    u, v = topology.link_ends[link]
+    return {"busiest_link": f"{u}->{v}", "line_rate_bytes_per_s": rate, "bytes": carried,
+            "utilisation": carried / (rate * makespan_s),
+            "utilisation_in_transfers": carried / (rate * busy_s) if busy_s > 0 else 0.0,
+            "usable_fraction": usable}
 
 
 def binding_tiers(tiers: Mapping[str, Mapping]) -> list[str]:
@@ -124,22 +125,120 @@ OVERSUBSCRIPTION = {"leaf-spine": "oversubscription", "spine-core": "core_oversu
 """The builder parameter that oversubscribes each tier, which the verdict quotes where it is not 1:1."""
 
 
-def step_link_tiers(routes: FlowRoutes, flows: Mapping[str, np.ndarray], kinds: np.ndarray, topology: Topology,
+def step_link_tiers(parts: FlowParts, kind_of_key: np.ndarray, kind_names: list[str], topology: Topology,
                     makespan_s: float, usable: np.ndarray) -> dict:
-    """A step's `link_tiers` entry, its flows' tiers (``flows``: the log's flow columns, aligned with ``routes``),
-    with the flows of each kind of communication apart (``kinds``: each flow's collective's category, '' for
-    none) under `by_kind`, each with the tiers that bind it (`binding_tiers`)."""
-    start, end, nbytes = flows["start_s"], flows["end_s"], flows["bytes"]
-    entry: dict = {"tiers": link_tiers(routes, nbytes, start, end, topology, makespan_s, usable), "by_kind": {}}
-    for kind in sorted(set(kinds.tolist()) - {""}):
-        rows = np.flatnonzero(kinds == kind)
-        taken = routes.taken(rows)
-        if routes.for_orbit is not None:
-            taken = FlowRoutes(taken.lengths, taken.links, routes.representative, routes.for_orbit[rows])
-        window = covered(start[rows], end[rows])
-        tiers = link_tiers(taken, nbytes[rows], start[rows], end[rows], topology, makespan_s, usable, window)
-        entry["by_kind"][kind] = {"transfer_s": window, "tiers": tiers, "binding": binding_tiers(tiers)}
+    """A step's `link_tiers` entry: per tier crossed by the flows (``parts``, the log's), its busiest link (the
+    most bytes over line rate, the first by link order among equal ones) with its name, line rate, bytes,
+    utilisation over ``makespan_s`` and in transfers (over the time its flows cross it) and what it can carry
+    (``usable``: each directed link's usable bytes/s over its line rate), keyed by tier in name order; and under
+    `by_kind` the same of the flows of each kind of communication apart (``kind_of_key``: each key code's index
+    into ``kind_names``, whose '' is none), in transfers over the time that kind's flows run, with the tiers that
+    bind it (`binding_tiers`). A replayed block's links are read once, weighed by its replays of each kind."""
+    width, count = len(kind_names), len(topology.line_rate)
+    flows = _Flows(parts, kind_of_key, width)
+    present = [code for code in sorted(range(width), key=kind_names.__getitem__)
+               if kind_names[code] and flows.per_kind[code] > 0]
+    entry: dict = {"tiers": {}, "by_kind": {}}
+    line_rate = np.asarray(topology.line_rate, dtype=float)
+    tier_of, tier_names = link_tier_codes(topology)
+    per_kind = flows.link_bytes(count) if makespan_s > 0 else np.zeros((count, width))
+    per_link = per_kind.sum(axis=1)
+    for link in _busiest(per_link, line_rate, tier_of, makespan_s):
+        entry["tiers"][tier_names[tier_of[link]]] = _tier_figures(
+            link, topology, float(line_rate[link]), float(per_link[link]), makespan_s, flows.busy_s(link, count),
+            float(usable[link]))
+    entry["tiers"] = dict(sorted(entry["tiers"].items()))
+    for code in present:
+        window = flows.window_s(code)
+        tiers = dict(sorted(
+            (tier_names[tier_of[link]], _tier_figures(link, topology, float(line_rate[link]),
+                                                      float(per_kind[link, code]), makespan_s, window,
+                                                      float(usable[link])))
+            for link in _busiest(per_kind[:, code], line_rate, tier_of, makespan_s)))
+        entry["by_kind"][kind_names[code]] = {"transfer_s": window, "tiers": tiers, "binding": binding_tiers(tiers)}
     return entry
+
+
+class _Flows:
+    """A log's flows for `step_link_tiers`: the single flows' (flow, link) pairs keyed once, the replayed
+    blocks' pairs once per block, and each flow's and replay's kind code."""
+
+    def __init__(self, parts: FlowParts, kind_of_key: np.ndarray, width: int):
+        self.parts, self.width = parts, width
+        self.flow_of = np.repeat(np.arange(len(parts.routes)), parts.routes.lengths)
+        self.flow_kind = kind_of_key[parts.key_codes]
+        self.replay_kind = kind_of_key[parts.replay_key]
+        blocks = parts.blocks
+        self.pool = FlowRoutes.joined([block.routes for block in blocks])
+        sizes = np.array([len(block) for block in blocks], dtype=np.int64)
+        self.block_of = np.repeat(np.arange(len(blocks)), sizes)
+        self.pool_of = np.repeat(np.arange(len(self.pool)), self.pool.lengths)
+        self.pool_start = np.concatenate([block.start_s for block in blocks] or [np.empty(0)])
+        self.pool_end = np.concatenate([block.end_s for block in blocks] or [np.empty(0)])
+        self.per_kind = (np.bincount(self.flow_kind, minlength=width)
+                         + np.bincount(self.replay_kind, weights=sizes[parts.replay_block], minlength=width))
+        """How many flows of each kind code."""
+        self._keys: tuple | None = None
+        self._unions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        """Each block's flows' union of intervals, flat, with each interval's block."""
+
+    def keys(self, count: int):
+        """The single flows' (flow, link) pairs' load keys and the orbit keys' function (metrics/link_load.py)."""
+        if self._keys is None:
+            self._keys = load_keys(self.parts.routes, self.flow_of, count)
+        return self._keys
+
+    def link_bytes(self, count: int) -> np.ndarray:
+        """Bytes each directed link carries (``count`` x kind codes), per kind code."""
+        parts, width = self.parts, self.width
+        keys, shares = self.keys(count)
+        per_key = np.bincount(keys * width + self.flow_kind[self.flow_of], weights=parts.nbytes[self.flow_of],
+                              minlength=2 * count * width).reshape(2 * count, width).astype(float)
+        replays = np.bincount(parts.replay_block * width + self.replay_kind,
+                              minlength=len(parts.blocks) * width).reshape(len(parts.blocks), width)
+        pool_bytes = np.concatenate([block.nbytes for block in parts.blocks] or [np.empty(0)])
+        for code in np.flatnonzero(replays.any(axis=0)).tolist():
+            weights = (pool_bytes * replays[self.block_of, code])[self.pool_of]
+            per_key[:count, code] += np.bincount(self.pool.links, weights=weights, minlength=count)
+        return per_key[:count] + per_key[shares(np.arange(count))]
+
+    def busy_s(self, link: int, count: int) -> float:
+        """The time some flow crosses ``link``: the single flows whose pairs load it (itself, its orbit), and the
+        replays of the blocks whose flows cross it, shifted."""
+        keys, shares = self.keys(count)
+        singles = self.flow_of[(keys == link) | (keys == shares(np.array([link]))[0])]
+        pooled = np.unique(self.pool_of[self.pool.links == link])
+        starts, ends = self._replayed(self.block_of[pooled], self.pool_start[pooled], self.pool_end[pooled],
+                                      np.ones(len(self.parts.replay_block), dtype=bool))
+        return covered(np.concatenate((self.parts.start_s[singles], starts)),
+                       np.concatenate((self.parts.end_s[singles], ends)))
+
+    def window_s(self, code: int) -> float:
+        """The time the flows of kind ``code`` run, together: each block's flows' union once, shifted by each
+        replay of that kind."""
+        parts = self.parts
+        if self._unions is None:
+            unions = [merge(block.start_s, block.end_s) for block in parts.blocks]
+            self._unions = (np.repeat(np.arange(len(unions)), [len(union[0]) for union in unions]).astype(np.int64),
+                            np.concatenate([union[0] for union in unions] or [np.empty(0)]),
+                            np.concatenate([union[1] for union in unions] or [np.empty(0)]))
+        block_of, union_start, union_end = self._unions
+        starts, ends = self._replayed(block_of, union_start, union_end, self.replay_kind == code)
+        rows = self.flow_kind == code
+        return covered(np.concatenate((parts.start_s[rows], starts)), np.concatenate((parts.end_s[rows], ends)))
+
+    def _replayed(self, block_of: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, replays: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """The intervals ``start_s``-``end_s`` (sorted by their blocks, ``block_of``) copied into each replay that
+        ``replays`` marks of their block, shifted by its time."""
+        parts = self.parts
+        per_block = np.bincount(block_of, minlength=len(parts.blocks))
+        first = np.cumsum(per_block) - per_block
+        blocks, shifts = parts.replay_block[replays], parts.replay_shift_s[replays]
+        sizes = per_block[blocks]
+        at = np.repeat(first[blocks] - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+        shift = np.repeat(shifts, sizes)
+        return start_s[at] + shift, end_s[at] + shift
 
 
 def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict:
@@ -147,12 +246,13 @@ def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict
     kind's exposed communication and a tier binds it ('...; DP transfers bound by the leaf-spine links,
     oversubscribed 2:1 (the busiest, leaf0.r0->spine1, at 92.2% of line rate while they cross it, usable 94.0%)'),
     with the other tiers within `BINDING_MARGIN` of it, and under `binding_tier` (kind, tier and its busiest
-    link's figures); the bottleneck as it was else.
+    link's figures); the bottleneck as it was else, and where the entry's figures are approximate
+    (`approximate_because`: link faults in the step).
     ``params`` are the topology's builder parameters, which give a tier's oversubscription."""
     name = (bottleneck.get("largest_loss") or {}).get("name", "")
     kind = name.removeprefix("exposed_").removesuffix("_comm")
     by_kind = entry["by_kind"].get(kind) if name.startswith("exposed_") else None
-    if not by_kind or not by_kind["binding"] or "verdict" not in bottleneck:
+    if not by_kind or not by_kind["binding"] or "verdict" not in bottleneck or entry.get("approximate_because"):
         return bottleneck
     tier = by_kind["binding"][0]
     figures = by_kind["tiers"][tier]

@@ -572,7 +572,8 @@ class StepStates:
             prepared = self._shared_fold(loaded, faults, guard)
         budget = partial(refold_refusal, loaded, topology.num_gpus, force=self.force, topology=topology)
         outcome = step_outcome(lambda: simulate_training(loaded, topology, FaultHooks(topology, faults),
-                                                         guard=guard, prepared=prepared, budget=budget))
+                                                         guard=guard, prepared=prepared, budget=budget,
+                                                         link_tiers=state is None))
         if outcome.summary is None:
             return None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason}
         return _step_state(outcome.summary, topology), outcome.summary
