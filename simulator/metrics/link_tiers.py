@@ -242,8 +242,8 @@ class _Flows:
 
 
 def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict:
-    """The bottleneck with the tier that binds its largest loss named in its verdict, where that loss is one
-    kind's exposed communication and a tier binds it ('...; DP transfers bound by the leaf-spine links,
+    """The bottleneck with the tier that binds its largest loss named in its verdict, where the step is
+    communication-bound, that loss is one kind's exposed communication and a tier binds it ('...; DP transfers bound by the leaf-spine links,
     oversubscribed 2:1 (the busiest, leaf0.r0->spine1, at 92.2% of line rate while they cross it, usable 94.0%)'),
     with the other tiers within `BINDING_MARGIN` of it, and under `binding_tier` (kind, tier and its busiest
     link's figures); the bottleneck as it was else, and where the entry's figures are approximate
@@ -252,7 +252,8 @@ def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict
     name = (bottleneck.get("largest_loss") or {}).get("name", "")
     kind = name.removeprefix("exposed_").removesuffix("_comm")
     by_kind = entry["by_kind"].get(kind) if name.startswith("exposed_") else None
-    if not by_kind or not by_kind["binding"] or "verdict" not in bottleneck or entry.get("approximate_because"):
+    if (not by_kind or not by_kind["binding"] or "verdict" not in bottleneck or entry.get("approximate_because")
+            or bottleneck.get("constraint") != "communication"):
         return bottleneck
     tier = by_kind["binding"][0]
     figures = by_kind["tiers"][tier]
