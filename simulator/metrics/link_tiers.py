@@ -16,7 +16,9 @@ over the time that kind's transfers run, within `BINDING_MARGIN` of the busiest 
 itself within `BINDING_MARGIN` of what the link can carry (its class's efficiency of line rate, degraded or not):
 where every link runs below what it carries, no link binds. Over the kind's time rather than each link's own: at 2:1
 a NIC's link that carries a ring hop inside its leaf runs at line rate while its flow lasts, then idles while the
-hops across the spines finish, and does not bind. Where the step's link faults make the figures approximate
+hops across the spines finish, and does not bind. Unlike a parameter server's sides (parameter_server/summary.py), a
+link that a kind's flows cross for part of its time reads below what it carries while they do (the parameter-server
+scenario's DP transfers: NIC-leaf 43.9%, no tier). Where the step's link faults make the figures approximate
 (simulation.py `approximation`), no tier is named.
 """
 
@@ -243,11 +245,11 @@ class _Flows:
 
 def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict:
     """The bottleneck with the tier that binds its largest loss named in its verdict, where the step is
-    communication-bound, that loss is one kind's exposed communication and a tier binds it ('...; DP transfers bound by the leaf-spine links,
-    oversubscribed 2:1 (the busiest, leaf0.r0->spine1, at 92.2% of line rate while they cross it, usable 94.0%)'),
-    with the other tiers within `BINDING_MARGIN` of it, and under `binding_tier` (kind, tier and its busiest
-    link's figures); the bottleneck as it was else, and where the entry's figures are approximate
-    (`approximate_because`: link faults in the step).
+    communication-bound, that loss is one kind's exposed communication and a tier binds it ('...; DP transfers bound
+    by the leaf-spine links, oversubscribed 2:1 (the busiest, leaf0.r0->spine1, at 92.2% of line rate while they
+    cross it, usable 94.0%)'), with the other tiers within `BINDING_MARGIN` of it, and under `binding_tier` (kind,
+    tier and its busiest link's figures); the bottleneck as it was else, and where the entry's figures are
+    approximate (`approximate_because`: link faults in the step).
     ``params`` are the topology's builder parameters, which give a tier's oversubscription."""
     name = (bottleneck.get("largest_loss") or {}).get("name", "")
     kind = name.removeprefix("exposed_").removesuffix("_comm")
