@@ -952,6 +952,7 @@ the rest are counted."""
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.config.loader import set_flag
     from simulator.report.run_folder import SWEEP_FOLDER
+    from simulator.sweep.console_table import format_sweep_table
     from simulator.sweep.executors import check_executor_options, make_executor
     from simulator.sweep.runner import progress_printer, run_sweep
     from simulator.sweep.spec import load_sweep
@@ -991,6 +992,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if rest := groups[SHOWN_REASONS:]:
             print(f"  {status}: {counted(sum(len(points) for _, points in rest), 'point')} more, for "
                   f"{counted(len(rest), 'other reason')}: see {out}/results.csv's error column")
+    table = "" if args.quiet else format_sweep_table(report.results, out)
+    if table:
+        print(table)
     return 0
 
 
@@ -1300,7 +1304,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
     sweep.add_argument("--force", action="store_true",
                        help="run points even beyond the scale limits (and again those refused before)")
-    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar, no per-point lines and no results table")
     sweep.set_defaults(func=_cmd_sweep, oom_remedies=RUN_REMEDIES)
 
     published = sub.add_parser("validate-published",

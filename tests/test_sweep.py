@@ -20,10 +20,11 @@ from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.config.yaml_source import parse_field
 from simulator.errors import ExecutorError, ScenarioError
+from simulator.sweep.console_table import format_sweep_table
 from simulator.sweep.constraints import EVALUABLE
 from simulator.sweep.executors import DaskExecutor, PoolExecutor, SerialExecutor
 from simulator.sweep.fields import value_at
-from simulator.sweep.results import SUMMARY_SCHEMA, PointRecord, results_table, write_results
+from simulator.sweep.results import SUMMARY_SCHEMA, PointRecord, PointStatus, results_table, write_results
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep, sweep_from_text
 from simulator.units import shown_value
@@ -1187,3 +1188,54 @@ def test_a_custom_schedule_is_labelled_alike_whichever_folder_the_sweep_runs_fro
         frames.append(pd.read_parquet(folder / "out" / "results.parquet").drop(columns="scenario"))
     assert frames[0]["layout.schedule"].tolist() == ["custom: order.csv"]
     pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def _finished(index: int, status: str, step_s: float | None = None, peak_gib: float = 40.0) -> PointRecord:
+    """A point's record with the step figures the console table shows (tokens/s, TFLOP/s and MFU from its step
+    time), none for a point that did not run."""
+    metrics = {} if step_s is None else {"step_time_s": step_s, "tokens_per_s": 1e6 / step_s,
+                                         "tflops_per_gpu": 400 / step_s, "mfu": 0.4 / step_s,
+                                         "peak_memory_gib": peak_gib}
+    return PointRecord(index, f"key{index}", PointStatus(status), "" if status == "ok" else status, metrics)
+
+
+def test_the_console_table_ranks_ok_points_by_step_time_with_units_and_the_rest_after(tmp_path):
+    """The sweep's console table: the ok points by step time, each figure with its unit, then the points not ok
+    (out of memory, invalid) in point order with their status and no figures."""
+    records = {0: _finished(0, "ok", 2.0), 1: _finished(1, "invalid"), 2: _finished(2, "ok", 1.25, 0.05),
+               3: _finished(3, "out_of_memory", 0.5, 90.0), 4: _finished(4, "ok", 1.5)}
+    frame = results_table(("parallelism.tp",), {index: (("parallelism.tp", 2 ** index),) for index in records},
+                          records)
+    assert format_sweep_table(frame, tmp_path).splitlines() == [
+        "points by step time, fastest first; those not ok after them:",
+        "point  status         parallelism.tp  step time   tokens/s  TFLOP/s per GPU    MFU  peak memory",
+        "    2  ok                          4   1,250 ms    800,000            320.0  32.0%     51.2 MiB",
+        "    4  ok                         16   1,500 ms    666,667            266.7  26.7%     40.0 GiB",
+        "    0  ok                          1   2,000 ms    500,000            200.0  20.0%     40.0 GiB",
+        "    1  invalid                     2          -          -                -      -            -",
+        "    3  out_of_memory               8   500.0 ms  2,000,000            800.0  80.0%     90.0 GiB"]
+
+
+def test_the_console_table_shows_at_most_its_limit_and_says_where_the_rest_are(tmp_path):
+    """Past its limit the table says how many points it leaves out, of which status, and the file that holds
+    every point."""
+    records = {index: _finished(index, "ok", 1.0 + index) for index in range(4)} | {4: _finished(4, "failed")}
+    frame = results_table(("training.microbatches",), {index: (("training.microbatches", index),)
+                                                       for index in records}, records)
+    lines = format_sweep_table(frame, tmp_path, limit=2).splitlines()
+    assert [line.split()[0] for line in lines[2:4]] == ["0", "1"]
+    assert lines[4:] == [f"... 3 more points (2 ok, slower, 1 not ok): every point is in {tmp_path}/results.csv"]
+
+
+def test_the_sweep_prints_its_table_unless_quiet(tmp_path, capsys):
+    """`trainsim sweep` ends with its points' table (results.csv alone held them, in point order); --quiet
+    prints none."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  training.microbatches: [8, 2, 4]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("points by step time")
+    assert [line.split()[:5] for line in lines[3:]] == [
+        ["1", "ok", "2", "15.00", "ms"], ["2", "ok", "4", "21.00", "ms"], ["0", "ok", "8", "33.00", "ms"]]
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial", "--quiet"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1

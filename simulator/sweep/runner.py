@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+import pandas as pd
+
 from simulator.config.loader import LoadedScenario, Override, sets_typed
 from simulator.errors import InputError, SimulationError
 from simulator.stops import raise_dropped
@@ -74,12 +76,14 @@ class SweepReport:
     status, and for each status but ok its reasons, each with its points, in the order of their first point
     (`reasons`), so that the command can say why points did not run without the user opening the table. It gave
     each status's first reason alone, which the end line printed "(and 19 others)" where 12 of them broke another
-    constraint. The points out of memory share one reason, the range of their peaks (`_out_of_memory_reason`)."""
+    constraint. The points out of memory share one reason, the range of their peaks (`_out_of_memory_reason`).
+    ``results`` is the results table written (`results_table`), from which the command prints its table."""
 
     ran: int
     reused: int
     statuses: dict[str, int]
     reasons: dict[str, tuple[tuple[str, tuple[int, ...]], ...]]
+    results: pd.DataFrame
 
 
 OUT_OF_MEMORY = "out of memory"
@@ -191,7 +195,8 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
                 on_progress(len(records), len(sweep.points))
     finally:
         rewrite_journal(out_dir, {**earlier, **records})
-        write_results(out_dir, results_table(sweep.axes, values, records))
+        results = results_table(sweep.axes, values, records)
+        write_results(out_dir, results)
     statuses: dict[str, int] = {}
     reasons: dict[str, dict[str, list[int]]] = {}
     for index, record in sorted(records.items()):
@@ -205,7 +210,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
         reasons[PointStatus.OUT_OF_MEMORY][_out_of_memory_reason([records[index] for index in points])] = points
     return SweepReport(len(todo), reused, dict(sorted(statuses.items())),
                        {status: tuple((reason, tuple(points)) for reason, points in by_reason.items())
-                        for status, by_reason in sorted(reasons.items())})
+                        for status, by_reason in sorted(reasons.items())}, results)
 
 
 def _starting(on_point: Callable[[str], None], labels: dict[int, str], task: PointTask) -> None:
