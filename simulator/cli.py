@@ -1063,12 +1063,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
     out = output_folder(args.out, SEARCH_FOLDER)
     given = {name: getattr(args, name) for name in SPACE_FLAGS if getattr(args, name) is not None}
     executor = make_executor(args.executor, args.workers, args.scheduler)
-    update, stop, _ = progress_printer(args.quiet, "search")
+    update, stop, say = progress_printer(args.quiet, "search")
     stopped: SearchStopped | None = None
     try:
         result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,
                                 overrides=args.set, force=args.force, on_progress=update,
-                                on_phase=update.doing if isinstance(update, RunProgress) else None)
+                                on_phase=update.doing if isinstance(update, RunProgress) else None, on_layout=say)
     except SearchStopped as exc:
         stopped, result = exc, exc.result
     except WorkerKilled as exc:

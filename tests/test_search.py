@@ -103,10 +103,16 @@ def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsy
                         recompute=("selective",))
     heard: list[tuple[int, int]] = []
     phases: list[str] = []
+    told: list[str] = []
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=2,
-                            on_progress=lambda done, total: heard.append((done, total)), on_phase=phases.append)
+                            on_progress=lambda done, total: heard.append((done, total)), on_phase=phases.append,
+                            on_layout=told.append)
     simulated = int((result.table["status"] == "simulated").sum())  # the top 2 and the decision tree's layout
     assert simulated == 3 and heard == [(done, simulated) for done in range(simulated + 1)]
+    # each layout said as it starts and ends, with its wall time: one refolded layout of three took minutes
+    labels = result.table[result.table["status"] == "simulated"]["label"]
+    assert [re.sub(r"in \d+\.\d s wall$", "in S s wall", line) for line in told] == [
+        line for label in labels for line in (f"search: simulating {label}", f"search: {label} simulated in S s wall")]
     # off a terminal the lines said only 'search: 0:00:10 elapsed' for the minutes before the first simulation
     assert phases == ["estimating 2 layouts", "simulating the best"]
     assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(tmp_path / "s"), "--quiet",
