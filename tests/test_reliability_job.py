@@ -710,7 +710,8 @@ def _line_of(path: Path, key: str) -> int:
 
 def test_the_job_table_reads_a_step_of_a_minute_or_more_in_its_unit_too():
     """The job table's healthy step is written as the run table's step (`step_seconds`): from a minute on with its
-    unit at a glance, '90 s (1.5 min)'."""
+    unit at a glance, its four digits with their trailing zeros as every time of the run's table:
+    '90.00 s (1.5 min)'."""
     from rich.console import Console
 
     from simulator.console.report import job_table
@@ -719,7 +720,7 @@ def test_the_job_table_reads_a_step_of_a_minute_or_more_in_its_unit_too():
     summary = {**simulate_job(scenario_from_text(text)).summary, "step_time_s": 90.0}
     console = Console(width=200, record=True)
     console.print(job_table(summary))
-    assert re.search(r"healthy step +90 s \(1\.5 min\), ", console.export_text())
+    assert re.search(r"healthy step +90\.00 s \(1\.5 min\), ", console.export_text())
 
 
 def test_the_job_table_reads_the_interval_young_and_daly_in_one_fitting_unit():
