@@ -859,21 +859,24 @@ FOUR_REPLICAS_PER_RACK = TWO_RACKS_OF_SIXTEEN_TRAYS.replace("layers: 8", "layers
     "global_batch: 16", "global_batch: 32").replace("pp: 4, dp: 4", "pp: 2, dp: 8")
 
 
-@pytest.mark.parametrize(("scenario", "ranks"), [(TWO_REPLICAS_PER_RACK, 8), (TWO_RACKS_OF_SIXTEEN_TRAYS, 32),
-                                                 (FOUR_REPLICAS_PER_RACK, 32)],
+@pytest.mark.parametrize(("scenario", "ranks"), [(TWO_REPLICAS_PER_RACK, 2), (TWO_RACKS_OF_SIXTEEN_TRAYS, 8),
+                                                 (FOUR_REPLICAS_PER_RACK, 4)],
                          ids=["two-replicas-a-rack", "tp8-pp4-dp4", "four-replicas-a-rack"])
 def test_gb200_trays_fold_apart_by_where_their_transfers_leave_the_rack(run_yaml, scenario, ranks):
     """DP rings built rack by rack hop between a rack's trays over NVLink and leave it over the NICs, each tray to its
     own peer tray of the other rack, whose flows the fabric hashes onto a spine by their hosts. Classed by NVLink
     loads alone, every rank of a stage would be one class (TP 8 x PP 4 x DP 4: the DP reduce-scatter falls out of
-    step by 171 us) or the classes of unequal sizes (four replicas a rack: 8, 8, 8, 8, 16, 16). Classed also by the
-    host at the other end of each transfer leaving the rack, the step folds onto one rank per tray and stage, the
-    unfolded step to the bit."""
+    step by 171 us) or the classes of unequal sizes (four replicas a rack: 8, 8, 8, 8, 16, 16). The racks' trays
+    lie in leaf groups of 18, which no rotation maps onto themselves, so each transfer leaving the rack is read by
+    the copy of its group it runs in, whose hosts all end it together: one rank per stage and tray of a TP group
+    (2 of 32 at TP 4, 8 and 4 of 128 at TP 8; keyed by the host at the other end, one rank per tray and stage, 8,
+    32 and 32), every figure the unfolded step's and the step time to the bit."""
     folded = run_yaml(scenario).summary
     unfolded = run_yaml(scenario, "run.fold=false").summary
     assert folded["folded"] and "fold_given_up" not in folded
     assert folded["simulated_ranks"] == ranks
     assert folded["step_time_s"] == unfolded["step_time_s"]
+    assert_same_figures(folded, unfolded, EXACT, 1e-15)
 
 
 FOUR_RACKS_A_LEAF_GROUP_EACH = """

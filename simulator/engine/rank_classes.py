@@ -23,12 +23,15 @@ sender's place in the period of the spine hash, the other end's offset, the chan
 rack every tray's NVLink ports and NICs carry alike, but each tray sends to and receives from its own peer tray of
 the next rack, and the fabric hashes each flow onto a spine by its hosts: read by NVLink alone one rank stood for
 every tray of its stage, and the DP reduce-scatter would fall out of step (TP 8 x PP 4 x DP 4 on two racks of 16
-trays; tests/test_folding.py). So such a fold simulates one rank per
-tray and stage (32 of 128 there, 8 of 32 where two replicas share a rack and fold exactly onto 2), but for trays
-that a rotation of the whole step by whole periods of the hash maps onto each other, which share a class (`_placed`:
-the rings run one way through one rack and the other way through the next, so on an even number of racks, each its
-own period, the step rotated by two racks is its own image; the bundled GB200 job, TP 4 x PP 2 x DP 36 on four
-racks, folds onto 36 of 288 ranks, 72 where keyed by the hosts at the other ends). Only
+trays; tests/test_folding.py). Where no rotation by whole periods of the hash maps the wiring onto itself (racks of
+16 trays in leaf groups of 18), a transfer leaving the domain is read by the copy of its group it runs in: the
+hosts of one copy end it together, so only hosts of unlike copies part (8 of 128 ranks there, one per stage and
+tray of a TP group, and 2 of 32 where two replicas share a rack). Where one does, such a fold simulates one rank
+per tray and stage, but for trays that a rotation of the whole step by whole periods of the hash maps onto each
+other, which share a class (`_placed`: the rings run one way through one rack and the other way through the next,
+so on an even number of racks, each its own period, the step rotated by two racks is its own image; the bundled
+GB200 job, TP 4 x PP 2 x DP 36 on four racks, folds onto 36 of 288 ranks, 72 where keyed by the hosts at the other
+ends). Only
 collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those
 that may overlap (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where
 nothing mirrored meets a ring on NVLink, its direction changes no simulated time. What else the NICs carry is left
@@ -314,14 +317,15 @@ def _placed(signatures: dict[int, tuple[bytes, ...]], leaving: set[int], fabric:
             ) -> Mapping[int, tuple[bytes | int, ...]]:
     """``signatures`` with each host of ``leaving`` (those whose transfers leave their NVLink domain) keyed also
     by its place in the step's rotation period: the fewest whole periods of ``fabric``'s spine hash whose rotation
-    maps every host's signature onto its image's, every host where none does or there is no such fabric (each
-    such host then apart from every other). The signatures read the routes leaving a domain by their codes
+    maps every host's signature onto its image's, every host where none does (each such host then apart from
+    every other); ``signatures`` as they are where there is no such fabric (their transfers leaving a domain keyed
+    by their copy, `_flow_codes`). The signatures read the routes leaving a domain by their codes
     (`_flow_codes`), which a rotation keeps, so hosts a rotation of the step maps onto each other are keyed
     alike, and only they: on four GB200 racks the DP rings run one way through one rack and the other way
     through the next, and rotated by two racks the step is its own image (36 of 288 ranks at TP 4 x PP 2 x
     DP 36); on five none is, and every tray is simulated apart (90 ranks; the signatures alone part them into
     classes of unequal size, which the fold does not use, and it would run one rank per stage)."""
-    if not leaving:
+    if not leaving or fabric is None:
         return signatures
     hosts = len(signatures)
     shift = hosts
@@ -505,8 +509,9 @@ def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.nda
     inside the host as (phase, sender's index in the host, receiver's, bytes), and those to or from another host
     of its NVLink domain with -1 for the index of the end there, and with ``between_hosts`` where ``op``'s group
     has members on more than one host of some domain, those leaving the domain with -2 - the route's code
-    (`_flow_codes` over ``fabric``) for the index of the other end, sorted, as bytes (empty for a host the
-    collective crosses without such a transfer); and the hosts with transfers leaving their domain."""
+    (`_flow_codes` over ``fabric``, or the copy's number without one) for the index of the other end, sorted, as
+    bytes (empty for a host the collective crosses without such a transfer); and the hosts with transfers leaving
+    their domain."""
     parts = [np.zeros((0, 5))]
     copies = (op.group, *op.mirrors)
     members = np.array(op.group, dtype=np.int64)
@@ -514,7 +519,7 @@ def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.nda
     nic_ends = between_hosts and np.unique(trays[:, 0], return_counts=True)[1].max() > 1
     crossed = np.unique(host[np.concatenate([np.array(copy, dtype=np.int64) for copy in copies])])
     carried = dict.fromkeys(crossed.tolist(), b"")
-    for group in copies:
+    for number, group in enumerate(copies):
         for index, phase in enumerate(plans.phases(op, group)):
             transfers = np.array(phase.transfers, dtype=np.float64).reshape(-1, 5)
             src, dst = transfers[:, 0].astype(np.int64), transfers[:, 1].astype(np.int64)
@@ -529,7 +534,7 @@ def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.nda
                                           transfers[:, 2]))[across])
             if nic_ends:
                 leaving = domain[src] != domain[dst]
-                source, destination = _flow_codes(fabric, src, dst, transfers[:, 3].astype(np.int64), host, local)
+                source, destination = _flow_codes(fabric, src, dst, transfers[:, 3].astype(np.int64), local, number)
                 parts.append(np.column_stack((host[src], phase_of, local[src], -2 - destination,
                                               transfers[:, 2]))[leaving])
                 parts.append(np.column_stack((host[dst], phase_of, -2 - source, local[dst],
@@ -557,22 +562,26 @@ def _rotating_fabric(topology: Topology) -> Fabric | None:
     return fabric if fabric.flow_keys == max(fabric.flow_key) + 1 else None
 
 
-def _flow_codes(fabric: Fabric | None, src: np.ndarray, dst: np.ndarray, channel: np.ndarray, host: np.ndarray,
-                local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _flow_codes(fabric: Fabric | None, src: np.ndarray, dst: np.ndarray, channel: np.ndarray, local: np.ndarray,
+                copy: int) -> tuple[np.ndarray, np.ndarray]:
     """Per transfer between hosts, what its route over ``fabric`` depends on beside its own end (`_carried`):
     the source's place in the period of the spine hash, the destination's offset from it and the channel, as
     the `Fabric` router mixes them, with the index in its host of the source's end (the code its receiver keys
-    by) and of the destination's (its sender's); each end's host instead where ``fabric`` is None (no rotation,
-    `_rotating_fabric`). A rotation by whole periods moves such a route onto its image's links, so two trays at
-    one place of their racks that send their rings to like offsets carry alike, where the hosts themselves part
-    every tray of a job of several racks (72 of 288 ranks on four GB200 racks at TP 4 x PP 2 x DP 36: every DP
-    replica apart)."""
+    by) and of the destination's (its sender's). A rotation by whole periods moves such a route onto its image's
+    links, so two trays at one place of their racks that send their rings to like offsets carry alike, where the
+    hosts themselves part every tray of a job of several racks (72 of 288 ranks on four GB200 racks at TP 4 x PP 2
+    x DP 36: every DP replica apart). Where ``fabric`` is None (no rotation, `_rotating_fabric`), the number of
+    the copy the transfer runs in (``copy``: its group or a mirror) stands for the route, with the same ends'
+    indices: every host of a copy ends it together, when its last flow ends, wherever those flows cross the
+    spines, so the routes part only hosts of unlike copies (four racks of 16 trays in leaf groups of 18 trays,
+    which no rotation maps onto themselves, at TP 8 x PP 4 x DP 8: 8 of 256 ranks, one per stage and tray of a TP
+    group; keyed by the hosts at the other ends, every tray apart, 64, with the same figures)."""
+    ends = int(local.max()) + 1
     if fabric is None:
-        return host[src], host[dst]
+        return copy * ends + local[src], copy * ends + local[dst]
     key = np.asarray(fabric.flow_key, dtype=np.int64)
     route = ((key[src] % fabric.shift_period) * fabric.flow_keys + (key[dst] - key[src]) % fabric.flow_keys
              ) * CHANNEL_CODES + channel
-    ends = int(local.max()) + 1
     return route * ends + local[src], route * ends + local[dst]
 
 
