@@ -12,6 +12,7 @@ from shared import SCENARIOS
 
 from simulator import load_scenario, simulate
 from simulator.cli import main
+from simulator.report.fault_marks import fault_marks, fault_rows
 from simulator.report.gantt import gantt_figure
 from simulator.report.outputs import load_run_outputs
 
@@ -64,7 +65,8 @@ def test_faults_parquet_lists_the_straggler_and_the_link_fault(faulted_run, tmp_
     0; timeline.parquet keeps only ops and flows. A healthy run writes none, and no "faults" process in its
     trace."""
     faults = pd.read_parquet(faulted_run / "faults.parquet")
-    assert faults.to_dict("records") == [
+    assert faults["until_s"].isna().all()  # the straggler is slow throughout, the link stays down
+    assert faults.drop(columns="until_s").to_dict("records") == [
         {"kind": "straggler", "at_s": 0.0, "what": "GPU 1", "gpu": 1, "factor": 2.0, "capacity": 1.0},
         {"kind": "link down", "at_s": LINK_DOWN_S, "what": "leaf0.r0-spine0", "gpu": -1, "factor": 1.0,
          "capacity": 0.0}]
@@ -122,3 +124,20 @@ def test_faults_timed_after_the_step_are_not_marked(tmp_path):
     figure = gantt_figure(outputs.timeline, outputs.summary, by="rank", window=(0.0, 2.0))
     lines = [line for line in figure.axes[0].get_lines() if str(line.get_gid()).startswith("fault:")]
     assert [list(line.get_xdata()) for line in lines] == [[LINK_DOWN_S, LINK_DOWN_S]]  # a window in s: the axis too
+
+
+def test_a_flapping_link_is_marked_at_each_window_with_when_it_comes_back():
+    """A link degraded from 5 to 10 ms, every 10 ms, twice: faults.parquet rows at 5 and 15 ms, back at 10 and
+    20 ms; one repeating to the step's end is marked at each window that starts before the end; one past the end
+    not at all."""
+    def marks(link: dict, end_s: float) -> list[float]:
+        """The windows' starts and ends in ms, in turn."""
+        summary = {"step_time_s": end_s, "faults": {"links": [{"link": "leaf0.r0-spine0", "capacity": 0.5, **link}]}}
+        rows = fault_rows(summary)
+        assert [mark.at_s for mark in fault_marks(summary)] == rows["at_s"]
+        return [1e3 * time for window in zip(rows["at_s"], rows["until_s"]) for time in window]
+
+    flap = {"at_s": 5e-3, "until_s": 10e-3, "every_s": 10e-3}
+    assert marks({**flap, "count": 2}, 1.0) == pytest.approx([5, 10, 15, 20], rel=1e-12)
+    assert marks(flap, 36e-3) == pytest.approx([5, 10, 15, 20, 25, 30, 35, 40], rel=1e-12)
+    assert marks({"at_s": 5e-3, "until_s": 10e-3}, 5e-3) == []

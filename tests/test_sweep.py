@@ -1201,7 +1201,8 @@ def _finished(index: int, status: str, step_s: float | None = None, peak_gib: fl
 
 def test_the_console_table_ranks_ok_points_by_step_time_with_units_and_the_rest_after(tmp_path):
     """The sweep's console table: the ok points by step time, each figure with its unit, then the points not ok
-    (out of memory, invalid) in point order with their status and no figures."""
+    (out of memory, invalid) in point order with their status (an out-of-memory point keeps its figures, an invalid
+    one has none)."""
     records = {0: _finished(0, "ok", 2.0), 1: _finished(1, "invalid"), 2: _finished(2, "ok", 1.25, 0.05),
                3: _finished(3, "out_of_memory", 0.5, 90.0), 4: _finished(4, "ok", 1.5)}
     frame = results_table(("parallelism.tp",), {index: (("parallelism.tp", 2 ** index),) for index in records},

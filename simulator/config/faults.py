@@ -106,10 +106,9 @@ def _unset(value: object) -> bool:
 class LinkFault(Section):
     """A link (both directions) that loses capacity at time `at`, until time `until` (None: to the step's end), when
     it comes back at its full capacity, and again every `every` after each (a flapping link: `count` times, None: to
-    the step's end): named by its two endpoints in the topology graph (`link: [leaf0.r0,
-    spine3]`), or every uplink of a switch (`uplinks_of: leaf0.r0`: its links to switches of a higher tier).
-    `capacity` is the fraction of line rate left; 0 (default) takes the link down, and routes are recomputed
-    around it."""
+    the step's end): named by its two endpoints in the topology graph (`link: [leaf0.r0, spine3]`), or every uplink
+    of a switch (`uplinks_of: leaf0.r0`: its links to switches of a higher tier). `capacity` is the fraction of line
+    rate left; 0 (default) takes the link down, and routes are recomputed around it."""
 
     link: tuple[str, str] | None = None
     uplinks_of: str | None = None

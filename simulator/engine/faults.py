@@ -6,9 +6,9 @@ crossing it are re-solved at each change. One degraded for the whole step is the
 bandwidth (`Topology.degrade`), which every plan, fold check and `auto` choice reads. A failed link is removed
 from routing: transfers posted afterwards take a detour, flows in flight on it move to their new route with the
 bytes they have left; when it comes back, transfers posted afterwards take their own routes again and flows on
-detours finish there. A failure that leaves some GPU unable to reach another (through switches and NICs; GPUs
-forward nothing) for the rest of the step, or a failed GPU, aborts the step at that time; a split that heals
-aborts it only when a transfer needs a route across it before then.
+detours finish there. A failure that leaves some GPU unable to reach another (through switches, NICs and the
+GPUs of its NVLink domain, `faults/rerouting.py` `split`) for the rest of the step, or a failed GPU, aborts the
+step at that time; a split that heals aborts it only when a transfer needs a route across it before then.
 """
 
 from __future__ import annotations

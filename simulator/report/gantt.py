@@ -294,12 +294,12 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     return actions, drawn
 
 
-LineStyle = Literal["-", "--", ":"]
+LineStyle = Literal["--", ":"]
 FAULT_LINES: dict[FaultKind, tuple[str, LineStyle]] = {"link down": ("#D62728", "--"),
                                                        "link degraded": ("#FF7F0E", ":")}
 """Colour and line style of each kind of fault line."""
 SHOWN_FAULT_NAMES = 3
-"""A legend entry names the links or GPUs of up to this many faults of its kind, and counts more."""
+"""A legend entry names the links of up to this many faults of its kind, and counts more."""
 
 
 def _draw_faults(ax, marks: list[FaultMark], scale: float, unit: str, shown: tuple[float, float]) -> list[Line2D]:

@@ -22,7 +22,7 @@ from simulator.metrics.events import (
     frame_columns,
 )
 from simulator.metrics.link_load import LinkLoad, link_load
-from simulator.report.fault_marks import fault_marks, fault_rows, slowdown_notes, step_end_s
+from simulator.report.fault_marks import FAULT_TYPES, fault_marks, fault_rows, slowdown_notes, step_end_s
 from simulator.report.run_folder import RUN_FOLDER, trainsim_version, write_run_folder
 from simulator.report.trace import trace_name, write_trace
 
@@ -100,10 +100,8 @@ def write_faults(summary: dict, path: Path) -> bool:
     rows = fault_rows(summary)
     if not rows["kind"]:
         return False
-    types = {"kind": pa.string(), "at_s": pa.float64(), "what": pa.string(), "gpu": pa.int64(),
-             "factor": pa.float64(), "capacity": pa.float64()}
-    pq.write_table(pa.table({column: pa.array(values, type=types[column]) for column, values in rows.items()}),
-                   path)
+    pq.write_table(pa.table({column: pa.array(values, type=pa.type_for_alias(FAULT_TYPES[column]))
+                             for column, values in rows.items()}), path)
     return True
 
 

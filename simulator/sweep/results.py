@@ -99,7 +99,8 @@ window waiting for slower ranks of its stage and then for other stages, among th
 may name; 10: `link_tiers`, each link tier's busiest link over every flow and each kind of communication's, with
 the tiers that bind each kind, and the verdict whose largest loss is a kind's exposed communication ending with
 the tier that binds it, `bottleneck.binding_tier`: the 2:1 rail fabric's 'DP transfers bound by the leaf-spine
-links, oversubscribed 2:1 (...)')."""
+links, oversubscribed 2:1 (...)'; `bubble_fraction` a share of each rank's replica's window, a replica's wait for a
+slower replica's passes (a straggler's) `peer_wait`)."""
 
 
 @dataclass(frozen=True)
