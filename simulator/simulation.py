@@ -898,10 +898,15 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     if not_exact is not None:
         summary["fold_not_exact"] = not_exact.summary()
     if not faults.plan.empty:
+        from simulator.metrics.step import StepRows, last_replicas_ranks
         from simulator.metrics.summary import with_stragglers
 
         summary["faults"] = faults.describe()
-        summary["bottleneck"] = with_stragglers(summary["bottleneck"], summary["faults"]["slowed_gpus"])
+        slowed = summary["faults"]["slowed_gpus"]
+        waited_for = (last_replicas_ranks(StepRows.of(log), {rank: program.layout.coords(rank)["dp"]
+                                                             for rank in program.ranks})
+                      if slowed and program.layout is not None and program.pipelined else None)
+        summary["bottleneck"] = with_stragglers(summary["bottleneck"], slowed, waited_for)
     return result
 
 

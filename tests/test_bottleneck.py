@@ -303,3 +303,25 @@ def test_a_share_just_over_the_bound_reads_over_it(exposed_s, reason):
     comm = {"exposed_union_s": exposed_s, "wait_s": exposed_s, "host_s": 0.0}
     verdict = bottleneck(1.0, comm, {}, 0.0, 0.0, {"exposed_dp_comm": exposed_s}, pipeline_stages=1)["verdict"]
     assert verdict.startswith(f"communication-bound {reason}; ")
+
+
+def test_a_bubble_spent_on_exposed_transfers_ranks_by_its_part_without_them():
+    """Llama 3 405B on 8,192 B200s (NVLink 900 GB/s) in shares of a 1 s step: the bubble idles 58.8%, but the
+    compute stream idles with no transfer in flight 3.45% and the schedule alone leaves 6.2% (6.3% of the
+    window), so 52.6% of the bubble is the wait on exposed DP and PP transfers that those losses count already:
+    the largest loss is exposed DP communication. A bubble of the schedule's own stays the largest and says how
+    much of it waits on transfers."""
+    comm = {"exposed_union_s": 0.5639, "wait_s": 0.6033, "host_s": 0.0, "peer_wait_s": 0.0,
+            "stage_tail_wait_s": 0.0049}
+    losses = {"pipeline_bubble": 0.5880, "exposed_dp_comm": 0.5584, "exposed_pp_comm": 0.1265, "optimizer": 0.001}
+    result = bottleneck(1.0, comm, {}, 0.0, 0.5911, losses, pipeline_stages=16, schedule_bubble=0.0626)
+    assert result["evidence"]["bubble_on_exposed_comm_share"] == pytest.approx(0.5880 - 0.0626 * 0.5880 / 0.5911)
+    assert result["verdict"] == ("communication-bound (exposed communication 56.4% of the step > 30.0%); largest "
+                                 "single loss: exposed DP communication, 55.8% of the step")
+    quiet = {**losses, "exposed_dp_comm": 0.05, "exposed_pp_comm": 0.01}
+    result = bottleneck(1.0, {**comm, "exposed_union_s": 0.06}, {}, 0.0, 0.5911, quiet, pipeline_stages=16,
+                        schedule_bubble=0.5)
+    assert result["verdict"] == ("bubble-bound (waits 60.3% of the step: bubble and other idle 54.3% > exposed "
+                                 "communication 6.0%); largest single loss: pipeline bubble, 58.8% of the step "
+                                 "(59.1% of the pipeline window, the schedule alone 50.0%), of which 5.0% waiting on "
+                                 "exposed communication")

@@ -64,16 +64,23 @@ def test_a_models_schedule_bubble_is_at_most_the_measured_one(run_yaml, schedule
 def test_waits_on_hand_offs_make_the_measured_bubble_larger_than_the_schedules(run_yaml):
     """512 MB hand-offs between stages over NVLink: the stages wait on them, which the measured bubble counts
     and the schedule's (the executor without hand-off time) does not: still 3/11 with the same passes. The
-    console row and the verdict give both."""
+    console row gives both, and the part of the step's bubble spent on the exposed hand-offs beyond the
+    schedule's own (30.4% of 57.7%), which the verdict ranks as exposed PP communication (34.5%), not again as
+    bubble (27.3% without it)."""
     summary = run_yaml(SYNTHETIC.format(p2p=", p2p_bytes: 512 MB", schedule="1f1b", v=1)).summary
     assert summary["schedule_bubble_fraction"] == pytest.approx(3 / 11, rel=1e-9)
     assert summary["bubble_fraction"] > summary["schedule_bubble_fraction"] + 0.2
     measured, alone = (f"{100 * summary[key]:.1f}%" for key in ("bubble_fraction", "schedule_bubble_fraction"))
     assert _bubble_text(summary).startswith(
         f"{measured} of the pipeline window (idle on the compute stream, waits included; the schedule alone {alone})")
-    assert summary["bottleneck"]["largest_loss"]["name"] == "pipeline_bubble"
-    assert summary["bottleneck"]["verdict"].endswith(
-        f"of the step ({measured} of the pipeline window, the schedule alone {alone})")
+    evidence = summary["bottleneck"]["evidence"]
+    on_comm = evidence["bubble_share"] - summary["schedule_bubble_fraction"]  # one window: the step's
+    assert evidence["bubble_on_exposed_comm_share"] == pytest.approx(on_comm, rel=1e-9)
+    assert _bubble_text(summary).endswith(
+        f"{measured} of the whole step, of which {100 * on_comm:.1f}% waiting on exposed communication")
+    assert summary["bottleneck"]["verdict"] == (
+        "communication-bound (exposed communication 34.5% of the step > 30.0%); largest single loss: exposed PP "
+        "communication, 34.5% of the step")
 
 
 def test_the_verdict_names_the_schedules_bubble_only_where_it_reads_apart():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE
+from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE, factor_text
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import layout_name
 from simulator.units import (
@@ -105,13 +105,18 @@ def _bubble_text(summary: dict) -> str:
     with the run's pass times, no waits), and of the step (the bottleneck row's). 'pipeline bubble 50.0% of the
     pipeline window' above 'largest single loss: pipeline bubble, 45.9% of the step' read as two answers to one
     question, and a Llama 3 405B step's 20.2% of the window (8,192 GPUs) as its schedule's, which alone leaves
-    6.2%."""
+    6.2%. The step's share says how much of it waits on exposed communication (`bubble_on_exposed_comm`), which
+    the exposed communication rows count too."""
     schedule = summary.get("schedule_bubble_fraction")
     alone = f"; the schedule alone {_share(schedule)}" if schedule is not None else ""
     text = (f"{_share(summary['bubble_fraction'])} of the pipeline window (idle on the compute stream, waits "
             f"included{alone})")
-    step_share = ((summary.get("bottleneck") or {}).get("loss_shares") or {}).get("pipeline_bubble")
-    return text + (f", {_share(step_share)} of the whole step" if step_share is not None else "")
+    bottleneck = summary.get("bottleneck") or {}
+    step_share = (bottleneck.get("loss_shares") or {}).get("pipeline_bubble")
+    on_comm = (bottleneck.get("evidence") or {}).get("bubble_on_exposed_comm_share")
+    waiting = (f", of which {_share(on_comm)} waiting on exposed communication"
+               if (on_comm or 0.0) >= SHOWN_LOSS_SHARE else "")
+    return text + (f", {_share(step_share)} of the whole step{waiting}" if step_share is not None else "")
 
 
 def _idle_text(fraction: float) -> str:
@@ -474,7 +479,7 @@ SHOWN_FAULTS = 4
 def _factor_range(low: float, high: float) -> str:
     """Slowdown factors from ``low`` to ``high`` as the `step faults` row prints them: one where they print alike
     ('1.5', not '1.5 to x1.5')."""
-    low_text, high_text = f"{low:.3g}", f"{high:.3g}"
+    low_text, high_text = factor_text(low), factor_text(high)
     return low_text if low_text == high_text else f"{low_text} to x{high_text}"
 
 
@@ -503,7 +508,7 @@ def _step_faults(faults: dict, end_s: float) -> str:
     slowed = sorted((int(gpu), entry) for gpu, entry in (faults.get("slowed_gpus") or {}).items())
     if slowed:
         factors = sorted(entry["factor"] for _, entry in slowed)
-        text = (", ".join(f"GPU {gpu} compute x{entry['factor']:.3g} {_pace(entry['factor'], entry['factor'])}"
+        text = (", ".join(f"GPU {gpu} compute x{factor_text(entry['factor'])} {_pace(entry['factor'], entry['factor'])}"
                           for gpu, entry in slowed)
                 if len(slowed) <= SHOWN_FAULTS
                 else f"{len(slowed):,} GPUs' compute x{_factor_range(factors[0], factors[-1])} "

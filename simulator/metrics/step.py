@@ -196,6 +196,14 @@ def replica_windows_s(rows: StepRows, replicas: Mapping[int, int] | None = None)
     return {rank: max(ends[0 if replicas is None else replicas[rank]], 0.0) for rank in ranks.tolist()}
 
 
+def last_replicas_ranks(rows: StepRows, replicas: Mapping[int, int] | None = None) -> frozenset[int]:
+    """The ranks of the data-parallel replicas (``replicas``: rank -> replica) whose pipeline window ends last
+    (`replica_windows_s`): those the other replicas' ranks wait for after their own windows end."""
+    windows = replica_windows_s(rows, replicas)
+    last = max(windows.values(), default=0.0)
+    return frozenset(rank for rank, end in windows.items() if end == last)
+
+
 def _stage_work(ops: Mapping[str, np.ndarray]) -> np.ndarray:
     """Which op rows keep a stage busy, as `bubble_fraction` counts them: its passes and the other stage work on
     the compute stream, and the TP/CP collectives on any stream."""

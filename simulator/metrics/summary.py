@@ -138,13 +138,19 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     workers' iterations, the run less that tail (`rule_shares`). The verdict names the time simulated by
     ``span``, as the console's first row does ('65.1% of the run' beside a parameter server's run time). A
     pipeline bubble named as the largest loss gives its share of the pipeline window beside the schedule's own
-    (``schedule_bubble``, `schedule_bubble_fraction`) where the two differ at 0.1% (`_schedule_note`)."""
+    (``schedule_bubble``, `schedule_bubble_fraction`) where the two differ at 0.1% (`_schedule_note`). With more
+    than one stage the bubble ranks among the losses less its part spent waiting on exposed communication
+    (`evidence.bubble_on_exposed_comm_share`, `bubble_on_exposed_comm`), which the exposed communication counts
+    already, and the verdict naming it says that part (`exposed_part_note`)."""
     evidence = {
         "exposed_comm_share": comm["exposed_union_s"] / step_time_s if step_time_s else 0.0,
         "memory_bound_compute_share": memory_bound_share,
         "memory_use_share": memory["peak_memory_gib"] / memory["memory_capacity_gib"] if memory else 0.0,
         "bubble_fraction": bubble,
         "bubble_share": (losses or {}).get("pipeline_bubble", 0.0),
+        **({"bubble_on_exposed_comm_share": bubble_on_exposed_comm(step_time_s, comm, losses, bubble,
+                                                                   schedule_bubble)}
+           if losses and "pipeline_bubble" in losses and pipeline_stages > 1 else {}),
         "wait_share": comm["wait_s"] / step_time_s if step_time_s else 0.0,
         "host_share": comm["host_s"] / step_time_s if step_time_s else 0.0,
         **({"finished_early_share": losses["finished_early"]} if losses and "finished_early" in losses else {}),
@@ -166,7 +172,8 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         binding = "compute"
     result: dict = {"constraint": binding, "evidence": evidence}
     if losses:
-        named = {key: share for key, share in losses.items() if key not in NOT_A_LARGEST_LOSS}
+        named = {key: share - (evidence.get("bubble_on_exposed_comm_share", 0.0) if key == "pipeline_bubble" else 0.0)
+                 for key, share in losses.items() if key not in NOT_A_LARGEST_LOSS}
         name = max(named, key=lambda key: (named[key], key))
         result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
         result["loss_shares"] = losses
@@ -174,7 +181,8 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
         bound = VERDICT_NAMES[binding] + _bound_reason(binding, rule, losses, pipeline_stages)
         if losses[name] >= SHOWN_LOSS_SHARE:
-            note = _schedule_note(bubble, schedule_bubble) if name == "pipeline_bubble" and pipeline_stages > 1 else ""
+            note = (_schedule_note(bubble, schedule_bubble) + exposed_part_note(evidence)
+                    if name == "pipeline_bubble" and pipeline_stages > 1 else "")
             result["verdict"] = (f"{bound}; largest single loss: {label}, {100 * losses[name]:.1f}% of the {span}"
                                  + note)
         elif losses[name] > 0:  # a 'largest single loss' of '0.0%' read as a loss; it is none worth naming
@@ -182,6 +190,34 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         else:
             result["verdict"] = f"{bound}; no measurable loss"
     return result
+
+
+def bubble_on_exposed_comm(step_time_s: float, comm: dict, losses: Mapping[str, float], bubble: float = 0.0,
+                           schedule_bubble: float | None = None) -> float:
+    """The share of the step the pipeline bubble (``losses``' `pipeline_bubble`) spends waiting on exposed
+    communication: the bubble less the larger of two parts no transfer causes, clamped to 0 and to the bubble.
+    One is the compute stream's idle time with no communication in flight before its window ends: ``comm``'s
+    `wait_s` less its exposed communication, host time and the waits after the window (`peer_wait_s`,
+    `stage_tail_wait_s`). The other is the schedule's own bubble (``schedule_bubble``, a share of the pipeline
+    window as ``bubble`` is, scaled to the step as the loss is): a transfer in flight while the schedule leaves a
+    stage idle anyway is exposed, but no stage waits on it. The bubble's idle time counts a transfer the compute
+    stream waits on, which the exposed communication counts already: a Llama 3 405B step on 8,192 B200s idles
+    58.8% of the step in its bubble, 6.2% the schedule's, 3.4% with no transfer in flight, so 52.6% waits on
+    exposed transfers (DP 55.8% of the step)."""
+    share = losses["pipeline_bubble"]
+    if step_time_s <= 0:
+        return 0.0
+    idle_s = (comm["wait_s"] - comm["exposed_union_s"] - comm.get("host_s", 0.0) - comm.get("peer_wait_s", 0.0)
+              - comm.get("stage_tail_wait_s", 0.0))
+    scheduled = schedule_bubble * share / bubble if schedule_bubble is not None and bubble > 0 else 0.0
+    return min(max(share - max(idle_s / step_time_s, scheduled), 0.0), share)
+
+
+def exposed_part_note(evidence: Mapping[str, float]) -> str:
+    """How much of a pipeline bubble named as the largest loss waits on exposed communication, where that is at
+    least SHOWN_LOSS_SHARE of the step: ', of which 2.1% waiting on exposed communication'."""
+    share = evidence.get("bubble_on_exposed_comm_share", 0.0)
+    return f", of which {_percent(share)} waiting on exposed communication" if share >= SHOWN_LOSS_SHARE else ""
 
 
 def _schedule_note(bubble: float, schedule_bubble: float | None) -> str:
@@ -199,22 +235,37 @@ SHOWN_STRAGGLERS = 2
 """The most slowed GPUs the verdict's straggler note names one by one; more read as a count and a range."""
 
 
-def with_stragglers(bottleneck: dict, slowed_gpus: Mapping[str, Mapping]) -> dict:
+def factor_text(factor: float) -> str:
+    """A slowdown factor to 3 significant digits, or as many more (up to 9) as tell it from 1: '1.3', '1.001'
+    (not '1', which reads as nominal speed)."""
+    for digits in range(3, 10):
+        text = f"{factor:.{digits}g}"
+        if factor == 1 or text != "1":
+            return text
+    return text
+
+
+def with_stragglers(bottleneck: dict, slowed_gpus: Mapping[str, Mapping],
+                    waited_for: Collection[int] | None = None) -> dict:
     """The step's bottleneck with its wait for slower ranks and the GPUs slowed beyond nominal named in its
     verdict, where that wait is at least SHOWN_LOSS_SHARE of the step ('...; wait for slower ranks 9.2% of the
     step, for GPU 8's compute x1.3'; where that wait is the largest loss, the GPUs follow it: '...; largest single
     loss: wait for slower ranks, 43.8% of the step, for GPU 1's compute x2'), so that a straggler's cost beside a
     larger bubble or exposed communication does not read as the schedule's or the network's. ``slowed_gpus`` is
-    summary.json's `faults.slowed_gpus` (GPU index -> `factor`); the slowest come first."""
+    summary.json's `faults.slowed_gpus` (GPU index -> `factor`); the slowest come first. ``waited_for`` (None:
+    every GPU) are the GPUs of the replicas whose pipeline window ends last (`last_replicas_ranks`): a slowed GPU
+    of a replica that waits itself (for a faulted link's transfers) is not what the wait is for, so the verdict
+    names it not."""
     share = bottleneck.get("loss_shares", {}).get("peer_wait", 0.0)
-    slowed = sorted(((entry["factor"], int(gpu)) for gpu, entry in slowed_gpus.items() if entry["factor"] > 1),
+    slowed = sorted(((entry["factor"], int(gpu)) for gpu, entry in slowed_gpus.items()
+                     if entry["factor"] > 1 and (waited_for is None or int(gpu) in waited_for)),
                     key=lambda pair: (-pair[0], pair[1]))
     if share < SHOWN_LOSS_SHARE or not slowed or "verdict" not in bottleneck:
         return bottleneck
     if len(slowed) <= SHOWN_STRAGGLERS:
-        whose = " and ".join(f"GPU {gpu}'s compute x{factor:.3g}" for factor, gpu in slowed)
+        whose = " and ".join(f"GPU {gpu}'s compute x{factor_text(factor)}" for factor, gpu in slowed)
     else:
-        low, high = f"{slowed[-1][0]:.3g}", f"{slowed[0][0]:.3g}"
+        low, high = factor_text(slowed[-1][0]), factor_text(slowed[0][0])
         whose = f"{len(slowed):,} GPUs' compute x{low if low == high else f'{low} to x{high}'}"
     if bottleneck.get("largest_loss", {}).get("name") == "peer_wait":
         return {**bottleneck, "verdict": f"{bottleneck['verdict']}, for {whose}"}
