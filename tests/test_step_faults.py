@@ -425,6 +425,26 @@ def test_ranks_waiting_for_a_faulted_rail_are_a_named_loss_that_closes_the_wait(
     assert f"wait for slower ranks {seconds_alike(peer_wait * step)}" in " ".join(console.file.getvalue().split())
 
 
+def test_a_straggler_among_the_ranks_waiting_for_a_faulted_rail_is_not_named_for_the_wait():
+    """The faulted rail above with GPU 7 at x1.001: the ranks wait for the rail's transfers (the wait for slower
+    ranks is the link's, 9.8% of the step with or without the straggler), and GPU 7's replica ends its window
+    before replica 1's, so the verdict names no straggler beside that wait; the step faults row prints the factor
+    with the digits that tell it from 1."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    setup = ["faults.step.links=[{link: [h1/nic0, leaf0.r0]}]", "faults.step.stragglers=[{gpus: [7], slowdown: 1.001}]"]
+    summary = simulate(scenario_from_text(RAILS, "inline.yaml", setup)).summary
+    assert summary["bottleneck"]["loss_shares"]["peer_wait"] > 0.05
+    assert "GPU 7" not in summary["bottleneck"]["verdict"]
+    console = Console(file=io.StringIO(), width=400)
+    console.print(training_table(summary))
+    assert "GPU 7 compute x1.001 slower" in " ".join(console.file.getvalue().split())
+
+
 PIPELINE_OVER_SPINES = """
 cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
           leaf_ports: 2, spines: 2, oversubscription: 2}
