@@ -147,9 +147,10 @@ def pipeline_bubble(rows: StepRows, replicas: Mapping[int, int] | None = None) -
     collectives count as busy on whichever stream they run: they are part of a stage's work, and the compute
     stream's waits for the ones on their own streams (tp_comm_overlap's last chunks, the sequence-parallel
     re-gathers, the CP ring) are the stage's exposed communication, not bubble. The seconds are the fraction
-    times the step's pipeline window (`pipeline_window_s`) less, for a rank whose replica's window ends before
-    it, its share times the difference: exactly the fraction times the window where every replica ends
-    together."""
+    times the longest replica's window less, for a rank whose replica's window ends before it, its idle share
+    times the difference: the mean of each rank's idle share times its own window, written so that where every
+    replica ends together it is the fraction times the window, the float operations and so the bytes of
+    summary.json those of a single window's."""
     ops = rows.ops
     windows = replica_windows_s(rows, replicas)
     if not windows or max(windows.values()) <= 0:
@@ -182,8 +183,8 @@ def bubble_fraction(rows: StepRows, replicas: Mapping[int, int] | None = None) -
 def replica_windows_s(rows: StepRows, replicas: Mapping[int, int] | None = None) -> dict[int, float]:
     """Per rank with ops, the end of its replica's pipeline window: the last end of a forward/backward/recompute
     op of any rank of its data-parallel replica (``replicas``: rank -> replica; None: one replica, so every rank
-    has the step's `pipeline_window_s`), 0 for a replica without such ops. A replica ahead of a slower one (a
-    straggler's) ends its window before the step's."""
+    has the step's window, up to the last such op of any rank), 0 for a replica without such ops. A replica
+    ahead of a slower one (a straggler's) ends its window before the step's."""
     ops = rows.ops
     ranks, inverse = np.unique(ops["rank"], return_inverse=True)
     passes = np.isin(ops["category"], PIPELINE_CATEGORIES)
@@ -263,12 +264,6 @@ def schedule_bubble_fraction(rows: StepRows, schedule: Schedule) -> float:
     chunks = 1 + max((action.chunk for actions in schedule for action in actions), default=0)
     forward, backward, weight = stage_action_seconds(rows, stage_action_counts(schedule, chunks))
     return simulate_schedule(schedule, forward, backward, weight, v=chunks).bubble_fraction
-
-
-def pipeline_window_s(rows: StepRows) -> float:
-    """End of the last forward/backward/recompute op of any rank: the window `bubble_fraction` is a share of."""
-    ends = rows.ops["end_s"][np.isin(rows.ops["category"], PIPELINE_CATEGORIES)]
-    return float(ends.max()) if len(ends) else 0.0
 
 
 def optimizer_s(rows: StepRows) -> float:
