@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings as python_warnings
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from itertools import repeat
@@ -903,11 +903,25 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
         summary["faults"] = faults.describe()
         slowed = summary["faults"]["slowed_gpus"]
-        waited_for = (last_replicas_ranks(StepRows.of(log), {rank: program.layout.coords(rank)["dp"]
-                                                             for rank in program.ranks})
-                      if slowed and program.layout is not None and program.pipelined else None)
+        layout, waited_for = program.layout, None
+        if slowed and layout is not None and program.pipelined:
+            simulated = frozenset(program.ranks)
+            last = last_replicas_ranks(StepRows.of(log), {rank: layout.coords(rank)["dp"] for rank in simulated})
+            waited_for = [int(gpu) for gpu in slowed
+                          if _simulated_by(layout, step.classes, simulated, int(gpu)) in last]
         summary["bottleneck"] = with_stragglers(summary["bottleneck"], slowed, waited_for)
     return result
+
+
+def _simulated_by(layout: Layout, classes: RankClasses | None, ranks: Collection[int], gpu: int) -> int:
+    """The simulated rank whose ops stand for ``gpu``'s in a run of ``layout`` that simulates ``ranks``: ``gpu``
+    where it runs, else its class's first rank of its pipeline stage (``classes``; None: one class a stage)."""
+    if gpu in ranks:
+        return gpu
+    stage_ranks = layout.stage_ranks(layout.coords(gpu)["pp"])
+    if classes is None:
+        return stage_ranks[0]
+    return stage_ranks[classes.firsts[classes.of_position[stage_ranks.index(gpu)]]]
 
 
 def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultPlan,
