@@ -113,9 +113,8 @@ def _bubble_text(summary: dict) -> str:
             f"included{alone})")
     bottleneck = summary.get("bottleneck") or {}
     step_share = (bottleneck.get("loss_shares") or {}).get("pipeline_bubble")
-    on_comm = (bottleneck.get("evidence") or {}).get("bubble_on_exposed_comm_share")
-    waiting = (f", of which {_share(on_comm)} waiting on exposed communication"
-               if (on_comm or 0.0) >= SHOWN_LOSS_SHARE else "")
+    on_comm = float((bottleneck.get("evidence") or {}).get("bubble_on_exposed_comm_share") or 0.0)
+    waiting = f", of which {_share(on_comm)} waiting on exposed communication" if on_comm >= SHOWN_LOSS_SHARE else ""
     return text + (f", {_share(step_share)} of the whole step{waiting}" if step_share is not None else "")
 
 
