@@ -123,10 +123,10 @@ def _compute_stream_idle_share(result) -> float:
 @pytest.mark.parametrize(("seq_len", "verdict"), [
     (256, "communication-bound (exposed communication 52.5% of the step > 30.0%); largest single loss: exposed DP "
           "communication, 52.5% of the step; DP transfers bound by the GPU-NVSwitch links (the busiest, "
-          "h0/gpu0->h0/nvswitch, at 81.5% of line rate while they cross it, usable 82.2%)"),
+          "h0/gpu0->h0/nvswitch, at 81.5% of line rate while they run, usable 82.2%)"),
     (512, "communication-bound (exposed communication 33.1% of the step > 30.0%); largest single loss: exposed DP "
           "communication, 33.1% of the step; DP transfers bound by the GPU-NVSwitch links (the busiest, "
-          "h0/gpu0->h0/nvswitch, at 81.6% of line rate while they cross it, usable 82.2%)")])
+          "h0/gpu0->h0/nvswitch, at 81.6% of line rate while they run, usable 82.2%)")])
 def test_compute_idle_waiting_for_zero3_gathers_is_not_added_to_them(seq_len, verdict):
     """At pp = 1 the compute idle of a ZeRO-3 step is its compute stream waiting for the parameter gathers,
     exposed DP communication already: adding the two named the step idle-bound (seq 256: 48.4% exposed, 51.7%

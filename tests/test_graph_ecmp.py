@@ -220,6 +220,10 @@ def test_a_gpu_whose_only_way_out_is_another_hosts_gpu_is_refused_at_load() -> N
     spec["links"].append({"a": "g3", "b": "g2", "bandwidth": "50 GB/s", "latency": "1 us", "class": "nvlink"})
     with pytest.raises(TopologyError, match="'g3' cannot be reached from 'g0'"):
         build_topology("graph", spec)
+    # listed first, g2 (g3's relay) reaches every GPU, so the check against it alone let g3 through
+    spec["nodes"].sort(key=lambda node: node["name"] != "g2")
+    with pytest.raises(TopologyError, match=r"'g3' cannot be reached from '(g0|g1)'"):
+        build_topology("graph", spec)
 
 
 def test_gpus_sharing_a_nic_reach_each_other_through_it_not_through_the_switch() -> None:

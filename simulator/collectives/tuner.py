@@ -907,7 +907,7 @@ def unweighed(request: CollectiveRequest, topology: Topology, algorithm: Algorit
 
 
 AUTO_RULE = ("the lowest estimate (latency + size / bandwidth of its plan on these links) wins, ties within "
-             f"{TIE_MARGIN:.0e} to the first listed")
+             f"a relative {TIE_MARGIN:.0e} of the lowest to the first listed")
 """`weighing`'s rule in words, as `trainsim collective --explain` and summary.json's `auto_choices` state it."""
 
 

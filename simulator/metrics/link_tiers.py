@@ -247,7 +247,7 @@ def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict
     """The bottleneck with the tier that binds its largest loss named in its verdict, where the step is
     communication-bound, that loss is one kind's exposed communication and a tier binds it ('...; DP transfers bound
     by the leaf-spine links, oversubscribed 2:1 (the busiest, leaf0.r0->spine1, at 92.2% of line rate while they
-    cross it, usable 94.0%)'), with the other tiers within `BINDING_MARGIN` of it, and under `binding_tier` (kind,
+    run, usable 94.0%)'), with the other tiers within `BINDING_MARGIN` of it, and under `binding_tier` (kind,
     tier and its busiest link's figures); the bottleneck as it was else, and where the entry's figures are
     approximate (`approximate_because`: link faults in the step).
     ``params`` are the topology's builder parameters, which give a tier's oversubscription."""
@@ -265,6 +265,6 @@ def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict
     note = (f"{kind.upper()} transfers bound by the {tier_words(tier)} links"
             + (f", oversubscribed {four_digits(ratio)}:1" if ratio != 1 else "")
             + f"{TIER_DETAIL}{figures['busiest_link']}, at {100 * figures['utilisation_in_transfers']:.1f}% of line "
-            f"rate while they cross it, usable {100 * figures['usable_fraction']:.1f}%{others})")
+            f"rate while they run, usable {100 * figures['usable_fraction']:.1f}%{others})")
     return {**bottleneck, "verdict": f"{bottleneck['verdict']}; {note}",
             "binding_tier": {"kind": kind, "tier": tier, **figures}}

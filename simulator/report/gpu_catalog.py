@@ -10,12 +10,11 @@ from simulator.catalog.calibration import kernel_data, nvlink_line_rate
 from simulator.catalog.gpus import GPUS, GPUSpec
 from simulator.units import format_bandwidth, four_digits
 from simulator.workload.calibrated import calibrated_efficiency
-from simulator.workload.roofline import log_interpolate
+from simulator.workload.memory_plan import GIB
+from simulator.workload.roofline import attention_plateau
 
 ATTENTION_KEYS = 8192
 """The key length at which the table quotes the causal flash-attention efficiencies (a common training length)."""
-
-GIB = 2.0**30
 
 
 def _percent(fraction: float) -> str:
@@ -40,8 +39,8 @@ def _row(name: str) -> dict[str, str]:
         "NVLink per direction": format_bandwidth(nvlink_line_rate(name)),
         "large GEMM": _percent(efficiency.matmul_peak),
         f"attention {ATTENTION_KEYS // 1024}k fwd / bwd":
-            f"{_percent(log_interpolate(efficiency.attention_forward, ATTENTION_KEYS))} / "
-            f"{_percent(log_interpolate(efficiency.attention_backward, ATTENTION_KEYS))}",
+            f"{_percent(attention_plateau(efficiency, ATTENTION_KEYS, backward=False))} / "
+            f"{_percent(attention_plateau(efficiency, ATTENTION_KEYS, backward=True))}",
         "HBM streaming": _percent(efficiency.memory_peak),
     }
 

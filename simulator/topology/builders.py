@@ -760,9 +760,14 @@ def _build_graph(p: dict, name: str) -> Topology:
     if not gpus:
         raise TopologyError("the graph has no GPU", field="nodes", allowed="at least one node with kind: gpu")
     router = GraphRouter(wiring)
-    stranded = [gpu for gpu in gpus[1:] if router.reaching(gpu, gpus[0]) is None]
+    host_of = dict(zip(gpus, gpu_hosts))
+    # every GPU against two GPUs of different hosts: only the two ends' hosts relay, so a GPU that reaches the first
+    # through a GPU of a third host's relay (listed first) is refused by the second
+    anchors = [gpus[0], *[gpu for gpu in gpus if host_of[gpu] != host_of[gpus[0]]][:1]]
+    stranded = [(gpu, anchor) for gpu in gpus for anchor in anchors
+                if gpu != anchor and router.reaching(gpu, anchor) is None]
     if stranded:
-        raise TopologyError(f"GPU {stranded[0]!r} cannot be reached from {gpus[0]!r}", field="links",
+        raise TopologyError(f"GPU {stranded[0][0]!r} cannot be reached from {stranded[0][1]!r}", field="links",
                             allowed="links that connect every GPU to every other, a NIC from its host's side to the "
                                     "network, a GPU without one to a GPU of its host that has")
     gpu_local: list[int] = []
