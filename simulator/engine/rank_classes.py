@@ -328,12 +328,10 @@ def _placed(signatures: dict[int, tuple[bytes, ...]], leaving: set[int], fabric:
     if not leaving or fabric is None:
         return signatures
     hosts = len(signatures)
-    shift = hosts
-    if fabric is not None:
-        period = int(host[fabric.shift_gpus])
-        turns = hosts // period
-        shift = next((k * period for k in range(1, turns) if turns % k == 0
-                      and all(signatures[h] == signatures[(h + k * period) % hosts] for h in range(hosts))), hosts)
+    period = int(host[fabric.shift_gpus])
+    turns = hosts // period
+    shift = next((k * period for k in range(1, turns) if turns % k == 0
+                  and all(signatures[h] == signatures[(h + k * period) % hosts] for h in range(hosts))), hosts)
     return {h: (*signature, h % shift) if h in leaving else signature for h, signature in signatures.items()}
 
 
