@@ -843,8 +843,8 @@ def test_a_flag_is_located_alike_whether_argparse_or_its_command_refuses_it(comm
 
 
 @pytest.mark.parametrize("args, error", [
-    ([], "trainsim: the following arguments are required: command (allowed: run, validate, scenarios, collective, "
-         "plot, sweep, validate-published, search, study, topo; `trainsim --help` says what each takes)"),
+    ([], "trainsim: the following arguments are required: command (allowed: run, validate, scenarios, gpus, "
+         "collective, plot, sweep, validate-published, search, study, topo; `trainsim --help` says what each takes)"),
     (["plot"], "trainsim plot: the following arguments are required: chart, OUTDIR (allowed: `trainsim plot --help` "
                "says what each takes)"),
     (["run", "S"], "trainsim run: the following arguments are required: --out (allowed: `trainsim run --help` says "

@@ -59,7 +59,7 @@ def test_a_misspelt_key_in_a_file_is_named(tmp_path, capsys):
 
 @pytest.mark.parametrize(("setting", "hint"), [
     ("cluster.gpu_model=h100", "'h100' is not supported (did you mean h100-sxm?) (allowed: a100-40gb"),
-    ("cluster.topology=dgx-h10", "unknown topology 'dgx-h10' (did you mean dgx-h100 or dgx-a100?) (allowed"),
+    ("cluster.topology=dgx-h10", "unknown topology 'dgx-h10' (did you mean dgx-h100, dgx-a100 or dgx-h200?) (allowed"),
     ("model.preset=llama3-7b", "unknown model preset 'llama3-7b' (did you mean llama3-70b or llama3-8b?) (allowed"),
     ("parallelism.pipeline.schedule=1f1f", "unknown schedule '1f1f' (did you mean 1f1b?) (allowed: gpipe"),
     ("parallelism.pipelin.schedule=1f1b", "unknown key 'pipelin' (did you mean pipeline?) (allowed: strategy"),

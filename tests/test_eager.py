@@ -444,7 +444,8 @@ def test_an_eager_out_of_memory_offers_what_eager_accepts():
     assert oom_line(summary, loaded).endswith(
         "(try --set training.micro_batch=40 (-45.4 GiB, fits); --set parallelism.pp=4 --set parallelism.dp=2 "
         "(-18.0 GiB, fits); --set training.recompute=full (-15.1 GiB, fits); --set parallelism.fsdp=full_shard "
-        "(-3.9 GiB, still 88.8 of 79.6 GiB))")
+        "(-3.9 GiB, still 88.8 of 79.6 GiB)); the same layout fits h200 (140.4 GiB), b200 (179.1 GiB), gb200 "
+        "(185.0 GiB) (trainsim gpus)")
 
 
 def test_the_layout_search_tree_under_eager_tries_plain_ddp_fsdp_and_pp_only():

@@ -121,7 +121,8 @@ def test_the_line_offers_the_remedies_that_fit_without_more_compute_first_then_t
     order = [(not remedy.fits, remedy.fits and remedy.costs_compute, -remedy.saved_bytes) for remedy in offered]
     assert order == sorted(order)
     assert oom_line(memory, load_scenario(FUSED, overrides)).endswith(
-        f"(try {'; '.join(remedy.text for remedy in offered)})")
+        f"(try {'; '.join(remedy.text for remedy in offered)}); the same layout fits b200 (179.1 GiB), gb200 (185.0 "
+        "GiB) (trainsim gpus)")
 
 
 DEEPSEEK_CUT = ["cluster.nodes=2", "parallelism.pp=2", "model.layers=6", "training.global_batch=16"]
