@@ -827,9 +827,10 @@ def test_the_estimates_compute_term_is_the_simulated_compute(cluster):
     forward, backward and recompute kernels plus the optimizer step, is the simulated step less the exposed
     communication and less what the collectives' kernels took from the compute (`sm_contention`), to float
     rounding. Checked on the layouts without pipelining or FSDP whose exposed communication is of one kind (DP,
-    or TP alone: dp 8, tp 8, cp 2 on one host; dp 32 and cp 2 on four, where cp 2 exposed 3 us of CP beside its DP
-    while its K/V ring ran as a ring all-gather paying NCCL's base latency, and none as a point-to-point
-    transfer a step), where the exposed times of different kinds cannot overlap and count twice."""
+    or TP alone: dp 8, tp 8, cp 2 on one host; dp 32 on four, where cp 2 exposes 2 us of CP beside its DP, each
+    K/V ring step a grouped send/receive paying NCCL's 8.4 us base latency, and its step less the two exposed
+    times is 2.8e-6 under its compute: they overlap), where the exposed times of different kinds cannot overlap
+    and count twice."""
     checked = 0
     for candidate, _, step, summary in _dense_layouts(cluster):
         exposed = [seconds for seconds in summary["exposed_comm_s"].values() if seconds > 0]
@@ -843,7 +844,7 @@ def test_the_estimates_compute_term_is_the_simulated_compute(cluster):
         assert compute == pytest.approx(plan.microbatches * kernels + plan.optimizer_s[0], rel=1e-9), \
             candidate.label()
         checked += 1
-    assert checked == {"one DGX H100": 3, "four DGX H100": 2}[cluster]
+    assert checked == {"one DGX H100": 3, "four DGX H100": 1}[cluster]
 
 
 @pytest.mark.parametrize("cluster", DENSE_CLUSTERS)
