@@ -249,7 +249,7 @@ def test_layout_search_estimate_of_a_dense_no_sync_step(overrides, tolerance):
 
 
 @pytest.mark.parametrize("text, overrides, tolerance", [
-    (ESTIMATED, ("training.microbatches=16",), 0.012), (ESTIMATED, ("model.layers=16",), 0.021),
+    (ESTIMATED, ("training.microbatches=16",), 0.013), (ESTIMATED, ("model.layers=16",), 0.022),
     (ESTIMATED, (HYBRID, "training.microbatches=2"), 0.029), (ESTIMATED, (HYBRID, "training.microbatches=16"), 0.005),
     (ESTIMATED, (HYBRID, "model.layers=16"), 0.02),
     (DENSE_ESTIMATED, ("training.microbatches=2",), 0.016), (DENSE_ESTIMATED, ("training.microbatches=16",), 0.005),
@@ -272,7 +272,10 @@ def test_layout_search_estimate_of_a_no_sync_step_over_micro_batches_and_depth(t
     toll counts FSDP's gradient copies among the compute stream's work the engine does not slow (`unslowed_s`):
     MoE full_shard 0.9897 and 0.9808, hybrid_shard 0.9720, 1.0041 and 0.9839; dense full_shard 0.9847, 1.0041
     and 0.9964, hybrid_shard 0.9892, 0.9991 and 0.9952. Since the EP all-to-all sends to every peer at once
-    (2026-12-06): MoE full_shard 0.9883 and 0.9794, hybrid_shard 16 layers 0.9803."""
+    (2026-12-06): MoE full_shard 0.9883 and 0.9794, hybrid_shard 16 layers 0.9803. Since each EP all-to-all pays the
+    grouped kernel's 8.4 us base latency (2026-12-07): MoE full_shard 0.98743 and 0.97860 (0.98804 and 0.97920 with
+    it at 0): the estimate charges most of 16 micro-batches' 256 launches (1.99 ms) on top of its gather waits, where
+    the simulation hides them while compute waits for FSDP's gathers (its step grows 1.29 ms): not yet modelled."""
     assert _simulated_over_estimate(text, (NO_SYNC, *overrides)) == pytest.approx(1.0, abs=tolerance)
 
 

@@ -1479,8 +1479,10 @@ def test_the_estimate_charges_the_sms_ring_attentions_steps_take_from_the_attent
     inside a host), and the attention beside it runs slower by the engine's rule (`ring_exposed_s`,
     `SmShare.overlap_delay`). Charged nothing for them, tp 2 cp 2 dp 8 was estimated at 307,275 tokens/s
     against 306,435 simulated (sim/est 0.9973) and tp 1 cp 4 dp 8, whose three steps outlast the attention, at
-    323,841 against 321,066 (0.9914); charged, both are within 0.002% (sim/est 1 - 9.8e-6 and 1 - 7.0e-6,
-    measured 2026-12-07)."""
+    323,841 against 321,066 (0.9914); charged, both are within 0.0025% (sim/est 1 - 9.8e-6 and 1 - 2.05e-5 since
+    each ring step pays the grouped kernel's 8.4 us base latency; 1 - 7.0e-6 before, measured 2026-12-07: the gap
+    does not grow with that latency, 5.7, 1.7, 16.8 and 0 us of a step at 0, 4.2, 8.4 and 16.8 us, so it is where
+    the steps' ends fall beside the attention, not a term the estimate lacks)."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
@@ -1495,7 +1497,7 @@ def test_the_estimate_charges_the_sms_ring_attentions_steps_take_from_the_attent
         checked = check_memory(base, Candidate(tp, cp, 1, 32 // (tp * cp), 1, 1, "zero1", "none"), "1f1b", times)
         summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
         assert (summary["exposed_comm_s"]["cp"] == 0.0) == (cp == 2), (tp, cp)
-        assert summary["tokens_per_s"] / checked.estimate_tokens_per_s == pytest.approx(1.0, abs=2e-5), (tp, cp)
+        assert summary["tokens_per_s"] / checked.estimate_tokens_per_s == pytest.approx(1.0, abs=2.5e-5), (tp, cp)
 
 
 @pytest.mark.parametrize("tp, within", [(2, 0.004), (4, 0.0015), (8, 1e-6)])
