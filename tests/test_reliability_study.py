@@ -511,7 +511,7 @@ run: {horizon: 1 d}
     assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
     table = capsys.readouterr().out
     # ETTR 1 - 14.3 s / 1 d = 99.98%: short of the whole, so not '100.0%'
-    assert "6 ms, tokens/s n/a" in table and "healthy-equivalent steps/s, >99.9% of healthy" in table
+    assert "6.000 ms, tokens/s n/a" in table and "healthy-equivalent steps/s, >99.9% of healthy" in table
     assert "ETTR             >99.9%\n" in table
 
 
