@@ -354,12 +354,12 @@ def _killed(_task):
 @pytest.mark.parametrize("command", ["sweep", "search"])
 def test_a_killed_worker_is_one_line_and_status_1(command, tmp_path, capsys, monkeypatch):
     """A worker ended from outside (the out-of-memory killer, `kill -9`): sweep and search print one line saying what
-    happened and what is kept, and exit 1, without a BrokenProcessPool traceback (a sweep's lines before it name
-    the points it handed out)."""
+    happened and what is kept, and exit 1, without a BrokenProcessPool traceback (the lines before it name the
+    points, or the search's layouts, handed out)."""
     from simulator.cli import main
-    from simulator.sweep import runner, search
+    from simulator.sweep import runner
 
-    monkeypatch.setattr(runner if command == "sweep" else search, "run_point", _killed)
+    monkeypatch.setattr(runner, "run_point", _killed)  # both run each point through `runner.timed_point`
     argv = [*COMMANDS[command][:-1], "--out", str(tmp_path / "out")]
     assert main(argv) == 1
     kept = (f"the finished points are in {tmp_path / 'out'}/results.parquet; run again to resume"
@@ -367,5 +367,5 @@ def test_a_killed_worker_is_one_line_and_status_1(command, tmp_path, capsys, mon
             "the search wrote nothing; run it again, with fewer --workers if memory is short")
     *handed_out, error = capsys.readouterr().err.splitlines()
     assert error == f"error: a worker process was killed (out of memory?); {kept}"
-    assert all(line.startswith("sweep: simulating point ") for line in handed_out) and (command == "sweep") == bool(
-        handed_out)
+    handed = "sweep: simulating point " if command == "sweep" else "search: simulating TP"
+    assert handed_out and all(line.startswith(handed) for line in handed_out)
