@@ -156,7 +156,9 @@ grid:
     (["--x", "workload[0].bytes", "--y", "collectives.algorithm", "--value", "status"],
      "--value: column 'status' holds values that are not numbers (allowed: a numeric column: gpus, makespan_s, "
      "collectives[0].ranks, collectives[0].bytes, collectives[0].time_s, collectives[0].algbw_GBps, "
-     "collectives[0].busbw_GBps, ops_executed, flows_simulated, seed)"),
+     "collectives[0].busbw_GBps, ops_executed, flows_simulated, seed, auto_choices[0].bytes, auto_choices[0].ranks, "
+     "auto_choices[0].candidates[0].estimate_s, auto_choices[0].candidates[1].estimate_s, "
+     "auto_choices[0].candidates[2].estimate_s)"),
 ])
 def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, flags, error):
     """A heat map over one column twice (pandas: 'Grouper ... not 1-dimensional') or of a text column (pandas:
@@ -198,7 +200,9 @@ def test_a_sweep_chart_of_a_text_column_is_refused_as_a_heatmap_is(tmp_path, cap
         "error: command line: trainsim plot: --y: column 'collectives.algorithm' holds values that are not numbers "
         "(allowed: a "
         "numeric column: gpus, makespan_s, collectives[0].ranks, collectives[0].bytes, collectives[0].time_s, "
-        "collectives[0].algbw_GBps, collectives[0].busbw_GBps, ops_executed, flows_simulated, seed)\n")
+        "collectives[0].algbw_GBps, collectives[0].busbw_GBps, ops_executed, flows_simulated, seed, "
+        "auto_choices[0].bytes, auto_choices[0].ranks, auto_choices[0].candidates[0].estimate_s, "
+        "auto_choices[0].candidates[1].estimate_s, auto_choices[0].candidates[2].estimate_s)\n")
     assert not (tmp_path / "s.png").exists()
 
 
