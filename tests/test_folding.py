@@ -633,19 +633,19 @@ def test_a_two_rank_tree_across_the_replicas_folds_exactly(run_yaml, monkeypatch
     the step is the ring's (auto's) to the last bits. With the two trees on channels 0 and 1 whatever the channel
     count, one rank would send up on channel 1 while its replica sent up on channel 0, hashed onto another spine, and
     the folded step would come out 6.7% short (34.12 ms against 36.59)."""
-    from simulator.collectives import registry
+    from simulator.engine import plans
 
-    nccl_choice = registry.choose
+    nccl_choice = plans.resolve_weighing
     overrides = ("cluster.nics_per_node=4", "collectives.channels=4", "parallelism.pp=2", "parallelism.dp=2")
     ring = run_yaml(SMALL_FABRIC, "collectives.protocol=simple", *overrides).summary
 
-    def tree_for_dp_pairs(request, topology, efficiency=None, algorithm="auto", protocol="auto"):
+    def tree_for_dp_pairs(request, topology, algorithm, protocol="simple", efficiency=None):
         pair = len(request.ranks) == 2 and topology.gpu_host[request.ranks[0]] != topology.gpu_host[request.ranks[1]]
         if request.op == "all_reduce" and pair:
             algorithm = "tree"
-        return nccl_choice(request, topology, efficiency, algorithm, protocol)
+        return nccl_choice(request, topology, algorithm, protocol, efficiency)
 
-    monkeypatch.setattr(registry, "choose", tree_for_dp_pairs)
+    monkeypatch.setattr(plans, "resolve_weighing", tree_for_dp_pairs)
     folded, unfolded = _folded_and_unfolded(run_yaml, *overrides)
     assert folded["folded"] and "fold_off_reason" not in folded
     assert folded["step_time_s"] == unfolded["step_time_s"] == pytest.approx(ring["step_time_s"], rel=1e-12)
