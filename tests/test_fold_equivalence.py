@@ -68,9 +68,10 @@ parallelism: {tp: 1, cp: 2, pp: 2, dp: 3, order: [dp, tp, cp, pp]}
 """CP pairs {i, i + 3} on hosts of four GPUs: rank 0's pair [0, 3] stays inside host 0, rank 1's [1, 4] crosses
 to host 1. The ranks fell into classes by NVLink loads ({0, 1}, {2, 3}, {4, 5} of each stage), every CP pair held
 a representative, so no mirror was compared, and the folded step came out 0.39% slow (exposed pp 3.18 against
-2.49 ms), reported exact. Each class-mate's copy is now compared as a mirror (`fold_policy.unlike_class_mates`)
-and the step unfolds."""
-STRADDLING_PAIRS = ("'cp ring step 1 L0.attn' takes 26.07 us over GPUs [0, 3] but 191.5 us over the equivalent "
+2.49 ms), reported exact. Each class-mate's copy is compared as a mirror (`fold_policy.unlike_class_mates`) and
+the step unfolds: the ring step takes 34.47 us over [0, 3] and 199.9 us over [1, 4], each with the grouped kernel's
+8.4 us base latency."""
+STRADDLING_PAIRS = ("'cp ring step 1 L0.attn' takes 34.47 us over GPUs [0, 3] but 199.9 us over the equivalent "
                     "[1, 4]")
 TREE_CLASSES = """
 cluster: {topology: dgx-h100-cluster, nodes: 6, nics_per_node: 4, leaf_ports: 3, spines: 1, oversubscription: 2,
