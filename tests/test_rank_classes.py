@@ -270,8 +270,8 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ..
 
 
 @pytest.mark.parametrize("tp, cp, lanes, ended", [
-    (4, 2, (0, 4, 16, 20), "45.72 ms and 45.9 ms"),
-    (2, 4, (0, 2, 4, 6, 16, 18, 20, 22), "38.94 ms and 39.29 ms")])
+    (4, 2, (0, 4, 16, 20), "46.38 ms and 46.55 ms"),
+    (2, 4, (0, 2, 4, 6, 16, 18, 20, 22), "41.96 ms and 42.31 ms")])
 def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkeypatch, tp, cp, lanes, ended):
     """The wrap case with TP x CP on each host: folded by stage, the wrap's copies in CP lane 0 on hosts 0 and 1
     ended apart (the spine hash tells the hosts apart, not the lanes), so route classes are proposed first (4 of
@@ -379,7 +379,7 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     each stopped at the wrap's first instance out of step (it fell out of step 5 times by stage, 10 by route class
     and by lane, 14 by their meet, when each ran to its end). Every instance before it kept pace, so each folded
     run is the unfolded one up to there and stops where the unfolded run's last copy of that wrap ends (its 16
-    copies, `pp.bwd.mb6.vs2.*`, end between 46.66 ms and 47.01 ms)."""
+    copies, `pp.bwd.mb6.vs2.*`, end between 47.31 ms and 47.67 ms)."""
     text = WRAP_OVER_SHARED_NICS.replace("tp: 8,", "tp: 4, cp: 2,")
     tried = _recording(monkeypatch)
     folded = simulate(scenario_from_text(text, "inline.yaml", [])).summary
@@ -393,7 +393,7 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     assert not folded["folded"] and folded["simulated_ranks"] == 32
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & folded.keys()
     assert folded.pop("fold_off_reason").startswith(
-        "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 46.66 ms and 47.01 ms in the "
+        "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 47.31 ms and 47.67 ms in the "
         "folded run (the run stopped there")
     given_up = folded.pop("fold_given_up")
     assert [(entry["fold"], entry["simulated_ranks"], entry["out_of_step"]["ended_s"],
@@ -440,7 +440,7 @@ def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monke
     assert not summary["folded"] and summary["simulated_ranks"] == 32
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & summary.keys()
     assert summary["fold_off_reason"].startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
-                                                 "between 46.66 ms and 47.01 ms in the folded run (the run stopped "
+                                                 "between 47.31 ms and 47.67 ms in the folded run (the run stopped "
                                                  "there")
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("stage", 2),
                                                                                                 ("routes", 4)]
