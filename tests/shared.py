@@ -124,10 +124,16 @@ def _figures(summary: dict, path: str = "") -> dict[str, object]:
 
 def assert_same_figures(folded: dict, unfolded: dict, rel: float, absolute: float, reason: str = "") -> None:
     """Every figure of the folded summary equals the unfolded one's (floats within ``rel`` / ``absolute``), the
-    folded run's ``reason`` entry (why it refolded) its only extra."""
+    folded run's ``reason`` entry (why it refolded) its only extra; of a link tier's busiest link its bytes and
+    utilisation over the step, not its name nor its utilisation while it is busy: among links carrying the same
+    bytes the fold's mirrors may load another than the unfolded run names, whose busy time may differ by the
+    microseconds its flows end apart (docs/performance.md: a tree edge's flows end up to 0.6 us apart between hosts
+    of one place)."""
     ours, theirs = _figures(folded), _figures(unfolded)
     assert ours.keys() - ({f".{reason}"} if reason else set()) == theirs.keys()
     for path, value in theirs.items():
+        if ".link_tiers.tiers." in path and path.endswith((".busiest_link", ".utilisation_in_transfers")):
+            continue
         if isinstance(value, float):
             assert math.isclose(ours[path], value, rel_tol=rel, abs_tol=absolute), path
         else:

@@ -100,6 +100,13 @@ reported 40.57 ms of exposed DP communication per GPU, the unfolded 38.59. The r
 pace (engine/lockstep.py) and runs the step unfolded."""
 
 
+PXN_LANES = "all_to_all 'ep dispatch L1.mlp' over GPUs [0, 2, 4, 6, 8, 10, 12, 14] ended on its mirrors"
+"""MoE with EP 8 over the hosts, PXN on: a cross-rail dispatch goes through the relay GPU on the destination's
+rail, and the lanes of a stage meet the relayed traffic unlike: the mirror's dispatch ends 8.393 us apart, so the
+run checks its mirrors kept pace and runs the step unfolded (with `network.pxn: false` the same layout folds).
+Why the lanes meet it unlike is not yet explained (the relays are symmetric between the lanes)."""
+
+
 @pytest.mark.parametrize("text, overrides, off_reason", [
     (DENSE, [], ""),
     (DENSE, ["parallelism.zero=1"], ""),
@@ -121,7 +128,8 @@ pace (engine/lockstep.py) and runs the step unfolded."""
     (DENSE, [*PIPELINED, "parallelism.pipeline.schedule=zbv", "parallelism.pipeline.virtual_stages=2"], ""),
     (MOE, ["parallelism.ep=4"], ""),
     (MOE, ["parallelism.ep=4", "parallelism.zero=1"], OUT_OF_STEP),
-    (MOE, ["parallelism.ep=8"], ""),
+    (MOE, ["parallelism.ep=8", "network.pxn=false"], ""),
+    (MOE, ["parallelism.ep=8"], PXN_LANES),
     (MOE, ["parallelism.ep=4", "parallelism.fsdp=hybrid_shard"], ""),
     (MOE, ["parallelism.ep=2", "parallelism.fsdp=hybrid_shard"], ""),
     (UNALIGNED, [], MIXED_HAND_OFFS),
@@ -132,7 +140,7 @@ pace (engine/lockstep.py) and runs the step unfolded."""
                  "parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2"], ""),
 ], ids=["ddp", "zero1", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-pp2", "fsdp-interleaved", "fsdp-cp2",
         "hsdp-tp4", "hsdp-tp1", "hsdp-pp2", "hsdp-one-rank-shards", "hsdp-one-rank-shards-interleaved",
-        "dp-innermost", "zbv", "ep4", "ep4-zero1", "ep8", "ep4-hsdp", "ep2-hsdp", "pp3-unaligned",
+        "dp-innermost", "zbv", "ep4", "ep4-zero1", "ep8", "ep8-pxn", "ep4-hsdp", "ep2-hsdp", "pp3-unaligned",
         "pcie-hosts-cp2", "straddling-cp-pairs", "tree-classes", "pp3-unaligned-fsdp-interleaved"])
 def test_folded_step_equals_the_unfolded_step(text, overrides, off_reason):
     """Each layout folds, or unfolds for the stated reason (``off_reason``, '' for folded), and the steps agree."""
