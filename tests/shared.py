@@ -772,3 +772,27 @@ UNEQUAL_HOSTS_GRAPH = star_graph([0, 0, 1, 2])
 NCCL_SIMPLE_BASE_S = 8.4e-6
 """NCCL's base latency of a Simple ring or tree collective, paid once per collective (src/graph/tuning.cc
 `baseLatencies`)."""
+
+
+SPINES = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+collectives: {channels: 4}
+model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {dp: 4}
+"""
+"""DP 4 over one GPU per host, two leaf groups of two hosts and two spines at 2:1: its DP ring crosses the spines
+(its first flow starts after 1.2 ms of compute)."""
+
+
+STRAGGLER_PIPELINE = """
+cluster: {{topology: dgx-h100-cluster, nodes: 1}}
+model: {{synthetic: {{stages: {p}, forward: 1 ms, backward: 2 ms}}}}
+training: {{microbatches: {m}}}
+parallelism: {{pp: {p}, dp: {dp}, pipeline: {{schedule: 1f1b}}}}
+run: {{fold: {fold}}}
+faults: {{step: {{stragglers: [{{gpus: [{gpu}], slowdown: {factor}}}]}}}}
+"""
+"""A synthetic 1F1B step (F = 1 ms, B = 2 ms a stage) on one DGX H100 with one straggler GPU: format p, m, dp, the
+GPU, its factor and run.fold."""

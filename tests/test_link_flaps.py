@@ -8,7 +8,7 @@ import json
 import signal
 
 import pytest
-from shared import SCENARIOS
+from shared import SCENARIOS, SPINES
 
 from simulator import simulate
 from simulator.cli import main
@@ -111,14 +111,7 @@ def _never_ends(_signum: int, _frame: object) -> None:
     raise TimeoutError("the run never ended")
 
 
-SPINES_STEP = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
-          leaf_ports: 2, spines: 2, oversubscription: 2}
-collectives: {channels: 4}
-model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 1}
-parallelism: {dp: 4}
-"""
+SPINES_STEP = SPINES
 """A DP 4 step over both leaf groups: its first flow starts after 1.2 ms of compute."""
 
 

@@ -11,6 +11,8 @@ from shared import (
     CP_FABRIC_TEMPLATE,
     DP_FABRIC,
     FABRIC_HAND_OFFS,
+    SPINES,
+    STRAGGLER_PIPELINE,
     WRAP_ON_UNLIKE_SPINES,
     allreduce_time,
     assert_same_figures,
@@ -32,16 +34,6 @@ from simulator.topology.loader import scenario_topology
 from simulator.units import seconds_alike
 
 F, B = 1e-3, 2e-3
-PIPELINE = """
-cluster: {{topology: dgx-h100-cluster, nodes: 1}}
-model: {{synthetic: {{stages: {p}, forward: 1 ms, backward: 2 ms}}}}
-training: {{microbatches: {m}}}
-parallelism: {{pp: {p}, dp: {dp}, pipeline: {{schedule: 1f1b}}}}
-run: {{fold: {fold}}}
-faults: {{step: {{stragglers: [{{gpus: [{gpu}], slowdown: {factor}}}]}}}}
-"""
-
-
 def one_slow_stage(p: int, m: int, k: int, factor: float) -> float:
     """1F1B with stage k's forward and backward ``factor`` times longer: the longest of two chains per stage j.
     Warm-up bound: the first micro-batch's forwards reach j, j is busy m (F_j + B_j), the last backward drains
@@ -86,7 +78,8 @@ def test_a_straggler_stage_slows_1f1b_as_its_chains_predict(p, m, factor):
     dp = 8 // p
     for k in range(p):
         gpu = k + p * (dp - 1)  # stage k of the last data-parallel replica (rank = stage + p x replica)
-        result = simulate(scenario_from_text(PIPELINE.format(p=p, m=m, dp=dp, gpu=gpu, factor=factor, fold="true")))
+        text = STRAGGLER_PIPELINE.format(p=p, m=m, dp=dp, gpu=gpu, factor=factor, fold="true")
+        result = simulate(scenario_from_text(text))
         assert result.summary["step_time_s"] == pytest.approx(one_slow_stage(p, m, k, factor), rel=1e-9)
         # one replica: nothing to fold it onto; two: the slow replica's ranks and the other's are every rank
         assert result.summary["folded"] is (dp == 1)
@@ -94,7 +87,7 @@ def test_a_straggler_stage_slows_1f1b_as_its_chains_predict(p, m, factor):
 
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_a_mildly_slow_stage_matches_the_critical_path(k):
-    result = simulate(scenario_from_text(PIPELINE.format(p=4, m=8, dp=2, gpu=k, factor=1.25, fold="false")))
+    result = simulate(scenario_from_text(STRAGGLER_PIPELINE.format(p=4, m=8, dp=2, gpu=k, factor=1.25, fold="false")))
     assert result.summary["step_time_s"] == pytest.approx(critical_path(4, 8, k, 1.25), rel=1e-9)
     assert critical_path(4, 8, k, 1.25) > one_slow_stage(4, 8, k, 1.25)  # chains mix: the formula is a bound
 
@@ -344,16 +337,6 @@ def test_stragglers_on_one_gpu_multiply_within_the_bound():
     capped = run(1000, 1000)
     assert capped["faults"]["slowed_gpus"]["0"]["factor"] == 1000.0
     assert capped["step_time_s"] == run(1000)["step_time_s"]
-
-
-SPINES = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
-          leaf_ports: 2, spines: 2, oversubscription: 2}
-collectives: {channels: 4}
-model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 1}
-parallelism: {dp: 4}
-"""
 
 
 def test_one_spine_link_down_reroutes_and_lengthens_the_data_parallel_time():

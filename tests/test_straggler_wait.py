@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from shared import STRAGGLER_PIPELINE
 
 from simulator import simulate
 from simulator.config.loader import load_scenario, scenario_from_text
@@ -13,13 +14,6 @@ from simulator.metrics.step import StepRows, pipeline_bubble
 from simulator.parallel.layout import Layout
 
 F, B = 1e-3, 2e-3
-PIPELINE = """
-cluster: {{topology: dgx-h100-cluster, nodes: 1}}
-model: {{synthetic: {{stages: {p}, forward: 1 ms, backward: 2 ms}}}}
-training: {{microbatches: {m}}}
-parallelism: {{pp: {p}, dp: {dp}, pipeline: {{schedule: 1f1b}}}}
-faults: {{step: {{stragglers: [{{gpus: [{gpu}], slowdown: 2}}]}}}}
-"""
 """Synthetic stages of forward F and backward B, one GPU at x2."""
 
 
@@ -33,7 +27,8 @@ def test_a_slow_replica_makes_the_others_wait_on_their_own_line_not_in_their_bub
     verdict names GPU 5."""
     p, m, slow_stage = 4, 8, 1
     gpu = slow_stage + p  # rank = stage + p x replica
-    summary = simulate(scenario_from_text(PIPELINE.format(p=p, m=m, dp=2, gpu=gpu))).summary
+    text = STRAGGLER_PIPELINE.format(p=p, m=m, dp=2, gpu=gpu, factor=2, fold="true")
+    summary = simulate(scenario_from_text(text)).summary
     step = summary["step_time_s"]
     assert step == pytest.approx((p - 1) * (F + B) + (m - p + 2) * 2 * F + m * 2 * B, rel=1e-9)
     healthy_window = (m + p - 1) * (F + B)
@@ -58,7 +53,7 @@ def test_a_straggler_at_pp_1_is_a_wait_for_slower_ranks_and_no_bubble():
     """Data parallelism over 8 GPUs, one synthetic stage, GPU 1 at x2: the others finish their passes at F + B,
     GPU 1 at twice that, and they wait the difference, 7/8 of F + B a rank on average: all of it `peer_wait`,
     none of it bubble (there is no pipeline); the verdict names GPU 1 beside that loss."""
-    text = PIPELINE.format(p=1, m=1, dp=8, gpu=1)
+    text = STRAGGLER_PIPELINE.format(p=1, m=1, dp=8, gpu=1, factor=2, fold="true")
     summary = simulate(scenario_from_text(text)).summary
     shares = summary["bottleneck"]["loss_shares"]
     assert summary["bubble_fraction"] == 0.0 and shares["pipeline_bubble"] == 0.0
