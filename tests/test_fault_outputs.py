@@ -12,7 +12,7 @@ from shared import SCENARIOS
 
 from simulator import load_scenario, simulate
 from simulator.cli import main
-from simulator.report.fault_marks import fault_marks, fault_rows
+from simulator.report.fault_marks import fault_marks, fault_rows, slowdown_notes
 from simulator.report.gantt import gantt_figure
 from simulator.report.outputs import load_run_outputs
 
@@ -141,3 +141,11 @@ def test_a_flapping_link_is_marked_at_each_window_with_when_it_comes_back():
     assert marks({**flap, "count": 2}, 1.0) == pytest.approx([5, 10, 15, 20], rel=1e-12)
     assert marks(flap, 36e-3) == pytest.approx([5, 10, 15, 20, 25, 30, 35, 40], rel=1e-12)
     assert marks({"at_s": 5e-3, "until_s": 10e-3}, 5e-3) == []
+
+
+def test_a_slowed_gpus_label_says_a_factor_below_one_is_faster_and_one_near_one_in_full():
+    """The Gantt rows' and trace threads' notes read a factor as the console's `step faults` row does: a drawn
+    0.939 is faster, not 'x0.939 slower'; 1.001 is not rounded to a nominal-looking 'x1'."""
+    summary = {"faults": {"slowed_gpus": {"1": {"factor": 0.939, "swings": []}, "2": {"factor": 1.001, "swings": []},
+                                          "3": {"factor": 1.3, "swings": [{"amplitude": 0.01}]}}}}
+    assert slowdown_notes(summary) == {1: "x0.939 (faster)", 2: "x1.001 slower", 3: "x1.3 slower and a swing"}

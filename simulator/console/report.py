@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE, factor_text
+from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE, factor_text, pace
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import layout_name
 from simulator.units import (
@@ -490,16 +490,10 @@ def _repeats(link: dict) -> str:
                                                             else "to the step's end")
 
 
-def _pace(low: float, high: float) -> str:
-    """How compute at factors from ``low`` to ``high`` compares with nominal, as the `step faults` row says it:
-    'slower' from 1 up, '(faster)' below 1 (a drawn factor under the median), '(some faster)' across 1."""
-    return "slower" if low >= 1 else "(faster)" if high <= 1 else "(some faster)"
-
-
 def _step_faults(faults: dict, end_s: float) -> str:
     """What `faults.step` did to the step (summary.json's `faults`), so that a run with a straggler and a failed
     link does not print as a healthy one: the slowdown factors of a few slowed GPUs by index, of many as a count
-    and range, each said slower or faster (`_pace`); each link's state and times (from, to where it comes back,
+    and range, each said slower or faster (`pace`); each link's state and times (from, to where it comes back,
     how it repeats; a few, then a count), a time at or after the step's end ``end_s`` said so (the link changed
     nothing), and the routes that took a detour; GPU failures after the step's end (one before it aborts the
     step)."""
@@ -507,11 +501,11 @@ def _step_faults(faults: dict, end_s: float) -> str:
     slowed = sorted((int(gpu), entry) for gpu, entry in (faults.get("slowed_gpus") or {}).items())
     if slowed:
         factors = sorted(entry["factor"] for _, entry in slowed)
-        text = (", ".join(f"GPU {gpu} compute x{factor_text(entry['factor'])} {_pace(entry['factor'], entry['factor'])}"
+        text = (", ".join(f"GPU {gpu} compute x{factor_text(entry['factor'])} {pace(entry['factor'], entry['factor'])}"
                           for gpu, entry in slowed)
                 if len(slowed) <= SHOWN_FAULTS
                 else f"{len(slowed):,} GPUs' compute x{_factor_range(factors[0], factors[-1])} "
-                     f"{_pace(factors[0], factors[-1])}")
+                     f"{pace(factors[0], factors[-1])}")
         parts.append(text + (" (with a swing)" if any(entry["swings"] for _, entry in slowed) else ""))
     links = faults.get("links") or []
     shown = [f"{link['link']} {'down' if link['capacity'] == 0 else 'degraded to ' + _share(link['capacity'])} "

@@ -175,11 +175,6 @@ def pipeline_bubble(rows: StepRows, replicas: Mapping[int, int] | None = None) -
     return Bubble(fraction, fraction * longest - _mean((idle * (longest - spans)).tolist(), weights))
 
 
-def bubble_fraction(rows: StepRows, replicas: Mapping[int, int] | None = None) -> float:
-    """Mean over ranks of the compute stream's idle share of its replica's pipeline window (`pipeline_bubble`)."""
-    return pipeline_bubble(rows, replicas).fraction
-
-
 def replica_windows_s(rows: StepRows, replicas: Mapping[int, int] | None = None) -> dict[int, float]:
     """Per rank with ops, the end of its replica's pipeline window: the last end of a forward/backward/recompute
     op of any rank of its data-parallel replica (``replicas``: rank -> replica; None: one replica, so every rank
@@ -206,7 +201,7 @@ def last_replicas_ranks(rows: StepRows, replicas: Mapping[int, int] | None = Non
 
 
 def _stage_work(ops: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Which op rows keep a stage busy, as `bubble_fraction` counts them: its passes and the other stage work on
+    """Which op rows keep a stage busy, as `pipeline_bubble` counts them: its passes and the other stage work on
     the compute stream, and the TP/CP collectives on any stream."""
     stage_work = np.isin(ops["category"], STAGE_WORK_CATEGORIES)
     return stage_work & ((ops["stream"] == COMPUTE_STREAM) | np.isin(ops["category"], STAGE_COLLECTIVE_CATEGORIES))
@@ -259,8 +254,8 @@ def schedule_bubble_fraction(rows: StepRows, schedule: Schedule) -> float:
     """The bubble of the schedule alone: `schedules.timing.simulate_schedule`'s, running ``schedule`` (its p,
     m, v and placement) with each virtual stage's F, B and W seconds of this run (`stage_action_seconds`) and no
     wait besides the schedule's: no hand-off time, no exposed communication, no straggler. The closed forms are
-    its figure at uniform stages ((p-1)/(m+p-1) for 1F1B, (p-1)/(m v+p-1) interleaved); `bubble_fraction` less
-    it is the waits' share of the pipeline window."""
+    its figure at uniform stages ((p-1)/(m+p-1) for 1F1B, (p-1)/(m v+p-1) interleaved); `pipeline_bubble`'s
+    fraction less it is the waits' share of the pipeline window."""
     chunks = 1 + max((action.chunk for actions in schedule for action in actions), default=0)
     forward, backward, weight = stage_action_seconds(rows, stage_action_counts(schedule, chunks))
     return simulate_schedule(schedule, forward, backward, weight, v=chunks).bubble_fraction
@@ -289,7 +284,7 @@ def _weighted_sum(rows: StepRows, chosen: np.ndarray, values: np.ndarray) -> flo
 
 def stream_compute(ops: Mapping[str, np.ndarray]) -> np.ndarray:
     """Which op rows are compute for the exposed communication and the wait: a built program's kernels on the
-    compute stream, as `bubble_fraction` counts them (not FSDP's copy-in kernels on their own stream, which the
+    compute stream, as `pipeline_bubble` counts them (not FSDP's copy-in kernels on their own stream, which the
     compute stream waits for), and a replayed trace's kernels on any stream."""
     built = np.isin(ops["category"], COMPUTE_CATEGORIES) & (ops["stream"] == COMPUTE_STREAM)
     return built | (ops["category"] == TRACED_COMPUTE_CATEGORY)

@@ -235,6 +235,12 @@ SHOWN_STRAGGLERS = 2
 """The most slowed GPUs the verdict's straggler note names one by one; more read as a count and a range."""
 
 
+def pace(low: float, high: float) -> str:
+    """How compute at slowdown factors from ``low`` to ``high`` compares with nominal, as the outputs say it:
+    'slower' from 1 up, '(faster)' below 1 (a drawn factor under the median), '(some faster)' across 1."""
+    return "slower" if low >= 1 else "(faster)" if high <= 1 else "(some faster)"
+
+
 def factor_text(factor: float) -> str:
     """A slowdown factor to 3 significant digits, or as many more (up to 9) as tell it from 1: '1.3', '1.001'
     (not '1', which reads as nominal speed)."""

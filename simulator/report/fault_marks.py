@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Literal, NamedTuple
 
+from simulator.metrics.summary import factor_text, pace
+
 FaultKind = Literal["link down", "link degraded"]
 
 
@@ -56,10 +58,12 @@ def fault_marks(summary: dict) -> list[FaultMark]:
 
 
 def slowdown_notes(summary: dict) -> dict[int, str]:
-    """What slows each slowed GPU (rank) of the step, by GPU index: its compute factor ("x1.3 slower"), with
-    "and a swing" where the factor swings in time."""
+    """What slows each slowed GPU (rank) of the step, by GPU index: its compute factor as the console's
+    `step faults` row says it ("x1.3 slower", "x1.001 slower", "x0.939 (faster)"), with "and a swing" where the
+    factor swings in time."""
     slowed = (summary.get("faults") or {}).get("slowed_gpus") or {}
-    return {int(gpu): f"x{entry['factor']:.3g} slower" + (" and a swing" if entry.get("swings") else "")
+    return {int(gpu): (f"x{factor_text(entry['factor'])} {pace(entry['factor'], entry['factor'])}"
+                       + (" and a swing" if entry.get("swings") else ""))
             for gpu, entry in slowed.items()}
 
 
