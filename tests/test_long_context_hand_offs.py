@@ -17,7 +17,7 @@ from shared import SCENARIOS
 from simulator import simulate
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.metrics.events import EventLog
-from simulator.metrics.step import OP_COLUMNS, StepRows, bubble_fraction, communication_metrics
+from simulator.metrics.step import OP_COLUMNS, StepRows, communication_metrics, pipeline_bubble
 from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
 from simulator.scale import sized_topology
@@ -221,7 +221,7 @@ def test_without_sm_contention_the_folded_step_replayed_lane_by_lane_is_the_unfo
     figures = communication_metrics(replayed, summary["step_time_s"])
     assert figures["exposed_comm_s"] == unfolded.summary["exposed_comm_s"]
     assert figures["comm_ratio"] == unfolded.summary["comm_ratio"]
-    assert bubble_fraction(replayed) == unfolded.summary["bubble_fraction"]
+    assert pipeline_bubble(replayed).fraction == unfolded.summary["bubble_fraction"]
 
 
 def test_the_step_folded_by_lane_is_the_unfolded_one_row_for_row_with_sm_contention():
