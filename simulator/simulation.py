@@ -1089,6 +1089,8 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
         if not force:
             refuse_large_trace(loaded, topology.num_gpus, prepared.step.program)
         run = simulate_training(loaded, topology, faults, progress, guard, prepared, budget, on_rerun)
+        if "parameter_server" not in run.summary:  # a parameter-server run's time spans its iterations
+            run.summary["resources"] = _step_resources(loaded, topology, run.summary)
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)
     job = one_step_of_a_job(loaded)
@@ -1098,6 +1100,15 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     if warnings:
         run.summary["warnings"] = [*warnings, *run.summary.get("warnings", ())]
     return run
+
+
+def _step_resources(loaded: LoadedScenario, topology: Topology, summary: dict) -> dict:
+    """The step's GPU-hours, GPU energy and cost (metrics/resources.py) from its summary's step time and tokens."""
+    from simulator.metrics.resources import Tariff, step_resources
+
+    step_s, rate = summary["step_time_s"], summary.get("tokens_per_s")
+    return step_resources(Tariff.of(loaded.scenario.costs, topology.gpu_model), summary["gpus"], step_s,
+                          rate * step_s if rate else None)
 
 
 def one_step_of_a_job(loaded: LoadedScenario) -> str | None:

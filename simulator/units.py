@@ -32,6 +32,7 @@ BANDWIDTH_UNITS: dict[str, float] = {
     "Kb/s": 1e3 / 8.0, "KB/s": 1e3,
     **{f"{unit}/s": SIZE_UNITS[unit] for unit in ("KiB", "MiB", "GiB", "TiB", "PiB")},
 }
+POWER_UNITS: dict[str, float] = {"W": 1.0, "kW": 1e3}
 DURATION_MEANT: dict[str, str] = {"m": "min", "mins": "min", "minute": "min", "minutes": "min", "sec": "s",
                                   "secs": "s", "second": "s", "seconds": "s", "hr": "h", "hrs": "h", "hour": "h",
                                   "hours": "h", "day": "d", "days": "d"}
@@ -44,12 +45,13 @@ NUMBER = rf"[-+]?(?:{SEPARATED_WHOLE}(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)
 """A number as a quantity or a rate's count is written, thousands separators allowed ('16,384', '1,800 s')."""
 _NUMBER = re.compile(rf"^\s*({NUMBER})\s*([^\s\d].*?)?\s*$")
 
-QuantityKind = Literal["size", "duration", "bandwidth"]
-"""The kinds of quantity a unit can give (bytes, seconds, bytes per second)."""
+QuantityKind = Literal["size", "duration", "bandwidth", "power"]
+"""The kinds of quantity a unit can give (bytes, seconds, bytes per second, watts)."""
 _KINDS: dict[QuantityKind, dict[str, float]] = {
     "size": SIZE_UNITS,
     "duration": DURATION_UNITS,
     "bandwidth": BANDWIDTH_UNITS,
+    "power": POWER_UNITS,
 }
 
 
@@ -57,7 +59,8 @@ def _allowed(kind: QuantityKind) -> str:
     names = {"size": ", ".join(SIZE_UNITS),
              "duration": "ns, us, ms, s, min, h, d",
              "bandwidth": "b/s or B/s with k, M, G, T, P prefixes, or B/s with Ki, Mi, Gi, Ti, Pi, e.g. '400 Gb/s', "
-                          "'450 GB/s', '50 GiB/s'"}
+                          "'450 GB/s', '50 GiB/s'",
+             "power": "W or kW, e.g. '700 W'"}
     return names[kind]
 
 
@@ -163,6 +166,11 @@ def parse_step_duration(value: object) -> float:
         raise InputError(f"duration {value!r} is more than a day, longer than any training step",
                          allowed="a duration up to 1 d, e.g. 3 ms")
     return seconds
+
+
+def parse_power(value: object) -> float:
+    """Watts from a power such as "700 W" or "1.2 kW"."""
+    return parse_quantity(value, "power")
 
 
 def parse_bandwidth(value: object) -> float:

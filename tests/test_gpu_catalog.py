@@ -18,9 +18,9 @@ def test_table_lists_every_gpu_with_its_peaks_memory_and_efficiencies(capsys):
     rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in GPUS}
     assert list(rows) == list(GPUS)
     # the H100's GEMM: MAMF's 80.3% at the boost clock times the sustained-clock ratio 0.848 (kernels.yaml)
-    assert re.search(r"^h100-sxm +989 +1,979 +79\.6 GiB +3\.35 TB/s +450 GB/s +68\.1% +45\.4% / 38\.8% +88\.0%$",
-                     rows["h100-sxm"])
-    assert re.search(r"^b200 +2,250 +4,500 +179\.1 GiB +7\.7 TB/s +900 GB/s ", rows["b200"])
+    assert re.search(r"^h100-sxm +989 +1,979 +79\.6 GiB +3\.35 TB/s +450 GB/s +700 W +68\.1% +45\.4% / 38\.8% "
+                     r"+88\.0%$", rows["h100-sxm"])
+    assert re.search(r"^b200 +2,250 +4,500 +179\.1 GiB +7\.7 TB/s +900 GB/s +1,000 W ", rows["b200"])
     assert re.search(r"^a100-40gb +312 +- ", rows["a100-40gb"])
     assert "  h100-sxm: GEMM mamf-v2 x clock 0.848 (msmf-h200-transfer); attention fa3; HBM hbm" in out
     assert "  h200: GEMM trainsim-h200; attention trainsim-h200; HBM trainsim-h200" in out

@@ -1,4 +1,4 @@
-"""GPU specifications shipped with trainsim: dense peak FLOP/s per precision, HBM capacity and bandwidth.
+"""GPU specifications shipped with trainsim: dense peak FLOP/s per precision, HBM capacity and bandwidth, board power.
 
 Figures are dense (no 2:4 sparsity) vendor peaks for the SXM/HGX parts:
 - A100 40GB / 80GB SXM: NVIDIA A100 datasheet (312 TFLOP/s BF16/FP16, 156 TF32, 19.5 FP32; HBM2 1,555 GB/s for
@@ -25,6 +25,10 @@ are no reliable unit: the H100's "80 GB" is binary (five 16 GiB HBM3 stacks, S. 
 compute/accelerator/README.md, "Accelerator memory size and speed"; read as 80e9 bytes it would understate
 what a training job can allocate by 5 GiB), while the B200's "192 GB" is decimal (its 183,359 MiB are 179 GiB,
 192.3e9 bytes; NVIDIA's current "180 GB" is those 179 GiB), hence the driver's figure.
+Board power is each part's maximum (its thermal design power, what a GPU draws at most while it computes): A100
+SXM 400 W (A100 datasheet, "Max thermal design power"), H100 SXM and H200 SXM up to 700 W (their datasheets, "Max
+TDP"), B200 1,000 W in HGX B200 and 1,200 W in a GB200 NVL72 rack (G. Lockwood's per-variant table, above). It
+bounds the GPUs' energy (metrics/resources.py): hosts, network and cooling are not counted.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ PRECISIONS = ("fp8", "bf16", "fp16", "tf32", "fp32")
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """One GPU model: dense peak FLOP/s by precision, HBM capacity (bytes) and HBM bandwidth (bytes/s).
+    """One GPU model: dense peak FLOP/s by precision, HBM capacity (bytes), HBM bandwidth (bytes/s) and maximum
+    board power (W).
 
     ``fp32`` is the CUDA-core (non-tensor) rate, used for elementwise kernels; ``tf32`` is the tensor-core rate.
     """
@@ -49,6 +54,7 @@ class GPUSpec:
     peak_flops: MappingProxyType = field(hash=False)
     hbm_bytes: float
     hbm_bandwidth: float
+    board_power_w: float
 
     def peak(self, precision: str, where: str = "training.precision") -> float:
         """Dense peak FLOP/s at ``precision``; a precision this GPU lacks (fp8 on A100) is a ScenarioError."""
@@ -61,9 +67,9 @@ class GPUSpec:
         return self.peak_flops[precision]
 
 
-def _spec(name: str, hbm_bytes: float, hbm_bandwidth: float, **tflops: float) -> GPUSpec:
+def _spec(name: str, hbm_bytes: float, hbm_bandwidth: float, board_power_w: float, **tflops: float) -> GPUSpec:
     peaks = {precision: tflops[precision] * 1e12 for precision in PRECISIONS if precision in tflops}
-    return GPUSpec(name, MappingProxyType(peaks), hbm_bytes, hbm_bandwidth)
+    return GPUSpec(name, MappingProxyType(peaks), hbm_bytes, hbm_bandwidth, board_power_w)
 
 
 _A100_TFLOPS = dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5)
@@ -73,12 +79,12 @@ MIB = 2.0**20
 GPUS: MappingProxyType = MappingProxyType({
     spec.name: spec
     for spec in (
-        _spec("a100-40gb", 40960 * MIB, 1.555e12, **_A100_TFLOPS),
-        _spec("a100-80gb", 81920 * MIB, 2.039e12, **_A100_TFLOPS),
-        _spec("h100-sxm", 81559 * MIB, 3.35e12, **_H100_TFLOPS),
-        _spec("h200", 143771 * MIB, 4.8e12, **_H100_TFLOPS),
-        _spec("b200", 183359 * MIB, 7.7e12, fp8=4500.0, bf16=2250.0, fp16=2250.0, tf32=1100.0, fp32=75.0),
-        _spec("gb200", 189471 * MIB, 8.0e12, fp8=5000.0, bf16=2500.0, fp16=2500.0, tf32=1250.0, fp32=80.0),
+        _spec("a100-40gb", 40960 * MIB, 1.555e12, 400.0, **_A100_TFLOPS),
+        _spec("a100-80gb", 81920 * MIB, 2.039e12, 400.0, **_A100_TFLOPS),
+        _spec("h100-sxm", 81559 * MIB, 3.35e12, 700.0, **_H100_TFLOPS),
+        _spec("h200", 143771 * MIB, 4.8e12, 700.0, **_H100_TFLOPS),
+        _spec("b200", 183359 * MIB, 7.7e12, 1000.0, fp8=4500.0, bf16=2250.0, fp16=2250.0, tf32=1100.0, fp32=75.0),
+        _spec("gb200", 189471 * MIB, 8.0e12, 1200.0, fp8=5000.0, bf16=2500.0, fp16=2500.0, tf32=1250.0, fp32=80.0),
     )
 })
 

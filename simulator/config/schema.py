@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from simulator.collectives.chunking import AUTO_CHUNK, chunk_bytes
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
+from simulator.config.costs import NO_COSTS, CostsConfig
 from simulator.config.faults import FaultsConfig, StepDuration
 from simulator.config.link_classes import EfficiencyProfile, LinkClass
 from simulator.config.model_options import Norm
@@ -565,6 +566,7 @@ class Scenario(Section):
     checkpoint: CheckpointConfig = CheckpointConfig()
     storage: StorageConfig = StorageConfig()
     restart: RestartConfig = RestartConfig()
+    costs: CostsConfig = Field(default=NO_COSTS, exclude_if=lambda costs: costs == NO_COSTS)
     description: str = ""
 
     @property

@@ -25,6 +25,7 @@ from simulator.units import (
     format_memory,
     format_seconds,
     format_size,
+    four_digits,
     number_ranges,
     rounds_to,
     seconds_alike,
@@ -328,6 +329,19 @@ def _label_table() -> Table:
     return table
 
 
+def resources_row(resources: dict) -> tuple[str, str]:
+    """A step's GPU time, GPU energy and cost, per million tokens where the step has tokens, else per step:
+    ('per 1M tokens', '0.02436 GPU-h, 0.01705 kWh (700 W a GPU, board power), 0.0609 USD')."""
+    per = "_per_million_tokens" if resources.get("gpu_hours_per_million_tokens") is not None else "_per_step"
+    power = (f"{resources['gpu_power_w']:,.0f} W a GPU"
+             + (", board power" if resources["gpu_power_source"] == "board power" else ""))
+    parts = [f"{four_digits(resources['gpu_hours' + per])} GPU-h",
+             f"{four_digits(resources['gpu_energy_kwh' + per])} kWh ({power})"]
+    if "cost" + per in resources:
+        parts.append(f"{four_digits(resources['cost' + per])} {resources['currency']}")
+    return ("per 1M tokens" if per == "_per_million_tokens" else "per step"), ", ".join(parts)
+
+
 def training_table(summary: dict) -> Table:
     """Step time, throughput, FLOP rates, bubble, exposed communication per kind, a parameter-server worker's
     wait beside it, a MoE step's routing skew, uneven CP ranks' attention, the waits for slower ranks and for
@@ -360,6 +374,8 @@ def training_table(summary: dict) -> Table:
             dropped = (summary.get("moe") or {}).get("dropped_token_fraction", 0.0)
             table.add_row("nominal TFLOP/s per GPU", f"{summary['nominal_tflops_per_gpu']:.1f} (MFU "
                           f"{_share(summary['nominal_mfu'])}; top_k for every token, {_share(dropped)} dropped)")
+    if summary.get("resources"):
+        table.add_row(*resources_row(summary["resources"]))
     if "bubble_fraction" in summary and "trace" in summary:
         table.add_row("compute idle", "n/a (measured over forward and backward passes, which a replayed trace's "
                                       "kernels are not; the timeline shows each rank's waits)")
@@ -742,6 +758,23 @@ def slowdowns_text(job: dict) -> str:
             f"{format_seconds(healthy)})")
 
 
+def job_resources_text(resources: dict) -> str:
+    """A job's GPU-hours held, those lost, per million tokens trained, and its cost: '101,376 GPU-h (2,112 GPUs
+    held, 64 of them spares), 1,772 lost (1.7%); 0.4623 GPU-h per 1M tokens trained; 202,752 USD (0.9246 per 1M
+    tokens)'."""
+    hours, spares = resources["gpu_hours"], resources["spare_gpus"]
+    held = counted(resources["gpus_held"], "GPU") + (f" held, {spares:,} of them spares" if spares else " held")
+    text = (f"{four_digits(hours)} GPU-h ({held}), "
+            f"{four_digits(resources['gpu_hours_lost'])} lost ({_share(resources['gpu_hours_lost'] / hours)})")
+    if resources["gpu_hours_per_million_tokens"] is not None:
+        text += f"; {four_digits(resources['gpu_hours_per_million_tokens'])} GPU-h per 1M tokens trained"
+    if "cost" in resources:
+        per_million = resources["cost_per_million_tokens"]
+        text += (f"; {four_digits(resources['cost'])} {resources['currency']}"
+                 + ("" if per_million is None else f" ({four_digits(per_million)} per 1M tokens)"))
+    return text
+
+
 def job_table(job: dict) -> Table:
     """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
     frequent causes), the time lost by kind with its share of the horizon (the restarts' with the part of it
@@ -783,6 +816,8 @@ def job_table(job: dict) -> Table:
     lost = [f"{label} {long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)}"
             f"{of_which.get(part, '')})" for part, label in TIME_LOST if times.get(part, {}).get("mean")]
     table.add_row("time lost", ", ".join(lost) or "none")
+    if job.get("resources"):
+        table.add_row("GPU time", job_resources_text(job["resources"]))
     per_failure = job["lost_work_per_failure_s"]
     if per_failure["mean"] is not None:
         restart = job["restart"]

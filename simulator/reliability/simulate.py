@@ -1196,6 +1196,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
                           prepared.gpu_model)
     summary["oom"] = bool(prepared.step_summary.get("oom"))
+    summary["resources"] = _job_resources(loaded, prepared, summary)
     link_states = prepared.states.symmetry_figures(state for state in met if state in met_by_job)
     if link_states is not None:
         summary["link_states"] = link_states
@@ -1205,6 +1206,20 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     warnings = prepared.warnings + tuple(warning for warning in (waiting, idle, evenly) if warning is not None)
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle,
                      evenly, tuple(summary["ettr"]["by_replication"]))
+
+
+def _job_resources(loaded: LoadedScenario, prepared: PreparedJob, summary: dict) -> dict:
+    """The job's GPU-hours, the part lost and its cost (metrics/resources.py): every GPU of its hosts and spare
+    hosts, held over the horizon."""
+    from simulator.metrics.resources import Tariff, job_resources
+
+    plan = prepared.plan
+    gpus_per_host = prepared.step_summary["gpus"] // plan.hosts
+    goodput = summary["goodput_tokens_per_s"]
+    trained = None if goodput is None else goodput["mean"] * plan.horizon_s
+    return job_resources(Tariff.of(loaded.scenario.costs, prepared.gpu_model),
+                         plan.hosts * gpus_per_host, plan.spares * gpus_per_host, plan.horizon_s,
+                         summary["ettr"]["mean"], trained)
 
 
 def _foreseen_ahead(loaded: LoadedScenario, prepared: PreparedJob, arrivals: Callable[[int], Arrivals],

@@ -1,6 +1,7 @@
 """`trainsim gpus`: the GPU catalog as the simulation uses it, so a user comparing generations sees what each
 GPU's figures are and where they come from before reading a step time: the peaks MFU is measured against, the
-HBM and NVLink, and the kernel efficiencies of kernels.yaml with their sources. Two GPUs whose efficiencies come
+HBM and NVLink, the board power that bounds a step's energy, and the kernel efficiencies of kernels.yaml with
+their sources. Two GPUs whose efficiencies come
 from different kinds of measurement (a short benchmark at the boost clock scaled by a sustained-clock ratio, a
 steady run at the power limit) differ by the sources as much as by the silicon; the table shows it."""
 
@@ -37,6 +38,7 @@ def _row(name: str) -> dict[str, str]:
         "HBM": f"{spec.hbm_bytes / GIB:.1f} GiB",
         "HBM bandwidth": format_bandwidth(spec.hbm_bandwidth),
         "NVLink per direction": format_bandwidth(nvlink_line_rate(name)),
+        "board power": f"{spec.board_power_w:,.0f} W",
         "large GEMM": _percent(efficiency.matmul_peak),
         f"attention {ATTENTION_KEYS // 1024}k fwd / bwd":
             f"{_percent(attention_plateau(efficiency, ATTENTION_KEYS, backward=False))} / "
