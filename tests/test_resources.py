@@ -110,3 +110,21 @@ def test_a_job_pays_for_every_gpu_it_holds_over_the_horizon():
     assert resources["gpu_hours_per_million_tokens"] == pytest.approx(1152.0 * 1e6 / trained, rel=1e-12)
     assert resources["cost_per_million_tokens"] == pytest.approx(3456.0 * 1e6 / trained, rel=1e-12)
     assert "gpu_energy_kwh" not in resources  # idle and spare GPUs' draw is unknown
+
+
+def test_a_study_gives_what_a_million_tokens_cost_at_each_interval(tmp_path):
+    """study.csv: 24 GPUs held (SPARE_JOB) over the horizon, over each point's mean goodput: GPU-h per million
+    tokens = 24 x 10^6 / (3,600 x goodput), at 3 USD a GPU-hour 3 times that; the horizon cancels."""
+    import pandas as pd
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SPARE_JOB + "costs: {gpu_hour_price: 3}\n")
+    out = tmp_path / "study"
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,1h", "--out", str(out),
+                 "--quiet"]) == 0
+    rows = pd.read_csv(out / "study.csv")
+    hours = 24 * 1e6 / (3600 * rows["goodput_tokens_per_s"])
+    # six significant digits in the CSV, in both columns compared
+    assert list(rows["gpu_hours_per_million_tokens"]) == pytest.approx(list(hours), rel=1e-5)
+    assert list(rows["cost_per_million_tokens"]) == pytest.approx(list(3 * hours), rel=1e-5)
+    assert rows["cost_per_million_tokens"].iloc[0] != rows["cost_per_million_tokens"].iloc[1]

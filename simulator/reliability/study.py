@@ -102,9 +102,10 @@ class StudyPoint:
     def row(self) -> dict:
         """The point as a row of the study's table: each rate's mean over the replications, ETTR's and goodput's
         with their 95% intervals (job_summary.json's; goodput had none, so its chart had no band), and whether
-        the healthy step is out of memory (`oom`: the row's figures are invalid)."""
+        the healthy step is out of memory (`oom`: the row's figures are invalid); the GPU-hours and cost per million
+        tokens trained (metrics/resources.py; the cost null without `costs.gpu_hour_price`)."""
         s = self.summary
-        tokens = s["goodput_tokens_per_s"] or {}
+        tokens, resources = s["goodput_tokens_per_s"] or {}, s.get("resources") or {}
         return {"rate_multiplier": self.multiplier, "interval_s": self.interval_s,
                 "interval_steps": varied_interval(s, self.varies)[1], "ettr": s["ettr"]["mean"],
                 "ettr_ci95_low": s["ettr"]["ci95_low"], "ettr_ci95_high": s["ettr"]["ci95_high"],
@@ -117,7 +118,9 @@ class StudyPoint:
                 "interruptions": s["interruptions"]["unexpected"]["mean"],
                 "restart_waiting_for_hosts_s": s["restart_waiting_for_hosts_s"]["mean"], "mtbf_s": s["mtbf_s"],
                 "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"],
-                "young_formula_s": s["young_formula_s"], "daly_formula_s": s["daly_formula_s"], "oom": s["oom"]}
+                "young_formula_s": s["young_formula_s"], "daly_formula_s": s["daly_formula_s"],
+                "gpu_hours_per_million_tokens": resources.get("gpu_hours_per_million_tokens"),
+                "cost_per_million_tokens": resources.get("cost_per_million_tokens"), "oom": s["oom"]}
 
 
 def parse_list(text: str, parse, option: str, example: str) -> list:
