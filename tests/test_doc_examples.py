@@ -270,6 +270,7 @@ FIELD_TABLES = [
     ("docs/collectives.md", "## Scenario: `collectives:`", {"": "CollectivesConfig"}),
     ("docs/collectives.md", "Fields of an item", {"": "CollectiveItem"}),
     ("docs/cost-model.md", "## Published cases", {"": "PublishedConfig"}),
+    ("docs/outputs.md", "## GPU time, energy and cost", {"": "CostsConfig"}),
     ("docs/reliability.md", "The fields and their defaults",
      {"checkpoint.": "CheckpointConfig", "storage.": "StorageConfig", "restart.": "RestartConfig"}),
 ]
@@ -313,6 +314,8 @@ NONE_DEFAULT_CELLS = {
     "checkpoint.bytes_per_param": "the layout's",
     "checkpoint.memory": "none",
     "restart.min_replicas": "1",
+    "gpu_hour_price": "none",
+    "gpu_power": "the catalog GPU's board power",
 }
 """The default cell of each field whose schema default is None: what the code does without it, in words."""
 
@@ -579,6 +582,17 @@ SCENARIO_QUOTES = [
      "fully exposed: {ms_exposed_dp:.1f} ms of the {ms_dp:.0f} ms of DP communication"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
      "Model FLOPs are {gflop_model_per_token:.1f} GFLOP"),
+    ("docs/outputs.md", ("llama3-8b-dgx-h100-dp8", ("costs.gpu_hour_price=2.5",)),
+     "`per 1M tokens {s[resources][gpu_hours_per_million_tokens]:.4g} GPU-h, "
+     "{s[resources][gpu_energy_kwh_per_million_tokens]:.4g} kWh (700 W a GPU, board power), "
+     "{s[resources][cost_per_million_tokens]:.4g} USD`"),
+    ("docs/outputs.md", ("llama3-8b-dgx-h100-dp8", ()),
+     "(8 GPUs x {s[step_time_s]:.4f} s / 3,600 = {s[resources][gpu_hours_per_step]:.4g} GPU-h a step"),
+    *(("docs/studies.md", ("llama3-8b-dgx-h100-dp8", (f"cluster.topology={topology}", f"costs.gpu_hour_price={price}")),
+       f"| {topology} | {{s[step_time_s]:.4g}} s | {{s[resources][gpu_hours_per_million_tokens]:.4g}} | "
+       f"{{s[resources][cost_per_million_tokens]:.4g}} | {{s[resources][gpu_energy_kwh_per_million_tokens]:.4g}} "
+       f"({watts} W) |")
+      for topology, price, watts in (("dgx-h100", 2.99, 700), ("dgx-h200", 3.79, 700), ("dgx-b200", 5.99, "1,000"))),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
      "the hardware count adds {gflop_hardware_extra_per_token:.1f} GFLOP per token"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ()),
