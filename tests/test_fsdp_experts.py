@@ -176,7 +176,7 @@ PIPELINED = ("parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2")
 
 @pytest.mark.parametrize("overrides, tolerance", [
     ((), 0.008), (PIPELINED, 0.008), ((HYBRID,), 0.018), ((HYBRID, "parallelism.ep=8"), 0.023),
-    ((HYBRID, *PIPELINED), 0.008), (("parallelism.ep=8",), 0.012), ((NO_SYNC,), 0.014),
+    ((HYBRID, *PIPELINED), 0.008), (("parallelism.ep=8",), 0.012), ((NO_SYNC,), 0.009),
     ((NO_SYNC, "parallelism.ep=8"), 0.008), ((HYBRID, NO_SYNC), 0.015)],
     ids=["fsdp", "fsdp-pp2", "hsdp-ep4", "hsdp-ep8", "hsdp-pp2", "fsdp-ep8", "fsdp-no-sync", "fsdp-no-sync-ep8",
          "hsdp-no-sync"])
@@ -187,7 +187,8 @@ def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(o
     simulated / estimated step within just over its error. full_shard 1.0016, pipelined 0.9942, ep 8 0.9923;
     hybrid_shard ep 4 (dividing the shard group of 4) 0.9842, ep 8 (a multiple of it: the experts' shard group is the
     TP pair, with no replicas) 0.9790, pipelined (shard group 2, ep 2) 1.0057; reducing in the last backward alone
-    (no-sync): full_shard 0.9869, ep 8 0.9971, hybrid_shard 0.9856.
+    (no-sync): full_shard 0.99131 (0.98659 while its walk of the gathers left the MoE all-to-alls out of each
+    unit's compute, `ShardedUnit`), ep 8 0.9971, hybrid_shard 0.9856.
 
     The terms that bring it there: the SM toll of the FSDP collectives' spans is charged for the kernels' share of
     the compute stream's time, its MoE all-to-alls counted beside its blocking collectives and FSDP's gradient copies
@@ -249,7 +250,7 @@ def test_layout_search_estimate_of_a_dense_no_sync_step(overrides, tolerance):
 
 
 @pytest.mark.parametrize("text, overrides, tolerance", [
-    (ESTIMATED, ("training.microbatches=16",), 0.013), (ESTIMATED, ("model.layers=16",), 0.022),
+    (ESTIMATED, ("training.microbatches=16",), 0.0065), (ESTIMATED, ("model.layers=16",), 0.0155),
     (ESTIMATED, (HYBRID, "training.microbatches=2"), 0.029), (ESTIMATED, (HYBRID, "training.microbatches=16"), 0.005),
     (ESTIMATED, (HYBRID, "model.layers=16"), 0.02),
     (DENSE_ESTIMATED, ("training.microbatches=2",), 0.016), (DENSE_ESTIMATED, ("training.microbatches=16",), 0.005),
@@ -274,8 +275,10 @@ def test_layout_search_estimate_of_a_no_sync_step_over_micro_batches_and_depth(t
     and 0.9964, hybrid_shard 0.9892, 0.9991 and 0.9952. Since the EP all-to-all sends to every peer at once
     (2026-12-06): MoE full_shard 0.9883 and 0.9794, hybrid_shard 16 layers 0.9803. Since each EP all-to-all pays the
     grouped kernel's 8.4 us base latency (2026-12-07): MoE full_shard 0.98743 and 0.97860 (0.98804 and 0.97920 with
-    it at 0): the estimate charges most of 16 micro-batches' 256 launches (1.99 ms) on top of its gather waits, where
-    the simulation hides them while compute waits for FSDP's gathers (its step grows 1.29 ms): not yet modelled."""
+    it at 0): the estimate charged the forward's all-to-alls, launches and all, on top of its gather waits, where
+    the simulation runs them on the compute stream while the next gather is awaited. Since the walk of the gathers
+    counts each unit's MoE all-to-alls in its compute (`ShardedUnit`, `walked_gathers`): MoE full_shard 0.99401
+    and 0.98512, each forward's steady waits 12.05 ms a micro-batch over 16 against 12.53 before."""
     assert _simulated_over_estimate(text, (NO_SYNC, *overrides)) == pytest.approx(1.0, abs=tolerance)
 
 
@@ -286,9 +289,10 @@ def test_layout_search_estimate_charges_the_last_no_sync_micro_batch_its_forward
     routed experts gathered over the NICs outlast the embedding's forward: 0.9890; 1.0198 adding no wait or the
     first unit's alone, 0.9758 adding the third's too; 0.9896 since the SM toll counts FSDP's gradient copies
     among the compute stream's work the engine does not slow (`unslowed_s`); 0.9886 since the EP all-to-all sends to
-    every peer at once (2026-12-06)."""
+    every peer at once (2026-12-06); 0.98814 with the all-to-all's 8.4 us base latency, 0.99091 since the walk
+    counts each unit's MoE all-to-alls in its compute (`ShardedUnit`)."""
     overrides = (NO_SYNC, "training.microbatches=2")
-    assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=0.012)
+    assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=0.0095)
 
 
 @pytest.mark.parametrize("text, overrides, tolerance", [
@@ -296,7 +300,7 @@ def test_layout_search_estimate_charges_the_last_no_sync_micro_batch_its_forward
     (ESTIMATED, (*ONE_GPU_SHARDS, "parallelism.ep=2"), 0.04),
     (ESTIMATED, (*ONE_GPU_SHARDS, "parallelism.ep=1"), 0.015),
     (ESTIMATED, ("parallelism.tp=8", "parallelism.dp=1", "parallelism.ep=1", "cluster.nodes=1"), 0.025),
-    (ESTIMATED, (*ONE_GPU_SHARDS, "parallelism.ep=2", NO_SYNC), 0.022),
+    (ESTIMATED, (*ONE_GPU_SHARDS, "parallelism.ep=2", NO_SYNC), 0.003),
     (ESTIMATED, ("parallelism.tp=8", "parallelism.dp=1", "parallelism.ep=1", "cluster.nodes=1", NO_SYNC), 0.046),
 ], ids=["dense-hsdp", "hsdp-ep2", "hsdp-ep1", "full-shard-dp1", "hsdp-ep2-no-sync", "full-shard-dp1-no-sync"])
 def test_layout_search_estimate_times_the_collectives_left_over_a_one_gpu_shard_group(text, overrides, tolerance):
@@ -310,7 +314,9 @@ def test_layout_search_estimate_times_the_collectives_left_over_a_one_gpu_shard_
     once the gathers were walked (`gather_walk`) while the routed experts' copy-outs were charged as the dense
     units' one-rank unshard copies (10 B a parameter instead of the 4 B of a copy-out after their gather over
     the TP ranks: 9.6 ms a layer and micro-batch against 3.8 ms simulated), which the slots bound by their
-    collectives had hidden."""
+    collectives had hidden. No-sync ep 2 0.98569 with the all-to-all's 8.4 us base latency, 0.99724 since the
+    walk of the gathers counts each unit's MoE all-to-alls in its compute (`ShardedUnit`): they run while the
+    routed experts' gather is awaited."""
     assert _simulated_over_estimate(text, overrides) == pytest.approx(1.0, abs=tolerance)
 
 
