@@ -30,7 +30,7 @@ COPY_KERNEL = ("void at::native::unrolled_elementwise_kernel<at::native::direct_
 
 class Trace:
     """A Kineto trace being written: CPU ops on thread 1, each kernel launched at a time inside them and run on
-    stream 7 in launch order, back to back."""
+    stream 7 in launch order, back to back; the profiled step marked around all of it when replayed."""
 
     def __init__(self) -> None:
         self.events: list[dict] = []
@@ -55,7 +55,9 @@ class Trace:
 
     def replay(self, folder: Path, recost: bool = True):
         """The trace replayed on one H200, with `recost_gemms` or not."""
-        (folder / "rank0.json").write_text(json.dumps({"traceEvents": self.events}))
+        step = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0,
+                "dur": self.gpu_time}
+        (folder / "rank0.json").write_text(json.dumps({"traceEvents": self.events + [step]}))
         path = folder / "scenario.yaml"
         text = ("cluster: {topology: dgx-h100, gpus: 1, gpu_model: h200}\n"
                 f"workload: {{trace: rank0.json, recost_gemms: {str(recost).lower()}}}\n")

@@ -3,14 +3,15 @@
 GPU activity (`kernel`, `gpu_memcpy`, `gpu_memset` events) runs per CUDA stream in start order. A `cuda_sync`
 "Stream Wait Event" makes the next kernel of the waiting stream depend on the last kernel launched on
 `wait_on_stream` before the recorded CUDA event (found through its correlation id), or, when the record is not in
-the trace, on the last kernel of that stream to finish before the wait; after a host synchronisation (Stream,
-Event or Context Sync) the next kernel of each stream that the blocked thread launches depends on the last one
-to end before it returned on the synchronised stream(s). NCCL kernels become collectives, or sends and
-receives where the trace names their peer: the primitive, message size, data type, process group and peer come
-from the kernel's own arguments (recent PyTorch) or from the `record_param_comms` CPU op that launched it
+the trace, on the last kernel of that stream to finish before the wait; where the trace records no such wait, or one
+naming no stream, the host's cudaEventRecord / cudaStreamWaitEvent calls give it (_HostWaits); after a host
+synchronisation (Stream, Event or Context Sync) the next kernel of each stream that the blocked thread launches
+depends on the last one to end before it returned on the synchronised stream(s). NCCL kernels become collectives, or
+sends and receives where the trace names their peer: the primitive, message size, data type, process group and peer
+come from the kernel's own arguments (recent PyTorch) or from the `record_param_comms` CPU op that launched it
 (matched through the launch's correlation id), the primitive and data type also from the kernel name
-(`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). A trace with no GPU activity replays its outermost CPU ops as
-host time (TracedOp.host), one stream per thread.
+(`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). A trace with no GPU activity replays its outermost CPU ops as host
+time (TracedOp.host), one stream per thread.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import math
 import re
 import zlib
+from collections.abc import Collection
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Literal, NamedTuple
 import orjson
 
 from simulator.collectives.names import Primitive
+from simulator.errors import TraceError
 from simulator.units import MAX_STEP_DURATION_S, counted
 from simulator.workload.traces.launchers import GemmLaunchers, Spans, enclosing, gemm_depth, gemm_fields, key_length
 from simulator.workload.traces.model import (
@@ -46,6 +49,10 @@ from simulator.workload.traces.model import (
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
 US = 1e-6
+WAIT_ROUNDING_S = 1e-6
+"""How far after a Stream Wait Event a kernel of the stream it waits on may end and still be the one it waits
+for, where the trace lacks the event's record: Kineto writes microseconds rounded one by one (and an epoch
+timestamp in a float resolves 0.25 us), so the wait at a kernel's end can read up to a microsecond early."""
 
 COLLECTIVE_NAMES: dict[str, Primitive] = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
@@ -157,7 +164,9 @@ def read_kineto(path: Path) -> TracedRank:
                         untold_peers=tuple(parsed.untold_peers), lost_shapes=tuple(parsed.lost_shapes),
                         repeated_gemms=tuple(parsed.repeated_gemms), window=None if parsed.gpu else parsed.step_window,
                         world=world, world_field="distributedInfo.world_size", groups=groups,
-                        groups_field="distributedInfo.pg_config", device=_device_name(doc.get("deviceProperties")))
+                        groups_field="distributedInfo.pg_config", device=_device_name(doc.get("deviceProperties")),
+                        stepless=not parsed.marked, unordered_streams=parsed.unordered_streams,
+                        undated=tuple(parsed.undated))
     if traced.span_s() > MAX_STEP_DURATION_S:
         raise trace_error(file, "traceEvents", f"the replayed events span {traced.span_s():.4g} s, more than a day, "
                           "longer than any training step", "a profiler trace of one training step")
@@ -213,6 +222,10 @@ class _Parsed:
         self.waits: list[dict] = []
         self.syncs: list[dict] = []
         self.step_window: tuple[float, float] | None = None
+        self.gpu_step_window: tuple[float, float] | None = None
+        self.stream_calls: list[tuple[float, object, str, object]] = []
+        self.undated: list[tuple[int, str]] = []
+        self.unordered_streams = 0
         self.untold_peers: list[tuple[int, str, str, str]] = []
         self.lost_shapes: list[tuple[int, str]] = []
         self.repeated_gemms: list[tuple[int, str, str]] = []
@@ -228,27 +241,40 @@ class _Parsed:
                 raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} {problem}",
                                   "a numeric ts in microseconds")
             ts = event["ts"] = ts - origin
-            if not isinstance(dur, (int, float)) or isinstance(dur, bool) or dur < 0:
-                problem = "has no duration (dur)" if dur is None else f"has duration {dur!r}"
-                raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} {problem}",
-                                  "a duration >= 0 microseconds: a complete event (ph X) carries its dur")
-            checked_duration(dur * US, file, f"traceEvents[{index}]", str(event.get("name", "")))
             category = event.get("cat", "")
+            if not isinstance(dur, (int, float)) or isinstance(dur, bool) or dur < 0:
+                if category not in GPU_CATEGORIES:
+                    self.undated.append((index, str(event.get("name", ""))))
+                    continue
+                raise _undated(file, index, event)
+            checked_duration(dur * US, file, f"traceEvents[{index}]", str(event.get("name", "")))
             args = event.get("args") or {}
+            name = str(event.get("name", ""))
             if category in GPU_CATEGORIES:
                 self.gpu.append((index, event))
             elif category in RUNTIME_CATEGORIES and "correlation" in args:
                 self.launches[args["correlation"]] = (ts, event.get("tid"))
+                if name.startswith(("cudaEventRecord", "cudaStreamWaitEvent")):
+                    self.stream_calls.append((ts, event.get("tid"), name, args["correlation"]))
             elif category == "cuda_sync":
                 (self.waits if "wait_on_stream" in args else self.syncs).append(event)
-            elif category == "user_annotation" and str(event.get("name", "")).startswith("ProfilerStep#"):
-                if self.step_window is None or ts * US >= self.step_window[0]:
-                    self.step_window = (ts * US, (ts + dur) * US)
+            elif category == "user_annotation" and name.startswith("ProfilerStep#"):
+                self.step_window = _later(self.step_window, ts, dur)
+            elif category == "gpu_user_annotation" and name.startswith("ProfilerStep#"):
+                self.gpu_step_window = _later(self.gpu_step_window, ts, dur)
             elif category == "cpu_op":
                 self.cpu.append((index, event))
                 self.cpu_spans.setdefault(event.get("tid"), []).append((ts, ts + dur, (index, event)))
                 if event.get("name") == "record_param_comms":
                     self.comms.setdefault(event.get("tid"), []).append((ts, ts + dur, args))
+        replayed = [index for index, _ in self.undated if not self.gpu and events[index].get("cat") == "cpu_op"]
+        if replayed:
+            raise _undated(file, replayed[0], events[replayed[0]])
+
+    @property
+    def marked(self) -> bool:
+        """Whether the trace marks its profiled steps (a ProfilerStep#N annotation, on the host or the GPU)."""
+        return self.step_window is not None or self.gpu_step_window is not None
 
     def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives
@@ -290,9 +316,14 @@ class _Parsed:
     def _in_step(self, gpu: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
         """The GPU ops of the profiled step: those launched inside the last ProfilerStep annotation where the
         trace marks steps (a profile of several steps replays its last), ops without a recorded launch by their
-        start from the annotation's; all of them where no step is marked or none was launched inside it."""
+        start from the annotation's; in a GPU-only export (no host annotation) those that start inside the last
+        ProfilerStep annotation of the GPU rows (`gpu_user_annotation`, which spans the step's GPU work); all of
+        them where no step is marked or none was launched inside it."""
         if self.step_window is None:
-            return gpu
+            if self.gpu_step_window is None:
+                return gpu
+            first, last = self.gpu_step_window
+            return [(index, event) for index, event in gpu if first <= event["ts"] * US <= last] or gpu
         low, high = self.step_window
         kept = []
         for index, event in gpu:
@@ -452,8 +483,10 @@ class _Parsed:
         """Add each stream-wait's dependency to the first op of the waiting stream that starts after it, and
         each host synchronisation's (Stream, Event or Context Sync: the host blocks until the GPU work is done)
         to the first op of each stream that the blocked thread launches after it returns, on the last op to end
-        by then on the synchronised stream (every stream but for a Stream Sync). A stream runs its kernels in
-        launch order, so starts, ends and launch times grow along each stream."""
+        by then on the synchronised stream (every stream but for a Stream Sync). A wait the trace records with no
+        stream waited on (-1), or every wait of a trace with no Stream Wait Event, comes from the host's calls
+        (_HostWaits). ``unordered_streams`` is set where two or more streams are left with no dependency at all.
+        A stream runs its kernels in launch order, so starts, ends and launch times grow along each stream."""
         launches = [self.launches.get((event.get("args") or {}).get("correlation"), (float("-inf"), None))
                     for _, event in ordered]
         starts = {stream: [ops[i].start_s for i in members] for stream, members in by_stream.items()}
@@ -474,10 +507,13 @@ class _Parsed:
                     before = bisect.bisect_right(ends[source], returned * US) - 1
                     if source != stream and before >= 0:
                         extra.setdefault(members[first], []).append(by_stream[source][before])
+        untold: dict[object, str] = {}
         for event in self.waits:
             args = event.get("args") or {}
             waiting, source = cuda_stream(args.get("stream", event.get("tid"))), cuda_stream(args["wait_on_stream"])
             ts = event["ts"] * US
+            if source not in by_stream:
+                untold[args.get("correlation")] = waiting
             if waiting not in by_stream or source not in by_stream:
                 continue
             target = bisect.bisect_left(starts[waiting], ts)
@@ -485,9 +521,21 @@ class _Parsed:
             if record is not None:
                 before = bisect.bisect_right(launched[source], record[0]) - 1
             else:
-                before = bisect.bisect_right(ends[source], ts) - 1
+                before = bisect.bisect_right(ends[source], ts + WAIT_ROUNDING_S) - 1
             if target < len(by_stream[waiting]) and before >= 0:
                 extra.setdefault(by_stream[waiting][target], []).append(by_stream[source][before])
+        host_waits = _HostWaits(self.stream_calls, [(launch[0], launch[1], ops[i].stream)
+                                                    for i, launch in enumerate(launches)])
+        for ts, tid, name, correlation in self.stream_calls:
+            if name.startswith("cudaStreamWaitEvent") and (correlation in untold or not self.waits):
+                wait = host_waits.dependency(ts, tid, untold.get(correlation, ""), by_stream.keys())
+                if wait is not None:
+                    waiting, source, recorded = wait
+                    target = bisect.bisect_left(launched[waiting], ts)
+                    before = bisect.bisect_right(launched[source], recorded) - 1
+                    if target < len(by_stream[waiting]) and before >= 0:
+                        extra.setdefault(by_stream[waiting][target], []).append(by_stream[source][before])
+        self.unordered_streams = len(by_stream) if len(by_stream) > 1 and not extra else 0
         return [op if i not in extra else _replace_deps(op, extra[i]) for i, op in enumerate(ops)]
 
     def cpu_ops(self) -> list[TracedOp]:
@@ -505,6 +553,64 @@ class _Parsed:
             ops.append(TracedOp(index, str(event.get("name", "")), f"cpu thread {tid}", "compute", ts * US, dur * US,
                                 host=True, **gemm_fields(event)))
         return ops
+
+
+class _HostWaits:
+    """Cross-stream waits rebuilt from the host's CUDA calls, for a trace that records no `cuda_sync` Stream Wait
+    Event or one whose streams it leaves untold (-1): Kineto before pytorch#119478 and on CUDA 12.9+ before
+    kineto#1552. The runtime calls name no stream, so the host's order tells them: a cudaEventRecord records on
+    the stream of the latest kernel launched before it (PyTorch records an event right after the work it
+    marks), and a cudaStreamWaitEvent makes the stream of the next kernel its thread launches wait for the
+    latest event recorded before it on another stream."""
+
+    def __init__(self, calls: list[tuple[float, object, str, object]],
+                 launches: list[tuple[float, object, str]]):
+        ordered = sorted((ts, stream) for ts, _, stream in launches if ts != float("-inf"))
+        self.times = [ts for ts, _ in ordered]
+        self.streams = [stream for _, stream in ordered]
+        threads: dict[object, list[tuple[float, str]]] = {}
+        for ts, tid, stream in sorted(launches, key=lambda launch: launch[0]):
+            threads.setdefault(tid, []).append((ts, stream))
+        self.threads = {tid: ([ts for ts, _ in items], [stream for _, stream in items])
+                        for tid, items in threads.items()}
+        self.records = sorted((ts, self._stream_before(ts)) for ts, _, name, _ in calls
+                              if name.startswith("cudaEventRecord"))
+        self.record_times = [ts for ts, _ in self.records]
+
+    def _stream_before(self, ts: float) -> str:
+        """The stream of the latest kernel launched before host time ``ts`` ('' where none was)."""
+        before = bisect.bisect_left(self.times, ts) - 1
+        return self.streams[before] if before >= 0 else ""
+
+    def dependency(self, ts: float, tid: object, waiting: str,
+                   streams: Collection[str]) -> tuple[str, str, float] | None:
+        """(waiting stream, source stream, host time of the event's record) of the cudaStreamWaitEvent at host
+        time ``ts`` on thread ``tid``; ``waiting`` where the trace tells it, else the stream of the thread's next
+        launch. None where no launch or no record on another stream tells them."""
+        if waiting not in streams:
+            times, launched = self.threads.get(tid, ([], []))
+            after = bisect.bisect_right(times, ts)
+            if after == len(times):
+                return None
+            waiting = launched[after]
+        for record in range(bisect.bisect_left(self.record_times, ts) - 1, -1, -1):
+            recorded, source = self.records[record]
+            if source and source != waiting:
+                return waiting, source, recorded
+        return None
+
+
+def _later(window: tuple[float, float] | None, ts: float, dur: float) -> tuple[float, float]:
+    """The later of a step ``window`` (seconds) and the annotation at ``ts`` lasting ``dur`` (microseconds)."""
+    return window if window is not None and ts * US < window[0] else (ts * US, (ts + dur) * US)
+
+
+def _undated(file: str, index: int, event: dict) -> TraceError:
+    """The refusal of a replayed event without a valid duration."""
+    dur = event.get("dur")
+    problem = "has no duration (dur)" if dur is None else f"has duration {dur!r}"
+    return trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} {problem}",
+                       "a duration >= 0 microseconds: a complete event (ph X) carries its dur")
 
 
 def _origin_us(events: list) -> int:

@@ -103,7 +103,10 @@ class TracedRank:
     traced time (kineto.py, launchers.py); ``window`` is the traced step's (start, end) where the trace
     marks it (a ProfilerStep annotation around host-only activity); ``device`` the GPU the trace names (every
     entry of Kineto's `deviceProperties` by one name, '' where it names none or several); ``ordered``: its
-    rank is its place in the file order, the file stating none."""
+    rank is its place in the file order, the file stating none. ``stepless``: the trace marks no profiled step
+    (no ProfilerStep annotation), so all of it is read as one step; ``unordered_streams``: the number of streams
+    its GPU ops run on where they are two or more and no wait or synchronisation orders them (0 otherwise);
+    ``undated`` (event index, name) of events that are not replayed and carry no valid duration, left out."""
 
     file: str
     rank: int
@@ -122,6 +125,9 @@ class TracedRank:
     groups_field: str = ""
     device: str = ""
     ordered: bool = False
+    stepless: bool = False
+    unordered_streams: int = 0
+    undated: tuple[tuple[int, str], ...] = ()
 
     def where(self, op: TracedOp) -> str:
         """The field that locates ``op`` in its file: traceEvents[i] or nodes[i]."""

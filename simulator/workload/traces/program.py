@@ -174,6 +174,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
+    warnings += _reading_warnings(traced, config.host_gaps)
     warnings += _stream_overlap_warnings(traced, config.host_gaps)
     warnings += _gemm_warnings(traced, config)
     warnings += _device_warnings(traced, config, gpu.name)
@@ -310,6 +311,33 @@ def _idle_hosts_warning(topology: Topology, world: int, traced_world: int, trace
     if dp <= (config.dp or traced_dp):
         return ()
     return (f"{used}: workload.dp: {dp} replicates the traced job over {dp * per_replica} GPUs",)
+
+
+def _reading_warnings(traced: list[TracedRank], host_gaps: bool) -> tuple[str, ...]:
+    """One line each, at the first file concerned, for what the files leave the replay to assume: no marked
+    step (all of a file is one step), streams that no recorded wait orders (each keeps its traced idle time,
+    or none), events left out for want of a duration."""
+    warnings = []
+    stepless = [rank for rank in traced if rank.stepless]
+    if stepless:
+        warnings.append(f"{stepless[0].file}: traceEvents: no ProfilerStep#N annotation marks a profiled step in "
+                        f"{counted(len(stepless), 'file')} of the trace: each is replayed whole as one step (a "
+                        "profile of several steps needs torch.profiler's schedule and prof.step())")
+    unordered = [rank for rank in traced if rank.unordered_streams]
+    if unordered:
+        kept = ("each stream keeps its traced idle time as host time, so the step cannot shrink below the traced "
+                "waits and re-costed collectives hardly move it" if host_gaps
+                else "with host_gaps false the streams run unordered, a collective before the work it waits for")
+        warnings.append(f"{unordered[0].file}: traceEvents: the GPU work runs on "
+                        f"{unordered[0].unordered_streams} streams and no cross-stream wait is recorded (no cuda_sync "
+                        "Stream Wait Event naming its streams, no cudaEventRecord / cudaStreamWaitEvent calls) in "
+                        f"{counted(len(unordered), 'file')} of the trace: {kept}")
+    for rank in traced:
+        if rank.undated:
+            index, name = rank.undated[0]
+            warnings.append(f"{rank.file}: {rank.events_field}[{index}]: {counted(len(rank.undated), 'event')} "
+                            f"without a duration left out, none of them replayed (first: {name!r})")
+    return tuple(warnings)
 
 
 def _stream_overlap_warnings(traced: list[TracedRank], host_gaps: bool) -> tuple[str, ...]:
