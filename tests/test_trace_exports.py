@@ -60,8 +60,9 @@ def gpu_only(events: list) -> list:
 
 
 def three_gpu_steps(events: list) -> list:
-    """The trace profiled over three steps, 5 ms apart, each marked by a ProfilerStep#N `gpu_user_annotation`
-    on the GPU rows that spans its GPU work (new correlation ids each step)."""
+    """The trace profiled over three steps, 5 ms apart (new correlation ids each step), each marked as Kineto
+    marks a step on the GPU rows: a ProfilerStep#N `gpu_user_annotation` per stream, spanning that stream's
+    work of the step (stream 7 from the GEMM to Adam, stream 20 the all-reduce, which starts 1 ms in)."""
     steps = []
     for number in range(3):
         copy = json.loads(json.dumps(events))
@@ -72,7 +73,8 @@ def three_gpu_steps(events: list) -> list:
                 if key in args:
                     args[key] += 100 * number
         steps += copy + [{"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{5 + number}", "pid": 0,
-                          "tid": 7, "ts": 5000 * number, "dur": 4100}]
+                          "tid": stream, "ts": 5000 * number + start, "dur": dur}
+                         for stream, start, dur in ((7, 0, 4100), (20, 1020, 2800))]
     return steps
 
 

@@ -222,7 +222,7 @@ class _Parsed:
         self.waits: list[dict] = []
         self.syncs: list[dict] = []
         self.step_window: tuple[float, float] | None = None
-        self.gpu_step_window: tuple[float, float] | None = None
+        self.gpu_steps: dict[str, tuple[float, float]] = {}
         self.stream_calls: list[tuple[float, object, str, object]] = []
         self.undated: list[tuple[int, str]] = []
         self.unordered_streams = 0
@@ -261,7 +261,8 @@ class _Parsed:
             elif category == "user_annotation" and name.startswith("ProfilerStep#"):
                 self.step_window = _later(self.step_window, ts, dur)
             elif category == "gpu_user_annotation" and name.startswith("ProfilerStep#"):
-                self.gpu_step_window = _later(self.gpu_step_window, ts, dur)
+                low, high = self.gpu_steps.get(name, (ts * US, (ts + dur) * US))
+                self.gpu_steps[name] = (min(low, ts * US), max(high, (ts + dur) * US))
             elif category == "cpu_op":
                 self.cpu.append((index, event))
                 self.cpu_spans.setdefault(event.get("tid"), []).append((ts, ts + dur, (index, event)))
@@ -274,7 +275,13 @@ class _Parsed:
     @property
     def marked(self) -> bool:
         """Whether the trace marks its profiled steps (a ProfilerStep#N annotation, on the host or the GPU)."""
-        return self.step_window is not None or self.gpu_step_window is not None
+        return self.step_window is not None or bool(self.gpu_steps)
+
+    @property
+    def gpu_step_window(self) -> tuple[float, float] | None:
+        """The last step the GPU rows mark: Kineto writes a step's `gpu_user_annotation` once per stream, each
+        spanning that stream's work of the step, so a step is their union, and the last the one starting last."""
+        return max(self.gpu_steps.values(), default=None)
 
     def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives
