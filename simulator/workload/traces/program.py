@@ -316,7 +316,7 @@ def _idle_hosts_warning(topology: Topology, world: int, traced_world: int, trace
 def _reading_warnings(traced: list[TracedRank], host_gaps: bool) -> tuple[str, ...]:
     """One line each, at the first file concerned, for what the files leave the replay to assume: no marked
     step (all of a file is one step), streams that no recorded wait orders (each keeps its traced idle time,
-    or none), events left out for want of a duration."""
+    or none), events left out for want of a duration (not replayed ops)."""
     warnings = []
     stepless = [rank for rank in traced if rank.stepless]
     if stepless:
@@ -336,7 +336,7 @@ def _reading_warnings(traced: list[TracedRank], host_gaps: bool) -> tuple[str, .
         if rank.undated:
             index, name = rank.undated[0]
             warnings.append(f"{rank.file}: {rank.events_field}[{index}]: {counted(len(rank.undated), 'event')} "
-                            f"without a duration left out, none of them replayed (first: {name!r})")
+                            f"without a duration left out: only replayed ops need one (first: {name!r})")
     return tuple(warnings)
 
 
