@@ -180,7 +180,7 @@ class Contention:
     def _settle(self, gpu: Gpu) -> None:
         """Book the work the GPU's kernels did since their last change, and the time lost to each holder (the
         share of the SMs it holds) and to idle reserved SMs."""
-        now = self.env.now
+        now = self.env._now
         held, total, lost = gpu.held, gpu.total, self.lost_s
         for kernel in gpu.running:
             elapsed = now - kernel.since
@@ -200,7 +200,7 @@ class Contention:
         launched without ``reserved`` SMs (at full speed while no SMs are held or reserved)."""
         env, gpu = self.env, self._gpus[rank]
         rate = self._rate(gpu.total, sm_bound, reserved) if gpu.total or reserved else 1.0
-        kernel = Kernel(gpu, duration, rate, env.now, sm_bound, reserved, env.timeout(duration / rate))
+        kernel = Kernel(gpu, duration, rate, env._now, sm_bound, reserved, env.timeout(duration / rate))
         gpu.running.append(kernel)
         return kernel
 

@@ -188,7 +188,8 @@ class Engine:
     def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None) -> Steps:
         """Run ``ops`` in order; with ``turn`` (one op of a serial stream) the op first waits for the stream to
         be free. An op is logged under its own stream's name, also where ``stream`` is one op's slice of an async
-        or serial stream (`pp#17`)."""
+        or serial stream (`pp#17`). The clock is read as ``env._now``, SimPy's ``now`` without its property call
+        (twice per op; engine/stepping.py reads SimPy's queue so too)."""
         env, log, finished, awaited = self.env, self.log, self._finished_ops, self._awaited
         contention, slowed, progress, total = self.contention, self.compute_duration, self.progress, self._total
         for op in ops:
@@ -200,7 +201,7 @@ class Engine:
                 request = turn.request()
                 yield request
             if isinstance(op, ComputeOp):
-                start = env.now
+                start = env._now
                 duration = op.duration
                 if slowed is not None and duration > 0:
                     duration = slowed(rank, duration, start)
@@ -212,7 +213,7 @@ class Engine:
                         yield kernel.end
                         contention.finish(kernel)
                 log.record(COMPUTE_KIND, rank, op.stream, op.name, op.category,
-                           op.microbatch, op.chunk, start, env.now, op.hbm_bytes, op.flops)
+                           op.microbatch, op.chunk, start, env._now, op.hbm_bytes, op.flops)
             elif isinstance(op, CollectiveOp):
                 yield self._join(op)
             else:
@@ -339,8 +340,9 @@ class Engine:
 
     def _shape_key(self, op: CollectiveOp, group_id: int) -> tuple:
         """`plan_key` of ``op`` with its group and pair sizes named by dense ids: an uneven all-to-all's ep x ep
-        pair sizes are hashed once per tuple object, not by value per meeting."""
-        return plan_key(op, group_id, self._pair_ids.id(op.pair_bytes))
+        pair sizes are hashed once per tuple object, not by value per meeting; an op without pair sizes (all but
+        an uneven all-to-all) is keyed -1 without a lookup, as `CollectiveShapes.of` keys it."""
+        return plan_key(op, group_id, self._pair_ids.id(op.pair_bytes) if op.pair_bytes else -1)
 
     def _kernel_sms(self, op: CollectiveOp, takes_time: bool) -> int:
         """The SMs ``op``'s kernel holds on each member GPU: 0 with contention off or where the collective takes
@@ -363,7 +365,7 @@ class Engine:
     def _record(self, members: Iterable[CollectiveOp], start: float) -> None:
         """Log a finished collective's row for each member, under the member's own op (its name, stream and
         virtual stage: a pipeline send is logged on the sender as the send, not as its receive)."""
-        record, end = self.log.record, self.env.now
+        record, end = self.log.record, self.env._now
         for op in members:
             record(COLLECTIVE_KIND, op.rank, op.stream, op.name, op.category, op.microbatch, op.chunk, start, end,
                    op.nbytes, 0.0, op.key)
@@ -387,9 +389,9 @@ class Engine:
             if sms:
                 self._hold((member.rank for member in members), op.category, sms)
             self.env.timeout(duration).callbacks.append(
-                partial(self._replay_ended, op, members, done, flows, self.env.now, sms))
+                partial(self._replay_ended, op, members, done, flows, self.env._now, sms))
         else:
-            self._log_replay(op, members, flows, self.env.now, 0)
+            self._log_replay(op, members, flows, self.env._now, 0)
             done.succeed()
         return done
 

@@ -171,10 +171,11 @@ class _Rows:
         self.fields = fields
         self.pending: list[tuple] = []
         self._parts: dict[str, list[np.ndarray]] = {name: [] for name in fields}
-        self._moved = 0
+        self.moved = 0
+        """Rows moved into arrays so far (the log reads it with ``pending`` for its count of flow rows)."""
 
     def __len__(self) -> int:
-        return self._moved + len(self.pending)
+        return self.moved + len(self.pending)
 
     def move(self) -> None:
         """The pending rows into arrays, one per field."""
@@ -187,7 +188,7 @@ class _Rows:
                     else np.fromiter(values, dtype=_numpy_type(name), count=len(rows)))
             part.flags.writeable = False
             self._parts[name].append(part)
-        self._moved += len(rows)
+        self.moved += len(rows)
         rows.clear()
 
     def column(self, name: str) -> np.ndarray:
@@ -234,10 +235,11 @@ class EventLog:
     def record(self, kind: RowKind, rank: int, stream: str, name: str, category: Category, microbatch: int, chunk: int,
                start_s: float, end_s: float, nbytes: float = 0.0, flops: float = 0.0, key: str = "") -> None:
         """One op row (compute or collective). The engine passes every argument by position: a call by keyword
-        costs twice as much, and this is called once per op."""
-        rows = self._op_rows.pending
+        costs twice as much, and this is called once per op (the flow rows before it are counted from the fields of
+        ``_flows``, without a call of its ``__len__``)."""
+        rows, flows = self._op_rows.pending, self._flows
         rows.append((kind, rank, stream, name, category, microbatch, chunk, start_s, end_s, nbytes, flops, key,
-                     len(self._flows) + self._replayed_rows))
+                     flows.moved + len(flows.pending) + self._replayed_rows))
         if len(rows) == ROWS_PER_CHUNK:
             self._op_rows.move()
 
