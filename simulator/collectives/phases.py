@@ -9,6 +9,7 @@ per step, which equals k separate steps exactly whenever the rates stay constant
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -58,6 +59,10 @@ class Transfer(NamedTuple):
     nbytes: float
     channel: int = 0
     sent_share: float = 1.0
+
+
+TRANSFER_ENDS = attrgetter("src", "dst", "channel")
+"""A transfer's ``(src, dst, channel)``, the key of its route (`Topology.paths`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
 from simulator.collectives.chunking import ChunkSetting
 from simulator.collectives.execute import ParsedPhases
 from simulator.collectives.names import POINT_TO_POINT, AlgorithmChoice, AlgorithmName, ProtocolChoice, run_choice
-from simulator.collectives.phases import CollectiveRequest, Phase
+from simulator.collectives.phases import TRANSFER_ENDS, CollectiveRequest, Phase
 from simulator.collectives.registry import plan_collective, resolve_weighing
 from simulator.collectives.tuner import Choice, Weighing
 from simulator.engine.shapes import CollectiveShapes, plan_key
@@ -204,9 +205,9 @@ class PlanCache:
         key = (op.op, group, op.root, self.resolved_algorithm(op, group), bool(op.nbytes))
         links = self._links.get(key)
         if links is None:
-            path = self.topology.path
-            links = self._links[key] = frozenset(link for phase in self.phases(op, group) for t in phase.transfers
-                                                 for link in path(t.src, t.dst, t.channel))
+            routes = self.topology.paths(map(TRANSFER_ENDS, chain.from_iterable(
+                phase.transfers for phase in self.phases(op, group))))
+            links = self._links[key] = frozenset(chain.from_iterable(routes))
         return links
 
     def _route_links(self, pair: tuple[int, ...]) -> frozenset[int]:

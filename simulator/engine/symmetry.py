@@ -27,7 +27,7 @@ from itertools import chain
 import numpy as np
 
 from simulator.collectives.execute import phase_arrays
-from simulator.collectives.phases import Phase, Transfer
+from simulator.collectives.phases import TRANSFER_ENDS, Phase, Transfer
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
@@ -326,7 +326,7 @@ def route_table(topology: Topology, phases: Sequence[Phase]) -> RouteTable:
 def routed(topology: Topology, transfers: Sequence[Transfer]) -> tuple[np.ndarray, np.ndarray]:
     """``transfers`` routed once: each one's number of links, and the links of every route one after another, in
     the transfers' order."""
-    paths = [topology.path(t.src, t.dst, t.channel) for t in transfers]
+    paths = topology.paths(map(TRANSFER_ENDS, transfers))
     lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
     return lengths, np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))
 

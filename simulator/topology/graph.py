@@ -326,6 +326,12 @@ class Topology:
         """Directed link ids from GPU ``src`` to GPU ``dst``; ``channel`` picks among parallel routes."""
         return (self._routes.get((src, dst, channel)) or self.route(src, dst, channel))[0]
 
+    def paths(self, ends: Iterable[tuple[int, int, int]]) -> list[tuple[int, ...]]:
+        """`path` of each ``(src, dst, channel)`` of ``ends``, in order, without a method call per known route: the
+        fold checks of the SC21 76.1B step route some 300,000 transfers of its plans (most of them known)."""
+        known, route = self._routes.get, self.route
+        return [(known(end) or route(*end))[0] for end in ends]
+
     def hop_signature(self, src: int, dst: int) -> list[tuple[float, str]]:
         """The bandwidth and class of each link from GPU ``src`` to GPU ``dst``, hop for hop: two transfers with
         equal signatures take the same time alone (the fold checks compare hand-offs and copies by it)."""
