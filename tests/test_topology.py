@@ -139,6 +139,18 @@ def test_rail_optimized_routes():
     assert topo.path_latency(3, 13) == pytest.approx(14e-6, rel=REL)
 
 
+def test_paths_are_each_pairs_path_whether_known_or_new():
+    """`Topology.paths` looks a list of (src, dst, channel) up at once: each entry is what `path` gives, a route
+    already known (read) or new (worked out on the fresh topology). By hand: inside a host two NVLink links, on one
+    rail across hosts four (GPU-NIC, NIC-leaf and back), across rails six (through a spine)."""
+    ends = [(1, 6, 0), (3, 11, 0), (3, 13, 5), (1, 6, 0), (3, 13, 6)]
+    fresh, stepwise = load_topology("dgx-h100-cluster"), load_topology("dgx-h100-cluster")
+    fresh.path(3, 11)
+    paths = fresh.paths(ends)
+    assert paths == [stepwise.path(*end) for end in ends]
+    assert [len(path) for path in paths] == [2, 4, 6, 2, 6]
+
+
 def test_spine_choice_is_deterministic_and_spreads_over_channels():
     topo = load_topology("dgx-h100-cluster")
     spines = {route(topo, 0, 13, channel)[3] for channel in range(64)}
