@@ -78,6 +78,7 @@ def test_the_console_prints_the_line(tmp_path, capsys):
 @pytest.mark.parametrize(("line", "field", "problem"), [
     ("  gpu_power: 700", "costs.gpu_power", "power 700 has no unit (allowed: W or kW, e.g. '700 W')"),
     ("  gpu_power: 700 kW", "costs.gpu_power", "700,000 W is no GPU's power"),
+    ("  gpu_power: 0.7 W", "costs.gpu_power", "0.7 W is no GPU's power (allowed: 1 W to 5,000 W, e.g. '700 W')"),
     ("  gpu_hour_price: 0", "costs.gpu_hour_price", "0 is not above 0"),
     ("  currency: US dollars", "costs.currency", "currency 'US dollars' is not a short label"),
     ("  price: 3", "costs.price", "unknown key 'price' (allowed: gpu_hour_price, currency, gpu_power)"),
@@ -100,12 +101,14 @@ def test_a_scenario_without_costs_keeps_its_digest_fields():
 
 def test_a_job_pays_for_every_gpu_it_holds_over_the_horizon():
     """SPARE_JOB: 2 DGX hosts (16 GPUs) and 1 spare host (8) held for 2 d = 48 h: 24 x 48 = 1,152 GPU-h, at 3 USD
-    3,456 USD; lost: 1,152 x (1 - ETTR); per million tokens: over the goodput's tokens in the horizon."""
+    3,456 USD; lost: all but the training GPUs' productive hours, 1,152 - 16 x 48 x ETTR (the spare's 384 among
+    them); per million tokens: over the goodput's tokens in the horizon."""
     job = simulate_job(scenario_from_text(SPARE_JOB + "costs: {gpu_hour_price: 3}\n")).summary
     resources = job["resources"]
     assert (resources["gpus_held"], resources["spare_gpus"]) == (24, 8)
     assert resources["gpu_hours"] == 1152.0 and resources["cost"] == 3456.0
-    assert resources["gpu_hours_lost"] == pytest.approx(1152.0 * (1 - job["ettr"]["mean"]), rel=1e-12)
+    assert resources["gpu_hours_lost"] == pytest.approx(1152.0 - 16 * 48 * job["ettr"]["mean"], rel=1e-12)
+    assert resources["gpu_hours_lost"] > 384.0  # the spare host's 8 GPUs, held 48 h, never train
     trained = job["goodput_tokens_per_s"]["mean"] * 172_800
     assert resources["gpu_hours_per_million_tokens"] == pytest.approx(1152.0 * 1e6 / trained, rel=1e-12)
     assert resources["cost_per_million_tokens"] == pytest.approx(3456.0 * 1e6 / trained, rel=1e-12)

@@ -89,6 +89,19 @@ GPUS: MappingProxyType = MappingProxyType({
 })
 
 
+_SXM_DATASHEET = "NVIDIA {} Tensor Core GPU datasheet, SXM form factor: max thermal design power (TDP) {}"
+_BLACKWELL_TABLE = ("G. Lockwood, glennklockwood.com/garden/processors/B200, per-variant table: {} at {}")
+BOARD_POWER_SOURCES: MappingProxyType = MappingProxyType({
+    "a100-40gb": _SXM_DATASHEET.format("A100", "400 W"),
+    "a100-80gb": _SXM_DATASHEET.format("A100", "400 W"),
+    "h100-sxm": _SXM_DATASHEET.format("H100", "up to 700 W"),
+    "h200": _SXM_DATASHEET.format("H200", "up to 700 W"),
+    "b200": _BLACKWELL_TABLE.format("the HGX B200", "1,000 W"),
+    "gb200": _BLACKWELL_TABLE.format("the GB200 NVL72's B200", "1,200 W"),
+})
+"""Where each catalog GPU's board power comes from, as `trainsim gpus NAME` cites it."""
+
+
 DEVICE_NAMES: tuple[tuple[str, str], ...] = (
     (r"\bGB200\b", "gb200"), (r"\bB200\b", "b200"), (r"\bH200\b", "h200"), (r"\bH100\b(?!.*(PCIe|NVL))", "h100-sxm"),
     (r"\bA100\b.*80GB", "a100-80gb"), (r"\bA100\b", "a100-40gb"))

@@ -8,19 +8,20 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from simulator.config.sections import Section, user_value
-from simulator.units import parse_power
+from simulator.units import four_digits, parse_power
 
+MIN_GPU_POWER_W = 1.0
 MAX_GPU_POWER_W = 5_000.0
-"""The largest board power a GPU may be given: several times any part's (a GB200's 1,200 W), so a value past it is
-a unit slip (700 kW), refused at its line."""
+"""The range of board power a GPU may be given: the largest several times any part's (a GB200's 1,200 W), so a value
+past it is a unit slip (700 kW), as is one under a watt (0.7 W for 0.7 kW); refused at its line."""
 
 
 
 def _a_gpu_power(watts: float) -> float:
     """``watts`` if a GPU could draw it."""
-    if not 0 < watts <= MAX_GPU_POWER_W:
-        raise ValueError(f"{watts:,.0f} W is no GPU's power (allowed: more than 0 W, at most {MAX_GPU_POWER_W:,.0f} "
-                         "W, e.g. '700 W')")
+    if not MIN_GPU_POWER_W <= watts <= MAX_GPU_POWER_W:
+        raise ValueError(f"{four_digits(watts)} W is no GPU's power (allowed: {MIN_GPU_POWER_W:,.0f} W to "
+                         f"{MAX_GPU_POWER_W:,.0f} W, e.g. '700 W')")
     return watts
 
 

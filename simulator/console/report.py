@@ -333,7 +333,7 @@ def resources_row(resources: dict) -> tuple[str, str]:
     """A step's GPU time, GPU energy and cost, per million tokens where the step has tokens, else per step:
     ('per 1M tokens', '0.02436 GPU-h, 0.01705 kWh (700 W a GPU, board power), 0.0609 USD')."""
     per = "_per_million_tokens" if resources.get("gpu_hours_per_million_tokens") is not None else "_per_step"
-    power = (f"{resources['gpu_power_w']:,.0f} W a GPU"
+    power = (f"{four_digits(resources['gpu_power_w'])} W a GPU"
              + (", board power" if resources["gpu_power_source"] == "board power" else ""))
     parts = [f"{four_digits(resources['gpu_hours' + per])} GPU-h",
              f"{four_digits(resources['gpu_energy_kwh' + per])} kWh ({power})"]

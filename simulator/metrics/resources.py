@@ -65,11 +65,13 @@ def step_resources(tariff: Tariff, gpus: int, step_time_s: float, tokens_per_ste
 
 def job_resources(tariff: Tariff, gpus: int, spare_gpus: int, horizon_s: float, ettr: float,
                   tokens_trained: float | None) -> dict:
-    """A job holding ``gpus`` GPUs and ``spare_gpus`` more on its spare hosts for ``horizon_s``: its GPU-hours, the
-    part of them not spent on progress kept (1 - ETTR: restarts, lost work, checkpoint stalls, slow steps), and its
-    cost, in all and per million tokens trained (``tokens_trained``: the goodput's over the horizon). No energy: a
-    GPU that waits for a restart or stands by as a spare draws far less than while it trains, which no figure here
-    knows."""
+    """A job training on ``gpus`` GPUs, holding ``spare_gpus`` more on its spare hosts, for ``horizon_s``: its
+    GPU-hours, those that kept no progress (`gpu_hours_lost`: all held but the training GPUs' productive time,
+    ``gpus`` x horizon x ETTR, so restarts, work redone, checkpoint stalls, slow steps and the spares standing by),
+    and its cost, in all and per million tokens trained (``tokens_trained``: the goodput's over the horizon). No
+    energy: a GPU that waits for a restart or stands by as a spare draws far less than while it trains, which no
+    figure here knows."""
     figures = tariff.figures((gpus + spare_gpus) * horizon_s, tokens_trained, energy=False)
+    productive = gpus * horizon_s * ettr / SECONDS_PER_HOUR
     return {**tariff.header(energy=False), "gpus_held": gpus + spare_gpus, "spare_gpus": spare_gpus, **figures,
-            "gpu_hours_lost": figures["gpu_hours"] * (1.0 - ettr)}
+            "gpu_hours_lost": figures["gpu_hours"] - productive}

@@ -8,7 +8,7 @@ steady run at the power limit) differ by the sources as much as by the silicon; 
 from __future__ import annotations
 
 from simulator.catalog.calibration import kernel_data, nvlink_line_rate
-from simulator.catalog.gpus import GPUS, GPUSpec
+from simulator.catalog.gpus import BOARD_POWER_SOURCES, GPUS, GPUSpec
 from simulator.units import format_bandwidth, four_digits
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.memory_plan import GIB
@@ -74,11 +74,13 @@ def gpu_table() -> str:
 
 
 def gpu_detail(name: str) -> str:
-    """One GPU: its row as `key: value` lines, then the full citation of every source its efficiencies name."""
+    """One GPU: its row as `key: value` lines, then the full citation of every source its efficiencies and its board
+    power name."""
     lines = [f"{key}: {value}" for key, value in _row(name).items()]
     citations = kernel_data()["sources"]
     keys = sorted({key for value in _sources(name).values() for key in value.replace("(", " ").replace(")", " ")
                    .split() if key in citations})
     lines.append("sources:")
     lines += [f"  {key}: {' '.join(str(citations[key]).split())}" for key in keys]
+    lines.append(f"  board power: {BOARD_POWER_SOURCES[name]}")
     return "\n".join(lines)
