@@ -25,9 +25,9 @@ other TP lanes and CP's rings' copies, for those beside the traffic that joins t
 copy of its stage beside DP rings across hosts that hop on NVLink, which join them all (SC21 7.5B: 47,244 of
 46,316 flows, 29,513 counting one group). The trays of a GB200 NVL72 rack are one NVLink domain, counted as a
 host: a group across them keeps the copies the rack's other groups join to it (TP 8 x DP 9 on one rack: 4,056 of
-3,993 flows, 1,387 counting one copy). Where a GB200 step's fold simulates one rank a tray (`_folds_by_trays`),
-those ranks are counted with every group they hold (the bundled job's step cut to 4 layers: 36 ranks, one a tray of
-two racks, flows 0.997 of the run).
+3,993 flows, 1,387 counting one copy). Where a GB200 step folds by its trays' classes (`_folds_by_trays`), the
+classes engine/rank_classes.py keys are counted (`_tray_classes`), each tray's groups with the copies that meet them
+(the bundled job's step cut to 4 layers: one class a stage, 2 ranks, ops exact, flows 1.015 of the run).
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded, but for a MoE step whose gathers meet a skewed router's all-to-alls
@@ -972,16 +972,17 @@ class TrayClasses(NamedTuple):
 
 def _folds_by_trays(scenario: Scenario, layout: Layout, hosts: HostShape | None, tp_inside: bool,
                     dp_beside_tp: bool) -> bool:
-    """Whether a folded step runs folded by engine/rank_classes.py's classes of one rank per tray: on the flow
+    """Whether a folded step runs folded by engine/rank_classes.py's classes of trays (`_tray_classes`): on the flow
     model (the analytic model runs no classed fold) without step faults, where an NVLink domain holds several hosts
     (a GB200 NVL72 rack's trays) and the DP x CP group spans several domains with several trays in one, so that
     each tray's NVLink ports and NICs carry its rings to and from trays of its own (rank_classes.py
-    `_carried`: a tray is read by the hosts at the other end), and where its collectives may overlap a TP
+    `_carried`: a tray is read by the copies of the rings it holds), and where its collectives may overlap a TP
     collective inside a tray, mirrored on the other trays (``tp_inside``, ``dp_beside_tp``: rank_classes.py
     `_met_by_mirrored`; with `ddp.overlap: false` at PP 1 nothing mirrored meets the rings, and the stage fold
     runs); and where each domain's trays are at most the rings' channels, every tray then entered or left by some
     channel's ring: with more (18 trays a rack, 16 channels) trays that carry alike leave classes of unequal size,
-    which the fold does not use (the stage fold runs, and unfolds where its lanes fall out of step). MoE, HSDP
+    which the fold does not use (the stage fold runs, and unfolds where its lanes fall out of step), unless stages
+    straddle the domains (`_stages_straddle_domains`), where the step's rotation parts the trays. MoE, HSDP
     and synthetic steps are left to the stage fold's count (the guard, `refuse_unfolded`,
     weighs the classes the run finds)."""
     if (hosts is None or hosts.domain <= hosts.gpus or scenario.network.model != "flow"
@@ -991,19 +992,33 @@ def _folds_by_trays(scenario: Scenario, layout: Layout, hosts: HostShape | None,
     trays: dict[int, set[int]] = {}
     for rank in group:
         trays.setdefault(rank // hosts.domain, set()).add(rank // hosts.gpus)
-    return len(trays) > 1 and 1 < max(map(len, trays.values())) <= _ring_channels(group, hosts)
-
-
-def _tray_classes(layout: Layout, hosts: HostShape) -> TrayClasses:
-    """The classes of a step folded by trays (`_folds_by_trays`): positions of a stage whose ranks sit on the
-    same hosts in every stage, or on hosts that the step's rotation (`_step_rotation`) maps onto each other, carry
-    alike and share a class (rank_classes.py keys a position by its hosts' loads and their places in that
-    rotation); and the TP, CP and DP x CP groups per stage that a position of each tray holds, each simulated with
-    its own transfers: a class-mate's copies of a representative's, which the DP rings over NVLink meet, run as
-    its kept mirrors (the other copies are mirrors too). The bundled GB200 job's step at 4 racks: 18 classes a
-    stage (the trays of two racks), every TP group counted, one DP group of the stage's four."""
     stages = np.array([layout.stage_ranks(stage) for stage in range(layout.pp)], dtype=np.int64)
-    classes = len(np.unique(stages.T % _step_rotation(layout, hosts) // hosts.gpus, axis=0))
+    straddle = _stages_straddle_domains(stages, hosts.domain, scenario.parallelism.pipeline.virtual_stages > 1)
+    return len(trays) > 1 and 1 < max(map(len, trays.values())) and (
+        straddle or max(map(len, trays.values())) <= _ring_channels(group, hosts))
+
+
+def _tray_classes(layout: Layout, hosts: HostShape, wraps: bool) -> TrayClasses:
+    """The classes of a step folded by trays (`_folds_by_trays`), as engine/rank_classes.py keys them (where
+    every position of a stage is of one class, the stage fold runs, one rank a stage). Where the stages hand
+    on alike (`_stages_straddle_domains`), by the copy key: a tray is read by the copies of the DP rings it holds,
+    the TP and CP coordinates of its GPUs, so positions part only by the trays of a TP group they sit on (the
+    bundled GB200 job's step at 4 racks: one class a stage, 2 of 288 ranks; TP 8 over two trays, two a stage);
+    where some stage's hand-off stays in its rack in one replica and leaves it in another, by the step's
+    rotation: positions whose ranks sit on the same hosts in every stage, or on hosts the rotation
+    (`_step_rotation`) maps onto each other (TP 8 x PP 2 x DP 9 on two racks of 18 trays: 36 of 144 ranks). Beside
+    the classes, the TP, CP and DP x CP groups per stage that a position of each tray holds, each simulated with
+    its own transfers: a class-mate's copies of a representative's, which the DP rings over NVLink meet, run as
+    its kept mirrors (the other copies are mirrors too)."""
+    stages = np.array([layout.stage_ranks(stage) for stage in range(layout.pp)], dtype=np.int64)
+    if _stages_straddle_domains(stages, hosts.domain, wraps):
+        keys = stages.T % _step_rotation(layout, hosts) // hosts.gpus
+    else:
+        ranks = np.arange(layout.world, dtype=np.int64)
+        lanes = np.full(-(-layout.world // hosts.gpus) * hosts.gpus, -1, dtype=np.int64)
+        lanes[ranks] = ranks // layout.stride("tp") % layout.tp + layout.tp * (ranks // layout.stride("cp") % layout.cp)
+        keys = lanes.reshape(-1, hosts.gpus)[stages.T // hosts.gpus].reshape(stages.shape[1], -1)
+    classes = len(np.unique(keys, axis=0))
     firsts = np.sort(np.unique(stages.T // hosts.gpus, axis=0, return_index=True)[1])
     representatives = stages[:, firsts].reshape(-1)
     held = {"pp": len(firsts)}
@@ -1013,6 +1028,18 @@ def _tray_classes(layout: Layout, hosts: HostShape) -> TrayClasses:
             base -= representatives // layout.stride(dim) % layout.degree(dim) * layout.stride(dim)
         held[kind] = len(np.unique(base)) // layout.pp
     return TrayClasses(classes, held)
+
+
+def _stages_straddle_domains(stages: np.ndarray, domain: int, wraps: bool) -> bool:
+    """Whether some pipeline hand-off between the ranks ``stages`` (per stage, its ranks by position) stays inside
+    its NVLink domain (``domain`` GPUs) at one position and leaves it at another, the wrap from the last stage to
+    the first counted where ``wraps`` (interleaved schedules); engine/rank_classes.py `_hands_on_unlike` reads
+    it on the step's hand-offs."""
+    placed = stages // domain
+    inside = placed[1:] == placed[:-1]
+    if wraps:
+        inside = np.vstack((inside, placed[:1] == placed[-1:]))
+    return bool((inside.any(axis=1) & ~inside.all(axis=1)).any())
 
 
 def _step_rotation(layout: Layout, hosts: HostShape) -> int:
@@ -1263,9 +1290,9 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     tp_inside = bool(comm["tp"]) and hosts is not None and max(Counter(r // hosts.gpus for r in tp_group).values()) > 1
     dp_beside_tp = pp > 1 or _tp_beside_dp(par, m, training.recompute, round(layers_per_rank),
                                            _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket), 0) > 0
-    trays = (_tray_classes(layout, hosts) if fold and hosts is not None and comm["dp"] and synthetic is None
-             and not moe and not degree and _folds_by_trays(scenario, layout, hosts, tp_inside, dp_beside_tp)
-             else None)
+    trays = (_tray_classes(layout, hosts, par.pipeline.virtual_stages > 1)
+             if fold and hosts is not None and comm["dp"] and synthetic is None and not moe and not degree
+             and _folds_by_trays(scenario, layout, hosts, tp_inside, dp_beside_tp) else None)
     if trays is not None:
         ranks = pp * trays.classes
     if tp_all_reduces and shapes["tp"].joined:  # rings whose copies in other replicas another dimension joins
@@ -1781,7 +1808,7 @@ def _classes_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: T
     its step timeline off): the folded estimate where it counts those ranks (`_folds_by_trays`), else the
     unfolded step's ops and memory in the share ``ranks`` of the GPUs simulates (`classed_estimate`) beside every
     flow of it: each representative's groups are simulated with the copies that meet them (the GB200 job's step
-    at 4 racks, one rank a tray of two racks: 83,664 flows of the unfolded estimate's 86,544). None for a trace."""
+    at 4 racks: 83,664 flows of the unfolded estimate's 86,544). None for a trace."""
     scenario = loaded.scenario
     run = scenario.run.model_copy(update={"timeline": "summary"}) if scenario.run.horizon is not None else scenario.run
     folded = estimate_scale(scenario.model_copy(update={"run": run}), gpus, scenario_hosts(loaded), topology,

@@ -890,18 +890,33 @@ run: {timeline: summary}
 """
 
 
-@pytest.mark.parametrize(("racks", "ranks"), [(4, 8), (5, 20)], ids=["four-racks", "five-racks"])
-def test_gb200_trays_of_racks_a_rotation_apart_share_a_class(run_yaml, racks, ranks):
+STAGES_STRADDLING_RACKS = """
+cluster: {topology: gb200-nvl72, racks: 2}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 2048, global_batch: 72, micro_batch: 1, precision: bf16}
+parallelism: {tp: 8, pp: 2, dp: 9, sequence_parallel: true, pipeline: {schedule: 1f1b}, fsdp: shard_grad_op}
+run: {timeline: summary}
+"""
+"""TP 8 over two trays, PP 2, DP 9 on two racks of 18 trays: each replica's two stages take four trays, so the fifth
+replica's stage 0 ends rack 0 and its stage 1 starts rack 1."""
+
+
+@pytest.mark.parametrize(("scenario", "ranks"), [
+    (FOUR_RACKS_A_LEAF_GROUP_EACH, 2),
+    (FOUR_RACKS_A_LEAF_GROUP_EACH.replace("racks: 4", "racks: 5").replace("dp: 8", "dp: 10").replace(
+        "global_batch: 32", "global_batch: 40"), 2),
+    (STAGES_STRADDLING_RACKS, 36)], ids=["four-racks", "five-racks", "stages-straddling-racks"])
+def test_gb200_trays_fold_by_copy_where_the_fabric_rotates(run_yaml, scenario, ranks):
     """Racks of 4 trays (two replicas of TP 4 x PP 2), each its own leaf group, so the spine hash repeats rack by
-    rack: the DP rings run one way through one rack's trays and the other way through the next's, so on four racks
-    the step rotated by two racks is its own image, and the trays at one place of racks 0 and 2 (1 and 3) carry
-    alike, their rings leaving to like offsets at like places of the hash's period (engine/rank_classes.py
-    `_placed`): one rank a tray of two racks, 8 of 64 (keyed by the hosts at the other ends, each of the 16 trays
-    a stage is its own class). On five racks no rotation maps the step onto itself, and every tray is
-    simulated apart (20 of 80; keyed without their places in the rotation, the trays part into classes of unequal
-    size and the step folds onto 2 ranks). Every figure is the unfolded step's."""
-    scenario = FOUR_RACKS_A_LEAF_GROUP_EACH.replace("racks: 4", f"racks: {racks}").replace(
-        "dp: 8", f"dp: {2 * racks}").replace("global_batch: 32", f"global_batch: {8 * racks}")
+    rack and a rotation by whole racks maps the wiring onto itself. The copy key holds there as on racks of 16
+    trays: every host of a DP ring's copy ends it together, so the trays, which hold the same TP lanes, are one
+    class and the stage fold runs, 2 ranks on four racks and on five, every figure the unfolded step's (keyed by
+    each route's place in the period of the spine hash and each tray's place in the step's rotation, 8 of 64 on
+    four racks, whose step rotated by two racks is its own image, and 20 of 80 on five, with the same figures).
+    Where stages straddle the racks (the fifth replica of TP 8 x PP 2 x DP 9 on two racks of 18 trays hands on
+    over the NICs where the others hand on over NVLink) the copy key keys every tray alike, and the stage fold
+    that would run is refused for its unlike hand-offs (144 ranks); the rotation's classes part the trays there
+    (engine/rank_classes.py `_hands_on_unlike`): one rank a tray a stage, 36 of 144."""
     folded = run_yaml(scenario).summary
     unfolded = run_yaml(scenario, "run.fold=false").summary
     assert folded["folded"] and "fold_given_up" not in folded

@@ -588,7 +588,7 @@ def test_the_estimate_counts_the_data_parallel_collectives_the_program_posts(pat
     (["model.layers=2", "cluster.topology=gb200-nvl72", "parallelism.tp=8", "parallelism.dp=9",
       "training.global_batch=18"], 1.062),
     (["model.layers=2", "cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=8", "parallelism.dp=18",
-      "training.global_batch=36"], 1.000),
+      "training.global_batch=36"], 1.163),
     (["model.layers=2", "cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=4", "parallelism.dp=36",
       "training.global_batch=36"], 0.485),
 ])
@@ -598,8 +598,10 @@ def test_the_estimate_reads_the_channels_and_nvl72_trays(overrides, ratio):
     hash), which the estimate counts as it counts the replica quotient (counting every replica's DP transfers: 1.288
     and 0.426). The rings run by rack
     (docs/collectives.md "Across NVLink domains"): one ring inside a rack, and across racks a channel per member a
-    rack (9 at TP 8), whose trays then carry unlike loads, so the run folds by trays (36 ranks), as the estimate
-    counts it (1.000); or 16 channels over 18 members a rack (TP 4), where the stage fold runs, falls out of step
+    rack (9 at TP 8), and every tray of a TP group's pair holds the same TP lanes as its peers, so the run folds
+    by the copy key onto one rank per tray of a TP group (2 ranks, PP 1), as the estimate counts it, each tray's
+    groups counted (1.163; 1.000 where the run simulated one rank a tray, 36); or 16 channels over 18 members
+    a rack (TP 4), where the stage fold runs, falls out of step
     and unfolds (144 ranks, one counted: 0.485). The one-rack ratio is 1.062.
     A rack's trays are one NVLink domain, so a group across them keeps every copy the rack's other groups join to
     it, and a DP ring with several members a rack hops on NVLink through every TP lane there."""
@@ -1230,52 +1232,94 @@ def test_hand_offs_across_hosts_count_one_flow_a_send_and_its_receive(overrides,
 
 def test_the_gb200_job_step_is_estimated_at_its_tray_classes():
     """The bundled GB200 job's step (TP 4 in a tray, PP 2, DP 36 over 4 racks; cut to 4 layers): its DP rings run
-    9 channels over 9 trays a rack, whose trays then carry unlike loads, and run one way through one rack and the
-    other way through the next, so the run's fold simulates one rank a tray of two racks, 36 ranks
-    (engine/rank_classes.py: the step rotated by two racks is its own image), as the estimate counts them
-    (`scale._tray_classes`): ops exact (14,490) and flows 0.997 of the run's (counted at the stage fold's 2 ranks:
-    0.027 and 0.111). Flows pinned within 0.1%."""
+    9 channels over 9 trays a rack, and every tray holds the same TP lanes, so by the copy key (engine/rank_classes.py
+    `_flow_codes`) its trays are one class and the stage fold runs, 2 ranks, as the estimate counts them
+    (`scale._tray_classes`): ops exact (805) and flows 1.015 of the run's (each tray's groups counted, which the DP
+    rings over NVLink join; keyed by the step's rotation the run simulated 36 ranks, 14,490 ops). Flows pinned
+    within 0.1%."""
     loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", list(GB200_JOB_FOUR_LAYERS))
     topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, topology.num_gpus, scale.scenario_hosts(loaded), topology)
     summary = bundled_result("llama3-70b-gb200-job", GB200_JOB_FOUR_LAYERS).summary
-    assert (estimate.simulated_ranks, summary["simulated_ranks"]) == (36, 36)
-    assert estimate.ops == summary["ops_executed"] == 14_490
-    assert estimate.flows / summary["flows_simulated"] == pytest.approx(0.997, rel=0.001)
+    assert (estimate.simulated_ranks, summary["simulated_ranks"]) == (2, 2)
+    assert estimate.ops == summary["ops_executed"] == 805
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(1.015, rel=0.001)
+
+
+GB200_RACKS = """
+cluster: {topology: gb200-nvl72, racks: 2, trays: 16}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 1024, global_batch: 32, micro_batch: 1, precision: bf16, recompute: none}
+parallelism: {tp: 8, pp: 2, dp: 8, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
+              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
+run: {timeline: summary}
+"""
+
+
+@pytest.mark.parametrize(("overrides", "ranks"), [
+    ([], 4),  # TP 8 over two trays: a class per tray of a TP group and stage
+    (["parallelism.tp=2", "parallelism.dp=32", "training.global_batch=64"], 2),  # two replicas a tray: one class
+    (["parallelism.tp=4", "cluster.trays=4", "cluster.racks=4", "cluster.leaf_ports=4"], 2),
+    (["parallelism.tp=4", "parallelism.dp=10", "training.global_batch=40", "cluster.trays=4", "cluster.racks=5",
+      "cluster.leaf_ports=4"], 2),  # a rack a leaf group, the spine hash repeating rack by rack
+    (["cluster.trays=18", "parallelism.pp=1", "parallelism.dp=18", "training.global_batch=36"], 2),
+    (["cluster.trays=18", "parallelism.tp=4", "parallelism.dp=18", "training.global_batch=36"], 2),
+    (["cluster.trays=18", "parallelism.dp=9", "training.global_batch=36",
+      "parallelism.pipeline.schedule=1f1b", "parallelism.pipeline.virtual_stages=1"], 36),  # stages straddle racks
+], ids=["tp8-16-trays", "tp2-16-trays", "four-racks-of-4", "five-racks-of-4", "tp8-pp1-18-trays",
+        "tp4-18-trays", "stages-straddling-racks"])
+def test_a_gb200_step_is_estimated_at_the_ranks_its_fold_simulates(overrides, ranks):
+    """GB200 steps whose DP rings cross racks from several trays a rack, folded by the classes engine/rank_classes.py
+    finds, counted before the build as the run simulates them (`scale._tray_classes`): by the copy key a tray is
+    read by the TP lanes it holds, one class per tray of a TP group and stage (TP 8 over two trays: 2 a stage; TP
+    4 or 2 in a tray: one, the stage fold), on racks of 16 trays and of 18, and on racks of 4 trays a leaf group
+    each, which a rotation of the fabric maps onto each other; where stages straddle the racks (TP 8 x PP 2 x DP 9
+    on two racks of 18 trays) by the step's rotation, every tray apart here: 36 of 144. Before the copy key was
+    counted these were estimated at 32, 64, 8, 20, 36, 36 and 2 ranks."""
+    loaded = scenario_from_text(GB200_RACKS, "inline.yaml", overrides)
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    summary = simulate(loaded).summary
+    assert "fold_given_up" not in summary
+    assert estimate.simulated_ranks == summary["simulated_ranks"] == ranks
 
 
 @pytest.mark.parametrize("racks, overrides, ranks", [
-    (43, [], 774),  # one rank a tray (an odd number of racks: no rotation of the step onto itself): refused
-    (41, [], 738),  # ~19.8 M, under the limit of events, and ~15.2 GiB with the full timeline
-    (42, [], 36),  # an even number: one rank a tray of two racks, ~15.5 M events
+    (43, [], 2),  # one class a stage, on every number of racks
+    (42, ["parallelism.tp=8"], 36),  # stages straddle the racks: one rank a tray of two racks
     (48, ["network.model=analytic"], 2),  # the analytic model runs no classed fold
     (24, ["parallelism.pp=1", "parallelism.ddp.overlap=false"], 1),  # 18 trays a rack: the stage fold
 ])
 def test_a_gb200_job_step_counts_its_tray_classes_only_where_they_fold(racks, overrides, ranks):
-    """The GB200 job's step (80 layers) estimated at its size: one rank a tray where the run folds by trays, so
-    that on an odd number of racks from 43 (3,096 GPUs) it is past MAX_EVENTS (on an even number one rank a
-    tray of two racks); the stage fold's ranks on the analytic model, and
-    where each rack holds more of a DP ring's trays than it has channels (PP 1, 18 a rack: the stage fold runs).
-    Below 42 racks its memory with the full timeline is within MAX_MEMORY_BYTES too (`OP_BYTES`, measured: the
-    step of 16 racks cut to 16 layers peaked at 532 MiB without its timeline, estimated at 673 MiB)."""
-    dp = racks * 72 // (4 * (1 if "parallelism.pp=1" in overrides else 2))
+    """The GB200 job's step (80 layers) estimated at its size: by the copy key its trays are one class a stage, 2
+    ranks on 43 racks (3,096 GPUs), ~15.6 M events with the copies the DP rings over NVLink join, within
+    MAX_EVENTS (counted one rank a tray, 774 ranks, it was refused); with TP 8 over two trays, PP 2, each replica
+    takes four trays, four and a half replicas a rack, so stages straddle the racks and the rotation's classes count one
+    rank a tray of two racks, 36; the stage fold's ranks on the analytic model, and where nothing mirrored meets
+    the rings (PP 1 without `ddp.overlap`)."""
+    tp = 8 if "parallelism.tp=8" in overrides else 4
+    dp = racks * 72 // (tp * (1 if "parallelism.pp=1" in overrides else 2))
     loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", f"cluster.racks={racks}",
                                                                       f"parallelism.dp={dp}",
                                                                       f"training.global_batch={dp * 8}", *overrides])
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     assert estimate.simulated_ranks == ranks
-    assert (estimate.events > scale.MAX_EVENTS) == estimate.over_limits() == (ranks == 774)
+    assert not estimate.over_limits()
+
+
+GB200_JOB_STRADDLING = (*GB200_JOB_FOUR_LAYERS, "parallelism.tp=8", "parallelism.dp=18")
+"""The GB200 job's step cut to 4 layers at TP 8 over two trays, PP 2, DP 18: each replica takes four trays, so
+stages straddle its four racks of 18, and it folds by the step's rotation onto 36 of 288 ranks."""
 
 
 def test_a_fold_by_classes_past_the_limits_is_refused_before_it_is_built(monkeypatch):
     """The guard hears of a fold by classes with its ranks (`Unfolding.ranks`) and refuses it beyond the limits
-    before its program is built, whatever the estimate before the build counted: the GB200 job's step at 4 racks
-    (4 layers), counted at the stage fold's 2 ranks (`_folds_by_trays` off) and the limit at 50,000 events, which
-    its stage fold (10,279) is within and its fold by trays past (~114,300: its share of the unfolded step's ops
-    beside every flow of it, `scale._classes_estimate`)."""
+    before its program is built, whatever the estimate before the build counted: the GB200 job's step at TP 8
+    (`GB200_JOB_STRADDLING`), counted at the stage fold's 2 ranks (`_folds_by_trays` off) and the limit at
+    50,000 events, which its stage fold is within and its fold by classes past (its share of the unfolded step's
+    ops beside every flow of it, `scale._classes_estimate`)."""
     monkeypatch.setattr(scale, "_folds_by_trays", lambda *args: False)
     monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
-    loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", ["run.horizon=null", "model.layers=4"])
+    loaded = load_scenario(SCENARIOS / "llama3-70b-gb200-job.yaml", list(GB200_JOB_STRADDLING))
     with pytest.raises(ScenarioError) as refused:
         simulate(loaded)
     assert refused.value.problem.startswith("this run is too large to simulate folded by classes")
@@ -1283,11 +1327,13 @@ def test_a_fold_by_classes_past_the_limits_is_refused_before_it_is_built(monkeyp
 
 
 def test_a_gb200_job_folded_by_trays_past_the_limits_is_refused_on_one_line(monkeypatch, capsys, tmp_path):
-    """`trainsim run` of the GB200 job (4 racks, 4 layers, one replication of an hour) with the limit at 50,000
-    events: its healthy step's fold by trays (~110,844 events) is refused before it is built, exit 2, one line."""
+    """`trainsim run` of the GB200 job at TP 8 (`GB200_JOB_STRADDLING`, one replication of an hour) with the limit
+    at 50,000 events: its healthy step's fold by classes (~145,242 events) is refused before it is built, exit 2,
+    one line."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
-    assert main(["run", str(SCENARIOS / "llama3-70b-gb200-job.yaml"), "--set", "model.layers=4", "--set",
-                 "run.horizon=1 h", "--set", "run.replications=1", "--out", str(tmp_path), "--quiet"]) == 2
+    sets = [part for setting in (*GB200_JOB_STRADDLING, "run.horizon=1 h", "run.replications=1")
+            for part in ("--set", setting)]
+    assert main(["run", str(SCENARIOS / "llama3-70b-gb200-job.yaml"), *sets, "--out", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "the job's step is too large to simulate folded by classes" in err

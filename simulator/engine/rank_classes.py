@@ -18,20 +18,20 @@ NVLink and on to the next rack over the NICs, so one replica's GPUs send it over
 receive it there: read inside trays alone, one rank would stand for both and the TP collectives beside the ring
 fall out of step (TP 8 x PP 4 on racks of 64 GPUs; tests/test_folding.py). For
 a group with members on more than one host of some NVLink domain, each host is read also by the transfers leaving
-its domain over its NICs: its own end's index, the bytes and what the fabric hashes the route by (`_flow_codes`: the
-sender's place in the period of the spine hash, the other end's offset, the channel). With the rings built rack by
-rack every tray's NVLink ports and NICs carry alike, but each tray sends to and receives from its own peer tray of
-the next rack, and the fabric hashes each flow onto a spine by its hosts: read by NVLink alone one rank stood for
-every tray of its stage, and the DP reduce-scatter would fall out of step (TP 8 x PP 4 x DP 4 on two racks of 16
-trays; tests/test_folding.py). Where no rotation by whole periods of the hash maps the wiring onto itself (racks of
-16 trays in leaf groups of 18), a transfer leaving the domain is read by the copy of its group it runs in: the
-hosts of one copy end it together, so only hosts of unlike copies part (8 of 128 ranks there, one per stage and
-tray of a TP group, and 2 of 32 where two replicas share a rack). Where one does, such a fold simulates one rank
-per tray and stage, but for trays that a rotation of the whole step by whole periods of the hash maps onto each
-other, which share a class (`_placed`: the rings run one way through one rack and the other way through the next,
-so on an even number of racks, each its own period, the step rotated by two racks is its own image; the bundled
-GB200 job, TP 4 x PP 2 x DP 36 on four racks, folds onto 36 of 288 ranks, 72 where keyed by the hosts at the other
-ends). Only
+its domain over its NICs: its own end's index, the bytes and the copy of the group it runs in (`_flow_codes`).
+With the rings built rack by rack every tray's NVLink ports and NICs carry alike, but each tray sends to and
+receives from its own peer tray of the next rack, and the fabric hashes each flow onto a spine by its hosts: read
+by NVLink alone one rank stood for every tray of its stage, and the DP reduce-scatter would fall out of step (TP 8
+x PP 4 x DP 4 on two racks of 16 trays; tests/test_folding.py). The hosts of one copy end it together, so only
+hosts of unlike copies part: one rank per stage and tray of a TP group (8 of 128 ranks there, 2 of 32 where two
+replicas share a rack; the bundled GB200 job, TP 4 x PP 2 x DP 36 on four racks of 18 trays, one class a stage,
+the stage fold's 2 of 288), every figure the unfolded step's whether or not a rotation by whole periods of the hash
+maps the wiring onto itself. Where some stage's hand-off stays inside its NVLink domain in one copy and leaves it
+in another (`_hands_on_unlike`), such classes keep those trays together and the stage fold they leave is refused;
+there, where a rotation maps the wiring onto itself, a transfer leaving the domain is read by its route's place in
+the period of the hash instead, and such a fold simulates one rank per tray and stage, but for trays that a
+rotation of the whole step by whole periods of the hash maps onto each other, which share a class (`_placed`: TP 8
+x PP 2 x DP 9 on two racks of 18 trays, 36 of 144 ranks). Only
 collectives that span several hosts are read (one inside a host is moved from host to host whole), and only those
 that may overlap (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where
 nothing mirrored meets a ring on NVLink, its direction changes no simulated time. What else the NICs carry is left
@@ -300,7 +300,7 @@ def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Progra
     domain = np.asarray(topology.gpu_domain) if between_hosts else host
     kinds = _multi_host_kinds(shapes, plans, host, domain)
     several_a_domain = between_hosts and bool(kinds) and domain.max() < host.max()
-    fabric = _rotating_fabric(topology) if several_a_domain else None
+    fabric = _rotating_fabric(topology) if several_a_domain and _hands_on_unlike(shapes, domain) else None
     carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local), domain,
                               between_hosts, fabric) for kind, shapes_of in kinds.items()}
     unlike = {kind: loads for kind, (loads, _) in carried.items() if len(set(loads.values())) > 1}
@@ -322,9 +322,9 @@ def _placed(signatures: dict[int, tuple[bytes, ...]], leaving: set[int], fabric:
     by their copy, `_flow_codes`). The signatures read the routes leaving a domain by their codes
     (`_flow_codes`), which a rotation keeps, so hosts a rotation of the step maps onto each other are keyed
     alike, and only they: on four GB200 racks the DP rings run one way through one rack and the other way
-    through the next, and rotated by two racks the step is its own image (36 of 288 ranks at TP 4 x PP 2 x
-    DP 36); on five none is, and every tray is simulated apart (90 ranks; the signatures alone part them into
-    classes of unequal size, which the fold does not use, and it would run one rank per stage)."""
+    through the next, and rotated by two racks the step is its own image (TP 8 x PP 2 x DP 18: 36 of 288 ranks,
+    one a tray of two racks); on two racks none is, and every tray is simulated apart (TP 8 x PP 2 x DP 9, 36 of
+    144)."""
     if not leaving or fabric is None:
         return signatures
     hosts = len(signatures)
@@ -549,6 +549,22 @@ CHANNEL_CODES = 1 << 16
 """Channels a route's code (`_flow_codes`) tells apart, far beyond NCCL's 32."""
 
 
+def _hands_on_unlike(shapes: CollectiveShapes, domain: np.ndarray) -> bool:
+    """Whether some pipeline hand-off stays inside its NVLink domain (``domain`` of each GPU) in one copy and
+    leaves it in another (stages not aligned to the domains: TP 8 x PP 2 x DP 9 on two racks of 18 trays, where
+    the ninth replica's stages straddle the racks), so that the classes must part its trays from the others',
+    which the copy key does not (`_flow_codes`): it keys them alike, the stage fold runs and its check refuses
+    the unlike hand-offs (symmetry.py `UnalignedHandOff`), 144 ranks where the rotation's classes fold onto 36
+    with every figure the unfolded step's."""
+    for op in shapes.firsts:
+        if op.op == "send_recv" and op.mirrors:
+            ends = domain[np.array((op.group, *op.mirrors), dtype=np.int64)]
+            inside = ends[:, 0] == ends[:, 1]
+            if inside.any() and not inside.all():
+                return True
+    return False
+
+
 def _rotating_fabric(topology: Topology) -> Fabric | None:
     """``topology``'s router where its rotations by whole periods of the spine hash map the wiring onto itself
     (topology/periods.py `Rotation`) and the hash's offsets wrap around its hosts alone (no hosts wired beyond
@@ -562,18 +578,19 @@ def _rotating_fabric(topology: Topology) -> Fabric | None:
 
 def _flow_codes(fabric: Fabric | None, src: np.ndarray, dst: np.ndarray, channel: np.ndarray, local: np.ndarray,
                 copy: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per transfer between hosts, what its route over ``fabric`` depends on beside its own end (`_carried`):
-    the source's place in the period of the spine hash, the destination's offset from it and the channel, as
-    the `Fabric` router mixes them, with the index in its host of the source's end (the code its receiver keys
-    by) and of the destination's (its sender's). A rotation by whole periods moves such a route onto its image's
-    links, so two trays at one place of their racks that send their rings to like offsets carry alike, where the
-    hosts themselves part every tray of a job of several racks (72 of 288 ranks on four GB200 racks at TP 4 x PP 2
-    x DP 36: every DP replica apart). Where ``fabric`` is None (no rotation, `_rotating_fabric`), the number of
-    the copy the transfer runs in (``copy``: its group or a mirror) stands for the route, with the same ends'
-    indices: every host of a copy ends it together, when its last flow ends, wherever those flows cross the
-    spines, so the routes part only hosts of unlike copies (four racks of 16 trays in leaf groups of 18 trays,
-    which no rotation maps onto themselves, at TP 8 x PP 4 x DP 8: 8 of 256 ranks, one per stage and tray of a TP
-    group; keyed by the hosts at the other ends, every tray apart, 64, with the same figures)."""
+    """Per transfer between hosts, what `_carried` reads its route by beside its own end, with the index in its
+    host of the source's end (the code its receiver keys by) and of the destination's (its sender's). Where
+    ``fabric`` is None (`_nvlink_signatures` passes one only where stages hand on unlike, `_hands_on_unlike`, and
+    the fabric rotates, `_rotating_fabric`), the number of the copy the transfer runs in (``copy``: its group or a
+    mirror): every host of a copy ends it together, when its last flow ends, wherever those flows cross the
+    spines, so the routes part only hosts of unlike copies (four racks of 16 trays in leaf groups of 18 at TP 8 x
+    PP 4 x DP 8: 8 of 256 ranks, one per stage and tray of a TP group; keyed by the hosts at the other ends, every
+    tray apart, 64; the bundled GB200 job, TP 4 x PP 2 x DP 36 on four racks of 18 trays, each its own period of
+    the hash: 2 of 288, 36 keyed by the fabric below, with the same figures). Over ``fabric``: the source's place
+    in the period of the spine hash, the destination's offset from it and the channel, as the `Fabric` router
+    mixes them; a rotation by whole periods moves such a route onto its image's links, so two trays at one place
+    of their racks that send their rings to like offsets carry alike, where the hosts themselves part every tray
+    of a job of several racks."""
     ends = int(local.max()) + 1
     if fabric is None:
         return copy * ends + local[src], copy * ends + local[dst]
