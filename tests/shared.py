@@ -70,6 +70,17 @@ each of the full job's TP groups (ranks r, r + 4) stays in a host, and the job s
 across two hosts (test_elastic_nvl72.py writes the TP into the file, test_reliability_states.py sets it)."""
 
 
+TWO_REPLICAS_PER_RACK = """
+cluster: {topology: gb200-nvl72, racks: 2, trays: 4}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 2048, global_batch: 16, micro_batch: 1, precision: bf16, recompute: none}
+parallelism: {tp: 4, pp: 2, dp: 4, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
+              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
+run: {timeline: summary}
+"""
+"""Two GB200 racks of 4 trays, TP 4 in a tray, PP 2 (interleaved), DP 4: two replicas a rack (tests/test_folding.py,
+and with 16 trays and TP 8 tests/test_scale.py)."""
+
 GB200_JOB_FOUR_LAYERS = ("run.horizon=null", "model.layers=4")
 """The bundled GB200 job's step cut to 4 layers on the same cluster and layout (two a stage of its PP 2), as a step:
 the wait test (test_bottleneck.py) and the tray-class estimate (test_scale.py) read the one run."""

@@ -10,7 +10,15 @@ from types import SimpleNamespace
 from typing import get_args
 
 import pytest
-from shared import CP_FABRIC_TEMPLATE, EXACT, NCCL_SIMPLE_BASE_S, SCENARIOS, assert_same_figures, refused_unfolded
+from shared import (
+    CP_FABRIC_TEMPLATE,
+    EXACT,
+    NCCL_SIMPLE_BASE_S,
+    SCENARIOS,
+    TWO_REPLICAS_PER_RACK,
+    assert_same_figures,
+    refused_unfolded,
+)
 
 from simulator.collector import collector_paused
 from simulator.config.loader import load_scenario, scenario_from_text
@@ -840,22 +848,9 @@ def test_a_step_s_fold_kind_is_none_where_every_rank_is_simulated(fold, kind):
     assert (len(unfolded.program.ranks), unfolded.kind, unfolded.off_reason) == (32, None, "refused")
 
 
-TWO_REPLICAS_PER_RACK = """
-cluster: {topology: gb200-nvl72, racks: 2, trays: 4}
-model: {preset: llama3-8b, layers: 4}
-training: {seq_len: 2048, global_batch: 16, micro_batch: 1, precision: bf16, recompute: none}
-parallelism: {tp: 4, pp: 2, dp: 4, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
-              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
-run: {timeline: summary}
-"""
-TWO_RACKS_OF_SIXTEEN_TRAYS = """
-cluster: {topology: gb200-nvl72, racks: 2, trays: 16}
-model: {preset: llama3-8b, layers: 8}
-training: {seq_len: 1024, global_batch: 16, micro_batch: 1, precision: bf16, recompute: none}
-parallelism: {tp: 8, pp: 4, dp: 4, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
-              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
-run: {timeline: summary}
-"""
+TWO_RACKS_OF_SIXTEEN_TRAYS = TWO_REPLICAS_PER_RACK.replace("trays: 4", "trays: 16").replace(
+    "layers: 4", "layers: 8").replace("seq_len: 2048", "seq_len: 1024").replace(
+    "tp: 4, pp: 2, dp: 4", "tp: 8, pp: 4, dp: 4")
 FOUR_REPLICAS_PER_RACK = TWO_RACKS_OF_SIXTEEN_TRAYS.replace("layers: 8", "layers: 4").replace(
     "global_batch: 16", "global_batch: 32").replace("pp: 4, dp: 4", "pp: 2, dp: 8")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from shared import GB200_JOB_FOUR_LAYERS, SCENARIOS, bundled_result
+from shared import GB200_JOB_FOUR_LAYERS, SCENARIOS, TWO_REPLICAS_PER_RACK, bundled_result
 
 from simulator import scale, simulation
 from simulator.cli import main
@@ -1246,14 +1246,9 @@ def test_the_gb200_job_step_is_estimated_at_its_tray_classes():
     assert estimate.flows / summary["flows_simulated"] == pytest.approx(1.015, rel=0.001)
 
 
-GB200_RACKS = """
-cluster: {topology: gb200-nvl72, racks: 2, trays: 16}
-model: {preset: llama3-8b, layers: 4}
-training: {seq_len: 1024, global_batch: 32, micro_batch: 1, precision: bf16, recompute: none}
-parallelism: {tp: 8, pp: 2, dp: 8, order: [tp, cp, pp, dp], sequence_parallel: true, tp_comm_overlap: true,
-              pipeline: {schedule: interleaved, virtual_stages: 2}, zero: 1}
-run: {timeline: summary}
-"""
+GB200_RACKS = TWO_REPLICAS_PER_RACK.replace("trays: 4", "trays: 16").replace("seq_len: 2048", "seq_len: 1024").replace(
+    "global_batch: 16", "global_batch: 32").replace("tp: 4, pp: 2, dp: 4", "tp: 8, pp: 2, dp: 8")
+"""Two GB200 racks of 16 trays, TP 8 over two trays, PP 2 (interleaved), DP 8: four replicas a rack."""
 
 
 @pytest.mark.parametrize(("overrides", "ranks"), [
