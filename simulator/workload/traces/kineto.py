@@ -222,7 +222,7 @@ class _Parsed:
         self.waits: list[dict] = []
         self.syncs: list[dict] = []
         self.step_window: tuple[float, float] | None = None
-        self.gpu_steps: dict[str, tuple[float, float]] = {}
+        self.gpu_steps: dict[str, float] = {}
         self.stream_calls: list[tuple[float, object, str, object]] = []
         self.undated: list[tuple[int, str]] = []
         self.unordered_streams = 0
@@ -261,8 +261,7 @@ class _Parsed:
             elif category == "user_annotation" and name.startswith("ProfilerStep#"):
                 self.step_window = _later(self.step_window, ts, dur)
             elif category == "gpu_user_annotation" and name.startswith("ProfilerStep#"):
-                low, high = self.gpu_steps.get(name, (ts * US, (ts + dur) * US))
-                self.gpu_steps[name] = (min(low, ts * US), max(high, (ts + dur) * US))
+                self.gpu_steps[name] = min(self.gpu_steps.get(name, ts * US), ts * US)
             elif category == "cpu_op":
                 self.cpu.append((index, event))
                 self.cpu_spans.setdefault(event.get("tid"), []).append((ts, ts + dur, (index, event)))
@@ -278,9 +277,11 @@ class _Parsed:
         return self.step_window is not None or bool(self.gpu_steps)
 
     @property
-    def gpu_step_window(self) -> tuple[float, float] | None:
-        """The last step the GPU rows mark: Kineto writes a step's `gpu_user_annotation` once per stream, each
-        spanning that stream's work of the step, so a step is their union, and the last the one starting last."""
+    def gpu_step_start(self) -> float | None:
+        """When the last step the GPU rows mark begins (s): the earliest of its `gpu_user_annotation`s, which
+        Kineto writes one per stream. Only the start tells: Kineto stretches such an annotation over the kernels
+        that the host's ProfilerStep range launches itself: not the backward pass's (autograd's thread launches
+        them) nor those under a nested annotation (the optimizer's Optimizer.step), which end after it."""
         return max(self.gpu_steps.values(), default=None)
 
     def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
@@ -323,14 +324,14 @@ class _Parsed:
     def _in_step(self, gpu: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
         """The GPU ops of the profiled step: those launched inside the last ProfilerStep annotation where the
         trace marks steps (a profile of several steps replays its last), ops without a recorded launch by their
-        start from the annotation's; in a GPU-only export (no host annotation) those that start inside the last
-        ProfilerStep annotation of the GPU rows (`gpu_user_annotation`, which spans the step's GPU work); all of
-        them where no step is marked or none was launched inside it."""
+        start from the annotation's; in a GPU-only export (no host annotation) those that start once the last
+        ProfilerStep annotation of the GPU rows begins (gpu_step_start); all of them where no step is marked or
+        none was launched inside it."""
         if self.step_window is None:
-            if self.gpu_step_window is None:
+            if self.gpu_step_start is None:
                 return gpu
-            first, last = self.gpu_step_window
-            return [(index, event) for index, event in gpu if first <= event["ts"] * US <= last] or gpu
+            first = self.gpu_step_start
+            return [(index, event) for index, event in gpu if first <= event["ts"] * US] or gpu
         low, high = self.step_window
         kept = []
         for index, event in gpu:
@@ -491,8 +492,10 @@ class _Parsed:
         each host synchronisation's (Stream, Event or Context Sync: the host blocks until the GPU work is done)
         to the first op of each stream that the blocked thread launches after it returns, on the last op to end
         by then on the synchronised stream (every stream but for a Stream Sync). A wait the trace records with no
-        stream waited on (-1), or every wait of a trace with no Stream Wait Event, comes from the host's calls
-        (_HostWaits). ``unordered_streams`` is set where two or more streams are left with no dependency at all.
+        stream waited on (-1 or no stream id), or every wait of a trace with no Stream Wait Event, comes from the
+        host's calls (_HostWaits); one naming a stream with no op in the step adds none. ``unordered_streams`` is
+        set where two or more streams are left with no dependency at all: a single one, a wait's or a host
+        synchronisation's, clears it.
         A stream runs its kernels in launch order, so starts, ends and launch times grow along each stream."""
         launches = [self.launches.get((event.get("args") or {}).get("correlation"), (float("-inf"), None))
                     for _, event in ordered]
@@ -519,7 +522,7 @@ class _Parsed:
             args = event.get("args") or {}
             waiting, source = cuda_stream(args.get("stream", event.get("tid"))), cuda_stream(args["wait_on_stream"])
             ts = event["ts"] * US
-            if source not in by_stream:
+            if _whole(args["wait_on_stream"]) is None:
                 untold[args.get("correlation")] = waiting
             if waiting not in by_stream or source not in by_stream:
                 continue
@@ -568,7 +571,9 @@ class _HostWaits:
     kineto#1552. The runtime calls name no stream, so the host's order tells them: a cudaEventRecord records on
     the stream of the latest kernel launched before it (PyTorch records an event right after the work it
     marks), and a cudaStreamWaitEvent makes the stream of the next kernel its thread launches wait for the
-    latest event recorded before it on another stream."""
+    latest event recorded before it on another stream. Kineto before kineto#808 (September 2023) left the
+    cudaEventRecord calls out of its runtime events, so a profile that old has waits but no records, and
+    nothing is rebuilt."""
 
     def __init__(self, calls: list[tuple[float, object, str, object]],
                  launches: list[tuple[float, object, str]]):
@@ -593,7 +598,10 @@ class _HostWaits:
                    streams: Collection[str]) -> tuple[str, str, float] | None:
         """(waiting stream, source stream, host time of the event's record) of the cudaStreamWaitEvent at host
         time ``ts`` on thread ``tid``; ``waiting`` where the trace tells it, else the stream of the thread's next
-        launch. None where no launch or no record on another stream tells them."""
+        launch. None where no launch or no record on another stream tells them. The walk back passes over
+        records on the waiting stream itself for an older one on another stream: where the event waited for is
+        not the latest recorded on another stream (one recorded long before, or the passed-over one), the
+        dependency falls on other work than the job waited for."""
         if waiting not in streams:
             times, launched = self.threads.get(tid, ([], []))
             after = bisect.bisect_right(times, ts)

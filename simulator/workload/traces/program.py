@@ -329,14 +329,18 @@ def _reading_warnings(traced: list[TracedRank], host_gaps: bool) -> tuple[str, .
                 "waits and re-costed collectives hardly move it" if host_gaps
                 else "with host_gaps false the streams run unordered, a collective before the work it waits for")
         warnings.append(f"{unordered[0].file}: traceEvents: the GPU work runs on "
-                        f"{unordered[0].unordered_streams} streams and no cross-stream wait is recorded (no cuda_sync "
-                        "Stream Wait Event naming its streams, no cudaEventRecord / cudaStreamWaitEvent calls) in "
+                        f"{unordered[0].unordered_streams} streams and no resolvable cross-stream wait is recorded "
+                        "(no cuda_sync Stream Wait Event naming its streams, no cudaStreamWaitEvent call after a "
+                        "cudaEventRecord, which Kineto writes since kineto#808, September 2023) in "
                         f"{counted(len(unordered), 'file')} of the trace: {kept}")
-    for rank in traced:
-        if rank.undated:
-            index, name = rank.undated[0]
-            warnings.append(f"{rank.file}: {rank.events_field}[{index}]: {counted(len(rank.undated), 'event')} "
-                            f"without a duration left out: only replayed ops need one (first: {name!r})")
+    undated = [rank for rank in traced if rank.undated]
+    if undated:
+        first = undated[0]
+        index, name = first.undated[0]
+        warnings.append(f"{first.file}: {first.events_field}[{index}]: "
+                        f"{counted(sum(len(rank.undated) for rank in undated), 'event')} without a duration left out "
+                        f"in {counted(len(undated), 'file')} of the trace, first: {name!r} (only replayed ops need "
+                        "one)")
     return tuple(warnings)
 
 
