@@ -1647,7 +1647,7 @@ def refuse_large_trace(loaded: LoadedScenario, gpus: int, program: StepProgram,
 UNFOLDING_FIELDS: dict[FoldCheck, tuple[str, ...]] = {
     "plan": ("parallelism", "cp_load_balance"), "copies": ("workload", "dp"), "cluster": ("cluster",),
     "stages": ("parallelism", "pp"), "collectives": ("cluster",),
-    "faults": ("faults", "step"), "links": ("faults", "step"), "classes": ("cluster",),
+    "faults": ("faults", "step"), "changing": ("faults", "step"), "links": ("faults", "step"), "classes": ("cluster",),
     "aligned": ("faults", "step")}
 """The field blamed when a fold check unfolds a step too large unfolded (the collectives' replicas meet the
 cluster's links unevenly)."""
@@ -1660,6 +1660,8 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
     "collectives": "network.model: analytic (each collective alone: replicas whose routes take equal times fold)",
     "faults": ("step faults that keep the replicas alike (links down from the step's start only; stragglers "
                "slowing whole stages)"),
+    "changing": ("link faults for the whole step (from its start, without until: they fold by the hosts near "
+                 "them)"),
     "links": "links down near fewer hosts (each rank of a host near them is simulated apart)",
     "classes": "network.model: analytic (each collective alone: no ranks simulated apart by their NVLink loads)",
     "aligned": ("step faults that leave each stage's ranks alike (stragglers or links down that slow or reach "

@@ -26,6 +26,7 @@ from simulator.cli import main
 from simulator.config import bundled
 from simulator.console import progress as progress_module
 from simulator.console.progress import PLAIN_EVERY_S, Heartbeat, PlainProgress, RunProgress
+from simulator.engine.fold_policy import LINKS_DURING_STEP
 
 pytestmark = pytest.mark.heartbeat
 """These tests check the progress lines themselves, at their real period (tests/conftest.py)."""
@@ -1210,8 +1211,8 @@ def test_a_moe_layout_line_names_its_expert_parallelism():
 
 def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
     """faults-straggler-and-spine-link prints its straggler and its failed link in the table, not only in summary.json's
-    `faults`. Its spine link down unfolds the step: the stage fold (one rank, one stage) is given up before its run,
-    which summary.json's `fold_given_up` and the `ranks` row say."""
+    `faults`. Its spine link down mid-step unfolds the step: the stage fold (one rank, one stage) is given up before
+    its run, which summary.json's `fold_given_up` and the `ranks` row say."""
     assert main(["run", "faults-straggler-and-spine-link", "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().out.splitlines()
     row = next(line for line in lines if "step faults" in line)
@@ -1219,12 +1220,11 @@ def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
                                                    "(4 routes rerouted)")
     ranks = next(index for index, line in enumerate(lines) if line.strip().startswith("ranks "))
     assert " ".join(lines[ranks].split()) == (
-        "ranks 4 of 4 ranks simulated; the stage fold given up: the step's faults differ across replicas")
+        "ranks 4 of 4 ranks simulated; the stage fold given up: the step's link faults change mid-step")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["fold_given_up"] == [{"fold": "stage", "simulated_ranks": 1, "why": "the step's faults differ "
-                                         "across replicas", "reason": "link faults (replicas no longer see the same "
-                                         "links)"}]
-    assert summary["fold_off_reason"] == "link faults (replicas no longer see the same links)"
+    assert summary["fold_given_up"] == [{"fold": "stage", "simulated_ranks": 1, "why": "the step's link faults "
+                                         "change mid-step", "reason": LINKS_DURING_STEP}]
+    assert summary["fold_off_reason"] == LINKS_DURING_STEP
     assert (summary["simulated_ranks"], summary["gpus"]) == (4, 4)
 
 

@@ -250,3 +250,33 @@ def test_the_ranks_of_a_fold_by_links_down_are_counted_without_a_step(case):
         entry["simulated_ranks"] for entry in folded["fold_given_up"] if entry["fold"] == "links")
     count = LinkFaultRanks(layout, topology, loaded.scenario.parallelism.ep)
     assert count([(a, b) for a, b in _links(text, down)]) == ranks
+
+
+def _degraded(leaves: list[str], fold: bool = True) -> dict:
+    """The RAILS step (TP 8 x DP 4) with the uplinks of ``leaves`` at half their bandwidth from its start."""
+    links = ", ".join(f"{{uplinks_of: {leaf}, capacity: 0.5}}" for leaf in leaves)
+    text = RAILS + f"parallelism: {{tp: 8, dp: 4}}\nfaults: {{step: {{links: [{links}]}}}}\n"
+    return simulate(scenario_from_text(text, "inline.yaml", [] if fold else ["run.fold=false"])).summary
+
+
+def test_uplinks_degraded_alike_everywhere_fold_as_a_slower_healthy_fabric():
+    """Every leaf's uplinks at half their bandwidth (2 groups x 8 rails = 16 leaves) leave no host nearer a
+    fault than another: the cluster is the healthy one with 12.5 GB/s leaf-spine links, as symmetric, so the step
+    folds as without faults (no fold given up; classing ranks by the hosts near the faults would keep all 32) and
+    equals the unfolded run to the bit; it is slower than the healthy step, whose DP rings cross the spines."""
+    leaves = [f"leaf{group}.r{rail}" for group in range(2) for rail in range(8)]
+    folded, unfolded = _degraded(leaves), _degraded(leaves, fold=False)
+    assert folded["folded"] and folded["simulated_ranks"] < 32 and "fold_given_up" not in folded
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    assert_same_figures(folded, unfolded, 1e-12, 1e-15)
+    healthy = simulate(scenario_from_text(RAILS + "parallelism: {tp: 8, dp: 4}\n", "inline.yaml", [])).summary
+    assert folded["step_time_s"] > healthy["step_time_s"]
+
+
+def test_uplinks_degraded_unevenly_say_degraded_not_down():
+    """One leaf's uplinks at half their bandwidth (15 leaves left whole) part the hosts near it from the others:
+    the stage fold is given up saying the links are degraded and the ranks near them simulated apart, not that
+    links are down or that the replicas' faults differ."""
+    folded = _degraded(["leaf0.r0"])
+    assert [(entry["fold"], entry["why"], entry["reason"].split(":")[0]) for entry in folded["fold_given_up"]] == [
+        ("stage", "the ranks near the link faults are simulated apart", "links degraded")]

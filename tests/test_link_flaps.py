@@ -15,6 +15,7 @@ from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.console.report import _step_faults
 from simulator.engine.faults import FaultHooks
+from simulator.engine.fold_policy import LINKS_DURING_STEP
 from simulator.errors import SimulationError, StepAborted
 from simulator.faults.step import LinkEvent, StepFaultPlan
 from simulator.program.ops import CollectiveOp
@@ -138,7 +139,7 @@ def test_a_timed_link_fault_gives_the_fold_up_and_matches_the_unfolded_step():
     for timed in ("{link: [leaf0.r0, spine0], until: 15 ms}", "{link: [leaf0.r0, spine0], at: 5 ms, until: 15 ms}"):
         folded, unfolded = step(timed), step(timed, "run.fold=false")
         assert not folded["folded"] and folded["simulated_ranks"] == 4
-        assert folded["fold_given_up"][0]["reason"] == "link faults (replicas no longer see the same links)"
+        assert folded["fold_given_up"][0]["reason"] == LINKS_DURING_STEP
         assert folded["step_time_s"] == unfolded["step_time_s"] and folded["comm_s"] == unfolded["comm_s"]
         assert healthy_step() < folded["step_time_s"] < step(lasting)["step_time_s"]
 

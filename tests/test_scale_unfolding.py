@@ -15,6 +15,7 @@ from shared import star_graph
 from simulator import scale, simulation, stage_remedies
 from simulator.cli import main
 from simulator.config.loader import load_scenario
+from simulator.engine.fold_policy import LINKS_DURING_STEP
 from simulator.errors import ScenarioError
 from simulator.faults.step import StepFaultPlan
 from simulator.memory_remedies import rebuilt
@@ -98,10 +99,9 @@ CASES = {
     "collectives": (SHARED_NICS, 1, "cluster", "all_reduce 'all_reduce bucket 0' takes 2.181 ms over GPUs",
                     "network.model: analytic (each collective alone: replicas whose routes take equal times fold)",
                     [True]),
-    "faults": (RAILS + LINK_DOWN, 6, "faults.step", "link faults (replicas no longer see the same links)",
-               "step faults that keep the replicas alike (links down from the step's start only; stragglers "
-               "slowing whole stages)",
-               [True]),
+    "changing": (RAILS + LINK_DOWN, 6, "faults.step", LINKS_DURING_STEP,
+                 "link faults for the whole step (from its start, without until: they fold by the hosts near them)",
+                 [True]),
     "links": (NIC_DOWN_PP, 6, "faults.step", "links down: every class holds one rank (the ranks of the hosts near "
               "them apart, the others by rail and by the near ranks their groups hold) (2 of 4 hosts near)",
               "links down near fewer hosts (each rank of a host near them is simulated apart)", [True]),
@@ -109,7 +109,7 @@ CASES = {
 
 
 SIZE_ADVICE = {"plan": " (cluster.gpus)", "cluster": "", "collectives": " (cluster.nodes)",
-               "faults": " (cluster.nodes)", "links": " (cluster.nodes)"}
+               "changing": " (cluster.nodes)", "links": " (cluster.nodes)"}
 """Each case's cluster's own size parameter (one DGX H100: its GPUs; a graph: none), which the advice names (it
 said cluster.nodes whatever the topology)."""
 

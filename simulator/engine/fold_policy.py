@@ -87,7 +87,9 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "stages": "stages not aligned to NVLink domains hand on unlike",
                                  "collectives": "mirrored collectives would load the links differently",
                                  "faults": "the step's faults differ across replicas",
-                                 "links": "every class by the hosts near the links down holds one rank",
+                                 "changing": "the step's link faults change mid-step",
+                                 "near": "the ranks near the link faults are simulated apart",
+                                 "links": "every class by the hosts near the link faults holds one rank",
                                  "hops": "the replicas' hand-offs cross other hops",
                                  "size": "the refold is too large to simulate",
                                  "untried": "finer refolds are not tried where the step may not unfold",
@@ -218,7 +220,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     they share. ``shapes``: the index of the program's collectives, when the caller has it."""
     if plan.links:
         reason = link_fault_blocker(plan, mode) or (LINKS_WITHOUT_LAYOUT if program.layout is None else "")
-        return {}, Unfolding("faults", reason) if reason else None
+        return {}, Unfolding("changing" if reason == LINKS_DURING_STEP else "faults", reason) if reason else None
     if not plan.slowdowns:
         return {}, None
     if program.layout is None:
@@ -231,7 +233,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     return slowdowns, None
 
 
-LINKS_DURING_STEP = "link faults (replicas no longer see the same links)"
+LINKS_DURING_STEP = "link faults mid-step (routes or capacities change after the fold checks read them at its start)"
 """Why link faults unfold a step unless every one takes its links down or degrades them for the whole step
 (`link_fault_blocker`): a link failing, degraded or coming back mid-step changes routes or capacities that the
 fold checks, which read the routes and capacities at the step's start, do not see."""
@@ -259,6 +261,28 @@ def link_fault_blocker(plan: StepFaultPlan, mode: NetworkMode) -> str:
     if plan.slowdowns:
         return "link faults beside stragglers (the ranks near the links down are classed apart, not the slow ones)"
     return ""
+
+
+def evenly_degraded(plan: StepFaultPlan, topology: Topology) -> bool:
+    """Whether ``plan``'s link faults only degrade, for the whole step, whole kinds of links alike: every link
+    of a kind (its class, line rate and the kinds of the nodes at its ends: every tray's NIC-leaf link, every
+    leaf's uplinks) keeps one fraction of its line rate on ``topology`` (degraded by `degrade_from_start`). The
+    cluster is then the healthy one with slower links of those kinds, as symmetric as it was, and the step folds
+    as without link faults: no rank is nearer a fault than another, so classing ranks by the hosts near them
+    (`link_fault_step`) would simulate every rank for nothing."""
+    if not plan.links or any(event.timed or event.capacity == 0 for event in plan.links):
+        return False
+    nodes = topology.wiring.nodes
+
+    def kind(node: str) -> tuple:
+        return nodes[node].get("kind"), nodes[node].get("tier")
+
+    fractions: dict[tuple, set[float]] = {}
+    kept = topology.link_bandwidth / topology.line_rate
+    for link, (a, b) in enumerate(topology.link_ends):
+        key = (topology.link_class[link], float(topology.line_rate[link]), kind(a), kind(b))
+        fractions.setdefault(key, set()).add(float(kept[link]))
+    return all(len(kept_by_kind) == 1 for kept_by_kind in fractions.values())
 
 
 def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
@@ -354,6 +378,8 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     stage (`alike_in_stages`), it is built again with one representative per class of ranks where its ranks are not
     all alike (`_classed_step`); folded by stage under stragglers in one replica, it is built again with the slow
     replica's ranks apart (`straggler_step`)."""
+    if evenly_degraded(faults, topology):
+        faults = replace(faults, links=())
     blocker = fold_blocker(topology) if fold else ""
     if blocker and guard is not None:
         guard(Unfolding("cluster", blocker))
@@ -408,14 +434,15 @@ def link_fault_step(build: StepBuilder, program: StepProgram, plans: PlanCache, 
     layout = program.layout
     assert layout is not None
     nvlink = rank_classes(program, plans, shapes, order, between_hosts=False)
-    refused = [GivenUp("stage", len(program.ranks), Unfolding("faults", STAGE_FOLD_UNDER_LINKS))]
+    held = link_faults_held(faults)
+    refused = [GivenUp("stage", len(program.ranks), Unfolding("near", f"{held}: {STAGE_FOLD_NEAR}"))]
     stage = FoldedStep(program, shapes, order, {}, "", "stage")
     down = [edge for event in faults.links for edge in event.edges]
     classes = link_fault_classes(program, plans.topology, down, nvlink)
     ranks = len(representatives(layout, True, classes)) if classes is not None else layout.world
     hosts = int(max(plans.topology.gpu_host)) + 1
-    unfolding = Unfolding("links", f"{EVERY_RANK_NEAR} ({len(hosts_near(plans.topology, down))} of {hosts} hosts "
-                                   "near)")
+    unfolding = Unfolding("links", f"{held}: {EVERY_CLASS_ONE_RANK} ({len(hosts_near(plans.topology, down))} of "
+                                   f"{hosts} hosts near)")
     if classes is not None and ranks == layout.world:
         refused.append(GivenUp("links", ranks, unfolding))
     if classes is not None and ranks < layout.world:
@@ -430,16 +457,30 @@ def link_fault_step(build: StepBuilder, program: StepProgram, plans: PlanCache, 
     return replace(unfolded_step(build, faults, unfolding, guard), given_up=(*given_up, *refused))
 
 
-STAGE_FOLD_UNDER_LINKS = ("links down: the ranks near them are simulated apart, since the checks compare each "
-                          "group's mirrors at one message size (one leaf-spine cable down, TP 8 x DP 4: the stage "
-                          "fold passed them with the step time exact and the DP communication 0.6% high)")
-"""Why `link_fault_step` gives up the stage fold of a step with links down from its start."""
+def link_faults_held(plan: StepFaultPlan) -> str:
+    """What ``plan``'s link faults do to their links, as the fold reasons under them begin: 'links down',
+    'links degraded' (none down: the capacity they keep) or 'links down or degraded'."""
+    down = {event.capacity == 0 for event in plan.links}
+    return "links down or degraded" if len(down) > 1 else "links down" if down == {True} else "links degraded"
 
 
-EVERY_RANK_NEAR = ("links down: every class holds one rank (the ranks of the hosts near them apart, the others "
-                   "by rail and by the near ranks their groups hold)")
-"""Why `link_fault_step` runs a step unfolded whose classes by the hosts near its links down hold one rank each:
-every host near them, or every class of far ranks holding one rank beside a near one (DP 2)."""
+STAGE_FOLD_NEAR = ("the ranks near them are simulated apart, since the checks compare each group's mirrors at one "
+                   "message size (one leaf-spine cable down, TP 8 x DP 4: the stage fold passed them with the step "
+                   "time exact and the DP communication 0.6% high)")
+"""Why `link_fault_step` gives up the stage fold of a step with links down or degraded from its start, after
+what they are (`link_faults_held`)."""
+
+STAGE_FOLD_UNDER_LINKS = f"links down: {STAGE_FOLD_NEAR}"
+"""`STAGE_FOLD_NEAR` under links down."""
+
+EVERY_CLASS_ONE_RANK = ("every class holds one rank (the ranks of the hosts near them apart, the others by rail and "
+                        "by the near ranks their groups hold)")
+"""Why `link_fault_step` runs a step unfolded whose classes by the hosts near its link faults hold one rank each
+(after what they are, `link_faults_held`): every host near them, or every class of far ranks holding one rank
+beside a near one (DP 2)."""
+
+EVERY_RANK_NEAR = f"links down: {EVERY_CLASS_ONE_RANK}"
+"""`EVERY_CLASS_ONE_RANK` under links down (a job's states: a tray, a NIC, a leaf down)."""
 
 
 def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode: NetworkMode,
