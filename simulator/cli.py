@@ -237,12 +237,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         )
 
         with RunProgress(enabled=not args.quiet, unit="sizes", description=CHECKING_SIZES) as progress:
-            sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes, force=args.force,
-                                 sizes_progress=progress)
+            job = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes, force=args.force,
+                               sizes_progress=progress)
+        sizes = job.sizes
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
         known = (fixed_size_warning(loaded, sizes), interval_past_horizon(loaded, None),
-                 preset_warning(loaded, topology))
+                 preset_warning(loaded, topology), job.no_progress)
         warnings += [warning for warning in known if warning is not None]
     if args.strict and verdict.memory.get("oom"):
         line = oom_line(dict(verdict.memory), loaded, topology)

@@ -529,6 +529,32 @@ def test_an_interval_far_past_the_mtbf_warns_unless_an_in_memory_tier_saves_ofte
     assert warned == ([expected] if warns else [])
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    (MTBF_IN_SECONDS, "the system MTBF is at most 1.042 min: one restart before its checkpoint load (10 min) outlasts "
+     "it, so failures come before the job is back (are the faults.components' mtbf units right, h not s?); and the "
+     "checkpoint interval (30 min) is 28.8 x it, so failures come before the job saves its work: the interval "
+     "should be near Young's sqrt(2 C M) (checkpoint.interval); the job makes little or no progress (ETTR at most "
+     "0.0% by the renewal formula, below 5% warns)"),
+    (HOURLY_MTBF, "the system MTBF is at most 1 h: the checkpoint interval (6 h) is 6 x it, so failures come before "
+     "the job saves its work: the interval should be near Young's sqrt(2 C M) (checkpoint.interval); the job makes "
+     "little or no progress (ETTR at most 1.3% by the renewal formula, below 5% warns)"),
+    (HOURLY_MTBF.replace("mode: sync}", "mode: sync, memory: {interval: 1 min}}"), None),
+])
+def test_validate_of_a_job_warns_of_no_progress_from_what_it_knows_without_the_step(tmp_path, capsys, text,
+                                                                                      expected):
+    """`trainsim validate` gives the run's no-progress warning (one function, `summary.no_progress_text`) from what
+    it knows without the step, and exits 0: M = 1000 s / 16 GPUs = 62.5 s (the gpu class replaces: its rate,
+    every failure interrupting) against the 2 + 3 + 5 min restart before its load and warm-up and the 30 min
+    interval, 28.8 M: ETTR 28.8 e^(-9.6) / (e^28.8 - 1) ~ 0; M = 16 h / 16 = 1 h against a 6 h interval: 6 e^(-1/6)
+    / (e^6 - 1) = 1.3%, the run's figure (test above); with in-memory snapshots every minute, 1 min / 1 h: no
+    warning. Young's figure needs the checkpoint's cost on the step, so validate leaves it out."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    assert main(["validate", str(scenario)]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "little or no progress" in line]
+    assert warned == ([] if expected is None else [f"warning: {expected}"])
+
+
 def test_an_mtbf_near_the_restart_and_interval_does_not_warn_of_no_progress(tmp_path, capsys):
     """gpu mtbf 400 min on 16 GPUs, M = 25 min, shorter than the 30 min interval, with a 10 min restart: the
     renewal ETTR is 1.2 e^(-0.4) / (e^1.2 - 1) = 34.7%, a job that progresses: no warning."""

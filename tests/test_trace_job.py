@@ -236,7 +236,7 @@ def test_validate_gives_an_elastic_trace_jobs_sizes_as_its_run_does():
     loaded = scenario_from_text(ELASTIC, "job.yaml")
     topology = sized_topology(loaded, force=False)
     verdict = validate(loaded, topology)
-    sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes)
+    sizes = validate_job(loaded, topology, verdict.step_floor_s, verdict.trace_sizes).sizes
     assert sizes.sizes == prepare_job(loaded).plan.sizes.sizes == (2, 4, 6, 8)
 
 

@@ -64,7 +64,7 @@ from simulator.reliability.elastic import (
     trace_sizes,
 )
 from simulator.reliability.events import JobEvents
-from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals, spare_rack_names
+from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals, rate_sum, spare_rack_names
 from simulator.reliability.processes import Arrivals, draw_arrivals
 from simulator.reliability.states import (
     ClusterState,
@@ -80,6 +80,7 @@ from simulator.reliability.summary import (
     job_summary,
     memory_near_storage_warning,
     memory_stall_warning,
+    no_progress_text,
     no_progress_warning,
     optimum_intervals,
     waiting_warning,
@@ -904,9 +905,18 @@ def _unsplit(dp: int, cp: int, ep: int, smallest: int, kept: int | None, span: s
            f"EP {ep} does not divide"
 
 
+@dataclass(frozen=True)
+class ValidatedJob:
+    """What `validate_job` found: the job's sizes and its no-progress warning where what validate knows without
+    the step already gives it (`unsimulated_no_progress`)."""
+
+    sizes: ElasticSizes
+    no_progress: str | None
+
+
 def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float,
                  trace_sizes: ElasticSizes | None, *, force: bool = False,
-                 sizes_progress: Callable[[int, int], None] | None = None) -> ElasticSizes:
+                 sizes_progress: Callable[[int, int], None] | None = None) -> ValidatedJob:
     """What `trainsim validate` checks of a job without simulating its step, refusing as `trainsim run` does:
     the checks that need no step (check_job); the horizon against ``step_floor_s``, a lower bound of the step
     time (preflight.step_floor: a horizon shorter than it is shorter than the step); and the job-event limit
@@ -922,7 +932,38 @@ def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float
                          "stream alone")
     counts = [checks.units.count(klass.unit) for klass in checks.model.classes]
     refuse_long_job(loaded, checks.model, counts, None, force=force)
-    return checks.sizes if trace_sizes is None else trace_sizes
+    sizes = checks.sizes if trace_sizes is None else trace_sizes
+    return ValidatedJob(sizes, unsimulated_no_progress(loaded, topology, checks, step_floor_s))
+
+
+def unsimulated_no_progress(loaded: LoadedScenario, topology: Topology, checks: JobChecks,
+                            step_floor_s: float) -> str | None:
+    """The no-progress warning (`summary.no_progress_text`) of what is known before the step is simulated, given
+    only where the run is sure to give it: the restart without its checkpoint load and warm-up steps (detection,
+    rescheduling, launch), the interval as given (in steps, times ``step_floor_s``, a lower bound of the step
+    time; the run rounds a duration to whole steps, within half a step of it), and an MTBF at least the run's:
+    each unit's rate times the share of its failures that interrupt the job, where a `degrade` unit's rate is
+    1 / (MTBF + repair), the least `JobPlan.training_rates_s` gives it (its spare pool's odds, or its share of
+    time training, only raise it). Each of these moves the renewal ETTR up, so validate's is at most the run's."""
+    scenario = loaded.scenario
+    classes = checks.model.classes
+    shares = interrupting_shares(topology, checks.units, classes, _own_links_down(loaded, topology),
+                                 nvls_forced(scenario))
+    rates = [tuple(share * (klass.failure_rate_s(False) if klass.effect is Effect.DEGRADE
+                            else klass.rate_per_unit_s) for share in unit_shares)
+             for klass, unit_shares in zip(classes, shares, strict=True)]
+    total = rate_sum(rates)
+    if total <= 0:
+        return None
+    memory = scenario.checkpoint.memory
+    given = memory.interval if memory is not None else scenario.checkpoint.interval
+    interval = given * step_floor_s if isinstance(given, int) else given
+    assert scenario.run.horizon is not None
+    weighed = interval if memory is not None or interval < scenario.run.horizon else 0.0
+    restart = scenario.restart.detection + scenario.restart.reschedule + scenario.restart.launch
+    return no_progress_text(restart, interval, weighed, memory is not None, 1.0 / total, None, unsimulated=True)
+
+
 
 
 @dataclass(frozen=True)

@@ -211,35 +211,51 @@ def renewal_ettr(interval_s: float, restart: float, mtbf_s: float) -> float:
 
 
 def no_progress_warning(plan: JobPlan, healthy: SegmentCosts, mtbf_s: float | None) -> str | None:
-    """A warning when the renewal ETTR for the system MTBF ``mtbf_s`` is below NO_PROGRESS_ETTR, naming each cause
-    at least the MTBF: one restart (`restart_s`; failures come before the job is back: are the mtbf units
-    right?), or the interval between saves, the in-memory tier's where the job has one (failures come before it
-    saves its work: Young's interval sqrt(2 C M) for that tier's cost C is the one to be near). None otherwise and
-    without failures that interrupt the job. An interval at least the horizon writes no checkpoint by choice (a
-    baseline; `interval_past_horizon` says so), so only the restart is weighed then."""
+    """A warning when the renewal ETTR for the system MTBF ``mtbf_s`` is below NO_PROGRESS_ETTR (`no_progress_text`):
+    one restart (`restart_s`) and the interval between saves, the in-memory tier's where the job has one, with
+    Young's interval sqrt(2 C M) for that tier's cost C. None without failures that interrupt the job. An interval
+    at least the horizon writes no checkpoint by choice (a baseline; `interval_past_horizon` says so), so only the
+    restart is weighed then."""
     if mtbf_s is None:
         return None
-    restart = restart_s(plan, healthy)
     memory = bool(healthy.memory_interval_steps)
     steps = healthy.memory_interval_steps if memory else healthy.interval_steps
     interval = steps * healthy.step_s
+    cost = healthy.memory_stall_s if memory else young_daly_cost_s(healthy)
     weighed = interval if memory or interval < plan.horizon_s else 0.0
-    ettr = renewal_ettr(weighed, restart, mtbf_s)
+    return no_progress_text(restart_s(plan, healthy), interval, weighed, memory, mtbf_s,
+                            young_interval(cost, mtbf_s))
+
+
+def no_progress_text(restart: float, interval_s: float, weighed_s: float, memory: bool, mtbf_s: float,
+                     young_s: float | None, unsimulated: bool = False) -> str | None:
+    """The warning of a renewal ETTR below NO_PROGRESS_ETTR for a ``restart``, an interval ``interval_s`` between
+    saves (weighed as ``weighed_s``: 0 where it writes no checkpoint) of the in-memory tier where ``memory``, and
+    the system MTBF ``mtbf_s``, naming each cause at least the MTBF: the restart (failures come before the job is
+    back: are the mtbf units right?), or the interval (failures come before it saves its work: Young's interval
+    ``young_s`` is the one to be near, named where it is known); None above it. `no_progress_warning` gives it of a
+    job's healthy step; `trainsim validate` of what it knows without the step (``unsimulated``: a restart without
+    its checkpoint load and warm-up, an MTBF at least the job's, so an ETTR at most the run's;
+    `simulate.unsimulated_no_progress`)."""
+    ettr = renewal_ettr(weighed_s, restart, mtbf_s)
     if ettr >= NO_PROGRESS_ETTR:
         return None
     causes = []
     if restart >= mtbf_s:
-        causes.append(f"one restart with its checkpoint load ({format_duration(restart)}) outlasts it, so failures "
-                      "come before the job is back (are the faults.components' mtbf units right, h not s?)")
-    if weighed >= mtbf_s:
+        what = "one restart before its checkpoint load" if unsimulated else "one restart with its checkpoint load"
+        causes.append(f"{what} ({format_duration(restart)}) outlasts it, so failures come before the job is back "
+                      "(are the faults.components' mtbf units right, h not s?)")
+    if weighed_s >= mtbf_s:
         what = "the in-memory snapshot interval" if memory else "the checkpoint interval"
-        cost = healthy.memory_stall_s if memory else young_daly_cost_s(healthy)
         field = "checkpoint.memory.interval" if memory else "checkpoint.interval"
-        causes.append(f"{what} ({format_duration(interval)}) is {interval / mtbf_s:.3g} x it, so failures come "
-                      "before the job saves its work: the interval should be near Young's sqrt(2 C M) "
-                      f"({format_duration(young_interval(cost, mtbf_s))}; {field})")
-    return (f"the system MTBF is {format_duration(mtbf_s)}: {'; and '.join(causes)}; the job makes little or no "
-            f"progress (ETTR about {ettr:.1%} by the renewal formula, below {NO_PROGRESS_ETTR:.0%} warns)")
+        young = "" if young_s is None else f"{format_duration(young_s)}; "
+        causes.append(f"{what} ({format_duration(interval_s)}) is {interval_s / mtbf_s:.3g} x it, so failures come "
+                      f"before the job saves its work: the interval should be near Young's sqrt(2 C M) ({young}"
+                      f"{field})")
+    system, about = ("at most", "at most") if unsimulated else ("", "about")
+    return (f"the system MTBF is {system + ' ' if system else ''}{format_duration(mtbf_s)}: {'; and '.join(causes)}; "
+            f"the job makes little or no progress (ETTR {about} {ettr:.1%} by the renewal formula, below "
+            f"{NO_PROGRESS_ETTR:.0%} warns)")
 
 
 def _sync_young_warning(cost_s: float, mtbf_s: float) -> str | None:
