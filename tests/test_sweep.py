@@ -14,7 +14,7 @@ import orjson
 import pandas as pd
 import pytest
 import yaml
-from shared import DATA, REPO, SCENARIOS, UNEQUAL_HOSTS_GRAPH
+from shared import CROSS_RAIL_PP, DATA, REPO, SCENARIOS, UNEQUAL_HOSTS_GRAPH
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
@@ -340,6 +340,21 @@ def test_the_sweep_says_on_stderr_which_point_it_simulates_and_its_wall_time(tmp
             "sweep: simulating point 1 (parallelism.pp=3)", "sweep: point 1 (parallelism.pp=3) invalid in S s wall"]
     for name in ("results.csv", "results.parquet", "points.jsonl"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_point_whose_fold_falls_out_of_step_says_why_it_ran_again(tmp_path, capsys):
+    """CROSS_RAIL_PP's stage fold falls out of step at a hand-off in its run and the step runs again refolded by
+    route class (tests/test_cli.py): the point's line says so, with the first fold given up and its `why` as
+    `fold_given_up` records them, and the wall time from the drop to the end (a layout search's line the same,
+    `TimedPoint.done_text`), so a user seeing one point take minutes knows why; the table holds no wall time."""
+    (tmp_path / "base.yaml").write_text(CROSS_RAIL_PP + "run: {timeline: summary}\n")
+    path = tmp_path / "sweep.yaml"
+    path.write_text("base: base.yaml\ngrid:\n  run.seed: [0]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 0
+    done = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep: point 0")]
+    assert [re.sub(r"\d+\.\d s wall", "S s wall", line) for line in done] == [
+        "sweep: point 0 (run.seed=0) ok in S s wall; refolded: the stage fold given up: a hand-off fell out of step "
+        "in its run, S s wall from there"]
 
 
 def test_a_pooled_sweep_says_each_point_it_starts_from_the_parent(tmp_path, capsys):

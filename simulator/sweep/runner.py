@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -31,6 +32,9 @@ from simulator.sweep.results import (
     write_results,
 )
 from simulator.sweep.spec import Point, Sweep
+
+if TYPE_CHECKING:
+    from simulator.simulation import RerunNotice
 
 
 @dataclass(frozen=True)
@@ -60,14 +64,44 @@ class TimedPoint:
 
     record: PointRecord
     wall_s: float
+    refold: str = ""
+    """Where its step ran again after a fold fell out of step in its run (`simulation.FoldDropped`): how it ran
+    again, the first fold given up and why, and the wall seconds from that fold's drop to the end
+    (`refold_clause`); '' where it ran once."""
+
+    def done_text(self) -> str:
+        """'in 54.0 s wall' and, where it ran again, why: what a point's or layout's line ends with."""
+        return f"in {self.wall_s:.1f} s wall" + (f"; {self.refold}" if self.refold else "")
 
 
 def timed_point(task: PointTask) -> TimedPoint:
     """`run_point` timed by the wall clock: a sweep of six points at 2,048 GPUs takes 3 min 14 s, one of them
-    over 100 s, and its line says so as it finishes (`point_done_line`)."""
+    over 100 s, and its line says so as it finishes (`point_done_line`), with why where its step ran again
+    (`refold_clause`): Llama 3 70B TP4 PP8 DP8 on 256 GPUs takes 54 s, most of it after its fold fell out of step."""
+    from simulator.simulation import FoldDropped, Rerun
+
     started = time.monotonic()
-    record = run_point(task)
-    return TimedPoint(record, time.monotonic() - started)
+    dropped: list[tuple[float, dict]] = []
+    reruns: list[Rerun] = []
+
+    def heard(notice: FoldDropped | Rerun) -> None:
+        if isinstance(notice, FoldDropped):
+            dropped.append((time.monotonic(), notice.given_up))
+        else:
+            reruns.append(notice)
+
+    record = run_point(task, heard)
+    ended = time.monotonic()
+    refold = refold_clause(dropped[0][1], reruns[-1].unfolded, ended - dropped[0][0]) if dropped and reruns else ""
+    return TimedPoint(record, ended - started, refold)
+
+
+def refold_clause(given_up: dict, unfolded: bool, after_s: float) -> str:
+    """Why a point's step ran again, from the first fold given up in its run (its `fold_given_up` entry, as the
+    engine recorded it) and how the last run went: 'refolded: the stage fold given up: a hand-off fell out of
+    step in its run, 48.2 s wall from there'."""
+    how = "unfolded" if unfolded else "refolded"
+    return f"{how}: the {given_up['fold']} fold given up: {given_up['why']}, {after_s:.1f} s wall from there"
 
 
 @dataclass(frozen=True)
@@ -94,9 +128,9 @@ GPU memory, and with less room than the memory plan leaves out (`memory_plan.tig
 step point's row has them."""
 
 
-def run_point(task: PointTask) -> PointRecord:
+def run_point(task: PointTask, on_rerun: RerunNotice | None = None) -> PointRecord:
     """Simulate one point (a step, or a job over `run.horizon`); an input error is `invalid`, any other failure
-    `failed`, never raised."""
+    `failed`, never raised. ``on_rerun`` hears of a step's fold dropped and its run again (`simulate`'s)."""
     from simulator.config.loader import validate_as_json
     from simulator.config.schema import Scenario
     from simulator.simulation import simulate
@@ -116,7 +150,7 @@ def run_point(task: PointTask) -> PointRecord:
             summary = {**job.summary, **{key: job.step_summary[key] for key in STEP_FIGURES
                                          if job.step_summary.get(key) is not None}}
         else:
-            result = simulate(loaded, force=task.force)
+            result = simulate(loaded, force=task.force, on_rerun=on_rerun)
             summary = result.summary
             if task.outputs_dir is not None:
                 from simulator.report.writers import write_outputs
@@ -187,7 +221,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
                 _starting, on_point, labels)):
             record = _memory_judged(timed.record)
             if on_point is not None:
-                on_point(point_done_line(record, labels[record.index], timed.wall_s))
+                on_point(point_done_line(timed, labels[record.index]))
             records[record.index] = record
             append_record(out_dir, record)
             raise_dropped()
@@ -223,10 +257,10 @@ def point_label(point: Point) -> str:
     return ", ".join(f"{field}={value}" for field, value in point.values)
 
 
-def point_done_line(record: PointRecord, label: str, wall_s: float) -> str:
+def point_done_line(timed: TimedPoint, label: str) -> str:
     """The line on stderr as a point finishes: 'sweep: point 3 (parallelism.tp=4, parallelism.pp=8) ok in 101.3 s
-    wall'."""
-    return f"sweep: point {record.index} ({label}) {record.status} in {wall_s:.1f} s wall"
+    wall', and why where its step ran again (`TimedPoint.done_text`)."""
+    return f"sweep: point {timed.record.index} ({label}) {timed.record.status} {timed.done_text()}"
 
 
 def point_folder(out_dir: Path, index: int) -> Path:

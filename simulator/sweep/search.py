@@ -327,12 +327,12 @@ def _prune(candidates: list[Candidate], check, space: SearchSpace) -> list[Check
 def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Executor, force: bool,
               on_progress: Callable[[int, int], None] | None, runs: dict[Candidate, object],
               on_layout: Callable[[str], None] | None = None, schedule: str = "") -> None:
-    """Simulate ``survivors`` into ``runs`` as each finishes, so that a stop leaves those finished there; the
-    progress hears of none done first (a count from the start, not only once the first layout finishes).
-    ``on_layout`` hears 'search: simulating LABEL' as a layout is handed to a worker and 'search: LABEL simulated
-    in S s wall' (or failed) as it ends (``schedule`` the scenario's, which labels name): a layout whose fold
-    falls out of step runs again refolded (Llama 3 70B TP4 PP8 DP8 on 256 GPUs: 54 s of CPU, where TP8 PP2 DP16,
-    folded, takes 2 s), and the count alone stays at '0/3 points' for minutes meanwhile."""
+    """Simulate ``survivors`` into ``runs`` as each finishes, so that a stop leaves those finished there; the progress
+    hears of none done first (a count from the start, not only once the first layout finishes). ``on_layout`` hears
+    'search: simulating LABEL' as a layout is handed to a worker and 'search: LABEL simulated in S s wall' (or failed)
+    as it ends, and why where it ran again (`runner.refold_clause`) (``schedule`` the scenario's, which labels name): a
+    layout whose fold falls out of step runs again refolded (Llama 3 70B TP4 PP8 DP8 on 256 GPUs: 54 s of CPU, where TP8
+    PP2 DP16, folded, takes 2 s), and the count alone stays at '0/3 points' for minutes meanwhile."""
     tasks = [PointTask(index, point_key(c.data), c.data, loaded.source, loaded.lines, None, force=force)
              for index, c in enumerate(survivors)]
     labels = [c.candidate.label(c.candidate.schedule(schedule), schedule) for c in survivors]
@@ -346,7 +346,7 @@ def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Execut
         runs[survivors[record.index].candidate] = record
         if on_layout is not None:
             status = CandidateStatus.SIMULATED if record.status == PointStatus.OK else CandidateStatus.FAILED
-            on_layout(f"search: {labels[record.index]} {status} in {timed.wall_s:.1f} s wall")
+            on_layout(f"search: {labels[record.index]} {status} {timed.done_text()}")
         raise_dropped()
         if on_progress is not None:
             on_progress(len(runs), len(tasks))
