@@ -881,7 +881,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
     if link_tiers:
         summary["link_tiers"] = link_tiers_entry(result, settings, summary["step_time_s"], faults)
-        summary["bottleneck"] = with_binding_tier(summary["bottleneck"], summary["link_tiers"], topology.params)
+        summary["bottleneck"] = with_binding_tier(summary["bottleneck"], summary["link_tiers"], topology)
     if program.parameter_server is not None:
         from simulator.parameter_server.summary import ps_report, with_binding_links
 

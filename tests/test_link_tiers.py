@@ -177,3 +177,49 @@ def test_a_compute_bound_step_names_no_tier_though_one_binds_its_largest_loss():
     assert summary["bottleneck"]["largest_loss"]["name"] == "exposed_dp_comm"
     assert "bound by the" not in summary["bottleneck"]["verdict"]
     assert "binding_tier" not in summary["bottleneck"]
+
+
+def _two_leaf_graph(uplink: str) -> str:
+    """A `graph` file: four one-GPU hosts, two on each of two leaf switches at 50 GB/s a GPU, each leaf on one
+    spine switch at ``uplink``."""
+    gpus = "".join(f"  - {{name: g{gpu}, kind: gpu, host: {gpu}}}\n" for gpu in range(4))
+    links = "".join(f"  - {{a: g{gpu}, b: leaf{gpu // 2}, bandwidth: 50 GB/s, latency: 1 us, class: infiniband}}\n"
+                    for gpu in range(4))
+    links += "".join(f"  - {{a: leaf{leaf}, b: spine, bandwidth: {uplink}, latency: 1 us, class: infiniband}}\n"
+                     for leaf in range(2))
+    return ("kind: graph\nnodes:\n  - {name: spine, kind: switch}\n  - {name: leaf0, kind: switch}\n"
+            f"  - {{name: leaf1, kind: switch}}\n{gpus}links:\n{links}")
+
+
+GRAPH_DP4 = """cluster: {topology: graph.yaml}
+model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {dp: 4}
+"""
+
+
+def test_a_graph_fabric_oversubscribed_at_its_leaves_is_named_in_the_verdict(tmp_path):
+    """On a `graph` file whose leaves have 2 x 50 GB/s down and 25 GB/s up (4:1 by hand), the DP ring's two
+    crossings each hold a 25 GB/s uplink while each GPU link carries as many bytes at 50 GB/s: the switch-switch
+    links bind the DP transfers, and the verdict names their oversubscription at the busiest link's leaf, as it
+    does a built leaf-spine fabric's. At 100 GB/s up (1:2, under-subscribed) no oversubscription is named."""
+    from simulator.topology.describe import link_subscription
+    from simulator.topology.loader import scenario_topology
+
+    for uplink, ratio in (("25 GB/s", "4:1"), ("100 GB/s", None)):
+        (tmp_path / "graph.yaml").write_text(_two_leaf_graph(uplink))
+        (tmp_path / "step.yaml").write_text(GRAPH_DP4)
+        loaded = load_scenario(str(tmp_path / "step.yaml"))
+        topology = scenario_topology(loaded)
+        assert link_subscription(topology, "spine", "leaf1") == ("leaf1", 100e9 / float(uplink.split()[0]) / 1e9)
+        assert link_subscription(topology, "g0", "leaf0") is None  # a GPU below: no switch's uplink
+        summary = simulate(loaded).summary
+        verdict = summary["bottleneck"]["verdict"]
+        if ratio is None:
+            assert "oversubscribed" not in verdict
+            continue
+        busiest = summary["bottleneck"]["binding_tier"]["busiest_link"]
+        leaf = next(end for end in busiest.split("->") if end.startswith("leaf"))
+        assert summary["bottleneck"]["binding_tier"]["tier"] == "switch-switch"
+        named = f"DP transfers bound by the switch-switch links, oversubscribed {ratio} at {leaf} (the busiest"
+        assert named in verdict

@@ -243,14 +243,34 @@ class _Flows:
         return start_s[at] + shift, end_s[at] + shift
 
 
-def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict:
+def tier_oversubscription(topology: Topology, tier: str, busiest_link: str) -> str:
+    """How the verdict names a binding tier's oversubscription (', oversubscribed 2:1'), '' where it is 1:1: a
+    built fabric's from the builder parameter that sets it (`OVERSUBSCRIPTION`), a `graph` file's from its wiring,
+    the downlink : uplink capacity at the switch below the tier's busiest link ('u->v'), named (', oversubscribed
+    2:1 at leaf0': two 50 GB/s NIC links down, one 50 GB/s uplink; topology/describe.py `link_subscription`)."""
+    if not topology.explicit_graph:
+        ratio = float(topology.params.get(OVERSUBSCRIPTION.get(tier, ""), 1))
+        return f", oversubscribed {four_digits(ratio)}:1" if ratio != 1 else ""
+    from simulator.topology.describe import link_subscription
+
+    below = link_subscription(topology, *busiest_link.split("->"))
+    if below is None or below[1] <= 1 + OVERSUBSCRIBED_FROM:
+        return ""
+    return f", oversubscribed {four_digits(below[1])}:1 at {below[0]}"
+
+
+OVERSUBSCRIBED_FROM = 1e-9
+"""How far above 1:1 a graph switch's downlink : uplink ratio must be to be named (rounding of summed capacities)."""
+
+
+def with_binding_tier(bottleneck: dict, entry: Mapping, topology: Topology) -> dict:
     """The bottleneck with the tier that binds its largest loss named in its verdict, where the step is
     communication-bound, that loss is one kind's exposed communication and a tier binds it ('...; DP transfers bound
     by the leaf-spine links, oversubscribed 2:1 (the busiest, leaf0.r0->spine1, at 92.2% of line rate while they
     run, usable 94.0%)'), with the other tiers within `BINDING_MARGIN` of it, and under `binding_tier` (kind,
     tier and its busiest link's figures); the bottleneck as it was else, and where the entry's figures are
     approximate (`approximate_because`: link faults in the step).
-    ``params`` are the topology's builder parameters, which give a tier's oversubscription."""
+    ``topology``: the run's cluster, which gives a tier's oversubscription (`tier_oversubscription`)."""
     name = (bottleneck.get("largest_loss") or {}).get("name", "")
     kind = name.removeprefix("exposed_").removesuffix("_comm")
     by_kind = entry["by_kind"].get(kind) if name.startswith("exposed_") else None
@@ -259,11 +279,10 @@ def with_binding_tier(bottleneck: dict, entry: Mapping, params: Mapping) -> dict
         return bottleneck
     tier = by_kind["binding"][0]
     figures = by_kind["tiers"][tier]
-    ratio = float(params.get(OVERSUBSCRIPTION.get(tier, ""), 1))
     others = "".join(f"; the {tier_words(other)} links within {100 * BINDING_MARGIN:.0f} points of it"
                      for other in by_kind["binding"][1:])
     note = (f"{kind.upper()} transfers bound by the {tier_words(tier)} links"
-            + (f", oversubscribed {four_digits(ratio)}:1" if ratio != 1 else "")
+            + tier_oversubscription(topology, tier, figures["busiest_link"])
             + f"{TIER_DETAIL}{figures['busiest_link']}, at {100 * figures['utilisation_in_transfers']:.1f}% of line "
             f"rate while they run, usable {100 * figures['usable_fraction']:.1f}%{others})")
     return {**bottleneck, "verdict": f"{bottleneck['verdict']}; {note}",

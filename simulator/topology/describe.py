@@ -126,6 +126,18 @@ def switch_subscription(topo: Topology) -> tuple[dict[str, float], bool]:
     return {switch: down.get(switch, 0.0) / capacity for switch, capacity in up.items()}, tiered
 
 
+def link_subscription(topo: Topology, u: str, v: str) -> tuple[str, float] | None:
+    """The switch at the lower end of link ``u``-``v`` (heights as `switch_subscription` reads them: a `graph`
+    file's by hops from the GPUs) and its downlink : uplink ratio, the link one of its uplinks; None where the ends
+    are at one height or the lower one is no switch with uplinks (a NIC, a GPU)."""
+    levels, _ = _levels(topo)
+    if u not in levels or v not in levels or levels[u] == levels[v]:
+        return None
+    low = u if levels[u] < levels[v] else v
+    ratio = switch_subscription(topo)[0].get(low)
+    return None if ratio is None else (low, ratio)
+
+
 def _ratio(value: float) -> str:
     """A ratio N:1 to four significant digits, without an exponent: 2 -> '2:1', 1024 -> '1,024:1'."""
     return f"{four_digits(value)}:1"
