@@ -69,7 +69,7 @@ from simulator.parallel.folding import (
 from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import FoldCheck, RefoldBudget, Unfolding, UnfoldingGuard
-from simulator.topology.graph import Topology
+from simulator.topology.graph import Topology, both_ways
 
 StepBuilder = Callable[[bool, RankClasses | None], StepProgram]
 """How a step program is built: folded or not, and with which classes of ranks simulated apart (None: one
@@ -266,23 +266,33 @@ def link_fault_blocker(plan: StepFaultPlan, mode: NetworkMode) -> str:
 def evenly_degraded(plan: StepFaultPlan, topology: Topology) -> bool:
     """Whether ``plan``'s link faults only degrade, for the whole step, whole kinds of links alike: every link
     of a kind (its class, line rate and the kinds of the nodes at its ends: every tray's NIC-leaf link, every
-    leaf's uplinks) keeps one fraction of its line rate on ``topology`` (degraded by `degrade_from_start`). The
+    leaf's uplinks) keeps one fraction of its line rate, the product of its faults' (as `degrade_from_start`
+    degrades ``topology``, whether or not it did yet). The
     cluster is then the healthy one with slower links of those kinds, as symmetric as it was, and the step folds
     as without link faults: no rank is nearer a fault than another, so classing ranks by the hosts near them
     (`link_fault_step`) would simulate every rank for nothing."""
     if not plan.links or any(event.timed or event.capacity == 0 for event in plan.links):
         return False
     nodes = topology.wiring.nodes
+    kept = np.ones(len(topology.link_ends))
+    for event in plan.links:
+        for edge in both_ways(event.edges):
+            kept[topology.link_index[edge]] *= event.capacity
 
     def kind(node: str) -> tuple:
         return nodes[node].get("kind"), nodes[node].get("tier")
 
     fractions: dict[tuple, set[float]] = {}
-    kept = topology.link_bandwidth / topology.line_rate
     for link, (a, b) in enumerate(topology.link_ends):
         key = (topology.link_class[link], float(topology.line_rate[link]), kind(a), kind(b))
         fractions.setdefault(key, set()).add(float(kept[link]))
     return all(len(kept_by_kind) == 1 for kept_by_kind in fractions.values())
+
+
+def fold_faults(plan: StepFaultPlan, topology: Topology) -> StepFaultPlan:
+    """The step's faults as the fold checks weigh them: without its link faults where they degrade whole kinds of
+    links alike (`evenly_degraded`: the topology already holds them, as symmetric as it was), else as they are."""
+    return replace(plan, links=()) if evenly_degraded(plan, topology) else plan
 
 
 def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
@@ -324,6 +334,7 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     then refolds it by the slow replica's classes (`straggler_step`) or, where those are every rank (at most 2 per
     dimension), runs it unfolded."""
     program, shapes, layout = step.program, step.shapes, step.program.layout
+    faults = fold_faults(faults, plans.topology)
     if layout is None:
         return Unfolding("faults", STRAGGLERS_WITHOUT_LAYOUT)
     if program.folded and list(program.ranks) != representatives(layout, True):
@@ -378,8 +389,7 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     stage (`alike_in_stages`), it is built again with one representative per class of ranks where its ranks are not
     all alike (`_classed_step`); folded by stage under stragglers in one replica, it is built again with the slow
     replica's ranks apart (`straggler_step`)."""
-    if evenly_degraded(faults, topology):
-        faults = replace(faults, links=())
+    faults = fold_faults(faults, topology)
     blocker = fold_blocker(topology) if fold else ""
     if blocker and guard is not None:
         guard(Unfolding("cluster", blocker))
