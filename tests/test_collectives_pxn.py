@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import simpy
-from shared import GIB
+from shared import GIB, MIB
 
 from simulator import simulate
 from simulator.cli import main
@@ -87,6 +87,21 @@ def test_a_same_rail_all_to_all_is_unchanged():
     assert {t.channel for phase in phases for t in phase.transfers} == {0}
     assert timed(topology, ranks, GIB, pxn=True) == timed(topology, ranks, GIB, pxn=False)
     assert math.isclose(timed(topology, (0, 8), GIB, pxn=True), GIB / 2 / 50e9, rel_tol=2e-3)
+
+
+def test_an_expert_parallel_dispatch_over_two_hosts_by_hand():
+    """EP 8 over GPUs 0, 2, 4, 6 of two DGX H100 (the even rails), 4 MiB a rank, 0.5 MiB a peer, at line rate:
+    each GPU sends 3 messages over NVLink inside its host, 1 through its own NIC to the other host's GPU on its
+    rail and 3 through relays, its host's GPUs on the destination's rails. Each NIC then carries its host's 4
+    messages to the other host's GPU on its rail, 2 MiB at 50 GB/s = 41.94 us; a GPU's port into the NVSwitch
+    carries 6 x 0.5 MiB at 450 GB/s = 6.99 us. The NIC is busy from the direct message's arrival, after the
+    grouped launch's 8.4 us base latency and its route's 13.0 us (4 hops of 3.25 us; a relayed message adds the
+    two NVLink hops, 16.4 us, and joins while the NIC is busy), to its last byte: 8.4 + 13.0 + 41.94 = 63.34 us."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2})
+    phases = plan_collective(CollectiveRequest("all_to_all", tuple(range(0, 16, 2)), 4 * MIB), topology, "direct")
+    assert Counter(t.channel for phase in phases for t in phase.transfers) == {0: 32, PXN_CHANNEL: 24}
+    seconds = timed(topology, tuple(range(0, 16, 2)), 4 * MIB, pxn=True)
+    assert seconds == pytest.approx((8.4 + 13.0) * 1e-6 + 4 * (MIB / 2) / 50e9, rel=1e-12)
 
 
 def test_only_a_relay_inside_the_group_forwards():

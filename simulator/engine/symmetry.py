@@ -278,36 +278,60 @@ def _copy_loads(topology: Topology, links: int, plans: Sequence[Sequence[Phase]]
 
 def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.ndarray]:
     """Per collective shape whose members send unlike amounts (a tree's inner ranks and leaves, a skewed
-    all-to-all; by index into ``shapes.firsts``), the bytes it puts on each directed link over its group and
-    all its mirrors: the load that makes the ranks of a stage unlike one another, which an unfolded run has
-    and a folded run's mirrors do not wait for."""
-    return {shape: _link_bytes(plans.topology, [phase for plan in plans.mirrored_phases(op, op.mirrors)
-                                                for phase in plan])
+    all-to-all; by index into ``shapes.firsts``), two columns over the directed links: the bytes it puts on each
+    over its group and all its mirrors, and the company its transfers keep there (`_link_loads`): the load that
+    makes the ranks of a stage unlike one another, which an unfolded run has and a folded run's mirrors do not
+    wait for."""
+    link_kinds = link_kind_codes(plans.topology)
+    return {shape: _link_loads(plans.topology, link_kinds, [phase for plan in plans.mirrored_phases(op, op.mirrors)
+                                                            for phase in plan])
             for shape, op in enumerate(shapes.firsts)
             if op.op != "send_recv" and op.nbytes and plans.send_excess(op) is not None}
 
 
-def _link_bytes(topology: Topology, phases: Sequence[Phase]) -> np.ndarray:
-    """The bytes ``phases`` put on each directed link: per link and transfer size, how many times transfers of
-    that size cross it (their phases' repeats, summed as integers), then per link those sizes times their
-    counts (each product rounded once), summed in order of size: not exact, but in a fixed order, so the sum
-    depends only on what crosses the link, not on how the phases split it. A tree's chain inside a host carries
-    the same chunks in every host, over phases of other lengths where the host's place in the tree differs, and
-    summed phase by phase in float host 1's load came out three units in the last place above host 0's
-    (60442214.40000005 against ...03 bytes, SC21 3.6B's geometry under trees), which refused the fold. Each
-    distinct transfer is routed once, with how many times its phases run it in all (a plan's chunks repeat its
-    transfers phase after phase: the published 76.1B step's DP trees post 1,488 transfers, 216 distinct)."""
+def _link_loads(topology: Topology, link_kinds: np.ndarray, phases: Sequence[Phase]) -> np.ndarray:
+    """Per directed link (a row each), the bytes ``phases`` put on it and an id of the company its transfers keep
+    there (0: none). The bytes: per link and transfer size, how many times transfers of that size cross it
+    (their phases' repeats, summed as integers), then per link those sizes times their counts (each product
+    rounded once), summed in order of size: not exact, but in a fixed order, so the sum depends only on what
+    crosses the link, not on how the phases split it. A tree's chain inside a host carries the same chunks in
+    every host, over phases of other lengths where the host's place in the tree differs, and summed phase by
+    phase in float host 1's load came out three units in the last place above host 0's (60442214.40000005
+    against ...03 bytes, SC21 3.6B's geometry under trees), which refused the fold. Each distinct transfer is
+    routed once, with how many times its phases run it in all (a plan's chunks repeat its transfers phase after
+    phase: the published 76.1B step's DP trees post 1,488 transfers, 216 distinct).
+    The company: which transfers cross the link, each by its bytes, how many times and its route (each link's
+    kind and these bytes on it), equal ids for alike company. Bytes alone do not tell links apart whose totals
+    match but whose transfers run at other rates: EP 8 over two hosts of a leaf group, PXN on, met a DP tree over
+    four hosts whose inner hosts' NICs carry twice a leaf host's bytes, over hosts 0-1 as over 2-3 (one inner
+    host, one leaf), yet the tree's flow out of host 0 on rail 2 climbs a spine uplink three of its flows cross
+    and host 3's one it crosses alone, so they drained at other times and the dispatch over hosts 2-3 ended
+    8.393 us after that over hosts 0-1 (tests/test_fold_equivalence.py)."""
     times: dict[Transfer, int] = {}
     for phase in phases:
         for t in phase.transfers:
             times[t] = times.get(t, 0) + phase.repeat
+    loads = np.zeros((len(topology.link_class), 2))
+    if not times:
+        return loads
     lengths, links = routed(topology, list(times))
     sizes, size_of = np.unique(np.array([t.nbytes for t in times], dtype=np.float64), return_inverse=True)
     repeats = np.fromiter(times.values(), dtype=np.int64, count=len(times))
     pairs, where = np.unique(links * len(sizes) + np.repeat(size_of, lengths), return_inverse=True)
     counts = np.bincount(where, weights=np.repeat(repeats, lengths), minlength=len(pairs))
-    return np.bincount(pairs // max(len(sizes), 1), weights=sizes[pairs % max(len(sizes), 1)] * counts,
-                       minlength=len(topology.link_class))
+    loads[:, 0] = np.bincount(pairs // len(sizes), weights=sizes[pairs % len(sizes)] * counts,
+                              minlength=len(loads))
+    routes = padded(lengths, links, len(loads))
+    carried = np.append(loads[:, 0], -1.0)[routes].view(np.int64)
+    rows = np.column_stack((size_of, repeats, np.append(link_kinds, -1)[routes], carried))
+    _, kind_of = np.unique(rows, axis=0, return_inverse=True)
+    pairs = np.unique(links * len(rows) + np.repeat(kind_of.reshape(-1), lengths))
+    link_of = pairs // len(rows)
+    starts = np.flatnonzero(np.diff(link_of, prepend=-1))
+    ids: dict[bytes, int] = {}
+    for first, last in zip(starts.tolist(), [*starts[1:].tolist(), len(pairs)]):
+        loads[link_of[first], 1] = ids.setdefault((pairs[first:last] % len(rows)).tobytes(), len(ids) + 1)
+    return loads
 
 
 RouteTable = tuple[int, np.ndarray, np.ndarray]
@@ -449,14 +473,16 @@ def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrde
     mirror meets that traffic only in the step (tests/test_fold_equivalence.py: a tree all-reduce over TP lanes
     whose inner ranks' NVLink ports carry twice a leaf's TP tree bytes ends 20 us later on those lanes).
     Pipeline send/recvs are not compared (see `asymmetric_replicas`); each shape is compared with one mirror per
-    class of translates."""
+    class of translates where the loads move with the translates (`_moves_with_translates`), else with every
+    mirror."""
     loads = unequal_traffic(shapes, plans)
     if not loads:
         return ""
     topology = plans.topology
     among = sorted(loads)
-    column_of = {other: column for column, other in enumerate(among)}
+    columns_of = {other: [2 * column, 2 * column + 1] for column, other in enumerate(among)}
     every_load = np.column_stack([loads[other] for other in among])
+    periodic = _moves_with_translates(plans, every_load)
     overlaps = overlapping(shapes, order, among)
     for shape, op in enumerate(shapes.firsts):
         if op.op == "send_recv" or not op.mirrors or not op.nbytes:
@@ -465,13 +491,14 @@ def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrde
         if not combinations:
             continue
         own = route_table(topology, plans.phases(op, op.group))
+        compared = _class_firsts(plans, op) if periodic else range(len(op.mirrors))
         mirrored = [(op.mirrors[index], route_table(topology, plans.phases(op, op.mirrors[index])))
-                    for index in _class_firsts(plans, op)]
+                    for index in compared]
         crossed, (own, *tables) = _on_links_crossed([own, *(table for _, table in mirrored)], len(every_load))
         mirrors = list(zip((mirror for mirror, _ in mirrored), tables))
         crossed_loads = every_load[crossed]
         for met_by in combinations:
-            met_loads = crossed_loads[:, [column_of[other] for other in met_by]]
+            met_loads = crossed_loads[:, [column for other in met_by for column in columns_of[other]]]
             met = unequal_shapes(own, met_loads)
             for mirror, table in mirrors:
                 if unequal_shapes(table, met_loads) != met:
@@ -479,6 +506,19 @@ def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrde
                             f"whose members send unlike amounts (a tree's inner ranks and leaves) otherwise than "
                             f"over the equivalent {list(mirror)}: the ranks of a stage are not alike")
     return ""
+
+
+def _moves_with_translates(plans: PlanCache, loads: np.ndarray) -> bool:
+    """Whether ``loads`` (a row per directed link) move onto themselves under the translation by one period of
+    the fabric's spine hash, where a link has an image (or the fabric has none): only then does a mirror
+    translated by whole periods meet them as its class's first does (`_class_firsts`). A tree over the hosts
+    of every leaf group loads its inner hosts and its leaves unlike, which no translation keeps."""
+    periods = plans.translations()
+    if periods is None:
+        return True
+    step = periods.links(1)
+    has = step >= 0
+    return bool(np.array_equal(loads[has], loads[step[has]]))
 
 
 def _on_links_crossed(tables: Sequence[RouteTable], links: int) -> tuple[np.ndarray, list[RouteTable]]:
