@@ -328,7 +328,7 @@ class Topology:
 
     def paths(self, ends: Iterable[tuple[int, int, int]]) -> list[tuple[int, ...]]:
         """`path` of each ``(src, dst, channel)`` of ``ends``, in order, without a method call per known route: the
-        fold checks of the SC21 76.1B step route some 300,000 transfers of its plans (most of them known)."""
+        fold checks and plans route all of a plan's transfers at once, most of them known."""
         known, route = self._routes.get, self.route
         return [(known(end) or route(*end))[0] for end in ends]
 
