@@ -223,3 +223,23 @@ def test_a_graph_fabric_oversubscribed_at_its_leaves_is_named_in_the_verdict(tmp
         assert summary["bottleneck"]["binding_tier"]["tier"] == "switch-switch"
         named = f"DP transfers bound by the switch-switch links, oversubscribed {ratio} at {leaf} (the busiest"
         assert named in verdict
+
+
+def test_a_parameter_server_runs_link_tiers_name_the_links_its_sides_rule_names():
+    """One rule for both: a link's utilisation is taken over the time the transfers crossing it run. A push or a
+    pull is one flow, so the busiest NIC-leaf link, the server host's first NIC sending pulls, runs at what an
+    InfiniBand link carries (94% of line rate) while they do, as `parameter_server.server_links` reads it; over the
+    DP kind's whole 2.71 s (pushes to the other direction included) it read 43.9% and named no tier. The verdict
+    names the NIC-leaf tier and the server side, at the same figure."""
+    summary = simulate(load_scenario(SCENARIOS / "parameter-server-vs-allreduce.yaml", [])).summary
+    dp, ps = summary["link_tiers"]["by_kind"]["dp"], summary["parameter_server"]
+    assert dp["binding"] == ["nic-leaf"]
+    nic = dp["tiers"]["nic-leaf"]
+    server_gpu = ps["server_links"]["per_server_gpu"][str(ps["server_gpus"][0])]
+    assert nic["busiest_link"] == "->".join(reversed(server_gpu["link"].split("->")))
+    assert nic["utilisation_in_transfers"] == pytest.approx(server_gpu["egress_utilisation_in_transfers"], rel=EXACT)
+    assert nic["utilisation_in_transfers"] == pytest.approx(nic["usable_fraction"], rel=1e-4)
+    assert ps["binding_links"] == "server"
+    assert (f"DP transfers bound by the NIC-leaf links (the busiest, {nic['busiest_link']}, at 94.0% of line rate"
+            in summary["bottleneck"]["verdict"])
+    assert "the server links bind: their busiest runs at 94.0%" in summary["bottleneck"]["verdict"]

@@ -14,10 +14,10 @@ from simulator.catalog.gpus import get_gpu
 from simulator.config.loader import scenario_from_text
 from simulator.config.parameter_server import ParameterServerConfig
 from simulator.errors import ScenarioError
+from simulator.metrics.link_tiers import BINDING_MARGIN
 from simulator.metrics.summary import SHOWN_LOSS_SHARE, WAIT_BOUND_SHARE
 from simulator.parameter_server.placement import place, shard_tensors, stripe, worker_gpus
 from simulator.parameter_server.program import ps_program
-from simulator.parameter_server.summary import BINDING_MARGIN
 from simulator.program.ops import CollectiveOp
 from simulator.topology.loader import load_topology, scenario_topology
 from simulator.workload.calibrated import calibrated_efficiency
@@ -96,7 +96,8 @@ def test_analytic_pushes_and_pulls_share_the_worker_and_server_nics(run_yaml, se
 def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(run_yaml):
     """A parameter-server step has no pipeline: its workers' waits for the servers are exposed DP communication (the
     largest loss here), and its bubble is 0, not the workers' idle share (0.69 on the bundled scenario). The slow
-    worker's push crosses its link and the server's alone, both at line rate, so both sides' links bind."""
+    worker's push crosses its link and the server's alone, both at line rate, so both sides' links bind, and the
+    NIC-leaf tier their links are in."""
     summary = run_yaml(scenario()).summary
     bottleneck = summary["bottleneck"]
     assert summary["bubble_fraction"] == bottleneck["evidence"]["bubble_fraction"] == 0.0
@@ -105,8 +106,10 @@ def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(r
     assert bottleneck["loss_shares"]["exposed_dp_comm"] == pytest.approx(
         summary["exposed_comm_s"]["dp"] / summary["step_time_s"], rel=1e-12)
     # the run's time is its iterations' ('run time (6 iterations) 3.52 s'), and its verdict said '% of the step'
-    assert (f"{100 * bottleneck['loss_shares']['exposed_dp_comm']:.1f}% of the run; the server and worker links both "
-            "bind" in bottleneck["verdict"])
+    # the link tiers judge by the sides' rule: the NIC-leaf tier (both sides' NICs) binds, named before the sides
+    assert (f"{100 * bottleneck['loss_shares']['exposed_dp_comm']:.1f}% of the run; DP transfers bound by the NIC-leaf "
+            "links (" in bottleneck["verdict"])
+    assert "usable 100.0%); the server and worker links both bind" in bottleneck["verdict"]
 
 
 def _idle_of_workers(result) -> tuple[float, float]:

@@ -12,14 +12,15 @@ are kept: a folded step simulates one rank per stage with its collectives' mirro
 the unfolded step's do, where the tier's total would count only the simulated ranks' traffic.
 
 A tier binds a kind of communication (the flows of the collectives of that category) where its busiest link runs,
-over the time that kind's transfers run, within `BINDING_MARGIN` of the busiest of every tier, and that peak is
-itself within `BINDING_MARGIN` of what the link can carry (its class's efficiency of line rate, degraded or not):
-where every link runs below what it carries, no link binds. Over the kind's time rather than each link's own: at 2:1
-a NIC's link that carries a ring hop inside its leaf runs at line rate while its flow lasts, then idles while the
-hops across the spines finish, and does not bind. Unlike a parameter server's sides (parameter_server/summary.py), a
-link that a kind's flows cross for part of its time reads below what it carries while they do (the parameter-server
-scenario's DP transfers: NIC-leaf 43.9%, no tier). Where the step's link faults make the figures approximate
-(simulation.py `approximation`), no tier is named.
+while the transfers of that kind crossing it run (the flows of every collective one of whose flows crosses it:
+`transfers_crossing`), within `BINDING_MARGIN` of the busiest of every tier (`near_peak`), and that peak is itself
+within `BINDING_MARGIN` of what the link can carry (its class's efficiency of line rate, degraded or not): where
+every link runs below what it carries, no link binds. A parameter server's sides (parameter_server/summary.py) are
+judged by the same rule and code. Over the whole collective rather than the link's own flows: at 2:1 a NIC's link
+that carries a ring hop inside its leaf runs at line rate while its flow lasts, then idles while the same ring's
+hops across the spines finish, and does not bind; a parameter server's pushes and pulls are each a transfer of one
+flow, so its server's link reads 94.0% of line rate while they cross it and binds. Where the step's link faults
+make the figures approximate (simulation.py `approximation`), no tier is named.
 """
 
 from __future__ import annotations
@@ -104,6 +105,20 @@ def _tier_figures(link: int, topology: Topology, rate: float, carried: float, ma
             "usable_fraction": usable}
 
 
+def near_peak(utilisation: float, peak: float) -> bool:
+    """Whether a link running at ``utilisation`` of line rate while the transfers crossing it run binds them
+    beside the peak link (``peak``, the same figure of the link nearest line rate): within `BINDING_MARGIN` of
+    it. The one test of the tiers here and of a parameter server's sides (parameter_server/summary.py)."""
+    return utilisation >= peak - BINDING_MARGIN
+
+
+def transfers_crossing(keys: np.ndarray, crossing: np.ndarray) -> np.ndarray:
+    """Which flows (``keys``, each flow's collective) belong to a transfer one of whose flows crosses a link
+    (``crossing``, a mask or the indexes of those flows): the flows whose time a link's utilisation in
+    transfers is taken over, here and on a parameter server's links."""
+    return np.isin(keys, keys[crossing])
+
+
 def binding_tiers(tiers: Mapping[str, Mapping]) -> list[str]:
     """The tiers whose busiest links bind the transfers ``tiers`` describes (`link_tiers` of their flows), nearest
     line rate first (the nearest the GPU among equal ones: a NIC's path at line rate is bound by the NIC's link
@@ -117,7 +132,7 @@ def binding_tiers(tiers: Mapping[str, Mapping]) -> list[str]:
     if peak["utilisation_in_transfers"] < peak["usable_fraction"] - BINDING_MARGIN:
         return []
     return [tier for tier in order
-            if tiers[tier]["utilisation_in_transfers"] >= peak["utilisation_in_transfers"] - BINDING_MARGIN]
+            if near_peak(tiers[tier]["utilisation_in_transfers"], peak["utilisation_in_transfers"])]
 
 
 TIER_DETAIL = " (the busiest, "
@@ -134,8 +149,9 @@ def step_link_tiers(parts: FlowParts, kind_of_key: np.ndarray, kind_names: list[
     utilisation over ``makespan_s`` and in transfers (over the time its flows cross it) and what it can carry
     (``usable``: each directed link's usable bytes/s over its line rate), keyed by tier in name order; and under
     `by_kind` the same of the flows of each kind of communication apart (``kind_of_key``: each key code's index
-    into ``kind_names``, whose '' is none), in transfers over the time that kind's flows run, with the tiers that
-    bind it (`binding_tiers`). A replayed block's links are read once, weighed by its replays of each kind."""
+    into ``kind_names``, whose '' is none), in transfers over the time that kind's transfers crossing the link run
+    (`transfers_crossing`), with the time all of that kind's run (`transfer_s`) and the tiers that bind it
+    (`binding_tiers`). A replayed block's links are read once, weighed by its replays of each kind."""
     width, count = len(kind_names), len(topology.line_rate)
     flows = _Flows(parts, kind_of_key, width)
     present = [code for code in sorted(range(width), key=kind_names.__getitem__)
@@ -151,13 +167,14 @@ def step_link_tiers(parts: FlowParts, kind_of_key: np.ndarray, kind_names: list[
             float(usable[link]))
     entry["tiers"] = dict(sorted(entry["tiers"].items()))
     for code in present:
-        window = flows.window_s(code)
         tiers = dict(sorted(
             (tier_names[tier_of[link]], _tier_figures(link, topology, float(line_rate[link]),
-                                                      float(per_kind[link, code]), makespan_s, window,
+                                                      float(per_kind[link, code]), makespan_s,
+                                                      flows.crossing_transfers_s(link, code, count),
                                                       float(usable[link])))
             for link in _busiest(per_kind[:, code], line_rate, tier_of, makespan_s)))
-        entry["by_kind"][kind_names[code]] = {"transfer_s": window, "tiers": tiers, "binding": binding_tiers(tiers)}
+        entry["by_kind"][kind_names[code]] = {"transfer_s": flows.window_s(code), "tiers": tiers,
+                                              "binding": binding_tiers(tiers)}
     return entry
 
 
@@ -216,8 +233,26 @@ class _Flows:
                        np.concatenate((self.parts.end_s[singles], ends)))
 
     def window_s(self, code: int) -> float:
-        """The time the flows of kind ``code`` run, together: each block's flows' union once, shifted by each
-        replay of that kind."""
+        """The time the flows of kind ``code`` run, together."""
+        return self._keys_window_s(self.flow_kind == code, self.replay_kind == code)
+
+    def crossing_transfers_s(self, link: int, code: int, count: int) -> float:
+        """The time the transfers of kind ``code`` that cross ``link`` run (`transfers_crossing`): the flows of
+        every collective one of whose flows loads the link (itself, its orbit) or whose replayed block crosses it,
+        together."""
+        keys, shares = self.keys(count)
+        singles = self.flow_of[(keys == link) | (keys == shares(np.array([link]))[0])]
+        blocks = np.unique(self.block_of[np.unique(self.pool_of[self.pool.links == link])])
+        parts = self.parts
+        singles = singles[self.flow_kind[singles] == code]
+        replays = np.flatnonzero(np.isin(parts.replay_block, blocks) & (self.replay_kind == code))
+        codes = np.concatenate((parts.key_codes, parts.replay_key))
+        rows = transfers_crossing(codes, np.concatenate((singles, len(parts.key_codes) + replays)))
+        return self._keys_window_s(rows[:len(parts.key_codes)], rows[len(parts.key_codes):])
+
+    def _keys_window_s(self, rows: np.ndarray, replays: np.ndarray) -> float:
+        """The time the single flows ``rows`` marks and the replays ``replays`` marks run, together: each block's
+        flows' union once, shifted by each marked replay."""
         parts = self.parts
         if self._unions is None:
             unions = [merge(block.start_s, block.end_s) for block in parts.blocks]
@@ -225,8 +260,7 @@ class _Flows:
                             np.concatenate([union[0] for union in unions] or [np.empty(0)]),
                             np.concatenate([union[1] for union in unions] or [np.empty(0)]))
         block_of, union_start, union_end = self._unions
-        starts, ends = self._replayed(block_of, union_start, union_end, self.replay_kind == code)
-        rows = self.flow_kind == code
+        starts, ends = self._replayed(block_of, union_start, union_end, replays)
         return covered(np.concatenate((parts.start_s[rows], starts)), np.concatenate((parts.end_s[rows], ends)))
 
     def _replayed(self, block_of: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, replays: np.ndarray

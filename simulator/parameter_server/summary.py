@@ -18,10 +18,13 @@ Definitions (docs/parameter_server.md):
 - server link: per server GPU the slowest network link every push to it crosses, the nearest the GPU among
   equally slow ones (and its reverse for pulls; where pushes rerouted around a failed link share none, the
   slowest of the last links they arrive by); utilisation is the bytes the run moved over it divided by what its
-  line rate carries in the run, and in transfers, in the time some push or pull is under way on it. A worker
-  link is the same from a worker GPU's pushes. A side's links bind the exchange where its busiest one runs
-  within `BINDING_MARGIN` of the peak link, the link any push or pull crosses that runs nearest line rate in
-  transfers: one side, both, or neither (then the fabric between them binds, the peak link named).
+  line rate carries in the run, and in transfers, in the time the transfers crossing it run (the rule of a
+  step's link tiers, metrics/link_tiers.py `transfers_crossing`: a push or pull is one flow, so the time some
+  push or pull is under way on it). A worker link is the same from a worker GPU's pushes. A side's links bind
+  the exchange where its busiest one runs near the peak link (`link_tiers.near_peak`, the tiers' test), the
+  link any push or pull crosses that runs nearest line rate in transfers: one side, both, or neither (then the
+  fabric between them binds, the peak link named). The step's `link_tiers` name the same links: the DP
+  transfers' NIC-leaf tier, its busiest link a server's.
 - the all-reduce it is compared with: one ring all-reduce of the same gradient over the same workers, simulated
   alone on the same cluster, as built (a step's link faults do not carry over), and network settings (the
   program's `PsPlan.comparison`, which simulation.py runs after the step and hands in); its bytes in total,
@@ -40,7 +43,7 @@ import pandas as pd
 
 from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND, FLOW_KIND
 from simulator.metrics.intervals import covered
-from simulator.metrics.link_tiers import BINDING_MARGIN
+from simulator.metrics.link_tiers import near_peak, transfers_crossing
 from simulator.program.ops import BACKWARD_CATEGORY, FORWARD_CATEGORY
 from simulator.program.ps_plan import PsPlan
 from simulator.topology.graph import Topology
@@ -105,9 +108,10 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
     staleness = _staleness(ops, pulls, workers, endpoints, n, plan.update_owner)
     lag = _lag(ops, forwards, workers, n, plan.sync, plan.update_owner)
     means = [float(np.mean(times)) for times in iteration_s.values()]
-    servers = _server_links(flows[is_ps], routes, carried, topology, endpoints, makespan_s)
-    workers_links = _worker_links(flows[is_ps], routes, carried, topology, workers, makespan_s)
-    peak = peak_link(flows[is_ps], routes, carried, topology)
+    in_transfers = _in_transfers_s(flows[is_ps], routes)
+    servers = _server_links(flows[is_ps], routes, carried, in_transfers, topology, endpoints, makespan_s)
+    workers_links = _worker_links(flows[is_ps], routes, carried, in_transfers, topology, workers, makespan_s)
+    peak = peak_link(carried, in_transfers, topology)
     return {
         **plan.entries,
         "samples_per_s": samples / first_done if first_done > 0 else 0.0,
@@ -189,27 +193,29 @@ def _lag(ops: pd.DataFrame, forwards: pd.Series, workers: list[int], n: int, syn
     return lags
 
 
-def _server_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
-                  endpoints: list[int], makespan_s: float) -> dict:
+def _server_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int],
+                  in_transfers: Mapping[int, float], topology: Topology, endpoints: list[int], makespan_s: float
+                  ) -> dict:
     """Per server GPU the slowest link (by line rate) on every push's route into it and its reverse, with their
     utilisation of line rate, degraded or not, over the run and while their transfers run (``flows`` are the
     pushes and pulls, numbered by their position among every flow row in ``flow``). Pushes rerouted around a
     failed link may share none: then the slowest of the last links they arrive by."""
-    return _gpu_links(flows, routes, carried, topology, {e: flows["dst"] == e for e in endpoints}, -1, makespan_s,
-                      ("ingress", "egress"), "per_server_gpu")
+    return _gpu_links(flows, routes, carried, in_transfers, topology, {e: flows["dst"] == e for e in endpoints}, -1,
+                      makespan_s, ("ingress", "egress"), "per_server_gpu")
 
 
-def _worker_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
-                  workers: list[int], makespan_s: float) -> dict:
+def _worker_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int],
+                  in_transfers: Mapping[int, float], topology: Topology, workers: list[int], makespan_s: float
+                  ) -> dict:
     """Per worker GPU the slowest link on every push's route out of it and its reverse, as `_server_links`
     gives the servers' (the first links its pushes leave by where they share none)."""
-    return _gpu_links(flows, routes, carried, topology, {w: flows["src"] == w for w in workers}, 0, makespan_s,
-                      ("egress", "ingress"), "per_worker_gpu")
+    return _gpu_links(flows, routes, carried, in_transfers, topology, {w: flows["src"] == w for w in workers}, 0,
+                      makespan_s, ("egress", "ingress"), "per_worker_gpu")
 
 
-def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
-               pushes: Mapping[int, pd.Series], end: int, makespan_s: float, directions: tuple[str, str],
-               key: str) -> dict:
+def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int],
+               in_transfers: Mapping[int, float], topology: Topology, pushes: Mapping[int, pd.Series], end: int,
+               makespan_s: float, directions: tuple[str, str], key: str) -> dict:
     """Per GPU the slowest link every one of its ``pushes`` (a mask of ``flows`` per GPU) crosses, the one
     nearest the GPU (route position ``end``) among equally slow ones, so that the NIC of a lone worker that
     every push to a server crosses is the worker's link, not the server's; else the slowest of their links at
@@ -220,8 +226,6 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
     per_gpu: dict[str, dict] = {}
     shares: list[float] = []
     busy: list[float] = []
-    starts, ends = flows["start_s"].to_numpy(), flows["end_s"].to_numpy()
-    crossing = _crossing(flows, routes)
     for gpu, mask in pushes.items():
         own = flows[mask]["flow"]
         if own.empty:
@@ -236,8 +240,7 @@ def _gpu_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Coun
         rate = topology.line_rate[link]
         figures: dict[str, float] = {}
         for direction, crossed in zip(directions, (link, back), strict=True):
-            over = crossing[crossed]
-            for name, span in (("", makespan_s), ("_in_transfers", covered(starts[over], ends[over]))):
+            for name, span in (("", makespan_s), ("_in_transfers", in_transfers.get(crossed, 0.0))):
                 figures[f"{direction}_utilisation{name}"] = carried[crossed] / (rate * span) if rate * span else 0.0
         per_gpu[str(gpu)] = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(rate), **figures}
         shares += [figures["ingress_utilisation"], figures["egress_utilisation"]]
@@ -256,13 +259,24 @@ def _crossing(flows: pd.DataFrame, routes: list[tuple[int, ...]]) -> defaultdict
     return crossing
 
 
-def peak_link(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology) -> dict:
-    """Of every directed link the pushes and pulls (``flows``) cross, the one that runs nearest its line rate while
-    they are under way on it: its name and that utilisation (the figure `_gpu_links` gives a GPU's link)."""
+def _in_transfers_s(flows: pd.DataFrame, routes: list[tuple[int, ...]]) -> dict[int, float]:
+    """Per directed link the pushes and pulls (``flows``) cross, the time the transfers crossing it run
+    (`link_tiers.transfers_crossing`, the rule of a step's link tiers: each push and pull is one flow, so the
+    time some push or pull is under way on it)."""
     starts, ends = flows["start_s"].to_numpy(), flows["end_s"].to_numpy()
+    keys = flows["key"].to_numpy()
+    return {link: covered(starts[rows], ends[rows])
+            for link, over in _crossing(flows, routes).items()
+            for rows in [transfers_crossing(keys, np.asarray(over))]}
+
+
+def peak_link(carried: Counter[int], in_transfers: Mapping[int, float], topology: Topology) -> dict:
+    """Of every directed link the pushes and pulls cross (``in_transfers``: the time the transfers crossing each
+    run), the one that runs nearest its line rate while they do: its name and that utilisation (the figure
+    `_gpu_links` gives a GPU's link)."""
     best, name = 0.0, ""
-    for link, over in sorted(_crossing(flows, routes).items()):
-        span = topology.line_rate[link] * covered(starts[over], ends[over])
+    for link, span_s in sorted(in_transfers.items()):
+        span = topology.line_rate[link] * span_s
         share = carried[link] / span if span else 0.0
         if share > best:
             u, v = topology.link_ends[link]
@@ -274,12 +288,12 @@ BindingSide = Literal["server", "worker", "both", "neither"]
 
 
 def binding_links(server_links: Mapping, worker_links: Mapping, peak: Mapping) -> BindingSide:
-    """Which side's links bind the exchange: a side whose busiest link runs within `BINDING_MARGIN` of the peak
-    link (``peak``, the link nearest line rate while pushes and pulls cross it) sets the exchange's pace; both
+    """Which side's links bind the exchange: a side whose busiest link runs near the peak link (`near_peak`,
+    ``peak``, the link nearest line rate while pushes and pulls cross it) sets the exchange's pace; both
     sides where both do; neither where only links in the fabric between them come that near. The busiest link,
     not the mean: shards of unequal size load one server GPU's link more than the others'."""
     near = [side for side, links in (("server", server_links), ("worker", worker_links))
-            if links["busiest_utilisation_in_transfers"] >= peak["utilisation_in_transfers"] - BINDING_MARGIN]
+            if near_peak(links["busiest_utilisation_in_transfers"], peak["utilisation_in_transfers"])]
     if len(near) == 2:
         return "both"
     if not near:

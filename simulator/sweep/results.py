@@ -68,7 +68,7 @@ AXES_ATTR = "axes"
 sweep file names them: what `trainsim plot sweep` defaults --x to when there is one."""
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
-SUMMARY_SCHEMA = 10
+SUMMARY_SCHEMA = 11
 """The version of the summary's field names a record's metrics carry, raised when a field is renamed or changes
 meaning, so that a resumed sweep runs again the points recorded under earlier names rather than mixing both in
 one table (1: `memory_per_stage[i].total_gib`, which replaced `memory_per_stage_gib[i].total` in 8a86ad6; records
@@ -100,7 +100,10 @@ may name; 10: `link_tiers`, each link tier's busiest link over every flow and ea
 the tiers that bind each kind, and the verdict whose largest loss is a kind's exposed communication ending with
 the tier that binds it, `bottleneck.binding_tier`: the 2:1 rail fabric's 'DP transfers bound by the leaf-spine
 links, oversubscribed 2:1 (...)'; `bubble_fraction` a share of each rank's replica's window, a replica's wait for a
-slower replica's passes (a straggler's) `peer_wait`)."""
+slower replica's passes (a straggler's) `peer_wait`; 11: each
+`link_tiers.by_kind.<kind>.tiers.<tier>.utilisation_in_transfers` over the time the kind's transfers crossing the
+link run, not all of the kind's, so that a parameter-server run's verdict names the NIC-leaf tier its server links
+bind (43.9% became 94.0%)."""
 
 
 @dataclass(frozen=True)
