@@ -34,6 +34,7 @@ from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
 from simulator.stops import forget_dropped, kept_for_later, raise_dropped
 from simulator.sweep.options import (
+    CSV_COLUMNS,
     DEFAULT_MAX_POINTS,
     EXECUTORS,
     GANTT_ROWS,
@@ -971,7 +972,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     update, stop, say = progress_printer(args.quiet)
     try:
         report = run_sweep(sweep, out, executor, point_outputs=args.point_outputs, force=args.force,
-                           on_progress=update, on_point=say)
+                           on_progress=update, on_point=say, csv_columns=args.csv_columns)
     except KeyboardInterrupt as exc:
         stop()
         word, code = _stopped_by(exc)
@@ -1303,6 +1304,9 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--max-points", type=_at_least(1), default=DEFAULT_MAX_POINTS, metavar="N",
                        help=f"refuse sweeps with more points (default {DEFAULT_MAX_POINTS:,})")
     sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
+    sweep.add_argument("--csv-columns", choices=CSV_COLUMNS, default=CSV_COLUMNS[0],
+                       help="results.csv's metrics: readable (default) leaves out the link tiers' and auto's "
+                            "per-collective detail, all writes every one; results.parquet holds every one")
     sweep.add_argument("--force", action="store_true",
                        help="run points even beyond the scale limits (and again those refused before)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar, no per-point lines and no results table")

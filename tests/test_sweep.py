@@ -1255,3 +1255,59 @@ def test_the_sweep_prints_its_table_unless_quiet(tmp_path, capsys):
         ["1", "ok", "2", "15.00", "ms"], ["2", "ok", "4", "21.00", "ms"], ["0", "ok", "8", "33.00", "ms"]]
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial", "--quiet"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def _bound_point(index: int, tier: str | None) -> PointRecord:
+    """A communication-bound point with its link tiers' and `auto`'s per-collective detail, its verdict naming
+    ``tier`` at 92.2% (none where None)."""
+    metrics = {"warnings": "[]", "link_tiers.by_kind.dp.tiers.leaf-spine.bytes": 1.5e9,
+               "auto_choices[0].algorithm": "ring", "step_time_s": 0.099, "bottleneck.constraint": "communication",
+               "bottleneck.verdict": "communication-bound", "peak_memory_gib": 4.6}
+    if tier is not None:
+        metrics |= {"bottleneck.binding_tier.tier": tier, "bottleneck.binding_tier.utilisation_in_transfers": 0.9218}
+    return PointRecord(index, f"key{index}", PointStatus.OK, "", metrics)
+
+
+def test_the_results_lead_with_the_headline_and_the_csv_leaves_out_the_tiers_and_auto_detail(tmp_path):
+    """After the axes the table leads with the headline metrics (step time, memory, verdict, binding tier) in
+    `HEADLINE_METRICS` order, whatever order the summary gave them; results.csv leaves out `link_tiers.*` and
+    `auto_choices[...]` unless `--csv-columns all`, results.parquet keeps every column."""
+    records = {0: _bound_point(0, "leaf-spine"), 1: _bound_point(1, None)}
+    frame = results_table(("cluster.oversubscription",), {0: (("cluster.oversubscription", 2),),
+                                                          1: (("cluster.oversubscription", 1),)}, records)
+    assert list(frame.columns) == [
+        "point", "status", "error", "cluster.oversubscription", "step_time_s", "peak_memory_gib",
+        "bottleneck.constraint", "bottleneck.binding_tier.tier", "bottleneck.binding_tier.utilisation_in_transfers",
+        "bottleneck.verdict", "warnings", "link_tiers.by_kind.dp.tiers.leaf-spine.bytes", "auto_choices[0].algorithm"]
+    write_results(tmp_path, frame)
+    assert list(pd.read_csv(tmp_path / "results.csv").columns) == list(frame.columns[:-2])
+    assert list(pd.read_parquet(tmp_path / "results.parquet").columns) == list(frame.columns)
+    write_results(tmp_path, frame, "all")
+    assert list(pd.read_csv(tmp_path / "results.csv").columns) == list(frame.columns)
+
+
+def test_the_console_table_names_what_bounds_each_point_and_the_tier_that_binds_it(tmp_path):
+    """The table's last columns: the bottleneck's constraint and the binding tier with its busiest link's
+    utilisation while the transfers crossing it run (0.9218 shows 92.2%), `-` for a point whose verdict names
+    none; a table where no point has either shows neither column (the figures' table above)."""
+    records = {0: _bound_point(0, "leaf-spine"), 1: _bound_point(1, None)}
+    frame = results_table(("cluster.oversubscription",), {0: (("cluster.oversubscription", 2),),
+                                                          1: (("cluster.oversubscription", 1),)}, records)
+    lines = format_sweep_table(frame, tmp_path).splitlines()
+    assert lines[1].endswith("  bound          binding links")
+    assert lines[2].endswith("  communication  leaf-spine 92.2%")
+    assert lines[3].endswith("  communication  -")
+
+
+def test_the_csv_columns_flag_writes_every_metric_to_results_csv(tmp_path, capsys):
+    """`trainsim sweep --csv-columns all` writes results.parquet's columns to results.csv; a value outside
+    readable and all is refused by the parser (exit status 2)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE + "grid:\n  parallelism.pipeline.schedule: [gpipe, 1f1b]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--executor", "serial", "--quiet", "--csv-columns",
+                 "all"]) == 0
+    assert list(pd.read_csv(out / "results.csv").columns) == list(pd.read_parquet(out / "results.parquet").columns)
+    assert main(["sweep", str(path), "--out", str(out), "--csv-columns", "some"]) == 2
+    assert capsys.readouterr().err == ("error: command line: trainsim sweep: --csv-columns: invalid choice 'some' "
+                                       "(allowed: readable, all)\n")

@@ -40,7 +40,7 @@ LIGHT_CELLS = 0.6
 they are written in black there."""
 SHOWN_COLUMNS = 24
 """Columns a refusal names; a sweep's table has its axes first (after point, status, error), then 100 or so
-metrics, which results.csv's header lists."""
+metrics, which results.parquet holds (results.csv all but the link tiers' and `auto`'s detail)."""
 FRONT_TITLE_WIDTH = 80
 """Characters a line of the front's title holds: an 8-inch chart's width at matplotlib's title size."""
 
@@ -108,11 +108,11 @@ def _numbers(rows: pd.DataFrame, column: str, field: str) -> pd.Series:
 
 def _numeric_columns(frame: pd.DataFrame) -> str:
     """The numeric columns of a results table, as a refusal names them: the first SHOWN_COLUMNS, then how many more
-    (results.csv's header lists every column)."""
+    (results.parquet holds every column)."""
     columns = [str(c) for c in frame.columns if c != "point" and pd.api.types.is_numeric_dtype(frame[c])]
     more = len(columns) - SHOWN_COLUMNS
     return "a numeric column: " + ", ".join(columns[:SHOWN_COLUMNS]) + (
-        f", ... ({more} more; results.csv's header lists them)" if more > 0 else "")
+        f", ... ({more} more; results.parquet holds them)" if more > 0 else "")
 
 
 def _by_magnitude(values):

@@ -27,6 +27,11 @@ GanttRows = Literal["stage", "rank"]
 GANTT_ROWS: tuple[GanttRows, ...] = get_args(GanttRows)
 """What a Gantt chart's rows are (`trainsim plot gantt --by`, report/gantt.py): one representative rank per
 pipeline stage, or every simulated rank."""
+CsvColumns = Literal["readable", "all"]
+CSV_COLUMNS: tuple[CsvColumns, ...] = get_args(CsvColumns)
+"""Which metrics a sweep's results.csv holds (`trainsim sweep --csv-columns`, sweep/results.py `csv_frame`);
+results.parquet holds every one. readable: every metric but the link tiers' and `auto`'s per-collective detail
+(`DETAIL_METRICS`); all: every one."""
 ExecutorName = Literal["local", "serial", "dask"]
 EXECUTORS: tuple[ExecutorName, ...] = get_args(ExecutorName)
 """Where a sweep's or a search's points run (sweep/executors.py), the default first."""

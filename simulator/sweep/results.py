@@ -1,7 +1,9 @@
 """A sweep's records: one per finished point, appended to DIR/points.jsonl as it finishes (what resuming
 reads back) and rewritten in point order when the sweep ends, and the results table built from them:
-DIR/results.parquet and DIR/results.csv, one row per point with its axis values and every summary metric,
-nested keys flattened (`exposed_comm_s.dp`, `collectives[0].busbw_GBps`)."""
+DIR/results.parquet and DIR/results.csv, one row per point with its axis values, the headline metrics
+(`HEADLINE_METRICS`) and every other summary metric, nested keys flattened (`exposed_comm_s.dp`,
+`collectives[0].busbw_GBps`); results.csv leaves out the link tiers' and `auto`'s per-collective detail unless
+asked (`CsvColumns`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pandas as pd
 
 from simulator.report.atomic import write_bytes, write_through_temporary
 from simulator.report.tables import csv_text
+from simulator.sweep.options import CsvColumns
 
 
 class PointStatus(StrEnum):
@@ -58,6 +61,18 @@ def simulations_done(statuses: pd.Series) -> tuple[int, int]:
     done = int(statuses.isin((CandidateStatus.SIMULATED, CandidateStatus.FAILED)).sum())
     return done, done + int((statuses == CandidateStatus.STOPPED).sum())
 
+
+HEADLINE_METRICS = ("step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu", "peak_memory_gib", "memory_capacity_gib",
+                    "oom", "memory_tight", "bottleneck.constraint", "bottleneck.binding_tier.kind",
+                    "bottleneck.binding_tier.tier", "bottleneck.binding_tier.utilisation_in_transfers",
+                    "bottleneck.verdict")
+"""The metrics a results table leads with after the axes, those some point has: what a sweep is read for (step
+time, throughput, MFU, memory against the GPU's, the verdict and the link tier that binds it, with its busiest
+link's utilisation while the transfers crossing it run); the other metrics follow in the order they first appear."""
+DETAIL_METRICS = ("link_tiers.", "auto_choices[")
+"""The prefixes of the metrics a readable results.csv leaves out (`CsvColumns`): each link tier's busiest
+link per kind of communication (50 or so columns a step) and the algorithm and protocol `auto` chose per collective
+(50 or so); results.parquet and each point's summary.json keep them."""
 
 JOURNAL = "points.jsonl"
 RESULTS_PARQUET = "results.parquet"
@@ -201,8 +216,20 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
     for name in frame.columns[len(leading) + len(axes):]:
         if frame[name].dtype == object:
             frame[name] = frame[name].map(_cell_text)
+    metrics = list(frame.columns[len(leading) + len(axes):])
+    headline = [name for name in HEADLINE_METRICS if name in metrics]
+    frame = frame[[*frame.columns[:len(leading) + len(axes)], *headline,
+                   *(name for name in metrics if name not in headline)]]
     frame.attrs[AXES_ATTR] = list(axes)
     return frame
+
+
+def csv_frame(frame: pd.DataFrame, columns: CsvColumns) -> pd.DataFrame:
+    """The results table as results.csv writes it: ``frame`` less the `DETAIL_METRICS` where ``columns`` is
+    readable."""
+    if columns == "all":
+        return frame
+    return frame[[name for name in frame.columns if not str(name).startswith(DETAIL_METRICS)]]
 
 
 def _axis_text(value: object) -> str:
@@ -219,7 +246,8 @@ def _cell_text(value: object) -> str | None:
     return value if isinstance(value, str) else str(value)
 
 
-def write_results(out_dir: Path, frame: pd.DataFrame) -> None:
-    """results.parquet and results.csv, each written under a temporary name and moved into place."""
+def write_results(out_dir: Path, frame: pd.DataFrame, columns: CsvColumns = "readable") -> None:
+    """results.parquet (every column) and results.csv (``columns``: `csv_frame`), each written under a temporary
+    name and moved into place."""
     write_through_temporary(out_dir / RESULTS_PARQUET, lambda path: frame.to_parquet(path, index=False))
-    write_bytes(out_dir / RESULTS_CSV, csv_text(frame).encode())
+    write_bytes(out_dir / RESULTS_CSV, csv_text(csv_frame(frame, columns)).encode())

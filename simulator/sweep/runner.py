@@ -19,6 +19,7 @@ from simulator.config.loader import LoadedScenario, Override, sets_typed
 from simulator.errors import InputError, SimulationError
 from simulator.stops import raise_dropped
 from simulator.sweep.executors import Executor
+from simulator.sweep.options import CsvColumns
 from simulator.sweep.results import (
     SIMULATED,
     SUMMARY_SCHEMA,
@@ -178,13 +179,15 @@ def _write_inline_base(folder: Path, base: dict) -> Path:
 
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False, force: bool = False,
               on_progress: Callable[[int, int], None] | None = None,
-              on_point: Callable[[str], None] | None = None) -> SweepReport:
+              on_point: Callable[[str], None] | None = None,
+              csv_columns: CsvColumns = "readable") -> SweepReport:
     """Run every point of ``sweep`` not already finished in ``out_dir`` (same index, same scenario key, metrics
     under the current `SUMMARY_SCHEMA`) and write the results table. The constraints are judged first, at every
     run (they cost nothing): a point the sweep's constraints now rule out is skipped whatever an earlier run
     recorded, and one an earlier run skipped runs, so that editing `constraints:` gives the table a fresh
     folder would. ``force`` runs points beyond the scale limits, and runs again those an earlier run
-    found invalid (a point refused for its size is one). ``on_progress(done, total)`` is called after each
+    found invalid (a point refused for its size is one); ``csv_columns`` are results.csv's (`CsvColumns`).
+    ``on_progress(done, total)`` is called after each
     point; ``on_point``, where given, hears a line for each point as it is handed to a worker ('sweep: simulating
     point 0 (parallelism.pp=4)', said by this process, whose progress bar it is printed above) and for each
     point finished: its status and wall time (`point_done_line`). A skipped point is journalled
@@ -230,7 +233,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     finally:
         rewrite_journal(out_dir, {**earlier, **records})
         results = results_table(sweep.axes, values, records)
-        write_results(out_dir, results)
+        write_results(out_dir, results, csv_columns)
     statuses: dict[str, int] = {}
     reasons: dict[str, dict[str, list[int]]] = {}
     for index, record in sorted(records.items()):
