@@ -1261,6 +1261,7 @@ def _bound_point(index: int, tier: str | None) -> PointRecord:
     """A communication-bound point with its link tiers' and `auto`'s per-collective detail, its verdict naming
     ``tier`` at 92.2% (none where None)."""
     metrics = {"warnings": "[]", "link_tiers.by_kind.dp.tiers.leaf-spine.bytes": 1.5e9,
+               "resources.gpu_energy_kwh_per_step": 0.001, "resources.cost_per_million_tokens": 0.07,
                "auto_choices[0].algorithm": "ring", "step_time_s": 0.099, "bottleneck.constraint": "communication",
                "bottleneck.verdict": "communication-bound", "peak_memory_gib": 4.6}
     if tier is not None:
@@ -1269,7 +1270,8 @@ def _bound_point(index: int, tier: str | None) -> PointRecord:
 
 
 def test_the_results_lead_with_the_headline_and_the_csv_leaves_out_the_tiers_and_auto_detail(tmp_path):
-    """After the axes the table leads with the headline metrics (step time, memory, verdict, binding tier) in
+    """After the axes the table leads with the headline metrics (step time, memory, verdict, binding tier, cost per
+    million tokens) in
     `HEADLINE_METRICS` order, whatever order the summary gave them; results.csv leaves out `link_tiers.*` and
     `auto_choices[...]` unless `--csv-columns all`, results.parquet keeps every column."""
     records = {0: _bound_point(0, "leaf-spine"), 1: _bound_point(1, None)}
@@ -1278,9 +1280,12 @@ def test_the_results_lead_with_the_headline_and_the_csv_leaves_out_the_tiers_and
     assert list(frame.columns) == [
         "point", "status", "error", "cluster.oversubscription", "step_time_s", "peak_memory_gib",
         "bottleneck.constraint", "bottleneck.binding_tier.tier", "bottleneck.binding_tier.utilisation_in_transfers",
-        "bottleneck.verdict", "warnings", "link_tiers.by_kind.dp.tiers.leaf-spine.bytes", "auto_choices[0].algorithm"]
+        "bottleneck.verdict", "resources.cost_per_million_tokens", "warnings",
+        "link_tiers.by_kind.dp.tiers.leaf-spine.bytes", "resources.gpu_energy_kwh_per_step",
+        "auto_choices[0].algorithm"]
     write_results(tmp_path, frame)
-    assert list(pd.read_csv(tmp_path / "results.csv").columns) == list(frame.columns[:-2])
+    assert list(pd.read_csv(tmp_path / "results.csv").columns) == [
+        column for column in frame.columns if not column.startswith(("link_tiers.", "auto_choices["))]
     assert list(pd.read_parquet(tmp_path / "results.parquet").columns) == list(frame.columns)
     write_results(tmp_path, frame, "all")
     assert list(pd.read_csv(tmp_path / "results.csv").columns) == list(frame.columns)

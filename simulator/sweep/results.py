@@ -65,10 +65,12 @@ def simulations_done(statuses: pd.Series) -> tuple[int, int]:
 HEADLINE_METRICS = ("step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu", "peak_memory_gib", "memory_capacity_gib",
                     "oom", "memory_tight", "bottleneck.constraint", "bottleneck.binding_tier.kind",
                     "bottleneck.binding_tier.tier", "bottleneck.binding_tier.utilisation_in_transfers",
-                    "bottleneck.verdict")
+                    "bottleneck.verdict", "resources.gpu_hours_per_million_tokens",
+                    "resources.cost_per_million_tokens")
 """The metrics a results table leads with after the axes, those some point has: what a sweep is read for (step
 time, throughput, MFU, memory against the GPU's, the verdict and the link tier that binds it, with its busiest
-link's utilisation while the transfers crossing it run); the other metrics follow in the order they first appear."""
+link's utilisation while the transfers crossing it run, and what a million tokens take in GPU-hours and, priced,
+cost: metrics/resources.py); the other metrics follow in the order they first appear."""
 DETAIL_METRICS = ("link_tiers.", "auto_choices[")
 """The prefixes of the metrics a readable results.csv leaves out (`CsvColumns`): each link tier's busiest
 link per kind of communication (50 or so columns a step) and the algorithm and protocol `auto` chose per collective
