@@ -250,15 +250,47 @@ def stage_action_seconds(rows: StepRows, counts: Sequence[Mapping[ActionKind, in
     return seconds
 
 
-def schedule_bubble_fraction(rows: StepRows, schedule: Schedule) -> float:
+@dataclass(frozen=True, slots=True)
+class ScheduleBubble:
+    """The bubble of the schedule alone (`schedule_bubble`) beside what it would be at uniform stages, and each
+    pipeline rank's busy seconds in it: the closed forms ((p-1)/(m+p-1) for 1F1B, (p-1)/(m v+p-1) interleaved)
+    hold at uniform stages, so a slower stage (a model's head) is what lifts ``fraction`` above
+    ``uniform_fraction``, and ``stage_busy_s`` says which."""
+
+    fraction: float
+    uniform_fraction: float
+    stage_busy_s: tuple[float, ...]
+
+
+def schedule_bubble(rows: StepRows, schedule: Schedule) -> ScheduleBubble:
     """The bubble of the schedule alone: `schedules.timing.simulate_schedule`'s, running ``schedule`` (its p,
     m, v and placement) with each virtual stage's F, B and W seconds of this run (`stage_action_seconds`) and no
-    wait besides the schedule's: no hand-off time, no exposed communication, no straggler. The closed forms are
-    its figure at uniform stages ((p-1)/(m+p-1) for 1F1B, (p-1)/(m v+p-1) interleaved); `pipeline_bubble`'s
-    fraction less it is the waits' share of the pipeline window."""
+    wait besides the schedule's: no hand-off time, no exposed communication, no straggler; `pipeline_bubble`'s
+    fraction less it is the waits' share of the pipeline window. The same schedule run again at uniform stages
+    (`_uniform_stages`) gives the closed forms' figure ((p-1)/(m+p-1) for 1F1B, (p-1)/(m v+p-1) interleaved):
+    the ideal executor runs in microseconds, no second simulation of the step."""
     chunks = 1 + max((action.chunk for actions in schedule for action in actions), default=0)
-    forward, backward, weight = stage_action_seconds(rows, stage_action_counts(schedule, chunks))
-    return simulate_schedule(schedule, forward, backward, weight, v=chunks).bubble_fraction
+    counts = stage_action_counts(schedule, chunks)
+    seconds = stage_action_seconds(rows, counts)
+    forward, backward, weight = seconds
+    timing = simulate_schedule(schedule, forward, backward, weight, v=chunks)
+    forward, backward, weight = _uniform_stages(seconds, counts)
+    uniform = simulate_schedule(schedule, forward, backward, weight, v=chunks)
+    return ScheduleBubble(timing.bubble_fraction, uniform.bubble_fraction,
+                          tuple(timing.makespan - idle for idle in timing.idle_per_rank))
+
+
+def _uniform_stages(seconds: list[list[float]], counts: Sequence[Mapping[ActionKind, int]]) -> list[list[float]]:
+    """Each virtual stage's F, B and W seconds made uniform: the stages' mean of each where every stage runs
+    the same actions (1F1B, interleaved: the closed forms exactly), else each stage's own scaled so that its
+    actions take the stages' mean time, keeping its split between them (zb-h1's last stage runs whole
+    backwards, BW, and so has no W of its own to average)."""
+    if all(count == counts[0] for count in counts):
+        return [[sum(kind) / len(kind)] * len(kind) for kind in seconds]
+    totals = [forward * count["F"] + backward * (count["B"] + count["BW"]) + weight * (count["W"] + count["BW"])
+              for forward, backward, weight, count in zip(*seconds, counts, strict=True)]
+    scales = [sum(totals) / len(totals) / total if total > 0 else 0.0 for total in totals]
+    return [[time * scale for time, scale in zip(kind, scales, strict=True)] for kind in seconds]
 
 
 def optimizer_s(rows: StepRows) -> float:

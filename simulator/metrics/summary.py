@@ -21,7 +21,7 @@ from simulator.metrics.step import (
     optimizer_s,
     pipeline_bubble,
     replica_windows_s,
-    schedule_bubble_fraction,
+    schedule_bubble,
     traffic_bytes,
 )
 from simulator.parallel.folding import ranks_stood_for
@@ -431,19 +431,22 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     so is ``sm_contention_s``, the compute time per GPU lost to SM contention (None: the model is off), and
     ``cp_imbalance_s``, what the slowest CP rank's causal attention adds (None: the CP ranks' work is even).
     ``schedule`` (a pipelined step of more than one stage) gives `schedule_bubble_fraction`, the bubble the
-    schedule alone leaves with this run's pass times (`metrics.step.schedule_bubble_fraction`). ``stages`` (rank ->
-    pipeline stage; None: one stage) splits the idle time after the pipeline window into the waits for slower
-    ranks of a rank's stage and for other stages (`communication_metrics`); ``replicas`` (rank -> data-parallel
-    replica; None: one replica) ends each rank's pipeline window with its replica's passes, so that a replica's
-    wait for a slower one (a straggler's) is that wait for slower ranks, not its bubble (`pipeline_bubble`)."""
+    schedule alone leaves with this run's pass times, with `uniform_stage_bubble_fraction`, the same at uniform
+    stages (the closed forms'), and `stage_busy_s`, each pipeline rank's pass seconds in it
+    (`metrics.step.schedule_bubble`). ``stages`` (rank -> pipeline stage; None: one stage) splits the idle time
+    after the pipeline window into the waits for slower ranks of a rank's stage and for other stages
+    (`communication_metrics`); ``replicas`` (rank -> data-parallel replica; None: one replica) ends each rank's
+    pipeline window with its replica's passes, so that a replica's wait for a slower one (a straggler's) is that
+    wait for slower ranks, not its bubble (`pipeline_bubble`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     built_pipeline = pipelined and not traced  # a replayed trace's kernels are no forward/backward passes
     comm = communication_metrics(timed, step_time_s, replica_windows_s(timed, replicas) if built_pipeline else None,
                                  stages)
     window_bubble = pipeline_bubble(timed, replicas) if pipelined else None
     bubble = 0.0 if window_bubble is None else window_bubble.fraction
-    schedule_bubble = (schedule_bubble_fraction(timed, schedule)
-                       if pipelined and pipeline_stages > 1 and schedule is not None else None)
+    alone = (schedule_bubble(timed, schedule)
+             if pipelined and pipeline_stages > 1 and schedule is not None else None)
+    schedule_bubble_share = None if alone is None else alone.fraction
     flops_per_gpu = executed_flops(rows) / max(ranks_stood_for(simulated, rows.weights), 1)
     flops_known, tokens_known, model_flops_known = flops_per_gpu > 0, tokens_per_step > 0, model_flops_per_step > 0
     model_flops_per_gpu = model_flops_per_step / gpus
@@ -460,7 +463,10 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         **(_nominal_rates(nominal_model_flops_per_step / gpus, step_time_s, peak_flops)
            if nominal_model_flops_per_step is not None else {}),
         "bubble_fraction": bubble,
-        **({} if schedule_bubble is None else {"schedule_bubble_fraction": schedule_bubble}),
+        **({} if alone is None else {"schedule_bubble_fraction": alone.fraction,
+                                     "uniform_stage_bubble_fraction": alone.uniform_fraction,
+                                     "stage_busy_s": {str(stage): busy for stage, busy
+                                                      in enumerate(alone.stage_busy_s)}}),
         "comm_ratio": comm["comm_ratio"],
         "exposed_comm_s": comm["exposed_comm_s"],
         "comm_s": comm["comm_s"],
@@ -475,7 +481,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                          sm_contention_s, cp_imbalance_s, comm["peer_wait_s"] if built_pipeline else None,
                          comm["stage_tail_wait_s"] if built_pipeline else None)
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
-                                       pipeline_stages=pipeline_stages, span=span, schedule_bubble=schedule_bubble)
+                                       pipeline_stages=pipeline_stages, span=span,
+                                       schedule_bubble=schedule_bubble_share)
     return summary
 
 
