@@ -512,3 +512,27 @@ def test_a_synthetic_step_reports_its_schedules_in_flight_micro_batches(name: st
     memory = step_memory(loaded.scenario, build_training_step(loaded.scenario, scenario_topology(loaded)))
     assert [entry["in_flight_microbatches"] for entry in memory["memory_per_stage"]] == [c / v for c in chunks]
     assert all(entry["total_gib"] == 0.0 for entry in memory["memory_per_stage"])
+
+
+def test_the_rounds_refusal_names_global_batches_where_the_scenario_set_one() -> None:
+    """A scenario that set global_batch is told global batches, one that set microbatches counts: Llama 3 8B at
+    pp 4, dp 2, micro_batch 2 with global_batch 36 runs m = 36 / (2 x 2) = 9, two rounds of 4.5 at p = 4; the
+    rule takes m = 8 or 10, global_batch 8 x 4 = 32 or 10 x 4 = 40, and Megatron-LM's order multiples of
+    p x micro_batch x dp = 16."""
+    from simulator.config.loader import load_scenario
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.training import build_training_step
+
+    layout = ["parallelism.pp=4", "parallelism.dp=2", "parallelism.pipeline.schedule=interleaved",
+              "parallelism.pipeline.virtual_stages=2", "training.micro_batch=2"]
+    for setting, field, allowed in (
+            ("training.global_batch=36", "training.global_batch",
+             "global_batch 32 or 40 (m = 8 or 10: a multiple of max(1, m // p) rounds, PyTorch's rule); a multiple "
+             "of p x micro_batch x dp = 16 for Megatron-LM's order"),
+            ("training.microbatches=9", "training.microbatches",
+             "8 or 10 (m a multiple of max(1, m // p) rounds, PyTorch's rule); a multiple of p = 4 for Megatron-LM's "
+             "order")):
+        loaded = load_scenario("llama3-8b-dgx-h100-dp8", [*layout, setting])
+        with pytest.raises(ScenarioError) as caught:
+            build_training_step(loaded.scenario, scenario_topology(loaded))
+        assert (caught.value.field, caught.value.allowed) == (field, allowed)

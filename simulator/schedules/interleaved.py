@@ -75,6 +75,16 @@ def _nearest_accepted(p: int, m: int) -> tuple[int, int]:
     return below, above
 
 
+class RoundsError(ScenarioError):
+    """An interleaved schedule's refusal of a micro-batch count PyTorch's rounds rule does not accept, with the
+    accepted counts nearest it (``accepted``) and the stage count (``p``), so that a scenario that set the
+    global batch is told the global batches those counts give, not the counts. A copy `InputError.rebuilt`
+    makes has neither (empty ``accepted``)."""
+
+    accepted: tuple[int, ...] = ()
+    p: int = 0
+
+
 def _check_rounds(p: int, m: int, v: int) -> None:
     """PyTorch's rule: m a multiple of its number of rounds, max(1, m // p) (Megatron-LM's stricter one asks for
     m a multiple of p)."""
@@ -82,11 +92,13 @@ def _check_rounds(p: int, m: int, v: int) -> None:
     rounds = max(1, m // p)
     if not _fits_rounds(p, m):
         below, above = _nearest_accepted(p, m)
-        raise ScenarioError(f"interleaved schedules run micro-batches in rounds of equal size, max(1, m // p) = "
+        error = RoundsError(f"interleaved schedules run micro-batches in rounds of equal size, max(1, m // p) = "
                             f"{rounds} rounds at p = {p}, m = {m} (PyTorch's rule; Megatron-LM's asks for a "
                             f"multiple of p)", field=MICROBATCHES_FIELD,
                             allowed=f"{below} or {above} (m a multiple of max(1, m // p) rounds, PyTorch's rule); "
                                     f"a multiple of p = {p} for Megatron-LM's order")
+        error.accepted, error.p = (below, above), p
+        raise error
 
 
 def interleaved(p: int, m: int, v: int = 2) -> RankActions:

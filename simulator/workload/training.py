@@ -37,6 +37,7 @@ from simulator.parallel.program import StepPlan
 from simulator.parallel.sharding import FP32_BYTES, Sharding, hybrid_degree
 from simulator.schedules.base import Placement, rank_stages
 from simulator.schedules.custom_csv import refuse_deadlocked_table
+from simulator.schedules.interleaved import RoundsError
 from simulator.schedules.registry import SINGLE_STAGE, build_schedule
 from simulator.schedules.timing import ScheduleDeadlock, simulate_schedule
 from simulator.topology.size import GpuPlacement
@@ -388,8 +389,9 @@ def build_training_step(scenario: Scenario, topology: GpuPlacement, base_dir: Pa
         schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, table)
     except ScenarioError as exc:
         if exc.field == "training.microbatches" and training.microbatches is None:
+            allowed = _global_batches_allowed(exc, training.micro_batch * layout.dp)
             raise _invalid("training.global_batch", f"{exc.problem} (micro-batches = global_batch / "
-                           f"(micro_batch x dp) = {m})", exc.allowed) from None
+                           f"(micro_batch x dp) = {m})", allowed) from None
         raise
     placement = schedule.placement
     named = layout.pp > 1 or "schedule" in par.pipeline.model_fields_set
@@ -575,6 +577,18 @@ def _model_section(scenario: Scenario) -> ModelConfig:
     if scenario.model is None:
         raise _invalid("model", "a training step needs a model", "a preset, dimensions or synthetic costs")
     return scenario.model
+
+
+def _global_batches_allowed(exc: ScenarioError, per_microbatch: int) -> str:
+    """What a schedule's refusal of the micro-batch count allows, as global batches where it names the counts
+    it accepts (``per_microbatch`` sequences each: micro_batch x dp): a scenario that set global_batch 1,552
+    on an interleaved GPT-3 at dp 16 reads 'global_batch 1,536 or 1,664 (m = 96 or 104 ...)', not '96 or 104'."""
+    if not isinstance(exc, RoundsError) or not exc.accepted:
+        return exc.allowed
+    below, above = exc.accepted
+    return (f"global_batch {below * per_microbatch:,} or {above * per_microbatch:,} (m = {below} or {above}: a "
+            f"multiple of max(1, m // p) rounds, PyTorch's rule); a multiple of p x micro_batch x dp = "
+            f"{exc.p * per_microbatch:,} for Megatron-LM's order")
 
 
 def _invalid(field: str, problem: str, allowed: str = "", reads: tuple[str, ...] = ()) -> ScenarioError:
