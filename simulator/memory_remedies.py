@@ -265,8 +265,10 @@ def _check_job(job: LoadedScenario, topology: Topology | None) -> None:
 
 def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]]:
     """The candidate changes by knob, each knob's smallest change first, leaving out settings the scenario
-    already has: sharding (ZeRO-2 or -3, the reduce-scatter every micro-batch they may need, FSDP's
-    full_shard), recompute, the schedule of the same bubble with fewer micro-batches in flight
+    already has: sharding (ZeRO-1, ZeRO-2 or -3 with the reduce-scatter every micro-batch they may need, FSDP's
+    full_shard; ZeRO-1 first, the smallest change from ZeRO-0 and often all it takes: Llama 3 8B on 8 H100 goes
+    from 153.6 to 75.1 GiB, where the list once offered only ZeRO-2 beside a second setting), recompute, the
+    schedule of the same bubble with fewer micro-batches in flight
     (`SAME_BUBBLE_SCHEDULE`), then (with a layout) cp, tp and pp, each multiplied by a factor of dp (`_factors`)
     with dp divided by as much where the scenario gives dp, pp no more than the model's layers (a stage without
     a layer), and a smaller micro-batch; each of these last with the micro-batches that keep the global batch
@@ -276,7 +278,7 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
     scenario = loaded.scenario
     every = "parallelism.ddp.reduce_every_microbatch=true"
     groups: list[list[tuple[str, ...]]] = [
-        [("parallelism.zero=2", every), ("parallelism.zero=3",), ("parallelism.zero=3", every),
+        [("parallelism.zero=1",), ("parallelism.zero=2", every), ("parallelism.zero=3",), ("parallelism.zero=3", every),
          ("parallelism.fsdp=full_shard", "parallelism.zero=0")],
         [("training.recompute=selective",), ("training.recompute=full",)],
     ]

@@ -418,3 +418,17 @@ def test_a_remedy_warned_of_at_another_unframed_field_is_not_offered(monkeypatch
             before, bytes=70 * GIB, unframed=warned))
         remedy = remedies._tried(loaded, scenario_topology(loaded), before, (), ("training.micro_batch=1",))
         assert (remedy is not None) == offered
+
+
+def test_zero_1_the_bundled_scenarios_own_setting_is_offered_where_zero_0_runs_out():
+    """Llama 3 8B on 8 H100 at ZeRO-0 (the bundled scenario as its comment says to run it): bf16 params 2 B +
+    fp32 gradients 4 B + Adam's 12 B per parameter for 8.03e9 parameters, 14.96 + 29.92 + 89.75 GiB, with
+    19.0 GiB of activations, 153.6 GiB of 79.6. ZeRO-1 shards the 89.75 GiB of optimizer state over the 8 ranks,
+    saving 7/8 of it, 78.5 GiB, and leaves 75.1 GiB: the one setting that fits, which the list once left out
+    for ZeRO-2 with a second setting."""
+    offered = {remedy.settings: remedy for remedy in memory_remedies(load_scenario(FUSED, ["parallelism.zero=0"]))}
+    zero_1 = offered[("parallelism.zero=1",)]
+    optimizer_gib = 12 * 8.030261248e9 / GIB
+    assert zero_1.saved_bytes / GIB == pytest.approx(optimizer_gib * 7 / 8, abs=0.05)
+    assert zero_1.text == "--set parallelism.zero=1 (-78.5 GiB, fits)"
+    assert zero_1.peak_bytes / GIB == pytest.approx(75.1, abs=0.05)
