@@ -217,7 +217,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator import load_scenario
-    from simulator.console.report import memory_line, oom_line, skipped_sizes_text
+    from simulator.console.report import memory_line, model_state_line, oom_line, skipped_sizes_text
     from simulator.preflight import unbuilt_step_text, validate
     from simulator.scale import sized_topology
     from simulator.units import counted, number_ranges
@@ -256,9 +256,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             gpus = f"{verdict.gpus:,} of the {gpus}"
         fits = ", but it does not fit in GPU memory (--strict refuses it)" if verdict.memory.get("oom") else ""
         print(f"{args.scenario}: valid ({gpus} on {topology.name}){fits}")
-        memory = memory_line(dict(verdict.memory))
-        if memory:
-            print(f"  {memory}")
+        for memory in (memory_line(dict(verdict.memory)), model_state_line(dict(verdict.memory))):
+            if memory:
+                print(f"  {memory}")
         for line in verdict.size:
             print(f"  {line}")
         if skipped:

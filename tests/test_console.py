@@ -271,6 +271,37 @@ def test_a_tiny_model_s_memory_is_printed_in_mib(tmp_path, capsys):
     assert re.search(r"peak memory +\d+\.\d MiB of 79\.6 GiB", capsys.readouterr().out)
 
 
+ZERO_PAPER_7B = """
+cluster: {topology: dgx-a100-cluster, nodes: 8}
+model: {preset: megatron-7.5b}
+training: {seq_len: 1024, global_batch: 64, micro_batch: 1, precision: fp16, recompute: full}
+parallelism: {tp: 1, pp: 1, dp: 64, zero: 0}
+"""
+
+
+@pytest.mark.parametrize("settings,line", [
+    (["parallelism.zero=3"], "params 0.22 + grads 0.22 + optimizer 1.30 = 1.74 GiB = 1.867 GB (2+2+12 = 16 B per "
+                             "parameter over 64 GPUs)"),
+    (["parallelism.zero=1"], "params 13.91 + grads 13.91 + optimizer 1.30 = 29.12 GiB = 31.27 GB (2+2+12/64 = 4.19 "
+                             "B per parameter)"),
+    (["parallelism.zero=1", "training.precision=bf16"],
+     "params 13.91 + grads 27.82 + optimizer 1.30 = 43.03 GiB = 46.21 GB (2+4+12/64 = 6.19 B per parameter); bf16 "
+     "training keeps fp32 gradients (4 B, not the ZeRO paper's 2: --set training.grad_reduce_dtype=bf16 for it)"),
+    (["parallelism.zero=1", "training.precision=bf16", "training.grad_reduce_dtype=bf16"],
+     "params 13.91 + grads 13.91 + optimizer 1.30 = 29.12 GiB = 31.27 GB (2+2+12/64 = 4.19 B per parameter)"),
+])
+def test_validate_sums_the_model_state_as_the_zero_paper_does(tmp_path, capsys, settings, line):
+    """The ZeRO paper's 7.5B model (Megatron's, 7.468e9 parameters) on 64 GPUs, fp16 with Adam (K = 12): model state
+    per GPU (2 + 2 + K) Psi / Nd under ZeRO-3, 16 x 7.468e9 / 64 = 1.867e9 B = 1.74 GiB (the paper's 1.875 GB at
+    Psi = 7.5e9), each part 2 or 12 B x Psi / 64 (0.22 and 1.30 GiB), which the memory line's three largest parts
+    leave out; ZeRO-1 (2 + 2 + K / Nd) Psi = 4.1875 x 7.468e9 = 31.27 GB. bf16 keeps its gradients in fp32 by
+    default, 4 B: (2 + 4 + 12/64) Psi = 46.21 GB, and the line says so and how to get the paper's 2 B."""
+    scenario = tmp_path / "zero.yaml"
+    scenario.write_text(ZERO_PAPER_7B)
+    assert main(["validate", str(scenario), *(arg for setting in settings for arg in ("--set", setting))]) == 0
+    assert capsys.readouterr().out.splitlines()[2] == f"  model state per GPU: {line}"
+
+
 def test_validate_prints_the_peak_memory_per_gpu(capsys):
     """`validate` prints the peak per GPU, the GPU's capacity and what fills it, the figures of the run's summary
     (preflight.validate), out of memory or not, for someone sizing a rental, not only 'valid'."""
@@ -282,8 +313,9 @@ def test_validate_prints_the_peak_memory_per_gpu(capsys):
     loaded = load_scenario(scenario, [])
     memory = validate(loaded, sized_topology(loaded, force=False)).memory
     assert main(["validate", scenario]) == 0
-    valid, line = capsys.readouterr().out.splitlines()
+    valid, line, state = capsys.readouterr().out.splitlines()
     assert valid == f"{scenario}: valid (8 h100-sxm GPUs on dgx-h100)"
+    assert state.startswith("  model state per GPU: params 14.96 + grads 29.92 + optimizer 11.22 = 56.09 GiB")
     peak, capacity = memory["peak_memory_gib"], memory["memory_capacity_gib"]
     head = f"  peak memory per GPU: {peak:.1f} GiB of {capacity:.1f} GiB ({100 * peak / capacity:.1f}%) on pipeline"
     assert line.startswith(head + " stage 0 (rank 0); largest parts: ")

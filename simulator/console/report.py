@@ -259,6 +259,45 @@ def memory_line(summary: dict) -> str:
             f"{_peak_place(summary)}; largest parts: {largest}")
 
 
+STATE_PARTS = ("params", "grads", "optimizer")
+"""The parts of the model state, in the order the ZeRO paper sums their bytes per parameter (2 + 2 + K)."""
+PAPER_GRAD_BYTES = 2.0
+"""The gradient bytes per parameter of the ZeRO paper's mixed-precision sum (2 + 2 + K)."""
+
+
+def model_state_line(summary: dict) -> str:
+    """`trainsim validate`'s line of the fullest rank's model state (weights, gradients and optimizer state,
+    `memory_breakdown_gib`) as the ZeRO paper sums it per parameter (`model_state`), each sharded part over its
+    ranks: 'model state per GPU: params 0.22 + grads 0.22 + optimizer 1.30 = 1.74 GiB = 1.867 GB (2+2+12 = 16 B
+    per parameter over 64 GPUs)' at ZeRO-3,
+    '(2+2+12/64 = 4.19 B per parameter)' at ZeRO-1; and where bf16 keeps its gradients in fp32, that and the
+    setting for the paper's 2 B. The memory line's three largest parts left ZeRO-3's 0.22 GiB of params and
+    grads out of sight. '' without a `model_state` (a synthetic or MoE model, a trace)."""
+    state = summary.get("model_state")
+    parts = summary.get("memory_breakdown_gib") or {}
+    if not state:
+        return ""
+    total_gib = sum(float(parts.get(part, 0.0)) for part in STATE_PARTS)
+    per, sharded, ranks = state["bytes_per_parameter"], set(state["sharded"]), int(state["shard_ranks"])
+    terms = [f"{per[part]:g}" for part in STATE_PARTS]
+    whole = sum(per[part] for part in STATE_PARTS)
+    if sharded == set(STATE_PARTS):
+        sum_text = f"{'+'.join(terms)} = {whole:g} B per parameter over {ranks:,} GPUs"
+    else:
+        held = sum(per[part] / (ranks if part in sharded else 1) for part in STATE_PARTS)
+        sum_text = "+".join(term + (f"/{ranks:,}" if part in sharded else "") for term, part in zip(terms, STATE_PARTS,
+                                                                                               strict=True))
+        sum_text += f" = {held:.3g} B per parameter"
+    grads = per["grads"]
+    fp32_grads = (f"; bf16 training keeps fp32 gradients ({grads:g} B, not the ZeRO paper's {PAPER_GRAD_BYTES:g}: "
+                  "--set training.grad_reduce_dtype=bf16 for it)"
+                  if state["precision"] == "bf16" and per["params"] == PAPER_GRAD_BYTES and grads > PAPER_GRAD_BYTES
+                  else "")
+    held_parts = " + ".join(f"{part} {float(parts.get(part, 0.0)):,.2f}" for part in STATE_PARTS)
+    return (f"model state per GPU: {held_parts} = {total_gib:,.2f} GiB = {total_gib * 2**30 / 1e9:,.4g} GB "
+            f"({sum_text}){fp32_grads}")
+
+
 def cluster_gpus(summary: dict) -> str:
     """The run's GPUs, counted and named as the catalog names their model: '16,384 h100-sxm GPUs', '1 h200 GPU'
     (the cluster's name alone says nothing of its GPUs: `cluster.gpu_model` may set any)."""

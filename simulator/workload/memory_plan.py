@@ -71,11 +71,9 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
                        dtype_bytes=int(plan.sharding.param_bytes), eager=training.kernels == "eager",
                        fsdp_weights=scenario.parallelism.fsdp is not None)
     dp_ways = layout.dp * layout.cp
-    stage = plan.sharding.stage  # with dp x cp = 1 the dense part shards over 1 rank; experts over tp / ep
-    accumulates = stage == 2 and plan.microbatches > 1 and not plan.sharding.reduce_every_microbatch
-    if accumulates and not plan.sharding.fsdp:
-        stage = 1
-    sharding = replace(plan.sharding, stage=stage)
+    accumulates = (plan.sharding.stage == 2 and plan.microbatches > 1
+                   and not plan.sharding.reduce_every_microbatch)
+    sharding = replace(plan.sharding, stage=held_stage(step))
     result = []
     kept_for_w = chunk_weight_grad_bytes(scenario, step)
     for pp_rank, per_vstage in enumerate(chunk_activation_bytes(scenario, step)):
@@ -279,12 +277,44 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
             **peak_memory_entries(per_stage[worst_stage][0], stage_rank[worst_stage], capacity_bytes)}
 
 
+def held_stage(step: TrainingStep) -> int:
+    """The ZeRO stage whose memory the step holds: ZeRO-2 accumulating over more than one micro-batch without a
+    reduce-scatter each keeps the whole gradient buffer (Megatron-LM's persistent main_grad), ZeRO-1's memory;
+    PyTorch FSDP's shard_grad_op does not (its accumulators are buffers). With dp x cp = 1 the dense part shards
+    over 1 rank; experts over tp / ep."""
+    sharding = step.plan.sharding
+    accumulates = sharding.stage == 2 and step.plan.microbatches > 1 and not sharding.reduce_every_microbatch
+    return 1 if accumulates and not sharding.fsdp else sharding.stage
+
+
+def model_state_entry(scenario: Scenario, step: TrainingStep) -> dict:
+    """The summary's `model_state` of a dense model's step: the bytes per parameter of its weights, gradients
+    and optimizer state (`memory.state_bytes_per_param`, as the memory plan holds them), which of them are
+    sharded and over how many ranks, so that validate's line can write the ZeRO paper's (2 + 2 + K) sum; bf16
+    keeps its gradients in fp32 by default, 18 B, not the paper's 16. Empty for a synthetic or MoE model (whose
+    routed experts shard over another group)."""
+    if step.model is None or step.model.moe is not None:
+        return {}
+    training, sharding = scenario.training, step.plan.sharding
+    per = memory.state_bytes_per_param(training.precision, training.optimizer,
+                                       training.gradient_buffer_dtype(scenario.parallelism.deepspeed_zero3),
+                                       training.kernels == "eager" or sharding.fp32_shards)
+    stage = held_stage(step)
+    sharded = [part for part, first in (("params", 3), ("grads", 2), ("optimizer", 1)) if stage >= first]
+    return {"model_state": {"bytes_per_parameter": {"params": per.param, "grads": per.grad,
+                                                    "optimizer": per.optimizer},
+                            "sharded": sharded if sharding.degree > 1 else [], "shard_ranks": sharding.degree,
+                            "precision": training.precision}}
+
+
 def step_memory(scenario: Scenario, step: TrainingStep) -> dict:
-    """The memory entries of ``step``'s summary (`memory_summary` over its pipeline stages)."""
+    """The memory entries of ``step``'s summary (`memory_summary` over its pipeline stages, and a dense model's
+    `model_state_entry`)."""
     layout = step.plan.layout
-    return memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
-                          [layout.rank_of(pp=stage) for stage in range(layout.pp)],
-                          chunk_activation_bytes(scenario, step), chunk_weight_grad_bytes(scenario, step))
+    return {**memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
+                             [layout.rank_of(pp=stage) for stage in range(layout.pp)],
+                             chunk_activation_bytes(scenario, step), chunk_weight_grad_bytes(scenario, step)),
+            **model_state_entry(scenario, step)}
 
 
 def breakdown_gib(held: MemoryBreakdown) -> dict[str, float]:
