@@ -646,6 +646,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
             _warn("study", [f"{where}: {on_command_line(warning, 'trainsim study', flags)}"
                             for warning in curve["warnings"]], {}, loaded)
         print(_study_line(curve))
+        for line in _study_table(curve, getattr(getattr(loaded.scenario, "costs", None), "currency", "")):
+            print(f"  {line}")
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
 
@@ -787,10 +789,55 @@ def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:
             "Daly interval")
 
 
+RESOURCE_COLUMNS = (("gpu_hours_per_million_tokens", "GPU-h per M tokens", "{:,.4g}"),
+                    ("cost_per_million_tokens", "cost per M tokens", "{:,.2f}"))
+"""study.csv's resource columns the per-interval table prints where the points have them (a job with tokens;
+the cost where `costs.gpu_hour_price` is given), with their heading and format."""
+
+
+def _study_table(curve: dict, currency: str = "") -> list[str]:
+    """The lines of a curve's per-interval table, one per interval tried (none with one interval, which the study
+    line gives whole): its duration (one unit for all, `durations_alike`), whole steps, ETTR with its 95%
+    interval, goodput (tokens/s, or healthy-equivalent steps/s where the step states no tokens) and, where the
+    points have them, GPU-hours and cost per million tokens (`RESOURCE_COLUMNS`, in ``currency``). The line named
+    the best interval only: what a 30-minute interval costs against Young's was in study.csv alone."""
+    from simulator.units import durations_alike
+
+    points = sorted(curve["points"], key=lambda point: point["interval_s"])
+    if len(points) < 2:
+        return []
+    in_unit = durations_alike([point["interval_s"] for point in points])
+    tokens = all(point.get("goodput_tokens_per_s") is not None for point in points)
+    goodput = "goodput_tokens_per_s" if tokens else "goodput_steps_per_s"
+    number = "{:,.0f}" if tokens else "{:,.4g}"
+    resources = [(key, f"{heading}{f' ({currency})' if currency and key.startswith('cost') else ''}", form)
+                 for key, heading, form in RESOURCE_COLUMNS if any(point.get(key) is not None for point in points)]
+    header = ["interval", "steps", "ETTR (95% interval)",
+              f"goodput {'tokens/s' if tokens else 'healthy-equivalent steps/s'} (95% interval)",
+              *(heading for _, heading, _ in resources)]
+    rows = [header]
+    for point in points:
+        ettr = f"{100 * point['ettr']:.2f}%"
+        if point.get("ettr_ci95_low") is not None:
+            ettr += f" ({100 * point['ettr_ci95_low']:.2f}% to {100 * point['ettr_ci95_high']:.2f}%)"
+        rate = number.format(point[goodput])
+        if point.get(f"{goodput}_ci95_low") is not None:
+            rate += (f" ({number.format(point[f'{goodput}_ci95_low'])} to "
+                     f"{number.format(point[f'{goodput}_ci95_high'])})")
+        rows.append([in_unit(point["interval_s"]), f"{point['interval_steps']:,}", ettr, rate,
+                     *("" if point.get(key) is None else form.format(point[key]) for key, _, form in resources)])
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    return ["  ".join(cell.rjust(width) if column in (0, 1) else cell.ljust(width)
+                      for column, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
+            for row in rows]
+
+
 def _steps_and_edge(curve: dict) -> tuple[str, str]:
     """The best interval's whole steps (what the job ran: the interval asked for, rounded) and, where it is the
     shortest or longest of several tried, that the optimum may lie beyond them ('1min' printed as 61.17 s, and
-    the best at the edge of the grid read as the optimum)."""
+    the best at the edge of the grid read as the optimum); not shorter where the shortest is one step, at the
+    async write floor (`write_floor_steps`) or within a step of Young's interval or below it (Llama 3 70B's
+    study from Young's 4.944 min was told its optimum may be shorter)."""
     from simulator.units import counted
 
     points = curve["points"]
@@ -802,7 +849,14 @@ def _steps_and_edge(curve: dict) -> tuple[str, str]:
     if best["interval_s"] == tried[-1]:
         return steps, ", the longest tried: the optimum may be longer"
     # a checkpoint every step is as often as a job checkpoints
-    return steps, ", the shortest tried: the optimum may be shorter" if best["interval_steps"] > 1 else ""
+    if best["interval_steps"] <= 1:
+        return steps, ""
+    if best["interval_steps"] <= (curve.get("write_floor_steps") or 0):
+        return steps, ", the shortest tried: at the async write floor, below which each checkpoint waits for the write"
+    young = curve.get("young_interval_s")
+    if young is not None and best["interval_s"] <= young + best["interval_s"] / best["interval_steps"]:
+        return steps, ", the shortest tried: within a step of Young's interval or below it"
+    return steps, ", the shortest tried: the optimum may be shorter"
 
 
 def _plot_goodput(args: argparse.Namespace) -> int:

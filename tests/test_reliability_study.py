@@ -130,6 +130,14 @@ def test_the_study_line_gives_the_best_intervals_steps_and_whether_it_is_at_the_
     points = [{"interval_s": 61.2, "interval_steps": 6}, {"interval_s": 122.3, "interval_steps": 12},
               {"interval_s": 244.6, "interval_steps": 24}]
     assert _steps_and_edge({"points": points, "best_interval_s": best}) == (steps, edge)
+    at_young = {"points": points, "best_interval_s": 61.2, "young_interval_s": 55.0}  # within a 10.2 s step
+    assert _steps_and_edge(at_young) == ("6 steps", ", the shortest tried: within a step of Young's interval or "
+                                                    "below it")
+    before_young = {**at_young, "young_interval_s": 50.0}  # 61.2 s is more than a step above it
+    assert _steps_and_edge(before_young)[1] == ", the shortest tried: the optimum may be shorter"
+    at_floor = {"points": points, "best_interval_s": 61.2, "write_floor_steps": 6}
+    assert _steps_and_edge(at_floor)[1] == (", the shortest tried: at the async write floor, below which each "
+                                            "checkpoint waits for the write")
     one_step = [{"interval_s": 10.2, "interval_steps": 1}, *points]  # no job checkpoints more often than a step
     assert _steps_and_edge({"points": one_step, "best_interval_s": 10.2}) == ("1 step", "")
     assert _steps_and_edge({"points": points[:1], "best_interval_s": 61.2}) == ("6 steps", "")
@@ -1121,3 +1129,33 @@ def test_a_scenario_wide_warning_is_given_once_of_no_point(tmp_path, capsys):
     study = json.loads((out / "study.json").read_text())
     assert [warning.split(": ")[1] for warning in study["scenario_warnings"]] == ["faults.preset"]
     assert not any("faults.preset" in point["warning"] for point in study["point_warnings"])
+
+
+def test_the_study_prints_every_interval_tried_with_its_ettr_goodput_and_resources():
+    """Llama 3 70B on 2,048 H100 (usertest67): Young's 4.944 min, 10 min and 30 min, 5 replications. The line
+    named the best alone; the table gives each interval with its steps (295.5 s / 3.247 s = 91), ETTR with its
+    95% interval, goodput and, where study.csv has them, GPU-hours and cost per million tokens: 2,048 GPUs x
+    1 h over 3,600 s x 1,271,294 tokens/s = 0.4475 GPU-h per million tokens, at 2.50 a GPU-hour 1.12."""
+    from simulator.cli import _study_table
+
+    def point(interval_s, steps, ettr, low, high, tokens, tokens_low, tokens_high, **resources):
+        return {"interval_s": interval_s, "interval_steps": steps, "ettr": ettr, "ettr_ci95_low": low,
+                "ettr_ci95_high": high, "goodput_tokens_per_s": tokens, "goodput_tokens_per_s_ci95_low": tokens_low,
+                "goodput_tokens_per_s_ci95_high": tokens_high, **resources}
+
+    gpu_hours = 2048 / 3600 / 1271294 * 1e6
+    points = [point(1799.0, 554, 0.977036, 0.9745, 0.9796, 1262000, 1259000, 1265000),
+              point(295.511, 91, 0.984278, 0.982079, 0.986476, 1271294, 1268454, 1274134,
+                    gpu_hours_per_million_tokens=gpu_hours, cost_per_million_tokens=2.5 * gpu_hours),
+              point(600.763, 185, 0.983539, 0.981312, 0.985766, 1270340, 1267460, 1273220)]
+    assert gpu_hours == pytest.approx(0.4475, abs=5e-5)
+    assert _study_table({"points": points}, "USD") == [
+        " interval  steps  ETTR (95% interval)        goodput tokens/s (95% interval)     GPU-h per M tokens  "
+        "cost per M tokens (USD)",
+        "4.925 min     91  98.43% (98.21% to 98.65%)  1,271,294 (1,268,454 to 1,274,134)  0.4475              1.12",
+        "10.01 min    185  98.35% (98.13% to 98.58%)  1,270,340 (1,267,460 to 1,273,220)",
+        "29.98 min    554  97.70% (97.45% to 97.96%)  1,262,000 (1,259,000 to 1,265,000)"]
+    without = [{key: value for key, value in entry.items() if not key.endswith("per_million_tokens")}
+               for entry in points]
+    assert _study_table({"points": without})[0].endswith("goodput tokens/s (95% interval)")
+    assert _study_table({"points": points[:1]}) == []
