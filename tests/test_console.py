@@ -1101,10 +1101,11 @@ def test_a_synthetic_model_says_so_instead_of_zero_throughput(tmp_path, capsys):
     # 3/11, the closed form for GPipe-like fill and drain at p = 4, m = 8, of the window the forwards and
     # backwards span, beside the schedule's own (the same: nothing waits); the bottleneck row gives the same idle
     # time as a share of the step, which the bubble's row says beside it, so that two shares of one idle time (50.0%
-    # of the window above 45.9% of the step on a deeper run) read as the same time, not as contradicting.
+    # of the window above 45.9% of the step on a deeper run) read as the same time, not as contradicting; the
+    # synthetic stages are uniform, so the schedule's bubble is its uniform-stage one and no stage is named.
     assert ("pipeline bubble          27.3% of the pipeline window (idle on the compute stream, waits included; the"
             in out)
-    assert "alone 27.3%), 27.3% of the whole step" in out
+    assert "alone 27.3%; 27.3% at uniform stages = (p-1)/(m+p-1) = 3/11), 27.3% of the whole step" in out
 
 
 def test_one_gpu_and_one_micro_batch_read_in_the_singular():
