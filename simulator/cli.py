@@ -807,7 +807,7 @@ def _study_table(curve: dict, currency: str = "") -> list[str]:
     if len(points) < 2:
         return []
     in_unit = durations_alike([point["interval_s"] for point in points])
-    tokens = all(point.get("goodput_tokens_per_s") is not None for point in points)
+    tokens = any(point.get("goodput_tokens_per_s") is not None for point in points)
     goodput = "goodput_tokens_per_s" if tokens else "goodput_steps_per_s"
     number = "{:,.0f}" if tokens else "{:,.4g}"
     resources = [(key, f"{heading}{f' ({currency})' if currency and key.startswith('cost') else ''}", form)
@@ -817,10 +817,10 @@ def _study_table(curve: dict, currency: str = "") -> list[str]:
               *(heading for _, heading, _ in resources)]
     rows = [header]
     for point in points:
-        ettr = f"{100 * point['ettr']:.2f}%"
+        ettr = "n/a" if point.get("ettr") is None else f"{100 * point['ettr']:.2f}%"
         if point.get("ettr_ci95_low") is not None:
             ettr += f" ({100 * point['ettr_ci95_low']:.2f}% to {100 * point['ettr_ci95_high']:.2f}%)"
-        rate = number.format(point[goodput])
+        rate = "n/a" if point.get(goodput) is None else number.format(point[goodput])
         if point.get(f"{goodput}_ci95_low") is not None:
             rate += (f" ({number.format(point[f'{goodput}_ci95_low'])} to "
                      f"{number.format(point[f'{goodput}_ci95_high'])})")
