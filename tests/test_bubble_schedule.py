@@ -22,9 +22,9 @@ run: {{timeline: summary}}
 
 MODEL = """
 cluster: {{topology: dgx-h100-cluster, nodes: 1}}
-model: {{layers: {layers}, hidden: 2048, heads: 16, kv_heads: 4, vocab: 32000}}
+model: {{layers: 8, hidden: 2048, heads: 16, kv_heads: 4, vocab: 32000}}
 training: {{seq_len: 2048, microbatches: 8, precision: bf16}}
-parallelism: {{tp: 2, pp: 4, pipeline: {{schedule: {schedule}, virtual_stages: {v}, first_last_fewer_layers: {fewer}}}}}
+parallelism: {{tp: 2, pp: 4, pipeline: {{schedule: {schedule}, virtual_stages: {v}}}}}
 run: {{timeline: summary}}
 """
 
@@ -55,7 +55,7 @@ def test_a_models_schedule_bubble_is_at_most_the_measured_one(run_yaml, schedule
     """An 8-layer model at TP 2 x PP 4 on one host: the embedding and head make its stages uneven and its
     hand-offs cross NVLink. The schedule alone, with the run's pass times and no waits, idles no more than the
     run does (zb-h1 31.1% against 33.9%, DualPipeV 27.9% against 30.5%)."""
-    summary = run_yaml(MODEL.format(layers=8, schedule=schedule, v=v, fewer="false")).summary
+    summary = run_yaml(MODEL.format(schedule=schedule, v=v)).summary
     assert summary["schedule_bubble_fraction"] == pytest.approx(alone, abs=5e-4)
     assert summary["bubble_fraction"] == pytest.approx(measured, abs=5e-4)
     assert summary["schedule_bubble_fraction"] <= summary["bubble_fraction"]
@@ -115,8 +115,8 @@ def test_a_slow_head_stage_is_what_lifts_the_bubble_above_the_closed_form(run_ya
     (busy b_0..b_3, the last slowest) 1F1B's critical path is the first forward down the pipeline, the last
     stage's m passes back to back and the last backward up: (sum b + (m-1) b_3) / m, so the bubble is
     1 - mean(b) / that = 39.9%; the last stage is b_3 / mean(b_0..b_2) - 1 = 49.7% slower than the others, and
-    the row says so and names the setting that takes a layer off it."""
-    summary = run_yaml(MODEL.format(layers=8, schedule="1f1b", v=1, fewer="false")).summary
+    the row says so."""
+    summary = run_yaml(MODEL.format(schedule="1f1b", v=1)).summary
     busy, m = [summary["stage_busy_s"][str(stage)] for stage in range(4)], 8
     assert summary["uniform_stage_bubble_fraction"] == pytest.approx(3 / 11, rel=1e-9)
     critical_path = (sum(busy) + (m - 1) * busy[3]) / m
@@ -125,13 +125,12 @@ def test_a_slow_head_stage_is_what_lifts_the_bubble_above_the_closed_form(run_ya
     slower = busy[3] / (sum(busy[:3]) / 3) - 1
     assert slower == pytest.approx(0.497, abs=5e-4)
     assert ("the schedule alone 39.9%; 27.3% at uniform stages = (p-1)/(m+p-1) = 3/11: the last stage, with the "
-            "output layer, is 49.7% slower than the others' mean; `parallelism.pipeline.first_last_fewer_layers` "
-            "takes a layer off the first and the last)") in _bubble_text(summary)
+            "output layer, is 49.7% slower than the others' mean), ") in _bubble_text(summary)
 
 
 def test_interleaved_closed_form_and_the_setting_already_on():
-    """Interleaved at p = 4, m = 8, v = 2 reads (p-1)/(v m+p-1) = 3/19 at uniform stages; a layout that already
-    takes a layer off the ends (`first_last_fewer_layers`) is not told to; even stages name no slow stage. The
+    """Interleaved at p = 4, m = 8, v = 2 reads (p-1)/(v m+p-1) = 3/19 at uniform stages; a stage of the V
+    placement's rank 0 holds both ends; even stages name no slow stage. The
     summaries are written by hand: busy 1.0, 1.0, 1.0 and 1.3 s, the last 30.0% slower than the others."""
     layout = {"pp": 4, "microbatches": 8, "virtual_stages": 2, "schedule": "interleaved", "placement": "loop",
               "model": "custom"}
@@ -140,8 +139,10 @@ def test_interleaved_closed_form_and_the_setting_already_on():
     assert _bubble_text(uneven) == (
         "30.0% of the pipeline window (idle on the compute stream, waits included; the schedule alone 25.0%; 15.8% "
         "at uniform stages = (p-1)/(v m+p-1) = 3/19: the last stage, with the output layer, is 30.0% slower than "
-        "the others' mean; `parallelism.pipeline.first_last_fewer_layers` takes a layer off the first and the last)")
-    fewer = {**uneven, "layout": {**layout, "first_last_fewer_layers": True}}
-    assert _bubble_text(fewer).endswith("is 30.0% slower than the others' mean)")
+        "the others' mean)")
+    v_shape = {**uneven, "stage_busy_s": {"0": 1.3, "1": 1.0, "2": 1.0, "3": 1.0},
+               "layout": {**layout, "placement": "v", "schedule": "zbv"}}
+    assert _bubble_text(v_shape).endswith("15.8% at uniform stages: the first stage, with the embedding and the "
+                                          "output layer, is 30.0% slower than the others' mean)")
     even = {**uneven, "schedule_bubble_fraction": 3 / 19, "stage_busy_s": dict.fromkeys("0123", 1.0)}
     assert _bubble_text(even).endswith("the schedule alone 15.8%; 15.8% at uniform stages = (p-1)/(v m+p-1) = 3/19)")

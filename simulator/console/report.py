@@ -122,7 +122,6 @@ def _bubble_text(summary: dict) -> str:
 
 CLOSED_FORMS = {"gpipe": "(p-1)/(m+p-1)", "1f1b": "(p-1)/(m+p-1)", "interleaved": "(p-1)/(v m+p-1)"}
 """The schedules whose uniform-stage bubble has the textbook closed form, which the bubble row writes out."""
-FEWER_ON_ENDS_HINT = "; `parallelism.pipeline.first_last_fewer_layers` takes a layer off the first and the last"
 UNEVEN_STAGE_SHARE = 0.001
 """Below this the schedule's bubble is the uniform-stage one and the stages even: the row names no slow stage."""
 
@@ -130,8 +129,11 @@ UNEVEN_STAGE_SHARE = 0.001
 def _uneven_stages_text(summary: dict) -> str:
     """The bubble at uniform stages (`uniform_stage_bubble_fraction`, with its closed form where the schedule has
     one) and, where the schedule's own bubble is above it, which stage lifts it and by how much it is slower
-    than the others' mean (`stage_busy_s`): the README's Llama 3 8B at pp 4, m 64 reads 13.7% against the
-    textbook's 3/67 = 4.5%, all of it the last stage's 128,256-word output layer."""
+    than the others' mean (`stage_busy_s`), naming the embedding or output layer it holds: the README's Llama 3
+    8B at pp 4, m 64 reads 13.7% against the textbook's 3/67 = 4.5%, all of it the last stage's 128,256-word
+    output layer. No setting is suggested: `pipeline.first_last_fewer_layers` needs layers + 2 to split over
+    pp x v where a running layout without it has the layers split, which only 2 stages allow, and there it
+    splits them alike."""
     uniform = summary.get("uniform_stage_bubble_fraction")
     by_stage = summary.get("stage_busy_s") or {}
     busy = [float(by_stage[stage]) for stage in sorted(by_stage, key=int)]
@@ -152,8 +154,7 @@ def _uneven_stages_text(summary: dict) -> str:
             if stage_rank(stage, p, placement) == slowest] if layout.get("model", "synthetic") != "synthetic" else []
     name = {0: "the first stage", p - 1: "the last stage"}.get(slowest, f"stage {slowest}")
     held = f", with {' and '.join(ends)}," if ends else ""
-    hint = FEWER_ON_ENDS_HINT if ends and not layout.get("first_last_fewer_layers") else ""
-    return text + f": {name}{held} is {_share(excess)} slower than the others' mean{hint}"
+    return text + f": {name}{held} is {_share(excess)} slower than the others' mean"
 
 
 def _idle_text(fraction: float) -> str:

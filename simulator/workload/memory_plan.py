@@ -220,7 +220,7 @@ def memory_bound_share(step: TrainingStep) -> float:
     return bound / total if total else 0.0
 
 
-def layout_summary(step: TrainingStep, fsdp: FsdpStrategy | None, fewer_on_ends: bool = False) -> dict:
+def layout_summary(step: TrainingStep, fsdp: FsdpStrategy | None) -> dict:
     """The resolved layout and pipeline shape, for the summary; with ZeRO-3 under pipelining or without
     per-micro-batch sync (where PyTorch FSDP's no-sync can apply) also ``grad_sync``, when the gradients were
     reduce-scattered: ``every_microbatch`` or ``after_last_backward`` (each chunk's, once per step); with a
@@ -228,9 +228,7 @@ def layout_summary(step: TrainingStep, fsdp: FsdpStrategy | None, fewer_on_ends:
     with hybrid sharding over fewer ranks than DP x CP also ``shard_ranks``, its shard group's size (what an
     out-of-memory message weighs `fsdp: full_shard` against); under PyTorch FSDP also ``fsdp``, the scenario's
     strategy (``fsdp``, `FsdpStrategy`), which the run's first line names beside the ZeRO stage it runs as; with
-    more than one pipeline stage, or a schedule the scenario names, also ``schedule`` (`StepPlan.schedule_name`);
-    with ``fewer_on_ends`` (`pipeline.first_last_fewer_layers`) also ``first_last_fewer_layers``, which the
-    console's bubble row reads before it suggests the setting for a slow head stage."""
+    more than one pipeline stage, or a schedule the scenario names, also ``schedule`` (`StepPlan.schedule_name`)."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     entry = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
@@ -246,8 +244,6 @@ def layout_summary(step: TrainingStep, fsdp: FsdpStrategy | None, fewer_on_ends:
         entry["shard_ranks"] = sharding.degree
     if fsdp is not None:
         entry["fsdp"] = fsdp
-    if fewer_on_ends:
-        entry["first_last_fewer_layers"] = True
     return entry
 
 
