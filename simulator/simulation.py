@@ -758,9 +758,11 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     pace, at a fraction of its cost (a refold whose other collectives fell out of step unfolds it at once, as the
     first run does); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the refolds
     are tried those ``budget`` allows (`scale.refold_refusal`; None: none, as a job's states are run), and where
-    none keeps pace the folded run stands with a warning. The analytic model's hop refold
-    (`fold_policy.hop_refold`) is tried within ``budget`` too (`simulate` gives one under --force as well: the
-    multiple, not the limits). Each fold given up on the way, refused before its run or out of step in it, goes
+    none keeps pace the folded run stands with a warning. The hop refold (`fold_policy.hop_refold`: a stage
+    fold whose hand-offs' copies cross other hops, known before its run, on either model) is tried within
+    ``budget`` too (`simulate` gives one under --force as well: the multiple, not the limits); on the flow model
+    not on a job's states (`unbudgeted`), whose stage fold runs first as before. Each fold given up on the way,
+    refused before its run or out of step in it, goes
     into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run that stands out of step is
     not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures, in the same shape). A run
     whose fold is given up if it falls out of step (a refold's, or the first one's where ``guard`` lets the step
@@ -820,14 +822,21 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             return False
         return True
 
-    hop_refolded = hop_refold(build, step, plans, settings.mode, dict(settings.efficiency), faults.plan, budget)
+    unbudgeted = settings.mode == "flow" and guard is not None and budget is None
+    """A job's states on the flow model: no refold is tried where the step may not unfold, and whether it may is
+    asked of its run's lockstep report, so the stage fold runs first there."""
+    hop_refolded = None if unbudgeted else hop_refold(build, step, plans, settings.mode, dict(settings.efficiency),
+                                                      faults.plan, budget)
+    routes_reason = ""
+    """Why the step folds by its hand-offs' routes before its run (the stage fold given up for their hops)."""
     if isinstance(hop_refolded, FoldedStep):
         step, hop_refolded = hop_refolded, None
+        routes_reason = step.given_up[-1].unfolding.reason
     summary, log, kept_pace = run(step, unfolds)
     given_up = [*step.given_up, *([] if hop_refolded is None else [hop_refolded])]
     not_exact = step.not_exact
-    if summary is not None and step.kind == "routes" and not_exact is None and prepared.step.not_exact is not None:
-        summary["fold_routes_reason"] = prepared.step.not_exact.unfolding.reason
+    if summary is not None and routes_reason and not_exact is None:
+        summary["fold_routes_reason"] = routes_reason
     if summary is not None and not_exact is not None:
         summary["warnings"].append(f"folded step not exact: {not_exact.unfolding.reason}")
     out_of_step = kept_pace.collectives or kept_pace.hand_offs
@@ -854,8 +863,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             dropping([fell_out, *refolds_given_up])
             return build(fold, classes)
 
-        refolded = _refolded(loaded, replace(prepared, build=build_again), faults.plan, run_refold, kept_pace,
-                             refolds_given_up, None if may_unfold else budget, step.program) if refolds else None
+        refolded = _refolded(loaded, replace(prepared, step=step, build=build_again), faults.plan, run_refold,
+                             kept_pace, refolds_given_up, None if may_unfold else budget,
+                             step.program) if refolds else None
         if refolded is not None or may_unfold:
             given_up += [fell_out, *refolds_given_up]
             if refolded is not None:

@@ -213,9 +213,9 @@ def test_unaligned_stages_unfold_on_the_analytic_model():
 @pytest.mark.parametrize("model", ["analytic", "flow"])
 def test_hand_offs_across_the_fabric_fold_on_both_models(model):
     """Replica 0 hands stage 1 on to stage 2 inside a leaf group, replica 1 across the spines: one hop's latency more.
-    On the analytic model the step folds before its run by the route classes of hops (`fold_policy.hop_refold`), one
-    rank per stage and replica; on the flow model the copies end apart in the run folded by stage and the step folds
-    again so (`fold_policy.route_steps`): the unfolded step on both (docs/architecture.md, rank folding). Unfolding
+    On both models the step folds before its run by the route classes of hops (`fold_policy.hop_refold`), one rank
+    per stage and replica (on the flow model the stage fold's copies would end apart in its run, by that latency):
+    the unfolded step on both (docs/architecture.md, rank folding). Unfolding
     on the analytic model instead would refuse the published SC21 1T, 310.1B and 529.6B runs as too large unfolded
     (~57.5 GiB for 1T), and the stage fold alone is within 2e-4, not exact."""
     overrides = [f"network.model={model}"]
@@ -388,24 +388,29 @@ its hand-offs end 1 us apart, as the row's 'send fwd mb0' over GPUs [24, 32] did
 @pytest.mark.parametrize("nodes, overrides", [(24, []), (24, ["cluster.oversubscription=2"]),
                                               (40, ["training.global_batch=80"])])
 def test_replicas_that_hand_on_across_the_spines_fold_once_per_kind_of_route(nodes, overrides):
-    """After the stage fold's hand-offs fell out of step, the step folds again with one representative per kind
-    of hand-off route (engine/rank_classes.py `route_classes`: the replicas that hand on inside their leaf group,
-    and those that cross the spines), each weighed by how many ranks it stands for (classes of 16 and 8
+    """Known before its run, the stage fold's hand-offs cross other hops in some replicas (the wrap from stage 7
+    back to 0 over GPUs [56, 0] crosses 4 links, over [184, 128] in replica 2 6; `fold_policy.hop_refold`), so it is
+    given up unrun, where it once ran and fell out of step by 1 us, and the step folds with one representative per
+    kind of hand-off route (engine/rank_classes.py `route_classes`: the replicas that hand on inside their leaf
+    group, and those that cross the spines), each weighed by how many ranks it stands for (classes of 16 and 8
     positions with 24 hosts, 32 and 8 with 40, where replicas 0, 1, 3 and 4 stay inside): 16 ranks, where
     classing each replica apart simulated 8 per replica (the row: 192 of 1,536 ranks, 36 s and 1.7 GB against
     about 5 s and 0.34 GB). Every figure of the summary is the unfolded run's, within 1e-12; unweighted, the
     per-GPU means were off (exposed pp by 1e-4 on the row)."""
     text = SC21_LIKE.replace("nodes: 24", f"nodes: {nodes}")
-    folded = simulate(scenario_from_text(text, "inline.yaml", overrides)).summary
+    reruns: list = []
+    folded = simulate(scenario_from_text(text, "inline.yaml", overrides), on_rerun=reruns.append).summary
+    assert reruns == [], "the step runs once, folded by route before its run"
     unfolded = simulate(scenario_from_text(text, "inline.yaml", [*overrides, "run.fold=false"])).summary
     assert folded["folded"] and folded["simulated_ranks"] == 16 and unfolded["simulated_ranks"] == 8 * nodes
-    assert [(entry["fold"], entry["simulated_ranks"]) for entry in folded["fold_given_up"]] == [("stage", 8)]
-    assert folded["fold_routes_reason"].startswith("send_recv 'send fwd mb0' over GPUs [24, 32] ended on its "
-                                                   "mirrors between")
-    assert folded["fold_routes_reason"].endswith(
-        "its copy over GPUs [24, 32] crosses 4 links and the one over [152, 160] 6: the replicas' hand-offs take "
-        "routes of other hops (as one inside a leaf group and one across the spines), so one rank cannot stand for "
-        "both")
+    (stage,) = folded["fold_given_up"]
+    assert (stage["fold"], stage["simulated_ranks"], stage["why"]) == ("stage", 8,
+                                                                     "the replicas' hand-offs cross other hops")
+    assert "out_of_step" not in stage and stage["reason"] == folded["fold_routes_reason"]
+    assert folded["fold_routes_reason"] == (
+        "send_recv 'recv fwd mb0' crosses 4 links over GPUs [56, 0] but 6 over the equivalent [184, 128]: its copies "
+        "end apart by those hops' latencies, so one rank per stage cannot stand for both, and the step folds by the "
+        "hand-offs' routes before its run")
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
 

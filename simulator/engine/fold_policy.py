@@ -548,24 +548,30 @@ EVERY_RANK_A_CLASS = ("stragglers in one pipeline replica: one rank per class by
 """Why `straggler_step` runs a step unfolded whose straggler classes hold one rank each."""
 
 
-def unlike_hand_off_hops(shapes: CollectiveShapes, topology: Topology) -> str:
+def unlike_hand_off_hops(shapes: CollectiveShapes, topology: Topology, mode: NetworkMode = "analytic") -> str:
     """Why a step folded on the analytic model is not exact though `fold_verdict` passed it ('' where it is):
     a pipeline hand-off whose copies (its group and mirrors, ``shapes``' collectives) all cross the fabric but
     over other hops (`hop_signature`: inside a leaf group in one replica, across the spines in another), which
     the verdict lets pass because unfolding such steps refused the published SC21 1T case as too large, and
     which this model, with no run of copies side by side to compare their ends (engine/lockstep.py), leaves
     unchecked: tp 8, pp 3, dp 2 on six hosts in leaf groups of two with oversubscription 8 folded 0.89% slow,
-    its exposed pp 10.86 against 6.69 ms. The step then stands folded, `fold_not_exact` with a warning."""
+    its exposed pp 10.86 against 6.69 ms. The step then stands folded, `fold_not_exact` with a warning. On the
+    flow model (``mode``) such copies end apart in the run by the hops' latencies, so the stage fold is given up
+    before it (`hop_refold`), and the text says so."""
     for op in shapes.firsts:
         if op.op != "send_recv" or not op.mirrors:
             continue
         own = hop_signature(topology, op.group)
         unlike = next((mirror for mirror in op.mirrors if hop_signature(topology, mirror) != own), None)
         if unlike is not None:
-            return (f"send_recv {op.name!r} crosses {len(own)} links over GPUs {list(op.group)} but "
-                    f"{len(hop_signature(topology, unlike))} over the equivalent {list(unlike)}: on the analytic "
-                    "model the representative's hand-off stands for copies that take other times alone, so the "
-                    "folded step may be off (slow where kept mirrors on longer routes hold the representative back)")
+            crossing = (f"send_recv {op.name!r} crosses {len(own)} links over GPUs {list(op.group)} but "
+                        f"{len(hop_signature(topology, unlike))} over the equivalent {list(unlike)}: ")
+            if mode == "flow":
+                return crossing + ("its copies end apart by those hops' latencies, so one rank per stage cannot "
+                                   "stand for both, and the step folds by the hand-offs' routes before its run")
+            return crossing + ("on the analytic model the representative's hand-off stands for copies that take "
+                               "other times alone, so the folded step may be off (slow where kept mirrors on "
+                               "longer routes hold the representative back)")
     return ""
 
 
@@ -626,31 +632,51 @@ UNTRIED_ROUTES = ("route classes by the loads the hand-offs' copies meet on thei
 def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
                efficiency: Mapping[str, float], faults: StepFaultPlan, budget: RefoldBudget | None = None
                ) -> FoldedStep | GivenUp | None:
-    """On the analytic model, the stage fold ``folded`` that stands not exact before its run because its
-    hand-offs' copies cross other hops (`unlike_hand_off_hops`), folded again by the route classes of hops alone
-    (`route_classes` with ``hops_only``), the stage fold given up: there each transfer runs alone, so copies
-    over like hops take like times (where copies share links, `symmetry.unlike_alone` holds those over like hops
-    to one time under their load), and the refold is exact where none of its own hand-offs' copies crosses other
-    hops, which is asked of it before its run (a refold that still has some is given up, as is one beyond
-    ``budget``, `scale.refold_refusal` whether forced or not, None for a job's states, or refused by
-    `fold_verdict`). None where ``folded`` is not such a fold; given up unbuilt where its step faults leave some
-    stage's ranks unlike (not faults/step.py `alike_in_stages`: route classes would fold a slow rank onto
-    healthy class-mates), so the summary says why the fold stands not exact. The reviewer's c1 case (tp 8, pp 2,
-    dp 3 on six hosts in leaf groups of three, oversubscription 8): the stage fold's exposed pp was 1.702 ms
-    against 0.687 unfolded; refolded by hops (4 ranks, weights 16, 16, 8, 8) every figure is the unfolded run's."""
-    program, stood = folded.program, folded.not_exact
+    """The stage fold ``folded`` whose hand-offs' copies cross other hops (`unlike_hand_off_hops`), known before
+    its run, folded again by the route classes of hops alone (`route_classes` with ``hops_only``), the stage fold
+    given up. On the analytic model that fold stands not exact (`FoldedStep.not_exact`): there each transfer runs
+    alone, so copies over like hops take like times (where copies share links, `symmetry.unlike_alone` holds those
+    over like hops to one time under their load), and the refold is exact where none of its own hand-offs' copies
+    crosses other hops, which is asked of it before its run (a refold that still has some is given up, as is one
+    beyond ``budget``, `scale.refold_refusal` whether forced or not, None for a job's states, or refused by
+    `fold_verdict`); given up unbuilt where its step faults leave some stage's ranks unlike (not faults/step.py
+    `alike_in_stages`: route classes would fold a slow rank onto healthy class-mates), so the summary says why the
+    fold stands not exact. The reviewer's c1 case (tp 8, pp 2, dp 3 on six hosts in leaf groups of three,
+    oversubscription 8): the stage fold's exposed pp was 1.702 ms against 0.687 unfolded; refolded by hops (4 ranks,
+    weights 16, 16, 8, 8) every figure is the unfolded run's.
+
+    On the flow model the stage fold's copies over other hops end apart by those hops' latencies in its run (the
+    lockstep check, engine/lockstep.py), which then gave it up and ran the step again by these same classes first
+    (`route_steps`): GPT-3 175B on 1,024 A100s, TP 8 x PP 8 x DP 16, hands stage 3 on to 4 across the spines in
+    replicas 2, 7 and 12 (hosts 19 to 20, 59 to 60, 99 to 100, leaf groups of 20 hosts), 6 links against 4, two
+    switch hops' 0.5 us later; its stage fold ran to its end 1 us out of step, and the step ran again on 16 ranks.
+    The refold runs first instead, its lockstep check certifying it as any refold's; where it is not tried (beyond
+    ``budget``, refused by `fold_verdict`, step faults unlike in a stage) None, the stage fold running as before.
+    None where ``folded`` is not such a fold."""
+    program = folded.program
+    stood = folded.not_exact if mode == "analytic" else _unlike_hops_stage(folded, plans.topology)
     if stood is None or stood.unfolding.check != "hops" or program.layout is None:
         return None
     if not alike_in_stages(faults, program.layout):
-        return GivenUp("routes", None, Unfolding("faults", UNREFOLDED_STRAGGLERS))
+        return GivenUp("routes", None, Unfolding("faults", UNREFOLDED_STRAGGLERS)) if mode == "analytic" else None
     classes = next(route_classes(program, plans, folded.shapes, folded.order, hops_only=True), None)
     refold = _refined_step(build, folded, classes, plans, mode, efficiency, faults, "routes", budget)
     if not isinstance(refold, FoldedStep):
-        return refold
-    unlike = unlike_hand_off_hops(refold.shapes, plans.topology)
+        return refold if mode == "analytic" else None
+    unlike = unlike_hand_off_hops(refold.shapes, plans.topology) if mode == "analytic" else ""
     if unlike:
         return GivenUp("routes", len(refold.program.ranks), Unfolding("hops", unlike))
-    return replace(refold, given_up=(*folded.given_up, stood))
+    return replace(refold, given_up=(*folded.given_up, stood),
+                   stage_fold=StageFold(program, folded.shapes, folded.order))
+
+
+def _unlike_hops_stage(folded: FoldedStep, topology: Topology) -> GivenUp | None:
+    """On the flow model, the plain stage fold ``folded`` (no classes, no slow replica apart) given up before its
+    run where its hand-offs' copies cross other hops (`unlike_hand_off_hops`); None otherwise."""
+    if folded.kind != "stage" or folded.classes is not None or folded.every_mirror:
+        return None
+    unlike = unlike_hand_off_hops(folded.shapes, topology, "flow")
+    return GivenUp("stage", len(folded.program.ranks), Unfolding("hops", unlike)) if unlike else None
 
 
 UNREFOLDED_STRAGGLERS = ("stragglers slow some ranks of a stage and not others, so route classes, which fold a "
