@@ -159,11 +159,12 @@ def test_a_fold_given_up_mid_run_is_said_on_stderr_before_the_next_build_and_run
     monkeypatch.setattr(simulation, "run_step", watched_run)
     monkeypatch.setattr(simulation, "step_program", watched_build)
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
-    gave_up = ("note: the stage fold given up: a hand-off fell out of step in its run (send_recv 'recv bwd mb3' "
-               "over GPUs [8, 4] ended between 8.279 ms and 8.313 ms, out of step by 33.47 us, where its run "
-               "stopped)\n")
-    again = "note: simulating the step again refolded, 8 of 64 ranks, 1,010 ops and ~2,248 flows (estimated), " \
-            "under a minute\n"
+    gave_up = ("note: the step was simulated with one rank standing for each set of alike GPUs, but their copies "
+               "fell out of step by 33.47 us (hand-off 'recv bwd mb3', GPUs 8 -> 4; the run stopped there), so it "
+               "is simulated again on more ranks to keep the figures exact (details: summary.json's "
+               "fold_given_up)\n")
+    again = "note: simulating the step again on 8 of 64 ranks, 1,010 ops and ~2,248 flows (estimated), under a " \
+            "minute\n"
     assert said_at == [("build", ""), ("run", ""), ("build", gave_up), ("run", gave_up + again)]
     assert capsys.readouterr() == ("", gave_up + again)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -197,9 +198,10 @@ def test_a_refold_of_a_step_too_large_to_unfold_is_said_on_stderr_too(tmp_path, 
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet",
                  *(part for setting in overrides for part in ("--set", setting))]) == 0
     assert capsys.readouterr().err == (
-        "note: the classes fold given up: a hand-off fell out of step in its run (send_recv 'recv bwd mb3' over GPUs "
-        "[16, 0] ended between 37.47 ms and 37.65 ms, 2 instances out of step by up to 178.5 us)\n"
-        "note: simulating the step again refolded, 8 of 64 ranks, 2,980 ops and ~22,128 flows (estimated), under a "
+        "note: the step was simulated with one rank standing for each set of alike GPUs, but their copies fell out "
+        "of step by up to 178.5 us (hand-off 'recv bwd mb3', GPUs 16 -> 0, 2 instances), so it is simulated again "
+        "on more ranks to keep the figures exact (details: summary.json's fold_given_up)\n"
+        "note: simulating the step again on 8 of 64 ranks, 2,980 ops and ~22,128 flows (estimated), under a "
         "minute\n")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert (summary["simulated_ranks"], summary["flows_simulated"]) == (8, 13376)

@@ -144,37 +144,37 @@ def test_parameter_server_rows_give_one_time_where_workers_are_alike_and_sizes_w
 
 
 @pytest.mark.parametrize(("fold", "ranks", "out_of_step", "said"), [
-    # A run read to its end: its first instance's two ends with as many digits as tell them apart
-    # (units.py `durations_apart`, as its reason does; SC21 310.1B's hop refold, 1 us apart) and how many
-    # instances fell out of step.
-    ("routes", 64, {"op": "send_recv", "name": "send fwd mb0", "group": [0, 128],
-                    "ended_s": [0.1195998, 0.1196008], "instances": 3, "widest_s": 1e-6},
-     "send_recv 'send fwd mb0' over GPUs [0, 128] ended between 119.6 ms and 119.601 ms, 3 instances out of step by "
-     "up to 1 us"),
+    # A run read to its end: the widest gap, the first instance's hand-off by sender and receiver, and how many
+    # instances fell out of step (GPT-3 175B on 1,024 A100s before its stage fold saw its hops up front).
+    ("stage", 8, {"op": "send_recv", "name": "send fwd mb0", "group": [24, 32],
+                  "ended_s": [0.25741388780827257, 0.2574148878082726], "instances": 192, "widest_s": 1e-6},
+     "by up to 1 us (hand-off 'send fwd mb0', GPUs 24 -> 32, 192 instances)"),
     # A run stopped at its first instance out of step (`stopped_at_s`, no `instances`: engine/lockstep.py
-    # `LockstepWatch`): that instance's own gap where the run stopped, not a count of instances it never reached
-    # (the DeepSeek-V3-style DualPipeV class fold's figures).
+    # `LockstepWatch`): that instance's own gap, not a count of instances it never reached (the DeepSeek-V3-style
+    # DualPipeV class fold's figures).
     ("classes", 32, {"op": "send_recv", "name": "recv bwd mb0", "group": [512, 448],
                      "ended_s": [2.289274, 2.289308], "stopped_at_s": 2.289308, "widest_s": 3.4e-5},
-     "send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 2.28927 s and 2.28931 s, out of step by 34 us, "
-     "where its run stopped"),
-    # Ends from 1 s on read in seconds, both in one unit and never with an exponent ('1.278e+04' read beside
-    # '12785.01' in ms).
-    ("classes", 32, {"op": "send_recv", "name": "recv bwd mb0", "group": [512, 448],
-                     "ended_s": [12.7845, 12.78501], "stopped_at_s": 12.78501, "widest_s": 5.1e-4},
-     "send_recv 'recv bwd mb0' over GPUs [512, 448] ended between 12.78 s and 12.79 s, out of step by 510 us, "
-     "where its run stopped"),
+     "by 34 us (hand-off 'recv bwd mb0', GPUs 512 -> 448; the run stopped there)"),
+    # Another collective is named by its group.
+    ("stage", 4, {"op": "all_reduce", "name": "grad bucket 0", "group": [0, 8, 16, 24],
+                  "ended_s": [0.5, 0.5002], "stopped_at_s": 0.5002, "widest_s": 2e-4},
+     "by 200 us (all_reduce 'grad bucket 0' over GPUs [0, 8, 16, 24]; the run stopped there)"),
 ])
-def test_a_rerun_note_shows_the_first_instance_out_of_step(fold, ranks, out_of_step, said):
-    """The stderr note of a fold given up out of step says where it fell apart, in the shape its
-    run left (read to the end, or stopped at the first instance), after the short why the `ranks` row gives."""
+def test_a_rerun_note_says_in_plain_words_why_the_step_runs_again(fold, ranks, out_of_step, said):
+    """The stderr note of a fold given up out of step says, without the folding vocabulary, that one rank stood for
+    alike GPUs, that their copies fell out of step (by how much, where) and that the step runs again for exact
+    figures; the check's sentence and the instance's ends stay in summary.json (`fold_given_up`)."""
     from simulator.console.report import rerun_line
-    from simulator.simulation import FoldDropped
+    from simulator.simulation import FoldDropped, Rerun
 
     entry = {"fold": fold, "simulated_ranks": ranks, "why": "a hand-off fell out of step in its run", "reason": "...",
              "out_of_step": out_of_step}
     assert rerun_line(FoldDropped(entry)) == (
-        f"note: the {fold} fold given up: a hand-off fell out of step in its run ({said})")
+        f"note: the step was simulated with one rank standing for each set of alike GPUs, but their copies fell out "
+        f"of step {said}, so it is simulated again on more ranks to keep the figures exact (details: summary.json's "
+        "fold_given_up)")
+    assert rerun_line(Rerun(True, "64 of 64 ranks, 1,010 ops")) == (
+        "note: simulating the step again on 64 of 64 ranks, 1,010 ops (every rank)")
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):

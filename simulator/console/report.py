@@ -20,7 +20,6 @@ from simulator.schedules.base import stage_rank
 from simulator.units import (
     counted,
     durations_alike,
-    durations_apart,
     expected_count,
     format_duration,
     format_memory,
@@ -329,27 +328,35 @@ def _given_up_text(entry: dict, before: dict | None = None) -> str:
     return f"the {entry['fold']} fold given up: {entry['why']}"
 
 
-def _out_of_step_text(apart: dict) -> str:
-    """The first collective instance out of step of a fold's run (an entry's `out_of_step`) with its figures:
-    when its copies ended and, where the run stopped at it, its own gap, else how many instances were out of step
-    and by up to how much."""
-    first, last = durations_apart(*apart["ended_s"])
-    found = (f"out of step by {format_seconds(apart['widest_s'])}, where its run stopped" if "stopped_at_s" in apart
-             else f"{counted(apart['instances'], 'instance')} out of step by up to {format_seconds(apart['widest_s'])}")
-    return f"{apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between {first} and {last}, {found}"
-
-
 def rerun_line(notice: FoldDropped | Rerun) -> str:
-    """The line on stderr as a fold is given up for falling out of step (`simulation.FoldDropped`: which fold and
-    why, as the run's `ranks` row gives it, then the instance out of step with its figures, the moment the user
-    asks why the run starts again), and as the run after it starts (`simulation.Rerun`: what it simulates)."""
+    """The line on stderr as a fold is given up for falling out of step (`simulation.FoldDropped`), in words for a
+    user who never read how folding works: the run simulated one rank for each set of alike GPUs, their copies fell
+    out of step (by how much, at which collective), so the step runs again on more ranks to keep its figures
+    exact; the check's sentence and the instance's ends stay in summary.json's `fold_given_up`. Then, as the run
+    after it starts (`simulation.Rerun`), what it simulates and about how long it takes."""
     from simulator.simulation import Rerun
 
     if isinstance(notice, Rerun):
-        return f"note: simulating the step again {'unfolded' if notice.unfolded else 'refolded'}, {notice.size}"
-    entry = notice.given_up
-    apart = entry.get("out_of_step")
-    return f"note: {_given_up_text(entry)}" + (f" ({_out_of_step_text(apart)})" if apart else "")
+        return f"note: simulating the step again on {notice.size}{' (every rank)' if notice.unfolded else ''}"
+    apart = notice.given_up.get("out_of_step")
+    found = f" {_out_of_step_text(apart)}" if apart else ""
+    return (f"note: the step was simulated with one rank standing for each set of alike GPUs, but their copies "
+            f"fell out of step{found}, so it is simulated again on more ranks to keep the figures exact (details: "
+            "summary.json's fold_given_up)")
+
+
+def _out_of_step_text(apart: dict) -> str:
+    """The first collective instance out of step of a fold's run (an entry's `out_of_step`) in a clause: by how
+    much, then which instance (a hand-off by its sender and receiver, another collective by its group) and, where
+    the run stopped at it, that it did, else how many instances of its kind were out of step: 'by up to 1 us
+    (hand-off 'send fwd mb0', GPUs 24 -> 32, 192 instances)'."""
+    gap = format_seconds(apart["widest_s"])
+    group = apart["group"]
+    which = (f"hand-off {apart['name']!r}, GPUs {group[0]} -> {group[-1]}" if apart["op"] == "send_recv"
+             else f"{apart['op']} {apart['name']!r} over GPUs {group}")
+    if "stopped_at_s" in apart:
+        return f"by {gap} ({which}; the run stopped there)"
+    return f"by up to {gap} ({which}, {counted(apart['instances'], 'instance')})"
 
 
 def _not_exact_text(entry: dict) -> str:
