@@ -226,6 +226,24 @@ def test_hand_offs_across_the_fabric_fold_on_both_models(model):
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-9)
 
 
+def test_a_hop_refold_out_of_step_on_the_flow_model_goes_on_from_it():
+    """Two NICs per host at 8:1 on the flow model: the stage fold's hand-offs cross other hops (4 links over GPUs
+    [0, 8], 6 over [24, 32]), so it is given up before its run for the refold by hops (6 ranks); that refold's
+    class-mates then meet other loads on their NICs and fall out of step, and the step goes on from it, here
+    unfolded: one rerun (its note, then the run's), where the stage fold's run came first and the step ran three
+    times. Every figure is the unfolded run's."""
+    overrides = ["cluster.nics_per_node=2", "cluster.oversubscription=8"]
+    notices: list = []
+    folded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", overrides), on_rerun=notices.append).summary
+    unfolded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", [*overrides, "run.fold=false"])).summary
+    assert [(entry["fold"], entry["simulated_ranks"], entry["why"]) for entry in folded["fold_given_up"]] == [
+        ("stage", 3, "the replicas' hand-offs cross other hops"),
+        ("routes", 6, "a hand-off fell out of step in its run")]
+    assert [type(notice).__name__ for notice in notices] == ["FoldDropped", "Rerun"] and notices[1].unfolded
+    assert folded["simulated_ranks"] == unfolded["simulated_ranks"] == 48
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+
+
 def test_analytic_hand_offs_over_other_hops_refold_by_hops():
     """With oversubscription 8 the same layout's stage fold on the analytic model is 2.0% slow (25.442 against 24.936
     ms) and its exposed pp 48% high (1.667 against 1.129 ms): replica 0 hands stage 0 on to stage 1 inside a leaf
