@@ -1598,8 +1598,9 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int, topology: Topology | 
                         ) -> ScaleEstimate | None:
     """Estimate the run (on the built ``topology`` where given) and raise a located ScenarioError, with the
     estimate and advice, beyond the limits (counted only until past them: `estimate_scale`'s
-    ``stop_past_limits``)."""
-    scenario = loaded.scenario
+    ``stop_past_limits``). A job's step (`run.horizon`) is estimated as the job runs it, folded as it asks and
+    with no step timeline (`_as_run`): the one check of a job's healthy step folded, as of a plain run."""
+    scenario = _as_run(loaded.scenario)
     estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded), topology, stop_past_limits=True,
                               table=scenario_table(loaded))
     if estimate is not None and estimate.over_limits():
@@ -1684,10 +1685,17 @@ def _unfolded_estimate(loaded: LoadedScenario, gpus: int, topology: Topology | N
                        ) -> ScaleEstimate | None:
     """The estimate of the step of ``loaded`` simulated unfolded on ``gpus`` GPUs (None for a trace). A job
     (`run.horizon`) writes no step timeline, so its steps are estimated without one."""
-    scenario = loaded.scenario
-    unfolded = {"fold": False, **({"timeline": "summary"} if scenario.run.horizon is not None else {})}
-    return estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus,
-                          scenario_hosts(loaded), topology, table=scenario_table(loaded))
+    return estimate_scale(_as_run(loaded.scenario, fold=False), gpus, scenario_hosts(loaded), topology,
+                          table=scenario_table(loaded))
+
+
+def _as_run(scenario: Scenario, **run: object) -> Scenario:
+    """``scenario`` with the ``run`` settings given, and as its step is simulated: a job (`run.horizon`) writes
+    no step timeline, which its estimates then do not count."""
+    job = {"timeline": "summary"} if scenario.run.horizon is not None else {}
+    if not (run or job):
+        return scenario
+    return scenario.model_copy(update={"run": scenario.run.model_copy(update={**run, **job})})
 
 
 def classed_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: Topology | None = None
@@ -1811,9 +1819,7 @@ def _classes_estimate(loaded: LoadedScenario, gpus: int, ranks: int, topology: T
     unfolded step's ops and memory in the share ``ranks`` of the GPUs simulates (`classed_estimate`) beside every
     flow of it: each representative's groups are simulated with the copies that meet them (the GB200 job's step
     at 4 racks: 83,664 flows of the unfolded estimate's 86,544). None for a trace."""
-    scenario = loaded.scenario
-    run = scenario.run.model_copy(update={"timeline": "summary"}) if scenario.run.horizon is not None else scenario.run
-    folded = estimate_scale(scenario.model_copy(update={"run": run}), gpus, scenario_hosts(loaded), topology,
+    folded = estimate_scale(_as_run(loaded.scenario), gpus, scenario_hosts(loaded), topology,
                             table=scenario_table(loaded))
     if folded is None or folded.simulated_ranks == ranks:
         return folded
@@ -1919,7 +1925,8 @@ def sized_topology(loaded: LoadedScenario, force: bool = False, weigh: Callable[
                    ) -> Topology:
     """The scenario's cluster, built only once a training layout's degrees multiply to its GPU count and split
     its global batch, and the run's estimate is within the limits (both from the topology's parameters when
-    they tell the GPU count, else after building it: a million-GPU cluster takes tens of seconds to build); a
+    they tell the GPU count, else after building it: a million-GPU cluster takes tens of seconds to build),
+    for a plain run and a job alike (a job's healthy step, `refuse_if_too_large`); a
     run that may post all-reduces as trees (`may_run_trees`) is estimated again on the built cluster, with the
     plans the tuner picks; ``force`` skips the limits, not the layout's check. ``weigh``: what a refusal of the
     cluster by its size gives of the step's memory (`refuse_too_many_gpus`)."""
@@ -1930,8 +1937,10 @@ def sized_topology(loaded: LoadedScenario, force: bool = False, weigh: Callable[
             located(loaded, lambda: refuse_too_many_gpus(loaded, gpus, weigh))
             located(loaded, lambda: refuse_if_too_large(loaded, gpus))
     topology = scenario_topology(loaded)
-    if gpus is None and not force:
-        located(loaded, lambda: refuse_too_many_gpus(loaded, topology.num_gpus))
+    if gpus is None:
+        located(loaded, lambda: refuse_wrong_layout(loaded.scenario, topology.num_gpus))
+        if not force:
+            located(loaded, lambda: refuse_too_many_gpus(loaded, topology.num_gpus))
     if (gpus is None or may_run_trees(loaded.scenario)) and not force:
         located(loaded, lambda: refuse_if_too_large(loaded, topology.num_gpus, topology))
     return topology
@@ -1940,7 +1949,7 @@ def sized_topology(loaded: LoadedScenario, force: bool = False, weigh: Callable[
 def capped_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
     """The scenario's cluster, refused beyond MAX_GPUS unless ``force``: before it is built where the topology's
     parameters tell its GPU count, else once built. For the commands that check the step on that cluster by their
-    own rules (a job, a layout search): without it they built a 262,272-GPU cluster and ran for minutes."""
+    own rules (a layout search): without it, it built a 262,272-GPU cluster and ran for minutes."""
     gpus = scenario_gpus(loaded)
     if gpus is not None and not force:
         located(loaded, lambda: refuse_too_many_gpus(loaded, gpus))

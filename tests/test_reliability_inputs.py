@@ -809,10 +809,13 @@ def test_degraded_states_whose_fold_is_refused_up_front_are_refused(tmp_path, ca
 def test_an_unfolded_job_beyond_the_scale_limits_is_refused(tmp_path, capsys):
     """`run.fold: false` on the 16,384-GPU job: its healthy step alone is ~51 million ops + flows and ~42 GiB,
     which `trainsim run` refuses for a single step, but the job ran it (and every state) without a word. It is
-    refused in one located line at run.fold before the healthy step; `--force` is the way past."""
+    refused before the healthy step with the one located line `trainsim run` of the step alone gives (its timeline
+    off: a job writes none), at run.fold; `--force` is the way past."""
     err = refused_16k_job(tmp_path, capsys, "run.fold=false")
-    assert "--set run.fold=false: the job's step is simulated unfolded: 16,384 GPUs, 16,384 simulated ranks" in err
-    assert "(allowed: true, a smaller cluster, or --force)" in err
+    assert ("--set run.fold=false: this run is too large to simulate: 16,384 GPUs, 16,384 simulated ranks (not "
+            "folded), ~43,422,464 ops, ~22,558,208 flows, ~40.3 GiB of memory" in err)
+    assert "(allowed: fold the ranks (run.fold: true); fewer micro-batches" in err
+    assert err.endswith("or pass --force)")
 
 
 def test_straggler_states_that_keep_every_mirror_are_sized_so(tmp_path, capsys, monkeypatch):

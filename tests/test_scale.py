@@ -869,23 +869,29 @@ def test_the_collective_command_counts_a_size_as_a_workload_item_of_it(op, group
 
 JOB_16K = str(SCENARIOS / "llama3-405b-16k-job.yaml")
 PAST_MAX_GPUS = ["--set", "cluster.nodes=32769"]  # 262,152 GPUs: MAX_GPUS + 8
+JOB_PAST_MAX_GPUS = ["--set", "parallelism.dp=2049", "--set", "training.global_batch=32784", "--set",
+                     "cluster.nodes=32784"]
+"""The 16k job's layout at DP 2,049 (16 micro-batches a replica, as at DP 128) on as many GPUs, 262,272: a job
+checks its layout before the cluster's size, as a plain run does."""
 
 
-@pytest.mark.parametrize("command", [
-    ["run", JOB_16K], ["study", "checkpoint-interval", JOB_16K], ["study", "mtbf", JOB_16K],
-    ["search", LLAMA_405B, "--tp", "8", "--pp", "16", "--cp", "1"]])
-def test_jobs_studies_and_searches_refuse_a_cluster_past_max_gpus_before_building_it(command, monkeypatch,
+@pytest.mark.parametrize("command, gpus", [
+    (["run", JOB_16K, *JOB_PAST_MAX_GPUS], 262_272),
+    (["study", "checkpoint-interval", JOB_16K, *JOB_PAST_MAX_GPUS], 262_272),
+    (["study", "mtbf", JOB_16K, *JOB_PAST_MAX_GPUS], 262_272),
+    (["search", LLAMA_405B, "--tp", "8", "--pp", "16", "--cp", "1", *PAST_MAX_GPUS], 262_152)])
+def test_jobs_studies_and_searches_refuse_a_cluster_past_max_gpus_before_building_it(command, gpus, monkeypatch,
                                                                                       tmp_path, capsys):
     """A job, a study and a layout search built the cluster without the check a plain run makes: at 262,272
     GPUs `run` of the 16k job ran 127 s and wrote its outputs, `search` ran 312 s and failed every candidate
     with this line, while `validate` refused the same input at once."""
     monkeypatch.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
     out = tmp_path / "out"
-    assert main([*command, *PAST_MAX_GPUS, "--out", str(out), "--quiet"]) == 2
+    assert main([*command, "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert (f"command line: trainsim {command[0]}: --set cluster.nodes=32769: a cluster of 262,152 GPUs is too large "
-            "to simulate" in err
+    assert (f"command line: trainsim {command[0]}: --set cluster.nodes={gpus // 8}: a cluster of {gpus:,} GPUs is "
+            "too large to simulate" in err
             and "(allowed: a cluster of at most 262,144 GPUs (cluster.nodes); or pass --force)\n" in err)
     assert not out.exists()
 
@@ -1324,7 +1330,10 @@ def test_a_fold_by_classes_past_the_limits_is_refused_before_it_is_built(monkeyp
 def test_a_gb200_job_folded_by_trays_past_the_limits_is_refused_on_one_line(monkeypatch, capsys, tmp_path):
     """`trainsim run` of the GB200 job at TP 8 (`GB200_JOB_STRADDLING`, one replication of an hour) with the limit
     at 50,000 events: its healthy step's fold by classes (~145,242 events) is refused before it is built, exit 2,
-    one line."""
+    one line. The estimate counted at the stage fold's 2 ranks (`_folds_by_trays` off), within the limit: else
+    the job is refused up front, as its step alone is
+    (`test_a_job_whose_folded_step_is_past_the_limits_is_refused_up_front`)."""
+    monkeypatch.setattr(scale, "_folds_by_trays", lambda *args: False)
     monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
     sets = [part for setting in (*GB200_JOB_STRADDLING, "run.horizon=1 h", "run.replications=1")
             for part in ("--set", setting)]
@@ -1333,6 +1342,38 @@ def test_a_gb200_job_folded_by_trays_past_the_limits_is_refused_on_one_line(monk
     assert err.count("\n") == 1
     assert "the job's step is too large to simulate folded by classes" in err
     assert "36 simulated ranks (folded)" in err
+
+
+GB200_JOB_HOUR = [part for setting in (*GB200_JOB_FOUR_LAYERS, "run.horizon=1 h", "run.replications=1")
+                  for part in ("--set", setting)]
+"""The bundled GB200 job cut to 4 layers, one replication of an hour."""
+
+
+def test_a_job_whose_folded_step_is_past_the_limits_is_refused_up_front(monkeypatch, capsys, tmp_path):
+    """A job's healthy step folded as it runs is checked against the limits before the cluster is built, with the
+    line `trainsim run` of the step alone gives (its timeline off, as a job writes none): the GB200 job at 56 racks
+    (its step folded onto 2 of 4,032 ranks, ~20.3 M events) ran for minutes unchecked, as only the checks of its
+    unfolded or class-folded states sized it. Cut to 4 layers (`GB200_JOB_HOUR`) its step folds onto 2 of 288 ranks,
+    estimated 805 ops + 83,664 flows = 84,469 events (docs/performance.md: ops exact, flows 1.015 of the run's):
+    with the limit one event below, exit 2, one line, no output folder; at it, the job runs."""
+    job = str(SCENARIOS / "llama3-70b-gb200-job.yaml")
+    monkeypatch.setattr(scale, "MAX_EVENTS", 84_468)
+    assert main(["run", job, *GB200_JOB_HOUR, "--set", "run.horizon=null", "--set", "run.timeline=summary",
+                 "--out", str(tmp_path / "step"), "--quiet"]) == 2
+    step_alone = capsys.readouterr().err
+    with monkeypatch.context() as patched:
+        patched.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
+        assert main(["run", job, *GB200_JOB_HOUR, "--out", str(tmp_path / "job"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err == step_alone
+    assert ("cluster.racks: this run is too large to simulate: 288 GPUs, 2 simulated ranks (folded), ~805 ops, ~83,664 "
+            "flows, ~0.2 GiB of memory; ops + flows ~84,469 over the limit of 84,468" in err)
+    assert not (tmp_path / "job").exists()
+    assert main(["run", job, *GB200_JOB_HOUR, "--out", str(tmp_path / "forced"), "--quiet", "--force"]) == 0
+    monkeypatch.setattr(scale, "MAX_EVENTS", 84_469)
+    assert main(["run", job, *GB200_JOB_HOUR, "--out", str(tmp_path / "job"), "--quiet"]) == 0
+    assert (tmp_path / "job" / "job_summary.json").exists()
 
 
 def test_a_workload_all_reduce_counts_the_tree_the_tuner_picks():

@@ -87,7 +87,7 @@ from simulator.reliability.summary import (
     write_wait_warning,
     young_daly_warning,
 )
-from simulator.scale import ScaleEstimate, capped_topology, refuse_wrong_layout
+from simulator.scale import ScaleEstimate, sized_topology
 from simulator.topology.graph import both_ways
 from simulator.units import (
     counted,
@@ -270,9 +270,9 @@ def _blamed_for_events(loaded: LoadedScenario, dominant: FieldPath, one_replicat
 def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology,
                            sizes: LinkStateSizes, activity: Callable[[str], None] | None) -> PreparedStep | None:
     """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has
-    (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
-    or each of its degraded or straggling states: states with links down (leaf switches, cables, NICs that
-    `degrade`) are sized by the classes `fold_policy.link_fault_step` folds them by
+    (`scale.unfolded_beyond_limits`): each of its degraded or straggling states (its healthy step, folded or
+    not, was sized as `trainsim run` sizes it, `scale.sized_topology`): states with links down (leaf switches,
+    cables, NICs that `degrade`) are sized by the classes `fold_policy.link_fault_step` folds them by
     (`_refuse_unfolded_link_states`, by ``sizes``, the job's `ahead.LinkStateSizes`), states with NVSwitch trays
     down too (their rack's NVLink links degraded from the start, or down with every tray, which fold by the
     rack's hosts), and straggler states unfold where the engine's folding rule says so (each distinct set of
@@ -293,7 +293,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
     nvlink = [klass for klass in linked if klass.unit == "nvswitch_tray"]
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
-    if scenario.run.fold and not (linked or straggling):
+    if not (linked or straggling):
         return None
     estimate = unfolded_beyond_limits(loaded, topology.num_gpus, topology)
     if estimate is None:
@@ -301,9 +301,6 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
             _refuse_straggler_refold(loaded, straggling[0], topology)
         return None
     limits = f"{estimate.describe()}; {estimate.beyond()}"
-    if not scenario.run.fold:
-        raise loaded.error(("run", "fold"), f"the job's step is simulated unfolded: {limits}",
-                           "true, a smaller cluster, or --force")
     klass = (nvlink or linked or straggling)[0]
 
     def refuse(why: str, culprit: FailureClass = klass) -> NoReturn:
@@ -1001,8 +998,10 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
                 activity: Callable[[str], None] | None = None) -> PreparedJob:
     """A job's checks, its healthy step (cached for the process: a study's points share it) and plan, the garbage
     collector paused; refused as `simulate_job` says, except for the job-event limit, which needs the interval
-    the job runs. A layout the model or cluster cannot take is refused first, as `scale.sized_topology` does for a
-    run: the estimate of an unfolded step named the job's size for a layout that could never be built.
+    the job runs. Its cluster and healthy step are refused first as `trainsim run` refuses the step alone
+    (`scale.sized_topology`: the layout, then the cluster's size and the step's estimate, folded as the job runs
+    it): the estimate of an unfolded step named the job's size for a layout that could never be built, and the
+    GB200 job's step folded onto 2 ranks at 56 racks (~20.3 M events) ran for minutes unchecked.
     ``sizes_progress``: check_job's; ``merge_rotations``: `StepStates`'; ``activity`` hears that the healthy step
     is being simulated (`healthy_step_activity`; a replayed trace's is simulated before) and the NVSwitch tray
     states' fold checks (`first_tray_fold_blocker`)."""
@@ -1010,8 +1009,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False,
     horizon = scenario.run.horizon
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
-    topology = capped_topology(loaded, force)
-    located(loaded, lambda: refuse_wrong_layout(scenario, topology.num_gpus))
+    topology = sized_topology(loaded, force)
     traced = _trace_step(loaded, topology, force=force) if isinstance(scenario.workload, TraceWorkload) else None
     checks = check_job(loaded, topology, sizes_progress)
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
