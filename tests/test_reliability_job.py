@@ -535,9 +535,11 @@ def test_an_interval_far_past_the_mtbf_warns_unless_an_in_memory_tier_saves_ofte
      "checkpoint interval (30 min) is 28.8 x it, so failures come before the job saves its work: the interval "
      "should be near Young's sqrt(2 C M) (checkpoint.interval); the job makes little or no progress (ETTR at most "
      "0.0% by the renewal formula, below 5% warns)"),
-    (HOURLY_MTBF, "the system MTBF is at most 1 h: the checkpoint interval (6 h) is 6 x it, so failures come before "
-     "the job saves its work: the interval should be near Young's sqrt(2 C M) (checkpoint.interval); the job makes "
-     "little or no progress (ETTR at most 1.3% by the renewal formula, below 5% warns)"),
+    (HOURLY_MTBF.replace("interval: 6 h,", "interval: 9 h,"), "the system MTBF is at most 1 h: the checkpoint "
+     "interval (9 h) is 9 x it, so failures come before the job saves its work: the interval should be near Young's "
+     "sqrt(2 C M) (checkpoint.interval); the job makes little or no progress (ETTR at most 1.3% by the renewal "
+     "formula, below 5% warns)"),
+    (HOURLY_MTBF, None),
     (HOURLY_MTBF.replace("mode: sync}", "mode: sync, memory: {interval: 1 min}}"), None),
 ])
 def test_validate_of_a_job_warns_of_no_progress_from_what_it_knows_without_the_step(tmp_path, capsys, text,
@@ -545,14 +547,31 @@ def test_validate_of_a_job_warns_of_no_progress_from_what_it_knows_without_the_s
     """`trainsim validate` gives the run's no-progress warning (one function, `summary.no_progress_text`) from what
     it knows without the step, and exits 0: M = 1000 s / 16 GPUs = 62.5 s (the gpu class replaces: its rate,
     every failure interrupting) against the 2 + 3 + 5 min restart before its load and warm-up and the 30 min
-    interval, 28.8 M: ETTR 28.8 e^(-9.6) / (e^28.8 - 1) ~ 0; M = 16 h / 16 = 1 h against a 6 h interval: 6 e^(-1/6)
-    / (e^6 - 1) = 1.3%, the run's figure (test above); with in-memory snapshots every minute, 1 min / 1 h: no
-    warning. Young's figure needs the checkpoint's cost on the step, so validate leaves it out."""
+    interval, weighed as 20 min (2/3 of it, the least a step it does not know can round it to), 19.2 M: ETTR
+    19.2 e^(-9.6) / (e^19.2 - 1) ~ 0; M = 16 h / 16 = 1 h against a 9 h interval, weighed as 6 h: 6 e^(-1/6) /
+    (e^6 - 1) = 1.3% (the run's, of the 9 h it rounds to whole 2.256 ms steps: 9 e^(-1/6) / (e^9 - 1) = 0.1%);
+    a 6 h interval, weighed as 4 h: 4 e^(-1/6) / (e^4 - 1) = 6.3%, no warning (the run, of its 6 h, warns at
+    1.3%: test above; a step just over 4 h would run it as 4 h); with in-memory snapshots every minute, 1 min /
+    1 h: no warning. Young's figure needs the checkpoint's cost on the step, so validate leaves it out."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(text)
     assert main(["validate", str(scenario)]) == 0
     warned = [line for line in capsys.readouterr().err.splitlines() if "little or no progress" in line]
     assert warned == ([] if expected is None else [f"warning: {expected}"])
+
+
+def test_validate_weighs_no_storage_interval_in_steps_that_the_run_may_take_past_the_horizon(tmp_path, capsys):
+    """M = 1 h with sync checkpoints every 60,000,000 steps and a 1 d horizon: at the step's lower bound (0.668 ms)
+    the interval would be 11.1 h, weighed 1 / (e^11.1 - 1) to ETTR ~ 0, but the run's 2.256 ms step makes it
+    37.6 h, past the horizon: the run writes no checkpoint and weighs only the 10 min restart, e^(-1/6) = 84.6%,
+    no warning. Validate has no upper bound on the step, so it weighs no storage interval in steps and stays
+    silent too."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(HOURLY_MTBF.replace("interval: 6 h,", "interval: 60000000 steps,"))
+    assert main(["validate", str(scenario)]) == 0
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job"), "--quiet"]) == 0
+    assert "little or no progress" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "job" / "job_summary.json").read_text())["step_time_s"] * 60e6 > 86400
 
 
 def test_an_mtbf_near_the_restart_and_interval_does_not_warn_of_no_progress(tmp_path, capsys):

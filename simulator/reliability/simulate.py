@@ -937,11 +937,11 @@ def unsimulated_no_progress(loaded: LoadedScenario, topology: Topology, checks: 
                             step_floor_s: float) -> str | None:
     """The no-progress warning (`summary.no_progress_text`) of what is known before the step is simulated, given
     only where the run is sure to give it: the restart without its checkpoint load and warm-up steps (detection,
-    rescheduling, launch), the interval as given (in steps, times ``step_floor_s``, a lower bound of the step
-    time; the run rounds a duration to whole steps, within half a step of it), and an MTBF at least the run's:
-    each unit's rate times the share of its failures that interrupt the job, where a `degrade` unit's rate is
-    1 / (MTBF + repair), the least `JobPlan.training_rates_s` gives it (its spare pool's odds, or its share of
-    time training, only raise it). Each of these moves the renewal ETTR up, so validate's is at most the run's."""
+    rescheduling, launch), the least interval the run can weigh (`_least_weighed_interval`), and an MTBF at least
+    the run's: each unit's rate times the share of its failures that interrupt the job, where a `degrade` unit's
+    rate is 1 / (MTBF + repair), the least `JobPlan.training_rates_s` gives it (its spare pool's odds, or its share
+    of time training, only raise it). Each of these moves the renewal ETTR up, so validate's is at most the
+    run's."""
     scenario = loaded.scenario
     classes = checks.model.classes
     shares = interrupting_shares(topology, checks.units, classes, _own_links_down(loaded, topology),
@@ -955,12 +955,30 @@ def unsimulated_no_progress(loaded: LoadedScenario, topology: Topology, checks: 
     memory = scenario.checkpoint.memory
     given = memory.interval if memory is not None else scenario.checkpoint.interval
     interval = given * step_floor_s if isinstance(given, int) else given
-    assert scenario.run.horizon is not None
-    weighed = interval if memory is not None or interval < scenario.run.horizon else 0.0
+    weighed = _least_weighed_interval(loaded, given, step_floor_s)
     restart = scenario.restart.detection + scenario.restart.reschedule + scenario.restart.launch
     return no_progress_text(restart, interval, weighed, memory is not None, 1.0 / total, None, unsimulated=True)
 
 
+def _least_weighed_interval(loaded: LoadedScenario, given: float | int, step_floor_s: float) -> float:
+    """The least interval the run can weigh in its renewal ETTR (`summary.no_progress_warning`) for the interval
+    ``given`` (the in-memory tier's where the job has one), knowing only that its step s is at least
+    ``step_floor_s`` and at most the horizon H (`refuse_short_horizon`). N steps are N s, at least N x the floor.
+    A duration d runs as max(1, round(d / s)) whole steps (`checkpoint.interval_steps`), as little as 2d/3 (s
+    just over 2d/3 rounds d to one step), so at least max(floor, 2d/3). The run weighs the in-memory tier's
+    always, the storage checkpoint's only where it is under H (at or past it, it writes none: 0): only a duration
+    d under H/2 surely is, at most 2d (s up to 2d rounds it to k >= 1 steps, k s <= d + s/2) or s itself (s over
+    2d: one step), except a step of H exactly; there the run's warm-up, at least one step of H, costs it more
+    ETTR than the interval weighed here (x e^(-H/M) against (T/M) / (e^(T/M) - 1) >= e^(-T/M), T <= H), so a
+    job without warm-up steps weighs 0. An interval in steps has no upper bound without one on the step: 0."""
+    least = given * step_floor_s if isinstance(given, int) else max(step_floor_s, 2.0 * given / 3.0)
+    scenario = loaded.scenario
+    if scenario.checkpoint.memory is not None:
+        return least
+    horizon = scenario.run.horizon
+    assert horizon is not None
+    surely_under = not isinstance(given, int) and given < horizon / 2.0 and scenario.restart.warmup_steps >= 1
+    return least if surely_under else 0.0
 
 
 @dataclass(frozen=True)

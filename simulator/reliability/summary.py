@@ -235,8 +235,8 @@ def no_progress_text(restart: float, interval_s: float, weighed_s: float, memory
     back: are the mtbf units right?), or the interval (failures come before it saves its work: Young's interval
     ``young_s`` is the one to be near, named where it is known); None above it. `no_progress_warning` gives it of a
     job's healthy step; `trainsim validate` of what it knows without the step (``unsimulated``: a restart without
-    its checkpoint load and warm-up, an MTBF at least the job's, so an ETTR at most the run's;
-    `simulate.unsimulated_no_progress`)."""
+    its checkpoint load and warm-up, the least interval the run can weigh, an MTBF at least the job's, so an ETTR
+    at most the run's; `simulate.unsimulated_no_progress`)."""
     ettr = renewal_ettr(weighed_s, restart, mtbf_s)
     if ettr >= NO_PROGRESS_ETTR:
         return None
