@@ -17,7 +17,7 @@ from simulator.engine.fold_policy import (
     EVERY_RANK_NEAR,
     LINKS_DURING_STEP,
     LINKS_WITHOUT_LAYOUT,
-    STAGE_FOLD_UNDER_LINKS,
+    STAGE_FOLD_NEAR,
 )
 from simulator.engine.rank_classes import LinkFaultRanks
 from simulator.simulation import simulate
@@ -42,6 +42,9 @@ TWO_NICS = PLAIN.replace("nics_per_node: 1", "nics_per_node: 2")
 
 MOE_16 = RAILS_16.replace("vocab: 32000}", "vocab: 32000, moe: {experts: 16, top_k: 2}}")
 """RAILS_16 with a MoE model: its EP all-to-alls and expert-DP reductions are groups of their own."""
+
+STAGE_FOLD_UNDER_LINKS = f"links down: {STAGE_FOLD_NEAR}"
+"""Why the stage fold is given up under links down (`link_faults_held` names them before the reason)."""
 
 DP_FIRST = "order: [dp, tp, cp, pp]"
 CASES = {

@@ -50,18 +50,23 @@ def directed_links(topology: Topology, event: LinkEvent) -> list[int]:
     return [index[edge] for edge in both_ways(event.edges)]
 
 
-def degrade_from_start(topology: Topology, plan: StepFaultPlan) -> None:
-    """Degrade on ``topology`` the links ``plan`` degrades for the whole step (from its start, with no `until`),
-    before anything reads its bandwidths: `prepare_training` does it before it plans the step, `FaultHooks` before
-    it runs it. Faults on the same link stack: each directed link keeps the product of its faults' capacities, set
-    once from its line rate (`Topology.degrade`), so doing it again changes nothing."""
+def kept_from_start(topology: Topology, plan: StepFaultPlan) -> dict[int, float]:
+    """The fraction of its line rate each directed link ``plan`` degrades for the whole step (from its start,
+    with no `until`) keeps: faults on the same link stack, so it is the product of their capacities."""
     kept: dict[int, float] = {}
     for event in plan.links:
         if event.from_start and event.capacity > 0:
             for link in directed_links(topology, event):
                 kept[link] = kept.get(link, 1.0) * event.capacity
+    return kept
+
+
+def degrade_from_start(topology: Topology, plan: StepFaultPlan) -> None:
+    """Degrade on ``topology`` the links ``plan`` degrades for the whole step (`kept_from_start`), before anything
+    reads its bandwidths: `prepare_training` does it before it plans the step, `FaultHooks` before it runs it.
+    Each is set once from its line rate (`Topology.degrade`), so doing it again changes nothing."""
     by_fraction: dict[float, list[int]] = {}
-    for link, fraction in kept.items():
+    for link, fraction in kept_from_start(topology, plan).items():
         by_fraction.setdefault(fraction, []).append(link)
     for fraction, links in by_fraction.items():
         topology.degrade(links, fraction)

@@ -40,6 +40,7 @@ from typing import Literal
 
 import numpy as np
 
+from simulator.engine.faults import kept_from_start
 from simulator.engine.lockstep import Lockstep, OutOfStep, hop_signature
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
@@ -69,7 +70,7 @@ from simulator.parallel.folding import (
 from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import FoldCheck, RefoldBudget, Unfolding, UnfoldingGuard
-from simulator.topology.graph import Topology, both_ways
+from simulator.topology.graph import Topology
 
 StepBuilder = Callable[[bool, RankClasses | None], StepProgram]
 """How a step program is built: folded or not, and with which classes of ranks simulated apart (None: one
@@ -266,18 +267,14 @@ def link_fault_blocker(plan: StepFaultPlan, mode: NetworkMode) -> str:
 def evenly_degraded(plan: StepFaultPlan, topology: Topology) -> bool:
     """Whether ``plan``'s link faults only degrade, for the whole step, whole kinds of links alike: every link
     of a kind (its class, line rate and the kinds of the nodes at its ends: every tray's NIC-leaf link, every
-    leaf's uplinks) keeps one fraction of its line rate, the product of its faults' (as `degrade_from_start`
-    degrades ``topology``, whether or not it did yet). The
-    cluster is then the healthy one with slower links of those kinds, as symmetric as it was, and the step folds
-    as without link faults: no rank is nearer a fault than another, so classing ranks by the hosts near them
-    (`link_fault_step`) would simulate every rank for nothing."""
+    leaf's uplinks) keeps one fraction of its line rate (`kept_from_start`, as `degrade_from_start` degrades
+    ``topology``, whether or not it did yet). The cluster is then the healthy one with slower links of those
+    kinds, as symmetric as it was, and the step folds as without link faults: no rank is nearer a fault than
+    another, so classing ranks by the hosts near them (`link_fault_step`) would simulate every rank for nothing."""
     if not plan.links or any(event.timed or event.capacity == 0 for event in plan.links):
         return False
     nodes = topology.wiring.nodes
-    kept = np.ones(len(topology.link_ends))
-    for event in plan.links:
-        for edge in both_ways(event.edges):
-            kept[topology.link_index[edge]] *= event.capacity
+    kept = kept_from_start(topology, plan)
 
     def kind(node: str) -> tuple:
         return nodes[node].get("kind"), nodes[node].get("tier")
@@ -285,7 +282,7 @@ def evenly_degraded(plan: StepFaultPlan, topology: Topology) -> bool:
     fractions: dict[tuple, set[float]] = {}
     for link, (a, b) in enumerate(topology.link_ends):
         key = (topology.link_class[link], float(topology.line_rate[link]), kind(a), kind(b))
-        fractions.setdefault(key, set()).add(float(kept[link]))
+        fractions.setdefault(key, set()).add(kept.get(link, 1.0))
     return all(len(kept_by_kind) == 1 for kept_by_kind in fractions.values())
 
 
@@ -433,7 +430,7 @@ def link_fault_step(build: StepBuilder, program: StepProgram, plans: PlanCache, 
     """The step under links down from its start (`link_fault_blocker` passed), folded where that is exact: the
     stage fold ``program`` (``shapes`` and ``order`` its indexes) refolded by the classes of the hosts near the
     links down (engine/rank_classes.py `link_fault_classes`; the stage fold itself is given up,
-    `STAGE_FOLD_UNDER_LINKS`) where the class-mates keep pace with their representatives
+    `STAGE_FOLD_NEAR`) where the class-mates keep pace with their representatives
     (`unlike_class_mates`) and `fold_verdict` passes the classed program, as any classed fold; else unfolded,
     with the classed fold's refusal, or where its classes hold one rank each (one leaf group, a spine, or classes
     of one rank wherever a near rank joins them) saying so (`EVERY_RANK_NEAR`, with how many hosts are near).
@@ -479,9 +476,6 @@ STAGE_FOLD_NEAR = ("the ranks near them are simulated apart, since the checks co
                    "time exact and the DP communication 0.6% high)")
 """Why `link_fault_step` gives up the stage fold of a step with links down or degraded from its start, after
 what they are (`link_faults_held`)."""
-
-STAGE_FOLD_UNDER_LINKS = f"links down: {STAGE_FOLD_NEAR}"
-"""`STAGE_FOLD_NEAR` under links down."""
 
 EVERY_CLASS_ONE_RANK = ("every class holds one rank (the ranks of the hosts near them apart, the others by rail and "
                         "by the near ranks their groups hold)")
