@@ -1663,7 +1663,7 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
                "slowing whole stages)"),
     "changing": ("link faults for the whole step (from its start, without until: they fold by the hosts near "
                  "them)"),
-    "links": "links down near fewer hosts (each rank of a host near them is simulated apart)",
+    "links": "link faults near fewer hosts (each rank of a host near them is simulated apart)",
     "classes": "network.model: analytic (each collective alone: no ranks simulated apart by their NVLink loads)",
     "aligned": ("step faults that leave each stage's ranks alike (stragglers or links down that slow or reach "
                 "whole stages: no ranks of a stage classed apart)"),

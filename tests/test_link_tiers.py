@@ -202,7 +202,7 @@ def test_a_graph_fabric_oversubscribed_at_its_leaves_is_named_in_the_verdict(tmp
     """On a `graph` file whose leaves have 2 x 50 GB/s down and 25 GB/s up (4:1 by hand), the DP ring's two
     crossings each hold a 25 GB/s uplink while each GPU link carries as many bytes at 50 GB/s: the switch-switch
     links bind the DP transfers, and the verdict names their oversubscription at the busiest link's leaf, as it
-    does a built leaf-spine fabric's. At 100 GB/s up (1:2, under-subscribed) no oversubscription is named."""
+    does a built leaf-spine fabric's. At 100 GB/s up (1:1, as much up as down) no oversubscription is named."""
     from simulator.topology.describe import link_subscription
     from simulator.topology.loader import scenario_topology
 

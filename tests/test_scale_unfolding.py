@@ -104,7 +104,7 @@ CASES = {
                  [True]),
     "links": (NIC_DOWN_PP, 6, "faults.step", "links down: every class holds one rank (the ranks of the hosts near "
               "them apart, the others by rail and by the near ranks their groups hold) (2 of 4 hosts near)",
-              "links down near fewer hosts (each rank of a host near them is simulated apart)", [True]),
+              "link faults near fewer hosts (each rank of a host near them is simulated apart)", [True]),
 }
 
 
