@@ -27,7 +27,8 @@ copy of its stage beside DP rings across hosts that hop on NVLink, which join th
 host: a group across them keeps the copies the rack's other groups join to it (TP 8 x DP 9 on one rack: 4,056 of
 3,993 flows, 1,387 counting one copy). Where a GB200 step folds by its trays' classes (`_folds_by_trays`), the
 classes engine/rank_classes.py keys are counted (`_tray_classes`), each tray's groups with the copies that meet them
-(the bundled job's step cut to 4 layers: one class a stage, 2 ranks, ops exact, flows 1.015 of the run).
+(the bundled job's step cut to 4 layers: one class a stage, 2 ranks, ops exact, flows 1.015 of the run); where
+its stages straddle the racks of a fabric that does not rotate the run unfolds, and so is it estimated.
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded, but for a MoE step whose gathers meet a skewed router's all-to-alls
@@ -998,7 +999,7 @@ def _folds_by_trays(scenario: Scenario, layout: Layout, hosts: HostShape | None,
         straddle or max(map(len, trays.values())) <= _ring_channels(group, hosts))
 
 
-def _tray_classes(layout: Layout, hosts: HostShape, wraps: bool) -> TrayClasses:
+def _tray_classes(layout: Layout, hosts: HostShape, wraps: bool) -> TrayClasses | None:
     """The classes of a step folded by trays (`_folds_by_trays`), as engine/rank_classes.py keys them (where
     every position of a stage is of one class, the stage fold runs, one rank a stage). Where the stages hand
     on alike (`_stages_straddle_domains`), by the copy key: a tray is read by the copies of the DP rings it holds,
@@ -1009,15 +1010,24 @@ def _tray_classes(layout: Layout, hosts: HostShape, wraps: bool) -> TrayClasses:
     (`_step_rotation`) maps onto each other (TP 8 x PP 2 x DP 9 on two racks of 18 trays: 36 of 144 ranks). Beside
     the classes, the TP, CP and DP x CP groups per stage that a position of each tray holds, each simulated with
     its own transfers: a class-mate's copies of a representative's, which the DP rings over NVLink meet, run as
-    its kept mirrors (the other copies are mirrors too)."""
+    its kept mirrors (the other copies are mirrors too). Where a DP x CP ring hops between CP lanes inside a tray
+    (`_rings_turn_lanes`) the copy key parts the racks too, by parity (the ring's direction) on an even number of
+    racks, each apart on an odd one. None where stages straddle the domains but the fabric does not rotate (the
+    spine hash's period does not divide the GPUs: racks of 16 trays in leaf groups of 18): nothing parts the
+    trays there, the stage fold refuses the unlike hand-offs and the run unfolds (192 of 192 ranks on 3 racks)."""
     stages = np.array([layout.stage_ranks(stage) for stage in range(layout.pp)], dtype=np.int64)
     if _stages_straddle_domains(stages, hosts.domain, wraps):
+        if not (hosts.period and layout.world % hosts.period == 0):
+            return None
         keys = stages.T % _step_rotation(layout, hosts) // hosts.gpus
     else:
         ranks = np.arange(layout.world, dtype=np.int64)
         lanes = np.full(-(-layout.world // hosts.gpus) * hosts.gpus, -1, dtype=np.int64)
         lanes[ranks] = ranks // layout.stride("tp") % layout.tp + layout.tp * (ranks // layout.stride("cp") % layout.cp)
         keys = lanes.reshape(-1, hosts.gpus)[stages.T // hosts.gpus].reshape(stages.shape[1], -1)
+        if _rings_turn_lanes(layout, hosts):
+            racks = stages.T // hosts.domain
+            keys = np.hstack((keys, racks % 2 if (layout.world // hosts.domain) % 2 == 0 else racks))
     classes = len(np.unique(keys, axis=0))
     firsts = np.sort(np.unique(stages.T // hosts.gpus, axis=0, return_index=True)[1])
     representatives = stages[:, firsts].reshape(-1)
@@ -1028,6 +1038,19 @@ def _tray_classes(layout: Layout, hosts: HostShape, wraps: bool) -> TrayClasses:
             base -= representatives // layout.stride(dim) % layout.degree(dim) * layout.stride(dim)
         held[kind] = len(np.unique(base)) // layout.pp
     return TrayClasses(classes, held)
+
+
+def _rings_turn_lanes(layout: Layout, hosts: HostShape) -> bool:
+    """Whether the DP x CP ring hops inside a tray between GPUs of unlike TP and CP lanes (several of its CP
+    positions in one tray): the ring runs one way through a rack's trays and the other way through the next
+    rack's, so those lanes carry it one way in one rack and the other way in the next, which engine/rank_classes.py's
+    copy key parts (two racks of 4 trays at TP 2 x CP 2 x PP 2 x DP 4: rack 0 and rack 1, 4 of 32 ranks); where the
+    members of a tray share their lanes (TP 2 x DP 32, two replicas a tray) either way reads alike."""
+    group = np.array(_first_group(layout, "dp", 1), dtype=np.int64)
+    cp_lanes: dict[int, set[int]] = {}
+    for rank in group.tolist():
+        cp_lanes.setdefault(rank // hosts.gpus, set()).add(rank // layout.stride("cp") % layout.cp)
+    return len({rank // hosts.domain for rank in group.tolist()}) > 1 and max(map(len, cp_lanes.values())) > 1
 
 
 def _stages_straddle_domains(stages: np.ndarray, domain: int, wraps: bool) -> bool:
@@ -1290,9 +1313,11 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     tp_inside = bool(comm["tp"]) and hosts is not None and max(Counter(r // hosts.gpus for r in tp_group).values()) > 1
     dp_beside_tp = pp > 1 or _tp_beside_dp(par, m, training.recompute, round(layers_per_rank),
                                            _first_bucket_blocks(ready, grad_bytes, par.ddp.bucket), 0) > 0
-    trays = (_tray_classes(layout, hosts, par.pipeline.virtual_stages > 1)
-             if fold and hosts is not None and comm["dp"] and synthetic is None and not moe and not degree
-             and _folds_by_trays(scenario, layout, hosts, tp_inside, dp_beside_tp) else None)
+    by_trays = (fold and hosts is not None and bool(comm["dp"]) and synthetic is None and not moe and not degree
+                and _folds_by_trays(scenario, layout, hosts, tp_inside, dp_beside_tp))
+    trays = _tray_classes(layout, hosts, par.pipeline.virtual_stages > 1) if by_trays and hosts is not None else None
+    if by_trays and trays is None:  # stages straddle the racks of a fabric that does not rotate: the run unfolds
+        return _training_estimate(scenario, gpus, False, hosts, topology, stop_past_limits, replica_quotient, table)
     if trays is not None:
         ranks = pp * trays.classes
     if tp_all_reduces and shapes["tp"].joined:  # rings whose copies in other replicas another dimension joins
