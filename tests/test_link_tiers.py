@@ -81,6 +81,23 @@ def test_at_2_to_1_the_leaf_spine_uplinks_run_near_line_rate_and_the_verdict_nam
     assert "oversubscribed" not in balanced["bottleneck"]["verdict"]
 
 
+def test_the_top_level_tiers_read_utilisation_in_transfers_by_the_rule_by_kind_does():
+    """Over every flow, a link's utilisation in transfers is over the time the transfers crossing it run, of any
+    kind, as under `by_kind`: at 2:1 h0/nic0->leaf0.r0 carries the DP ring's bytes (the first test's 1.5728e9 B)
+    and only DP flows, so it reads what `by_kind.dp` reads, 1.5728e9 / (50e9 x 0.068247 s, the DP exchange's
+    time) = 0.4609, not 0.9043, the link's own flows' time (0.034784 s: its hops inside the leaf finish while the
+    ring's hops across the spines, at half the line rate, still run); and the 25 GB/s uplink it feeds twice that."""
+    tiers = summary_of(RAIL_STEP.format(ratio=2))["link_tiers"]
+    dp = tiers["by_kind"]["dp"]
+    nic, dp_nic = tiers["tiers"]["nic-leaf"], dp["tiers"]["nic-leaf"]
+    assert nic["busiest_link"] == dp_nic["busiest_link"] == "h0/nic0->leaf0.r0"
+    assert nic["utilisation_in_transfers"] == pytest.approx(nic["bytes"] / (50e9 * dp["transfer_s"]), rel=EXACT)
+    assert nic["utilisation_in_transfers"] == pytest.approx(dp_nic["utilisation_in_transfers"], rel=EXACT)
+    assert nic["utilisation_in_transfers"] == pytest.approx(0.4609, abs=1e-4)
+    assert tiers["tiers"]["leaf-spine"]["utilisation_in_transfers"] == pytest.approx(
+        2 * nic["utilisation_in_transfers"], rel=EXACT)
+
+
 def test_a_table_of_one_line_per_step_keeps_the_tier_and_drops_its_figures():
     bottleneck = summary_of(RAIL_STEP.format(ratio=2))["bottleneck"]
     short = without_reason(bottleneck["verdict"], bottleneck["verdict_exposed_share"])

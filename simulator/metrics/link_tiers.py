@@ -7,20 +7,22 @@ leaf-spine, spine-core (switches by their tier; a graph's switches, which have n
 the bytes of every flow whose route crosses it (under a replica quotient, the flows that stand for their orbit load
 every link of their links' orbits, as the trace's link tracks count them: metrics/link_load.py). A tier's busiest
 link is the one that carries the most bytes over its line rate, the first by link order among equal ones; its
-utilisation is over the step, and in transfers, over the time some flow crosses it. Only the busiest link's figures
+utilisation is over the step, and in transfers, over the time the transfers crossing it run (`transfers_crossing`:
+of any kind over every flow, of one kind under a kind), one rule at both levels. Only the busiest link's figures
 are kept: a folded step simulates one rank per stage with its collectives' mirrors, so its busiest links carry what
 the unfolded step's do, where the tier's total would count only the simulated ranks' traffic.
 
-A tier binds a kind of communication (the flows of the collectives of that category) where its busiest link runs,
-while the transfers of that kind crossing it run (the flows of every collective one of whose flows crosses it:
-`transfers_crossing`), within `BINDING_MARGIN` of the busiest of every tier (`near_peak`), and that peak is itself
-within `BINDING_MARGIN` of what the link can carry (its class's efficiency of line rate, degraded or not): where
-every link runs below what it carries, no link binds. A parameter server's sides (parameter_server/summary.py) are
-judged by the same rule and code. Over the whole collective rather than the link's own flows: at 2:1 a NIC's link
-that carries a ring hop inside its leaf runs at line rate while its flow lasts, then idles while the same ring's
-hops across the spines finish, and does not bind; a parameter server's pushes and pulls are each a transfer of one
-flow, so its server's link reads 94.0% of line rate while they cross it and binds. Where the step's link faults
-make the figures approximate (simulation.py `approximation`), no tier is named.
+A tier binds a kind of communication (the flows of the collectives of that category) where its busiest link (by bytes
+over line rate: a link of fewer bytes whose transfers run bunched may run nearer line rate, and is not read, as reading
+every link costs about the step's simulation on 8,192 GPUs) runs, while the transfers of that kind crossing it run (the
+flows of every collective one of whose flows crosses it: `transfers_crossing`), within `BINDING_MARGIN` of the busiest
+of every tier (`near_peak`), and that peak is itself within `BINDING_MARGIN` of what the link can carry (its class's
+efficiency of line rate, degraded or not): where every link runs below what it carries, no link binds. A parameter
+server's sides (parameter_server/summary.py) are judged by the same rule and code. Over the whole collective rather than
+the link's own flows: at 2:1 a NIC's link that carries a ring hop inside its leaf runs at line rate while its flow
+lasts, then idles while the same ring's hops across the spines finish, and does not bind; a parameter server's pushes
+and pulls are each a transfer of one flow, so its server's link reads 94.0% of line rate while they cross it and binds.
+Where the step's link faults make the figures approximate (simulation.py `approximation`), no tier is named.
 """
 
 from __future__ import annotations
@@ -96,12 +98,12 @@ def _busiest(per_link: np.ndarray, line_rate: np.ndarray, tier_of: np.ndarray, m
     return used[order[first]].tolist()
 
 
-def _tier_figures(link: int, topology: Topology, rate: float, carried: float, makespan_s: float, busy_s: float,
+def _tier_figures(link: int, topology: Topology, rate: float, carried: float, makespan_s: float, transfers_s: float,
                   usable: float) -> dict:
     u, v = topology.link_ends[link]
     return {"busiest_link": f"{u}->{v}", "line_rate_bytes_per_s": rate, "bytes": carried,
             "utilisation": carried / (rate * makespan_s),
-            "utilisation_in_transfers": carried / (rate * busy_s) if busy_s > 0 else 0.0,
+            "utilisation_in_transfers": carried / (rate * transfers_s) if transfers_s > 0 else 0.0,
             "usable_fraction": usable}
 
 
@@ -146,7 +148,8 @@ def step_link_tiers(parts: FlowParts, kind_of_key: np.ndarray, kind_names: list[
                     makespan_s: float, usable: np.ndarray) -> dict:
     """A step's `link_tiers` entry: per tier crossed by the flows (``parts``, the log's), its busiest link (the
     most bytes over line rate, the first by link order among equal ones) with its name, line rate, bytes,
-    utilisation over ``makespan_s`` and in transfers (over the time its flows cross it) and what it can carry
+    utilisation over ``makespan_s`` and in transfers (over the time the transfers of any kind crossing it run,
+    `transfers_crossing`) and what it can carry
     (``usable``: each directed link's usable bytes/s over its line rate), keyed by tier in name order; and under
     `by_kind` the same of the flows of each kind of communication apart (``kind_of_key``: each key code's index
     into ``kind_names``, whose '' is none), in transfers over the time that kind's transfers crossing the link run
@@ -163,7 +166,8 @@ def step_link_tiers(parts: FlowParts, kind_of_key: np.ndarray, kind_names: list[
     per_link = per_kind.sum(axis=1)
     for link in _busiest(per_link, line_rate, tier_of, makespan_s):
         entry["tiers"][tier_names[tier_of[link]]] = _tier_figures(
-            link, topology, float(line_rate[link]), float(per_link[link]), makespan_s, flows.busy_s(link, count),
+            link, topology, float(line_rate[link]), float(per_link[link]), makespan_s,
+            flows.crossing_transfers_s(link, None, count),
             float(usable[link]))
     entry["tiers"] = dict(sorted(entry["tiers"].items()))
     for code in present:
@@ -221,31 +225,23 @@ class _Flows:
             per_key[:count, code] += np.bincount(self.pool.links, weights=weights, minlength=count)
         return per_key[:count] + per_key[shares(np.arange(count))]
 
-    def busy_s(self, link: int, count: int) -> float:
-        """The time some flow crosses ``link``: the single flows whose pairs load it (itself, its orbit), and the
-        replays of the blocks whose flows cross it, shifted."""
-        keys, shares = self.keys(count)
-        singles = self.flow_of[(keys == link) | (keys == shares(np.array([link]))[0])]
-        pooled = np.unique(self.pool_of[self.pool.links == link])
-        starts, ends = self._replayed(self.block_of[pooled], self.pool_start[pooled], self.pool_end[pooled],
-                                      np.ones(len(self.parts.replay_block), dtype=bool))
-        return covered(np.concatenate((self.parts.start_s[singles], starts)),
-                       np.concatenate((self.parts.end_s[singles], ends)))
-
     def window_s(self, code: int) -> float:
         """The time the flows of kind ``code`` run, together."""
         return self._keys_window_s(self.flow_kind == code, self.replay_kind == code)
 
-    def crossing_transfers_s(self, link: int, code: int, count: int) -> float:
-        """The time the transfers of kind ``code`` that cross ``link`` run (`transfers_crossing`): the flows of
-        every collective one of whose flows loads the link (itself, its orbit) or whose replayed block crosses it,
-        together."""
+    def crossing_transfers_s(self, link: int, code: int | None, count: int) -> float:
+        """The time the transfers of kind ``code`` (None: of every kind) that cross ``link`` run
+        (`transfers_crossing`): the flows of every collective one of whose flows loads the link (itself, its orbit)
+        or whose replayed block crosses it, together."""
         keys, shares = self.keys(count)
         singles = self.flow_of[(keys == link) | (keys == shares(np.array([link]))[0])]
         blocks = np.unique(self.block_of[np.unique(self.pool_of[self.pool.links == link])])
         parts = self.parts
-        singles = singles[self.flow_kind[singles] == code]
-        replays = np.flatnonzero(np.isin(parts.replay_block, blocks) & (self.replay_kind == code))
+        crossed = np.isin(parts.replay_block, blocks)
+        if code is not None:
+            singles = singles[self.flow_kind[singles] == code]
+            crossed &= self.replay_kind == code
+        replays = np.flatnonzero(crossed)
         codes = np.concatenate((parts.key_codes, parts.replay_key))
         rows = transfers_crossing(codes, np.concatenate((singles, len(parts.key_codes) + replays)))
         return self._keys_window_s(rows[:len(parts.key_codes)], rows[len(parts.key_codes):])

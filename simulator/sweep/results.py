@@ -193,11 +193,11 @@ def read_records(out_dir: Path) -> dict[int, PointRecord]:
 
 
 def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict[int, PointRecord]) -> pd.DataFrame:
-    """One row per finished point, in point order: point, status, error, the `--set`s it ran with (where some
-    point had any), the axes, then the metrics (in the order they first appear) that some point has a value
-    for: a metric null in every point (the token figures of a synthetic model's job, the confidence bounds of
-    a single replication) would be a column of nothing. An axis whose values are not all numbers (or all
-    booleans) is written as text, `_axis_text`. The axes' names are kept in the table's attrs (`AXES_ATTR`)."""
+    """One row per finished point, in point order: point, status, error, the `--set`s it ran with (where some point had
+    any), the axes, then the metrics that some point has a value for, the `HEADLINE_METRICS` first in their order, the
+    rest in the order they first appear: a metric null in every point (the token figures of a synthetic model's job, the
+    confidence bounds of a single replication) would be a column of nothing. An axis whose values are not all numbers
+    (or all booleans) is written as text, `_axis_text`. The axes' names are kept in the table's attrs (`AXES_ATTR`)."""
     rows = []
     leading = [*LEADING_COLUMNS, OVERRIDES_COLUMN] if any(r.overrides for r in records.values()) else LEADING_COLUMNS
     for index in sorted(records):
