@@ -8,7 +8,7 @@ import pytest
 
 from simulator.console.report import _bubble_text
 from simulator.metrics.summary import bottleneck
-from simulator.schedules.registry import build_schedule
+from simulator.schedules.registry import build_schedule, closed_form_bubble
 from simulator.schedules.timing import simulate_schedule
 
 SYNTHETIC = """
@@ -128,21 +128,55 @@ def test_a_slow_head_stage_is_what_lifts_the_bubble_above_the_closed_form(run_ya
             "output layer, is 49.7% slower than the others' mean), ") in _bubble_text(summary)
 
 
-def test_interleaved_closed_form_and_the_setting_already_on():
-    """Interleaved at p = 4, m = 8, v = 2 reads (p-1)/(v m+p-1) = 3/19 at uniform stages; a stage of the V
-    placement's rank 0 holds both ends; even stages name no slow stage. The
-    summaries are written by hand: busy 1.0, 1.0, 1.0 and 1.3 s, the last 30.0% slower than the others."""
+def test_interleaved_closed_form_and_the_rank_that_lifts_the_bubble():
+    """Interleaved at p = 4, m = 8, v = 2 reads (p-1)/(v m+p-1) = 3/19 at uniform stages; a rank of several
+    stages is named with them: looped, rank 3 holds stages 3 and 7 (the output layer); in the V placement
+    rank 0 holds 0 and 7 (both ends) and rank 3 the middle two, 3 and 4, neither the first nor the last. Even
+    stages name no slow rank. The summaries are written by hand: busy 1.0, 1.0, 1.0 and 1.3 s, the slow one
+    30.0% slower than the others."""
     layout = {"pp": 4, "microbatches": 8, "virtual_stages": 2, "schedule": "interleaved", "placement": "loop",
               "model": "custom"}
     uneven = {"bubble_fraction": 0.30, "schedule_bubble_fraction": 0.25, "uniform_stage_bubble_fraction": 3 / 19,
               "stage_busy_s": {"0": 1.0, "1": 1.0, "2": 1.0, "3": 1.3}, "layout": layout}
     assert _bubble_text(uneven) == (
         "30.0% of the pipeline window (idle on the compute stream, waits included; the schedule alone 25.0%; 15.8% "
-        "at uniform stages = (p-1)/(v m+p-1) = 3/19: the last stage, with the output layer, is 30.0% slower than "
-        "the others' mean)")
-    v_shape = {**uneven, "stage_busy_s": {"0": 1.3, "1": 1.0, "2": 1.0, "3": 1.0},
-               "layout": {**layout, "placement": "v", "schedule": "zbv"}}
-    assert _bubble_text(v_shape).endswith("15.8% at uniform stages: the first stage, with the embedding and the "
-                                          "output layer, is 30.0% slower than the others' mean)")
+        "at uniform stages = (p-1)/(v m+p-1) = 3/19: pipeline rank 3 (stages 3, 7), with the output layer, is "
+        "30.0% slower than the others' mean)")
+    v_layout = {**layout, "placement": "v", "schedule": "zbv"}
+    first = {**uneven, "stage_busy_s": {"0": 1.3, "1": 1.0, "2": 1.0, "3": 1.0}, "layout": v_layout}
+    assert _bubble_text(first).endswith("15.8% at uniform stages: pipeline rank 0 (stages 0, 7), with the embedding "
+                                        "and the output layer, is 30.0% slower than the others' mean)")
+    middle = {**uneven, "layout": v_layout}
+    assert _bubble_text(middle).endswith("15.8% at uniform stages: pipeline rank 3 (stages 3, 4) is 30.0% slower "
+                                         "than the others' mean)")
     even = {**uneven, "schedule_bubble_fraction": 3 / 19, "stage_busy_s": dict.fromkeys("0123", 1.0)}
     assert _bubble_text(even).endswith("the schedule alone 15.8%; 15.8% at uniform stages = (p-1)/(v m+p-1) = 3/19)")
+
+
+@pytest.mark.parametrize(("schedule", "v"), [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3),
+                                             ("looped-bfs", 2), ("looped-bfs", 3)])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_the_closed_form_is_exact_where_the_registry_says(schedule, v, p):
+    """The ideal executor at uniform stages (F = 1, B = 2) idles (p-1)/(v m+p-1) of the window for GPipe and
+    1F1B at every m, and for interleaved and looped-bfs from m >= p on. Below p each of a rank's v - 1 later
+    chunks waits p - m more slots for the first micro-batch to come round: ((p-1) + (v-1)(p-m)) /
+    (v m + (p-1) + (v-1)(p-m)), 4/10 = 40% at p = 4, m = 3, v = 2, not 3/9."""
+    for m in range(1, 2 * p + 1):
+        stages = p * v
+        bubble = simulate_schedule(build_schedule(schedule, p, m, v), [1.0] * stages, [2.0] * stages, [0.0] * stages,
+                                   v=v).bubble_fraction
+        form = closed_form_bubble(schedule, p, m, v)
+        assert form is not None and form.exact == (schedule in ("gpipe", "1f1b") or m >= p)
+        late = 0 if form.exact else (v - 1) * (p - m)
+        assert bubble == pytest.approx((p - 1 + late) / (v * m + p - 1 + late), rel=1e-12)
+        assert (form.numerator, form.denominator) == (p - 1, v * m + p - 1)
+
+
+def test_below_p_micro_batches_the_interleaved_row_gives_no_closed_form(run_yaml):
+    """Interleaved at p = 4, m = 3, v = 2 (synthetic stages: 1 ms forward, 2 ms backward): the uniform-stage
+    bubble is ((p-1) + (v-1)(p-m)) / (v m + (p-1) + (v-1)(p-m)) = 4/10 = 40.0%, not (p-1)/(v m+p-1) = 3/9, so
+    the row writes no closed form beside it."""
+    summary = run_yaml(SYNTHETIC.format(p2p="", schedule="interleaved", v=2), "training.microbatches=3").summary
+    assert summary["uniform_stage_bubble_fraction"] == pytest.approx(4 / 10, rel=1e-9)
+    assert _bubble_text(summary).startswith("40.0% of the pipeline window (idle on the compute stream, waits "
+                                            "included; the schedule alone 40.0%; 40.0% at uniform stages), ")

@@ -16,7 +16,8 @@ from rich.table import Table
 from simulator.metrics.summary import LOSS_LABELS, OOM_FIGURES, SHOWN_LOSS_SHARE, factor_text, pace
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.report.layout_names import layout_name
-from simulator.schedules.base import stage_rank
+from simulator.schedules.base import Placement, rank_stages, stage_rank
+from simulator.schedules.registry import closed_form_bubble
 from simulator.units import (
     counted,
     durations_alike,
@@ -119,20 +120,20 @@ def _bubble_text(summary: dict) -> str:
     return text + (f", {_share(step_share)} of the whole step{waiting}" if step_share is not None else "")
 
 
-CLOSED_FORMS = {"gpipe": "(p-1)/(m+p-1)", "1f1b": "(p-1)/(m+p-1)", "interleaved": "(p-1)/(v m+p-1)"}
-"""The schedules whose uniform-stage bubble has the textbook closed form, which the bubble row writes out."""
 UNEVEN_STAGE_SHARE = 0.001
 """Below this the schedule's bubble is the uniform-stage one and the stages even: the row names no slow stage."""
+CLOSED_FORM_TOLERANCE = 1e-9
+"""How near the uniform-stage bubble a closed form not exact at the run's m must come to be printed beside it."""
 
 
 def _uneven_stages_text(summary: dict) -> str:
-    """The bubble at uniform stages (`uniform_stage_bubble_fraction`, with its closed form where the schedule has
-    one) and, where the schedule's own bubble is above it, which stage lifts it and by how much it is slower
-    than the others' mean (`stage_busy_s`), naming the embedding or output layer it holds: the README's Llama 3
-    8B at pp 4, m 64 reads 13.7% against the textbook's 3/67 = 4.5%, all of it the last stage's 128,256-word
-    output layer. No setting is suggested: `pipeline.first_last_fewer_layers` needs layers + 2 to split over
-    pp x v where a running layout without it has the layers split, which only 2 stages allow, and there it
-    splits them alike."""
+    """The bubble at uniform stages (`uniform_stage_bubble_fraction`, with the schedule's closed form where it
+    equals it, `closed_form_bubble`) and, where the schedule's own bubble is above it, which pipeline rank lifts
+    it and by how much it is slower than the others' mean (`stage_busy_s`), naming the embedding or output layer
+    it holds: the README's Llama 3 8B at pp 4, m 64 reads 13.7% against the textbook's 3/67 = 4.5%, all of it
+    the last stage's 128,256-word output layer. No setting is suggested: `pipeline.first_last_fewer_layers`
+    needs layers + 2 to split over pp x v where a running layout without it has the layers split, which only 2
+    stages allow, and there it splits them alike."""
     uniform = summary.get("uniform_stage_bubble_fraction")
     by_stage = summary.get("stage_busy_s") or {}
     busy = [float(by_stage[stage]) for stage in sorted(by_stage, key=int)]
@@ -140,8 +141,9 @@ def _uneven_stages_text(summary: dict) -> str:
         return ""
     layout = summary.get("layout") or {}
     p, m, v = len(busy), int(layout.get("microbatches", 0)), int(layout.get("virtual_stages", 1))
-    form = CLOSED_FORMS.get(str(layout.get("schedule")))
-    closed = f" = {form} = {p - 1}/{v * m + p - 1}" if form and m else ""
+    form = closed_form_bubble(str(layout.get("schedule")), p, m, v) if m else None
+    closed = (f" = {form.formula} = {form.numerator}/{form.denominator}"
+              if form and (form.exact or abs(form.fraction - uniform) < CLOSED_FORM_TOLERANCE) else "")
     text = f"; {_share(uniform)} at uniform stages{closed}"
     slowest = max(range(p), key=busy.__getitem__)
     others = (sum(busy) - busy[slowest]) / (p - 1)
@@ -151,9 +153,17 @@ def _uneven_stages_text(summary: dict) -> str:
     placement = layout.get("placement", "loop")
     ends = [part for stage, part in ((0, "the embedding"), (p * v - 1, "the output layer"))
             if stage_rank(stage, p, placement) == slowest] if layout.get("model", "synthetic") != "synthetic" else []
-    name = {0: "the first stage", p - 1: "the last stage"}.get(slowest, f"stage {slowest}")
     held = f", with {' and '.join(ends)}," if ends else ""
+    name = _pipeline_rank_name(slowest, p, v, placement)
     return text + f": {name}{held} is {_share(excess)} slower than the others' mean"
+
+
+def _pipeline_rank_name(rank: int, p: int, v: int, placement: Placement) -> str:
+    """Pipeline rank ``rank`` named by what it holds: 'the first stage', 'the last stage', 'stage 1' with one
+    stage a rank; 'pipeline rank 3 (stages 3, 4)' with several, where the V's rank p - 1 holds the middle two."""
+    if v == 1:
+        return {0: "the first stage", p - 1: "the last stage"}.get(rank, f"stage {rank}")
+    return f"pipeline rank {rank} (stages {', '.join(map(str, rank_stages(rank, p, v, placement)))})"
 
 
 def _idle_text(fraction: float) -> str:

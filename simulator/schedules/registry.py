@@ -40,6 +40,48 @@ the backward sends before the stage reduces its gradients; every other one runs 
 
 
 @dataclass(frozen=True)
+class ClosedForm:
+    """A schedule's textbook bubble at uniform stages, written out, and whether it holds at every micro-batch
+    count or only from m >= p on."""
+
+    formula: str
+    every_m: bool
+
+
+BUBBLE_CLOSED_FORMS = {"gpipe": ClosedForm("(p-1)/(m+p-1)", every_m=True),
+                       "1f1b": ClosedForm("(p-1)/(m+p-1)", every_m=True),
+                       "interleaved": ClosedForm("(p-1)/(v m+p-1)", every_m=False),
+                       "looped-bfs": ClosedForm("(p-1)/(v m+p-1)", every_m=False)}
+"""The schedules whose bubble at uniform stages has the closed form (p-1)/(v m+p-1) (v = 1 for the one-chunk
+ones): exact at every m for gpipe and 1f1b; for interleaved and looped-bfs from m >= p on, where below it a
+rank's next chunk waits for the pipeline's first micro-batch (40% at p = 4, m = 3, v = 2, not 3/9)."""
+
+
+@dataclass(frozen=True)
+class ClosedFormBubble:
+    """A schedule's closed-form bubble (`BUBBLE_CLOSED_FORMS`) for one pipeline: '(p-1)/(v m+p-1)' = 3/19 at
+    p = 4, m = 8, v = 2, and whether it is the schedule's bubble there (`exact`)."""
+
+    formula: str
+    numerator: int
+    denominator: int
+    exact: bool
+
+    @property
+    def fraction(self) -> float:
+        return self.numerator / self.denominator
+
+
+def closed_form_bubble(name: str, p: int, m: int, v: int = 1) -> ClosedFormBubble | None:
+    """Schedule ``name``'s closed-form bubble at p stages, m micro-batches and v chunks per rank, None for a
+    schedule without one."""
+    form = BUBBLE_CLOSED_FORMS.get(name)
+    if form is None:
+        return None
+    return ClosedFormBubble(form.formula, p - 1, v * m + p - 1, form.every_m or m >= p)
+
+
+@dataclass(frozen=True)
 class Filling:
     """The fewest micro-batches that fill a schedule's pipeline, and the rule that gives them as a warning's
     allowed text words it ('one a rank', '3p/2 rounded down for zbv')."""
