@@ -280,15 +280,16 @@ parallelism: {tp: 1, pp: 1, dp: 64, zero: 0}
 
 
 @pytest.mark.parametrize("settings,line", [
-    (["parallelism.zero=3"], "params 0.22 + grads 0.22 + optimizer 1.30 = 1.74 GiB = 1.867 GB (2+2+12 = 16 B per "
-                             "parameter over 64 GPUs)"),
+    (["parallelism.zero=3"], "params 0.22 + grads 0.22 + optimizer 1.30 = 1.74 GiB = 1.867 GB (2+2+12 = 16 B x 7.47e9 "
+                             "parameters, over dp 64)"),
     (["parallelism.zero=1"], "params 13.91 + grads 13.91 + optimizer 1.30 = 29.12 GiB = 31.27 GB (2+2+12/64 = 4.19 "
-                             "B per parameter)"),
+                             "B x 7.47e9 parameters)"),
     (["parallelism.zero=1", "training.precision=bf16"],
-     "params 13.91 + grads 27.82 + optimizer 1.30 = 43.03 GiB = 46.21 GB (2+4+12/64 = 6.19 B per parameter); bf16 "
+     "params 13.91 + grads 27.82 + optimizer 1.30 = 43.03 GiB = 46.21 GB (2+4+12/64 = 6.19 B x 7.47e9 parameters); bf16 "
      "training keeps fp32 gradients (4 B, not the ZeRO paper's 2: --set training.grad_reduce_dtype=bf16 for it)"),
     (["parallelism.zero=1", "training.precision=bf16", "training.grad_reduce_dtype=bf16"],
-     "params 13.91 + grads 13.91 + optimizer 1.30 = 29.12 GiB = 31.27 GB (2+2+12/64 = 4.19 B per parameter)"),
+     "params 13.91 + grads 13.91 + optimizer 1.30 = 29.12 GiB = 31.27 GB (2+2+12/64 = 4.19 B x 7.47e9 "
+     "parameters)"),
 ])
 def test_validate_sums_the_model_state_as_the_zero_paper_does(tmp_path, capsys, settings, line):
     """The ZeRO paper's 7.5B model (Megatron's, 7.468e9 parameters) on 64 GPUs, fp16 with Adam (K = 12): model state
@@ -300,6 +301,17 @@ def test_validate_sums_the_model_state_as_the_zero_paper_does(tmp_path, capsys, 
     scenario.write_text(ZERO_PAPER_7B)
     assert main(["validate", str(scenario), *(arg for setting in settings for arg in ("--set", setting))]) == 0
     assert capsys.readouterr().out.splitlines()[2] == f"  model state per GPU: {line}"
+
+
+def test_validate_names_the_shard_whose_parameters_the_model_state_counts(capsys):
+    """Llama 3 70B at tp 8 x pp 2 x dp 2 under FSDP (fp32 weights and gradients, Adam: 4 + 4 + 8 = 16 B a
+    parameter): a rank of stage 0 holds 40 of the 80 layers at 1/8 each, 40 x 855.6e6 / 8 = 4.278e9, and the
+    embedding's 128,256 x 8,192 / 8 = 0.131e9, 4.41e9 parameters; sharded over dp 2 that is
+    16 x 4.41e9 / 2 = 35.28 GB, not 16 B a parameter over 2 GPUs of the whole model."""
+    scenario = str(SCENARIOS / "llama3-70b-torchtitan-pp-fsdp.yaml")
+    assert main(["validate", scenario]) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith(
+        "= 35.28 GB (4+4+8 = 16 B x 4.41e9 parameters of a tp 8 x pp 2 shard, over dp 2)")
 
 
 def test_validate_prints_the_peak_memory_per_gpu(capsys):

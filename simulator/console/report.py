@@ -277,12 +277,14 @@ PAPER_GRAD_BYTES = 2.0
 
 def model_state_line(summary: dict) -> str:
     """`trainsim validate`'s line of the fullest rank's model state (weights, gradients and optimizer state,
-    `memory_breakdown_gib`) as the ZeRO paper sums it per parameter (`model_state`), each sharded part over its
-    ranks: 'model state per GPU: params 0.22 + grads 0.22 + optimizer 1.30 = 1.74 GiB = 1.867 GB (2+2+12 = 16 B
-    per parameter over 64 GPUs)' at ZeRO-3,
-    '(2+2+12/64 = 4.19 B per parameter)' at ZeRO-1; and where bf16 keeps its gradients in fp32, that and the
-    setting for the paper's 2 B. The memory line's three largest parts left ZeRO-3's 0.22 GiB of params and
-    grads out of sight. '' without a `model_state` (a synthetic or MoE model, a trace)."""
+    `memory_breakdown_gib`) as the ZeRO paper sums it (`model_state`): bytes per parameter times the parameters
+    of the rank's tp x pp shard, each sharded part over its ranks: 'model state per GPU: params 0.22 + grads 0.22
+    + optimizer 1.30 = 1.74 GiB = 1.867 GB (2+2+12 = 16 B x 7.47e9 parameters, over dp 64)' at ZeRO-3,
+    '(2+2+12/64 = 4.19 B x 7.47e9 parameters)' at ZeRO-1, '(... 16 B x 4.41e9 parameters of a tp 8 x pp 2
+    shard, over dp 2)' for Llama 3 70B; and where bf16 keeps its gradients in fp32, that and the setting for the
+    paper's 2 B. The memory line's three largest parts left ZeRO-3's 0.22 GiB of params and grads out of sight,
+    and 'over 2 GPUs' alone read as the whole model over 2. '' without a `model_state` (a synthetic or MoE
+    model, a trace)."""
     state = summary.get("model_state")
     parts = summary.get("memory_breakdown_gib") or {}
     if not state:
@@ -290,14 +292,18 @@ def model_state_line(summary: dict) -> str:
     total_gib = sum(float(parts.get(part, 0.0)) for part in STATE_PARTS)
     per, sharded, ranks = state["bytes_per_parameter"], set(state["sharded"]), int(state["shard_ranks"])
     terms = [f"{per[part]:g}" for part in STATE_PARTS]
-    whole = sum(per[part] for part in STATE_PARTS)
+    layout = summary.get("layout") or {}
+    shard = [f"{axis} {layout[axis]:,}" for axis in ("tp", "pp") if int(layout.get(axis, 1)) > 1]
+    parameters = f"{_parameter_count(float(state['parameters']))} parameters" + (
+        f" of a {' x '.join(shard)} shard" if shard else "")
     if sharded == set(STATE_PARTS):
-        sum_text = f"{'+'.join(terms)} = {whole:g} B per parameter over {ranks:,} GPUs"
+        over = f"dp {ranks:,}" if ranks == int(layout.get("dp", 0)) else f"{ranks:,} ranks"
+        sum_text = f"{'+'.join(terms)} = {sum(per[part] for part in STATE_PARTS):g} B x {parameters}, over {over}"
     else:
         held = sum(per[part] / (ranks if part in sharded else 1) for part in STATE_PARTS)
         sum_text = "+".join(term + (f"/{ranks:,}" if part in sharded else "") for term, part in zip(terms, STATE_PARTS,
                                                                                                strict=True))
-        sum_text += f" = {held:.3g} B per parameter"
+        sum_text += f" = {held:.3g} B x {parameters}"
     grads = per["grads"]
     fp32_grads = (f"; bf16 training keeps fp32 gradients ({grads:g} B, not the ZeRO paper's {PAPER_GRAD_BYTES:g}: "
                   "--set training.grad_reduce_dtype=bf16 for it)"
@@ -306,6 +312,12 @@ def model_state_line(summary: dict) -> str:
     held_parts = " + ".join(f"{part} {float(parts.get(part, 0.0)):,.2f}" for part in STATE_PARTS)
     return (f"model state per GPU: {held_parts} = {total_gib:,.2f} GiB = {total_gib * 2**30 / 1e9:,.4g} GB "
             f"({sum_text}){fp32_grads}")
+
+
+def _parameter_count(count: float) -> str:
+    """A parameter count to three significant digits as the papers write it: 4.41e9, 1.2e6."""
+    mantissa, exponent = f"{count:.2e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
 
 
 def cluster_gpus(summary: dict) -> str:

@@ -71,8 +71,6 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
                        dtype_bytes=int(plan.sharding.param_bytes), eager=training.kernels == "eager",
                        fsdp_weights=scenario.parallelism.fsdp is not None)
     dp_ways = layout.dp * layout.cp
-    accumulates = (plan.sharding.stage == 2 and plan.microbatches > 1
-                   and not plan.sharding.reduce_every_microbatch)
     sharding = replace(plan.sharding, stage=held_stage(step))
     result = []
     kept_for_w = chunk_weight_grad_bytes(scenario, step)
@@ -98,10 +96,9 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
         elif dp_ways > 1 and plan.sharding.sharded_grad_steps:
             buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.grad_bytes)
         elif dp_ways > 1:
-            gradients = memory.rank_params(model, layout.tp, layers, 0 in vstages,
-                                           layout.pp * plan.virtual_stages - 1 in vstages, par.ep)
+            gradients = rank_parameters(scenario, step, pp_rank)
             buffers = ddp_bucket_bytes(plan.sharding.bucket_bytes, gradients * plan.sharding.grad_bytes)
-            if accumulates and plan.sharding.fsdp:
+            if accumulates_whole_gradient(step) and plan.sharding.fsdp:
                 buffers += fsdp_accumulator_bytes(step, pp_rank)
         buffers += recomputing
         breakdown = memory.rank_memory(
@@ -273,20 +270,40 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
             **peak_memory_entries(per_stage[worst_stage][0], stage_rank[worst_stage], capacity_bytes)}
 
 
-def held_stage(step: TrainingStep) -> int:
-    """The ZeRO stage whose memory the step holds: ZeRO-2 accumulating over more than one micro-batch without a
-    reduce-scatter each keeps the whole gradient buffer (Megatron-LM's persistent main_grad), ZeRO-1's memory;
-    PyTorch FSDP's shard_grad_op does not (its accumulators are buffers). With dp x cp = 1 the dense part shards
-    over 1 rank; experts over tp / ep."""
+def accumulates_whole_gradient(step: TrainingStep) -> bool:
+    """Whether a ZeRO-2 step accumulates its gradients over more than one micro-batch before one reduce-scatter
+    (not one after each micro-batch), so some buffer holds the whole gradient in between."""
     sharding = step.plan.sharding
-    accumulates = sharding.stage == 2 and step.plan.microbatches > 1 and not sharding.reduce_every_microbatch
-    return 1 if accumulates and not sharding.fsdp else sharding.stage
+    return sharding.stage == 2 and step.plan.microbatches > 1 and not sharding.reduce_every_microbatch
 
 
-def model_state_entry(scenario: Scenario, step: TrainingStep) -> dict:
-    """The summary's `model_state` of a dense model's step: the bytes per parameter of its weights, gradients
-    and optimizer state (`memory.state_bytes_per_param`, as the memory plan holds them), which of them are
-    sharded and over how many ranks, so that validate's line can write the ZeRO paper's (2 + 2 + K) sum; bf16
+def held_stage(step: TrainingStep) -> int:
+    """The ZeRO stage whose memory the step holds: ZeRO-2 accumulating the whole gradient
+    (`accumulates_whole_gradient`) keeps the whole gradient buffer (Megatron-LM's persistent main_grad),
+    ZeRO-1's memory; PyTorch FSDP's shard_grad_op does not (its accumulators are buffers). With dp x cp = 1 the
+    dense part shards over 1 rank; experts over tp / ep."""
+    sharding = step.plan.sharding
+    return 1 if accumulates_whole_gradient(step) and not sharding.fsdp else sharding.stage
+
+
+def rank_parameters(scenario: Scenario, step: TrainingStep, pp_rank: int) -> float:
+    """The parameters a rank of pipeline rank ``pp_rank`` holds before ZeRO shards them: its tp (and ep) share of
+    the layers of its virtual stages, with the embedding or the output layer where it holds them."""
+    plan, model = step.plan, step.model
+    assert model is not None, "a synthetic step holds no parameters"
+    stages = plan.layout.pp * plan.virtual_stages
+    counts = layers_per_stage(model.layers, stages, scenario.parallelism.pipeline.first_last_fewer_layers)
+    vstages = plan.rank_stages(pp_rank)
+    return memory.rank_params(model, plan.layout.tp, sum(counts[vs] for vs in vstages), 0 in vstages,
+                              stages - 1 in vstages, scenario.parallelism.ep)
+
+
+def model_state_entry(scenario: Scenario, step: TrainingStep, pp_rank: int) -> dict:
+    """The summary's `model_state` of a dense model's step at its fullest pipeline rank ``pp_rank``: the bytes
+    per parameter of its weights, gradients and optimizer state (`memory.state_bytes_per_param`, as the memory
+    plan holds them), which of them are sharded and over how many ranks, and the parameters of the rank's
+    tp x pp shard before that (`rank_parameters`), so that validate's line can write the ZeRO paper's
+    (2 + 2 + K) sum; bf16
     keeps its gradients in fp32 by default, 18 B, not the paper's 16. Empty for a synthetic or MoE model (whose
     routed experts shard over another group)."""
     if step.model is None or step.model.moe is not None:
@@ -300,6 +317,7 @@ def model_state_entry(scenario: Scenario, step: TrainingStep) -> dict:
     return {"model_state": {"bytes_per_parameter": {"params": per.param, "grads": per.grad,
                                                     "optimizer": per.optimizer},
                             "sharded": sharded if sharding.degree > 1 else [], "shard_ranks": sharding.degree,
+                            "parameters": rank_parameters(scenario, step, pp_rank),
                             "precision": training.precision}}
 
 
@@ -307,10 +325,10 @@ def step_memory(scenario: Scenario, step: TrainingStep) -> dict:
     """The memory entries of ``step``'s summary (`memory_summary` over its pipeline stages, and a dense model's
     `model_state_entry`)."""
     layout = step.plan.layout
-    return {**memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
-                             [layout.rank_of(pp=stage) for stage in range(layout.pp)],
-                             chunk_activation_bytes(scenario, step), chunk_weight_grad_bytes(scenario, step)),
-            **model_state_entry(scenario, step)}
+    held = memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
+                          [layout.rank_of(pp=stage) for stage in range(layout.pp)],
+                          chunk_activation_bytes(scenario, step), chunk_weight_grad_bytes(scenario, step))
+    return {**held, **model_state_entry(scenario, step, held["peak_memory_stage"])}
 
 
 def breakdown_gib(held: MemoryBreakdown) -> dict[str, float]:
