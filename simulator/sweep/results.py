@@ -85,7 +85,7 @@ AXES_ATTR = "axes"
 sweep file names them: what `trainsim plot sweep` defaults --x to when there is one."""
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
-SUMMARY_SCHEMA = 11
+SUMMARY_SCHEMA = 12
 """The version of the summary's field names a record's metrics carry, raised when a field is renamed or changes
 meaning, so that a resumed sweep runs again the points recorded under earlier names rather than mixing both in
 one table (1: `memory_per_stage[i].total_gib`, which replaced `memory_per_stage_gib[i].total` in 8a86ad6; records
@@ -120,7 +120,10 @@ links, oversubscribed 2:1 (...)'; `bubble_fraction` a share of each rank's repli
 slower replica's passes (a straggler's) `peer_wait`; 11: each
 `link_tiers.by_kind.<kind>.tiers.<tier>.utilisation_in_transfers` over the time the kind's transfers crossing the
 link run, not all of the kind's, so that a parameter-server run's verdict names the NIC-leaf tier its server links
-bind (43.9% became 94.0%)."""
+bind (43.9% became 94.0%); 12: a pipelined step's `uniform_stage_bubble_fraction` (the schedule's bubble at uniform
+stages) and `stage_busy_s` (each pipeline rank's pass seconds in it), a dense model's `model_state` (bytes per
+parameter, the sharded parts, their ranks and the fullest rank's `parameters`), and `resources` (GPU-hours,
+energy and, with a price, the cost of a step), columns a point recorded under 11 lacks."""
 
 
 @dataclass(frozen=True)
