@@ -646,7 +646,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
             _warn("study", [f"{where}: {on_command_line(warning, 'trainsim study', flags)}"
                             for warning in curve["warnings"]], {}, loaded)
         print(_study_line(curve))
-        for line in _study_table(curve, getattr(getattr(loaded.scenario, "costs", None), "currency", "")):
+        for line in _study_table(curve, loaded.scenario.costs.currency):
             print(f"  {line}")
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
@@ -795,7 +795,7 @@ RESOURCE_COLUMNS = (("gpu_hours_per_million_tokens", "GPU-h per M tokens", "{:,.
 the cost where `costs.gpu_hour_price` is given), with their heading and format."""
 
 
-def _study_table(curve: dict, currency: str = "") -> list[str]:
+def _study_table(curve: dict, currency: str) -> list[str]:
     """The lines of a curve's per-interval table, one per interval tried (none with one interval, which the study
     line gives whole): its duration (one unit for all, `durations_alike`), whole steps, ETTR with its 95%
     interval, goodput (tokens/s, or healthy-equivalent steps/s where the step states no tokens) and, where the

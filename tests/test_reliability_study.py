@@ -1157,5 +1157,5 @@ def test_the_study_prints_every_interval_tried_with_its_ettr_goodput_and_resourc
         "29.98 min    554  97.70% (97.45% to 97.96%)  1,262,000 (1,259,000 to 1,265,000)"]
     without = [{key: value for key, value in entry.items() if not key.endswith("per_million_tokens")}
                for entry in points]
-    assert _study_table({"points": without})[0].endswith("goodput tokens/s (95% interval)")
-    assert _study_table({"points": points[:1]}) == []
+    assert _study_table({"points": without}, "USD")[0].endswith("goodput tokens/s (95% interval)")
+    assert _study_table({"points": points[:1]}, "USD") == []
