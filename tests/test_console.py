@@ -285,8 +285,8 @@ parallelism: {tp: 1, pp: 1, dp: 64, zero: 0}
     (["parallelism.zero=1"], "params 13.91 + grads 13.91 + optimizer 1.30 = 29.12 GiB = 31.27 GB (2+2+12/64 = 4.19 "
                              "B x 7.47e9 parameters)"),
     (["parallelism.zero=1", "training.precision=bf16"],
-     "params 13.91 + grads 27.82 + optimizer 1.30 = 43.03 GiB = 46.21 GB (2+4+12/64 = 6.19 B x 7.47e9 parameters); bf16 "
-     "training keeps fp32 gradients (4 B, not the ZeRO paper's 2: --set training.grad_reduce_dtype=bf16 for it)"),
+     "params 13.91 + grads 27.82 + optimizer 1.30 = 43.03 GiB = 46.21 GB (2+4+12/64 = 6.19 B x 7.47e9 parameters); "
+     "bf16 training keeps fp32 gradients (4 B, not the ZeRO paper's 2: --set training.grad_reduce_dtype=bf16 for it)"),
     (["parallelism.zero=1", "training.precision=bf16", "training.grad_reduce_dtype=bf16"],
      "params 13.91 + grads 13.91 + optimizer 1.30 = 29.12 GiB = 31.27 GB (2+2+12/64 = 4.19 B x 7.47e9 "
      "parameters)"),
