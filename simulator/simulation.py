@@ -760,8 +760,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     are tried those ``budget`` allows (`scale.refold_refusal`; None: none, as a job's states are run), and where
     none keeps pace the folded run stands with a warning. The hop refold (`fold_policy.hop_refold`: a stage
     fold whose hand-offs' copies cross other hops, known before its run, on either model) is tried within
-    ``budget`` too (`simulate` gives one under --force as well: the multiple, not the limits); on the flow model
-    not on a job's states (`unbudgeted`), whose stage fold runs first as before. Each fold given up on the way,
+    ``budget`` too (`simulate` gives one under --force as well: the multiple, not the limits, and so do a job's
+    states); on the flow model not where no budget is given but a ``guard`` is (`unbudgeted`: the stage fold then
+    runs first, as before the hop refold). Each fold given up on the way,
     refused before its run or out of step in it, goes
     into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run that stands out of step is
     not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures, in the same shape). A run
