@@ -30,7 +30,7 @@ reached, command = sys.argv[1], sys.argv[2:]
 main_process = os.getpid()
 
 
-def blocked(task):
+def blocked(task, on_rerun=None):  # run_point is given a rerun listener too; run_case the case alone
     if os.getpid() != main_process:
         try:
             os.close(os.open(reached, os.O_CREAT | os.O_EXCL))
@@ -347,7 +347,8 @@ def test_the_workers_of_a_pool_killed_with_sigkill_end_with_it(tmp_path):
         process.wait(timeout=60)
 
 
-def _killed(_task):
+def _killed(_task, _on_rerun=None):
+    """`run_point` for a worker ended from outside: it takes the point and the rerun listener `timed_point` passes."""
     os.kill(os.getpid(), signal.SIGKILL)
 
 
