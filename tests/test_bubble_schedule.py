@@ -66,7 +66,7 @@ def test_waits_on_hand_offs_make_the_measured_bubble_larger_than_the_schedules(r
     and the schedule's (the executor without hand-off time) does not: still 3/11 with the same passes. The
     console row gives both, and the part of the step's bubble spent on the exposed hand-offs beyond the
     schedule's own (30.4% of 57.7%), which the verdict ranks as exposed PP communication (34.5%), not again as
-    bubble (27.3% without it)."""
+    bubble (27.3% without it), bound by the GPU-NVSwitch links."""
     summary = run_yaml(SYNTHETIC.format(p2p=", p2p_bytes: 512 MB", schedule="1f1b", v=1)).summary
     assert summary["schedule_bubble_fraction"] == pytest.approx(3 / 11, rel=1e-9)
     assert summary["bubble_fraction"] > summary["schedule_bubble_fraction"] + 0.2
@@ -79,9 +79,16 @@ def test_waits_on_hand_offs_make_the_measured_bubble_larger_than_the_schedules(r
     assert evidence["bubble_on_exposed_comm_share"] == pytest.approx(on_comm, rel=1e-9)
     assert _bubble_text(summary).endswith(
         f"{measured} of the whole step, of which {100 * on_comm:.1f}% waiting on exposed communication")
+    # The exposed PP loss is bound by NVLink (c9ddc19a reads a link over the transfers crossing it): stage 1's GPU
+    # sends 8 forward and 8 backward hand-offs, 16 x 512 MB = 8.192 GB over its 450 GB/s NVSwitch link, which at the
+    # usable 82.2% (370 GB/s) take 22.1 ms; the transfers crossing it span 23.1 ms, so 78.9% of line rate, within
+    # the binding margin of the usable rate.
+    pp = summary["link_tiers"]["by_kind"]["pp"]
+    assert pp["binding"] == ["gpu-nvswitch"] and pp["tiers"]["gpu-nvswitch"]["bytes"] == 16 * 512e6
     assert summary["bottleneck"]["verdict"] == (
         "communication-bound (exposed communication 34.5% of the step > 30.0%); largest single loss: exposed PP "
-        "communication, 34.5% of the step")
+        "communication, 34.5% of the step; PP transfers bound by the GPU-NVSwitch links (the busiest, "
+        "h0/gpu1->h0/nvswitch, at 78.9% of line rate while they run, usable 82.2%)")
 
 
 def test_the_verdict_names_the_schedules_bubble_only_where_it_reads_apart():
