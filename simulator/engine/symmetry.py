@@ -463,7 +463,8 @@ def _distinct_rows(met: np.ndarray) -> np.ndarray:
     return np.unpackbits(distinct, axis=1, count=met.shape[1]).astype(bool)
 
 
-def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder) -> str:
+def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder,
+                  apart: frozenset[int] = frozenset()) -> str:
     """Why folding would not be exact because a collective's mirror meets the unequal traffic
     (`unequal_traffic`) of the collectives that may overlap it otherwise than the simulated copy does ('' when
     every one meets it alike), instance by instance (`overlapping`), each overlapping collective's load a
@@ -474,7 +475,11 @@ def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrde
     whose inner ranks' NVLink ports carry twice a leaf's TP tree bytes ends 20 us later on those lanes).
     Pipeline send/recvs are not compared (see `asymmetric_replicas`); each shape is compared with one mirror per
     class of translates where the loads move with the translates (`_moves_with_translates`), else with every
-    mirror."""
+    mirror. Copies whose every member is in ``apart`` (ranks a fold by classes simulates each as itself: the hosts
+    near links down or degraded) are left out, their first other copy compared with every other: such a copy
+    stands for no other and is run with all its traffic (NVSwitch trays down in rack 0 of three: rack 0's TP
+    groups meet the DP tree otherwise than rack 1's, yet folded by the hosts near the trays, 24 of 48 ranks, the
+    step is the unfolded one's to 1e-12, its step time to the bit, 1 or 4 trays down)."""
     loads = unequal_traffic(shapes, plans)
     if not loads:
         return ""
@@ -490,10 +495,13 @@ def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrde
         combinations = overlaps(shape)
         if not combinations:
             continue
-        own = route_table(topology, plans.phases(op, op.group))
-        compared = _class_firsts(plans, op) if periodic else range(len(op.mirrors))
-        mirrored = [(op.mirrors[index], route_table(topology, plans.phases(op, op.mirrors[index])))
-                    for index in compared]
+        folded = [copy for copy in (op.group, *op.mirrors) if not apart.issuperset(copy)]
+        if len(folded) < 2:
+            continue
+        group, others = (folded[0], folded[1:]) if apart else (op.group, [
+            op.mirrors[index] for index in (_class_firsts(plans, op) if periodic else range(len(op.mirrors)))])
+        own = route_table(topology, plans.phases(op, group))
+        mirrored = [(mirror, route_table(topology, plans.phases(op, mirror))) for mirror in others]
         crossed, (own, *tables) = _on_links_crossed([own, *(table for _, table in mirrored)], len(every_load))
         mirrors = list(zip((mirror for mirror, _ in mirrored), tables))
         crossed_loads = every_load[crossed]
@@ -502,7 +510,7 @@ def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrde
             met = unequal_shapes(own, met_loads)
             for mirror, table in mirrors:
                 if unequal_shapes(table, met_loads) != met:
-                    return (f"{op.op} {op.name!r} over GPUs {list(op.group)} meets the traffic of collectives "
+                    return (f"{op.op} {op.name!r} over GPUs {list(group)} meets the traffic of collectives "
                             f"whose members send unlike amounts (a tree's inner ranks and leaves) otherwise than "
                             f"over the equivalent {list(mirror)}: the ranks of a stage are not alike")
     return ""
