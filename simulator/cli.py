@@ -789,10 +789,11 @@ def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:
             "Daly interval")
 
 
-RESOURCE_COLUMNS = (("gpu_hours_per_million_tokens", "GPU-h per M tokens", "{:,.4g}"),
-                    ("cost_per_million_tokens", "cost per M tokens", "{:,.2f}"))
+RESOURCE_COLUMNS = (("gpu_hours_per_million_tokens", "GPU-h per 1M tokens"),
+                    ("cost_per_million_tokens", "cost per 1M tokens"))
 """study.csv's resource columns the per-interval table prints where the points have them (a job with tokens;
-the cost where `costs.gpu_hour_price` is given), with their heading and format."""
+the cost where `costs.gpu_hour_price` is given), with their heading; four significant digits, as the console's
+rows (a cost per million tokens is often under 0.10)."""
 
 
 def _study_table(curve: dict, currency: str) -> list[str]:
@@ -801,7 +802,7 @@ def _study_table(curve: dict, currency: str) -> list[str]:
     interval, goodput (tokens/s, or healthy-equivalent steps/s where the step states no tokens) and, where the
     points have them, GPU-hours and cost per million tokens (`RESOURCE_COLUMNS`, in ``currency``). The line named
     the best interval only: what a 30-minute interval costs against Young's was in study.csv alone."""
-    from simulator.units import durations_alike
+    from simulator.units import durations_alike, four_digits
 
     points = sorted(curve["points"], key=lambda point: point["interval_s"])
     if len(points) < 2:
@@ -810,11 +811,11 @@ def _study_table(curve: dict, currency: str) -> list[str]:
     tokens = any(point.get("goodput_tokens_per_s") is not None for point in points)
     goodput = "goodput_tokens_per_s" if tokens else "goodput_steps_per_s"
     number = "{:,.0f}" if tokens else "{:,.4g}"
-    resources = [(key, f"{heading}{f' ({currency})' if currency and key.startswith('cost') else ''}", form)
-                 for key, heading, form in RESOURCE_COLUMNS if any(point.get(key) is not None for point in points)]
+    resources = [(key, f"{heading} ({currency})" if key.startswith("cost") else heading)
+                 for key, heading in RESOURCE_COLUMNS if any(point.get(key) is not None for point in points)]
     header = ["interval", "steps", "ETTR (95% interval)",
               f"goodput {'tokens/s' if tokens else 'healthy-equivalent steps/s'} (95% interval)",
-              *(heading for _, heading, _ in resources)]
+              *(heading for _, heading in resources)]
     rows = [header]
     for point in points:
         ettr = "n/a" if point.get("ettr") is None else f"{100 * point['ettr']:.2f}%"
@@ -825,7 +826,7 @@ def _study_table(curve: dict, currency: str) -> list[str]:
             rate += (f" ({number.format(point[f'{goodput}_ci95_low'])} to "
                      f"{number.format(point[f'{goodput}_ci95_high'])})")
         rows.append([in_unit(point["interval_s"]), f"{point['interval_steps']:,}", ettr, rate,
-                     *("" if point.get(key) is None else form.format(point[key]) for key, _, form in resources)])
+                     *("" if point.get(key) is None else four_digits(point[key]) for key, _ in resources)])
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     return ["  ".join(cell.rjust(width) if column in (0, 1) else cell.ljust(width)
                       for column, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()

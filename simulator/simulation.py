@@ -1101,7 +1101,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
             refuse_large_trace(loaded, topology.num_gpus, prepared.step.program)
         run = simulate_training(loaded, topology, faults, progress, guard, prepared, budget, on_rerun)
         if "parameter_server" not in run.summary:  # a parameter-server run's time spans its iterations
-            run.summary["resources"] = _step_resources(loaded, topology, run.summary)
+            run.summary["resources"] = step_resources_of(loaded, topology.gpu_model, run.summary)
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)
     job = one_step_of_a_job(loaded)
@@ -1113,12 +1113,13 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     return run
 
 
-def _step_resources(loaded: LoadedScenario, topology: Topology, summary: dict) -> dict:
-    """The step's GPU-hours, GPU energy and cost (metrics/resources.py) from its summary's step time and tokens."""
+def step_resources_of(loaded: LoadedScenario, gpu_model: str, summary: dict) -> dict:
+    """The step's GPU-hours, GPU energy and cost (metrics/resources.py) from its summary's step time and tokens, on
+    catalog GPUs ``gpu_model``, at the scenario's `costs`."""
     from simulator.metrics.resources import Tariff, step_resources
 
     step_s, rate = summary["step_time_s"], summary.get("tokens_per_s")
-    return step_resources(Tariff.of(loaded.scenario.costs, topology.gpu_model), summary["gpus"], step_s,
+    return step_resources(Tariff.of(loaded.scenario.costs, gpu_model), summary["gpus"], step_s,
                           rate * step_s if rate else None)
 
 

@@ -1134,8 +1134,9 @@ def test_a_scenario_wide_warning_is_given_once_of_no_point(tmp_path, capsys):
 def test_the_study_prints_every_interval_tried_with_its_ettr_goodput_and_resources():
     """Llama 3 70B on 2,048 H100 (usertest67): Young's 4.944 min, 10 min and 30 min, 5 replications. The line
     named the best alone; the table gives each interval with its steps (295.5 s / 3.247 s = 91), ETTR with its
-    95% interval, goodput and, where study.csv has them, GPU-hours and cost per million tokens: 2,048 GPUs x
-    1 h over 3,600 s x 1,271,294 tokens/s = 0.4475 GPU-h per million tokens, at 2.50 a GPU-hour 1.12."""
+    95% interval, goodput and, where study.csv has them, GPU-hours and cost per million tokens, to four
+    significant digits: every GPU held, the job's 2,112 (its 8 spare hosts' included), x 1 h over 3,600 s x
+    1,271,294 tokens/s = 0.4615 GPU-h per million tokens, at 2.50 a GPU-hour 1.154."""
     from simulator.cli import _study_table
 
     def point(interval_s, steps, ettr, low, high, tokens, tokens_low, tokens_high, **resources):
@@ -1143,16 +1144,16 @@ def test_the_study_prints_every_interval_tried_with_its_ettr_goodput_and_resourc
                 "ettr_ci95_high": high, "goodput_tokens_per_s": tokens, "goodput_tokens_per_s_ci95_low": tokens_low,
                 "goodput_tokens_per_s_ci95_high": tokens_high, **resources}
 
-    gpu_hours = 2048 / 3600 / 1271294 * 1e6
+    gpu_hours = 2112 / 3600 / 1271294 * 1e6
     points = [point(1799.0, 554, 0.977036, 0.9745, 0.9796, 1262000, 1259000, 1265000),
               point(295.511, 91, 0.984278, 0.982079, 0.986476, 1271294, 1268454, 1274134,
                     gpu_hours_per_million_tokens=gpu_hours, cost_per_million_tokens=2.5 * gpu_hours),
               point(600.763, 185, 0.983539, 0.981312, 0.985766, 1270340, 1267460, 1273220)]
-    assert gpu_hours == pytest.approx(0.4475, abs=5e-5)
+    assert gpu_hours == pytest.approx(0.4615, abs=5e-5)
     assert _study_table({"points": points}, "USD") == [
-        " interval  steps  ETTR (95% interval)        goodput tokens/s (95% interval)     GPU-h per M tokens  "
-        "cost per M tokens (USD)",
-        "4.925 min     91  98.43% (98.21% to 98.65%)  1,271,294 (1,268,454 to 1,274,134)  0.4475              1.12",
+        " interval  steps  ETTR (95% interval)        goodput tokens/s (95% interval)     GPU-h per 1M tokens  "
+        "cost per 1M tokens (USD)",
+        "4.925 min     91  98.43% (98.21% to 98.65%)  1,271,294 (1,268,454 to 1,274,134)  0.4615               1.154",
         "10.01 min    185  98.35% (98.13% to 98.58%)  1,270,340 (1,267,460 to 1,273,220)",
         "29.98 min    554  97.70% (97.45% to 97.96%)  1,262,000 (1,259,000 to 1,265,000)"]
     without = [{key: value for key, value in entry.items() if not key.endswith("per_million_tokens")}

@@ -131,3 +131,49 @@ def test_a_study_gives_what_a_million_tokens_cost_at_each_interval(tmp_path):
     assert list(rows["gpu_hours_per_million_tokens"]) == pytest.approx(list(hours), rel=1e-5)
     assert list(rows["cost_per_million_tokens"]) == pytest.approx(list(3 * hours), rel=1e-5)
     assert rows["cost_per_million_tokens"].iloc[0] != rows["cost_per_million_tokens"].iloc[1]
+
+
+def test_a_jobs_step_summary_is_priced_as_the_step_alone_and_a_price_shares_its_steps(tmp_path):
+    """The job folder's summary.json is the healthy step's as `trainsim run` of the step alone writes it, its
+    `resources` included (the states simulate steps without them); `costs` changes no step, so two jobs that differ
+    in price alone share one step key (a study or sweep over the price re-simulates nothing)."""
+    from simulator.reliability.states import step_key
+
+    priced = scenario_from_text(SPARE_JOB + "costs: {gpu_hour_price: 3}\n")
+    job = simulate_job(priced)
+    resources = job.step_summary["resources"]
+    step = job.step_summary["step_time_s"]
+    assert resources["gpu_hours_per_step"] == pytest.approx(16 * step / 3600, rel=1e-12)
+    assert resources["cost_per_step"] == pytest.approx(3 * 16 * step / 3600, rel=1e-12)
+    assert step_key(priced) == step_key(scenario_from_text(SPARE_JOB))
+
+
+def test_the_job_table_gives_its_gpu_time_as_docs_outputs_md_does():
+    """docs/outputs.md's 70B job over 2 d at 2 USD: 2,112 x 48 h = 101,376 GPU-h held, 64 of them spares; less
+    2,048 x 48 h x ETTR 0.9825164 = 96,585.3 training, 4,790.7 kept no progress (4.7%); 202,752 USD."""
+    from simulator.console.report import job_resources_text
+
+    resources = {"gpu_hour_price": 2.0, "currency": "USD", "gpus_held": 2112, "spare_gpus": 64, "gpu_hours": 101376.0,
+                 "cost": 202752.0, "gpu_hours_per_million_tokens": 0.4623, "cost_per_million_tokens": 0.9246,
+                 "gpu_hours_lost": 101376.0 - 2048 * 48 * 0.9825164}
+    assert job_resources_text(resources) == (
+        "101,376 GPU-h (2,112 GPUs held, 64 of them spares), 4,791 lost (4.7%); 0.4623 GPU-h per 1M tokens trained; "
+        "202,752 USD (0.9246 USD per 1M tokens)")
+    unpriced = {key: value for key, value in resources.items() if not key.startswith(("cost", "gpu_hour_price"))}
+    assert job_resources_text({**unpriced, "spare_gpus": 0, "gpus_held": 2048}).startswith(
+        "101,376 GPU-h (2,048 GPUs held), ")
+
+
+def test_the_step_row_per_step_without_tokens_and_at_ones_own_power():
+    """Without tokens the row is per step (docs/console.md's 1F1B: 8 GPUs x 33 ms / 3,600 = 7.333e-05 GPU-h, at
+    700 W 5.133e-05 kWh); at `costs.gpu_power` it does not say board power."""
+    from simulator.console.report import resources_row
+
+    hours = 8 * 0.033 / 3600
+    resources = {"gpu_power_w": 700.0, "gpu_power_source": "board power", "gpu_hours_per_step": hours,
+                 "gpu_energy_kwh_per_step": hours * 0.7, "gpu_hours_per_million_tokens": None,
+                 "gpu_energy_kwh_per_million_tokens": None}
+    assert resources_row(resources) == ("per step", "7.333e-05 GPU-h, 5.133e-05 kWh (700 W a GPU, board power)")
+    own = {**resources, "gpu_power_w": 600.0, "gpu_power_source": "costs.gpu_power",
+           "gpu_energy_kwh_per_step": hours * 0.6}
+    assert resources_row(own) == ("per step", "7.333e-05 GPU-h, 4.4e-05 kWh (600 W a GPU)")

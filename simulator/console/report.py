@@ -865,9 +865,9 @@ def slowdowns_text(job: dict) -> str:
 
 
 def job_resources_text(resources: dict) -> str:
-    """A job's GPU-hours held, those lost, per million tokens trained, and its cost: '101,376 GPU-h (2,112 GPUs
-    held, 64 of them spares), 1,772 lost (1.7%); 0.4623 GPU-h per 1M tokens trained; 202,752 USD (0.9246 per 1M
-    tokens)'."""
+    """A job's GPU-hours held, those that kept no progress, per million tokens trained, and its cost: '101,376 GPU-h
+    (2,112 GPUs held, 64 of them spares), 4,791 lost (4.7%); 0.4623 GPU-h per 1M tokens trained; 202,752 USD
+    (0.9246 USD per 1M tokens)'."""
     hours, spares = resources["gpu_hours"], resources["spare_gpus"]
     held = counted(resources["gpus_held"], "GPU") + (f" held, {spares:,} of them spares" if spares else " held")
     text = (f"{four_digits(hours)} GPU-h ({held}), "
@@ -876,8 +876,9 @@ def job_resources_text(resources: dict) -> str:
         text += f"; {four_digits(resources['gpu_hours_per_million_tokens'])} GPU-h per 1M tokens trained"
     if "cost" in resources:
         per_million = resources["cost_per_million_tokens"]
-        text += (f"; {four_digits(resources['cost'])} {resources['currency']}"
-                 + ("" if per_million is None else f" ({four_digits(per_million)} per 1M tokens)"))
+        currency = resources["currency"]
+        text += (f"; {four_digits(resources['cost'])} {currency}"
+                 + ("" if per_million is None else f" ({four_digits(per_million)} {currency} per 1M tokens)"))
     return text
 
 

@@ -638,7 +638,7 @@ def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     alone, so copies over like hops take like times (where copies share links, `symmetry.unlike_alone` holds those
     over like hops to one time under their load), and the refold is exact where none of its own hand-offs' copies
     crosses other hops, which is asked of it before its run (a refold that still has some is given up, as is one
-    beyond ``budget``, `scale.refold_refusal` whether forced or not, None for a job's states, or refused by
+    beyond ``budget``, `scale.refold_refusal` whether forced or not (a job's states are given one too), or refused by
     `fold_verdict`); given up unbuilt where its step faults leave some stage's ranks unlike (not faults/step.py
     `alike_in_stages`: route classes would fold a slow rank onto healthy class-mates), so the summary says why the
     fold stands not exact. The reviewer's c1 case (tp 8, pp 2, dp 3 on six hosts in leaf groups of three,

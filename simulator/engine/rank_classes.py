@@ -552,7 +552,7 @@ CHANNEL_CODES = 1 << 16
 def _hands_on_unlike(shapes: CollectiveShapes, domain: np.ndarray) -> bool:
     """Whether some pipeline hand-off stays inside its NVLink domain (``domain`` of each GPU) in one copy and
     leaves it in another (stages not aligned to the domains: TP 8 x PP 2 x DP 9 on two racks of 18 trays, where
-    the ninth replica's stages straddle the racks), so that the classes must part its trays from the others',
+    the fifth replica's stages straddle the racks), so that the classes must part its trays from the others',
     which the copy key does not (`_flow_codes`): it keys them alike, the stage fold runs and its check refuses
     the unlike hand-offs (symmetry.py `UnalignedHandOff`), 144 ranks where the rotation's classes fold onto 36
     with every figure the unfolded step's."""

@@ -162,7 +162,8 @@ _CHECKED: dict[str, ElasticSizes] = {}
 (inputs.py: a topology file or schedule table relative to its folder): a study reruns the job
 for every interval and failure rate, and checking costs a step resolved per size (about 20 ms at 16,384 GPUs)."""
 _CHECKED_SIZE = 64
-UNCHECKED_SECTIONS = {"faults": True, "checkpoint": True, "storage": True, "run": True, "description": True}
+UNCHECKED_SECTIONS = {"faults": True, "checkpoint": True, "storage": True, "run": True, "description": True,
+                      "costs": True}
 
 
 def elastic_sizes(loaded: LoadedScenario, topology: Topology,

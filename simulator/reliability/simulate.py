@@ -1196,7 +1196,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     refuse_long_job(loaded, model, counts, healthy.cycle.period_s, force=force,
                     memory_period=memory_period_s(healthy))
     if on_healthy_step is not None:
-        on_healthy_step(_with_warnings(prepared.step_summary, prepared.warnings))
+        on_healthy_step(_with_warnings(_priced_step(loaded, prepared), prepared.warnings))
     horizon = plan.horizon_s
 
     def arrivals(replication: int) -> Arrivals:
@@ -1261,8 +1261,16 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     idle = idle_memory_tier_warning(loaded, {state: costs for state, costs in met.items() if state in trained_in})
     evenly = split_evenly_warning(split_evenly)
     warnings = prepared.warnings + tuple(warning for warning in (waiting, idle, evenly) if warning is not None)
-    return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting, idle,
+    return JobResult(summary, events, _with_warnings(_priced_step(loaded, prepared), warnings), warnings, waiting, idle,
                      evenly, tuple(summary["ettr"]["by_replication"]))
+
+
+def _priced_step(loaded: LoadedScenario, prepared: PreparedJob) -> dict:
+    """The healthy step's summary with its `resources`, as `trainsim run` of the step alone writes them: the states
+    simulate steps without them (`simulate()` adds them), and `costs` changes no step (states.JOB_SECTIONS)."""
+    from simulator.simulation import step_resources_of
+
+    return {**prepared.step_summary, "resources": step_resources_of(loaded, prepared.gpu_model, prepared.step_summary)}
 
 
 def _job_resources(loaded: LoadedScenario, prepared: PreparedJob, summary: dict) -> dict:

@@ -69,14 +69,14 @@ if TYPE_CHECKING:
     from simulator.program.step import StepProgram
     from simulator.simulation import NetworkSettings
 
-JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "description": True,
+JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "description": True, "costs": True,
                       "restart": {name: True for name in RestartConfig.model_fields if name != "elastic_batch"},
                       "run": {name: True for name in RunConfig.model_fields if name != "seed"},
                       "faults": {"preset": True, "rate_multiplier": True, "repair_multiplier": True, "components": True,
                                  "maintenance": True}}
-"""Scenario fields that do not change a step (`faults.step` does; run.fold/timeline do not change its time; run.seed
-does: it draws random stragglers and a MoE model's routing sample; restart.elastic_batch sets a shrunk state's
-micro-batches)."""
+"""Scenario fields that do not change a step (`faults.step` does; run.fold/timeline do not change its time; `costs`
+prices it after; run.seed does: it draws random stragglers and a MoE model's routing sample; restart.elastic_batch
+sets a shrunk state's micro-batches)."""
 
 CACHE_BYTES = 16 << 20
 """What the states cached in a process may hold, their entries counted pickled: ~4 KB a straggler state of the
