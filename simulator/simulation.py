@@ -965,11 +965,20 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     deferred sides that the check refuses once built. There a fold that kept pace stands instead of the
     unfolded run, with the same figures. Each refold given up goes into ``given_up``, after what it held, in the
     order proposed."""
-    from simulator.engine.fold_policy import Deferred, GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
+    from simulator.engine.fold_policy import (
+        Deferred,
+        GivenUp,
+        fell_out_of_step,
+        fold_faults,
+        lane_step,
+        meet_step,
+        route_steps,
+    )
     from simulator.engine.refold_evidence import StoppedHandOff, predicted_apart, refuted, stopped_hand_off
     from simulator.program.unfolding import Unfolding
 
     build, folded = prepared.build, prepared.step
+    faults = fold_faults(faults, prepared.plans.topology)  # links degraded alike weighed as the first fold weighs them
     layout = folded.program.layout
     known: list[StoppedHandOff] = []
     deferred: list[tuple[str, int, Deferred]] = []

@@ -652,8 +652,10 @@ def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     switch hops' 0.5 us later; its stage fold ran to its end 1 us out of step, and the step ran again on 16 ranks.
     The refold runs first instead, its lockstep check certifying it as any refold's; where it is not tried (beyond
     ``budget``, refused by `fold_verdict`, step faults unlike in a stage) None, the stage fold running as before.
-    None where ``folded`` is not such a fold."""
+    None where ``folded`` is not such a fold. Links degraded alike everywhere are weighed as the first fold weighs
+    them (`fold_faults`)."""
     program = folded.program
+    faults = fold_faults(faults, plans.topology)
     stood = folded.not_exact if mode == "analytic" else _unlike_hops_stage(folded, plans.topology)
     if stood is None or stood.unfolding.check != "hops" or program.layout is None:
         return None

@@ -353,9 +353,10 @@ def _refuse_unfolded_link_states(loaded: LoadedScenario, topology: Topology, lin
     refused when the job meets it where the unfolded step passes the limits (at 16,384 GPUs ~66 million ops +
     flows and ~55 GiB), unless ``force``: the estimate is no promise. A leaf_switch class on the 16,384-GPU job
     was refused up front although its states fold. ``activity``: `first_tray_fold_blocker`'s."""
+    from simulator.engine.fold_policy import fold_faults
     from simulator.simulation import step_faults
 
-    blocker = link_fault_blocker(step_faults(loaded, topology), loaded.scenario.network.model)
+    blocker = link_fault_blocker(fold_faults(step_faults(loaded, topology), topology), loaded.scenario.network.model)
     if blocker or straggling:
         refuse(blocker or "link faults beside a straggle class, whose states with both are not folded")
     world = sizes.size(None).topology.num_gpus
