@@ -761,8 +761,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     none keeps pace the folded run stands with a warning. The hop refold (`fold_policy.hop_refold`: a stage
     fold whose hand-offs' copies cross other hops, known before its run, on either model) is tried within
     ``budget`` too (`simulate` gives one under --force as well: the multiple, not the limits, and so do a job's
-    states); on the flow model not where no budget is given but a ``guard`` is (`unbudgeted`: the stage fold then
-    runs first, as before the hop refold). Each fold given up on the way,
+    states). Each fold given up on the way,
     refused before its run or out of step in it, goes
     into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run that stands out of step is
     not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures, in the same shape). A run
@@ -823,11 +822,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             return False
         return True
 
-    unbudgeted = settings.mode == "flow" and guard is not None and budget is None
-    """A job's states on the flow model: no refold is tried where the step may not unfold, and whether it may is
-    asked of its run's lockstep report, so the stage fold runs first there."""
-    hop_refolded = None if unbudgeted else hop_refold(build, step, plans, settings.mode, dict(settings.efficiency),
-                                                      faults.plan, budget)
+    hop_refolded = hop_refold(build, step, plans, settings.mode, dict(settings.efficiency), faults.plan, budget)
     routes_reason = ""
     """Why the step folds by its hand-offs' routes before its run (the stage fold given up for their hops)."""
     if isinstance(hop_refolded, FoldedStep):

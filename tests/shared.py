@@ -319,10 +319,9 @@ NO_REFOLDS = "too large to refold"
 """What a budget that refuses every refold says (`RefoldBudget`)."""
 
 
-def refused_unfolded(text: str, refolds: bool | None = False) -> dict:
+def refused_unfolded(text: str, refolds: bool = False) -> dict:
     """The summary of ``text`` run with a guard that refuses every unfolding (a step too large unfolded), and a
-    refold budget that refuses every refold, or with ``refolds`` allows each (None: no budget, as a job's states
-    run, which tries no refold)."""
+    refold budget that refuses every refold, or with ``refolds`` allows each."""
     from simulator.engine.faults import FaultHooks
     from simulator.errors import ScenarioError
     from simulator.simulation import simulate_training, step_faults
@@ -335,7 +334,7 @@ def refused_unfolded(text: str, refolds: bool | None = False) -> dict:
 
     return simulate_training(loaded, topology, FaultHooks(topology, step_faults(loaded, topology)),
                              guard=refuse,
-                             budget=None if refolds is None else lambda ranks: "" if refolds else NO_REFOLDS).summary
+                             budget=lambda ranks: "" if refolds else NO_REFOLDS).summary
 
 
 FABRIC_HAND_OFFS = """

@@ -433,14 +433,13 @@ def test_replicas_that_hand_on_across_the_spines_fold_once_per_kind_of_route(nod
     assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
 
 
-@pytest.mark.parametrize("refolds", [True, False, None])
+@pytest.mark.parametrize("refolds", [True, False])
 def test_a_step_that_may_not_unfold_refolds_by_route_within_the_budget(refolds):
     """The SC21-like step where the guard refuses it unfolded (as the published 1T, 310.1B and 529.6B rows are
     refused): its hand-offs out of step, the route refold by hops is tried all the same where the refold budget
     allows it (scale.refold_refusal), and stands, exact (the unfolded step's figures within 1e-12), with the stage
     fold given up; refused by the budget, it is given up before it is built and the stage fold stands, not exact,
-    with its warning. Until then the refold was never tried there, and the step stood `fold_not_exact`, as it
-    still does without a budget (a job's states)."""
+    with its warning. Until then the refold was never tried there, and the step stood `fold_not_exact`."""
     summary = refused_unfolded(SC21_LIKE, refolds=refolds)
     assert summary["folded"]
     if refolds:
@@ -453,8 +452,8 @@ def test_a_step_that_may_not_unfold_refolds_by_route_within_the_budget(refolds):
         assert_same_figures(summary, unfolded, 1e-12, 1e-15, "fold_routes_reason")
         return
     assert summary["simulated_ranks"] == 8 and summary["fold_not_exact"]["fold"] == "stage"
-    assert summary.get("fold_given_up") == (None if refolds is None else [
-        {"fold": "routes", "simulated_ranks": 16, "why": "the refold is too large to simulate", "reason": NO_REFOLDS}])
+    assert summary.get("fold_given_up") == [
+        {"fold": "routes", "simulated_ranks": 16, "why": "the refold is too large to simulate", "reason": NO_REFOLDS}]
     (warning,) = summary["warnings"]
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0'")
 

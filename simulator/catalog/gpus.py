@@ -90,7 +90,7 @@ GPUS: MappingProxyType = MappingProxyType({
 
 
 _SXM_DATASHEET = "NVIDIA {} Tensor Core GPU datasheet, SXM form factor: max thermal design power (TDP) {}"
-_BLACKWELL_TABLE = ("G. Lockwood, glennklockwood.com/garden/processors/B200, per-variant table: {} at {}")
+_BLACKWELL_TABLE = "G. Lockwood, glennklockwood.com/garden/processors/B200, per-variant table: {} at {}"
 BOARD_POWER_SOURCES: MappingProxyType = MappingProxyType({
     "a100-40gb": _SXM_DATASHEET.format("A100", "400 W"),
     "a100-80gb": _SXM_DATASHEET.format("A100", "400 W"),

@@ -16,7 +16,6 @@ MAX_GPU_POWER_W = 5_000.0
 past it is a unit slip (700 kW), as is one under a watt (0.7 W for 0.7 kW); refused at its line."""
 
 
-
 def _a_gpu_power(watts: float) -> float:
     """``watts`` if a GPU could draw it."""
     if not MIN_GPU_POWER_W <= watts <= MAX_GPU_POWER_W:
